@@ -1,0 +1,91 @@
+"""Small validators for scalar parameters, shared by every layer (no dataframe imports)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tabdp.exceptions import InvalidParameterError
+
+
+def check_real(name: str, value: Any, *, owner: str, gt: float | None = None,
+               ge: float | None = None, le: float | None = None, lt: float | None = None,
+               hint: str = "") -> float:
+    """Return ``value`` as a finite float after checking its bounds.
+
+    Args:
+        name: Parameter name, used in the message.
+        value: The value received.
+        owner: What the parameter belongs to (e.g. ``"Gaussian"``).
+        gt: Strict lower bound, if any.
+        ge: Inclusive lower bound, if any.
+        le: Inclusive upper bound, if any.
+        lt: Strict upper bound, if any.
+        hint: How to fix a bad value.
+
+    Returns:
+        The value as a Python float.
+
+    Raises:
+        InvalidParameterError: If the value is not a finite real number within the bounds.
+
+    Example:
+        >>> check_real("sigma", 2, owner="Gaussian", gt=0)
+        2.0
+    """
+    allowed = []
+    if gt is not None:
+        allowed.append(f"> {gt:g}")
+    if ge is not None:
+        allowed.append(f">= {ge:g}")
+    if lt is not None:
+        allowed.append(f"< {lt:g}")
+    if le is not None:
+        allowed.append(f"<= {le:g}")
+    allowed_text = " and ".join(allowed) if allowed else "a finite real number"
+    suffix = f"\nHint: {hint}" if hint else ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        raise InvalidParameterError(
+            f"{owner}: {name} must be a real number ({allowed_text}); got {value!r} of type "
+            f"{type(value).__name__}.{suffix}")
+    x = float(value)
+    ok = math.isfinite(x)
+    ok = ok and (gt is None or x > gt) and (ge is None or x >= ge)
+    ok = ok and (lt is None or x < lt) and (le is None or x <= le)
+    if not ok:
+        raise InvalidParameterError(
+            f"{owner}: {name} must be finite and {allowed_text}; got {value!r}.{suffix}")
+    return x
+
+
+def check_int(name: str, value: Any, *, owner: str, ge: int = 1, hint: str = "") -> int:
+    """Return ``value`` as an int after checking it is a whole number ``>= ge``.
+
+    Args:
+        name: Parameter name.
+        value: The value received (an int, or a float with no fractional part).
+        owner: What the parameter belongs to.
+        ge: Inclusive lower bound.
+        hint: How to fix a bad value.
+
+    Returns:
+        The value as a Python int.
+
+    Raises:
+        InvalidParameterError: If the value is not a whole number ``>= ge``.
+
+    Example:
+        >>> check_int("k", 4.0, owner="RootTransform")
+        4
+    """
+    suffix = f"\nHint: {hint}" if hint else ""
+    bad = isinstance(value, bool)
+    try:
+        x = float(value)
+        bad = bad or not math.isfinite(x) or x != int(x) or int(x) < ge
+    except (TypeError, ValueError):
+        bad = True
+    if bad:
+        raise InvalidParameterError(
+            f"{owner}: {name} must be a whole number >= {ge}; got {value!r}.{suffix}")
+    return int(float(value))

@@ -1,0 +1,128 @@
+"""Exception and warning classes of tabdp.
+
+Every error tabdp raises on purpose derives from :class:`TabdpError`. User-facing subclasses also
+derive from the matching builtin, so ``except ValueError`` keeps working. Messages say what is
+wrong, the value received, what is allowed, and how to fix it (``Hint:`` line).
+
+Example:
+    >>> import tabdp
+    >>> try:
+    ...     tabdp.mechanisms.Gaussian(sigma=-1.0)
+    ... except ValueError as err:
+    ...     print(type(err).__name__)
+    InvalidParameterError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TabdpError",
+    "InvalidParameterError",
+    "ColumnNotFoundError",
+    "DataValidationError",
+    "ColumnTypeError",
+    "BudgetExceededError",
+    "UnsupportedBackendError",
+    "CalibrationError",
+    "TabdpInternalError",
+    "PrivacyWarning",
+]
+
+
+class TabdpError(Exception):
+    """Base class of every error raised by tabdp.
+
+    Example:
+        >>> issubclass(InvalidParameterError, TabdpError)
+        True
+    """
+
+
+class InvalidParameterError(TabdpError, ValueError):
+    """A parameter (mechanism, key set, budget, option) has an invalid value.
+
+    Example:
+        >>> str(InvalidParameterError("sigma must be > 0; got -1."))
+        'sigma must be > 0; got -1.'
+    """
+
+
+class ColumnNotFoundError(TabdpError, KeyError):
+    """A column named by the caller is not in the frame's schema.
+
+    Example:
+        >>> str(ColumnNotFoundError("column 'x' not found"))
+        "column 'x' not found"
+    """
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ColumnTypeError(TabdpError, TypeError):
+    """A column has a dtype that the operation cannot use (e.g. text in a measure).
+
+    Example:
+        >>> issubclass(ColumnTypeError, TypeError)
+        True
+    """
+
+
+class DataValidationError(TabdpError, ValueError):
+    """The data holds values the release cannot use (null, NaN, inf, negative...).
+
+    Raised before any noise is drawn and before anything is recorded in a session.
+
+    Example:
+        >>> issubclass(DataValidationError, ValueError)
+        True
+    """
+
+
+class BudgetExceededError(TabdpError, ValueError):
+    """A query would take some unit's privacy loss past the session's budget.
+
+    Example:
+        >>> issubclass(BudgetExceededError, TabdpError)
+        True
+    """
+
+
+class UnsupportedBackendError(TabdpError, TypeError):
+    """The object passed as a frame is not a supported dataframe.
+
+    Example:
+        >>> issubclass(UnsupportedBackendError, TypeError)
+        True
+    """
+
+
+class CalibrationError(TabdpError, ValueError):
+    """Calibration targets cannot be met by the requested mechanism family.
+
+    Example:
+        >>> issubclass(CalibrationError, ValueError)
+        True
+    """
+
+
+class TabdpInternalError(TabdpError, AssertionError):
+    """An internal invariant failed: a bug in tabdp.
+
+    Example:
+        >>> "bug" in str(TabdpInternalError("x"))
+        True
+    """
+
+    def __str__(self) -> str:
+        base = str(self.args[0]) if self.args else ""
+        return f"{base}\nThis is probably a bug in tabdp; please report it with the traceback."
+
+
+class PrivacyWarning(UserWarning):
+    """Warns about a setting that weakens privacy (e.g. keys taken from the data).
+
+    Example:
+        >>> issubclass(PrivacyWarning, UserWarning)
+        True
+    """

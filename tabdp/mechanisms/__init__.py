@@ -1,0 +1,38 @@
+"""Mechanisms with per-record guarantees: additive and transformation mechanisms.
+
+Every mechanism exposes the PRzCDP policy ``rho(delta)``, the PRDP policy ``epsilon(delta)``
+(``inf`` when not pure), ``release(values, rng)`` and ``release_table(values, rng, level)``.
+
+Example:
+    >>> from tabdp import mechanisms as mech
+    >>> m = mech.LogTransform(sigma=2.0, offset=1.0)
+    >>> round(float(m.rho(10000.0)), 4)
+    10.6036
+"""
+
+from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, ReleasedValues, pure_to_zcdp
+from tabdp.mechanisms.additive import (
+    AdditiveMechanism,
+    ExpPolyLog,
+    Gaussian,
+    GeneralizedGaussian,
+    Laplace,
+    UnitSplitting,
+)
+from tabdp.mechanisms.transformation import LogTransform, RootTransform, TransformationMechanism
+
+__all__ = [
+    "DEFAULT_LEVEL",
+    "Mechanism",
+    "ReleasedValues",
+    "pure_to_zcdp",
+    "AdditiveMechanism",
+    "Gaussian",
+    "Laplace",
+    "GeneralizedGaussian",
+    "ExpPolyLog",
+    "UnitSplitting",
+    "TransformationMechanism",
+    "RootTransform",
+    "LogTransform",
+]

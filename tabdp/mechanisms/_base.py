@@ -1,0 +1,233 @@
+"""The mechanism contract: policy functions, release, estimators and their uncertainty.
+
+A mechanism turns exact cell values ``q`` (sums or counts of one query) into released estimates.
+Its guarantee is stated per record as a *policy function* of the record's per-record
+sensitivity Δ (the absolute contribution of a unit to a cell, MATH.md §1.1):
+
+* ``rho(delta)``: PRzCDP loss ρ(Δ) (Rényi divergence of order α is at most α·ρ(Δ));
+* ``epsilon(delta)``: PRDP loss ε(Δ) (max-divergence), ``inf`` where the mechanism is not pure.
+
+Both are vectorized and data-independent formulas (public); their values at actual records are
+confidential. :meth:`Mechanism.release_table` returns the estimate with its standard deviation and
+margin of error.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tabdp._validation import check_real
+from tabdp.exceptions import DataValidationError
+from tabdp.rng import as_random_source
+
+__all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "DEFAULT_LEVEL"]
+
+#: Default confidence level of margins of error (the US Census standard of 90%).
+DEFAULT_LEVEL = 0.9
+
+
+def pure_to_zcdp(epsilon: ArrayLike) -> np.ndarray:
+    """Convert a PRDP loss ε to the PRzCDP loss ε·tanh(ε/2) (MATH.md §1.1, Lemma 5.2).
+
+    Args:
+        epsilon: PRDP losses (``inf`` allowed).
+
+    Returns:
+        PRzCDP losses, ``inf`` where ε is ``inf``.
+
+    Example:
+        >>> round(float(pure_to_zcdp(1.0)), 6)
+        0.462117
+    """
+    e = np.asarray(epsilon, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out = e * np.tanh(0.5 * e)
+    return np.where(np.isinf(e), np.inf, out)
+
+
+@dataclass(frozen=True)
+class ReleasedValues:
+    """Estimates of one measure with their uncertainty, one entry per cell.
+
+    Attributes:
+        estimate: The released estimates.
+        sd: Standard deviation of each estimate (plug-in where it depends on the true value;
+            ``inf`` where it does not exist).
+        moe: Margin of error at ``level``: half-width of the exact central confidence interval.
+        lower: Lower end of that interval.
+        upper: Upper end of that interval.
+        level: Confidence level.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> r = Gaussian(sigma=1.0).release_table([10.0, 20.0], rng=0)
+        >>> r.estimate.shape, float(r.sd[0])
+        ((2,), 1.0)
+    """
+
+    estimate: np.ndarray
+    sd: np.ndarray
+    moe: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    level: float
+
+
+def check_level(level: float) -> float:
+    """Validate a confidence level in (0, 1).
+
+    Args:
+        level: The level.
+
+    Returns:
+        The level as float.
+
+    Example:
+        >>> check_level(0.9)
+        0.9
+    """
+    return check_real("level", level, owner="margin of error", gt=0.0, lt=1.0,
+                      hint="use e.g. level=0.9 for 90% margins of error")
+
+
+class Mechanism(ABC):
+    """Base class of all tabdp mechanisms.
+
+    Subclasses implement :meth:`rho`, :meth:`epsilon`, :meth:`release_table`, :meth:`sd_at` and
+    :meth:`params`.
+
+    Example:
+        >>> from tabdp.mechanisms import Laplace
+        >>> m = Laplace(scale=2.0)
+        >>> float(m.epsilon(1.0)), m.pure
+        (0.5, True)
+    """
+
+    #: Family name used in reports and specs.
+    family: str = "mechanism"
+    #: Whether the mechanism is pure (finite PRDP ε).
+    pure: bool = False
+    #: Whether cell totals must be non-negative (transformation mechanisms).
+    requires_nonnegative: bool = False
+    #: Whether estimates are unbiased for the true value in the mean (vs. median) sense.
+    unbiased: str = "mean"
+    #: Text of the PRzCDP policy formula, for the public summary.
+    policy_formula: str = ""
+
+    @abstractmethod
+    def rho(self, delta: ArrayLike) -> np.ndarray:
+        """PRzCDP policy ρ(Δ), vectorized over Δ ≥ 0."""
+
+    @abstractmethod
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """PRDP policy ε(Δ), vectorized; ``inf`` for Δ > 0 if the mechanism is not pure."""
+
+    @abstractmethod
+    def release_table(self, values: ArrayLike, rng: Any = None,
+                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
+        """Release noisy estimates of ``values`` with sd, moe and interval."""
+
+    @abstractmethod
+    def sd_at(self, values: ArrayLike) -> np.ndarray:
+        """Exact standard deviation of the estimator when the true values are ``values``."""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """Public parameters of the mechanism."""
+
+    # -- shared behaviour ---------------------------------------------------------------------
+    def release(self, values: ArrayLike, rng: Any = None) -> np.ndarray:
+        """Release noisy estimates of ``values`` (one independent draw per value).
+
+        Args:
+            values: Exact query values (cell totals), 1-D.
+            rng: A :class:`tabdp.RandomSource` (default: secure OS randomness), or an int seed /
+                numpy Generator for tests.
+
+        Returns:
+            The estimates, a float64 array shaped like ``values``.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> Gaussian(sigma=1.0).release([0.0, 5.0], rng=1).shape
+            (2,)
+        """
+        return self.release_table(values, rng).estimate
+
+    def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
+        """Expected margin of error (interval half-width) at true values, for planning.
+
+        The default uses the exact noise law of additive mechanisms; transformation mechanisms
+        override it.
+
+        Args:
+            values: Hypothetical true cell values.
+            level: Confidence level.
+
+        Returns:
+            Half-widths, one per value.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> round(float(Gaussian(sigma=1.0).moe_at([100.0])[0]), 3)
+            1.645
+        """
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public description: family, parameters, guarantee and policy formula.
+
+        Returns:
+            A JSON-serializable dict.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> Gaussian(sigma=2.0).to_dict()["family"]
+            'gaussian'
+        """
+        return {
+            "family": self.family,
+            "class": type(self).__name__,
+            "params": self.params(),
+            "pure": self.pure,
+            "unbiased": self.unbiased,
+            "requires_nonnegative": self.requires_nonnegative,
+            "policy_rho": self.policy_formula,
+        }
+
+    def _prepare(self, values: ArrayLike) -> np.ndarray:
+        q = np.asarray(values, dtype=np.float64)
+        if q.ndim != 1:
+            q = q.reshape(-1)
+        if not np.all(np.isfinite(q)):
+            bad = int((~np.isfinite(q)).sum())
+            raise DataValidationError(
+                f"{type(self).__name__}.release: {bad} value(s) are NaN or infinite.\n"
+                "Hint: clean the input or choose a null policy before releasing.")
+        if self.requires_nonnegative and np.any(q < 0):
+            bad = int((q < 0).sum())
+            raise DataValidationError(
+                f"{type(self).__name__}.release: {bad} value(s) are negative; this "
+                "transformation mechanism needs non-negative totals (q + offset >= 0).\n"
+                "Hint: release signed measures with an additive mechanism (Gaussian, "
+                "ExpPolyLog), or split them into non-negative parts.")
+        return q
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.params() == other.params()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(sorted(self.params().items()))))
+
+
+def _draw_rng(rng: Any) -> Any:
+    return as_random_source(rng)

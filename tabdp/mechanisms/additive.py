@@ -1,0 +1,456 @@
+"""Additive mechanisms: release ``q + Z`` with Z from a fixed symmetric noise law.
+
+The estimate is mean- and median-unbiased; its standard deviation is the noise's, and the margin
+of error is the exact ``|Z|`` quantile (MATH.md §1.1, §1.2, §1.4, §1.5).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tabdp import noise as _noise
+from tabdp._validation import check_real
+from tabdp.exceptions import InvalidParameterError
+from tabdp.mechanisms._base import (
+    DEFAULT_LEVEL,
+    Mechanism,
+    ReleasedValues,
+    check_level,
+    pure_to_zcdp,
+)
+from tabdp.noise._base import NoiseDistribution
+from tabdp.rng import as_random_source
+
+__all__ = [
+    "AdditiveMechanism",
+    "Gaussian",
+    "Laplace",
+    "GeneralizedGaussian",
+    "ExpPolyLog",
+    "UnitSplitting",
+]
+
+
+def _delta(delta: ArrayLike) -> np.ndarray:
+    d = np.abs(np.asarray(delta, dtype=np.float64))
+    return d
+
+
+class AdditiveMechanism(Mechanism):
+    """Release ``q + Z`` for a symmetric noise law Z; subclasses give the policy.
+
+    Args:
+        noise: The noise distribution.
+
+    Example:
+        >>> m = Laplace(scale=1.0)
+        >>> isinstance(m, AdditiveMechanism), m.noise.variance()
+        (True, 2.0)
+    """
+
+    unbiased = "mean"
+
+    def __init__(self, noise: NoiseDistribution) -> None:
+        self.noise = noise
+
+    def release_table(self, values: ArrayLike, rng: Any = None,
+                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
+        """Release ``values + Z`` with sd and exact margins of error.
+
+        Args:
+            values: Exact cell values.
+            rng: Randomness (default: secure).
+            level: Confidence level of the margin of error.
+
+        Returns:
+            Estimates with sd, moe and interval.
+
+        Example:
+            >>> r = Gaussian(sigma=2.0).release_table([1.0, 2.0, 3.0], rng=3, level=0.95)
+            >>> round(float(r.moe[0]), 3)
+            3.92
+        """
+        level = check_level(level)
+        q = self._prepare(values)
+        z = self.noise.sample(q.shape, as_random_source(rng))
+        est = q + z
+        sd = np.full(q.shape, self.noise.std())
+        h = self.noise.interval_halfwidth(level)
+        moe = np.full(q.shape, h)
+        return ReleasedValues(est, sd, moe, est - h, est + h, level)
+
+    def sd_at(self, values: ArrayLike) -> np.ndarray:
+        """Standard deviation of the estimate: the noise's, whatever the true value.
+
+        Args:
+            values: True values (only their shape matters).
+
+        Returns:
+            Standard deviations.
+
+        Example:
+            >>> Gaussian(sigma=2.0).sd_at([1.0, 1e9]).tolist()
+            [2.0, 2.0]
+        """
+        return np.full(np.shape(np.asarray(values, dtype=np.float64)), self.noise.std())
+
+    def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
+        """Margin of error (exact noise quantile), the same for every cell.
+
+        Args:
+            values: True values (only their shape matters).
+            level: Confidence level.
+
+        Returns:
+            Half-widths.
+
+        Example:
+            >>> round(float(Laplace(scale=1.0).moe_at([0.0], 0.9)[0]), 4)
+            2.3026
+        """
+        h = self.noise.interval_halfwidth(check_level(level))
+        return np.full(np.shape(np.asarray(values, dtype=np.float64)), h)
+
+    def rho(self, delta: ArrayLike) -> np.ndarray:
+        """PRzCDP policy; for pure mechanisms ε(Δ)·tanh(ε(Δ)/2).
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            ρ(Δ).
+
+        Example:
+            >>> round(float(Laplace(scale=1.0).rho(1.0)), 6)
+            0.462117
+        """
+        return pure_to_zcdp(self.epsilon(delta))
+
+    def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        """Public parameters."""
+        return self.noise.params()
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+        """PRDP policy."""
+        raise NotImplementedError
+
+
+class Gaussian(AdditiveMechanism):
+    """Gaussian mechanism: ``q + N(0, sigma²)``; PRzCDP ρ(Δ) = Δ²/(2σ²), not pure.
+
+    This is also the identity transformation mechanism (seed 001 Def 2.8, Thm 4.4).
+
+    Args:
+        sigma: Noise standard deviation, > 0.
+
+    Example:
+        >>> m = Gaussian(sigma=2.0)
+        >>> float(m.rho(4.0)), float(m.epsilon(4.0)), float(m.epsilon(0.0))
+        (2.0, inf, 0.0)
+    """
+
+    family = "gaussian"
+    policy_formula = "rho(D) = D^2 / (2 sigma^2)"
+
+    def __init__(self, sigma: float) -> None:
+        self.sigma = check_real("sigma", sigma, owner="Gaussian", gt=0.0,
+                                hint="sigma is the noise standard deviation, e.g. sigma=2.0")
+        super().__init__(_noise.Gaussian(self.sigma))
+
+    def rho(self, delta: ArrayLike) -> np.ndarray:
+        """ρ(Δ) = Δ²/(2σ²).
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRzCDP losses.
+
+        Example:
+            >>> float(Gaussian(sigma=1.0).rho(1.0))
+            0.5
+        """
+        d = _delta(delta)
+        return d * d / (2.0 * self.sigma**2)
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """``inf`` for Δ > 0 (the Gaussian mechanism has no pure guarantee), 0 at Δ = 0.
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRDP losses.
+
+        Example:
+            >>> Gaussian(sigma=1.0).epsilon([0.0, 1.0]).tolist()
+            [0.0, inf]
+        """
+        d = _delta(delta)
+        return np.where(d > 0, np.inf, 0.0)
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> Gaussian(sigma=1.5).params()
+            {'sigma': 1.5}
+        """
+        return {"sigma": self.sigma}
+
+
+class Laplace(AdditiveMechanism):
+    """Laplace mechanism: ``q + Laplace(scale)``; PRDP ε(Δ) = Δ/scale.
+
+    Args:
+        scale: Laplace scale b > 0 (standard deviation √2·b).
+
+    Example:
+        >>> float(Laplace(scale=4.0).epsilon(2.0))
+        0.5
+    """
+
+    family = "laplace"
+    pure = True
+    policy_formula = "eps(D) = D / scale; rho = eps * tanh(eps / 2)"
+
+    def __init__(self, scale: float) -> None:
+        self.scale = check_real("scale", scale, owner="Laplace", gt=0.0)
+        super().__init__(_noise.Laplace(self.scale))
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """ε(Δ) = Δ/scale.
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRDP losses.
+
+        Example:
+            >>> float(Laplace(scale=1.0).epsilon(3.0))
+            3.0
+        """
+        return _delta(delta) / self.scale
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> Laplace(scale=1.0).params()
+            {'scale': 1.0}
+        """
+        return {"scale": self.scale}
+
+
+class GeneralizedGaussian(AdditiveMechanism):
+    """Generalized Gaussian mechanism, density ∝ exp(-(|z|/σ)^p), 0 < p ≤ 1 (seed 001 Cor 5.6).
+
+    PRDP ε(Δ) = (Δ/σ)^p: for p = 1/2 the loss grows like √Δ.
+
+    Args:
+        sigma: Scale σ > 0.
+        p: Shape, 0 < p ≤ 1 (p = 1 is Laplace with scale σ).
+
+    Example:
+        >>> m = GeneralizedGaussian(sigma=1.0, p=0.5)
+        >>> float(m.epsilon(4.0))
+        2.0
+    """
+
+    family = "generalized_gaussian"
+    pure = True
+    policy_formula = "eps(D) = (D / sigma)^p; rho = eps * tanh(eps / 2)"
+
+    def __init__(self, sigma: float, p: float) -> None:
+        self.sigma = check_real("sigma", sigma, owner="GeneralizedGaussian", gt=0.0)
+        self.p = check_real("p", p, owner="GeneralizedGaussian", gt=0.0, le=1.0,
+                            hint="the per-record guarantee (seed 001 Cor 5.6) needs 0 < p <= 1; "
+                                 "p = 0.5 gives a loss growing like sqrt(D)")
+        super().__init__(_noise.GeneralizedGaussian(self.sigma, self.p))
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """ε(Δ) = (Δ/σ)^p.
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRDP losses.
+
+        Example:
+            >>> float(GeneralizedGaussian(sigma=4.0, p=0.5).epsilon(16.0))
+            2.0
+        """
+        return (_delta(delta) / self.sigma) ** self.p
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> GeneralizedGaussian(sigma=1.0, p=0.5).params()
+            {'sigma': 1.0, 'p': 0.5}
+        """
+        return {"sigma": self.sigma, "p": self.p}
+
+
+class ExpPolyLog(AdditiveMechanism):
+    """Exponential polylogarithmic mechanism, density ∝ exp(-d·(ln(|z|/σ + a))^p) (Cor 5.7).
+
+    PRDP ε(Δ) = d·[(ln(Δ/σ + a))^p − (ln a)^p]: for p = 1 the loss grows like d·ln Δ, the slowest
+    scaling in the toolkit.
+
+    Args:
+        sigma: Scale σ > 0.
+        a: Offset inside the logarithm; needs a ≥ e^(p−1) (and a > 1 when p > 1).
+        d: Decay; d > 1 when p = 1, d > 0 when p > 1. The variance is finite only for p = 1 with
+            d > 3, and for every d when p > 1.
+        p: Power of the logarithm, ≥ 1 (closed forms for p = 1 and 2, numerics otherwise).
+
+    Example:
+        >>> m = ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
+        >>> round(float(m.epsilon(99.0)), 4)   # 4 ln(100)
+        18.4207
+    """
+
+    family = "exp_polylog"
+    pure = True
+    policy_formula = "eps(D) = d [ (ln(D/sigma + a))^p - (ln a)^p ]; rho = eps * tanh(eps / 2)"
+
+    def __init__(self, sigma: float, a: float, d: float, p: float = 1.0) -> None:
+        owner = "ExpPolyLog"
+        self.sigma = check_real("sigma", sigma, owner=owner, gt=0.0)
+        self.p = check_real("p", p, owner=owner, ge=1.0,
+                            hint="p = 1 (loss ~ d ln D) or p = 2 have closed forms")
+        self.d = check_real("d", d, owner=owner, gt=1.0 if self.p == 1.0 else 0.0,
+                            hint="the density is proper only for d > 1 when p = 1; d > 3 "
+                                 "gives a finite variance")
+        amin = math.exp(self.p - 1.0)
+        self.a = check_real("a", a, owner=owner, ge=amin,
+                            hint=f"the stated loss holds only for a >= e^(p-1) = {amin:.6g} "
+                                 "(MATH.md 1.2); use a = 1 for p = 1")
+        if self.p > 1.0 and self.a <= 1.0:
+            raise InvalidParameterError(
+                f"ExpPolyLog: for p > 1 the offset a must be > 1 (so ln a > 0); got a={a!r}.")
+        super().__init__(_noise.ExpPolyLog(self.sigma, self.a, self.d, self.p))
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """ε(Δ) evaluated without cancellation for small Δ (MATH.md §1.2).
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRDP losses.
+
+        Example:
+            >>> round(float(ExpPolyLog(sigma=1.0, a=2.0, d=1.0, p=2.0).epsilon(1e-12)), 18)
+            6.931e-13
+        """
+        h = np.log1p(_delta(delta) / (self.sigma * self.a))
+        if self.p == 1.0:
+            return self.d * h
+        l0 = math.log(self.a)
+        return self.d * l0**self.p * np.expm1(self.p * np.log1p(h / l0))
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> ExpPolyLog(sigma=1.0, a=1.0, d=4.0).params()
+            {'sigma': 1.0, 'a': 1.0, 'd': 4.0, 'p': 1.0}
+        """
+        return {"sigma": self.sigma, "a": self.a, "d": self.d, "p": self.p}
+
+
+def _ceil_snap(x: np.ndarray) -> np.ndarray:
+    """``ceil`` that snaps ratios within 1e-9 (relative) of an integer to it (2.1/0.7 → 3)."""
+    r = np.rint(x)
+    near = np.abs(x - r) <= 1e-9 * np.maximum(1.0, np.abs(x))
+    return np.where(near, r, np.ceil(x))
+
+
+class UnitSplitting(AdditiveMechanism):
+    """Unit splitting with Gaussian noise: the baseline of seed 001 §2.5 (Ex. 2.16).
+
+    Each unit is split into A = max(1, ⌈Δ/τ⌉) rows of at most τ; the Gaussian sum over the split
+    rows has sensitivity τ, so each row costs ρ₀ = τ²/(2σ²) and the unit pays ρ₀·A². The released
+    value is the same ``q + N(0, σ²)``; only the accounting differs (always ≥ the Gaussian's
+    Δ²/(2σ²)). A unit with Δ = 0 in a cell it has rows in still counts as one row.
+
+    Args:
+        threshold: Split threshold τ > 0.
+        sigma: Noise standard deviation, > 0.
+
+    Example:
+        >>> m = UnitSplitting(threshold=10.0, sigma=50 ** 0.5)
+        >>> m.rho([5, 5, 10, 20, 30, 10000]).round(6).tolist()
+        [1.0, 1.0, 1.0, 4.0, 9.0, 1000000.0]
+    """
+
+    family = "unit_splitting"
+    policy_formula = "rho(D) = tau^2 / (2 sigma^2) * max(1, ceil(D / tau))^2"
+
+    def __init__(self, threshold: float, sigma: float) -> None:
+        self.threshold = check_real("threshold", threshold, owner="UnitSplitting", gt=0.0)
+        self.sigma = check_real("sigma", sigma, owner="UnitSplitting", gt=0.0)
+        super().__init__(_noise.Gaussian(self.sigma))
+
+    def rows(self, delta: ArrayLike) -> np.ndarray:
+        """Number of split rows A(Δ) = max(1, ⌈Δ/τ⌉).
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            Row counts (float).
+
+        Example:
+            >>> UnitSplitting(threshold=0.7, sigma=1.0).rows([2.1]).tolist()
+            [3.0]
+        """
+        return np.maximum(1.0, _ceil_snap(_delta(delta) / self.threshold))
+
+    def rho(self, delta: ArrayLike) -> np.ndarray:
+        """ρ(Δ) = τ²/(2σ²)·A(Δ)².
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRzCDP losses.
+
+        Example:
+            >>> float(UnitSplitting(threshold=1.0, sigma=1.0).rho(2.5))
+            4.5
+        """
+        a = self.rows(delta)
+        return self.threshold**2 / (2.0 * self.sigma**2) * a * a
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """``inf`` (Gaussian noise is not pure).
+
+        Args:
+            delta: Per-record sensitivities.
+
+        Returns:
+            PRDP losses (all ``inf``).
+
+        Example:
+            >>> UnitSplitting(threshold=1.0, sigma=1.0).epsilon([3.0]).tolist()
+            [inf]
+        """
+        return np.full(np.shape(_delta(delta)), np.inf)
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> UnitSplitting(threshold=10.0, sigma=2.0).params()
+            {'threshold': 10.0, 'sigma': 2.0}
+        """
+        return {"threshold": self.threshold, "sigma": self.sigma}

@@ -1,0 +1,17 @@
+"""Noise distributions: symmetric laws with density, cdf, quantiles, variance and sampling.
+
+Every law follows :class:`NoiseDistribution` (scipy-like contract) and samples by inverse CDF from
+a :class:`tabdp.RandomSource`.
+
+Example:
+    >>> from tabdp.noise import Gaussian
+    >>> Gaussian(sigma=1.0).interval_halfwidth(0.9) > 1.6
+    True
+"""
+
+from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.exp_polylog import ExpPolyLog
+from tabdp.noise.gaussian import Gaussian, Laplace
+from tabdp.noise.generalized_gaussian import GeneralizedGaussian
+
+__all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog"]
