@@ -6,8 +6,8 @@ Every mechanism exposes the PRzCDP policy ``rho(delta)``, the PRDP policy ``epsi
 Example:
     >>> from tabdp import mechanisms as mech
     >>> m = mech.LogTransform(sigma=2.0, offset=1.0)
-    >>> round(float(m.rho(10000.0)), 4)
-    10.6036
+    >>> round(float(m.rho(10000.0)), 4)   # ln(10001)^2 / 8 (seed 001 Example 4.8)
+    10.604
 """
 
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, ReleasedValues, pure_to_zcdp

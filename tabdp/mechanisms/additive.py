@@ -348,8 +348,9 @@ class ExpPolyLog(AdditiveMechanism):
             PRDP losses.
 
         Example:
-            >>> round(float(ExpPolyLog(sigma=1.0, a=2.0, d=1.0, p=2.0).epsilon(1e-12)), 18)
-            6.931e-13
+            >>> e = float(ExpPolyLog(sigma=1.0, a=3.0, d=1.0, p=2.0).epsilon(1e-12))
+            >>> abs(e / (2 * math.log(3.0) * 1e-12 / 3.0) - 1.0) < 1e-9   # ~ 2 d ln(a) D/(sigma a)
+            True
         """
         h = np.log1p(_delta(delta) / (self.sigma * self.a))
         if self.p == 1.0:
@@ -368,9 +369,13 @@ class ExpPolyLog(AdditiveMechanism):
 
 
 def _ceil_snap(x: np.ndarray) -> np.ndarray:
-    """``ceil`` that snaps ratios within 1e-9 (relative) of an integer to it (2.1/0.7 → 3)."""
+    """``ceil`` that snaps ratios within a few ulps of an integer to it (2.1/0.7 → 3).
+
+    The tolerance is kept at 8 ulps (not 1e-9 relative) so that a real fraction of a large ratio
+    (1e7/0.37 = 27027027.027) is never snapped down: that would under-count the loss.
+    """
     r = np.rint(x)
-    near = np.abs(x - r) <= 1e-9 * np.maximum(1.0, np.abs(x))
+    near = np.abs(x - r) <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
     return np.where(near, r, np.ceil(x))
 
 

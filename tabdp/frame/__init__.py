@@ -1,0 +1,12 @@
+"""Frame layer: key sets, grouped releases and the ``.dp`` accessors (pandas, Polars).
+
+Example:
+    >>> from tabdp.frame import KeySet
+    >>> len(KeySet.from_dict(a=[1, 2], b=[1, 2, 3]))
+    6
+"""
+
+from tabdp.frame.accessor import DPAccessor, register
+from tabdp.frame.keys import KeySet
+
+__all__ = ["DPAccessor", "KeySet", "register"]

@@ -1,0 +1,495 @@
+"""Grouped releases on pandas / Polars frames through narwhals.
+
+Records are only touched inside the caller's engine (one validation pass, one group-by, one
+select of the per-record contributions); noise is added with numpy to the aggregated table.
+
+Data flow: validate arguments (no data) → validate the schema (no data) → one pass of value checks
+(null / NaN / inf) → aggregate true cell values (per unit and cell when ``unit`` is set) → join
+onto the public key set → per-unit losses → budget check → noise and uncertainty → record.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+import narwhals as nw
+import numpy as np
+import polars as pl
+
+from tabdp.exceptions import (
+    ColumnNotFoundError,
+    ColumnTypeError,
+    DataValidationError,
+    InvalidParameterError,
+    UnsupportedBackendError,
+)
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
+from tabdp.privacy.ledger import QueryRecord, UnitLosses
+from tabdp.privacy.session import Session, _set_last
+
+__all__ = ["grouped_release"]
+
+NULL_POLICIES = ("error", "zero", "drop")
+_ROWS = "__tabdp_rows"
+_ROW = "__tabdp_row"
+
+
+def _as_list(value: str | Sequence[str] | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise InvalidParameterError(
+        f"{what} must be a column name or a list of column names; got {value!r}.")
+
+
+def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechanism: Any,
+                session: Any, level: float, nulls: str) -> float:
+    if not isinstance(mechanism, Mechanism):
+        raise InvalidParameterError(
+            f"mechanism must be a tabdp mechanism instance; got {mechanism!r}.\n"
+            "Hint: e.g. mechanism=tabdp.mechanisms.LogTransform(sigma=0.3, offset=1000.0) or "
+            "tabdp.mechanisms.Gaussian(sigma=2.0); see tabdp.mechanisms.__all__.")
+    if kind == "sum" and not measures:
+        raise InvalidParameterError("dp.sum needs at least one measure column; got none.")
+    if len(set(measures)) != len(measures):
+        raise InvalidParameterError(f"measure columns repeat: {measures}.")
+    if len(set(by)) != len(by):
+        raise InvalidParameterError(f"by columns repeat: {by}.")
+    both = set(measures) & set(by)
+    if both:
+        raise InvalidParameterError(
+            f"column(s) {sorted(both)} are both measures and group-by keys.")
+    if not isinstance(keys, KeySet):
+        raise InvalidParameterError(
+            f"keys must be a tabdp.KeySet (the public list of cells); got {type(keys).__name__}."
+            "\nHint: keys=tabdp.KeySet.from_dict({'county': counties, 'naics': sectors}); keys "
+            "are public input and are never read from the data unless you call "
+            "KeySet.from_data explicitly.")
+    if set(keys.columns) != set(by):
+        raise InvalidParameterError(
+            f"the key set's columns {keys.columns} must be exactly the group-by columns {by}.\n"
+            "Hint: build the key set from the same columns you group by.")
+    if session is not None and not isinstance(session, Session):
+        raise InvalidParameterError(
+            f"session must be a tabdp.Session or None; got {type(session).__name__}.")
+    if nulls not in NULL_POLICIES:
+        raise InvalidParameterError(
+            f"nulls must be one of {NULL_POLICIES}; got {nulls!r}.\n"
+            "Hint: 'error' refuses missing values, 'zero' treats them as 0, 'drop' drops the row.")
+    return check_level(level)
+
+
+def _schema_checks(schema: Any, measures: list[str], by: list[str], unit: str | None) -> None:
+    names = list(schema.keys())
+    wanted = [*by, *measures, *([unit] if unit else [])]
+    missing = [c for c in wanted if c not in names]
+    if missing:
+        parts = []
+        for c in missing:
+            close = difflib.get_close_matches(c, names, n=1)
+            parts.append(f"{c!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ColumnNotFoundError(
+            f"column(s) {', '.join(parts)} not found in the frame; it has {names}.\n"
+            "Hint: check the spelling of measures, by= and the session's unit=.")
+    for m in measures:
+        dt = schema[m]
+        if not dt.is_numeric() or dt == nw.Boolean:
+            raise ColumnTypeError(
+                f"measure {m!r} has dtype {dt}; sums need a numeric column (integer or float).\n"
+                f"Hint: cast it first, e.g. pl.col({m!r}).cast(pl.Float64) or "
+                f"df[{m!r}].astype(float) after cleaning non-numeric values.")
+
+
+def _is_float(dt: Any) -> bool:
+    return dt in (nw.Float32, nw.Float64)
+
+
+def _value_checks(frame: Any, schema: Any, measures: list[str], unit: str | None,
+                  nulls: str, lazy: bool) -> dict[str, Any]:
+    exprs = [nw.len().alias(_ROWS)]
+    for m in measures:
+        missing = nw.col(m).is_null()
+        if _is_float(schema[m]):
+            missing = missing | nw.col(m).is_nan()
+            exprs.append((nw.col(m).abs() == float("inf")).sum().alias(f"inf:{m}"))
+        exprs.append(missing.sum().alias(f"missing:{m}"))
+    if unit:
+        exprs.append(nw.col(unit).is_null().sum().alias(f"null:{unit}"))
+    res = frame.select(*exprs)
+    if lazy:
+        res = res.collect()
+    row = {k: (int(v) if v is not None else 0) for k, v in res.to_polars().row(0, named=True).items()}
+    problems = []
+    for m in measures:
+        n_inf = row.get(f"inf:{m}", 0)
+        n_missing = row[f"missing:{m}"]
+        if n_inf:
+            problems.append(f"column {m!r} has {n_inf} infinite value(s) (+inf or -inf); they "
+                            "cannot be released under any null policy.\nHint: fix or remove "
+                            "those rows before the release.")
+        if n_missing and nulls == "error":
+            problems.append(f"column {m!r} has {n_missing} missing value(s) (null or NaN).\n"
+                            "Hint: pass nulls='zero' to count them as 0, or nulls='drop' to "
+                            "drop those rows (the choice is recorded in the report).")
+    if unit and row.get(f"null:{unit}", 0):
+        problems.append(f"unit column {unit!r} has {row[f'null:{unit}']} null id(s); every row "
+                        "must belong to a unit.\nHint: fill the ids or drop those rows first.")
+    if problems:
+        raise DataValidationError("the data cannot be released as given (nothing was drawn or "
+                                  "recorded):\n- " + "\n- ".join(problems))
+    return row
+
+
+def _apply_nulls(frame: Any, schema: Any, measures: list[str], nulls: str) -> Any:
+    if nulls == "zero":
+        exprs = []
+        for m in measures:
+            e = nw.col(m).fill_null(0)
+            if _is_float(schema[m]):
+                e = e.fill_nan(0.0)
+            exprs.append(e.alias(m))
+        return frame.with_columns(*exprs) if exprs else frame
+    if nulls == "drop" and measures:
+        cond = None
+        for m in measures:
+            c = ~nw.col(m).is_null()
+            if _is_float(schema[m]):
+                c = c & ~nw.col(m).is_nan()
+            cond = c if cond is None else cond & c
+        return frame.filter(cond)
+    return frame
+
+
+def _collect_polars(frame: Any, lazy: bool) -> pl.DataFrame:
+    return (frame.collect() if lazy else frame).to_polars()
+
+
+def _align_keys(agg: pl.DataFrame, keys: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    casts = []
+    for c in by:
+        want, have = keys.schema[c], agg.schema[c]
+        if want != have:
+            hint = ("\nHint: build the key set with values of the data's type (e.g. strings "
+                    "'06037' vs integers 6037).")
+            try:
+                cast = agg[c].cast(want, strict=True)
+                changed = cast.cast(have, strict=True).ne_missing(agg[c])
+            except Exception as err:  # polars raises InvalidOperationError / ComputeError
+                raise ColumnTypeError(
+                    f"key column {c!r} is {have} in the data but {want} in the key set, and "
+                    f"the values cannot be converted.{hint}") from err
+            n_changed = int(changed.sum())
+            if n_changed:
+                example = agg[c].filter(changed)[0]
+                raise ColumnTypeError(
+                    f"key column {c!r} is {have} in the data but {want} in the key set, and "
+                    f"{n_changed} distinct value(s) change when converted (e.g. {example!r} -> "
+                    f"{cast.filter(changed)[0]!r}), which would put rows in the wrong cell."
+                    f"{hint}")
+            agg = agg.with_columns(cast)
+            casts.append(c)
+    return agg
+
+
+def _place_on_keys(agg: pl.DataFrame, keys: KeySet, by: list[str],
+                   value_cols: list[str]) -> tuple[pl.DataFrame, int, int]:
+    """Put aggregated cells onto the key set: one row per key, in key-set order.
+
+    Returns the table (absent cells filled with 0), the number of rows in cells outside the
+    key set and the number of such cells.
+    """
+    keys_pl = keys.to_polars()
+    if not by:
+        return agg.select(value_cols), 0, 0
+    domains = keys._domains
+    if domains is not None and not any(d.null_count() for d in domains) and len(keys_pl):
+        # Cross product: cell index = mixed-radix number of per-column codes.
+        idx = np.zeros(agg.height, dtype=np.int64)
+        inside = np.ones(agg.height, dtype=bool)
+        for dom in domains:
+            codes = agg[dom.name].replace_strict(
+                dom, pl.int_range(len(dom), dtype=pl.Int64, eager=True), default=-1,
+                return_dtype=pl.Int64).fill_null(-1).to_numpy()
+            inside &= codes >= 0
+            idx = idx * len(dom) + codes
+        n_keys = len(keys_pl)
+        placed = []
+        for c in value_cols:
+            src = agg[c]
+            arr = np.zeros(n_keys, dtype=np.float64 if src.dtype.is_float() else np.int64)
+            arr[idx[inside]] = src.to_numpy()[inside]
+            placed.append(pl.Series(c, arr))
+        rows_outside = int(agg[_ROWS].to_numpy()[~inside].sum())
+        return keys_pl.with_columns(placed), rows_outside, int((~inside).sum())
+    table = keys_pl.join(agg, on=by, how="left", maintain_order="left", nulls_equal=True)
+    matched = table[_ROWS].drop_nulls()
+    rows_outside = int(agg[_ROWS].sum()) - int(matched.sum())
+    cells_outside = agg.height - matched.len()
+    table = table.with_columns(pl.col(c).fill_null(0) for c in value_cols)
+    return table, rows_outside, cells_outside
+
+
+def _native_keys(keys: KeySet, impl: Any, lazy: bool) -> Any:
+    kp = keys.to_polars()
+    if impl == nw.Implementation.POLARS:
+        return nw.from_native(kp.lazy() if lazy else kp)
+    return nw.from_native(kp.to_pandas()) if impl == nw.Implementation.PANDAS else \
+        nw.from_native(kp.to_arrow())
+
+
+def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
+                    by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
+                    session: Session | None = None, level: float = DEFAULT_LEVEL,
+                    nulls: str = "error", name: str | None = None) -> Any:
+    """Release noisy sums or counts of ``native`` grouped by ``by`` over the key set ``keys``.
+
+    This is the implementation behind ``df.dp.sum`` and ``df.dp.count``; see those for the
+    user documentation.
+
+    Args:
+        native: A pandas DataFrame, Polars DataFrame or Polars LazyFrame.
+        kind: ``"sum"`` or ``"count"``.
+        measures: Columns to sum (ignored for counts).
+        by: Group-by columns (exactly the key set's columns).
+        keys: The public key set.
+        mechanism: The mechanism.
+        session: Session to record in (default: a fresh one, see :func:`tabdp.last_session`).
+        level: Confidence level of the margins of error.
+        nulls: ``"error"``, ``"zero"`` or ``"drop"``.
+        name: Label of the release in the session.
+
+    Returns:
+        A frame of the caller's library: keys, then per measure the estimate, ``_sd`` and
+        ``_moe`` columns; one row per key.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+        >>> out = grouped_release(df, kind="sum", measures=["x"], by=["c"],
+        ...                       keys=tabdp.KeySet.from_dict(c=["a", "b", "z"]),
+        ...                       mechanism=tabdp.mechanisms.Gaussian(1.0),
+        ...                       session=tabdp.Session(seed=0))
+        >>> out.columns, out.height
+        (['c', 'x', 'x_sd', 'x_moe'], 3)
+    """
+    measure_list = _as_list(measures, "columns") if kind == "sum" else []
+    by_list = _as_list(by, "by")
+    level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
+    one_off = session is None
+    sess = Session() if session is None else session
+    qname = sess._name(name, kind)  # validate before any data pass or noise draw
+    unit = sess.unit
+    if unit is not None and (unit in by_list or unit in measure_list):
+        raise InvalidParameterError(
+            f"the unit column {unit!r} cannot also be a measure or a group-by key.")
+
+    try:
+        frame = nw.from_native(native)
+    except TypeError as err:
+        raise UnsupportedBackendError(
+            f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
+            f"{type(native).__name__}.") from err
+    lazy = isinstance(frame, nw.LazyFrame)
+    impl = frame.implementation
+    backend = "pandas" if impl == nw.Implementation.PANDAS else "polars"
+    schema = frame.collect_schema()
+    _schema_checks(schema, measure_list, by_list, unit)
+
+    # One pass of value checks, before anything else is computed.
+    checks = _value_checks(frame, schema, measure_list, unit, nulls, lazy)
+    n_rows = checks[_ROWS]
+    if unit is None:
+        sess._check_rows(n_rows)
+
+    needs_index = unit is None and nulls == "drop" and any(
+        checks.get(f"missing:{m}", 0) for m in measure_list)
+
+    # Aggregate true values (per unit and cell when a unit column is set), once per frame.
+    missing_rows = sum(checks.get(f"missing:{m}", 0) for m in measure_list)
+    cache_key = (id(native), tuple(by_list), unit)
+    cached = sess._agg_cache.get(cache_key) if isinstance(native, (pl.DataFrame, pl.LazyFrame)) \
+        else None
+    if cached is not None and (cached["native"] is not native or
+                               not set(measure_list) <= set(cached["measures"]) or
+                               (nulls == "drop" and missing_rows) or
+                               cached["key_schema"] != keys.to_polars().schema):
+        cached = None
+    if cached is not None:
+        agg, contrib = cached["agg"], cached["contrib"]
+    else:
+        sums = [nw.col(m).sum().alias(m) for m in measure_list]
+        work_nulls = _apply_nulls(frame, schema, measure_list, nulls)
+        if unit is None:
+            agg_nw = (work_nulls.group_by(*by_list).agg(*sums, nw.len().alias(_ROWS)) if by_list
+                      else work_nulls.select(*sums, nw.len().alias(_ROWS)))
+            agg = _collect_polars(agg_nw, lazy)
+            contrib = None
+        else:
+            contrib_nw = work_nulls.group_by(unit, *by_list).agg(*sums, nw.len().alias(_ROWS))
+            contrib = _align_keys(_collect_polars(contrib_nw, lazy), keys.to_polars(), by_list)
+            parts = [*[pl.col(m).sum() for m in measure_list], pl.col(_ROWS).sum()]
+            agg = contrib.group_by(by_list).agg(*parts) if by_list else contrib.select(*parts)
+        agg = _align_keys(agg, keys.to_polars(), by_list)
+        # Reusable by a later release of the same Polars frame with the same grouping (e.g. a
+        # count after a sum) only when no row was dropped for missing values.
+        if isinstance(native, (pl.DataFrame, pl.LazyFrame)) and not (nulls == "drop" and
+                                                                   missing_rows):
+            sess._agg_cache.clear()
+            sess._agg_cache[cache_key] = {"native": native, "agg": agg, "contrib": contrib,
+                                          "measures": tuple(measure_list),
+                                          "key_schema": keys.to_polars().schema}
+    table, rows_outside, cells_outside = _place_on_keys(agg, keys, by_list,
+                                                        [*measure_list, _ROWS])
+
+    # Cell totals a transformation mechanism cannot take.
+    if mechanism.requires_nonnegative:
+        target_cols = measure_list if kind == "sum" else []
+        bad = {m: int((table[m] < 0).sum()) for m in target_cols}
+        bad = {m: n for m, n in bad.items() if n}
+        if bad:
+            detail = ", ".join(f"{m!r}: {n} cell(s)" for m, n in bad.items())
+            raise DataValidationError(
+                f"{type(mechanism).__name__} needs non-negative cell totals, but some are "
+                f"negative ({detail}). Nothing was drawn or recorded.\nHint: use an additive "
+                "mechanism (Gaussian, ExpPolyLog) for signed measures, or release the positive "
+                "and negative parts separately.")
+
+    # Per-unit losses (confidential).
+    if unit is None:
+        losses = _row_losses(frame, schema, measure_list, by_list, keys, mechanism, kind, nulls,
+                             n_rows, rows_outside, needs_index, lazy, impl)
+    else:
+        assert contrib is not None
+        losses = _unit_losses(contrib, keys.to_polars(), unit, measure_list, by_list, mechanism, kind)
+    sess.check_budget(losses)
+
+    # Noise: only now, after every check passed.
+    out_cols: dict[str, Any] = {}
+    released = measure_list if kind == "sum" else ["count"]
+    for m in released:
+        truth = table[m if kind == "sum" else _ROWS].cast(pl.Float64).to_numpy()
+        rv = mechanism.release_table(truth, sess.rng, level)
+        out_cols[m] = rv.estimate
+        out_cols[f"{m}_sd"] = rv.sd
+        out_cols[f"{m}_moe"] = rv.moe
+    out = table.select(by_list).with_columns(
+        pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items())
+
+    confidential = {
+        "rows_read": n_rows,
+        "rows_outside_keys": rows_outside,
+        "cells_with_data_outside_keys": cells_outside,
+        "rows_in_released_cells": int(table[_ROWS].sum()),
+        **{f"missing_values_{nulls}:{m}": checks.get(f"missing:{m}", 0)
+           for m in measure_list if nulls != "error"},
+    }
+    record = QueryRecord(
+        index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
+        by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
+        losses=losses, confidential=confidential)
+    sess._record(record, backend)
+    if one_off:
+        _set_last(sess)
+    return out.to_pandas() if backend == "pandas" else out
+
+
+def _policy(mechanism: Mechanism, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return mechanism.rho(delta), mechanism.epsilon(delta)
+
+
+def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], keys: KeySet,
+                mechanism: Mechanism, kind: str, nulls: str, n_rows: int, rows_outside: int,
+                needs_index: bool, lazy: bool, impl: Any) -> UnitLosses:
+    """Each row is a unit: its Δ in its cell is |value| (sum) or 1 (count)."""
+    rho = np.zeros(n_rows)
+    eps = np.zeros(n_rows)
+    size = np.zeros(n_rows)
+    if kind == "count" and rows_outside == 0:
+        r, e = _policy(mechanism, np.ones(1))
+        rho[:] = r[0]
+        eps[:] = e[0]
+        size[:] = 1.0
+        return UnitLosses(None, rho, eps, size)
+    if rows_outside == 0 and not needs_index:
+        vals = _collect_polars(_apply_nulls(frame, schema, measures, nulls).select(*measures),
+                               lazy)
+        idx = None
+    else:
+        if lazy:
+            native = frame.to_native()
+            if not isinstance(native, pl.LazyFrame):
+                raise UnsupportedBackendError(
+                    "per-row accounting of a lazy frame with dropped rows needs Polars.")
+            indexed = nw.from_native(native.with_row_index(_ROW))
+        else:
+            indexed = frame.with_row_index(_ROW)
+        indexed = _apply_nulls(indexed, schema, measures, nulls)
+        if by:
+            # Membership as in the aggregation: key dtypes aligned (casts already checked on
+            # the distinct values) and null keys equal, so a row counts iff its cell is released.
+            keys_pl = keys.to_polars()
+            if impl == nw.Implementation.POLARS:
+                nat = indexed.to_native()
+                nat_schema = nat.collect_schema()
+                nat = nat.with_columns(pl.col(c).cast(keys_pl.schema[c]) for c in by
+                                       if nat_schema[c] != keys_pl.schema[c])
+                nat = nat.join(keys_pl.lazy() if lazy else keys_pl, on=by, how="semi",
+                               nulls_equal=True).select(_ROW, *measures)
+                vals = nat.collect() if lazy else nat
+            else:
+                vals = _align_keys(_collect_polars(indexed.select(_ROW, *by, *measures), lazy),
+                                   keys_pl, by)
+                vals = vals.join(keys_pl, on=by, how="semi", nulls_equal=True)
+        else:
+            vals = _collect_polars(indexed.select(_ROW, *measures), lazy)
+        idx = vals[_ROW].to_numpy()
+    if kind == "count":
+        r, e = _policy(mechanism, np.ones(1))
+        sel = idx if idx is not None else slice(None)
+        rho[sel] = r[0]
+        eps[sel] = e[0]
+        size[sel] = 1.0
+        return UnitLosses(None, rho, eps, size)
+    part_rho = np.zeros(vals.height)
+    part_eps = np.zeros(vals.height)
+    part_size = np.zeros(vals.height)
+    for m in measures:
+        d = np.abs(vals[m].cast(pl.Float64).to_numpy())
+        r, e = _policy(mechanism, d)
+        part_rho += r
+        part_eps += e
+        np.maximum(part_size, d, out=part_size)
+    if idx is None:
+        return UnitLosses(None, part_rho, part_eps, part_size)
+    rho[idx] = part_rho
+    eps[idx] = part_eps
+    size[idx] = part_size
+    return UnitLosses(None, rho, eps, size)
+
+
+def _unit_losses(contrib: pl.DataFrame, keys_pl: pl.DataFrame, unit: str, measures: list[str],
+                 by: list[str], mechanism: Mechanism, kind: str) -> UnitLosses:
+    """A unit's Δ in a cell is |sum of its rows there| (sum) or its number of rows (count)."""
+    inside = contrib.join(keys_pl, on=by, how="semi", nulls_equal=True) if by else contrib
+    n = inside.height
+    rho = np.zeros(n)
+    eps = np.zeros(n)
+    size = np.zeros(n)
+    deltas = [inside[_ROWS].cast(pl.Float64).to_numpy()] if kind == "count" else \
+        [np.abs(inside[m].cast(pl.Float64).to_numpy()) for m in measures]
+    for d in deltas:
+        r, e = _policy(mechanism, d)
+        rho += r
+        eps += e
+        np.maximum(size, d, out=size)
+    per_unit = (pl.DataFrame({"unit": inside[unit], "rho": rho, "epsilon": eps, "size": size})
+                .group_by("unit", maintain_order=True)
+                .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()))
+    return UnitLosses(per_unit["unit"], per_unit["rho"].to_numpy(),
+                      per_unit["epsilon"].to_numpy(), per_unit["size"].to_numpy())

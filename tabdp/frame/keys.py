@@ -1,0 +1,299 @@
+"""Key sets: the public list of cells a grouped release reports.
+
+A :class:`KeySet` is public input. Every key in it appears exactly once in the output, empty cells
+included; rows whose keys are outside it are dropped (and counted in the confidential report).
+Keys taken from the confidential data (:meth:`KeySet.from_data`) reveal which cells exist; such
+releases are flagged in the public summary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import narwhals as nw
+import polars as pl
+
+from tabdp.exceptions import (
+    ColumnNotFoundError,
+    InvalidParameterError,
+    PrivacyWarning,
+    UnsupportedBackendError,
+)
+
+__all__ = ["KeySet"]
+
+
+def _cross(domains: list[pl.Series]) -> pl.DataFrame:
+    """Cross product of domains, first column slowest (mixed-radix order)."""
+    import numpy as np
+
+    sizes = [len(d) for d in domains]
+    total = int(np.prod(sizes)) if sizes else 0
+    cols = []
+    inner = total
+    for d, n in zip(domains, sizes, strict=True):
+        inner = inner // n if n else 0
+        outer = total // (n * inner) if n and inner else 0
+        idx = np.tile(np.repeat(np.arange(n, dtype=np.int64), inner), outer)
+        cols.append(d.gather(idx) if total else d.clear())
+    return pl.DataFrame(cols)
+
+
+def _to_polars(frame: Any, what: str) -> pl.DataFrame:
+    if isinstance(frame, pl.DataFrame):
+        return frame
+    if isinstance(frame, pl.LazyFrame):
+        return frame.collect()
+    try:
+        nwf = nw.from_native(frame)
+    except TypeError as err:
+        raise UnsupportedBackendError(
+            f"{what}: expected a pandas or Polars frame; got {type(frame).__name__}.") from err
+    if isinstance(nwf, nw.LazyFrame):
+        nwf = nwf.collect()
+    return nwf.to_polars()
+
+
+class KeySet:
+    """The public set of group keys (cells) of a release.
+
+    Build one with :meth:`from_dict` (cross product of public domains), :meth:`from_frame`
+    (public list of allowed combinations) or ``ks1 * ks2`` (product).
+
+    Example:
+        >>> ks = KeySet.from_dict({"state": ["01", "02"], "naics": ["11", "21", "23"]})
+        >>> len(ks), ks.columns
+        (6, ['state', 'naics'])
+    """
+
+    def __init__(self, frame: pl.DataFrame, *, from_data: bool = False,
+                 source: str = "frame", domains: list[pl.Series] | None = None) -> None:
+        self._df = frame
+        self.from_data = from_data
+        self.source = source
+        # For full cross products: the domain of each column, in column order; row i of the
+        # frame is the mixed-radix number of its codes (first column slowest). Lets releases
+        # place cells by integer codes instead of joining on the whole key table.
+        self._domains = domains
+
+    # -- constructors -------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, domains: Mapping[str, Iterable[Any]] | None = None,
+                  **kwargs: Iterable[Any]) -> KeySet:
+        """Cross product of public domains, one per column.
+
+        Args:
+            domains: ``{column: values}``; values are deduplicated, order kept.
+            **kwargs: More ``column=values`` pairs (``KeySet.from_dict(county=..., naics=...)``).
+
+        Returns:
+            The key set.
+
+        Raises:
+            InvalidParameterError: If no column is given or a domain is empty or not iterable.
+
+        Example:
+            >>> KeySet.from_dict(county=["a", "b"], year=[2024]).to_polars().shape
+            (2, 2)
+        """
+        items = dict(domains or {})
+        overlap = set(items) & set(kwargs)
+        if overlap:
+            raise InvalidParameterError(f"KeySet.from_dict: column(s) {sorted(overlap)} given twice.")
+        items.update(kwargs)
+        if not items:
+            raise InvalidParameterError(
+                "KeySet.from_dict needs at least one column domain; got none.\n"
+                "Hint: KeySet.from_dict({'county': counties, 'naics': sectors}).")
+        domains: list[pl.Series] = []
+        for name, values in items.items():
+            if not isinstance(name, str):
+                raise InvalidParameterError(f"KeySet.from_dict: column names must be str; got {name!r}.")
+            if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+                raise InvalidParameterError(
+                    f"KeySet.from_dict: the domain of {name!r} must be a list of values; got "
+                    f"{type(values).__name__}.\nHint: wrap a single value in a list: [{values!r}].")
+            series = values if isinstance(values, pl.Series) else pl.Series(name, list(values), strict=False)
+            if len(series) == 0:
+                raise InvalidParameterError(
+                    f"KeySet.from_dict: the domain of {name!r} is empty, so the key set would "
+                    "have no cells.\nHint: give at least one value per column.")
+            domains.append(series.alias(name).unique(maintain_order=True))
+        return cls(_cross(domains), source="domains", domains=domains)
+
+
+    @classmethod
+    def from_frame(cls, frame: Any, columns: Sequence[str] | None = None) -> KeySet:
+        """Public list of allowed key combinations (e.g. the counties of each state).
+
+        Args:
+            frame: A pandas or Polars frame of public key combinations (not the confidential
+                data: use :meth:`from_data` for that).
+            columns: Columns to keep (default: all). Duplicate rows are merged.
+
+        Returns:
+            The key set.
+
+        Example:
+            >>> import polars as pl
+            >>> KeySet.from_frame(pl.DataFrame({"s": ["01", "01"], "c": ["01001", "01001"]})).to_polars().height
+            1
+        """
+        df = _to_polars(frame, "KeySet.from_frame")
+        if columns is not None:
+            missing = [c for c in columns if c not in df.columns]
+            if missing:
+                raise ColumnNotFoundError(
+                    f"KeySet.from_frame: column(s) {missing} not in the frame; it has {df.columns}.")
+            df = df.select(list(columns))
+        if df.width == 0:
+            raise InvalidParameterError("KeySet.from_frame: the frame has no columns.")
+        return cls(df.unique(maintain_order=True), source="frame")
+
+    @classmethod
+    def from_data(cls, frame: Any, columns: Sequence[str]) -> KeySet:
+        """Keys read from the confidential data itself (explicit opt-in; weakens privacy).
+
+        The release then does **not** protect which cells exist: an establishment alone in its
+        county × industry cell is revealed to exist. Emits a :class:`PrivacyWarning`, and the
+        public summary flags every release using these keys.
+
+        Args:
+            frame: The confidential frame.
+            columns: Key columns.
+
+        Returns:
+            A key set flagged ``from_data=True``.
+
+        Example:
+            >>> import warnings, polars as pl
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")
+            ...     ks = KeySet.from_data(pl.DataFrame({"c": ["a", "b", "a"]}), ["c"])
+            >>> ks.from_data, len(ks)
+            (True, 2)
+        """
+        ks = cls.from_frame(frame, columns)
+        warnings.warn(
+            "KeySet.from_data reads the keys from the confidential data: the release will not "
+            "protect which cells exist, and the public summary says so. Prefer public domains "
+            "(KeySet.from_dict) or a public list of combinations (KeySet.from_frame).",
+            PrivacyWarning, stacklevel=2)
+        return cls(ks._df, from_data=True, source="data")
+
+    # -- algebra ------------------------------------------------------------------------------
+    def __mul__(self, other: KeySet) -> KeySet:
+        """Cross product of two key sets with disjoint columns.
+
+        Args:
+            other: Another key set.
+
+        Returns:
+            The product.
+
+        Example:
+            >>> (KeySet.from_dict(a=[1, 2]) * KeySet.from_dict(b=["x", "y", "z"])).columns
+            ['a', 'b']
+        """
+        if not isinstance(other, KeySet):
+            return NotImplemented
+        shared = set(self.columns) & set(other.columns)
+        if shared:
+            raise InvalidParameterError(
+                f"KeySet product: both key sets have column(s) {sorted(shared)}.\n"
+                "Hint: a product combines different dimensions; use from_frame for linked keys.")
+        domains = (self._domains + other._domains
+                   if self._domains is not None and other._domains is not None else None)
+        frame = _cross(domains) if domains is not None else self._df.join(other._df, how="cross")
+        return KeySet(frame, from_data=self.from_data or other.from_data, source="product",
+                      domains=domains)
+
+    def project(self, columns: Sequence[str]) -> KeySet:
+        """The distinct combinations of a subset of the columns (a coarser level).
+
+        Args:
+            columns: Columns to keep.
+
+        Returns:
+            The projected key set.
+
+        Example:
+            >>> KeySet.from_dict(a=[1, 2], b=[3]).project(["a"]).columns
+            ['a']
+        """
+        self._check_columns(columns, "KeySet.project")
+        if self._domains is not None:
+            doms = [d for c in columns for d in self._domains if d.name == c]
+            return KeySet(_cross(doms), from_data=self.from_data, source=self.source,
+                          domains=doms)
+        return KeySet(self._df.select(list(columns)).unique(maintain_order=True),
+                      from_data=self.from_data, source=self.source)
+
+    # -- access -------------------------------------------------------------------------------
+    @property
+    def columns(self) -> list[str]:
+        """Key column names.
+
+        Example:
+            >>> KeySet.from_dict(x=[1]).columns
+            ['x']
+        """
+        return list(self._df.columns)
+
+    def to_polars(self) -> pl.DataFrame:
+        """The keys as a Polars DataFrame.
+
+        Returns:
+            One row per key.
+
+        Example:
+            >>> KeySet.from_dict(x=[1, 2]).to_polars().height
+            2
+        """
+        return self._df
+
+    def to_pandas(self) -> Any:
+        """The keys as a pandas DataFrame.
+
+        Returns:
+            One row per key.
+
+        Example:
+            >>> len(KeySet.from_dict(x=[1, 2]).to_pandas())
+            2
+        """
+        return self._df.to_pandas()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public description: columns, size, source, whether keys came from data.
+
+        Returns:
+            A JSON-serializable dict (the keys themselves are public but may be large; they are
+            not listed).
+
+        Example:
+            >>> KeySet.from_dict(x=[1, 2]).to_dict()["size"]
+            2
+        """
+        return {"columns": self.columns, "size": len(self), "source": self.source,
+                "keys_from_data": self.from_data}
+
+    def __len__(self) -> int:
+        return self._df.height
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeySet) and self._df.equals(other._df)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        flag = ", from_data=True" if self.from_data else ""
+        return f"KeySet(columns={self.columns}, size={len(self)}{flag})"
+
+    def _check_columns(self, columns: Sequence[str], what: str) -> None:
+        missing = [c for c in columns if c not in self._df.columns]
+        if missing:
+            raise ColumnNotFoundError(
+                f"{what}: column(s) {missing} are not key columns; the key set has {self.columns}.")

@@ -1,0 +1,143 @@
+"""The session ledger: what was released, and what it cost each unit.
+
+Each :class:`QueryRecord` holds the public description of one release (mechanism, parameters,
+key set size, level) and its confidential per-unit losses. Per-unit losses of independent
+releases add up (Rényi and max divergences compose additively), so a unit's total ρ is the sum
+over queries of the sum over the cells it touches of that query's policy at its Δ in the cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tabdp.mechanisms._base import Mechanism
+
+__all__ = ["QueryRecord", "UnitLosses"]
+
+#: Record sizes at which public policy curves are tabulated.
+POLICY_GRID = [0.0] + [10.0**k for k in range(0, 9)]
+
+
+@dataclass(frozen=True)
+class UnitLosses:
+    """Confidential per-unit losses of one query.
+
+    Attributes:
+        units: Unit ids (``None`` when each row is a unit: then index i is row i).
+        rho: PRzCDP loss per unit.
+        epsilon: PRDP loss per unit (``inf`` where not pure).
+        size: Largest absolute contribution of the unit to a released cell.
+
+    Example:
+        >>> UnitLosses(None, np.zeros(2), np.zeros(2), np.ones(2)).n
+        2
+    """
+
+    units: Any
+    rho: np.ndarray
+    epsilon: np.ndarray
+    size: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """Number of units.
+
+        Example:
+            >>> UnitLosses(None, np.zeros(3), np.zeros(3), np.zeros(3)).n
+            3
+        """
+        return int(self.rho.shape[0])
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    """One release recorded in a session.
+
+    Attributes:
+        index: Position in the session (1-based).
+        name: Label (used in per-record column names ``rho_<name>``).
+        kind: ``"sum"`` or ``"count"``.
+        measures: Released measure columns (``("count",)`` for counts).
+        by: Group-by columns.
+        mechanism: The mechanism (public).
+        keys: Public description of the key set.
+        level: Confidence level of margins of error.
+        nulls: Null policy used.
+        losses: Confidential per-unit losses.
+        confidential: Confidential counts (rows read, dropped outside keys, nulls handled...).
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> r = QueryRecord(1, "q1", "count", ("count",), ("c",), Gaussian(1.0),
+        ...                 {"size": 3}, 0.9, "error", None)
+        >>> r.public()["mechanism"]["family"]
+        'gaussian'
+    """
+
+    index: int
+    name: str
+    kind: str
+    measures: tuple[str, ...]
+    by: tuple[str, ...]
+    mechanism: Mechanism
+    keys: dict[str, Any]
+    level: float
+    nulls: str
+    losses: UnitLosses | None
+    confidential: dict[str, Any] = field(default_factory=dict)
+
+    def policy_curve(self) -> list[dict[str, float | None]]:
+        """Public policy curve of this query: ρ and ε at record sizes 0, 1, 10, ..., 1e8.
+
+        A unit contributing Δ to each released measure of a cell pays the listed value once per
+        measure (the curve shown is per measure cell).
+
+        Returns:
+            Rows ``{"delta", "rho", "epsilon"}`` (``None`` for an infinite ε).
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> r = QueryRecord(1, "q1", "count", ("count",), ("c",), Gaussian(1.0), {}, 0.9,
+            ...                 "error", None)
+            >>> r.policy_curve()[1]
+            {'delta': 1.0, 'rho': 0.5, 'epsilon': None}
+        """
+        d = np.array(POLICY_GRID)
+        rho = self.mechanism.rho(d)
+        eps = self.mechanism.epsilon(d)
+        return [{"delta": float(x), "rho": _num(r), "epsilon": _num(e)}
+                for x, r, e in zip(d, rho, eps, strict=True)]
+
+    def public(self) -> dict[str, Any]:
+        """Public, data-independent description of the release.
+
+        Returns:
+            A JSON-serializable dict.
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> QueryRecord(1, "q1", "count", ("count",), ("c",), Laplace(1.0), {}, 0.9,
+            ...             "error", None).public()["kind"]
+            'count'
+        """
+        return {
+            "index": self.index,
+            "name": self.name,
+            "kind": self.kind,
+            "measures": list(self.measures),
+            "by": list(self.by),
+            "keys": dict(self.keys),
+            "protects_cell_existence": not self.keys.get("keys_from_data", False),
+            "mechanism": self.mechanism.to_dict(),
+            "moe_level": self.level,
+            "null_policy": self.nulls,
+            "policy_curve": self.policy_curve(),
+        }
+
+
+def _num(x: float) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None

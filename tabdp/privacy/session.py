@@ -1,0 +1,352 @@
+"""Sessions: the privacy unit, the randomness, the budget and the ledger of releases."""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tabdp.exceptions import BudgetExceededError, InvalidParameterError
+from tabdp.privacy.budget import Budget
+from tabdp.privacy.ledger import POLICY_GRID, QueryRecord, UnitLosses
+from tabdp.rng import RandomSource
+
+__all__ = ["Session", "Report", "last_session"]
+
+_LAST = threading.local()
+
+
+def last_session() -> Session | None:
+    """The session of the most recent one-off release (a call made with ``session=None``).
+
+    Each ``df.dp.sum(...)`` / ``df.dp.count(...)`` call without ``session=`` runs in a fresh
+    session of its own; this returns it (per thread) until the next one-off call replaces it, so
+    ``tabdp.last_session().report()`` gives that release's report.
+
+    Returns:
+        The session, or ``None`` if no one-off release was made in this thread.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+        >>> keys = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> _ = df.dp.count(by=["c"], keys=keys, mechanism=tabdp.mechanisms.Gaussian(1.0))
+        >>> tabdp.last_session().report().per_record.height
+        2
+    """
+    return getattr(_LAST, "session", None)
+
+
+def _set_last(session: Session) -> None:
+    _LAST.session = session
+
+
+class Session:
+    """A privacy session: unit, randomness, optional per-record budget and ledger.
+
+    Args:
+        unit: Column identifying the privacy unit (e.g. ``"estab_id"``: all rows of an
+            establishment form one unit). ``None``: each row is a unit, and every call in the
+            session must see the same rows in the same order.
+        seed: ``None`` (default) for secure OS randomness. An int makes noise reproducible:
+            **for tests only**; the report marks the session as not for production.
+        budget: Optional public limit on each unit's total PRzCDP ρ: a number, a
+            ``{size: rho}`` curve, or :class:`tabdp.Budget`. A query that would take any unit
+            past it is refused before noise is drawn.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(unit=None, seed=1, budget=1.0)
+        >>> df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
+        >>> keys = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> out = df.dp.count(by=["c"], keys=keys, mechanism=tabdp.mechanisms.Gaussian(2.0),
+        ...                   session=s)
+        >>> s.report().per_record["rho"].to_list()
+        [0.125, 0.125, 0.125]
+    """
+
+    def __init__(self, unit: str | None = None, seed: int | None = None,
+                 budget: float | dict[float, float] | Budget | None = None) -> None:
+        if unit is not None and (not isinstance(unit, str) or not unit):
+            raise InvalidParameterError(
+                f"Session: unit must be a column name or None; got {unit!r}.\n"
+                "Hint: Session(unit='estab_id') groups all rows of an establishment.")
+        self.unit = unit
+        self.seed = seed
+        self.rng = RandomSource(seed)
+        self.budget = Budget.coerce(budget)
+        self.records: list[QueryRecord] = []
+        self.backend = "polars"
+        self._n_rows: int | None = None
+        self._row_totals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._unit_totals: pl.DataFrame | None = None
+        # Aggregation of the last Polars frame released, reused by a later release of the same
+        # frame object with the same grouping (e.g. a count after a sum): one pass over records.
+        self._agg_cache: dict[Any, dict[str, Any]] = {}
+
+    # -- names --------------------------------------------------------------------------------
+    def _name(self, requested: str | None, kind: str) -> str:
+        taken = {r.name for r in self.records}
+        if requested is not None:
+            if not isinstance(requested, str) or not re.fullmatch(r"[A-Za-z0-9_]+", requested):
+                raise InvalidParameterError(
+                    f"name must be letters, digits and '_'; got {requested!r}.")
+            if requested in taken:
+                raise InvalidParameterError(
+                    f"name {requested!r} is already used in this session; names label the "
+                    f"per-record report columns. Used: {sorted(taken)}.")
+            return requested
+        i = len(self.records) + 1
+        name = f"q{i}_{kind}"
+        while name in taken:
+            i += 1
+            name = f"q{i}_{kind}"
+        return name
+
+    # -- accounting ---------------------------------------------------------------------------
+    def _check_rows(self, n_rows: int) -> None:
+        if self.unit is None and self._n_rows is not None and n_rows != self._n_rows:
+            raise InvalidParameterError(
+                f"This session counts each row as a unit and its earlier releases read "
+                f"{self._n_rows} rows; this frame has {n_rows}. Row i of every call must be the "
+                "same record.\nHint: create the session with unit='<id column>' to follow units "
+                "across different frames.")
+
+    def _prospective(self, losses: UnitLosses) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                        np.ndarray | None]:
+        """Totals (rho, size, previously spent rho, ids) for the units of ``losses``."""
+        if losses.units is None:
+            if self._row_totals is None:
+                prev = np.zeros(losses.n)
+                size = losses.size
+            else:
+                prev = self._row_totals[0]
+                size = np.maximum(self._row_totals[2], losses.size)
+            return prev + losses.rho, size, prev, None
+        new = pl.DataFrame({"unit": losses.units, "rho_new": losses.rho, "size_new": losses.size})
+        if self._unit_totals is not None:
+            new = new.join(self._unit_totals.rename({"rho": "rho_old", "size": "size_old"})
+                           .drop("epsilon"), on="unit", how="left")
+        else:
+            new = new.with_columns(rho_old=pl.lit(None, pl.Float64), size_old=pl.lit(None, pl.Float64))
+        prev = new["rho_old"].fill_null(0.0).to_numpy()
+        size = np.maximum(new["size_old"].fill_null(0.0).to_numpy(), losses.size)
+        return prev + losses.rho, size, prev, losses.units
+
+    def check_budget(self, losses: UnitLosses) -> None:
+        """Refuse (before any noise is drawn) a query that takes a unit past the budget.
+
+        The check uses the units' actual losses, which are confidential: the error message is
+        for the analyst running the release, not for publication.
+
+        Args:
+            losses: The per-unit losses the query would add.
+
+        Raises:
+            BudgetExceededError: With requested / remaining for the worst unit.
+
+        Example:
+            >>> s = Session(budget=1.0)
+            >>> s.check_budget(UnitLosses(None, np.array([0.5]), np.array([np.inf]), np.ones(1)))
+        """
+        if self.budget is None or losses.n == 0:
+            return
+        total, size, prev, ids = self._prospective(losses)
+        limit = self.budget.limit(size)
+        over = total > limit * (1.0 + 1e-12)
+        if not np.any(over):
+            return
+        excess = np.where(over, total - limit, -np.inf)
+        i = int(np.argmax(excess))
+        who = f"unit {ids[i]!r}" if ids is not None else f"row {i}"
+        raise BudgetExceededError(
+            f"Privacy budget exceeded: this query would take {int(over.sum())} unit(s) past "
+            f"the per-record budget {self.budget!r}. Worst: {who} (size {size[i]:.6g}): "
+            f"requested rho={losses.rho[i]:.6g}, already spent {prev[i]:.6g}, remaining "
+            f"{max(limit[i] - prev[i], 0.0):.6g} (limit {limit[i]:.6g}; difference "
+            f"{total[i] - limit[i]:.6g}). Nothing was released or recorded.\n"
+            "Hint: use more noise (larger sigma / smaller d) or a slower-scaling mechanism; "
+            "these figures come from confidential data: do not publish this message.")
+
+    def _record(self, record: QueryRecord, backend: str) -> None:
+        losses = record.losses
+        self.backend = backend
+        if losses is not None:
+            if losses.units is None:
+                if self._row_totals is None:
+                    self._row_totals = (losses.rho, losses.epsilon, losses.size)
+                    self._n_rows = losses.n
+                else:
+                    r, e, s = self._row_totals
+                    self._row_totals = (r + losses.rho, e + losses.epsilon,
+                                        np.maximum(s, losses.size))
+            else:
+                new = pl.DataFrame({"unit": losses.units, "rho": losses.rho,
+                                    "epsilon": losses.epsilon, "size": losses.size})
+                if self._unit_totals is None:
+                    self._unit_totals = new
+                else:
+                    self._unit_totals = (
+                        pl.concat([self._unit_totals, new], how="vertical_relaxed")
+                        .group_by("unit", maintain_order=True)
+                        .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()))
+        self.records.append(record)
+
+    # -- reporting ----------------------------------------------------------------------------
+    def report(self) -> Report:
+        """The session's report: public part (``to_dict``) and confidential ``per_record``.
+
+        Returns:
+            A :class:`Report`.
+
+        Example:
+            >>> Session().report().to_dict()["queries"]
+            []
+        """
+        return Report(self)
+
+    def __repr__(self) -> str:
+        seed = "secure" if self.seed is None else f"seed={self.seed} (NOT FOR PRODUCTION)"
+        return (f"Session(unit={self.unit!r}, {seed}, budget={self.budget!r}, "
+                f"releases={len(self.records)})")
+
+
+class Report:
+    """Report of a session: a public summary and a CONFIDENTIAL per-record table.
+
+    * :meth:`to_dict` holds only data-independent content: mechanisms, parameters, policy
+      curves, key-set sizes, the seed policy and budget. It may be published.
+    * :attr:`per_record` holds each unit's actual losses, which reveal its values: it must
+      stay inside the agency.
+    * :meth:`confidential_summary` holds record-derived counts (rows dropped outside the key
+      set, largest loss, quantiles): confidential too.
+
+    Args:
+        session: The session to report on.
+
+    Example:
+        >>> Report(Session(seed=3)).to_dict()["session"]["randomness"]
+        'seeded (seed=3): NOT FOR PRODUCTION'
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def per_record(self) -> Any:
+        """CONFIDENTIAL: one row per unit with total ``rho``, ``epsilon``, ``size`` and per-query
+        ``rho_<name>``.
+
+        The frame is of the library the session's releases used (pandas or Polars). Units are
+        identified by the unit column (or ``row``, the row position, when each row is a unit).
+        ``epsilon`` is ``inf`` if any release touching the unit was not pure. ``size`` is the
+        unit's largest absolute contribution to a released cell.
+
+        Example:
+            >>> Session().report().per_record.columns
+            ['row', 'rho', 'epsilon', 'size']
+        """
+        s = self.session
+        unit_col = s.unit or "row"
+        recs = [r for r in s.records if r.losses is not None]
+        if s.unit is None:
+            n = s._n_rows or 0
+            cols: dict[str, Any] = {"row": np.arange(n, dtype=np.int64)}
+            if s._row_totals is None:
+                cols.update(rho=np.zeros(0), epsilon=np.zeros(0), size=np.zeros(0))
+            else:
+                cols.update(rho=s._row_totals[0], epsilon=s._row_totals[1], size=s._row_totals[2])
+            for r in recs:
+                cols[f"rho_{r.name}"] = r.losses.rho  # type: ignore[union-attr]
+            out = pl.DataFrame(cols)
+        else:
+            if s._unit_totals is None:
+                out = pl.DataFrame({unit_col: [], "rho": [], "epsilon": [], "size": []},
+                                   schema={unit_col: pl.Int64, "rho": pl.Float64,
+                                           "epsilon": pl.Float64, "size": pl.Float64})
+            else:
+                out = s._unit_totals.rename({"unit": unit_col})
+                for r in recs:
+                    part = pl.DataFrame({unit_col: r.losses.units,  # type: ignore[union-attr]
+                                         f"rho_{r.name}": r.losses.rho})  # type: ignore[union-attr]
+                    out = out.join(part, on=unit_col, how="left", maintain_order="left")
+                out = out.with_columns(pl.col(f"rho_{r.name}").fill_null(0.0) for r in recs)
+        if s.backend == "pandas":
+            return out.to_pandas()
+        return out
+
+    def total_policy_curve(self) -> list[dict[str, float | None]]:
+        """Public worst-case curve: ρ and ε of a unit contributing Δ to every released cell
+        kind (each measure of each query), at Δ = 0, 1, 10, ..., 1e8.
+
+        Returns:
+            Rows ``{"delta", "rho", "epsilon"}`` (``None`` for infinite ε).
+
+        Example:
+            >>> Report(Session()).total_policy_curve()[1]
+            {'delta': 1.0, 'rho': 0.0, 'epsilon': 0.0}
+        """
+        d = np.array(POLICY_GRID)
+        rho = np.zeros_like(d)
+        eps = np.zeros_like(d)
+        for r in self.session.records:
+            k = len(r.measures)
+            rho += k * r.mechanism.rho(d)
+            eps += k * r.mechanism.epsilon(d)
+        return [{"delta": float(x), "rho": float(a), "epsilon": float(b) if np.isfinite(b) else None}
+                for x, a, b in zip(d, rho, eps, strict=True)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """PUBLIC summary: data-independent content only.
+
+        Returns:
+            A JSON-serializable dict: tabdp version, session settings, one entry per release
+            (mechanism, parameters, policy curve, key set size and source) and the total curve.
+
+        Example:
+            >>> sorted(Report(Session()).to_dict())
+            ['queries', 'session', 'tabdp_version', 'total_policy_curve']
+        """
+        from tabdp import __version__
+
+        s = self.session
+        return {
+            "tabdp_version": __version__,
+            "session": {
+                "unit": s.unit or "row",
+                "randomness": "secure (OS CSPRNG)" if s.seed is None else
+                              f"seeded (seed={s.seed}): NOT FOR PRODUCTION",
+                "budget": None if s.budget is None else s.budget.to_dict(),
+            },
+            "queries": [r.public() for r in s.records],
+            "total_policy_curve": self.total_policy_curve(),
+        }
+
+    def confidential_summary(self) -> dict[str, Any]:
+        """CONFIDENTIAL counts and loss statistics computed from the records.
+
+        Returns:
+            Per-query counts (rows read, rows outside the key set, null handling) and overall
+            loss statistics (units, max and quantiles of ρ).
+
+        Example:
+            >>> Report(Session()).confidential_summary()["units"]
+            0
+        """
+        s = self.session
+        if s.unit is None:
+            rho = s._row_totals[0] if s._row_totals is not None else np.zeros(0)
+        else:
+            rho = (s._unit_totals["rho"].to_numpy() if s._unit_totals is not None
+                   else np.zeros(0))
+        qs = [0.5, 0.9, 0.99, 0.999]
+        stats = {f"rho_q{q}": float(np.quantile(rho, q)) for q in qs} if rho.size else {}
+        return {
+            "units": int(rho.size),
+            "rho_max": float(rho.max()) if rho.size else None,
+            **stats,
+            "queries": [{"name": r.name, **r.confidential} for r in s.records],
+        }

@@ -1,0 +1,87 @@
+"""Shared fixtures: every frame test runs over pandas, Polars eager and Polars lazy."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+import polars as pl
+import pytest
+
+BACKENDS = ("pandas", "polars", "polars_lazy")
+
+# Polars dtype overrides and their pandas equivalents (for ``make_frame(..., dtypes=...)``).
+_PANDAS_DTYPES = {
+    pl.Categorical: "category",
+    pl.Int32: "int32",
+    pl.Int64: "int64",
+    pl.Float64: "float64",
+    pl.String: "str",
+}
+
+
+def build_frame(backend: str, data: Mapping[str, Any],
+                dtypes: Mapping[str, Any] | None = None) -> Any:
+    """A native frame of ``backend`` holding ``data`` (columns → lists)."""
+    dtypes = dict(dtypes or {})
+    if backend == "pandas":
+        df = pd.DataFrame({k: list(v) for k, v in data.items()})
+        if dtypes:
+            df = df.astype({k: _PANDAS_DTYPES[v] for k, v in dtypes.items()})
+        return df
+    df = pl.DataFrame(dict(data), schema_overrides=dtypes, strict=False)
+    return df.lazy() if backend == "polars_lazy" else df
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Name of the dataframe backend under test."""
+    return request.param
+
+
+@pytest.fixture
+def make_frame(backend: str) -> Callable[..., Any]:
+    """``make_frame(dict, dtypes=None) -> native frame`` of the backend under test."""
+
+    def make(data: Mapping[str, Any], dtypes: Mapping[str, Any] | None = None) -> Any:
+        return build_frame(backend, data, dtypes)
+
+    return make
+
+
+@pytest.fixture
+def out_type(backend: str) -> type:
+    """The frame type tabdp must return for the backend (pandas → pandas, Polars → eager)."""
+    return pd.DataFrame if backend == "pandas" else pl.DataFrame
+
+
+def as_polars(frame: Any) -> pl.DataFrame:
+    """Any returned frame (pandas or Polars) as a Polars DataFrame, for assertions."""
+    if isinstance(frame, pl.DataFrame):
+        return frame
+    if isinstance(frame, pd.DataFrame):
+        return pl.from_pandas(frame)
+    raise TypeError(f"not a frame: {type(frame).__name__}")
+
+
+@pytest.fixture
+def to_pl() -> Callable[[Any], pl.DataFrame]:
+    """Convert a returned frame to Polars."""
+    return as_polars
+
+
+def rng_state(session: Any) -> Any:
+    """Snapshot of a seeded session's generator state (to prove no noise was drawn)."""
+    return copy.deepcopy(session.rng._gen.bit_generator.state)
+
+
+@pytest.fixture
+def snapshot() -> Callable[[Any], tuple[int, Any]]:
+    """``snapshot(session) -> (number of records, generator state)``."""
+
+    def snap(session: Any) -> tuple[int, Any]:
+        return len(session.records), rng_state(session)
+
+    return snap
