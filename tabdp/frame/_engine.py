@@ -177,6 +177,15 @@ def _align_keys(agg: pl.DataFrame, keys: pl.DataFrame, by: list[str]) -> pl.Data
         if want != have:
             hint = ("\nHint: build the key set with values of the data's type (e.g. strings "
                     "'06037' vs integers 6037).")
+            textual = (pl.String, pl.Categorical, pl.Enum)
+            if (want.is_numeric() and isinstance(have, textual)) or \
+                    (have.is_numeric() and isinstance(want, textual)) or \
+                    (want.is_numeric() and have == pl.String) or \
+                    (have.is_numeric() and want == pl.String):
+                raise ColumnTypeError(
+                    f"key column {c!r} is {have} in the data but {want} in the key set; tabdp "
+                    "does not convert between numbers and text for keys, because codes such "
+                    f"as '06037' and 6037 would silently fall into different cells.{hint}")
             try:
                 cast = agg[c].cast(want, strict=True)
                 changed = cast.cast(have, strict=True).ne_missing(agg[c])
@@ -233,14 +242,6 @@ def _place_on_keys(agg: pl.DataFrame, keys: KeySet, by: list[str],
     cells_outside = agg.height - matched.len()
     table = table.with_columns(pl.col(c).fill_null(0) for c in value_cols)
     return table, rows_outside, cells_outside
-
-
-def _native_keys(keys: KeySet, impl: Any, lazy: bool) -> Any:
-    kp = keys.to_polars()
-    if impl == nw.Implementation.POLARS:
-        return nw.from_native(kp.lazy() if lazy else kp)
-    return nw.from_native(kp.to_pandas()) if impl == nw.Implementation.PANDAS else \
-        nw.from_native(kp.to_arrow())
 
 
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,

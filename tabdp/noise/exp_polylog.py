@@ -59,7 +59,7 @@ class _Table:
 
 
 class _PolyLogQuad:
-    """Integrals of ``exp(c·s − D(s))`` on s ≥ 0 with ``D(s) = d((ln a + s)^p − (ln a)^p)``, p > 1."""
+    """Integrals of ``exp(c·s − D(s))`` on s ≥ 0, ``D(s) = d((ln a + s)^p − (ln a)^p)``, p > 1."""
 
     def __init__(self, lo: float, d: float, p: float, c: float) -> None:
         self.lo, self.d, self.p, self.c = lo, d, p, c
