@@ -22,7 +22,6 @@ import polars as pl
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.calibrate import calibrate
 from tabdp.synth import public_domains
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,19 +39,19 @@ def main(argv: list[str] | None = None) -> Path:
     # Public input, fixed before looking at the data: key domains and per-record loss targets.
     domains = public_domains()
     keys = tabdp.KeySet.from_dict(county=domains["county"], naics2=domains["naics2"])
-    # Payroll in $1,000 (the CBP convention): a $1M establishment loses at most rho = 0.5, a $10B
-    # one at most rho = 10; tuned for a typical cell of $5M.
-    pay = calibrate("log", targets={1e3: 0.5, 1e7: 10.0}, typical_total=5e3)
-    # Employment: 100 employees at most rho = 0.5, 100,000 at most rho = 10.
-    emp = calibrate("root", targets={1e2: 0.5, 1e5: 10.0}, typical_total=200.0)
+    # Payroll in $1,000 (the CBP convention) and employment: log transforms, whose relative
+    # error is about sigma (30%) for cells well above the offset, and whose per-record loss grows
+    # only like ln(size)^2. Establishment counts: Gaussian noise, rho = 0.125 per establishment.
+    pay = mech.LogTransform(sigma=0.3, offset=1000.0)
+    emp = mech.LogTransform(sigma=0.3, offset=20.0)
     count_mech = mech.Gaussian(sigma=2.0)
 
     data = pl.scan_parquet(args.data).with_columns(payroll_k=pl.col("payroll") / 1000.0)
     session = tabdp.Session(unit="estab_id", seed=args.seed)
     by = ["county", "naics2"]
-    payroll = data.dp.sum("payroll_k", by=by, keys=keys, mechanism=pay.mechanism,
+    payroll = data.dp.sum("payroll_k", by=by, keys=keys, mechanism=pay,
                           session=session, name="payroll")
-    employment = data.dp.sum("employment", by=by, keys=keys, mechanism=emp.mechanism,
+    employment = data.dp.sum("employment", by=by, keys=keys, mechanism=emp,
                              session=session, name="employment")
     counts = data.dp.count(by=by, keys=keys, mechanism=count_mech, session=session,
                            name="establishments")
@@ -68,7 +67,6 @@ def main(argv: list[str] | None = None) -> Path:
         table.write_parquet(tmp / "public" / "county_naics2.parquet")
         table.write_csv(tmp / "public" / "county_naics2.csv")
         summary = report.to_dict()
-        summary["calibration"] = {"payroll_k": pay.explain(), "employment": emp.explain()}
         (tmp / "public" / "summary.json").write_text(json.dumps(summary, indent=2))
         per_record = report.per_record
         per_record.write_parquet(tmp / "confidential" / "per_record_losses.parquet")
@@ -84,8 +82,12 @@ def main(argv: list[str] | None = None) -> Path:
     conf = report.confidential_summary()
     print(f"Released {len(keys)} cells (county x NAICS sector) from {args.data.name}:")
     print(table.head(5))
-    print(f"\nMechanisms: payroll {pay.mechanism!r}; employment {emp.mechanism!r}; "
-          f"counts {count_mech!r}")
+    print(f"\nMechanisms: payroll_k {pay!r}; employment {emp!r}; counts {count_mech!r}")
+    print("Public policy (rho paid by one establishment of a given size, per cell):")
+    for label, m, sizes in (("payroll_k", pay, [100, 1e3, 1e4, 1e5, 1e6, 1e7]),
+                            ("employment", emp, [1, 10, 100, 1e3, 1e4, 1e5])):
+        cells = ", ".join(f"{x:g}: {float(m.rho(x)):.3g}" for x in sizes)
+        print(f"  {label:11s} {cells}")
     print(f"Per-establishment loss (CONFIDENTIAL): {conf['units']} units, median rho "
           f"{conf['rho_q0.5']:.3g}, max rho {conf['rho_max']:.3g}")
     print(f"\nPublic outputs:       {args.out / 'public'}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -157,7 +158,7 @@ class _PolyLogQuad:
             return np.exp(self.psi(s) - peak)
 
     def partial(self, a: np.ndarray, b: np.ndarray, peak: float,
-                weight: Any = None) -> np.ndarray:
+                weight: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """``∫_a^b exp(ψ − M)·weight`` by 12-point Gauss–Legendre (vectorized over a, b).
 
         Cells change ψ by at most ~1 and stay a distance ≥ their width from the singularity of
@@ -369,12 +370,14 @@ class ExpPolyLog(NoiseDistribution):
         # cell j: tails[j] >= target > tails[j+1]
         j = np.searchsorted(-tab.log_tails, -log_target, side="right") - 1
         j = np.clip(j, 0, tab.nodes.size - 1)
-        out = np.empty_like(flat)
-        inner = j < tab.nodes.size - 1
+        out = np.full_like(flat, np.nan)
+        ok = ~np.isnan(log_target)
+        inner = ok & (j < tab.nodes.size - 1)
+        outer = ok & (j == tab.nodes.size - 1)
         if np.any(inner):
             out[inner] = self._newton_cells(j[inner], log_target[inner])
-        if np.any(~inner):
-            out[~inner] = self._newton_tail(log_target[~inner])
+        if np.any(outer):
+            out[outer] = self._newton_tail(log_target[outer])
         return out.reshape(u.shape)
 
     def _newton_cells(self, j: np.ndarray, log_target: np.ndarray) -> np.ndarray:
