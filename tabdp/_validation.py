@@ -35,13 +35,13 @@ def check_real(name: str, value: Any, *, owner: str, gt: float | None = None,
     """
     allowed = []
     if gt is not None:
-        allowed.append(f"> {gt:g}")
+        allowed.append(f"> {gt:.12g}")
     if ge is not None:
-        allowed.append(f">= {ge:g}")
+        allowed.append(f">= {ge:.12g}")
     if lt is not None:
-        allowed.append(f"< {lt:g}")
+        allowed.append(f"< {lt:.12g}")
     if le is not None:
-        allowed.append(f"<= {le:g}")
+        allowed.append(f"<= {le:.12g}")
     allowed_text = " and ".join(allowed) if allowed else "a finite real number"
     suffix = f"\nHint: {hint}" if hint else ""
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):

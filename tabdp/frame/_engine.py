@@ -11,6 +11,8 @@ onto the public key set → per-unit losses → budget check → noise and uncer
 from __future__ import annotations
 
 import difflib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from typing import Any
 
@@ -408,15 +410,11 @@ def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], key
                 mechanism: Mechanism, kind: str, nulls: str, n_rows: int, rows_outside: int,
                 needs_index: bool, lazy: bool, impl: Any) -> UnitLosses:
     """Each row is a unit: its Δ in its cell is |value| (sum) or 1 (count)."""
-    rho = np.zeros(n_rows)
-    eps = np.zeros(n_rows)
-    size = np.zeros(n_rows)
     if kind == "count" and rows_outside == 0:
+        # Every row pays the policy at Δ = 1: constant (read-only broadcast, no memory).
         r, e = _policy(mechanism, np.ones(1))
-        rho[:] = r[0]
-        eps[:] = e[0]
-        size[:] = 1.0
-        return UnitLosses(None, rho, eps, size)
+        return UnitLosses(None, np.broadcast_to(r[0], (n_rows,)),
+                          np.broadcast_to(e[0], (n_rows,)), np.broadcast_to(1.0, (n_rows,)))
     if rows_outside == 0 and not needs_index:
         vals = _collect_polars(_apply_nulls(frame, schema, measures, nulls).select(*measures),
                                lazy)
@@ -450,28 +448,67 @@ def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], key
         else:
             vals = _collect_polars(indexed.select(_ROW, *measures), lazy)
         idx = vals[_ROW].to_numpy()
+    rho = np.zeros(n_rows)
+    eps = np.zeros(n_rows)
+    size = np.zeros(n_rows)
     if kind == "count":
         r, e = _policy(mechanism, np.ones(1))
-        sel = idx if idx is not None else slice(None)
-        rho[sel] = r[0]
-        eps[sel] = e[0]
-        size[sel] = 1.0
+        rho[idx] = r[0]
+        eps[idx] = e[0]
+        size[idx] = 1.0
         return UnitLosses(None, rho, eps, size)
-    part_rho = np.zeros(vals.height)
-    part_eps = np.zeros(vals.height)
-    part_size = np.zeros(vals.height)
-    for m in measures:
-        d = np.abs(vals[m].cast(pl.Float64).to_numpy())
-        r, e = _policy(mechanism, d)
-        part_rho += r
-        part_eps += e
-        np.maximum(part_size, d, out=part_size)
+    part_rho, part_eps, part_size = _sum_losses(
+        mechanism, [vals[m].cast(pl.Float64).to_numpy() for m in measures])
     if idx is None:
         return UnitLosses(None, part_rho, part_eps, part_size)
     rho[idx] = part_rho
     eps[idx] = part_eps
     size[idx] = part_size
     return UnitLosses(None, rho, eps, size)
+
+
+_PARALLEL_MIN = 1 << 18
+_BLOCK = 1 << 16
+
+
+def _sum_losses(mechanism: Mechanism, columns: list[np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Σ over measures of ρ(|x|), ε(|x|), and max |x|, elementwise over rows.
+
+    Policies are elementwise numpy code, which releases the GIL: large inputs are split into
+    one chunk per core and evaluated in threads.
+    """
+    n = columns[0].shape[0] if columns else 0
+    rho = np.empty(n)
+    eps = np.empty(n)
+    size = np.empty(n)
+
+    def block(lo: int, hi: int) -> None:
+        first = True
+        for col in columns:
+            d = np.abs(col[lo:hi])
+            r, e = _policy(mechanism, d)
+            if first:
+                rho[lo:hi], eps[lo:hi], size[lo:hi] = r, e, d
+                first = False
+            else:
+                rho[lo:hi] += r
+                eps[lo:hi] += e
+                np.maximum(size[lo:hi], d, out=size[lo:hi])
+
+    def work(lo: int, hi: int) -> None:
+        # Blocks small enough to stay in cache across the policy's many elementwise passes.
+        for b in range(lo, hi, _BLOCK):
+            block(b, min(b + _BLOCK, hi))
+
+    workers = min(os.cpu_count() or 1, 8)
+    if n < _PARALLEL_MIN or workers == 1:
+        work(0, n)
+    else:
+        bounds = np.linspace(0, n, workers + 1).astype(int)
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(work, bounds[:-1], bounds[1:]))
+    return rho, eps, size
 
 
 def _unit_losses(contrib: pl.DataFrame, keys_pl: pl.DataFrame, unit: str, measures: list[str],

@@ -77,9 +77,9 @@ def _log1p_ratio(delta: np.ndarray, a: float) -> np.ndarray:
     """``ln(1 + Δ/a)`` for a > 0, without cancellation for tiny Δ nor overflow of Δ/a."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         r = delta / a
-        big = np.isinf(r) & np.isfinite(delta)
         out = np.log1p(r)
-        if np.any(big):
+        if not np.isfinite(r).all():  # Δ/a overflowed: ln Δ + ln(1 + a/Δ) − ln a
+            big = np.isinf(r) & np.isfinite(delta)
             out = np.where(big, np.log(delta) + np.log1p(a / delta) - math.log(a), out)
     return out
 
@@ -322,7 +322,9 @@ class TransformationMechanism(Mechanism):
         """
         gap = self._policy_gap(_abs_delta(delta))
         with np.errstate(over="ignore"):
-            return gap * gap / (2.0 * self.sigma**2)
+            gap *= gap
+            gap *= 1.0 / (2.0 * self.sigma**2)
+            return gap
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (Gaussian noise has no pure guarantee), 0 at Δ = 0.

@@ -170,7 +170,8 @@ class NoiseDistribution(ABC):
             >>> round(Gaussian(sigma=1.0).interval_halfwidth(0.9), 4)
             1.6449
         """
-        return float(self._abs_isf(np.asarray([1.0 - level]))[0])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(self._abs_isf(np.asarray([1.0 - level]))[0])
 
     def sample(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
         """Draw noise by inverse CDF: a fair sign times the ``|Z|`` quantile of a uniform.

@@ -214,6 +214,13 @@ class Session:
                 f"releases={len(self.records)})")
 
 
+def _column(name: str, values: np.ndarray) -> pl.Series:
+    """A Float64 column; constant (broadcast) arrays are built natively instead of copied."""
+    if values.ndim == 1 and values.size > 1 and values.strides == (0,):
+        return pl.repeat(float(values[0]), values.size, dtype=pl.Float64, eager=True).alias(name)
+    return pl.Series(name, values, dtype=pl.Float64)
+
+
 class Report:
     """Report of a session: a public summary and a CONFIDENTIAL per-record table.
 
@@ -254,13 +261,14 @@ class Report:
         recs = [r for r in s.records if r.losses is not None]
         if s.unit is None:
             n = s._n_rows or 0
-            cols: dict[str, Any] = {"row": np.arange(n, dtype=np.int64)}
+            cols = [pl.int_range(n, dtype=pl.Int64, eager=True).alias("row")]
             if s._row_totals is None:
-                cols.update(rho=np.zeros(0), epsilon=np.zeros(0), size=np.zeros(0))
+                cols += [pl.Series(c, [], dtype=pl.Float64) for c in ("rho", "epsilon", "size")]
             else:
-                cols.update(rho=s._row_totals[0], epsilon=s._row_totals[1], size=s._row_totals[2])
-            for r in recs:
-                cols[f"rho_{r.name}"] = r.losses.rho  # type: ignore[union-attr]
+                cols += [_column(c, v) for c, v in zip(("rho", "epsilon", "size"),
+                                                       s._row_totals, strict=True)]
+            cols += [_column(f"rho_{r.name}", r.losses.rho)  # type: ignore[union-attr]
+                     for r in recs]
             out = pl.DataFrame(cols)
         else:
             if s._unit_totals is None:
