@@ -121,24 +121,57 @@ class Mechanism(ABC):
 
     @abstractmethod
     def rho(self, delta: ArrayLike) -> np.ndarray:
-        """PRzCDP policy ρ(Δ), vectorized over Δ ≥ 0."""
+        """PRzCDP policy ρ(Δ), vectorized over Δ ≥ 0.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> Gaussian(sigma=1.0).rho([0.0, 2.0]).tolist()
+            [0.0, 2.0]
+        """
 
     @abstractmethod
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
-        """PRDP policy ε(Δ), vectorized; ``inf`` for Δ > 0 if the mechanism is not pure."""
+        """PRDP policy ε(Δ), vectorized; ``inf`` for Δ > 0 if the mechanism is not pure.
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> Laplace(scale=2.0).epsilon([1.0, 4.0]).tolist()
+            [0.5, 2.0]
+        """
 
     @abstractmethod
     def release_table(self, values: ArrayLike, rng: Any = None,
                       level: float = DEFAULT_LEVEL) -> ReleasedValues:
-        """Release noisy estimates of ``values`` with sd, moe and interval."""
+        """Release noisy estimates of ``values`` with sd, moe and interval.
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> r = Laplace(scale=1.0).release_table([5.0], rng=0)
+            >>> bool(r.lower[0] < r.estimate[0] < r.upper[0])
+            True
+        """
 
     @abstractmethod
     def sd_at(self, values: ArrayLike) -> np.ndarray:
-        """Exact standard deviation of the estimator when the true values are ``values``."""
+        """Exact standard deviation of the estimator when the true values are ``values``.
+
+        Example:
+            >>> from tabdp.mechanisms import LogTransform
+            >>> import math
+            >>> sd = LogTransform(sigma=0.1, offset=1.0).sd_at([99.0])[0]
+            >>> round(float(sd), 6) == round(math.sqrt(math.expm1(0.01)) * 100.0, 6)
+            True
+        """
 
     @abstractmethod
     def params(self) -> dict[str, Any]:
-        """Public parameters of the mechanism."""
+        """Public parameters of the mechanism.
+
+        Example:
+            >>> from tabdp.mechanisms import UnitSplitting
+            >>> UnitSplitting(threshold=10.0, sigma=1.0).params()
+            {'threshold': 10.0, 'sigma': 1.0}
+        """
 
     # -- shared behaviour ---------------------------------------------------------------------
     def release(self, values: ArrayLike, rng: Any = None) -> np.ndarray:

@@ -131,11 +131,21 @@ class AdditiveMechanism(Mechanism):
         return pure_to_zcdp(self.epsilon(delta))
 
     def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
-        """Public parameters."""
+        """Public parameters (by default the noise's).
+
+        Example:
+            >>> Laplace(scale=2.0).params()
+            {'scale': 2.0}
+        """
         return self.noise.params()
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
-        """PRDP policy."""
+        """PRDP policy ε(Δ); each subclass gives its own.
+
+        Example:
+            >>> Laplace(scale=1.0).epsilon([2.0]).tolist()
+            [2.0]
+        """
         raise NotImplementedError
 
 

@@ -37,7 +37,13 @@ class NoiseDistribution(ABC):
     # -- to implement -------------------------------------------------------------------------
     @abstractmethod
     def logpdf(self, x: ArrayLike) -> np.ndarray:
-        """Log density at ``x`` (vectorized)."""
+        """Log density at ``x`` (vectorized).
+
+        Example:
+            >>> from tabdp.noise import Laplace
+            >>> round(float(Laplace(scale=1.0).logpdf(0.0)), 6)
+            -0.693147
+        """
 
     @abstractmethod
     def _sf_pos(self, x: np.ndarray) -> np.ndarray:
@@ -49,11 +55,23 @@ class NoiseDistribution(ABC):
 
     @abstractmethod
     def variance(self) -> float:
-        """Variance (``inf`` when it does not exist)."""
+        """Variance (``inf`` when it does not exist).
+
+        Example:
+            >>> from tabdp.noise import ExpPolyLog
+            >>> ExpPolyLog(sigma=1.0, a=1.0, d=3.0).variance()
+            inf
+        """
 
     @abstractmethod
     def params(self) -> dict[str, Any]:
-        """Public parameters, for reports."""
+        """Public parameters, for reports.
+
+        Example:
+            >>> from tabdp.noise import Gaussian
+            >>> Gaussian(sigma=1.0).params()
+            {'sigma': 1.0}
+        """
 
     # -- derived ------------------------------------------------------------------------------
     def pdf(self, x: ArrayLike) -> np.ndarray:
