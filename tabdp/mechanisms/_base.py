@@ -25,7 +25,7 @@ from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError
 from tabdp.rng import as_random_source
 
-__all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "DEFAULT_LEVEL"]
+__all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
 
 #: Default confidence level of margins of error (the US Census standard of 90%).
 DEFAULT_LEVEL = 0.9
@@ -48,6 +48,23 @@ def pure_to_zcdp(epsilon: ArrayLike) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         out = e * np.tanh(0.5 * e)
     return np.where(np.isinf(e), np.inf, out)
+
+
+def not_pure(delta: ArrayLike) -> np.ndarray:
+    """PRDP policy of a mechanism with no pure guarantee: ``inf`` for Δ > 0, 0 at Δ = 0.
+
+    Args:
+        delta: Per-record sensitivities.
+
+    Returns:
+        ``inf`` where |Δ| > 0, else 0.
+
+    Example:
+        >>> not_pure([0.0, 2.0]).tolist()
+        [0.0, inf]
+    """
+    d = np.abs(np.asarray(delta, dtype=np.float64))
+    return np.where(d > 0, np.inf, 0.0)
 
 
 @dataclass(frozen=True)

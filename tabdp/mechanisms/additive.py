@@ -14,12 +14,12 @@ from numpy.typing import ArrayLike
 
 from tabdp import noise as _noise
 from tabdp._validation import check_real
-from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
     Mechanism,
     ReleasedValues,
     check_level,
+    not_pure,
     pure_to_zcdp,
 )
 from tabdp.noise._base import NoiseDistribution
@@ -200,8 +200,7 @@ class Gaussian(AdditiveMechanism):
             >>> Gaussian(sigma=1.0).epsilon([0.0, 1.0]).tolist()
             [0.0, inf]
         """
-        d = _delta(delta)
-        return np.where(d > 0, np.inf, 0.0)
+        return not_pure(delta)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -332,21 +331,11 @@ class ExpPolyLog(AdditiveMechanism):
     policy_formula = "eps(D) = d [ (ln(D/sigma + a))^p - (ln a)^p ]; rho = eps * tanh(eps / 2)"
 
     def __init__(self, sigma: float, a: float, d: float, p: float = 1.0) -> None:
-        owner = "ExpPolyLog"
-        self.sigma = check_real("sigma", sigma, owner=owner, gt=0.0)
-        self.p = check_real("p", p, owner=owner, ge=1.0,
-                            hint="p = 1 (loss ~ d ln D) or p = 2 have closed forms")
-        self.d = check_real("d", d, owner=owner, gt=1.0 if self.p == 1.0 else 0.0,
-                            hint="the density is proper only for d > 1 when p = 1; d > 3 "
-                                 "gives a finite variance")
-        amin = math.exp(self.p - 1.0)
-        self.a = check_real("a", a, owner=owner, ge=amin,
-                            hint=f"the stated loss holds only for a >= e^(p-1) = {amin:.6g} "
-                                 "(MATH.md 1.2); use a = 1 for p = 1")
-        if self.p > 1.0 and self.a <= 1.0:
-            raise InvalidParameterError(
-                f"ExpPolyLog: for p > 1 the offset a must be > 1 (so ln a > 0); got a={a!r}.")
-        super().__init__(_noise.ExpPolyLog(self.sigma, self.a, self.d, self.p))
+        # The noise law validates the parameters (σ > 0, p ≥ 1, d > 1 for p = 1, a ≥ e^(p−1)
+        # so that the policy below holds, a > 1 for p > 1, no overflow).
+        noise = _noise.ExpPolyLog(sigma, a, d, p)
+        self.sigma, self.a, self.d, self.p = noise.sigma, noise.a, noise.d, noise.p
+        super().__init__(noise)
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """ε(Δ) evaluated without cancellation for small Δ (MATH.md §1.2).

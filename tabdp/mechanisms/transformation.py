@@ -46,7 +46,13 @@ from scipy.special import gammaln, log_ndtr, logsumexp, ndtri
 
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, ReleasedValues, check_level
+from tabdp.mechanisms._base import (
+    DEFAULT_LEVEL,
+    Mechanism,
+    ReleasedValues,
+    check_level,
+    not_pure,
+)
 from tabdp.rng import as_random_source
 
 __all__ = ["TransformationMechanism", "RootTransform", "LogTransform"]
@@ -339,8 +345,7 @@ class TransformationMechanism(Mechanism):
             >>> RootTransform(k=4, sigma=2.0).epsilon([0.0, 3.0]).tolist()
             [0.0, inf]
         """
-        d = _abs_delta(delta)
-        return np.where(d > 0, np.inf, 0.0)
+        return not_pure(delta)
 
     def sd_at(self, values: ArrayLike) -> np.ndarray:
         """Exact standard deviation of the estimator when the true totals are ``values``.
