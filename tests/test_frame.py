@@ -391,27 +391,42 @@ def test_missing_unit_column(make_frame):
     assert len(s.records) == 0
 
 
-def test_negative_cell_totals_with_transformation(make_frame, snapshot, to_pl):
+def test_negative_contributions_with_transformation(make_frame, snapshot, to_pl):
     m = mech.LogTransform(sigma=0.3, offset=1000.0)
-    # cell (c1,11) totals -3 (negative), (c2,21) totals 5 - 2 = 3 (fine despite a negative row)
+    # cell (c2,21) totals 5 - 2 = 3 >= 0, but removing the +5 row would leave -2: refused.
     keys = ["c1", "c1", "c2", "c2"], ["11", "11", "21", "21"]
-    frame = make_frame({"county": keys[0], "naics": keys[1], "net": [-5.0, 2.0, 5.0, -2.0]})
+    frame = make_frame({"county": keys[0], "naics": keys[1], "net": [5.0, 2.0, 5.0, -2.0]})
     s = _session_with_one_release(frame)
     before = snapshot(s)
     with pytest.raises(tabdp.DataValidationError) as info:
         frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
     assert isinstance(info.value, ValueError)
     msg = str(info.value)
-    assert "'net'" in msg and "1 cell" in msg
+    assert "'net'" in msg and "1 row(s)" in msg
     assert snapshot(s) == before
-    # with the negative cell fixed, the release goes through
-    ok = make_frame({"county": keys[0], "naics": keys[1], "net": [5.0, 2.0, 5.0, -2.0]})
+    # with non-negative rows, the release goes through and each row's delta is its value
+    ok = make_frame({"county": keys[0], "naics": keys[1], "net": [5.0, 2.0, 5.0, 2.0]})
     o = to_pl(ok.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s))
     assert o.height == len(KEYS)
-    # the negative row's delta is |value| (its own contribution), not the cell's
     pr = to_pl(s.report().per_record)
     np.testing.assert_allclose(pr["rho_q2_sum"].to_numpy(),
                                m.rho(np.array([5.0, 2.0, 5.0, 2.0])))
+
+
+def test_negative_unit_contributions_with_transformation(make_frame, snapshot):
+    m = mech.LogTransform(sigma=0.3, offset=1000.0)
+    s = tabdp.Session(unit="u", seed=3)
+    # unit a: +5 and -2 in one cell (contribution 3, allowed); unit b: -1 (refused)
+    frame = make_frame({"u": ["a", "a", "b"], "county": ["c1", "c1", "c1"],
+                        "naics": ["11", "11", "11"], "net": [5.0, -2.0, 1.0]})
+    out = frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+    assert len(out) == len(KEYS)
+    before = snapshot(s)
+    bad = make_frame({"u": ["a", "b"], "county": ["c1", "c1"], "naics": ["11", "11"],
+                      "net": [5.0, -1.0]})
+    with pytest.raises(tabdp.DataValidationError, match="unit-cell contribution"):
+        bad.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+    assert snapshot(s) == before
 
 
 def test_null_unit_ids(make_frame, snapshot):

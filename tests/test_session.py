@@ -212,7 +212,8 @@ def test_unit_ids_of_different_dtypes_across_frames(budget):
 # ---------------------------------------------------------------------------------------------
 # Public part of the report
 # ---------------------------------------------------------------------------------------------
-DATASET_A = UNITS
+# Transformation mechanisms need non-negative contributions: the workload uses |x|.
+DATASET_A = {**UNITS, "x": [abs(v) for v in UNITS["x"]]}
 DATASET_B = {
     "estab_id": ["X9", "X9", "Y1", "Y2", "Y3"],
     "c": ["b", "b", "z", "a", "a"],

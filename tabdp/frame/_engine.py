@@ -14,7 +14,7 @@ import difflib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import narwhals as nw
 import numpy as np
@@ -59,14 +59,26 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             "tabdp.mechanisms.Gaussian(sigma=2.0); see tabdp.mechanisms.__all__.")
     if kind == "sum" and not measures:
         raise InvalidParameterError("dp.sum needs at least one measure column; got none.")
-    if len(set(measures)) != len(measures):
-        raise InvalidParameterError(f"measure columns repeat: {measures}.")
-    if len(set(by)) != len(by):
-        raise InvalidParameterError(f"by columns repeat: {by}.")
+    for what, cols in (("measure", measures), ("by", by)):
+        dup = sorted({c for c in cols if cols.count(c) > 1})
+        if dup:
+            raise InvalidParameterError(
+                f"{what} column(s) {dup} are listed more than once in {cols}.\n"
+                "Hint: name each column once.")
     both = set(measures) & set(by)
     if both:
         raise InvalidParameterError(
-            f"column(s) {sorted(both)} are both measures and group-by keys.")
+            f"column(s) {sorted(both)} are both measures and group-by keys.\n"
+            "Hint: a column is either summed or grouped by; copy it under another name to "
+            "do both.")
+    outputs = [f"{m}{s}" for m in (measures if kind == "sum" else ["count"])
+               for s in ("", "_sd", "_moe")]
+    clash = sorted(set(outputs) & set(by))
+    if clash:
+        raise InvalidParameterError(
+            f"group-by column(s) {clash} have the name of an output column of this {kind} "
+            f"(outputs: {outputs}); the key would be overwritten in the result.\n"
+            "Hint: rename the key column(s) (and the key set's) before the release.")
     if not isinstance(keys, KeySet):
         raise InvalidParameterError(
             f"keys must be a tabdp.KeySet (the public list of cells); got {type(keys).__name__}."
@@ -112,6 +124,12 @@ def _is_float(dt: Any) -> bool:
     return dt in (nw.Float32, nw.Float64)
 
 
+def _count_negative(frame: Any, measures: list[str], lazy: bool) -> dict[str, int]:
+    res = frame.select(*[(nw.col(m) < 0).sum().alias(m) for m in measures])
+    row = _collect_polars(res, lazy).row(0, named=True)
+    return {m: int(v or 0) for m, v in row.items()}
+
+
 def _value_checks(frame: Any, schema: Any, measures: list[str], unit: str | None,
                   nulls: str, lazy: bool) -> dict[str, Any]:
     exprs = [nw.len().alias(_ROWS)]
@@ -122,7 +140,10 @@ def _value_checks(frame: Any, schema: Any, measures: list[str], unit: str | None
             exprs.append((nw.col(m).abs() == float("inf")).sum().alias(f"inf:{m}"))
         exprs.append(missing.sum().alias(f"missing:{m}"))
     if unit:
-        exprs.append(nw.col(unit).is_null().sum().alias(f"null:{unit}"))
+        bad_id = nw.col(unit).is_null()
+        if _is_float(schema[unit]):
+            bad_id = bad_id | nw.col(unit).is_nan()  # NaN ids would merge distinct units
+        exprs.append(bad_id.sum().alias(f"null:{unit}"))
     res = frame.select(*exprs)
     if lazy:
         res = res.collect()
@@ -140,8 +161,9 @@ def _value_checks(frame: Any, schema: Any, measures: list[str], unit: str | None
                             "Hint: pass nulls='zero' to count them as 0, or nulls='drop' to "
                             "drop those rows (the choice is recorded in the report).")
     if unit and row.get(f"null:{unit}", 0):
-        problems.append(f"unit column {unit!r} has {row[f'null:{unit}']} null id(s); every row "
-                        "must belong to a unit.\nHint: fill the ids or drop those rows first.")
+        problems.append(f"unit column {unit!r} has {row[f'null:{unit}']} null or NaN id(s); "
+                        "every row must belong to a unit.\nHint: fill the ids or drop those "
+                        "rows first.")
     if problems:
         raise DataValidationError("the data cannot be released as given (nothing was drawn or "
                                   "recorded):\n- " + "\n- ".join(problems))
@@ -233,7 +255,9 @@ def _place_on_keys(agg: pl.DataFrame, keys: KeySet, by: list[str],
         placed = []
         for c in value_cols:
             src = agg[c]
-            arr = np.zeros(n_keys, dtype=np.float64 if src.dtype.is_float() else np.int64)
+            if not src.dtype.is_integer():  # floats, and Decimal sums (no truncation)
+                src = src.cast(pl.Float64)
+            arr = np.zeros(n_keys, dtype=np.int64 if src.dtype.is_integer() else np.float64)
             arr[idx[inside]] = src.to_numpy()[inside]
             placed.append(pl.Series(c, arr))
         rows_outside = int(agg[_ROWS].to_numpy()[~inside].sum())
@@ -315,13 +339,17 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
 
     # Aggregate true values (per unit and cell when a unit column is set), once per frame.
     missing_rows = sum(checks.get(f"missing:{m}", 0) for m in measure_list)
+    dropping = nulls == "drop" and missing_rows > 0
+    rows_expected = (n_rows - missing_rows if dropping else n_rows, n_rows)
+    cols = [*by_list, *measure_list, *([unit] if unit else [])]
     cache_key = (id(native), tuple(by_list), unit)
-    cached = sess._agg_cache.get(cache_key) if isinstance(native, (pl.DataFrame, pl.LazyFrame)) \
-        else None
+    cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame)) and not dropping
+    cached = sess._agg_cache.get(cache_key) if cacheable else None
     if cached is not None and (cached["native"] is not native or
                                not set(measure_list) <= set(cached["measures"]) or
-                               (nulls == "drop" and missing_rows) or
-                               cached["key_schema"] != keys.to_polars().schema):
+                               cached["key_schema"] != keys.to_polars().schema or
+                               not _rows_consistent(cached["agg"], rows_expected) or
+                               not _unchanged(native, cached["snapshot"], cols)):
         cached = None
     if cached is not None:
         agg, contrib = cached["agg"], cached["contrib"]
@@ -339,34 +367,46 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
             parts = [*[pl.col(m).sum() for m in measure_list], pl.col(_ROWS).sum()]
             agg = contrib.group_by(by_list).agg(*parts) if by_list else contrib.select(*parts)
         agg = _align_keys(agg, keys.to_polars(), by_list)
+        if not _rows_consistent(agg, rows_expected):
+            _frame_changed(n_rows, int(agg[_ROWS].sum()), "aggregated")
         # Reusable by a later release of the same Polars frame with the same grouping (e.g. a
-        # count after a sum) only when no row was dropped for missing values.
-        if isinstance(native, (pl.DataFrame, pl.LazyFrame)) and not (nulls == "drop" and
-                                                                   missing_rows):
+        # count after a sum) only when no row was dropped for missing values. A DataFrame can
+        # be modified in place (df[i, c] = v, replace_column, extend...): a zero-copy snapshot
+        # of its columns is kept and compared before any reuse.
+        if cacheable:
             sess._agg_cache.clear()
-            sess._agg_cache[cache_key] = {"native": native, "agg": agg, "contrib": contrib,
-                                          "measures": tuple(measure_list),
-                                          "key_schema": keys.to_polars().schema}
+            sess._agg_cache[cache_key] = {
+                "native": native, "agg": agg, "contrib": contrib,
+                "measures": tuple(measure_list), "key_schema": keys.to_polars().schema,
+                "snapshot": native.select(cols) if isinstance(native, pl.DataFrame) else None}
     table, rows_outside, cells_outside = _place_on_keys(agg, keys, by_list,
                                                         [*measure_list, _ROWS])
 
-    # Cell totals a transformation mechanism cannot take.
-    if mechanism.requires_nonnegative:
-        target_cols = measure_list if kind == "sum" else []
-        bad = {m: int((table[m] < 0).sum()) for m in target_cols}
-        bad = {m: n for m, n in bad.items() if n}
-        if bad:
-            detail = ", ".join(f"{m!r}: {n} cell(s)" for m, n in bad.items())
+    # Transformation mechanisms: Thm 4.4 bounds the loss of a unit with contribution Δ only when
+    # both neighbouring totals are >= 0, i.e. every unit's contribution to its cell is >= 0.
+    if mechanism.requires_nonnegative and kind == "sum":
+        if unit is None:
+            neg = _count_negative(frame, measure_list, lazy)
+            what = "row(s)"
+        else:
+            assert contrib is not None
+            neg = {m: int((contrib[m] < 0).sum()) for m in measure_list}
+            what = f"unit-cell contribution(s) (sum of a {unit!r} unit's rows in a cell)"
+        neg = {m: n for m, n in neg.items() if n}
+        if neg:
+            detail = ", ".join(f"{m!r}: {n} {what}" for m, n in neg.items())
             raise DataValidationError(
-                f"{type(mechanism).__name__} needs non-negative cell totals, but some are "
-                f"negative ({detail}). Nothing was drawn or recorded.\nHint: use an additive "
-                "mechanism (Gaussian, ExpPolyLog) for signed measures, or release the positive "
-                "and negative parts separately.")
+                f"{type(mechanism).__name__} needs every unit's contribution to be >= 0 (its "
+                f"guarantee assumes non-negative totals with and without any unit), but some "
+                f"are negative ({detail}). Nothing was drawn or recorded.\nHint: use an "
+                "additive mechanism (Gaussian, ExpPolyLog) for signed measures, or release the "
+                "positive and negative parts as separate non-negative measures.")
 
     # Per-unit losses (confidential).
     if unit is None:
         losses = _row_losses(frame, schema, measure_list, by_list, keys, mechanism, kind, nulls,
-                             n_rows, rows_outside, needs_index, lazy, impl)
+                             n_rows, rows_outside, int(table[_ROWS].sum()), needs_index, lazy,
+                             impl)
     else:
         assert contrib is not None
         losses = _unit_losses(contrib, keys.to_polars(), unit, measure_list, by_list, mechanism, kind)
@@ -406,9 +446,36 @@ def _policy(mechanism: Mechanism, delta: np.ndarray) -> tuple[np.ndarray, np.nda
     return mechanism.rho(delta), mechanism.epsilon(delta)
 
 
+def _rows_consistent(agg: pl.DataFrame, expected: tuple[int, int]) -> bool:
+    """Whether the aggregation holds as many rows as the validation pass saw (a range when
+    rows with missing values were dropped)."""
+    n = int(agg[_ROWS].sum()) if agg.height else 0
+    return expected[0] <= n <= expected[1]
+
+
+def _unchanged(native: Any, snapshot: pl.DataFrame | None, cols: list[str]) -> bool:
+    """Whether a Polars DataFrame still holds the data of the snapshot taken when it was
+    aggregated (``None``: a LazyFrame, whose plan cannot be modified)."""
+    if snapshot is None:
+        return True
+    try:
+        return snapshot.select(cols).equals(native.select(cols))
+    except Exception:  # a column was dropped or retyped in place
+        return False
+
+
+def _frame_changed(validated: int, seen: int, where: str) -> NoReturn:
+    raise DataValidationError(
+        f"the frame gave {validated} row(s) when validated but {seen} when {where}: its data "
+        "changed between the passes tabdp makes over it (a LazyFrame whose source changed, or "
+        "whose plan samples or shuffles rows at random). The privacy accounting must see the "
+        "rows that are released, so nothing was drawn or recorded.\nHint: collect the frame "
+        "once (lf.collect()) and release the DataFrame; seed any sampling in the plan.")
+
+
 def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], keys: KeySet,
                 mechanism: Mechanism, kind: str, nulls: str, n_rows: int, rows_outside: int,
-                needs_index: bool, lazy: bool, impl: Any) -> UnitLosses:
+                rows_released: int, needs_index: bool, lazy: bool, impl: Any) -> UnitLosses:
     """Each row is a unit: its Δ in its cell is |value| (sum) or 1 (count)."""
     if kind == "count" and rows_outside == 0:
         # Every row pays the policy at Δ = 1: constant (read-only broadcast, no memory).
@@ -418,6 +485,8 @@ def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], key
     if rows_outside == 0 and not needs_index:
         vals = _collect_polars(_apply_nulls(frame, schema, measures, nulls).select(*measures),
                                lazy)
+        if vals.height != n_rows:
+            _frame_changed(n_rows, vals.height, "read for the accounting")
         idx = None
     else:
         if lazy:
@@ -448,6 +517,9 @@ def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], key
         else:
             vals = _collect_polars(indexed.select(_ROW, *measures), lazy)
         idx = vals[_ROW].to_numpy()
+        if idx.size != rows_released or (idx.size and idx.max() >= n_rows):
+            _frame_changed(n_rows, idx.size, "read for the accounting (rows in released cells: "
+                           f"{rows_released} when aggregated)")
     rho = np.zeros(n_rows)
     eps = np.zeros(n_rows)
     size = np.zeros(n_rows)

@@ -129,7 +129,7 @@ class Session:
         new = pl.DataFrame({"unit": losses.units, "rho_new": losses.rho, "size_new": losses.size})
         if self._unit_totals is not None:
             new = new.join(self._unit_totals.rename({"rho": "rho_old", "size": "size_old"})
-                           .drop("epsilon"), on="unit", how="left")
+                           .drop("epsilon"), on="unit", how="left", maintain_order="left")
         else:
             new = new.with_columns(rho_old=pl.lit(None, pl.Float64), size_old=pl.lit(None, pl.Float64))
         prev = new["rho_old"].fill_null(0.0).to_numpy()
@@ -156,10 +156,10 @@ class Session:
             return
         total, size, prev, ids = self._prospective(losses)
         limit = self.budget.limit(size)
-        over = total > limit * (1.0 + 1e-12)
+        over = ~(total <= limit * (1.0 + 1e-12))  # a NaN loss counts as over, never as within
         if not np.any(over):
             return
-        excess = np.where(over, total - limit, -np.inf)
+        excess = np.where(over, np.nan_to_num(total - limit, nan=np.inf), -np.inf)
         i = int(np.argmax(excess))
         who = f"unit {ids[i]!r}" if ids is not None else f"row {i}"
         raise BudgetExceededError(
@@ -236,7 +236,7 @@ class Report:
 
     Example:
         >>> Report(Session(seed=3)).to_dict()["session"]["randomness"]
-        'seeded (seed=3): NOT FOR PRODUCTION'
+        'seeded: NOT FOR PRODUCTION (the seed is in the confidential summary)'
     """
 
     def __init__(self, session: Session) -> None:
@@ -325,8 +325,11 @@ class Report:
             "tabdp_version": __version__,
             "session": {
                 "unit": s.unit or "row",
+                # never the seed itself: with it anyone could regenerate the noise and
+                # subtract it from the published tables
                 "randomness": "secure (OS CSPRNG)" if s.seed is None else
-                              f"seeded (seed={s.seed}): NOT FOR PRODUCTION",
+                              "seeded: NOT FOR PRODUCTION (the seed is in the confidential "
+                              "summary)",
                 "budget": None if s.budget is None else s.budget.to_dict(),
             },
             "queries": [r.public() for r in s.records],
@@ -337,8 +340,9 @@ class Report:
         """CONFIDENTIAL counts and loss statistics computed from the records.
 
         Returns:
-            Per-query counts (rows read, rows outside the key set, null handling) and overall
-            loss statistics (units, max and quantiles of ρ).
+            The seed of a seeded session (it reproduces the noise), per-query counts (rows
+            read, rows outside the key set, null handling) and overall loss statistics (units,
+            max and quantiles of ρ).
 
         Example:
             >>> Report(Session()).confidential_summary()["units"]
@@ -353,6 +357,7 @@ class Report:
         qs = [0.5, 0.9, 0.99, 0.999]
         stats = {f"rho_q{q}": float(np.quantile(rho, q)) for q in qs} if rho.size else {}
         return {
+            "seed": s.seed,
             "units": int(rho.size),
             "rho_max": float(rho.max()) if rho.size else None,
             **stats,
