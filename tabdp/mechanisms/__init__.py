@@ -20,6 +20,18 @@ from tabdp.mechanisms.additive import (
     UnitSplitting,
 )
 from tabdp.mechanisms.transformation import LogTransform, RootTransform, TransformationMechanism
+from tabdp.mechanisms.smooth import (
+    NOISE_FAMILIES,
+    SmoothSensitivityMechanism,
+    choose_gamma,
+    default_gamma,
+    gamma_limit,
+    optimal_shape,
+    std_per_unit_ss,
+    std_vs_gamma,
+    unit_noise,
+)
+from tabdp.noise.polyplace import PolyPlace
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -35,4 +47,14 @@ __all__ = [
     "TransformationMechanism",
     "RootTransform",
     "LogTransform",
+    "PolyPlace",
+    "SmoothSensitivityMechanism",
+    "NOISE_FAMILIES",
+    "choose_gamma",
+    "default_gamma",
+    "gamma_limit",
+    "optimal_shape",
+    "std_per_unit_ss",
+    "std_vs_gamma",
+    "unit_noise",
 ]

@@ -13,5 +13,8 @@ from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.exp_polylog import ExpPolyLog
 from tabdp.noise.gaussian import Gaussian, Laplace
 from tabdp.noise.generalized_gaussian import GeneralizedGaussian
+from tabdp.noise.polyplace import PolyPlace
+from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
 
-__all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog"]
+__all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog",
+           "PolyPlace", "StudentT", "GeneralizedCauchy"]

@@ -1,0 +1,644 @@
+"""Smooth-sensitivity mechanisms: ``q(D) + SS^γ(D)·Z`` for medians and quantiles (MATH.md §3.3–3.4).
+
+A release adds to each exact value ``q`` noise proportional to its γ-smooth sensitivity ``SS``
+(:mod:`tabdp.sensitivity`). Four noise families are supported; the unit law ``Z`` (noise per unit
+of SS) and its condition on γ are:
+
+============  =====================================================  ==========================
+family        noise per unit SS                                       valid for
+============  =====================================================  ==========================
+polyplace     PolyPlace(s = 1/γ, α = ε/γ) (seed 002 Thm 8)             0 < γ < ε (std finite for
+                                                                      γ < ε/2)
+student_t     T_d/ν, ν = 2√d(ε − γ(d+1))/(d+1) (Bun–Steinke)          γ < ε/(d+1); std needs d > 2
+cauchy        (c+1)/(ε − γ(c+1))·Y, Y generalized Cauchy (NRS)        γ < ε/(c+1); std needs c > 3
+laplace       Laplace(scale 1/(ε − γ·ln(2/δ))) (NRS, approximate)     γ < ε/ln(2/δ)
+============  =====================================================  ==========================
+
+PolyPlace, Student's t and the generalized Cauchy give **pure ε-DP** per release; Laplace with
+smooth sensitivity gives only **(ε, δ)-DP**. The shapes d and c are chosen by bounded
+minimization of the standard deviation per unit SS unless given.
+
+γ itself must be fixed **before** looking at the data: smaller γ makes the noise law better (it
+tends to Laplace with scale SS/ε as γ → 0) but makes SS larger (it tends to the global
+sensitivity ``hi − lo``). :func:`choose_gamma` resolves the trade-off on a public grid using a
+public guess of the data (group size and spread); :func:`default_gamma` is the rule used when
+nothing is known.
+
+The guarantee holds for the neighbour relation under which ``SS`` is a γ-smooth upper bound on
+the local sensitivity; the smooth sensitivities of :mod:`tabdp.sensitivity` are, for both
+replacement and add/remove neighbours (see that module).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.optimize import minimize_scalar
+from scipy.special import ndtri
+
+from tabdp._validation import check_int, check_real
+from tabdp.exceptions import DataValidationError, InvalidParameterError
+from tabdp.mechanisms._base import DEFAULT_LEVEL, ReleasedValues, check_level, pure_to_zcdp
+from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.gaussian import Laplace
+from tabdp.noise.polyplace import PolyPlace
+from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
+from tabdp.rng import as_random_source
+
+__all__ = [
+    "NOISE_FAMILIES",
+    "SmoothSensitivityMechanism",
+    "gamma_limit",
+    "optimal_shape",
+    "std_per_unit_ss",
+    "unit_noise",
+    "default_gamma",
+    "choose_gamma",
+    "std_vs_gamma",
+]
+
+#: Noise families accepted by :class:`SmoothSensitivityMechanism`.
+NOISE_FAMILIES = ("polyplace", "student_t", "cauchy", "laplace")
+#: Default δ of the (approximate) Laplace-with-smooth-sensitivity baseline.
+DEFAULT_DELTA = 1e-5
+#: Largest shape searched for d (Student t) and c (Cauchy): the optima are below ~5.
+_SHAPE_CAP = 50.0
+#: Public γ grid of :func:`choose_gamma`, as fractions of ε.
+DEFAULT_GAMMA_FRACTIONS = np.geomspace(1e-3, 0.5, 46)
+
+
+# -- parameter checks ---------------------------------------------------------------------------
+def _check_noise(noise: Any) -> str:
+    if not isinstance(noise, str) or noise.lower() not in NOISE_FAMILIES:
+        raise InvalidParameterError(
+            f"smooth-sensitivity noise must be one of {', '.join(NOISE_FAMILIES)}; got "
+            f"{noise!r}.\nHint: use noise='polyplace' (pure ε-DP, smallest error).")
+    return noise.lower()
+
+
+def _check_eps(epsilon: Any) -> float:
+    return check_real("epsilon", epsilon, owner="smooth-sensitivity mechanism", gt=0.0,
+                      hint="epsilon is the privacy budget of one release, e.g. epsilon=1.0")
+
+
+def _check_delta(noise: str, delta: Any) -> float | None:
+    if noise != "laplace":
+        if delta is not None:
+            raise InvalidParameterError(
+                f"smooth-sensitivity mechanism: delta applies only to noise='laplace' (approximate "
+                f"DP); got delta={delta!r} with noise={noise!r}.\nHint: drop delta; {noise} "
+                "noise is pure ε-DP.")
+        return None
+    d = DEFAULT_DELTA if delta is None else delta
+    return check_real("delta", d, owner="Laplace smooth-sensitivity mechanism", gt=0.0, lt=1.0,
+                      hint="delta is the failure probability of (ε, δ)-DP, e.g. delta=1e-5")
+
+
+def gamma_limit(noise: str, epsilon: float, delta: float | None = None,
+                finite_std: bool = False) -> float:
+    """Supremum of the smoothness γ for which ``noise`` gives a private release at ``epsilon``.
+
+    Args:
+        noise: One of :data:`NOISE_FAMILIES`.
+        epsilon: Privacy budget ε > 0.
+        delta: δ for ``noise='laplace'`` (default 1e-5); must be None otherwise.
+        finite_std: Limit for a finite standard deviation instead (PolyPlace ε/2, t ε/3,
+            Cauchy ε/4).
+
+    Returns:
+        The limit (γ must be strictly below it).
+
+    Example:
+        >>> gamma_limit("polyplace", 1.0), gamma_limit("student_t", 1.0, finite_std=True)
+        (1.0, 0.3333333333333333)
+        >>> round(gamma_limit("laplace", 1.0, delta=1e-5), 4)    # ε/ln(2/δ)
+        0.0819
+    """
+    noise = _check_noise(noise)
+    eps = _check_eps(epsilon)
+    dl = _check_delta(noise, delta)
+    if noise == "polyplace":
+        return eps / 2.0 if finite_std else eps
+    if noise == "student_t":   # γ < ε/(d+1), d > 0 (d > 2 for a finite std)
+        return eps / 3.0 if finite_std else eps
+    if noise == "cauchy":      # γ < ε/(c+1), c > 1 (c > 3 for a finite std)
+        return eps / 4.0 if finite_std else eps / 2.0
+    assert dl is not None
+    return eps / math.log(2.0 / dl)
+
+
+def _check_gamma(noise: str, epsilon: float, gamma: Any, delta: float | None) -> float:
+    lim = gamma_limit(noise, epsilon, delta)
+    return check_real("gamma", gamma, owner=f"smooth-sensitivity mechanism ({noise})", gt=0.0,
+                      lt=lim, hint=f"{noise} noise needs 0 < gamma < {lim:.6g} at epsilon="
+                      f"{epsilon:g}; choose it with tabdp.mechanisms.choose_gamma")
+
+
+# -- standard deviations per unit SS ------------------------------------------------------------
+def _t_std(d: float, eps: float, gamma: float) -> float:
+    room = eps - gamma * (d + 1.0)
+    if d <= 2.0 or room <= 0.0:
+        return math.inf
+    return (d + 1.0) / (2.0 * math.sqrt(d - 2.0) * room)
+
+
+def _cauchy_std(c: float, eps: float, gamma: float) -> float:
+    room = eps - gamma * (c + 1.0)
+    if c <= 3.0 or room <= 0.0:
+        return math.inf
+    return (c + 1.0) / (room * math.sqrt(2.0 * math.cos(2.0 * math.pi / c) + 1.0))
+
+
+def optimal_shape(noise: str, epsilon: float, gamma: float) -> float:
+    """Shape d (Student t) or c (Cauchy) minimizing the std per unit SS (bounded Brent search).
+
+    Searches d ∈ (2, ε/γ − 1) and c ∈ (3, ε/γ − 1) (capped at 50; the optima are below ~5).
+
+    Args:
+        noise: ``"student_t"`` or ``"cauchy"``.
+        epsilon: Privacy budget ε.
+        gamma: Smoothness γ; needs γ < ε/3 (t) or γ < ε/4 (Cauchy) for a finite std.
+
+    Returns:
+        The optimal shape.
+
+    Raises:
+        InvalidParameterError: If no shape gives a finite standard deviation.
+
+    Example:
+        >>> d, c = optimal_shape("student_t", 1.0, 0.1), optimal_shape("cauchy", 1.0, 0.1)
+        >>> round(d, 5), round(c, 5)
+        (3.21954, 3.98574)
+    """
+    noise = _check_noise(noise)
+    eps = _check_eps(epsilon)
+    if noise not in ("student_t", "cauchy"):
+        raise InvalidParameterError(
+            f"optimal_shape: only student_t (d) and cauchy (c) have a shape; got {noise!r}.")
+    gamma = check_real("gamma", gamma, owner=f"optimal_shape ({noise})", gt=0.0)
+    low, fun = (2.0, _t_std) if noise == "student_t" else (3.0, _cauchy_std)
+    high = min(eps / gamma - 1.0, _SHAPE_CAP)
+    if high <= low:
+        lim = gamma_limit(noise, eps, finite_std=True)
+        raise InvalidParameterError(
+            f"optimal_shape: {noise} noise has no finite standard deviation at epsilon={eps:g}, "
+            f"gamma={gamma:g} (needs gamma < {lim:.6g}).\nHint: use a smaller gamma or "
+            "noise='polyplace'.")
+    res = minimize_scalar(lambda z: math.log(fun(z, eps, gamma)), bounds=(low, high),
+                          method="bounded", options={"xatol": 1e-11})
+    return float(res.x)
+
+
+def unit_noise(noise: str, epsilon: float, gamma: float, *, delta: float | None = None,
+               shape: float | None = None) -> NoiseDistribution:
+    """The noise law per unit of smooth sensitivity (the release adds ``SS·Z``).
+
+    Args:
+        noise: One of :data:`NOISE_FAMILIES`.
+        epsilon: Privacy budget ε > 0.
+        gamma: Smoothness γ within :func:`gamma_limit`.
+        delta: δ for ``noise='laplace'`` (default 1e-5).
+        shape: d (Student t) or c (Cauchy); default: :func:`optimal_shape`.
+
+    Returns:
+        A :class:`tabdp.noise.NoiseDistribution`.
+
+    Example:
+        >>> unit_noise("polyplace", 1.0, 0.1)
+        PolyPlace(s=10.0, alpha=10.0)
+        >>> round(unit_noise("laplace", 1.0, 0.05).std(), 6)
+        3.629014
+    """
+    noise = _check_noise(noise)
+    eps = _check_eps(epsilon)
+    dl = _check_delta(noise, delta)
+    gamma = _check_gamma(noise, eps, gamma, dl)
+    if noise == "polyplace":
+        if shape is not None:
+            raise InvalidParameterError("unit_noise: polyplace has no shape parameter "
+                                        f"(alpha = epsilon/gamma); got shape={shape!r}.")
+        return PolyPlace(s=1.0 / gamma, alpha=eps / gamma)
+    if noise == "laplace":
+        if shape is not None:
+            raise InvalidParameterError(f"unit_noise: laplace has no shape; got shape={shape!r}.")
+        assert dl is not None
+        return Laplace(scale=1.0 / (eps - gamma * math.log(2.0 / dl)))
+    if shape is None:
+        shape = optimal_shape(noise, eps, gamma)
+    low = 0.0 if noise == "student_t" else 1.0
+    name = "d" if noise == "student_t" else "c"
+    z = check_real(f"shape ({name})", shape, owner=f"{noise} smooth-sensitivity noise", gt=low,
+                   lt=eps / gamma - 1.0,
+                   hint=f"privacy needs gamma < epsilon/({name}+1); leave shape=None for the "
+                        "std-optimal value")
+    room = eps - gamma * (z + 1.0)
+    if noise == "student_t":
+        nu = 2.0 * math.sqrt(z) * room / (z + 1.0)
+        return StudentT(df=z, scale=1.0 / nu)
+    return GeneralizedCauchy(c=z, scale=(z + 1.0) / room)
+
+
+def std_per_unit_ss(noise: str, epsilon: float, gamma: float, *, delta: float | None = None,
+                    shape: float | None = None) -> float:
+    """Standard deviation of the noise per unit of smooth sensitivity (MATH.md §3.4).
+
+    Args:
+        noise: One of :data:`NOISE_FAMILIES`.
+        epsilon: Privacy budget ε > 0.
+        gamma: Smoothness γ within :func:`gamma_limit`.
+        delta: δ for ``noise='laplace'`` (default 1e-5).
+        shape: d or c for the baselines (default: the std-optimal one).
+
+    Returns:
+        The std per unit SS (``inf`` where it does not exist).
+
+    Example:
+        >>> [round(std_per_unit_ss(f, 1.0, 0.1), 6) for f in ("polyplace", "student_t", "cauchy")]
+        [1.687487, 3.305025, 9.999477]
+    """
+    return unit_noise(noise, epsilon, gamma, delta=delta, shape=shape).std()
+
+
+# -- choosing γ before seeing data --------------------------------------------------------------
+def default_gamma(noise: str, epsilon: float, delta: float | None = None) -> float:
+    """The data-free default γ: a fixed fraction of ε (or of the family's limit).
+
+    Rule: γ = ε/3 for polyplace, γ = 0.15·ε for student_t and cauchy, and γ = ε/(2·ln(2/δ)) (half
+    the limit) for laplace. These fractions minimize the worst ratio of ``SS_γ × std per unit SS``
+    to its best value over a panel of stand-in groups (n = 10 … 1000, spreads 0.3 % … 10 % of the
+    range): small groups are dominated by the padded bounds and need a large γ, large groups gain
+    from a large γ because their smooth sensitivity falls like 1/γ. With a public guess of the
+    group size and spread, :func:`choose_gamma` does better.
+
+    Args:
+        noise: One of :data:`NOISE_FAMILIES`.
+        epsilon: Privacy budget ε > 0.
+        delta: δ for ``noise='laplace'`` (default 1e-5).
+
+    Returns:
+        γ.
+
+    Example:
+        >>> round(default_gamma("polyplace", 1.0), 6), default_gamma("student_t", 1.0)
+        (0.333333, 0.15)
+        >>> round(default_gamma("laplace", 1.0), 5)
+        0.04096
+    """
+    noise = _check_noise(noise)
+    eps = _check_eps(epsilon)
+    if noise == "laplace":
+        return 0.5 * gamma_limit(noise, eps, delta)
+    _check_delta(noise, delta)
+    return eps / 3.0 if noise == "polyplace" else 0.15 * eps
+
+
+def _prototype(bounds: tuple[float, float], n: int, spread: float | None,
+               center: float | None) -> np.ndarray:
+    lo, hi = bounds
+    c = 0.5 * (lo + hi) if center is None else center
+    sd = (hi - lo) / 6.0 if spread is None else spread
+    z = ndtri((np.arange(n) + 0.5) / n)
+    return np.clip(c + sd * z, lo, hi)
+
+
+def choose_gamma(epsilon: float, noise: str = "polyplace", *, bounds: tuple[float, float],
+                 n: int | None = None, spread: float | None = None, center: float | None = None,
+                 prototype: ArrayLike | None = None, q: float = 0.5,
+                 delta: float | None = None, grid: ArrayLike | None = None,
+                 objective: str = "sd") -> float:
+    """Pick γ on a public grid from a public guess of the data (before seeing the data).
+
+    Rule: build a public stand-in group — ``prototype`` if given, else ``n`` values at the
+    normal quantiles ``center + spread·Φ⁻¹((i − ½)/n)`` clipped to ``bounds`` (defaults: the
+    midpoint of the bounds and spread (hi − lo)/6) — compute its γ-smooth sensitivity ``SS_γ``
+    for every γ on the grid (default ``ε·geomspace(1e-3, 0.5, 46)``, cut at the family's limit)
+    and return the γ minimizing ``SS_γ × (std per unit SS)`` (``objective='sd'``) or
+    ``SS_γ × (90% margin of error per unit SS)`` (``objective='moe'``). Only public inputs are
+    used, so the choice costs no privacy budget.
+
+    Args:
+        epsilon: Privacy budget ε of the release.
+        noise: One of :data:`NOISE_FAMILIES`.
+        bounds: Public range ``(lo, hi)`` of the values.
+        n: Public guess of the group size (needed unless ``prototype`` is given).
+        spread: Public guess of the values' standard deviation.
+        center: Public guess of the values' centre.
+        prototype: A public stand-in sample (e.g. last year's published microdata or synthetic
+            data); overrides n/spread/center.
+        q: Quantile level (0.5: median).
+        delta: δ for ``noise='laplace'``.
+        grid: Candidate γ values (absolute, not fractions).
+        objective: ``"sd"`` or ``"moe"``.
+
+    Returns:
+        The chosen γ.
+
+    Raises:
+        InvalidParameterError: If no grid point is valid for the family.
+
+    Example:
+        >>> g_small = choose_gamma(1.0, bounds=(0.0, 1e6), n=20, spread=2e4, center=5e4)
+        >>> g_large = choose_gamma(1.0, bounds=(0.0, 1e6), n=2000, spread=2e4, center=5e4)
+        >>> bool(g_small > g_large)          # small groups need a larger γ
+        True
+    """
+    from tabdp.sensitivity.smooth import _check_bounds, smooth_sensitivity_quantile
+
+    noise = _check_noise(noise)
+    eps = _check_eps(epsilon)
+    dl = _check_delta(noise, delta)
+    lo, hi = _check_bounds(bounds, "choose_gamma")
+    if objective not in ("sd", "moe"):
+        raise InvalidParameterError(
+            f"choose_gamma: objective must be 'sd' or 'moe'; got {objective!r}.")
+    if prototype is not None:
+        proto = np.asarray(prototype, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(proto)):
+            raise DataValidationError("choose_gamma: prototype holds NaN or infinite values.")
+    else:
+        if n is None:
+            raise InvalidParameterError(
+                "choose_gamma: give a public guess of the group size n (or a prototype sample)."
+                "\nHint: e.g. n=50 for a typical county × industry cell.")
+        nn = check_int("n", n, owner="choose_gamma", ge=1)
+        sp = None if spread is None else check_real("spread", spread, owner="choose_gamma",
+                                                    gt=0.0)
+        ce = None if center is None else check_real("center", center, owner="choose_gamma")
+        proto = _prototype((lo, hi), nn, sp, ce)
+    limit = gamma_limit(noise, eps, dl, finite_std=objective == "sd")
+    cand = eps * DEFAULT_GAMMA_FRACTIONS if grid is None else np.asarray(grid, dtype=np.float64)
+    cand = np.unique(cand[(cand > 0) & (cand < limit) & np.isfinite(cand)])
+    if noise in ("student_t", "cauchy") and objective == "moe":
+        cand = cand[cand < gamma_limit(noise, eps, finite_std=True)]  # shapes are std-optimal
+    if cand.size == 0:
+        raise InvalidParameterError(
+            f"choose_gamma: no grid value is valid for {noise} at epsilon={eps:g} (need "
+            f"0 < gamma < {limit:.6g}).\nHint: pass grid=None for the default grid.")
+    best, best_g = math.inf, float(cand[0])
+    for g in cand:
+        unit = unit_noise(noise, eps, float(g), delta=dl)
+        per = unit.std() if objective == "sd" else unit.interval_halfwidth(0.9)
+        val = per * smooth_sensitivity_quantile(proto, q, float(g), (lo, hi))
+        if val < best:
+            best, best_g = val, float(g)
+    return best_g
+
+
+# -- the mechanism ------------------------------------------------------------------------------
+class SmoothSensitivityMechanism:
+    """Release ``q + SS·Z`` with a smooth-sensitivity noise law (ε-DP per release).
+
+    Args:
+        noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
+        epsilon: Privacy budget ε of one release.
+        gamma: Smoothness γ; default :func:`default_gamma`. Must be fixed before seeing data.
+        delta: δ of ``noise='laplace'`` (default 1e-5); not allowed for the pure families.
+        shape: d (Student t) or c (Cauchy); default the std-optimal one.
+
+    Attributes:
+        unit: The noise law per unit SS.
+        pure: Whether the guarantee is pure ε-DP (False only for laplace).
+
+    Example:
+        >>> m = SmoothSensitivityMechanism("polyplace", epsilon=1.0, gamma=0.1)
+        >>> m.unit, round(float(m.sd(2.0)), 6)
+        (PolyPlace(s=10.0, alpha=10.0), 3.374974)
+        >>> est = m.release([100.0, 200.0], ss=[2.0, 5.0], rng=1)
+        >>> est.shape, float(m.epsilon(1.0)), round(float(m.rho(1.0)), 6)
+        ((2,), 1.0, 0.462117)
+    """
+
+    family = "smooth_sensitivity"
+    unbiased = "mean"
+
+    def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,
+                 gamma: float | None = None, *, delta: float | None = None,
+                 shape: float | None = None) -> None:
+        self.noise = _check_noise(noise)
+        self.eps = _check_eps(epsilon)
+        self.delta = _check_delta(self.noise, delta)
+        g = default_gamma(self.noise, self.eps, self.delta) if gamma is None else gamma
+        self.gamma = _check_gamma(self.noise, self.eps, g, self.delta)
+        if self.noise in ("student_t", "cauchy") and shape is None:
+            shape = optimal_shape(self.noise, self.eps, self.gamma)
+        self.unit = unit_noise(self.noise, self.eps, self.gamma, delta=self.delta, shape=shape)
+        self.shape = None if shape is None else float(shape)
+        self.pure = self.noise != "laplace"
+
+    # -- guarantee ------------------------------------------------------------------------------
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        """PRDP policy: the constant ε for any per-record sensitivity Δ > 0, 0 at Δ = 0.
+
+        For ``noise='laplace'`` (only (ε, δ)-DP) it is ``inf`` for Δ > 0; see :meth:`guarantee`.
+
+        Args:
+            delta: Per-record sensitivities Δ.
+
+        Returns:
+            ε(Δ).
+
+        Example:
+            >>> SmoothSensitivityMechanism(epsilon=0.5).epsilon([0.0, 3.0]).tolist()
+            [0.0, 0.5]
+        """
+        d = np.abs(np.asarray(delta, dtype=np.float64))
+        return np.where(d > 0, self.eps if self.pure else np.inf, 0.0)
+
+    def rho(self, delta: ArrayLike) -> np.ndarray:
+        """PRzCDP policy ε·tanh(ε/2) for Δ > 0 (``inf`` for the approximate laplace family).
+
+        Args:
+            delta: Per-record sensitivities Δ.
+
+        Returns:
+            ρ(Δ).
+
+        Example:
+            >>> round(float(SmoothSensitivityMechanism(epsilon=1.0).rho(2.0)), 6)
+            0.462117
+        """
+        return pure_to_zcdp(self.epsilon(delta))
+
+    def guarantee(self) -> dict[str, Any]:
+        """The per-release guarantee: ``{"type": "pure"|"approximate", "epsilon", "delta"}``.
+
+        Example:
+            >>> SmoothSensitivityMechanism("laplace", 1.0, 0.05).guarantee()
+            {'type': 'approximate', 'epsilon': 1.0, 'delta': 1e-05}
+        """
+        return {"type": "pure" if self.pure else "approximate", "epsilon": self.eps,
+                "delta": 0.0 if self.pure else self.delta}
+
+    # -- error ----------------------------------------------------------------------------------
+    def _ss(self, ss: ArrayLike) -> np.ndarray:
+        s = np.asarray(ss, dtype=np.float64)
+        if not np.all(np.isfinite(s)) or np.any(s < 0):
+            raise DataValidationError(
+                "smooth-sensitivity release: ss must be finite and >= 0 (one per value).\n"
+                "Hint: compute it with tabdp.sensitivity.smooth_sensitivity_grouped.")
+        return s
+
+    def sd(self, ss: ArrayLike) -> np.ndarray:
+        """Standard deviation of the released value: ``SS × std per unit SS`` (may be inf).
+
+        Args:
+            ss: Smooth sensitivities.
+
+        Returns:
+            Standard deviations.
+
+        Example:
+            >>> round(float(SmoothSensitivityMechanism("student_t", 1.0, 0.1).sd(1.0)), 6)
+            3.305025
+        """
+        return self._ss(ss) * self.unit.std()
+
+    def moe(self, ss: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
+        """Margin of error: half-width of the exact central noise interval, ``SS × quantile``.
+
+        Args:
+            ss: Smooth sensitivities.
+            level: Confidence level.
+
+        Returns:
+            Half-widths.
+
+        Example:
+            >>> m = SmoothSensitivityMechanism("polyplace", 1.0, 0.1)
+            >>> bool(m.moe(1.0, 0.9) > 0)
+            True
+        """
+        return self._ss(ss) * self.unit.interval_halfwidth(check_level(level))
+
+    # -- release --------------------------------------------------------------------------------
+    def release(self, values: ArrayLike, ss: ArrayLike, rng: Any = None) -> np.ndarray:
+        """Release ``values + ss·Z`` (one independent draw per value).
+
+        Args:
+            values: Exact query values (e.g. group medians), 1-D.
+            ss: Their γ-smooth sensitivities at this mechanism's γ (same shape).
+            rng: Randomness (default: secure).
+
+        Returns:
+            The noisy values.
+
+        Example:
+            >>> m = SmoothSensitivityMechanism("cauchy", 1.0, 0.1)
+            >>> m.release([1.0, 2.0], [0.0, 0.0], rng=0).tolist()   # SS = 0: nothing to hide
+            [1.0, 2.0]
+        """
+        return self.release_table(values, ss, rng).estimate
+
+    def release_table(self, values: ArrayLike, ss: ArrayLike, rng: Any = None,
+                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
+        """Release with standard deviations, margins of error and intervals.
+
+        Args:
+            values: Exact query values, 1-D.
+            ss: Their smooth sensitivities (same shape).
+            rng: Randomness (default: secure).
+            level: Confidence level of the margins of error.
+
+        Returns:
+            :class:`tabdp.mechanisms.ReleasedValues`.
+
+        Example:
+            >>> m = SmoothSensitivityMechanism("polyplace", 1.0, 0.1)
+            >>> r = m.release_table([10.0], [1.0], rng=3)
+            >>> round(float(r.sd[0]), 6), bool(r.lower[0] < r.estimate[0] < r.upper[0])
+            (1.687487, True)
+        """
+        level = check_level(level)
+        q = np.asarray(values, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(q)):
+            raise DataValidationError(
+                "smooth-sensitivity release: values must be finite.\nHint: clip values to the "
+                "public bounds before computing quantiles.")
+        s = self._ss(ss).reshape(-1)
+        if s.shape != q.shape:
+            raise InvalidParameterError(
+                f"smooth-sensitivity release: values and ss must have the same length; got "
+                f"{q.size} and {s.size}.")
+        z = self.unit.sample(q.shape, as_random_source(rng))
+        est = q + s * z
+        sd = s * self.unit.std()
+        h = s * self.unit.interval_halfwidth(level)
+        return ReleasedValues(est, sd, h, est - h, est + h, level)
+
+    # -- description ----------------------------------------------------------------------------
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> SmoothSensitivityMechanism("polyplace", 1.0, 0.1).params()
+            {'noise': 'polyplace', 'epsilon': 1.0, 'gamma': 0.1, 'delta': None, 'shape': None}
+        """
+        return {"noise": self.noise, "epsilon": self.eps, "gamma": self.gamma,
+                "delta": self.delta, "shape": self.shape}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public description: family, parameters, unit noise law and guarantee.
+
+        Example:
+            >>> SmoothSensitivityMechanism("student_t", 1.0, 0.1).to_dict()["unit_noise"]["name"]
+            'student_t'
+        """
+        return {"family": self.family, "class": type(self).__name__, "params": self.params(),
+                "unit_noise": {"name": self.unit.name, **self.unit.params()},
+                "pure": self.pure, "unbiased": self.unbiased, "guarantee": self.guarantee()}
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items() if v is not None)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return False
+        return self.params() == other.params()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(self.params().items())))
+
+
+# -- Figure 1 of seed 002 -----------------------------------------------------------------------
+def std_vs_gamma(epsilon: float = 1.0, gammas: ArrayLike | None = None,
+                 delta: float = DEFAULT_DELTA) -> dict[str, np.ndarray]:
+    """Standard deviation per unit SS against γ for every family (data of seed 002 Figure 1).
+
+    Baseline shapes are the std-optimal ones at each γ; entries are ``nan`` where a family has no
+    finite standard deviation at that γ. ``laplace_global`` is √2/ε: Laplace noise scaled to the
+    global sensitivity (hi − lo) instead of SS — the γ → 0 limit of PolyPlace, shown dashed in the
+    figure.
+
+    Args:
+        epsilon: Privacy budget ε.
+        gammas: γ values (default 200 points on (0, ε/2)).
+        delta: δ of the Laplace-with-SS curve.
+
+    Returns:
+        ``{"gamma", "polyplace", "student_t", "cauchy", "laplace", "laplace_global"}`` →
+        arrays of equal length (e.g. ``pandas.DataFrame(result)`` plots directly).
+
+    Example:
+        >>> out = std_vs_gamma(1.0, [0.05, 0.1, 0.3])
+        >>> [round(float(v), 6) for v in out["polyplace"][:2]], float(out["laplace"][1])
+        ([1.539066, 1.687487], nan)
+    """
+    eps = _check_eps(epsilon)
+    g = (np.linspace(0.0, eps / 2.0, 201)[1:-1] if gammas is None
+         else np.asarray(gammas, dtype=np.float64).reshape(-1))
+    out: dict[str, np.ndarray] = {"gamma": g.copy()}
+    for fam in NOISE_FAMILIES:
+        vals = np.full(g.size, np.nan)
+        dl = delta if fam == "laplace" else None
+        lim = gamma_limit(fam, eps, dl, finite_std=True)
+        for i, gi in enumerate(g):
+            if 0.0 < gi < lim:
+                v = std_per_unit_ss(fam, eps, float(gi), delta=dl)
+                vals[i] = v if math.isfinite(v) else np.nan
+        out[fam] = vals
+    out["laplace_global"] = np.full(g.size, math.sqrt(2.0) / eps)
+    return out

@@ -1,0 +1,185 @@
+"""The PolyPlace(s, α) distribution of seed 002 (Hladík & Tětek), MATH.md §3.2.
+
+PolyPlace is the noise law of the smooth-sensitivity mechanism ``q(D) + PolyPlace(SS/γ, ε/γ)``
+(pure ε-DP for any 0 < γ < ε, MATH.md §3.3). With ``u = |x|/s``, ``A = ((α−1)/α)^α``,
+``C = (1 − 1/α²)^α``, ``D = 2A + α − 1`` and ``N = α/(2sD)`` its density is
+
+* ``N·(α−1)·(1 − u)^(α−1)`` for ``u < 1/α`` (a polynomial core), and
+* ``N·(α+1)·C·(1 + u)^(−α−1)`` for ``u ≥ 1/α`` (a Pareto-like tail),
+
+continuous at the breakpoint ``|x| = s/α``. Everything is evaluated in log1p/expm1 form so that
+shapes up to α ≈ 10⁴ and more (γ ≪ ε) keep full relative accuracy; as α → ∞ with s/α fixed the
+law tends to Laplace(s/α) (seed 002 Lemma 15).
+
+The two-sided tail masses ``T(u) = P(|Z| > s·u)`` are closed forms:
+
+* ``T = (α+1)·C·(1 + u)^(−α) / D`` for ``u ≥ 1/α`` (tail-exact, no cancellation);
+* ``T = 1 − (α−1)(1 − (1 − u)^α) / D`` for ``u < 1/α``;
+
+and both invert in closed form, which gives the quantile function and the inverse-CDF sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tabdp._validation import check_real
+from tabdp.noise._base import NoiseDistribution
+
+__all__ = ["PolyPlace"]
+
+
+class PolyPlace(NoiseDistribution):
+    """PolyPlace noise with scale ``s > 0`` and shape ``alpha > 1`` (seed 002 Definition 6).
+
+    The smooth-sensitivity mechanism uses ``s = SS/γ`` and ``alpha = ε/γ``. The variance is
+    finite iff ``alpha > 2`` (seed 002 Lemma 13, MATH.md §3.2).
+
+    Args:
+        s: Scale s > 0.
+        alpha: Shape α > 1.
+
+    Example:
+        >>> pp = PolyPlace(s=10.0, alpha=10.0)      # ε = 1, γ = 0.1, SS = 1
+        >>> round(pp.std(), 6), round(float(pp.cdf(0.0)), 3)
+        (1.687487, 0.5)
+        >>> round(float(pp.ppf(0.95)), 4) == round(float(-pp.ppf(0.05)), 4)
+        True
+    """
+
+    name = "polyplace"
+
+    def __init__(self, s: float, alpha: float) -> None:
+        owner = "PolyPlace noise"
+        self.s = check_real("s", s, owner=owner, gt=0.0,
+                            hint="for the smooth-sensitivity mechanism use s = SS/gamma")
+        self.alpha = check_real("alpha", alpha, owner=owner, gt=1.0,
+                                hint="for the smooth-sensitivity mechanism use alpha = "
+                                     "epsilon/gamma with 0 < gamma < epsilon")
+        a = self.alpha
+        #: ln A = α·ln(1 − 1/α), ln C = α·ln(1 − 1/α²)
+        self._log_a = a * math.log1p(-1.0 / a)
+        self._log_c = a * math.log1p(-1.0 / (a * a))
+        self._dd = 2.0 * math.exp(self._log_a) + (a - 1.0)  # D = 2A + α − 1
+        log_d = math.log(self._dd)
+        log_norm = math.log(a) - math.log(2.0 * self.s) - log_d  # ln N
+        self._log_inner = log_norm + math.log(a - 1.0)  # ln(N(α−1))
+        self._log_outer = log_norm + math.log1p(a) + self._log_c  # ln(N(α+1)C)
+        #: ln of (α+1)C/D: the outer two-sided tail is exp(this − α·log1p(u)).
+        self._log_tail_coef = math.log1p(a) + self._log_c - log_d
+        #: two-sided tail mass at the breakpoint u = 1/α: (α+1)A/D
+        self._t_break = math.exp(math.log1p(a) + self._log_a - log_d)
+
+    # -- density --------------------------------------------------------------------------------
+    def logpdf(self, x: ArrayLike) -> np.ndarray:
+        """Log density (exact normalizer, both branches in log1p form).
+
+        Args:
+            x: Points.
+
+        Returns:
+            Log densities.
+
+        Example:
+            >>> pp = PolyPlace(s=2.0, alpha=3.0)
+            >>> lo, hi = pp.logpdf([2.0 / 3.0 - 1e-12, 2.0 / 3.0 + 1e-12])  # continuous at s/α
+            >>> bool(abs(lo - hi) < 1e-9)
+            True
+        """
+        u = np.abs(np.asarray(x, dtype=np.float64)) / self.s
+        a = self.alpha
+        inner = u < 1.0 / a
+        with np.errstate(invalid="ignore", divide="ignore"):
+            li = self._log_inner + (a - 1.0) * np.log1p(-np.where(inner, u, 0.0))
+            lo = self._log_outer - (a + 1.0) * np.log1p(u)
+        return np.where(inner, li, lo)
+
+    # -- tails ----------------------------------------------------------------------------------
+    def _two_sided_tail(self, u: np.ndarray) -> np.ndarray:
+        """``P(|Z| > s·u)`` for ``u ≥ 0``."""
+        a = self.alpha
+        inner = u < 1.0 / a
+        ui = np.where(inner, u, 0.0)
+        # 1 − (α−1)(1 − (1−u)^α)/D, with 1 − (1−u)^α = −expm1(α·log1p(−u))
+        t_in = 1.0 + (a - 1.0) * np.expm1(a * np.log1p(-ui)) / self._dd
+        with np.errstate(over="ignore", under="ignore"):
+            t_out = np.exp(self._log_tail_coef - a * np.log1p(u))
+        return np.where(inner, t_in, t_out)
+
+    def _sf_pos(self, x: np.ndarray) -> np.ndarray:
+        return 0.5 * self._two_sided_tail(np.asarray(x, dtype=np.float64) / self.s)
+
+    def logsf(self, x: ArrayLike) -> np.ndarray:
+        """Log survival function ``ln P(Z > x)``, exact far into the tail (no underflow).
+
+        Args:
+            x: Points.
+
+        Returns:
+            ``ln P(Z > x)``.
+
+        Example:
+            >>> pp = PolyPlace(s=1.0, alpha=1e4)
+            >>> round(float(pp.logsf(1.0)), 3)    # P(Z > 1) ~ e^-6932: far below 1e-308
+            -6932.17
+        """
+        x = np.asarray(x, dtype=np.float64)
+        u = np.abs(x) / self.s
+        outer = (x >= 0) & (u >= 1.0 / self.alpha)
+        log_out = math.log(0.5) + self._log_tail_coef - self.alpha * np.log1p(u)
+        with np.errstate(divide="ignore"):
+            rest = np.log(self.sf(np.where(outer, 0.0, x)))
+        return np.where(outer, log_out, rest)
+
+    def _abs_isf(self, t: np.ndarray) -> np.ndarray:
+        """Magnitude ``m`` with ``P(|Z| > m) = t``: closed-form inverse of both branches."""
+        t = np.asarray(t, dtype=np.float64)
+        a = self.alpha
+        outer = t <= self._t_break
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # (1+u)^(−α) = t·D/((α+1)C)  ⇒  u = expm1((ln((α+1)C/D) − ln t)/α)
+            u_out = np.expm1((self._log_tail_coef - np.log(np.where(outer, t, 1.0))) / a)
+            # (1−u)^α = 1 − (1−t)·D/(α−1)  ⇒  u = −expm1(log1p(−(1−t)D/(α−1))/α)
+            w = np.clip((1.0 - np.where(outer, 1.0, t)) * self._dd / (a - 1.0), 0.0, 1.0)
+            u_in = -np.expm1(np.log1p(-w) / a)
+            u_in = np.minimum(u_in, 1.0 / a)  # rounding guard at the breakpoint
+        u = np.where(outer, u_out, u_in)
+        u = np.where(t <= 0.0, np.inf, np.where(t >= 1.0, 0.0, u))
+        return self.s * u
+
+    # -- moments --------------------------------------------------------------------------------
+    def variance(self) -> float:
+        """Variance (seed 002 Lemma 13 as corrected in MATH.md §3.2); ``inf`` for α ≤ 2.
+
+        ``2s²·[B(19α² + 5)C + (α−2)(α−1)²] / [D(α²−1)(α²−4)]`` with ``B = (1 + 1/α)^(−α)``; it
+        tends to ``2s²/α²`` (Laplace with scale s/α) as α → ∞.
+
+        Returns:
+            The variance.
+
+        Example:
+            >>> round(PolyPlace(s=10.0, alpha=10.0).variance(), 6)
+            2.847613
+            >>> PolyPlace(s=1.0, alpha=2.0).variance()
+            inf
+        """
+        a = self.alpha
+        if a <= 2.0:
+            return math.inf
+        bc = math.exp(self._log_c - a * math.log1p(1.0 / a))  # B·C
+        num = bc * (19.0 * a * a + 5.0) + (a - 2.0) * (a - 1.0) ** 2
+        den = self._dd * (a * a - 1.0) * (a - 2.0) * (a + 2.0)
+        return 2.0 * self.s**2 * num / den
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters.
+
+        Example:
+            >>> PolyPlace(s=10.0, alpha=10.0).params()
+            {'s': 10.0, 'alpha': 10.0}
+        """
+        return {"s": self.s, "alpha": self.alpha}

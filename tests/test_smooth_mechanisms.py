@@ -1,0 +1,329 @@
+"""Smooth-sensitivity mechanisms and baselines (MATH.md §3.3–3.4, seed 002 Appendix B).
+
+* the reference values of MATH.md §3.4 (std per unit SS, best shapes) to 1e-5;
+* pure-DP checks of the Student t and generalized Cauchy baselines at their stated scalings and an
+  exact hockey-stick δ for Laplace with smooth sensitivity;
+* an end-to-end check: real neighbouring datasets, their smooth sensitivities from
+  :mod:`tabdp.sensitivity`, and the log-density ratio of the two PolyPlace releases;
+* samplers of the baseline laws (KS + power), the mechanism API and the choice of γ.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from tabdp.exceptions import DataValidationError, InvalidParameterError
+from tabdp.mechanisms import (
+    SmoothSensitivityMechanism,
+    choose_gamma,
+    default_gamma,
+    gamma_limit,
+    optimal_shape,
+    std_per_unit_ss,
+    std_vs_gamma,
+    unit_noise,
+)
+from tabdp.mechanisms.smooth import DEFAULT_GAMMA_FRACTIONS, _prototype
+from tabdp.noise import GeneralizedCauchy, Laplace, PolyPlace, StudentT
+from tabdp.rng import RandomSource
+from tabdp.sensitivity import grouped_quantile, smooth_sensitivity_quantile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
+
+
+# -- reference values (MATH.md §3.4) ---------------------------------------------------------------
+def test_reference_values_gamma_0_1() -> None:
+    assert std_per_unit_ss("polyplace", 1.0, 0.1) == pytest.approx(1.687487, abs=1e-6)
+    assert PolyPlace(10.0, 10.0).variance() == pytest.approx(2.847613, abs=1e-6)
+    assert optimal_shape("student_t", 1.0, 0.1) == pytest.approx(3.21954, abs=1e-5)
+    assert std_per_unit_ss("student_t", 1.0, 0.1) == pytest.approx(3.305025, abs=1e-6)
+    assert optimal_shape("cauchy", 1.0, 0.1) == pytest.approx(3.98574, abs=1e-5)
+    assert std_per_unit_ss("cauchy", 1.0, 0.1) == pytest.approx(9.999477, abs=1e-6)
+    assert gamma_limit("laplace", 1.0, 1e-5) == pytest.approx(0.0819, abs=1e-4)
+    with pytest.raises(InvalidParameterError, match="gamma < 0.0819"):
+        std_per_unit_ss("laplace", 1.0, 0.1)
+
+
+def test_reference_values_gamma_0_05() -> None:
+    assert std_per_unit_ss("polyplace", 1.0, 0.05) == pytest.approx(1.539066, abs=1e-6)
+    assert std_per_unit_ss("student_t", 1.0, 0.05) == pytest.approx(2.353617, abs=1e-6)
+    assert optimal_shape("student_t", 1.0, 0.05) == pytest.approx(3.8324, abs=1e-4)
+    assert std_per_unit_ss("laplace", 1.0, 0.05, delta=1e-5) == pytest.approx(3.629014, abs=1e-6)
+    assert std_per_unit_ss("cauchy", 1.0, 0.05) == pytest.approx(6.526333, abs=1e-6)
+
+
+@pytest.mark.parametrize("eps,gamma", [(1.0, 0.1), (1.0, 0.05), (0.5, 0.02), (2.0, 0.3)])
+def test_closed_forms_and_optimality_of_shapes(eps: float, gamma: float) -> None:
+    d = optimal_shape("student_t", eps, gamma)
+    nu = 2 * math.sqrt(d) * (eps - gamma * (d + 1)) / (d + 1)
+    t_std = math.sqrt(d / (d - 2)) * (d + 1) / (2 * math.sqrt(d) * (eps - gamma * (d + 1)))
+    assert unit_noise("student_t", eps, gamma).std() == pytest.approx(t_std, rel=1e-12)
+    assert unit_noise("student_t", eps, gamma) == StudentT(df=d, scale=1 / nu)
+    c = optimal_shape("cauchy", eps, gamma)
+    c_std = (c + 1) / ((eps - gamma * (c + 1)) * math.sqrt(2 * math.cos(2 * math.pi / c) + 1))
+    assert std_per_unit_ss("cauchy", eps, gamma) == pytest.approx(c_std, rel=1e-12)
+    for fam, z in (("student_t", d), ("cauchy", c)):   # a local minimum in the shape
+        best = std_per_unit_ss(fam, eps, gamma)
+        for dz in (-1e-3, 1e-3):
+            assert std_per_unit_ss(fam, eps, gamma, shape=z + dz) > best
+
+
+def test_baseline_variances_by_integration() -> None:
+    for law in (StudentT(3.5, 1.3), GeneralizedCauchy(4.2, 0.7)):
+        num = 2 * integrate.quad(lambda x: x * x * float(law.pdf(x)), 0, np.inf,
+                                 epsabs=0, epsrel=1e-11, limit=400)[0]
+        assert law.variance() == pytest.approx(num, rel=1e-7)
+        tot = 2 * integrate.quad(lambda x: float(law.pdf(x)), 0, np.inf, epsabs=0,
+                                 epsrel=1e-12)[0]
+        assert tot == pytest.approx(1.0, abs=1e-10)
+
+
+def test_baseline_laws_tails_and_round_trip() -> None:
+    t = StudentT(1.0, 2.0)                      # Cauchy with scale 2: exact tails
+    x = np.array([1e-6, 0.5, 3.0, 1e4, 1e200])
+    np.testing.assert_allclose(t.sf(x), np.arctan2(2.0, x) / np.pi, rtol=1e-13)
+    np.testing.assert_allclose(StudentT(4.5, 1.0).sf(x[:4]), stats.t.sf(x[:4], 4.5), rtol=1e-12)
+    g = GeneralizedCauchy(2.0, 1.0)             # c = 2 is the standard Cauchy
+    np.testing.assert_allclose(g.sf(x), np.arctan2(1.0, x) / np.pi, rtol=1e-13)
+    q = np.concatenate([np.logspace(-300, -1, 40), [0.3, 0.49999]])
+    for law in (StudentT(1.0), StudentT(3.2, 0.1), StudentT(30.0), GeneralizedCauchy(3.98, 2.0),
+                GeneralizedCauchy(9.0)):
+        np.testing.assert_allclose(law.cdf(law.ppf(q)), q, rtol=1e-10)
+        np.testing.assert_allclose(law.logsf(law.isf(q)), np.log(q), rtol=1e-10)
+
+
+@pytest.mark.parametrize("law", [StudentT(3.21954, 0.5), StudentT(1.5, 2.0),
+                                 GeneralizedCauchy(3.98574, 1.0), GeneralizedCauchy(1.5, 3.0)],
+                         ids=["t3.2", "t1.5", "gc3.99", "gc1.5"])
+def test_baseline_samplers_ks_and_power(law) -> None:
+    x = law.sample(20_000, rng=RandomSource(seed=77))
+    assert_ks_fits(x, law.cdf)
+    assert_power(x, scaled_cdfs(law.cdf))
+
+
+# -- privacy of the baselines ----------------------------------------------------------------------
+def max_log_ratio(law, lam: float, dq: float) -> float:
+    """max_x |ln p(x) − ln p′(x)| for releases q + SS·Z with (q, SS) = (0, 1) vs (Δq, e^λ)."""
+    s2 = math.exp(lam)
+    width = law.interval_halfwidth(0.99)
+    tails = np.geomspace(1e-4, 1e14, 900) * width
+    xs = np.concatenate([[0.0, dq], np.linspace(-20, 20, 12001) * width, tails, -tails])
+    lp = law.logpdf(xs)
+    lp2 = law.logpdf((xs - dq) / s2) - lam
+    return float(np.max(np.abs(lp - lp2)))
+
+
+def neighbour_pairs(gamma: float, seed: int) -> list[tuple[float, float]]:
+    rng = np.random.default_rng(seed)
+    pairs = [(lam, sg * min(1.0, math.exp(lam))) for lam in (-gamma, 0.0, gamma)
+             for sg in (-1.0, 1.0)]
+    for _ in range(25):
+        lam = rng.uniform(-gamma, gamma)
+        pairs.append((lam, rng.uniform(-1, 1) * min(1.0, math.exp(lam))))
+    return pairs
+
+
+SMALL_SHAPES = {"student_t": 1.5, "cauchy": 2.0}   # valid DP, infinite variance
+
+
+@pytest.mark.parametrize("fam", ["student_t", "cauchy"])
+@pytest.mark.parametrize("eps,gamma,small", [(1.0, 0.1, False), (1.0, 0.05, False),
+                                             (0.5, 0.1, False), (1.0, 0.2, True)])
+def test_baselines_are_eps_dp_at_stated_scaling(fam: str, eps: float, gamma: float,
+                                                small: bool) -> None:
+    law = unit_noise(fam, eps, gamma, shape=SMALL_SHAPES[fam] if small else None)
+    losses = [max_log_ratio(law, lam, dq) for lam, dq in neighbour_pairs(gamma, 3)]
+    assert max(losses) <= eps * (1 + 1e-9)
+    assert max(losses) > 0.2 * eps      # not vacuous (the published bounds are loose)
+
+
+def test_baseline_check_has_power() -> None:
+    law = unit_noise("student_t", 1.0, 0.1)
+    # a shift 3× beyond the smooth sensitivity exceeds ε
+    assert max_log_ratio(law, 0.0, 3.0) > 1.0
+
+
+def hockey_stick_laplace(b: float, b2: float, dq: float, eps: float) -> float:
+    """δ(ε) = ∫ max(0, p − e^ε p′) for p = Lap(0, b), p′ = Lap(Δq, b2), split at the crossings."""
+    def logp(x):
+        return -abs(x) / b - math.log(2 * b)
+
+    def logp2(x):
+        return -abs(x - dq) / b2 - math.log(2 * b2)
+
+    def h(x):
+        return logp(x) - logp2(x) - eps
+
+    knots = sorted({0.0, dq})
+    pts = [-math.inf, *knots, math.inf]
+    cuts = []
+    for lo, hi in zip(pts[:-1], pts[1:]):   # log ratio is linear on each piece
+        a = max(lo, -1e6) if lo == -math.inf else lo
+        z = min(hi, 1e6) if hi == math.inf else hi
+        if a == z:
+            continue
+        h1, h2 = h(a + 1e-9 * (z - a)), h(z - 1e-9 * (z - a))
+        if h1 * h2 < 0:
+            slope = (h2 - h1) / ((z - a) * (1 - 2e-9))
+            cuts.append(a + 1e-9 * (z - a) - h1 / slope)
+    grid = sorted({*knots, *cuts})
+    edges = [-math.inf, *grid, math.inf]
+    total = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        total += integrate.quad(
+            lambda x: max(0.0, math.exp(logp(x)) - math.exp(eps + logp2(x))), lo, hi,
+            epsabs=1e-18, epsrel=1e-10, limit=200)[0]
+    return total
+
+
+@pytest.mark.parametrize("eps,gamma,delta", [(1.0, 0.05, 1e-5), (0.5, 0.02, 1e-6),
+                                             (1.0, 0.08, 1e-5)])
+def test_laplace_with_smooth_sensitivity_is_eps_delta(eps: float, gamma: float,
+                                                      delta: float) -> None:
+    b = unit_noise("laplace", eps, gamma, delta=delta).scale
+    assert b == pytest.approx(1.0 / (eps - gamma * math.log(2 / delta)), rel=1e-14)
+    worst = 0.0
+    for lam in (-gamma, 0.0, gamma):
+        for dq in (min(1.0, math.exp(lam)), 0.5 * min(1.0, math.exp(lam))):
+            worst = max(worst, hockey_stick_laplace(b, b * math.exp(lam), dq, eps),
+                        hockey_stick_laplace(b * math.exp(lam), b, -dq, eps))
+    assert worst <= delta
+    # the check is sharp: a pure shift beyond the budget gives a large δ
+    assert hockey_stick_laplace(b, b, 3.0 * b * eps, eps) > 0.1
+
+
+# -- end to end: real neighbours, real smooth sensitivities ----------------------------------------
+@pytest.mark.parametrize("eps,gamma,q", [(1.0, 0.1, 0.5), (1.0, 0.6, 0.5), (0.5, 0.2, 0.9)])
+def test_polyplace_release_of_quantile_is_eps_dp_end_to_end(eps: float, gamma: float,
+                                                           q: float) -> None:
+    rng = np.random.default_rng(41)
+    lo, hi = 0.0, 50.0
+    worst = 0.0
+    for _ in range(60):
+        n = int(rng.integers(1, 12))
+        d = np.round(rng.uniform(lo, hi, n) * rng.uniform(0.05, 1.0), 1)
+        d2 = d.copy()
+        d2[rng.integers(n)] = rng.choice([lo, hi, rng.uniform(lo, hi)])
+        ss, ss2 = (smooth_sensitivity_quantile(v, q, gamma, (lo, hi)) for v in (d, d2))
+        q1, q2 = (float(grouped_quantile(np.sort(v), [0, n], q, (lo, hi))[0]) for v in (d, d2))
+        p, p2 = PolyPlace(ss / gamma, eps / gamma), PolyPlace(ss2 / gamma, eps / gamma)
+        tails = np.geomspace(1e-6, 1e12, 600) * max(ss, ss2) / gamma
+        xs = np.concatenate([[q1, q2, q1 + ss / eps, q1 - ss / eps, q2 + ss2 / eps,
+                              q2 - ss2 / eps], np.linspace(-100, 150, 5001), q1 + tails,
+                             q1 - tails])
+        worst = max(worst, float(np.max(np.abs(p.logpdf(xs - q1) - p2.logpdf(xs - q2)))))
+    assert worst <= eps * (1 + 1e-9)
+
+
+# -- the mechanism ---------------------------------------------------------------------------------
+def test_mechanism_release_distribution() -> None:
+    m = SmoothSensitivityMechanism("polyplace", 1.0, 0.1)
+    vals = np.linspace(0, 100, 20_000)
+    ss = np.linspace(0.5, 3.0, 20_000)
+    est = m.release(vals, ss, rng=RandomSource(seed=5))
+    z = (est - vals) / ss
+    assert_ks_fits(z, m.unit.cdf)
+    assert_power(z, scaled_cdfs(m.unit.cdf))
+    r = m.release_table(vals[:3], ss[:3], rng=1, level=0.9)
+    np.testing.assert_allclose(r.sd, ss[:3] * 1.687487, rtol=1e-6)
+    np.testing.assert_allclose(r.moe, ss[:3] * m.unit.interval_halfwidth(0.9), rtol=1e-14)
+    np.testing.assert_allclose(r.upper - r.lower, 2 * r.moe)
+    assert m.release([5.0], [0.0], rng=1).tolist() == [5.0]
+
+
+@pytest.mark.parametrize("fam", ["polyplace", "student_t", "cauchy", "laplace"])
+def test_mechanism_policy_and_description(fam: str) -> None:
+    m = SmoothSensitivityMechanism(fam, epsilon=0.8)
+    assert m.gamma == default_gamma(fam, 0.8)
+    eps_pol = m.epsilon([0.0, 1.0, 1e9])
+    if fam == "laplace":
+        assert not m.pure and eps_pol.tolist() == [0.0, math.inf, math.inf]
+        assert m.guarantee() == {"type": "approximate", "epsilon": 0.8, "delta": 1e-5}
+        assert m.rho(1.0) == math.inf
+    else:
+        assert m.pure and eps_pol.tolist() == [0.0, 0.8, 0.8]
+        assert float(m.rho(2.0)) == pytest.approx(0.8 * math.tanh(0.4), rel=1e-14)
+        assert m.guarantee()["delta"] == 0.0
+    assert float(m.sd(2.0)) == pytest.approx(2.0 * m.unit.std(), rel=1e-14)
+    assert float(m.moe(2.0, 0.95)) == pytest.approx(2.0 * m.unit.interval_halfwidth(0.95))
+    d = m.to_dict()
+    assert d["params"]["noise"] == fam and d["unit_noise"]["name"] == m.unit.name
+    assert m == SmoothSensitivityMechanism(fam, epsilon=0.8) and repr(m).startswith("Smooth")
+
+
+def test_mechanism_errors() -> None:
+    with pytest.raises(InvalidParameterError, match="gamma < 1"):
+        SmoothSensitivityMechanism("polyplace", 1.0, 1.0)
+    with pytest.raises(InvalidParameterError, match="no finite standard deviation"):
+        SmoothSensitivityMechanism("student_t", 1.0, 0.4)
+    with pytest.raises(InvalidParameterError, match="delta applies only"):
+        SmoothSensitivityMechanism("polyplace", 1.0, 0.1, delta=1e-6)
+    with pytest.raises(InvalidParameterError, match="must be one of"):
+        SmoothSensitivityMechanism("gaussian", 1.0, 0.1)
+    m = SmoothSensitivityMechanism("polyplace", 1.0, 0.6)   # valid DP, infinite variance
+    assert m.sd(1.0) == math.inf and math.isfinite(float(m.moe(1.0)))
+    with pytest.raises(DataValidationError, match="ss must be finite"):
+        m.release([1.0], [-1.0], rng=0)
+    with pytest.raises(InvalidParameterError, match="same length"):
+        m.release([1.0, 2.0], [1.0], rng=0)
+    with pytest.raises(InvalidParameterError, match="shape"):
+        unit_noise("student_t", 1.0, 0.1, shape=9.5)   # γ(d+1) > ε
+
+
+# -- Figure 1 data and the choice of γ -------------------------------------------------------------
+def test_std_vs_gamma_figure_data() -> None:
+    g = np.array([1e-4, 0.01, 0.05, 0.1, 0.2, 0.3, 0.45])
+    out = std_vs_gamma(1.0, g)
+    assert set(out) == {"gamma", "polyplace", "student_t", "cauchy", "laplace", "laplace_global"}
+    assert out["polyplace"][0] == pytest.approx(math.sqrt(2), rel=1e-3)   # γ → 0: Laplace
+    assert out["polyplace"][3] == pytest.approx(1.687487, abs=1e-6)
+    assert np.isnan(out["student_t"][-1]) and np.isnan(out["cauchy"][-2])
+    assert np.isnan(out["laplace"][3]) and out["laplace"][2] == pytest.approx(3.629014, abs=1e-6)
+    fin = np.isfinite(out["student_t"])
+    assert np.all(out["polyplace"][fin] < out["student_t"][fin])
+    fin = np.isfinite(out["cauchy"])
+    assert np.all(out["student_t"][fin] < out["cauchy"][fin])
+    fin = np.isfinite(out["laplace"])
+    assert np.all(out["polyplace"][fin] <= out["laplace"][fin])
+    assert np.all(np.diff(out["polyplace"]) > 0)
+    full = std_vs_gamma()
+    assert full["gamma"].size == 199 and np.all(np.isfinite(full["polyplace"]))
+
+
+def test_choose_gamma_minimizes_public_objective() -> None:
+    b = (0.0, 1e6)
+    for fam in ("polyplace", "student_t", "laplace"):
+        for n in (10, 300):
+            g = choose_gamma(1.0, fam, bounds=b, n=n, spread=3e4, center=1e5)
+            assert 0 < g < gamma_limit(fam, 1.0, 1e-5 if fam == "laplace" else None)
+            proto = _prototype(b, n, 3e4, 1e5)
+            dl = 1e-5 if fam == "laplace" else None
+
+            def obj(x, fam=fam, proto=proto, dl=dl):
+                return std_per_unit_ss(fam, 1.0, x, delta=dl) * smooth_sensitivity_quantile(
+                    proto, 0.5, x, b)
+            grid = [x for x in DEFAULT_GAMMA_FRACTIONS
+                    if x < gamma_limit(fam, 1.0, dl, finite_std=True)]
+            assert obj(g) == pytest.approx(min(obj(x) for x in grid), rel=1e-12)
+    proto = np.random.default_rng(0).lognormal(11, 0.5, 50)
+    g = choose_gamma(1.0, bounds=b, prototype=proto, objective="moe")
+    assert g in set(DEFAULT_GAMMA_FRACTIONS.tolist())
+    assert choose_gamma(1.0, bounds=b, n=5, grid=[0.2, 0.7, 2.0]) == 0.2   # γ < ε/2 for the sd
+    with pytest.raises(InvalidParameterError, match="group size n"):
+        choose_gamma(1.0, bounds=b)
+    with pytest.raises(InvalidParameterError, match="no grid value"):
+        choose_gamma(1.0, "cauchy", bounds=b, n=5, grid=[0.3, 0.5])
+
+
+def test_default_gamma_rules() -> None:
+    assert default_gamma("polyplace", 0.9) == pytest.approx(0.3)
+    assert default_gamma("student_t", 2.0) == pytest.approx(0.3)
+    assert default_gamma("cauchy", 1.0) == pytest.approx(0.15)
+    assert default_gamma("laplace", 1.0, 1e-6) == pytest.approx(0.5 / math.log(2e6))
