@@ -120,6 +120,98 @@ class DPAccessor:
                                mechanism=mechanism, session=session, level=level,
                                nulls="error", name=name)
 
+    def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
+                bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
+                session: Session | None = None, level: float = DEFAULT_LEVEL,
+                gamma: float | None = None, delta: float | None = None, nulls: str = "error",
+                name: str | None = None) -> Any:
+        """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, seed 002).
+
+        The (lower) median of the values clipped to the public ``bounds`` is released with noise
+        scaled to its γ-smooth sensitivity: PolyPlace by default (``noise="student_t"``,
+        ``"cauchy"`` or ``"laplace"`` for the baselines). ε-DP per cell for one row; a unit with k
+        rows in a cell pays k·ε there. Empty or tiny cells get the mechanism's answer (their median
+        is the padded one, e.g. ``low`` for an empty cell, with large noise), not an error.
+
+        Args:
+            column: Measure column.
+            by: Group-by column(s): the key set's columns.
+            keys: Public key set.
+            bounds: Public ``(low, high)``; values outside are clipped (counted in the
+                confidential report).
+            epsilon: ε of the release.
+            noise: Noise family.
+            session: Session recording the release (``None``: one-off, see ``tabdp.last_session``).
+            level: Confidence level of the margin of error.
+            gamma: Smoothness γ, fixed before seeing data (default: ε/3 for PolyPlace; see
+                :func:`tabdp.mechanisms.smooth.choose_gamma` to pick it from public guesses).
+            delta: δ for ``noise="laplace"`` (default 1e-5).
+            nulls: Missing values: ``"error"``, ``"zero"`` or ``"drop"``.
+            name: Label of the release in the session.
+
+        Returns:
+            Keys, ``{column}_median``, ``{column}_median_sd`` (``inf`` where it does not exist),
+            ``{column}_median_moe``; one row per key.
+
+        Example:
+            >>> import polars as pl, tabdp
+            >>> df = pl.DataFrame({"c": ["a"] * 5, "pay": [1.0, 2.0, 3.0, 4.0, 5.0]})
+            >>> out = df.dp.median("pay", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+            ...                    bounds=(0.0, 10.0), epsilon=1.0, session=tabdp.Session(seed=0))
+            >>> out.columns
+            ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
+        """
+        from tabdp.frame._quantiles import quantile_release
+
+        return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
+                                bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
+                                delta=delta, session=session, level=level, nulls=nulls, name=name)
+
+
+    def quantile(self, column: str, q: float, *, by: str | Sequence[str],
+                  keys: KeySet, bounds: tuple[float, float], epsilon: float,
+                  noise: str = "polyplace", session: Session | None = None,
+                  level: float = DEFAULT_LEVEL, gamma: float | None = None,
+                  delta: float | None = None, nulls: str = "error", name: str | None = None) -> Any:
+        """Private q-quantile of ``column`` per cell of ``keys`` (see :meth:`median`).
+
+        The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
+        (numpy's ``inverted_cdf``); output columns are ``{column}_q{100q}`` (e.g. ``payroll_q90``)
+        with ``_sd`` and ``_moe``.
+
+        Args:
+            column: Measure column.
+            q: Quantile level in [0, 1].
+            by: Group-by column(s).
+            keys: Public key set.
+            bounds: Public ``(low, high)``.
+            epsilon: ε of the release.
+            noise: ``"polyplace"``, ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
+            session: Session recording the release.
+            level: Confidence level of the margin of error.
+            gamma: Smoothness γ (fixed before seeing data).
+            delta: δ for ``noise="laplace"``.
+            nulls: Missing values policy.
+            name: Label of the release in the session.
+
+        Returns:
+            Keys, ``{column}_q{100q}``, ``_sd``, ``_moe``.
+
+        Example:
+            >>> import pandas as pd, tabdp
+            >>> df = pd.DataFrame({"c": ["a"] * 4, "pay": [1.0, 2.0, 3.0, 4.0]})
+            >>> out = df.dp.quantile("pay", 0.9, by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+            ...                      bounds=(0.0, 10.0), epsilon=1.0, noise="student_t",
+            ...                      session=tabdp.Session(seed=0))
+            >>> list(out.columns)
+            ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe']
+        """
+        from tabdp.frame._quantiles import quantile_release
+
+        return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
+                                bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
+                                delta=delta, session=session, level=level, nulls=nulls, name=name)
+
 
 def register() -> None:
     """Register the ``dp`` accessor on pandas and Polars frames (idempotent).

@@ -1,0 +1,309 @@
+"""Private medians and quantiles per cell by smooth sensitivity (issue 4; MATH.md §3).
+
+For each cell of the key set: clip the values to the public ``bounds``, take the q-quantile
+(order statistic of rank ``quantile_rank(n, q)``), compute its γ-smooth sensitivity SS and release
+``quantile + SS·Z`` with a smooth-sensitivity noise law (PolyPlace by default). Each release is
+ε-DP for add/remove of one row; a unit with k rows in a cell pays k·ε there (group privacy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import narwhals as nw
+import numpy as np
+import polars as pl
+
+from tabdp._validation import check_real
+from tabdp.exceptions import DataValidationError, InvalidParameterError, UnsupportedBackendError
+from tabdp.frame._engine import (
+    _ROWS,
+    _align_keys,
+    _as_list,
+    _check_args,
+    _collect_polars,
+    _schema_checks,
+    _value_checks,
+)
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
+from tabdp.mechanisms.additive import Gaussian
+from tabdp.mechanisms.smooth import SmoothSensitivityMechanism
+from tabdp.privacy.ledger import QueryRecord, UnitLosses
+from tabdp.privacy.session import Session, _set_last
+from tabdp.sensitivity.smooth import (
+    group_sort,
+    grouped_quantile,
+    smooth_sensitivity_grouped,
+)
+
+__all__ = ["quantile_release", "quantile_label", "SS_FLOOR"]
+
+#: Smooth sensitivities are floored at SS_FLOOR·(hi − lo). max(SS, c) is still a γ-smooth upper
+#: bound for a public constant c, so the guarantee is unchanged; the floor prevents SS from
+#: underflowing to 0 (and the value being released without noise) in huge, tightly packed cells.
+SS_FLOOR = 1e-12
+
+
+class GroupPrivacyPolicy:
+    """Per-record policy of a smooth-sensitivity release: ε(Δ) = ⌈Δ⌉·ε for Δ = rows in the cell.
+
+    The mechanism is ε-DP for adding or removing one row; a unit with Δ rows in a cell differs by
+    Δ rows, so it pays Δ·ε (group privacy). Laplace with smooth sensitivity is only (ε, δ)-DP:
+    its ε is ``inf`` here (not pure), and ρ too.
+
+    Args:
+        mechanism: The smooth-sensitivity mechanism.
+
+    Example:
+        >>> p = GroupPrivacyPolicy(SmoothSensitivityMechanism("polyplace", 1.0, 0.1))
+        >>> p.epsilon([0, 1, 3]).tolist()
+        [0.0, 1.0, 3.0]
+    """
+
+    family = "smooth_sensitivity"
+
+    def __init__(self, mechanism: SmoothSensitivityMechanism) -> None:
+        self.mechanism = mechanism
+        self.pure = mechanism.pure
+
+    def epsilon(self, delta: Any) -> np.ndarray:
+        """ε(Δ) = ⌈Δ⌉·ε (``inf`` for Δ > 0 when not pure).
+
+        Args:
+            delta: Rows of the unit in the cell.
+
+        Returns:
+            PRDP losses.
+
+        Example:
+            >>> GroupPrivacyPolicy(SmoothSensitivityMechanism(epsilon=0.5)).epsilon([2]).tolist()
+            [1.0]
+        """
+        k = np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
+        if not self.pure:
+            return np.where(k > 0, np.inf, 0.0)
+        return k * self.mechanism.eps
+
+    def rho(self, delta: Any) -> np.ndarray:
+        """ρ(Δ) = ε(Δ)·tanh(ε(Δ)/2).
+
+        Args:
+            delta: Rows of the unit in the cell.
+
+        Returns:
+            PRzCDP losses.
+
+        Example:
+            >>> round(float(GroupPrivacyPolicy(SmoothSensitivityMechanism(epsilon=1.0)).rho(1)), 6)
+            0.462117
+        """
+        return pure_to_zcdp(self.epsilon(delta))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public description (mechanism and the group-privacy policy).
+
+        Example:
+            >>> GroupPrivacyPolicy(SmoothSensitivityMechanism()).to_dict()["policy_rho"][:6]
+            'eps(D)'
+        """
+        return {**self.mechanism.to_dict(),
+                "policy_rho": "eps(D) = ceil(D) * epsilon for D rows of the unit in the cell; "
+                              "rho = eps * tanh(eps / 2)"}
+
+
+def quantile_label(column: str, q: float, median: bool) -> str:
+    """Output column name: ``{column}_median`` or ``{column}_q{100q}``.
+
+    Args:
+        column: Measure column.
+        q: Quantile level.
+        median: Whether the call was ``dp.median``.
+
+    Returns:
+        The label.
+
+    Example:
+        >>> quantile_label("payroll", 0.9, False), quantile_label("payroll", 0.975, False)
+        ('payroll_q90', 'payroll_q97.5')
+    """
+    if median:
+        return f"{column}_median"
+    return f"{column}_q{round(q * 100.0, 10):g}"
+
+
+def _check_bounds(bounds: Any) -> tuple[float, float]:
+    ok = isinstance(bounds, Sequence) and not isinstance(bounds, str) and len(bounds) == 2
+    if ok:
+        lo = check_real("bounds[0]", bounds[0], owner="quantile bounds")
+        hi = check_real("bounds[1]", bounds[1], owner="quantile bounds")
+        if lo < hi:
+            return lo, hi
+    raise InvalidParameterError(
+        f"bounds must be a pair (low, high) of finite numbers with low < high; got {bounds!r}.\n"
+        "Hint: bounds are public limits chosen without looking at the data, e.g. "
+        "bounds=(0.0, 1e9) for payroll; values outside them are clipped.")
+
+
+def _cell_codes(data: pl.DataFrame, keys: KeySet, by: list[str]) -> np.ndarray:
+    """Index of each row's cell in the key set (−1 outside)."""
+    keys_pl = keys.to_polars()
+    if not by:
+        return np.zeros(data.height, dtype=np.int64)
+    domains = keys._domains
+    if domains is not None and not any(d.null_count() for d in domains):
+        idx = np.zeros(data.height, dtype=np.int64)
+        inside = np.ones(data.height, dtype=bool)
+        for dom in domains:
+            codes = data[dom.name].replace_strict(
+                dom, pl.int_range(len(dom), dtype=pl.Int64, eager=True), default=-1,
+                return_dtype=pl.Int64).fill_null(-1).to_numpy()
+            inside &= codes >= 0
+            idx = idx * len(dom) + codes
+        return np.where(inside, idx, -1)
+    indexed = keys_pl.with_row_index("__tabdp_key")
+    joined = data.select(by).join(indexed, on=by, how="left", maintain_order="left",
+                                  nulls_equal=True)
+    return joined["__tabdp_key"].fill_null(-1).cast(pl.Int64).to_numpy()
+
+
+def quantile_release(native: Any, *, column: str, q: float, median: bool,
+                     by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
+                     noise: str = "polyplace", gamma: float | None = None,
+                     delta: float | None = None, session: Session | None = None,
+                     level: float = DEFAULT_LEVEL, nulls: str = "error",
+                     name: str | None = None) -> Any:
+    """Release a private q-quantile of ``column`` per cell of ``keys``.
+
+    This is the implementation behind ``df.dp.median`` and ``df.dp.quantile``.
+
+    Args:
+        native: pandas DataFrame, Polars DataFrame or LazyFrame.
+        column: Measure column.
+        q: Quantile level in [0, 1].
+        median: Label the output ``_median`` (``dp.median``) instead of ``_q{100q}``.
+        by: Group-by columns (the key set's columns).
+        keys: Public key set.
+        bounds: Public ``(low, high)``; values are clipped to it.
+        epsilon: ε of the release (per cell, per row).
+        noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
+        gamma: Smoothness γ (default :func:`tabdp.mechanisms.smooth.default_gamma`).
+        delta: δ for ``noise="laplace"``.
+        session: Session to record in.
+        level: Confidence level of ``_moe``.
+        nulls: ``"error"``, ``"zero"`` or ``"drop"``.
+        name: Label of the release in the session.
+
+    Returns:
+        A frame of the caller's library: keys, ``{label}``, ``{label}_sd``, ``{label}_moe``.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"c": ["a", "a", "a", "b"], "x": [1.0, 2.0, 3.0, 9.0]})
+        >>> out = quantile_release(df, column="x", q=0.5, median=True, by="c",
+        ...                        keys=tabdp.KeySet.from_dict(c=["a", "b"]), bounds=(0, 10),
+        ...                        epsilon=1.0, session=tabdp.Session(seed=1))
+        >>> out.columns
+        ['c', 'x_median', 'x_median_sd', 'x_median_moe']
+    """
+    if not isinstance(column, str):
+        raise InvalidParameterError(f"column must be one column name; got {column!r}.")
+    qv = check_real("q", q, owner="dp.quantile", ge=0.0, le=1.0,
+                    hint="q is a quantile level, e.g. 0.5 for the median, 0.9 for the 90th "
+                         "percentile")
+    lo, hi = _check_bounds(bounds)
+    by_list = _as_list(by, "by")
+    mechanism = SmoothSensitivityMechanism(noise, epsilon, gamma, delta=delta)
+    # Argument checks shared with sums (keys, session, level, nulls); a stand-in mechanism.
+    level = _check_args("sum", [column], by_list, keys, Gaussian(1.0), session, level, nulls)
+    label = quantile_label(column, qv, median)
+    clash = {label, f"{label}_sd", f"{label}_moe"} & set(by_list)
+    if clash:
+        raise InvalidParameterError(
+            f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
+    one_off = session is None
+    sess = Session() if session is None else session
+    unit = sess.unit
+    qname = sess._name(name, "median" if median else "quantile")
+    if unit is not None and (unit in by_list or unit == column):
+        raise InvalidParameterError(
+            f"the unit column {unit!r} cannot also be the measure or a group-by key.")
+    try:
+        frame = nw.from_native(native)
+    except TypeError as err:
+        raise UnsupportedBackendError(
+            f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
+            f"{type(native).__name__}.") from err
+    lazy = isinstance(frame, nw.LazyFrame)
+    backend = "pandas" if frame.implementation == nw.Implementation.PANDAS else "polars"
+    schema = frame.collect_schema()
+    _schema_checks(schema, [column], by_list, unit)
+    checks = _value_checks(frame, schema, [column], unit, nulls, lazy)
+    n_rows = checks[_ROWS]
+    if unit is None:
+        sess._check_rows(n_rows)
+
+    # One read of the needed columns; everything else is on the collected arrays.
+    data = _collect_polars(frame.select(*by_list, column, *([unit] if unit else [])), lazy)
+    if data.height != n_rows:
+        raise DataValidationError(
+            "the frame changed between two evaluations (row count); collect it once first.")
+    data = _align_keys(data, keys.to_polars(), by_list)
+    codes = _cell_codes(data, keys, by_list)
+    values = data[column].cast(pl.Float64).to_numpy()
+    missing = np.isnan(values)
+    keep = codes >= 0
+    if nulls == "zero":
+        values = np.where(missing, 0.0, values)
+    elif nulls == "drop":
+        keep &= ~missing
+    clipped = int(((values < lo) | (values > hi))[keep].sum())
+    n_keys = len(keys)
+    sorted_vals, offsets = group_sort(np.clip(values[keep], lo, hi), codes[keep], n_keys)
+    truth = grouped_quantile(sorted_vals, offsets, qv, (lo, hi))
+    ss = smooth_sensitivity_grouped(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
+    ss = np.maximum(ss, SS_FLOOR * (hi - lo))
+
+    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·ε (group privacy).
+    policy = GroupPrivacyPolicy(mechanism)
+    if unit is None:
+        e1 = float(policy.epsilon(1.0))
+        r1 = float(policy.rho(1.0))
+        losses = UnitLosses(None, np.where(keep, r1, 0.0), np.where(keep, e1, 0.0),
+                            keep.astype(np.float64))
+    else:
+        pairs = (pl.DataFrame({"unit": data[unit], "cell": codes})
+                 .filter(pl.Series(keep)).group_by("unit", "cell").len())
+        k = pairs["len"].cast(pl.Float64).to_numpy()
+        per_unit = (pl.DataFrame({"unit": pairs["unit"], "rho": policy.rho(k),
+                                  "epsilon": policy.epsilon(k), "size": k})
+                    .group_by("unit", maintain_order=True)
+                    .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()))
+        losses = UnitLosses(per_unit["unit"], per_unit["rho"].to_numpy(),
+                            per_unit["epsilon"].to_numpy(), per_unit["size"].to_numpy())
+    sess.check_budget(losses)
+
+    rv = mechanism.release_table(truth, ss, sess.rng, level)
+    out = keys.to_polars().with_columns(
+        pl.Series(label, rv.estimate, dtype=pl.Float64),
+        pl.Series(f"{label}_sd", rv.sd, dtype=pl.Float64),
+        pl.Series(f"{label}_moe", rv.moe, dtype=pl.Float64))
+    confidential = {
+        "rows_read": n_rows,
+        "rows_outside_keys": int((codes < 0).sum()),
+        "rows_in_released_cells": int(keep.sum()),
+        "values_clipped_to_bounds": clipped,
+        **({f"missing_values_{nulls}:{column}": checks.get(f"missing:{column}", 0)}
+           if nulls != "error" else {}),
+    }
+    record = QueryRecord(
+        index=len(sess.records) + 1, name=qname, kind="median" if median else "quantile",
+        measures=(label,), by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
+        keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
+        losses=losses, confidential=confidential)
+    sess._record(record, backend)
+    if one_off:
+        _set_last(sess)
+    return out.to_pandas() if backend == "pandas" else out
+
