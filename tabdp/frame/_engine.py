@@ -115,7 +115,7 @@ def _schema_checks(schema: Any, measures: list[str], by: list[str], unit: str | 
         dt = schema[m]
         if not dt.is_numeric() or dt == nw.Boolean:
             raise ColumnTypeError(
-                f"measure {m!r} has dtype {dt}; sums need a numeric column (integer or float).\n"
+                f"measure {m!r} has dtype {dt}; sums and quantiles need a numeric column (integer or float).\n"
                 f"Hint: cast it first, e.g. pl.col({m!r}).cast(pl.Float64) or "
                 f"df[{m!r}].astype(float) after cleaning non-numeric values.")
 

@@ -40,9 +40,11 @@ from tabdp.sensitivity.smooth import (
 
 __all__ = ["quantile_release", "quantile_label", "SS_FLOOR"]
 
-#: Smooth sensitivities are floored at SS_FLOOR·(hi − lo). max(SS, c) is still a γ-smooth upper
-#: bound for a public constant c, so the guarantee is unchanged; the floor prevents SS from
-#: underflowing to 0 (and the value being released without noise) in huge, tightly packed cells.
+#: Smooth sensitivities are floored at SS_FLOOR·max(hi − lo, |lo|, |hi|). max(SS, c) is still a
+#: γ-smooth upper bound for a public constant c, so the guarantee is unchanged; the floor prevents
+#: SS from underflowing to 0 (and the value being released without noise) in huge, tightly packed
+#: cells. It is relative to the magnitude of the bounds, not only to their span, so that the noise
+#: is not lost to rounding when the bounds are narrow and far from 0 (e.g. (1e9, 1e9 + 1)).
 SS_FLOOR = 1e-12
 
 
@@ -134,6 +136,8 @@ def quantile_label(column: str, q: float, median: bool) -> str:
 
 
 def _check_bounds(bounds: Any) -> tuple[float, float]:
+    if isinstance(bounds, np.ndarray):
+        bounds = bounds.tolist()
     ok = isinstance(bounds, Sequence) and not isinstance(bounds, str) and len(bounds) == 2
     if ok:
         lo = check_real("bounds[0]", bounds[0], owner="quantile bounds")
@@ -263,7 +267,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     sorted_vals, offsets = group_sort(np.clip(values[keep], lo, hi), codes[keep], n_keys)
     truth = grouped_quantile(sorted_vals, offsets, qv, (lo, hi))
     ss = smooth_sensitivity_grouped(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
-    ss = np.maximum(ss, SS_FLOOR * (hi - lo))
+    ss = np.maximum(ss, SS_FLOOR * max(hi - lo, abs(lo), abs(hi)))
 
     # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·ε (group privacy).
     policy = GroupPrivacyPolicy(mechanism)

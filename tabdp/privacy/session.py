@@ -355,7 +355,14 @@ class Report:
             rho = (s._unit_totals["rho"].to_numpy() if s._unit_totals is not None
                    else np.zeros(0))
         qs = [0.5, 0.9, 0.99, 0.999]
-        stats = {f"rho_q{q}": float(np.quantile(rho, q)) for q in qs} if rho.size else {}
+        stats = {}
+        if rho.size:
+            # Losses may be inf (approximate-DP releases); interpolating between two infs gives
+            # NaN (and a RuntimeWarning) where the quantile is inf.
+            with np.errstate(invalid="ignore"):
+                vals = np.quantile(rho, qs)
+            vals = np.where(np.isnan(vals) & np.any(np.isinf(rho)), np.inf, vals)
+            stats = {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
         return {
             "seed": s.seed,
             "units": int(rho.size),

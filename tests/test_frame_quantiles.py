@@ -1,0 +1,707 @@
+"""Frame layer: ``df.dp.median`` / ``df.dp.quantile`` (smooth sensitivity, issue 4).
+
+Every test taking ``make_frame`` runs once per backend (pandas, Polars, Polars lazy; see
+``conftest.py``). The true quantiles and smooth sensitivities are computed here independently of
+:mod:`tabdp.sensitivity` (sorting and a brute-force double loop over the padded order
+statistics) for the small tables, and the noise is pinned with ``set_noise`` (the unit noise law
+returns a constant) so that estimates can be compared exactly: with Z = 0 the estimate is the
+true quantile, with Z = 1 it is the true quantile plus the smooth sensitivity.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+from fractions import Fraction
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+from tabdp.frame._quantiles import SS_FLOOR, quantile_release
+from tabdp.mechanisms import SmoothSensitivityMechanism
+from tabdp.mechanisms._base import pure_to_zcdp
+from tabdp.noise._base import NoiseDistribution
+from tabdp.rng import RandomSource
+from tabdp.sensitivity import smooth_sensitivity_quantile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
+
+KEYS = tabdp.KeySet.from_dict({"county": ["c1", "c2", "c3"], "naics": ["11", "21"]})
+BOUNDS = (0.0, 100.0)
+SPAN = BOUNDS[1] - BOUNDS[0]
+DATA = {
+    "county": ["c1", "c1", "c1", "c2", "c3", "c3", "c3", "c3", "c9", "c1"],
+    "naics": ["11", "11", "11", "21", "11", "11", "11", "11", "11", "99"],
+    "x": [10.0, -5.0, 250.0, 40.0, 4.0, 2.0, 3.0, 1.0, 500.0, 8.0],
+}
+IN_KEYS = np.array([True] * 8 + [False, False])  # the last two rows are outside the key set
+# Clipped values per key, in key-set order: (c1,11) (c1,21) (c2,11) (c2,21) (c3,11) (c3,21).
+CELLS = [[0.0, 10.0, 100.0], [], [], [40.0], [1.0, 2.0, 3.0, 4.0], []]
+MEDIAN = [10.0, 0.0, 0.0, 40.0, 2.0, 0.0]  # lower median; empty cells: the padded low bound
+Q90 = [100.0, 0.0, 0.0, 40.0, 4.0, 0.0]
+R1 = math.tanh(0.5)  # ρ of one row at ε = 1: ε·tanh(ε/2)
+GAMMA_DEFAULT = 1.0 / 3.0  # PolyPlace default γ at ε = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Independent references
+# ---------------------------------------------------------------------------------------------
+def rank(n: int, q: float) -> int:
+    """1-based rank of the (inverted-CDF) q-quantile of n values; 0 for no values."""
+    if n == 0:
+        return 0
+    return max(1, math.ceil(Fraction(str(q)) * n))
+
+
+def true_quantile(values: list[float], q: float, bounds=BOUNDS) -> float:
+    lo, hi = bounds
+    x = sorted(min(max(v, lo), hi) for v in values)
+    return x[rank(len(x), q) - 1] if x else lo
+
+
+def brute_ss(values: list[float], q: float, gamma: float, bounds=BOUNDS) -> float:
+    """max over padded pairs a <= m <= b of (x_b − x_a)·e^{−γ(b−a−1)} (x_0 = lo, x_{n+1} = hi)."""
+    lo, hi = bounds
+    x = sorted(min(max(v, lo), hi) for v in values)
+    n, m = len(x), rank(len(x), q)
+
+    def pad(i: int) -> float:
+        return lo if i < 1 else hi if i > n else x[i - 1]
+
+    return max((pad(b) - pad(a)) * math.exp(-gamma * (b - a - 1))
+               for a in range(m + 1) for b in range(max(m, a + 1), n + 2))
+
+
+def key_rows(ks: tabdp.KeySet) -> list[tuple]:
+    return ks.to_polars().rows()
+
+
+@pytest.fixture
+def set_noise(monkeypatch):
+    """``set_noise(z)``: every unit noise law draws the constant z (pins the noise exactly)."""
+
+    def set_(z: float) -> None:
+        def sample(self, size, rng=None):  # noqa: ARG001
+            return np.full(size, float(z))
+
+        monkeypatch.setattr(NoiseDistribution, "sample", sample)
+
+    return set_
+
+
+def _median(frame, session, **kw):
+    args = dict(by=["county", "naics"], keys=KEYS, bounds=BOUNDS, epsilon=1.0, session=session)
+    args.update(kw)
+    return frame.dp.median("x", **args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema, key coverage, true quantiles and smooth sensitivities
+# ---------------------------------------------------------------------------------------------
+def test_median_schema_keys_truth_ss_sd_and_moe(make_frame, out_type, to_pl):
+    seed = 11
+    s = tabdp.Session(seed=seed)
+    out = _median(make_frame(DATA), s)
+    assert type(out) is out_type
+    o = to_pl(out)
+    assert o.columns == ["county", "naics", "x_median", "x_median_sd", "x_median_moe"]
+    assert o.select("county", "naics").rows() == key_rows(KEYS)  # every key once, in order
+    for c in ("x_median", "x_median_sd", "x_median_moe"):
+        assert o[c].dtype == pl.Float64
+    truth = np.array([true_quantile(c, 0.5) for c in CELLS])
+    np.testing.assert_array_equal(truth, MEDIAN)
+    ss = np.array([brute_ss(c, 0.5, GAMMA_DEFAULT) for c in CELLS])
+    assert ss[1] == ss[2] == ss[5] == SPAN  # empty cells: SS = hi − lo
+    # the noise: one draw of the unit law per key, from the session's generator
+    unit = SmoothSensitivityMechanism("polyplace", 1.0).unit
+    z = unit.sample(len(KEYS), RandomSource(seed))
+    np.testing.assert_allclose(o["x_median"].to_numpy(), truth + ss * z, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), ss * unit.std(), rtol=1e-12)
+    # moe: the exact central 90% interval of SS·Z
+    h = o["x_median_moe"].to_numpy() / ss
+    np.testing.assert_allclose(unit.cdf(h) - unit.cdf(-h), 0.9, rtol=1e-9)
+    assert unit.std() == pytest.approx(math.sqrt(PolyPlaceVariance(3.0, 3.0)), rel=1e-9)
+
+
+def PolyPlaceVariance(s: float, alpha: float) -> float:  # noqa: N802
+    """Variance by numerical integration of the PolyPlace density (independent of Lemma 13)."""
+    from scipy import integrate
+
+    law = tabdp.noise.PolyPlace(s, alpha)
+    br = s / alpha
+    inner = integrate.quad(lambda x: x * x * float(law.pdf(x)), 0.0, br)[0]
+    outer = integrate.quad(lambda x: x * x * float(law.pdf(x)), br, np.inf)[0]
+    return 2.0 * (inner + outer)
+
+
+def test_pinned_noise_gives_truth_and_ss(make_frame, to_pl, set_noise):
+    set_noise(0.0)
+    o = to_pl(_median(make_frame(DATA), tabdp.Session(seed=1)))
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), MEDIAN)
+    set_noise(1.0)
+    o = to_pl(_median(make_frame(DATA), tabdp.Session(seed=1), gamma=0.2))
+    ss = np.array([brute_ss(c, 0.5, 0.2) for c in CELLS])
+    np.testing.assert_allclose(o["x_median"].to_numpy() - MEDIAN, ss, rtol=1e-12)
+    # empty cells: the padded low bound plus noise scaled to hi − lo
+    np.testing.assert_allclose(o["x_median"].to_numpy()[[1, 2, 5]], BOUNDS[0] + SPAN, rtol=1e-12)
+
+
+@pytest.mark.parametrize("q, label", [(0.9, "x_q90"), (0.0, "x_q0"), (1.0, "x_q100"),
+                                      (0.25, "x_q25"), (0.975, "x_q97.5"), (0.5, "x_q50")])
+def test_quantile_labels_truth_and_ss(make_frame, to_pl, set_noise, q, label):
+    set_noise(0.0)
+    frame = make_frame(DATA)
+    o = to_pl(frame.dp.quantile("x", q, by=["county", "naics"], keys=KEYS, bounds=BOUNDS,
+                                epsilon=1.0, session=tabdp.Session(seed=2)))
+    assert o.columns == ["county", "naics", label, f"{label}_sd", f"{label}_moe"]
+    assert o.select("county", "naics").rows() == key_rows(KEYS)
+    truth = [true_quantile(c, q) for c in CELLS]
+    if q == 0.9:
+        assert truth == Q90
+    for c, t in zip(CELLS, truth, strict=True):  # agrees with numpy's inverted-CDF quantile
+        if c:
+            assert t == np.quantile(c, q, method="inverted_cdf")
+    np.testing.assert_array_equal(o[label].to_numpy(), truth)
+    unit = SmoothSensitivityMechanism("polyplace", 1.0).unit
+    ss = np.array([brute_ss(c, q, GAMMA_DEFAULT) for c in CELLS])
+    np.testing.assert_allclose(o[f"{label}_sd"].to_numpy(), ss * unit.std(), rtol=1e-12)
+
+
+def test_quantile_half_equals_median_with_the_same_seed(make_frame, to_pl):
+    a = to_pl(_median(make_frame(DATA), tabdp.Session(seed=5)))
+    b = to_pl(make_frame(DATA).dp.quantile("x", 0.5, by=["county", "naics"], keys=KEYS,
+                                           bounds=BOUNDS, epsilon=1.0,
+                                           session=tabdp.Session(seed=5)))
+    np.testing.assert_array_equal(a["x_median"].to_numpy(), b["x_q50"].to_numpy())
+    np.testing.assert_array_equal(a["x_median_moe"].to_numpy(), b["x_q50_moe"].to_numpy())
+    # and the noise really is random: another seed gives other values
+    c = to_pl(_median(make_frame(DATA), tabdp.Session(seed=6)))
+    assert np.all(a["x_median"].to_numpy() != c["x_median"].to_numpy())
+
+
+def test_key_set_order_absent_keys_and_null_key(make_frame, to_pl, set_noise):
+    set_noise(0.0)
+    ks = tabdp.KeySet.from_dict(county=["c3", "zz", "c1"])
+    o = to_pl(make_frame(DATA).dp.median("x", by="county", keys=ks, bounds=BOUNDS, epsilon=1.0,
+                                         session=tabdp.Session(seed=0)))
+    assert o["county"].to_list() == ["c3", "zz", "c1"]
+    # c3: 1..4 → 2; zz: empty → low bound; c1: [0, 10, 100, 8] → rank 2 → 8
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), [2.0, 0.0, 8.0])
+    # a key set with a null cell (not a cross product)
+    kn = tabdp.KeySet.from_frame(pl.DataFrame({"c": ["a", None]}))
+    data = {"c": ["a", None, None, None, "b"], "x": [5.0, 7.0, 1.0, 3.0, 9.0]}
+    s = tabdp.Session(seed=0)
+    o = to_pl(make_frame(data).dp.median("x", by="c", keys=kn, bounds=BOUNDS, epsilon=1.0,
+                                         session=s))
+    assert o["c"].to_list() == ["a", None]
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), [5.0, 3.0])
+    assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
+    np.testing.assert_allclose(to_pl(s.report().per_record)["rho"].to_numpy(),
+                               [R1, R1, R1, R1, 0.0])
+
+
+@pytest.mark.parametrize("dtype", [pl.Categorical, pl.String])
+def test_categorical_keys_and_integer_measure(make_frame, to_pl, set_noise, dtype):
+    set_noise(0.0)
+    data = {**DATA, "x": [10, -5, 250, 40, 4, 2, 3, 1, 500, 8]}
+    frame = make_frame(data, dtypes={"county": dtype, "naics": dtype, "x": pl.Int64})
+    o = to_pl(_median(frame, tabdp.Session(seed=0)))
+    assert o.select("county", "naics").rows() == key_rows(KEYS)
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), MEDIAN)
+
+
+def test_empty_frame_every_cell_is_padded(backend, to_pl, set_noise):
+    set_noise(1.0)
+    frame = pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String, "x": pl.Float64})
+    if backend == "pandas":
+        frame = frame.to_pandas()
+    elif backend == "polars_lazy":
+        frame = frame.lazy()
+    ks = tabdp.KeySet.from_dict(c=["a", "b"])
+    s = tabdp.Session(seed=0)
+    o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=(-10.0, 30.0), epsilon=1.0,
+                              session=s))
+    np.testing.assert_allclose(o["x_median"].to_numpy(), [-10.0 + 40.0] * 2, rtol=1e-12)
+    unit = SmoothSensitivityMechanism("polyplace", 1.0).unit
+    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), 40.0 * unit.std(), rtol=1e-12)
+    assert s.report().confidential_summary()["queries"][0]["rows_in_released_cells"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Clipping and the confidential report
+# ---------------------------------------------------------------------------------------------
+def test_clipping_counted_and_rows_outside_keys(make_frame, to_pl, set_noise):
+    set_noise(0.0)
+    s = tabdp.Session(seed=3)
+    frame = make_frame(DATA)
+    o = to_pl(frame.dp.quantile("x", 1.0, by=["county", "naics"], keys=KEYS, bounds=BOUNDS,
+                                epsilon=1.0, session=s))
+    # (c1,11) holds 250 (clipped to 100) and −5 (clipped to 0): its maximum is the bound
+    assert o["x_q100"].to_list()[0] == 100.0
+    frame.dp.quantile("x", 0.0, by=["county", "naics"], keys=KEYS, bounds=BOUNDS, epsilon=1.0,
+                      session=s)
+    assert to_pl(s.report().per_record).height == 10
+    o0 = to_pl(frame.dp.quantile("x", 0.0, by=["county", "naics"], keys=KEYS, bounds=(2.0, 30.0),
+                                 epsilon=1.0, session=s))
+    np.testing.assert_array_equal(o0["x_q0"].to_numpy(), [2.0, 2.0, 2.0, 30.0, 2.0, 2.0])
+    conf = s.report().confidential_summary()["queries"]
+    # 500 (outside the keys) is not counted although it is out of bounds
+    assert conf[0]["values_clipped_to_bounds"] == 2
+    assert conf[0]["rows_outside_keys"] == 2
+    assert conf[0]["rows_read"] == 10
+    assert conf[0]["rows_in_released_cells"] == 8
+    # bounds (2, 30): −5, 250, 40 and 1 are outside
+    assert conf[2]["values_clipped_to_bounds"] == 4
+    # neither the counts nor the values are in the public report
+    pub = str(s.report().to_dict())
+    assert "clipped" not in pub and "rows_outside" not in pub
+
+
+# ---------------------------------------------------------------------------------------------
+# Accounting
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("eps", [1.0, 0.3])
+def test_row_mode_losses(make_frame, to_pl, eps):
+    s = tabdp.Session(seed=4)
+    _median(make_frame(DATA), s, epsilon=eps, name="m")
+    pr = to_pl(s.report().per_record)
+    assert pr["row"].to_list() == list(range(10))
+    rho = eps * math.tanh(eps / 2.0)
+    np.testing.assert_allclose(pr["rho_m"].to_numpy(), np.where(IN_KEYS, rho, 0.0), rtol=1e-14)
+    np.testing.assert_allclose(pr["rho"].to_numpy(), np.where(IN_KEYS, rho, 0.0), rtol=1e-14)
+    np.testing.assert_allclose(pr["epsilon"].to_numpy(), np.where(IN_KEYS, eps, 0.0))
+    np.testing.assert_allclose(pr["size"].to_numpy(), np.where(IN_KEYS, 1.0, 0.0))
+    curve = s.report().to_dict()["queries"][0]["policy_curve"]
+    assert curve[0] == {"delta": 0.0, "rho": 0.0, "epsilon": 0.0}
+    assert curve[1]["epsilon"] == eps and curve[1]["rho"] == pytest.approx(rho, rel=1e-14)
+    assert curve[2]["epsilon"] == pytest.approx(10 * eps)  # 10 rows of a unit in one cell
+
+
+UNIT_DATA = {
+    "u": ["a", "a", "a", "b", "b", "b", "c", "d", "e"],
+    "county": ["c1", "c1", "c3", "c3", "c3", "c3", "c9", "c2", "c2"],
+    "naics": ["11", "11", "11", "11", "11", "11", "11", "21", "21"],
+    "x": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, None],
+}
+
+
+def test_unit_mode_group_privacy(make_frame, to_pl):
+    """A unit with k rows in a cell pays k·ε there; units in several cells pay the sum."""
+    eps = 0.4
+    s = tabdp.Session(unit="u", seed=5)
+    _median(make_frame(UNIT_DATA), s, epsilon=eps, nulls="drop", name="m")
+    pr = to_pl(s.report().per_record).sort("u")
+    got = {r["u"]: r for r in pr.iter_rows(named=True)}
+    f = lambda e: float(pure_to_zcdp(e))  # noqa: E731
+    # a: 2 rows in (c1,11) and 1 in (c3,11); b: 3 rows in (c3,11); c: outside the keys;
+    # d: 1 row in (c2,21); e: its only row is a dropped null
+    assert got["a"]["rho_m"] == pytest.approx(f(2 * eps) + f(eps), rel=1e-14)
+    assert got["a"]["epsilon"] == pytest.approx(3 * eps) and got["a"]["size"] == 2.0
+    assert got["b"]["rho_m"] == pytest.approx(f(3 * eps), rel=1e-14)
+    assert got["b"]["epsilon"] == pytest.approx(3 * eps) and got["b"]["size"] == 3.0
+    assert got["d"]["rho_m"] == pytest.approx(f(eps), rel=1e-14)
+    for u in ("c", "e"):
+        assert u not in got or got[u]["rho"] == 0.0
+    # not merely ρ(ε) per row: 2ε in one cell costs more than twice ε
+    assert f(2 * eps) > 2 * f(eps)
+
+
+def test_composes_with_sums_row_mode(make_frame, to_pl):
+    g = mech.Gaussian(sigma=20.0)
+    s = tabdp.Session(seed=6)
+    frame = make_frame(DATA)
+    frame.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, name="s")
+    _median(frame, s, name="m")
+    frame.dp.count(by=["county", "naics"], keys=KEYS, mechanism=g, session=s, name="n")
+    pr = to_pl(s.report().per_record)
+    x = np.abs(np.array(DATA["x"]))
+    rho_s = np.where(IN_KEYS, g.rho(x), 0.0)
+    rho_n = np.where(IN_KEYS, g.rho(1.0), 0.0)
+    np.testing.assert_allclose(pr["rho_s"].to_numpy(), rho_s)
+    np.testing.assert_allclose(pr["rho_m"].to_numpy(), np.where(IN_KEYS, R1, 0.0))
+    np.testing.assert_allclose(pr["rho"].to_numpy(), rho_s + rho_n + np.where(IN_KEYS, R1, 0.0))
+    total = s.report().to_dict()["total_policy_curve"][1]
+    assert total["rho"] == pytest.approx(2 * float(g.rho(1.0)) + R1)
+
+
+def test_composes_with_counts_unit_mode(make_frame, to_pl):
+    g = mech.Gaussian(sigma=2.0)
+    s = tabdp.Session(unit="u", seed=7)
+    frame = make_frame(UNIT_DATA)
+    frame.dp.count(by=["county", "naics"], keys=KEYS, mechanism=g, session=s, name="n")
+    _median(frame, s, nulls="drop", name="m")
+    pr = to_pl(s.report().per_record).sort("u")
+    got = {r["u"]: r for r in pr.iter_rows(named=True)}
+    f = lambda e: float(pure_to_zcdp(e))  # noqa: E731
+    assert got["a"]["rho"] == pytest.approx(4 / 8 + 1 / 8 + f(2.0) + f(1.0), rel=1e-12)
+    assert got["b"]["rho"] == pytest.approx(9 / 8 + f(3.0), rel=1e-12)
+    assert got["e"]["rho_m"] == 0.0 and got["e"]["rho_n"] == pytest.approx(1 / 8)
+
+
+def test_public_report_is_data_independent(make_frame):
+    reports = []
+    for seed, data in ((1, DATA), (2, {"county": ["c2"] * 3, "naics": ["21"] * 3,
+                                       "x": [1e6, -3.0, 7.0]})):
+        s = tabdp.Session(seed=seed)
+        frame = make_frame(data)
+        _median(frame, s, name="m")
+        frame.dp.quantile("x", 0.9, by=["county", "naics"], keys=KEYS, bounds=BOUNDS,
+                          epsilon=0.5, noise="laplace", session=s, name="q")
+        reports.append(s)
+    a, b = (r.report().to_dict() for r in reports)
+    assert a == b
+    q = a["queries"]
+    assert q[0]["kind"] == "median" and q[1]["kind"] == "quantile"
+    assert q[0]["measures"] == ["x_median"] and q[1]["measures"] == ["x_q90"]
+    assert q[0]["keys"]["bounds"] == [0.0, 100.0] and q[1]["keys"]["q"] == 0.9
+    m = q[0]["mechanism"]
+    assert m["family"] == "smooth_sensitivity"
+    assert m["params"] == {"noise": "polyplace", "epsilon": 1.0, "gamma": GAMMA_DEFAULT,
+                           "delta": None, "shape": None}
+    assert m["unit_noise"] == {"name": "polyplace", "s": 3.0, "alpha": 3.0}
+    assert m["guarantee"] == {"type": "pure", "epsilon": 1.0, "delta": 0.0}
+    lap = q[1]["mechanism"]
+    assert lap["params"]["noise"] == "laplace" and lap["params"]["delta"] == 1e-5
+    assert lap["guarantee"] == {"type": "approximate", "epsilon": 0.5, "delta": 1e-5}
+    assert q[1]["policy_curve"][1]["epsilon"] is None  # not pure: no finite ε per record
+    # the confidential parts do differ
+    ca, cb = (r.report().confidential_summary()["queries"] for r in reports)
+    assert ca != cb
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise families
+# ---------------------------------------------------------------------------------------------
+FAMILIES = [("polyplace", None), ("polyplace", 0.05), ("student_t", None), ("student_t", 0.1),
+            ("cauchy", None), ("laplace", None), ("laplace", 0.02)]
+
+
+@pytest.mark.parametrize("noise, gamma", FAMILIES)
+def test_noise_families_run(make_frame, to_pl, noise, gamma):
+    s = tabdp.Session(seed=8)
+    o = to_pl(_median(make_frame(DATA), s, noise=noise, gamma=gamma, name="m"))
+    m = SmoothSensitivityMechanism(noise, 1.0, gamma)
+    ss = np.array([brute_ss(c, 0.5, m.gamma) for c in CELLS])
+    assert o.height == len(KEYS) and np.all(np.isfinite(o["x_median"].to_numpy()))
+    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), ss * m.unit.std(), rtol=1e-12)
+    np.testing.assert_allclose(o["x_median_moe"].to_numpy(), ss * m.unit.interval_halfwidth(0.9),
+                               rtol=1e-12)
+    assert np.all(np.isfinite(o["x_median_sd"].to_numpy()))
+    pub = s.report().to_dict()["queries"][0]["mechanism"]
+    assert pub["params"]["noise"] == noise and pub["params"]["gamma"] == m.gamma
+    pr = to_pl(s.report().per_record)
+    if noise == "laplace":  # approximate DP: no finite per-record ε
+        assert pub["guarantee"]["type"] == "approximate"
+        assert np.all(np.isinf(pr["epsilon"].to_numpy()[IN_KEYS]))
+        assert np.all(np.isinf(pr["rho"].to_numpy()[IN_KEYS]))
+        assert np.all(pr["epsilon"].to_numpy()[~IN_KEYS] == 0.0)
+        conf = s.report().confidential_summary()  # quantiles of infinite losses are inf, not NaN
+        assert conf["rho_max"] == conf["rho_q0.5"] == conf["rho_q0.999"] == math.inf
+    else:
+        assert pub["guarantee"] == {"type": "pure", "epsilon": 1.0, "delta": 0.0}
+        np.testing.assert_allclose(pr["rho"].to_numpy(), np.where(IN_KEYS, R1, 0.0))
+
+
+@pytest.mark.parametrize("level", [0.5, 0.95, 0.99])
+def test_moe_level(make_frame, to_pl, level):
+    s = tabdp.Session(seed=9)
+    o = to_pl(_median(make_frame(DATA), s, level=level, noise="student_t"))
+    unit = SmoothSensitivityMechanism("student_t", 1.0).unit
+    h = o["x_median_moe"].to_numpy() / np.array([brute_ss(c, 0.5, 0.15) for c in CELLS])
+    np.testing.assert_allclose(unit.cdf(h) - unit.cdf(-h), level, rtol=1e-9)
+    assert s.report().to_dict()["queries"][0]["moe_level"] == level
+
+
+def test_polyplace_gamma_above_half_epsilon_has_infinite_sd(make_frame, to_pl):
+    o = to_pl(_median(make_frame(DATA), tabdp.Session(seed=9), gamma=0.6))
+    assert np.all(np.isinf(o["x_median_sd"].to_numpy()))
+    assert np.all(np.isfinite(o["x_median_moe"].to_numpy()) & (o["x_median_moe"] > 0).to_numpy())
+
+
+def test_laplace_refused_by_a_budget(make_frame, snapshot):
+    s = tabdp.Session(seed=10, budget=100.0)
+    before = snapshot(s)
+    with pytest.raises(tabdp.BudgetExceededError):
+        _median(make_frame(DATA), s, noise="laplace")
+    assert snapshot(s) == before
+
+
+def test_budget_refuses_before_noise(make_frame, snapshot):
+    s = tabdp.Session(seed=10, budget=0.5)
+    _median(make_frame(DATA), s)  # ρ = 0.462 per row: within 0.5
+    before = snapshot(s)
+    with pytest.raises(tabdp.BudgetExceededError):
+        _median(make_frame(DATA), s, epsilon=0.3)
+    assert snapshot(s) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: right error class, nothing recorded, no noise drawn
+# ---------------------------------------------------------------------------------------------
+def _session_with_one_release(frame):
+    s = tabdp.Session(seed=13)
+    _median(frame, s)
+    return s
+
+
+BAD_ARGS = {
+    "bounds-reversed": dict(bounds=(5.0, 1.0)),
+    "bounds-equal": dict(bounds=(1.0, 1.0)),
+    "bounds-inf": dict(bounds=(0.0, math.inf)),
+    "bounds-nan": dict(bounds=(math.nan, 1.0)),
+    "bounds-str": dict(bounds="x"),
+    "bounds-str-pair": dict(bounds=("0", "10")),
+    "bounds-one": dict(bounds=(0.0,)),
+    "bounds-three": dict(bounds=(0.0, 1.0, 2.0)),
+    "bounds-none": dict(bounds=None),
+    "q-neg": dict(q=-0.1),
+    "q-big": dict(q=1.5),
+    "q-nan": dict(q=math.nan),
+    "q-str": dict(q="0.5"),
+    "eps-0": dict(epsilon=0.0),
+    "eps-neg": dict(epsilon=-1.0),
+    "eps-inf": dict(epsilon=math.inf),
+    "eps-nan": dict(epsilon=math.nan),
+    "eps-str": dict(epsilon="1"),
+    "noise-unknown": dict(noise="gaussian"),
+    "noise-none": dict(noise=None),
+    "gamma-0": dict(gamma=0.0),
+    "gamma-neg": dict(gamma=-0.1),
+    "polyplace-gamma-eps": dict(gamma=1.0),
+    "polyplace-gamma-big": dict(gamma=1.5),
+    "student_t-gamma-limit": dict(noise="student_t", gamma=1.0),
+    "student_t-no-finite-sd": dict(noise="student_t", gamma=0.4),
+    "cauchy-gamma-limit": dict(noise="cauchy", gamma=0.5),
+    "laplace-gamma-limit": dict(noise="laplace", gamma=0.09),
+    "laplace-delta-0": dict(noise="laplace", delta=0.0),
+    "laplace-delta-1": dict(noise="laplace", delta=1.0),
+    "delta-for-pure": dict(delta=1e-5),
+    "keys-columns": dict(keys=tabdp.KeySet.from_dict(county=["c1"])),
+    "keys-dict": dict(keys={"county": ["c1"], "naics": ["11"]}),
+    "by-short": dict(by=["county"]),
+    "level-0": dict(level=0.0),
+    "level-1.5": dict(level=1.5),
+    "nulls": dict(nulls="ignore"),
+    "session": dict(session="new"),
+    "name": dict(name="bad name!"),
+    "name-taken": dict(name="q1_median"),
+    "column-list": dict(column=["x"]),
+}
+
+
+@pytest.mark.parametrize("call", list(BAD_ARGS.values()), ids=list(BAD_ARGS))
+def test_bad_arguments(make_frame, snapshot, call):
+    frame = make_frame(DATA)
+    s = _session_with_one_release(frame)
+    before = snapshot(s)
+    kw = dict(column="x", q=0.9, by=["county", "naics"], keys=KEYS, bounds=BOUNDS, epsilon=1.0,
+              session=s)
+    kw.update(call)
+    column, q = kw.pop("column"), kw.pop("q")
+    with pytest.raises(tabdp.InvalidParameterError) as info:
+        frame.dp.quantile(column, q, **kw)
+    assert isinstance(info.value, ValueError)
+    if "q" not in call:  # the same through dp.median
+        with pytest.raises(tabdp.InvalidParameterError):
+            frame.dp.median(column, **kw)
+    assert snapshot(s) == before
+
+
+def test_bounds_message_is_helpful(make_frame):
+    with pytest.raises(tabdp.InvalidParameterError, match=r"(?s)low < high.*clipped"):
+        _median(make_frame(DATA), tabdp.Session(seed=0), bounds=(5.0, 1.0))
+
+
+def test_non_numeric_and_boolean_measures(make_frame, snapshot):
+    s = _session_with_one_release(make_frame(DATA))
+    before = snapshot(s)
+    for x in (["1"] * 10, [True, False] * 5):
+        with pytest.raises(tabdp.ColumnTypeError) as info:
+            _median(make_frame({**DATA, "x": x}), s)
+        assert isinstance(info.value, TypeError) and "'x'" in str(info.value)
+    assert snapshot(s) == before
+
+
+def test_missing_columns(make_frame, snapshot):
+    s = _session_with_one_release(make_frame(DATA))
+    before = snapshot(s)
+    with pytest.raises(tabdp.ColumnNotFoundError) as info:
+        make_frame(DATA).dp.median("xx", by=["county", "naics"], keys=KEYS, bounds=BOUNDS,
+                                   epsilon=1.0, session=s)
+    assert isinstance(info.value, KeyError) and "did you mean 'x'" in str(info.value)
+    with pytest.raises(tabdp.ColumnNotFoundError):
+        make_frame({k: v for k, v in DATA.items() if k != "naics"}).dp.median(
+            "x", by=["county", "naics"], keys=KEYS, bounds=BOUNDS, epsilon=1.0, session=s)
+    su = tabdp.Session(unit="estab", seed=0)
+    with pytest.raises(tabdp.ColumnNotFoundError, match="estab"):
+        _median(make_frame(DATA), su)
+    assert snapshot(s) == before and len(su.records) == 0
+
+
+NULLY = {
+    "county": ["c1", "c1", "c1", "c1", "c3", "c3"],
+    "naics": ["11"] * 6,
+    "x": [50.0, None, 30.0, 40.0, math.nan, 70.0],
+}
+NULL_BOUNDS = (5.0, 100.0)
+
+
+def test_nulls_error(make_frame, snapshot):
+    frame = make_frame(NULLY)
+    s = tabdp.Session(seed=14)
+    before = snapshot(s)
+    with pytest.raises(tabdp.DataValidationError) as info:
+        _median(frame, s, bounds=NULL_BOUNDS)
+    assert isinstance(info.value, ValueError) and "'x' has 2 missing" in str(info.value)
+    assert snapshot(s) == before and len(s.records) == 0
+
+
+@pytest.mark.parametrize("nulls", ["error", "zero", "drop"])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_infinite_values_refused_under_every_policy(make_frame, snapshot, nulls, bad):
+    s = tabdp.Session(seed=15)
+    before = snapshot(s)
+    with pytest.raises(tabdp.DataValidationError, match="infinite"):
+        _median(make_frame({**DATA, "x": [bad, *DATA["x"][1:]]}), s, nulls=nulls)
+    assert snapshot(s) == before
+
+
+def test_nulls_zero(make_frame, to_pl, set_noise):
+    set_noise(0.0)
+    s = tabdp.Session(seed=16)
+    o = to_pl(_median(make_frame(NULLY), s, bounds=NULL_BOUNDS, nulls="zero", name="m"))
+    # (c1,11): [50, 0→5, 30, 40] → 30; (c3,11): [0→5, 70] → 5
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), [30.0, 5.0, 5.0, 5.0, 5.0, 5.0])
+    conf = s.report().confidential_summary()["queries"][0]
+    assert conf["missing_values_zero:x"] == 2
+    assert conf["values_clipped_to_bounds"] == 2  # the two zeros are below the low bound
+    assert conf["rows_in_released_cells"] == 6
+    np.testing.assert_allclose(to_pl(s.report().per_record)["rho_m"].to_numpy(), [R1] * 6)
+    assert s.report().to_dict()["queries"][0]["null_policy"] == "zero"
+
+
+def test_nulls_drop(make_frame, to_pl, set_noise):
+    set_noise(0.0)
+    s = tabdp.Session(seed=17)
+    o = to_pl(_median(make_frame(NULLY), s, bounds=NULL_BOUNDS, nulls="drop", name="m"))
+    # (c1,11): [50, 30, 40] → 40; (c3,11): [70] → 70
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), [40.0, 5.0, 5.0, 5.0, 70.0, 5.0])
+    conf = s.report().confidential_summary()["queries"][0]
+    assert conf["missing_values_drop:x"] == 2
+    assert conf["values_clipped_to_bounds"] == 0
+    assert conf["rows_in_released_cells"] == 4
+    pr = to_pl(s.report().per_record)
+    assert pr["row"].to_list() == list(range(6))
+    np.testing.assert_allclose(pr["rho_m"].to_numpy(), [R1, 0.0, R1, R1, 0.0, R1])
+
+
+def test_other_refusals(make_frame, snapshot):
+    # a row-mode session must see the same rows in every call
+    s = _session_with_one_release(make_frame(DATA))
+    before = snapshot(s)
+    with pytest.raises(tabdp.InvalidParameterError, match="10 rows"):
+        _median(make_frame(NULLY), s, nulls="drop")
+    # the unit column can be neither the measure nor a key
+    for unit in ("county", "x"):
+        su = tabdp.Session(unit=unit, seed=0)
+        with pytest.raises(tabdp.InvalidParameterError):
+            _median(make_frame(DATA), su)
+        assert len(su.records) == 0
+    # null unit ids
+    su = tabdp.Session(unit="u", seed=0)
+    with pytest.raises(tabdp.DataValidationError, match="'u'"):
+        _median(make_frame({**DATA, "u": [1, None] * 5}), su)
+    # an output column would overwrite a key
+    ks = tabdp.KeySet.from_dict(x_median=["a"])
+    with pytest.raises(tabdp.InvalidParameterError, match="clash"):
+        make_frame({"x_median": ["a"], "x": [1.0]}).dp.median(
+            "x", by="x_median", keys=ks, bounds=BOUNDS, epsilon=1.0, session=s)
+    assert snapshot(s) == before
+    # not a frame at all
+    with pytest.raises(tabdp.UnsupportedBackendError):
+        quantile_release({"c": ["a"], "x": [1.0]}, column="x", q=0.5, median=True, by="c",
+                         keys=tabdp.KeySet.from_dict(c=["a"]), bounds=BOUNDS, epsilon=1.0)
+
+
+def test_one_off_session(make_frame):
+    _median(make_frame(DATA), None, name="solo")
+    last = tabdp.last_session()
+    assert [r.name for r in last.records] == ["solo"]
+    assert last.report().to_dict()["session"]["randomness"] == "secure (OS CSPRNG)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Smooth-sensitivity floor
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bounds, value", [((0.0, 10.0), 5.0), ((1e9, 1e9 + 10.0), 1e9 + 5.0)],
+                         ids=["near-0", "far-from-0"])
+@pytest.mark.parametrize("gamma", [0.9, 0.45])
+def test_ss_floor_keeps_noise_in_huge_identical_cells(make_frame, to_pl, bounds, value, gamma):
+    """10,000 identical values: SS = span·e^{−γ·5000} underflows to 0; the floor keeps noise."""
+    lo, hi = bounds
+    n = 10_000
+    assert smooth_sensitivity_quantile([value] * n, 0.5, gamma, bounds) == 0.0  # it underflows
+    frame = make_frame({"c": ["a"] * n, "x": [value] * n})
+    ks = tabdp.KeySet.from_dict(c=["a"])
+    o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, gamma=gamma,
+                              session=tabdp.Session(seed=18)))
+    est, sd, moe = o.row(0)[1:]
+    assert est != value  # the noise is there, and not lost to rounding
+    assert abs(est - value) < 1e-6 * max(abs(lo), hi - lo)
+    assert sd > 0 and moe > 0
+    unit = SmoothSensitivityMechanism("polyplace", 1.0, gamma).unit
+    floor = SS_FLOOR * max(hi - lo, abs(lo), abs(hi))
+    assert moe == pytest.approx(floor * unit.interval_halfwidth(0.9), rel=1e-12)
+    if gamma < 0.5:
+        assert sd == pytest.approx(floor * unit.std(), rel=1e-12)
+    else:
+        assert sd == math.inf  # PolyPlace with γ ≥ ε/2 has no finite variance
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics over many cells (fixed seeds)
+# ---------------------------------------------------------------------------------------------
+N_CELLS = 2000
+CELL_VALUES = [10.0 * k for k in range(1, 12)] + [-50.0, 5000.0]  # two clipped values per cell
+STAT_BOUNDS = (0.0, 1000.0)
+
+
+@pytest.mark.parametrize("noise, gamma, check_sd", [
+    ("polyplace", 0.1, True),      # α = 10: a light enough tail for the sample sd
+    ("laplace", None, True),
+    ("polyplace", None, False),    # α = 3: finite variance, infinite 4th moment
+    ("student_t", None, False),
+    ("cauchy", None, False),
+])
+def test_noise_law_sd_and_coverage_over_many_cells(make_frame, to_pl, noise, gamma, check_sd):
+    k = len(CELL_VALUES)
+    data = {"cell": np.repeat(np.arange(N_CELLS), k).tolist(),
+            "x": CELL_VALUES * N_CELLS}
+    ks = tabdp.KeySet.from_dict(cell=list(range(N_CELLS)))
+    s = tabdp.Session(seed=19)
+    o = to_pl(make_frame(data).dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS,
+                                         epsilon=1.0, noise=noise, gamma=gamma, session=s))
+    m = SmoothSensitivityMechanism(noise, 1.0, gamma)
+    truth = true_quantile(CELL_VALUES, 0.5, STAT_BOUNDS)
+    assert truth == 60.0
+    ss = brute_ss(CELL_VALUES, 0.5, m.gamma, STAT_BOUNDS)
+    est = o["x_median"].to_numpy()
+    sd = o["x_median_sd"].to_numpy()
+    moe = o["x_median_moe"].to_numpy()
+    np.testing.assert_allclose(sd, ss * m.unit.std(), rtol=1e-12)
+    # (estimate − truth)/SS follows the unit noise law, and not a rescaled one
+    z = (est - truth) / ss
+    assert_ks_fits(z, m.unit.cdf)
+    assert_power(z, scaled_cdfs(m.unit.cdf))  # scale × 0.7 and × 1.3
+    if check_sd:
+        assert np.std(est) == pytest.approx(sd[0], rel=0.10)
+        assert abs(np.mean(est) - truth) < 4 * sd[0] / math.sqrt(N_CELLS)
+    cover = np.mean(np.abs(est - truth) <= moe)
+    assert abs(cover - 0.9) <= 3 * math.sqrt(0.9 * 0.1 / N_CELLS)
+    assert s.report().confidential_summary()["queries"][0]["values_clipped_to_bounds"] == \
+        2 * N_CELLS
