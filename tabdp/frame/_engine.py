@@ -14,7 +14,7 @@ import difflib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import narwhals as nw
 import numpy as np
@@ -270,6 +270,40 @@ def _place_on_keys(agg: pl.DataFrame, keys: KeySet, by: list[str],
     return table, rows_outside, cells_outside
 
 
+class _Opened(NamedTuple):
+    session: Session
+    one_off: bool
+    name: str
+    frame: Any
+    lazy: bool
+    backend: str
+    schema: Any
+
+
+def _open_release(native: Any, session: Session | None, name: str | None, kind: str,
+                  measures: list[str], by: list[str]) -> _Opened:
+    """Session, release name, narwhals frame and checked schema of a release (no data read)."""
+    one_off = session is None
+    sess = Session() if session is None else session
+    qname = sess._name(name, kind)  # validate before any data pass or noise draw
+    unit = sess.unit
+    if unit is not None and (unit in by or unit in measures):
+        raise InvalidParameterError(
+            f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
+            "Hint: the unit identifies who contributes; group and measure other columns.")
+    try:
+        frame = nw.from_native(native)
+    except TypeError as err:
+        raise UnsupportedBackendError(
+            f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
+            f"{type(native).__name__}.") from err
+    lazy = isinstance(frame, nw.LazyFrame)
+    backend = "pandas" if frame.implementation == nw.Implementation.PANDAS else "polars"
+    schema = frame.collect_schema()
+    _schema_checks(schema, measures, by, unit)
+    return _Opened(sess, one_off, qname, frame, lazy, backend, schema)
+
+
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
                     by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
@@ -308,25 +342,10 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     measure_list = _as_list(measures, "columns") if kind == "sum" else []
     by_list = _as_list(by, "by")
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
-    one_off = session is None
-    sess = Session() if session is None else session
-    qname = sess._name(name, kind)  # validate before any data pass or noise draw
+    sess, one_off, qname, frame, lazy, backend, schema = _open_release(
+        native, session, name, kind, measure_list, by_list)
     unit = sess.unit
-    if unit is not None and (unit in by_list or unit in measure_list):
-        raise InvalidParameterError(
-            f"the unit column {unit!r} cannot also be a measure or a group-by key.")
-
-    try:
-        frame = nw.from_native(native)
-    except TypeError as err:
-        raise UnsupportedBackendError(
-            f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
-            f"{type(native).__name__}.") from err
-    lazy = isinstance(frame, nw.LazyFrame)
     impl = frame.implementation
-    backend = "pandas" if impl == nw.Implementation.PANDAS else "polars"
-    schema = frame.collect_schema()
-    _schema_checks(schema, measure_list, by_list, unit)
 
     # One pass of value checks, before anything else is computed.
     checks = _value_checks(frame, schema, measure_list, unit, nulls, lazy)

@@ -11,19 +11,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import narwhals as nw
 import numpy as np
 import polars as pl
 
 from tabdp._validation import check_real
-from tabdp.exceptions import DataValidationError, InvalidParameterError, UnsupportedBackendError
+from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.frame._engine import (
     _ROWS,
     _align_keys,
     _as_list,
     _check_args,
     _collect_polars,
-    _schema_checks,
+    _open_release,
     _value_checks,
 )
 from tabdp.frame.keys import KeySet
@@ -226,23 +225,9 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     if clash:
         raise InvalidParameterError(
             f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
-    one_off = session is None
-    sess = Session() if session is None else session
+    sess, one_off, qname, frame, lazy, backend, schema = _open_release(
+        native, session, name, "median" if median else "quantile", [column], by_list)
     unit = sess.unit
-    qname = sess._name(name, "median" if median else "quantile")
-    if unit is not None and (unit in by_list or unit == column):
-        raise InvalidParameterError(
-            f"the unit column {unit!r} cannot also be the measure or a group-by key.")
-    try:
-        frame = nw.from_native(native)
-    except TypeError as err:
-        raise UnsupportedBackendError(
-            f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
-            f"{type(native).__name__}.") from err
-    lazy = isinstance(frame, nw.LazyFrame)
-    backend = "pandas" if frame.implementation == nw.Implementation.PANDAS else "polars"
-    schema = frame.collect_schema()
-    _schema_checks(schema, [column], by_list, unit)
     checks = _value_checks(frame, schema, [column], unit, nulls, lazy)
     n_rows = checks[_ROWS]
     if unit is None:
