@@ -237,37 +237,21 @@ def _place_on_keys(agg: pl.DataFrame, keys: KeySet, by: list[str],
     Returns the table (absent cells filled with 0), the number of rows in cells outside the
     key set and the number of such cells.
     """
-    keys_pl = keys.to_polars()
     if not by:
         return agg.select(value_cols), 0, 0
-    domains = keys._domains
-    if domains is not None and not any(d.null_count() for d in domains) and len(keys_pl):
-        # Cross product: cell index = mixed-radix number of per-column codes.
-        idx = np.zeros(agg.height, dtype=np.int64)
-        inside = np.ones(agg.height, dtype=bool)
-        for dom in domains:
-            codes = agg[dom.name].replace_strict(
-                dom, pl.int_range(len(dom), dtype=pl.Int64, eager=True), default=-1,
-                return_dtype=pl.Int64).fill_null(-1).to_numpy()
-            inside &= codes >= 0
-            idx = idx * len(dom) + codes
-        n_keys = len(keys_pl)
-        placed = []
-        for c in value_cols:
-            src = agg[c]
-            if not src.dtype.is_integer():  # floats, and Decimal sums (no truncation)
-                src = src.cast(pl.Float64)
-            arr = np.zeros(n_keys, dtype=np.int64 if src.dtype.is_integer() else np.float64)
-            arr[idx[inside]] = src.to_numpy()[inside]
-            placed.append(pl.Series(c, arr))
-        rows_outside = int(agg[_ROWS].to_numpy()[~inside].sum())
-        return keys_pl.with_columns(placed), rows_outside, int((~inside).sum())
-    table = keys_pl.join(agg, on=by, how="left", maintain_order="left", nulls_equal=True)
-    matched = table[_ROWS].drop_nulls()
-    rows_outside = int(agg[_ROWS].sum()) - int(matched.sum())
-    cells_outside = agg.height - matched.len()
-    table = table.with_columns(pl.col(c).fill_null(0) for c in value_cols)
-    return table, rows_outside, cells_outside
+    keys_pl = keys.to_polars()
+    idx = keys.cell_index(agg)
+    inside = idx >= 0
+    placed = []
+    for c in value_cols:
+        src = agg[c]
+        if not src.dtype.is_integer():  # floats, and Decimal sums (no truncation)
+            src = src.cast(pl.Float64)
+        arr = np.zeros(len(keys_pl), dtype=np.int64 if src.dtype.is_integer() else np.float64)
+        arr[idx[inside]] = src.to_numpy()[inside]
+        placed.append(pl.Series(c, arr))
+    rows_outside = int(agg[_ROWS].to_numpy()[~inside].sum())
+    return keys_pl.with_columns(placed), rows_outside, int((~inside).sum())
 
 
 class _Opened(NamedTuple):

@@ -149,28 +149,6 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
         "bounds=(0.0, 1e9) for payroll; values outside them are clipped.")
 
 
-def _cell_codes(data: pl.DataFrame, keys: KeySet, by: list[str]) -> np.ndarray:
-    """Index of each row's cell in the key set (−1 outside)."""
-    keys_pl = keys.to_polars()
-    if not by:
-        return np.zeros(data.height, dtype=np.int64)
-    domains = keys._domains
-    if domains is not None and not any(d.null_count() for d in domains):
-        idx = np.zeros(data.height, dtype=np.int64)
-        inside = np.ones(data.height, dtype=bool)
-        for dom in domains:
-            codes = data[dom.name].replace_strict(
-                dom, pl.int_range(len(dom), dtype=pl.Int64, eager=True), default=-1,
-                return_dtype=pl.Int64).fill_null(-1).to_numpy()
-            inside &= codes >= 0
-            idx = idx * len(dom) + codes
-        return np.where(inside, idx, -1)
-    indexed = keys_pl.with_row_index("__tabdp_key")
-    joined = data.select(by).join(indexed, on=by, how="left", maintain_order="left",
-                                  nulls_equal=True)
-    return joined["__tabdp_key"].fill_null(-1).cast(pl.Int64).to_numpy()
-
-
 def quantile_release(native: Any, *, column: str, q: float, median: bool,
                      by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
                      noise: str = "polyplace", gamma: float | None = None,
@@ -239,7 +217,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         raise DataValidationError(
             "the frame changed between two evaluations (row count); collect it once first.")
     data = _align_keys(data, keys.to_polars(), by_list)
-    codes = _cell_codes(data, keys, by_list)
+    codes = keys.cell_index(data) if by_list else np.zeros(data.height, dtype=np.int64)
     values = data[column].cast(pl.Float64).to_numpy()
     missing = np.isnan(values)
     keep = codes >= 0

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import narwhals as nw
+import numpy as np
 import polars as pl
 
 from tabdp.exceptions import (
@@ -27,8 +28,6 @@ __all__ = ["KeySet"]
 
 def _cross(domains: list[pl.Series]) -> pl.DataFrame:
     """Cross product of domains, first column slowest (mixed-radix order)."""
-    import numpy as np
-
     sizes = [len(d) for d in domains]
     total = int(np.prod(sizes)) if sizes else 0
     cols = []
@@ -230,6 +229,42 @@ class KeySet:
                           domains=doms)
         return KeySet(self._df.select(list(columns)).unique(maintain_order=True),
                       from_data=self.from_data, source=self.source)
+
+    def cell_index(self, frame: pl.DataFrame) -> np.ndarray:
+        """Position in this key set of each row's key (−1 for keys outside it).
+
+        Cross products of domains are coded by mixed-radix arithmetic on per-column codes (small
+        lookups, no join on the full key table); other key sets use a join on the indexed keys.
+        The frame's key columns must already have the key set's dtypes. Null keys match null
+        keys.
+
+        Args:
+            frame: A Polars frame holding the key columns.
+
+        Returns:
+            int64 positions, one per row.
+
+        Example:
+            >>> import polars as pl
+            >>> ks = KeySet.from_dict(a=["x", "y"], b=[1, 2, 3])
+            >>> ks.cell_index(pl.DataFrame({"a": ["y", "z"], "b": [3, 1]})).tolist()
+            [5, -1]
+        """
+        domains = self._domains
+        if domains is not None and not any(d.null_count() for d in domains):
+            idx = np.zeros(frame.height, dtype=np.int64)
+            inside = np.ones(frame.height, dtype=bool)
+            for dom in domains:
+                codes = frame[dom.name].replace_strict(
+                    dom, pl.int_range(len(dom), dtype=pl.Int64, eager=True), default=-1,
+                    return_dtype=pl.Int64).fill_null(-1).to_numpy()
+                inside &= codes >= 0
+                idx = idx * len(dom) + codes
+            return np.where(inside, idx, -1)
+        indexed = self._df.with_row_index("__tabdp_key")
+        joined = frame.select(self.columns).join(indexed, on=self.columns, how="left",
+                                                 maintain_order="left", nulls_equal=True)
+        return joined["__tabdp_key"].fill_null(-1).cast(pl.Int64).to_numpy()
 
     # -- access -------------------------------------------------------------------------------
     @property
