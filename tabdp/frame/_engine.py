@@ -418,9 +418,12 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     # Noise: only now, after every check passed.
     out_cols: dict[str, Any] = {}
     released = measure_list if kind == "sum" else ["count"]
+    joint = kind == "sum" and bool(getattr(mechanism, "joint", False))
     for m in released:
         truth = table[m if kind == "sum" else _ROWS].cast(pl.Float64).to_numpy()
-        rv = mechanism.release_table(truth, sess.rng, level)
+        # A joint (vector) mechanism releases each measure with its own scaled noise.
+        mech_m = mechanism.measure_mechanism(m) if joint else mechanism  # type: ignore[attr-defined]
+        rv = mech_m.release_table(truth, sess.rng, level)
         out_cols[m] = rv.estimate
         out_cols[f"{m}_sd"] = rv.sd
         out_cols[f"{m}_moe"] = rv.moe
@@ -445,8 +448,38 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     return out.to_pandas() if backend == "pandas" else out
 
 
-def _policy(mechanism: Mechanism, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return mechanism.rho(delta), mechanism.epsilon(delta)
+class _Policy:
+    """Per-record policy of one release: ρ, ε and (approximate-DP mechanisms) ε_a, δ_a.
+
+    A joint (vector) mechanism charges a unit once per cell at the norm of its weighted
+    contribution vector; other mechanisms charge once per measure.
+    """
+
+    def __init__(self, mechanism: Mechanism, measures: list[str]) -> None:
+        self.mechanism = mechanism
+        self.measures = measures
+        self.joint = bool(getattr(mechanism, "joint", False)) and len(measures) > 0
+        self.approx = mechanism.dp_delta is not None
+        self.guarantee = UnitLosses.guarantee_of(mechanism)
+
+    def deltas(self, columns: list[np.ndarray]) -> list[np.ndarray]:
+        """Sensitivities charged: one array per measure, or the joint norm."""
+        if self.joint:
+            return [np.asarray(self.mechanism.norm(  # type: ignore[attr-defined]
+                dict(zip(self.measures, columns, strict=True))), dtype=np.float64)]
+        return [np.abs(c) for c in columns]
+
+    def __call__(self, d: np.ndarray) -> tuple[np.ndarray, ...]:
+        r, e = self.mechanism.rho(d), self.mechanism.epsilon(d)
+        if not self.approx:
+            return r, e
+        ea, da = self.mechanism.approx_policy(d)
+        return r, e, ea, da
+
+    def losses(self, units: Any, parts: tuple[np.ndarray, ...]) -> UnitLosses:
+        if self.approx:
+            return UnitLosses(units, parts[0], parts[1], parts[2], "approx", parts[3], parts[4])
+        return UnitLosses(units, parts[0], parts[1], parts[2], self.guarantee)
 
 
 def _rows_consistent(agg: pl.DataFrame, expected: tuple[int, int]) -> bool:
@@ -480,11 +513,12 @@ def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], key
                 mechanism: Mechanism, kind: str, nulls: str, n_rows: int, rows_outside: int,
                 rows_released: int, needs_index: bool, lazy: bool, impl: Any) -> UnitLosses:
     """Each row is a unit: its Δ in its cell is |value| (sum) or 1 (count)."""
+    policy = _Policy(mechanism, measures if kind == "sum" else [])
     if kind == "count" and rows_outside == 0:
         # Every row pays the policy at Δ = 1: constant (read-only broadcast, no memory).
-        r, e = _policy(mechanism, np.ones(1))
-        return UnitLosses(None, np.broadcast_to(r[0], (n_rows,)),
-                          np.broadcast_to(e[0], (n_rows,)), np.broadcast_to(1.0, (n_rows,)))
+        one = policy(np.ones(1))
+        parts = (one[0], one[1], np.ones(1), *one[2:])
+        return policy.losses(None, tuple(np.broadcast_to(p[0], (n_rows,)) for p in parts))
     if rows_outside == 0 and not needs_index:
         vals = _collect_polars(_apply_nulls(frame, schema, measures, nulls).select(*measures),
                                lazy)
@@ -523,53 +557,56 @@ def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], key
         if idx.size != rows_released or (idx.size and idx.max() >= n_rows):
             _frame_changed(n_rows, idx.size, "read for the accounting (rows in released cells: "
                            f"{rows_released} when aggregated)")
-    rho = np.zeros(n_rows)
-    eps = np.zeros(n_rows)
-    size = np.zeros(n_rows)
     if kind == "count":
-        r, e = _policy(mechanism, np.ones(1))
-        rho[idx] = r[0]
-        eps[idx] = e[0]
-        size[idx] = 1.0
-        return UnitLosses(None, rho, eps, size)
-    part_rho, part_eps, part_size = _sum_losses(
-        mechanism, [vals[m].cast(pl.Float64).to_numpy() for m in measures])
+        one = policy(np.ones(1))
+        parts = (one[0], one[1], np.ones(1), *one[2:])
+        full = []
+        for p in parts:
+            arr = np.zeros(n_rows)
+            arr[idx] = p[0]
+            full.append(arr)
+        return policy.losses(None, tuple(full))
+    got = _sum_losses(policy, [vals[m].cast(pl.Float64).to_numpy() for m in measures])
     if idx is None:
-        return UnitLosses(None, part_rho, part_eps, part_size)
-    rho[idx] = part_rho
-    eps[idx] = part_eps
-    size[idx] = part_size
-    return UnitLosses(None, rho, eps, size)
+        return policy.losses(None, got)
+    full = []
+    for p in got:
+        arr = np.zeros(n_rows)
+        arr[idx] = p
+        full.append(arr)
+    return policy.losses(None, tuple(full))
 
 
 _PARALLEL_MIN = 1 << 18
 _BLOCK = 1 << 16
 
 
-def _sum_losses(mechanism: Mechanism, columns: list[np.ndarray]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Σ over measures of ρ(|x|), ε(|x|), and max |x|, elementwise over rows.
+def _sum_losses(policy: _Policy, columns: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Σ over charged sensitivities of ρ, ε (and ε_a, δ_a), and max |x|, elementwise over rows.
 
     Policies are elementwise numpy code, which releases the GIL: large inputs are split into
     one chunk per core and evaluated in threads.
     """
     n = columns[0].shape[0] if columns else 0
-    rho = np.empty(n)
-    eps = np.empty(n)
-    size = np.empty(n)
+    k = 5 if policy.approx else 3
+    out = tuple(np.empty(n) for _ in range(k))
 
     def block(lo: int, hi: int) -> None:
+        cols = [c[lo:hi] for c in columns]
+        size = out[2]
+        size[lo:hi] = np.abs(cols[0])
+        for c in cols[1:]:
+            np.maximum(size[lo:hi], np.abs(c), out=size[lo:hi])
         first = True
-        for col in columns:
-            d = np.abs(col[lo:hi])
-            r, e = _policy(mechanism, d)
-            if first:
-                rho[lo:hi], eps[lo:hi], size[lo:hi] = r, e, d
-                first = False
-            else:
-                rho[lo:hi] += r
-                eps[lo:hi] += e
-                np.maximum(size[lo:hi], d, out=size[lo:hi])
+        for d in policy.deltas(cols):
+            vals = policy(d)
+            targets = (out[0], out[1], *out[3:])
+            for t, v in zip(targets, vals, strict=True):
+                if first:
+                    t[lo:hi] = v
+                else:
+                    t[lo:hi] += v
+            first = False
 
     def work(lo: int, hi: int) -> None:
         # Blocks small enough to stay in cache across the policy's many elementwise passes.
@@ -583,26 +620,32 @@ def _sum_losses(mechanism: Mechanism, columns: list[np.ndarray]
         bounds = np.linspace(0, n, workers + 1).astype(int)
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(work, bounds[:-1], bounds[1:]))
-    return rho, eps, size
+    return out
 
 
 def _unit_losses(contrib: pl.DataFrame, keys_pl: pl.DataFrame, unit: str, measures: list[str],
                  by: list[str], mechanism: Mechanism, kind: str) -> UnitLosses:
     """A unit's Δ in a cell is |sum of its rows there| (sum) or its number of rows (count)."""
+    policy = _Policy(mechanism, measures if kind == "sum" else [])
     inside = contrib.join(keys_pl, on=by, how="semi", nulls_equal=True) if by else contrib
     n = inside.height
-    rho = np.zeros(n)
-    eps = np.zeros(n)
+    if kind == "count":
+        cols = [inside[_ROWS].cast(pl.Float64).to_numpy()]
+        deltas = cols
+    else:
+        cols = [inside[m].cast(pl.Float64).to_numpy() for m in measures]
+        deltas = policy.deltas(cols) if n else [np.zeros(0)]
     size = np.zeros(n)
-    deltas = [inside[_ROWS].cast(pl.Float64).to_numpy()] if kind == "count" else \
-        [np.abs(inside[m].cast(pl.Float64).to_numpy()) for m in measures]
+    for c in cols:
+        np.maximum(size, np.abs(c), out=size)
+    acc = [np.zeros(n) for _ in range(4 if policy.approx else 2)]
     for d in deltas:
-        r, e = _policy(mechanism, d)
-        rho += r
-        eps += e
-        np.maximum(size, d, out=size)
-    per_unit = (pl.DataFrame({"unit": inside[unit], "rho": rho, "epsilon": eps, "size": size})
+        for a, v in zip(acc, policy(d), strict=True):
+            a += v
+    names = ["rho", "epsilon", "eps_a", "delta_a"][:len(acc)]
+    per_unit = (pl.DataFrame({"unit": inside[unit], "size": size,
+                              **dict(zip(names, acc, strict=True))})
                 .group_by("unit", maintain_order=True)
-                .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()))
-    return UnitLosses(per_unit["unit"], per_unit["rho"].to_numpy(),
-                      per_unit["epsilon"].to_numpy(), per_unit["size"].to_numpy())
+                .agg(*[pl.col(c).sum() for c in names], pl.col("size").max()))
+    parts = [per_unit[c].to_numpy() for c in ("rho", "epsilon", "size", *names[2:])]
+    return policy.losses(per_unit["unit"], tuple(parts))

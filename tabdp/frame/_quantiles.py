@@ -52,7 +52,8 @@ class GroupPrivacyPolicy:
 
     The mechanism is ε-DP for adding or removing one row; a unit with Δ rows in a cell differs by
     Δ rows, so it pays Δ·ε (group privacy). Laplace with smooth sensitivity is only (ε, δ)-DP:
-    its ε is ``inf`` here (not pure), and ρ too.
+    its ε and ρ are ``inf`` here, and it is accounted in approximate DP: a unit with k rows in
+    a cell pays (k·ε, k·e^{(k−1)ε}·δ) (group privacy for (ε, δ)-DP).
 
     Args:
         mechanism: The smooth-sensitivity mechanism.
@@ -65,9 +66,37 @@ class GroupPrivacyPolicy:
 
     family = "smooth_sensitivity"
 
+    gaussian_dp = False
+
     def __init__(self, mechanism: SmoothSensitivityMechanism) -> None:
         self.mechanism = mechanism
         self.pure = mechanism.pure
+        #: Per-row δ of the approximate-DP accounting (Laplace noise only).
+        self.dp_delta: float | None = None if mechanism.pure else float(mechanism.delta)
+
+    def approx_policy(self, delta: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Group-privacy (ε, δ) of a unit with Δ rows in a cell: (k·ε, k·e^{(k−1)ε}·δ), k = ⌈Δ⌉.
+
+        Args:
+            delta: Rows of the unit in the cell.
+
+        Returns:
+            ``(epsilon, delta)`` arrays (zeros for pure mechanisms, which are accounted in ε).
+
+        Example:
+            >>> p = GroupPrivacyPolicy(SmoothSensitivityMechanism("laplace", 1.0, delta=1e-6))
+            >>> eps, delta = p.approx_policy([2])
+            >>> float(eps[0]), round(float(delta[0]) / 1e-6, 6)   # (2 eps, 2 e delta)
+            (2.0, 5.436564)
+        """
+        k = np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
+        if self.dp_delta is None:
+            z = np.zeros(k.shape)
+            return z, z.copy()
+        eps = self.mechanism.eps
+        with np.errstate(over="ignore"):
+            d = np.where(k > 0, k * np.exp((k - 1.0) * eps) * self.dp_delta, 0.0)
+        return k * eps, np.minimum(d, 1.0)
 
     def epsilon(self, delta: Any) -> np.ndarray:
         """ε(Δ) = ⌈Δ⌉·ε (``inf`` for Δ > 0 when not pure).
@@ -234,21 +263,31 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
 
     # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·ε (group privacy).
     policy = GroupPrivacyPolicy(mechanism)
+    approx = policy.dp_delta is not None
     if unit is None:
         e1 = float(policy.epsilon(1.0))
         r1 = float(policy.rho(1.0))
-        losses = UnitLosses(None, np.where(keep, r1, 0.0), np.where(keep, e1, 0.0),
-                            keep.astype(np.float64))
+        ea1, da1 = (float(v[0]) for v in policy.approx_policy([1.0]))
+        w = keep.astype(np.float64)
+        losses = UnitLosses(None, np.where(keep, r1, 0.0), np.where(keep, e1, 0.0), w,
+                            "approx" if approx else "zcdp",
+                            w * ea1 if approx else None, w * da1 if approx else None)
     else:
         pairs = (pl.DataFrame({"unit": data[unit], "cell": codes})
                  .filter(pl.Series(keep)).group_by("unit", "cell").len())
         k = pairs["len"].cast(pl.Float64).to_numpy()
+        ea, da = policy.approx_policy(k)
         per_unit = (pl.DataFrame({"unit": pairs["unit"], "rho": policy.rho(k),
-                                  "epsilon": policy.epsilon(k), "size": k})
+                                  "epsilon": policy.epsilon(k), "size": k,
+                                  "eps_a": ea, "delta_a": da})
                     .group_by("unit", maintain_order=True)
-                    .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()))
+                    .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
+                         pl.col("eps_a").sum(), pl.col("delta_a").sum()))
         losses = UnitLosses(per_unit["unit"], per_unit["rho"].to_numpy(),
-                            per_unit["epsilon"].to_numpy(), per_unit["size"].to_numpy())
+                            per_unit["epsilon"].to_numpy(), per_unit["size"].to_numpy(),
+                            "approx" if approx else "zcdp",
+                            per_unit["eps_a"].to_numpy() if approx else None,
+                            per_unit["delta_a"].to_numpy() if approx else None)
     sess.check_budget(losses)
 
     rv = mechanism.release_table(truth, ss, sess.rng, level)

@@ -135,6 +135,14 @@ class Mechanism(ABC):
     unbiased: str = "mean"
     #: Text of the PRzCDP policy formula, for the public summary.
     policy_formula: str = ""
+    #: Whether neighbouring outputs are a Gaussian shift of μ = sqrt(2·ρ(Δ)) standard deviations
+    #: (Gaussian noise, in value or transformed space): its (ε, δ) profile is then exactly the
+    #: Gaussian one, and such losses compose exactly (μ² add up).
+    gaussian_dp: bool = False
+    #: Per-cell δ of mechanisms whose only guarantee is approximate DP (no pure ε, no zCDP ρ):
+    #: their per-record loss is accounted as ``approx_epsilon(Δ, dp_delta)`` with δ = dp_delta
+    #: per cell touched. ``None`` for mechanisms with a pure or zCDP guarantee.
+    dp_delta: float | None = None
 
     @abstractmethod
     def rho(self, delta: ArrayLike) -> np.ndarray:
@@ -191,6 +199,58 @@ class Mechanism(ABC):
         """
 
     # -- shared behaviour ---------------------------------------------------------------------
+    def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
+        """Per-record (ε, δ)-DP policy: the ε this mechanism gives a record of sensitivity Δ at δ.
+
+        The default is exact for Gaussian-shift mechanisms (:attr:`gaussian_dp`, via
+        :func:`tabdp.privacy.conversions.gdp_epsilon`) and otherwise the better of the pure ε(Δ)
+        and the zCDP conversion of ρ(Δ); mechanisms with a closed form override it.
+
+        Args:
+            sensitivity: Per-record sensitivities Δ ≥ 0.
+            delta: δ in (0, 1).
+
+        Returns:
+            ε(Δ) at δ (``inf`` where no (ε, δ) guarantee holds).
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> round(float(Gaussian(sigma=3.18570299).approx_epsilon(1.0, 1e-4)), 6)
+            1.0
+        """
+        from tabdp.privacy.conversions import check_dp_delta, gdp_epsilon, zcdp_epsilon
+
+        dd = check_dp_delta(delta, f"{type(self).__name__}.approx_epsilon")
+        d = np.abs(np.asarray(sensitivity, dtype=np.float64))
+        rho = np.asarray(self.rho(d), dtype=np.float64)
+        if self.gaussian_dp:
+            return gdp_epsilon(np.sqrt(2.0 * rho), dd)
+        eps = np.asarray(self.epsilon(d), dtype=np.float64)
+        return np.minimum(eps, zcdp_epsilon(rho, dd))
+
+    def approx_policy(self, sensitivity: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """(ε, δ) charged per cell by mechanisms accounted in approximate DP only.
+
+        Args:
+            sensitivity: Per-record sensitivities Δ ≥ 0.
+
+        Returns:
+            ``(epsilon, delta)`` arrays: ``approx_epsilon(Δ, dp_delta)`` and ``dp_delta`` where
+            Δ > 0 (0 and 0 at Δ = 0); both 0 when :attr:`dp_delta` is ``None``.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> Gaussian(sigma=1.0).approx_policy([2.0])[1].tolist()
+            [0.0]
+        """
+        d = np.abs(np.asarray(sensitivity, dtype=np.float64))
+        if self.dp_delta is None:
+            z = np.zeros(d.shape)
+            return z, z.copy()
+        pos = d > 0
+        eps = np.where(pos, self.approx_epsilon(d, self.dp_delta), 0.0)
+        return eps, np.where(pos, self.dp_delta, 0.0)
+
     def release(self, values: ArrayLike, rng: Any = None) -> np.ndarray:
         """Release noisy estimates of ``values`` (one independent draw per value).
 
@@ -248,6 +308,8 @@ class Mechanism(ABC):
             "unbiased": self.unbiased,
             "requires_nonnegative": self.requires_nonnegative,
             "policy_rho": self.policy_formula,
+            "gaussian_dp": self.gaussian_dp,
+            "dp_delta_per_cell": self.dp_delta,
         }
 
     def _prepare(self, values: ArrayLike) -> np.ndarray:

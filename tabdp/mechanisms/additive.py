@@ -165,6 +165,7 @@ class Gaussian(AdditiveMechanism):
 
     family = "gaussian"
     policy_formula = "rho(D) = D^2 / (2 sigma^2)"
+    gaussian_dp = True
 
     def __init__(self, sigma: float) -> None:
         self.sigma = check_real("sigma", sigma, owner="Gaussian", gt=0.0,
@@ -245,6 +246,25 @@ class Laplace(AdditiveMechanism):
             3.0
         """
         return _delta(delta) / self.scale
+
+    def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
+        """Exact (ε, δ) policy: ε = max(Δ/b + 2·ln(1−δ), 0) (seed 004 Thm 3, MATH.md §4.3).
+
+        Args:
+            sensitivity: Per-record sensitivities.
+            delta: δ in (0, 1).
+
+        Returns:
+            ε(Δ) at δ.
+
+        Example:
+            >>> round(float(Laplace(scale=0.99980003).approx_epsilon(1.0, 1e-4)), 6)
+            1.0
+        """
+        from tabdp.privacy.conversions import check_dp_delta
+
+        dd = check_dp_delta(delta, "Laplace.approx_epsilon")
+        return np.maximum(_delta(sensitivity) / self.scale + 2.0 * math.log1p(-dd), 0.0)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -397,6 +417,7 @@ class UnitSplitting(AdditiveMechanism):
     """
 
     family = "unit_splitting"
+    gaussian_dp = True
     policy_formula = "rho(D) = tau^2 / (2 sigma^2) * max(1, ceil(D / tau))^2"
 
     def __init__(self, threshold: float, sigma: float) -> None:

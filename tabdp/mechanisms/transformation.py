@@ -221,6 +221,7 @@ class TransformationMechanism(Mechanism):
     """
 
     family = "transformation"
+    gaussian_dp = True
     pure = False
     requires_nonnegative = True
 

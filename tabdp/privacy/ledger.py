@@ -27,9 +27,14 @@ class UnitLosses:
 
     Attributes:
         units: Unit ids (``None`` when each row is a unit: then index i is row i).
-        rho: PRzCDP loss per unit.
+        rho: PRzCDP loss per unit (``inf`` for units touched by an approximate-DP-only release).
         epsilon: PRDP loss per unit (``inf`` where not pure).
         size: Largest absolute contribution of the unit to a released cell.
+        guarantee: How the query's losses compose: ``"gaussian"`` (Gaussian-shift mechanisms:
+            exact (ε, δ) from μ² = 2ρ), ``"zcdp"`` (pure or zCDP mechanisms) or ``"approx"``
+            (approximate DP only: the loss is ``eps_a`` at ``delta_a``).
+        eps_a: Approximate-DP ε per unit (sum over the cells it touches), ``"approx"`` only.
+        delta_a: Approximate-DP δ per unit (per-cell δ times cells touched), ``"approx"`` only.
 
     Example:
         >>> UnitLosses(None, np.zeros(2), np.zeros(2), np.ones(2)).n
@@ -40,6 +45,35 @@ class UnitLosses:
     rho: np.ndarray
     epsilon: np.ndarray
     size: np.ndarray
+    guarantee: str = "zcdp"
+    eps_a: np.ndarray | None = None
+    delta_a: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.guarantee not in ("gaussian", "zcdp", "approx"):
+            raise ValueError(f"UnitLosses.guarantee must be gaussian/zcdp/approx; got "
+                             f"{self.guarantee!r}")
+        if self.guarantee == "approx" and (self.eps_a is None or self.delta_a is None):
+            raise ValueError("approximate-DP losses need eps_a and delta_a")
+
+    @staticmethod
+    def guarantee_of(mechanism: Mechanism) -> str:
+        """The composition class of a mechanism's losses (see :attr:`guarantee`).
+
+        Args:
+            mechanism: The mechanism.
+
+        Returns:
+            ``"approx"``, ``"gaussian"`` or ``"zcdp"``.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian, Laplace
+            >>> UnitLosses.guarantee_of(Gaussian(1.0)), UnitLosses.guarantee_of(Laplace(1.0))
+            ('gaussian', 'zcdp')
+        """
+        if mechanism.dp_delta is not None:
+            return "approx"
+        return "gaussian" if mechanism.gaussian_dp else "zcdp"
 
     @property
     def n(self) -> int:
@@ -93,10 +127,13 @@ class QueryRecord:
         """Public policy curve of this query: ρ and ε at record sizes 0, 1, 10, ..., 1e8.
 
         A unit contributing Δ to each released measure of a cell pays the listed value once per
-        measure (the curve shown is per measure cell).
+        measure (the curve shown is per measure cell); with a joint (vector) mechanism it pays
+        it once per cell, Δ being the norm of its weighted contribution vector.
 
         Returns:
-            Rows ``{"delta", "rho", "epsilon"}`` (``None`` for an infinite ε).
+            Rows ``{"delta", "rho", "epsilon"}`` (``None`` for an infinite ε); mechanisms
+            accounted in approximate DP add ``"epsilon_at_dp_delta"`` (their ε per cell at
+            their per-cell δ).
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
@@ -108,8 +145,14 @@ class QueryRecord:
         d = np.array(POLICY_GRID)
         rho = self.mechanism.rho(d)
         eps = self.mechanism.epsilon(d)
-        return [{"delta": float(x), "rho": _num(r), "epsilon": _num(e)}
-                for x, r, e in zip(d, rho, eps, strict=True)]
+        rows: list[dict[str, float | None]] = [
+            {"delta": float(x), "rho": _num(r), "epsilon": _num(e)}
+            for x, r, e in zip(d, rho, eps, strict=True)]
+        if self.mechanism.dp_delta is not None:
+            ea, _ = self.mechanism.approx_policy(d)
+            for row, v in zip(rows, ea, strict=True):
+                row["epsilon_at_dp_delta"] = _num(v)
+        return rows
 
     def public(self) -> dict[str, Any]:
         """Public, data-independent description of the release.

@@ -10,8 +10,10 @@ import numpy as np
 import polars as pl
 
 from tabdp.exceptions import BudgetExceededError, InvalidParameterError
+from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
-from tabdp.privacy.ledger import POLICY_GRID, QueryRecord, UnitLosses
+from tabdp.privacy.conversions import check_dp_delta
+from tabdp.privacy.ledger import POLICY_GRID, QueryRecord, UnitLosses, _num
 from tabdp.rng import RandomSource
 
 __all__ = ["Session", "Report", "last_session"]
@@ -81,7 +83,9 @@ class Session:
         self.records: list[QueryRecord] = []
         self.backend = "polars"
         self._n_rows: int | None = None
-        self._row_totals: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Row mode: component name -> array over rows (rho_z / rho_g / eps_a / delta_a are
+        # only materialized once a release needs them; see tabdp.privacy.accounting).
+        self._row_totals: dict[str, np.ndarray] | None = None
         self._unit_totals: pl.DataFrame | None = None
         # Aggregation of the last Polars frame released, reused by a later release of the same
         # frame object with the same grouping (e.g. a count after a sum): one pass over records.
@@ -123,13 +127,14 @@ class Session:
                 prev = np.zeros(losses.n)
                 size = losses.size
             else:
-                prev = self._row_totals[0]
-                size = np.maximum(self._row_totals[2], losses.size)
+                prev = self._row_totals["rho"]
+                size = np.maximum(self._row_totals["size"], losses.size)
             return prev + losses.rho, size, prev, None
         new = pl.DataFrame({"unit": losses.units, "rho_new": losses.rho, "size_new": losses.size})
         if self._unit_totals is not None:
-            new = new.join(self._unit_totals.rename({"rho": "rho_old", "size": "size_old"})
-                           .drop("epsilon"), on="unit", how="left", maintain_order="left")
+            new = new.join(self._unit_totals.select("unit", "rho", "size")
+                           .rename({"rho": "rho_old", "size": "size_old"}),
+                           on="unit", how="left", maintain_order="left")
         else:
             new = new.with_columns(rho_old=pl.lit(None, pl.Float64), size_old=pl.lit(None, pl.Float64))
         prev = new["rho_old"].fill_null(0.0).to_numpy()
@@ -176,28 +181,28 @@ class Session:
         self.backend = backend
         if losses is not None:
             if losses.units is None:
-                if self._row_totals is None:
-                    self._row_totals = (losses.rho, losses.epsilon, losses.size)
-                    self._n_rows = losses.n
-                else:
-                    r, e, s = self._row_totals
-                    self._row_totals = (r + losses.rho, e + losses.epsilon,
-                                        np.maximum(s, losses.size))
+                self._row_totals = _add_rows(self._row_totals, losses)
+                self._n_rows = losses.n
             else:
-                new = pl.DataFrame({"unit": losses.units, "rho": losses.rho,
-                                    "epsilon": losses.epsilon, "size": losses.size})
-                if self._unit_totals is None:
-                    self._unit_totals = new
-                else:
-                    self._unit_totals = (
-                        pl.concat([self._unit_totals, new], how="vertical_relaxed")
-                        .group_by("unit", maintain_order=True)
-                        .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()))
+                new = pl.DataFrame({c: v for c, v in _components(losses).items()}
+                                   | {"unit": losses.units}).select("unit", *COMPONENTS)
+                if self._unit_totals is not None:
+                    new = pl.concat([self._unit_totals, new], how="vertical_relaxed")
+                self._unit_totals = (
+                    new.group_by("unit", maintain_order=True)
+                    .agg(*[pl.col(c).sum() for c in COMPONENTS if c != "size"],
+                         pl.col("size").max())
+                    .select("unit", *COMPONENTS))
         self.records.append(record)
 
     # -- reporting ----------------------------------------------------------------------------
-    def report(self) -> Report:
+    def report(self, delta: float | None = None) -> Report:
         """The session's report: public part (``to_dict``) and confidential ``per_record``.
+
+        Args:
+            delta: Optional δ in (0, 1) at which the report also states each record's
+                (ε, δ)-DP loss (column ``epsilon_delta`` of :attr:`Report.per_record`, and
+                the ``epsilon_delta`` entries of the public policy curve).
 
         Returns:
             A :class:`Report`.
@@ -206,12 +211,63 @@ class Session:
             >>> Session().report().to_dict()["queries"]
             []
         """
-        return Report(self)
+        return Report(self, delta)
 
     def __repr__(self) -> str:
         seed = "secure" if self.seed is None else f"seed={self.seed} (NOT FOR PRODUCTION)"
         return (f"Session(unit={self.unit!r}, {seed}, budget={self.budget!r}, "
                 f"releases={len(self.records)})")
+
+
+def _components(losses: UnitLosses) -> dict[str, np.ndarray]:
+    """The loss components (``COMPONENTS``) one query adds to its units."""
+    n = losses.n
+    zero = np.broadcast_to(0.0, (n,))
+    approx = losses.guarantee == "approx"
+    return {
+        "rho": losses.rho, "epsilon": losses.epsilon, "size": losses.size,
+        "rho_z": zero if approx else losses.rho,
+        "rho_g": losses.rho if losses.guarantee == "gaussian" else zero,
+        "eps_a": losses.eps_a if approx else zero,  # type: ignore[dict-item]
+        "delta_a": losses.delta_a if approx else zero,  # type: ignore[dict-item]
+    }
+
+
+def _add_rows(totals: dict[str, np.ndarray] | None, losses: UnitLosses
+              ) -> dict[str, np.ndarray]:
+    """Row-mode totals after one more query; optional components are created when needed."""
+    parts = _components(losses)
+    if totals is None:
+        out = {c: parts[c] for c in ("rho", "epsilon", "size")}
+        if losses.guarantee == "approx":
+            out |= {c: parts[c] for c in ("rho_z", "eps_a", "delta_a")}
+        if losses.guarantee == "gaussian":
+            out["rho_g"] = parts["rho_g"]
+        return out
+    out = dict(totals)
+    if losses.guarantee == "approx" and "rho_z" not in out:
+        out["rho_z"] = out["rho"]  # everything so far had a zCDP guarantee
+        out["eps_a"] = np.zeros(losses.n)
+        out["delta_a"] = np.zeros(losses.n)
+    out["rho"] = totals["rho"] + losses.rho
+    out["epsilon"] = totals["epsilon"] + losses.epsilon
+    out["size"] = np.maximum(totals["size"], losses.size)
+    if "rho_z" in out:
+        out["rho_z"] = out["rho_z"] + parts["rho_z"]
+        out["eps_a"] = out["eps_a"] + parts["eps_a"]
+        out["delta_a"] = out["delta_a"] + parts["delta_a"]
+    if losses.guarantee == "gaussian":
+        out["rho_g"] = out["rho_g"] + parts["rho_g"] if "rho_g" in out else parts["rho_g"]
+    return out
+
+
+def _row_component(totals: dict[str, np.ndarray], name: str) -> np.ndarray:
+    """A row-mode component, with its implicit value when it was never materialized."""
+    if name in totals:
+        return totals[name]
+    if name == "rho_z":
+        return totals["rho"]
+    return np.broadcast_to(0.0, totals["rho"].shape)
 
 
 def _column(name: str, values: np.ndarray) -> pl.Series:
@@ -233,14 +289,18 @@ class Report:
 
     Args:
         session: The session to report on.
+        delta: Optional δ in (0, 1): the report then also states each record's (ε, δ)-DP
+            loss (``epsilon_delta``), composing approximate-DP releases (their ε and per-cell δ
+            add up) with the exact Gaussian-DP or zCDP conversion of the other releases' ρ.
 
     Example:
         >>> Report(Session(seed=3)).to_dict()["session"]["randomness"]
         'seeded: NOT FOR PRODUCTION (the seed is in the confidential summary)'
     """
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, delta: float | None = None) -> None:
         self.session = session
+        self.delta = None if delta is None else check_dp_delta(delta, "Report")
 
     @property
     def per_record(self) -> Any:
@@ -250,33 +310,45 @@ class Report:
         The frame is of the library the session's releases used (pandas or Polars). Units are
         identified by the unit column (or ``row``, the row position, when each row is a unit).
         ``epsilon`` is ``inf`` if any release touching the unit was not pure. ``size`` is the
-        unit's largest absolute contribution to a released cell.
+        unit's largest absolute contribution to a released cell. When the report has a δ,
+        ``epsilon_delta`` is the unit's (ε, δ)-DP loss at that δ (see :class:`Report`).
 
         Example:
             >>> Session().report().per_record.columns
             ['row', 'rho', 'epsilon', 'size']
+            >>> Session().report(delta=1e-9).per_record.columns
+            ['row', 'rho', 'epsilon', 'size', 'epsilon_delta']
         """
         s = self.session
         unit_col = s.unit or "row"
         recs = [r for r in s.records if r.losses is not None]
+        shown = ("rho", "epsilon", "size")
         if s.unit is None:
             n = s._n_rows or 0
             cols = [pl.int_range(n, dtype=pl.Int64, eager=True).alias("row")]
             if s._row_totals is None:
-                cols += [pl.Series(c, [], dtype=pl.Float64) for c in ("rho", "epsilon", "size")]
+                cols += [pl.Series(c, [], dtype=pl.Float64) for c in shown]
+                comps = None
             else:
-                cols += [_column(c, v) for c, v in zip(("rho", "epsilon", "size"),
-                                                       s._row_totals, strict=True)]
+                comps = {c: _row_component(s._row_totals, c) for c in COMPONENTS}
+                cols += [_column(c, comps[c]) for c in shown]
+            if self.delta is not None:
+                cols.append(_column("epsilon_delta", np.zeros(0) if comps is None else
+                                    self._eps_delta(comps)))
             cols += [_column(f"rho_{r.name}", r.losses.rho)  # type: ignore[union-attr]
                      for r in recs]
             out = pl.DataFrame(cols)
         else:
             if s._unit_totals is None:
-                out = pl.DataFrame({unit_col: [], "rho": [], "epsilon": [], "size": []},
-                                   schema={unit_col: pl.Int64, "rho": pl.Float64,
-                                           "epsilon": pl.Float64, "size": pl.Float64})
+                out = pl.DataFrame({unit_col: [], **{c: [] for c in shown}},
+                                   schema={unit_col: pl.Int64, **{c: pl.Float64 for c in shown}})
+                if self.delta is not None:
+                    out = out.with_columns(epsilon_delta=pl.lit(None, pl.Float64))
             else:
-                out = s._unit_totals.rename({"unit": unit_col})
+                out = s._unit_totals.rename({"unit": unit_col}).select(unit_col, *shown)
+                if self.delta is not None:
+                    comps = {c: s._unit_totals[c].to_numpy() for c in COMPONENTS}
+                    out = out.with_columns(epsilon_delta=pl.Series(self._eps_delta(comps)))
                 for r in recs:
                     part = pl.DataFrame({unit_col: r.losses.units,  # type: ignore[union-attr]
                                          f"rho_{r.name}": r.losses.rho})  # type: ignore[union-attr]
@@ -286,26 +358,47 @@ class Report:
             return out.to_pandas()
         return out
 
+    def _eps_delta(self, comps: dict[str, np.ndarray]) -> np.ndarray:
+        assert self.delta is not None
+        return epsilon_at(self.delta, comps["rho_z"], comps["rho_g"], comps["eps_a"],
+                          comps["delta_a"], comps["epsilon"])
+
     def total_policy_curve(self) -> list[dict[str, float | None]]:
         """Public worst-case curve: ρ and ε of a unit contributing Δ to every released cell
-        kind (each measure of each query), at Δ = 0, 1, 10, ..., 1e8.
+        kind (each measure of each query; once per cell for a joint mechanism, Δ being then
+        the norm of its weighted contribution vector), at Δ = 0, 1, 10, ..., 1e8.
 
         Returns:
-            Rows ``{"delta", "rho", "epsilon"}`` (``None`` for infinite ε).
+            Rows ``{"delta", "rho", "epsilon"}`` (``None`` for infinite values), plus
+            ``"epsilon_delta"`` (ε at the report's δ) when the report has a δ.
 
         Example:
             >>> Report(Session()).total_policy_curve()[1]
             {'delta': 1.0, 'rho': 0.0, 'epsilon': 0.0}
         """
         d = np.array(POLICY_GRID)
-        rho = np.zeros_like(d)
-        eps = np.zeros_like(d)
+        comps = {c: np.zeros_like(d) for c in COMPONENTS}
         for r in self.session.records:
-            k = len(r.measures)
-            rho += k * r.mechanism.rho(d)
-            eps += k * r.mechanism.epsilon(d)
-        return [{"delta": float(x), "rho": float(a), "epsilon": float(b) if np.isfinite(b) else None}
-                for x, a, b in zip(d, rho, eps, strict=True)]
+            k = 1 if getattr(r.mechanism, "joint", False) else len(r.measures)
+            rho = r.mechanism.rho(d)
+            comps["rho"] += k * rho
+            comps["epsilon"] += k * r.mechanism.epsilon(d)
+            guarantee = UnitLosses.guarantee_of(r.mechanism)
+            if guarantee == "approx":
+                ea, da = r.mechanism.approx_policy(d)
+                comps["eps_a"] += k * ea
+                comps["delta_a"] += k * da
+            else:
+                comps["rho_z"] += k * rho
+                if guarantee == "gaussian":
+                    comps["rho_g"] += k * rho
+        rows: list[dict[str, float | None]] = [
+            {"delta": float(x), "rho": _num(a), "epsilon": _num(b)}
+            for x, a, b in zip(d, comps["rho"], comps["epsilon"], strict=True)]
+        if self.delta is not None:
+            for row, v in zip(rows, self._eps_delta(comps), strict=True):
+                row["epsilon_delta"] = _num(v)
+        return rows
 
     def to_dict(self) -> dict[str, Any]:
         """PUBLIC summary: data-independent content only.
@@ -331,6 +424,7 @@ class Report:
                               "seeded: NOT FOR PRODUCTION (the seed is in the confidential "
                               "summary)",
                 "budget": None if s.budget is None else s.budget.to_dict(),
+                "delta": self.delta,
             },
             "queries": [r.public() for r in s.records],
             "total_policy_curve": self.total_policy_curve(),
@@ -350,7 +444,7 @@ class Report:
         """
         s = self.session
         if s.unit is None:
-            rho = s._row_totals[0] if s._row_totals is not None else np.zeros(0)
+            rho = s._row_totals["rho"] if s._row_totals is not None else np.zeros(0)
         else:
             rho = (s._unit_totals["rho"].to_numpy() if s._unit_totals is not None
                    else np.zeros(0))

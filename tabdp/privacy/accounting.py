@@ -1,0 +1,73 @@
+"""Per-unit loss totals of a session and their (ε, δ) statement.
+
+A unit's losses over a session are kept as components that compose exactly:
+
+* ``rho``: total PRzCDP ρ (``inf`` once an approximate-DP-only release touched the unit);
+* ``epsilon``: total PRDP ε (``inf`` once a non-pure release touched it);
+* ``rho_z``: ρ of the releases with a pure or zCDP guarantee (finite part of ``rho``);
+* ``rho_g``: the part of ``rho_z`` from Gaussian-shift mechanisms;
+* ``eps_a``, ``delta_a``: ε and δ summed over approximate-DP-only releases (basic composition).
+
+The per-record (ε, δ) statement at a chosen δ (:func:`epsilon_at`) composes the approximate
+part (``eps_a``, ``delta_a``) with the (ε, δ − delta_a) conversion of ``rho_z`` — exact
+Gaussian-DP when all of it comes from Gaussian-shift mechanisms (μ² = 2ρ), else the zCDP
+conversion — and, for units with a pure total, never reports more than ``epsilon``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tabdp.privacy.conversions import check_dp_delta, gdp_epsilon, zcdp_epsilon
+
+__all__ = ["COMPONENTS", "epsilon_at"]
+
+#: Columns of the per-unit totals.
+COMPONENTS = ("rho", "epsilon", "size", "rho_z", "rho_g", "eps_a", "delta_a")
+
+
+def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.ndarray,
+               delta_a: np.ndarray, epsilon: np.ndarray) -> np.ndarray:
+    """Per-unit ε at δ from the loss components (see the module docstring).
+
+    Args:
+        delta: The δ of the statement, in (0, 1).
+        rho_z: zCDP part of ρ per unit.
+        rho_g: Gaussian-shift part of ``rho_z``.
+        eps_a: Approximate-DP ε per unit.
+        delta_a: Approximate-DP δ per unit.
+        epsilon: Pure ε per unit (``inf`` where not pure).
+
+    Returns:
+        ε per unit (``inf`` where the approximate parts alone use up δ).
+
+    Example:
+        >>> z = np.zeros(1)
+        >>> # one Gaussian release with mu = 1/3.18570299: exactly eps = 1 at delta = 1e-4
+        >>> r = np.array([0.5 / 3.18570299**2])
+        >>> round(float(epsilon_at(1e-4, r, r, z, z, np.array([np.inf]))[0]), 6)
+        1.0
+    """
+    d = check_dp_delta(delta, "per-record (epsilon, delta) statement")
+    rho_z = np.asarray(rho_z, dtype=np.float64)
+    rho_g = np.asarray(rho_g, dtype=np.float64)
+    eps_a = np.asarray(eps_a, dtype=np.float64)
+    delta_a = np.asarray(delta_a, dtype=np.float64)
+    rest = d - delta_a
+    out = np.full(rho_z.shape, np.inf)
+    ok = rest > 0
+    if np.any(ok):
+        rz, rg, rr = rho_z[ok], rho_g[ok], rest[ok]
+        conv = np.empty(rz.shape)
+        # the conversions are vectorized for one delta: group units by remaining delta
+        for value in np.unique(rr):
+            sel = rr == value
+            gauss = sel & (rg >= rz)  # all of the zCDP part is Gaussian-shift
+            other = sel & ~gauss
+            if np.any(gauss):
+                conv[gauss] = gdp_epsilon(np.sqrt(2.0 * rz[gauss]), float(value))
+            if np.any(other):
+                conv[other] = zcdp_epsilon(rz[other], float(value))
+        out[ok] = eps_a[ok] + conv
+    pure = np.asarray(epsilon, dtype=np.float64)
+    return np.minimum(out, pure)

@@ -1,0 +1,300 @@
+"""(ε, δ) statements: Gaussian-DP and zCDP conversions, and per-record (ε, δ) in reports.
+
+The conversions are checked against closed forms, brute force and direct hockey-stick
+integrals of composed privacy-loss distributions; the ledger's composition of approximate-DP
+releases is checked by hand on small frames (every backend).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+from numpy.typing import ArrayLike
+from scipy import integrate, stats
+
+import tabdp
+from tabdp import mechanisms as mech
+from tabdp.exceptions import InvalidParameterError
+from tabdp.mechanisms.additive import AdditiveMechanism
+from tabdp.noise import Laplace as LaplaceNoise
+from tabdp.privacy.accounting import epsilon_at
+from tabdp.privacy.conversions import gdp_delta, gdp_epsilon, zcdp_epsilon
+
+KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
+
+
+def _pl(frame: Any) -> pl.DataFrame:
+    return pl.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions
+# ---------------------------------------------------------------------------------------------
+def _hockey_gauss(mu: float, eps: float) -> float:
+    """δ(ε) of N(0,1) vs N(mu,1) by quadrature, split at the crossing of the loss at ε."""
+    p = stats.norm(0.0, 1.0)
+    q = stats.norm(mu, 1.0)
+    # ln q/p(x) = mu x - mu^2/2 >= eps  <=>  x >= eps/mu + mu/2
+    x0 = eps / mu + mu / 2.0
+    val, _ = integrate.quad(lambda x: q.pdf(x) - math.exp(eps) * p.pdf(x), x0, np.inf,
+                            epsabs=1e-15, epsrel=1e-12)
+    return val
+
+
+@pytest.mark.parametrize("mu,eps", [(0.1, 0.0), (0.5, 0.3), (1.0, 1.0), (3.0, 2.0), (0.3, 1.5)])
+def test_gdp_delta_is_the_hockey_stick_integral(mu, eps):
+    assert gdp_delta(mu, eps) == pytest.approx(_hockey_gauss(mu, eps), rel=1e-8, abs=1e-15)
+
+
+def test_gdp_epsilon_reproduces_the_balle_wang_scale_of_seed_004():
+    # MATH.md §4.3: at Δ=1, ε=1, δ=1e-4 the minimal Gaussian σ is 3.18570299
+    assert float(gdp_epsilon(1 / 3.18570299, 1e-4)) == pytest.approx(1.0, abs=2e-8)
+
+
+def test_gdp_epsilon_inverts_gdp_delta_and_is_monotone():
+    mu = np.array([1e-3, 0.05, 0.2, 1.0, 4.0, 20.0])
+    for delta in (1e-12, 1e-6, 1e-2):
+        eps = gdp_epsilon(mu, delta)
+        assert np.all(np.diff(eps) >= 0)
+        for m, e in zip(mu, eps, strict=True):
+            if e > 0:
+                assert float(gdp_delta(m, e)) <= delta * (1 + 1e-9)
+                assert float(gdp_delta(m, e * (1 - 1e-9))) > delta * (1 - 1e-6)
+            else:
+                assert float(gdp_delta(m, 0.0)) <= delta
+    assert gdp_epsilon([0.0, np.inf], 1e-6).tolist() == [0.0, math.inf]
+
+
+def test_zcdp_epsilon_brute_force_and_classic_bound():
+    rho = np.array([1e-6, 1e-3, 0.1, 0.5, 3.0, 50.0])
+    for delta in (1e-10, 1e-5):
+        got = zcdp_epsilon(rho, delta)
+        lid = math.log(1 / delta)
+        alpha = 1 + np.exp(np.linspace(-12, 40, 400_001))
+        for r, e in zip(rho, got, strict=True):
+            f = alpha * r + (lid + (alpha - 1) * np.log1p(-1 / alpha) - np.log(alpha)) / (alpha - 1)
+            assert e == pytest.approx(f.min(), rel=1e-7)
+            assert e <= r + 2 * math.sqrt(r * lid)
+    assert zcdp_epsilon([0.0, math.inf], 1e-6).tolist() == [0.0, math.inf]
+
+
+def test_zcdp_conversion_is_valid_for_the_gaussian():
+    # the Gaussian with rho = mu^2/2 is rho-zCDP: the generic conversion may never beat its
+    # exact profile
+    mu = np.array([0.01, 0.3, 1.0, 3.0])
+    for delta in (1e-9, 1e-4):
+        assert np.all(zcdp_epsilon(mu**2 / 2, delta) >= gdp_epsilon(mu, delta) - 1e-12)
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -1e-3, float("nan"), "1e-6"])
+def test_bad_delta_is_refused(bad):
+    with pytest.raises(InvalidParameterError, match="delta"):
+        zcdp_epsilon(1.0, bad)
+    with pytest.raises(InvalidParameterError, match="delta"):
+        gdp_epsilon(1.0, bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mechanisms' approx_epsilon
+# ---------------------------------------------------------------------------------------------
+def test_laplace_approx_epsilon_closed_form_and_hockey_stick():
+    b, delta = 2.0, 1e-3
+    lap = mech.Laplace(scale=b)
+    eps = float(lap.approx_epsilon(3.0, delta))
+    assert eps == pytest.approx(3.0 / b + 2 * math.log1p(-delta))
+    # δ(ε) of Lap(0,b) vs Lap(3,b) at that ε is exactly δ
+    p, q = stats.laplace(0, b), stats.laplace(3.0, b)
+    pts = sorted({0.0, 3.0, b * (eps + 3.0 / b) / 2})
+    val = sum(integrate.quad(lambda x: max(q.pdf(x) - math.exp(eps) * p.pdf(x), 0.0), lo, hi,
+                             epsabs=1e-14)[0]
+              for lo, hi in zip([-np.inf, *pts], [*pts, np.inf], strict=True))
+    assert val == pytest.approx(delta, rel=1e-6)
+    assert float(lap.approx_epsilon(0.0, delta)) == 0.0
+
+
+def test_transformation_mechanisms_use_the_exact_gaussian_profile():
+    m = mech.LogTransform(sigma=0.5, offset=1.0)
+    d = np.array([0.0, 1.0, 1e3])
+    np.testing.assert_allclose(m.approx_epsilon(d, 1e-6),
+                               gdp_epsilon(np.sqrt(2 * m.rho(d)), 1e-6), rtol=0, atol=0)
+    assert m.gaussian_dp and mech.Gaussian(1.0).gaussian_dp
+    assert not mech.Laplace(1.0).gaussian_dp
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition in reports
+# ---------------------------------------------------------------------------------------------
+ROWS = {"c": ["a", "b", "a", "z"], "x": [3.0, -4.0, 0.0, 9.0], "u": [1, 2, 1, 3]}
+
+
+def test_report_epsilon_delta_for_gaussian_releases_is_exact(make_frame):
+    s = tabdp.Session(seed=1)
+    f = make_frame(ROWS)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(2.0), session=s)
+    f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
+    pr = _pl(s.report(delta=1e-6).per_record)
+    assert pr.columns == ["row", "rho", "epsilon", "size", "epsilon_delta", "rho_q1_sum",
+                          "rho_q2_count"]
+    # composition of Gaussian shifts: mu^2 = 2 * total rho, exact profile
+    expected = gdp_epsilon(np.sqrt(2 * pr["rho"].to_numpy()), 1e-6)
+    np.testing.assert_allclose(pr["epsilon_delta"].to_numpy(), expected, rtol=0, atol=0)
+    assert pr["epsilon_delta"][3] == 0.0  # the row outside the key set
+
+
+def _composed_delta(b: float, d_lap: float, mu: float, eps: float) -> float:
+    """Exact δ(ε) of (Laplace(b) shifted by d_lap) ⊗ (Gaussian shifted by mu sd).
+
+    δ(ε) = E_P[(1 − e^{ε − L})⁺] with L = L_lap + L_gauss independent; given L_lap = l the
+    Gaussian part is gdp_delta(mu, ε − l), which holds for any real threshold.
+    """
+    def g(t: float) -> float:
+        a = -t / mu + mu / 2
+        c = -t / mu - mu / 2
+        return float(stats.norm.cdf(a) - math.exp(t + stats.norm.logcdf(c)))
+    p = stats.laplace(0, b)
+    # δ = E_Q[(1 − e^{ε − ln(q/p)})⁺] with Q = Lap(d, b); reflecting x → d − x turns it into
+    # E_P[...] of ln(p/q)(x) = (|x − d| − |x|)/b: +d/b for x < 0, −d/b for x > d, linear between
+    left = p.cdf(0.0) * g(eps - d_lap / b)
+    right = p.sf(d_lap) * g(eps + d_lap / b)
+    mid, _ = integrate.quad(lambda x: p.pdf(x) * g(eps - (d_lap - 2 * x) / b), 0.0, d_lap,
+                            epsabs=1e-15, epsrel=1e-11)
+    return left + right + mid
+
+
+def test_composed_delta_helper_matches_direct_integration():
+    # the helper itself, against a Monte Carlo estimate of E_Q[(1 − e^{ε − L})⁺] with the
+    # privacy loss L = ln q/p computed directly from the product densities
+    b, d, mu, eps = 1.5, 1.0, 0.8, 0.9
+    rng = np.random.default_rng(11)
+    n = 2_000_000
+    x = d + rng.laplace(0.0, b, n)
+    y = mu + rng.standard_normal(n)
+    loss = (np.abs(x) - np.abs(x - d)) / b + (mu * y - mu * mu / 2)
+    vals = np.maximum(1.0 - np.exp(eps - loss), 0.0)
+    est, se = vals.mean(), vals.std() / math.sqrt(n)
+    assert abs(_composed_delta(b, d, mu, eps) - est) < 5 * se
+    # and reduces to the pure Laplace profile when the Gaussian part vanishes
+    assert _composed_delta(b, d, 1e-9, d / b) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_report_epsilon_delta_for_laplace_plus_gaussian_is_valid_and_reasonably_tight():
+    rows = {"c": ["a"], "x": [2.0]}
+    s = tabdp.Session(seed=2)
+    f = pl.DataFrame(rows)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Laplace(4.0), session=s)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(3.0), session=s)
+    delta = 1e-6
+    eps = float(s.report(delta=delta).per_record["epsilon_delta"][0])
+    # the claim holds for the actual composed pair (Laplace shift 2, Gaussian shift 2/3 sd)
+    got = _composed_delta(4.0, 2.0, 2.0 / 3.0, eps)
+    assert got <= delta
+    # and is not loose by more than a modest factor in ε (the zCDP route is used for mixes)
+    assert _composed_delta(4.0, 2.0, 2.0 / 3.0, 0.5 * eps) > delta
+    # never above the pure+Gaussian basic composition nor above the zCDP conversion of rho
+    rho = float(s.report().per_record["rho"][0])
+    assert eps <= float(zcdp_epsilon(rho, delta)) + 1e-12
+
+
+class _ApproxOnly(AdditiveMechanism):
+    """A test mechanism with only an approximate-DP guarantee: ε(Δ) = Δ at δ = 1e-8 per cell."""
+
+    family = "approx_test"
+
+    def __init__(self) -> None:
+        super().__init__(LaplaceNoise(1.0))
+        self.dp_delta = 1e-8
+
+    def rho(self, delta: ArrayLike) -> np.ndarray:
+        d = np.abs(np.asarray(delta, dtype=np.float64))
+        return np.where(d > 0, np.inf, 0.0)
+
+    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+        return self.rho(delta)
+
+    def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
+        assert delta == 1e-8
+        return np.abs(np.asarray(sensitivity, dtype=np.float64))
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.parametrize("unit", [None, "u"])
+def test_approx_only_releases_compose_basically_with_zcdp_ones(make_frame, unit):
+    s = tabdp.Session(seed=3, unit=unit)
+    f = make_frame({"c": ["a", "b", "a", "z"], "x": [3.0, -4.0, 0.5, 9.0], "y": [1.0, 0, 2, 5],
+                    "u": [1, 2, 1, 3]})
+    f.dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=_ApproxOnly(), session=s)
+    f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
+    rep = s.report(delta=1e-6)
+    pr = _pl(rep.per_record)
+    key = "row" if unit is None else "u"
+    got = dict(zip(pr[key].to_list(), pr["epsilon_delta"].to_list(), strict=True))
+    # per unit: sum over (cell, measure) of |contribution| at 1e-8 each, plus the exact
+    # Gaussian-DP ε of its count part at the remaining δ
+    if unit is None:
+        cases = {0: (3.0 + 1.0, 2, 1.0), 1: (4.0, 1, 1.0), 2: (0.5 + 2.0, 2, 1.0), 3: (0, 0, 0)}
+    else:
+        # unit 1 has two rows in cell a: contributions x=3.5, y=3, count 2
+        cases = {1: (3.5 + 3.0, 2, 2.0), 2: (4.0, 1, 1.0)}
+    for k, (ea, cells, count) in cases.items():
+        if cells == 0:
+            assert got[k] == 0.0
+            continue
+        conv = float(gdp_epsilon(count, 1e-6 - cells * 1e-8))  # mu = count / sigma
+        assert got[k] == pytest.approx(ea + conv, rel=1e-12)
+    assert pr["rho"].to_list()[0] == math.inf
+    # with delta below what the approximate parts need, no (ε, δ) statement holds
+    pr2 = _pl(s.report(delta=1.5e-8).per_record)
+    touched = pr2.filter(pl.col("rho") > 0)
+    two_cells = [v for v, k in zip(touched["epsilon_delta"], touched[key], strict=True)
+                 if cases.get(k, (0, 0, 0))[1] == 2]
+    assert all(v == math.inf for v in two_cells)
+
+
+def test_public_total_curve_states_epsilon_delta():
+    s = tabdp.Session(seed=4)
+    f = pl.DataFrame({"c": ["a"], "x": [1.0]})
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(2.0), session=s)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=_ApproxOnly(), session=s)
+    d = s.report(delta=1e-6).to_dict()
+    assert d["session"]["delta"] == 1e-6
+    row = {r["delta"]: r for r in d["total_policy_curve"]}[10.0]
+    expected = 10.0 + float(gdp_epsilon(10.0 / 2.0, 1e-6 - 1e-8))
+    assert row["epsilon_delta"] == pytest.approx(expected, rel=1e-12)
+    assert row["rho"] is None  # no zCDP guarantee once an approximate-DP release is included
+    q2 = d["queries"][1]["policy_curve"]
+    assert {r["delta"]: r["epsilon_at_dp_delta"] for r in q2}[10.0] == 10.0
+    assert d["queries"][1]["mechanism"]["dp_delta_per_cell"] == 1e-8
+
+
+def test_epsilon_at_refuses_bad_delta():
+    z = np.zeros(1)
+    with pytest.raises(InvalidParameterError):
+        epsilon_at(0.0, z, z, z, z, z)
+    with pytest.raises(InvalidParameterError):
+        tabdp.Session().report(delta=2.0)
+
+
+@pytest.mark.parametrize("unit", [None, "u"])
+def test_smooth_sensitivity_laplace_medians_are_accounted_in_approximate_dp(unit):
+    s = tabdp.Session(seed=5, unit=unit)
+    f = pl.DataFrame({"c": ["a", "a", "a", "b"], "x": [1.0, 2.0, 3.0, 4.0], "u": [1, 1, 2, 3]})
+    f.dp.median("x", by="c", keys=KEYS, bounds=(0.0, 10.0), epsilon=0.5, noise="laplace",
+                delta=1e-7, session=s)
+    pr = s.report(delta=1e-5).per_record
+    key = "row" if unit is None else "u"
+    got = dict(zip(pr[key].to_list(), pr["epsilon_delta"].to_list(), strict=True))
+    assert pr["rho"].to_list() == [math.inf] * pr.height  # no zCDP guarantee
+    if unit is None:
+        assert set(got.values()) == {0.5}  # one row each: (ε, δ) = (0.5, 1e-7) ≤ 1e-5
+    else:
+        # unit 1 has 2 rows in cell a: group privacy (2ε, 2 e^ε δ)
+        assert got == {1: 1.0, 2: 0.5, 3: 0.5}
+        tight = _pl(s.report(delta=2 * math.exp(0.5) * 1e-7 * 0.999).per_record)
+        assert tight.filter(pl.col("u") == 1)["epsilon_delta"][0] == math.inf
