@@ -31,6 +31,7 @@ from tabdp.mechanisms.smooth import (
     std_vs_gamma,
     unit_noise,
 )
+from tabdp.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
 from tabdp.noise.polyplace import PolyPlace
 
 __all__ = [
@@ -57,4 +58,6 @@ __all__ = [
     "std_per_unit_ss",
     "std_vs_gamma",
     "unit_noise",
+    "DiscreteGaussian",
+    "DiscreteLaplace",
 ]

@@ -15,6 +15,8 @@ from tabdp.noise.gaussian import Gaussian, Laplace
 from tabdp.noise.generalized_gaussian import GeneralizedGaussian
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
+from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
 
 __all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog",
-           "PolyPlace", "StudentT", "GeneralizedCauchy"]
+           "PolyPlace", "StudentT", "GeneralizedCauchy", "DiscreteGaussianNoise",
+           "DiscreteLaplaceNoise"]
