@@ -3,7 +3,9 @@
 Sampler checks are deterministic (fixed seeds): a χ² goodness-of-fit test on the integer grid (or
 on bins for large scales) with tail bins merged so that every expected count is ≥ 5, rejecting only
 at p ≤ 1e-6, plus a power check: the same sample must *reject* the law with scale × 0.7 and × 1.3.
-Privacy checks sum the exact laws numerically (Rényi divergence, max log-ratio, hockey stick).
+Privacy checks sum the exact laws numerically (Rényi divergence, max log-ratio, hockey stick);
+accounting, half-widths and (ε, δ) are checked against independent exact references (fractions, or
+mpmath at 50–80 digits), never against the library's own float sums.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
+import tabdp.mechanisms.discrete as dn_mech
 import tabdp.noise.discrete as dn
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
@@ -143,7 +147,8 @@ def test_float_to_fraction_is_exact() -> None:
             exact_fraction(bad)
 
 
-@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), 2.0**40 * 1.01, "2"])
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), 2.0**40 * 1.01, "2",
+                                 1e-154, 5e-324, 2.0**-41, Fraction(1, 2**40 + 1)])
 def test_invalid_scales_refused(bad: object) -> None:
     with pytest.raises(InvalidParameterError):
         DiscreteGaussianNoise(bad)
@@ -151,6 +156,27 @@ def test_invalid_scales_refused(bad: object) -> None:
         DiscreteLaplace(bad)
     with pytest.raises(InvalidParameterError):
         discrete_gaussian(bad, 3, rng=0)
+    finite = isinstance(bad, float | Fraction) and math.isfinite(bad)
+    with pytest.raises(InvalidParameterError, match=r"2\*\*-40" if finite else None):
+        DiscreteLaplaceNoise(bad)
+
+
+@pytest.mark.parametrize("law", [DiscreteGaussianNoise(dn.MIN_SCALE),
+                                 DiscreteLaplaceNoise(dn.MIN_SCALE),
+                                 DiscreteGaussianNoise(Fraction(1, 2**40)),
+                                 DiscreteGaussianNoise(1e-12), DiscreteLaplaceNoise(1e-12)],
+                         ids=repr)
+def test_smallest_scales_are_well_defined(
+        law: DiscreteGaussianNoise | DiscreteLaplaceNoise) -> None:
+    # below MIN_SCALE σ² underflowed (σ ≲ 1e-154) and 1/scale overflowed (5e-324): NaN laws
+    assert dn.MIN_SCALE == 2.0**-40
+    ys = np.arange(-3, 4)
+    pmf = law.pmf(ys)
+    assert not np.isnan(pmf).any() and pmf.tolist() == [0, 0, 0, 1, 0, 0, 0]
+    assert law.sf(0) == 0.0 and law.cdf(-1) == 0.0 and law.cdf(0) == 1.0
+    assert law.variance() == 0.0 and law.std() == 0.0
+    assert law.interval_halfwidth(0.999) == 0
+    assert not law.sample(1000, rng=1).any()
 
 
 def test_invalid_gamma_and_size() -> None:
@@ -230,8 +256,11 @@ def test_lazy_bernoulli_ties_are_resolved_exactly() -> None:
     assert stats.binomtest(k, n, 0.3).pvalue <= P_REJECT
 
 
+# Fraction(2**70 + 1, 3·2**69 + 7) ≈ 2/3 has a denominator above 2**64: the lazy Bernoulli path,
+# tested with power like the others (a γ near 0 would be indistinguishable from γ = 0).
 GAMMAS = [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(3, 2), Fraction(0.7),
-          Fraction(5, 2), Fraction(7), Fraction(10**30 + 1, 10**29), Fraction(1, 2**70 + 1)]
+          Fraction(5, 2), Fraction(7), Fraction(10**30 + 1, 10**29),
+          Fraction(2**70 + 1, 3 * 2**69 + 7)]
 
 
 @pytest.mark.parametrize("gamma", GAMMAS, ids=[str(g)[:12] for g in GAMMAS])
@@ -246,6 +275,7 @@ def test_bernoulli_exp_frequencies(gamma: Fraction) -> None:
     assert stats.binomtest(k, n, p).pvalue > P_REJECT
     if 0.1 <= gamma <= 3:  # power: a 5% error in γ is detected
         assert stats.binomtest(k, n, math.exp(-1.05 * gamma)).pvalue <= P_REJECT
+        assert stats.binomtest(k, n, math.exp(-0.95 * gamma)).pvalue <= P_REJECT
 
 
 def test_bernoulli_exp_huge_gamma_and_float_gamma() -> None:
@@ -323,14 +353,16 @@ def test_combine_overflow_fallback() -> None:
         dn._combine(u, v, t, 1)
 
 
-def test_vectorized_matches_reference_discrete_laplace() -> None:
-    src = RandomSource(seed=8)
-    ref = np.array([reference_discrete_laplace(1.5, src) for _ in range(12_000)])
-    vec = discrete_laplace(1.5, 100_000, rng=9)
-    assert two_sample_pvalue(ref, vec) > P_REJECT
-    law = DiscreteLaplaceNoise(1.5)
-    assert_fits(ref, law.cdf, grid_edges(law.std()))
-    assert two_sample_pvalue(ref, discrete_laplace(1.95, 100_000, rng=9)) <= P_REJECT
+def test_combine_guard_on_the_int64_path() -> None:
+    # 3·((2**63 − 1)//3) = 2**63 − 2 fits int64 (no Python fallback) but exceeds 2**62
+    with pytest.raises(OverflowError, match="2\\*\\*62"):
+        dn._combine(np.array([0], np.int64), np.array([(2**63 - 1) // 3], np.int64), 3, 1)
+    with pytest.raises(OverflowError, match="2\\*\\*62"):
+        dn._combine(np.array([0, 5], np.int64), np.array([1, 2**61], np.int64), 2, 1)
+    edge = dn._combine(np.array([2**62 - 1 - 6], np.int64), np.array([2], np.int64), 3, 1)
+    assert edge.tolist() == [2**62 - 1]  # the largest value allowed
+
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,14 +416,62 @@ def test_discrete_gaussian_tiny_sigma() -> None:
     assert not discrete_gaussian(1e-10, 2_000, rng=3).any()
 
 
-def test_vectorized_matches_reference_discrete_gaussian() -> None:
-    src = RandomSource(seed=41)
-    ref = np.array([reference_discrete_gaussian(1.3, src) for _ in range(10_000)])
-    vec = discrete_gaussian(1.3, 100_000, rng=42)
+# The pure-Python references cost ~100 µs a draw, so they get ~10k draws; the parameters are
+# chosen to cover the paths that differ most from the references: a scale t/s with s > 1 (the
+# rejection on U/t and floor((U + tV)/s)), and σ = 0.7, whose σ² has denominator 2**104 (the
+# Python-int acceptance step with lazy 64-bit Bernoulli draws).
+REF_CASES = [("laplace", Fraction(7, 3), 12_000), ("gaussian", 0.7, 10_000)]
+
+
+@pytest.mark.parametrize(("kind", "param", "n_ref"), REF_CASES, ids=["laplace-7/3", "gauss-0.7"])
+def test_vectorized_matches_reference(kind: str, param: float, n_ref: int) -> None:
+    ref_fn = reference_discrete_laplace if kind == "laplace" else reference_discrete_gaussian
+    vec_fn = discrete_laplace if kind == "laplace" else discrete_gaussian
+    law_of = DiscreteLaplaceNoise if kind == "laplace" else DiscreteGaussianNoise
+    src = RandomSource(seed=8)
+    ref = np.array([ref_fn(param, src) for _ in range(n_ref)])
+    vec = vec_fn(param, 200_000, rng=9)
+    law = law_of(param)
+    edges = grid_edges(law.std())
+    # the same law: neither the two-sample test nor the fits to the exact law reject ...
     assert two_sample_pvalue(ref, vec) > P_REJECT
-    law = DiscreteGaussianNoise(1.3)
-    assert_fits(ref, law.cdf, grid_edges(law.std()))
-    assert two_sample_pvalue(ref, discrete_gaussian(1.69, 100_000, rng=42)) <= P_REJECT
+    assert_fits(ref, law.cdf, edges)
+    assert_fits(vec, law.cdf, edges)
+    # ... and both comparisons have power: a 10% error in the parameter is detected either way
+    s = float(param)
+    for f in (0.9, 1.1):
+        assert two_sample_pvalue(ref, vec_fn(s * f, 200_000, rng=10)) <= P_REJECT
+    assert_power(ref, {"x0.9": law_of(0.9 * s).cdf, "x1.1": law_of(1.1 * s).cdf}, edges)
+
+
+@pytest.mark.parametrize("draw", [lambda r: discrete_gaussian(0.5, 300_000, rng=r),
+                                  lambda r: discrete_gaussian(Fraction(1, 3), 300_000, rng=r),
+                                  lambda r: discrete_laplace(0.3, 300_000, rng=r)],
+                         ids=["gauss-0.5", "gauss-1/3", "laplace-0.3"])
+def test_slots_are_independent(draw: Callable[[RandomSource], np.ndarray]) -> None:
+    # Every output slot must keep its own sequence of trials: a χ² test of independence on the
+    # pairs of consecutive outputs (values clipped to [-2, 2]) at small scales, where most draws
+    # need several rounds of the vectorized rejection loops.
+    x = draw(RandomSource(seed=99))
+    def table(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        t = np.zeros((5, 5))
+        np.add.at(t, (np.clip(a, -2, 2) + 2, np.clip(b, -2, 2) + 2), 1)
+        return t[t.sum(axis=1) > 0][:, t.sum(axis=0) > 0]
+
+    pairs = table(x[0::2], x[1::2])
+    assert pairs.shape[0] >= 3
+    assert stats.chi2_contingency(pairs, correction=False).pvalue > P_REJECT
+    shifted = table(x[1:-1:2], x[2::2])  # the other pairing
+    assert stats.chi2_contingency(shifted, correction=False).pvalue > P_REJECT
+    # position in the batch does not matter either (four quarters, same law)
+    quarters = np.stack([np.bincount(np.clip(q, -2, 2) + 2, minlength=5)
+                         for q in np.array_split(x, 4)]).astype(np.float64)
+    quarters = quarters[:, quarters.sum(axis=0) > 0]
+    assert stats.chi2_contingency(quarters, correction=False).pvalue > P_REJECT
+    # power: the test rejects pairs made dependent by sorting each pair
+    srt = np.sort(x.reshape(-1, 2), axis=1)
+    dep = table(srt[:, 0], srt[:, 1])
+    assert stats.chi2_contingency(dep, correction=False).pvalue <= P_REJECT
 
 
 def test_determinism_under_seed() -> None:
@@ -464,20 +544,90 @@ def test_dl_pmf_cdf_variance() -> None:
         assert float(law.sf(1e6)) == 0.0 and float(law.cdf(-1e6)) == 0.0
 
 
-@pytest.mark.parametrize("law", [DiscreteGaussianNoise(0.4), DiscreteGaussianNoise(1.0),
-                                 DiscreteGaussianNoise(7.3), DiscreteLaplaceNoise(0.3),
-                                 DiscreteLaplaceNoise(2.0), DiscreteGaussianNoise(1e3)],
-                         ids=repr)
-@pytest.mark.parametrize("level", [0.5, 0.9, 0.95, 0.999])
-def test_interval_halfwidth_is_smallest_covering(law: object, level: float) -> None:
-    h = law.interval_halfwidth(level)
-    assert isinstance(h, int) and h >= 0
-    inside = lambda m: 1.0 - 2.0 * float(law.sf(m))  # noqa: E731  P(|Z| <= m)
-    assert inside(h) >= level
-    if h > 0:
-        assert inside(h - 1) < level
+_COVERAGE: dict[str, list[mpmath.mpf]] = {}
+
+
+def exact_coverages(law: DiscreteGaussianNoise | DiscreteLaplaceNoise) -> list[mpmath.mpf]:
+    """P(|Z| <= h) for h = 0, 1, ... while below 1 − 1e-20, by direct summation of the exact pmf
+    in 50-digit arithmetic (independent of the library's sums; cached per law)."""
+    key = repr(law)
+    if key not in _COVERAGE:
+        with mpmath.workdps(50):
+            if isinstance(law, DiscreteLaplaceNoise):
+                sc = law.scale_exact
+                p = mpmath.exp(-mpmath.mpf(sc.denominator) / sc.numerator)
+                c0 = (1 - p) / (1 + p)
+                size = int(60 * law.scale) + 30
+                w = [c0 * p**k for k in range(size)]
+            else:
+                s2 = mpmath.mpf(law.sigma2_exact.numerator) / law.sigma2_exact.denominator
+                size = int(45 * law.sigma) + 30
+                w = [mpmath.exp(-mpmath.mpf(k * k) / (2 * s2)) for k in range(size)]
+                norm = w[0] + 2 * mpmath.fsum(w[1:])
+                w = [x / norm for x in w]
+            cov, acc = [], w[0]
+            for k in range(1, size):
+                cov.append(acc)
+                if acc > 1 - mpmath.mpf(10) ** -20:
+                    break
+                acc += 2 * w[k]
+        _COVERAGE[key] = cov
+    return _COVERAGE[key]
+
+
+def smallest_covering(cov: list[mpmath.mpf], level: float) -> int:
+    """The exact answer: the smallest h with P(|Z| <= h) >= level (level's exact binary value)."""
+    lv = mpmath.mpf(level)
+    return next(h for h, c in enumerate(cov) if c >= lv)
+
+
+COVER_LAWS = [DiscreteGaussianNoise(0.4), DiscreteGaussianNoise(1.0), DiscreteGaussianNoise(7.3),
+              DiscreteGaussianNoise(Fraction(1, 3)), DiscreteGaussianNoise(40.0),
+              DiscreteLaplaceNoise(0.3), DiscreteLaplaceNoise(2.0),
+              DiscreteLaplaceNoise(0.9102392266268374), DiscreteLaplaceNoise(Fraction(7, 3))]
+
+
+@pytest.mark.parametrize("law", COVER_LAWS, ids=repr)
+def test_interval_halfwidth_is_smallest_covering(law: object) -> None:
+    cov = exact_coverages(law)
+    for level in (0.5, 0.9, 0.95, 0.999, 0.123456789):
+        h = law.interval_halfwidth(level)
+        assert isinstance(h, int) and h >= 0
+        assert cov[h] >= mpmath.mpf(level)  # covers (exactly) ...
+        assert h == smallest_covering(cov, level)  # ... and is the smallest that does
     with pytest.raises(InvalidParameterError):
         law.interval_halfwidth(1.0)
+
+
+@pytest.mark.parametrize("law", COVER_LAWS, ids=repr)
+def test_interval_halfwidth_settles_near_ties_exactly(law: object) -> None:
+    # levels at (and one double either side of) the exact coverages: the float comparison alone
+    # cannot tell them apart; the half-width must still cover exactly and be the smallest
+    cov = exact_coverages(law)
+    for h in range(0, min(len(cov), 300), max(1, len(cov) // 25)):
+        c = float(cov[h])
+        if not 0.0 < c < 1.0:
+            continue
+        for level in (c, math.nextafter(c, 0.0), math.nextafter(c, 1.0)):
+            if level >= 1.0:
+                continue
+            got = law.interval_halfwidth(level)
+            assert got == smallest_covering(cov, level), (h, level, got)
+            assert cov[got] >= mpmath.mpf(level)
+
+
+def test_interval_halfwidth_reported_case() -> None:
+    # was 0, whose exact coverage is 0.5 − 1.5e-17 (reviewer's case), and its float neighbours
+    law = DiscreteLaplaceNoise(0.9102392266268374)
+    assert law.interval_halfwidth(0.5) == 1
+    sc = 1 / math.log(3)  # P(|Z| <= 0) = (1 − p)/(1 + p) = 1/2 exactly at p = 1/3
+    for step in range(-30, 31):
+        x = sc
+        for _ in range(abs(step)):
+            x = math.nextafter(x, math.inf if step > 0 else 0.0)
+        lw = DiscreteLaplaceNoise(x)
+        h = lw.interval_halfwidth(0.5)
+        assert exact_coverages(lw)[h] >= mpmath.mpf(0.5)
 
 
 def test_noise_repr_eq_hash() -> None:
@@ -499,13 +649,65 @@ def test_policies() -> None:
     assert m.family == "discrete_gaussian" and "integer" in m.policy_formula
     lap = DiscreteLaplace(scale=4.0)
     assert lap.epsilon([0, 1, 8, 2.5]).tolist() == [0.0, 0.25, 2.0, np.inf]
-    assert math.isclose(float(lap.rho(1)), 0.25 * math.tanh(0.125), rel_tol=1e-15)
+    with mpmath.workdps(40):
+        exact_rho = mpmath.mpf(0.25) * mpmath.tanh(mpmath.mpf(0.125))
+        assert exact_rho <= float(lap.rho(1)) <= exact_rho * (1 + mpmath.mpf(1e-14))
     assert math.isinf(float(lap.rho(0.5))) and lap.pure and lap.family == "discrete_laplace"
     d = lap.to_dict()
     assert d["class"] == "DiscreteLaplace" and d["params"] == {"scale": 4.0} and d["pure"]
     assert DiscreteGaussian(1.5).to_dict()["params"] == {"sigma": 1.5}
     assert DiscreteGaussian(2.0) == DiscreteGaussian(2)
     assert repr(lap) == "DiscreteLaplace(scale=4.0)"
+
+
+ROUND_SCALES = [3.0, 0.1, 1 / 0.7, 7.3, 1e-3, Fraction(1, 3), Fraction(1, 31),
+                Fraction(10**20 + 1, 10**19), 2.0**-40, 2.0**40,
+                *np.random.default_rng(3).uniform(0.01, 100.0, 12).tolist()]
+ROUND_DELTAS = np.array([0.0, 1.0, 2.0, 3.0, 7.0, 10.0, 12345.0, 2.0**52 + 1, 1e300, 2.5])
+
+
+@pytest.mark.parametrize("scale", ROUND_SCALES, ids=[str(s)[:10] for s in ROUND_SCALES])
+def test_policies_are_rounded_up(scale: float | Fraction) -> None:
+    ex = exact_fraction(scale)
+    lap, dg = DiscreteLaplace(scale), DiscreteGaussian(scale)
+    eps, rho, lrho = lap.epsilon(ROUND_DELTAS), dg.rho(ROUND_DELTAS), lap.rho(ROUND_DELTAS)
+    assert math.isinf(eps[-1]) and math.isinf(rho[-1]) and math.isinf(lrho[-1])  # Δ = 2.5
+    for i, d in enumerate(ROUND_DELTAS[:-1].tolist()):
+        # ε = Δ/scale: the smallest double >= the exact rational
+        e_exact = Fraction(int(d)) / ex
+        e = float(eps[i])
+        assert e == float(lap.epsilon(d))  # same value alone and in an array
+        if math.isinf(e):
+            assert e_exact > Fraction(np.finfo(np.float64).max)
+        else:
+            assert Fraction(e) >= e_exact
+            assert e == 0.0 or Fraction(math.nextafter(e, 0.0)) < e_exact
+        # ρ = Δ²/(2σ²): never below; the smallest double for a Fraction σ, a few ulps for a double
+        r_exact = Fraction(int(d)) ** 2 / (2 * ex * ex)
+        r = float(rho[i])
+        assert r == float(dg.rho(d))
+        if math.isinf(r):
+            assert r_exact > Fraction(np.finfo(np.float64).max) / 2
+        else:
+            assert Fraction(r) >= r_exact
+            if Fraction(float(ex)) != ex:  # exact fractions: the smallest double
+                assert r == 0.0 or Fraction(math.nextafter(r, 0.0)) < r_exact
+            else:
+                assert r <= float(r_exact) * (1 + 2.0**-50)
+        # ρ of the discrete Laplace: ε·tanh(ε/2) at the exact ε, never below
+        lr = float(lrho[i])
+        if math.isfinite(lr) and lr > 0:
+            with mpmath.workdps(50):
+                em = mpmath.mpf(e_exact.numerator) / e_exact.denominator
+                x = em * mpmath.tanh(em / 2)
+                assert x <= lr <= x * (1 + mpmath.mpf(1e-14))
+
+
+def test_reported_rounding_cases() -> None:
+    assert Fraction(float(DiscreteLaplace(3).epsilon(1))) > Fraction(1, 3)  # was 0.333...33 < 1/3
+    assert float(DiscreteGaussian(Fraction(1, 31)).rho(1)) == 480.5  # was 480.49999999999994
+    assert DiscreteLaplace(4.0).epsilon([1, 8]).tolist() == [0.25, 2.0]  # exact values stay exact
+    assert DiscreteGaussian(0.5).rho(3).tolist() == 18.0
 
 
 def renyi(law: DiscreteGaussianNoise, shift: int, alpha: float) -> float:
@@ -577,6 +779,82 @@ def test_dg_approx_epsilon_large_shift_and_tiny_delta() -> None:
         m.approx_epsilon([1], 0.0)
 
 
+def em_delta_reference(sigma: float, shift: int, eps: float) -> mpmath.mpf:
+    """δ(ε) of the discrete Gaussian with large σ at 80 digits: Euler–Maclaurin tails with 11
+    Bernoulli terms (written independently of the library: mpmath.hermite, exact threshold)."""
+    with mpmath.workdps(80):
+        s = mpmath.mpf(Fraction(sigma).numerator) / Fraction(sigma).denominator
+
+        def tail(m: int) -> mpmath.mpf:  # Σ_{y >= m} exp(−y²/(2σ²))
+            x = mpmath.mpf(m) / s
+            f = mpmath.exp(-x * x / 2)
+            tot = s * mpmath.sqrt(2 * mpmath.pi) * mpmath.ncdf(-x) + f / 2
+            for k in range(1, 12):
+                j = 2 * k - 1
+                he = mpmath.hermite(j, x / mpmath.sqrt(2)) * mpmath.power(2, -mpmath.mpf(j) / 2)
+                tot -= mpmath.bernoulli(2 * k) / mpmath.factorial(2 * k) * (-1 / s) ** j * he * f
+            return tot
+
+        norm = 2 * tail(0) - 1
+        k1 = math.floor(Fraction(eps) * Fraction(sigma) ** 2 / shift - Fraction(shift, 2))
+
+        def sf(k: int) -> mpmath.mpf:  # P(Z > k)
+            return tail(k + 1) / norm if k >= 0 else 1 - tail(-k) / norm
+
+        return sf(k1) - mpmath.exp(mpmath.mpf(eps)) * sf(k1 + shift)
+
+
+@pytest.mark.parametrize("sigma", [1e6, 1e9, 2.0**40])
+def test_dg_approx_epsilon_large_sigma_never_understates_delta(sigma: float) -> None:
+    # δ = a − b cancels (a/δ grows like σ/Δ) and the tails come from Euler–Maclaurin: the float
+    # evaluation understated δ by up to 0.6% (σ = 2**40), so the returned ε was not valid
+    m = DiscreteGaussian(sigma)
+    for delta in (1e-20, 1e-16):
+        eps = m.approx_epsilon([1, 3], delta)
+        for shift, e in zip((1, 3), eps.tolist(), strict=True):
+            ref = em_delta_reference(sigma, shift, e)
+            assert ref <= delta, (shift, delta, e, ref / delta)
+            assert ref >= delta * (1 - 1e-6)  # and tight
+            got = float(m.delta_at(shift, e))
+            assert ref <= got <= ref * (1 + mpmath.mpf(1e-9))
+
+
+def direct_delta_reference(sigma: float | Fraction, shift: int, eps: float) -> mpmath.mpf:
+    """δ(ε) = Σ_z max(0, P(z) − e^ε·P(z + Δ)) for σ <= 1, by direct summation at 60 digits."""
+    with mpmath.workdps(60):
+        s2 = Fraction(sigma) ** 2
+        s2m = mpmath.mpf(s2.numerator) / s2.denominator
+        zs = range(-80, 200)
+        w = {z: mpmath.exp(-mpmath.mpf(z * z) / (2 * s2m)) for z in range(-80, 200 + shift)}
+        norm = mpmath.fsum(w[z] for z in zs)
+        ee = mpmath.exp(mpmath.mpf(eps))
+        terms = [w[z] - ee * w[z + shift] for z in zs]
+        return mpmath.fsum(t for t in terms if t > 0) / norm
+
+
+def test_dg_delta_at_threshold_on_an_integer() -> None:
+    # at ε = ℓ(z0) the threshold εσ²/Δ − Δ/2 is the integer z0 and its float value may fall on the
+    # wrong side; at small σ the term at z0 then dominates δ (1e-256 against 1e-292 computed)
+    for sigma in (0.3, 0.7, Fraction(1, 3)):
+        m = DiscreteGaussian(sigma)
+        s2 = Fraction(sigma) ** 2
+        for shift in (1, 2, 5):
+            for z0 in (0, 1, 3, 10):
+                e0 = float((z0 + Fraction(shift, 2)) * shift / s2)
+                for e in (e0, math.nextafter(e0, 0.0), math.nextafter(e0, math.inf)):
+                    ref = direct_delta_reference(sigma, shift, e)
+                    got = float(m.delta_at(shift, e))
+                    assert ref <= got, (sigma, shift, z0, e)
+                    if ref > 1e-300:
+                        assert got <= ref * (1 + mpmath.mpf(1e-6)), (sigma, shift, z0, e)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -0.1, float("inf"), "1", None])
+def test_dg_delta_at_validates_epsilon(bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        DiscreteGaussian(1.0).delta_at(1, bad)
+
+
 def test_dg_delta_at_vs_continuous() -> None:
     m = DiscreteGaussian(20.0)  # large σ: close to the continuous Gaussian's exact profile
     from tabdp.privacy.conversions import gdp_delta
@@ -636,3 +914,73 @@ def test_release_refuses_non_integers_before_drawing() -> None:
         DiscreteLaplace(1.0).release_table([np.nan, 1.0], rng=1)
     with pytest.raises(InvalidParameterError):
         m.release_table([1.0], rng=1, level=1.5)
+
+
+# ----------------------------------------------------------------------------------------------
+# mechanisms: grids and the int64 guard
+# ----------------------------------------------------------------------------------------------
+def test_round_to_multiple_ties_to_even() -> None:
+    x = np.array([-25, -15, -5, 5, 15, 25, 14, 16, -16, 0, -1, 9], np.int64)
+    got = dn_mech._round_to_multiple(x, 10).tolist()
+    assert got == [-20, -20, 0, 0, 20, 20, 10, 20, -20, 0, 0, 10]
+    big = np.array([2**62 + 2**53 - 1, -(2**62) - 2**53 + 1], np.int64)  # no int64 overflow
+    assert dn_mech._round_to_multiple(big, 2**53).tolist() == [2**62 + 2**53, -(2**62) - 2**53]
+
+
+@pytest.mark.parametrize("m", [DiscreteGaussian(3.0), DiscreteLaplace(Fraction(7, 3))], ids=repr)
+def test_release_on_a_grid(m: DiscreteGaussian | DiscreteLaplace) -> None:
+    q = np.arange(-60.0, 60.0) * 7
+    base = m.release_table(q, rng=5, level=0.9)
+    h = m.noise.interval_halfwidth(0.9)
+    assert base.grid is None and np.all(base.moe == h)
+    for exact_grid in (None, 1, 1.0, np.int64(1)):  # the exact integers, bit for bit
+        r = m.release_table(q, rng=5, level=0.9, grid=exact_grid)
+        assert np.array_equal(r.estimate, base.estimate) and r.grid is None
+        assert np.all(r.moe == h)
+    ints = base.estimate.astype(np.int64).tolist()
+    for k in (2, 3, 10, 10.0, np.int64(4), Fraction(5)):
+        kk = int(k)
+        r = m.release_table(q, rng=5, level=0.9, grid=k)
+        # round(Fraction) rounds half to even: the nearest multiple of k, ties to the even one
+        want = [round(Fraction(v, kk)) * kk for v in ints]
+        assert r.estimate.tolist() == want and r.grid == float(kk)
+        assert np.all(r.moe == h + kk / 2) and np.all(r.upper - r.estimate == h + kk / 2)
+        assert np.all(r.estimate - r.lower == h + kk / 2)
+        assert np.all(m.moe_at(q, 0.9, grid=k) == h + kk / 2)
+        assert np.array_equal(m.release(q, rng=5, grid=k), r.estimate)  # the base release
+    assert np.array_equal(m.release(q, rng=5), base.estimate)
+    assert np.all(m.moe_at(q, 0.9, grid=None) == h)
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, -2, 2.5, float("nan"), float("inf"), True, "10",
+                                 2**60, Fraction(5, 2), 1e300, [10]])
+def test_release_refuses_non_integer_grids_before_drawing(bad: object) -> None:
+    m = DiscreteGaussian(2.0)
+    src = RandomSource(seed=1)
+    state = dict(src._gen.bit_generator.state)
+    with pytest.raises(InvalidParameterError, match="integers") as err:
+        m.release_table([1.0, 2.0], rng=src, grid=bad)
+    assert "Hint" in str(err.value) and repr(bad) in str(err.value)
+    assert src._gen.bit_generator.state == state  # nothing was drawn
+    with pytest.raises(InvalidParameterError, match="grid"):
+        m.moe_at([1.0], 0.9, grid=bad)
+
+
+def test_release_grid_interval_covers() -> None:
+    m = DiscreteGaussian(2.0)
+    n, level, k = 40_000, 0.9, 5
+    q = np.full(n, 101.0)
+    r = m.release_table(q, rng=RandomSource(seed=13), level=level, grid=k)
+    assert np.all(r.estimate % k == 0)
+    assert float(np.mean((r.lower <= q) & (q <= r.upper))) >= level
+
+
+def test_release_guards_the_int64_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = DiscreteLaplace(1.0)
+    huge = 2**63 - 2**52  # a draw no correct source can give: q + Z would leave int64
+    monkeypatch.setattr(m.noise, "sample", lambda size, rng=None: np.full(size, huge, np.int64))
+    with pytest.raises(OverflowError, match="int64"):
+        m.release_table([2.0**53 - 1], rng=1)
+    monkeypatch.setattr(m.noise, "sample", lambda size, rng=None: np.full(size, -huge, np.int64))
+    with pytest.raises(OverflowError, match="int64"):
+        m.release_table([-(2.0**53) + 1], rng=1)

@@ -13,7 +13,9 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 
-TINY = mech.Gaussian(sigma=1e-9)
+# Nearly noiseless (sigma=1e-4: its default grid 1e-6 is the finest float64 holds exactly for the
+# totals up to 1e6 released below; docs/exact-rounding.md). Estimates are checked to 100 sigma.
+TINY = mech.Gaussian(sigma=1e-4)
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
@@ -30,7 +32,7 @@ def test_in_place_change_of_a_polars_frame_is_not_served_from_the_cache(unit):
     df[0, "x"] = 1.0  # in place: same object, other data
     out = df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="after")
     # the release is of the current data...
-    np.testing.assert_allclose(out["x"].to_numpy(), [2.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(out["x"].to_numpy(), [2.0, 2.0], atol=1e-2)
     # ...and the accounting is of what was released
     pr = s.report().per_record.sort("row" if unit is None else "u")
     np.testing.assert_allclose(pr["rho_after"].to_numpy(), TINY.rho([1.0, 1.0, 2.0]))
@@ -42,7 +44,7 @@ def test_count_after_in_place_key_change_is_recounted():
     df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
     df[0, "c"] = "z"  # row 0 now falls outside the key set
     out = df.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s, name="n")
-    np.testing.assert_allclose(out["count"].to_numpy(), [1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(out["count"].to_numpy(), [1.0, 1.0], atol=1e-2)
     np.testing.assert_allclose(s.report().per_record["rho_n"].to_numpy(),
                                [0.0, float(TINY.rho(1.0)), float(TINY.rho(1.0))])
 
@@ -82,7 +84,7 @@ def test_decimal_sums_are_not_truncated():
                              decimal.Decimal("0.75")]},
                       schema={"c": pl.String, "x": pl.Decimal(10, 2)})
     out = df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=tabdp.Session(seed=0))
-    np.testing.assert_allclose(out["x"].to_numpy(), [3.75, 0.75], atol=1e-6)
+    np.testing.assert_allclose(out["x"].to_numpy(), [3.75, 0.75], atol=1e-2)
 
 
 # -- NaN unit ids (Polars float ids) silently merged distinct units ------------------------------

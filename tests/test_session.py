@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 import tabdp
 from tabdp import mechanisms as mech
 
-TINY = mech.Gaussian(sigma=1e-9)
+# Nearly noiseless releases read the true totals. sigma=1e-6, not smaller: its default grid 1e-8
+# is the finest float64 holds exactly for totals up to 1.1e4 (docs/exact-rounding.md).
+TINY = mech.Gaussian(sigma=1e-6)
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
@@ -121,7 +123,7 @@ def test_unit_losses_hand_computed(make_frame, out_type):
     s = tabdp.Session(unit="estab_id", seed=5)
     f = make_frame(UNITS)
     o = _pl(f.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="truth"))
-    np.testing.assert_allclose(o["x"].to_numpy(), [12.0, 9.0], atol=1e-6)
+    np.testing.assert_allclose(o["x"].to_numpy(), [12.0, 9.0], atol=1e-4)
     f.dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="pay")
     f.dp.count(by="c", keys=KEYS, mechanism=g, session=s, name="n")
     f.dp.sum(["x", "emp"], by="c", keys=KEYS, mechanism=lap, session=s, name="lap")
@@ -485,8 +487,8 @@ def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, data):
     f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=G3, session=s, name="g")
     f.dp.count(by="c", keys=PKEYS, mechanism=G3, session=s, name="n")
     full = _true_cells(data)
-    np.testing.assert_allclose(o["x"].to_numpy(), full["x"].to_numpy(), atol=1e-6)
-    np.testing.assert_allclose(o["y"].to_numpy(), full["y"].to_numpy(), atol=1e-6)
+    np.testing.assert_allclose(o["x"].to_numpy(), full["x"].to_numpy(), atol=1e-4)
+    np.testing.assert_allclose(o["y"].to_numpy(), full["y"].to_numpy(), atol=1e-4)
     pr = _pl(s.report().per_record)
     n = len(data["x"])
     if unit is None:

@@ -390,11 +390,14 @@ SAMPLER_CASES = [
 
 
 def recover_noise(m: TransformationMechanism, r: ReleasedValues) -> np.ndarray:
-    """ṽ from a release: via the median estimate, or via the interval for mean estimators."""
+    """ṽ from a release: via the median estimate, or via the interval for mean estimators.
+
+    The interval is ``f⁻¹(ṽ ± h) − a`` with ``h = zσ`` plus half the transformed-space grid.
+    """
     z = float(ndtri(0.5 + 0.5 * r.level))
     if m.estimator == "median":
         return f_ext(m, r.estimate + m.offset)
-    return f_ext(m, r.upper + m.offset) - z * m.sigma
+    return f_ext(m, r.upper + m.offset) - z * m.sigma - 0.5 * r.grid
 
 
 @pytest.mark.parametrize("m", SAMPLER_CASES, ids=repr)
@@ -432,11 +435,15 @@ def test_release_coverage_unbiasedness_and_consistency(m, q, level):
     np.testing.assert_allclose(r.moe, (r.upper - r.lower) / 2, rtol=1e-9)
     # plug-in sd at the clipped median-unbiased estimate
     q_hat = np.maximum(m.median_estimate(f_ext(m, r.lower + m.offset)
-                                         + ndtri(0.5 + 0.5 * level) * m.sigma), 0.0)
+                                         + ndtri(0.5 + 0.5 * level) * m.sigma
+                                         + 0.5 * r.grid), 0.0)
     np.testing.assert_allclose(r.sd, m.sd_at(q_hat), rtol=1e-7)
-    # exact coverage
+    # coverage: at least ``level`` (interval widened by half a grid step for the rounding of ṽ),
+    # at most P(|Z| <= z + g/σ) (|rounded − exact| <= g/2 on each side)
     cover = np.mean((r.lower <= q) & (q <= r.upper))
-    assert abs(cover - level) <= 4 * math.sqrt(level * (1 - level) / N_DRAWS)
+    tol = 4 * math.sqrt(level * (1 - level) / N_DRAWS)
+    z = float(ndtri(0.5 + 0.5 * level))
+    assert level - tol <= cover <= 2 * stats.norm.cdf(z + r.grid / m.sigma) - 1 + tol
     if m.estimator == "mean":
         se = float(m.sd_at(q)) / math.sqrt(N_DRAWS)
         assert abs(np.mean(r.estimate) - q) <= 5 * se
@@ -461,7 +468,8 @@ def test_release_is_reproducible_and_release_matches_release_table():
 def test_identity_root_release_is_gaussian_with_exact_interval():
     m = RootTransform(k=1, sigma=2.0, offset=5.0)
     r = m.release_table([1.0, 2.0], rng=11, level=0.95)
-    np.testing.assert_allclose(r.moe, 1.959963984540054 * 2.0, rtol=1e-12)
+    # exact quantile plus half the default grid step (0.01 for sigma 2)
+    np.testing.assert_allclose(r.moe, 1.959963984540054 * 2.0 + 0.005, rtol=1e-12)
     np.testing.assert_allclose(r.sd, 2.0)
     np.testing.assert_allclose((r.lower + r.upper) / 2, r.estimate, rtol=1e-12)
 
@@ -471,22 +479,26 @@ def test_moe_at_is_central_half_width(m):
     q = np.array([0.0, 0.5, 20.0, 3000.0])
     z = float(ndtri(0.95))
     v = m.transform(q)
-    expected = (m.median_estimate(v + z * m.sigma) - m.median_estimate(v - z * m.sigma)) / 2
+    h = z * m.sigma + 0.5 * m.default_grid()  # the release's interval is widened by half a step
+    expected = (m.median_estimate(v + h) - m.median_estimate(v - h)) / 2
     np.testing.assert_allclose(m.moe_at(q, level=0.9), expected, rtol=1e-12)
     np.testing.assert_allclose(m.moe_at(q), expected, rtol=1e-12)  # default level 0.9
 
 
 def test_moe_has_no_cancellation():
     # ((v+h)² − (v−h)²)/2 = 2vh exactly; naive subtraction loses ~8 digits here
+    # (h = zσ plus half the default transformed-space grid, which is 1% of σ or less)
     m = RootTransform(k=2, sigma=1e-3, estimator="median")
     z = float(ndtri(0.95))
     v = 1e6
-    assert float(m.moe_at([v**2])[0]) == pytest.approx(2 * v * z * 1e-3, rel=1e-13)
+    h = z * 1e-3 + 0.5 * m.default_grid()
+    assert float(m.moe_at([v**2])[0]) == pytest.approx(2 * v * h, rel=1e-13)
     m = RootTransform(k=3, sigma=1e-4, offset=0.0)
-    h = z * 1e-4
+    h = z * 1e-4 + 0.5 * m.default_grid()
     assert float(m.moe_at([1e15])[0]) == pytest.approx(3 * 1e10 * h + h**3, rel=1e-12)
     lm = LogTransform(sigma=1e-9, offset=1.0)
-    assert float(lm.moe_at([99.0])[0]) == pytest.approx(100 * math.sinh(z * 1e-9), rel=1e-12, abs=0)
+    h = z * 1e-9 + 0.5 * lm.default_grid()
+    assert float(lm.moe_at([99.0])[0]) == pytest.approx(100 * math.sinh(h), rel=1e-12, abs=0)
 
 
 def test_log_moe_at_is_median_half_width():

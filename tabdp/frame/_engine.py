@@ -79,6 +79,13 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"group-by column(s) {clash} have the name of an output column of this {kind} "
             f"(outputs: {outputs}); the key would be overwritten in the result.\n"
             "Hint: rename the key column(s) (and the key set's) before the release.")
+    if kind == "sum" and getattr(mechanism, "joint", False):
+        extra = sorted(set(getattr(mechanism, "weights", {}) or {}) - set(measures))
+        if extra:
+            raise InvalidParameterError(
+                f"{type(mechanism).__name__} has weights for {extra}, which are not among the "
+                f"released measures {measures}.\nHint: name the weights after the measure "
+                "columns (a measure without a weight gets 1), or release those columns too.")
     if not isinstance(keys, KeySet):
         raise InvalidParameterError(
             f"keys must be a tabdp.KeySet (the public list of cells); got {type(keys).__name__}."

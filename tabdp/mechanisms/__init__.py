@@ -32,6 +32,15 @@ from tabdp.mechanisms.smooth import (
     unit_noise,
 )
 from tabdp.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
+from tabdp.mechanisms.logconcave import Logistic, Subbotin, VectorSubbotin
+from tabdp.mechanisms.stable import SymmetricStable, sum_gamma
+from tabdp.privacy.approx import (
+    choose_subbotin_r,
+    delta_for_scale,
+    epsilon_for_scale,
+    min_scale,
+    subbotin_mse,
+)
 from tabdp.noise.polyplace import PolyPlace
 
 __all__ = [
@@ -60,4 +69,14 @@ __all__ = [
     "unit_noise",
     "DiscreteGaussian",
     "DiscreteLaplace",
+    "SymmetricStable",
+    "sum_gamma",
+    "Logistic",
+    "Subbotin",
+    "VectorSubbotin",
+    "min_scale",
+    "epsilon_for_scale",
+    "delta_for_scale",
+    "choose_subbotin_r",
+    "subbotin_mse",
 ]

@@ -10,6 +10,10 @@ sensitivity Δ (the absolute contribution of a unit to a cell, MATH.md §1.1):
 Both are vectorized and data-independent formulas (public); their values at actual records are
 confidential. :meth:`Mechanism.release_table` returns the estimate with its standard deviation and
 margin of error.
+
+Floating-point safety (docs/exact-rounding.md): the continuous mechanisms release the exact
+mechanism output rounded to a public grid (``grid=``; ``None`` is each mechanism's documented
+default), drawn by :func:`tabdp.noise.exact.round_noisy`. Nothing else is ever released.
 """
 
 from __future__ import annotations
@@ -79,12 +83,18 @@ class ReleasedValues:
         lower: Lower end of that interval.
         upper: Upper end of that interval.
         level: Confidence level.
+        grid: The public grid the estimates (or, for transformation mechanisms, the noisy
+            transformed values) were rounded to: its step, a label such as
+            ``'relative-36-bit'``, or ``None`` for mechanisms without rounding (discrete noise).
+        fallbacks: Number of cells whose rounding was decided by the high-precision path
+            (public: it depends only on the random bits and the grid, not on the data beyond what
+            the release shows; typically 0).
 
     Example:
         >>> from tabdp.mechanisms import Gaussian
         >>> r = Gaussian(sigma=1.0).release_table([10.0, 20.0], rng=0)
-        >>> r.estimate.shape, float(r.sd[0])
-        ((2,), 1.0)
+        >>> r.estimate.shape, float(r.sd[0]), r.grid
+        ((2,), 1.0, 0.01)
     """
 
     estimate: np.ndarray
@@ -93,6 +103,8 @@ class ReleasedValues:
     lower: np.ndarray
     upper: np.ndarray
     level: float
+    grid: float | str | None = None
+    fallbacks: int = 0
 
 
 def check_level(level: float) -> float:
@@ -166,8 +178,11 @@ class Mechanism(ABC):
 
     @abstractmethod
     def release_table(self, values: ArrayLike, rng: Any = None,
-                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
+                      level: float = DEFAULT_LEVEL, grid: Any = None) -> ReleasedValues:
         """Release noisy estimates of ``values`` with sd, moe and interval.
+
+        Continuous mechanisms round the exact output to a public ``grid`` (None: the mechanism's
+        default grid, see :meth:`default_grid`) and widen the interval by half a grid step.
 
         Example:
             >>> from tabdp.mechanisms import Laplace
@@ -251,29 +266,48 @@ class Mechanism(ABC):
         eps = np.where(pos, self.approx_epsilon(d, self.dp_delta), 0.0)
         return eps, np.where(pos, self.dp_delta, 0.0)
 
-    def release(self, values: ArrayLike, rng: Any = None) -> np.ndarray:
+    def release(self, values: ArrayLike, rng: Any = None, grid: Any = None) -> np.ndarray:
         """Release noisy estimates of ``values`` (one independent draw per value).
 
         Args:
             values: Exact query values (cell totals), 1-D.
             rng: A :class:`tabdp.RandomSource` (default: secure OS randomness), or an int seed /
                 numpy Generator for tests.
+            grid: Public rounding grid of the release (a positive step); None: the mechanism's
+                documented default (:meth:`default_grid`).
 
         Returns:
             The estimates, a float64 array shaped like ``values``.
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
-            >>> Gaussian(sigma=1.0).release([0.0, 5.0], rng=1).shape
-            (2,)
+            >>> Gaussian(sigma=1.0).release([0.0, 5.0], rng=1, grid=0.5).tolist()[0] % 0.5
+            0.0
         """
-        return self.release_table(values, rng).estimate
+        if grid is None:  # subclasses without rounding (discrete noise) take no grid argument
+            return self.release_table(values, rng).estimate
+        return self.release_table(values, rng, grid=grid).estimate
+
+    def default_grid(self) -> Any:
+        """The public grid used when ``grid=None`` (None for mechanisms that need none).
+
+        Continuous mechanisms override this (docs/exact-rounding.md, "Default grids").
+
+        Returns:
+            A grid step, a :class:`tabdp.noise.exact.Grid`, or None.
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> Laplace(scale=100.0).default_grid()     # largest power of 10 <= 0.02·sd
+            1.0
+        """
+        return None
 
     def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
         """Expected margin of error (interval half-width) at true values, for planning.
 
-        The default uses the exact noise law of additive mechanisms; transformation mechanisms
-        override it.
+        Additive and transformation mechanisms override it; their margins include half a step of
+        the release's grid (``grid=`` argument, default grid by default).
 
         Args:
             values: Hypothetical true cell values.
@@ -284,8 +318,8 @@ class Mechanism(ABC):
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
-            >>> round(float(Gaussian(sigma=1.0).moe_at([100.0])[0]), 3)
-            1.645
+            >>> round(float(Gaussian(sigma=1.0).moe_at([100.0])[0]), 3)   # 1.645 + 0.01/2
+            1.65
         """
         raise NotImplementedError
 

@@ -1,7 +1,13 @@
 """Additive mechanisms: release ``q + Z`` with Z from a fixed symmetric noise law.
 
-The estimate is mean- and median-unbiased; its standard deviation is the noise's, and the margin
-of error is the exact ``|Z|`` quantile (MATH.md §1.1, §1.2, §1.4, §1.5).
+The release is ``round_grid(q + Z)``: the exact sum rounded to a public grid (ties to even), drawn
+by :func:`tabdp.noise.exact.round_noisy`, so floating point cannot leak through it
+(docs/exact-rounding.md). Default grid (``grid=None``): the largest power of ten ``<= 0.02·sd`` of
+the noise (``0.02·1.4826·MAD`` where the sd is infinite), so rounding moves no estimate by more
+than 1% of its standard deviation. The estimate is mean- and median-unbiased up to the rounding
+(at most half a grid step; negligible at the default grid); its standard deviation is the noise's,
+and the margin of error is the exact ``|Z|`` quantile plus half a grid step (MATH.md §1.1, §1.2,
+§1.4, §1.5).
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from tabdp.mechanisms._base import (
     not_pure,
     pure_to_zcdp,
 )
+from tabdp.noise import exact as _exact
 from tabdp.noise._base import NoiseDistribution
-from tabdp.rng import as_random_source
 
 __all__ = [
     "AdditiveMechanism",
@@ -57,34 +63,59 @@ class AdditiveMechanism(Mechanism):
     def __init__(self, noise: NoiseDistribution) -> None:
         self.noise = noise
 
+    def default_grid(self) -> float:
+        """Default public grid: the largest power of ten ``<= 0.02·spread`` of the noise.
+
+        The spread is the noise's standard deviation, or ``1.4826·MAD`` (the median of ``|Z|``)
+        where the variance is infinite; half a grid step is then at most 1% of it.
+
+        Returns:
+            The grid step.
+
+        Example:
+            >>> Gaussian(sigma=2.0).default_grid(), Laplace(scale=100.0).default_grid()
+            (0.01, 1.0)
+        """
+        return _exact.default_grid(_exact.noise_spread(self.noise))
+
     def release_table(self, values: ArrayLike, rng: Any = None,
-                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
-        """Release ``values + Z`` with sd and exact margins of error.
+                      level: float = DEFAULT_LEVEL, grid: float | None = None) -> ReleasedValues:
+        """Release ``round_grid(values + Z)`` with sd and exact margins of error.
 
         Args:
             values: Exact cell values.
             rng: Randomness (default: secure).
             level: Confidence level of the margin of error.
+            grid: Public grid step of the estimates (e.g. 1.0 for counts, 1000.0 for thousands
+                of dollars); None: :meth:`default_grid`. Estimates are the float64 nearest
+                ``k·grid`` (exactly ``k·grid`` for whole-number grids below 2**53).
 
         Returns:
-            Estimates with sd, moe and interval.
+            Estimates with sd, moe (the exact noise quantile plus half a grid step) and interval.
+
+        Raises:
+            InvalidParameterError: For a non-positive or non-finite grid, or one finer than
+                ``2**-40`` of the largest output magnitude.
 
         Example:
-            >>> r = Gaussian(sigma=2.0).release_table([1.0, 2.0, 3.0], rng=3, level=0.95)
-            >>> round(float(r.moe[0]), 3)
-            3.92
+            >>> r = Gaussian(sigma=2.0).release_table([1.0, 2.0, 3.0], rng=3, level=0.95, grid=1.0)
+            >>> round(float(r.moe[0]), 3), bool(np.all(r.estimate == np.round(r.estimate)))
+            (4.42, True)
         """
         level = check_level(level)
         q = self._prepare(values)
-        z = self.noise.sample(q.shape, as_random_source(rng))
-        est = q + z
+        g = self.default_grid() if grid is None else grid
+        draw = _exact.round_noisy(self.noise, q, g, rng, owner=f"{type(self).__name__}.release")
+        est = draw.values
         sd = np.full(q.shape, self.noise.std())
-        h = self.noise.interval_halfwidth(level)
-        moe = np.full(q.shape, h)
-        return ReleasedValues(est, sd, moe, est - h, est + h, level)
+        h = self.noise.interval_halfwidth(level) + draw.grid.halfstep(est)
+        return ReleasedValues(est, sd, h, est - h, est + h, level, grid=draw.grid.describe(),
+                              fallbacks=draw.fallbacks)
 
     def sd_at(self, values: ArrayLike) -> np.ndarray:
         """Standard deviation of the estimate: the noise's, whatever the true value.
+
+        The rounding to the grid is not included (it adds at most half a grid step).
 
         Args:
             values: True values (only their shape matters).
@@ -98,22 +129,26 @@ class AdditiveMechanism(Mechanism):
         """
         return np.full(np.shape(np.asarray(values, dtype=np.float64)), self.noise.std())
 
-    def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
-        """Margin of error (exact noise quantile), the same for every cell.
+    def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL,
+               grid: float | None = None) -> np.ndarray:
+        """Margin of error (exact noise quantile plus half a grid step), the same for every cell.
 
         Args:
             values: True values (only their shape matters).
             level: Confidence level.
+            grid: The release's grid step (None: :meth:`default_grid`).
 
         Returns:
             Half-widths.
 
         Example:
-            >>> round(float(Laplace(scale=1.0).moe_at([0.0], 0.9)[0]), 4)
-            2.3026
+            >>> round(float(Laplace(scale=1.0).moe_at([0.0], 0.9)[0]), 4)   # 2.3026 + 0.01/2
+            2.3076
         """
+        g = _exact.as_grid(self.default_grid() if grid is None else grid, "moe_at")
         h = self.noise.interval_halfwidth(check_level(level))
-        return np.full(np.shape(np.asarray(values, dtype=np.float64)), h)
+        shape = np.shape(np.asarray(values, dtype=np.float64))
+        return np.full(shape, h) + g.halfstep(np.zeros(shape))
 
     def rho(self, delta: ArrayLike) -> np.ndarray:
         """PRzCDP policy; for pure mechanisms ε(Δ)·tanh(ε(Δ)/2).

@@ -27,6 +27,17 @@ nothing is known.
 The guarantee holds for the neighbour relation under which ``SS`` is a γ-smooth upper bound on
 the local sensitivity; the smooth sensitivities of :mod:`tabdp.sensitivity` are, for both
 replacement and add/remove neighbours (see that module).
+
+Floating-point safety (docs/exact-rounding.md): releases are ``round_grid(q + SS·Z)``, the exact
+value rounded to a public grid by :func:`tabdp.noise.exact.round_noisy`. The noise scale SS is
+data-dependent, so no uniform grid can be derived from it without leaking it: the default grid
+(``grid=None``) is a :class:`tabdp.noise.exact.RelativeGrid`, a fixed public set of numbers with
+B significant bits: B = 32 for polyplace and laplace noise (rounding moves a value by at most
+``2**-32 ≈ 2.3e-10`` of its magnitude), B = 24 for the heavy-tailed student_t and cauchy baselines
+(``≈ 6e-8``; their float64 quantiles carry a looser error bound, and a finer relative grid would
+send most noise-dominated cells to the slow path). A public uniform step (e.g. ``grid=1.0`` for
+whole dollars, or one derived from the public bounds) can be passed instead and is preferable when
+the bounds are narrow relative to their magnitude.
 """
 
 from __future__ import annotations
@@ -42,14 +53,15 @@ from scipy.special import ndtri
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, ReleasedValues, check_level, pure_to_zcdp
+from tabdp.noise import exact as _exact
 from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.gaussian import Laplace
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
-from tabdp.rng import as_random_source
 
 __all__ = [
     "NOISE_FAMILIES",
+    "RELATIVE_GRID_BITS",
     "SmoothSensitivityMechanism",
     "gamma_limit",
     "optimal_shape",
@@ -66,6 +78,8 @@ NOISE_FAMILIES = ("polyplace", "student_t", "cauchy", "laplace")
 DEFAULT_DELTA = 1e-5
 #: Largest shape searched for d (Student t) and c (Cauchy): the optima are below ~5.
 _SHAPE_CAP = 50.0
+#: Significant bits of the default relative output grid, per noise family (see module docstring).
+RELATIVE_GRID_BITS = {"polyplace": 32, "laplace": 32, "student_t": 24, "cauchy": 24}
 #: Public γ grid of :func:`choose_gamma`, as fractions of ε.
 DEFAULT_GAMMA_FRACTIONS = np.geomspace(1e-3, 0.5, 46)
 
@@ -514,13 +528,34 @@ class SmoothSensitivityMechanism:
         return self._ss(ss) * self.unit.interval_halfwidth(check_level(level))
 
     # -- release --------------------------------------------------------------------------------
-    def release(self, values: ArrayLike, ss: ArrayLike, rng: Any = None) -> np.ndarray:
-        """Release ``values + ss·Z`` (one independent draw per value).
+    def default_grid(self) -> _exact.Grid:
+        """The default public grid: a :class:`~tabdp.noise.exact.RelativeGrid`.
+
+        32 significant bits for polyplace and laplace noise, 24 for student_t and cauchy
+        (:data:`RELATIVE_GRID_BITS`). A uniform default would have to be derived from the
+        data-dependent SS, which would leak it; the relative grid is a fixed public set.
+
+        Returns:
+            The grid.
+
+        Example:
+            >>> SmoothSensitivityMechanism(epsilon=1.0).default_grid()
+            RelativeGrid(32)
+            >>> SmoothSensitivityMechanism("cauchy", epsilon=1.0).default_grid()
+            RelativeGrid(24)
+        """
+        return _exact.RelativeGrid(RELATIVE_GRID_BITS[self.noise])
+
+    def release(self, values: ArrayLike, ss: ArrayLike, rng: Any = None,
+                grid: Any = None) -> np.ndarray:
+        """Release ``round_grid(values + ss·Z)`` (one independent draw per value).
 
         Args:
             values: Exact query values (e.g. group medians), 1-D.
             ss: Their γ-smooth sensitivities at this mechanism's γ (same shape).
             rng: Randomness (default: secure).
+            grid: Public grid: a positive step, a :class:`tabdp.noise.exact.Grid`, or None for
+                :meth:`default_grid`.
 
         Returns:
             The noisy values.
@@ -530,10 +565,10 @@ class SmoothSensitivityMechanism:
             >>> m.release([1.0, 2.0], [0.0, 0.0], rng=0).tolist()   # SS = 0: nothing to hide
             [1.0, 2.0]
         """
-        return self.release_table(values, ss, rng).estimate
+        return self.release_table(values, ss, rng, grid=grid).estimate
 
     def release_table(self, values: ArrayLike, ss: ArrayLike, rng: Any = None,
-                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
+                      level: float = DEFAULT_LEVEL, grid: Any = None) -> ReleasedValues:
         """Release with standard deviations, margins of error and intervals.
 
         Args:
@@ -541,6 +576,7 @@ class SmoothSensitivityMechanism:
             ss: Their smooth sensitivities (same shape).
             rng: Randomness (default: secure).
             level: Confidence level of the margins of error.
+            grid: Public grid (see :meth:`release`); margins are widened by half a grid step.
 
         Returns:
             :class:`tabdp.mechanisms.ReleasedValues`.
@@ -548,8 +584,8 @@ class SmoothSensitivityMechanism:
         Example:
             >>> m = SmoothSensitivityMechanism("polyplace", 1.0, 0.1)
             >>> r = m.release_table([10.0], [1.0], rng=3)
-            >>> round(float(r.sd[0]), 6), bool(r.lower[0] < r.estimate[0] < r.upper[0])
-            (1.687487, True)
+            >>> round(float(r.sd[0]), 6), bool(r.lower[0] < r.estimate[0] < r.upper[0]), r.grid
+            (1.687487, True, 'relative-32-bit')
         """
         level = check_level(level)
         q = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -562,11 +598,14 @@ class SmoothSensitivityMechanism:
             raise InvalidParameterError(
                 f"smooth-sensitivity release: values and ss must have the same length; got "
                 f"{q.size} and {s.size}.")
-        z = self.unit.sample(q.shape, as_random_source(rng))
-        est = q + s * z
+        g = self.default_grid() if grid is None else grid
+        draw = _exact.round_noisy(self.unit, q, g, rng, scale=s,
+                                  owner="SmoothSensitivityMechanism.release")
+        est = draw.values
         sd = s * self.unit.std()
-        h = s * self.unit.interval_halfwidth(level)
-        return ReleasedValues(est, sd, h, est - h, est + h, level)
+        h = s * self.unit.interval_halfwidth(level) + draw.grid.halfstep(est)
+        return ReleasedValues(est, sd, h, est - h, est + h, level, grid=draw.grid.describe(),
+                              fallbacks=draw.fallbacks)
 
     # -- description ----------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:

@@ -20,10 +20,18 @@ Estimators (``estimator=``):
 * ``"median"``: median-unbiased, g(x) = f⁻¹(x) − a extended monotonically to ℝ, so that
   P(g(ṽ) ≤ q) = 1/2 exactly.
 
+Floating-point safety (docs/exact-rounding.md): the noisy transformed value is released as
+``ṽ = round_grid(f(q + a) + σZ)`` on a public grid in transformed space, drawn exactly by
+:func:`tabdp.noise.exact.round_noisy` (``f`` evaluated exactly where the float64 value could
+decide the rounding), and the data-independent estimator ``g`` is applied to ``ṽ``. Default grid
+(``grid=None``): the largest power of ten ``<= 0.02·σ``, so half a step is at most 1% of the
+transformed-space standard deviation.
+
 Uncertainty: ``sd`` is the exact standard deviation of the chosen estimator (it depends on the true
 ``q``; releases report the plug-in value at the median-unbiased estimate clipped at 0), and the
-interval ``[g_med(ṽ − zσ), g_med(ṽ + zσ)]`` inverts the Gaussian pivot in transformed space, so its
-coverage of ``q`` is exactly ``level`` whatever the estimator.
+interval ``[g_med(ṽ − zσ − g/2), g_med(ṽ + zσ + g/2)]`` inverts the Gaussian pivot in transformed
+space, widened by half a grid step, so its coverage of ``q`` is at least ``level`` whatever the
+estimator (exactly ``level`` before rounding).
 
 Example:
     >>> m = RootTransform(k=4, sigma=2.0)
@@ -40,6 +48,7 @@ from abc import abstractmethod
 from functools import lru_cache
 from typing import Any
 
+import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, log_ndtr, logsumexp, ndtri
@@ -53,7 +62,10 @@ from tabdp.mechanisms._base import (
     check_level,
     not_pure,
 )
-from tabdp.rng import as_random_source
+from tabdp.noise import exact as _exact
+from tabdp.noise.gaussian import Gaussian as _GaussianNoise
+
+_U = 2.0**-53
 
 __all__ = ["TransformationMechanism", "RootTransform", "LogTransform"]
 
@@ -257,6 +269,26 @@ class TransformationMechanism(Mechanism):
     def _sd(self, q: np.ndarray) -> np.ndarray:
         """Exact sd of the chosen estimator at true values ``q`` (validated, ≥ 0)."""
 
+    @abstractmethod
+    def _mp_f(self, x: Any, mp: Any) -> Any:
+        """``f(x)`` in mpmath at the working precision (relative error of a few ulps)."""
+
+    @abstractmethod
+    def _f_error(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Absolute error bound of the float64 ``v = _f(x)``, ``x = fl(q + a)``, as f(q + a)."""
+
+    def default_grid(self) -> float:
+        """Default grid in transformed space: the largest power of ten ``<= 0.02·σ``.
+
+        Returns:
+            The grid step (of ``ṽ``, not of the estimate).
+
+        Example:
+            >>> LogTransform(sigma=0.5, offset=1.0).default_grid()
+            0.01
+        """
+        return _exact.default_grid(self.sigma)
+
     # -- public API ---------------------------------------------------------------------------
     def transform(self, values: ArrayLike) -> np.ndarray:
         """The noiseless transformed values ``v = f(q + a)``.
@@ -367,72 +399,91 @@ class TransformationMechanism(Mechanism):
         shape = np.shape(values)
         return self._sd(self._prepare(values)).reshape(shape)
 
-    def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
+    def moe_at(self, values: ArrayLike, level: float = DEFAULT_LEVEL,
+               grid: float | None = None) -> np.ndarray:
         """Planning margin of error: the interval half-width at the central draw ṽ = f(q + a).
 
-        That is ``(f⁻¹(v + zσ) − f⁻¹(v − zσ))/2`` with ``v = f(q + a)`` and
-        ``z = Φ⁻¹((1 + level)/2)``. The realized half-width grows with the draw: for the log
-        transform this value is its exact median; for roots it is the half-width of a typical
-        (central) draw.
+        That is ``(f⁻¹(v + h) − f⁻¹(v − h))/2`` with ``v = f(q + a)``,
+        ``h = Φ⁻¹((1 + level)/2)·σ + g/2`` and ``g`` the transformed-space grid. The realized
+        half-width grows with the draw: for the log transform this value is its exact median;
+        for roots it is the half-width of a typical (central) draw.
 
         Args:
             values: Hypothetical non-negative true totals.
             level: Confidence level.
+            grid: The release's transformed-space grid (None: :meth:`default_grid`).
 
         Returns:
             Half-widths, shaped like ``values``.
 
         Example:
-            >>> round(float(RootTransform(k=1, sigma=1.0).moe_at([5.0])[0]), 3)
-            1.645
+            >>> round(float(RootTransform(k=1, sigma=1.0).moe_at([5.0])[0]), 3)   # 1.645 + 0.005
+            1.65
         """
         level = check_level(level)
+        g = _exact.as_grid(self.default_grid() if grid is None else grid, "moe_at")
         shape = np.shape(values)
         v = self._f(self._prepare(values) + self.offset)
-        h = float(ndtri(0.5 + 0.5 * level)) * self.sigma
+        h = float(ndtri(0.5 + 0.5 * level)) * self.sigma + float(np.max(g.halfstep(v), initial=0))
         return self._half_width(v, h).reshape(shape)
 
     def release_table(self, values: ArrayLike, rng: Any = None,
-                      level: float = DEFAULT_LEVEL) -> ReleasedValues:
-        """Release ``g(f(q + a) + σZ)`` with sd, margin of error and an exact interval.
+                      level: float = DEFAULT_LEVEL, grid: float | None = None) -> ReleasedValues:
+        """Release ``g(ṽ)``, ``ṽ = round_grid(f(q + a) + σZ)``, with sd, moe and an interval.
 
+        * ``ṽ``: the exact noisy transformed value rounded to the public grid (float-safe);
         * ``estimate``: the chosen estimator ``g(ṽ)``;
         * ``sd``: the exact sd of the estimator, plugged in at ``q̂ = max(f⁻¹(ṽ) − a, 0)``
           (the median-unbiased estimate, clipped at 0 since q ≥ 0);
-        * ``lower``, ``upper``: ``f⁻¹(ṽ ∓ zσ) − a``, ``z = Φ⁻¹((1 + level)/2)``: the Gaussian
-          pivot inverted in transformed space, so P(lower ≤ q ≤ upper) = ``level`` exactly,
-          whatever the estimator (the interval is not centred on the estimate);
+        * ``lower``, ``upper``: ``f⁻¹(ṽ ∓ h) − a``, ``h = zσ + grid/2``,
+          ``z = Φ⁻¹((1 + level)/2)``: the Gaussian pivot inverted in transformed space and
+          widened by half a grid step, so P(lower ≤ q ≤ upper) ≥ ``level`` whatever the
+          estimator (the interval is not centred on the estimate);
         * ``moe``: ``(upper − lower)/2``, computed without cancellation.
 
         Args:
             values: Exact non-negative cell totals (1-D).
             rng: Randomness (default: secure OS randomness; int seeds for tests only).
             level: Confidence level of the interval.
+            grid: Public grid step of ``ṽ`` in transformed space; None: :meth:`default_grid`.
 
         Returns:
-            Estimates with sd, moe and interval.
+            Estimates with sd, moe and interval (``grid`` records the transformed-space step).
 
         Raises:
             DataValidationError: If a value is NaN, infinite or negative.
+            InvalidParameterError: For an invalid or too fine grid.
 
         Example:
             >>> m = LogTransform(sigma=0.1, offset=1.0, estimator="median")
             >>> r = m.release_table([100.0, 1000.0], rng=0, level=0.9)
-            >>> bool(np.all((r.lower < r.estimate) & (r.estimate < r.upper)))
-            True
+            >>> bool(np.all((r.lower < r.estimate) & (r.estimate < r.upper))), r.grid
+            (True, 0.001)
         """
         level = check_level(level)
         q = self._prepare(values)
-        noise = as_random_source(rng).standard_normal(q.shape)
-        vt = self._f(q + self.offset) + self.sigma * noise
+        g = self.default_grid() if grid is None else grid
+        x = q + self.offset
+        v = self._f(x)
+        a = self.offset
+
+        def exact_center(i: int, mp: Any) -> Any:
+            return self._mp_f(mpmath.fadd(mp.mpf(float(q[i])), mp.mpf(a), exact=True), mp)
+
+        draw = _exact.round_noisy(_GaussianNoise(self.sigma), v, g, rng,
+                                  center_error=self._f_error(x, v), exact_center=exact_center,
+                                  owner=f"{type(self).__name__}.release")
+        vt = draw.values
         est = self.estimate(vt)
         q_hat = np.maximum(self.median_estimate(vt), 0.0)
         sd = self._sd(q_hat)
-        h = float(ndtri(0.5 + 0.5 * level)) * self.sigma
+        h = (float(ndtri(0.5 + 0.5 * level)) * self.sigma
+             + float(np.max(draw.grid.halfstep(vt), initial=0)))
         lower = self.median_estimate(vt - h)
         upper = self.median_estimate(vt + h)
         moe = self._half_width(vt, h)
-        return ReleasedValues(est, sd, moe, lower, upper, level)
+        return ReleasedValues(est, sd, moe, lower, upper, level, grid=draw.grid.describe(),
+                              fallbacks=draw.fallbacks)
 
 
 class RootTransform(TransformationMechanism):
@@ -492,6 +543,28 @@ class RootTransform(TransformationMechanism):
         if self.k == 2.0:
             return np.sqrt(x)
         return np.power(x, 1.0 / self.k)
+
+    def _mp_f(self, x: Any, mp: Any) -> Any:
+        if self.k == 1.0:
+            return +x
+        if self.k == 2.0:
+            return mp.sqrt(x)
+        if self._kint is not None:
+            return mp.root(x, self._kint)
+        return mp.zero if x == 0 else mp.exp(mp.log(x) / mp.mpf(self.k))
+
+    def _f_error(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        # x = fl(q + a) (relative error u) and v = fl(x^(1/k)): k = 1 is that rounding; sqrt is
+        # correctly rounded; pow(x, fl(1/k)) adds the exponent's rounding, |ln x|·u/k relative,
+        # and libm pow's ≤ 4 ulps. Bounds are doubled.
+        av = np.abs(v)
+        if self.k == 1.0:
+            return 2.0 * _U * av + 1e-300
+        if self.k == 2.0:
+            return 4.0 * _U * av + 1e-300
+        with np.errstate(divide="ignore"):
+            lx = np.where(x > 0, np.abs(np.log(np.where(x > 0, x, 1.0))), 0.0)
+        return av * (2.0 * _U * (lx + 1.0) / self.k + 16.0 * _U) + 1e-300
 
     def _finv(self, y: np.ndarray) -> np.ndarray:
         if self.k == 1.0:
@@ -605,6 +678,13 @@ class LogTransform(TransformationMechanism):
 
     def _f(self, x: np.ndarray) -> np.ndarray:
         return np.log(x)
+
+    def _mp_f(self, x: Any, mp: Any) -> Any:
+        return mp.log(x)
+
+    def _f_error(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        # fl(q + a) = (q + a)(1 + δ) shifts ln by ≤ 1.01u; libm log ≤ 4 ulps ≤ 8u|v|; doubled
+        return 4.0 * _U + 16.0 * _U * np.abs(v) + 1e-300
 
     def _finv(self, y: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):

@@ -16,7 +16,9 @@ from tabdp.noise.generalized_gaussian import GeneralizedGaussian
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
 from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
+from tabdp.noise.logconcave import Logistic, Subbotin
+from tabdp.noise.stable import SymmetricStable
 
 __all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog",
            "PolyPlace", "StudentT", "GeneralizedCauchy", "DiscreteGaussianNoise",
-           "DiscreteLaplaceNoise"]
+           "DiscreteLaplaceNoise", "Logistic", "Subbotin", "SymmetricStable"]

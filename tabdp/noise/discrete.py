@@ -15,13 +15,23 @@ for Differential Privacy" (CKS):
 **Parameters are exact rationals.** A parameter may be an int, a :class:`fractions.Fraction` or a
 float; a float is converted with ``Fraction(x)``, which is exact, so the law sampled is the one of
 the *exact binary value* of the float (``0.1`` means 3602879701896397/2**55). No denominator is
-ever limited.
+ever limited. Scales and σ must lie in ``[MIN_SCALE, MAX_SCALE] = [2**-40, 2**40]``.
+
+**Law descriptions.** The floats returned by :meth:`~DiscreteGaussianNoise.sf` and friends are
+accurate to a relative 1e-12 or better (until they underflow). Where a decision must be exact
+(the interval half-width must cover at least ``level``; the (ε, δ) accounting of
+:mod:`tabdp.mechanisms.discrete`), near-ties are settled with high-precision (mpmath) evaluations
+of the same sums.
 
 **Exactness argument.** The only randomness is :meth:`tabdp.RandomSource.bits` (uniform 64-bit
-words; their two 32-bit halves and their single bits are also independent and uniform). From it:
+words; their two 32-bit halves, four 16-bit quarters and single bits are also independent and
+uniform). From it:
 
-1. a uniform integer on ``[0, m)`` is drawn by rejection: a ``w``-bit word (w = 32 or 64) is
-   accepted iff it is below ``2**w − (2**w mod m)`` and reduced mod ``m`` (no modulo bias);
+1. a uniform integer on ``[0, m)`` is drawn by rejection from ``w``-bit pieces: w = 16 (the four
+   16-bit quarters of a word, for m ≤ 2**8 and for powers of two up to 2**16), 32 (its two halves,
+   for m ≤ 2**28) or 64 (whole words). A piece is accepted iff it is below
+   ``2**w − (2**w mod m)`` and reduced mod ``m`` (no modulo bias); a power of two ``m ≤ 2**16`` is
+   the low bits of a 16-bit piece (nothing rejected);
 2. Bernoulli(n/d) is ``uniform[0, d) < n`` when ``d ≤ 2**64``; for larger ``d`` a 64-bit word
    ``W`` is compared with ``P = floor(2**64·n/d)``, the first 64 binary digits of n/d (``W < P``
    → 1, ``W > P`` → 0) and a tie (probability 2**−64) is settled exactly by Bernoulli of the
@@ -33,12 +43,14 @@ words; their two 32-bit halves and their single bits are also independent and un
    every slot has exactly the CKS law and slots are independent.
 
 All quantities that decide an output are integers (numpy int64/uint64 with overflow bounds
-checked before use, Python ints otherwise); no float is involved. Where a numerator or denominator
-would not fit in int64 the samplers fall back to Python integers: per *distinct* candidate value
-for the discrete Gaussian acceptance step (so the cost grows with the number of distinct values,
-about 15σ, not with the sample size), element by element for anything rarer. The pure-Python
-``reference_*`` functions implement the three CKS algorithms literally, one draw at a time; the
-tests check that they and the vectorized samplers give the same law.
+checked before use, Python ints otherwise); no float is involved. A draw of magnitude 2**62 or
+more (probability below exp(−2**21) for scales ≤ 2**40) raises :class:`OverflowError` on every
+path instead of being released. Where a numerator or denominator would not fit in int64 the
+samplers fall back to Python integers: per *distinct* candidate value for the discrete Gaussian
+acceptance step (so the cost grows with the number of distinct values, about 15σ, not with the
+sample size), element by element for anything rarer. The pure-Python ``reference_*`` functions
+implement the three CKS algorithms literally, one draw at a time; the tests check that they and
+the vectorized samplers give the same law, and that the vectorized outputs are independent.
 
 The floats in :meth:`~DiscreteGaussianNoise.pmf`, :meth:`~DiscreteGaussianNoise.cdf` and friends
 describe the law (for accuracy reports); they never decide a draw.
@@ -58,6 +70,7 @@ from fractions import Fraction
 from numbers import Rational
 from typing import Any
 
+import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtr, ndtri
@@ -67,6 +80,7 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.rng import RandomSource, as_random_source
 
 __all__ = [
+    "MIN_SCALE",
     "MAX_SCALE",
     "exact_fraction",
     "bernoulli_exp",
@@ -83,6 +97,11 @@ __all__ = [
 #: Largest discrete Laplace scale / discrete Gaussian σ accepted (2**40 ≈ 1.1e12): draws then stay
 #: far inside int64 (P(|Z| ≥ 2**62) < exp(−2**21)).
 MAX_SCALE = 2**40
+#: Smallest discrete Laplace scale / discrete Gaussian σ accepted (2**-40 ≈ 9.1e-13), symmetric to
+#: :data:`MAX_SCALE`. Below it the law is a point mass at 0 to within exp(−2**79) anyway, while σ²
+#: and 1/scale leave the float range of the law's descriptions (σ² underflows near σ = 1e-154,
+#: 1/scale overflows near 5e-309) and would turn them into NaN.
+MIN_SCALE = 2.0**-40
 
 _TWO64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
@@ -94,6 +113,16 @@ _OUT_MAX = 1 << 62
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 #: Largest table (entries) of the discrete Gaussian's tail sums; beyond it Euler–Maclaurin.
 _TABLE_MAX = 1 << 21
+#: Decimal digits of the high-precision (mpmath) evaluations that settle near-ties.
+_MP_DPS = 60
+#: High-precision discrete Gaussian tails use Euler–Maclaurin (``_EM_TERMS`` Bernoulli terms) for
+#: σ ≥ this and x = m/σ ≤ σ/8: the remainder is then of order (x/(2πσ))**24 ≤ 1e-40 relative.
+#: Elsewhere they are summed directly (with a rigorous bound on the neglected terms).
+_EM_MIN_SIGMA = 256
+_EM_TERMS = 12
+#: Relative band around a float tie in which :meth:`interval_halfwidth` decides in high precision
+#: (the float tails are accurate to far better than this).
+_TIE_BAND = 1e-9
 
 BernFn = Callable[[np.ndarray], np.ndarray]
 
@@ -144,10 +173,12 @@ def exact_fraction(value: Any, name: str = "value", owner: str = "discrete noise
 
 def _check_scale(value: Any, name: str, owner: str) -> Fraction:
     f = exact_fraction(value, name, owner)
-    if not 0 < f <= MAX_SCALE:
+    if not MIN_SCALE <= f <= MAX_SCALE:
         raise InvalidParameterError(
-            f"{owner}: {name} must be > 0 and <= 2**40; got {value!r}.\n"
-            f"Hint: {name} is the noise scale in units of the integer query (e.g. {name}=2.0).")
+            f"{owner}: {name} must be between MIN_SCALE = 2**-40 (≈ 9.1e-13) and MAX_SCALE = "
+            f"2**40 (≈ 1.1e12); got {value!r}.\nHint: {name} is the noise scale in units of the "
+            f"integer query (e.g. {name}=2.0); a scale below 2**-40 would add no noise at all "
+            "(use the exact value instead), one above 2**40 would drown any count.")
     return f
 
 
@@ -436,12 +467,20 @@ def _combine(u: np.ndarray, v: np.ndarray, t: int, s: int) -> np.ndarray:
         y[safe] = (u[safe] + np.int64(t) * v[safe]) // np.int64(s)
     for j in np.flatnonzero(~safe).tolist():
         yj = (int(u[j]) + t * int(v[j])) // s
-        if yj >= _OUT_MAX:
-            raise OverflowError(
-                "discrete noise: a draw exceeded 2**62 in magnitude (an event of probability "
-                "below exp(-2**21) for scales <= 2**40); no value was released.")
+        _check_out(yj)
         y[j] = yj
+    if y.size and int(y.max()) >= _OUT_MAX:  # the int64 path too (y >= 0 here)
+        _check_out(int(y.max()))
     return y
+
+
+def _check_out(y: int) -> None:
+    """Raise if a draw's magnitude reaches 2**62 (probability < exp(−2**21) at scale <= 2**40)."""
+    if abs(y) >= _OUT_MAX:
+        raise OverflowError(
+            f"discrete noise: a draw reached {y} (magnitude >= 2**62, an event of probability "
+            "below exp(-2**21) for scales <= 2**40); no value was released.\nHint: this "
+            "indicates a faulty random source; check the RandomSource passed as rng.")
 
 
 def _dlap_vec(src: RandomSource, t: int, s: int, n: int, signed: bool = True) -> np.ndarray:
@@ -449,7 +488,9 @@ def _dlap_vec(src: RandomSource, t: int, s: int, n: int, signed: bool = True) ->
     out = np.zeros(n, np.int64)
     if t > _I64_MAX:  # only reachable with Fraction inputs: scalar Python fallback
         for i in range(n):
-            out[i] = _ref_dlap(src, t, s, signed)
+            yi = _ref_dlap(src, t, s, signed)
+            _check_out(yi)
+            out[i] = yi
         return out
     pending = np.arange(n)
     while pending.size:
@@ -610,7 +651,7 @@ def geometric(scale: Any, size: int | tuple[int, ...], rng: Any = None) -> np.nd
     This is CKS Algorithm 2 without the sign step (the magnitude ``floor(X/s)`` of a geometric X).
 
     Args:
-        scale: Scale > 0 (≤ 2**40), taken exactly.
+        scale: Scale in [2**-40, 2**40], taken exactly.
         size: Output shape.
         rng: Randomness (default: secure).
 
@@ -631,7 +672,7 @@ def discrete_laplace(scale: Any, size: int | tuple[int, ...], rng: Any = None) -
     """Exact discrete Laplace draws: P(k) ∝ exp(−|k|/scale) on the integers (CKS Algorithm 2).
 
     Args:
-        scale: Scale > 0 (≤ 2**40), taken exactly (a float means its exact binary value).
+        scale: Scale in [2**-40, 2**40], taken exactly (a float means its exact binary value).
         size: Output shape.
         rng: Randomness (default: secure).
 
@@ -651,7 +692,7 @@ def discrete_gaussian(sigma: Any, size: int | tuple[int, ...], rng: Any = None) 
     """Exact discrete Gaussian draws: P(k) ∝ exp(−k²/(2σ²)) on the integers (CKS Algorithm 3).
 
     Args:
-        sigma: σ > 0 (≤ 2**40), taken exactly (a float means its exact binary value).
+        sigma: σ in [2**-40, 2**40], taken exactly (a float means its exact binary value).
         size: Output shape.
         rng: Randomness (default: secure).
 
@@ -670,6 +711,18 @@ def discrete_gaussian(sigma: Any, size: int | tuple[int, ...], rng: Any = None) 
 # ----------------------------------------------------------------------------------------------
 # the noise laws
 # ----------------------------------------------------------------------------------------------
+_EM_COEF: dict[int, list[Any]] = {}
+
+
+def _em_coefficients() -> list[Any]:
+    """B_2k/(2k)! for k = 1.._EM_TERMS at the current mpmath precision (cached)."""
+    key = mpmath.mp.prec
+    if key not in _EM_COEF:
+        _EM_COEF[key] = [mpmath.bernoulli(2 * k) / mpmath.factorial(2 * k)
+                         for k in range(1, _EM_TERMS + 1)]
+    return _EM_COEF[key]
+
+
 def _param_dict(name: str, value: Fraction) -> dict[str, Any]:
     out: dict[str, Any] = {name: float(value)}
     if Fraction(float(value)) != value:
@@ -695,6 +748,12 @@ class _DiscreteNoise:
         raise NotImplementedError
 
     def _sample(self, src: RandomSource, n: int) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def _mp_sf_int(self, k: int) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _mp_coverage(self, h: int) -> Any:  # pragma: no cover - overridden
         raise NotImplementedError
 
     def pmf(self, x: ArrayLike) -> np.ndarray:
@@ -771,6 +830,11 @@ class _DiscreteNoise:
     def interval_halfwidth(self, level: float) -> int:
         """Smallest integer ``h`` with ``P(|Z| <= h) >= level`` (coverage is at least ``level``).
 
+        The coverage is guaranteed: a float comparison decides clear cases, and whenever the float
+        coverage is within a relative 1e-9 of the tail ``1 − level`` the exact coverage is computed
+        in high precision (60 digits, mpmath) and compared with the exact binary value of
+        ``level``; a difference below 1e-40 counts as *not* covered (the larger ``h`` is taken).
+
         Args:
             level: Coverage in (0, 1), e.g. 0.9.
 
@@ -786,7 +850,12 @@ class _DiscreteNoise:
         tail = 1.0 - lv
 
         def ok(h: int) -> bool:  # P(|Z| > h) = 2·P(Z > h) <= 1 − level
-            return bool(2.0 * self._sf_int(np.array([h], np.int64))[0] <= tail)
+            out2 = 2.0 * float(self._sf_int(np.array([h], np.int64))[0])
+            if out2 <= tail * (1.0 - _TIE_BAND):
+                return True
+            if out2 >= tail * (1.0 + _TIE_BAND):
+                return False
+            return self._covers_exactly(h, lv)
 
         h = max(0, self._halfwidth_guess(tail))
         while not ok(h):
@@ -794,6 +863,12 @@ class _DiscreteNoise:
         while h > 0 and ok(h - 1):
             h -= 1
         return h
+
+    def _covers_exactly(self, h: int, level: float) -> bool:
+        """Whether ``P(|Z| <= h) >= level`` in 60-digit arithmetic (ties within 1e-40: False)."""
+        with mpmath.workdps(_MP_DPS):
+            gap = self._mp_coverage(h) - mpmath.mpf(level)
+            return bool(gap > mpmath.mpf(10) ** -40)
 
     def _halfwidth_guess(self, tail: float) -> int:  # pragma: no cover - overridden
         return 0
@@ -831,8 +906,8 @@ class DiscreteLaplaceNoise(_DiscreteNoise):
     """Discrete Laplace law on the integers: P(k) = (1−p)/(1+p)·p^|k| with p = exp(−1/scale).
 
     Args:
-        scale: Scale > 0 (≤ 2**40): int, ``Fraction`` or float (taken exactly: the law sampled is
-            the one of the float's exact binary value).
+        scale: Scale in [2**-40, 2**40]: int, ``Fraction`` or float (taken exactly: the law
+            sampled is the one of the float's exact binary value).
 
     Example:
         >>> z = DiscreteLaplaceNoise(scale=2.0)
@@ -888,6 +963,24 @@ class DiscreteLaplaceNoise(_DiscreteNoise):
         g = self.scale * (math.log(2.0 / tail) - self._log1pp)
         return int(min(math.ceil(g) - 1, 2**62))
 
+    def _mp_scale(self) -> Any:
+        """The exact scale as an mpf at the current mpmath precision."""
+        return mpmath.mpf(self.scale_exact.numerator) / self.scale_exact.denominator
+
+    def _mp_sf_int(self, k: int) -> Any:
+        """``P(Z > k)`` for an integer ``k`` at the current mpmath precision (closed form)."""
+        inv = 1 / self._mp_scale()
+        p = mpmath.exp(-inv)
+        if k >= 0:  # p^(k+1)/(1+p)
+            return mpmath.exp(-(k + 1) * inv) / (1 + p)
+        return 1 - mpmath.exp(k * inv) / (1 + p)  # 1 − P(Z >= −k)
+
+    def _mp_coverage(self, h: int) -> Any:
+        """``P(|Z| <= h) = ((1−p) + 2p(1−p^h))/(1+p)`` without cancellation (mpmath)."""
+        inv = 1 / self._mp_scale()
+        p = mpmath.exp(-inv)
+        return (-mpmath.expm1(-inv) - 2 * p * mpmath.expm1(-h * inv)) / (1 + p)
+
     def _sample(self, src: RandomSource, n: int) -> np.ndarray:
         return _dlap_vec(src, self.scale_exact.numerator, self.scale_exact.denominator, n)
 
@@ -910,7 +1003,7 @@ class DiscreteGaussianNoise(_DiscreteNoise):
     equal to σ to double precision for σ ≥ 2 (:meth:`variance`).
 
     Args:
-        sigma: σ > 0 (≤ 2**40): int, ``Fraction`` or float (taken exactly).
+        sigma: σ in [2**-40, 2**40]: int, ``Fraction`` or float (taken exactly).
 
     Example:
         >>> z = DiscreteGaussianNoise(sigma=0.5)
@@ -928,6 +1021,7 @@ class DiscreteGaussianNoise(_DiscreteNoise):
         self._length = math.ceil(39.0 * self.sigma) + 2  # f(y) underflows beyond 38.6σ
         self._table = self._length <= _TABLE_MAX
         self._tab: tuple[np.ndarray, np.ndarray] | None = None
+        self._mp_cache: dict[int, tuple[Any, Any, Any]] = {}
         if self.sigma >= 1.0:  # Poisson summation: Σ_Z f = σ√(2π)·(1 + 2Σ_k exp(−2π²σ²k²))
             theta = sum(math.exp(-2.0 * (math.pi * self.sigma * k) ** 2) for k in range(1, 4))
             self._norm = self.sigma * _SQRT_2PI * (1.0 + 2.0 * theta)
@@ -1003,6 +1097,80 @@ class DiscreteGaussianNoise(_DiscreteNoise):
 
     def _halfwidth_guess(self, tail: float) -> int:
         return int(math.floor(self.sigma * -float(ndtri(0.5 * tail))))
+
+    # -- high precision (mpmath) -------------------------------------------------------------
+    def _mp_consts(self) -> tuple[Any, Any, Any]:
+        """σ, σ² and the normalizer N = Σ_Z exp(−y²/(2σ²)) at the current mpmath precision."""
+        key = mpmath.mp.prec
+        hit = self._mp_cache.get(key)
+        if hit is None:
+            s = mpmath.mpf(self.sigma_exact.numerator) / self.sigma_exact.denominator
+            s2 = mpmath.mpf(self.sigma2_exact.numerator) / self.sigma2_exact.denominator
+            if self.sigma >= 1.0:  # Poisson summation (exact; terms k > 3 below 1e-137)
+                pi2 = mpmath.pi**2
+                theta = mpmath.fsum(mpmath.exp(-2 * pi2 * s2 * k * k) for k in range(1, 4))
+                norm = s * mpmath.sqrt(2 * mpmath.pi) * (1 + 2 * theta)
+            else:
+                norm = 1 + 2 * self._mp_tail_direct(1, s2)
+            hit = (s, s2, norm)
+            self._mp_cache[key] = hit
+        return hit
+
+    @staticmethod
+    def _mp_tail_direct(m: int, s2: Any) -> Any:
+        """Σ_{y ≥ m} exp(−y²/(2σ²)) for m >= 0 by direct summation (neglected part bounded)."""
+        two_s2 = 2 * s2
+        term = mpmath.exp(-mpmath.mpf(m * m) / two_s2)
+        ratio = mpmath.exp(-mpmath.mpf(2 * m + 1) / two_s2)  # f(y+1)/f(y) at y = m
+        q = mpmath.exp(-2 / two_s2)  # the ratio shrinks by q at each step
+        tol = mpmath.ldexp(1, -(mpmath.mp.prec + 8))
+        tot = mpmath.mpf(0)
+        while True:
+            tot += term
+            term *= ratio
+            ratio *= q
+            # later terms decrease at least geometrically with ratio <= ratio: rest <= term/(1−r)
+            if ratio < 1 and term <= tot * tol * (1 - ratio):
+                return tot
+
+    def _mp_tail(self, m: int) -> Any:
+        """T(m) = Σ_{y ≥ m} exp(−y²/(2σ²)) for an integer m >= 0 (current mpmath precision)."""
+        s, s2, _ = self._mp_consts()
+        if self.sigma < _EM_MIN_SIGMA or 8 * m > s2:
+            return self._mp_tail_direct(m, s2)
+        # Euler–Maclaurin: ∫_m^∞ f + f(m)/2 − Σ_k B_2k/(2k)!·f^(2k−1)(m), with
+        # f^(j)(m) = (−1/σ)^j He_j(x) f(m), x = m/σ.
+        x = mpmath.mpf(m) / s
+        f = mpmath.exp(-x * x / 2)
+        tot = s * mpmath.sqrt(2 * mpmath.pi) * mpmath.ncdf(-x) + f / 2
+        he_prev, he = mpmath.mpf(1), x  # He_0, He_1
+        inv_s = 1 / s
+        inv_s2 = inv_s * inv_s
+        pw = inv_s * f  # σ^−j·f(m)
+        tol = mpmath.ldexp(tot, -(mpmath.mp.prec + 8))
+        for k, coef in enumerate(_em_coefficients(), start=1):
+            j = 2 * k - 1
+            term = coef * pw * he
+            tot += term
+            if abs(term) < tol and k >= 2:  # the terms shrink like (x/(2πσ))²: negligible
+                break
+            # advance He_j -> He_{j+2}: He_{n+1} = x He_n − n He_{n−1}
+            he_next = x * he - j * he_prev
+            he_prev, he = he_next, x * he_next - (j + 1) * he
+            pw *= inv_s2
+        return tot
+
+    def _mp_sf_int(self, k: int) -> Any:
+        """``P(Z > k)`` for an integer ``k`` at the current mpmath precision."""
+        norm = self._mp_consts()[2]
+        if k >= 0:
+            return self._mp_tail(k + 1) / norm
+        return 1 - self._mp_tail(-k) / norm  # 1 − P(Z >= −k)
+
+    def _mp_coverage(self, h: int) -> Any:
+        """``P(|Z| <= h) = 1 − 2·T(h+1)/N`` (mpmath)."""
+        norm = self._mp_consts()[2]
+        return 1 - 2 * self._mp_tail(h + 1) / norm
 
     def _sample(self, src: RandomSource, n: int) -> np.ndarray:
         return _dgauss_vec(src, self.sigma_exact, n)

@@ -20,6 +20,7 @@ __all__ = ["GeneralizedGaussian"]
 
 #: log of the largest finite double.
 _LOG_DBL_MAX = math.log(np.finfo(np.float64).max)
+_U = 2.0**-53
 
 
 class GeneralizedGaussian(NoiseDistribution):
@@ -72,13 +73,51 @@ class GeneralizedGaussian(NoiseDistribution):
         return 0.5 * gammaincc(self._shape, w)
 
     def _abs_isf(self, u: np.ndarray) -> np.ndarray:
-        """``σ·(Q⁻¹(1/p, u))^(1/p)``; uses ``P⁻¹(1/p, 1−u)`` for u > ½ (exact ``1 − u``)."""
+        """``σ·(Q⁻¹(1/p, u))^(1/p)``; uses ``P⁻¹(1/p, 1−u)`` for u > ½ (exact ``1 − u``).
+
+        Very near the centre (``P⁻¹`` below ``e^-40``, where it may even be subnormal) the leading
+        term ``P(a, w) ≈ w^a/Γ(a + 1)`` gives ``m = σ·(1 − u)·Γ(1 + 1/p)`` directly.
+        """
         u = np.asarray(u, dtype=np.float64)
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            g = np.where(u > 0.5, gammaincinv(self._shape, 1.0 - np.minimum(u, 1.0)),
-                         gammainccinv(self._shape, np.clip(u, 0.0, 0.5)))
-            g = np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, g))
-            return self.sigma * g ** self._shape
+        a = self._shape
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            one_minus = 1.0 - np.clip(u, 0.5, 1.0)      # exact for u >= 1/2
+            g = np.where(u > 0.5, gammaincinv(a, one_minus),
+                         gammainccinv(a, np.clip(u, 0.0, 0.5)))
+            m = self.sigma * g ** a
+            log_m_series = math.log(self.sigma) + np.log(one_minus) + math.lgamma(1.0 + a)
+            series = (u > 0.5) & ((np.log(one_minus) + math.lgamma(1.0 + a)) * self.p < -40.0)
+            m = np.where(series, np.exp(log_m_series), m)
+            return np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, m))
+
+    def _isf_rel_error(self, u: np.ndarray, m: np.ndarray) -> float:
+        """``2**-40·(1 + 1/p)``: the Gamma quantile's relative error, amplified by ``1/p``.
+
+        ``m = σ·G^(1/p)`` with ``G`` from ``gammainccinv``/``gammaincinv`` (inputs exact: ``1 − u``
+        is formed only for u > 1/2). Measured against 200-bit references for p in [0.05, 8] and
+        u in [1e-300, 1]: at most 114 ulps (p = 0.05) and 85 ulps (p = 2); the bound is at least
+        250 times that (docs/exact-rounding.md).
+        """
+        return 2.0**-40 * (1.0 + 1.0 / self.p)
+
+    def _mp_sf(self, x: Any, mp: Any) -> Any:
+        """``P(Z > x) = Q(1/p, (x/σ)^p)/2`` in mpmath (regularized upper incomplete gamma).
+
+        Args:
+            x: A non-negative ``mpf``.
+            mp: The mpmath context.
+
+        Returns:
+            The tail probability.
+
+        Example:
+            >>> import mpmath
+            >>> round(float(GeneralizedGaussian(1.0, 1.0)._mp_sf(mpmath.mpf(1), mpmath.mp)), 6)
+            0.18394
+        """
+        p = mp.mpf(self.p)
+        w = (x / mp.mpf(self.sigma)) ** p
+        return mp.gammainc(1 / p, w, mp.inf, regularized=True) / 2
 
     def variance(self) -> float:
         """Variance σ²Γ(3/p)/Γ(1/p), evaluated as ``exp(lgamma(3/p) − lgamma(1/p))·σ²``.

@@ -32,6 +32,8 @@ from tabdp.noise._base import NoiseDistribution
 
 __all__ = ["PolyPlace"]
 
+_U = 2.0**-53
+
 
 class PolyPlace(NoiseDistribution):
     """PolyPlace noise with scale ``s > 0`` and shape ``alpha > 1`` (seed 002 Definition 6).
@@ -150,6 +152,85 @@ class PolyPlace(NoiseDistribution):
         u = np.where(outer, u_out, u_in)
         u = np.where(t <= 0.0, np.inf, np.where(t >= 1.0, 0.0, u))
         return self.s * u
+
+    # -- exact rounding hooks ---------------------------------------------------------------------
+    def _isf_rel_error(self, u: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Relative error bound of the closed-form quantile (per value).
+
+        Outer branch: ``m/s = expm1(y)``, ``y = (L − ln t)/α``. The absolute error of ``y`` is at
+        most ``4u(|L| + |ln t|)/α + 2u·y`` (u = 2**-53; libm log within 2 ulps), and ``expm1``
+        turns it into a relative error times ``e^y/expm1(y) <= 1 + 1/y``; plus ``4u`` for the
+        last operations. Inner branch (log1p/expm1 of arguments of moderate size, condition
+        numbers <= 2): ``32u``. Both are multiplied by 16 (measured maxima: 709 ulps for
+        α = 1.2 at u = 1e-300; at most 1/10 of the bound everywhere).
+        """
+        t = np.asarray(u, dtype=np.float64)
+        a = self.alpha
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            lt = np.abs(np.log(t))
+            y = np.log1p(np.asarray(m, dtype=np.float64) / self.s)
+            outer = (4.0 * _U * (abs(self._log_tail_coef) + lt) / a + 2.0 * _U * y) \
+                * (1.0 + 1.0 / y) + 4.0 * _U
+        return 16.0 * np.where(t <= self._t_break, outer, 32.0 * _U)
+
+    def _mp_consts(self, mp: Any) -> tuple[Any, Any, Any]:
+        """``(α, C, D)`` in working precision."""
+        a = mp.mpf(self.alpha)
+        big_a = mp.exp(a * mp.log1p(-1 / a))
+        c = mp.exp(a * mp.log1p(-1 / (a * a)))
+        return a, c, 2 * big_a + a - 1
+
+    def _mp_sf(self, x: Any, mp: Any) -> Any:
+        """``P(Z > x)`` from the closed-form two-sided tail, in mpmath.
+
+        Args:
+            x: A non-negative ``mpf``.
+            mp: The mpmath context.
+
+        Returns:
+            The tail probability.
+
+        Example:
+            >>> import mpmath
+            >>> pp = PolyPlace(s=2.0, alpha=3.0)
+            >>> abs(float(pp._mp_sf(mpmath.mpf(1), mpmath.mp)) - float(pp.sf(1.0))) < 1e-15
+            True
+        """
+        a, c, d = self._mp_consts(mp)
+        u = x / mp.mpf(self.s)
+        if u * a < 1:
+            t = 1 + (a - 1) * mp.expm1(a * mp.log1p(-u)) / d
+        else:
+            t = (a + 1) * c * mp.exp(-a * mp.log1p(u)) / d
+        return t / 2
+
+    def _mp_abs_isf(self, u: Any, mp: Any) -> Any:
+        """Closed-form inverse of the two-sided tail, in mpmath.
+
+        Args:
+            u: Two-sided tail mass, an ``mpf`` in (0, 1].
+            mp: The mpmath context.
+
+        Returns:
+            The exact ``|Z|`` quantile.
+
+        Example:
+            >>> import mpmath
+            >>> pp = PolyPlace(s=10.0, alpha=10.0)
+            >>> abs(float(pp._mp_abs_isf(mpmath.mpf("0.1"), mpmath.mp)) - float(pp.isf(0.05))) < 1e-12
+            True
+        """
+        a, c, d = self._mp_consts(mp)
+        t = mp.mpf(u)
+        if t >= 1:
+            return mp.zero
+        t_break = (a + 1) * mp.exp(a * mp.log1p(-1 / a)) / d
+        if t <= t_break:
+            v = mp.expm1((mp.log((a + 1) * c / d) - mp.log(t)) / a)
+        else:
+            w = (1 - t) * d / (a - 1)
+            v = -mp.expm1(mp.log1p(-w) / a)
+        return mp.mpf(self.s) * v
 
     # -- moments --------------------------------------------------------------------------------
     def variance(self) -> float:

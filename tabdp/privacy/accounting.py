@@ -20,6 +20,18 @@ import numpy as np
 
 from tabdp.privacy.conversions import check_dp_delta, gdp_epsilon, zcdp_epsilon
 
+
+def _gauss_eps(mu: np.ndarray, delta: float) -> np.ndarray:
+    from tabdp.privacy.approx import epsilon_for_scale
+
+    out = np.zeros(mu.shape)
+    pos = np.isfinite(mu) & (mu > 0)
+    if np.any(pos):
+        out[pos] = epsilon_for_scale("gaussian", 1.0, delta, mu[pos])
+    if np.any(~pos & (mu > 0)):  # infinite shifts
+        out[~pos & (mu > 0)] = gdp_epsilon(mu[~pos & (mu > 0)], delta)
+    return out
+
 __all__ = ["COMPONENTS", "epsilon_at"]
 
 #: Columns of the per-unit totals.
@@ -65,7 +77,10 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
             gauss = sel & (rg >= rz)  # all of the zCDP part is Gaussian-shift
             other = sel & ~gauss
             if np.any(gauss):
-                conv[gauss] = gdp_epsilon(np.sqrt(2.0 * rz[gauss]), float(value))
+                # exact Gaussian-DP profile (vectorized solver of tabdp.privacy.approx, rounded
+                # up); μ = sqrt(2ρ) is the shift in noise standard deviations
+                mu = np.sqrt(2.0 * rz[gauss])
+                conv[gauss] = np.where(np.isfinite(mu), _gauss_eps(mu, float(value)), np.inf)
             if np.any(other):
                 conv[other] = zcdp_epsilon(rz[other], float(value))
         out[ok] = eps_a[ok] + conv

@@ -1,0 +1,951 @@
+"""Exactly rounded noise: releases that floating point cannot leak through (docs/exact-rounding.md).
+
+A mechanism that is private on the reals can leak through floating point: the set of doubles that
+``q + rng.laplace(b)`` can produce depends on ``q`` (Mironov 2012). tabdp never releases such a
+sum. Every released value is a deterministic rounding of the **exact** mechanism output
+
+    ``x = c + s·Z``  (centre ``c``, per-cell scale ``s >= 0``, ``Z`` drawn from the exact law)
+
+to a public :class:`Grid` (``k·g`` for a :class:`UniformGrid`, ties to even ``k``): the release is
+a post-processing of the exact real-valued mechanism, so it keeps its guarantee whatever the
+floating-point error of the intermediate steps, because that error never decides the output.
+
+How (vectorized over cells; :func:`round_noisy`):
+
+1. One 64-bit word per cell: its top bit is the sign of ``Z``, the other 63 bits locate a uniform
+   ``U`` in ``[J, J + 1)·2^-63``; ``|Z| = m(U)`` with ``P(|Z| > m) = u`` (decreasing in u).
+2. The law's ``_isf_bounds`` gives float64 bounds on ``m`` over that interval (one quantile
+   evaluation per cell, with a per-law error bound), hence bounds on ``x``; the additions and the
+   division by the grid step are bounded by a margin of 8 units in the last place. Where both
+   ends round to the same grid point, that point **is** the rounding of the exact ``x``
+   (rounding is monotone).
+3. The other cells (typically 1e-6 and fewer) are decided one by one in arbitrary precision:
+   ``x > b`` for a breakpoint ``b`` (exact dyadic rational) is equivalent to comparing ``U``
+   with the exact tail ``P(|Z| > |b − c|/s)`` computed in mpmath (``_mp_sf``), which is decided
+   exactly on rationals once its error interval excludes ``U``; otherwise 64 more random bits
+   are drawn for the cell and/or the precision is raised. A bisection over breakpoints, started
+   from the float64 bracket (and verified), gives the grid index. Their number is returned
+   (:attr:`RoundedDraw.fallbacks`).
+
+Extension contract for noise laws: see :class:`tabdp.noise.NoiseDistribution` (``_mp_sf``
+required, ``_isf_bounds``/``_isf_rtol`` optional).
+
+Example:
+    >>> from tabdp.noise import Laplace
+    >>> d = round_noisy(Laplace(scale=10.0), [100.0, 250.0], grid=1.0, rng=7)
+    >>> d.values.tolist() == [float(k) for k in d.index]       # whole numbers: multiples of 1
+    True
+    >>> d.fallbacks
+    0
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import mpmath
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tabdp.exceptions import InvalidParameterError, TabdpInternalError
+from tabdp.noise._base import NoiseDistribution
+from tabdp.rng import as_random_source
+
+__all__ = [
+    "Grid",
+    "UniformGrid",
+    "RelativeGrid",
+    "RoundedDraw",
+    "round_noisy",
+    "as_grid",
+    "check_grid",
+    "default_grid",
+    "noise_spread",
+    "grid_magnitude",
+    "MIN_GRID_RATIO",
+    "TAIL_FOR_MAGNITUDE",
+]
+
+_U = 2.0**-53
+_TWO63 = 2**63
+_MASK63 = np.uint64(_TWO63 - 1)
+#: The finest allowed grid step, relative to the largest output magnitude (2**-40).
+MIN_GRID_RATIO = 2.0**-40
+#: Two-sided tail mass whose |Z| quantile stands for "the largest noise" in the grid check.
+TAIL_FOR_MAGNITUDE = 1e-9
+#: Normal-consistent MAD factor 1/Φ⁻¹(3/4) (spread of heavy-tailed laws).
+_MAD_TO_SD = 1.482602218505602
+#: High-precision path: initial extra precision over the random bits, and refinement limits.
+_EXTRA_PREC = 64
+_MAX_ROUNDS = 200
+_MAX_PREC = 1 << 15
+#: Precision beyond which a breakpoint indistinguishable from the centre is taken as equal to it.
+_ZERO_PREC = 1024
+
+
+# -- grids ---------------------------------------------------------------------------------------
+class Grid(ABC):
+    """A public, data-independent set of output values indexed by integers ``k``.
+
+    Subclasses define the value of index ``k`` (exactly, as a rational and as the float64
+    released), the breakpoint between ``k`` and ``k + 1`` (their midpoint: round to nearest), and
+    float64 index bounds from bounds on the exact value.
+
+    Example:
+        >>> g = UniformGrid(0.5)
+        >>> g.value(3), g.breakpoint(3)
+        (Fraction(3, 2), Fraction(7, 4))
+    """
+
+    #: Largest |index|: outputs beyond it saturate at the extreme grid value.
+    cap: int
+
+    @abstractmethod
+    def value(self, k: int) -> Fraction:
+        """Exact value of index ``k``.
+
+        Example:
+            >>> UniformGrid(2.0).value(-3)
+            Fraction(-6, 1)
+        """
+
+    def breakpoint(self, k: int) -> Fraction:
+        """Exact midpoint between the values of ``k`` and ``k + 1`` (where rounding switches).
+
+        Args:
+            k: Index.
+
+        Returns:
+            The midpoint as a Fraction.
+
+        Example:
+            >>> RelativeGrid(4).breakpoint(0) > 0
+            True
+        """
+        return (self.value(k) + self.value(k + 1)) / 2
+
+    @abstractmethod
+    def values(self, k: np.ndarray) -> np.ndarray:
+        """Released float64 values of indices ``k`` (vectorized).
+
+        Example:
+            >>> UniformGrid(0.1).values(np.array([3])).tolist()    # the double nearest 0.3
+            [0.30000000000000004]
+        """
+
+    @abstractmethod
+    def _float_bounds(self, center: np.ndarray, center_err: np.ndarray | None,
+                      z_lo: np.ndarray, z_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Float64 index bounds ``a <= round(x) <= b`` (integral values; NaN/±inf if unknown)."""
+
+    def index_bounds(self, center: np.ndarray, center_err: np.ndarray | None, z_lo: np.ndarray,
+                     z_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Grid indices bracketing the rounding of every exact ``x`` in the given bounds.
+
+        ``x = c + z`` with ``|c − center| <= center_err`` and ``z_lo <= z <= z_hi`` (all
+        float64). Returns ``(k_lo, k_hi, ok)``: for every such x, ``k_lo <= round(x) <= k_hi``
+        where ``ok``; cells with ``ok`` false are left to the high-precision path.
+
+        Args:
+            center: float64 centres.
+            center_err: Absolute error bounds of the centres (None: exact).
+            z_lo: Lower bounds of ``s·Z``.
+            z_hi: Upper bounds of ``s·Z``.
+
+        Returns:
+            ``(k_lo, k_hi, ok)`` (int64, int64, bool arrays).
+
+        Example:
+            >>> lo, hi, ok = UniformGrid(1.0).index_bounds(
+            ...     np.array([10.0]), None, np.array([0.2]), np.array([0.3]))
+            >>> int(lo[0]), int(hi[0]), bool(ok[0])
+            (10, 10, True)
+        """
+        a, b = self._float_bounds(np.asarray(center, dtype=np.float64), center_err,
+                                  np.asarray(z_lo, dtype=np.float64),
+                                  np.asarray(z_hi, dtype=np.float64))
+        with np.errstate(invalid="ignore"):
+            lim = float(self.cap)
+            ok = (np.abs(a) <= lim) & (np.abs(b) <= lim)   # False for NaN and ±inf
+        return (np.where(ok, a, 0.0).astype(np.int64), np.where(ok, b, 0.0).astype(np.int64), ok)
+
+    def _values_f(self, k: np.ndarray) -> np.ndarray:
+        """Released values of float64 integral indices (``|k| <= cap``)."""
+        return self.values(k.astype(np.int64))
+
+    @abstractmethod
+    def halfstep(self, values: np.ndarray) -> np.ndarray:
+        """Upper bound on ``|released − exact|`` for released ``values`` (half a grid step).
+
+        Example:
+            >>> UniformGrid(10.0).halfstep(np.array([0.0, 1e6])).tolist()
+            [5.0, 5.0]
+        """
+
+    @abstractmethod
+    def describe(self) -> float | str:
+        """Public description for reports: the step of a uniform grid, or a label.
+
+        Example:
+            >>> UniformGrid(1.0).describe(), RelativeGrid(36).describe()
+            (1.0, 'relative-36-bit')
+        """
+
+
+class UniformGrid(Grid):
+    """The grid ``{k·step : k integer}``; values are released as the float64 nearest ``k·step``.
+
+    For a whole-number step and ``|k·step| < 2**53`` that float64 is exactly ``k·step``. Indices
+    are capped at ``|k| <= 2**53`` (beyond, the release saturates; for the allowed grids that is
+    more than 8000 times the 1 − 1e-9 noise quantile).
+
+    Args:
+        step: The grid step, a positive finite float.
+
+    Raises:
+        InvalidParameterError: If ``step`` is not a positive finite number.
+
+    Example:
+        >>> UniformGrid(1000.0).values(np.array([-2, 7])).tolist()
+        [-2000.0, 7000.0]
+    """
+
+    cap = 2**53
+
+    def __init__(self, step: float) -> None:
+        self.step = _check_step(step, "UniformGrid")
+        self._frac = Fraction(self.step)
+
+    def value(self, k: int) -> Fraction:
+        """Exact value ``k·step``.
+
+        Args:
+            k: Index.
+
+        Returns:
+            ``k·step`` as a Fraction.
+
+        Example:
+            >>> UniformGrid(0.25).value(5)
+            Fraction(5, 4)
+        """
+        return self._frac * k
+
+    def breakpoint(self, k: int) -> Fraction:
+        """``(k + 1/2)·step``.
+
+        Args:
+            k: Index.
+
+        Returns:
+            The breakpoint as a Fraction.
+
+        Example:
+            >>> UniformGrid(1.0).breakpoint(-1)
+            Fraction(-1, 2)
+        """
+        return self._frac * (2 * k + 1) / 2
+
+    def values(self, k: np.ndarray) -> np.ndarray:
+        """``fl(k·step)``: the float64 nearest ``k·step`` (one correctly rounded product).
+
+        Args:
+            k: Integer indices with ``|k| <= 2**53``.
+
+        Returns:
+            float64 values.
+
+        Example:
+            >>> UniformGrid(3.0).values(np.array([2])).tolist()
+            [6.0]
+        """
+        return np.asarray(k, dtype=np.int64).astype(np.float64) * self.step
+
+    def _float_bounds(self, center: np.ndarray, center_err: np.ndarray | None,
+                      z_lo: np.ndarray, z_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds ``a <= x/step <= b`` with an 8-ulp margin, then rint (exact, monotone).
+
+        ``r = fl(fl(c + z)·fl(1/step))`` is within ``3.03u·|r|`` of ``(c + z)/step`` (three
+        roundings, u = 2**-53); ``a = fl(r − fl(8u|r| + 2·err/step))`` stays below the exact
+        value after its own roundings. Underflow needs no term: a sum of doubles that is
+        subnormal is exact, and rint can only change across a half-integer, far from the
+        subnormal range. rint is monotone and exact, and rounding reals to integers (ties to
+        even) agrees with it on doubles.
+        """
+        inv = 1.0 / self.step
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = np.add(center, z_lo)
+            a *= inv
+            b = np.add(center, z_hi)
+            b *= inv
+            t = np.abs(a)
+            t *= 8.0 * _U
+            if center_err is not None:
+                t += (2.0 * inv) * center_err
+            a -= t
+            np.abs(b, out=t)
+            t *= 8.0 * _U
+            if center_err is not None:
+                t += (2.0 * inv) * center_err
+            b += t
+        np.rint(a, out=a)
+        np.rint(b, out=b)
+        return a, b
+
+    def _values_f(self, k: np.ndarray) -> np.ndarray:
+        return k * self.step
+
+    def halfstep(self, values: np.ndarray) -> np.ndarray:
+        """``step/2`` for every value.
+
+        Args:
+            values: Released values.
+
+        Returns:
+            Half-steps.
+
+        Example:
+            >>> UniformGrid(1.0).halfstep(np.array([3.0])).tolist()
+            [0.5]
+        """
+        return np.full(np.shape(values), 0.5 * self.step)
+
+    def describe(self) -> float:
+        """The step.
+
+        Example:
+            >>> UniformGrid(0.01).describe()
+            0.01
+        """
+        return self.step
+
+    def __repr__(self) -> str:
+        return f"UniformGrid({self.step!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UniformGrid) and other.step == self.step
+
+    def __hash__(self) -> int:
+        return hash(("UniformGrid", self.step))
+
+
+class RelativeGrid(Grid):
+    """Numbers with ``bits`` significant bits: round to nearest (ties to even) at that precision.
+
+    The grid is a fixed, public set (like the doubles, with a ``bits``-bit significand; spacing
+    ``2**(e − bits + 1)`` in the binade ``[2**e, 2**(e+1))``, down to ``2**-1074``), so it depends on
+    no data. A release moves by at most ``2**-bits`` of its magnitude. Used where no public scale
+    exists for a uniform grid (smooth-sensitivity noise, whose scale is data-dependent).
+
+    Args:
+        bits: Significant bits, 4 to 40 (default 36).
+
+    Raises:
+        InvalidParameterError: If ``bits`` is not an int in [4, 40].
+
+    Example:
+        >>> g = RelativeGrid(36)
+        >>> lo, hi, ok = g.index_bounds(np.array([5.0]), None, np.array([0.0]), np.array([0.0]))
+        >>> g.values(lo).tolist()
+        [5.0]
+    """
+
+    def __init__(self, bits: int = 36) -> None:
+        if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 4 <= bits <= 40:
+            raise InvalidParameterError(
+                f"RelativeGrid: bits must be an int in [4, 40]; got {bits!r}.\n"
+                "Hint: the default bits=36 moves values by at most 1.5e-11 of their magnitude.")
+        self.bits = int(bits)
+        self._half = 1 << (self.bits - 1)
+        # largest value below the double range: significand 2**bits − 1 at exponent 1024 − bits
+        self.cap = (1024 - self.bits + 1074) * self._half + (1 << self.bits) - 1
+
+    def _split(self, k: int) -> tuple[int, int]:
+        """``(m, e)`` with value ``|k|`` ↦ ``m·2**e``."""
+        a = abs(k)
+        if a < (1 << self.bits):
+            return a, -1074
+        j = a // self._half - 1
+        return a - j * self._half, j - 1074
+
+    def value(self, k: int) -> Fraction:
+        """Exact value of index ``k`` (odd symmetric: ``value(−k) = −value(k)``).
+
+        Args:
+            k: Index.
+
+        Returns:
+            The value as a Fraction.
+
+        Example:
+            >>> g = RelativeGrid(4)
+            >>> [float(g.value(k)) > 0 for k in (1, 16, 1000)]
+            [True, True, True]
+        """
+        m, e = self._split(k)
+        v = Fraction(m) * (Fraction(2) ** e)
+        return -v if k < 0 else v
+
+    def values(self, k: np.ndarray) -> np.ndarray:
+        """float64 values (exact: a ``bits``-bit significand fits in a double).
+
+        Args:
+            k: Integer indices with ``|k| <= cap``.
+
+        Returns:
+            float64 values.
+
+        Example:
+            >>> g = RelativeGrid(36)
+            >>> lo, _, _ = g.index_bounds(np.array([0.1]), None, np.zeros(1), np.zeros(1))
+            >>> bool(abs(g.values(lo)[0] - 0.1) <= 0.1 * 2.0**-36)
+            True
+        """
+        k = np.asarray(k, dtype=np.int64)
+        a = np.abs(k)
+        small = a < (1 << self.bits)
+        j = np.where(small, 0, a // self._half - 1)
+        m = a - j * self._half
+        e = np.where(small, -1074, j - 1074)
+        out = np.ldexp(m.astype(np.float64), e.astype(np.int32))
+        return np.where(k < 0, -out, out)
+
+    def _index(self, x: np.ndarray) -> np.ndarray:
+        """Index of the rounding of doubles ``x`` (exact: frexp, ldexp and rint are exact)."""
+        ax = np.abs(x)
+        m, e = np.frexp(ax)                         # ax = m·2**e, m in [0.5, 1)
+        sig = np.rint(np.ldexp(m, self.bits))       # in [2**(bits−1), 2**bits]
+        ex = e.astype(np.int64) - self.bits
+        carry = sig >= float(1 << self.bits)
+        sig = np.where(carry, float(self._half), sig)
+        ex = np.where(carry, ex + 1, ex)
+        sub = ex < -1074                            # below the normal range: spacing 2**-1074
+        with np.errstate(over="ignore"):
+            sig = np.where(sub, np.rint(np.ldexp(np.where(sub, ax, 0.0), 1074)), sig)
+        ex = np.where(sub, -1074, ex)
+        idx = (ex + 1074) * self._half + sig.astype(np.int64)
+        idx = np.where(ax == 0.0, 0, idx)
+        return np.where(x < 0, -idx, idx)
+
+    def _float_bounds(self, center: np.ndarray, center_err: np.ndarray | None,
+                      z_lo: np.ndarray, z_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds on ``x`` with a 4-ulp margin for ``fl(c + z)``, then exact rounding to ``bits``."""
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            xa = center + z_lo
+            xb = center + z_hi
+            ea = 4.0 * _U * np.abs(xa) + 5e-324
+            eb = 4.0 * _U * np.abs(xb) + 5e-324
+            if center_err is not None:
+                ea = ea + 2.0 * center_err
+                eb = eb + 2.0 * center_err
+            a = xa - ea
+            b = xb + eb
+            big = 2.0**1023
+            ok = (np.abs(a) < big) & (np.abs(b) < big)
+            ka = self._index(np.where(ok, a, 0.0)).astype(np.float64)
+            kb = self._index(np.where(ok, b, 0.0)).astype(np.float64)
+        return np.where(ok, ka, np.nan), np.where(ok, kb, np.nan)
+
+    def halfstep(self, values: np.ndarray) -> np.ndarray:
+        """``|value|·2**-bits`` (at least half the spacing at that magnitude), ``2**-1075`` floor.
+
+        Args:
+            values: Released values.
+
+        Returns:
+            Bounds on the rounding error.
+
+        Example:
+            >>> RelativeGrid(10).halfstep(np.array([1024.0])).tolist()
+            [1.0]
+        """
+        return np.maximum(np.abs(values) * 2.0 ** -self.bits, 2.0**-1074)
+
+    def describe(self) -> str:
+        """A label, e.g. ``'relative-36-bit'``.
+
+        Example:
+            >>> RelativeGrid(20).describe()
+            'relative-20-bit'
+        """
+        return f"relative-{self.bits}-bit"
+
+    def __repr__(self) -> str:
+        return f"RelativeGrid({self.bits})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RelativeGrid) and other.bits == self.bits
+
+    def __hash__(self) -> int:
+        return hash(("RelativeGrid", self.bits))
+
+
+def _check_step(step: Any, owner: str) -> float:
+    if isinstance(step, bool) or not isinstance(step, (int, float, np.integer, np.floating)):
+        raise InvalidParameterError(
+            f"{owner}: grid must be a positive number (the public rounding step of the "
+            f"released values); got {step!r} of type {type(step).__name__}.\n"
+            "Hint: e.g. grid=1.0 for counts and whole dollars, grid=1000.0 for thousands of "
+            "dollars; grid=None uses the mechanism's default (docs/exact-rounding.md).")
+    g = float(step)
+    if not math.isfinite(g) or g <= 0.0:
+        raise InvalidParameterError(
+            f"{owner}: grid must be positive and finite; got {step!r}.\n"
+            "Hint: e.g. grid=1.0 for counts; grid=None uses the mechanism's default grid.")
+    return g
+
+
+def as_grid(grid: float | Grid, owner: str = "release") -> Grid:
+    """Coerce a grid argument: a positive float step becomes a :class:`UniformGrid`.
+
+    Args:
+        grid: A positive finite step or a :class:`Grid`.
+        owner: Name used in error messages.
+
+    Returns:
+        The grid.
+
+    Raises:
+        InvalidParameterError: For non-positive, non-finite or non-numeric steps.
+
+    Example:
+        >>> as_grid(0.5), as_grid(RelativeGrid())
+        (UniformGrid(0.5), RelativeGrid(36))
+    """
+    if isinstance(grid, Grid):
+        return grid
+    return UniformGrid(_check_step(grid, owner))
+
+
+def grid_magnitude(noise: NoiseDistribution, center: np.ndarray,
+                   scale: np.ndarray | None = None) -> float:
+    """Largest output magnitude for the grid check: ``max|c| + max(s)·q``.
+
+    ``q`` is the |Z| quantile at two-sided tail :data:`TAIL_FOR_MAGNITUDE` (1e-9).
+
+    Args:
+        noise: The noise law.
+        center: Centres.
+        scale: Per-cell scales (None: 1).
+
+    Returns:
+        The magnitude (0 for no cells).
+
+    Example:
+        >>> from tabdp.noise import Laplace
+        >>> round(grid_magnitude(Laplace(scale=1.0), np.array([100.0, -50.0])), 3)   # 100 + 9 ln 10
+        120.723
+    """
+    if center.size == 0:
+        return 0.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        qz = float(noise._abs_isf(np.asarray([TAIL_FOR_MAGNITUDE]))[0])
+    smax = 1.0 if scale is None else float(np.max(scale)) if scale.size else 0.0
+    cmax = max(float(np.max(center)), -float(np.min(center)))
+    return cmax + (smax * qz if smax > 0 else 0.0)
+
+
+def check_grid(grid: float | Grid, magnitude: float = 0.0, owner: str = "release") -> Grid:
+    """Validate a grid against the largest output magnitude float64 must represent on it.
+
+    A uniform grid finer than ``2**-40`` of the largest output magnitude is refused: float64
+    outputs could no longer be exact distinct grid points (and the fast path would lose its
+    margin). Note that this check reads ``max|q|``: like other input validation, a refusal
+    reveals that some cell is large; it happens before any noise is drawn or budget spent.
+
+    Args:
+        grid: A step or :class:`Grid`.
+        magnitude: Largest output magnitude (e.g. :func:`grid_magnitude`).
+        owner: Name used in error messages.
+
+    Returns:
+        The grid as a :class:`Grid`.
+
+    Raises:
+        InvalidParameterError: For invalid or too fine grids.
+
+    Example:
+        >>> check_grid(1.0, magnitude=1e9)
+        UniformGrid(1.0)
+        >>> try:
+        ...     check_grid(1e-6, magnitude=1e9)
+        ... except ValueError as err:
+        ...     print(str(err).splitlines()[0][:52])
+        release: grid=1e-06 is too fine for outputs of size
+    """
+    g = as_grid(grid, owner)
+    if isinstance(g, UniformGrid) and math.isfinite(magnitude):
+        need = MIN_GRID_RATIO * magnitude
+        if g.step < need:
+            sug = float(f"1e{math.ceil(math.log10(need))}")
+            raise InvalidParameterError(
+                f"{owner}: grid={g.step!r} is too fine for outputs of size up to {magnitude:.4g} "
+                f"(largest |value| plus the 1 - 1e-9 noise quantile): float64 holds exact grid "
+                f"points only for grid >= 2^-40 x that = {need:.4g}.\n"
+                f"Hint: use a coarser public grid, e.g. grid={sug:g} (docs/exact-rounding.md).")
+    return g
+
+
+def noise_spread(noise: NoiseDistribution) -> float:
+    """The spread that sets default grids: the standard deviation, or 1.4826·MAD if it is infinite.
+
+    ``MAD`` is the median of ``|Z|`` (exact quantile); 1.4826·MAD equals the sd for a Gaussian.
+
+    Args:
+        noise: The noise law.
+
+    Returns:
+        The spread (> 0).
+
+    Example:
+        >>> from tabdp.noise import Gaussian, StudentT
+        >>> noise_spread(Gaussian(sigma=2.0)), round(noise_spread(StudentT(df=1.0)), 4)
+        (2.0, 1.4826)
+    """
+    sd = noise.std()
+    if math.isfinite(sd) and sd > 0:
+        return sd
+    return _MAD_TO_SD * float(noise._abs_isf(np.asarray([0.5]))[0])
+
+
+def default_grid(spread: float) -> float:
+    """The largest power of ten ``<= 0.02·spread``: half a step is at most 1% of the spread.
+
+    Returned as the double nearest the power of ten (``float("1e-2")``).
+
+    Args:
+        spread: A positive finite spread (sd, or the MAD-based spread of :func:`noise_spread`).
+
+    Returns:
+        The grid step.
+
+    Raises:
+        InvalidParameterError: If ``spread`` is not positive and finite.
+
+    Example:
+        >>> default_grid(1.0), default_grid(50.0), default_grid(0.5)
+        (0.01, 1.0, 0.01)
+    """
+    if not (isinstance(spread, (int, float, np.floating)) and math.isfinite(spread) and spread > 0):
+        raise InvalidParameterError(f"default_grid: spread must be positive and finite; got "
+                                    f"{spread!r}.")
+    x = 0.02 * float(spread)
+    e = math.floor(math.log10(x))
+    while float(f"1e{e + 1}") <= x:
+        e += 1
+    while float(f"1e{e}") > x:
+        e -= 1
+    return float(f"1e{e}")
+
+
+# -- the sampler ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RoundedDraw:
+    """Result of :func:`round_noisy`.
+
+    Attributes:
+        values: Released float64 values (grid points).
+        index: Their grid indices (int64).
+        fallbacks: Number of cells decided by the high-precision path.
+        grid: The grid used.
+
+    Example:
+        >>> from tabdp.noise import Gaussian
+        >>> d = round_noisy(Gaussian(sigma=5.0), np.zeros(3), grid=1.0, rng=0)
+        >>> d.values.shape, d.index.dtype, d.grid
+        ((3,), dtype('int64'), UniformGrid(1.0))
+    """
+
+    values: np.ndarray
+    index: np.ndarray
+    fallbacks: int
+    grid: Grid
+
+
+def _has_exact_tail(noise: NoiseDistribution) -> bool:
+    cls = type(noise)
+    return (cls._mp_sf is not NoiseDistribution._mp_sf
+            or cls._mp_logpdf is not NoiseDistribution._mp_logpdf)
+
+
+def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid, rng: Any = None,
+                *, scale: ArrayLike | None = None, center_error: ArrayLike | None = None,
+                exact_center: Callable[[int, Any], Any] | None = None, fast_path: bool = True,
+                owner: str = "release") -> RoundedDraw:
+    """Draw ``round_grid(c + s·Z)`` exactly, for every cell, with ``Z`` from ``noise``.
+
+    Args:
+        noise: The noise law (must provide ``_mp_sf``; see :class:`NoiseDistribution`).
+        center: Centres ``c`` (1-D float64). Exact values unless ``center_error`` is given.
+        grid: A positive step (uniform grid) or a :class:`Grid`.
+        rng: A :class:`tabdp.RandomSource` (default: secure), or an int seed / numpy Generator.
+        scale: Per-cell scales ``s >= 0`` (default 1); ``s = 0`` releases ``round_grid(c)``.
+        center_error: Absolute error bounds of ``center`` as approximations of exact centres.
+        exact_center: ``exact_center(i, mp)``: the exact centre ``c`` of cell i as an mpf at the
+            working precision, with error at most ``(|c| + 1)·2**-(mp.prec − 16)``; required with
+            ``center_error``.
+        fast_path: False decides every cell in high precision (audits and tests; slow).
+        owner: Name used in error messages.
+
+    Returns:
+        A :class:`RoundedDraw`.
+
+    Raises:
+        InvalidParameterError: For invalid grids, scales, or a law without an exact tail.
+
+    Example:
+        >>> from tabdp.noise import Laplace
+        >>> a = round_noisy(Laplace(1.0), [0.5], 1.0, rng=3).values
+        >>> b = round_noisy(Laplace(1.0), [0.5], 1.0, rng=3, fast_path=False).values
+        >>> bool(a[0] == b[0])
+        True
+    """
+    if not _has_exact_tail(noise):
+        raise InvalidParameterError(
+            f"{owner}: {type(noise).__name__} noise cannot be released with exact rounding: it "
+            "has no high-precision tail (_mp_sf).\nHint: implement _mp_sf(x, mp) (or "
+            "_mp_logpdf) on the law; see the contract in docs/exact-rounding.md.")
+    c = np.asarray(center, dtype=np.float64).reshape(-1)
+    n = c.size
+    if not np.all(np.isfinite(c)):
+        raise InvalidParameterError(f"{owner}: centres must be finite.")
+    s: np.ndarray | None = None
+    if scale is not None:
+        s = np.asarray(scale, dtype=np.float64).reshape(-1)
+        if s.shape != c.shape or not np.all(np.isfinite(s)) or np.any(s < 0):
+            raise InvalidParameterError(f"{owner}: scale must be finite, >= 0 and one per cell.")
+        if np.all(s == 1.0):
+            s = None
+    cerr: np.ndarray | None = None
+    if center_error is not None:
+        if exact_center is None:
+            raise InvalidParameterError(f"{owner}: center_error needs exact_center.")
+        cerr = np.asarray(center_error, dtype=np.float64).reshape(-1)
+        if cerr.shape != c.shape or np.any(~(cerr >= 0)):
+            raise InvalidParameterError(f"{owner}: center_error must be >= 0, one per cell.")
+    g = check_grid(grid, grid_magnitude(noise, c, s), owner)
+    src = as_random_source(rng)
+    if n == 0:
+        return RoundedDraw(np.zeros(0), np.zeros(0, dtype=np.int64), 0, g)
+
+    w = src.bits(n)
+    positive = w >= np.uint64(_TWO63)
+    # U in [j, j + 1)·2^-63 (j: the low 63 bits) ⊆ [u_lo, u_hi]: a 53-bit truncation for
+    # j >= 2^53, exact below
+    j53 = ((w << np.uint64(1)) >> np.uint64(11)).view(np.int64)
+    u_lo = j53.astype(np.float64)
+    u_lo *= 2.0**-53
+    u_hi = u_lo + 2.0**-53
+    small = np.flatnonzero(j53 < 2**43)
+    if small.size:
+        js = (w[small] & _MASK63).astype(np.int64)
+        u_lo[small] = js.astype(np.float64) * 2.0**-63
+        u_hi[small] = (js + 1).astype(np.float64) * 2.0**-63
+    m_lo, m_hi = noise._isf_bounds(u_lo, u_hi)
+    if s is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            m_lo = np.where(s > 0, s * (m_lo * (1.0 - 4.0 * _U)), 0.0)
+            m_hi = np.where(s > 0, s * (m_hi * (1.0 + 4.0 * _U)), 0.0)
+    # Fold the sign S into the centre: S·x = S·c + M, and rounding to a symmetric grid with ties
+    # to even is odd (round(−y) = −round(y)), so index(x) = S·index(S·c + M).
+    sgn = np.where(positive, 1.0, -1.0)
+    a, b = g._float_bounds(c * sgn, cerr, m_lo, m_hi)
+    with np.errstate(invalid="ignore"):
+        decided = a == b
+        decided &= np.abs(a) <= float(g.cap)     # finite, within the cap (NaN compares False)
+    if not fast_path:
+        decided[:] = False
+    todo = np.flatnonzero(~decided)
+    if todo.size:
+        with np.errstate(invalid="ignore"):
+            ok = (np.abs(a[todo]) <= float(g.cap)) & (np.abs(b[todo]) <= float(g.cap))
+        zero = np.zeros(todo.size)
+        kc, _, okc = g.index_bounds(c[todo], None, zero, zero)
+    for t, i in enumerate(todo):
+        cell = _Cell(noise=noise, grid=g, positive=bool(positive[i]), bits=int(w[i] & _MASK63),
+                     nbits=63, center=float(c[i]), exact=None if cerr is None else exact_center,
+                     index=int(i), scale=1.0 if s is None else float(s[i]), src=src)
+        if ok[t]:   # float bracket of index(S·x); index(x) = S·index(S·x)
+            bracket: tuple[int, int] | None = ((int(a[i]), int(b[i])) if positive[i]
+                                               else (-int(b[i]), -int(a[i])))
+        else:
+            bracket = None
+        a[i] = sgn[i] * float(cell.solve(bracket, int(kc[t]) if okc[t] else 0))
+    a *= sgn
+    return RoundedDraw(g._values_f(a), a.astype(np.int64), int(todo.size), g)
+
+
+# -- the high-precision path ---------------------------------------------------------------------
+def _frac_of_mpf(x: Any) -> Fraction:
+    """Exact rational value of a finite mpf."""
+    man, exp = mpmath.mpf(x).man_exp
+    return Fraction(int(man)) * (Fraction(2) ** int(exp))
+
+
+def _mpf_of_frac(x: Fraction, mp: Any) -> Any:
+    """``x`` rounded to the working precision (error at most 2 ulps)."""
+    return mp.mpf(x.numerator) / x.denominator
+
+
+class _Cell:
+    """One undecided cell: its random bits, refined on demand, and the exact predicates."""
+
+    def __init__(self, *, noise: NoiseDistribution, grid: Grid, positive: bool, bits: int,
+                 nbits: int, center: float, exact: Callable[[int, Any], Any] | None, index: int,
+                 scale: float, src: Any) -> None:
+        self.noise, self.grid, self.positive = noise, grid, positive
+        self.J, self.L = bits, nbits
+        self.center, self.exact, self.index = center, exact, index
+        self.scale = scale
+        self.src = src
+        self.prec = nbits + _EXTRA_PREC
+        self._c_cache: tuple[int, Any] | None = None
+
+    # random bits -------------------------------------------------------------------------------
+    def _more_bits(self) -> None:
+        self.J = (self.J << 64) | int(self.src.bits(1)[0])
+        self.L += 64
+        self.prec = max(self.prec, self.L + _EXTRA_PREC)
+
+    # exact quantities --------------------------------------------------------------------------
+    def _center_interval(self, mp: Any) -> tuple[Any, Any]:
+        """``(c, radius)`` at the working precision."""
+        if self.exact is None:
+            c = mp.mpf(self.center)  # a double is exact in any precision >= 53
+            return c, mp.zero
+        if self._c_cache is None or self._c_cache[0] != mp.prec:
+            self._c_cache = (mp.prec, self.exact(self.index, mp))
+        c = self._c_cache[1]
+        return c, (abs(c) + 1) * mp.mpf(2) ** (-mp.prec + 16)
+
+    def _tail(self, h: Any, mp: Any) -> tuple[Fraction, Fraction]:
+        """Rational bounds on ``T(h) = P(|Z| > h)`` for ``h > 0``.
+
+        Evaluated at the working precision and 32 bits more; the error bound is four times their
+        difference plus ``2**-(prec − 16)`` relative.
+        """
+        p = mp.prec
+        t1 = 2 * self.noise._mp_sf(h, mp)
+        with mpmath.workprec(p + 32):
+            t2 = 2 * self.noise._mp_sf(h, mp)
+            err = 4 * abs(t1 - t2) + abs(t2) * mp.mpf(2) ** (-p + 16)
+            lo, hi = t2 - err, t2 + err
+        return max(_frac_of_mpf(lo), Fraction(0)), min(_frac_of_mpf(hi), Fraction(1))
+
+    def _greater(self, h1: Any, h2: Any, mp: Any) -> tuple[bool | None, Fraction]:
+        """Decide ``M > h`` for every h in ``[h1, h2]``: (True/False/None, width of T-interval)."""
+        u_lo = Fraction(self.J, 1 << self.L)
+        u_hi = Fraction(self.J + 1, 1 << self.L)
+        if h2 < 0:
+            return True, Fraction(0)
+        t_lo2, t_hi2 = (Fraction(1), Fraction(1)) if h2 == 0 else self._tail(h2, mp)
+        if u_hi <= t_lo2:                       # U < T(h2) <= T(h): M(U) > h2 >= h
+            return True, t_hi2 - t_lo2
+        if h1 < 0:
+            if self.prec >= _ZERO_PREC:
+                # |γ| < 2^-(prec − 8)·|b|: only an exactly rational centre on a breakpoint gets
+                # here; treat γ as 0 (M > 0 a.s.). Changes the output with probability < 2^-1000.
+                return True, Fraction(0)
+            return None, t_hi2 - t_lo2 + Fraction(1, 1 << self.L)
+        t_lo1, t_hi1 = (t_lo2, t_hi2) if h1 == h2 else self._tail(h1, mp)
+        if u_lo >= t_hi1:                       # U >= T(h1) >= T(h): M(U) <= h1 <= h (a.s. <)
+            return False, t_hi1 - t_lo2
+        return None, t_hi1 - t_lo2
+
+    def _above(self, k: int) -> bool:
+        """Exactly decide ``x > breakpoint(k)`` (refining bits/precision until decided)."""
+        b = self.grid.breakpoint(k)
+        for _ in range(_MAX_ROUNDS):
+            with mpmath.workprec(self.prec):
+                mp = mpmath.mp
+                c, rc = self._center_interval(mp)
+                if self.scale == 0.0:
+                    if self.exact is None:
+                        return Fraction(self.center) > b
+                    bm = _mpf_of_frac(b, mp)
+                    rad = abs(bm) * mp.mpf(2) ** (-mp.prec + 2) + rc
+                    if c - rc > bm + rad:
+                        return True
+                    if c + rc < bm - rad:
+                        return False
+                    self.prec *= 2
+                    continue
+                if self.exact is None:
+                    gam = _mpf_of_frac((b - Fraction(self.center)) / Fraction(self.scale), mp)
+                    rad = abs(gam) * mp.mpf(2) ** (-mp.prec + 4)
+                else:
+                    bm = _mpf_of_frac(b, mp)
+                    sm = mp.mpf(self.scale)
+                    gam = (bm - c) / sm
+                    rad = ((abs(bm) * mp.mpf(2) ** (-mp.prec + 2) + rc) / sm
+                           + abs(gam) * mp.mpf(2) ** (-mp.prec + 4))
+                g1, g2 = gam - rad, gam + rad
+                if self.positive:                   # x > b  <=>  M > γ
+                    res, width = self._greater(g1, g2, mp)
+                else:                               # x > b  <=>  M < −γ  <=>  not (M > −γ)
+                    res, width = self._greater(-g2, -g1, mp)
+                    res = None if res is None else not res
+            if res is not None:
+                return res
+            u_width = Fraction(1, 1 << self.L)
+            if width * 4 < u_width:
+                self._more_bits()
+            elif u_width * 4 < width:
+                self.prec = min(self.prec + 64, _MAX_PREC)
+            else:
+                self._more_bits()
+                self.prec = min(self.prec + 64, _MAX_PREC)
+        raise TabdpInternalError(
+            f"exact rounding could not decide a cell after {_MAX_ROUNDS} refinements "
+            f"({self.L} random bits, precision {self.prec})")
+
+    def solve(self, bracket: tuple[int, int] | None, guess: int = 0) -> int:
+        """The grid index of ``round(x)``, clipped to ``[−cap, cap]``.
+
+        ``bracket`` is the float64 index bracket (verified here, widened if ever wrong);
+        without it the search gallops from ``guess``.
+        """
+        cap = self.grid.cap
+        if bracket is not None:
+            lo, hi = (min(max(v, -cap), cap) for v in bracket)
+            # verify the float64 bracket (defence in depth), widening it if ever wrong
+            while lo > -cap and not self._above(lo - 1):
+                lo = max(lo - 2 * (hi - lo + 1), -cap)
+            while hi < cap and self._above(hi):
+                hi = min(hi + 2 * (hi - lo + 1), cap)
+        else:
+            k = min(max(guess, -cap), cap)
+            if self._above(k):
+                lo, step, hi = k + 1, 1, cap
+                while lo <= cap:
+                    cand = min(k + step, cap)
+                    if not self._above(cand):
+                        hi = cand
+                        break
+                    if cand == cap:
+                        lo = hi = cap
+                        break
+                    k, lo, step = cand, cand + 1, step * 2
+            else:
+                lo, step, hi = -cap, 1, k
+                while True:
+                    cand = max(k - step, -cap)
+                    if self._above(cand):
+                        lo = cand + 1
+                        break
+                    if cand == -cap:
+                        lo = hi = -cap
+                        break
+                    k, hi, step = cand, cand, step * 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._above(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo

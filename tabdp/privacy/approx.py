@@ -1,0 +1,910 @@
+"""Exact (ε, δ) calibration of symmetric log-concave noise (seed 004, MATH.md §4).
+
+The mechanism ``q + s·X`` with X from a symmetric log-concave law ``f = e^{−ψ}`` is (ε, δ)-DP at
+sensitivity Δ **iff** ``S((t−Δ)/s) − e^ε·S(t/s) ≤ δ`` where ``t/s`` is the crossing point of the
+log-density ratio, ``ψ(t/s) − ψ((t−Δ)/s) = ε`` (seed 004 Lemma 1). The left side is the
+hockey-stick divergence δ(ε) of the two neighbouring outputs; it depends on Δ and s only through
+``b = Δ/s`` and decreases in s, so the minimal scale is linear in Δ (Lemma 2) and is found by a
+one-dimensional search.
+
+Families (``family=``, scale parameterization as in MATH.md §4):
+
+* ``"laplace"`` — Laplace(scale); closed form s = Δ/(ε − 2·ln(1−δ)) (Thm 3);
+* ``"logistic"`` — Logistic(scale); closed form of Thm 4;
+* ``"gaussian"`` — N(0, σ²), ``scale = σ``; the analytic condition of Balle & Wang (Thm 5);
+* ``"subbotin"`` — scale times a standard Subbotin_r variable, r ≥ 1 (``r=`` required); r = 1 is
+  the Laplace and r = 2 the Gaussian case, other r use the generic algorithm of MATH.md §4.2.
+
+Functions:
+
+* :func:`min_scale` — the smallest private scale for (ε, δ) at Δ;
+* :func:`epsilon_for_scale` — the exact ε(Δ) at δ of a given scale, vectorized over an array of
+  sensitivities (the per-record ledger calls it for millions of records);
+* :func:`delta_for_scale` — the exact δ(ε) (hockey-stick divergence), vectorized;
+* :func:`subbotin_mse` and :func:`choose_subbotin_r` — the choice of r of seed 004 eq. (5):
+  ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on seed 004 Thm 9,
+  which is false for r ≠ 2; see the warning in :func:`choose_subbotin_r`.)
+
+Every answer is rounded toward privacy: scales up, ε up, never below the exact value by more than
+floating point noise (about 1e-12 relative).
+
+Example:
+    >>> round(min_scale("gaussian", 1.0, 1e-4), 6), round(min_scale("subbotin", 1.0, 1e-4, r=3), 6)
+    (3.185703, 5.877443)
+    >>> round(float(epsilon_for_scale("logistic", 0.98421439, 1e-4)), 6)
+    1.0
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.interpolate import CubicSpline
+from scipy.optimize import brentq
+from scipy.special import erf, erfc, gammaincc, gammainccinv, log_ndtr
+
+from tabdp._validation import check_real
+from tabdp.exceptions import CalibrationError, InvalidParameterError
+from tabdp.noise.logconcave import (
+    _check_subbotin_r,
+    subbotin_center_mass,
+    subbotin_center_quantile,
+    subbotin_log_norm,
+    subbotin_variance,
+)
+from tabdp.privacy.conversions import gdp_delta
+
+__all__ = [
+    "FAMILIES",
+    "min_scale",
+    "epsilon_for_scale",
+    "delta_for_scale",
+    "subbotin_mse",
+    "choose_subbotin_r",
+    "SubbotinChoice",
+    "SubbotinCandidate",
+    "DEFAULT_R_GRID",
+]
+
+#: Noise families known to the calibration functions.
+FAMILIES: tuple[str, ...] = ("laplace", "logistic", "gaussian", "subbotin")
+
+#: The grid of seed 004 §4.1: r = 1, 1.5, 2, …, 14.
+DEFAULT_R_GRID: tuple[float, ...] = tuple(1.0 + 0.5 * i for i in range(27))
+
+_SQRT2 = math.sqrt(2.0)
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(12)
+#: Up to this many distinct values of Δ/scale, epsilon_for_scale solves each one directly.
+_DIRECT_MAX = 4096
+#: Node spacing in ln(Δ/scale − b0) of the interpolation used above _DIRECT_MAX values.
+_NODE_STEP = 0.005
+#: Above this ε the bracket bound b + S⁻¹(δ) is returned (valid, within ~0.1 %; see _eps_bound).
+_EPS_HUGE = 1e6
+
+
+# -------------------------------------------------------------------------------------------------
+# validation
+# -------------------------------------------------------------------------------------------------
+def _family(family: Any, r: Any, owner: str) -> tuple[str, float | None]:
+    """Validate ``family`` and ``r``; return the lower-cased family and r (float or None)."""
+    if not isinstance(family, str) or family.lower() not in FAMILIES:
+        close = difflib.get_close_matches(str(family).lower(), FAMILIES, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InvalidParameterError(
+            f"{owner}: unknown noise family {family!r}; allowed: {', '.join(FAMILIES)}.\n"
+            f"Hint: {hint}e.g. {owner}('subbotin', ..., r=4.0) or {owner}('gaussian', ...)")
+    fam = family.lower()
+    if fam == "subbotin":
+        if r is None:
+            raise InvalidParameterError(
+                f"{owner}: family 'subbotin' needs the shape r (r >= 1); got r=None.\n"
+                "Hint: pass r, e.g. r=4.0 (r=1 is Laplace, r=2 is Gaussian); "
+                "choose_subbotin_r() evaluates the MSE criterion of seed 004 eq. (5).")
+        return fam, _check_subbotin_r(r, owner)
+    if r is not None:
+        raise InvalidParameterError(
+            f"{owner}: r is only used with family='subbotin'; got family={fam!r} and r={r!r}.\n"
+            f"Hint: drop r, or use family='subbotin' with r={r!r}.")
+    return fam, None
+
+
+def _kind(fam: str, r: float | None) -> str:
+    """The closed form or algorithm used: laplace, logistic, gaussian or generic (Subbotin)."""
+    if fam == "subbotin":
+        assert r is not None
+        if r == 1.0:
+            return "laplace"
+        if r == 2.0:
+            return "gaussian"
+        return "generic"
+    return fam
+
+
+def _check_delta(delta: Any, owner: str) -> float:
+    return check_real("delta", delta, owner=owner, ge=0.0, lt=1.0,
+                      hint="delta is the probability allowed to escape the eps bound, in [0, 1); "
+                           "agencies use values far below 1/n, e.g. delta=1e-9")
+
+
+def _check_epsilon(epsilon: Any, owner: str) -> float:
+    return check_real("epsilon", epsilon, owner=owner, ge=0.0,
+                      hint="epsilon is the privacy-loss bound, a finite number >= 0, e.g. 1.0")
+
+
+def _check_scale(scale: Any, owner: str) -> float:
+    return check_real("scale", scale, owner=owner, gt=0.0,
+                      hint="scale is the noise scale (Gaussian: sigma; Subbotin: the factor "
+                           "multiplying a standard Subbotin_r variable), e.g. scale=2.0")
+
+
+def _sensitivities(sensitivity: ArrayLike, owner: str) -> np.ndarray:
+    """Per-record sensitivities as a float array (≥ 0; ``inf`` allowed, NaN refused)."""
+    try:
+        d = np.asarray(sensitivity, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise InvalidParameterError(
+            f"{owner}: sensitivity must be a number or an array of numbers >= 0; got "
+            f"{sensitivity!r} ({err}).\nHint: pass e.g. sensitivity=1.0 or an array of "
+            "per-record sensitivities.") from None
+    bad = ~(d >= 0.0)
+    if np.any(bad):
+        first = float(d[bad].ravel()[0])
+        raise InvalidParameterError(
+            f"{owner}: sensitivities must be >= 0 (NaN not allowed); got {int(bad.sum())} bad "
+            f"value(s), e.g. {first!r}.\nHint: pass absolute contributions |c|, and resolve NaN "
+            "before accounting.")
+    return d
+
+
+def _no_pure(fam: str, r: float | None, owner: str) -> InvalidParameterError:
+    what = "Gaussian noise" if fam == "gaussian" else f"Subbotin noise with r={r!r} > 1"
+    return InvalidParameterError(
+        f"{owner}: delta=0 is impossible for {what}: its log-density ratio is unbounded, so it "
+        "has no pure (eps, 0) guarantee and the minimal scale grows without bound as delta -> 0 "
+        "(seed 004 Thm 6).\nHint: use delta > 0 (e.g. delta=1e-9), or a family with pure DP: "
+        "'laplace', 'logistic' or 'subbotin' with r=1.")
+
+
+# -------------------------------------------------------------------------------------------------
+# the standard Subbotin_r law, r > 1 (r = 2 evaluated with erf/erfc/log_ndtr)
+# -------------------------------------------------------------------------------------------------
+class _Law:
+    """Tails of the standard Subbotin_r law for the generic algorithm (internal)."""
+
+    def __init__(self, r: float) -> None:
+        self.r = r
+        self.a = 1.0 / r
+        self.gauss = r == 2.0
+        self.logc = subbotin_log_norm(r)
+
+    def _w(self, x: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return x**self.r / self.r
+
+    def sf(self, x: np.ndarray) -> np.ndarray:
+        """S(x) = P(X > x) for x ≥ 0."""
+        if self.gauss:
+            return 0.5 * erfc(x / _SQRT2)
+        return 0.5 * gammaincc(self.a, self._w(x))
+
+    def logsf(self, x: np.ndarray) -> np.ndarray:
+        """Log survival ln S(x) for x ≥ 0, accurate far beyond the underflow of S itself.
+
+        For w = x^r/r > 200, ``ln Q(a, w) = −w + a·ln w − ln CF − lnΓ(a)`` with the continued
+        fraction of Γ(a, w) evaluated backwards at depth 40 (converged to rounding for w > 200).
+        """
+        if self.gauss:
+            return log_ndtr(-x)
+        w = self._w(x)
+        far = w > 200.0
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            out = np.log(0.5 * gammaincc(self.a, np.where(far, 0.0, w)))
+            if np.any(far):
+                wf = w[far]
+                a = self.a
+                t = wf + 81.0 - a
+                for n in range(40, 0, -1):
+                    t = wf + (2 * n - 1) - a - n * (n - a) / t
+                out[far] = (-wf + a * np.log(wf) - np.log(t) - math.lgamma(a)
+                            + math.log(0.5))
+        return out
+
+    def half_p(self, x: np.ndarray) -> np.ndarray:
+        """P(0 < X < x) = ½·P(1/r, x^r/r) for x ≥ 0 (accurate for small x)."""
+        if self.gauss:
+            return 0.5 * erf(x / _SQRT2)
+        return 0.5 * subbotin_center_mass(self.r, x)
+
+    def mass(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """P(lo < X < hi) for 0 ≤ lo < hi on a short interval, by 12-point Gauss–Legendre."""
+        mid, half = 0.5 * (hi + lo), 0.5 * (hi - lo)
+        tot = np.zeros(np.shape(mid))
+        with np.errstate(over="ignore"):
+            for t, w in zip(_GL_X, _GL_W, strict=True):
+                x = mid + half * t
+                tot += w * np.exp(-(x**self.r) / self.r - self.logc)
+        return tot * half
+
+    def isf(self, q: float) -> float:
+        """The x ≥ 0 with S(x) = q, for q in (0, ½]."""
+        if q >= 0.5:
+            return 0.0
+        return float((self.r * gammainccinv(self.a, 2.0 * q)) ** self.a)
+
+    def b_zero(self, delta: float) -> float:
+        """The b = Δ/s at which the total variation P(1/r, (b/2)^r/r) equals δ (ε = 0)."""
+        return float(2.0 * subbotin_center_quantile(self.r, delta))
+
+
+@functools.lru_cache(maxsize=64)
+def _law(r: float) -> _Law:
+    return _Law(r)
+
+
+def _g(u: np.ndarray, b: np.ndarray, r: float) -> np.ndarray:
+    """Log-density ratio ψ(u) − ψ(u − b) = (|u|^r − |u−b|^r)/r for u ≥ b/2 (no cancellation)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        big = u >= b
+        # u >= b: u^r/r·(1 − (1 − b/u)^r)
+        fac = -np.expm1(r * np.log1p(-np.where(big, b / u, 0.0)))
+        ur = u**r
+        direct = ur / r * fac
+        logform = np.exp(r * np.log(u) - math.log(r) + np.log(fac))
+        out_big = np.where(np.isfinite(ur), direct, logform)
+        out_small = (ur - np.abs(b - u) ** r) / r
+        return np.where(big, out_big, out_small)
+
+
+def _gprime(u: np.ndarray, b: np.ndarray, r: float) -> np.ndarray:
+    """Derivative of :func:`_g` in u: u^{r−1} − sign(u−b)|u−b|^{r−1}."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        big = u >= b
+        um = u ** (r - 1.0)
+        out_big = um * -np.expm1((r - 1.0) * np.log1p(-np.where(big, b / u, 0.0)))
+        out_small = um + np.abs(b - u) ** (r - 1.0)
+        return np.where(big, out_big, out_small)
+
+
+def _hockey(u: np.ndarray, b: np.ndarray, e: np.ndarray | float,
+            law: _Law) -> tuple[np.ndarray, np.ndarray]:
+    """``S(u − b) − e^e·S(u)`` and ``ln S(u)`` (u > 0), evaluated without cancellation.
+
+    * u < b: ``S(u−b) = ½ + ½P(b−u)`` and ``e^e S(u) = ½ − ½P(u) + (e^e − 1)S(u)``, so the
+      difference is ``½P(b−u) + ½P(u) − expm1(e)·S(u)``.
+    * u ≥ b and a short interval (b·ψ'(u) ≤ ½, so e ≤ ½): the mass ``S(u−b) − S(u)`` is
+      integrated by Gauss–Legendre instead of subtracting two close tails, and the result is
+      ``mass − expm1(e)·S(u)`` — accurate near the ε = 0 threshold, where ε is tiny.
+    * otherwise ``S(u − b) − exp(e + ln S(u))``.
+    """
+    e = np.broadcast_to(np.asarray(e, dtype=np.float64), u.shape)
+    lns = law.logsf(u)
+    out = np.empty(u.shape)
+    big = u >= b
+    with np.errstate(over="ignore", invalid="ignore"):
+        short = big & (b * u ** (law.r - 1.0) <= 0.5)
+        if np.any(short):
+            uq, bq = u[short], b[short]
+            out[short] = (law.mass(uq - bq, uq)
+                          - np.expm1(np.minimum(e[short], 1.0)) * np.exp(lns[short]))
+        far = big & ~short
+        if np.any(far):
+            ub, bb, eb = u[far], b[far], e[far]
+            out[far] = law.sf(ub - bb) - np.exp(eb + lns[far])
+        small = ~big
+        if np.any(small):
+            us, bs, es = u[small], b[small], e[small]
+            sf_u = np.exp(lns[small])
+            # (e^e − 1)·S(u), without overflow of e^e when e is large.
+            extra = np.where(es > 1.0, np.exp(es + lns[small]) - sf_u,
+                             np.expm1(np.minimum(es, 1.0)) * sf_u)
+            out[small] = law.half_p(bs - us) + law.half_p(us) - extra
+    return out, lns
+
+
+# -------------------------------------------------------------------------------------------------
+# generic algorithm, vectorized
+# -------------------------------------------------------------------------------------------------
+def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
+    """Crossing point u = t/s: the root on [b/2, ∞) of g(u) = ε (``inf`` when t = ∞).
+
+    The mean value theorem gives ``b·ψ'(u−b) ≤ g(u) ≤ b·ψ'(u)``, so with c = (ε/b)^{1/(r−1)} the
+    root lies in ``[max(b/2, c), b + c]`` (width ≤ b); safeguarded Newton inside that bracket.
+    """
+    if eps == 0.0:
+        return b / 2.0
+    with np.errstate(over="ignore", divide="ignore"):
+        c = np.exp((math.log(eps) - np.log(b)) / (r - 1.0))
+    lo = np.maximum(b / 2.0, c)
+    hi = b + c
+    x = 0.5 * (lo + hi)
+    fin = np.isfinite(c)
+    out = np.full(b.shape, np.inf)
+    idx = np.flatnonzero(fin)
+    lo, hi, x, bb = lo[idx], hi[idx], x[idx], b[idx]
+    act = np.arange(idx.size)
+    for _ in range(200):
+        if act.size == 0:
+            break
+        xa, ba = x[act], bb[act]
+        ga = _g(xa, ba, r) - eps
+        gp = _gprime(xa, ba, r)
+        above = ga >= 0.0
+        lo_a = np.where(above, lo[act], xa)
+        hi_a = np.where(above, xa, hi[act])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = -ga / gp
+        xn = xa + step
+        done = (np.abs(step) <= 1e-15 * xa) | (hi_a - lo_a <= 4e-16 * hi_a) | (ga == 0.0)
+        outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a)
+        xn = np.where(outside, 0.5 * (lo_a + hi_a), xn)
+        lo[act], hi[act] = lo_a, hi_a
+        x[act] = np.where(done, xa, xn)
+        act = act[~done]
+    out[idx] = x
+    return out
+
+
+def _delta_generic(b: np.ndarray, eps: float, law: _Law) -> np.ndarray:
+    """Exact δ(ε) at b = Δ/s for r > 1 (vectorized; b > 0 finite)."""
+    u = _u_for_eps(b, eps, law.r)
+    out = np.zeros(b.shape)
+    fin = np.isfinite(u)
+    if np.any(fin):
+        out[fin] = _hockey(u[fin], b[fin], eps, law)[0]
+    return np.clip(out, 0.0, 1.0)
+
+
+def _newton_u(b: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray, delta: float,
+              law: _Law) -> np.ndarray:
+    """Smallest u in [lo, hi] with D(u) = S(u − b) − e^{g(u)}·S(u) ≤ δ (D decreasing).
+
+    Safeguarded Newton on ln D (``D'(u) = −g'(u)·e^{g(u)}·S(u)``) with a maintained bracket
+    (``D(lo) > δ ≥ D(hi)``); returns ``hi``, a point where D ≤ δ was verified.
+    """
+    r = law.r
+    ln_delta = math.log(delta)
+    lo, hi, x = lo.copy(), hi.copy(), x.copy()
+    act = np.arange(b.size)
+    for _ in range(300):
+        if act.size == 0:
+            break
+        xa, ba = x[act], b[act]
+        g = _g(xa, ba, r)
+        d, lns = _hockey(xa, ba, g, law)
+        ok = d <= delta
+        lo_a = np.where(ok, lo[act], xa)
+        hi_a = np.where(ok, xa, hi[act])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            slope = _gprime(xa, ba, r) * np.exp(g + lns)          # −D'(u)
+            step = (np.log(d) - ln_delta) * d / slope
+        finite = np.isfinite(step)
+        small = finite & (np.abs(step) <= 1e-13 * xa)
+        done = (ok & small) | (hi_a - lo_a <= 1e-14 * hi_a)
+        xn = np.where(finite, xa + step, np.nan)
+        # A tiny step from the unsafe side (D flat, within rounding of δ): bisect towards hi.
+        outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a) | (~ok & small)
+        xn = np.where(outside, 0.5 * (lo_a + hi_a), xn)
+        lo[act], hi[act], x[act] = lo_a, hi_a, xn
+        act = act[~done]
+    return hi
+
+
+def _eps_bound(b: np.ndarray, law: _Law, delta: float) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Upper end of the crossing-point bracket and its ε: u = b + S⁻¹(δ)·(1 + 1e-9).
+
+    ``D(u) ≤ S(u − b) ≤ δ``, so ``(g(u), δ)`` always holds: a valid ε, within about 0.1 % of
+    the exact one once ε ≳ 1000. It is returned as is where it exceeds ``_EPS_HUGE`` (there
+    ``g(u) + ln S(u)`` cancels beyond double precision, and such a loss means no protection).
+    """
+    hi = b + law.isf(delta) * (1.0 + 1e-9)
+    e_hi = _g(hi, b, law.r)
+    return hi, np.where(np.isnan(e_hi), np.inf, e_hi), bool(np.any(~(e_hi <= _EPS_HUGE)))
+
+
+def _eps_direct(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
+    """Exact ε at δ for each b (r > 1), one safeguarded Newton solve per value."""
+    eps = np.zeros(b.shape)
+    idx = np.flatnonzero(2.0 * law.half_p(b / 2.0) > delta)   # total variation > δ: ε > 0
+    if idx.size == 0:
+        return eps
+    bb = b[idx]
+    hi, e_hi, _ = _eps_bound(bb, law, delta)
+    huge = e_hi > _EPS_HUGE
+    eps[idx[huge]] = e_hi[huge]
+    rest = ~huge
+    if np.any(rest):
+        idx, bb, hi, e_hi = idx[rest], bb[rest], hi[rest], e_hi[rest]
+        d, _ = _hockey(hi, bb, e_hi, law)
+        for _ in range(60):                           # guard against rounding in isf
+            bad = ~(d <= delta)
+            if not np.any(bad):
+                break
+            hi[bad] = hi[bad] * (1.0 + 1e-9)
+            d[bad] = _hockey(hi[bad], bb[bad], _g(hi[bad], bb[bad], law.r), law)[0]
+        u = _newton_u(bb, bb / 2.0, hi, hi, delta, law)
+        # A start that never verified (not seen in practice) gets no finite guarantee.
+        eps[idx] = np.where(d <= delta, _g(u, bb, law.r), np.inf)
+    return eps
+
+
+def _eps_generic(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
+    """Exact ε at δ for an array of distinct b > 0 (finite), r > 1.
+
+    Up to ``_DIRECT_MAX`` values are solved one by one (vectorized safeguarded Newton). Beyond,
+    the crossing point u*(b) is solved exactly on a grid of x = ln(b − b0) (spacing
+    ``_NODE_STEP``; b0 is the threshold below which ε = 0) and at the grid midpoints,
+    interpolated by a cubic spline in (x, ln u) and pushed up (the safe side: D decreases in
+    u) by a local margin of 8 × the interpolation error seen at the midpoints. Grid intervals
+    where that margin would cost more than 1e-9 relative (plus 1e-12 absolute) in ε are solved
+    directly instead. Every interpolated value is then *verified*: ``D(u) = S(u − b) −
+    e^{g(u)}·S(u) ≤ δ`` is evaluated exactly, so ε = g(u) is a valid (ε, δ) pair; values that
+    fail verification are solved directly.
+    """
+    if b.size <= _DIRECT_MAX:
+        return _eps_direct(b, delta, law)
+    r = law.r
+    eps = np.zeros(b.shape)
+    b0 = law.b_zero(delta)
+    cand = np.flatnonzero(b > b0 * (1.0 - 1e-9))      # below: TV < δ, ε = 0 exactly
+    if cand.size == 0:
+        return eps
+    _, e_hi, any_huge = _eps_bound(b[cand], law, delta)
+    if any_huge:
+        huge = e_hi > _EPS_HUGE
+        eps[cand[huge]] = e_hi[huge]
+        cand = cand[~huge]
+    bc = b[cand]
+    if cand.size <= _DIRECT_MAX:
+        eps[cand] = _eps_direct(bc, delta, law)
+        return eps
+    # Coordinate x = ln(b − b0): near the threshold b0, u* ~ (b − b0)^{1/(r−1)}, so ln u* is
+    # smooth in x (it is not in ln b).
+    near = bc - b0 <= 1e-6 * b0
+    xb = np.log(np.where(near, b0, bc - b0))
+    far = ~near
+    x_min = math.log(1e-6 * b0)
+    x_lo = max(float(xb[far].min()) - 4.0 * _NODE_STEP, x_min) if far.any() else x_min
+    x_hi = float(xb[far].max()) + 4.0 * _NODE_STEP if far.any() else x_min + 1.0
+    k = max(16, int(math.ceil((x_hi - x_lo) / _NODE_STEP)) + 1)
+    if bc.size <= 2 * k + _DIRECT_MAX:                 # the grid would cost as much
+        eps[cand] = _eps_direct(bc, delta, law)
+        return eps
+    nodes = np.linspace(x_lo, x_hi, k)
+    mids = 0.5 * (nodes[1:] + nodes[:-1])
+    both = b0 + np.exp(np.concatenate([nodes, mids]))
+    s_inv = law.isf(delta)
+    u_all = _newton_u(both, both / 2.0, both + s_inv, both + s_inv, delta, law)
+    lu_nodes, lu_mids = np.log(u_all[:k]), np.log(u_all[k:])
+    spline = CubicSpline(nodes, lu_nodes)
+    # Local margin: 8 × the interpolation error at the midpoints of the interval and neighbours.
+    sp_mids = spline(mids)
+    err = np.abs(sp_mids - lu_mids)
+    err = np.maximum(err, np.maximum(np.r_[err[1:], 0.0], np.r_[0.0, err[:-1]]))
+    margin = 8.0 * err + 1e-13
+    b_mid = both[k:]
+    with np.errstate(over="ignore", invalid="ignore"):
+        e_exact = _g(u_all[k:], b_mid, r)
+        e_pad = _g(np.exp(sp_mids + margin), b_mid, r)
+        loose = ~(e_pad <= e_exact * (1.0 + 1e-9) + 1e-12)
+    loose = loose | np.r_[loose[1:], False] | np.r_[False, loose[:-1]]
+    seg = np.clip(np.searchsorted(nodes, xb) - 1, 0, k - 2)
+    direct = loose[seg] | near
+    res = np.empty(bc.shape)
+    interp = np.flatnonzero(~direct)
+    fail = np.flatnonzero(direct)
+    if interp.size:
+        bi = bc[interp]
+        with np.errstate(over="ignore"):
+            u = np.exp(spline(xb[interp]) + margin[seg[interp]])
+        u = np.clip(u, bi / 2.0, bi + s_inv)
+        gu = _g(u, bi, r)
+        d, _ = _hockey(u, bi, gu, law)
+        ok = d <= delta
+        res[interp] = gu
+        fail = np.concatenate([fail, interp[~ok]])
+    if fail.size:
+        res[fail] = _eps_direct(bc[fail], delta, law)
+    eps[cand] = np.maximum(res, 0.0)
+    return eps
+
+
+def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.ndarray:
+    """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm)."""
+    if kind == "laplace":
+        return np.maximum(b + 2.0 * math.log1p(-delta), 0.0)
+    if kind == "logistic":
+        # Inverting Thm 4: ε = b + 2·ln(1 − sqrt(δ·(1 − e^{−b}))).
+        with np.errstate(invalid="ignore"):
+            e = b + 2.0 * np.log1p(-np.sqrt(delta * -np.expm1(-b)))
+        return np.maximum(e, 0.0)
+    if delta == 0.0:
+        return np.full(b.shape, np.inf)
+    law = _law(2.0 if kind == "gaussian" else float(r))  # type: ignore[arg-type]
+    return _eps_generic(b, delta, law)
+
+
+def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.ndarray:
+    """δ(ε) for finite b > 0."""
+    if kind == "laplace":
+        return np.where(b > eps, -np.expm1(0.5 * (eps - b)), 0.0)
+    if kind == "logistic":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            val = np.expm1(0.5 * (eps - b)) ** 2 / -np.expm1(-b)
+        return np.where(b > eps, np.clip(val, 0.0, 1.0), 0.0)
+    if kind == "gaussian":
+        return gdp_delta(b, eps)
+    return _delta_generic(b, eps, _law(float(r)))  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------------------------------------
+# minimal scale
+# -------------------------------------------------------------------------------------------------
+def _search_log_scale(delta_of: Callable[[float], float], delta: float, what: str) -> float:
+    """Smallest s with delta_of(s) ≤ δ (delta_of decreasing in s); brentq on ln s, rounded up."""
+    def f(x: float) -> float:
+        return delta_of(math.exp(x)) - delta
+
+    a, fa = 0.0, f(0.0)
+    step = 1.0
+    b, fb = a, fa
+    while True:
+        b = a + step if fa > 0.0 else a - step
+        if abs(b) > 700.0:
+            raise CalibrationError(
+                f"min_scale: could not bracket the minimal scale for {what}: it lies beyond "
+                f"scale = exp({'+' if b > 0 else '-'}700), outside the double range.\n"
+                "Hint: use less extreme epsilon/delta, or express the data in other units.")
+        fb = f(b)
+        if (fa > 0.0) != (fb > 0.0):
+            break
+        a, fa = b, fb
+        step *= 2.0
+    lo, hi = (a, b) if a < b else (b, a)
+    x = brentq(f, lo, hi, xtol=1e-15, rtol=4.0 * np.finfo(float).eps, maxiter=300)
+    s = math.exp(x)
+    # Round up until the condition is verified (floating point noise only).
+    for _ in range(50):
+        s *= 1.0 + 1e-12
+        if delta_of(s) <= delta:
+            return s
+    raise CalibrationError(  # pragma: no cover - numerical safety net
+        f"min_scale: the root found for {what} does not verify (delta({s!r}) > {delta!r}).\n"
+        "Hint: this should not happen; please report it with the arguments.")
+
+
+@functools.lru_cache(maxsize=4096)
+def _unit_scale(kind: str, eps: float, delta: float, r: float | None) -> float:
+    """Minimal scale at Δ = 1 (Lemma 2: s(ε, δ, Δ) = Δ·s(ε, δ, 1))."""
+    if kind == "laplace":
+        return 1.0 / (eps - 2.0 * math.log1p(-delta))
+    if kind == "logistic":
+        # Thm 4: 2·ln((e^{ε/2} + sqrt(δ(e^ε + δ − 1)))/(1 − δ)), evaluated with log1p/expm1.
+        root = math.sqrt(delta * (math.expm1(eps) + delta))
+        return 1.0 / (eps + 2.0 * math.log1p(root * math.exp(-0.5 * eps))
+                      - 2.0 * math.log1p(-delta))
+    if kind == "gaussian":
+        return _search_log_scale(lambda s: float(gdp_delta(1.0 / s, eps)), delta,
+                                 f"gaussian (eps={eps!r}, delta={delta!r})")
+    law = _law(float(r))  # type: ignore[arg-type]
+    if eps == 0.0:
+        # u = b/2: the total variation P(1/r, (b/2)^r/r) = δ in closed form.
+        b0 = law.b_zero(delta)
+        s = 1.0 / b0
+        return s * (1.0 + 1e-12)
+    return _search_log_scale(lambda s: float(_delta_generic(np.array([1.0 / s]), eps, law)[0]),
+                             delta, f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})")
+
+
+def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.0,
+              r: float | None = None) -> float:
+    """Smallest noise scale that makes ``q + scale·X`` (ε, δ)-DP at sensitivity Δ (seed 004).
+
+    Laplace and Logistic use the closed forms of Thms 3 and 4, the Gaussian the analytic condition
+    of Balle & Wang (bisection on ln σ), Subbotin_r the generic criterion of Lemma 1 (MATH.md
+    §4.2); all are calibrated at Δ = 1 and multiplied by Δ (Lemma 2). The result is rounded up.
+
+    Args:
+        family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
+        epsilon: ε ≥ 0 (ε = 0 needs δ > 0).
+        delta: δ in [0, 1); δ = 0 (pure DP) only for laplace, logistic and subbotin with r = 1.
+        sensitivity: Δ > 0 (for a vector release: see the Thm 9 warning in
+            :func:`choose_subbotin_r`).
+        r: Subbotin shape r ≥ 1, required for ``family="subbotin"`` and refused otherwise.
+
+    Returns:
+        The minimal scale (Gaussian: σ; Subbotin: the factor multiplying a standard Subbotin_r
+        variable).
+
+    Raises:
+        InvalidParameterError: On an invalid argument, ε = δ = 0, or δ = 0 for a family without
+            pure DP (Thm 6).
+        CalibrationError: If the search fails (extreme arguments).
+
+    Example:
+        >>> round(min_scale("laplace", 1.0, 1e-4), 8), round(min_scale("logistic", 1.0, 1e-4), 8)
+        (0.99980003, 0.98421439)
+        >>> round(min_scale("subbotin", 1.0, 1e-4, sensitivity=2.0, r=4), 5)   # 2 × 8.743266
+        17.48653
+    """
+    owner = "min_scale"
+    fam, rr = _family(family, r, owner)
+    eps = _check_epsilon(epsilon, owner)
+    dlt = _check_delta(delta, owner)
+    sens = check_real("sensitivity", sensitivity, owner=owner, gt=0.0,
+                      hint="sensitivity is the largest change Delta of the query, e.g. "
+                           "sensitivity=1.0")
+    kind = _kind(fam, rr)
+    if eps == 0.0 and dlt == 0.0:
+        raise InvalidParameterError(
+            f"{owner}: epsilon=0 and delta=0 ask for no privacy loss at all, which no noise scale "
+            "achieves.\nHint: allow epsilon > 0 (e.g. 1.0) or delta > 0 (e.g. 1e-9).")
+    if dlt == 0.0 and kind in ("gaussian", "generic"):
+        raise _no_pure(fam, rr, owner)
+    return sens * _unit_scale(kind, eps, dlt, rr)
+
+
+# -------------------------------------------------------------------------------------------------
+# inverses
+# -------------------------------------------------------------------------------------------------
+def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: ArrayLike = 1.0,
+                      r: float | None = None) -> np.ndarray:
+    """Smallest ε such that ``q + scale·X`` is (ε, δ)-DP at each sensitivity Δ (vectorized).
+
+    ε depends on Δ/scale only. Laplace and Logistic invert their closed forms; the Gaussian and
+    Subbotin_r use the exact criterion of seed 004 Lemma 1, solved as one vectorized safeguarded
+    Newton iteration on the crossing point u (the condition is ``S(u − b) − e^{g(u)}·S(u) ≤ δ``
+    with ``g(u) = ε``, so ε is read off at the solution; no nested root-finding). Distinct values
+    of Δ/scale are solved once; beyond a few thousand distinct values the solutions are
+    interpolated from an exact grid and each one is then verified exactly (MATH.md §4.2). The
+    result is a valid ε, rounded up.
+
+    Args:
+        family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
+        scale: Noise scale > 0.
+        delta: δ in [0, 1). With δ = 0 the answer is the pure ε (laplace, logistic) or ``inf``
+            (gaussian, subbotin r > 1: no pure guarantee, Thm 6).
+        sensitivity: Per-record sensitivities Δ ≥ 0 (any shape; ``inf`` allowed).
+        r: Subbotin shape r ≥ 1 (only with ``family="subbotin"``).
+
+    Returns:
+        ε for each Δ, shaped like ``sensitivity`` (0 where Δ = 0 or where the total variation is
+        already ≤ δ; ``inf`` where Δ = ∞).
+
+    Raises:
+        InvalidParameterError: On invalid arguments (negative or NaN sensitivities included).
+
+    Example:
+        >>> eps = epsilon_for_scale("subbotin", 5.877443, 1e-4, [0.0, 1.0, 2.0], r=3)
+        >>> [round(float(e), 5) for e in eps]
+        [0.0, 1.0, 2.30629]
+    """
+    owner = "epsilon_for_scale"
+    fam, rr = _family(family, r, owner)
+    s = _check_scale(scale, owner)
+    dlt = _check_delta(delta, owner)
+    d = _sensitivities(sensitivity, owner)
+    kind = _kind(fam, rr)
+    out = np.zeros(d.shape)
+    flat_d, flat_o = d.reshape(-1), out.reshape(-1)
+    flat_o[np.isinf(flat_d)] = np.inf
+    pos = np.flatnonzero(np.isfinite(flat_d) & (flat_d > 0.0))
+    if pos.size:
+        b = flat_d[pos] / s
+        with np.errstate(over="ignore"):
+            ok = np.isfinite(b)
+        flat_o[pos[~ok]] = np.inf
+        pos, b = pos[ok], b[ok]
+        ub, inv = np.unique(b, return_inverse=True)
+        flat_o[pos] = _unit_eps(kind, ub, dlt, rr)[inv.reshape(-1)]
+    return out
+
+
+def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: ArrayLike = 1.0,
+                    r: float | None = None) -> np.ndarray:
+    """Exact δ(ε) of ``q + scale·X`` at each sensitivity Δ: the hockey-stick divergence.
+
+    δ(ε) = ∫ max(0, p − e^ε·q) for the neighbouring output densities p, q; by seed 004 Lemma 1
+    it equals ``S(u − b) − e^ε·S(u)`` at the crossing point u (b = Δ/scale). Closed forms for
+    Laplace (1 − e^{(ε−b)/2}) and Logistic ((1 − e^{(ε−b)/2})²/(1 − e^{−b})), Balle & Wang for
+    the Gaussian, the generic algorithm for Subbotin_r.
+
+    Args:
+        family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
+        scale: Noise scale > 0.
+        epsilon: ε ≥ 0.
+        sensitivity: Per-record sensitivities Δ ≥ 0 (any shape; ``inf`` allowed).
+        r: Subbotin shape r ≥ 1 (only with ``family="subbotin"``).
+
+    Returns:
+        δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``.
+
+    Raises:
+        InvalidParameterError: On invalid arguments.
+
+    Example:
+        >>> float(delta_for_scale("laplace", 1.0, 0.0, 2 * math.log(2.0)))   # 1 − e^{−ln 2}
+        0.5
+        >>> round(float(delta_for_scale("subbotin", 19.003255, 1.0, r=7.5)), 10)
+        0.0001
+    """
+    owner = "delta_for_scale"
+    fam, rr = _family(family, r, owner)
+    s = _check_scale(scale, owner)
+    eps = _check_epsilon(epsilon, owner)
+    d = _sensitivities(sensitivity, owner)
+    kind = _kind(fam, rr)
+    out = np.zeros(d.shape)
+    flat_d, flat_o = d.reshape(-1), out.reshape(-1)
+    with np.errstate(over="ignore"):
+        b_all = flat_d / s
+    flat_o[np.isinf(b_all)] = 1.0
+    pos = np.flatnonzero(np.isfinite(b_all) & (b_all > 0.0))
+    if pos.size:
+        ub, inv = np.unique(b_all[pos], return_inverse=True)
+        flat_o[pos] = _unit_delta(kind, ub, eps, rr)[inv.reshape(-1)]
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# choosing r (seed 004 eq. 5)
+# -------------------------------------------------------------------------------------------------
+def subbotin_mse(r: float, epsilon: float, delta: float, sensitivity: float) -> float:
+    """Per-coordinate MSE ``s_r(ε, δ, Δ)²·Var_r`` of the calibrated Subbotin_r mechanism.
+
+    Args:
+        r: Shape r ≥ 1.
+        epsilon: ε ≥ 0.
+        delta: δ in [0, 1) (δ = 0 only for r = 1).
+        sensitivity: Δ > 0, the ℓ_r sensitivity for that r.
+
+    Returns:
+        The mean squared error (= variance) of each released coordinate.
+
+    Example:
+        >>> round(subbotin_mse(4.0, 1.0, 1e-4, 100 ** 0.25 / 500), 7)   # seed 004 §4.1, m = 100
+        0.002067
+    """
+    rr = _check_subbotin_r(r, "subbotin_mse")
+    s = min_scale("subbotin", epsilon, delta, sensitivity, r=rr)
+    return s * s * subbotin_variance(rr)
+
+
+@dataclass(frozen=True)
+class SubbotinCandidate:
+    """One row of the eq. (5) search: r, its sensitivity Δ_r, minimal scale and MSE.
+
+    Attributes:
+        r: Shape.
+        sensitivity: Δ_r used for that r.
+        scale: Minimal scale s_r(ε, δ, Δ_r).
+        mse: Per-coordinate MSE ``scale²·Var_r``.
+
+    Example:
+        >>> SubbotinCandidate(2.0, 1.0, 3.0, 9.0).mse
+        9.0
+    """
+
+    r: float
+    sensitivity: float
+    scale: float
+    mse: float
+
+
+@dataclass(frozen=True)
+class SubbotinChoice:
+    """The Subbotin shape chosen by seed 004 eq. (5), with the whole search table.
+
+    Attributes:
+        r: The chosen r* (smallest MSE; the smallest r among ties).
+        scale: Its minimal scale s_{r*}(ε, δ, Δ_{r*}).
+        mse: Its per-coordinate MSE.
+        sensitivity: Δ_{r*}.
+        epsilon: ε of the calibration.
+        delta: δ of the calibration.
+        table: One :class:`SubbotinCandidate` per r of the grid, in increasing r.
+
+    Example:
+        >>> c = choose_subbotin_r(1.0, 1e-4, lambda r: 100 ** (1 / r), r_grid=[4, 1, 2])
+        >>> c.r, [row.r for row in c.table]
+        (4.0, [1.0, 2.0, 4.0])
+    """
+
+    r: float
+    scale: float
+    mse: float
+    sensitivity: float
+    epsilon: float
+    delta: float
+    table: tuple[SubbotinCandidate, ...]
+
+    def row(self, r: float) -> SubbotinCandidate:
+        """The table row of shape ``r``.
+
+        Args:
+            r: A shape of the grid.
+
+        Returns:
+            Its candidate row.
+
+        Raises:
+            KeyError: If ``r`` is not in the grid.
+
+        Example:
+            >>> round(choose_subbotin_r(1.0, 1e-4, 1.0, r_grid=[1, 2]).row(1).scale, 8)
+            0.99980003
+        """
+        for cand in self.table:
+            if cand.r == float(r):
+                return cand
+        raise KeyError(f"r={r!r} is not in the grid {[c.r for c in self.table]}")
+
+
+def choose_subbotin_r(epsilon: float, delta: float,
+                      sensitivity: float | Callable[[float], float],
+                      r_grid: Iterable[float] | None = None) -> SubbotinChoice:
+    """Choose the Subbotin shape minimizing the MSE at (ε, δ) (seed 004 eq. 5, MATH.md §4.4).
+
+    ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r`` over a grid, where Δ_r is the sensitivity used for
+    shape r. The seed uses the ℓ_r sensitivity of a vector query (Thm 9), e.g. for the mean of n
+    rows in an ℓ∞ ball of diameter c in ℝ^m, Δ_r = m^{1/r}·c/n (Thm 10); this function
+    reproduces that computation (the §4.1 table) exactly.
+
+    Warning:
+        For a *vector* release the calibration is only valid at r = 2 (and, conservatively, at
+        r = 1 through pure DP): seed 004 Thm 9 — iid Subbotin_r noise satisfies the scalar
+        condition at the ℓ_r sensitivity — is false for r ≠ 2, since the privacy loss depends on
+        the direction of the shift (see :class:`tabdp.mechanisms.logconcave.VectorSubbotin`).
+        The seed's r* = 4 at ε = 1, δ = 1e-4, m = 100 actually has δ(1) ≈ 0.0087 for the
+        mean-query shift. With a constant Δ (one scalar release) every r is valid.
+
+    Args:
+        epsilon: ε ≥ 0.
+        delta: δ in (0, 1) (with δ = 0 only r = 1 is private: use ``min_scale("laplace", ...)``).
+        sensitivity: Either Δ (the same for every r) or a callable ``r ↦ Δ_r``.
+        r_grid: Shapes to try, each ≥ 1; default 1, 1.5, …, 14 (:data:`DEFAULT_R_GRID`).
+
+    Returns:
+        A :class:`SubbotinChoice`.
+
+    Raises:
+        InvalidParameterError: On invalid arguments or a callable returning an invalid Δ_r.
+
+    Example:
+        >>> c = choose_subbotin_r(1.0, 1e-4, lambda r: 100 ** (1 / r) / 500)
+        >>> c.r, round(c.scale, 7), round(c.mse, 7)          # seed 004 §4.1, m = 100
+        (4.0, 0.0552973, 0.002067)
+    """
+    owner = "choose_subbotin_r"
+    eps = _check_epsilon(epsilon, owner)
+    dlt = check_real("delta", delta, owner=owner, gt=0.0, lt=1.0,
+                     hint="with delta=0 only r=1 (Laplace) is private, so there is nothing to "
+                          "choose: use min_scale('laplace', epsilon, 0.0, sensitivity); else "
+                          "pass e.g. delta=1e-9")
+    grid_in: Sequence[Any] = DEFAULT_R_GRID if r_grid is None else list(r_grid)
+    if len(grid_in) == 0:
+        raise InvalidParameterError(
+            f"{owner}: r_grid is empty.\nHint: pass shapes >= 1, e.g. r_grid=[1, 1.5, 2, 3, 4], "
+            "or leave r_grid=None for the seed's grid 1, 1.5, ..., 14.")
+    grid = sorted({_check_subbotin_r(x, owner) for x in grid_in})
+    rows = []
+    for rr in grid:
+        if callable(sensitivity):
+            raw = sensitivity(rr)
+            sens = check_real("sensitivity(r)", raw, owner=owner, gt=0.0,
+                              hint=f"the sensitivity callable must return the l_r sensitivity "
+                                   f"Delta_r > 0; it returned {raw!r} at r={rr!r}")
+        else:
+            sens = check_real("sensitivity", sensitivity, owner=owner, gt=0.0,
+                              hint="pass Delta > 0, or a callable r -> Delta_r (e.g. "
+                                   "lambda r: m ** (1 / r) * c)")
+        s = min_scale("subbotin", eps, dlt, sens, r=rr)
+        rows.append(SubbotinCandidate(rr, sens, s, s * s * subbotin_variance(rr)))
+    best = min(rows, key=lambda c: c.mse)
+    return SubbotinChoice(best.r, best.scale, best.mse, best.sensitivity, eps, dlt, tuple(rows))
