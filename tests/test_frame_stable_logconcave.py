@@ -156,3 +156,27 @@ def test_vector_subbotin_r2_is_gaussian_dp_and_composes_exactly():
     # ‖(3,4)‖_2 = 5 = scale: one Gaussian shift of 1 sd
     assert pr["rho"][0] == pytest.approx(0.5)
     assert pr["epsilon_delta"][0] == pytest.approx(float(gdp_epsilon(1.0, 1e-6)), rel=1e-12)
+
+
+def test_accessor_grid_rounds_estimates_to_the_public_grid(make_frame):
+    s = tabdp.Session(seed=9)
+    f = make_frame(DATA)
+    out = _pl(f.dp.sum(["pay", "emp"], by="c", keys=KEYS, mechanism=mech.Laplace(50.0),
+                       session=s, grid={"pay": 10.0}))
+    assert np.all(np.mod(out["pay"].to_numpy(), 10.0) == 0.0)
+    default = float(mech.Laplace(50.0).default_grid())
+    emp = out["emp"].to_numpy() / default
+    assert np.allclose(emp, np.round(emp))
+    cnt = _pl(f.dp.count(by="c", keys=KEYS, mechanism=mech.DiscreteGaussian(3.0), session=s,
+                         grid=5))
+    assert np.all(np.mod(cnt["count"].to_numpy(), 5.0) == 0.0)
+    assert len(s.records) == 2
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), "1", True, {"payroll": 1.0}])
+def test_accessor_grid_is_validated_before_anything_is_recorded(make_frame, bad):
+    s = tabdp.Session(seed=9)
+    with pytest.raises(InvalidParameterError, match="grid"):
+        make_frame(DATA).dp.sum("pay", by="c", keys=KEYS, mechanism=mech.Laplace(1.0),
+                                session=s, grid=bad)
+    assert s.records == []

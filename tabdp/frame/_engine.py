@@ -106,6 +106,28 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
     return check_level(level)
 
 
+def _check_grid(grid: Any, released: list[str]) -> dict[str, Any]:
+    """Per-measure grid steps (form only; each mechanism checks fineness against float64)."""
+    if isinstance(grid, dict):
+        extra = sorted(set(grid) - set(released))
+        if extra:
+            raise InvalidParameterError(
+                f"grid names {extra}, which are not released measures {released}.\n"
+                "Hint: give grid={measure: step} for released measures only.")
+        steps = {m: grid.get(m) for m in released}
+    else:
+        steps = {m: grid for m in released}
+    for m, g in steps.items():
+        if g is None:
+            continue
+        if isinstance(g, bool) or not isinstance(g, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(g) or g <= 0:
+            raise InvalidParameterError(
+                f"grid for {m!r} must be a positive finite number (the public rounding step) or "
+                f"None; got {g!r}.\nHint: e.g. grid=1.0 (one dollar) or grid=1000.0.")
+    return steps
+
+
 def _schema_checks(schema: Any, measures: list[str], by: list[str], unit: str | None) -> None:
     names = list(schema.keys())
     wanted = [*by, *measures, *([unit] if unit else [])]
@@ -298,7 +320,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
                     by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
-                    nulls: str = "error", name: str | None = None) -> Any:
+                    nulls: str = "error", name: str | None = None, grid: Any = None) -> Any:
     """Release noisy sums or counts of ``native`` grouped by ``by`` over the key set ``keys``.
 
     This is the implementation behind ``df.dp.sum`` and ``df.dp.count``; see those for the
@@ -315,6 +337,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         level: Confidence level of the margins of error.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
+        grid: Public rounding grid: a step, ``{measure: step}``, or ``None`` (defaults).
 
     Returns:
         A frame of the caller's library: keys, then per measure the estimate, ``_sd`` and
@@ -333,6 +356,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     measure_list = _as_list(measures, "columns") if kind == "sum" else []
     by_list = _as_list(by, "by")
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
+    grids = _check_grid(grid, measure_list if kind == "sum" else ["count"])
     sess, one_off, qname, frame, lazy, backend, schema = _open_release(
         native, session, name, kind, measure_list, by_list)
     unit = sess.unit
@@ -430,7 +454,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         truth = table[m if kind == "sum" else _ROWS].cast(pl.Float64).to_numpy()
         # A joint (vector) mechanism releases each measure with its own scaled noise.
         mech_m = mechanism.measure_mechanism(m) if joint else mechanism  # type: ignore[attr-defined]
-        rv = mech_m.release_table(truth, sess.rng, level)
+        rv = mech_m.release_table(truth, sess.rng, level, grid=grids[m])
         out_cols[m] = rv.estimate
         out_cols[f"{m}_sd"] = rv.sd
         out_cols[f"{m}_moe"] = rv.moe

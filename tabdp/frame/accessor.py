@@ -45,7 +45,8 @@ class DPAccessor:
 
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, session: Session | None = None,
-            level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None) -> Any:
+            level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
+            grid: Any = None) -> Any:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
         A unit's per-record sensitivity Δ in a cell is the absolute sum of its rows there (each
@@ -64,6 +65,10 @@ class DPAccessor:
             nulls: Missing values (null / NaN) in measures: ``"error"`` (default) refuses them,
                 ``"zero"`` counts them as 0, ``"drop"`` drops the row from this release.
             name: Label of the release in the session's report (default ``q<i>_sum``).
+            grid: Public rounding grid of the estimates: a step (e.g. ``1.0`` dollar, ``1000.0``
+                for payroll in dollars published in thousands), a dict ``{measure: step}``, or
+                ``None`` for each mechanism's documented default. Estimates are the exact noisy
+                values rounded to the grid (docs/exact-rounding.md).
 
         Returns:
             A frame of the caller's library (pandas → pandas, Polars eager or lazy → Polars
@@ -87,11 +92,11 @@ class DPAccessor:
         """
         return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
-                               name=name)
+                               name=name, grid=grid)
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
-              name: str | None = None) -> Any:
+              name: str | None = None, grid: Any = None) -> Any:
         """Noisy row counts per cell of ``keys`` (output measure ``count``).
 
         A unit's Δ in a cell is its number of rows there (1 when each row is a unit).
@@ -104,6 +109,8 @@ class DPAccessor:
                 ``tabdp.last_session()``).
             level: Confidence level of ``count_moe``.
             name: Label of the release in the session's report.
+            grid: Public rounding grid (``None``: the mechanism's default; discrete mechanisms
+                release exact integers).
 
         Returns:
             Key columns, then ``count``, ``count_sd``, ``count_moe``.
@@ -118,7 +125,7 @@ class DPAccessor:
         """
         return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level,
-                               nulls="error", name=name)
+                               nulls="error", name=name, grid=grid)
 
     def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
