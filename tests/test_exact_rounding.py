@@ -399,6 +399,19 @@ def test_float_quantile_bounds_contain_the_exact_quantile(law: NoiseDistribution
             assert b - a <= 1e-8 * max(b, mad), (u, a, b)
 
 
+@pytest.mark.parametrize("law", ERROR_CASES[:12] + ERROR_CASES[12:15] + ERROR_CASES[-3:], ids=repr)
+def test_common_case_hook_bounds_contain_the_exact_quantile(law: NoiseDistribution) -> None:
+    """``_isf_bounds_fine(u)`` covers ``[u, u + 2^-53]`` for u >= 2^-10 (the fast path's case)."""
+    us = np.ldexp(np.round(np.ldexp(np.concatenate(
+        [[2.0**-10, 0.01, 0.1, 0.2699, 0.27, 0.2701], np.linspace(0.3, 1.0, 15)[:-1],
+         [1.0 - 2.0**-52, 1.0 - 2.0**-30]]), 53)), -53)
+    lo, hi = law._isf_bounds_fine(us)
+    with mpmath.workprec(170):
+        for u, a, b in zip(us, lo, hi, strict=True):
+            assert _tail(law, a) >= mpmath.mpf(float(u)) + mpmath.mpf(2) ** -53, (u, a)
+            assert _tail(law, b) <= mpmath.mpf(float(u)), (u, b)
+
+
 def test_bounds_against_fifty_digit_quantiles() -> None:
     """Direct comparison with 50-digit quantiles (root-finding on the exact tail)."""
     with mpmath.workdps(50):

@@ -277,6 +277,10 @@ class NoiseDistribution(ABC):
     def sample(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
         """Draw noise by inverse CDF: a fair sign times the ``|Z|`` quantile of a uniform.
 
+        These are plain float64 draws, for exploration and tests. Releases never add them to
+        data: mechanisms release exactly rounded values (:func:`tabdp.noise.exact.round_noisy`),
+        because ``q + sample()`` in floating point can leak ``q`` (docs/exact-rounding.md).
+
         Args:
             size: Output shape.
             rng: A :class:`tabdp.RandomSource` (default: secure), int seed or numpy Generator.
@@ -339,6 +343,26 @@ class NoiseDistribution(ABC):
             lo = m * (1.0 - w) - (u_hi - u_lo) / dens * (1.0 + 8.0 * _U)
         ok = np.isfinite(hi) & np.isfinite(lo) & (w < 0.25)
         return np.where(ok, np.maximum(lo, 0.0), 0.0), np.where(ok, hi, np.inf)
+
+    def _isf_bounds_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_isf_bounds` on ``[u_lo, u_lo + 2**-53]`` for ``u_lo >= 2**-10`` (speed hook).
+
+        This is the case of almost every draw (:func:`tabdp.noise.exact.round_noisy`); laws may
+        override it with a cheaper bound on the decrease over the interval.
+
+        Args:
+            u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
+
+        Returns:
+            ``(lo, hi)`` float64 arrays.
+
+        Example:
+            >>> from tabdp.noise import StudentT
+            >>> lo, hi = StudentT(df=3.0)._isf_bounds_fine(np.array([0.5]))
+            >>> bool(0 < lo[0] < hi[0])
+            True
+        """
+        return self._isf_bounds(u_lo, u_lo + 2.0**-53)
 
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Exact log density at ``x`` in mpmath (optional hook used by the default ``_mp_sf``)."""

@@ -217,7 +217,8 @@ class PolyPlace(NoiseDistribution):
         Example:
             >>> import mpmath
             >>> pp = PolyPlace(s=10.0, alpha=10.0)
-            >>> abs(float(pp._mp_abs_isf(mpmath.mpf("0.1"), mpmath.mp)) - float(pp.isf(0.05))) < 1e-12
+            >>> m = pp._mp_abs_isf(mpmath.mpf("0.1"), mpmath.mp)
+            >>> abs(float(m) - float(pp.isf(0.05))) < 1e-12
             True
         """
         a, c, d = self._mp_consts(mp)
