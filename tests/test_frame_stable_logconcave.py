@@ -180,3 +180,14 @@ def test_accessor_grid_is_validated_before_anything_is_recorded(make_frame, bad)
         make_frame(DATA).dp.sum("pay", by="c", keys=KEYS, mechanism=mech.Laplace(1.0),
                                 session=s, grid=bad)
     assert s.records == []
+
+
+def test_median_accepts_a_public_grid(make_frame):
+    s = tabdp.Session(seed=3)
+    out = _pl(make_frame(DATA).dp.median("emp", by="c", keys=KEYS, bounds=(0.0, 100.0),
+                                         epsilon=1.0, session=s, grid=0.5))
+    assert np.all(np.mod(out["emp_median"].to_numpy(), 0.5) == 0.0)
+    with pytest.raises(InvalidParameterError, match="grid"):
+        make_frame(DATA).dp.median("emp", by="c", keys=KEYS, bounds=(0.0, 100.0),
+                                   epsilon=1.0, session=s, grid=-1.0)
+    assert len(s.records) == 1

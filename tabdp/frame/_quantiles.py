@@ -17,6 +17,7 @@ import polars as pl
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.frame._engine import (
+    _check_grid,
     _ROWS,
     _align_keys,
     _as_list,
@@ -183,7 +184,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
                      noise: str = "polyplace", gamma: float | None = None,
                      delta: float | None = None, session: Session | None = None,
                      level: float = DEFAULT_LEVEL, nulls: str = "error",
-                     name: str | None = None) -> Any:
+                     name: str | None = None, grid: Any = None) -> Any:
     """Release a private q-quantile of ``column`` per cell of ``keys``.
 
     This is the implementation behind ``df.dp.median`` and ``df.dp.quantile``.
@@ -198,6 +199,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         bounds: Public ``(low, high)``; values are clipped to it.
         epsilon: ε of the release (per cell, per row).
         noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
+        grid: Public rounding step of the estimates (``None``: the mechanism's default
+            relative grid, see docs/exact-rounding.md).
         gamma: Smoothness γ (default :func:`tabdp.mechanisms.smooth.default_gamma`).
         delta: δ for ``noise="laplace"``.
         session: Session to record in.
@@ -228,6 +231,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     # Argument checks shared with sums (keys, session, level, nulls); a stand-in mechanism.
     level = _check_args("sum", [column], by_list, keys, Gaussian(1.0), session, level, nulls)
     label = quantile_label(column, qv, median)
+    grid = _check_grid(grid, [label])[label]
     clash = {label, f"{label}_sd", f"{label}_moe"} & set(by_list)
     if clash:
         raise InvalidParameterError(
@@ -290,7 +294,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
                             per_unit["delta_a"].to_numpy() if approx else None)
     sess.check_budget(losses)
 
-    rv = mechanism.release_table(truth, ss, sess.rng, level)
+    rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
     out = keys.to_polars().with_columns(
         pl.Series(label, rv.estimate, dtype=pl.Float64),
         pl.Series(f"{label}_sd", rv.sd, dtype=pl.Float64),

@@ -131,7 +131,7 @@ class DPAccessor:
                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
                 session: Session | None = None, level: float = DEFAULT_LEVEL,
                 gamma: float | None = None, delta: float | None = None, nulls: str = "error",
-                name: str | None = None) -> Any:
+                name: str | None = None, grid: Any = None) -> Any:
         """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, seed 002).
 
         The (lower) median of the values clipped to the public ``bounds`` is released with noise
@@ -155,6 +155,8 @@ class DPAccessor:
             delta: δ for ``noise="laplace"`` (default 1e-5).
             nulls: Missing values: ``"error"``, ``"zero"`` or ``"drop"``.
             name: Label of the release in the session.
+            grid: Public rounding step of the estimates (``None``: the mechanism's default
+                relative grid; see docs/exact-rounding.md).
 
         Returns:
             Keys, ``{column}_median``, ``{column}_median_sd`` (``inf`` where it does not exist),
@@ -172,14 +174,16 @@ class DPAccessor:
 
         return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
-                                delta=delta, session=session, level=level, nulls=nulls, name=name)
+                                delta=delta, session=session, level=level, nulls=nulls, name=name,
+                                grid=grid)
 
 
     def quantile(self, column: str, q: float, *, by: str | Sequence[str],
                   keys: KeySet, bounds: tuple[float, float], epsilon: float,
                   noise: str = "polyplace", session: Session | None = None,
                   level: float = DEFAULT_LEVEL, gamma: float | None = None,
-                  delta: float | None = None, nulls: str = "error", name: str | None = None) -> Any:
+                  delta: float | None = None, nulls: str = "error", name: str | None = None,
+                  grid: Any = None) -> Any:
         """Private q-quantile of ``column`` per cell of ``keys`` (see :meth:`median`).
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
@@ -200,6 +204,8 @@ class DPAccessor:
             delta: δ for ``noise="laplace"``.
             nulls: Missing values policy.
             name: Label of the release in the session.
+            grid: Public rounding step of the estimates (``None``: the mechanism's default
+                relative grid; see docs/exact-rounding.md).
 
         Returns:
             Keys, ``{column}_q{100q}``, ``_sd``, ``_moe``.
@@ -217,7 +223,8 @@ class DPAccessor:
 
         return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
-                                delta=delta, session=session, level=level, nulls=nulls, name=name)
+                                delta=delta, session=session, level=level, nulls=nulls, name=name,
+                                grid=grid)
 
 
 def register() -> None:
