@@ -5,8 +5,11 @@ the operating system's cryptographically secure generator (``os.urandom``), so n
 predicted or replayed. A seeded source (``RandomSource(seed=...)``) is for tests and tuning only;
 sessions record its use and reports mark it as not for production.
 
-All noise samplers in tabdp are inverse-CDF samplers driven by :meth:`RandomSource.uniform` and
-:meth:`RandomSource.signs`, so one stream of bits determines every draw.
+Releases use :meth:`RandomSource.bits` only: continuous noise is exactly rounded to a public grid
+from the uniform interval each 64-bit word leaves open (``tabdp.noise.exact``), and discrete
+noise for counts is sampled exactly with integer arithmetic (``tabdp.noise.discrete``).
+:meth:`RandomSource.uniform` and :meth:`RandomSource.signs` serve the plain float samplers
+(``NoiseDistribution.sample``), which are for simulation and tests, not for releases.
 
 Example:
     >>> src = RandomSource(seed=7)
