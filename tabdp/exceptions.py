@@ -25,6 +25,7 @@ __all__ = [
     "UnsupportedBackendError",
     "CalibrationError",
     "TabdpInternalError",
+    "SpecError",
     "PrivacyWarning",
 ]
 
@@ -104,6 +105,29 @@ class CalibrationError(TabdpError, ValueError):
         >>> issubclass(CalibrationError, ValueError)
         True
     """
+
+
+class SpecError(TabdpError, ValueError):
+    """A release spec (``release.toml``) is malformed: unknown key, wrong type, bad value.
+
+    Attributes:
+        path: Key path of the offending entry, e.g. ``"tables[2].mechanism.sigma"`` (``""`` for
+            the whole file).
+
+    Example:
+        >>> e = SpecError("tables[0].kind", "must be 'sum' or 'count'; got 'avg'.")
+        >>> str(e)
+        "tables[0].kind: must be 'sum' or 'count'; got 'avg'."
+        >>> e.path
+        'tables[0].kind'
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class TabdpInternalError(TabdpError, AssertionError):

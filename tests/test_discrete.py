@@ -20,6 +20,7 @@ import pytest
 from scipy import stats
 from scipy.special import logsumexp
 
+import tabdp.mechanisms as mech
 import tabdp.mechanisms.discrete as dn_mech
 import tabdp.noise.discrete as dn
 from tabdp.exceptions import DataValidationError, InvalidParameterError
@@ -984,3 +985,33 @@ def test_release_guards_the_int64_sum(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(m.noise, "sample", lambda size, rng=None: np.full(size, -huge, np.int64))
     with pytest.raises(OverflowError, match="int64"):
         m.release_table([-(2.0**53) + 1], rng=1)
+
+
+# -- counts default to exact integer noise -----------------------------------------------------
+
+@pytest.mark.parametrize("given, grid, want", [
+    (None, None, mech.DiscreteGaussian(2.0)),
+    (mech.Gaussian(3.0), None, mech.DiscreteGaussian(3.0)),
+    (mech.Laplace(2.5), None, mech.DiscreteLaplace(2.5)),
+    (mech.Gaussian(3.0), 10, mech.DiscreteGaussian(3.0)),
+    (mech.Gaussian(3.0), 0.5, mech.Gaussian(3.0)),
+    (mech.Laplace(2.5), {"count": 0.25}, mech.Laplace(2.5)),
+])
+def test_counts_use_exact_integer_noise(given, grid, want):
+    import polars as pl
+
+    import tabdp
+
+    df = pl.DataFrame({"c": ["a", "a", "b", "b", "b"]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b", "z"])
+    s = tabdp.Session(seed=7)
+    out = df.dp.count(by="c", keys=keys, mechanism=given, grid=grid, session=s)
+    assert s.records[0].mechanism == want
+    est = out["count"].to_numpy()
+    if isinstance(want, (mech.DiscreteGaussian, mech.DiscreteLaplace)):
+        step = 1 if grid is None else grid
+        assert np.all(est == np.round(est / step) * step)
+        # the guarantee recorded is the discrete law's: ρ(1) = 1/(2σ²), ε(1) = 1/t
+        assert s.report().per_record["rho"][0] == pytest.approx(float(want.rho(1.0)))
+    else:
+        assert s.records[0].mechanism.family == given.family

@@ -269,11 +269,12 @@ def test_public_summary_contents(make_frame):
     assert q1["null_policy"] == "zero" and q3["null_policy"] == "drop"
     assert q1["keys"]["size"] == len(KEYS) and q1["keys"]["columns"] == ["c"]
     assert q1["protects_cell_existence"] is True
-    assert q2["mechanism"] == {**q2["mechanism"], "family": "gaussian",
+    # counts are released with the exact integer counterpart of the Gaussian asked for
+    assert q2["mechanism"] == {**q2["mechanism"], "family": "discrete_gaussian",
                                "params": {"sigma": 2.0}, "pure": False}
     assert q3["moe_level"] == 0.95 and q2["moe_level"] == 0.9
     # policy curves are the mechanisms' public formulas on a fixed grid
-    g = mech.Gaussian(sigma=2.0)
+    g = mech.DiscreteGaussian(sigma=2.0)
     for row in q2["policy_curve"]:
         assert row["rho"] == pytest.approx(float(g.rho(row["delta"])))
         assert row["epsilon"] is None if row["delta"] > 0 else row["epsilon"] == 0.0

@@ -106,6 +106,50 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
     return check_level(level)
 
 
+#: Noise of a count released without a mechanism: exact discrete Gaussian, ρ(Δ) = Δ²/8.
+DEFAULT_COUNT_SIGMA = 2.0
+
+
+def count_mechanism(mechanism: Any, grid: Any = None) -> Any:
+    """The mechanism a count is released with: exact integer noise by default.
+
+    Counts are integer queries, so the continuous Gaussian and Laplace laws are replaced by their
+    exact integer counterparts, which give the same guarantee at integer Δ (ρ = Δ²/(2σ²);
+    ε = Δ/b) and cannot leak through floating point: ``Gaussian(σ)`` → ``DiscreteGaussian(σ)``,
+    ``Laplace(b)`` → ``DiscreteLaplace(b)``, ``None`` → ``DiscreteGaussian(2.0)``. The swap is
+    skipped when the caller asks for a non-integer grid (the continuous law is then rounded to
+    that grid, see docs/exact-rounding.md). Other mechanisms are kept as given.
+
+    Args:
+        mechanism: The mechanism the caller passed (or ``None``).
+        grid: The caller's grid (a step, ``{"count": step}`` or ``None``).
+
+    Returns:
+        The mechanism to use.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian, Laplace
+        >>> count_mechanism(Gaussian(3.0)), count_mechanism(None)
+        (DiscreteGaussian(sigma=3.0), DiscreteGaussian(sigma=2.0))
+        >>> count_mechanism(Gaussian(3.0), grid=0.5)
+        Gaussian(sigma=3.0)
+    """
+    from tabdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+
+    step = grid.get("count") if isinstance(grid, dict) else grid
+    integral = step is None or (isinstance(step, (int, float)) and not isinstance(step, bool)
+                                and float(step) >= 1 and float(step).is_integer())
+    if mechanism is None:
+        return DiscreteGaussian(DEFAULT_COUNT_SIGMA)
+    if not integral:
+        return mechanism
+    if type(mechanism) is Gaussian:
+        return DiscreteGaussian(mechanism.sigma)
+    if type(mechanism) is Laplace:
+        return DiscreteLaplace(mechanism.scale)
+    return mechanism
+
+
 def _check_grid(grid: Any, released: list[str]) -> dict[str, Any]:
     """Per-measure grid steps (form only; each mechanism checks fineness against float64)."""
     if isinstance(grid, dict):
@@ -355,6 +399,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     """
     measure_list = _as_list(measures, "columns") if kind == "sum" else []
     by_list = _as_list(by, "by")
+    if kind == "count":
+        mechanism = count_mechanism(mechanism, grid)
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
     grids = _check_grid(grid, measure_list if kind == "sum" else ["count"])
     sess, one_off, qname, frame, lazy, backend, schema = _open_release(

@@ -94,7 +94,7 @@ class DPAccessor:
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
                                name=name, grid=grid)
 
-    def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism,
+    def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
               name: str | None = None, grid: Any = None) -> Any:
         """Noisy row counts per cell of ``keys`` (output measure ``count``).
@@ -104,7 +104,12 @@ class DPAccessor:
         Args:
             by: Group-by column(s): exactly the key set's columns.
             keys: Public key set.
-            mechanism: A mechanism from :mod:`tabdp.mechanisms`.
+            mechanism: A mechanism from :mod:`tabdp.mechanisms`. Counts are integer queries:
+                ``None`` (default) releases them with exact discrete Gaussian noise
+                ``DiscreteGaussian(sigma=2.0)`` (ρ = Δ²/8), and ``Gaussian(σ)`` / ``Laplace(b)``
+                are released with their exact integer counterparts ``DiscreteGaussian(σ)`` /
+                ``DiscreteLaplace(b)`` (same guarantee, integer outputs; the session records the
+                discrete mechanism) unless a non-integer ``grid`` is asked for.
             session: Session recording the release (``None``: one-off, see
                 ``tabdp.last_session()``).
             level: Confidence level of ``count_moe``.
