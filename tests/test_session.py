@@ -516,3 +516,29 @@ def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, data):
         assert r["rho_t"] == pytest.approx(float(TINY.rho(d[:, :2]).sum()), rel=1e-9,
                                            abs=1e-12)
         assert r["rho"] == pytest.approx(r["rho_t"] + r["rho_g"] + r["rho_n"], rel=1e-12)
+
+
+@pytest.mark.parametrize("unit", [None, "u"])
+def test_track_cells_gives_the_worst_loss_per_cell(unit):
+    df = pl.DataFrame({"u": [1, 1, 2, 3, 3], "c": ["a", "a", "a", "b", "z"],
+                       "x": [2.0, 3.0, 1.0, 4.0, 100.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b", "c"])
+    s = tabdp.Session(unit=unit, seed=0)
+    s.track_cells = True
+    g = mech.Gaussian(sigma=2.0)
+    df.dp.sum("x", by="c", keys=keys, mechanism=g, session=s)
+    cells = {r["c"]: r for r in s.records[0].cells.to_dicts()}
+    # cell z is outside the key set; cell c has no data
+    assert set(cells) == {"a", "b"}
+    worst_a = 5.0 if unit else 3.0            # unit 1 contributes 2 + 3 in cell a
+    assert cells["a"]["worst_size"] == worst_a
+    assert cells["a"]["worst_rho"] == pytest.approx(float(g.rho(worst_a)))
+    assert cells["a"]["units"] == (2 if unit else 3)
+    assert cells["b"]["worst_rho"] == pytest.approx(float(g.rho(4.0)))
+    # the worst per cell is the per-record maximum of that query
+    assert max(c["worst_rho"] for c in cells.values()) == pytest.approx(
+        s.report().per_record["rho_q1_sum"].max())
+    # off by default
+    s2 = tabdp.Session(seed=0)
+    df.dp.sum("x", by="c", keys=keys, mechanism=g, session=s2)
+    assert s2.records[0].cells is None

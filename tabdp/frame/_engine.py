@@ -491,9 +491,21 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         assert contrib is not None
         losses = _unit_losses(contrib, keys.to_polars(), unit, measure_list, by_list, mechanism, kind)
     sess.check_budget(losses)
+    # Worst loss per cell (confidential), for the release workflow's audit report.
+    cells = None
+    if getattr(sess, "track_cells", False):
+        if unit is None:
+            cells = _row_cell_worst(frame, by_list, keys, losses, lazy)
+        else:
+            assert contrib is not None
+            cells = _unit_cell_worst(contrib, keys.to_polars(), by_list,
+                                     _Policy(mechanism, measure_list if kind == "sum" else []),
+                                     measure_list, kind)
 
     # Noise: only now, after every check passed.
     out_cols: dict[str, Any] = {}
+    fallbacks: dict[str, int] = {}
+    grid_used: dict[str, Any] = {}
     released = measure_list if kind == "sum" else ["count"]
     joint = kind == "sum" and bool(getattr(mechanism, "joint", False))
     for m in released:
@@ -504,6 +516,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         out_cols[m] = rv.estimate
         out_cols[f"{m}_sd"] = rv.sd
         out_cols[f"{m}_moe"] = rv.moe
+        fallbacks[m] = int(rv.fallbacks)
+        grid_used[m] = rv.grid
     out = table.select(by_list).with_columns(
         pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items())
 
@@ -518,7 +532,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     record = QueryRecord(
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
-        losses=losses, confidential=confidential)
+        losses=losses, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
+        cells=cells)
     sess._record(record, backend)
     if one_off:
         _set_last(sess)
@@ -698,6 +713,53 @@ def _sum_losses(policy: _Policy, columns: list[np.ndarray]) -> tuple[np.ndarray,
         with ThreadPoolExecutor(max_workers=workers) as pool:
             list(pool.map(work, bounds[:-1], bounds[1:]))
     return out
+
+
+def _unit_cell_worst(contrib: pl.DataFrame, keys_pl: pl.DataFrame, by: list[str],
+                     policy: _Policy, measures: list[str], kind: str) -> pl.DataFrame:
+    """Per released cell with data: the largest loss of one unit there (``worst_rho``), the
+    largest contribution (``worst_size``) and the number of contributing units (``units``)."""
+    inside = contrib.join(keys_pl, on=by, how="semi", nulls_equal=True) if by else contrib
+    if kind == "count":
+        cols = [inside[_ROWS].cast(pl.Float64).to_numpy()]
+        deltas = cols
+    else:
+        cols = [inside[m].cast(pl.Float64).to_numpy() for m in measures]
+        deltas = policy.deltas(cols) if inside.height else [np.zeros(0)]
+    rho = np.zeros(inside.height)
+    size = np.zeros(inside.height)
+    for c in cols:
+        np.maximum(size, np.abs(c), out=size)
+    for d in deltas:
+        rho += policy(d)[0]
+    frame = inside.select(by).with_columns(worst_rho=pl.Series(rho), worst_size=pl.Series(size))
+    return _cell_stats(frame, by)
+
+
+def _row_cell_worst(frame: Any, by: list[str], keys: KeySet, losses: UnitLosses,
+                    lazy: bool) -> pl.DataFrame:
+    """As :func:`_unit_cell_worst` when each row is a unit (the row's loss is its loss)."""
+    rows = (_collect_polars(frame.select(*by), lazy) if by
+            else pl.DataFrame({"_one": np.zeros(len(losses.rho))}).select())
+    n = len(losses.rho)
+    rows = rows.with_columns(worst_rho=pl.Series(np.asarray(losses.rho, dtype=float)),
+                             worst_size=pl.Series(np.asarray(losses.size, dtype=float)))
+    if rows.height != n:
+        _frame_changed(n, rows.height, "read for the per-cell audit")
+    if by:
+        keys_pl = keys.to_polars()
+        rows = _align_keys(rows, keys_pl, by).join(keys_pl, on=by, how="semi", nulls_equal=True)
+    return _cell_stats(rows, by)
+
+
+def _cell_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),
+            pl.len().cast(pl.Int64).alias("units")]
+    if not by:
+        return frame.select(*aggs) if frame.height else pl.DataFrame(
+            {"worst_rho": [], "worst_size": [], "units": []},
+            schema={"worst_rho": pl.Float64, "worst_size": pl.Float64, "units": pl.Int64})
+    return frame.group_by(by).agg(*aggs).sort("worst_rho", descending=True, maintain_order=True)
 
 
 def _unit_losses(contrib: pl.DataFrame, keys_pl: pl.DataFrame, unit: str, measures: list[str],

@@ -102,6 +102,11 @@ class QueryRecord:
         nulls: Null policy used.
         losses: Confidential per-unit losses.
         confidential: Confidential counts (rows read, dropped outside keys, nulls handled...).
+        grid: Public grid each measure was rounded to (step or label; ``None`` for none).
+        fallbacks: Per measure, the number of cells whose exact rounding needed the
+            high-precision path (public: it depends only on the random bits and the grid).
+        cells: CONFIDENTIAL per-cell audit (when the session tracks cells): key columns,
+            ``worst_rho`` (largest loss of one unit in the cell), ``worst_size`` and ``units``.
 
     Example:
         >>> from tabdp.mechanisms import Gaussian
@@ -122,6 +127,9 @@ class QueryRecord:
     nulls: str
     losses: UnitLosses | None
     confidential: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, Any] = field(default_factory=dict)
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    cells: Any = None
 
     def policy_curve(self) -> list[dict[str, float | None]]:
         """Public policy curve of this query: ρ and ε at record sizes 0, 1, 10, ..., 1e8.
@@ -177,8 +185,14 @@ class QueryRecord:
             "mechanism": self.mechanism.to_dict(),
             "moe_level": self.level,
             "null_policy": self.nulls,
+            "grid": {m: _grid_value(g) for m, g in self.grid.items()},
+            "exact_rounding_fallbacks": dict(self.fallbacks),
             "policy_curve": self.policy_curve(),
         }
+
+
+def _grid_value(g: Any) -> Any:
+    return float(g) if isinstance(g, (int, float, np.integer, np.floating)) else g
 
 
 def _num(x: float) -> float | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -16,7 +17,10 @@ from tabdp.privacy.conversions import check_dp_delta
 from tabdp.privacy.ledger import POLICY_GRID, QueryRecord, UnitLosses, _num
 from tabdp.rng import RandomSource
 
-__all__ = ["Session", "Report", "last_session"]
+if TYPE_CHECKING:
+    from tabdp.mechanisms._base import Mechanism
+
+__all__ = ["Session", "Report", "last_session", "total_policy_curve"]
 
 _LAST = threading.local()
 
@@ -80,6 +84,9 @@ class Session:
         self.seed = seed
         self.rng = RandomSource(seed)
         self.budget = Budget.coerce(budget)
+        #: Keep a CONFIDENTIAL per-cell audit of each release (worst loss of one unit per cell,
+        #: in ``QueryRecord.cells``); used by the release workflow's confidential report.
+        self.track_cells = False
         self.records: list[QueryRecord] = []
         self.backend = "polars"
         self._n_rows: int | None = None
@@ -277,6 +284,53 @@ def _column(name: str, values: np.ndarray) -> pl.Series:
     return pl.Series(name, values, dtype=pl.Float64)
 
 
+def total_policy_curve(entries: Sequence[tuple[Mechanism, int]], sizes: Sequence[float],
+                       delta: float | None = None) -> list[dict[str, float | None]]:
+    """Public worst-case curve of several releases: the loss of a unit contributing Δ to one
+    cell of every released measure (``k`` charges per release: its number of measures, or 1 for
+    a joint mechanism).
+
+    Args:
+        entries: ``(mechanism, k)`` per release.
+        sizes: Record sizes Δ (≥ 0).
+        delta: Optional δ: rows then also hold ``epsilon_delta`` (ε at that δ; exact Gaussian-DP
+            for Gaussian-shift mechanisms, zCDP conversion for the others, basic composition for
+            approximate-DP-only ones).
+
+    Returns:
+        Rows ``{"delta", "rho", "epsilon"[, "epsilon_delta"]}`` (``None`` for infinite values).
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> total_policy_curve([(Gaussian(1.0), 2)], [0.0, 1.0])[1]
+        {'delta': 1.0, 'rho': 1.0, 'epsilon': None}
+    """
+    d = np.asarray(sizes, dtype=np.float64)
+    comps = {c: np.zeros_like(d) for c in COMPONENTS}
+    for mechanism, k in entries:
+        rho = mechanism.rho(d)
+        comps["rho"] += k * rho
+        comps["epsilon"] += k * mechanism.epsilon(d)
+        guarantee = UnitLosses.guarantee_of(mechanism)
+        if guarantee == "approx":
+            ea, da = mechanism.approx_policy(d)
+            comps["eps_a"] += k * ea
+            comps["delta_a"] += k * da
+        else:
+            comps["rho_z"] += k * rho
+            if guarantee == "gaussian":
+                comps["rho_g"] += k * rho
+    rows: list[dict[str, float | None]] = [
+        {"delta": float(x), "rho": _num(a), "epsilon": _num(b)}
+        for x, a, b in zip(d, comps["rho"], comps["epsilon"], strict=True)]
+    if delta is not None:
+        eps = epsilon_at(delta, comps["rho_z"], comps["rho_g"], comps["eps_a"],
+                         comps["delta_a"], comps["epsilon"])
+        for row, v in zip(rows, eps, strict=True):
+            row["epsilon_delta"] = _num(v)
+    return rows
+
+
 class Report:
     """Report of a session: a public summary and a CONFIDENTIAL per-record table.
 
@@ -376,29 +430,9 @@ class Report:
             >>> Report(Session()).total_policy_curve()[1]
             {'delta': 1.0, 'rho': 0.0, 'epsilon': 0.0}
         """
-        d = np.array(POLICY_GRID)
-        comps = {c: np.zeros_like(d) for c in COMPONENTS}
-        for r in self.session.records:
-            k = 1 if getattr(r.mechanism, "joint", False) else len(r.measures)
-            rho = r.mechanism.rho(d)
-            comps["rho"] += k * rho
-            comps["epsilon"] += k * r.mechanism.epsilon(d)
-            guarantee = UnitLosses.guarantee_of(r.mechanism)
-            if guarantee == "approx":
-                ea, da = r.mechanism.approx_policy(d)
-                comps["eps_a"] += k * ea
-                comps["delta_a"] += k * da
-            else:
-                comps["rho_z"] += k * rho
-                if guarantee == "gaussian":
-                    comps["rho_g"] += k * rho
-        rows: list[dict[str, float | None]] = [
-            {"delta": float(x), "rho": _num(a), "epsilon": _num(b)}
-            for x, a, b in zip(d, comps["rho"], comps["epsilon"], strict=True)]
-        if self.delta is not None:
-            for row, v in zip(rows, self._eps_delta(comps), strict=True):
-                row["epsilon_delta"] = _num(v)
-        return rows
+        entries = [(r.mechanism, 1 if getattr(r.mechanism, "joint", False) else len(r.measures))
+                   for r in self.session.records]
+        return total_policy_curve(entries, POLICY_GRID, self.delta)
 
     def to_dict(self) -> dict[str, Any]:
         """PUBLIC summary: data-independent content only.
