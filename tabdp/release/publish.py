@@ -1,0 +1,159 @@
+"""Publication rules applied after noise: coefficients of variation, flags, suppression, clamping.
+
+Every rule is post-processing of the released estimates and their public uncertainty, so it
+costs no privacy. The public tables are in long form, one row per cell and measure, with a
+stable schema (the same columns and types for every table, even an empty one)::
+
+    <key columns>, measure, estimate, sd, moe, cv, flag
+
+Flag codes (a cell may carry several, concatenated in this order; ``""`` when none):
+
+* ``C`` — low reliability: the coefficient of variation ``cv = sd / |estimate|`` is at least the
+  table's ``cv_flag`` threshold (an estimate of 0 has ``cv = inf``).
+* ``N`` — the noisy estimate is negative. With ``negative = "clamp"`` it is published as 0
+  (clamping is post-processing but biases the estimate upward; the unclamped value is what
+  rollups sum).
+* ``S`` — withheld: ``cv`` is at least ``suppress_cv``; estimate, sd, moe and cv are null.
+* ``X`` — the noise has no finite variance (heavy-tailed stable noise): ``sd`` is ``inf`` and
+  ``cv`` is null; use ``moe``.
+
+Order of the rules: cv and the flags are computed on the released (unbiased) estimate; then a
+negative estimate is clamped to 0 if the table asks for it (``cv`` is then recomputed for the
+published 0); then the estimate is rounded to the table's public unit (``round``), if any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import polars as pl
+
+from tabdp.release.spec import Publication
+
+__all__ = ["FLAG_CODES", "COLUMN_DOCS", "publish", "empty_public_table"]
+
+#: Flag code -> meaning (appears in the public summary).
+FLAG_CODES: dict[str, str] = {
+    "C": "low reliability: coefficient of variation (sd / |estimate|) at or above the table's "
+         "cv_flag threshold",
+    "N": "the noisy estimate is negative (published as 0 when the table clamps negatives; "
+         "rollups always sum the unclamped, unbiased values)",
+    "S": "withheld: coefficient of variation at or above the table's suppress_cv threshold "
+         "(estimate, sd, moe and cv are null)",
+    "X": "the noise has no finite variance (heavy-tailed stable noise): sd is inf and cv is "
+         "null; use the margin of error",
+}
+
+#: Column dictionary of the public tables.
+COLUMN_DOCS: dict[str, str] = {
+    "<keys>": "the cell's key columns (every key of the public key set appears, empty cells "
+              "included)",
+    "measure": "the measure released (a sum's column name, or 'count')",
+    "estimate": "the released estimate: the exact noisy value rounded to the public grid "
+                "(unbiased for every mechanism's default estimator)",
+    "sd": "standard deviation of the estimate (plug-in from the estimate for transformation "
+          "mechanisms; inf where it does not exist)",
+    "moe": "margin of error: half-width of the central confidence interval at the release's "
+           "level (90% by default)",
+    "cv": "coefficient of variation sd / |estimate| (inf for an estimate of 0; null where sd "
+          "is inf or the cell is withheld)",
+    "flag": "publication flags, concatenated codes (see flag_codes); '' when none",
+}
+
+
+def empty_public_table(key_schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    """An empty public table with the stable schema.
+
+    Args:
+        key_schema: Key column name → dtype.
+
+    Returns:
+        A frame with no rows and the columns keys, measure, estimate, sd, moe, cv, flag.
+
+    Example:
+        >>> empty_public_table({"county": pl.String}).columns
+        ['county', 'measure', 'estimate', 'sd', 'moe', 'cv', 'flag']
+    """
+    schema = {**dict(key_schema), "measure": pl.String, "estimate": pl.Float64,
+              "sd": pl.Float64, "moe": pl.Float64, "cv": pl.Float64, "flag": pl.String}
+    return pl.DataFrame(schema=schema)
+
+
+def _round_to(x: np.ndarray, step: object) -> np.ndarray:
+    if isinstance(step, (int, float)) and not isinstance(step, bool) and step > 0:
+        s = float(step)
+        return np.round(x / s) * s
+    return x
+
+
+def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
+            rules: Publication, grid: Mapping[str, object] | None = None) -> pl.DataFrame:
+    """Apply publication rules to a released (or rolled-up) wide table; return the long form.
+
+    Args:
+        wide: Key columns, then per measure ``m``, ``m_sd``, ``m_moe`` (unbiased estimates).
+        keys: The key columns.
+        measures: The measures, in output order.
+        rules: Thresholds and the negative policy.
+        grid: Optional public grid step per measure: estimates are (re-)rounded to it (sums of
+            grid multiples can drift in floating point; rounding them back is post-processing).
+
+    Returns:
+        The long public table (see the module docstring): rows ordered by measure, then by the
+        order of ``wide``.
+
+    Example:
+        >>> w = pl.DataFrame({"c": ["a", "b"], "x": [10.0, -1.0], "x_sd": [1.0, 1.0],
+        ...                   "x_moe": [1.6, 1.6]})
+        >>> publish(w, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3))["flag"].to_list()
+        ['', 'CN']
+    """
+    grid = dict(grid or {})
+    parts = []
+    for m in measures:
+        est = wide[m].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+        sd = wide[f"{m}_sd"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+        moe = wide[f"{m}_moe"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+        est = _round_to(est, grid.get(m))
+        finite_sd = np.isfinite(sd)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cv = np.where(est != 0.0, sd / np.abs(est), np.where(sd > 0, np.inf, 0.0))
+        cv_valid = finite_sd.copy()
+        flag_c = np.zeros(est.shape, bool) if rules.cv_flag is None else (
+            cv_valid & (cv >= rules.cv_flag))
+        flag_n = est < 0.0
+        flag_s = np.zeros(est.shape, bool) if rules.suppress_cv is None else (
+            cv_valid & (cv >= rules.suppress_cv))
+        flag_x = ~finite_sd
+        if rules.negative == "clamp":
+            est = np.where(flag_n, 0.0, est)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                cv = np.where(est != 0.0, sd / np.abs(est), np.where(sd > 0, np.inf, 0.0))
+        unit = rules.round.get(m) if isinstance(rules.round, Mapping) else rules.round
+        if unit is not None:
+            # public rounding unit: post-processing of the published value only (cv and flags
+            # were decided on the unrounded estimate; rollups sum the unrounded values)
+            est = np.round(est / float(unit)) * float(unit)
+        codes = np.full(est.shape, "", dtype=object)
+        for code, mask in (("C", flag_c), ("N", flag_n), ("S", flag_s), ("X", flag_x)):
+            codes = np.where(mask, codes + code, codes)
+        withheld = flag_s
+        values = pl.DataFrame([
+            pl.Series("measure", [m] * len(est), dtype=pl.String),
+            pl.Series("estimate", est, dtype=pl.Float64),
+            pl.Series("sd", sd, dtype=pl.Float64),
+            pl.Series("moe", moe, dtype=pl.Float64),
+            pl.Series("cv", cv, dtype=pl.Float64),
+            pl.Series("flag", codes.astype(str), dtype=pl.String),
+        ])
+        base = pl.concat([wide.select(keys), values], how="horizontal") if keys else values
+        part = base.with_columns(
+            pl.when(pl.Series(withheld)).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("estimate", "sd", "moe", "cv")
+        ).with_columns(
+            pl.when(pl.Series(cv_valid)).then(pl.col("cv")).otherwise(None).alias("cv"))
+        parts.append(part)
+    if not parts:
+        return empty_public_table(wide.select(keys).schema)
+    return pl.concat(parts, how="vertical")

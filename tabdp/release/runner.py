@@ -1,0 +1,759 @@
+"""Plan and run a release spec: the engine behind ``tabdp plan`` and ``tabdp run``.
+
+A run reads the confidential input once per release (Polars scans it lazily), releases every
+table with its mechanism, derives the rollups as post-processing, applies the publication rules
+and writes two folders *atomically*: everything is built in temporary folders next to the
+targets and renamed into place at the end, so a failure leaves nothing behind and an existing
+output is only replaced with ``overwrite=True``. The input is never modified.
+
+* Public folder: one Parquet per table and rollup (``keys, measure, estimate, sd, moe, cv,
+  flag``), ``manifest.json``, ``summary.json`` and a self-contained ``summary.html``. Apart from
+  the noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in
+  it depends on the confidential data.
+* Confidential folder: ``per_record_losses.parquet`` (each unit's total ρ, ε, size, (ε, δ) and
+  per-release ρ), ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
+  ``confidential.json`` (counts of rows read, outside the key sets, nulls and negatives handled,
+  the seed of a seeded run) and ``confidential_report.html``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tabdp.exceptions import (
+    DataValidationError,
+    InvalidParameterError,
+    TabdpError,
+)
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms._base import Mechanism
+from tabdp.privacy.ledger import UnitLosses
+from tabdp.privacy.session import Session, total_policy_curve
+from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
+from tabdp.release.rollup import rollup
+from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec
+
+__all__ = ["ReleaseResult", "plan_summary", "write_plan", "run_release", "NATIONAL"]
+
+#: Name of the constant key column used internally for national (``by = []``) releases.
+NATIONAL = "_tabdp_national"
+
+Progress = Callable[[int, int, str], None]
+
+
+def _no_progress(i: int, n: int, what: str) -> None:
+    return None
+
+
+@dataclass
+class ReleaseResult:
+    """Where a run wrote its outputs.
+
+    Attributes:
+        public: The public folder.
+        confidential: The confidential folder.
+        files: Public file names written.
+        tables: Release name → public table (long form), for callers in Python.
+    """
+
+    public: Path
+    confidential: Path
+    files: list[str]
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+
+# -- planning (no data) -----------------------------------------------------------------------
+
+def _transformation(mech: Mechanism) -> bool:
+    from tabdp.mechanisms.transformation import TransformationMechanism
+
+    return isinstance(mech, TransformationMechanism)
+
+
+def _released_measures(t: TableSpec) -> list[str]:
+    return list(t.measures) if t.kind == "sum" else ["count"]
+
+
+def _charges(mechanism: Mechanism, t: TableSpec) -> int:
+    return 1 if getattr(mechanism, "joint", False) else len(_released_measures(t))
+
+
+def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
+    if getattr(mechanism, "joint", False):
+        return mechanism.measure_mechanism(m)  # type: ignore[attr-defined, no-any-return]
+    return mechanism
+
+
+def _table_mechanism(t: TableSpec) -> Mechanism:
+    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism)."""
+    from tabdp.frame._engine import count_mechanism
+
+    if t.kind == "count":
+        return count_mechanism(t.mechanism, t.grid)  # type: ignore[no-any-return]
+    return t.mechanism  # type: ignore[no-any-return]
+
+
+def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = None) -> int:
+    if keys_file is not None:
+        return _read_table(keys_file).unique().height
+    n = 1
+    for c in cols:
+        n *= len(spec.domains[c])
+    return n
+
+
+def _read_table(path: Path) -> pl.DataFrame:
+    if path.suffix.lower() == ".csv":
+        return pl.read_csv(path, infer_schema=False)
+    return pl.read_parquet(path)
+
+
+def _file_name(t: TableSpec, r: RollupSpec | None = None, direct: bool = False) -> str:
+    if r is None:
+        return f"{t.name}.parquet"
+    return f"{t.name}__{r.label}{'_direct' if direct else ''}.parquet"
+
+
+def _expected_error(mech: Mechanism, totals: Sequence[float], level: float
+                    ) -> list[dict[str, float | None]]:
+    x = np.asarray(totals, dtype=np.float64)
+    sd = mech.sd_at(x)
+    moe = mech.moe_at(x, level)
+    rows = []
+    for t, s, e in zip(x, np.broadcast_to(sd, x.shape), np.broadcast_to(moe, x.shape),
+                       strict=True):
+        rows.append({"total": float(t), "sd": _finite(s), "moe": _finite(e),
+                     "rel_moe": _finite(e / t) if t > 0 else None})
+    return rows
+
+
+def _finite(x: Any) -> float | None:
+    v = float(x)
+    return v if np.isfinite(v) else None
+
+
+def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> dict[str, str]:
+    """The public description of how rollup margins of error are computed, per measure."""
+    from tabdp.release.rollup import sum_error_law
+
+    out = {}
+    for m in measures:
+        mm = _measure_mechanism(mech, m)
+        try:
+            _, method = sum_error_law(mm, np.array([2]), level)
+        except TabdpError:
+            method = ("normal approximation (plug-in sd; errors of transformation mechanisms "
+                      "are not identically distributed)")
+        out[m] = method
+    return out
+
+
+def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
+    """The public summary of a spec: mechanisms, parameters, policy curves, expected errors.
+
+    Reads no data. ``tabdp plan`` writes it; ``tabdp run`` writes the same content (plus the
+    list of files) as ``summary.json``.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        A JSON-serializable dict (the layout :func:`tabdp.report.html.render_summary_html`
+        renders).
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> from tabdp.release.runner import plan_summary
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> s = plan_summary(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> s["tables"][0]["name"], s["total_policy_curve"][0]["delta"]
+        ('county_naics2', 1.0)
+    """
+    from tabdp import __version__
+
+    sizes = list(spec.plan.record_sizes)
+    level = spec.release.level
+    delta = spec.release.delta
+    tables = []
+    entries: list[tuple[Mechanism, int]] = []
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        k = _charges(mech, t)
+        measures = _released_measures(t)
+        entries.append((mech, k))
+        direct = [r for r in t.rollups if r.direct]
+        entries += [(mech, k) for _ in direct]
+        one = total_policy_curve([(mech, 1)], sizes, delta)
+        per_table = total_policy_curve([(mech, k)], sizes, delta)
+        per_table_all = total_policy_curve([(mech, k * (1 + len(direct)))], sizes, delta)
+        cal = None
+        if t.calibration is not None:
+            cal = {
+                "family": t.calibration["family"],
+                "targets": {str(float(s)): float(r) for s, r in
+                            t.calibration["targets"].items()},
+                "achieved": {str(float(s)): float(mech.rho(float(s))) for s in
+                             t.calibration["targets"]},
+                "typical_total": float(t.calibration["typical_total"]),
+                "fixed": dict(t.calibration.get("fixed") or {}),
+                "objective": t.calibration.get("objective", "auto"),
+            }
+        grid: dict[str, Any] = {}
+        for m in measures:
+            g = t.grid.get(m) if isinstance(t.grid, dict) else t.grid
+            if g is None:
+                g = _measure_mechanism(mech, m).default_grid()
+            grid[m] = float(g) if isinstance(g, (int, float)) else g
+        rollups = []
+        for r in t.rollups:
+            rollups.append({
+                "by": list(r.by), "label": r.label, "file": _file_name(t, r),
+                "cells": _key_count(spec, r.by) if all(c in spec.domains for c in r.by) else None,
+                "moe_method": _rollup_methods(mech, measures, level),
+                "direct": r.direct,
+                "direct_file": _file_name(t, r, direct=True) if r.direct else None,
+            })
+        tables.append({
+            "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),
+            "cells": _key_count(spec, t.by, t.keys_file),
+            "keys": "allowed combinations file" if t.keys_file else "cross product of domains",
+            "file": _file_name(t),
+            "mechanism": mech.to_dict(),
+            "guarantee": UnitLosses.guarantee_of(mech),
+            "calibration": cal,
+            "grid": grid,
+            "grid_applies_to": ("the noisy transformed value (the estimator is applied after "
+                                "rounding)" if _transformation(mech) else "the estimate"),
+            "null_policy": t.nulls,
+            "publication": {"cv_flag": t.publication.cv_flag,
+                            "suppress_cv": t.publication.suppress_cv,
+                            "negative": t.publication.negative,
+                            "round": (dict(t.publication.round)
+                                      if isinstance(t.publication.round, Mapping)
+                                      else t.publication.round)},
+            "policy_curve": one,
+            "table_policy_curve": per_table,
+            "table_policy_curve_with_direct_rollups": per_table_all,
+            "expected_error": {m: _expected_error(_measure_mechanism(mech, m),
+                                                  spec.plan.cell_totals, level)
+                               for m in measures},
+            "rollups": rollups,
+        })
+    return {
+        "tabdp_version": __version__,
+        "release": {"name": spec.release.name, "title": spec.release.title,
+                    "description": spec.release.description, "level": level,
+                    "delta": delta},
+        "unit": spec.input.unit or "row",
+        "randomness": ("secure (OS CSPRNG)" if spec.seed is None else
+                       "seeded: NOT FOR PRODUCTION (the seed is in the confidential folder)"),
+        "budget": None if spec.budget is None else _budget_dict(spec),
+        "input_policies": {"nulls": spec.input.nulls, "negatives": spec.input.negatives},
+        "record_sizes": [float(s) for s in sizes],
+        "tables": tables,
+        "total_policy_curve": total_policy_curve(entries, sizes, delta),
+        "flag_codes": dict(FLAG_CODES),
+        "columns": dict(COLUMN_DOCS),
+    }
+
+
+def _budget_dict(spec: ReleaseSpec) -> dict[str, Any]:
+    from tabdp.privacy.budget import Budget
+
+    assert spec.budget is not None
+    return Budget(spec.budget.rho).to_dict()
+
+
+def write_plan(spec: ReleaseSpec, out: Path | None = None, *, overwrite: bool = False
+               ) -> Path:
+    """Write ``plan.json`` and ``plan.html`` (no data is read).
+
+    Args:
+        spec: A validated spec.
+        out: Folder (default: the spec's ``output.plan``).
+        overwrite: Replace an existing plan folder.
+
+    Returns:
+        The folder written.
+
+    Example:
+        >>> import tabdp, pathlib, tempfile
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> spec = load_spec(root / "examples" / "cbp_release.toml")
+        >>> d = write_plan(spec, pathlib.Path(tempfile.mkdtemp()) / "plan")
+        >>> sorted(p.name for p in d.iterdir())
+        ['plan.html', 'plan.json']
+    """
+    from tabdp.report.html import render_summary_html
+
+    target = Path(out) if out is not None else spec.output.plan
+    _check_target(target, overwrite, "plan")
+    summary = plan_summary(spec)
+    summary["kind"] = "plan"
+    with _Staging([target], overwrite) as (tmp,):
+        (tmp / "plan.json").write_text(_json(summary), encoding="utf-8")
+        (tmp / "plan.html").write_text(render_summary_html(summary), encoding="utf-8")
+    return target
+
+
+# -- atomic output folders -------------------------------------------------------------------
+
+def _check_target(path: Path, overwrite: bool, what: str) -> None:
+    if path.exists() and not overwrite:
+        raise InvalidParameterError(
+            f"the {what} output folder {str(path)!r} already exists; tabdp never overwrites a "
+            "release silently.\nHint: choose a new folder in the spec's [output] section, "
+            "remove the old one, or pass --overwrite.")
+    if path.exists() and not path.is_dir():
+        raise InvalidParameterError(
+            f"the {what} output path {str(path)!r} exists and is not a folder.\n"
+            "Hint: point [output] at a folder path.")
+
+
+class _Staging:
+    """Temporary sibling folders renamed onto the targets only if the block succeeds."""
+
+    def __init__(self, targets: Sequence[Path], overwrite: bool) -> None:
+        self.targets = [Path(t) for t in targets]
+        self.overwrite = overwrite
+        self.tmps: list[Path] = []
+
+    def __enter__(self) -> list[Path]:
+        try:
+            for t in self.targets:
+                t.parent.mkdir(parents=True, exist_ok=True)
+                self.tmps.append(Path(tempfile.mkdtemp(prefix=f".{t.name}.tmp-", dir=t.parent)))
+        except BaseException:
+            self._cleanup()
+            raise
+        return self.tmps
+
+    def _cleanup(self) -> None:
+        for tmp in self.tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self._cleanup()
+            return
+        # Swap in: move any old folder aside first, so a failure can restore it.
+        moved: list[tuple[Path, Path]] = []
+        placed: list[Path] = []
+        try:
+            for t, tmp in zip(self.targets, self.tmps, strict=True):
+                if t.exists():
+                    if not self.overwrite:
+                        raise InvalidParameterError(
+                            f"the output folder {str(t)!r} appeared while the release was "
+                            "running; nothing was written.\nHint: rerun, or pass --overwrite.")
+                    old = Path(tempfile.mkdtemp(prefix=f".{t.name}.old-", dir=t.parent))
+                    old.rmdir()
+                    t.rename(old)
+                    moved.append((t, old))
+                tmp.rename(t)
+                placed.append(t)
+        except BaseException:
+            for t in placed:
+                shutil.rmtree(t, ignore_errors=True)
+            for t, old in moved:
+                if not t.exists():
+                    old.rename(t)
+            self._cleanup()
+            raise
+        for _, old in moved:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=_json_default,
+                      allow_nan=False) + "\n"
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return _finite(x)
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def _timestamp() -> str:
+    """UTC time, or ``SOURCE_DATE_EPOCH`` when set (reproducible outputs)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is not None and epoch.strip().isdigit():
+        t = _dt.datetime.fromtimestamp(int(epoch), tz=_dt.UTC)
+    else:
+        t = _dt.datetime.now(tz=_dt.UTC)
+    return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
+    src = spec.input.path
+    if "*" not in str(src) and not src.exists():
+        raise DataValidationError(
+            f"input not found: {str(src)!r} (input.path in the spec).\n"
+            "Hint: check the path; relative paths are resolved against the spec file's folder.")
+    kwargs: dict[str, Any] = {}
+    if spec.input.hive_partitioning is not None:
+        kwargs["hive_partitioning"] = spec.input.hive_partitioning
+    try:
+        lf = pl.scan_parquet(spec.input.source, **kwargs)
+        schema = lf.collect_schema()
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise DataValidationError(
+            f"cannot read the input {spec.input.source!r} as Parquet: {err}.\n"
+            "Hint: input.path must be a Parquet file, a folder of Parquet files or a "
+            "hive-partitioned dataset.") from err
+    return lf, {k: str(v) for k, v in schema.items()}
+
+
+def _measures_used(spec: ReleaseSpec) -> list[str]:
+    out: list[str] = []
+    for t in spec.tables:
+        for m in t.measures if t.kind == "sum" else ():
+            if m not in out:
+                out.append(m)
+    return out
+
+
+def _apply_negatives(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]
+                     ) -> tuple[pl.LazyFrame, dict[str, Any]]:
+    policy = spec.input.negatives
+    measures = [m for m in _measures_used(spec) if m in schema]
+    info: dict[str, Any] = {"policy": policy, "negative_values": {}, "clipped": 0, "dropped": 0}
+    lf_schema = lf.collect_schema()
+    numeric = [m for m in measures if lf_schema[m].is_numeric()]
+    if policy == "allow" or not numeric:
+        return lf, info
+    counts = lf.select(pl.col(m).lt(0).sum().alias(m) for m in numeric).collect().row(0)
+    neg = {m: int(c) for m, c in zip(numeric, counts, strict=True) if c}
+    info["negative_values"] = neg
+    if not neg:
+        return lf, info
+    if policy == "error":
+        detail = ", ".join(f"{m!r}: {n}" for m, n in neg.items())
+        raise DataValidationError(
+            f"the input has negative values in measure column(s) ({detail}); input.negatives "
+            "is 'error'. Nothing was released or written.\nHint: set input.negatives = "
+            "'allow' for signed measures (additive mechanisms), 'zero' to clip them to 0 or "
+            "'drop' to drop those rows (counted in the confidential report).")
+    if policy == "zero":
+        info["clipped"] = int(sum(neg.values()))
+        return lf.with_columns(pl.when(pl.col(m) < 0).then(0).otherwise(pl.col(m))
+                               .cast(lf.collect_schema()[m]).alias(m) for m in neg), info
+    any_neg = pl.any_horizontal(*[pl.col(m) < 0 for m in neg])
+    info["dropped"] = int(lf.select(any_neg.sum()).collect().item())
+    return lf.filter(~any_neg.fill_null(False)), info
+
+
+def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]) -> pl.LazyFrame:
+    """Coarse key columns needed by direct rollups, derived from hierarchies when the input
+    does not have them; and the constant national key."""
+    need: dict[str, tuple[str, str]] = {}
+    national = False
+    for t in spec.tables:
+        if not t.by:
+            national = True
+        for r in t.rollups:
+            if not r.direct:
+                continue
+            if not r.by:
+                national = True
+            for col, (h, fine) in r.maps.items():
+                if col not in schema:
+                    need[col] = (h, fine)
+    for col, (h, fine) in need.items():
+        mapping = spec.hierarchies[h].mapping.select(fine, col).unique()
+        fine_dtype = lf.collect_schema()[fine]
+        mapping = mapping.with_columns(pl.col(fine).cast(fine_dtype, strict=False))
+        lf = lf.join(mapping.lazy(), on=fine, how="left")
+    if national:
+        lf = lf.with_columns(pl.lit("all", dtype=pl.String).alias(NATIONAL))
+    return lf
+
+
+def _domain_keys(spec: ReleaseSpec, cols: Sequence[str]) -> KeySet:
+    if not cols:
+        return KeySet.from_dict({NATIONAL: ["all"]})
+    return KeySet.from_dict({c: spec.domains[c] for c in cols})
+
+
+def _table_keys(spec: ReleaseSpec, t: TableSpec) -> KeySet:
+    if t.keys_file is not None:
+        return KeySet.from_frame(_read_table(t.keys_file).select(list(t.by)))
+    return _domain_keys(spec, t.by)
+
+
+def _rollup_keys(spec: ReleaseSpec, t: TableSpec, r: RollupSpec, table_keys: KeySet
+                 ) -> pl.DataFrame | None:
+    """Target keys of a rollup: the cross product of the domains, or (allowed-combination
+    tables) the image of the table's keys."""
+    if not r.by:
+        return None
+    if t.keys_file is None and all(c in spec.domains for c in r.by):
+        return _domain_keys(spec, r.by).to_polars()
+    img = table_keys.to_polars()
+    for col, (h, fine) in r.maps.items():
+        m = spec.hierarchies[h].mapping.select(fine, col).unique()
+        m = m.with_columns(pl.col(fine).cast(img.schema[fine], strict=False))
+        img = img.join(m, on=fine, how="left")
+    return img.select(list(r.by)).unique(maintain_order=True).sort(list(r.by))
+
+
+def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
+             session: Session, name: str, level: float) -> pl.DataFrame:
+    by_cols = list(by) if by else [NATIONAL]
+    if t.kind == "sum":
+        out = lf.dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
+                        session=session, level=level, nulls=t.nulls, name=name, grid=t.grid)
+    else:
+        out = lf.dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
+                          name=name, grid=t.grid)
+    return out  # type: ignore[no-any-return]
+
+
+def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
+    return df.drop(NATIONAL) if NATIONAL in df.columns else df
+
+
+def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
+                progress: Progress | None = None) -> ReleaseResult:
+    """Run a release: read the input, release every table, derive rollups, write both folders.
+
+    Everything that can be checked without data is checked first (output folders, input
+    presence); nothing is written unless the whole run succeeds.
+
+    Args:
+        spec: A validated spec.
+        overwrite: Replace existing output folders.
+        progress: Optional callback ``(step, steps, description)``.
+
+    Returns:
+        The output locations and the public tables.
+
+    Raises:
+        InvalidParameterError: An output folder exists and ``overwrite`` is false.
+        DataValidationError: The input is missing, unreadable, or holds values the release
+            cannot use (see the message).
+        BudgetExceededError: A release would take some unit past the spec's budget.
+
+    Example:
+        >>> import tabdp, pathlib, tempfile
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> spec = load_spec(root / "examples" / "cbp_release.toml")
+        >>> out = pathlib.Path(tempfile.mkdtemp())
+        >>> import dataclasses
+        >>> spec = dataclasses.replace(spec, output=dataclasses.replace(
+        ...     spec.output, public=out / "public", confidential=out / "confidential"))
+        >>> res = run_release(spec)
+        >>> (res.public / "manifest.json").exists(), (res.confidential / "per_record_losses.parquet").exists()
+        (True, True)
+    """
+    from tabdp import __version__
+    from tabdp.report.html import render_confidential_html, render_summary_html
+
+    report = progress or _no_progress
+    _check_target(spec.output.public, overwrite, "public")
+    _check_target(spec.output.confidential, overwrite, "confidential")
+    started = _timestamp()
+    summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
+    lf, input_schema = _scan_input(spec)
+    lf, negatives = _apply_negatives(spec, lf, input_schema)
+    lf = _add_derived(spec, lf, input_schema)
+
+    session = Session(unit=spec.input.unit, seed=spec.seed,
+                      budget=None if spec.budget is None else spec.budget.rho)
+    session.track_cells = True
+    level = spec.release.level
+    steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
+    step = 0
+    public: dict[str, pl.DataFrame] = {}
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        measures = _released_measures(t)
+        keys = _table_keys(spec, t)
+        step += 1
+        report(step, steps, f"releasing {t.name} ({len(keys):,} cells)")
+        wide = _strip_national(_release(lf, t, mech, t.by, keys, session, t.name, level))
+        # Rollup sums of grid multiples are rounded back to the grid (additive mechanisms only:
+        # a transformation mechanism's grid is in transformed space).
+        grid = {} if _transformation(mech) else summary_grid(summary, t.name)
+        public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
+                                        rules=t.publication, grid=grid)
+        mechs = {m: _measure_mechanism(mech, m) for m in measures}
+        for r in t.rollups:
+            step += 1
+            report(step, steps, f"rolling {t.name} up to {r.label}")
+            target_keys = _rollup_keys(spec, t, r, keys)
+            maps = {col: spec.hierarchies[h].mapping.select(fine, col).unique()
+                    for col, (h, fine) in r.maps.items()}
+            rolled, _methods = rollup(wide, by=list(t.by), measures=measures,
+                                      target_by=list(r.by), maps=maps, mechanisms=mechs,
+                                      level=level, target_keys=target_keys)
+            rolled = rolled.drop("cells") if "cells" in rolled.columns else rolled
+            public[_file_name(t, r)] = publish(rolled, keys=list(r.by), measures=measures,
+                                               rules=t.publication, grid=grid)
+            if r.direct:
+                step += 1
+                report(step, steps, f"releasing {t.name} directly at {r.label}")
+                dkeys = _domain_keys(spec, r.by) if target_keys is None else \
+                    KeySet.from_frame(target_keys)
+                direct = _strip_national(_release(lf, t, mech, r.by, dkeys, session,
+                                                  f"{t.name}__{r.label}", level))
+                public[_file_name(t, r, direct=True)] = publish(
+                    direct, keys=list(r.by), measures=measures, rules=t.publication, grid=grid)
+
+    step += 1
+    report(step, steps, "writing outputs")
+    rep = session.report(delta=spec.release.delta)
+    per_record = rep.per_record
+    files = [*public, "manifest.json", "summary.json", "summary.html"]
+    summary["kind"] = "release"
+    summary["files"] = files
+    manifest = _manifest(spec, summary, input_schema, started, __version__)
+    confidential = _confidential(spec, session, negatives)
+    worst = _worst_cells(session)
+    with _Staging([spec.output.public, spec.output.confidential], overwrite) as (pub, conf):
+        for name, df in public.items():
+            df.write_parquet(pub / name, statistics=False)
+        manifest["finished"] = _timestamp()
+        (pub / "manifest.json").write_text(_json(manifest), encoding="utf-8")
+        (pub / "summary.json").write_text(_json(summary), encoding="utf-8")
+        (pub / "summary.html").write_text(render_summary_html(summary), encoding="utf-8")
+        per_record.write_parquet(conf / "per_record_losses.parquet")
+        worst.write_parquet(conf / "worst_cells.parquet")
+        (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
+        (conf / "confidential_report.html").write_text(render_confidential_html({
+            "release": summary["release"],
+            "unit": spec.input.unit or "row",
+            "seed": spec.seed,
+            "budget": summary["budget"],
+            "per_record": per_record,
+            "total_policy_curve": rep.total_policy_curve(),
+            "worst_cells": {r.name: _strip_national(r.cells if r.cells is not None
+                                                    else pl.DataFrame())
+                            for r in session.records},
+            "counts": confidential["releases"],
+            "top_n": 20,
+        }), encoding="utf-8")
+    return ReleaseResult(spec.output.public, spec.output.confidential, files,
+                         {k.removesuffix(".parquet"): v for k, v in public.items()})
+
+
+def summary_grid(summary: dict[str, Any], table: str) -> dict[str, Any]:
+    """The public grid of each measure of ``table`` in a plan summary (numbers only).
+
+    Args:
+        summary: :func:`plan_summary` output.
+        table: Table name.
+
+    Returns:
+        Measure → grid step (labels such as relative grids are left out).
+
+    Example:
+        >>> summary_grid({"tables": [{"name": "t", "grid": {"x": 1.0, "y": "rel"}}]}, "t")
+        {'x': 1.0}
+    """
+    for t in summary["tables"]:
+        if t["name"] == table:
+            return {m: g for m, g in t["grid"].items() if isinstance(g, (int, float))}
+    return {}
+
+
+def _manifest(spec: ReleaseSpec, summary: dict[str, Any], input_schema: dict[str, str],
+              started: str, version: str) -> dict[str, Any]:
+    import narwhals
+    import scipy
+
+    return {
+        "tabdp_version": version,
+        "release": summary["release"],
+        "started": started,
+        "finished": None,
+        "spec": {"file": spec.path.name if spec.path else None, "sha256": spec.sha256,
+                 "content": spec.raw},
+        "input": {"schema": input_schema, "unit": summary["unit"],
+                  "policies": summary["input_policies"]},
+        "randomness": summary["randomness"],
+        "budget": summary["budget"],
+        "level": spec.release.level,
+        "tables": [{k: t[k] for k in ("name", "kind", "measures", "by", "cells", "keys", "file",
+                                      "mechanism", "guarantee", "calibration", "grid",
+                                      "grid_applies_to", "null_policy", "publication",
+                                      "rollups")}
+                   for t in summary["tables"]],
+        "files": summary["files"],
+        "schema": {"columns": ["<keys>", "measure", "estimate", "sd", "moe", "cv", "flag"],
+                   "flag_codes": summary["flag_codes"]},
+        "environment": {"python": platform.python_version(), "numpy": np.__version__,
+                        "scipy": scipy.__version__, "polars": pl.__version__,
+                        "narwhals": narwhals.__version__},
+    }
+
+
+def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
+                  ) -> dict[str, Any]:
+    releases = {}
+    for r in session.records:
+        c = dict(r.confidential)
+        nulls = {k: v for k, v in c.items() if k.startswith("missing_values")}
+        releases[r.name] = {
+            "rows_read": c.get("rows_read"),
+            "rows_outside_keys": c.get("rows_outside_keys"),
+            "cells_with_data_outside_keys": c.get("cells_with_data_outside_keys"),
+            "rows_in_released_cells": c.get("rows_in_released_cells"),
+            "nulls": {"policy": r.nulls, **nulls},
+            "negatives": {"policy": negatives["policy"], "clipped": negatives["clipped"],
+                          "dropped": negatives["dropped"]},
+            "exact_rounding_fallbacks": dict(r.fallbacks),
+        }
+    summary = session.report(delta=spec.release.delta).confidential_summary()
+    return {
+        "CONFIDENTIAL": "derived from individual records: do not publish",
+        "seed": spec.seed,
+        "units": summary["units"],
+        "rho_max": summary["rho_max"],
+        **{k: v for k, v in summary.items() if k.startswith("rho_q")},
+        "negative_values_in_input": negatives["negative_values"],
+        "releases": releases,
+    }
+
+
+def _worst_cells(session: Session) -> pl.DataFrame:
+    """All releases' per-cell audits stacked: release, cell (keys as text), worst loss."""
+    parts = []
+    for r in session.records:
+        cells = r.cells
+        if cells is None or cells.height == 0:
+            continue
+        keys = [c for c in cells.columns if c not in ("worst_rho", "worst_size", "units")]
+        keys_txt = [c for c in keys if c != NATIONAL]
+        cell = (pl.concat_str([pl.lit(f"{c}=") + pl.col(c).cast(pl.String) for c in keys_txt],
+                              separator=", ") if keys_txt else pl.lit("national"))
+        parts.append(cells.select(pl.lit(r.name).alias("release"), cell.alias("cell"),
+                                  "worst_rho", "worst_size", "units"))
+    if not parts:
+        return pl.DataFrame(schema={"release": pl.String, "cell": pl.String,
+                                    "worst_rho": pl.Float64, "worst_size": pl.Float64,
+                                    "units": pl.Int64})
+    return pl.concat(parts).sort(["worst_rho", "release", "cell"],
+                                 descending=[True, False, False])

@@ -1,0 +1,1297 @@
+"""Release specs: the reviewed ``release.toml`` an agency runs with ``tabdp run``.
+
+A spec is parsed and validated entirely before any data is read: unknown keys are refused, and
+every error names the key path (``tables[2].mechanism.sigma``), the value received, what is
+allowed and how to fix it (:class:`tabdp.SpecError`). Relative paths are resolved against the
+folder of the spec file. Public metadata files named by the spec (hierarchies, domains, allowed
+key combinations) are read by :func:`load_spec` — they are public input, never the confidential
+data.
+
+The TOML schema (every key not listed is refused)::
+
+    [release]                       # required
+    name = "cbp_sample"             # required: letters, digits, '_', '-', '.'
+    title = "County Business Patterns (sample)"        # optional
+    description = "..."             # optional
+    level = 0.9                     # optional: confidence level of margins of error, in (0, 1)
+    delta = 1e-9                    # optional: δ of the (ε, δ) statements in the reports
+
+    [input]                         # required
+    path = "../data/cbp_sample.parquet"   # a Parquet file, a folder of Parquet files (recursive),
+                                          # a hive-partitioned dataset folder, or a glob
+    hive_partitioning = false       # optional bool; default: Polars' automatic detection
+    unit = "estab_id"               # optional privacy-unit column; omitted: each row is a unit
+    nulls = "error"                 # optional default null policy: "error" | "zero" | "drop"
+    negatives = "error"             # optional, negative measure values: "error" (refuse the
+                                    # run), "allow" (keep: signed measures), "zero" (clip to 0,
+                                    # counted in the confidential report), "drop" (drop the row)
+
+    [domains]                       # optional: public domain of a key column
+    naics2 = ["11", "21", "22"]     # inline list (strings, integers or booleans; no duplicates)
+    size_class = { file = "size_classes.csv", column = "size_class" }   # CSV or Parquet;
+                                    # "column" defaults to the key name; duplicates dropped
+
+    [hierarchies.geo]               # optional; a named hierarchy given as a mapping file
+    file = "../data/hierarchies/geography.csv"       # CSV or Parquet, one row per finest code
+    levels = ["state", "county"]    # columns of the file, coarsest first; each level becomes
+                                    # the domain of the key column of that name (distinct values)
+                                    # and rollups may map a finer level to any coarser one
+
+    [budget]                        # optional: per-record limit on the total PRzCDP ρ
+    rho = 2.0                       # a number, or a curve {"1e3" = 0.5, "1e7" = 10.0}
+
+    [randomness]                    # optional
+    seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY (the public
+                                    # outputs say so); omitted: secure OS randomness
+
+    [output]                        # required
+    public = "../out/cbp/public"            # folder: must not exist (unless --overwrite)
+    confidential = "../out/cbp/confidential"  # folder, must differ from (and not be inside)
+                                            # the public one
+    plan = "../out/cbp/plan"        # optional: where `tabdp plan` writes (default: a folder
+                                    # "plan" next to the public folder)
+
+    [publication]                   # optional defaults for every table (a table may override)
+    cv_flag = 0.3                   # flag "C" where cv >= this; false disables (default 0.3)
+    suppress_cv = 1.0               # optional: withhold (null) estimates where cv >= this ("S")
+    negative = "flag"               # "flag": flag "N", keep the signed estimate (default);
+                                    # "clamp": flag "N" and publish 0 (documented post-processing)
+    round = 1000.0                  # optional: publish estimates rounded to this unit (a table
+                                    # may give { measure = unit }); post-processing after flags;
+                                    # rollups sum the unrounded values
+
+    [plan]                          # optional
+    cell_totals = [10, 100, 1000]   # cell sizes for the expected-error tables (default 1..1e8)
+    record_sizes = [1, 10, 100]     # record sizes of the policy curves (default 1, 10, ..., 1e8)
+
+    [[tables]]                      # at least one
+    name = "county_naics2"          # required: letters, digits, '_'; unique; no "__"
+    kind = "sum"                    # "sum" (default) | "count"
+    measures = ["payroll", "employment"]    # sum: required, non-empty, unique; count: refused
+    by = ["county", "naics2"]       # key columns (may be empty: one national cell); each needs a
+                                    # domain ([domains] or a hierarchy level) unless `keys` is set
+    keys = { file = "allowed.parquet" }     # optional: allowed key combinations (CSV/Parquet with
+                                    # exactly the `by` columns, no duplicate rows) instead of the
+                                    # cross product of the domains
+    mechanism = { family = "log", sigma = 0.3, offset = 1000.0 }
+                                    # family (see MECHANISM_FAMILIES) and its constructor
+                                    # arguments; exactly one of `mechanism` / `calibrate`
+                                    # (a count may omit both: discrete Gaussian with sigma = 2)
+    calibrate = { family = "log", targets = { "1e3" = 0.5, "1e7" = 10.0 },
+                  typical_total = 1e6, fixed = { offset = 1000.0 }, objective = "auto" }
+    grid = 1.0                      # optional exact-rounding grid of the noisy output: a
+                                    # number > 0 or {measure = step}; default: each mechanism's
+                                    # default. Additive mechanisms: the estimate's grid (e.g.
+                                    # 1.0 dollar); transformation mechanisms: the grid of the
+                                    # noisy transformed value (at most sigma/10; use
+                                    # publication.round to round their published estimates)
+    nulls = "drop"                  # optional override of input.nulls
+    publication = { cv_flag = 0.5 } # optional override of [publication], key by key
+
+    [[tables.rollups]]              # optional, any number
+    by = ["state", "naics2"]        # coarser grouping: each column is either in the table's
+                                    # `by` or a coarser level of a hierarchy whose finer level
+                                    # is in the table's `by`; [] is the national total
+    direct = false                  # also release this level directly (more budget, more
+                                    # accuracy; accounted in the ledger)
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import hashlib
+import inspect
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+import polars as pl
+
+from tabdp import mechanisms
+from tabdp.calibrate import calibrate
+from tabdp.exceptions import SpecError, TabdpError
+
+__all__ = [
+    "MECHANISM_FAMILIES",
+    "CALIBRATION_FAMILIES",
+    "ReleaseSpec",
+    "ReleaseInfo",
+    "InputSpec",
+    "Hierarchy",
+    "BudgetSpec",
+    "OutputSpec",
+    "Publication",
+    "PlanSpec",
+    "TableSpec",
+    "RollupSpec",
+    "load_spec",
+    "parse_spec",
+]
+
+#: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms`. The other keys of a
+#: ``mechanism`` table are that class's constructor arguments (keyword names).
+MECHANISM_FAMILIES: dict[str, str] = {
+    "gaussian": "Gaussian",
+    "laplace": "Laplace",
+    "generalized_gaussian": "GeneralizedGaussian",
+    "exp_polylog": "ExpPolyLog",
+    "unit_splitting": "UnitSplitting",
+    "root": "RootTransform",
+    "log": "LogTransform",
+    "stable": "SymmetricStable",
+    "logistic": "Logistic",
+    "subbotin": "Subbotin",
+    "vector_subbotin": "VectorSubbotin",
+    "discrete_gaussian": "DiscreteGaussian",
+    "discrete_laplace": "DiscreteLaplace",
+}
+
+#: Families ``tabdp.calibrate`` accepts (``calibrate.family``).
+CALIBRATION_FAMILIES: tuple[str, ...] = (
+    "gaussian", "laplace", "generalized_gaussian", "exp_polylog", "root", "log",
+    "unit_splitting")
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """``[release]``: name, title, description, MOE level and the reports' δ."""
+
+    name: str
+    title: str = ""
+    description: str = ""
+    level: float = 0.9
+    delta: float | None = None
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """``[input]``: where the confidential data is and how to treat bad values.
+
+    ``path`` is absolute (resolved against the spec's folder). ``source`` is what Polars scans:
+    the file, or a recursive glob ``<folder>/**/*.parquet`` for a folder, or the glob given.
+    """
+
+    path: Path
+    source: str
+    hive_partitioning: bool | None = None
+    unit: str | None = None
+    nulls: str = "error"
+    negatives: str = "error"
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """``[hierarchies.<name>]``: levels coarsest first and the mapping.
+
+    ``mapping`` holds one row per finest code (distinct rows) and one String/integer column per
+    level; every finer code maps to exactly one coarser code.
+    """
+
+    name: str
+    file: Path
+    levels: tuple[str, ...]
+    mapping: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """``[budget]``: a constant ρ or a ``{size: rho}`` curve (float keys)."""
+
+    rho: float | Mapping[float, float]
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """``[output]``: absolute folders."""
+
+    public: Path
+    confidential: Path
+    plan: Path
+
+
+@dataclass(frozen=True)
+class Publication:
+    """Publication rules after noise (``[publication]`` merged with a table's override)."""
+
+    cv_flag: float | None = 0.3
+    suppress_cv: float | None = None
+    round: float | Mapping[str, float] | None = None
+    negative: str = "flag"
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """``[plan]``: record sizes of policy curves and cell totals of the expected-error tables."""
+
+    record_sizes: tuple[float, ...] = tuple(10.0 ** k for k in range(9))
+    cell_totals: tuple[float, ...] = tuple(10.0 ** k for k in range(9))
+
+
+@dataclass(frozen=True)
+class RollupSpec:
+    """``[[tables.rollups]]``: a coarser grouping derived from the table.
+
+    With ``direct = true`` the level is also released directly (more budget, more accuracy).
+    ``maps`` gives, for each rollup column that is not one of the table's ``by`` columns, the
+    ``(hierarchy name, finer table column)`` it is derived from.
+    """
+
+    by: tuple[str, ...]
+    direct: bool = False
+    maps: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """File-name label of this level: the columns joined by ``_`` (``national`` for ())."""
+        return "_".join(self.by) if self.by else "national"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """``[[tables]]``: one released table.
+
+    ``mechanism`` is always a built :class:`tabdp.mechanisms.Mechanism`: the one the spec's
+    ``mechanism`` table describes, or the result of :func:`tabdp.calibrate` for a ``calibrate``
+    table (run once while parsing: it reads no data), or ``DiscreteGaussian(sigma=2.0)`` for a
+    count with neither. ``calibration`` is set only for calibrated tables: the validated
+    ``calibrate`` table as ``{"family", "targets": {size: rho} (float keys), "typical_total",
+    "fixed": {...}, "objective"}``. ``raw_mechanism`` is the mechanism as a plain dict with its
+    ``family`` (as written, the calibrated parameters, or the count default) for the manifest.
+    ``measures`` is empty for a count (its output column, and its ``grid`` key, is ``count``).
+    ``keys_file`` is the allowed-key-combinations file (absolute) when ``keys`` is given.
+    """
+
+    name: str
+    kind: str
+    measures: tuple[str, ...]
+    by: tuple[str, ...]
+    mechanism: Any = None
+    calibration: Mapping[str, Any] | None = None
+    keys_file: Path | None = None
+    grid: float | Mapping[str, float] | None = None
+    nulls: str = "error"
+    publication: Publication = Publication()
+    rollups: tuple[RollupSpec, ...] = ()
+    raw_mechanism: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """A validated release spec.
+
+    Attributes:
+        path: The spec file (absolute), or ``None`` when parsed from a dict.
+        sha256: SHA-256 of the spec file's bytes (hex), or of the canonical JSON of the dict.
+        raw: The parsed TOML (for the manifest's echo).
+        release, input, domains, hierarchies, budget, seed, output, publication, plan,
+        tables: The sections, validated. ``domains`` maps a key column to its public values
+            (a one-column Polars Series named after the column), including every hierarchy level.
+    """
+
+    path: Path | None
+    sha256: str
+    raw: Mapping[str, Any]
+    release: ReleaseInfo
+    input: InputSpec
+    domains: Mapping[str, pl.Series]
+    hierarchies: Mapping[str, Hierarchy]
+    budget: BudgetSpec | None
+    seed: int | None
+    output: OutputSpec
+    publication: Publication
+    plan: PlanSpec
+    tables: tuple[TableSpec, ...]
+
+
+_SCHEMA = "the full schema is in the docstring of tabdp.release.spec"
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_RELEASE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_NULLS = ("error", "zero", "drop")
+_NEGATIVES = ("error", "allow", "zero", "drop")
+_KINDS = ("sum", "count")
+_NEGATIVE_RULES = ("flag", "clamp")
+_OBJECTIVES = ("auto", "sd", "moe")
+_FRAME_SUFFIXES = (".csv", ".parquet", ".pq")
+_DEFAULT_COUNT_SIGMA = 2.0
+
+_ROOT_KEYS = ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
+              "publication", "plan", "tables")
+_ROOT_REQUIRED = ("release", "input", "output")  # and a non-empty "tables", checked apart
+_RELEASE_KEYS = ("name", "title", "description", "level", "delta")
+_INPUT_KEYS = ("path", "hive_partitioning", "unit", "nulls", "negatives")
+_HIERARCHY_KEYS = ("file", "levels")
+_DOMAIN_FILE_KEYS = ("file", "column")
+_OUTPUT_KEYS = ("public", "confidential", "plan")
+_PUBLICATION_KEYS = ("cv_flag", "suppress_cv", "negative", "round")
+_PLAN_KEYS = ("cell_totals", "record_sizes")
+_TABLE_KEYS = ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
+               "nulls", "publication", "rollups")
+_ROLLUP_KEYS = ("by", "direct")
+_CALIBRATE_KEYS = ("family", "targets", "typical_total", "fixed", "objective")
+
+
+# -- messages -----------------------------------------------------------------------------------
+def _join(path: str, key: Any) -> str:
+    """Key path of ``key`` inside ``path`` (keys that are not bare TOML keys are quoted)."""
+    key = str(key)
+    text = key if _BARE_KEY.match(key) else json.dumps(key)
+    return f"{path}.{text}" if path else text
+
+
+def _tname(value: Any) -> str:
+    """TOML-ish type name of a parsed value."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "table"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _fail(path: str, message: str, hint: str) -> NoReturn:
+    raise SpecError(path, f"{message}\nHint: {hint}")
+
+
+def _maybe(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in ("a", "e", "i", "o", "u") else "a"
+
+
+def _names(items: Sequence[Any]) -> str:
+    return ", ".join(repr(x) for x in items) if items else "(none)"
+
+
+# -- typed getters ------------------------------------------------------------------------------
+def _table(value: Any, path: str, *, allowed: Sequence[str], required: Sequence[str] = (),
+           example: str = "") -> dict[str, Any]:
+    """Check that ``value`` is a table with only ``allowed`` keys and every ``required`` one."""
+    where = path or "the spec"
+    if not isinstance(value, Mapping):
+        _fail(path, f"must be a table; got {_show(value)} ({_tname(value)}).",
+              f"write it as a TOML table{' such as ' + example if example else ''}; "
+              f"allowed keys: {', '.join(allowed)}.")
+    for key, item in value.items():
+        if key not in allowed:
+            _fail(_join(path, str(key)),
+                  f"unknown key {key!r} (value {_show(item)}) in {where}."
+                  f"{_maybe(str(key), allowed)} Allowed keys: {', '.join(allowed)}.",
+                  f"fix the spelling or remove the key; {_SCHEMA}.")
+    missing = [k for k in required if k not in value]
+    if missing:
+        what = "section(s)" if not path else "key(s)"
+        _fail(path, f"missing required {what} {_names(missing)} in {where}.",
+              f"add {', '.join(missing)}{' (e.g. ' + example + ')' if example else ''}; "
+              f"{_SCHEMA}.")
+    return dict(value)
+
+
+def _string(value: Any, path: str, *, what: str, hint: str, pattern: re.Pattern[str] | None = None,
+            rule: str = "") -> str:
+    if not isinstance(value, str) or not value:
+        _fail(path, f"{what} must be a non-empty string; got {_show(value)} ({_tname(value)}).",
+              hint)
+    if pattern is not None and not pattern.match(value):
+        _fail(path, f"{what} {value!r} is not allowed: {rule}.", hint)
+    return value
+
+
+def _enum(value: Any, path: str, choices: Sequence[str], hint: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        maybe = _maybe(value, choices) if isinstance(value, str) else ""
+        _fail(path, f"must be one of {_names(choices)}; got {_show(value)} "
+                    f"({_tname(value)}).{maybe}", hint)
+    return value
+
+
+def _bool(value: Any, path: str, hint: str) -> bool:
+    if not isinstance(value, bool):
+        _fail(path, f"must be true or false; got {_show(value)} ({_tname(value)}).", hint)
+    return value
+
+
+def _number(value: Any, path: str, *, what: str, hint: str, gt: float | None = None,
+            ge: float | None = None, lt: float | None = None) -> float:
+    bounds = []
+    if gt is not None:
+        bounds.append(f"> {gt:g}")
+    if ge is not None:
+        bounds.append(f">= {ge:g}")
+    if lt is not None:
+        bounds.append(f"< {lt:g}")
+    rng = " and ".join(bounds)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(path, f"{what} must be a number{' ' + rng if rng else ''}; got {_show(value)} "
+                    f"({_tname(value)}).", hint)
+    x = float(value)
+    ok = math.isfinite(x) and (gt is None or x > gt) and (ge is None or x >= ge)
+    if not ok or (lt is not None and x >= lt):
+        _fail(path, f"{what} must be a finite number{' ' + rng if rng else ''}; "
+                    f"got {_show(value)}.", hint)
+    return x
+
+
+def _str_list(value: Any, path: str, *, what: str, hint: str, nonempty: bool) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        _fail(path, f"{what} must be an array of strings; got {_show(value)} ({_tname(value)}).",
+              hint)
+    for j, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            _fail(f"{path}[{j}]", f"{what} must hold non-empty strings; got {_show(item)} "
+                                  f"({_tname(item)}).", hint)
+    if nonempty and not value:
+        _fail(path, f"{what} must not be empty; got [].", hint)
+    seen: set[str] = set()
+    for item in value:
+        if item in seen:
+            _fail(path, f"{what} lists {item!r} twice: {_show(value)}.",
+                  "remove the duplicate; each name may appear once.")
+        seen.add(item)
+    return tuple(value)
+
+
+def _size_key(key: str, path: str, *, what: str, hint: str) -> float:
+    """A ``"1e3"``-style table key parsed as a finite float > 0."""
+    try:
+        x = float(key)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0.0):
+        _fail(path, f"{what} {key!r} is not a number > 0 (keys are sizes written as strings).",
+              hint)
+    return x
+
+
+def _size_curve(value: Any, path: str, *, what: str, hint: str) -> dict[float, float]:
+    """A non-empty table ``{"size" = value > 0}`` with distinct sizes."""
+    if not isinstance(value, Mapping) or not value:
+        _fail(path, f"{what} must be a non-empty table {{\"size\" = value}}; got {_show(value)} "
+                    f"({_tname(value)}).", hint)
+    out: dict[float, float] = {}
+    for key, item in value.items():
+        kp = _join(path, str(key))
+        size = _size_key(str(key), kp, what="size", hint=hint)
+        if size in out:
+            _fail(kp, f"size {key!r} = {size:g} is given twice in {what}.",
+                  "keep one entry per size.")
+        out[size] = _number(item, kp, what=f"the value at size {key!r}", gt=0.0, hint=hint)
+    return out
+
+
+def _cv(value: Any, path: str) -> float | None:
+    hint = "a coefficient of variation such as 0.3, or false to disable the rule."
+    if value is False:
+        return None
+    if value is True:
+        _fail(path, "must be a number > 0 or false; got true.", hint)
+    return _number(value, path, what="the cv threshold", gt=0.0, hint=hint)
+
+
+# -- files --------------------------------------------------------------------------------------
+def _resolve(base: Path, text: str) -> Path:
+    p = Path(text).expanduser()
+    if not p.is_absolute():
+        p = base / p
+    return Path(os.path.normpath(p))
+
+
+def _file_path(value: Any, path: str, base: Path, what: str) -> Path:
+    text = _string(value, path, what=f"the {what} file",
+                   hint=f"give the path of a CSV or Parquet file ({what}), absolute or relative "
+                        "to the spec's folder.")
+    return _resolve(base, text)
+
+
+def _read_frame(file: Path, path: str, what: str, written: str) -> pl.DataFrame:
+    """Read a public metadata file (CSV as strings, or Parquet)."""
+    if not file.is_file():
+        _fail(path, f"{what} file not found: {written!r} (resolved to {str(file)!r}).",
+              "fix the path; relative paths are resolved against the folder of the spec file.")
+    suffix = file.suffix.lower()
+    if suffix not in _FRAME_SUFFIXES:
+        _fail(path, f"{what} file {str(file)!r} has suffix {suffix!r}; allowed: "
+                    f"{_names(_FRAME_SUFFIXES)}.",
+              "save it as CSV (read as text, so codes like '01' keep their zeros) or Parquet.")
+    try:
+        if suffix == ".csv":
+            return pl.read_csv(file, infer_schema=False)
+        return pl.read_parquet(file)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as err:
+        _fail(path, f"cannot read {what} file {str(file)!r}: {err}",
+              "fix the file (CSV with a header row, or Parquet).")
+
+
+def _frame_column(frame: pl.DataFrame, column: str, path: str, file: Path) -> pl.Series:
+    if column not in frame.columns:
+        _fail(path, f"column {column!r} is not in {str(file)!r}; its columns are "
+                    f"{_names(frame.columns)}.{_maybe(column, frame.columns)}",
+              "fix the column name or the file.")
+    return frame[column]
+
+
+# -- sections -----------------------------------------------------------------------------------
+def _parse_release(raw: Any) -> ReleaseInfo:
+    d = _table(raw, "release", allowed=_RELEASE_KEYS, required=("name",),
+               example='name = "cbp_2026"')
+    name = _string(d["name"], "release.name", what="the release name", pattern=_RELEASE_NAME,
+                   rule="use only letters, digits, '_', '-' and '.'",
+                   hint='e.g. name = "cbp_2026"; it names the output files.')
+    texts = {}
+    for key in ("title", "description"):
+        if key in d:
+            if not isinstance(d[key], str):
+                _fail(f"release.{key}", f"must be a string; got {_show(d[key])} "
+                                        f"({_tname(d[key])}).", f'e.g. {key} = "..."')
+            texts[key] = d[key]
+    level = 0.9
+    if "level" in d:
+        level = _number(d["level"], "release.level", what="the confidence level", gt=0.0,
+                        lt=1.0, hint="e.g. level = 0.9 for 90% margins of error.")
+    delta = None
+    if "delta" in d:
+        delta = _number(d["delta"], "release.delta", what="delta", gt=0.0, lt=1.0,
+                        hint="δ of the (ε, δ) statements, e.g. delta = 1e-9.")
+    return ReleaseInfo(name=name, level=level, delta=delta, **texts)
+
+
+def _parse_input(raw: Any, base: Path) -> InputSpec:
+    d = _table(raw, "input", allowed=_INPUT_KEYS, required=("path",),
+               example='path = "data.parquet"')
+    text = _string(d["path"], "input.path", what="the input path",
+                   hint="a Parquet file, a folder of Parquet files or a glob such as "
+                        "'data/*.parquet', absolute or relative to the spec's folder.")
+    path = _resolve(base, text)
+    if "*" in text:
+        source = str(path)
+    elif path.is_dir():
+        source = f"{path}/**/*.parquet"
+    else:
+        source = str(path)
+    hive = None
+    if "hive_partitioning" in d:
+        hive = _bool(d["hive_partitioning"], "input.hive_partitioning",
+                     "true, false, or omit it for Polars' automatic detection.")
+    unit = None
+    if "unit" in d:
+        unit = _string(d["unit"], "input.unit", what="the unit column",
+                       hint="name the privacy-unit column (e.g. unit = \"estab_id\"), or omit it "
+                            "when each row is a unit.")
+    nulls = _enum(d.get("nulls", "error"), "input.nulls", _NULLS,
+                  "'error' refuses nulls, 'zero' treats them as 0, 'drop' drops the row.")
+    negatives = _enum(d.get("negatives", "error"), "input.negatives", _NEGATIVES,
+                      "'error' refuses negative values, 'allow' keeps signed values, 'zero' "
+                      "clips them to 0, 'drop' drops the row.")
+    return InputSpec(path=path, source=source, hive_partitioning=hive, unit=unit, nulls=nulls,
+                     negatives=negatives)
+
+
+def _parse_domains(raw: Any, base: Path) -> dict[str, pl.Series]:
+    if not isinstance(raw, Mapping):
+        _fail("domains", f"must be a table of key column -> values; got {_show(raw)} "
+                         f"({_tname(raw)}).", 'e.g. [domains] naics2 = ["11", "21"].')
+    out: dict[str, pl.Series] = {}
+    for key, value in raw.items():
+        dp = _join("domains", key)
+        if not isinstance(key, str) or not key:
+            _fail(dp, f"a domain needs a non-empty column name; got {_show(key)}.",
+                  "name the key column.")
+        if isinstance(value, list):
+            out[key] = _inline_domain(key, value, dp)
+        elif isinstance(value, Mapping):
+            d = _table(value, dp, allowed=_DOMAIN_FILE_KEYS, required=("file",),
+                       example='{ file = "codes.csv", column = "code" }')
+            written = d["file"]
+            file = _file_path(written, _join(dp, "file"), base, "domain")
+            column = key
+            if "column" in d:
+                column = _string(d["column"], _join(dp, "column"), what="the domain column",
+                                 hint="name the column of the file holding the codes.")
+            frame = _read_frame(file, _join(dp, "file"), "domain", written)
+            series = _frame_column(frame, column, _join(dp, "column"), file)
+            if series.null_count():
+                _fail(_join(dp, "file"), f"column {column!r} of {str(file)!r} holds "
+                                         f"{series.null_count()} null value(s).",
+                      "remove the empty entries from the domain file.")
+            series = series.unique(maintain_order=True).rename(key)
+            if series.len() == 0:
+                _fail(_join(dp, "file"), f"the domain file {str(file)!r} has no rows.",
+                      "list at least one value.")
+            out[key] = series
+        else:
+            _fail(dp, f"must be an array of values or a table {{ file = ..., column = ... }}; "
+                      f"got {_show(value)} ({_tname(value)}).",
+                  f'e.g. {key} = ["a", "b"] or {key} = {{ file = "codes.csv" }}.')
+    return out
+
+
+_DOMAIN_DTYPES = {"string": pl.String, "integer": pl.Int64, "boolean": pl.Boolean}
+
+
+def _inline_domain(key: str, values: list[Any], path: str) -> pl.Series:
+    hint = f'list the public values once each, all strings, integers or booleans, e.g. {key} = ' \
+           '["a", "b"].'
+    if not values:
+        _fail(path, "a domain must list at least one value; got [].", hint)
+    kinds = []
+    for j, item in enumerate(values):
+        kind = _tname(item)
+        if kind not in _DOMAIN_DTYPES:
+            _fail(f"{path}[{j}]", f"domain values must be strings, integers or booleans; got "
+                                  f"{_show(item)} ({kind}).", hint)
+        kinds.append(kind)
+    if len(set(kinds)) > 1:
+        j = next(j for j, k in enumerate(kinds) if k != kinds[0])
+        _fail(path, f"domain values must all have one type; {_show(values[0])} is "
+                    f"{_article(kinds[0])} {kinds[0]} but {_show(values[j])} is "
+                    f"{_article(kinds[j])} {kinds[j]}.", hint)
+    seen: set[Any] = set()
+    for item in values:
+        if item in seen:
+            _fail(path, f"domain lists {item!r} twice.", "remove the duplicate value.")
+        seen.add(item)
+    return pl.Series(key, values, dtype=_DOMAIN_DTYPES[kinds[0]])
+
+
+def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
+                       ) -> dict[str, Hierarchy]:
+    if not isinstance(raw, Mapping):
+        _fail("hierarchies", f"must be a table of named hierarchies; got {_show(raw)} "
+                             f"({_tname(raw)}).",
+              'write [hierarchies.geo] with file = "geo.csv" and levels = ["state", "county"].')
+    out: dict[str, Hierarchy] = {}
+    owner: dict[str, str] = {}
+    for name, value in raw.items():
+        hp = _join("hierarchies", name)
+        if not isinstance(name, str) or not _TABLE_NAME.match(name):
+            _fail(hp, f"hierarchy name {name!r} is not allowed: use letters, digits and '_'.",
+                  "rename the hierarchy, e.g. [hierarchies.geo].")
+        d = _table(value, hp, allowed=_HIERARCHY_KEYS, required=_HIERARCHY_KEYS,
+                   example='file = "geo.csv", levels = ["state", "county"]')
+        fp, lp = _join(hp, "file"), _join(hp, "levels")
+        file = _file_path(d["file"], fp, base, "hierarchy")
+        levels = _str_list(d["levels"], lp, what="levels", nonempty=True,
+                           hint='columns of the mapping file, coarsest first, e.g. '
+                                'levels = ["state", "county"].')
+        for level in levels:
+            if level in owner:
+                _fail(lp, f"level {level!r} is also a level of hierarchy {owner[level]!r}.",
+                      "a key column can belong to one hierarchy only; merge the hierarchies "
+                      "or rename the column.")
+            if level in domains:
+                _fail(lp, f"level {level!r} also has a domain in [domains].",
+                      f"remove domains.{level}: a hierarchy level's domain is the distinct "
+                      "codes of the mapping file.")
+            owner[level] = name
+        frame = _read_frame(file, fp, "hierarchy", d["file"])
+        missing = [lv for lv in levels if lv not in frame.columns]
+        if missing:
+            _fail(lp, f"level(s) {_names(missing)} are not columns of {str(file)!r}; its "
+                      f"columns are {_names(frame.columns)}.{_maybe(missing[0], frame.columns)}",
+                  "fix the levels or the file's header.")
+        mapping = frame.select(levels)
+        for level in levels:
+            dtype = mapping.schema[level]
+            if not (dtype == pl.String or dtype.is_integer() or dtype == pl.Boolean
+                    or isinstance(dtype, (pl.Categorical, pl.Enum))):
+                _fail(fp, f"level {level!r} of {str(file)!r} has type {dtype}; codes must be "
+                          "strings or integers.", "store the codes as text or integers.")
+            nulls = mapping[level].null_count()
+            if nulls:
+                _fail(fp, f"level {level!r} of {str(file)!r} has {nulls} empty (null) "
+                          "value(s).", "every row must give a code at every level.")
+        if mapping.height == 0:
+            _fail(fp, f"the hierarchy file {str(file)!r} has no rows.",
+                  "give one row per finest code with its codes at every level.")
+        mapping = mapping.unique(maintain_order=True)
+        for coarse, fine in zip(levels, levels[1:], strict=False):
+            bad = (mapping.select(coarse, fine).unique()
+                   .group_by(fine).agg(pl.col(coarse).sort().alias("parents"))
+                   .filter(pl.col("parents").list.len() > 1).sort(fine))
+            if bad.height:
+                code, parents = bad.row(0)
+                _fail(fp, f"{fine!r} code {code!r} maps to several {coarse!r} codes "
+                          f"{_show(parents)} in {str(file)!r} ({bad.height} such code(s)); "
+                          "each finer code must map to exactly one coarser code.",
+                      f"fix the mapping file, or list the levels coarsest first "
+                      f"(got {_show(list(levels))}).")
+        for level in levels:
+            domains[level] = mapping[level].unique(maintain_order=True).sort()
+        out[name] = Hierarchy(name=name, file=file, levels=levels, mapping=mapping)
+    return out
+
+
+def _parse_budget(raw: Any) -> BudgetSpec:
+    d = _table(raw, "budget", allowed=("rho",), required=("rho",), example="rho = 2.0")
+    hint = ('a number such as rho = 2.0, or a curve of record size -> limit such as '
+            'rho = { "1e3" = 0.5, "1e7" = 10.0 }.')
+    value = d["rho"]
+    if isinstance(value, Mapping):
+        return BudgetSpec(rho=_size_curve(value, "budget.rho", what="the budget curve",
+                                          hint=hint))
+    return BudgetSpec(rho=_number(value, "budget.rho", what="the budget rho", gt=0.0, hint=hint))
+
+
+def _parse_seed(raw: Any) -> int | None:
+    d = _table(raw, "randomness", allowed=("seed",), example="seed = 12345")
+    if "seed" not in d:
+        return None
+    seed = d["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        _fail("randomness.seed", f"must be a non-negative integer; got {_show(seed)} "
+                                 f"({_tname(seed)}).",
+              "e.g. seed = 12345 (for tests only), or remove [randomness] for secure randomness.")
+    return seed
+
+
+def _parse_output(raw: Any, base: Path) -> OutputSpec:
+    d = _table(raw, "output", allowed=_OUTPUT_KEYS, required=("public", "confidential"),
+               example='public = "out/public", confidential = "out/confidential"')
+    folders = {}
+    for key in _OUTPUT_KEYS:
+        if key in d:
+            text = _string(d[key], f"output.{key}", what=f"the {key} folder",
+                           hint="a folder path, absolute or relative to the spec's folder.")
+            folders[key] = _resolve(base, text)
+    public, confidential = folders["public"], folders["confidential"]
+    plan = folders.get("plan", public.parent / "plan")
+
+    def nested(a: Path, b: Path) -> bool:
+        return a == b or a.is_relative_to(b) or b.is_relative_to(a)
+
+    if nested(public, confidential):
+        how = "is the same folder as" if public == confidential else "is nested with"
+        _fail("output.confidential",
+              f"the confidential folder {str(confidential)!r} {how} the public folder "
+              f"{str(public)!r}.",
+              "use two separate folders (e.g. out/public and out/confidential) so the "
+              "confidential report can never be published by accident.")
+    for key, other in (("public", public), ("confidential", confidential)):
+        if nested(plan, other):
+            default = "" if "plan" in d else " (the default: a folder 'plan' next to public)"
+            _fail("output.plan", f"the plan folder {str(plan)!r}{default} overlaps the {key} "
+                                 f"folder {str(other)!r}.",
+                  "set output.plan to a separate folder.")
+    return OutputSpec(public=public, confidential=confidential, plan=plan)
+
+
+def _parse_publication(raw: Any, path: str, base: Publication,
+                       measures: Sequence[str] | None = None) -> Publication:
+    d = _table(raw, path, allowed=_PUBLICATION_KEYS, example="{ cv_flag = 0.3 }")
+    changes: dict[str, Any] = {}
+    if "round" in d:
+        rp = _join(path, "round")
+        hint = ("a public rounding unit > 0, e.g. round = 1000.0"
+                + ("" if measures is None else ", or per measure round = { payroll = 1000.0 }")
+                + ".")
+        value = d["round"]
+        if isinstance(value, Mapping):
+            if measures is None:
+                _fail(rp, f"must be a number in [publication] (per-measure units go in a "
+                          f"table's publication); got {_show(value)}.", hint)
+            if not value:
+                _fail(rp, "must not be an empty table; got {}.", hint)
+            units = {}
+            for key, v in value.items():
+                kp = _join(rp, str(key))
+                if key not in measures:  # type: ignore[operator]
+                    _fail(kp, f"{key!r} is not a measure of this table (measures: "
+                              f"{_names(measures)}).{_maybe(str(key), measures)}", hint)
+                units[key] = _number(v, kp, what="the rounding unit", gt=0.0, hint=hint)
+            changes["round"] = units
+        else:
+            changes["round"] = _number(value, rp, what="the rounding unit", gt=0.0, hint=hint)
+    for key in ("cv_flag", "suppress_cv"):
+        if key in d:
+            changes[key] = _cv(d[key], _join(path, key))
+    if "negative" in d:
+        changes["negative"] = _enum(d["negative"], _join(path, "negative"), _NEGATIVE_RULES,
+                                    "'flag' keeps the signed estimate and flags it 'N'; 'clamp' "
+                                    "publishes 0 and flags it 'N'.")
+    return replace(base, **changes)
+
+
+def _parse_plan(raw: Any) -> PlanSpec:
+    d = _table(raw, "plan", allowed=_PLAN_KEYS, example="cell_totals = [10, 1000]")
+    changes: dict[str, Any] = {}
+    for key in _PLAN_KEYS:
+        if key not in d:
+            continue
+        kp = f"plan.{key}"
+        hint = f"a non-empty array of sizes > 0, e.g. {key} = [1, 100, 1e4, 1e6]."
+        value = d[key]
+        if not isinstance(value, list) or not value:
+            _fail(kp, f"must be a non-empty array of numbers; got {_show(value)} "
+                      f"({_tname(value)}).", hint)
+        changes[key] = tuple(_number(v, f"{kp}[{j}]", what="a size", gt=0.0, hint=hint)
+                             for j, v in enumerate(value))
+    return replace(PlanSpec(), **changes)
+
+
+# -- tables -------------------------------------------------------------------------------------
+def _mechanism_error_path(path: str, err: Exception, given: Sequence[str]) -> str:
+    match = re.match(r"^\w+: (\w+)", str(err))
+    if match and match.group(1) in given:
+        return _join(path, match.group(1))
+    return path
+
+
+def _with_hint(err: Exception, hint: str) -> str:
+    text = str(err)
+    return text if "Hint" in text else f"{text}\nHint: {hint}"
+
+
+def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
+                     ) -> tuple[Any, dict[str, Any]]:
+    families = tuple(MECHANISM_FAMILIES)
+    if not isinstance(raw, Mapping):
+        _fail(path, f"must be a table with a family and its parameters; got {_show(raw)} "
+                    f"({_tname(raw)}).", 'e.g. mechanism = { family = "log", sigma = 0.3, '
+                                         'offset = 1000.0 }.')
+    if "family" not in raw:
+        _fail(path, f"missing required key 'family' in {path} (got {_show(dict(raw))}).",
+              f"add family = one of {', '.join(families)}.")
+    family = raw["family"]
+    fp = _join(path, "family")
+    if not isinstance(family, str) or family not in MECHANISM_FAMILIES:
+        maybe = ""
+        if isinstance(family, str):
+            by_class = {v.lower(): k for k, v in MECHANISM_FAMILIES.items()}
+            alias = by_class.get(family.lower())
+            maybe = f" Did you mean {alias!r}?" if alias else _maybe(family, families)
+        _fail(fp, f"unknown mechanism family {_show(family)}.{maybe} Allowed: "
+                  f"{', '.join(families)}.", "use one of the allowed family names.")
+    cls = getattr(mechanisms, MECHANISM_FAMILIES[family])
+    params = [p for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    names = [p.name for p in params]
+    kwargs = {k: v for k, v in raw.items() if k != "family"}
+    for key, value in kwargs.items():
+        if key not in names:
+            _fail(_join(path, key), f"unknown parameter {key!r} (value {_show(value)}) for "
+                                    f"family {family!r} ({cls.__name__}).{_maybe(key, names)} "
+                                    f"Allowed: family, {', '.join(names)}.",
+                  f"fix the spelling or remove it; see help(tabdp.mechanisms.{cls.__name__}).")
+    missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
+    if missing:
+        _fail(path, f"family {family!r} ({cls.__name__}) needs parameter(s) {_names(missing)}; "
+                    f"got {_show(dict(raw))}.",
+              f"add {', '.join(f'{m} = ...' for m in missing)}; see "
+              f"help(tabdp.mechanisms.{cls.__name__}).")
+    if family == "vector_subbotin":
+        if kind != "sum":
+            _fail(fp, f"family 'vector_subbotin' releases the measures of a sum table jointly; "
+                      f"this table has kind {kind!r}.",
+                  "use it on a kind = \"sum\" table, or pick another family for the count.")
+        weights = kwargs.get("weights")
+        if isinstance(weights, Mapping):
+            for key in weights:
+                if key not in measures:
+                    _fail(_join(_join(path, "weights"), str(key)),
+                          f"weight given for {key!r}, which is not a measure of this table "
+                          f"(measures: {_names(measures)}).{_maybe(str(key), measures)}",
+                          "give weights only for the table's measures (others get weight 1).")
+    try:
+        mech = cls(**kwargs)
+    except (TabdpError, TypeError, ValueError) as err:
+        raise SpecError(_mechanism_error_path(path, err, list(kwargs)),
+                        f"invalid {family!r} mechanism {_show(dict(raw))}: "
+                        + _with_hint(err, f"fix the parameters of {cls.__name__}.")) from err
+    return mech, dict(raw)
+
+
+def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any], Any]:
+    d = _table(raw, path, allowed=_CALIBRATE_KEYS,
+               required=("family", "targets", "typical_total"),
+               example='{ family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }')
+    family = _enum(d["family"], _join(path, "family"), CALIBRATION_FAMILIES,
+                   "calibration searches one of these families.")
+    targets = _size_curve(d["targets"], _join(path, "targets"), what="targets",
+                          hint='record size -> largest rho allowed for it, e.g. '
+                               'targets = { "1e3" = 0.5, "1e7" = 10.0 }.')
+    typical = _number(d["typical_total"], _join(path, "typical_total"),
+                      what="typical_total", ge=0.0,
+                      hint="the true total of a typical cell, e.g. typical_total = 1e6.")
+    fixed: dict[str, Any] = {}
+    if "fixed" in d:
+        if not isinstance(d["fixed"], Mapping):
+            _fail(_join(path, "fixed"), f"must be a table of pinned parameters; got "
+                                        f"{_show(d['fixed'])} ({_tname(d['fixed'])}).",
+                  "e.g. fixed = { offset = 1000.0 }.")
+        fixed = dict(d["fixed"])
+    objective = _enum(d.get("objective", "auto"), _join(path, "objective"), _OBJECTIVES,
+                      "'auto' minimizes the sd (or the moe where the sd is infinite), 'sd' or "
+                      "'moe' ask for one of them.")
+    try:
+        result = calibrate(family, targets, typical, level=level, objective=objective, **fixed)
+    except TabdpError as err:
+        raise SpecError(path, "calibration failed: "
+                              + _with_hint(err, "change the targets or pinned parameters.")
+                        ) from err
+    calibration = {"family": family, "targets": targets, "typical_total": typical,
+                   "fixed": fixed, "objective": objective}
+    return calibration, result.mechanism
+
+
+def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
+                ) -> float | dict[str, float]:
+    hint = "a rounding unit > 0 such as grid = 1000.0, or per measure grid = { payroll = 1000.0 }."
+    if isinstance(raw, Mapping):
+        names = measures if kind == "sum" else ("count",)
+        if not raw:
+            _fail(path, "must not be an empty table; got {}.", hint)
+        out = {}
+        for key, value in raw.items():
+            kp = _join(path, str(key))
+            if key not in names:
+                _fail(kp, f"{key!r} is not a measure of this table (measures: {_names(names)})."
+                          f"{_maybe(str(key), names)}", hint)
+            out[key] = _number(value, kp, what="the grid step", gt=0.0, hint=hint)
+        return out
+    return _number(raw, path, what="the grid", gt=0.0, hint=hint)
+
+
+def _parse_rollups(raw: Any, path: str, by: tuple[str, ...],
+                   hierarchies: Mapping[str, Hierarchy]) -> tuple[RollupSpec, ...]:
+    if not isinstance(raw, list):
+        _fail(path, f"must be an array of tables ([[tables.rollups]]); got {_show(raw)} "
+                    f"({_tname(raw)}).", 'e.g. rollups = [{ by = ["state"] }].')
+    derivable: dict[str, tuple[str, str]] = {}
+    for h in hierarchies.values():
+        inside = [i for i, lv in enumerate(h.levels) if lv in by]
+        if inside:
+            finest = max(inside)
+            for lv in h.levels[:finest]:
+                if lv not in by:
+                    derivable[lv] = (h.name, h.levels[finest])
+    usable = list(by) + sorted(derivable)
+    out: list[RollupSpec] = []
+    seen: dict[frozenset[str], int] = {}
+    for j, item in enumerate(raw):
+        rp = f"{path}[{j}]"
+        d = _table(item, rp, allowed=_ROLLUP_KEYS, required=("by",), example='by = ["state"]')
+        bp = _join(rp, "by")
+        rby = _str_list(d["by"], bp, what="rollup by", nonempty=False,
+                        hint=f"columns from {_names(usable)}; [] is the national total.")
+        direct = False
+        if "direct" in d:
+            direct = _bool(d["direct"], _join(rp, "direct"),
+                           "true also releases this level directly (more budget).")
+        maps: dict[str, tuple[str, str]] = {}
+        for col in rby:
+            if col in by:
+                continue
+            if col not in derivable:
+                _fail(bp, f"rollup column {col!r} is neither a by column of the table "
+                          f"({_names(by)}) nor a coarser level of a hierarchy whose finer level "
+                          f"is in by.{_maybe(col, usable)}",
+                      f"use columns from {_names(usable)}, or add a hierarchy that maps a by "
+                      f"column to {col!r}.")
+            maps[col] = derivable[col]
+        key = frozenset(rby)
+        if key == frozenset(by):
+            _fail(bp, f"rollup {_show(list(rby))} is the table's own grouping {_show(list(by))};"
+                      " a rollup must be coarser.",
+                  "remove it: the table is already released by these columns.")
+        if key in seen:
+            _fail(bp, f"rollup {_show(list(rby))} repeats rollups[{seen[key]}].",
+                  "remove the duplicate rollup.")
+        seen[key] = j
+        out.append(RollupSpec(by=rby, direct=direct, maps=maps))
+    return tuple(out)
+
+
+def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
+                domains: Mapping[str, pl.Series]) -> Path:
+    d = _table(raw, path, allowed=("file",), required=("file",),
+               example='{ file = "allowed.parquet" }')
+    fp = _join(path, "file")
+    file = _file_path(d["file"], fp, base, "keys")
+    frame = _read_frame(file, fp, "keys", d["file"])
+    if set(frame.columns) != set(by) or len(frame.columns) != len(by):
+        _fail(fp, f"the keys file {str(file)!r} has columns {_names(frame.columns)}; it must "
+                  f"have exactly the table's by columns {_names(by)}.",
+              "write one column per by column (any order) and nothing else.")
+    for col in by:
+        n = frame[col].null_count()
+        if n:
+            _fail(fp, f"column {col!r} of the keys file {str(file)!r} has {n} null value(s).",
+                  "every allowed key combination must be complete.")
+    dup = frame.filter(frame.is_duplicated())
+    if dup.height:
+        _fail(fp, f"the keys file {str(file)!r} repeats key combinations, e.g. "
+                  f"{_show(dup.row(0, named=True))} ({dup.height} duplicate rows).",
+              "list each allowed combination once (e.g. df.unique()).")
+    for col in by:
+        if col in domains and frame.schema[col] == domains[col].dtype:
+            bad = frame[col].filter(~frame[col].is_in(domains[col].implode()))
+            if bad.len():
+                _fail(fp, f"column {col!r} of the keys file {str(file)!r} holds {bad[0]!r}, "
+                          f"which is not in the domain of {col!r}.",
+                      f"fix the keys file or the domain of {col!r}.")
+    return file
+
+
+def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputSpec,
+                 domains: Mapping[str, pl.Series], hierarchies: Mapping[str, Hierarchy],
+                 publication: Publication) -> TableSpec:
+    tp = f"tables[{i}]"
+    d = _table(raw, tp, allowed=_TABLE_KEYS, required=("name", "by"),
+               example='name = "county_payroll", measures = ["payroll"], by = ["county"]')
+    name = _string(d["name"], f"{tp}.name", what="the table name", pattern=_TABLE_NAME,
+                   rule="use only letters, digits and '_'",
+                   hint='e.g. name = "county_naics2"; it names the output files.')
+    if "__" in name:
+        _fail(f"{tp}.name", f"table name {name!r} contains '__', which output file names use "
+                            "as a separator.", "use single underscores.")
+    kind = _enum(d.get("kind", "sum"), f"{tp}.kind", _KINDS,
+                 "'sum' adds up measures, 'count' counts units.")
+    measures: tuple[str, ...] = ()
+    if kind == "sum":
+        if "measures" not in d:
+            _fail(tp, f"missing required key 'measures' in {tp} (a sum table).",
+                  'add measures = ["payroll"], or set kind = "count".')
+        measures = _str_list(d["measures"], f"{tp}.measures", what="measures", nonempty=True,
+                             hint='the columns to add up, e.g. measures = ["payroll"].')
+    elif "measures" in d:
+        _fail(f"{tp}.measures", f"a count table has no measures; got {_show(d['measures'])}.",
+              "remove measures, or set kind = \"sum\".")
+    by = _str_list(d["by"], f"{tp}.by", what="by", nonempty=False,
+                   hint='key columns, e.g. by = ["county", "naics2"]; [] for one national cell.')
+    both = [m for m in measures if m in by]
+    if both:
+        _fail(f"{tp}.measures", f"column(s) {_names(both)} are both measures and by columns.",
+              "a column is either summed or grouped by, not both.")
+    keys_file = None
+    if "keys" in d:
+        keys_file = _parse_keys(d["keys"], f"{tp}.keys", base, by, domains)
+    else:
+        for col in by:
+            if col not in domains:
+                _fail(f"{tp}.by", f"by column {col!r} has no public domain (known domains: "
+                                  f"{_names(sorted(domains))}).{_maybe(col, sorted(domains))}",
+                      f"add domains.{col} = [...], make {col!r} a hierarchy level, or give "
+                      "keys = { file = ... } with the allowed combinations.")
+    calibration = None
+    if "mechanism" in d and "calibrate" in d:
+        _fail(tp, "give either mechanism or calibrate, not both; got both.",
+              "remove one: mechanism fixes the parameters, calibrate derives them from targets.")
+    if "mechanism" in d:
+        mech, raw_mech = _parse_mechanism(d["mechanism"], f"{tp}.mechanism", kind, measures)
+    elif "calibrate" in d:
+        calibration, mech = _parse_calibrate(d["calibrate"], f"{tp}.calibrate", release.level)
+        raw_mech = {"family": calibration["family"], **mech.params()}
+    elif kind == "count":
+        mech = mechanisms.DiscreteGaussian(sigma=_DEFAULT_COUNT_SIGMA)
+        raw_mech = {"family": "discrete_gaussian", "sigma": _DEFAULT_COUNT_SIGMA}
+    else:
+        _fail(tp, "a sum table needs a mechanism or a calibrate table; got neither.",
+              'add mechanism = { family = "log", sigma = 0.3, offset = 1000.0 } or '
+              'calibrate = { family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }.')
+    grid = _parse_grid(d["grid"], f"{tp}.grid", kind, measures) if "grid" in d else None
+    if grid is not None and isinstance(mech, mechanisms.TransformationMechanism):
+        steps = grid.values() if isinstance(grid, Mapping) else [grid]
+        limit = 0.1 * float(mech.sigma)
+        if max(steps) > limit:
+            _fail(f"{tp}.grid", f"{_show(d['grid'])} is too coarse for a transformation "
+                                f"mechanism: its grid rounds the noisy TRANSFORMED value "
+                                f"(e.g. log(total + offset)), so it must be at most sigma/10 = "
+                                f"{limit:g} (default: {mech.default_grid():g}).",
+                  "leave grid out, and round the published estimates with "
+                  "publication.round = 1000.0 (or { payroll = 1000.0 }) instead.")
+    nulls = inp.nulls
+    if "nulls" in d:
+        nulls = _enum(d["nulls"], f"{tp}.nulls", _NULLS,
+                      "'error' refuses nulls, 'zero' treats them as 0, 'drop' drops the row.")
+    pub = publication
+    if "publication" in d:
+        pub = _parse_publication(d["publication"], f"{tp}.publication", publication,
+                                 measures if kind == "sum" else ("count",))
+    rollups: tuple[RollupSpec, ...] = ()
+    if "rollups" in d:
+        rollups = _parse_rollups(d["rollups"], f"{tp}.rollups", by, hierarchies)
+    return TableSpec(name=name, kind=kind, measures=measures, by=by, mechanism=mech,
+                     calibration=calibration, keys_file=keys_file, grid=grid, nulls=nulls,
+                     publication=pub, rollups=rollups, raw_mechanism=raw_mech)
+
+
+# -- entry points -------------------------------------------------------------------------------
+def load_spec(path: str | Path) -> ReleaseSpec:
+    """Read and validate a ``release.toml``.
+
+    The file's SHA-256 is recorded (``spec.sha256``) so the outputs can name the exact spec
+    they come from; relative paths inside are resolved against the file's folder.
+
+    Args:
+        path: The spec file.
+
+    Returns:
+        The validated :class:`ReleaseSpec`.
+
+    Raises:
+        SpecError: The file is missing, not valid TOML, or breaks the schema (the message names
+            the key path and the fix).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> text = '''
+        ... [release]
+        ... name = "demo"
+        ... [input]
+        ... path = "data.parquet"
+        ... [domains]
+        ... region = ["north", "south"]
+        ... [output]
+        ... public = "out/public"
+        ... confidential = "out/confidential"
+        ... [[tables]]
+        ... name = "units"
+        ... kind = "count"
+        ... by = ["region"]
+        ... '''
+        >>> _ = (folder / "release.toml").write_text(text)
+        >>> spec = load_spec(folder / "release.toml")
+        >>> spec.output.public == folder / "out" / "public", spec.tables[0].mechanism
+        (True, DiscreteGaussian(sigma=2.0))
+        >>> len(spec.sha256)
+        64
+        >>> _ = (folder / "typo.toml").write_text(text.replace("kind", "knd"))
+        >>> try:
+        ...     load_spec(folder / "typo.toml")
+        ... except SpecError as err:
+        ...     error = err
+        >>> error.path, "Did you mean 'kind'?" in str(error)
+        ('tables[0].knd', True)
+        >>> import shutil
+        >>> shutil.rmtree(folder)
+    """
+    file = Path(os.path.abspath(Path(path).expanduser()))
+    try:
+        content = file.read_bytes()
+    except FileNotFoundError:
+        raise SpecError("", f"release spec file not found: {str(file)!r}.\nHint: fix the path "
+                            "to the release.toml (relative paths start from the current "
+                            "folder).") from None
+    except OSError as err:
+        raise SpecError("", f"cannot read the release spec {str(file)!r}: {err}\nHint: fix the "
+                            "path; it must name a readable TOML file.") from None
+    try:
+        data = tomllib.loads(content.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise SpecError("", f"{str(file)!r} is not UTF-8 text ({err}).\nHint: save the spec as "
+                            "UTF-8.") from None
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError("", f"{str(file)!r} is not valid TOML: {err}.\nHint: fix the syntax at "
+                            "that line and column (strings need quotes, tables [name], arrays of "
+                            "tables [[tables]]).") from None
+    return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest())
+
+
+def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
+               path: Path | None = None, sha256: str | None = None) -> ReleaseSpec:
+    """Validate an already parsed spec (a dict as ``tomllib`` returns it).
+
+    Nothing of the confidential input is read (it need not exist yet); the public metadata
+    files it names (hierarchies, domain files, allowed keys) are read and checked.
+
+    Args:
+        data: The parsed TOML.
+        base_dir: Folder that relative paths are resolved against.
+        path: The spec file, if any.
+        sha256: Hash of the file bytes, if any (else computed from canonical JSON of ``data``).
+
+    Returns:
+        The validated :class:`ReleaseSpec`.
+
+    Raises:
+        SpecError: Any schema violation, with its key path.
+
+    Example:
+        >>> from pathlib import Path
+        >>> import tabdp
+        >>> data_dir = Path(tabdp.__file__).parents[1] / "data"
+        >>> spec = parse_spec({
+        ...     "release": {"name": "demo"},
+        ...     "input": {"path": "cbp_sample.parquet", "unit": "estab_id"},
+        ...     "hierarchies": {"geo": {"file": "hierarchies/geography.csv",
+        ...                             "levels": ["state", "county"]}},
+        ...     "output": {"public": "/tmp/demo/public", "confidential": "/tmp/demo/conf"},
+        ...     "tables": [{"name": "estabs", "kind": "count", "by": ["county"],
+        ...                 "rollups": [{"by": ["state"]}, {"by": [], "direct": True}]}],
+        ... }, base_dir=data_dir)
+        >>> spec.input.path == data_dir / "cbp_sample.parquet"
+        True
+        >>> table = spec.tables[0]
+        >>> table.mechanism, [r.label for r in table.rollups], table.rollups[0].maps
+        (DiscreteGaussian(sigma=2.0), ['state', 'national'], {'state': ('geo', 'county')})
+        >>> spec.domains["state"].len(), spec.domains["county"].len()
+        (10, 300)
+        >>> data = dict(spec.raw, release={"name": "demo", "level": 1.5})
+        >>> parse_spec(data, base_dir=data_dir)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.SpecError: release.level: the confidence level must be a finite ...
+        Hint: e.g. level = 0.9 for 90% margins of error.
+    """
+    base = Path(os.path.abspath(Path(base_dir).expanduser()))
+    if not isinstance(data, Mapping):
+        _fail("", f"a release spec must be a table; got {_show(data)} ({_tname(data)}).",
+              "pass the dict tomllib returns.")
+    if sha256 is None:
+        canonical = json.dumps(data, sort_keys=True, default=str)
+        sha256 = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    d = _table(data, "", allowed=_ROOT_KEYS, required=_ROOT_REQUIRED)
+    release = _parse_release(d["release"])
+    inp = _parse_input(d["input"], base)
+    domains = _parse_domains(d["domains"], base) if "domains" in d else {}
+    hierarchies = (_parse_hierarchies(d["hierarchies"], base, domains)
+                   if "hierarchies" in d else {})
+    budget = _parse_budget(d["budget"]) if "budget" in d else None
+    seed = _parse_seed(d["randomness"]) if "randomness" in d else None
+    output = _parse_output(d["output"], base)
+    publication = (_parse_publication(d["publication"], "publication", Publication())
+                   if "publication" in d else Publication())
+    plan = _parse_plan(d["plan"]) if "plan" in d else PlanSpec()
+    raw_tables = d.get("tables")
+    if not isinstance(raw_tables, list) or not raw_tables:
+        got = "nothing" if raw_tables is None else f"{_show(raw_tables)} ({_tname(raw_tables)})"
+        _fail("tables", f"a release needs at least one [[tables]] entry; got {got}.",
+              'add [[tables]] with name = "...", measures = [...], by = [...] and a mechanism.')
+    tables: list[TableSpec] = []
+    names: dict[str, int] = {}
+    for i, raw in enumerate(raw_tables):
+        table = _parse_table(raw, i, base, release, inp, domains, hierarchies, publication)
+        if table.name in names:
+            _fail(f"tables[{i}].name", f"table name {table.name!r} is already used by "
+                                       f"tables[{names[table.name]}].",
+                  "give every table a unique name (it names the output files).")
+        names[table.name] = i
+        tables.append(table)
+    return ReleaseSpec(path=path, sha256=sha256, raw=copy.deepcopy(dict(data)), release=release,
+                       input=inp, domains=domains, hierarchies=hierarchies, budget=budget,
+                       seed=seed, output=output, publication=publication, plan=plan,
+                       tables=tuple(tables))

@@ -1,0 +1,371 @@
+"""The ``tabdp`` command and the release workflow: every command and exit code, atomic outputs,
+and the public folder's independence from the confidential data (bit-for-bit)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import cli
+from tabdp.release import runner as runner_mod
+from tabdp.synth import generate_establishments
+
+ROOT = Path(tabdp.__file__).resolve().parents[1]
+HIER = ROOT / "data" / "hierarchies"
+
+SPEC = """
+[release]
+name = "test_release"
+title = "Test release"
+level = 0.9
+delta = 1e-9
+
+[input]
+path = "{data}"
+unit = "estab_id"
+negatives = "{negatives}"
+
+[hierarchies.geo]
+file = "{hier}/geography.csv"
+levels = ["state", "county"]
+
+[hierarchies.industry]
+file = "{hier}/naics.csv"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+
+{budget}
+
+[randomness]
+seed = {seed}
+
+[output]
+public = "{out}/public"
+confidential = "{out}/confidential"
+plan = "{out}/plan"
+
+[publication]
+cv_flag = 0.3
+negative = "flag"
+
+[[tables]]
+name = "county_naics2"
+measures = ["payroll", "employment"]
+by = ["county", "naics2"]
+mechanism = {{ family = "log", sigma = 0.3, offset = 1000.0 }}
+grid = {{ payroll = 0.001, employment = 0.001 }}
+
+[[tables.rollups]]
+by = ["state", "naics2"]
+
+[[tables.rollups]]
+by = []
+
+[[tables]]
+name = "estabs"
+kind = "count"
+by = ["state", "naics6"]
+mechanism = {{ family = "gaussian", sigma = 2.0 }}
+
+[[tables.rollups]]
+by = ["state", "naics2"]
+
+[[tables.rollups]]
+by = ["naics2"]
+direct = true
+
+[[tables]]
+name = "national_revenue"
+measures = ["revenue"]
+by = []
+mechanism = {{ family = "gaussian", sigma = 1e8 }}
+"""
+
+
+def write_spec(tmp: Path, data: Path, out: Path, *, negatives: str = "error",
+               budget: str = "", seed: int = 7, name: str = "release.toml") -> Path:
+    text = SPEC.format(data=data.as_posix(), hier=HIER.as_posix(), out=out.as_posix(),
+                       negatives=negatives, budget=budget, seed=seed)
+    path = tmp / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("data")
+    a, b = d / "a.parquet", d / "b.parquet"
+    generate_establishments(3000, seed=11).write_parquet(a)
+    generate_establishments(4000, seed=12).write_parquet(b)
+    return a, b
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name or ".old-" in p.name)
+
+
+# -- validate / plan ---------------------------------------------------------------------------
+
+def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, tmp_path / "does-not-exist.parquet", tmp_path / "out")
+    code, out, err = run("validate", str(spec))
+    assert code == 0, err
+    assert "valid" in out and "3 table(s)" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_validate_reports_the_key_path(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out")
+    spec.write_text(spec.read_text().replace("sigma = 0.3", "sigma = -0.3"))
+    code, _, err = run("validate", str(spec))
+    assert code == 2
+    assert "tables[0].mechanism" in err
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert run("frobnicate")[0] == 2
+    assert run("validate")[0] == 2
+    assert run("validate", str(tmp_path / "missing.toml"))[0] == 2
+    assert run("--version")[0] == 0
+
+
+def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, tmp_path / "does-not-exist.parquet", tmp_path / "out")
+    code, out, err = run("plan", str(spec))
+    assert code == 0, err
+    plan = json.loads((tmp_path / "out" / "plan" / "plan.json").read_text())
+    assert plan["kind"] == "plan"
+    assert [t["name"] for t in plan["tables"]] == ["county_naics2", "estabs", "national_revenue"]
+    # counts are released with exact integer noise
+    assert plan["tables"][1]["mechanism"]["class"] == "DiscreteGaussian"
+    sizes = [r["delta"] for r in plan["total_policy_curve"]]
+    assert sizes == [10.0 ** k for k in range(9)]
+    # the direct national release of estabs by naics2 is charged in the total
+    est = plan["tables"][1]
+    g = tabdp.mechanisms.DiscreteGaussian(2.0)
+    assert est["table_policy_curve_with_direct_rollups"][0]["rho"] == pytest.approx(
+        2 * float(g.rho(1.0)))
+    assert "<figure id=\"plot-loss\"" in (tmp_path / "out" / "plan" / "plan.html").read_text()
+    assert "Total rho per unit" in out
+    # a second plan into the same folder needs --overwrite
+    assert run("plan", str(spec))[0] == 2
+    assert run("plan", str(spec), "--overwrite")[0] == 0
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    code, stdout, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    pub, conf = out / "public", out / "confidential"
+    names = sorted(p.name for p in pub.iterdir())
+    assert names == sorted([
+        "county_naics2.parquet", "county_naics2__state_naics2.parquet",
+        "county_naics2__national.parquet", "estabs.parquet", "estabs__state_naics2.parquet",
+        "estabs__naics2.parquet", "estabs__naics2_direct.parquet", "national_revenue.parquet",
+        "manifest.json", "summary.json", "summary.html"])
+    assert sorted(p.name for p in conf.iterdir()) == [
+        "confidential.json", "confidential_report.html", "per_record_losses.parquet",
+        "worst_cells.parquet"]
+    assert leftovers(out) == []
+    t = pl.read_parquet(pub / "county_naics2.parquet")
+    assert t.columns == ["county", "naics2", "measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert t.height == 2 * 300 * 19
+    nat = pl.read_parquet(pub / "county_naics2__national.parquet")
+    assert nat.columns == ["measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert nat.height == 2
+    rev = pl.read_parquet(pub / "national_revenue.parquet")
+    assert rev.columns == ["measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert rev["sd"].to_list() == [1e8]
+    counts = pl.read_parquet(pub / "estabs.parquet")
+    est = counts["estimate"].to_numpy()
+    assert (est == est.round()).all()            # exact integer noise
+    per = pl.read_parquet(conf / "per_record_losses.parquet")
+    assert per.height == 3000
+    assert {"estab_id", "rho", "epsilon", "size", "epsilon_delta", "rho_county_naics2",
+            "rho_estabs", "rho_estabs__naics2", "rho_national_revenue"} <= set(per.columns)
+    manifest = json.loads((pub / "manifest.json").read_text())
+    assert manifest["spec"]["sha256"] and manifest["input"]["schema"]["estab_id"] == "Int64"
+    assert "NOT FOR PRODUCTION" in manifest["randomness"]
+    assert "Public outputs" in stdout
+    # the public summary holds no record-derived numbers
+    summary = (pub / "summary.json").read_text()
+    assert str(per["rho"].max()) not in summary
+
+
+def test_existing_output_needs_overwrite(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    assert run("run", str(spec), "--quiet")[0] == 0
+    before = (out / "public" / "estabs.parquet").read_bytes()
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 2 and "--overwrite" in err
+    assert (out / "public" / "estabs.parquet").read_bytes() == before
+    spec2 = write_spec(tmp_path, datasets[1], out, seed=8, name="r2.toml")
+    assert run("run", str(spec2), "--quiet", "--overwrite")[0] == 0
+    assert (out / "public" / "estabs.parquet").read_bytes() != before
+    assert leftovers(out) == []
+
+
+def test_budget_exceeded_exits_3(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out, budget="[budget]\nrho = 0.2")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 3, err
+    assert "budget" in err.lower()
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    code, _, err = run("run", str(write_spec(tmp_path, tmp_path / "nope.parquet", out)),
+                       "--quiet")
+    assert code == 4 and "input not found" in err
+    # a measure column missing from the data
+    df = pl.read_parquet(datasets[0]).drop("revenue")
+    p = tmp_path / "norev.parquet"
+    df.write_parquet(p)
+    code, _, err = run("run", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and "revenue" in err
+    # negative values refused by input.negatives = "error", accepted by "zero"
+    df = pl.read_parquet(datasets[0]).with_columns(
+        pl.when(pl.col("estab_id") == 5).then(-1.0).otherwise(pl.col("payroll")).alias("payroll"))
+    p = tmp_path / "neg.parquet"
+    df.write_parquet(p)
+    code, _, err = run("run", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and "negative" in err
+    assert not out.exists() or list(out.iterdir()) == []
+    code, _, err = run("run", str(write_spec(tmp_path, p, out, negatives="zero")), "--quiet")
+    assert code == 0, err
+    conf = json.loads((out / "confidential" / "confidential.json").read_text())
+    assert conf["negative_values_in_input"] == {"payroll": 1}
+    assert conf["releases"]["county_naics2"]["negatives"]["clipped"] == 1
+
+
+def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[Path, Path],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    data_before = datasets[0].read_bytes()
+    calls = {"n": 0}
+    real = runner_mod.publish
+
+    def flaky(*args, **kwargs):  # the third table fails after two were released
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("injected failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_mod, "publish", flaky)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 70 and "injected failure" in err and "bug" in err
+    assert not (out / "public").exists() and not (out / "confidential").exists()
+    assert leftovers(out) == [] if out.exists() else True
+    assert datasets[0].read_bytes() == data_before
+
+    # a failure while writing (after the public files were staged) also leaves nothing
+    monkeypatch.setattr(runner_mod, "publish", real)
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full (injected)")
+
+    import tabdp.report.html as html_mod
+    monkeypatch.setattr(html_mod, "render_confidential_html", broken)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 70 and "disk full" in err
+    assert not (out / "public").exists() and not (out / "confidential").exists()
+    assert leftovers(out) == []
+
+
+def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[Path, Path],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    assert run("run", str(spec), "--quiet")[0] == 0
+    before = (out / "public" / "summary.json").read_bytes()
+    import tabdp.report.html as html_mod
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(html_mod, "render_summary_html", broken)
+    assert run("run", str(spec), "--quiet", "--overwrite")[0] == 70
+    assert (out / "public" / "summary.json").read_bytes() == before
+    assert leftovers(out) == []
+
+
+# -- public folder independent of the data ------------------------------------------------------
+
+ESTIMATE_DERIVED = ("estimate", "cv", "flag")
+
+
+def test_public_folder_is_bit_for_bit_data_independent(
+        tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same spec on two different datasets: every public file is identical byte for byte,
+    except the tables' noisy estimates and the columns computed from them (cv, flags, and the
+    plug-in sd / moe of transformation mechanisms)."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    folders = []
+    for i, data in enumerate(datasets):
+        # the same spec file (same hash): the input path points at a copy of each dataset
+        work = tmp_path / f"run{i}"
+        work.mkdir()
+        (work / "input.parquet").write_bytes(data.read_bytes())
+        spec = write_spec(work, Path("input.parquet"), Path("out"), seed=5)
+        assert run("run", str(spec), "--quiet")[0] == 0
+        folders.append(work / "out" / "public")
+    a, b = folders
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    plug_in = {"county_naics2.parquet", "county_naics2__state_naics2.parquet",
+               "county_naics2__national.parquet"}
+    for name in names:
+        if not name.endswith(".parquet"):
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+            continue
+        ta, tb = pl.read_parquet(a / name), pl.read_parquet(b / name)
+        assert ta.schema == tb.schema, name
+        skip = set(ESTIMATE_DERIVED) | ({"sd", "moe"} if name in plug_in else set())
+        keep = [c for c in ta.columns if c not in skip]
+        assert ta.select(keep).equals(tb.select(keep)), name
+        assert not ta["estimate"].equals(tb["estimate"]), name
+    # and the confidential folders differ (they are record-derived)
+    ca = (a.parent / "confidential" / "per_record_losses.parquet").read_bytes()
+    cb = (b.parent / "confidential" / "per_record_losses.parquet").read_bytes()
+    assert ca != cb
+
+
+# -- demo and the installed command --------------------------------------------------------------
+
+def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
+    code, out, err = run("demo", "--out", str(tmp_path / "demo"), "--quiet")
+    assert code == 0, err
+    assert (tmp_path / "demo" / "public" / "summary.html").exists()
+    assert "Confidential outputs" in out
+
+
+def test_console_script_is_installed(tmp_path: Path) -> None:
+    exe = Path(sys.executable).parent / "tabdp"
+    assert exe.exists(), "pyproject's [project.scripts] entry point is not installed"
+    spec = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out")
+    res = subprocess.run([str(exe), "validate", str(spec)], capture_output=True, text=True,
+                         env={**os.environ}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    bad = subprocess.run([str(exe), "run", str(tmp_path / "missing.toml")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2

@@ -1,0 +1,636 @@
+"""Release specs: TOML loading, strict validation, and a precise error for every bad entry."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp.exceptions import SpecError
+from tabdp.mechanisms import DiscreteGaussian, LogTransform, VectorSubbotin
+from tabdp.release.spec import (
+    Publication,
+    ReleaseSpec,
+    load_spec,
+    parse_spec,
+)
+
+ROOT = Path(tabdp.__file__).parents[1]
+GEO = ROOT / "data" / "hierarchies" / "geography.csv"
+NAICS = ROOT / "data" / "hierarchies" / "naics.csv"
+EXAMPLE = ROOT / "examples" / "cbp_release.toml"
+
+VALID_TOML = f"""
+[release]
+name = "cbp_test"
+title = "Test release"
+level = 0.9
+delta = 1e-9
+
+[input]
+path = "data/cbp.parquet"
+unit = "estab_id"
+nulls = "zero"
+negatives = "allow"
+
+[domains]
+size_class = ["small", "large"]
+year = [2024, 2025]
+code = {{ file = "codes.csv" }}
+
+[hierarchies.geo]
+file = "{GEO}"
+levels = ["state", "county"]
+
+[hierarchies.industry]
+file = "{NAICS}"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+
+[budget]
+rho = {{ "1e3" = 0.5, "1e7" = 10 }}
+
+[randomness]
+seed = 42
+
+[output]
+public = "out/public"
+confidential = "out/confidential"
+
+[publication]
+cv_flag = 0.25
+suppress_cv = 1.0
+negative = "clamp"
+
+[plan]
+cell_totals = [10, 1e3]
+record_sizes = [1, 100.0]
+
+[[tables]]
+name = "county_naics2"
+measures = ["payroll", "employment"]
+by = ["county", "naics2"]
+mechanism = {{ family = "log", sigma = 0.5, offset = 1000 }}
+grid = {{ payroll = 0.01, employment = 0.001 }}
+publication = {{ cv_flag = false, round = {{ payroll = 1000.0 }} }}
+
+[[tables.rollups]]
+by = ["state", "naics2"]
+
+[[tables.rollups]]
+by = ["naics2"]
+
+[[tables.rollups]]
+by = []
+direct = true
+
+[[tables]]
+name = "estabs"
+kind = "count"
+by = ["state", "size_class"]
+grid = {{ count = 5 }}
+
+[[tables]]
+name = "payroll_naics6"
+measures = ["payroll"]
+by = ["state", "naics6"]
+nulls = "drop"
+calibrate = {{ family = "log", targets = {{ "1e4" = 0.5, "1e8" = 20.0 }}, typical_total = 1e7 }}
+
+[[tables]]
+name = "allowed_only"
+measures = ["payroll", "employment"]
+by = ["code", "year"]
+keys = {{ file = "keys.csv" }}
+mechanism = {{ family = "vector_subbotin", r = 2, scale = 3.0, weights = {{ payroll = 1000.0 }} }}
+grid = 10
+
+[[tables.rollups]]
+by = ["code"]
+"""
+
+
+def _write_metadata(folder: Path) -> None:
+    """Domain and keys files used by the valid spec and the error cases."""
+    (folder / "codes.csv").write_text("code\n01\n02\n01\n03\n")
+    (folder / "keys.csv").write_text("year,code\n2024,01\n2025,02\n")
+    (folder / "keys_wrong.csv").write_text("code\n01\n")
+    (folder / "keys_dup.csv").write_text("county,naics2\n01001,11\n01001,11\n")
+    (folder / "keys_outside.csv").write_text("county,naics2\n99999,11\n")
+    (folder / "hier_bad.csv").write_text("state,county\n01,01001\n02,01001\n02,02001\n")
+    (folder / "hier_null.csv").write_text("state,county\n01,01001\n,01003\n")
+    (folder / "hier_empty.csv").write_text("state,county\n")
+    (folder / "codes.txt").write_text("code\n01\n")
+
+
+@pytest.fixture(scope="module")
+def meta(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the public metadata files (shared by all tests of the module)."""
+    folder = tmp_path_factory.mktemp("spec_meta")
+    _write_metadata(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def valid_spec(meta: Path) -> ReleaseSpec:
+    """The valid TOML spec, written next to its metadata files and loaded."""
+    path = meta / "release.toml"
+    path.write_text(VALID_TOML)
+    return load_spec(path)
+
+
+# -- a valid spec -------------------------------------------------------------------------------
+def test_sections(valid_spec: ReleaseSpec, meta: Path) -> None:
+    """Release, input, budget, seed, output, publication and plan of a valid TOML spec."""
+    spec = valid_spec
+    assert spec.path == meta / "release.toml"
+    assert spec.sha256 == hashlib.sha256((meta / "release.toml").read_bytes()).hexdigest()
+    assert spec.raw["release"]["name"] == "cbp_test"
+    assert spec.release.name == "cbp_test" and spec.release.title == "Test release"
+    assert spec.release.description == "" and spec.release.level == 0.9
+    assert spec.release.delta == 1e-9
+    inp = spec.input
+    assert inp.path == meta / "data" / "cbp.parquet" and inp.path.is_absolute()
+    assert inp.source == str(meta / "data" / "cbp.parquet")
+    assert (inp.unit, inp.nulls, inp.negatives, inp.hive_partitioning) == (
+        "estab_id", "zero", "allow", None)
+    assert spec.budget is not None and spec.budget.rho == {1e3: 0.5, 1e7: 10.0}
+    assert all(isinstance(k, float) and isinstance(v, float)
+               for k, v in spec.budget.rho.items())
+    assert spec.seed == 42
+    assert spec.output.public == meta / "out" / "public"
+    assert spec.output.confidential == meta / "out" / "confidential"
+    assert spec.output.plan == meta / "out" / "plan"
+    assert spec.publication == Publication(cv_flag=0.25, suppress_cv=1.0, negative="clamp")
+    assert spec.plan.cell_totals == (10.0, 1000.0) and spec.plan.record_sizes == (1.0, 100.0)
+
+
+def test_domains_and_hierarchies(valid_spec: ReleaseSpec) -> None:
+    """Inline, file and hierarchy domains; mappings keep codes as strings."""
+    spec = valid_spec
+    assert spec.domains["size_class"].to_list() == ["small", "large"]
+    assert spec.domains["year"].dtype == pl.Int64
+    code = spec.domains["code"]
+    assert code.name == "code" and code.to_list() == ["01", "02", "03"]
+    geo = spec.hierarchies["geo"]
+    assert geo.file == GEO and geo.levels == ("state", "county")
+    assert geo.mapping.columns == ["state", "county"] and geo.mapping.height == 300
+    assert geo.mapping.schema["county"] == pl.String
+    state = spec.domains["state"]
+    assert state.name == "state" and state.len() == 10 and state.to_list() == sorted(state)
+    assert state[0] == "01"
+    assert spec.domains["county"].len() == 300
+    industry = spec.hierarchies["industry"]
+    assert industry.mapping.columns == ["naics2", "naics3", "naics4", "naics6"]
+    assert spec.domains["naics2"].len() == 19 and spec.domains["naics6"].len() == 301
+
+
+def test_tables(valid_spec: ReleaseSpec, meta: Path) -> None:
+    """Fixed, default, calibrated and vector mechanisms, grids, overrides and rollups."""
+    pay, cnt, cal, allowed = valid_spec.tables
+    assert (pay.name, pay.kind, pay.measures, pay.by) == (
+        "county_naics2", "sum", ("payroll", "employment"), ("county", "naics2"))
+    assert pay.mechanism == LogTransform(sigma=0.5, offset=1000.0)
+    assert pay.raw_mechanism == {"family": "log", "sigma": 0.5, "offset": 1000}
+    assert pay.calibration is None and pay.keys_file is None
+    assert pay.grid == {"payroll": 0.01, "employment": 0.001}
+    assert pay.nulls == "zero"  # input default
+    assert pay.publication == Publication(cv_flag=None, suppress_cv=1.0, negative="clamp",
+                                          round={"payroll": 1000.0})
+    r0, r1, r2 = pay.rollups
+    assert (r0.by, r0.direct, dict(r0.maps)) == (
+        ("state", "naics2"), False, {"state": ("geo", "county")})
+    assert (r1.by, r1.direct, dict(r1.maps), r1.label) == (("naics2",), False, {}, "naics2")
+    assert (r2.by, r2.direct, r2.label) == ((), True, "national")
+
+    assert (cnt.kind, cnt.measures, cnt.by) == ("count", (), ("state", "size_class"))
+    assert cnt.mechanism == DiscreteGaussian(sigma=2.0)
+    assert cnt.raw_mechanism == {"family": "discrete_gaussian", "sigma": 2.0}
+    assert cnt.grid == {"count": 5.0} and cnt.rollups == ()
+
+    assert cal.nulls == "drop" and cal.calibration is not None
+    assert cal.calibration == {"family": "log", "targets": {1e4: 0.5, 1e8: 20.0},
+                               "typical_total": 1e7, "fixed": {}, "objective": "auto"}
+    assert isinstance(cal.mechanism, LogTransform)
+    for size, target in cal.calibration["targets"].items():
+        assert float(cal.mechanism.rho(size)) <= target * (1 + 1e-12)
+    assert cal.raw_mechanism["family"] == "log"
+    assert cal.raw_mechanism["sigma"] == cal.mechanism.params()["sigma"]
+
+    assert allowed.keys_file == meta / "keys.csv"
+    assert isinstance(allowed.mechanism, VectorSubbotin)
+    assert allowed.mechanism.weights == {"payroll": 1000.0}
+    assert allowed.grid == 10.0
+    assert allowed.rollups[0].by == ("code",) and dict(allowed.rollups[0].maps) == {}
+
+
+def test_rollup_through_hierarchy_picks_finest_level(meta: Path) -> None:
+    """A derived rollup column maps from the finest level in by."""
+    data = _base()
+    data["tables"] = [{"name": "t", "kind": "count", "by": ["naics4", "naics2", "county"],
+                       "rollups": [{"by": ["naics3", "state"]}, {"by": ["naics2"]}]}]
+    table = parse_spec(data, meta).tables[0]
+    assert dict(table.rollups[0].maps) == {"naics3": ("industry", "naics4"),
+                                           "state": ("geo", "county")}
+    assert dict(table.rollups[1].maps) == {}
+
+
+def test_rollup_skips_hierarchy_levels(meta: Path) -> None:
+    """A rollup may skip intermediate levels (naics6 -> naics3)."""
+    data = _base()
+    data["tables"] = [{"name": "t", "kind": "count", "by": ["naics6"],
+                       "rollups": [{"by": ["naics3"]}]}]
+    assert dict(parse_spec(data, meta).tables[0].rollups[0].maps) == {
+        "naics3": ("industry", "naics6")}
+
+
+def test_input_folder_glob_and_hierarchy_parquet(meta: Path, tmp_path: Path) -> None:
+    """Folder and glob inputs become scan sources; Parquet mappings work."""
+    (tmp_path / "parts").mkdir()
+    pl.read_csv(GEO, infer_schema=False).write_parquet(tmp_path / "geo.parquet")
+    data = _base()
+    data["input"] = {"path": "parts", "hive_partitioning": True}
+    data["hierarchies"]["geo"]["file"] = "geo.parquet"
+    spec = parse_spec(data, tmp_path)
+    assert spec.input.source == f"{tmp_path / 'parts'}/**/*.parquet"
+    assert spec.input.hive_partitioning is True and spec.input.unit is None
+    assert spec.hierarchies["geo"].file == tmp_path / "geo.parquet"
+    assert spec.domains["state"].len() == 10
+    data["input"] = {"path": str(tmp_path / "parts" / "*.parquet")}
+    assert parse_spec(data, tmp_path).input.source == str(tmp_path / "parts" / "*.parquet")
+
+
+def test_defaults_and_dict_hash(meta: Path) -> None:
+    """Omitted sections take their defaults; a dict's hash is deterministic."""
+    data = _base()
+    spec = parse_spec(data, meta)
+    assert spec.path is None and len(spec.sha256) == 64
+    assert parse_spec(copy.deepcopy(data), meta).sha256 == spec.sha256
+    assert spec.budget is None and spec.seed is None
+    assert spec.publication == Publication() and spec.plan.record_sizes[-1] == 1e8
+    assert spec.release.level == 0.9 and spec.release.delta is None
+    assert spec.input.nulls == "error" and spec.input.negatives == "error"
+    data["budget"] = {"rho": 2}
+    assert parse_spec(data, meta).budget.rho == 2.0  # type: ignore[union-attr]
+
+
+def test_shipped_example_validates() -> None:
+    """examples/cbp_release.toml (make demo, README) is a valid spec."""
+    spec = load_spec(EXAMPLE)
+    assert spec.release.name == "cbp_sample_2026"
+    assert spec.input.path == ROOT / "data" / "cbp_sample.parquet"
+    assert [t.name for t in spec.tables] == [
+        "county_naics2_payroll", "county_naics2_employment", "county_naics2_estabs",
+        "state_naics6_payroll"]
+    assert spec.tables[3].calibration is not None
+    assert spec.tables[3].rollups[-1].direct
+    assert spec.output.public == ROOT / "out" / "cbp_release" / "public"
+
+
+# -- every error path ---------------------------------------------------------------------------
+def _base() -> dict[str, Any]:
+    """A minimal valid spec as a dict (relative files resolve against the ``meta`` folder)."""
+    return {
+        "release": {"name": "r"},
+        "input": {"path": "data.parquet"},
+        "domains": {"size_class": ["small", "large"]},
+        "hierarchies": {
+            "geo": {"file": str(GEO), "levels": ["state", "county"]},
+            "industry": {"file": str(NAICS), "levels": ["naics2", "naics3", "naics4", "naics6"]},
+        },
+        "output": {"public": "out/public", "confidential": "out/confidential"},
+        "tables": [
+            {"name": "pay", "measures": ["payroll", "employment"], "by": ["county", "naics2"],
+             "mechanism": {"family": "log", "sigma": 0.5, "offset": 1000.0},
+             "rollups": [{"by": ["state", "naics2"]}, {"by": []}]},
+            {"name": "cnt", "kind": "count", "by": ["state"]},
+            {"name": "cal", "measures": ["payroll"], "by": ["state"],
+             "calibrate": {"family": "log", "targets": {"1e4": 0.5}, "typical_total": 1e6}},
+        ],
+    }
+
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def _set(path: str, value: Any) -> Mutation:
+    """Set (or, for value ``_DEL``, delete) the entry at a dotted path with [i] indices."""
+
+    def apply(data: dict[str, Any]) -> None:
+        node: Any = data
+        parts = path.replace("[", ".[").split(".")
+        for part in parts[:-1]:
+            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+        last = parts[-1]
+        key: Any = int(last[1:-1]) if last.startswith("[") else last
+        if value is _DEL:
+            del node[key]
+        else:
+            node[key] = value
+
+    return apply
+
+
+_DEL = object()
+
+T0, T1, T2 = "tables[0]", "tables[1]", "tables[2]"
+
+# (id, mutation, expected SpecError.path, a string the message must contain)
+ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
+    # unknown keys at every level
+    ("root-unknown", _set("tabels", []), "tabels", "'tabels'"),
+    ("release-unknown", _set("release.nmae", "x"), "release.nmae", "'name'"),
+    ("input-unknown", _set("input.unti", "id"), "input.unti", "'unit'"),
+    ("domain-file-unknown", _set("domains.size_class", {"file": "codes.csv", "col": "code"}),
+     "domains.size_class.col", "'col'"),
+    ("hierarchy-unknown", _set("hierarchies.geo.lvls", ["state"]), "hierarchies.geo.lvls",
+     "'lvls'"),
+    ("budget-unknown", _set("budget", {"rh": 1.0}), "budget.rh", "'rh'"),
+    ("randomness-unknown", _set("randomness", {"sed": 1}), "randomness.sed", "'sed'"),
+    ("output-unknown", _set("output.publc", "x"), "output.publc", "'publc'"),
+    ("publication-unknown", _set("publication", {"cv": 0.3}), "publication.cv", "'cv'"),
+    ("plan-unknown", _set("plan", {"sizes": [1]}), "plan.sizes", "'sizes'"),
+    ("table-unknown", _set(f"{T0}.measure", ["x"]), f"{T0}.measure", "'measures'"),
+    ("rollup-unknown", _set(f"{T0}.rollups[1].directly", True), f"{T0}.rollups[1].directly",
+     "'direct'"),
+    ("mechanism-unknown-param", _set(f"{T0}.mechanism.sigm", 1.0), f"{T0}.mechanism.sigm",
+     "'sigma'"),
+    ("calibrate-unknown", _set(f"{T2}.calibrate.target", {}), f"{T2}.calibrate.target",
+     "'targets'"),
+    ("table-publication-unknown", _set(f"{T0}.publication", {"cv": 1}),
+     f"{T0}.publication.cv", "'cv'"),
+    ("keys-unknown", _set(f"{T0}.keys", {"path": "keys.csv"}), f"{T0}.keys.path", "'path'"),
+    # missing required entries
+    ("missing-release", _set("release", _DEL), "", "'release'"),
+    ("missing-name", _set("release.name", _DEL), "release", "'name'"),
+    ("missing-input-path", _set("input.path", _DEL), "input", "'path'"),
+    ("missing-output", _set("output.public", _DEL), "output", "'public'"),
+    ("missing-tables", _set("tables", _DEL), "tables", "nothing"),
+    ("empty-tables", _set("tables", []), "tables", "[]"),
+    ("tables-not-array", _set("tables", {"name": "t"}), "tables", "'name'"),
+    ("missing-table-name", _set(f"{T0}.name", _DEL), T0, "'name'"),
+    ("missing-by", _set(f"{T0}.by", _DEL), T0, "'by'"),
+    ("missing-measures", _set(f"{T0}.measures", _DEL), T0, "'measures'"),
+    ("missing-mechanism", _set(f"{T0}.mechanism", _DEL), T0, "neither"),
+    ("missing-rollup-by", _set(f"{T0}.rollups[0]", {"direct": True}), f"{T0}.rollups[0]",
+     "'by'"),
+    # release
+    ("name-type", _set("release.name", 3), "release.name", "3"),
+    ("name-chars", _set("release.name", "my release!"), "release.name", "'my release!'"),
+    ("title-type", _set("release.title", ["t"]), "release.title", "['t']"),
+    ("level-string", _set("release.level", "0.9"), "release.level", "'0.9'"),
+    ("level-bool", _set("release.level", True), "release.level", "True"),
+    ("level-one", _set("release.level", 1), "release.level", "1"),
+    ("delta-zero", _set("release.delta", 0.0), "release.delta", "0.0"),
+    # input
+    ("input-path-type", _set("input.path", ["a.parquet"]), "input.path", "['a.parquet']"),
+    ("input-nulls", _set("input.nulls", "ignore"), "input.nulls", "'ignore'"),
+    ("input-negatives", _set("input.negatives", "clip"), "input.negatives", "'clip'"),
+    ("input-hive", _set("input.hive_partitioning", "yes"), "input.hive_partitioning", "'yes'"),
+    ("input-unit-empty", _set("input.unit", ""), "input.unit", "''"),
+    ("input-not-table", _set("input", "data.parquet"), "input", "'data.parquet'"),
+    # domains
+    ("domain-empty", _set("domains.size_class", []), "domains.size_class", "[]"),
+    ("domain-duplicate", _set("domains.size_class", ["a", "b", "a"]), "domains.size_class",
+     "'a'"),
+    ("domain-mixed", _set("domains.size_class", ["a", 1]), "domains.size_class", "1"),
+    ("domain-float", _set("domains.size_class", [1.5]), "domains.size_class[0]", "1.5"),
+    ("domain-bool-int", _set("domains.size_class", [True, 1]), "domains.size_class", "True"),
+    ("domain-type", _set("domains.size_class", "small"), "domains.size_class", "'small'"),
+    ("domain-file-missing", _set("domains.size_class", {"file": "nope.csv"}),
+     "domains.size_class.file", "nope.csv"),
+    ("domain-file-column", _set("domains.size_class", {"file": "codes.csv", "column": "cd"}),
+     "domains.size_class.column", "'cd'"),
+    ("domain-file-suffix", _set("domains.size_class", {"file": "codes.txt"}),
+     "domains.size_class.file", "'.txt'"),
+    ("domains-not-table", _set("domains", ["a"]), "domains", "['a']"),
+    # hierarchies
+    ("hierarchy-missing-file", _set("hierarchies.geo.file", "missing.csv"),
+     "hierarchies.geo.file", "missing.csv"),
+    ("hierarchy-missing-column", _set("hierarchies.geo.levels", ["region", "county"]),
+     "hierarchies.geo.levels", "'region'"),
+    ("hierarchy-not-functional", _set("hierarchies.geo.file", "hier_bad.csv"),
+     "hierarchies.geo.file", "'01001'"),
+    ("hierarchy-nulls", _set("hierarchies.geo.file", "hier_null.csv"), "hierarchies.geo.file",
+     "null"),
+    ("hierarchy-empty", _set("hierarchies.geo.file", "hier_empty.csv"), "hierarchies.geo.file",
+     "hier_empty.csv"),
+    ("hierarchy-duplicate-level", _set("hierarchies.geo.levels", ["state", "state"]),
+     "hierarchies.geo.levels", "'state'"),
+    ("hierarchy-empty-levels", _set("hierarchies.geo.levels", []), "hierarchies.geo.levels",
+     "[]"),
+    ("hierarchy-level-in-domains", _set("domains.state", ["01"]), "hierarchies.geo.levels",
+     "'state'"),
+    ("hierarchy-level-twice", _set("hierarchies.geo2", {"file": str(GEO), "levels": ["state"]}),
+     "hierarchies.geo2.levels", "'state'"),
+    ("hierarchy-name", _set("hierarchies.geo-x", {"file": str(GEO), "levels": ["state"]}),
+     "hierarchies.geo-x", "'geo-x'"),
+    ("hierarchy-missing-levels", _set("hierarchies.geo", {"file": str(GEO)}),
+     "hierarchies.geo", "'levels'"),
+    # budget
+    ("budget-zero", _set("budget", {"rho": 0}), "budget.rho", "0"),
+    ("budget-string", _set("budget", {"rho": "big"}), "budget.rho", "'big'"),
+    ("budget-empty-curve", _set("budget", {"rho": {}}), "budget.rho", "{}"),
+    ("budget-bad-size", _set("budget", {"rho": {"1e3": 1.0, "abc": 2.0}}), "budget.rho.abc",
+     "'abc'"),
+    ("budget-quoted-size", _set("budget", {"rho": {"1.5x": 1.0}}), 'budget.rho."1.5x"',
+     "'1.5x'"),
+    ("budget-negative-size", _set("budget", {"rho": {"-5": 1.0}}), "budget.rho.-5", "'-5'"),
+    ("budget-bad-rho", _set("budget", {"rho": {"1e3": 1.0, "1e7": -1}}), "budget.rho.1e7",
+     "-1"),
+    ("budget-duplicate-size", _set("budget", {"rho": {"1e3": 1.0, "1000": 2.0}}),
+     "budget.rho.1000", "'1000'"),
+    # randomness
+    ("seed-negative", _set("randomness", {"seed": -1}), "randomness.seed", "-1"),
+    ("seed-bool", _set("randomness", {"seed": True}), "randomness.seed", "True"),
+    ("seed-float", _set("randomness", {"seed": 1.5}), "randomness.seed", "1.5"),
+    # output
+    ("output-same", _set("output.confidential", "out/public"), "output.confidential",
+     "out/public"),
+    ("output-nested", _set("output.confidential", "out/public/conf"), "output.confidential",
+     "out/public/conf"),
+    ("output-public-inside", _set("output.public", "out/confidential/pub"),
+     "output.confidential", "out/confidential/pub"),
+    ("output-plan-overlap", _set("output.plan", "out/confidential/plan"), "output.plan",
+     "out/confidential/plan"),
+    ("output-type", _set("output.public", 5), "output.public", "5"),
+    # publication and plan
+    ("cv-zero", _set("publication", {"cv_flag": 0}), "publication.cv_flag", "0"),
+    ("cv-true", _set("publication", {"cv_flag": True}), "publication.cv_flag", "true"),
+    ("suppress-string", _set("publication", {"suppress_cv": "1"}), "publication.suppress_cv",
+     "'1'"),
+    ("negative-enum", _set("publication", {"negative": "hide"}), "publication.negative",
+     "'hide'"),
+    ("plan-empty", _set("plan", {"cell_totals": []}), "plan.cell_totals", "[]"),
+    ("plan-zero", _set("plan", {"record_sizes": [1, 0]}), "plan.record_sizes[1]", "0"),
+    ("plan-type", _set("plan", {"record_sizes": 10}), "plan.record_sizes", "10"),
+    # tables
+    ("table-not-table", _set(T0, "pay"), T0, "'pay'"),
+    ("table-name-chars", _set(f"{T0}.name", "pay-roll"), f"{T0}.name", "'pay-roll'"),
+    ("table-name-dunder", _set(f"{T0}.name", "pay__roll"), f"{T0}.name", "'pay__roll'"),
+    ("table-name-duplicate", _set(f"{T1}.name", "pay"), f"{T1}.name", "'pay'"),
+    ("kind", _set(f"{T0}.kind", "avg"), f"{T0}.kind", "'avg'"),
+    ("measures-empty", _set(f"{T0}.measures", []), f"{T0}.measures", "[]"),
+    ("measures-string", _set(f"{T0}.measures", "payroll"), f"{T0}.measures", "'payroll'"),
+    ("measures-duplicate", _set(f"{T0}.measures", ["payroll", "payroll"]), f"{T0}.measures",
+     "'payroll'"),
+    ("measures-item", _set(f"{T0}.measures", ["payroll", 1]), f"{T0}.measures[1]", "1"),
+    ("measures-on-count", _set(f"{T1}.measures", ["payroll"]), f"{T1}.measures", "['payroll']"),
+    ("by-string", _set(f"{T0}.by", "county"), f"{T0}.by", "'county'"),
+    ("by-duplicate", _set(f"{T0}.by", ["county", "county"]), f"{T0}.by", "'county'"),
+    ("by-no-domain", _set(f"{T0}.by", ["county", "sector"]), f"{T0}.by", "'sector'"),
+    ("by-is-measure", _set(f"{T0}.by", ["county", "payroll"]), f"{T0}.measures", "'payroll'"),
+    ("nulls-override", _set(f"{T0}.nulls", "skip"), f"{T0}.nulls", "'skip'"),
+    ("publication-override", _set(f"{T0}.publication", {"negative": "hide"}),
+     f"{T0}.publication.negative", "'hide'"),
+    # mechanisms
+    ("mechanism-family", _set(f"{T0}.mechanism.family", "lgo"), f"{T0}.mechanism.family",
+     "'lgo'"),
+    ("mechanism-class-name", _set(f"{T0}.mechanism.family", "LogTransform"),
+     f"{T0}.mechanism.family", "'log'"),
+    ("mechanism-no-family", _set(f"{T0}.mechanism.family", _DEL), f"{T0}.mechanism", "'family'"),
+    ("mechanism-missing-param", _set(f"{T0}.mechanism.offset", _DEL), f"{T0}.mechanism",
+     "'offset'"),
+    ("mechanism-bad-value", _set(f"{T0}.mechanism.sigma", -1.0), f"{T0}.mechanism.sigma",
+     "-1.0"),
+    ("mechanism-bad-type", _set(f"{T0}.mechanism.sigma", "big"), f"{T0}.mechanism.sigma",
+     "'big'"),
+    ("mechanism-not-table", _set(f"{T0}.mechanism", "log"), f"{T0}.mechanism", "'log'"),
+    ("mechanism-and-calibrate", _set(f"{T2}.mechanism", {"family": "gaussian", "sigma": 1}), T2,
+     "both"),
+    ("vector-on-count", _set(f"{T1}.mechanism", {"family": "vector_subbotin", "r": 2,
+                                                 "scale": 1.0}),
+     f"{T1}.mechanism.family", "'count'"),
+    ("vector-weight-not-measure", _set(f"{T0}.mechanism", {
+        "family": "vector_subbotin", "r": 2, "scale": 1.0, "weights": {"revenue": 2.0}}),
+     f"{T0}.mechanism.weights.revenue", "'revenue'"),
+    ("vector-bad-r", _set(f"{T0}.mechanism", {"family": "vector_subbotin", "r": 3,
+                                              "scale": 1.0}),
+     f"{T0}.mechanism.r", "r=3"),
+    ("vector-bad-weight", _set(f"{T0}.mechanism", {
+        "family": "vector_subbotin", "r": 2, "scale": 1.0, "weights": {"payroll": 0}}),
+     f"{T0}.mechanism.weights", "0"),
+    # calibrate
+    ("calibrate-family", _set(f"{T2}.calibrate.family", "discrete_gaussian"),
+     f"{T2}.calibrate.family", "'discrete_gaussian'"),
+    ("calibrate-targets-empty", _set(f"{T2}.calibrate.targets", {}), f"{T2}.calibrate.targets",
+     "{}"),
+    ("calibrate-target-key", _set(f"{T2}.calibrate.targets", {"big": 1.0}),
+     f"{T2}.calibrate.targets.big", "'big'"),
+    ("calibrate-target-value", _set(f"{T2}.calibrate.targets", {"1e4": 0}),
+     f"{T2}.calibrate.targets.1e4", "0"),
+    ("calibrate-typical", _set(f"{T2}.calibrate.typical_total", -1),
+     f"{T2}.calibrate.typical_total", "-1"),
+    ("calibrate-missing-typical", _set(f"{T2}.calibrate.typical_total", _DEL), f"{T2}.calibrate",
+     "'typical_total'"),
+    ("calibrate-fixed-param", _set(f"{T2}.calibrate.fixed", {"k": 2}), f"{T2}.calibrate", "k"),
+    ("calibrate-fixed-range", _set(f"{T2}.calibrate.fixed", {"offset": -5.0}), f"{T2}.calibrate",
+     "-5"),
+    ("calibrate-fixed-type", _set(f"{T2}.calibrate.fixed", 3), f"{T2}.calibrate.fixed", "3"),
+    ("calibrate-objective", _set(f"{T2}.calibrate.objective", "best"),
+     f"{T2}.calibrate.objective", "'best'"),
+    # grid
+    ("grid-too-coarse-for-transformation", _set(f"{T0}.grid", 1000.0), f"{T0}.grid", "1000"),
+    ("round-not-measure", _set(f"{T0}.publication", {"round": {"revenue": 1.0}}),
+     f"{T0}.publication.round.revenue", "revenue"),
+    ("round-zero", _set(f"{T0}.publication", {"round": 0}), f"{T0}.publication.round", "0"),
+    ("round-table-global", _set("publication", {"round": {"payroll": 1.0}}),
+     "publication.round", "payroll"),
+    ("grid-zero", _set(f"{T0}.grid", 0), f"{T0}.grid", "0"),
+    ("grid-string", _set(f"{T0}.grid", "1000"), f"{T0}.grid", "'1000'"),
+    ("grid-not-measure", _set(f"{T0}.grid", {"revenue": 1.0}), f"{T0}.grid.revenue",
+     "'revenue'"),
+    ("grid-step", _set(f"{T0}.grid", {"payroll": -1.0}), f"{T0}.grid.payroll", "-1.0"),
+    ("grid-count-key", _set(f"{T1}.grid", {"payroll": 1.0}), f"{T1}.grid.payroll",
+     "'payroll'"),
+    # rollups
+    ("rollups-not-array", _set(f"{T0}.rollups", {"by": []}), f"{T0}.rollups", "{'by': []}"),
+    ("rollup-bad-column", _set(f"{T0}.rollups[0].by", ["region"]), f"{T0}.rollups[0].by",
+     "'region'"),
+    ("rollup-finer-level", _set(f"{T1}.rollups", [{"by": ["county"]}]), f"{T1}.rollups[0].by",
+     "'county'"),
+    ("rollup-equal-by", _set(f"{T0}.rollups[0].by", ["naics2", "county"]),
+     f"{T0}.rollups[0].by", "['naics2', 'county']"),
+    ("rollup-duplicate", _set(f"{T0}.rollups[1].by", ["naics2", "state"]),
+     f"{T0}.rollups[1].by", "['naics2', 'state']"),
+    ("rollup-duplicate-column", _set(f"{T0}.rollups[0].by", ["state", "state"]),
+     f"{T0}.rollups[0].by", "'state'"),
+    ("rollup-direct-type", _set(f"{T0}.rollups[0].direct", "yes"), f"{T0}.rollups[0].direct",
+     "'yes'"),
+    # allowed keys files
+    ("keys-missing-file", _set(f"{T0}.keys", {"file": "nokeys.csv"}), f"{T0}.keys.file",
+     "nokeys.csv"),
+    ("keys-wrong-columns", _set(f"{T0}.keys", {"file": "keys_wrong.csv"}), f"{T0}.keys.file",
+     "'code'"),
+    ("keys-duplicates", _set(f"{T0}.keys", {"file": "keys_dup.csv"}), f"{T0}.keys.file",
+     "'01001'"),
+    ("keys-outside-domain", _set(f"{T0}.keys", {"file": "keys_outside.csv"}),
+     f"{T0}.keys.file", "'99999'"),
+    ("keys-not-table", _set(f"{T0}.keys", "keys.csv"), f"{T0}.keys", "'keys.csv'"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "path", "needle"),
+                         [pytest.param(m, p, n, id=i) for i, m, p, n in ERROR_CASES])
+def test_errors(meta: Path, mutate: Mutation, path: str, needle: str) -> None:
+    """Each bad entry raises SpecError at its key path, with the value and a fix."""
+    data = _base()
+    mutate(data)
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta)
+    err = info.value
+    assert err.path == path, str(err)
+    message = str(err)
+    assert "Hint" in message or "fix" in message, message
+    assert needle in message, message
+    assert isinstance(err, ValueError) and isinstance(err, tabdp.TabdpError)
+    assert message.startswith(f"{path}: ") if path else True
+
+
+def test_not_a_mapping(meta: Path) -> None:
+    """parse_spec refuses a non-mapping."""
+    with pytest.raises(SpecError, match="must be a table") as info:
+        parse_spec(["release"], meta)  # type: ignore[arg-type]
+    assert info.value.path == ""
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    """A missing spec file is a SpecError naming the path."""
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path / "nope.toml")
+    assert info.value.path == ""
+    assert "not found" in str(info.value) and "nope.toml" in str(info.value)
+    assert "fix" in str(info.value)
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    """A TOML syntax error is a SpecError with the line."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[release]\nname = "x"\ntitle = unquoted words\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(bad)
+    assert info.value.path == ""
+    message = str(info.value)
+    assert "not valid TOML" in message and "line 3" in message and "Hint" in message
+
+
+def test_spec_folder_is_a_directory(tmp_path: Path) -> None:
+    """A folder given as the spec file is a SpecError."""
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path)
+    assert info.value.path == "" and "Hint" in str(info.value)
+
+
+def test_toml_error_paths_match_dict_paths(meta: Path) -> None:
+    """Errors in a TOML file carry the same key paths as dict input."""
+    text = VALID_TOML.replace("sigma = 0.5, offset = 1000", "sigma = 0.5, ofset = 1000")
+    (meta / "typo.toml").write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(meta / "typo.toml")
+    assert info.value.path == "tables[0].mechanism.ofset"
+    assert "'offset'" in str(info.value)
