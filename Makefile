@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo_release.py
+	$(BIN)/tabdp demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

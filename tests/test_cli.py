@@ -369,3 +369,25 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
     bad = subprocess.run([str(exe), "run", str(tmp_path / "missing.toml")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
+
+
+def _load_example(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_method_call_examples_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    table = _load_example("pandas_release").main(["--seed", "1"])
+    assert isinstance(table, pd.DataFrame) and len(table) == 300 * 19
+    assert {"payroll", "payroll_sd", "payroll_moe", "count"} <= set(table.columns)
+    assert (table["count"] == table["count"].round()).all()
+    out = _load_example("polars_release").main(["--seed", "1", "--out", str(tmp_path / "d")])
+    assert (out / "public" / "county_naics2.parquet").exists()
+    assert "Confidential outputs" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Demo: a county x sector release of payroll, employment and establishment counts.
+"""Method-call workflow from Polars: county x sector payroll, employment and establishment counts.
 
 Runs on the committed synthetic sample (``data/cbp_sample.parquet``) and writes
 
@@ -7,7 +7,7 @@ Runs on the committed synthetic sample (``data/cbp_sample.parquet``) and writes
 * ``out/demo/confidential/``: ``per_record_losses.parquet`` (each establishment's privacy loss)
   and ``confidential_summary.json``. These reveal record values: never publish them.
 
-Usage: ``python examples/demo_release.py [--data PATH] [--out DIR] [--seed N]``.
+Usage: ``python examples/polars_release.py [--data PATH] [--out DIR] [--seed N]``.
 """
 
 from __future__ import annotations
