@@ -158,6 +158,14 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
     g = tabdp.mechanisms.DiscreteGaussian(2.0)
     assert est["table_policy_curve_with_direct_rollups"][0]["rho"] == pytest.approx(
         2 * float(g.rho(1.0)))
+    # a count cell's sensitivity is the unit's rows there (plan.count_rows = 1), not its size
+    assert {r["rho"] for r in est["table_policy_curve"]} == {float(g.rho(1.0))}
+    assert plan["count_rows_assumed"] == 1
+    log = tabdp.mechanisms.LogTransform(sigma=0.3, offset=1000.0)
+    big = plan["total_policy_curve"][-1]
+    want = 2 * float(log.rho(1e8)) + 2 * float(g.rho(1.0)) + float(
+        tabdp.mechanisms.Gaussian(1e8).rho(1e8))
+    assert big["rho"] == pytest.approx(want, rel=1e-9)
     assert "<figure id=\"plot-loss\"" in (tmp_path / "out" / "plan" / "plan.html").read_text()
     assert "Total rho per unit" in out
     # a second plan into the same folder needs --overwrite

@@ -468,6 +468,8 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
      "'hide'"),
     ("plan-empty", _set("plan", {"cell_totals": []}), "plan.cell_totals", "[]"),
     ("plan-zero", _set("plan", {"record_sizes": [1, 0]}), "plan.record_sizes[1]", "0"),
+    ("plan-count-rows-zero", _set("plan", {"count_rows": 0}), "plan.count_rows", "0"),
+    ("plan-count-rows-float", _set("plan", {"count_rows": 1.5}), "plan.count_rows", "1.5"),
     ("plan-type", _set("plan", {"record_sizes": 10}), "plan.record_sizes", "10"),
     # tables
     ("table-not-table", _set(T0, "pay"), T0, "'pay'"),

@@ -160,6 +160,32 @@ def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> d
     return out
 
 
+class _AtRows:
+    """A count mechanism's policy evaluated at a fixed number of rows, whatever the size."""
+
+    def __init__(self, mechanism: Mechanism, rows: float) -> None:
+        self.m = mechanism
+        self.rows = rows
+        self.joint = False
+        self.dp_delta = mechanism.dp_delta
+        self.gaussian_dp = mechanism.gaussian_dp
+
+    def _at(self, d: Any) -> np.ndarray:
+        return np.full(np.shape(d), self.rows)
+
+    def rho(self, d: Any) -> np.ndarray:
+        return np.asarray(self.m.rho(self._at(d)), dtype=np.float64)
+
+    def epsilon(self, d: Any) -> np.ndarray:
+        return np.asarray(self.m.epsilon(self._at(d)), dtype=np.float64)
+
+    def approx_policy(self, d: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.m.approx_policy(self._at(d))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.m, name)
+
+
 def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     """The public summary of a spec: mechanisms, parameters, policy curves, expected errors.
 
@@ -180,7 +206,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         >>> root = pathlib.Path(tabdp.__file__).parents[1]
         >>> s = plan_summary(load_spec(root / "examples" / "cbp_release.toml"))
         >>> s["tables"][0]["name"], s["total_policy_curve"][0]["delta"]
-        ('county_naics2', 1.0)
+        ('county_naics2_payroll', 1.0)
     """
     from tabdp import __version__
 
@@ -189,16 +215,22 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     delta = spec.release.delta
     tables = []
     entries: list[tuple[Mechanism, int]] = []
+    rows = float(spec.plan.count_rows)
     for t in spec.tables:
         mech = _table_mechanism(t)
         k = _charges(mech, t)
         measures = _released_measures(t)
-        entries.append((mech, k))
         direct = [r for r in t.rollups if r.direct]
-        entries += [(mech, k) for _ in direct]
         one = total_policy_curve([(mech, 1)], sizes, delta)
-        per_table = total_policy_curve([(mech, k)], sizes, delta)
-        per_table_all = total_policy_curve([(mech, k * (1 + len(direct)))], sizes, delta)
+        if t.kind == "count":
+            # A unit's sensitivity in a count cell is its number of rows there, not its size:
+            # the planned curves assume `plan.count_rows` rows whatever the unit's size.
+            entry: Any = (_AtRows(mech, rows), k)
+        else:
+            entry = (mech, k)
+        entries += [entry] * (1 + len(direct))
+        per_table = total_policy_curve([entry], sizes, delta)
+        per_table_all = total_policy_curve([(entry[0], k * (1 + len(direct)))], sizes, delta)
         cal = None
         if t.calibration is not None:
             cal = {
@@ -263,6 +295,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "budget": None if spec.budget is None else _budget_dict(spec),
         "input_policies": {"nulls": spec.input.nulls, "negatives": spec.input.negatives},
         "record_sizes": [float(s) for s in sizes],
+        "count_rows_assumed": spec.plan.count_rows,
         "tables": tables,
         "total_policy_curve": total_policy_curve(entries, sizes, delta),
         "flag_codes": dict(FLAG_CODES),
@@ -648,7 +681,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             "seed": spec.seed,
             "budget": summary["budget"],
             "per_record": per_record,
-            "total_policy_curve": rep.total_policy_curve(),
+            # the public curve as planned (count cells at plan.count_rows rows)
+            "total_policy_curve": summary["total_policy_curve"],
             "worst_cells": {r.name: _strip_national(r.cells if r.cells is not None
                                                     else pl.DataFrame())
                             for r in session.records},

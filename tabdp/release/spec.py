@@ -63,6 +63,9 @@ The TOML schema (every key not listed is refused)::
     [plan]                          # optional
     cell_totals = [10, 100, 1000]   # cell sizes for the expected-error tables (default 1..1e8)
     record_sizes = [1, 10, 100]     # record sizes of the policy curves (default 1, 10, ..., 1e8)
+    count_rows = 1                  # rows one unit contributes to a count cell, assumed by the
+                                    # planned curves (default 1: one row per unit); the
+                                    # per-record report always uses the actual contributions
 
     [[tables]]                      # at least one
     name = "county_naics2"          # required: letters, digits, '_'; unique; no "__"
@@ -232,6 +235,7 @@ class PlanSpec:
 
     record_sizes: tuple[float, ...] = tuple(10.0 ** k for k in range(9))
     cell_totals: tuple[float, ...] = tuple(10.0 ** k for k in range(9))
+    count_rows: int = 1
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,7 @@ _HIERARCHY_KEYS = ("file", "levels")
 _DOMAIN_FILE_KEYS = ("file", "column")
 _OUTPUT_KEYS = ("public", "confidential", "plan")
 _PUBLICATION_KEYS = ("cv_flag", "suppress_cv", "negative", "round")
-_PLAN_KEYS = ("cell_totals", "record_sizes")
+_PLAN_KEYS = ("cell_totals", "record_sizes", "count_rows")
 _TABLE_KEYS = ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
                "nulls", "publication", "rollups")
 _ROLLUP_KEYS = ("by", "direct")
@@ -838,6 +842,15 @@ def _parse_plan(raw: Any) -> PlanSpec:
     changes: dict[str, Any] = {}
     for key in _PLAN_KEYS:
         if key not in d:
+            continue
+        if key == "count_rows":
+            value = d[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                _fail("plan.count_rows", f"must be a whole number >= 1; got {_show(value)} "
+                                         f"({_tname(value)}).",
+                      "the number of rows one unit contributes to a count cell in the "
+                      "planned curves, e.g. count_rows = 1 (one row per establishment).")
+            changes[key] = value
             continue
         kp = f"plan.{key}"
         hint = f"a non-empty array of sizes > 0, e.g. {key} = [1, 100, 1e4, 1e6]."

@@ -1,0 +1,1181 @@
+"""Self-contained HTML reports of a release: public ``summary.html``, confidential report.
+
+``summary.html`` (and a plan's ``plan.html``) may be published; ``confidential_report.html``
+must stay inside the agency.
+
+Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.report.plots`), no
+script, no external font, stylesheet or image, and a Content-Security-Policy that forbids the
+browser to load anything. They print cleanly (``@media print``). Every piece of text taken from
+the inputs is escaped with :func:`html.escape`. Rendering is deterministic: the same input gives
+the same bytes.
+
+* :func:`render_summary_html` renders the public summary of a release (``summary.json``): what is
+  protected, the per-record loss curves, the expected errors, each table's mechanism and rules,
+  the flag codes, the column dictionary and the file list. It holds nothing computed from
+  records.
+* :func:`render_confidential_html` renders the confidential report: each unit's actual loss
+  (distribution, most exposed units), the worst cells and the data-handling counts. It must stay
+  inside the agency.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tabdp.privacy.budget import Budget
+from tabdp.report.plots import (
+    histogram_svg,
+    loss_curves_svg,
+    moe_curves_svg,
+    scatter_svg,
+)
+
+__all__ = ["render_summary_html", "render_confidential_html", "fmt"]
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+_NONE = "—"
+
+
+# -- formatting -----------------------------------------------------------------------------------
+def fmt(x: Any) -> str:
+    """Format a value for a report table (plain text; escape it before use in HTML).
+
+    Numbers keep 4 significant digits: fixed notation between 0.001 and 10⁶ (thousands
+    separated, whole numbers from 1,000 up), powers of ten outside; integers in full. ``None``
+    is an em dash, infinities are ``∞``, booleans ``yes`` / ``no``.
+
+    Args:
+        x: A number, ``None``, a bool or anything else (shown with ``str``).
+
+    Returns:
+        The text.
+
+    Example:
+        >>> [fmt(v) for v in (None, True, 5700, 2.66918, 31.9439, 12345.6, 1e8, 5.55e-06,
+        ...                   float("inf"), 0.0)]
+        ['—', 'yes', '5,700', '2.669', '31.94', '12,346', '10⁸', '5.55×10⁻⁶', '∞', '0']
+    """
+    if x is None:
+        return _NONE
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    if isinstance(x, (float, np.floating)):
+        v = float(x)
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "∞" if v > 0 else "−∞"
+        a = abs(v)
+        if a == 0.0:
+            return "0"
+        if 1e-3 <= a < 1e6:
+            if a >= 1000.0:
+                return f"{v:,.0f}"
+            return f"{v:.4g}"
+        mant, exp = f"{v:.3e}".split("e")
+        mant = mant.rstrip("0").rstrip(".")
+        power = "10" + str(int(exp)).translate(_SUPERSCRIPT)
+        if mant in ("1", "-1"):
+            return power if mant == "1" else "−" + power
+        return f"{mant}×{power}"
+    return str(x)
+
+
+def _e(x: Any) -> str:
+    """Escaped text of any value (numbers through :func:`fmt`)."""
+    if isinstance(x, str):
+        return html.escape(x)
+    return html.escape(fmt(x))
+
+
+def _float(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _code(x: Any) -> str:
+    return f"<code>{_e(x)}</code>"
+
+
+def _file(name: Any) -> str:
+    """A file name as code, with line-break opportunities after ``__`` and before the suffix."""
+    text = _e(name).replace("__", "__<wbr>").replace(".", "<wbr>.")
+    return f"<code>{text}</code>"
+
+
+def _codes(xs: Sequence[Any], sep: str = ", ") -> str:
+    return sep.join(_code(x) for x in xs) if xs else "<em>none</em>"
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
+        x, (bool, np.bool_))
+
+
+def _value(v: Any, depth: int = 0) -> str:
+    """Any JSON-like value as HTML: mappings as small key/value tables, lists inline."""
+    if isinstance(v, Mapping):
+        if not v:
+            return "<em>none</em>"
+        if depth > 3:
+            return _code(json.dumps(v, default=str, sort_keys=True))
+        rows = "".join(f"<tr><th scope=\"row\">{_e(str(k))}</th><td>{_value(x, depth + 1)}</td>"
+                       "</tr>" for k, x in v.items())
+        return f'<table class="kv inner">{rows}</table>'
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "<em>none</em>"
+        if all(isinstance(x, Mapping) for x in v):
+            return "".join(_value(x, depth + 1) for x in v)
+        return ", ".join(_value(x, depth + 1) for x in v)
+    if v is None:
+        return _NONE
+    if isinstance(v, str):
+        return html.escape(v)
+    return f'<span class="num">{_e(v)}</span>'
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, caption: str | None = None,
+           cls: str = "data", raw: bool = False) -> str:
+    """An HTML table.
+
+    Cells are values (formatted and escaped; numbers right-aligned) unless ``raw`` (cells
+    already HTML: tuples ``(html, is_numeric)``).
+    """
+    cap = f"<caption>{caption}</caption>" if caption else ""
+    numeric = []
+    for j in range(len(headers)):
+        col = [r[j] for r in rows if j < len(r)]
+        if raw:
+            numeric.append(bool(col) and all(isinstance(c, tuple) and c[1] for c in col))
+        else:
+            numeric.append(any(_is_num(c) for c in col)
+                           and all(_is_num(c) or c is None for c in col))
+    head = "".join(f'<th scope="col" class="num">{h}</th>' if num else f'<th scope="col">{h}</th>'
+                   for h, num in zip(headers, numeric, strict=True))
+    body = []
+    for row in rows:
+        tds = []
+        for c in row:
+            if raw:
+                text, num = c if isinstance(c, tuple) else (c, False)
+            else:
+                text, num = (_e(c), _is_num(c) or c is None)
+            tds.append(f'<td class="num">{text}</td>' if num else f"<td>{text}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    if not rows:
+        body.append(f'<tr><td colspan="{max(len(headers), 1)}" class="empty">no rows</td></tr>')
+    return (f'<div class="table-wrap"><table class="{cls}">{cap}<thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def _kv(pairs: Sequence[tuple[str, str]]) -> str:
+    """A two-column fact table; values are HTML."""
+    rows = "".join(f'<tr><th scope="row">{html.escape(k)}</th><td>{v}</td></tr>'
+                   for k, v in pairs)
+    return f'<div class="table-wrap"><table class="kv">{rows}</table></div>'
+
+
+def _figure(fig_id: str, svg: str, caption: str) -> str:
+    return (f'<figure id="{fig_id}" class="plot">{svg}'
+            f"<figcaption>{caption}</figcaption></figure>")
+
+
+def _section(sec_id: str, title: str, body: str) -> str:
+    return f'<section id="{sec_id}"><h2>{html.escape(title)}</h2>{body}</section>'
+
+
+def _anchor(prefix: str, name: str) -> str:
+    """An id made of safe characters only (names may hold anything)."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in name)
+    return f"{prefix}-{safe}" if safe else prefix
+
+
+# -- page shell -----------------------------------------------------------------------------------
+_CSS = """
+:root {
+  --ink: #1d2733; --muted: #5a6675; --line: #d5dbe3; --zebra: #f4f6f9; --head: #e8edf3;
+  --accent: #143d6b; --accent-soft: #e7eef7; --warn: #a4161a; --warn-soft: #fdecea;
+  --ok: #1e5631; --ok-soft: #e9f5ec;
+}
+* { box-sizing: border-box; }
+html { -webkit-text-size-adjust: 100%; }
+body {
+  margin: 0; color: var(--ink); background: #ffffff;
+  font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", "Noto Sans",
+    "Liberation Sans", "DejaVu Sans", Arial, sans-serif;
+  font-size: 16px; line-height: 1.5;
+}
+.page { max-width: 1120px; margin: 0 auto; padding: 0 28px 48px; }
+header.masthead { background: var(--accent); color: #ffffff; padding: 26px 0 22px; }
+header.masthead .page { padding-bottom: 0; }
+header.masthead h1 { margin: 0 0 6px; font-size: 1.85rem; line-height: 1.2; font-weight: 650; }
+header.masthead p { margin: 4px 0; color: #dce6f2; }
+header.masthead .kicker {
+  text-transform: uppercase; letter-spacing: 0.08em; font-size: 0.78rem; font-weight: 700;
+  color: #bcd0e6; margin-bottom: 4px;
+}
+.meta { display: flex; flex-wrap: wrap; gap: 6px 22px; margin-top: 12px; font-size: 0.92rem; }
+.meta span b { color: #ffffff; font-weight: 600; }
+.meta span { color: #dce6f2; }
+.banner {
+  background: var(--warn); color: #ffffff; text-align: center; font-weight: 800;
+  letter-spacing: 0.03em; padding: 14px 20px; font-size: 1.15rem;
+  border-bottom: 4px solid #6a0d10;
+}
+.banner.top { position: sticky; top: 0; z-index: 10; }
+.callout {
+  border-left: 5px solid var(--accent); background: var(--accent-soft);
+  padding: 12px 16px; margin: 16px 0; border-radius: 0 6px 6px 0;
+}
+.callout.warn { border-left-color: var(--warn); background: var(--warn-soft); color: #5c0b0e; }
+.callout.ok { border-left-color: var(--ok); background: var(--ok-soft); }
+.callout p { margin: 4px 0; }
+nav.toc {
+  margin: 22px 0 6px; padding: 12px 16px; border: 1px solid var(--line); border-radius: 6px;
+  background: #fbfcfd; font-size: 0.93rem;
+}
+nav.toc b { margin-right: 8px; }
+nav.toc a { color: var(--accent); text-decoration: none; margin-right: 14px;
+  white-space: nowrap; }
+nav.toc a:hover { text-decoration: underline; }
+h2 {
+  font-size: 1.4rem; margin: 38px 0 10px; padding-bottom: 6px;
+  border-bottom: 2px solid var(--accent); color: var(--accent);
+}
+h3 { font-size: 1.15rem; margin: 26px 0 8px; color: var(--ink); }
+h4 { font-size: 1rem; margin: 20px 0 6px; color: var(--muted); text-transform: uppercase;
+  letter-spacing: 0.04em; font-size: 0.85rem; }
+p { margin: 8px 0; max-width: 82ch; }
+code {
+  font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, "Liberation Mono",
+    "DejaVu Sans Mono", monospace;
+  font-size: 0.88em; background: #eef1f5; padding: 1px 5px; border-radius: 4px;
+}
+.table-wrap { overflow-x: auto; margin: 10px 0 14px; }
+table { border-collapse: collapse; font-size: 0.9rem; }
+table.data { min-width: 40%; }
+table caption { caption-side: top; text-align: left; font-weight: 600; padding: 4px 0 6px;
+  color: var(--muted); }
+th, td { padding: 6px 12px; border-bottom: 1px solid var(--line); vertical-align: top;
+  text-align: left; }
+thead th { background: var(--head); border-bottom: 2px solid #b9c3cf; font-weight: 650;
+  vertical-align: bottom; }
+table.data > tbody > tr:nth-child(even) > td { background: var(--zebra); }
+td.num, span.num { text-align: right; font-variant-numeric: tabular-nums;
+  white-space: nowrap; }
+th.num { text-align: right; }
+td.empty { color: var(--muted); font-style: italic; text-align: center; }
+table.kv th { background: transparent; color: var(--muted); font-weight: 600; width: 14em;
+  white-space: nowrap; }
+table.kv { min-width: 50%; }
+table.kv.inner { min-width: 0; margin: 0; font-size: 0.95em; }
+table.kv.inner th, table.kv.inner td { padding: 2px 10px 2px 0; border: 0; width: auto; }
+figure.plot {
+  margin: 18px 0 26px; padding: 14px 14px 10px; border: 1px solid var(--line);
+  border-radius: 8px; background: #ffffff; break-inside: avoid; page-break-inside: avoid;
+}
+figure.plot svg { display: block; width: 100%; max-width: 900px; height: auto; margin: 0 auto; }
+figure.plot figcaption { color: var(--ink); font-size: 0.93rem; margin-top: 8px;
+  padding-top: 8px; border-top: 1px solid var(--line); }
+.tables-grid { display: flex; flex-wrap: wrap; gap: 0 26px; }
+.tables-grid > div { flex: 1 1 300px; }
+.badge {
+  display: inline-block; font-size: 0.75rem; font-weight: 700; text-transform: uppercase;
+  letter-spacing: 0.05em; padding: 2px 8px; border-radius: 10px; vertical-align: middle;
+  background: var(--accent-soft); color: var(--accent); margin-left: 6px;
+}
+.badge.warn { background: var(--warn-soft); color: var(--warn); }
+.table-section { margin-top: 34px; }
+.table-section > h3 { font-size: 1.3rem; border-left: 6px solid var(--accent);
+  padding: 2px 0 2px 12px; background: linear-gradient(90deg, var(--accent-soft), #ffffff 70%); }
+ul.files { columns: 2; column-gap: 32px; padding-left: 20px; }
+ul.notes li { margin: 3px 0; }
+footer { margin-top: 40px; padding-top: 12px; border-top: 1px solid var(--line);
+  color: var(--muted); font-size: 0.85rem; }
+@media (max-width: 700px) { .page { padding: 0 14px 32px; } ul.files { columns: 1; } }
+@media print {
+  body { font-size: 11pt; }
+  .page { max-width: none; padding: 0; }
+  nav.toc { display: none; }
+  header.masthead, .banner, .callout, thead th, table.data > tbody > tr:nth-child(even) > td {
+    -webkit-print-color-adjust: exact; print-color-adjust: exact;
+  }
+  h2, h3 { break-after: avoid; page-break-after: avoid; }
+  figure.plot, table { break-inside: avoid; page-break-inside: avoid; }
+  .table-wrap { overflow: visible; }
+  .banner { position: static; }
+}
+"""
+
+_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src 'none'; "
+        "script-src 'none'; connect-src 'none'; form-action 'none'; base-uri 'none'")
+
+
+def _page(title: str, version: str, body: str, *, banner: str = "") -> str:
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f'<meta name="generator" content="tabdp {html.escape(version)}">\n'
+        '<meta name="robots" content="noindex">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"{banner}{body}\n</body>\n</html>\n")
+
+
+def _toc(items: Sequence[tuple[str, str]]) -> str:
+    links = "".join(f'<a href="#{i}">{html.escape(t)}</a>' for i, t in items)
+    return f'<nav class="toc" aria-label="Contents"><b>Contents</b>{links}</nav>'
+
+
+def _level_text(level: Any) -> str:
+    lv = _float(level)
+    return f"{lv:.0%}" if lv is not None and 0 < lv < 1 else "the stated"
+
+
+def _release_title(release: Mapping[str, Any]) -> str:
+    return str(release.get("title") or release.get("name") or "tabdp release")
+
+
+# -- public summary -------------------------------------------------------------------------------
+_GUARANTEE = {
+    "gaussian": "zero-concentrated DP from a Gaussian-type noise shift (exact (ε, δ) "
+                "conversion)",
+    "zcdp": "zero-concentrated DP (pure ε-DP where ε is finite)",
+    "approx": "approximate (ε, δ)-DP only: ρ is infinite; the loss is stated as ε at the "
+              "mechanism's δ",
+}
+_NEGATIVE = {
+    "flag": "negative estimates are published as they are and flagged N",
+    "clamp": "negative estimates are published as 0 and flagged N (post-processing)",
+}
+_NULLS = {
+    "error": "the run stops if a used column has a missing value",
+    "zero": "missing values count as 0",
+    "drop": "rows with a missing value in a used column are left out",
+}
+_NEGATIVE_INPUT = {
+    "error": "the run stops if a measure has a negative value",
+    "allow": "negative values are kept (signed measures)",
+    "zero": "negative values are replaced by 0 (counted in the confidential report)",
+    "drop": "rows with a negative value are left out (counted in the confidential report)",
+}
+_SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "record_sizes",
+                 "tables", "total_policy_curve", "flag_codes", "columns", "files", "kind",
+                 "input_policies"}
+_TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "calibration",
+               "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
+               "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
+               "table_policy_curve_with_direct_rollups"}
+
+
+def _table_curve(t: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The loss curve of a table as a whole.
+
+    One cell of it (every measure) and of each of its directly released rollups when given,
+    else one cell, else one measure cell.
+    """
+    return list(t.get("table_policy_curve_with_direct_rollups") or t.get("table_policy_curve")
+                or t.get("policy_curve") or [])
+
+
+def _has(rows: Any, key: str) -> bool:
+    return bool(rows) and any(isinstance(r, Mapping) and r.get(key) is not None for r in rows)
+
+
+def _at_sizes(rows: Sequence[Mapping[str, Any]], sizes: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """Curve rows at the record sizes of the release (all rows if none match)."""
+    want = {float(s) for s in sizes if _float(s) is not None}
+    picked = [r for r in rows if _float(r.get("delta")) in want]
+    return picked or list(rows)
+
+
+def _budget_html(budget: Any, *, public: bool = True) -> str:
+    if budget is None:
+        return ("<p>No per-record budget was set: the losses are those of the curves "
+                "below, with no additional limit.</p>" if public else
+                "<p>No per-record budget was set.</p>")
+    if isinstance(budget, Mapping):
+        kind = budget.get("kind")
+        pts = _budget_points(budget)
+        if kind == "constant" or (kind is None and _float(budget.get("rho")) is not None):
+            text = (f"<p>Every record's total loss is limited to ρ ≤ <b>{_e(budget.get('rho'))}"
+                    "</b>, whatever its size. A release that would take any record past it is "
+                    "refused before noise is drawn.</p>")
+            rest = {k: v for k, v in budget.items() if k not in ("kind", "rho")}
+        elif pts:
+            text = ("<p>Each record's total loss is limited by a curve depending on its size "
+                    "(its largest contribution to a released cell). A release that would take "
+                    "any record past it is refused before noise is drawn.</p>" +
+                    _table(["record size", "ρ limit"], [[s, r] for s, r in pts]))
+            rest = {k: v for k, v in budget.items()
+                    if k not in ("kind", "points", "sizes", "rho")}
+        else:
+            return _value(budget)
+        return text + (_kv([(str(k), _value(v)) for k, v in rest.items()]) if rest else "")
+    return _value(budget)
+
+
+def _budget_points(budget: Mapping[str, Any]) -> list[tuple[float, float]]:
+    if isinstance(budget.get("points"), (list, tuple)):
+        return [(float(p[0]), float(p[1])) for p in budget["points"]]
+    sizes, rho = budget.get("sizes"), budget.get("rho")
+    if isinstance(sizes, (list, tuple)) and isinstance(rho, (list, tuple)):
+        return [(float(s), float(r)) for s, r in zip(sizes, rho, strict=False)]
+    return []
+
+
+def _budget_object(budget: Any) -> Budget | None:
+    """A :class:`Budget` from its public dict (``to_dict`` form, or ``sizes`` / ``rho``)."""
+    if budget is None:
+        return None
+    try:
+        if isinstance(budget, Budget):
+            return budget
+        if isinstance(budget, Mapping):
+            pts = _budget_points(budget)
+            if pts:
+                return Budget(dict(pts))
+            if _float(budget.get("rho")) is not None:
+                return Budget(float(budget["rho"]))
+            return None
+        return Budget.coerce(budget)
+    except (ValueError, TypeError):
+        return None
+
+
+def _loss(v: Any) -> Any:
+    """A loss from a policy curve: ``None`` there means infinite (no bound of that kind)."""
+    return math.inf if v is None else v
+
+
+def _loss_columns(rows: Sequence[Mapping[str, Any]], delta: Any) -> list[tuple[str, str]]:
+    cols = [("rho", "ρ"), ("epsilon", "ε (pure DP)")]
+    if _has(rows, "epsilon_delta"):
+        cols.append(("epsilon_delta", f"ε at δ = {_e(delta) if delta is not None else 'δ'}"))
+    if _has(rows, "epsilon_at_dp_delta"):
+        cols.append(("epsilon_at_dp_delta", "ε at the mechanism's δ"))
+    return cols
+
+
+def _policy_overview(summary: Mapping[str, Any], tables: Sequence[Mapping[str, Any]]) -> str:
+    """Δ × (ρ of each table's cell, total ρ / ε / ε(δ)) table."""
+    total = list(summary.get("total_policy_curve") or [])
+    sizes = summary.get("record_sizes") or []
+    base = _at_sizes(total, sizes) if total else []
+    if not base:
+        return ""
+    delta = (summary.get("release") or {}).get("delta")
+    per_table = []
+    for t in tables:
+        curve = _table_curve(t)
+        per_table.append((str(t.get("name", "?")),
+                          {_float(r.get("delta")): _loss(r.get("rho")) for r in curve}))
+    headers = ["record size Δ"] + [f"ρ: {_code(n)}" for n, _ in per_table]
+    cols = _loss_columns(total, delta)
+    headers += [f"<b>total</b> {label}" for _, label in cols]
+    rows = []
+    for r in base:
+        d = _float(r.get("delta"))
+        row: list[Any] = [r.get("delta")]
+        row += [m.get(d) for _, m in per_table]
+        row += [_loss(r.get(k)) for k, _ in cols]
+        rows.append(row)
+    return _table(headers, rows, caption="Privacy loss of a record of size Δ (ρ per table "
+                  "cell, and in total over the whole release)")
+
+
+def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
+                   sizes: Sequence[Any]) -> str:
+    name = str(t.get("name", "?"))
+    kind = str(t.get("kind", ""))
+    measures = list(t.get("measures") or [])
+    by = list(t.get("by") or [])
+    out = [f'<section id="{_anchor("table", name)}" class="table-section">'
+           f"<h3>Table {_code(name)}<span class=\"badge\">{_e(kind or '?')}</span></h3>"]
+    what = (f"sum of {_codes(measures)}" if kind == "sum" else
+            "count of records" if kind == "count" else _codes(measures))
+    facts = [
+        ("Statistic", what),
+        ("Grouped by", _codes(by, " × ") if by else "<em>nothing: one national total</em>"),
+        ("Cells published", f"{_e(t.get('cells'))} (every cell of the public key set, including "
+                            "empty ones" + (f"; {_e(str(t['keys']))}" if t.get("keys") else "")
+                            + ")" if t.get("cells") is not None else _NONE),
+        ("File", _code(t["file"]) if t.get("file") else _NONE),
+        ("Guarantee", html.escape(_GUARANTEE.get(str(t.get("guarantee")),
+                                                 str(t.get("guarantee") or _NONE)))),
+    ]
+    if t.get("null_policy") is not None:
+        np_ = str(t["null_policy"])
+        facts.append(("Missing values", f"{_code(np_)}: {html.escape(_NULLS.get(np_, np_))}"))
+    out.append(_kv(facts))
+
+    mech = t.get("mechanism")
+    if isinstance(mech, Mapping):
+        out.append("<h4>Mechanism</h4>")
+        pairs = [("Family", _code(mech.get("family"))), ("Class", _code(mech.get("class")))]
+        params = mech.get("params")
+        if isinstance(params, Mapping):
+            pairs.append(("Parameters", _value(params)))
+        for k, v in mech.items():
+            if k in ("family", "class", "params"):
+                continue
+            shown = _code(v) if k.startswith("policy") and isinstance(v, str) else _value(v)
+            pairs.append((k.replace("_", " "), shown))
+        out.append(_kv(pairs))
+    elif mech is not None:
+        out.append("<h4>Mechanism</h4>" + _value(mech))
+
+    cal = t.get("calibration")
+    if isinstance(cal, Mapping):
+        out.append("<h4>Calibration</h4><p>The mechanism's parameters were chosen by tabdp to "
+                   "meet the loss targets below at the given record sizes (before looking at "
+                   "the data).</p>")
+        targets = cal.get("targets") or {}
+        achieved = cal.get("achieved") or {}
+        if isinstance(targets, Mapping) and targets:
+            keys = sorted(set(targets) | (set(achieved) if isinstance(achieved, Mapping)
+                                          else set()),
+                          key=lambda k: (_float(k) is None, _float(k) or 0.0, str(k)))
+            rows = [[_float(k) if _float(k) is not None else k, targets.get(k),
+                     achieved.get(k) if isinstance(achieved, Mapping) else None] for k in keys]
+            out.append(_table(["record size Δ", "target ρ", "achieved ρ"], rows))
+        pairs = []
+        for k, v in cal.items():
+            if k in ("targets", "achieved", "notes"):
+                continue
+            pairs.append((k.replace("_", " "), _value(v)))
+        if pairs:
+            out.append(_kv(pairs))
+        notes = cal.get("notes")
+        if notes:
+            items = notes if isinstance(notes, (list, tuple)) else [notes]
+            out.append('<ul class="notes">' + "".join(f"<li>{_e(str(n))}</li>" for n in items)
+                       + "</ul>")
+
+    rules = []
+    grid = t.get("grid")
+    applies = (f" (applies to {html.escape(str(t['grid_applies_to']))})"
+               if t.get("grid_applies_to") else "")
+    if isinstance(grid, Mapping) and grid:
+        rules.append(("Rounding grid", ", ".join(
+            f"{_code(m)}: multiples of {_e(g)}" if _is_num(g) else
+            f"{_code(m)}: " + ("not rounded" if g is None else _value(g))
+            for m, g in grid.items()) + applies))
+    elif grid is not None:
+        rules.append(("Rounding grid", _value(grid) + applies))
+    pub = t.get("publication")
+    if isinstance(pub, Mapping):
+        cv = pub.get("cv_flag")
+        rules.append(("CV flag", f"flag C where the coefficient of variation (sd / estimate) "
+                                 f"≥ {_e(cv)}" if cv not in (None, False) else "no CV flag"))
+        sup = pub.get("suppress_cv")
+        rules.append(("Suppression", f"estimates withheld (flag S) where cv ≥ {_e(sup)}"
+                      if sup not in (None, False) else "no estimate is withheld"))
+        neg = pub.get("negative")
+        if neg is not None:
+            rules.append(("Negative estimates", html.escape(_NEGATIVE.get(str(neg), str(neg)))))
+        for k, v in pub.items():
+            if k == "round":
+                if v not in (None, False, {}):
+                    rules.append(("Rounding of published values", _value(v)))
+            elif k not in ("cv_flag", "suppress_cv", "negative"):
+                rules.append((k.replace("_", " "), _value(v)))
+    if rules:
+        out.append("<h4>Publication rules</h4>" + _kv(rules))
+
+    pc = list(t.get("policy_curve") or [])
+    tpc = list(t.get("table_policy_curve") or [])
+    if pc or tpc:
+        out.append("<h4>Privacy loss by record size</h4>")
+        base = _at_sizes(pc or tpc, sizes)
+        tmap = {_float(r.get("delta")): r for r in tpc}
+        cols = _loss_columns(pc or tpc, delta)
+        headers = ["record size Δ"] + [f"{lab}, one measure" for _, lab in cols]
+        if tpc and pc and len(measures) > 1:
+            headers += [f"{lab}, all {len(measures)} measures" for _, lab in cols[:2]]
+        dpc = list(t.get("table_policy_curve_with_direct_rollups") or [])
+        dmap = {_float(r.get("delta")): r for r in dpc}
+        with_direct = bool(dpc) and any(
+            dmap.get(_float(r.get("delta")), {}).get("rho") != r.get("rho") for r in tpc)
+        if with_direct:
+            headers.append("ρ, with the rollups released directly")
+        rows = []
+        for r in base:
+            d = _float(r.get("delta"))
+            row: list[Any] = [r.get("delta")] + [_loss(r.get(k)) for k, _ in cols]
+            if tpc and pc and len(measures) > 1:
+                tr = tmap.get(d)
+                row += ([_loss(tr.get("rho")), _loss(tr.get("epsilon"))] if tr is not None
+                        else [None, None])
+            if with_direct:
+                dr = dmap.get(d)
+                row.append(_loss(dr.get("rho")) if dr is not None else None)
+            rows.append(row)
+        out.append("<p>Loss of a record contributing Δ to one cell of this table"
+                   + (" (to one measure, and to all measures of the cell)"
+                      if len(measures) > 1 else "") + ". ε = ∞ means no pure-DP bound.</p>")
+        out.append(_table(headers, rows))
+
+    err = t.get("expected_error")
+    if isinstance(err, Mapping) and err:
+        out.append(f"<h4>Expected error</h4><p>Noise standard deviation (sd) and "
+                   f"{_level_text(level)} margin of error (moe) of a cell, by its true total. "
+                   "These follow from the mechanism alone, not from the data.</p>")
+        grids = []
+        for m, rows in err.items():
+            body = [[r.get("total"), r.get("sd"), r.get("moe"), r.get("rel_moe")]
+                    for r in rows or []]
+            grids.append("<div>" + _table(["cell total", "sd", "moe", "moe / total"], body,
+                                          caption=f"{_code(m)}") + "</div>")
+        out.append('<div class="tables-grid">' + "".join(grids) + "</div>")
+
+    rollups = t.get("rollups")
+    if rollups:
+        out.append("<h4>Rollups</h4><p>Coarser tables derived from this one by adding noisy "
+                   "cells (no extra privacy loss), or released directly (accounted in the "
+                   "losses above).</p>")
+        rows = []
+        for r in rollups:
+            if not isinstance(r, Mapping):
+                rows.append([(_value(r), False)] + [("", False)] * 5)
+                continue
+            rby = list(r.get("by") or [])
+            mm = r.get("moe_method")
+            if isinstance(mm, Mapping) and len(mm) > 1 and len({str(v) for v in mm.values()}) == 1:
+                mm = next(iter(mm.values()))  # the same method for every measure: say it once
+            moe_html = (_value(mm) if mm is not None else _NONE)
+            direct = r.get("direct")
+            dfile = r.get("direct_file")
+            direct_html = ("yes" + (f": {_file(dfile)}" if dfile else "")) if direct else "no"
+            rows.append([(_code(r.get("label", "")), False),
+                         (_codes(rby, " × ") if rby else "<em>national total</em>", False),
+                         (_e(r.get("cells")), True),
+                         (_file(r["file"]) if r.get("file") else _NONE, False),
+                         (moe_html, False), (direct_html, False)])
+        out.append(_table(["rollup", "grouped by", "cells", "file", "margin-of-error method",
+                           "also released directly"], rows, raw=True))
+
+    extra = {k: v for k, v in t.items() if k not in _TABLE_KEYS}
+    if extra:
+        out.append("<h4>Other settings</h4>" + _kv([(str(k), _value(v))
+                                                      for k, v in extra.items()]))
+    out.append("</section>")
+    return "".join(out)
+
+
+def render_summary_html(summary: Mapping[str, Any]) -> str:
+    """Render the public summary of a release (``summary.json``) as a self-contained page.
+
+    Sections: header (title, name, description, tabdp version, randomness — a seeded run in a
+    red warning box), what is protected, budget, the per-record loss curves of every table and in
+    total (``<figure id="plot-loss">``; the (ε, δ) version ``id="plot-loss-eps"`` when the curves
+    carry ``epsilon_delta``), the relative margins of error against cell totals
+    (``<figure id="plot-moe">``), one section per table (mechanism and parameters, calibration,
+    rounding grid, publication rules, loss by record size, expected error, rollups), the flag
+    codes, the column dictionary, the file list and any other entry of ``summary``.
+
+    Args:
+        summary: The public summary dict written to ``summary.json`` by ``tabdp run``.
+
+    Returns:
+        The HTML document.
+
+    Example:
+        >>> page = render_summary_html({"release": {"name": "demo", "title": "A <b> test"},
+        ...                             "unit": "row", "tables": []})
+        >>> page.startswith("<!DOCTYPE html>"), "A &lt;b&gt; test" in page
+        (True, True)
+        >>> 'id="plot-loss"' in page and 'id="plot-moe"' in page
+        True
+    """
+    release = summary.get("release") or {}
+    version = str(summary.get("tabdp_version", ""))
+    title = _release_title(release)
+    tables = [t for t in (summary.get("tables") or []) if isinstance(t, Mapping)]
+    unit = summary.get("unit") or "row"
+    delta = release.get("delta")
+    level = release.get("level")
+    sizes = summary.get("record_sizes") or []
+    randomness = str(summary.get("randomness") or "")
+    seeded = randomness.lower().startswith("seeded")
+
+    # -- header
+    meta = [("Release", _e(release.get("name", ""))), ("tabdp", _e(version or "?")),
+            ("Privacy unit", _e(unit)), ("Margins of error", f"{_level_text(level)} level")]
+    if delta is not None:
+        meta.append(("δ of (ε, δ) statements", _e(delta)))
+    is_plan = summary.get("kind") == "plan"
+    kicker = ("Release plan · computed from the spec alone, before any data is read" if is_plan
+              else "Public release summary · differential privacy")
+    head = ['<header class="masthead"><div class="page">'
+            f'<div class="kicker">{html.escape(kicker)}</div>'
+            f"<h1>{html.escape(title)}</h1>"]
+    if release.get("description"):
+        head.append(f"<p>{_e(str(release['description']))}</p>")
+    head.append('<div class="meta">' + "".join(f"<span>{k}: <b>{v}</b></span>" for k, v in meta)
+                + "</div></div></header>")
+
+    body = ['<div class="page">']
+    if is_plan:
+        body.append('<div class="callout"><p><b>Release plan.</b> Computed from the release '
+                    "spec alone: no data has been read and no noise drawn. It shows what the "
+                    "release would protect and how accurate its tables would be, for review "
+                    "before the run.</p></div>")
+    if seeded:
+        body.append('<div class="callout warn" role="alert"><p><b>Not for production: '
+                    'seeded randomness.</b> The noise of this release '
+                    + ("would be" if is_plan else "was") + " drawn from a fixed seed, so anyone "
+                    "who learns the seed can remove it. Seeded runs are for tests only; do not "
+                    "publish their tables.</p>"
+                    f"<p>Randomness: {html.escape(randomness)}</p></div>")
+    elif not is_plan:
+        body.append('<div class="callout ok"><p><b>Public document.</b> Everything on this page '
+                    "is determined by the release settings, not computed from the "
+                    "confidential records; it may be published with the tables. Randomness: "
+                    f"{html.escape(randomness or _NONE)}.</p></div>")
+
+    toc = [("protected", "What is protected"), ("budget", "Budget"),
+           ("losses", "Privacy loss"), ("accuracy", "Accuracy"), ("tables", "Tables"),
+           ("flags", "Flag codes"), ("columns", "Columns"), ("files", "Files")]
+    body.append(_toc(toc))
+
+    # -- what is protected
+    if unit == "row":
+        who = ("Each <b>row</b> of the input data is one record. The guarantees below apply to "
+               "each row.")
+        subject = "record"
+    else:
+        who = (f"The privacy unit is {_code(unit)}: all rows sharing one {_code(unit)} value "
+               "form a single record (for example one establishment), and the guarantees "
+               "below apply to that record as a whole, across every table of the release.")
+        subject = "record"
+    prot = [
+        f"<p>{who}</p>",
+        f"<p>Each {subject}'s privacy loss is a public function of its <b>size</b> Δ — its "
+        "largest contribution to any one published cell — shown in the curves below. Small "
+        f"{subject}s are strongly protected; larger ones have a larger loss that grows slowly "
+        "with their size. The loss is measured as per-record zero-concentrated differential "
+        "privacy (PRzCDP, written ρ): ρ = 0 means the tables reveal nothing about the record, "
+        "and the larger ρ, the more they could reveal about it.</p>",
+        "<p>tabdp never clips or caps values: no record is altered to limit its influence; "
+        "instead its loss depends on its size. Every cell of the public list of cells is "
+        "published with noise, including empty ones.</p>",
+    ]
+    if delta is not None:
+        prot.append(f"<p>Losses are also stated as (ε, δ)-differential privacy at δ = "
+                    f"{_e(delta)}: with probability at least 1 − δ, the published tables "
+                    "change the odds of any conclusion about the record by at most a factor "
+                    "e<sup>ε</sup>.</p>")
+    pol = summary.get("input_policies")
+    if isinstance(pol, Mapping) and pol:
+        pairs = []
+        for k, v in pol.items():
+            text = {"nulls": _NULLS, "negatives": _NEGATIVE_INPUT}.get(str(k), {}).get(str(v))
+            label = {"nulls": "Missing values", "negatives": "Negative values"}.get(
+                str(k), str(k).replace("_", " "))
+            pairs.append((label, f"{_code(v)}" + (f": {html.escape(text)}" if text else "")))
+        prot.append("<h3>Input rules</h3>" + _kv(pairs))
+    body.append(_section("protected", "What is protected", "".join(prot)))
+    body.append(_section("budget", "Budget", _budget_html(summary.get("budget"))))
+
+    # -- plot 1: loss curves
+    curves: dict[str, Sequence[Mapping[str, Any]]] = {}
+    for t in tables:
+        c = _table_curve(t)
+        if c:
+            curves[str(t.get("name", "?"))] = c
+    total = summary.get("total_policy_curve") or []
+    if total:
+        curves["total"] = total
+    loss = [_figure("plot-loss", loss_curves_svg(
+        curves, title="Per-record privacy loss ρ by record size"),
+        "<b>How to read this plot.</b> Each coloured line is one table: the privacy loss ρ of "
+        "a record contributing Δ to one of its cells (every measure of the cell, and the "
+        "matching cell of each rollup released directly). The thick "
+        "black line, <b>total</b>, adds up every table: the loss of a record of size Δ over "
+        "the whole release. Both axes are logarithmic; lower is more private. A record "
+        "appearing in several cells of a table pays once per cell.")]
+    eps_curves = {k: v for k, v in curves.items() if _has(v, "epsilon_delta")}
+    if eps_curves:
+        loss.append(_figure("plot-loss-eps", loss_curves_svg(
+            eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
+            ylabel=f"ε at δ = {fmt(_float(delta)) if delta is not None else 'δ'}",
+            key="epsilon_delta"),
+            "The same losses stated as (ε, δ)-differential privacy at the release's δ: "
+            "ε is the largest change (as a log factor) the tables can make to the odds of any "
+            "conclusion about a record of size Δ, except with probability δ."))
+    loss.append(_policy_overview(summary, tables))
+    body.append(_section("losses", "Privacy loss by record size", "".join(loss)))
+
+    # -- plot 2: expected error
+    # Measures of one table often share a mechanism, hence identical curves that would hide
+    # each other: draw them once, labelled "table: m1, m2".
+    moe: dict[str, Sequence[Mapping[str, Any]]] = {}
+    for t in tables:
+        err = t.get("expected_error")
+        if isinstance(err, Mapping):
+            groups: dict[str, tuple[list[str], Sequence[Mapping[str, Any]]]] = {}
+            for m, rows in err.items():
+                if rows:
+                    sig = json.dumps(list(rows), sort_keys=True, default=str)
+                    groups.setdefault(sig, ([], rows))[0].append(str(m))
+            for names, rows in groups.values():
+                moe[f"{t.get('name', '?')}: {', '.join(names)}"] = rows
+    cv = None
+    cv_caption = ""
+    for t in tables:
+        pub = t.get("publication")
+        flag = pub.get("cv_flag") if isinstance(pub, Mapping) else None
+        if _float(flag) and flag is not True:
+            cv = _float(flag)
+            break
+    z = _z(level)
+    cv_y = cv * z if cv is not None and z is not None else None
+    if cv_y is not None:
+        cv_caption = (f" The dashed line is where the coefficient of variation reaches the CV "
+                      f"flag threshold {_e(cv)} (moe / total ≈ {fmt(cv_y)} at the "
+                      f"{_level_text(level)} level for a symmetric noise law): cells above it "
+                      "are flagged C.")
+    body.append(_section("accuracy", "Expected accuracy", _figure(
+        "plot-moe", moe_curves_svg(
+            moe, title="Relative margin of error by true cell total", cv_line=cv_y,
+            cv_label=f"CV flag (cv = {fmt(cv)})" if cv is not None else "CV flag"),
+        f"<b>How to read this plot.</b> For a cell whose true total is on the horizontal axis, "
+        f"the {_level_text(level)} margin of error of its published value divided by the total "
+        "(0.1 means ± 10%). Larger cells are relatively more accurate. These curves follow from "
+        "the mechanisms alone, not from the data." + cv_caption)))
+
+    # -- tables
+    if tables:
+        parts = [_table_section(t, level, delta, sizes) for t in tables]
+        body.append(_section("tables", f"Tables ({len(tables)})", "".join(parts)))
+    else:
+        body.append(_section("tables", "Tables", "<p>No table was released.</p>"))
+
+    flags = summary.get("flag_codes") or {}
+    body.append(_section("flags", "Flag codes", "<p>Each published estimate carries a flag "
+                         "(empty when none applies).</p>" + _table(
+                             ["flag", "meaning"], [[(_code(k), False), (_e(v), False)]
+                                                   for k, v in flags.items()], raw=True)
+                         if flags else "<p>No flag codes.</p>"))
+    cols = summary.get("columns") or {}
+    body.append(_section("columns", "Column dictionary", "<p>Columns of the published table "
+                         "files (<code>&lt;keys&gt;</code> stands for the table's grouping "
+                         "columns; <code>measure</code> for each released measure).</p>" + _table(
+                             ["column", "meaning"], [[(_code(k), False), (_e(v), False)]
+                                                     for k, v in cols.items()], raw=True)
+                         if cols else "<p>No column dictionary.</p>"))
+    files = summary.get("files") or []
+    body.append(_section("files", "Files of this release", (
+        "<p>The public folder of the release holds:</p><ul class=\"files\">" + "".join(
+            f"<li>{_code(f)}</li>" for f in files) + "</ul>") if files
+        else "<p>No file list" + (" (a plan writes no tables)" if is_plan else "") + ".</p>"))
+    extra = {k: v for k, v in summary.items() if k not in _SUMMARY_KEYS}
+    if extra:
+        body.append(_section("other", "Other information",
+                             _kv([(str(k), _value(v)) for k, v in extra.items()])))
+    what = "plan of release" if is_plan else "public summary of release"
+    body.append(f"<footer>Generated by tabdp {_e(version or '?')} · {what} "
+                f"{_code(release.get('name', ''))}. This page loads nothing from the network."
+                "</footer></div>")
+    return _page(f"{title} — {'release plan' if is_plan else 'release summary'}", version,
+                 "".join(head) + "".join(body))
+
+
+def _z(level: Any) -> float | None:
+    lv = _float(level)
+    if lv is None or not 0 < lv < 1:
+        lv = 0.9
+    return NormalDist().inv_cdf((1 + lv) / 2)
+
+
+# -- confidential report --------------------------------------------------------------------------
+_BANNER_TEXT = "CONFIDENTIAL — contains values derived from individual records; do not publish"
+
+
+def _as_polars(frame: Any) -> pl.DataFrame:
+    if frame is None:
+        return pl.DataFrame()
+    if isinstance(frame, pl.DataFrame):
+        return frame
+    if isinstance(frame, pl.LazyFrame):
+        return frame.collect()
+    try:
+        return pl.from_pandas(frame)
+    except (TypeError, ValueError, ImportError):
+        return pl.DataFrame(frame)
+
+
+def _col(df: pl.DataFrame, name: str) -> np.ndarray:
+    if name not in df.columns:
+        return np.zeros(0)
+    return df[name].cast(pl.Float64, strict=False).to_numpy().astype(np.float64)
+
+
+def _max(v: np.ndarray) -> float | None:
+    v = v[~np.isnan(v)]
+    return float(v.max()) if v.size else None
+
+
+def _frame_table(df: pl.DataFrame, *, caption: str | None = None,
+                 percent: Sequence[str] = ()) -> str:
+    # break opportunities after "_" keep long column names (rho_<query>) from widening the table
+    headers = [f"<code>{_e(c).replace('_', '_<wbr>')}</code>" for c in df.columns]
+    pct = [c in percent for c in df.columns]
+    rows = [[(_e(_percent(v)), True) if p else (_e(_cell(v)), _is_num(v) or v is None)
+             for v, p in zip(r, pct, strict=True)] for r in df.iter_rows()]
+    return _table(headers, rows, caption=caption, raw=True)
+
+
+def _percent(v: Any) -> str:
+    f = _float(v)
+    if f is None:
+        return _NONE
+    return f"{f:.1%}" if math.isfinite(f) else fmt(f)
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, default=str)
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    return str(v)
+
+
+def render_confidential_html(report: Mapping[str, Any]) -> str:
+    """Render the CONFIDENTIAL per-record report of a release as a self-contained page.
+
+    Sections: red "CONFIDENTIAL" banner (top and bottom), run settings (seed), overview of the
+    units' actual losses (count, maximum and quantiles of ρ, maximum ε and ε(δ), budget use),
+    a histogram of ρ per unit (``<figure id="plot-loss-hist">``), ρ against size with the public
+    total policy curve (``<figure id="plot-loss-size">``), the ``top_n`` most exposed units, the
+    ``top_n`` cells with the largest loss of each query, and the data-handling counts of each
+    query.
+
+    Args:
+        report: ``{"release", "unit", "seed", "budget", "per_record" (a Polars frame: unit
+            column, ``rho``, ``epsilon``, ``size``, optional ``epsilon_delta``,
+            ``rho_<query>``...), "total_policy_curve", "worst_cells" ({query: frame}),
+            "counts" ({query: dict}), "top_n"}``. Missing entries are shown as absent.
+
+    Returns:
+        The HTML document.
+
+    Example:
+        >>> import polars as pl
+        >>> per = pl.DataFrame({"estab_id": [1, 2], "rho": [0.5, 2.0],
+        ...                     "epsilon": [float("inf")] * 2, "size": [10.0, 1e4]})
+        >>> page = render_confidential_html({"release": {"name": "demo"}, "unit": "estab_id",
+        ...                                  "per_record": per, "top_n": 5})
+        >>> "CONFIDENTIAL" in page and 'id="plot-loss-size"' in page
+        True
+    """
+    release = report.get("release") or {}
+    title = _release_title(release)
+    unit = str(report.get("unit") or "row")
+    delta = release.get("delta")
+    per = _as_polars(report.get("per_record"))
+    top_n = report.get("top_n")
+    top_n = int(top_n) if isinstance(top_n, (int, np.integer)) and top_n > 0 else 20
+    rho = _col(per, "rho")
+    eps = _col(per, "epsilon")
+    size = _col(per, "size")
+    epsd = _col(per, "epsilon_delta") if "epsilon_delta" in per.columns else None
+    budget = report.get("budget")
+    seed = report.get("seed")
+
+    head = ['<header class="masthead"><div class="page">'
+            '<div class="kicker">Confidential report · per-record privacy losses</div>'
+            f"<h1>{html.escape(title)}</h1>"
+            '<div class="meta">'
+            f"<span>Release: <b>{_e(release.get('name', ''))}</b></span>"
+            f"<span>Privacy unit: <b>{_e(unit)}</b></span>"
+            f"<span>Units: <b>{_e(per.height)}</b></span>"
+            "</div></div></header>"]
+    body = ['<div class="page">',
+            '<div class="callout warn"><p><b>Keep inside the agency.</b> This page shows each '
+            "unit's actual privacy loss, which reveals its size (its largest contribution to a "
+            "cell), and counts computed from the records. Publish only the public folder "
+            "(tables, <code>summary.json</code>, <code>summary.html</code>).</p></div>"]
+    if seed is not None:
+        body.append('<div class="callout warn"><p><b>Seeded run: not for production.</b> Seed '
+                    f"= {_code(seed)}. The seed reproduces the noise: with it anyone could "
+                    "remove the noise from the published tables.</p></div>")
+    body.append(_toc([("overview", "Overview"), ("distribution", "Distribution"),
+                      ("exposed", "Most exposed units"), ("cells", "Worst cells"),
+                      ("handling", "Data handling")]))
+
+    # -- overview
+    stats: list[tuple[str, str]] = [("Units", _e(int(rho.size)))]
+    stats.append(("Largest ρ", _e(_max(rho))))
+    if rho.size:
+        with np.errstate(invalid="ignore"):
+            qs = np.quantile(rho, [0.5, 0.9, 0.99, 0.999])
+        qs = np.where(np.isnan(qs) & np.any(np.isinf(rho)), np.inf, qs)
+        for q, v in zip(("50%", "90%", "99%", "99.9%"), qs, strict=True):
+            stats.append((f"ρ quantile {q}", _e(float(v))))
+        stats.append(("Units with ρ = 0", _e(int(np.sum(rho == 0)))))
+    if eps.size:
+        stats.append(("Largest ε (pure DP)", _e(_max(eps))))
+    if epsd is not None:
+        stats.append((f"Largest ε at δ = {fmt(_float(delta))}" if delta is not None
+                      else "Largest ε(δ)", _e(_max(epsd) if epsd.size else None)))
+    if size.size:
+        stats.append(("Largest unit size", _e(_max(size))))
+    bud = _budget_object(budget)
+    budget_note = ""
+    if bud is not None and rho.size:
+        limit = bud.limit(size if size.size == rho.size else np.ones(rho.size))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(limit > 0, rho / limit, np.inf)
+        near = int(np.sum(share >= 0.9))
+        over = int(np.sum(~(share <= 1.0 + 1e-12)))
+        stats.append(("Largest share of budget used", _e(_percent(_max(share)))))
+        stats.append(("Units within 10% of the budget", _e(near)))
+        stats.append(("Units over the budget", _e(over)))
+        if over:
+            budget_note = ('<div class="callout warn"><p><b>Some units are over the budget.</b> '
+                           "This should not happen: tabdp refuses releases that exceed it. "
+                           "Check the run.</p></div>")
+    ov = [_kv(stats), budget_note, "<h3>Budget</h3>", _budget_html(budget, public=False)]
+    extra_keys = {"release", "unit", "seed", "budget", "per_record", "total_policy_curve",
+                  "worst_cells", "counts", "top_n"}
+    body.append(_section("overview", "Overview", "".join(ov)))
+
+    # -- plots
+    hist = histogram_svg(rho, title="Total privacy loss ρ per unit", xlabel="total ρ of a unit "
+                         "(log scale)")
+    zero_note = (f" {int(np.sum(rho == 0)):,} unit(s) with ρ = 0 (no contribution) cannot be "
+                 "shown on the log scale." if rho.size and np.any(rho == 0) else "")
+    n_inf = int(np.sum(np.isinf(rho)))
+    inf_note = (f" {n_inf:,} unit(s) have ρ = ∞ (approximate-DP releases) and are not shown."
+                if n_inf else "")
+    dist = [_figure("plot-loss-hist", hist,
+                    "<b>How to read this plot.</b> How many units (vertical axis, logarithmic) "
+                    "have each total privacy loss ρ (horizontal axis, logarithmic). Most units "
+                    "should sit far to the left; the few on the right are the most exposed, "
+                    "listed below." + zero_note + inf_note)]
+    if size.size == rho.size:
+        sc = scatter_svg(size, rho, title="Total loss ρ against unit size",
+                         xlabel="unit size (largest contribution to one cell)",
+                         ylabel="total ρ of a unit",
+                         curve=report.get("total_policy_curve") or None)
+    else:
+        sc = scatter_svg(np.zeros(0), np.zeros(0), title="Total loss ρ against unit size",
+                         xlabel="unit size", ylabel="total ρ of a unit")
+    dist.append(_figure("plot-loss-size", sc,
+                        "<b>How to read this plot.</b> Each dot is a unit: its size and its "
+                        "total loss ρ. The black line is the public total policy curve: the "
+                        "loss of a unit of that size contributing to one cell of every table. "
+                        "Dots lie below it when a unit contributes less to some tables, and "
+                        "can lie above it when a unit contributes to several cells of a table."))
+    body.append(_section("distribution", "Distribution of the losses", "".join(dist)))
+
+    # -- most exposed units
+    if per.height and "rho" in per.columns:
+        top = per.sort("rho", descending=True, nulls_last=True, maintain_order=True).head(top_n)
+        if bud is not None and "size" in top.columns:
+            lim = bud.limit(_col(top, "size"))
+            top = top.with_columns(pl.Series("share_of_budget", _col(top, "rho") / lim))
+        front = [c for c in (unit if unit in top.columns else None, "rho", "share_of_budget",
+                             "epsilon", "epsilon_delta", "size") if c and c in top.columns]
+        top = top.select(front + [c for c in top.columns if c not in front])
+        exposed = (f"<p>The {min(top_n, per.height)} units with the largest total loss ρ, with "
+                   "their loss in each query (<code>rho_&lt;query&gt;</code>).</p>"
+                   + _frame_table(top, percent=("share_of_budget",)))
+    else:
+        exposed = "<p>No units.</p>"
+    body.append(_section("exposed", "Most exposed units", exposed))
+
+    # -- worst cells
+    worst = report.get("worst_cells") or {}
+    wparts = []
+    for q, frame in worst.items():
+        df = _as_polars(frame)
+        if "worst_rho" in df.columns and df.height:
+            df = df.sort("worst_rho", descending=True, nulls_last=True,
+                         maintain_order=True).head(top_n)
+        wparts.append(f'<h3 id="{_anchor("worst", str(q))}">{_code(q)}</h3>'
+                      + (_frame_table(df) if df.height else "<p>No cells.</p>"))
+    body.append(_section("cells", "Worst loss per cell", (
+        f"<p>For each query, the {top_n} cells whose most exposed unit has the largest loss "
+        "(<code>worst_rho</code>, of a unit of size <code>worst_size</code>), with the number "
+        "of units contributing to the cell.</p>" + "".join(wparts)) if wparts
+        else "<p>No per-cell information.</p>"))
+
+    # -- counts: one column per query, one row per count
+    counts = {str(q): (c if isinstance(c, Mapping) else {})
+              for q, c in (report.get("counts") or {}).items()}
+    known = [("rows_read", "rows read"), ("rows_outside_keys", "rows outside the key set"),
+             ("cells_with_data_outside_keys", "cells with data outside the key set"),
+             ("rows_in_released_cells", "rows in released cells")]
+    rows: list[list[Any]] = []
+    for key, label in known:
+        if any(key in c for c in counts.values()):
+            rows.append([(html.escape(label), False)]
+                        + [(_e(c.get(key)), True) for c in counts.values()])
+    if any(c.get("nulls") not in (None, {}) for c in counts.values()):
+        rows.append([("nulls handled", False)]
+                    + [(_value(c.get("nulls")) if c.get("nulls") not in (None, {}) else _NONE,
+                        False) for c in counts.values()])
+    negs = [c.get("negatives") if isinstance(c.get("negatives"), Mapping) else None
+            for c in counts.values()]
+    if any(n is not None for n in negs):
+        for key, label in (("policy", "negative values: policy"),
+                           ("clipped", "negative values clipped to 0"),
+                           ("dropped", "rows dropped (negative values)")):
+            rows.append([(html.escape(label), False)]
+                        + [(_e(n.get(key)) if n is not None else _NONE, key != "policy")
+                           for n in negs])
+        extra_neg = sorted({k for n in negs if n for k in n} - {"policy", "clipped", "dropped"})
+        for key in extra_neg:
+            rows.append([(_e("negative values: " + key), False)]
+                        + [(_value(n.get(key)) if n else _NONE, False) for n in negs])
+    other_keys: list[str] = []
+    for c in counts.values():
+        for k in c:
+            if k not in {"rows_read", "rows_outside_keys", "cells_with_data_outside_keys",
+                         "rows_in_released_cells", "nulls", "negatives", "name"} \
+                    and k not in other_keys:
+                other_keys.append(k)
+    for k in other_keys:
+        rows.append([(_e(k.replace("_", " ")), False)]
+                    + [(_value(c.get(k)), _is_num(c.get(k))) for c in counts.values()])
+    handling = ("<p>What happened to the input rows of each query. Rows outside the public key "
+                "set are not published (their cells do not exist in the release). "
+                "<b>tabdp never clips values for sensitivity: losses grow with record size "
+                "instead.</b> The only values changed are negative measures under the "
+                "<code>zero</code> policy (clipped to 0) and the rows removed under the "
+                "<code>drop</code> policies, as counted here.</p>")
+    if counts:
+        handling += _table(["count"] + [_code(q) for q in counts], rows, raw=True)
+    else:
+        handling += "<p>No counts.</p>"
+    body.append(_section("handling", "Data handling", handling))
+    extra = {k: v for k, v in report.items() if k not in extra_keys}
+    if extra:
+        body.append(_section("other", "Other information",
+                             _kv([(str(k), _value(v)) for k, v in extra.items()])))
+    body.append(f"<footer>Confidential report of release {_code(release.get('name', ''))}. "
+                "This page loads nothing from the network.</footer></div>")
+    from tabdp import __version__
+
+    return _page(f"CONFIDENTIAL — {title} — per-record losses", __version__,
+                 "".join(head) + "".join(body) + f'<div class="banner">{_BANNER_TEXT}</div>',
+                 banner=f'<div class="banner top" role="alert">{_BANNER_TEXT}</div>')
