@@ -399,3 +399,60 @@ def test_method_call_examples_run(tmp_path: Path, capsys: pytest.CaptureFixture[
     out = _load_example("polars_release").main(["--seed", "1", "--out", str(tmp_path / "d")])
     assert (out / "public" / "county_naics2.parquet").exists()
     assert "Confidential outputs" in capsys.readouterr().out
+
+
+def test_hive_input_allowed_keys_and_empty_key_set(tmp_path: Path) -> None:
+    """A hive-partitioned input folder, an allowed-combinations key file (with a rollup of its
+    image), and an empty key set, whose tables keep the stable schema."""
+    df = generate_establishments(2000, seed=3)
+    df.write_parquet(tmp_path / "hive", partition_by=["state"])
+    pl.DataFrame({"county": ["01001", "01003"], "naics2": ["11", "23"]}).write_csv(
+        tmp_path / "allowed.csv")
+    pl.DataFrame(schema={"county": pl.String, "naics2": pl.String}).write_csv(
+        tmp_path / "empty.csv")
+    spec = tmp_path / "r.toml"
+    spec.write_text(f"""
+[release]
+name = "t"
+[input]
+path = "hive"
+unit = "estab_id"
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[domains]
+naics2 = ["11", "23", "31"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "allowed"
+measures = ["payroll"]
+by = ["county", "naics2"]
+keys = {{ file = "allowed.csv" }}
+mechanism = {{ family = "gaussian", sigma = 1000.0 }}
+[[tables.rollups]]
+by = ["state"]
+[[tables]]
+name = "empty"
+measures = ["payroll"]
+by = ["county", "naics2"]
+keys = {{ file = "empty.csv" }}
+mechanism = {{ family = "gaussian", sigma = 1000.0 }}
+[[tables.rollups]]
+by = ["state", "naics2"]
+""")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    pub = tmp_path / "out" / "public"
+    allowed = pl.read_parquet(pub / "allowed.parquet")
+    assert allowed.select("county", "naics2").rows() == [("01001", "11"), ("01003", "23")]
+    state = pl.read_parquet(pub / "allowed__state.parquet")
+    assert state["state"].to_list() == ["01"]
+    assert state["sd"].to_list() == pytest.approx([1000.0 * 2 ** 0.5])
+    for name, keys in (("empty.parquet", ["county", "naics2"]),
+                       ("empty__state_naics2.parquet", ["state", "naics2"])):
+        t = pl.read_parquet(pub / name)
+        assert t.height == 0
+        assert t.columns == [*keys, "measure", "estimate", "sd", "moe", "cv", "flag"]
+        assert t.schema["estimate"] == pl.Float64 and t.schema["flag"] == pl.String
