@@ -8,6 +8,28 @@ from typing import Any
 from tabdp.exceptions import InvalidParameterError
 
 
+def bounds_text(gt: float | None = None, ge: float | None = None, lt: float | None = None,
+                le: float | None = None) -> str:
+    """The allowed range of a number in words (``""`` when unbounded).
+
+    Args:
+        gt: Strict lower bound, if any.
+        ge: Inclusive lower bound, if any.
+        lt: Strict upper bound, if any.
+        le: Inclusive upper bound, if any.
+
+    Returns:
+        E.g. ``"> 0 and < 1"``.
+
+    Example:
+        >>> bounds_text(gt=0, lt=1)
+        '> 0 and < 1'
+    """
+    parts = [f"{op} {b:.12g}" for op, b in ((">", gt), (">=", ge), ("<", lt), ("<=", le))
+             if b is not None]
+    return " and ".join(parts)
+
+
 def check_real(name: str, value: Any, *, owner: str, gt: float | None = None,
                ge: float | None = None, le: float | None = None, lt: float | None = None,
                hint: str = "") -> float:
@@ -33,16 +55,7 @@ def check_real(name: str, value: Any, *, owner: str, gt: float | None = None,
         >>> check_real("sigma", 2, owner="Gaussian", gt=0)
         2.0
     """
-    allowed = []
-    if gt is not None:
-        allowed.append(f"> {gt:.12g}")
-    if ge is not None:
-        allowed.append(f">= {ge:.12g}")
-    if lt is not None:
-        allowed.append(f"< {lt:.12g}")
-    if le is not None:
-        allowed.append(f"<= {le:.12g}")
-    allowed_text = " and ".join(allowed) if allowed else "a finite real number"
+    allowed_text = bounds_text(gt, ge, lt, le) or "a finite real number"
     suffix = f"\nHint: {hint}" if hint else ""
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
         raise InvalidParameterError(

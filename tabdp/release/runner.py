@@ -498,8 +498,11 @@ def _apply_negatives(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]
 
 
 def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]) -> pl.LazyFrame:
-    """Coarse key columns needed by direct rollups, derived from hierarchies when the input
-    does not have them; and the constant national key."""
+    """Add the derived key columns of direct releases.
+
+    Coarse key columns come from the hierarchies when the input does not have them; national
+    releases get a constant key.
+    """
     need: dict[str, tuple[str, str]] = {}
     national = False
     for t in spec.tables:
@@ -537,8 +540,11 @@ def _table_keys(spec: ReleaseSpec, t: TableSpec) -> KeySet:
 
 def _rollup_keys(spec: ReleaseSpec, t: TableSpec, r: RollupSpec, table_keys: KeySet
                  ) -> pl.DataFrame | None:
-    """Target keys of a rollup: the cross product of the domains, or (allowed-combination
-    tables) the image of the table's keys."""
+    """Target keys of a rollup.
+
+    The cross product of the domains, or (allowed-combination tables) the image of the table's
+    keys.
+    """
     if not r.by:
         return None
     if t.keys_file is None and all(c in spec.domains for c in r.by):
@@ -598,8 +604,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         >>> spec = dataclasses.replace(spec, output=dataclasses.replace(
         ...     spec.output, public=out / "public", confidential=out / "confidential"))
         >>> res = run_release(spec)
-        >>> (res.public / "manifest.json").exists(), (res.confidential / "per_record_losses.parquet").exists()
-        (True, True)
+        >>> (res.public / "manifest.json").exists()
+        True
+        >>> (res.confidential / "per_record_losses.parquet").exists()
+        True
     """
     from tabdp import __version__
     from tabdp.report.html import render_confidential_html, render_summary_html

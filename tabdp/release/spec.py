@@ -118,6 +118,7 @@ from typing import Any, NoReturn
 import polars as pl
 
 from tabdp import mechanisms
+from tabdp._validation import bounds_text
 from tabdp.calibrate import calibrate
 from tabdp.exceptions import SpecError, TabdpError
 
@@ -439,14 +440,7 @@ def _bool(value: Any, path: str, hint: str) -> bool:
 
 def _number(value: Any, path: str, *, what: str, hint: str, gt: float | None = None,
             ge: float | None = None, lt: float | None = None) -> float:
-    bounds = []
-    if gt is not None:
-        bounds.append(f"> {gt:g}")
-    if ge is not None:
-        bounds.append(f">= {ge:g}")
-    if lt is not None:
-        bounds.append(f"< {lt:g}")
-    rng = " and ".join(bounds)
+    rng = bounds_text(gt, ge, lt)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         _fail(path, f"{what} must be a number{' ' + rng if rng else ''}; got {_show(value)} "
                     f"({_tname(value)}).", hint)
