@@ -126,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run the bundled example (examples/cbp_release.toml)")
     d.add_argument("--out", type=Path, default=None,
                    help="folder for the demo outputs (default: out/cbp_release in the project)")
+    d.add_argument("--overwrite", action="store_true",
+                   help="replace existing outputs in the --out folder")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -170,20 +172,31 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     head = "".join(f"{x:>10.0e}" for x in sizes)
     for t in s["tables"]:
         params = ", ".join(f"{k}={v}" for k, v in t["mechanism"]["params"].items())
-        out.write(f"\n{t['name']}: {t['kind']} of {', '.join(t['measures'])} by "
-                  f"{', '.join(t['by']) or '(national)'}; {t['cells']:,} cells\n")
+        what = ("count" if t["kind"] == "count" else f"sum of {', '.join(t['measures'])}")
+        out.write(f"\n{t['name']}: {what} by {', '.join(t['by']) or '(national)'}; "
+                  f"{t['cells']:,} cells\n")
         out.write(f"  mechanism {t['mechanism']['class']}({params}); guarantee "
                   f"{t['guarantee']}\n")
-        out.write(f"  rho per unit, one cell (record size){head}\n")
-        out.write("  " + " " * 33 + "".join(f"{_fmt(r['rho']):>10}" for r in
-                                            t["table_policy_curve"]) + "\n")
+        out.write(f"  {'record size':<36}{head}\n")
+        out.write(f"  {'rho of a unit in one cell':<36}" + "".join(
+            f"{_fmt(r['rho']):>10}" for r in t["table_policy_curve"]) + "\n")
         for m, rows in t["expected_error"].items():
             cells = "  ".join(f"{r['total']:.0e}: ±{_fmt(r['moe'])}" for r in rows)
             out.write(f"  {m} margin of error ({s['release']['level']:.0%}) by cell total: "
                       f"{cells}\n")
-    out.write(f"\nTotal rho per unit (record size){head}\n")
-    out.write(" " * 32 + "".join(f"{_fmt(r['rho']):>10}" for r in s["total_policy_curve"])
-              + "\n")
+    out.write(f"\n{'Total: record size':<38}{head}\n")
+    out.write(f"{'Total rho per unit':<38}" + "".join(
+        f"{_fmt(r['rho']):>10}" for r in s["total_policy_curve"]) + "\n")
+    over = [r for r in s["budget_check"] if r["exceeds"]]
+    if over:
+        sizes_txt = ", ".join(f"{r['delta']:g} (planned {_fmt(r['planned_rho'])} > "
+                              f"limit {r['limit']:.4g})" for r in over)
+        out.write(f"\nWARNING: the planned worst-case total exceeds the budget at record sizes "
+                  f"{sizes_txt}. Units of those sizes that contribute to every table may be "
+                  "refused at run time (exit 3); raise the budget or lower the losses.\n")
+    elif s["budget_check"]:
+        out.write("\nBudget: the planned worst-case total is within the budget at every record "
+                  "size shown.\n")
     out.write(f"\nPlan written to {folder} (plan.json, plan.html)\n")
     return EXIT_OK
 
@@ -243,7 +256,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if args.command == "run":
             return _cmd_run(args, out, err, args.spec, args.overwrite)
         if args.command == "demo":
-            return _cmd_run(args, out, err, _example_spec(), True)
+            # The default demo folder is the demo's own and is refreshed on every run; a
+            # folder given with --out is replaced only with --overwrite.
+            return _cmd_run(args, out, err, _example_spec(),
+                            args.out is None or args.overwrite)
         raise AssertionError(args.command)  # pragma: no cover
     except KeyboardInterrupt:
         err.write("tabdp: interrupted; nothing was written.\n")

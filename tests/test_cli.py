@@ -282,8 +282,7 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
     monkeypatch.setattr(runner_mod, "publish", flaky)
     code, _, err = run("run", str(spec), "--quiet")
     assert code == 70 and "injected failure" in err and "bug" in err
-    assert not (out / "public").exists() and not (out / "confidential").exists()
-    assert leftovers(out) == [] if out.exists() else True
+    assert not out.exists()
     assert datasets[0].read_bytes() == data_before
 
     # a failure while writing (after the public files were staged) also leaves nothing
@@ -296,8 +295,8 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
     monkeypatch.setattr(html_mod, "render_confidential_html", broken)
     code, _, err = run("run", str(spec), "--quiet")
     assert code == 70 and "disk full" in err
-    assert not (out / "public").exists() and not (out / "confidential").exists()
-    assert leftovers(out) == []
+    # not even the parent folder the run created is left behind
+    assert not out.exists()
 
 
 def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[Path, Path],
@@ -456,3 +455,104 @@ by = ["state", "naics2"]
         assert t.height == 0
         assert t.columns == [*keys, "measure", "estimate", "sd", "moe", "cv", "flag"]
         assert t.schema["estimate"] == pl.Float64 and t.schema["flag"] == pl.String
+
+
+# -- regressions from review ---------------------------------------------------------------------
+
+def test_input_inside_an_output_folder_is_refused(tmp_path: Path,
+                                                  datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    (out / "public").mkdir(parents=True)
+    data = out / "public" / "data.parquet"
+    data.write_bytes(datasets[0].read_bytes())
+    spec = write_spec(tmp_path, data, out)
+    code, _, err = run("run", str(spec), "--quiet", "--overwrite")
+    assert code == 2 and "output.public" in err and "overlaps" in err
+    assert data.read_bytes() == datasets[0].read_bytes()
+
+
+def test_approx_only_mechanism_runs_and_writes_valid_json(tmp_path: Path,
+                                                          datasets: tuple[Path, Path]) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"""
+[release]
+name = "sub"
+delta = 1e-6
+[input]
+path = "{datasets[0].as_posix()}"
+unit = "estab_id"
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "subbotin", r = 3.0, scale = 1e6, delta = 1e-9 }}
+[[tables.rollups]]
+by = []
+""")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    assert conf["rho_max"] is None            # infinite rho (approximate DP only): null
+    summary = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())
+    assert summary["tables"][0]["guarantee"] == "approx"
+    assert summary["total_policy_curve"][1]["epsilon_delta"] is not None
+
+
+def test_hive_partition_column_as_key(tmp_path: Path) -> None:
+    generate_establishments(1500, seed=4).write_parquet(tmp_path / "hive",
+                                                         partition_by=["state"])
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"""
+[release]
+name = "hive"
+[input]
+path = "hive"
+unit = "estab_id"
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "estabs"
+kind = "count"
+by = ["state"]
+""")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    t = pl.read_parquet(tmp_path / "out" / "public" / "estabs.parquet")
+    assert t["state"].dtype == pl.String and t.height == 10
+    manifest = json.loads((tmp_path / "out" / "public" / "manifest.json").read_text())
+    assert manifest["input"]["schema"]["state"] == "String"
+
+
+def test_unwritable_output_location_fails_before_reading(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    spec = write_spec(tmp_path, tmp_path / "missing-input.parquet", blocker)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 2 and "is a file" in err      # not 4: checked before the input
+
+
+def test_demo_out_folder_needs_overwrite(tmp_path: Path) -> None:
+    (tmp_path / "demo" / "public").mkdir(parents=True)
+    keep = tmp_path / "demo" / "public" / "important.txt"
+    keep.write_text("x")
+    code, _, err = run("demo", "--out", str(tmp_path / "demo"), "--quiet")
+    assert code == 2 and keep.exists()
+
+
+def test_outputs_permissions(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    assert run("run", str(write_spec(tmp_path, datasets[0], out)), "--quiet")[0] == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (out / "public").stat().st_mode & 0o777 == 0o777 & ~umask
+    assert (out / "confidential").stat().st_mode & 0o077 == 0   # owner only

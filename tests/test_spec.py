@@ -318,6 +318,16 @@ def _base() -> dict[str, Any]:
 Mutation = Callable[[dict[str, Any]], None]
 
 
+def _all(*mutations: Mutation) -> Mutation:
+    """Apply several mutations in order."""
+
+    def apply(data: dict[str, Any]) -> None:
+        for m in mutations:
+            m(data)
+
+    return apply
+
+
 def _set(path: str, value: Any) -> Mutation:
     """Set (or, for value ``_DEL``, delete) the entry at a dotted path with [i] indices."""
 
@@ -469,6 +479,25 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
     ("plan-empty", _set("plan", {"cell_totals": []}), "plan.cell_totals", "[]"),
     ("plan-zero", _set("plan", {"record_sizes": [1, 0]}), "plan.record_sizes[1]", "0"),
     ("plan-count-rows-zero", _set("plan", {"count_rows": 0}), "plan.count_rows", "0"),
+    # cross-field checks
+    ("key-reserved-name", _all(_set("domains.measure", ["a"]), _set(f"{T1}.by", ["measure"])),
+     f"{T1}.by[0]", "'measure'"),
+    ("measure-collides-with-sd", _set(f"{T0}.measures", ["payroll", "payroll_sd"]),
+     f"{T0}.measures[1]", "'payroll_sd'"),
+    ("unit-is-a-key", _set("input.unit", "county"), T0, "'county'"),
+    ("discrete-grid-not-integer", _set(f"{T1}.grid", 2.5), f"{T1}.grid", "2.5"),
+    ("budget-with-approx-only", _all(_set("budget", {"rho": 1.0}),
+                                     _set(f"{T0}.mechanism", {"family": "subbotin", "r": 3.0,
+                                                              "scale": 10.0, "delta": 1e-9})),
+     f"{T0}.mechanism", "approximate DP"),
+    ("rollup-file-collision", _all(_set("domains.state_naics2", ["a"]),
+                                   _set(f"{T0}.by", ["county", "naics2", "state_naics2"]),
+                                   _set(f"{T0}.rollups", [{"by": ["state", "naics2"]},
+                                                          {"by": ["state_naics2"]}])),
+     f"{T0}.rollups", "pay__state_naics2.parquet"),
+    ("output-inside-input", _set("output.public", "data.parquet/public"), "output.public",
+     "overlaps"),
+    ("output-is-input-folder", _set("input.path", "out/public"), "output.public", "overlaps"),
     ("plan-count-rows-float", _set("plan", {"count_rows": 1.5}), "plan.count_rows", "1.5"),
     ("plan-type", _set("plan", {"record_sizes": 10}), "plan.record_sizes", "10"),
     # tables

@@ -130,11 +130,14 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             est = np.where(flag_n, 0.0, est)
             with np.errstate(divide="ignore", invalid="ignore"):
                 cv = np.where(est != 0.0, sd / np.abs(est), np.where(sd > 0, np.inf, 0.0))
+            # the published 0 has an infinite cv: low reliability
+            if rules.cv_flag is not None:
+                flag_c |= cv_valid & (cv >= rules.cv_flag)
         unit = rules.round.get(m) if isinstance(rules.round, Mapping) else rules.round
         if unit is not None:
             # public rounding unit: post-processing of the published value only (cv and flags
             # were decided on the unrounded estimate; rollups sum the unrounded values)
-            est = np.round(est / float(unit)) * float(unit)
+            est = np.round(est / float(unit)) * float(unit) + 0.0  # + 0.0: no "-0.0"
         codes = np.full(est.shape, "", dtype=object)
         for code, mask in (("C", flag_c), ("N", flag_n), ("S", flag_s), ("X", flag_x)):
             codes = np.where(mask, codes + code, codes)

@@ -24,6 +24,7 @@ import os
 import platform
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
-from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec
+from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys
 
 __all__ = ["ReleaseResult", "plan_summary", "write_plan", "run_release", "NATIONAL"]
 
@@ -248,6 +249,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             g = t.grid.get(m) if isinstance(t.grid, dict) else t.grid
             if g is None:
                 g = _measure_mechanism(mech, m).default_grid()
+            if g is None:  # discrete mechanisms: exact integers
+                g = 1.0
             grid[m] = float(g) if isinstance(g, (int, float)) else g
         rollups = []
         for r in t.rollups:
@@ -297,10 +300,31 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "record_sizes": [float(s) for s in sizes],
         "count_rows_assumed": spec.plan.count_rows,
         "tables": tables,
-        "total_policy_curve": total_policy_curve(entries, sizes, delta),
+        "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
+        "budget_check": _budget_check(spec, total),
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
     }
+
+
+def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Planned worst-case total ρ against the budget at each record size (empty without one).
+
+    A size where the planned total is above the limit is not an error (real units rarely
+    contribute their size to every cell), but such units may be refused at run time.
+    """
+    if spec.budget is None:
+        return []
+    from tabdp.privacy.budget import Budget
+
+    b = Budget(spec.budget.rho)
+    rows = []
+    for row in total:
+        limit = float(b.limit(row["delta"]))
+        rho = row["rho"]
+        rows.append({"delta": row["delta"], "planned_rho": rho, "limit": limit,
+                     "exceeds": rho is None or rho > limit})
+    return rows
 
 
 def _budget_dict(spec: ReleaseSpec) -> dict[str, Any]:
@@ -355,21 +379,44 @@ def _check_target(path: Path, overwrite: bool, what: str) -> None:
         raise InvalidParameterError(
             f"the {what} output path {str(path)!r} exists and is not a folder.\n"
             "Hint: point [output] at a folder path.")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: "
+                    f"{str(parent)!r} is a file.\nHint: point [output] at a folder path.")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: "
+                    f"{str(parent)!r} is not writable.\nHint: choose a writable location.")
+            break
 
 
 class _Staging:
     """Temporary sibling folders renamed onto the targets only if the block succeeds."""
 
-    def __init__(self, targets: Sequence[Path], overwrite: bool) -> None:
+    def __init__(self, targets: Sequence[Path], overwrite: bool,
+                 private: Sequence[bool] | None = None) -> None:
         self.targets = [Path(t) for t in targets]
         self.overwrite = overwrite
+        self.private = list(private) if private is not None else [False] * len(self.targets)
         self.tmps: list[Path] = []
 
     def __enter__(self) -> list[Path]:
+        self.created: list[Path] = []
         try:
-            for t in self.targets:
+            for t, private in zip(self.targets, self.private, strict=True):
+                missing = [p for p in reversed(t.parents) if not p.exists()]
                 t.parent.mkdir(parents=True, exist_ok=True)
-                self.tmps.append(Path(tempfile.mkdtemp(prefix=f".{t.name}.tmp-", dir=t.parent)))
+                self.created += missing
+                tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}.tmp-", dir=t.parent))
+                self.tmps.append(tmp)
+                if not private:
+                    # mkdtemp makes a private (0700) folder: publishable outputs get the
+                    # usual permissions; confidential ones stay readable by the owner only.
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    tmp.chmod(0o777 & ~umask)
         except BaseException:
             self._cleanup()
             raise
@@ -378,6 +425,13 @@ class _Staging:
     def _cleanup(self) -> None:
         for tmp in self.tmps:
             shutil.rmtree(tmp, ignore_errors=True)
+        # parent folders this run created, if still empty
+        for p in sorted(set(getattr(self, "created", [])), key=lambda q: len(q.parts),
+                        reverse=True):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
@@ -414,8 +468,19 @@ class _Staging:
 # -- running ---------------------------------------------------------------------------------
 
 def _json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=False, default=_json_default,
+    """JSON text; infinite or NaN numbers are written as null (documented: null = infinite)."""
+    return json.dumps(_finite_json(obj), indent=2, sort_keys=False, default=_json_default,
                       allow_nan=False) + "\n"
+
+
+def _finite_json(obj: Any) -> Any:
+    if isinstance(obj, float | np.floating):
+        return _finite(obj)
+    if isinstance(obj, Mapping):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_json(v) for v in obj]
+    return obj
 
 
 def _json_default(x: Any) -> Any:
@@ -445,10 +510,23 @@ def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
             f"input not found: {str(src)!r} (input.path in the spec).\n"
             "Hint: check the path; relative paths are resolved against the spec file's folder.")
     kwargs: dict[str, Any] = {}
-    if spec.input.hive_partitioning is not None:
-        kwargs["hive_partitioning"] = spec.input.hive_partitioning
+    source: Any = spec.input.source
+    hive = spec.input.hive_partitioning
+    if src.is_dir():
+        # A folder: scan it as a dataset, so hive partition folders (state=01/...) become
+        # columns, typed like their key domains (else text): codes such as "01" stay codes.
+        source = src
+        parts = _hive_columns(src)
+        if parts and hive is not False:
+            kwargs["hive_partitioning"] = True
+            kwargs["hive_schema"] = {c: (spec.domains[c].dtype if c in spec.domains
+                                         else pl.String) for c in parts}
+        elif hive is not None:
+            kwargs["hive_partitioning"] = hive
+    elif hive is not None:
+        kwargs["hive_partitioning"] = hive
     try:
-        lf = pl.scan_parquet(spec.input.source, **kwargs)
+        lf = pl.scan_parquet(source, **kwargs)
         schema = lf.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as err:
         raise DataValidationError(
@@ -456,6 +534,16 @@ def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
             "Hint: input.path must be a Parquet file, a folder of Parquet files or a "
             "hive-partitioned dataset.") from err
     return lf, {k: str(v) for k, v in schema.items()}
+
+
+def _hive_columns(folder: Path) -> list[str]:
+    """Names of the hive partition levels (``name=value`` folders) above the first data file."""
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        if any(f.endswith(".parquet") for f in files):
+            rel = Path(root).relative_to(folder)
+            return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
+    return []
 
 
 def _measures_used(spec: ReleaseSpec) -> list[str]:
@@ -534,7 +622,7 @@ def _domain_keys(spec: ReleaseSpec, cols: Sequence[str]) -> KeySet:
 
 def _table_keys(spec: ReleaseSpec, t: TableSpec) -> KeySet:
     if t.keys_file is not None:
-        return KeySet.from_frame(_read_table(t.keys_file).select(list(t.by)))
+        return KeySet.from_frame(read_keys(t.keys_file, t.by, spec.domains))
     return _domain_keys(spec, t.by)
 
 
@@ -647,9 +735,20 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             target_keys = _rollup_keys(spec, t, r, keys)
             maps = {col: spec.hierarchies[h].mapping.select(fine, col).unique()
                     for col, (h, fine) in r.maps.items()}
-            rolled, _methods = rollup(wide, by=list(t.by), measures=measures,
-                                      target_by=list(r.by), maps=maps, mechanisms=mechs,
-                                      level=level, target_keys=target_keys)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", RuntimeWarning)
+                rolled, _methods = rollup(wide, by=list(t.by), measures=measures,
+                                          target_by=list(r.by), maps=maps, mechanisms=mechs,
+                                          level=level, target_keys=target_keys)
+            if any(issubclass(w.category, RuntimeWarning) for w in caught):
+                # The numerical law had to coarsen its grid for this level's cell counts
+                # (public: they follow from the key sets): say so next to the method.
+                entry = next(e for e in _summary_table(summary, t.name)["rollups"]
+                             if e["label"] == r.label)
+                entry["moe_method"] = {
+                    m: (v + " — at this level the FFT grid had to be coarsened, so the stated "
+                        "accuracy is not guaranteed" if v.startswith("numerical") else v)
+                    for m, v in entry["moe_method"].items()}
             rolled = rolled.drop("cells") if "cells" in rolled.columns else rolled
             public[_file_name(t, r)] = publish(rolled, keys=list(r.by), measures=measures,
                                                rules=t.publication, grid=grid)
@@ -673,10 +772,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     manifest = _manifest(spec, summary, input_schema, started, __version__)
     confidential = _confidential(spec, session, negatives)
     worst = _worst_cells(session)
-    with _Staging([spec.output.public, spec.output.confidential], overwrite) as (pub, conf):
+    with _Staging([spec.output.public, spec.output.confidential], overwrite,
+                  private=[False, True]) as (pub, conf):
         for name, df in public.items():
             df.write_parquet(pub / name, statistics=False)
-        manifest["finished"] = _timestamp()
         (pub / "manifest.json").write_text(_json(manifest), encoding="utf-8")
         (pub / "summary.json").write_text(_json(summary), encoding="utf-8")
         (pub / "summary.html").write_text(render_summary_html(summary), encoding="utf-8")
@@ -699,6 +798,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         }), encoding="utf-8")
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()})
+
+
+def _summary_table(summary: dict[str, Any], table: str) -> dict[str, Any]:
+    return next(t for t in summary["tables"] if t["name"] == table)
 
 
 def summary_grid(summary: dict[str, Any], table: str) -> dict[str, Any]:
@@ -729,8 +832,9 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], input_schema: dict[str
     return {
         "tabdp_version": version,
         "release": summary["release"],
-        "started": started,
-        "finished": None,
+        # one timestamp, taken before any data is read (a finish time would tell how long the
+        # confidential data took to process)
+        "created": started,
         "spec": {"file": spec.path.name if spec.path else None, "sha256": spec.sha256,
                  "content": spec.raw},
         "input": {"schema": input_schema, "unit": summary["unit"],

@@ -137,6 +137,9 @@ __all__ = [
     "RollupSpec",
     "load_spec",
     "parse_spec",
+    "read_keys",
+    "align_keys",
+    "RESERVED_COLUMNS",
 ]
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms`. The other keys of a
@@ -1030,6 +1033,50 @@ def _parse_rollups(raw: Any, path: str, by: tuple[str, ...],
     return tuple(out)
 
 
+def align_keys(frame: pl.DataFrame, domains: Mapping[str, pl.Series]) -> pl.DataFrame:
+    """Cast the columns of an allowed-keys frame to the types of their domains, if any.
+
+    Args:
+        frame: Keys read from a file (CSV columns are text).
+        domains: The spec's domains.
+
+    Returns:
+        The frame with each column that has a domain cast (strictly) to the domain's type.
+
+    Raises:
+        polars.exceptions.PolarsError: A value does not convert.
+
+    Example:
+        >>> align_keys(pl.DataFrame({"year": ["2024"]}), {"year": pl.Series([2024])}).dtypes
+        [Int64]
+    """
+    return frame.with_columns(pl.col(c).cast(domains[c].dtype, strict=True)
+                              for c in frame.columns if c in domains)
+
+
+def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -> pl.DataFrame:
+    """The allowed key combinations of a table, typed like the domains.
+
+    Args:
+        file: The keys file (validated by :func:`parse_spec`).
+        by: The table's key columns (output order).
+        domains: The spec's domains.
+
+    Returns:
+        The keys, columns in ``by`` order.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "k.csv"
+        >>> _ = f.write_text("year,code\\n2024,01\\n")
+        >>> read_keys(f, ["code", "year"], {"year": pl.Series([2024])}).row(0)
+        ('01', 2024)
+    """
+    frame = (pl.read_csv(file, infer_schema=False) if file.suffix.lower() == ".csv"
+             else pl.read_parquet(file))
+    return align_keys(frame, domains).select(list(by))
+
+
 def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
                 domains: Mapping[str, pl.Series]) -> Path:
     d = _table(raw, path, allowed=("file",), required=("file",),
@@ -1051,6 +1098,13 @@ def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
         _fail(fp, f"the keys file {str(file)!r} repeats key combinations, e.g. "
                   f"{_show(dup.row(0, named=True))} ({dup.height} duplicate rows).",
               "list each allowed combination once (e.g. df.unique()).")
+    try:
+        frame = align_keys(frame, domains)
+    except pl.exceptions.PolarsError as err:
+        _fail(fp, f"the keys file {str(file)!r} has values that do not convert to the types "
+                  f"of the key domains ({err}).",
+              "use the domains' types in the keys file (CSV files are read as text; write a "
+              "Parquet keys file to keep other types).")
     for col in by:
         if col in domains and frame.schema[col] == domains[col].dtype:
             bad = frame[col].filter(~frame[col].is_in(domains[col].implode()))
@@ -1218,6 +1272,99 @@ def load_spec(path: str | Path) -> ReleaseSpec:
     return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest())
 
 
+#: Columns of the public tables: no key column may have these names.
+RESERVED_COLUMNS = ("measure", "estimate", "sd", "moe", "cv", "flag", "cells",
+                    "_tabdp_national")
+
+
+def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpec | None
+                  ) -> None:
+    """Cross-field checks that need a parsed table: names, grids, budgets, output files."""
+    files: dict[str, str] = {}
+    for i, t in enumerate(tables):
+        tp = f"tables[{i}]"
+        for j, col in enumerate(t.by):
+            if col in RESERVED_COLUMNS:
+                _fail(f"{tp}.by[{j}]", f"key column {col!r} has the name of a column of the "
+                                       f"public tables ({_names(RESERVED_COLUMNS[:7])}).",
+                      "rename the column in the data and the spec (e.g. 'measure_code').")
+        for j, r in enumerate(t.rollups):
+            for k, col in enumerate(r.by):
+                if col in RESERVED_COLUMNS:
+                    _fail(f"{tp}.rollups[{j}].by[{k}]",
+                          f"key column {col!r} has the name of a column of the public tables.",
+                          "rename the column in the hierarchy (and the spec).")
+        outputs = {f"{m}{suffix}" for m in t.measures for suffix in ("_sd", "_moe")}
+        for j, m in enumerate(t.measures):
+            if m in outputs:
+                _fail(f"{tp}.measures[{j}]", f"measure {m!r} has the name of another "
+                                             "measure's uncertainty column (<measure>_sd, "
+                                             "<measure>_moe).",
+                      "rename the column in the data and the spec.")
+        if inp.unit is not None and (inp.unit in t.by or inp.unit in t.measures):
+            _fail(f"{tp}", f"the unit column {inp.unit!r} (input.unit) is also a key or "
+                           "measure of this table.",
+                  "group by and sum other columns; the unit column only identifies units.")
+        mech = t.mechanism
+        if isinstance(mech, (mechanisms.DiscreteGaussian, mechanisms.DiscreteLaplace)):
+            steps = (t.grid.values() if isinstance(t.grid, Mapping)
+                     else [] if t.grid is None else [t.grid])
+            for g in steps:
+                if not float(g).is_integer():
+                    _fail(f"{tp}.grid", f"{_show(g)} is not a whole number, but "
+                                        f"{type(mech).__name__} releases exact integers.",
+                          "use a whole-number grid (e.g. 10), or leave grid out.")
+        if budget is not None and mech is not None and mech.dp_delta is not None:
+            _fail(f"{tp}.mechanism", f"{type(mech).__name__} is accounted in approximate DP "
+                                     "only (its per-record ρ is infinite), so a [budget] on ρ "
+                                     "cannot bound it.",
+                  "remove [budget], or use a mechanism with a zCDP guarantee (gaussian, "
+                  "laplace, log, root, subbotin with r = 1 or 2, ...).")
+        names = [f"{t.name}.parquet"]
+        for r in t.rollups:
+            names.append(f"{t.name}__{r.label}.parquet")
+            if r.direct:
+                names.append(f"{t.name}__{r.label}_direct.parquet")
+        for j, name in enumerate(names):
+            if name in files:
+                _fail(f"{tp}.rollups", f"two outputs would both be written to {name!r} "
+                                       f"({files[name]} and this table's output #{j}).",
+                      "rollup file names join the rollup columns with '_': choose rollups "
+                      "whose names differ.")
+            files[name] = tp
+
+
+def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, Hierarchy],
+                 raw_domains: Mapping[str, Any], domains: Mapping[str, pl.Series],
+                 tables: Sequence[TableSpec], base: Path, spec_path: Path | None) -> None:
+    """Output folders must not hold or sit inside anything the release reads."""
+    read: list[tuple[str, Path]] = []
+    src = str(inp.path)
+    if "*" in src:
+        prefix = src.split("*", 1)[0]
+        read.append(("input.path", Path(prefix if prefix.endswith("/") else
+                                        os.path.dirname(prefix))))
+    else:
+        read.append(("input.path", inp.path))
+    read += [(f"hierarchies.{n}.file", h.file) for n, h in hierarchies.items()]
+    for n, v in raw_domains.items():
+        if isinstance(v, Mapping) and "file" in v:
+            read.append((f"domains.{n}.file", Path(os.path.abspath(base / str(v["file"])))))
+    read += [(f"tables[{i}].keys.file", t.keys_file) for i, t in enumerate(tables)
+             if t.keys_file is not None]
+    if spec_path is not None:
+        read.append(("the spec file", Path(spec_path)))
+    for key in ("public", "confidential", "plan"):
+        out = Path(getattr(output, key))
+        for what, p in read:
+            p = Path(os.path.abspath(p))
+            if p == out or out in p.parents or (what == "input.path" and p in out.parents):
+                _fail(f"output.{key}", f"the {key} folder {str(out)!r} overlaps {what} "
+                                       f"({str(p)!r}): writing the release (or replacing it "
+                                       "with --overwrite) would change what the release reads.",
+                      "write the outputs to a folder of their own, outside the input.")
+
+
 def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
                path: Path | None = None, sha256: str | None = None) -> ReleaseSpec:
     """Validate an already parsed spec (a dict as ``tomllib`` returns it).
@@ -1298,6 +1445,8 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
                   "give every table a unique name (it names the output files).")
         names[table.name] = i
         tables.append(table)
+    _check_tables(tables, inp, budget)
+    _check_paths(output, inp, hierarchies, d.get("domains") or {}, domains, tables, base, path)
     return ReleaseSpec(path=path, sha256=sha256, raw=copy.deepcopy(dict(data)), release=release,
                        input=inp, domains=domains, hierarchies=hierarchies, budget=budget,
                        seed=seed, output=output, publication=publication, plan=plan,

@@ -1,0 +1,91 @@
+"""Publication rules: cv, flags C/N/S/X, clamping, suppression, public rounding, schema."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from tabdp.release.publish import FLAG_CODES, empty_public_table, publish
+from tabdp.release.spec import Publication
+
+WIDE = pl.DataFrame({
+    "c": ["a", "b", "c", "d", "e"],
+    "x": [100.0, 10.0, -4.0, 0.0, 2.0],
+    "x_sd": [5.0, 5.0, 5.0, 5.0, math.inf],
+    "x_moe": [8.0, 8.0, 8.0, 8.0, 30.0],
+})
+
+
+def flags(rules: Publication, **kw) -> list[str]:
+    return publish(WIDE, keys=["c"], measures=["x"], rules=rules, **kw)["flag"].to_list()
+
+
+def test_schema_and_cv() -> None:
+    out = publish(WIDE, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3))
+    assert out.columns == ["c", "measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert out.schema == {"c": pl.String, "measure": pl.String, "estimate": pl.Float64,
+                          "sd": pl.Float64, "moe": pl.Float64, "cv": pl.Float64,
+                          "flag": pl.String}
+    cv = out["cv"].to_list()
+    assert cv[:3] == [0.05, 0.5, 1.25]
+    assert cv[3] == math.inf                 # estimate 0, sd > 0
+    assert cv[4] is None                     # infinite sd: cv undefined
+    assert out["flag"].to_list() == ["", "C", "CN", "C", "X"]
+    assert set("".join(out["flag"].to_list())) <= set(FLAG_CODES)
+
+
+def test_thresholds_and_off() -> None:
+    assert flags(Publication(cv_flag=None)) == ["", "", "N", "", "X"]
+    assert flags(Publication(cv_flag=1.0)) == ["", "", "CN", "C", "X"]
+
+
+def test_suppression_withholds_values() -> None:
+    out = publish(WIDE, keys=["c"], measures=["x"],
+                  rules=Publication(cv_flag=0.3, suppress_cv=1.0))
+    assert out["flag"].to_list() == ["", "C", "CNS", "CS", "X"]
+    for col in ("estimate", "sd", "moe", "cv"):
+        assert out[col][2] is None and out[col][3] is None
+    assert out["estimate"][0] == 100.0
+
+
+def test_clamp_publishes_zero_and_flags() -> None:
+    out = publish(WIDE, keys=["c"], measures=["x"],
+                  rules=Publication(cv_flag=0.3, negative="clamp"))
+    assert out["estimate"].to_list()[:4] == [100.0, 10.0, 0.0, 0.0]
+    assert out["flag"].to_list()[2] == "CN"
+    assert out["cv"][2] == math.inf
+
+
+def test_public_rounding_after_flags() -> None:
+    w = WIDE.with_columns(pl.Series("x", [1234.0, 10.4, -0.4, 0.0, 2.0]))
+    out = publish(w, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3, round=10.0))
+    est = out["estimate"].to_numpy()
+    assert est.tolist() == [1230.0, 10.0, 0.0, 0.0, 0.0]
+    assert not np.signbit(est).any()          # no "-0.0" in the published values
+    # flags were decided on the unrounded estimate (10.4: cv 0.48 -> C; -0.4 -> N)
+    assert out["flag"].to_list()[:3] == ["", "C", "CN"]
+    per = publish(w.with_columns(y=w["x"], y_sd=w["x_sd"], y_moe=w["x_moe"]), keys=["c"],
+                  measures=["x", "y"], rules=Publication(round={"y": 100.0}))
+    assert per.filter(pl.col("measure") == "x")["estimate"][0] == 1234.0
+    assert per.filter(pl.col("measure") == "y")["estimate"][0] == 1200.0
+
+
+def test_grid_rerounding_and_long_order() -> None:
+    w = pl.DataFrame({"c": ["a"], "x": [0.1 + 0.2], "x_sd": [1.0], "x_moe": [1.6],
+                      "y": [3.0], "y_sd": [1.0], "y_moe": [1.6]})
+    out = publish(w, keys=["c"], measures=["y", "x"], rules=Publication(), grid={"x": 0.1})
+    assert out["measure"].to_list() == ["y", "x"]
+    # the grid's own representation of its multiples, fl(k * step), as the releases use
+    assert out["estimate"][1] == 3 * 0.1
+
+
+def test_national_and_empty() -> None:
+    nat = publish(pl.DataFrame({"x": [5.0], "x_sd": [1.0], "x_moe": [1.6]}), keys=[],
+                  measures=["x"], rules=Publication())
+    assert nat.columns == ["measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert nat.height == 1
+    empty = publish(WIDE.head(0), keys=["c"], measures=["x"], rules=Publication())
+    assert empty.height == 0
+    assert empty.schema == empty_public_table({"c": pl.String}).schema
