@@ -282,9 +282,10 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             "policy_curve": one,
             "table_policy_curve": per_table,
             "table_policy_curve_with_direct_rollups": per_table_all,
-            "expected_error": {m: _expected_error(_measure_mechanism(mech, m),
-                                                  spec.plan.cell_totals, level)
-                               for m in measures},
+            "expected_error": {m: _expected_error(
+                _measure_mechanism(mech, m),
+                spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
+                for m in measures},
             "rollups": rollups,
         })
     return {

@@ -62,6 +62,7 @@ The TOML schema (every key not listed is refused)::
 
     [plan]                          # optional
     cell_totals = [10, 100, 1000]   # cell sizes for the expected-error tables (default 1..1e8)
+    count_totals = [1, 10, 100]     # the same for count tables (default 1, 10, ..., 1e5)
     record_sizes = [1, 10, 100]     # record sizes of the policy curves (default 1, 10, ..., 1e8)
     count_rows = 1                  # rows one unit contributes to a count cell, assumed by the
                                     # planned curves (default 1: one row per unit); the
@@ -239,6 +240,7 @@ class PlanSpec:
 
     record_sizes: tuple[float, ...] = tuple(10.0 ** k for k in range(9))
     cell_totals: tuple[float, ...] = tuple(10.0 ** k for k in range(9))
+    count_totals: tuple[float, ...] = tuple(10.0 ** k for k in range(6))
     count_rows: int = 1
 
 
@@ -339,7 +341,7 @@ _HIERARCHY_KEYS = ("file", "levels")
 _DOMAIN_FILE_KEYS = ("file", "column")
 _OUTPUT_KEYS = ("public", "confidential", "plan")
 _PUBLICATION_KEYS = ("cv_flag", "suppress_cv", "negative", "round")
-_PLAN_KEYS = ("cell_totals", "record_sizes", "count_rows")
+_PLAN_KEYS = ("cell_totals", "count_totals", "record_sizes", "count_rows")
 _TABLE_KEYS = ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
                "nulls", "publication", "rollups")
 _ROLLUP_KEYS = ("by", "direct")
