@@ -16,6 +16,8 @@ policy values as well as to confidential per-record losses).
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -125,6 +127,34 @@ def _cks(rho: np.ndarray, alpha: np.ndarray, log_inv_delta: float) -> np.ndarray
     return alpha * rho + (log_inv_delta + am1 * np.log1p(-1.0 / alpha) - np.log(alpha)) / am1
 
 
+_BLOCK = 1 << 15
+
+
+def _cks_min(rr: np.ndarray, lid: float) -> np.ndarray:
+    """min over α of the CKS bound (golden section on ln(α − 1) over [−12, 40]), capped by the
+    classic bound. Any α gives a valid bound: the search only affects tightness. 60 steps
+    leave the order within 52·0.618**60 ≈ 1e-11 of the optimum in ln(α − 1), where the bound
+    is flat to second order (a relative excess far below 1e-15)."""
+    classic = rr + 2.0 * np.sqrt(rr * lid)
+    a = np.full(rr.shape, -12.0)
+    b = np.full(rr.shape, 40.0)
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    c = b - g * (b - a)
+    e = a + g * (b - a)
+    fc = _cks(rr, 1.0 + np.exp(c), lid)
+    fe = _cks(rr, 1.0 + np.exp(e), lid)
+    for _ in range(60):
+        left = fc < fe  # the minimum lies in [a, e]
+        b = np.where(left, e, b)
+        a = np.where(left, a, c)
+        c_next = np.where(left, b - g * (b - a), e)
+        e_next = np.where(left, c, a + g * (b - a))
+        fresh = _cks(rr, 1.0 + np.exp(np.where(left, c_next, e_next)), lid)
+        fc, fe = np.where(left, fresh, fe), np.where(left, fc, fresh)
+        c, e = c_next, e_next
+    return np.maximum(np.minimum(np.minimum(fc, fe), classic), 0.0)
+
+
 def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
     """ε such that ρ-zCDP implies (ε, δ)-DP (Canonne–Kamath–Steinke conversion).
 
@@ -154,25 +184,22 @@ def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
     ok = np.isfinite(r) & (r > 0)
     if np.any(ok):
         rr = r[ok]
+        res = np.empty(rr.shape)
         lid = math.log(1.0 / d)
-        classic = rr + 2.0 * np.sqrt(rr * lid)
-        # Golden section on t = ln(alpha - 1) over [-12, 40].
-        a = np.full(rr.shape, -12.0)
-        b = np.full(rr.shape, 40.0)
-        g = (math.sqrt(5.0) - 1.0) / 2.0
-        c = b - g * (b - a)
-        e = a + g * (b - a)
-        fc = _cks(rr, 1.0 + np.exp(c), lid)
-        fe = _cks(rr, 1.0 + np.exp(e), lid)
-        for _ in range(90):
-            left = fc < fe  # the minimum lies in [a, e]
-            b = np.where(left, e, b)
-            a = np.where(left, a, c)
-            c_next = np.where(left, b - g * (b - a), e)
-            e_next = np.where(left, c, a + g * (b - a))
-            fresh = _cks(rr, 1.0 + np.exp(np.where(left, c_next, e_next)), lid)
-            fc, fe = np.where(left, fresh, fe), np.where(left, fc, fresh)
-            c, e = c_next, e_next
-        best = np.minimum(fc, fe)
-        out[ok] = np.maximum(np.minimum(best, classic), 0.0)
+
+        def work(lo: int, hi: int) -> None:
+            # cache-sized blocks: the search makes ~150 elementwise passes over its arrays
+            for b in range(lo, hi, _BLOCK):
+                e = min(b + _BLOCK, hi)
+                res[b:e] = _cks_min(rr[b:e], lid)
+
+        n = rr.shape[0]
+        workers = min(os.cpu_count() or 1, 8)
+        if n < 4 * _BLOCK or workers == 1:
+            work(0, n)
+        else:  # numpy releases the GIL in elementwise code
+            bounds = np.linspace(0, n, workers + 1).astype(int)
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(work, bounds[:-1], bounds[1:]))
+        out[ok] = res
     return out.reshape(shape)
