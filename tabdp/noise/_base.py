@@ -344,25 +344,32 @@ class NoiseDistribution(ABC):
         ok = np.isfinite(hi) & np.isfinite(lo) & (w < 0.25)
         return np.where(ok, np.maximum(lo, 0.0), 0.0), np.where(ok, hi, np.inf)
 
-    def _isf_bounds_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_isf_bounds` on ``[u_lo, u_lo + 2**-53]`` for ``u_lo >= 2**-10`` (speed hook).
+    def _isf_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
+        """Fast-path bounds ``|m(u) − mid| <= rad`` for all u in ``[u_lo, u_lo + 2**-53]``.
 
-        This is the case of almost every draw (:func:`tabdp.noise.exact.round_noisy`); laws may
-        override it with a cheaper bound on the decrease over the interval.
+        Called by :func:`tabdp.noise.exact.round_noisy` for almost every draw, with ``u_lo`` a
+        multiple of ``2**-53`` in ``[2**-10, 1)`` (results for other ``u_lo`` are discarded).
+        ``mid`` must be a new array (the caller overwrites it); ``rad`` may be an array or one
+        float for all cells. The default converts :meth:`_isf_bounds` rigorously; laws override
+        it with a cheaper bound (Gaussian, Laplace). It is used only when defined at least as
+        deep in the class hierarchy as ``_isf_bounds``.
 
         Args:
             u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
 
         Returns:
-            ``(lo, hi)`` float64 arrays.
+            ``(mid, rad)``.
 
         Example:
             >>> from tabdp.noise import StudentT
-            >>> lo, hi = StudentT(df=3.0)._isf_bounds_fine(np.array([0.5]))
-            >>> bool(0 < lo[0] < hi[0])
+            >>> mid, rad = StudentT(df=3.0)._isf_fine(np.array([0.5]))
+            >>> bool(0 < rad[0] < 1e-9 * mid[0])
             True
         """
-        return self._isf_bounds(u_lo, u_lo + 2.0**-53)
+        from tabdp.noise.exact import _mid_rad
+
+        u_lo = np.asarray(u_lo, dtype=np.float64)
+        return _mid_rad(*self._isf_bounds(u_lo, u_lo + 2.0**-53))
 
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Exact log density at ``x`` in mpmath (optional hook used by the default ``_mp_sf``)."""

@@ -14,17 +14,19 @@ How (vectorized over cells; :func:`round_noisy`):
 
 1. One 64-bit word per cell: its top bit is the sign of ``Z``, the other 63 bits locate a uniform
    ``U`` in ``[J, J + 1)·2^-63``; ``|Z| = m(U)`` with ``P(|Z| > m) = u`` (decreasing in u).
-2. The law's ``_isf_bounds`` gives float64 bounds on ``m`` over that interval (one quantile
-   evaluation per cell, with a per-law error bound), hence bounds on ``x``; the additions and the
-   division by the grid step are bounded by a margin of 8 units in the last place. Where both
-   ends round to the same grid point, that point **is** the rounding of the exact ``x``
-   (rounding is monotone).
+2. The law bounds ``m`` over that interval in float64 with a proven (or, for some special-function
+   inverses, tested) error: ``|m(U) − mid| <= rad`` (``_isf_fine`` for the common case
+   ``U >= 2^-10``, one quantile evaluation or, for the Gaussian, a Taylor-table lookup;
+   ``_isf_bounds`` otherwise). On a uniform grid ``r = fl(fl(c + S·mid)·fl(1/g))`` and
+   ``k = rint(r)``; a float64 error budget ``e >= |r − k| + 3.01u|r| + rad/g`` (u = 2^-53, each
+   of its own roundings accounted for) with ``e < 1/2 − 4u`` proves ``|x/g − k| < 1/2``: k is
+   the rounding of the exact x. Relative grids bound x from both sides and round both ends.
 3. The other cells (typically 1e-6 and fewer) are decided one by one in arbitrary precision:
    ``x > b`` for a breakpoint ``b`` (exact dyadic rational) is equivalent to comparing ``U``
    with the exact tail ``P(|Z| > |b − c|/s)`` computed in mpmath (``_mp_sf``), which is decided
    exactly on rationals once its error interval excludes ``U``; otherwise 64 more random bits
    are drawn for the cell and/or the precision is raised. A bisection over breakpoints, started
-   from the float64 bracket (and verified), gives the grid index. Their number is returned
+   from the float64 estimate (and verified), gives the grid index. Their number is returned
    (:attr:`RoundedDraw.fallbacks`).
 
 Extension contract for noise laws: see :class:`tabdp.noise.NoiseDistribution` (``_mp_sf``
@@ -675,52 +677,209 @@ class RoundedDraw:
 
 #: Cells per block of the fast path (128 KB per float64 temporary; measured best of 2^14..2^20).
 _CHUNK = 1 << 14
+_SIGN = np.uint64(_TWO63)
+_ONE = np.uint64(1)
+_ELEVEN = np.uint64(11)
+#: The fast path's common case: ``u >= 2**-10``, i.e. the top 53 of the 63 uniform bits
+#: ``j53 >= 2**43``; the other cells (about 0.1%) keep all 63 bits.
+_J53_FINE = 1 << 43
+#: A cell is decided when its float64 error budget ``e < 1/2 − 4u`` (docs §3.2).
+_THRESHOLD = 0.5 - 4.0 * _U
 
 
-def _fast_block(noise: NoiseDistribution, g: Grid, c: np.ndarray, cerr: np.ndarray | None,
-                s: np.ndarray | None,
-                w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bounds ``a <= index(S·x) <= b`` (float64) and ``S > 0`` for one block of cells."""
-    positive = w >= np.uint64(_TWO63)
-    # U in [j, j + 1)·2^-63 (j: the low 63 bits) ⊆ [u_lo, u_hi]: a 53-bit truncation for
-    # j >= 2^53, exact below
-    buf = np.left_shift(w, np.uint64(1))
-    np.right_shift(buf, np.uint64(11), out=buf)
-    j53 = buf.view(np.int64)
-    small = np.flatnonzero(j53 < 2**43)
-    u_lo = np.multiply(j53, 2.0**-53)
-    if small.size:   # U < 2^-10: keep all 63 bits (exact), and bound over the exact interval
-        js = (w[small] & _MASK63).astype(np.int64)
-        us_lo = js.astype(np.float64) * 2.0**-63
-        us_hi = (js + 1).astype(np.float64) * 2.0**-63
-        u_lo[small] = 0.5                       # placeholder for the common-case hook
-    if _fine_hook_applies(type(noise)):         # u in [u_lo, u_lo + 2^-53], u_lo >= 2^-10
-        m_lo, m_hi = noise._isf_bounds_fine(u_lo)
-    else:
-        m_lo, m_hi = noise._isf_bounds(u_lo, u_lo + 2.0**-53)
-    if small.size:
-        m_lo[small], m_hi[small] = noise._isf_bounds(us_lo, us_hi)
-    u_hi = buf.view(np.float64)                 # scratch from here on
+def _mid_rad(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mid, rad)`` with ``|m − mid| <= rad`` for every real ``m`` in ``[lo, hi]``.
+
+    ``mid = fl(fl(lo + hi)/2)`` is within ``1.01u·|mid| + 2**-1074`` of the exact midpoint, and
+    ``rad = fl(fl(fl(|hi − lo|·(1/2 + 4u)) + 2u·|mid|) + 2**-1060)`` exceeds that plus the
+    half-width after its own three roundings (docs §3.2). NaN and ±inf propagate (such cells
+    are undecided).
+
+    Example:
+        >>> mid, rad = _mid_rad(np.array([1.0]), np.array([1.5]))
+        >>> float(mid[0]), bool(0.25 <= rad[0] < 0.25 + 1e-15)
+        (1.25, True)
+    """
+    with np.errstate(all="ignore"):
+        mid = np.add(lo, hi)
+        mid *= 0.5
+        rad = np.subtract(hi, lo)
+        np.abs(rad, out=rad)
+        rad *= 0.5 + 4.0 * _U
+        t = np.abs(mid)
+        t *= 2.0 * _U
+        rad += t
+        rad += 2.0**-1060
+    return mid, rad
+
+
+def _decide(w: np.ndarray, c: np.ndarray, zn: np.ndarray, rad: np.ndarray | float,
+            s: np.ndarray | None, cerr: np.ndarray | None, inv: float, inv_up: float,
+            k: np.ndarray, ok: np.ndarray, r: np.ndarray, e: np.ndarray,
+            tmp: np.ndarray) -> None:
+    """Uniform grid: the index of ``x = c_exact + S·s·M`` wherever float64 proves it.
+
+    On entry ``|M − zn| <= rad`` (M the exact ``|Z|`` quantile over the cell's uniform
+    interval); ``zn`` is overwritten. ``S = +1`` iff the top bit of ``w`` is set. Writes
+    ``k = rint(r)`` with ``r = fl(fl(c + S·s·zn)·fl(1/g))`` (−0 normalised to +0) and ``ok``:
+    where ``ok``, ``round(x/g) = k`` is proven (docs §3.2):
+
+    ``|x/g − k| <= |r − k| + 3.01u·|r| + ρ/g``, with ``ρ = rad·s + 1.01u·|s·zn| + cerr`` the
+    bound on ``|x − (c + S·s·zn)|``; the float64 sum ``e`` of ``|r − k|``, ``4u·|r|`` and
+    ``fl(ρ·fl(fl(1/g)·(1 + 8u)))`` satisfies ``e >= (true sum)·(1 − u)²``, so ``e < 1/2 − 4u``
+    implies ``|x/g − k| < 1/2``: x lies strictly inside k's rounding cell. NaN and ±inf give
+    ``ok = False``.
+    """
+    np.bitwise_and(w, _SIGN, out=tmp)
+    zv = zn.view(np.uint64)
+    np.bitwise_xor(zv, tmp, out=zv)                 # zn = −S·m (exact sign flip)
+    rho: np.ndarray | None = None
     if s is not None:
-        with np.errstate(invalid="ignore", over="ignore"):
-            m_lo = np.where(s > 0, s * (m_lo * (1.0 - 4.0 * _U)), 0.0)
-            m_hi = np.where(s > 0, s * (m_hi * (1.0 + 4.0 * _U)), 0.0)
-    # Fold the sign S into the centre: S·x = S·c + M, and rounding to a symmetric grid with ties
-    # to even is odd (round(−y) = −round(y)), so index(x) = S·index(S·c + M).
-    cs = np.negative(c, out=u_hi)
-    np.copyto(cs, c, where=positive)
-    a, b = g._float_bounds(cs, cerr, m_lo, m_hi, scratch=u_lo)
-    return a, b, positive
+        np.multiply(zn, s, out=zn)                  # fl(s·(−S·m))
+        rho = np.abs(zn)
+        rho *= 2.0 * _U
+        rho += s * rad
+    elif np.ndim(rad):
+        rho = np.asarray(rad)
+    if cerr is not None:
+        rho = (rho + cerr) if rho is not None else (cerr + float(rad))
+    np.subtract(c, zn, out=r)                       # c + S·s·m
+    r *= inv
+    np.rint(r, out=k)
+    np.subtract(r, k, out=e)                        # exact (Sterbenz, or k = 0)
+    np.abs(e, out=e)
+    np.abs(r, out=r)
+    r *= 4.0 * _U
+    e += r
+    if rho is None:
+        e += float(rad) * inv_up
+    else:
+        np.multiply(rho, inv_up, out=r)
+        e += r
+    np.less(e, _THRESHOLD, out=ok)
+    k += 0.0                                        # −0.0 → +0.0 (the sign is not released)
+
+
+def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
+                  cerr: np.ndarray | None, s: np.ndarray | None, w: np.ndarray,
+                  values: np.ndarray, index: np.ndarray, dec: np.ndarray,
+                  fast_path: bool) -> None:
+    """Fast path on a uniform grid, in blocks of :data:`_CHUNK` cells (docs §3.2).
+
+    Fills ``dec`` (decided), and ``values``/``index`` for decided cells; an undecided cell gets
+    its float64 index estimate (or NaN) in ``values``, as a starting guess for the exact path.
+    """
+    n = c.size
+    step = g.step
+    inv = 1.0 / step
+    inv_up = inv * (1.0 + 8.0 * _U)
+    if not 2.0**-1000 < inv < 2.0**1000:     # absurd steps: no float64 guarantee, decide exactly
+        dec[:] = False
+        values[:] = np.nan
+        return
+    fine = _fine_hook_applies(type(noise))
+    ch = min(_CHUNK, n)
+    b64, bu, br, be, bk = (np.empty(ch, np.uint64), np.empty(ch), np.empty(ch), np.empty(ch),
+                           np.empty(ch))
+    bsm = np.empty(ch, dtype=bool)
+    smalls: list[np.ndarray] = []
+    with np.errstate(all="ignore"):
+        for lo in range(0, n, ch):
+            hi = min(lo + ch, n)
+            if hi - lo < ch:
+                m_ = hi - lo
+                b64, bu, br, be, bk, bsm = b64[:m_], bu[:m_], br[:m_], be[:m_], bk[:m_], bsm[:m_]
+            ws = w[lo:hi]
+            # U in [J, J + 1)·2^-63 ⊆ [u, u + 2^-53] with u = j53·2^-53 (J: the low 63 bits)
+            jb = np.left_shift(ws, _ONE, out=b64)
+            np.right_shift(jb, _ELEVEN, out=jb)
+            j53 = jb.view(np.int64)
+            np.less(j53, _J53_FINE, out=bsm)
+            if bsm.any():                           # u < 2^-10: redone below with 63 bits
+                smalls.append(np.flatnonzero(bsm) + lo)
+            np.multiply(j53, 2.0**-53, out=bu)
+            if fine:
+                mid, rad = noise._isf_fine(bu)
+            else:
+                mid, rad = _mid_rad(*noise._isf_bounds(bu, bu + 2.0**-53))
+            ok = dec[lo:hi]
+            _decide(ws, c[lo:hi], mid, rad, None if s is None else s[lo:hi],
+                    None if cerr is None else cerr[lo:hi], inv, inv_up, bk, ok, br, be, b64)
+            np.multiply(bk, step, out=values[lo:hi])
+            np.copyto(index[lo:hi], bk, casting="unsafe")
+            if not fast_path:
+                ok[:] = False
+            if not ok.all():
+                nd = np.flatnonzero(~ok)
+                values[lo + nd] = bk[nd]
+        if smalls:
+            si = np.concatenate(smalls)
+            ws = w[si]
+            jj = (ws & _MASK63).astype(np.int64)    # < 2^53: the exact interval of U
+            mid, rad = _mid_rad(*noise._isf_bounds(jj * 2.0**-63, (jj + 1) * 2.0**-63))
+            m_ = si.size
+            k, ok = np.empty(m_), np.empty(m_, dtype=bool)
+            _decide(ws, c[si], mid, rad, None if s is None else s[si],
+                    None if cerr is None else cerr[si], inv, inv_up, k, ok, np.empty(m_),
+                    np.empty(m_), np.empty(m_, np.uint64))
+            if not fast_path:
+                ok[:] = False
+            values[si] = np.where(ok, k * step, k)
+            index[si] = k.astype(np.int64)
+            dec[si] = ok
+
+
+def _generic_fast(noise: NoiseDistribution, g: Grid, c: np.ndarray, cerr: np.ndarray | None,
+                  s: np.ndarray | None, w: np.ndarray, kf: np.ndarray, dec: np.ndarray,
+                  fast_path: bool) -> None:
+    """Fast path for other grids (relative), from bounds ``[lo, hi]`` on ``S·x``.
+
+    Uses the grid's own float64 index bounds; fills ``dec`` and the float index (or the low
+    end of its float64 bracket, or NaN) ``kf``.
+    """
+    cap = float(g.cap)
+    n = c.size
+    with np.errstate(all="ignore"):
+        for lo in range(0, n, _CHUNK):
+            sl = slice(lo, min(lo + _CHUNK, n))
+            ws = w[sl]
+            positive = ws >= _SIGN
+            buf = np.left_shift(ws, _ONE)
+            np.right_shift(buf, _ELEVEN, out=buf)
+            j53 = buf.view(np.int64)
+            u_lo = np.multiply(j53, 2.0**-53)
+            u_hi = u_lo + 2.0**-53
+            small = np.flatnonzero(j53 < _J53_FINE)
+            if small.size:                          # U < 2^-10: all 63 bits (exact interval)
+                js = (ws[small] & _MASK63).astype(np.int64)
+                u_lo[small] = js * 2.0**-63
+                u_hi[small] = (js + 1) * 2.0**-63
+            m_lo, m_hi = noise._isf_bounds(u_lo, u_hi)
+            if s is not None:
+                ss = s[sl]
+                m_lo = np.where(ss > 0, ss * (m_lo * (1.0 - 4.0 * _U)), 0.0)
+                m_hi = np.where(ss > 0, ss * (m_hi * (1.0 + 4.0 * _U)), 0.0)
+            else:
+                m_lo, m_hi = np.array(m_lo, dtype=np.float64), np.array(m_hi, dtype=np.float64)
+            # S·x = S·c + M, and rounding to a symmetric grid with ties to even is odd:
+            # index(x) = S·index(S·c + M)
+            cs = np.where(positive, c[sl], -c[sl])
+            a, b = g._float_bounds(cs, None if cerr is None else cerr[sl], m_lo, m_hi)
+            ok = (a == b) & (np.abs(a) <= cap)
+            if not fast_path:
+                ok[:] = False
+            dec[sl] = ok
+            kf[sl] = np.where(positive, a, -b)      # index, or the low end of the bracket
 
 
 def _fine_hook_applies(cls: type) -> bool:
-    """Whether ``_isf_bounds_fine`` is defined at least as deep in the MRO as ``_isf_bounds``.
+    """Whether ``_isf_fine`` is defined at least as deep in the MRO as ``_isf_bounds``.
 
     A subclass that overrides ``_isf_bounds`` (e.g. to drop a float bound) must not inherit a
     parent's shortcut for the common case.
     """
     mro = cls.__mro__
-    fine = next(i for i, k in enumerate(mro) if "_isf_bounds_fine" in k.__dict__)
+    fine = next(i for i, k in enumerate(mro) if "_isf_fine" in k.__dict__)
     general = next(i for i, k in enumerate(mro) if "_isf_bounds" in k.__dict__)
     return fine <= general
 
@@ -793,49 +952,39 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
 
     w = src.bits(n)
     # The fast path runs in blocks of _CHUNK cells: temporaries stay in cache and below the
-    # allocator's mmap threshold (fresh 8 MB arrays cost page faults), a 1.5-2x speed-up.
-    k = np.empty(n)                     # index of x (float64, integral) where decided
-    cap = float(g.cap)
-    und: list[np.ndarray] = []          # undecided cells, their float brackets of index(S·x)
-    und_a: list[np.ndarray] = []
-    und_b: list[np.ndarray] = []
-    for lo in range(0, n, _CHUNK):
-        sl = slice(lo, min(lo + _CHUNK, n))
-        ab, bb, pos = _fast_block(noise, g, c[sl], None if cerr is None else cerr[sl],
-                                  None if s is None else s[sl], w[sl])
+    # allocator's mmap threshold (fresh 8 MB arrays cost page faults).
+    values = np.empty(n)
+    index = np.empty(n, dtype=np.int64)
+    dec = np.empty(n, dtype=bool)
+    uniform = isinstance(g, UniformGrid)
+    if uniform:
+        _uniform_fast(noise, g, c, cerr, s, w, values, index, dec, fast_path)
+    else:
+        _generic_fast(noise, g, c, cerr, s, w, values, dec, fast_path)
         with np.errstate(invalid="ignore"):
-            d = ab == bb
-            d &= np.abs(ab) <= cap          # finite, within the cap (NaN compares False)
-        if not fast_path:
-            d[:] = False
-        nd = np.flatnonzero(~d)
-        if nd.size:
-            und.append(nd + lo)
-            und_a.append(ab[nd])
-            und_b.append(bb[nd])
-        np.negative(ab, out=bb)
-        np.copyto(bb, ab, where=pos)
-        k[sl] = bb
-    todo = np.concatenate(und) if und else np.zeros(0, dtype=np.int64)
-    a = np.concatenate(und_a) if und else np.zeros(0)
-    b = np.concatenate(und_b) if und else np.zeros(0)
+            index[:] = np.where(dec, values, 0.0).astype(np.int64)
+    todo = np.flatnonzero(~dec)
     if todo.size:
+        cap = float(g.cap)
+        guess = values[todo]
         with np.errstate(invalid="ignore"):
-            ok = (np.abs(a) <= cap) & (np.abs(b) <= cap)
+            ok = np.abs(guess) <= cap - 1              # False for NaN and ±inf
         zero = np.zeros(todo.size)
         kc, _, okc = g.index_bounds(c[todo], None, zero, zero)
-    for t, i in enumerate(todo):
-        positive = bool(w[i] >= np.uint64(_TWO63))
-        cell = _Cell(noise=noise, grid=g, positive=positive, bits=int(w[i] & _MASK63),
-                     nbits=63, center=float(c[i]), exact=None if cerr is None else exact_center,
-                     index=int(i), scale=1.0 if s is None else float(s[i]), src=src)
-        if ok[t]:   # float bracket of index(S·x); index(x) = S·index(S·x)
-            bracket: tuple[int, int] | None = ((int(a[t]), int(b[t])) if positive
-                                               else (-int(b[t]), -int(a[t])))
-        else:
-            bracket = None
-        k[i] = float(cell.solve(bracket, int(kc[t]) if okc[t] else 0))
-    return RoundedDraw(g._values_f(k), k.astype(np.int64), int(todo.size), g)
+        for t, i in enumerate(todo):
+            cell = _Cell(noise=noise, grid=g, positive=bool(w[i] >= _SIGN),
+                         bits=int(w[i] & _MASK63), nbits=63, center=float(c[i]),
+                         exact=None if cerr is None else exact_center, index=int(i),
+                         scale=1.0 if s is None else float(s[i]), src=src)
+            # the float64 estimate of index(x) starts a verified bracket
+            bracket = (int(guess[t]) - 1, int(guess[t]) + 1) if ok[t] else None
+            index[i] = cell.solve(bracket, int(kc[t]) if okc[t] else 0)
+    if uniform:
+        if todo.size:
+            values[todo] = g.values(index[todo])
+    else:
+        values = g.values(index)
+    return RoundedDraw(values, index, int(todo.size), g)
 
 
 # -- the high-precision path ---------------------------------------------------------------------

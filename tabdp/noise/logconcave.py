@@ -207,6 +207,34 @@ class Logistic(NoiseDistribution):
             m = self.scale * np.log1p(2.0 * (1.0 - u) / u)
         return np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, m))
 
+    def _isf_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, float]:
+        """Fast-path bounds: ``|m(u) − mid| <= rad`` for all u in ``[u_lo, u_lo + 2**-53]``.
+
+        ``mid = s·log1p(2(1 − u_lo)/u_lo)`` is within ``ρ·m`` of ``m(u_lo)`` (ρ = ``_isf_rtol``,
+        applied twice over), and ``m <= s·ln(2**11)`` for ``u_lo >= 2**-10``. The decrease over
+        the interval is at most ``2**-53·|m′(u_lo)| = 2**-53·2s/(u_lo(2 − u_lo)) <= s·2**-42``.
+        So ``rad`` is one constant (docs/exact-rounding.md §4.2).
+
+        Args:
+            u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
+
+        Returns:
+            ``(mid, rad)``: a new array and a float.
+
+        Example:
+            >>> mid, rad = Logistic(scale=1.0)._isf_fine(np.array([0.5]))
+            >>> bool(abs(mid[0] - math.log(3.0)) <= rad < 1e-12)
+            True
+        """
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            m = np.subtract(1.0, u_lo)
+            m *= 2.0
+            m /= u_lo
+            np.log1p(m, out=m)
+            m *= self.scale
+        rad = self.scale * (2.0 * self._isf_rtol * 7.624618986159399 + 2.0**-42) * (1 + 2.0**-40)
+        return m, rad
+
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Log density in mpmath: ``−|x|/s − 2·ln(1 + e^{−|x|/s}) − ln s``.
 
