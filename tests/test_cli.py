@@ -107,6 +107,31 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return a, b
 
 
+def small_spec(folder: Path, data: str, body: str, *, name: str = "t",
+               release_extra: str = "", head: str = "") -> Path:
+    """A small spec in ``folder``: input ``data`` (relative to the folder), the geography
+    hierarchy, outputs ``out/public`` and ``out/confidential``, then ``head`` sections and the
+    ``body`` (tables)."""
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "{name}"
+{release_extra}
+[input]
+path = "{data}"
+unit = "estab_id"
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+{head}
+[output]
+public = "out/public"
+confidential = "out/confidential"
+{body}
+""")
+    return path
+
+
 def run(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(list(args), stdout=out, stderr=err)
@@ -409,35 +434,22 @@ def test_hive_input_allowed_keys_and_empty_key_set(tmp_path: Path) -> None:
         tmp_path / "allowed.csv")
     pl.DataFrame(schema={"county": pl.String, "naics2": pl.String}).write_csv(
         tmp_path / "empty.csv")
-    spec = tmp_path / "r.toml"
-    spec.write_text(f"""
-[release]
-name = "t"
-[input]
-path = "hive"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[domains]
-naics2 = ["11", "23", "31"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
+    spec = small_spec(tmp_path, "hive", head='[domains]\nnaics2 = ["11", "23", "31"]',
+                      body="""
 [[tables]]
 name = "allowed"
 measures = ["payroll"]
 by = ["county", "naics2"]
-keys = {{ file = "allowed.csv" }}
-mechanism = {{ family = "gaussian", sigma = 1000.0 }}
+keys = { file = "allowed.csv" }
+mechanism = { family = "gaussian", sigma = 1000.0 }
 [[tables.rollups]]
 by = ["state"]
 [[tables]]
 name = "empty"
 measures = ["payroll"]
 by = ["county", "naics2"]
-keys = {{ file = "empty.csv" }}
-mechanism = {{ family = "gaussian", sigma = 1000.0 }}
+keys = { file = "empty.csv" }
+mechanism = { family = "gaussian", sigma = 1000.0 }
 [[tables.rollups]]
 by = ["state", "naics2"]
 """)
@@ -473,25 +485,14 @@ def test_input_inside_an_output_folder_is_refused(tmp_path: Path,
 
 def test_approx_only_mechanism_runs_and_writes_valid_json(tmp_path: Path,
                                                           datasets: tuple[Path, Path]) -> None:
-    spec = tmp_path / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "sub"
-delta = 1e-6
-[input]
-path = "{datasets[0].as_posix()}"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
+    data = tmp_path / "d.parquet"
+    data.write_bytes(datasets[0].read_bytes())
+    spec = small_spec(tmp_path, "d.parquet", name="sub", release_extra="delta = 1e-6", body="""
 [[tables]]
 name = "pay"
 measures = ["payroll"]
 by = ["state"]
-mechanism = {{ family = "subbotin", r = 3.0, scale = 1e6, delta = 1e-9 }}
+mechanism = { family = "subbotin", r = 3.0, scale = 1e6, delta = 1e-9 }
 [[tables.rollups]]
 by = []
 """)
@@ -507,19 +508,7 @@ by = []
 def test_hive_partition_column_as_key(tmp_path: Path) -> None:
     generate_establishments(1500, seed=4).write_parquet(tmp_path / "hive",
                                                          partition_by=["state"])
-    spec = tmp_path / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "hive"
-[input]
-path = "hive"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
+    spec = small_spec(tmp_path, "hive", name="hive", body="""
 [[tables]]
 name = "estabs"
 kind = "count"
