@@ -761,3 +761,50 @@ def test_symmetric_stable_dense_sweep(alpha: float) -> None:
             # the float quantile's error as a fraction of the declared allowance hi − m
             used = max(used, float(abs(tm - uu) / (tm - tb)))
     print(f"alpha={alpha}: the float quantile uses at most {used:.2g} of its declared bound")
+
+
+# -- regressions from the independent review ----------------------------------------------------
+
+@pytest.mark.parametrize("law", [Gaussian(2.0 ** -1070), Laplace(2.0 ** -1070), Gaussian(1e-300)])
+def test_subnormal_noise_scales_are_refused(law: Any) -> None:
+    """The fast path's budgets are relative: a law at a subnormal scale (with a huge per-cell
+    scale) released wrong indices before this was refused."""
+    with pytest.raises(InvalidParameterError, match="2\\*\\*-960"):
+        round_noisy(law, np.full(4, 1e-21), RelativeGrid(24), RandomSource(seed=1),
+                    scale=np.full(4, 2.0 ** 1000))
+
+
+@pytest.mark.parametrize("law", [Gaussian(1.0), Laplace(1.0)])
+def test_tiny_per_cell_scales_are_decided_exactly(law: Any) -> None:
+    n = 40
+    c = np.zeros(n)
+    s = np.full(n, 2.0 ** -980)
+    g = 2.0 ** -1000
+    fast = round_noisy(law, c, g, RandomSource(seed=3), scale=s)
+    slow = round_noisy(law, c, g, RandomSource(seed=3), scale=s, fast_path=False)
+    np.testing.assert_array_equal(fast.index, slow.index)
+    assert fast.fallbacks == n                     # the tiny-scale cells took the exact path
+    ok = round_noisy(law, c, 0.01, RandomSource(seed=3), scale=np.ones(n))
+    assert ok.fallbacks == 0                       # ordinary scales stay on the fast path
+
+
+def test_noiseless_exact_tie_goes_to_the_lower_point_and_terminates() -> None:
+    """scale 0 with an exact centre on a breakpoint used to double the precision forever."""
+    out = round_noisy(Gaussian(1.0), [2.5], 1.0, RandomSource(seed=0), scale=[0.0],
+                      center_error=[1e-15], exact_center=lambda i, mp: mp.mpf(5) / 2)
+    assert out.values.tolist() == [2.0]
+    tie = round_noisy(Gaussian(1.0), [-0.5, 1.5], 1.0, RandomSource(seed=0), scale=[0.0, 0.0])
+    assert tie.values.tolist() == [-1.0, 1.0]      # ties go down, as documented
+
+
+def test_fallback_counts_are_not_in_the_public_summary() -> None:
+    import polars as pl
+
+    import tabdp
+
+    s = tabdp.Session(seed=1)
+    pl.DataFrame({"c": ["a"], "x": [1.0]}).dp.sum("x", by="c",
+                                                  keys=tabdp.KeySet.from_dict(c=["a"]),
+                                                  mechanism=mech.Gaussian(1.0), session=s)
+    assert "fallbacks" not in str(s.report().to_dict())
+    assert s.report().confidential_summary()["queries"][0]["exact_rounding_fallbacks"] == {"x": 0}

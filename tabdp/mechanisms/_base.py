@@ -87,8 +87,10 @@ class ReleasedValues:
             transformed values) were rounded to: its step, a label such as
             ``'relative-36-bit'``, or ``None`` for mechanisms without rounding (discrete noise).
         fallbacks: Number of cells whose rounding was decided by the high-precision path
-            (public: it depends only on the random bits and the grid, not on the data beyond what
-            the release shows; typically 0).
+            (typically 0). CONFIDENTIAL: whether a cell falls back depends on its exact centre
+            (how close it lies to a grid breakpoint), not only on the released value, so the
+            count is kept out of public summaries (the release workflow puts it in the
+            confidential folder).
 
     Example:
         >>> from tabdp.mechanisms import Gaussian

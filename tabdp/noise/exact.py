@@ -890,6 +890,10 @@ def _has_exact_tail(noise: NoiseDistribution) -> bool:
             or cls._mp_logpdf is not NoiseDistribution._mp_logpdf)
 
 
+#: Smallest noise magnitude (upper quartile, times the per-cell scale) the fast path handles.
+_TINY = 2.0 ** -960
+
+
 def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid, rng: Any = None,
                 *, scale: ArrayLike | None = None, center_error: ArrayLike | None = None,
                 exact_center: Callable[[int, Any], Any] | None = None, fast_path: bool = True,
@@ -946,6 +950,16 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
         if cerr.shape != c.shape or np.any(~(cerr >= 0)):
             raise InvalidParameterError(f"{owner}: center_error must be >= 0, one per cell.")
     g = check_grid(grid, grid_magnitude(noise, c, s), owner)
+    # The fast path's error budgets are relative: they do not cover the absolute error of
+    # subnormal intermediates. Laws whose scale is that small are refused; cells whose
+    # per-cell scale makes the noise that small are decided on the exact path.
+    typical = float(noise.isf(0.25))
+    if not typical >= _TINY:
+        raise InvalidParameterError(
+            f"{owner}: the noise law {noise!r} has a scale below 2**-960 (its upper quartile is "
+            f"{typical!r}); floating-point-safe rounding is not supported at that scale.\n"
+            "Hint: use a noise scale of ordinary magnitude (rescale the measure instead).")
+    tiny = None if s is None else (s > 0) & (s * typical < _TINY)
     src = as_random_source(rng)
     if n == 0:
         return RoundedDraw(np.zeros(0), np.zeros(0, dtype=np.int64), 0, g)
@@ -963,6 +977,8 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
         _generic_fast(noise, g, c, cerr, s, w, values, dec, fast_path)
         with np.errstate(invalid="ignore"):
             index[:] = np.where(dec, values, 0.0).astype(np.int64)
+    if tiny is not None and np.any(tiny):
+        dec &= ~tiny
     todo = np.flatnonzero(~dec)
     if todo.size:
         cap = float(g.cap)
@@ -1080,7 +1096,11 @@ class _Cell:
                         return True
                     if c + rc < bm - rad:
                         return False
-                    self.prec *= 2
+                    if self.prec >= _MAX_PREC:
+                        # x = b to 2**-32768 relative: an exact tie, which goes to the lower
+                        # grid point (the tie rule of `_solve`: smallest k with x <= b_k)
+                        return False
+                    self.prec = min(2 * self.prec, _MAX_PREC)
                     continue
                 if self.exact is None:
                     gam = _mpf_of_frac((b - Fraction(self.center)) / Fraction(self.scale), mp)

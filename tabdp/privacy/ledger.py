@@ -103,8 +103,8 @@ class QueryRecord:
         losses: Confidential per-unit losses.
         confidential: Confidential counts (rows read, dropped outside keys, nulls handled...).
         grid: Public grid each measure was rounded to (step or label; ``None`` for none).
-        fallbacks: Per measure, the number of cells whose exact rounding needed the
-            high-precision path (public: it depends only on the random bits and the grid).
+        fallbacks: CONFIDENTIAL: per measure, the number of cells whose exact rounding needed
+            the high-precision path (it depends on how close exact values lie to breakpoints).
         cells: CONFIDENTIAL per-cell audit (when the session tracks cells): key columns,
             ``worst_rho`` (largest loss of one unit in the cell), ``worst_size`` and ``units``.
 
@@ -186,7 +186,6 @@ class QueryRecord:
             "moe_level": self.level,
             "null_policy": self.nulls,
             "grid": {m: _grid_value(g) for m, g in self.grid.items()},
-            "exact_rounding_fallbacks": dict(self.fallbacks),
             "policy_curve": self.policy_curve(),
         }
 

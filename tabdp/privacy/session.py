@@ -496,5 +496,6 @@ class Report:
             "units": int(rho.size),
             "rho_max": float(rho.max()) if rho.size else None,
             **stats,
-            "queries": [{"name": r.name, **r.confidential} for r in s.records],
+            "queries": [{"name": r.name, **r.confidential,
+                         "exact_rounding_fallbacks": dict(r.fallbacks)} for r in s.records],
         }
