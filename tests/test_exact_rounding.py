@@ -808,3 +808,21 @@ def test_fallback_counts_are_not_in_the_public_summary() -> None:
                                                   mechanism=mech.Gaussian(1.0), session=s)
     assert "fallbacks" not in str(s.report().to_dict())
     assert s.report().confidential_summary()["queries"][0]["exact_rounding_fallbacks"] == {"x": 0}
+
+
+def test_exact_path_never_builds_huge_fractions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid far coarser than the noise used to make the exact path build Fractions of
+    exp(-h**2/2) for h of thousands of sigmas (seconds and hundreds of MB per cell)."""
+    seen: list[int] = []
+    real = exact._frac_of_mpf
+
+    def spy(x: Any) -> Fraction:
+        seen.append(abs(int(mpmath.mpf(x).man_exp[1])))
+        return real(x)
+
+    monkeypatch.setattr(exact, "_frac_of_mpf", spy)
+    for law, g in ((Gaussian(1.0), 2e4), (Gaussian(1e-5), 1.0), (Laplace(1.0), 1e5)):
+        slow = round_noisy(law, np.full(30, 0.3), g, RandomSource(seed=5), fast_path=False)
+        fast = round_noisy(law, np.full(30, 0.3), g, RandomSource(seed=5))
+        np.testing.assert_array_equal(slow.index, fast.index)
+    assert max(seen, default=0) < 5000

@@ -1058,6 +1058,13 @@ class _Cell:
             t2 = 2 * self.noise._mp_sf(h, mp)
             err = 4 * abs(t1 - t2) + abs(t2) * mp.mpf(2) ** (-p + 16)
             lo, hi = t2 - err, t2 + err
+            # A tail far below the resolution 2**-L of the uniform is only ever compared with
+            # multiples of 2**-L: the bounds [0, 2**-(L+2)] decide exactly the same comparisons
+            # (and ask for more bits when J = 0), without building a Fraction with a huge
+            # exponent (T(h) can be as small as exp(-h**2/2) for h of thousands of sigmas).
+            floor = self.L + 2
+            if hi < mp.mpf(2) ** (-floor):
+                return Fraction(0), Fraction(1, 1 << floor)
         return max(_frac_of_mpf(lo), Fraction(0)), min(_frac_of_mpf(hi), Fraction(1))
 
     def _greater(self, h1: Any, h2: Any, mp: Any) -> tuple[bool | None, Fraction]:
