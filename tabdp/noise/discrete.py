@@ -730,6 +730,13 @@ def _param_dict(name: str, value: Fraction) -> dict[str, Any]:
     return out
 
 
+
+def _on_integers(xf: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A log mass ``v`` kept on the integers: ``-inf`` at other finite points, NaN at NaN."""
+    with np.errstate(invalid="ignore"):
+        integer = np.isfinite(xf) & (xf == np.floor(xf))
+    return np.where(np.isnan(xf), np.nan, np.where(integer, v, -np.inf))
+
 class _DiscreteNoise:
     """Shared behaviour of the symmetric integer noise laws."""
 
@@ -940,9 +947,8 @@ class DiscreteLaplaceNoise(_DiscreteNoise):
         """
         xf = np.asarray(x, dtype=np.float64)
         with np.errstate(invalid="ignore"):
-            integer = np.isfinite(xf) & (xf == np.floor(xf))
             v = self._log1mp - self._log1pp - np.abs(xf) * self._inv
-        return np.where(np.isnan(xf), np.nan, np.where(integer, v, -np.inf))
+        return _on_integers(xf, v)
 
     def _sf_int(self, k: np.ndarray) -> np.ndarray:
         with np.errstate(under="ignore"):
@@ -1075,9 +1081,8 @@ class DiscreteGaussianNoise(_DiscreteNoise):
         """
         xf = np.asarray(x, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
-            integer = np.isfinite(xf) & (xf == np.floor(xf))
             v = -(xf * xf) / (2.0 * self._s2) - self._lognorm
-        return np.where(np.isnan(xf), np.nan, np.where(integer, v, -np.inf))
+        return _on_integers(xf, v)
 
     def _sf_int(self, k: np.ndarray) -> np.ndarray:
         return self._tail(np.asarray(k, np.int64) + 1) / self._norm
