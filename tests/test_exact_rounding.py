@@ -1,11 +1,12 @@
 """Floating-point-safe, exactly rounded noise (tabdp.noise.exact; docs/exact-rounding.md).
 
-Covers: the Mironov-style attack on a naive float sampler and its failure on tabdp's sampler;
-the exactly rounded law for every noise distribution (chi-square on grid points for small
-scales, KS against the continuous cdf for large scales, each with the ±30% power check); the
-high-precision fallback path (forced, and agreeing cell by cell with the fast path); grid
-validation and default grids; and the float64 quantile error bounds against mpmath references
-down to tail masses of 1e-300. All tests use fixed seeds.
+Covers: the Mironov-style attack on naive float samplers (Laplace, Gaussian and other shipped
+laws) and its failure on tabdp's releases (uniform and relative grids, per-cell scales, the
+mechanism API); the exactly rounded law for every noise distribution (chi-square on grid points
+for small scales, KS against the continuous cdf for large scales, each with the ±30% power
+check); the high-precision fallback path (forced, and agreeing cell by cell with the fast
+path); grid validation and default grids; and the float64 quantile error bounds against mpmath
+references down to tail masses of 1e-300. All tests use fixed seeds.
 """
 
 from __future__ import annotations
@@ -185,6 +186,215 @@ def test_tabdp_sampler_defeats_the_distinguisher() -> None:
         p = float(np.sum(law.cdf((ks_event + 0.5) * g - q) - law.cdf((ks_event - 0.5) * g - q)))
         rate = impossible_under_q1(e.values).mean()
         assert abs(rate - p) <= 5 * math.sqrt(p * (1 - p) / N)
+
+
+# -- the same attack on other laws -------------------------------------------------------------
+# Naive samplers ``q + Z`` in float64 beyond Laplace: numpy's Gaussian, and tabdp's own plain
+# float draws (``NoiseDistribution.sample``, inverse CDF; never used for releases). Every law at
+# scale 1 puts a good share of its mass in (0, ½), where the test event lives under q = 0.
+def _numpy_normal(sigma: float) -> Callable[[int, int], np.ndarray]:
+    return lambda n, seed: np.random.default_rng(seed).normal(0.0, sigma, n)
+
+
+def _float_sample(name: str) -> Callable[[int, int], np.ndarray]:
+    law = LAWS[name](1.0)
+    return lambda n, seed: law.sample(n, rng=RandomSource(seed=seed))
+
+
+# name: (noise sampler, lower bound asserted on the event rate under q = 0). The bounds are
+# about half the rates measured with these seeds (n = 20_000), shown on the right.
+NAIVE_SAMPLERS: dict[str, tuple[Callable[[int, int], np.ndarray], float]] = {
+    "numpy_normal_sigma1": (_numpy_normal(1.0), 0.06),          # 0.128
+    "numpy_normal_sigma3": (_numpy_normal(3.0), 0.015),         # 0.035
+    "gaussian": (_float_sample("gaussian"), 0.06),              # 0.125
+    "logistic": (_float_sample("logistic"), 0.035),             # 0.073
+    "student_t": (_float_sample("student_t"), 0.055),           # 0.116
+    "gen_gaussian_p0.5": (_float_sample("gen_gaussian_p0.5"), 0.025),  # 0.055
+    "gen_gaussian_p2.5": (_float_sample("gen_gaussian_p2.5"), 0.085),  # 0.176
+    "gen_cauchy": (_float_sample("gen_cauchy"), 0.07),          # 0.144
+    "subbotin_r1.5": (_float_sample("subbotin_r1.5"), 0.06),    # 0.128
+    "polyplace": (_float_sample("polyplace"), 0.2),             # 0.412
+}
+# the laws whose exactly rounded releases are checked against the same statistic
+ATTACKED_LAWS = ["gaussian", "laplace", "logistic", "student_t", "gen_gaussian_p0.5",
+                 "gen_gaussian_p2.5", "gen_cauchy", "subbotin_r1.5", "polyplace"]
+
+
+@pytest.mark.parametrize("sampler", list(NAIVE_SAMPLERS))
+def test_naive_float_samplers_of_other_laws_leak_the_input(sampler: str) -> None:
+    """The low-bit attack is not specific to Laplace: it needs only float64 ``q + Z``.
+
+    For any noise law, ``fl(1 + Z)`` lands in (0, ½) only for Z in (−1, −½], where doubles are
+    multiples of 2⁻⁵³ and the sum is exact (Sterbenz): an output in (0, ½) off the 2⁻⁵³ lattice
+    is impossible under q = 1. Under q = 0 the output is Z itself, a generic double whose low
+    bits are set whenever |Z| < ½ has spare precision: the event occurs at a measured rate, so
+    one such output proves q = 0 and no finite ε holds.
+    """
+    draw, lower = NAIVE_SAMPLERS[sampler]
+    n = 20_000
+    y0 = 0.0 + draw(n, 20240612)            # q = 0
+    y1 = 1.0 + draw(n, 20240613)            # q = 1 (neighbouring input, sensitivity 1)
+    in_half = (y1 > 0) & (y1 < 0.5)
+    assert in_half.any()                    # q = 1 does reach (0, ½): the check below is not void
+    rate0, rate1 = impossible_under_q1(y0).mean(), impossible_under_q1(y1).mean()
+    assert rate1 == 0.0, sampler            # impossible under q = 1 ...
+    assert rate0 > lower, (sampler, rate0)  # ... and frequent under q = 0
+    # "say q = 0 iff the event occurs in a batch of 100 releases": never wrong under q = 1,
+    # right in nearly every batch under q = 0 (all 200 but 9 for numpy_normal_sigma3; all otherwise)
+    assert not impossible_under_q1(y1.reshape(-1, 100)).any()
+    assert impossible_under_q1(y0.reshape(-1, 100)).any(axis=1).mean() >= 0.9
+
+
+@pytest.mark.parametrize("name", ATTACKED_LAWS)
+def test_tabdp_release_defeats_the_low_bit_distinguisher_for_every_law(name: str) -> None:
+    """On a dyadic grid (2⁻¹⁰) tabdp's releases for q = 0 and q = 1 differ by exactly 1.
+
+    Every release is ``index·2⁻¹⁰`` exactly, so a release in (0, ½) is always a multiple of 2⁻⁵³:
+    the test event has rate 0 under both inputs, although releases in (0, ½) are frequent under
+    q = 0 (at the rate the exactly rounded law predicts). With the same random bits the release
+    under q = 1 is the release under q = 0 moved by 1 (1024 grid steps), cell by cell: output − q
+    has the same law under both inputs, so no output is possible under one input only.
+    """
+    law = LAWS[name](1.0)
+    g, n = 2.0**-10, 20_000
+    d0 = round_noisy(law, np.zeros(n), g, RandomSource(seed=61))
+    d1 = round_noisy(law, np.ones(n), g, RandomSource(seed=61))
+    for d in (d0, d1):
+        assert np.array_equal(d.values, d.index.astype(np.float64) * g)   # exactly index·step
+        assert np.array_equal(d.values, UniformGrid(g).values(d.index))
+        assert not impossible_under_q1(d.values).any()
+    assert np.array_equal(d1.index - d0.index, np.full(n, 1024, dtype=np.int64))
+    assert np.array_equal(d1.values - 1.0, d0.values)                     # exact (dyadic)
+    # not vacuous: q = 0 releases land in (0, ½) often; index k in 1..511 ⟺ g/2 < Z < ½ − g/2
+    p = float(law.cdf(0.5 - g / 2) - law.cdf(g / 2))
+    rate = ((d0.values > 0) & (d0.values < 0.5)).mean()
+    assert p > 0.05 and abs(rate - p) <= 5 * math.sqrt(p * (1 - p) / n), (rate, p)
+    # an independent draw under q = 1 also lies on the public grid shifted by q: the fractional
+    # parts of (output − q)/g are all 0 for both inputs
+    e1 = round_noisy(law, np.ones(n), g, RandomSource(seed=62))
+    for d, q in ((d0, 0.0), (e1, 1.0)):
+        r = np.ldexp(d.values - q, 10)
+        assert np.array_equal(r, np.rint(r))
+
+
+@pytest.mark.parametrize("name", ATTACKED_LAWS)
+def test_on_the_default_grid_the_event_is_possible_under_both_inputs(name: str) -> None:
+    """On the 0.01 grid (not dyadic) the test event no longer separates the inputs.
+
+    Both inputs release points of the same public set {fl(0.01·k)}, some of which lie in (0, ½)
+    off the 2⁻⁵³ lattice. So the event that proves q = 0 for a naive sampler has positive
+    probability under q = 1 as well, and its rate under each input is the one the exactly
+    rounded law gives (only the private noise law separates the inputs).
+    """
+    law = LAWS[name](1.0)
+    g, n = 0.01, 20_000
+    grid = UniformGrid(g)
+    ks = np.arange(1, 50)
+    ks_event = ks[impossible_under_q1(grid.values(ks))]
+    assert ks_event.size > 10
+    for q, seed in ((0.0, 63), (1.0, 64)):
+        d = round_noisy(law, np.full(n, q), g, RandomSource(seed=seed))
+        assert np.array_equal(d.values, grid.values(d.index))
+        assert np.array_equal(d.values, d.index.astype(np.float64) * g)
+        p = float(np.sum(law.cdf((ks_event + 0.5) * g - q) - law.cdf((ks_event - 0.5) * g - q)))
+        rate = impossible_under_q1(d.values).mean()
+        assert rate > 0.0, (q, p)
+        assert abs(rate - p) <= 5 * math.sqrt(p * (1 - p) / n), (q, rate, p)
+
+
+@pytest.mark.parametrize("m", [mech.Gaussian(1.0), mech.Laplace(1.0), mech.Logistic(1.0),
+                               mech.GeneralizedGaussian(1.0, 0.5)], ids=lambda m: type(m).__name__)
+def test_mechanism_release_for_neighbouring_inputs_is_an_exact_shift(m: Any) -> None:
+    """The public API (``Mechanism.release``) inherits the guarantee.
+
+    On a dyadic grid, the releases of the neighbouring inputs 0 and 1 with the same random bits
+    differ by exactly 1 everywhere, and the low-bit event never occurs. On the default grid
+    every release is a point of the public grid {fl(step·k)}.
+    """
+    n = 20_000
+    a = m.release(np.zeros(n), rng=65, grid=2.0**-10)
+    b = m.release(np.ones(n), rng=65, grid=2.0**-10)
+    assert np.array_equal(b - 1.0, a)
+    assert not impossible_under_q1(a).any() and not impossible_under_q1(b).any()
+    assert ((a > 0) & (a < 0.5)).mean() > 0.05
+    step = m.default_grid()
+    for q in (0.0, 1.0):
+        v = m.release(np.full(n, q), rng=66)
+        k = np.rint(v / step).astype(np.int64)
+        assert np.array_equal(v, UniformGrid(step).values(k))
+
+
+NOT_ON_GRID = np.iinfo(np.int64).min
+
+
+def relative_grid_index(g: RelativeGrid, v: np.ndarray) -> np.ndarray:
+    """The index k with ``g.value(k) == v`` exactly (as rationals); NOT_ON_GRID if there is none.
+
+    Candidates come from the public bracket ``g.index_bounds`` (a few indices wide); the match
+    itself is decided on Fractions, independently of the float64 ``values``.
+    """
+    zero = np.zeros(v.size)
+    lo, hi, ok = g.index_bounds(v, None, zero, zero)
+    assert ok.all() and (hi - lo <= 2).all()
+    out = np.full(v.size, NOT_ON_GRID)
+    for i, (a, b, x) in enumerate(zip(lo.tolist(), hi.tolist(), v.tolist(), strict=True)):
+        hits = [k for k in range(a, b + 1) if g.value(k) == Fraction(x)]
+        if hits:
+            out[i] = hits[0]
+    return out
+
+
+@pytest.mark.parametrize(("name", "bits"), [
+    ("gaussian", 32), ("laplace", 32), ("logistic", 32), ("polyplace", 32),
+    ("gen_gaussian_p0.5", 32), ("student_t", 24), ("gen_cauchy", 24)])
+def test_relative_grid_with_per_cell_scales_releases_grid_points(name: str, bits: int) -> None:
+    """Per-cell scales on a RelativeGrid: every release is exactly ``RelativeGrid.values(index)``.
+
+    Centres span ±1e-3 to ±1e6 (and 0), scales 1e-4 to 1e4 (and 0); with these seeds 50 to 435
+    of the 20 000 cells are decided on the exact path, the rest on the fast path. Each release
+    has a ``bits``-bit significand, is exactly the rational value of its index, and a zero scale
+    releases the nearest grid point to c. Where the grid's relative step is negligible against
+    the noise, (release − c)/s follows the law (KS, with power against ±30% scales): the per-cell
+    scale is applied, not ignored.
+    """
+    law = LAWS[name](1.0)
+    rng = np.random.default_rng(71 + bits)
+    n = 20_000
+    c = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-3.0, 6.0, n)
+    c[:500] = 0.0
+    s = 10.0 ** rng.uniform(-4.0, 4.0, n)
+    s[::10] = 0.0
+    g = RelativeGrid(bits)
+    d = round_noisy(law, c, g, RandomSource(seed=73), scale=s)
+    assert np.array_equal(d.values, g.values(d.index))
+    assert not np.signbit(d.values[d.values == 0]).any()
+    frac, _ = np.frexp(d.values)
+    sig = np.ldexp(frac, bits)
+    assert np.array_equal(sig, np.rint(sig))                  # at most `bits` significant bits
+    assert np.array_equal(relative_grid_index(g, d.values), d.index)   # exact, on rationals
+    for k, ci in zip(d.index[s == 0], c[s == 0], strict=True):       # zero scale: round(c)
+        dist = abs(g.value(int(k)) - Fraction(float(ci)))
+        assert dist <= min(abs(g.value(int(k) + j) - Fraction(float(ci))) for j in (-1, 1))
+    noisy = (s > 0) & (s > 1e-3 * np.abs(c))
+    assert noisy.sum() > n // 3
+    z = (d.values[noisy] - c[noisy]) / s[noisy]
+    assert_ks_fits(z, law.cdf)
+    assert_power(z, scaled_cdfs(law.cdf))
+
+
+@pytest.mark.parametrize("noise", ["polyplace", "laplace", "student_t", "cauchy"])
+def test_smooth_sensitivity_release_is_on_its_relative_grid(noise: str) -> None:
+    """The public smooth-sensitivity API releases points of its (default) RelativeGrid."""
+    m = mech.SmoothSensitivityMechanism(noise, 1.0, 0.05)
+    g = m.default_grid()
+    rng = np.random.default_rng(79)
+    n = 5000
+    q = rng.uniform(-1e5, 1e5, n)
+    ss = 10.0 ** rng.uniform(-2.0, 3.0, n)
+    v = m.release(q, ss, rng=81)
+    k = relative_grid_index(g, v)
+    assert (k != NOT_ON_GRID).all() and np.array_equal(g.values(k), v)
+    assert np.mean(np.abs(v - q) > 1e-3 * ss) > 0.9           # noise of size ~ss was added
 
 
 # ------------------------------------------------------------------------------------------------

@@ -116,6 +116,10 @@ class NoiseDistribution(ABC):
     #: by the default :meth:`_isf_bounds`; ``None`` when the law declares no bound (exact rounding
     #: then decides every draw in high precision). See ``docs/exact-rounding.md``.
     _isf_rtol: ClassVar[float | None] = None
+    #: True for laws whose float64 quantile bounds come from certified tables (python-flint/Arb;
+    #: ``tabdp.noise._certified``): they provide ``_arb_unit``, ``_arb_key``, ``_arb_tail`` and
+    #: ``_arb_density``, and the exact path evaluates their tails in ball arithmetic.
+    _arb_certified: ClassVar[bool] = False
 
     # -- to implement -------------------------------------------------------------------------
     @abstractmethod
@@ -332,6 +336,8 @@ class NoiseDistribution(ABC):
         """
         u_lo = np.asarray(u_lo, dtype=np.float64)
         u_hi = np.asarray(u_hi, dtype=np.float64)
+        if self._arb_certified:
+            return self._certified_bounds(u_lo, u_hi)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             m = self._abs_isf(u_lo)
             rt = self._isf_rel_error(u_lo, m)
@@ -343,6 +349,44 @@ class NoiseDistribution(ABC):
             lo = m * (1.0 - w) - (u_hi - u_lo) / dens * (1.0 + 8.0 * _U)
         ok = np.isfinite(hi) & np.isfinite(lo) & (w < 0.25)
         return np.where(ok, np.maximum(lo, 0.0), 0.0), np.where(ok, hi, np.inf)
+
+    # -- certified tables (tabdp.noise._certified; docs/exact-rounding.md §4.5) -----------------
+    def _arb_unit(self) -> float:
+        """The scale that standardizes the law (``Z/unit`` has the tabulated shape)."""
+        raise NotImplementedError  # pragma: no cover - only called when _arb_certified
+
+    def _arb_key(self) -> tuple[Any, ...]:
+        """Cache key of the standardized shape (law name and shape parameters)."""
+        raise NotImplementedError  # pragma: no cover - only called when _arb_certified
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        """Standardized two-sided tail ``P(|Z/unit| > x)`` on a python-flint ``arb_series``
+        (``1 −`` that, without cancellation, with ``central``); correct on balls."""
+        raise NotImplementedError  # pragma: no cover - only called when _arb_certified
+
+    def _arb_density(self, xs: Any) -> Any:
+        """Density of ``|Z/unit|`` (``−`` the derivative of :meth:`_arb_tail`) on an
+        ``arb_series``, from elementary functions only (it is evaluated on wide balls)."""
+        raise NotImplementedError  # pragma: no cover - only called when _arb_certified
+
+    def _arb_tail_available(self) -> bool:
+        """Whether :meth:`_arb_tail` and :meth:`_arb_unit` exist: the exact path then evaluates
+        tails in ball arithmetic (certified) instead of mpmath."""
+        return self._arb_certified
+
+    def _certified_bounds(self, u_lo: np.ndarray,
+                          u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Proven bounds from the law's certified table, times ``unit`` (rounded outwards)."""
+        from tabdp.noise._certified import certified_table
+
+        unit = self._arb_unit()
+        tab = certified_table(self._arb_key(), self._arb_tail, self._arb_density,
+                              lambda u: self._abs_isf(u) / unit)
+        lo, hi = tab.bounds(u_lo.reshape(-1), u_hi.reshape(-1))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            lo = np.maximum(lo * unit * (1.0 - 4.0 * _U) - 2.0**-1070, 0.0)
+            hi = hi * unit * (1.0 + 4.0 * _U) + 2.0**-1070
+        return lo.reshape(u_lo.shape), np.where(np.isnan(hi), np.inf, hi).reshape(u_lo.shape)
 
     def _isf_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
         """Fast-path bounds ``|m(u) − mid| <= rad`` for all u in ``[u_lo, u_lo + 2**-53]``.

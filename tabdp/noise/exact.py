@@ -1010,6 +1010,12 @@ def _frac_of_mpf(x: Any) -> Fraction:
     return Fraction(int(man)) * (Fraction(2) ** int(exp))
 
 
+def _frac_of_arb(x: Any) -> Fraction:
+    """Exact rational value of an exact (radius 0) finite Arb number, e.g. a ball endpoint."""
+    man, exp = x.mid().man_exp()
+    return Fraction(int(man)) * (Fraction(2) ** int(exp))
+
+
 def _mpf_of_frac(x: Fraction, mp: Any) -> Any:
     """``x`` rounded to the working precision (error at most 2 ulps)."""
     return mp.mpf(x.numerator) / x.denominator
@@ -1028,6 +1034,7 @@ class _Cell:
         self.src = src
         self.prec = nbits + _EXTRA_PREC
         self._c_cache: tuple[int, Any] | None = None
+        self._median: float | None = None
 
     # random bits -------------------------------------------------------------------------------
     def _more_bits(self) -> None:
@@ -1046,12 +1053,51 @@ class _Cell:
         c = self._c_cache[1]
         return c, (abs(c) + 1) * mp.mpf(2) ** (-mp.prec + 16)
 
+    def _tail_arb(self, h: Any, mp: Any) -> tuple[Fraction, Fraction] | None:
+        """Certified rational bounds on ``T(h)`` from the law's Arb tail (None if not finite).
+
+        ``h`` (an mpf, exact dyadic) enters Arb exactly; the ball's endpoints are exact dyadics.
+        Below the law's median the central form ``1 − T`` is evaluated (no cancellation, and
+        fast where e.g. ``I_v`` near ``v = 1`` converges slowly).
+        """
+        from tabdp.noise._certified import arb_context, arb_point_tail
+
+        noise = self.noise
+        unit = noise._arb_unit()
+        central = float(h) < self._median_abs()
+        man, exp = mpmath.mpf(h).man_exp
+        with arb_context(mp.prec + 32, 1) as flint:
+            x = flint.arb(flint.arf((int(man), int(exp)))) / flint.arb(unit)
+            t = arb_point_tail(noise._arb_tail, x, central)
+            if central:
+                t = 1 - t
+            if not t.is_finite():
+                return None
+            floor = self.L + 2
+            if t.upper() < flint.arb(2) ** -floor:        # see _tail
+                return Fraction(0), Fraction(1, 1 << floor)
+            lo = _frac_of_arb(t.lower())
+            hi = _frac_of_arb(t.upper())
+        return max(lo, Fraction(0)), min(hi, Fraction(1))
+
+    def _median_abs(self) -> float:
+        if self._median is None:
+            with np.errstate(all="ignore"):
+                self._median = float(self.noise._abs_isf(np.array([0.5]))[0])
+        return self._median
+
     def _tail(self, h: Any, mp: Any) -> tuple[Fraction, Fraction]:
         """Rational bounds on ``T(h) = P(|Z| > h)`` for ``h > 0``.
 
-        Evaluated at the working precision and 32 bits more; the error bound is four times their
-        difference plus ``2**-(prec − 16)`` relative.
+        Laws with an Arb tail (``_arb_tail_available``) get certified bounds from ball
+        arithmetic (:meth:`_tail_arb`). Otherwise mpmath evaluates the tail at the working
+        precision and 32 bits more; the error bound is four times their difference plus
+        ``2**-(prec − 16)`` relative.
         """
+        if self.noise._arb_tail_available():
+            got = self._tail_arb(h, mp)
+            if got is not None:
+                return got
         p = mp.prec
         t1 = 2 * self.noise._mp_sf(h, mp)
         with mpmath.workprec(p + 32):

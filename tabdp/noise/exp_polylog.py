@@ -239,6 +239,8 @@ class ExpPolyLog(NoiseDistribution):
             raise InvalidParameterError(
                 f"{owner}: d·(ln a)^p overflows a double (d={d!r}, a={a!r}, p={p!r}).\n"
                 "Hint: use a smaller p or offset a.")
+        #: p = 1 and p = 2: proven float64 quantile bounds from certified tables
+        self._arb_certified = self.p in (1.0, 2.0)
         self._table1: _Table | None = None
         self._quad1: _PolyLogQuad | None = None
         if self.p == 1.0:
@@ -491,6 +493,44 @@ class ExpPolyLog(NoiseDistribution):
                     + 8.0 * _U * s)
         return _GENERAL_S_ERR * (1.0 + s)
 
+    # certified tables for p = 1 and p = 2 (docs/exact-rounding.md §4.5); set in __init__
+    def _arb_unit(self) -> float:
+        return self.sigma
+
+    def _arb_key(self) -> tuple[Any, ...]:
+        return ("exp_polylog", self.a, self.d, self.p)
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        """Standardized tail in Arb: ``(1 + x/a)^{1−d}`` (p = 1) or ``Φ(x0 − √(2d)s)/Φ(x0)``
+        with ``s = ln(1 + x/a)`` (p = 2); ``central`` gives one minus it (Arb tracks the
+        cancellation; the working precision covers it)."""
+        from flint import arb
+
+        a, d = arb(self.a), arb(self.d)
+        s = (1 + xs / a).log()
+        if self.p == 1.0:
+            t = ((1 - d) * s).exp()
+        else:
+            r2d = (2 * d).sqrt()
+            x0 = r2d * (1 / (2 * d) - a.log())
+            sq2 = arb(2).sqrt()
+            t = (-(x0 - r2d * s) / sq2).erfc() / (-x0 / sq2).erfc()
+        return 1 - t if central else t
+
+    def _arb_density(self, xs: Any) -> Any:
+        """Standardized density of ``|Z|`` in Arb: ``(d − 1)/a·(1 + x/a)^{−d}`` (p = 1) or
+        ``√(2d)·φ(x0 − √(2d)s)/(Φ(x0)(a + x))`` (p = 2)."""
+        from flint import arb
+
+        a, d = arb(self.a), arb(self.d)
+        if self.p == 1.0:
+            return (d - 1) / a * (1 + xs / a) ** (-d)
+        r2d = (2 * d).sqrt()
+        x0 = r2d * (1 / (2 * d) - a.log())
+        z = x0 - r2d * (1 + xs / a).log()
+        big_phi = (-x0 / arb(2).sqrt()).erfc() / 2
+        return r2d * (-(z * z) / 2).exp() / ((2 * arb.pi()).sqrt() * big_phi * (a + xs))
+
     def _isf_bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bounds on the exact ``|Z|`` quantile over ``[u_lo, u_hi]`` from bounds on ``s``.
 
@@ -512,6 +552,8 @@ class ExpPolyLog(NoiseDistribution):
             True
         """
         u_lo = np.asarray(u_lo, dtype=np.float64)
+        if self._arb_certified:                             # p = 1, 2: certified tables
+            return self._certified_bounds(u_lo, np.asarray(u_hi, dtype=np.float64))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             s = self._abs_isf_s(u_lo)
             ds = self._s_error(u_lo, s)

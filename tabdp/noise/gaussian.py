@@ -384,6 +384,20 @@ class Gaussian(NoiseDistribution):
         """
         return mp.erfc(x / (mp.mpf(self.sigma) * mp.sqrt(2))) / 2
 
+    # certified exact-path tails (the fast path has its own proven tables, §4.1)
+    def _arb_tail_available(self) -> bool:
+        return True
+
+    def _arb_unit(self) -> float:
+        return self.sigma
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        """``erfc(x/√2)`` (``erf`` with ``central``) in Arb."""
+        from flint import arb
+
+        z = xs / arb(2).sqrt()
+        return z.erf() if central else z.erfc()
+
     def variance(self) -> float:
         """Variance sigma².
 
@@ -511,6 +525,16 @@ class Laplace(NoiseDistribution):
             0.5
         """
         return mp.exp(-x / mp.mpf(self.scale)) / 2
+
+    def _arb_tail_available(self) -> bool:
+        return True
+
+    def _arb_unit(self) -> float:
+        return self.scale
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        """``e^{−x}`` (``1 − e^{−x}`` with ``central``) in Arb."""
+        return 1 - (-xs).exp() if central else (-xs).exp()
 
     def _mp_abs_isf(self, u: Any, mp: Any) -> Any:
         """``−b·ln u`` in mpmath.

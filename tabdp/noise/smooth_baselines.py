@@ -46,7 +46,6 @@ class _BetaTailLaw(NoiseDistribution):
     """
 
     scale: float
-    _isf_rtol = _BETA_ISF_RTOL
     _a: float
     _b: float
     _k: float
@@ -131,6 +130,25 @@ class _BetaTailLaw(NoiseDistribution):
         directly, so the smaller one keeps its relative accuracy)."""
         raise NotImplementedError  # pragma: no cover - overridden
 
+    # certified tables (docs/exact-rounding.md §4.5)
+    _arb_certified = True
+
+    def _arb_unit(self) -> float:
+        return self.scale
+
+    def _arb_vw(self, ys: Any) -> tuple[Any, Any, Any, Any]:
+        """``(a, b, v, w)`` of :meth:`_mp_beta_args` on Arb series."""
+        raise NotImplementedError  # pragma: no cover - overridden
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        """``I_v(a, b)`` (``I_w(b, a)`` with ``central``), regularized, in Arb."""
+        from flint import arb_series
+
+        a, b, v, w = self._arb_vw(xs)
+        if central:
+            return arb_series.beta_lower(b, a, w, regularized=1)
+        return arb_series.beta_lower(a, b, v, regularized=1)
+
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = I_v(a, b)/2`` (regularized incomplete beta) in mpmath.
 
@@ -208,6 +226,24 @@ class StudentT(_BetaTailLaw):
         y2 = y * y
         return d / 2, mp.mpf(0.5), d / (d + y2), y2 / (d + y2)
 
+    def _arb_key(self) -> tuple[Any, ...]:
+        return ("student_t", self.df)
+
+    def _arb_vw(self, ys: Any) -> tuple[Any, Any, Any, Any]:
+        from flint import arb
+
+        d = arb(self.df)
+        y2 = ys * ys
+        return d / 2, arb(0.5), d / (d + y2), y2 / (d + y2)
+
+    def _arb_density(self, xs: Any) -> Any:
+        """``2Γ((d+1)/2)/(√(dπ)Γ(d/2))·(1 + x²/d)^{−(d+1)/2}`` in Arb."""
+        from flint import arb
+
+        d = arb(self.df)
+        c = 2 * ((d + 1) / 2).gamma() / ((d * arb.pi()).sqrt() * (d / 2).gamma())
+        return c * (1 + xs * xs / d) ** (-(d + 1) / 2)
+
     def variance(self) -> float:
         """Variance ``scale²·d/(d−2)`` for d > 2, ``inf`` otherwise.
 
@@ -273,15 +309,27 @@ class GeneralizedCauchy(_BetaTailLaw):
         """
         return self._lognorm - np.logaddexp(0.0, self._logit(np.asarray(x, dtype=np.float64)))
 
-    def _isf_rel_error(self, u: np.ndarray, m: np.ndarray) -> float | None:
-        """The beta-inverse bound for ``c <= 100``; no bound above (boost's inverse then errs by up
-        to 4e-4 relative, measured at c = 200): such draws are decided in high precision."""
-        return _BETA_ISF_RTOL if self.c <= 100.0 else None
-
     def _mp_beta_args(self, y: Any, mp: Any) -> tuple[Any, Any, Any, Any]:
         c = mp.mpf(self.c)
         yc = y**c
         return 1 - 1 / c, 1 / c, 1 / (1 + yc), yc / (1 + yc)
+
+    def _arb_key(self) -> tuple[Any, ...]:
+        return ("generalized_cauchy", self.c)
+
+    def _arb_vw(self, ys: Any) -> tuple[Any, Any, Any, Any]:
+        from flint import arb
+
+        c = arb(self.c)
+        yc = ys**c
+        return 1 - 1 / c, 1 / c, 1 / (1 + yc), yc / (1 + yc)
+
+    def _arb_density(self, xs: Any) -> Any:
+        """``c·sin(π/c)/(π(1 + x^c))`` in Arb."""
+        from flint import arb
+
+        c = arb(self.c)
+        return c * (arb.pi() / c).sin() / (arb.pi() * (1 + xs**c))
 
     def variance(self) -> float:
         """Variance ``scale²/(2cos(2π/c) + 1)`` for c > 3, ``inf`` otherwise.

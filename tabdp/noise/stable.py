@@ -575,6 +575,22 @@ class SymmetricStable(NoiseDistribution):
             neg = np.log1p(-np.exp(pos))
         return np.where(x >= 0, pos, neg)
 
+    # certified exact-path tails for the closed forms (α = 1, α = 2)
+    def _arb_tail_available(self) -> bool:
+        return self.alpha in (1.0, 2.0)
+
+    def _arb_unit(self) -> float:
+        return self.gamma
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        """Arb tails: ``(2/π)·atan(1/x)`` (α = 1) and ``erfc(x/2)`` (α = 2); ``central`` gives
+        ``(2/π)·atan(x)`` and ``erf(x/2)``."""
+        from flint import arb
+
+        if self.alpha == 1.0:
+            return 2 / arb.pi() * (xs.atan() if central else (1 / xs).atan())
+        return (xs / 2).erf() if central else (xs / 2).erfc()
+
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x)`` for ``x >= 0`` in working precision (mpmath), for exact rounding.
 

@@ -1,0 +1,431 @@
+"""Certified float64 quantile tables: proven bounds from Arb ball arithmetic (exact-rounding §4.5).
+
+For a symmetric law whose standardized two-sided tail ``T(x) = P(|Z| > x)`` can be evaluated in
+Arb ball arithmetic (python-flint) as a power series, :class:`CertifiedIsf` gives float64 bounds
+``lo <= m(u) <= hi`` on the exact quantile ``m = T⁻¹`` that are **proven**, whatever the accuracy
+of the law's float64 special functions (which only supply starting guesses):
+
+* Nodes: ``u_j = 2**e·(1 + j·2**-K)`` for ``u < 1/2`` (region A, binades ``e`` in ``[-64, -1)``)
+  and ``v_j = 2**e·(1 + j·2**-K)`` with ``v = 1 − u`` for ``u >= 1/2`` (region B, binades
+  ``[-53, 0)``; ``1 − u`` is exact there, and the small-``v`` binades resolve the centre, where
+  laws with a cusp at 0 have unbounded derivatives).
+* Node values: ``x_j = m(u_j)`` is enclosed by interval Newton in Arb: a ball ``X`` with
+  ``x − (T(x) − u_j)/T′(X) ⊆ X`` contains the unique root (``T′ = −2f < 0``).
+* Coefficients: the Taylor series of ``m`` at the node is the series reversion of
+  ``T(x_j + t) − T(x_j)``, evaluated with the ball ``x_j``: ``a_n ∋ m⁽ⁿ⁾(u_j)/n!``.
+* Remainder: the same reversion evaluated on the ball ``X_j ⊇ [x_{j+1}, x_j]`` (the whole node
+  interval's image) encloses ``m⁽ᵈ⁺¹⁾(u)/(d + 1)!`` for **every** u of the interval, since Arb's
+  operations are inclusion-monotone; so ``|m(u) − T_d(t)| <= sup|a_{d+1}(X_j)|·hᵈ⁺¹``.
+* Float64: ``ã_n`` = the ball's midpoint rounded to double; the rounding and the ball radii are
+  added to the remainder (``R_j + Σ(rad_n + |mid_n − ã_n|)·hⁿ``, rounded up). Horner's rule in
+  the exact ``t = u − u_j`` (or ``v − v_j``) errs by at most ``γ_{2d}·Σ|ã_n|tⁿ`` (Higham
+  eq. 5.3); ``64u·Σ|ã_n|hⁿ`` covers it and the final roundings, and is added to the node's
+  stored bound ``rem_j``.
+
+Nothing is trusted but IEEE arithmetic and Arb's ball semantics (its enclosures are proofs);
+a node whose root cannot be certified gives an infinite remainder: its cells go to the exact
+path. Tables are built one binade at a time on first use and shared by all laws with the same
+shape (cached by key).
+
+Example:
+    >>> tab = CertifiedIsf(("laplace",), _laplace_tail, _laplace_density, _laplace_guess)
+    >>> lo, hi = tab.point_bounds(np.array([0.25, 0.75]))
+    >>> bool(lo[0] <= np.log(4.0) <= hi[0]) and bool(lo[1] <= -np.log(0.75) <= hi[1])
+    True
+    >>> bool(np.all(hi - lo < 1e-12)), tab.failures
+    (True, 0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CertifiedIsf", "certified_table", "arb_context", "arb_point_tail"]
+
+_U = 2.0**-53
+#: Working precision of the table builds (bits).
+_PREC = 160
+#: Binades: region A (u < 1/2) and region B (v = 1 − u <= 1/2).
+_A_SPEC = (-64, -1)
+_B_SPEC = (-53, 0)
+_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def arb_context(prec: int, cap: int) -> Iterator[Any]:
+    """Set python-flint's global precision and series length, restoring them afterwards.
+
+    Example:
+        >>> with arb_context(100, 3) as flint:
+        ...     flint.ctx.prec
+        100
+    """
+    import flint
+
+    with _LOCK:
+        old = flint.ctx.prec, flint.ctx.cap
+        flint.ctx.prec, flint.ctx.cap = prec, cap
+        try:
+            yield flint
+        finally:
+            flint.ctx.prec, flint.ctx.cap = old
+
+
+def arb_point_tail(tail: Callable[..., Any], x: Any, central: bool = False) -> Any:
+    """``T(x)`` (or ``1 − T(x)`` with ``central``) as an ``arb`` ball, at the current precision.
+
+    Example:
+        >>> with arb_context(80, 1) as flint:
+        ...     t = arb_point_tail(_laplace_tail, flint.arb(1))
+        >>> abs(float(t.mid()) - math.exp(-1)) < 1e-15
+        True
+    """
+    from flint import arb_series
+
+    try:
+        c = tail(arb_series([x]), central).coeffs()
+    except (ValueError, ZeroDivisionError):
+        c = []
+    return c[0] if c else type(x)("nan")
+
+
+def _upper_float(b: Any) -> float:
+    """A float64 >= every point of the ball ``b`` (``inf`` if it is not finite)."""
+    if not b.is_finite():
+        return math.inf
+    v = float(b.upper())
+    return v + abs(v) * 2.0**-50 + 2.0**-1070
+
+
+class _Region:
+    """Node coefficients of one region (A: variable u, B: variable v = 1 − u)."""
+
+    def __init__(self, e_lo: int, e_hi: int, kbits: int, degree: int) -> None:
+        self.e_lo, self.e_hi, self.kbits, self.degree = e_lo, e_hi, kbits, degree
+        per = 1 << kbits
+        size = (e_hi - e_lo) * per
+        self.shift = 52 - kbits
+        self.off = (1023 + e_lo) << kbits
+        self.mask = np.int64(-(1 << self.shift))
+        self.coef = np.zeros((degree + 1, size))
+        self.rem = np.full(size, np.inf)
+        self.built = np.zeros(e_hi - e_lo, dtype=bool)
+
+    def locate(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Node indices and exact offsets ``t = w − w_j`` (w positive doubles in range)."""
+        bits = np.ascontiguousarray(w, dtype=np.float64).view(np.int64)
+        idx = np.right_shift(bits, self.shift) - self.off
+        np.clip(idx, 0, self.rem.size - 1, out=idx)
+        t = np.bitwise_and(bits, self.mask).view(np.float64)
+        return idx, np.subtract(w, t)
+
+    def evaluate(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(value, bound)``: ``|m − value| <= bound`` at each w (built binades only).
+
+        ``value`` is Horner's rule on the node's coefficients in the exact offset t; ``bound``
+        is the node's ``rem`` (Taylor remainder, coefficient balls and roundings, plus the
+        Horner error bound ``64u·Σ|ã_n|hⁿ``, all rounded up when the binade was built).
+        """
+        idx, t = self.locate(w)
+        d = self.degree
+        coef = self.coef
+        val = coef[d, idx]
+        for n in range(d - 1, -1, -1):
+            val *= t
+            val += coef[n, idx]
+        return val, self.rem[idx]
+
+
+class CertifiedIsf:
+    """Proven float64 bounds on the quantile ``m(u) = T⁻¹(u)`` of a standardized law.
+
+    Args:
+        key: Cache key (law and shape parameters).
+        tail: ``tail(xs, central)``: on a python-flint ``arb_series``, the two-sided tail
+            ``T(x) = P(|Z| > x)`` of the standardized law (``x > 0``), or ``1 − T(x)`` when
+            ``central`` is true (computed without cancellation), correct on balls.
+        density: The density ``−T′`` of ``|Z|`` on ``arb_series`` (elementary functions only:
+            it is evaluated on wide balls for the remainder bounds).
+        guess: Float64 approximation of ``m(u)`` (only a starting point; may be inaccurate).
+        kbits: Nodes per binade ``2**kbits``.
+        degree: Taylor degree d.
+
+    Example:
+        >>> tab = CertifiedIsf(("laplace",), _laplace_tail, _laplace_density, _laplace_guess)
+        >>> lo, hi = tab.bounds(np.array([0.5]), np.array([0.5 + 2**-53]))
+        >>> bool(lo[0] <= math.log(2.0) <= hi[0] and hi[0] - lo[0] < 1e-12)
+        True
+    """
+
+    def __init__(self, key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
+                 guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6,
+                 degree: int = 8, nsub: int = 4) -> None:
+        self.key, self.tail, self.density, self.guess = key, tail, density, guess
+        self.nsub = nsub
+        self.kbits, self.degree = kbits, degree
+        self.regions = {"A": _Region(*_A_SPEC, kbits, degree),
+                        "B": _Region(*_B_SPEC, kbits, degree)}
+        #: nodes whose root could not be certified (their pieces decide nothing)
+        self.failures = 0
+
+    # -- building --------------------------------------------------------------------------------
+    def _dens(self, flint: Any, x: Any, n: int) -> list[Any]:
+        """The first n Taylor coefficients of the density ``−T′`` at the ball x."""
+        try:
+            c = self.density(flint.arb_series([x, 1], prec=n)).coeffs()
+        except (ValueError, ZeroDivisionError):   # e.g. a ball too wide for a series division
+            return [flint.arb("nan")] * n
+        return (c + [flint.arb(0)] * n)[:n]
+
+    def _root(self, flint: Any, target: Any, x: float, central: bool) -> Any:
+        """A certified ball containing the root of ``T(x) = target``, or None.
+
+        With ``central`` the equation is ``1 − T(x) = target``. Point Newton steps from the float
+        guess, then one interval Newton step proves the enclosure.
+        """
+        arb = flint.arb
+        if not (math.isfinite(x) and x > 0.0):
+            return None
+        xa = arb(x)
+        for _ in range(12):                               # Newton at the midpoint
+            t0 = arb_point_tail(self.tail, xa, central)
+            f0 = self._dens(flint, xa, 1)[0]
+            if not (t0.is_finite() and f0.is_finite() and f0 > 0):
+                return None
+            step = (t0 - target if central else target - t0) / f0
+            new = arb((xa - step).mid())
+            if not new > 0:
+                new = arb((xa / 2).mid())
+            # converged, or the step is below the tail's own uncertainty
+            done = (abs(float((step / xa).mid())) < 2.0**-(flint.ctx.prec - 40)
+                    or not abs(step.mid()) > 4 * step.rad())
+            xa = new
+            if done:
+                break
+        t0 = arb_point_tail(self.tail, xa, central)
+        resid = t0 - target if central else target - t0
+        f0 = self._dens(flint, xa, 1)[0]
+        if not (resid.is_finite() and f0 > 0):
+            return None
+        # the ball must hold the point Newton step and its uncertainty (the tail's ball radius)
+        r = arb(_upper_float(abs(resid / f0)) * 2.0 + abs(float(xa.mid())) * 2.0**-(
+            flint.ctx.prec - 48))
+        for _ in range(8):                                # interval Newton
+            ball = arb(xa.mid(), r.mid())
+            if not ball > 0:
+                return None
+            fb = self._dens(flint, ball, 1)[0]
+            if not fb > 0:
+                return None
+            n = xa - resid / fb
+            if ball.contains(n):
+                return n
+            r = r * 16
+        return None
+
+    def _series(self, flint: Any, x: Any) -> list[Any] | None:
+        """Coefficients ``[x, a_1, …, a_{d+1}]`` of ``m`` at ``T(x)`` (x a ball), or None.
+
+        ``T(x + t) − T(x) = −Σ f_k·t^{k+1}/(k + 1)`` with ``f_k`` the density's coefficients; its
+        series reversion gives m's (inclusion-monotone in x: valid for every point of the ball).
+        """
+        arb_series = flint.arb_series
+        d = self.degree
+        f = self._dens(flint, x, d + 1)
+        if not all(v.is_finite() for v in f) or not f[0] > 0:
+            return None
+        c = [flint.arb(0)] + [-f[k] / (k + 1) for k in range(d + 1)]
+        rev = arb_series(c, prec=d + 2).reversion().coeffs()
+        rev = (rev + [flint.arb(0)] * (d + 2))[: d + 2]
+        if not all(v.is_finite() for v in rev):
+            return None
+        return [x, *rev[1:]]
+
+    def _remainder_coef(self, flint: Any, piece: Any) -> Any:
+        """An upper bound of ``|m⁽ᵈ⁺¹⁾/(d + 1)!|`` over the ball ``piece`` (None if unbounded).
+
+        The ball is cut into ``nsub`` sub-balls (tighter enclosures) and the maximum is taken.
+        """
+        arb = flint.arb
+        lo, hi = piece.lower(), piece.upper()
+        if not lo > 0:
+            return None
+        best = 0.0
+        k = self.nsub
+        for i in range(k):
+            sub = (lo + (hi - lo) * i / k).union(lo + (hi - lo) * (i + 1) / k)
+            ser = self._series(flint, sub)
+            if ser is None:
+                return None
+            best = max(best, _upper_float(abs(ser[self.degree + 1])))
+        return arb(best) if math.isfinite(best) else None
+
+    def _build(self, name: str, b: int) -> None:
+        reg = self.regions[name]
+        per = 1 << reg.kbits
+        e = reg.e_lo + b
+        d = reg.degree
+        w = np.ldexp(1.0 + np.arange(per + 1) / per, e)        # nodes and the next binade's first
+        u_float = w if name == "A" else 1.0 - w
+        with np.errstate(all="ignore"):
+            guesses = np.asarray(self.guess(np.asarray(u_float, dtype=np.float64)), dtype=float)
+        coef = np.zeros((d + 1, per))
+        rem = np.full(per, np.inf)
+        with arb_context(_PREC, d + 2) as flint:
+            arb = flint.arb
+            if name == "B" and not np.all((guesses > 0) & np.isfinite(guesses)):
+                # near the centre 1 − u is not a double: start from m ≈ v/(2f(0)) instead
+                f0 = self._dens(flint, arb(2.0**-600), 1)[0]
+                if f0 > 0:
+                    fix = w / float(f0.mid())
+                    guesses = np.where((guesses > 0) & np.isfinite(guesses), guesses, fix)
+            roots: list[Any] = []
+            for j in range(per + 1):
+                root = self._root(flint, arb(float(w[j])), float(guesses[j]), name == "B")
+                if root is None and j < per:
+                    self.failures += 1
+                roots.append(root)
+            h = arb(2) ** (e - reg.kbits)
+            sign = 1 if name == "A" else -1                     # d/dv = −d/du
+            for j in range(per):
+                x0, x1 = roots[j], roots[j + 1]
+                if x0 is None or x1 is None:
+                    continue
+                at = self._series(flint, x0)
+                top = self._remainder_coef(flint, x0.union(x1))
+                if at is None or top is None:
+                    continue
+                total = top * h ** (d + 1)
+                hn = arb(1)
+                for n in range(d + 1):
+                    a = at[n] * (sign**n)
+                    f = float(a.mid())
+                    coef[n, j] = f
+                    total += (a.rad() + abs(a.mid() - arb(f))) * hn
+                    hn = hn * h
+                rem[j] = _upper_float(total)
+        # the Horner bound 64u·Σ|ã_n|tⁿ <= 64u·Σ|ã_n|hⁿ (t < h), per node: the float sum errs by
+        # at most (1 + u)^{2d+1} − 1 < 20u relative, covered by the factor 1 + 2**-40
+        hf = math.ldexp(1.0, e - reg.kbits)
+        mag = np.zeros(per)
+        for n in range(d, -1, -1):
+            mag = mag * hf + np.abs(coef[n])
+        bound = (rem + mag * (64.0 * _U * (1.0 + 2.0**-40)) + 2.0**-1060) * (1.0 + 2.0**-50)
+        sl = slice(b * per, (b + 1) * per)
+        reg.coef[:, sl] = coef
+        reg.rem[sl] = np.where(np.isfinite(rem), bound, np.inf)
+        reg.built[b] = True
+
+    def _ensure(self, name: str, w: np.ndarray) -> None:
+        reg = self.regions[name]
+        if w.size == 0:
+            return
+        b = (w.view(np.int64) >> 52) - (1023 + reg.e_lo)
+        np.clip(b, 0, reg.e_hi - reg.e_lo - 1, out=b)
+        if reg.built[b].all():                                  # the common case: cheap check
+            return
+        for bb in np.unique(b):
+            if not reg.built[bb]:
+                with _LOCK:
+                    if not reg.built[bb]:
+                        self._build(name, int(bb))
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def point_bounds(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``lo <= m(u) <= hi`` at each double ``u`` (1-D; NaN outside ``[0, 1]``).
+
+        ``m(1) = 0``; ``m(0) = inf``; for ``0 < u < 2**-64`` the bounds are
+        ``(lower bound of m(2**-64), inf)``; for ``1 − 2**-53 < u < 1`` they are
+        ``(0, upper bound of m(1 − 2**-53))`` (m is monotone).
+
+        Example:
+            >>> tab = CertifiedIsf(("laplace",), _laplace_tail, _laplace_density, _laplace_guess)
+            >>> lo, hi = tab.point_bounds(np.array([1.0, 0.0]))
+            >>> lo.tolist(), hi.tolist()
+            ([0.0, inf], [0.0, inf])
+        """
+        u = np.asarray(u, dtype=np.float64).reshape(-1)
+        lo = np.full(u.shape, np.nan)
+        hi = np.full(u.shape, np.nan)
+        with np.errstate(all="ignore"):
+            in_a = (u >= 2.0**_A_SPEC[0]) & (u < 0.5)
+            v = 1.0 - u                                         # exact for u >= 1/2
+            in_b = (u >= 0.5) & (v >= 2.0**_B_SPEC[0])
+            for name, sel, w in (("A", in_a, u), ("B", in_b, v)):
+                i = np.flatnonzero(sel)
+                if i.size:
+                    ww = np.ascontiguousarray(w[i])
+                    self._ensure(name, ww)
+                    val, bound = self.regions[name].evaluate(ww)
+                    lo[i] = val - bound
+                    hi[i] = val + bound
+            low = np.flatnonzero((u > 0.0) & (u < 2.0**_A_SPEC[0]))
+            if low.size:
+                lo[low] = self.point_bounds(np.array([2.0**_A_SPEC[0]]))[0][0]
+                hi[low] = np.inf
+            top = np.flatnonzero((u > 0.5) & (v > 0.0) & (v < 2.0**_B_SPEC[0]))
+            if top.size:
+                lo[top] = 0.0
+                hi[top] = self.point_bounds(np.array([1.0 - 2.0**_B_SPEC[0]]))[1][0]
+            lo[u == 1.0] = hi[u == 1.0] = 0.0
+            lo[u == 0.0] = hi[u == 0.0] = np.inf
+            bad = ~(lo <= hi)                                   # NaN or an uncertified node
+            lo = np.where(bad & ~np.isnan(u), 0.0, np.maximum(lo, 0.0))
+            hi = np.where(bad & ~np.isnan(u), np.inf, hi)
+        return lo, hi
+
+    def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``lo <= m(u) <= hi`` for every u in ``[u_lo, u_hi]`` (m decreases in u).
+
+        Example:
+            >>> tab = CertifiedIsf(("laplace",), _laplace_tail, _laplace_density, _laplace_guess)
+            >>> lo, hi = tab.bounds(np.array([0.1]), np.array([0.2]))
+            >>> bool(lo[0] <= math.log(5.0) and math.log(10.0) <= hi[0])
+            True
+        """
+        u_lo = np.asarray(u_lo, dtype=np.float64).reshape(-1)
+        u_hi = np.asarray(u_hi, dtype=np.float64).reshape(-1)
+        both = np.concatenate([u_hi, u_lo])
+        lo, hi = self.point_bounds(both)
+        n = u_lo.size
+        return lo[:n], hi[n:]
+
+
+def _laplace_tail(xs: Any, central: bool = False) -> Any:
+    """``P(|Z| > x) = e^{-x}`` (``1 − e^{-x}`` with ``central``): the docstrings' example law."""
+    return -((-xs).exp() - 1) if central else (-xs).exp()
+
+
+def _laplace_density(xs: Any) -> Any:
+    """The example law's density ``e^{-x}``."""
+    return (-xs).exp()
+
+
+def _laplace_guess(u: np.ndarray) -> np.ndarray:
+    """The example law's float quantile ``−ln u``."""
+    return -np.log(u)
+
+
+_TABLES: dict[Hashable, CertifiedIsf] = {}
+
+
+def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
+                    guess: Callable[[np.ndarray], np.ndarray]) -> CertifiedIsf:
+    """The shared :class:`CertifiedIsf` for ``key`` (created on first use).
+
+    Example:
+        >>> t1 = certified_table(("doc-laplace",), _laplace_tail, _laplace_density, _laplace_guess)
+        >>> t1 is certified_table(("doc-laplace",), None, None, None)
+        True
+    """
+    with _LOCK:
+        tab = _TABLES.get(key)
+        if tab is None:
+            tab = _TABLES[key] = CertifiedIsf(key, tail, density, guess)
+        return tab
