@@ -86,13 +86,26 @@ def arb_point_tail(tail: Callable[..., Any], x: Any, central: bool = False) -> A
         >>> abs(float(t.mid()) - math.exp(-1)) < 1e-15
         True
     """
-    from flint import arb_series
+    from flint import arb_series, ctx
 
-    try:
-        c = tail(arb_series([x]), central).coeffs()
-    except (ValueError, ZeroDivisionError):
-        c = []
-    return c[0] if c else type(x)("nan")
+    def form(central_: bool) -> Any:
+        try:
+            c = tail(arb_series([x]), central_).coeffs()
+        except (ValueError, ZeroDivisionError):
+            c = []
+        return c[0] if c else type(x)("nan")
+
+    t = form(central)
+    # A form can lose most of its bits where its value is not small (e.g. I_v(a, b) at the
+    # median, v within 1e-45 of 1, for a beta law with tiny b): then one minus the other form is
+    # used if it is tighter (both are enclosures). Small values are left alone: their other form
+    # would cancel, and may be slow (I_w near w = 1).
+    if not t.is_finite() or (abs(t) > 2.0**-8
+                             and t.rel_accuracy_bits() < min(96, ctx.prec - 32)):
+        other = 1 - form(not central)
+        if other.is_finite() and (not t.is_finite() or other.rad() < t.rad()):
+            t = other
+    return t
 
 
 def _upper_float(b: Any) -> float:

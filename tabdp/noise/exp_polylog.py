@@ -12,13 +12,18 @@ accuracy near 0 and the large ``d·(ln a)^p`` parts cancel analytically:
   adaptive grid until the remaining mass is below e^-80 of the peak, and its cumulative tail
   integral is tabulated once per instance (lazily). Quantiles are found by a table search plus a
   safeguarded Newton polish (in log space) using the exact integrand.
+
+Exact rounding (docs/exact-rounding.md §4.5): every p has certified quantile tables built from
+the tail in Arb ball arithmetic (closed forms for p = 1, 2; rigorous quadrature of the tail
+integral, :class:`_ArbPolyLogTail`, otherwise); the float quantiles above are only their
+starting guesses and the plain sampler.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,11 +47,6 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(12)
 _LAG_X, _LAG_W = np.polynomial.laguerre.laggauss(30)
 #: Tail mass used for the overflow guard (the 1 − 1e-12 quantile of |Z|).
 _OVERFLOW_TAIL = 1e-12
-_U = 2.0**-53
-#: Absolute error bound (in s, per unit of 1 + s) of the tabulated general-p quantile: measured at
-#: most 588 ulps relative and 9 ulps of the MAD absolute over p in {1.2, 1.5, 3} and u in
-#: [1e-300, 1]; 2**-36 = 1.5e-11 is a margin of about 1000 over the worst.
-_GENERAL_S_ERR = 2.0**-36
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,114 @@ class _PolyLogQuad:
             return self.psi(s) - peak - np.log(r) + np.log(fac @ _LAG_W)
 
 
+class _ArbPolyLogTail:
+    """Rigorous ``I(s) = ∫_s^∞ e^{ψ(t)} dt`` in Arb, ``ψ(t) = t − d((ln a + t)^p − (ln a)^p)``.
+
+    ψ is concave (p > 1), so beyond a point B with ``ψ′(B) < 0`` the rest of the integral lies
+    in ``[0, e^{ψ(B)}/(−ψ′(B))]``; ``[s, B]`` is integrated by Arb's certified Gauss–Legendre
+    quadrature (``acb.integral``). Values at exact double points ("anchors") are cached per
+    precision, and a new point is reached from the nearest anchor by a short integral; a ball
+    argument adds ``(s − k)·e^{ψ(hull)}`` (mean value theorem). Used by the certified tables
+    and the exact path of general-p :class:`ExpPolyLog` (docs/exact-rounding.md §4.5).
+
+    Example:
+        >>> from tabdp.noise._certified import arb_context
+        >>> with arb_context(100, 1) as flint:
+        ...     t = _ArbPolyLogTail(3.0, 1.0, 1.5).tail(flint.arb(0), central=False)
+        >>> float(t.mid())
+        1.0
+    """
+
+    def __init__(self, a: float, d: float, p: float) -> None:
+        self.a, self.d, self.p = a, d, p
+        self.lo = math.log(a)
+        self._anchors: dict[int, tuple[list[float], dict[float, Any]]] = {}
+
+    def psi(self, t: Any) -> Any:
+        """ψ on an arb, acb or arb_series argument."""
+        from flint import arb
+
+        la = arb(self.a).log()
+        p = arb(self.p)
+        return t - arb(self.d) * ((la + t) ** p - la**p)
+
+    def _psi_f(self, t: float) -> float:
+        return t - self.d * ((self.lo + t) ** self.p - self.lo**self.p)
+
+    def _integral(self, lo: float, hi: float) -> Any:
+        """``∫_lo^hi e^ψ`` (exact double endpoints, lo <= hi) as an arb ball."""
+        from flint import acb, arb
+
+        if lo == hi:
+            return arb(0)
+        la = acb(arb(self.a).log())
+        lap = arb(self.a).log() ** arb(self.p)
+        p, d = acb(self.p), acb(self.d)
+
+        def f(z: Any, analytic: bool) -> Any:
+            w = la + z
+            if analytic and not w.real > 0:        # (ln a + z)^p: branch cut at Re <= −ln a
+                return acb("nan")
+            return (z - d * (w**p - lap)).exp()
+
+        return acb.integral(f, lo, hi).real
+
+    def _far(self, s: float, prec: int) -> float:
+        """A point B > s where the neglected tail is below 2**-(prec + 40) of I(s)."""
+        ref = min(self._psi_f(s), self._psi_f(s + 1.0))
+        target = ref - (prec + 40) * math.log(2.0)
+        step = 1.0
+        b = s + step
+        while True:
+            dpsi = 1.0 - self.d * self.p * (self.lo + b) ** (self.p - 1.0)
+            if dpsi < 0 and self._psi_f(b) < target:
+                return b
+            step *= 2.0
+            b = s + step
+
+    def _at(self, k: float) -> Any:
+        """``I(k)`` at an exact double k >= 0 (cached per precision)."""
+        import bisect
+
+        from flint import arb, ctx
+
+        prec = ctx.prec
+        keys, vals = self._anchors.setdefault(prec, ([], {}))
+        if k in vals:
+            return vals[k]
+        i = bisect.bisect_left(keys, k)
+        near = [keys[j] for j in (i - 1, i) if 0 <= j < len(keys)]
+        if near:
+            k0 = min(near, key=lambda v: abs(v - k))
+            if k < k0:
+                val = vals[k0] + self._integral(k, k0)
+            else:
+                val = vals[k0] - self._integral(k0, k)
+        else:
+            b = self._far(k, prec)
+            lb = arb(b)
+            slope = arb(self.d) * arb(self.p) * (arb(self.a).log() + lb) ** (arb(self.p) - 1) - 1
+            if not slope > 0:                       # −ψ′(B) not certified positive
+                return arb("nan")
+            rest = self.psi(lb).exp() / slope       # ∫_B^∞ e^ψ ∈ [0, rest] (ψ concave)
+            val = self._integral(k, b) + arb(0).union(rest)
+        keys.insert(i, k)
+        vals[k] = val
+        return val
+
+    def norm(self) -> Any:
+        """``N = I(0)``."""
+        return self._at(0.0)
+
+    def tail(self, s: Any, central: bool) -> Any:
+        """``I(s)/N`` (``1 −`` that with ``central``) for an arb ball ``s >= 0``."""
+        k = max(float(s.mid()), 0.0)
+        e = self.psi(s.union(type(s)(k))).exp()
+        val = self._at(k) - (s - k) * e
+        n = self.norm()
+        return (n - val) / n if central else val / n
+
+
 class ExpPolyLog(NoiseDistribution):
     """Exponential polylogarithmic noise, density ∝ exp(−d·(ln(|z|/σ + a))^p) (seed 001 Cor 5.7).
 
@@ -239,8 +347,10 @@ class ExpPolyLog(NoiseDistribution):
             raise InvalidParameterError(
                 f"{owner}: d·(ln a)^p overflows a double (d={d!r}, a={a!r}, p={p!r}).\n"
                 "Hint: use a smaller p or offset a.")
-        #: p = 1 and p = 2: proven float64 quantile bounds from certified tables
-        self._arb_certified = self.p in (1.0, 2.0)
+        #: proven float64 quantile bounds from certified tables (docs/exact-rounding.md §4.5);
+        #: general p evaluates its tail integral by rigorous quadrature (``_ArbPolyLogTail``)
+        self._arb_certified = True
+        self._arb_general: _ArbPolyLogTail | None = None
         self._table1: _Table | None = None
         self._quad1: _PolyLogQuad | None = None
         if self.p == 1.0:
@@ -470,30 +580,6 @@ class ExpPolyLog(NoiseDistribution):
             return self.sigma * self.a * np.expm1(s)
 
     # -- exact rounding hooks -------------------------------------------------------------------
-    def _s_error(self, u: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """Absolute error bound of the float64 ``s(u)`` (see docs/exact-rounding.md).
-
-        * p = 1: ``s = −ln u/(d − 1)``: ``64u·s`` (log within 4 ulps, two more roundings, 8x).
-        * p = 2: ``s = (x0 − y)/√(2d)`` with ``ln Φ(y) = ln u + ln K`` solved by ``ndtri_exp`` and
-          a Newton polish on ``log_ndtr``. The log-space residual is computed with absolute error
-          ``<= 8u(1 + |ln u| + |ln K|)``; ``dy/d ln Φ = Φ(y)/φ(y) <= A = Φ(x0)/φ(x0)`` (it
-          increases with y, and y <= x0; A ≈ 1/|x0| for x0 ≪ 0); so
-          ``|δs| <= 64u·(A(1 + |ln u| + |ln K|) + |y|)/√(2d) + 8u·s``.
-        * other p: ``2**-36·(1 + s)`` (tested bound of the tabulated numerics).
-        """
-        s = np.asarray(s, dtype=np.float64)
-        if self.p == 1.0:
-            return 64.0 * _U * s
-        if self.p == 2.0:
-            amp = math.exp(float(log_ndtr(self._x0)) + 0.5 * self._x0**2 + _LOG_SQRT_2PI)
-            with np.errstate(divide="ignore"):
-                lu = np.abs(np.log(np.asarray(u, dtype=np.float64)))
-            y = np.abs(self._x0 - self._r2d * s)
-            return (64.0 * _U * (amp * (1.0 + lu + abs(self._log_k)) + y) / self._r2d
-                    + 8.0 * _U * s)
-        return _GENERAL_S_ERR * (1.0 + s)
-
-    # certified tables for p = 1 and p = 2 (docs/exact-rounding.md §4.5); set in __init__
     def _arb_unit(self) -> float:
         return self.sigma
 
@@ -504,9 +590,14 @@ class ExpPolyLog(NoiseDistribution):
         """Standardized tail in Arb: ``(1 + x/a)^{1−d}`` (p = 1) or ``Φ(x0 − √(2d)s)/Φ(x0)``
         with ``s = ln(1 + x/a)`` (p = 2); ``central`` gives one minus it (Arb tracks the
         cancellation; the working precision covers it)."""
-        from flint import arb
+        from flint import arb, arb_series
 
         a, d = arb(self.a), arb(self.d)
+        if self.p not in (1.0, 2.0):           # points only: rigorous quadrature
+            if self._arb_general is None:
+                self._arb_general = _ArbPolyLogTail(self.a, self.d, self.p)
+            x = xs.coeffs()[0] if xs.coeffs() else arb(0)
+            return arb_series([self._arb_general.tail((1 + x / a).log(), central)])
         s = (1 + xs / a).log()
         if self.p == 1.0:
             t = ((1 - d) * s).exp()
@@ -525,45 +616,16 @@ class ExpPolyLog(NoiseDistribution):
         a, d = arb(self.a), arb(self.d)
         if self.p == 1.0:
             return (d - 1) / a * (1 + xs / a) ** (-d)
+        if self.p != 2.0:                      # e^{ψ(s)}/(N·(a + x)), s = ln(1 + x/a)
+            if self._arb_general is None:
+                self._arb_general = _ArbPolyLogTail(self.a, self.d, self.p)
+            s = (1 + xs / a).log()
+            return self._arb_general.psi(s).exp() / (self._arb_general.norm() * (a + xs))
         r2d = (2 * d).sqrt()
         x0 = r2d * (1 / (2 * d) - a.log())
         z = x0 - r2d * (1 + xs / a).log()
         big_phi = (-x0 / arb(2).sqrt()).erfc() / 2
         return r2d * (-(z * z) / 2).exp() / ((2 * arb.pi()).sqrt() * big_phi * (a + xs))
-
-    def _isf_bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds on the exact ``|Z|`` quantile over ``[u_lo, u_hi]`` from bounds on ``s``.
-
-        ``m = σa·expm1(s)`` is increasing in s, so ``[s − δs, s + δs]`` maps to bounds on m
-        (``expm1`` within 2 ulps: factors ``1 ± 8u``); the decrease over the u-interval is
-        bounded by ``(u_hi − u_lo)/f(hi)`` as in the base class.
-
-        Args:
-            u_lo: Lower ends of the uniform intervals.
-            u_hi: Upper ends.
-
-        Returns:
-            ``(lo, hi)`` bounds.
-
-        Example:
-            >>> z = ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
-            >>> lo, hi = z._isf_bounds(np.array([0.125]), np.array([0.125]))   # exact m = 1
-            >>> bool(lo[0] < 1.0 < hi[0])
-            True
-        """
-        u_lo = np.asarray(u_lo, dtype=np.float64)
-        if self._arb_certified:                             # p = 1, 2: certified tables
-            return self._certified_bounds(u_lo, np.asarray(u_hi, dtype=np.float64))
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-            s = self._abs_isf_s(u_lo)
-            ds = self._s_error(u_lo, s)
-            sa = self.sigma * self.a
-            hi = sa * np.expm1(s + ds) * (1.0 + 8.0 * _U)
-            lo = sa * np.expm1(np.maximum(s - ds, 0.0)) * (1.0 - 8.0 * _U)
-            dens = np.exp(self.logpdf(hi))
-            lo = lo - (np.asarray(u_hi, dtype=np.float64) - u_lo) / dens * (1.0 + 8.0 * _U)
-        ok = np.isfinite(hi) & np.isfinite(lo)
-        return np.where(ok, np.maximum(lo, 0.0), 0.0), np.where(ok, hi, np.inf)
 
     def _mp_tail_s(self, s: Any, mp: Any) -> Any:
         """Exact ``P(|Z| > σa·expm1(s))`` for ``s >= 0`` in mpmath.

@@ -167,10 +167,12 @@ class _BetaTailLaw(NoiseDistribution):
         if x == 0:
             return mp.mpf(0.5)
         a, b, v, w = self._mp_beta_args(x / mp.mpf(self.scale), mp)
-        direct = mp.betainc(a, b, 0, v, regularized=True)
-        if direct <= 0.5:   # small tails: the direct value has full relative accuracy
-            return direct / 2
-        # tails near 1: 1 − I_w(b, a) with w = 1 − v formed without cancellation
+        if w >= 2.0**-10:
+            direct = mp.betainc(a, b, 0, v, regularized=True)
+            if direct <= 0.5:   # small tails: the direct value has full relative accuracy
+                return direct / 2
+        # tails near 1, or v within 2**-10 of 1 (where v itself has lost w's low bits, e.g. at the
+        # median of a generalized Cauchy law with large c): 1 − I_w(b, a), w formed directly
         return (1 - mp.betainc(b, a, 0, w, regularized=True)) / 2
 
 
