@@ -117,7 +117,11 @@ def _upper_float(b: Any) -> float:
 
 
 class _Region:
-    """Node coefficients of one region (A: variable u, B: variable v = 1 − u)."""
+    """Node coefficients on binary nodes ``2**e·(1 + j·2**-K)``, ``e_lo <= e < e_hi``, ``j < 2**K``.
+
+    One region of a :class:`CertifiedIsf` (A: variable u, B: variable v = 1 − u); also the layout
+    of the Gaussian's Taylor tables (``tabdp.noise.gaussian``).
+    """
 
     def __init__(self, e_lo: int, e_hi: int, kbits: int, degree: int) -> None:
         self.e_lo, self.e_hi, self.kbits, self.degree = e_lo, e_hi, kbits, degree
@@ -130,11 +134,17 @@ class _Region:
         self.rem = np.full(size, np.inf)
         self.built = np.zeros(e_hi - e_lo, dtype=bool)
 
-    def locate(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Node indices and exact offsets ``t = w − w_j`` (w positive doubles in range)."""
+    def locate(self, w: np.ndarray, clip: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Node indices and exact offsets ``t = w − w_j`` for positive doubles ``w`` in range.
+
+        ``w_j`` is ``w`` with its low ``52 − K`` significand bits cleared, so ``w_j <= w < 2w_j``
+        and ``t`` is exact (Sterbenz). With ``clip`` the indices are clipped into the table (for
+        w out of range, whose results the caller discards).
+        """
         bits = np.ascontiguousarray(w, dtype=np.float64).view(np.int64)
         idx = np.right_shift(bits, self.shift) - self.off
-        np.clip(idx, 0, self.rem.size - 1, out=idx)
+        if clip:
+            np.clip(idx, 0, self.rem.size - 1, out=idx)
         t = np.bitwise_and(bits, self.mask).view(np.float64)
         return idx, np.subtract(w, t)
 

@@ -21,6 +21,7 @@ from scipy.special import log_ndtr, ndtr, ndtri
 
 from tabdp._validation import check_real
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise._certified import _Region
 
 __all__ = ["Gaussian", "Laplace"]
 
@@ -72,37 +73,30 @@ def _deriv_polys(n: int) -> list[list[int]]:
     return polys
 
 
-class _TaylorTable:
+class _TaylorTable(_Region):
     """Degree-d Taylor expansions of ``m(u) = −Φ⁻¹(u/2)`` (σ = 1) at binary nodes, with bounds.
 
-    Nodes ``u0 = 2**e·(1 + j·2**-K)`` for binades ``e_lo <= e < e_hi`` and ``j < 2**K``: the
-    node of a double ``u`` is ``u`` with its low ``52 − K`` significand bits cleared, its index
-    ``(bits(u) >> (52 − K)) − off``, and ``t = u − u0`` is exact. Per node: the coefficients
-    ``a_n = m⁽ⁿ⁾(u0)/n!`` rounded to double (``coef[n]``), and ``rem``, an upper bound on
-    ``|m⁽ᵈ⁺¹⁾(u0)|·hᵈ⁺¹/(d + 1)!`` (``h = 2**(e − K)``), which bounds the Taylor remainder
-    on the whole node interval because ``|m⁽ᵈ⁺¹⁾|`` decreases in u. Computed in mpmath on first
-    use, one binade at a time. Proof and error budget: docs/exact-rounding.md §4.1.
+    Nodes ``u0 = 2**e·(1 + j·2**-K)`` for binades ``e_lo <= e < e_hi`` and ``j < 2**K`` (the
+    layout and node lookup of :class:`tabdp.noise._certified._Region`). Per node: the
+    coefficients ``a_n = m⁽ⁿ⁾(u0)/n!`` rounded to double (``coef[n]``), and ``rem``, an upper
+    bound on ``|m⁽ᵈ⁺¹⁾(u0)|·hᵈ⁺¹/(d + 1)!`` (``h = 2**(e − K)``), which bounds the Taylor
+    remainder on the whole node interval because ``|m⁽ᵈ⁺¹⁾|`` decreases in u. Computed in mpmath
+    on first use, one binade at a time. Proof and error budget: docs/exact-rounding.md §4.1.
     """
 
     def __init__(self, e_lo: int, e_hi: int, kbits: int, degree: int) -> None:
-        self.e_lo, self.e_hi, self.kbits, self.degree = e_lo, e_hi, kbits, degree
+        super().__init__(e_lo, e_hi, kbits, degree)
         per = 1 << kbits
-        size = (e_hi - e_lo) * per
-        self.shift = 52 - kbits
-        self.off = (1023 + e_lo) << kbits
-        self.mask = np.int64(-(1 << self.shift))            # clears the low 52 − K bits
-        self.coef = np.zeros((degree + 1, size))
-        self.rem = np.zeros(size)
+        self.rem = np.zeros(self.rem.size)
         self.h = np.repeat(np.ldexp(1.0, np.arange(e_lo, e_hi) - kbits), per)
         #: sign of m^(d+1) (+1: the remainder is >= 0, m >= T_d)
         self.rem_sign = 1 if (degree + 1) % 2 == 0 else -1
-        self._built = np.zeros(e_hi - e_lo, dtype=bool)
         self._polys = _deriv_polys(degree + 1)
 
     def ensure(self, binades: np.ndarray | None = None) -> None:
         """Build the given binades (indices ``e − e_lo``; all if None) if not built yet."""
-        todo = np.flatnonzero(~self._built) if binades is None else \
-            [int(b) for b in np.unique(binades) if not self._built[b]]
+        todo = np.flatnonzero(~self.built) if binades is None else \
+            [int(b) for b in np.unique(binades) if not self.built[b]]
         for b in todo:
             self._build(int(b))
 
@@ -153,23 +147,7 @@ class _TaylorTable:
         sl = slice(b * per, (b + 1) * per)
         self.coef[:, sl] = rows[: d + 1]
         self.rem[sl] = rows[d + 1]                              # rounded up
-        self._built[b] = True
-
-    def locate(self, u: np.ndarray, clip: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Node indices and exact offsets ``t = u − u0`` for positive doubles ``u`` in range.
-
-        ``u0`` is ``u`` with its low ``52 − K`` significand bits cleared, so ``u0 <= u < 2u0``
-        and ``t`` is exact (Sterbenz). With ``clip`` the indices are clipped into the table (for
-        u out of range, whose results the caller discards).
-        """
-        bits = np.ascontiguousarray(u, dtype=np.float64).view(np.int64)
-        idx = np.right_shift(bits, self.shift)
-        idx -= self.off
-        if clip:
-            np.clip(idx, 0, self.rem.size - 1, out=idx)
-        t = np.bitwise_and(bits, self.mask).view(np.float64)
-        np.subtract(u, t, out=t)
-        return idx, t
+        self.built[b] = True
 
     def bounds(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(lo, hi)`` with ``lo <= m(u) <= hi`` (σ = 1) for u in the table's range (1-D)."""
