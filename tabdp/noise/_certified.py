@@ -133,6 +133,8 @@ class _Region:
         self.coef = np.zeros((degree + 1, size))
         self.rem = np.full(size, np.inf)
         self.built = np.zeros(e_hi - e_lo, dtype=bool)
+        #: per binade: 1/h = 2**(K − e), exact; scaled offsets τ = t/h lie in [0, 1)
+        self.inv_h = np.ldexp(1.0, kbits - np.arange(e_lo, e_hi))
 
     def locate(self, w: np.ndarray, clip: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Node indices and exact offsets ``t = w − w_j`` for positive doubles ``w`` in range.
@@ -151,11 +153,14 @@ class _Region:
     def evaluate(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(value, bound)``: ``|m − value| <= bound`` at each w (built binades only).
 
-        ``value`` is Horner's rule on the node's coefficients in the exact offset t; ``bound``
-        is the node's ``rem`` (Taylor remainder, coefficient balls and roundings, plus the
-        Horner error bound ``64u·Σ|ã_n|hⁿ``, all rounded up when the binade was built).
+        ``value`` is Horner's rule on the node's scaled coefficients ``b_n = a_n·hⁿ`` in the
+        exact ``τ = t/h ∈ [0, 1)`` (a power-of-two scaling: the coefficients of m in u grow like
+        ``u⁻ⁿ`` and would overflow far in the tail); ``bound`` is the node's ``rem`` (Taylor
+        remainder, coefficient balls and roundings, plus the Horner error bound ``64u·Σ|b_n|``,
+        all rounded up when the binade was built).
         """
         idx, t = self.locate(w)
+        t *= self.inv_h[idx >> self.kbits]
         d = self.degree
         coef = self.coef
         val = coef[d, idx]
@@ -188,7 +193,7 @@ class CertifiedIsf:
 
     def __init__(self, key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
                  guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6,
-                 degree: int = 8, nsub: int = 4) -> None:
+                 degree: int = 12, nsub: int = 4) -> None:
         self.key, self.tail, self.density, self.guess = key, tail, density, guess
         self.nsub = nsub
         self.kbits, self.degree = kbits, degree
@@ -270,8 +275,8 @@ class CertifiedIsf:
             return None
         return [x, *rev[1:]]
 
-    def _remainder_coef(self, flint: Any, piece: Any) -> Any:
-        """An upper bound of ``|m⁽ᵈ⁺¹⁾/(d + 1)!|`` over the ball ``piece`` (None if unbounded).
+    def _remainder(self, flint: Any, piece: Any, h: Any) -> Any:
+        """An upper bound of ``|m⁽ᵈ⁺¹⁾/(d + 1)!|·hᵈ⁺¹`` over the ball ``piece`` (None if unbounded).
 
         The ball is cut into ``nsub`` sub-balls (tighter enclosures) and the maximum is taken.
         """
@@ -286,7 +291,7 @@ class CertifiedIsf:
             ser = self._series(flint, sub)
             if ser is None:
                 return None
-            best = max(best, _upper_float(abs(ser[self.degree + 1])))
+            best = max(best, _upper_float(abs(ser[self.degree + 1]) * h ** (self.degree + 1)))
         return arb(best) if math.isfinite(best) else None
 
     def _build(self, name: str, b: int) -> None:
@@ -300,7 +305,7 @@ class CertifiedIsf:
             guesses = np.asarray(self.guess(np.asarray(u_float, dtype=np.float64)), dtype=float)
         coef = np.zeros((d + 1, per))
         rem = np.full(per, np.inf)
-        with arb_context(_PREC, d + 2) as flint:
+        with np.errstate(over="ignore", invalid="ignore"), arb_context(_PREC, d + 2) as flint:
             arb = flint.arb
             if name == "B" and not np.all((guesses > 0) & np.isfinite(guesses)):
                 # near the centre 1 − u is not a double: start from m ≈ v/(2f(0)) instead
@@ -321,24 +326,23 @@ class CertifiedIsf:
                 if x0 is None or x1 is None:
                     continue
                 at = self._series(flint, x0)
-                top = self._remainder_coef(flint, x0.union(x1))
+                top = self._remainder(flint, x0.union(x1), h)
                 if at is None or top is None:
                     continue
-                total = top * h ** (d + 1)
+                total = top
                 hn = arb(1)
                 for n in range(d + 1):
-                    a = at[n] * (sign**n)
+                    a = at[n] * (sign**n) * hn              # b_n = a_n·hⁿ (exact scaling)
                     f = float(a.mid())
                     coef[n, j] = f
-                    total += (a.rad() + abs(a.mid() - arb(f))) * hn
+                    total += a.rad() + abs(a.mid() - arb(f))
                     hn = hn * h
                 rem[j] = _upper_float(total)
-        # the Horner bound 64u·Σ|ã_n|tⁿ <= 64u·Σ|ã_n|hⁿ (t < h), per node: the float sum errs by
-        # at most (1 + u)^{2d+1} − 1 < 20u relative, covered by the factor 1 + 2**-40
-        hf = math.ldexp(1.0, e - reg.kbits)
+        # the Horner bound, per node (τ < 1): the float sum mag errs by at most (d + 1)u
+        # relative, so 64u·mag >= 64u(1 − 13u)·Σ|b_n|τⁿ >= (γ_2d + 3u)·Σ|b_n|τⁿ for d <= 12
         mag = np.zeros(per)
         for n in range(d, -1, -1):
-            mag = mag * hf + np.abs(coef[n])
+            mag = mag + np.abs(coef[n])
         bound = (rem + mag * (64.0 * _U * (1.0 + 2.0**-40)) + 2.0**-1060) * (1.0 + 2.0**-50)
         sl = slice(b * per, (b + 1) * per)
         reg.coef[:, sl] = coef
