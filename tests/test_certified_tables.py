@@ -830,3 +830,50 @@ def test_heavy_tails_keep_finite_scaled_coefficients_down_to_2_pow_minus_64() ->
             for u, a, b in zip(us, lo, hi, strict=True):
                 m = law._mp_abs_isf(mpmath.mpf(float(u)), mpmath.mp)
                 assert mpmath.mpf(a) <= m <= mpmath.mpf(b), (law, u)
+
+
+# ------------------------------------------------------------------------------------------------
+# Review findings: python-flint semantics the proofs rely on, truncation guard, broadcasting
+# ------------------------------------------------------------------------------------------------
+def test_python_flint_semantics_the_proofs_rely_on() -> None:
+    """The python-flint semantics the proofs rely on.
+
+    Outward rounding of ``lower``/``upper``/``union``, series truncation length, NaN on invalid
+    domains: if a python-flint release changed these, the tables' proofs would fail.
+    """
+    with arb_context(60, 4) as flint:
+        arb = flint.arb
+        third = arb(1) / 3                                  # inexact: a ball with a radius
+        assert float(third.lower()) <= 1 / 3 <= float(third.upper())
+        assert third.lower() < third.upper()
+        u = arb(1, 0.5).union(arb(3, 0.1))
+        assert u.contains(arb(0.5)) and u.contains(arb(3.1)) and u.contains(arb(2))
+        s = flint.arb_series([arb(1), 1]).exp()
+        assert s.prec == 4 and len(s.coeffs()) == 4
+        assert not (flint.arb(-1, 0.5) ** arb(0.5)).is_finite()   # pow of negatives: NaN
+        assert flint.arb(2, 0).contains(flint.arb(2)) and not arb(2).contains(arb(2, 1e-10))
+
+
+def test_truncated_series_are_refused_not_padded() -> None:
+    """Review finding: a truncated series fails the node, never padded with exact zeros.
+
+    A series can be shorter than asked when python-flint's global ``cap`` is changed by someone
+    else (outside tabdp's lock).
+    """
+    law = SHAPES["gg_p1"]
+    tab = _table(law)
+    with arb_context(100, 3) as flint:
+        dens = tab._dens(flint, flint.arb(1), 9)
+        assert not any(c.is_finite() for c in dens)
+        assert tab._series(flint, flint.arb(1)) is None
+    with arb_context(100, 14) as flint:
+        assert all(c.is_finite() for c in tab._dens(flint, flint.arb(1), 9))
+
+
+def test_certified_bounds_broadcast() -> None:
+    """``CertifiedIsf.bounds`` broadcasts ``u_lo`` against ``u_hi`` like ``_isf_bounds``."""
+    tab = _table(SHAPES["gg_p1"])
+    lo, hi = tab.bounds(np.array([0.1, 0.2, 0.3]), np.array(0.35))
+    lo1, _ = tab.bounds(np.array([0.35]), np.array([0.35]))
+    _, hi2 = tab.bounds(np.array([0.2]), np.array([0.2]))
+    assert lo.shape == hi.shape == (3,) and np.all(lo == lo1[0]) and hi[1] == hi2[0]

@@ -17,10 +17,10 @@ of the law's float64 special functions (which only supply starting guesses):
   interval's image) encloses ``m⁽ᵈ⁺¹⁾(u)/(d + 1)!`` for **every** u of the interval, since Arb's
   operations are inclusion-monotone; so ``|m(u) − T_d(t)| <= sup|a_{d+1}(X_j)|·hᵈ⁺¹``.
 * Float64: ``ã_n`` = the ball's midpoint rounded to double; the rounding and the ball radii are
-  added to the remainder (``R_j + Σ(rad_n + |mid_n − ã_n|)·hⁿ``, rounded up). Horner's rule in
-  the exact ``t = u − u_j`` (or ``v − v_j``) errs by at most ``γ_{2d}·Σ|ã_n|tⁿ`` (Higham
-  eq. 5.3); ``64u·Σ|ã_n|hⁿ`` covers it and the final roundings, and is added to the node's
-  stored bound ``rem_j``.
+  added to the remainder. Coefficients are stored scaled, ``b_n = a_n·hⁿ``, and evaluated in
+  the exact ``τ = t/h`` (``t = u − u_j`` or ``v − v_j``); Horner's rule errs by at most
+  ``γ_{2d}·Σ|b_n|τⁿ`` (Higham eq. 5.3); ``64u·Σ|b_n|`` covers it and the final roundings, and
+  is added to the node's stored bound ``rem_j`` (docs/exact-rounding.md §4.5).
 
 Nothing is trusted but IEEE arithmetic and Arb's ball semantics (its enclosures are proofs);
 a node whose root cannot be certified gives an infinite remainder: its cells go to the exact
@@ -206,10 +206,13 @@ class CertifiedIsf:
     def _dens(self, flint: Any, x: Any, n: int) -> list[Any]:
         """The first n Taylor coefficients of the density ``−T′`` at the ball x."""
         try:
-            c = self.density(flint.arb_series([x, 1], prec=n)).coeffs()
+            ser = self.density(flint.arb_series([x, 1], prec=n))
         except (ValueError, ZeroDivisionError):   # e.g. a ball too wide for a series division
             return [flint.arb("nan")] * n
-        return (c + [flint.arb(0)] * n)[:n]
+        if ser.prec < n:        # truncated (python-flint's global cap changed): never pad
+            return [flint.arb("nan")] * n
+        c = ser.coeffs()
+        return (c + [flint.arb(0)] * n)[:n]     # Arb drops trailing coefficients that are 0
 
     def _root(self, flint: Any, target: Any, x: float, central: bool) -> Any:
         """A certified ball containing the root of ``T(x) = target``, or None.
@@ -269,7 +272,10 @@ class CertifiedIsf:
         if not all(v.is_finite() for v in f) or not f[0] > 0:
             return None
         c = [flint.arb(0)] + [-f[k] / (k + 1) for k in range(d + 1)]
-        rev = arb_series(c, prec=d + 2).reversion().coeffs()
+        rser = arb_series(c, prec=d + 2).reversion()
+        if rser.prec < d + 2:
+            return None
+        rev = rser.coeffs()
         rev = (rev + [flint.arb(0)] * (d + 2))[: d + 2]
         if not all(v.is_finite() for v in rev):
             return None
@@ -307,6 +313,8 @@ class CertifiedIsf:
         rem = np.full(per, np.inf)
         with np.errstate(over="ignore", invalid="ignore"), arb_context(_PREC, d + 2) as flint:
             arb = flint.arb
+            if flint.ctx.cap != d + 2 or flint.ctx.prec != _PREC:   # defence in depth
+                raise RuntimeError("python-flint context changed during a certified build")
             if name == "B" and not np.all((guesses > 0) & np.isfinite(guesses)):
                 # near the centre 1 − u is not a double: start from m ≈ v/(2f(0)) instead
                 f0 = self._dens(flint, arb(2.0**-600), 1)[0]
@@ -316,7 +324,8 @@ class CertifiedIsf:
             roots: list[Any] = []
             for j in range(per + 1):
                 root = self._root(flint, arb(float(w[j])), float(guesses[j]), name == "B")
-                if root is None and j < per:
+                # (region B's top binade is used at v = 1/2 only: its other nodes do not count)
+                if root is None and j < per and (name == "A" or w[j] <= 0.5):
                     self.failures += 1
                 roots.append(root)
             h = arb(2) ** (e - reg.kbits)
@@ -365,11 +374,12 @@ class CertifiedIsf:
 
     # -- evaluation ------------------------------------------------------------------------------
     def point_bounds(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``lo <= m(u) <= hi`` at each double ``u`` (1-D; NaN outside ``[0, 1]``).
+        """``lo <= m(u) <= hi`` at each double ``u`` (1-D).
 
         ``m(1) = 0``; ``m(0) = inf``; for ``0 < u < 2**-64`` the bounds are
-        ``(lower bound of m(2**-64), inf)``; for ``1 − 2**-53 < u < 1`` they are
-        ``(0, upper bound of m(1 − 2**-53))`` (m is monotone).
+        ``(lower bound of m(2**-64), inf)`` (m is monotone). (Every double u < 1 has
+        ``1 − u >= 2**-53``, region B's smallest node.) NaN gives NaN; u outside ``[0, 1]`` and
+        uncertified nodes give ``(0, inf)``.
 
         Example:
             >>> tab = CertifiedIsf(("laplace",), _laplace_tail, _laplace_density, _laplace_guess)
@@ -396,10 +406,6 @@ class CertifiedIsf:
             if low.size:
                 lo[low] = self.point_bounds(np.array([2.0**_A_SPEC[0]]))[0][0]
                 hi[low] = np.inf
-            top = np.flatnonzero((u > 0.5) & (v > 0.0) & (v < 2.0**_B_SPEC[0]))
-            if top.size:
-                lo[top] = 0.0
-                hi[top] = self.point_bounds(np.array([1.0 - 2.0**_B_SPEC[0]]))[1][0]
             lo[u == 1.0] = hi[u == 1.0] = 0.0
             lo[u == 0.0] = hi[u == 0.0] = np.inf
             bad = ~(lo <= hi)                                   # NaN or an uncertified node
@@ -416,8 +422,9 @@ class CertifiedIsf:
             >>> bool(lo[0] <= math.log(5.0) and math.log(10.0) <= hi[0])
             True
         """
-        u_lo = np.asarray(u_lo, dtype=np.float64).reshape(-1)
-        u_hi = np.asarray(u_hi, dtype=np.float64).reshape(-1)
+        u_lo, u_hi = np.broadcast_arrays(np.asarray(u_lo, dtype=np.float64),
+                                         np.asarray(u_hi, dtype=np.float64))
+        u_lo, u_hi = u_lo.reshape(-1), u_hi.reshape(-1)
         both = np.concatenate([u_hi, u_lo])
         lo, hi = self.point_bounds(both)
         n = u_lo.size
