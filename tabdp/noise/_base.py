@@ -359,6 +359,11 @@ class NoiseDistribution(ABC):
         """Cache key of the standardized shape (law name and shape parameters)."""
         raise NotImplementedError  # pragma: no cover - only called when _arb_certified
 
+    def _arb_kbits(self) -> int:
+        """Certified-table nodes per binade, ``2**kbits``: 6, or 8 for very heavy tails (m growing
+        like ``u^{-k}`` with large k makes the ball remainders loose; docs §4.5)."""
+        return 6
+
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:
         """Standardized two-sided tail ``P(|Z/unit| > x)`` on a python-flint ``arb_series``
         (``1 −`` that, without cancellation, with ``central``); correct on balls."""
@@ -381,7 +386,7 @@ class NoiseDistribution(ABC):
 
         unit = self._arb_unit()
         tab = certified_table(self._arb_key(), self._arb_tail, self._arb_density,
-                              lambda u: self._abs_isf(u) / unit)
+                              lambda u: self._abs_isf(u) / unit, kbits=self._arb_kbits())
         lo, hi = tab.bounds(u_lo.reshape(-1), u_hi.reshape(-1))
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             lo = np.maximum(lo * unit * (1.0 - 4.0 * _U) - 2.0**-1070, 0.0)

@@ -586,6 +586,9 @@ class ExpPolyLog(NoiseDistribution):
     def _arb_key(self) -> tuple[Any, ...]:
         return ("exp_polylog", self.a, self.d, self.p)
 
+    def _arb_kbits(self) -> int:
+        return 8 if self.p == 1.0 and self.d < 2.0 else 6   # p = 1: m ~ u^{-1/(d-1)}
+
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:
         """Standardized tail in Arb: ``(1 + x/a)^{1−d}`` (p = 1) or ``Φ(x0 − √(2d)s)/Φ(x0)``
         with ``s = ln(1 + x/a)`` (p = 2); ``central`` gives one minus it (Arb tracks the

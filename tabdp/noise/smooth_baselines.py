@@ -231,6 +231,9 @@ class StudentT(_BetaTailLaw):
     def _arb_key(self) -> tuple[Any, ...]:
         return ("student_t", self.df)
 
+    def _arb_kbits(self) -> int:
+        return 8 if self.df < 1.0 else 6          # m ~ u^{-1/df}
+
     def _arb_vw(self, ys: Any) -> tuple[Any, Any, Any, Any]:
         from flint import arb
 
@@ -318,6 +321,9 @@ class GeneralizedCauchy(_BetaTailLaw):
 
     def _arb_key(self) -> tuple[Any, ...]:
         return ("generalized_cauchy", self.c)
+
+    def _arb_kbits(self) -> int:
+        return 8 if self.c < 2.0 else 6           # m ~ u^{-1/(c-1)}
 
     def _arb_vw(self, ys: Any) -> tuple[Any, Any, Any, Any]:
         from flint import arb
