@@ -880,8 +880,10 @@ def test_certified_bounds_broadcast() -> None:
 
 
 def test_very_heavy_tails_get_denser_nodes() -> None:
-    """Review finding: with 64 nodes per binade the bounds of very heavy tails were sound but loose
-    (6e-2 relative at u = ½ for df = 0.05); such shapes use 256 nodes: 8.8e-12 at most here.
+    """Review finding: very heavy tails use 256 nodes per binade and are tight again.
+
+    With 64 nodes their bounds were sound but loose (6e-2 relative at u = ½ for df = 0.05); with
+    256, at most 8.8e-12 here.
     """
     for law in (StudentT(df=0.05), GeneralizedCauchy(c=1.1)):
         assert law._arb_kbits() == 8
