@@ -120,6 +120,9 @@ class NoiseDistribution(ABC):
     #: ``tabdp.noise._certified``): they provide ``_arb_unit``, ``_arb_key``, ``_arb_tail`` and
     #: ``_arb_density``, and the exact path evaluates their tails in ball arithmetic.
     _arb_certified: ClassVar[bool] = False
+    #: True for laws with a proven fast path of their own that still provide ``_arb_tail`` and
+    #: ``_arb_unit`` for the exact path (Gaussian, Laplace, Logistic).
+    _arb_exact_tail: ClassVar[bool] = False
 
     # -- to implement -------------------------------------------------------------------------
     @abstractmethod
@@ -377,7 +380,7 @@ class NoiseDistribution(ABC):
     def _arb_tail_available(self) -> bool:
         """Whether :meth:`_arb_tail` and :meth:`_arb_unit` exist: the exact path then evaluates
         tails in ball arithmetic (certified) instead of mpmath."""
-        return self._arb_certified
+        return self._arb_certified or self._arb_exact_tail
 
     def _certified_bounds(self, u_lo: np.ndarray,
                           u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -363,8 +363,7 @@ class Gaussian(NoiseDistribution):
         return mp.erfc(x / (mp.mpf(self.sigma) * mp.sqrt(2))) / 2
 
     # certified exact-path tails (the fast path has its own proven tables, §4.1)
-    def _arb_tail_available(self) -> bool:
-        return True
+    _arb_exact_tail = True
 
     def _arb_unit(self) -> float:
         return self.sigma
@@ -504,8 +503,7 @@ class Laplace(NoiseDistribution):
         """
         return mp.exp(-x / mp.mpf(self.scale)) / 2
 
-    def _arb_tail_available(self) -> bool:
-        return True
+    _arb_exact_tail = True
 
     def _arb_unit(self) -> float:
         return self.scale

@@ -271,8 +271,7 @@ class Logistic(NoiseDistribution):
         """
         return 1 / (1 + mp.exp(x / mp.mpf(self.scale)))
 
-    def _arb_tail_available(self) -> bool:
-        return True
+    _arb_exact_tail = True
 
     def _arb_unit(self) -> float:
         return self.scale
