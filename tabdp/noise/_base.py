@@ -367,6 +367,11 @@ class NoiseDistribution(ABC):
         like ``u^{-k}`` with large k makes the ball remainders loose; docs §4.5)."""
         return 6
 
+    def _arb_nsub(self) -> int:
+        """Sub-balls per node interval for the Taylor remainder (4; fewer where a density
+        evaluation on a ball is costly and the remainder has room to spare; docs §4.5)."""
+        return 4
+
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:
         """Standardized two-sided tail ``P(|Z/unit| > x)`` on a python-flint ``arb_series``
         (``1 −`` that, without cancellation, with ``central``); correct on balls."""
@@ -389,7 +394,8 @@ class NoiseDistribution(ABC):
 
         unit = self._arb_unit()
         tab = certified_table(self._arb_key(), self._arb_tail, self._arb_density,
-                              lambda u: self._abs_isf(u) / unit, kbits=self._arb_kbits())
+                              lambda u: self._abs_isf(u) / unit, kbits=self._arb_kbits(),
+                              nsub=self._arb_nsub())
         lo, hi = tab.bounds(u_lo.reshape(-1), u_hi.reshape(-1))
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             lo = np.maximum(lo * unit * (1.0 - 4.0 * _U) - 2.0**-1070, 0.0)

@@ -450,7 +450,8 @@ _TABLES: dict[Hashable, CertifiedIsf] = {}
 
 
 def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
-                    guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6) -> CertifiedIsf:
+                    guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6,
+                    nsub: int = 4) -> CertifiedIsf:
     """The shared :class:`CertifiedIsf` for ``key`` (created on first use).
 
     Example:
@@ -461,5 +462,5 @@ def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable
     with _LOCK:
         tab = _TABLES.get(key)
         if tab is None:
-            tab = _TABLES[key] = CertifiedIsf(key, tail, density, guess, kbits=kbits)
+            tab = _TABLES[key] = CertifiedIsf(key, tail, density, guess, kbits=kbits, nsub=nsub)
         return tab

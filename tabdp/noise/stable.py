@@ -39,7 +39,9 @@ Privacy loss (MATH.md §2.2): ε(α, d) = sup_x [ln p(x − d) − ln p(x)] with
 Derivatives of the density come from integrals with an a-fold cancellation (a = α/(α−1)), so the
 score p′/p is accurate to ~1e-13 for α ≥ 1.05 but only ~1e-10 at α = 1.001; the ε machinery
 accounts for this in its margins (``_exact_rtol``). Exact rounding of releases
-(:mod:`tabdp.noise.exact`) uses ``_mp_sf``, Nolan's tail integral evaluated in mpmath.
+(:mod:`tabdp.noise.exact`) uses certified quantile tables built from series with proven
+remainders in Arb (:mod:`tabdp.noise._stable_arb`, docs/exact-rounding.md §4.6); ``_mp_sf``
+(Nolan's tail integral in mpmath) remains a reference and a fallback.
 """
 
 from __future__ import annotations
@@ -442,6 +444,28 @@ def _core(alpha: float) -> _Core:
     return _Core(alpha)
 
 
+@functools.lru_cache(maxsize=16)
+def _stable_arb(alpha: float) -> Any:
+    from tabdp.noise._stable_arb import StableArb
+
+    return StableArb(alpha)
+
+
+def _point_series(xs: Any) -> tuple[Any, int]:
+    """``(x, n)`` for an ``arb_series`` ``x + t`` to order n, or ``(x, 1)`` for a constant.
+
+    Anything else raises ValueError (callers give NaN).
+    """
+    c = xs.coeffs()
+    if not c:
+        raise ValueError("a series at x = 0")
+    if len(c) == 1:
+        return c[0], 1
+    if len(c) != 2 or not (c[1] == 1):
+        raise ValueError("only the series x + t is supported")
+    return c[0], xs.prec
+
+
 # ---------------------------------------------------------------------------------------------
 # the noise law
 # ---------------------------------------------------------------------------------------------
@@ -465,12 +489,10 @@ class SymmetricStable(NoiseDistribution):
     """
 
     name = "symmetric_stable"
-    #: Relative error bound of the float64 quantile ``_abs_isf`` used by exact rounding for
-    #: 1 < α < 2 (docs/exact-rounding.md §4.4): the numerical inversion of the Zolotarev/Nolan
-    #: tail, measured ≤ 7.4e-13 against the mpmath tail on a dense sweep (α from 1.001 to 1.9999,
-    #: u from 2**-63 to 1 − 2**-40): a tested bound with a margin of at least 135, not a proof.
-    #: α = 1 and α = 2 have proven bounds (:meth:`_isf_rel_error`, :meth:`_isf_bounds`).
-    _isf_rtol = 1e-10
+    #: The exact path evaluates every α's tail in Arb (closed forms at α = 1 and 2, the series
+    #: of :mod:`tabdp.noise._stable_arb` otherwise); 1 < α < 2 also gets certified quantile
+    #: tables (docs/exact-rounding.md §4.6), set per instance.
+    _arb_exact_tail = True
 
     def __init__(self, alpha: float, gamma: float) -> None:
         owner = "SymmetricStable noise"
@@ -479,6 +501,8 @@ class SymmetricStable(NoiseDistribution):
                                 hint="gamma is the scale of the stable law (the Cauchy scale "
                                      "at alpha = 1), e.g. gamma=1.0")
         self._log_gamma = math.log(self.gamma)
+        if 1.0 < self.alpha < 2.0:
+            self._arb_certified = True
 
     @property
     def _c(self) -> _Core:
@@ -575,21 +599,46 @@ class SymmetricStable(NoiseDistribution):
             neg = np.log1p(-np.exp(pos))
         return np.where(x >= 0, pos, neg)
 
-    # certified exact-path tails for the closed forms (α = 1, α = 2)
-    def _arb_tail_available(self) -> bool:
-        return self.alpha in (1.0, 2.0)
-
+    # certified tails in Arb: closed forms (α = 1, 2); series with proven remainders otherwise
     def _arb_unit(self) -> float:
         return self.gamma
 
+    def _arb_key(self) -> tuple[Any, ...]:
+        return ("symmetric_stable", self.alpha)
+
+    def _arb_nsub(self) -> int:
+        # one ball per node interval: the series re-expansion on a ball costs 13–40 Taylor
+        # coefficients; the remainder (about 1e-22 relative) has room for the looser bound
+        return 1
+
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:
-        """Arb tails: ``(2/π)·atan(1/x)`` (α = 1) and ``erfc(x/2)`` (α = 2); ``central`` gives
-        ``(2/π)·atan(x)`` and ``erf(x/2)``."""
-        from flint import arb
+        """Arb tails of ``|Z/γ|``; ``central`` gives ``1 −`` the tail.
+
+        ``(2/π)·atan(1/x)`` (α = 1), ``erfc(x/2)`` (α = 2) and, for 1 < α < 2,
+        :class:`tabdp.noise._stable_arb.StableArb` (Maclaurin, Bergström with its proven
+        remainder, or an anchored Taylor series). For 1 < α < 2 the argument is a point series ``[x]`` or ``[x, 1]`` (``x + t``).
+        """
+        from flint import arb, arb_series
 
         if self.alpha == 1.0:
             return 2 / arb.pi() * (xs.atan() if central else (1 / xs).atan())
-        return (xs / 2).erf() if central else (xs / 2).erfc()
+        if self.alpha == 2.0:
+            return (xs / 2).erf() if central else (xs / 2).erfc()
+        x, n = _point_series(xs)
+        ev = _stable_arb(self.alpha)
+        t = ev.tail(x, central)
+        if n == 1:
+            return arb_series([t], prec=xs.prec)
+        g = ev.density(x, n - 1)                      # T(x + t) = T(x) − ∫₀ᵗ g
+        sign = 1 if central else -1
+        return arb_series([t] + [sign * v / (i + 1) for i, v in enumerate(g)], prec=n)
+
+    def _arb_density(self, xs: Any) -> Any:
+        """Density of ``|Z/γ|`` on the series ``x + t`` (1 < α < 2; ball-valid, §4.6)."""
+        from flint import arb_series
+
+        x, n = _point_series(xs)
+        return arb_series(_stable_arb(self.alpha).density(x, n), prec=xs.prec if n == 1 else n)
 
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x)`` for ``x >= 0`` in working precision (mpmath), for exact rounding.
@@ -666,8 +715,8 @@ class SymmetricStable(NoiseDistribution):
         i2 = mp_quad_checked(lambda w: w - mp.exp(lnh2(w)), points(w0, lo2), mp)
         return (i1 + i2) / mp.pi
 
-    def _isf_rel_error(self, u: np.ndarray, m: np.ndarray) -> float:
-        """Relative error bound of ``_abs_isf``: 64 ulps for α = 1, ``_isf_rtol`` otherwise.
+    def _isf_rel_error(self, u: np.ndarray, m: np.ndarray) -> float | None:
+        """Relative error bound of ``_abs_isf`` at α = 1: 64 ulps (other α use tables).
 
         α = 1: ``γ·cot(πu/2)`` (u ≤ ½) or ``γ·tan(π(1 − u)/2)`` (``1 − u`` exact): the argument
         ``a <= π/4`` carries 1.4u of rounding, tan's condition number ``2a/sin 2a`` is at most
@@ -685,14 +734,14 @@ class SymmetricStable(NoiseDistribution):
             >>> SymmetricStable(1.0, 1.0)._isf_rel_error(np.array([0.5]), np.array([1.0])) < 1e-14
             True
         """
-        return 64.0 * 2.0**-53 if self.alpha == 1.0 else self._isf_rtol
+        return 64.0 * 2.0**-53 if self.alpha == 1.0 else None
 
     def _isf_bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Float64 bounds on the exact ``|Z|`` quantile over ``[u_lo, u_hi]`` (exact rounding).
 
         α = 2 is ``N(0, 2γ²)``: the Gaussian's proven table bounds for ``σ = fl(√2·γ)``, widened
         by ``2**-48`` relative for the rounding of σ (within 2.01u of √2·γ). Otherwise the
-        default bounds (``_isf_rtol`` and the density drop).
+        default: certified tables for 1 < α < 2 (§4.6), the closed form's 64u at α = 1.
 
         Args:
             u_lo: Lower ends of the uniform intervals.
