@@ -37,8 +37,10 @@ def _rel(b: object, ref: float) -> float:
 
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_values_match_the_float_implementation_with_tight_balls(alpha: float) -> None:
-    """At 200 bits, g, T and C agree with the float64 code to 1e-12; every ball is 190 bits
-    tight (or its central/tail complement is) and both forms add up to 1."""
+    """g, T and C at 200 bits: the float64 code's values to 1e-12, in 190-bit balls.
+
+    (For the tail, the smaller of T and C must be tight; T + C must contain 1.)
+    """
     ev = StableArb(alpha)
     bad = []
     for x in XS:
@@ -81,8 +83,11 @@ def test_tails_contain_nolans_integral_in_mpmath(alpha: float) -> None:
 
 @pytest.mark.parametrize("alpha", [1.001, 1.01, 1.05, 1.1, 1.2, 1.5, 1.8, 1.99, 1.9999])
 def test_the_three_series_cover_every_x_at_table_precision(alpha: float) -> None:
-    """No gap: 13 density coefficients and both tail forms are finite at 160 bits on a log grid
-    of x from 1e-6 to 1e12 and a fine grid around x = 1 (where the anchor is needed for α < 1.1)."""
+    """No gap: 13 density coefficients and both tail forms are finite at 160 bits.
+
+    On a log grid of x from 1e-6 to 1e12 and a fine grid around x = 1 (where the anchor is
+    needed for α < 1.1).
+    """
     ev = StableArb(alpha)
     grid = np.concatenate([np.geomspace(1e-6, 1e12, 60), np.linspace(0.8, 2.5, 35)])
     bad = []
@@ -98,8 +103,7 @@ def test_the_three_series_cover_every_x_at_table_precision(alpha: float) -> None
 
 
 def test_the_anchor_is_what_covers_alpha_near_one_at_x_one() -> None:
-    """At α = 1.001, x = 1: neither the Maclaurin nor the Bergström series gets there; the
-    anchored series does, and agrees with the float code."""
+    """At α = 1.001, x = 1 only the anchored series gets there (and matches the float code)."""
     ev = StableArb(1.001)
     with arb_context(160, 14) as flint:
         x = flint.arb(1.0)
@@ -111,11 +115,37 @@ def test_the_anchor_is_what_covers_alpha_near_one_at_x_one() -> None:
     assert _rel(got[0], g_ref) < 1e-12
 
 
+@pytest.mark.parametrize(("alpha", "x"), [(1.5, 0.7), (1.5, 6.0), (1.5, 30.0), (1.001, 1.0),
+                                          (1.05, 1.5), (1.9999, 20.0), (1.9999, 300.0)])
+def test_density_coefficients_are_the_derivatives_of_the_tail(alpha: float, x: float) -> None:
+    """``g = −T′`` and ``g_k = g_{k−1}′/k`` (k = 1 … 12), by central differences at 400 bits.
+
+    With h = 1e-30·x the difference quotient errs by about h² relative; the check is 1e-40
+    relative to the coefficient scale ``g·max(1, x)^{−k}``. The cases cover the Maclaurin,
+    Bergström and anchored series.
+    """
+    ev = StableArb(alpha)
+    with arb_context(400, 14) as flint:
+        xa = flint.arb(x)
+        h = flint.arb(x) * flint.arb(10) ** -30
+        g = ev.density(xa, 13)
+        up, dn = ev.density(xa + h, 13), ev.density(xa - h, 13)
+        t_up, t_dn = ev.tail(xa + h, False), ev.tail(xa - h, False)
+        scale = abs(g[0].mid())
+        tol = flint.arb(10) ** -40 * scale
+        assert abs(-(t_up - t_dn) / (2 * h) - g[0]).upper() <= tol.upper()
+        for k in range(1, 13):
+            fd = (up[k - 1] - dn[k - 1]) / (2 * h * k)
+            assert abs(fd - g[k]).upper() <= (tol / max(1.0, x) ** k).upper(), (k, fd, g[k])
+
+
 @pytest.mark.parametrize(("alpha", "x"), [(1.5, 0.7), (1.5, 6.0), (1.5, 30.0), (1.001, 0.97),
                                           (1.9999, 20.0), (1.9999, 300.0)])
 def test_density_on_a_wide_ball_contains_its_points(alpha: float, x: float) -> None:
-    """Ball semantics: g's Taylor coefficients on ``[x ± x/300]`` contain those at 9 points of
-    the ball (computed at exact points), for each representation the ball lands in."""
+    """Ball semantics: g's coefficients on ``[x ± x/300]`` contain those at 9 of its points.
+
+    The points are evaluated exactly; the cases cover each representation.
+    """
     ev = StableArb(alpha)
     with arb_context(160, 14) as flint:
         ball = flint.arb(x, x / 300)
@@ -133,8 +163,10 @@ def test_density_on_a_wide_ball_contains_its_points(alpha: float, x: float) -> N
 
 @pytest.mark.parametrize("alpha", [1.3, 1.7])
 def test_bergstrom_remainder_bound_holds_and_is_not_vacuous(alpha: float) -> None:
-    """|T(x) − Σ_{n<N} H_n x^{−αn}| <= the bound for N = 2 … 30 at x = 15 and 40 (truth from the
-    Maclaurin series at 400 bits), and the bound is within 2**40 of the true error at its best N.
+    """The Bergström tail remainder bound holds for N = 2 … 30 and is not vacuous.
+
+    ``|T(x) − Σ_{n<N} H_n x^{−αn}|`` (truth: the 400-bit evaluator) at x = 15 and 40 never
+    exceeds the bound, and the bound is within 2**40 of the true error at its best N.
     """
     ev = StableArb(alpha)
     a = alpha
@@ -160,9 +192,10 @@ def test_bergstrom_remainder_bound_holds_and_is_not_vacuous(alpha: float) -> Non
 
 
 def test_a_wrong_coefficient_is_caught() -> None:
-    """Power: with the first Bergström coefficient off by 1e-10 relative, the tail ball at
-    x = 100 excludes Nolan's integral (mpmath, 120 bits, given 2**-100 of slack); the correct
-    evaluator's ball meets it."""
+    """Power: one Bergström coefficient 1e-10 off makes the tail ball miss Nolan's integral.
+
+    At x = 100 (mpmath, 120 bits, with 2**-100 of slack); the correct evaluator's ball meets it.
+    """
     law = SymmetricStable(1.5, 1.0)
     with mpmath.workprec(120):
         ref = 2 * law._mp_sf(mpmath.mpf(100), mpmath.mp)
@@ -177,8 +210,10 @@ def test_a_wrong_coefficient_is_caught() -> None:
 
 
 def test_a_dropped_remainder_is_caught() -> None:
-    """Power: without the Maclaurin truncation bound (tail bound 0), a short series at x = 3
-    gives a ball that misses the truth; with it the ball contains the truth."""
+    """Power: a 40-term Maclaurin sum at x = 3 misses the truth without its truncation bound.
+
+    With the bound added the ball meets the truth.
+    """
     ev = StableArb(1.5)
     with arb_context(300, 1) as flint:
         truth = ev.tail(flint.arb(3.0), central=True)
@@ -191,6 +226,7 @@ def test_a_dropped_remainder_is_caught() -> None:
 
 
 def test_rejects_alpha_outside_the_open_interval() -> None:
+    """α = 1 and α = 2 have closed forms; the series need 1 < α < 2."""
     for alpha in (1.0, 2.0, 0.5):
         with pytest.raises(ValueError, match="alpha"):
             StableArb(alpha)
