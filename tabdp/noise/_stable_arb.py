@@ -116,6 +116,7 @@ class StableArb:
         self._coef: dict[tuple[str, int], list[Any]] = {}
         self._polys: dict[tuple[str, int, int], Any] = {}
         self._plans: dict[tuple[Any, ...], Any] = {}
+        self._floor: float | None = None
         self._anchor_c: float | None = None
         self._anchors: dict[int, tuple[Any, list[Any], Any, int]] = {}
 
@@ -223,6 +224,15 @@ class StableArb:
                 if best is None or big_n < best[0]:
                     best = (big_n, kap * x, cancel)
         return best
+
+    def _berg_floor(self) -> float:
+        """Below this x the Bergström series reaches not even 64 bits (a planning shortcut)."""
+        if self._floor is None:
+            x = 0.25
+            while x < 1e6 and self._berg_plan(x, self._l2t(x), 64, 0) is None:
+                x *= 2.0**0.125
+            self._floor = x / 2.0**0.125
+        return self._floor
 
     # -- cached coefficients -------------------------------------------------------------------
     def _coefs(self, kind: str, wp: int, count: int) -> list[Any]:
@@ -460,7 +470,7 @@ class StableArb:
         from flint import arb, arb_series
 
         xl = float(x.lower())
-        if not xl > 0:
+        if not xl >= self._berg_floor():
             return None
         xk = self._key(xl, False)                        # plan for a slightly smaller x
         lv = self._l2t(xl) if n == 0 else self._l2g(float(x.upper()))
