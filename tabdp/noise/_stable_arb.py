@@ -149,7 +149,10 @@ class StableArb:
 
         def f() -> float:
             lt = self._log_t(xk)
-            return math.log2(-math.expm1(lt)) if lt < 0 else -1074.0
+            if lt < 0:
+                return math.log2(-math.expm1(lt))
+            # T rounds to 1: C ≈ g(0)·x, g(0) = 2Γ(1/α)/(πα)
+            return math.log2(2.0 * math.gamma(1.0 / self.alpha) / (math.pi * self.alpha) * xk)
 
         return self._memo(("c", xk), f)
 
@@ -313,7 +316,7 @@ class StableArb:
 
         a = arb(self.alpha)
         s = (2 * k + 1) / a
-        q = (s + 1) ** arb(self.lam) * ysq / (a * (2 * k + 2))
+        q = (s + 1) ** (2 / a - 1) * ysq / (a * (2 * k + 2))           # λ = 2/α − 1 in Arb
         if not q < 1:
             return arb("inf")
         return abs(self._coefs("A", wp, k + 1)[k]) * ysq**k / (1 - q)
@@ -363,30 +366,34 @@ class StableArb:
 
         ``Σ_{n<N} |G_n|·(xc − rad)^{−αn−1}`` plus the remainder bound with
         ``D = xc·sin φ − rad`` (module docstring), evaluated in Arb and rounded up; None where
-        that is not finite or no N makes it small.
+        that is not finite or D <= 0.
         """
         import flint
         from flint import arb
 
-        d = xc * self.sinphi - rad
-        if not (d > 0 and xc - rad > 0):
+        if not xc * self.sinphi - rad > 0:
             return None
         a = self.alpha
         nn = _N_ARR[:400]
-        lb = (gammaln(a * nn + 1) - gammaln(nn + 1)) / _LN2 - (a * nn + 1) * math.log2(d)
+        d_f = xc * self.sinphi - rad
+        lb = (gammaln(a * nn + 1) - gammaln(nn + 1)) / _LN2 - (a * nn + 1) * math.log2(d_f)
         big_n = int(nn[int(np.argmin(lb))])
         old = flint.ctx.prec
         flint.ctx.prec = 64
         try:
             aa = arb(a)
             pi = arb.pi()
-            y = arb(xc - rad)
+            d = arb(xc) * (pi / (2 * aa)).sin() - arb(rad)
+            y = arb(xc) - arb(rad)
+            if not (d > 0 and y > 0):
+                return None
+            d, y = arb(d.lower()), arb(y.lower())          # smaller D and |z| bound more
             tot = arb(0)
             for k in range(1, big_n):
                 tot += abs(2 / pi * (aa * k + 1).gamma() / arb(k + 1).gamma()
                            * (aa * k / 2).sin_pi()) * y ** (-(aa * k) - 1)
             kk = arb(big_n)
-            tot += 2 * (aa * kk + 1).gamma() / (pi * (kk + 1).gamma() * arb(d) ** (aa * kk + 1))
+            tot += 2 * (aa * kk + 1).gamma() / (pi * (kk + 1).gamma() * d ** (aa * kk + 1))
             v = float(tot.upper())
         finally:
             flint.ctx.prec = old
@@ -417,11 +424,15 @@ class StableArb:
         bits = min(p, math.ceil(-math.log2(r / xm)) + 10)
         pw = min(p, bits + 40)
         cands = [(_RHO_WIDE, _crude_m(_RHO_WIDE))]
-        rb = xc * self.sinphi / 4
-        mb = self._memo(("disk", self._key(xc, False)),
-                        lambda: self._berg_disk_bound(self._key(xc, False), rb * 1.03))
-        if mb is not None:
-            cands.append((rb, mb))
+        # per 1/32-binade bin [x_k, x_k·2^(1/32)) holding the centre: R = x_k·sin φ/4, and M on
+        # the disk of centre x_k and radius R + 1.01·(bin width), which contains |z − x_c| <= R
+        xk = self._key(xc, False)
+        if xk <= xc < xk * 2.0 ** (1 / 32):
+            rb = xk * self.sinphi / 4
+            mb = self._memo(("disk", xk), lambda: self._berg_disk_bound(
+                xk, rb + 1.01 * xk * (2.0 ** (1 / 32) - 1)))
+            if mb is not None:
+                cands.append((rb, mb))
         best: tuple[int, float, float] | None = None
         for rw, m in cands:
             if not r < rw / 3:
@@ -480,7 +491,8 @@ class StableArb:
         if plan is None:
             return None
         nn, rho_f, cancel = plan
-        k = 1 << max(5, nn.bit_length())                   # terms n = 1 … k − 1 (k − 1 >= N)
+        kp = 1 << max(5, nn.bit_length())                  # the cached polynomial's length
+        k = nn                                             # terms n = 1 … N − 1, bound at N
         old = flint.ctx.prec
         wp = 64 * ((p + cancel + 64) // 64 + 1)
         flint.ctx.prec = wp
@@ -491,7 +503,7 @@ class StableArb:
             xlo = arb(x.lower())
             kk = arb(k)
             if n == 0:
-                pol = self._poly("H", wp, k)
+                pol = self._poly("H", wp, kp).truncate(k)
                 bound = (2 * (a * kk).gamma()
                          / (pi * (kk + 1).gamma() * sp * (xlo * sp) ** (a * kk)))
                 return [pol(arb(x) ** (-a)) + arb(0, bound.upper())]
@@ -499,7 +511,7 @@ class StableArb:
             if wser.prec < n:
                 raise ValueError("series truncated by flint.ctx.cap")
             ws = (wser.coeffs() + [arb(0)] * n)[:n]
-            d = self._taylor_at(self._poly("G", wp, k), ws[0], n)
+            d = self._taylor_at(self._poly("G", wp, kp).truncate(k), ws[0], n)
             ser = self._compose(d, ws[1:], n)
             prod = arb_series(ser, prec=n) / arb_series([arb(x), 1], prec=n)
             if prod.prec < n:
@@ -593,7 +605,7 @@ class StableArb:
 
         a = arb(self.alpha)
         s = (2 * k + 1) / a
-        base = (s + 1) ** arb(self.lam) * cb * cb / (a * (2 * k + 2))
+        base = (s + 1) ** (2 / a - 1) * cb * cb / (a * (2 * k + 2))
         ak = abs(self._coefs("A", wp, k + 1)[k])
         out = []
         for j in range(big_j):
@@ -623,14 +635,18 @@ class StableArb:
         old, oldcap = flint.ctx.prec, flint.ctx.cap
         flint.ctx.prec, flint.ctx.cap = 64 * ((p + 96) // 64 + 1), max(oldcap, big_j + 2)
         try:
-            r0 = max(abs(float(x.lower()) - c), abs(float(x.upper()) - c)) * (1 + 2.0**-40)
-            m = _crude_m(_R_ANCHOR)
-            ratio = r0 / _R_ANCHOR
+            # all bounds in Arb (upper ends): ratio**J underflows double for J > 1000
             s = arb(x) - cb
+            r0 = arb(abs(s).upper())                        # >= |x − c| on the whole ball
+            m = arb(_crude_m(_R_ANCHOR))
+            big_r = arb(_R_ANCHOR)
+            ratio = r0 / big_r
+            if not ratio < 1:
+                return None
             if n == 0:
                 integ = arb_poly([arb(0)] + [v / (j + 1) for j, v in enumerate(aj)])
-                e = m * r0 * ratio**big_j / ((big_j + 1) * (1 - ratio)) * (1 + 2.0**-30)
-                v = integ(s) + arb(0, e)
+                e = m * r0 * ratio**big_j / ((big_j + 1) * (1 - ratio))
+                v = integ(s) + arb(0, e.upper())
                 # T(x) = T(c) − ∫_c^x g = 1 − C(c) − ∫;  C(x) = C(c) + ∫
                 return [cc + v] if central else [1 - cc - v]
             pol = arb_poly(aj)
@@ -641,12 +657,11 @@ class StableArb:
                 pol = arb_poly([v / (i + 1) for v in pol.coeffs()]) if pol.coeffs() else pol
             out = []
             for i in range(n):
-                q = (big_j + 1) / (big_j + 1 - i) * ratio
+                q = arb(big_j + 1) / (big_j + 1 - i) * ratio
                 if not q < 1:
                     return None
-                e = (m * math.comb(big_j, i) * r0 ** (big_j - i) / _R_ANCHOR**big_j / (1 - q)
-                     * (1 + 2.0**-30))
-                out.append(ser[i] + arb(0, e))
+                e = m * math.comb(big_j, i) * r0 ** (big_j - i) / big_r**big_j / (1 - q)
+                out.append(ser[i] + arb(0, e.upper()))
             return out
         finally:
             flint.ctx.prec, flint.ctx.cap = old, oldcap
@@ -682,7 +697,10 @@ class StableArb:
                 out = self._mac(x, n, False, p)
             else:
                 out = self._anch(x, n, p, False)
-            if out is not None and all(v.is_finite() for v in out):
+            # a finite but loose value (e.g. the anchor far above the tables' precision) is not
+            # taken: the next method, or None (the exact path then falls back to mpmath)
+            if (out is not None and all(v.is_finite() for v in out)
+                    and _accurate(out[0], p, x)):
                 return out
         return None
 
@@ -712,13 +730,14 @@ class StableArb:
     def _tail_point(self, x: Any, central: bool, p: int) -> Any | None:
         from flint import arb
 
-
         xf = float(x.mid())
         # Bergström (T directly): preferred where it converges; C = 1 − T there (T < 1/2)
         got = self._berg(x, 0, p)
         if got is not None and got[0].is_finite():
             t = got[0]
-            return 1 - t if central else t
+            out = 1 - t if central else t
+            if _accurate(out, p, x):
+                return out
         # Maclaurin (C directly): T = 1 − C needs −log2 T more bits
         lt = self._l2t(xf)
         extra = 0 if central else max(0, int(math.ceil(-lt)) + 8)
@@ -729,8 +748,22 @@ class StableArb:
             hi = self._mac(arb(x.upper()), 1, True, p + extra)
             got = None if lo is None or hi is None else [lo[0].union(hi[0])]
         if got is not None and got[0].is_finite():
-            return got[0] if central else 1 - got[0]
+            out = got[0] if central else 1 - got[0]
+            if _accurate(out, p, x):
+                return out
         got = self._anch(x, 0, p + extra, central)
-        if got is not None and got[0].is_finite():
+        if got is not None and got[0].is_finite() and _accurate(got[0], p, x):
             return got[0]
         return None
+
+
+def _accurate(v: Any, p: int, x: Any = None) -> bool:
+    """Whether a result ball is accurate enough to be taken at target precision p.
+
+    It must keep ``p − 64`` bits (16 at least), or as many as its argument ball allows
+    (a root ball of radius 2⁻¹⁵⁰ cannot give more), less 64.
+    """
+    need = max(16, p - 64)
+    if x is not None and x.rad() != 0:
+        need = min(need, max(16, x.rel_accuracy_bits() - 64))
+    return bool(v.rel_accuracy_bits() >= need)
