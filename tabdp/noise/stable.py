@@ -616,7 +616,8 @@ class SymmetricStable(NoiseDistribution):
 
         ``(2/π)·atan(1/x)`` (α = 1), ``erfc(x/2)`` (α = 2) and, for 1 < α < 2,
         :class:`tabdp.noise._stable_arb.StableArb` (Maclaurin, Bergström with its proven
-        remainder, or an anchored Taylor series). For 1 < α < 2 the argument is a point series ``[x]`` or ``[x, 1]`` (``x + t``).
+        remainder, or an anchored Taylor series). For 1 < α < 2 the argument is a point series
+        ``[x]`` or ``[x, 1]`` (``x + t``).
         """
         from flint import arb, arb_series
 
