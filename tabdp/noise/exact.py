@@ -14,17 +14,18 @@ How (vectorized over cells; :func:`round_noisy`):
 
 1. One 64-bit word per cell: its top bit is the sign of ``Z``, the other 63 bits locate a uniform
    ``U`` in ``[J, J + 1)·2^-63``; ``|Z| = m(U)`` with ``P(|Z| > m) = u`` (decreasing in u).
-2. The law bounds ``m`` over that interval in float64 with a proven (or, for some special-function
-   inverses, tested) error: ``|m(U) − mid| <= rad`` (``_isf_fine`` for the common case
-   ``U >= 2^-10``, one quantile evaluation or, for the Gaussian, a Taylor-table lookup;
+2. The law bounds ``m`` over that interval in float64 with a proven error (docs §4: certified
+   tables, closed forms, or proven relative to libm): ``|m(U) − mid| <= rad`` (``_isf_fine``
+   for the common case ``U >= 2^-10``, one quantile evaluation or a table lookup;
    ``_isf_bounds`` otherwise). On a uniform grid ``r = fl(fl(c + S·mid)·fl(1/g))`` and
    ``k = rint(r)``; a float64 error budget ``e >= |r − k| + 3.01u|r| + rad/g`` (u = 2^-53, each
    of its own roundings accounted for) with ``e < 1/2 − 4u`` proves ``|x/g − k| < 1/2``: k is
    the rounding of the exact x. Relative grids bound x from both sides and round both ends.
 3. The other cells (typically 1e-6 and fewer) are decided one by one in arbitrary precision:
    ``x > b`` for a breakpoint ``b`` (exact dyadic rational) is equivalent to comparing ``U``
-   with the exact tail ``P(|Z| > |b − c|/s)`` computed in mpmath (``_mp_sf``), which is decided
-   exactly on rationals once its error interval excludes ``U``; otherwise 64 more random bits
+   with the exact tail ``P(|Z| > |b − c|/s)`` computed in Arb (``_arb_tail``; mpmath's
+   ``_mp_sf`` for PolyPlace and as a fallback), which is decided exactly on rationals once its
+   error interval excludes ``U``; otherwise 64 more random bits
    are drawn for the cell and/or the precision is raised. A bisection over breakpoints, started
    from the float64 estimate (and verified), gives the grid index. Their number is returned
    (:attr:`RoundedDraw.fallbacks`).
