@@ -457,8 +457,7 @@ class StableArb:
             flint.ctx.prec = old
             if d is None:
                 return None
-            pol = arb_poly(d)
-            delta = arb(0, r)
+            shifted = self._taylor_at(arb_poly(d), arb(0, r), n)    # Σ_j d_j·C(j, i)·δ^{j−i}
             out = []
             for i in range(n):
                 q = (big_l + 1) / (big_l + 1 - i) * r / rw
@@ -467,9 +466,7 @@ class StableArb:
                 # in Arb (upper end): r**L and rw**L leave the double range far in the tail
                 e = (arb(m) * math.comb(big_l, i) * arb(r) ** (big_l - i) / arb(rw) ** big_l
                      / (1 - arb(q) * (1 + arb(2) ** -40)))
-                out.append(pol(delta) + arb(0, e.upper()))
-                pol = pol.derivative()
-                pol = arb_poly([c / (i + 1) for c in pol.coeffs()]) if pol.coeffs() else pol
+                out.append(shifted[i] + arb(0, e.upper()))
             return out
         finally:
             flint.ctx.prec, flint.ctx.cap = old, oldcap
@@ -649,12 +646,7 @@ class StableArb:
                 v = integ(s) + arb(0, e.upper())
                 # T(x) = T(c) − ∫_c^x g = 1 − C(c) − ∫;  C(x) = C(c) + ∫
                 return [cc + v] if central else [1 - cc - v]
-            pol = arb_poly(aj)
-            ser = []
-            for i in range(n):
-                ser.append(pol(s))
-                pol = pol.derivative()
-                pol = arb_poly([v / (i + 1) for v in pol.coeffs()]) if pol.coeffs() else pol
+            ser = self._taylor_at(arb_poly(aj), s, n)
             out = []
             for i in range(n):
                 q = arb(big_j + 1) / (big_j + 1 - i) * ratio
