@@ -70,18 +70,34 @@ class ColumnTypeError(TabdpError, TypeError):
 
 
 class DataValidationError(TabdpError, ValueError):
-    """The data holds values the release cannot use (null, NaN, inf, negative...).
+    """The data holds values that a strict rule refuses (null or NaN under ``nulls="error"``,
+    ±inf, negatives for a transformation mechanism, null unit ids).
 
-    Raised before any noise is drawn and before anything is recorded in a session.
+    Raised only in the curator mode (``Session(mode="curator")``, the default), before any
+    noise is drawn and before anything is recorded in a session. Whether it is raised depends
+    on the data, so its message names only the columns and the rules involved: the counts and
+    any other detail are CONFIDENTIAL and kept in :attr:`confidential` (the release workflow
+    writes them to its confidential folder only). Query authors who may not see the data use
+    ``Session(mode="author")``, where every rule is declared up front and nothing raises on data.
+
+    Attributes:
+        confidential: CONFIDENTIAL details (e.g. how many values broke which rule).
 
     Example:
-        >>> issubclass(DataValidationError, ValueError)
-        True
+        >>> e = DataValidationError("column 'x' holds missing values", confidential={"x": 2})
+        >>> issubclass(DataValidationError, ValueError), e.confidential
+        (True, {'x': 2})
     """
+
+    def __init__(self, message: str = "", *, confidential: dict | None = None) -> None:
+        super().__init__(message)
+        self.confidential: dict = dict(confidential or {})
 
 
 class BudgetExceededError(TabdpError, ValueError):
-    """A query would take some unit's privacy loss past the session's budget.
+    """Deprecated: budgets are enforced as an individual filter and never refuse a query.
+
+    Kept so that code catching it keeps importing; tabdp no longer raises it.
 
     Example:
         >>> issubclass(BudgetExceededError, TabdpError)

@@ -453,21 +453,23 @@ def test_polyplace_gamma_above_half_epsilon_has_infinite_sd(make_frame, to_pl):
     assert np.all(np.isfinite(o["x_median_moe"].to_numpy()) & (o["x_median_moe"] > 0).to_numpy())
 
 
-def test_laplace_refused_by_a_budget(make_frame, snapshot):
+def test_laplace_left_out_by_a_budget(make_frame, to_pl):
+    """Laplace smooth sensitivity is approximate DP only (rho = inf): a finite budget leaves
+    every unit out (individual filter); the query still runs."""
     s = tabdp.Session(seed=10, budget=100.0)
-    before = snapshot(s)
-    with pytest.raises(tabdp.BudgetExceededError):
-        _median(make_frame(DATA), s, noise="laplace")
-    assert snapshot(s) == before
+    out = to_pl(_median(make_frame(DATA), s, noise="laplace"))
+    assert out.height == len(KEYS)
+    assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] == 8  # the rows inside the keys
+    assert to_pl(s.report().per_record)["rho"].to_list() == [0.0] * 10
 
 
-def test_budget_refuses_before_noise(make_frame, snapshot):
+def test_budget_leaves_units_out_before_noise(make_frame, to_pl):
     s = tabdp.Session(seed=10, budget=0.5)
     _median(make_frame(DATA), s)  # ρ = 0.462 per row: within 0.5
-    before = snapshot(s)
-    with pytest.raises(tabdp.BudgetExceededError):
-        _median(make_frame(DATA), s, epsilon=0.3)
-    assert snapshot(s) == before
+    _median(make_frame(DATA), s, epsilon=0.3, name="second")
+    pr = to_pl(s.report().per_record)
+    assert pr["rho_second"].to_list() == [0.0] * 10
+    assert s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"] == 8  # the rows inside the keys
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,7 +589,8 @@ def test_nulls_error(make_frame, snapshot):
     before = snapshot(s)
     with pytest.raises(tabdp.DataValidationError) as info:
         _median(frame, s, bounds=NULL_BOUNDS)
-    assert isinstance(info.value, ValueError) and "'x' has 2 missing" in str(info.value)
+    assert isinstance(info.value, ValueError) and "'x' holds missing" in str(info.value)
+    assert info.value.confidential == {"missing_values:x": 2}
     assert snapshot(s) == before and len(s.records) == 0
 
 
@@ -634,7 +637,7 @@ def test_other_refusals(make_frame, snapshot):
     # a row-mode session must see the same rows in every call
     s = _session_with_one_release(make_frame(DATA))
     before = snapshot(s)
-    with pytest.raises(tabdp.InvalidParameterError, match="10 rows"):
+    with pytest.raises(tabdp.InvalidParameterError, match="read 10"):
         _median(make_frame(NULLY), s, nulls="drop")
     # the unit column can be neither the measure nor a key
     for unit in ("county", "x"):

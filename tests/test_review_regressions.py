@@ -24,34 +24,61 @@ def _state(session: tabdp.Session) -> tuple[int, object]:
 
 
 # -- aggregation cache reused after an in-place change of a Polars DataFrame ---------------------
-@pytest.mark.parametrize("unit", [None, "u"])
-def test_in_place_change_of_a_polars_frame_is_not_served_from_the_cache(unit):
+def test_in_place_change_of_a_polars_frame_is_not_served_from_the_cache():
     df = pl.DataFrame({"u": [1, 2, 3], "c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]})
-    s = tabdp.Session(unit=unit, seed=0)
+    s = tabdp.Session(unit="u", seed=0)
     df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="before")
     df[0, "x"] = 1.0  # in place: same object, other data
     out = df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="after")
     # the release is of the current data...
     np.testing.assert_allclose(out["x"].to_numpy(), [2.0, 2.0], atol=1e-2)
     # ...and the accounting is of what was released
-    pr = s.report().per_record.sort("row" if unit is None else "u")
+    pr = s.report().per_record.sort("u")
     np.testing.assert_allclose(pr["rho_after"].to_numpy(), TINY.rho([1.0, 1.0, 2.0]))
 
 
-def test_count_after_in_place_key_change_is_recounted():
-    df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 1.0, 2.0]})
+@pytest.mark.parametrize("change", ["value", "key", "sort", "filter"])
+def test_row_mode_refuses_a_frame_that_is_not_row_for_row_the_sessions(change):
+    """Row mode accounts by row id: an in-place change, a sort or a filter between releases
+    would charge one record's loss to another; refused before any noise (issue 13)."""
+    df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]})
     s = tabdp.Session(seed=0)
     df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
-    df[0, "c"] = "z"  # row 0 now falls outside the key set
-    out = df.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s, name="n")
-    np.testing.assert_allclose(out["count"].to_numpy(), [1.0, 1.0], atol=1e-2)
-    np.testing.assert_allclose(s.report().per_record["rho_n"].to_numpy(),
-                               [0.0, float(TINY.rho(1.0)), float(TINY.rho(1.0))])
+    if change == "value":
+        df[0, "x"] = 1.0
+        again = df
+    elif change == "key":
+        df[0, "c"] = "z"
+        again = df
+    elif change == "sort":
+        again = df.sort("x")
+    else:
+        again = df.filter(pl.col("x") < 10)
+    before = _state(s)
+    with pytest.raises(tabdp.InvalidParameterError, match="unit='<id column>'"):
+        again.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
+    assert _state(s) == before
+    # the same rows in the same order are accepted (a count reads only the key column)
+    df0 = pl.DataFrame({"c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]})
+    df0.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s)
+
+
+def test_row_mode_sort_then_release_charges_by_record_not_position():
+    """The attack of issue 13: df then df.sort(...) in one session charged each position the
+    loss of whatever record sat there. Now the second release is refused; with unit= the
+    losses follow the records, checked against a brute-force per-record loss."""
+    df = pl.DataFrame({"id": [1, 2, 3], "c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]})
+    g = mech.Gaussian(sigma=1e3)
+    s = tabdp.Session(unit="id", seed=0)
+    df.dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s)
+    df.sort("x").dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s)
+    pr = s.report().per_record.sort("id")
+    np.testing.assert_allclose(pr["rho"].to_numpy(), 2 * g.rho(np.array([1e6, 1.0, 2.0])))
 
 
 # -- a LazyFrame that yields other rows on each evaluation ---------------------------------------
 def _shifty_lazy_frame() -> pl.LazyFrame:
-    """A plan giving all rows when first evaluated (validation) and fewer afterwards."""
+    """A plan giving all rows when first evaluated and fewer afterwards."""
     base = pl.DataFrame({"c": ["a", "a", "b", "b"], "x": [1.0, 2.0, 3.0, 4.0]})
     calls = {"n": 0}
 
@@ -65,15 +92,24 @@ def _shifty_lazy_frame() -> pl.LazyFrame:
 
 
 @pytest.mark.parametrize("kind", ["sum", "count"])
-def test_lazy_frame_changing_between_passes_is_refused_before_noise(kind):
+def test_lazy_frame_is_evaluated_once_per_release(kind):
+    """One snapshot per release: validation, aggregation and accounting see the same rows, so
+    a plan that changes between evaluations cannot split them; a later release of it over other
+    rows is refused in row mode."""
     s = tabdp.Session(seed=0)
-    before = _state(s)
     lf = _shifty_lazy_frame()
-    with pytest.raises(tabdp.DataValidationError, match="changed between the passes"):
-        if kind == "sum":
-            lf.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
-        else:
-            lf.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s)
+    if kind == "sum":
+        out = lf.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
+        np.testing.assert_allclose(out["x"].to_numpy(), [3.0, 7.0], atol=1e-2)
+    else:
+        out = lf.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s)
+        np.testing.assert_allclose(out["count"].to_numpy(), [2.0, 2.0], atol=1e-2)
+    assert s.report().per_record.height == 4
+    before = _state(s)
+    with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):
+        # other rules: not served from the first release's snapshot, so evaluated again
+        lf.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="again",
+                  nulls="zero")
     assert _state(s) == before
 
 
@@ -93,7 +129,7 @@ def test_nan_unit_ids_are_refused_like_nulls():
                        "x": [1.0, 100.0, -100.0]})
     s = tabdp.Session(unit="u", seed=0)
     before = _state(s)
-    with pytest.raises(tabdp.DataValidationError, match="2 null or NaN id"):
+    with pytest.raises(tabdp.DataValidationError, match="null or NaN ids"):
         df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
     assert _state(s) == before
 
@@ -125,11 +161,10 @@ def test_output_names_clashing_with_keys_are_refused(kind, key):
 
 
 # -- a NaN loss passed the budget check (NaN > limit is False) -----------------------------------
-def test_budget_check_treats_a_nan_loss_as_over_the_budget():
-    from tabdp.privacy.ledger import UnitLosses
-
+def test_budget_filter_treats_a_nan_loss_as_over_the_budget():
     s = tabdp.Session(budget=1.0)
-    losses = UnitLosses(None, np.array([0.1, np.nan]), np.array([np.inf, np.inf]),
-                        np.array([1.0, 2.0]))
-    with pytest.raises(tabdp.BudgetExceededError, match="row 1"):
-        s.check_budget(losses)
+    charges = pl.DataFrame({"unit": [0, 1], "currency": ["x", "x"], "rho": [0.1, np.nan],
+                            "size": [1.0, 2.0]})
+    assert s.admit(charges)["admitted"].to_list() == [True, False]
+    s2 = tabdp.Session(budget={1.0: 1.0})
+    assert s2.admit(charges)["admitted"].to_list() == [True, False]

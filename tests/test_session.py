@@ -301,35 +301,49 @@ def test_secure_session_summary():
 # ---------------------------------------------------------------------------------------------
 # Budgets
 # ---------------------------------------------------------------------------------------------
-def test_constant_budget_composition_refused_on_second_query(make_frame, snapshot):
+def _left_out(s):
+    return s.report().confidential_summary()["queries"][-1]["units_left_out_by_budget"]
+
+
+def test_constant_budget_leaves_units_out_of_the_second_query(make_frame):
+    """A budget is an individual filter: the query runs, units past their limit are left out."""
     s = tabdp.Session(seed=12, budget=0.8)
     f = make_frame(ROWS)
     first = _pl(f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0), session=s))
     report_before = _pl(s.report().per_record)
-    before = snapshot(s)
-    with pytest.raises(tabdp.BudgetExceededError) as info:
-        f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0), session=s)
-    assert isinstance(info.value, ValueError)
-    msg = str(info.value)
-    assert "requested rho=0.5" in msg and "remaining 0.3" in msg
-    assert "4 unit(s)" in msg  # the four records inside the key set
-    assert snapshot(s) == before
-    assert _pl(s.report().per_record).equals(report_before)
-    assert first.height == 2
+    # every unit inside the key set would reach 1.0 > 0.8: all four are left out, no error
+    second = _pl(f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0), session=s))
+    assert second.columns == first.columns and second.height == 2
+    assert _pl(s.report().per_record).select("row", "rho").equals(
+        report_before.select("row", "rho"))
+    assert _pl(s.report().per_record)["rho_q2_count"].to_list() == [0.0] * 5
+    assert _left_out(s) == 4
+    # its released counts are of the admitted units only (none): the same as an empty frame's
+    empty = _pl(make_frame({"c": ["z"], "x": [1.0], "y": [1]}).dp.count(
+        by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0), session=tabdp.Session(seed=99)))
+    assert empty.height == 2
     # a cheaper query still fits
     f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=2.0), session=s)
     np.testing.assert_allclose(_pl(s.report().per_record)["rho"].to_numpy(),
                                [0.625, 0.625, 0.625, 0.0, 0.625])
+    assert _left_out(s) == 0
 
 
-def test_budget_refuses_a_first_query_before_noise(make_frame, snapshot):
+def test_units_left_out_contribute_nothing_to_the_totals(make_frame):
+    """Rows with |x| = 3 and 4 would pay 9/8 and 2 > 1.0: they are dropped from their cells,
+    the rest is released, and the output is exactly that of the data without them (same seed,
+    same noise)."""
     s = tabdp.Session(seed=13, budget=1.0)
-    before = snapshot(s)
-    with pytest.raises(tabdp.BudgetExceededError, match="remaining 1"):
-        make_frame(ROWS).dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=2.0),
-                                session=s)  # the row with |x| = 4 would pay 2.0
-    assert snapshot(s) == before
-    assert s.report().to_dict()["queries"] == []
+    out = _pl(make_frame(ROWS).dp.sum("x", by="c", keys=KEYS,
+                                      mechanism=mech.Gaussian(sigma=2.0), session=s))
+    pr = _pl(s.report().per_record)
+    np.testing.assert_allclose(pr["rho"].to_numpy(), [0.0, 0.0, 0.0, 0.0, 6.25 / 8])
+    without = {k: [v for i, v in enumerate(vals) if i not in (0, 1)] for k, vals in ROWS.items()}
+    ref = _pl(make_frame(without).dp.sum("x", by="c", keys=KEYS,
+                                         mechanism=mech.Gaussian(sigma=2.0),
+                                         session=tabdp.Session(seed=13)))
+    assert out.equals(ref)
+    assert _left_out(s) == 2
 
 
 def test_curve_budget_allows_large_units_more(make_frame):
@@ -339,22 +353,60 @@ def test_curve_budget_allows_large_units_more(make_frame):
     s = tabdp.Session(seed=14, budget=curve)
     make_frame(big).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s)
     assert _pl(s.report().per_record)["rho"][0] == pytest.approx(4.0)
-    # the same query under a constant budget of 0.5 is refused
-    with pytest.raises(tabdp.BudgetExceededError, match="row 0"):
-        make_frame(big).dp.sum("x", by="c", keys=KEYS, mechanism=g,
-                               session=tabdp.Session(seed=14, budget=0.5))
+    assert _left_out(s) == 0
+    # the same query under a constant budget of 0.5 leaves the large row out
+    s2 = tabdp.Session(seed=14, budget=0.5)
+    make_frame(big).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s2)
+    assert _pl(s2.report().per_record)["rho"][0] == 0.0 and _left_out(s2) == 1
     # the curve still binds small records: a record of size 1e3 may spend only 0.5
     small = {"c": ["a", "b"], "x": [1e3, 1.0]}
     g_small = mech.Gaussian(sigma=1e3 / math.sqrt(1.2))  # rho(1e3) = 0.6 > 0.5
-    with pytest.raises(tabdp.BudgetExceededError) as info:
-        make_frame(small).dp.sum("x", by="c", keys=KEYS, mechanism=g_small,
-                                 session=tabdp.Session(seed=14, budget=curve))
-    assert "requested rho=0.6" in str(info.value) and "remaining 0.5" in str(info.value)
-    # and a second query takes a large unit past its curve limit
-    with pytest.raises(tabdp.BudgetExceededError, match="already spent 4"):
-        make_frame(big).dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(
-            sigma=math.sqrt(1e10 / 4)), session=s)
-    assert len(s.records) == 1
+    s3 = tabdp.Session(seed=14, budget=curve)
+    make_frame(small).dp.sum("x", by="c", keys=KEYS, mechanism=g_small, session=s3)
+    np.testing.assert_allclose(_pl(s3.report().per_record)["rho"].to_numpy(),
+                               [0.0, float(g_small.rho(1.0))])
+    # and a second query would take the large unit past its curve limit: it is left out
+    make_frame(big).dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(
+        sigma=math.sqrt(1e10 / 4)), session=s, name="again")
+    pr = _pl(s.report().per_record)
+    assert pr["rho_again"][0] == 0.0 and pr["rho"][0] == pytest.approx(4.0)
+    assert len(s.records) == 2
+
+
+def test_curve_budgets_never_mix_currencies(make_frame):
+    """A count charges rows, a sum dollars: each against its own curve and size, so the order
+    of the queries does not change which units are left out."""
+    data = {"c": ["a", "a", "b"], "x": [2e6, 10.0, 3.0]}
+    curve = {1.0: 0.5, 1e7: 20.0}
+    g = mech.Gaussian(sigma=math.sqrt(1e12 / 2))  # rho(1e6) = 1
+    outs = []
+    for order in (("sum", "count"), ("count", "sum")):
+        s = tabdp.Session(seed=1, budget=curve)
+        for q in order:
+            if q == "sum":
+                make_frame(data).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s,
+                                        name="s")
+            else:
+                make_frame(data).dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
+                                          session=s, name="n")
+        pr = _pl(s.report().per_record)
+        outs.append((pr["rho_s"].to_list(), pr["rho_n"].to_list()))
+    assert outs[0] == outs[1]
+    # the count's rho = 0.5 per row fits the rows curve at 1 row; the big row's dollars fit
+    assert outs[0][1] == [0.5, 0.5, 0.5]
+    assert outs[0][0][0] == pytest.approx(4.0)
+
+
+def test_per_currency_budget_curves(make_frame):
+    b = tabdp.Budget({"x": {1.0: 10.0}, "rows": {1.0: 0.1}})
+    s = tabdp.Session(seed=2, budget=b)
+    make_frame(ROWS).dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
+    assert _left_out(s) == 4  # 0.5 > 0.1 rows budget
+    make_frame(ROWS).dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
+    assert _left_out(s) == 0
+    with pytest.raises(tabdp.InvalidParameterError, match="no curve for 'y'"):
+        make_frame(ROWS).dp.sum("y", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
+                                session=s)
 
 
 def test_unit_budget_across_frames(make_frame):
@@ -363,11 +415,13 @@ def test_unit_budget_across_frames(make_frame):
     make_frame(UNITS).dp.count(by="c", keys=KEYS, mechanism=g, session=s)  # E1 pays 0.625
     other = {"estab_id": ["E1", "E9"], "c": ["a", "a"], "x": [15.0, 1.0]}
     make_frame(other).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s)  # E1: +28.125
-    with pytest.raises(tabdp.BudgetExceededError) as info:
-        make_frame(other).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s)
-    msg = str(info.value)
-    assert "'E1'" in msg and "already spent 28.75" in msg and "remaining 1.25" in msg
-    assert len(s.records) == 2
+    make_frame(other).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="third")
+    pr = _pl(s.report().per_record)
+    e1 = pr.filter(pl.col("estab_id") == "E1")
+    assert e1["rho"][0] == pytest.approx(28.75) and e1["rho_third"][0] == 0.0
+    e9 = pr.filter(pl.col("estab_id") == "E9")
+    assert e9["rho_third"][0] == pytest.approx(0.125)
+    assert len(s.records) == 3 and _left_out(s) == 1
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, {}, {1e3: 0.0}, {-1.0: 1.0}, "1.0", True,

@@ -1,23 +1,39 @@
-"""Grouped releases on pandas / Polars frames through narwhals.
+"""Grouped releases on pandas / Polars frames: one snapshot, exact totals, an individual filter.
 
-Records are only touched inside the caller's engine (one validation pass, one group-by, one
-select of the per-record contributions); noise is added with numpy to the aggregated table.
+Data flow of one release (every step before the noise reads no randomness; nothing a caller sees
+depends on one record except through the noise):
 
-Data flow: validate arguments (no data) → validate the schema (no data) → one pass of value checks
-(null / NaN / inf) → aggregate true cell values (per unit and cell when ``unit`` is set) → join
-onto the public key set → per-unit losses → budget check → noise and uncertainty → record.
+1. Arguments, the key set and the schema are checked (no data read).
+2. **One snapshot** of the input: a single evaluation of one lazy Polars plan (pandas frames are
+   converted) gives, per privacy unit and cell, the unit's contribution to every measure summed
+   **exactly** in fixed point (``Int128``: float values on the public ``2**-24`` grid, integers
+   as they are), its rows, and counts of values that declared rules handle (null, NaN, ±inf,
+   negative, beyond the public magnitude bound). In row mode (``Session(unit=None)``) each row
+   is a unit identified by its **row id**, assigned when the input is read, and the snapshot
+   holds an order-sensitive fingerprint of every column read (the session refuses a later
+   release over different rows).
+3. Strict rules (curator mode) raise a :class:`~tabdp.DataValidationError` whose message names
+   only columns and rules (counts are in its ``confidential`` attribute); in author mode every
+   rule is declared and nothing raises on data.
+4. Cells: key columns are compared with the public key set after a data-free dtype alignment
+   (rows outside it are not released; their number is confidential).
+5. Per-unit losses: the policy of the mechanism at each unit's contribution in each cell,
+   summed per unit and *currency* (each measure; ``rows`` for counts).
+6. **Individual filter**: the session's budget admits or leaves out each unit (per currency
+   under a curve budget); contributions of units left out are dropped.
+7. Exact cell totals of the admitted contributions are placed on the key set and handed to the
+   mechanism as :class:`~tabdp.mechanisms._totals.ExactTotals`; noise is drawn in key order.
+8. The session's ledger records the admitted losses, keyed by unit.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
-import narwhals as nw
 import numpy as np
+import pandas as pd
 import polars as pl
 
 from tabdp.exceptions import (
@@ -29,14 +45,28 @@ from tabdp.exceptions import (
 )
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
+from tabdp.mechanisms._totals import ExactTotals
+from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import QueryRecord, UnitLosses
 from tabdp.privacy.session import Session, _set_last
 
-__all__ = ["grouped_release"]
+__all__ = ["grouped_release", "count_mechanism", "ROW_ID", "SUM_SCALE_BITS", "MAX_ABS",
+           "NULL_POLICIES", "NEGATIVE_POLICIES"]
 
 NULL_POLICIES = ("error", "zero", "drop")
-_ROWS = "__tabdp_rows"
-_ROW = "__tabdp_row"
+#: Rules for negative values of a measure released with a mechanism that needs non-negative
+#: contributions (transformation mechanisms): refuse (curator mode), set to 0, or drop the row.
+NEGATIVE_POLICIES = ("error", "zero", "drop")
+#: Row id column assigned when the input is read (row mode: each row is a unit).
+ROW_ID = "__tabdp_row"
+#: Fixed-point scale of float measures: values are summed exactly as multiples of 2**-24.
+SUM_SCALE_BITS = 24
+#: Public magnitude bound of a single value: larger |values| are clamped to it (declared rule).
+MAX_ABS = 2.0**64
+_ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
+_ALL = "__tabdp_all"     # rows read per unit and cell
+_CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
+_FP_SEED = 0x7ab0D9
 
 
 def _as_list(value: str | Sequence[str] | None, what: str) -> list[str]:
@@ -79,6 +109,11 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"group-by column(s) {clash} have the name of an output column of this {kind} "
             f"(outputs: {outputs}); the key would be overwritten in the result.\n"
             "Hint: rename the key column(s) (and the key set's) before the release.")
+    reserved = sorted(c for c in [*measures, *by] if c.startswith("__tabdp"))
+    if reserved:
+        raise InvalidParameterError(
+            f"column name(s) {reserved} start with '__tabdp', which tabdp reserves for its own "
+            "columns.\nHint: rename them before the release.")
     if kind == "sum" and getattr(mechanism, "joint", False):
         extra = sorted(set(getattr(mechanism, "weights", {}) or {}) - set(measures))
         if extra:
@@ -104,6 +139,33 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"nulls must be one of {NULL_POLICIES}; got {nulls!r}.\n"
             "Hint: 'error' refuses missing values, 'zero' treats them as 0, 'drop' drops the row.")
     return check_level(level)
+
+
+def _check_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
+                 negatives: str | None, has_measures: bool) -> str:
+    """The negatives rule of the release; author mode needs every rule declared (no data)."""
+    needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
+    if negatives is not None and negatives not in NEGATIVE_POLICIES:
+        raise InvalidParameterError(
+            f"negatives must be one of {NEGATIVE_POLICIES} or None; got {negatives!r}.\n"
+            "Hint: 'zero' sets negative values to 0, 'drop' drops their rows, 'error' refuses "
+            "them (curator mode only).")
+    rule = negatives if negatives is not None else ("error" if needs_nonneg else "allow")
+    if not needs_nonneg and negatives is not None and negatives != "error":
+        rule = negatives  # an explicit rule applies to any mechanism
+    if sess.mode == "author":
+        if nulls == "error" and has_measures:
+            raise InvalidParameterError(
+                "this session is in author mode (the caller may not see the data), where every "
+                "data rule must be declared: nulls='error' would refuse the release depending "
+                "on the data.\nHint: pass nulls='zero' (count missing values as 0) or "
+                "nulls='drop' (drop their rows).")
+        if needs_nonneg and rule == "error":
+            raise InvalidParameterError(
+                f"{type(mechanism).__name__} needs non-negative contributions; in author mode "
+                "the rule for negative values must be declared.\nHint: pass negatives='zero' "
+                "(set them to 0) or negatives='drop' (drop their rows).")
+    return rule
 
 
 #: Noise of a count released without a mechanism: exact discrete Gaussian, ρ(Δ) = Δ²/8.
@@ -172,8 +234,38 @@ def _check_grid(grid: Any, released: list[str]) -> dict[str, Any]:
     return steps
 
 
-def _schema_checks(schema: Any, measures: list[str], by: list[str], unit: str | None) -> None:
-    names = list(schema.keys())
+# -- opening a release (no data read) ---------------------------------------------------------
+class _Opened(NamedTuple):
+    session: Session
+    one_off: bool
+    name: str
+    lf: pl.LazyFrame
+    backend: str
+    schema: pl.Schema
+    native: Any
+
+
+def _to_lazy(native: Any) -> tuple[pl.LazyFrame, str]:
+    if isinstance(native, pl.LazyFrame):
+        return native, "polars"
+    if isinstance(native, pl.DataFrame):
+        return native.lazy(), "polars"
+    if isinstance(native, pd.DataFrame):
+        try:
+            return pl.from_pandas(native).lazy(), "pandas"
+        except Exception as err:  # pyarrow cannot convert a column (mixed object types)
+            raise ColumnTypeError(
+                f"the pandas frame cannot be converted for the release ({type(err).__name__}); "
+                "a column holds values of mixed or unsupported types.\nHint: give every "
+                "column one dtype (e.g. df[col].astype(float) or .astype(str)).") from err
+    raise UnsupportedBackendError(
+        f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
+        f"{type(native).__name__}.")
+
+
+def _schema_checks(schema: pl.Schema, measures: list[str], by: list[str],
+                   unit: str | None) -> None:
+    names = list(schema.names())
     wanted = [*by, *measures, *([unit] if unit else [])]
     missing = [c for c in wanted if c not in names]
     if missing:
@@ -186,189 +278,439 @@ def _schema_checks(schema: Any, measures: list[str], by: list[str], unit: str | 
             "Hint: check the spelling of measures, by= and the session's unit=.")
     for m in measures:
         dt = schema[m]
-        if not dt.is_numeric() or dt == nw.Boolean:
+        if not (dt.is_numeric() or isinstance(dt, pl.Decimal)) or dt == pl.Boolean:
             raise ColumnTypeError(
-                f"measure {m!r} has dtype {dt}; sums and quantiles need a numeric column (integer or float).\n"
+                f"measure {m!r} has dtype {dt}; sums and quantiles need a numeric column "
+                "(integer or float).\n"
                 f"Hint: cast it first, e.g. pl.col({m!r}).cast(pl.Float64) or "
                 f"df[{m!r}].astype(float) after cleaning non-numeric values.")
-
-
-def _is_float(dt: Any) -> bool:
-    return dt in (nw.Float32, nw.Float64)
-
-
-def _count_negative(frame: Any, measures: list[str], lazy: bool) -> dict[str, int]:
-    res = frame.select(*[(nw.col(m) < 0).sum().alias(m) for m in measures])
-    row = _collect_polars(res, lazy).row(0, named=True)
-    return {m: int(v or 0) for m, v in row.items()}
-
-
-def _value_checks(frame: Any, schema: Any, measures: list[str], unit: str | None,
-                  nulls: str, lazy: bool) -> dict[str, Any]:
-    exprs = [nw.len().alias(_ROWS)]
-    for m in measures:
-        missing = nw.col(m).is_null()
-        if _is_float(schema[m]):
-            missing = missing | nw.col(m).is_nan()
-            exprs.append((nw.col(m).abs() == float("inf")).sum().alias(f"inf:{m}"))
-        exprs.append(missing.sum().alias(f"missing:{m}"))
-    if unit:
-        bad_id = nw.col(unit).is_null()
-        if _is_float(schema[unit]):
-            bad_id = bad_id | nw.col(unit).is_nan()  # NaN ids would merge distinct units
-        exprs.append(bad_id.sum().alias(f"null:{unit}"))
-    res = frame.select(*exprs)
-    if lazy:
-        res = res.collect()
-    row = {k: (int(v) if v is not None else 0) for k, v in res.to_polars().row(0, named=True).items()}
-    problems = []
-    for m in measures:
-        n_inf = row.get(f"inf:{m}", 0)
-        n_missing = row[f"missing:{m}"]
-        if n_inf:
-            problems.append(f"column {m!r} has {n_inf} infinite value(s) (+inf or -inf); they "
-                            "cannot be released under any null policy.\nHint: fix or remove "
-                            "those rows before the release.")
-        if n_missing and nulls == "error":
-            problems.append(f"column {m!r} has {n_missing} missing value(s) (null or NaN).\n"
-                            "Hint: pass nulls='zero' to count them as 0, or nulls='drop' to "
-                            "drop those rows (the choice is recorded in the report).")
-    if unit and row.get(f"null:{unit}", 0):
-        problems.append(f"unit column {unit!r} has {row[f'null:{unit}']} null or NaN id(s); "
-                        "every row must belong to a unit.\nHint: fill the ids or drop those "
-                        "rows first.")
-    if problems:
-        raise DataValidationError("the data cannot be released as given (nothing was drawn or "
-                                  "recorded):\n- " + "\n- ".join(problems))
-    return row
-
-
-def _apply_nulls(frame: Any, schema: Any, measures: list[str], nulls: str) -> Any:
-    if nulls == "zero":
-        exprs = []
-        for m in measures:
-            e = nw.col(m).fill_null(0)
-            if _is_float(schema[m]):
-                e = e.fill_nan(0.0)
-            exprs.append(e.alias(m))
-        return frame.with_columns(*exprs) if exprs else frame
-    if nulls == "drop" and measures:
-        cond = None
-        for m in measures:
-            c = ~nw.col(m).is_null()
-            if _is_float(schema[m]):
-                c = c & ~nw.col(m).is_nan()
-            cond = c if cond is None else cond & c
-        return frame.filter(cond)
-    return frame
-
-
-def _collect_polars(frame: Any, lazy: bool) -> pl.DataFrame:
-    return (frame.collect() if lazy else frame).to_polars()
-
-
-def _align_keys(agg: pl.DataFrame, keys: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    casts = []
-    for c in by:
-        want, have = keys.schema[c], agg.schema[c]
-        if want != have:
-            hint = ("\nHint: build the key set with values of the data's type (e.g. strings "
-                    "'06037' vs integers 6037).")
-            textual = (pl.String, pl.Categorical, pl.Enum)
-            if (want.is_numeric() and isinstance(have, textual)) or \
-                    (have.is_numeric() and isinstance(want, textual)) or \
-                    (want.is_numeric() and have == pl.String) or \
-                    (have.is_numeric() and want == pl.String):
-                raise ColumnTypeError(
-                    f"key column {c!r} is {have} in the data but {want} in the key set; tabdp "
-                    "does not convert between numbers and text for keys, because codes such "
-                    f"as '06037' and 6037 would silently fall into different cells.{hint}")
-            try:
-                cast = agg[c].cast(want, strict=True)
-                changed = cast.cast(have, strict=True).ne_missing(agg[c])
-            except Exception as err:  # polars raises InvalidOperationError / ComputeError
-                raise ColumnTypeError(
-                    f"key column {c!r} is {have} in the data but {want} in the key set, and "
-                    f"the values cannot be converted.{hint}") from err
-            n_changed = int(changed.sum())
-            if n_changed:
-                example = agg[c].filter(changed)[0]
-                raise ColumnTypeError(
-                    f"key column {c!r} is {have} in the data but {want} in the key set, and "
-                    f"{n_changed} distinct value(s) change when converted (e.g. {example!r} -> "
-                    f"{cast.filter(changed)[0]!r}), which would put rows in the wrong cell."
-                    f"{hint}")
-            agg = agg.with_columns(cast)
-            casts.append(c)
-    return agg
-
-
-def _place_on_keys(agg: pl.DataFrame, keys: KeySet, by: list[str],
-                   value_cols: list[str]) -> tuple[pl.DataFrame, int, int]:
-    """Put aggregated cells onto the key set: one row per key, in key-set order.
-
-    Returns the table (absent cells filled with 0), the number of rows in cells outside the
-    key set and the number of such cells.
-    """
-    if not by:
-        return agg.select(value_cols), 0, 0
-    keys_pl = keys.to_polars()
-    idx = keys.cell_index(agg)
-    inside = idx >= 0
-    placed = []
-    for c in value_cols:
-        src = agg[c]
-        if not src.dtype.is_integer():  # floats, and Decimal sums (no truncation)
-            src = src.cast(pl.Float64)
-        arr = np.zeros(len(keys_pl), dtype=np.int64 if src.dtype.is_integer() else np.float64)
-        arr[idx[inside]] = src.to_numpy()[inside]
-        placed.append(pl.Series(c, arr))
-    rows_outside = int(agg[_ROWS].to_numpy()[~inside].sum())
-    return keys_pl.with_columns(placed), rows_outside, int((~inside).sum())
-
-
-class _Opened(NamedTuple):
-    session: Session
-    one_off: bool
-    name: str
-    frame: Any
-    lazy: bool
-    backend: str
-    schema: Any
+    if unit and unit in names and isinstance(schema[unit], (pl.List, pl.Struct, pl.Array)):
+        raise ColumnTypeError(
+            f"unit column {unit!r} has dtype {schema[unit]}; unit ids must be scalar values.")
 
 
 def _open_release(native: Any, session: Session | None, name: str | None, kind: str,
                   measures: list[str], by: list[str]) -> _Opened:
-    """Session, release name, narwhals frame and checked schema of a release (no data read)."""
+    """Session, release name, lazy input and checked schema of a release (no data read)."""
     one_off = session is None
     sess = Session() if session is None else session
-    qname = sess._name(name, kind)  # validate before any data pass or noise draw
+    qname = sess.release_name(name, kind)  # validate before any data pass or noise draw
     unit = sess.unit
     if unit is not None and (unit in by or unit in measures):
         raise InvalidParameterError(
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
-    try:
-        frame = nw.from_native(native)
-    except TypeError as err:
-        raise UnsupportedBackendError(
-            f"df.dp works on pandas DataFrames and Polars DataFrames / LazyFrames; got "
-            f"{type(native).__name__}.") from err
-    lazy = isinstance(frame, nw.LazyFrame)
-    backend = "pandas" if frame.implementation == nw.Implementation.PANDAS else "polars"
-    schema = frame.collect_schema()
+    lf, backend = _to_lazy(native)
+    schema = lf.collect_schema()
     _schema_checks(schema, measures, by, unit)
-    return _Opened(sess, one_off, qname, frame, lazy, backend, schema)
+    return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
 
+# -- the snapshot -----------------------------------------------------------------------------
+def _is_float(dt: Any) -> bool:
+    return dt in (pl.Float32, pl.Float64) or isinstance(dt, pl.Decimal)
+
+
+def scale_bits(dtype: Any) -> int:
+    """Fixed-point scale of a measure's exact sums: 0 for integers, ``SUM_SCALE_BITS`` else.
+
+    Args:
+        dtype: The measure's Polars dtype.
+
+    Returns:
+        The number of binary fraction digits kept.
+
+    Example:
+        >>> scale_bits(pl.Int32), scale_bits(pl.Float64)
+        (0, 24)
+    """
+    return 0 if dtype.is_integer() else SUM_SCALE_BITS
+
+
+class _Rules(NamedTuple):
+    nulls: str
+    negatives: str
+    mode: str
+
+
+def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
+    """Row-level expressions of a measure: flags and its fixed-point value (Int128)."""
+    x = pl.col(m).cast(pl.Float64) if isinstance(dt, pl.Decimal) else pl.col(m)
+    if _is_float(dt):
+        missing = x.is_null() | x.is_nan()
+        inf = x.is_infinite().fill_null(False)
+        big = (x.abs() > MAX_ABS).fill_null(False) & ~inf
+        fixed = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round().cast(
+            pl.Int128, strict=False)
+    else:
+        missing = x.is_null()
+        inf = pl.lit(False)
+        big = pl.lit(False)
+        fixed = x.cast(pl.Int128)
+    neg = (x < 0).fill_null(False)
+    if rules.negatives == "zero":
+        fixed = fixed.clip(lower_bound=0)
+    # ±inf: refused in curator mode; in author mode a declared rule treats it as missing
+    bad = missing | inf
+    return {"missing": missing, "inf": inf, "big": big, "neg": neg, "fixed": fixed,
+            "bad": bad}
+
+
+def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
+                   measures: list[str], rules: _Rules) -> tuple[pl.LazyFrame, list[str]]:
+    """The lazy plan of a release's snapshot and the names of its counter columns."""
+    parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
+    keep = pl.lit(True)
+    if rules.nulls == "drop":
+        for p in parts.values():
+            keep = keep & ~p["bad"]
+    if rules.negatives == "drop":
+        for p in parts.values():
+            keep = keep & ~p["neg"]
+    unit_bad = None
+    if unit is not None:
+        unit_bad = pl.col(unit).is_null()
+        if _is_float(schema[unit]):
+            unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
+        if rules.mode == "author":
+            keep = keep & ~unit_bad
+    keep = keep.alias("__keep")
+    values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
+              .otherwise(pl.lit(0, pl.Int128)).alias(m) for m, p in parts.items()}
+    counters: dict[str, pl.Expr] = {}
+    for m, p in parts.items():
+        counters[f"missing:{m}"] = p["missing"]
+        if _is_float(schema[m]):
+            counters[f"inf:{m}"] = p["inf"]
+            counters[f"big:{m}"] = p["big"]
+        if rules.negatives != "allow":
+            counters[f"neg:{m}"] = p["neg"]
+    if unit_bad is not None:
+        counters[f"null:{unit}"] = unit_bad
+    names = list(counters)
+    if unit is None:
+        base = lf.with_row_index(ROW_ID).with_columns(keep)
+        fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
+               for c in [*by, *measures]]
+        plan = base.select(
+            pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
+            pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
+            *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
+        return plan, names
+    base = lf.with_columns(keep)
+    plan = base.group_by(unit, *by).agg(
+        *[v.sum() for v in values.values()],
+        pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS), pl.len().cast(pl.Int64).alias(_ALL),
+        *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()])
+    return plan, names
+
+
+class _Snapshot(NamedTuple):
+    data: pl.DataFrame        # unit (or ROW_ID), by, measures (Int128), _ROWS, _ALL
+    counts: dict[str, int]    # confidential counters over all rows read
+    fingerprints: dict[str, int]
+    rows_read: int
+
+
+def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules
+                   ) -> _Snapshot:
+    """One evaluation of the input (cached for a later release of the same Polars frame)."""
+    sess, native = op.session, op.native
+    unit = sess.unit
+    cache_key = (id(native), tuple(by), unit, rules.mode)
+    cols = [*by, *measures, *([unit] if unit else [])]
+    cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
+    cached = sess._agg_cache.get(cache_key) if cacheable else None
+    if cached is not None:
+        usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
+                  and (set(measures) <= set(cached["measures"]))
+                  and (not measures or cached["rules"] == rules)
+                  and (measures or not cached["drops"]))
+        if usable:
+            snap: _Snapshot = cached["snapshot"]
+            keep_cols = [c for c in snap.data.columns
+                         if c not in cached["measures"] or c in measures]
+            counts = {k: v for k, v in snap.counts.items()
+                      if k.split(":", 1)[-1] in measures or k.startswith("null:")}
+            fps = {c: f for c, f in snap.fingerprints.items() if c in cols}
+            return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read)
+    plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules)
+    data = plan.collect()
+    counts = {k: int(v or 0) for k, v in
+              data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
+        if names else {}
+    fps: dict[str, int] = {}
+    if unit is None:
+        fp_cols = [c for c in data.columns if c.startswith("fp:")]
+        if fp_cols:
+            row = data.select(pl.col(c).sum() for c in fp_cols).row(0, named=True)
+            fps = {c[3:]: int(v or 0) for c, v in row.items()}
+        rows_read = data.height
+    else:
+        rows_read = int(data[_ALL].sum()) if data.height else 0
+    data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
+    snap = _Snapshot(data, counts, fps, rows_read)
+    if cacheable:
+        sess._agg_cache.clear()
+        sess._agg_cache[cache_key] = {
+            "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
+            "drops": rules.nulls == "drop" or rules.negatives == "drop",
+            "columns": native.select(cols) if isinstance(native, pl.DataFrame) else None}
+    return snap
+
+
+def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
+    """Whether a Polars DataFrame still holds the data it held when its snapshot was taken
+    (``None``: a LazyFrame, whose plan cannot be modified)."""
+    if columns is None:
+        return True
+    try:
+        return bool(columns.select(cols).equals(native.select(cols)))
+    except Exception:  # a column was dropped or retyped in place
+        return False
+
+
+def _strict_checks(counts: dict[str, int], measures: list[str], unit: str | None,
+                   rules: _Rules, needs_nonneg: bool, neg_contrib: dict[str, int]) -> None:
+    """Curator mode: refuse data that a strict rule does not accept (generic message)."""
+    if rules.mode == "author":
+        return
+    problems, details = [], {}
+    for m in measures:
+        n_inf = counts.get(f"inf:{m}", 0)
+        n_missing = counts.get(f"missing:{m}", 0)
+        if n_inf:
+            problems.append(f"column {m!r} holds infinite values (+inf or -inf), which no null "
+                            "policy releases.\nHint: fix or remove those rows before the "
+                            "release, or use Session(mode='author') where they count as "
+                            "missing values under the declared nulls= rule.")
+            details[f"infinite_values:{m}"] = n_inf
+        if n_missing and rules.nulls == "error":
+            problems.append(f"column {m!r} holds missing values (null or NaN) and nulls='error'."
+                            "\nHint: pass nulls='zero' to count them as 0, or nulls='drop' to "
+                            "drop those rows (the choice is recorded in the report).")
+            details[f"missing_values:{m}"] = n_missing
+    if needs_nonneg and rules.negatives == "error":
+        for m, n in neg_contrib.items():
+            if n:
+                what = ("rows" if unit is None else
+                        f"unit-cell contributions (sums of a {unit!r} unit's rows in a cell)")
+                problems.append(
+                    f"column {m!r} holds negative {what}, but the mechanism needs every unit's "
+                    "contribution to be >= 0 (its guarantee assumes non-negative totals with "
+                    "and without any unit).\nHint: pass negatives='zero' or negatives='drop', "
+                    "or use an additive mechanism (Gaussian, ExpPolyLog) for signed measures.")
+                details[f"negative_contributions:{m}"] = n
+    if unit is not None and counts.get(f"null:{unit}", 0):
+        problems.append(f"unit column {unit!r} holds null or NaN ids; every row must belong to "
+                        "a unit.\nHint: fill the ids or drop those rows first (author mode drops "
+                        "them by rule).")
+        details[f"null_unit_ids:{unit}"] = counts[f"null:{unit}"]
+    if problems:
+        raise DataValidationError(
+            "the data cannot be released as given under the strict rules of curator mode "
+            "(nothing was drawn or recorded; the counts are confidential and kept in this "
+            "error's `confidential` attribute):\n- " + "\n- ".join(problems),
+            confidential=details)
+
+
+# -- cells ------------------------------------------------------------------------------------
+_TEXT = (pl.String, pl.Categorical, pl.Enum)
+
+
+def _common_dtype(col: str, have: Any, want: Any) -> Any:
+    """The dtype in which data keys and public keys are compared (decided without data)."""
+    if have == want:
+        return None
+    if isinstance(have, _TEXT) and isinstance(want, _TEXT):
+        return pl.String
+    if have.is_numeric() and want.is_numeric():
+        if have.is_integer() and want.is_integer():
+            return pl.Int128
+        return pl.Float64
+    if (have.is_numeric() and isinstance(want, _TEXT)) or \
+            (want.is_numeric() and isinstance(have, _TEXT)):
+        raise ColumnTypeError(
+            f"key column {col!r} is {have} in the data but {want} in the key set; tabdp does "
+            "not convert between numbers and text for keys, because codes such as '06037' and "
+            "6037 would silently fall into different cells.\nHint: build the key set with "
+            "values of the data's type (e.g. strings '06037' vs integers 6037).")
+    return want
+
+
+def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFrame:
+    """Add ``_CELL``: each row's position in the key set (null outside it).
+
+    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
+    common dtype chosen from the two schemas (never from the values): rows whose keys do not
+    convert exactly are outside the key set.
+    """
+    if not by:
+        return data.with_columns(pl.lit(0, pl.Int64).alias(_CELL))
+    keys_pl = keys.to_polars()
+    targets = {c: _common_dtype(c, data.schema[c], keys_pl.schema[c]) for c in by}
+    casts_keys = []
+    for c, target in targets.items():
+        if target is None:
+            continue
+        try:
+            kc = keys_pl[c].cast(target, strict=True)
+        except Exception as err:  # the public key set does not convert: data-free error
+            raise ColumnTypeError(
+                f"key column {c!r} is {data.schema[c]} in the data but {keys_pl.schema[c]} in "
+                f"the key set, and the key set's values cannot be converted to {target}.\n"
+                "Hint: build the key set with values of the data's type.") from err
+        casts_keys.append(kc.alias(c))
+    if not casts_keys:
+        idx = keys.cell_index(data)
+        return data.with_columns(pl.Series(_CELL, idx, dtype=pl.Int64)).with_columns(
+            pl.when(pl.col(_CELL) >= 0).then(pl.col(_CELL)).alias(_CELL))
+    # compare in the common dtypes; values that do not convert exactly fall outside
+    kp = keys_pl.with_columns(casts_keys).with_row_index(_CELL).with_columns(
+        pl.col(_CELL).cast(pl.Int64))
+    on_data = []
+    work = data
+    for c in by:
+        target = targets[c]
+        if target is not None and target != data.schema[c]:
+            conv = pl.col(c).cast(target, strict=False)
+            back_ok = conv.cast(data.schema[c], strict=False).eq_missing(pl.col(c))
+            work = work.with_columns(
+                pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
+                .alias(f"__k:{c}"),
+                (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"__bad:{c}"))
+            on_data.append(f"__k:{c}")
+        else:
+            on_data.append(c)
+    joined = work.join(kp.rename({c: f"__key:{c}" for c in by}), left_on=on_data,
+                       right_on=[f"__key:{c}" for c in by], how="left", nulls_equal=True,
+                       maintain_order="left")
+    bad_cols = [c for c in joined.columns if c.startswith("__bad:")]
+    if bad_cols:
+        joined = joined.with_columns(
+            pl.when(pl.any_horizontal(bad_cols)).then(None).otherwise(pl.col(_CELL)).alias(_CELL))
+    drop = [c for c in joined.columns if c.startswith(("__k:", "__bad:", "__key:"))]
+    return joined.drop(drop)
+
+
+# -- policies ---------------------------------------------------------------------------------
+class _Policy:
+    """Per-record policy of one release: ρ, ε and (approximate-DP mechanisms) ε_a, δ_a.
+
+    A joint (vector) mechanism charges a unit once per cell at the norm of its weighted
+    contribution vector; other mechanisms charge once per measure.
+    """
+
+    def __init__(self, mechanism: Mechanism, measures: list[str]) -> None:
+        self.mechanism = mechanism
+        self.measures = measures
+        self.joint = bool(getattr(mechanism, "joint", False)) and len(measures) > 0
+        self.approx = mechanism.dp_delta is not None
+        self.guarantee = UnitLosses.guarantee_of(mechanism)
+
+    def currencies(self) -> list[tuple[str, list[str]]]:
+        """(currency, measures charged at once) of the release."""
+        if not self.measures:
+            return [(ROWS_CURRENCY, [])]
+        if self.joint:
+            return [("+".join(self.measures), list(self.measures))]
+        return [(m, [m]) for m in self.measures]
+
+    def __call__(self, d: np.ndarray) -> tuple[np.ndarray, ...]:
+        r, e = self.mechanism.rho(d), self.mechanism.epsilon(d)
+        if not self.approx:
+            return np.asarray(r, dtype=np.float64), np.asarray(e, dtype=np.float64)
+        ea, da = self.mechanism.approx_policy(d)
+        return (np.asarray(r, dtype=np.float64), np.asarray(e, dtype=np.float64),
+                np.asarray(ea, dtype=np.float64), np.asarray(da, dtype=np.float64))
+
+
+def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
+    """|value|·2**-bits as float64, never below the exact magnitude (charges are upper bounds)."""
+    a = values.abs()
+    f = a.cast(pl.Float64).to_numpy() * (2.0 ** -bits)
+    big = (a >= (1 << 53)).to_numpy()
+    if np.any(big):
+        f = np.where(big, np.nextafter(f, np.inf), f)
+    return f
+
+
+def _charges(inside: pl.DataFrame, uid: str, policy: _Policy, kind: str,
+             bits: dict[str, int]) -> tuple[pl.DataFrame, np.ndarray]:
+    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ."""
+    n = inside.height
+    frames = []
+    cell_rho = np.zeros(n)
+    for cur, ms in policy.currencies():
+        if kind == "count":
+            size = inside[_ROWS].cast(pl.Float64).to_numpy()
+            delta = size
+        else:
+            cols = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+            size = np.zeros(n)
+            for c in cols.values():
+                np.maximum(size, c, out=size)
+            if policy.joint:
+                signed = {m: np.sign(inside[m].cast(pl.Float64).to_numpy()) * cols[m]
+                          for m in ms}
+                delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
+                                   dtype=np.float64)
+            else:
+                delta = cols[ms[0]]
+        vals = policy(delta) if n else tuple(np.zeros(0) for _ in range(4 if policy.approx
+                                                                        else 2))
+        cell_rho += vals[0]
+        frame = {"unit": inside[uid], "currency": pl.repeat(cur, n, dtype=pl.String,
+                                                           eager=True),
+                 "rho": vals[0], "epsilon": vals[1], "size": size}
+        if policy.approx:
+            frame |= {"eps_a": vals[2], "delta_a": vals[3]}
+        frames.append(pl.DataFrame(frame))
+    ch = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
+    aggs = [pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()]
+    if policy.approx:
+        aggs += [pl.col("eps_a").sum(), pl.col("delta_a").sum()]
+    per = ch.group_by("unit", "currency", maintain_order=True).agg(*aggs)
+    return per, cell_rho
+
+
+def _unit_losses(admitted: pl.DataFrame, policy: _Policy) -> UnitLosses:
+    aggs = [pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()]
+    if policy.approx:
+        aggs += [pl.col("eps_a").sum(), pl.col("delta_a").sum()]
+    per_unit = admitted.group_by("unit", maintain_order=True).agg(*aggs)
+    parts = [per_unit[c].to_numpy() for c in ("rho", "epsilon", "size")]
+    if policy.approx:
+        return UnitLosses(per_unit["unit"], *parts, "approx", per_unit["eps_a"].to_numpy(),
+                          per_unit["delta_a"].to_numpy())
+    return UnitLosses(per_unit["unit"], *parts, policy.guarantee)
+
+
+def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray
+                ) -> pl.DataFrame:
+    """Per released cell with data: the largest loss of one unit there (``worst_rho``), the
+    largest contribution (``worst_size``) and the number of contributing units (``units``)."""
+    frame = inside.select(by).with_columns(worst_rho=pl.Series(rho, dtype=pl.Float64),
+                                           worst_size=pl.Series(size, dtype=pl.Float64))
+    aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),
+            pl.len().cast(pl.Int64).alias("units")]
+    if not by:
+        return frame.select(*aggs) if frame.height else pl.DataFrame(
+            {"worst_rho": [], "worst_size": [], "units": []},
+            schema={"worst_rho": pl.Float64, "worst_size": pl.Float64, "units": pl.Int64})
+    return frame.group_by(by).agg(*aggs).sort("worst_rho", descending=True, maintain_order=True)
+
+
+# -- the release ------------------------------------------------------------------------------
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
                     by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
-                    nulls: str = "error", name: str | None = None, grid: Any = None) -> Any:
+                    nulls: str = "error", name: str | None = None, grid: Any = None,
+                    negatives: str | None = None) -> Any:
     """Release noisy sums or counts of ``native`` grouped by ``by`` over the key set ``keys``.
 
     This is the implementation behind ``df.dp.sum`` and ``df.dp.count``; see those for the
-    user documentation.
+    user documentation and the module docstring for the data flow.
 
     Args:
         native: A pandas DataFrame, Polars DataFrame or Polars LazyFrame.
@@ -382,6 +724,9 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
         grid: Public rounding grid: a step, ``{measure: step}``, or ``None`` (defaults).
+        negatives: Rule for negative values: ``None`` (refuse them where the mechanism needs
+            non-negative contributions, allow them otherwise), ``"error"``, ``"zero"`` or
+            ``"drop"``.
 
     Returns:
         A frame of the caller's library: keys, then per measure the estimate, ``_sd`` and
@@ -402,114 +747,88 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     if kind == "count":
         mechanism = count_mechanism(mechanism, grid)
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
-    grids = _check_grid(grid, measure_list if kind == "sum" else ["count"])
-    sess, one_off, qname, frame, lazy, backend, schema = _open_release(
-        native, session, name, kind, measure_list, by_list)
+    released = measure_list if kind == "sum" else ["count"]
+    grids = _check_grid(grid, released)
+    op = _open_release(native, session, name, kind, measure_list, by_list)
+    sess, qname = op.session, op.name
+    negative_rule = _check_rules(sess, kind, mechanism, nulls, negatives, bool(measure_list))
+    rules = _Rules(nulls if measure_list else "error", negative_rule, sess.mode)
+    policy = _Policy(mechanism, measure_list if kind == "sum" else [])
+    if sess.budget is not None and sess.budget.per_currency:
+        for cur, _ in policy.currencies():
+            sess.budget.curve_for(cur)  # a missing curve is a data-free error
     unit = sess.unit
-    impl = frame.implementation
+    uid = unit if unit is not None else ROW_ID
+    bits = {m: scale_bits(op.schema[m]) for m in measure_list}
 
-    # One pass of value checks, before anything else is computed.
-    checks = _value_checks(frame, schema, measure_list, unit, nulls, lazy)
-    n_rows = checks[_ROWS]
+    # 1. One snapshot of the input.
+    snap = _take_snapshot(op, by_list, measure_list, rules)
+    data = snap.data
+    needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
+    neg_contrib = ({m: int((data[m] < 0).sum()) for m in measure_list}
+                   if needs_nonneg and rules.negatives == "error" else {})
+    _strict_checks(snap.counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     if unit is None:
-        sess._check_rows(n_rows)
+        sess.bind_rows(snap.rows_read, snap.fingerprints)
 
-    needs_index = unit is None and nulls == "drop" and any(
-        checks.get(f"missing:{m}", 0) for m in measure_list)
+    # 2. Cells of the public key set.
+    data = _attach_cells(data, keys, by_list)
+    inside = data.filter(pl.col(_CELL).is_not_null())
+    rows_outside = int(data.filter(pl.col(_CELL).is_null())[_ALL].sum() or 0)
+    # units whose rows were all dropped by a rule contribute nothing and pay nothing
+    inside = inside.filter(pl.col(_ROWS) > 0)
 
-    # Aggregate true values (per unit and cell when a unit column is set), once per frame.
-    missing_rows = sum(checks.get(f"missing:{m}", 0) for m in measure_list)
-    dropping = nulls == "drop" and missing_rows > 0
-    rows_expected = (n_rows - missing_rows if dropping else n_rows, n_rows)
-    cols = [*by_list, *measure_list, *([unit] if unit else [])]
-    cache_key = (id(native), tuple(by_list), unit)
-    cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame)) and not dropping
-    cached = sess._agg_cache.get(cache_key) if cacheable else None
-    if cached is not None and (cached["native"] is not native or
-                               not set(measure_list) <= set(cached["measures"]) or
-                               cached["key_schema"] != keys.to_polars().schema or
-                               not _rows_consistent(cached["agg"], rows_expected) or
-                               not _unchanged(native, cached["snapshot"], cols)):
-        cached = None
-    if cached is not None:
-        agg, contrib = cached["agg"], cached["contrib"]
-    else:
-        sums = [nw.col(m).sum().alias(m) for m in measure_list]
-        work_nulls = _apply_nulls(frame, schema, measure_list, nulls)
-        if unit is None:
-            agg_nw = (work_nulls.group_by(*by_list).agg(*sums, nw.len().alias(_ROWS)) if by_list
-                      else work_nulls.select(*sums, nw.len().alias(_ROWS)))
-            agg = _collect_polars(agg_nw, lazy)
-            contrib = None
-        else:
-            contrib_nw = work_nulls.group_by(unit, *by_list).agg(*sums, nw.len().alias(_ROWS))
-            contrib = _align_keys(_collect_polars(contrib_nw, lazy), keys.to_polars(), by_list)
-            parts = [*[pl.col(m).sum() for m in measure_list], pl.col(_ROWS).sum()]
-            agg = contrib.group_by(by_list).agg(*parts) if by_list else contrib.select(*parts)
-        agg = _align_keys(agg, keys.to_polars(), by_list)
-        if not _rows_consistent(agg, rows_expected):
-            _frame_changed(n_rows, int(agg[_ROWS].sum()), "aggregated")
-        # Reusable by a later release of the same Polars frame with the same grouping (e.g. a
-        # count after a sum) only when no row was dropped for missing values. A DataFrame can
-        # be modified in place (df[i, c] = v, replace_column, extend...): a zero-copy snapshot
-        # of its columns is kept and compared before any reuse.
-        if cacheable:
-            sess._agg_cache.clear()
-            sess._agg_cache[cache_key] = {
-                "native": native, "agg": agg, "contrib": contrib,
-                "measures": tuple(measure_list), "key_schema": keys.to_polars().schema,
-                "snapshot": native.select(cols) if isinstance(native, pl.DataFrame) else None}
-    table, rows_outside, cells_outside = _place_on_keys(agg, keys, by_list,
-                                                        [*measure_list, _ROWS])
+    # 3. Per-unit losses and the individual filter.
+    per, cell_rho = _charges(inside, uid, policy, kind, bits)
+    per = sess.admit(per)
+    out_units = per.filter(~pl.col("admitted"))
+    admitted = per.filter(pl.col("admitted"))
+    losses = _unit_losses(admitted, policy)
 
-    # Transformation mechanisms: Thm 4.4 bounds the loss of a unit with contribution Δ only when
-    # both neighbouring totals are >= 0, i.e. every unit's contribution to its cell is >= 0.
-    if mechanism.requires_nonnegative and kind == "sum":
-        if unit is None:
-            neg = _count_negative(frame, measure_list, lazy)
-            what = "row(s)"
-        else:
-            assert contrib is not None
-            neg = {m: int((contrib[m] < 0).sum()) for m in measure_list}
-            what = f"unit-cell contribution(s) (sum of a {unit!r} unit's rows in a cell)"
-        neg = {m: n for m, n in neg.items() if n}
-        if neg:
-            detail = ", ".join(f"{m!r}: {n} {what}" for m, n in neg.items())
-            raise DataValidationError(
-                f"{type(mechanism).__name__} needs every unit's contribution to be >= 0 (its "
-                f"guarantee assumes non-negative totals with and without any unit), but some "
-                f"are negative ({detail}). Nothing was drawn or recorded.\nHint: use an "
-                "additive mechanism (Gaussian, ExpPolyLog) for signed measures, or release the "
-                "positive and negative parts as separate non-negative measures.")
+    # 4. Exact totals of the admitted contributions.
+    work = inside
+    for cur, ms in policy.currencies():
+        gone = out_units.filter(pl.col("currency") == cur).select(pl.col("unit").alias(uid))
+        if gone.height:
+            flag = f"__out:{cur}"
+            work = work.join(gone.with_columns(pl.lit(True).alias(flag)), on=uid, how="left",
+                             nulls_equal=True, maintain_order="left")
+            cols = ms if ms else [_ROWS]
+            work = work.with_columns(
+                pl.when(pl.col(flag).fill_null(False)).then(pl.lit(0).cast(work.schema[c]))
+                .otherwise(pl.col(c)).alias(c) for c in cols).drop(flag)
+    value_cols = [*measure_list, _ROWS]
+    n_keys = len(keys) if by_list else 1
+    totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
+    full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
+        totals.with_columns(pl.col(_CELL).cast(pl.Int64)), on=_CELL, how="left",
+        maintain_order="left")
 
-    # Per-unit losses (confidential).
-    if unit is None:
-        losses = _row_losses(frame, schema, measure_list, by_list, keys, mechanism, kind, nulls,
-                             n_rows, rows_outside, int(table[_ROWS].sum()), needs_index, lazy,
-                             impl)
-    else:
-        assert contrib is not None
-        losses = _unit_losses(contrib, keys.to_polars(), unit, measure_list, by_list, mechanism, kind)
-    sess.check_budget(losses)
     # Worst loss per cell (confidential), for the release workflow's audit report.
     cells = None
-    if getattr(sess, "track_cells", False):
-        if unit is None:
-            cells = _row_cell_worst(frame, by_list, keys, losses, lazy)
-        else:
-            assert contrib is not None
-            cells = _unit_cell_worst(contrib, keys.to_polars(), by_list,
-                                     _Policy(mechanism, measure_list if kind == "sum" else []),
-                                     measure_list, kind)
+    if sess.track_cells:
+        ok_units = admitted.select(pl.col("unit").alias(uid)).unique()
+        mask = inside.select(uid).join(ok_units.with_columns(__ok=pl.lit(True)), on=uid,
+                                       how="left", nulls_equal=True,
+                                       maintain_order="left")["__ok"].fill_null(False)
+        size_cells = np.zeros(inside.height)
+        for m in measure_list:
+            np.maximum(size_cells, _abs_float_up(inside[m], bits[m]), out=size_cells)
+        if kind == "count":
+            size_cells = inside[_ROWS].cast(pl.Float64).to_numpy()
+        keep_mask = mask.to_numpy()
+        cells = _cell_stats(inside.filter(mask), by_list, cell_rho[keep_mask],
+                            size_cells[keep_mask])
 
-    # Noise: only now, after every check passed.
+    # 5. Noise: only now, after every check passed.
     out_cols: dict[str, Any] = {}
     fallbacks: dict[str, int] = {}
     grid_used: dict[str, Any] = {}
-    released = measure_list if kind == "sum" else ["count"]
-    joint = kind == "sum" and bool(getattr(mechanism, "joint", False))
+    joint = kind == "sum" and policy.joint
     for m in released:
-        truth = table[m if kind == "sum" else _ROWS].cast(pl.Float64).to_numpy()
+        col = m if kind == "sum" else _ROWS
+        numer = full[col].fill_null(0).to_list()
+        truth = ExactTotals(numer, bits.get(m, 0) if kind == "sum" else 0)
         # A joint (vector) mechanism releases each measure with its own scaled noise.
         mech_m = mechanism.measure_mechanism(m) if joint else mechanism  # type: ignore[attr-defined]
         rv = mech_m.release_table(truth, sess.rng, level, grid=grids[m])
@@ -518,273 +837,32 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         out_cols[f"{m}_moe"] = rv.moe
         fallbacks[m] = int(rv.fallbacks)
         grid_used[m] = rv.grid
-    out = table.select(by_list).with_columns(
-        pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items())
+    key_frame = keys.to_polars().select(by_list) if by_list else pl.DataFrame()
+    out = key_frame.with_columns(
+        pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items()) if by_list else \
+        pl.DataFrame({k: pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items()})
 
     confidential = {
-        "rows_read": n_rows,
+        "rows_read": snap.rows_read,
         "rows_outside_keys": rows_outside,
-        "cells_with_data_outside_keys": cells_outside,
-        "rows_in_released_cells": int(table[_ROWS].sum()),
-        **{f"missing_values_{nulls}:{m}": checks.get(f"missing:{m}", 0)
+        "cells_with_data_outside_keys": int(
+            data.filter(pl.col(_CELL).is_null()).select(by_list).unique().height
+            if by_list else 0),
+        "rows_in_released_cells": int(inside[_ROWS].sum() or 0),
+        "units_left_out_by_budget": int(out_units.select("unit").unique().height),
+        **{f"missing_values_{nulls}:{m}": snap.counts.get(f"missing:{m}", 0)
            for m in measure_list if nulls != "error"},
+        **{f"values_clamped_to_2^64:{m}": snap.counts.get(f"big:{m}", 0)
+           for m in measure_list if snap.counts.get(f"big:{m}", 0)},
+        **{f"negative_values_{rules.negatives}:{m}": snap.counts.get(f"neg:{m}", 0)
+           for m in measure_list if rules.negatives not in ("allow", "error")},
     }
     record = QueryRecord(
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
         losses=losses, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
         cells=cells)
-    sess._record(record, backend)
-    if one_off:
+    sess.record_release(record, op.backend, admitted)
+    if op.one_off:
         _set_last(sess)
-    return out.to_pandas() if backend == "pandas" else out
-
-
-class _Policy:
-    """Per-record policy of one release: ρ, ε and (approximate-DP mechanisms) ε_a, δ_a.
-
-    A joint (vector) mechanism charges a unit once per cell at the norm of its weighted
-    contribution vector; other mechanisms charge once per measure.
-    """
-
-    def __init__(self, mechanism: Mechanism, measures: list[str]) -> None:
-        self.mechanism = mechanism
-        self.measures = measures
-        self.joint = bool(getattr(mechanism, "joint", False)) and len(measures) > 0
-        self.approx = mechanism.dp_delta is not None
-        self.guarantee = UnitLosses.guarantee_of(mechanism)
-
-    def deltas(self, columns: list[np.ndarray]) -> list[np.ndarray]:
-        """Sensitivities charged: one array per measure, or the joint norm."""
-        if self.joint:
-            return [np.asarray(self.mechanism.norm(  # type: ignore[attr-defined]
-                dict(zip(self.measures, columns, strict=True))), dtype=np.float64)]
-        return [np.abs(c) for c in columns]
-
-    def __call__(self, d: np.ndarray) -> tuple[np.ndarray, ...]:
-        r, e = self.mechanism.rho(d), self.mechanism.epsilon(d)
-        if not self.approx:
-            return r, e
-        ea, da = self.mechanism.approx_policy(d)
-        return r, e, ea, da
-
-    def losses(self, units: Any, parts: tuple[np.ndarray, ...]) -> UnitLosses:
-        if self.approx:
-            return UnitLosses(units, parts[0], parts[1], parts[2], "approx", parts[3], parts[4])
-        return UnitLosses(units, parts[0], parts[1], parts[2], self.guarantee)
-
-
-def _rows_consistent(agg: pl.DataFrame, expected: tuple[int, int]) -> bool:
-    """Whether the aggregation holds as many rows as the validation pass saw (a range when
-    rows with missing values were dropped)."""
-    n = int(agg[_ROWS].sum()) if agg.height else 0
-    return expected[0] <= n <= expected[1]
-
-
-def _unchanged(native: Any, snapshot: pl.DataFrame | None, cols: list[str]) -> bool:
-    """Whether a Polars DataFrame still holds the data of the snapshot taken when it was
-    aggregated (``None``: a LazyFrame, whose plan cannot be modified)."""
-    if snapshot is None:
-        return True
-    try:
-        return snapshot.select(cols).equals(native.select(cols))
-    except Exception:  # a column was dropped or retyped in place
-        return False
-
-
-def _frame_changed(validated: int, seen: int, where: str) -> NoReturn:
-    raise DataValidationError(
-        f"the frame gave {validated} row(s) when validated but {seen} when {where}: its data "
-        "changed between the passes tabdp makes over it (a LazyFrame whose source changed, or "
-        "whose plan samples or shuffles rows at random). The privacy accounting must see the "
-        "rows that are released, so nothing was drawn or recorded.\nHint: collect the frame "
-        "once (lf.collect()) and release the DataFrame; seed any sampling in the plan.")
-
-
-def _row_losses(frame: Any, schema: Any, measures: list[str], by: list[str], keys: KeySet,
-                mechanism: Mechanism, kind: str, nulls: str, n_rows: int, rows_outside: int,
-                rows_released: int, needs_index: bool, lazy: bool, impl: Any) -> UnitLosses:
-    """Each row is a unit: its Δ in its cell is |value| (sum) or 1 (count)."""
-    policy = _Policy(mechanism, measures if kind == "sum" else [])
-    if kind == "count" and rows_outside == 0:
-        # Every row pays the policy at Δ = 1: constant (read-only broadcast, no memory).
-        one = policy(np.ones(1))
-        parts = (one[0], one[1], np.ones(1), *one[2:])
-        return policy.losses(None, tuple(np.broadcast_to(p[0], (n_rows,)) for p in parts))
-    if rows_outside == 0 and not needs_index:
-        vals = _collect_polars(_apply_nulls(frame, schema, measures, nulls).select(*measures),
-                               lazy)
-        if vals.height != n_rows:
-            _frame_changed(n_rows, vals.height, "read for the accounting")
-        idx = None
-    else:
-        if lazy:
-            native = frame.to_native()
-            if not isinstance(native, pl.LazyFrame):
-                raise UnsupportedBackendError(
-                    "per-row accounting of a lazy frame with dropped rows needs Polars.")
-            indexed = nw.from_native(native.with_row_index(_ROW))
-        else:
-            indexed = frame.with_row_index(_ROW)
-        indexed = _apply_nulls(indexed, schema, measures, nulls)
-        if by:
-            # Membership as in the aggregation: key dtypes aligned (casts already checked on
-            # the distinct values) and null keys equal, so a row counts iff its cell is released.
-            keys_pl = keys.to_polars()
-            if impl == nw.Implementation.POLARS:
-                nat = indexed.to_native()
-                nat_schema = nat.collect_schema()
-                nat = nat.with_columns(pl.col(c).cast(keys_pl.schema[c]) for c in by
-                                       if nat_schema[c] != keys_pl.schema[c])
-                nat = nat.join(keys_pl.lazy() if lazy else keys_pl, on=by, how="semi",
-                               nulls_equal=True).select(_ROW, *measures)
-                vals = nat.collect() if lazy else nat
-            else:
-                vals = _align_keys(_collect_polars(indexed.select(_ROW, *by, *measures), lazy),
-                                   keys_pl, by)
-                vals = vals.join(keys_pl, on=by, how="semi", nulls_equal=True)
-        else:
-            vals = _collect_polars(indexed.select(_ROW, *measures), lazy)
-        idx = vals[_ROW].to_numpy()
-        if idx.size != rows_released or (idx.size and idx.max() >= n_rows):
-            _frame_changed(n_rows, idx.size, "read for the accounting (rows in released cells: "
-                           f"{rows_released} when aggregated)")
-    if kind == "count":
-        one = policy(np.ones(1))
-        parts = (one[0], one[1], np.ones(1), *one[2:])
-        full = []
-        for p in parts:
-            arr = np.zeros(n_rows)
-            arr[idx] = p[0]
-            full.append(arr)
-        return policy.losses(None, tuple(full))
-    got = _sum_losses(policy, [vals[m].cast(pl.Float64).to_numpy() for m in measures])
-    if idx is None:
-        return policy.losses(None, got)
-    full = []
-    for p in got:
-        arr = np.zeros(n_rows)
-        arr[idx] = p
-        full.append(arr)
-    return policy.losses(None, tuple(full))
-
-
-_PARALLEL_MIN = 1 << 18
-_BLOCK = 1 << 16
-
-
-def _sum_losses(policy: _Policy, columns: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """Σ over charged sensitivities of ρ, ε (and ε_a, δ_a), and max |x|, elementwise over rows.
-
-    Policies are elementwise numpy code, which releases the GIL: large inputs are split into
-    one chunk per core and evaluated in threads.
-    """
-    n = columns[0].shape[0] if columns else 0
-    k = 5 if policy.approx else 3
-    out = tuple(np.empty(n) for _ in range(k))
-
-    def block(lo: int, hi: int) -> None:
-        cols = [c[lo:hi] for c in columns]
-        size = out[2]
-        size[lo:hi] = np.abs(cols[0])
-        for c in cols[1:]:
-            np.maximum(size[lo:hi], np.abs(c), out=size[lo:hi])
-        first = True
-        for d in policy.deltas(cols):
-            vals = policy(d)
-            targets = (out[0], out[1], *out[3:])
-            for t, v in zip(targets, vals, strict=True):
-                if first:
-                    t[lo:hi] = v
-                else:
-                    t[lo:hi] += v
-            first = False
-
-    def work(lo: int, hi: int) -> None:
-        # Blocks small enough to stay in cache across the policy's many elementwise passes.
-        for b in range(lo, hi, _BLOCK):
-            block(b, min(b + _BLOCK, hi))
-
-    workers = min(os.cpu_count() or 1, 8)
-    if n < _PARALLEL_MIN or workers == 1:
-        work(0, n)
-    else:
-        bounds = np.linspace(0, n, workers + 1).astype(int)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(work, bounds[:-1], bounds[1:]))
-    return out
-
-
-def _unit_cell_worst(contrib: pl.DataFrame, keys_pl: pl.DataFrame, by: list[str],
-                     policy: _Policy, measures: list[str], kind: str) -> pl.DataFrame:
-    """Per released cell with data: the largest loss of one unit there (``worst_rho``), the
-    largest contribution (``worst_size``) and the number of contributing units (``units``)."""
-    inside = contrib.join(keys_pl, on=by, how="semi", nulls_equal=True) if by else contrib
-    if kind == "count":
-        cols = [inside[_ROWS].cast(pl.Float64).to_numpy()]
-        deltas = cols
-    else:
-        cols = [inside[m].cast(pl.Float64).to_numpy() for m in measures]
-        deltas = policy.deltas(cols) if inside.height else [np.zeros(0)]
-    rho = np.zeros(inside.height)
-    size = np.zeros(inside.height)
-    for c in cols:
-        np.maximum(size, np.abs(c), out=size)
-    for d in deltas:
-        rho += policy(d)[0]
-    frame = inside.select(by).with_columns(worst_rho=pl.Series(rho), worst_size=pl.Series(size))
-    return _cell_stats(frame, by)
-
-
-def _row_cell_worst(frame: Any, by: list[str], keys: KeySet, losses: UnitLosses,
-                    lazy: bool) -> pl.DataFrame:
-    """As :func:`_unit_cell_worst` when each row is a unit (the row's loss is its loss)."""
-    rows = (_collect_polars(frame.select(*by), lazy) if by
-            else pl.DataFrame({"_one": np.zeros(len(losses.rho))}).select())
-    n = len(losses.rho)
-    rows = rows.with_columns(worst_rho=pl.Series(np.asarray(losses.rho, dtype=float)),
-                             worst_size=pl.Series(np.asarray(losses.size, dtype=float)))
-    if rows.height != n:
-        _frame_changed(n, rows.height, "read for the per-cell audit")
-    if by:
-        keys_pl = keys.to_polars()
-        rows = _align_keys(rows, keys_pl, by).join(keys_pl, on=by, how="semi", nulls_equal=True)
-    return _cell_stats(rows, by)
-
-
-def _cell_stats(frame: pl.DataFrame, by: list[str]) -> pl.DataFrame:
-    aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),
-            pl.len().cast(pl.Int64).alias("units")]
-    if not by:
-        return frame.select(*aggs) if frame.height else pl.DataFrame(
-            {"worst_rho": [], "worst_size": [], "units": []},
-            schema={"worst_rho": pl.Float64, "worst_size": pl.Float64, "units": pl.Int64})
-    return frame.group_by(by).agg(*aggs).sort("worst_rho", descending=True, maintain_order=True)
-
-
-def _unit_losses(contrib: pl.DataFrame, keys_pl: pl.DataFrame, unit: str, measures: list[str],
-                 by: list[str], mechanism: Mechanism, kind: str) -> UnitLosses:
-    """A unit's Δ in a cell is |sum of its rows there| (sum) or its number of rows (count)."""
-    policy = _Policy(mechanism, measures if kind == "sum" else [])
-    inside = contrib.join(keys_pl, on=by, how="semi", nulls_equal=True) if by else contrib
-    n = inside.height
-    if kind == "count":
-        cols = [inside[_ROWS].cast(pl.Float64).to_numpy()]
-        deltas = cols
-    else:
-        cols = [inside[m].cast(pl.Float64).to_numpy() for m in measures]
-        deltas = policy.deltas(cols) if n else [np.zeros(0)]
-    size = np.zeros(n)
-    for c in cols:
-        np.maximum(size, np.abs(c), out=size)
-    acc = [np.zeros(n) for _ in range(4 if policy.approx else 2)]
-    for d in deltas:
-        for a, v in zip(acc, policy(d), strict=True):
-            a += v
-    names = ["rho", "epsilon", "eps_a", "delta_a"][:len(acc)]
-    per_unit = (pl.DataFrame({"unit": inside[unit], "size": size,
-                              **dict(zip(names, acc, strict=True))})
-                .group_by("unit", maintain_order=True)
-                .agg(*[pl.col(c).sum() for c in names], pl.col("size").max()))
-    parts = [per_unit[c].to_numpy() for c in ("rho", "epsilon", "size", *names[2:])]
-    return policy.losses(per_unit["unit"], tuple(parts))
+    return out.to_pandas() if op.backend == "pandas" else out

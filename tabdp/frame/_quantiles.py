@@ -15,21 +15,25 @@ import numpy as np
 import polars as pl
 
 from tabdp._validation import check_real
-from tabdp.exceptions import DataValidationError, InvalidParameterError
+from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
-    _check_grid,
-    _ROWS,
-    _align_keys,
+    _CELL,
+    _FP_SEED,
+    ROW_ID,
     _as_list,
+    _attach_cells,
     _check_args,
-    _collect_polars,
+    _check_grid,
+    _check_rules,
     _open_release,
-    _value_checks,
+    _Rules,
+    _strict_checks,
 )
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityMechanism
+from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import QueryRecord, UnitLosses
 from tabdp.privacy.session import Session, _set_last
 from tabdp.sensitivity.smooth import (
@@ -236,75 +240,98 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     if clash:
         raise InvalidParameterError(
             f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
-    sess, one_off, qname, frame, lazy, backend, schema = _open_release(
-        native, session, name, "median" if median else "quantile", [column], by_list)
+    op = _open_release(native, session, name, "median" if median else "quantile", [column],
+                       by_list)
+    sess, one_off, qname, backend = op.session, op.one_off, op.name, op.backend
+    _check_rules(sess, "quantile", Gaussian(1.0), nulls, None, True)
     unit = sess.unit
-    checks = _value_checks(frame, schema, [column], unit, nulls, lazy)
-    n_rows = checks[_ROWS]
-    if unit is None:
-        sess._check_rows(n_rows)
+    uid = unit if unit is not None else ROW_ID
 
-    # One read of the needed columns; everything else is on the collected arrays.
-    data = _collect_polars(frame.select(*by_list, column, *([unit] if unit else [])), lazy)
-    if data.height != n_rows:
-        raise DataValidationError(
-            "the frame changed between two evaluations (row count); collect it once first.")
-    data = _align_keys(data, keys.to_polars(), by_list)
-    codes = keys.cell_index(data) if by_list else np.zeros(data.height, dtype=np.int64)
-    values = data[column].cast(pl.Float64).to_numpy()
-    missing = np.isnan(values)
-    keep = codes >= 0
-    if nulls == "zero":
-        values = np.where(missing, 0.0, values)
-    elif nulls == "drop":
-        keep &= ~missing
-    clipped = int(((values < lo) | (values > hi))[keep].sum())
-    n_keys = len(keys)
-    sorted_vals, offsets = group_sort(np.clip(values[keep], lo, hi), codes[keep], n_keys)
+    # One evaluation of the input: ids, keys, the values and their flags.
+    x = pl.col(column).cast(pl.Float64)
+    flags = {f"missing:{column}": x.is_null() | x.is_nan(),
+             f"inf:{column}": x.is_infinite().fill_null(False)}
+    lf = op.lf
+    if unit is None:
+        lf = lf.with_row_index(ROW_ID)
+        fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
+               for c in [*by_list, column]]
+    else:
+        fps = []
+        bad_id = pl.col(unit).is_null()
+        if op.schema[unit] in (pl.Float32, pl.Float64):
+            bad_id = bad_id | pl.col(unit).is_nan()
+        flags[f"null:{unit}"] = bad_id
+    data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
+                     *[e.alias(k) for k, e in flags.items()], *fps).collect()
+    counts = {k: int(data[k].sum()) for k in flags}
+    rules = _Rules(nulls, "allow", sess.mode)
+    _strict_checks(counts, [column], unit, rules, False, {})
+    n_rows = data.height
+    if unit is None:
+        fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
+        sess.bind_rows(n_rows, fp)
+    # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
+    # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id are
+    # dropped (author mode).
+    missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
+    keep = pl.lit(True)
+    if nulls == "drop":
+        keep = keep & ~missing
+    if unit is not None:
+        keep = keep & ~pl.col(f"null:{unit}")
+    data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
+                              .alias(column))
+            .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
+    data = _attach_cells(data, keys, by_list)
+    outside = int(data[_CELL].is_null().sum())
+    inside = data.filter(pl.col(_CELL).is_not_null())
+
+    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·ε (group privacy), then the
+    # session's budget as an individual filter (units left out are dropped from their cells).
+    policy = GroupPrivacyPolicy(mechanism)
+    approx = policy.dp_delta is not None
+    pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
+    k = pairs["len"].cast(pl.Float64).to_numpy()
+    ea, da = policy.approx_policy(k)
+    charges = pl.DataFrame({"unit": pairs[uid], "currency": pl.repeat(
+        ROWS_CURRENCY, pairs.height, dtype=pl.String, eager=True), "rho": policy.rho(k),
+        "epsilon": policy.epsilon(k), "size": k, "eps_a": ea, "delta_a": da})
+    charges = (charges.group_by("unit", "currency", maintain_order=True)
+               .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
+                    pl.col("eps_a").sum(), pl.col("delta_a").sum()))
+    charges = sess.admit(charges)
+    admitted = charges.filter(pl.col("admitted"))
+    gone = charges.filter(~pl.col("admitted")).select(pl.col("unit").alias(uid))
+    if gone.height:
+        inside = inside.join(gone, on=uid, how="anti", nulls_equal=True)
+    losses = UnitLosses(admitted["unit"], admitted["rho"].to_numpy(),
+                        admitted["epsilon"].to_numpy(), admitted["size"].to_numpy(),
+                        "approx" if approx else "zcdp",
+                        admitted["eps_a"].to_numpy() if approx else None,
+                        admitted["delta_a"].to_numpy() if approx else None)
+
+    codes = inside[_CELL].to_numpy()
+    values = inside[column].to_numpy()
+    clipped = int(((values < lo) | (values > hi)).sum())
+    n_keys = len(keys) if by_list else 1
+    sorted_vals, offsets = group_sort(np.clip(values, lo, hi), codes, n_keys)
     truth = grouped_quantile(sorted_vals, offsets, qv, (lo, hi))
     ss = smooth_sensitivity_grouped(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
     ss = np.maximum(ss, SS_FLOOR * max(hi - lo, abs(lo), abs(hi)))
 
-    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·ε (group privacy).
-    policy = GroupPrivacyPolicy(mechanism)
-    approx = policy.dp_delta is not None
-    if unit is None:
-        e1 = float(policy.epsilon(1.0))
-        r1 = float(policy.rho(1.0))
-        ea1, da1 = (float(v[0]) for v in policy.approx_policy([1.0]))
-        w = keep.astype(np.float64)
-        losses = UnitLosses(None, np.where(keep, r1, 0.0), np.where(keep, e1, 0.0), w,
-                            "approx" if approx else "zcdp",
-                            w * ea1 if approx else None, w * da1 if approx else None)
-    else:
-        pairs = (pl.DataFrame({"unit": data[unit], "cell": codes})
-                 .filter(pl.Series(keep)).group_by("unit", "cell").len())
-        k = pairs["len"].cast(pl.Float64).to_numpy()
-        ea, da = policy.approx_policy(k)
-        per_unit = (pl.DataFrame({"unit": pairs["unit"], "rho": policy.rho(k),
-                                  "epsilon": policy.epsilon(k), "size": k,
-                                  "eps_a": ea, "delta_a": da})
-                    .group_by("unit", maintain_order=True)
-                    .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
-                         pl.col("eps_a").sum(), pl.col("delta_a").sum()))
-        losses = UnitLosses(per_unit["unit"], per_unit["rho"].to_numpy(),
-                            per_unit["epsilon"].to_numpy(), per_unit["size"].to_numpy(),
-                            "approx" if approx else "zcdp",
-                            per_unit["eps_a"].to_numpy() if approx else None,
-                            per_unit["delta_a"].to_numpy() if approx else None)
-    sess.check_budget(losses)
-
     rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
-    out = keys.to_polars().with_columns(
+    out = (keys.to_polars() if by_list else pl.DataFrame()).with_columns(
         pl.Series(label, rv.estimate, dtype=pl.Float64),
         pl.Series(f"{label}_sd", rv.sd, dtype=pl.Float64),
         pl.Series(f"{label}_moe", rv.moe, dtype=pl.Float64))
     confidential = {
         "rows_read": n_rows,
-        "rows_outside_keys": int((codes < 0).sum()),
-        "rows_in_released_cells": int(keep.sum()),
+        "rows_outside_keys": outside,
+        "rows_in_released_cells": int(inside.height),
+        "units_left_out_by_budget": int(gone.height),
         "values_clipped_to_bounds": clipped,
-        **({f"missing_values_{nulls}:{column}": checks.get(f"missing:{column}", 0)}
+        **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
            if nulls != "error" else {}),
     }
     record = QueryRecord(
@@ -312,7 +339,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         measures=(label,), by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
         keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
         losses=losses, confidential=confidential)
-    sess._record(record, backend)
+    sess.record_release(record, backend, admitted)
     if one_off:
         _set_last(sess)
     return out.to_pandas() if backend == "pandas" else out

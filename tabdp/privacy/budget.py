@@ -1,10 +1,24 @@
-"""Per-record privacy budgets: a public limit on each unit's total PRzCDP loss ρ.
+"""Per-record privacy budgets: a public limit on each unit's PRzCDP loss ρ, enforced as a filter.
 
-A budget is either a constant ρ_max for every unit, or a *curve*: a limit that depends on the
-unit's size s (its largest absolute contribution to any released cell), given at a few sizes and
-interpolated linearly in log(s) (constant beyond the end points). Curves are how slowly scaling
-guarantees are budgeted: "records of size 1,000 at most ρ = 0.5, records of size 10^7 at most
-ρ = 10".
+A budget is enforced as an *individual privacy filter* (Feldman and Zrnic, "Individual Privacy
+Accounting via a Rényi Filter", NeurIPS 2021, arXiv:2008.11193): before a query's noise is drawn,
+every unit whose loss would pass its limit is left out of that query (its contributions are
+dropped from the cells it would have charged); the query itself always runs. Whether a unit is
+left out depends only on that unit's own data and on public inputs, never on other units, so
+neighbouring datasets differ only in that one unit's participation, and the unit's total loss
+over the session never passes its limit.
+
+Two kinds of limits:
+
+* A **constant** ``Budget(1.0)``: every unit's total ρ over all releases of the session.
+* A **curve** ``Budget({1e3: 0.5, 1e7: 10.0})``: a limit that grows with the unit's *size*, given
+  at a few sizes and interpolated linearly in log(size) (constant beyond the end points). Sizes
+  never mix currencies: each *currency* (each summed measure, in its own unit; ``"rows"`` for
+  counts, medians and quantiles, whose sensitivity is a number of rows) has its own ledger and
+  its own size: the unit's largest absolute contribution to a released cell of that currency.
+  A plain curve applies to every currency separately; ``Budget({"payroll": {...},
+  "rows": {...}})`` gives one curve per currency (``"*"`` for the others). A unit's guarantee is
+  then the sum over currencies of the curve at its size there.
 """
 
 from __future__ import annotations
@@ -19,15 +33,58 @@ from numpy.typing import ArrayLike
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 
-__all__ = ["Budget"]
+__all__ = ["Budget", "ROWS_CURRENCY"]
+
+#: Currency of releases whose sensitivity is a number of rows (counts, medians, quantiles).
+ROWS_CURRENCY = "rows"
+
+
+class _Curve:
+    """One size → ρ curve (linear in log size, constant beyond the end points)."""
+
+    def __init__(self, rho: Mapping[float, float], where: str) -> None:
+        if not rho:
+            raise InvalidParameterError(
+                f"Budget{where}: a curve needs at least one {{size: rho}} point; got {{}}.\n"
+                "Hint: Budget({1e3: 0.5, 1e7: 10.0}) or a constant Budget(1.0).")
+        pts = sorted(
+            (check_real("size", s, owner=f"Budget curve{where}", gt=0.0),
+             check_real(f"rho at size {s}", r, owner=f"Budget curve{where}", gt=0.0))
+            for s, r in rho.items())
+        self.sizes = np.array([p[0] for p in pts])
+        self.limits = np.array([p[1] for p in pts])
+        if np.any(np.diff(self.sizes) == 0):
+            raise InvalidParameterError(
+                f"Budget{where}: sizes must be distinct; got {list(rho)}.")
+        if np.any(np.diff(self.limits) < 0):
+            raise InvalidParameterError(
+                f"Budget{where}: limits must not decrease with size (a larger unit may not get "
+                f"a smaller budget); got {dict(zip(self.sizes.tolist(), self.limits.tolist()))}."
+                "\nHint: give non-decreasing limits, e.g. {1e3: 0.5, 1e7: 10.0}.")
+
+    def limit(self, size: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            ls = np.log(np.maximum(size, 1e-300))
+        return np.interp(ls, np.log(self.sizes), self.limits)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"points": [[float(s), float(r)] for s, r in
+                           zip(self.sizes, self.limits, strict=True)],
+                "interpolation": "linear in log(size), constant beyond the end points"}
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{s:g}: {r:g}" for s, r in zip(self.sizes, self.limits, strict=True))
+        return f"{{{inner}}}"
 
 
 class Budget:
-    """A public per-record limit on total PRzCDP loss ρ.
+    """A public per-record limit on PRzCDP loss ρ, enforced as an individual filter.
 
     Args:
-        rho: Either a number (the same limit for every unit) or a mapping ``{size: rho_limit}``
-            with at least one entry; sizes > 0, limits > 0.
+        rho: A number (every unit's total ρ), a curve ``{size: rho_limit}`` applied to each
+            currency separately, or ``{currency: curve}`` (currencies: measure names, ``"rows"``
+            for counts / medians / quantiles, ``"*"`` for any other). Sizes > 0, limits > 0 and
+            non-decreasing in size.
 
     Example:
         >>> b = Budget({1e3: 0.5, 1e7: 10.0})
@@ -35,34 +92,70 @@ class Budget:
         [0.5, 0.5, 5.25, 10.0, 10.0]
         >>> float(Budget(2.0).limit(1e9))
         2.0
+        >>> Budget({"payroll": {1e3: 0.5, 1e7: 10.0}, "rows": {1: 0.5}}).limit([1e5], "rows").tolist()
+        [0.5]
     """
 
-    def __init__(self, rho: float | Mapping[float, float]) -> None:
+    def __init__(self, rho: float | Mapping[Any, Any]) -> None:
+        self.curves: dict[str, _Curve] | None = None
         if isinstance(rho, Mapping):
-            if not rho:
-                raise InvalidParameterError(
-                    "Budget: a curve needs at least one {size: rho} point; got {}.\n"
-                    "Hint: Budget({1e3: 0.5, 1e7: 10.0}) or a constant Budget(1.0).")
-            pts = sorted(
-                (check_real("size", s, owner="Budget curve", gt=0.0),
-                 check_real(f"rho at size {s}", r, owner="Budget curve", gt=0.0))
-                for s, r in rho.items())
-            self.sizes = np.array([p[0] for p in pts])
-            self.limits = np.array([p[1] for p in pts])
-            if np.any(np.diff(self.sizes) == 0):
-                raise InvalidParameterError(f"Budget: sizes must be distinct; got {list(rho)}.")
+            if rho and all(isinstance(k, str) for k in rho):
+                curves = {}
+                for cur, c in rho.items():
+                    if not isinstance(c, Mapping):
+                        raise InvalidParameterError(
+                            f"Budget: the curve for {cur!r} must be a {{size: rho}} mapping; got "
+                            f"{type(c).__name__}.\nHint: Budget({{'payroll': {{1e3: 0.5, 1e7: "
+                            "10.0}, 'rows': {1: 0.5}}).")
+                    curves[cur] = _Curve(c, f"[{cur!r}]")
+                self.curves = curves
+            else:
+                self.curves = {"*": _Curve(rho, "")}
             self.constant: float | None = None
+            first = next(iter(self.curves.values()))
+            self.sizes, self.limits = first.sizes, first.limits
         else:
             self.constant = check_real("rho", rho, owner="Budget", gt=0.0,
                                        hint="a per-record zCDP limit such as Budget(1.0)")
             self.sizes = np.array([1.0])
             self.limits = np.array([self.constant])
 
-    def limit(self, size: ArrayLike) -> np.ndarray:
-        """The ρ limit for units of the given sizes.
+    @property
+    def per_currency(self) -> bool:
+        """Whether limits depend on per-currency sizes (curves) rather than a total.
+
+        Example:
+            >>> Budget(1.0).per_currency, Budget({1.0: 1.0}).per_currency
+            (False, True)
+        """
+        return self.curves is not None
+
+    def curve_for(self, currency: str) -> _Curve:
+        """The curve of a currency (its own, else ``"*"``).
+
+        Raises:
+            InvalidParameterError: The budget has no curve for the currency (a data-free error,
+                raised before any data is read).
+
+        Example:
+            >>> Budget({1e3: 1.0}).curve_for("payroll")
+            {1000: 1}
+        """
+        assert self.curves is not None
+        c = self.curves.get(currency, self.curves.get("*"))
+        if c is None:
+            raise InvalidParameterError(
+                f"Budget: no curve for {currency!r}; the budget has curves for "
+                f"{sorted(self.curves)}.\nHint: add {currency!r} (or '*' for every other "
+                "currency) to the budget; counts, medians and quantiles use 'rows'.")
+        return c
+
+    def limit(self, size: ArrayLike, currency: str = "*") -> np.ndarray:
+        """The ρ limit for units of the given sizes (in ``currency``).
 
         Args:
-            size: Unit sizes (largest absolute contribution to a released cell).
+            size: Unit sizes (largest absolute contribution to a released cell of the currency).
+            currency: A measure name or ``"rows"`` (ignored for constant budgets).
 
         Returns:
             Limits, one per size.
@@ -74,9 +167,7 @@ class Budget:
         s = np.abs(np.asarray(size, dtype=np.float64))
         if self.constant is not None:
             return np.full(s.shape, self.constant)
-        with np.errstate(divide="ignore"):
-            ls = np.log(np.maximum(s, 1e-300))
-        return np.interp(ls, np.log(self.sizes), self.limits)
+        return self.curve_for(currency).limit(s)
 
     def to_dict(self) -> dict[str, Any]:
         """Public description of the budget.
@@ -86,18 +177,25 @@ class Budget:
 
         Example:
             >>> Budget(1.0).to_dict()
-            {'kind': 'constant', 'rho': 1.0}
+            {'kind': 'constant', 'rho': 1.0, 'enforcement': 'individual filter'}
         """
         if self.constant is not None:
-            return {"kind": "constant", "rho": self.constant}
-        return {"kind": "curve", "points": [[float(s), float(r)] for s, r in
-                                            zip(self.sizes, self.limits, strict=True)],
-                "interpolation": "linear in log(size), constant beyond the end points"}
+            return {"kind": "constant", "rho": self.constant, "enforcement": "individual filter"}
+        assert self.curves is not None
+        if list(self.curves) == ["*"]:
+            return {"kind": "curve", **self.curves["*"].to_dict(),
+                    "applies_to": "each currency separately (each measure; rows for counts)",
+                    "enforcement": "individual filter"}
+        return {"kind": "curves", "curves": {k: c.to_dict() for k, c in self.curves.items()},
+                "enforcement": "individual filter"}
 
     def __repr__(self) -> str:
         if self.constant is not None:
             return f"Budget({self.constant!r})"
-        inner = ", ".join(f"{s:g}: {r:g}" for s, r in zip(self.sizes, self.limits, strict=True))
+        assert self.curves is not None
+        if list(self.curves) == ["*"]:
+            return f"Budget({self.curves['*']!r})"
+        inner = ", ".join(f"{k!r}: {c!r}" for k, c in self.curves.items())
         return f"Budget({{{inner}}})"
 
     @staticmethod

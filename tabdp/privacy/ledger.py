@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from tabdp.mechanisms._base import Mechanism
 
@@ -26,7 +27,8 @@ class UnitLosses:
     """Confidential per-unit losses of one query.
 
     Attributes:
-        units: Unit ids (``None`` when each row is a unit: then index i is row i).
+        units: Unit ids (a Polars Series): the unit column's values, or the row ids (positions
+            in the frame as read) when each row is a unit.
         rho: PRzCDP loss per unit (``inf`` for units touched by an approximate-DP-only release).
         epsilon: PRDP loss per unit (``inf`` where not pure).
         size: Largest absolute contribution of the unit to a released cell.
@@ -37,7 +39,8 @@ class UnitLosses:
         delta_a: Approximate-DP δ per unit (per-cell δ times cells touched), ``"approx"`` only.
 
     Example:
-        >>> UnitLosses(None, np.zeros(2), np.zeros(2), np.ones(2)).n
+        >>> import polars as pl
+        >>> UnitLosses(pl.Series([0, 1]), np.zeros(2), np.zeros(2), np.ones(2)).n
         2
     """
 
@@ -80,7 +83,7 @@ class UnitLosses:
         """Number of units.
 
         Example:
-            >>> UnitLosses(None, np.zeros(3), np.zeros(3), np.zeros(3)).n
+            >>> UnitLosses(pl.Series([0, 1, 2]), np.zeros(3), np.zeros(3), np.zeros(3)).n
             3
         """
         return int(self.rho.shape[0])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
-from tabdp.exceptions import BudgetExceededError, InvalidParameterError
+from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.conversions import check_dp_delta
@@ -55,13 +56,24 @@ class Session:
 
     Args:
         unit: Column identifying the privacy unit (e.g. ``"estab_id"``: all rows of an
-            establishment form one unit). ``None``: each row is a unit, and every call in the
-            session must see the same rows in the same order.
+            establishment form one unit). ``None``: each row is a unit, identified by its row
+            id (its position in the frame as read); every release of the session must then
+            read the same rows in the same order: a release over a reordered, filtered or
+            changed frame is refused before any noise is drawn (use ``unit=`` to follow records
+            across different frames).
         seed: ``None`` (default) for secure OS randomness. An int makes noise reproducible:
             **for tests only**; the report marks the session as not for production.
-        budget: Optional public limit on each unit's total PRzCDP ρ: a number, a
-            ``{size: rho}`` curve, or :class:`tabdp.Budget`. A query that would take any unit
-            past it is refused before noise is drawn.
+        budget: Optional public limit on each unit's PRzCDP ρ: a number, a ``{size: rho}``
+            curve, ``{currency: curve}`` or :class:`tabdp.Budget`. It is enforced as an
+            individual filter: a unit whose loss would pass its limit is left out of that
+            query (the query runs; how many units were left out is confidential).
+        mode: ``"curator"`` (default): the caller may see the data; bad values under a strict
+            rule (``nulls="error"``...) raise :class:`tabdp.DataValidationError` with a generic
+            message (details in its ``confidential`` attribute). ``"author"``: the caller may
+            not see the microdata (e.g. behind a validation server): every rule must be declared
+            (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and
+            no release raises, warns or returns anything that depends on the data except
+            through the noise.
 
     Example:
         >>> import polars as pl, tabdp
@@ -75,13 +87,19 @@ class Session:
     """
 
     def __init__(self, unit: str | None = None, seed: int | None = None,
-                 budget: float | dict[float, float] | Budget | None = None) -> None:
+                 budget: float | dict[Any, Any] | Budget | None = None,
+                 mode: str = "curator") -> None:
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
                 "Hint: Session(unit='estab_id') groups all rows of an establishment.")
+        if mode not in MODES:
+            raise InvalidParameterError(
+                f"Session: mode must be one of {MODES}; got {mode!r}.\nHint: 'curator' when "
+                "the caller may see the data, 'author' for query authors who may not.")
         self.unit = unit
         self.seed = seed
+        self.mode = mode
         self.rng = RandomSource(seed)
         self.budget = Budget.coerce(budget)
         #: Keep a CONFIDENTIAL per-cell audit of each release (worst loss of one unit per cell,
@@ -89,17 +107,34 @@ class Session:
         self.track_cells = False
         self.records: list[QueryRecord] = []
         self.backend = "polars"
+        # Row mode: the rows every release must read (count and per-column fingerprints).
         self._n_rows: int | None = None
-        # Row mode: component name -> array over rows (rho_z / rho_g / eps_a / delta_a are
-        # only materialized once a release needs them; see tabdp.privacy.accounting).
-        self._row_totals: dict[str, np.ndarray] | None = None
-        self._unit_totals: pl.DataFrame | None = None
-        # Aggregation of the last Polars frame released, reused by a later release of the same
-        # frame object with the same grouping (e.g. a count after a sum): one pass over records.
+        self._fingerprints: dict[str, int] = {}
+        # The ledger: one row per unit that was charged, its loss components and, under a curve
+        # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
+        self._ledger: pl.DataFrame | None = None
+        # Snapshot of the last frame released, reused by a later release of the same frame
+        # object with the same grouping (e.g. a count after a sum): one pass over records.
         self._agg_cache: dict[Any, dict[str, Any]] = {}
 
     # -- names --------------------------------------------------------------------------------
-    def _name(self, requested: str | None, kind: str) -> str:
+    def release_name(self, requested: str | None, kind: str) -> str:
+        """The label of the next release (checked before any data is read).
+
+        Args:
+            requested: The caller's name, or ``None`` for ``q<i>_<kind>``.
+            kind: ``"sum"``, ``"count"``, ``"median"`` or ``"quantile"``.
+
+        Returns:
+            A name unique in the session.
+
+        Raises:
+            InvalidParameterError: A malformed or already used name.
+
+        Example:
+            >>> Session().release_name(None, "sum")
+            'q1_sum'
+        """
         taken = {r.name for r in self.records}
         if requested is not None:
             if not isinstance(requested, str) or not re.fullmatch(r"[A-Za-z0-9_]+", requested):
@@ -117,90 +152,174 @@ class Session:
             name = f"q{i}_{kind}"
         return name
 
-    # -- accounting ---------------------------------------------------------------------------
-    def _check_rows(self, n_rows: int) -> None:
-        if self.unit is None and self._n_rows is not None and n_rows != self._n_rows:
-            raise InvalidParameterError(
-                f"This session counts each row as a unit and its earlier releases read "
-                f"{self._n_rows} rows; this frame has {n_rows}. Row i of every call must be the "
-                "same record.\nHint: create the session with unit='<id column>' to follow units "
-                "across different frames.")
+    _name = release_name
 
-    def _prospective(self, losses: UnitLosses) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                        np.ndarray | None]:
-        """Totals (rho, size, previously spent rho, ids) for the units of ``losses``."""
-        if losses.units is None:
-            if self._row_totals is None:
-                prev = np.zeros(losses.n)
-                size = losses.size
-            else:
-                prev = self._row_totals["rho"]
-                size = np.maximum(self._row_totals["size"], losses.size)
-            return prev + losses.rho, size, prev, None
-        new = pl.DataFrame({"unit": losses.units, "rho_new": losses.rho, "size_new": losses.size})
-        if self._unit_totals is not None:
-            new = new.join(self._unit_totals.select("unit", "rho", "size")
-                           .rename({"rho": "rho_old", "size": "size_old"}),
-                           on="unit", how="left", maintain_order="left")
-        else:
-            new = new.with_columns(rho_old=pl.lit(None, pl.Float64), size_old=pl.lit(None, pl.Float64))
-        prev = new["rho_old"].fill_null(0.0).to_numpy()
-        size = np.maximum(new["size_old"].fill_null(0.0).to_numpy(), losses.size)
-        return prev + losses.rho, size, prev, losses.units
+    # -- row mode -----------------------------------------------------------------------------
+    def bind_rows(self, n_rows: int, fingerprints: dict[str, int]) -> None:
+        """Row mode: check that a release reads the session's rows, row for row.
 
-    def check_budget(self, losses: UnitLosses) -> None:
-        """Refuse (before any noise is drawn) a query that takes a unit past the budget.
-
-        The check uses the units' actual losses, which are confidential: the error message is
-        for the analyst running the release, not for publication.
+        The first release binds the session to its rows: their number and, for every column
+        read, an order-sensitive fingerprint (a hash of each row id with its value, summed).
+        A later release must read the same number of rows, and every column it reads that an
+        earlier release read must have the same fingerprint; columns read for the first time
+        are added. Losses are accounted by row id, so a reordered, filtered or changed frame
+        would charge one record's loss to another: it is refused before any noise is drawn.
 
         Args:
-            losses: The per-unit losses the query would add.
+            n_rows: Rows read by the release.
+            fingerprints: Column name → fingerprint.
 
         Raises:
-            BudgetExceededError: With requested / remaining for the worst unit.
+            InvalidParameterError: The rows differ from the session's.
+
+        Example:
+            >>> s = Session()
+            >>> s.bind_rows(3, {"x": 42})
+            >>> s.bind_rows(3, {"x": 42, "y": 7})
+            >>> try:
+            ...     s.bind_rows(3, {"x": 43})
+            ... except ValueError as err:
+            ...     print(str(err).splitlines()[0][:60])
+            This session counts each row as a unit (row ids), but this f
+        """
+        if self.unit is not None:
+            return
+        changed = sorted(c for c, f in fingerprints.items()
+                         if c in self._fingerprints and self._fingerprints[c] != f)
+        if (self._n_rows is not None and n_rows != self._n_rows) or changed:
+            what = (f"it has {n_rows} rows where the session's earlier releases read "
+                    f"{self._n_rows}" if self._n_rows is not None and n_rows != self._n_rows
+                    else f"column(s) {changed} do not hold the same values in the same rows")
+            raise InvalidParameterError(
+                "This session counts each row as a unit (row ids), but this frame's rows are "
+                f"not the rows its earlier releases read: {what}. A reordered, filtered or "
+                "changed frame would charge one record's loss to another, so nothing was "
+                "drawn or recorded.\nHint: release the same frame in every call of the "
+                "session, or create the session with unit='<id column>' to follow records "
+                "across different frames.")
+        if self._n_rows is None:
+            self._n_rows = n_rows
+        for c, f in fingerprints.items():
+            self._fingerprints.setdefault(c, f)
+
+    # -- the filter ---------------------------------------------------------------------------
+    def admit(self, charges: pl.DataFrame) -> pl.DataFrame:
+        """Apply the budget as an individual filter to a query's charges.
+
+        Args:
+            charges: One row per (unit, currency) the query would charge, with columns
+                ``unit``, ``currency``, ``rho`` and ``size``.
+
+        Returns:
+            ``charges`` with a boolean column ``admitted``: False where the unit is left out
+            of the query (for that currency under a curve budget; for the whole query under a
+            constant budget). Without a budget every charge is admitted.
 
         Example:
             >>> s = Session(budget=1.0)
-            >>> s.check_budget(UnitLosses(None, np.array([0.5]), np.array([np.inf]), np.ones(1)))
+            >>> ch = pl.DataFrame({"unit": [0, 1], "currency": ["x", "x"], "rho": [0.5, 2.0],
+            ...                    "size": [1.0, 4.0]})
+            >>> s.admit(ch)["admitted"].to_list()
+            [True, False]
         """
-        if self.budget is None or losses.n == 0:
-            return
-        total, size, prev, ids = self._prospective(losses)
-        limit = self.budget.limit(size)
-        over = ~(total <= limit * (1.0 + 1e-12))  # a NaN loss counts as over, never as within
-        if not np.any(over):
-            return
-        excess = np.where(over, np.nan_to_num(total - limit, nan=np.inf), -np.inf)
-        i = int(np.argmax(excess))
-        who = f"unit {ids[i]!r}" if ids is not None else f"row {i}"
-        raise BudgetExceededError(
-            f"Privacy budget exceeded: this query would take {int(over.sum())} unit(s) past "
-            f"the per-record budget {self.budget!r}. Worst: {who} (size {size[i]:.6g}): "
-            f"requested rho={losses.rho[i]:.6g}, already spent {prev[i]:.6g}, remaining "
-            f"{max(limit[i] - prev[i], 0.0):.6g} (limit {limit[i]:.6g}; difference "
-            f"{total[i] - limit[i]:.6g}). Nothing was released or recorded.\n"
-            "Hint: use more noise (larger sigma / smaller d) or a slower-scaling mechanism; "
-            "these figures come from confidential data: do not publish this message.")
+        if self.budget is None or charges.height == 0:
+            return charges.with_columns(admitted=pl.lit(True))
+        b = self.budget
+        if not b.per_currency:
+            per_unit = charges.group_by("unit").agg(pl.col("rho").sum().alias("_new"))
+            if self._ledger is not None:
+                per_unit = per_unit.join(self._ledger.select("unit", pl.col("rho").alias("_old")),
+                                         on="unit", how="left", nulls_equal=True)
+            else:
+                per_unit = per_unit.with_columns(_old=pl.lit(0.0))
+            total = (per_unit["_new"].to_numpy() + per_unit["_old"].fill_null(0.0).to_numpy())
+            ok = total <= b.constant * (1.0 + 1e-12)  # a NaN loss is never within the budget
+            admitted = per_unit.select("unit").with_columns(admitted=pl.Series(ok))
+            return charges.join(admitted, on="unit", how="left", nulls_equal=True,
+                                maintain_order="left")
+        parts = []
+        for cur in charges["currency"].unique(maintain_order=True).to_list():
+            ch = charges.filter(pl.col("currency") == cur)
+            curve = b.curve_for(cur)
+            rc, sc = f"rho@{cur}", f"size@{cur}"
+            if self._ledger is not None and rc in self._ledger.columns:
+                ch = ch.join(self._ledger.select("unit", pl.col(rc).alias("_old"),
+                                                 pl.col(sc).alias("_olds")),
+                             on="unit", how="left", nulls_equal=True, maintain_order="left")
+            else:
+                ch = ch.with_columns(_old=pl.lit(None, pl.Float64), _olds=pl.lit(None, pl.Float64))
+            size = np.maximum(ch["size"].to_numpy(), ch["_olds"].fill_null(0.0).to_numpy())
+            total = ch["rho"].to_numpy() + ch["_old"].fill_null(0.0).to_numpy()
+            ok = total <= curve.limit(size) * (1.0 + 1e-12)
+            parts.append(ch.drop("_old", "_olds").with_columns(admitted=pl.Series(ok)))
+        return pl.concat(parts, how="vertical")
 
-    def _record(self, record: QueryRecord, backend: str) -> None:
+    def check_budget(self, losses: UnitLosses) -> None:
+        """Deprecated: budgets are an individual filter now and never refuse a query.
+
+        Kept for one release; it raises nothing. Use :meth:`admit`.
+
+        Args:
+            losses: Ignored.
+
+        Example:
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")
+            ...     Session(budget=1.0).check_budget(None)
+        """
+        warnings.warn("Session.check_budget is deprecated: budgets are enforced as an "
+                      "individual filter (Session.admit) and never refuse a query.",
+                      DeprecationWarning, stacklevel=2)
+
+    # -- recording ----------------------------------------------------------------------------
+    def record_release(self, record: QueryRecord, backend: str,
+                       charges: pl.DataFrame | None = None) -> None:
+        """Add a release to the ledger (its admitted losses) and to the records.
+
+        Args:
+            record: The release.
+            backend: ``"pandas"`` or ``"polars"`` (the library reports are returned in).
+            charges: The admitted (unit, currency) charges, for curve budgets' per-currency
+                ledger columns.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> s = Session(unit="id")
+            >>> r = QueryRecord(1, "q1", "count", ("count",), (), Gaussian(1.0), {}, 0.9,
+            ...                 "error", UnitLosses(pl.Series(["a"]), np.array([0.5]),
+            ...                                     np.array([np.inf]), np.array([1.0])))
+            >>> s.record_release(r, "polars")
+            >>> s.report().per_record["rho"].to_list()
+            [0.5]
+        """
         losses = record.losses
         self.backend = backend
-        if losses is not None:
-            if losses.units is None:
-                self._row_totals = _add_rows(self._row_totals, losses)
-                self._n_rows = losses.n
-            else:
-                new = pl.DataFrame({c: v for c, v in _components(losses).items()}
-                                   | {"unit": losses.units}).select("unit", *COMPONENTS)
-                if self._unit_totals is not None:
-                    new = pl.concat([self._unit_totals, new], how="vertical_relaxed")
-                self._unit_totals = (
-                    new.group_by("unit", maintain_order=True)
-                    .agg(*[pl.col(c).sum() for c in COMPONENTS if c != "size"],
-                         pl.col("size").max())
-                    .select("unit", *COMPONENTS))
+        if losses is not None and losses.n:
+            new = pl.DataFrame({"unit": losses.units, **_components(losses)}).select(
+                "unit", *COMPONENTS)
+            if charges is not None and self.budget is not None and self.budget.per_currency:
+                cur = (charges.filter(pl.col("admitted"))
+                       .group_by("unit", "currency")
+                       .agg(pl.col("rho").sum(), pl.col("size").max())
+                       .pivot(on="currency", index="unit", values=["rho", "size"],
+                              separator="@"))
+                # a single currency pivots to plain names
+                ren = {c: f"{c}@{charges['currency'][0]}" for c in ("rho", "size")
+                       if c in cur.columns}
+                cur = cur.rename(ren)
+                new = new.join(cur, on="unit", how="left", nulls_equal=True)
+            ledger = new if self._ledger is None else pl.concat([self._ledger, new],
+                                                                how="diagonal_relaxed")
+            sums = [c for c in ledger.columns if c != "unit"
+                    and not (c == "size" or c.startswith("size@"))]
+            maxes = [c for c in ledger.columns if c == "size" or c.startswith("size@")]
+            self._ledger = (ledger.group_by("unit", maintain_order=True)
+                            .agg(*[pl.col(c).fill_null(0.0).sum() for c in sums],
+                                 *[pl.col(c).fill_null(0.0).max() for c in maxes]))
         self.records.append(record)
+
+    _record = record_release
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, delta: float | None = None) -> Report:
@@ -223,65 +342,28 @@ class Session:
     def __repr__(self) -> str:
         seed = "secure" if self.seed is None else f"seed={self.seed} (NOT FOR PRODUCTION)"
         return (f"Session(unit={self.unit!r}, {seed}, budget={self.budget!r}, "
-                f"releases={len(self.records)})")
+                f"mode={self.mode!r}, releases={len(self.records)})")
+
+
+#: Session modes (see :class:`Session`).
+MODES = ("curator", "author")
 
 
 def _components(losses: UnitLosses) -> dict[str, np.ndarray]:
     """The loss components (``COMPONENTS``) one query adds to its units."""
     n = losses.n
-    zero = np.broadcast_to(0.0, (n,))
+    zero = np.zeros(n)
     approx = losses.guarantee == "approx"
     return {
-        "rho": losses.rho, "epsilon": losses.epsilon, "size": losses.size,
-        "rho_z": zero if approx else losses.rho,
-        "rho_g": losses.rho if losses.guarantee == "gaussian" else zero,
-        "eps_a": losses.eps_a if approx else zero,  # type: ignore[dict-item]
-        "delta_a": losses.delta_a if approx else zero,  # type: ignore[dict-item]
+        "rho": np.asarray(losses.rho, dtype=np.float64),
+        "epsilon": np.asarray(losses.epsilon, dtype=np.float64),
+        "size": np.asarray(losses.size, dtype=np.float64),
+        "rho_z": zero if approx else np.asarray(losses.rho, dtype=np.float64),
+        "rho_g": np.asarray(losses.rho, dtype=np.float64) if losses.guarantee == "gaussian"
+        else zero,
+        "eps_a": np.asarray(losses.eps_a, dtype=np.float64) if approx else zero,
+        "delta_a": np.asarray(losses.delta_a, dtype=np.float64) if approx else zero,
     }
-
-
-def _add_rows(totals: dict[str, np.ndarray] | None, losses: UnitLosses
-              ) -> dict[str, np.ndarray]:
-    """Row-mode totals after one more query; optional components are created when needed."""
-    parts = _components(losses)
-    if totals is None:
-        out = {c: parts[c] for c in ("rho", "epsilon", "size")}
-        if losses.guarantee == "approx":
-            out |= {c: parts[c] for c in ("rho_z", "eps_a", "delta_a")}
-        if losses.guarantee == "gaussian":
-            out["rho_g"] = parts["rho_g"]
-        return out
-    out = dict(totals)
-    if losses.guarantee == "approx" and "rho_z" not in out:
-        out["rho_z"] = out["rho"]  # everything so far had a zCDP guarantee
-        out["eps_a"] = np.zeros(losses.n)
-        out["delta_a"] = np.zeros(losses.n)
-    out["rho"] = totals["rho"] + losses.rho
-    out["epsilon"] = totals["epsilon"] + losses.epsilon
-    out["size"] = np.maximum(totals["size"], losses.size)
-    if "rho_z" in out:
-        out["rho_z"] = out["rho_z"] + parts["rho_z"]
-        out["eps_a"] = out["eps_a"] + parts["eps_a"]
-        out["delta_a"] = out["delta_a"] + parts["delta_a"]
-    if losses.guarantee == "gaussian":
-        out["rho_g"] = out["rho_g"] + parts["rho_g"] if "rho_g" in out else parts["rho_g"]
-    return out
-
-
-def _row_component(totals: dict[str, np.ndarray], name: str) -> np.ndarray:
-    """A row-mode component, with its implicit value when it was never materialized."""
-    if name in totals:
-        return totals[name]
-    if name == "rho_z":
-        return totals["rho"]
-    return np.broadcast_to(0.0, totals["rho"].shape)
-
-
-def _column(name: str, values: np.ndarray) -> pl.Series:
-    """A Float64 column; constant (broadcast) arrays are built natively instead of copied."""
-    if values.ndim == 1 and values.size > 1 and values.strides == (0,):
-        return pl.repeat(float(values[0]), values.size, dtype=pl.Float64, eager=True).alias(name)
-    return pl.Series(name, values, dtype=pl.Float64)
 
 
 def total_policy_curve(entries: Sequence[tuple[Mechanism, int]], sizes: Sequence[float],
@@ -377,37 +459,29 @@ class Report:
         unit_col = s.unit or "row"
         recs = [r for r in s.records if r.losses is not None]
         shown = ("rho", "epsilon", "size")
+        ledger = s._ledger
+        if ledger is None:
+            ledger = pl.DataFrame(schema={"unit": pl.Int64, **{c: pl.Float64
+                                                               for c in COMPONENTS}})
         if s.unit is None:
-            n = s._n_rows or 0
-            cols = [pl.int_range(n, dtype=pl.Int64, eager=True).alias("row")]
-            if s._row_totals is None:
-                cols += [pl.Series(c, [], dtype=pl.Float64) for c in shown]
-                comps = None
-            else:
-                comps = {c: _row_component(s._row_totals, c) for c in COMPONENTS}
-                cols += [_column(c, comps[c]) for c in shown]
-            if self.delta is not None:
-                cols.append(_column("epsilon_delta", np.zeros(0) if comps is None else
-                                    self._eps_delta(comps)))
-            cols += [_column(f"rho_{r.name}", r.losses.rho)  # type: ignore[union-attr]
-                     for r in recs]
-            out = pl.DataFrame(cols)
-        else:
-            if s._unit_totals is None:
-                out = pl.DataFrame({unit_col: [], **{c: [] for c in shown}},
-                                   schema={unit_col: pl.Int64, **{c: pl.Float64 for c in shown}})
-                if self.delta is not None:
-                    out = out.with_columns(epsilon_delta=pl.lit(None, pl.Float64))
-            else:
-                out = s._unit_totals.rename({"unit": unit_col}).select(unit_col, *shown)
-                if self.delta is not None:
-                    comps = {c: s._unit_totals[c].to_numpy() for c in COMPONENTS}
-                    out = out.with_columns(epsilon_delta=pl.Series(self._eps_delta(comps)))
-                for r in recs:
-                    part = pl.DataFrame({unit_col: r.losses.units,  # type: ignore[union-attr]
-                                         f"rho_{r.name}": r.losses.rho})  # type: ignore[union-attr]
-                    out = out.join(part, on=unit_col, how="left", maintain_order="left")
-                out = out.with_columns(pl.col(f"rho_{r.name}").fill_null(0.0) for r in recs)
+            # every row read is listed, charged or not, in row-id order
+            rows = pl.DataFrame({"unit": pl.int_range(s._n_rows or 0, dtype=pl.Int64,
+                                                      eager=True)})
+            ledger = rows.join(ledger.with_columns(pl.col("unit").cast(pl.Int64)), on="unit",
+                               how="left", maintain_order="left").with_columns(
+                pl.col(c).fill_null(0.0) for c in ledger.columns if c != "unit")
+        out = ledger.select(pl.col("unit").alias(unit_col), *shown)
+        if self.delta is not None:
+            comps = {c: ledger[c].to_numpy() for c in COMPONENTS}
+            out = out.with_columns(epsilon_delta=pl.Series(
+                self._eps_delta(comps) if ledger.height else np.zeros(0), dtype=pl.Float64))
+        for r in recs:
+            assert r.losses is not None
+            part = pl.DataFrame({unit_col: r.losses.units, f"rho_{r.name}": r.losses.rho})
+            if s.unit is None:
+                part = part.with_columns(pl.col(unit_col).cast(pl.Int64))
+            out = out.join(part, on=unit_col, how="left", maintain_order="left",
+                           nulls_equal=True).with_columns(pl.col(f"rho_{r.name}").fill_null(0.0))
         if s.backend == "pandas":
             return out.to_pandas()
         return out
@@ -477,11 +551,9 @@ class Report:
             0
         """
         s = self.session
-        if s.unit is None:
-            rho = s._row_totals["rho"] if s._row_totals is not None else np.zeros(0)
-        else:
-            rho = (s._unit_totals["rho"].to_numpy() if s._unit_totals is not None
-                   else np.zeros(0))
+        rho = (s._ledger["rho"].to_numpy() if s._ledger is not None else np.zeros(0))
+        if s.unit is None and s._n_rows:
+            rho = np.concatenate([rho, np.zeros(max(s._n_rows - rho.size, 0))])
         qs = [0.5, 0.9, 0.99, 0.999]
         stats = {}
         if rho.size:
