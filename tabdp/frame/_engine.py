@@ -47,7 +47,7 @@ from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.privacy.budget import ROWS_CURRENCY
-from tabdp.privacy.ledger import QueryRecord, UnitLosses
+from tabdp.privacy.ledger import Charges, QueryRecord, UnitLosses
 from tabdp.privacy.session import Session, _set_last
 
 __all__ = ["grouped_release", "count_mechanism", "ROW_ID", "SUM_SCALE_BITS", "MAX_ABS",
@@ -635,55 +635,54 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     return f
 
 
-def _charges(inside: pl.DataFrame, uid: str, policy: _Policy, kind: str,
-             bits: dict[str, int]) -> tuple[pl.DataFrame, np.ndarray]:
-    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ."""
+def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
+             bits: dict[str, int]) -> tuple[Charges, np.ndarray]:
+    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ.
+
+    In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
+    mode they are summed per unit (sizes: the largest contribution) in one group-by.
+    """
     n = inside.height
-    frames = []
     cell_rho = np.zeros(n)
+    cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
+                                              ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
         if kind == "count":
             size = inside[_ROWS].cast(pl.Float64).to_numpy()
             delta = size
         else:
-            cols = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+            mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
             size = np.zeros(n)
-            for c in cols.values():
+            for c in mags.values():
                 np.maximum(size, c, out=size)
             if policy.joint:
-                signed = {m: np.sign(inside[m].cast(pl.Float64).to_numpy()) * cols[m]
+                signed = {m: np.sign(inside[m].cast(pl.Float64).to_numpy()) * mags[m]
                           for m in ms}
                 delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
                                    dtype=np.float64)
             else:
-                delta = cols[ms[0]]
+                delta = mags[ms[0]]
         vals = policy(delta) if n else tuple(np.zeros(0) for _ in range(4 if policy.approx
                                                                         else 2))
         cell_rho += vals[0]
-        frame = {"unit": inside[uid], "currency": pl.repeat(cur, n, dtype=pl.String,
-                                                           eager=True),
-                 "rho": vals[0], "epsilon": vals[1], "size": size}
+        cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:
-            frame |= {"eps_a": vals[2], "delta_a": vals[3]}
-        frames.append(pl.DataFrame(frame))
-    ch = pl.concat(frames, how="vertical") if frames else pl.DataFrame()
-    aggs = [pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()]
-    if policy.approx:
-        aggs += [pl.col("eps_a").sum(), pl.col("delta_a").sum()]
-    per = ch.group_by("unit", "currency", maintain_order=True).agg(*aggs)
-    return per, cell_rho
-
-
-def _unit_losses(admitted: pl.DataFrame, policy: _Policy) -> UnitLosses:
-    aggs = [pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max()]
-    if policy.approx:
-        aggs += [pl.col("eps_a").sum(), pl.col("delta_a").sum()]
-    per_unit = admitted.group_by("unit", maintain_order=True).agg(*aggs)
-    parts = [per_unit[c].to_numpy() for c in ("rho", "epsilon", "size")]
-    if policy.approx:
-        return UnitLosses(per_unit["unit"], *parts, "approx", per_unit["eps_a"].to_numpy(),
-                          per_unit["delta_a"].to_numpy())
-    return UnitLosses(per_unit["unit"], *parts, policy.guarantee)
+            cols["eps_a"][cur], cols["delta_a"][cur] = vals[2], vals[3]
+    kinds = ["rho", "epsilon", "size", *(["eps_a", "delta_a"] if policy.approx else [])]
+    if row_mode:
+        units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy()
+    else:
+        wide = pl.DataFrame({"unit": inside[uid], **{f"{k}:{c}": v for k in kinds
+                                                      for c, v in cols[k].items()}})
+        per = wide.group_by("unit", maintain_order=True).agg(
+            *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sum())
+              for k in kinds for c in cols[k]])
+        units = per["unit"]
+        cols = {k: {c: per[f"{k}:{c}"].to_numpy() for c in cols[k]} for k in kinds}
+    ch = Charges(units, cols["rho"], cols["epsilon"], cols["size"], policy.guarantee,
+                 cols["eps_a"] if policy.approx else None,
+                 cols["delta_a"] if policy.approx else None)
+    return ch, cell_rho
 
 
 def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray
@@ -779,24 +778,29 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     inside = inside.filter(pl.col(_ROWS) > 0)
 
     # 3. Per-unit losses and the individual filter.
-    per, cell_rho = _charges(inside, uid, policy, kind, bits)
-    per = sess.admit(per)
-    out_units = per.filter(~pl.col("admitted"))
-    admitted = per.filter(pl.col("admitted"))
-    losses = _unit_losses(admitted, policy)
+    charges, cell_rho = _charges(inside, uid, unit is None, policy, kind, bits)
+    admitted = sess.admit(charges)
+    losses = charges.losses(admitted)
+    left_out = np.zeros(charges.n, dtype=bool)
+    for ok in admitted.values():
+        left_out |= ~ok
 
     # 4. Exact totals of the admitted contributions.
     work = inside
+    row_ok = None  # per inside row: admitted for every currency (for the cell audit)
     for cur, ms in policy.currencies():
-        gone = out_units.filter(pl.col("currency") == cur).select(pl.col("unit").alias(uid))
-        if gone.height:
-            flag = f"__out:{cur}"
-            work = work.join(gone.with_columns(pl.lit(True).alias(flag)), on=uid, how="left",
-                             nulls_equal=True, maintain_order="left")
-            cols = ms if ms else [_ROWS]
-            work = work.with_columns(
-                pl.when(pl.col(flag).fill_null(False)).then(pl.lit(0).cast(work.schema[c]))
-                .otherwise(pl.col(c)).alias(c) for c in cols).drop(flag)
+        ok = admitted[cur]
+        if ok.all():
+            continue
+        if unit is None:
+            out_rows = pl.Series(~ok)  # charges are aligned with the inside rows
+        else:
+            out_rows = work[uid].is_in(charges.units.filter(pl.Series(~ok)).implode(),
+                                       nulls_equal=True)
+        row_ok = ~out_rows if row_ok is None else row_ok & ~out_rows
+        work = work.with_columns(
+            pl.when(out_rows).then(pl.lit(0).cast(work.schema[c])).otherwise(pl.col(c)).alias(c)
+            for c in (ms if ms else [_ROWS]))
     value_cols = [*measure_list, _ROWS]
     n_keys = len(keys) if by_list else 1
     totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
@@ -807,18 +811,14 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     # Worst loss per cell (confidential), for the release workflow's audit report.
     cells = None
     if sess.track_cells:
-        ok_units = admitted.select(pl.col("unit").alias(uid)).unique()
-        mask = inside.select(uid).join(ok_units.with_columns(__ok=pl.lit(True)), on=uid,
-                                       how="left", nulls_equal=True,
-                                       maintain_order="left")["__ok"].fill_null(False)
         size_cells = np.zeros(inside.height)
         for m in measure_list:
             np.maximum(size_cells, _abs_float_up(inside[m], bits[m]), out=size_cells)
         if kind == "count":
             size_cells = inside[_ROWS].cast(pl.Float64).to_numpy()
-        keep_mask = mask.to_numpy()
-        cells = _cell_stats(inside.filter(mask), by_list, cell_rho[keep_mask],
-                            size_cells[keep_mask])
+        keep_mask = np.ones(inside.height, dtype=bool) if row_ok is None else row_ok.to_numpy()
+        cells = _cell_stats(inside.filter(pl.Series(keep_mask)), by_list,
+                            cell_rho[keep_mask], size_cells[keep_mask])
 
     # 5. Noise: only now, after every check passed.
     out_cols: dict[str, Any] = {}
@@ -827,7 +827,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     joint = kind == "sum" and policy.joint
     for m in released:
         col = m if kind == "sum" else _ROWS
-        numer = full[col].fill_null(0).to_list()
+        numer = full[col].fill_null(0)
         truth = ExactTotals(numer, bits.get(m, 0) if kind == "sum" else 0)
         # A joint (vector) mechanism releases each measure with its own scaled noise.
         mech_m = mechanism.measure_mechanism(m) if joint else mechanism  # type: ignore[attr-defined]
@@ -849,7 +849,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
             data.filter(pl.col(_CELL).is_null()).select(by_list).unique().height
             if by_list else 0),
         "rows_in_released_cells": int(inside[_ROWS].sum() or 0),
-        "units_left_out_by_budget": int(out_units.select("unit").unique().height),
+        "units_left_out_by_budget": int(left_out.sum()),
         **{f"missing_values_{nulls}:{m}": snap.counts.get(f"missing:{m}", 0)
            for m in measure_list if nulls != "error"},
         **{f"values_clamped_to_2^64:{m}": snap.counts.get(f"big:{m}", 0)
@@ -862,7 +862,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
         losses=losses, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
         cells=cells)
-    sess.record_release(record, op.backend, admitted)
+    sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:
         _set_last(sess)
     return out.to_pandas() if op.backend == "pandas" else out

@@ -34,7 +34,7 @@ from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY
-from tabdp.privacy.ledger import QueryRecord, UnitLosses
+from tabdp.privacy.ledger import Charges, QueryRecord
 from tabdp.privacy.session import Session, _set_last
 from tabdp.sensitivity.smooth import (
     group_sort,
@@ -294,22 +294,24 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
     k = pairs["len"].cast(pl.Float64).to_numpy()
     ea, da = policy.approx_policy(k)
-    charges = pl.DataFrame({"unit": pairs[uid], "currency": pl.repeat(
-        ROWS_CURRENCY, pairs.height, dtype=pl.String, eager=True), "rho": policy.rho(k),
-        "epsilon": policy.epsilon(k), "size": k, "eps_a": ea, "delta_a": da})
-    charges = (charges.group_by("unit", "currency", maintain_order=True)
-               .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
-                    pl.col("eps_a").sum(), pl.col("delta_a").sum()))
-    charges = sess.admit(charges)
-    admitted = charges.filter(pl.col("admitted"))
-    gone = charges.filter(~pl.col("admitted")).select(pl.col("unit").alias(uid))
-    if gone.height:
-        inside = inside.join(gone, on=uid, how="anti", nulls_equal=True)
-    losses = UnitLosses(admitted["unit"], admitted["rho"].to_numpy(),
-                        admitted["epsilon"].to_numpy(), admitted["size"].to_numpy(),
-                        "approx" if approx else "zcdp",
-                        admitted["eps_a"].to_numpy() if approx else None,
-                        admitted["delta_a"].to_numpy() if approx else None)
+    per = (pl.DataFrame({"unit": pairs[uid], "rho": policy.rho(k), "epsilon": policy.epsilon(k),
+                         "size": k, "eps_a": ea, "delta_a": da})
+           .group_by("unit", maintain_order=True)
+           .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
+                pl.col("eps_a").sum(), pl.col("delta_a").sum()))
+    units = per["unit"].cast(pl.Int64).to_numpy() if unit is None else per["unit"]
+    arrays = {c: {ROWS_CURRENCY: per[c].to_numpy()}
+              for c in ("rho", "epsilon", "size", "eps_a", "delta_a")}
+    charges = Charges(units, arrays["rho"], arrays["epsilon"], arrays["size"],
+                      "approx" if approx else "zcdp",
+                      arrays["eps_a"] if approx else None, arrays["delta_a"] if approx else None)
+    admitted = sess.admit(charges)
+    losses = charges.losses(admitted)
+    ok = admitted[ROWS_CURRENCY]
+    n_left_out = int((~ok).sum())
+    if n_left_out:
+        gone = per["unit"].filter(pl.Series(~ok))
+        inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
 
     codes = inside[_CELL].to_numpy()
     values = inside[column].to_numpy()
@@ -329,7 +331,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         "rows_read": n_rows,
         "rows_outside_keys": outside,
         "rows_in_released_cells": int(inside.height),
-        "units_left_out_by_budget": int(gone.height),
+        "units_left_out_by_budget": n_left_out,
         "values_clipped_to_bounds": clipped,
         **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
            if nulls != "error" else {}),
@@ -339,7 +341,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         measures=(label,), by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
         keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
         losses=losses, confidential=confidential)
-    sess.record_release(record, backend, admitted)
+    sess.record_release(record, backend, charges, admitted)
     if one_off:
         _set_last(sess)
     return out.to_pandas() if backend == "pandas" else out

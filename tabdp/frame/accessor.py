@@ -46,12 +46,16 @@ class DPAccessor:
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, session: Session | None = None,
             level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
-            grid: Any = None) -> Any:
+            grid: Any = None, negatives: str | None = None) -> Any:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
         A unit's per-record sensitivity Δ in a cell is the absolute sum of its rows there (each
         row is a unit unless the session sets ``unit=``). Each measure is released with
-        independent noise; a unit's loss is the sum over measures and cells of ρ(Δ).
+        independent noise; a unit's loss is the sum over measures and cells of ρ(Δ). Cell
+        totals are exact sums (float values on the public ``2**-24`` grid, integers as they
+        are; a value beyond ±2**64 is clamped to it), independent of row order. Under a
+        session budget, units whose loss would pass their limit are left out of the release
+        (an individual filter); nothing is refused.
 
         Args:
             columns: Measure column(s) to sum.
@@ -62,13 +66,18 @@ class DPAccessor:
             session: Session recording the release. ``None``: a one-off session of its own,
                 available afterwards as ``tabdp.last_session()``.
             level: Confidence level of ``_moe`` (default 0.9, the Census standard).
-            nulls: Missing values (null / NaN) in measures: ``"error"`` (default) refuses them,
-                ``"zero"`` counts them as 0, ``"drop"`` drops the row from this release.
+            nulls: Missing values (null / NaN) in measures: ``"error"`` (default; curator mode
+                only) refuses them, ``"zero"`` counts them as 0, ``"drop"`` drops the row from
+                this release. In author mode ±inf counts as missing too.
             name: Label of the release in the session's report (default ``q<i>_sum``).
             grid: Public rounding grid of the estimates: a step (e.g. ``1.0`` dollar, ``1000.0``
                 for payroll in dollars published in thousands), a dict ``{measure: step}``, or
                 ``None`` for each mechanism's documented default. Estimates are the exact noisy
                 values rounded to the grid (docs/exact-rounding.md).
+            negatives: Negative values, for mechanisms that need non-negative contributions
+                (transformation mechanisms): ``None``/``"error"`` refuses negative
+                contributions (curator mode), ``"zero"`` sets negative values to 0, ``"drop"``
+                drops their rows. Given explicitly, the rule applies to any mechanism.
 
         Returns:
             A frame of the caller's library (pandas → pandas, Polars eager or lazy → Polars
@@ -78,10 +87,13 @@ class DPAccessor:
 
         Raises:
             ColumnNotFoundError: A named column is missing.
-            ColumnTypeError: A measure is not numeric, or key dtypes do not match.
-            DataValidationError: Null/NaN (with ``nulls="error"``), ±inf, null unit ids, or
-                negative cell totals for a transformation mechanism.
-            BudgetExceededError: Some unit would pass the session's budget.
+            ColumnTypeError: A measure is not numeric, or key dtypes cannot be compared (numbers
+                against text).
+            InvalidParameterError: Invalid arguments; in row mode, a frame that is not row for
+                row the session's earlier frame.
+            DataValidationError: Curator mode only: null/NaN (with ``nulls="error"``), ±inf,
+                null unit ids, or negative contributions for a transformation mechanism; the
+                message names columns and rules, the counts are in ``err.confidential``.
 
         Example:
             >>> import polars as pl, tabdp
@@ -92,7 +104,7 @@ class DPAccessor:
         """
         return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
-                               name=name, grid=grid)
+                               name=name, grid=grid, negatives=negatives)
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,

@@ -27,6 +27,22 @@ import numpy as np
 __all__ = ["ExactTotals"]
 
 
+def pl_float64() -> Any:
+    import polars as pl
+
+    return pl.Float64
+
+
+def _nearest(k: int, scale_bits: int) -> tuple[float, float]:
+    """The float64 nearest ``k·2**-scale_bits`` and a safe bound on its error."""
+    f = Fraction(k, 1 << scale_bits)
+    x = float(f)  # correctly rounded (Fraction.__float__ divides exactly)
+    if Fraction(x) == f:
+        return x, 0.0
+    err = abs(float(Fraction(x) - f))
+    return x, float(np.nextafter(err, np.inf))  # safe against the rounding of the subtraction
+
+
 class ExactTotals:
     """Exact totals ``numer[i] · 2**-scale_bits`` with their nearest float64 values.
 
@@ -46,24 +62,49 @@ class ExactTotals:
 
     __array_priority__ = 1000
 
-    def __init__(self, numer: Sequence[int], scale_bits: int = 0) -> None:
+    def __init__(self, numer: Sequence[int] | Any, scale_bits: int = 0) -> None:
         if isinstance(scale_bits, bool) or not isinstance(scale_bits, int) or scale_bits < 0:
             raise ValueError(f"ExactTotals: scale_bits must be an int >= 0; got {scale_bits!r}")
-        self.numer: list[int] = [int(v) for v in numer]
         self.scale_bits = scale_bits
-        n = len(self.numer)
+        self._numer_py: list[int] | None = None
+        self._series: Any = None
+        if hasattr(numer, "dtype") and hasattr(numer, "to_list") and hasattr(numer, "abs"):
+            # a Polars integer Series (Int128 from the engine): only totals beyond 2**53 go
+            # through Python integers
+            self._series = numer
+            n = len(numer)
+            small = (numer.abs() < (1 << 53)).fill_null(True).to_numpy()
+            approx = np.zeros(n)
+            vals = numer.cast(pl_float64(), strict=False).fill_null(0.0).to_numpy()
+            approx[small] = vals[small] * (2.0 ** -scale_bits)
+            error = np.zeros(n)
+            big = np.flatnonzero(~small)
+            if big.size:
+                bigvals = numer.gather(big).to_list()
+                for i, k in zip(big, bigvals, strict=True):
+                    approx[i], error[i] = _nearest(int(k), scale_bits)
+            self.approx, self.error = approx, error
+            return
+        self._numer_py = [int(v) for v in numer]
+        n = len(self._numer_py)
         approx = np.empty(n)
         error = np.zeros(n)
-        for i, k in enumerate(self.numer):
-            f = Fraction(k, 1 << scale_bits)
-            x = float(f)  # correctly rounded (Fraction.__float__ divides exactly)
-            approx[i] = x
-            if Fraction(x) != f:
-                error[i] = abs(float(Fraction(x) - f))
-                # make the bound safe against the rounding of the subtraction itself
-                error[i] = float(np.nextafter(error[i], np.inf))
+        for i, k in enumerate(self._numer_py):
+            approx[i], error[i] = _nearest(k, scale_bits)
         self.approx = approx
         self.error = error
+
+    @property
+    def numer(self) -> list[int]:
+        """The integer numerators (Python ints).
+
+        Example:
+            >>> ExactTotals([5, -3], 1).numer
+            [5, -3]
+        """
+        if self._numer_py is None:
+            self._numer_py = [int(v) if v is not None else 0 for v in self._series.to_list()]
+        return self._numer_py
 
     @classmethod
     def from_floats(cls, values: Any) -> ExactTotals:
@@ -87,7 +128,7 @@ class ExactTotals:
         return cls([f.numerator * ((1 << bits) // f.denominator) for f in fr], bits)
 
     def __len__(self) -> int:
-        return len(self.numer)
+        return int(self.approx.size)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self.approx if dtype is None else self.approx.astype(dtype)
@@ -115,7 +156,7 @@ class ExactTotals:
             >>> ExactTotals([-7], 2).fraction(0)
             Fraction(-7, 4)
         """
-        return Fraction(self.numer[i], 1 << self.scale_bits)
+        return Fraction(self._at(i), 1 << self.scale_bits)
 
     def mp(self, i: int, mp: Any) -> Any:
         """Total ``i`` as an mpmath number at ``mp``'s working precision (correctly rounded).
@@ -133,7 +174,13 @@ class ExactTotals:
             ...     ExactTotals([2**70 + 1], 1).mp(0, mpmath.mp) * 2 == 2**70 + 1
             True
         """
-        return mp.mpf(self.numer[i]) / mp.mpf(2) ** self.scale_bits
+        return mp.mpf(self._at(i)) / mp.mpf(2) ** self.scale_bits
+
+    def _at(self, i: int) -> int:
+        if self._numer_py is not None:
+            return self._numer_py[i]
+        v = self._series[int(i)]
+        return 0 if v is None else int(v)
 
     def __repr__(self) -> str:
         return f"ExactTotals(n={len(self)}, scale_bits={self.scale_bits})"

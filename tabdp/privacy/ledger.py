@@ -16,7 +16,7 @@ import polars as pl
 
 from tabdp.mechanisms._base import Mechanism
 
-__all__ = ["QueryRecord", "UnitLosses"]
+__all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger"]
 
 #: Record sizes at which public policy curves are tabulated.
 POLICY_GRID = [0.0] + [10.0**k for k in range(0, 9)]
@@ -200,3 +200,237 @@ def _grid_value(g: Any) -> Any:
 def _num(x: float) -> float | None:
     x = float(x)
     return x if np.isfinite(x) else None
+
+
+@dataclass
+class Charges:
+    """The losses one query would charge, per unit and *currency*, before the budget filter.
+
+    A currency is what a unit's size is measured in: each summed measure (its own unit), the
+    joint measures of a vector mechanism (``"a+b"``), or ``"rows"`` for counts, medians and
+    quantiles. Arrays are aligned with :attr:`units`.
+
+    Attributes:
+        units: Unit ids (a Polars Series), or row ids (int64 numpy array) in row mode.
+        rho: Currency → ρ per unit (summed over the cells it touches).
+        epsilon: Currency → pure ε per unit.
+        size: Currency → the unit's largest absolute contribution to a cell.
+        guarantee: Composition class (see :attr:`UnitLosses.guarantee`).
+        eps_a: Currency → approximate-DP ε per unit (``"approx"`` only).
+        delta_a: Currency → approximate-DP δ per unit (``"approx"`` only).
+
+    Example:
+        >>> ch = Charges(np.array([0, 1]), {"x": np.array([0.5, 2.0])},
+        ...              {"x": np.array([np.inf, np.inf])}, {"x": np.array([1.0, 4.0])})
+        >>> ch.losses({"x": np.array([True, False])}).rho.tolist()
+        [0.5]
+    """
+
+    units: Any
+    rho: dict[str, np.ndarray]
+    epsilon: dict[str, np.ndarray]
+    size: dict[str, np.ndarray]
+    guarantee: str = "zcdp"
+    eps_a: dict[str, np.ndarray] | None = None
+    delta_a: dict[str, np.ndarray] | None = None
+
+    @property
+    def n(self) -> int:
+        """Number of units charged.
+
+        Example:
+            >>> Charges(np.array([3]), {"x": np.ones(1)}, {"x": np.ones(1)}, {"x": np.ones(1)}).n
+            1
+        """
+        return len(self.units)
+
+    @property
+    def currencies(self) -> list[str]:
+        """The currencies charged.
+
+        Example:
+            >>> Charges(np.zeros(0), {"rows": np.zeros(0)}, {}, {}).currencies
+            ['rows']
+        """
+        return list(self.rho)
+
+    def losses(self, admitted: dict[str, np.ndarray]) -> UnitLosses:
+        """Per-unit losses of the admitted charges (units with no admitted charge omitted).
+
+        Args:
+            admitted: Currency → boolean mask over units.
+
+        Returns:
+            The losses the query records.
+
+        Example:
+            >>> ch = Charges(np.array([0]), {"x": np.ones(1), "y": np.ones(1)},
+            ...              {"x": np.ones(1), "y": np.ones(1)}, {"x": np.ones(1), "y": 2 * np.ones(1)})
+            >>> ch.losses({"x": np.array([True]), "y": np.array([False])}).size.tolist()
+            [1.0]
+        """
+        n = self.n
+        any_ok = np.zeros(n, dtype=bool)
+        acc = {k: np.zeros(n) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
+        for c in self.currencies:
+            ok = admitted[c]
+            any_ok |= ok
+            acc["rho"] += np.where(ok, self.rho[c], 0.0)
+            acc["epsilon"] += np.where(ok, self.epsilon[c], 0.0)
+            acc["size"] = np.maximum(acc["size"], np.where(ok, self.size[c], 0.0))
+            if self.guarantee == "approx":
+                assert self.eps_a is not None and self.delta_a is not None
+                acc["eps_a"] += np.where(ok, self.eps_a[c], 0.0)
+                acc["delta_a"] += np.where(ok, self.delta_a[c], 0.0)
+        units = self.units[any_ok] if isinstance(self.units, np.ndarray) else \
+            self.units.filter(pl.Series(any_ok))
+        approx = self.guarantee == "approx"
+        return UnitLosses(units, acc["rho"][any_ok], acc["epsilon"][any_ok],
+                          acc["size"][any_ok], self.guarantee,
+                          acc["eps_a"][any_ok] if approx else None,
+                          acc["delta_a"][any_ok] if approx else None)
+
+
+class DenseLedger:
+    """Per-unit running totals for row mode: arrays indexed by row id.
+
+    Example:
+        >>> led = DenseLedger()
+        >>> led.add(np.array([2]), {"rho": np.array([0.5])}, {"size": np.array([3.0])})
+        >>> led.lookup(np.array([0, 2]), ["rho", "size"])["rho"].tolist()
+        [0.0, 0.5]
+    """
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+        self.n = 0
+
+    def _grow(self, n: int) -> None:
+        if n > self.n:
+            for k, a in self.arrays.items():
+                self.arrays[k] = np.concatenate([a, np.zeros(n - self.n)])
+            self.n = n
+
+    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+        """Current totals of ``cols`` for ``units`` (0 where never charged).
+
+        Example:
+            >>> DenseLedger().lookup(np.array([1]), ["rho"])["rho"].tolist()
+            [0.0]
+        """
+        ids = np.asarray(units, dtype=np.int64)
+        out = {}
+        for c in cols:
+            a = self.arrays.get(c)
+            if a is None or ids.size == 0:
+                out[c] = np.zeros(ids.size)
+            else:
+                inside = ids < a.size
+                v = np.zeros(ids.size)
+                v[inside] = a[ids[inside]]
+                out[c] = v
+        return out
+
+    def add(self, units: Any, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]) -> None:
+        """Add ``sums`` and take the maximum with ``maxes``, per unit (ids unique in a call).
+
+        Example:
+            >>> led = DenseLedger()
+            >>> led.add(np.array([0]), {"rho": np.ones(1)}, {})
+            >>> led.add(np.array([0]), {"rho": np.ones(1)}, {})
+            >>> led.arrays["rho"].tolist()
+            [2.0]
+        """
+        ids = np.asarray(units, dtype=np.int64)
+        if ids.size:
+            self._grow(int(ids.max()) + 1)
+        for k, v in [*sums.items(), *maxes.items()]:
+            if k not in self.arrays:
+                self.arrays[k] = np.zeros(self.n)
+        for k, v in sums.items():  # ids are unique within one call (one entry per unit)
+            self.arrays[k][ids] += v
+        for k, v in maxes.items():
+            self.arrays[k][ids] = np.maximum(self.arrays[k][ids], v)
+
+    def frame(self, n_rows: int) -> pl.DataFrame:
+        """All rows 0..n_rows-1 with their totals (0 where never charged).
+
+        Example:
+            >>> DenseLedger().frame(2)["unit"].to_list()
+            [0, 1]
+        """
+        self._grow(n_rows)
+        return pl.DataFrame({"unit": pl.int_range(n_rows, dtype=pl.Int64, eager=True),
+                             **{k: pl.Series(k, a[:n_rows], dtype=pl.Float64)
+                                for k, a in self.arrays.items()}})
+
+
+class UnitLedger:
+    """Per-unit running totals for unit mode: a Polars table keyed by unit id.
+
+    Example:
+        >>> led = UnitLedger()
+        >>> led.add(pl.Series(["a", "b"]), {"rho": np.array([0.5, 1.0])}, {})
+        >>> led.add(pl.Series(["b"]), {"rho": np.array([1.0])}, {})
+        >>> led.lookup(pl.Series(["b", "z"]), ["rho"])["rho"].tolist()
+        [2.0, 0.0]
+    """
+
+    def __init__(self) -> None:
+        self.table: pl.DataFrame | None = None
+
+    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+        """Current totals of ``cols`` for ``units`` (0 where never charged).
+
+        Example:
+            >>> UnitLedger().lookup(pl.Series([1]), ["rho"])["rho"].tolist()
+            [0.0]
+        """
+        n = len(units)
+        have = [c for c in cols if self.table is not None and c in self.table.columns]
+        out = {c: np.zeros(n) for c in cols if c not in have}
+        if have:
+            assert self.table is not None
+            got = pl.DataFrame({"unit": units}).join(
+                self.table.select("unit", *have), on="unit", how="left", nulls_equal=True,
+                maintain_order="left")
+            out |= {c: got[c].fill_null(0.0).to_numpy() for c in have}
+        return out
+
+    def add(self, units: Any, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]) -> None:
+        """Add ``sums`` and take the maximum with ``maxes``, per unit (first-seen order kept).
+
+        Example:
+            >>> led = UnitLedger()
+            >>> led.add(pl.Series([7]), {}, {"size": np.array([2.0])})
+            >>> led.table["size"].to_list()
+            [2.0]
+        """
+        new = pl.DataFrame({"unit": units, **{k: pl.Series(k, v, dtype=pl.Float64)
+                                              for k, v in [*sums.items(), *maxes.items()]}})
+        if self.table is None:
+            self.table = new.group_by("unit", maintain_order=True).agg(
+                *[pl.col(k).sum() for k in sums], *[pl.col(k).max() for k in maxes])
+            return
+        cols = set(self.table.columns) | set(new.columns)
+        both = pl.concat([self.table, new], how="diagonal_relaxed")
+        sum_cols = [c for c in cols if c != "unit" and not _is_max_col(c)]
+        max_cols = [c for c in cols if _is_max_col(c)]
+        self.table = both.group_by("unit", maintain_order=True).agg(
+            *[pl.col(c).fill_null(0.0).sum() for c in sum_cols],
+            *[pl.col(c).fill_null(0.0).max() for c in max_cols])
+
+    def frame(self) -> pl.DataFrame:
+        """The table (unit first).
+
+        Example:
+            >>> UnitLedger().frame().columns
+            ['unit']
+        """
+        if self.table is None:
+            return pl.DataFrame({"unit": []})
+        return self.table
+
+
+def _is_max_col(c: str) -> bool:
+    return c == "size" or c.startswith("size@")

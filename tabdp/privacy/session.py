@@ -15,7 +15,15 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.conversions import check_dp_delta
-from tabdp.privacy.ledger import POLICY_GRID, QueryRecord, UnitLosses, _num
+from tabdp.privacy.ledger import (
+    POLICY_GRID,
+    Charges,
+    DenseLedger,
+    QueryRecord,
+    UnitLedger,
+    UnitLosses,
+    _num,
+)
 from tabdp.rng import RandomSource
 
 if TYPE_CHECKING:
@@ -110,9 +118,9 @@ class Session:
         # Row mode: the rows every release must read (count and per-column fingerprints).
         self._n_rows: int | None = None
         self._fingerprints: dict[str, int] = {}
-        # The ledger: one row per unit that was charged, its loss components and, under a curve
+        # The ledger: per unit (row id in row mode), its loss components and, under a curve
         # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
-        self._ledger: pl.DataFrame | None = None
+        self._ledger: DenseLedger | UnitLedger = DenseLedger() if unit is None else UnitLedger()
         # Snapshot of the last frame released, reused by a later release of the same frame
         # object with the same grouping (e.g. a count after a sum): one pass over records.
         self._agg_cache: dict[Any, dict[str, Any]] = {}
@@ -203,56 +211,46 @@ class Session:
             self._fingerprints.setdefault(c, f)
 
     # -- the filter ---------------------------------------------------------------------------
-    def admit(self, charges: pl.DataFrame) -> pl.DataFrame:
+    def admit(self, charges: Charges) -> dict[str, np.ndarray]:
         """Apply the budget as an individual filter to a query's charges.
 
+        A unit is admitted when its loss after the query stays within its limit: under a
+        constant budget, its total ρ over all currencies (admitted or left out of the whole
+        query); under a curve budget, per currency, its ρ in that currency against the curve at
+        its size there (the largest contribution so far, this query included). A NaN loss is
+        never within a limit. The decision for a unit reads only that unit's charges and ledger.
+
         Args:
-            charges: One row per (unit, currency) the query would charge, with columns
-                ``unit``, ``currency``, ``rho`` and ``size``.
+            charges: The query's charges per unit and currency.
 
         Returns:
-            ``charges`` with a boolean column ``admitted``: False where the unit is left out
-            of the query (for that currency under a curve budget; for the whole query under a
-            constant budget). Without a budget every charge is admitted.
+            Currency → boolean mask over ``charges.units`` (True: admitted).
 
         Example:
             >>> s = Session(budget=1.0)
-            >>> ch = pl.DataFrame({"unit": [0, 1], "currency": ["x", "x"], "rho": [0.5, 2.0],
-            ...                    "size": [1.0, 4.0]})
-            >>> s.admit(ch)["admitted"].to_list()
+            >>> ch = Charges(np.array([0, 1]), {"x": np.array([0.5, 2.0])},
+            ...              {"x": np.full(2, np.inf)}, {"x": np.array([1.0, 4.0])})
+            >>> s.admit(ch)["x"].tolist()
             [True, False]
         """
-        if self.budget is None or charges.height == 0:
-            return charges.with_columns(admitted=pl.lit(True))
+        n = charges.n
+        if self.budget is None or n == 0:
+            return {c: np.ones(n, dtype=bool) for c in charges.currencies}
         b = self.budget
         if not b.per_currency:
-            per_unit = charges.group_by("unit").agg(pl.col("rho").sum().alias("_new"))
-            if self._ledger is not None:
-                per_unit = per_unit.join(self._ledger.select("unit", pl.col("rho").alias("_old")),
-                                         on="unit", how="left", nulls_equal=True)
-            else:
-                per_unit = per_unit.with_columns(_old=pl.lit(0.0))
-            total = (per_unit["_new"].to_numpy() + per_unit["_old"].fill_null(0.0).to_numpy())
-            ok = total <= b.constant * (1.0 + 1e-12)  # a NaN loss is never within the budget
-            admitted = per_unit.select("unit").with_columns(admitted=pl.Series(ok))
-            return charges.join(admitted, on="unit", how="left", nulls_equal=True,
-                                maintain_order="left")
-        parts = []
-        for cur in charges["currency"].unique(maintain_order=True).to_list():
-            ch = charges.filter(pl.col("currency") == cur)
-            curve = b.curve_for(cur)
-            rc, sc = f"rho@{cur}", f"size@{cur}"
-            if self._ledger is not None and rc in self._ledger.columns:
-                ch = ch.join(self._ledger.select("unit", pl.col(rc).alias("_old"),
-                                                 pl.col(sc).alias("_olds")),
-                             on="unit", how="left", nulls_equal=True, maintain_order="left")
-            else:
-                ch = ch.with_columns(_old=pl.lit(None, pl.Float64), _olds=pl.lit(None, pl.Float64))
-            size = np.maximum(ch["size"].to_numpy(), ch["_olds"].fill_null(0.0).to_numpy())
-            total = ch["rho"].to_numpy() + ch["_old"].fill_null(0.0).to_numpy()
-            ok = total <= curve.limit(size) * (1.0 + 1e-12)
-            parts.append(ch.drop("_old", "_olds").with_columns(admitted=pl.Series(ok)))
-        return pl.concat(parts, how="vertical")
+            new = np.zeros(n)
+            for c in charges.currencies:
+                new = new + charges.rho[c]
+            old = self._ledger.lookup(charges.units, ["rho"])["rho"]
+            ok = (old + new) <= b.constant * (1.0 + 1e-12)  # type: ignore[operator]
+            return {c: ok for c in charges.currencies}
+        out = {}
+        for c in charges.currencies:
+            prev = self._ledger.lookup(charges.units, [f"rho@{c}", f"size@{c}"])
+            size = np.maximum(prev[f"size@{c}"], charges.size[c])
+            total = prev[f"rho@{c}"] + charges.rho[c]
+            out[c] = total <= b.limit(size, c) * (1.0 + 1e-12)
+        return out
 
     def check_budget(self, losses: UnitLosses) -> None:
         """Deprecated: budgets are an individual filter now and never refuse a query.
@@ -274,14 +272,15 @@ class Session:
 
     # -- recording ----------------------------------------------------------------------------
     def record_release(self, record: QueryRecord, backend: str,
-                       charges: pl.DataFrame | None = None) -> None:
+                       charges: Charges | None = None,
+                       admitted: dict[str, np.ndarray] | None = None) -> None:
         """Add a release to the ledger (its admitted losses) and to the records.
 
         Args:
-            record: The release.
+            record: The release; ``record.losses`` are its admitted per-unit losses.
             backend: ``"pandas"`` or ``"polars"`` (the library reports are returned in).
-            charges: The admitted (unit, currency) charges, for curve budgets' per-currency
-                ledger columns.
+            charges: The query's charges (for curve budgets' per-currency ledger columns).
+            admitted: The filter's decision on ``charges``.
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
@@ -296,27 +295,17 @@ class Session:
         losses = record.losses
         self.backend = backend
         if losses is not None and losses.n:
-            new = pl.DataFrame({"unit": losses.units, **_components(losses)}).select(
-                "unit", *COMPONENTS)
-            if charges is not None and self.budget is not None and self.budget.per_currency:
-                cur = (charges.filter(pl.col("admitted"))
-                       .group_by("unit", "currency")
-                       .agg(pl.col("rho").sum(), pl.col("size").max())
-                       .pivot(on="currency", index="unit", values=["rho", "size"],
-                              separator="@"))
-                # a single currency pivots to plain names
-                ren = {c: f"{c}@{charges['currency'][0]}" for c in ("rho", "size")
-                       if c in cur.columns}
-                cur = cur.rename(ren)
-                new = new.join(cur, on="unit", how="left", nulls_equal=True)
-            ledger = new if self._ledger is None else pl.concat([self._ledger, new],
-                                                                how="diagonal_relaxed")
-            sums = [c for c in ledger.columns if c != "unit"
-                    and not (c == "size" or c.startswith("size@"))]
-            maxes = [c for c in ledger.columns if c == "size" or c.startswith("size@")]
-            self._ledger = (ledger.group_by("unit", maintain_order=True)
-                            .agg(*[pl.col(c).fill_null(0.0).sum() for c in sums],
-                                 *[pl.col(c).fill_null(0.0).max() for c in maxes]))
+            comps = _components(losses)
+            self._ledger.add(losses.units, {c: comps[c] for c in COMPONENTS if c != "size"},
+                             {"size": comps["size"]})
+        if (charges is not None and admitted is not None and charges.n
+                and self.budget is not None and self.budget.per_currency):
+            for c in charges.currencies:
+                ok = admitted[c]
+                units = charges.units[ok] if isinstance(charges.units, np.ndarray) else \
+                    charges.units.filter(pl.Series(ok))
+                self._ledger.add(units, {f"rho@{c}": charges.rho[c][ok]},
+                                 {f"size@{c}": charges.size[c][ok]})
         self.records.append(record)
 
     _record = record_release
@@ -459,17 +448,15 @@ class Report:
         unit_col = s.unit or "row"
         recs = [r for r in s.records if r.losses is not None]
         shown = ("rho", "epsilon", "size")
-        ledger = s._ledger
-        if ledger is None:
-            ledger = pl.DataFrame(schema={"unit": pl.Int64, **{c: pl.Float64
-                                                               for c in COMPONENTS}})
-        if s.unit is None:
-            # every row read is listed, charged or not, in row-id order
-            rows = pl.DataFrame({"unit": pl.int_range(s._n_rows or 0, dtype=pl.Int64,
-                                                      eager=True)})
-            ledger = rows.join(ledger.with_columns(pl.col("unit").cast(pl.Int64)), on="unit",
-                               how="left", maintain_order="left").with_columns(
-                pl.col(c).fill_null(0.0) for c in ledger.columns if c != "unit")
+        if isinstance(s._ledger, DenseLedger):
+            ledger = s._ledger.frame(s._n_rows or 0)
+        else:
+            ledger = s._ledger.frame()
+        for c in ("rho", "epsilon", "size", *COMPONENTS):
+            if c not in ledger.columns:
+                ledger = ledger.with_columns(pl.lit(0.0, pl.Float64).alias(c))
+        if ledger.height == 0 and ledger.schema["unit"] == pl.Null:
+            ledger = ledger.with_columns(pl.col("unit").cast(pl.Int64))
         out = ledger.select(pl.col("unit").alias(unit_col), *shown)
         if self.delta is not None:
             comps = {c: ledger[c].to_numpy() for c in COMPONENTS}
@@ -477,9 +464,13 @@ class Report:
                 self._eps_delta(comps) if ledger.height else np.zeros(0), dtype=pl.Float64))
         for r in recs:
             assert r.losses is not None
+            if s.unit is None:  # row ids: dense columns
+                col = np.zeros(out.height)
+                ids = np.asarray(r.losses.units, dtype=np.int64)
+                col[ids[ids < out.height]] = r.losses.rho[ids < out.height]
+                out = out.with_columns(pl.Series(f"rho_{r.name}", col, dtype=pl.Float64))
+                continue
             part = pl.DataFrame({unit_col: r.losses.units, f"rho_{r.name}": r.losses.rho})
-            if s.unit is None:
-                part = part.with_columns(pl.col(unit_col).cast(pl.Int64))
             out = out.join(part, on=unit_col, how="left", maintain_order="left",
                            nulls_equal=True).with_columns(pl.col(f"rho_{r.name}").fill_null(0.0))
         if s.backend == "pandas":
@@ -551,9 +542,11 @@ class Report:
             0
         """
         s = self.session
-        rho = (s._ledger["rho"].to_numpy() if s._ledger is not None else np.zeros(0))
-        if s.unit is None and s._n_rows:
-            rho = np.concatenate([rho, np.zeros(max(s._n_rows - rho.size, 0))])
+        if isinstance(s._ledger, DenseLedger):
+            frame = s._ledger.frame(s._n_rows or 0)
+        else:
+            frame = s._ledger.frame()
+        rho = frame["rho"].to_numpy() if "rho" in frame.columns else np.zeros(frame.height)
         qs = [0.5, 0.9, 0.99, 0.999]
         stats = {}
         if rho.size:
