@@ -73,6 +73,8 @@ __all__ = [
     "cv_floor",
     "usability_issues",
     "warn_usability",
+    "flag_curve",
+    "guarantee_in_words",
 ]
 
 #: Families :func:`plan_table` tries by default (unit splitting never beats the Gaussian).
@@ -1032,3 +1034,61 @@ def split_budget(release_limits: Sequence[float], tables: Mapping[str, TableInpu
                 break
     return BudgetSplit(shares=w, plans=plans, objective=objective, value=best)
 
+
+
+# -- helpers for plan summaries -----------------------------------------------------------------
+def flag_curve(mechanism: Mechanism, totals: Sequence[float], *,
+               cv_flag: float | None = 0.3) -> list[dict[str, Any]]:
+    """Probability that a cell of each planned total is flagged or negative (for ``tabdp plan``).
+
+    Public: depends only on the mechanism and the planned totals (e.g. ``[plan].cell_totals``).
+
+    Args:
+        mechanism: The table's mechanism.
+        totals: Planned cell totals (≥ 0).
+        cv_flag: The flag threshold (None: flags disabled; ``p_flagged`` is then None).
+
+    Returns:
+        One ``{"total", "p_flagged", "p_negative"}`` per total.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> [r["p_flagged"] for r in flag_curve(Gaussian(sigma=1.0), [0.0, 100.0])]
+        [1.0, 0.0]
+    """
+    q = _cells(list(totals))
+    flag, neg, _ = _probabilities(mechanism, q, 0.3 if cv_flag is None else cv_flag)
+    return [{"total": float(t), "p_flagged": None if cv_flag is None else float(round(f, 6)),
+             "p_negative": float(round(n, 6))} for t, f, n in zip(q, flag, neg, strict=True)]
+
+
+def guarantee_in_words(mechanism: Mechanism, sizes: Sequence[float], *, unit: str = "",
+                       charges: int = 1) -> list[str]:
+    """Plain-language statements of the per-record guarantee at a few record sizes.
+
+    Args:
+        mechanism: The mechanism.
+        sizes: Record sizes (in the measure's units) to describe.
+        unit: Unit label placed before the size (e.g. ``"$"``) or after it (e.g.
+            ``" employees"``, when it starts with a space).
+        charges: How many times a record is charged (e.g. 2 with a direct rollup).
+
+    Returns:
+        One sentence per size.
+
+    Example:
+        >>> from tabdp.mechanisms import ExpPolyLog
+        >>> guarantee_in_words(ExpPolyLog(sigma=1.1e6, a=1.0, d=5.1), [2.5e5], unit="$")[0]
+        'a record of size $250,000 loses at most rho = 0.501 (pure epsilon = 1.04)'
+    """
+    out = []
+    for s in sizes:
+        size = float(s)
+        with np.errstate(all="ignore"):
+            rho = charges * float(mechanism.rho(size))
+            eps = charges * float(mechanism.epsilon(size))
+        shown = f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
+        label = f"{shown}{unit}" if unit.startswith(" ") else f"{unit}{shown}"
+        tail = f" (pure epsilon = {eps:.3g})" if math.isfinite(eps) else ""
+        out.append(f"a record of size {label} loses at most rho = {rho:.3g}{tail}")
+    return out
