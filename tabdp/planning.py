@@ -75,6 +75,9 @@ __all__ = [
     "warn_usability",
     "flag_curve",
     "guarantee_in_words",
+    "spec_usability_issues",
+    "warn_spec_usability",
+    "spec_outlook",
 ]
 
 #: Families :func:`plan_table` tries by default (unit splitting never beats the Gaussian).
@@ -1091,4 +1094,110 @@ def guarantee_in_words(mechanism: Mechanism, sizes: Sequence[float], *, unit: st
         label = f"{shown}{unit}" if unit.startswith(" ") else f"{unit}{shown}"
         tail = f" (pure epsilon = {eps:.3g})" if math.isfinite(eps) else ""
         out.append(f"a record of size {label} loses at most rho = {rho:.3g}{tail}")
+    return out
+
+
+def spec_usability_issues(spec: Any) -> list[tuple[str, str]]:
+    """Usability problems of every table of a release spec, as ``(key path, message)`` pairs.
+
+    For ``tabdp validate`` / ``tabdp plan``: public parameters only (the spec's mechanisms,
+    calibrations and publication rules), no data. Calibrated tables are re-calibrated (cheap,
+    deterministic) to recover the calibration's notes about search-range edges.
+
+    Args:
+        spec: A validated :class:`tabdp.release.spec.ReleaseSpec`.
+
+    Returns:
+        One pair per problem; empty when every table can publish usable cells.
+
+    Example:
+        >>> import pathlib, tabdp
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> spec_usability_issues(load_spec(root / "examples" / "cbp_release.toml"))
+        []
+    """
+    out: list[tuple[str, str]] = []
+    for i, t in enumerate(spec.tables):
+        mech = t.mechanism
+        if mech is None:  # pragma: no cover - validated specs always have one
+            continue
+        cal = None
+        if t.calibration is not None:
+            c = t.calibration
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    cal = calibrate(c["family"], c["targets"], c["typical_total"],
+                                    level=spec.release.level,
+                                    objective=c.get("objective", "auto"),
+                                    **dict(c.get("fixed") or {}))
+                except CalibrationError:  # pragma: no cover - the spec parsed
+                    cal = None
+        cv = t.publication.cv_flag
+        cv = None if cv is False else cv
+        path = f"tables[{i}]" + (".calibrate" if t.calibration is not None else ".mechanism")
+        for msg in usability_issues(mech, cv_flag=cv, publishes_sd=True, calibration=cal):
+            out.append((path, msg))
+    return out
+
+
+def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:
+    """Emit a :class:`~tabdp.exceptions.UsabilityWarning` per :func:`spec_usability_issues`.
+
+    Args:
+        spec: A validated release spec.
+
+    Returns:
+        The problems warned about.
+
+    Example:
+        >>> import pathlib, tabdp
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> warn_spec_usability(load_spec(root / "examples" / "cbp_release.toml"))
+        []
+    """
+    found = spec_usability_issues(spec)
+    for path, msg in found:
+        warnings.warn(f"{path}: {msg}", UsabilityWarning, stacklevel=2)
+    return found
+
+
+def spec_outlook(spec: Any) -> list[dict[str, Any]]:
+    """Per-table forecasts for a plan summary: flag/negative probability by planned cell total
+    and the guarantee in words at the plan's record sizes.
+
+    Public: uses the spec's mechanisms, publication rules and ``[plan]`` sizes only. Count
+    tables use ``plan.count_totals`` and a record size of one row per unit.
+
+    Args:
+        spec: A validated release spec.
+
+    Returns:
+        One ``{"table", "flag_curve", "guarantee", "issues"}`` per table.
+
+    Example:
+        >>> import pathlib, tabdp
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> o = spec_outlook(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> o[0]["table"], o[0]["flag_curve"][-1]["p_flagged"]
+        ('county_naics2_payroll', 0.0)
+    """
+    issues = spec_usability_issues(spec)
+    out = []
+    for i, t in enumerate(spec.tables):
+        count = t.kind == "count"
+        totals = spec.plan.count_totals if count else spec.plan.cell_totals
+        cv = t.publication.cv_flag
+        cv = None if cv is False else cv
+        try:
+            fc = flag_curve(t.mechanism, totals, cv_flag=cv)
+        except InvalidParameterError:
+            fc = None
+        sizes = [1.0] if count else list(spec.plan.record_sizes)
+        out.append({"table": t.name, "flag_curve": fc,
+                    "guarantee": guarantee_in_words(t.mechanism, sizes),
+                    "issues": [m for p, m in issues if p.startswith(f"tables[{i}]")]})
     return out

@@ -246,3 +246,31 @@ def test_warnings_fire_on_unusable_configurations() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert warn_usability(good.mechanism, calibration=good) == []
+
+
+def test_spec_checks_flag_the_old_demo_configuration() -> None:
+    import dataclasses
+    from pathlib import Path
+
+    from tabdp.planning import spec_outlook, spec_usability_issues, warn_spec_usability
+    from tabdp.release.spec import load_spec
+
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root / "examples" / "cbp_release.toml")
+    assert spec_usability_issues(spec) == []
+    old = dataclasses.replace(spec.tables[0], mechanism=LogTransform(sigma=0.3, offset=1e5),
+                              calibration=None)
+    bad = dataclasses.replace(spec, tables=(old, *spec.tables[1:]))
+    found = spec_usability_issues(bad)
+    assert [p for p, _ in found] == ["tables[0].mechanism"]
+    with pytest.warns(UsabilityWarning, match=r"tables\[0\]\.mechanism: the log transform"):
+        warn_spec_usability(bad)
+    outlook = spec_outlook(bad)
+    assert outlook[0]["issues"] and not outlook[1]["issues"]
+    # every planned payroll cell of the log table is flagged (cv floor 0.307 > 0.3)
+    assert all(r["p_flagged"] > 0.9 for r in outlook[0]["flag_curve"])
+    # the count table's flag curve: exact discrete Gaussian probabilities
+    cnt = outlook[2]["flag_curve"]
+    assert cnt[0]["total"] == 1.0 and cnt[0]["p_flagged"] == pytest.approx(
+        forecast(DiscreteGaussian(sigma=2.0), [1.0]).flagged_share, abs=1e-6)
+    assert outlook[3]["guarantee"][0].startswith("a record of size 1 loses at most rho")
