@@ -78,6 +78,7 @@ __all__ = [
     "spec_usability_issues",
     "warn_spec_usability",
     "spec_outlook",
+    "published_usability",
 ]
 
 #: Families :func:`plan_table` tries by default (unit splitting never beats the Gaussian).
@@ -1200,4 +1201,39 @@ def spec_outlook(spec: Any) -> list[dict[str, Any]]:
         out.append({"table": t.name, "flag_curve": fc,
                     "guarantee": guarantee_in_words(t.mechanism, sizes),
                     "issues": [m for p, m in issues if p.startswith(f"tables[{i}]")]})
+    return out
+
+
+def published_usability(table: Any) -> dict[str, dict[str, float]]:
+    """Share of publishable cells of a published table, per measure, from its flags only.
+
+    Post-processing of the public output (the ``flag`` column of :func:`tabdp.release.publish`):
+    a cell is publishable when it carries none of the flags ``C`` (low reliability), ``S``
+    (withheld) or ``X`` (no finite variance). Safe for the public summary.
+
+    Args:
+        table: A published long table (Polars DataFrame with ``measure`` and ``flag``).
+
+    Returns:
+        ``{measure: {"cells", "publishable_share", "flagged_share", "negative_share"}}``.
+
+    Example:
+        >>> import polars as pl
+        >>> t = pl.DataFrame({"measure": ["x", "x", "x", "x"], "flag": ["", "C", "CN", None]})
+        >>> published_usability(t)["x"]["publishable_share"]
+        0.5
+    """
+    import polars as pl
+
+    out: dict[str, dict[str, float]] = {}
+    df = table if isinstance(table, pl.DataFrame) else pl.DataFrame(table)
+    for (m,), part in df.group_by(["measure"], maintain_order=True):
+        fl = part["flag"].fill_null("")
+        bad = fl.str.contains("[CSX]")
+        out[str(m)] = {"cells": float(part.height),
+                       "publishable_share": float(1.0 - bad.mean()) if part.height else math.nan,
+                       "flagged_share": float(fl.str.contains("C").mean()) if part.height
+                       else math.nan,
+                       "negative_share": float(fl.str.contains("N").mean()) if part.height
+                       else math.nan}
     return out
