@@ -42,6 +42,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -358,7 +359,8 @@ def calibrate_to_curve(family: str, targets: Mapping[float, float] | TargetCurve
             f"{ratio:.4g} (at size {where:g}); the scale was raised x{hi:.6g} to meet it "
             f"on {grid_points} sizes")
     return dataclasses.replace(
-        res, mechanism=mech, params=dict(mech.params()), achieved=achieved, sd=sd, moe=moe,
+        res, mechanism=mech, params=MappingProxyType(dict(mech.params())),
+        achieved=MappingProxyType(achieved), sd=sd, moe=moe,
         binding=(), notes=(*res.notes, note))
 
 
