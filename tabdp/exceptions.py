@@ -27,6 +27,8 @@ __all__ = [
     "TabdpInternalError",
     "SpecError",
     "PrivacyWarning",
+    "TabdpWarning",
+    "UsabilityWarning",
 ]
 
 
@@ -164,5 +166,28 @@ class PrivacyWarning(UserWarning):
 
     Example:
         >>> issubclass(PrivacyWarning, UserWarning)
+        True
+    """
+
+
+class TabdpWarning(UserWarning):
+    """Base class of the warnings tabdp emits about a configuration (not about privacy).
+
+    Example:
+        >>> issubclass(UsabilityWarning, TabdpWarning)
+        True
+    """
+
+
+class UsabilityWarning(TabdpWarning):
+    """Warns that a configuration cannot publish usable estimates.
+
+    Raised (as a warning) by :func:`tabdp.planning.warn_usability` for a transformation whose
+    coefficient-of-variation floor is at or above the flag threshold (every cell would be
+    flagged), noise without a finite mean or variance where sd and margins of error are published,
+    and calibrated parameters at the edge of their search range.
+
+    Example:
+        >>> issubclass(UsabilityWarning, UserWarning)
         True
     """

@@ -287,8 +287,13 @@ def test_shipped_example_validates() -> None:
     assert [t.name for t in spec.tables] == [
         "county_naics2_payroll", "county_naics2_employment", "county_naics2_estabs",
         "state_naics6_payroll"]
-    assert spec.tables[3].calibration is not None
-    assert spec.tables[3].rollups[-1].direct
+    # calibrated exponential-polylog targets (issue 16): median establishment rho <= 0.5 per
+    # table, the largest plausible one rho <= 50; no directly released national total any more
+    for i in (0, 1, 3):
+        cal = spec.tables[i].calibration
+        assert cal is not None and cal["family"] == "exp_polylog" and cal["fixed"] == {"p": 1}
+        assert sorted(cal["targets"].values()) == [0.5, 50.0]
+    assert not any(r.direct for t in spec.tables for r in t.rollups)
     assert spec.output.public == ROOT / "out" / "cbp_release" / "public"
 
 
