@@ -517,6 +517,7 @@ class Report:
             "tabdp_version": __version__,
             "session": {
                 "unit": s.unit or "row",
+                "mode": s.mode,
                 # never the seed itself: with it anyone could regenerate the noise and
                 # subtract it from the published tables
                 "randomness": "secure (OS CSPRNG)" if s.seed is None else
