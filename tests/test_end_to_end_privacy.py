@@ -237,3 +237,80 @@ def test_charged_sensitivity_covers_what_the_total_moves():
         assert abs(full - part) <= size[i], i
         assert math.isclose(float(abs(full - part)), size[i], rel_tol=1e-15, abs_tol=0.0) or \
             size[i] >= float(abs(full - part))
+
+
+# -- the filter: no unit is ever charged past its budget ---------------------------------------
+@pytest.mark.parametrize("budget", [2.0, {1.0: 0.5, 1e4: 3.0, 1e8: 9.0}], ids=["constant", "curve"])
+def test_no_unit_is_ever_charged_past_its_budget(budget):
+    """Random adaptive sequences of sums and counts over random firms: after every query, each
+    unit's total (constant) or per-currency spend (curve, at its size there) is within its
+    limit, recomputed here from the per-query columns of the report."""
+    rng = np.random.default_rng(11)
+    b = tabdp.Budget(budget)
+    s = tabdp.Session(unit="firm", seed=1, budget=budget)
+    df = pl.DataFrame({"firm": rng.integers(0, 40, 400), "county": rng.choice(
+        ["c1", "c2", "c3"], 400).tolist(), "naics": rng.choice(["11", "21"], 400).tolist(),
+        "payroll": rng.lognormal(6, 3, 400), "emp": rng.integers(1, 50, 400)})
+    spent: dict[str, dict[int, float]] = {}
+    size: dict[str, dict[int, float]] = {}
+    for q in range(25):
+        kind = rng.choice(["payroll", "emp", "count"])
+        sigma = float(10 ** rng.uniform(-0.5, 4))
+        name = f"q{q}"
+        if kind == "count":
+            df.dp.count(by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(sigma),
+                        session=s, name=name)
+            cur = "rows"
+            contrib = df.group_by("firm", "county", "naics").len().rename({"len": "v"})
+        else:
+            df.dp.sum(kind, by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(sigma),
+                      session=s, name=name)
+            cur = kind
+            contrib = df.group_by("firm", "county", "naics").agg(pl.col(kind).sum().alias("v"))
+        pr = s.report().per_record
+        if isinstance(budget, float):
+            assert (pr["rho"].to_numpy() <= budget * (1 + 1e-9)).all()
+            continue
+        inside = contrib.join(KEYS.to_polars(), on=["county", "naics"], how="semi")
+        charged = pr.select("firm", pl.col(f"rho_{name}").alias("r")).filter(pl.col("r") > 0)
+        biggest = inside.group_by("firm").agg(pl.col("v").abs().max())
+        for firm, r in charged.iter_rows():
+            spent.setdefault(cur, {})
+            size.setdefault(cur, {})
+            spent[cur][firm] = spent[cur].get(firm, 0.0) + r
+            v = float(biggest.filter(pl.col("firm") == firm)["v"][0])
+            size[cur][firm] = max(size[cur].get(firm, 0.0), v)
+        for c in spent:
+            for firm, r in spent[c].items():
+                assert r <= float(b.limit([size[c][firm]], c)[0]) * (1 + 1e-9), (c, firm)
+
+
+def test_contribution_bounds_make_the_public_curve_hold_for_every_unit():
+    rng = np.random.default_rng(2)
+    df = pl.DataFrame({"firm": rng.integers(0, 10, 200), "county": rng.choice(
+        ["c1", "c2", "c3"], 200).tolist(), "naics": rng.choice(["11", "21"], 200).tolist(),
+        "x": rng.lognormal(3, 2, 200)})
+    g = mech.Gaussian(30.0)
+    s = tabdp.Session(unit="firm", seed=0)
+    df.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, max_cells=2)
+    df.dp.count(by=["county", "naics"], keys=KEYS, mechanism=g, session=s, max_cells=2,
+                max_rows=3)
+    rep = s.report()
+    assert rep.to_dict()["total_policy_curve_holds_for"] == "every unit"
+    q = rep.to_dict()["queries"]
+    assert q[0]["contribution_bounds"] == {"max_cells": 2, "max_rows": None}
+    pr = rep.per_record
+    curve = np.array([r["rho"] for r in rep.total_policy_curve()])
+    grid = np.array([r["delta"] for r in rep.total_policy_curve()])
+    for rho, size_ in zip(pr["rho"].to_numpy(), pr["size"].to_numpy(), strict=True):
+        # the curve at the next grid size above the unit's size bounds its loss
+        at = curve[np.searchsorted(grid, size_)]
+        assert rho <= at * (1 + 1e-12)
+    # every firm touches at most 2 cells per release and counts at most 3 rows per cell
+    assert (pr["rho_q1_sum"].to_numpy() <= 2 * g.rho(pr["size"].to_numpy()) + 1e-12).all()
+    assert (pr["rho_q2_count"].to_numpy() <= 2 * g.rho(3.0) + 1e-12).all()
+    unbounded = tabdp.Session(unit="firm", seed=0)
+    df.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=unbounded)
+    assert unbounded.report().to_dict()["total_policy_curve_holds_for"] != "every unit"
+    with pytest.raises(tabdp.InvalidParameterError, match="max_cells"):
+        df.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, max_cells=0)

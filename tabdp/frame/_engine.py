@@ -593,6 +593,42 @@ def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFra
     return joined.drop(drop)
 
 
+def _check_bound(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidParameterError(
+            f"{name} must be a whole number >= 1 or None; got {value!r}.\nHint: a public bound "
+            f"chosen without looking at the data, e.g. {name}=10.")
+    return int(value)
+
+
+def _bound_contributions(inside: pl.DataFrame, uid: str, unit_mode: bool, kind: str,
+                         measures: list[str], bits: dict[str, int], max_cells: int | None,
+                         max_rows: int | None) -> tuple[pl.DataFrame, int]:
+    """Enforce the public contribution bounds (unit mode; row mode satisfies them already).
+
+    The cells a unit keeps are chosen from its own contributions only (its largest, ties by
+    key-set order), so the choice for one unit never depends on another.
+    """
+    if not unit_mode:
+        return inside, 0
+    if max_rows is not None and kind == "count":
+        inside = inside.with_columns(pl.col(_ROWS).clip(upper_bound=max_rows))
+    if max_cells is None:
+        return inside, 0
+    if kind == "count":
+        size = pl.col(_ROWS).cast(pl.Float64)
+    else:
+        size = pl.max_horizontal(*[pl.col(m).abs().cast(pl.Float64) * (2.0 ** -bits[m])
+                                   for m in measures])
+    ranked = (inside.with_columns(size.alias("__size"))
+              .sort(["__size", _CELL], descending=[True, False], maintain_order=True)
+              .with_columns(pl.int_range(pl.len()).over(uid).alias("__rank")))
+    kept = ranked.filter(pl.col("__rank") < max_cells).drop("__size", "__rank")
+    return kept, inside.height - kept.height
+
+
 # -- policies ---------------------------------------------------------------------------------
 class _Policy:
     """Per-record policy of one release: ρ, ε and (approximate-DP mechanisms) ε_a, δ_a.
@@ -705,7 +741,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                     by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
                     nulls: str = "error", name: str | None = None, grid: Any = None,
-                    negatives: str | None = None) -> Any:
+                    negatives: str | None = None, max_cells: int | None = None,
+                    max_rows: int | None = None) -> Any:
     """Release noisy sums or counts of ``native`` grouped by ``by`` over the key set ``keys``.
 
     This is the implementation behind ``df.dp.sum`` and ``df.dp.count``; see those for the
@@ -726,6 +763,11 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         negatives: Rule for negative values: ``None`` (refuse them where the mechanism needs
             non-negative contributions, allow them otherwise), ``"error"``, ``"zero"`` or
             ``"drop"``.
+        max_cells: Public bound on the cells one unit contributes to (unit mode): a unit's
+            contributions to further cells are dropped, keeping its largest (ties: key-set
+            order). ``None``: unbounded. Each row is in one cell in row mode.
+        max_rows: Public bound on the rows one unit counts in one cell (counts): a unit's
+            count contribution is capped there. ``None``: unbounded (1 in row mode).
 
     Returns:
         A frame of the caller's library: keys, then per measure the estimate, ``_sd`` and
@@ -748,6 +790,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
     released = measure_list if kind == "sum" else ["count"]
     grids = _check_grid(grid, released)
+    max_cells = _check_bound("max_cells", max_cells)
+    max_rows = _check_bound("max_rows", max_rows)
     op = _open_release(native, session, name, kind, measure_list, by_list)
     sess, qname = op.session, op.name
     negative_rule = _check_rules(sess, kind, mechanism, nulls, negatives, bool(measure_list))
@@ -776,6 +820,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     rows_outside = int(data.filter(pl.col(_CELL).is_null())[_ALL].sum() or 0)
     # units whose rows were all dropped by a rule contribute nothing and pay nothing
     inside = inside.filter(pl.col(_ROWS) > 0)
+    inside, cells_dropped = _bound_contributions(inside, uid, unit is not None, kind,
+                                                 measure_list, bits, max_cells, max_rows)
 
     # 3. Per-unit losses and the individual filter.
     charges, cell_rho = _charges(inside, uid, unit is None, policy, kind, bits)
@@ -850,6 +896,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
             if by_list else 0),
         "rows_in_released_cells": int(inside[_ROWS].sum() or 0),
         "units_left_out_by_budget": int(left_out.sum()),
+        **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
         **{f"missing_values_{nulls}:{m}": snap.counts.get(f"missing:{m}", 0)
            for m in measure_list if nulls != "error"},
         **{f"values_clamped_to_2^64:{m}": snap.counts.get(f"big:{m}", 0)
@@ -861,7 +908,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
         losses=losses, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
-        cells=cells)
+        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if unit is None else
+                             {"max_cells": max_cells, "max_rows": max_rows}))
     sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:
         _set_last(sess)

@@ -46,7 +46,8 @@ class DPAccessor:
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, session: Session | None = None,
             level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
-            grid: Any = None, negatives: str | None = None) -> Any:
+            grid: Any = None, negatives: str | None = None, max_cells: int | None = None
+            ) -> Any:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
         A unit's per-record sensitivity Δ in a cell is the absolute sum of its rows there (each
@@ -78,6 +79,9 @@ class DPAccessor:
                 (transformation mechanisms): ``None``/``"error"`` refuses negative
                 contributions (curator mode), ``"zero"`` sets negative values to 0, ``"drop"``
                 drops their rows. Given explicitly, the rule applies to any mechanism.
+            max_cells: Public bound on the cells one unit contributes to (with ``unit=``): a
+                unit's contributions to further cells are dropped, keeping its largest. Makes
+                the public total curve a bound for every unit (``None``: unbounded).
 
         Returns:
             A frame of the caller's library (pandas → pandas, Polars eager or lazy → Polars
@@ -104,11 +108,13 @@ class DPAccessor:
         """
         return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
-                               name=name, grid=grid, negatives=negatives)
+                               name=name, grid=grid, negatives=negatives,
+                               max_cells=max_cells)
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
-              name: str | None = None, grid: Any = None) -> Any:
+              name: str | None = None, grid: Any = None, max_cells: int | None = None,
+              max_rows: int | None = None) -> Any:
         """Noisy row counts per cell of ``keys`` (output measure ``count``).
 
         A unit's Δ in a cell is its number of rows there (1 when each row is a unit).
@@ -128,6 +134,10 @@ class DPAccessor:
             name: Label of the release in the session's report.
             grid: Public rounding grid (``None``: the mechanism's default; discrete mechanisms
                 release exact integers).
+            max_cells: Public bound on the cells one unit contributes to (with ``unit=``).
+            max_rows: Public bound on the rows one unit counts in one cell (with ``unit=``):
+                its count contribution is capped there, so the count's policy is at most
+                ρ(max_rows) per cell.
 
         Returns:
             Key columns, then ``count``, ``count_sd``, ``count_moe``.
@@ -142,7 +152,8 @@ class DPAccessor:
         """
         return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level,
-                               nulls="error", name=name, grid=grid)
+                               nulls="error", name=name, grid=grid, max_cells=max_cells,
+                               max_rows=max_rows)
 
     def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",

@@ -110,6 +110,9 @@ class QueryRecord:
             the high-precision path (it depends on how close exact values lie to breakpoints).
         cells: CONFIDENTIAL per-cell audit (when the session tracks cells): key columns,
             ``worst_rho`` (largest loss of one unit in the cell), ``worst_size`` and ``units``.
+        bounds: PUBLIC contribution bounds enforced by the release: ``max_cells`` (cells a
+            unit contributes to) and ``max_rows`` (rows a unit counts in one cell); ``None``
+            where unbounded.
 
     Example:
         >>> from tabdp.mechanisms import Gaussian
@@ -133,6 +136,7 @@ class QueryRecord:
     grid: dict[str, Any] = field(default_factory=dict)
     fallbacks: dict[str, int] = field(default_factory=dict)
     cells: Any = None
+    bounds: dict[str, Any] = field(default_factory=dict)
 
     def policy_curve(self) -> list[dict[str, float | None]]:
         """Public policy curve of this query: ρ and ε at record sizes 0, 1, 10, ..., 1e8.
@@ -189,8 +193,44 @@ class QueryRecord:
             "moe_level": self.level,
             "null_policy": self.nulls,
             "grid": {m: _grid_value(g) for m, g in self.grid.items()},
+            "contribution_bounds": {"max_cells": self.bounds.get("max_cells"),
+                                    "max_rows": self.bounds.get("max_rows")},
             "policy_curve": self.policy_curve(),
         }
+
+    def curve_entry(self) -> tuple[Any, int, float | None]:
+        """``(mechanism, charges, cap)`` of this release for a worst-case total curve.
+
+        A unit pays the policy once per measure (once for a joint mechanism) in each of at most
+        ``max_cells`` cells (1 when unbounded: the curve then assumes one cell); a count's
+        sensitivity is capped at ``max_rows``.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> QueryRecord(1, "q1", "count", ("count",), ("c",), Gaussian(1.0), {}, 0.9,
+            ...             "error", None, bounds={"max_cells": 3, "max_rows": 2}).curve_entry()
+            (Gaussian(sigma=1.0), 3, 2.0)
+        """
+        per_cell = 1 if getattr(self.mechanism, "joint", False) else len(self.measures)
+        cells = self.bounds.get("max_cells") or 1
+        rows = self.bounds.get("max_rows")
+        cap = float(rows) if rows is not None and self.kind != "sum" else None
+        return self.mechanism, per_cell * int(cells), cap
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the release enforces the bounds a worst-case curve needs (cells, and rows
+        for count-like releases).
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> QueryRecord(1, "q1", "sum", ("x",), ("c",), Gaussian(1.0), {}, 0.9, "error",
+            ...             None, bounds={"max_cells": 1}).bounded
+            True
+        """
+        if self.bounds.get("max_cells") is None:
+            return False
+        return self.kind == "sum" or self.bounds.get("max_rows") is not None
 
 
 def _grid_value(g: Any) -> Any:

@@ -355,14 +355,15 @@ def _components(losses: UnitLosses) -> dict[str, np.ndarray]:
     }
 
 
-def total_policy_curve(entries: Sequence[tuple[Mechanism, int]], sizes: Sequence[float],
+def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float],
                        delta: float | None = None) -> list[dict[str, float | None]]:
     """Public worst-case curve of several releases: the loss of a unit contributing Δ to one
     cell of every released measure (``k`` charges per release: its number of measures, or 1 for
-    a joint mechanism).
+    a joint mechanism; times the cells a unit may touch when that is bounded).
 
     Args:
-        entries: ``(mechanism, k)`` per release.
+        entries: ``(mechanism, k)`` or ``(mechanism, k, cap)`` per release: ``cap`` bounds the
+            sensitivity charged (e.g. ``max_rows`` of a count), ``None`` for none.
         sizes: Record sizes Δ (≥ 0).
         delta: Optional δ: rows then also hold ``epsilon_delta`` (ε at that δ; exact Gaussian-DP
             for Gaussian-shift mechanisms, zCDP conversion for the others, basic composition for
@@ -378,13 +379,16 @@ def total_policy_curve(entries: Sequence[tuple[Mechanism, int]], sizes: Sequence
     """
     d = np.asarray(sizes, dtype=np.float64)
     comps = {c: np.zeros_like(d) for c in COMPONENTS}
-    for mechanism, k in entries:
-        rho = mechanism.rho(d)
+    for entry in entries:
+        mechanism, k = entry[0], entry[1]
+        cap = entry[2] if len(entry) > 2 else None
+        dd = d if cap is None else np.minimum(d, cap)
+        rho = mechanism.rho(dd)
         comps["rho"] += k * rho
-        comps["epsilon"] += k * mechanism.epsilon(d)
+        comps["epsilon"] += k * mechanism.epsilon(dd)
         guarantee = UnitLosses.guarantee_of(mechanism)
         if guarantee == "approx":
-            ea, da = mechanism.approx_policy(d)
+            ea, da = mechanism.approx_policy(dd)
             comps["eps_a"] += k * ea
             comps["delta_a"] += k * da
         else:
@@ -495,9 +499,28 @@ class Report:
             >>> Report(Session()).total_policy_curve()[1]
             {'delta': 1.0, 'rho': 0.0, 'epsilon': 0.0}
         """
-        entries = [(r.mechanism, 1 if getattr(r.mechanism, "joint", False) else len(r.measures))
-                   for r in self.session.records]
+        entries = [r.curve_entry() for r in self.session.records]
         return total_policy_curve(entries, POLICY_GRID, self.delta)
+
+    def curve_holds_for(self) -> str:
+        """Which units the public total curve bounds (public: it depends on the arguments).
+
+        Returns:
+            ``"every unit"`` when every release bounds the cells a unit touches (and the rows a
+            unit counts in a cell), else a sentence saying which units it describes.
+
+        Example:
+            >>> Report(Session()).curve_holds_for()
+            'every unit'
+        """
+        s = self.session
+        if all(r.bounded for r in s.records):
+            return "every unit"
+        text = ("units contributing to one cell per measure of each release (and Δ rows to a "
+                "count cell); a unit in more cells pays the sum over its cells")
+        if s.budget is not None:
+            text += "; the budget bounds every unit's total"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """PUBLIC summary: data-independent content only.
@@ -508,7 +531,7 @@ class Report:
 
         Example:
             >>> sorted(Report(Session()).to_dict())
-            ['queries', 'session', 'tabdp_version', 'total_policy_curve']
+            ['queries', 'session', 'tabdp_version', 'total_policy_curve', 'total_policy_curve_holds_for']
         """
         from tabdp import __version__
 
@@ -528,6 +551,7 @@ class Report:
             },
             "queries": [r.public() for r in s.records],
             "total_policy_curve": self.total_policy_curve(),
+            "total_policy_curve_holds_for": self.curve_holds_for(),
         }
 
     def confidential_summary(self) -> dict[str, Any]:
