@@ -28,7 +28,6 @@ from scipy import stats
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame._quantiles import SS_FLOOR, floored_smooth_sensitivity, quantile_release
-from tabdp.mechanisms import SmoothSensitivityMechanism
 from tabdp.mechanisms.smooth import (
     LOG_SCALE_GRID,
     SmoothSensitivityRelease,
@@ -130,14 +129,6 @@ def set_noise(monkeypatch):
         monkeypatch.setattr(exact, "round_noisy", pinned)
 
     return set_
-
-
-def half_step(est: np.ndarray, bits: int = 32) -> np.ndarray:
-    """Half a step of the default relative grid at the estimates (added to the moe).
-
-    The default grid has 32 significant bits (polyplace, laplace) or 24 (student_t, cauchy).
-    """
-    return np.abs(np.asarray(est, dtype=np.float64)) * 2.0**-bits
 
 
 def reference(rel, truth, ss, seed, level=0.9):
