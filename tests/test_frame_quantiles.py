@@ -547,6 +547,8 @@ BAD_ARGS = {
     "bounds-one": dict(bounds=(0.0,)),
     "bounds-three": dict(bounds=(0.0, 1.0, 2.0)),
     "bounds-none": dict(bounds=None),
+    "bounds-span-overflows": dict(bounds=(-1.5e308, 1.5e308)),
+    "grid-uniform-unbounded-output": dict(bounds=(0.0, 1e306), grid=1e300),
     "q-neg": dict(q=-0.1),
     "q-big": dict(q=1.5),
     "q-nan": dict(q=math.nan),

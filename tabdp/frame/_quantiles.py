@@ -11,6 +11,7 @@ add/remove of one row; a unit with k rows in a cell pays k·ε there (group priv
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -237,10 +238,11 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
     if ok:
         lo = check_real("bounds[0]", bounds[0], owner="quantile bounds")
         hi = check_real("bounds[1]", bounds[1], owner="quantile bounds")
-        if lo < hi:
+        if lo < hi and math.isfinite(hi - lo):
             return lo, hi
     raise InvalidParameterError(
-        f"bounds must be a pair (low, high) of finite numbers with low < high; got {bounds!r}.\n"
+        f"bounds must be a pair (low, high) of finite numbers with low < high and a finite span "
+        f"high - low; got {bounds!r}.\n"
         "Hint: bounds are public limits chosen without looking at the data, e.g. "
         "bounds=(0.0, 1e9) for payroll; values outside them are clipped.")
 

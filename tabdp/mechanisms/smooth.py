@@ -1001,7 +1001,13 @@ class SmoothSensitivityRelease:
         mag = _exact.grid_magnitude(self.value.unit,
                                     np.array([abs(bounds[0]), abs(bounds[1])], dtype=np.float64),
                                     np.array([ss_max], dtype=np.float64))
-        return _exact.check_grid(g, mag, "smooth-sensitivity release")
+        grid_ = _exact.as_grid(g, "smooth-sensitivity release")
+        if isinstance(grid_, _exact.UniformGrid) and not math.isfinite(mag):
+            raise InvalidParameterError(
+                f"smooth-sensitivity release: a uniform grid (grid={grid!r}) needs outputs of "
+                f"bounded size, but bounds {tuple(bounds)!r} allow outputs beyond float64.\nHint: "
+                "use grid=None (the relative grid) or narrower public bounds.")
+        return _exact.check_grid(grid_, mag, "smooth-sensitivity release")
 
     def release_table(self, values: ArrayLike, ss: ArrayLike, rng: Any = None,
                       level: float = DEFAULT_LEVEL, grid: Any = None) -> ReleasedValues:
