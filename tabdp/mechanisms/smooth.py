@@ -780,11 +780,13 @@ def scale_adjusted_coverage(unit: NoiseDistribution, halfwidth: float, log_noise
 
     if b == 0.0:
         return covered(h)
+
     def f(u: float) -> float:
-        w = min(b * u, 700.0)  # e^700 already covers every h > 0 of interest
+        w = min(b * u, 700.0)  # keeps e^{±w} finite; P(|W| > 700) is negligible for any b used
         return 0.5 * (covered(math.exp(w) * h) + covered(math.exp(-w) * h)) * math.exp(-u)
 
-    # u = |W|/b is Exp(1); beyond 60 the weight e^{-u} is below 1e-26
+    # u = |W|/b is Exp(1); beyond 60 the weight e^{-u} is below 1e-26. The break point is where
+    # e^{b·u}·h crosses 1 (the integrand's bend).
     val, _ = quad(f, 0.0, _COVERAGE_SPAN, epsabs=1e-14, epsrel=1e-13, limit=500,
                   points=[min(abs(math.log(max(h, 1e-300))) / b, _COVERAGE_SPAN / 2)])
     return float(val)
