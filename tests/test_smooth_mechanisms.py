@@ -411,6 +411,15 @@ def test_scale_adjusted_coverage_matches_independent_integral_and_monte_carlo() 
         assert scale_adjusted_halfwidth(unit, level, 0.0) == h0
         if level >= 0.9:   # the scale's error widens high-level intervals
             assert h > h0
+    # an extreme b: the level needs a margin beyond float64, reported as inf (never an overflow
+    # error or a clamped, too small margin); b = 33 needs e^{b·ln 50} ≈ 1e56 at level 0.99
+    from tabdp.mechanisms.smooth import SmoothSensitivityRelease
+
+    assert SmoothSensitivityRelease(epsilon=1.0, uncertainty_share=1e-3).moe_factor(0.99) \
+        == math.inf
+    unit = unit_noise("polyplace", 1.0, 0.1)
+    h = scale_adjusted_halfwidth(unit, 0.99, 33.0)
+    assert math.log(h) == pytest.approx(33.0 * math.log(50.0), rel=0.01)
     # Monte Carlo: P(|Z| <= e^W h) with independent draws
     unit = unit_noise("polyplace", 0.6, 0.2)
     h = scale_adjusted_halfwidth(unit, 0.9, 0.5)

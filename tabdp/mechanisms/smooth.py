@@ -664,6 +664,8 @@ LOG_SCALE_GRID = 2.0**-20
 LOG_SS_SLACK = 1e-9
 #: Length (in units of the Laplace scale) of the integration range of the moe's coverage.
 _COVERAGE_SPAN = 60.0
+#: Largest ln h searched by :func:`scale_adjusted_halfwidth` (e^709 is near the float64 limit).
+_LOG_H_MAX = 709.0
 
 
 def _check_share(share: Any) -> float:
@@ -775,20 +777,27 @@ def scale_adjusted_coverage(unit: NoiseDistribution, halfwidth: float, log_noise
     h = float(halfwidth)
     b = float(log_noise)
 
-    def covered(t: float) -> float:
-        return 1.0 - 2.0 * float(unit.sf(t))
+    def covered_log(a: float) -> float:   # P(|Z| <= e^a), without overflow
+        if a > 709.0:
+            return 1.0 - 2.0 * float(unit.sf(math.inf))
+        if a < -745.0:
+            return 0.0
+        return 1.0 - 2.0 * float(unit.sf(math.exp(a)))
 
+    if h <= 0.0:
+        return 0.0
+    lh = math.log(h)
     if b == 0.0:
-        return covered(h)
+        return covered_log(lh)
 
     def f(u: float) -> float:
-        w = min(b * u, 700.0)  # keeps e^{±w} finite; P(|W| > 700) is negligible for any b used
-        return 0.5 * (covered(math.exp(w) * h) + covered(math.exp(-w) * h)) * math.exp(-u)
+        w = b * u
+        return 0.5 * (covered_log(lh + w) + covered_log(lh - w)) * math.exp(-u)
 
     # u = |W|/b is Exp(1); beyond 60 the weight e^{-u} is below 1e-26. The break point is where
     # e^{b·u}·h crosses 1 (the integrand's bend).
     val, _ = quad(f, 0.0, _COVERAGE_SPAN, epsabs=1e-14, epsrel=1e-13, limit=500,
-                  points=[min(abs(math.log(max(h, 1e-300))) / b, _COVERAGE_SPAN / 2)])
+                  points=[min(abs(lh) / b, _COVERAGE_SPAN / 2)])
     return float(val)
 
 
@@ -804,7 +813,7 @@ def scale_adjusted_halfwidth(unit: NoiseDistribution, level: float, log_noise: f
         log_noise: Laplace scale ``b`` of the log-scale estimate's error.
 
     Returns:
-        ``h``.
+        ``h`` (``inf`` if the level needs a margin beyond float64, for an extreme ``b``).
 
     Example:
         >>> u = unit_noise("polyplace", 0.6, 0.2)
@@ -822,10 +831,14 @@ def scale_adjusted_halfwidth(unit: NoiseDistribution, level: float, log_noise: f
         return scale_adjusted_coverage(unit, math.exp(lh), b) - level
 
     lo = hi = math.log(h0)
+    step = 1.0
     while gap(hi) < 0.0:
-        hi += 1.0
+        if hi >= _LOG_H_MAX:   # the level needs a margin beyond float64 (b far too large)
+            return math.inf
+        hi, step = min(hi + step, _LOG_H_MAX), 2.0 * step
+    step = 1.0
     while gap(lo) > 0.0:
-        lo -= 1.0
+        lo, step = lo - step, 2.0 * step
     return math.exp(brentq(gap, lo, hi, xtol=1e-13, rtol=4 * 2.0**-52))
 
 
