@@ -42,6 +42,7 @@ the bounds are narrow relative to their magnitude.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -842,6 +843,12 @@ def scale_adjusted_halfwidth(unit: NoiseDistribution, level: float, log_noise: f
     return math.exp(brentq(gap, lo, hi, xtol=1e-13, rtol=4 * 2.0**-52))
 
 
+@functools.lru_cache(maxsize=256)
+def _cached_halfwidth(unit: NoiseDistribution, level: float, log_noise: float) -> float:
+    # laws hash and compare by their parameters; public inputs only
+    return scale_adjusted_halfwidth(unit, level, log_noise)
+
+
 class SmoothSensitivityRelease:
     """A smooth-sensitivity release whose published uncertainty is private too.
 
@@ -905,7 +912,6 @@ class SmoothSensitivityRelease:
         self.uncertainty_share = None if uncertainty_share is None else float(uncertainty_share)
         self.log_noise = (self.gamma + LOG_SS_SLACK) / eps2
         self.log_law = Laplace(scale=self.log_noise)
-        self._halfwidth: dict[float, float] = {}
 
     # -- uncertainty ----------------------------------------------------------------------------
     def moe_factor(self, level: float = DEFAULT_LEVEL) -> float:
@@ -915,18 +921,14 @@ class SmoothSensitivityRelease:
             level: Confidence level.
 
         Returns:
-            The factor (cached per level).
+            The factor (cached per unit law, level and b).
 
         Example:
             >>> r = SmoothSensitivityRelease(epsilon=1.0)
             >>> bool(r.moe_factor(0.9) > r.value.unit.interval_halfwidth(0.9))
             True
         """
-        level = check_level(level)
-        if level not in self._halfwidth:
-            self._halfwidth[level] = scale_adjusted_halfwidth(self.value.unit, level,
-                                                              self.log_noise)
-        return self._halfwidth[level]
+        return _cached_halfwidth(self.value.unit, check_level(level), self.log_noise)
 
     def release_log_scale(self, ss: ArrayLike, rng: Any = None) -> np.ndarray:
         """Release ``round(ln SS + Laplace(b))`` on :data:`LOG_SCALE_GRID` (ε₂-DP per row).
