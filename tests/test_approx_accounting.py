@@ -297,7 +297,13 @@ def test_smooth_sensitivity_laplace_medians_are_accounted_in_approximate_dp(unit
     if unit is None:
         assert set(got.values()) == {0.5}  # one row each: (ε, δ) = (0.5, 1e-7) ≤ 1e-5
     else:
-        # unit 1 has 2 rows in cell a: group privacy (2ε, 2 e^ε δ)
+        # unit 1 has 2 rows in cell a: group privacy (2ε, 2 e^{ε₁} δ): ε = ε₁ + ε₂ with ε₂ the
+        # pure-DP noise scale behind sd and moe (issue 13), δ from the value's (ε₁, δ) only
+        from tabdp.mechanisms.smooth import split_epsilon
+
+        eps1 = split_epsilon("laplace", 0.5, delta=1e-7)[0]
         assert got == {1: 1.0, 2: 0.5, 3: 0.5}
-        tight = _pl(s.report(delta=2 * math.exp(0.5) * 1e-7 * 0.999).per_record)
+        tight = _pl(s.report(delta=2 * math.exp(eps1) * 1e-7 * 0.999).per_record)
         assert tight.filter(pl.col("u") == 1)["epsilon_delta"][0] == math.inf
+        ok = _pl(s.report(delta=2 * math.exp(eps1) * 1e-7 * 1.001).per_record)
+        assert ok.filter(pl.col("u") == 1)["epsilon_delta"][0] == pytest.approx(1.0)

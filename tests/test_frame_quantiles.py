@@ -5,7 +5,12 @@ Every test taking ``make_frame`` runs once per backend (pandas, Polars, Polars l
 :mod:`tabdp.sensitivity` (sorting and a brute-force double loop over the padded order
 statistics) for the small tables, and the noise is pinned with ``set_noise`` (the unit noise law
 returns a constant) so that estimates can be compared exactly: with Z = 0 the estimate is the
-true quantile, with Z = 1 it is the true quantile plus the smooth sensitivity.
+true quantile, with Z = 1 it is the true quantile plus the smooth sensitivity. Pinning also pins
+the private noise scale: its draw is ``ln SS + z`` (rounded to the 2**-20 log grid).
+
+Issue 13: ``_sd`` and ``_moe`` are computed from a private estimate of the noise scale
+(``ln SS + Laplace(γ/ε₂)``), never from SS; ``epsilon`` is the total ε₁ + ε₂ (by default ε₂ = 2γ,
+so ε₁ = 0.6, γ = 0.2, ε₂ = 0.4 at ε = 1 with PolyPlace).
 """
 
 from __future__ import annotations
@@ -18,17 +23,22 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
+from scipy import stats
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.frame._quantiles import SS_FLOOR, quantile_release
-from tabdp.mechanisms import SmoothSensitivityMechanism
+from tabdp.frame._quantiles import SS_FLOOR, floored_smooth_sensitivity, quantile_release
+from tabdp.mechanisms.smooth import (
+    LOG_SCALE_GRID,
+    SmoothSensitivityRelease,
+    scale_adjusted_halfwidth,
+)
 from tabdp.mechanisms._base import pure_to_zcdp
 from tabdp.noise._base import NoiseDistribution
-from tabdp.noise import exact
+from tabdp.noise import Laplace, exact
 from tabdp.noise.exact import RelativeGrid, round_noisy
 from tabdp.rng import RandomSource
-from tabdp.sensitivity import smooth_sensitivity_quantile
+from tabdp.sensitivity import group_sort, smooth_sensitivity_quantile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
@@ -46,8 +56,17 @@ IN_KEYS = np.array([True] * 8 + [False, False])  # the last two rows are outside
 CELLS = [[0.0, 10.0, 100.0], [], [], [40.0], [1.0, 2.0, 3.0, 4.0], []]
 MEDIAN = [10.0, 0.0, 0.0, 40.0, 2.0, 0.0]  # lower median; empty cells: the padded low bound
 Q90 = [100.0, 0.0, 0.0, 40.0, 4.0, 0.0]
-R1 = math.tanh(0.5)  # ρ of one row at ε = 1: ε·tanh(ε/2)
-GAMMA_DEFAULT = 1.0 / 3.0  # PolyPlace default γ at ε = 1
+EPS1, EPS2 = 0.6, 0.4  # default split of ε = 1 for PolyPlace: value, noise scale (ε₂ = 2γ)
+
+
+def rho_of(eps: float, k: float = 1.0) -> float:
+    """ρ of a unit with k rows in a cell: ρ(k·ε₁) + ρ(k·ε₂), ρ(e) = e·tanh(e/2), default split."""
+    e1, e2 = 0.6 * eps * k, 0.4 * eps * k
+    return e1 * math.tanh(e1 / 2) + e2 * math.tanh(e2 / 2)
+
+
+R1 = rho_of(1.0)  # ρ of one row at ε = 1
+GAMMA_DEFAULT = 0.2  # PolyPlace default γ at ε = 1: ε₁/3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,12 +131,24 @@ def set_noise(monkeypatch):
     return set_
 
 
-def half_step(est: np.ndarray, bits: int = 32) -> np.ndarray:
-    """Half a step of the default relative grid at the estimates (added to the moe).
+def reference(rel, truth, ss, seed, level=0.9):
+    """Reproduce a release from its seed: the value draws, then ln SS + Laplace(b) on the log
+    grid; returns (estimate, sd, moe) computed only from those two draws."""
+    src = RandomSource(seed)
+    truth = np.asarray(truth, dtype=np.float64)
+    ss = np.asarray(ss, dtype=np.float64)
+    draw = round_noisy(rel.value.unit, truth, rel.value.default_grid(), src, scale=ss)
+    log_scale = round_noisy(Laplace(rel.log_noise), np.log(ss), LOG_SCALE_GRID, src).values
+    sd = rel.value.unit.std() * np.exp(log_scale)
+    h = scale_adjusted_halfwidth(rel.value.unit, level, rel.log_noise)
+    moe = h * np.exp(log_scale + LOG_SCALE_GRID / 2) + draw.grid.halfstep(draw.values)
+    return draw.values, sd, moe
 
-    The default grid has 32 significant bits (polyplace, laplace) or 24 (student_t, cauchy).
-    """
-    return np.abs(np.asarray(est, dtype=np.float64)) * 2.0**-bits
+
+def pinned_sd(rel, ss, z):
+    """Published sd under ``set_noise(z)``: the log-scale draw is ln SS + z, rounded."""
+    log_scale = np.rint((np.log(np.asarray(ss, dtype=np.float64)) + z) / LOG_SCALE_GRID)
+    return rel.value.unit.std() * np.exp(log_scale * LOG_SCALE_GRID)
 
 
 def _median(frame, session, **kw):
@@ -145,14 +176,19 @@ def test_median_schema_keys_truth_ss_sd_and_moe(make_frame, out_type, to_pl):
     assert ss[1] == ss[2] == ss[5] == SPAN  # empty cells: SS = hi − lo
     # the noise: one exactly rounded draw of the unit law per key (32-bit relative grid), from
     # the session's generator
-    unit = SmoothSensitivityMechanism("polyplace", 1.0).unit
+    rel = SmoothSensitivityRelease("polyplace", 1.0)
+    unit = rel.value.unit
+    assert (rel.eps_value, rel.eps_scale, rel.gamma) == pytest.approx((EPS1, EPS2, 0.2))
     draw = round_noisy(unit, truth, RelativeGrid(32), RandomSource(seed), scale=ss)
     np.testing.assert_array_equal(o["x_median"].to_numpy(), draw.values)
-    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), ss * unit.std(), rtol=1e-12)
-    # moe: the exact central 90% interval of SS·Z, plus half a grid step at the estimate
-    h = (o["x_median_moe"].to_numpy() - half_step(draw.values)) / ss
-    np.testing.assert_allclose(unit.cdf(h) - unit.cdf(-h), 0.9, rtol=1e-9)
-    assert unit.std() == pytest.approx(math.sqrt(PolyPlaceVariance(3.0, 3.0)), rel=1e-9)
+    # sd and moe: from the second draw, ln SS + Laplace(γ/ε₂), only
+    est, sd, moe = reference(rel, truth, ss, seed)
+    np.testing.assert_array_equal(est, draw.values)
+    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), sd, rtol=1e-15)
+    np.testing.assert_allclose(o["x_median_moe"].to_numpy(), moe, rtol=1e-15)
+    # not SS × a constant: the three empty cells share SS = hi − lo but not their sd
+    assert len(set(o["x_median_sd"].to_numpy()[[1, 2, 5]].tolist())) == 3
+    assert unit.std() == pytest.approx(math.sqrt(PolyPlaceVariance(5.0, 3.0)), rel=1e-9)
 
 
 def PolyPlaceVariance(s: float, alpha: float) -> float:  # noqa: N802
@@ -195,9 +231,11 @@ def test_quantile_labels_truth_and_ss(make_frame, to_pl, set_noise, q, label):
         if c:
             assert t == np.quantile(c, q, method="inverted_cdf")
     np.testing.assert_array_equal(o[label].to_numpy(), truth)
-    unit = SmoothSensitivityMechanism("polyplace", 1.0).unit
+    rel = SmoothSensitivityRelease("polyplace", 1.0)
     ss = np.array([brute_ss(c, q, GAMMA_DEFAULT) for c in CELLS])
-    np.testing.assert_allclose(o[f"{label}_sd"].to_numpy(), ss * unit.std(), rtol=1e-12)
+    # pinned: the log-scale draw is ln SS itself, rounded to the 2**-20 grid
+    np.testing.assert_allclose(o[f"{label}_sd"].to_numpy(), pinned_sd(rel, ss, 0.0),
+                               rtol=1e-12)
 
 
 def test_quantile_half_equals_median_with_the_same_seed(make_frame, to_pl):
@@ -255,8 +293,9 @@ def test_empty_frame_every_cell_is_padded(backend, to_pl, set_noise):
     o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=(-10.0, 30.0), epsilon=1.0,
                               session=s))
     np.testing.assert_allclose(o["x_median"].to_numpy(), [-10.0 + 40.0] * 2, rtol=1e-12)
-    unit = SmoothSensitivityMechanism("polyplace", 1.0).unit
-    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), 40.0 * unit.std(), rtol=1e-12)
+    rel = SmoothSensitivityRelease("polyplace", 1.0)
+    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), pinned_sd(rel, [40.0] * 2, 1.0),
+                               rtol=1e-12)  # e·40·std(Z): the pinned log draw is ln 40 + 1
     assert s.report().confidential_summary()["queries"][0]["rows_in_released_cells"] == 0
 
 
@@ -299,15 +338,25 @@ def test_row_mode_losses(make_frame, to_pl, eps):
     _median(make_frame(DATA), s, epsilon=eps, name="m")
     pr = to_pl(s.report().per_record)
     assert pr["row"].to_list() == list(range(10))
-    rho = eps * math.tanh(eps / 2.0)
+    e1, e2 = EPS1 * eps, EPS2 * eps
+    rho = e1 * math.tanh(e1 / 2.0) + e2 * math.tanh(e2 / 2.0)  # value and noise scale compose
+    assert rho == pytest.approx(rho_of(eps), rel=1e-15)
     np.testing.assert_allclose(pr["rho_m"].to_numpy(), np.where(IN_KEYS, rho, 0.0), rtol=1e-14)
     np.testing.assert_allclose(pr["rho"].to_numpy(), np.where(IN_KEYS, rho, 0.0), rtol=1e-14)
     np.testing.assert_allclose(pr["epsilon"].to_numpy(), np.where(IN_KEYS, eps, 0.0))
     np.testing.assert_allclose(pr["size"].to_numpy(), np.where(IN_KEYS, 1.0, 0.0))
     curve = s.report().to_dict()["queries"][0]["policy_curve"]
     assert curve[0] == {"delta": 0.0, "rho": 0.0, "epsilon": 0.0}
-    assert curve[1]["epsilon"] == eps and curve[1]["rho"] == pytest.approx(rho, rel=1e-14)
+    assert curve[1]["epsilon"] == pytest.approx(eps, rel=1e-15)
+    assert curve[1]["rho"] == pytest.approx(rho, rel=1e-14)
     assert curve[2]["epsilon"] == pytest.approx(10 * eps)  # 10 rows of a unit in one cell
+    assert curve[2]["rho"] == pytest.approx(rho_of(eps, 10), rel=1e-14)
+    # the public curve includes the noise scale's ε₂: without it ρ would be ρ(ε₁) only
+    assert curve[1]["rho"] > e1 * math.tanh(e1 / 2.0) * (1 + 1e-3)
+    pub = s.report().to_dict()["queries"][0]["mechanism"]
+    assert pub["uncertainty"]["epsilon"] == pytest.approx(e2, rel=1e-14)
+    assert pub["value"]["params"]["epsilon"] == pytest.approx(e1, rel=1e-14)
+    assert pub["guarantee"] == {"type": "pure", "epsilon": eps, "delta": 0.0}
 
 
 UNIT_DATA = {
@@ -325,7 +374,8 @@ def test_unit_mode_group_privacy(make_frame, to_pl):
     _median(make_frame(UNIT_DATA), s, epsilon=eps, nulls="drop", name="m")
     pr = to_pl(s.report().per_record).sort("u")
     got = {r["u"]: r for r in pr.iter_rows(named=True)}
-    f = lambda e: float(pure_to_zcdp(e))  # noqa: E731
+    # ρ of a unit with k rows in a cell: ρ(k·ε₁) + ρ(k·ε₂), ε₁ = 0.6ε, ε₂ = 0.4ε
+    f = lambda e: float(pure_to_zcdp(0.6 * e) + pure_to_zcdp(0.4 * e))  # noqa: E731
     # a: 2 rows in (c1,11) and 1 in (c3,11); b: 3 rows in (c3,11); c: outside the keys;
     # d: 1 row in (c2,21); e: its only row is a dropped null
     assert got["a"]["rho_m"] == pytest.approx(f(2 * eps) + f(eps), rel=1e-14)
@@ -365,7 +415,7 @@ def test_composes_with_counts_unit_mode(make_frame, to_pl):
     _median(frame, s, nulls="drop", name="m")
     pr = to_pl(s.report().per_record).sort("u")
     got = {r["u"]: r for r in pr.iter_rows(named=True)}
-    f = lambda e: float(pure_to_zcdp(e))  # noqa: E731
+    f = lambda e: float(pure_to_zcdp(0.6 * e) + pure_to_zcdp(0.4 * e))  # noqa: E731
     assert got["a"]["rho"] == pytest.approx(4 / 8 + 1 / 8 + f(2.0) + f(1.0), rel=1e-12)
     assert got["b"]["rho"] == pytest.approx(9 / 8 + f(3.0), rel=1e-12)
     assert got["e"]["rho_m"] == 0.0 and got["e"]["rho_n"] == pytest.approx(1 / 8)
@@ -389,9 +439,12 @@ def test_public_report_is_data_independent(make_frame):
     assert q[0]["keys"]["bounds"] == [0.0, 100.0] and q[1]["keys"]["q"] == 0.9
     m = q[0]["mechanism"]
     assert m["family"] == "smooth_sensitivity"
-    assert m["params"] == {"noise": "polyplace", "epsilon": 1.0, "gamma": GAMMA_DEFAULT,
-                           "delta": None, "shape": None}
-    assert m["unit_noise"] == {"name": "polyplace", "s": 3.0, "alpha": 3.0}
+    assert {k: m["params"][k] for k in ("noise", "epsilon", "delta", "shape")} == {
+        "noise": "polyplace", "epsilon": 1.0, "delta": None, "shape": None}
+    assert m["params"]["gamma"] == pytest.approx(GAMMA_DEFAULT, rel=1e-14)
+    assert m["params"]["uncertainty_share"] == pytest.approx(EPS2, rel=1e-14)
+    assert m["unit_noise"]["name"] == "polyplace"
+    assert (m["unit_noise"]["s"], m["unit_noise"]["alpha"]) == pytest.approx((5.0, 3.0))
     assert m["guarantee"] == {"type": "pure", "epsilon": 1.0, "delta": 0.0}
     lap = q[1]["mechanism"]
     assert lap["params"]["noise"] == "laplace" and lap["params"]["delta"] == 1e-5
@@ -413,16 +466,16 @@ FAMILIES = [("polyplace", None), ("polyplace", 0.05), ("student_t", None), ("stu
 def test_noise_families_run(make_frame, to_pl, noise, gamma):
     s = tabdp.Session(seed=8)
     o = to_pl(_median(make_frame(DATA), s, noise=noise, gamma=gamma, name="m"))
-    m = SmoothSensitivityMechanism(noise, 1.0, gamma)
-    ss = np.array([brute_ss(c, 0.5, m.gamma) for c in CELLS])
+    rel = SmoothSensitivityRelease(noise, 1.0, gamma)
+    ss = np.array([brute_ss(c, 0.5, rel.gamma) for c in CELLS])
     assert o.height == len(KEYS) and np.all(np.isfinite(o["x_median"].to_numpy()))
-    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), ss * m.unit.std(), rtol=1e-12)
-    np.testing.assert_allclose(o["x_median_moe"].to_numpy(),
-                               ss * m.unit.interval_halfwidth(0.9)
-                               + half_step(o["x_median"], m.default_grid().bits), rtol=1e-12)
+    est, sd, moe = reference(rel, [true_quantile(c, 0.5) for c in CELLS], ss, 8)
+    np.testing.assert_array_equal(o["x_median"].to_numpy(), est)
+    np.testing.assert_allclose(o["x_median_sd"].to_numpy(), sd, rtol=1e-15)
+    np.testing.assert_allclose(o["x_median_moe"].to_numpy(), moe, rtol=1e-15)
     assert np.all(np.isfinite(o["x_median_sd"].to_numpy()))
     pub = s.report().to_dict()["queries"][0]["mechanism"]
-    assert pub["params"]["noise"] == noise and pub["params"]["gamma"] == m.gamma
+    assert pub["params"]["noise"] == noise and pub["params"]["gamma"] == rel.gamma
     pr = to_pl(s.report().per_record)
     if noise == "laplace":  # approximate DP: no finite per-record ε
         assert pub["guarantee"]["type"] == "approximate"
@@ -433,22 +486,27 @@ def test_noise_families_run(make_frame, to_pl, noise, gamma):
         assert conf["rho_max"] == conf["rho_q0.5"] == conf["rho_q0.999"] == math.inf
     else:
         assert pub["guarantee"] == {"type": "pure", "epsilon": 1.0, "delta": 0.0}
-        np.testing.assert_allclose(pr["rho"].to_numpy(), np.where(IN_KEYS, R1, 0.0))
+        e1, e2 = rel.eps_value, rel.eps_scale
+        np.testing.assert_allclose(pr["rho"].to_numpy(), np.where(
+            IN_KEYS, e1 * math.tanh(e1 / 2) + e2 * math.tanh(e2 / 2), 0.0), rtol=1e-14)
 
 
 @pytest.mark.parametrize("level", [0.5, 0.95, 0.99])
 def test_moe_level(make_frame, to_pl, level):
     s = tabdp.Session(seed=9)
     o = to_pl(_median(make_frame(DATA), s, level=level, noise="student_t"))
-    unit = SmoothSensitivityMechanism("student_t", 1.0).unit
-    h = ((o["x_median_moe"].to_numpy() - half_step(o["x_median"], 24))
-         / np.array([brute_ss(c, 0.5, 0.15) for c in CELLS]))
-    np.testing.assert_allclose(unit.cdf(h) - unit.cdf(-h), level, rtol=1e-9)
+    rel = SmoothSensitivityRelease("student_t", 1.0)
+    assert rel.gamma == pytest.approx(0.15 / 1.3, rel=1e-14)  # 0.15·ε₁, ε₁ = ε/1.3
+    ss = np.array([brute_ss(c, 0.5, rel.gamma) for c in CELLS])
+    _, _, moe = reference(rel, [true_quantile(c, 0.5) for c in CELLS], ss, 9, level)
+    np.testing.assert_allclose(o["x_median_moe"].to_numpy(), moe, rtol=1e-15)
     assert s.report().to_dict()["queries"][0]["moe_level"] == level
 
 
 def test_polyplace_gamma_above_half_epsilon_has_infinite_sd(make_frame, to_pl):
-    o = to_pl(_median(make_frame(DATA), tabdp.Session(seed=9), gamma=0.6))
+    # γ = 0.6 ≥ ε₁/2 with ε₁ = 0.8 (the default split would leave no budget for the value)
+    o = to_pl(_median(make_frame(DATA), tabdp.Session(seed=9), gamma=0.6,
+                      uncertainty_share=0.2))
     assert np.all(np.isinf(o["x_median_sd"].to_numpy()))
     assert np.all(np.isfinite(o["x_median_moe"].to_numpy()) & (o["x_median_moe"] > 0).to_numpy())
 
@@ -459,17 +517,19 @@ def test_laplace_left_out_by_a_budget(make_frame, to_pl):
     s = tabdp.Session(seed=10, budget=100.0)
     out = to_pl(_median(make_frame(DATA), s, noise="laplace"))
     assert out.height == len(KEYS)
-    assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] == 8  # the rows inside the keys
+    # the rows inside the keys
+    assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] == 8
     assert to_pl(s.report().per_record)["rho"].to_list() == [0.0] * 10
 
 
 def test_budget_leaves_units_out_before_noise(make_frame, to_pl):
-    s = tabdp.Session(seed=10, budget=0.5)
-    _median(make_frame(DATA), s)  # ρ = 0.462 per row: within 0.5
+    s = tabdp.Session(seed=10, budget=R1 + 0.01)
+    _median(make_frame(DATA), s)  # ρ = R1 = 0.254 per row: within the budget
     _median(make_frame(DATA), s, epsilon=0.3, name="second")
     pr = to_pl(s.report().per_record)
     assert pr["rho_second"].to_list() == [0.0] * 10
-    assert s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"] == 8  # the rows inside the keys
+    # the rows inside the keys
+    assert s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"] == 8
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,6 +551,8 @@ BAD_ARGS = {
     "bounds-one": dict(bounds=(0.0,)),
     "bounds-three": dict(bounds=(0.0, 1.0, 2.0)),
     "bounds-none": dict(bounds=None),
+    "bounds-span-overflows": dict(bounds=(-1.5e308, 1.5e308)),
+    "grid-uniform-unbounded-output": dict(bounds=(0.0, 1e306), grid=1e300),
     "q-neg": dict(q=-0.1),
     "q-big": dict(q=1.5),
     "q-nan": dict(q=math.nan),
@@ -513,6 +575,14 @@ BAD_ARGS = {
     "laplace-delta-0": dict(noise="laplace", delta=0.0),
     "laplace-delta-1": dict(noise="laplace", delta=1.0),
     "delta-for-pure": dict(delta=1e-5),
+    "share-0": dict(uncertainty_share=0.0),
+    "share-1": dict(uncertainty_share=1.0),
+    "share-neg": dict(uncertainty_share=-0.1),
+    "share-nan": dict(uncertainty_share=math.nan),
+    "share-str": dict(uncertainty_share="0.3"),
+    "gamma-eats-default-split": dict(gamma=0.5),   # ε₂ = 2γ = ε
+    "gamma-invalid-after-split": dict(gamma=0.5, uncertainty_share=0.6),   # γ ≥ ε₁ = 0.4
+    "grid-too-fine-for-public-bounds": dict(grid=1e-12),
     "keys-columns": dict(keys=tabdp.KeySet.from_dict(county=["c1"])),
     "keys-dict": dict(keys={"county": ["c1"], "naics": ["11"]}),
     "by-short": dict(by=["county"]),
@@ -682,24 +752,24 @@ def test_ss_floor_keeps_noise_in_huge_identical_cells(make_frame, to_pl, bounds,
     frame = make_frame({"c": ["a"] * n, "x": [value] * n})
     ks = tabdp.KeySet.from_dict(c=["a"])
     o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, gamma=gamma,
-                              session=tabdp.Session(seed=18)))
+                              uncertainty_share=0.05, session=tabdp.Session(seed=18)))
     est, sd, moe = o.row(0)[1:]
     # The release is the exact value + floor·Z rounded to the default 32-bit relative grid. The
     # floor's noise (1e-12 of the bounds' magnitude) is below that grid's resolution (2.3e-10
     # relative), so the release may equal the rounded true value: still ε-DP (the exact
     # mechanism with the floored SS is, and rounding is post-processing); the floor shows in the
     # sd and the moe, which would be 0 without it.
-    unit = SmoothSensitivityMechanism("polyplace", 1.0, gamma).unit
+    rel = SmoothSensitivityRelease("polyplace", 1.0, gamma, uncertainty_share=0.05)
     floor = SS_FLOOR * max(hi - lo, abs(lo), abs(hi))
-    draw = round_noisy(unit, [value], RelativeGrid(32), RandomSource(18), scale=[floor])
-    assert est == draw.values[0]
+    ref_est, ref_sd, ref_moe = reference(rel, [value], [floor], 18)
+    assert est == ref_est[0]
     assert abs(est - value) < 1e-6 * max(abs(lo), hi - lo)
     assert sd > 0 and moe > 0
-    assert moe == pytest.approx(floor * unit.interval_halfwidth(0.9) + half_step(est), rel=1e-12)
-    if gamma < 0.5:
-        assert sd == pytest.approx(floor * unit.std(), rel=1e-12)
+    assert moe == pytest.approx(ref_moe[0], rel=1e-15)
+    if gamma < 0.475:
+        assert sd == pytest.approx(ref_sd[0], rel=1e-15)
     else:
-        assert sd == math.inf  # PolyPlace with γ ≥ ε/2 has no finite variance
+        assert sd == math.inf  # PolyPlace with γ ≥ ε₁/2 has no finite variance
 
 
 # ---------------------------------------------------------------------------------------------
@@ -725,22 +795,145 @@ def test_noise_law_sd_and_coverage_over_many_cells(make_frame, to_pl, noise, gam
     s = tabdp.Session(seed=19)
     o = to_pl(make_frame(data).dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS,
                                          epsilon=1.0, noise=noise, gamma=gamma, session=s))
-    m = SmoothSensitivityMechanism(noise, 1.0, gamma)
+    rel = SmoothSensitivityRelease(noise, 1.0, gamma)
+    m = rel.value
     truth = true_quantile(CELL_VALUES, 0.5, STAT_BOUNDS)
     assert truth == 60.0
     ss = brute_ss(CELL_VALUES, 0.5, m.gamma, STAT_BOUNDS)
     est = o["x_median"].to_numpy()
     sd = o["x_median_sd"].to_numpy()
     moe = o["x_median_moe"].to_numpy()
-    np.testing.assert_allclose(sd, ss * m.unit.std(), rtol=1e-12)
     # (estimate − truth)/SS follows the unit noise law, and not a rescaled one
     z = (est - truth) / ss
     assert_ks_fits(z, m.unit.cdf)
     assert_power(z, scaled_cdfs(m.unit.cdf))  # scale × 0.7 and × 1.3
+    true_sd = ss * m.unit.std()
     if check_sd:
-        assert np.std(est) == pytest.approx(sd[0], rel=0.10)
-        assert abs(np.mean(est) - truth) < 4 * sd[0] / math.sqrt(N_CELLS)
-    cover = np.mean(np.abs(est - truth) <= moe)
-    assert abs(cover - 0.9) <= 3 * math.sqrt(0.9 * 0.1 / N_CELLS)
+        assert np.std(est) == pytest.approx(true_sd, rel=0.10)
+        assert abs(np.mean(est) - truth) < 4 * true_sd / math.sqrt(N_CELLS)
+    # the published sd is not SS × a constant: ln(sd / true sd) is Laplace(γ/ε₂) noise, exactly
+    assert rel.log_noise == pytest.approx(0.5, rel=1e-7)  # default split: ε₂ = 2γ
+    err = np.log(sd / true_sd)
+    lap = stats.laplace(scale=rel.log_noise).cdf
+    assert_ks_fits(err, lap)
+    assert_power(err, scaled_cdfs(lap))
+    # the moe covers the true median with probability >= 0.9 (scale error included) ...
+    cover = int(np.sum(np.abs(est - truth) <= moe))
+    assert stats.binomtest(cover, N_CELLS, 0.9).pvalue > 1e-6
+    # ... while the plug-in margin (unit quantile × estimated scale) would under-cover
+    plug = sd / m.unit.std() * m.unit.interval_halfwidth(0.9)
+    low = int(np.sum(np.abs(est - truth) <= plug))
+    assert stats.binomtest(low, N_CELLS, 0.9).pvalue < 1e-6
     assert s.report().confidential_summary()["queries"][0]["values_clipped_to_bounds"] == \
         2 * N_CELLS
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 13: nothing published is computed from SS
+# ---------------------------------------------------------------------------------------------
+def _neighbour_frames(n_cells: int):
+    """D: n cells holding CELL_VALUES and n empty cells; D′: every cell has one more record."""
+    k = len(CELL_VALUES)
+    full = {"cell": np.repeat(np.arange(n_cells), k).tolist(), "x": CELL_VALUES * n_cells}
+    # an empty cell's SS is hi − lo; with one record at the midpoint it is (hi − lo)·e^{−γ}
+    extra = {"cell": list(range(2 * n_cells)), "x": [5000.0] * n_cells + [500.0] * n_cells}
+    d = pl.DataFrame(full)
+    d2 = pl.concat([d, pl.DataFrame(extra)])
+    return d, d2, tabdp.KeySet.from_dict(cell=list(range(2 * n_cells)))
+
+
+def test_secure_runs_publish_different_uncertainty():
+    """The attack of issue 13: with SS × a constant, secure runs on D published identical sd and
+    moe, and an empty cell's sd was exactly (hi − lo)·std(Z). Now they are drawn."""
+    d, d2, ks = _neighbour_frames(50)
+    outs = [d.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
+                        session=tabdp.Session()) for _ in range(2)]
+    for col in ("x_median_sd", "x_median_moe"):
+        a, b = (o[col].to_numpy() for o in outs)
+        assert np.all(a != b)
+        assert np.unique(a[50:]).size == 50           # the empty cells too
+    rel = SmoothSensitivityRelease("polyplace", 1.0)
+    span_sd = (STAT_BOUNDS[1] - STAT_BOUNDS[0]) * rel.value.unit.std()
+    assert not np.any(outs[0]["x_median_sd"].to_numpy() == span_sd)
+
+
+def test_published_sd_on_neighbours_is_laplace_on_log_scale_within_eps2():
+    """D and D plus one record per cell (non-empty and empty cells): the published ln sd is
+    ln std(Z) + ln SS + Laplace(b) on each (KS + power), the centres differ by at most γ (SS from
+    the release's own function), and the exact log probability ratio of every published value
+    under the two datasets is at most ε₂."""
+    n = 3000
+    d, d2, ks = _neighbour_frames(n)
+    rel = SmoothSensitivityRelease("polyplace", 1.0)
+    g, b, eps2 = rel.gamma, rel.log_noise, rel.eps_scale
+    centres = []
+    for frame, seed in ((d, 31), (d2, 32)):
+        with warnings_as_errors():
+            o = frame.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
+                                session=tabdp.Session(seed=seed))
+        cells = frame.sort("cell")
+        vals, off = group_sort(np.clip(cells["x"].to_numpy(), *STAT_BOUNDS),
+                               cells["cell"].to_numpy(), 2 * n)
+        c = np.log(floored_smooth_sensitivity(vals, off, 0.5, g, STAT_BOUNDS))
+        centres.append(c)
+        log_scale = np.log(o["x_median_sd"].to_numpy() / rel.value.unit.std())
+        lap = stats.laplace(scale=b).cdf
+        for part in (slice(0, n), slice(n, 2 * n)):        # non-empty, empty (D) cells
+            assert_ks_fits(log_scale[part] - c[part], lap)
+            assert_power(log_scale[part] - c[part], scaled_cdfs(lap))
+        centres.append(np.rint(log_scale / LOG_SCALE_GRID))  # the published grid indices
+    c1, k1, c2, k2 = centres
+    shift = np.abs(c1 - c2)
+    assert np.all(shift <= g * (1 + 1e-12))
+    assert shift[n:] == pytest.approx(g, rel=1e-12)         # empty vs one record: ln SS moves γ
+    for k in (k1, k2):   # exact log P(L = k) under D and under D′, for every published value
+        ratio = np.abs(_cell_logprob(k, c1, b) - _cell_logprob(k, c2, b))
+        assert ratio.max() <= eps2 * (1 + 1e-9)
+        assert ratio.max() >= 0.99 * eps2                    # attained: the bound is sharp
+
+
+def _cell_logprob(k, c, b):
+    """log P(round(c + Laplace(b)) = k·grid) on the log-scale grid, per cell."""
+    gstep = LOG_SCALE_GRID
+    lo, hi = (k - 0.5) * gstep - c, (k + 0.5) * gstep - c
+    out = np.empty(k.shape)
+    r, lft = lo >= 0, hi <= 0
+    m = ~(r | lft)
+    out[r] = -lo[r] / b + np.log(-np.expm1(-gstep / b)) - math.log(2)
+    out[lft] = hi[lft] / b + np.log(-np.expm1(-gstep / b)) - math.log(2)
+    out[m] = np.log1p(-0.5 * np.exp(lo[m] / b) - 0.5 * np.exp(-hi[m] / b))
+    return out
+
+
+class warnings_as_errors:  # noqa: N801
+    """Context manager: any warning (e.g. an overflow computed from SS) fails the test."""
+
+    def __enter__(self):
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("error")
+        return self
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+def test_grid_fineness_is_checked_against_public_bounds_only(make_frame):
+    """A uniform grid is refused or accepted from the public bounds, whatever the data (before,
+    the check read max|q| and SS: a refusal depended on the data)."""
+    rel = SmoothSensitivityRelease("polyplace", 1.0)
+    bounds = (0.0, 1e6)
+    mag = exact.grid_magnitude(rel.value.unit, np.array([1e6]), np.array([1e6]))
+    fine = 0.5 * exact.MIN_GRID_RATIO * mag       # refused for every dataset
+    ok = 2.0 * exact.MIN_GRID_RATIO * mag         # accepted for every dataset
+    ks = tabdp.KeySet.from_dict(c=["a"])
+    for data in ({"c": [], "x": []}, {"c": ["a"] * 200, "x": [5.0] * 200}):
+        frame = make_frame(data, {"c": pl.String, "x": pl.Float64})
+        s = tabdp.Session(seed=0)
+        with pytest.raises(tabdp.InvalidParameterError, match="too fine"):
+            frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, grid=fine,
+                            session=s)
+        assert len(s.records) == 0
+        frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, grid=ok, session=s)

@@ -329,3 +329,183 @@ def test_default_gamma_rules() -> None:
     assert default_gamma("student_t", 2.0) == pytest.approx(0.3)
     assert default_gamma("cauchy", 1.0) == pytest.approx(0.15)
     assert default_gamma("laplace", 1.0, 1e-6) == pytest.approx(0.5 / math.log(2e6))
+
+
+# -- the private noise scale (issue 13: nothing published is computed from SS) --------------------
+def _laplace_cell_logprob(k: np.ndarray, c: float, b: float, g: float) -> np.ndarray:
+    """log P(round_g(c + Laplace(b)) = k·g), exactly (no 1 − cdf cancellation): the mass of
+    [(k − ½)g, (k + ½)g] under the Laplace density centred at c."""
+    lo = (k - 0.5) * g - c
+    hi = (k + 0.5) * g - c
+    out = np.empty(k.shape)
+    right = lo >= 0          # whole cell right of the centre
+    left = hi <= 0
+    mid = ~(right | left)
+    # ∫_lo^hi e^{-x/b}/(2b) = e^{-lo/b}(1 − e^{-(hi-lo)/b})/2
+    out[right] = -lo[right] / b + np.log(-np.expm1(-(hi[right] - lo[right]) / b)) - math.log(2)
+    out[left] = hi[left] / b + np.log(-np.expm1(-(hi[left] - lo[left]) / b)) - math.log(2)
+    out[mid] = np.log1p(-0.5 * np.exp(lo[mid] / b) - 0.5 * np.exp(-hi[mid] / b))
+    return out
+
+
+@pytest.mark.parametrize("q,eps,share", [(0.5, 1.0, None), (0.9, 1.0, 0.25), (0.5, 0.3, None),
+                                         (0.1, 2.0, 0.6)])
+def test_log_scale_release_is_eps2_dp_on_real_neighbours(q, eps, share) -> None:
+    """The noisy ln SS is ε₂-DP: exact log probability ratios of its rounded outputs on real
+    add/remove neighbours (empty cells included), SS from the release's own function."""
+    from tabdp.frame._quantiles import floored_smooth_sensitivity
+    from tabdp.mechanisms.smooth import LOG_SCALE_GRID, SmoothSensitivityRelease
+
+    rel = SmoothSensitivityRelease("polyplace", eps, uncertainty_share=share)
+    gamma, b, eps2 = rel.gamma, rel.log_noise, rel.eps_scale
+    rng = np.random.default_rng(7)
+    lo, hi = 0.0, 20.0
+    worst_shift = worst_ratio = 0.0
+    for _ in range(300):
+        n = int(rng.integers(0, 9))
+        d = rng.integers(0, 21, n).astype(np.float64)
+        if rng.random() < 0.5 or n == 0:  # add a record ...
+            d2 = np.append(d, float(rng.integers(-5, 26)))
+        else:                             # ... or remove one
+            d2 = np.delete(d, rng.integers(n))
+        c1, c2 = (math.log(float(floored_smooth_sensitivity(
+            np.sort(np.clip(v, lo, hi)), np.array([0, v.size]), q, gamma, (lo, hi))[0]))
+            for v in (d, d2))
+        worst_shift = max(worst_shift, abs(c1 - c2))
+        k = np.arange(round(min(c1, c2) / LOG_SCALE_GRID) - 40 * round(b / LOG_SCALE_GRID),
+                      round(max(c1, c2) / LOG_SCALE_GRID) + 40 * round(b / LOG_SCALE_GRID),
+                      max(1, round(b / LOG_SCALE_GRID) // 50))
+        near = np.round(np.array([c1, c2]) / LOG_SCALE_GRID)
+        k = np.concatenate([k, near - 1, near, near + 1]).astype(np.float64)
+        ratio = np.abs(_laplace_cell_logprob(k, c1, b, LOG_SCALE_GRID)
+                       - _laplace_cell_logprob(k, c2, b, LOG_SCALE_GRID))
+        worst_ratio = max(worst_ratio, float(np.max(ratio)))
+    assert worst_shift <= gamma * (1 + 1e-12)     # ln SS is γ-Lipschitz on these neighbours
+    assert worst_shift >= 0.9 * gamma             # ... and the bound is nearly attained
+    assert worst_ratio <= eps2 * (1 + 1e-9)
+    assert worst_ratio >= 0.85 * eps2             # the check is sharp
+    # power: half the Laplace scale would break the claim on these neighbours
+    assert worst_shift / (b / 2) > 1.5 * eps2
+
+
+def test_scale_adjusted_coverage_matches_independent_integral_and_monte_carlo() -> None:
+    from tabdp.mechanisms.smooth import scale_adjusted_coverage, scale_adjusted_halfwidth
+
+    for fam, eps, gamma, b, level in [("polyplace", 0.6, 0.2, 0.5, 0.9),
+                                      ("student_t", 1.0, 0.15, 0.3, 0.95),
+                                      ("cauchy", 1.0, 0.1, 1.2, 0.5),
+                                      ("laplace", 1.0, 0.04, 0.1, 0.99)]:
+        unit = unit_noise(fam, eps, gamma)
+        h = scale_adjusted_halfwidth(unit, level, b)
+        # independent: integrate over W on the whole line with its Laplace density
+
+        def integrand(w, unit=unit, h=h, b=b):
+            t = math.exp(w) * h
+            return (float(unit.cdf(t)) - float(unit.cdf(-t))) * math.exp(-abs(w) / b) / (2 * b)
+
+        ref = sum(integrate.quad(integrand, a, z, epsabs=1e-14, epsrel=1e-12, limit=400)[0]
+                  for a, z in ((-60 * b, 0.0), (0.0, 60 * b)))
+        assert ref == pytest.approx(level, abs=1e-9)
+        assert scale_adjusted_coverage(unit, h, b) == pytest.approx(level, abs=1e-11)
+        h0 = unit.interval_halfwidth(level)
+        assert scale_adjusted_halfwidth(unit, level, 0.0) == h0
+        if level >= 0.9:   # the scale's error widens high-level intervals
+            assert h > h0
+    # an extreme b: the level needs a margin beyond float64, reported as inf (never an overflow
+    # error or a clamped, too small margin); b = 33 needs e^{b·ln 50} ≈ 1e56 at level 0.99
+    from tabdp.mechanisms.smooth import SmoothSensitivityRelease
+
+    assert SmoothSensitivityRelease(epsilon=1.0, uncertainty_share=1e-3).moe_factor(0.99) \
+        == math.inf
+    unit = unit_noise("polyplace", 1.0, 0.1)
+    h = scale_adjusted_halfwidth(unit, 0.99, 33.0)
+    assert math.log(h) == pytest.approx(33.0 * math.log(50.0), rel=0.01)
+    # Monte Carlo: P(|Z| <= e^W h) with independent draws
+    unit = unit_noise("polyplace", 0.6, 0.2)
+    h = scale_adjusted_halfwidth(unit, 0.9, 0.5)
+    gen = np.random.default_rng(3)
+    n = 200_000
+    z = unit.sample(n, rng=RandomSource(seed=11))
+    w = gen.laplace(0.0, 0.5, n)
+    cover = np.mean(np.abs(z) <= np.exp(w) * h)
+    assert stats.binomtest(int(cover * n), n, 0.9).pvalue > 1e-6
+    naive = np.mean(np.abs(z) <= np.exp(w) * unit.interval_halfwidth(0.9))
+    assert stats.binomtest(int(naive * n), n, 0.9).pvalue < 1e-6   # the plug-in falls short
+
+
+def test_split_epsilon_rules_and_errors() -> None:
+    from tabdp.mechanisms.smooth import split_epsilon
+
+    e1, e2, g = split_epsilon("polyplace", 1.0)
+    assert (e1, e2, g) == pytest.approx((0.6, 0.4, 0.2), rel=1e-14)
+    e1, e2, g = split_epsilon("student_t", 1.0)
+    assert e1 == pytest.approx(1 / 1.3) and g == pytest.approx(0.15 / 1.3)
+    assert e2 == pytest.approx(2 * g, rel=1e-14)
+    e1, e2, g = split_epsilon("laplace", 1.0, delta=1e-6)
+    r = 0.5 / math.log(2e6)
+    assert e1 == pytest.approx(1 / (1 + 2 * r)) and e2 == pytest.approx(2 * g, rel=1e-12)
+    assert split_epsilon("polyplace", 2.0, gamma=0.1) == pytest.approx((1.8, 0.2, 0.1))
+    assert split_epsilon("polyplace", 2.0, uncertainty_share=0.25) == pytest.approx(
+        (1.5, 0.5, 0.5))
+    assert split_epsilon("polyplace", 2.0, 0.7, uncertainty_share=0.25)[2] == 0.7
+    for bad in (0.0, 1.0, -0.2, math.nan, "0.3", True):
+        with pytest.raises(InvalidParameterError, match="uncertainty_share"):
+            split_epsilon("polyplace", 1.0, uncertainty_share=bad)
+    with pytest.raises(InvalidParameterError, match="leaves no budget"):
+        split_epsilon("polyplace", 1.0, gamma=0.5)
+    with pytest.raises(InvalidParameterError, match=r"value's epsilon 0\.4"):
+        split_epsilon("polyplace", 1.0, gamma=0.45, uncertainty_share=0.6)
+
+
+@pytest.mark.parametrize("fam", ["polyplace", "student_t", "cauchy", "laplace"])
+def test_release_publishes_uncertainty_from_the_log_scale_draw_only(fam: str) -> None:
+    from tabdp.mechanisms.smooth import (
+        LOG_SCALE_GRID,
+        SmoothSensitivityRelease,
+        scale_adjusted_halfwidth,
+    )
+    from tabdp.noise.exact import round_noisy
+
+    rel = SmoothSensitivityRelease(fam, 1.0)
+    vals = np.array([10.0, 10.0, 250.0, -3.0])
+    ss = np.array([1.0, 1.0, 0.01, 40.0])
+    t = rel.release_table(vals, ss, rng=RandomSource(seed=9), level=0.95)
+    # reproduce the two draws from the same source: values first, then ln SS + Laplace(b)
+    src = RandomSource(seed=9)
+    est = round_noisy(rel.value.unit, vals, rel.value.default_grid(), src, scale=ss)
+    L = round_noisy(Laplace(rel.log_noise), np.log(ss), LOG_SCALE_GRID, src).values
+    np.testing.assert_array_equal(t.estimate, est.values)
+    np.testing.assert_allclose(t.sd, rel.value.unit.std() * np.exp(L), rtol=1e-15)
+    h = scale_adjusted_halfwidth(rel.value.unit, 0.95, rel.log_noise)
+    np.testing.assert_allclose(
+        t.moe, h * np.exp(L + LOG_SCALE_GRID / 2) + est.grid.halfstep(est.values), rtol=1e-14)
+    assert t.sd[0] != t.sd[1]                            # same SS, different published sd
+    assert rel.log_noise == pytest.approx((rel.gamma + 1e-9) / rel.eps_scale, rel=1e-15)
+    d = rel.to_dict()
+    assert d["guarantee"]["epsilon"] == 1.0 and d["uncertainty"]["epsilon"] == rel.eps_scale
+    assert d["value"]["params"]["epsilon"] == rel.eps_value
+    assert rel.eps_value + rel.eps_scale == pytest.approx(1.0, rel=1e-15)
+    with pytest.raises(InvalidParameterError, match="ss must be finite and > 0"):
+        rel.release_table([1.0], [0.0], rng=0)
+
+
+def test_release_sd_and_coverage_over_many_cells() -> None:
+    """ln(published sd / true sd) ~ Laplace(b) exactly (KS + power), and the moe covers."""
+    from tabdp.mechanisms.smooth import SmoothSensitivityRelease
+
+    rel = SmoothSensitivityRelease("polyplace", 1.0, gamma=0.1)   # α = 9: finite sd
+    n = 20_000
+    vals = np.linspace(0, 100, n)
+    ss = np.geomspace(0.01, 30.0, n)
+    t = rel.release_table(vals, ss, rng=RandomSource(seed=21), level=0.9)
+    true_sd = ss * rel.value.unit.std()
+    err = np.log(t.sd / true_sd)
+    lap = stats.laplace(scale=rel.log_noise).cdf
+    assert_ks_fits(err, lap)
+    assert_power(err, scaled_cdfs(lap))
+    cover = int(np.sum(np.abs(t.estimate - vals) <= t.moe))
+    assert stats.binomtest(cover, n, 0.9).pvalue > 1e-6
+    # a plug-in moe (the unit quantile times the estimated scale) would under-cover
+    plug = np.exp(np.log(t.sd / rel.value.unit.std())) * rel.value.unit.interval_halfwidth(0.9)
+    low = int(np.sum(np.abs(t.estimate - vals) <= plug))
+    assert stats.binomtest(low, n, 0.9).pvalue < 1e-6

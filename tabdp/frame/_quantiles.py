@@ -1,13 +1,17 @@
 """Private medians and quantiles per cell by smooth sensitivity (issue 4; MATH.md §3).
 
 For each cell of the key set: clip the values to the public ``bounds``, take the q-quantile
-(order statistic of rank ``quantile_rank(n, q)``), compute its γ-smooth sensitivity SS and release
-``quantile + SS·Z`` with a smooth-sensitivity noise law (PolyPlace by default). Each release is
-ε-DP for add/remove of one row; a unit with k rows in a cell pays k·ε there (group privacy).
+(order statistic of rank ``quantile_rank(n, q)``), compute its γ-smooth sensitivity SS
+(:func:`floored_smooth_sensitivity`) and release ``quantile + SS·Z`` with a smooth-sensitivity
+noise law (PolyPlace by default, at ε₁), together with a private estimate of the noise scale
+(``ln SS + Laplace(γ/ε₂)``, ε₂-DP) from which alone the ``_sd`` and ``_moe`` columns are computed
+(:class:`tabdp.mechanisms.smooth.SmoothSensitivityRelease`). Each release is ε = ε₁ + ε₂-DP for
+add/remove of one row; a unit with k rows in a cell pays k·ε there (group privacy).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +36,7 @@ from tabdp.frame._engine import (
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
-from tabdp.mechanisms.smooth import SmoothSensitivityMechanism
+from tabdp.mechanisms.smooth import SmoothSensitivityRelease
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, QueryRecord
 from tabdp.privacy.session import Session, _set_last
@@ -42,7 +46,8 @@ from tabdp.sensitivity.smooth import (
     smooth_sensitivity_grouped,
 )
 
-__all__ = ["quantile_release", "quantile_label", "SS_FLOOR"]
+__all__ = ["quantile_release", "quantile_label", "SS_FLOOR", "GroupPrivacyPolicy",
+           "floored_smooth_sensitivity", "ss_floor"]
 
 #: Smooth sensitivities are floored at SS_FLOOR·max(hi − lo, |lo|, |hi|). max(SS, c) is still a
 #: γ-smooth upper bound for a public constant c, so the guarantee is unchanged; the floor prevents
@@ -52,19 +57,66 @@ __all__ = ["quantile_release", "quantile_label", "SS_FLOOR"]
 SS_FLOOR = 1e-12
 
 
-class GroupPrivacyPolicy:
-    """Per-record policy of a smooth-sensitivity release: ε(Δ) = ⌈Δ⌉·ε for Δ = rows in the cell.
-
-    The mechanism is ε-DP for adding or removing one row; a unit with Δ rows in a cell differs by
-    Δ rows, so it pays Δ·ε (group privacy). Laplace with smooth sensitivity is only (ε, δ)-DP:
-    its ε and ρ are ``inf`` here, and it is accounted in approximate DP: a unit with k rows in
-    a cell pays (k·ε, k·e^{(k−1)ε}·δ) (group privacy for (ε, δ)-DP).
+def ss_floor(bounds: tuple[float, float]) -> float:
+    """The public floor of the smooth sensitivities: ``SS_FLOOR·max(hi − lo, |lo|, |hi|)``.
 
     Args:
-        mechanism: The smooth-sensitivity mechanism.
+        bounds: Public ``(lo, hi)``.
+
+    Returns:
+        The floor (> 0 for lo < hi).
 
     Example:
-        >>> p = GroupPrivacyPolicy(SmoothSensitivityMechanism("polyplace", 1.0, 0.1))
+        >>> ss_floor((0.0, 1e9)), ss_floor((1e9, 1e9 + 1.0))
+        (0.001, 0.001000000001)
+    """
+    lo, hi = bounds
+    return SS_FLOOR * max(hi - lo, abs(lo), abs(hi))
+
+
+def floored_smooth_sensitivity(sorted_values: np.ndarray, offsets: np.ndarray, q: float,
+                               gamma: float, bounds: tuple[float, float]) -> np.ndarray:
+    """The SS a quantile release uses: the γ-smooth sensitivity, floored at :func:`ss_floor`.
+
+    ``max(SS, c)`` is γ-smooth like SS: between neighbouring datasets its logarithm changes by
+    at most γ (what the private noise-scale estimate relies on), and it lies in
+    ``[floor, max(hi − lo, floor)]`` for any data.
+
+    Args:
+        sorted_values: Values sorted inside each cell (:func:`tabdp.sensitivity.group_sort`).
+        offsets: Cell boundaries.
+        q: Quantile level.
+        gamma: Smoothness γ.
+        bounds: Public ``(lo, hi)``.
+
+    Returns:
+        One SS per cell.
+
+    Example:
+        >>> v, off = group_sort([1.0, 2.0, 3.0], [0, 0, 0], 2)
+        >>> [round(float(x), 4) for x in floored_smooth_sensitivity(v, off, 0.5, 1.0, (0, 10))]
+        [2.943, 10.0]
+    """
+    ss = smooth_sensitivity_grouped(sorted_values, offsets, q, gamma, bounds)
+    return np.maximum(ss, ss_floor(bounds))
+
+
+class GroupPrivacyPolicy:
+    """Per-record policy of a smooth-sensitivity release (value ε₁ plus noise scale ε₂).
+
+    Both parts are pure DP for adding or removing one row (ε₁ for the value, ε₂ for the noisy
+    ``ln SS``); a unit with Δ rows in a cell differs by k = ⌈Δ⌉ rows, so it pays k·ε₁ and k·ε₂
+    (group privacy): ε(Δ) = k·(ε₁ + ε₂), and in zCDP ρ(Δ) = ρ(k·ε₁) + ρ(k·ε₂) with
+    ρ(e) = e·tanh(e/2) (the two parts compose). Laplace with smooth sensitivity makes the value
+    only (ε₁, δ)-DP: ε and ρ are ``inf`` here, and it is accounted in approximate DP: a unit with
+    k rows in a cell pays (k·(ε₁ + ε₂), k·e^{(k−1)ε₁}·δ) (group privacy for (ε₁, δ)-DP, composed
+    with the pure k·ε₂ of the scale).
+
+    Args:
+        mechanism: The :class:`tabdp.mechanisms.smooth.SmoothSensitivityRelease`.
+
+    Example:
+        >>> p = GroupPrivacyPolicy(SmoothSensitivityRelease("polyplace", 1.0))   # ε₁ 0.6, ε₂ 0.4
         >>> p.epsilon([0, 1, 3]).tolist()
         [0.0, 1.0, 3.0]
     """
@@ -73,14 +125,22 @@ class GroupPrivacyPolicy:
 
     gaussian_dp = False
 
-    def __init__(self, mechanism: SmoothSensitivityMechanism) -> None:
+    def __init__(self, mechanism: SmoothSensitivityRelease) -> None:
+        if not isinstance(mechanism, SmoothSensitivityRelease):
+            raise InvalidParameterError(
+                f"GroupPrivacyPolicy needs a SmoothSensitivityRelease; got "
+                f"{type(mechanism).__name__}.\nHint: a bare SmoothSensitivityMechanism "
+                "publishes SS-based uncertainty; use SmoothSensitivityRelease.")
         self.mechanism = mechanism
         self.pure = mechanism.pure
         #: Per-row δ of the approximate-DP accounting (Laplace noise only).
         self.dp_delta: float | None = None if mechanism.pure else float(mechanism.delta)
 
+    def _k(self, delta: Any) -> np.ndarray:
+        return np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
+
     def approx_policy(self, delta: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Group-privacy (ε, δ) of a unit with Δ rows in a cell: (k·ε, k·e^{(k−1)ε}·δ), k = ⌈Δ⌉.
+        """Group-privacy (ε, δ) for Δ rows in a cell: (k·(ε₁+ε₂), k·e^{(k−1)ε₁}·δ), k = ⌈Δ⌉.
 
         Args:
             delta: Rows of the unit in the cell.
@@ -89,22 +149,22 @@ class GroupPrivacyPolicy:
             ``(epsilon, delta)`` arrays (zeros for pure mechanisms, which are accounted in ε).
 
         Example:
-            >>> p = GroupPrivacyPolicy(SmoothSensitivityMechanism("laplace", 1.0, delta=1e-6))
-            >>> eps, delta = p.approx_policy([2])
-            >>> float(eps[0]), round(float(delta[0]) / 1e-6, 6)   # (2 eps, 2 e delta)
-            (2.0, 5.436564)
+            >>> r = SmoothSensitivityRelease("laplace", 1.0, uncertainty_share=0.5, delta=1e-6)
+            >>> eps, delta = GroupPrivacyPolicy(r).approx_policy([2])
+            >>> float(eps[0]), round(float(delta[0]) / 1e-6, 6)   # (2 eps, 2 e^{eps_1} delta)
+            (2.0, 3.297443)
         """
-        k = np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
+        k = self._k(delta)
         if self.dp_delta is None:
             z = np.zeros(k.shape)
             return z, z.copy()
-        eps = self.mechanism.eps
+        e1 = self.mechanism.eps_value
         with np.errstate(over="ignore"):
-            d = np.where(k > 0, k * np.exp((k - 1.0) * eps) * self.dp_delta, 0.0)
-        return k * eps, np.minimum(d, 1.0)
+            d = np.where(k > 0, k * np.exp((k - 1.0) * e1) * self.dp_delta, 0.0)
+        return k * e1 + k * self.mechanism.eps_scale, np.minimum(d, 1.0)
 
     def epsilon(self, delta: Any) -> np.ndarray:
-        """ε(Δ) = ⌈Δ⌉·ε (``inf`` for Δ > 0 when not pure).
+        """ε(Δ) = ⌈Δ⌉·(ε₁ + ε₂) (``inf`` for Δ > 0 when not pure).
 
         Args:
             delta: Rows of the unit in the cell.
@@ -113,16 +173,17 @@ class GroupPrivacyPolicy:
             PRDP losses.
 
         Example:
-            >>> GroupPrivacyPolicy(SmoothSensitivityMechanism(epsilon=0.5)).epsilon([2]).tolist()
+            >>> r = SmoothSensitivityRelease(epsilon=0.5, uncertainty_share=0.2)
+            >>> GroupPrivacyPolicy(r).epsilon([2]).tolist()
             [1.0]
         """
-        k = np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
+        k = self._k(delta)
         if not self.pure:
             return np.where(k > 0, np.inf, 0.0)
-        return k * self.mechanism.eps
+        return k * self.mechanism.eps_value + k * self.mechanism.eps_scale
 
     def rho(self, delta: Any) -> np.ndarray:
-        """ρ(Δ) = ε(Δ)·tanh(ε(Δ)/2).
+        """ρ(Δ) = ρ(k·ε₁) + ρ(k·ε₂) with ρ(e) = e·tanh(e/2), k = ⌈Δ⌉ (``inf`` when not pure).
 
         Args:
             delta: Rows of the unit in the cell.
@@ -131,21 +192,27 @@ class GroupPrivacyPolicy:
             PRzCDP losses.
 
         Example:
-            >>> round(float(GroupPrivacyPolicy(SmoothSensitivityMechanism(epsilon=1.0)).rho(1)), 6)
-            0.462117
+            >>> r = SmoothSensitivityRelease(epsilon=1.0, uncertainty_share=0.5)
+            >>> round(float(GroupPrivacyPolicy(r).rho(1)), 6)      # 2 · 0.5·tanh(0.25)
+            0.244919
         """
-        return pure_to_zcdp(self.epsilon(delta))
+        k = self._k(delta)
+        if not self.pure:
+            return np.where(k > 0, np.inf, 0.0)
+        return (pure_to_zcdp(k * self.mechanism.eps_value)
+                + pure_to_zcdp(k * self.mechanism.eps_scale))
 
     def to_dict(self) -> dict[str, Any]:
-        """Public description (mechanism and the group-privacy policy).
+        """Public description (release and the group-privacy policy).
 
         Example:
-            >>> GroupPrivacyPolicy(SmoothSensitivityMechanism()).to_dict()["policy_rho"][:6]
+            >>> GroupPrivacyPolicy(SmoothSensitivityRelease()).to_dict()["policy_rho"][:6]
             'eps(D)'
         """
         return {**self.mechanism.to_dict(),
-                "policy_rho": "eps(D) = ceil(D) * epsilon for D rows of the unit in the cell; "
-                              "rho = eps * tanh(eps / 2)"}
+                "policy_rho": "eps(D) = k * (epsilon_value + epsilon_scale) for k = ceil(D) "
+                              "rows of the unit in the cell; rho = r(k * epsilon_value) + "
+                              "r(k * epsilon_scale), r(e) = e * tanh(e / 2)"}
 
 
 def quantile_label(column: str, q: float, median: bool) -> str:
@@ -175,10 +242,11 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
     if ok:
         lo = check_real("bounds[0]", bounds[0], owner="quantile bounds")
         hi = check_real("bounds[1]", bounds[1], owner="quantile bounds")
-        if lo < hi:
+        if lo < hi and math.isfinite(hi - lo):
             return lo, hi
     raise InvalidParameterError(
-        f"bounds must be a pair (low, high) of finite numbers with low < high; got {bounds!r}.\n"
+        f"bounds must be a pair (low, high) of finite numbers with low < high and a finite span "
+        f"high - low; got {bounds!r}.\n"
         "Hint: bounds are public limits chosen without looking at the data, e.g. "
         "bounds=(0.0, 1e9) for payroll; values outside them are clipped.")
 
@@ -186,7 +254,8 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
 def quantile_release(native: Any, *, column: str, q: float, median: bool,
                      by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
                      noise: str = "polyplace", gamma: float | None = None,
-                     delta: float | None = None, session: Session | None = None,
+                     delta: float | None = None, uncertainty_share: float | None = None,
+                     session: Session | None = None,
                      level: float = DEFAULT_LEVEL, nulls: str = "error",
                      name: str | None = None, grid: Any = None) -> Any:
     """Release a private q-quantile of ``column`` per cell of ``keys``.
@@ -201,12 +270,15 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         by: Group-by columns (the key set's columns).
         keys: Public key set.
         bounds: Public ``(low, high)``; values are clipped to it.
-        epsilon: ε of the release (per cell, per row).
+        epsilon: Total ε of the release (per cell, per row): the value's ε₁ plus the noise
+            scale's ε₂ (see :func:`tabdp.mechanisms.smooth.split_epsilon`).
         noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
         grid: Public rounding step of the estimates (``None``: the mechanism's default
             relative grid, see docs/exact-rounding.md).
-        gamma: Smoothness γ (default :func:`tabdp.mechanisms.smooth.default_gamma`).
+        gamma: Smoothness γ (default :func:`tabdp.mechanisms.smooth.default_gamma` at ε₁).
         delta: δ for ``noise="laplace"``.
+        uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd`` and
+            ``_moe``, in (0, 1) (default: 2γ, see :func:`tabdp.mechanisms.smooth.split_epsilon`).
         session: Session to record in.
         level: Confidence level of ``_moe``.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
@@ -231,11 +303,14 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
                          "percentile")
     lo, hi = _check_bounds(bounds)
     by_list = _as_list(by, "by")
-    mechanism = SmoothSensitivityMechanism(noise, epsilon, gamma, delta=delta)
+    mechanism = SmoothSensitivityRelease(noise, epsilon, gamma, delta=delta,
+                                         uncertainty_share=uncertainty_share)
     # Argument checks shared with sums (keys, session, level, nulls); a stand-in mechanism.
     level = _check_args("sum", [column], by_list, keys, Gaussian(1.0), session, level, nulls)
     label = quantile_label(column, qv, median)
     grid = _check_grid(grid, [label])[label]
+    # fineness against public magnitudes only: the sampler's own check can then never refuse
+    grid = mechanism.check_grid(grid, (lo, hi), max(hi - lo, ss_floor((lo, hi))))
     clash = {label, f"{label}_sd", f"{label}_moe"} & set(by_list)
     if clash:
         raise InvalidParameterError(
@@ -287,7 +362,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     outside = int(data[_CELL].is_null().sum())
     inside = data.filter(pl.col(_CELL).is_not_null())
 
-    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·ε (group privacy), then the
+    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group privacy), then the
     # session's budget as an individual filter (units left out are dropped from their cells).
     policy = GroupPrivacyPolicy(mechanism)
     approx = policy.dp_delta is not None
@@ -319,9 +394,9 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     n_keys = len(keys) if by_list else 1
     sorted_vals, offsets = group_sort(np.clip(values, lo, hi), codes, n_keys)
     truth = grouped_quantile(sorted_vals, offsets, qv, (lo, hi))
-    ss = smooth_sensitivity_grouped(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
-    ss = np.maximum(ss, SS_FLOOR * max(hi - lo, abs(lo), abs(hi)))
+    ss = floored_smooth_sensitivity(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
 
+    # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter only
     rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
     out = (keys.to_polars() if by_list else pl.DataFrame()).with_columns(
         pl.Series(label, rv.estimate, dtype=pl.Float64),

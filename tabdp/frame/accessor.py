@@ -159,13 +159,17 @@ class DPAccessor:
                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
                 session: Session | None = None, level: float = DEFAULT_LEVEL,
                 gamma: float | None = None, delta: float | None = None, nulls: str = "error",
-                name: str | None = None, grid: Any = None) -> Any:
+                name: str | None = None, grid: Any = None,
+                uncertainty_share: float | None = None) -> Any:
         """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, seed 002).
 
         The (lower) median of the values clipped to the public ``bounds`` is released with noise
         scaled to its γ-smooth sensitivity: PolyPlace by default (``noise="student_t"``,
-        ``"cauchy"`` or ``"laplace"`` for the baselines). ε-DP per cell for one row; a unit with k
-        rows in a cell pays k·ε there. Empty or tiny cells get the mechanism's answer (their median
+        ``"cauchy"`` or ``"laplace"`` for the baselines). The ``_sd`` and ``_moe`` columns come
+        from a private estimate of the noise scale (``ln SS`` plus Laplace noise), never from SS
+        itself; the moe covers the true median with probability at least ``level`` on every
+        dataset. ε-DP per cell for one row (value and noise scale together); a unit with k rows
+        in a cell pays k·ε there. Empty or tiny cells get the mechanism's answer (their median
         is the padded one, e.g. ``low`` for an empty cell, with large noise), not an error.
 
         Args:
@@ -174,17 +178,21 @@ class DPAccessor:
             keys: Public key set.
             bounds: Public ``(low, high)``; values outside are clipped (counted in the
                 confidential report).
-            epsilon: ε of the release.
+            epsilon: Total ε of the release (value and noise scale; see ``uncertainty_share``).
             noise: Noise family.
             session: Session recording the release (``None``: one-off, see ``tabdp.last_session``).
             level: Confidence level of the margin of error.
-            gamma: Smoothness γ, fixed before seeing data (default: ε/3 for PolyPlace; see
-                :func:`tabdp.mechanisms.smooth.choose_gamma` to pick it from public guesses).
+            gamma: Smoothness γ, fixed before seeing data (default: ε₁/3 for PolyPlace, with ε₁
+                the value's share of ε; see :func:`tabdp.mechanisms.smooth.choose_gamma` to pick
+                it from public guesses).
             delta: δ for ``noise="laplace"`` (default 1e-5).
             nulls: Missing values: ``"error"``, ``"zero"`` or ``"drop"``.
             name: Label of the release in the session.
             grid: Public rounding step of the estimates (``None``: the mechanism's default
                 relative grid; see docs/exact-rounding.md).
+            uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd``
+                and ``_moe``, in (0, 1) (default: 2γ of ε, i.e. 40% for PolyPlace at the
+                default γ; see :func:`tabdp.mechanisms.smooth.split_epsilon`).
 
         Returns:
             Keys, ``{column}_median``, ``{column}_median_sd`` (``inf`` where it does not exist),
@@ -203,7 +211,7 @@ class DPAccessor:
         return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
-                                grid=grid)
+                                grid=grid, uncertainty_share=uncertainty_share)
 
 
     def quantile(self, column: str, q: float, *, by: str | Sequence[str],
@@ -211,7 +219,7 @@ class DPAccessor:
                   noise: str = "polyplace", session: Session | None = None,
                   level: float = DEFAULT_LEVEL, gamma: float | None = None,
                   delta: float | None = None, nulls: str = "error", name: str | None = None,
-                  grid: Any = None) -> Any:
+                  grid: Any = None, uncertainty_share: float | None = None) -> Any:
         """Private q-quantile of ``column`` per cell of ``keys`` (see :meth:`median`).
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
@@ -224,7 +232,7 @@ class DPAccessor:
             by: Group-by column(s).
             keys: Public key set.
             bounds: Public ``(low, high)``.
-            epsilon: ε of the release.
+            epsilon: Total ε of the release (value and noise scale).
             noise: ``"polyplace"``, ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
             session: Session recording the release.
             level: Confidence level of the margin of error.
@@ -234,6 +242,8 @@ class DPAccessor:
             name: Label of the release in the session.
             grid: Public rounding step of the estimates (``None``: the mechanism's default
                 relative grid; see docs/exact-rounding.md).
+            uncertainty_share: Fraction of ε spent on the private noise scale (see
+                :meth:`median`).
 
         Returns:
             Keys, ``{column}_q{100q}``, ``_sd``, ``_moe``.
@@ -252,7 +262,7 @@ class DPAccessor:
         return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
-                                grid=grid)
+                                grid=grid, uncertainty_share=uncertainty_share)
 
 
 def register() -> None:

@@ -23,11 +23,13 @@ from tabdp.mechanisms.transformation import LogTransform, RootTransform, Transfo
 from tabdp.mechanisms.smooth import (
     NOISE_FAMILIES,
     SmoothSensitivityMechanism,
+    SmoothSensitivityRelease,
     choose_gamma,
     default_gamma,
     gamma_limit,
     optimal_shape,
     std_per_unit_ss,
+    split_epsilon,
     std_vs_gamma,
     unit_noise,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "LogTransform",
     "PolyPlace",
     "SmoothSensitivityMechanism",
+    "SmoothSensitivityRelease",
+    "split_epsilon",
     "NOISE_FAMILIES",
     "choose_gamma",
     "default_gamma",

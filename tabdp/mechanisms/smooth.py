@@ -42,12 +42,14 @@ the bounds are narrow relative to their magnitude.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import minimize_scalar
+from scipy.integrate import quad
+from scipy.optimize import brentq, minimize_scalar
 from scipy.special import ndtri
 
 from tabdp._validation import check_int, check_real
@@ -58,11 +60,19 @@ from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.gaussian import Laplace
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
+from tabdp.rng import as_random_source
 
 __all__ = [
     "NOISE_FAMILIES",
     "RELATIVE_GRID_BITS",
     "SmoothSensitivityMechanism",
+    "SmoothSensitivityRelease",
+    "split_epsilon",
+    "scale_adjusted_coverage",
+    "scale_adjusted_halfwidth",
+    "LOG_SCALE_GRID",
+    "LOG_SS_SLACK",
+    "DEFAULT_LOG_SCALE_NOISE",
     "gamma_limit",
     "optimal_shape",
     "std_per_unit_ss",
@@ -628,6 +638,478 @@ class SmoothSensitivityMechanism:
         return {"family": self.family, "class": type(self).__name__, "params": self.params(),
                 "unit_noise": {"name": self.unit.name, **self.unit.params()},
                 "pure": self.pure, "unbiased": self.unbiased, "guarantee": self.guarantee()}
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items() if v is not None)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return False
+        return self.params() == other.params()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(self.params().items())))
+
+
+# -- the release with a private noise scale -----------------------------------------------------
+#: Default Laplace scale of the released log noise scale: by default the scale estimate gets
+#: ε₂ = γ/DEFAULT_LOG_SCALE_NOISE = 2γ (see :func:`split_epsilon`).
+DEFAULT_LOG_SCALE_NOISE = 0.5
+#: Public grid (natural-log units) the noisy ln SS is rounded to: 2**-20, a relative resolution of
+#: about 1e-6 in the published standard deviation.
+LOG_SCALE_GRID = 2.0**-20
+#: Public slack added to γ as the sensitivity of the computed ln SS: it covers the floating-point
+#: error of SS and of its logarithm (below 1e-12 in absolute terms), so the float centre of the
+#: Laplace draw has sensitivity at most γ + LOG_SS_SLACK between neighbours.
+LOG_SS_SLACK = 1e-9
+#: Length (in units of the Laplace scale) of the integration range of the moe's coverage.
+_COVERAGE_SPAN = 60.0
+#: Largest ln h searched by :func:`scale_adjusted_halfwidth` (e^709 is near the float64 limit).
+_LOG_H_MAX = 709.0
+
+
+def _check_share(share: Any) -> float:
+    return check_real("uncertainty_share", share, owner="smooth-sensitivity release", gt=0.0,
+                      lt=1.0, hint="uncertainty_share is the fraction of epsilon spent on the "
+                                   "private estimate of the noise scale (the published sd and "
+                                   "moe), e.g. 0.4; leave it None for the default (2·gamma)")
+
+
+def split_epsilon(noise: str, epsilon: float, gamma: float | None = None,
+                  uncertainty_share: float | None = None,
+                  delta: float | None = None) -> tuple[float, float, float]:
+    """Split a release's ε into the value's ε₁ and the noise scale's ε₂; pick γ.
+
+    A smooth-sensitivity release publishes two private things per cell: the value
+    ``q + SS·Z`` (ε₁-DP) and a noisy ``ln SS`` from which its sd and moe are computed (ε₂-DP,
+    Laplace noise of scale ``b = γ/ε₂`` on the log scale). ``epsilon = ε₁ + ε₂``.
+
+    Rule:
+
+    * ``uncertainty_share`` given: ``ε₂ = share·ε``, ``ε₁ = ε − ε₂``; γ defaults to
+      :func:`default_gamma` at ε₁.
+    * otherwise ``ε₂ = 2γ`` (``b = 1/2``: the published sd is within a factor 2 of the true one
+      with probability 1 − e^{−2 ln 2} = 3/4). With the default γ (the :func:`default_gamma`
+      fraction r of ε₁) this gives ``ε₁ = ε/(1 + 2r)``: 60% of ε for PolyPlace (γ = 0.2·ε,
+      ε₂ = 0.4·ε), 77% for student_t and cauchy, 92% for laplace at δ = 1e-5. With a given γ,
+      ``ε₁ = ε − 2γ``.
+
+    γ must then be valid for the value's noise family at ε₁ (:func:`gamma_limit`).
+
+    Args:
+        noise: One of :data:`NOISE_FAMILIES`.
+        epsilon: Total ε of the release (per row and cell).
+        gamma: Smoothness γ, fixed before seeing the data (default: see above).
+        uncertainty_share: Fraction of ε for the noise scale, in (0, 1) (default: ``2γ/ε``).
+        delta: δ for ``noise='laplace'``.
+
+    Returns:
+        ``(ε₁, ε₂, γ)``.
+
+    Raises:
+        InvalidParameterError: For invalid parameters, or a γ that leaves no valid ε₁.
+
+    Example:
+        >>> [round(v, 6) for v in split_epsilon("polyplace", 1.0)]
+        [0.6, 0.4, 0.2]
+        >>> [round(v, 6) for v in split_epsilon("polyplace", 1.0, gamma=0.05)]
+        [0.9, 0.1, 0.05]
+        >>> [round(v, 6) for v in split_epsilon("student_t", 2.0, uncertainty_share=0.25)]
+        [1.5, 0.5, 0.225]
+    """
+    noise = _check_noise(noise)
+    eps = _check_eps(epsilon)
+    dl = _check_delta(noise, delta)
+    if uncertainty_share is not None:
+        share = _check_share(uncertainty_share)
+        eps2 = share * eps
+        eps1 = eps - eps2
+        how = f"uncertainty_share={share:g}"
+    elif gamma is None:
+        r = default_gamma(noise, 1.0, dl)
+        eps1 = eps / (1.0 + 2.0 * r)
+        eps2 = eps - eps1
+        how = "the default split"
+    else:
+        g = check_real("gamma", gamma, owner=f"smooth-sensitivity release ({noise})", gt=0.0,
+                       hint="gamma is the smoothness parameter, e.g. gamma = epsilon/10")
+        eps2 = g / DEFAULT_LOG_SCALE_NOISE   # 2γ
+        if not eps2 < eps:
+            raise InvalidParameterError(
+                f"smooth-sensitivity release ({noise}): gamma={g:g} leaves no budget for the "
+                f"value: by default the private noise scale takes 2·gamma = {eps2:g} of "
+                f"epsilon={eps:g}.\nHint: use a smaller gamma, or pass uncertainty_share (e.g. "
+                "0.3) to set the split yourself.")
+        eps1 = eps - eps2
+        how = "the default split (2·gamma for the noise scale)"
+    if gamma is None:
+        g = default_gamma(noise, eps1, dl)
+    else:
+        lim = gamma_limit(noise, eps1, dl)
+        g = check_real("gamma", gamma, owner=f"smooth-sensitivity release ({noise})", gt=0.0,
+                       lt=lim, hint=f"{noise} noise needs 0 < gamma < {lim:.6g} at the value's "
+                       f"epsilon {eps1:.6g} (= epsilon {eps:g} minus the noise scale's "
+                       f"{eps2:.6g} under {how}); choose it with "
+                       "tabdp.mechanisms.choose_gamma")
+    return eps1, eps2, g
+
+
+def scale_adjusted_coverage(unit: NoiseDistribution, halfwidth: float, log_noise: float) -> float:
+    """Coverage ``E_W P(|Z| ≤ e^W·h)`` of a margin ``h`` scaled by a noisy noise scale.
+
+    The published moe is ``e^{ln SS + W}·h`` with ``W ~ Laplace(b)`` independent of ``Z``; the
+    interval ``estimate ± moe`` covers the true value with this probability, whatever the data.
+
+    Args:
+        unit: The unit noise law Z (noise per unit SS).
+        halfwidth: ``h`` (margin per unit of the estimated scale).
+        log_noise: ``b``, the Laplace scale of W (0: the scale is known).
+
+    Returns:
+        The coverage.
+
+    Example:
+        >>> u = unit_noise("polyplace", 1.0, 0.1)
+        >>> h = u.interval_halfwidth(0.9)
+        >>> round(scale_adjusted_coverage(u, h, 0.0), 9), scale_adjusted_coverage(u, h, 0.5) < 0.9
+        (0.9, True)
+    """
+    h = float(halfwidth)
+    b = float(log_noise)
+
+    def covered_log(a: float) -> float:   # P(|Z| <= e^a), without overflow
+        if a > 709.0:
+            return 1.0 - 2.0 * float(unit.sf(math.inf))
+        if a < -745.0:
+            return 0.0
+        return 1.0 - 2.0 * float(unit.sf(math.exp(a)))
+
+    if h <= 0.0:
+        return 0.0
+    lh = math.log(h)
+    if b == 0.0:
+        return covered_log(lh)
+
+    def f(u: float) -> float:
+        w = b * u
+        return 0.5 * (covered_log(lh + w) + covered_log(lh - w)) * math.exp(-u)
+
+    # u = |W|/b is Exp(1); beyond 60 the weight e^{-u} is below 1e-26. The break point is where
+    # e^{b·u}·h crosses 1 (the integrand's bend).
+    val, _ = quad(f, 0.0, _COVERAGE_SPAN, epsabs=1e-14, epsrel=1e-13, limit=500,
+                  points=[min(abs(lh) / b, _COVERAGE_SPAN / 2)])
+    return float(val)
+
+
+def scale_adjusted_halfwidth(unit: NoiseDistribution, level: float, log_noise: float) -> float:
+    """The margin per unit of estimated scale whose coverage (scale error included) is ``level``.
+
+    Solves ``scale_adjusted_coverage(unit, h, b) = level`` for ``h`` (Brent's method on ln h,
+    to about 1e-12 relative). ``b = 0`` gives ``unit.interval_halfwidth(level)``.
+
+    Args:
+        unit: The unit noise law Z.
+        level: Coverage in (0, 1).
+        log_noise: Laplace scale ``b`` of the log-scale estimate's error.
+
+    Returns:
+        ``h`` (``inf`` if the level needs a margin beyond float64, for an extreme ``b``).
+
+    Example:
+        >>> u = unit_noise("polyplace", 0.6, 0.2)
+        >>> h = scale_adjusted_halfwidth(u, 0.9, 0.5)
+        >>> bool(h > u.interval_halfwidth(0.9)), round(scale_adjusted_coverage(u, h, 0.5), 9)
+        (True, 0.9)
+    """
+    level = check_level(level)
+    b = check_real("log_noise", log_noise, owner="scale_adjusted_halfwidth", ge=0.0)
+    h0 = unit.interval_halfwidth(level)
+    if b == 0.0:
+        return float(h0)
+
+    def gap(lh: float) -> float:
+        return scale_adjusted_coverage(unit, math.exp(lh), b) - level
+
+    lo = hi = math.log(h0)
+    step = 1.0
+    while gap(hi) < 0.0:
+        if hi >= _LOG_H_MAX:   # the level needs a margin beyond float64 (b far too large)
+            return math.inf
+        hi, step = min(hi + step, _LOG_H_MAX), 2.0 * step
+    step = 1.0
+    while gap(lo) > 0.0:
+        lo, step = lo - step, 2.0 * step
+    return math.exp(brentq(gap, lo, hi, xtol=1e-13, rtol=4 * 2.0**-52))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_halfwidth(unit: NoiseDistribution, level: float, log_noise: float) -> float:
+    # laws hash and compare by their parameters; public inputs only
+    return scale_adjusted_halfwidth(unit, level, log_noise)
+
+
+class SmoothSensitivityRelease:
+    """A smooth-sensitivity release whose published uncertainty is private too.
+
+    Per cell it publishes the value ``round(q + SS·Z)`` (ε₁-DP: :class:`SmoothSensitivityMechanism`
+    at ε₁) and, from a second private release, its standard deviation and margin of error:
+
+    * ``L = round(ln SS + W)`` on the public grid :data:`LOG_SCALE_GRID`, with
+      ``W ~ Laplace(b)``, ``b = (γ + LOG_SS_SLACK)/ε₂``. ``ln SS`` changes by at most γ between
+      neighbouring datasets (SS is γ-smooth), so ``L`` is ε₂-DP (Laplace mechanism), drawn with
+      exact rounding.
+    * ``sd = std(Z)·e^L``: an estimate of the noise's standard deviation whose logarithm is off
+      by ``W`` (Laplace(b), median 0: within a factor ``e^t`` with probability ``1 − e^{−t/b}``).
+    * ``moe = h*·e^{L + grid/2} + (half a value-grid step)``, with ``h*`` from
+      :func:`scale_adjusted_halfwidth`: the interval ``estimate ± moe`` covers the true value
+      with probability at least ``level`` on every dataset, over both draws (the scale's error is
+      accounted for, not plugged in).
+
+    Nothing else depends on SS. The release is (ε₁ + ε₂)-DP per row (pure, except for
+    ``noise='laplace'``: (ε₁ + ε₂, δ)); :func:`split_epsilon` sets ε₁, ε₂ and γ.
+
+    Args:
+        noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
+        epsilon: Total ε of the release (value and noise scale together).
+        gamma: Smoothness γ (default: see :func:`split_epsilon`).
+        uncertainty_share: Fraction of ε spent on the noise scale (default ``2γ/ε``).
+        delta: δ of ``noise='laplace'``.
+        shape: d (Student t) or c (Cauchy).
+
+    Attributes:
+        value: The value's :class:`SmoothSensitivityMechanism` (at ε₁).
+        eps: Total ε.
+        eps_value: ε₁.
+        eps_scale: ε₂.
+        gamma: γ.
+        log_noise: ``b``, the Laplace scale of the log-scale estimate.
+
+    Example:
+        >>> r = SmoothSensitivityRelease("polyplace", epsilon=1.0)
+        >>> round(r.eps_value, 6), round(r.eps_scale, 6), round(r.gamma, 6), round(r.log_noise, 6)
+        (0.6, 0.4, 0.2, 0.5)
+        >>> t = r.release_table([10.0, 10.0], [1.0, 1.0], rng=4)
+        >>> bool(t.sd[0] != t.sd[1])                     # the sd is drawn, not SS times a constant
+        True
+    """
+
+    family = "smooth_sensitivity"
+    unbiased = "mean"
+
+    def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,
+                 gamma: float | None = None, *, uncertainty_share: float | None = None,
+                 delta: float | None = None, shape: float | None = None) -> None:
+        eps1, eps2, g = split_epsilon(noise, epsilon, gamma, uncertainty_share, delta)
+        self.value = SmoothSensitivityMechanism(noise, eps1, g, delta=delta, shape=shape)
+        self.noise = self.value.noise
+        self.eps = float(epsilon)
+        self.eps_value = eps1
+        self.eps_scale = eps2
+        self.gamma = self.value.gamma
+        self.delta = self.value.delta
+        self.pure = self.value.pure
+        self.uncertainty_share = None if uncertainty_share is None else float(uncertainty_share)
+        self.log_noise = (self.gamma + LOG_SS_SLACK) / eps2
+        self.log_law = Laplace(scale=self.log_noise)
+
+    # -- uncertainty ----------------------------------------------------------------------------
+    def moe_factor(self, level: float = DEFAULT_LEVEL) -> float:
+        """``h*``: the moe per unit of ``e^L`` (coverage ``level`` with the scale's error).
+
+        Args:
+            level: Confidence level.
+
+        Returns:
+            The factor (cached per unit law, level and b).
+
+        Example:
+            >>> r = SmoothSensitivityRelease(epsilon=1.0)
+            >>> bool(r.moe_factor(0.9) > r.value.unit.interval_halfwidth(0.9))
+            True
+        """
+        return _cached_halfwidth(self.value.unit, check_level(level), self.log_noise)
+
+    def release_log_scale(self, ss: ArrayLike, rng: Any = None) -> np.ndarray:
+        """Release ``round(ln SS + Laplace(b))`` on :data:`LOG_SCALE_GRID` (ε₂-DP per row).
+
+        Args:
+            ss: Smooth sensitivities (> 0, finite; floor them at a public constant).
+            rng: Randomness (default: secure).
+
+        Returns:
+            The noisy log scales.
+
+        Example:
+            >>> r = SmoothSensitivityRelease(epsilon=1.0)
+            >>> v = r.release_log_scale([1.0, 100.0], rng=0)
+            >>> bool(v[1] > v[0]), bool(np.all(np.round(v / LOG_SCALE_GRID) * LOG_SCALE_GRID == v))
+            (True, True)
+        """
+        s = np.asarray(ss, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(s)) or np.any(s <= 0):
+            raise InvalidParameterError(
+                "smooth-sensitivity release: ss must be finite and > 0 (one per value).\n"
+                "Hint: floor it at a public constant (tabdp.frame._quantiles.SS_FLOOR).")
+        draw = _exact.round_noisy(self.log_law, np.log(s), LOG_SCALE_GRID, rng,
+                                  owner="SmoothSensitivityRelease.release_log_scale")
+        return draw.values
+
+    def sd_from_log_scale(self, log_scale: ArrayLike) -> np.ndarray:
+        """Published sd ``std(Z)·e^L`` (``inf`` where Z has no finite sd).
+
+        Args:
+            log_scale: Released log scales L.
+
+        Returns:
+            Standard deviations.
+
+        Example:
+            >>> r = SmoothSensitivityRelease("student_t", epsilon=1.0)
+            >>> float(r.sd_from_log_scale([0.0])[0]) == r.value.unit.std()
+            True
+        """
+        L = np.asarray(log_scale, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.exp(L) * self.value.unit.std()
+
+    def moe_from_log_scale(self, log_scale: ArrayLike, level: float = DEFAULT_LEVEL) -> np.ndarray:
+        """Published noise margin ``h*·e^{L + grid/2}`` (without the value grid's half step).
+
+        Args:
+            log_scale: Released log scales L.
+            level: Confidence level.
+
+        Returns:
+            Margins.
+
+        Example:
+            >>> r = SmoothSensitivityRelease(epsilon=1.0)
+            >>> bool(r.moe_from_log_scale([0.0])[0] > r.moe_factor(0.9))
+            True
+        """
+        L = np.asarray(log_scale, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            return np.exp(L + 0.5 * LOG_SCALE_GRID) * self.moe_factor(level)
+
+    def check_grid(self, grid: Any, bounds: tuple[float, float], ss_max: float) -> _exact.Grid:
+        """Validate the value grid against public magnitudes only (never the data).
+
+        The release's outputs are at most ``max(|lo|, |hi|) + ss_max·q`` in size, ``q`` the
+        ``1 − 1e-9`` quantile of |Z|, for any data: checking against that bound up front means the
+        data-dependent check inside the sampler can never refuse.
+
+        Args:
+            grid: Public grid (None: :meth:`SmoothSensitivityMechanism.default_grid`).
+            bounds: Public ``(lo, hi)``.
+            ss_max: Public upper bound on SS (e.g. ``max(hi − lo, floor)``).
+
+        Returns:
+            The grid.
+
+        Example:
+            >>> r = SmoothSensitivityRelease(epsilon=1.0)
+            >>> r.check_grid(10.0, (0.0, 1e9), 1e9)      # PolyPlace's far tail: up to 5e12
+            UniformGrid(10.0)
+            >>> r.check_grid(None, (0.0, 1e9), 1e9)
+            RelativeGrid(32)
+        """
+        g = self.value.default_grid() if grid is None else grid
+        mag = _exact.grid_magnitude(self.value.unit,
+                                    np.array([abs(bounds[0]), abs(bounds[1])], dtype=np.float64),
+                                    np.array([ss_max], dtype=np.float64))
+        grid_ = _exact.as_grid(g, "smooth-sensitivity release")
+        if isinstance(grid_, _exact.UniformGrid) and not math.isfinite(mag):
+            raise InvalidParameterError(
+                f"smooth-sensitivity release: a uniform grid (grid={grid!r}) needs outputs of "
+                f"bounded size, but bounds {tuple(bounds)!r} allow outputs beyond float64.\nHint: "
+                "use grid=None (the relative grid) or narrower public bounds.")
+        return _exact.check_grid(grid_, mag, "smooth-sensitivity release")
+
+    def release_table(self, values: ArrayLike, ss: ArrayLike, rng: Any = None,
+                      level: float = DEFAULT_LEVEL, grid: Any = None) -> ReleasedValues:
+        """Release values, and sd and moe computed only from the private log scale.
+
+        The value draws come first from ``rng`` (as :meth:`SmoothSensitivityMechanism.
+        release_table`), then one log-scale draw per cell.
+
+        Args:
+            values: Exact query values, 1-D.
+            ss: Their smooth sensitivities (> 0).
+            rng: Randomness (default: secure).
+            level: Confidence level of the margins of error.
+            grid: Public grid of the values.
+
+        Returns:
+            :class:`tabdp.mechanisms.ReleasedValues`.
+
+        Example:
+            >>> r = SmoothSensitivityRelease("polyplace", 1.0)
+            >>> t = r.release_table([10.0], [1.0], rng=3)
+            >>> bool(t.lower[0] < t.estimate[0] < t.upper[0]), t.grid
+            (True, 'relative-32-bit')
+        """
+        level = check_level(level)
+        q = np.asarray(values, dtype=np.float64).reshape(-1)
+        if not np.all(np.isfinite(q)):
+            raise DataValidationError(
+                "smooth-sensitivity release: values must be finite.\nHint: clip values to the "
+                "public bounds before computing quantiles.")
+        s = self.value._ss(ss).reshape(-1)
+        if s.shape != q.shape:
+            raise InvalidParameterError(
+                f"smooth-sensitivity release: values and ss must have the same length; got "
+                f"{q.size} and {s.size}.")
+        src = as_random_source(rng)  # one source: the value draws, then the log-scale draws
+        g = self.value.default_grid() if grid is None else grid
+        draw = _exact.round_noisy(self.value.unit, q, g, src, scale=s,
+                                  owner="SmoothSensitivityRelease.release")
+        est = draw.values
+        L = self.release_log_scale(s, src)
+        sd = self.sd_from_log_scale(L)
+        h = self.moe_from_log_scale(L, level) + draw.grid.halfstep(est)
+        return ReleasedValues(est, sd, h, est - h, est + h, level, grid=draw.grid.describe(),
+                              fallbacks=draw.fallbacks)
+
+    # -- guarantee and description --------------------------------------------------------------
+    def guarantee(self) -> dict[str, Any]:
+        """Per-row guarantee of the whole release (value and noise scale).
+
+        Example:
+            >>> SmoothSensitivityRelease("laplace", 1.0, uncertainty_share=0.1).guarantee()
+            {'type': 'approximate', 'epsilon': 1.0, 'delta': 1e-05}
+        """
+        return {"type": "pure" if self.pure else "approximate", "epsilon": self.eps,
+                "delta": 0.0 if self.pure else self.delta}
+
+    def params(self) -> dict[str, Any]:
+        """Public parameters (``epsilon`` is the total; the split is in :meth:`to_dict`).
+
+        Example:
+            >>> SmoothSensitivityRelease("polyplace", 1.0, 0.1).params()["uncertainty_share"]
+            0.2
+        """
+        return {"noise": self.noise, "epsilon": self.eps, "gamma": self.gamma,
+                "delta": self.delta, "shape": self.value.shape,
+                "uncertainty_share": self.eps_scale / self.eps}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Public description: the value's mechanism, the noise-scale release and the guarantee.
+
+        Example:
+            >>> d = SmoothSensitivityRelease("polyplace", 1.0, 0.1).to_dict()
+            >>> d["value"]["params"]["epsilon"], d["uncertainty"]["epsilon"]
+            (0.8, 0.2)
+        """
+        return {"family": self.family, "class": type(self).__name__, "params": self.params(),
+                "unit_noise": {"name": self.value.unit.name, **self.value.unit.params()},
+                "pure": self.pure, "unbiased": self.unbiased, "guarantee": self.guarantee(),
+                "value": self.value.to_dict(),
+                "uncertainty": {
+                    "method": "sd and moe from ln SS + Laplace(b) rounded to a public grid",
+                    "epsilon": self.eps_scale, "log_noise_scale": self.log_noise,
+                    "log_grid": LOG_SCALE_GRID, "sensitivity_slack": LOG_SS_SLACK,
+                    "moe_coverage": "at least the level on every dataset, over both draws"}}
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items() if v is not None)
