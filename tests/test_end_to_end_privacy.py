@@ -60,6 +60,10 @@ def _releases(df: pl.DataFrame) -> dict[str, Any]:
                                 mechanism=mech.LogTransform(sigma=0.2, offset=1e4), session=s,
                                 nulls="drop", negatives="zero")
         seen["count"] = df.dp.count(by=["county", "naics"], keys=KEYS, session=s)
+        seen["median"] = df.dp.median("payroll", by=["county", "naics"], keys=KEYS,
+                                      bounds=(0.0, 1e7), epsilon=1.0, session=s, nulls="zero")
+        seen["q90"] = df.dp.quantile("emp", 0.9, by=["county", "naics"], keys=KEYS,
+                                     bounds=(0.0, 500.0), epsilon=1.0, session=s, nulls="drop")
         seen["national"] = df.dp.sum("emp", by=[], keys=tabdp.KeySet.from_dict(),
                                      mechanism=mech.Gaussian(50.0), session=s, nulls="zero") \
             if _has_empty_keyset() else None
