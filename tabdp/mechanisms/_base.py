@@ -19,6 +19,7 @@ default), drawn by :func:`tabdp.noise.exact.round_noisy`. Nothing else is ever r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from numpy.typing import ArrayLike
 
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError
+from tabdp.mechanisms._totals import ExactTotals
 from tabdp.rng import as_random_source
 
 __all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
@@ -365,6 +367,22 @@ class Mechanism(ABC):
                 "Hint: release signed measures with an additive mechanism (Gaussian, "
                 "ExpPolyLog), or split them into non-negative parts.")
         return q
+
+    def _centres(self, values: Any) -> tuple[np.ndarray, np.ndarray | None,
+                                             Callable[[int, Any], Any] | None]:
+        """Float64 centres, their error bounds and the exact centres for exact rounding.
+
+        An :class:`ExactTotals` gives its nearest doubles, its error bounds and its exact values
+        (``round_noisy(..., center_error=, exact_center=)`` then rounds ``T + Z`` for the exact
+        T); it is finite by construction, so nothing is refused. Float64 values are exact
+        centres (validated by :meth:`_prepare`).
+        """
+        if isinstance(values, ExactTotals):
+            q = np.array(values.approx, dtype=np.float64)
+            if values.exact_everywhere:
+                return q, None, None
+            return q, np.array(values.error, dtype=np.float64), values.mp
+        return self._prepare(values), None, None
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
