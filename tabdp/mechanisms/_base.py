@@ -86,8 +86,10 @@ class ReleasedValues:
         upper: Upper end of that interval.
         level: Confidence level.
         grid: The public grid the estimates (or, for transformation mechanisms, the noisy
-            transformed values) were rounded to: its step, a label such as
-            ``'relative-36-bit'``, or ``None`` for mechanisms without rounding (discrete noise).
+            transformed values) were rounded to: its step g (the multiples of g up to
+            ``2**40·g`` in magnitude, 40 significant bits in units of g beyond; see
+            docs/exact-rounding.md §5), a label such as ``'relative-36-bit'``, or ``None`` for
+            mechanisms without rounding (discrete noise).
         fallbacks: Number of cells whose rounding was decided by the high-precision path
             (typically 0). CONFIDENTIAL: whether a cell falls back depends on its exact centre
             (how close it lies to a grid breakpoint), not only on the released value, so the

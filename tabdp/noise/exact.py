@@ -6,9 +6,11 @@ sum. Every released value is a deterministic rounding of the **exact** mechanism
 
     ``x = c + s·Z``  (centre ``c``, per-cell scale ``s >= 0``, ``Z`` drawn from the exact law)
 
-to a public :class:`Grid` (``k·g`` for a :class:`UniformGrid`, ties to even ``k``): the release is
-a post-processing of the exact real-valued mechanism, so it keeps its guarantee whatever the
-floating-point error of the intermediate steps, because that error never decides the output.
+to a public :class:`Grid` (``k·g`` for a :class:`UniformGrid` up to ``2**40·g``, 40 significant
+bits in units of g beyond; a fixed partition of the real line, so no magnitude is refused): the
+release is a post-processing of the exact real-valued mechanism, so it keeps its guarantee
+whatever the floating-point error of the intermediate steps, because that error never decides
+the output.
 
 How (vectorized over cells; :func:`round_noisy`):
 
