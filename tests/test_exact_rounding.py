@@ -525,13 +525,16 @@ def test_invalid_grids_are_refused(bad: Any) -> None:
             mech.Gaussian(sigma=1.0).release_table([0.0], rng=0, grid=bad)
 
 
-def test_grid_too_fine_for_float64_is_refused_with_a_fix() -> None:
+def test_no_grid_is_refused_for_large_data() -> None:
+    # The grid no longer depends on max|q| (a refusal would reveal a large cell): beyond
+    # 2**40·step it keeps 40 significant bits, and every release goes through.
     m = mech.Gaussian(sigma=1.0)
-    with pytest.raises(InvalidParameterError, match=r"too fine.*\n.*Hint: .*grid=1"):
-        m.release_table([1e12], rng=0, grid=1e-3)       # needs >= 2^-40·1e12 ≈ 0.9
+    for g in (1e-3, None):
+        r = m.release_table([1e12], rng=0, grid=g)
+        step = 0.01 if g is None else g
+        assert abs(r.estimate[0] - 1e12) <= 10.0 + 1e12 * 2.0**-40
+        assert r.moe[0] >= 1.645 + 1e12 * 2.0**-40 * 0.99 > 1.645 + step
     assert m.release_table([1e12], rng=0, grid=1.0).estimate[0] % 1.0 == 0.0
-    with pytest.raises(InvalidParameterError):
-        m.release_table([1e12], rng=0)                  # default grid 0.01 is too fine too
     with pytest.raises(InvalidParameterError, match="bits"):
         RelativeGrid(60)
 

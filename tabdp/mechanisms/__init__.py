@@ -11,6 +11,7 @@ Example:
 """
 
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, ReleasedValues, pure_to_zcdp
+from tabdp.mechanisms._totals import ExactTotals
 from tabdp.mechanisms.additive import (
     AdditiveMechanism,
     ExpPolyLog,
@@ -46,6 +47,7 @@ from tabdp.privacy.approx import (
 from tabdp.noise.polyplace import PolyPlace
 
 __all__ = [
+    "ExactTotals",
     "DEFAULT_LEVEL",
     "Mechanism",
     "ReleasedValues",

@@ -19,6 +19,7 @@ default), drawn by :func:`tabdp.noise.exact.round_noisy`. Nothing else is ever r
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from numpy.typing import ArrayLike
 
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError
+from tabdp.mechanisms._totals import ExactTotals
 from tabdp.rng import as_random_source
 
 __all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
@@ -84,8 +86,10 @@ class ReleasedValues:
         upper: Upper end of that interval.
         level: Confidence level.
         grid: The public grid the estimates (or, for transformation mechanisms, the noisy
-            transformed values) were rounded to: its step, a label such as
-            ``'relative-36-bit'``, or ``None`` for mechanisms without rounding (discrete noise).
+            transformed values) were rounded to: its step g (the multiples of g up to
+            ``2**40·g`` in magnitude, 40 significant bits in units of g beyond; see
+            docs/exact-rounding.md §5), a label such as ``'relative-36-bit'``, or ``None`` for
+            mechanisms without rounding (discrete noise).
         fallbacks: Number of cells whose rounding was decided by the high-precision path
             (typically 0). CONFIDENTIAL: whether a cell falls back depends on its exact centre
             (how close it lies to a grid breakpoint), not only on the released value, so the
@@ -365,6 +369,22 @@ class Mechanism(ABC):
                 "Hint: release signed measures with an additive mechanism (Gaussian, "
                 "ExpPolyLog), or split them into non-negative parts.")
         return q
+
+    def _centres(self, values: Any) -> tuple[np.ndarray, np.ndarray | None,
+                                             Callable[[int, Any], Any] | None]:
+        """Float64 centres, their error bounds and the exact centres for exact rounding.
+
+        An :class:`ExactTotals` gives its nearest doubles, its error bounds and its exact values
+        (``round_noisy(..., center_error=, exact_center=)`` then rounds ``T + Z`` for the exact
+        T); it is finite by construction, so nothing is refused. Float64 values are exact
+        centres (validated by :meth:`_prepare`).
+        """
+        if isinstance(values, ExactTotals):
+            q = np.array(values.approx, dtype=np.float64)
+            if values.exact_everywhere:
+                return q, None, None
+            return q, np.array(values.error, dtype=np.float64), values.mp
+        return self._prepare(values), None, None
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items())

@@ -83,19 +83,21 @@ class AdditiveMechanism(Mechanism):
         """Release ``round_grid(values + Z)`` with sd and exact margins of error.
 
         Args:
-            values: Exact cell values.
+            values: Exact cell values: an :class:`~tabdp.mechanisms.ExactTotals` (the release is
+                then ``round_grid(T + Z)`` for the exact totals T, not their float64 values) or
+                float64 values (taken as exact).
             rng: Randomness (default: secure).
             level: Confidence level of the margin of error.
             grid: Public grid step of the estimates (e.g. 1.0 for counts, 1000.0 for thousands
                 of dollars); None: :meth:`default_grid`. Estimates are the float64 nearest
-                ``k·grid`` (exactly ``k·grid`` for whole-number grids below 2**53).
+                ``k·grid`` (exactly ``k·grid`` for whole-number grids below 2**53); beyond
+                ``2**40·grid`` the grid keeps 40 significant bits (docs/exact-rounding.md §5).
 
         Returns:
             Estimates with sd, moe (the exact noise quantile plus half a grid step) and interval.
 
         Raises:
-            InvalidParameterError: For a non-positive or non-finite grid, or one finer than
-                ``2**-40`` of the largest output magnitude.
+            InvalidParameterError: For a non-positive or non-finite grid (never for large data).
 
         Example:
             >>> r = Gaussian(sigma=2.0).release_table([1.0, 2.0, 3.0], rng=3, level=0.95, grid=1.0)
@@ -103,9 +105,10 @@ class AdditiveMechanism(Mechanism):
             (4.42, True)
         """
         level = check_level(level)
-        q = self._prepare(values)
+        q, cerr, exact = self._centres(values)
         g = self.default_grid() if grid is None else grid
-        draw = _exact.round_noisy(self.noise, q, g, rng, owner=f"{type(self).__name__}.release")
+        draw = _exact.round_noisy(self.noise, q, g, rng, center_error=cerr, exact_center=exact,
+                                  owner=f"{type(self).__name__}.release")
         est = draw.values
         sd = np.full(q.shape, self.noise.std())
         h = self.noise.interval_halfwidth(level) + draw.grid.halfstep(est)

@@ -11,10 +11,12 @@ decides the output, which closes the precision attacks on float noise (Mironov 2
 **Integer inputs only.** The guarantees hold for neighbouring values that differ by an integer Δ:
 the outputs of ``q`` and ``q + Δ`` then live on the same lattice. For a non-integer Δ they live on
 different lattices (``q + Z`` and ``q + Δ + Z`` never take the same value), so ρ = ε = ∞; the
-policies return ``inf`` there. Values must be integers held in float64 (|q| < 2**53); anything else
-is refused before noise is drawn. The estimates are ``q + Z`` computed exactly in int64 and
-returned as float64 (exact below 2**53; beyond, the float64 rounding is a post-processing of the
-exact integer and costs no privacy).
+policies return ``inf`` there. Float64 values must be integers (anything else is refused before
+noise is drawn); an :class:`~tabdp.mechanisms.ExactTotals` may hold integers of any size (a
+fractional exact total is rounded half to even, a public rule that leaves integer totals unchanged).
+The estimates are ``q + Z`` computed exactly (int64 while ``|q| <= 2**61``, Python integers beyond,
+so no total is refused and nothing wraps) and returned as float64 (exact below 2**53; beyond, the
+float64 rounding is a post-processing of the exact integer and costs no privacy).
 
 **Grid.** ``release_table(..., grid=k)`` with an integer ``k > 1`` releases ``q + Z`` rounded to the
 nearest multiple of ``k`` (ties to the even multiple): a post-processing of the exact integer
@@ -57,14 +59,16 @@ from tabdp.mechanisms._base import (
     not_pure,
     pure_to_zcdp,
 )
+from tabdp.mechanisms._totals import ExactTotals
 from tabdp.noise.discrete import _MP_DPS, DiscreteGaussianNoise, DiscreteLaplaceNoise
 from tabdp.rng import as_random_source
 
 __all__ = ["DiscreteAdditiveMechanism", "DiscreteGaussian", "DiscreteLaplace"]
 
-_EXACT_INT = 2.0**53
-#: |q + Z| must stay below this (int64 with room to spare; the samplers refuse |Z| >= 2**62).
-_SUM_MAX = (1 << 63) - 1 - (1 << 53)
+#: int64 fast path: |q| <= 2**61 and |Z| < 2**62, so q + Z stays in int64 (and its rounding to a
+#: multiple of k <= 2**53 too); anything larger is added exactly in Python integers.
+_INT64_Q = 1 << 61
+_INT64_Z = 1 << 62
 #: Largest grid step accepted (a whole number held exactly in float64).
 _GRID_MAX = 2**53
 #: δ(ε) from float tail sums is trusted when the cancellation δ = a − b is mild, a/δ <= this;
@@ -202,6 +206,14 @@ def _grid_step(grid: Any, owner: str) -> int:
     return k
 
 
+def _round_int(v: int, k: int) -> int:
+    """A Python integer rounded to the nearest multiple of ``k`` (ties: the even multiple)."""
+    if k == 1:
+        return v
+    m, r = divmod(v, k)
+    return (m + (2 * r > k or (2 * r == k and m % 2 == 1))) * k
+
+
 def _round_to_multiple(x: np.ndarray, k: int) -> np.ndarray:
     """Integers ``x`` (int64) rounded to the nearest multiple of ``k`` (ties: the even multiple)."""
     kk = np.int64(k)
@@ -246,13 +258,6 @@ class DiscreteAdditiveMechanism(Mechanism):
                 "privacy guarantee).\nHint: release an integer measure (a count, or a sum of "
                 "integer amounts such as whole dollars), round the inputs to integers before "
                 "aggregating (public rule), or use a continuous mechanism (Gaussian, Laplace).")
-        big = np.abs(q) >= _EXACT_INT
-        if np.any(big):
-            bad = int(big.sum())
-            raise DataValidationError(
-                f"{type(self).__name__}.release: {bad} value(s) have magnitude >= 2**53, where "
-                "float64 no longer holds every integer exactly.\nHint: rescale the measure "
-                "(e.g. thousands of dollars) before aggregating.")
         return q
 
     def release_table(self, values: ArrayLike, rng: Any = None,
@@ -260,7 +265,9 @@ class DiscreteAdditiveMechanism(Mechanism):
         """Release ``values + Z`` (exact integers) with sd, integer margin of error and interval.
 
         Args:
-            values: Exact cell values; must be integers (float64 holding integers, |q| < 2**53).
+            values: Exact cell values: float64 integers, or an
+                :class:`~tabdp.mechanisms.ExactTotals` (integers of any size; a fractional total is
+                rounded half to even first).
             rng: Randomness (default: secure).
             level: Confidence level; the interval's coverage is at least ``level``.
             grid: ``None`` or ``1``: release the exact integers ``q + Z``. An integer ``k > 1``
@@ -274,10 +281,10 @@ class DiscreteAdditiveMechanism(Mechanism):
             integers, else ``float(k)``.
 
         Raises:
-            DataValidationError: If a value is NaN, infinite, not an integer or >= 2**53.
+            DataValidationError: If a float64 value is NaN, infinite or not an integer (never for
+                an :class:`~tabdp.mechanisms.ExactTotals`).
             InvalidParameterError: For an invalid level, or a grid that is not a whole number in
                 [1, 2**53] (the outputs are integers).
-            OverflowError: If ``q + Z`` would leave int64 (only with a faulty random source).
 
         Example:
             >>> r = DiscreteGaussian(sigma=1.0).release_table([3.0, 4.0], rng=1, level=0.9)
@@ -291,22 +298,43 @@ class DiscreteAdditiveMechanism(Mechanism):
         level = check_level(level)
         owner = f"{type(self).__name__}.release"
         k = _grid_step(grid, owner)
-        q = self._prepare_integers(values)
+        ints: list[int] | None = None
+        if isinstance(values, ExactTotals):
+            # exact integers of any size; a fractional total is rounded half to even (public rule:
+            # integer contributions give integer totals, unchanged; a record whose contribution is
+            # not an integer is charged inf by the policies anyway)
+            sb = values.scale_bits
+            ints = (list(values.numer) if sb == 0
+                    else [round(Fraction(v, 1 << sb)) for v in values.numer])
+            n = len(ints)
+            small = all(-_INT64_Q <= v <= _INT64_Q for v in ints)
+            q = np.array(ints if small else [0] * n, dtype=np.int64)
+        else:
+            qf = self._prepare_integers(values)
+            n = qf.size
+            small = bool(np.all(np.abs(qf) <= float(_INT64_Q)))
+            if small:
+                q = qf.astype(np.int64)
+            else:
+                ints = [int(v) for v in qf.tolist()]   # doubles are exact integers here
+                q = np.zeros(n, np.int64)
         src = as_random_source(rng)
         h = float(self.noise.interval_halfwidth(level))
-        z = self.noise.sample(q.shape, src)
-        if np.any((z > _SUM_MAX) | (z < -_SUM_MAX)):  # |q| < 2**53: q + z stays in int64
-            raise OverflowError(
-                f"{owner}: a noise draw has magnitude above 2**63 - 2**53, so q + Z could leave "
-                "int64; no value was released.\nHint: this indicates a faulty random source; "
-                "check the RandomSource passed as rng.")
-        exact = q.astype(np.int64) + z
+        z = np.asarray(self.noise.sample((n,), src), dtype=np.int64)
         if k > 1:
-            exact = _round_to_multiple(exact, k)
             h += 0.5 * k
-        est = exact.astype(np.float64)
-        sd = np.full(q.shape, self.noise.std())
-        moe = np.full(q.shape, h)
+        if small and bool(np.all((z < _INT64_Z) & (z > -_INT64_Z))):
+            exact = q + z                              # |q| <= 2**61, |z| < 2**62: no overflow
+            if k > 1:
+                exact = _round_to_multiple(exact, k)
+            est = exact.astype(np.float64)
+        else:
+            # exact Python integers (huge totals, or a faulty source's huge draw): never wraps
+            base = ints if ints is not None else q.tolist()
+            out = [_round_int(v + int(zz), k) for v, zz in zip(base, z.tolist(), strict=True)]
+            est = np.array([float(v) for v in out], dtype=np.float64)   # correctly rounded
+        sd = np.full(n, self.noise.std())
+        moe = np.full(n, h)
         return ReleasedValues(est, sd, moe, est - h, est + h, level,
                               grid=float(k) if k > 1 else None)
 

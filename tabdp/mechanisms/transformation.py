@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -62,6 +63,7 @@ from tabdp.mechanisms._base import (
     check_level,
     not_pure,
 )
+from tabdp.mechanisms._totals import ExactTotals
 from tabdp.noise import exact as _exact
 from tabdp.noise.gaussian import Gaussian as _GaussianNoise
 
@@ -262,7 +264,7 @@ class TransformationMechanism(Mechanism):
         """f(Δ + a) − f(a) ≥ 0, computed without cancellation."""
 
     @abstractmethod
-    def _half_width(self, center: np.ndarray, h: float) -> np.ndarray:
+    def _half_width(self, center: np.ndarray, h: float | np.ndarray) -> np.ndarray:
         """(f⁻¹(c + h) − f⁻¹(c − h))/2, computed without cancellation."""
 
     @abstractmethod
@@ -276,6 +278,24 @@ class TransformationMechanism(Mechanism):
     @abstractmethod
     def _f_error(self, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Absolute error bound of the float64 ``v = _f(x)``, ``x = fl(q + a)``, as f(q + a)."""
+
+    @abstractmethod
+    def _f_slope(self, y: np.ndarray) -> np.ndarray:
+        """``f'(y)`` for ``y > 0`` (decreasing: f is concave), within a few ulps."""
+
+    def _conversion_error(self, x: np.ndarray, terr: np.ndarray) -> np.ndarray:
+        """Bound on ``|f(T + a) − f(fl(T) + a)|`` from ``|T − fl(T)| <= terr`` (0 where exact).
+
+        f is concave and increasing, so the change is at most ``terr·f'(y_min)`` with
+        ``y_min = fl(T) + a − terr`` (bounded below by ``x(1 − 4u) − terr``, ``x = fl(fl(T) + a)``);
+        the factor 2 covers the float evaluation of the bound. ``inf`` where ``y_min <= 0``
+        (then the cell is decided exactly).
+        """
+        with np.errstate(all="ignore"):
+            ymin = x * (1.0 - 4.0 * _U) - terr
+            slope = self._f_slope(np.where(ymin > 0, ymin, 1.0))
+            conv = np.where(ymin > 0, 2.0 * terr * slope, np.inf)
+        return np.where(terr > 0, conv, 0.0)
 
     def default_grid(self) -> float:
         """Default grid in transformed space: the largest power of ten ``<= 0.02·σ``.
@@ -442,7 +462,11 @@ class TransformationMechanism(Mechanism):
         * ``moe``: ``(upper − lower)/2``, computed without cancellation.
 
         Args:
-            values: Exact non-negative cell totals (1-D).
+            values: Exact non-negative cell totals (1-D float64), or an
+                :class:`~tabdp.mechanisms.ExactTotals`: then ``f`` is applied to the exact
+                totals (``ṽ = round_grid(f(T + a) + σZ)`` for the exact T), and a negative total
+                is released as 0 (``max(T, 0)``: a public rule that keeps the policy, since it
+                moves neighbouring totals no further apart; nothing is refused).
             rng: Randomness (default: secure OS randomness; int seeds for tests only).
             level: Confidence level of the interval.
             grid: Public grid step of ``ṽ`` in transformed space; None: :meth:`default_grid`.
@@ -451,8 +475,9 @@ class TransformationMechanism(Mechanism):
             Estimates with sd, moe and interval (``grid`` records the transformed-space step).
 
         Raises:
-            DataValidationError: If a value is NaN, infinite or negative.
-            InvalidParameterError: For an invalid or too fine grid.
+            DataValidationError: If a float64 value is NaN, infinite or negative (never for an
+                :class:`~tabdp.mechanisms.ExactTotals`).
+            InvalidParameterError: For an invalid grid.
 
         Example:
             >>> m = LogTransform(sigma=0.1, offset=1.0, estimator="median")
@@ -461,24 +486,39 @@ class TransformationMechanism(Mechanism):
             (True, 0.001)
         """
         level = check_level(level)
-        q = self._prepare(values)
         g = self.default_grid() if grid is None else grid
-        x = q + self.offset
-        v = self._f(x)
         a = self.offset
+        if isinstance(values, ExactTotals):
+            # exact totals, negative ones clamped at 0 (a public rule, see the class notes)
+            neg = np.array([k < 0 for k in values.numer], dtype=bool)
+            q = np.where(neg, 0.0, values.approx)
+            terr = np.where(neg, 0.0, values.error)
+            x = q + a
+            v = self._f(x)
+            cerr = self._f_error(x, v) + self._conversion_error(x, terr)
+            a_frac = Fraction(a)
 
-        def exact_center(i: int, mp: Any) -> Any:
-            return self._mp_f(mpmath.fadd(mp.mpf(float(q[i])), mp.mpf(a), exact=True), mp)
+            def exact_center(i: int, mp: Any) -> Any:
+                t = values.fraction(i)
+                y = (t if t > 0 else Fraction(0)) + a_frac           # exact q + a
+                return self._mp_f(mp.mpf(y.numerator) / y.denominator, mp)
+        else:
+            q = self._prepare(values)
+            x = q + a
+            v = self._f(x)
+            cerr = self._f_error(x, v)
+
+            def exact_center(i: int, mp: Any) -> Any:
+                return self._mp_f(mpmath.fadd(mp.mpf(float(q[i])), mp.mpf(a), exact=True), mp)
 
         draw = _exact.round_noisy(_GaussianNoise(self.sigma), v, g, rng,
-                                  center_error=self._f_error(x, v), exact_center=exact_center,
+                                  center_error=cerr, exact_center=exact_center,
                                   owner=f"{type(self).__name__}.release")
         vt = draw.values
         est = self.estimate(vt)
         q_hat = np.maximum(self.median_estimate(vt), 0.0)
         sd = self._sd(q_hat)
-        h = (float(ndtri(0.5 + 0.5 * level)) * self.sigma
-             + float(np.max(draw.grid.halfstep(vt), initial=0)))
+        h = float(ndtri(0.5 + 0.5 * level)) * self.sigma + draw.grid.halfstep(vt)
         lower = self.median_estimate(vt - h)
         upper = self.median_estimate(vt + h)
         moe = self._half_width(vt, h)
@@ -566,6 +606,12 @@ class RootTransform(TransformationMechanism):
             lx = np.where(x > 0, np.abs(np.log(np.where(x > 0, x, 1.0))), 0.0)
         return av * (2.0 * _U * (lx + 1.0) / self.k + 16.0 * _U) + 1e-300
 
+    def _f_slope(self, y: np.ndarray) -> np.ndarray:
+        if self.k == 1.0:
+            return np.ones(np.shape(y))
+        with np.errstate(over="ignore"):
+            return np.power(y, 1.0 / self.k - 1.0) / self.k
+
     def _finv(self, y: np.ndarray) -> np.ndarray:
         if self.k == 1.0:
             return y.copy()
@@ -593,7 +639,7 @@ class RootTransform(TransformationMechanism):
             return np.where(safe, ak * np.expm1(np.where(safe, lk, 0.0)),
                             np.exp(lk + math.log(a) / k) - ak)
 
-    def _half_width(self, center: np.ndarray, h: float) -> np.ndarray:
+    def _half_width(self, center: np.ndarray, h: float | np.ndarray) -> np.ndarray:
         k = self.k
         if k == 1.0:
             return np.full(np.shape(center), h)
@@ -686,6 +732,9 @@ class LogTransform(TransformationMechanism):
         # fl(q + a) = (q + a)(1 + δ) shifts ln by ≤ 1.01u; libm log ≤ 4 ulps ≤ 8u|v|; doubled
         return 4.0 * _U + 16.0 * _U * np.abs(v) + 1e-300
 
+    def _f_slope(self, y: np.ndarray) -> np.ndarray:
+        return 1.0 / np.asarray(y, dtype=np.float64)
+
     def _finv(self, y: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return np.exp(y)
@@ -697,9 +746,11 @@ class LogTransform(TransformationMechanism):
     def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
         return _log1p_ratio(delta, self.offset)
 
-    def _half_width(self, center: np.ndarray, h: float) -> np.ndarray:
+    def _half_width(self, center: np.ndarray, h: float | np.ndarray) -> np.ndarray:
         # (e^{c+h} − e^{c−h})/2 = e^c·sinh(h), in logs to avoid intermediate overflow
-        log_sinh = math.log(math.sinh(h)) if h < 300.0 else h - math.log(2.0)
+        hh = np.asarray(h, dtype=np.float64)
+        log_sinh = np.where(hh < 300.0, np.log(np.sinh(np.minimum(hh, 300.0))),
+                            hh - math.log(2.0))
         with np.errstate(over="ignore"):
             return np.exp(np.asarray(center, dtype=np.float64) + log_sinh)
 

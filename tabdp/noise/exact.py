@@ -6,9 +6,11 @@ sum. Every released value is a deterministic rounding of the **exact** mechanism
 
     ``x = c + s·Z``  (centre ``c``, per-cell scale ``s >= 0``, ``Z`` drawn from the exact law)
 
-to a public :class:`Grid` (``k·g`` for a :class:`UniformGrid`, ties to even ``k``): the release is
-a post-processing of the exact real-valued mechanism, so it keeps its guarantee whatever the
-floating-point error of the intermediate steps, because that error never decides the output.
+to a public :class:`Grid` (``k·g`` for a :class:`UniformGrid` up to ``2**40·g``, 40 significant
+bits in units of g beyond; a fixed partition of the real line, so no magnitude is refused): the
+release is a post-processing of the exact real-valued mechanism, so it keeps its guarantee
+whatever the floating-point error of the intermediate steps, because that error never decides
+the output.
 
 How (vectorized over cells; :func:`round_noisy`):
 
@@ -75,11 +77,15 @@ __all__ = [
 ]
 
 _U = 2.0**-53
+#: Significant bits of a :class:`UniformGrid` beyond its uniform part ``|x| <= 2**40·step``.
+UNIFORM_BITS = 40
+_UB = UNIFORM_BITS
+_UH = 1 << (UNIFORM_BITS - 1)
 _TWO63 = 2**63
 _MASK63 = np.uint64(_TWO63 - 1)
-#: The finest allowed grid step, relative to the largest output magnitude (2**-40).
+#: Relative resolution of a UniformGrid beyond its uniform part (kept for compatibility).
 MIN_GRID_RATIO = 2.0**-40
-#: Two-sided tail mass whose |Z| quantile stands for "the largest noise" in the grid check.
+#: Two-sided tail mass whose |Z| quantile stands for "the largest noise" (grid_magnitude).
 TAIL_FOR_MAGNITUDE = 1e-9
 #: Normal-consistent MAD factor 1/Φ⁻¹(3/4) (spread of heavy-tailed laws).
 _MAD_TO_SD = 1.482602218505602
@@ -205,11 +211,20 @@ class Grid(ABC):
 
 
 class UniformGrid(Grid):
-    """The grid ``{k·step : k integer}``; values are released as the float64 nearest ``k·step``.
+    """The public grid of a step ``g``: uniform near 0, ``UNIFORM_BITS`` significant bits beyond.
 
-    For a whole-number step and ``|k·step| < 2**53`` that float64 is exactly ``k·step``. Indices
-    are capped at ``|k| <= 2**53`` (beyond, the release saturates; for the allowed grids that is
-    more than 8000 times the 1 − 1e-9 noise quantile).
+    The grid is a fixed partition of the real line, defined by the step alone (no data):
+
+    * for ``|x| <= 2**40·g``: the multiples ``k·g`` (index ``k``, ``|k| <= 2**40``);
+    * beyond: ``m·2**j·g`` with an integer ``m`` in ``[2**39, 2**40)`` and ``j >= 1``, i.e. the
+      numbers with 40 significant bits in units of ``g`` (spacing ``2**j·g`` in
+      ``[2**(39+j)·g, 2**(40+j)·g)``, so a release moves by at most ``2**-40`` of its magnitude).
+
+    The index of ``m·2**j·g`` is ``j·2**39 + m``, so indices are consecutive integers and the grid
+    continues the uniform part seamlessly (the spacing doubles at each binade from ``2**40·g``).
+    Released values are the float64 nearest the grid value (``fl(k·g)`` in the uniform part, exactly
+    ``k·g`` for whole-number steps). Every real number has a grid point (no output magnitude is
+    refused); indices stop at :attr:`cap`, the largest index whose value is a finite double.
 
     Args:
         step: The grid step, a positive finite float.
@@ -220,31 +235,56 @@ class UniformGrid(Grid):
     Example:
         >>> UniformGrid(1000.0).values(np.array([-2, 7])).tolist()
         [-2000.0, 7000.0]
+        >>> g = UniformGrid(1.0)
+        >>> [float(g.value(k)) for k in (2**40, 2**40 + 1, 2**40 + 2**39)]    # spacing 2 beyond
+        [1099511627776.0, 1099511627778.0, 2199023255552.0]
     """
-
-    cap = 2**53
 
     def __init__(self, step: float) -> None:
         self.step = _check_step(step, "UniformGrid")
         self._frac = Fraction(self.step)
+        # the largest index whose value m·2**j·step is below the double range
+        top = Fraction(2) ** 1024 - Fraction(2) ** 970    # values below it round to a finite double
+        j = max(0, math.floor(1024 - _UB - math.log2(self.step)) - 3)
+        while j > 0 and Fraction((1 << _UB) - 1) * (Fraction(2) ** j) * self._frac >= top:
+            j -= 1
+        while Fraction((1 << _UB) - 1) * (Fraction(2) ** (j + 1)) * self._frac < top:
+            j += 1
+        if j == 0:
+            lim = int(top / self._frac)
+            self.cap = min(lim, 1 << _UB)
+        else:
+            m = min(int(top / (Fraction(2) ** j * self._frac)), (1 << _UB) - 1)
+            self.cap = j * _UH + m
+
+    @staticmethod
+    def _split(k: int) -> tuple[int, int]:
+        """``(m, j)`` with index ``|k|`` ↦ value ``m·2**j`` (in units of the step)."""
+        a = abs(k)
+        if a <= 1 << _UB:
+            return a, 0
+        j = a // _UH - 1
+        return a - j * _UH, j
 
     def value(self, k: int) -> Fraction:
-        """Exact value ``k·step``.
+        """Exact value of index ``k`` (``k·step`` in the uniform part).
 
         Args:
             k: Index.
 
         Returns:
-            ``k·step`` as a Fraction.
+            The value as a Fraction.
 
         Example:
             >>> UniformGrid(0.25).value(5)
             Fraction(5, 4)
         """
-        return self._frac * k
+        m, j = self._split(k)
+        v = self._frac * (m << j)
+        return -v if k < 0 else v
 
     def breakpoint(self, k: int) -> Fraction:
-        """``(k + 1/2)·step``.
+        """Midpoint of the values of ``k`` and ``k + 1``: ``(k + 1/2)·step`` in the uniform part.
 
         Args:
             k: Index.
@@ -256,13 +296,15 @@ class UniformGrid(Grid):
             >>> UniformGrid(1.0).breakpoint(-1)
             Fraction(-1, 2)
         """
-        return self._frac * (2 * k + 1) / 2
+        if -(1 << _UB) <= k < 1 << _UB:
+            return self._frac * (2 * k + 1) / 2
+        return (self.value(k) + self.value(k + 1)) / 2
 
     def values(self, k: np.ndarray) -> np.ndarray:
-        """``fl(k·step)``: the float64 nearest ``k·step`` (one correctly rounded product).
+        """Released values: ``fl(k·step)`` in the uniform part, ``fl(m·step)·2**j`` beyond.
 
         Args:
-            k: Integer indices with ``|k| <= 2**53``.
+            k: Integer indices with ``|k| <= cap``.
 
         Returns:
             float64 values.
@@ -271,19 +313,46 @@ class UniformGrid(Grid):
             >>> UniformGrid(3.0).values(np.array([2])).tolist()
             [6.0]
         """
-        return np.asarray(k, dtype=np.int64).astype(np.float64) * self.step
+        k = np.asarray(k, dtype=np.int64)
+        a = np.abs(k)
+        big = a > (1 << _UB)
+        if not np.any(big):
+            return k.astype(np.float64) * self.step
+        j = np.where(big, a // _UH - 1, 0)
+        m = a - j * _UH
+        with np.errstate(over="ignore"):
+            out = np.ldexp(m.astype(np.float64) * self.step, j.astype(np.int32))
+        return np.where(k < 0, -out, out)
+
+    def _index(self, y: np.ndarray) -> np.ndarray:
+        """Grid index (float64, integral) of the rounding of doubles ``y`` in units of the step.
+
+        ``rint`` in the uniform part; frexp, ldexp and rint beyond (all exact, monotone).
+        """
+        ay = np.abs(y)
+        with np.errstate(invalid="ignore", over="ignore"):
+            small = ay < float(1 << _UB)
+            m, e = np.frexp(np.where(small, 0.0, ay))           # ay = m·2**e, m in [1/2, 1)
+            sig = np.rint(np.ldexp(m, _UB))                      # in [2**39, 2**40]
+            ex = e.astype(np.float64) - _UB
+            carry = sig >= float(1 << _UB)
+            sig = np.where(carry, float(_UH), sig)
+            ex = np.where(carry, ex + 1.0, ex)
+            idx = np.where(small, np.rint(ay), ex * float(_UH) + sig)
+            idx = np.where(np.isfinite(ay), idx, np.nan)
+        return np.where(y < 0, -idx, idx)
 
     def _float_bounds(self, center: np.ndarray, center_err: np.ndarray | None,
                       z_lo: np.ndarray, z_hi: np.ndarray,
                       scratch: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Bounds ``a <= x/step <= b`` with an 8-ulp margin, then rint (exact, monotone).
+        """Bounds ``a <= x/step <= b`` with an 8-ulp margin, then the (exact, monotone) index.
 
         ``r = fl(fl(c + z)·fl(1/step))`` is within ``3.03u·|r|`` of ``(c + z)/step`` (three
         roundings, u = 2**-53); ``a = fl(r − fl(8u|r| + 2·err/step))`` stays below the exact
         value after its own roundings. Underflow needs no term: a sum of doubles that is
-        subnormal is exact, and rint can only change across a half-integer, far from the
-        subnormal range. rint is monotone and exact, and rounding reals to integers (ties to
-        even) agrees with it on doubles.
+        subnormal is exact, and the index can only change across a breakpoint, far from the
+        subnormal range. The index map (rint in the uniform part, rounding to 40 significant
+        bits beyond) is monotone and exact on doubles, and agrees with rounding the reals.
         """
         inv = 1.0 / self.step
         with np.errstate(over="ignore", invalid="ignore"):
@@ -301,15 +370,10 @@ class UniformGrid(Grid):
             if center_err is not None:
                 t += (2.0 * inv) * center_err
             b += t
-        np.rint(a, out=a)
-        np.rint(b, out=b)
-        return a, b
-
-    def _values_f(self, k: np.ndarray) -> np.ndarray:
-        return k * self.step
+        return self._index(a), self._index(b)
 
     def halfstep(self, values: np.ndarray) -> np.ndarray:
-        """``step/2`` for every value.
+        """Bound on ``|released − exact|``: ``step/2``, or ``|value|·2**-40`` beyond ``2**40·step``.
 
         Args:
             values: Released values.
@@ -318,13 +382,17 @@ class UniformGrid(Grid):
             Half-steps.
 
         Example:
-            >>> UniformGrid(1.0).halfstep(np.array([3.0])).tolist()
-            [0.5]
+            >>> UniformGrid(1.0).halfstep(np.array([3.0, 2.0**50])).tolist()
+            [0.5, 1024.0000000000005]
         """
-        return np.full(np.shape(values), 0.5 * self.step)
+        av = np.abs(np.asarray(values, dtype=np.float64))
+        lim = float(1 << _UB) * self.step
+        with np.errstate(over="ignore"):
+            rel = av * 2.0**-_UB * (1.0 + 4.0 * _U)
+        return np.where(av < lim, 0.5 * self.step, np.maximum(rel, 0.5 * self.step))
 
     def describe(self) -> float:
-        """The step.
+        """The step (it defines the whole grid).
 
         Example:
             >>> UniformGrid(0.01).describe()
@@ -533,7 +601,7 @@ def as_grid(grid: float | Grid, owner: str = "release") -> Grid:
 
 def grid_magnitude(noise: NoiseDistribution, center: np.ndarray,
                    scale: np.ndarray | None = None) -> float:
-    """Largest output magnitude for the grid check: ``max|c| + max(s)·q``.
+    """Largest output magnitude ``max|c| + max(s)·q`` (planning only; no release reads it).
 
     ``q`` is the |Z| quantile at two-sided tail :data:`TAIL_FOR_MAGNITUDE` (1e-9).
 
@@ -560,44 +628,29 @@ def grid_magnitude(noise: NoiseDistribution, center: np.ndarray,
 
 
 def check_grid(grid: float | Grid, magnitude: float = 0.0, owner: str = "release") -> Grid:
-    """Validate a grid against the largest output magnitude float64 must represent on it.
+    """Validate a grid on its own (positive, finite step or a :class:`Grid`); no data is read.
 
-    A uniform grid finer than ``2**-40`` of the largest output magnitude is refused: float64
-    outputs could no longer be exact distinct grid points (and the fast path would lose its
-    margin). Note that this check reads ``max|q|``: like other input validation, a refusal
-    reveals that some cell is large; it happens before any noise is drawn or budget spent.
+    Every real number has a point on every grid (a :class:`UniformGrid` turns relative beyond
+    ``2**40·step``), so no output magnitude is refused. ``magnitude`` is accepted for backward
+    compatibility and ignored: a refusal that depended on ``max|q|`` would reveal that some cell
+    is large (docs/exact-rounding.md §5).
 
     Args:
         grid: A step or :class:`Grid`.
-        magnitude: Largest output magnitude (e.g. :func:`grid_magnitude`).
+        magnitude: Ignored.
         owner: Name used in error messages.
 
     Returns:
         The grid as a :class:`Grid`.
 
     Raises:
-        InvalidParameterError: For invalid or too fine grids.
+        InvalidParameterError: For a non-positive, non-finite or non-numeric step.
 
     Example:
-        >>> check_grid(1.0, magnitude=1e9)
+        >>> check_grid(1.0, magnitude=1e30)
         UniformGrid(1.0)
-        >>> try:
-        ...     check_grid(1e-6, magnitude=1e9)
-        ... except ValueError as err:
-        ...     print(str(err).splitlines()[0][:52])
-        release: grid=1e-06 is too fine for outputs of size
     """
-    g = as_grid(grid, owner)
-    if isinstance(g, UniformGrid) and math.isfinite(magnitude):
-        need = MIN_GRID_RATIO * magnitude
-        if g.step < need:
-            sug = float(f"1e{math.ceil(math.log10(need))}")
-            raise InvalidParameterError(
-                f"{owner}: grid={g.step!r} is too fine for outputs of size up to {magnitude:.4g} "
-                f"(largest |value| plus the 1 - 1e-9 noise quantile): float64 holds exact grid "
-                f"points only for grid >= 2^-40 x that = {need:.4g}.\n"
-                f"Hint: use a coarser public grid, e.g. grid={sug:g} (docs/exact-rounding.md).")
-    return g
+    return as_grid(grid, owner)
 
 
 def noise_spread(noise: NoiseDistribution) -> float:
@@ -684,6 +737,10 @@ _ELEVEN = np.uint64(11)
 #: The fast path's common case: ``u >= 2**-10``, i.e. the top 53 of the 63 uniform bits
 #: ``j53 >= 2**43``; the other cells (about 0.1%) keep all 63 bits.
 _J53_FINE = 1 << 43
+#: Largest |index| the uniform fast path decides (the uniform part of a UniformGrid), and the
+#: float index estimate beyond which an undecided cell goes to the relative part's fast path.
+_UNIFORM_LIM = float(1 << UNIFORM_BITS)
+_UNIFORM_FAST_LIM = _UNIFORM_LIM - 2.0
 #: A cell is decided when its float64 error budget ``e < 1/2 − 4u`` (docs §3.2).
 _THRESHOLD = 0.5 - 4.0 * _U
 
@@ -806,6 +863,9 @@ def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
             ok = dec[lo:hi]
             _decide(ws, c[lo:hi], mid, rad, None if s is None else s[lo:hi],
                     None if cerr is None else cerr[lo:hi], inv, inv_up, bk, ok, br, be, b64)
+            np.abs(bk, out=br)                      # the uniform part only: |k| <= 2**40
+            np.less_equal(br, _UNIFORM_LIM, out=bsm)
+            ok &= bsm
             np.multiply(bk, step, out=values[lo:hi])
             np.copyto(index[lo:hi], bk, casting="unsafe")
             if not fast_path:
@@ -823,6 +883,7 @@ def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
             _decide(ws, c[si], mid, rad, None if s is None else s[si],
                     None if cerr is None else cerr[si], inv, inv_up, k, ok, np.empty(m_),
                     np.empty(m_), np.empty(m_, np.uint64))
+            ok &= np.abs(k) <= _UNIFORM_LIM
             if not fast_path:
                 ok[:] = False
             values[si] = np.where(ok, k * step, k)
@@ -950,7 +1011,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
         cerr = np.asarray(center_error, dtype=np.float64).reshape(-1)
         if cerr.shape != c.shape or np.any(~(cerr >= 0)):
             raise InvalidParameterError(f"{owner}: center_error must be >= 0, one per cell.")
-    g = check_grid(grid, grid_magnitude(noise, c, s), owner)
+    g = as_grid(grid, owner)       # data-free: every real has a grid point (no magnitude limit)
     # The fast path's error budgets are relative: they do not cover the absolute error of
     # subnormal intermediates. Laws whose scale is that small are refused; cells whose
     # per-cell scale makes the noise that small are decided on the exact path.
@@ -974,6 +1035,23 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
     uniform = isinstance(g, UniformGrid)
     if uniform:
         _uniform_fast(noise, g, c, cerr, s, w, values, index, dec, fast_path)
+        # cells beyond the uniform part (|x| > 2**40·step): the relative part's fast path
+        with np.errstate(invalid="ignore"):
+            big = np.flatnonzero(~dec & ~(np.abs(values) < _UNIFORM_FAST_LIM))
+        if big.size:
+            kf = np.empty(big.size)
+            db = np.empty(big.size, dtype=bool)
+            inv = 1.0 / g.step
+            if 2.0**-1000 < inv < 2.0**1000:
+                _generic_fast(noise, g, c[big], None if cerr is None else cerr[big],
+                              None if s is None else s[big], w[big], kf, db, fast_path)
+            else:
+                db[:] = False
+                kf[:] = np.nan
+            with np.errstate(invalid="ignore"):
+                index[big] = np.where(db, kf, 0.0).astype(np.int64)
+            values[big] = np.where(db, g.values(index[big]), kf)
+            dec[big] = db
     else:
         _generic_fast(noise, g, c, cerr, s, w, values, dec, fast_path)
         with np.errstate(invalid="ignore"):
