@@ -203,7 +203,7 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
 def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
-    code, stdout, err = run("run", str(spec), "--quiet")
+    code, stdout, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     pub, conf = out / "public", out / "confidential"
     names = sorted(p.name for p in pub.iterdir())
@@ -211,7 +211,7 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
         "county_naics2.parquet", "county_naics2__state_naics2.parquet",
         "county_naics2__national.parquet", "estabs.parquet", "estabs__state_naics2.parquet",
         "estabs__naics2.parquet", "estabs__naics2_direct.parquet", "national_revenue.parquet",
-        "manifest.json", "summary.json", "summary.html"])
+        "manifest.json", "summary.json", "summary.html", "NOT_FOR_PUBLICATION.txt"])
     assert sorted(p.name for p in conf.iterdir()) == [
         "confidential.json", "confidential_report.html", "per_record_losses.parquet",
         "worst_cells.parquet"]
@@ -233,8 +233,14 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
     assert {"estab_id", "rho", "epsilon", "size", "epsilon_delta", "rho_county_naics2",
             "rho_estabs", "rho_estabs__naics2", "rho_national_revenue"} <= set(per.columns)
     manifest = json.loads((pub / "manifest.json").read_text())
-    assert manifest["spec"]["sha256"] and manifest["input"]["schema"]["estab_id"] == "Int64"
+    # the declared input schema (changed on purpose: not the data's inferred types)
+    cols = {c["name"]: c for c in manifest["input"]["columns"]}
+    assert cols["estab_id"]["role"] == "unit" and cols["payroll"]["role"] == "measure"
+    assert cols["county"] == {"name": "county", "role": "key", "type": "String"}
+    assert "randomness" not in manifest["spec"]["content"]
+    assert len(manifest["spec"]["sha256_redacted"]) == 64
     assert "NOT FOR PRODUCTION" in manifest["randomness"]
+    assert manifest["not_for_publication"] is True
     assert "Public outputs" in stdout
     # the public summary holds no record-derived numbers
     summary = (pub / "summary.json").read_text()
@@ -244,46 +250,68 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
 def test_existing_output_needs_overwrite(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
-    assert run("run", str(spec), "--quiet")[0] == 0
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
     before = (out / "public" / "estabs.parquet").read_bytes()
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 2 and "--overwrite" in err
     assert (out / "public" / "estabs.parquet").read_bytes() == before
     spec2 = write_spec(tmp_path, datasets[1], out, seed=8, name="r2.toml")
-    assert run("run", str(spec2), "--quiet", "--overwrite")[0] == 0
+    assert run("run", "--test-seed", str(spec2), "--quiet", "--overwrite")[0] == 0
     assert (out / "public" / "estabs.parquet").read_bytes() != before
     assert leftovers(out) == []
 
 
-def test_budget_exceeded_exits_3(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+def test_budget_never_exits_3(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """Changed on purpose (issue 13): exit 3 is gone. A budget either filters units (the
+    engine's individual filter: exit 0) or, where the engine still refuses, fails like every
+    data-dependent failure: exit 4, the generic message, details in the confidential folder."""
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out, budget="[budget]\nrho = 0.2")
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 3, err
-    assert "budget" in err.lower()
-    assert not out.exists() or list(out.iterdir()) == []
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code in (0, 4), err
+    if code == 4:
+        assert "data-dependent failure" in err and "exceeded" not in err.lower()
+        assert not (out / "public").exists()
+        failure = json.loads((out / "confidential" / "failure.json").read_text())
+        assert failure["error"] == "BudgetExceededError"
+
+
+def failure(out: Path) -> dict:
+    return json.loads((out / "confidential" / "failure.json").read_text())
 
 
 def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """Changed on purpose (issue 13): a missing input is data-independent (exit 2); every
+    failure after the data was read is exit 4 with one generic message (no column, value or
+    count), nothing public, details only in confidential/failure.json (0600)."""
     out = tmp_path / "out"
-    code, _, err = run("run", str(write_spec(tmp_path, tmp_path / "nope.parquet", out)),
-                       "--quiet")
-    assert code == 4 and "input not found" in err
+    code, _, err = run("run", "--test-seed",
+                       str(write_spec(tmp_path, tmp_path / "nope.parquet", out)), "--quiet")
+    assert code == 2 and "input not found" in err
+    assert not out.exists()
     # a measure column missing from the data
     df = pl.read_parquet(datasets[0]).drop("revenue")
     p = tmp_path / "norev.parquet"
     df.write_parquet(p)
-    code, _, err = run("run", str(write_spec(tmp_path, p, out)), "--quiet")
-    assert code == 4 and "revenue" in err
+    code, _, err1 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and "revenue" not in err1 and "data-dependent failure" in err1
+    assert not (out / "public").exists()
+    assert "revenue" in failure(out)["message"]
+    assert (out / "confidential" / "failure.json").stat().st_mode & 0o777 == 0o600
+    assert (out / "confidential").stat().st_mode & 0o777 == 0o700
     # negative values refused by input.negatives = "error", accepted by "zero"
     df = pl.read_parquet(datasets[0]).with_columns(
         pl.when(pl.col("estab_id") == 5).then(-1.0).otherwise(pl.col("payroll")).alias("payroll"))
     p = tmp_path / "neg.parquet"
     df.write_parquet(p)
-    code, _, err = run("run", str(write_spec(tmp_path, p, out)), "--quiet")
-    assert code == 4 and "negative" in err
-    assert not out.exists() or list(out.iterdir()) == []
-    code, _, err = run("run", str(write_spec(tmp_path, p, out, negatives="zero")), "--quiet")
+    # the confidential folder holding only failure.json is replaced without --overwrite
+    code, _, err2 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and err2 == err1
+    assert "negative" in failure(out)["message"]
+    assert failure(out)["confidential"] == {"negative_values": {"payroll": 1}}
+    assert not (out / "public").exists()
+    code, _, err = run("run", "--test-seed",
+                       str(write_spec(tmp_path, p, out, negatives="zero")), "--quiet")
     assert code == 0, err
     conf = json.loads((out / "confidential" / "confidential.json").read_text())
     assert conf["negative_values_in_input"] == {"payroll": 1}
@@ -305,10 +333,15 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner_mod, "publish", flaky)
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 70 and "injected failure" in err and "bug" in err
-    assert not out.exists()
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    # changed on purpose (issue 13): after the data was read, even a bug is the generic exit 4
+    assert code == 4 and "injected failure" not in err and "data-dependent failure" in err
+    assert not (out / "public").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["confidential"]
+    assert "injected failure" in failure(out)["message"]
     assert datasets[0].read_bytes() == data_before
+    import shutil
+    shutil.rmtree(out)
 
     # a failure while writing (after the public files were staged) also leaves nothing
     monkeypatch.setattr(runner_mod, "publish", real)
@@ -318,17 +351,19 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
 
     import tabdp.report.html as html_mod
     monkeypatch.setattr(html_mod, "render_confidential_html", broken)
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 70 and "disk full" in err
-    # not even the parent folder the run created is left behind
-    assert not out.exists()
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code == 4 and "disk full" not in err
+    assert "disk full" in failure(out)["message"]
+    # nothing public, and no staging folder, is left behind
+    assert sorted(p.name for p in out.iterdir()) == ["confidential"]
+    assert os.listdir(out / "confidential") == ["failure.json"]
 
 
 def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[Path, Path],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
-    assert run("run", str(spec), "--quiet")[0] == 0
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
     before = (out / "public" / "summary.json").read_bytes()
     import tabdp.report.html as html_mod
 
@@ -336,7 +371,7 @@ def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[
         raise RuntimeError("boom")
 
     monkeypatch.setattr(html_mod, "render_summary_html", broken)
-    assert run("run", str(spec), "--quiet", "--overwrite")[0] == 70
+    assert run("run", "--test-seed", str(spec), "--quiet", "--overwrite")[0] == 4
     assert (out / "public" / "summary.json").read_bytes() == before
     assert leftovers(out) == []
 
@@ -359,7 +394,7 @@ def test_public_folder_is_bit_for_bit_data_independent(
         work.mkdir()
         (work / "input.parquet").write_bytes(data.read_bytes())
         spec = write_spec(work, Path("input.parquet"), Path("out"), seed=5)
-        assert run("run", str(spec), "--quiet")[0] == 0
+        assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
         folders.append(work / "out" / "public")
     a, b = folders
     names = sorted(p.name for p in a.iterdir())
@@ -453,7 +488,7 @@ mechanism = { family = "gaussian", sigma = 1000.0 }
 [[tables.rollups]]
 by = ["state", "naics2"]
 """)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     pub = tmp_path / "out" / "public"
     allowed = pl.read_parquet(pub / "allowed.parquet")
@@ -478,7 +513,7 @@ def test_input_inside_an_output_folder_is_refused(tmp_path: Path,
     data = out / "public" / "data.parquet"
     data.write_bytes(datasets[0].read_bytes())
     spec = write_spec(tmp_path, data, out)
-    code, _, err = run("run", str(spec), "--quiet", "--overwrite")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
     assert code == 2 and "output.public" in err and "overlaps" in err
     assert data.read_bytes() == datasets[0].read_bytes()
 
@@ -496,7 +531,7 @@ mechanism = { family = "subbotin", r = 3.0, scale = 1e6, delta = 1e-9 }
 [[tables.rollups]]
 by = []
 """)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
     assert conf["rho_max"] is None            # infinite rho (approximate DP only): null
@@ -514,19 +549,20 @@ name = "estabs"
 kind = "count"
 by = ["state"]
 """)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     t = pl.read_parquet(tmp_path / "out" / "public" / "estabs.parquet")
     assert t["state"].dtype == pl.String and t.height == 10
     manifest = json.loads((tmp_path / "out" / "public" / "manifest.json").read_text())
-    assert manifest["input"]["schema"]["state"] == "String"
+    cols = {c["name"]: c for c in manifest["input"]["columns"]}
+    assert cols["state"]["type"] == "String" and cols["state"]["role"] == "key"
 
 
 def test_unwritable_output_location_fails_before_reading(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     spec = write_spec(tmp_path, tmp_path / "missing-input.parquet", blocker)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 2 and "is a file" in err      # not 4: checked before the input
 
 
@@ -540,7 +576,7 @@ def test_demo_out_folder_needs_overwrite(tmp_path: Path) -> None:
 
 def test_outputs_permissions(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
-    assert run("run", str(write_spec(tmp_path, datasets[0], out)), "--quiet")[0] == 0
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)), "--quiet")[0] == 0
     umask = os.umask(0)
     os.umask(umask)
     assert (out / "public").stat().st_mode & 0o777 == 0o777 & ~umask
