@@ -581,3 +581,350 @@ def test_outputs_permissions(tmp_path: Path, datasets: tuple[Path, Path]) -> Non
     os.umask(umask)
     assert (out / "public").stat().st_mode & 0o777 == 0o777 & ~umask
     assert (out / "confidential").stat().st_mode & 0o077 == 0   # owner only
+
+
+# -- issue 13: records not positions, seeds, data-dependent failures, hygiene -------------------
+
+def test_row_mode_follows_records_through_a_hierarchy_join(tmp_path: Path) -> None:
+    """Each row is a unit (no input.unit) and a direct rollup's coarse key comes from a
+    hierarchy join, which reorders rows. Every record's reported rho equals a brute-force
+    per-record loss computed from its own value (sum over tables of the policy at its own
+    contribution), matched by its row number in the input."""
+    n = 30000
+    df = generate_establishments(n, seed=21).drop("state")   # state comes from the join
+    df.write_parquet(tmp_path / "d.parquet")
+    path = tmp_path / "s.toml"
+    path.write_text(f"""
+[release]
+name = "rows"
+[input]
+path = "d.parquet"
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county"]
+mechanism = {{ family = "gaussian", sigma = 1e6 }}
+[[tables.rollups]]
+by = ["state"]
+direct = true
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+[[tables.rollups]]
+by = ["state"]
+direct = true
+""")
+    code, _, err = run("run", str(path), "--quiet")
+    assert code == 0, err
+    per = pl.read_parquet(tmp_path / "out" / "confidential" / "per_record_losses.parquet")
+    assert "row" in per.columns and "__tabdp_row" not in per.columns
+    per = per.sort("row")
+    assert per["row"].to_list() == list(range(n))
+    gauss = tabdp.mechanisms.Gaussian(1e6)
+    count = tabdp.mechanisms.DiscreteGaussian(2.0)
+    x = df["payroll"].to_numpy()
+    want = 2 * gauss.rho(abs(x)) + 2 * float(count.rho(1.0))     # table + direct rollup each
+    import numpy as np
+    np.testing.assert_allclose(per["rho"].to_numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(per["rho_pay__state"].to_numpy(), gauss.rho(abs(x)), rtol=1e-12)
+    # the public outputs still call the unit "row"
+    pub = tmp_path / "out" / "public"
+    assert json.loads((pub / "summary.json").read_text())["unit"] == "row"
+    manifest = json.loads((pub / "manifest.json").read_text())
+    assert manifest["input"]["unit"] == "row"
+    assert "__tabdp_row" not in "".join(p.read_text() for p in pub.glob("*.json"))
+
+
+def test_seeded_spec_needs_test_seed_flag(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 2 and "--test-seed" in err and "randomness.seed" in err
+    assert "7" not in err.split("randomness.seed", 1)[1].split("Hint")[0]   # no seed value
+    assert not out.exists()
+
+
+SEED = 8231945501
+
+
+def _public_text(pub: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in pub.iterdir()}
+
+
+def test_seed_cannot_be_recovered_from_the_public_folder(
+        tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import re
+
+    import numpy as np
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    data = tmp_path / "d.parquet"
+    data.write_bytes(datasets[0].read_bytes())
+    pubs = []
+    for seed in (SEED, SEED + 1):
+        work = tmp_path / f"w{seed}"
+        work.mkdir()
+        spec = small_spec(work, data.as_posix(), name="seeded",
+                          head=f"[randomness]\nseed = {seed}", body="""
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 1000.0 }
+grid = 1.0
+""")
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+        assert code == 0, err
+        pubs.append(work / "out" / "public")
+    pub = pubs[0]
+    files = _public_text(pub)
+    assert "NOT_FOR_PUBLICATION.txt" in files
+    assert json.loads(files["summary.json"])["not_for_publication"] is True
+    spec_bytes = (tmp_path / f"w{SEED}" / "s.toml").read_bytes()
+    raw = tabdp.release.spec.load_spec(tmp_path / f"w{SEED}" / "s.toml").raw
+    secrets = [str(SEED).encode(), hex(SEED).encode(), hex(SEED)[2:].encode(),
+               hashlib.sha256(spec_bytes).hexdigest().encode(),
+               hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+               .encode(),
+               f"seed = {SEED}".encode(), b"randomness.seed", spec_bytes]
+    for name, content in files.items():
+        for s in secrets:
+            assert s not in content, (name, s)
+    # Every public file but the tables' noise is the same for two seeds: no information
+    # about the seed is published.
+    other = _public_text(pubs[1])
+    assert sorted(other) == sorted(files)
+    for name in files:
+        if not name.endswith(".parquet"):
+            assert files[name] == other[name], name
+    # The regenerate-the-noise attack, by an attacker who even holds the data: every integer
+    # found in the public files as a candidate seed; none reproduces the published noise,
+    # while the true seed (the check that the replay is faithful) does.
+    published = pl.read_parquet(pub / "pay.parquet")["estimate"].to_numpy()
+    df = pl.read_parquet(data).with_row_index(runner_mod.ROW_ID)
+    keys = tabdp.KeySet.from_dict(state=tabdp.release.spec.load_spec(
+        tmp_path / f"w{SEED}" / "s.toml").domains["state"].to_list())
+
+    def replay(seed: int) -> np.ndarray:
+        s = tabdp.Session(unit=runner_mod.ROW_ID, seed=seed)
+        out = df.dp.sum(["payroll"], by=["state"], keys=keys,
+                        mechanism=tabdp.mechanisms.Gaussian(1000.0), session=s, name="pay",
+                        grid=1.0)
+        return out["payroll"].to_numpy()
+
+    assert np.array_equal(replay(SEED), published)
+    text = b" ".join(v for k, v in files.items() if not k.endswith(".parquet")).decode()
+    candidates = sorted({int(t) for t in re.findall(r"\d+", text) if len(t) < 30})
+    assert SEED not in candidates and len(candidates) > 10
+    for c in candidates[:1500]:
+        assert not np.array_equal(replay(c), published), c
+
+
+def _author_spec(folder: Path, mode: str = "author") -> Path:
+    rules = ('nulls = "drop"\nnegatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+             'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "neighbours"
+[input]
+path = "d.parquet"
+unit = "estab_id"
+mode = "{mode}"
+{rules}
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+grid = 1.0
+[[tables.rollups]]
+by = []
+direct = true
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+[[tables.rollups]]
+by = ["state"]
+""")
+    return path
+
+
+NEIGHBOURS = {"nan": float("nan"), "negative": -5e5, "huge": 3e18, "inf": float("inf")}
+
+
+def _neighbour_runs(tmp_path: Path, mode: str) -> dict[str, tuple[int, str, str, Path]]:
+    base = generate_establishments(1500, seed=31)
+    extra = base.head(1).with_columns(pl.lit(10**9, dtype=pl.Int64).alias("estab_id"))
+    frames = {"base": base}
+    for k, v in NEIGHBOURS.items():
+        frames[k] = pl.concat([base, extra.with_columns(
+            pl.lit(v, dtype=pl.Float64).alias("payroll"))])
+    frames["null_id"] = pl.concat([base, extra.with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("estab_id"))])
+    res = {}
+    for k, frame in frames.items():
+        work = tmp_path / mode / k
+        work.mkdir(parents=True)
+        frame.write_parquet(work / "d.parquet")
+        spec = _author_spec(work, mode)
+        code, out, err = run("run", str(spec))           # with the progress lines
+        res[k] = (code, out.replace(str(work), "<work>"), err.replace(str(work), "<work>"),
+                  work / "out")
+    return res
+
+
+def test_author_mode_neighbours_are_indistinguishable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In author mode, adding one establishment with NaN, a negative, a huge or an infinite
+    payroll, or without an id, changes nothing a query author or the public sees but the
+    noise: exit code, stdout, stderr, public file names, and every public file apart from the
+    noisy estimates and what is computed from them."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    res = _neighbour_runs(tmp_path, "author")
+    code0, out0, err0, folder0 = res["base"]
+    assert code0 == 0, err0
+    assert "releasing pay" in err0          # the progress lines are there (held, then written)
+    names0 = sorted(p.name for p in (folder0 / "public").iterdir())
+    for k, (code, out, err, folder) in res.items():
+        assert (code, out, err) == (code0, out0, err0), k
+        pub = folder / "public"
+        assert sorted(p.name for p in pub.iterdir()) == names0, k
+        for name in names0:
+            a, b = folder0 / "public" / name, pub / name
+            if name.endswith(".parquet"):
+                ta, tb = pl.read_parquet(a), pl.read_parquet(b)
+                keep = [c for c in ta.columns if c not in ESTIMATE_DERIVED]
+                assert ta.schema == tb.schema and ta.select(keep).equals(tb.select(keep)), name
+            else:
+                assert a.read_bytes() == b.read_bytes(), (k, name)
+    conf = json.loads((res["huge"][3] / "confidential" / "confidential.json").read_text())
+    assert conf["input_rules"]["bounds"]["payroll"]["above"] == 1
+
+
+def test_curator_mode_failures_all_look_the_same(tmp_path: Path) -> None:
+    """Curator mode (strict rules): the neighbours fail, but every failure has the same exit
+    code and message and writes nothing public; the details (hints in spec keys) are only in
+    the confidential failure.json."""
+    res = _neighbour_runs(tmp_path, "curator")
+    assert res["base"][0] == 0, res["base"][2]
+    failed = {k: v for k, v in res.items() if k != "base"}
+    codes = {v[0] for v in failed.values()}
+    errs = {v[2] for v in failed.values()}
+    assert codes == {4} and len(errs) == 1
+    (err,) = errs
+    assert "data-dependent failure" in err and "releasing" not in err   # no progress lines
+    assert not any(ch.isdigit() for ch in err.replace("<work>", ""))    # no values or counts
+    for k, (_, _, _, folder) in failed.items():
+        assert not (folder / "public").exists(), k
+        assert os.listdir(folder / "confidential") == ["failure.json"], k
+    nan = json.loads((failed["nan"][3] / "confidential" / "failure.json").read_text())
+    assert 'input.nulls = "zero"' in nan["message"] and "nulls='zero'" not in nan["message"]
+
+
+def test_author_mode_requires_every_rule(tmp_path: Path) -> None:
+    spec = _author_spec(tmp_path)
+    text = spec.read_text()
+    for line, key in (('\nnulls = "drop"\n', "input.nulls"), ('negatives = "zero"\n',
+                                                              "input.negatives"),
+                      ('nonfinite = "drop"\n', "input.nonfinite"),
+                      ('unit_nulls = "drop"\n', "input.unit_nulls"),
+                      ('bounds = { payroll = [0, 1e9] }\n', "input.bounds")):
+        spec.write_text(text.replace(line, "\n"))
+        code, _, err = run("validate", str(spec))
+        assert code == 2 and key in err and "author" in err, key
+
+
+def test_public_files_share_the_manifest_timestamp(tmp_path: Path, datasets: tuple[Path, Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    out = tmp_path / "out"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)),
+               "--quiet")[0] == 0
+    pub = out / "public"
+    created = json.loads((pub / "manifest.json").read_text())["created"]
+    epoch = dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    assert {p.stat().st_mtime for p in [pub, *pub.iterdir()]} == {epoch}
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)),
+               "--quiet", "--overwrite")[0] == 0
+    assert {p.stat().st_mtime for p in [pub, *pub.iterdir()]} == {1790000000.0}
+    assert json.loads((pub / "manifest.json").read_text())["created"] == "2026-09-21T14:13:20Z"
+    conf = out / "confidential"
+    assert conf.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in conf.iterdir()} == {0o600}
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_staging_of_a_killed_run(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = write_spec(tmp_path, datasets[0], out)
+    dead = _dead_pid()
+    # what kill -9 leaves: two staging folders, one holding confidential data
+    stale = [out / f".public.tmp-{dead}-abc123", out / f".confidential.tmp-{dead}-def456"]
+    for s in stale:
+        s.mkdir()
+        (s / "per_record_losses.parquet").write_bytes(b"secret")
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
+    assert leftovers(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["confidential", "public"]
+    # a staging folder of a run that is still going on is refused, not removed
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        busy = out / f".public.tmp-{live.pid}-zzz"
+        busy.mkdir()
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
+        assert code == 2 and "still running" in err and busy.exists()
+    finally:
+        live.kill()
+        live.wait()
+    busy.rmdir()
+    # a set-aside previous release whose target is gone is the only copy: refused
+    old = out / f".public.old-{dead}-qqq"
+    (out / "public").rename(old)
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
+    assert code == 2 and "only copy" in err and old.exists()
+    # a staging folder that names no process (older tabdp) is refused with a message
+    old.rename(out / "public")
+    nameless = out / ".confidential.tmp-k2j3h4"
+    nameless.mkdir()
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
+    assert code == 2 and "remove it by hand" in err and nameless.exists()
+
+
+def test_manifest_lists_the_declared_schema_only(tmp_path: Path,
+                                                 datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)),
+               "--quiet")[0] == 0
+    manifest = json.loads((out / "public" / "manifest.json").read_text())
+    names = [c["name"] for c in manifest["input"]["columns"]]
+    assert names == ["estab_id", "county", "naics2", "state", "naics6", "payroll",
+                     "employment", "revenue"]
+    text = (out / "public" / "manifest.json").read_text()
+    assert "firm_id" not in text and "Float64" not in text   # the data's own columns / types
+    conf = json.loads((out / "confidential" / "confidential.json").read_text())
+    assert conf["input_schema"]["firm_id"] == "Int64"        # kept for the curator
