@@ -3,17 +3,27 @@
 A run reads the confidential input once per release (Polars scans it lazily), releases every
 table with its mechanism, derives the rollups as post-processing, applies the publication rules
 and writes two folders *atomically*: everything is built in temporary folders next to the
-targets and renamed into place at the end, so a failure leaves nothing behind and an existing
-output is only replaced with ``overwrite=True``. The input is never modified.
+targets and renamed into place at the end, so a failure leaves nothing public behind and an
+existing output is only replaced with ``overwrite=True``. The input is never modified.
+
+Records, not positions: without ``input.unit`` every row gets a row id (:data:`ROW_ID`) as the
+input is read, before any join, filter or sort, and the session follows that id.
+
+Failures: everything checkable without data is checked first (ordinary exceptions). Once the
+data has been read, any failure becomes one :class:`DataDependentFailure` with a fixed message;
+its details go only to ``failure.json`` in the confidential folder.
 
 * Public folder: one Parquet per table and rollup (``keys, measure, estimate, sd, moe, cv,
-  flag``), ``manifest.json``, ``summary.json`` and a self-contained ``summary.html``. Apart from
-  the noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in
-  it depends on the confidential data.
-* Confidential folder: ``per_record_losses.parquet`` (each unit's total ρ, ε, size, (ε, δ) and
-  per-release ρ), ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
-  ``confidential.json`` (counts of rows read, outside the key sets, nulls and negatives handled,
-  the seed of a seeded run) and ``confidential_report.html``.
+  flag``), ``manifest.json``, ``summary.json``, a self-contained ``summary.html`` and, for a
+  seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the noisy estimates (and what is
+  computed from them: plug-in sd, moe, cv, flags), nothing in it depends on the confidential
+  data or on the seed; every file has the manifest's timestamp as its modification time.
+* Confidential folder (0700, files 0600): ``per_record_losses.parquet`` (each unit's total ρ,
+  ε, size, (ε, δ) and per-release ρ; the id column is the unit column, or ``row``),
+  ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
+  ``confidential.json`` (counts of rows read, outside the key sets, handled by the input rules,
+  the seed of a seeded run, the data's schema) and ``confidential_report.html``; after a failed
+  run, only ``failure.json``.
 """
 
 from __future__ import annotations
@@ -325,7 +335,7 @@ def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[s
     """Planned worst-case total ρ against the budget at each record size (empty without one).
 
     A size where the planned total is above the limit is not an error (real units rarely
-    contribute their size to every cell), but such units may be refused at run time.
+    contribute their size to every cell), but such units may reach their budget at run time.
     """
     if spec.budget is None:
         return []
