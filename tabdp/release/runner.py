@@ -55,7 +55,7 @@ from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
-from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys
+from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys, spec_keys_hint
 
 __all__ = ["ReleaseResult", "plan_summary", "write_plan", "run_release", "NATIONAL", "ROW_ID",
            "DataDependentFailure", "declared_schema", "clean_stale_staging", "FAILURE_FILE",
@@ -942,7 +942,7 @@ def _spec_hints(text: str) -> str:
                         'set input.unit = "<id column>" in the spec')
     text = text.replace("the session's unit=", "input.unit")
     text = text.replace("by=", "the table's by")
-    return text
+    return spec_keys_hint(text)
 
 
 def _failure_details(err: BaseException, phase: str) -> dict[str, Any]:

@@ -158,6 +158,7 @@ __all__ = [
     "RESERVED_COLUMNS",
     "redact_spec",
     "public_spec_hash",
+    "spec_keys_hint",
 ]
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms`. The other keys of a
@@ -994,9 +995,50 @@ def _mechanism_error_path(path: str, err: Exception, given: Sequence[str]) -> st
     return path
 
 
+_CALL = re.compile(r"\b([A-Z][A-Za-z0-9]*)\(((?:\s*\w+\s*=\s*[^,()]+,?)+)\)")
+_KWARG = re.compile(r"(?<![=<>!\w])(\w+)=(?!=)")
+
+
+def spec_keys_hint(text: str) -> str:
+    r"""Rewrite a Python-style hint as spec keys: ``Cls(r=3.0, delta=1e-9)`` becomes
+    ``{ family = "...", r = 3.0, delta = 1e-9 }``, ``sigma=2.0`` becomes ``sigma = 2.0`` and
+    "pass x" becomes "add x".
+
+    Only the ``Hint:`` line is rewritten; the rest of the message is kept as it is.
+
+    Args:
+        text: An error message.
+
+    Returns:
+        The message with its hint in spec terms.
+
+    Example:
+        >>> spec_keys_hint("bad.\nHint: pass delta, e.g. Subbotin(r=3.0, delta=1e-9).")
+        'bad.\nHint: add delta, e.g. { family = "subbotin", r = 3.0, delta = 1e-9 }.'
+        >>> spec_keys_hint("sigma must be > 0.\nHint: e.g. sigma=2.0")
+        'sigma must be > 0.\nHint: e.g. sigma = 2.0'
+    """
+    if "Hint:" not in text:
+        return text
+    head, hint = text.split("Hint:", 1)
+    families = {v: k for k, v in MECHANISM_FAMILIES.items()}
+
+    def call(m: re.Match[str]) -> str:
+        family = families.get(m.group(1))
+        if family is None:
+            return m.group(0)
+        args = ", ".join(a.strip().replace("=", " = ", 1) for a in m.group(2).split(","))
+        return f'{{ family = "{family}", {args} }}'
+
+    hint = _CALL.sub(call, hint)
+    hint = _KWARG.sub(r"\1 = ", hint)
+    hint = re.sub(r"\bpass (\w+)", r"add \1", hint)
+    return f"{head}Hint:{hint}"
+
+
 def _with_hint(err: Exception, hint: str) -> str:
     text = str(err)
-    return text if "Hint" in text else f"{text}\nHint: {hint}"
+    return spec_keys_hint(text) if "Hint" in text else f"{text}\nHint: {hint}"
 
 
 def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
