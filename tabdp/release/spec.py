@@ -1524,6 +1524,13 @@ def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
                   "\"zero\".")
     if inp.mode != "author":
         return
+    if inp.unit is not None and inp.unit_nulls == "error":
+        _fail("input.unit_nulls", "is 'error' (the default), but in author mode (input.mode = "
+                                  "\"author\") every data-quality rule is declared up front, so "
+                                  "that no value in the data can stop the run.",
+              'set input.unit_nulls = "drop".')
+    if not summed:
+        return  # a release of counts only reads no measure values
     why = ("in author mode (input.mode = \"author\") every data-quality rule is declared up "
            "front, so that no value in the data can stop the run")
     if inp.nulls == "error":
@@ -1540,9 +1547,6 @@ def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
     if inp.nonfinite == "error":
         _fail("input.nonfinite", f"is 'error' (the default), but {why}.",
               'set input.nonfinite = "drop", "zero" or "clamp".')
-    if inp.unit is not None and inp.unit_nulls == "error":
-        _fail("input.unit_nulls", f"is 'error' (the default), but {why}.",
-              'set input.unit_nulls = "drop".')
     missing = [m for m in dict.fromkeys(summed) if m not in inp.bounds]
     if missing:
         _fail("input.bounds", f"has no public bounds for measure(s) {_names(missing)}, but {why} "
