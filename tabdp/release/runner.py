@@ -743,8 +743,9 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         else:
             e = e.cast(pl.Float64)
             low, high = float(lo), float(hi)  # type: ignore[assignment]
-        stats[f"below:{m}"] = (e < low).sum()
-        stats[f"above:{m}"] = (e > high).sum()
+        number = ~pl.col(m).cast(pl.Float64).is_nan()  # Polars orders NaN above every number
+        stats[f"below:{m}"] = ((e < low) & number).sum()
+        stats[f"above:{m}"] = ((e > high) & number).sum()
         exprs[m] = e.clip(low, high)
         changed.add(m)
     if inp.negatives != "allow":
