@@ -179,7 +179,7 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     spec = load_spec(args.spec)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
-              f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; "
+              f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; {spec.input.mode} mode; "
               f"randomness {'seeded (TESTS ONLY)' if spec.seed is not None else 'secure'}.\n")
     # the hash of the redacted spec: the file's own hash covers the seed
     out.write(f"  sha256 (spec without [randomness]) {spec.public_sha256}\n")

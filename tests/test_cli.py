@@ -649,6 +649,13 @@ def test_seeded_spec_needs_test_seed_flag(tmp_path: Path, datasets: tuple[Path, 
     assert code == 2 and "--test-seed" in err and "randomness.seed" in err
     assert "7" not in err.split("randomness.seed", 1)[1].split("Hint")[0]   # no seed value
     assert not out.exists()
+    # validate prints the hash of the redacted spec, never the file's (it covers the seed)
+    import hashlib
+
+    code, stdout, _ = run("validate", str(spec))
+    loaded = tabdp.release.spec.load_spec(spec)
+    assert code == 0 and loaded.public_sha256 in stdout and "curator mode" in stdout
+    assert hashlib.sha256(spec.read_bytes()).hexdigest() not in stdout
 
 
 SEED = 8231945501
