@@ -1190,7 +1190,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     report(step, steps, "writing outputs")
     rep = session.report(delta=spec.release.delta)
     per_record = rep.per_record
-    if spec.input.unit is None:
+    if spec.input.unit is None and ROW_ID in per_record.columns:
         per_record = per_record.rename({ROW_ID: ROW_LABEL})
     seeded = spec.seed is not None
     files = [*public, "manifest.json", "summary.json", "summary.html",
