@@ -5,19 +5,26 @@ Usage::
     tabdp validate release.toml          # check the spec; reads no data
     tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors; no data
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
+    tabdp run release.toml --test-seed   # a seeded spec (tests only): public folder marked
+                                         # NOT FOR PUBLICATION
     tabdp demo [--out DIR]               # the bundled example on the sample data
 
 Exit codes:
 
 ====  ==========================================================================
 0     success
-2     spec or usage error (malformed spec, bad option, output folder exists)
-3     budget exceeded (some unit would pass the spec's per-record budget)
-4     data error (input missing or unreadable, missing columns, bad values)
-70    internal error (a bug in tabdp: please report it with the traceback)
+2     spec or usage error, found before any data is read (malformed spec, bad
+      option, output folder exists, input file missing, seeded spec without
+      --test-seed)
+4     data-dependent failure: the run stopped after reading the data; the message
+      is always the same and the details are only in the confidential folder
+      (failure.json); nothing public is written
+70    internal error before any data was read (a bug in tabdp: please report it)
 ====  ==========================================================================
 
-Nothing is written when a command fails.
+Exit code 3 (budget exceeded) is no longer used: a failure that depends on the data, budgets
+included, is exit 4 with the same message as every other. Nothing public is written when a
+command fails.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ __all__ = ["main", "EXIT_OK", "EXIT_USAGE", "EXIT_BUDGET", "EXIT_DATA", "EXIT_IN
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+#: Deprecated, never returned: a budget (like every data-dependent failure) is ``EXIT_DATA``.
 EXIT_BUDGET = 3
+#: Data-dependent failure: details only in the confidential folder.
 EXIT_DATA = 4
 EXIT_INTERNAL = 70
 
@@ -58,15 +67,17 @@ def exit_code(err: BaseException) -> int:
         err: The exception that ended the command.
 
     Returns:
-        2 (spec/usage), 3 (budget), 4 (data) or 70 (internal).
+        2 (spec/usage, data-independent), 4 (data: after the run read the data) or 70
+        (internal, before any data was read).
 
     Example:
         >>> exit_code(SpecError("tables[0].kind", "bad")), exit_code(KeyError("x"))
         (2, 70)
     """
-    if isinstance(err, BudgetExceededError):
-        return EXIT_BUDGET
-    if isinstance(err, (DataValidationError, ColumnNotFoundError, ColumnTypeError)):
+    from tabdp.release.runner import DataDependentFailure
+
+    if isinstance(err, (DataDependentFailure, BudgetExceededError, DataValidationError,
+                        ColumnNotFoundError, ColumnTypeError)):
         return EXIT_DATA
     if isinstance(err, (SpecError, InvalidParameterError, CalibrationError,
                         UnsupportedBackendError)):
@@ -75,28 +86,42 @@ def exit_code(err: BaseException) -> int:
 
 
 class _Bar:
-    """A plain progress bar on stderr (one line per step when stderr is not a terminal)."""
+    """A plain progress bar on stderr.
+
+    On a terminal (the operator's) it is drawn live, with the elapsed time. Otherwise (a log,
+    a validation server) the step lines are held back and written only when the run succeeds
+    (:meth:`flush`): they are then the same for every dataset, whereas lines written as they
+    come would tell how far a failed run got, and times how long the data took.
+    """
 
     def __init__(self, stream: TextIO, enabled: bool) -> None:
         self.stream = stream
         self.enabled = enabled
         self.tty = stream.isatty()
         self.t0 = time.monotonic()
+        self.held: list[str] = []
 
     def __call__(self, i: int, n: int, what: str) -> None:
         if not self.enabled:
             return
         width = 24
         done = int(width * i / max(n, 1))
-        line = (f"[{'#' * done}{'.' * (width - done)}] {i}/{n} {what} "
-                f"({time.monotonic() - self.t0:.1f}s)")
-        if self.tty:
-            self.stream.write("\r\x1b[2K" + line)
-            if i == n:
-                self.stream.write("\n")
-        else:
-            self.stream.write(line + "\n")
+        line = f"[{'#' * done}{'.' * (width - done)}] {i}/{n} {what}"
+        if not self.tty:
+            self.held.append(line + "\n")
+            return
+        line += f" ({time.monotonic() - self.t0:.1f}s)"
+        self.stream.write("\r\x1b[2K" + line)
+        if i == n:
+            self.stream.write("\n")
         self.stream.flush()
+
+    def flush(self) -> None:
+        """Write the held step lines (after a successful run)."""
+        if self.held:
+            self.stream.write("".join(self.held))
+            self.stream.flush()
+            self.held = []
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,8 +129,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="tabdp",
         description="Differentially private tables with per-record guarantees: validate, plan "
                     "and run release specs (release.toml).",
-        epilog="Exit codes: 0 ok, 2 spec/usage error, 3 budget exceeded, 4 data error, "
-               "70 internal error. Nothing is written when a command fails.")
+        epilog="Exit codes: 0 ok, 2 spec/usage error (before any data is read), 4 "
+               "data-dependent failure (details only in the confidential folder), 70 internal "
+               "error. Nothing public is written when a command fails.")
     from tabdp import __version__
 
     p.add_argument("--version", action="version", version=f"tabdp {__version__}")
@@ -123,6 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true",
                    help="replace existing output folders (default: refuse)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--test-seed", action="store_true",
+                   help="allow a spec with [randomness] seed (tests only): the public folder "
+                        "is marked NOT FOR PUBLICATION")
     d = sub.add_parser("demo", help="run the bundled example (examples/cbp_release.toml)")
     d.add_argument("--out", type=Path, default=None,
                    help="folder for the demo outputs (default: out/cbp_release in the project)")
@@ -150,9 +179,10 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     spec = load_spec(args.spec)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
-              f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; "
+              f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; {spec.input.mode} mode; "
               f"randomness {'seeded (TESTS ONLY)' if spec.seed is not None else 'secure'}.\n")
-    out.write(f"  sha256 {spec.sha256}\n")
+    # the hash of the redacted spec: the file's own hash covers the seed
+    out.write(f"  sha256 (spec without [randomness]) {spec.public_sha256}\n")
     return EXIT_OK
 
 
@@ -192,8 +222,8 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         sizes_txt = ", ".join(f"{r['delta']:g} (planned {_fmt(r['planned_rho'])} > "
                               f"limit {r['limit']:.4g})" for r in over)
         out.write(f"\nWARNING: the planned worst-case total exceeds the budget at record sizes "
-                  f"{sizes_txt}. Units of those sizes that contribute to every table may be "
-                  "refused at run time (exit 3); raise the budget or lower the losses.\n")
+                  f"{sizes_txt}. Units of those sizes that contribute to every table may reach "
+                  "the budget at run time; raise the budget or lower the losses.\n")
     elif s["budget_check"]:
         out.write("\nBudget: the planned worst-case total is within the budget at every record "
                   "size shown.\n")
@@ -213,12 +243,17 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         spec = dataclasses.replace(spec, output=dataclasses.replace(
             spec.output, public=args.out / "public", confidential=args.out / "confidential",
             plan=args.out / "plan"))
-    res = run_release(spec, overwrite=overwrite, progress=_Bar(err, not args.quiet))
+    bar = _Bar(err, not args.quiet)
+    res = run_release(spec, overwrite=overwrite, progress=bar,
+                      test_seed=getattr(args, "test_seed", False))
+    bar.flush()
     out.write(f"Release {spec.release.name!r} done.\n")
     if spec.seed is not None:
-        out.write("  WARNING: seeded randomness: for tests only, not for production.\n")
+        out.write("  WARNING: seeded randomness (--test-seed): for tests only; the public "
+                  "folder is marked NOT FOR PUBLICATION.\n")
+    n_tables = sum(f.endswith(".parquet") for f in res.files)
     out.write(f"  Public outputs:       {res.public}  (summary.html, manifest.json, "
-              f"{len(res.files) - 3} table(s))\n")
+              f"{n_tables} table(s))\n")
     out.write(f"  Confidential outputs: {res.confidential}  (per_record_losses.parquet, "
               "confidential_report.html: never publish)\n")
     return EXIT_OK
@@ -265,9 +300,14 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         err.write("tabdp: interrupted; nothing was written.\n")
         return 130
     except TabdpError as e:
+        from tabdp.release.runner import DataDependentFailure
+
         code = exit_code(e)
-        kind = {EXIT_USAGE: "spec/usage error", EXIT_BUDGET: "budget exceeded",
-                EXIT_DATA: "data error"}.get(code, "internal error")
+        if isinstance(e, DataDependentFailure):
+            err.write(f"tabdp {args.command}: {e}\n")  # the fixed, generic message
+            return code
+        kind = {EXIT_USAGE: "spec/usage error", EXIT_DATA: "data error"}.get(
+            code, "internal error")
         err.write(f"tabdp {args.command}: {kind}: {e}\n")
         if code == EXIT_INTERNAL:
             traceback.print_exc(file=err)

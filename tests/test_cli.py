@@ -203,7 +203,7 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
 def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
-    code, stdout, err = run("run", str(spec), "--quiet")
+    code, stdout, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     pub, conf = out / "public", out / "confidential"
     names = sorted(p.name for p in pub.iterdir())
@@ -211,7 +211,7 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
         "county_naics2.parquet", "county_naics2__state_naics2.parquet",
         "county_naics2__national.parquet", "estabs.parquet", "estabs__state_naics2.parquet",
         "estabs__naics2.parquet", "estabs__naics2_direct.parquet", "national_revenue.parquet",
-        "manifest.json", "summary.json", "summary.html"])
+        "manifest.json", "summary.json", "summary.html", "NOT_FOR_PUBLICATION.txt"])
     assert sorted(p.name for p in conf.iterdir()) == [
         "confidential.json", "confidential_report.html", "per_record_losses.parquet",
         "worst_cells.parquet"]
@@ -233,8 +233,14 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
     assert {"estab_id", "rho", "epsilon", "size", "epsilon_delta", "rho_county_naics2",
             "rho_estabs", "rho_estabs__naics2", "rho_national_revenue"} <= set(per.columns)
     manifest = json.loads((pub / "manifest.json").read_text())
-    assert manifest["spec"]["sha256"] and manifest["input"]["schema"]["estab_id"] == "Int64"
+    # the declared input schema (changed on purpose: not the data's inferred types)
+    cols = {c["name"]: c for c in manifest["input"]["columns"]}
+    assert cols["estab_id"]["role"] == "unit" and cols["payroll"]["role"] == "measure"
+    assert cols["county"] == {"name": "county", "role": "key", "type": "String"}
+    assert "randomness" not in manifest["spec"]["content"]
+    assert len(manifest["spec"]["sha256_redacted"]) == 64
     assert "NOT FOR PRODUCTION" in manifest["randomness"]
+    assert manifest["not_for_publication"] is True
     assert "Public outputs" in stdout
     # the public summary holds no record-derived numbers
     summary = (pub / "summary.json").read_text()
@@ -244,46 +250,68 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
 def test_existing_output_needs_overwrite(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
-    assert run("run", str(spec), "--quiet")[0] == 0
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
     before = (out / "public" / "estabs.parquet").read_bytes()
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 2 and "--overwrite" in err
     assert (out / "public" / "estabs.parquet").read_bytes() == before
     spec2 = write_spec(tmp_path, datasets[1], out, seed=8, name="r2.toml")
-    assert run("run", str(spec2), "--quiet", "--overwrite")[0] == 0
+    assert run("run", "--test-seed", str(spec2), "--quiet", "--overwrite")[0] == 0
     assert (out / "public" / "estabs.parquet").read_bytes() != before
     assert leftovers(out) == []
 
 
-def test_budget_exceeded_exits_3(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+def test_budget_never_exits_3(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """Changed on purpose (issue 13): exit 3 is gone. A budget either filters units (the
+    engine's individual filter: exit 0) or, where the engine still refuses, fails like every
+    data-dependent failure: exit 4, the generic message, details in the confidential folder."""
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out, budget="[budget]\nrho = 0.2")
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 3, err
-    assert "budget" in err.lower()
-    assert not out.exists() or list(out.iterdir()) == []
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code in (0, 4), err
+    if code == 4:
+        assert "data-dependent failure" in err and "exceeded" not in err.lower()
+        assert not (out / "public").exists()
+        failure = json.loads((out / "confidential" / "failure.json").read_text())
+        assert failure["error"] == "BudgetExceededError"
+
+
+def failure(out: Path) -> dict:
+    return json.loads((out / "confidential" / "failure.json").read_text())
 
 
 def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """Changed on purpose (issue 13): a missing input is data-independent (exit 2); every
+    failure after the data was read is exit 4 with one generic message (no column, value or
+    count), nothing public, details only in confidential/failure.json (0600)."""
     out = tmp_path / "out"
-    code, _, err = run("run", str(write_spec(tmp_path, tmp_path / "nope.parquet", out)),
-                       "--quiet")
-    assert code == 4 and "input not found" in err
+    code, _, err = run("run", "--test-seed",
+                       str(write_spec(tmp_path, tmp_path / "nope.parquet", out)), "--quiet")
+    assert code == 2 and "input not found" in err
+    assert not out.exists()
     # a measure column missing from the data
     df = pl.read_parquet(datasets[0]).drop("revenue")
     p = tmp_path / "norev.parquet"
     df.write_parquet(p)
-    code, _, err = run("run", str(write_spec(tmp_path, p, out)), "--quiet")
-    assert code == 4 and "revenue" in err
+    code, _, err1 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and "revenue" not in err1 and "data-dependent failure" in err1
+    assert not (out / "public").exists()
+    assert "revenue" in failure(out)["message"]
+    assert (out / "confidential" / "failure.json").stat().st_mode & 0o777 == 0o600
+    assert (out / "confidential").stat().st_mode & 0o777 == 0o700
     # negative values refused by input.negatives = "error", accepted by "zero"
     df = pl.read_parquet(datasets[0]).with_columns(
         pl.when(pl.col("estab_id") == 5).then(-1.0).otherwise(pl.col("payroll")).alias("payroll"))
     p = tmp_path / "neg.parquet"
     df.write_parquet(p)
-    code, _, err = run("run", str(write_spec(tmp_path, p, out)), "--quiet")
-    assert code == 4 and "negative" in err
-    assert not out.exists() or list(out.iterdir()) == []
-    code, _, err = run("run", str(write_spec(tmp_path, p, out, negatives="zero")), "--quiet")
+    # the confidential folder holding only failure.json is replaced without --overwrite
+    code, _, err2 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and err2 == err1
+    assert "negative" in failure(out)["message"]
+    assert failure(out)["confidential"] == {"negative_values": {"payroll": 1}}
+    assert not (out / "public").exists()
+    code, _, err = run("run", "--test-seed",
+                       str(write_spec(tmp_path, p, out, negatives="zero")), "--quiet")
     assert code == 0, err
     conf = json.loads((out / "confidential" / "confidential.json").read_text())
     assert conf["negative_values_in_input"] == {"payroll": 1}
@@ -305,10 +333,15 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
         return real(*args, **kwargs)
 
     monkeypatch.setattr(runner_mod, "publish", flaky)
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 70 and "injected failure" in err and "bug" in err
-    assert not out.exists()
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    # changed on purpose (issue 13): after the data was read, even a bug is the generic exit 4
+    assert code == 4 and "injected failure" not in err and "data-dependent failure" in err
+    assert not (out / "public").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["confidential"]
+    assert "injected failure" in failure(out)["message"]
     assert datasets[0].read_bytes() == data_before
+    import shutil
+    shutil.rmtree(out)
 
     # a failure while writing (after the public files were staged) also leaves nothing
     monkeypatch.setattr(runner_mod, "publish", real)
@@ -318,17 +351,19 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
 
     import tabdp.report.html as html_mod
     monkeypatch.setattr(html_mod, "render_confidential_html", broken)
-    code, _, err = run("run", str(spec), "--quiet")
-    assert code == 70 and "disk full" in err
-    # not even the parent folder the run created is left behind
-    assert not out.exists()
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code == 4 and "disk full" not in err
+    assert "disk full" in failure(out)["message"]
+    # nothing public, and no staging folder, is left behind
+    assert sorted(p.name for p in out.iterdir()) == ["confidential"]
+    assert os.listdir(out / "confidential") == ["failure.json"]
 
 
 def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[Path, Path],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
-    assert run("run", str(spec), "--quiet")[0] == 0
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
     before = (out / "public" / "summary.json").read_bytes()
     import tabdp.report.html as html_mod
 
@@ -336,7 +371,7 @@ def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[
         raise RuntimeError("boom")
 
     monkeypatch.setattr(html_mod, "render_summary_html", broken)
-    assert run("run", str(spec), "--quiet", "--overwrite")[0] == 70
+    assert run("run", "--test-seed", str(spec), "--quiet", "--overwrite")[0] == 4
     assert (out / "public" / "summary.json").read_bytes() == before
     assert leftovers(out) == []
 
@@ -359,7 +394,7 @@ def test_public_folder_is_bit_for_bit_data_independent(
         work.mkdir()
         (work / "input.parquet").write_bytes(data.read_bytes())
         spec = write_spec(work, Path("input.parquet"), Path("out"), seed=5)
-        assert run("run", str(spec), "--quiet")[0] == 0
+        assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
         folders.append(work / "out" / "public")
     a, b = folders
     names = sorted(p.name for p in a.iterdir())
@@ -453,7 +488,7 @@ mechanism = { family = "gaussian", sigma = 1000.0 }
 [[tables.rollups]]
 by = ["state", "naics2"]
 """)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     pub = tmp_path / "out" / "public"
     allowed = pl.read_parquet(pub / "allowed.parquet")
@@ -478,7 +513,7 @@ def test_input_inside_an_output_folder_is_refused(tmp_path: Path,
     data = out / "public" / "data.parquet"
     data.write_bytes(datasets[0].read_bytes())
     spec = write_spec(tmp_path, data, out)
-    code, _, err = run("run", str(spec), "--quiet", "--overwrite")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
     assert code == 2 and "output.public" in err and "overlaps" in err
     assert data.read_bytes() == datasets[0].read_bytes()
 
@@ -496,7 +531,7 @@ mechanism = { family = "subbotin", r = 3.0, scale = 1e6, delta = 1e-9 }
 [[tables.rollups]]
 by = []
 """)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
     assert conf["rho_max"] is None            # infinite rho (approximate DP only): null
@@ -514,19 +549,20 @@ name = "estabs"
 kind = "count"
 by = ["state"]
 """)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 0, err
     t = pl.read_parquet(tmp_path / "out" / "public" / "estabs.parquet")
     assert t["state"].dtype == pl.String and t.height == 10
     manifest = json.loads((tmp_path / "out" / "public" / "manifest.json").read_text())
-    assert manifest["input"]["schema"]["state"] == "String"
+    cols = {c["name"]: c for c in manifest["input"]["columns"]}
+    assert cols["state"]["type"] == "String" and cols["state"]["role"] == "key"
 
 
 def test_unwritable_output_location_fails_before_reading(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     spec = write_spec(tmp_path, tmp_path / "missing-input.parquet", blocker)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     assert code == 2 and "is a file" in err      # not 4: checked before the input
 
 
@@ -540,8 +576,362 @@ def test_demo_out_folder_needs_overwrite(tmp_path: Path) -> None:
 
 def test_outputs_permissions(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
-    assert run("run", str(write_spec(tmp_path, datasets[0], out)), "--quiet")[0] == 0
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)), "--quiet")[0] == 0
     umask = os.umask(0)
     os.umask(umask)
     assert (out / "public").stat().st_mode & 0o777 == 0o777 & ~umask
     assert (out / "confidential").stat().st_mode & 0o077 == 0   # owner only
+
+
+# -- issue 13: records not positions, seeds, data-dependent failures, hygiene -------------------
+
+def test_row_mode_follows_records_through_a_hierarchy_join(tmp_path: Path) -> None:
+    """Each row is a unit (no input.unit) and a direct rollup's coarse key comes from a
+    hierarchy join, which reorders rows. Every record's reported rho equals a brute-force
+    per-record loss computed from its own value (sum over tables of the policy at its own
+    contribution), matched by its row number in the input."""
+    n = 30000
+    df = generate_establishments(n, seed=21).drop("state")   # state comes from the join
+    df.write_parquet(tmp_path / "d.parquet")
+    path = tmp_path / "s.toml"
+    path.write_text(f"""
+[release]
+name = "rows"
+[input]
+path = "d.parquet"
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county"]
+mechanism = {{ family = "gaussian", sigma = 1e6 }}
+[[tables.rollups]]
+by = ["state"]
+direct = true
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+[[tables.rollups]]
+by = ["state"]
+direct = true
+""")
+    code, _, err = run("run", str(path), "--quiet")
+    assert code == 0, err
+    per = pl.read_parquet(tmp_path / "out" / "confidential" / "per_record_losses.parquet")
+    assert "row" in per.columns and "__tabdp_row" not in per.columns
+    per = per.sort("row")
+    assert per["row"].to_list() == list(range(n))
+    gauss = tabdp.mechanisms.Gaussian(1e6)
+    count = tabdp.mechanisms.DiscreteGaussian(2.0)
+    x = df["payroll"].to_numpy()
+    want = 2 * gauss.rho(abs(x)) + 2 * float(count.rho(1.0))     # table + direct rollup each
+    import numpy as np
+    np.testing.assert_allclose(per["rho"].to_numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(per["rho_pay__state"].to_numpy(), gauss.rho(abs(x)), rtol=1e-12)
+    # the public outputs still call the unit "row"
+    pub = tmp_path / "out" / "public"
+    assert json.loads((pub / "summary.json").read_text())["unit"] == "row"
+    manifest = json.loads((pub / "manifest.json").read_text())
+    assert manifest["input"]["unit"] == "row"
+    assert "__tabdp_row" not in "".join(p.read_text() for p in pub.glob("*.json"))
+
+
+def test_seeded_spec_needs_test_seed_flag(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 2 and "--test-seed" in err and "randomness.seed" in err
+    assert "7" not in err.split("randomness.seed", 1)[1].split("Hint")[0]   # no seed value
+    assert not out.exists()
+    # validate prints the hash of the redacted spec, never the file's (it covers the seed)
+    import hashlib
+
+    code, stdout, _ = run("validate", str(spec))
+    loaded = tabdp.release.spec.load_spec(spec)
+    assert code == 0 and loaded.public_sha256 in stdout and "curator mode" in stdout
+    assert hashlib.sha256(spec.read_bytes()).hexdigest() not in stdout
+
+
+SEED = 8231945501
+
+
+def _public_text(pub: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in pub.iterdir()}
+
+
+def test_seed_cannot_be_recovered_from_the_public_folder(
+        tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+    import re
+
+    import numpy as np
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    data = tmp_path / "d.parquet"
+    data.write_bytes(datasets[0].read_bytes())
+    pubs = []
+    for seed in (SEED, SEED + 1):
+        work = tmp_path / f"w{seed}"
+        work.mkdir()
+        spec = small_spec(work, data.as_posix(), name="seeded",
+                          head=f"[randomness]\nseed = {seed}", body="""
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 1000.0 }
+grid = 1.0
+""")
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+        assert code == 0, err
+        pubs.append(work / "out" / "public")
+    pub = pubs[0]
+    files = _public_text(pub)
+    assert "NOT_FOR_PUBLICATION.txt" in files
+    assert json.loads(files["summary.json"])["not_for_publication"] is True
+    spec_bytes = (tmp_path / f"w{SEED}" / "s.toml").read_bytes()
+    raw = tabdp.release.spec.load_spec(tmp_path / f"w{SEED}" / "s.toml").raw
+    secrets = [str(SEED).encode(), hex(SEED).encode(), hex(SEED)[2:].encode(),
+               hashlib.sha256(spec_bytes).hexdigest().encode(),
+               hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
+               .encode(),
+               f"seed = {SEED}".encode(), b"randomness.seed", spec_bytes]
+    for name, content in files.items():
+        for s in secrets:
+            assert s not in content, (name, s)
+    # Every public file but the tables' noise is the same for two seeds: no information
+    # about the seed is published.
+    other = _public_text(pubs[1])
+    assert sorted(other) == sorted(files)
+    for name in files:
+        if not name.endswith(".parquet"):
+            assert files[name] == other[name], name
+    # The regenerate-the-noise attack, by an attacker who even holds the data: every integer
+    # found in the public files as a candidate seed; none reproduces the published noise,
+    # while the true seed (the check that the replay is faithful) does.
+    published = pl.read_parquet(pub / "pay.parquet")["estimate"].to_numpy()
+    df = pl.read_parquet(data).with_row_index(runner_mod.ROW_ID)
+    keys = tabdp.KeySet.from_dict(state=tabdp.release.spec.load_spec(
+        tmp_path / f"w{SEED}" / "s.toml").domains["state"].to_list())
+
+    def replay(seed: int) -> np.ndarray:
+        s = tabdp.Session(unit=runner_mod.ROW_ID, seed=seed)
+        out = df.dp.sum(["payroll"], by=["state"], keys=keys,
+                        mechanism=tabdp.mechanisms.Gaussian(1000.0), session=s, name="pay",
+                        grid=1.0)
+        return out["payroll"].to_numpy()
+
+    assert np.array_equal(replay(SEED), published)
+    text = b" ".join(v for k, v in files.items() if not k.endswith(".parquet")).decode()
+    candidates = sorted({int(t) for t in re.findall(r"\d+", text) if len(t) < 30})
+    assert SEED not in candidates and len(candidates) > 10
+    for c in candidates[:1500]:
+        assert not np.array_equal(replay(c), published), c
+
+
+def _author_spec(folder: Path, mode: str = "author") -> Path:
+    rules = ('nulls = "drop"\nnegatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+             'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "neighbours"
+[input]
+path = "d.parquet"
+unit = "estab_id"
+mode = "{mode}"
+{rules}
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+grid = 1.0
+[[tables.rollups]]
+by = []
+direct = true
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+[[tables.rollups]]
+by = ["state"]
+""")
+    return path
+
+
+NEIGHBOURS = {"nan": float("nan"), "negative": -5e5, "huge": 3e18, "inf": float("inf")}
+
+
+def _neighbour_runs(tmp_path: Path, mode: str) -> dict[str, tuple[int, str, str, Path]]:
+    base = generate_establishments(1500, seed=31)
+    extra = base.head(1).with_columns(pl.lit(10**9, dtype=pl.Int64).alias("estab_id"))
+    frames = {"base": base}
+    for k, v in NEIGHBOURS.items():
+        frames[k] = pl.concat([base, extra.with_columns(
+            pl.lit(v, dtype=pl.Float64).alias("payroll"))])
+    frames["null_id"] = pl.concat([base, extra.with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("estab_id"))])
+    res = {}
+    for k, frame in frames.items():
+        work = tmp_path / mode / k
+        work.mkdir(parents=True)
+        frame.write_parquet(work / "d.parquet")
+        spec = _author_spec(work, mode)
+        code, out, err = run("run", str(spec))           # with the progress lines
+        res[k] = (code, out.replace(str(work), "<work>"), err.replace(str(work), "<work>"),
+                  work / "out")
+    return res
+
+
+def test_author_mode_neighbours_are_indistinguishable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In author mode, adding one establishment with NaN, a negative, a huge or an infinite
+    payroll, or without an id, changes nothing a query author or the public sees but the
+    noise: exit code, stdout, stderr, public file names, and every public file apart from the
+    noisy estimates and what is computed from them."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    res = _neighbour_runs(tmp_path, "author")
+    code0, out0, err0, folder0 = res["base"]
+    assert code0 == 0, err0
+    assert "releasing pay" in err0          # the progress lines are there (held, then written)
+    names0 = sorted(p.name for p in (folder0 / "public").iterdir())
+    for k, (code, out, err, folder) in res.items():
+        assert (code, out, err) == (code0, out0, err0), k
+        pub = folder / "public"
+        assert sorted(p.name for p in pub.iterdir()) == names0, k
+        for name in names0:
+            a, b = folder0 / "public" / name, pub / name
+            if name.endswith(".parquet"):
+                ta, tb = pl.read_parquet(a), pl.read_parquet(b)
+                keep = [c for c in ta.columns if c not in ESTIMATE_DERIVED]
+                assert ta.schema == tb.schema and ta.select(keep).equals(tb.select(keep)), name
+            else:
+                assert a.read_bytes() == b.read_bytes(), (k, name)
+    conf = json.loads((res["huge"][3] / "confidential" / "confidential.json").read_text())
+    assert conf["input_rules"]["bounds"]["payroll"]["above"] == 1
+
+
+def test_curator_mode_failures_all_look_the_same(tmp_path: Path) -> None:
+    """Curator mode (strict rules): the neighbours fail, but every failure has the same exit
+    code and message and writes nothing public; the details (hints in spec keys) are only in
+    the confidential failure.json."""
+    res = _neighbour_runs(tmp_path, "curator")
+    assert res["base"][0] == 0, res["base"][2]
+    failed = {k: v for k, v in res.items() if k != "base"}
+    codes = {v[0] for v in failed.values()}
+    errs = {v[2] for v in failed.values()}
+    assert codes == {4} and len(errs) == 1
+    (err,) = errs
+    assert "data-dependent failure" in err and "releasing" not in err   # no progress lines
+    assert not any(ch.isdigit() for ch in err.replace("<work>", ""))    # no values or counts
+    for k, (_, _, _, folder) in failed.items():
+        assert not (folder / "public").exists(), k
+        assert os.listdir(folder / "confidential") == ["failure.json"], k
+    nan = json.loads((failed["nan"][3] / "confidential" / "failure.json").read_text())
+    assert 'input.nulls = "zero"' in nan["message"] and "nulls='zero'" not in nan["message"]
+
+
+def test_author_mode_requires_every_rule(tmp_path: Path) -> None:
+    spec = _author_spec(tmp_path)
+    text = spec.read_text()
+    for line, key in (('\nnulls = "drop"\n', "input.nulls"), ('negatives = "zero"\n',
+                                                              "input.negatives"),
+                      ('nonfinite = "drop"\n', "input.nonfinite"),
+                      ('unit_nulls = "drop"\n', "input.unit_nulls"),
+                      ('bounds = { payroll = [0, 1e9] }\n', "input.bounds")):
+        spec.write_text(text.replace(line, "\n"))
+        code, _, err = run("validate", str(spec))
+        assert code == 2 and key in err and "author" in err, key
+
+
+def test_public_files_share_the_manifest_timestamp(tmp_path: Path, datasets: tuple[Path, Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    out = tmp_path / "out"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)),
+               "--quiet")[0] == 0
+    pub = out / "public"
+    created = json.loads((pub / "manifest.json").read_text())["created"]
+    epoch = dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    assert {p.stat().st_mtime for p in [pub, *pub.iterdir()]} == {epoch}
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)),
+               "--quiet", "--overwrite")[0] == 0
+    assert {p.stat().st_mtime for p in [pub, *pub.iterdir()]} == {1790000000.0}
+    assert json.loads((pub / "manifest.json").read_text())["created"] == "2026-09-21T14:13:20Z"
+    conf = out / "confidential"
+    assert conf.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in conf.iterdir()} == {0o600}
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_staging_of_a_killed_run(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    spec = write_spec(tmp_path, datasets[0], out)
+    dead = _dead_pid()
+    # what kill -9 leaves: two staging folders, one holding confidential data
+    stale = [out / f".public.tmp-{dead}-abc123", out / f".confidential.tmp-{dead}-def456"]
+    for s in stale:
+        s.mkdir()
+        (s / "per_record_losses.parquet").write_bytes(b"secret")
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
+    assert leftovers(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["confidential", "public"]
+    # a staging folder of a run that is still going on is refused, not removed
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        busy = out / f".public.tmp-{live.pid}-zzz"
+        busy.mkdir()
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
+        assert code == 2 and "still running" in err and busy.exists()
+    finally:
+        live.kill()
+        live.wait()
+    busy.rmdir()
+    # a set-aside previous release whose target is gone is the only copy: refused
+    old = out / f".public.old-{dead}-qqq"
+    (out / "public").rename(old)
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
+    assert code == 2 and "only copy" in err and old.exists()
+    # a staging folder that names no process (older tabdp) is refused with a message
+    old.rename(out / "public")
+    nameless = out / ".confidential.tmp-k2j3h4"
+    nameless.mkdir()
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet", "--overwrite")
+    assert code == 2 and "remove it by hand" in err and nameless.exists()
+
+
+def test_manifest_lists_the_declared_schema_only(tmp_path: Path,
+                                                 datasets: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    assert run("run", "--test-seed", str(write_spec(tmp_path, datasets[0], out)),
+               "--quiet")[0] == 0
+    manifest = json.loads((out / "public" / "manifest.json").read_text())
+    names = [c["name"] for c in manifest["input"]["columns"]]
+    assert names == ["estab_id", "county", "naics2", "state", "naics6", "payroll",
+                     "employment", "revenue"]
+    text = (out / "public" / "manifest.json").read_text()
+    assert "firm_id" not in text and "Float64" not in text   # the data's own columns / types
+    conf = json.loads((out / "confidential" / "confidential.json").read_text())
+    assert conf["input_schema"]["firm_id"] == "Int64"        # kept for the curator

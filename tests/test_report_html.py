@@ -257,7 +257,7 @@ def test_summary_page_structure(pages: dict[str, str]) -> None:
               "LogTransform", "state_naics2__naics2.parquet",
               "establishments__naics2_direct.parquet", "normal approximation",
               "cv >= threshold: low reliability", "manifest.json", "tabdp 0.1.0",
-              "never clips", "CV flag"):
+              "does not clip values", "NOT FOR PUBLICATION", "CV flag"):
         assert s in text or s in page, s
     assert "Not for production" in text  # seeded: red warning box
     assert 'class="callout warn"' in page

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -670,3 +671,89 @@ def test_toml_error_paths_match_dict_paths(meta: Path) -> None:
         load_spec(meta / "typo.toml")
     assert info.value.path == "tables[0].mechanism.ofset"
     assert "'offset'" in str(info.value)
+
+
+# -- issue 13: input rules, author mode, seed redaction, hints in spec keys ---------------------
+
+AUTHOR_INPUT = {"path": "data.parquet", "mode": "author", "nulls": "drop", "negatives": "zero",
+                "nonfinite": "clamp", "unit": "estab_id", "unit_nulls": "drop",
+                "bounds": {"payroll": [0, 1e10], "employment": [0, 1e6]}}
+
+
+def test_input_rules_parse(meta: Path) -> None:
+    data = _base()
+    data["input"] = dict(AUTHOR_INPUT)
+    inp = parse_spec(data, meta).input
+    assert (inp.mode, inp.nulls, inp.negatives, inp.nonfinite, inp.unit_nulls) == (
+        "author", "drop", "zero", "clamp", "drop")
+    assert inp.bounds == {"payroll": (0.0, 1e10), "employment": (0.0, 1e6)}
+    # defaults: curator mode, strict rules, no bounds
+    d = parse_spec(_base(), meta).input
+    assert (d.mode, d.nonfinite, d.unit_nulls, dict(d.bounds)) == ("curator", "error", "error", {})
+
+
+@pytest.mark.parametrize(("change", "path", "needle"), [
+    ({"nulls": "error"}, "input.nulls", "author"),
+    ({"negatives": "error"}, "input.negatives", "author"),
+    ({"nonfinite": "error"}, "input.nonfinite", "author"),
+    ({"unit_nulls": "error"}, "input.unit_nulls", "author"),
+    ({"bounds": {"payroll": [0, 1e10]}}, "input.bounds", "'employment'"),
+    ({"bounds": {"payroll": [0, 1e10], "employment": [0, 1e6], "revenue": [0, 1]}},
+     "input.bounds.revenue", "not a measure"),
+    ({"bounds": {"payroll": [5, 1], "employment": [0, 1e6]}}, "input.bounds.payroll", "below"),
+    ({"bounds": {"payroll": [0], "employment": [0, 1e6]}}, "input.bounds.payroll", "[0]"),
+    ({"mode": "query"}, "input.mode", "'query'"),
+    ({"nonfinite": "nan"}, "input.nonfinite", "'nan'"),
+    ({"negatives": "allow", "bounds": {"payroll": [-1e6, 1e10], "employment": [0, 1e6]}},
+     "input.negatives", "LogTransform"),
+    ({"mode": "curator", "nonfinite": "clamp", "bounds": {"payroll": [0, 1e10]}},
+     "input.bounds", "'clamp'"),
+])
+def test_author_mode_errors(meta: Path, change: dict[str, Any], path: str, needle: str) -> None:
+    data = _base()
+    data["input"] = {**AUTHOR_INPUT, **change}
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta)
+    assert info.value.path == path, str(info.value)
+    assert needle in str(info.value) and "Hint" in str(info.value)
+
+
+def test_author_mode_table_nulls(meta: Path) -> None:
+    data = _base()
+    data["input"] = dict(AUTHOR_INPUT)
+    data["tables"][0]["nulls"] = "error"
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta)
+    assert info.value.path == "tables[0].nulls"
+
+
+def test_row_id_name_is_reserved(meta: Path) -> None:
+    data = _base()
+    data["input"]["unit"] = "__tabdp_row"
+    with pytest.raises(SpecError, match="row id"):
+        parse_spec(data, meta)
+
+
+def test_seed_is_redacted_from_the_public_hash(meta: Path) -> None:
+    from tabdp.release.spec import public_spec_hash, redact_spec
+
+    a, b = _base(), _base()
+    a["randomness"] = {"seed": 12345}
+    b["randomness"] = {"seed": 12346}
+    sa, sb, s0 = parse_spec(a, meta), parse_spec(b, meta), parse_spec(_base(), meta)
+    assert sa.sha256 != sb.sha256                       # the raw hashes cover the seed
+    assert sa.public_sha256 == sb.public_sha256 == s0.public_sha256
+    assert "randomness" not in sa.public_raw and sa.raw["randomness"] == {"seed": 12345}
+    assert redact_spec(a) == _base()
+    canonical = json.dumps(_base(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert public_spec_hash(a) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_mechanism_hints_speak_spec_keys(meta: Path) -> None:
+    data = _base()
+    data["tables"][0]["mechanism"] = {"family": "subbotin", "r": 3.0, "scale": 1.0}
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta)
+    hint = str(info.value).split("Hint:", 1)[1]
+    assert '{ family = "subbotin", r = 3.0, scale = 1.0, delta = 1e-9 }' in hint
+    assert "Subbotin(" not in hint and "r=" not in hint

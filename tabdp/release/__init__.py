@@ -8,7 +8,13 @@ Example:
 
 from tabdp.release.publish import FLAG_CODES, publish
 from tabdp.release.rollup import rollup, sum_error_law
-from tabdp.release.runner import ReleaseResult, plan_summary, run_release, write_plan
+from tabdp.release.runner import (
+    DataDependentFailure,
+    ReleaseResult,
+    plan_summary,
+    run_release,
+    write_plan,
+)
 from tabdp.release.spec import ReleaseSpec, load_spec, parse_spec
 
 __all__ = [
@@ -16,6 +22,7 @@ __all__ = [
     "publish",
     "rollup",
     "sum_error_law",
+    "DataDependentFailure",
     "ReleaseResult",
     "plan_summary",
     "run_release",

@@ -3,17 +3,27 @@
 A run reads the confidential input once per release (Polars scans it lazily), releases every
 table with its mechanism, derives the rollups as post-processing, applies the publication rules
 and writes two folders *atomically*: everything is built in temporary folders next to the
-targets and renamed into place at the end, so a failure leaves nothing behind and an existing
-output is only replaced with ``overwrite=True``. The input is never modified.
+targets and renamed into place at the end, so a failure leaves nothing public behind and an
+existing output is only replaced with ``overwrite=True``. The input is never modified.
+
+Records, not positions: without ``input.unit`` every row gets a row id (:data:`ROW_ID`) as the
+input is read, before any join, filter or sort, and the session follows that id.
+
+Failures: everything checkable without data is checked first (ordinary exceptions). Once the
+data has been read, any failure becomes one :class:`DataDependentFailure` with a fixed message;
+its details go only to ``failure.json`` in the confidential folder.
 
 * Public folder: one Parquet per table and rollup (``keys, measure, estimate, sd, moe, cv,
-  flag``), ``manifest.json``, ``summary.json`` and a self-contained ``summary.html``. Apart from
-  the noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in
-  it depends on the confidential data.
-* Confidential folder: ``per_record_losses.parquet`` (each unit's total ρ, ε, size, (ε, δ) and
-  per-release ρ), ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
-  ``confidential.json`` (counts of rows read, outside the key sets, nulls and negatives handled,
-  the seed of a seeded run) and ``confidential_report.html``.
+  flag``), ``manifest.json``, ``summary.json``, a self-contained ``summary.html`` and, for a
+  seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the noisy estimates (and what is
+  computed from them: plug-in sd, moe, cv, flags), nothing in it depends on the confidential
+  data or on the seed; every file has the manifest's timestamp as its modification time.
+* Confidential folder (0700, files 0600): ``per_record_losses.parquet`` (each unit's total ρ,
+  ε, size, (ε, δ) and per-release ρ; the id column is the unit column, or ``row``),
+  ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
+  ``confidential.json`` (counts of rows read, outside the key sets, handled by the input rules,
+  the seed of a seeded run, the data's schema) and ``confidential_report.html``; after a failed
+  run, only ``failure.json``.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import polars as pl
 from tabdp.exceptions import (
     DataValidationError,
     InvalidParameterError,
+    SpecError,
     TabdpError,
 )
 from tabdp.frame.keys import KeySet
@@ -44,12 +55,19 @@ from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
-from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys
+from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys, spec_keys_hint
 
-__all__ = ["ReleaseResult", "plan_summary", "write_plan", "run_release", "NATIONAL"]
+__all__ = ["ReleaseResult", "plan_summary", "write_plan", "run_release", "NATIONAL", "ROW_ID",
+           "DataDependentFailure", "declared_schema", "clean_stale_staging", "FAILURE_FILE",
+           "NOT_FOR_PUBLICATION"]
 
 #: Name of the constant key column used internally for national (``by = []``) releases.
 NATIONAL = "_tabdp_national"
+#: Row id column assigned when the input is read, before any join, filter or sort; the
+#: privacy unit when the spec has no ``input.unit`` (each row is a unit).
+ROW_ID = "__tabdp_row"
+#: Name of the row id in the confidential per-record report (position in the input as read).
+ROW_LABEL = "row"
 
 Progress = Callable[[int, int, str], None]
 
@@ -296,8 +314,13 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "unit": spec.input.unit or "row",
         "randomness": ("secure (OS CSPRNG)" if spec.seed is None else
                        "seeded: NOT FOR PRODUCTION (the seed is in the confidential folder)"),
+        "not_for_publication": spec.seed is not None,
         "budget": None if spec.budget is None else _budget_dict(spec),
-        "input_policies": {"nulls": spec.input.nulls, "negatives": spec.input.negatives},
+        "input_policies": {"mode": spec.input.mode, "nulls": spec.input.nulls,
+                           "negatives": spec.input.negatives,
+                           "nonfinite": spec.input.nonfinite,
+                           "bounds": {m: list(b) for m, b in spec.input.bounds.items()},
+                           "unit_nulls": spec.input.unit_nulls},
         "record_sizes": [float(s) for s in sizes],
         "count_rows_assumed": spec.plan.count_rows,
         "tables": tables,
@@ -312,7 +335,7 @@ def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[s
     """Planned worst-case total ρ against the budget at each record size (empty without one).
 
     A size where the planned total is above the limit is not an error (real units rarely
-    contribute their size to every cell), but such units may be refused at run time.
+    contribute their size to every cell), but such units may reach their budget at run time.
     """
     if spec.budget is None:
         return []
@@ -359,6 +382,7 @@ def write_plan(spec: ReleaseSpec, out: Path | None = None, *, overwrite: bool = 
     from tabdp.report.html import render_summary_html
 
     target = Path(out) if out is not None else spec.output.plan
+    clean_stale_staging([target])
     _check_target(target, overwrite, "plan")
     summary = plan_summary(spec)
     summary["kind"] = "plan"
@@ -370,8 +394,22 @@ def write_plan(spec: ReleaseSpec, out: Path | None = None, *, overwrite: bool = 
 
 # -- atomic output folders -------------------------------------------------------------------
 
+#: The only file of a confidential folder written by a failed run (see :func:`run_release`).
+FAILURE_FILE = "failure.json"
+#: Marker file of the public folder of a seeded (test) run.
+NOT_FOR_PUBLICATION = "NOT_FOR_PUBLICATION.txt"
+
+
+def _failure_only(path: Path) -> bool:
+    """A folder holding nothing but the failure report of an earlier failed run."""
+    try:
+        return path.is_dir() and [p.name for p in path.iterdir()] == [FAILURE_FILE]
+    except OSError:
+        return False
+
+
 def _check_target(path: Path, overwrite: bool, what: str) -> None:
-    if path.exists() and not overwrite:
+    if path.exists() and not overwrite and not (what == "confidential" and _failure_only(path)):
         raise InvalidParameterError(
             f"the {what} output folder {str(path)!r} already exists; tabdp never overwrites a "
             "release silently.\nHint: choose a new folder in the spec's [output] section, "
@@ -393,8 +431,110 @@ def _check_target(path: Path, overwrite: bool, what: str) -> None:
             break
 
 
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def _staging_name(target: Path, kind: str) -> str:
+    """Prefix of a staging (``tmp``) or set-aside (``old``) folder: names the run's process."""
+    return f".{target.name}.{kind}-{os.getpid()}-"
+
+
+def clean_stale_staging(targets: Sequence[Path]) -> list[Path]:
+    """Remove the staging folders a killed run (``kill -9``, power loss) left next to targets.
+
+    Staging folders are named ``.<target>.tmp-<pid>-<random>`` (and ``.<target>.old-<pid>-...``
+    for a previous release set aside during the final swap). A folder whose process is gone is
+    stale: a ``tmp`` one is deleted (it may hold confidential data); an ``old`` one is deleted
+    when the target exists (the swap had finished), and otherwise refused with a message: it
+    is the only copy of the previous release. A folder of a process that is still running (or
+    without a process id: older tabdp versions) is refused with a message: tabdp does not
+    remove what another run may still be writing.
+
+    Args:
+        targets: Output folders of the run.
+
+    Returns:
+        The folders removed.
+
+    Raises:
+        InvalidParameterError: A staging folder that cannot safely be removed.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> (d / ".public.tmp-999999999-abc").mkdir()
+        >>> [p.name for p in clean_stale_staging([d / "public"])]
+        ['.public.tmp-999999999-abc']
+    """
+    removed: list[Path] = []
+    for t in targets:
+        t = Path(t)
+        if not t.parent.is_dir():
+            continue
+        for kind in ("tmp", "old"):
+            for p in sorted(t.parent.glob(f".{t.name}.{kind}-*")):
+                rest = p.name[len(f".{t.name}.{kind}-"):]
+                pid_text = rest.split("-", 1)[0]
+                pid = int(pid_text) if pid_text.isdigit() and "-" in rest else None
+                if pid is not None and _pid_alive(pid):
+                    raise InvalidParameterError(
+                        f"{str(p)!r} is the staging folder of another tabdp run (process "
+                        f"{pid}), which is still running; two runs must not write the same "
+                        "outputs.\nHint: wait for the other run to finish; if no tabdp run is "
+                        "going on (the process id was reused), remove that folder by hand.")
+                if pid is None:
+                    raise InvalidParameterError(
+                        f"{str(p)!r} is a staging folder left by an earlier run that names no "
+                        "process, so tabdp cannot tell whether it is still in use.\nHint: if "
+                        "no tabdp run is going on, remove it by hand (it may hold "
+                        "confidential data).")
+                if kind == "old" and not t.exists():
+                    raise InvalidParameterError(
+                        f"{str(p)!r} holds the previous release of {str(t)!r}, set aside by a "
+                        "run that was killed while replacing it; it is now the only copy.\n"
+                        f"Hint: restore it (mv {str(p)!r} {str(t)!r}) or remove it, then rerun.")
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
+def _set_tree(folder: Path, mtime: float | None, dir_mode: int | None,
+              file_mode: int | None) -> None:
+    """Set modes and modification times of a folder and everything in it."""
+    for root, dirs, files in os.walk(folder):
+        for f in files:
+            fp = Path(root) / f
+            if file_mode is not None:
+                fp.chmod(file_mode)
+            if mtime is not None:
+                os.utime(fp, (mtime, mtime))
+        for d in dirs:
+            if dir_mode is not None:
+                (Path(root) / d).chmod(dir_mode)
+    for d in [Path(r) for r, _, _ in os.walk(folder, topdown=False)]:
+        if mtime is not None:
+            os.utime(d, (mtime, mtime))
+    if dir_mode is not None:
+        folder.chmod(dir_mode)
+
+
 class _Staging:
-    """Temporary sibling folders renamed onto the targets only if the block succeeds."""
+    """Temporary sibling folders renamed onto the targets only if the block succeeds.
+
+    Staging folders are named after the run's process (see :func:`clean_stale_staging`), so a
+    later run can tell a killed run's leftovers from a running one's.
+    """
 
     def __init__(self, targets: Sequence[Path], overwrite: bool,
                  private: Sequence[bool] | None = None) -> None:
@@ -410,7 +550,7 @@ class _Staging:
                 missing = [p for p in reversed(t.parents) if not p.exists()]
                 t.parent.mkdir(parents=True, exist_ok=True)
                 self.created += missing
-                tmp = Path(tempfile.mkdtemp(prefix=f".{t.name}.tmp-", dir=t.parent))
+                tmp = Path(tempfile.mkdtemp(prefix=_staging_name(t, "tmp"), dir=t.parent))
                 self.tmps.append(tmp)
                 if not private:
                     # mkdtemp makes a private (0700) folder: publishable outputs get the
@@ -442,13 +582,13 @@ class _Staging:
         moved: list[tuple[Path, Path]] = []
         placed: list[Path] = []
         try:
-            for t, tmp in zip(self.targets, self.tmps, strict=True):
+            for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
                 if t.exists():
-                    if not self.overwrite:
+                    if not (self.overwrite or (private and _failure_only(t))):
                         raise InvalidParameterError(
                             f"the output folder {str(t)!r} appeared while the release was "
                             "running; nothing was written.\nHint: rerun, or pass --overwrite.")
-                    old = Path(tempfile.mkdtemp(prefix=f".{t.name}.old-", dir=t.parent))
+                    old = Path(tempfile.mkdtemp(prefix=_staging_name(t, "old"), dir=t.parent))
                     old.rmdir()
                     t.rename(old)
                     moved.append((t, old))
@@ -504,12 +644,17 @@ def _timestamp() -> str:
     return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
+def _check_input_present(spec: ReleaseSpec) -> None:
+    """The input file or folder exists (a data-independent check: exit 2 in the CLI)."""
     src = spec.input.path
     if "*" not in str(src) and not src.exists():
-        raise DataValidationError(
-            f"input not found: {str(src)!r} (input.path in the spec).\n"
+        raise SpecError(
+            "input.path", f"input not found: {str(src)!r}. Nothing was read or written.\n"
             "Hint: check the path; relative paths are resolved against the spec file's folder.")
+
+
+def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
+    src = spec.input.path
     kwargs: dict[str, Any] = {}
     source: Any = spec.input.source
     hive = spec.input.hive_partitioning
@@ -556,41 +701,131 @@ def _measures_used(spec: ReleaseSpec) -> list[str]:
     return out
 
 
-def _apply_negatives(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]
-                     ) -> tuple[pl.LazyFrame, dict[str, Any]]:
-    policy = spec.input.negatives
-    measures = [m for m in _measures_used(spec) if m in schema]
-    info: dict[str, Any] = {"policy": policy, "negative_values": {}, "clipped": 0, "dropped": 0}
-    lf_schema = lf.collect_schema()
-    numeric = [m for m in measures if lf_schema[m].is_numeric()]
-    if policy == "allow" or not numeric:
-        return lf, info
-    counts = lf.select(pl.col(m).lt(0).sum().alias(m) for m in numeric).collect().row(0)
-    neg = {m: int(c) for m, c in zip(numeric, counts, strict=True) if c}
-    info["negative_values"] = neg
-    if not neg:
-        return lf, info
-    if policy == "error":
+def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dict[str, Any]]:
+    """Apply the spec's declared data-quality rules (one counting pass over the input).
+
+    In order: rows without a unit id (``input.unit_nulls``), ±inf values (``input.nonfinite``),
+    public bounds (``input.bounds``: values clamped into them), negative values
+    (``input.negatives``). Nulls and NaN are left to the engine (``nulls``). The counts are
+    confidential.
+    """
+    inp = spec.input
+    schema = lf.collect_schema()
+    measures = [m for m in _measures_used(spec) if m in schema and schema[m].is_numeric()
+                and schema[m] != pl.Boolean]
+    exprs: dict[str, pl.Expr] = {m: pl.col(m) for m in measures}
+    changed: set[str] = set()
+    drop: list[pl.Expr] = []
+    stats: dict[str, pl.Expr] = {}
+    if inp.unit is not None and inp.unit_nulls == "drop" and inp.unit in schema:
+        bad = pl.col(inp.unit).is_null()
+        if schema[inp.unit].is_float():
+            bad = bad | pl.col(inp.unit).is_nan()
+        stats["unit_nulls"] = bad.sum()
+        drop.append(bad)
+    for m in measures:
+        if not schema[m].is_float():
+            continue
+        inf = pl.col(m).is_infinite()
+        stats[f"inf:{m}"] = inf.sum()
+        if inp.nonfinite == "zero":
+            exprs[m] = pl.when(inf).then(0.0).otherwise(exprs[m])
+            changed.add(m)
+        elif inp.nonfinite == "drop":
+            drop.append(inf)
+    for m, (lo, hi) in inp.bounds.items():
+        if m not in exprs:
+            continue
+        e = exprs[m]
+        if schema[m].is_integer() and float(lo).is_integer() and float(hi).is_integer() \
+                and abs(lo) < 2.0 ** 63 and abs(hi) < 2.0 ** 63:
+            low, high = int(lo), int(hi)
+        else:
+            e = e.cast(pl.Float64)
+            low, high = float(lo), float(hi)  # type: ignore[assignment]
+        number = ~pl.col(m).cast(pl.Float64).is_nan()  # Polars orders NaN above every number
+        stats[f"below:{m}"] = ((e < low) & number).sum()
+        stats[f"above:{m}"] = ((e > high) & number).sum()
+        exprs[m] = e.clip(low, high)
+        changed.add(m)
+    if inp.negatives != "allow":
+        for m in measures:
+            stats[f"neg:{m}"] = (exprs[m] < 0).sum()
+    if inp.negatives == "drop":
+        drop += [exprs[m] < 0 for m in measures]
+    if drop:
+        stats["dropped"] = pl.any_horizontal(*drop).fill_null(False).sum()
+    row = (lf.select(**stats).collect().row(0, named=True) if stats else {})
+    row = {k: int(v or 0) for k, v in row.items()}
+    inf = {m: row[f"inf:{m}"] for m in measures if row.get(f"inf:{m}")}
+    neg = {m: row[f"neg:{m}"] for m in measures if row.get(f"neg:{m}")}
+    info: dict[str, Any] = {
+        "policy": inp.negatives, "negative_values": neg, "clipped": 0, "dropped": 0,
+        "nonfinite": {"policy": inp.nonfinite, "values": inf},
+        "bounds": {m: {"below": row.get(f"below:{m}", 0), "above": row.get(f"above:{m}", 0)}
+                   for m in inp.bounds if m in exprs},
+        "rows_without_unit_id_dropped": row.get("unit_nulls", 0),
+        "rows_dropped_by_input_rules": row.get("dropped", 0),
+    }
+    if inf and inp.nonfinite == "error":
+        detail = ", ".join(f"{m!r}: {n}" for m, n in inf.items())
+        err = DataValidationError(
+            "the input has +inf / -inf values in measure column(s); input.nonfinite is "
+            "'error'. Nothing was released or written.\nHint: set input.nonfinite = \"drop\", "
+            "\"zero\" or \"clamp\" (with input.bounds).")
+        err.confidential = {"infinite_values": dict(inf), "detail": detail}  # type: ignore
+        raise err
+    if neg and inp.negatives == "error":
         detail = ", ".join(f"{m!r}: {n}" for m, n in neg.items())
-        raise DataValidationError(
+        err = DataValidationError(
             f"the input has negative values in measure column(s) ({detail}); input.negatives "
             "is 'error'. Nothing was released or written.\nHint: set input.negatives = "
-            "'allow' for signed measures (additive mechanisms), 'zero' to clip them to 0 or "
-            "'drop' to drop those rows (counted in the confidential report).")
-    if policy == "zero":
+            "\"allow\" for signed measures (additive mechanisms), \"zero\" to clip them to 0 or "
+            "\"drop\" to drop those rows (counted in the confidential report).")
+        err.confidential = {"negative_values": dict(neg)}  # type: ignore[attr-defined]
+        raise err
+    if inp.negatives == "zero":
+        for m in neg:
+            exprs[m] = pl.when(exprs[m] < 0).then(0).otherwise(exprs[m])
+            changed.add(m)
         info["clipped"] = int(sum(neg.values()))
-        return lf.with_columns(pl.when(pl.col(m) < 0).then(0).otherwise(pl.col(m))
-                               .cast(lf.collect_schema()[m]).alias(m) for m in neg), info
-    any_neg = pl.any_horizontal(*[pl.col(m) < 0 for m in neg])
-    info["dropped"] = int(lf.select(any_neg.sum()).collect().item())
-    return lf.filter(~any_neg.fill_null(False)), info
+    if inp.negatives == "drop":
+        info["dropped"] = row.get("dropped", 0)
+    if drop:
+        lf = lf.filter(~pl.any_horizontal(*drop).fill_null(False))
+    if changed:
+        lf = lf.with_columns(exprs[m].alias(m) for m in measures if m in changed)
+    return lf, info
 
 
-def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]) -> pl.LazyFrame:
+def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Author mode: key columns take their domain's type; a value that does not convert
+    becomes null and so falls outside the key set (never an error that depends on a value).
+
+    A number / text mismatch is left alone (the engine refuses it from the schema alone).
+    """
+    schema = lf.collect_schema()
+    textual = (pl.String, pl.Categorical, pl.Enum)
+    casts = []
+    for c in dict.fromkeys(c for t in spec.tables for c in t.by):
+        if c not in schema or c not in spec.domains:
+            continue
+        have, want = schema[c], spec.domains[c].dtype
+        if have == want:
+            continue
+        if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
+                (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
+            continue
+        casts.append(pl.col(c).cast(want, strict=False))
+    return lf.with_columns(casts) if casts else lf
+
+
+def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any]) -> pl.LazyFrame:
     """Add the derived key columns of direct releases.
 
     Coarse key columns come from the hierarchies when the input does not have them; national
-    releases get a constant key.
+    releases get a constant key. The joins keep the input's row order (accounting follows the
+    row id, but the order is kept anyway).
     """
     need: dict[str, tuple[str, str]] = {}
     national = False
@@ -606,10 +841,10 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: dict[str, str]) ->
                 if col not in schema:
                     need[col] = (h, fine)
     for col, (h, fine) in need.items():
-        mapping = spec.hierarchies[h].mapping.select(fine, col).unique()
+        mapping = spec.hierarchies[h].mapping.select(fine, col).unique(maintain_order=True)
         fine_dtype = lf.collect_schema()[fine]
         mapping = mapping.with_columns(pl.col(fine).cast(fine_dtype, strict=False))
-        lf = lf.join(mapping.lazy(), on=fine, how="left")
+        lf = lf.join(mapping.lazy(), on=fine, how="left", maintain_order="left")
     if national:
         lf = lf.with_columns(pl.lit("all", dtype=pl.String).alias(NATIONAL))
     return lf
@@ -642,7 +877,7 @@ def _rollup_keys(spec: ReleaseSpec, t: TableSpec, r: RollupSpec, table_keys: Key
     for col, (h, fine) in r.maps.items():
         m = spec.hierarchies[h].mapping.select(fine, col).unique()
         m = m.with_columns(pl.col(fine).cast(img.schema[fine], strict=False))
-        img = img.join(m, on=fine, how="left")
+        img = img.join(m, on=fine, how="left", maintain_order="left")
     return img.select(list(r.by)).unique(maintain_order=True).sort(list(r.by))
 
 
@@ -662,26 +897,120 @@ def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
     return df.drop(NATIONAL) if NATIONAL in df.columns else df
 
 
+class DataDependentFailure(DataValidationError):
+    """A run stopped after it had read the confidential data.
+
+    Whatever the cause (a value the rules refuse, a schema problem, a budget, a bug triggered
+    by a value), the message is always the same: it names no value, count, column or unit, so
+    the failure tells its reader only that the run failed. The details are written to
+    ``failure.json`` in the confidential folder (:attr:`failure_file`), readable by the owner
+    only. Nothing public is written.
+
+    Attributes:
+        failure_file: Where the details were written, or ``None`` if they could not be.
+
+    Example:
+        >>> err = DataDependentFailure(None, Path("conf"))
+        >>> isinstance(err, DataValidationError), "data-dependent failure" in str(err)
+        (True, True)
+    """
+
+    def __init__(self, failure_file: Path | None, confidential: Path) -> None:
+        self.failure_file = failure_file
+        where = (f"in {str(failure_file)!r}" if failure_file is not None else
+                 f"nowhere: they could not be written to {str(confidential)!r}")
+        super().__init__(
+            "data-dependent failure: the run stopped after reading the confidential data; "
+            "nothing public was written. The details (confidential: never publish them) are "
+            f"only {where}.\nHint: the curator reads the details there; a spec with "
+            'input.mode = "author" declares every data-quality rule so the data cannot stop '
+            "the run.")
+
+
+def _start_time() -> tuple[str, float]:
+    """The run's one timestamp: text for the manifest and POSIX seconds for file times."""
+    text = _timestamp()
+    t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return text, t.timestamp()
+
+
+def _spec_hints(text: str) -> str:
+    """Rewrite the engine's Python hints (``nulls='zero'``) as spec keys."""
+    import re
+
+    text = re.sub(r"nulls='(\w+)'", r'input.nulls = "\1" (or the table\'s nulls)', text)
+    text = text.replace("create the session with unit='<id column>'",
+                        'set input.unit = "<id column>" in the spec')
+    text = text.replace("the session's unit=", "input.unit")
+    text = text.replace("by=", "the table's by")
+    return spec_keys_hint(text)
+
+
+def _failure_details(err: BaseException, phase: str) -> dict[str, Any]:
+    import traceback
+
+    return {
+        "CONFIDENTIAL": "details of a failed run: may hold values of individual records; do "
+                        "not publish",
+        "phase": phase,
+        "error": type(err).__name__,
+        "message": _spec_hints(str(err)),
+        "confidential": getattr(err, "confidential", None),
+        "traceback": traceback.format_exception(type(err), err, err.__traceback__),
+    }
+
+
+def _write_failure(spec: ReleaseSpec, details: dict[str, Any], started: str) -> Path | None:
+    """Write ``failure.json`` (0600) into the confidential folder (0700), creating it."""
+    folder = spec.output.confidential
+    try:
+        made = not folder.exists()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if made:
+            folder.chmod(0o700)
+        target = folder / FAILURE_FILE
+        text = json.dumps(_finite_json({"release": spec.release.name, "started": started,
+                                        **details}), indent=2, default=str) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{FAILURE_FILE}.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+    except Exception:  # noqa: BLE001 - the failure itself is reported generically
+        return None
+
+
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
-                progress: Progress | None = None) -> ReleaseResult:
+                progress: Progress | None = None, test_seed: bool = False) -> ReleaseResult:
     """Run a release: read the input, release every table, derive rollups, write both folders.
 
-    Everything that can be checked without data is checked first (output folders, input
-    presence); nothing is written unless the whole run succeeds.
+    Everything that can be checked without data is checked first (seed, output folders, stale
+    staging folders of a killed run, input presence); those errors are ordinary exceptions.
+    Once the data has been read, every failure, whatever its cause, becomes one
+    :class:`DataDependentFailure` with a fixed message: the details go only to
+    ``failure.json`` in the confidential folder, and nothing public is written.
 
     Args:
         spec: A validated spec.
         overwrite: Replace existing output folders.
         progress: Optional callback ``(step, steps, description)``.
+        test_seed: Allow a spec with ``[randomness] seed`` (tests only): the public folder is
+            then marked not for publication (``NOT_FOR_PUBLICATION.txt`` and
+            ``"not_for_publication": true`` in the manifest and summary).
 
     Returns:
         The output locations and the public tables.
 
     Raises:
-        InvalidParameterError: An output folder exists and ``overwrite`` is false.
-        DataValidationError: The input is missing, unreadable, or holds values the release
-            cannot use (see the message).
-        BudgetExceededError: A release would take some unit past the spec's budget.
+        SpecError: The spec is seeded and ``test_seed`` is false, or the input is missing.
+        InvalidParameterError: An output folder exists and ``overwrite`` is false, or a
+            staging folder of another (or a killed) run cannot safely be removed.
+        DataDependentFailure: Anything went wrong after the data was read.
 
     Example:
         >>> import tabdp, pathlib, tempfile
@@ -698,19 +1027,113 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         >>> (res.confidential / "per_record_losses.parquet").exists()
         True
     """
+    report = progress or _no_progress
+    if spec.seed is not None and not test_seed:
+        raise SpecError(
+            "randomness.seed",
+            "the spec sets a seed, which makes the noise reproducible: anyone who learns it "
+            "can remove the noise. Seeded runs are for tests only and tabdp run refuses them "
+            "without an explicit flag. Nothing was read or written.\nHint: remove [randomness] "
+            "for a release (secure randomness), or pass --test-seed (run_release(..., "
+            "test_seed=True)) for a test: its public folder is marked NOT FOR PUBLICATION.")
+    targets = [spec.output.public, spec.output.confidential]
+    clean_stale_staging(targets)
+    _check_target(spec.output.public, overwrite, "public")
+    _check_target(spec.output.confidential, overwrite, "confidential")
+    started, epoch = _start_time()
+    summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
+    _check_input_present(spec)
+
+    details: dict[str, Any] | None = None
+    result: ReleaseResult | None = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = _run_with_data(spec, summary, started, epoch, overwrite, report, caught)
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # noqa: BLE001 - one generic failure once data was read
+            details = _failure_details(err, "after reading the input")
+            details["warnings"] = [str(w.message) for w in caught]
+    if details is not None:
+        # raised outside the except block: the exception carries no chained details
+        raise DataDependentFailure(_write_failure(spec, details, started),
+                                   spec.output.confidential)
+    assert result is not None
+    return result
+
+
+def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:
+    """The input columns the spec reads, with their roles and declared types (no data read).
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        One ``{"name", "role", "type"}`` per column: the unit, key columns (type of their
+        public domain), derived keys of direct rollups and measures (with their bounds).
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> cols = declared_schema(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> [(c["name"], c["role"]) for c in cols][:3]
+        [('estab_id', 'unit'), ('county', 'key'), ('naics2', 'key')]
+    """
+    out: dict[str, dict[str, Any]] = {}
+    inp = spec.input
+    if inp.unit is not None:
+        out[inp.unit] = {"name": inp.unit, "role": "unit",
+                         "type": "identifier (any type)",
+                         "rows_without_id": inp.unit_nulls}
+    for t in spec.tables:
+        for c in t.by:
+            if c in out:
+                continue
+            if c in spec.domains:
+                dtype = str(spec.domains[c].dtype)
+            elif t.keys_file is not None:
+                dtype = str(read_keys(t.keys_file, t.by, spec.domains).schema[c])
+            else:  # pragma: no cover - the spec guarantees a domain or a keys file
+                dtype = "unknown"
+            out[c] = {"name": c, "role": "key", "type": dtype}
+    for t in spec.tables:
+        for r in t.rollups:
+            if not r.direct:
+                continue
+            for c, (h, fine) in r.maps.items():
+                if c not in out:
+                    out[c] = {"name": c, "role": "derived key",
+                              "type": str(spec.domains[c].dtype) if c in spec.domains else None,
+                              "derived": f"from {fine!r} through hierarchy {h!r} (an input "
+                                         "column of that name is used instead if present)"}
+    for m in _measures_used(spec):
+        if m in out:
+            continue
+        col: dict[str, Any] = {"name": m, "role": "measure", "type": "numeric"}
+        if m in inp.bounds:
+            col["bounds"] = list(inp.bounds[m])
+        out[m] = col
+    return list(out.values())
+
+
+def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
+                   overwrite: bool, report: Progress, caught: list[Any]) -> ReleaseResult:
     from tabdp import __version__
     from tabdp.report.html import render_confidential_html, render_summary_html
 
-    report = progress or _no_progress
-    _check_target(spec.output.public, overwrite, "public")
-    _check_target(spec.output.confidential, overwrite, "confidential")
-    started = _timestamp()
-    summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     lf, input_schema = _scan_input(spec)
-    lf, negatives = _apply_negatives(spec, lf, input_schema)
+    if spec.input.unit is None:
+        # Records, not positions: each row gets its id before any join, filter or sort, and
+        # the session follows that id.
+        lf = lf.with_row_index(ROW_ID)
+    lf, negatives = _input_rules(spec, lf)
+    if spec.input.mode == "author":
+        lf = _author_key_casts(spec, lf)
     lf = _add_derived(spec, lf, input_schema)
 
-    session = Session(unit=spec.input.unit, seed=spec.seed,
+    session = Session(unit=spec.input.unit or ROW_ID, seed=spec.seed,
                       budget=None if spec.budget is None else spec.budget.rho)
     session.track_cells = True
     level = spec.release.level
@@ -736,12 +1159,12 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             target_keys = _rollup_keys(spec, t, r, keys)
             maps = {col: spec.hierarchies[h].mapping.select(fine, col).unique()
                     for col, (h, fine) in r.maps.items()}
-            with warnings.catch_warnings(record=True) as caught:
+            with warnings.catch_warnings(record=True) as rollup_caught:
                 warnings.simplefilter("always", RuntimeWarning)
                 rolled, _methods = rollup(wide, by=list(t.by), measures=measures,
                                           target_by=list(r.by), maps=maps, mechanisms=mechs,
                                           level=level, target_keys=target_keys)
-            if any(issubclass(w.category, RuntimeWarning) for w in caught):
+            if any(issubclass(w.category, RuntimeWarning) for w in rollup_caught):
                 # The numerical law had to coarsen its grid for this level's cell counts
                 # (public: they follow from the key sets): say so next to the method.
                 entry = next(e for e in _summary_table(summary, t.name)["rollups"]
@@ -767,11 +1190,15 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     report(step, steps, "writing outputs")
     rep = session.report(delta=spec.release.delta)
     per_record = rep.per_record
-    files = [*public, "manifest.json", "summary.json", "summary.html"]
+    if spec.input.unit is None and ROW_ID in per_record.columns:
+        per_record = per_record.rename({ROW_ID: ROW_LABEL})
+    seeded = spec.seed is not None
+    files = [*public, "manifest.json", "summary.json", "summary.html",
+             *([NOT_FOR_PUBLICATION] if seeded else [])]
     summary["kind"] = "release"
     summary["files"] = files
-    manifest = _manifest(spec, summary, input_schema, started, __version__)
-    confidential = _confidential(spec, session, negatives)
+    manifest = _manifest(spec, summary, started, __version__)
+    confidential = _confidential(spec, session, negatives, input_schema, caught)
     worst = _worst_cells(session)
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
@@ -780,12 +1207,18 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         (pub / "manifest.json").write_text(_json(manifest), encoding="utf-8")
         (pub / "summary.json").write_text(_json(summary), encoding="utf-8")
         (pub / "summary.html").write_text(render_summary_html(summary), encoding="utf-8")
+        if seeded:
+            (pub / NOT_FOR_PUBLICATION).write_text(
+                "NOT FOR PUBLICATION\n\nThis folder comes from a seeded test run (tabdp run "
+                "--test-seed): its noise can be reproduced by anyone who learns the seed, so "
+                "its tables protect no one. Do not publish any file of this folder.\n",
+                encoding="utf-8")
         per_record.write_parquet(conf / "per_record_losses.parquet")
         worst.write_parquet(conf / "worst_cells.parquet")
         (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
         (conf / "confidential_report.html").write_text(render_confidential_html({
             "release": summary["release"],
-            "unit": spec.input.unit or "row",
+            "unit": spec.input.unit or ROW_LABEL,
             "seed": spec.seed,
             "budget": summary["budget"],
             "per_record": per_record,
@@ -797,6 +1230,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             "counts": confidential["releases"],
             "top_n": 20,
         }), encoding="utf-8")
+        # Hygiene: every public file carries the manifest's one timestamp (no processing
+        # time leaks through mtimes); confidential files are the owner's only.
+        _set_tree(pub, epoch, None, None)
+        _set_tree(conf, None, 0o700, 0o600)
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()})
 
@@ -825,8 +1262,8 @@ def summary_grid(summary: dict[str, Any], table: str) -> dict[str, Any]:
     return {}
 
 
-def _manifest(spec: ReleaseSpec, summary: dict[str, Any], input_schema: dict[str, str],
-              started: str, version: str) -> dict[str, Any]:
+def _manifest(spec: ReleaseSpec, summary: dict[str, Any], started: str, version: str
+              ) -> dict[str, Any]:
     import narwhals
     import scipy
 
@@ -834,11 +1271,20 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], input_schema: dict[str
         "tabdp_version": version,
         "release": summary["release"],
         # one timestamp, taken before any data is read (a finish time would tell how long the
-        # confidential data took to process)
+        # confidential data took to process); every public file has it as its mtime
         "created": started,
-        "spec": {"file": spec.path.name if spec.path else None, "sha256": spec.sha256,
-                 "content": spec.raw},
-        "input": {"schema": input_schema, "unit": summary["unit"],
+        "not_for_publication": summary["not_for_publication"],
+        # The spec without [randomness] (the seed would let anyone remove the noise), and the
+        # hash of that redacted canonical form (the hash of the file's bytes covers the seed,
+        # and a small seed could be found by trying them all).
+        "spec": {"file": spec.path.name if spec.path else None,
+                 "sha256_redacted": spec.public_sha256,
+                 "hash_of": "canonical JSON (sorted keys, no spaces, UTF-8) of the spec without "
+                            "its [randomness] section",
+                 "redacted_sections": ["randomness"],
+                 "content": spec.public_raw},
+        # the declared input schema (what the spec reads and how), never the data's own
+        "input": {"columns": declared_schema(spec), "unit": summary["unit"],
                   "policies": summary["input_policies"]},
         "randomness": summary["randomness"],
         "budget": summary["budget"],
@@ -857,8 +1303,8 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], input_schema: dict[str
     }
 
 
-def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
-                  ) -> dict[str, Any]:
+def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any],
+                  input_schema: Mapping[str, str], caught: Sequence[Any]) -> dict[str, Any]:
     releases = {}
     for r in session.records:
         c = dict(r.confidential)
@@ -877,10 +1323,16 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
     return {
         "CONFIDENTIAL": "derived from individual records: do not publish",
         "seed": spec.seed,
+        "spec_sha256": spec.sha256,
         "units": summary["units"],
         "rho_max": summary["rho_max"],
         **{k: v for k, v in summary.items() if k.startswith("rho_q")},
         "negative_values_in_input": negatives["negative_values"],
+        "input_rules": {k: v for k, v in negatives.items()
+                        if k not in ("policy", "negative_values", "clipped", "dropped")},
+        # the schema the data actually has (the manifest lists the declared one)
+        "input_schema": dict(input_schema),
+        "warnings": [str(w.message) for w in caught],
         "releases": releases,
     }
 

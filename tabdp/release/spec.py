@@ -21,10 +21,23 @@ The TOML schema (every key not listed is refused)::
                                           # a hive-partitioned dataset folder, or a glob
     hive_partitioning = false       # optional bool; default: Polars' automatic detection
     unit = "estab_id"               # optional privacy-unit column; omitted: each row is a unit
+                                    # (followed by a row id assigned when the input is read)
+    mode = "curator"                # optional: "curator" (default: strict data-quality rules
+                                    # may stop the run, exit 4) or "author" (every data-quality
+                                    # rule below must be declared, so the run never fails on
+                                    # the data's values; checked before any data is read)
     nulls = "error"                 # optional default null policy: "error" | "zero" | "drop"
+                                    # (NaN counts as null)
     negatives = "error"             # optional, negative measure values: "error" (refuse the
                                     # run), "allow" (keep: signed measures), "zero" (clip to 0,
                                     # counted in the confidential report), "drop" (drop the row)
+    nonfinite = "error"             # optional, +inf / -inf measure values: "error", "zero",
+                                    # "drop" (drop the row) or "clamp" (to the bounds below)
+    bounds = { payroll = [0, 1e10] }  # optional public bounds per summed measure: values are
+                                    # clamped into [low, high] before anything is computed
+                                    # (required for every summed measure in author mode)
+    unit_nulls = "error"            # optional, rows whose unit id is null / NaN: "error" or
+                                    # "drop" (required: "drop" in author mode with a unit)
 
     [domains]                       # optional: public domain of a key column
     naics2 = ["11", "21", "22"]     # inline list (strings, integers or booleans; no duplicates)
@@ -41,8 +54,10 @@ The TOML schema (every key not listed is refused)::
     rho = 2.0                       # a number, or a curve {"1e3" = 0.5, "1e7" = 10.0}
 
     [randomness]                    # optional
-    seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY (the public
-                                    # outputs say so); omitted: secure OS randomness
+    seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY: `tabdp run`
+                                    # refuses it without --test-seed and marks the public
+                                    # folder NOT FOR PUBLICATION; the seed is never written to
+                                    # a public file; omitted: secure OS randomness
 
     [output]                        # required
     public = "../out/cbp/public"            # folder: must not exist (unless --overwrite)
@@ -141,6 +156,9 @@ __all__ = [
     "read_keys",
     "align_keys",
     "RESERVED_COLUMNS",
+    "redact_spec",
+    "public_spec_hash",
+    "spec_keys_hint",
 ]
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms`. The other keys of a
@@ -182,6 +200,10 @@ class ReleaseInfo:
 class InputSpec:
     """``[input]``: where the confidential data is and how to treat bad values.
 
+    ``mode`` is ``"curator"`` (strict data-quality rules allowed) or ``"author"`` (every rule
+    declared, so no value in the data can make the run fail). ``bounds`` maps a measure to its
+    public ``(low, high)``.
+
     ``path`` is absolute (resolved against the spec's folder). ``source`` is what Polars scans:
     the file, or a recursive glob ``<folder>/**/*.parquet`` for a folder, or the glob given.
     """
@@ -192,6 +214,10 @@ class InputSpec:
     unit: str | None = None
     nulls: str = "error"
     negatives: str = "error"
+    mode: str = "curator"
+    nonfinite: str = "error"
+    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    unit_nulls: str = "error"
 
 
 @dataclass(frozen=True)
@@ -299,7 +325,9 @@ class ReleaseSpec:
     Attributes:
         path: The spec file (absolute), or ``None`` when parsed from a dict.
         sha256: SHA-256 of the spec file's bytes (hex), or of the canonical JSON of the dict.
-        raw: The parsed TOML (for the manifest's echo).
+            It covers the seed: CONFIDENTIAL for a seeded spec (a small seed could be found by
+            trying them all), so it is never written to a public file.
+        raw: The parsed TOML (confidential when seeded: it holds the seed).
         release, input, domains, hierarchies, budget, seed, output, publication, plan,
         tables: The sections, validated. ``domains`` maps a key column to its public values
             (a one-column Polars Series named after the column), including every hierarchy level.
@@ -319,6 +347,62 @@ class ReleaseSpec:
     plan: PlanSpec
     tables: tuple[TableSpec, ...]
 
+    @property
+    def public_raw(self) -> dict[str, Any]:
+        """The spec without its ``[randomness]`` section: what the manifest may echo.
+
+        Example:
+            >>> redact_spec({"release": {"name": "x"}, "randomness": {"seed": 7}})
+            {'release': {'name': 'x'}}
+        """
+        return redact_spec(self.raw)
+
+    @property
+    def public_sha256(self) -> str:
+        """SHA-256 of the canonical JSON of :attr:`public_raw` (the hash outputs may publish).
+
+        Two specs that differ only in ``[randomness]`` have the same public hash, so it tells
+        nothing about the seed.
+        """
+        return public_spec_hash(self.raw)
+
+
+def redact_spec(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a parsed spec without the ``[randomness]`` section (the seed).
+
+    Args:
+        raw: The parsed TOML.
+
+    Returns:
+        The copy, safe to publish as far as randomness goes.
+
+    Example:
+        >>> redact_spec({"release": {"name": "x"}, "randomness": {"seed": 7}})
+        {'release': {'name': 'x'}}
+    """
+    return {k: copy.deepcopy(v) for k, v in raw.items() if k != "randomness"}
+
+
+def public_spec_hash(raw: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON of :func:`redact_spec` of ``raw``.
+
+    Canonical JSON: keys sorted, no whitespace, UTF-8, values that are not JSON (dates) as text.
+
+    Args:
+        raw: The parsed TOML.
+
+    Returns:
+        64 hex digits, independent of the seed.
+
+    Example:
+        >>> a = public_spec_hash({"release": {"name": "x"}, "randomness": {"seed": 7}})
+        >>> a == public_spec_hash({"release": {"name": "x"}, "randomness": {"seed": 8}})
+        True
+    """
+    text = json.dumps(redact_spec(raw), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 
 _SCHEMA = "the full schema is in the docstring of tabdp.release.spec"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -336,7 +420,11 @@ _ROOT_KEYS = ("release", "input", "domains", "hierarchies", "budget", "randomnes
               "publication", "plan", "tables")
 _ROOT_REQUIRED = ("release", "input", "output")  # and a non-empty "tables", checked apart
 _RELEASE_KEYS = ("name", "title", "description", "level", "delta")
-_INPUT_KEYS = ("path", "hive_partitioning", "unit", "nulls", "negatives")
+_INPUT_KEYS = ("path", "hive_partitioning", "unit", "mode", "nulls", "negatives", "nonfinite",
+               "bounds", "unit_nulls")
+_MODES = ("curator", "author")
+_NONFINITE = ("error", "zero", "drop", "clamp")
+_UNIT_NULLS = ("error", "drop")
 _HIERARCHY_KEYS = ("file", "levels")
 _DOMAIN_FILE_KEYS = ("file", "column")
 _OUTPUT_KEYS = ("public", "confidential", "plan")
@@ -607,8 +695,45 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
     negatives = _enum(d.get("negatives", "error"), "input.negatives", _NEGATIVES,
                       "'error' refuses negative values, 'allow' keeps signed values, 'zero' "
                       "clips them to 0, 'drop' drops the row.")
+    mode = _enum(d.get("mode", "curator"), "input.mode", _MODES,
+                 "'curator' (default) allows strict data-quality errors; 'author' requires "
+                 "every data-quality rule to be declared so the data can never stop the run.")
+    nonfinite = _enum(d.get("nonfinite", "error"), "input.nonfinite", _NONFINITE,
+                      "'error' refuses +inf / -inf values, 'zero' treats them as 0, 'drop' drops "
+                      "the row, 'clamp' replaces them by the measure's bounds (input.bounds).")
+    unit_nulls = _enum(d.get("unit_nulls", "error"), "input.unit_nulls", _UNIT_NULLS,
+                       "'error' refuses rows without a unit id, 'drop' drops them.")
+    bounds: dict[str, tuple[float, float]] = {}
+    if "bounds" in d:
+        bounds = _parse_bounds(d["bounds"], "input.bounds")
+    if nonfinite == "clamp" and not bounds:
+        _fail("input.nonfinite", "'clamp' replaces +inf / -inf by the measure's public bounds, "
+                                 "but input.bounds is not set.",
+              'add input.bounds = { payroll = [0, 1e10] } (one entry per summed measure), or '
+              'use nonfinite = "drop" or "zero".')
     return InputSpec(path=path, source=source, hive_partitioning=hive, unit=unit, nulls=nulls,
-                     negatives=negatives)
+                     negatives=negatives, mode=mode, nonfinite=nonfinite, bounds=bounds,
+                     unit_nulls=unit_nulls)
+
+
+def _parse_bounds(raw: Any, path: str) -> dict[str, tuple[float, float]]:
+    hint = ("public bounds per measure, e.g. bounds = { payroll = [0, 1e10], employment = "
+            "[0, 1e6] }; they must not be derived from the data.")
+    if not isinstance(raw, Mapping) or not raw:
+        _fail(path, f"must be a non-empty table of measure = [low, high]; got {_show(raw)} "
+                    f"({_tname(raw)}).", hint)
+    out: dict[str, tuple[float, float]] = {}
+    for key, value in raw.items():
+        kp = _join(path, str(key))
+        if not isinstance(value, list) or len(value) != 2:
+            _fail(kp, f"must be an array [low, high] of two numbers; got {_show(value)} "
+                      f"({_tname(value)}).", hint)
+        lo = _number(value[0], f"{kp}[0]", what="the lower bound", hint=hint)
+        hi = _number(value[1], f"{kp}[1]", what="the upper bound", hint=hint)
+        if not lo < hi:
+            _fail(kp, f"the lower bound must be below the upper bound; got {_show(value)}.", hint)
+        out[str(key)] = (lo, hi)
+    return out
 
 
 def _parse_domains(raw: Any, base: Path) -> dict[str, pl.Series]:
@@ -870,9 +995,50 @@ def _mechanism_error_path(path: str, err: Exception, given: Sequence[str]) -> st
     return path
 
 
+_CALL = re.compile(r"\b([A-Z][A-Za-z0-9]*)\(((?:\s*\w+\s*=\s*[^,()]+,?)+)\)")
+_KWARG = re.compile(r"(?<![=<>!\w])(\w+)=(?!=)")
+
+
+def spec_keys_hint(text: str) -> str:
+    r"""Rewrite a Python-style hint as spec keys: ``Cls(r=3.0, delta=1e-9)`` becomes
+    ``{ family = "...", r = 3.0, delta = 1e-9 }``, ``sigma=2.0`` becomes ``sigma = 2.0`` and
+    "pass x" becomes "add x".
+
+    Only the ``Hint:`` line is rewritten; the rest of the message is kept as it is.
+
+    Args:
+        text: An error message.
+
+    Returns:
+        The message with its hint in spec terms.
+
+    Example:
+        >>> spec_keys_hint("bad.\nHint: pass delta, e.g. Subbotin(r=3.0, delta=1e-9).")
+        'bad.\nHint: add delta, e.g. { family = "subbotin", r = 3.0, delta = 1e-9 }.'
+        >>> spec_keys_hint("sigma must be > 0.\nHint: e.g. sigma=2.0")
+        'sigma must be > 0.\nHint: e.g. sigma = 2.0'
+    """
+    if "Hint:" not in text:
+        return text
+    head, hint = text.split("Hint:", 1)
+    families = {v: k for k, v in MECHANISM_FAMILIES.items()}
+
+    def call(m: re.Match[str]) -> str:
+        family = families.get(m.group(1))
+        if family is None:
+            return m.group(0)
+        args = ", ".join(a.strip().replace("=", " = ", 1) for a in m.group(2).split(","))
+        return f'{{ family = "{family}", {args} }}'
+
+    hint = _CALL.sub(call, hint)
+    hint = _KWARG.sub(r"\1 = ", hint)
+    hint = re.sub(r"\bpass (\w+)", r"add \1", hint)
+    return f"{head}Hint:{hint}"
+
+
 def _with_hint(err: Exception, hint: str) -> str:
     text = str(err)
-    return text if "Hint" in text else f"{text}\nHint: {hint}"
+    return spec_keys_hint(text) if "Hint" in text else f"{text}\nHint: {hint}"
 
 
 def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
@@ -1276,7 +1442,7 @@ def load_spec(path: str | Path) -> ReleaseSpec:
 
 #: Columns of the public tables: no key column may have these names.
 RESERVED_COLUMNS = ("measure", "estimate", "sd", "moe", "cv", "flag", "cells",
-                    "_tabdp_national")
+                    "_tabdp_national", "__tabdp_row")
 
 
 def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpec | None
@@ -1334,6 +1500,68 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
                       "rollup file names join the rollup columns with '_': choose rollups "
                       "whose names differ.")
             files[name] = tp
+
+
+def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
+    """Bounds name summed measures; author mode declares every data-quality rule."""
+    summed = [m for t in tables if t.kind == "sum" for m in t.measures]
+    row_id = RESERVED_COLUMNS[-1]
+    if inp.unit == row_id or row_id in summed:
+        _fail("input.unit" if inp.unit == row_id else "tables",
+              f"{row_id!r} is the name of the row id tabdp assigns when each row is a unit.",
+              "rename the column in the data and the spec.")
+    for m in inp.bounds:
+        if m not in summed:
+            _fail(_join("input.bounds", m), f"{m!r} is not a measure of any sum table (measures: "
+                                           f"{_names(sorted(set(summed)))}).{_maybe(m, summed)}",
+                  "give bounds only for summed measures.")
+    if inp.nonfinite == "clamp":
+        unbounded = [m for m in dict.fromkeys(summed) if m not in inp.bounds]
+        if unbounded:
+            _fail("input.bounds", f"has no bounds for measure(s) {_names(unbounded)}, but "
+                                  "input.nonfinite = 'clamp' replaces +inf / -inf by the bounds.",
+                  "add bounds for every summed measure, or use nonfinite = \"drop\" or "
+                  "\"zero\".")
+    if inp.mode != "author":
+        return
+    if inp.unit is not None and inp.unit_nulls == "error":
+        _fail("input.unit_nulls", "is 'error' (the default), but in author mode (input.mode = "
+                                  "\"author\") every data-quality rule is declared up front, so "
+                                  "that no value in the data can stop the run.",
+              'set input.unit_nulls = "drop".')
+    if not summed:
+        return  # a release of counts only reads no measure values
+    why = ("in author mode (input.mode = \"author\") every data-quality rule is declared up "
+           "front, so that no value in the data can stop the run")
+    if inp.nulls == "error":
+        _fail("input.nulls", f"is 'error' (the default), but {why}.",
+              'set input.nulls = "zero" or "drop".')
+    for i, t in enumerate(tables):
+        if t.kind == "sum" and t.nulls == "error":
+            _fail(f"tables[{i}].nulls", f"is 'error', but {why}.",
+                  'set nulls = "zero" or "drop" (or remove it to use input.nulls).')
+    if inp.negatives == "error":
+        _fail("input.negatives", f"is 'error' (the default), but {why}.",
+              'set input.negatives = "zero", "drop" or "allow" (signed measures, additive '
+              "mechanisms only).")
+    if inp.nonfinite == "error":
+        _fail("input.nonfinite", f"is 'error' (the default), but {why}.",
+              'set input.nonfinite = "drop", "zero" or "clamp".')
+    missing = [m for m in dict.fromkeys(summed) if m not in inp.bounds]
+    if missing:
+        _fail("input.bounds", f"has no public bounds for measure(s) {_names(missing)}, but {why} "
+                              "(a huge value must not be able to stop the release).",
+              "add input.bounds = { " + ", ".join(f"{m} = [0, 1e10]" for m in missing)
+              + " } with bounds known without looking at the data.")
+    for i, t in enumerate(tables):
+        if t.kind == "sum" and getattr(t.mechanism, "requires_nonnegative", False):
+            signed = [m for m in t.measures if inp.bounds[m][0] < 0]
+            if inp.negatives == "allow" and signed:
+                _fail("input.negatives", f"is 'allow' and measure(s) {_names(signed)} may be "
+                                         f"negative (input.bounds), but tables[{i}] uses "
+                                         f"{type(t.mechanism).__name__}, which needs non-negative "
+                                         f"contributions; {why}.",
+                      'set input.negatives = "zero" or "drop", or lower bounds >= 0.')
 
 
 def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, Hierarchy],
@@ -1448,6 +1676,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
         names[table.name] = i
         tables.append(table)
     _check_tables(tables, inp, budget)
+    _check_input_rules(tables, inp)
     _check_paths(output, inp, hierarchies, d.get("domains") or {}, domains, tables, base, path)
     return ReleaseSpec(path=path, sha256=sha256, raw=copy.deepcopy(dict(data)), release=release,
                        input=inp, domains=domains, hierarchies=hierarchies, budget=budget,

@@ -375,9 +375,25 @@ _NEGATIVE_INPUT = {
     "zero": "negative values are replaced by 0 (counted in the confidential report)",
     "drop": "rows with a negative value are left out (counted in the confidential report)",
 }
+_MODES = {
+    "curator": "strict data-quality rules may stop the run (one generic failure; details only "
+               "for the curator)",
+    "author": "every data-quality rule is declared in the spec, so no value in the data can "
+              "stop the run",
+}
+_NONFINITE = {
+    "error": "the run stops if a measure has an infinite value",
+    "zero": "infinite values count as 0",
+    "drop": "rows with an infinite value are left out",
+    "clamp": "infinite values are replaced by the measure's public bounds",
+}
+_UNIT_NULLS = {
+    "error": "the run stops if a row has no unit id",
+    "drop": "rows without a unit id are left out",
+}
 _SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "record_sizes",
                  "tables", "total_policy_curve", "flag_codes", "columns", "files", "kind",
-                 "input_policies"}
+                 "input_policies", "not_for_publication"}
 _TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "calibration",
                "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
                "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
@@ -737,9 +753,9 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
                     "spec alone: no data has been read and no noise drawn. It shows what the "
                     "release would protect and how accurate its tables would be, for review "
                     "before the run.</p></div>")
-    if seeded:
-        body.append('<div class="callout warn" role="alert"><p><b>Not for production: '
-                    'seeded randomness.</b> The noise of this release '
+    if seeded or summary.get("not_for_publication"):
+        body.append('<div class="callout warn" role="alert"><p><b>Not for production, NOT FOR '
+                    'PUBLICATION: seeded randomness.</b> The noise of this release '
                     + ("would be" if is_plan else "was") + " drawn from a fixed seed, so anyone "
                     "who learns the seed can remove it. Seeded runs are for tests only; do not "
                     "publish their tables.</p>"
@@ -773,9 +789,11 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         "with their size. The loss is measured as per-record zero-concentrated differential "
         "privacy (PRzCDP, written ρ): ρ = 0 means the tables reveal nothing about the record, "
         "and the larger ρ, the more they could reveal about it.</p>",
-        "<p>tabdp never clips or caps values: no record is altered to limit its influence; "
-        "instead its loss depends on its size. Every cell of the public list of cells is "
-        "published with noise, including empty ones.</p>",
+        "<p>tabdp does not clip values to limit a record's influence: a record's loss "
+        "depends on its size instead. Only where the spec declares public bounds for a "
+        "measure (input rules below) are values clamped into them before anything is "
+        "computed. Every cell of the public list of cells is published with noise, including "
+        "empty ones.</p>",
     ]
     if delta is not None:
         prot.append(f"<p>Losses are also stated as (ε, δ)-differential privacy at δ = "
@@ -786,8 +804,19 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     if isinstance(pol, Mapping) and pol:
         pairs = []
         for k, v in pol.items():
-            text = {"nulls": _NULLS, "negatives": _NEGATIVE_INPUT}.get(str(k), {}).get(str(v))
-            label = {"nulls": "Missing values", "negatives": "Negative values"}.get(
+            if k == "bounds":
+                if v:
+                    pairs.append(("Public bounds (values clamped into them)", ", ".join(
+                        f"{_code(m)} [{_e(b[0])}, {_e(b[1])}]" for m, b in v.items())))
+                continue
+            if k == "unit_nulls" and unit == "row":
+                continue
+            text = {"nulls": _NULLS, "negatives": _NEGATIVE_INPUT, "mode": _MODES,
+                    "nonfinite": _NONFINITE, "unit_nulls": _UNIT_NULLS}.get(
+                str(k), {}).get(str(v))
+            label = {"nulls": "Missing values", "negatives": "Negative values",
+                     "mode": "Mode", "nonfinite": "Infinite values",
+                     "unit_nulls": "Rows without a unit id"}.get(
                 str(k), str(k).replace("_", " "))
             pairs.append((label, f"{_code(v)}" + (f": {html.escape(text)}" if text else "")))
         prot.append("<h3>Input rules</h3>" + _kv(pairs))
