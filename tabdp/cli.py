@@ -208,7 +208,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"  mechanism {t['mechanism']['class']}({params}); guarantee "
                   f"{t['guarantee']}\n")
         out.write(f"  {'record size':<36}{head}\n")
-        out.write(f"  {'rho of a unit in one cell':<36}" + "".join(
+        out.write(f"  {'rho of a unit in this table':<36}" + "".join(
             f"{_fmt(r['rho']):>10}" for r in t["table_policy_curve"]) + "\n")
         for m, rows in t["expected_error"].items():
             cells = "  ".join(f"{r['total']:.0e}: ±{_fmt(r['moe'])}" for r in rows)
@@ -217,6 +217,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"\n{'Total: record size':<38}{head}\n")
     out.write(f"{'Total rho per unit':<38}" + "".join(
         f"{_fmt(r['rho']):>10}" for r in s["total_policy_curve"]) + "\n")
+    out.write(f"These curves bound the loss of {s['curves_hold_for']}.\n")
     over = [r for r in s["budget_check"] if r["exceeds"]]
     if over:
         sizes_txt = ", ".join(f"{r['delta']:g} (planned {_fmt(r['planned_rho'])} > "

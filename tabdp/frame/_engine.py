@@ -388,10 +388,16 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     if unit_bad is not None:
         counters[f"null:{unit}"] = unit_bad
     names = list(counters)
-    if unit is None:
-        base = lf.with_row_index(ROW_ID).with_columns(keep)
-        fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-               for c in [*by, *measures]]
+    if unit is None or unit == ROW_ID:
+        # each row is a unit: no group-by. Row ids are assigned here (unit=None), or were
+        # assigned by the caller when it read the input (unit=ROW_ID, the release workflow).
+        if unit is None:
+            base = lf.with_row_index(ROW_ID).with_columns(keep)
+            fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
+                   for c in [*by, *measures]]
+        else:
+            base = lf.with_columns(keep)
+            fps = []
         plan = base.select(
             pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
             pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
@@ -410,6 +416,7 @@ class _Snapshot(NamedTuple):
     counts: dict[str, int]    # confidential counters over all rows read
     fingerprints: dict[str, int]
     rows_read: int
+    per_row: bool             # one row per unit (row ids): charges need no group-by
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules
@@ -433,23 +440,31 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             counts = {k: v for k, v in snap.counts.items()
                       if k.split(":", 1)[-1] in measures or k.startswith("null:")}
             fps = {c: f for c, f in snap.fingerprints.items() if c in cols}
-            return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read)
+            return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
+                             snap.per_row)
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules)
     data = plan.collect()
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
         if names else {}
     fps: dict[str, int] = {}
+    per_row = unit is None
     if unit is None:
         fp_cols = [c for c in data.columns if c.startswith("fp:")]
         if fp_cols:
             row = data.select(pl.col(c).sum() for c in fp_cols).row(0, named=True)
             fps = {c[3:]: int(v or 0) for c, v in row.items()}
         rows_read = data.height
+    elif unit == ROW_ID:
+        rows_read = data.height
+        per_row = not bool(data[ROW_ID].is_duplicated().any())
+        if not per_row:  # a join repeated rows: they are one unit (same result, group-by)
+            data = data.group_by(ROW_ID, *by, maintain_order=True).agg(
+                pl.exclude(ROW_ID, *by).sum())
     else:
         rows_read = int(data[_ALL].sum()) if data.height else 0
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
-    snap = _Snapshot(data, counts, fps, rows_read)
+    snap = _Snapshot(data, counts, fps, rows_read, per_row)
     if cacheable:
         sess._agg_cache.clear()
         sess._agg_cache[cache_key] = {
@@ -820,11 +835,11 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     rows_outside = int(data.filter(pl.col(_CELL).is_null())[_ALL].sum() or 0)
     # units whose rows were all dropped by a rule contribute nothing and pay nothing
     inside = inside.filter(pl.col(_ROWS) > 0)
-    inside, cells_dropped = _bound_contributions(inside, uid, unit is not None, kind,
+    inside, cells_dropped = _bound_contributions(inside, uid, not snap.per_row, kind,
                                                  measure_list, bits, max_cells, max_rows)
 
     # 3. Per-unit losses and the individual filter.
-    charges, cell_rho = _charges(inside, uid, unit is None, policy, kind, bits)
+    charges, cell_rho = _charges(inside, uid, snap.per_row, policy, kind, bits)
     admitted = sess.admit(charges)
     losses = charges.losses(admitted)
     left_out = np.zeros(charges.n, dtype=bool)
@@ -838,7 +853,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         ok = admitted[cur]
         if ok.all():
             continue
-        if unit is None:
+        if snap.per_row:
             out_rows = pl.Series(~ok)  # charges are aligned with the inside rows
         else:
             out_rows = work[uid].is_in(charges.units.filter(pl.Series(~ok)).implode(),
@@ -908,7 +923,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
         losses=losses, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
-        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if unit is None else
+        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if snap.per_row else
                              {"max_cells": max_cells, "max_rows": max_rows}))
     sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:

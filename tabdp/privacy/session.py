@@ -120,7 +120,8 @@ class Session:
         self._fingerprints: dict[str, int] = {}
         # The ledger: per unit (row id in row mode), its loss components and, under a curve
         # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
-        self._ledger: DenseLedger | UnitLedger = DenseLedger() if unit is None else UnitLedger()
+        self._ledger: DenseLedger | UnitLedger = (
+            DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
         # Snapshot of the last frame released, reused by a later release of the same frame
         # object with the same grouping (e.g. a count after a sum): one pass over records.
         self._agg_cache: dict[Any, dict[str, Any]] = {}
@@ -334,6 +335,10 @@ class Session:
                 f"mode={self.mode!r}, releases={len(self.records)})")
 
 
+#: Row ids assigned by a caller that read the input itself (the release workflow): a session
+#: with this unit keeps a dense ledger by row id.
+ROW_ID_COLUMN = "__tabdp_row"
+
 #: Session modes (see :class:`Session`).
 MODES = ("curator", "author")
 
@@ -453,7 +458,7 @@ class Report:
         recs = [r for r in s.records if r.losses is not None]
         shown = ("rho", "epsilon", "size")
         if isinstance(s._ledger, DenseLedger):
-            ledger = s._ledger.frame(s._n_rows or 0)
+            ledger = s._ledger.frame(s._n_rows if s._n_rows is not None else s._ledger.n)
         else:
             ledger = s._ledger.frame()
         for c in ("rho", "epsilon", "size", *COMPONENTS):
@@ -468,7 +473,7 @@ class Report:
                 self._eps_delta(comps) if ledger.height else np.zeros(0), dtype=pl.Float64))
         for r in recs:
             assert r.losses is not None
-            if s.unit is None:  # row ids: dense columns
+            if isinstance(s._ledger, DenseLedger):  # row ids: dense columns
                 col = np.zeros(out.height)
                 ids = np.asarray(r.losses.units, dtype=np.int64)
                 col[ids[ids < out.height]] = r.losses.rho[ids < out.height]
@@ -568,7 +573,7 @@ class Report:
         """
         s = self.session
         if isinstance(s._ledger, DenseLedger):
-            frame = s._ledger.frame(s._n_rows or 0)
+            frame = s._ledger.frame(s._n_rows if s._n_rows is not None else s._ledger.n)
         else:
             frame = s._ledger.frame()
         rho = frame["rho"].to_numpy() if "rho" in frame.columns else np.zeros(frame.height)

@@ -235,9 +235,12 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     tables = []
     entries: list[tuple[Mechanism, int]] = []
     rows = float(spec.plan.count_rows)
+    # A unit touches at most max_cells cells of a table (enforced with a unit; one cell per
+    # table for row units) and counts at most plan.count_rows rows in a count cell (enforced).
+    cells = spec.input.max_cells or 1
     for t in spec.tables:
         mech = _table_mechanism(t)
-        k = _charges(mech, t)
+        k = _charges(mech, t) * cells
         measures = _released_measures(t)
         direct = [r for r in t.rollups if r.direct]
         one = total_policy_curve([(mech, 1)], sizes, delta)
@@ -323,6 +326,10 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                            "unit_nulls": spec.input.unit_nulls},
         "record_sizes": [float(s) for s in sizes],
         "count_rows_assumed": spec.plan.count_rows,
+        "contribution_bounds": {
+            "max_cells_per_table": 1 if spec.input.unit is None else spec.input.max_cells,
+            "max_rows_per_count_cell": 1 if spec.input.unit is None else spec.plan.count_rows},
+        "curves_hold_for": _curves_hold_for(spec),
         "tables": tables,
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
         "budget_check": _budget_check(spec, total),
@@ -881,15 +888,32 @@ def _rollup_keys(spec: ReleaseSpec, t: TableSpec, r: RollupSpec, table_keys: Key
     return img.select(list(r.by)).unique(maintain_order=True).sort(list(r.by))
 
 
+def _curves_hold_for(spec: ReleaseSpec) -> str:
+    """Which units the planned curves bound (public: it follows from the spec)."""
+    if spec.input.unit is None or spec.input.max_cells is not None:
+        return "every unit"
+    text = ("units contributing to one cell of each table (input.max_cells is not set: a unit "
+            "in k cells of a table pays up to k times that table's curve)")
+    if spec.budget is not None:
+        text += "; the budget bounds every unit's total"
+    return text
+
+
 def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
-             session: Session, name: str, level: float) -> pl.DataFrame:
+             session: Session, name: str, level: float, spec: ReleaseSpec) -> pl.DataFrame:
+    """One table: with a unit, the public contribution bounds the plan assumes are enforced
+    (``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a count cell)."""
     by_cols = list(by) if by else [NATIONAL]
+    multi = spec.input.unit is not None
+    max_cells = spec.input.max_cells if multi else None
     if t.kind == "sum":
         out = lf.dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
-                        session=session, level=level, nulls=t.nulls, name=name, grid=t.grid)
+                        session=session, level=level, nulls=t.nulls, name=name, grid=t.grid,
+                        max_cells=max_cells)
     else:
         out = lf.dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
-                          name=name, grid=t.grid)
+                          name=name, grid=t.grid, max_cells=max_cells,
+                          max_rows=spec.plan.count_rows if multi else None)
     return out  # type: ignore[no-any-return]
 
 
@@ -1146,7 +1170,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         keys = _table_keys(spec, t)
         step += 1
         report(step, steps, f"releasing {t.name} ({len(keys):,} cells)")
-        wide = _strip_national(_release(lf, t, mech, t.by, keys, session, t.name, level))
+        wide = _strip_national(_release(lf, t, mech, t.by, keys, session, t.name, level,
+                                        spec))
         # Rollup sums of grid multiples are rounded back to the grid (additive mechanisms only:
         # a transformation mechanism's grid is in transformed space).
         grid = {} if _transformation(mech) else summary_grid(summary, t.name)
@@ -1182,7 +1207,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                 dkeys = _domain_keys(spec, r.by) if target_keys is None else \
                     KeySet.from_frame(target_keys)
                 direct = _strip_national(_release(lf, t, mech, r.by, dkeys, session,
-                                                  f"{t.name}__{r.label}", level))
+                                                  f"{t.name}__{r.label}", level, spec))
                 public[_file_name(t, r, direct=True)] = publish(
                     direct, keys=list(r.by), measures=measures, rules=t.publication, grid=grid)
 

@@ -38,6 +38,10 @@ The TOML schema (every key not listed is refused)::
                                     # (required for every summed measure in author mode)
     unit_nulls = "error"            # optional, rows whose unit id is null / NaN: "error" or
                                     # "drop" (required: "drop" in author mode with a unit)
+    max_cells = 10                  # optional, with a unit: cells one unit may contribute to
+                                    # in each table (beyond them its largest contributions are
+                                    # kept); makes the planned curves bounds for every unit.
+                                    # Counts also cap a unit's rows per cell at plan.count_rows
 
     [domains]                       # optional: public domain of a key column
     naics2 = ["11", "21", "22"]     # inline list (strings, integers or booleans; no duplicates)
@@ -218,6 +222,7 @@ class InputSpec:
     nonfinite: str = "error"
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     unit_nulls: str = "error"
+    max_cells: int | None = None
 
 
 @dataclass(frozen=True)
@@ -421,7 +426,7 @@ _ROOT_KEYS = ("release", "input", "domains", "hierarchies", "budget", "randomnes
 _ROOT_REQUIRED = ("release", "input", "output")  # and a non-empty "tables", checked apart
 _RELEASE_KEYS = ("name", "title", "description", "level", "delta")
 _INPUT_KEYS = ("path", "hive_partitioning", "unit", "mode", "nulls", "negatives", "nonfinite",
-               "bounds", "unit_nulls")
+               "bounds", "unit_nulls", "max_cells")
 _MODES = ("curator", "author")
 _NONFINITE = ("error", "zero", "drop", "clamp")
 _UNIT_NULLS = ("error", "drop")
@@ -711,9 +716,21 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
                                  "but input.bounds is not set.",
               'add input.bounds = { payroll = [0, 1e10] } (one entry per summed measure), or '
               'use nonfinite = "drop" or "zero".')
+    max_cells = None
+    if "max_cells" in d:
+        v = d["max_cells"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            _fail("input.max_cells", f"must be a whole number >= 1; got {_show(v)} "
+                                     f"({_tname(v)}).",
+                  "e.g. max_cells = 10: the cells one unit may contribute to in each table.")
+        if unit is None:
+            _fail("input.max_cells", "bounds the cells of a multi-row unit, but input.unit is "
+                                     "not set (each row is in one cell already).",
+                  "set input.unit, or remove input.max_cells.")
+        max_cells = int(v)
     return InputSpec(path=path, source=source, hive_partitioning=hive, unit=unit, nulls=nulls,
                      negatives=negatives, mode=mode, nonfinite=nonfinite, bounds=bounds,
-                     unit_nulls=unit_nulls)
+                     unit_nulls=unit_nulls, max_cells=max_cells)
 
 
 def _parse_bounds(raw: Any, path: str) -> dict[str, tuple[float, float]]:
