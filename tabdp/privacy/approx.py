@@ -59,10 +59,16 @@ from tabdp.noise.logconcave import (
     subbotin_log_norm,
     subbotin_variance,
 )
-from tabdp.privacy.conversions import gdp_delta
+from tabdp.privacy.conversions import (
+    _gdp_eps_solve,
+    _gdp_log_delta_vec as gdp_log_delta_at,
+    gdp_delta,
+    gdp_log_delta,
+)
 
 __all__ = [
     "FAMILIES",
+    "DELTA_FLOOR_GENERIC",
     "min_scale",
     "epsilon_for_scale",
     "delta_for_scale",
@@ -87,6 +93,13 @@ _DIRECT_MAX = 4096
 _NODE_STEP = 0.005
 #: Above this ε the bracket bound b + S⁻¹(δ) is returned (valid, within ~0.1 %; see _eps_bound).
 _EPS_HUGE = 1e6
+#: Smallest δ accepted for Subbotin_r with r ∉ {1, 2} (the generic algorithm works with δ itself,
+#: whose tails lose their relative accuracy as they approach the subnormal range ~2.2e-308).
+#: Laplace, Logistic and the Gaussian have no floor: every δ > 0 a double can hold works.
+DELTA_FLOOR_GENERIC = 1e-300
+#: The generic algorithm calibrates to δ·(1 − margin) and reports δ(ε)·(1 + margin): its float
+#: evaluation errs by up to ~2e-9 relative in δ (checked against 50-digit arithmetic).
+_GENERIC_MARGIN = 1e-7
 
 
 # -------------------------------------------------------------------------------------------------
@@ -131,6 +144,18 @@ def _check_delta(delta: Any, owner: str) -> float:
     return check_real("delta", delta, owner=owner, ge=0.0, lt=1.0,
                       hint="delta is the probability allowed to escape the eps bound, in [0, 1); "
                            "agencies use values far below 1/n, e.g. delta=1e-9")
+
+
+def _check_generic_floor(delta: float, r: float | None, owner: str) -> None:
+    """Refuse 0 < δ < DELTA_FLOOR_GENERIC for Subbotin_r with r ∉ {1, 2}."""
+    if 0.0 < delta < DELTA_FLOOR_GENERIC:
+        raise InvalidParameterError(
+            f"{owner}: delta={delta!r} is below {DELTA_FLOOR_GENERIC:g}, the smallest delta "
+            f"supported for Subbotin noise with r={r!r} (r not 1 or 2): its calibration works "
+            "with delta itself, which loses its relative accuracy near the subnormal range of "
+            f"floating point, so no safe answer is guaranteed below {DELTA_FLOOR_GENERIC:g}.\n"
+            f"Hint: use delta >= {DELTA_FLOOR_GENERIC:g}, or a family that is exact for every "
+            "delta > 0: 'gaussian' (r=2), 'laplace' (r=1) or 'logistic'.")
 
 
 def _check_epsilon(epsilon: Any, owner: str) -> float:
@@ -222,9 +247,13 @@ class _Law:
             return 0.5 * erf(x / _SQRT2)
         return 0.5 * subbotin_center_mass(self.r, x)
 
-    def mass(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """P(lo < X < hi) for 0 ≤ lo < hi on a short interval, by 12-point Gauss–Legendre."""
-        mid, half = 0.5 * (hi + lo), 0.5 * (hi - lo)
+    def mass(self, u: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """P(u − b < X < u) for 0 ≤ u − b on a short interval, by 12-point Gauss–Legendre.
+
+        The width is b itself, not ``u − (u − b)``: for b far below the rounding of u that
+        difference loses b, and with it the whole mass.
+        """
+        mid, half = u - 0.5 * b, 0.5 * b
         tot = np.zeros(np.shape(mid))
         with np.errstate(over="ignore"):
             for t, w in zip(_GL_X, _GL_W, strict=True):
@@ -291,7 +320,7 @@ def _hockey(u: np.ndarray, b: np.ndarray, e: np.ndarray | float,
         short = big & (b * u ** (law.r - 1.0) <= 0.5)
         if np.any(short):
             uq, bq = u[short], b[short]
-            out[short] = (law.mass(uq - bq, uq)
+            out[short] = (law.mass(uq, bq)
                           - np.expm1(np.minimum(e[short], 1.0)) * np.exp(lns[short]))
         far = big & ~short
         if np.any(far):
@@ -526,8 +555,31 @@ def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.nda
         return np.maximum(e, 0.0)
     if delta == 0.0:
         return np.full(b.shape, np.inf)
-    law = _law(2.0 if kind == "gaussian" else float(r))  # type: ignore[arg-type]
-    return _eps_generic(b, delta, law)
+    if kind == "gaussian":
+        return _eps_gauss(b, delta)
+    return _eps_generic(b, delta * (1.0 - _GENERIC_MARGIN), _law(float(r)))  # type: ignore[arg-type]
+
+
+def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
+    """Gaussian ε at δ for distinct finite b = Δ/σ > 0, exact in log space for every δ > 0.
+
+    Up to ``_DIRECT_MAX`` values (or δ < 1e-300), the safeguarded Newton solver of
+    :func:`tabdp.privacy.conversions.gdp_epsilon` on the log-space δ. Beyond, the fast
+    interpolated solution of the generic algorithm, pushed up by 2e-11 relative, is kept where
+    the log-space δ verifies it; the others are solved exactly.
+    """
+    ln_delta = math.log(delta)
+    if b.size <= _DIRECT_MAX or delta < 1e-300:
+        return _gdp_eps_solve(b, ln_delta)
+    with np.errstate(all="ignore"):
+        guess = _eps_generic(b, delta, _law(2.0)) * (1.0 + 2e-11) + 1e-300
+    out = np.asarray(guess, dtype=np.float64).copy()
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(guess) & (gdp_log_delta_at(b, guess) <= ln_delta)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        out[bad] = _gdp_eps_solve(b[bad], ln_delta)
+    return out
 
 
 def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.ndarray:
@@ -540,16 +592,33 @@ def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.nda
         return np.where(b > eps, np.clip(val, 0.0, 1.0), 0.0)
     if kind == "gaussian":
         return gdp_delta(b, eps)
-    return _delta_generic(b, eps, _law(float(r)))  # type: ignore[arg-type]
+    law = _law(float(r))  # type: ignore[arg-type]
+    d = _delta_generic(b, eps, law) * (1.0 + _GENERIC_MARGIN)
+    low = d < 1e-290
+    if np.any(low):
+        # δ(ε) ≤ S(u − b) (the first term of the hockey stick), from the log tail: an upper bound
+        # where δ itself nears the subnormal range (see DELTA_FLOOR_GENERIC)
+        u = _u_for_eps(b[low], eps, law.r)
+        with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+            bound = np.nextafter(np.exp(law.logsf(np.maximum(u - b[low], 0.0)) + 1e-9), np.inf)
+        d[low] = np.where(np.isfinite(u), np.maximum(d[low], bound), 0.0)
+    return np.clip(d, 0.0, 1.0)
 
 
 # -------------------------------------------------------------------------------------------------
 # minimal scale
 # -------------------------------------------------------------------------------------------------
-def _search_log_scale(delta_of: Callable[[float], float], delta: float, what: str) -> float:
-    """Smallest s with delta_of(s) ≤ δ (delta_of decreasing in s); brentq on ln s, rounded up."""
+def _search_log_scale(log_delta_of: Callable[[float], float], delta: float, what: str) -> float:
+    """Smallest s with δ(s) ≤ δ (δ(s) decreasing in s); brentq on ln s, rounded up.
+
+    ``log_delta_of(s)`` is ln δ(s) (an upper bound), compared with ln δ: no δ is ever formed,
+    so subnormal δ are searched as accurately as any other.
+    """
+    ln_delta = math.log(delta)
+
     def f(x: float) -> float:
-        return delta_of(math.exp(x)) - delta
+        # finite for brentq; any value below ln(5e-324) − 1 is as decisive as −inf
+        return max(float(log_delta_of(math.exp(x))), -1e6) - ln_delta
 
     a, fa = 0.0, f(0.0)
     step = 1.0
@@ -572,7 +641,7 @@ def _search_log_scale(delta_of: Callable[[float], float], delta: float, what: st
     # Round up until the condition is verified (floating point noise only).
     for _ in range(50):
         s *= 1.0 + 1e-12
-        if delta_of(s) <= delta:
+        if log_delta_of(s) <= ln_delta:
             return s
     raise CalibrationError(  # pragma: no cover - numerical safety net
         f"min_scale: the root found for {what} does not verify (delta({s!r}) > {delta!r}).\n"
@@ -590,16 +659,22 @@ def _unit_scale(kind: str, eps: float, delta: float, r: float | None) -> float:
         return 1.0 / (eps + 2.0 * math.log1p(root * math.exp(-0.5 * eps))
                       - 2.0 * math.log1p(-delta))
     if kind == "gaussian":
-        return _search_log_scale(lambda s: float(gdp_delta(1.0 / s, eps)), delta,
+        return _search_log_scale(lambda s: float(gdp_log_delta(1.0 / s, eps)), delta,
                                  f"gaussian (eps={eps!r}, delta={delta!r})")
     law = _law(float(r))  # type: ignore[arg-type]
     if eps == 0.0:
         # u = b/2: the total variation P(1/r, (b/2)^r/r) = δ in closed form.
-        b0 = law.b_zero(delta)
+        b0 = law.b_zero(delta * (1.0 - _GENERIC_MARGIN))
         s = 1.0 / b0
         return s * (1.0 + 1e-12)
-    return _search_log_scale(lambda s: float(_delta_generic(np.array([1.0 / s]), eps, law)[0]),
-                             delta, f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})")
+    def log_delta(s: float) -> float:
+        d = float(_delta_generic(np.array([1.0 / s]), eps, law)[0])
+        return math.log(d) if d > 0.0 else -math.inf
+
+    return _search_log_scale(
+        log_delta,
+        delta * (1.0 - _GENERIC_MARGIN),
+        f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})")
 
 
 def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.0,
@@ -647,6 +722,8 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
             "achieves.\nHint: allow epsilon > 0 (e.g. 1.0) or delta > 0 (e.g. 1e-9).")
     if dlt == 0.0 and kind in ("gaussian", "generic"):
         raise _no_pure(fam, rr, owner)
+    if kind == "generic":
+        _check_generic_floor(dlt, rr, owner)
     return sens * _unit_scale(kind, eps, dlt, rr)
 
 
@@ -691,6 +768,8 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
     dlt = _check_delta(delta, owner)
     d = _sensitivities(sensitivity, owner)
     kind = _kind(fam, rr)
+    if kind == "generic":
+        _check_generic_floor(dlt, rr, owner)
     out = np.zeros(d.shape)
     flat_d, flat_o = d.reshape(-1), out.reshape(-1)
     flat_o[np.isinf(flat_d)] = np.inf
@@ -893,6 +972,9 @@ def choose_subbotin_r(epsilon: float, delta: float,
             f"{owner}: r_grid is empty.\nHint: pass shapes >= 1, e.g. r_grid=[1, 1.5, 2, 3, 4], "
             "or leave r_grid=None for the seed's grid 1, 1.5, ..., 14.")
     grid = sorted({_check_subbotin_r(x, owner) for x in grid_in})
+    for rr in grid:
+        if rr not in (1.0, 2.0):
+            _check_generic_floor(dlt, rr, owner)
     rows = []
     for rr in grid:
         if callable(sensitivity):
