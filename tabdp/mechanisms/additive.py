@@ -296,10 +296,12 @@ class Laplace(AdditiveMechanism):
             >>> round(float(Laplace(scale=0.99980003).approx_epsilon(1.0, 1e-4)), 6)
             1.0
         """
+        from tabdp.privacy.approx import epsilon_for_scale
         from tabdp.privacy.conversions import check_dp_delta
 
         dd = check_dp_delta(delta, "Laplace.approx_epsilon")
-        return np.maximum(_delta(sensitivity) / self.scale + 2.0 * math.log1p(-dd), 0.0)
+        # the closed form, rounded up by a bound on its rounding error
+        return epsilon_for_scale("laplace", self.scale, dd, _delta(sensitivity))
 
     def params(self) -> dict[str, Any]:
         """Public parameters.

@@ -86,6 +86,8 @@ FAMILIES: tuple[str, ...] = ("laplace", "logistic", "gaussian", "subbotin")
 DEFAULT_R_GRID: tuple[float, ...] = tuple(1.0 + 0.5 * i for i in range(27))
 
 _SQRT2 = math.sqrt(2.0)
+#: Unit roundoff bound used to round closed forms toward privacy (2^-52).
+_U = 2.0**-52
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(12)
 #: Up to this many distinct values of Δ/scale, epsilon_for_scale solves each one directly.
 _DIRECT_MAX = 4096
@@ -547,11 +549,16 @@ def _eps_generic(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
 def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.ndarray:
     """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm)."""
     if kind == "laplace":
-        return np.maximum(b + 2.0 * math.log1p(-delta), 0.0)
+        # ε = b + 2·ln(1 − δ), plus a bound on its rounding error (b included: it is Δ/s rounded)
+        t2 = 2.0 * math.log1p(-delta)
+        return np.maximum(b + t2 + 4.0 * _U * (b - t2), 0.0)
     if kind == "logistic":
-        # Inverting Thm 4: ε = b + 2·ln(1 − sqrt(δ·(1 − e^{−b}))).
-        with np.errstate(invalid="ignore"):
-            e = b + 2.0 * np.log1p(-np.sqrt(delta * -np.expm1(-b)))
+        # Inverting Thm 4: ε = b + 2·ln(1 − sqrt(δ·(1 − e^{−b}))); sqrt(δ) apart, so a subnormal δ
+        # does not lose its digits in the product. Rounded up by a bound on the rounding error.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q = math.sqrt(delta) * np.sqrt(-np.expm1(-b))
+            t2 = 2.0 * np.log1p(-q)
+            e = b + t2 + 8.0 * _U * (b - t2 + q / (1.0 - q))
         return np.maximum(e, 0.0)
     if delta == 0.0:
         return np.full(b.shape, np.inf)
@@ -584,11 +591,17 @@ def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
 
 def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.ndarray:
     """δ(ε) for finite b > 0."""
-    if kind == "laplace":
-        return np.where(b > eps, -np.expm1(0.5 * (eps - b)), 0.0)
-    if kind == "logistic":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            val = np.expm1(0.5 * (eps - b)) ** 2 / -np.expm1(-b)
+    if kind in ("laplace", "logistic"):
+        # Closed forms, rounded up: x = (ε − b)/2 lowered by a bound on its rounding error (b is
+        # Δ/s rounded), the result raised by a few units in the last place (and one subnormal).
+        with np.errstate(invalid="ignore", divide="ignore", under="ignore"):
+            x = 0.5 * (eps - b) - 2.0 * _U * (eps + b)
+            if kind == "laplace":
+                val = -np.expm1(x) * (1.0 + 4.0 * _U)
+            else:   # (1 − e^x)²/(1 − e^{−b}), in logs: the square may underflow
+                val = np.exp(2.0 * np.log(-np.expm1(x))
+                             - np.log(-np.expm1(-b * (1.0 - 2.0 * _U)))) * (1.0 + 8.0 * _U)
+            val = np.nextafter(val, np.inf)
         return np.where(b > eps, np.clip(val, 0.0, 1.0), 0.0)
     if kind == "gaussian":
         return gdp_delta(b, eps)
@@ -651,13 +664,17 @@ def _search_log_scale(log_delta_of: Callable[[float], float], delta: float, what
 @functools.lru_cache(maxsize=4096)
 def _unit_scale(kind: str, eps: float, delta: float, r: float | None) -> float:
     """Minimal scale at Δ = 1 (Lemma 2: s(ε, δ, Δ) = Δ·s(ε, δ, 1))."""
+    # Closed forms: sums of terms of one sign, so a few units in the last place cover rounding
+    # (δ > 0; the pure case δ = 0 is the correctly rounded 1/ε of Remark 3, as always).
+    up = 1.0 if delta == 0.0 else 1.0 + 16.0 * _U
     if kind == "laplace":
-        return 1.0 / (eps - 2.0 * math.log1p(-delta))
+        return 1.0 / (eps - 2.0 * math.log1p(-delta)) * up
     if kind == "logistic":
-        # Thm 4: 2·ln((e^{ε/2} + sqrt(δ(e^ε + δ − 1)))/(1 − δ)), evaluated with log1p/expm1.
-        root = math.sqrt(delta * (math.expm1(eps) + delta))
+        # Thm 4: 2·ln((e^{ε/2} + sqrt(δ(e^ε + δ − 1)))/(1 − δ)), evaluated with log1p/expm1
+        # (sqrt(δ) apart: δ·δ underflows for subnormal δ).
+        root = math.sqrt(delta) * math.sqrt(math.expm1(eps) + delta)
         return 1.0 / (eps + 2.0 * math.log1p(root * math.exp(-0.5 * eps))
-                      - 2.0 * math.log1p(-delta))
+                      - 2.0 * math.log1p(-delta)) * up
     if kind == "gaussian":
         return _search_log_scale(lambda s: float(gdp_log_delta(1.0 / s, eps)), delta,
                                  f"gaussian (eps={eps!r}, delta={delta!r})")
@@ -700,7 +717,10 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
     Raises:
         InvalidParameterError: On an invalid argument, ε = δ = 0, or δ = 0 for a family without
             pure DP (Thm 6).
-        CalibrationError: If the search fails (extreme arguments).
+        InvalidParameterError: For Subbotin with r ∉ {1, 2} and δ below
+            :data:`DELTA_FLOOR_GENERIC` (1e-300).
+        CalibrationError: If the minimal scale exceeds the double range, or the search fails
+            (extreme arguments).
 
     Example:
         >>> round(min_scale("laplace", 1.0, 1e-4), 8), round(min_scale("logistic", 1.0, 1e-4), 8)
@@ -724,7 +744,14 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
         raise _no_pure(fam, rr, owner)
     if kind == "generic":
         _check_generic_floor(dlt, rr, owner)
-    return sens * _unit_scale(kind, eps, dlt, rr)
+    out = sens * _unit_scale(kind, eps, dlt, rr)
+    if not math.isfinite(out):
+        raise CalibrationError(
+            f"{owner}: the minimal {fam} scale for epsilon={eps!r}, delta={dlt!r} at "
+            f"sensitivity={sens!r} exceeds the largest double (about 1.8e308), so no finite "
+            "scale is private.\nHint: allow a larger epsilon or delta, or express the data in "
+            "other units (a smaller sensitivity).")
+    return out
 
 
 # -------------------------------------------------------------------------------------------------
