@@ -86,6 +86,8 @@ FAMILIES: tuple[str, ...] = ("laplace", "logistic", "gaussian", "subbotin")
 DEFAULT_R_GRID: tuple[float, ...] = tuple(1.0 + 0.5 * i for i in range(27))
 
 _SQRT2 = math.sqrt(2.0)
+#: The scale search stays within exp(±709): normal doubles with a finite reciprocal.
+_LN_SCALE_MAX = 709.0
 #: Unit roundoff bound used to round closed forms toward privacy (2^-52).
 _U = 2.0**-52
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(12)
@@ -564,7 +566,8 @@ def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.nda
         return np.full(b.shape, np.inf)
     if kind == "gaussian":
         return _eps_gauss(b, delta)
-    return _eps_generic(b, delta * (1.0 - _GENERIC_MARGIN), _law(float(r)))  # type: ignore[arg-type]
+    law = _law(float(r))  # type: ignore[arg-type]
+    return _eps_generic(b, delta * (1.0 - _GENERIC_MARGIN), law)
 
 
 def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
@@ -638,11 +641,13 @@ def _search_log_scale(log_delta_of: Callable[[float], float], delta: float, what
     b, fb = a, fa
     while True:
         b = a + step if fa > 0.0 else a - step
-        if abs(b) > 700.0:
+        if abs(a) >= _LN_SCALE_MAX:
             raise CalibrationError(
                 f"min_scale: could not bracket the minimal scale for {what}: it lies beyond "
-                f"scale = exp({'+' if b > 0 else '-'}700), outside the double range.\n"
+                f"scale = exp({'+' if b > 0 else '-'}{_LN_SCALE_MAX:g}), outside the range of "
+                "normal doubles.\n"
                 "Hint: use less extreme epsilon/delta, or express the data in other units.")
+        b = max(min(b, _LN_SCALE_MAX), -_LN_SCALE_MAX)
         fb = f(b)
         if (fa > 0.0) != (fb > 0.0):
             break
