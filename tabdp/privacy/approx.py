@@ -25,8 +25,17 @@ Functions:
   ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on seed 004 Thm 9,
   which is false for r ≠ 2; see the warning in :func:`choose_subbotin_r`.)
 
-Every answer is rounded toward privacy: scales up, ε up, never below the exact value by more than
-floating point noise (about 1e-12 relative).
+Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of floating point:
+
+* Gaussian (and Subbotin r = 2): every δ in (0, 1) a double can hold, down to 5e-324. δ(ε) is
+  evaluated as ln δ (:func:`tabdp.privacy.conversions.gdp_log_delta`, exact to ~1e-12, used
+  with a 1e-10 margin), so subnormal δ are as exact as any other.
+* Laplace, Logistic: exact closed forms for every δ, rounded up by a bound on their float
+  error (a few units in the last place); the pure case δ = 0 keeps the correctly rounded 1/ε.
+* Subbotin r ∉ {1, 2}: δ ≥ :data:`DELTA_FLOOR_GENERIC` = 1e-300 (below it
+  :class:`~tabdp.exceptions.InvalidParameterError` names the floor); calibrated to δ·(1 − 1e-7)
+  and δ(ε) reported ×(1 + 1e-7), covering the generic algorithm's float error (≤ ~2e-9 relative).
+* A minimal scale beyond the double range raises :class:`~tabdp.exceptions.CalibrationError`.
 
 Example:
     >>> round(min_scale("gaussian", 1.0, 1e-4), 6), round(min_scale("subbotin", 1.0, 1e-4, r=3), 6)
@@ -710,7 +719,8 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
     Args:
         family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
         epsilon: ε ≥ 0 (ε = 0 needs δ > 0).
-        delta: δ in [0, 1); δ = 0 (pure DP) only for laplace, logistic and subbotin with r = 1.
+        delta: δ in [0, 1); δ = 0 (pure DP) only for laplace, logistic and subbotin with r = 1;
+            every δ > 0 down to 5e-324, except subbotin r ∉ {1, 2}: δ ≥ 1e-300.
         sensitivity: Δ > 0 (for a vector release: see the Thm 9 warning in
             :func:`choose_subbotin_r`).
         r: Subbotin shape r ≥ 1, required for ``family="subbotin"`` and refused otherwise.
@@ -787,7 +797,9 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
         already ≤ δ; ``inf`` where Δ = ∞).
 
     Raises:
-        InvalidParameterError: On invalid arguments (negative or NaN sensitivities included).
+        InvalidParameterError: On invalid arguments (negative or NaN sensitivities included),
+            and for Subbotin with r ∉ {1, 2} at δ < :data:`DELTA_FLOOR_GENERIC` (1e-300); the
+            Gaussian, Laplace and Logistic take every δ > 0, subnormal ones included.
 
     Example:
         >>> eps = epsilon_for_scale("subbotin", 5.877443, 1e-4, [0.0, 1.0, 2.0], r=3)
@@ -834,7 +846,10 @@ def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: Arra
         r: Subbotin shape r ≥ 1 (only with ``family="subbotin"``).
 
     Returns:
-        δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``.
+        δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``, rounded up: never
+        below the exact δ (Gaussian: by at most 1e-10 relative, or one subnormal unit; Laplace and
+        Logistic: a few units in the last place; Subbotin r ∉ {1, 2}: 1e-7 relative, and where
+        its δ(ε) falls below 1e-290 the larger bound S(u − Δ/scale)).
 
     Raises:
         InvalidParameterError: On invalid arguments.
