@@ -221,7 +221,9 @@ class Gaussian(AdditiveMechanism):
             0.5
         """
         d = _delta(delta)
-        return d * d / (2.0 * self.sigma**2)
+        with np.errstate(over="ignore"):
+            x = d / self.sigma   # (Δ/σ)²/2: Δ² and σ² under/overflow where Δ/σ does not
+            return 0.5 * x * x
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (the Gaussian mechanism has no pure guarantee), 0 at Δ = 0.
@@ -491,7 +493,9 @@ class UnitSplitting(AdditiveMechanism):
             4.5
         """
         a = self.rows(delta)
-        return self.threshold**2 / (2.0 * self.sigma**2) * a * a
+        with np.errstate(over="ignore"):
+            x = self.threshold / self.sigma * a   # (τ/σ)² a²/2, no under/overflow of τ², σ²
+            return 0.5 * x * x
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """``inf`` (Gaussian noise is not pure).

@@ -212,8 +212,9 @@ class Subbotin(AdditiveMechanism):
         if self.r == 1.0:
             return super().rho(delta)
         if self.r == 2.0:
-            d = _abs(delta)
-            return d * d / (2.0 * self.scale**2)
+            with np.errstate(over="ignore"):
+                x = _abs(delta) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
+                return 0.5 * x * x
         return not_pure(delta)
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
