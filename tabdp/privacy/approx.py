@@ -241,7 +241,7 @@ class _Law:
         if self.gauss:
             return log_ndtr(-x)
         w = self._w(x)
-        far = w > 200.0
+        far = (w > 200.0) & np.isfinite(w)     # w = ∞ (x^r overflows): ln S = −∞ below
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = np.log(0.5 * gammaincc(self.a, np.where(far, 0.0, w)))
             if np.any(far):
@@ -252,6 +252,7 @@ class _Law:
                     t = wf + (2 * n - 1) - a - n * (n - a) / t
                 out[far] = (-wf + a * np.log(wf) - np.log(t) - math.lgamma(a)
                             + math.log(0.5))
+            out[np.isinf(w)] = -np.inf
         return out
 
     def half_p(self, x: np.ndarray) -> np.ndarray:
@@ -365,7 +366,8 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
         c = np.exp((math.log(eps) - np.log(b)) / (r - 1.0))
     lo = np.maximum(b / 2.0, c)
     hi = b + c
-    x = 0.5 * (lo + hi)
+    with np.errstate(invalid="ignore"):
+        x = lo + 0.5 * (hi - lo)      # no overflow near the top of the double range
     fin = np.isfinite(c)
     out = np.full(b.shape, np.inf)
     idx = np.flatnonzero(fin)
@@ -385,7 +387,7 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
         xn = xa + step
         done = (np.abs(step) <= 1e-15 * xa) | (hi_a - lo_a <= 4e-16 * hi_a) | (ga == 0.0)
         outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a)
-        xn = np.where(outside, 0.5 * (lo_a + hi_a), xn)
+        xn = np.where(outside, lo_a + 0.5 * (hi_a - lo_a), xn)
         lo[act], hi[act] = lo_a, hi_a
         x[act] = np.where(done, xa, xn)
         act = act[~done]
@@ -396,11 +398,17 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
 def _delta_generic(b: np.ndarray, eps: float, law: _Law) -> np.ndarray:
     """Exact δ(ε) at b = Δ/s for r > 1 (vectorized; b > 0 finite)."""
     u = _u_for_eps(b, eps, law.r)
-    out = np.zeros(b.shape)
+    # u = ∞: either the crossing point lies beyond the doubles ((ε/b)^{1/(r−1)} overflows; then
+    # δ ≤ S(u − b) is below half the smallest double: 0), or the search overflowed (δ ≤ 1).
+    with np.errstate(over="ignore", divide="ignore"):
+        beyond = ~np.isfinite(np.exp((math.log(eps) - np.log(b)) / (law.r - 1.0))) if eps > 0 \
+            else np.zeros(b.shape, dtype=bool)
+    out = np.where(beyond, 0.0, 1.0)
     fin = np.isfinite(u)
     if np.any(fin):
-        out[fin] = _hockey(u[fin], b[fin], eps, law)[0]
-    return np.clip(out, 0.0, 1.0)
+        with np.errstate(invalid="ignore"):
+            out[fin] = _hockey(u[fin], b[fin], eps, law)[0]
+    return np.clip(np.where(np.isnan(out), 1.0, out), 0.0, 1.0)
 
 
 def _newton_u(b: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray, delta: float,
@@ -432,7 +440,7 @@ def _newton_u(b: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray, delt
         xn = np.where(finite, xa + step, np.nan)
         # A tiny step from the unsafe side (D flat, within rounding of δ): bisect towards hi.
         outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a) | (~ok & small)
-        xn = np.where(outside, 0.5 * (lo_a + hi_a), xn)
+        xn = np.where(outside, lo_a + 0.5 * (hi_a - lo_a), xn)
         lo[act], hi[act], x[act] = lo_a, hi_a, xn
         act = act[~done]
     return hi
