@@ -11,6 +11,8 @@ the true δ at the returned answer is ≤ the requested δ; "tight" that a sligh
 from __future__ import annotations
 
 import math
+import pathlib
+import sys
 from collections.abc import Callable
 
 import mpmath as mp
@@ -30,82 +32,18 @@ from tabdp.privacy.approx import (
 )
 from tabdp.privacy.conversions import gdp_delta, gdp_epsilon, gdp_log_delta, zcdp_epsilon
 
-mp.mp.dps = 80
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _mp_refs import (  # noqa: E402
+    cks_log_delta,
+    gauss_delta,
+    laplace_delta,
+    logistic_delta,
+    subbotin_delta,
+)
 
 #: From ordinary values down to the smallest positive double (subnormals below 2.2e-308).
 DELTAS = [1e-2, 1e-6, 1e-50, 1e-200, 1e-300, 2e-308, 1e-310, 1e-315, 1e-320, 5e-324]
 TINY = 5e-324
-
-
-# -------------------------------------------------------------------------------------------------
-# references in mpmath
-# -------------------------------------------------------------------------------------------------
-def _gauss_delta(mu: float, eps: float) -> mp.mpf:
-    """True δ(ε) of a Gaussian shift by μ standard deviations (Balle & Wang 2018, Thm 8).
-
-    The two terms agree to about |log10 μ| + 330 digits in the worst case (tiny μ, subnormal
-    δ): the working precision covers that.
-    """
-    with mp.workdps(80 + max(0, int(-math.log10(mu))) + 340):
-        m, e = mp.mpf(mu), mp.mpf(eps)
-        if e == 0:
-            return mp.erf(m / (2 * mp.sqrt(2)))
-        return +(mp.ncdf(-e / m + m / 2) - mp.exp(e) * mp.ncdf(-e / m - m / 2))
-
-
-def _laplace_delta(b: float, eps: float) -> mp.mpf:
-    b, e = mp.mpf(b), mp.mpf(eps)
-    return 1 - mp.exp((e - b) / 2) if b > e else mp.mpf(0)
-
-
-def _logistic_delta(b: float, eps: float) -> mp.mpf:
-    b, e = mp.mpf(b), mp.mpf(eps)
-    return (1 - mp.exp((e - b) / 2)) ** 2 / -mp.expm1(-b) if b > e else mp.mpf(0)
-
-
-def _subbotin_delta(b: float, eps: float, r: float) -> mp.mpf:
-    """True δ(ε) of Subbotin_r noise at b = Δ/scale (seed 004 Lemma 1), by bisection on u."""
-    b, e, r = mp.mpf(b), mp.mpf(eps), mp.mpf(r)
-
-    def sf(x: mp.mpf) -> mp.mpf:
-        if x < 0:
-            return 1 - sf(-x)
-        return mp.gammainc(1 / r, x**r / r, mp.inf, regularized=True) / 2
-
-    def g(u: mp.mpf) -> mp.mpf:
-        return (abs(u) ** r - abs(u - b) ** r) / r
-
-    if e == 0:
-        return mp.gammainc(1 / r, 0, (b / 2) ** r / r, regularized=True)
-    lo, hi = b / 2, 2 * b + (e / b) ** (1 / (r - 1)) + 10
-    for _ in range(500):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if g(mid) < e else (lo, mid)
-    u = (lo + hi) / 2
-    return sf(u - b) - mp.exp(e) * sf(u)
-
-
-def _cks_log_delta(rho: float, eps: float) -> mp.mpf:
-    """ln δ of the CKS conversion at ε: min over α > 1 (golden section on ln(α − 1))."""
-    rho, eps = mp.mpf(rho), mp.mpf(eps)
-
-    def f(x: mp.mpf) -> mp.mpf:
-        a = 1 + mp.exp(x)
-        return (a - 1) * (a * rho - eps) + (a - 1) * mp.log(1 - 1 / a) - mp.log(a)
-
-    lo, hi, g = mp.mpf(-40), mp.mpf(80), (mp.sqrt(5) - 1) / 2
-    c, d = hi - g * (hi - lo), lo + g * (hi - lo)
-    fc, fd = f(c), f(d)
-    for _ in range(250):
-        if fc < fd:
-            hi, d, fd = d, c, fc
-            c = hi - g * (hi - lo)
-            fc = f(c)
-        else:
-            lo, c, fc = c, d, fd
-            d = lo + g * (hi - lo)
-            fd = f(d)
-    return min(fc, fd)
 
 
 def _safe_and_tight_eps(true_delta: Callable[[float], mp.mpf], eps: float, delta: float) -> None:
@@ -122,7 +60,7 @@ def _safe_and_tight_eps(true_delta: Callable[[float], mp.mpf], eps: float, delta
 @pytest.mark.parametrize("mu", [1e-120, 1e-8, 0.0265, 0.3, 1.0, 3.0, 30.0])
 @pytest.mark.parametrize("eps", [0.0, 1e-6, 0.5, 1.0, 8.0])
 def test_gdp_log_delta_is_a_tight_upper_bound_at_every_magnitude(mu: float, eps: float) -> None:
-    true = _gauss_delta(mu, eps)
+    true = gauss_delta(mu, eps)
     if true <= 0 or mp.log(true) < -5000:
         return
     got = float(gdp_log_delta(mu, eps))
@@ -136,7 +74,7 @@ def test_gdp_log_delta_reaches_the_subnormal_range_exactly() -> None:
     # σ = 37.69 at ε = 1: the old float evaluation reported it safe for δ = 1e-315, but its
     # true δ is 4e-314.
     sigma = 37.69038670275656                         # the old min_scale("gaussian", 1, 1e-315)
-    true = _gauss_delta(1 / sigma, 1.0)
+    true = gauss_delta(1 / sigma, 1.0)
     assert 3.9e-314 < true < 4.2e-314
     assert float(gdp_log_delta(1 / sigma, 1.0)) == pytest.approx(float(mp.log(true)), abs=2e-10)
     assert float(gdp_log_delta(1 / sigma, 1.0)) > math.log(1e-315)
@@ -151,8 +89,8 @@ def test_gaussian_min_scale_is_safe_and_tight_down_to_the_smallest_double(
             min_scale("gaussian", eps, delta)
         return
     s = min_scale("gaussian", eps, delta)
-    assert _gauss_delta(1 / s, eps) <= delta
-    assert _gauss_delta(1 / (s * (1 - 1e-9)), eps) > delta          # tight to 1e-9
+    assert gauss_delta(1 / s, eps) <= delta
+    assert gauss_delta(1 / (s * (1 - 1e-9)), eps) > delta          # tight to 1e-9
 
 
 def test_gaussian_min_scale_is_no_longer_stuck_below_1e_315() -> None:
@@ -169,9 +107,9 @@ def test_gaussian_epsilon_for_scale_and_gdp_epsilon_are_safe_and_tight(delta: fl
     np.testing.assert_array_equal(eps, gdp_epsilon(np.array(bs), delta))
     for b, e in zip(bs, eps.tolist(), strict=True):
         if e == 0.0:
-            assert _gauss_delta(b, 0.0) <= delta
+            assert gauss_delta(b, 0.0) <= delta
             continue
-        _safe_and_tight_eps(lambda x, b=b: _gauss_delta(b, x), e, delta)
+        _safe_and_tight_eps(lambda x, b=b: gauss_delta(b, x), e, delta)
 
 
 def test_gaussian_epsilon_for_scale_many_values_are_verified() -> None:
@@ -184,13 +122,13 @@ def test_gaussian_epsilon_for_scale_many_values_are_verified() -> None:
         assert np.all(eps >= exact * (1 - 1e-12))
         np.testing.assert_allclose(eps, exact, rtol=1e-8)
         for i in rng.choice(b.size, 8, replace=False):
-            assert _gauss_delta(b[i], eps[i]) <= delta
+            assert gauss_delta(b[i], eps[i]) <= delta
 
 
 def test_gaussian_delta_for_scale_rounds_up_in_the_subnormal_range() -> None:
     for b, eps in [(1 / 37.69, 1.0), (1 / 38.3, 1.0), (0.02, 0.75)]:
         got = float(delta_for_scale("gaussian", 1.0, eps, b))
-        true = _gauss_delta(b, eps)
+        true = gauss_delta(b, eps)
         assert true <= got <= true * (1 + 1e-9) + 2 * TINY      # 2 subnormal units at most
 
 
@@ -200,7 +138,7 @@ def test_accounting_statement_at_a_subnormal_delta() -> None:
     got = epsilon_at(1e-315, r, r, z, z, np.array([np.inf]))
     assert math.isfinite(got[0])
     assert got[0] == float(gdp_epsilon(1 / 37.69, 1e-315))
-    assert _gauss_delta(1 / 37.69, got[0]) <= 1e-315
+    assert gauss_delta(1 / 37.69, got[0]) <= 1e-315
 
 
 # -------------------------------------------------------------------------------------------------
@@ -214,10 +152,10 @@ def test_zcdp_epsilon_is_finite_safe_and_tight_down_to_the_smallest_double(delta
     ln_d = mp.log(delta)
     for rho, e in zip(rhos.tolist(), eps.tolist(), strict=True):
         if e == 0.0:
-            assert _cks_log_delta(rho, 0.0) <= ln_d
+            assert cks_log_delta(rho, 0.0) <= ln_d
             continue
-        assert _cks_log_delta(rho, e) <= ln_d
-        assert _cks_log_delta(rho, e * (1 - 1e-9)) > ln_d
+        assert cks_log_delta(rho, e) <= ln_d
+        assert cks_log_delta(rho, e * (1 - 1e-9)) > ln_d
 
 
 def test_gdp_epsilon_and_zcdp_epsilon_were_infinite_for_subnormal_delta() -> None:
@@ -230,8 +168,8 @@ def test_gdp_epsilon_and_zcdp_epsilon_were_infinite_for_subnormal_delta() -> Non
 # -------------------------------------------------------------------------------------------------
 # Laplace and Logistic (closed forms)
 # -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family,true", [("laplace", _laplace_delta),
-                                         ("logistic", _logistic_delta)])
+@pytest.mark.parametrize("family,true", [("laplace", laplace_delta),
+                                         ("logistic", logistic_delta)])
 @pytest.mark.parametrize("delta", [0.5, 1e-2, 4e-17, 1e-300, 1e-310, TINY, 1 - 2**-53])
 def test_closed_forms_are_rounded_toward_privacy(
         family: str, true: Callable[[float, float], mp.mpf], delta: float) -> None:
@@ -282,11 +220,11 @@ def test_subbotin_refuses_delta_below_the_floor_and_names_it() -> None:
 def test_subbotin_answers_are_safe_down_to_the_floor(r: float, delta: float) -> None:
     for eps in (0.1, 1.0):
         s = min_scale("subbotin", eps, delta, r=r)
-        assert _subbotin_delta(1 / s, eps, r) <= delta
-        assert _subbotin_delta(1 / (s * (1 - 1e-6)), eps, r) > delta       # tight to 1e-6
+        assert subbotin_delta(1 / s, eps, r) <= delta
+        assert subbotin_delta(1 / (s * (1 - 1e-6)), eps, r) > delta       # tight to 1e-6
         e = float(epsilon_for_scale("subbotin", 1.0, delta, 1.3 / s, r=r))
-        assert _subbotin_delta(1.3 / s, e, r) <= delta
-        assert _subbotin_delta(1.3 / s, e * (1 - 1e-6), r) > delta
+        assert subbotin_delta(1.3 / s, e, r) <= delta
+        assert subbotin_delta(1.3 / s, e * (1 - 1e-6), r) > delta
 
 
 @pytest.mark.parametrize("r", [1.5, 3.0, 7.5])
@@ -296,14 +234,14 @@ def test_subbotin_epsilon_is_safe_for_tiny_sensitivity_over_scale(r: float) -> N
     bs = [1e-19, 1e-17, 1e-15, 1e-12]
     eps = epsilon_for_scale("subbotin", 1.0, 1e-20, bs, r=r)
     for b, e in zip(bs, eps.tolist(), strict=True):
-        assert _subbotin_delta(b, e, r) <= 1e-20, (b, e)
-        assert _subbotin_delta(b, e * (1 - 1e-6), r) > 1e-20
+        assert subbotin_delta(b, e, r) <= 1e-20, (b, e)
+        assert subbotin_delta(b, e * (1 - 1e-6), r) > 1e-20
 
 
-def test_subbotin_delta_for_scale_is_an_upper_bound_in_the_far_tail() -> None:
+def testsubbotin_delta_for_scale_is_an_upper_bound_in_the_far_tail() -> None:
     for r, b, eps in [(3.0, 1.0, 60.0), (1.5, 0.5, 12.0), (7.5, 1.0, 8.0)]:
         got = float(delta_for_scale("subbotin", 1.0, eps, b, r=r))
-        assert got >= _subbotin_delta(b, eps, r)
+        assert got >= subbotin_delta(b, eps, r)
 
 
 # -------------------------------------------------------------------------------------------------
