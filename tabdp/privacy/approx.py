@@ -111,7 +111,7 @@ _EPS_HUGE = 1e6
 #: Laplace, Logistic and the Gaussian have no floor: every δ > 0 a double can hold works.
 DELTA_FLOOR_GENERIC = 1e-300
 #: The generic algorithm calibrates to δ·(1 − margin) and reports δ(ε)·(1 + margin): its float
-#: evaluation errs by up to ~2e-9 relative in δ (checked against 50-digit arithmetic).
+#: evaluation errs by up to ~2e-9 relative in δ (checked against 80-digit arithmetic).
 _GENERIC_MARGIN = 1e-7
 
 

@@ -86,11 +86,12 @@ def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray) -> np.ndarray:
 
     δ = Φ(−t) − e^ε·Φ(−t − h). Both terms are never formed when t ≥ 0: with the Mills ratio M,
     ``e^ε·φ(t + h) = φ(t)`` makes δ = φ(t)·(M(t) − M(t + h)) exactly, and the difference is the
-    integral of 1 − s·M(s) over [t, t + h] (12-point Gauss–Legendre when h ≤ max(t, 1)/4, where
+    integral of 1 − s·M(s) over [t, t + h] (8-point Gauss–Legendre when h ≤ max(t, 1)/4, where
     it is exact to rounding; directly otherwise, where M(t + h) ≤ 0.8·M(t)). So ln δ is accurate
     to about 1e-12 absolute at every δ a double can hold, subnormal δ included, and far below.
-    For t < 0 (ε < h²/2, δ ≥ ~0.4·min(h, 1)·(1 − ...)): δ = P(−t − h < Z < −t) − (e^ε − 1)·Φ(−t − h)
-    with the mass from erf (no cancellation); for h < 1e-100 the bound δ ≤ φ(0)·h is used.
+    For t < 0 (ε < h²/2, where δ is not small against the mass below):
+    δ = P(−t − h < Z < −t) − (e^ε − 1)·Φ(−t − h), the mass from erf (no cancellation); for
+    h < 1e-100 the bound δ ≤ φ(0)·h is used.
     """
     with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         out = np.full(np.broadcast(t, h, eps).shape, -np.inf)
@@ -162,7 +163,7 @@ def gdp_delta(mu: ArrayLike, epsilon: float) -> np.ndarray:
 
     δ = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (Balle & Wang 2018, Thm 8), computed in log space
     (:func:`gdp_log_delta`) and rounded up: never below the exact δ, above it by at most
-    1e-10 relative (one unit in the last place for subnormal δ).
+    1e-10 relative (two units in the last place for subnormal δ).
 
     Args:
         mu: Shifts in units of the noise standard deviation (Δ/σ), ≥ 0.
