@@ -951,6 +951,21 @@ class FamilyComparison:
 def _run(family: str, prob: _Problem, fixed: Mapping[str, Any]) -> CalibrationResult:
     pinned = _normalize_fixed(family, fixed)
     solver = _SOLVERS[family]
+    try:
+        return _run_solver(family, prob, pinned, solver)
+    except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
+        # extreme record sizes or targets: parameters outside the range of doubles
+        raise CalibrationError(
+            f"calibrate({family!r}): the parameters meeting these targets lie outside the range "
+            f"of floating point numbers ({type(exc).__name__}: {exc}); record sizes "
+            f"{[_fmt_delta(float(d)) for d in prob.deltas]}, targets "
+            f"{[_fmt(float(r)) for r in prob.rhos]}.\nHint: check the units of the record "
+            "sizes and targets (e.g. express money in thousands), or use another family "
+            "(compare_families shows which work).") from None
+
+
+def _run_solver(family: str, prob: _Problem, pinned: dict[str, Any],
+                solver: Callable[[_Problem, dict[str, Any], str], _Solved]) -> CalibrationResult:
     notes: list[str] = []
     kind = "moe" if prob.objective == "moe" else "sd"
     with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):

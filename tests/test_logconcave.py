@@ -276,7 +276,9 @@ def test_generic_algorithm_equals_gaussian_analytic_at_r2() -> None:
     for eps, dlt in [(1.0, 1e-4), (0.1, 1e-6), (3.0, 1e-9), (0.01, 0.05), (0.0, 1e-5)]:
         generic = approx._unit_scale("generic", eps, dlt, 2.0)
         analytic = min_scale("gaussian", eps, dlt)
-        assert generic == pytest.approx(analytic, rel=1e-10)
+        # the generic algorithm calibrates to δ·(1 − 1e-7) (its safety margin): a hair above
+        assert generic == pytest.approx(analytic, rel=1e-7)
+        assert generic >= analytic
         assert min_scale("subbotin", eps, dlt, r=2) == analytic
 
 

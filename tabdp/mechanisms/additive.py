@@ -224,7 +224,9 @@ class Gaussian(AdditiveMechanism):
             0.5
         """
         d = _delta(delta)
-        return d * d / (2.0 * self.sigma**2)
+        with np.errstate(over="ignore"):
+            x = d / self.sigma   # (Δ/σ)²/2: Δ² and σ² under/overflow where Δ/σ does not
+            return 0.5 * x * x
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (the Gaussian mechanism has no pure guarantee), 0 at Δ = 0.
@@ -299,10 +301,12 @@ class Laplace(AdditiveMechanism):
             >>> round(float(Laplace(scale=0.99980003).approx_epsilon(1.0, 1e-4)), 6)
             1.0
         """
+        from tabdp.privacy.approx import epsilon_for_scale
         from tabdp.privacy.conversions import check_dp_delta
 
         dd = check_dp_delta(delta, "Laplace.approx_epsilon")
-        return np.maximum(_delta(sensitivity) / self.scale + 2.0 * math.log1p(-dd), 0.0)
+        # the closed form, rounded up by a bound on its rounding error
+        return epsilon_for_scale("laplace", self.scale, dd, _delta(sensitivity))
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -492,7 +496,9 @@ class UnitSplitting(AdditiveMechanism):
             4.5
         """
         a = self.rows(delta)
-        return self.threshold**2 / (2.0 * self.sigma**2) * a * a
+        with np.errstate(over="ignore"):
+            x = self.threshold / self.sigma * a   # (τ/σ)² a²/2, no under/overflow of τ², σ²
+            return 0.5 * x * x
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """``inf`` (Gaussian noise is not pure).

@@ -37,7 +37,12 @@ from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.logconcave import Logistic as _LogisticNoise
 from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
 from tabdp.noise.logconcave import _check_subbotin_r
-from tabdp.privacy.approx import SubbotinChoice, choose_subbotin_r, epsilon_for_scale
+from tabdp.privacy.approx import (
+    SubbotinChoice,
+    _check_generic_floor,
+    choose_subbotin_r,
+    epsilon_for_scale,
+)
 from tabdp.privacy.conversions import check_dp_delta
 
 __all__ = ["Logistic", "Subbotin", "VectorSubbotin"]
@@ -175,6 +180,7 @@ class Subbotin(AdditiveMechanism):
                     f"Hint: pass delta, e.g. {owner}(r={self.r!r}, scale={self.scale!r}, "
                     "delta=1e-9); use r=1 (pure) or r=2 (Gaussian DP) to avoid delta.")
             self.delta = check_dp_delta(delta, owner)
+            _check_generic_floor(self.delta, self.r, owner)
         self.dp_delta = self.delta
         self.pure = self.r == 1.0
         self.gaussian_dp = self.r == 2.0
@@ -206,8 +212,9 @@ class Subbotin(AdditiveMechanism):
         if self.r == 1.0:
             return super().rho(delta)
         if self.r == 2.0:
-            d = _abs(delta)
-            return d * d / (2.0 * self.scale**2)
+            with np.errstate(over="ignore"):
+                x = _abs(delta) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
+                return 0.5 * x * x
         return not_pure(delta)
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:

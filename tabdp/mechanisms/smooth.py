@@ -151,7 +151,7 @@ def gamma_limit(noise: str, epsilon: float, delta: float | None = None,
     if noise == "cauchy":      # γ < ε/(c+1), c > 1 (c > 3 for a finite std)
         return eps / 4.0 if finite_std else eps / 2.0
     assert dl is not None
-    return eps / math.log(2.0 / dl)
+    return eps / (math.log(2.0) - math.log(dl))   # ln(2/δ); 2/δ overflows for subnormal δ
 
 
 def _check_gamma(noise: str, epsilon: float, gamma: Any, delta: float | None) -> float:
@@ -249,7 +249,7 @@ def unit_noise(noise: str, epsilon: float, gamma: float, *, delta: float | None 
         if shape is not None:
             raise InvalidParameterError(f"unit_noise: laplace has no shape; got shape={shape!r}.")
         assert dl is not None
-        return Laplace(scale=1.0 / (eps - gamma * math.log(2.0 / dl)))
+        return Laplace(scale=1.0 / (eps - gamma * (math.log(2.0) - math.log(dl))))
     if shape is None:
         shape = optimal_shape(noise, eps, gamma)
     low = 0.0 if noise == "student_t" else 1.0

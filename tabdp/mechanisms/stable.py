@@ -144,7 +144,9 @@ class SymmetricStable(AdditiveMechanism):
         """
         d = np.abs(np.asarray(delta, dtype=np.float64))
         if self.alpha == 2.0:
-            return d * d / (4.0 * self.gamma**2)
+            with np.errstate(over="ignore"):
+                x = d / self.gamma   # (Δ/γ)²/4, no under/overflow of Δ², γ²
+                return 0.25 * x * x
         return super().rho(d)
 
     def params(self) -> dict[str, Any]:

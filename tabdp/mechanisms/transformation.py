@@ -381,8 +381,9 @@ class TransformationMechanism(Mechanism):
         """
         gap = self._policy_gap(_abs_delta(delta))
         with np.errstate(over="ignore"):
+            gap /= self.sigma   # (gap/σ)²/2: gap² and σ² under/overflow where gap/σ does not
             gap *= gap
-            gap *= 1.0 / (2.0 * self.sigma**2)
+            gap *= 0.5
             return gap
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:

@@ -25,8 +25,17 @@ Functions:
   ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on seed 004 Thm 9,
   which is false for r ≠ 2; see the warning in :func:`choose_subbotin_r`.)
 
-Every answer is rounded toward privacy: scales up, ε up, never below the exact value by more than
-floating point noise (about 1e-12 relative).
+Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of floating point:
+
+* Gaussian (and Subbotin r = 2): every δ in (0, 1) a double can hold, down to 5e-324. δ(ε) is
+  evaluated as ln δ (:func:`tabdp.privacy.conversions.gdp_log_delta`, exact to ~1e-12, used
+  with a 1e-10 margin), so subnormal δ are as exact as any other.
+* Laplace, Logistic: exact closed forms for every δ, rounded up by a bound on their float
+  error (a few units in the last place); the pure case δ = 0 keeps the correctly rounded 1/ε.
+* Subbotin r ∉ {1, 2}: δ ≥ :data:`DELTA_FLOOR_GENERIC` = 1e-300 (below it
+  :class:`~tabdp.exceptions.InvalidParameterError` names the floor); calibrated to δ·(1 − 1e-7)
+  and δ(ε) reported ×(1 + 1e-7), covering the generic algorithm's float error (≤ ~2e-9 relative).
+* A minimal scale beyond the double range raises :class:`~tabdp.exceptions.CalibrationError`.
 
 Example:
     >>> round(min_scale("gaussian", 1.0, 1e-4), 6), round(min_scale("subbotin", 1.0, 1e-4, r=3), 6)
@@ -59,10 +68,16 @@ from tabdp.noise.logconcave import (
     subbotin_log_norm,
     subbotin_variance,
 )
-from tabdp.privacy.conversions import gdp_delta
+from tabdp.privacy.conversions import (
+    _gdp_eps_solve,
+    _gdp_log_delta_vec as gdp_log_delta_at,
+    gdp_delta,
+    gdp_log_delta,
+)
 
 __all__ = [
     "FAMILIES",
+    "DELTA_FLOOR_GENERIC",
     "min_scale",
     "epsilon_for_scale",
     "delta_for_scale",
@@ -80,6 +95,10 @@ FAMILIES: tuple[str, ...] = ("laplace", "logistic", "gaussian", "subbotin")
 DEFAULT_R_GRID: tuple[float, ...] = tuple(1.0 + 0.5 * i for i in range(27))
 
 _SQRT2 = math.sqrt(2.0)
+#: The scale search stays within exp(±709): normal doubles with a finite reciprocal.
+_LN_SCALE_MAX = 709.0
+#: Unit roundoff bound used to round closed forms toward privacy (2^-52).
+_U = 2.0**-52
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(12)
 #: Up to this many distinct values of Δ/scale, epsilon_for_scale solves each one directly.
 _DIRECT_MAX = 4096
@@ -87,6 +106,13 @@ _DIRECT_MAX = 4096
 _NODE_STEP = 0.005
 #: Above this ε the bracket bound b + S⁻¹(δ) is returned (valid, within ~0.1 %; see _eps_bound).
 _EPS_HUGE = 1e6
+#: Smallest δ accepted for Subbotin_r with r ∉ {1, 2} (the generic algorithm works with δ itself,
+#: whose tails lose their relative accuracy as they approach the subnormal range ~2.2e-308).
+#: Laplace, Logistic and the Gaussian have no floor: every δ > 0 a double can hold works.
+DELTA_FLOOR_GENERIC = 1e-300
+#: The generic algorithm calibrates to δ·(1 − margin) and reports δ(ε)·(1 + margin): its float
+#: evaluation errs by up to ~2e-9 relative in δ (checked against 80-digit arithmetic).
+_GENERIC_MARGIN = 1e-7
 
 
 # -------------------------------------------------------------------------------------------------
@@ -131,6 +157,18 @@ def _check_delta(delta: Any, owner: str) -> float:
     return check_real("delta", delta, owner=owner, ge=0.0, lt=1.0,
                       hint="delta is the probability allowed to escape the eps bound, in [0, 1); "
                            "agencies use values far below 1/n, e.g. delta=1e-9")
+
+
+def _check_generic_floor(delta: float, r: float | None, owner: str) -> None:
+    """Refuse 0 < δ < DELTA_FLOOR_GENERIC for Subbotin_r with r ∉ {1, 2}."""
+    if 0.0 < delta < DELTA_FLOOR_GENERIC:
+        raise InvalidParameterError(
+            f"{owner}: delta={delta!r} is below {DELTA_FLOOR_GENERIC:g}, the smallest delta "
+            f"supported for Subbotin noise with r={r!r} (r not 1 or 2): its calibration works "
+            "with delta itself, which loses its relative accuracy near the subnormal range of "
+            f"floating point, so no safe answer is guaranteed below {DELTA_FLOOR_GENERIC:g}.\n"
+            f"Hint: use delta >= {DELTA_FLOOR_GENERIC:g}, or a family that is exact for every "
+            "delta > 0: 'gaussian' (r=2), 'laplace' (r=1) or 'logistic'.")
 
 
 def _check_epsilon(epsilon: Any, owner: str) -> float:
@@ -203,7 +241,7 @@ class _Law:
         if self.gauss:
             return log_ndtr(-x)
         w = self._w(x)
-        far = w > 200.0
+        far = (w > 200.0) & np.isfinite(w)     # w = ∞ (x^r overflows): ln S = −∞ below
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = np.log(0.5 * gammaincc(self.a, np.where(far, 0.0, w)))
             if np.any(far):
@@ -214,6 +252,7 @@ class _Law:
                     t = wf + (2 * n - 1) - a - n * (n - a) / t
                 out[far] = (-wf + a * np.log(wf) - np.log(t) - math.lgamma(a)
                             + math.log(0.5))
+            out[np.isinf(w)] = -np.inf
         return out
 
     def half_p(self, x: np.ndarray) -> np.ndarray:
@@ -222,9 +261,13 @@ class _Law:
             return 0.5 * erf(x / _SQRT2)
         return 0.5 * subbotin_center_mass(self.r, x)
 
-    def mass(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """P(lo < X < hi) for 0 ≤ lo < hi on a short interval, by 12-point Gauss–Legendre."""
-        mid, half = 0.5 * (hi + lo), 0.5 * (hi - lo)
+    def mass(self, u: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """P(u − b < X < u) for 0 ≤ u − b on a short interval, by 12-point Gauss–Legendre.
+
+        The width is b itself, not ``u − (u − b)``: for b far below the rounding of u that
+        difference loses b, and with it the whole mass.
+        """
+        mid, half = u - 0.5 * b, 0.5 * b
         tot = np.zeros(np.shape(mid))
         with np.errstate(over="ignore"):
             for t, w in zip(_GL_X, _GL_W, strict=True):
@@ -291,7 +334,7 @@ def _hockey(u: np.ndarray, b: np.ndarray, e: np.ndarray | float,
         short = big & (b * u ** (law.r - 1.0) <= 0.5)
         if np.any(short):
             uq, bq = u[short], b[short]
-            out[short] = (law.mass(uq - bq, uq)
+            out[short] = (law.mass(uq, bq)
                           - np.expm1(np.minimum(e[short], 1.0)) * np.exp(lns[short]))
         far = big & ~short
         if np.any(far):
@@ -323,7 +366,8 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
         c = np.exp((math.log(eps) - np.log(b)) / (r - 1.0))
     lo = np.maximum(b / 2.0, c)
     hi = b + c
-    x = 0.5 * (lo + hi)
+    with np.errstate(invalid="ignore"):
+        x = lo + 0.5 * (hi - lo)      # no overflow near the top of the double range
     fin = np.isfinite(c)
     out = np.full(b.shape, np.inf)
     idx = np.flatnonzero(fin)
@@ -343,7 +387,7 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
         xn = xa + step
         done = (np.abs(step) <= 1e-15 * xa) | (hi_a - lo_a <= 4e-16 * hi_a) | (ga == 0.0)
         outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a)
-        xn = np.where(outside, 0.5 * (lo_a + hi_a), xn)
+        xn = np.where(outside, lo_a + 0.5 * (hi_a - lo_a), xn)
         lo[act], hi[act] = lo_a, hi_a
         x[act] = np.where(done, xa, xn)
         act = act[~done]
@@ -354,11 +398,17 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
 def _delta_generic(b: np.ndarray, eps: float, law: _Law) -> np.ndarray:
     """Exact δ(ε) at b = Δ/s for r > 1 (vectorized; b > 0 finite)."""
     u = _u_for_eps(b, eps, law.r)
-    out = np.zeros(b.shape)
+    # u = ∞: either the crossing point lies beyond the doubles ((ε/b)^{1/(r−1)} overflows; then
+    # δ ≤ S(u − b) is below half the smallest double: 0), or the search overflowed (δ ≤ 1).
+    with np.errstate(over="ignore", divide="ignore"):
+        beyond = ~np.isfinite(np.exp((math.log(eps) - np.log(b)) / (law.r - 1.0))) if eps > 0 \
+            else np.zeros(b.shape, dtype=bool)
+    out = np.where(beyond, 0.0, 1.0)
     fin = np.isfinite(u)
     if np.any(fin):
-        out[fin] = _hockey(u[fin], b[fin], eps, law)[0]
-    return np.clip(out, 0.0, 1.0)
+        with np.errstate(invalid="ignore"):
+            out[fin] = _hockey(u[fin], b[fin], eps, law)[0]
+    return np.clip(np.where(np.isnan(out), 1.0, out), 0.0, 1.0)
 
 
 def _newton_u(b: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray, delta: float,
@@ -390,7 +440,7 @@ def _newton_u(b: np.ndarray, lo: np.ndarray, hi: np.ndarray, x: np.ndarray, delt
         xn = np.where(finite, xa + step, np.nan)
         # A tiny step from the unsafe side (D flat, within rounding of δ): bisect towards hi.
         outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a) | (~ok & small)
-        xn = np.where(outside, 0.5 * (lo_a + hi_a), xn)
+        xn = np.where(outside, lo_a + 0.5 * (hi_a - lo_a), xn)
         lo[act], hi[act], x[act] = lo_a, hi_a, xn
         act = act[~done]
     return hi
@@ -518,49 +568,103 @@ def _eps_generic(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
 def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.ndarray:
     """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm)."""
     if kind == "laplace":
-        return np.maximum(b + 2.0 * math.log1p(-delta), 0.0)
+        # ε = b + 2·ln(1 − δ), plus a bound on its rounding error (b included: it is Δ/s rounded)
+        t2 = 2.0 * math.log1p(-delta)
+        return np.maximum(b + t2 + 4.0 * _U * (b - t2), 0.0)
     if kind == "logistic":
-        # Inverting Thm 4: ε = b + 2·ln(1 − sqrt(δ·(1 − e^{−b}))).
-        with np.errstate(invalid="ignore"):
-            e = b + 2.0 * np.log1p(-np.sqrt(delta * -np.expm1(-b)))
+        # Inverting Thm 4: ε = b + 2·ln(1 − sqrt(δ·(1 − e^{−b}))); sqrt(δ) apart, so a subnormal δ
+        # does not lose its digits in the product. Rounded up by a bound on the rounding error.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q = math.sqrt(delta) * np.sqrt(-np.expm1(-b))
+            t2 = 2.0 * np.log1p(-q)
+            e = b + t2 + 8.0 * _U * (b - t2 + q / (1.0 - q))
         return np.maximum(e, 0.0)
     if delta == 0.0:
         return np.full(b.shape, np.inf)
-    law = _law(2.0 if kind == "gaussian" else float(r))  # type: ignore[arg-type]
-    return _eps_generic(b, delta, law)
+    if kind == "gaussian":
+        return _eps_gauss(b, delta)
+    law = _law(float(r))  # type: ignore[arg-type]
+    return _eps_generic(b, delta * (1.0 - _GENERIC_MARGIN), law)
+
+
+def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
+    """Gaussian ε at δ for distinct finite b = Δ/σ > 0, exact in log space for every δ > 0.
+
+    Up to ``_DIRECT_MAX`` values (or δ < 1e-300), the safeguarded Newton solver of
+    :func:`tabdp.privacy.conversions.gdp_epsilon` on the log-space δ. Beyond, the fast
+    interpolated solution of the generic algorithm, pushed up by 2e-11 relative, is kept where
+    the log-space δ verifies it; the others are solved exactly.
+    """
+    ln_delta = math.log(delta)
+    if b.size <= _DIRECT_MAX or delta < 1e-300:
+        return _gdp_eps_solve(b, ln_delta)
+    with np.errstate(all="ignore"):
+        guess = _eps_generic(b, delta, _law(2.0)) * (1.0 + 2e-11) + 1e-300
+    out = np.asarray(guess, dtype=np.float64).copy()
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(guess) & (gdp_log_delta_at(b, guess) <= ln_delta)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        out[bad] = _gdp_eps_solve(b[bad], ln_delta)
+    return out
 
 
 def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.ndarray:
     """δ(ε) for finite b > 0."""
-    if kind == "laplace":
-        return np.where(b > eps, -np.expm1(0.5 * (eps - b)), 0.0)
-    if kind == "logistic":
-        with np.errstate(invalid="ignore", divide="ignore"):
-            val = np.expm1(0.5 * (eps - b)) ** 2 / -np.expm1(-b)
+    if kind in ("laplace", "logistic"):
+        # Closed forms, rounded up: x = (ε − b)/2 lowered by a bound on its rounding error (b is
+        # Δ/s rounded), the result raised by a few units in the last place (and one subnormal).
+        with np.errstate(invalid="ignore", divide="ignore", under="ignore"):
+            x = 0.5 * (eps - b) - 2.0 * _U * (eps + b)
+            if kind == "laplace":
+                val = -np.expm1(x) * (1.0 + 4.0 * _U)
+            else:   # (1 − e^x)²/(1 − e^{−b}), in logs: the square may underflow
+                val = np.exp(2.0 * np.log(-np.expm1(x))
+                             - np.log(-np.expm1(-b * (1.0 - 2.0 * _U)))) * (1.0 + 8.0 * _U)
+            val = np.nextafter(val, np.inf)
         return np.where(b > eps, np.clip(val, 0.0, 1.0), 0.0)
     if kind == "gaussian":
         return gdp_delta(b, eps)
-    return _delta_generic(b, eps, _law(float(r)))  # type: ignore[arg-type]
+    law = _law(float(r))  # type: ignore[arg-type]
+    d = _delta_generic(b, eps, law) * (1.0 + _GENERIC_MARGIN)
+    low = d < 1e-290
+    if np.any(low):
+        # δ(ε) ≤ S(u − b) (the first term of the hockey stick), from the log tail: an upper bound
+        # where δ itself nears the subnormal range (see DELTA_FLOOR_GENERIC)
+        u = _u_for_eps(b[low], eps, law.r)
+        with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+            bound = np.nextafter(np.exp(law.logsf(np.maximum(u - b[low], 0.0)) + 1e-9), np.inf)
+        d[low] = np.where(np.isfinite(u), np.maximum(d[low], bound), 0.0)
+    return np.clip(d, 0.0, 1.0)
 
 
 # -------------------------------------------------------------------------------------------------
 # minimal scale
 # -------------------------------------------------------------------------------------------------
-def _search_log_scale(delta_of: Callable[[float], float], delta: float, what: str) -> float:
-    """Smallest s with delta_of(s) ≤ δ (delta_of decreasing in s); brentq on ln s, rounded up."""
+def _search_log_scale(log_delta_of: Callable[[float], float], delta: float, what: str) -> float:
+    """Smallest s with δ(s) ≤ δ (δ(s) decreasing in s); brentq on ln s, rounded up.
+
+    ``log_delta_of(s)`` is ln δ(s) (an upper bound), compared with ln δ: no δ is ever formed,
+    so subnormal δ are searched as accurately as any other.
+    """
+    ln_delta = math.log(delta)
+
     def f(x: float) -> float:
-        return delta_of(math.exp(x)) - delta
+        # finite for brentq; any value below ln(5e-324) − 1 is as decisive as −inf
+        return max(float(log_delta_of(math.exp(x))), -1e6) - ln_delta
 
     a, fa = 0.0, f(0.0)
     step = 1.0
     b, fb = a, fa
     while True:
         b = a + step if fa > 0.0 else a - step
-        if abs(b) > 700.0:
+        if abs(a) >= _LN_SCALE_MAX:
             raise CalibrationError(
                 f"min_scale: could not bracket the minimal scale for {what}: it lies beyond "
-                f"scale = exp({'+' if b > 0 else '-'}700), outside the double range.\n"
+                f"scale = exp({'+' if b > 0 else '-'}{_LN_SCALE_MAX:g}), outside the range of "
+                "normal doubles.\n"
                 "Hint: use less extreme epsilon/delta, or express the data in other units.")
+        b = max(min(b, _LN_SCALE_MAX), -_LN_SCALE_MAX)
         fb = f(b)
         if (fa > 0.0) != (fb > 0.0):
             break
@@ -572,7 +676,7 @@ def _search_log_scale(delta_of: Callable[[float], float], delta: float, what: st
     # Round up until the condition is verified (floating point noise only).
     for _ in range(50):
         s *= 1.0 + 1e-12
-        if delta_of(s) <= delta:
+        if log_delta_of(s) <= ln_delta:
             return s
     raise CalibrationError(  # pragma: no cover - numerical safety net
         f"min_scale: the root found for {what} does not verify (delta({s!r}) > {delta!r}).\n"
@@ -582,24 +686,34 @@ def _search_log_scale(delta_of: Callable[[float], float], delta: float, what: st
 @functools.lru_cache(maxsize=4096)
 def _unit_scale(kind: str, eps: float, delta: float, r: float | None) -> float:
     """Minimal scale at Δ = 1 (Lemma 2: s(ε, δ, Δ) = Δ·s(ε, δ, 1))."""
+    # Closed forms: sums of terms of one sign, so a few units in the last place cover rounding
+    # (δ > 0; the pure case δ = 0 is the correctly rounded 1/ε of Remark 3, as always).
+    up = 1.0 if delta == 0.0 else 1.0 + 16.0 * _U
     if kind == "laplace":
-        return 1.0 / (eps - 2.0 * math.log1p(-delta))
+        return 1.0 / (eps - 2.0 * math.log1p(-delta)) * up
     if kind == "logistic":
-        # Thm 4: 2·ln((e^{ε/2} + sqrt(δ(e^ε + δ − 1)))/(1 − δ)), evaluated with log1p/expm1.
-        root = math.sqrt(delta * (math.expm1(eps) + delta))
+        # Thm 4: 2·ln((e^{ε/2} + sqrt(δ(e^ε + δ − 1)))/(1 − δ)), evaluated with log1p/expm1
+        # (sqrt(δ) apart: δ·δ underflows for subnormal δ).
+        root = math.sqrt(delta) * math.sqrt(math.expm1(eps) + delta)
         return 1.0 / (eps + 2.0 * math.log1p(root * math.exp(-0.5 * eps))
-                      - 2.0 * math.log1p(-delta))
+                      - 2.0 * math.log1p(-delta)) * up
     if kind == "gaussian":
-        return _search_log_scale(lambda s: float(gdp_delta(1.0 / s, eps)), delta,
+        return _search_log_scale(lambda s: float(gdp_log_delta(1.0 / s, eps)), delta,
                                  f"gaussian (eps={eps!r}, delta={delta!r})")
     law = _law(float(r))  # type: ignore[arg-type]
     if eps == 0.0:
         # u = b/2: the total variation P(1/r, (b/2)^r/r) = δ in closed form.
-        b0 = law.b_zero(delta)
+        b0 = law.b_zero(delta * (1.0 - _GENERIC_MARGIN))
         s = 1.0 / b0
         return s * (1.0 + 1e-12)
-    return _search_log_scale(lambda s: float(_delta_generic(np.array([1.0 / s]), eps, law)[0]),
-                             delta, f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})")
+    def log_delta(s: float) -> float:
+        d = float(_delta_generic(np.array([1.0 / s]), eps, law)[0])
+        return math.log(d) if d > 0.0 else -math.inf
+
+    return _search_log_scale(
+        log_delta,
+        delta * (1.0 - _GENERIC_MARGIN),
+        f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})")
 
 
 def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.0,
@@ -613,7 +727,8 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
     Args:
         family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
         epsilon: ε ≥ 0 (ε = 0 needs δ > 0).
-        delta: δ in [0, 1); δ = 0 (pure DP) only for laplace, logistic and subbotin with r = 1.
+        delta: δ in [0, 1); δ = 0 (pure DP) only for laplace, logistic and subbotin with r = 1;
+            every δ > 0 down to 5e-324, except subbotin r ∉ {1, 2}: δ ≥ 1e-300.
         sensitivity: Δ > 0 (for a vector release: see the Thm 9 warning in
             :func:`choose_subbotin_r`).
         r: Subbotin shape r ≥ 1, required for ``family="subbotin"`` and refused otherwise.
@@ -625,7 +740,10 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
     Raises:
         InvalidParameterError: On an invalid argument, ε = δ = 0, or δ = 0 for a family without
             pure DP (Thm 6).
-        CalibrationError: If the search fails (extreme arguments).
+        InvalidParameterError: For Subbotin with r ∉ {1, 2} and δ below
+            :data:`DELTA_FLOOR_GENERIC` (1e-300).
+        CalibrationError: If the minimal scale exceeds the double range, or the search fails
+            (extreme arguments).
 
     Example:
         >>> round(min_scale("laplace", 1.0, 1e-4), 8), round(min_scale("logistic", 1.0, 1e-4), 8)
@@ -647,7 +765,16 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
             "achieves.\nHint: allow epsilon > 0 (e.g. 1.0) or delta > 0 (e.g. 1e-9).")
     if dlt == 0.0 and kind in ("gaussian", "generic"):
         raise _no_pure(fam, rr, owner)
-    return sens * _unit_scale(kind, eps, dlt, rr)
+    if kind == "generic":
+        _check_generic_floor(dlt, rr, owner)
+    out = sens * _unit_scale(kind, eps, dlt, rr)
+    if not math.isfinite(out):
+        raise CalibrationError(
+            f"{owner}: the minimal {fam} scale for epsilon={eps!r}, delta={dlt!r} at "
+            f"sensitivity={sens!r} exceeds the largest double (about 1.8e308), so no finite "
+            "scale is private.\nHint: allow a larger epsilon or delta, or express the data in "
+            "other units (a smaller sensitivity).")
+    return out
 
 
 # -------------------------------------------------------------------------------------------------
@@ -678,7 +805,9 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
         already ≤ δ; ``inf`` where Δ = ∞).
 
     Raises:
-        InvalidParameterError: On invalid arguments (negative or NaN sensitivities included).
+        InvalidParameterError: On invalid arguments (negative or NaN sensitivities included),
+            and for Subbotin with r ∉ {1, 2} at δ < :data:`DELTA_FLOOR_GENERIC` (1e-300); the
+            Gaussian, Laplace and Logistic take every δ > 0, subnormal ones included.
 
     Example:
         >>> eps = epsilon_for_scale("subbotin", 5.877443, 1e-4, [0.0, 1.0, 2.0], r=3)
@@ -691,6 +820,8 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
     dlt = _check_delta(delta, owner)
     d = _sensitivities(sensitivity, owner)
     kind = _kind(fam, rr)
+    if kind == "generic":
+        _check_generic_floor(dlt, rr, owner)
     out = np.zeros(d.shape)
     flat_d, flat_o = d.reshape(-1), out.reshape(-1)
     flat_o[np.isinf(flat_d)] = np.inf
@@ -723,7 +854,10 @@ def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: Arra
         r: Subbotin shape r ≥ 1 (only with ``family="subbotin"``).
 
     Returns:
-        δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``.
+        δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``, rounded up: never
+        below the exact δ (Gaussian: by at most 1e-10 relative, or one subnormal unit; Laplace and
+        Logistic: a few units in the last place; Subbotin r ∉ {1, 2}: 1e-7 relative, and where
+        its δ(ε) falls below 1e-290 the larger bound S(u − Δ/scale)).
 
     Raises:
         InvalidParameterError: On invalid arguments.
@@ -893,6 +1027,9 @@ def choose_subbotin_r(epsilon: float, delta: float,
             f"{owner}: r_grid is empty.\nHint: pass shapes >= 1, e.g. r_grid=[1, 1.5, 2, 3, 4], "
             "or leave r_grid=None for the seed's grid 1, 1.5, ..., 14.")
     grid = sorted({_check_subbotin_r(x, owner) for x in grid_in})
+    for rr in grid:
+        if rr not in (1.0, 2.0):
+            _check_generic_floor(dlt, rr, owner)
     rows = []
     for rr in grid:
         if callable(sensitivity):
