@@ -443,7 +443,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row)
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules)
-    data = plan.collect()
+    data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
         if names else {}
