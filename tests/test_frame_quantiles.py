@@ -582,7 +582,6 @@ BAD_ARGS = {
     "share-str": dict(uncertainty_share="0.3"),
     "gamma-eats-default-split": dict(gamma=0.5),   # ε₂ = 2γ = ε
     "gamma-invalid-after-split": dict(gamma=0.5, uncertainty_share=0.6),   # γ ≥ ε₁ = 0.4
-    "grid-too-fine-for-public-bounds": dict(grid=1e-12),
     "keys-columns": dict(keys=tabdp.KeySet.from_dict(county=["c1"])),
     "keys-dict": dict(keys={"county": ["c1"], "naics": ["11"]}),
     "by-short": dict(by=["county"]),
@@ -920,20 +919,19 @@ class warnings_as_errors:  # noqa: N801
         return self._ctx.__exit__(*exc)
 
 
-def test_grid_fineness_is_checked_against_public_bounds_only(make_frame):
-    """A uniform grid is refused or accepted from the public bounds, whatever the data (before,
-    the check read max|q| and SS: a refusal depended on the data)."""
+def test_grid_fineness_never_depends_on_the_data(make_frame):
+    """A uniform grid is never refused because of the data: beyond 2**40 steps the public grid
+    keeps 40 significant bits (exact-rounding.md §5), so a grid far finer than the bounds' size
+    is accepted on every dataset (before, the check read max|q| and SS: a refusal depended on
+    the data)."""
     rel = SmoothSensitivityRelease("polyplace", 1.0)
     bounds = (0.0, 1e6)
     mag = exact.grid_magnitude(rel.value.unit, np.array([1e6]), np.array([1e6]))
-    fine = 0.5 * exact.MIN_GRID_RATIO * mag       # refused for every dataset
-    ok = 2.0 * exact.MIN_GRID_RATIO * mag         # accepted for every dataset
+    fine = 0.5 * exact.MIN_GRID_RATIO * mag       # refused by the old check for every dataset
     ks = tabdp.KeySet.from_dict(c=["a"])
     for data in ({"c": [], "x": []}, {"c": ["a"] * 200, "x": [5.0] * 200}):
         frame = make_frame(data, {"c": pl.String, "x": pl.Float64})
         s = tabdp.Session(seed=0)
-        with pytest.raises(tabdp.InvalidParameterError, match="too fine"):
-            frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, grid=fine,
-                            session=s)
-        assert len(s.records) == 0
-        frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, grid=ok, session=s)
+        out = frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, grid=fine,
+                              session=s)
+        assert len(out) == 1 and len(s.records) == 1
