@@ -301,6 +301,9 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
     lf, backend = _to_lazy(native)
+    pinned = sess.bind_frame(native)  # author mode: the session's one frame, pinned
+    if pinned is not None:
+        lf = pinned
     schema = lf.collect_schema()
     _schema_checks(schema, measures, by, unit)
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
@@ -392,9 +395,11 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         # each row is a unit: no group-by. Row ids are assigned here (unit=None), or were
         # assigned by the caller when it read the input (unit=ROW_ID, the release workflow).
         if unit is None:
+            # every column of the frame is fingerprinted, not only those read: a later release
+            # of a reordered frame through another column is caught too
             base = lf.with_row_index(ROW_ID).with_columns(keep)
             fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-                   for c in [*by, *measures]]
+                   for c in schema.names()]
         else:
             base = lf.with_columns(keep)
             fps = []
@@ -439,7 +444,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                          if c not in cached["measures"] or c in measures]
             counts = {k: v for k, v in snap.counts.items()
                       if k.split(":", 1)[-1] in measures or k.startswith("null:")}
-            fps = {c: f for c, f in snap.fingerprints.items() if c in cols}
+            fps = dict(snap.fingerprints)
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row)
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules)

@@ -330,7 +330,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     if unit is None:
         lf = lf.with_row_index(ROW_ID)
         fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-               for c in [*by_list, column]]
+               for c in op.schema.names()]
     else:
         fps = []
         bad_id = pl.col(unit).is_null()

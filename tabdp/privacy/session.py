@@ -81,7 +81,12 @@ class Session:
             not see the microdata (e.g. behind a validation server): every rule must be declared
             (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and
             no release raises, warns or returns anything that depends on the data except
-            through the noise.
+            through the noise. An author-mode session is bound to ONE frame, the curator's
+            (``data=``, or the frame of its first release), whose data is pinned at binding:
+            every release must pass that same object (a derived, relabelled, filtered or
+            reordered frame is refused whatever the data, so a refusal reveals nothing).
+        data: Author mode: the curator's frame the session releases (pandas, Polars DataFrame
+            or LazyFrame; a LazyFrame is evaluated once, when it is bound).
 
     Example:
         >>> import polars as pl, tabdp
@@ -96,11 +101,17 @@ class Session:
 
     def __init__(self, unit: str | None = None, seed: int | None = None,
                  budget: float | dict[Any, Any] | Budget | None = None,
-                 mode: str = "curator") -> None:
+                 mode: str = "curator", data: Any = None, *, _row_ids: bool = False) -> None:
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
                 "Hint: Session(unit='estab_id') groups all rows of an establishment.")
+        if unit is not None and unit.startswith("__tabdp") and not (
+                _row_ids and unit == ROW_ID_COLUMN):
+            raise InvalidParameterError(
+                f"Session: unit column names starting with '__tabdp' are reserved for tabdp's "
+                f"own row ids; got {unit!r}.\nHint: rename the column, or use unit=None for "
+                "row ids that tabdp assigns itself.")
         if mode not in MODES:
             raise InvalidParameterError(
                 f"Session: mode must be one of {MODES}; got {mode!r}.\nHint: 'curator' when "
@@ -118,6 +129,16 @@ class Session:
         # Row mode: the rows every release must read (count and per-column fingerprints).
         self._n_rows: int | None = None
         self._fingerprints: dict[str, int] = {}
+        # Author mode: the one frame the session releases, and its pinned data.
+        self._bound: Any = None
+        self._pinned: Any = None
+        if data is not None:
+            if mode != "author":
+                raise InvalidParameterError(
+                    "Session: data= binds an author-mode session to the curator's frame; this "
+                    "session is in curator mode.\nHint: Session(mode='author', data=frame), or "
+                    "pass frames to each release in curator mode.")
+            self.bind_frame(data)
         # The ledger: per unit (row id in row mode), its loss components and, under a curve
         # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
         self._ledger: DenseLedger | UnitLedger = (
@@ -163,16 +184,63 @@ class Session:
 
     _name = release_name
 
+    # -- binding ------------------------------------------------------------------------------
+    def bind_frame(self, native: Any) -> Any:
+        """Author mode: the pinned data of the session's one frame (binding it if first).
+
+        Args:
+            native: The frame a release was called on.
+
+        Returns:
+            A Polars LazyFrame over the pinned data (author mode), or ``None`` (curator mode:
+            releases read the frame they are given).
+
+        Raises:
+            InvalidParameterError: Author mode, and ``native`` is not the bound frame object
+                (decided by identity, never by the data).
+
+        Example:
+            >>> import polars as pl
+            >>> df = pl.DataFrame({"x": [1.0]})
+            >>> s = Session(mode="author", data=df)
+            >>> s.bind_frame(df).collect().height
+            1
+        """
+        if self.mode != "author":
+            return None
+        if self._bound is None:
+            import pandas as pd
+
+            if isinstance(native, pl.LazyFrame):
+                pinned = native.collect().lazy()
+            elif isinstance(native, pl.DataFrame):
+                pinned = native.clone().lazy()
+            elif isinstance(native, pd.DataFrame):
+                pinned = pl.from_pandas(native).lazy()
+            else:
+                return None  # not a frame: the release's own checks refuse it
+            self._bound, self._pinned = native, pinned
+        elif native is not self._bound:
+            raise InvalidParameterError(
+                "this session is in author mode and is bound to one frame, the curator's "
+                "(data= or the frame of its first release); a release on any other frame "
+                "object (derived, relabelled, filtered or reordered) is refused, whatever its "
+                "data.\nHint: release the session's frame (its columns, keys, rules and "
+                "mechanisms are yours to choose), or ask the curator for a session on another "
+                "frame.")
+        return self._pinned
+
     # -- row mode -----------------------------------------------------------------------------
     def bind_rows(self, n_rows: int, fingerprints: dict[str, int]) -> None:
         """Row mode: check that a release reads the session's rows, row for row.
 
-        The first release binds the session to its rows: their number and, for every column
-        read, an order-sensitive fingerprint (a hash of each row id with its value, summed).
-        A later release must read the same number of rows, and every column it reads that an
-        earlier release read must have the same fingerprint; columns read for the first time
-        are added. Losses are accounted by row id, so a reordered, filtered or changed frame
-        would charge one record's loss to another: it is refused before any noise is drawn.
+        The first release binds the session to its rows: their number and, for EVERY column of
+        its frame, an order-sensitive fingerprint (a hash of each row id with its value,
+        summed). A later release must read the same number of rows from a frame that holds
+        every bound column with the same fingerprint (new columns, e.g. derived with
+        ``with_columns``, are allowed and bound in turn). Losses are accounted by row id, so a
+        reordered, filtered, changed or narrowed frame would charge one record's loss to
+        another: it is refused before any noise is drawn.
 
         Args:
             n_rows: Rows read by the release.
@@ -186,7 +254,7 @@ class Session:
             >>> s.bind_rows(3, {"x": 42})
             >>> s.bind_rows(3, {"x": 42, "y": 7})
             >>> try:
-            ...     s.bind_rows(3, {"x": 43})
+            ...     s.bind_rows(3, {"x": 43, "y": 7})
             ... except ValueError as err:
             ...     print(str(err).splitlines()[0][:60])
             This session counts each row as a unit (row ids), but this f
@@ -195,6 +263,7 @@ class Session:
             return
         changed = sorted(c for c, f in fingerprints.items()
                          if c in self._fingerprints and self._fingerprints[c] != f)
+        changed += sorted(c for c in self._fingerprints if c not in fingerprints)
         if (self._n_rows is not None and n_rows != self._n_rows) or changed:
             what = (f"it has {n_rows} rows where the session's earlier releases read "
                     f"{self._n_rows}" if self._n_rows is not None and n_rows != self._n_rows

@@ -1157,7 +1157,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         lf = _author_key_casts(spec, lf)
     lf = _add_derived(spec, lf, input_schema)
 
-    session = Session(unit=spec.input.unit or ROW_ID, seed=spec.seed,
+    session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
+                      seed=spec.seed,
                       budget=None if spec.budget is None else spec.budget.rho)
     session.track_cells = True
     level = spec.release.level
