@@ -1,0 +1,152 @@
+"""Review R1 (issue 13): attacks on the end-to-end privacy claims of the current main.
+
+Each test states a claim of docs/privacy-semantics.md (or release-workflow.md, exact-rounding.md)
+and tries to break it on neighbouring datasets. Tests marked ``xfail(strict=True)`` are attacks
+that currently succeed (the claim does not hold); the others are attacks that now fail.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+
+KEY1 = tabdp.KeySet.from_dict(c=["a"])
+
+
+# -- 1. Row mode: the "same rows" refusal is itself a data-dependent oracle ---------------------
+def _row_mode_probe(df: pl.DataFrame, derive) -> str:
+    """Author mode, row mode: a release on ``df`` then one on a frame derived from it.
+
+    Returns what the query author sees of the second call: "ok" or the exception's class.
+    """
+    s = tabdp.Session(mode="author")
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s, nulls="zero")
+    try:
+        derive(df).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
+                          nulls="zero")
+    except Exception as err:  # noqa: BLE001 - what the author sees
+        return type(err).__name__
+    return "ok"
+
+
+@pytest.mark.xfail(strict=True, reason="R1: row-mode bind_rows refuses a derived frame iff its "
+                   "values changed, so clip(upper=t) is a free bisection oracle in author mode")
+def test_author_mode_row_binding_is_no_clip_oracle() -> None:
+    d = pl.DataFrame({"c": ["a"] * 5, "x": [10.0, 20.0, 30.0, 40.0, 50.0]})
+    d_plus = pl.concat([d, pl.DataFrame({"c": ["a"], "x": [1e6]})])  # one more establishment
+
+    def clip(f: pl.DataFrame) -> pl.DataFrame:
+        return f.with_columns(pl.col("x").clip(upper_bound=100.0))
+
+    # Seen by the author: "ok" on D, an InvalidParameterError on D + one record. Repeating with
+    # a bisection over the threshold recovers the largest value exactly, at zero recorded cost.
+    assert _row_mode_probe(d, clip) == _row_mode_probe(d_plus, clip)
+
+
+@pytest.mark.xfail(strict=True, reason="R1: row-mode bind_rows refuses a filtered frame iff the "
+                   "filter removed a row: a data-dependent exception in author mode")
+def test_author_mode_row_binding_is_no_filter_oracle() -> None:
+    d = pl.DataFrame({"c": ["a"] * 5, "x": [10.0, 20.0, 30.0, 40.0, 50.0]})
+    d_plus = pl.concat([d, pl.DataFrame({"c": ["a"], "x": [1e6]})])
+
+    def keep_small(f: pl.DataFrame) -> pl.DataFrame:
+        return f.filter(pl.col("x") <= 100.0)
+
+    assert _row_mode_probe(d, keep_small) == _row_mode_probe(d_plus, keep_small)
+
+
+# -- 2. Row mode: a reordered frame read through new columns is not detected --------------------
+@pytest.mark.xfail(strict=True, reason="R1: bind_rows only compares columns read before; a sorted "
+                   "frame released on a new measure charges one record's loss to another row id, "
+                   "and the budget filter lets a record pass its budget")
+def test_row_mode_sort_then_new_measure_charges_the_right_record() -> None:
+    # Two establishments in one cell; record P is large in both measures, Q small in both.
+    df = pl.DataFrame({"who": ["P", "Q"], "c": ["a", "a"], "a": [1.0, 0.1], "b": [0.1, 1.0],
+                       "w": [1.0, 0.1]})
+    budget = 0.6  # Gaussian(1): rho = Δ²/2, so P's true loss 0.5 + 0.5 = 1.0 passes it
+    s = tabdp.Session(budget=budget, seed=1)
+    df.dp.sum("a", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    # Sorting by w reverses the rows; only "c" (identical in both rows) was read before.
+    resorted = df.sort("w")
+    assert resorted["who"].to_list() == ["Q", "P"]
+    resorted.dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    # Brute force per record: P was in both releases (nobody was left out, nothing raised).
+    left_out = s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"]
+    true_rho_p = 0.5 * 1.0**2 + (0.5 * 1.0**2 if left_out == 0 else 0.0)
+    assert true_rho_p <= budget * (1 + 1e-12)
+
+
+@pytest.mark.xfail(strict=True, reason="R1: row mode: per_record reports row 0 with the loss of "
+                   "the record that sat at position 0 of a later, reordered frame")
+def test_row_mode_per_record_report_follows_records() -> None:
+    df = pl.DataFrame({"c": ["a", "a"], "a": [3.0, 0.0], "w": [5.0, 1.0]})
+    s = tabdp.Session(seed=1)
+    df.dp.sum("a", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    df.sort("w").dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    rho = s.report().per_record["rho"].to_list()
+    # record 0 (a = 3, w = 5): 4.5 + 12.5; record 1 (a = 0, w = 1): 0 + 0.5
+    assert rho == pytest.approx([17.0, 0.5])
+
+
+# -- 3. Unit mode: unit ids come from the caller's frame ----------------------------------------
+@pytest.mark.xfail(strict=True, reason="R1: in author mode the caller builds the frames, so it can "
+                   "relabel unit ids between releases and every establishment gets a fresh budget")
+def test_author_mode_budget_survives_relabelled_ids() -> None:
+    df = pl.DataFrame({"id": [1, 2], "c": ["a", "a"], "x": [1.0, 0.1]})
+    budget = 0.6
+    s = tabdp.Session(unit="id", mode="author", budget=budget, seed=1)
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
+    (df.with_columns(pl.col("id") + 1000)
+     .dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero"))
+    left_out = s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"]
+    # establishment 1 (x = 1.0) pays 0.5 per admitted release
+    true_rho = 0.5 + (0.5 if left_out == 0 else 0.0)
+    assert true_rho <= budget * (1 + 1e-12)
+
+
+# -- 4. Exact totals of 128-bit integer measures ------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="R1: Int128 measures are not clamped: two values 2**126 "
+                   "wrap to a negative total")
+def test_int128_measure_total_cannot_wrap() -> None:
+    big = 2**126
+    df = pl.DataFrame({"c": ["a", "a"], "x": pl.Series([big, big], dtype=pl.Int128)})
+    s = tabdp.Session(seed=1, mode="author")
+    out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
+                    nulls="zero")
+    # the total of two non-negative values is not negative (it wrapped to -2**127 before)
+    assert out["x"][0] > 0
+    # and the charged sensitivity is what the total moves when one row is removed
+    per = s.report().per_record
+    one = pl.DataFrame({"c": ["a"], "x": pl.Series([big], dtype=pl.Int128)})
+    out1 = one.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0),
+                      session=tabdp.Session(seed=1, mode="author"), nulls="zero")
+    moved = abs(out["x"][0] - out1["x"][0])
+    assert moved <= 1.0001 * per["size"].max()
+
+
+@pytest.mark.xfail(strict=True, reason="R1: a UInt128 value above 2**127 raises a Polars cast "
+                   "error quoting the value, in author mode")
+def test_uint128_measure_no_data_dependent_error_in_author_mode() -> None:
+    seen = []
+    for v in (1, 2**127 + 5):
+        df = pl.DataFrame({"c": ["a"], "x": pl.Series([v], dtype=pl.UInt128)})
+        s = tabdp.Session(mode="author")
+        out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
+                        nulls="zero")
+        seen.append((out.columns, out.dtypes, out.height))
+    assert seen[0] == seen[1]
+
+
+# -- 5. Currencies never mix: a measure named like another currency -----------------------------
+@pytest.mark.xfail(strict=True, reason="R1: a summed measure named 'rows' shares the currency of "
+                   "counts (ROWS_CURRENCY), so dollars and rows are compared under a curve budget")
+def test_measure_named_rows_has_its_own_currency() -> None:
+    df = pl.DataFrame({"id": [1], "c": ["a"], "rows": [1.0]})
+    s = tabdp.Session(unit="id", budget={"rows": {1.0: 0.6}, "*": {1.0: 100.0}}, seed=1)
+    df.dp.count(by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # rows: 0.5
+    df.dp.sum("rows", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # $: 0.5
+    left_out = s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"]
+    assert left_out == 0  # the dollar sum has its own (ρ ≤ 100) curve
