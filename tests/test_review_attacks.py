@@ -108,15 +108,14 @@ def test_author_mode_budget_survives_relabelled_ids() -> None:
 
 
 # -- 4. Exact totals of 128-bit integer measures ------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="R1: Int128 measures are not clamped: two values 2**126 "
-                   "wrap to a negative total")
 def test_int128_measure_total_cannot_wrap() -> None:
     big = 2**126
     df = pl.DataFrame({"c": ["a", "a"], "x": pl.Series([big, big], dtype=pl.Int128)})
     s = tabdp.Session(seed=1, mode="author")
     out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
                     nulls="zero")
-    # the total of two non-negative values is not negative (it wrapped to -2**127 before)
+    # the total of two non-negative values is not negative (it wrapped to -2**127 before):
+    # 128-bit integers are clamped to the public bound 2**64 like floats
     assert out["x"][0] > 0
     # and the charged sensitivity is what the total moves when one row is removed
     per = s.report().per_record
@@ -127,9 +126,8 @@ def test_int128_measure_total_cannot_wrap() -> None:
     assert moved <= 1.0001 * per["size"].max()
 
 
-@pytest.mark.xfail(strict=True, reason="R1: a UInt128 value above 2**127 raises a Polars cast "
-                   "error quoting the value, in author mode")
 def test_uint128_measure_no_data_dependent_error_in_author_mode() -> None:
+    # a UInt128 above 2**127 raised a Polars cast error quoting the value (author mode)
     seen = []
     for v in (1, 2**127 + 5):
         df = pl.DataFrame({"c": ["a"], "x": pl.Series([v], dtype=pl.UInt128)})
@@ -150,3 +148,16 @@ def test_measure_named_rows_has_its_own_currency() -> None:
     df.dp.sum("rows", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # $: 0.5
     left_out = s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"]
     assert left_out == 0  # the dollar sum has its own (ρ ≤ 100) curve
+
+
+def test_int128_clamp_counted_confidentially() -> None:
+    df = pl.DataFrame({"c": ["a", "a", "a"],
+                       "x": pl.Series([2**70, -(2**70), 5], dtype=pl.Int128)})
+    s = tabdp.Session(seed=1)
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    q = s.report().confidential_summary()["queries"][0]
+    assert q["values_clamped_to_2^64:x"] == 2
+    size = s.report().per_record["size"].to_list()
+    assert size[2] == 5.0
+    # charged at 2**64 (rounded one ulp up, as every charge above 2**53)
+    assert all(2.0**64 <= v <= 2.0**64 * (1 + 1e-15) for v in size[:2])

@@ -342,6 +342,19 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
         big = (x.abs() > MAX_ABS).fill_null(False) & ~inf
         fixed = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round().cast(
             pl.Int128, strict=False)
+    elif dt in (pl.Int128, pl.UInt128):
+        # 128-bit integers may exceed the public magnitude bound: clamp them like floats (two
+        # Int128 values near 2**126 would wrap their sum; a UInt128 above 2**127 cannot be cast)
+        lim = 1 << 64
+        above = (x > pl.lit(lim, dt)).fill_null(False)
+        below = ((x < pl.lit(-lim, pl.Int128)).fill_null(False) if dt == pl.Int128
+                 else pl.lit(False))
+        missing = x.is_null()
+        inf = pl.lit(False)
+        big = above | below
+        fixed = (pl.when(above).then(pl.lit(lim, pl.Int128))
+                 .when(below).then(pl.lit(-lim, pl.Int128))
+                 .otherwise(x.cast(pl.Int128, strict=False)))
     else:
         missing = x.is_null()
         inf = pl.lit(False)
@@ -382,6 +395,8 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         counters[f"missing:{m}"] = p["missing"]
         if _is_float(schema[m]):
             counters[f"inf:{m}"] = p["inf"]
+            counters[f"big:{m}"] = p["big"]
+        elif schema[m] in (pl.Int128, pl.UInt128):
             counters[f"big:{m}"] = p["big"]
         if rules.negatives != "allow":
             counters[f"neg:{m}"] = p["neg"]
