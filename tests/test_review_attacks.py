@@ -161,3 +161,47 @@ def test_int128_clamp_counted_confidentially() -> None:
     assert size[2] == 5.0
     # charged at 2**64 (rounded one ulp up, as every charge above 2**53)
     assert all(2.0**64 <= v <= 2.0**64 * (1 + 1e-15) for v in size[:2])
+
+
+# -- 6. Author mode: frames built by the caller can fail on data ---------------------------------
+def _author_sees(frame, **kw) -> str:
+    try:
+        frame.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0),
+                     session=tabdp.Session(mode="author"), nulls="zero", **kw)
+    except Exception as err:  # noqa: BLE001 - what the author sees
+        return f"{type(err).__name__}: {err}"
+    return "ok"
+
+
+@pytest.mark.xfail(strict=True, reason="R1: a LazyFrame plan built by the author (a strict cast) "
+                   "fails iff a value is out of range, and Polars' message quotes the value")
+def test_author_mode_lazy_plan_is_no_oracle() -> None:
+    def lazy(v: int) -> pl.LazyFrame:
+        return (pl.DataFrame({"c": ["a", "a"], "x": [1, v]}).lazy()
+                .with_columns(pl.col("x").cast(pl.UInt8)))
+
+    # D: "ok"; D with one record of 300: "InvalidOperationError: ... values: [300] ..."
+    assert _author_sees(lazy(5)) == _author_sees(lazy(300))
+
+
+@pytest.mark.xfail(strict=True, reason="R1: a pandas object column converts or not depending on "
+                   "its values: ColumnTypeError iff one record holds text, in author mode")
+def test_author_mode_pandas_object_column_is_no_oracle() -> None:
+    import pandas as pd
+
+    def frame(v: object) -> pd.DataFrame:
+        return pd.DataFrame({"c": ["a", "a"], "x": pd.Series([1.0, v], dtype=object)})
+
+    assert _author_sees(frame(5.0)) == _author_sees(frame("n/a"))
+
+
+@pytest.mark.xfail(strict=True, reason="R1: Session(unit='__tabdp_row') takes the caller's ids as "
+                   "dense row ids: a negative id crashes after the noise was drawn (IndexError)")
+def test_reserved_row_id_unit_refused_or_safe() -> None:
+    df = pl.DataFrame({"__tabdp_row": [0, -2], "c": ["a", "a"], "x": [0.1, 1.0]})
+    s = tabdp.Session(unit="__tabdp_row", seed=1)
+    try:
+        df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    except tabdp.exceptions.InvalidParameterError:
+        return  # refused up front: fine
+    assert s.report().per_record.height == 2
