@@ -205,3 +205,16 @@ def test_reserved_row_id_unit_refused_or_safe() -> None:
     except tabdp.exceptions.InvalidParameterError:
         return  # refused up front: fine
     assert s.report().per_record.height == 2
+
+
+def test_row_binding_message_holds_no_row_count() -> None:
+    # The refusal of a filtered frame quoted its row count: with df.filter(x <= t) that is an
+    # exact, noiseless count of the records below t.
+    d = pl.DataFrame({"c": ["a"] * 7, "x": [10.0, 20.0, 30.0, 40.0, 50.0, 1e6, 2e6]})
+    s = tabdp.Session(mode="author")
+    d.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s, nulls="zero")
+    with pytest.raises(tabdp.exceptions.InvalidParameterError) as info:
+        d.filter(pl.col("x") <= 35.0).dp.sum("x", by="c", keys=KEY1,
+                                             mechanism=mech.Gaussian(1e6), session=s,
+                                             nulls="zero")
+    assert not any(ch.isdigit() for ch in str(info.value))
