@@ -726,6 +726,12 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
                           for m in ms}
                 delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
                                    dtype=np.float64)
+                # the norm is computed in float64 (a few roundings per measure) and may fall
+                # below the exact norm by some ulps: round it up (len(ms) + 8 ulps, above the
+                # rounding error of the norm) so no charge is below the exact one (e.g.
+                # (2**53 - 1) + 2 was summed to 2**53)
+                slack = 1.0 + (len(ms) + 8) * 2.0**-52
+                delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
             else:
                 delta = mags[ms[0]]
         vals = policy(delta) if n else tuple(np.zeros(0) for _ in range(4 if policy.approx
