@@ -253,3 +253,40 @@ def test_unit_never_charged_past_constant_budget() -> None:
     df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(sigma), session=s)
     rho = s.report().per_record["rho"][0]
     assert Fraction(rho) <= 1
+
+
+# -- 8. The individual filter: a left-out unit has no influence (attack failed) ------------------
+def test_left_out_unit_has_no_influence_per_currency() -> None:
+    import numpy as np
+
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    rng = np.random.default_rng(3)
+    n = 40
+    base = pl.DataFrame({"id": np.arange(n) // 2, "c": rng.choice(["a", "b"], n).tolist(),
+                         "x": rng.uniform(0, 5, n), "y": rng.uniform(0, 5, n)})
+    unit = pl.DataFrame({"id": [999] * 3, "c": ["a", "b", "a"], "x": [50.0, 60.0, 1.0],
+                         "y": [0.5, 0.2, 0.1]})
+
+    def run(df: pl.DataFrame) -> list[pl.DataFrame]:
+        s = tabdp.Session(unit="id", seed=7, budget={"x": {1.0: 30.0, 1e3: 40.0},
+                                                     "*": {1.0: 100.0}, "rows": {1.0: 3.0}})
+        outs = []
+        for _ in range(3):
+            outs.append(df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Gaussian(3.0),
+                                  session=s))
+            outs.append(df.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s))
+            outs.append(df.dp.median("x", by="c", keys=keys, bounds=(0, 100), epsilon=1.0,
+                                     session=s))
+        return outs
+
+    with_u, without = run(pl.concat([base, unit])), run(base)
+    for i in range(3):
+        s1, s0 = with_u[3 * i], without[3 * i]
+        # x: Δ = 51 costs 51²/18 > 40 at every size: left out, the x columns are identical
+        assert s1.select("x", "x_sd", "x_moe").equals(s0.select("x", "x_sd", "x_moe"))
+        # y: admitted (its own currency), the totals move by its contributions only
+        assert (s1["y"] - s0["y"]).to_list() == pytest.approx([0.6, 0.2], abs=0.011)
+        # rows: the first count (ρ 2 + 0.5) is admitted, then the rows budget 3 is reached
+        c1, c0 = with_u[3 * i + 1], without[3 * i + 1]
+        assert (c1["count"] - c0["count"]).to_list() == ([2.0, 1.0] if i == 0 else [0.0, 0.0])
+        assert with_u[3 * i + 2].equals(without[3 * i + 2])  # medians: left out (rows)
