@@ -290,3 +290,32 @@ def test_left_out_unit_has_no_influence_per_currency() -> None:
         c1, c0 = with_u[3 * i + 1], without[3 * i + 1]
         assert (c1["count"] - c0["count"]).to_list() == ([2.0, 1.0] if i == 0 else [0.0, 0.0])
         assert with_u[3 * i + 2].equals(without[3 * i + 2])  # medians: left out (rows)
+
+
+# -- 9. Contribution bounds: the public curve holds for every unit (attack failed) ---------------
+def test_bounded_curve_holds_for_every_unit() -> None:
+    import numpy as np
+
+    from tabdp.privacy.session import total_policy_curve
+
+    keys = tabdp.KeySet.from_dict(c=["a", "b", "c", "d"])
+    rng = np.random.default_rng(11)
+    n = 400
+    df = pl.DataFrame({"id": rng.integers(0, 30, n), "c": rng.choice(list("abcde"), n).tolist(),
+                       "x": rng.lognormal(2, 2, n) * rng.choice([-1, 1], n),
+                       "y": rng.integers(-50, 500, n)})
+    s = tabdp.Session(unit="id", seed=2)
+    df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s,
+              max_cells=2)
+    df.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(2.0), session=s, max_cells=2,
+                max_rows=3)
+    df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Laplace(50.0), session=s,
+              max_cells=1)
+    rep = s.report()
+    assert rep.to_dict()["total_policy_curve_holds_for"] == "every unit"
+    per = rep.per_record
+    entries = [r.curve_entry() for r in s.records]
+    # a unit's size is its largest contribution to a released cell; rows per count cell are
+    # capped at 3, so the curve is evaluated at max(size, rows) (both axes are the same Δ)
+    bound = total_policy_curve(entries, np.maximum(per["size"].to_numpy(), 3.0))
+    assert np.all(per["rho"].to_numpy() <= np.array([b["rho"] for b in bound]) * (1 + 1e-12))
