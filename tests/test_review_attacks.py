@@ -138,18 +138,6 @@ def test_uint128_measure_no_data_dependent_error_in_author_mode() -> None:
     assert seen[0] == seen[1]
 
 
-# -- 5. Currencies never mix: a measure named like another currency -----------------------------
-@pytest.mark.xfail(strict=True, reason="R1: a summed measure named 'rows' shares the currency of "
-                   "counts (ROWS_CURRENCY), so dollars and rows are compared under a curve budget")
-def test_measure_named_rows_has_its_own_currency() -> None:
-    df = pl.DataFrame({"id": [1], "c": ["a"], "rows": [1.0]})
-    s = tabdp.Session(unit="id", budget={"rows": {1.0: 0.6}, "*": {1.0: 100.0}}, seed=1)
-    df.dp.count(by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # rows: 0.5
-    df.dp.sum("rows", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # $: 0.5
-    left_out = s.report().confidential_summary()["queries"][1]["units_left_out_by_budget"]
-    assert left_out == 0  # the dollar sum has its own (ρ ≤ 100) curve
-
-
 def test_int128_clamp_counted_confidentially() -> None:
     df = pl.DataFrame({"c": ["a", "a", "a"],
                        "x": pl.Series([2**70, -(2**70), 5], dtype=pl.Int128)})
@@ -161,6 +149,23 @@ def test_int128_clamp_counted_confidentially() -> None:
     assert size[2] == 5.0
     # charged at 2**64 (rounded one ulp up, as every charge above 2**53)
     assert all(2.0**64 <= v <= 2.0**64 * (1 + 1e-15) for v in size[:2])
+
+
+# -- 5. Currencies never mix: a measure named like another currency -----------------------------
+def test_measure_named_rows_has_its_own_currency() -> None:
+    # A summed measure named 'rows' shared the currency of counts (the dollar sum was left out
+    # because the count had used the rows curve): under a curve budget it is now refused, before
+    # any data is read, like a measure named 'a+b' (the currency of a joint mechanism).
+    df = pl.DataFrame({"id": [1], "c": ["a"], "rows": [1.0], "a+b": [1.0]})
+    s = tabdp.Session(unit="id", budget={"rows": {1.0: 0.6}, "*": {1.0: 100.0}}, seed=1)
+    df.dp.count(by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # rows: 0.5
+    for col in ("rows", "a+b"):
+        with pytest.raises(tabdp.exceptions.InvalidParameterError, match="currency"):
+            df.dp.sum(col, by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    assert len(s.records) == 1
+    # a constant budget has no currencies: the name is fine there
+    s2 = tabdp.Session(unit="id", budget=1.0, seed=1)
+    df.dp.sum("rows", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s2)
 
 
 # -- 6. Author mode: frames built by the caller can fail on data ---------------------------------

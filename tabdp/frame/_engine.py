@@ -834,6 +834,14 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     rules = _Rules(nulls if measure_list else "error", negative_rule, sess.mode)
     policy = _Policy(mechanism, measure_list if kind == "sum" else [])
     if sess.budget is not None and sess.budget.per_currency:
+        clash = sorted(m for m in measure_list if m == ROWS_CURRENCY or "+" in m)
+        if clash:
+            raise InvalidParameterError(
+                f"measure column(s) {clash} are named like a budget currency of another kind "
+                f"({ROWS_CURRENCY!r} is the currency of counts, medians and quantiles; 'a+b' "
+                "that of a joint mechanism over a and b), so a curve budget would mix their "
+                "losses.\nHint: rename the column(s) before the release, e.g. "
+                "df.rename({'rows': 'n_rows'}).")
         for cur, _ in policy.currencies():
             sess.budget.curve_for(cur)  # a missing curve is a data-free error
     unit = sess.unit
