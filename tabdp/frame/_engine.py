@@ -345,6 +345,19 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
         big = (x.abs() > MAX_ABS).fill_null(False) & ~inf
         fixed = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round().cast(
             pl.Int128, strict=False)
+    elif dt in (pl.Int128, pl.UInt128):
+        # 128-bit integers may exceed the public magnitude bound: clamp them like floats (two
+        # Int128 values near 2**126 would wrap their sum; a UInt128 above 2**127 cannot be cast)
+        lim = 1 << 64
+        above = (x > pl.lit(lim, dt)).fill_null(False)
+        below = ((x < pl.lit(-lim, pl.Int128)).fill_null(False) if dt == pl.Int128
+                 else pl.lit(False))
+        missing = x.is_null()
+        inf = pl.lit(False)
+        big = above | below
+        fixed = (pl.when(above).then(pl.lit(lim, pl.Int128))
+                 .when(below).then(pl.lit(-lim, pl.Int128))
+                 .otherwise(x.cast(pl.Int128, strict=False)))
     else:
         missing = x.is_null()
         inf = pl.lit(False)
@@ -385,6 +398,8 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         counters[f"missing:{m}"] = p["missing"]
         if _is_float(schema[m]):
             counters[f"inf:{m}"] = p["inf"]
+            counters[f"big:{m}"] = p["big"]
+        elif schema[m] in (pl.Int128, pl.UInt128):
             counters[f"big:{m}"] = p["big"]
         if rules.negatives != "allow":
             counters[f"neg:{m}"] = p["neg"]
@@ -716,6 +731,12 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
                           for m in ms}
                 delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
                                    dtype=np.float64)
+                # the norm is computed in float64 (a few roundings per measure) and may fall
+                # below the exact norm by some ulps: round it up (len(ms) + 8 ulps, above the
+                # rounding error of the norm) so no charge is below the exact one (e.g.
+                # (2**53 - 1) + 2 was summed to 2**53)
+                slack = 1.0 + (len(ms) + 8) * 2.0**-52
+                delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
             else:
                 delta = mags[ms[0]]
         vals = policy(delta) if n else tuple(np.zeros(0) for _ in range(4 if policy.approx
@@ -818,6 +839,14 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     rules = _Rules(nulls if measure_list else "error", negative_rule, sess.mode)
     policy = _Policy(mechanism, measure_list if kind == "sum" else [])
     if sess.budget is not None and sess.budget.per_currency:
+        clash = sorted(m for m in measure_list if m == ROWS_CURRENCY or "+" in m)
+        if clash:
+            raise InvalidParameterError(
+                f"measure column(s) {clash} are named like a budget currency of another kind "
+                f"({ROWS_CURRENCY!r} is the currency of counts, medians and quantiles; 'a+b' "
+                "that of a joint mechanism over a and b), so a curve budget would mix their "
+                "losses.\nHint: rename the column(s) before the release, e.g. "
+                "df.rename({'rows': 'n_rows'}).")
         for cur, _ in policy.currencies():
             sess.budget.curve_for(cur)  # a missing curve is a data-free error
     unit = sess.unit

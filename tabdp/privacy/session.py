@@ -265,8 +265,10 @@ class Session:
                          if c in self._fingerprints and self._fingerprints[c] != f)
         changed += sorted(c for c in self._fingerprints if c not in fingerprints)
         if (self._n_rows is not None and n_rows != self._n_rows) or changed:
-            what = (f"it has {n_rows} rows where the session's earlier releases read "
-                    f"{self._n_rows}" if self._n_rows is not None and n_rows != self._n_rows
+            # no row counts: they are confidential (a filtered frame's count is a noiseless
+            # counting query)
+            what = ("it does not have the number of rows the session's earlier releases read"
+                    if self._n_rows is not None and n_rows != self._n_rows
                     else f"column(s) {changed} do not hold the same values in the same rows")
             raise InvalidParameterError(
                 "This session counts each row as a unit (row ids), but this frame's rows are "
