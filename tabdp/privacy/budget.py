@@ -85,6 +85,9 @@ class Budget:
             currency separately, or ``{currency: curve}`` (currencies: measure names, ``"rows"``
             for counts / medians / quantiles, ``"*"`` for any other). Sizes > 0, limits > 0 and
             non-decreasing in size.
+        total: With curves: an optional cap on a unit's total ρ over all currencies (curves
+            alone bound each currency, so a unit's total is at most the sum of its currencies'
+            limits; ``total`` bounds it whatever measures are released).
 
     Example:
         >>> b = Budget({1e3: 0.5, 1e7: 10.0})
@@ -96,8 +99,9 @@ class Budget:
         [0.5]
     """
 
-    def __init__(self, rho: float | Mapping[Any, Any]) -> None:
+    def __init__(self, rho: float | Mapping[Any, Any], total: float | None = None) -> None:
         self.curves: dict[str, _Curve] | None = None
+        self.total: float | None = None
         if isinstance(rho, Mapping):
             if rho and all(isinstance(k, str) for k in rho):
                 curves = {}
@@ -119,6 +123,14 @@ class Budget:
                                        hint="a per-record zCDP limit such as Budget(1.0)")
             self.sizes = np.array([1.0])
             self.limits = np.array([self.constant])
+        if total is not None:
+            if self.curves is None:
+                raise InvalidParameterError(
+                    "Budget: total= caps the sum over currencies of a curve budget; a constant "
+                    "budget is already a total.\nHint: Budget(1.0), or Budget({1e3: 0.5, 1e7: "
+                    "10.0}, total=12.0).")
+            self.total = check_real("total", total, owner="Budget", gt=0.0,
+                                    hint="a cap on a unit's total rho over all currencies")
 
     @property
     def per_currency(self) -> bool:
@@ -182,21 +194,23 @@ class Budget:
         if self.constant is not None:
             return {"kind": "constant", "rho": self.constant, "enforcement": "individual filter"}
         assert self.curves is not None
+        extra = {} if self.total is None else {"total": self.total}
         if list(self.curves) == ["*"]:
             return {"kind": "curve", **self.curves["*"].to_dict(),
                     "applies_to": "each currency separately (each measure; rows for counts)",
-                    "enforcement": "individual filter"}
+                    **extra, "enforcement": "individual filter"}
         return {"kind": "curves", "curves": {k: c.to_dict() for k, c in self.curves.items()},
-                "enforcement": "individual filter"}
+                **extra, "enforcement": "individual filter"}
 
     def __repr__(self) -> str:
         if self.constant is not None:
             return f"Budget({self.constant!r})"
         assert self.curves is not None
+        tail = "" if self.total is None else f", total={self.total!r}"
         if list(self.curves) == ["*"]:
-            return f"Budget({self.curves['*']!r})"
+            return f"Budget({self.curves['*']!r}{tail})"
         inner = ", ".join(f"{k!r}: {c!r}" for k, c in self.curves.items())
-        return f"Budget({{{inner}}})"
+        return f"Budget({{{inner}}}{tail})"
 
     @staticmethod
     def coerce(value: Any) -> Budget | None:
