@@ -1384,6 +1384,21 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
 
 
 # -- entry points -------------------------------------------------------------------------------
+def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> None:
+    """Under a curve budget each summed measure is a currency of its own and counts are
+    ``rows``: a measure named ``rows`` or holding ``+`` (a joint currency) would mix them."""
+    if budget is None or not isinstance(budget.rho, Mapping):
+        return
+    for i, t in enumerate(tables):
+        for m in t.measures if t.kind == "sum" else ():
+            if m == "rows" or "+" in m:
+                _fail(f"tables[{i}].measures", f"measure {m!r} would share a budget currency "
+                      "with counts ('rows') or with a joint mechanism ('a+b'), mixing units of "
+                      "measurement under the curve budget.",
+                      "rename the column (e.g. with a derived measure) or use a constant "
+                      "budget.")
+
+
 def load_spec(path: str | Path) -> ReleaseSpec:
     """Read and validate a ``release.toml``.
 
@@ -1693,6 +1708,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
         names[table.name] = i
         tables.append(table)
     _check_tables(tables, inp, budget)
+    _check_currencies(tables, budget)
     _check_input_rules(tables, inp)
     _check_paths(output, inp, hierarchies, d.get("domains") or {}, domains, tables, base, path)
     return ReleaseSpec(path=path, sha256=sha256, raw=copy.deepcopy(dict(data)), release=release,
