@@ -609,6 +609,9 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
     ("keys-outside-domain", _set(f"{T0}.keys", {"file": "keys_outside.csv"}),
      f"{T0}.keys.file", "'99999'"),
     ("keys-not-table", _set(f"{T0}.keys", "keys.csv"), f"{T0}.keys", "'keys.csv'"),
+    # currencies of a curve budget never mix (a measure named like the count currency)
+    ("currency-rows", _all(_set("budget", {"rho": {"1": 1.0, "1e6": 5.0}}),
+                           _set(f"{T2}.measures", ["rows"])), f"{T2}.measures", "'rows'"),
 ]
 
 
