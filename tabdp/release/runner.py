@@ -189,12 +189,21 @@ def _loss_text(row: Mapping[str, Any], delta: float) -> str:
     if rho is None:
         return "has no finite rho bound"
     text = f"loses at most rho = {rho:.3g}"
+    pure, approx = row.get("epsilon"), row.get("epsilon_delta")
     extra = []
-    if row.get("epsilon") is not None:
-        extra.append(f"pure epsilon = {row['epsilon']:.3g}")
-    if row.get("epsilon_delta") is not None:
-        extra.append(f"epsilon = {row['epsilon_delta']:.3g} at delta = {delta:g}")
+    if pure is not None:
+        extra.append(f"pure epsilon = {pure:.3g}")
+    if approx is not None and (pure is None or approx < 0.99 * pure):
+        extra.append(f"epsilon = {approx:.3g} at delta = {delta:g}")
     return text + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _few(sizes: Sequence[float], k: int = 4) -> list[float]:
+    """At most ``k`` of ``sizes``, spread over the list (first and last included)."""
+    s = sorted(float(x) for x in sizes)
+    if len(s) <= k:
+        return s
+    return [s[i] for i in sorted({round(j * (len(s) - 1) / (k - 1)) for j in range(k)})]
 
 
 def curve_in_words(curve: Sequence[Mapping[str, Any]], delta: float, *, unit: str = "record",
@@ -283,7 +292,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     tables = []
     outlook = {o["table"]: o for o in spec_outlook(spec)}
     issues = spec_usability_issues(spec)
-    unit = spec.input.unit or "record"
+    unit = "unit" if spec.input.unit else "record"
     entries: list[tuple[Mechanism, int]] = []
     rows = float(spec.plan.count_rows)
     # A unit touches at most max_cells cells of a table (enforced with a unit; one cell per
@@ -360,7 +369,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 for m in measures},
             "rollups": rollups,
             "guarantee_in_words": curve_in_words(
-                per_table, delta, unit=unit, where=" in this table",
+                total_policy_curve([entry], sorted(float(s) for s in t.calibration["targets"])
+                                   if t.calibration is not None else _few(sizes), delta),
+                delta, unit=unit, where=" in this table",
                 count_rows=spec.plan.count_rows if t.kind == "count" else None),
             "forecast": outlook[t.name]["flag_curve"],
             "usability_issues": outlook[t.name]["issues"],
@@ -389,8 +400,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "tables": tables,
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
         "budget_check": _budget_check(spec, total),
-        "guarantee_in_words": curve_in_words(total, delta, unit=unit,
-                                             where=" over the whole release"),
+        "guarantee_in_words": curve_in_words(
+            total_policy_curve(entries, _few(sizes), delta), delta, unit=unit,
+            where=" over the whole release (size in each table's own measure)"),
         "usability_issues": [{"path": p, "message": m} for p, m in issues],
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
