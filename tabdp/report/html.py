@@ -786,8 +786,9 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     elif not is_plan:
         body.append('<div class="callout ok"><p><b>Public document.</b> Everything on this page '
                     "is determined by the release settings, not computed from the "
-                    "confidential records; it may be published with the tables. Randomness: "
-                    f"{html.escape(randomness or _NONE)}.</p></div>")
+                    "confidential records (the share of publishable cells is counted from the "
+                    "published tables' flags); it may be published with the tables. "
+                    f"Randomness: {html.escape(randomness or _NONE)}.</p></div>")
 
     words_html = _plain_words(summary, is_plan)
     toc = [("protected", "What is protected"),
@@ -963,9 +964,11 @@ def _plain_words(summary: Mapping[str, Any], is_plan: bool) -> str:
                      + "".join(f"<li>{_e(str(w))}</li>" for w in words) + "</ul>")
     usable = summary.get("publishable_in_words") or []
     if usable:
-        parts.append("<p>Share of publishable cells, counted from the published flags (a cell "
-                     "is publishable when it carries none of the flags C, S or X):</p><ul>"
-                     + "".join(f"<li>{_e(str(w))}</li>" for w in usable) + "</ul>")
+        # the only part of the page computed from the published (noisy) tables: one block
+        parts.append('<div id="publishable"><p>Share of publishable cells, counted from the '
+                     "flags of the published tables (a cell is publishable when it carries "
+                     "none of the flags C, S or X):</p><ul>"
+                     + "".join(f"<li>{_e(str(w))}</li>" for w in usable) + "</ul></div>")
     elif is_plan and summary.get("tables"):
         parts.append("<p>The forecast share of flagged and negative cells, by cell size, is in "
                      "each table's section below.</p>")
