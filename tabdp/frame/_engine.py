@@ -87,7 +87,7 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
     if not isinstance(mechanism, Mechanism):
         raise InvalidParameterError(
             f"mechanism must be a tabdp mechanism instance; got {mechanism!r}.\n"
-            "Hint: e.g. mechanism=tabdp.mechanisms.LogTransform(sigma=0.3, offset=1000.0) or "
+            "Hint: e.g. mechanism=tabdp.mechanisms.LogTransform(sigma=0.25, offset=1000.0) or "
             "tabdp.mechanisms.Gaussian(sigma=2.0); see tabdp.mechanisms.__all__.")
     if kind == "sum" and not measures:
         raise InvalidParameterError("dp.sum needs at least one measure column; got none.")

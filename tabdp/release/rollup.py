@@ -840,10 +840,10 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
       sd of each cell);
     * anything else is refused.
 
-    The table's own ``m_moe``, ``m_lower`` and ``m_upper`` columns are not used (margins are recomputed at ``level``). Grid
-    rounding of the released values is ignored in the law: it moves each value by at most half a
-    step (at most 1% of the sd with the default grids); the per-cell ``m_moe`` of a release
-    includes that half step, the rollup margin does not.
+    The table's own ``m_moe``, ``m_lower`` and ``m_upper`` columns are not used (margins are
+    recomputed at ``level``). Grid rounding of the released values is ignored in the law: it
+    moves each value by at most half a step (at most 1% of the sd with the default grids); the
+    per-cell ``m_moe`` of a release includes that half step, the rollup margin does not.
 
     Args:
         table: The released table (Polars DataFrame): the ``by`` key columns (unique
@@ -866,8 +866,8 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
 
     Returns:
         ``(frame, methods)``: the target keys (dtypes of the table / mapping), per measure ``m``,
-        ``m_sd``, ``m_moe``, ``m_lower``, ``m_upper`` (Float64), and ``cells`` (Int64); and measure → method description
-        (public: it depends on the mechanism only).
+        ``m_sd``, ``m_moe``, ``m_lower``, ``m_upper`` (Float64), and ``cells`` (Int64); and
+        measure → method description (public: it depends on the mechanism only).
 
     Raises:
         InvalidParameterError: For a missing or ambiguous column, a mapping that is not a

@@ -59,8 +59,8 @@ from tabdp.release.rollup import rollup
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys, spec_keys_hint
 
 __all__ = ["ReleaseResult", "plan_summary", "curve_in_words", "publishable_in_words",
-           "write_plan", "run_release", "NATIONAL", "ROW_ID", "DataDependentFailure", "declared_schema", "clean_stale_staging", "FAILURE_FILE",
-           "NOT_FOR_PUBLICATION"]
+           "write_plan", "run_release", "NATIONAL", "ROW_ID", "DataDependentFailure",
+           "declared_schema", "clean_stale_staging", "FAILURE_FILE", "NOT_FOR_PUBLICATION"]
 
 #: Name of the constant key column used internally for national (``by = []``) releases.
 NATIONAL = "_tabdp_national"
