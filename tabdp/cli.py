@@ -3,7 +3,13 @@
 Usage::
 
     tabdp validate release.toml          # check the spec; reads no data
-    tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors; no data
+    tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors, forecast
+                                         # shares of flagged/negative cells, the guarantee in
+                                         # words; no data
+
+``validate`` and ``plan`` print a ``WARNING: <key path>: <problem>`` line for each setting that
+cannot publish usable cells (:func:`tabdp.planning.spec_usability_issues`: public parameters
+only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
     tabdp run release.toml --test-seed   # a seeded spec (tests only): public folder marked
                                          # NOT FOR PUBLICATION
