@@ -8,10 +8,10 @@ Example:
     >>> keys = tabdp.KeySet.from_dict(county=["a", "b"])
     >>> session = tabdp.Session(seed=1)
     >>> out = df.dp.sum("payroll", by="county", keys=keys,
-    ...                 mechanism=tabdp.mechanisms.LogTransform(sigma=0.3, offset=10.0),
+    ...                 mechanism=tabdp.mechanisms.LogTransform(sigma=0.25, offset=10.0),
     ...                 session=session)
     >>> out.columns
-    ['county', 'payroll', 'payroll_sd', 'payroll_moe']
+    ['county', 'payroll', 'payroll_sd', 'payroll_moe', 'payroll_lower', 'payroll_upper']
 """
 
 from tabdp import mechanisms, noise

@@ -3,7 +3,13 @@
 Usage::
 
     tabdp validate release.toml          # check the spec; reads no data
-    tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors; no data
+    tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors, forecast
+                                         # shares of flagged/negative cells, the guarantee in
+                                         # words; no data
+
+``validate`` and ``plan`` print a ``WARNING: <key path>: <problem>`` line for each setting that
+cannot publish usable cells (:func:`tabdp.planning.spec_usability_issues`: public parameters
+only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
     tabdp run release.toml --test-seed   # a seeded spec (tests only): public folder marked
                                          # NOT FOR PUBLICATION
@@ -183,7 +189,18 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
               f"randomness {'seeded (TESTS ONLY)' if spec.seed is not None else 'secure'}.\n")
     # the hash of the redacted spec: the file's own hash covers the seed
     out.write(f"  sha256 (spec without [randomness]) {spec.public_sha256}\n")
+    _write_usability(spec, out)
     return EXIT_OK
+
+
+def _write_usability(spec: object, out: TextIO) -> int:
+    """WARNING lines for the spec's usability problems (public parameters only)."""
+    from tabdp.planning import spec_usability_issues
+
+    found = spec_usability_issues(spec)
+    for path, msg in found:
+        out.write(f"WARNING: {path}: {msg}\n")
+    return len(found)
 
 
 def _fmt(x: float | None) -> str:
@@ -214,10 +231,25 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
             cells = "  ".join(f"{r['total']:.0e}: ±{_fmt(r['moe'])}" for r in rows)
             out.write(f"  {m} margin of error ({s['release']['level']:.0%}) by cell total: "
                       f"{cells}\n")
+        if t["forecast"]:
+            flag = "  ".join(f"{r['total']:.0e}: "
+                             + ("-" if r["p_flagged"] is None else f"{r['p_flagged']:.0%}")
+                             for r in t["forecast"])
+            neg = "  ".join(f"{r['total']:.0e}: {r['p_negative']:.0%}" for r in t["forecast"])
+            out.write(f"  forecast share of cells flagged C, by cell total: {flag}\n")
+            out.write(f"  forecast share of cells negative (N), by cell total: {neg}\n")
+        out.write("  guarantee in words:\n")
+        for line in t["guarantee_in_words"]:
+            out.write(f"    {line}\n")
     out.write(f"\n{'Total: record size':<38}{head}\n")
     out.write(f"{'Total rho per unit':<38}" + "".join(
         f"{_fmt(r['rho']):>10}" for r in s["total_policy_curve"]) + "\n")
     out.write(f"These curves bound the loss of {s['curves_hold_for']}.\n")
+    out.write("Guarantee of the whole release in words:\n")
+    for line in s["guarantee_in_words"]:
+        out.write(f"  {line}\n")
+    for issue in s["usability_issues"]:
+        out.write(f"WARNING: {issue['path']}: {issue['message']}\n")
     over = [r for r in s["budget_check"] if r["exceeds"]]
     if over:
         sizes_txt = ", ".join(f"{r['delta']:g} (planned {_fmt(r['planned_rho'])} > "

@@ -59,6 +59,7 @@ from tabdp.mechanisms.transformation import LogTransform, TransformationMechanis
 
 __all__ = [
     "PLAN_FAMILIES",
+    "ACCESSOR_CV_FLAG",
     "TargetCurve",
     "Forecast",
     "TablePlan",
@@ -85,6 +86,9 @@ __all__ = [
 #: Families :func:`plan_table` tries by default (unit splitting never beats the Gaussian).
 PLAN_FAMILIES: tuple[str, ...] = (
     "exp_polylog", "log", "root", "generalized_gaussian", "laplace", "gaussian")
+#: Flag threshold the ``.dp`` accessor checks its mechanism against (it publishes no flags;
+#: 0.3 is the usual threshold of low reliability, and the release workflow's default).
+ACCESSOR_CV_FLAG = 0.3
 _PURE_FAMILIES = ("exp_polylog", "generalized_gaussian", "laplace")
 _GRID_POINTS = 2001
 _QUAD_NODES = 256

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,16 @@ def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
     assert code == 0, err
     assert "valid" in out and "3 table(s)" in out
     assert not (tmp_path / "out").exists()
+    # the log transform with sigma = 0.3 has a cv floor 0.307 >= cv_flag 0.3: one WARNING line
+    # with the spec key path (parameters only), and exit 0
+    warn = [ln for ln in out.splitlines() if ln.startswith("WARNING: ")]
+    assert len(warn) == 1
+    assert warn[0].startswith("WARNING: tables[0].mechanism: the log transform with sigma = 0.3")
+    assert "0.307 >= the flag threshold 0.3" in warn[0]
+    fine = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out", name="fine.toml")
+    fine.write_text(fine.read_text().replace("sigma = 0.3", "sigma = 0.25"))
+    code, out, err = run("validate", str(fine))
+    assert code == 0 and "WARNING" not in out, err
 
 
 def test_validate_reports_the_key_path(tmp_path: Path) -> None:
@@ -186,6 +197,23 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
     # a count cell's sensitivity is the unit's rows there (plan.count_rows = 1), not its size
     assert {r["rho"] for r in est["table_policy_curve"]} == {float(g.rho(1.0))}
     assert plan["count_rows_assumed"] == 1
+    # what the agency asks: forecast of flagged / negative cells, the guarantee in words, and
+    # the configuration problem as a WARNING line (also in plan.json and plan.html)
+    fc = plan["tables"][0]["forecast"]
+    assert [r["total"] for r in fc] == [10.0 ** k for k in range(9)]
+    assert all(r["p_flagged"] == 1.0 for r in fc)        # cv floor 0.307 >= 0.3: every cell
+    assert plan["tables"][1]["guarantee_in_words"] == [
+        f"every unit (at most 1 row(s) counted per cell) loses at most rho = "
+        f"{float(g.rho(1.0)):.3g} (epsilon = "
+        f"{est['table_policy_curve'][0]['epsilon_delta']:.3g} at delta = 1e-09) in this table"]
+    assert plan["usability_issues"][0]["path"] == "tables[0].mechanism"
+    assert plan["tables"][0]["usability_issues"][0].startswith("the log transform")
+    assert "WARNING: tables[0].mechanism: the log transform" in out
+    assert "forecast share of cells flagged C" in out and "guarantee in words" in out
+    assert "Guarantee of the whole release in words" in out
+    page = (tmp_path / "out" / "plan" / "plan.html").read_text()
+    assert "Forecast of flagged and negative cells" in page and "Guarantee in words" in page
+    assert "Warning: configuration problems" in page
     log = tabdp.mechanisms.LogTransform(sigma=0.3, offset=1000.0)
     big = plan["total_policy_curve"][-1]
     want = 2 * float(log.rho(1e8)) + 2 * float(g.rho(1.0)) + float(
@@ -217,14 +245,32 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
         "worst_cells.parquet"]
     assert leftovers(out) == []
     t = pl.read_parquet(pub / "county_naics2.parquet")
-    assert t.columns == ["county", "naics2", "measure", "estimate", "sd", "moe", "cv", "flag"]
+    # lower/upper added on purpose (issue 16): exact, asymmetric for the log transform
+    assert t.columns == [*PUBLIC_COLUMNS(["county", "naics2"])]
     assert t.height == 2 * 300 * 19
+    assert ((t["lower"] < t["estimate"]) & (t["estimate"] < t["upper"])).all()
+    assert ((t["upper"] - t["estimate"]) > (t["estimate"] - t["lower"])).all()
     nat = pl.read_parquet(pub / "county_naics2__national.parquet")
-    assert nat.columns == ["measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert nat.columns == PUBLIC_COLUMNS([])
     assert nat.height == 2
+    # a rollup knows only a symmetric margin: estimate -+ moe
+    assert nat["lower"].to_list() == pytest.approx((nat["estimate"] - nat["moe"]).to_list())
     rev = pl.read_parquet(pub / "national_revenue.parquet")
-    assert rev.columns == ["measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert rev.columns == PUBLIC_COLUMNS([])
     assert rev["sd"].to_list() == [1e8]
+    assert rev["upper"].to_list() == pytest.approx((rev["estimate"] + rev["moe"]).to_list())
+    # the summary's share of publishable cells is counted from the published flags
+    summary = json.loads((pub / "summary.json").read_text())
+    shares = summary["published_usability"]["county_naics2"]["payroll"]
+    flags = t.filter(pl.col("measure") == "payroll")["flag"]
+    assert shares["cells"] == flags.len()
+    assert shares["publishable_share"] == pytest.approx(
+        1 - flags.str.contains("[CSX]").mean())
+    assert shares["flagged_share"] == pytest.approx(flags.str.contains("C").mean())
+    assert any(s.startswith("county_naics2, payroll: ")
+               for s in summary["publishable_in_words"])
+    assert 'id="publishable"' in (pub / "summary.html").read_text()
+    assert summary["guarantee_in_words"][0].startswith("a unit of size 1 loses at most rho")
     counts = pl.read_parquet(pub / "estabs.parquet")
     est = counts["estimate"].to_numpy()
     assert (est == est.round()).all()            # exact integer noise
@@ -378,14 +424,38 @@ def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[
 
 # -- public folder independent of the data ------------------------------------------------------
 
-ESTIMATE_DERIVED = ("estimate", "cv", "flag")
+ESTIMATE_DERIVED = ("estimate", "lower", "upper", "cv", "flag")
+#: summary.json entries counted from the published flags (post-processing of the estimates)
+SUMMARY_ESTIMATE_DERIVED = ("published_usability", "publishable_in_words")
+
+
+def PUBLIC_COLUMNS(keys: list[str]) -> list[str]:  # noqa: N802 - a constant list, by keys
+    return [*keys, "measure", "estimate", "sd", "moe", "lower", "upper", "cv", "flag"]
+
+
+def public_bytes(path: Path) -> bytes:
+    """A non-table public file without its estimate-derived parts (the share of publishable
+    cells in summary.json / summary.html)."""
+    data = path.read_bytes()
+    if path.name == "summary.json":
+        obj = json.loads(data)
+        assert all(k in obj for k in SUMMARY_ESTIMATE_DERIVED)
+        for k in SUMMARY_ESTIMATE_DERIVED:
+            obj.pop(k)
+        return json.dumps(obj, sort_keys=True).encode()
+    if path.name == "summary.html":
+        text, n = re.subn(r'<div id="publishable">.*?</div>', "", data.decode(), flags=re.S)
+        assert n == 1
+        return text.encode()
+    return data
 
 
 def test_public_folder_is_bit_for_bit_data_independent(
         tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Same spec on two different datasets: every public file is identical byte for byte,
-    except the tables' noisy estimates and the columns computed from them (cv, flags, and the
-    plug-in sd / moe of transformation mechanisms)."""
+    except the tables' noisy estimates and the columns computed from them (interval ends, cv,
+    flags, the plug-in sd / moe of transformation mechanisms, and the summary's share of
+    publishable cells counted from the flags)."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
     folders = []
     for i, data in enumerate(datasets):
@@ -403,7 +473,7 @@ def test_public_folder_is_bit_for_bit_data_independent(
                "county_naics2__national.parquet"}
     for name in names:
         if not name.endswith(".parquet"):
-            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+            assert public_bytes(a / name) == public_bytes(b / name), name
             continue
         ta, tb = pl.read_parquet(a / name), pl.read_parquet(b / name)
         assert ta.schema == tb.schema, name
@@ -500,7 +570,7 @@ by = ["state", "naics2"]
                        ("empty__state_naics2.parquet", ["state", "naics2"])):
         t = pl.read_parquet(pub / name)
         assert t.height == 0
-        assert t.columns == [*keys, "measure", "estimate", "sd", "moe", "cv", "flag"]
+        assert t.columns == PUBLIC_COLUMNS(keys)  # lower/upper: on purpose (issue 16)
         assert t.schema["estimate"] == pl.Float64 and t.schema["flag"] == pl.String
 
 
@@ -819,7 +889,7 @@ def test_author_mode_neighbours_are_indistinguishable(
                 keep = [c for c in ta.columns if c not in ESTIMATE_DERIVED]
                 assert ta.schema == tb.schema and ta.select(keep).equals(tb.select(keep)), name
             else:
-                assert a.read_bytes() == b.read_bytes(), (k, name)
+                assert public_bytes(a) == public_bytes(b), (k, name)
     conf = json.loads((res["huge"][3] / "confidential" / "confidential.json").read_text())
     assert conf["input_rules"]["bounds"]["payroll"]["above"] == 1
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
+from tabdp.exceptions import UsabilityWarning
 
 # Noise far below the totals: estimates read the true totals. (sigma=1e-7, not smaller: its default
 # grid 1e-9 is the finest float64 can hold exactly for totals up to 1000; see exact-rounding.md.)
@@ -49,8 +51,10 @@ def test_sum_schema_order_and_true_totals(make_frame, out_type, to_pl):
                                   mechanism=TINY, session=s)
     assert type(out) is out_type
     o = to_pl(out)
+    # interval ends added on purpose (issue 16)
     assert o.columns == ["county", "naics", "payroll", "payroll_sd", "payroll_moe",
-                         "emp", "emp_sd", "emp_moe"]
+                         "payroll_lower", "payroll_upper", "emp", "emp_sd", "emp_moe",
+                         "emp_lower", "emp_upper"]
     # every key exactly once, in key-set order, empty cells included
     assert o.select("county", "naics").rows() == key_rows(KEYS)
     np.testing.assert_allclose(o["payroll"].to_numpy(), PAYROLL, atol=1e-6)
@@ -60,6 +64,11 @@ def test_sum_schema_order_and_true_totals(make_frame, out_type, to_pl):
         np.testing.assert_allclose(o[f"{m}_sd"].to_numpy(), 1e-7, rtol=1e-12)
         np.testing.assert_allclose(o[f"{m}_moe"].to_numpy(), Z90 * 1e-7 + TINY_HALF_GRID,
                                    rtol=1e-7)
+        # additive noise: the exact interval is estimate -+ moe
+        np.testing.assert_array_equal(o[f"{m}_lower"].to_numpy(),
+                                      (o[m] - o[f"{m}_moe"]).to_numpy())
+        np.testing.assert_array_equal(o[f"{m}_upper"].to_numpy(),
+                                      (o[m] + o[f"{m}_moe"]).to_numpy())
     # empty cells: 0 + noise rounded to the grid (tiny; noise was added, so not all exactly 0)
     empty = o.filter(pl.Series(np.array(PAYROLL) == 0.0))
     assert (empty["payroll"].abs() < 1e-5).all()
@@ -87,7 +96,10 @@ def test_count_schema_and_true_counts(make_frame, out_type, to_pl):
                                     session=s)
     assert type(out) is out_type
     o = to_pl(out)
-    assert o.columns == ["county", "naics", "count", "count_sd", "count_moe"]
+    assert o.columns == ["county", "naics", "count", "count_sd", "count_moe", "count_lower",
+                         "count_upper"]  # interval ends: on purpose (issue 16)
+    np.testing.assert_array_equal(o["count_upper"].to_numpy(),
+                                  (o["count"] + o["count_moe"]).to_numpy())
     assert o.select("county", "naics").rows() == key_rows(KEYS)
     np.testing.assert_allclose(o["count"].to_numpy(), COUNT, atol=1e-6)
     assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 2
@@ -156,9 +168,20 @@ def test_noise_has_the_stated_sd(make_frame, to_pl, mechanism, sd):
 
 def test_transformation_mechanism_plugin_sd(make_frame, to_pl):
     m = mech.LogTransform(sigma=0.3, offset=1000.0)
-    o = to_pl(make_frame(DATA).dp.sum("payroll", by=["county", "naics"], keys=KEYS,
-                                      mechanism=m, session=tabdp.Session(seed=7)))
-    assert o.columns == ["county", "naics", "payroll", "payroll_sd", "payroll_moe"]
+    with pytest.warns(UsabilityWarning, match=r"floor sqrt\(exp\(sigma\^2\) - 1\) = 0.307"):
+        o = to_pl(make_frame(DATA).dp.sum("payroll", by=["county", "naics"], keys=KEYS,
+                                          mechanism=m, session=tabdp.Session(seed=7)))
+    assert o.columns == ["county", "naics", "payroll", "payroll_sd", "payroll_moe",
+                         "payroll_lower", "payroll_upper"]  # ends: on purpose (issue 16)
+    # the exact interval of the transformation, f^-1(v -+ h) - a around the noisy transformed
+    # value v, h = z*sigma + grid/2: asymmetric (longer above), moe its half-width
+    est, lo, hi = (o[c].to_numpy() for c in ("payroll", "payroll_lower", "payroll_upper"))
+    assert np.all((lo < est) & (est < hi)) and np.all(hi - est > est - lo)
+    np.testing.assert_allclose(o["payroll_moe"].to_numpy(), (hi - lo) / 2, rtol=1e-12)
+    z = float(NormalDist().inv_cdf(0.95))
+    step = m.default_grid()  # public grid of the noisy transformed value (0.001)
+    np.testing.assert_allclose(np.log(hi + 1000.0) - np.log(lo + 1000.0),
+                               2 * z * 0.3 + float(step), rtol=1e-9)
     assert o.height == len(KEYS)
     # sd is the plug-in at the estimate: it must equal the mechanism's exact sd there
     est = o["payroll"].to_numpy()
@@ -404,7 +427,9 @@ def test_missing_unit_column(make_frame):
 
 
 def test_negative_contributions_with_transformation(make_frame, snapshot, to_pl):
-    m = mech.LogTransform(sigma=0.3, offset=1000.0)
+    # sigma 0.25 (was 0.3, whose cv floor 0.307 now triggers a UsabilityWarning; the test is
+    # about negative contributions, not the noise level)
+    m = mech.LogTransform(sigma=0.25, offset=1000.0)
     # cell (c2,21) totals 5 - 2 = 3 >= 0, but removing the +5 row would leave -2: refused.
     keys = ["c1", "c1", "c2", "c2"], ["11", "11", "21", "21"]
     frame = make_frame({"county": keys[0], "naics": keys[1], "net": [5.0, 2.0, 5.0, -2.0]})
@@ -429,7 +454,7 @@ def test_negative_contributions_with_transformation(make_frame, snapshot, to_pl)
 
 
 def test_negative_unit_contributions_with_transformation(make_frame, snapshot):
-    m = mech.LogTransform(sigma=0.3, offset=1000.0)
+    m = mech.LogTransform(sigma=0.25, offset=1000.0)  # 0.3 would warn (cv floor 0.307)
     s = tabdp.Session(unit="u", seed=3)
     # unit a: +5 and -2 in one cell (contribution 3, allowed); unit b: -1 (refused)
     frame = make_frame({"u": ["a", "a", "b"], "county": ["c1", "c1", "c1"],

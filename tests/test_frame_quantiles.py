@@ -166,7 +166,13 @@ def test_median_schema_keys_truth_ss_sd_and_moe(make_frame, out_type, to_pl):
     out = _median(make_frame(DATA), s)
     assert type(out) is out_type
     o = to_pl(out)
-    assert o.columns == ["county", "naics", "x_median", "x_median_sd", "x_median_moe"]
+    # interval ends added on purpose (issue 16): estimate -+ moe for smooth-sensitivity releases
+    assert o.columns == ["county", "naics", "x_median", "x_median_sd", "x_median_moe",
+                         "x_median_lower", "x_median_upper"]
+    np.testing.assert_array_equal(o["x_median_lower"].to_numpy(),
+                                  (o["x_median"] - o["x_median_moe"]).to_numpy())
+    np.testing.assert_array_equal(o["x_median_upper"].to_numpy(),
+                                  (o["x_median"] + o["x_median_moe"]).to_numpy())
     assert o.select("county", "naics").rows() == key_rows(KEYS)  # every key once, in order
     for c in ("x_median", "x_median_sd", "x_median_moe"):
         assert o[c].dtype == pl.Float64
@@ -222,7 +228,8 @@ def test_quantile_labels_truth_and_ss(make_frame, to_pl, set_noise, q, label):
     frame = make_frame(DATA)
     o = to_pl(frame.dp.quantile("x", q, by=["county", "naics"], keys=KEYS, bounds=BOUNDS,
                                 epsilon=1.0, session=tabdp.Session(seed=2)))
-    assert o.columns == ["county", "naics", label, f"{label}_sd", f"{label}_moe"]
+    assert o.columns == ["county", "naics", label, f"{label}_sd", f"{label}_moe",
+                         f"{label}_lower", f"{label}_upper"]  # ends: on purpose (issue 16)
     assert o.select("county", "naics").rows() == key_rows(KEYS)
     truth = [true_quantile(c, q) for c in CELLS]
     if q == 0.9:
@@ -752,7 +759,8 @@ def test_ss_floor_keeps_noise_in_huge_identical_cells(make_frame, to_pl, bounds,
     ks = tabdp.KeySet.from_dict(c=["a"])
     o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=bounds, epsilon=1.0, gamma=gamma,
                               uncertainty_share=0.05, session=tabdp.Session(seed=18)))
-    est, sd, moe = o.row(0)[1:]
+    est, sd, moe, lower, upper = o.row(0)[1:]  # interval ends added on purpose (issue 16)
+    assert (lower, upper) == (est - moe, est + moe)
     # The release is the exact value + floor·Z rounded to the default 32-bit relative grid. The
     # floor's noise (1e-12 of the bounds' magnitude) is below that grid's resolution (2.3e-10
     # relative), so the release may equal the rounded true value: still ε-DP (the exact

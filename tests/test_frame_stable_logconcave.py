@@ -17,7 +17,7 @@ import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.exceptions import InvalidParameterError
+from tabdp.exceptions import InvalidParameterError, UsabilityWarning
 from tabdp.privacy.conversions import gdp_epsilon
 
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
@@ -49,8 +49,14 @@ def test_symmetric_stable_release_and_pure_accounting(make_frame, unit):
     from tabdp.mechanisms.stable import SymmetricStable
 
     m = SymmetricStable(alpha=1.5, gamma=2.0)
-    out, pr, _ = _release(make_frame, m, unit)
-    assert out.columns == ["c", "pay", "pay_sd", "pay_moe", "emp", "emp_sd", "emp_moe"]
+    # infinite variance while sd is published: the accessor warns (from the parameters alone)
+    with pytest.warns(UsabilityWarning, match="no finite variance"):
+        out, pr, _ = _release(make_frame, m, unit)
+    # interval ends added on purpose (issue 16): exact interval, here estimate -+ moe
+    assert out.columns == ["c", "pay", "pay_sd", "pay_moe", "pay_lower", "pay_upper",
+                           "emp", "emp_sd", "emp_moe", "emp_lower", "emp_upper"]
+    assert np.allclose(out["pay_lower"].to_numpy(), (out["pay"] - out["pay_moe"]).to_numpy())
+    assert np.allclose(out["pay_upper"].to_numpy(), (out["pay"] + out["pay_moe"]).to_numpy())
     assert out["pay_sd"].to_list() == [math.inf, math.inf]  # infinite variance for α < 2
     # exact |Z| quantile, widened by half of the public rounding grid
     grid = float(m.default_grid())

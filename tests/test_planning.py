@@ -274,3 +274,46 @@ def test_spec_checks_flag_the_old_demo_configuration() -> None:
     assert cnt[0]["total"] == 1.0 and cnt[0]["p_flagged"] == pytest.approx(
         forecast(DiscreteGaussian(sigma=2.0), [1.0]).flagged_share, abs=1e-6)
     assert outlook[3]["guarantee"][0].startswith("a record of size 1 loses at most rho")
+
+
+def test_accessor_warnings_come_from_the_arguments_only() -> None:
+    """``df.dp.*`` warns about an unusable mechanism before reading data: the same warnings for
+    neighbouring datasets, for an empty frame, and for a frame the release then refuses."""
+    import polars as pl
+
+    import tabdp
+
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    frames = {"one": pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]}),
+              "neighbour": pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 1e12]}),
+              "empty": pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String,
+                                                                "x": pl.Float64})}
+    cases = [(LogTransform(sigma=0.3, offset=1e3), "dp.sum: the log transform"),
+             (ExpPolyLog(sigma=1.0, a=1.0, d=2.5), "no finite variance"),
+             (SymmetricStable(alpha=1.5, gamma=1.0), "no finite variance")]
+    for mech, pattern in cases:
+        seen = []
+        for frame in frames.values():
+            with pytest.warns(UsabilityWarning, match=pattern) as rec:
+                frame.dp.sum("x", by="c", keys=keys, mechanism=mech,
+                             session=tabdp.Session(seed=0))
+            seen.append([str(w.message) for w in rec if w.category is UsabilityWarning])
+        assert seen[0] == seen[1] == seen[2] and len(seen[0]) == 1
+        # refused by a data rule (NaN, curator mode): the warning was already given, the same
+        bad = pl.DataFrame({"c": ["a"], "x": [float("nan")]})
+        with pytest.warns(UsabilityWarning) as rec, pytest.raises(tabdp.DataValidationError):
+            bad.dp.sum("x", by="c", keys=keys, mechanism=mech, session=tabdp.Session(seed=0))
+        assert [str(w.message) for w in rec if w.category is UsabilityWarning] == seen[0]
+    # the warning points at the caller's line (stacklevel), not into tabdp
+    with pytest.warns(UsabilityWarning) as rec:
+        frames["one"].dp.count(by="c", keys=keys, mechanism=SymmetricStable(1.5, 1.0))
+    assert rec[0].filename == __file__
+    # usable mechanisms (the shipped calibration, a Gaussian count, a median) warn about nothing
+    good = calibrate("exp_polylog", CBP_TARGETS, 1e7, p=1).mechanism
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frames["one"].dp.sum("x", by="c", keys=keys, mechanism=good,
+                             session=tabdp.Session(seed=0))
+        frames["one"].dp.count(by="c", keys=keys, session=tabdp.Session(seed=0))
+        frames["one"].dp.median("x", by="c", keys=keys, bounds=(0.0, 10.0), epsilon=1.0,
+                                session=tabdp.Session(seed=0))

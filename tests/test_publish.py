@@ -24,10 +24,14 @@ def flags(rules: Publication, **kw) -> list[str]:
 
 def test_schema_and_cv() -> None:
     out = publish(WIDE, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3))
-    assert out.columns == ["c", "measure", "estimate", "sd", "moe", "cv", "flag"]
+    # lower/upper added on purpose (issue 16); without m_lower/m_upper: estimate -+ moe
+    assert out.columns == ["c", "measure", "estimate", "sd", "moe", "lower", "upper", "cv",
+                           "flag"]
     assert out.schema == {"c": pl.String, "measure": pl.String, "estimate": pl.Float64,
-                          "sd": pl.Float64, "moe": pl.Float64, "cv": pl.Float64,
-                          "flag": pl.String}
+                          "sd": pl.Float64, "moe": pl.Float64, "lower": pl.Float64,
+                          "upper": pl.Float64, "cv": pl.Float64, "flag": pl.String}
+    assert out["lower"].to_list() == [92.0, 2.0, -12.0, -8.0, -28.0]
+    assert out["upper"].to_list() == [108.0, 18.0, 4.0, 8.0, 32.0]
     cv = out["cv"].to_list()
     assert cv[:3] == [0.05, 0.5, 1.25]
     assert cv[3] == math.inf                 # estimate 0, sd > 0
@@ -45,7 +49,7 @@ def test_suppression_withholds_values() -> None:
     out = publish(WIDE, keys=["c"], measures=["x"],
                   rules=Publication(cv_flag=0.3, suppress_cv=1.0))
     assert out["flag"].to_list() == ["", "C", "CNS", "CS", "X"]
-    for col in ("estimate", "sd", "moe", "cv"):
+    for col in ("estimate", "sd", "moe", "lower", "upper", "cv"):
         assert out[col][2] is None and out[col][3] is None
     assert out["estimate"][0] == 100.0
 
@@ -56,6 +60,24 @@ def test_clamp_publishes_zero_and_flags() -> None:
     assert out["estimate"].to_list()[:4] == [100.0, 10.0, 0.0, 0.0]
     assert out["flag"].to_list()[2] == "CN"
     assert out["cv"][2] == math.inf
+    # interval ends raised to 0 where negative (the truth is >= 0: coverage kept)
+    assert out["lower"].to_list() == [92.0, 2.0, 0.0, 0.0, 0.0]
+    assert out["upper"].to_list() == [108.0, 18.0, 4.0, 8.0, 32.0]
+
+
+def test_exact_interval_passed_through_and_rounded_outward() -> None:
+    """m_lower/m_upper (asymmetric, from a transformation mechanism) are published as given;
+    a rounding unit moves lower down and upper up, so the interval only grows."""
+    w = pl.DataFrame({"c": ["a", "b"], "x": [1234.0, 55.0], "x_sd": [100.0, 30.0],
+                      "x_moe": [150.0, 40.0], "x_lower": [1100.0, 21.0],
+                      "x_upper": [1400.0, 101.0]})
+    out = publish(w, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3))
+    assert out["lower"].to_list() == [1100.0, 21.0]
+    assert out["upper"].to_list() == [1400.0, 101.0]
+    out = publish(w, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3, round=10.0))
+    assert out["estimate"].to_list() == [1230.0, 60.0]
+    assert out["lower"].to_list() == [1100.0, 20.0]
+    assert out["upper"].to_list() == [1400.0, 110.0]
 
 
 def test_public_rounding_after_flags() -> None:
@@ -84,7 +106,7 @@ def test_grid_rerounding_and_long_order() -> None:
 def test_national_and_empty() -> None:
     nat = publish(pl.DataFrame({"x": [5.0], "x_sd": [1.0], "x_moe": [1.6]}), keys=[],
                   measures=["x"], rules=Publication())
-    assert nat.columns == ["measure", "estimate", "sd", "moe", "cv", "flag"]
+    assert nat.columns == ["measure", "estimate", "sd", "moe", "lower", "upper", "cv", "flag"]
     assert nat.height == 1
     empty = publish(WIDE.head(0), keys=["c"], measures=["x"], rules=Publication())
     assert empty.height == 0

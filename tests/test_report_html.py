@@ -29,7 +29,7 @@ import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.exceptions import InvalidParameterError
+from tabdp.exceptions import InvalidParameterError, UsabilityWarning
 from tabdp.report import browser
 from tabdp.report.html import fmt, render_confidential_html, render_summary_html
 from tabdp.report.plots import (
@@ -89,8 +89,10 @@ def build_sample() -> dict[str, Any]:
     s = tabdp.Session(unit="estab_id", seed=1)
     pay = mech.LogTransform(sigma=0.3, offset=1000.0)
     cnt = mech.Gaussian(sigma=2.0)
-    df.dp.sum(["payroll_k", "employment"], by=by, keys=keys, mechanism=pay, session=s,
-              name="state_naics2")
+    # sigma = 0.3: cv floor 0.307 >= 0.3, the accessor warns (parameters only)
+    with pytest.warns(UsabilityWarning, match="coefficient of variation floor"):
+        df.dp.sum(["payroll_k", "employment"], by=by, keys=keys, mechanism=pay, session=s,
+                  name="state_naics2")
     df.dp.count(by=by, keys=keys, mechanism=cnt, session=s, name="establishments")
     rep = s.report(delta=1e-9)
     pub = {r["name"]: r for r in rep.to_dict()["queries"]}
@@ -289,6 +291,44 @@ def test_plan_page(sample: dict[str, Any]) -> None:
     # input rules and the loss with directly released rollups
     assert "negative values are replaced by 0" in text
     assert "ρ, with the rollups released directly" in text
+
+
+def test_plain_words_forecast_and_warnings(sample: dict[str, Any]) -> None:
+    """Issue 16: the guarantee in words, the forecast of flagged/negative cells, configuration
+    warnings (plan) and the share of publishable cells (release) have their own sections."""
+    summ = copy.deepcopy(sample["summary"])
+    summ["guarantee_in_words"] = ["a unit of size 1,000 loses at most rho = 0.5 over <all>"]
+    summ["usability_issues"] = [{"path": "tables[0].mechanism", "message": "floor <0.307>"}]
+    summ["tables"][0]["guarantee_in_words"] = ["a unit of size 5 loses at most rho = 0.25"]
+    summ["tables"][0]["usability_issues"] = ["floor <0.307>"]
+    summ["tables"][0]["forecast"] = [{"total": 1000.0, "p_flagged": 0.5, "p_negative": 0.25},
+                                     {"total": 1e6, "p_flagged": None, "p_negative": 0.0}]
+    summ["published_usability"] = {"state_naics2": {"payroll_k": {
+        "cells": 4.0, "publishable_share": 0.75, "flagged_share": 0.25, "negative_share": 0.0}}}
+    summ["publishable_in_words"] = ["state_naics2, payroll_k: 3 of 4 cells (75%) are publishable"]
+    page = render_summary_html(summ)
+    c = _check_page(page)
+    text = " ".join(c.text)
+    assert "words" in c.ids and 'href="#words"' in page
+    assert "over &lt;all&gt;" in page            # escaped
+    assert "a unit of size 1,000 loses at most rho = 0.5 over <all>" in text
+    assert "a unit of size 5 loses at most rho = 0.25" in text
+    assert "Warning: configuration problems" in text and "floor <0.307>" in text
+    assert "Forecast of flagged and negative cells" in text
+    assert "50.0%" in text and "25.0%" in text
+    assert len(re.findall(r'<div id="publishable">', page)) == 1
+    assert "3 of 4 cells (75%) are publishable" in text
+    assert "Other information" not in text      # every new key has its own place
+    # a plan has no published tables: no publishable block, the forecast is pointed to
+    plan = copy.deepcopy(summ)
+    plan["kind"] = "plan"
+    del plan["published_usability"], plan["publishable_in_words"]
+    page = render_summary_html(plan)
+    assert 'id="publishable"' not in page and "forecast share" in page
+    # nothing new to say: no section, no table-of-contents entry
+    bare = copy.deepcopy(sample["summary"])
+    page = render_summary_html(bare)
+    assert 'id="words"' not in page and 'href="#words"' not in page
 
 
 def test_confidential_page_structure(sample: dict[str, Any], pages: dict[str, str]) -> None:

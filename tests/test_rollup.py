@@ -274,8 +274,9 @@ def test_rollup_state_sector() -> None:
     out, how = rollup(t, by=["county", "naics"], measures=["x", "y"],
                       target_by=["state", "sector"], maps={"state": _geo(), "sector": _sectors()},
                       mechanisms=MECHS)
-    assert out.columns == ["state", "sector", "x", "x_sd", "x_moe", "y", "y_sd", "y_moe",
-                           "cells"]
+    # interval ends added on purpose (issue 16): symmetric, estimate -+ moe, for rollups
+    assert out.columns == ["state", "sector", "x", "x_sd", "x_moe", "x_lower", "x_upper",
+                           "y", "y_sd", "y_moe", "y_lower", "y_upper", "cells"]
     assert out.schema["cells"] == pl.Int64 and out.schema["x"] == pl.Float64
     assert out.select("state", "sector").rows() == [("A", "11"), ("A", "21"), ("B", "11"),
                                                      ("B", "21")]
@@ -288,6 +289,9 @@ def test_rollup_state_sector() -> None:
     np.testing.assert_allclose(out["y_moe"], [MECHS["y"].moe_of_sum(n) for n in (4, 2, 4, 2)],
                                rtol=1e-10)
     assert how == {"x": METHOD_GAUSSIAN, "y": METHOD_STABLE}
+    for m in ("x", "y"):
+        np.testing.assert_array_equal(out[f"{m}_lower"], out[m] - out[f"{m}_moe"])
+        np.testing.assert_array_equal(out[f"{m}_upper"], out[m] + out[f"{m}_moe"])
     # a column of by kept as is, crossed with a mapped one; national total
     out2, _ = rollup(t, by=["county", "naics"], measures=["x"], target_by=["naics", "state"],
                      maps={"state": _geo()}, mechanisms=MECHS)
@@ -295,9 +299,11 @@ def test_rollup_state_sector() -> None:
     assert out2["cells"].to_list() == [2] * 6
     nat, _ = rollup(t, by=["county", "naics"], measures=["x"], target_by=[], maps={},
                     mechanisms=MECHS)
-    assert nat.columns == ["x", "x_sd", "x_moe", "cells"]
+    assert nat.columns == ["x", "x_sd", "x_moe", "x_lower", "x_upper", "cells"]
     assert nat.rows() == [(78.0, pytest.approx(2 * math.sqrt(12)),
-                           pytest.approx(Z90 * 2 * math.sqrt(12)), 12)]
+                           pytest.approx(Z90 * 2 * math.sqrt(12)),
+                           pytest.approx(78.0 - Z90 * 2 * math.sqrt(12)),
+                           pytest.approx(78.0 + Z90 * 2 * math.sqrt(12)), 12)]
 
 
 def test_rollup_target_keys_order_and_empty_rows() -> None:

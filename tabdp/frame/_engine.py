@@ -51,7 +51,7 @@ from tabdp.privacy.ledger import Charges, QueryRecord, UnitLosses
 from tabdp.privacy.session import Session, _set_last
 
 __all__ = ["grouped_release", "count_mechanism", "ROW_ID", "SUM_SCALE_BITS", "MAX_ABS",
-           "NULL_POLICIES", "NEGATIVE_POLICIES"]
+           "NULL_POLICIES", "NEGATIVE_POLICIES", "OUTPUT_SUFFIXES"]
 
 NULL_POLICIES = ("error", "zero", "drop")
 #: Rules for negative values of a measure released with a mechanism that needs non-negative
@@ -63,6 +63,8 @@ ROW_ID = "__tabdp_row"
 SUM_SCALE_BITS = 24
 #: Public magnitude bound of a single value: larger |values| are clamped to it (declared rule).
 MAX_ABS = 2.0**64
+#: Output columns per measure ``m``: estimate, sd, margin of error, interval ends.
+OUTPUT_SUFFIXES = ("", "_sd", "_moe", "_lower", "_upper")
 _ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
 _ALL = "__tabdp_all"     # rows read per unit and cell
 _CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
@@ -85,7 +87,7 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
     if not isinstance(mechanism, Mechanism):
         raise InvalidParameterError(
             f"mechanism must be a tabdp mechanism instance; got {mechanism!r}.\n"
-            "Hint: e.g. mechanism=tabdp.mechanisms.LogTransform(sigma=0.3, offset=1000.0) or "
+            "Hint: e.g. mechanism=tabdp.mechanisms.LogTransform(sigma=0.25, offset=1000.0) or "
             "tabdp.mechanisms.Gaussian(sigma=2.0); see tabdp.mechanisms.__all__.")
     if kind == "sum" and not measures:
         raise InvalidParameterError("dp.sum needs at least one measure column; got none.")
@@ -102,7 +104,7 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             "Hint: a column is either summed or grouped by; copy it under another name to "
             "do both.")
     outputs = [f"{m}{s}" for m in (measures if kind == "sum" else ["count"])
-               for s in ("", "_sd", "_moe")]
+               for s in OUTPUT_SUFFIXES]
     clash = sorted(set(outputs) & set(by))
     if clash:
         raise InvalidParameterError(
@@ -811,8 +813,10 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
             count contribution is capped there. ``None``: unbounded (1 in row mode).
 
     Returns:
-        A frame of the caller's library: keys, then per measure the estimate, ``_sd`` and
-        ``_moe`` columns; one row per key.
+        A frame of the caller's library: keys, then per measure the estimate, ``_sd``,
+        ``_moe``, ``_lower`` and ``_upper`` columns (the interval is the mechanism's exact
+        ``level`` interval: asymmetric for transformation mechanisms, estimate ∓ moe for
+        additive ones); one row per key.
 
     Example:
         >>> import polars as pl, tabdp
@@ -822,13 +826,17 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         ...                       mechanism=tabdp.mechanisms.Gaussian(1.0),
         ...                       session=tabdp.Session(seed=0))
         >>> out.columns, out.height
-        (['c', 'x', 'x_sd', 'x_moe'], 3)
+        (['c', 'x', 'x_sd', 'x_moe', 'x_lower', 'x_upper'], 3)
     """
     measure_list = _as_list(measures, "columns") if kind == "sum" else []
     by_list = _as_list(by, "by")
     if kind == "count":
         mechanism = count_mechanism(mechanism, grid)
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
+    # Usability warnings: public parameters only, before any data is read.
+    from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
+
+    warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG, context=f"dp.{kind}", stacklevel=3)
     released = measure_list if kind == "sum" else ["count"]
     grids = _check_grid(grid, released)
     max_cells = _check_bound("max_cells", max_cells)
@@ -930,6 +938,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         out_cols[m] = rv.estimate
         out_cols[f"{m}_sd"] = rv.sd
         out_cols[f"{m}_moe"] = rv.moe
+        out_cols[f"{m}_lower"] = rv.lower
+        out_cols[f"{m}_upper"] = rv.upper
         fallbacks[m] = int(rv.fallbacks)
         grid_used[m] = rv.grid
     key_frame = keys.to_polars().select(by_list) if by_list else pl.DataFrame()

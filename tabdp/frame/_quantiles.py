@@ -23,6 +23,7 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _CELL,
     _FP_SEED,
+    OUTPUT_SUFFIXES,
     ROW_ID,
     _as_list,
     _attach_cells,
@@ -285,7 +286,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         name: Label of the release in the session.
 
     Returns:
-        A frame of the caller's library: keys, ``{label}``, ``{label}_sd``, ``{label}_moe``.
+        A frame of the caller's library: keys, ``{label}``, ``{label}_sd``, ``{label}_moe``,
+        ``{label}_lower``, ``{label}_upper`` (the ``level`` interval, estimate ∓ moe).
 
     Example:
         >>> import polars as pl, tabdp
@@ -294,7 +296,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         ...                        keys=tabdp.KeySet.from_dict(c=["a", "b"]), bounds=(0, 10),
         ...                        epsilon=1.0, session=tabdp.Session(seed=1))
         >>> out.columns
-        ['c', 'x_median', 'x_median_sd', 'x_median_moe']
+        ['c', 'x_median', 'x_median_sd', 'x_median_moe', 'x_median_lower', 'x_median_upper']
     """
     if not isinstance(column, str):
         raise InvalidParameterError(f"column must be one column name; got {column!r}.")
@@ -307,11 +309,16 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
                                          uncertainty_share=uncertainty_share)
     # Argument checks shared with sums (keys, session, level, nulls); a stand-in mechanism.
     level = _check_args("sum", [column], by_list, keys, Gaussian(1.0), session, level, nulls)
+    # Usability warnings: public parameters only, before any data is read.
+    from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
+
+    warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG,
+                   context="dp.median" if median else "dp.quantile", stacklevel=3)
     label = quantile_label(column, qv, median)
     grid = _check_grid(grid, [label])[label]
     # fineness against public magnitudes only: the sampler's own check can then never refuse
     grid = mechanism.check_grid(grid, (lo, hi), max(hi - lo, ss_floor((lo, hi))))
-    clash = {label, f"{label}_sd", f"{label}_moe"} & set(by_list)
+    clash = {f"{label}{s}" for s in OUTPUT_SUFFIXES} & set(by_list)
     if clash:
         raise InvalidParameterError(
             f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
@@ -401,7 +408,9 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     out = (keys.to_polars() if by_list else pl.DataFrame()).with_columns(
         pl.Series(label, rv.estimate, dtype=pl.Float64),
         pl.Series(f"{label}_sd", rv.sd, dtype=pl.Float64),
-        pl.Series(f"{label}_moe", rv.moe, dtype=pl.Float64))
+        pl.Series(f"{label}_moe", rv.moe, dtype=pl.Float64),
+        pl.Series(f"{label}_lower", rv.lower, dtype=pl.Float64),
+        pl.Series(f"{label}_upper", rv.upper, dtype=pl.Float64))
     confidential = {
         "rows_read": n_rows,
         "rows_outside_keys": outside,

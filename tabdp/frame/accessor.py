@@ -37,7 +37,7 @@ class DPAccessor:
         ...                 mechanism=tabdp.mechanisms.Gaussian(sigma=1.0),
         ...                 session=tabdp.Session(seed=0))
         >>> list(out.columns), len(out)
-        (['county', 'payroll', 'payroll_sd', 'payroll_moe'], 3)
+        (['county', 'payroll', 'payroll_sd', 'payroll_moe', 'payroll_lower', 'payroll_upper'], 3)
     """
 
     def __init__(self, frame: Any) -> None:
@@ -87,7 +87,16 @@ class DPAccessor:
             A frame of the caller's library (pandas → pandas, Polars eager or lazy → Polars
             DataFrame): the key columns, then per measure ``{m}`` (estimate), ``{m}_sd``
             (standard deviation; plug-in where it depends on the true value; ``inf`` where it
-            does not exist) and ``{m}_moe`` (half-width of the exact ``level`` interval).
+            does not exist), ``{m}_moe`` (half-width of the exact ``level`` interval) and
+            ``{m}_lower``, ``{m}_upper`` (its ends: asymmetric for transformation mechanisms,
+            whose symmetric ``estimate ± moe`` would mis-cover; ``{m} ∓ {m}_moe`` for additive
+            ones).
+
+        Warns:
+            UsabilityWarning: The mechanism cannot publish usable estimates (a transformation
+                whose coefficient of variation never falls below 0.3, or noise without a
+                finite mean or variance). Decided from the mechanism's parameters only, before
+                any data is read (see :func:`tabdp.planning.usability_issues`).
 
         Raises:
             ColumnNotFoundError: A named column is missing.
@@ -140,7 +149,8 @@ class DPAccessor:
                 ρ(max_rows) per cell.
 
         Returns:
-            Key columns, then ``count``, ``count_sd``, ``count_moe``.
+            Key columns, then ``count``, ``count_sd``, ``count_moe``, ``count_lower``,
+            ``count_upper``.
 
         Example:
             >>> import polars as pl, tabdp
@@ -148,7 +158,7 @@ class DPAccessor:
             >>> out = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
             ...                   mechanism=tabdp.mechanisms.Gaussian(sigma=1.0))
             >>> out.columns
-            ['c', 'count', 'count_sd', 'count_moe']
+            ['c', 'count', 'count_sd', 'count_moe', 'count_lower', 'count_upper']
         """
         return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level,
@@ -196,14 +206,15 @@ class DPAccessor:
 
         Returns:
             Keys, ``{column}_median``, ``{column}_median_sd`` (``inf`` where it does not exist),
-            ``{column}_median_moe``; one row per key.
+            ``{column}_median_moe``, ``{column}_median_lower``, ``{column}_median_upper``
+            (estimate ∓ moe); one row per key.
 
         Example:
             >>> import polars as pl, tabdp
             >>> df = pl.DataFrame({"c": ["a"] * 5, "pay": [1.0, 2.0, 3.0, 4.0, 5.0]})
             >>> out = df.dp.median("pay", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
             ...                    bounds=(0.0, 10.0), epsilon=1.0, session=tabdp.Session(seed=0))
-            >>> out.columns
+            >>> out.columns[:4]
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
         from tabdp.frame._quantiles import quantile_release
@@ -224,7 +235,7 @@ class DPAccessor:
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
         (numpy's ``inverted_cdf``); output columns are ``{column}_q{100q}`` (e.g. ``payroll_q90``)
-        with ``_sd`` and ``_moe``.
+        with ``_sd``, ``_moe``, ``_lower`` and ``_upper``.
 
         Args:
             column: Measure column.
@@ -246,7 +257,7 @@ class DPAccessor:
                 :meth:`median`).
 
         Returns:
-            Keys, ``{column}_q{100q}``, ``_sd``, ``_moe``.
+            Keys, ``{column}_q{100q}``, ``_sd``, ``_moe``, ``_lower``, ``_upper``.
 
         Example:
             >>> import pandas as pd, tabdp
@@ -255,7 +266,7 @@ class DPAccessor:
             ...                      bounds=(0.0, 10.0), epsilon=1.0, noise="student_t",
             ...                      session=tabdp.Session(seed=0))
             >>> list(out.columns)
-            ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe']
+            ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
         from tabdp.frame._quantiles import quantile_release
 

@@ -4,7 +4,7 @@ Every rule is post-processing of the released estimates and their public uncerta
 costs no privacy. The public tables are in long form, one row per cell and measure, with a
 stable schema (the same columns and types for every table, even an empty one)::
 
-    <key columns>, measure, estimate, sd, moe, cv, flag
+    <key columns>, measure, estimate, sd, moe, lower, upper, cv, flag
 
 Flag codes (a cell may carry several, concatenated in this order; ``""`` when none):
 
@@ -13,13 +13,23 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
 * ``N`` — the noisy estimate is negative. With ``negative = "clamp"`` it is published as 0
   (clamping is post-processing but biases the estimate upward; the unclamped value is what
   rollups sum).
-* ``S`` — withheld: ``cv`` is at least ``suppress_cv``; estimate, sd, moe and cv are null.
+* ``S`` — withheld: ``cv`` is at least ``suppress_cv``; estimate, sd, moe, lower, upper and cv
+  are null.
 * ``X`` — the noise has no finite variance (heavy-tailed stable noise): ``sd`` is ``inf`` and
   ``cv`` is null; use ``moe``.
 
 Order of the rules: cv and the flags are computed on the released (unbiased) estimate; then a
 negative estimate is clamped to 0 if the table asks for it (``cv`` is then recomputed for the
 published 0); then the estimate is rounded to the table's public unit (``round``), if any.
+
+``lower`` and ``upper`` are the ends of the ``level`` confidence interval of the cell: the
+mechanism's exact interval (asymmetric for transformation mechanisms, whose symmetric
+``estimate ± moe`` mis-covers; ``estimate ∓ moe`` for additive ones). The estimate's rules apply
+to them too, always so that the interval can only grow: a withheld cell (``S``) has null ends;
+with ``negative = "clamp"`` both ends are raised to 0 where negative (the true value of a
+non-negative measure is ≥ 0, so coverage is kept); with a rounding unit, ``lower`` is rounded
+down and ``upper`` up to it. Rollups have only a sd and a symmetric margin, so their interval is
+``estimate ∓ moe``.
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ FLAG_CODES: dict[str, str] = {
     "N": "the noisy estimate is negative (published as 0 when the table clamps negatives; "
          "rollups always sum the unclamped, unbiased values)",
     "S": "withheld: coefficient of variation at or above the table's suppress_cv threshold "
-         "(estimate, sd, moe and cv are null)",
+         "(estimate, sd, moe, lower, upper and cv are null)",
     "X": "the noise has no finite variance (heavy-tailed stable noise): sd is inf and cv is "
          "null; use the margin of error",
 }
@@ -56,6 +66,13 @@ COLUMN_DOCS: dict[str, str] = {
           "mechanisms; inf where it does not exist)",
     "moe": "margin of error: half-width of the central confidence interval at the release's "
            "level (90% by default)",
+    "lower": "lower end of the confidence interval at the release's level: exact and possibly "
+             "asymmetric for transformation mechanisms, estimate - moe for additive ones and "
+             "rollups; raised to 0 where the table clamps negatives, rounded down to the "
+             "table's rounding unit, null when the cell is withheld",
+    "upper": "upper end of the same interval (estimate + moe for additive mechanisms and "
+             "rollups; raised to 0 where the table clamps negatives, rounded up to the "
+             "rounding unit, null when withheld)",
     "cv": "coefficient of variation sd / |estimate| (inf for an estimate of 0; null where sd "
           "is inf or the cell is withheld)",
     "flag": "publication flags, concatenated codes (see flag_codes); '' when none",
@@ -69,14 +86,16 @@ def empty_public_table(key_schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
         key_schema: Key column name → dtype.
 
     Returns:
-        A frame with no rows and the columns keys, measure, estimate, sd, moe, cv, flag.
+        A frame with no rows and the columns keys, measure, estimate, sd, moe, lower, upper,
+        cv, flag.
 
     Example:
         >>> empty_public_table({"county": pl.String}).columns
-        ['county', 'measure', 'estimate', 'sd', 'moe', 'cv', 'flag']
+        ['county', 'measure', 'estimate', 'sd', 'moe', 'lower', 'upper', 'cv', 'flag']
     """
     schema = {**dict(key_schema), "measure": pl.String, "estimate": pl.Float64,
-              "sd": pl.Float64, "moe": pl.Float64, "cv": pl.Float64, "flag": pl.String}
+              "sd": pl.Float64, "moe": pl.Float64, "lower": pl.Float64, "upper": pl.Float64,
+              "cv": pl.Float64, "flag": pl.String}
     return pl.DataFrame(schema=schema)
 
 
@@ -92,7 +111,9 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
     """Apply publication rules to a released (or rolled-up) wide table; return the long form.
 
     Args:
-        wide: Key columns, then per measure ``m``, ``m_sd``, ``m_moe`` (unbiased estimates).
+        wide: Key columns, then per measure ``m``, ``m_sd``, ``m_moe`` (unbiased estimates)
+            and optionally ``m_lower``, ``m_upper`` (the interval's ends; absent:
+            ``m ∓ m_moe``).
         keys: The key columns.
         measures: The measures, in output order.
         rules: Thresholds and the negative policy.
@@ -115,6 +136,11 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         est = wide[m].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
         sd = wide[f"{m}_sd"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
         moe = wide[f"{m}_moe"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+        if f"{m}_lower" in wide.columns and f"{m}_upper" in wide.columns:
+            lower = wide[f"{m}_lower"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+            upper = wide[f"{m}_upper"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
+        else:
+            lower, upper = est - moe, est + moe
         est = _round_to(est, grid.get(m))
         finite_sd = np.isfinite(sd)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -133,11 +159,17 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             # the published 0 has an infinite cv: low reliability
             if rules.cv_flag is not None:
                 flag_c |= cv_valid & (cv >= rules.cv_flag)
+            # the true value is >= 0: raising negative ends to 0 keeps the coverage
+            lower = np.maximum(lower, 0.0)
+            upper = np.maximum(upper, 0.0)
         unit = rules.round.get(m) if isinstance(rules.round, Mapping) else rules.round
         if unit is not None:
             # public rounding unit: post-processing of the published value only (cv and flags
             # were decided on the unrounded estimate; rollups sum the unrounded values)
             est = np.round(est / float(unit)) * float(unit) + 0.0  # + 0.0: no "-0.0"
+            # the interval's ends outward, so it can only grow
+            lower = np.floor(lower / float(unit)) * float(unit) + 0.0
+            upper = np.ceil(upper / float(unit)) * float(unit) + 0.0
         codes = np.full(est.shape, "", dtype=object)
         for code, mask in (("C", flag_c), ("N", flag_n), ("S", flag_s), ("X", flag_x)):
             codes = np.where(mask, codes + code, codes)
@@ -147,13 +179,15 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             pl.Series("estimate", est, dtype=pl.Float64),
             pl.Series("sd", sd, dtype=pl.Float64),
             pl.Series("moe", moe, dtype=pl.Float64),
+            pl.Series("lower", lower, dtype=pl.Float64),
+            pl.Series("upper", upper, dtype=pl.Float64),
             pl.Series("cv", cv, dtype=pl.Float64),
             pl.Series("flag", codes.astype(str), dtype=pl.String),
         ])
         base = pl.concat([wide.select(keys), values], how="horizontal") if keys else values
         part = base.with_columns(
             pl.when(pl.Series(withheld)).then(None).otherwise(pl.col(c)).alias(c)
-            for c in ("estimate", "sd", "moe", "cv")
+            for c in ("estimate", "sd", "moe", "lower", "upper", "cv")
         ).with_columns(
             pl.when(pl.Series(cv_valid)).then(pl.col("cv")).otherwise(None).alias("cv"))
         parts.append(part)

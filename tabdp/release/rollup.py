@@ -30,6 +30,10 @@ per-cell ``m_moe`` of a release adds that half step, but the rollup ignores roun
 0.6% of the noise's). So a rollup of one cell reports the noise quantile, a little below the
 cell's own ``m_moe``.
 
+Interval ends ``m_lower`` and ``m_upper`` are ``m ∓ m_moe``: a rollup knows only the sd and the
+(symmetric) law of the sum's error, not the exact asymmetric interval of each transformed cell,
+so its interval is symmetric whatever the mechanism.
+
 Example:
     >>> import polars as pl
     >>> from tabdp.mechanisms import Gaussian
@@ -822,7 +826,9 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
     Post-processing of a release: no privacy cost. For each target row and measure ``m``:
     ``m = Σ m`` over the table cells that map to it (summed exactly, order-independent),
     ``m_sd = sqrt(Σ m_sd²)`` (``inf`` if any cell's sd is), ``m_moe`` = the half-width of the
-    central ``level`` interval of the sum's error, and ``cells`` = the number of cells summed.
+    central ``level`` interval of the sum's error, ``m_lower``/``m_upper`` = ``m ∓ m_moe`` (the
+    interval is symmetric: only the sd and the law of the sum's error are known, not an exact
+    asymmetric interval), and ``cells`` = the number of cells summed.
 
     Margins by mechanism (``methods`` in the result names the one used, per measure):
 
@@ -834,10 +840,10 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
       sd of each cell);
     * anything else is refused.
 
-    The table's own ``m_moe`` column is not used (margins are recomputed at ``level``). Grid
-    rounding of the released values is ignored in the law: it moves each value by at most half a
-    step (at most 1% of the sd with the default grids); the per-cell ``m_moe`` of a release
-    includes that half step, the rollup margin does not.
+    The table's own ``m_moe``, ``m_lower`` and ``m_upper`` columns are not used (margins are
+    recomputed at ``level``). Grid rounding of the released values is ignored in the law: it
+    moves each value by at most half a step (at most 1% of the sd with the default grids); the
+    per-cell ``m_moe`` of a release includes that half step, the rollup margin does not.
 
     Args:
         table: The released table (Polars DataFrame): the ``by`` key columns (unique
@@ -860,8 +866,8 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
 
     Returns:
         ``(frame, methods)``: the target keys (dtypes of the table / mapping), per measure ``m``,
-        ``m_sd``, ``m_moe`` (Float64), and ``cells`` (Int64); and measure → method description
-        (public: it depends on the mechanism only).
+        ``m_sd``, ``m_moe``, ``m_lower``, ``m_upper`` (Float64), and ``cells`` (Int64); and
+        measure → method description (public: it depends on the mechanism only).
 
     Raises:
         InvalidParameterError: For a missing or ambiguous column, a mapping that is not a
@@ -927,7 +933,7 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
         raise InvalidParameterError(
             f"{owner}: target column name 'cells' clashes with the output count column.\n"
             "Hint: rename that key column.")
-    out_cols = [c for m in meas for c in (m, f"{m}_sd", f"{m}_moe")]
+    out_cols = [c for m in meas for c in (m, f"{m}_sd", f"{m}_moe", f"{m}_lower", f"{m}_upper")]
     clash = [c for c in tgt if c in out_cols]
     if clash:
         raise InvalidParameterError(
@@ -1024,6 +1030,8 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
         result[m] = tot
         result[f"{m}_sd"] = sd_tot
         result[f"{m}_moe"] = moe
+        result[f"{m}_lower"] = tot - moe
+        result[f"{m}_upper"] = tot + moe
     frame = out_keys if tgt else pl.DataFrame()
     measure_frame = pl.DataFrame(
         [pl.Series(k, v, dtype=pl.Float64) for k, v in result.items()]

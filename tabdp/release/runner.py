@@ -51,15 +51,16 @@ from tabdp.exceptions import (
 )
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import Mechanism
+from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
 from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys, spec_keys_hint
 
-__all__ = ["ReleaseResult", "plan_summary", "write_plan", "run_release", "NATIONAL", "ROW_ID",
-           "DataDependentFailure", "declared_schema", "clean_stale_staging", "FAILURE_FILE",
-           "NOT_FOR_PUBLICATION"]
+__all__ = ["ReleaseResult", "plan_summary", "curve_in_words", "publishable_in_words",
+           "write_plan", "run_release", "NATIONAL", "ROW_ID", "DataDependentFailure",
+           "declared_schema", "clean_stale_staging", "FAILURE_FILE", "NOT_FOR_PUBLICATION"]
 
 #: Name of the constant key column used internally for national (``by = []``) releases.
 NATIONAL = "_tabdp_national"
@@ -179,6 +180,62 @@ def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> d
     return out
 
 
+def _size_text(size: float) -> str:
+    return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
+
+
+def _loss_text(row: Mapping[str, Any], delta: float) -> str:
+    rho = row.get("rho")
+    if rho is None:
+        return "has no finite rho bound"
+    text = f"loses at most rho = {rho:.3g}"
+    pure, approx = row.get("epsilon"), row.get("epsilon_delta")
+    extra = []
+    if pure is not None:
+        extra.append(f"pure epsilon = {pure:.3g}")
+    if approx is not None and (pure is None or approx < 0.99 * pure):
+        extra.append(f"epsilon = {approx:.3g} at delta = {delta:g}")
+    return text + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _few(sizes: Sequence[float], k: int = 4) -> list[float]:
+    """At most ``k`` of ``sizes``, spread over the list (first and last included)."""
+    s = sorted(float(x) for x in sizes)
+    if len(s) <= k:
+        return s
+    return [s[i] for i in sorted({round(j * (len(s) - 1) / (k - 1)) for j in range(k)})]
+
+
+def curve_in_words(curve: Sequence[Mapping[str, Any]], delta: float, *, unit: str = "record",
+                   where: str = "", count_rows: int | None = None) -> list[str]:
+    """Plain-language statements of a policy curve, one per record size.
+
+    Public: a policy curve is a function of the mechanisms and record sizes only.
+
+    Args:
+        curve: Rows ``{"delta", "rho", "epsilon"[, "epsilon_delta"]}`` (a plan's
+            ``table_policy_curve`` or ``total_policy_curve``).
+        delta: The release's δ (for ``epsilon_delta``).
+        unit: What a record is called (the spec's unit column, or ``"record"``).
+        where: Words closing each sentence, e.g. ``" in this table"``.
+        count_rows: For count tables: the rows per cell the curve assumes (one sentence,
+            whatever the size).
+
+    Returns:
+        The sentences.
+
+    Example:
+        >>> curve_in_words([{"delta": 1e3, "rho": 0.5, "epsilon": None,
+        ...                  "epsilon_delta": 4.1}], 1e-9)
+        ['a record of size 1,000 loses at most rho = 0.5 (epsilon = 4.1 at delta = 1e-09)']
+    """
+    if count_rows is not None and curve:
+        return [f"every {unit} (at most {count_rows} row(s) counted per cell) "
+                f"{_loss_text(curve[0], delta)}{where}"]
+    return [f"a {unit} of size {_size_text(float(r['delta']))} {_loss_text(r, delta)}{where}"
+            for r in curve]
+
+
 class _AtRows:
     """A count mechanism's policy evaluated at a fixed number of rows, whatever the size."""
 
@@ -233,6 +290,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     level = spec.release.level
     delta = spec.release.delta
     tables = []
+    outlook = {o["table"]: o for o in spec_outlook(spec)}
+    issues = spec_usability_issues(spec)
+    unit = "unit" if spec.input.unit else "record"
     entries: list[tuple[Mechanism, int]] = []
     rows = float(spec.plan.count_rows)
     # A unit touches at most max_cells cells of a table (enforced with a unit; one cell per
@@ -308,6 +368,13 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
                 for m in measures},
             "rollups": rollups,
+            "guarantee_in_words": curve_in_words(
+                total_policy_curve([entry], sorted(float(s) for s in t.calibration["targets"])
+                                   if t.calibration is not None else _few(sizes), delta),
+                delta, unit=unit, where=" in this table",
+                count_rows=spec.plan.count_rows if t.kind == "count" else None),
+            "forecast": outlook[t.name]["flag_curve"],
+            "usability_issues": outlook[t.name]["issues"],
         })
     return {
         "tabdp_version": __version__,
@@ -333,6 +400,10 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "tables": tables,
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
         "budget_check": _budget_check(spec, total),
+        "guarantee_in_words": curve_in_words(
+            total_policy_curve(entries, _few(sizes), delta), delta, unit=unit,
+            where=" over the whole release (size in each table's own measure)"),
+        "usability_issues": [{"path": p, "message": m} for p, m in issues],
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
     }
@@ -1223,6 +1294,11 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
              *([NOT_FOR_PUBLICATION] if seeded else [])]
     summary["kind"] = "release"
     summary["files"] = files
+    # post-processing of the published flags only (public)
+    usable = {name.removesuffix(".parquet"): published_usability(df)
+              for name, df in public.items()}
+    summary["published_usability"] = usable
+    summary["publishable_in_words"] = publishable_in_words(usable)
     manifest = _manifest(spec, summary, started, __version__)
     confidential = _confidential(spec, session, negatives, input_schema, caught)
     worst = _worst_cells(session)
@@ -1262,6 +1338,36 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         _set_tree(conf, None, 0o700, 0o600)
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()})
+
+
+def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
+    """Plain-language shares of publishable cells, one sentence per table and measure.
+
+    Args:
+        usable: ``{table: {measure: {"cells", "publishable_share", "flagged_share",
+            "negative_share"}}}`` (:func:`tabdp.planning.published_usability` per table).
+
+    Returns:
+        The sentences (post-processing of the published flags only).
+
+    Example:
+        >>> publishable_in_words({"pay": {"payroll": {"cells": 4.0, "publishable_share": 0.75,
+        ...                                           "flagged_share": 0.25,
+        ...                                           "negative_share": 0.0}}})[0][:58]
+        'pay, payroll: 3 of 4 cells (75%) are publishable (no flag '
+    """
+    out = []
+    for table, measures in usable.items():
+        for m, u in measures.items():
+            n = int(u["cells"])
+            if n == 0:
+                out.append(f"{table}, {m}: no cells")
+                continue
+            k = int(round(u["publishable_share"] * n))
+            out.append(f"{table}, {m}: {k:,} of {n:,} cells ({u['publishable_share']:.0%}) are "
+                       f"publishable (no flag C, S or X); {u['flagged_share']:.0%} are flagged "
+                       f"low reliability (C), {u['negative_share']:.0%} negative (N)")
+    return out
 
 
 def _summary_table(summary: dict[str, Any], table: str) -> dict[str, Any]:

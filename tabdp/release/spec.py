@@ -1473,7 +1473,7 @@ def load_spec(path: str | Path) -> ReleaseSpec:
 
 
 #: Columns of the public tables: no key column may have these names.
-RESERVED_COLUMNS = ("measure", "estimate", "sd", "moe", "cv", "flag", "cells",
+RESERVED_COLUMNS = ("measure", "estimate", "sd", "moe", "lower", "upper", "cv", "flag", "cells",
                     "_tabdp_national", "__tabdp_row")
 
 
@@ -1486,7 +1486,7 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
         for j, col in enumerate(t.by):
             if col in RESERVED_COLUMNS:
                 _fail(f"{tp}.by[{j}]", f"key column {col!r} has the name of a column of the "
-                                       f"public tables ({_names(RESERVED_COLUMNS[:7])}).",
+                                       f"public tables ({_names(RESERVED_COLUMNS[:9])}).",
                       "rename the column in the data and the spec (e.g. 'measure_code').")
         for j, r in enumerate(t.rollups):
             for k, col in enumerate(r.by):
@@ -1494,12 +1494,13 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
                     _fail(f"{tp}.rollups[{j}].by[{k}]",
                           f"key column {col!r} has the name of a column of the public tables.",
                           "rename the column in the hierarchy (and the spec).")
-        outputs = {f"{m}{suffix}" for m in t.measures for suffix in ("_sd", "_moe")}
+        outputs = {f"{m}{suffix}" for m in t.measures
+                   for suffix in ("_sd", "_moe", "_lower", "_upper")}
         for j, m in enumerate(t.measures):
             if m in outputs:
                 _fail(f"{tp}.measures[{j}]", f"measure {m!r} has the name of another "
                                              "measure's uncertainty column (<measure>_sd, "
-                                             "<measure>_moe).",
+                                             "<measure>_moe, <measure>_lower, <measure>_upper).",
                       "rename the column in the data and the spec.")
         if inp.unit is not None and (inp.unit in t.by or inp.unit in t.measures):
             _fail(f"{tp}", f"the unit column {inp.unit!r} (input.unit) is also a key or "

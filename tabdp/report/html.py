@@ -393,11 +393,13 @@ _UNIT_NULLS = {
 }
 _SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "record_sizes",
                  "tables", "total_policy_curve", "flag_codes", "columns", "files", "kind",
-                 "input_policies", "not_for_publication"}
+                 "input_policies", "not_for_publication", "guarantee_in_words",
+                 "usability_issues", "published_usability", "publishable_in_words"}
 _TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "calibration",
                "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
                "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
-               "table_policy_curve_with_direct_rollups"}
+               "table_policy_curve_with_direct_rollups", "guarantee_in_words", "forecast",
+               "usability_issues"}
 
 
 def _table_curve(t: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -540,6 +542,15 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
         np_ = str(t["null_policy"])
         facts.append(("Missing values", f"{_code(np_)}: {html.escape(_NULLS.get(np_, np_))}"))
     out.append(_kv(facts))
+    words = t.get("guarantee_in_words")
+    if words:
+        out.append("<h4>Guarantee in words</h4><ul>" + "".join(
+            f"<li>{_e(str(w))}</li>" for w in words) + "</ul>")
+    issues = t.get("usability_issues")
+    if issues:
+        out.append('<div class="callout warn" role="alert"><p><b>Warning: this table cannot '
+                   "publish usable estimates as configured.</b></p><ul>" + "".join(
+                       f"<li>{_e(str(i))}</li>" for i in issues) + "</ul></div>")
 
     mech = t.get("mechanism")
     if isinstance(mech, Mapping):
@@ -661,6 +672,18 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
                                           caption=f"{_code(m)}") + "</div>")
         out.append('<div class="tables-grid">' + "".join(grids) + "</div>")
 
+    fc = t.get("forecast")
+    if fc:
+        out.append("<h4>Forecast of flagged and negative cells</h4><p>Probability that a cell "
+                   "of each true total is published with flag C (low reliability) or with a "
+                   "negative estimate (flag N): the expected share of such cells among cells of "
+                   "that size. Computed from the mechanism and publication rules alone, not "
+                   "from the data.</p>")
+        out.append(_table(["cell total", "share flagged C", "share negative N"], [
+            [(_e(r.get("total")), True), (_e(_percent(r.get("p_flagged"))), True),
+             (_e(_percent(r.get("p_negative"))), True)]
+            for r in fc if isinstance(r, Mapping)], raw=True))
+
     rollups = t.get("rollups")
     if rollups:
         out.append("<h4>Rollups</h4><p>Coarser tables derived from this one by adding noisy "
@@ -763,10 +786,13 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     elif not is_plan:
         body.append('<div class="callout ok"><p><b>Public document.</b> Everything on this page '
                     "is determined by the release settings, not computed from the "
-                    "confidential records; it may be published with the tables. Randomness: "
-                    f"{html.escape(randomness or _NONE)}.</p></div>")
+                    "confidential records (the share of publishable cells is counted from the "
+                    "published tables' flags); it may be published with the tables. "
+                    f"Randomness: {html.escape(randomness or _NONE)}.</p></div>")
 
-    toc = [("protected", "What is protected"), ("budget", "Budget"),
+    words_html = _plain_words(summary, is_plan)
+    toc = [("protected", "What is protected"),
+           *([("words", "In plain words")] if words_html else []), ("budget", "Budget"),
            ("losses", "Privacy loss"), ("accuracy", "Accuracy"), ("tables", "Tables"),
            ("flags", "Flag codes"), ("columns", "Columns"), ("files", "Files")]
     body.append(_toc(toc))
@@ -821,6 +847,7 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
             pairs.append((label, f"{_code(v)}" + (f": {html.escape(text)}" if text else "")))
         prot.append("<h3>Input rules</h3>" + _kv(pairs))
     body.append(_section("protected", "What is protected", "".join(prot)))
+    body.append(words_html)
     body.append(_section("budget", "Budget", _budget_html(summary.get("budget"))))
 
     # -- plot 1: loss curves
@@ -925,6 +952,36 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
                 "</footer></div>")
     return _page(f"{title} — {'release plan' if is_plan else 'release summary'}", version,
                  "".join(head) + "".join(body))
+
+
+def _plain_words(summary: Mapping[str, Any], is_plan: bool) -> str:
+    """The guarantee, the usable share and configuration warnings in plain words."""
+    parts = []
+    words = summary.get("guarantee_in_words") or []
+    if words:
+        parts.append("<p>What a record of a given size can lose, over every table of this "
+                     "release together (the loss curves below give every size):</p><ul>"
+                     + "".join(f"<li>{_e(str(w))}</li>" for w in words) + "</ul>")
+    usable = summary.get("publishable_in_words") or []
+    if usable:
+        # the only part of the page computed from the published (noisy) tables: one block
+        parts.append('<div id="publishable"><p>Share of publishable cells, counted from the '
+                     "flags of the published tables (a cell is publishable when it carries "
+                     "none of the flags C, S or X):</p><ul>"
+                     + "".join(f"<li>{_e(str(w))}</li>" for w in usable) + "</ul></div>")
+    elif is_plan and summary.get("tables"):
+        parts.append("<p>The forecast share of flagged and negative cells, by cell size, is in "
+                     "each table's section below.</p>")
+    issues = summary.get("usability_issues") or []
+    if issues:
+        parts.append('<div class="callout warn" role="alert"><p><b>Warning: configuration '
+                     "problems.</b> These settings cannot give usable estimates:</p><ul>"
+                     + "".join(f"<li>{_code(i.get('path', ''))}: {_e(str(i.get('message', '')))}"
+                               "</li>" if isinstance(i, Mapping) else f"<li>{_e(str(i))}</li>"
+                               for i in issues) + "</ul></div>")
+    if not parts:
+        return ""
+    return _section("words", "In plain words", "".join(parts))
 
 
 def _z(level: Any) -> float | None:
