@@ -169,7 +169,7 @@ def content_hash(params: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) ->
     """
     h = hashlib.sha256(_canonical(params).encode())
     for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
+        a = np.asarray(arrays[name], order="C")
         a = a.astype(a.dtype.newbyteorder("<"), copy=False)
         h.update(f"|{name}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
@@ -248,7 +248,7 @@ def store_table(kind: str, params: Mapping[str, Any], arrays: Mapping[str, np.nd
     path = _path(kind, params)
     if path is None:
         return False
-    data = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    data = {k: np.array(v, order="C") for k, v in arrays.items()}
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
