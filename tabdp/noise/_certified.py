@@ -241,14 +241,14 @@ class CertifiedIsf:
             "failures": np.array(self.failures - before, dtype=np.int64)})
 
     def verify_binade(self, name: str, b: int, arr: dict[str, np.ndarray],
-                      nodes: int = 4) -> bool:
+                      nodes: int = 16) -> bool:
         """The certificate check of a stored binade (docs/exact-rounding.md §4.7).
 
         Shapes, dtypes and signs first: coefficients finite where the bound is finite, bounds
         ``>= 0`` (``inf`` marks an uncertified node), the failure count within the number of
         infinite bounds. Then at ``nodes`` nodes (the first, the last, others chosen by the content
-        hash; nodes with an infinite bound are sound whatever their coefficients and are
-        skipped) and at offsets ``τ = 0`` and ``τ = 1/2``: with ``P = Σ b̃_n τⁿ`` evaluated
+        hash, all of them when ``nodes >= 2**K``; nodes with an infinite bound are sound whatever
+        their coefficients and are skipped) and at offsets ``τ = 0`` and ``τ = 1/2``: with ``P = Σ b̃_n τⁿ`` evaluated
         exactly in Arb from the stored doubles and the stored bound ``r``, the law's own tail
         (:func:`arb_point_tail`, as in the build, at the build's precision) proves
         ``P − r <= m(w) <= P + r``: ``T(P − r) >= u >= T(P + r)`` in region A,
@@ -284,7 +284,8 @@ class CertifiedIsf:
                 or not 0 <= int(fails) <= int(np.count_nonzero(~fin))):
             return False
         e = reg.e_lo + b
-        picks = [0] if nodes <= 1 else _cache.sample_indices(arr, per, nodes)
+        picks = ([0] if nodes <= 1 else list(range(per)) if nodes >= per
+                 else _cache.sample_indices(arr, per, nodes))
         with np.errstate(all="ignore"), arb_context(_PREC, d + 2) as flint:
             for j in picks:
                 if not fin[j]:

@@ -129,12 +129,12 @@ class _TaylorTable(_Region):
         self._build(b)
         _cache.store_table("gaussian", params, {"coef": self.coef[:, sl], "rem": self.rem[sl]})
 
-    def verify_binade(self, b: int, arr: dict[str, np.ndarray], nodes: int = 4) -> bool:
+    def verify_binade(self, b: int, arr: dict[str, np.ndarray], nodes: int = 16) -> bool:
         """The certificate check of a stored binade (docs/exact-rounding.md §4.7).
 
         Shapes and signs first (coefficients finite, remainders finite and >= 0). Then, at
-        ``nodes`` nodes (the first, the last, others chosen by the content hash) and at offsets
-        ``t = 0`` and ``t = h/2``, the claim the bounds rest on, evaluated exactly in Arb from
+        ``nodes`` nodes (the first, the last, others chosen by the content hash; all of them when
+        ``nodes >= 2**K``) and at offsets ``t = 0`` and ``t = h/2``, the claim the bounds rest on, evaluated exactly in Arb from
         the stored doubles: with ``P(t) = Σ ã_n tⁿ`` and ``S = Σ |ã_n| tⁿ``,
         ``P − 40u·S − R⁻ <= m(u₀ + t) <= P + 40u·S + R⁺`` (``R`` on the side of the remainder's
         sign), checked as ``erfc(lo/√2) >= u >= erfc(hi/√2)`` (m decreases).
@@ -163,7 +163,8 @@ class _TaylorTable(_Region):
             return False
         e = self.e_lo + b
         h = 2.0 ** (e - self.kbits)
-        picks = [0] if nodes <= 1 else _cache.sample_indices(arr, per, nodes)
+        picks = ([0] if nodes <= 1 else list(range(per)) if nodes >= per
+                 else _cache.sample_indices(arr, per, nodes))
         with arb_context(_CHECK_PREC, 2):
             r2 = arb(2).sqrt()
             for j in picks:
