@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -133,6 +135,22 @@ def table_dir() -> Path | None:
     return root / f"tables-f{FORMAT_VERSION}" / f"tabdp-{_tabdp_version()}"
 
 
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str], ...]:
+    out = []
+    for mod, dist in (("numpy", "numpy"), ("scipy", "scipy"), ("mpmath", "mpmath"),
+                      ("flint", "python-flint")):
+        loaded = sys.modules.get(mod)
+        ver = getattr(loaded, "__version__", None) if loaded is not None else None
+        if ver is None:                    # without importing it (python-flint costs 80 ms)
+            try:
+                ver = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                ver = "absent"
+        out.append((mod, str(ver)))
+    return tuple(out)
+
+
 def build_env() -> dict[str, str]:
     """Versions a table build may depend on (part of every table's parameters).
 
@@ -140,17 +158,7 @@ def build_env() -> dict[str, str]:
         >>> sorted(build_env())
         ['flint', 'format', 'mpmath', 'numpy', 'scipy', 'tabdp']
     """
-    def ver(name: str) -> str:
-        mod = sys.modules.get(name)
-        if mod is None:
-            try:
-                mod = __import__(name)
-            except ImportError:
-                return "absent"
-        return str(getattr(mod, "__version__", "unknown"))
-
-    return {"tabdp": _tabdp_version(), "format": str(FORMAT_VERSION), "numpy": ver("numpy"),
-            "scipy": ver("scipy"), "mpmath": ver("mpmath"), "flint": ver("flint")}
+    return {"tabdp": _tabdp_version(), "format": str(FORMAT_VERSION), **dict(_versions())}
 
 
 def _canonical(params: Mapping[str, Any]) -> str:
