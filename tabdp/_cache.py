@@ -1,4 +1,4 @@
-"""On-disk cache of the exact samplers' tables (docs/exact-rounding.md §4.7).
+r"""On-disk cache of the exact samplers' tables (docs/exact-rounding.md §4.7).
 
 The exact samplers' tables (the Gaussian Taylor tables, the certified Arb tables of
 :mod:`tabdp.noise._certified`) take from 0.1 s to several seconds per law to build. They depend on
@@ -6,7 +6,7 @@ the law's shape alone, never on data, so they are built once and kept on disk:
 
 * **Where.** ``$TABDP_CACHE_DIR`` if set (``off``, ``none`` or ``0`` disables the disk cache), else
   the platform's user cache folder: ``$XDG_CACHE_HOME/tabdp`` or ``~/.cache/tabdp`` (Linux and
-  other POSIX systems), ``~/Library/Caches/tabdp`` (macOS), ``%LOCALAPPDATA%\\tabdp\\Cache``
+  other POSIX systems), ``~/Library/Caches/tabdp`` (macOS), ``%LOCALAPPDATA%\tabdp\Cache``
   (Windows). Tables go in a sub-folder named after the tabdp version and :data:`FORMAT_VERSION`.
 * **What.** One ``.npz`` file of float64 arrays per table piece (e.g. one binade), holding the
   parameters it was built with (law, shape, table layout, working precision, the versions of
@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMAT_VERSION", "STATS", "ENV_VAR", "use_cache_dir", "cache_root", "table_dir", "build_env",
-           "load_table", "store_table", "content_hash", "sample_indices"]
+__all__ = ["FORMAT_VERSION", "STATS", "ENV_VAR", "use_cache_dir", "cache_root", "table_dir",
+           "build_env", "load_table", "store_table", "content_hash", "sample_indices"]
 
 #: Version of the file layout; bump it when the stored arrays or their meaning change.
 FORMAT_VERSION = 1
@@ -185,8 +185,10 @@ def content_hash(params: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) ->
 
 
 def sample_indices(arrays: Mapping[str, np.ndarray], n: int, k: int) -> list[int]:
-    """``k`` node indices in ``[0, n)`` to re-check: the first, the last and ``k − 2`` chosen by
-    the arrays' content hash (deterministic for a given file, different from file to file).
+    """``k`` node indices in ``[0, n)`` to re-check (fewer if two picks coincide).
+
+    The first, the last and ``k − 2`` chosen by the arrays' content hash (deterministic for a
+    given file, different from file to file).
 
     Example:
         >>> idx = sample_indices({"x": np.zeros(3)}, 64, 4)

@@ -20,9 +20,11 @@ _CACHE_KEY = pytest.StashKey[tuple[str, "str | None"]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The whole test run uses its own empty on-disk table cache (``tabdp._cache``), removed at
-    the end, so tests never read or write the user's cache. A test that needs another folder
-    opts in with ``monkeypatch.setenv("TABDP_CACHE_DIR", ...)``."""
+    """Give the whole test run its own empty on-disk table cache (``tabdp._cache``).
+
+    It is removed at the end, so tests never read or write the user's cache. A test that needs
+    another folder opts in with ``monkeypatch.setenv("TABDP_CACHE_DIR", ...)``.
+    """
     folder = tempfile.mkdtemp(prefix="tabdp-test-cache-")
     config.stash[_CACHE_KEY] = (folder, os.environ.get(_CACHE_ENV))
     os.environ[_CACHE_ENV] = folder

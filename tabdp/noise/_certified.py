@@ -248,9 +248,9 @@ class CertifiedIsf:
         ``>= 0`` (``inf`` marks an uncertified node), the failure count within the number of
         infinite bounds. Then at ``nodes`` nodes (the first, the last, others chosen by the content
         hash, all of them when ``nodes >= 2**K``; nodes with an infinite bound are sound whatever
-        their coefficients and are skipped) and at offsets ``τ = 0`` and ``τ = 1/2``: with ``P = Σ b̃_n τⁿ`` evaluated
-        exactly in Arb from the stored doubles and the stored bound ``r``, the law's own tail
-        (:func:`arb_point_tail`, as in the build, at the build's precision) proves
+        their coefficients and are skipped) and at offsets ``τ = 0`` and ``τ = 1/2``: with
+        ``P = Σ b̃_n τⁿ`` evaluated in Arb from the stored doubles and the stored bound ``r``, the
+        law's own tail (:func:`arb_point_tail`, as in the build, at the build's precision) proves
         ``P − r <= m(w) <= P + r``: ``T(P − r) >= u >= T(P + r)`` in region A,
         ``C(P − r) <= v <= C(P + r)`` in region B (``C = 1 − T``); a lower end ``<= 0`` holds
         trivially.
