@@ -225,7 +225,11 @@ def load_table(kind: str, params: Mapping[str, Any],
         True
     """
     path = _path(kind, params)
-    if path is None or not path.is_file():
+    try:
+        present = path is not None and path.is_file()
+    except OSError:                    # e.g. a folder without search permission
+        present = False
+    if not present:
         STATS["miss"] += 1
         return None
     try:
