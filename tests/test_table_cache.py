@@ -18,7 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tabdp.noise import ExpPolyLog, Gaussian
+from tabdp.noise import (
+    ExpPolyLog,
+    Gaussian,
+    GeneralizedGaussian,
+    NoiseDistribution,
+    StudentT,
+)
 from tabdp.noise._certified import CertifiedIsf
 from tabdp.noise.exact import round_noisy
 from tabdp.noise.gaussian import (
@@ -304,3 +310,25 @@ def test_cache_location_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     for off in ("off", "OFF", "none", "0"):
         monkeypatch.setenv("TABDP_CACHE_DIR", off)
         assert _cache.cache_root() is None and _cache.table_dir() is None
+
+
+@pytest.mark.parametrize("law", [StudentT(df=3.0), GeneralizedGaussian(sigma=1.0, p=0.5),
+                                 ExpPolyLog(sigma=1.0, a=3.0, d=1.0, p=2.0)], ids=repr)
+def test_certified_laws_load_their_own_binades(cache: Path, law: NoiseDistribution) -> None:
+    """Each law's stored binades pass their certificate check on load (no false rejection)."""
+
+    def table() -> CertifiedIsf:
+        tab = CertifiedIsf(law._arb_key(), law._arb_tail, law._arb_density,
+                           lambda u: law._abs_isf(u) / law._arb_unit(), kbits=law._arb_kbits(),
+                           nsub=law._arb_nsub())
+        tab.persist = True
+        return tab
+
+    first = table().point_bounds(_U_POINTS)
+    built = len(_files(cache))
+    assert built >= len(_U_POINTS) - 1
+    s0 = _cache.STATS.copy()
+    again = table().point_bounds(_U_POINTS)
+    assert _cache.STATS["hit"] - s0["hit"] == built
+    assert _cache.STATS["reject"] == s0["reject"] and _cache.STATS["build"] == s0["build"]
+    assert all(np.array_equal(a, b) for a, b in zip(again, first, strict=True))
