@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +14,32 @@ import polars as pl
 import pytest
 
 BACKENDS = ("pandas", "polars", "polars_lazy")
+
+_CACHE_ENV = "TABDP_CACHE_DIR"
+_CACHE_KEY = pytest.StashKey[tuple[str, "str | None"]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the whole test run its own empty on-disk table cache (``tabdp._cache``).
+
+    It is removed at the end, so tests never read or write the user's cache. A test that needs
+    another folder opts in with ``monkeypatch.setenv("TABDP_CACHE_DIR", ...)``.
+    """
+    folder = tempfile.mkdtemp(prefix="tabdp-test-cache-")
+    config.stash[_CACHE_KEY] = (folder, os.environ.get(_CACHE_ENV))
+    os.environ[_CACHE_ENV] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore ``TABDP_CACHE_DIR`` and remove the run's table cache."""
+    folder, old = config.stash.get(_CACHE_KEY, (None, None))
+    if folder is None:
+        return
+    if old is None:
+        os.environ.pop(_CACHE_ENV, None)
+    else:
+        os.environ[_CACHE_ENV] = old
+    shutil.rmtree(folder, ignore_errors=True)
 
 # Polars dtype overrides and their pandas equivalents (for ``make_frame(..., dtypes=...)``).
 _PANDAS_DTYPES = {

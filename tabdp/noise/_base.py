@@ -395,7 +395,7 @@ class NoiseDistribution(ABC):
         unit = self._arb_unit()
         tab = certified_table(self._arb_key(), self._arb_tail, self._arb_density,
                               lambda u: self._abs_isf(u) / unit, kbits=self._arb_kbits(),
-                              nsub=self._arb_nsub())
+                              nsub=self._arb_nsub(), persist=True)
         lo, hi = tab.bounds(u_lo.reshape(-1), u_hi.reshape(-1))
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             lo = np.maximum(lo * unit * (1.0 - 4.0 * _U) - 2.0**-1070, 0.0)

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from tabdp import _cache
+
 __all__ = ["CertifiedIsf", "certified_table", "arb_context", "arb_point_tail"]
 
 _U = 2.0**-53
@@ -201,6 +203,114 @@ class CertifiedIsf:
                         "B": _Region(*_B_SPEC, kbits, degree)}
         #: nodes whose root could not be certified (their pieces decide nothing)
         self.failures = 0
+        #: whether binades go through the on-disk cache (:mod:`tabdp._cache`): set for the laws'
+        #: own tables (:func:`certified_table` with ``persist``), whose key determines the law
+        self.persist = False
+
+    # -- the on-disk cache (docs/exact-rounding.md §4.7) -----------------------------------------
+    def _cache_params(self, name: str, b: int) -> dict[str, Any]:
+        reg = self.regions[name]
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        return {"table": "certified", "key": [v if isinstance(v, (str, int, float, bool)) else
+                                              repr(v) for v in key],
+                "region": name, "spec": [reg.e_lo, reg.e_hi, reg.kbits, reg.degree],
+                "nsub": self.nsub, "prec": _PREC, "binade": b, "env": _cache.build_env()}
+
+    def _fill(self, name: str, b: int) -> None:
+        """Binade ``b`` of region ``name`` from the disk cache if verified, else built (stored)."""
+        if not self.persist:
+            self._build(name, b)
+            return
+        reg = self.regions[name]
+        per = 1 << reg.kbits
+        params = self._cache_params(name, b)
+        got = _cache.load_table("certified", params,
+                                lambda arr: self.verify_binade(name, b, arr))
+        sl = slice(b * per, (b + 1) * per)
+        if got is not None:
+            reg.coef[:, sl] = got["coef"]
+            reg.rem[sl] = got["rem"]
+            self.failures += int(got["failures"])
+            reg.built[b] = True
+            return
+        _cache.STATS["build"] += 1
+        before = self.failures
+        self._build(name, b)
+        _cache.store_table("certified", params, {
+            "coef": reg.coef[:, sl], "rem": reg.rem[sl],
+            "failures": np.array(self.failures - before, dtype=np.int64)})
+
+    def verify_binade(self, name: str, b: int, arr: dict[str, np.ndarray],
+                      nodes: int = 16) -> bool:
+        """The certificate check of a stored binade (docs/exact-rounding.md §4.7).
+
+        Shapes, dtypes and signs first: coefficients finite where the bound is finite, bounds
+        ``>= 0`` (``inf`` marks an uncertified node), the failure count within the number of
+        infinite bounds. Then at ``nodes`` nodes (the first, the last, others chosen by the content
+        hash, all of them when ``nodes >= 2**K``; nodes with an infinite bound are sound whatever
+        their coefficients and are skipped) and at offsets ``τ = 0`` and ``τ = 1/2``: with
+        ``P = Σ b̃_n τⁿ`` evaluated in Arb from the stored doubles and the stored bound ``r``, the
+        law's own tail (:func:`arb_point_tail`, as in the build, at the build's precision) proves
+        ``P − r <= m(w) <= P + r``: ``T(P − r) >= u >= T(P + r)`` in region A,
+        ``C(P − r) <= v <= C(P + r)`` in region B (``C = 1 − T``); a lower end ``<= 0`` holds
+        trivially.
+
+        Example:
+            >>> tab = CertifiedIsf(("laplace",), _laplace_tail, _laplace_density, _laplace_guess)
+            >>> _ = tab.point_bounds(np.array([0.3]))            # builds region A's last binade
+            >>> reg = tab.regions["A"]
+            >>> b = int(np.flatnonzero(reg.built)[0])
+            >>> sl = slice(b * 64, (b + 1) * 64)
+            >>> arr = {"coef": reg.coef[:, sl].copy(), "rem": reg.rem[sl].copy(),
+            ...        "failures": np.array(0)}
+            >>> tab.verify_binade("A", b, arr)
+            True
+            >>> arr["rem"][:] = arr["rem"] / 1e3                 # bounds 1000 times too tight
+            >>> tab.verify_binade("A", b, arr, nodes=1)
+            False
+        """
+        from flint import arb
+
+        reg = self.regions[name]
+        per = 1 << reg.kbits
+        d = reg.degree
+        coef, rem, fails = arr.get("coef"), arr.get("rem"), arr.get("failures")
+        if (coef is None or rem is None or fails is None or coef.dtype != np.float64
+                or rem.dtype != np.float64 or coef.shape != (d + 1, per) or rem.shape != (per,)
+                or fails.shape != () or fails.dtype.kind not in "iu"):
+            return False
+        fin = np.isfinite(rem)
+        if (np.any(np.isnan(rem)) or np.any(rem < 0.0) or not np.all(np.isfinite(coef[:, fin]))
+                or not 0 <= int(fails) <= int(np.count_nonzero(~fin))):
+            return False
+        e = reg.e_lo + b
+        picks = ([0] if nodes <= 1 else list(range(per)) if nodes >= per
+                 else _cache.sample_indices(arr, per, nodes))
+        with np.errstate(all="ignore"), arb_context(_PREC, d + 2) as flint:
+            for j in picks:
+                if not fin[j]:
+                    continue
+                for tau in (0.0, 0.5):
+                    w = 2.0**e * (1.0 + (j + tau) / per)           # exact
+                    if name == "B" and w > 0.5:
+                        continue                                     # not used (u < 1/2 is A)
+                    val = arb(0)
+                    for n in range(d, -1, -1):
+                        val = val * tau + arb(float(coef[n, j]))
+                    r = arb(float(rem[j]))
+                    lo, hi = val - r, val + r
+                    target = flint.arb(w)
+                    if name == "A":
+                        if lo > 0 and not arb_point_tail(self.tail, lo) >= target:
+                            return False
+                        if not arb_point_tail(self.tail, hi) <= target:
+                            return False
+                    else:
+                        if lo > 0 and not arb_point_tail(self.tail, lo, True) <= target:
+                            return False
+                        if not arb_point_tail(self.tail, hi, True) >= target:
+                            return False
+        return True
 
     # -- building --------------------------------------------------------------------------------
     def _dens(self, flint: Any, x: Any, n: int) -> list[Any]:
@@ -370,7 +480,7 @@ class CertifiedIsf:
             if not reg.built[bb]:
                 with _LOCK:
                     if not reg.built[bb]:
-                        self._build(name, int(bb))
+                        self._fill(name, int(bb))
 
     # -- evaluation ------------------------------------------------------------------------------
     def point_bounds(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -451,8 +561,11 @@ _TABLES: dict[Hashable, CertifiedIsf] = {}
 
 def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
                     guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6,
-                    nsub: int = 4) -> CertifiedIsf:
+                    nsub: int = 4, persist: bool = False) -> CertifiedIsf:
     """The shared :class:`CertifiedIsf` for ``key`` (created on first use).
+
+    With ``persist`` (the laws' own tables, whose key determines tail and density) its binades go
+    through the on-disk cache of :mod:`tabdp._cache`, verified on load.
 
     Example:
         >>> t1 = certified_table(("doc-laplace",), _laplace_tail, _laplace_density, _laplace_guess)
@@ -463,4 +576,6 @@ def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable
         tab = _TABLES.get(key)
         if tab is None:
             tab = _TABLES[key] = CertifiedIsf(key, tail, density, guess, kbits=kbits, nsub=nsub)
+        if persist:
+            tab.persist = True
         return tab

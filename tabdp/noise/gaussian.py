@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import log_ndtr, ndtr, ndtri
 
+from tabdp import _cache
 from tabdp._validation import check_real
 from tabdp.noise._base import NoiseDistribution
 from tabdp.noise._certified import _Region
@@ -47,6 +48,8 @@ _TAIL_SPEC = (-64, -10, 5, 4)
 #: Smallest u with a table node; below it the bounds are (m(2**-64) lower bound, inf).
 _U_TABLE_MIN = 2.0**-64
 _U_CENTRE_MIN = 2.0**-10
+#: Arb precision of the certificate check of a cached binade (bits).
+_CHECK_PREC = 128
 
 
 def _deriv_polys(n: int) -> list[list[int]]:
@@ -84,7 +87,8 @@ class _TaylorTable(_Region):
     on first use, one binade at a time. Proof and error budget: docs/exact-rounding.md §4.1.
     """
 
-    def __init__(self, e_lo: int, e_hi: int, kbits: int, degree: int) -> None:
+    def __init__(self, e_lo: int, e_hi: int, kbits: int, degree: int,
+                 persist: str | None = None) -> None:
         super().__init__(e_lo, e_hi, kbits, degree)
         per = 1 << kbits
         self.rem = np.zeros(self.rem.size)
@@ -92,13 +96,96 @@ class _TaylorTable(_Region):
         #: sign of m^(d+1) (+1: the remainder is >= 0, m >= T_d)
         self.rem_sign = 1 if (degree + 1) % 2 == 0 else -1
         self._polys = _deriv_polys(degree + 1)
+        #: name of the table in the on-disk cache (:mod:`tabdp._cache`); None: memory only
+        self.persist = persist
 
     def ensure(self, binades: np.ndarray | None = None) -> None:
         """Build the given binades (indices ``e − e_lo``; all if None) if not built yet."""
         todo = np.flatnonzero(~self.built) if binades is None else \
             [int(b) for b in np.unique(binades) if not self.built[b]]
         for b in todo:
-            self._build(int(b))
+            self._fill(int(b))
+
+    # -- the on-disk cache (docs/exact-rounding.md §4.7) -------------------------------------------
+    def _cache_params(self, b: int) -> dict[str, Any]:
+        return {"table": "gaussian-taylor", "name": self.persist,
+                "spec": [self.e_lo, self.e_hi, self.kbits, self.degree], "prec": _TABLE_PREC,
+                "binade": b, "env": _cache.build_env()}
+
+    def _fill(self, b: int) -> None:
+        """Binade ``b`` from the disk cache if there and verified, else built (and stored)."""
+        if self.persist is None:
+            self._build(b)
+            return
+        params = self._cache_params(b)
+        got = _cache.load_table("gaussian", params, lambda arr: self.verify_binade(b, arr))
+        sl = slice(b << self.kbits, (b + 1) << self.kbits)
+        if got is not None:
+            self.coef[:, sl] = got["coef"]
+            self.rem[sl] = got["rem"]
+            self.built[b] = True
+            return
+        _cache.STATS["build"] += 1
+        self._build(b)
+        _cache.store_table("gaussian", params, {"coef": self.coef[:, sl], "rem": self.rem[sl]})
+
+    def verify_binade(self, b: int, arr: dict[str, np.ndarray], nodes: int = 4) -> bool:
+        """The certificate check of a stored binade (docs/exact-rounding.md §4.7).
+
+        Shapes and signs first (coefficients finite, remainders finite and >= 0). Then, at
+        ``nodes`` nodes (the first, the last, others chosen by the content hash; all of them when
+        ``nodes >= 2**K``) and at offsets ``t = 0`` and ``t = h/2``, the claim the bounds rest
+        on, evaluated at 128 bits from the stored doubles: with ``P(t) = Σ ã_n tⁿ`` and
+        ``S = Σ |ã_n| tⁿ``,
+        ``P − 40u·S − R⁻ <= m(u₀ + t) <= P + 40u·S + R⁺`` (``R`` on the side of the remainder's
+        sign), checked as ``erfc(lo/√2) >= u >= erfc(hi/√2)`` (m decreases) in mpmath at 128 bits
+        (the build's own predicate, its Newton steps on ``erfc``, at a higher precision).
+
+        Example:
+            >>> tab = _TaylorTable(*_TAIL_SPEC)
+            >>> tab.ensure(np.array([0]))
+            >>> good = {"coef": tab.coef[:, :32].copy(), "rem": tab.rem[:32].copy()}
+            >>> tab.verify_binade(0, good)
+            True
+            >>> good["coef"][0, 0] *= 1.0 + 2.0**-20          # one node value 1e-6 off
+            >>> tab.verify_binade(0, good, nodes=1)
+            False
+        """
+        per = 1 << self.kbits
+        d = self.degree
+        coef, rem = arr.get("coef"), arr.get("rem")
+        if (coef is None or rem is None or coef.dtype != np.float64 or rem.dtype != np.float64
+                or coef.shape != (d + 1, per) or rem.shape != (per,)
+                or not (np.all(np.isfinite(coef)) and np.all(np.isfinite(rem))
+                        and np.all(rem >= 0.0))):
+            return False
+        e = self.e_lo + b
+        h = 2.0 ** (e - self.kbits)
+        picks = ([0] if nodes <= 1 else list(range(per)) if nodes >= per
+                 else _cache.sample_indices(arr, per, nodes))
+        with mpmath.workprec(_CHECK_PREC):
+            mp = mpmath.mp
+            inv_s2 = 1 / mp.sqrt(2)
+            for j in picks:
+                u0 = 2.0**e * (1.0 + j / per)
+                for t in (0.0, h / 2):
+                    tm = mp.mpf(t)
+                    val = mp.mpf(0)
+                    mag = mp.mpf(0)
+                    for n in range(d, -1, -1):      # error ~2**-126 relative, inside the slack
+                        val = val * tm + mp.mpf(float(coef[n, j]))
+                        mag = mag * tm + abs(mp.mpf(float(coef[n, j])))
+                    slack = mag * (40.0 * _U)
+                    r = mp.mpf(float(rem[j]))
+                    lo = val - slack - (r if self.rem_sign < 0 else 0)
+                    hi = val + slack + (r if self.rem_sign > 0 else 0)
+                    u = mp.mpf(u0) + tm                        # exact: u0 + t is a double
+                    # the build's predicate: the two-sided tail erfc(m/√2) at 128 bits
+                    if lo > 0 and not mp.erfc(lo * inv_s2) >= u:
+                        return False
+                    if not mp.erfc(hi * inv_s2) <= u:
+                        return False
+        return True
 
     def _build(self, b: int) -> None:
         from tabdp.exceptions import TabdpInternalError
@@ -179,7 +266,8 @@ def _table(name: str) -> _TaylorTable:
     """The centre (``u >= 2**-10``) or tail table, created on first use."""
     tab = _TABLES.get(name)
     if tab is None:
-        tab = _TABLES[name] = _TaylorTable(*(_CENTRE_SPEC if name == "centre" else _TAIL_SPEC))
+        tab = _TABLES[name] = _TaylorTable(*(_CENTRE_SPEC if name == "centre" else _TAIL_SPEC),
+                                           persist=name)
     return tab
 
 
