@@ -20,13 +20,14 @@ Example:
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 __all__ = ["install"]
 
@@ -64,8 +65,12 @@ _REGISTER: dict[str, Callable[[ModuleType], None]] = {
 }
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs a callback right after a named top-level module has been imported for the first time."""
+class _AfterImport:
+    """Runs a callback right after a named top-level module has been imported for the first time.
+
+    A meta path finder (the protocol of ``importlib.abc.MetaPathFinder``, not subclassed to keep
+    ``importlib.abc`` out of ``import tabdp``).
+    """
 
     _tabdp_after_import = True  # marker: one instance per interpreter, even across reloads
 
@@ -73,7 +78,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         self.pending: dict[str, Callable[[ModuleType], None]] = {}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         callback = self.pending.get(fullname)
         if callback is None:
             return None
