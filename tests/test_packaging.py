@@ -27,7 +27,10 @@ HEAVY = ("scipy", "scipy.optimize", "matplotlib", "mpmath", "flint", "pandas", "
 def _python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(SRC)
-    return subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=cwd or SRC, env=env,
+    # tabdp's own warnings (the accessor hook's RuntimeWarning, import-system ImportWarnings) are
+    # errors; third-party deprecations (old Matplotlib with new pyparsing) are not tabdp's.
+    return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-W",
+                           "error::ImportWarning", "-c", code], cwd=cwd or SRC, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
