@@ -24,4 +24,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_release.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out tabdp-demo .pytest_cache

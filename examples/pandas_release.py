@@ -16,21 +16,20 @@ import pandas as pd
 
 import tabdp
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     """Run the release and return the joined county x sector table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT / "data" / "cbp_sample.parquet")
+    ap.add_argument("--data", type=Path, default=tabdp.datasets.cbp_sample_path(),
+                    help="input Parquet (default: the bundled synthetic sample)")
     ap.add_argument("--seed", type=int, default=None,
                     help="reproducible noise for tests only (default: secure randomness)")
     args = ap.parse_args(argv)
 
     df = pd.read_parquet(args.data)
     # Public key domains come from the public hierarchy files, never from the data.
-    geo = pd.read_csv(ROOT / "data" / "hierarchies" / "geography.csv", dtype=str)
-    naics = pd.read_csv(ROOT / "data" / "hierarchies" / "naics.csv", dtype=str)
+    geo = pd.read_csv(tabdp.datasets.hierarchy_path("geography"), dtype=str)
+    naics = pd.read_csv(tabdp.datasets.hierarchy_path("naics"), dtype=str)
     keys = tabdp.KeySet.from_dict(county=geo["county"].unique(),
                                   naics2=sorted(naics["naics2"].unique()))
 

@@ -1,6 +1,7 @@
 """Method-call workflow from Polars: county x sector payroll, employment and establishment counts.
 
-Runs on the committed synthetic sample (``data/cbp_sample.parquet``) and writes
+Runs on the bundled synthetic sample (``tabdp.datasets.cbp_sample_path()``, the
+repository's ``data/cbp_sample.parquet``) and writes
 
 * ``out/demo/public/``: the noisy table (Parquet + CSV) and ``summary.json``, the public summary
   (mechanisms, parameters, policy curves: nothing computed from records);
@@ -30,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str] | None = None) -> Path:
     """Run the demo release and return the output folder."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT / "data" / "cbp_sample.parquet")
+    ap.add_argument("--data", type=Path, default=tabdp.datasets.cbp_sample_path(),
+                    help="input Parquet (default: the bundled synthetic sample)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "demo")
     ap.add_argument("--seed", type=int, default=None,
                     help="reproducible noise for tests only (default: secure randomness)")

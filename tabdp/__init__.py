@@ -14,8 +14,14 @@ Example:
     ['county', 'payroll', 'payroll_sd', 'payroll_moe', 'payroll_lower', 'payroll_upper']
 """
 
-from tabdp import mechanisms, noise
-from tabdp.calibrate import CalibrationResult, FamilyComparison, calibrate, compare_families
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from tabdp._accessor_hook import install as _install_accessor
 from tabdp.exceptions import (
     BudgetExceededError,
     CalibrationError,
@@ -27,13 +33,73 @@ from tabdp.exceptions import (
     TabdpError,
     UnsupportedBackendError,
 )
-from tabdp.frame import KeySet, register
-from tabdp.privacy import Budget, Report, Session, last_session
-from tabdp.rng import RandomSource
 
 __version__ = "0.1.0"
 
-register()
+if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checkers and IDEs
+    from tabdp import mechanisms, noise
+    from tabdp.calibrate import (
+        CalibrationResult,
+        FamilyComparison,
+        calibrate,
+        compare_families,
+    )
+    from tabdp.frame import KeySet
+    from tabdp.privacy import Budget, Report, Session, last_session
+    from tabdp.rng import RandomSource
+
+# Public names loaded on first access (PEP 562), so that `import tabdp` and `tabdp --help` stay
+# fast: SciPy, Matplotlib, mpmath, python-flint, pandas and Polars load only when used.
+_LAZY: dict[str, str] = {
+    "KeySet": "tabdp.frame",
+    "Session": "tabdp.privacy",
+    "Report": "tabdp.privacy",
+    "Budget": "tabdp.privacy",
+    "last_session": "tabdp.privacy",
+    "RandomSource": "tabdp.rng",
+    "calibrate": "tabdp.calibrate",
+    "compare_families": "tabdp.calibrate",
+    "CalibrationResult": "tabdp.calibrate",
+    "FamilyComparison": "tabdp.calibrate",
+}
+#: Subpackages and modules reachable as attributes after `import tabdp` (imported on access).
+_SUBMODULES = frozenset({
+    "calibrate", "cli", "datasets", "exceptions", "frame", "mechanisms", "noise", "plotting",
+    "privacy", "release", "report", "rng", "sensitivity", "synth",
+})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"tabdp.{name}")
+    else:
+        raise AttributeError(f"module 'tabdp' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
+
+class _Package(types.ModuleType):
+    """The ``tabdp`` module: ``tabdp.calibrate`` stays the function once the submodule loads.
+
+    The import system binds every submodule as an attribute of its package when it first loads
+    it; for ``tabdp.calibrate`` (a submodule and a function) the function wins, as it did when
+    the package imported it eagerly.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "calibrate" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+_install_accessor()
 
 __all__ = [
     "__version__",

@@ -47,9 +47,9 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq, minimize_scalar
 from scipy.special import log_ndtr
 
+from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._validation import check_real
 from tabdp.exceptions import CalibrationError, InvalidParameterError, TabdpError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level

@@ -158,9 +158,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--test-seed", action="store_true",
                    help="allow a spec with [randomness] seed (tests only): the public folder "
                         "is marked NOT FOR PUBLICATION")
-    d = sub.add_parser("demo", help="run the bundled example (examples/cbp_release.toml)")
+    d = sub.add_parser("demo", help="run the bundled example spec on the bundled synthetic "
+                                    "sample (tabdp.datasets)")
     d.add_argument("--out", type=Path, default=None,
-                   help="folder for the demo outputs (default: out/cbp_release in the project)")
+                   help="folder for the demo outputs (default: ./tabdp-demo, replaced on each "
+                        "run)")
     d.add_argument("--overwrite", action="store_true",
                    help="replace existing outputs in the --out folder")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -168,15 +170,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _example_spec() -> Path:
-    import tabdp
+    from tabdp.datasets import example_spec_path
 
-    path = Path(tabdp.__file__).resolve().parents[1] / "examples" / "cbp_release.toml"
-    if not path.exists():
-        raise InvalidParameterError(
-            f"the bundled example spec is not at {str(path)!r}: tabdp demo runs from a source "
-            "checkout.\nHint: clone the repository and run `make demo`, or run "
-            "`tabdp run <your spec>`.")
-    return path
+    return example_spec_path()
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
@@ -326,8 +322,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if args.command == "demo":
             # The default demo folder is the demo's own and is refreshed on every run; a
             # folder given with --out is replaced only with --overwrite.
-            return _cmd_run(args, out, err, _example_spec(),
-                            args.out is None or args.overwrite)
+            default = args.out is None
+            if default:
+                args.out = Path.cwd() / "tabdp-demo"
+            return _cmd_run(args, out, err, _example_spec(), default or args.overwrite)
         raise AssertionError(args.command)  # pragma: no cover
     except KeyboardInterrupt:
         err.write("tabdp: interrupted; nothing was written.\n")

@@ -47,7 +47,8 @@ _PANDAS_DTYPES = {
     pl.Int32: "int32",
     pl.Int64: "int64",
     pl.Float64: "float64",
-    pl.String: "str",
+    # pandas 3's default text dtype; pandas 2's astype("str") would turn None into "None"
+    pl.String: "str" if int(pd.__version__.split(".")[0]) >= 3 else "string",
 }
 
 

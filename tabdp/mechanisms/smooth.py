@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.integrate import quad
-from scipy.optimize import brentq, minimize_scalar
 from scipy.special import ndtri
 
+from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, ReleasedValues, check_level, pure_to_zcdp

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import minimize_scalar
 
+from tabdp._lazy_scipy import minimize_scalar
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, check_level, not_pure

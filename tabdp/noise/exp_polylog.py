@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtri_exp
 
+from tabdp._lazy_scipy import brentq
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.noise._base import NoiseDistribution, mp_quad_checked

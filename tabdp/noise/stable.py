@@ -53,9 +53,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import minimize_scalar
 from scipy.special import gammaln, ndtr, ndtri
 
+from tabdp._lazy_scipy import minimize_scalar
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError, TabdpInternalError
 from tabdp.noise._base import NoiseDistribution

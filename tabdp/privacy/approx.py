@@ -55,10 +55,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.interpolate import CubicSpline
-from scipy.optimize import brentq
 from scipy.special import erf, erfc, gammaincc, gammainccinv, log_ndtr
 
+from tabdp._lazy_scipy import CubicSpline, brentq
 from tabdp._validation import check_real
 from tabdp.exceptions import CalibrationError, InvalidParameterError
 from tabdp.noise.logconcave import (

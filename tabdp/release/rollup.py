@@ -59,10 +59,10 @@ import numpy as np
 import polars as pl
 from numpy.typing import ArrayLike
 from scipy import fft as _fft
-from scipy.optimize import minimize_scalar
 from scipy.special import ndtri
 
 from tabdp import noise as _noise
+from tabdp._lazy_scipy import minimize_scalar
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
 from tabdp.mechanisms.additive import AdditiveMechanism

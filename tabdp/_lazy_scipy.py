@@ -1,0 +1,77 @@
+"""SciPy's root finders, optimizers and splines, imported on first call.
+
+``scipy.optimize`` and ``scipy.interpolate`` take about 0.3-0.9 s to import (they pull in
+``scipy.linalg`` and ``scipy.fft``), yet tabdp needs them only when it computes something: a
+noise table, a calibration, an accounting conversion. Modules that use them import these thin
+stand-ins instead, so importing the mechanisms stays fast; each stand-in forwards every argument
+to the SciPy function of the same name.
+
+Example:
+    >>> from tabdp._lazy_scipy import brentq
+    >>> round(brentq(lambda x: x * x - 2.0, 0.0, 2.0), 12)
+    1.414213562373
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["brentq", "minimize_scalar", "CubicSpline"]
+
+
+def brentq(*args: Any, **kwargs: Any) -> Any:
+    """:func:`scipy.optimize.brentq`, imported on first call.
+
+    Args:
+        *args: Positional arguments of :func:`scipy.optimize.brentq`.
+        **kwargs: Keyword arguments of :func:`scipy.optimize.brentq`.
+
+    Returns:
+        What :func:`scipy.optimize.brentq` returns.
+
+    Example:
+        >>> brentq(lambda x: x - 1.0, 0.0, 3.0)
+        1.0
+    """
+    from scipy.optimize import brentq as f
+
+    return f(*args, **kwargs)
+
+
+def minimize_scalar(*args: Any, **kwargs: Any) -> Any:
+    """:func:`scipy.optimize.minimize_scalar`, imported on first call.
+
+    Args:
+        *args: Positional arguments of :func:`scipy.optimize.minimize_scalar`.
+        **kwargs: Keyword arguments of :func:`scipy.optimize.minimize_scalar`.
+
+    Returns:
+        What :func:`scipy.optimize.minimize_scalar` returns.
+
+    Example:
+        >>> res = minimize_scalar(lambda x: (x - 2.0) ** 2, bounds=(0.0, 5.0), method="bounded")
+        >>> round(float(res.x), 4)
+        2.0
+    """
+    from scipy.optimize import minimize_scalar as f
+
+    return f(*args, **kwargs)
+
+
+def CubicSpline(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - SciPy's class name
+    """A :class:`scipy.interpolate.CubicSpline`, the class imported on first call.
+
+    Args:
+        *args: Positional arguments of :class:`scipy.interpolate.CubicSpline`.
+        **kwargs: Keyword arguments of :class:`scipy.interpolate.CubicSpline`.
+
+    Returns:
+        The spline.
+
+    Example:
+        >>> float(CubicSpline([0.0, 1.0, 2.0], [0.0, 1.0, 4.0])(1.0))
+        1.0
+    """
+    from scipy.interpolate import CubicSpline as cls
+
+    return cls(*args, **kwargs)
