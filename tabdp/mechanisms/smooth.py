@@ -412,7 +412,26 @@ def choose_gamma(epsilon: float, noise: str = "polyplace", *, bounds: tuple[floa
 
 
 # -- the mechanism ------------------------------------------------------------------------------
-class SmoothSensitivityMechanism:
+class _ByParams:
+    """Representation, equality and hash from the public parameters (``params()``)."""
+
+    def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items() if v is not None)
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return False
+        return self.params() == other.params()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(self.params().items())))
+
+
+class SmoothSensitivityMechanism(_ByParams):
     """Release ``q + SS·Z`` with a smooth-sensitivity noise law (ε-DP per release).
 
     Args:
@@ -639,17 +658,6 @@ class SmoothSensitivityMechanism:
                 "unit_noise": {"name": self.unit.name, **self.unit.params()},
                 "pure": self.pure, "unbiased": self.unbiased, "guarantee": self.guarantee()}
 
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items() if v is not None)
-        return f"{type(self).__name__}({inner})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(self) is not type(other):
-            return False
-        return self.params() == other.params()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(self.params().items())))
 
 
 # -- the release with a private noise scale -----------------------------------------------------
@@ -849,7 +857,7 @@ def _cached_halfwidth(unit: NoiseDistribution, level: float, log_noise: float) -
     return scale_adjusted_halfwidth(unit, level, log_noise)
 
 
-class SmoothSensitivityRelease:
+class SmoothSensitivityRelease(_ByParams):
     """A smooth-sensitivity release whose published uncertainty is private too.
 
     Per cell it publishes the value ``round(q + SS·Z)`` (ε₁-DP: :class:`SmoothSensitivityMechanism`
@@ -1111,17 +1119,6 @@ class SmoothSensitivityRelease:
                     "log_grid": LOG_SCALE_GRID, "sensitivity_slack": LOG_SS_SLACK,
                     "moe_coverage": "at least the level on every dataset, over both draws"}}
 
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.params().items() if v is not None)
-        return f"{type(self).__name__}({inner})"
-
-    def __eq__(self, other: object) -> bool:
-        if type(self) is not type(other):
-            return False
-        return self.params() == other.params()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(self.params().items())))
 
 
 # -- Figure 1 of seed 002 -----------------------------------------------------------------------
