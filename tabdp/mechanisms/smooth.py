@@ -659,7 +659,6 @@ class SmoothSensitivityMechanism(_ByParams):
                 "pure": self.pure, "unbiased": self.unbiased, "guarantee": self.guarantee()}
 
 
-
 # -- the release with a private noise scale -----------------------------------------------------
 #: Default Laplace scale of the released log noise scale: by default the scale estimate gets
 #: ε₂ = γ/DEFAULT_LOG_SCALE_NOISE = 2γ (see :func:`split_epsilon`).
@@ -1118,7 +1117,6 @@ class SmoothSensitivityRelease(_ByParams):
                     "epsilon": self.eps_scale, "log_noise_scale": self.log_noise,
                     "log_grid": LOG_SCALE_GRID, "sensitivity_slack": LOG_SS_SLACK,
                     "moe_coverage": "at least the level on every dataset, over both draws"}}
-
 
 
 # -- Figure 1 of seed 002 -----------------------------------------------------------------------
