@@ -69,6 +69,9 @@ _ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
 _ALL = "__tabdp_all"     # rows read per unit and cell
 _CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
 _FP_SEED = 0x7ab0D9
+#: 128-bit integer dtypes (UInt128 exists only in newer Polars)
+_WIDE_INTS = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None))
+                   if t is not None)
 
 
 def _as_list(value: str | Sequence[str] | None, what: str) -> list[str]:
@@ -347,7 +350,7 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
         big = (x.abs() > MAX_ABS).fill_null(False) & ~inf
         fixed = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round().cast(
             pl.Int128, strict=False)
-    elif dt in (pl.Int128, pl.UInt128):
+    elif dt in _WIDE_INTS:
         # 128-bit integers may exceed the public magnitude bound: clamp them like floats (two
         # Int128 values near 2**126 would wrap their sum; a UInt128 above 2**127 cannot be cast)
         lim = 1 << 64
@@ -401,7 +404,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         if _is_float(schema[m]):
             counters[f"inf:{m}"] = p["inf"]
             counters[f"big:{m}"] = p["big"]
-        elif schema[m] in (pl.Int128, pl.UInt128):
+        elif schema[m] in _WIDE_INTS:
             counters[f"big:{m}"] = p["big"]
         if rules.negatives != "allow":
             counters[f"neg:{m}"] = p["neg"]
