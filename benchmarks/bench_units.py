@@ -1,7 +1,7 @@
 """Benchmark: the three privacy-unit modes against a plain Polars group-by (issue 14's workload).
 
-Workload: a count and sums of employment and payroll by county x NAICS sector (every county of
-50 states x 63 counties x 19 sectors: 59,850 public cells), read from Parquet, with the confidential per-record
+Workload: a count and sums of employment and payroll by county x NAICS sector (50 states x 63
+counties x 19 sectors: 59,850 public cells), read from Parquet, with the confidential per-record
 report written to Parquet. The privacy unit is
 
 * ``row``: each row (``Session(unit=None)``: row ids assigned when the input is read);
