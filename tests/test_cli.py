@@ -791,7 +791,7 @@ grid = 1.0
         tmp_path / f"w{SEED}" / "s.toml").domains["state"].to_list())
 
     def replay(seed: int) -> np.ndarray:
-        s = tabdp.Session(unit=runner_mod.ROW_ID, seed=seed)
+        s = tabdp.Session(unit=runner_mod.ROW_ID, seed=seed, _row_ids=True)
         out = df.dp.sum(["payroll"], by=["state"], keys=keys,
                         mechanism=tabdp.mechanisms.Gaussian(1000.0), session=s, name="pay",
                         grid=1.0)

@@ -92,7 +92,7 @@ keys = tabdp.KeySet.from_dict(c=["a", "b"])
 mech = tabdp.mechanisms.Gaussian(sigma=1.0)
 for frame in (df, df.lazy(), df.to_pandas()):
     out = frame.dp.sum("x", by="c", keys=keys, mechanism=mech, session=tabdp.Session(seed=1))
-    assert list(out.columns) == ["c", "x", "x_sd", "x_moe"], out.columns
+    assert list(out.columns) == ["c", "x", "x_sd", "x_moe", "x_lower", "x_upper"], out.columns
 import sys
 assert not any(getattr(f, "_tabdp_after_import", False) for f in sys.meta_path)
 assert type(df.dp).__name__ == "DPAccessor"
