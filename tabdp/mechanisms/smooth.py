@@ -412,6 +412,16 @@ def choose_gamma(epsilon: float, noise: str = "polyplace", *, bounds: tuple[floa
 
 
 # -- the mechanism ------------------------------------------------------------------------------
+def _finite_values(values: ArrayLike) -> np.ndarray:
+    """The cell values as a flat float64 array (they are clipped quantiles: always finite)."""
+    q = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(q)):
+        raise DataValidationError(
+            "smooth-sensitivity release: values must be finite.\nHint: clip values to the "
+            "public bounds before computing quantiles.")
+    return q
+
+
 class _ByParams:
     """Representation, equality and hash from the public parameters (``params()``)."""
 
@@ -617,11 +627,7 @@ class SmoothSensitivityMechanism(_ByParams):
             (1.687487, True, 'relative-32-bit')
         """
         level = check_level(level)
-        q = np.asarray(values, dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(q)):
-            raise DataValidationError(
-                "smooth-sensitivity release: values must be finite.\nHint: clip values to the "
-                "public bounds before computing quantiles.")
+        q = _finite_values(values)
         s = self._ss(ss).reshape(-1)
         if s.shape != q.shape:
             raise InvalidParameterError(
@@ -1057,11 +1063,7 @@ class SmoothSensitivityRelease(_ByParams):
             (True, 'relative-32-bit')
         """
         level = check_level(level)
-        q = np.asarray(values, dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(q)):
-            raise DataValidationError(
-                "smooth-sensitivity release: values must be finite.\nHint: clip values to the "
-                "public bounds before computing quantiles.")
+        q = _finite_values(values)
         s = self.value._ss(ss).reshape(-1)
         if s.shape != q.shape:
             raise InvalidParameterError(
