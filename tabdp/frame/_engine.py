@@ -744,8 +744,14 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
                 delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
             else:
                 delta = mags[ms[0]]
-        vals = policy(delta) if n else tuple(np.zeros(0) for _ in range(4 if policy.approx
-                                                                        else 2))
+        if not n:
+            vals = tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
+        elif kind == "count":
+            # counts: few distinct row numbers (all 1 in row mode): evaluate each once
+            uniq, inv = np.unique(delta, return_inverse=True)
+            vals = tuple(np.asarray(v)[inv] for v in policy(uniq))
+        else:
+            vals = policy(delta)
         cell_rho += vals[0]
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:
