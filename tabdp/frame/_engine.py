@@ -712,14 +712,16 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int]) -> tuple[Charges, np.ndarray]:
-    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ.
+             bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
+    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and
+    size (its largest contribution over the release's currencies).
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
     mode they are summed per unit (sizes: the largest contribution) in one group-by.
     """
     n = inside.height
     cell_rho = np.zeros(n)
+    cell_size = np.zeros(n)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
@@ -753,6 +755,7 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
         else:
             vals = policy(delta)
         cell_rho += vals[0]
+        np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:
             cols["eps_a"][cur], cols["delta_a"][cur] = vals[2], vals[3]
@@ -770,7 +773,7 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     ch = Charges(units, cols["rho"], cols["epsilon"], cols["size"], policy.guarantee,
                  cols["eps_a"] if policy.approx else None,
                  cols["delta_a"] if policy.approx else None)
-    return ch, cell_rho
+    return ch, cell_rho, cell_size
 
 
 def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray
@@ -890,7 +893,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                                                  measure_list, bits, max_cells, max_rows)
 
     # 3. Per-unit losses and the individual filter.
-    charges, cell_rho = _charges(inside, uid, snap.per_row, policy, kind, bits)
+    charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits)
     admitted = sess.admit(charges)
     losses = charges.losses(admitted)
     left_out = np.zeros(charges.n, dtype=bool)
@@ -923,14 +926,9 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     # Worst loss per cell (confidential), for the release workflow's audit report.
     cells = None
     if sess.track_cells:
-        size_cells = np.zeros(inside.height)
-        for m in measure_list:
-            np.maximum(size_cells, _abs_float_up(inside[m], bits[m]), out=size_cells)
-        if kind == "count":
-            size_cells = inside[_ROWS].cast(pl.Float64).to_numpy()
         keep_mask = np.ones(inside.height, dtype=bool) if row_ok is None else row_ok.to_numpy()
         cells = _cell_stats(inside.filter(pl.Series(keep_mask)), by_list,
-                            cell_rho[keep_mask], size_cells[keep_mask])
+                            cell_rho[keep_mask], cell_size[keep_mask])
 
     # 5. Noise: only now, after every check passed.
     out_cols: dict[str, Any] = {}
