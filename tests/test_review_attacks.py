@@ -332,3 +332,30 @@ def test_curve_budget_bounds_total_loss_under_renamed_measures() -> None:
         (df.with_columns(pl.col("x").alias(f"x{i}"))
          .dp.sum(f"x{i}", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s))
     assert s.report().per_record["rho"][0] <= limit * (1 + 1e-12)  # it is 2.0
+
+
+def test_row_mode_binds_the_columns_read_and_rechecks_them() -> None:
+    """Row mode fingerprints only the columns releases read; each release re-checks all bound
+    columns, so exchanging rows that differ only in an unread column misattributes nothing,
+    while a reorder visible in any bound column is refused."""
+    df = pl.DataFrame({"c": ["a", "a", "a"], "x": [2.0, 2.0, 0.5], "w": [9.0, 1.0, 1.0],
+                       "note": ["p", "q", "r"]})
+    s = tabdp.Session(seed=1)
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    assert s.bound_columns() == ["c", "x"]
+    # rows 0 and 1 agree on every bound column (c, x): a frame that exchanges them and drops
+    # the never-read column is accepted; the new column w is charged to the rows as read now
+    swapped = df[[1, 0, 2]].drop("note")
+    swapped.dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    assert s.bound_columns() == ["c", "x", "w"]
+    rho = s.report().per_record["rho"].to_list()
+    # row 0 now holds w = 1 (x = 2): 2 + 0.5; row 1 holds w = 9: 2 + 40.5; row 2: 0.125 + 0.5
+    assert rho == pytest.approx([2.5, 42.5, 0.625])
+    # a reorder visible in a bound column (x) is refused, whatever column is released
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match="unit="):
+        swapped[[2, 1, 0]].dp.count(by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    # so is a frame without a bound column
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match="unit="):
+        swapped.drop("w").dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0),
+                                 session=s)
+    assert len(s.records) == 2

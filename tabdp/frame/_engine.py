@@ -10,8 +10,8 @@ depends on one record except through the noise):
    as they are), its rows, and counts of values that declared rules handle (null, NaN, ±inf,
    negative, beyond the public magnitude bound). In row mode (``Session(unit=None)``) each row
    is a unit identified by its **row id**, assigned when the input is read, and the snapshot
-   holds an order-sensitive fingerprint of every column read (the session refuses a later
-   release over different rows).
+   holds an order-sensitive fingerprint of every column read by this or an earlier release of
+   the session (the session refuses a later release over different rows).
 3. Strict rules (curator mode) raise a :class:`~tabdp.DataValidationError` whose message names
    only columns and rules (counts are in its ``confidential`` attribute); in author mode every
    rule is declared and nothing raises on data.
@@ -378,8 +378,13 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
 
 
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
-                   measures: list[str], rules: _Rules) -> tuple[pl.LazyFrame, list[str]]:
-    """The lazy plan of a release's snapshot and the names of its counter columns."""
+                   measures: list[str], rules: _Rules, bound: Sequence[str] = ()
+                   ) -> tuple[pl.LazyFrame, list[str]]:
+    """The lazy plan of a release's snapshot and the names of its counter columns.
+
+    ``bound``: row mode, the columns the session's earlier releases bound (fingerprinted again
+    with the columns this release reads).
+    """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
     keep = pl.lit(True)
     if rules.nulls == "drop":
@@ -415,11 +420,16 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         # each row is a unit: no group-by. Row ids are assigned here (unit=None), or were
         # assigned by the caller when it read the input (unit=ROW_ID, the release workflow).
         if unit is None:
-            # every column of the frame is fingerprinted, not only those read: a later release
-            # of a reordered frame through another column is caught too
+            # the columns this release reads and every column an earlier release of the
+            # session read are fingerprinted: a reordered frame read through a new column is
+            # caught by the earlier columns. Charges depend only on the columns read, so rows
+            # that agree on every bound column have had identical charges so far: exchanging
+            # them cannot misattribute a loss. Other columns are not read (no I/O for them).
+            fp_cols = [c for c in dict.fromkeys([*by, *measures, *bound])
+                       if c in schema.names()]
             base = lf.with_row_index(ROW_ID).with_columns(keep)
             fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-                   for c in schema.names()]
+                   for c in fp_cols]
         else:
             base = lf.with_columns(keep)
             fps = []
@@ -452,7 +462,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     cache_key = (id(native), tuple(by), unit, rules.mode)
     cols = [*by, *measures, *([unit] if unit else [])]
     cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
-    cached = sess._agg_cache.get(cache_key) if cacheable else None
+    cached = sess.cached_snapshot(cache_key) if cacheable else None
     if cached is not None:
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
@@ -467,7 +477,8 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             fps = dict(snap.fingerprints)
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row)
-    plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules)
+    plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
+                                 sess.bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
@@ -491,11 +502,10 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
     snap = _Snapshot(data, counts, fps, rows_read, per_row)
     if cacheable:
-        sess._agg_cache.clear()
-        sess._agg_cache[cache_key] = {
+        sess.keep_snapshot(cache_key, {
             "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
             "drops": rules.nulls == "drop" or rules.negatives == "drop",
-            "columns": native.select(cols) if isinstance(native, pl.DataFrame) else None}
+            "columns": native.select(cols) if isinstance(native, pl.DataFrame) else None})
     return snap
 
 
@@ -765,7 +775,11 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     else:
         wide = pl.DataFrame({"unit": inside[uid], **{f"{k}:{c}": v for k in kinds
                                                       for c, v in cols[k].items()}})
-        per = wide.group_by("unit", maintain_order=True).agg(
+        # units in sorted order: a group-by over sorted keys is a linear scan (a hash group-by
+        # over millions of distinct ids is an order of magnitude slower), and the ledger's
+        # order then depends on the ids only, never on the order of the input rows
+        per = wide.sort("unit", nulls_last=True, maintain_order=True).group_by(
+            "unit", maintain_order=True).agg(
             *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sum())
               for k in kinds for c in cols[k]])
         units = per["unit"]

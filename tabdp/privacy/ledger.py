@@ -310,6 +310,25 @@ class Charges:
             [1.0]
         """
         n = self.n
+        approx = self.guarantee == "approx"
+        if all(bool(admitted[c].all()) for c in self.currencies):
+            # nobody left out (no budget, or all within it): plain sums, no masking
+            parts = {k: getattr(self, k) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
+            tot: dict[str, np.ndarray] = {}
+            for k in ("rho", "epsilon", "eps_a", "delta_a"):
+                if k in ("eps_a", "delta_a") and not approx:
+                    continue
+                vals = list(parts[k].values())  # type: ignore[union-attr]
+                tot[k] = np.array(vals[0], dtype=np.float64, copy=True) if vals else np.zeros(n)
+                for v in vals[1:]:
+                    tot[k] += v
+            sizes = list(self.size.values())
+            tot["size"] = np.zeros(n) if not sizes else np.array(sizes[0], dtype=np.float64,
+                                                                  copy=True)
+            for v in sizes[1:]:
+                np.maximum(tot["size"], v, out=tot["size"])
+            return UnitLosses(self.units, tot["rho"], tot["epsilon"], tot["size"],
+                              self.guarantee, tot.get("eps_a"), tot.get("delta_a"))
         any_ok = np.zeros(n, dtype=bool)
         acc = {k: np.zeros(n) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
         for c in self.currencies:
@@ -324,7 +343,6 @@ class Charges:
                 acc["delta_a"] += np.where(ok, self.delta_a[c], 0.0)
         units = self.units[any_ok] if isinstance(self.units, np.ndarray) else \
             self.units.filter(pl.Series(any_ok))
-        approx = self.guarantee == "approx"
         return UnitLosses(units, acc["rho"][any_ok], acc["epsilon"][any_ok],
                           acc["size"][any_ok], self.guarantee,
                           acc["eps_a"][any_ok] if approx else None,
@@ -387,10 +405,16 @@ class DenseLedger:
         for k, v in [*sums.items(), *maxes.items()]:
             if k not in self.arrays:
                 self.arrays[k] = np.zeros(self.n)
-        for k, v in sums.items():  # ids are unique within one call (one entry per unit)
-            self.arrays[k][ids] += v
+        # ids are unique within one call (one entry per unit); a contiguous increasing run
+        # (row mode over all rows) is a slice: no gather/scatter over millions of rows
+        lo = int(ids[0]) if ids.size else 0
+        run = bool(ids.size) and int(ids[-1]) - lo + 1 == ids.size and bool(
+            np.all(ids[1:] > ids[:-1]))
+        at: Any = slice(lo, lo + ids.size) if run else ids
+        for k, v in sums.items():
+            self.arrays[k][at] += v
         for k, v in maxes.items():
-            self.arrays[k][ids] = np.maximum(self.arrays[k][ids], v)
+            self.arrays[k][at] = np.maximum(self.arrays[k][at], v)
 
     def frame(self, n_rows: int) -> pl.DataFrame:
         """All rows 0..n_rows-1 with their totals (0 where never charged).
@@ -438,7 +462,11 @@ class UnitLedger:
         return out
 
     def add(self, units: Any, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]) -> None:
-        """Add ``sums`` and take the maximum with ``maxes``, per unit (first-seen order kept).
+        """Add ``sums`` and take the maximum with ``maxes``, per unit (table sorted by unit).
+
+        The table is kept sorted by unit id (nulls last), so merging a query's charges is a
+        linear group-by over sorted keys and the table's order never depends on the input's
+        row order.
 
         Example:
             >>> led = UnitLedger()
@@ -449,14 +477,17 @@ class UnitLedger:
         new = pl.DataFrame({"unit": units, **{k: pl.Series(k, v, dtype=pl.Float64)
                                               for k, v in [*sums.items(), *maxes.items()]}})
         if self.table is None:
-            self.table = new.group_by("unit", maintain_order=True).agg(
+            self.table = new.sort("unit", nulls_last=True, maintain_order=True).group_by(
+                "unit", maintain_order=True).agg(
                 *[pl.col(k).sum() for k in sums], *[pl.col(k).max() for k in maxes])
             return
         cols = set(self.table.columns) | set(new.columns)
         both = pl.concat([self.table, new], how="diagonal_relaxed")
-        sum_cols = [c for c in cols if c != "unit" and not _is_max_col(c)]
-        max_cols = [c for c in cols if _is_max_col(c)]
-        self.table = both.group_by("unit", maintain_order=True).agg(
+        sum_cols = [c for c in both.columns if c != "unit" and not _is_max_col(c)]
+        max_cols = [c for c in both.columns if _is_max_col(c)]
+        assert set(sum_cols) | set(max_cols) | {"unit"} == cols
+        self.table = both.sort("unit", nulls_last=True, maintain_order=True).group_by(
+            "unit", maintain_order=True).agg(
             *[pl.col(c).fill_null(0.0).sum() for c in sum_cols],
             *[pl.col(c).fill_null(0.0).max() for c in max_cols])
 

@@ -87,6 +87,9 @@ class Session:
             reordered frame is refused whatever the data, so a refusal reveals nothing).
         data: Author mode: the curator's frame the session releases (pandas, Polars DataFrame
             or LazyFrame; a LazyFrame is evaluated once, when it is bound).
+        track_cells: Keep a CONFIDENTIAL per-cell audit of each release (the largest loss of
+            one unit in each cell, in ``QueryRecord.cells``), as the release workflow's
+            confidential report does. Off by default (it costs a group-by per release).
 
     Example:
         >>> import polars as pl, tabdp
@@ -101,7 +104,8 @@ class Session:
 
     def __init__(self, unit: str | None = None, seed: int | None = None,
                  budget: float | dict[Any, Any] | Budget | None = None,
-                 mode: str = "curator", data: Any = None, *, _row_ids: bool = False) -> None:
+                 mode: str = "curator", data: Any = None, *, track_cells: bool = False,
+                 _row_ids: bool = False) -> None:
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
@@ -123,7 +127,7 @@ class Session:
         self.budget = Budget.coerce(budget)
         #: Keep a CONFIDENTIAL per-cell audit of each release (worst loss of one unit per cell,
         #: in ``QueryRecord.cells``); used by the release workflow's confidential report.
-        self.track_cells = False
+        self.track_cells = bool(track_cells)
         self.records: list[QueryRecord] = []
         self.backend = "polars"
         # Row mode: the rows every release must read (count and per-column fingerprints).
@@ -182,7 +186,43 @@ class Session:
             name = f"q{i}_{kind}"
         return name
 
-    _name = release_name
+    # -- one pass over the input ----------------------------------------------------------------
+    def cached_snapshot(self, key: Any) -> dict[str, Any] | None:
+        """The evaluation of an input kept from the session's last release, if it matches.
+
+        The frame engine keeps one evaluation (snapshot) of the last frame it released, so a
+        later release of the same frame object with the same grouping (a count after a sum)
+        reads the input once. The engine decides whether the entry is still usable.
+
+        Args:
+            key: The engine's key (frame identity, grouping, unit, rules).
+
+        Returns:
+            The entry stored by :meth:`keep_snapshot` under ``key``, or ``None``.
+
+        Example:
+            >>> s = Session()
+            >>> s.keep_snapshot(("f", ("c",)), {"rows": 3})
+            >>> s.cached_snapshot(("f", ("c",))), s.cached_snapshot("other")
+            ({'rows': 3}, None)
+        """
+        return self._agg_cache.get(key)
+
+    def keep_snapshot(self, key: Any, entry: dict[str, Any]) -> None:
+        """Keep ``entry`` as the session's one cached input evaluation (replacing any other).
+
+        Args:
+            key: The engine's key.
+            entry: What the engine needs to reuse the evaluation.
+
+        Example:
+            >>> s = Session()
+            >>> s.keep_snapshot(1, {}); s.keep_snapshot(2, {"x": 1})
+            >>> s.cached_snapshot(1) is None
+            True
+        """
+        self._agg_cache.clear()
+        self._agg_cache[key] = entry
 
     # -- binding ------------------------------------------------------------------------------
     def bind_frame(self, native: Any) -> Any:
@@ -234,13 +274,15 @@ class Session:
     def bind_rows(self, n_rows: int, fingerprints: dict[str, int]) -> None:
         """Row mode: check that a release reads the session's rows, row for row.
 
-        The first release binds the session to its rows: their number and, for EVERY column of
-        its frame, an order-sensitive fingerprint (a hash of each row id with its value,
-        summed). A later release must read the same number of rows from a frame that holds
-        every bound column with the same fingerprint (new columns, e.g. derived with
-        ``with_columns``, are allowed and bound in turn). Losses are accounted by row id, so a
-        reordered, filtered, changed or narrowed frame would charge one record's loss to
-        another: it is refused before any noise is drawn.
+        The first release binds the session to its rows: their number and, for every column it
+        reads, an order-sensitive fingerprint (a hash of each row id with its value, summed).
+        A later release fingerprints the columns it reads and every bound column again: it
+        must read the same number of rows from a frame that holds every bound column with the
+        same fingerprint (columns read for the first time are bound in turn). Losses are
+        accounted by row id, so a reordered, filtered or changed frame would charge one
+        record's loss to another: it is refused before any noise is drawn. (Two rows that agree
+        on every bound column have been charged identically so far, so a frame that exchanges
+        them is accepted: no loss can be misattributed.)
 
         Args:
             n_rows: Rows read by the release.
@@ -281,6 +323,20 @@ class Session:
             self._n_rows = n_rows
         for c, f in fingerprints.items():
             self._fingerprints.setdefault(c, f)
+
+    def bound_columns(self) -> list[str]:
+        """Row mode: the columns earlier releases read (a release fingerprints them again).
+
+        Returns:
+            Column names in the order they were first bound (empty in unit mode).
+
+        Example:
+            >>> s = Session()
+            >>> s.bind_rows(2, {"x": 1, "c": 2})
+            >>> s.bound_columns()
+            ['x', 'c']
+        """
+        return list(self._fingerprints)
 
     # -- the filter ---------------------------------------------------------------------------
     def admit(self, charges: Charges) -> dict[str, np.ndarray]:
@@ -390,8 +446,6 @@ class Session:
                 self._ledger.add(units, {f"rho@{c}": charges.rho[c][ok]},
                                  {f"size@{c}": charges.size[c][ok]})
         self.records.append(record)
-
-    _record = record_release
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, delta: float | None = None) -> Report:

@@ -1230,8 +1230,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
 
     session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
                       seed=spec.seed,
-                      budget=None if spec.budget is None else spec.budget.rho)
-    session.track_cells = True
+                      budget=None if spec.budget is None else spec.budget.rho,
+                      track_cells=True)
     level = spec.release.level
     steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
     step = 0
