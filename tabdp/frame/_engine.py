@@ -760,8 +760,12 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             vals = tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
         elif kind == "count":
             # counts: few distinct row numbers (all 1 in row mode): evaluate each once
-            uniq, inv = np.unique(delta, return_inverse=True)
-            vals = tuple(np.asarray(v)[inv] for v in policy(uniq))
+            lo, hi = float(delta.min()), float(delta.max())
+            if lo == hi:
+                vals = tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
+            else:
+                uniq, inv = np.unique(delta, return_inverse=True)
+                vals = tuple(np.asarray(v)[inv] for v in policy(uniq))
         else:
             vals = policy(delta)
         cell_rho += vals[0]
