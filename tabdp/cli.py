@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -106,6 +107,10 @@ class _Bar:
         self.tty = stream.isatty()
         self.t0 = time.monotonic()
         self.held: list[str] = []
+        self._line = ""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def __call__(self, i: int, n: int, what: str) -> None:
         if not self.enabled:
@@ -116,11 +121,36 @@ class _Bar:
         if not self.tty:
             self.held.append(line + "\n")
             return
-        line += f" ({time.monotonic() - self.t0:.1f}s)"
-        self.stream.write("\r\x1b[2K" + line)
-        if i == n:
-            self.stream.write("\n")
+        with self._lock:
+            self._line = line
+            self._draw()
+        if self._ticker is None:
+            # redraw the elapsed time while a long step (a scan, a write) runs
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _draw(self) -> None:
+        self.stream.write(f"\r\x1b[2K{self._line} ({time.monotonic() - self.t0:.1f}s)")
         self.stream.flush()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if self._line:
+                    self._draw()
+
+    def close(self) -> None:
+        """Stop redrawing and end the live line (terminal only)."""
+        if self._ticker is not None:
+            self._stop.set()
+            self._ticker.join()
+            self._ticker = None
+            with self._lock:
+                if self._line:
+                    self._draw()
+                    self.stream.write("\n")
+                    self.stream.flush()
+                    self._line = ""
 
     def flush(self) -> None:
         """Write the held step lines (after a successful run)."""
@@ -273,8 +303,11 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
             spec.output, public=args.out / "public", confidential=args.out / "confidential",
             plan=args.out / "plan"))
     bar = _Bar(err, not args.quiet)
-    res = run_release(spec, overwrite=overwrite, progress=bar,
-                      test_seed=getattr(args, "test_seed", False))
+    try:
+        res = run_release(spec, overwrite=overwrite, progress=bar,
+                          test_seed=getattr(args, "test_seed", False))
+    finally:
+        bar.close()
     bar.flush()
     out.write(f"Release {spec.release.name!r} done.\n")
     if spec.seed is not None:

@@ -892,6 +892,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     bits = {m: scale_bits(op.schema[m]) for m in measure_list}
 
     # 1. One snapshot of the input.
+    sess.phase(qname, "reading and aggregating the input")
     snap = _take_snapshot(op, by_list, measure_list, rules)
     data = snap.data
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
@@ -911,6 +912,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                                                  measure_list, bits, max_cells, max_rows)
 
     # 3. Per-unit losses and the individual filter.
+    sess.phase(qname, "accounting per-record losses")
     charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits)
     admitted = sess.admit(charges)
     losses = charges.losses(admitted)
@@ -949,6 +951,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                             cell_rho[keep_mask], cell_size[keep_mask])
 
     # 5. Noise: only now, after every check passed.
+    sess.phase(qname, f"drawing noise for {n_keys:,} cells")
     out_cols: dict[str, Any] = {}
     fallbacks: dict[str, int] = {}
     grid_used: dict[str, Any] = {}

@@ -330,14 +330,18 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     uid = unit if unit is not None else ROW_ID
 
     # One evaluation of the input: ids, keys, the values and their flags.
+    sess.phase(qname, "reading and aggregating the input")
     x = pl.col(column).cast(pl.Float64)
     flags = {f"missing:{column}": x.is_null() | x.is_nan(),
              f"inf:{column}": x.is_infinite().fill_null(False)}
     lf = op.lf
     if unit is None:
         lf = lf.with_row_index(ROW_ID)
+        # the columns read and those bound by earlier releases (see _engine._snapshot_plan)
+        fp_cols = [c for c in dict.fromkeys([*by_list, column, *sess.bound_columns()])
+                   if c in op.schema.names()]
         fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-               for c in op.schema.names()]
+               for c in fp_cols]
     else:
         fps = []
         bad_id = pl.col(unit).is_null()
@@ -404,6 +408,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     ss = floored_smooth_sensitivity(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
 
     # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter only
+    sess.phase(qname, f"drawing noise for {n_keys:,} cells")
     rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
     out = (keys.to_polars() if by_list else pl.DataFrame()).with_columns(
         pl.Series(label, rv.estimate, dtype=pl.Float64),

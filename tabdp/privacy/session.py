@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import sys
 import threading
+import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,6 +92,11 @@ class Session:
         track_cells: Keep a CONFIDENTIAL per-cell audit of each release (the largest loss of
             one unit in each cell, in ``QueryRecord.cells``), as the release workflow's
             confidential report does. Off by default (it costs a group-by per release).
+        progress: Report the phases of each release as they start (reading and aggregating
+            the input, accounting losses, drawing noise): ``True`` writes one line per phase
+            with the elapsed time to stderr; a callable receives ``(release name, phase)``.
+            The phases are the same for every dataset; only their timing depends on the data
+            (timing is outside tabdp's guarantee: see docs/privacy-semantics.md).
 
     Example:
         >>> import polars as pl, tabdp
@@ -105,6 +112,7 @@ class Session:
     def __init__(self, unit: str | None = None, seed: int | None = None,
                  budget: float | dict[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, track_cells: bool = False,
+                 progress: bool | Callable[[str, str], None] = False,
                  _row_ids: bool = False) -> None:
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
@@ -128,6 +136,12 @@ class Session:
         #: Keep a CONFIDENTIAL per-cell audit of each release (worst loss of one unit per cell,
         #: in ``QueryRecord.cells``); used by the release workflow's confidential report.
         self.track_cells = bool(track_cells)
+        if not (isinstance(progress, bool) or callable(progress)):
+            raise InvalidParameterError(
+                f"Session: progress must be True, False or a callable (name, phase); got "
+                f"{progress!r}.\nHint: Session(progress=True) prints each release's phases.")
+        self._progress = progress
+        self._t0 = time.monotonic()
         self.records: list[QueryRecord] = []
         self.backend = "polars"
         # Row mode: the rows every release must read (count and per-column fingerprints).
@@ -185,6 +199,29 @@ class Session:
             i += 1
             name = f"q{i}_{kind}"
         return name
+
+    # -- progress -------------------------------------------------------------------------------
+    def phase(self, name: str, what: str) -> None:
+        """Report that release ``name`` enters phase ``what`` (see ``progress=``).
+
+        Args:
+            name: The release's label.
+            what: The phase, e.g. ``"reading and aggregating the input"``.
+
+        Example:
+            >>> seen = []
+            >>> s = Session(progress=lambda name, what: seen.append((name, what)))
+            >>> s.phase("q1_sum", "drawing noise")
+            >>> seen
+            [('q1_sum', 'drawing noise')]
+        """
+        if self._progress is False:
+            return
+        if self._progress is True:
+            sys.stderr.write(f"[tabdp {time.monotonic() - self._t0:7.1f}s] {name}: {what}\n")
+            sys.stderr.flush()
+            return
+        self._progress(name, what)
 
     # -- one pass over the input ----------------------------------------------------------------
     def cached_snapshot(self, key: Any) -> dict[str, Any] | None:

@@ -1231,7 +1231,9 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
                       seed=spec.seed,
                       budget=None if spec.budget is None else spec.budget.rho,
-                      track_cells=True)
+                      track_cells=True,
+                      # the engine's phases inside a step (the same for every dataset)
+                      progress=lambda name, what: report(step, steps, f"{name}: {what}"))
     level = spec.release.level
     steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
     step = 0
@@ -1305,6 +1307,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
         for name, df in public.items():
+            report(step, steps, f"writing outputs: public/{name}")
             df.write_parquet(pub / name, statistics=False)
         (pub / "manifest.json").write_text(_json(manifest), encoding="utf-8")
         (pub / "summary.json").write_text(_json(summary), encoding="utf-8")
@@ -1315,6 +1318,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                 "--test-seed): its noise can be reproduced by anyone who learns the seed, so "
                 "its tables protect no one. Do not publish any file of this folder.\n",
                 encoding="utf-8")
+        report(step, steps, "writing outputs: confidential/per_record_losses.parquet")
         per_record.write_parquet(conf / "per_record_losses.parquet")
         worst.write_parquet(conf / "worst_cells.parquet")
         (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
