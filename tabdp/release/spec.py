@@ -334,9 +334,10 @@ class ReleaseSpec:
             It covers the seed: CONFIDENTIAL for a seeded spec (a small seed could be found by
             trying them all), so it is never written to a public file.
         raw: The parsed TOML (confidential when seeded: it holds the seed).
-        release, input, domains, hierarchies, budget, seed, output, publication, plan,
-        tables: The sections, validated. ``domains`` maps a key column to its public values
-            (a one-column Polars Series named after the column), including every hierarchy level.
+        release: The ``[release]`` section, validated; so are ``input``, ``domains``,
+            ``hierarchies``, ``budget``, ``seed``, ``output``, ``publication``, ``plan`` and
+            ``tables``. ``domains`` maps a key column to its public values (a one-column Polars
+            Series named after the column), including every hierarchy level.
     """
 
     path: Path | None
