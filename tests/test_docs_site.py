@@ -68,6 +68,7 @@ def _documented() -> tuple[set[str], list[Any]]:
 
 
 def test_every_public_name_is_in_the_api_reference() -> None:
+    """Each name of a public ``__all__`` is rendered by a ``:::`` directive (path or object)."""
     paths, objects = _documented()
     missing = []
     for mod_name in PUBLIC_MODULES:
@@ -82,6 +83,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
 
 
 def test_api_directives_resolve_and_pages_are_in_the_nav() -> None:
+    """Every directive names a real object and every API page is reachable from the nav."""
     paths, _ = _documented()          # _resolve raises for a directive that names nothing
     assert "tabdp.Session" in paths and "tabdp.mechanisms.Gaussian" in paths
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
@@ -90,6 +92,7 @@ def test_api_directives_resolve_and_pages_are_in_the_nav() -> None:
 
 
 def test_coverage_check_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public name without a directive is reported."""
     import tabdp.rng
 
     monkeypatch.setattr(tabdp.rng, "__all__", [*tabdp.rng.__all__, "_undocumented_probe"])
@@ -99,6 +102,7 @@ def test_coverage_check_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cli_reference_has_every_subcommand() -> None:
+    """The CLI reference shows every subcommand's help and every option."""
     from tabdp.cli import _parser
 
     refgen = _refgen()
@@ -114,6 +118,7 @@ def test_cli_reference_has_every_subcommand() -> None:
 
 
 def test_spec_reference_has_every_key() -> None:
+    """The spec reference lists every accepted key and every mechanism family."""
     from tabdp.release.spec import MECHANISM_FAMILIES, SPEC_KEYS
 
     text = _refgen().spec_reference()
@@ -125,6 +130,7 @@ def test_spec_reference_has_every_key() -> None:
 
 
 def test_spec_reference_detects_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key the parser accepts but the schema does not describe fails the generator."""
     from tabdp.release import spec
 
     refgen = _refgen()
@@ -136,6 +142,7 @@ def test_spec_reference_detects_drift(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parser_uses_spec_keys() -> None:
+    """The parser accepts the keys of ``SPEC_KEYS`` and refuses others."""
     from tabdp.exceptions import SpecError
     from tabdp.release.spec import SPEC_KEYS, parse_spec
 
@@ -151,6 +158,7 @@ def test_parser_uses_spec_keys() -> None:
 
 
 def test_code_cites_the_docs_not_outside_files() -> None:
+    """No comment or docstring in tabdp/ cites files that are not in the repository."""
     pattern = re.compile(r"MATH\.md|seeds/|\bseeds? 00\d", re.IGNORECASE)
     hits = []
     for path in sorted((ROOT / "tabdp").rglob("*.py")):

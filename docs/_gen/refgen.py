@@ -89,8 +89,9 @@ def _check(documented: dict[str, list[tuple[str, list[str]]]]) -> None:
         if path == "":
             have = {p.split(".")[0].removesuffix("[]") for p in documented}
         elif path in documented:
-            have = {k for k, _ in documented[path]} | {  # or a [[sub-table]] of its own
-                p[len(path) + 1:].removesuffix("[]") for p in documented if p.startswith(path + ".")}
+            subtables = {p[len(path) + 1:].removesuffix("[]")  # keys with a [[sub-table]]
+                         for p in documented if p.startswith(path + ".")}
+            have = {k for k, _ in documented[path]} | subtables
             extra = sorted(have - set(keys))
             if extra:
                 problems.append(f"[{path}] documents keys the parser refuses: {extra}")
