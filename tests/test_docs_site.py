@@ -158,10 +158,11 @@ def test_parser_uses_spec_keys() -> None:
 
 
 def test_code_cites_the_docs_not_outside_files() -> None:
-    """No comment or docstring in tabdp/ cites files that are not in the repository."""
+    """No comment, docstring or docs page cites files that are not in the repository."""
     pattern = re.compile(r"MATH\.md|seeds/|\bseeds? 00\d", re.IGNORECASE)
     hits = []
-    for path in sorted((ROOT / "tabdp").rglob("*.py")):
+    files = [*(ROOT / "tabdp").rglob("*.py"), *DOCS.rglob("*.md"), ROOT / "README.md"]
+    for path in sorted(files):
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if pattern.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
