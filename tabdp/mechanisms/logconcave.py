@@ -176,7 +176,7 @@ class Subbotin(AdditiveMechanism):
                     f"{owner}: r={self.r!r} needs delta (the per-cell delta at which each "
                     "record's loss is accounted): Subbotin noise with r > 1 has an unbounded "
                     "log-density ratio, so it has no pure eps, and no zCDP rho is claimed for "
-                    "r != 2; its only guarantee is (eps, delta)-DP (Vinterbo 2022, Lemma 1).\n"
+                    "r != 2; its only guarantee is (eps, delta)-DP (Vinterbo 2022, Thm 6).\n"
                     f"Hint: pass delta, e.g. {owner}(r={self.r!r}, scale={self.scale!r}, "
                     "delta=1e-9); use r=1 (pure) or r=2 (Gaussian DP) to avoid delta.")
             self.delta = check_dp_delta(delta, owner)
