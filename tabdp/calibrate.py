@@ -7,7 +7,7 @@ that meet every target, ``mechanism.rho(Δ) ≤ ρ`` at each target point, while
 the typical cell as small as possible; :func:`compare_families` does it for every family and ranks
 them, so the planner sees which mechanism suits the targets.
 
-How it works (MATH.md §1.2, §1.3):
+How it works (docs/math/policies.md §4.2, docs/math/transformation.md):
 
 * Every policy is increasing in Δ and decreasing in the scale σ (σ → ∞ drives every loss to 0), and
   every error measure increases with σ. So for fixed shape parameters the best σ is the smallest one
@@ -426,7 +426,7 @@ def _epl2_log_m2(a: float, d: float) -> float:
 
     With S = ln(|Z|/σ + a) − ln a ≥ 0, |Z|/σ = a·expm1(S) and S is a normal law N(μ, τ²),
     μ = 1/(2d) − ln a, τ² = 1/(2d), truncated to [0, ∞) (complete the square in the exponent
-    t − d·t² of MATH.md §1.5). E[expm1(S)²] is integrated by composite Gauss–Legendre on
+    t − d·t² of docs/math/additive.md §3). E[expm1(S)²] is integrated by composite Gauss–Legendre on
     geometric panels, in logs: no cancellation for large d·ln a (where the closed form
     e^{2/d}K_{3/2} − 2a·e^{3/(4d)}K₁ + a²K_{1/2} cancels), no overflow. Used by the search only;
     reported errors come from the mechanism itself.

@@ -1,6 +1,6 @@
 """Plots explaining tabdp's defaults (needs matplotlib, a dependency of tabdp).
 
-:func:`plot_smooth_noise_std` reproduces seed 002's Figure 1: the standard deviation of each
+:func:`plot_smooth_noise_std` reproduces [HT24]'s Figure 1: the standard deviation of each
 smooth-sensitivity noise family, per unit of smooth sensitivity (SS), against the smoothness γ at a
 fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` / ``df.dp.quantile``: at every γ
 its noise is the smallest of the families usable with smooth sensitivity, and it stays finite up to
@@ -93,7 +93,7 @@ def _root_figure(ax: Axes) -> Figure:
 def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None, *,
                           ax: Axes | None = None, delta: float = DEFAULT_DELTA,
                           log: bool = True) -> Figure:
-    """Plot the noise std per unit smooth sensitivity of each family against γ (seed 002 Fig. 1).
+    """Plot the noise std per unit smooth sensitivity of each family against γ ([HT24] Fig. 1).
 
     One line per entry of :data:`SMOOTH_NOISE_CURVES`, drawing exactly the arrays of
     :func:`tabdp.mechanisms.std_vs_gamma`: PolyPlace, Student's t and the generalized Cauchy (shape

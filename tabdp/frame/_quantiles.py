@@ -1,4 +1,4 @@
-"""Private medians and quantiles per cell by smooth sensitivity (issue 4; MATH.md §3).
+"""Private medians and quantiles per cell by smooth sensitivity (issue 4; docs/math/smooth.md).
 
 For each cell of the key set: clip the values to the public ``bounds``, take the q-quantile
 (order statistic of rank ``quantile_rank(n, q)``), compute its γ-smooth sensitivity SS

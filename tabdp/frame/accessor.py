@@ -171,7 +171,7 @@ class DPAccessor:
                 gamma: float | None = None, delta: float | None = None, nulls: str = "error",
                 name: str | None = None, grid: Any = None,
                 uncertainty_share: float | None = None) -> Any:
-        """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, seed 002).
+        """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, [HT24]).
 
         The (lower) median of the values clipped to the public ``bounds`` is released with noise
         scaled to its γ-smooth sensitivity: PolyPlace by default (``noise="student_t"``,

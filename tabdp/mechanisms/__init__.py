@@ -6,7 +6,7 @@ Every mechanism exposes the PRzCDP policy ``rho(delta)``, the PRDP policy ``epsi
 Example:
     >>> from tabdp import mechanisms as mech
     >>> m = mech.LogTransform(sigma=2.0, offset=1.0)
-    >>> round(float(m.rho(10000.0)), 4)   # ln(10001)^2 / 8 (seed 001 Example 4.8)
+    >>> round(float(m.rho(10000.0)), 4)   # ln(10001)^2 / 8 ([FCD+24] Example 4.8)
     10.604
 """
 

@@ -2,7 +2,7 @@
 
 A mechanism turns exact cell values ``q`` (sums or counts of one query) into released estimates.
 Its guarantee is stated per record as a *policy function* of the record's per-record
-sensitivity Δ (the absolute contribution of a unit to a cell, MATH.md §1.1):
+sensitivity Δ (the absolute contribution of a unit to a cell, docs/math/policies.md §1):
 
 * ``rho(delta)``: PRzCDP loss ρ(Δ) (Rényi divergence of order α is at most α·ρ(Δ));
 * ``epsilon(delta)``: PRDP loss ε(Δ) (max-divergence), ``inf`` where the mechanism is not pure.
@@ -38,7 +38,7 @@ DEFAULT_LEVEL = 0.9
 
 
 def pure_to_zcdp(epsilon: ArrayLike) -> np.ndarray:
-    """Convert a PRDP loss ε to the PRzCDP loss ε·tanh(ε/2) (MATH.md §1.1, Lemma 5.2).
+    """Convert a PRDP loss ε to the PRzCDP loss ε·tanh(ε/2) (docs/math/policies.md §2).
 
     Args:
         epsilon: PRDP losses (``inf`` allowed).

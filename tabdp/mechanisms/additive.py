@@ -6,8 +6,8 @@ by :func:`tabdp.noise.exact.round_noisy`, so floating point cannot leak through 
 the noise (``0.02·1.4826·MAD`` where the sd is infinite), so rounding moves no estimate by more
 than 1% of its standard deviation. The estimate is mean- and median-unbiased up to the rounding
 (at most half a grid step; negligible at the default grid); its standard deviation is the noise's,
-and the margin of error is the exact ``|Z|`` quantile plus half a grid step (MATH.md §1.1, §1.2,
-§1.4, §1.5).
+and the margin of error is the exact ``|Z|`` quantile plus half a grid step (docs/math/policies.md
+§3, §4; docs/math/additive.md).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ class AdditiveMechanism(Mechanism):
 class Gaussian(AdditiveMechanism):
     """Gaussian mechanism: ``q + N(0, sigma²)``; PRzCDP ρ(Δ) = Δ²/(2σ²), not pure.
 
-    This is also the identity transformation mechanism (seed 001 Def 2.8, Thm 4.4).
+    This is also the identity transformation mechanism ([FCD+24] Def 2.8, Thm 4.4).
 
     Args:
         sigma: Noise standard deviation, > 0.
@@ -288,7 +288,7 @@ class Laplace(AdditiveMechanism):
         return _delta(delta) / self.scale
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
-        """Exact (ε, δ) policy: ε = max(Δ/b + 2·ln(1−δ), 0) (seed 004 Thm 3, MATH.md §4.3).
+        """Exact (ε, δ) policy: ε = max(Δ/b + 2·ln(1−δ), 0), docs/math/log-concave.md §3.
 
         Args:
             sensitivity: Per-record sensitivities.
@@ -319,7 +319,7 @@ class Laplace(AdditiveMechanism):
 
 
 class GeneralizedGaussian(AdditiveMechanism):
-    """Generalized Gaussian mechanism, density ∝ exp(-(|z|/σ)^p), 0 < p ≤ 1 (seed 001 Cor 5.6).
+    """Generalized Gaussian mechanism, density ∝ exp(-(|z|/σ)^p), 0 < p ≤ 1 ([FCD+24] Cor 5.6).
 
     PRDP ε(Δ) = (Δ/σ)^p: for p = 1/2 the loss grows like √Δ.
 
@@ -340,7 +340,7 @@ class GeneralizedGaussian(AdditiveMechanism):
     def __init__(self, sigma: float, p: float) -> None:
         self.sigma = check_real("sigma", sigma, owner="GeneralizedGaussian", gt=0.0)
         self.p = check_real("p", p, owner="GeneralizedGaussian", gt=0.0, le=1.0,
-                            hint="the per-record guarantee (seed 001 Cor 5.6) needs 0 < p <= 1; "
+                            hint="the per-record guarantee (Finley et al. 2024) needs 0 < p <= 1; "
                                  "p = 0.5 gives a loss growing like sqrt(D)")
         super().__init__(_noise.GeneralizedGaussian(self.sigma, self.p))
 
@@ -400,7 +400,7 @@ class ExpPolyLog(AdditiveMechanism):
         super().__init__(noise)
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
-        """ε(Δ) evaluated without cancellation for small Δ (MATH.md §1.2).
+        """ε(Δ) evaluated without cancellation for small Δ (docs/math/policies.md §4).
 
         Args:
             delta: Per-record sensitivities.
@@ -441,7 +441,7 @@ def _ceil_snap(x: np.ndarray) -> np.ndarray:
 
 
 class UnitSplitting(AdditiveMechanism):
-    """Unit splitting with Gaussian noise: the baseline of seed 001 §2.5 (Ex. 2.16).
+    """Unit splitting with Gaussian noise: the baseline of [FCD+24] §2.5 (Ex. 2.16).
 
     Each unit is split into A = max(1, ⌈Δ/τ⌉) rows of at most τ; the Gaussian sum over the split
     rows has sensitivity τ, so each row costs ρ₀ = τ²/(2σ²) and the unit pays ρ₀·A². The released

@@ -1,16 +1,16 @@
-"""Symmetric log-concave mechanisms of seed 004: Logistic, Subbotin_r and the vector Subbotin_r.
+"""Symmetric log-concave mechanisms of [Vin22]: Logistic, Subbotin_r and the vector Subbotin_r.
 
 * :class:`Logistic` — ``q + Logistic(scale)``: pure, ε(Δ) = Δ/scale (the log-density ratio
   ``ψ(z/s) − ψ((z−Δ)/s)`` increases to Δ/s since ψ' = tanh(·/2) < 1), with the exact (ε, δ)
-  policy of seed 004 Thm 4.
+  policy of [Vin22] Thm 4.
 * :class:`Subbotin` — ``q + scale·X``, X standard Subbotin_r (r ≥ 1). r = 1 is the Laplace
   mechanism (pure, ε = Δ/scale) and r = 2 the Gaussian mechanism with σ = scale (Gaussian DP,
   ρ = Δ²/(2 scale²)). Any other r has no pure ε and no zCDP ρ; it is accounted in approximate DP
   only, at a per-cell δ that must be given (``delta=``): a record of sensitivity Δ loses the exact
-  ε of seed 004 Lemma 1 (:func:`tabdp.privacy.approx.epsilon_for_scale`).
+  ε of [Vin22] Lemma 1 (:func:`tabdp.privacy.approx.epsilon_for_scale`).
 * :class:`VectorSubbotin` — m measures released at once with iid noise, accounted at the norm of
   a unit's (weighted) contribution vector: r = 2 (ℓ2 norm, exact by rotation invariance) and
-  r = 1 (ℓ1 norm, pure). Other r are refused: seed 004 Thm 9, which would extend the scalar
+  r = 1 (ℓ1 norm, pure). Other r are refused: [Vin22] Thm 9, which would extend the scalar
   condition to the ℓ_r norm for every r, is false for r ≠ 2 (see the class notes).
 
 Example:
@@ -57,7 +57,7 @@ class Logistic(AdditiveMechanism):
 
     The log-density ratio of neighbouring outputs is ``ψ(z/s) − ψ((z−Δ)/s)`` with
     ``ψ(x) = |x| + 2·log1p(e^{−|x|})``; ψ' = tanh(x/2) ∈ (−1, 1), so the ratio increases to its
-    supremum Δ/s as z → ∞ (seed 004 §3.3). The (ε, δ) policy is the closed form of Thm 4.
+    supremum Δ/s as z → ∞ ([Vin22] §3.3). The (ε, δ) policy is the closed form of Thm 4.
 
     Args:
         scale: Logistic scale s > 0 (standard deviation π·s/√3).
@@ -72,7 +72,7 @@ class Logistic(AdditiveMechanism):
     pure = True
     policy_formula = ("eps(D) = D / scale; rho = eps * tanh(eps / 2); (eps, delta): "
                       "eps(D) = D/scale + 2 ln(1 - sqrt(delta (1 - exp(-D/scale)))) "
-                      "(seed 004 Thm 4)")
+                      "(Vinterbo 2022 Thm 4)")
 
     def __init__(self, scale: float) -> None:
         self.scale = check_real("scale", scale, owner="Logistic", gt=0.0,
@@ -97,7 +97,7 @@ class Logistic(AdditiveMechanism):
         return _abs(delta) / self.scale
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
-        """Exact (ε, δ) policy (seed 004 Thm 4 inverted; MATH.md §4.3).
+        """Exact (ε, δ) policy ([Vin22] Thm 4 inverted; docs/math/log-concave.md §3).
 
         Args:
             sensitivity: Per-record sensitivities.
@@ -124,13 +124,13 @@ class Logistic(AdditiveMechanism):
 
 
 class Subbotin(AdditiveMechanism):
-    """Subbotin_r mechanism: ``q + scale·X`` with X standard Subbotin_r (seed 004 §2.1, Thm 9).
+    """Subbotin_r mechanism: ``q + scale·X`` with X standard Subbotin_r ([Vin22] §2.1, Thm 9).
 
     * r = 1: the Laplace mechanism — pure, ε(Δ) = Δ/scale, ρ = ε·tanh(ε/2).
     * r = 2: the Gaussian mechanism with σ = scale — Gaussian DP, ρ(Δ) = Δ²/(2·scale²),
       ε = ∞.
     * other r ≥ 1: no pure ε and no zCDP ρ is claimed (both ``inf`` for Δ > 0, 0 at Δ = 0); the
-      guarantee is (ε, δ)-DP with the exact ε(Δ) of seed 004 Lemma 1 at the per-cell δ given as
+      guarantee is (ε, δ)-DP with the exact ε(Δ) of [Vin22] Lemma 1 at the per-cell δ given as
       ``delta`` (required), exposed as :attr:`dp_delta` for the ledger.
 
     Args:
@@ -176,7 +176,7 @@ class Subbotin(AdditiveMechanism):
                     f"{owner}: r={self.r!r} needs delta (the per-cell delta at which each "
                     "record's loss is accounted): Subbotin noise with r > 1 has an unbounded "
                     "log-density ratio, so it has no pure eps, and no zCDP rho is claimed for "
-                    "r != 2; its only guarantee is (eps, delta)-DP (seed 004 Lemma 1, Thm 6).\n"
+                    "r != 2; its only guarantee is (eps, delta)-DP (Vinterbo 2022, Thm 6).\n"
                     f"Hint: pass delta, e.g. {owner}(r={self.r!r}, scale={self.scale!r}, "
                     "delta=1e-9); use r=1 (pure) or r=2 (Gaussian DP) to avoid delta.")
             self.delta = check_dp_delta(delta, owner)
@@ -193,7 +193,7 @@ class Subbotin(AdditiveMechanism):
             self.policy_formula = (
                 f"(eps, delta)-DP only, delta = {self.delta!r} per cell: eps(D) = g(u) at the "
                 "smallest u with S_r(u - D/scale) - exp(g(u)) S_r(u) <= delta, "
-                "g(u) = (|u|^r - |u - D/scale|^r)/r (seed 004 Lemma 1); no pure eps, no rho")
+                "g(u) = (|u|^r - |u - D/scale|^r)/r (Vinterbo 2022 Lemma 1); no pure eps, no rho")
         super().__init__(_SubbotinNoise(self.r, self.scale))
 
     def rho(self, delta: ArrayLike) -> np.ndarray:
@@ -237,7 +237,7 @@ class Subbotin(AdditiveMechanism):
         return not_pure(delta)
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
-        """Exact (ε, δ) policy at each sensitivity (seed 004 Lemma 1, Thms 3 and 5).
+        """Exact (ε, δ) policy at each sensitivity ([Vin22] Lemma 1, Thms 3 and 5).
 
         Vectorized; evaluated by :func:`tabdp.privacy.approx.epsilon_for_scale`.
 
@@ -305,7 +305,7 @@ class VectorSubbotin(Subbotin):
       ratios add up, triangle inequality); ``approx_epsilon`` returns that pure ε, which is valid
       for every δ (the scalar closed form of Thm 3 would only save 2·δ).
 
-    **Other r are refused.** Seed 004 Thm 9 (MATH.md §4.2 "Vectors") claims that iid Subbotin_r
+    **Other r are refused.** [Vin22] Thm 9 (docs/math/log-concave.md §5) claims that iid Subbotin_r
     noise with ℓ_r sensitivity Δ satisfies the scalar condition at Δ for every r ≥ 1. That holds
     for r = 2 only: the privacy loss of a shift c depends on its direction, not only on ‖c‖_r.
     Counterexamples (hockey-stick δ(ε) of the vector release vs the scalar δ at the same ℓ_r
@@ -344,7 +344,7 @@ class VectorSubbotin(Subbotin):
         if rr not in (1.0, 2.0):
             raise InvalidParameterError(
                 f"{owner}: r={rr!r} is not supported; only r=1 (vector Laplace, l1 norm) and "
-                "r=2 (vector Gaussian, l2 norm) have a valid joint guarantee. Seed 004 Thm 9 "
+                "r=2 (vector Gaussian, l2 norm) have a valid joint guarantee. Vinterbo 2022 Thm 9 "
                 "(iid Subbotin_r noise satisfies the scalar condition at the l_r sensitivity) "
                 "is false for r != 2: the privacy loss depends on the direction of the "
                 "contribution vector, e.g. r=4, eps=1, delta=1e-4, m=100 equal contributions "
@@ -497,7 +497,7 @@ class VectorSubbotin(Subbotin):
     def optimal(cls, epsilon: float, delta: float, m: int, sensitivity: float = 1.0,
                 weights: Mapping[str, float] | None = None,
                 r_grid: Iterable[float] | None = None) -> VectorSubbotin:
-        """The calibrated vector mechanism of smallest MSE (seed 004 eq. 5) among valid shapes.
+        """The calibrated vector mechanism of smallest MSE ([Vin22] eq. 5) among valid shapes.
 
         A unit contributing ``sensitivity`` (in scaled units ``c_j / w_j``) to each of ``m``
         measures has ℓ_r sensitivity ``Δ_r = m^{1/r}·sensitivity`` (Thm 10); r minimizes
@@ -522,7 +522,7 @@ class VectorSubbotin(Subbotin):
 
         Example:
             >>> mech = VectorSubbotin.optimal(1.0, 1e-4, m=100, sensitivity=1 / 500)
-            >>> mech.r, round(mech.scale, 7), mech.gaussian_dp           # seed 004 §4.1, r = 2
+            >>> mech.r, round(mech.scale, 7), mech.gaussian_dp           # [Vin22] §4.1, r = 2
             (2.0, 0.0637141, True)
         """
         owner = f"{cls.__name__}.optimal"
@@ -541,7 +541,7 @@ class VectorSubbotin(Subbotin):
         if bad:
             raise InvalidParameterError(
                 f"{owner}: r_grid may only hold 1 and 2 for a vector release; got {bad!r}. "
-                "Seed 004 Thm 9 does not hold for other r (see VectorSubbotin).\nHint: leave "
+                "Vinterbo 2022 Thm 9 does not hold for other r (see VectorSubbotin).\nHint: leave "
                 "r_grid=None; choose_subbotin_r() still evaluates eq. (5) on any grid.")
         choice = choose_subbotin_r(epsilon, delta, lambda r: mm ** (1.0 / r) * sens, grid)
         mech = cls(choice.r, choice.scale, weights=weights)

@@ -1,4 +1,4 @@
-"""Smooth-sensitivity mechanisms: ``q(D) + SS^γ(D)·Z`` for medians and quantiles (MATH.md §3.3–3.4).
+"""Smooth-sensitivity mechanisms ``q(D) + SS^γ(D)·Z`` for medians, quantiles (docs/math/smooth.md).
 
 A release adds to each exact value ``q`` noise proportional to its γ-smooth sensitivity ``SS``
 (:mod:`tabdp.sensitivity`). Four noise families are supported; the unit law ``Z`` (noise per unit
@@ -7,7 +7,7 @@ of SS) and its condition on γ are:
 ============  =====================================================  ==========================
 family        noise per unit SS                                       valid for
 ============  =====================================================  ==========================
-polyplace     PolyPlace(s = 1/γ, α = ε/γ) (seed 002 Thm 8)             0 < γ < ε (std finite for
+polyplace     PolyPlace(s = 1/γ, α = ε/γ) ([HT24] Thm 8)             0 < γ < ε (std finite for
                                                                       γ < ε/2)
 student_t     T_d/ν, ν = 2√d(ε − γ(d+1))/(d+1) (Bun–Steinke)          γ < ε/(d+1); std needs d > 2
 cauchy        (c+1)/(ε − γ(c+1))·Y, Y generalized Cauchy (NRS)        γ < ε/(c+1); std needs c > 3
@@ -267,7 +267,7 @@ def unit_noise(noise: str, epsilon: float, gamma: float, *, delta: float | None 
 
 def std_per_unit_ss(noise: str, epsilon: float, gamma: float, *, delta: float | None = None,
                     shape: float | None = None) -> float:
-    """Standard deviation of the noise per unit of smooth sensitivity (MATH.md §3.4).
+    """Standard deviation of the noise per unit of smooth sensitivity (docs/math/smooth.md §4).
 
     Args:
         noise: One of :data:`NOISE_FAMILIES`.
@@ -1121,10 +1121,10 @@ class SmoothSensitivityRelease(_ByParams):
                     "moe_coverage": "at least the level on every dataset, over both draws"}}
 
 
-# -- Figure 1 of seed 002 -----------------------------------------------------------------------
+# -- Figure 1 of [HT24] -----------------------------------------------------------------------
 def std_vs_gamma(epsilon: float = 1.0, gammas: ArrayLike | None = None,
                  delta: float = DEFAULT_DELTA) -> dict[str, np.ndarray]:
-    """Standard deviation per unit SS against γ for every family (data of seed 002 Figure 1).
+    """Standard deviation per unit SS against γ for every family (data of [HT24] Figure 1).
 
     Baseline shapes are the std-optimal ones at each γ; entries are ``nan`` where a family has no
     finite standard deviation at that γ. ``laplace_global`` is √2/ε: Laplace noise scaled to the

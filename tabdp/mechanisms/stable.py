@@ -1,11 +1,11 @@
-"""The symmetric α-stable (SaS) mechanism: release ``q + SaS(α, γ)`` (MATH.md §2, seed 000).
+"""The symmetric α-stable (SaS) mechanism: release ``q + SaS(α, γ)`` (docs/math/stable.md, [ZA25]).
 
 For 1 ≤ α < 2 the mechanism is pure DP with a per-record policy ε(Δ) = ε(α, d = Δ/γ), the
 exact sup of the privacy loss (:func:`tabdp.noise.stable.stable_loss_sup`), evaluated for
 millions of Δ through a cached conservative table (never below the exact value; at most ~4e-10
 above it, and at most ``EPS_TABLE_RTOL`` = 1e-8 for every supported α). ε grows like d for small d and like (α+1)·ln d for large d,
 so the loss of a record grows only logarithmically in its sensitivity: SaS is a *slowly scaling*
-mechanism in the sense of seed 001. α = 1 is the Cauchy mechanism, ε = 2·asinh(Δ/(2γ)); α = 2
+mechanism in the sense of [FCD+24]. α = 1 is the Cauchy mechanism, ε = 2·asinh(Δ/(2γ)); α = 2
 is the Gaussian ``N(0, 2γ²)``, which is not pure (zCDP ρ = Δ²/(4γ²)).
 
 Uncertainty: for α < 2 the noise has no variance, so ``sd`` is ``inf``; the margin of error is
@@ -44,7 +44,7 @@ __all__ = ["SymmetricStable", "sum_gamma"]
 def sum_gamma(alpha: float, gammas: ArrayLike) -> float:
     """Scale of a sum of independent SaS(α, γᵢ) variables: ``(Σ γᵢ^α)^{1/α}``.
 
-    SaS is strictly stable (seed 000 Lemma 29): a·X₁ + b·X₂ ~ (|a|^α + |b|^α)^{1/α}·X, so a
+    SaS is strictly stable ([ZA25] Lemma 29): a·X₁ + b·X₂ ~ (|a|^α + |b|^α)^{1/α}·X, so a
     weighted sum Σ wᵢ·Zᵢ of SaS(α, γ) noises has scale ``sum_gamma(α, |w|·γ)``.
 
     Args:
@@ -74,10 +74,10 @@ def sum_gamma(alpha: float, gammas: ArrayLike) -> float:
 
 
 class SymmetricStable(AdditiveMechanism):
-    """SaS mechanism: ``q + SaS(α, γ)`` (seed 000; MATH.md §2).
+    """SaS mechanism: ``q + SaS(α, γ)`` ([ZA25]; docs/math/stable.md).
 
     * 1 ≤ α < 2: pure DP; PRDP policy ε(Δ) = sup_x ln p(x − Δ)/p(x) (exact numeric sup,
-      served by a certified conservative table, MATH.md §2.2), PRzCDP ε·tanh(ε/2).
+      served by a certified conservative table, docs/math/stable.md §2.1), PRzCDP ε·tanh(ε/2).
       ``sd`` is ``inf`` (no variance); use :meth:`mad` and the margins of error.
     * α = 2: the Gaussian N(0, 2γ²): not pure, ρ(Δ) = Δ²/(4γ²), exact (ε, δ) via Gaussian DP.
 
@@ -163,7 +163,7 @@ class SymmetricStable(AdditiveMechanism):
         """Mean absolute error of a released cell: E|Z| = 2γ·Γ(1 − 1/α)/π (``inf`` at α = 1).
 
         Example:
-            >>> round(SymmetricStable(2.0, 1.0).mad(), 4)     # seed 000 Table 1: 1.1284 γ
+            >>> round(SymmetricStable(2.0, 1.0).mad(), 4)     # [ZA25] Table 1: 1.1284 γ
             1.1284
         """
         return self.noise.mad()  # type: ignore[attr-defined, no-any-return]
@@ -172,7 +172,7 @@ class SymmetricStable(AdditiveMechanism):
         """The mechanism whose noise is that of a sum of released cells (stability).
 
         ``n`` cells: γ' = n^{1/α}·γ; weights w: the noise of Σ wᵢ·(qᵢ + Zᵢ) is
-        SaS(α, (Σ|wᵢ|^α)^{1/α}·γ) (MATH.md §2.3).
+        SaS(α, (Σ|wᵢ|^α)^{1/α}·γ) (docs/math/stable.md §3).
 
         Args:
             n_or_weights: A number of cells n ≥ 1, or the weights wᵢ.
@@ -219,9 +219,9 @@ class SymmetricStable(AdditiveMechanism):
         """The mechanism whose exact ε at sensitivity ``delta`` equals ``epsilon``.
 
         Solves ε(α, d) = ε for d = Δ/γ (Newton on ln d, verified by the grid + Brent
-        algorithm; α = 1 closed form γ = Δ/(2·sinh(ε/2))) and returns γ = Δ/d. MATH.md §2.2
-        table (Δ = ε = 1): γ = 0.9595173757 (α = 1), 0.9200428658 (1.2), 0.9938762864 (1.5),
-        1.2545741788 (1.8), 1.4658061998 (1.9), 2.1100355502 (1.99).
+        algorithm; α = 1 closed form γ = Δ/(2·sinh(ε/2))) and returns γ = Δ/d. Reference
+        table (docs/math/stable.md §2.4, Δ = ε = 1): γ = 0.9595173757 (α = 1), 0.9200428658 (1.2),
+        0.9938762864 (1.5), 1.2545741788 (1.8), 1.4658061998 (1.9), 2.1100355502 (1.99).
 
         Args:
             alpha: Stability index in [1, 2) (α = 2 is not pure DP).
@@ -259,7 +259,7 @@ class SymmetricStable(AdditiveMechanism):
 
         Bounded scalar minimization over α of MAD(α) = 2·γ(α)·Γ(1 − 1/α)/π with γ(α) from
         :meth:`for_epsilon`. MAD → ∞ as α → 1 (Γ(1 − 1/α) blows up) and γ(α) grows fast as
-        α → 2, so the optimum is interior (α ≈ 1.76 for ε = Δ = 1, MAD ≈ 1.590; MATH.md: 1.695
+        α → 2, so the optimum is interior (α ≈ 1.76 for ε = Δ = 1, MAD ≈ 1.590; fixed α: 1.695
         at α = 1.5, 1.592 at 1.8, 1.745 at 1.9). Each evaluation is a calibration (~20 ms).
 
         Args:

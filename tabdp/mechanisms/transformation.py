@@ -1,4 +1,4 @@
-"""Transformation mechanisms (seed 001 §4, Alg. 1; MATH.md §1.2, §1.3).
+"""Transformation mechanisms ([FCD+24] §4, Alg. 1; docs/math/transformation.md, policies.md §4.2).
 
 A transformation mechanism maps a non-negative cell total ``q`` to ``v = f(q + a)`` with a concave,
 strictly increasing ``f`` and a public offset ``a``, adds Gaussian noise, ``ṽ = v + σZ``, and
@@ -35,7 +35,7 @@ estimator (exactly ``level`` before rounding).
 
 Example:
     >>> m = RootTransform(k=4, sigma=2.0)
-    >>> m.rho([5, 5, 10, 20, 30, 10000]).round(4).tolist()        # seed 001, Example 4.6
+    >>> m.rho([5, 5, 10, 20, 30, 10000]).round(4).tolist()        # [FCD+24], Example 4.6
     [0.2795, 0.2795, 0.3953, 0.559, 0.6847, 12.5]
     >>> LogTransform(sigma=2.0, offset=1.0).rho([10000]).round(4).tolist()  # ln(10001)²/8
     [10.604]
@@ -124,7 +124,7 @@ def _log_binom(k: int) -> np.ndarray:
 
 
 def _log_var_int_mean(log_t: np.ndarray, k: int) -> np.ndarray:
-    """log Var/σ^{2k} of σ^k He_k(ṽ/σ) at t = v/σ (seed 001 Thm 4.9, MATH.md §1.3 table).
+    """log Var/σ^{2k} of σ^k He_k(ṽ/σ) at t = v/σ ([FCD+24] Thm 4.9, transformation.md §2).
 
     Var = Σ_{i=0}^{k−1} C(k,i)² (k−i)! σ^{2(k−i)} v^{2i}, summed in log space.
     """
@@ -365,7 +365,7 @@ class TransformationMechanism(Mechanism):
         return self._finv(np.asarray(noisy, dtype=np.float64)) - self.offset
 
     def rho(self, delta: ArrayLike) -> np.ndarray:
-        """PRzCDP policy ρ(Δ) = (f(Δ + a) − f(a))²/(2σ²) (seed 001 Thm 4.4), vectorized.
+        """PRzCDP policy ρ(Δ) = (f(Δ + a) − f(a))²/(2σ²) ([FCD+24] Thm 4.4), vectorized.
 
         Computed without cancellation, so tiny Δ keep full relative accuracy.
 
@@ -528,7 +528,7 @@ class TransformationMechanism(Mechanism):
 
 
 class RootTransform(TransformationMechanism):
-    """k-th root transformation mechanism, ``f(x) = x^(1/k)`` (seed 001 §4.1, Cor 4.5).
+    """k-th root transformation mechanism, ``f(x) = x^(1/k)`` ([FCD+24] §4.1, Cor 4.5).
 
     PRzCDP policy ρ(Δ) = ((Δ + a)^(1/k) − a^(1/k))²/(2σ²): like Δ^(2/k) for large Δ (k = 2:
     linear, k = 4: √Δ). ``k = 1`` is the Gaussian mechanism.
@@ -552,7 +552,7 @@ class RootTransform(TransformationMechanism):
             with ``estimator="mean"``.
 
     Example:
-        >>> m = RootTransform(k=4, sigma=2.0)        # seed 001 Example 4.6: ρ = √Δ / 8
+        >>> m = RootTransform(k=4, sigma=2.0)        # [FCD+24] Example 4.6: ρ = √Δ / 8
         >>> float(m.rho(10000.0)), m.params()
         (12.5, {'k': 4.0, 'sigma': 2.0, 'offset': 0.0, 'estimator': 'mean'})
     """
@@ -688,7 +688,7 @@ class RootTransform(TransformationMechanism):
 
 
 class LogTransform(TransformationMechanism):
-    """Log transformation mechanism, ``f(x) = ln x`` with offset a > 0 (seed 001 §4.2, Cor 4.7).
+    """Log transformation mechanism, ``f(x) = ln x`` with offset a > 0 ([FCD+24] §4.2, Cor 4.7).
 
     PRzCDP policy ρ(Δ) = ln(1 + Δ/a)²/(2σ²): grows like (ln Δ)², the slowest transformation.
 
@@ -706,7 +706,7 @@ class LogTransform(TransformationMechanism):
         InvalidParameterError: For σ ≤ 0, a ≤ 0 or an unknown estimator.
 
     Example:
-        >>> m = LogTransform(sigma=2.0, offset=1.0)   # seed 001 Example 4.8: ρ = ln(1 + Δ)² / 8
+        >>> m = LogTransform(sigma=2.0, offset=1.0)   # [FCD+24] Example 4.8: ρ = ln(1 + Δ)² / 8
         >>> m.rho([5, 5, 10, 20, 30]).round(1).tolist()
         [0.4, 0.4, 0.7, 1.2, 1.5]
     """

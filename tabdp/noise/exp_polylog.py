@@ -1,8 +1,8 @@
-"""Exponential polylogarithmic noise: density ∝ exp(−d·(ln(|z|/σ + a))^p) (MATH.md §1.5).
+"""Exponential polylogarithmic noise: density ∝ exp(−d·(ln(|z|/σ + a))^p), docs/math/additive.md §3.
 
 Everything is computed in the log-space variable ``s = ln(|z|/σ + a) − ln a = log1p(|z|/(σa))``
-(``t = ln a + s`` in MATH.md's notation), so that ``|z| = σ·a·expm1(s)`` keeps full relative
-accuracy near 0 and the large ``d·(ln a)^p`` parts cancel analytically:
+(``t = ln a + s`` in the notation of docs/math/additive.md §3.1), so that ``|z| = σ·a·expm1(s)``
+keeps full relative accuracy near 0 and the large ``d·(ln a)^p`` parts cancel analytically:
 
 * p = 1 (d > 1): closed forms; |Z|/(σa) is a Lomax (Pareto II) variable with shape d − 1.
 * p = 2 (d > 0): closed forms through κ(x, c) = Φ(√(2d)(ln x − c/d)), with every 1 − κ evaluated
@@ -304,7 +304,7 @@ class _ArbPolyLogTail:
 
 
 class ExpPolyLog(NoiseDistribution):
-    """Exponential polylogarithmic noise, density ∝ exp(−d·(ln(|z|/σ + a))^p) (seed 001 Cor 5.7).
+    """Exponential polylogarithmic noise, density ∝ exp(−d·(ln(|z|/σ + a))^p) ([FCD+24] Cor 5.7).
 
     Args:
         sigma: Scale σ > 0.
@@ -717,7 +717,7 @@ class ExpPolyLog(NoiseDistribution):
         """Variance; ``float('inf')`` when it is infinite (p = 1 with d ≤ 3) or overflows.
 
         p = 1: 2σ²a²/((d−2)(d−3)). p = 2: σ²[(e^{2/d}K_{3/2} − 2a e^{3/(4d)}K_1)/K_{1/2} + a²]
-        (MATH.md §1.5), falling back to quadrature when that difference cancels badly (large
+        (docs/math/additive.md §3), falling back to quadrature where that difference cancels (large
         d·ln a, e.g. a = e^30). Other p: σ²a²·E[expm1(s)²] by quadrature, s = ln(|Z|/σ + a) − ln a.
         Note that for p close to 1 the variance can be finite yet dominated by magnitudes beyond
         the double range (it is then a formal value only).

@@ -1,6 +1,6 @@
-"""Generalized Gaussian noise: density p/(2σΓ(1/p))·exp(−(|z|/σ)^p) (MATH.md §1.4).
+"""Generalized Gaussian noise: density p/(2σΓ(1/p))·exp(−(|z|/σ)^p) (docs/math/additive.md §2).
 
-For p ≤ 1 it is the noise of the per-record mechanism of seed 001 Cor 5.6; any p > 0 is a valid
+For p ≤ 1 it is the noise of the per-record mechanism of [FCD+24] Cor 5.6; any p > 0 is a valid
 noise law (p = 1 is Laplace with scale σ, p = 2 is Gaussian with standard deviation σ/√2).
 """
 

@@ -1,4 +1,4 @@
-"""Symmetric log-concave noise of seed 004: the Logistic and Subbotin_r laws (MATH.md §4.1).
+"""Symmetric log-concave noise of [Vin22]: Logistic and Subbotin_r (docs/math/log-concave.md §1).
 
 * :class:`Logistic` — density ``e^{−x/s} / (s·(1 + e^{−x/s})²)``, variance π²s²/3. Its tails are
   computed in log space (``log1p``/``expit``), so ``sf`` and ``isf`` stay accurate far out.
@@ -54,7 +54,7 @@ def subbotin_log_norm(r: float) -> float:
 
 
 def subbotin_variance(r: float) -> float:
-    """Variance of the standard Subbotin_r law: ``r^{2/r}·Γ(3/r)/Γ(1/r)`` (MATH.md §4.1).
+    """Variance of the standard Subbotin_r law: ``r^{2/r}·Γ(3/r)/Γ(1/r)`` (log-concave.md §1).
 
     Args:
         r: Shape r > 0.
@@ -134,7 +134,7 @@ def _check_subbotin_r(r: Any, owner: str) -> float:
     if not math.isfinite(x) or x < 1.0:
         raise InvalidParameterError(
             f"{owner}: r must be finite and >= 1; got {r!r}. Subbotin_r noise is log-concave "
-            "only for r >= 1, and the (eps, delta) calibration of seed 004 (Lemma 1) needs "
+            "only for r >= 1, and the (eps, delta) calibration of Vinterbo 2022 (Lemma 1) needs "
             "log-concavity.\nHint: use r >= 1 (r=1 Laplace, r=2 Gaussian, larger r lighter "
             "tails); for heavier tails (r < 1) use tabdp.noise.GeneralizedGaussian(sigma, p), "
             "whose density is proportional to exp(-(|z|/sigma)^p).")

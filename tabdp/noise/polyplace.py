@@ -1,7 +1,7 @@
-"""The PolyPlace(s, α) distribution of seed 002 (Hladík & Tětek), MATH.md §3.2.
+"""The PolyPlace(s, α) distribution of [HT24] (Hladík & Tětek), docs/math/smooth.md §2.
 
 PolyPlace is the noise law of the smooth-sensitivity mechanism ``q(D) + PolyPlace(SS/γ, ε/γ)``
-(pure ε-DP for any 0 < γ < ε, MATH.md §3.3). With ``u = |x|/s``, ``A = ((α−1)/α)^α``,
+(pure ε-DP for any 0 < γ < ε, docs/math/smooth.md §3). With ``u = |x|/s``, ``A = ((α−1)/α)^α``,
 ``C = (1 − 1/α²)^α``, ``D = 2A + α − 1`` and ``N = α/(2sD)`` its density is
 
 * ``N·(α−1)·(1 − u)^(α−1)`` for ``u < 1/α`` (a polynomial core), and
@@ -9,7 +9,7 @@ PolyPlace is the noise law of the smooth-sensitivity mechanism ``q(D) + PolyPlac
 
 continuous at the breakpoint ``|x| = s/α``. Everything is evaluated in log1p/expm1 form so that
 shapes up to α ≈ 10⁴ and more (γ ≪ ε) keep full relative accuracy; as α → ∞ with s/α fixed the
-law tends to Laplace(s/α) (seed 002 Lemma 15).
+law tends to Laplace(s/α) ([HT24] Lemma 15).
 
 The two-sided tail masses ``T(u) = P(|Z| > s·u)`` are closed forms:
 
@@ -36,10 +36,10 @@ _U = 2.0**-53
 
 
 class PolyPlace(NoiseDistribution):
-    """PolyPlace noise with scale ``s > 0`` and shape ``alpha > 1`` (seed 002 Definition 6).
+    """PolyPlace noise with scale ``s > 0`` and shape ``alpha > 1`` ([HT24] Definition 6).
 
     The smooth-sensitivity mechanism uses ``s = SS/γ`` and ``alpha = ε/γ``. The variance is
-    finite iff ``alpha > 2`` (seed 002 Lemma 13, MATH.md §3.2).
+    finite iff ``alpha > 2`` ([HT24] Lemma 13, docs/math/smooth.md §2).
 
     Args:
         s: Scale s > 0.
@@ -235,7 +235,7 @@ class PolyPlace(NoiseDistribution):
 
     # -- moments --------------------------------------------------------------------------------
     def variance(self) -> float:
-        """Variance (seed 002 Lemma 13 as corrected in MATH.md §3.2); ``inf`` for α ≤ 2.
+        """Variance ([HT24] Lemma 13 as corrected in docs/math/smooth.md §2); ``inf`` for α ≤ 2.
 
         ``2s²·[B(19α² + 5)C + (α−2)(α−1)²] / [D(α²−1)(α²−4)]`` with ``B = (1 + 1/α)^(−α)``; it
         tends to ``2s²/α²`` (Laplace with scale s/α) as α → ∞.

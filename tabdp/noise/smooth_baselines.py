@@ -1,4 +1,4 @@
-"""Heavy-tailed baselines for smooth sensitivity: Student's t and generalized Cauchy (MATH.md §3.4).
+"""Smooth-sensitivity baselines: Student's t and generalized Cauchy (docs/math/smooth.md §4).
 
 Both are scale families whose ``|Z|/scale`` is a transformed Beta variable, so tails and their
 inverses are regularized incomplete beta functions (``betainc``/``betaincinv``), accurate down to
@@ -180,7 +180,7 @@ class StudentT(_BetaTailLaw):
     """Student's t noise with ``df`` degrees of freedom, multiplied by ``scale``.
 
     The smooth-sensitivity baseline of Bun & Steinke uses ``scale = SS/ν`` with
-    ``ν = 2√d(ε − γ(d+1))/(d+1)`` (MATH.md §3.4).
+    ``ν = 2√d(ε − γ(d+1))/(d+1)`` (docs/math/smooth.md §4).
 
     Args:
         df: Degrees of freedom d > 0 (finite variance needs d > 2).
@@ -274,7 +274,7 @@ class GeneralizedCauchy(_BetaTailLaw):
 
     The normalized density of ``Y = Z/scale`` is ``c·sin(π/c) / (2π(1 + |y|^c))`` (c > 1); its
     variance is ``1/(2cos(2π/c) + 1)`` for c > 3. The NRS smooth-sensitivity mechanism uses
-    ``scale = SS·(c+1)/(ε − γ(c+1))`` (MATH.md §3.4).
+    ``scale = SS·(c+1)/(ε − γ(c+1))`` (docs/math/smooth.md §4).
 
     Args:
         c: Exponent c > 1 (finite variance needs c > 3).

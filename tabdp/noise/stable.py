@@ -1,4 +1,4 @@
-"""Symmetric α-stable (SaS) noise and its privacy loss (MATH.md §2, seeds 000/003).
+"""Symmetric α-stable (SaS) noise and its privacy loss (docs/math/stable.md, [ZA23, ZA25]).
 
 ``SaS(α, γ)`` has characteristic function ``exp(−|γt|^α)``. The toolkit supports α = 1
 (Cauchy, closed forms), α = 2 (the Gaussian ``N(0, 2γ²)`` — note σ = √2·γ, closed forms) and
@@ -8,16 +8,16 @@ below are verified to 1e-12; the open gaps (1, 1.001) and (1.9999, 2) are refuse
 
 Density, distribution and quantiles (γ = 1; a general scale by ``p(x/γ)/γ``), for 1 < α < 2:
 
-* ``|x| <= 0.1``: the convergent small-x series (000 Lemma 23 with the 1/π restored)
+* ``|x| <= 0.1``: the convergent small-x series ([ZA25] Lemma 23 with the 1/π restored)
   ``p(x) = 1/(πα)·Σ (−1)^j Γ((2j+1)/α)/(2j)!·x^{2j}`` (18 terms) and its integral for the CDF;
 * ``0.1 < |x| < 20``: the Zolotarev/Nolan integrals ``p(x) = α/(π(α−1)x)·∫₀^{π/2} h·e^{−h} dθ``
   and ``P(|Z| > x) = (2/π)·∫₀^{π/2} e^{−h} dθ`` with ``h = x^{α/(α−1)}·V(θ)``, evaluated robustly
-  (MATH.md §2.1): split at π/4, log variables ``u = ln θ`` and ``w = ln(π/2 − θ)``, the
+  (docs/math/stable.md §1): split at π/4, log variables ``u = ln θ`` and ``w = ln(π/2 − θ)``, the
   near-π/2 trigonometry rewritten without cancellation, ``ln h`` throughout, the peak ``h = 1``
   located by safeguarded Newton, composite Gauss–Legendre panels placed geometrically around it.
   The first two x-derivatives of p come from the same nodes (``dh/dx = a·h/x``), so the score
   ``p′/p`` and its slope cost nothing extra;
-* ``|x| >= 20``: the Bergström tail series (with the 1/k! of MATH.md §2.1, 30 terms), which is
+* ``|x| >= 20``: the Bergström tail series (with 1/k!, docs/math/stable.md §1; 30 terms), which is
   convergent to double precision there; log densities and log tails are summed in log form, so
   they never underflow.
 
@@ -27,10 +27,10 @@ relative error of the density and of the tail ``P(Z > x)`` ≤ 1e-13 (typically 
 quantiles ≤ 1e-13. A vectorized density evaluation costs about 0.1 ms per point in the integral
 range (series and tail-series points are ~100× cheaper).
 
-Privacy loss (MATH.md §2.2): ε(α, d) = sup_x [ln p(x − d) − ln p(x)] with d = Δ/γ.
+Privacy loss (docs/math/stable.md §2.1): ε(α, d) = sup_x [ln p(x − d) − ln p(x)] with d = Δ/γ.
 
 * :func:`stable_loss_sup` / :func:`stable_epsilon` compute it exactly (grid, far-grid check and
-  bounded Brent, MATH.md's algorithm), ~1e-12 relative;
+  bounded Brent, docs/math/stable.md §2.1), ~1e-12 relative;
 * :func:`stable_epsilon_table` builds (once per α, cached; about 1 s) a conservative
   interpolation table for millions of per-record sensitivities (10⁷ values in ~0.6 s): never
   below the exact ε and at most its certified ``rtol`` above it for every d > 0 (measured
@@ -226,7 +226,7 @@ class _Core:
     def _peaks(self, lx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Log-variable locations of h = 1 in each half (clamped to ln(π/4))."""
         top = np.full(lx.shape, _U_TOP)
-        # half 1: ln h decreases in u, and ln h(u) > 0 for u < ln(x/α) − 3 (MATH.md §2.1)
+        # half 1: ln h decreases in u, and ln h(u) > 0 for u < ln(x/α) − 3 (docs/math/stable.md §1)
         lo = np.minimum(lx - math.log(self.alpha), _U_TOP) - 3.0
         for _ in range(100):
             bad = self._lnh1(lo, lx) <= 0.0
@@ -793,7 +793,7 @@ class SymmetricStable(NoiseDistribution):
     def mad(self) -> float:
         """Mean absolute deviation ``E|X| = 2γ·Γ(1 − 1/α)/π`` (``inf`` at α = 1).
 
-        Seed 000 Table 1: 1.1284γ (α = 2), 1.1289γ (1.999), 1.1340γ (1.99), 1.1576γ (1.95),
+        [ZA25] Table 1: 1.1284γ (α = 2), 1.1289γ (1.999), 1.1340γ (1.99), 1.1576γ (1.95),
         1.1903γ (1.9), 1.2687γ (1.8).
 
         Returns:
@@ -818,7 +818,7 @@ class SymmetricStable(NoiseDistribution):
 
     # -- sampling --------------------------------------------------------------------------------
     def sample(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
-        """Draw noise with the Chambers–Mallows–Stuck method (MATH.md §2.3).
+        """Draw noise with the Chambers–Mallows–Stuck method (docs/math/stable.md §3).
 
         ``X = γ·sin(αU)/cos(U)^{1/α}·(cos((1−α)U)/W)^{(1−α)/α}`` with ``U = π(V₁ − ½)``
         uniform on (−π/2, π/2) and ``W = −ln(1 − V₂)`` exponential, V₁, V₂ from
@@ -913,7 +913,7 @@ def _far_factors() -> np.ndarray:
 
 
 def _search_grid(alpha: float, d: float) -> tuple[np.ndarray, np.ndarray]:
-    """MATH.md §2.2 grids in y = x − d: near grid (sorted) and far grid."""
+    """docs/math/stable.md §2.1 grids in y = x − d: near grid (sorted) and far grid."""
     r = 12.0 + 2.0 * math.sqrt(max(0.0, math.log(1.0 / (2.0 - alpha))))
     near = np.unique(np.concatenate([np.linspace(d / 2.0, d + r, 120),
                                      np.linspace(max(d / 2.0, d - 3.0), d + 8.0, 45)]))
@@ -924,7 +924,8 @@ def _search_grid(alpha: float, d: float) -> tuple[np.ndarray, np.ndarray]:
 def stable_loss_sup(alpha: float, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Exact privacy loss ε = sup_x [ln p(x − d) − ln p(x)] of SaS(α, 1) and its argmax.
 
-    MATH.md §2.2: L on a grid of 120 points on [d/2, d + R] and 45 on [max(d/2, d−3), d + 8]
+    docs/math/stable.md §2.1: L on a grid of 120 points on [d/2, d + R] and 45 on
+    [max(d/2, d−3), d + 8]
     (R = 12 + 2√ln(1/(2−α))⁺), a far grid (d + R)·[1.5 … 1e4] that must stay below the grid
     maximum, then bounded Brent (xatol 1e-10, in y = x − d) between the neighbours of the grid
     argmax. Relative accuracy ≈ 1e-12. α = 1 uses the closed form 2·asinh(d/2) with
@@ -966,7 +967,7 @@ def stable_loss_sup(alpha: float, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]
 
 
 def _sup_by_grid(loss: Any, alpha: float, d: float) -> tuple[float, float]:
-    """MATH.md §2.2 algorithm for sup_y loss(y, d), y = x − d; returns (ε, x*).
+    """docs/math/stable.md §2.1 algorithm for sup_y loss(y, d), y = x − d; returns (ε, x*).
 
     ``loss(y, d)`` must be vectorized in y. Grid of 120 + 45 points, far grid (must stay
     below), bounded Brent (xatol 1e-10) between the neighbours of the grid argmax.
@@ -1137,7 +1138,7 @@ def _eps_data(core: _Core, d: np.ndarray, surrogate: _Surrogate | None = None
     al = core.alpha
     sur = surrogate or _surrogate(al)
     r = 12.0 + 2.0 * math.sqrt(max(0.0, math.log(1.0 / (2.0 - al))))
-    # MATH.md grids (in y = x − d), evaluated with the surrogate to bracket the maximum
+    # grids of docs/math/stable.md §2.1 (y = x − d), evaluated with the surrogate to bracket the max
     g1 = np.linspace(0.0, 1.0, 120)[None, :]
     g2 = np.linspace(0.0, 1.0, 45)[None, :]
     dd = d[:, None]
@@ -1391,11 +1392,11 @@ def _surrogate(alpha: float) -> _Surrogate:
 def stable_shift_for_epsilon(alpha: float, epsilon: float, verify: bool = True) -> float:
     """The shift d = Δ/γ at which the SaS(α) mechanism's exact ε equals ``epsilon``.
 
-    ε is strictly increasing in d (MATH.md §2.2) and ln ε is concave in ln d (its slope falls
-    from 1 to 0), so Newton on ln d started from the lower bound ln(ε/S) (ε(d) ≤ d·S, S =
+    ε is strictly increasing in d (docs/math/stable.md §2.1) and ln ε is concave in ln d (its slope
+    falls from 1 to 0), so Newton on ln d started from the lower bound ln(ε/S) (ε(d) ≤ d·S, S =
     sup|p′/p|) converges monotonically; each step uses the exact argmax x*(d) and
     dε/dd = −(p′/p)(x* − d). α = 1: d = 2·sinh(ε/2). The result is verified with
-    :func:`stable_loss_sup` (MATH.md's grid + Brent algorithm) unless ``verify=False``.
+    :func:`stable_loss_sup` (grid + Brent, docs/math/stable.md §2.1) unless ``verify=False``.
 
     Args:
         alpha: Stability index in [1, 2) (α = 2 is not pure DP).

@@ -1,19 +1,19 @@
-"""Exact (ε, δ) calibration of symmetric log-concave noise (seed 004, MATH.md §4).
+"""Exact (ε, δ) calibration of symmetric log-concave noise ([Vin22], docs/math/log-concave.md).
 
 The mechanism ``q + s·X`` with X from a symmetric log-concave law ``f = e^{−ψ}`` is (ε, δ)-DP at
 sensitivity Δ **iff** ``S((t−Δ)/s) − e^ε·S(t/s) ≤ δ`` where ``t/s`` is the crossing point of the
-log-density ratio, ``ψ(t/s) − ψ((t−Δ)/s) = ε`` (seed 004 Lemma 1). The left side is the
+log-density ratio, ``ψ(t/s) − ψ((t−Δ)/s) = ε`` ([Vin22] Lemma 1). The left side is the
 hockey-stick divergence δ(ε) of the two neighbouring outputs; it depends on Δ and s only through
 ``b = Δ/s`` and decreases in s, so the minimal scale is linear in Δ (Lemma 2) and is found by a
 one-dimensional search.
 
-Families (``family=``, scale parameterization as in MATH.md §4):
+Families (``family=``, scale parameterization as in docs/math/log-concave.md):
 
 * ``"laplace"`` — Laplace(scale); closed form s = Δ/(ε − 2·ln(1−δ)) (Thm 3);
 * ``"logistic"`` — Logistic(scale); closed form of Thm 4;
 * ``"gaussian"`` — N(0, σ²), ``scale = σ``; the analytic condition of Balle & Wang (Thm 5);
 * ``"subbotin"`` — scale times a standard Subbotin_r variable, r ≥ 1 (``r=`` required); r = 1 is
-  the Laplace and r = 2 the Gaussian case, other r use the generic algorithm of MATH.md §4.2.
+  the Laplace and r = 2 the Gaussian case, other r the algorithm of docs/math/log-concave.md §2.
 
 Functions:
 
@@ -21,8 +21,8 @@ Functions:
 * :func:`epsilon_for_scale` — the exact ε(Δ) at δ of a given scale, vectorized over an array of
   sensitivities (the per-record ledger calls it for millions of records);
 * :func:`delta_for_scale` — the exact δ(ε) (hockey-stick divergence), vectorized;
-* :func:`subbotin_mse` and :func:`choose_subbotin_r` — the choice of r of seed 004 eq. (5):
-  ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on seed 004 Thm 9,
+* :func:`subbotin_mse` and :func:`choose_subbotin_r` — the choice of r of [Vin22] eq. (5):
+  ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on [Vin22] Thm 9,
   which is false for r ≠ 2; see the warning in :func:`choose_subbotin_r`.)
 
 Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of floating point:
@@ -90,7 +90,7 @@ __all__ = [
 #: Noise families known to the calibration functions.
 FAMILIES: tuple[str, ...] = ("laplace", "logistic", "gaussian", "subbotin")
 
-#: The grid of seed 004 §4.1: r = 1, 1.5, 2, …, 14.
+#: The grid of [Vin22] §4.1: r = 1, 1.5, 2, …, 14.
 DEFAULT_R_GRID: tuple[float, ...] = tuple(1.0 + 0.5 * i for i in range(27))
 
 _SQRT2 = math.sqrt(2.0)
@@ -131,7 +131,7 @@ def _family(family: Any, r: Any, owner: str) -> tuple[str, float | None]:
             raise InvalidParameterError(
                 f"{owner}: family 'subbotin' needs the shape r (r >= 1); got r=None.\n"
                 "Hint: pass r, e.g. r=4.0 (r=1 is Laplace, r=2 is Gaussian); "
-                "choose_subbotin_r() evaluates the MSE criterion of seed 004 eq. (5).")
+                "choose_subbotin_r() evaluates the MSE criterion of Vinterbo 2022 eq. (5).")
         return fam, _check_subbotin_r(r, owner)
     if r is not None:
         raise InvalidParameterError(
@@ -205,7 +205,7 @@ def _no_pure(fam: str, r: float | None, owner: str) -> InvalidParameterError:
     return InvalidParameterError(
         f"{owner}: delta=0 is impossible for {what}: its log-density ratio is unbounded, so it "
         "has no pure (eps, 0) guarantee and the minimal scale grows without bound as delta -> 0 "
-        "(seed 004 Thm 6).\nHint: use delta > 0 (e.g. delta=1e-9), or a family with pure DP: "
+        "(Vinterbo 2022 Thm 6).\nHint: use delta > 0 (e.g. delta=1e-9), or a family with pure DP: "
         "'laplace', 'logistic' or 'subbotin' with r=1.")
 
 
@@ -717,11 +717,12 @@ def _unit_scale(kind: str, eps: float, delta: float, r: float | None) -> float:
 
 def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.0,
               r: float | None = None) -> float:
-    """Smallest noise scale that makes ``q + scale·X`` (ε, δ)-DP at sensitivity Δ (seed 004).
+    """Smallest noise scale that makes ``q + scale·X`` (ε, δ)-DP at sensitivity Δ ([Vin22]).
 
     Laplace and Logistic use the closed forms of Thms 3 and 4, the Gaussian the analytic condition
-    of Balle & Wang (bisection on ln σ), Subbotin_r the generic criterion of Lemma 1 (MATH.md
-    §4.2); all are calibrated at Δ = 1 and multiplied by Δ (Lemma 2). The result is rounded up.
+    of Balle & Wang (bisection on ln σ), Subbotin_r the generic criterion of Lemma 1
+    (docs/math/log-concave.md §2); all are calibrated at Δ = 1 and multiplied by Δ (Lemma 2).
+    The result is rounded up.
 
     Args:
         family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
@@ -784,12 +785,12 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
     """Smallest ε such that ``q + scale·X`` is (ε, δ)-DP at each sensitivity Δ (vectorized).
 
     ε depends on Δ/scale only. Laplace and Logistic invert their closed forms; the Gaussian and
-    Subbotin_r use the exact criterion of seed 004 Lemma 1, solved as one vectorized safeguarded
+    Subbotin_r use the exact criterion of [Vin22] Lemma 1, solved as one vectorized safeguarded
     Newton iteration on the crossing point u (the condition is ``S(u − b) − e^{g(u)}·S(u) ≤ δ``
     with ``g(u) = ε``, so ε is read off at the solution; no nested root-finding). Distinct values
     of Δ/scale are solved once; beyond a few thousand distinct values the solutions are
-    interpolated from an exact grid and each one is then verified exactly (MATH.md §4.2). The
-    result is a valid ε, rounded up.
+    interpolated from an exact grid and each one is then verified exactly (log-concave.md §2).
+    The result is a valid ε, rounded up.
 
     Args:
         family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
@@ -840,7 +841,7 @@ def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: Arra
                     r: float | None = None) -> np.ndarray:
     """Exact δ(ε) of ``q + scale·X`` at each sensitivity Δ: the hockey-stick divergence.
 
-    δ(ε) = ∫ max(0, p − e^ε·q) for the neighbouring output densities p, q; by seed 004 Lemma 1
+    δ(ε) = ∫ max(0, p − e^ε·q) for the neighbouring output densities p, q; by [Vin22] Lemma 1
     it equals ``S(u − b) − e^ε·S(u)`` at the crossing point u (b = Δ/scale). Closed forms for
     Laplace (1 − e^{(ε−b)/2}) and Logistic ((1 − e^{(ε−b)/2})²/(1 − e^{−b})), Balle & Wang for
     the Gaussian, the generic algorithm for Subbotin_r.
@@ -886,7 +887,7 @@ def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: Arra
 
 
 # -------------------------------------------------------------------------------------------------
-# choosing r (seed 004 eq. 5)
+# choosing r ([Vin22] eq. 5)
 # -------------------------------------------------------------------------------------------------
 def subbotin_mse(r: float, epsilon: float, delta: float, sensitivity: float) -> float:
     """Per-coordinate MSE ``s_r(ε, δ, Δ)²·Var_r`` of the calibrated Subbotin_r mechanism.
@@ -901,7 +902,7 @@ def subbotin_mse(r: float, epsilon: float, delta: float, sensitivity: float) -> 
         The mean squared error (= variance) of each released coordinate.
 
     Example:
-        >>> round(subbotin_mse(4.0, 1.0, 1e-4, 100 ** 0.25 / 500), 7)   # seed 004 §4.1, m = 100
+        >>> round(subbotin_mse(4.0, 1.0, 1e-4, 100 ** 0.25 / 500), 7)   # [Vin22] §4.1, m = 100
         0.002067
     """
     rr = _check_subbotin_r(r, "subbotin_mse")
@@ -932,7 +933,7 @@ class SubbotinCandidate:
 
 @dataclass(frozen=True)
 class SubbotinChoice:
-    """The Subbotin shape chosen by seed 004 eq. (5), with the whole search table.
+    """The Subbotin shape chosen by [Vin22] eq. (5), with the whole search table.
 
     Attributes:
         r: The chosen r* (smallest MSE; the smallest r among ties).
@@ -982,7 +983,7 @@ class SubbotinChoice:
 def choose_subbotin_r(epsilon: float, delta: float,
                       sensitivity: float | Callable[[float], float],
                       r_grid: Iterable[float] | None = None) -> SubbotinChoice:
-    """Choose the Subbotin shape minimizing the MSE at (ε, δ) (seed 004 eq. 5, MATH.md §4.4).
+    """Choose the Subbotin shape minimizing the MSE at (ε, δ) ([Vin22] eq. 5; log-concave.md §4).
 
     ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r`` over a grid, where Δ_r is the sensitivity used for
     shape r. The seed uses the ℓ_r sensitivity of a vector query (Thm 9), e.g. for the mean of n
@@ -991,7 +992,7 @@ def choose_subbotin_r(epsilon: float, delta: float,
 
     Warning:
         For a *vector* release the calibration is only valid at r = 2 (and, conservatively, at
-        r = 1 through pure DP): seed 004 Thm 9 — iid Subbotin_r noise satisfies the scalar
+        r = 1 through pure DP): [Vin22] Thm 9 — iid Subbotin_r noise satisfies the scalar
         condition at the ℓ_r sensitivity — is false for r ≠ 2, since the privacy loss depends on
         the direction of the shift (see :class:`tabdp.mechanisms.logconcave.VectorSubbotin`).
         The seed's r* = 4 at ε = 1, δ = 1e-4, m = 100 actually has δ(1) ≈ 0.0087 for the
@@ -1011,7 +1012,7 @@ def choose_subbotin_r(epsilon: float, delta: float,
 
     Example:
         >>> c = choose_subbotin_r(1.0, 1e-4, lambda r: 100 ** (1 / r) / 500)
-        >>> c.r, round(c.scale, 7), round(c.mse, 7)          # seed 004 §4.1, m = 100
+        >>> c.r, round(c.scale, 7), round(c.mse, 7)          # [Vin22] §4.1, m = 100
         (4.0, 0.0552973, 0.002067)
     """
     owner = "choose_subbotin_r"

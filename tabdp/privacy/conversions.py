@@ -256,7 +256,7 @@ def gdp_epsilon(mu: ArrayLike, delta: float) -> np.ndarray:
         exceeds the double range).
 
     Example:
-        >>> # The Gaussian scale of seed 004 at ε=1, δ=1e-4 (MATH.md §4.3): μ = 1/3.18570299
+        >>> # Gaussian scale at ε=1, δ=1e-4 (docs/math/log-concave.md §3): μ = 1/3.18570299
         >>> round(float(gdp_epsilon(1 / 3.18570299, 1e-4)), 6)
         1.0
         >>> round(float(gdp_epsilon(1 / 37.7, 5e-324)), 6)   # the smallest positive double

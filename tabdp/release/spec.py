@@ -145,6 +145,7 @@ from tabdp.exceptions import SpecError, TabdpError
 __all__ = [
     "MECHANISM_FAMILIES",
     "CALIBRATION_FAMILIES",
+    "SPEC_KEYS",
     "ReleaseSpec",
     "ReleaseInfo",
     "InputSpec",
@@ -333,9 +334,10 @@ class ReleaseSpec:
             It covers the seed: CONFIDENTIAL for a seeded spec (a small seed could be found by
             trying them all), so it is never written to a public file.
         raw: The parsed TOML (confidential when seeded: it holds the seed).
-        release, input, domains, hierarchies, budget, seed, output, publication, plan,
-        tables: The sections, validated. ``domains`` maps a key column to its public values
-            (a one-column Polars Series named after the column), including every hierarchy level.
+        release: The ``[release]`` section, validated; so are ``input``, ``domains``,
+            ``hierarchies``, ``budget``, ``seed``, ``output``, ``publication``, ``plan`` and
+            ``tables``. ``domains`` maps a key column to its public values (a one-column Polars
+            Series named after the column), including every hierarchy level.
     """
 
     path: Path | None
@@ -421,24 +423,44 @@ _OBJECTIVES = ("auto", "sd", "moe")
 _FRAME_SUFFIXES = (".csv", ".parquet", ".pq")
 _DEFAULT_COUNT_SIGMA = 2.0
 
-_ROOT_KEYS = ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
-              "publication", "plan", "tables")
+#: Every key a spec accepts, per table, by key path: ``""`` is the top level, ``tables[]`` each
+#: ``[[tables]]`` entry, ``hierarchies.*`` each named hierarchy and ``domains.*`` a domain given as
+#: a file. The parser refuses any other key; the docs' spec reference is generated from this table
+#: and checked against the schema above (docs/_gen/refgen.py).
+SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
+         "publication", "plan", "tables"),
+    "release": ("name", "title", "description", "level", "delta"),
+    "input": ("path", "hive_partitioning", "unit", "mode", "nulls", "negatives", "nonfinite",
+              "bounds", "unit_nulls", "max_cells"),
+    "domains.*": ("file", "column"),
+    "hierarchies.*": ("file", "levels"),
+    "budget": ("rho",),
+    "randomness": ("seed",),
+    "output": ("public", "confidential", "plan"),
+    "publication": ("cv_flag", "suppress_cv", "negative", "round"),
+    "plan": ("cell_totals", "count_totals", "record_sizes", "count_rows"),
+    "tables[]": ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
+                 "nulls", "publication", "rollups"),
+    "tables[].keys": ("file",),
+    "tables[].calibrate": ("family", "targets", "typical_total", "fixed", "objective"),
+    "tables[].rollups[]": ("by", "direct"),
+}
+_ROOT_KEYS = SPEC_KEYS[""]
 _ROOT_REQUIRED = ("release", "input", "output")  # and a non-empty "tables", checked apart
-_RELEASE_KEYS = ("name", "title", "description", "level", "delta")
-_INPUT_KEYS = ("path", "hive_partitioning", "unit", "mode", "nulls", "negatives", "nonfinite",
-               "bounds", "unit_nulls", "max_cells")
+_RELEASE_KEYS = SPEC_KEYS["release"]
+_INPUT_KEYS = SPEC_KEYS["input"]
 _MODES = ("curator", "author")
 _NONFINITE = ("error", "zero", "drop", "clamp")
 _UNIT_NULLS = ("error", "drop")
-_HIERARCHY_KEYS = ("file", "levels")
-_DOMAIN_FILE_KEYS = ("file", "column")
-_OUTPUT_KEYS = ("public", "confidential", "plan")
-_PUBLICATION_KEYS = ("cv_flag", "suppress_cv", "negative", "round")
-_PLAN_KEYS = ("cell_totals", "count_totals", "record_sizes", "count_rows")
-_TABLE_KEYS = ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
-               "nulls", "publication", "rollups")
-_ROLLUP_KEYS = ("by", "direct")
-_CALIBRATE_KEYS = ("family", "targets", "typical_total", "fixed", "objective")
+_HIERARCHY_KEYS = SPEC_KEYS["hierarchies.*"]
+_DOMAIN_FILE_KEYS = SPEC_KEYS["domains.*"]
+_OUTPUT_KEYS = SPEC_KEYS["output"]
+_PUBLICATION_KEYS = SPEC_KEYS["publication"]
+_PLAN_KEYS = SPEC_KEYS["plan"]
+_TABLE_KEYS = SPEC_KEYS["tables[]"]
+_ROLLUP_KEYS = SPEC_KEYS["tables[].rollups[]"]
+_CALIBRATE_KEYS = SPEC_KEYS["tables[].calibrate"]
 
 
 # -- messages -----------------------------------------------------------------------------------
@@ -889,7 +911,7 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
 
 
 def _parse_budget(raw: Any) -> BudgetSpec:
-    d = _table(raw, "budget", allowed=("rho",), required=("rho",), example="rho = 2.0")
+    d = _table(raw, "budget", allowed=SPEC_KEYS["budget"], required=("rho",), example="rho = 2.0")
     hint = ('a number such as rho = 2.0, or a curve of record size -> limit such as '
             'rho = { "1e3" = 0.5, "1e7" = 10.0 }.')
     value = d["rho"]
@@ -900,7 +922,7 @@ def _parse_budget(raw: Any) -> BudgetSpec:
 
 
 def _parse_seed(raw: Any) -> int | None:
-    d = _table(raw, "randomness", allowed=("seed",), example="seed = 12345")
+    d = _table(raw, "randomness", allowed=SPEC_KEYS["randomness"], example="seed = 12345")
     if "seed" not in d:
         return None
     seed = d["seed"]
@@ -1264,7 +1286,7 @@ def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -
 
 def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
                 domains: Mapping[str, pl.Series]) -> Path:
-    d = _table(raw, path, allowed=("file",), required=("file",),
+    d = _table(raw, path, allowed=SPEC_KEYS["tables[].keys"], required=("file",),
                example='{ file = "allowed.parquet" }')
     fp = _join(path, "file")
     file = _file_path(d["file"], fp, base, "keys")

@@ -1,4 +1,4 @@
-"""Sensitivity analysis: smooth sensitivity of medians and quantiles per group (MATH.md §3.1).
+"""Sensitivity analysis: smooth sensitivity of medians and quantiles per group, docs/math/smooth.md.
 
 Example:
     >>> from tabdp.sensitivity import smooth_sensitivity_median

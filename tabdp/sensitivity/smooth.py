@@ -1,7 +1,7 @@
-"""γ-smooth sensitivity of order statistics (medians, quantiles) on a public range (MATH.md §3.1).
+"""γ-smooth sensitivity of order statistics (medians, quantiles) on a public range.
 
 Neighbouring datasets here are **replacement** neighbours: the group size n is fixed and one value
-is changed (the Nissim–Raskhodnikova–Smith setting of MATH.md §3.1; distance = number of changed
+is changed (Nissim–Raskhodnikova–Smith, docs/math/smooth.md §1; distance = number of changed
 values). Values are clipped to the public bounds ``[lo, hi]``, sorted as ``x₁ ≤ … ≤ xₙ`` and padded
 with ``x_i = lo`` for ``i < 1`` and ``x_i = hi`` for ``i > n``. For the order statistic of rank
 ``m`` (:func:`quantile_rank`) the smooth sensitivity is
@@ -345,8 +345,8 @@ def smooth_sensitivity_median(values: ArrayLike, gamma: float,
                               bounds: tuple[float, float]) -> float:
     """γ-smooth sensitivity of the (lower) median of one group's values on ``[lo, hi]``.
 
-    The Nissim–Raskhodnikova–Smith construction of MATH.md §3.1 (replacement neighbours): clip,
-    sort, pad with lo/hi, ``SS = max_k e^{−kγ} max_{t=0..k+1} (x_{m+t} − x_{m+t−k−1})`` with
+    The Nissim–Raskhodnikova–Smith construction of docs/math/smooth.md §1 (replacement neighbours):
+    clip, sort, pad with lo/hi, ``SS = max_k e^{−kγ} max_{t=0..k+1} (x_{m+t} − x_{m+t−k−1})`` with
     ``m = ⌈n/2⌉``.
 
     Args:
