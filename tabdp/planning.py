@@ -1172,8 +1172,10 @@ def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:
 
 
 def spec_outlook(spec: Any) -> list[dict[str, Any]]:
-    """Per-table forecasts for a plan summary: flag/negative probability by planned cell total
-    and the guarantee in words at the plan's record sizes.
+    """Per-table forecasts for a plan summary.
+
+    The flag and negative probabilities by planned cell total, and the guarantee in words at
+    the plan's record sizes.
 
     Public: uses the spec's mechanisms, publication rules and ``[plan]`` sizes only. Count
     tables use ``plan.count_totals`` and a record size of one row per unit.

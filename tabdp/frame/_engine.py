@@ -500,8 +500,10 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
-    """Whether a Polars DataFrame still holds the data it held when its snapshot was taken
-    (``None``: a LazyFrame, whose plan cannot be modified)."""
+    """Whether a Polars DataFrame still holds the data it held when its snapshot was taken.
+
+    ``columns`` is ``None`` for a LazyFrame, whose plan cannot be modified.
+    """
     if columns is None:
         return True
     try:
@@ -713,8 +715,9 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
-    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and
-    size (its largest contribution over the release's currencies).
+    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
+
+    The size of a (unit, cell) row is its largest contribution over the release's currencies.
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
     mode they are summed per unit (sizes: the largest contribution) in one group-by.
@@ -778,8 +781,11 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
 
 def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray
                 ) -> pl.DataFrame:
-    """Per released cell with data: the largest loss of one unit there (``worst_rho``), the
-    largest contribution (``worst_size``) and the number of contributing units (``units``)."""
+    """Per released cell with data: the worst unit loss and size, and the number of units.
+
+    Columns: the largest loss of one unit there (``worst_rho``), the largest contribution
+    (``worst_size``) and the number of contributing units (``units``).
+    """
     frame = inside.select(by).with_columns(worst_rho=pl.Series(rho, dtype=pl.Float64),
                                            worst_size=pl.Series(size, dtype=pl.Float64))
     aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),

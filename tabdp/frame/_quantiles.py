@@ -369,8 +369,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     outside = int(data[_CELL].is_null().sum())
     inside = data.filter(pl.col(_CELL).is_not_null())
 
-    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group privacy), then the
-    # session's budget as an individual filter (units left out are dropped from their cells).
+    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group privacy), then
+    # the session's budget as an individual filter (units left out are dropped from their cells).
     policy = GroupPrivacyPolicy(mechanism)
     approx = policy.dp_delta is not None
     pairs = inside.group_by(uid, _CELL, maintain_order=True).len()

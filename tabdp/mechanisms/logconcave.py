@@ -34,9 +34,11 @@ from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import not_pure
 from tabdp.mechanisms.additive import AdditiveMechanism
-from tabdp.noise.logconcave import Logistic as _LogisticNoise
-from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
-from tabdp.noise.logconcave import _check_subbotin_r
+from tabdp.noise.logconcave import (
+    Logistic as _LogisticNoise,
+    Subbotin as _SubbotinNoise,
+    _check_subbotin_r,
+)
 from tabdp.privacy.approx import (
     SubbotinChoice,
     _check_generic_floor,
@@ -75,6 +77,7 @@ class Logistic(AdditiveMechanism):
                       "(seed 004 Thm 4)")
 
     def __init__(self, scale: float) -> None:
+        """Check ``scale`` and build the logistic noise law."""
         self.scale = check_real("scale", scale, owner="Logistic", gt=0.0,
                                 hint="scale is the logistic scale s (sd = pi*s/sqrt(3)); for "
                                      "(eps, delta)-DP use tabdp.privacy.approx.min_scale"
@@ -154,6 +157,7 @@ class Subbotin(AdditiveMechanism):
     family = "subbotin"
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None) -> None:
+        """Check ``r``, ``scale`` and ``delta`` (needed where the guarantee is approximate)."""
         owner = type(self).__name__
         self.r = _check_subbotin_r(r, owner)
         self.scale = check_real("scale", scale, owner=owner, gt=0.0,
@@ -339,6 +343,7 @@ class VectorSubbotin(Subbotin):
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None,
                  weights: Mapping[str, float] | None = None) -> None:
+        """Check ``r`` (1 or 2), ``scale``, ``delta`` and the measure ``weights``."""
         owner = type(self).__name__
         rr = _check_subbotin_r(r, owner)
         if rr not in (1.0, 2.0):

@@ -3,10 +3,11 @@
 For 1 ≤ α < 2 the mechanism is pure DP with a per-record policy ε(Δ) = ε(α, d = Δ/γ), the
 exact sup of the privacy loss (:func:`tabdp.noise.stable.stable_loss_sup`), evaluated for
 millions of Δ through a cached conservative table (never below the exact value; at most ~4e-10
-above it, and at most ``EPS_TABLE_RTOL`` = 1e-8 for every supported α). ε grows like d for small d and like (α+1)·ln d for large d,
-so the loss of a record grows only logarithmically in its sensitivity: SaS is a *slowly scaling*
-mechanism in the sense of seed 001. α = 1 is the Cauchy mechanism, ε = 2·asinh(Δ/(2γ)); α = 2
-is the Gaussian ``N(0, 2γ²)``, which is not pure (zCDP ρ = Δ²/(4γ²)).
+above it, and at most ``EPS_TABLE_RTOL`` = 1e-8 for every supported α). ε grows like d for small
+d and like (α+1)·ln d for large d, so the loss of a record grows only logarithmically in its
+sensitivity: SaS is a *slowly scaling* mechanism in the sense of seed 001. α = 1 is the Cauchy
+mechanism, ε = 2·asinh(Δ/(2γ)); α = 2 is the Gaussian ``N(0, 2γ²)``, which is not pure (zCDP
+ρ = Δ²/(4γ²)).
 
 Uncertainty: for α < 2 the noise has no variance, so ``sd`` is ``inf``; the margin of error is
 the exact quantile of |Z| and the typical error is the mean absolute deviation
@@ -32,11 +33,11 @@ from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.stable import (
     ALPHA_MAX,
     ALPHA_MIN,
+    SymmetricStable as _StableNoise,
     check_alpha,
     stable_epsilon_table,
     stable_shift_for_epsilon,
 )
-from tabdp.noise.stable import SymmetricStable as _StableNoise
 
 __all__ = ["SymmetricStable", "sum_gamma"]
 
@@ -95,6 +96,7 @@ class SymmetricStable(AdditiveMechanism):
     pure = True
 
     def __init__(self, alpha: float, gamma: float) -> None:
+        """Build the stable noise law (which checks the parameters) and its policy."""
         noise = _StableNoise(alpha, gamma)
         self.alpha, self.gamma = noise.alpha, noise.gamma
         super().__init__(noise)

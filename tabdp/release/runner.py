@@ -877,10 +877,11 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
 
 
 def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Author mode: key columns take their domain's type; a value that does not convert
-    becomes null and so falls outside the key set (never an error that depends on a value).
+    """Author mode: key columns take their domain's type.
 
-    A number / text mismatch is left alone (the engine refuses it from the schema alone).
+    A value that does not convert becomes null and so falls outside the key set (never an
+    error that depends on a value). A number / text mismatch is left alone (the engine refuses
+    it from the schema alone).
     """
     schema = lf.collect_schema()
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -972,8 +973,11 @@ def _curves_hold_for(spec: ReleaseSpec) -> str:
 
 def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
              session: Session, name: str, level: float, spec: ReleaseSpec) -> pl.DataFrame:
-    """One table: with a unit, the public contribution bounds the plan assumes are enforced
-    (``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a count cell)."""
+    """One table; with a unit, the public contribution bounds the plan assumes are enforced.
+
+    The bounds: ``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a
+    count cell.
+    """
     by_cols = list(by) if by else [NATIONAL]
     multi = spec.input.unit is not None
     max_cells = spec.input.max_cells if multi else None
@@ -1011,6 +1015,7 @@ class DataDependentFailure(DataValidationError):
     """
 
     def __init__(self, failure_file: Path | None, confidential: Path) -> None:
+        """Point to the confidential ``failure_file`` (``None``: it could not be written)."""
         self.failure_file = failure_file
         where = (f"in {str(failure_file)!r}" if failure_file is not None else
                  f"nowhere: they could not be written to {str(confidential)!r}")
