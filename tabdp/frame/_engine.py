@@ -464,7 +464,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                          if c not in cached["measures"] or c in measures]
             counts = {k: v for k, v in snap.counts.items()
                       if k.split(":", 1)[-1] in measures or k.startswith("null:")}
-            fps = dict(snap.fingerprints)
+            fps: dict[str, int] = dict(snap.fingerprints)
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row)
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules)
@@ -472,7 +472,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
         if names else {}
-    fps: dict[str, int] = {}
+    fps = {}
     per_row = unit is None
     if unit is None:
         fp_cols = [c for c in data.columns if c.startswith("fp:")]
@@ -799,7 +799,7 @@ def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.n
 
 # -- the release ------------------------------------------------------------------------------
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
-                    by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
+                    by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism | None,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
                     nulls: str = "error", name: str | None = None, grid: Any = None,
                     negatives: str | None = None, max_cells: int | None = None,
@@ -815,7 +815,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         measures: Columns to sum (ignored for counts).
         by: Group-by columns (exactly the key set's columns).
         keys: The public key set.
-        mechanism: The mechanism.
+        mechanism: The mechanism (``None``: the default count mechanism; sums need one).
         session: Session to record in (default: a fresh one, see :func:`tabdp.last_session`).
         level: Confidence level of the margins of error.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
@@ -851,6 +851,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     if kind == "count":
         mechanism = count_mechanism(mechanism, grid)
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
+    assert mechanism is not None  # _check_args refuses anything but a Mechanism
     # Usability warnings: public parameters only, before any data is read.
     from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
 

@@ -135,7 +135,8 @@ class GroupPrivacyPolicy:
         self.mechanism = mechanism
         self.pure = mechanism.pure
         #: Per-row δ of the approximate-DP accounting (Laplace noise only).
-        self.dp_delta: float | None = None if mechanism.pure else float(mechanism.delta)
+        self.dp_delta: float | None = (None if mechanism.pure or mechanism.delta is None
+                                       else float(mechanism.delta))
 
     def _k(self, delta: Any) -> np.ndarray:
         return np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))

@@ -435,7 +435,7 @@ class _ByParams:
     def __eq__(self, other: object) -> bool:
         if type(self) is not type(other):
             return False
-        return self.params() == other.params()  # type: ignore[attr-defined]
+        return self.params() == other.params()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(self.params().items())))

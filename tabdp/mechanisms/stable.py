@@ -94,6 +94,7 @@ class SymmetricStable(AdditiveMechanism):
 
     family = "symmetric_stable"
     pure = True
+    noise: _StableNoise
 
     def __init__(self, alpha: float, gamma: float) -> None:
         """Build the stable noise law (which checks the parameters) and its policy."""
@@ -168,7 +169,7 @@ class SymmetricStable(AdditiveMechanism):
             >>> round(SymmetricStable(2.0, 1.0).mad(), 4)     # seed 000 Table 1: 1.1284 γ
             1.1284
         """
-        return self.noise.mad()  # type: ignore[attr-defined, no-any-return]
+        return self.noise.mad()
 
     def aggregate(self, n_or_weights: int | ArrayLike) -> SymmetricStable:
         """The mechanism whose noise is that of a sum of released cells (stability).

@@ -119,7 +119,7 @@ class NoiseDistribution(ABC):
     #: True for laws whose float64 quantile bounds come from certified tables (python-flint/Arb;
     #: ``tabdp.noise._certified``): they provide ``_arb_unit``, ``_arb_key``, ``_arb_tail`` and
     #: ``_arb_density``, and the exact path evaluates their tails in ball arithmetic.
-    _arb_certified: ClassVar[bool] = False
+    _arb_certified: bool = False
     #: True for laws with a proven fast path of their own that still provide ``_arb_tail`` and
     #: ``_arb_unit`` for the exact path (Gaussian, Laplace, Logistic).
     _arb_exact_tail: ClassVar[bool] = False
@@ -552,7 +552,7 @@ class NoiseDistribution(ABC):
         return f"{type(self).__name__}({inner})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.params() == other.params()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.params() == other.params()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(sorted(self.params().items()))))

@@ -1041,7 +1041,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
     index = np.empty(n, dtype=np.int64)
     dec = np.empty(n, dtype=bool)
     uniform = isinstance(g, UniformGrid)
-    if uniform:
+    if isinstance(g, UniformGrid):
         _uniform_fast(noise, g, c, cerr, s, w, values, index, dec, fast_path)
         # cells beyond the uniform part (|x| > 2**40·step): the relative part's fast path
         with np.errstate(invalid="ignore"):

@@ -72,11 +72,11 @@ class _PolyLogQuad:
         self.dlp = d * lo**p  # d (ln a)^p, finite (checked by the caller)
 
     # -- the exponent and its derivatives ---------------------------------------------------
-    def D(self, s: np.ndarray) -> np.ndarray:
+    def D(self, s: np.ndarray | float) -> np.ndarray:
         """``d(t^p − lo^p)`` without cancellation for small s."""
         return self.dlp * np.expm1(self.p * np.log1p(s / self.lo))
 
-    def psi(self, s: np.ndarray) -> np.ndarray:
+    def psi(self, s: np.ndarray | float) -> np.ndarray:
         return self.c * s - self.D(s)
 
     def dpsi(self, s: np.ndarray | float) -> np.ndarray:

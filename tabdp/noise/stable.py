@@ -1320,10 +1320,10 @@ def _build_table(alpha: float) -> EpsilonTable:
     level = 0
     while todo:
         compute({k + (ln * q) // 4 for k, ln in todo for q in range(5)})
-        lns = np.array([ln for _, ln in todo], dtype=np.float64)
+        widths = np.array([ln for _, ln in todo], dtype=np.float64)
         fa = np.stack([data[k] for k, _ in todo], axis=1)
         fb = np.stack([data[k + ln] for k, ln in todo], axis=1)
-        cf = _quintic(fa, fb, lns * hf)
+        cf = _quintic(fa, fb, widths * hf)
         err = np.zeros(len(todo))
         # certification at τ = 1/4, 1/2, 3/4: the error of a quintic Hermite interpolant is
         # f⁽⁶⁾(ξ)h⁶τ³(1−τ)³/720, largest in the middle unless f⁽⁶⁾ changes fast inside

@@ -81,7 +81,7 @@ def _one_minus_s_mills(s: np.ndarray) -> np.ndarray:
     return np.where(s <= 20.0, direct, series)
 
 
-def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray) -> np.ndarray:
+def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
     """Natural log of δ(ε) of a Gaussian shift by h > 0 standard deviations, t = ε/h − h/2.
 
     δ = Φ(−t) − e^ε·Φ(−t − h). Both terms are never formed when t ≥ 0: with the Mills ratio M,
@@ -130,7 +130,7 @@ def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray) -> np.ndarray:
         return np.where(h > 0.0, out, -np.inf)
 
 
-def _gdp_t(mu: np.ndarray, eps: np.ndarray) -> np.ndarray:
+def _gdp_t(mu: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         return eps / mu - 0.5 * mu
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -97,7 +97,7 @@ class Session:
     """
 
     def __init__(self, unit: str | None = None, seed: int | None = None,
-                 budget: float | dict[Any, Any] | Budget | None = None,
+                 budget: float | Mapping[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, _row_ids: bool = False) -> None:
         """Check the parameters (``_row_ids``: the caller numbered the rows itself)."""
         if unit is not None and (not isinstance(unit, str) or not unit):

@@ -961,7 +961,7 @@ def _parse_publication(raw: Any, path: str, base: Publication,
             units = {}
             for key, v in value.items():
                 kp = _join(rp, str(key))
-                if key not in measures:  # type: ignore[operator]
+                if key not in measures:
                     _fail(kp, f"{key!r} is not a measure of this table (measures: "
                               f"{_names(measures)}).{_maybe(str(key), measures)}", hint)
                 units[key] = _number(v, kp, what="the rounding unit", gt=0.0, hint=hint)
