@@ -34,11 +34,9 @@ from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import not_pure
 from tabdp.mechanisms.additive import AdditiveMechanism
-from tabdp.noise.logconcave import (
-    Logistic as _LogisticNoise,
-    Subbotin as _SubbotinNoise,
-    _check_subbotin_r,
-)
+from tabdp.noise.logconcave import Logistic as _LogisticNoise
+from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
+from tabdp.noise.logconcave import _check_subbotin_r
 from tabdp.privacy.approx import (
     SubbotinChoice,
     _check_generic_floor,

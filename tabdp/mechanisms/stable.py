@@ -33,11 +33,11 @@ from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.stable import (
     ALPHA_MAX,
     ALPHA_MIN,
-    SymmetricStable as _StableNoise,
     check_alpha,
     stable_epsilon_table,
     stable_shift_for_epsilon,
 )
+from tabdp.noise.stable import SymmetricStable as _StableNoise
 
 __all__ = ["SymmetricStable", "sum_gamma"]
 
