@@ -91,7 +91,7 @@ class _AfterImport:
                 break
         loader = getattr(spec, "loader", None)
         original = getattr(loader, "exec_module", None)
-        if spec is None or original is None:
+        if spec is None or loader is None or original is None:
             return None  # let the import system report it; try again on the next import
         finder_self = self
 
@@ -112,7 +112,7 @@ class _AfterImport:
                               "after importing it.", RuntimeWarning, stacklevel=2)
 
         try:
-            loader.exec_module = exec_module  # type: ignore[union-attr]
+            loader.exec_module = exec_module
         except AttributeError:  # pragma: no cover - loader with __slots__
             return None
         return spec

@@ -229,7 +229,7 @@ def load_table(kind: str, params: Mapping[str, Any],
         present = path is not None and path.is_file()
     except OSError:                    # e.g. a folder without search permission
         present = False
-    if not present:
+    if path is None or not present:
         STATS["miss"] += 1
         return None
     try:
@@ -267,9 +267,12 @@ def store_table(kind: str, params: Mapping[str, Any], arrays: Mapping[str, np.nd
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{kind}-", suffix=".tmp", dir=path.parent)
+        # Values typed Any: np.savez takes the arrays as keywords, next to its bool keyword
+        # ``allow_pickle`` (no array here is named so).
+        payload: dict[str, Any] = {**data, _PARAMS_KEY: np.array(_canonical(params)),
+                                   _HASH_KEY: np.array(content_hash(params, data))}
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **data, **{_PARAMS_KEY: np.array(_canonical(params)),
-                                   _HASH_KEY: np.array(content_hash(params, data))})
+            np.savez(fh, **payload)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -57,7 +57,8 @@ def check_real(name: str, value: Any, *, owner: str, gt: float | None = None,
     """
     allowed_text = bounds_text(gt, ge, lt, le) or "a finite real number"
     suffix = f"\nHint: {hint}" if hint else ""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    if isinstance(value, bool) or (not isinstance(value, (int, float))
+                                   and not hasattr(value, "__float__")):
         raise InvalidParameterError(
             f"{owner}: {name} must be a real number ({allowed_text}); got {value!r} of type "
             f"{type(value).__name__}.{suffix}")

@@ -58,7 +58,8 @@ class ColumnNotFoundError(TabdpError, KeyError):
         "column 'x' not found"
     """
 
-    def __str__(self) -> str:  # KeyError would repr() the message
+    def __str__(self) -> str:
+        """The message itself (a KeyError would show its repr(), quotes and escapes included)."""
         return str(self.args[0]) if self.args else ""
 
 
@@ -72,8 +73,10 @@ class ColumnTypeError(TabdpError, TypeError):
 
 
 class DataValidationError(TabdpError, ValueError):
-    """The data holds values that a strict rule refuses (null or NaN under ``nulls="error"``,
-    ±inf, negatives for a transformation mechanism, null unit ids).
+    """The data holds values that a strict rule refuses.
+
+    The rules: null or NaN under ``nulls="error"``, ±inf, negatives for a transformation
+    mechanism, null unit ids.
 
     Raised only in the curator mode (``Session(mode="curator")``, the default), before any
     noise is drawn and before anything is recorded in a session. Whether it is raised depends
@@ -92,6 +95,7 @@ class DataValidationError(TabdpError, ValueError):
     """
 
     def __init__(self, message: str = "", *, confidential: dict | None = None) -> None:
+        """Keep the public ``message``; ``confidential`` holds the details that must stay hidden."""
         super().__init__(message)
         self.confidential: dict = dict(confidential or {})
 
@@ -141,10 +145,12 @@ class SpecError(TabdpError, ValueError):
     """
 
     def __init__(self, path: str, message: str) -> None:
+        """Prefix ``message`` with the dotted spec ``path`` of the offending key (if any)."""
         super().__init__(f"{path}: {message}" if path else message)
         self.path = path
 
     def __str__(self) -> str:
+        """The message itself, ``path`` prefix included."""
         return str(self.args[0]) if self.args else ""
 
 
@@ -157,6 +163,7 @@ class TabdpInternalError(TabdpError, AssertionError):
     """
 
     def __str__(self) -> str:
+        """The message followed by the request to report the bug."""
         base = str(self.args[0]) if self.args else ""
         return f"{base}\nThis is probably a bug in tabdp; please report it with the traceback."
 

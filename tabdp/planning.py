@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -56,6 +56,9 @@ from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import LogTransform, TransformationMechanism
+
+if TYPE_CHECKING:
+    from tabdp.mechanisms.smooth import SmoothSensitivityRelease
 
 __all__ = [
     "PLAN_FAMILIES",
@@ -547,7 +550,7 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
 
 
 # -- usability warnings -------------------------------------------------------------------------
-def cv_floor(mechanism: Mechanism) -> float:
+def cv_floor(mechanism: Mechanism | SmoothSensitivityRelease) -> float:
     """Smallest coefficient of variation the mechanism can reach, however large the cell.
 
     The log transform's sd grows in proportion to the total: its cv tends to √(e^{σ²} − 1) (mean
@@ -575,7 +578,8 @@ def cv_floor(mechanism: Mechanism) -> float:
     return 0.0
 
 
-def usability_issues(mechanism: Mechanism, *, cv_flag: float | None = 0.3,
+def usability_issues(mechanism: Mechanism | SmoothSensitivityRelease, *,
+                     cv_flag: float | None = 0.3,
                      publishes_sd: bool = True,
                      calibration: CalibrationResult | None = None) -> list[str]:
     """Reasons a configuration cannot publish usable estimates (empty list: none found).
@@ -585,7 +589,7 @@ def usability_issues(mechanism: Mechanism, *, cv_flag: float | None = 0.3,
     calibrated parameters at the edge of their search range (from the calibration's notes).
 
     Args:
-        mechanism: The mechanism.
+        mechanism: The mechanism (or a smooth-sensitivity release).
         cv_flag: The flag threshold (None: flags disabled, the floor is not checked).
         publishes_sd: Whether sd/cv are published (tables and the accessor publish them).
         calibration: The calibration that produced the mechanism, if any.
@@ -635,7 +639,8 @@ def usability_issues(mechanism: Mechanism, *, cv_flag: float | None = 0.3,
     return out
 
 
-def warn_usability(mechanism: Mechanism, *, cv_flag: float | None = 0.3,
+def warn_usability(mechanism: Mechanism | SmoothSensitivityRelease, *,
+                   cv_flag: float | None = 0.3,
                    publishes_sd: bool = True, calibration: CalibrationResult | None = None,
                    context: str = "", stacklevel: int = 2) -> list[str]:
     """Emit a :class:`~tabdp.exceptions.UsabilityWarning` per :func:`usability_issues` found.
@@ -644,7 +649,7 @@ def warn_usability(mechanism: Mechanism, *, cv_flag: float | None = 0.3,
     public parameters, never on data.
 
     Args:
-        mechanism: The mechanism.
+        mechanism: The mechanism (or a smooth-sensitivity release).
         cv_flag: The flag threshold (None: flags disabled).
         publishes_sd: Whether sd/cv are published.
         calibration: The calibration that produced the mechanism, if any.
@@ -1172,8 +1177,10 @@ def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:
 
 
 def spec_outlook(spec: Any) -> list[dict[str, Any]]:
-    """Per-table forecasts for a plan summary: flag/negative probability by planned cell total
-    and the guarantee in words at the plan's record sizes.
+    """Per-table forecasts for a plan summary.
+
+    The flag and negative probabilities by planned cell total, and the guarantee in words at
+    the plan's record sizes.
 
     Public: uses the spec's mechanisms, publication rules and ``[plan]`` sizes only. Count
     tables use ``plan.count_totals`` and a record size of one row per unit.
@@ -1235,11 +1242,11 @@ def published_usability(table: Any) -> dict[str, dict[str, float]]:
     df = table if isinstance(table, pl.DataFrame) else pl.DataFrame(table)
     for (m,), part in df.group_by(["measure"], maintain_order=True):
         fl = part["flag"].fill_null("")
+        n = part.height
         bad = fl.str.contains("[CSX]")
-        out[str(m)] = {"cells": float(part.height),
-                       "publishable_share": float(1.0 - bad.mean()) if part.height else math.nan,
-                       "flagged_share": float(fl.str.contains("C").mean()) if part.height
-                       else math.nan,
-                       "negative_share": float(fl.str.contains("N").mean()) if part.height
-                       else math.nan}
+        # shares as sum / n: the mean of a boolean Series, typed as a number
+        out[str(m)] = {"cells": float(n),
+                       "publishable_share": 1.0 - int(bad.sum()) / n if n else math.nan,
+                       "flagged_share": int(fl.str.contains("C").sum()) / n if n else math.nan,
+                       "negative_share": int(fl.str.contains("N").sum()) / n if n else math.nan}
     return out

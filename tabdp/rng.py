@@ -47,11 +47,13 @@ class RandomSource:
     """
 
     def __init__(self, seed: int | np.random.SeedSequence | None = None) -> None:
+        """Check ``seed`` (``None``: the operating system's secure source)."""
         if seed is None:
             self._gen: np.random.Generator | None = None
             self.seed: int | None = None
         else:
-            if isinstance(seed, bool) or not isinstance(seed, (int, np.integer, np.random.SeedSequence)):
+            if isinstance(seed, bool) or not isinstance(
+                    seed, (int, np.integer, np.random.SeedSequence)):
                 raise InvalidParameterError(
                     f"seed must be None or a non-negative int; got {seed!r}.\n"
                     "Hint: leave seed=None in production; seeds are for tests only.")
@@ -162,6 +164,7 @@ class RandomSource:
         return self.signs(np.shape(u)) * -ndtri(0.5 * u)
 
     def __repr__(self) -> str:
+        """``RandomSource(secure)`` or the seed."""
         return "RandomSource(secure)" if self.secure else f"RandomSource(seed={self.seed!r})"
 
 

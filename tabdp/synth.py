@@ -10,9 +10,10 @@ private tables:
   "metro" counties, many small ones).
 * **Industry** -- the 19 real 2-digit NAICS sectors covered by CBP (the ranges 31-33, 44-45 and
   48-49 are stored under their first code: ``"31"``, ``"44"``, ``"48"``) and a fixed list of 301
-  synthetic but structurally plausible 6-digit codes built on the real 3-digit subsectors. A 6-digit code
-  starts with its subsector, so for manufacturing it may begin ``31``, ``32`` or ``33`` while its
-  ``naics2`` is ``"31"``; use :func:`naics6_to_naics2` (or :func:`naics2_of_prefix`) to roll up.
+  synthetic but structurally plausible 6-digit codes built on the real 3-digit subsectors. A
+  6-digit code starts with its subsector, so for manufacturing it may begin ``31``, ``32`` or
+  ``33`` while its ``naics2`` is ``"31"``; use :func:`naics6_to_naics2` (or
+  :func:`naics2_of_prefix`) to roll up.
 * **Heavy tails** -- employment is a lognormal body spliced with a (truncated) Pareto tail, so the
   largest establishments are 10^4-10^5 times the median; a few percent have zero employment and
   zero payroll. Firms own a heavy-tailed number of establishments (chains).
@@ -291,7 +292,8 @@ def _industry() -> dict[str, Any]:
 @functools.lru_cache(maxsize=16)
 def _geography(counts: tuple[int, ...]) -> dict[str, Any]:
     states = STATE_FIPS[: len(counts)]
-    counties = tuple(f"{st}{2 * j + 1:03d}" for st, c in zip(states, counts) for j in range(c))
+    counties = tuple(f"{st}{2 * j + 1:03d}"
+                     for st, c in zip(states, counts, strict=True) for j in range(c))
     state_of_county = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     gen = _structural_rng(5, *counts)
     w = _zipf_weights(len(counties), _COUNTY_ZIPF, gen)
@@ -771,14 +773,6 @@ def generate_establishments(
     )
     ind = _industry()
     geo = _geography(counts)
-    text = {
-        "state": _str_series("state", geo["states"], prm.categorical),
-        "county": _str_series("county", geo["counties"], prm.categorical),
-        "naics2": _str_series("naics2", ind["sectors"], prm.categorical),
-        "naics6": _str_series("naics6", ind["codes"], prm.categorical),
-        "size_class": _str_series("size_class", SIZE_CLASSES, prm.categorical),
-    }
-
     n_chunks = max(1, -(-n // _CHUNK_ROWS))
     firm_seq, *chunk_seqs = np.random.SeedSequence(seed_v).spawn(1 + n_chunks)
     firm_gen = np.random.default_rng(firm_seq)

@@ -78,7 +78,7 @@ def subbotin_delta(b: float, eps: float, r: float) -> mp.mpf:
 
 @_dps80
 def cks_log_delta(rho: float, eps: float) -> mp.mpf:
-    """ln δ of the CKS conversion at ε: min over α > 1 (golden section on ln(α − 1))."""
+    """Natural log of δ of the CKS conversion at ε: min over α > 1 (golden section on ln(α − 1))."""
     rho, eps = mp.mpf(rho), mp.mpf(eps)
 
     def f(x: mp.mpf) -> mp.mpf:

@@ -13,6 +13,7 @@ The helpers test themselves in :func:`self_test` (run by ``test_stats_helpers`` 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats

@@ -920,10 +920,13 @@ SAS_U = np.array([2.0**-63, _pred(_node(-34, 37)), 0.0078125, 0.3, 0.5 - 2.0**-5
 
 @pytest.mark.parametrize("name", list(SAS))
 def test_sas_certified_bounds_contain_the_quantile(name: str) -> None:
-    """SaS tables: bounds on 8 cells contain the quantile, checked on the tail (independent of
-    the series): Nolan's integral in 90-bit mpmath gives ``T(hi) <= u_lo`` and ``T(lo) >= u_hi``
-    (m decreases); the widths are at most 1e-13 of max(m, median) beyond the cell's variation
-    (the float quantile measures it), and no node failed."""
+    """SaS tables.
+
+    Bounds on 8 cells contain the quantile, checked on the tail (independent of the series): Nolan's
+    integral in 90-bit mpmath gives ``T(hi) <= u_lo`` and ``T(lo) >= u_hi`` (m decreases); the
+    widths are at most 1e-13 of max(m, median) beyond the cell's variation (the float quantile
+    measures it), and no node failed.
+    """
     law = SAS[name]
     assert law._arb_certified and law._arb_tail_available()
     # Nolan's integral in mpmath takes 10 to 25 s per value in α = 1.001's far tail: there the
@@ -946,8 +949,10 @@ def test_sas_certified_bounds_contain_the_quantile(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(SAS))
 def test_sas_table_internals(name: str) -> None:
-    """Every node of the SaS binades the cells above reached is certified with a small
-    remainder (``rem <= 1e-13·|x_j|``; region B's top binade: its used node only)."""
+    """Every node of the SaS binades the cells above reached is certified with a small remainder.
+
+    Small: ``rem <= 1e-13·|x_j|``; region B's top binade: its used node only.
+    """
     law = SAS[name]
     tab = _table(law)
     for region in ("A", "B"):

@@ -1,5 +1,8 @@
-"""The ``tabdp`` command and the release workflow: every command and exit code, atomic outputs,
-and the public folder's independence from the confidential data (bit-for-bit)."""
+"""The ``tabdp`` command and the release workflow.
+
+Every command and exit code, atomic outputs, and the public folder's independence from the
+confidential data (bit-for-bit).
+"""
 
 from __future__ import annotations
 
@@ -110,9 +113,11 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def small_spec(folder: Path, data: str, body: str, *, name: str = "t",
                release_extra: str = "", head: str = "") -> Path:
-    """A small spec in ``folder``: input ``data`` (relative to the folder), the geography
-    hierarchy, outputs ``out/public`` and ``out/confidential``, then ``head`` sections and the
-    ``body`` (tables)."""
+    """A small spec in ``folder``.
+
+    Input ``data`` (relative to the folder), the geography hierarchy, outputs ``out/public`` and
+    ``out/confidential``, then ``head`` sections and the ``body`` (tables).
+    """
     path = folder / "s.toml"
     path.write_text(f"""
 [release]
@@ -308,9 +313,12 @@ def test_existing_output_needs_overwrite(tmp_path: Path, datasets: tuple[Path, P
 
 
 def test_budget_never_exits_3(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
-    """Changed on purpose (issue 13): exit 3 is gone. A budget either filters units (the
-    engine's individual filter: exit 0) or, where the engine still refuses, fails like every
-    data-dependent failure: exit 4, the generic message, details in the confidential folder."""
+    """Changed on purpose (issue 13): exit 3 is gone.
+
+    A budget either filters units (the engine's individual filter: exit 0) or, where the engine
+    still refuses, fails like every data-dependent failure: exit 4, the generic message, details in
+    the confidential folder.
+    """
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out, budget="[budget]\nrho = 0.2")
     code, _, err = run("run", "--test-seed", str(spec), "--quiet")
@@ -327,9 +335,11 @@ def failure(out: Path) -> dict:
 
 
 def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
-    """Changed on purpose (issue 13): a missing input is data-independent (exit 2); every
-    failure after the data was read is exit 4 with one generic message (no column, value or
-    count), nothing public, details only in confidential/failure.json (0600)."""
+    """Changed on purpose (issue 13): a missing input is data-independent (exit 2).
+
+    Every failure after the data was read is exit 4 with one generic message (no column, value or
+    count), nothing public, details only in confidential/failure.json (0600).
+    """
     out = tmp_path / "out"
     code, _, err = run("run", "--test-seed",
                        str(write_spec(tmp_path, tmp_path / "nope.parquet", out)), "--quiet")
@@ -434,8 +444,10 @@ def PUBLIC_COLUMNS(keys: list[str]) -> list[str]:  # noqa: N802 - a constant lis
 
 
 def public_bytes(path: Path) -> bytes:
-    """A non-table public file without its estimate-derived parts (the share of publishable
-    cells in summary.json / summary.html)."""
+    """A non-table public file without its estimate-derived parts.
+
+    These are the share of publishable cells in summary.json / summary.html.
+    """
     data = path.read_bytes()
     if path.name == "summary.json":
         obj = json.loads(data)
@@ -452,10 +464,12 @@ def public_bytes(path: Path) -> bytes:
 
 def test_public_folder_is_bit_for_bit_data_independent(
         tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Same spec on two different datasets: every public file is identical byte for byte,
-    except the tables' noisy estimates and the columns computed from them (interval ends, cv,
-    flags, the plug-in sd / moe of transformation mechanisms, and the summary's share of
-    publishable cells counted from the flags)."""
+    """Same spec on two different datasets.
+
+    Every public file is identical byte for byte, except the tables' noisy estimates and the columns
+    computed from them (interval ends, cv, flags, the plug-in sd / moe of transformation mechanisms,
+    and the summary's share of publishable cells counted from the flags).
+    """
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
     folders = []
     for i, data in enumerate(datasets):
@@ -531,8 +545,11 @@ def test_method_call_examples_run(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_hive_input_allowed_keys_and_empty_key_set(tmp_path: Path) -> None:
-    """A hive-partitioned input folder, an allowed-combinations key file (with a rollup of its
-    image), and an empty key set, whose tables keep the stable schema."""
+    """A hive input folder, an allowed-combinations key file and an empty key set.
+
+    The key file comes with a rollup of its image; the empty key set's tables keep the stable
+    schema.
+    """
     df = generate_establishments(2000, seed=3)
     df.write_parquet(tmp_path / "hive", partition_by=["state"])
     pl.DataFrame({"county": ["01001", "01003"], "naics2": ["11", "23"]}).write_csv(
@@ -656,10 +673,13 @@ def test_outputs_permissions(tmp_path: Path, datasets: tuple[Path, Path]) -> Non
 # -- issue 13: records not positions, seeds, data-dependent failures, hygiene -------------------
 
 def test_row_mode_follows_records_through_a_hierarchy_join(tmp_path: Path) -> None:
-    """Each row is a unit (no input.unit) and a direct rollup's coarse key comes from a
-    hierarchy join, which reorders rows. Every record's reported rho equals a brute-force
-    per-record loss computed from its own value (sum over tables of the policy at its own
-    contribution), matched by its row number in the input."""
+    """Row mode: losses follow the records through a hierarchy join that reorders rows.
+
+    Each row is a unit (no input.unit) and a direct rollup's coarse key comes from a hierarchy
+    join. Every record's reported rho equals a brute-force per-record loss computed from its own
+    value (sum over tables of the policy at its own contribution), matched by its row number in
+    the input.
+    """
     n = 30000
     df = generate_establishments(n, seed=21).drop("state")   # state comes from the join
     df.write_parquet(tmp_path / "d.parquet")
@@ -868,10 +888,13 @@ def _neighbour_runs(tmp_path: Path, mode: str) -> dict[str, tuple[int, str, str,
 
 def test_author_mode_neighbours_are_indistinguishable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """In author mode, adding one establishment with NaN, a negative, a huge or an infinite
-    payroll, or without an id, changes nothing a query author or the public sees but the
-    noise: exit code, stdout, stderr, public file names, and every public file apart from the
-    noisy estimates and what is computed from them."""
+    """Author mode: one odd establishment changes nothing seen but the noise.
+
+    Adding one establishment with NaN, a negative, a huge or an infinite payroll, or without an
+    id, changes nothing a query author or the public sees but the noise: exit code, stdout,
+    stderr, public file names, and every public file apart from the noisy estimates and what is
+    computed from them.
+    """
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
     res = _neighbour_runs(tmp_path, "author")
     code0, out0, err0, folder0 = res["base"]
@@ -895,9 +918,11 @@ def test_author_mode_neighbours_are_indistinguishable(
 
 
 def test_curator_mode_failures_all_look_the_same(tmp_path: Path) -> None:
-    """Curator mode (strict rules): the neighbours fail, but every failure has the same exit
-    code and message and writes nothing public; the details (hints in spec keys) are only in
-    the confidential failure.json."""
+    """Curator mode (strict rules).
+
+    The neighbours fail, but every failure has the same exit code and message and writes nothing
+    public; the details (hints in spec keys) are only in the confidential failure.json.
+    """
     res = _neighbour_runs(tmp_path, "curator")
     assert res["base"][0] == 0, res["base"][2]
     # a huge value breaks no strict rule: totals are exact and no grid is refused on data

@@ -1,5 +1,6 @@
-"""The shipped demo release (examples/cbp_release.toml on data/cbp_sample.parquet) is usable and
-meaningfully private (issue 16's acceptance numbers).
+"""The shipped demo release is usable and meaningfully private (issue 16's acceptance numbers).
+
+The release is examples/cbp_release.toml on data/cbp_sample.parquet.
 
 * at most 40% of the county x NAICS2 payroll cells are flagged "C" (cv >= 0.3);
 * the median establishment's epsilon at delta = 1e-9 over the whole release is <= 15;

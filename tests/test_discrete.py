@@ -549,8 +549,11 @@ _COVERAGE: dict[str, list[mpmath.mpf]] = {}
 
 
 def exact_coverages(law: DiscreteGaussianNoise | DiscreteLaplaceNoise) -> list[mpmath.mpf]:
-    """P(|Z| <= h) for h = 0, 1, ... while below 1 − 1e-20, by direct summation of the exact pmf
-    in 50-digit arithmetic (independent of the library's sums; cached per law)."""
+    """P(|Z| <= h) for h = 0, 1, ...
+
+    While below 1 − 1e-20, by direct summation of the exact pmf in 50-digit arithmetic (independent
+    of the library's sums; cached per law).
+    """
     key = repr(law)
     if key not in _COVERAGE:
         with mpmath.workdps(50):
@@ -781,8 +784,11 @@ def test_dg_approx_epsilon_large_shift_and_tiny_delta() -> None:
 
 
 def em_delta_reference(sigma: float, shift: int, eps: float) -> mpmath.mpf:
-    """δ(ε) of the discrete Gaussian with large σ at 80 digits: Euler–Maclaurin tails with 11
-    Bernoulli terms (written independently of the library: mpmath.hermite, exact threshold)."""
+    """δ(ε) of the discrete Gaussian with large σ at 80 digits.
+
+    Euler–Maclaurin tails with 11 Bernoulli terms (written independently of the library:
+    mpmath.hermite, exact threshold).
+    """
     with mpmath.workdps(80):
         s = mpmath.mpf(Fraction(sigma).numerator) / Fraction(sigma).denominator
 

@@ -1,5 +1,7 @@
-"""End-to-end privacy (issue 13): nothing a query author sees depends on one record except
-through the noise, and each attack found on the old main is a regression test here.
+"""End-to-end privacy (issue 13).
+
+Nothing a query author sees depends on one record except through the noise, and each attack found on
+the old main is a regression test here.
 
 The neighbouring-dataset test runs the same releases, with secure randomness, twice on a dataset
 D and once on D plus one establishment, and asserts that everything that does not vary between
@@ -125,9 +127,12 @@ def test_author_mode_refuses_undeclared_rules_before_reading_data():
 
 # -- the bisection oracle of issue 13 ----------------------------------------------------------
 def _probe(df: pl.DataFrame, t: float, variant: str) -> tuple[str, Any]:
-    """One probe of the old attack: a derived measure that is huge (budget variant) or NaN
-    (NaN variant) when the target's payroll exceeds t. Returns what the attacker sees apart
-    from noise: the exception (if any) and the non-noisy columns."""
+    """One probe of the old attack.
+
+    A derived measure that is huge (budget variant) or NaN (NaN variant) when the target's payroll
+    exceeds t. Returns what the attacker sees apart from noise: the exception (if any) and the
+    non-noisy columns.
+    """
     target = pl.col("estab") == 0
     if variant == "budget":
         probe = pl.when(target & (pl.col("payroll") > t)).then(1e12).otherwise(0.0)
@@ -196,8 +201,11 @@ def _true_totals(df: pl.DataFrame, **kw: Any) -> Any:
 
 
 def test_cell_totals_are_exact_and_independent_of_row_order():
-    """The float-sum distinguisher: 2**60, 1, -2**60 sum to 1 exactly in any order (float64
-    sums gave 0 or 1 by order), and a record of 1e-300 (charged nothing) moves nothing."""
+    """The float-sum distinguisher.
+
+    2**60, 1, -2**60 sum to 1 exactly in any order (float64 sums gave 0 or 1 by order), and a record
+    of 1e-300 (charged nothing) moves nothing.
+    """
     vals = [2.0**60, 1.0, -(2.0**60), 1e-300, 0.25]
     rng = np.random.default_rng(3)
     seen = set()
@@ -246,9 +254,11 @@ def test_charged_sensitivity_covers_what_the_total_moves():
 # -- the filter: no unit is ever charged past its budget ---------------------------------------
 @pytest.mark.parametrize("budget", [2.0, {1.0: 0.5, 1e4: 3.0, 1e8: 9.0}], ids=["constant", "curve"])
 def test_no_unit_is_ever_charged_past_its_budget(budget):
-    """Random adaptive sequences of sums and counts over random firms: after every query, each
-    unit's total (constant) or per-currency spend (curve, at its size there) is within its
-    limit, recomputed here from the per-query columns of the report."""
+    """Random adaptive sequences of sums and counts over random firms.
+
+    After every query, each unit's total (constant) or per-currency spend (curve, at its size there)
+    is within its limit, recomputed here from the per-query columns of the report.
+    """
     rng = np.random.default_rng(11)
     b = tabdp.Budget(budget)
     s = tabdp.Session(unit="firm", seed=1, budget=budget)

@@ -609,7 +609,7 @@ def _tail(law: NoiseDistribution, m: float) -> Any:
 
 @pytest.mark.parametrize("law", ERROR_CASES, ids=repr)
 def test_float_quantile_bounds_contain_the_exact_quantile(law: NoiseDistribution) -> None:
-    """lo <= m(u) <= hi  ⟺  T(lo) >= u >= T(hi) (T decreasing), T in 170-bit mpmath."""
+    """Checked as lo <= m(u) <= hi  ⟺  T(lo) >= u >= T(hi) (T decreasing), T in 170-bit mpmath."""
     mad = float(law._abs_isf(np.asarray([0.5]))[0])
     with np.errstate(all="ignore"):
         lo, hi = law._isf_bounds(U_POINTS, U_POINTS)
@@ -991,8 +991,11 @@ def test_symmetric_stable_dense_sweep(alpha: float) -> None:
 
 @pytest.mark.parametrize("law", [Gaussian(2.0 ** -1070), Laplace(2.0 ** -1070), Gaussian(1e-300)])
 def test_subnormal_noise_scales_are_refused(law: Any) -> None:
-    """The fast path's budgets are relative: a law at a subnormal scale (with a huge per-cell
-    scale) released wrong indices before this was refused."""
+    """The fast path's budgets are relative.
+
+    A law at a subnormal scale (with a huge per-cell scale) released wrong indices before this was
+    refused.
+    """
     with pytest.raises(InvalidParameterError, match="2\\*\\*-960"):
         round_noisy(law, np.full(4, 1e-21), RelativeGrid(24), RandomSource(seed=1),
                     scale=np.full(4, 2.0 ** 1000))
@@ -1013,7 +1016,7 @@ def test_tiny_per_cell_scales_are_decided_exactly(law: Any) -> None:
 
 
 def test_noiseless_exact_tie_goes_to_the_lower_point_and_terminates() -> None:
-    """scale 0 with an exact centre on a breakpoint used to double the precision forever."""
+    """A scale of 0 with an exact centre on a breakpoint used to double the precision forever."""
     out = round_noisy(Gaussian(1.0), [2.5], 1.0, RandomSource(seed=0), scale=[0.0],
                       center_error=[1e-15], exact_center=lambda i, mp: mp.mpf(5) / 2)
     assert out.values.tolist() == [2.0]
@@ -1035,8 +1038,11 @@ def test_fallback_counts_are_not_in_the_public_summary() -> None:
 
 
 def test_exact_path_never_builds_huge_fractions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A grid far coarser than the noise used to make the exact path build Fractions of
-    exp(-h**2/2) for h of thousands of sigmas (seconds and hundreds of MB per cell)."""
+    """The exact path no longer builds Fractions of exp(-h**2/2) for h of thousands of sigmas.
+
+    A grid far coarser than the noise used to make it do so (seconds and hundreds of MB per
+    cell).
+    """
     seen: list[int] = []
     real = exact._frac_of_mpf
 

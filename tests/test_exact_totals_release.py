@@ -20,8 +20,8 @@ import pytest
 
 import tabdp.mechanisms as mech
 from tabdp.mechanisms import ExactTotals
-from tabdp.noise.exact import UniformGrid, round_noisy
 from tabdp.noise import Laplace as LaplaceNoise
+from tabdp.noise.exact import UniformGrid, round_noisy
 from tabdp.rng import RandomSource
 
 _TWO63 = 1 << 63
@@ -64,8 +64,10 @@ def _ideal_index(grid: UniformGrid, x_lo: Any, x_hi: Any, mp: Any) -> int | None
 
 def _near_breakpoint_totals(noise: Any, words: np.ndarray, grid: UniformGrid, scale: float,
                             f: Callable[[Any, Any, bool], Any], base: int) -> list[int]:
-    """Integer totals near ``base`` whose exact and float64 values fall on opposite sides of a
-    grid breakpoint (for the cell's own noise): a release at fl(T) would round wrongly."""
+    """Integer totals near ``base`` whose exact and float64 values straddle a grid breakpoint.
+
+    The breakpoint is for the cell's own noise: a release at fl(T) would round wrongly.
+    """
     out = []
     with mpmath.workprec(300):
         mp = mpmath.mp

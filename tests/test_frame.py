@@ -326,8 +326,11 @@ def test_string_keys_that_do_not_convert_to_integer_keys(make_frame, snapshot, d
 
 
 def test_fractional_float_keys_are_not_truncated_into_integer_cells(make_frame, to_pl):
-    """A row keyed 1.5 is not in cell 1: it falls outside the key set (a data-free rule: the
-    comparison dtype comes from the schemas; refusing would reveal the value)."""
+    """A row keyed 1.5 is not in cell 1.
+
+    It falls outside the key set (a data-free rule: the comparison dtype comes from the schemas;
+    refusing would reveal the value).
+    """
     ks = tabdp.KeySet.from_dict(c=[1, 2])
     s = tabdp.Session(seed=12)
     o = to_pl(make_frame({"c": [1.5, 2.0], "x": [10.0, 20.0]}).dp.sum(

@@ -28,14 +28,14 @@ from scipy import stats
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame._quantiles import SS_FLOOR, floored_smooth_sensitivity, quantile_release
+from tabdp.mechanisms._base import pure_to_zcdp
 from tabdp.mechanisms.smooth import (
     LOG_SCALE_GRID,
     SmoothSensitivityRelease,
     scale_adjusted_halfwidth,
 )
-from tabdp.mechanisms._base import pure_to_zcdp
-from tabdp.noise._base import NoiseDistribution
 from tabdp.noise import Laplace, exact
+from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.exact import RelativeGrid, round_noisy
 from tabdp.rng import RandomSource
 from tabdp.sensitivity import group_sort, smooth_sensitivity_quantile
@@ -86,7 +86,7 @@ def true_quantile(values: list[float], q: float, bounds=BOUNDS) -> float:
 
 
 def brute_ss(values: list[float], q: float, gamma: float, bounds=BOUNDS) -> float:
-    """max over padded pairs a <= m <= b of (x_b − x_a)·e^{−γ(b−a−1)} (x_0 = lo, x_{n+1} = hi)."""
+    """Max over padded pairs a <= m <= b of (x_b − x_a)·e^{−γ(b−a−1)} (x_0 = lo, x_{n+1} = hi)."""
     lo, hi = bounds
     x = sorted(min(max(v, lo), hi) for v in values)
     n, m = len(x), rank(len(x), q)
@@ -132,8 +132,10 @@ def set_noise(monkeypatch):
 
 
 def reference(rel, truth, ss, seed, level=0.9):
-    """Reproduce a release from its seed: the value draws, then ln SS + Laplace(b) on the log
-    grid; returns (estimate, sd, moe) computed only from those two draws."""
+    """Reproduce a release from its seed: the value draws, then ln SS + Laplace(b) on the log grid.
+
+    Returns (estimate, sd, moe) computed only from those two draws.
+    """
     src = RandomSource(seed)
     truth = np.asarray(truth, dtype=np.float64)
     ss = np.asarray(ss, dtype=np.float64)
@@ -519,8 +521,10 @@ def test_polyplace_gamma_above_half_epsilon_has_infinite_sd(make_frame, to_pl):
 
 
 def test_laplace_left_out_by_a_budget(make_frame, to_pl):
-    """Laplace smooth sensitivity is approximate DP only (rho = inf): a finite budget leaves
-    every unit out (individual filter); the query still runs."""
+    """Laplace smooth sensitivity is approximate DP only (rho = inf).
+
+    A finite budget leaves every unit out (individual filter); the query still runs.
+    """
     s = tabdp.Session(seed=10, budget=100.0)
     out = to_pl(_median(make_frame(DATA), s, noise="laplace"))
     assert out.height == len(KEYS)
@@ -850,8 +854,11 @@ def _neighbour_frames(n_cells: int):
 
 
 def test_secure_runs_publish_different_uncertainty():
-    """The attack of issue 13: with SS × a constant, secure runs on D published identical sd and
-    moe, and an empty cell's sd was exactly (hi − lo)·std(Z). Now they are drawn."""
+    """The attack of issue 13.
+
+    With SS × a constant, secure runs on D published identical sd and moe, and an empty cell's sd
+    was exactly (hi − lo)·std(Z). Now they are drawn.
+    """
     d, d2, ks = _neighbour_frames(50)
     outs = [d.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
                         session=tabdp.Session()) for _ in range(2)]
@@ -865,10 +872,12 @@ def test_secure_runs_publish_different_uncertainty():
 
 
 def test_published_sd_on_neighbours_is_laplace_on_log_scale_within_eps2():
-    """D and D plus one record per cell (non-empty and empty cells): the published ln sd is
-    ln std(Z) + ln SS + Laplace(b) on each (KS + power), the centres differ by at most γ (SS from
-    the release's own function), and the exact log probability ratio of every published value
-    under the two datasets is at most ε₂."""
+    """D and D plus one record per cell (non-empty and empty cells).
+
+    The published ln sd is ln std(Z) + ln SS + Laplace(b) on each (KS + power), the centres differ
+    by at most γ (SS from the release's own function), and the exact log probability ratio of every
+    published value under the two datasets is at most ε₂.
+    """
     n = 3000
     d, d2, ks = _neighbour_frames(n)
     rel = SmoothSensitivityRelease("polyplace", 1.0)
@@ -900,7 +909,7 @@ def test_published_sd_on_neighbours_is_laplace_on_log_scale_within_eps2():
 
 
 def _cell_logprob(k, c, b):
-    """log P(round(c + Laplace(b)) = k·grid) on the log-scale grid, per cell."""
+    """Natural log of P(round(c + Laplace(b)) = k·grid) on the log-scale grid, per cell."""
     gstep = LOG_SCALE_GRID
     lo, hi = (k - 0.5) * gstep - c, (k + 0.5) * gstep - c
     out = np.empty(k.shape)
@@ -928,10 +937,12 @@ class warnings_as_errors:  # noqa: N801
 
 
 def test_grid_fineness_never_depends_on_the_data(make_frame):
-    """A uniform grid is never refused because of the data: beyond 2**40 steps the public grid
-    keeps 40 significant bits (exact-rounding.md §5), so a grid far finer than the bounds' size
-    is accepted on every dataset (before, the check read max|q| and SS: a refusal depended on
-    the data)."""
+    """A uniform grid is never refused because of the data.
+
+    Beyond 2**40 steps the public grid keeps 40 significant bits (exact-rounding.md §5), so a grid
+    far finer than the bounds' size is accepted on every dataset (before, the check read max|q| and
+    SS: a refusal depended on the data).
+    """
     rel = SmoothSensitivityRelease("polyplace", 1.0)
     bounds = (0.0, 1e6)
     mag = exact.grid_magnitude(rel.value.unit, np.array([1e6]), np.array([1e6]))

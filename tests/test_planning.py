@@ -1,6 +1,7 @@
-"""Planning from public inputs (issue 16): target curves met on a dense grid, forecasts of flagged
-and negative shares checked against simulated releases, family choice, frontier, budget split,
-usability warnings.
+"""Planning from public inputs (issue 16).
+
+Target curves met on a dense grid, forecasts of flagged and negative shares checked against
+simulated releases, family choice, frontier, budget split, usability warnings.
 
 Statistical checks: fixed seeds; a forecast is rejected when the simulated count of flagged
 (negative) cells differs from the forecast expectation by more than 5 standard errors
@@ -277,8 +278,11 @@ def test_spec_checks_flag_the_old_demo_configuration() -> None:
 
 
 def test_accessor_warnings_come_from_the_arguments_only() -> None:
-    """``df.dp.*`` warns about an unusable mechanism before reading data: the same warnings for
-    neighbouring datasets, for an empty frame, and for a frame the release then refuses."""
+    """``df.dp.*`` warns about an unusable mechanism before reading data.
+
+    The same warnings for neighbouring datasets, for an empty frame, and for a frame the release
+    then refuses.
+    """
     import polars as pl
 
     import tabdp

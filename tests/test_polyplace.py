@@ -46,7 +46,7 @@ def tail_integral(pp: PolyPlace, x0: float, power: int = 0) -> float:
         return x**power * float(pp.pdf(x))
 
     total = 0.0
-    for lo, hi in zip(pts[:-1], pts[1:]):
+    for lo, hi in zip(pts[:-1], pts[1:], strict=True):
         total += integrate.quad(f, lo, hi, epsabs=0.0, epsrel=1e-13, limit=200)[0]
     total += integrate.quad(f, pts[-1], np.inf, epsabs=0.0, epsrel=1e-13, limit=400)[0]
     return total

@@ -66,8 +66,10 @@ def test_clamp_publishes_zero_and_flags() -> None:
 
 
 def test_exact_interval_passed_through_and_rounded_outward() -> None:
-    """m_lower/m_upper (asymmetric, from a transformation mechanism) are published as given;
-    a rounding unit moves lower down and upper up, so the interval only grows."""
+    """m_lower/m_upper (asymmetric, from a transformation mechanism) are published as given.
+
+    A rounding unit moves lower down and upper up, so the interval only grows.
+    """
     w = pl.DataFrame({"c": ["a", "b"], "x": [1234.0, 55.0], "x_sd": [100.0, 30.0],
                       "x_moe": [150.0, 40.0], "x_lower": [1100.0, 21.0],
                       "x_upper": [1400.0, 101.0]})

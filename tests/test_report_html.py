@@ -294,8 +294,11 @@ def test_plan_page(sample: dict[str, Any]) -> None:
 
 
 def test_plain_words_forecast_and_warnings(sample: dict[str, Any]) -> None:
-    """Issue 16: the guarantee in words, the forecast of flagged/negative cells, configuration
-    warnings (plan) and the share of publishable cells (release) have their own sections."""
+    """Issue 16.
+
+    The guarantee in words, the forecast of flagged/negative cells, configuration warnings (plan)
+    and the share of publishable cells (release) have their own sections.
+    """
     summ = copy.deepcopy(sample["summary"])
     summ["guarantee_in_words"] = ["a unit of size 1,000 loses at most rho = 0.5 over <all>"]
     summ["usability_issues"] = [{"path": "tables[0].mechanism", "message": "floor <0.307>"}]

@@ -33,8 +33,10 @@ def _row_mode_probe(df: pl.DataFrame, derive) -> str:
 
 
 def test_author_mode_row_binding_is_no_clip_oracle() -> None:
-    """Fixed: an author-mode session is bound to one frame object; any other frame is refused
-    by identity, whatever its data."""
+    """Fixed: an author-mode session is bound to one frame object.
+
+    Any other frame is refused by identity, whatever its data.
+    """
     d = pl.DataFrame({"c": ["a"] * 5, "x": [10.0, 20.0, 30.0, 40.0, 50.0]})
     d_plus = pl.concat([d, pl.DataFrame({"c": ["a"], "x": [1e6]})])  # one more establishment
 
@@ -89,8 +91,11 @@ def test_row_mode_per_record_report_follows_records() -> None:
 
 # -- 3. Unit mode: unit ids come from the caller's frame ----------------------------------------
 def test_author_mode_budget_survives_relabelled_ids() -> None:
-    """Fixed: an author-mode session releases only its bound frame (by identity), so ids cannot
-    be relabelled between releases; the second release of the bound frame is filtered."""
+    """Fixed.
+
+    An author-mode session releases only its bound frame (by identity), so ids cannot be relabelled
+    between releases; the second release of the bound frame is filtered.
+    """
     df = pl.DataFrame({"id": [1, 2], "c": ["a", "a"], "x": [1.0, 0.1]})
     budget = 0.6
     s = tabdp.Session(unit="id", mode="author", budget=budget, seed=1, data=df)
@@ -322,8 +327,11 @@ def test_bounded_curve_holds_for_every_unit() -> None:
 
 # -- 10. Curve budgets: currencies are named by the caller ---------------------------------------
 def test_curve_budget_bounds_total_loss_under_renamed_measures() -> None:
-    """A curve bounds each currency; Budget(curve, total=...) also bounds the total over all
-    currencies (here the renamed copies x0..x3 of one column)."""
+    """A curve bounds each currency.
+
+    Budget(curve, total=...) also bounds the total over all currencies (here the renamed copies
+    x0..x3 of one column).
+    """
     df = pl.DataFrame({"id": [1], "c": ["a"], "x": [1.0]})
     limit = 0.6  # flat curve: every size gets 0.6; one release costs 0.5
     s = tabdp.Session(unit="id", budget=tabdp.Budget({1.0: limit, 1e9: limit}, total=limit),
@@ -335,9 +343,11 @@ def test_curve_budget_bounds_total_loss_under_renamed_measures() -> None:
 
 
 def test_row_mode_binds_the_columns_read_and_rechecks_them() -> None:
-    """Row mode fingerprints only the columns releases read; each release re-checks all bound
-    columns, so exchanging rows that differ only in an unread column misattributes nothing,
-    while a reorder visible in any bound column is refused."""
+    """Row mode fingerprints the columns releases read, and re-checks all bound columns.
+
+    Exchanging rows that differ only in an unread column misattributes nothing, while a
+    reorder visible in any bound column is refused.
+    """
     df = pl.DataFrame({"c": ["a", "a", "a"], "x": [2.0, 2.0, 0.5], "w": [9.0, 1.0, 1.0],
                        "note": ["p", "q", "r"]})
     s = tabdp.Session(seed=1)

@@ -39,8 +39,11 @@ def test_in_place_change_of_a_polars_frame_is_not_served_from_the_cache():
 
 @pytest.mark.parametrize("change", ["value", "key", "sort", "filter"])
 def test_row_mode_refuses_a_frame_that_is_not_row_for_row_the_sessions(change):
-    """Row mode accounts by row id: an in-place change, a sort or a filter between releases
-    would charge one record's loss to another; refused before any noise (issue 13)."""
+    """Row mode accounts by row id.
+
+    An in-place change, a sort or a filter between releases would charge one record's loss to
+    another; refused before any noise (issue 13).
+    """
     df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]})
     s = tabdp.Session(seed=0)
     df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
@@ -64,9 +67,12 @@ def test_row_mode_refuses_a_frame_that_is_not_row_for_row_the_sessions(change):
 
 
 def test_row_mode_sort_then_release_charges_by_record_not_position():
-    """The attack of issue 13: df then df.sort(...) in one session charged each position the
-    loss of whatever record sat there. Now the second release is refused; with unit= the
-    losses follow the records, checked against a brute-force per-record loss."""
+    """The attack of issue 13.
+
+    df then df.sort(...) in one session charged each position the loss of whatever record sat there.
+    Now the second release is refused; with unit= the losses follow the records, checked against a
+    brute-force per-record loss.
+    """
     df = pl.DataFrame({"id": [1, 2, 3], "c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]})
     g = mech.Gaussian(sigma=1e3)
     s = tabdp.Session(unit="id", seed=0)
@@ -93,9 +99,11 @@ def _shifty_lazy_frame() -> pl.LazyFrame:
 
 @pytest.mark.parametrize("kind", ["sum", "count"])
 def test_lazy_frame_is_evaluated_once_per_release(kind):
-    """One snapshot per release: validation, aggregation and accounting see the same rows, so
-    a plan that changes between evaluations cannot split them; a later release of it over other
-    rows is refused in row mode."""
+    """One snapshot per release.
+
+    Validation, aggregation and accounting see the same rows, so a plan that changes between
+    evaluations cannot split them; a later release of it over other rows is refused in row mode.
+    """
     s = tabdp.Session(seed=0)
     lf = _shifty_lazy_frame()
     if kind == "sum":

@@ -335,9 +335,11 @@ def test_constant_budget_leaves_units_out_of_the_second_query(make_frame):
 
 
 def test_units_left_out_contribute_nothing_to_the_totals(make_frame):
-    """Rows with |x| = 3 and 4 would pay 9/8 and 2 > 1.0: they are dropped from their cells,
-    the rest is released, and the output is exactly that of the data without them (same seed,
-    same noise)."""
+    """Rows with |x| = 3 and 4 would pay 9/8 and 2 > 1.0.
+
+    They are dropped from their cells, the rest is released, and the output is exactly that of the
+    data without them (same seed, same noise).
+    """
     s = tabdp.Session(seed=13, budget=1.0)
     out = _pl(make_frame(ROWS).dp.sum("x", by="c", keys=KEYS,
                                       mechanism=mech.Gaussian(sigma=2.0), session=s))
@@ -379,8 +381,11 @@ def test_curve_budget_allows_large_units_more(make_frame):
 
 
 def test_curve_budgets_never_mix_currencies(make_frame):
-    """A count charges rows, a sum dollars: each against its own curve and size, so the order
-    of the queries does not change which units are left out."""
+    """A count charges rows, a sum dollars.
+
+    Each against its own curve and size, so the order of the queries does not change which units are
+    left out.
+    """
     data = {"c": ["a", "a", "b"], "x": [2e6, 10.0, 3.0]}
     curve = {1.0: 0.5, 1e7: 20.0}
     g = mech.Gaussian(sigma=math.sqrt(1e12 / 2))  # rho(1e6) = 1

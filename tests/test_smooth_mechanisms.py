@@ -77,10 +77,10 @@ def test_closed_forms_and_optimality_of_shapes(eps: float, gamma: float) -> None
 
 def test_baseline_variances_by_integration() -> None:
     for law in (StudentT(3.5, 1.3), GeneralizedCauchy(4.2, 0.7)):
-        num = 2 * integrate.quad(lambda x: x * x * float(law.pdf(x)), 0, np.inf,
+        num = 2 * integrate.quad(lambda x, law=law: x * x * float(law.pdf(x)), 0, np.inf,
                                  epsabs=0, epsrel=1e-11, limit=400)[0]
         assert law.variance() == pytest.approx(num, rel=1e-7)
-        tot = 2 * integrate.quad(lambda x: float(law.pdf(x)), 0, np.inf, epsabs=0,
+        tot = 2 * integrate.quad(lambda x, law=law: float(law.pdf(x)), 0, np.inf, epsabs=0,
                                  epsrel=1e-12)[0]
         assert tot == pytest.approx(1.0, abs=1e-10)
 
@@ -164,7 +164,7 @@ def hockey_stick_laplace(b: float, b2: float, dq: float, eps: float) -> float:
     knots = sorted({0.0, dq})
     pts = [-math.inf, *knots, math.inf]
     cuts = []
-    for lo, hi in zip(pts[:-1], pts[1:]):   # log ratio is linear on each piece
+    for lo, hi in zip(pts[:-1], pts[1:], strict=True):   # log ratio is linear on each piece
         a = max(lo, -1e6) if lo == -math.inf else lo
         z = min(hi, 1e6) if hi == math.inf else hi
         if a == z:
@@ -176,7 +176,7 @@ def hockey_stick_laplace(b: float, b2: float, dq: float, eps: float) -> float:
     grid = sorted({*knots, *cuts})
     edges = [-math.inf, *grid, math.inf]
     total = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         total += integrate.quad(
             lambda x: max(0.0, math.exp(logp(x)) - math.exp(eps + logp2(x))), lo, hi,
             epsabs=1e-18, epsrel=1e-10, limit=200)[0]
@@ -333,8 +333,10 @@ def test_default_gamma_rules() -> None:
 
 # -- the private noise scale (issue 13: nothing published is computed from SS) --------------------
 def _laplace_cell_logprob(k: np.ndarray, c: float, b: float, g: float) -> np.ndarray:
-    """log P(round_g(c + Laplace(b)) = k·g), exactly (no 1 − cdf cancellation): the mass of
-    [(k − ½)g, (k + ½)g] under the Laplace density centred at c."""
+    """Natural log of P(round_g(c + Laplace(b)) = k·g), exactly (no 1 − cdf cancellation).
+
+    The mass of [(k − ½)g, (k + ½)g] under the Laplace density centred at c.
+    """
     lo = (k - 0.5) * g - c
     hi = (k + 0.5) * g - c
     out = np.empty(k.shape)
@@ -351,8 +353,11 @@ def _laplace_cell_logprob(k: np.ndarray, c: float, b: float, g: float) -> np.nda
 @pytest.mark.parametrize("q,eps,share", [(0.5, 1.0, None), (0.9, 1.0, 0.25), (0.5, 0.3, None),
                                          (0.1, 2.0, 0.6)])
 def test_log_scale_release_is_eps2_dp_on_real_neighbours(q, eps, share) -> None:
-    """The noisy ln SS is ε₂-DP: exact log probability ratios of its rounded outputs on real
-    add/remove neighbours (empty cells included), SS from the release's own function."""
+    """The noisy ln SS is ε₂-DP.
+
+    Exact log probability ratios of its rounded outputs on real add/remove neighbours (empty cells
+    included), SS from the release's own function.
+    """
     from tabdp.frame._quantiles import floored_smooth_sensitivity
     from tabdp.mechanisms.smooth import LOG_SCALE_GRID, SmoothSensitivityRelease
 

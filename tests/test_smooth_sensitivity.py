@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -35,7 +35,7 @@ QS = [0.5, 0.25, 0.9, 0.0, 1.0]
 
 
 # -- brute force --------------------------------------------------------------------------------
-@lru_cache(maxsize=None)
+@cache
 def multiset_graph(n: int, levels: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """All multisets of size n over {0..levels−1} and their replacement distances (BFS)."""
     nodes = list(itertools.combinations_with_replacement(range(levels), n))

@@ -69,7 +69,7 @@ def mean_estimator(k: int, sigma: float, a: float):
 
 
 def f_ext(m: TransformationMechanism, x):
-    """f extended to ℝ (inverse of the median estimator plus a), to recover ṽ from releases."""
+    """The map f extended to ℝ (inverse of the median estimator plus a), to recover ṽ."""
     x = np.asarray(x, dtype=np.float64)
     if isinstance(m, LogTransform):
         return np.log(x)
@@ -169,7 +169,6 @@ def test_policy_extreme_inputs_stay_finite_and_accurate():
 # ------------------------------------------------------------------------------------------------
 def renyi_gaussians(mu1: float, mu2: float, sigma: float, alpha: float) -> float:
     """D_α(N(μ1, σ²) ‖ N(μ2, σ²)) by quadrature: (α−1)⁻¹ ln ∫ p^α q^(1−α)."""
-
     c = math.log(sigma) + 0.5 * math.log(2.0 * math.pi)
 
     def log_integrand(x):
@@ -257,8 +256,9 @@ def test_median_estimator_is_median_unbiased(m):
         v = float(m.transform([q])[0])
         assert float(m.median_estimate([v])[0]) == pytest.approx(q, rel=1e-12, abs=1e-12)
         # P(g(v + σZ) <= q) by quadrature: locate the crossing, integrate the density up to it
-        z_star = optimize.brentq(lambda z: float(m.median_estimate([v + m.sigma * z])[0]) - q,
-                                 -10.0, 10.0, xtol=1e-14)
+        z_star = optimize.brentq(
+            lambda z, v=v, q=q: float(m.median_estimate([v + m.sigma * z])[0]) - q,
+            -10.0, 10.0, xtol=1e-14)
         p = integrate.quad(stats.norm.pdf, -np.inf, z_star)[0]
         assert p == pytest.approx(0.5, abs=1e-10)
         assert ndtr(z_star) == pytest.approx(0.5, abs=1e-10)

@@ -474,7 +474,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                          if c not in cached["measures"] or c in measures]
             counts = {k: v for k, v in snap.counts.items()
                       if k.split(":", 1)[-1] in measures or k.startswith("null:")}
-            fps = dict(snap.fingerprints)
+            fps: dict[str, int] = dict(snap.fingerprints)
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row)
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
@@ -483,7 +483,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
         if names else {}
-    fps: dict[str, int] = {}
+    fps = {}
     per_row = unit is None
     if unit is None:
         fp_cols = [c for c in data.columns if c.startswith("fp:")]
@@ -510,8 +510,10 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
-    """Whether a Polars DataFrame still holds the data it held when its snapshot was taken
-    (``None``: a LazyFrame, whose plan cannot be modified)."""
+    """Whether a Polars DataFrame still holds the data it held when its snapshot was taken.
+
+    ``columns`` is ``None`` for a LazyFrame, whose plan cannot be modified.
+    """
     if columns is None:
         return True
     try:
@@ -723,8 +725,9 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
-    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and
-    size (its largest contribution over the release's currencies).
+    """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
+
+    The size of a (unit, cell) row is its largest contribution over the release's currencies.
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
     mode they are summed per unit (sizes: the largest contribution) in one group-by.
@@ -796,8 +799,11 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
 
 def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray
                 ) -> pl.DataFrame:
-    """Per released cell with data: the largest loss of one unit there (``worst_rho``), the
-    largest contribution (``worst_size``) and the number of contributing units (``units``)."""
+    """Per released cell with data: the worst unit loss and size, and the number of units.
+
+    Columns: the largest loss of one unit there (``worst_rho``), the largest contribution
+    (``worst_size``) and the number of contributing units (``units``).
+    """
     frame = inside.select(by).with_columns(worst_rho=pl.Series(rho, dtype=pl.Float64),
                                            worst_size=pl.Series(size, dtype=pl.Float64))
     aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),
@@ -811,7 +817,7 @@ def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.n
 
 # -- the release ------------------------------------------------------------------------------
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
-                    by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
+                    by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism | None,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
                     nulls: str = "error", name: str | None = None, grid: Any = None,
                     negatives: str | None = None, max_cells: int | None = None,
@@ -827,7 +833,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         measures: Columns to sum (ignored for counts).
         by: Group-by columns (exactly the key set's columns).
         keys: The public key set.
-        mechanism: The mechanism.
+        mechanism: The mechanism (``None``: the default count mechanism; sums need one).
         session: Session to record in (default: a fresh one, see :func:`tabdp.last_session`).
         level: Confidence level of the margins of error.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
@@ -863,6 +869,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     if kind == "count":
         mechanism = count_mechanism(mechanism, grid)
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
+    assert mechanism is not None  # _check_args refuses anything but a Mechanism
     # Usability warnings: public parameters only, before any data is read.
     from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
 

@@ -135,7 +135,8 @@ class GroupPrivacyPolicy:
         self.mechanism = mechanism
         self.pure = mechanism.pure
         #: Per-row δ of the approximate-DP accounting (Laplace noise only).
-        self.dp_delta: float | None = None if mechanism.pure else float(mechanism.delta)
+        self.dp_delta: float | None = (None if mechanism.pure or mechanism.delta is None
+                                       else float(mechanism.delta))
 
     def _k(self, delta: Any) -> np.ndarray:
         return np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
@@ -373,8 +374,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     outside = int(data[_CELL].is_null().sum())
     inside = data.filter(pl.col(_CELL).is_not_null())
 
-    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group privacy), then the
-    # session's budget as an individual filter (units left out are dropped from their cells).
+    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group privacy), then
+    # the session's budget as an individual filter (units left out are dropped from their cells).
     policy = GroupPrivacyPolicy(mechanism)
     approx = policy.dp_delta is not None
     pairs = inside.group_by(uid, _CELL, maintain_order=True).len()

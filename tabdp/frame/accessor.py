@@ -41,6 +41,7 @@ class DPAccessor:
     """
 
     def __init__(self, frame: Any) -> None:
+        """Wrap a pandas, Polars or narwhals-compatible ``frame`` (done by ``frame.dp``)."""
         self._frame = frame
 
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,

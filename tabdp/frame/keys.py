@@ -69,8 +69,12 @@ class KeySet:
 
     def __init__(self, frame: pl.DataFrame, *, from_data: bool = False,
                  source: str = "frame", domains: list[pl.Series] | None = None) -> None:
+        """Wrap an already deduplicated key ``frame``; use the ``from_*`` constructors instead."""
         self._df = frame
-        self.from_data = from_data
+        self._from_data = from_data
+        # Public flag read as ``ks.from_data``: on an instance it shadows the classmethod of the
+        # same name, which the type system cannot express; internal code reads ``_from_data``.
+        self.from_data = from_data  # type: ignore[method-assign, assignment]
         self.source = source
         # For full cross products: the domain of each column, in column order; row i of the
         # frame is the mixed-radix number of its codes (first column slowest). Lets releases
@@ -100,27 +104,30 @@ class KeySet:
         items = dict(domains or {})
         overlap = set(items) & set(kwargs)
         if overlap:
-            raise InvalidParameterError(f"KeySet.from_dict: column(s) {sorted(overlap)} given twice.")
+            raise InvalidParameterError(
+                f"KeySet.from_dict: column(s) {sorted(overlap)} given twice.")
         items.update(kwargs)
         if not items:
             raise InvalidParameterError(
                 "KeySet.from_dict needs at least one column domain; got none.\n"
                 "Hint: KeySet.from_dict({'county': counties, 'naics': sectors}).")
-        domains: list[pl.Series] = []
+        columns: list[pl.Series] = []
         for name, values in items.items():
             if not isinstance(name, str):
-                raise InvalidParameterError(f"KeySet.from_dict: column names must be str; got {name!r}.")
+                raise InvalidParameterError(
+                    f"KeySet.from_dict: column names must be str; got {name!r}.")
             if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
                 raise InvalidParameterError(
                     f"KeySet.from_dict: the domain of {name!r} must be a list of values; got "
                     f"{type(values).__name__}.\nHint: wrap a single value in a list: [{values!r}].")
-            series = values if isinstance(values, pl.Series) else pl.Series(name, list(values), strict=False)
+            series = (values if isinstance(values, pl.Series)
+                      else pl.Series(name, list(values), strict=False))
             if len(series) == 0:
                 raise InvalidParameterError(
                     f"KeySet.from_dict: the domain of {name!r} is empty, so the key set would "
                     "have no cells.\nHint: give at least one value per column.")
-            domains.append(series.alias(name).unique(maintain_order=True))
-        return cls(_cross(domains), source="domains", domains=domains)
+            columns.append(series.alias(name).unique(maintain_order=True))
+        return cls(_cross(columns), source="domains", domains=columns)
 
 
     @classmethod
@@ -137,7 +144,8 @@ class KeySet:
 
         Example:
             >>> import polars as pl
-            >>> KeySet.from_frame(pl.DataFrame({"s": ["01", "01"], "c": ["01001", "01001"]})).to_polars().height
+            >>> frame = pl.DataFrame({"s": ["01", "01"], "c": ["01001", "01001"]})
+            >>> KeySet.from_frame(frame).to_polars().height
             1
         """
         df = _to_polars(frame, "KeySet.from_frame")
@@ -145,7 +153,8 @@ class KeySet:
             missing = [c for c in columns if c not in df.columns]
             if missing:
                 raise ColumnNotFoundError(
-                    f"KeySet.from_frame: column(s) {missing} not in the frame; it has {df.columns}.")
+                    f"KeySet.from_frame: column(s) {missing} not in the frame; "
+                    f"it has {df.columns}.")
             df = df.select(list(columns))
         if df.width == 0:
             raise InvalidParameterError("KeySet.from_frame: the frame has no columns.")
@@ -206,7 +215,7 @@ class KeySet:
         domains = (self._domains + other._domains
                    if self._domains is not None and other._domains is not None else None)
         frame = _cross(domains) if domains is not None else self._df.join(other._df, how="cross")
-        return KeySet(frame, from_data=self.from_data or other.from_data, source="product",
+        return KeySet(frame, from_data=self._from_data or other._from_data, source="product",
                       domains=domains)
 
     def project(self, columns: Sequence[str]) -> KeySet:
@@ -225,10 +234,10 @@ class KeySet:
         self._check_columns(columns, "KeySet.project")
         if self._domains is not None:
             doms = [d for c in columns for d in self._domains if d.name == c]
-            return KeySet(_cross(doms), from_data=self.from_data, source=self.source,
+            return KeySet(_cross(doms), from_data=self._from_data, source=self.source,
                           domains=doms)
         return KeySet(self._df.select(list(columns)).unique(maintain_order=True),
-                      from_data=self.from_data, source=self.source)
+                      from_data=self._from_data, source=self.source)
 
     def cell_index(self, frame: pl.DataFrame) -> np.ndarray:
         """Position in this key set of each row's key (−1 for keys outside it).
@@ -313,18 +322,21 @@ class KeySet:
             2
         """
         return {"columns": self.columns, "size": len(self), "source": self.source,
-                "keys_from_data": self.from_data}
+                "keys_from_data": self._from_data}
 
     def __len__(self) -> int:
+        """Number of key combinations (cells)."""
         return self._df.height
 
     def __eq__(self, other: object) -> bool:
+        """Same columns, dtypes and rows in the same order."""
         return isinstance(other, KeySet) and self._df.equals(other._df)
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        flag = ", from_data=True" if self.from_data else ""
+        """Columns and size only: the keys themselves may be long."""
+        flag = ", from_data=True" if self._from_data else ""
         return f"KeySet(columns={self.columns}, size={len(self)}{flag})"
 
     def _check_columns(self, columns: Sequence[str], what: str) -> None:

@@ -20,7 +20,8 @@ from tabdp.mechanisms.additive import (
     Laplace,
     UnitSplitting,
 )
-from tabdp.mechanisms.transformation import LogTransform, RootTransform, TransformationMechanism
+from tabdp.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
+from tabdp.mechanisms.logconcave import Logistic, Subbotin, VectorSubbotin
 from tabdp.mechanisms.smooth import (
     NOISE_FAMILIES,
     SmoothSensitivityMechanism,
@@ -29,14 +30,14 @@ from tabdp.mechanisms.smooth import (
     default_gamma,
     gamma_limit,
     optimal_shape,
-    std_per_unit_ss,
     split_epsilon,
+    std_per_unit_ss,
     std_vs_gamma,
     unit_noise,
 )
-from tabdp.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
-from tabdp.mechanisms.logconcave import Logistic, Subbotin, VectorSubbotin
 from tabdp.mechanisms.stable import SymmetricStable, sum_gamma
+from tabdp.mechanisms.transformation import LogTransform, RootTransform, TransformationMechanism
+from tabdp.noise.polyplace import PolyPlace
 from tabdp.privacy.approx import (
     choose_subbotin_r,
     delta_for_scale,
@@ -44,7 +45,6 @@ from tabdp.privacy.approx import (
     min_scale,
     subbotin_mse,
 )
-from tabdp.noise.polyplace import PolyPlace
 
 __all__ = [
     "ExactTotals",

@@ -391,7 +391,7 @@ class Mechanism(ABC):
         return f"{type(self).__name__}({inner})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.params() == other.params()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.params() == other.params()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(sorted(self.params().items()))))

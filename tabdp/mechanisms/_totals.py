@@ -71,18 +71,19 @@ class ExactTotals:
         if hasattr(numer, "dtype") and hasattr(numer, "to_list") and hasattr(numer, "abs"):
             # a Polars integer Series (Int128 from the engine): only totals beyond 2**53 go
             # through Python integers
-            self._series = numer
-            n = len(numer)
-            small = (numer.abs() < (1 << 53)).fill_null(True).to_numpy()
+            series: Any = numer
+            self._series = series
+            n = len(series)
+            small = (series.abs() < (1 << 53)).fill_null(True).to_numpy()
             approx = np.zeros(n)
-            vals = numer.cast(pl_float64(), strict=False).fill_null(0.0).to_numpy()
+            vals = series.cast(pl_float64(), strict=False).fill_null(0.0).to_numpy()
             approx[small] = vals[small] * (2.0 ** -scale_bits)
             error = np.zeros(n)
             big = np.flatnonzero(~small)
             if big.size:
-                bigvals = numer.gather(big).to_list()
-                for i, k in zip(big, bigvals, strict=True):
-                    approx[i], error[i] = _nearest(int(k), scale_bits)
+                bigvals = series.gather(big).to_list()
+                for b, k in zip(big, bigvals, strict=True):
+                    approx[b], error[b] = _nearest(int(k), scale_bits)
             self.approx, self.error = approx, error
             return
         self._numer_py = [int(v) for v in numer]

@@ -61,6 +61,7 @@ class AdditiveMechanism(Mechanism):
     unbiased = "mean"
 
     def __init__(self, noise: NoiseDistribution) -> None:
+        """Add ``noise`` (a public noise law) to each released value."""
         self.noise = noise
 
     def default_grid(self) -> float:
@@ -206,6 +207,7 @@ class Gaussian(AdditiveMechanism):
     gaussian_dp = True
 
     def __init__(self, sigma: float) -> None:
+        """Check ``sigma`` and build the Gaussian noise law."""
         self.sigma = check_real("sigma", sigma, owner="Gaussian", gt=0.0,
                                 hint="sigma is the noise standard deviation, e.g. sigma=2.0")
         super().__init__(_noise.Gaussian(self.sigma))
@@ -269,6 +271,7 @@ class Laplace(AdditiveMechanism):
     policy_formula = "eps(D) = D / scale; rho = eps * tanh(eps / 2)"
 
     def __init__(self, scale: float) -> None:
+        """Check ``scale`` and build the Laplace noise law."""
         self.scale = check_real("scale", scale, owner="Laplace", gt=0.0)
         super().__init__(_noise.Laplace(self.scale))
 
@@ -338,6 +341,7 @@ class GeneralizedGaussian(AdditiveMechanism):
     policy_formula = "eps(D) = (D / sigma)^p; rho = eps * tanh(eps / 2)"
 
     def __init__(self, sigma: float, p: float) -> None:
+        """Check ``sigma`` and ``0 < p <= 1`` and build the noise law."""
         self.sigma = check_real("sigma", sigma, owner="GeneralizedGaussian", gt=0.0)
         self.p = check_real("p", p, owner="GeneralizedGaussian", gt=0.0, le=1.0,
                             hint="the per-record guarantee (Finley et al. 2024) needs 0 < p <= 1; "
@@ -393,6 +397,7 @@ class ExpPolyLog(AdditiveMechanism):
     policy_formula = "eps(D) = d [ (ln(D/sigma + a))^p - (ln a)^p ]; rho = eps * tanh(eps / 2)"
 
     def __init__(self, sigma: float, a: float, d: float, p: float = 1.0) -> None:
+        """Build the noise law, which checks the parameters."""
         # The noise law validates the parameters (σ > 0, p ≥ 1, d > 1 for p = 1, a ≥ e^(p−1)
         # so that the policy below holds, a > 1 for p > 1, no overflow).
         noise = _noise.ExpPolyLog(sigma, a, d, p)
@@ -463,6 +468,7 @@ class UnitSplitting(AdditiveMechanism):
     policy_formula = "rho(D) = tau^2 / (2 sigma^2) * max(1, ceil(D / tau))^2"
 
     def __init__(self, threshold: float, sigma: float) -> None:
+        """Check ``threshold`` and ``sigma`` and build the Gaussian noise law."""
         self.threshold = check_real("threshold", threshold, owner="UnitSplitting", gt=0.0)
         self.sigma = check_real("sigma", sigma, owner="UnitSplitting", gt=0.0)
         super().__init__(_noise.Gaussian(self.sigma))

@@ -174,8 +174,10 @@ def _half_square_up(t: np.ndarray) -> np.ndarray:
 
 
 def _inflate(x: np.ndarray, ulps: int) -> np.ndarray:
-    """``x`` raised by a relative ``ulps·2**-53`` and one more place: covers that many ulps of error
-    in a float evaluation (0 and ``inf`` unchanged)."""
+    """``x`` raised by a relative ``ulps·2**-53`` and one more place (0 and ``inf`` unchanged).
+
+    This covers that many ulps of error in a float evaluation.
+    """
     with np.errstate(over="ignore"):
         y = x * (1.0 + ulps * 2.0**-53)
     return np.where((x > 0) & np.isfinite(x), np.nextafter(y, np.inf), x)
@@ -245,6 +247,7 @@ class DiscreteAdditiveMechanism(Mechanism):
     unbiased = "mean"
 
     def __init__(self, noise: DiscreteGaussianNoise | DiscreteLaplaceNoise) -> None:
+        """Add integer ``noise`` (a public discrete law) to each released integer."""
         self.noise = noise
 
     def _prepare_integers(self, values: ArrayLike) -> np.ndarray:
@@ -432,6 +435,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
     noise: DiscreteGaussianNoise
 
     def __init__(self, sigma: Any) -> None:
+        """Check ``sigma`` (kept as an exact rational) and build the noise law."""
         super().__init__(DiscreteGaussianNoise(sigma))
         self.sigma = self.noise.sigma
         self._s2 = float(self.noise.sigma2_exact)
@@ -730,6 +734,7 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
     noise: DiscreteLaplaceNoise
 
     def __init__(self, scale: Any) -> None:
+        """Check ``scale`` (kept as an exact rational) and build the noise law."""
         super().__init__(DiscreteLaplaceNoise(scale))
         self.scale = self.noise.scale
 

@@ -75,6 +75,7 @@ class Logistic(AdditiveMechanism):
                       "(Vinterbo 2022 Thm 4)")
 
     def __init__(self, scale: float) -> None:
+        """Check ``scale`` and build the logistic noise law."""
         self.scale = check_real("scale", scale, owner="Logistic", gt=0.0,
                                 hint="scale is the logistic scale s (sd = pi*s/sqrt(3)); for "
                                      "(eps, delta)-DP use tabdp.privacy.approx.min_scale"
@@ -154,6 +155,7 @@ class Subbotin(AdditiveMechanism):
     family = "subbotin"
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None) -> None:
+        """Check ``r``, ``scale`` and ``delta`` (needed where the guarantee is approximate)."""
         owner = type(self).__name__
         self.r = _check_subbotin_r(r, owner)
         self.scale = check_real("scale", scale, owner=owner, gt=0.0,
@@ -339,6 +341,7 @@ class VectorSubbotin(Subbotin):
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None,
                  weights: Mapping[str, float] | None = None) -> None:
+        """Check ``r`` (1 or 2), ``scale``, ``delta`` and the measure ``weights``."""
         owner = type(self).__name__
         rr = _check_subbotin_r(r, owner)
         if rr not in (1.0, 2.0):

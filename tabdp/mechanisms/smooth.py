@@ -435,7 +435,7 @@ class _ByParams:
     def __eq__(self, other: object) -> bool:
         if type(self) is not type(other):
             return False
-        return self.params() == other.params()  # type: ignore[attr-defined]
+        return self.params() == other.params()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(self.params().items())))
@@ -470,6 +470,7 @@ class SmoothSensitivityMechanism(_ByParams):
     def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,
                  gamma: float | None = None, *, delta: float | None = None,
                  shape: float | None = None) -> None:
+        """Check the noise family and privacy parameters; derive ``gamma`` if not given."""
         self.noise = _check_noise(noise)
         self.eps = _check_eps(epsilon)
         self.delta = _check_delta(self.noise, delta)
@@ -913,6 +914,7 @@ class SmoothSensitivityRelease(_ByParams):
     def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,
                  gamma: float | None = None, *, uncertainty_share: float | None = None,
                  delta: float | None = None, shape: float | None = None) -> None:
+        """Split ``epsilon`` between the value and the scale release, then check both."""
         eps1, eps2, g = split_epsilon(noise, epsilon, gamma, uncertainty_share, delta)
         self.value = SmoothSensitivityMechanism(noise, eps1, g, delta=delta, shape=shape)
         self.noise = self.value.noise

@@ -3,10 +3,11 @@
 For 1 ≤ α < 2 the mechanism is pure DP with a per-record policy ε(Δ) = ε(α, d = Δ/γ), the
 exact sup of the privacy loss (:func:`tabdp.noise.stable.stable_loss_sup`), evaluated for
 millions of Δ through a cached conservative table (never below the exact value; at most ~4e-10
-above it, and at most ``EPS_TABLE_RTOL`` = 1e-8 for every supported α). ε grows like d for small d and like (α+1)·ln d for large d,
-so the loss of a record grows only logarithmically in its sensitivity: SaS is a *slowly scaling*
-mechanism in the sense of [FCD+24]. α = 1 is the Cauchy mechanism, ε = 2·asinh(Δ/(2γ)); α = 2
-is the Gaussian ``N(0, 2γ²)``, which is not pure (zCDP ρ = Δ²/(4γ²)).
+above it, and at most ``EPS_TABLE_RTOL`` = 1e-8 for every supported α). ε grows like d for small
+d and like (α+1)·ln d for large d, so the loss of a record grows only logarithmically in its
+sensitivity: SaS is a *slowly scaling* mechanism in the sense of [FCD+24]. α = 1 is the Cauchy
+mechanism, ε = 2·asinh(Δ/(2γ)); α = 2 is the Gaussian ``N(0, 2γ²)``, which is not pure (zCDP
+ρ = Δ²/(4γ²)).
 
 Uncertainty: for α < 2 the noise has no variance, so ``sd`` is ``inf``; the margin of error is
 the exact quantile of |Z| and the typical error is the mean absolute deviation
@@ -93,8 +94,10 @@ class SymmetricStable(AdditiveMechanism):
 
     family = "symmetric_stable"
     pure = True
+    noise: _StableNoise
 
     def __init__(self, alpha: float, gamma: float) -> None:
+        """Build the stable noise law (which checks the parameters) and its policy."""
         noise = _StableNoise(alpha, gamma)
         self.alpha, self.gamma = noise.alpha, noise.gamma
         super().__init__(noise)
@@ -166,7 +169,7 @@ class SymmetricStable(AdditiveMechanism):
             >>> round(SymmetricStable(2.0, 1.0).mad(), 4)     # [ZA25] Table 1: 1.1284 γ
             1.1284
         """
-        return self.noise.mad()  # type: ignore[attr-defined, no-any-return]
+        return self.noise.mad()
 
     def aggregate(self, n_or_weights: int | ArrayLike) -> SymmetricStable:
         """The mechanism whose noise is that of a sum of released cells (stability).

@@ -124,7 +124,7 @@ def _log_binom(k: int) -> np.ndarray:
 
 
 def _log_var_int_mean(log_t: np.ndarray, k: int) -> np.ndarray:
-    """log Var/σ^{2k} of σ^k He_k(ṽ/σ) at t = v/σ ([FCD+24] Thm 4.9, transformation.md §2).
+    """Logarithm of Var/σ^{2k} of σ^k He_k(ṽ/σ) at t = v/σ ([FCD+24] Thm 4.9, transformation.md §2).
 
     Var = Σ_{i=0}^{k−1} C(k,i)² (k−i)! σ^{2(k−i)} v^{2i}, summed in log space.
     """
@@ -136,7 +136,7 @@ def _log_var_int_mean(log_t: np.ndarray, k: int) -> np.ndarray:
 
 
 def _log_var_int_median(t: np.ndarray, log_t: np.ndarray, k: int) -> np.ndarray:
-    """log Var/σ^{2k} of sign(X)|X|^k for X ~ N(t, 1), integer k (all terms non-negative).
+    """Logarithm of Var/σ^{2k} of sign(X)|X|^k for X ~ N(t, 1), integer k (all terms non-negative).
 
     Odd k: X^k = Σ_j c_j He_j(Z) with c_j = C(k,j)·E[X^{k−j}] (Gaussian integration by parts:
     E[F(Z) He_j(Z)] = E[F^{(j)}(Z)]), so Var = Σ_{j≥1} j!·c_j²; the raw moments of N(t, 1) with
@@ -172,7 +172,7 @@ def _legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _log_sd_frac_median(t: np.ndarray, log_t: np.ndarray, k: float) -> np.ndarray:
-    """log sd/σ^k of sign(X)|X|^k for X ~ N(t, 1), any real k ≥ 1, by Gauss–Legendre quadrature.
+    """Logarithm of sd/σ^k of sign(X)|X|^k for X ~ N(t, 1), real k ≥ 1, by Gauss–Legendre rule.
 
     The integrals over z (X = t + z) run over [−L, L], L = 10 + √(2k) (the neglected Gaussian
     tail is below 1e-20 relatively), split at the kink z = −t into two panels of ``n`` nodes.
@@ -240,6 +240,7 @@ class TransformationMechanism(Mechanism):
     requires_nonnegative = True
 
     def __init__(self, sigma: float, offset: float, estimator: str) -> None:
+        """Store the parameters that the subclass has already checked."""
         # subclasses validate and set sigma, offset, estimator before calling this
         self.sigma = float(sigma)
         self.offset = float(offset)
@@ -562,6 +563,7 @@ class RootTransform(TransformationMechanism):
 
     def __init__(self, k: float, sigma: float, offset: float = 0.0,
                  estimator: str = "mean") -> None:
+        """Check ``k``, ``sigma``, ``offset`` and ``estimator``."""
         owner = "RootTransform"
         self.k = check_real("k", k, owner=owner, ge=1.0,
                             hint="k is the root order: k = 2 (square root), k = 4 (fourth root)")
@@ -715,6 +717,7 @@ class LogTransform(TransformationMechanism):
     policy_formula = "rho(D) = (ln(D + a) - ln(a))^2 / (2 sigma^2)"
 
     def __init__(self, sigma: float, offset: float, estimator: str = "mean") -> None:
+        """Check ``sigma``, ``offset`` and ``estimator``."""
         owner = "LogTransform"
         sigma = check_real("sigma", sigma, owner=owner, gt=0.0,
                            hint="sigma is the noise standard deviation on the log scale")

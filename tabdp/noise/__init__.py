@@ -10,13 +10,13 @@ Example:
 """
 
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from tabdp.noise.exp_polylog import ExpPolyLog
 from tabdp.noise.gaussian import Gaussian, Laplace
 from tabdp.noise.generalized_gaussian import GeneralizedGaussian
+from tabdp.noise.logconcave import Logistic, Subbotin
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
-from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
-from tabdp.noise.logconcave import Logistic, Subbotin
 from tabdp.noise.stable import SymmetricStable
 
 __all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog",

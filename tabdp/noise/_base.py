@@ -119,7 +119,7 @@ class NoiseDistribution(ABC):
     #: True for laws whose float64 quantile bounds come from certified tables (python-flint/Arb;
     #: ``tabdp.noise._certified``): they provide ``_arb_unit``, ``_arb_key``, ``_arb_tail`` and
     #: ``_arb_density``, and the exact path evaluates their tails in ball arithmetic.
-    _arb_certified: ClassVar[bool] = False
+    _arb_certified: bool = False
     #: True for laws with a proven fast path of their own that still provide ``_arb_tail`` and
     #: ``_arb_unit`` for the exact path (Gaussian, Laplace, Logistic).
     _arb_exact_tail: ClassVar[bool] = False
@@ -363,28 +363,39 @@ class NoiseDistribution(ABC):
         raise NotImplementedError  # pragma: no cover - only called when _arb_certified
 
     def _arb_kbits(self) -> int:
-        """Certified-table nodes per binade, ``2**kbits``: 6, or 8 for very heavy tails (m growing
-        like ``u^{-k}`` with large k makes the ball remainders loose; docs §4.5)."""
+        """Certified-table nodes per binade, ``2**kbits``: 6, or 8 for very heavy tails.
+
+        An ``m`` growing like ``u^{-k}`` with large k makes the ball remainders loose (docs §4.5).
+        """
         return 6
 
     def _arb_nsub(self) -> int:
-        """Sub-balls per node interval for the Taylor remainder (4; fewer where a density
-        evaluation on a ball is costly and the remainder has room to spare; docs §4.5)."""
+        """Sub-balls per node interval for the Taylor remainder.
+
+        4; fewer where a density evaluation on a ball is costly and the remainder has room to
+        spare (docs §4.5).
+        """
         return 4
 
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:
-        """Standardized two-sided tail ``P(|Z/unit| > x)`` on a python-flint ``arb_series``
-        (``1 −`` that, without cancellation, with ``central``); correct on balls."""
+        """Standardized two-sided tail ``P(|Z/unit| > x)`` on a python-flint ``arb_series``.
+
+        With ``central``, ``1 −`` that, without cancellation. Correct on balls.
+        """
         raise NotImplementedError  # pragma: no cover - only called when _arb_certified
 
     def _arb_density(self, xs: Any) -> Any:
-        """Density of ``|Z/unit|`` (``−`` the derivative of :meth:`_arb_tail`) on an
-        ``arb_series``, from elementary functions only (it is evaluated on wide balls)."""
+        """Density of ``|Z/unit|`` (``−`` the derivative of :meth:`_arb_tail`) on an ``arb_series``.
+
+        From elementary functions only: it is evaluated on wide balls.
+        """
         raise NotImplementedError  # pragma: no cover - only called when _arb_certified
 
     def _arb_tail_available(self) -> bool:
-        """Whether :meth:`_arb_tail` and :meth:`_arb_unit` exist: the exact path then evaluates
-        tails in ball arithmetic (certified) instead of mpmath."""
+        """Whether :meth:`_arb_tail` and :meth:`_arb_unit` exist.
+
+        The exact path then evaluates tails in ball arithmetic (certified) instead of mpmath.
+        """
         return self._arb_certified or self._arb_exact_tail
 
     def _certified_bounds(self, u_lo: np.ndarray,
@@ -541,7 +552,7 @@ class NoiseDistribution(ABC):
         return f"{type(self).__name__}({inner})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.params() == other.params()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.params() == other.params()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, tuple(sorted(self.params().items()))))

@@ -925,6 +925,7 @@ class DiscreteLaplaceNoise(_DiscreteNoise):
     name = "discrete_laplace"
 
     def __init__(self, scale: Any) -> None:
+        """Check ``scale`` and keep it as an exact rational."""
         self.scale_exact = _check_scale(scale, "scale", "DiscreteLaplaceNoise")
         self.scale = float(self.scale_exact)
         self._inv = 1.0 / self.scale
@@ -1020,6 +1021,7 @@ class DiscreteGaussianNoise(_DiscreteNoise):
     name = "discrete_gaussian"
 
     def __init__(self, sigma: Any) -> None:
+        """Check ``sigma`` and keep it (and σ²) as exact rationals."""
         self.sigma_exact = _check_scale(sigma, "sigma", "DiscreteGaussianNoise")
         self.sigma = float(self.sigma_exact)
         self.sigma2_exact = self.sigma_exact * self.sigma_exact

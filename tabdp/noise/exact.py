@@ -241,6 +241,7 @@ class UniformGrid(Grid):
     """
 
     def __init__(self, step: float) -> None:
+        """Check ``step`` and find the largest index whose value is a finite double."""
         self.step = _check_step(step, "UniformGrid")
         self._frac = Fraction(self.step)
         # the largest index whose value m·2**j·step is below the double range
@@ -401,12 +402,15 @@ class UniformGrid(Grid):
         return self.step
 
     def __repr__(self) -> str:
+        """``UniformGrid(step)``."""
         return f"UniformGrid({self.step!r})"
 
     def __eq__(self, other: object) -> bool:
+        """Grids with the same step are equal."""
         return isinstance(other, UniformGrid) and other.step == self.step
 
     def __hash__(self) -> int:
+        """Hash of the step, consistent with ``==``."""
         return hash(("UniformGrid", self.step))
 
 
@@ -432,6 +436,7 @@ class RelativeGrid(Grid):
     """
 
     def __init__(self, bits: int = 36) -> None:
+        """Check ``bits`` (an int in [4, 40]) and precompute the index range."""
         if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not 4 <= bits <= 40:
             raise InvalidParameterError(
                 f"RelativeGrid: bits must be an int in [4, 40]; got {bits!r}.\n"
@@ -553,12 +558,15 @@ class RelativeGrid(Grid):
         return f"relative-{self.bits}-bit"
 
     def __repr__(self) -> str:
+        """``RelativeGrid(bits)``."""
         return f"RelativeGrid({self.bits})"
 
     def __eq__(self, other: object) -> bool:
+        """Grids with the same number of bits are equal."""
         return isinstance(other, RelativeGrid) and other.bits == self.bits
 
     def __hash__(self) -> int:
+        """Hash of the number of bits, consistent with ``==``."""
         return hash(("RelativeGrid", self.bits))
 
 
@@ -1033,7 +1041,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
     index = np.empty(n, dtype=np.int64)
     dec = np.empty(n, dtype=bool)
     uniform = isinstance(g, UniformGrid)
-    if uniform:
+    if isinstance(g, UniformGrid):
         _uniform_fast(noise, g, c, cerr, s, w, values, index, dec, fast_path)
         # cells beyond the uniform part (|x| > 2**40·step): the relative part's fast path
         with np.errstate(invalid="ignore"):

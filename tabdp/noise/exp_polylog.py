@@ -72,11 +72,11 @@ class _PolyLogQuad:
         self.dlp = d * lo**p  # d (ln a)^p, finite (checked by the caller)
 
     # -- the exponent and its derivatives ---------------------------------------------------
-    def D(self, s: np.ndarray) -> np.ndarray:
+    def D(self, s: np.ndarray | float) -> np.ndarray:
         """``d(t^p − lo^p)`` without cancellation for small s."""
         return self.dlp * np.expm1(self.p * np.log1p(s / self.lo))
 
-    def psi(self, s: np.ndarray) -> np.ndarray:
+    def psi(self, s: np.ndarray | float) -> np.ndarray:
         return self.c * s - self.D(s)
 
     def dpsi(self, s: np.ndarray | float) -> np.ndarray:
@@ -327,6 +327,7 @@ class ExpPolyLog(NoiseDistribution):
     name = "exp_polylog"
 
     def __init__(self, sigma: float, a: float, d: float, p: float = 1.0) -> None:
+        """Check the parameters (``a >= e^(p−1)``, ``d > 1`` for ``p = 1``) and precompute."""
         owner = "ExpPolyLog noise"
         self.sigma = check_real("sigma", sigma, owner=owner, gt=0.0)
         self.p = check_real("p", p, owner=owner, ge=1.0,
@@ -590,9 +591,12 @@ class ExpPolyLog(NoiseDistribution):
         return 8 if self.p == 1.0 and self.d < 2.0 else 6   # p = 1: m ~ u^{-1/(d-1)}
 
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:
-        """Standardized tail in Arb: ``(1 + x/a)^{1−d}`` (p = 1) or ``Φ(x0 − √(2d)s)/Φ(x0)``
-        with ``s = ln(1 + x/a)`` (p = 2); ``central`` gives one minus it (Arb tracks the
-        cancellation; the working precision covers it)."""
+        """Standardized tail in Arb.
+
+        ``(1 + x/a)^{1−d}`` (p = 1) or ``Φ(x0 − √(2d)s)/Φ(x0)`` with ``s = ln(1 + x/a)``
+        (p = 2); ``central`` gives one minus it (Arb tracks the cancellation; the working
+        precision covers it).
+        """
         from flint import arb, arb_series
 
         a, d = arb(self.a), arb(self.d)
@@ -612,8 +616,10 @@ class ExpPolyLog(NoiseDistribution):
         return 1 - t if central else t
 
     def _arb_density(self, xs: Any) -> Any:
-        """Standardized density of ``|Z|`` in Arb: ``(d − 1)/a·(1 + x/a)^{−d}`` (p = 1) or
-        ``√(2d)·φ(x0 − √(2d)s)/(Φ(x0)(a + x))`` (p = 2)."""
+        """Standardized density of ``|Z|`` in Arb.
+
+        ``(d − 1)/a·(1 + x/a)^{−d}`` (p = 1) or ``√(2d)·φ(x0 − √(2d)s)/(Φ(x0)(a + x))`` (p = 2).
+        """
         from flint import arb
 
         a, d = arb(self.a), arb(self.d)

@@ -325,6 +325,7 @@ class Gaussian(NoiseDistribution):
     name = "gaussian"
 
     def __init__(self, sigma: float) -> None:
+        """Check ``sigma``."""
         self.sigma = check_real("sigma", sigma, owner="Gaussian noise", gt=0.0)
 
     def logpdf(self, x: ArrayLike) -> np.ndarray:
@@ -496,6 +497,7 @@ class Laplace(NoiseDistribution):
     name = "laplace"
 
     def __init__(self, scale: float) -> None:
+        """Check ``scale``."""
         self.scale = check_real("scale", scale, owner="Laplace noise", gt=0.0)
 
     def logpdf(self, x: ArrayLike) -> np.ndarray:

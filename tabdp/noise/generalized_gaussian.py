@@ -41,6 +41,7 @@ class GeneralizedGaussian(NoiseDistribution):
     name = "generalized_gaussian"
 
     def __init__(self, sigma: float, p: float) -> None:
+        """Check ``sigma`` and ``p`` and precompute the normalizing constant."""
         owner = "GeneralizedGaussian noise"
         self.sigma = check_real("sigma", sigma, owner=owner, gt=0.0,
                                 hint="sigma is the scale of the noise, e.g. sigma=1.0")

@@ -160,6 +160,7 @@ class Logistic(NoiseDistribution):
     _isf_rtol = 64 * _U
 
     def __init__(self, scale: float) -> None:
+        """Check ``scale``."""
         self.scale = check_real("scale", scale, owner="Logistic noise", gt=0.0,
                                 hint="scale is the logistic scale s (sd = pi*s/sqrt(3)), "
                                      "e.g. scale=1.0")
@@ -338,6 +339,7 @@ class Subbotin(NoiseDistribution):
     name = "subbotin"
 
     def __init__(self, r: float, scale: float) -> None:
+        """Check ``r`` and ``scale`` and precompute the normalizing constant."""
         self.r = _check_subbotin_r(r, "Subbotin noise")
         self.scale = check_real("scale", scale, owner="Subbotin noise", gt=0.0,
                                 hint="scale multiplies a standard Subbotin_r variable "

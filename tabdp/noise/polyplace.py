@@ -56,6 +56,7 @@ class PolyPlace(NoiseDistribution):
     name = "polyplace"
 
     def __init__(self, s: float, alpha: float) -> None:
+        """Check ``s`` and ``alpha > 1`` and precompute the constants."""
         owner = "PolyPlace noise"
         self.s = check_real("s", s, owner=owner, gt=0.0,
                             hint="for the smooth-sensitivity mechanism use s = SS/gamma")

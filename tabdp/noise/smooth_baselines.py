@@ -126,8 +126,10 @@ class _BetaTailLaw(NoiseDistribution):
         return self.scale * y
 
     def _mp_beta_args(self, y: Any, mp: Any) -> tuple[Any, Any, Any, Any]:
-        """``(a, b, v, w)``: ``P(|Z| > scale·y) = I_v(a, b)``, ``w = 1 − v`` (both computed
-        directly, so the smaller one keeps its relative accuracy)."""
+        """``(a, b, v, w)``: ``P(|Z| > scale·y) = I_v(a, b)``, ``w = 1 − v``.
+
+        Both are computed directly, so the smaller one keeps its relative accuracy.
+        """
         raise NotImplementedError  # pragma: no cover - overridden
 
     # certified tables (docs/exact-rounding.md §4.5)
@@ -195,6 +197,7 @@ class StudentT(_BetaTailLaw):
     name = "student_t"
 
     def __init__(self, df: float, scale: float = 1.0) -> None:
+        """Check ``df`` and ``scale`` and precompute the normalizing constant."""
         owner = "StudentT noise"
         self.df = check_real("df", df, owner=owner, gt=0.0,
                              hint="df is the degrees of freedom, e.g. df=3.0")
@@ -289,6 +292,7 @@ class GeneralizedCauchy(_BetaTailLaw):
     name = "generalized_cauchy"
 
     def __init__(self, c: float, scale: float = 1.0) -> None:
+        """Check ``c > 1`` and ``scale`` and precompute the normalizing constant."""
         owner = "GeneralizedCauchy noise"
         self.c = check_real("c", c, owner=owner, gt=1.0,
                             hint="c is the tail exponent; c > 3 gives a finite variance")

@@ -330,7 +330,7 @@ class _Core:
         return np.log1p(pw[:, 1:] @ (coef[1:] / coef[0]))
 
     def logpdf(self, x: np.ndarray) -> np.ndarray:
-        """ln p(|x|), never underflowing in the tail."""
+        """Natural log of p(|x|), never underflowing in the tail."""
         ax = np.abs(np.asarray(x, dtype=np.float64))
         out = np.empty(ax.shape)
         big = ax >= _X_TAIL
@@ -344,7 +344,7 @@ class _Core:
         return out
 
     def log_tail(self, x: np.ndarray) -> np.ndarray:
-        """ln P(|Z| > x) for x >= 0, never underflowing."""
+        """Natural log of P(|Z| > x) for x >= 0, never underflowing."""
         ax = np.asarray(x, dtype=np.float64)
         out = np.empty(ax.shape)
         big = ax >= _X_TAIL
@@ -495,6 +495,7 @@ class SymmetricStable(NoiseDistribution):
     _arb_exact_tail = True
 
     def __init__(self, alpha: float, gamma: float) -> None:
+        """Check ``alpha`` and ``gamma`` and pick the evaluation method for this ``alpha``."""
         owner = "SymmetricStable noise"
         self.alpha = check_alpha(alpha, owner=owner)
         self.gamma = check_real("gamma", gamma, owner=owner, gt=0.0,
@@ -1181,7 +1182,7 @@ def _eps_data(core: _Core, d: np.ndarray, surrogate: _Surrogate | None = None
 
 def _log_derivs(d: np.ndarray, eps: np.ndarray, d1: np.ndarray, d2: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """f = ln ε and its first two derivatives in t = ln d."""
+    """The function f = ln ε and its first two derivatives in t = ln d."""
     f1 = d * d1 / eps
     f2 = f1 * (1.0 - f1) + d * d * d2 / eps
     return np.log(eps), f1, f2
@@ -1279,8 +1280,11 @@ _EVAL_CHUNK = 1 << 16
 
 
 def _exact_rtol(core: _Core) -> float:
-    """Relative accuracy of the exact ε and of S: 2e-12, plus the a²-fold rounding growth of
-    the score integrals as α → 1 (a = α/(α−1); up to ~5e-10 measured at α = 1.001)."""
+    """Relative accuracy of the exact ε and of S.
+
+    2e-12, plus the a²-fold rounding growth of the score integrals as α → 1 (a = α/(α−1); up
+    to ~5e-10 measured at α = 1.001).
+    """
     return 2e-12 + 1e-15 * core.a * core.a
 
 
@@ -1309,7 +1313,7 @@ def _build_table(alpha: float) -> EpsilonTable:
         dv = np.exp(_T_MIN + hf * np.asarray(new, dtype=np.float64))
         eps, d1, d2, _ = _eps_data(core, dv, sur)
         f, f1, f2 = _log_derivs(dv, eps, d1, d2)
-        for k, a, b, c in zip(new, f, f1, f2):
+        for k, a, b, c in zip(new, f, f1, f2, strict=True):
             data[k] = np.array([a, b, c])
 
     todo = [(fine * i, fine) for i in range(n0)]
@@ -1317,10 +1321,10 @@ def _build_table(alpha: float) -> EpsilonTable:
     level = 0
     while todo:
         compute({k + (ln * q) // 4 for k, ln in todo for q in range(5)})
-        lns = np.array([ln for _, ln in todo], dtype=np.float64)
+        widths = np.array([ln for _, ln in todo], dtype=np.float64)
         fa = np.stack([data[k] for k, _ in todo], axis=1)
         fb = np.stack([data[k + ln] for k, ln in todo], axis=1)
-        cf = _quintic(fa, fb, lns * hf)
+        cf = _quintic(fa, fb, widths * hf)
         err = np.zeros(len(todo))
         # certification at τ = 1/4, 1/2, 3/4: the error of a quintic Hermite interpolant is
         # f⁽⁶⁾(ξ)h⁶τ³(1−τ)³/720, largest in the middle unless f⁽⁶⁾ changes fast inside
@@ -1331,7 +1335,7 @@ def _build_table(alpha: float) -> EpsilonTable:
             ref = np.array([data[k + (ln * q) // 4][0] for k, ln in todo])
             err = np.maximum(err, np.abs(poly - ref))
         nxt = []
-        for (k, ln), e in zip(todo, err):
+        for (k, ln), e in zip(todo, err, strict=True):
             if e > _TAB_SPLIT and level < _TAB_LEVELS:
                 nxt += [(k, ln // 2), (k + ln // 2, ln // 2)]
             else:
@@ -1342,7 +1346,7 @@ def _build_table(alpha: float) -> EpsilonTable:
     lns = np.array([ln for _, ln, _ in final], dtype=np.int64)
     worst = max(e for _, _, e in final)
     fa = np.stack([data[k] for k in k0s], axis=1)
-    fb = np.stack([data[k + ln] for k, ln in zip(k0s, lns)], axis=1)
+    fb = np.stack([data[k + ln] for k, ln in zip(k0s, lns, strict=True)], axis=1)
     coef = _quintic(fa, fb, lns * hf)
     cell_map = np.repeat(np.arange(k0s.size), lns)
     acc = _exact_rtol(core)

@@ -69,10 +69,10 @@ from tabdp.noise.logconcave import (
 )
 from tabdp.privacy.conversions import (
     _gdp_eps_solve,
-    _gdp_log_delta_vec as gdp_log_delta_at,
     gdp_delta,
     gdp_log_delta,
 )
+from tabdp.privacy.conversions import _gdp_log_delta_vec as gdp_log_delta_at
 
 __all__ = [
     "FAMILIES",

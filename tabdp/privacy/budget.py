@@ -59,7 +59,8 @@ class _Curve:
         if np.any(np.diff(self.limits) < 0):
             raise InvalidParameterError(
                 f"Budget{where}: limits must not decrease with size (a larger unit may not get "
-                f"a smaller budget); got {dict(zip(self.sizes.tolist(), self.limits.tolist()))}."
+                "a smaller budget); got "
+                f"{dict(zip(self.sizes.tolist(), self.limits.tolist(), strict=True))}."
                 "\nHint: give non-decreasing limits, e.g. {1e3: 0.5, 1e7: 10.0}.")
 
     def limit(self, size: np.ndarray) -> np.ndarray:
@@ -95,11 +96,13 @@ class Budget:
         [0.5, 0.5, 5.25, 10.0, 10.0]
         >>> float(Budget(2.0).limit(1e9))
         2.0
-        >>> Budget({"payroll": {1e3: 0.5, 1e7: 10.0}, "rows": {1: 0.5}}).limit([1e5], "rows").tolist()
+        >>> b = Budget({"payroll": {1e3: 0.5, 1e7: 10.0}, "rows": {1: 0.5}})
+        >>> b.limit([1e5], "rows").tolist()
         [0.5]
     """
 
     def __init__(self, rho: float | Mapping[Any, Any], total: float | None = None) -> None:
+        """Check and normalize ``rho`` (a constant or curves) and ``total``."""
         self.curves: dict[str, _Curve] | None = None
         self.total: float | None = None
         if isinstance(rho, Mapping):
@@ -203,6 +206,7 @@ class Budget:
                 **extra, "enforcement": "individual filter"}
 
     def __repr__(self) -> str:
+        """The budget as it would be written in Python."""
         if self.constant is not None:
             return f"Budget({self.constant!r})"
         assert self.curves is not None

@@ -81,8 +81,8 @@ def _one_minus_s_mills(s: np.ndarray) -> np.ndarray:
     return np.where(s <= 20.0, direct, series)
 
 
-def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray) -> np.ndarray:
-    """ln δ(ε) of a Gaussian shift by h > 0 standard deviations, t = ε/h − h/2 (vectorized).
+def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
+    """Natural log of δ(ε) of a Gaussian shift by h > 0 standard deviations, t = ε/h − h/2.
 
     δ = Φ(−t) − e^ε·Φ(−t − h). Both terms are never formed when t ≥ 0: with the Mills ratio M,
     ``e^ε·φ(t + h) = φ(t)`` makes δ = φ(t)·(M(t) − M(t + h)) exactly, and the difference is the
@@ -130,7 +130,7 @@ def _gdp_log_delta(t: np.ndarray, h: np.ndarray, eps: np.ndarray) -> np.ndarray:
         return np.where(h > 0.0, out, -np.inf)
 
 
-def _gdp_t(mu: np.ndarray, eps: np.ndarray) -> np.ndarray:
+def _gdp_t(mu: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         return eps / mu - 0.5 * mu
 
@@ -284,10 +284,13 @@ _ZCDP_ROUND_UP = 1e-13
 
 
 def _cks_min(rr: np.ndarray, lid: float) -> np.ndarray:
-    """min over α of the CKS bound (golden section on ln(α − 1) over [−12, 40]), capped by the
-    classic bound. Any α gives a valid bound: the search only affects tightness. 60 steps
-    leave the order within 52·0.618**60 ≈ 1e-11 of the optimum in ln(α − 1), where the bound
-    is flat to second order (a relative excess far below 1e-15)."""
+    """Minimum over α of the CKS bound, capped by the classic bound.
+
+    The search is a golden section on ln(α − 1) over [−12, 40]. Any α gives a valid bound: the
+    search only affects tightness. 60 steps leave the order within 52·0.618**60 ≈ 1e-11 of the
+    optimum in ln(α − 1), where the bound is flat to second order (a relative excess far below
+    1e-15).
+    """
     classic = rr + 2.0 * np.sqrt(rr * lid)
     a = np.full(rr.shape, -12.0)
     b = np.full(rr.shape, 40.0)

@@ -53,6 +53,7 @@ class UnitLosses:
     delta_a: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        """Check that ``guarantee`` is known and that approximate losses carry (ε, δ)."""
         if self.guarantee not in ("gaussian", "zcdp", "approx"):
             raise ValueError(f"UnitLosses.guarantee must be gaussian/zcdp/approx; got "
                              f"{self.guarantee!r}")
@@ -219,8 +220,9 @@ class QueryRecord:
 
     @property
     def bounded(self) -> bool:
-        """Whether the release enforces the bounds a worst-case curve needs (cells, and rows
-        for count-like releases).
+        """Whether the release enforces the bounds a worst-case curve needs.
+
+        These are the cells per unit, and the rows per unit for count-like releases.
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
@@ -305,7 +307,8 @@ class Charges:
 
         Example:
             >>> ch = Charges(np.array([0]), {"x": np.ones(1), "y": np.ones(1)},
-            ...              {"x": np.ones(1), "y": np.ones(1)}, {"x": np.ones(1), "y": 2 * np.ones(1)})
+            ...              {"x": np.ones(1), "y": np.ones(1)},
+            ...              {"x": np.ones(1), "y": 2 * np.ones(1)})
             >>> ch.losses({"x": np.array([True]), "y": np.array([False])}).size.tolist()
             [1.0]
         """
@@ -318,7 +321,7 @@ class Charges:
             for k in ("rho", "epsilon", "eps_a", "delta_a"):
                 if k in ("eps_a", "delta_a") and not approx:
                     continue
-                vals = list(parts[k].values())  # type: ignore[union-attr]
+                vals = list(parts[k].values())
                 tot[k] = np.array(vals[0], dtype=np.float64, copy=True) if vals else np.zeros(n)
                 for v in vals[1:]:
                     tot[k] += v
@@ -360,6 +363,7 @@ class DenseLedger:
     """
 
     def __init__(self) -> None:
+        """An empty ledger."""
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
 
@@ -402,7 +406,7 @@ class DenseLedger:
         ids = np.asarray(units, dtype=np.int64)
         if ids.size:
             self._grow(int(ids.max()) + 1)
-        for k, v in [*sums.items(), *maxes.items()]:
+        for k in [*sums, *maxes]:
             if k not in self.arrays:
                 self.arrays[k] = np.zeros(self.n)
         # ids are unique within one call (one entry per unit); a contiguous increasing run
@@ -441,6 +445,7 @@ class UnitLedger:
     """
 
     def __init__(self) -> None:
+        """An empty ledger."""
         self.table: pl.DataFrame | None = None
 
     def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:

@@ -7,8 +7,8 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -27,9 +27,6 @@ from tabdp.privacy.ledger import (
     _num,
 )
 from tabdp.rng import RandomSource
-
-if TYPE_CHECKING:
-    from tabdp.mechanisms._base import Mechanism
 
 __all__ = ["Session", "Report", "last_session", "total_policy_curve"]
 
@@ -110,10 +107,11 @@ class Session:
     """
 
     def __init__(self, unit: str | None = None, seed: int | None = None,
-                 budget: float | dict[Any, Any] | Budget | None = None,
+                 budget: float | Mapping[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, track_cells: bool = False,
                  progress: bool | Callable[[str, str], None] = False,
                  _row_ids: bool = False) -> None:
+        """Check the parameters (``_row_ids``: the caller numbered the rows itself)."""
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
@@ -503,6 +501,7 @@ class Session:
         return Report(self, delta)
 
     def __repr__(self) -> str:
+        """Public settings and the number of releases; never a per-unit loss."""
         seed = "secure" if self.seed is None else f"seed={self.seed} (NOT FOR PRODUCTION)"
         return (f"Session(unit={self.unit!r}, {seed}, budget={self.budget!r}, "
                 f"mode={self.mode!r}, releases={len(self.records)})")
@@ -535,9 +534,11 @@ def _components(losses: UnitLosses) -> dict[str, np.ndarray]:
 
 def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float],
                        delta: float | None = None) -> list[dict[str, float | None]]:
-    """Public worst-case curve of several releases: the loss of a unit contributing Δ to one
-    cell of every released measure (``k`` charges per release: its number of measures, or 1 for
-    a joint mechanism; times the cells a unit may touch when that is bounded).
+    """Public worst-case curve of several releases.
+
+    The loss of a unit contributing Δ to one cell of every released measure (``k`` charges per
+    release: its number of measures, or 1 for a joint mechanism; times the cells a unit may
+    touch when that is bounded).
 
     Args:
         entries: ``(mechanism, k)`` or ``(mechanism, k, cap)`` per release: ``cap`` bounds the
@@ -606,13 +607,15 @@ class Report:
     """
 
     def __init__(self, session: Session, delta: float | None = None) -> None:
+        """Report on ``session``, with ε at ``delta`` where given."""
         self.session = session
         self.delta = None if delta is None else check_dp_delta(delta, "Report")
 
     @property
     def per_record(self) -> Any:
-        """CONFIDENTIAL: one row per unit with total ``rho``, ``epsilon``, ``size`` and per-query
-        ``rho_<name>``.
+        """CONFIDENTIAL: one row per unit with its total and per-query losses.
+
+        Columns: the totals ``rho``, ``epsilon`` and ``size``, and ``rho_<name>`` per query.
 
         The frame is of the library the session's releases used (pandas or Polars). Units are
         identified by the unit column (or ``row``, the row position, when each row is a unit).
@@ -665,9 +668,10 @@ class Report:
                           comps["delta_a"], comps["epsilon"])
 
     def total_policy_curve(self) -> list[dict[str, float | None]]:
-        """Public worst-case curve: ρ and ε of a unit contributing Δ to every released cell
-        kind (each measure of each query; once per cell for a joint mechanism, Δ being then
-        the norm of its weighted contribution vector), at Δ = 0, 1, 10, ..., 1e8.
+        """Public worst-case curve: ρ and ε of a unit contributing Δ to every released cell kind.
+
+        Each measure of each query counts once; a joint mechanism counts once per cell, Δ being
+        then the norm of its weighted contribution vector. Δ = 0, 1, 10, ..., 1e8.
 
         Returns:
             Rows ``{"delta", "rho", "epsilon"}`` (``None`` for infinite values), plus
@@ -708,8 +712,9 @@ class Report:
             (mechanism, parameters, policy curve, key set size and source) and the total curve.
 
         Example:
-            >>> sorted(Report(Session()).to_dict())
-            ['queries', 'session', 'tabdp_version', 'total_policy_curve', 'total_policy_curve_holds_for']
+            >>> sorted(Report(Session()).to_dict())  # doctest: +NORMALIZE_WHITESPACE
+            ['queries', 'session', 'tabdp_version', 'total_policy_curve',
+             'total_policy_curve_holds_for']
         """
         from tabdp import __version__
 

@@ -79,7 +79,8 @@ COLUMN_DOCS: dict[str, str] = {
 }
 
 
-def empty_public_table(key_schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+def empty_public_table(key_schema: Mapping[str, pl.DataType | type[pl.DataType]]
+                       ) -> pl.DataFrame:
     """An empty public table with the stable schema.
 
     Args:
@@ -93,9 +94,10 @@ def empty_public_table(key_schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
         >>> empty_public_table({"county": pl.String}).columns
         ['county', 'measure', 'estimate', 'sd', 'moe', 'lower', 'upper', 'cv', 'flag']
     """
-    schema = {**dict(key_schema), "measure": pl.String, "estimate": pl.Float64,
-              "sd": pl.Float64, "moe": pl.Float64, "lower": pl.Float64, "upper": pl.Float64,
-              "cv": pl.Float64, "flag": pl.String}
+    schema: dict[str, pl.DataType | type[pl.DataType]] = {
+        **dict(key_schema), "measure": pl.String, "estimate": pl.Float64, "sd": pl.Float64,
+        "moe": pl.Float64, "lower": pl.Float64, "upper": pl.Float64, "cv": pl.Float64,
+        "flag": pl.String}
     return pl.DataFrame(schema=schema)
 
 

@@ -622,11 +622,11 @@ def _law_for(mechanism: Any, owner: str) -> _SumLaw:
     if isinstance(mechanism, SymmetricStable):
         return _StableLaw(mechanism)
     if isinstance(mechanism, DiscreteAdditiveMechanism):
-        nz = mechanism.noise
-        if isinstance(nz, (DiscreteGaussianNoise, DiscreteLaplaceNoise)):
-            return _IntegerLaw(nz)
+        dnz = mechanism.noise
+        if isinstance(dnz, (DiscreteGaussianNoise, DiscreteLaplaceNoise)):
+            return _IntegerLaw(dnz)
         raise InvalidParameterError(  # pragma: no cover - no other discrete noise exists
-            f"{owner}: unsupported discrete noise {nz!r}.")
+            f"{owner}: unsupported discrete noise {dnz!r}.")
     if isinstance(mechanism, AdditiveMechanism):
         nz = mechanism.noise
         if isinstance(nz, _noise.Gaussian):

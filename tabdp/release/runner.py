@@ -112,7 +112,8 @@ def _charges(mechanism: Mechanism, t: TableSpec) -> int:
 
 def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
     if getattr(mechanism, "joint", False):
-        return mechanism.measure_mechanism(m)  # type: ignore[attr-defined, no-any-return]
+        # joint mechanisms (VectorSubbotin) have one; the base Mechanism does not declare it
+        return mechanism.measure_mechanism(m)  # type: ignore[attr-defined]
     return mechanism
 
 
@@ -121,8 +122,8 @@ def _table_mechanism(t: TableSpec) -> Mechanism:
     from tabdp.frame._engine import count_mechanism
 
     if t.kind == "count":
-        return count_mechanism(t.mechanism, t.grid)  # type: ignore[no-any-return]
-    return t.mechanism  # type: ignore[no-any-return]
+        return count_mechanism(t.mechanism, t.grid)
+    return t.mechanism
 
 
 def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = None) -> int:
@@ -184,7 +185,7 @@ def _size_text(size: float) -> str:
     return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
 
 
-def _loss_text(row: Mapping[str, Any], delta: float) -> str:
+def _loss_text(row: Mapping[str, Any], delta: float | None) -> str:
     rho = row.get("rho")
     if rho is None:
         return "has no finite rho bound"
@@ -206,8 +207,9 @@ def _few(sizes: Sequence[float], k: int = 4) -> list[float]:
     return [s[i] for i in sorted({round(j * (len(s) - 1) / (k - 1)) for j in range(k)})]
 
 
-def curve_in_words(curve: Sequence[Mapping[str, Any]], delta: float, *, unit: str = "record",
-                   where: str = "", count_rows: int | None = None) -> list[str]:
+def curve_in_words(curve: Sequence[Mapping[str, Any]], delta: float | None, *,
+                   unit: str = "record", where: str = "",
+                   count_rows: int | None = None) -> list[str]:
     """Plain-language statements of a policy curve, one per record size.
 
     Public: a policy curve is a function of the mechanisms and record sizes only.
@@ -215,7 +217,7 @@ def curve_in_words(curve: Sequence[Mapping[str, Any]], delta: float, *, unit: st
     Args:
         curve: Rows ``{"delta", "rho", "epsilon"[, "epsilon_delta"]}`` (a plan's
             ``table_policy_curve`` or ``total_policy_curve``).
-        delta: The release's δ (for ``epsilon_delta``).
+        delta: The release's δ (for ``epsilon_delta``; ``None`` when the curve has none).
         unit: What a record is called (the spec's unit column, or ``"record"``).
         where: Words closing each sentence, e.g. ``" in this table"``.
         count_rows: For count tables: the rows per cell the curve assumes (one sentence,
@@ -600,9 +602,9 @@ def _set_tree(folder: Path, mtime: float | None, dir_mode: int | None,
         for d in dirs:
             if dir_mode is not None:
                 (Path(root) / d).chmod(dir_mode)
-    for d in [Path(r) for r, _, _ in os.walk(folder, topdown=False)]:
+    for sub in [Path(r) for r, _, _ in os.walk(folder, topdown=False)]:
         if mtime is not None:
-            os.utime(d, (mtime, mtime))
+            os.utime(sub, (mtime, mtime))
     if dir_mode is not None:
         folder.chmod(dir_mode)
 
@@ -804,13 +806,13 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
     for m in measures:
         if not schema[m].is_float():
             continue
-        inf = pl.col(m).is_infinite()
-        stats[f"inf:{m}"] = inf.sum()
+        is_inf = pl.col(m).is_infinite()
+        stats[f"inf:{m}"] = is_inf.sum()
         if inp.nonfinite == "zero":
-            exprs[m] = pl.when(inf).then(0.0).otherwise(exprs[m])
+            exprs[m] = pl.when(is_inf).then(0.0).otherwise(exprs[m])
             changed.add(m)
         elif inp.nonfinite == "drop":
-            drop.append(inf)
+            drop.append(is_inf)
     for m, (lo, hi) in inp.bounds.items():
         if m not in exprs:
             continue
@@ -851,7 +853,7 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
             "the input has +inf / -inf values in measure column(s); input.nonfinite is "
             "'error'. Nothing was released or written.\nHint: set input.nonfinite = \"drop\", "
             "\"zero\" or \"clamp\" (with input.bounds).")
-        err.confidential = {"infinite_values": dict(inf), "detail": detail}  # type: ignore
+        err.confidential = {"infinite_values": dict(inf), "detail": detail}
         raise err
     if neg and inp.negatives == "error":
         detail = ", ".join(f"{m!r}: {n}" for m, n in neg.items())
@@ -860,7 +862,7 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
             "is 'error'. Nothing was released or written.\nHint: set input.negatives = "
             "\"allow\" for signed measures (additive mechanisms), \"zero\" to clip them to 0 or "
             "\"drop\" to drop those rows (counted in the confidential report).")
-        err.confidential = {"negative_values": dict(neg)}  # type: ignore[attr-defined]
+        err.confidential = {"negative_values": dict(neg)}
         raise err
     if inp.negatives == "zero":
         for m in neg:
@@ -877,10 +879,11 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
 
 
 def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Author mode: key columns take their domain's type; a value that does not convert
-    becomes null and so falls outside the key set (never an error that depends on a value).
+    """Author mode: key columns take their domain's type.
 
-    A number / text mismatch is left alone (the engine refuses it from the schema alone).
+    A value that does not convert becomes null and so falls outside the key set (never an
+    error that depends on a value). A number / text mismatch is left alone (the engine refuses
+    it from the schema alone).
     """
     schema = lf.collect_schema()
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -972,20 +975,26 @@ def _curves_hold_for(spec: ReleaseSpec) -> str:
 
 def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
              session: Session, name: str, level: float, spec: ReleaseSpec) -> pl.DataFrame:
-    """One table: with a unit, the public contribution bounds the plan assumes are enforced
-    (``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a count cell)."""
+    """One table; with a unit, the public contribution bounds the plan assumes are enforced.
+
+    The bounds: ``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a
+    count cell.
+    """
+    from tabdp.frame.accessor import DPAccessor
+
     by_cols = list(by) if by else [NATIONAL]
     multi = spec.input.unit is not None
     max_cells = spec.input.max_cells if multi else None
+    dp = DPAccessor(lf)  # what ``lf.dp`` gives, spelled so that type checkers see it
     if t.kind == "sum":
-        out = lf.dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
-                        session=session, level=level, nulls=t.nulls, name=name, grid=t.grid,
-                        max_cells=max_cells)
+        out = dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
+                     session=session, level=level, nulls=t.nulls, name=name, grid=t.grid,
+                     max_cells=max_cells)
     else:
-        out = lf.dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
-                          name=name, grid=t.grid, max_cells=max_cells,
-                          max_rows=spec.plan.count_rows if multi else None)
-    return out  # type: ignore[no-any-return]
+        out = dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
+                       name=name, grid=t.grid, max_cells=max_cells,
+                       max_rows=spec.plan.count_rows if multi else None)
+    return out
 
 
 def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
@@ -1011,6 +1020,7 @@ class DataDependentFailure(DataValidationError):
     """
 
     def __init__(self, failure_file: Path | None, confidential: Path) -> None:
+        """Point to the confidential ``failure_file`` (``None``: it could not be written)."""
         self.failure_file = failure_file
         where = (f"in {str(failure_file)!r}" if failure_file is not None else
                  f"nowhere: they could not be written to {str(confidential)!r}")

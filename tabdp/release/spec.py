@@ -983,7 +983,7 @@ def _parse_publication(raw: Any, path: str, base: Publication,
             units = {}
             for key, v in value.items():
                 kp = _join(rp, str(key))
-                if key not in measures:  # type: ignore[operator]
+                if key not in measures:
                     _fail(kp, f"{key!r} is not a measure of this table (measures: "
                               f"{_names(measures)}).{_maybe(str(key), measures)}", hint)
                 units[key] = _number(v, kp, what="the rounding unit", gt=0.0, hint=hint)
@@ -1039,9 +1039,10 @@ _KWARG = re.compile(r"(?<![=<>!\w])(\w+)=(?!=)")
 
 
 def spec_keys_hint(text: str) -> str:
-    r"""Rewrite a Python-style hint as spec keys: ``Cls(r=3.0, delta=1e-9)`` becomes
-    ``{ family = "...", r = 3.0, delta = 1e-9 }``, ``sigma=2.0`` becomes ``sigma = 2.0`` and
-    "pass x" becomes "add x".
+    r"""Rewrite a Python-style hint as spec keys.
+
+    ``Cls(r=3.0, delta=1e-9)`` becomes ``{ family = "...", r = 3.0, delta = 1e-9 }``,
+    ``sigma=2.0`` becomes ``sigma = 2.0`` and "pass x" becomes "add x".
 
     Only the ``Hint:`` line is rewritten; the rest of the message is kept as it is.
 
@@ -1262,7 +1263,7 @@ def align_keys(frame: pl.DataFrame, domains: Mapping[str, pl.Series]) -> pl.Data
 
 
 def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -> pl.DataFrame:
-    """The allowed key combinations of a table, typed like the domains.
+    r"""The allowed key combinations of a table, typed like the domains.
 
     Args:
         file: The keys file (validated by :func:`parse_spec`).
@@ -1275,7 +1276,7 @@ def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -
     Example:
         >>> import tempfile, pathlib
         >>> f = pathlib.Path(tempfile.mkdtemp()) / "k.csv"
-        >>> _ = f.write_text("year,code\\n2024,01\\n")
+        >>> _ = f.write_text("year,code\n2024,01\n")
         >>> read_keys(f, ["code", "year"], {"year": pl.Series([2024])}).row(0)
         ('01', 2024)
     """
@@ -1407,8 +1408,11 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
 
 # -- entry points -------------------------------------------------------------------------------
 def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> None:
-    """Under a curve budget each summed measure is a currency of its own and counts are
-    ``rows``: a measure named ``rows`` or holding ``+`` (a joint currency) would mix them."""
+    """Refuse measure names that would mix currencies under a curve budget.
+
+    Under a curve budget each summed measure is a currency of its own and counts are ``rows``:
+    a measure named ``rows`` or holding ``+`` (a joint currency) would mix them.
+    """
     if budget is None or not isinstance(budget.rho, Mapping):
         return
     for i, t in enumerate(tables):

@@ -689,10 +689,10 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
         out.append("<h4>Rollups</h4><p>Coarser tables derived from this one by adding noisy "
                    "cells (no extra privacy loss), or released directly (accounted in the "
                    "losses above).</p>")
-        rows = []
+        rollup_rows: list[list[tuple[str, bool]]] = []
         for r in rollups:
             if not isinstance(r, Mapping):
-                rows.append([(_value(r), False)] + [("", False)] * 5)
+                rollup_rows.append([(_value(r), False)] + [("", False)] * 5)
                 continue
             rby = list(r.get("by") or [])
             mm = r.get("moe_method")
@@ -702,13 +702,13 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
             direct = r.get("direct")
             dfile = r.get("direct_file")
             direct_html = ("yes" + (f": {_file(dfile)}" if dfile else "")) if direct else "no"
-            rows.append([(_code(r.get("label", "")), False),
-                         (_codes(rby, " × ") if rby else "<em>national total</em>", False),
-                         (_e(r.get("cells")), True),
-                         (_file(r["file"]) if r.get("file") else _NONE, False),
-                         (moe_html, False), (direct_html, False)])
+            rollup_rows.append([(_code(r.get("label", "")), False),
+                                (_codes(rby, " × ") if rby else "<em>national total</em>", False),
+                                (_e(r.get("cells")), True),
+                                (_file(r["file"]) if r.get("file") else _NONE, False),
+                                (moe_html, False), (direct_html, False)])
         out.append(_table(["rollup", "grouped by", "cells", "file", "margin-of-error method",
-                           "also released directly"], rows, raw=True))
+                           "also released directly"], rollup_rows, raw=True))
 
     extra = {k: v for k, v in t.items() if k not in _TABLE_KEYS}
     if extra:

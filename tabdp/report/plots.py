@@ -21,7 +21,7 @@ import io
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib import rc_context
@@ -29,6 +29,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = [
     "PALETTE",
@@ -47,7 +50,7 @@ PALETTE: tuple[str, ...] = (
 _TOTAL_COLOR = "#000000"
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
-_RC: dict[str, Any] = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
@@ -356,7 +359,7 @@ def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = 
                 if hi <= lo:
                     lo, hi = lo - 0.5, hi + 0.5
                 bins = np.linspace(lo, hi, nb + 1)
-            ax.hist(shown, bins=bins, color=PALETTE[0], edgecolor="white", linewidth=0.4)
+            ax.hist(shown, bins=bins.tolist(), color=PALETTE[0], edgecolor="white", linewidth=0.4)
             if log_x:
                 ax.set_xscale("log")
                 _log_axis(ax.xaxis)
