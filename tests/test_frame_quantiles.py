@@ -288,13 +288,9 @@ def test_categorical_keys_and_integer_measure(make_frame, to_pl, set_noise, dtyp
     np.testing.assert_array_equal(o["x_median"].to_numpy(), MEDIAN)
 
 
-def test_empty_frame_every_cell_is_padded(backend, to_pl, set_noise):
+def test_empty_frame_every_cell_is_padded(to_engine, to_pl, set_noise):
     set_noise(1.0)
-    frame = pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String, "x": pl.Float64})
-    if backend == "pandas":
-        frame = frame.to_pandas()
-    elif backend == "polars_lazy":
-        frame = frame.lazy()
+    frame = to_engine(pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String, "x": pl.Float64}))
     ks = tabdp.KeySet.from_dict(c=["a", "b"])
     s = tabdp.Session(seed=0)
     o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=(-10.0, 30.0), epsilon=1.0,

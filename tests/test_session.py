@@ -1,12 +1,14 @@
 """Sessions, the ledger and reports: per-record losses, composition, budgets, public summary.
 
-Every test taking ``make_frame`` runs once per backend (pandas, Polars, Polars lazy).
+Every test taking ``make_frame`` runs once per engine (pandas, Polars, lazy, streaming).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import pathlib
+import sys
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,9 @@ from hypothesis import strategies as st
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.exceptions import UsabilityWarning
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _engines import as_engine  # noqa: E402
 
 # Nearly noiseless releases read the true totals. sigma=1e-6, not smaller: its default grid 1e-8
 # is the finest float64 holds exactly for totals up to 1.1e4 (docs/exact-rounding.md).
@@ -487,16 +492,15 @@ def test_seeded_sessions_are_reproducible(make_frame):
     assert not a3["x"].equals(a1["x"]) and not b3["count"].equals(b1["count"])
 
 
-def test_seeded_noise_is_backend_independent(backend):
+def test_seeded_noise_is_backend_independent(engine, tmp_path):
     from tabdp.frame._engine import grouped_release
 
     def frame(kind):
-        df = pd.DataFrame(ROWS) if kind == "pandas" else pl.DataFrame(ROWS)
-        return df.lazy() if kind == "polars_lazy" else df
+        return as_engine(pd.DataFrame(ROWS), kind, tmp_path)
 
     outs = [_pl(grouped_release(frame(k), kind="sum", measures=["x"], by=["c"], keys=KEYS,
                                 mechanism=mech.Gaussian(1.0), session=tabdp.Session(seed=9)))
-            for k in (backend, "polars")]
+            for k in (engine, "polars")]
     assert outs[0].equals(outs[1])
 
 
