@@ -845,12 +845,13 @@ def _neighbour_frames(n_cells: int):
     return d, d2, tabdp.KeySet.from_dict(cell=list(range(2 * n_cells)))
 
 
-def test_secure_runs_publish_different_uncertainty():
+def test_secure_runs_publish_different_uncertainty(to_engine, to_pl):
     """The attack of issue 13: with SS × a constant, secure runs on D published identical sd and
     moe, and an empty cell's sd was exactly (hi − lo)·std(Z). Now they are drawn."""
     d, d2, ks = _neighbour_frames(50)
-    outs = [d.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
-                        session=tabdp.Session()) for _ in range(2)]
+    d = to_engine(d)
+    outs = [to_pl(d.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
+                        session=tabdp.Session())) for _ in range(2)]
     for col in ("x_median_sd", "x_median_moe"):
         a, b = (o[col].to_numpy() for o in outs)
         assert np.all(a != b)

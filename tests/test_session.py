@@ -197,24 +197,25 @@ def test_same_unit_across_two_frames_composes_by_id(make_frame):
 
 
 @pytest.mark.parametrize("budget", [None, 1e9])
-def test_unit_ids_of_different_dtypes_across_frames(budget):
-    """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings."""
+def test_unit_ids_of_different_dtypes_across_frames(budget, to_engine):
+    """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings (the
+    first frame of each session in the engine's form, the second as written)."""
     g = mech.Gaussian(sigma=1.0)
     s = tabdp.Session(unit="u", seed=8, budget=budget)
-    pl.DataFrame({"u": [1, 2], "c": ["a", "b"], "x": [1.0, 2.0]},
-                 schema_overrides={"u": pl.Int32}).dp.sum("x", by="c", keys=KEYS, mechanism=g,
-                                                          session=s)
+    to_engine(pl.DataFrame({"u": [1, 2], "c": ["a", "b"], "x": [1.0, 2.0]},
+                           schema_overrides={"u": pl.Int32})).dp.sum(
+        "x", by="c", keys=KEYS, mechanism=g, session=s)
     pl.DataFrame({"u": [1, 3], "c": ["a", "b"], "x": [3.0, 2.0]}).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s)
-    pr = s.report().per_record.sort("u")
+    pr = _pl(s.report().per_record).sort("u")
     assert pr["u"].to_list() == [1, 2, 3]
     np.testing.assert_allclose(pr["rho"].to_numpy(), [0.5 + 4.5, 2.0, 2.0])
     s2 = tabdp.Session(unit="u", seed=8, budget=budget)
-    pd.DataFrame({"u": ["p", "q"], "c": ["a", "b"], "x": [1.0, 2.0]}).dp.sum(
+    to_engine(pd.DataFrame({"u": ["p", "q"], "c": ["a", "b"], "x": [1.0, 2.0]})).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s2)
     pl.DataFrame({"u": ["p", "r"], "c": ["a", "b"], "x": [3.0, 2.0]}).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s2)
-    pr2 = s2.report().per_record.sort("u")
+    pr2 = _pl(s2.report().per_record).sort("u")
     assert pr2["u"].to_list() == ["p", "q", "r"]
     np.testing.assert_allclose(pr2["rho"].to_numpy(), [0.5 + 4.5, 2.0, 2.0])
 
@@ -582,9 +583,9 @@ def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, data):
 
 
 @pytest.mark.parametrize("unit", [None, "u"])
-def test_track_cells_gives_the_worst_loss_per_cell(unit):
-    df = pl.DataFrame({"u": [1, 1, 2, 3, 3], "c": ["a", "a", "a", "b", "z"],
-                       "x": [2.0, 3.0, 1.0, 4.0, 100.0]})
+def test_track_cells_gives_the_worst_loss_per_cell(unit, to_engine):
+    df = to_engine(pl.DataFrame({"u": [1, 1, 2, 3, 3], "c": ["a", "a", "a", "b", "z"],
+                                 "x": [2.0, 3.0, 1.0, 4.0, 100.0]}))
     keys = tabdp.KeySet.from_dict(c=["a", "b", "c"])
     s = tabdp.Session(unit=unit, seed=0)
     s.track_cells = True
@@ -600,7 +601,7 @@ def test_track_cells_gives_the_worst_loss_per_cell(unit):
     assert cells["b"]["worst_rho"] == pytest.approx(float(g.rho(4.0)))
     # the worst per cell is the per-record maximum of that query
     assert max(c["worst_rho"] for c in cells.values()) == pytest.approx(
-        s.report().per_record["rho_q1_sum"].max())
+        _pl(s.report().per_record)["rho_q1_sum"].max())
     # off by default
     s2 = tabdp.Session(seed=0)
     df.dp.sum("x", by="c", keys=keys, mechanism=g, session=s2)
