@@ -10,6 +10,7 @@ some units out; it runs in row mode and with firms as the privacy unit.
 
 from __future__ import annotations
 
+import math
 import pathlib
 import sys
 from typing import Any
@@ -73,6 +74,17 @@ def _workload(frame: Any, unit: str | None) -> tuple[list[pl.DataFrame], tabdp.S
     return [as_polars(o) for o in outs], s
 
 
+def _close(a: Any, b: Any) -> bool:
+    """Equal, floats up to 1e-14 relative (the last ulps of a float sum's order)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=1e-14, abs_tol=0.0)
+    return bool(a == b)
+
+
 def _run(engine: str, unit: str | None, tmp_path: pathlib.Path) -> dict[str, Any]:
     outs, s = _workload(as_engine(_data(), engine, tmp_path), unit)
     report = s.report()
@@ -128,10 +140,11 @@ def test_every_engine_gives_the_same_release(engine: str, tmp_path: pathlib.Path
     for a, b in zip(got["outputs"], ref["outputs"], strict=True):
         assert_frame_equal(a, b, check_exact=True)
     assert got["public"] == ref["public"]
-    assert got["confidential"] == ref["confidential"]
     if unit is None:
+        assert got["confidential"] == ref["confidential"]
         assert_frame_equal(got["per_record"], ref["per_record"], check_exact=True)
     else:  # units in the same set, with the same losses up to the order of a float sum
+        assert _close(got["confidential"], ref["confidential"])
         mine, theirs = got["per_record"].sort(unit), ref["per_record"].sort(unit)
         assert_frame_equal(mine.select(unit, "epsilon", "size"),
                            theirs.select(unit, "epsilon", "size"), check_exact=True)
@@ -141,13 +154,15 @@ def test_every_engine_gives_the_same_release(engine: str, tmp_path: pathlib.Path
 @pytest.mark.xfail(strict=True, reason="issue 14 engine: in unit mode a unit's loss is a float "
                    "sum over its cells in the order the snapshot's group-by yields them, and "
                    "the per-record report lists units in that order: both vary from run to run "
-                   "(last-ulp differences in rho, rho_<count>; row order), on every engine")
+                   "(last-ulp differences in rho, rho_<count> and the confidential summary's "
+                   "rho quantiles; row order), on every engine")
 def test_unit_mode_per_record_report_is_bit_identical(tmp_path: pathlib.Path) -> None:
     """Same seed, same data: the same per-record report, bit for bit and row for row.
 
     On every engine and on repeated runs of one engine.
     """
-    runs = [_run(e, "firm", tmp_path)["per_record"]
+    runs = [_run(e, "firm", tmp_path)
             for e in ("pandas", "polars", "polars", "polars", "lazy", "streaming")]
     for other in runs[1:]:
-        assert_frame_equal(other, runs[0], check_exact=True)
+        assert other["confidential"] == runs[0]["confidential"]
+        assert_frame_equal(other["per_record"], runs[0]["per_record"], check_exact=True)
