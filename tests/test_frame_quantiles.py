@@ -44,6 +44,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 KEYS = tabdp.KeySet.from_dict({"county": ["c1", "c2", "c3"], "naics": ["11", "21"]})
+# Statistical and noise-family tests run on one engine (the data path they use is the one
+# the other tests and tests/test_engines_equal.py check on every engine; the noise is drawn
+# on the aggregated cells, identically on every engine), which keeps the suite's time in check.
+ONE_ENGINE = pytest.mark.parametrize("engine", ["polars"])
 BOUNDS = (0.0, 100.0)
 SPAN = BOUNDS[1] - BOUNDS[0]
 DATA = {
@@ -465,6 +469,7 @@ FAMILIES = [("polyplace", None), ("polyplace", 0.05), ("student_t", None), ("stu
             ("cauchy", None), ("laplace", None), ("laplace", 0.02)]
 
 
+@ONE_ENGINE
 @pytest.mark.parametrize("noise, gamma", FAMILIES)
 def test_noise_families_run(make_frame, to_pl, noise, gamma):
     s = tabdp.Session(seed=8)
@@ -746,6 +751,7 @@ def test_one_off_session(make_frame):
 @pytest.mark.parametrize("bounds, value", [((0.0, 10.0), 5.0), ((1e9, 1e9 + 10.0), 1e9 + 5.0)],
                          ids=["near-0", "far-from-0"])
 @pytest.mark.parametrize("gamma", [0.9, 0.45])
+@ONE_ENGINE
 def test_ss_floor_keeps_noise_in_huge_identical_cells(make_frame, to_pl, bounds, value, gamma):
     """10,000 identical values: SS = span·e^{−γ·5000} underflows to 0; the floor keeps noise."""
     lo, hi = bounds
@@ -790,6 +796,7 @@ STAT_BOUNDS = (0.0, 1000.0)
     ("student_t", None, False),
     ("cauchy", None, False),
 ])
+@ONE_ENGINE
 def test_noise_law_sd_and_coverage_over_many_cells(make_frame, to_pl, noise, gamma, check_sd):
     k = len(CELL_VALUES)
     data = {"cell": np.repeat(np.arange(N_CELLS), k).tolist(),
