@@ -38,11 +38,13 @@ _PANDAS_DTYPES = {
 _FILES = itertools.count()
 
 
-def as_engine(df: Any, engine: str, tmp_path: Path | str | None = None) -> Any:
+def as_engine(df: Any, engine: str, tmp_path: Path | str | None = None,
+              row_group_size: int | None = None) -> Any:
     """``df`` (a pandas or Polars DataFrame) in the input form of ``engine``.
 
-    ``"streaming"`` writes ``df`` to a fresh Parquet file under ``tmp_path`` and returns
-    ``pl.scan_parquet`` of it (pandas frames go through ``pl.from_pandas`` first).
+    ``"streaming"`` writes ``df`` to a fresh Parquet file under ``tmp_path`` (in row groups of
+    ``row_group_size`` rows if given) and returns ``pl.scan_parquet`` of it (pandas frames go
+    through ``pl.from_pandas`` first).
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; one of {ENGINES}")
@@ -58,7 +60,7 @@ def as_engine(df: Any, engine: str, tmp_path: Path | str | None = None) -> Any:
     if tmp_path is None:
         raise ValueError("the streaming engine needs tmp_path (the Parquet file's folder)")
     path = Path(tmp_path) / f"engine-input-{next(_FILES)}.parquet"
-    frame.write_parquet(path)
+    frame.write_parquet(path, row_group_size=row_group_size)
     return pl.scan_parquet(path)
 
 
