@@ -198,8 +198,10 @@ def test_same_unit_across_two_frames_composes_by_id(make_frame):
 
 @pytest.mark.parametrize("budget", [None, 1e9])
 def test_unit_ids_of_different_dtypes_across_frames(budget, to_engine):
-    """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings (the
-    first frame of each session in the engine's form, the second as written)."""
+    """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings.
+
+    The first frame of each session is in the engine's form, the second as written.
+    """
     g = mech.Gaussian(sigma=1.0)
     s = tabdp.Session(unit="u", seed=8, budget=budget)
     to_engine(pl.DataFrame({"u": [1, 2], "c": ["a", "b"], "x": [1.0, 2.0]},
@@ -494,6 +496,7 @@ def test_seeded_sessions_are_reproducible(make_frame):
 
 
 def test_seeded_noise_is_backend_independent(engine, tmp_path):
+    """The same seed gives the same release on every engine as on Polars."""
     from tabdp.frame._engine import grouped_release
 
     def frame(kind):
@@ -613,6 +616,7 @@ def test_track_cells_gives_the_worst_loss_per_cell(unit, to_engine):
                    "empty frame), Report.per_record joins an Int64 empty ledger with the "
                    "release's String ids and Polars raises SchemaError, on every engine")
 def test_per_record_report_with_text_ids_and_no_unit_charged(make_frame):
+    """No unit charged yet: an empty per-record report with the unit column's dtype."""
     s = tabdp.Session(unit="u", seed=0)
     make_frame({"u": ["p", "q"], "c": ["z", "z"], "x": [1.0, 2.0]}).dp.sum(
         "x", by="c", keys=KEYS, mechanism=TINY, session=s)
