@@ -1,19 +1,33 @@
-"""Shared fixtures: every frame test runs over pandas, Polars eager and Polars lazy."""
+"""Shared fixtures: every frame test runs over the four engines (input forms) of the accessor.
+
+- ``"pandas"``: a ``pd.DataFrame``;
+- ``"polars"``: a ``pl.DataFrame``;
+- ``"lazy"``: a ``pl.LazyFrame`` from ``.lazy()`` (the plan holds the data in memory);
+- ``"streaming"``: a ``pl.LazyFrame`` from ``pl.scan_parquet`` of a file written to the test's
+  ``tmp_path``: an input the caller never materialises.
+
+``engine`` is the parametrized fixture; ``as_engine(df, engine, tmp_path)`` converts a frame
+(pandas or Polars) to a form and ``as_polars`` normalises any returned frame for comparison.
+``backend`` / ``make_frame`` are the older names the frame tests use (same four forms).
+"""
 
 from __future__ import annotations
 
 import copy
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import polars as pl
 import pytest
 
-BACKENDS = ("pandas", "polars", "polars_lazy")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _engines import ENGINES, as_engine, as_polars, build_frame  # noqa: E402
 
 _CACHE_ENV = "TABDP_CACHE_DIR"
 _CACHE_KEY = pytest.StashKey[tuple[str, "str | None"]]()
@@ -41,59 +55,44 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[_CACHE_ENV] = old
     shutil.rmtree(folder, ignore_errors=True)
 
-# Polars dtype overrides and their pandas equivalents (for ``make_frame(..., dtypes=...)``).
-_PANDAS_DTYPES = {
-    pl.Categorical: "category",
-    pl.Int32: "int32",
-    pl.Int64: "int64",
-    pl.Float64: "float64",
-    # pandas 3's default text dtype; pandas 2's astype("str") would turn None into "None"
-    pl.String: "str" if int(pd.__version__.split(".")[0]) >= 3 else "string",
-}
-
-
-def build_frame(backend: str, data: Mapping[str, Any],
-                dtypes: Mapping[str, Any] | None = None) -> Any:
-    """A native frame of ``backend`` holding ``data`` (columns → lists)."""
-    dtypes = dict(dtypes or {})
-    if backend == "pandas":
-        df = pd.DataFrame({k: list(v) for k, v in data.items()})
-        if dtypes:
-            df = df.astype({k: _PANDAS_DTYPES[v] for k, v in dtypes.items()})
-        return df
-    df = pl.DataFrame(dict(data), schema_overrides=dtypes, strict=False)
-    return df.lazy() if backend == "polars_lazy" else df
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    """Name of the dataframe backend under test."""
-    return request.param
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Name of the engine (input form) under test."""
+    return str(request.param)
 
 
 @pytest.fixture
-def make_frame(backend: str) -> Callable[..., Any]:
-    """``make_frame(dict, dtypes=None) -> native frame`` of the backend under test."""
+def backend(engine: str) -> str:
+    """The older name of ``engine``."""
+    return engine
+
+
+@pytest.fixture
+def to_engine(engine: str, tmp_path: Path) -> Callable[[Any], Any]:
+    """``to_engine(df) -> df`` in the form of the engine under test."""
+
+    def convert(df: Any) -> Any:
+        return as_engine(df, engine, tmp_path)
+
+    return convert
+
+
+@pytest.fixture
+def make_frame(engine: str, tmp_path: Path) -> Callable[..., Any]:
+    """``make_frame(dict, dtypes=None) -> native frame`` of the engine under test."""
 
     def make(data: Mapping[str, Any], dtypes: Mapping[str, Any] | None = None) -> Any:
-        return build_frame(backend, data, dtypes)
+        return build_frame(engine, data, dtypes, tmp_path)
 
     return make
 
 
 @pytest.fixture
-def out_type(backend: str) -> type:
-    """The frame type tabdp must return for the backend (pandas → pandas, Polars → eager)."""
-    return pd.DataFrame if backend == "pandas" else pl.DataFrame
+def out_type(engine: str) -> type:
+    """The frame type tabdp must return for the engine (pandas → pandas, Polars → eager)."""
+    return pd.DataFrame if engine == "pandas" else pl.DataFrame
 
 
-def as_polars(frame: Any) -> pl.DataFrame:
-    """Any returned frame (pandas or Polars) as a Polars DataFrame, for assertions."""
-    if isinstance(frame, pl.DataFrame):
-        return frame
-    if isinstance(frame, pd.DataFrame):
-        return pl.from_pandas(frame)
-    raise TypeError(f"not a frame: {type(frame).__name__}")
 
 
 @pytest.fixture

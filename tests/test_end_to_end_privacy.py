@@ -7,12 +7,17 @@ The neighbouring-dataset test runs the same releases, with secure randomness, tw
 D and once on D plus one establishment, and asserts that everything that does not vary between
 the two runs on D (keys, dtypes, columns, uncertainty columns that are not noisy, warnings,
 exceptions, the public report) is identical on the neighbour.
+
+Every test that feeds a frame to the accessor runs on the four engines (``tests/_engines.py``):
+the frames are built in Polars and handed over as pandas, Polars, lazy or streaming input.
 """
 
 from __future__ import annotations
 
 import math
+import pathlib
 import re
+import sys
 import warnings
 from typing import Any
 
@@ -23,6 +28,9 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame._engine import SUM_SCALE_BITS, grouped_release
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _engines import as_polars  # noqa: E402
 
 KEYS = tabdp.KeySet.from_dict(county=["c1", "c2", "c3"], naics=["11", "21"])
 
@@ -49,8 +57,11 @@ def _neighbour(df: pl.DataFrame, kind: str) -> pl.DataFrame:
     return pl.concat([df, extra])
 
 
-def _releases(df: pl.DataFrame) -> dict[str, Any]:
-    """Every kind of release in author mode with declared rules; returns what the caller sees."""
+def _releases(df: Any) -> dict[str, Any]:
+    """Every kind of release in author mode with declared rules: what the caller sees.
+
+    Output frames are returned as Polars.
+    """
     s = tabdp.Session(unit="estab", mode="author", budget={1.0: 5.0, 1e7: 40.0})
     seen: dict[str, Any] = {}
     with warnings.catch_warnings(record=True) as caught:
@@ -69,6 +80,7 @@ def _releases(df: pl.DataFrame) -> dict[str, Any]:
         seen["national"] = df.dp.sum("emp", by=[], keys=tabdp.KeySet.from_dict(),
                                      mechanism=mech.Gaussian(50.0), session=s, nulls="zero") \
             if _has_empty_keyset() else None
+    seen = {k: as_polars(v) if v is not None else v for k, v in seen.items()}
     seen["warnings"] = sorted(str(w.message) for w in caught)
     seen["report"] = s.report().to_dict()
     return seen
@@ -96,13 +108,13 @@ def _stable_parts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("kind", ["huge", "nan", "null", "negative", "inf", "tiny", "outside",
                                   "null_id"])
-def test_outputs_on_neighbouring_datasets_differ_only_through_the_noise(kind):
+def test_outputs_on_neighbouring_datasets_differ_only_through_the_noise(kind, to_engine):
     d = _base()
-    first, second = _releases(d), _releases(d)
+    first, second = _releases(to_engine(d)), _releases(to_engine(d))
     stable = _stable_parts(first, second)
     # secure noise: the estimates vary between runs (a check that the test can see noise)
     assert not first["sum"]["payroll"].equals(second["sum"]["payroll"])
-    neighbour = _releases(_neighbour(d, kind))
+    neighbour = _releases(to_engine(_neighbour(d, kind)))
     for k, (schema, frame) in ((k, v) for k, v in stable.items()
                                if isinstance(v, tuple)):
         assert neighbour[k].schema == schema, k
@@ -111,9 +123,9 @@ def test_outputs_on_neighbouring_datasets_differ_only_through_the_noise(kind):
     assert neighbour["report"] == first["report"]
 
 
-def test_author_mode_refuses_undeclared_rules_before_reading_data():
+def test_author_mode_refuses_undeclared_rules_before_reading_data(to_engine):
     s = tabdp.Session(mode="author")
-    df = _base()
+    df = to_engine(_base())
     with pytest.raises(tabdp.InvalidParameterError, match="nulls='zero'"):
         df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(1.0),
                   session=s)
@@ -126,7 +138,7 @@ def test_author_mode_refuses_undeclared_rules_before_reading_data():
 
 
 # -- the bisection oracle of issue 13 ----------------------------------------------------------
-def _probe(df: pl.DataFrame, t: float, variant: str) -> tuple[str, Any]:
+def _probe(df: pl.DataFrame, t: float, variant: str, to_engine: Any) -> tuple[str, Any]:
     """One probe of the old attack.
 
     A derived measure that is huge (budget variant) or NaN (NaN variant) when the target's payroll
@@ -142,18 +154,19 @@ def _probe(df: pl.DataFrame, t: float, variant: str) -> tuple[str, Any]:
         probe = pl.when(target & (pl.col("payroll") > t)).then(float("nan")).otherwise(0.0)
         s = tabdp.Session(unit="estab", mode="author")
         nulls = "zero"
-    frame = df.with_columns(probe.alias("probe"))
+    frame = to_engine(df.with_columns(probe.alias("probe")))
     try:
         out = frame.dp.sum("probe", by=["county", "naics"], keys=KEYS,
                            mechanism=mech.Gaussian(1.0), session=s, nulls=nulls)
     except tabdp.TabdpError as err:  # pragma: no cover - the attack's old signal
         return type(err).__name__, str(err)
+    out = as_polars(out)
     return "ok", (out.schema, out.select("county", "naics", "probe_sd", "probe_moe"),
                   s.report().to_dict())
 
 
 @pytest.mark.parametrize("variant", ["budget", "nan"])
-def test_the_bisection_oracle_learns_nothing(variant):
+def test_the_bisection_oracle_learns_nothing(variant, to_engine):
     df = _base()
     truth = float(df.filter(pl.col("estab") == 0)["payroll"][0])
     # 45 probes of a bisection: every answer is the same, so the search cannot move
@@ -161,16 +174,16 @@ def test_the_bisection_oracle_learns_nothing(variant):
     answers = set()
     for _ in range(45):
         mid = (lo + hi) / 2
-        seen = _probe(df, mid, variant)
+        seen = _probe(df, mid, variant, to_engine)
         answers.add(repr(seen))
         lo, hi = (mid, hi) if seen[0] != "ok" else (lo, mid)
     assert len(answers) == 1
     assert not (lo <= truth <= hi and hi - lo < 1.0)
 
 
-def test_curator_mode_refusals_carry_no_values():
+def test_curator_mode_refusals_carry_no_values(to_engine):
     """Curator mode keeps strict errors, but their messages hold no values or counts."""
-    df = _neighbour(_base(), "nan")
+    df = to_engine(_neighbour(_base(), "nan"))
     s = tabdp.Session(unit="estab")
     with pytest.raises(tabdp.DataValidationError) as info:
         df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(1.0),
@@ -178,14 +191,14 @@ def test_curator_mode_refusals_carry_no_values():
     msg = str(info.value)
     assert "'payroll'" in msg and re.search(r"\b1\b", msg) is None
     assert info.value.confidential == {"missing_values:payroll": 1}
-    huge = _neighbour(_base(), "huge")
+    huge = to_engine(_neighbour(_base(), "huge"))
     out = huge.dp.sum("payroll", by=["county", "naics"], keys=KEYS,
                       mechanism=mech.Gaussian(1.0), session=tabdp.Session(unit="estab"))
-    assert out.height == len(KEYS)
+    assert as_polars(out).height == len(KEYS)
 
 
 # -- exact totals ------------------------------------------------------------------------------
-def _true_totals(df: pl.DataFrame, **kw: Any) -> Any:
+def _true_totals(df: Any, **kw: Any) -> Any:
     """The exact totals the engine hands to the mechanism (captured at the mechanism)."""
     captured = {}
 
@@ -200,7 +213,7 @@ def _true_totals(df: pl.DataFrame, **kw: Any) -> Any:
     return captured["totals"]
 
 
-def test_cell_totals_are_exact_and_independent_of_row_order():
+def test_cell_totals_are_exact_and_independent_of_row_order(to_engine):
     """The float-sum distinguisher.
 
     2**60, 1, -2**60 sum to 1 exactly in any order (float64 sums gave 0 or 1 by order), and a record
@@ -212,40 +225,40 @@ def test_cell_totals_are_exact_and_independent_of_row_order():
     for _ in range(6):
         order = rng.permutation(len(vals))
         df = pl.DataFrame({"c": ["a"] * len(vals), "x": [vals[i] for i in order]})
-        t = _true_totals(df)
+        t = _true_totals(to_engine(df))
         seen.add((t.numer[0], t.scale_bits))
     assert seen == {(int(1.25 * 2**SUM_SCALE_BITS), SUM_SCALE_BITS)}
     # the tiny record is charged nothing and moves nothing
     s = tabdp.Session(seed=0)
-    df = pl.DataFrame({"c": ["a", "a"], "x": [2.0**60, 1e-300]})
+    df = to_engine(pl.DataFrame({"c": ["a", "a"], "x": [2.0**60, 1e-300]}))
     df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]), mechanism=mech.Gaussian(1.0),
               session=s)
-    assert s.report().per_record["rho"][1] == 0.0
-    without = _true_totals(pl.DataFrame({"c": ["a"], "x": [2.0**60]}))
+    assert as_polars(s.report().per_record)["rho"][1] == 0.0
+    without = _true_totals(to_engine(pl.DataFrame({"c": ["a"], "x": [2.0**60]})))
     assert _true_totals(df).numer == without.numer
 
 
-def test_int64_totals_cannot_wrap():
+def test_int64_totals_cannot_wrap(to_engine):
     """Two Int64 values near 2**62 sum to 2**63: an Int64 sum wrapped to a negative total."""
-    df = pl.DataFrame({"c": ["a", "a"], "x": [2**62, 2**62]}, schema={"c": pl.String,
-                                                                      "x": pl.Int64})
+    df = to_engine(pl.DataFrame({"c": ["a", "a"], "x": [2**62, 2**62]},
+                                schema={"c": pl.String, "x": pl.Int64}))
     t = _true_totals(df)
     assert t.numer == [2**63] and t.scale_bits == 0
     assert t.approx[0] == 2.0**63
 
 
-def test_charged_sensitivity_covers_what_the_total_moves():
+def test_charged_sensitivity_covers_what_the_total_moves(to_engine):
     """|T(D) - T(D - u)| never exceeds the Δ the unit is charged for (Casacuberta et al.)."""
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.lognormal(5, 4, 50), [1e18, 3.3e-9, 2.0**53 + 1]])
     df = pl.DataFrame({"c": ["a"] * x.size, "x": x, "u": np.arange(x.size)})
-    full = _true_totals(df, unit="u").fraction(0)
+    full = _true_totals(to_engine(df), unit="u").fraction(0)
     s = tabdp.Session(unit="u", seed=0)
-    df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+    to_engine(df).dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
               mechanism=mech.Gaussian(1.0), session=s)
-    size = s.report().per_record.sort("u")["size"].to_numpy()
+    size = as_polars(s.report().per_record).sort("u")["size"].to_numpy()
     for i in range(x.size):
-        part = _true_totals(df.filter(pl.col("u") != i), unit="u").fraction(0)
+        part = _true_totals(to_engine(df.filter(pl.col("u") != i)), unit="u").fraction(0)
         assert abs(full - part) <= size[i], i
         assert math.isclose(float(abs(full - part)), size[i], rel_tol=1e-15, abs_tol=0.0) or \
             size[i] >= float(abs(full - part))
@@ -253,7 +266,7 @@ def test_charged_sensitivity_covers_what_the_total_moves():
 
 # -- the filter: no unit is ever charged past its budget ---------------------------------------
 @pytest.mark.parametrize("budget", [2.0, {1.0: 0.5, 1e4: 3.0, 1e8: 9.0}], ids=["constant", "curve"])
-def test_no_unit_is_ever_charged_past_its_budget(budget):
+def test_no_unit_is_ever_charged_past_its_budget(budget, to_engine):
     """Random adaptive sequences of sums and counts over random firms.
 
     After every query, each unit's total (constant) or per-currency spend (curve, at its size there)
@@ -265,6 +278,7 @@ def test_no_unit_is_ever_charged_past_its_budget(budget):
     df = pl.DataFrame({"firm": rng.integers(0, 40, 400), "county": rng.choice(
         ["c1", "c2", "c3"], 400).tolist(), "naics": rng.choice(["11", "21"], 400).tolist(),
         "payroll": rng.lognormal(6, 3, 400), "emp": rng.integers(1, 50, 400)})
+    frame = to_engine(df)
     spent: dict[str, dict[int, float]] = {}
     size: dict[str, dict[int, float]] = {}
     for q in range(25):
@@ -272,16 +286,16 @@ def test_no_unit_is_ever_charged_past_its_budget(budget):
         sigma = float(10 ** rng.uniform(-0.5, 4))
         name = f"q{q}"
         if kind == "count":
-            df.dp.count(by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(sigma),
-                        session=s, name=name)
+            frame.dp.count(by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(sigma),
+                           session=s, name=name)
             cur = "rows"
             contrib = df.group_by("firm", "county", "naics").len().rename({"len": "v"})
         else:
-            df.dp.sum(kind, by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(sigma),
-                      session=s, name=name)
+            frame.dp.sum(kind, by=["county", "naics"], keys=KEYS,
+                         mechanism=mech.Gaussian(sigma), session=s, name=name)
             cur = kind
             contrib = df.group_by("firm", "county", "naics").agg(pl.col(kind).sum().alias("v"))
-        pr = s.report().per_record
+        pr = as_polars(s.report().per_record)
         if isinstance(budget, float):
             assert (pr["rho"].to_numpy() <= budget * (1 + 1e-9)).all()
             continue
@@ -299,11 +313,12 @@ def test_no_unit_is_ever_charged_past_its_budget(budget):
                 assert r <= float(b.limit([size[c][firm]], c)[0]) * (1 + 1e-9), (c, firm)
 
 
-def test_contribution_bounds_make_the_public_curve_hold_for_every_unit():
+def test_contribution_bounds_make_the_public_curve_hold_for_every_unit(to_engine):
     rng = np.random.default_rng(2)
     df = pl.DataFrame({"firm": rng.integers(0, 10, 200), "county": rng.choice(
         ["c1", "c2", "c3"], 200).tolist(), "naics": rng.choice(["11", "21"], 200).tolist(),
         "x": rng.lognormal(3, 2, 200)})
+    df = to_engine(df)
     g = mech.Gaussian(30.0)
     s = tabdp.Session(unit="firm", seed=0)
     df.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, max_cells=2)
@@ -313,7 +328,7 @@ def test_contribution_bounds_make_the_public_curve_hold_for_every_unit():
     assert rep.to_dict()["total_policy_curve_holds_for"] == "every unit"
     q = rep.to_dict()["queries"]
     assert q[0]["contribution_bounds"] == {"max_cells": 2, "max_rows": None}
-    pr = rep.per_record
+    pr = as_polars(rep.per_record)
     curve = np.array([r["rho"] for r in rep.total_policy_curve()])
     grid = np.array([r["delta"] for r in rep.total_policy_curve()])
     for rho, size_ in zip(pr["rho"].to_numpy(), pr["size"].to_numpy(), strict=True):

@@ -16,8 +16,10 @@ from typing import Any
 
 import mpmath
 import numpy as np
+import polars as pl
 import pytest
 
+import tabdp
 import tabdp.mechanisms as mech
 from tabdp.mechanisms import ExactTotals
 from tabdp.noise import Laplace as LaplaceNoise
@@ -252,3 +254,35 @@ def test_fast_path_agrees_with_exact_path_beyond_the_uniform_part(c: float) -> N
     b = round_noisy(law, np.full(300, c), 1.0, rng=RandomSource(seed=4), fast_path=False)
     assert np.array_equal(a.index, b.index) and np.array_equal(a.values, b.values)
     assert a.fallbacks <= 3
+
+
+# -- the accessor hands the exact totals to the mechanism, on every engine ---------------------
+def test_accessor_hands_the_exact_totals_to_the_mechanism(to_engine: Callable[[Any], Any]
+                                                          ) -> None:
+    """Totals that are not doubles reach the mechanism exactly, whatever the input form.
+
+    2**60 + 1 and 2**60 + 3 from Int64 rows, 2**40 + 2**-20 from float rows; the release is the
+    one of those exact totals (a direct ``release_table`` of them with the same seed).
+    """
+    seen: dict[str, Any] = {}
+
+    class Spy(mech.Gaussian):
+        def release_table(self, values, rng=None, level=0.9,  # type: ignore[no-untyped-def]
+                          grid=None):
+            seen.setdefault("totals", []).append(values)
+            return super().release_table(values, rng, level, grid)
+
+    df = pl.DataFrame({"c": ["a", "a", "b", "b", "b"],
+                       "n": [2**60, 1, 2**60, 1, 2],
+                       "x": [2.0**40, 2.0**-20, 1.5, -0.25, 0.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b", "z"])
+    s = tabdp.Session(seed=4)
+    out = to_engine(df).dp.sum(["n", "x"], by="c", keys=keys, mechanism=Spy(sigma=2.0),
+                               session=s)
+    n_tot, x_tot = seen["totals"]
+    assert (n_tot.numer, n_tot.scale_bits) == ([2**60 + 1, 2**60 + 3, 0], 0)
+    assert [Fraction(v, 2**x_tot.scale_bits) for v in x_tot.numer] == \
+        [Fraction(2**40) + Fraction(1, 2**20), Fraction(5, 4), Fraction(0)]
+    direct = mech.Gaussian(sigma=2.0).release_table(n_tot, rng=RandomSource(seed=4))
+    est = out["n"].to_list() if hasattr(out["n"], "to_list") else list(out["n"])
+    assert est == direct.estimate.tolist()

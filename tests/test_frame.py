@@ -220,12 +220,9 @@ def test_keyset_from_dict_errors(bad):
     assert isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize("lib", ["pandas", "polars", "polars_lazy"])
-def test_keyset_from_frame_dedups(lib):
+def test_keyset_from_frame_dedups(to_engine):
     data = {"s": ["01", "01", "02", "01"], "c": ["001", "001", "003", "005"], "junk": [1, 2, 3, 4]}
-    frame = pd.DataFrame(data) if lib == "pandas" else pl.DataFrame(data)
-    if lib == "polars_lazy":
-        frame = frame.lazy()
+    frame = to_engine(pl.DataFrame(data))
     ks = tabdp.KeySet.from_frame(frame, columns=["s", "c"])
     assert ks.columns == ["s", "c"]
     assert key_rows(ks) == [("01", "001"), ("02", "003"), ("01", "005")]
@@ -642,14 +639,13 @@ def test_nulls_drop_with_rows_outside_keys_and_units(make_frame, to_pl):
     assert rho.get(3, 0.0) == 0.0
 
 
-def test_int_measures_and_nullable_ints(backend, to_pl):
+def test_int_measures_and_nullable_ints(backend, to_engine, to_pl):
     """Integer measures are summed exactly; a pandas nullable-int NA is a missing value."""
     ks = tabdp.KeySet.from_dict(c=["a", "b"])
     if backend == "pandas":
         frame = pd.DataFrame({"c": ["a", "a", "b"], "x": pd.array([1, None, 5], dtype="Int64")})
     else:
-        frame = pl.DataFrame({"c": ["a", "a", "b"], "x": [1, None, 5]})
-        frame = frame.lazy() if backend == "polars_lazy" else frame
+        frame = to_engine(pl.DataFrame({"c": ["a", "a", "b"], "x": [1, None, 5]}))
     with pytest.raises(tabdp.DataValidationError, match="'x' holds missing values"):
         frame.dp.sum("x", by="c", keys=ks, mechanism=TINY, session=tabdp.Session(seed=0))
     o = to_pl(frame.dp.sum("x", by="c", keys=ks, mechanism=TINY, session=tabdp.Session(seed=0),
@@ -657,13 +653,13 @@ def test_int_measures_and_nullable_ints(backend, to_pl):
     np.testing.assert_allclose(o["x"].to_numpy(), [1.0, 5.0], atol=1e-6)
 
 
-def test_empty_frame(backend, to_pl):
+def test_empty_frame(backend, to_engine, to_pl):
     ks = tabdp.KeySet.from_dict(c=["a", "b"])
     if backend == "pandas":
         frame = pd.DataFrame({"c": pd.Series([], dtype="str"), "x": pd.Series([], dtype=float)})
     else:
-        frame = pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String, "x": pl.Float64})
-        frame = frame.lazy() if backend == "polars_lazy" else frame
+        frame = to_engine(pl.DataFrame({"c": [], "x": []},
+                                       schema={"c": pl.String, "x": pl.Float64}))
     s = tabdp.Session(seed=0)
     o = to_pl(frame.dp.sum("x", by="c", keys=ks, mechanism=TINY, session=s))
     assert o["c"].to_list() == ["a", "b"]

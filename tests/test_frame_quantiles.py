@@ -44,6 +44,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 KEYS = tabdp.KeySet.from_dict({"county": ["c1", "c2", "c3"], "naics": ["11", "21"]})
+# Statistical and noise-family tests run on one engine (the data path they use is the one
+# the other tests and tests/test_engines_equal.py check on every engine; the noise is drawn
+# on the aggregated cells, identically on every engine), which keeps the suite's time in check.
+ONE_ENGINE = pytest.mark.parametrize("engine", ["polars"])
 BOUNDS = (0.0, 100.0)
 SPAN = BOUNDS[1] - BOUNDS[0]
 DATA = {
@@ -290,13 +294,9 @@ def test_categorical_keys_and_integer_measure(make_frame, to_pl, set_noise, dtyp
     np.testing.assert_array_equal(o["x_median"].to_numpy(), MEDIAN)
 
 
-def test_empty_frame_every_cell_is_padded(backend, to_pl, set_noise):
+def test_empty_frame_every_cell_is_padded(to_engine, to_pl, set_noise):
     set_noise(1.0)
-    frame = pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String, "x": pl.Float64})
-    if backend == "pandas":
-        frame = frame.to_pandas()
-    elif backend == "polars_lazy":
-        frame = frame.lazy()
+    frame = to_engine(pl.DataFrame({"c": [], "x": []}, schema={"c": pl.String, "x": pl.Float64}))
     ks = tabdp.KeySet.from_dict(c=["a", "b"])
     s = tabdp.Session(seed=0)
     o = to_pl(frame.dp.median("x", by="c", keys=ks, bounds=(-10.0, 30.0), epsilon=1.0,
@@ -471,6 +471,7 @@ FAMILIES = [("polyplace", None), ("polyplace", 0.05), ("student_t", None), ("stu
             ("cauchy", None), ("laplace", None), ("laplace", 0.02)]
 
 
+@ONE_ENGINE
 @pytest.mark.parametrize("noise, gamma", FAMILIES)
 def test_noise_families_run(make_frame, to_pl, noise, gamma):
     s = tabdp.Session(seed=8)
@@ -754,6 +755,7 @@ def test_one_off_session(make_frame):
 @pytest.mark.parametrize("bounds, value", [((0.0, 10.0), 5.0), ((1e9, 1e9 + 10.0), 1e9 + 5.0)],
                          ids=["near-0", "far-from-0"])
 @pytest.mark.parametrize("gamma", [0.9, 0.45])
+@ONE_ENGINE
 def test_ss_floor_keeps_noise_in_huge_identical_cells(make_frame, to_pl, bounds, value, gamma):
     """10,000 identical values: SS = span·e^{−γ·5000} underflows to 0; the floor keeps noise."""
     lo, hi = bounds
@@ -798,6 +800,7 @@ STAT_BOUNDS = (0.0, 1000.0)
     ("student_t", None, False),
     ("cauchy", None, False),
 ])
+@ONE_ENGINE
 def test_noise_law_sd_and_coverage_over_many_cells(make_frame, to_pl, noise, gamma, check_sd):
     k = len(CELL_VALUES)
     data = {"cell": np.repeat(np.arange(N_CELLS), k).tolist(),
@@ -853,15 +856,16 @@ def _neighbour_frames(n_cells: int):
     return d, d2, tabdp.KeySet.from_dict(cell=list(range(2 * n_cells)))
 
 
-def test_secure_runs_publish_different_uncertainty():
+def test_secure_runs_publish_different_uncertainty(to_engine, to_pl):
     """The attack of issue 13.
 
     With SS × a constant, secure runs on D published identical sd and moe, and an empty cell's sd
     was exactly (hi − lo)·std(Z). Now they are drawn.
     """
     d, d2, ks = _neighbour_frames(50)
-    outs = [d.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
-                        session=tabdp.Session()) for _ in range(2)]
+    d = to_engine(d)
+    outs = [to_pl(d.dp.median("x", by="cell", keys=ks, bounds=STAT_BOUNDS, epsilon=1.0,
+                        session=tabdp.Session())) for _ in range(2)]
     for col in ("x_median_sd", "x_median_moe"):
         a, b = (o[col].to_numpy() for o in outs)
         assert np.all(a != b)

@@ -142,23 +142,23 @@ def test_vector_subbotin_refuses_shapes_where_seed_004_thm_9_fails():
             VectorSubbotin(r=r, scale=1.0, delta=1e-9)
 
 
-def test_vector_subbotin_weights_must_name_released_measures():
+def test_vector_subbotin_weights_must_name_released_measures(make_frame):
     from tabdp.mechanisms.logconcave import VectorSubbotin
 
-    f = pl.DataFrame({"c": ["a"], "pay": [1.0]})
+    f = make_frame({"c": ["a"], "pay": [1.0]})
     m = VectorSubbotin(r=2.0, scale=1.0, weights={"payrol": 1000.0})
     with pytest.raises(InvalidParameterError, match="payrol"):
         f.dp.sum("pay", by="c", keys=KEYS, mechanism=m, session=tabdp.Session(seed=0))
 
 
-def test_vector_subbotin_r2_is_gaussian_dp_and_composes_exactly():
+def test_vector_subbotin_r2_is_gaussian_dp_and_composes_exactly(make_frame):
     from tabdp.mechanisms.logconcave import VectorSubbotin
 
-    f = pl.DataFrame({"c": ["a"], "x": [3.0], "y": [4.0]})
+    f = make_frame({"c": ["a"], "x": [3.0], "y": [4.0]})
     s = tabdp.Session(seed=2)
     f.dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=VectorSubbotin(r=2.0, scale=5.0),
              session=s)
-    pr = s.report(delta=1e-6).per_record
+    pr = _pl(s.report(delta=1e-6).per_record)
     # ‖(3,4)‖_2 = 5 = scale: one Gaussian shift of 1 sd
     assert pr["rho"][0] == pytest.approx(0.5)
     assert pr["epsilon_delta"][0] == pytest.approx(float(gdp_epsilon(1.0, 1e-6)), rel=1e-12)

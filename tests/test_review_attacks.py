@@ -3,9 +3,18 @@
 Each test states a claim of docs/privacy-semantics.md (or release-workflow.md, exact-rounding.md)
 and tries to break it on neighbouring datasets. Tests marked ``xfail(strict=True)`` are attacks
 that currently succeed (the claim does not hold); the others are attacks that now fail.
+
+The attacks that feed frames to the accessor run on the four engines (``tests/_engines.py``):
+the frames are built (and derived) in Polars and handed over in the engine's form. 128-bit
+integer measures have no pandas dtype: those run on the three Polars engines.
 """
 
 from __future__ import annotations
+
+import pathlib
+import sys
+from collections.abc import Callable
+from typing import Any
 
 import polars as pl
 import pytest
@@ -13,26 +22,33 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _engines import as_polars  # noqa: E402
+
+POLARS_ENGINES = pytest.mark.parametrize("engine", ["polars", "lazy", "streaming"])
+
 KEY1 = tabdp.KeySet.from_dict(c=["a"])
 
 
 # -- 1. Row mode: the "same rows" refusal is itself a data-dependent oracle ---------------------
-def _row_mode_probe(df: pl.DataFrame, derive) -> str:
+def _row_mode_probe(df: pl.DataFrame, derive: Callable[[pl.DataFrame], pl.DataFrame],
+                    to_engine: Callable[[Any], Any]) -> str:
     """Author mode, row mode: a release on ``df`` then one on a frame derived from it.
 
     Returns what the query author sees of the second call: "ok" or the exception's class.
     """
     s = tabdp.Session(mode="author")
-    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s, nulls="zero")
+    to_engine(df).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
+                         nulls="zero")
     try:
-        derive(df).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
-                          nulls="zero")
+        to_engine(derive(df)).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6),
+                                     session=s, nulls="zero")
     except Exception as err:  # noqa: BLE001 - what the author sees
         return type(err).__name__
     return "ok"
 
 
-def test_author_mode_row_binding_is_no_clip_oracle() -> None:
+def test_author_mode_row_binding_is_no_clip_oracle(to_engine: Callable[[Any], Any]) -> None:
     """Fixed: an author-mode session is bound to one frame object.
 
     Any other frame is refused by identity, whatever its data.
@@ -45,75 +61,81 @@ def test_author_mode_row_binding_is_no_clip_oracle() -> None:
 
     # Seen by the author: "ok" on D, an InvalidParameterError on D + one record. Repeating with
     # a bisection over the threshold recovers the largest value exactly, at zero recorded cost.
-    assert _row_mode_probe(d, clip) == _row_mode_probe(d_plus, clip)
+    assert _row_mode_probe(d, clip, to_engine) == _row_mode_probe(d_plus, clip, to_engine)
 
 
-def test_author_mode_row_binding_is_no_filter_oracle() -> None:
+def test_author_mode_row_binding_is_no_filter_oracle(to_engine: Callable[[Any], Any]) -> None:
     d = pl.DataFrame({"c": ["a"] * 5, "x": [10.0, 20.0, 30.0, 40.0, 50.0]})
     d_plus = pl.concat([d, pl.DataFrame({"c": ["a"], "x": [1e6]})])
 
     def keep_small(f: pl.DataFrame) -> pl.DataFrame:
         return f.filter(pl.col("x") <= 100.0)
 
-    assert _row_mode_probe(d, keep_small) == _row_mode_probe(d_plus, keep_small)
+    assert (_row_mode_probe(d, keep_small, to_engine)
+            == _row_mode_probe(d_plus, keep_small, to_engine))
 
 
 # -- 2. Row mode: a reordered frame read through new columns is not detected --------------------
-def test_row_mode_sort_then_new_measure_charges_the_right_record() -> None:
+def test_row_mode_sort_then_new_measure_charges_the_right_record(
+        to_engine: Callable[[Any], Any]) -> None:
     """Fixed: row mode binds every column of the frame, so the sorted frame is refused."""
     # Two establishments in one cell; record P is large in both measures, Q small in both.
     df = pl.DataFrame({"who": ["P", "Q"], "c": ["a", "a"], "a": [1.0, 0.1], "b": [0.1, 1.0],
                        "w": [1.0, 0.1]})
     budget = 0.6  # Gaussian(1): rho = Δ²/2, so P's true loss 0.5 + 0.5 = 1.0 passes it
     s = tabdp.Session(budget=budget, seed=1)
-    df.dp.sum("a", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    to_engine(df).dp.sum("a", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
     # Sorting by w reverses the rows; only "c" (identical in both rows) was read before.
-    resorted = df.sort("w")
-    assert resorted["who"].to_list() == ["Q", "P"]
+    assert df.sort("w")["who"].to_list() == ["Q", "P"]
+    resorted = to_engine(df.sort("w"))
     with pytest.raises(tabdp.exceptions.InvalidParameterError, match="unit="):
         resorted.dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
     assert len(s.records) == 1
-    assert s.report().per_record["rho"].to_list() == [0.5, pytest.approx(0.005)]
+    assert as_polars(s.report().per_record)["rho"].to_list() == [0.5, pytest.approx(0.005)]
 
 
-def test_row_mode_per_record_report_follows_records() -> None:
-    df = pl.DataFrame({"c": ["a", "a"], "a": [3.0, 0.0], "w": [5.0, 1.0]})
+def test_row_mode_per_record_report_follows_records(to_engine: Callable[[Any], Any]) -> None:
+    data = pl.DataFrame({"c": ["a", "a"], "a": [3.0, 0.0], "w": [5.0, 1.0]})
+    df = to_engine(data)
     s = tabdp.Session(seed=1)
     df.dp.sum("a", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
     with pytest.raises(tabdp.exceptions.InvalidParameterError, match="unit="):
-        df.sort("w").dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+        to_engine(data.sort("w")).dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0),
+                                         session=s)
     # the same frame through the new column is accepted and charged to the right records
     df.dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
-    rho = s.report().per_record["rho"].to_list()
+    rho = as_polars(s.report().per_record)["rho"].to_list()
     # record 0 (a = 3, w = 5): 4.5 + 12.5; record 1 (a = 0, w = 1): 0 + 0.5
     assert rho == pytest.approx([17.0, 0.5])
 
 
 # -- 3. Unit mode: unit ids come from the caller's frame ----------------------------------------
-def test_author_mode_budget_survives_relabelled_ids() -> None:
+def test_author_mode_budget_survives_relabelled_ids(to_engine: Callable[[Any], Any]) -> None:
     """Fixed.
 
     An author-mode session releases only its bound frame (by identity), so ids cannot be relabelled
     between releases; the second release of the bound frame is filtered.
     """
-    df = pl.DataFrame({"id": [1, 2], "c": ["a", "a"], "x": [1.0, 0.1]})
+    data = pl.DataFrame({"id": [1, 2], "c": ["a", "a"], "x": [1.0, 0.1]})
+    df = to_engine(data)
     budget = 0.6
     s = tabdp.Session(unit="id", mode="author", budget=budget, seed=1, data=df)
     df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
     with pytest.raises(tabdp.exceptions.InvalidParameterError, match="bound to one frame"):
-        (df.with_columns(pl.col("id") + 1000)
+        (to_engine(data.with_columns(pl.col("id") + 1000))
          .dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
                  nulls="zero"))
     df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
-    pr = s.report().per_record.sort("id")
+    pr = as_polars(s.report().per_record).sort("id")
     assert pr["rho"].to_list() == [0.5, pytest.approx(0.01)]
     assert pr["rho"].max() <= budget
 
 
 # -- 4. Exact totals of 128-bit integer measures ------------------------------------------------
-def test_int128_measure_total_cannot_wrap() -> None:
+@POLARS_ENGINES
+def test_int128_measure_total_cannot_wrap(to_engine: Callable[[Any], Any]) -> None:
     big = 2**126
-    df = pl.DataFrame({"c": ["a", "a"], "x": pl.Series([big, big], dtype=pl.Int128)})
+    df = to_engine(pl.DataFrame({"c": ["a", "a"], "x": pl.Series([big, big], dtype=pl.Int128)}))
     s = tabdp.Session(seed=1, mode="author")
     out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
                     nulls="zero")
@@ -122,19 +144,21 @@ def test_int128_measure_total_cannot_wrap() -> None:
     assert out["x"][0] > 0
     # and the charged sensitivity is what the total moves when one row is removed
     per = s.report().per_record
-    one = pl.DataFrame({"c": ["a"], "x": pl.Series([big], dtype=pl.Int128)})
+    one = to_engine(pl.DataFrame({"c": ["a"], "x": pl.Series([big], dtype=pl.Int128)}))
     out1 = one.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0),
                       session=tabdp.Session(seed=1, mode="author"), nulls="zero")
     moved = abs(out["x"][0] - out1["x"][0])
     assert moved <= 1.0001 * per["size"].max()
 
 
+@POLARS_ENGINES
 @pytest.mark.skipif(not hasattr(pl, "UInt128"), reason="this Polars has no UInt128")
-def test_uint128_measure_no_data_dependent_error_in_author_mode() -> None:
+def test_uint128_measure_no_data_dependent_error_in_author_mode(
+        to_engine: Callable[[Any], Any]) -> None:
     # a UInt128 above 2**127 raised a Polars cast error quoting the value (author mode)
     seen = []
     for v in (1, 2**127 + 5):
-        df = pl.DataFrame({"c": ["a"], "x": pl.Series([v], dtype=pl.UInt128)})
+        df = to_engine(pl.DataFrame({"c": ["a"], "x": pl.Series([v], dtype=pl.UInt128)}))
         s = tabdp.Session(mode="author")
         out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
                         nulls="zero")
@@ -142,9 +166,10 @@ def test_uint128_measure_no_data_dependent_error_in_author_mode() -> None:
     assert seen[0] == seen[1]
 
 
-def test_int128_clamp_counted_confidentially() -> None:
-    df = pl.DataFrame({"c": ["a", "a", "a"],
-                       "x": pl.Series([2**70, -(2**70), 5], dtype=pl.Int128)})
+@POLARS_ENGINES
+def test_int128_clamp_counted_confidentially(to_engine: Callable[[Any], Any]) -> None:
+    df = to_engine(pl.DataFrame({"c": ["a", "a", "a"],
+                                 "x": pl.Series([2**70, -(2**70), 5], dtype=pl.Int128)}))
     s = tabdp.Session(seed=1)
     df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
     q = s.report().confidential_summary()["queries"][0]
@@ -156,11 +181,11 @@ def test_int128_clamp_counted_confidentially() -> None:
 
 
 # -- 5. Currencies never mix: a measure named like another currency -----------------------------
-def test_measure_named_rows_has_its_own_currency() -> None:
+def test_measure_named_rows_has_its_own_currency(to_engine: Callable[[Any], Any]) -> None:
     # A summed measure named 'rows' shared the currency of counts (the dollar sum was left out
     # because the count had used the rows curve): under a curve budget it is now refused, before
     # any data is read, like a measure named 'a+b' (the currency of a joint mechanism).
-    df = pl.DataFrame({"id": [1], "c": ["a"], "rows": [1.0], "a+b": [1.0]})
+    df = to_engine(pl.DataFrame({"id": [1], "c": ["a"], "rows": [1.0], "a+b": [1.0]}))
     s = tabdp.Session(unit="id", budget={"rows": {1.0: 0.6}, "*": {1.0: 100.0}}, seed=1)
     df.dp.count(by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)  # rows: 0.5
     for col in ("rows", "a+b"):
@@ -213,21 +238,23 @@ def test_reserved_row_id_unit_refused_or_safe() -> None:
         tabdp.Session(unit="__tabdp_row", seed=1)
 
 
-def test_row_binding_message_holds_no_row_count() -> None:
+def test_row_binding_message_holds_no_row_count(to_engine: Callable[[Any], Any]) -> None:
     # The refusal of a filtered frame quoted its row count: with df.filter(x <= t) that is an
     # exact, noiseless count of the records below t.
     d = pl.DataFrame({"c": ["a"] * 7, "x": [10.0, 20.0, 30.0, 40.0, 50.0, 1e6, 2e6]})
     s = tabdp.Session(mode="author")
-    d.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s, nulls="zero")
+    to_engine(d).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
+                        nulls="zero")
     with pytest.raises(tabdp.exceptions.InvalidParameterError) as info:
-        d.filter(pl.col("x") <= 35.0).dp.sum("x", by="c", keys=KEY1,
+        to_engine(d.filter(pl.col("x") <= 35.0)).dp.sum("x", by="c", keys=KEY1,
                                              mechanism=mech.Gaussian(1e6), session=s,
                                              nulls="zero")
     assert not any(ch.isdigit() for ch in str(info.value))
 
 
 # -- 7. Charges are never below the exact sensitivity -------------------------------------------
-def test_joint_norm_charge_not_below_exact_norm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_joint_norm_charge_not_below_exact_norm(monkeypatch: pytest.MonkeyPatch,
+                                               to_engine: Callable[[Any], Any]) -> None:
     from fractions import Fraction
 
     import numpy as np
@@ -241,26 +268,26 @@ def test_joint_norm_charge_not_below_exact_norm(monkeypatch: pytest.MonkeyPatch)
         return orig(self, d)
 
     monkeypatch.setattr(type(m), "rho", spy)
-    df = pl.DataFrame({"c": ["a"], "a": [2**53 - 1], "b": [2]})  # exact norm 2**53 + 1
+    df = to_engine(pl.DataFrame({"c": ["a"], "a": [2**53 - 1], "b": [2]}))  # norm 2**53 + 1
     df.dp.sum(["a", "b"], by="c", keys=KEY1, mechanism=m, session=tabdp.Session(seed=1))
     # the float sum of the norm gave 2**53 (round half to even), below the exact 2**53 + 1
     assert Fraction(float(seen[0][0])) >= Fraction(2**53 + 1)
 
 
-def test_unit_never_charged_past_constant_budget() -> None:
+def test_unit_never_charged_past_constant_budget(to_engine: Callable[[Any], Any]) -> None:
     from fractions import Fraction
 
     # Gaussian(σ): rho = Δ²/(2σ²) at the integer Δ = 1, just above the budget 1.0
     sigma = (1.0 / (2.0 * (1.0 + 5e-13))) ** 0.5
-    df = pl.DataFrame({"c": ["a"], "x": [1]})
+    df = to_engine(pl.DataFrame({"c": ["a"], "x": [1]}))
     s = tabdp.Session(budget=1.0, seed=1)
     df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(sigma), session=s)
-    rho = s.report().per_record["rho"][0]
+    rho = as_polars(s.report().per_record)["rho"][0]
     assert Fraction(rho) <= 1
 
 
 # -- 8. The individual filter: a left-out unit has no influence (attack failed) ------------------
-def test_left_out_unit_has_no_influence_per_currency() -> None:
+def test_left_out_unit_has_no_influence_per_currency(to_engine: Callable[[Any], Any]) -> None:
     import numpy as np
 
     keys = tabdp.KeySet.from_dict(c=["a", "b"])
@@ -271,7 +298,8 @@ def test_left_out_unit_has_no_influence_per_currency() -> None:
     unit = pl.DataFrame({"id": [999] * 3, "c": ["a", "b", "a"], "x": [50.0, 60.0, 1.0],
                          "y": [0.5, 0.2, 0.1]})
 
-    def run(df: pl.DataFrame) -> list[pl.DataFrame]:
+    def run(data: pl.DataFrame) -> list[pl.DataFrame]:
+        df = to_engine(data)
         s = tabdp.Session(unit="id", seed=7, budget={"x": {1.0: 30.0, 1e3: 40.0},
                                                      "*": {1.0: 100.0}, "rows": {1.0: 3.0}})
         outs = []
@@ -281,7 +309,7 @@ def test_left_out_unit_has_no_influence_per_currency() -> None:
             outs.append(df.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s))
             outs.append(df.dp.median("x", by="c", keys=keys, bounds=(0, 100), epsilon=1.0,
                                      session=s))
-        return outs
+        return [as_polars(o) for o in outs]
 
     with_u, without = run(pl.concat([base, unit])), run(base)
     for i in range(3):
@@ -297,7 +325,7 @@ def test_left_out_unit_has_no_influence_per_currency() -> None:
 
 
 # -- 9. Contribution bounds: the public curve holds for every unit (attack failed) ---------------
-def test_bounded_curve_holds_for_every_unit() -> None:
+def test_bounded_curve_holds_for_every_unit(to_engine: Callable[[Any], Any]) -> None:
     import numpy as np
 
     from tabdp.privacy.session import total_policy_curve
@@ -308,6 +336,7 @@ def test_bounded_curve_holds_for_every_unit() -> None:
     df = pl.DataFrame({"id": rng.integers(0, 30, n), "c": rng.choice(list("abcde"), n).tolist(),
                        "x": rng.lognormal(2, 2, n) * rng.choice([-1, 1], n),
                        "y": rng.integers(-50, 500, n)})
+    df = to_engine(df)
     s = tabdp.Session(unit="id", seed=2)
     df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s,
               max_cells=2)
@@ -317,7 +346,7 @@ def test_bounded_curve_holds_for_every_unit() -> None:
               max_cells=1)
     rep = s.report()
     assert rep.to_dict()["total_policy_curve_holds_for"] == "every unit"
-    per = rep.per_record
+    per = as_polars(rep.per_record)
     entries = [r.curve_entry() for r in s.records]
     # a unit's size is its largest contribution to a released cell; rows per count cell are
     # capped at 3, so the curve is evaluated at max(size, rows) (both axes are the same Δ)
@@ -326,7 +355,8 @@ def test_bounded_curve_holds_for_every_unit() -> None:
 
 
 # -- 10. Curve budgets: currencies are named by the caller ---------------------------------------
-def test_curve_budget_bounds_total_loss_under_renamed_measures() -> None:
+def test_curve_budget_bounds_total_loss_under_renamed_measures(
+        to_engine: Callable[[Any], Any]) -> None:
     """A curve bounds each currency.
 
     Budget(curve, total=...) also bounds the total over all currencies (here the renamed copies
@@ -337,9 +367,9 @@ def test_curve_budget_bounds_total_loss_under_renamed_measures() -> None:
     s = tabdp.Session(unit="id", budget=tabdp.Budget({1.0: limit, 1e9: limit}, total=limit),
                       seed=1)
     for i in range(4):
-        (df.with_columns(pl.col("x").alias(f"x{i}"))
+        (to_engine(df.with_columns(pl.col("x").alias(f"x{i}")))
          .dp.sum(f"x{i}", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s))
-    assert s.report().per_record["rho"][0] <= limit * (1 + 1e-12)  # it is 2.0
+    assert as_polars(s.report().per_record)["rho"][0] <= limit * (1 + 1e-12)  # it is 2.0
 
 
 def test_row_mode_binds_the_columns_read_and_rechecks_them() -> None:

@@ -1,12 +1,14 @@
 """Sessions, the ledger and reports: per-record losses, composition, budgets, public summary.
 
-Every test taking ``make_frame`` runs once per backend (pandas, Polars, Polars lazy).
+Every test taking ``make_frame`` runs once per engine (pandas, Polars, lazy, streaming).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import pathlib
+import sys
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,9 @@ from hypothesis import strategies as st
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.exceptions import UsabilityWarning
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _engines import as_engine  # noqa: E402
 
 # Nearly noiseless releases read the true totals. sigma=1e-6, not smaller: its default grid 1e-8
 # is the finest float64 holds exactly for totals up to 1.1e4 (docs/exact-rounding.md).
@@ -192,24 +197,27 @@ def test_same_unit_across_two_frames_composes_by_id(make_frame):
 
 
 @pytest.mark.parametrize("budget", [None, 1e9])
-def test_unit_ids_of_different_dtypes_across_frames(budget):
-    """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings."""
+def test_unit_ids_of_different_dtypes_across_frames(budget, to_engine):
+    """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings.
+
+    The first frame of each session is in the engine's form, the second as written.
+    """
     g = mech.Gaussian(sigma=1.0)
     s = tabdp.Session(unit="u", seed=8, budget=budget)
-    pl.DataFrame({"u": [1, 2], "c": ["a", "b"], "x": [1.0, 2.0]},
-                 schema_overrides={"u": pl.Int32}).dp.sum("x", by="c", keys=KEYS, mechanism=g,
-                                                          session=s)
+    to_engine(pl.DataFrame({"u": [1, 2], "c": ["a", "b"], "x": [1.0, 2.0]},
+                           schema_overrides={"u": pl.Int32})).dp.sum(
+        "x", by="c", keys=KEYS, mechanism=g, session=s)
     pl.DataFrame({"u": [1, 3], "c": ["a", "b"], "x": [3.0, 2.0]}).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s)
-    pr = s.report().per_record.sort("u")
+    pr = _pl(s.report().per_record).sort("u")
     assert pr["u"].to_list() == [1, 2, 3]
     np.testing.assert_allclose(pr["rho"].to_numpy(), [0.5 + 4.5, 2.0, 2.0])
     s2 = tabdp.Session(unit="u", seed=8, budget=budget)
-    pd.DataFrame({"u": ["p", "q"], "c": ["a", "b"], "x": [1.0, 2.0]}).dp.sum(
+    to_engine(pd.DataFrame({"u": ["p", "q"], "c": ["a", "b"], "x": [1.0, 2.0]})).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s2)
     pl.DataFrame({"u": ["p", "r"], "c": ["a", "b"], "x": [3.0, 2.0]}).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s2)
-    pr2 = s2.report().per_record.sort("u")
+    pr2 = _pl(s2.report().per_record).sort("u")
     assert pr2["u"].to_list() == ["p", "q", "r"]
     np.testing.assert_allclose(pr2["rho"].to_numpy(), [0.5 + 4.5, 2.0, 2.0])
 
@@ -492,16 +500,16 @@ def test_seeded_sessions_are_reproducible(make_frame):
     assert not a3["x"].equals(a1["x"]) and not b3["count"].equals(b1["count"])
 
 
-def test_seeded_noise_is_backend_independent(backend):
+def test_seeded_noise_is_backend_independent(engine, tmp_path):
+    """The same seed gives the same release on every engine as on Polars."""
     from tabdp.frame._engine import grouped_release
 
     def frame(kind):
-        df = pd.DataFrame(ROWS) if kind == "pandas" else pl.DataFrame(ROWS)
-        return df.lazy() if kind == "polars_lazy" else df
+        return as_engine(pd.DataFrame(ROWS), kind, tmp_path)
 
     outs = [_pl(grouped_release(frame(k), kind="sum", measures=["x"], by=["c"], keys=KEYS,
                                 mechanism=mech.Gaussian(1.0), session=tabdp.Session(seed=9)))
-            for k in (backend, "polars")]
+            for k in (engine, "polars")]
     assert outs[0].equals(outs[1])
 
 
@@ -583,9 +591,9 @@ def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, data):
 
 
 @pytest.mark.parametrize("unit", [None, "u"])
-def test_track_cells_gives_the_worst_loss_per_cell(unit):
-    df = pl.DataFrame({"u": [1, 1, 2, 3, 3], "c": ["a", "a", "a", "b", "z"],
-                       "x": [2.0, 3.0, 1.0, 4.0, 100.0]})
+def test_track_cells_gives_the_worst_loss_per_cell(unit, to_engine):
+    df = to_engine(pl.DataFrame({"u": [1, 1, 2, 3, 3], "c": ["a", "a", "a", "b", "z"],
+                                 "x": [2.0, 3.0, 1.0, 4.0, 100.0]}))
     keys = tabdp.KeySet.from_dict(c=["a", "b", "c"])
     s = tabdp.Session(unit=unit, seed=0)
     s.track_cells = True
@@ -601,8 +609,20 @@ def test_track_cells_gives_the_worst_loss_per_cell(unit):
     assert cells["b"]["worst_rho"] == pytest.approx(float(g.rho(4.0)))
     # the worst per cell is the per-record maximum of that query
     assert max(c["worst_rho"] for c in cells.values()) == pytest.approx(
-        s.report().per_record["rho_q1_sum"].max())
+        _pl(s.report().per_record)["rho_q1_sum"].max())
     # off by default
     s2 = tabdp.Session(seed=0)
     df.dp.sum("x", by="c", keys=keys, mechanism=g, session=s2)
     assert s2.records[0].cells is None
+
+
+def test_per_record_report_with_text_ids_and_no_unit_charged(make_frame):
+    """No unit charged yet: an empty per-record report with the unit column's dtype."""
+    s = tabdp.Session(unit="u", seed=0)
+    make_frame({"u": ["p", "q"], "c": ["z", "z"], "x": [1.0, 2.0]}).dp.sum(
+        "x", by="c", keys=KEYS, mechanism=TINY, session=s)
+    report = s.report().per_record
+    pr = _pl(report)
+    assert pr.height == 0 and pr.columns == ["u", "rho", "epsilon", "size", "rho_q1_sum"]
+    if isinstance(report, pl.DataFrame):
+        assert pr.schema["u"] == pl.String

@@ -641,7 +641,12 @@ class Report:
             if c not in ledger.columns:
                 ledger = ledger.with_columns(pl.lit(0.0, pl.Float64).alias(c))
         if ledger.height == 0 and ledger.schema["unit"] == pl.Null:
-            ledger = ledger.with_columns(pl.col("unit").cast(pl.Int64))
+            # no unit charged yet: the unit column takes the releases' unit dtype (row ids are
+            # Int64), so the per-query columns below join on a common dtype
+            dtypes = [r.losses.units.dtype for r in recs
+                      if r.losses is not None and isinstance(r.losses.units, pl.Series)
+                      and r.losses.units.dtype != pl.Null]
+            ledger = ledger.with_columns(pl.col("unit").cast(dtypes[0] if dtypes else pl.Int64))
         out = ledger.select(pl.col("unit").alias(unit_col), *shown)
         if self.delta is not None:
             comps = {c: ledger[c].to_numpy() for c in COMPONENTS}
