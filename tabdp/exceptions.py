@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "TabdpError",
     "InvalidParameterError",
@@ -94,10 +96,11 @@ class DataValidationError(TabdpError, ValueError):
         (True, {'x': 2})
     """
 
-    def __init__(self, message: str = "", *, confidential: dict | None = None) -> None:
+    def __init__(self, message: str = "", *,
+                 confidential: dict[str, Any] | None = None) -> None:
         """Keep the public ``message``; ``confidential`` holds the details that must stay hidden."""
         super().__init__(message)
-        self.confidential: dict = dict(confidential or {})
+        self.confidential: dict[str, Any] = dict(confidential or {})
 
 
 class BudgetExceededError(TabdpError, ValueError):
