@@ -11,6 +11,8 @@ Usage::
 cannot publish usable cells (:func:`tabdp.planning.spec_usability_issues`: public parameters
 only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
+    tabdp run release.toml --form wide   # public tables one row per cell (default: the
+                                         # spec's output.form, long)
     tabdp run release.toml --test-seed   # a seeded spec (tests only): public folder marked
                                          # NOT FOR PUBLICATION
     tabdp demo [--out DIR]               # the bundled example on the sample data
@@ -155,6 +157,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true",
                    help="replace existing output folders (default: refuse)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--form", choices=("long", "wide"), default=None,
+                   help="form of the public tables: long (one row per cell and measure) or "
+                        "wide (one row per cell); default: the spec's output.form (long)")
     r.add_argument("--test-seed", action="store_true",
                    help="allow a spec with [randomness] seed (tests only): the public folder "
                         "is marked NOT FOR PUBLICATION")
@@ -272,6 +277,11 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         spec = dataclasses.replace(spec, output=dataclasses.replace(
             spec.output, public=args.out / "public", confidential=args.out / "confidential",
             plan=args.out / "plan"))
+    if getattr(args, "form", None) is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, output=dataclasses.replace(spec.output,
+                                                                    form=args.form))
     bar = _Bar(err, not args.quiet)
     res = run_release(spec, overwrite=overwrite, progress=bar,
                       test_seed=getattr(args, "test_seed", False))

@@ -13,8 +13,10 @@ Failures: everything checkable without data is checked first (ordinary exception
 data has been read, any failure becomes one :class:`DataDependentFailure` with a fixed message;
 its details go only to ``failure.json`` in the confidential folder.
 
-* Public folder: one Parquet per table and rollup (``keys, measure, estimate, sd, moe, cv,
-  flag``), ``manifest.json``, ``summary.json``, a self-contained ``summary.html`` and, for a
+* Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
+  ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
+  m_sd, m_moe, m_lower, m_upper, m_cv, m_flag`` per measure; the accessor's output model,
+  :mod:`tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained ``summary.html`` and, for a
   seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the noisy estimates (and what is
   computed from them: plug-in sd, moe, cv, flags), nothing in it depends on the confidential
   data or on the seed; every file has the manifest's timestamp as its modification time.
@@ -49,6 +51,7 @@ from tabdp.exceptions import (
     SpecError,
     TabdpError,
 )
+from tabdp.frame._output import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES, long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
@@ -85,7 +88,8 @@ class ReleaseResult:
         public: The public folder.
         confidential: The confidential folder.
         files: Public file names written.
-        tables: Release name → public table (long form), for callers in Python.
+        tables: Release name → public table (in the spec's ``output.form``: long by
+            default), for callers in Python.
     """
 
     public: Path
@@ -1236,6 +1240,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
     step = 0
     public: dict[str, pl.DataFrame] = {}
+    table_keys: dict[str, list[str]] = {}
     for t in spec.tables:
         mech = _table_mechanism(t)
         measures = _released_measures(t)
@@ -1247,6 +1252,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         # Rollup sums of grid multiples are rounded back to the grid (additive mechanisms only:
         # a transformation mechanism's grid is in transformed space).
         grid = {} if _transformation(mech) else summary_grid(summary, t.name)
+        table_keys[_file_name(t)] = list(t.by)
         public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
                                         rules=t.publication, grid=grid)
         mechs = {m: _measure_mechanism(mech, m) for m in measures}
@@ -1271,6 +1277,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                         "accuracy is not guaranteed" if v.startswith("numerical") else v)
                     for m, v in entry["moe_method"].items()}
             rolled = rolled.drop("cells") if "cells" in rolled.columns else rolled
+            table_keys[_file_name(t, r)] = list(r.by)
             public[_file_name(t, r)] = publish(rolled, keys=list(r.by), measures=measures,
                                                rules=t.publication, grid=grid)
             if r.direct:
@@ -1280,6 +1287,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                     KeySet.from_frame(target_keys)
                 direct = _strip_national(_release(lf, t, mech, r.by, dkeys, session,
                                                   f"{t.name}__{r.label}", level, spec))
+                table_keys[_file_name(t, r, direct=True)] = list(r.by)
                 public[_file_name(t, r, direct=True)] = publish(
                     direct, keys=list(r.by), measures=measures, rules=t.publication, grid=grid)
 
@@ -1299,6 +1307,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
               for name, df in public.items()}
     summary["published_usability"] = usable
     summary["publishable_in_words"] = publishable_in_words(usable)
+    if spec.output.form == "wide":  # the same columns, one row per cell
+        public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
     manifest = _manifest(spec, summary, started, __version__)
     confidential = _confidential(spec, session, negatives, input_schema, caught)
     worst = _worst_cells(session)
@@ -1427,7 +1437,10 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], started: str, version:
                                       "rollups")}
                    for t in summary["tables"]],
         "files": summary["files"],
-        "schema": {"columns": ["<keys>", "measure", "estimate", "sd", "moe", "cv", "flag"],
+        "schema": {"form": spec.output.form,
+                   "columns": (["<keys>", *LONG_COLUMNS] if spec.output.form == "long" else
+                               ["<keys>", *[f"<m>{x}" for x in (*WIDE_SUFFIXES,
+                                                                 *STAT_SUFFIXES)]]),
                    "flag_codes": summary["flag_codes"]},
         "environment": {"python": platform.python_version(), "numpy": np.__version__,
                         "scipy": scipy.__version__, "polars": pl.__version__,
