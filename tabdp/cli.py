@@ -2,7 +2,8 @@
 
 Usage::
 
-    tabdp validate release.toml          # check the spec; reads no data
+    tabdp validate release.toml          # check the spec and that its input exists; reads no
+                                         # data
     tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors, forecast
                                          # shares of flagged/negative cells, the guarantee in
                                          # words; no data
@@ -22,8 +23,8 @@ Exit codes:
 ====  ==========================================================================
 0     success
 2     spec or usage error, found before any data is read (malformed spec, bad
-      option, output folder exists, input file missing, seeded spec without
-      --test-seed)
+      option, output folder exists or cannot be created, input file missing, seeded
+      spec without --test-seed)
 4     data-dependent failure: the run stopped after reading the data; the message
       is always the same and the details are only in the confidential folder
       (failure.json); nothing public is written
@@ -181,9 +182,11 @@ def _example_spec() -> Path:
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from tabdp.release.runner import _check_input_present
     from tabdp.release.spec import load_spec
 
     spec = load_spec(args.spec)
+    _check_input_present(spec)  # the file or folder exists (nothing is read)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
               f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; {spec.input.mode} mode; "
@@ -353,6 +356,15 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if code == EXIT_INTERNAL:
             traceback.print_exc(file=err)
         return code
+    except OSError as e:
+        # before any data is read (later failures are DataDependentFailure): the file system
+        # refused a path of the spec or the command line, not a bug
+        where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
+        err.write(f"tabdp {args.command}: spec/usage error: cannot use the path{where}: "
+                  f"{e.strerror or e}. Nothing was written.\nHint: check the spec's [output] "
+                  "folders (or --out) and input paths: they must be on a writable, ordinary "
+                  "file system.\n")
+        return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - every other failure is a bug: exit 70
         err.write(f"tabdp {args.command}: internal error: {type(e).__name__}: {e}\n"
                   "This is a bug in tabdp; nothing was written. Please report it with this "

@@ -146,7 +146,11 @@ def leftovers(folder: Path) -> list[str]:
 # -- validate / plan ---------------------------------------------------------------------------
 
 def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, tmp_path / "does-not-exist.parquet", tmp_path / "out")
+    # validate checks that the input exists (issue 18, changed on purpose) but reads no data:
+    # the input is not even a Parquet file
+    data = tmp_path / "not-parquet.parquet"
+    data.write_text("not data")
+    spec = write_spec(tmp_path, data, tmp_path / "out")
     code, out, err = run("validate", str(spec))
     assert code == 0, err
     assert "valid" in out and "3 table(s)" in out
@@ -157,7 +161,7 @@ def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
     assert len(warn) == 1
     assert warn[0].startswith("WARNING: tables[0].mechanism: the log transform with sigma = 0.3")
     assert "0.307 >= the flag threshold 0.3" in warn[0]
-    fine = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out", name="fine.toml")
+    fine = write_spec(tmp_path, data, tmp_path / "out", name="fine.toml")
     fine.write_text(fine.read_text().replace("sigma = 0.3", "sigma = 0.25"))
     code, out, err = run("validate", str(fine))
     assert code == 0 and "WARNING" not in out, err
@@ -499,6 +503,7 @@ def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
 def test_console_script_is_installed(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "tabdp"
     assert exe.exists(), "pyproject's [project.scripts] entry point is not installed"
+    (tmp_path / "x.parquet").write_text("not data")
     spec = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out")
     res = subprocess.run([str(exe), "validate", str(spec)], capture_output=True, text=True,
                          env={**os.environ}, timeout=120)
@@ -1007,3 +1012,47 @@ def test_manifest_lists_the_declared_schema_only(tmp_path: Path,
     assert "firm_id" not in text and "Float64" not in text   # the data's own columns / types
     conf = json.loads((out / "confidential" / "confidential.json").read_text())
     assert conf["input_schema"]["firm_id"] == "Int64"        # kept for the curator
+
+
+# -- issue 18 papercuts --------------------------------------------------------------------------
+def test_engine_hints_are_rewritten_as_spec_keys() -> None:
+    """The engine's data-rule hints reach the curator (failure.json) in spec-key wording."""
+    from tabdp.frame._engine import _Rules, _strict_checks
+
+    with pytest.raises(tabdp.DataValidationError) as info:
+        _strict_checks({"inf:x": 1, "missing:x": 2, "null:u": 1}, ["x"], "u",
+                       _Rules("error", "error", "curator"), True, {"x": 3})
+    text = runner_mod._spec_hints(str(info.value))
+    for want in ('input.nulls = "zero"', 'input.nulls = "drop"', 'input.negatives = "zero"',
+                 'input.nonfinite = "drop"', 'input.unit_nulls = "drop"',
+                 'family = "gaussian"'):
+        assert want in text
+    assert not re.search(r"\w='", text) and "Session(" not in text and "nulls=" not in text
+
+
+def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, tmp_path / "missing.parquet", tmp_path / "out")
+    code, out, err = run("validate", str(spec))
+    assert code == 2 and "input.path" in err and "missing.parquet" in err
+    assert "input not found" in err and "valid" not in out
+    pattern = write_spec(tmp_path, tmp_path / "parts" / "*.parquet", tmp_path / "out",
+                         name="glob.toml")
+    code, _, err = run("validate", str(pattern))
+    assert code == 2 and "no file matches" in err
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "a.parquet").write_text("not data")
+    assert run("validate", str(pattern))[0] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a /proc file system")
+def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """An output under /proc cannot be created (even by root): exit 2 before any data is read,
+    not 70 ("a bug in tabdp") nor 4."""
+    for out in (Path("/proc/tabdp-no-such-folder"), Path("/proc/self/tabdp")):
+        spec = write_spec(tmp_path, datasets[0], out)
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+        assert code == 2, err
+        assert "cannot be created" in err and "bug" not in err
+        code, _, err = run("plan", str(spec))
+        assert code == 2 and "cannot be created" in err, err
+    assert run("demo", "--out", "/proc/tabdp-no-such-folder", "--quiet")[0] == 2

@@ -510,6 +510,15 @@ def _check_target(path: Path, overwrite: bool, what: str) -> None:
                 raise InvalidParameterError(
                     f"the {what} output folder {str(path)!r} cannot be created: "
                     f"{str(parent)!r} is not writable.\nHint: choose a writable location.")
+            # os.access says yes to root everywhere (/proc, /sys, read-only mounts): try it
+            try:
+                probe = tempfile.mkdtemp(prefix=".tabdp-probe-", dir=parent)
+                os.rmdir(probe)
+            except OSError as err:
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: a folder "
+                    f"cannot be made in {str(parent)!r} ({err.strerror or type(err).__name__})."
+                    "\nHint: choose a writable location on an ordinary file system.") from None
             break
 
 
@@ -729,7 +738,15 @@ def _timestamp() -> str:
 def _check_input_present(spec: ReleaseSpec) -> None:
     """The input file or folder exists (a data-independent check: exit 2 in the CLI)."""
     src = spec.input.path
-    if "*" not in str(src) and not src.exists():
+    if "*" in str(src):
+        import glob
+
+        if not glob.glob(str(src), recursive=True):
+            raise SpecError(
+                "input.path", f"no file matches the input pattern {str(src)!r}. Nothing was "
+                "read or written.\nHint: check the pattern; relative paths are resolved "
+                "against the spec file's folder.")
+    elif not src.exists():
         raise SpecError(
             "input.path", f"input not found: {str(src)!r}. Nothing was read or written.\n"
             "Hint: check the path; relative paths are resolved against the spec file's folder.")
@@ -1034,13 +1051,29 @@ def _start_time() -> tuple[str, float]:
 
 
 def _spec_hints(text: str) -> str:
-    """Rewrite the engine's Python hints (``nulls='zero'``) as spec keys."""
+    r"""Rewrite the engine's Python hints (``nulls='zero'``) as spec keys.
+
+    Example:
+        >>> _spec_hints("nulls='error'.\nHint: pass nulls='zero' or negatives='drop'.")
+        'input.nulls = "error".\nHint: set input.nulls = "zero" or input.negatives = "drop".'
+    """
     import re
 
-    text = re.sub(r"nulls='(\w+)'", r'input.nulls = "\1" (or the table\'s nulls)', text)
+    text = text.replace(
+        "fix or remove those rows before the release, or use Session(mode='author') where they "
+        "count as missing values under the declared nulls= rule.",
+        'set input.nonfinite = "drop", "zero" or "clamp" (with input.bounds).')
+    text = text.replace("Session(mode='author')", 'input.mode = "author"')
+    text = text.replace("the declared nulls= rule", "the declared input.nulls rule")
+    text = re.sub(r"\bpass (nulls|negatives)=", r"set \1=", text)
+    text = re.sub(r"\b(nulls|negatives|unit_nulls)='(\w+)'", r'input.\1 = "\2"', text)
     text = text.replace("create the session with unit='<id column>'",
                         'set input.unit = "<id column>" in the spec')
     text = text.replace("the session's unit=", "input.unit")
+    text = text.replace("use an additive mechanism (Gaussian, ExpPolyLog)",
+                        'use an additive family (e.g. family = "gaussian" or "exp_polylog")')
+    text = text.replace("fill the ids or drop those rows first (author mode drops them by rule)",
+                        'fill the ids, or set input.unit_nulls = "drop" to drop those rows')
     text = text.replace("by=", "the table's by")
     return spec_keys_hint(text)
 
