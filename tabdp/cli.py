@@ -286,9 +286,21 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         spec = dataclasses.replace(spec, output=dataclasses.replace(spec.output,
                                                                     form=args.form))
     bar = _Bar(err, not args.quiet)
-    res = run_release(spec, overwrite=overwrite, progress=bar,
-                      test_seed=getattr(args, "test_seed", False))
+    import warnings
+
+    from tabdp.exceptions import CoverageWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CoverageWarning)
+        res = run_release(spec, overwrite=overwrite, progress=bar,
+                          test_seed=getattr(args, "test_seed", False))
     bar.flush()
+    for w in caught:
+        if issubclass(w.category, CoverageWarning):
+            # curator mode only (run_release emits none in author mode): the data's owner
+            err.write(f"WARNING (curator, do not publish): {w.message}\n")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     out.write(f"Release {spec.release.name!r} done.\n")
     if spec.seed is not None:
         out.write("  WARNING: seeded randomness (--test-seed): for tests only; the public "

@@ -1056,3 +1056,122 @@ def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path])
         code, _, err = run("plan", str(spec))
         assert code == 2 and "cannot be created" in err, err
     assert run("demo", "--out", "/proc/tabdp-no-such-folder", "--quiet")[0] == 2
+
+
+def _coverage_spec(folder: Path, data: str, mode: str = "curator", form: str = "") -> Path:
+    rules = ('nulls = "drop"\nnegatives = "allow"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+             'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "coverage"
+[input]
+path = "{data}"
+unit = "estab_id"
+mode = "{mode}"
+{rules}
+[domains]
+state = ["01", "02"]
+naics2 = ["77"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+{form}
+[[tables]]
+name = "by_state"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+[[tables]]
+name = "by_naics"
+kind = "count"
+by = ["naics2"]
+""")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["curator", "author"])
+def test_coverage_warning_for_the_curator_only(tmp_path: Path, mode: str) -> None:
+    """Rows outside a key set / no row inside: a loud terminal warning in curator mode (tables
+    named, no counts), nothing in author mode; counts only in the confidential folder."""
+    df = generate_establishments(500, seed=5)
+    assert set(df["state"].unique().to_list()) - {"01", "02"}  # rows outside the state keys
+    df.write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet", mode)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    warn = [ln for ln in err.splitlines() if ln.startswith("WARNING")]
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    counts = conf["coverage"]["counts"]
+    assert counts["by_naics"]["rows_in_released_cells"] == 0
+    assert counts["by_state"]["rows_outside_keys"] > 0
+    if mode == "author":
+        assert warn == []
+    else:
+        assert len(warn) == 2, err
+        assert "no input row falls in the key set of by_naics" in warn[0]
+        assert "outside the key set of by_state" in warn[1]
+        # fixed texts: they name the tables, never a count
+        assert warn == [
+            "WARNING (curator, do not publish): no input row falls in the key set of by_naics: "
+            "every published cell there is noise around 0. Check the domains / keys files "
+            "against the input's key values (types and codes).",
+            "WARNING (curator, do not publish): rows of the input fall outside the key set of "
+            "by_state and are not released (counts in confidential.json, coverage)."]
+    public = b"".join(p.read_bytes() for p in (tmp_path / "out" / "public").iterdir())
+    assert b"outside the key set" not in public and b"no input row" not in public
+    # the Python API: a CoverageWarning in curator mode
+    from tabdp.exceptions import CoverageWarning
+    from tabdp.release.spec import load_spec
+
+    with warnings_catcher() as caught:
+        runner_mod.run_release(load_spec(spec), overwrite=True)
+    got = [w for w in caught if issubclass(w.category, CoverageWarning)]
+    assert len(got) == (2 if mode == "curator" else 0)
+
+
+def warnings_catcher():
+    import warnings
+
+    ctx = warnings.catch_warnings(record=True)
+
+    class _C:
+        def __enter__(self):
+            caught = ctx.__enter__()
+            warnings.simplefilter("always")
+            return caught
+
+        def __exit__(self, *a):
+            return ctx.__exit__(*a)
+
+    return _C()
+
+
+def test_empty_input_warns_the_curator(tmp_path: Path) -> None:
+    generate_establishments(50, seed=5).clear().write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    assert "WARNING (curator, do not publish): the input has no rows" in err
+
+
+def test_wide_form_of_the_public_tables(tmp_path: Path) -> None:
+    generate_establishments(500, seed=6).write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet", form='form = "wide"')
+    assert run("run", str(spec), "--quiet")[0] == 0
+    pub = tmp_path / "out" / "public"
+    wide = pl.read_parquet(pub / "by_state.parquet")
+    assert wide.columns == ["state", "payroll", "payroll_sd", "payroll_moe", "payroll_lower",
+                            "payroll_upper", "payroll_cv", "payroll_flag"]
+    assert wide["state"].to_list() == ["01", "02"]
+    manifest = json.loads((pub / "manifest.json").read_text())
+    assert manifest["schema"]["form"] == "wide"
+    # --form overrides the spec; the long table holds the same numbers
+    code, _, err = run("run", str(spec), "--quiet", "--overwrite", "--form", "long")
+    assert code == 0, err
+    long = pl.read_parquet(pub / "by_state.parquet")
+    assert long.columns == PUBLIC_COLUMNS(["state"])
+    assert long["sd"].to_list() == wide["payroll_sd"].to_list()
+    spec.write_text(spec.read_text().replace('form = "wide"', 'form = "tall"'))
+    code, _, err = run("validate", str(spec))
+    assert code == 2 and "output.form" in err and "'tall'" in err

@@ -46,6 +46,7 @@ import numpy as np
 import polars as pl
 
 from tabdp.exceptions import (
+    CoverageWarning,
     DataValidationError,
     InvalidParameterError,
     SpecError,
@@ -90,12 +91,16 @@ class ReleaseResult:
         files: Public file names written.
         tables: Release name → public table (in the spec's ``output.form``: long by
             default), for callers in Python.
+        coverage: Curator mode only (empty in author mode): warnings that the input is empty
+            or that rows fall outside a table's key set; they depend on the data (for the
+            curator's terminal, never for a public file). Counts are in ``confidential.json``.
     """
 
     public: Path
     confidential: Path
     files: list[str]
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    coverage: list[str] = field(default_factory=list)
 
 
 # -- planning (no data) -----------------------------------------------------------------------
@@ -1144,6 +1149,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             staging folder of another (or a killed) run cannot safely be removed.
         DataDependentFailure: Anything went wrong after the data was read.
 
+    Warns:
+        CoverageWarning: Curator mode only: the input is empty, or rows fall outside a
+            table's key set (the tables are named; counts only in ``confidential.json``).
+
     Example:
         >>> import tabdp, pathlib, tempfile
         >>> from tabdp.release.spec import load_spec
@@ -1192,6 +1201,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         raise DataDependentFailure(_write_failure(spec, details, started),
                                    spec.output.confidential)
     assert result is not None
+    # Curator mode: the data's owner is told (terminal / Python warning, never a public file)
+    # when the input is empty or rows miss a key set. Author mode: nothing (an oracle).
+    for text in result.coverage:
+        warnings.warn(text, CoverageWarning, stacklevel=2)
     return result
 
 
@@ -1344,6 +1357,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
     manifest = _manifest(spec, summary, started, __version__)
     confidential = _confidential(spec, session, negatives, input_schema, caught)
+    coverage, coverage_counts = _coverage(session)
+    confidential["coverage"] = {"warnings": coverage, "counts": coverage_counts}
     worst = _worst_cells(session)
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
@@ -1380,7 +1395,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
-                         {k.removesuffix(".parquet"): v for k, v in public.items()})
+                         {k.removesuffix(".parquet"): v for k, v in public.items()},
+                         coverage if spec.input.mode == "curator" else [])
 
 
 def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
@@ -1513,6 +1529,33 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
         "warnings": [str(w.message) for w in caught],
         "releases": releases,
     }
+
+
+def _coverage(session: Session) -> tuple[list[str], dict[str, Any]]:
+    """Curator-facing warnings (tables, no counts) and their confidential counts."""
+    texts: list[str] = []
+    counts: dict[str, Any] = {}
+    records = list(session.records)
+    if records and not records[0].confidential.get("rows_read"):
+        texts.append("the input has no rows: every published cell is noise around 0. Check "
+                     "input.path and the input rules.")
+        counts["input_rows"] = 0
+    elif records:
+        empty, partial = [], []
+        for r in records:
+            c = r.confidential
+            if c.get("rows_outside_keys"):
+                counts[r.name] = {"rows_outside_keys": c.get("rows_outside_keys"),
+                                  "rows_in_released_cells": c.get("rows_in_released_cells")}
+                (empty if not c.get("rows_in_released_cells") else partial).append(r.name)
+        if empty:
+            texts.append(f"no input row falls in the key set of {', '.join(empty)}: every "
+                         "published cell there is noise around 0. Check the domains / keys "
+                         "files against the input's key values (types and codes).")
+        if partial:
+            texts.append(f"rows of the input fall outside the key set of {', '.join(partial)} "
+                         "and are not released (counts in confidential.json, coverage).")
+    return texts, counts
 
 
 def _worst_cells(session: Session) -> pl.DataFrame:
