@@ -1175,3 +1175,18 @@ def test_wide_form_of_the_public_tables(tmp_path: Path) -> None:
     spec.write_text(spec.read_text().replace('form = "wide"', 'form = "tall"'))
     code, _, err = run("validate", str(spec))
     assert code == 2 and "output.form" in err and "'tall'" in err
+
+
+def test_negatives_allowed_are_counted_in_the_confidential_audit(tmp_path: Path) -> None:
+    df = generate_establishments(300, seed=8)
+    df = df.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(-5.0)
+                         .otherwise(pl.col("payroll")).alias("payroll"))
+    df.write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet")
+    spec.write_text(spec.read_text().replace('mode = "curator"',
+                                             'mode = "curator"\nnegatives = "allow"'))
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    assert conf["negative_values_in_input"] == {"payroll": 3}
+    assert conf["releases"]["by_state"]["negatives"]["policy"] == "allow"

@@ -852,9 +852,8 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         stats[f"above:{m}"] = ((e > high) & number).sum()
         exprs[m] = e.clip(low, high)
         changed.add(m)
-    if inp.negatives != "allow":
-        for m in measures:
-            stats[f"neg:{m}"] = (exprs[m] < 0).sum()
+    for m in measures:  # counted under every rule, "allow" included (confidential audit)
+        stats[f"neg:{m}"] = (exprs[m] < 0).sum()
     if inp.negatives == "drop":
         drop += [exprs[m] < 0 for m in measures]
     if drop:
