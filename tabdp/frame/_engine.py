@@ -765,8 +765,10 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     else:
         wide = pl.DataFrame({"unit": inside[uid], **{f"{k}:{c}": v for k in kinds
                                                       for c, v in cols[k].items()}})
+        # sums of sorted values: the same floats whatever order the snapshot's group-by left
+        # the rows in (seeded runs reproduce their confidential files to the last bit)
         per = wide.group_by("unit", maintain_order=True).agg(
-            *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sum())
+            *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sort().sum())
               for k in kinds for c in cols[k]])
         units = per["unit"]
         cols = {k: {c: per[f"{k}:{c}"].to_numpy() for c in cols[k]} for k in kinds}

@@ -1342,6 +1342,10 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     per_record = rep.per_record
     if spec.input.unit is None and ROW_ID in per_record.columns:
         per_record = per_record.rename({ROW_ID: ROW_LABEL})
+    # Reproducible confidential files: units in id order (the engine's order of first sight
+    # depends on its parallel group-bys), so two identically seeded runs write the same bytes.
+    if per_record.width and per_record.height:
+        per_record = per_record.sort(per_record.columns[0], nulls_last=True)
     seeded = spec.seed is not None
     files = [*public, "manifest.json", "summary.json", "summary.html",
              *([NOT_FOR_PUBLICATION] if seeded else [])]
@@ -1383,9 +1387,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
             "per_record": per_record,
             # the public curve as planned (count cells at plan.count_rows rows)
             "total_policy_curve": summary["total_policy_curve"],
-            "worst_cells": {r.name: _strip_national(r.cells if r.cells is not None
-                                                    else pl.DataFrame())
-                            for r in session.records},
+            "worst_cells": {r.name: _sorted_cells(_strip_national(
+                r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
             "counts": confidential["releases"],
             "top_n": 20,
         }), encoding="utf-8")
@@ -1555,6 +1558,15 @@ def _coverage(session: Session) -> tuple[list[str], dict[str, Any]]:
             texts.append(f"rows of the input fall outside the key set of {', '.join(partial)} "
                          "and are not released (counts in confidential.json, coverage).")
     return texts, counts
+
+
+def _sorted_cells(cells: pl.DataFrame) -> pl.DataFrame:
+    """A release's cell audit in a reproducible order: worst loss first, ties by key."""
+    if cells.height == 0 or "worst_rho" not in cells.columns:
+        return cells
+    keys = [c for c in cells.columns if c not in ("worst_rho", "worst_size", "units")]
+    return cells.sort(["worst_rho", *keys], descending=[True, *[False] * len(keys)],
+                      nulls_last=True)
 
 
 def _worst_cells(session: Session) -> pl.DataFrame:
