@@ -111,6 +111,19 @@ def _transformation(mech: Mechanism) -> bool:
     return isinstance(mech, TransformationMechanism)
 
 
+def _planned_grid(t: TableSpec, mech: Mechanism) -> dict[str, Any]:
+    """The grid each measure is released on: the spec's, else the mechanism's default, as the
+    plan and the manifest state it (decided without the data's schema, so the accessor's
+    whole-number default for integer columns does not apply to a spec)."""
+    out: dict[str, Any] = {}
+    for m in _released_measures(t):
+        g = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if g is None:
+            g = _measure_mechanism(mech, m).default_grid()
+        out[m] = g if isinstance(g, (int, float)) and not isinstance(g, bool) else None
+    return out
+
+
 def _released_measures(t: TableSpec) -> list[str]:
     return list(t.measures) if t.kind == "sum" else ["count"]
 
@@ -1002,13 +1015,14 @@ def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str],
     by_cols = list(by) if by else [NATIONAL]
     multi = spec.input.unit is not None
     max_cells = spec.input.max_cells if multi else None
+    grid = _planned_grid(t, mech)
     if t.kind == "sum":
         out = lf.dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
-                        session=session, level=level, nulls=t.nulls, name=name, grid=t.grid,
+                        session=session, level=level, nulls=t.nulls, name=name, grid=grid,
                         max_cells=max_cells)
     else:
         out = lf.dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
-                          name=name, grid=t.grid, max_cells=max_cells,
+                          name=name, grid=grid, max_cells=max_cells,
                           max_rows=spec.plan.count_rows if multi else None)
     return out  # type: ignore[no-any-return]
 
