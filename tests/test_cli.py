@@ -1031,6 +1031,7 @@ def test_engine_hints_are_rewritten_as_spec_keys() -> None:
 
 
 def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
+    """validate: a missing input (file or pattern) is exit 2 before anything else."""
     spec = write_spec(tmp_path, tmp_path / "missing.parquet", tmp_path / "out")
     code, out, err = run("validate", str(spec))
     assert code == 2 and "input.path" in err and "missing.parquet" in err
@@ -1046,8 +1047,10 @@ def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a /proc file system")
 def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
-    """An output under /proc cannot be created (even by root): exit 2 before any data is read,
-    not 70 ("a bug in tabdp") nor 4."""
+    """An output under /proc cannot be created (even by root): exit 2 before any data is read.
+
+    Not 70 ("a bug in tabdp") nor 4.
+    """
     for out in (Path("/proc/tabdp-no-such-folder"), Path("/proc/self/tabdp")):
         spec = write_spec(tmp_path, datasets[0], out)
         code, _, err = run("run", "--test-seed", str(spec), "--quiet")
@@ -1092,8 +1095,11 @@ by = ["naics2"]
 
 @pytest.mark.parametrize("mode", ["curator", "author"])
 def test_coverage_warning_for_the_curator_only(tmp_path: Path, mode: str) -> None:
-    """Rows outside a key set / no row inside: a loud terminal warning in curator mode (tables
-    named, no counts), nothing in author mode; counts only in the confidential folder."""
+    """Rows outside a key set / no row inside: a loud terminal warning in curator mode.
+
+    The warning names tables, never counts; author mode warns nothing; the counts are only in
+    the confidential folder.
+    """
     df = generate_establishments(500, seed=5)
     assert set(df["state"].unique().to_list()) - {"01", "02"}  # rows outside the state keys
     df.write_parquet(tmp_path / "d.parquet")
@@ -1131,6 +1137,7 @@ def test_coverage_warning_for_the_curator_only(tmp_path: Path, mode: str) -> Non
 
 
 def warnings_catcher():
+    """A catch_warnings context that records every warning."""
     import warnings
 
     ctx = warnings.catch_warnings(record=True)
@@ -1148,6 +1155,7 @@ def warnings_catcher():
 
 
 def test_empty_input_warns_the_curator(tmp_path: Path) -> None:
+    """An empty input warns the curator on the terminal."""
     generate_establishments(50, seed=5).clear().write_parquet(tmp_path / "d.parquet")
     spec = _coverage_spec(tmp_path, "d.parquet")
     code, _, err = run("run", str(spec), "--quiet")
@@ -1156,6 +1164,7 @@ def test_empty_input_warns_the_curator(tmp_path: Path) -> None:
 
 
 def test_wide_form_of_the_public_tables(tmp_path: Path) -> None:
+    """output.form = "wide" and --form: the same numbers, one row per cell."""
     generate_establishments(500, seed=6).write_parquet(tmp_path / "d.parquet")
     spec = _coverage_spec(tmp_path, "d.parquet", form='form = "wide"')
     assert run("run", str(spec), "--quiet")[0] == 0
@@ -1178,6 +1187,7 @@ def test_wide_form_of_the_public_tables(tmp_path: Path) -> None:
 
 
 def test_negatives_allowed_are_counted_in_the_confidential_audit(tmp_path: Path) -> None:
+    """input.negatives = "allow": the confidential audit still counts negatives."""
     df = generate_establishments(300, seed=8)
     df = df.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(-5.0)
                          .otherwise(pl.col("payroll")).alias("payroll"))
@@ -1194,8 +1204,11 @@ def test_negatives_allowed_are_counted_in_the_confidential_audit(tmp_path: Path)
 
 @pytest.mark.parametrize("unit", [True, False], ids=["unit", "row"])
 def test_seeded_runs_reproduce_the_confidential_folder(tmp_path: Path, unit: bool) -> None:
-    """Two identically seeded runs write byte-identical confidential folders (row order of the
-    per-record losses, last-ulp rho of units in several cells, HTML tables and plots)."""
+    """Two identically seeded runs write byte-identical confidential folders.
+
+    Row order of the per-record losses, last-ulp rho of units in several cells, HTML tables
+    and plots: each once differed between runs.
+    """
     base = generate_establishments(1500, seed=21)
     # units with rows in several cells: their per-cell losses are summed
     parts = [base] + [base.with_columns(pl.col("county").shift(37 * k).fill_null(

@@ -23,6 +23,7 @@ def _pl(out):
 
 
 def test_long_and_wide_hold_the_same_numbers(make_frame):
+    """Long and wide forms: same numbers, cv and flag from the public values."""
     frame = make_frame(DATA)
     args = dict(by="county", keys=KEYS, mechanism=mech.Gaussian(sigma=20.0))
     wide = _pl(frame.dp.sum(["payroll", "emp"], session=tabdp.Session(seed=3), cv=True, **args))
@@ -41,13 +42,15 @@ def test_long_and_wide_hold_the_same_numbers(make_frame):
         est = wide[m].cast(pl.Float64).to_numpy()
         cv = 20.0 / np.abs(est)
         np.testing.assert_allclose(wide[f"{m}_cv"].to_numpy(), cv, rtol=1e-15)
-        want = [("C" if c >= 0.3 else "") + ("N" if e < 0 else "") for c, e in zip(cv, est)]
+        want = [("C" if c >= 0.3 else "") + ("N" if e < 0 else "")
+                for c, e in zip(cv, est, strict=True)]
         assert wide[f"{m}_flag"].to_list() == want
     # the CLI's long -> wide reshaping gives the accessor's wide columns back
     assert long_to_wide(long, ["county"]).columns == wide.columns
 
 
 def test_default_wide_columns_unchanged_and_cv_flag_of_infinite_sd():
+    """Default wide columns are unchanged; cv is null and flag X where sd is infinite."""
     df = pl.DataFrame({"county": ["c1"], "x": [1.0]})
     out = df.dp.sum("x", by="county", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0),
                     session=tabdp.Session(seed=0))
@@ -62,6 +65,7 @@ def test_default_wide_columns_unchanged_and_cv_flag_of_infinite_sd():
 
 
 def test_counts_are_integers_unless_the_grid_is_not(make_frame):
+    """Counts are Int64 on a whole-number grid, Float64 on a finer one."""
     frame = make_frame(DATA)
     out = _pl(frame.dp.count(by="county", keys=KEYS, session=tabdp.Session(seed=1)))
     assert out.schema["count"] == pl.Int64 and out.schema["count_sd"] == pl.Float64
@@ -75,6 +79,7 @@ def test_counts_are_integers_unless_the_grid_is_not(make_frame):
 
 
 def test_integer_measures_stay_integer(make_frame):
+    """Integer measures get a whole-number default grid and Int64 estimates."""
     frame = make_frame(DATA)
     g = mech.Gaussian(sigma=5.0)
     assert g.default_grid() == 0.1  # the float default the integer measure no longer gets
@@ -98,6 +103,7 @@ def test_integer_measures_stay_integer(make_frame):
 
 
 def test_key_dtypes_of_the_input_are_kept():
+    """Key columns keep the input dtypes: categorical, Enum, Categorical, Int32."""
     ks = tabdp.KeySet.from_dict(county=["c1", "c2", "c3"])
     pdf = pd.DataFrame({"county": pd.Categorical(["c1", "c2"], categories=["c2", "c1", "c3"]),
                         "x": [1.0, 2.0]})
@@ -136,6 +142,7 @@ def test_key_dtypes_of_the_input_are_kept():
 
 
 def test_quantile_long_form():
+    """Medians and quantiles offer the long form and cv/flag columns too."""
     df = pl.DataFrame({"county": ["c1"] * 5, "pay": [1.0, 2.0, 3.0, 4.0, 5.0]})
     out = df.dp.median("pay", by="county", keys=KEYS, bounds=(0.0, 10.0), epsilon=1.0,
                        form="long", session=tabdp.Session(seed=0))
@@ -146,6 +153,7 @@ def test_quantile_long_form():
 
 
 def test_form_and_name_errors():
+    """A bad form or a key named like an output column is refused (no data read)."""
     df = pl.DataFrame({"measure": ["c1"], "x": [1.0]})
     ks = tabdp.KeySet.from_dict(measure=["c1"])
     with pytest.raises(tabdp.InvalidParameterError, match="form must be one of"):
@@ -159,6 +167,7 @@ def test_form_and_name_errors():
 
 
 def test_negatives_allowed_are_counted_in_the_confidential_audit(make_frame):
+    """Negative values under the allow rule are counted in the confidential audit."""
     s = tabdp.Session(seed=4)
     make_frame(DATA).dp.sum("emp", by="county", keys=KEYS, mechanism=mech.Gaussian(1.0),
                             session=s)

@@ -958,9 +958,10 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         grid_used[m] = rv.grid
     key_frame = keys.to_polars().select(by_list) if by_list else None
     out = assemble(key_frame, [
-        Measure(m, *(out_cols[f"{m}{s}"] for s in OUTPUT_SUFFIXES), integral=is_integral_release(
-            mechanism.measure_mechanism(m) if joint else mechanism,  # type: ignore[attr-defined]
-            grids[m], kind == "count" or op.schema[m].is_integer()))
+        Measure(m, out_cols[m], out_cols[f"{m}_sd"], out_cols[f"{m}_moe"],
+                out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
+                    mechanism.measure_mechanism(m) if joint else mechanism,  # type: ignore[attr-defined]
+                    grids[m], kind == "count" or op.schema[m].is_integer()))
         for m in released], form=form, cv=cv, key_dtypes=dict(op.schema))
 
     confidential = {

@@ -193,8 +193,10 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
     Example:
         >>> keys = pl.DataFrame({"c": ["a", "b"]})
         >>> m = Measure("x", [10.0, -1.0], [1.0, 1.0], [1.6, 1.6], [8.4, -2.6], [11.6, 0.6])
-        >>> assemble(keys, [m], form="long").rows()
-        [('a', 'x', 10.0, 1.0, 1.6, 8.4, 11.6, 0.1, ''), ('b', 'x', -1.0, 1.0, 1.6, -2.6, 0.6, 1.0, 'CN')]
+        >>> for row in assemble(keys, [m], form="long").rows():
+        ...     print(row)
+        ('a', 'x', 10.0, 1.0, 1.6, 8.4, 11.6, 0.1, '')
+        ('b', 'x', -1.0, 1.0, 1.6, -2.6, 0.6, 1.0, 'CN')
         >>> assemble(keys, [m], cv=True).columns
         ['c', 'x', 'x_sd', 'x_moe', 'x_lower', 'x_upper', 'x_cv', 'x_flag']
     """
@@ -405,7 +407,8 @@ def is_integral_release(mechanism: Any, step: Any, integer: bool) -> bool:
         >>> from tabdp.mechanisms import DiscreteGaussian, Gaussian
         >>> is_integral_release(DiscreteGaussian(2.0), None, True)
         True
-        >>> is_integral_release(Gaussian(2.0), None, True), is_integral_release(Gaussian(2.0), 1.0, True)
+        >>> g = Gaussian(2.0)
+        >>> is_integral_release(g, None, True), is_integral_release(g, 1.0, True)
         (False, True)
     """
     if not integer or getattr(mechanism, "requires_nonnegative", False):

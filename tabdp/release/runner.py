@@ -16,10 +16,11 @@ its details go only to ``failure.json`` in the confidential folder.
 * Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
   ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
   m_sd, m_moe, m_lower, m_upper, m_cv, m_flag`` per measure; the accessor's output model,
-  :mod:`tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained ``summary.html`` and, for a
-  seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the noisy estimates (and what is
-  computed from them: plug-in sd, moe, cv, flags), nothing in it depends on the confidential
-  data or on the seed; every file has the manifest's timestamp as its modification time.
+  :mod:`tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained
+  ``summary.html`` and, for a seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the
+  noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in it
+  depends on the confidential data or on the seed; every file has the manifest's timestamp
+  as its modification time.
 * Confidential folder (0700, files 0600): ``per_record_losses.parquet`` (each unit's total ρ,
   ε, size, (ε, δ) and per-release ρ; the id column is the unit column, or ``row``),
   ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
@@ -112,9 +113,11 @@ def _transformation(mech: Mechanism) -> bool:
 
 
 def _planned_grid(t: TableSpec, mech: Mechanism) -> dict[str, Any]:
-    """The grid each measure is released on: the spec's, else the mechanism's default, as the
-    plan and the manifest state it (decided without the data's schema, so the accessor's
-    whole-number default for integer columns does not apply to a spec)."""
+    """The grid each measure is released on: the spec's, else the mechanism's default.
+
+    This is the grid the plan and the manifest state. It is decided without the data's schema,
+    so the accessor's whole-number default for integer columns does not apply to a spec.
+    """
     out: dict[str, Any] = {}
     for m in _released_measures(t):
         g = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
@@ -1557,7 +1560,8 @@ def _coverage(session: Session) -> tuple[list[str], dict[str, Any]]:
                      "input.path and the input rules.")
         counts["input_rows"] = 0
     elif records:
-        empty, partial = [], []
+        empty: list[str] = []
+        partial: list[str] = []
         for r in records:
             c = r.confidential
             if c.get("rows_outside_keys"):
