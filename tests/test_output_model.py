@@ -172,3 +172,16 @@ def test_negatives_allowed_are_counted_in_the_confidential_audit(make_frame):
     make_frame(DATA).dp.sum("emp", by="county", keys=KEYS, mechanism=mech.Gaussian(1.0),
                             session=s)
     assert s.records[-1].confidential["negative_values_allow:emp"] == 1
+
+
+def test_wide_integer_dtypes_stay_float():
+    """Int128 / UInt64 sums may pass the Int64 range: Float64 estimates (decided by dtype)."""
+    for dt in (pl.Int128, pl.UInt64):
+        df = pl.DataFrame({"county": ["c1"], "x": pl.Series([5], dtype=dt)})
+        out = df.dp.sum("x", by="county", keys=KEYS, mechanism=mech.Gaussian(5.0),
+                        session=tabdp.Session(seed=0))
+        assert out.schema["x"] == pl.Float64
+    df = pl.DataFrame({"county": ["c1"], "x": pl.Series([5], dtype=pl.Int32)})
+    out = df.dp.sum("x", by="county", keys=KEYS, mechanism=mech.Gaussian(5.0),
+                    session=tabdp.Session(seed=0))
+    assert out.schema["x"] == pl.Int64

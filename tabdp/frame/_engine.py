@@ -43,7 +43,14 @@ from tabdp.exceptions import (
     InvalidParameterError,
     UnsupportedBackendError,
 )
-from tabdp.frame._output import Measure, assemble, check_form, is_integral_release, to_native
+from tabdp.frame._output import (
+    Measure,
+    assemble,
+    check_form,
+    integer_dtype,
+    is_integral_release,
+    to_native,
+)
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
 from tabdp.mechanisms._totals import ExactTotals
@@ -961,7 +968,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         Measure(m, out_cols[m], out_cols[f"{m}_sd"], out_cols[f"{m}_moe"],
                 out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
                     mechanism.measure_mechanism(m) if joint else mechanism,  # type: ignore[attr-defined]
-                    grids[m], kind == "count" or op.schema[m].is_integer()))
+                    grids[m], kind == "count" or integer_dtype(op.schema[m])))
         for m in released], form=form, cv=cv, key_dtypes=dict(op.schema))
 
     confidential = {

@@ -19,6 +19,7 @@ from tabdp.frame._output import (
     STAT_SUFFIXES,
     WIDE_SUFFIXES,
     check_form,
+    integer_dtype,
     integer_grid,
 )
 from tabdp.frame.keys import KeySet
@@ -319,10 +320,11 @@ def _integer_columns(frame: Any, columns: Sequence[str]) -> list[str]:
     if isinstance(frame, pd.DataFrame):
         return [c for c in columns if c in frame.columns
                 and pd.api.types.is_integer_dtype(frame[c].dtype)
-                and not pd.api.types.is_bool_dtype(frame[c].dtype)]
+                and not pd.api.types.is_bool_dtype(frame[c].dtype)
+                and str(frame[c].dtype).lower() != "uint64"]
     if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
         schema = frame.collect_schema()
-        return [c for c in columns if c in schema and schema[c].is_integer()]
+        return [c for c in columns if c in schema and integer_dtype(schema[c])]
     return []
 
 
