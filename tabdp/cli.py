@@ -172,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--overwrite", action="store_true",
                    help="replace existing outputs in the --out folder")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument("--form", choices=("long", "wide"), default=None,
+                   help="form of the public tables (default: long)")
     return p
 
 
