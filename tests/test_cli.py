@@ -1225,3 +1225,16 @@ def test_seeded_runs_reproduce_the_confidential_folder(tmp_path: Path, unit: boo
         runs.append({p.name: p.read_bytes() for p in (out / "confidential").iterdir()})
     assert sorted(runs[0]) == sorted(runs[1]) and len(runs[0]) == 4
     assert [n for n in runs[0] if runs[0][n] != runs[1][n]] == []
+
+
+def test_public_key_dtypes_follow_the_domains_not_the_data(tmp_path: Path) -> None:
+    """Enum keys in the input (categories possibly taken from the data) do not reach the public
+    tables: their keys have the dtypes of the spec's domains."""
+    generate_establishments(300, seed=9, categorical=True).write_parquet(tmp_path / "d.parquet")
+    assert isinstance(pl.read_parquet_schema(tmp_path / "d.parquet")["state"], pl.Enum)
+    spec = _coverage_spec(tmp_path, "d.parquet")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    pub = tmp_path / "out" / "public"
+    assert pl.read_parquet_schema(pub / "by_state.parquet")["state"] == pl.String
+    assert pl.read_parquet_schema(pub / "by_naics.parquet")["naics2"] == pl.String

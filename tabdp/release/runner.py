@@ -1027,7 +1027,13 @@ def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str],
         out = lf.dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
                           name=name, grid=grid, max_cells=max_cells,
                           max_rows=spec.plan.count_rows if multi else None)
-    return out  # type: ignore[no-any-return]
+    # Public tables take the key set's dtypes (the spec's domains), never the input's: the
+    # accessor returns keys in the data's dtypes (an Enum whose categories may come from the
+    # data), which a public file must not reflect.
+    key_schema = keys.to_polars().schema
+    return out.with_columns(  # type: ignore[no-any-return]
+        pl.col(c).cast(key_schema[c]) for c in by_cols
+        if c in out.columns and c in key_schema and out.schema[c] != key_schema[c])
 
 
 def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
