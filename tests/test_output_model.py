@@ -185,3 +185,28 @@ def test_wide_integer_dtypes_stay_float():
     out = df.dp.sum("x", by="county", keys=KEYS, mechanism=mech.Gaussian(5.0),
                     session=tabdp.Session(seed=0))
     assert out.schema["x"] == pl.Int64
+
+
+def test_author_mode_categories_come_from_the_key_set():
+    """Author mode: an Enum / categorical key's categories in the output are the key set's
+    values only (the input's categories may have been taken from the data)."""
+    ks = tabdp.KeySet.from_dict(county=["c1", "c2"])
+    enum = pl.Enum(["c9", "c2", "c1", "c7"])   # c9, c7: values only the data would reveal
+    df = pl.DataFrame({"county": ["c1", "c9"], "x": [1.0, 2.0]},
+                      schema={"county": enum, "x": pl.Float64})
+    pdf = df.to_pandas()
+    assert pdf["county"].cat.categories.tolist() == ["c9", "c2", "c1", "c7"]
+    for frame in (df, pdf):
+        s = tabdp.Session(seed=0, mode="author")
+        out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
+                           session=s, nulls="zero")
+        if isinstance(out, pd.DataFrame):
+            assert out["county"].cat.categories.tolist() == ["c1", "c2"]
+        else:
+            assert out.schema["county"] == pl.Enum(["c1", "c2"])
+        # curator mode keeps the input's categories
+        out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
+                           session=tabdp.Session(seed=0))
+        cats = (out["county"].cat.categories.tolist() if isinstance(out, pd.DataFrame)
+                else out.schema["county"].categories.to_list())
+        assert cats == ["c9", "c2", "c1", "c7"]

@@ -969,7 +969,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                 out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
                     mechanism.measure_mechanism(m) if joint else mechanism,  # type: ignore[attr-defined]
                     grids[m], kind == "count" or integer_dtype(op.schema[m])))
-        for m in released], form=form, cv=cv, key_dtypes=dict(op.schema))
+        for m in released], form=form, cv=cv, key_dtypes=dict(op.schema),
+        author=sess.mode == "author")
 
     confidential = {
         "rows_read": snap.rows_read,
@@ -996,4 +997,4 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:
         _set_last(sess)
-    return to_native(out, op.native, op.backend, by_list)
+    return to_native(out, op.native, op.backend, by_list, author=sess.mode == "author")

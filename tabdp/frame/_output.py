@@ -174,7 +174,8 @@ def _stats(m: Measure, cv_flag: float | None) -> tuple[np.ndarray, np.ndarray]:
 
 def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, form: str = "wide",
              cv: bool = False, cv_flag: float | None = None,
-             key_dtypes: Mapping[str, Any] | None = None) -> pl.DataFrame:
+             key_dtypes: Mapping[str, Any] | None = None, author: bool = False
+             ) -> pl.DataFrame:
     """The output frame of a release, in the wide or the long form.
 
     Args:
@@ -186,6 +187,8 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
             :data:`tabdp.planning.ACCESSOR_CV_FLAG`).
         key_dtypes: Key column → dtype of the input frame's column: key columns are cast to it
             where the key set's values convert losslessly (schemas and public keys only).
+        author: Author mode: an Enum key's categories are the key set's values, not the
+            input's (which may come from the data).
 
     Returns:
         A Polars frame (see the module docstring for the columns).
@@ -207,7 +210,7 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
         cv_flag = ACCESSOR_CV_FLAG
     keys = key_frame if key_frame is not None else pl.DataFrame()
     if key_dtypes:
-        keys = keys.with_columns(_key_cast(keys[c], key_dtypes[c])
+        keys = keys.with_columns(_key_cast(keys[c], key_dtypes[c], author)
                                  for c in keys.columns if c in key_dtypes)
     n = keys.height if keys.width else (len(np.asarray(measures[0].estimate)) if measures else 1)
     if form == "wide":
@@ -244,11 +247,18 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
     return pl.concat(parts, how="vertical")
 
 
-def _key_cast(s: pl.Series, want: Any) -> pl.Series:
-    """``s`` (the key set's public values) in the input's dtype ``want`` where lossless."""
+def _key_cast(s: pl.Series, want: Any, author: bool = False) -> pl.Series:
+    """``s`` (the key set's public values) in the input's dtype ``want`` where lossless.
+
+    In author mode an Enum's categories are the key set's values only: the input's categories
+    may have been taken from the data, which the author must not see.
+    """
     if s.dtype == want:
         return s
     if isinstance(want, pl.Enum):
+        if author:
+            vals = s.cast(pl.String).unique(maintain_order=True).drop_nulls().to_list()
+            return s.cast(pl.String).cast(pl.Enum(vals))
         cats = want.categories.to_list()
         have = set(cats)
         extra = [v for v in s.cast(pl.String).unique(maintain_order=True).to_list()
@@ -265,11 +275,13 @@ def _key_cast(s: pl.Series, want: Any) -> pl.Series:
     return s
 
 
-def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str]) -> Any:
+def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
+              author: bool = False) -> Any:
     """Return ``out`` in the caller's library, key columns in the input's dtypes.
 
     pandas key columns get the input column's dtype back (a categorical keeps its categories,
-    followed by key-set values that are not among them); Polars frames were cast by
+    followed by key-set values that are not among them; in author mode its categories are the
+    key set's values, as the input's may come from the data); Polars frames were cast by
     :func:`assemble`.
 
     Args:
@@ -277,6 +289,7 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
         native: The caller's frame.
         backend: ``"pandas"`` or ``"polars"``.
         keys: Key columns.
+        author: Author mode (see above).
 
     Returns:
         A pandas DataFrame or the Polars frame.
@@ -294,7 +307,7 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
             continue
         want = native[c].dtype
         if isinstance(want, pd.CategoricalDtype):
-            cats = list(want.categories)
+            cats = [] if author else list(want.categories)
             have = set(cats)
             vals = df[c].astype(object)
             extra = [v for v in pd.unique(vals) if v not in have and not pd.isna(v)]

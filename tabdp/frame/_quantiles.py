@@ -423,7 +423,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
     out = assemble(keys.to_polars().select(by_list) if by_list else None,
                    [Measure(label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
-                   form=form, cv=cv, key_dtypes=dict(op.schema))
+                   form=form, cv=cv, key_dtypes=dict(op.schema),
+                   author=sess.mode == "author")
     confidential = {
         "rows_read": n_rows,
         "rows_outside_keys": outside,
@@ -441,5 +442,5 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     sess.record_release(record, backend, charges, admitted)
     if one_off:
         _set_last(sess)
-    return to_native(out, op.native, backend, by_list)
+    return to_native(out, op.native, backend, by_list, author=sess.mode == "author")
 
