@@ -188,8 +188,10 @@ def test_wide_integer_dtypes_stay_float():
 
 
 def test_author_mode_categories_come_from_the_key_set():
-    """Author mode: an Enum / categorical key's categories in the output are the key set's
-    values only (the input's categories may have been taken from the data)."""
+    """Author mode: an Enum / categorical key's output categories are the key set's values.
+
+    The input's categories may have been taken from the data.
+    """
     ks = tabdp.KeySet.from_dict(county=["c1", "c2"])
     enum = pl.Enum(["c9", "c2", "c1", "c7"])   # c9, c7: values only the data would reveal
     df = pl.DataFrame({"county": ["c1", "c9"], "x": [1.0, 2.0]},
