@@ -770,12 +770,16 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     if row_mode:
         units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy()
     else:
-        wide = pl.DataFrame({"unit": inside[uid], **{f"{k}:{c}": v for k in kinds
-                                                      for c, v in cols[k].items()}})
-        # sums of sorted values: the same floats whatever order the snapshot's group-by left
-        # the rows in (seeded runs reproduce their confidential files to the last bit)
-        per = wide.group_by("unit", maintain_order=True).agg(
-            *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sort().sum())
+        wide = pl.DataFrame({"unit": inside[uid], "cell": inside[_CELL],
+                             **{f"{k}:{c}": v for k in kinds for c, v in cols[k].items()}})
+        # units in sorted order: a group-by over sorted keys is a linear scan (a hash group-by
+        # over millions of distinct ids is an order of magnitude slower), and the ledger's
+        # order then depends on the ids only, never on the order of the input rows
+        # (a unit's cells in key-set order too: its float sums never depend on the order in
+        # which the snapshot's group-by returned its rows, so reruns agree to the last bit)
+        per = wide.sort(["unit", "cell"], nulls_last=True).group_by(
+            "unit", maintain_order=True).agg(
+            *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sum())
               for k in kinds for c in cols[k]])
         units = per["unit"]
         cols = {k: {c: per[f"{k}:{c}"].to_numpy() for c in cols[k]} for k in kinds}
