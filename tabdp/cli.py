@@ -2,7 +2,8 @@
 
 Usage::
 
-    tabdp validate release.toml          # check the spec; reads no data
+    tabdp validate release.toml          # check the spec and that its input exists; reads no
+                                         # data
     tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors, forecast
                                          # shares of flagged/negative cells, the guarantee in
                                          # words; no data
@@ -11,6 +12,8 @@ Usage::
 cannot publish usable cells (:func:`tabdp.planning.spec_usability_issues`: public parameters
 only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
+    tabdp run release.toml --form wide   # public tables one row per cell (default: the
+                                         # spec's output.form, long)
     tabdp run release.toml --test-seed   # a seeded spec (tests only): public folder marked
                                          # NOT FOR PUBLICATION
     tabdp demo [--out DIR]               # the bundled example on the sample data
@@ -20,8 +23,8 @@ Exit codes:
 ====  ==========================================================================
 0     success
 2     spec or usage error, found before any data is read (malformed spec, bad
-      option, output folder exists, input file missing, seeded spec without
-      --test-seed)
+      option, output folder exists or cannot be created, input file missing, seeded
+      spec without --test-seed)
 4     data-dependent failure: the run stopped after reading the data; the message
       is always the same and the details are only in the confidential folder
       (failure.json); nothing public is written
@@ -185,6 +188,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true",
                    help="replace existing output folders (default: refuse)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--form", choices=("long", "wide"), default=None,
+                   help="form of the public tables: long (one row per cell and measure) or "
+                        "wide (one row per cell); default: the spec's output.form (long)")
     r.add_argument("--test-seed", action="store_true",
                    help="allow a spec with [randomness] seed (tests only): the public folder "
                         "is marked NOT FOR PUBLICATION")
@@ -196,6 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--overwrite", action="store_true",
                    help="replace existing outputs in the --out folder")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument("--form", choices=("long", "wide"), default=None,
+                   help="form of the public tables (default: long)")
     return p
 
 
@@ -206,9 +214,11 @@ def _example_spec() -> Path:
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from tabdp.release.runner import _check_input_present
     from tabdp.release.spec import load_spec
 
     spec = load_spec(args.spec)
+    _check_input_present(spec)  # the file or folder exists (nothing is read)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
               f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; {spec.input.mode} mode; "
@@ -302,13 +312,30 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         spec = dataclasses.replace(spec, output=dataclasses.replace(
             spec.output, public=args.out / "public", confidential=args.out / "confidential",
             plan=args.out / "plan"))
+    if getattr(args, "form", None) is not None:
+        import dataclasses
+
+        spec = dataclasses.replace(spec, output=dataclasses.replace(spec.output,
+                                                                    form=args.form))
     bar = _Bar(err, not args.quiet)
+    import warnings
+
+    from tabdp.exceptions import CoverageWarning
+
     try:
-        res = run_release(spec, overwrite=overwrite, progress=bar,
-                          test_seed=getattr(args, "test_seed", False))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CoverageWarning)
+            res = run_release(spec, overwrite=overwrite, progress=bar,
+                              test_seed=getattr(args, "test_seed", False))
     finally:
         bar.close()
     bar.flush()
+    for w in caught:
+        if issubclass(w.category, CoverageWarning):
+            # curator mode only (run_release emits none in author mode): the data's owner
+            err.write(f"WARNING (curator, do not publish): {w.message}\n")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     out.write(f"Release {spec.release.name!r} done.\n")
     if spec.seed is not None:
         out.write("  WARNING: seeded randomness (--test-seed): for tests only; the public "
@@ -376,6 +403,15 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if code == EXIT_INTERNAL:
             traceback.print_exc(file=err)
         return code
+    except OSError as e:
+        # before any data is read (later failures are DataDependentFailure): the file system
+        # refused a path of the spec or the command line, not a bug
+        where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
+        err.write(f"tabdp {args.command}: spec/usage error: cannot use the path{where}: "
+                  f"{e.strerror or e}. Nothing was written.\nHint: check the spec's [output] "
+                  "folders (or --out) and input paths: they must be on a writable, ordinary "
+                  "file system.\n")
+        return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - every other failure is a bug: exit 70
         err.write(f"tabdp {args.command}: internal error: {type(e).__name__}: {e}\n"
                   "This is a bug in tabdp; nothing was written. Please report it with this "

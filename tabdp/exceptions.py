@@ -31,6 +31,7 @@ __all__ = [
     "PrivacyWarning",
     "TabdpWarning",
     "UsabilityWarning",
+    "CoverageWarning",
 ]
 
 
@@ -199,5 +200,19 @@ class UsabilityWarning(TabdpWarning):
 
     Example:
         >>> issubclass(UsabilityWarning, UserWarning)
+        True
+    """
+
+
+class CoverageWarning(TabdpWarning):
+    """Warns the curator that the input is empty or has rows outside a table's key set.
+
+    Emitted only by a curator-mode release run (:func:`tabdp.release.runner.run_release`,
+    ``tabdp run``): it depends on the data, so it is for the data's owner, never for a query
+    author (author mode emits nothing) and never written to a public file. The message names
+    tables, not counts; the counts are in the confidential folder.
+
+    Example:
+        >>> issubclass(CoverageWarning, TabdpWarning)
         True
     """

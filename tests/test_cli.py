@@ -151,7 +151,11 @@ def leftovers(folder: Path) -> list[str]:
 # -- validate / plan ---------------------------------------------------------------------------
 
 def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, tmp_path / "does-not-exist.parquet", tmp_path / "out")
+    # validate checks that the input exists (issue 18, changed on purpose) but reads no data:
+    # the input is not even a Parquet file
+    data = tmp_path / "not-parquet.parquet"
+    data.write_text("not data")
+    spec = write_spec(tmp_path, data, tmp_path / "out")
     code, out, err = run("validate", str(spec))
     assert code == 0, err
     assert "valid" in out and "3 table(s)" in out
@@ -162,7 +166,7 @@ def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
     assert len(warn) == 1
     assert warn[0].startswith("WARNING: tables[0].mechanism: the log transform with sigma = 0.3")
     assert "0.307 >= the flag threshold 0.3" in warn[0]
-    fine = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out", name="fine.toml")
+    fine = write_spec(tmp_path, data, tmp_path / "out", name="fine.toml")
     fine.write_text(fine.read_text().replace("sigma = 0.3", "sigma = 0.25"))
     code, out, err = run("validate", str(fine))
     assert code == 0 and "WARNING" not in out, err
@@ -513,6 +517,7 @@ def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
 def test_console_script_is_installed(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "tabdp"
     assert exe.exists(), "pyproject's [project.scripts] entry point is not installed"
+    (tmp_path / "x.parquet").write_text("not data")
     spec = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out")
     res = subprocess.run([str(exe), "validate", str(spec)], capture_output=True, text=True,
                          env={**os.environ}, timeout=120)
@@ -1032,3 +1037,231 @@ def test_manifest_lists_the_declared_schema_only(tmp_path: Path,
     assert "firm_id" not in text and "Float64" not in text   # the data's own columns / types
     conf = json.loads((out / "confidential" / "confidential.json").read_text())
     assert conf["input_schema"]["firm_id"] == "Int64"        # kept for the curator
+
+
+# -- issue 18 papercuts --------------------------------------------------------------------------
+def test_engine_hints_are_rewritten_as_spec_keys() -> None:
+    """The engine's data-rule hints reach the curator (failure.json) in spec-key wording."""
+    from tabdp.frame._engine import _Rules, _strict_checks
+
+    with pytest.raises(tabdp.DataValidationError) as info:
+        _strict_checks({"inf:x": 1, "missing:x": 2, "null:u": 1}, ["x"], "u",
+                       _Rules("error", "error", "curator"), True, {"x": 3})
+    text = runner_mod._spec_hints(str(info.value))
+    for want in ('input.nulls = "zero"', 'input.nulls = "drop"', 'input.negatives = "zero"',
+                 'input.nonfinite = "drop"', 'input.unit_nulls = "drop"',
+                 'family = "gaussian"'):
+        assert want in text
+    assert not re.search(r"\w='", text) and "Session(" not in text and "nulls=" not in text
+
+
+def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
+    """validate: a missing input (file or pattern) is exit 2 before anything else."""
+    spec = write_spec(tmp_path, tmp_path / "missing.parquet", tmp_path / "out")
+    code, out, err = run("validate", str(spec))
+    assert code == 2 and "input.path" in err and "missing.parquet" in err
+    assert "input not found" in err and "valid" not in out
+    pattern = write_spec(tmp_path, tmp_path / "parts" / "*.parquet", tmp_path / "out",
+                         name="glob.toml")
+    code, _, err = run("validate", str(pattern))
+    assert code == 2 and "no file matches" in err
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "a.parquet").write_text("not data")
+    assert run("validate", str(pattern))[0] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a /proc file system")
+def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """An output under /proc cannot be created (even by root): exit 2 before any data is read.
+
+    Not 70 ("a bug in tabdp") nor 4.
+    """
+    for out in (Path("/proc/tabdp-no-such-folder"), Path("/proc/self/tabdp")):
+        spec = write_spec(tmp_path, datasets[0], out)
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+        assert code == 2, err
+        assert "cannot be created" in err and "bug" not in err
+        code, _, err = run("plan", str(spec))
+        assert code == 2 and "cannot be created" in err, err
+    assert run("demo", "--out", "/proc/tabdp-no-such-folder", "--quiet")[0] == 2
+
+
+def _coverage_spec(folder: Path, data: str, mode: str = "curator", form: str = "") -> Path:
+    rules = ('nulls = "drop"\nnegatives = "allow"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+             'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "coverage"
+[input]
+path = "{data}"
+unit = "estab_id"
+mode = "{mode}"
+{rules}
+[domains]
+state = ["01", "02"]
+naics2 = ["77"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+{form}
+[[tables]]
+name = "by_state"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+[[tables]]
+name = "by_naics"
+kind = "count"
+by = ["naics2"]
+""")
+    return path
+
+
+@pytest.mark.parametrize("mode", ["curator", "author"])
+def test_coverage_warning_for_the_curator_only(tmp_path: Path, mode: str) -> None:
+    """Rows outside a key set / no row inside: a loud terminal warning in curator mode.
+
+    The warning names tables, never counts; author mode warns nothing; the counts are only in
+    the confidential folder.
+    """
+    df = generate_establishments(500, seed=5)
+    assert set(df["state"].unique().to_list()) - {"01", "02"}  # rows outside the state keys
+    df.write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet", mode)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    warn = [ln for ln in err.splitlines() if ln.startswith("WARNING")]
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    counts = conf["coverage"]["counts"]
+    assert counts["by_naics"]["rows_in_released_cells"] == 0
+    assert counts["by_state"]["rows_outside_keys"] > 0
+    if mode == "author":
+        assert warn == []
+    else:
+        assert len(warn) == 2, err
+        assert "no input row falls in the key set of by_naics" in warn[0]
+        assert "outside the key set of by_state" in warn[1]
+        # fixed texts: they name the tables, never a count
+        assert warn == [
+            "WARNING (curator, do not publish): no input row falls in the key set of by_naics: "
+            "every published cell there is noise around 0. Check the domains / keys files "
+            "against the input's key values (types and codes).",
+            "WARNING (curator, do not publish): rows of the input fall outside the key set of "
+            "by_state and are not released (counts in confidential.json, coverage)."]
+    public = b"".join(p.read_bytes() for p in (tmp_path / "out" / "public").iterdir())
+    assert b"outside the key set" not in public and b"no input row" not in public
+    # the Python API: a CoverageWarning in curator mode
+    from tabdp.exceptions import CoverageWarning
+    from tabdp.release.spec import load_spec
+
+    with warnings_catcher() as caught:
+        runner_mod.run_release(load_spec(spec), overwrite=True)
+    got = [w for w in caught if issubclass(w.category, CoverageWarning)]
+    assert len(got) == (2 if mode == "curator" else 0)
+
+
+def warnings_catcher():
+    """A catch_warnings context that records every warning."""
+    import warnings
+
+    ctx = warnings.catch_warnings(record=True)
+
+    class _C:
+        def __enter__(self):
+            caught = ctx.__enter__()
+            warnings.simplefilter("always")
+            return caught
+
+        def __exit__(self, *a):
+            return ctx.__exit__(*a)
+
+    return _C()
+
+
+def test_empty_input_warns_the_curator(tmp_path: Path) -> None:
+    """An empty input warns the curator on the terminal."""
+    generate_establishments(50, seed=5).clear().write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    assert "WARNING (curator, do not publish): the input has no rows" in err
+
+
+def test_wide_form_of_the_public_tables(tmp_path: Path) -> None:
+    """output.form = "wide" and --form: the same numbers, one row per cell."""
+    generate_establishments(500, seed=6).write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet", form='form = "wide"')
+    assert run("run", str(spec), "--quiet")[0] == 0
+    pub = tmp_path / "out" / "public"
+    wide = pl.read_parquet(pub / "by_state.parquet")
+    assert wide.columns == ["state", "payroll", "payroll_sd", "payroll_moe", "payroll_lower",
+                            "payroll_upper", "payroll_cv", "payroll_flag"]
+    assert wide["state"].to_list() == ["01", "02"]
+    manifest = json.loads((pub / "manifest.json").read_text())
+    assert manifest["schema"]["form"] == "wide"
+    # --form overrides the spec; the long table holds the same numbers
+    code, _, err = run("run", str(spec), "--quiet", "--overwrite", "--form", "long")
+    assert code == 0, err
+    long = pl.read_parquet(pub / "by_state.parquet")
+    assert long.columns == PUBLIC_COLUMNS(["state"])
+    assert long["sd"].to_list() == wide["payroll_sd"].to_list()
+    spec.write_text(spec.read_text().replace('form = "wide"', 'form = "tall"'))
+    code, _, err = run("validate", str(spec))
+    assert code == 2 and "output.form" in err and "'tall'" in err
+
+
+def test_negatives_allowed_are_counted_in_the_confidential_audit(tmp_path: Path) -> None:
+    """input.negatives = "allow": the confidential audit still counts negatives."""
+    df = generate_establishments(300, seed=8)
+    df = df.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(-5.0)
+                         .otherwise(pl.col("payroll")).alias("payroll"))
+    df.write_parquet(tmp_path / "d.parquet")
+    spec = _coverage_spec(tmp_path, "d.parquet")
+    spec.write_text(spec.read_text().replace('mode = "curator"',
+                                             'mode = "curator"\nnegatives = "allow"'))
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    assert conf["negative_values_in_input"] == {"payroll": 3}
+    assert conf["releases"]["by_state"]["negatives"]["policy"] == "allow"
+
+
+@pytest.mark.parametrize("unit", [True, False], ids=["unit", "row"])
+def test_seeded_runs_reproduce_the_confidential_folder(tmp_path: Path, unit: bool) -> None:
+    """Two identically seeded runs write byte-identical confidential folders.
+
+    Row order of the per-record losses, last-ulp rho of units in several cells, HTML tables
+    and plots: each once differed between runs.
+    """
+    base = generate_establishments(1500, seed=21)
+    # units with rows in several cells: their per-cell losses are summed
+    parts = [base] + [base.with_columns(pl.col("county").shift(37 * k).fill_null(
+        pl.col("county")), pl.col("payroll") * (1 + k / 7)) for k in range(1, 4)]
+    pl.concat(parts).write_parquet(tmp_path / "d.parquet")
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, tmp_path / "d.parquet", out)
+    if not unit:
+        spec.write_text(spec.read_text().replace('unit = "estab_id"\n', ""))
+    runs = []
+    for _ in range(2):
+        code, _, err = run("run", "--test-seed", "--overwrite", str(spec), "--quiet")
+        assert code == 0, err
+        runs.append({p.name: p.read_bytes() for p in (out / "confidential").iterdir()})
+    assert sorted(runs[0]) == sorted(runs[1]) and len(runs[0]) == 4
+    assert [n for n in runs[0] if runs[0][n] != runs[1][n]] == []
+
+
+def test_public_key_dtypes_follow_the_domains_not_the_data(tmp_path: Path) -> None:
+    """Enum keys in the input do not reach the public tables.
+
+    Their categories may come from the data; the public keys have the spec's domains' dtypes.
+    """
+    generate_establishments(300, seed=9, categorical=True).write_parquet(tmp_path / "d.parquet")
+    assert isinstance(pl.read_parquet_schema(tmp_path / "d.parquet")["state"], pl.Enum)
+    spec = _coverage_spec(tmp_path, "d.parquet")
+    code, _, err = run("run", str(spec), "--quiet")
+    assert code == 0, err
+    pub = tmp_path / "out" / "public"
+    assert pl.read_parquet_schema(pub / "by_state.parquet")["state"] == pl.String
+    assert pl.read_parquet_schema(pub / "by_naics.parquet")["naics2"] == pl.String

@@ -59,10 +59,12 @@ def test_sum_schema_order_and_true_totals(make_frame, out_type, to_pl):
     assert o.select("county", "naics").rows() == key_rows(KEYS)
     np.testing.assert_allclose(o["payroll"].to_numpy(), PAYROLL, atol=1e-6)
     np.testing.assert_allclose(o["emp"].to_numpy(), EMP, atol=1e-6)
-    for m in ("payroll", "emp"):
-        assert o[m].dtype == pl.Float64
+    # an integer measure stays integer: its default grid is 1 (issue 18), a float one keeps
+    # the mechanism's default grid
+    for m, dtype, half_grid in (("payroll", pl.Float64, TINY_HALF_GRID), ("emp", pl.Int64, 0.5)):
+        assert o[m].dtype == dtype
         np.testing.assert_allclose(o[f"{m}_sd"].to_numpy(), 1e-7, rtol=1e-12)
-        np.testing.assert_allclose(o[f"{m}_moe"].to_numpy(), Z90 * 1e-7 + TINY_HALF_GRID,
+        np.testing.assert_allclose(o[f"{m}_moe"].to_numpy(), Z90 * 1e-7 + half_grid,
                                    rtol=1e-7)
         # additive noise: the exact interval is estimate -+ moe
         np.testing.assert_array_equal(o[f"{m}_lower"].to_numpy(),

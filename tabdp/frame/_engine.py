@@ -43,6 +43,14 @@ from tabdp.exceptions import (
     InvalidParameterError,
     UnsupportedBackendError,
 )
+from tabdp.frame._output import (
+    Measure,
+    assemble,
+    check_form,
+    integer_dtype,
+    is_integral_release,
+    to_native,
+)
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
 from tabdp.mechanisms._totals import ExactTotals
@@ -411,8 +419,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
             counters[f"big:{m}"] = p["big"]
         elif schema[m] in _WIDE_INTS:
             counters[f"big:{m}"] = p["big"]
-        if rules.negatives != "allow":
-            counters[f"neg:{m}"] = p["neg"]
+        counters[f"neg:{m}"] = p["neg"]  # counted under every rule (confidential audit)
     if unit_bad is not None:
         counters[f"null:{unit}"] = unit_bad
     names = list(counters)
@@ -823,7 +830,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
                     nulls: str = "error", name: str | None = None, grid: Any = None,
                     negatives: str | None = None, max_cells: int | None = None,
-                    max_rows: int | None = None) -> Any:
+                    max_rows: int | None = None, form: str = "wide", cv: bool = False) -> Any:
     """Release noisy sums or counts of ``native`` grouped by ``by`` over the key set ``keys``.
 
     This is the implementation behind ``df.dp.sum`` and ``df.dp.count``; see those for the
@@ -849,12 +856,16 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
             order). ``None``: unbounded. Each row is in one cell in row mode.
         max_rows: Public bound on the rows one unit counts in one cell (counts): a unit's
             count contribution is capped there. ``None``: unbounded (1 in row mode).
+        form: ``"wide"`` (default) or ``"long"`` (:mod:`tabdp.frame._output`).
+        cv: Wide form: add ``_cv`` and ``_flag`` columns (the long form always has them).
 
     Returns:
-        A frame of the caller's library: keys, then per measure the estimate, ``_sd``,
+        A frame of the caller's library: keys (in the input's dtypes), then per measure the
+        estimate (Int64 for counts and integer measures on a whole-number grid), ``_sd``,
         ``_moe``, ``_lower`` and ``_upper`` columns (the interval is the mechanism's exact
         ``level`` interval: asymmetric for transformation mechanisms, estimate ∓ moe for
-        additive ones); one row per key.
+        additive ones); one row per key. ``form="long"``: keys, ``measure``, ``estimate``,
+        ``sd``, ``moe``, ``lower``, ``upper``, ``cv``, ``flag``.
 
     Example:
         >>> import polars as pl, tabdp
@@ -868,6 +879,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     """
     measure_list = _as_list(measures, "columns") if kind == "sum" else []
     by_list = _as_list(by, "by")
+    form = check_form(form)
     if kind == "count":
         mechanism = count_mechanism(mechanism, grid)
     level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
@@ -979,10 +991,14 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         out_cols[f"{m}_upper"] = rv.upper
         fallbacks[m] = int(rv.fallbacks)
         grid_used[m] = rv.grid
-    key_frame = keys.to_polars().select(by_list) if by_list else pl.DataFrame()
-    out = key_frame.with_columns(
-        pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items()) if by_list else \
-        pl.DataFrame({k: pl.Series(k, v, dtype=pl.Float64) for k, v in out_cols.items()})
+    key_frame = keys.to_polars().select(by_list) if by_list else None
+    out = assemble(key_frame, [
+        Measure(m, out_cols[m], out_cols[f"{m}_sd"], out_cols[f"{m}_moe"],
+                out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
+                    mechanism.measure_mechanism(m) if joint else mechanism,  # type: ignore[attr-defined]
+                    grids[m], kind == "count" or integer_dtype(op.schema[m])))
+        for m in released], form=form, cv=cv, key_dtypes=dict(op.schema),
+        author=sess.mode == "author")
 
     confidential = {
         "rows_read": snap.rows_read,
@@ -998,7 +1014,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         **{f"values_clamped_to_2^64:{m}": snap.counts.get(f"big:{m}", 0)
            for m in measure_list if snap.counts.get(f"big:{m}", 0)},
         **{f"negative_values_{rules.negatives}:{m}": snap.counts.get(f"neg:{m}", 0)
-           for m in measure_list if rules.negatives not in ("allow", "error")},
+           for m in measure_list if rules.negatives != "error"},
     }
     record = QueryRecord(
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
@@ -1009,4 +1025,4 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:
         _set_last(sess)
-    return out.to_pandas() if op.backend == "pandas" else out
+    return to_native(out, op.native, op.backend, by_list, author=sess.mode == "author")

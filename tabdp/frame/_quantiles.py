@@ -34,6 +34,14 @@ from tabdp.frame._engine import (
     _Rules,
     _strict_checks,
 )
+from tabdp.frame._output import (
+    LONG_COLUMNS,
+    STAT_SUFFIXES,
+    Measure,
+    assemble,
+    check_form,
+    to_native,
+)
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
@@ -259,7 +267,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
                      delta: float | None = None, uncertainty_share: float | None = None,
                      session: Session | None = None,
                      level: float = DEFAULT_LEVEL, nulls: str = "error",
-                     name: str | None = None, grid: Any = None) -> Any:
+                     name: str | None = None, grid: Any = None, form: str = "wide",
+                     cv: bool = False) -> Any:
     """Release a private q-quantile of ``column`` per cell of ``keys``.
 
     This is the implementation behind ``df.dp.median`` and ``df.dp.quantile``.
@@ -285,10 +294,14 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         level: Confidence level of ``_moe``.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
+        form: ``"wide"`` (default) or ``"long"`` (:mod:`tabdp.frame._output`).
+        cv: Wide form: add ``{label}_cv`` and ``{label}_flag``.
 
     Returns:
         A frame of the caller's library: keys, ``{label}``, ``{label}_sd``, ``{label}_moe``,
-        ``{label}_lower``, ``{label}_upper`` (the ``level`` interval, estimate ∓ moe).
+        ``{label}_lower``, ``{label}_upper`` (the ``level`` interval, estimate ∓ moe); long
+        form: keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``, ``upper``, ``cv``,
+        ``flag``.
 
     Example:
         >>> import polars as pl, tabdp
@@ -319,7 +332,10 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     grid = _check_grid(grid, [label])[label]
     # fineness against public magnitudes only: the sampler's own check can then never refuse
     grid = mechanism.check_grid(grid, (lo, hi), max(hi - lo, ss_floor((lo, hi))))
-    clash = {f"{label}{s}" for s in OUTPUT_SUFFIXES} & set(by_list)
+    form = check_form(form)
+    outputs = set(LONG_COLUMNS) if form == "long" else {
+        f"{label}{s}" for s in (*OUTPUT_SUFFIXES, *(STAT_SUFFIXES if cv else ()))}
+    clash = outputs & set(by_list)
     if clash:
         raise InvalidParameterError(
             f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
@@ -411,12 +427,10 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter only
     sess.phase(qname, f"drawing noise for {n_keys:,} cells")
     rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
-    out = (keys.to_polars() if by_list else pl.DataFrame()).with_columns(
-        pl.Series(label, rv.estimate, dtype=pl.Float64),
-        pl.Series(f"{label}_sd", rv.sd, dtype=pl.Float64),
-        pl.Series(f"{label}_moe", rv.moe, dtype=pl.Float64),
-        pl.Series(f"{label}_lower", rv.lower, dtype=pl.Float64),
-        pl.Series(f"{label}_upper", rv.upper, dtype=pl.Float64))
+    out = assemble(keys.to_polars().select(by_list) if by_list else None,
+                   [Measure(label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
+                   form=form, cv=cv, key_dtypes=dict(op.schema),
+                   author=sess.mode == "author")
     confidential = {
         "rows_read": n_rows,
         "rows_outside_keys": outside,
@@ -434,5 +448,5 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     sess.record_release(record, backend, charges, admitted)
     if one_off:
         _set_last(sess)
-    return out.to_pandas() if backend == "pandas" else out
+    return to_native(out, op.native, backend, by_list, author=sess.mode == "author")
 

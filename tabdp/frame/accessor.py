@@ -12,7 +12,16 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
+from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import grouped_release
+from tabdp.frame._output import (
+    LONG_COLUMNS,
+    STAT_SUFFIXES,
+    WIDE_SUFFIXES,
+    check_form,
+    integer_dtype,
+    integer_grid,
+)
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
@@ -47,8 +56,8 @@ class DPAccessor:
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, session: Session | None = None,
             level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
-            grid: Any = None, negatives: str | None = None, max_cells: int | None = None
-            ) -> Any:
+            grid: Any = None, negatives: str | None = None, max_cells: int | None = None,
+            form: str = "wide", cv: bool = False) -> Any:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
         A unit's per-record sensitivity Δ in a cell is the absolute sum of its rows there (each
@@ -74,8 +83,10 @@ class DPAccessor:
             name: Label of the release in the session's report (default ``q<i>_sum``).
             grid: Public rounding grid of the estimates: a step (e.g. ``1.0`` dollar, ``1000.0``
                 for payroll in dollars published in thousands), a dict ``{measure: step}``, or
-                ``None`` for each mechanism's documented default. Estimates are the exact noisy
-                values rounded to the grid (docs/exact-rounding.md).
+                ``None`` for each mechanism's documented default (for a measure of an integer
+                dtype, a step of 1 where that default is finer: integer measures stay whole
+                numbers). Estimates are the exact noisy values rounded to the grid
+                (docs/exact-rounding.md).
             negatives: Negative values, for mechanisms that need non-negative contributions
                 (transformation mechanisms): ``None``/``"error"`` refuses negative
                 contributions (curator mode), ``"zero"`` sets negative values to 0, ``"drop"``
@@ -83,15 +94,25 @@ class DPAccessor:
             max_cells: Public bound on the cells one unit contributes to (with ``unit=``): a
                 unit's contributions to further cells are dropped, keeping its largest. Makes
                 the public total curve a bound for every unit (``None``: unbounded).
+            form: ``"wide"`` (default: one row per cell) or ``"long"`` (one row per cell and
+                measure, the columns of the release workflow's public tables).
+            cv: Wide form: also return ``{m}_cv`` and ``{m}_flag`` (the long form always has
+                ``cv`` and ``flag``).
 
         Returns:
             A frame of the caller's library (pandas → pandas, Polars eager or lazy → Polars
-            DataFrame): the key columns, then per measure ``{m}`` (estimate), ``{m}_sd``
+            DataFrame). Wide: the key columns, then per measure ``{m}`` (estimate), ``{m}_sd``
             (standard deviation; plug-in where it depends on the true value; ``inf`` where it
             does not exist), ``{m}_moe`` (half-width of the exact ``level`` interval) and
             ``{m}_lower``, ``{m}_upper`` (its ends: asymmetric for transformation mechanisms,
             whose symmetric ``estimate ± moe`` would mis-cover; ``{m} ∓ {m}_moe`` for additive
-            ones).
+            ones), with ``cv=True`` then ``{m}_cv`` (``sd / |estimate|``, null where the sd is
+            not finite) and ``{m}_flag`` (``C``: cv ≥ 0.3, ``N``: negative, ``X``: no finite
+            variance). Long: keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``,
+            ``upper``, ``cv``, ``flag``. Key columns keep the input's dtypes (categorical,
+            Enum, Int32); an integer measure's estimate is an integer (Int64) when its grid
+            step is a whole number, which is the default for additive mechanisms (see
+            ``grid``).
 
         Warns:
             UsabilityWarning: The mechanism cannot publish usable estimates (a transformation
@@ -116,15 +137,18 @@ class DPAccessor:
             ...           mechanism=tabdp.mechanisms.Laplace(scale=1.0)).height
             2
         """
+        names = [columns] if isinstance(columns, str) else list(columns)
+        _check_output_names(names, by, form, cv)
+        grid = integer_grid(grid, mechanism, _integer_columns(self._frame, names), names)
         return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
                                name=name, grid=grid, negatives=negatives,
-                               max_cells=max_cells)
+                               max_cells=max_cells, form=form, cv=cv)
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
               name: str | None = None, grid: Any = None, max_cells: int | None = None,
-              max_rows: int | None = None) -> Any:
+              max_rows: int | None = None, form: str = "wide", cv: bool = False) -> Any:
         """Noisy row counts per cell of ``keys`` (output measure ``count``).
 
         A unit's Δ in a cell is its number of rows there (1 when each row is a unit).
@@ -148,10 +172,13 @@ class DPAccessor:
             max_rows: Public bound on the rows one unit counts in one cell (with ``unit=``):
                 its count contribution is capped there, so the count's policy is at most
                 ρ(max_rows) per cell.
+            form: ``"wide"`` (default) or ``"long"`` (see :meth:`sum`).
+            cv: Wide form: also return ``count_cv`` and ``count_flag``.
 
         Returns:
-            Key columns, then ``count``, ``count_sd``, ``count_moe``, ``count_lower``,
-            ``count_upper``.
+            Key columns, then ``count`` (Int64 on a whole-number grid, the default),
+            ``count_sd``, ``count_moe``, ``count_lower``, ``count_upper`` (and ``count_cv``,
+            ``count_flag`` with ``cv=True``); ``form="long"``: see :meth:`sum`.
 
         Example:
             >>> import polars as pl, tabdp
@@ -161,17 +188,22 @@ class DPAccessor:
             >>> out.columns
             ['c', 'count', 'count_sd', 'count_moe', 'count_lower', 'count_upper']
         """
+        _check_output_names(["count"], by, form, cv)
+        from tabdp.frame._engine import count_mechanism
+
+        grid = integer_grid(grid, count_mechanism(mechanism, grid), ["count"], ["count"])
         return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level,
                                nulls="error", name=name, grid=grid, max_cells=max_cells,
-                               max_rows=max_rows)
+                               max_rows=max_rows, form=form, cv=cv)
 
     def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
                 session: Session | None = None, level: float = DEFAULT_LEVEL,
                 gamma: float | None = None, delta: float | None = None, nulls: str = "error",
                 name: str | None = None, grid: Any = None,
-                uncertainty_share: float | None = None) -> Any:
+                uncertainty_share: float | None = None, form: str = "wide",
+                cv: bool = False) -> Any:
         """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, [HT24]).
 
         The (lower) median of the values clipped to the public ``bounds`` is released with noise
@@ -204,6 +236,8 @@ class DPAccessor:
             uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd``
                 and ``_moe``, in (0, 1) (default: 2γ of ε, i.e. 40% for PolyPlace at the
                 default γ; see :func:`tabdp.mechanisms.smooth.split_epsilon`).
+            form: ``"wide"`` (default) or ``"long"`` (``measure`` is ``{column}_median``).
+            cv: Wide form: also return ``_cv`` and ``_flag`` columns.
 
         Returns:
             Keys, ``{column}_median``, ``{column}_median_sd`` (``inf`` where it does not exist),
@@ -223,7 +257,8 @@ class DPAccessor:
         return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
-                                grid=grid, uncertainty_share=uncertainty_share)
+                                grid=grid, uncertainty_share=uncertainty_share, form=form,
+                                cv=cv)
 
 
     def quantile(self, column: str, q: float, *, by: str | Sequence[str],
@@ -231,7 +266,8 @@ class DPAccessor:
                   noise: str = "polyplace", session: Session | None = None,
                   level: float = DEFAULT_LEVEL, gamma: float | None = None,
                   delta: float | None = None, nulls: str = "error", name: str | None = None,
-                  grid: Any = None, uncertainty_share: float | None = None) -> Any:
+                  grid: Any = None, uncertainty_share: float | None = None,
+                  form: str = "wide", cv: bool = False) -> Any:
         """Private q-quantile of ``column`` per cell of ``keys`` (see :meth:`median`).
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
@@ -256,6 +292,8 @@ class DPAccessor:
                 relative grid; see docs/exact-rounding.md).
             uncertainty_share: Fraction of ε spent on the private noise scale (see
                 :meth:`median`).
+            form: ``"wide"`` (default) or ``"long"``.
+            cv: Wide form: also return ``_cv`` and ``_flag`` columns.
 
         Returns:
             Keys, ``{column}_q{100q}``, ``_sd``, ``_moe``, ``_lower``, ``_upper``.
@@ -274,7 +312,43 @@ class DPAccessor:
         return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
-                                grid=grid, uncertainty_share=uncertainty_share)
+                                grid=grid, uncertainty_share=uncertainty_share, form=form,
+                                cv=cv)
+
+
+def _integer_columns(frame: Any, columns: Sequence[str]) -> list[str]:
+    """The columns among ``columns`` of an integer dtype (schema only; missing ones skipped)."""
+    if isinstance(frame, pd.DataFrame):
+        return [c for c in columns if c in frame.columns
+                and pd.api.types.is_integer_dtype(frame[c].dtype)
+                and not pd.api.types.is_bool_dtype(frame[c].dtype)
+                and str(frame[c].dtype).lower() != "uint64"]
+    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+        schema = frame.collect_schema()
+        return [c for c in columns if c in schema and integer_dtype(schema[c])]
+    return []
+
+
+def _check_output_names(measures: Sequence[str], by: str | Sequence[str], form: str,
+                        cv: bool) -> None:
+    """Key columns must not carry the name of an output column of the chosen form."""
+    form = check_form(form)
+    if not isinstance(cv, bool):
+        raise InvalidParameterError(
+            f"cv must be True or False; got {cv!r}.\nHint: cv=True adds the _cv and _flag "
+            "columns to the wide form.")
+    keys = [by] if isinstance(by, str) else [b for b in by if isinstance(b, str)]
+    if form == "long":
+        outputs = list(LONG_COLUMNS)
+    else:
+        outputs = [f"{m}{s}" for m in measures
+                   for s in (*WIDE_SUFFIXES, *(STAT_SUFFIXES if cv else ()))]
+    clash = sorted(set(outputs) & set(keys))
+    if clash:
+        raise InvalidParameterError(
+            f"group-by column(s) {clash} have the name of an output column of the {form} "
+            f"form ({outputs}); the key would be overwritten in the result.\nHint: rename the "
+            "key column(s) (and the key set's) before the release.")
 
 
 def register() -> None:

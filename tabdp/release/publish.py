@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from tabdp.frame._output import coefficient_of_variation, flag_codes
 from tabdp.release.spec import Publication
 
 __all__ = ["FLAG_CODES", "COLUMN_DOCS", "publish", "empty_public_table"]
@@ -144,26 +145,22 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         else:
             lower, upper = est - moe, est + moe
         est = _round_to(est, grid.get(m))
-        finite_sd = np.isfinite(sd)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cv = np.where(est != 0.0, sd / np.abs(est), np.where(sd > 0, np.inf, 0.0))
-        cv_valid = finite_sd.copy()
-        flag_c = np.zeros(est.shape, bool) if rules.cv_flag is None else (
-            cv_valid & (cv >= rules.cv_flag))
-        flag_n = est < 0.0
-        flag_s = np.zeros(est.shape, bool) if rules.suppress_cv is None else (
-            cv_valid & (cv >= rules.suppress_cv))
-        flag_x = ~finite_sd
+        raw = est
+        # cv and flags: the accessor's definitions (tabdp.frame._output), from the noisy
+        # estimate and the public sd only
+        cv = coefficient_of_variation(est, sd)  # NaN where sd is not finite
+        cv_valid = np.isfinite(sd)
+        with np.errstate(invalid="ignore"):
+            flag_s = np.zeros(est.shape, bool) if rules.suppress_cv is None else (
+                cv_valid & (cv >= rules.suppress_cv))
         if rules.negative == "clamp":
-            est = np.where(flag_n, 0.0, est)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                cv = np.where(est != 0.0, sd / np.abs(est), np.where(sd > 0, np.inf, 0.0))
-            # the published 0 has an infinite cv: low reliability
-            if rules.cv_flag is not None:
-                flag_c |= cv_valid & (cv >= rules.cv_flag)
+            est = np.where(raw < 0.0, 0.0, est)
+            # the published 0 has an infinite cv: low reliability (flag C)
+            cv = coefficient_of_variation(est, sd)
             # the true value is >= 0: raising negative ends to 0 keeps the coverage
             lower = np.maximum(lower, 0.0)
             upper = np.maximum(upper, 0.0)
+        codes = flag_codes(raw, sd, cv, cv_flag=rules.cv_flag, suppressed=flag_s)
         unit = rules.round.get(m) if isinstance(rules.round, Mapping) else rules.round
         if unit is not None:
             # public rounding unit: post-processing of the published value only (cv and flags
@@ -172,9 +169,6 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             # the interval's ends outward, so it can only grow
             lower = np.floor(lower / float(unit)) * float(unit) + 0.0
             upper = np.ceil(upper / float(unit)) * float(unit) + 0.0
-        codes = np.full(est.shape, "", dtype=object)
-        for code, mask in (("C", flag_c), ("N", flag_n), ("S", flag_s), ("X", flag_x)):
-            codes = np.where(mask, codes + code, codes)
         withheld = flag_s
         values = pl.DataFrame([
             pl.Series("measure", [m] * len(est), dtype=pl.String),
@@ -183,8 +177,8 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             pl.Series("moe", moe, dtype=pl.Float64),
             pl.Series("lower", lower, dtype=pl.Float64),
             pl.Series("upper", upper, dtype=pl.Float64),
-            pl.Series("cv", cv, dtype=pl.Float64),
-            pl.Series("flag", codes.astype(str), dtype=pl.String),
+            pl.Series("cv", cv, dtype=pl.Float64, nan_to_null=True),
+            pl.Series("flag", codes, dtype=pl.String),
         ])
         base = pl.concat([wide.select(keys), values], how="horizontal") if keys else values
         part = base.with_columns(

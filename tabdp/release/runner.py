@@ -13,11 +13,14 @@ Failures: everything checkable without data is checked first (ordinary exception
 data has been read, any failure becomes one :class:`DataDependentFailure` with a fixed message;
 its details go only to ``failure.json`` in the confidential folder.
 
-* Public folder: one Parquet per table and rollup (``keys, measure, estimate, sd, moe, cv,
-  flag``), ``manifest.json``, ``summary.json``, a self-contained ``summary.html`` and, for a
-  seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the noisy estimates (and what is
-  computed from them: plug-in sd, moe, cv, flags), nothing in it depends on the confidential
-  data or on the seed; every file has the manifest's timestamp as its modification time.
+* Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
+  ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
+  m_sd, m_moe, m_lower, m_upper, m_cv, m_flag`` per measure; the accessor's output model,
+  :mod:`tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained
+  ``summary.html`` and, for a seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the
+  noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in it
+  depends on the confidential data or on the seed; every file has the manifest's timestamp
+  as its modification time.
 * Confidential folder (0700, files 0600): ``per_record_losses.parquet`` (each unit's total ρ,
   ε, size, (ε, δ) and per-release ρ; the id column is the unit column, or ``row``),
   ``worst_cells.parquet`` (the largest loss of one unit in each released cell),
@@ -44,11 +47,13 @@ import numpy as np
 import polars as pl
 
 from tabdp.exceptions import (
+    CoverageWarning,
     DataValidationError,
     InvalidParameterError,
     SpecError,
     TabdpError,
 )
+from tabdp.frame._output import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES, long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
@@ -85,13 +90,18 @@ class ReleaseResult:
         public: The public folder.
         confidential: The confidential folder.
         files: Public file names written.
-        tables: Release name → public table (long form), for callers in Python.
+        tables: Release name → public table (in the spec's ``output.form``: long by
+            default), for callers in Python.
+        coverage: Curator mode only (empty in author mode): warnings that the input is empty
+            or that rows fall outside a table's key set; they depend on the data (for the
+            curator's terminal, never for a public file). Counts are in ``confidential.json``.
     """
 
     public: Path
     confidential: Path
     files: list[str]
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    coverage: list[str] = field(default_factory=list)
 
 
 # -- planning (no data) -----------------------------------------------------------------------
@@ -100,6 +110,21 @@ def _transformation(mech: Mechanism) -> bool:
     from tabdp.mechanisms.transformation import TransformationMechanism
 
     return isinstance(mech, TransformationMechanism)
+
+
+def _planned_grid(t: TableSpec, mech: Mechanism) -> dict[str, Any]:
+    """The grid each measure is released on: the spec's, else the mechanism's default.
+
+    This is the grid the plan and the manifest state. It is decided without the data's schema,
+    so the accessor's whole-number default for integer columns does not apply to a spec.
+    """
+    out: dict[str, Any] = {}
+    for m in _released_measures(t):
+        g = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if g is None:
+            g = _measure_mechanism(mech, m).default_grid()
+        out[m] = g if isinstance(g, (int, float)) and not isinstance(g, bool) else None
+    return out
 
 
 def _released_measures(t: TableSpec) -> list[str]:
@@ -508,6 +533,15 @@ def _check_target(path: Path, overwrite: bool, what: str) -> None:
                 raise InvalidParameterError(
                     f"the {what} output folder {str(path)!r} cannot be created: "
                     f"{str(parent)!r} is not writable.\nHint: choose a writable location.")
+            # os.access says yes to root everywhere (/proc, /sys, read-only mounts): try it
+            try:
+                probe = tempfile.mkdtemp(prefix=".tabdp-probe-", dir=parent)
+                os.rmdir(probe)
+            except OSError as err:
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: a folder "
+                    f"cannot be made in {str(parent)!r} ({err.strerror or type(err).__name__})."
+                    "\nHint: choose a writable location on an ordinary file system.") from None
             break
 
 
@@ -727,7 +761,15 @@ def _timestamp() -> str:
 def _check_input_present(spec: ReleaseSpec) -> None:
     """The input file or folder exists (a data-independent check: exit 2 in the CLI)."""
     src = spec.input.path
-    if "*" not in str(src) and not src.exists():
+    if "*" in str(src):
+        import glob
+
+        if not glob.glob(str(src), recursive=True):
+            raise SpecError(
+                "input.path", f"no file matches the input pattern {str(src)!r}. Nothing was "
+                "read or written.\nHint: check the pattern; relative paths are resolved "
+                "against the spec file's folder.")
+    elif not src.exists():
         raise SpecError(
             "input.path", f"input not found: {str(src)!r}. Nothing was read or written.\n"
             "Hint: check the path; relative paths are resolved against the spec file's folder.")
@@ -828,9 +870,8 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         stats[f"above:{m}"] = ((e > high) & number).sum()
         exprs[m] = e.clip(low, high)
         changed.add(m)
-    if inp.negatives != "allow":
-        for m in measures:
-            stats[f"neg:{m}"] = (exprs[m] < 0).sum()
+    for m in measures:  # counted under every rule, "allow" included (confidential audit)
+        stats[f"neg:{m}"] = (exprs[m] < 0).sum()
     if inp.negatives == "drop":
         drop += [exprs[m] < 0 for m in measures]
     if drop:
@@ -985,16 +1026,23 @@ def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str],
     by_cols = list(by) if by else [NATIONAL]
     multi = spec.input.unit is not None
     max_cells = spec.input.max_cells if multi else None
+    grid = _planned_grid(t, mech)
     dp = DPAccessor(lf)  # what ``lf.dp`` gives, spelled so that type checkers see it
     if t.kind == "sum":
         out = dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
-                     session=session, level=level, nulls=t.nulls, name=name, grid=t.grid,
+                     session=session, level=level, nulls=t.nulls, name=name, grid=grid,
                      max_cells=max_cells)
     else:
         out = dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
-                       name=name, grid=t.grid, max_cells=max_cells,
+                       name=name, grid=grid, max_cells=max_cells,
                        max_rows=spec.plan.count_rows if multi else None)
-    return out
+    # Public tables take the key set's dtypes (the spec's domains), never the input's: the
+    # accessor returns keys in the data's dtypes (an Enum whose categories may come from the
+    # data), which a public file must not reflect.
+    key_schema = keys.to_polars().schema
+    return out.with_columns(
+        pl.col(c).cast(key_schema[c]) for c in by_cols
+        if c in out.columns and c in key_schema and out.schema[c] != key_schema[c])
 
 
 def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
@@ -1040,13 +1088,29 @@ def _start_time() -> tuple[str, float]:
 
 
 def _spec_hints(text: str) -> str:
-    """Rewrite the engine's Python hints (``nulls='zero'``) as spec keys."""
+    r"""Rewrite the engine's Python hints (``nulls='zero'``) as spec keys.
+
+    Example:
+        >>> _spec_hints("nulls='error'.\nHint: pass nulls='zero' or negatives='drop'.")
+        'input.nulls = "error".\nHint: set input.nulls = "zero" or input.negatives = "drop".'
+    """
     import re
 
-    text = re.sub(r"nulls='(\w+)'", r'input.nulls = "\1" (or the table\'s nulls)', text)
+    text = text.replace(
+        "fix or remove those rows before the release, or use Session(mode='author') where they "
+        "count as missing values under the declared nulls= rule.",
+        'set input.nonfinite = "drop", "zero" or "clamp" (with input.bounds).')
+    text = text.replace("Session(mode='author')", 'input.mode = "author"')
+    text = text.replace("the declared nulls= rule", "the declared input.nulls rule")
+    text = re.sub(r"\bpass (nulls|negatives)=", r"set \1=", text)
+    text = re.sub(r"\b(nulls|negatives|unit_nulls)='(\w+)'", r'input.\1 = "\2"', text)
     text = text.replace("create the session with unit='<id column>'",
                         'set input.unit = "<id column>" in the spec')
     text = text.replace("the session's unit=", "input.unit")
+    text = text.replace("use an additive mechanism (Gaussian, ExpPolyLog)",
+                        'use an additive family (e.g. family = "gaussian" or "exp_polylog")')
+    text = text.replace("fill the ids or drop those rows first (author mode drops them by rule)",
+                        'fill the ids, or set input.unit_nulls = "drop" to drop those rows')
     text = text.replace("by=", "the table's by")
     return spec_keys_hint(text)
 
@@ -1117,6 +1181,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             staging folder of another (or a killed) run cannot safely be removed.
         DataDependentFailure: Anything went wrong after the data was read.
 
+    Warns:
+        CoverageWarning: Curator mode only: the input is empty, or rows fall outside a
+            table's key set (the tables are named; counts only in ``confidential.json``).
+
     Example:
         >>> import tabdp, pathlib, tempfile
         >>> from tabdp.release.spec import load_spec
@@ -1165,6 +1233,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         raise DataDependentFailure(_write_failure(spec, details, started),
                                    spec.output.confidential)
     assert result is not None
+    # Curator mode: the data's owner is told (terminal / Python warning, never a public file)
+    # when the input is empty or rows miss a key set. Author mode: nothing (an oracle).
+    for text in result.coverage:
+        warnings.warn(text, CoverageWarning, stacklevel=2)
     return result
 
 
@@ -1248,6 +1320,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
     step = 0
     public: dict[str, pl.DataFrame] = {}
+    table_keys: dict[str, list[str]] = {}
     for t in spec.tables:
         mech = _table_mechanism(t)
         measures = _released_measures(t)
@@ -1259,6 +1332,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         # Rollup sums of grid multiples are rounded back to the grid (additive mechanisms only:
         # a transformation mechanism's grid is in transformed space).
         grid = {} if _transformation(mech) else summary_grid(summary, t.name)
+        table_keys[_file_name(t)] = list(t.by)
         public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
                                         rules=t.publication, grid=grid)
         mechs = {m: _measure_mechanism(mech, m) for m in measures}
@@ -1283,6 +1357,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                         "accuracy is not guaranteed" if v.startswith("numerical") else v)
                     for m, v in entry["moe_method"].items()}
             rolled = rolled.drop("cells") if "cells" in rolled.columns else rolled
+            table_keys[_file_name(t, r)] = list(r.by)
             public[_file_name(t, r)] = publish(rolled, keys=list(r.by), measures=measures,
                                                rules=t.publication, grid=grid)
             if r.direct:
@@ -1292,6 +1367,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                     KeySet.from_frame(target_keys)
                 direct = _strip_national(_release(lf, t, mech, r.by, dkeys, session,
                                                   f"{t.name}__{r.label}", level, spec))
+                table_keys[_file_name(t, r, direct=True)] = list(r.by)
                 public[_file_name(t, r, direct=True)] = publish(
                     direct, keys=list(r.by), measures=measures, rules=t.publication, grid=grid)
 
@@ -1301,6 +1377,10 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     per_record = rep.per_record
     if spec.input.unit is None and ROW_ID in per_record.columns:
         per_record = per_record.rename({ROW_ID: ROW_LABEL})
+    # Reproducible confidential files: units in id order (the engine's order of first sight
+    # depends on its parallel group-bys), so two identically seeded runs write the same bytes.
+    if per_record.width and per_record.height:
+        per_record = per_record.sort(per_record.columns[0], nulls_last=True)
     seeded = spec.seed is not None
     files = [*public, "manifest.json", "summary.json", "summary.html",
              *([NOT_FOR_PUBLICATION] if seeded else [])]
@@ -1311,8 +1391,12 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
               for name, df in public.items()}
     summary["published_usability"] = usable
     summary["publishable_in_words"] = publishable_in_words(usable)
+    if spec.output.form == "wide":  # the same columns, one row per cell
+        public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
     manifest = _manifest(spec, summary, started, __version__)
     confidential = _confidential(spec, session, negatives, input_schema, caught)
+    coverage, coverage_counts = _coverage(session)
+    confidential["coverage"] = {"warnings": coverage, "counts": coverage_counts}
     worst = _worst_cells(session)
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
@@ -1340,9 +1424,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
             "per_record": per_record,
             # the public curve as planned (count cells at plan.count_rows rows)
             "total_policy_curve": summary["total_policy_curve"],
-            "worst_cells": {r.name: _strip_national(r.cells if r.cells is not None
-                                                    else pl.DataFrame())
-                            for r in session.records},
+            "worst_cells": {r.name: _sorted_cells(_strip_national(
+                r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
             "counts": confidential["releases"],
             "top_n": 20,
         }), encoding="utf-8")
@@ -1351,7 +1434,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
-                         {k.removesuffix(".parquet"): v for k, v in public.items()})
+                         {k.removesuffix(".parquet"): v for k, v in public.items()},
+                         coverage if spec.input.mode == "curator" else [])
 
 
 def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
@@ -1441,7 +1525,10 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], started: str, version:
                                       "rollups")}
                    for t in summary["tables"]],
         "files": summary["files"],
-        "schema": {"columns": ["<keys>", "measure", "estimate", "sd", "moe", "cv", "flag"],
+        "schema": {"form": spec.output.form,
+                   "columns": (["<keys>", *LONG_COLUMNS] if spec.output.form == "long" else
+                               ["<keys>", *[f"<m>{x}" for x in (*WIDE_SUFFIXES,
+                                                                 *STAT_SUFFIXES)]]),
                    "flag_codes": summary["flag_codes"]},
         "environment": {"python": platform.python_version(), "numpy": np.__version__,
                         "scipy": scipy.__version__, "polars": pl.__version__,
@@ -1481,6 +1568,43 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
         "warnings": [str(w.message) for w in caught],
         "releases": releases,
     }
+
+
+def _coverage(session: Session) -> tuple[list[str], dict[str, Any]]:
+    """Curator-facing warnings (tables, no counts) and their confidential counts."""
+    texts: list[str] = []
+    counts: dict[str, Any] = {}
+    records = list(session.records)
+    if records and not records[0].confidential.get("rows_read"):
+        texts.append("the input has no rows: every published cell is noise around 0. Check "
+                     "input.path and the input rules.")
+        counts["input_rows"] = 0
+    elif records:
+        empty: list[str] = []
+        partial: list[str] = []
+        for r in records:
+            c = r.confidential
+            if c.get("rows_outside_keys"):
+                counts[r.name] = {"rows_outside_keys": c.get("rows_outside_keys"),
+                                  "rows_in_released_cells": c.get("rows_in_released_cells")}
+                (empty if not c.get("rows_in_released_cells") else partial).append(r.name)
+        if empty:
+            texts.append(f"no input row falls in the key set of {', '.join(empty)}: every "
+                         "published cell there is noise around 0. Check the domains / keys "
+                         "files against the input's key values (types and codes).")
+        if partial:
+            texts.append(f"rows of the input fall outside the key set of {', '.join(partial)} "
+                         "and are not released (counts in confidential.json, coverage).")
+    return texts, counts
+
+
+def _sorted_cells(cells: pl.DataFrame) -> pl.DataFrame:
+    """A release's cell audit in a reproducible order: worst loss first, ties by key."""
+    if cells.height == 0 or "worst_rho" not in cells.columns:
+        return cells
+    keys = [c for c in cells.columns if c not in ("worst_rho", "worst_size", "units")]
+    return cells.sort(["worst_rho", *keys], descending=[True, *[False] * len(keys)],
+                      nulls_last=True)
 
 
 def _worst_cells(session: Session) -> pl.DataFrame:

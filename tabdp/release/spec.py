@@ -69,6 +69,10 @@ The TOML schema (every key not listed is refused)::
                                             # the public one
     plan = "../out/cbp/plan"        # optional: where `tabdp plan` writes (default: a folder
                                     # "plan" next to the public folder)
+    form = "long"                   # optional: public tables "long" (default: keys, measure,
+                                    # estimate, sd, moe, lower, upper, cv, flag) or "wide"
+                                    # (keys, then m, m_sd, m_moe, m_lower, m_upper, m_cv,
+                                    # m_flag per measure); `tabdp run --form` overrides it
 
     [publication]                   # optional defaults for every table (a table may override)
     cv_flag = 0.3                   # flag "C" where cv >= this; false disables (default 0.3)
@@ -249,11 +253,12 @@ class BudgetSpec:
 
 @dataclass(frozen=True)
 class OutputSpec:
-    """``[output]``: absolute folders."""
+    """``[output]``: absolute folders and the form of the public tables."""
 
     public: Path
     confidential: Path
     plan: Path
+    form: str = "long"
 
 
 @dataclass(frozen=True)
@@ -437,7 +442,7 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "hierarchies.*": ("file", "levels"),
     "budget": ("rho",),
     "randomness": ("seed",),
-    "output": ("public", "confidential", "plan"),
+    "output": ("public", "confidential", "plan", "form"),
     "publication": ("cv_flag", "suppress_cv", "negative", "round"),
     "plan": ("cell_totals", "count_totals", "record_sizes", "count_rows"),
     "tables[]": ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
@@ -461,6 +466,7 @@ _PLAN_KEYS = SPEC_KEYS["plan"]
 _TABLE_KEYS = SPEC_KEYS["tables[]"]
 _ROLLUP_KEYS = SPEC_KEYS["tables[].rollups[]"]
 _CALIBRATE_KEYS = SPEC_KEYS["tables[].calibrate"]
+_OUTPUT_FOLDERS = ("public", "confidential", "plan")
 
 
 # -- messages -----------------------------------------------------------------------------------
@@ -937,7 +943,16 @@ def _parse_output(raw: Any, base: Path) -> OutputSpec:
     d = _table(raw, "output", allowed=_OUTPUT_KEYS, required=("public", "confidential"),
                example='public = "out/public", confidential = "out/confidential"')
     folders = {}
-    for key in _OUTPUT_KEYS:
+    form = "long"
+    if "form" in d:
+        form = d["form"]
+        if not isinstance(form, str) or form not in ("long", "wide"):
+            _fail("output.form", f"must be \"long\" or \"wide\"; got {_show(form)} "
+                                 f"({_tname(form)}).",
+                  'form = "long" (one row per cell and measure: measure, estimate, sd, moe, '
+                  'lower, upper, cv, flag; the default) or form = "wide" (one row per cell: '
+                  "m, m_sd, m_moe, m_lower, m_upper, m_cv, m_flag per measure).")
+    for key in _OUTPUT_FOLDERS:
         if key in d:
             text = _string(d[key], f"output.{key}", what=f"the {key} folder",
                            hint="a folder path, absolute or relative to the spec's folder.")
@@ -961,7 +976,7 @@ def _parse_output(raw: Any, base: Path) -> OutputSpec:
             _fail("output.plan", f"the plan folder {str(plan)!r}{default} overlaps the {key} "
                                  f"folder {str(other)!r}.",
                   "set output.plan to a separate folder.")
-    return OutputSpec(public=public, confidential=confidential, plan=plan)
+    return OutputSpec(public=public, confidential=confidential, plan=plan, form=form)
 
 
 def _parse_publication(raw: Any, path: str, base: Publication,
