@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp import noise as _noise
+from tabdp import registry
 from tabdp._validation import check_real
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
@@ -187,6 +188,7 @@ class AdditiveMechanism(Mechanism):
         raise NotImplementedError
 
 
+@registry.mechanism('gaussian', tags=('spec', 'calibrate', 'additive'), rank=1)
 class Gaussian(AdditiveMechanism):
     """Gaussian mechanism: ``q + N(0, sigma²)``; PRzCDP ρ(Δ) = Δ²/(2σ²), not pure.
 
@@ -201,7 +203,6 @@ class Gaussian(AdditiveMechanism):
         (2.0, inf, 0.0)
     """
 
-    family = "gaussian"
     policy_formula = "rho(D) = D^2 / (2 sigma^2)"
     gaussian_dp = True
 
@@ -253,6 +254,7 @@ class Gaussian(AdditiveMechanism):
         return {"sigma": self.sigma}
 
 
+@registry.mechanism('laplace', tags=('spec', 'calibrate', 'additive'), rank=2)
 class Laplace(AdditiveMechanism):
     """Laplace mechanism: ``q + Laplace(scale)``; PRDP ε(Δ) = Δ/scale.
 
@@ -264,7 +266,6 @@ class Laplace(AdditiveMechanism):
         0.5
     """
 
-    family = "laplace"
     pure = True
     policy_formula = "eps(D) = D / scale; rho = eps * tanh(eps / 2)"
 
@@ -318,6 +319,7 @@ class Laplace(AdditiveMechanism):
         return {"scale": self.scale}
 
 
+@registry.mechanism('generalized_gaussian', tags=('spec', 'calibrate', 'additive'), rank=3)
 class GeneralizedGaussian(AdditiveMechanism):
     """Generalized Gaussian mechanism, density ∝ exp(-(|z|/σ)^p), 0 < p ≤ 1 (seed 001 Cor 5.6).
 
@@ -333,7 +335,6 @@ class GeneralizedGaussian(AdditiveMechanism):
         2.0
     """
 
-    family = "generalized_gaussian"
     pure = True
     policy_formula = "eps(D) = (D / sigma)^p; rho = eps * tanh(eps / 2)"
 
@@ -369,6 +370,7 @@ class GeneralizedGaussian(AdditiveMechanism):
         return {"sigma": self.sigma, "p": self.p}
 
 
+@registry.mechanism('exp_polylog', tags=('spec', 'calibrate', 'additive'), rank=4)
 class ExpPolyLog(AdditiveMechanism):
     """Exponential polylogarithmic mechanism, density ∝ exp(-d·(ln(|z|/σ + a))^p) (Cor 5.7).
 
@@ -388,7 +390,6 @@ class ExpPolyLog(AdditiveMechanism):
         18.4207
     """
 
-    family = "exp_polylog"
     pure = True
     policy_formula = "eps(D) = d [ (ln(D/sigma + a))^p - (ln a)^p ]; rho = eps * tanh(eps / 2)"
 
@@ -440,6 +441,7 @@ def _ceil_snap(x: np.ndarray) -> np.ndarray:
     return np.where(near, r, np.ceil(x))
 
 
+@registry.mechanism('unit_splitting', tags=('spec', 'calibrate', 'additive'), rank=7)
 class UnitSplitting(AdditiveMechanism):
     """Unit splitting with Gaussian noise: the baseline of seed 001 §2.5 (Ex. 2.16).
 
@@ -458,7 +460,6 @@ class UnitSplitting(AdditiveMechanism):
         [1.0, 1.0, 1.0, 4.0, 9.0, 1000000.0]
     """
 
-    family = "unit_splitting"
     gaussian_dp = True
     policy_formula = "rho(D) = tau^2 / (2 sigma^2) * max(1, ceil(D / tau))^2"
 

@@ -49,6 +49,7 @@ import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp import registry
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import (
@@ -409,6 +410,7 @@ class DiscreteAdditiveMechanism(Mechanism):
         return self.noise.params()
 
 
+@registry.mechanism('discrete_gaussian', tags=('spec', 'additive', 'integer'), rank=12)
 class DiscreteGaussian(DiscreteAdditiveMechanism):
     """Discrete Gaussian mechanism: ``q + Z``, Z exact discrete Gaussian with parameter σ.
 
@@ -427,7 +429,6 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         (2.0, inf, 0.0)
     """
 
-    family = "discrete_gaussian"
     policy_formula = "rho(D) = D^2 / (2 sigma^2) for integer D; inf for non-integer D"
     noise: DiscreteGaussianNoise
 
@@ -707,6 +708,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         return self.noise.params()
 
 
+@registry.mechanism('discrete_laplace', tags=('spec', 'additive', 'integer'), rank=13)
 class DiscreteLaplace(DiscreteAdditiveMechanism):
     """Discrete Laplace mechanism: ``q + Z``, P(Z = k) ∝ exp(−|k|/scale), exact.
 
@@ -722,7 +724,6 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
         (0.5, inf)
     """
 
-    family = "discrete_laplace"
     pure = True
     policy_formula = ("eps(D) = D / scale for integer D (inf for non-integer D); "
                       "rho = eps * tanh(eps / 2)")

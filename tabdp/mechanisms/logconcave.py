@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp import registry
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import not_pure
@@ -52,6 +53,7 @@ def _abs(delta: ArrayLike) -> np.ndarray:
     return np.abs(np.asarray(delta, dtype=np.float64))
 
 
+@registry.mechanism('logistic', tags=('spec', 'additive'), rank=9)
 class Logistic(AdditiveMechanism):
     """Logistic mechanism: ``q + Logistic(scale)``; PRDP ε(Δ) = Δ/scale, exact (ε, δ) policy.
 
@@ -68,7 +70,6 @@ class Logistic(AdditiveMechanism):
         (1.016039, 1.0)
     """
 
-    family = "logistic"
     pure = True
     policy_formula = ("eps(D) = D / scale; rho = eps * tanh(eps / 2); (eps, delta): "
                       "eps(D) = D/scale + 2 ln(1 - sqrt(delta (1 - exp(-D/scale)))) "
@@ -123,6 +124,7 @@ class Logistic(AdditiveMechanism):
         return {"scale": self.scale}
 
 
+@registry.mechanism('subbotin', tags=('spec', 'additive'), rank=10)
 class Subbotin(AdditiveMechanism):
     """Subbotin_r mechanism: ``q + scale·X`` with X standard Subbotin_r (seed 004 §2.1, Thm 9).
 
@@ -151,7 +153,6 @@ class Subbotin(AdditiveMechanism):
         (0.5, 0.5)
     """
 
-    family = "subbotin"
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None) -> None:
         owner = type(self).__name__
@@ -290,6 +291,7 @@ def _check_weights(weights: Mapping[str, float] | None, owner: str) -> dict[str,
     return out
 
 
+@registry.mechanism('vector_subbotin', tags=('spec', 'additive', 'joint'), rank=11)
 class VectorSubbotin(Subbotin):
     """Vector Subbotin_r mechanism: m measures of a cell released at once, for r ∈ {1, 2}.
 
@@ -333,7 +335,6 @@ class VectorSubbotin(Subbotin):
         {'r': 2.0, 'scale': 500.0}
     """
 
-    family = "vector_subbotin"
     #: Releases several measures jointly: the engine computes :meth:`norm` per unit and cell.
     joint = True
 

@@ -51,6 +51,7 @@ from numpy.typing import ArrayLike
 from scipy.integrate import quad
 from scipy.special import ndtri
 
+from tabdp import registry
 from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
@@ -82,8 +83,9 @@ __all__ = [
     "std_vs_gamma",
 ]
 
-#: Noise families accepted by :class:`SmoothSensitivityMechanism`.
-NOISE_FAMILIES = ("polyplace", "student_t", "cauchy", "laplace")
+#: Noise families accepted by :class:`SmoothSensitivityMechanism` (the noise laws tagged
+#: "smooth" in :mod:`tabdp.registry`).
+NOISE_FAMILIES = registry.names("noise", tag="smooth")
 #: Default δ of the (approximate) Laplace-with-smooth-sensitivity baseline.
 DEFAULT_DELTA = 1e-5
 #: Largest shape searched for d (Student t) and c (Cauchy): the optima are below ~5.
@@ -425,6 +427,8 @@ def _finite_values(values: ArrayLike) -> np.ndarray:
 class _ByParams:
     """Representation, equality and hash from the public parameters (``params()``)."""
 
+    family: str
+
     def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
         raise NotImplementedError
 
@@ -441,6 +445,7 @@ class _ByParams:
         return hash((type(self).__name__, tuple(self.params().items())))
 
 
+@registry.mechanism('smooth_sensitivity', tags=('smooth',), rank=14)
 class SmoothSensitivityMechanism(_ByParams):
     """Release ``q + SS·Z`` with a smooth-sensitivity noise law (ε-DP per release).
 
@@ -464,7 +469,6 @@ class SmoothSensitivityMechanism(_ByParams):
         ((2,), 1.0, 0.462117)
     """
 
-    family = "smooth_sensitivity"
     unbiased = "mean"
 
     def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,
@@ -907,7 +911,7 @@ class SmoothSensitivityRelease(_ByParams):
         True
     """
 
-    family = "smooth_sensitivity"
+    family = SmoothSensitivityMechanism.family
     unbiased = "mean"
 
     def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp import registry
 from tabdp._lazy_scipy import minimize_scalar
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
@@ -73,6 +74,7 @@ def sum_gamma(alpha: float, gammas: ArrayLike) -> float:
     return m * float(np.sum((g / m) ** al)) ** (1.0 / al)
 
 
+@registry.mechanism('symmetric_stable', aliases=('stable',), tags=('spec', 'additive'), rank=8)
 class SymmetricStable(AdditiveMechanism):
     """SaS mechanism: ``q + SaS(α, γ)`` (seed 000; MATH.md §2).
 
@@ -91,7 +93,6 @@ class SymmetricStable(AdditiveMechanism):
         (0.96242, True, inf)
     """
 
-    family = "symmetric_stable"
     pure = True
 
     def __init__(self, alpha: float, gamma: float) -> None:

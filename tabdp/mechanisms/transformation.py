@@ -54,6 +54,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, log_ndtr, logsumexp, ndtri
 
+from tabdp import registry
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import (
@@ -527,6 +528,8 @@ class TransformationMechanism(Mechanism):
                               fallbacks=draw.fallbacks)
 
 
+@registry.mechanism('root', aliases=('root_transform',),
+                    tags=('spec', 'calibrate', 'transformation'), rank=5)
 class RootTransform(TransformationMechanism):
     """k-th root transformation mechanism, ``f(x) = x^(1/k)`` (seed 001 §4.1, Cor 4.5).
 
@@ -557,7 +560,6 @@ class RootTransform(TransformationMechanism):
         (12.5, {'k': 4.0, 'sigma': 2.0, 'offset': 0.0, 'estimator': 'mean'})
     """
 
-    family = "root_transform"
     policy_formula = "rho(D) = ((D + a)^(1/k) - a^(1/k))^2 / (2 sigma^2)"
 
     def __init__(self, k: float, sigma: float, offset: float = 0.0,
@@ -687,6 +689,8 @@ class RootTransform(TransformationMechanism):
                 "estimator": self.estimator}
 
 
+@registry.mechanism('log', aliases=('log_transform',),
+                    tags=('spec', 'calibrate', 'transformation'), rank=6)
 class LogTransform(TransformationMechanism):
     """Log transformation mechanism, ``f(x) = ln x`` with offset a > 0 (seed 001 §4.2, Cor 4.7).
 
@@ -711,7 +715,6 @@ class LogTransform(TransformationMechanism):
         [0.4, 0.4, 0.7, 1.2, 1.5]
     """
 
-    family = "log_transform"
     policy_formula = "rho(D) = (ln(D + a) - ln(a))^2 / (2 sigma^2)"
 
     def __init__(self, sigma: float, offset: float, estimator: str = "mean") -> None:

@@ -18,6 +18,18 @@ from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
 from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
 from tabdp.noise.logconcave import Logistic, Subbotin
 from tabdp.noise.stable import SymmetricStable
+from tabdp import registry as _registry
+
+# Each law's public family name (tabdp.registry); "smooth": a smooth-sensitivity noise law.
+for _name, _cls, _aliases, _tags in [
+        ("polyplace", PolyPlace, (), ("smooth",)), ("student_t", StudentT, (), ("smooth",)),
+        ("cauchy", GeneralizedCauchy, ("generalized_cauchy",), ("smooth",)),
+        ("laplace", Laplace, (), ("smooth",)), ("gaussian", Gaussian, (), ()),
+        ("generalized_gaussian", GeneralizedGaussian, (), ()), ("exp_polylog", ExpPolyLog, (), ()),
+        ("discrete_gaussian", DiscreteGaussianNoise, (), ()),
+        ("discrete_laplace", DiscreteLaplaceNoise, (), ()), ("logistic", Logistic, (), ()),
+        ("subbotin", Subbotin, (), ()), ("symmetric_stable", SymmetricStable, ("stable",), ())]:
+    _registry.noise_law(_name, _cls, aliases=_aliases, tags=_tags)
 
 __all__ = ["NoiseDistribution", "Gaussian", "Laplace", "GeneralizedGaussian", "ExpPolyLog",
            "PolyPlace", "StudentT", "GeneralizedCauchy", "DiscreteGaussianNoise",
