@@ -10,7 +10,13 @@ Example:
     10.604
 """
 
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, ReleasedValues, pure_to_zcdp
+from tabdp.mechanisms._base import (
+    DEFAULT_LEVEL,
+    LawOfSums,
+    Mechanism,
+    ReleasedValues,
+    pure_to_zcdp,
+)
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.mechanisms.additive import (
     AdditiveMechanism,
@@ -50,6 +56,7 @@ __all__ = [
     "ExactTotals",
     "DEFAULT_LEVEL",
     "Mechanism",
+    "LawOfSums",
     "ReleasedValues",
     "pure_to_zcdp",
     "AdditiveMechanism",

@@ -21,17 +21,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp._validation import check_real
-from tabdp.exceptions import DataValidationError
+from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.rng import as_random_source
 
-__all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
+__all__ = ["Mechanism", "ReleasedValues", "LawOfSums", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
 
 #: Default confidence level of margins of error (the US Census standard of 90%).
 DEFAULT_LEVEL = 0.9
@@ -130,6 +130,36 @@ def check_level(level: float) -> float:
                       hint="use e.g. level=0.9 for 90% margins of error")
 
 
+@dataclass(frozen=True)
+class LawOfSums:
+    """The law of the error of a sum of n cells released by one additive mechanism.
+
+    What :meth:`Mechanism.sum_law` returns and :func:`tabdp.release.rollup.sum_error_law` turns
+    into margins of error: the error of a sum of n cells is the n-fold convolution of the cell
+    noise, and ``kind`` names the exact method for it.
+
+    Attributes:
+        kind: ``"gaussian"`` (``z·scale·√n``), ``"stable"`` (``n^(1/alpha)`` times the one-cell
+            margin), ``"laplace"`` / ``"logistic"`` (closed-form characteristic function with
+            scale ``scale``), ``"integer"`` (exact law on the integer lattice) or ``"lattice"``
+            (numerical n-fold convolution of the density).
+        noise: The noise law of one cell.
+        scale: σ (``"gaussian"``) or the scale b (``"laplace"``, ``"logistic"``); unused otherwise.
+        alpha: Stability index (``"stable"``); unused otherwise.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> law = Gaussian(sigma=2.0).sum_law()
+        >>> law.kind, law.scale
+        ('gaussian', 2.0)
+    """
+
+    kind: Literal["gaussian", "stable", "laplace", "logistic", "integer", "lattice"]
+    noise: Any
+    scale: float = 1.0
+    alpha: float = 2.0
+
+
 class Mechanism(ABC):
     """Base class of all tabdp mechanisms.
 
@@ -220,6 +250,48 @@ class Mechanism(ABC):
         """
 
     # -- shared behaviour ---------------------------------------------------------------------
+    def sum_law(self) -> LawOfSums:
+        """The law of the error of a sum of released cells (additive mechanisms only).
+
+        Rollups use it for the margin of error of a total of released cells. The base class has
+        none: a mechanism whose cell errors are not iid additive noise raises.
+
+        Returns:
+            The :class:`LawOfSums` of this mechanism's noise.
+
+        Raises:
+            InvalidParameterError: If sums of this mechanism's cells have no fixed law.
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> Laplace(scale=1.5).sum_law().kind
+            'laplace'
+        """
+        raise InvalidParameterError(
+            "mechanism must be an additive tabdp mechanism (Gaussian, Laplace, "
+            "GeneralizedGaussian, ExpPolyLog, UnitSplitting, Logistic, Subbotin, SymmetricStable, "
+            f"DiscreteGaussian, DiscreteLaplace); got {self!r} of type "
+            f"{type(self).__name__}.\nHint: pass the mechanism that released the measure.")
+
+    def for_counts(self) -> Mechanism:
+        """The mechanism a count is released with when its grid is integral: by default itself.
+
+        Counts are integer queries; mechanisms with an exact integer counterpart of the same
+        guarantee (``Gaussian`` → ``DiscreteGaussian``, ``Laplace`` → ``DiscreteLaplace``)
+        return it, so that no floating point reaches the count.
+
+        Returns:
+            The mechanism to release counts with.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian, LogTransform
+            >>> Gaussian(3.0).for_counts()
+            DiscreteGaussian(sigma=3.0)
+            >>> LogTransform(sigma=0.5, offset=1.0).for_counts()
+            LogTransform(sigma=0.5, offset=1.0, estimator='mean')
+        """
+        return self
+
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Per-record (ε, δ)-DP policy: the ε this mechanism gives a record of sensitivity Δ at δ.
 

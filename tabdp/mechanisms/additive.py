@@ -23,6 +23,7 @@ from tabdp import registry
 from tabdp._validation import check_real
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
+    LawOfSums,
     Mechanism,
     ReleasedValues,
     check_level,
@@ -63,6 +64,16 @@ class AdditiveMechanism(Mechanism):
 
     def __init__(self, noise: NoiseDistribution) -> None:
         self.noise = noise
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: numerical n-fold convolution of the noise density.
+
+        Example:
+            >>> from tabdp.mechanisms import ExpPolyLog
+            >>> ExpPolyLog(sigma=1.0, a=2.0, d=4.0).sum_law().kind
+            'lattice'
+        """
+        return LawOfSums("lattice", self.noise)
 
     def default_grid(self) -> float:
         """Default public grid: the largest power of ten ``<= 0.02·spread`` of the noise.
@@ -211,6 +222,27 @@ class Gaussian(AdditiveMechanism):
                                 hint="sigma is the noise standard deviation, e.g. sigma=2.0")
         super().__init__(_noise.Gaussian(self.sigma))
 
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Gaussian, σ·√n.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> Gaussian(sigma=1.0).sum_law().kind
+            'gaussian'
+        """
+        return LawOfSums("gaussian", self.noise, self.sigma)
+
+    def for_counts(self) -> Mechanism:
+        """The exact integer counterpart for counts: ``DiscreteGaussian(σ)`` (same ρ = Δ²/(2σ²)).
+
+        Example:
+            >>> Gaussian(sigma=3.0).for_counts()
+            DiscreteGaussian(sigma=3.0)
+        """
+        from tabdp.mechanisms.discrete import DiscreteGaussian
+
+        return DiscreteGaussian(self.sigma) if type(self) is Gaussian else self
+
     def rho(self, delta: ArrayLike) -> np.ndarray:
         """ρ(Δ) = Δ²/(2σ²).
 
@@ -272,6 +304,27 @@ class Laplace(AdditiveMechanism):
     def __init__(self, scale: float) -> None:
         self.scale = check_real("scale", scale, owner="Laplace", gt=0.0)
         super().__init__(_noise.Laplace(self.scale))
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: closed-form characteristic function 1/(1 + b²t²).
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> Laplace(scale=1.0).sum_law().kind
+            'laplace'
+        """
+        return LawOfSums("laplace", self.noise, self.scale)
+
+    def for_counts(self) -> Mechanism:
+        """The exact integer counterpart for counts: ``DiscreteLaplace(b)`` (same ε = Δ/b).
+
+        Example:
+            >>> Laplace(scale=2.0).for_counts()
+            DiscreteLaplace(scale=2.0)
+        """
+        from tabdp.mechanisms.discrete import DiscreteLaplace
+
+        return DiscreteLaplace(self.scale) if type(self) is Laplace else self
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale.
@@ -344,6 +397,17 @@ class GeneralizedGaussian(AdditiveMechanism):
                             hint="the per-record guarantee (seed 001 Cor 5.6) needs 0 < p <= 1; "
                                  "p = 0.5 gives a loss growing like sqrt(D)")
         super().__init__(_noise.GeneralizedGaussian(self.sigma, self.p))
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Laplace's for p = 1, else numerical convolution.
+
+        Example:
+            >>> from tabdp.mechanisms import GeneralizedGaussian
+            >>> GeneralizedGaussian(sigma=1.0, p=1.0).sum_law().kind
+            'laplace'
+        """
+        return (LawOfSums("laplace", self.noise, self.sigma) if self.p == 1.0
+                else LawOfSums("lattice", self.noise))
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """ε(Δ) = (Δ/σ)^p.
@@ -467,6 +531,16 @@ class UnitSplitting(AdditiveMechanism):
         self.threshold = check_real("threshold", threshold, owner="UnitSplitting", gt=0.0)
         self.sigma = check_real("sigma", sigma, owner="UnitSplitting", gt=0.0)
         super().__init__(_noise.Gaussian(self.sigma))
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Gaussian, σ·√n.
+
+        Example:
+            >>> from tabdp.mechanisms import UnitSplitting
+            >>> UnitSplitting(threshold=10.0, sigma=1.0).sum_law().kind
+            'gaussian'
+        """
+        return LawOfSums("gaussian", self.noise, self.sigma)
 
     def rows(self, delta: ArrayLike) -> np.ndarray:
         """Number of split rows A(Δ) = max(1, ⌈Δ/τ⌉).

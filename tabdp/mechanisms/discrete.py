@@ -54,6 +54,7 @@ from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
+    LawOfSums,
     Mechanism,
     ReleasedValues,
     check_level,
@@ -247,6 +248,16 @@ class DiscreteAdditiveMechanism(Mechanism):
 
     def __init__(self, noise: DiscreteGaussianNoise | DiscreteLaplaceNoise) -> None:
         self.noise = noise
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: exact law of the integer sum.
+
+        Example:
+            >>> from tabdp.mechanisms import DiscreteLaplace
+            >>> DiscreteLaplace(scale=1.0).sum_law().kind
+            'integer'
+        """
+        return LawOfSums("integer", self.noise)
 
     def _prepare_integers(self, values: ArrayLike) -> np.ndarray:
         q = self._prepare(values)

@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 from tabdp import registry
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
-from tabdp.mechanisms._base import not_pure
+from tabdp.mechanisms._base import LawOfSums, not_pure
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.logconcave import Logistic as _LogisticNoise
 from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
@@ -81,6 +81,16 @@ class Logistic(AdditiveMechanism):
                                      "(eps, delta)-DP use tabdp.privacy.approx.min_scale"
                                      "('logistic', eps, delta, sensitivity)")
         super().__init__(_LogisticNoise(self.scale))
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: closed-form characteristic function πbt/sinh(πbt).
+
+        Example:
+            >>> from tabdp.mechanisms import Logistic
+            >>> Logistic(scale=1.0).sum_law().kind
+            'logistic'
+        """
+        return LawOfSums("logistic", self.noise, self.scale)
 
     def epsilon(self, delta: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale.
@@ -196,6 +206,18 @@ class Subbotin(AdditiveMechanism):
                 "smallest u with S_r(u - D/scale) - exp(g(u)) S_r(u) <= delta, "
                 "g(u) = (|u|^r - |u - D/scale|^r)/r (seed 004 Lemma 1); no pure eps, no rho")
         super().__init__(_SubbotinNoise(self.r, self.scale))
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Gaussian (r = 2), Laplace (r = 1) or numerical.
+
+        Example:
+            >>> from tabdp.mechanisms import Subbotin
+            >>> Subbotin(r=2.0, scale=1.0).sum_law().kind
+            'gaussian'
+        """
+        return (LawOfSums("gaussian", self.noise, self.scale) if self.r == 2.0
+                else LawOfSums("laplace", self.noise, self.scale) if self.r == 1.0
+                else LawOfSums("lattice", self.noise))
 
     def rho(self, delta: ArrayLike) -> np.ndarray:
         """PRzCDP policy: r = 1 ε·tanh(ε/2); r = 2 Δ²/(2·scale²); otherwise none (``inf``).

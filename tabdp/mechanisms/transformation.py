@@ -59,6 +59,7 @@ from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
+    LawOfSums,
     Mechanism,
     ReleasedValues,
     check_level,
@@ -248,6 +249,25 @@ class TransformationMechanism(Mechanism):
         self.unbiased = estimator
 
     # -- hooks --------------------------------------------------------------------------------
+    def sum_law(self) -> LawOfSums:
+        """Transformation mechanisms have none: their cell errors are not identically distributed.
+
+        Raises:
+            InvalidParameterError: Always (rollups use the normal approximation instead).
+
+        Example:
+            >>> from tabdp.mechanisms import LogTransform
+            >>> LogTransform(sigma=0.5, offset=1.0).sum_law()
+            Traceback (most recent call last):
+            ...
+            tabdp.exceptions.InvalidParameterError: LogTransform is a transformation mechanism; ...
+        """
+        raise InvalidParameterError(
+            f"{type(self).__name__} is a transformation mechanism; its cell errors "
+            "are not identically distributed (the noise is added on a transformed scale), so the "
+            "sum has no fixed law.\nHint: use rollup(), which gives transformation mechanisms the "
+            "normal approximation z * sqrt(sum of sd^2).")
+
     @abstractmethod
     def _f(self, x: np.ndarray) -> np.ndarray:
         """The transformation at ``x = q + a``."""
