@@ -1,6 +1,6 @@
 """Mechanisms with per-record guarantees: additive and transformation mechanisms.
 
-Every mechanism exposes the PRzCDP policy ``rho(delta)``, the PRDP policy ``epsilon(delta)``
+Every mechanism exposes the PRzCDP policy ``rho(sensitivity)``, the PRDP policy ``epsilon(sensitivity)``
 (``inf`` when not pure), ``release(values, rng)`` and ``release_table(values, rng, level)``.
 
 Example:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp._deprecation import wrap_sensitivity_methods
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
@@ -56,11 +57,11 @@ def pure_to_zcdp(epsilon: ArrayLike) -> np.ndarray:
     return np.where(np.isinf(e), np.inf, out)
 
 
-def not_pure(delta: ArrayLike) -> np.ndarray:
+def not_pure(sensitivity: ArrayLike) -> np.ndarray:
     """PRDP policy of a mechanism with no pure guarantee: ``inf`` for Δ > 0, 0 at Δ = 0.
 
     Args:
-        delta: Per-record sensitivities.
+        sensitivity: Per-record sensitivities.
 
     Returns:
         ``inf`` where |Δ| > 0, else 0.
@@ -69,7 +70,7 @@ def not_pure(delta: ArrayLike) -> np.ndarray:
         >>> not_pure([0.0, 2.0]).tolist()
         [0.0, inf]
     """
-    d = np.abs(np.asarray(delta, dtype=np.float64))
+    d = np.abs(np.asarray(sensitivity, dtype=np.float64))
     return np.where(d > 0, np.inf, 0.0)
 
 
@@ -192,8 +193,13 @@ class Mechanism(ABC):
     #: per cell touched. ``None`` for mechanisms with a pure or zCDP guarantee.
     dp_delta: float | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Subclasses' ``rho``/``epsilon`` accept the old keyword ``delta`` for one release."""
+        super().__init_subclass__(**kwargs)
+        wrap_sensitivity_methods(cls)
+
     @abstractmethod
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy ρ(Δ), vectorized over Δ ≥ 0.
 
         Example:
@@ -203,7 +209,7 @@ class Mechanism(ABC):
         """
 
     @abstractmethod
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy ε(Δ), vectorized; ``inf`` for Δ > 0 if the mechanism is not pure.
 
         Example:

@@ -43,8 +43,8 @@ __all__ = [
 ]
 
 
-def _delta(delta: ArrayLike) -> np.ndarray:
-    d = np.abs(np.asarray(delta, dtype=np.float64))
+def _delta(sensitivity: ArrayLike) -> np.ndarray:
+    d = np.abs(np.asarray(sensitivity, dtype=np.float64))
     return d
 
 
@@ -165,11 +165,11 @@ class AdditiveMechanism(Mechanism):
         shape = np.shape(np.asarray(values, dtype=np.float64))
         return np.full(shape, h) + g.halfstep(np.zeros(shape))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy; for pure mechanisms ε(Δ)·tanh(ε(Δ)/2).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             ρ(Δ).
@@ -178,7 +178,7 @@ class AdditiveMechanism(Mechanism):
             >>> round(float(Laplace(scale=1.0).rho(1.0)), 6)
             0.462117
         """
-        return pure_to_zcdp(self.epsilon(delta))
+        return pure_to_zcdp(self.epsilon(sensitivity))
 
     def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
         """Public parameters (by default the noise's).
@@ -189,7 +189,7 @@ class AdditiveMechanism(Mechanism):
         """
         return self.noise.params()
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
         """PRDP policy ε(Δ); each subclass gives its own.
 
         Example:
@@ -243,11 +243,11 @@ class Gaussian(AdditiveMechanism):
 
         return DiscreteGaussian(self.sigma) if type(self) is Gaussian else self
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = Δ²/(2σ²).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -256,16 +256,16 @@ class Gaussian(AdditiveMechanism):
             >>> float(Gaussian(sigma=1.0).rho(1.0))
             0.5
         """
-        d = _delta(delta)
+        d = _delta(sensitivity)
         with np.errstate(over="ignore"):
             x = d / self.sigma   # (Δ/σ)²/2: Δ² and σ² under/overflow where Δ/σ does not
             return 0.5 * x * x
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (the Gaussian mechanism has no pure guarantee), 0 at Δ = 0.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -274,7 +274,7 @@ class Gaussian(AdditiveMechanism):
             >>> Gaussian(sigma=1.0).epsilon([0.0, 1.0]).tolist()
             [0.0, inf]
         """
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -326,11 +326,11 @@ class Laplace(AdditiveMechanism):
 
         return DiscreteLaplace(self.scale) if type(self) is Laplace else self
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -339,7 +339,7 @@ class Laplace(AdditiveMechanism):
             >>> float(Laplace(scale=1.0).epsilon(3.0))
             3.0
         """
-        return _delta(delta) / self.scale
+        return _delta(sensitivity) / self.scale
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy: ε = max(Δ/b + 2·ln(1−δ), 0) (seed 004 Thm 3, MATH.md §4.3).
@@ -409,11 +409,11 @@ class GeneralizedGaussian(AdditiveMechanism):
         return (LawOfSums("laplace", self.noise, self.sigma) if self.p == 1.0
                 else LawOfSums("lattice", self.noise))
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = (Δ/σ)^p.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -422,7 +422,7 @@ class GeneralizedGaussian(AdditiveMechanism):
             >>> float(GeneralizedGaussian(sigma=4.0, p=0.5).epsilon(16.0))
             2.0
         """
-        return (_delta(delta) / self.sigma) ** self.p
+        return (_delta(sensitivity) / self.sigma) ** self.p
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -464,11 +464,11 @@ class ExpPolyLog(AdditiveMechanism):
         self.sigma, self.a, self.d, self.p = noise.sigma, noise.a, noise.d, noise.p
         super().__init__(noise)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) evaluated without cancellation for small Δ (MATH.md §1.2).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -478,7 +478,7 @@ class ExpPolyLog(AdditiveMechanism):
             >>> abs(e / (2 * math.log(3.0) * 1e-12 / 3.0) - 1.0) < 1e-9   # ~ 2 d ln(a) D/(sigma a)
             True
         """
-        h = np.log1p(_delta(delta) / (self.sigma * self.a))
+        h = np.log1p(_delta(sensitivity) / (self.sigma * self.a))
         if self.p == 1.0:
             return self.d * h
         l0 = math.log(self.a)
@@ -542,11 +542,11 @@ class UnitSplitting(AdditiveMechanism):
         """
         return LawOfSums("gaussian", self.noise, self.sigma)
 
-    def rows(self, delta: ArrayLike) -> np.ndarray:
+    def rows(self, sensitivity: ArrayLike) -> np.ndarray:
         """Number of split rows A(Δ) = max(1, ⌈Δ/τ⌉).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             Row counts (float).
@@ -555,13 +555,13 @@ class UnitSplitting(AdditiveMechanism):
             >>> UnitSplitting(threshold=0.7, sigma=1.0).rows([2.1]).tolist()
             [3.0]
         """
-        return np.maximum(1.0, _ceil_snap(_delta(delta) / self.threshold))
+        return np.maximum(1.0, _ceil_snap(_delta(sensitivity) / self.threshold))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = τ²/(2σ²)·A(Δ)².
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -570,16 +570,16 @@ class UnitSplitting(AdditiveMechanism):
             >>> float(UnitSplitting(threshold=1.0, sigma=1.0).rho(2.5))
             4.5
         """
-        a = self.rows(delta)
+        a = self.rows(sensitivity)
         with np.errstate(over="ignore"):
             x = self.threshold / self.sigma * a   # (τ/σ)² a²/2, no under/overflow of τ², σ²
             return 0.5 * x * x
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` (Gaussian noise is not pure).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses (all ``inf``).
@@ -588,7 +588,7 @@ class UnitSplitting(AdditiveMechanism):
             >>> UnitSplitting(threshold=1.0, sigma=1.0).epsilon([3.0]).tolist()
             [inf]
         """
-        return np.full(np.shape(_delta(delta)), np.inf)
+        return np.full(np.shape(_delta(sensitivity)), np.inf)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.

@@ -91,9 +91,9 @@ _MP_REL = 1e-38
 _MIN_EXACT_DELTA = 1e-280
 
 
-def _integer_sensitivity(delta: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def _integer_sensitivity(sensitivity: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """|Δ| and a mask of the finite integer values."""
-    d = np.abs(np.asarray(delta, dtype=np.float64))
+    d = np.abs(np.asarray(sensitivity, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         is_int = np.isfinite(d) & (d == np.floor(d))
     return d, is_int
@@ -393,7 +393,7 @@ class DiscreteAdditiveMechanism(Mechanism):
             h += 0.5 * k
         return np.full(np.shape(np.asarray(values, dtype=np.float64)), h)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
         """PRzCDP policy (each subclass gives its own).
 
         Example:
@@ -402,7 +402,7 @@ class DiscreteAdditiveMechanism(Mechanism):
         """
         raise NotImplementedError
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
         """PRDP policy (each subclass gives its own).
 
         Example:
@@ -448,7 +448,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         self.sigma = self.noise.sigma
         self._s2 = float(self.noise.sigma2_exact)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = Δ²/(2σ²) for integer Δ, ``inf`` otherwise; rounded up.
 
         σ is the exact rational parameter. The double returned is never below the exact value:
@@ -458,7 +458,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         the smallest double ``>= Δ²/(2σ²)``, computed with exact fractions once per distinct Δ.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -469,7 +469,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
             >>> float(DiscreteGaussian(Fraction(1, 31)).rho(1))   # exactly 961/2
             480.5
         """
-        d, is_int = _integer_sensitivity(delta)
+        d, is_int = _integer_sensitivity(sensitivity)
         shape = d.shape
         dd = np.atleast_1d(np.where(is_int, d, 0.0))
         sig = self.noise.sigma_exact
@@ -480,11 +480,11 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
             r = _exact_up(dd, lambda v: Fraction(v * v) / (2 * s2))
         return np.where(is_int, r.reshape(shape), np.inf)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (no pure guarantee), 0 at Δ = 0.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -493,7 +493,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
             >>> DiscreteGaussian(sigma=1.0).epsilon([0, 1]).tolist()
             [0.0, inf]
         """
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
     def delta_at(self, sensitivity: ArrayLike, epsilon: float) -> np.ndarray:
         """δ(ε) of a shift by integer Δ (CKS Thm 7), never understated; ``1`` for non-integer Δ.
@@ -745,14 +745,14 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
         super().__init__(DiscreteLaplaceNoise(scale))
         self.scale = self.noise.scale
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale for integer Δ, ``inf`` otherwise: the smallest double >= Δ/scale.
 
         The scale is the exact rational parameter; the quotient is rounded *up* (exact when
         representable), so the loss is never understated.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -763,19 +763,19 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
             >>> float(DiscreteLaplace(scale=3).epsilon(1)) > 1 / 3   # 1/3 rounded up
             True
         """
-        d, is_int = _integer_sensitivity(delta)
+        d, is_int = _integer_sensitivity(sensitivity)
         dd = np.where(is_int, d, 0.0)
         e = _div_up(dd, self.noise.scale_exact).reshape(d.shape)
         return np.where(is_int, e, np.inf)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = ε(Δ)·tanh(ε(Δ)/2) (pure to zCDP), rounded up.
 
         The float evaluation is raised by a relative 2**-48 and one place, which covers its
         rounding error (the result is at most about 1e-14 relative above the exact value).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -784,7 +784,7 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
             >>> round(float(DiscreteLaplace(scale=1.0).rho(1)), 6)
             0.462117
         """
-        return _inflate(pure_to_zcdp(self.epsilon(delta)), 32)
+        return _inflate(pure_to_zcdp(self.epsilon(sensitivity)), 32)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.

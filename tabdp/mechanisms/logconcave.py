@@ -49,8 +49,8 @@ from tabdp.privacy.conversions import check_dp_delta
 __all__ = ["Logistic", "Subbotin", "VectorSubbotin"]
 
 
-def _abs(delta: ArrayLike) -> np.ndarray:
-    return np.abs(np.asarray(delta, dtype=np.float64))
+def _abs(sensitivity: ArrayLike) -> np.ndarray:
+    return np.abs(np.asarray(sensitivity, dtype=np.float64))
 
 
 @registry.mechanism('logistic', tags=('spec', 'additive'), rank=9)
@@ -92,11 +92,11 @@ class Logistic(AdditiveMechanism):
         """
         return LawOfSums("logistic", self.noise, self.scale)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -105,7 +105,7 @@ class Logistic(AdditiveMechanism):
             >>> Logistic(scale=4.0).epsilon([0.0, 2.0]).tolist()
             [0.0, 0.5]
         """
-        return _abs(delta) / self.scale
+        return _abs(sensitivity) / self.scale
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy (seed 004 Thm 4 inverted; MATH.md §4.3).
@@ -219,11 +219,11 @@ class Subbotin(AdditiveMechanism):
                 else LawOfSums("laplace", self.noise, self.scale) if self.r == 1.0
                 else LawOfSums("lattice", self.noise))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy: r = 1 ε·tanh(ε/2); r = 2 Δ²/(2·scale²); otherwise none (``inf``).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             ρ(Δ) (``inf`` for Δ > 0 and 0 at Δ = 0 when r ∉ {1, 2}).
@@ -233,18 +233,18 @@ class Subbotin(AdditiveMechanism):
             [0.0, inf]
         """
         if self.r == 1.0:
-            return super().rho(delta)
+            return super().rho(sensitivity)
         if self.r == 2.0:
             with np.errstate(over="ignore"):
-                x = _abs(delta) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
+                x = _abs(sensitivity) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
                 return 0.5 * x * x
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy: Δ/scale for r = 1; ``inf`` for Δ > 0 otherwise (0 at Δ = 0).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -256,8 +256,8 @@ class Subbotin(AdditiveMechanism):
             [0.0, inf]
         """
         if self.r == 1.0:
-            return _abs(delta) / self.scale
-        return not_pure(delta)
+            return _abs(sensitivity) / self.scale
+        return not_pure(sensitivity)
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy at each sensitivity (seed 004 Lemma 1, Thms 3 and 5).

@@ -52,6 +52,7 @@ from scipy.integrate import quad
 from scipy.special import ndtri
 
 from tabdp import registry
+from tabdp._deprecation import renamed_argument
 from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
@@ -486,13 +487,14 @@ class SmoothSensitivityMechanism(_ByParams):
         self.pure = self.noise != "laplace"
 
     # -- guarantee ------------------------------------------------------------------------------
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    @renamed_argument("delta", "sensitivity")
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy: the constant ε for any per-record sensitivity Δ > 0, 0 at Δ = 0.
 
         For ``noise='laplace'`` (only (ε, δ)-DP) it is ``inf`` for Δ > 0; see :meth:`guarantee`.
 
         Args:
-            delta: Per-record sensitivities Δ.
+            sensitivity: Per-record sensitivities Δ.
 
         Returns:
             ε(Δ).
@@ -501,14 +503,15 @@ class SmoothSensitivityMechanism(_ByParams):
             >>> SmoothSensitivityMechanism(epsilon=0.5).epsilon([0.0, 3.0]).tolist()
             [0.0, 0.5]
         """
-        d = np.abs(np.asarray(delta, dtype=np.float64))
+        d = np.abs(np.asarray(sensitivity, dtype=np.float64))
         return np.where(d > 0, self.eps if self.pure else np.inf, 0.0)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    @renamed_argument("delta", "sensitivity")
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy ε·tanh(ε/2) for Δ > 0 (``inf`` for the approximate laplace family).
 
         Args:
-            delta: Per-record sensitivities Δ.
+            sensitivity: Per-record sensitivities Δ.
 
         Returns:
             ρ(Δ).
@@ -517,7 +520,7 @@ class SmoothSensitivityMechanism(_ByParams):
             >>> round(float(SmoothSensitivityMechanism(epsilon=1.0).rho(2.0)), 6)
             0.462117
         """
-        return pure_to_zcdp(self.epsilon(delta))
+        return pure_to_zcdp(self.epsilon(sensitivity))
 
     def guarantee(self) -> dict[str, Any]:
         """The per-release guarantee: ``{"type": "pure"|"approximate", "epsilon", "delta"}``.

@@ -91,18 +91,18 @@ def _check_estimator(estimator: Any, owner: str) -> str:
     return estimator
 
 
-def _abs_delta(delta: ArrayLike) -> np.ndarray:
-    return np.abs(np.asarray(delta, dtype=np.float64))
+def _abs_delta(sensitivity: ArrayLike) -> np.ndarray:
+    return np.abs(np.asarray(sensitivity, dtype=np.float64))
 
 
-def _log1p_ratio(delta: np.ndarray, a: float) -> np.ndarray:
+def _log1p_ratio(sensitivity: np.ndarray, a: float) -> np.ndarray:
     """``ln(1 + Δ/a)`` for a > 0, without cancellation for tiny Δ nor overflow of Δ/a."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        r = delta / a
+        r = sensitivity / a
         out = np.log1p(r)
         if not np.isfinite(r).all():  # Δ/a overflowed: ln Δ + ln(1 + a/Δ) − ln a
-            big = np.isinf(r) & np.isfinite(delta)
-            out = np.where(big, np.log(delta) + np.log1p(a / delta) - math.log(a), out)
+            big = np.isinf(r) & np.isfinite(sensitivity)
+            out = np.where(big, np.log(sensitivity) + np.log1p(a / sensitivity) - math.log(a), out)
     return out
 
 
@@ -281,7 +281,7 @@ class TransformationMechanism(Mechanism):
         """Mean-unbiased estimator g(ṽ)."""
 
     @abstractmethod
-    def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
+    def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
         """f(Δ + a) − f(a) ≥ 0, computed without cancellation."""
 
     @abstractmethod
@@ -385,13 +385,13 @@ class TransformationMechanism(Mechanism):
         """
         return self._finv(np.asarray(noisy, dtype=np.float64)) - self.offset
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy ρ(Δ) = (f(Δ + a) − f(a))²/(2σ²) (seed 001 Thm 4.4), vectorized.
 
         Computed without cancellation, so tiny Δ keep full relative accuracy.
 
         Args:
-            delta: Per-record sensitivities (their absolute values are used).
+            sensitivity: Per-record sensitivities (their absolute values are used).
 
         Returns:
             PRzCDP losses.
@@ -400,18 +400,18 @@ class TransformationMechanism(Mechanism):
             >>> float(LogTransform(sigma=1.0, offset=1.0).rho(math.e - 1.0))
             0.5
         """
-        gap = self._policy_gap(_abs_delta(delta))
+        gap = self._policy_gap(_abs_delta(sensitivity))
         with np.errstate(over="ignore"):
             gap /= self.sigma   # (gap/σ)²/2: gap² and σ² under/overflow where gap/σ does not
             gap *= gap
             gap *= 0.5
             return gap
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (Gaussian noise has no pure guarantee), 0 at Δ = 0.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -420,7 +420,7 @@ class TransformationMechanism(Mechanism):
             >>> RootTransform(k=4, sigma=2.0).epsilon([0.0, 3.0]).tolist()
             [0.0, inf]
         """
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
     def sd_at(self, values: ArrayLike) -> np.ndarray:
         """Exact standard deviation of the estimator when the true totals are ``values``.
@@ -651,12 +651,12 @@ class RootTransform(TransformationMechanism):
                 h, h_prev = y * h - j * s2 * h_prev, h
         return h - self.offset
 
-    def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
+    def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
         k, a = self.k, self.offset
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             if a == 0.0:
-                return delta if k == 1.0 else np.power(delta, 1.0 / k)
-            lk = _log1p_ratio(delta, a) / k
+                return sensitivity if k == 1.0 else np.power(sensitivity, 1.0 / k)
+            lk = _log1p_ratio(sensitivity, a) / k
             ak = a ** (1.0 / k)
             safe = lk < 700.0
             return np.where(safe, ak * np.expm1(np.where(safe, lk, 0.0)),
@@ -767,8 +767,8 @@ class LogTransform(TransformationMechanism):
         with np.errstate(over="ignore"):
             return np.exp(y - 0.5 * self.sigma**2) - self.offset
 
-    def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
-        return _log1p_ratio(delta, self.offset)
+    def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
+        return _log1p_ratio(sensitivity, self.offset)
 
     def _half_width(self, center: np.ndarray, h: float | np.ndarray) -> np.ndarray:
         # (e^{c+h} − e^{c−h})/2 = e^c·sinh(h), in logs to avoid intermediate overflow
