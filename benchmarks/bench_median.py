@@ -11,7 +11,7 @@ family at its default γ:
   only (ε, δ)-DP);
 * generalized Cauchy (NRS, γ = 0.15ε, std-optimal c, pure ε-DP);
 
-plus PolyPlace at the γ picked by :func:`tabdp.mechanisms.choose_gamma` from public guesses
+plus PolyPlace at the γ picked by :func:`tabdp.mechanisms.smooth.choose_gamma` from public guesses
 only: a typical cell size n = rows / cells and the default spread and centre derived from the
 bounds.
 
@@ -38,7 +38,8 @@ import numpy as np
 import polars as pl
 
 import tabdp
-from tabdp.mechanisms import SmoothSensitivityMechanism, choose_gamma
+from tabdp.mechanisms import SmoothSensitivityMechanism
+from tabdp.mechanisms.smooth import choose_gamma
 from tabdp.synth import generate_establishments, naics2_domain, state_domain
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ smooth-sensitivity noise family, per unit of smooth sensitivity (SS), against th
 fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` / ``df.dp.quantile``: at every γ
 its noise is the smallest of the families usable with smooth sensitivity, and it stays finite up to
 γ = ε/2 (Student's t stops at ε/3, the generalized Cauchy at ε/4, Laplace-with-SS at
-ε/ln(2/δ)). The numbers are those of :func:`tabdp.mechanisms.std_vs_gamma`; the plot only draws
+ε/ln(2/δ)). The numbers are those of :func:`tabdp.mechanisms.smooth.std_vs_gamma`; the plot only draws
 them.
 
 Figures are built on matplotlib's non-interactive Agg canvas, without pyplot: nothing is shown, no
@@ -34,7 +34,7 @@ from tabdp.mechanisms.smooth import DEFAULT_DELTA, std_vs_gamma
 __all__ = ["plot_smooth_noise_std", "save_smooth_noise_std", "SMOOTH_NOISE_CURVES"]
 
 #: Curves of :func:`plot_smooth_noise_std`, in drawing order: key of
-#: :func:`tabdp.mechanisms.std_vs_gamma` → legend label (``{delta}`` is filled in).
+#: :func:`tabdp.mechanisms.smooth.std_vs_gamma` → legend label (``{delta}`` is filled in).
 SMOOTH_NOISE_CURVES: dict[str, str] = {
     "polyplace": "PolyPlace (pure DP; tabdp default)",
     "student_t": "Student's t, optimal $d$ (pure DP)",
@@ -96,7 +96,7 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
     """Plot the noise std per unit smooth sensitivity of each family against γ (seed 002 Fig. 1).
 
     One line per entry of :data:`SMOOTH_NOISE_CURVES`, drawing exactly the arrays of
-    :func:`tabdp.mechanisms.std_vs_gamma`: PolyPlace, Student's t and the generalized Cauchy (shape
+    :func:`tabdp.mechanisms.smooth.std_vs_gamma`: PolyPlace, Student's t and the generalized Cauchy (shape
     d / c chosen to minimize the std at each γ), Laplace with smooth sensitivity (approximate DP
     at ``delta``; only where γ < ε/ln(2/δ)), and, dashed, Laplace noise √2/ε calibrated to the
     *global* sensitivity — the γ → 0 limit of PolyPlace, which however multiplies the larger

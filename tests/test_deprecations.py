@@ -86,3 +86,31 @@ def test_target_curve_loss_of_delta_keyword() -> None:
     c = TargetCurve.from_mapping({1.0: 1.0})
     m = mech.Laplace(1.0)
     _same_with_warning(lambda: c.loss_of(m, sensitivity=2.0), lambda: c.loss_of(m, delta=2.0))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("name", [
+    "PolyPlace", "NOISE_FAMILIES", "split_epsilon", "choose_gamma", "default_gamma",
+    "gamma_limit", "optimal_shape", "std_per_unit_ss", "std_vs_gamma", "unit_noise", "sum_gamma",
+    "min_scale", "epsilon_for_scale", "delta_for_scale", "choose_subbotin_r", "subbotin_mse"])
+def test_moved_out_of_tabdp_mechanisms(name: str) -> None:
+    """Non-mechanisms left ``tabdp.mechanisms``; the old path warns and gives the same object."""
+    import importlib
+
+    home = {"PolyPlace": "tabdp.noise", "sum_gamma": "tabdp.mechanisms.stable"}.get(
+        name, "tabdp.privacy.approx" if "scale" in name or "subbotin" in name
+        else "tabdp.mechanisms.smooth")
+    new = getattr(importlib.import_module(home), name)
+    assert name not in mech.__all__ and name not in dir(mech)
+    with pytest.warns(DeprecationWarning, match=rf"tabdp.mechanisms.{name} is deprecated.*{home}"):
+        assert getattr(mech, name) is new
+
+
+def test_tabdp_mechanisms_exports_mechanisms_and_their_contract() -> None:
+    """``__all__``: mechanism classes plus the types of their interface, nothing else."""
+    from tabdp.mechanisms import Mechanism
+
+    contract = {"ReleasedValues", "LawOfSums", "ExactTotals", "DEFAULT_LEVEL", "pure_to_zcdp"}
+    for name in set(mech.__all__) - contract:
+        assert issubclass(getattr(mech, name), Mechanism) or name.startswith("SmoothSensitivity")
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = mech.nope  # type: ignore[attr-defined]

@@ -161,7 +161,7 @@ def _check_gamma(noise: str, epsilon: float, gamma: Any, delta: float | None) ->
     lim = gamma_limit(noise, epsilon, delta)
     return check_real("gamma", gamma, owner=f"smooth-sensitivity mechanism ({noise})", gt=0.0,
                       lt=lim, hint=f"{noise} noise needs 0 < gamma < {lim:.6g} at epsilon="
-                      f"{epsilon:g}; choose it with tabdp.mechanisms.choose_gamma")
+                      f"{epsilon:g}; choose it with tabdp.mechanisms.smooth.choose_gamma")
 
 
 # -- standard deviations per unit SS ------------------------------------------------------------
@@ -771,7 +771,7 @@ def split_epsilon(noise: str, epsilon: float, gamma: float | None = None,
                        lt=lim, hint=f"{noise} noise needs 0 < gamma < {lim:.6g} at the value's "
                        f"epsilon {eps1:.6g} (= epsilon {eps:g} minus the noise scale's "
                        f"{eps2:.6g} under {how}); choose it with "
-                       "tabdp.mechanisms.choose_gamma")
+                       "tabdp.mechanisms.smooth.choose_gamma")
     return eps1, eps2, g
 
 

@@ -69,7 +69,7 @@ def _check_q(q: Any, owner: str) -> Fraction:
 def _check_gamma(gamma: Any, owner: str) -> float:
     return check_real("gamma", gamma, owner=owner, gt=0.0,
                       hint="gamma is the smoothness parameter, 0 < gamma < epsilon; e.g. "
-                           "gamma = epsilon/10 (see tabdp.mechanisms.choose_gamma)")
+                           "gamma = epsilon/10 (see tabdp.mechanisms.smooth.choose_gamma)")
 
 
 def _check_bounds(bounds: Any, owner: str) -> tuple[float, float]:
