@@ -8,7 +8,8 @@ This namespace holds the mechanisms, their base classes and the types of their i
 release, with a DeprecationWarning).
 
 Every mechanism exposes the PRzCDP policy ``rho(sensitivity)``, the PRDP policy
-``epsilon(sensitivity)`` (``inf`` when not pure), ``release(values, rng)`` and ``release_table(values, rng, level)``.
+``epsilon(sensitivity)`` (``inf`` when not pure), ``release(values, rng)`` and
+``release_table(values, rng, level)``.
 
 Example:
     >>> from tabdp import mechanisms as mech
