@@ -22,6 +22,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from tabdp._accessor_hook import install as _install_accessor
+from tabdp._version import __version__
 from tabdp.exceptions import (
     BudgetExceededError,
     CalibrationError,
@@ -33,8 +34,6 @@ from tabdp.exceptions import (
     TabdpError,
     UnsupportedBackendError,
 )
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checkers and IDEs
     from tabdp import mechanisms, noise

@@ -51,16 +51,16 @@ from scipy.special import log_ndtr
 
 from tabdp import registry
 from tabdp._lazy_scipy import brentq, minimize_scalar
-from tabdp._validation import check_real
+from tabdp._numeric import ceil_snap
+from tabdp._validation import check_level, check_real
 from tabdp.exceptions import CalibrationError, InvalidParameterError, TabdpError
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.mechanisms.additive import (
     ExpPolyLog,
     Gaussian,
     GeneralizedGaussian,
     Laplace,
     UnitSplitting,
-    _ceil_snap,
 )
 from tabdp.mechanisms.transformation import LogTransform, RootTransform
 
@@ -683,7 +683,7 @@ def _solve_log(prob: _Problem, pinned: dict[str, Any], kind: str) -> _Solved:
 
 def _split_sigma(prob: _Problem, tau: np.ndarray) -> np.ndarray:
     """σ needed for each threshold in ``tau`` (vectorized): maxᵢ τ·A(Δᵢ)/√(2ρᵢ)."""
-    rows = np.maximum(1.0, _ceil_snap(prob.deltas[None, :] / tau[:, None]))
+    rows = np.maximum(1.0, ceil_snap(prob.deltas[None, :] / tau[:, None]))
     return np.max(tau[:, None] * rows / np.sqrt(2.0 * prob.rhos)[None, :], axis=1)
 
 

@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 2 spec/usage error (before any data is read), 4 "
                "data-dependent failure (details only in the confidential folder), 70 internal "
                "error. Nothing public is written when a command fails.")
-    from tabdp import __version__
+    from tabdp._version import __version__
 
     p.add_argument("--version", action="version", version=f"tabdp {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -53,7 +53,7 @@ from tabdp._deprecation import renamed_argument
 from tabdp._validation import check_real
 from tabdp.calibrate import CalibrationResult, calibrate
 from tabdp.exceptions import CalibrationError, InvalidParameterError, UsabilityWarning
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, pure_to_zcdp
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import LogTransform, TransformationMechanism

@@ -35,7 +35,7 @@ from tabdp.frame._engine import (
     _strict_checks,
 )
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
+from tabdp.mechanisms import DEFAULT_LEVEL, pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityRelease
 from tabdp.privacy.budget import ROWS_CURRENCY

@@ -14,7 +14,7 @@ import polars as pl
 
 from tabdp.frame._engine import grouped_release
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
 __all__ = ["DPAccessor"]

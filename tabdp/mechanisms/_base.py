@@ -27,12 +27,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp._deprecation import wrap_sensitivity_methods
-from tabdp._validation import check_real
+from tabdp._validation import check_level
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.rng import as_random_source
 
-__all__ = ["Mechanism", "ReleasedValues", "LawOfSums", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
+__all__ = ["Mechanism", "ReleasedValues", "LawOfSums", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL",
+           "check_level"]
 
 #: Default confidence level of margins of error (the US Census standard of 90%).
 DEFAULT_LEVEL = 0.9
@@ -112,23 +113,6 @@ class ReleasedValues:
     level: float
     grid: float | str | None = None
     fallbacks: int = 0
-
-
-def check_level(level: float) -> float:
-    """Validate a confidence level in (0, 1).
-
-    Args:
-        level: The level.
-
-    Returns:
-        The level as float.
-
-    Example:
-        >>> check_level(0.9)
-        0.9
-    """
-    return check_real("level", level, owner="margin of error", gt=0.0, lt=1.0,
-                      hint="use e.g. level=0.9 for 90% margins of error")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 
 from tabdp import noise as _noise
 from tabdp import registry
+from tabdp._numeric import ceil_snap
 from tabdp._validation import check_real
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
@@ -30,8 +31,8 @@ from tabdp.mechanisms._base import (
     not_pure,
     pure_to_zcdp,
 )
+from tabdp.noise import NoiseDistribution
 from tabdp.noise import exact as _exact
-from tabdp.noise._base import NoiseDistribution
 
 __all__ = [
     "AdditiveMechanism",
@@ -494,17 +495,6 @@ class ExpPolyLog(AdditiveMechanism):
         return {"sigma": self.sigma, "a": self.a, "d": self.d, "p": self.p}
 
 
-def _ceil_snap(x: np.ndarray) -> np.ndarray:
-    """``ceil`` that snaps ratios within a few ulps of an integer to it (2.1/0.7 → 3).
-
-    The tolerance is kept at 8 ulps (not 1e-9 relative) so that a real fraction of a large ratio
-    (1e7/0.37 = 27027027.027) is never snapped down: that would under-count the loss.
-    """
-    r = np.rint(x)
-    near = np.abs(x - r) <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
-    return np.where(near, r, np.ceil(x))
-
-
 @registry.mechanism('unit_splitting', tags=('spec', 'calibrate', 'additive'), rank=7)
 class UnitSplitting(AdditiveMechanism):
     """Unit splitting with Gaussian noise: the baseline of seed 001 §2.5 (Ex. 2.16).
@@ -555,7 +545,7 @@ class UnitSplitting(AdditiveMechanism):
             >>> UnitSplitting(threshold=0.7, sigma=1.0).rows([2.1]).tolist()
             [3.0]
         """
-        return np.maximum(1.0, _ceil_snap(_delta(sensitivity) / self.threshold))
+        return np.maximum(1.0, ceil_snap(_delta(sensitivity) / self.threshold))
 
     def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = τ²/(2σ²)·A(Δ)².

@@ -62,7 +62,7 @@ from tabdp.mechanisms._base import (
     pure_to_zcdp,
 )
 from tabdp.mechanisms._totals import ExactTotals
-from tabdp.noise.discrete import _MP_DPS, DiscreteGaussianNoise, DiscreteLaplaceNoise
+from tabdp.noise.discrete import MP_DPS, DiscreteGaussianNoise, DiscreteLaplaceNoise
 from tabdp.rng import as_random_source
 
 __all__ = ["DiscreteAdditiveMechanism", "DiscreteGaussian", "DiscreteLaplace"]
@@ -633,7 +633,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         """δ(ε) for integer Δ = d > 0 in 60-digit arithmetic, rounded up to a double."""
         x1 = Fraction(eps) * self.noise.sigma2_exact / d - Fraction(d, 2)  # exact threshold
         k1 = math.floor(x1)
-        with mpmath.workdps(_MP_DPS):
+        with mpmath.workdps(MP_DPS):
             a = self.noise._mp_sf_int(k1)
             b = mpmath.exp(mpmath.mpf(eps)) * self.noise._mp_sf_int(k1 + d)
             dl = a - b

@@ -37,10 +37,10 @@ from tabdp.mechanisms._base import LawOfSums, not_pure
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.logconcave import Logistic as _LogisticNoise
 from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
-from tabdp.noise.logconcave import _check_subbotin_r
+from tabdp.noise.logconcave import check_subbotin_r
 from tabdp.privacy.approx import (
     SubbotinChoice,
-    _check_generic_floor,
+    check_generic_floor,
     choose_subbotin_r,
     epsilon_for_scale,
 )
@@ -166,7 +166,7 @@ class Subbotin(AdditiveMechanism):
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None) -> None:
         owner = type(self).__name__
-        self.r = _check_subbotin_r(r, owner)
+        self.r = check_subbotin_r(r, owner)
         self.scale = check_real("scale", scale, owner=owner, gt=0.0,
                                 hint="scale multiplies a standard Subbotin_r variable; for "
                                      "(eps, delta)-DP at sensitivity D use tabdp.privacy.approx."
@@ -191,7 +191,7 @@ class Subbotin(AdditiveMechanism):
                     f"Hint: pass delta, e.g. {owner}(r={self.r!r}, scale={self.scale!r}, "
                     "delta=1e-9); use r=1 (pure) or r=2 (Gaussian DP) to avoid delta.")
             self.delta = check_dp_delta(delta, owner)
-            _check_generic_floor(self.delta, self.r, owner)
+            check_generic_floor(self.delta, self.r, owner)
         self.dp_delta = self.delta
         self.pure = self.r == 1.0
         self.gaussian_dp = self.r == 2.0
@@ -363,7 +363,7 @@ class VectorSubbotin(Subbotin):
     def __init__(self, r: float, scale: float, *, delta: float | None = None,
                  weights: Mapping[str, float] | None = None) -> None:
         owner = type(self).__name__
-        rr = _check_subbotin_r(r, owner)
+        rr = check_subbotin_r(r, owner)
         if rr not in (1.0, 2.0):
             raise InvalidParameterError(
                 f"{owner}: r={rr!r} is not supported; only r=1 (vector Laplace, l1 norm) and "

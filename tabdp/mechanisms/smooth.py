@@ -57,8 +57,8 @@ from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, ReleasedValues, check_level, pure_to_zcdp
+from tabdp.noise import NoiseDistribution
 from tabdp.noise import exact as _exact
-from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.gaussian import Laplace
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
@@ -372,12 +372,12 @@ def choose_gamma(epsilon: float, noise: str = "polyplace", *, bounds: tuple[floa
         >>> bool(g_small > g_large)          # small groups need a larger γ
         True
     """
-    from tabdp.sensitivity.smooth import _check_bounds, smooth_sensitivity_quantile
+    from tabdp.sensitivity.smooth import check_bounds, smooth_sensitivity_quantile
 
     noise = _check_noise(noise)
     eps = _check_eps(epsilon)
     dl = _check_delta(noise, delta)
-    lo, hi = _check_bounds(bounds, "choose_gamma")
+    lo, hi = check_bounds(bounds, "choose_gamma")
     if objective not in ("sd", "moe"):
         raise InvalidParameterError(
             f"choose_gamma: objective must be 'sd' or 'moe'; got {objective!r}.")

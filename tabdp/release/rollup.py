@@ -62,10 +62,11 @@ from scipy import fft as _fft
 from scipy.special import ndtri
 
 from tabdp._lazy_scipy import minimize_scalar
+from tabdp._validation import check_level
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms._base import DEFAULT_LEVEL, LawOfSums, Mechanism, check_level
+from tabdp.mechanisms import DEFAULT_LEVEL, LawOfSums, Mechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
-from tabdp.noise._base import NoiseDistribution
+from tabdp.noise import NoiseDistribution
 from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
 
 __all__ = ["sum_error_law", "rollup"]

@@ -50,7 +50,7 @@ from tabdp.exceptions import (
     TabdpError,
 )
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import Mechanism
+from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
 from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
@@ -118,7 +118,7 @@ def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
 
 def _table_mechanism(t: TableSpec) -> Mechanism:
     """The mechanism actually used (counts: exact integer counterparts, see count_mechanism)."""
-    from tabdp.frame._engine import count_mechanism
+    from tabdp.frame import count_mechanism
 
     if t.kind == "count":
         return count_mechanism(t.mechanism, t.grid)  # type: ignore[no-any-return]
@@ -284,7 +284,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         >>> s["tables"][0]["name"], s["total_policy_curve"][0]["delta"]
         ('county_naics2_payroll', 1.0)
     """
-    from tabdp import __version__
+    from tabdp._version import __version__
 
     sizes = list(spec.plan.record_sizes)
     level = spec.release.level
@@ -1215,7 +1215,7 @@ def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:
 
 def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
                    overwrite: bool, report: Progress, caught: list[Any]) -> ReleaseResult:
-    from tabdp import __version__
+    from tabdp._version import __version__
     from tabdp.report.html import render_confidential_html, render_summary_html
 
     lf, input_schema = _scan_input(spec)

@@ -1260,7 +1260,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                              _kv([(str(k), _value(v)) for k, v in extra.items()])))
     body.append(f"<footer>Confidential report of release {_code(release.get('name', ''))}. "
                 "This page loads nothing from the network.</footer></div>")
-    from tabdp import __version__
+    from tabdp._version import __version__
 
     return _page(f"CONFIDENTIAL — {title} — per-record losses", __version__,
                  "".join(head) + "".join(body) + f'<div class="banner">{_BANNER_TEXT}</div>',
