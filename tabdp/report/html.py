@@ -3,7 +3,7 @@
 ``summary.html`` (and a plan's ``plan.html``) may be published; ``confidential_report.html``
 must stay inside the agency.
 
-Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.report.plots`), no
+Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.plotting`), no
 script, no external font, stylesheet or image, and a Content-Security-Policy that forbids the
 browser to load anything. They print cleanly (``@media print``). Every piece of text taken from
 the inputs is escaped with :func:`html.escape`. Rendering is deterministic: the same input gives
@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp.privacy.budget import Budget
-from tabdp.report.plots import (
+from tabdp.plotting import (
     histogram_svg,
     loss_curves_svg,
     moe_curves_svg,
     scatter_svg,
 )
+from tabdp.privacy.budget import Budget
 
 __all__ = ["render_summary_html", "render_confidential_html", "fmt"]
 
