@@ -64,8 +64,10 @@ _LAZY: dict[str, str] = {
 #: Subpackages and modules reachable as attributes after `import tabdp` (imported on access).
 _SUBMODULES = frozenset({
     "calibrate", "cli", "datasets", "exceptions", "frame", "mechanisms", "noise", "plotting",
-    "privacy", "release", "report", "rng", "sensitivity", "synth",
+    "privacy", "release", "report", "rng", "sensitivity",
 })
+#: Old attribute paths kept for one release (importing them warns): name -> module.
+_DEPRECATED_SUBMODULES = {"synth": "tabdp.synth"}  # the generator is tabdp.datasets.synth
 
 
 def __getattr__(name: str) -> Any:
@@ -73,6 +75,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
     elif name in _SUBMODULES:
         value = importlib.import_module(f"tabdp.{name}")
+    elif name in _DEPRECATED_SUBMODULES:
+        return importlib.import_module(_DEPRECATED_SUBMODULES[name])
     else:
         raise AttributeError(f"module 'tabdp' has no attribute {name!r}")
     globals()[name] = value

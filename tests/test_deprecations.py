@@ -114,3 +114,29 @@ def test_tabdp_mechanisms_exports_mechanisms_and_their_contract() -> None:
         assert issubclass(getattr(mech, name), Mechanism) or name.startswith("SmoothSensitivity")
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         _ = mech.nope  # type: ignore[attr-defined]
+
+
+def test_tabdp_synth_moved_to_datasets() -> None:
+    """Names read from ``tabdp.synth`` warn and are those of ``tabdp.datasets.synth``."""
+    import sys
+
+    import tabdp
+    import tabdp.datasets.synth as new
+
+    sys.modules.pop("tabdp.synth", None)
+    old = tabdp.synth  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match=r"tabdp.synth.generate_establishments is dep"
+                                                r"recated.*tabdp.datasets.synth"):
+        assert old.generate_establishments is new.generate_establishments
+    assert "synth" not in tabdp._SUBMODULES  # not advertised at the top level any more
+
+
+@pytest.mark.parametrize("name", ["PALETTE", "loss_curves_svg", "moe_curves_svg",
+                                  "histogram_svg", "scatter_svg"])
+def test_report_plots_moved_to_tabdp_plotting(name: str) -> None:
+    """``tabdp.report.plots.X`` warns and is ``tabdp.plotting.X``."""
+    import tabdp.plotting
+    import tabdp.report.plots as old
+
+    with pytest.warns(DeprecationWarning, match=rf"tabdp.report.plots.{name} is deprecated"):
+        assert getattr(old, name) is getattr(tabdp.plotting, name)
