@@ -122,7 +122,7 @@ class GroupPrivacyPolicy:
         [0.0, 1.0, 3.0]
     """
 
-    family = "smooth_sensitivity"
+    family = SmoothSensitivityRelease.family
 
     gaussian_dp = False
 
