@@ -1,7 +1,7 @@
 """Benchmark: error of private medians by noise family (issue 4, seed 002).
 
 Median annual payroll per establishment by state × 2-digit NAICS on synthetic CBP-like data
-(:func:`tabdp.synth.generate_establishments`, one row per establishment), public bounds
+(:func:`tabdp.datasets.synth.generate_establishments`, one row per establishment), public bounds
 (0, 1e9), ε = 1 per release, released with ``df.dp.median`` for each smooth-sensitivity noise
 family at its default γ:
 
@@ -11,7 +11,7 @@ family at its default γ:
   only (ε, δ)-DP);
 * generalized Cauchy (NRS, γ = 0.15ε, std-optimal c, pure ε-DP);
 
-plus PolyPlace at the γ picked by :func:`tabdp.mechanisms.choose_gamma` from public guesses
+plus PolyPlace at the γ picked by :func:`tabdp.mechanisms.smooth.choose_gamma` from public guesses
 only: a typical cell size n = rows / cells and the default spread and centre derived from the
 bounds.
 
@@ -38,8 +38,9 @@ import numpy as np
 import polars as pl
 
 import tabdp
-from tabdp.mechanisms import SmoothSensitivityMechanism, choose_gamma
-from tabdp.synth import generate_establishments, naics2_domain, state_domain
+from tabdp.datasets.synth import generate_establishments, naics2_domain, state_domain
+from tabdp.mechanisms import SmoothSensitivityMechanism
+from tabdp.mechanisms.smooth import choose_gamma
 
 HERE = Path(__file__).resolve().parent
 BY = ["state", "naics2"]

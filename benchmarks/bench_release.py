@@ -39,7 +39,7 @@ def _runners(df):  # type: ignore[no-untyped-def]
 
     import tabdp
     from tabdp import mechanisms as mech
-    from tabdp.synth import public_domains
+    from tabdp.datasets.synth import public_domains
 
     doms = public_domains()
     keys = tabdp.KeySet.from_dict(county=doms["county"], naics6=doms["naics6"])
@@ -101,7 +101,7 @@ def main() -> None:
         print(json.dumps(_memory(args.variant, args.path)))
         return
 
-    from tabdp.synth import generate_establishments
+    from tabdp.datasets.synth import generate_establishments
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,7 +92,7 @@ def main() -> None:
         print(json.dumps(_memory(args.variant, args.path, args.out, args.seeded)))
         return
 
-    from tabdp.synth import generate_establishments
+    from tabdp.datasets.synth import generate_establishments
 
     results = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -66,9 +66,9 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from scipy.special import ndtri
 
+from tabdp.datasets.synth import public_domains
 from tabdp.mechanisms import LogTransform
 from tabdp.planning import TargetCurve, calibrate_to_curve, forecast
-from tabdp.synth import public_domains
 
 HERE = Path(__file__).resolve().parent
 TARGETS = {2.5e5: 0.5, 2e10: 50.0}

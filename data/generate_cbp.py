@@ -5,7 +5,7 @@ The committed sample ``data/cbp_sample.parquet`` was made with::
     python data/generate_cbp.py --rows 100000 --seed 20261121 --compression-level 19 \
         --out data/cbp_sample.parquet --force
 
-and equals ``tabdp.synth.generate_establishments(100_000, seed=20261121)`` exactly
+and equals ``tabdp.datasets.synth.generate_establishments(100_000, seed=20261121)`` exactly
 (``tests/test_synth.py`` checks this). See ``data/README.md`` for the columns and the model.
 
 ``--out`` is required and an existing file is replaced only with ``--force``, so the shipped
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 try:
-    from tabdp.synth import generate_establishments
+    from tabdp.datasets.synth import generate_establishments
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tabdp.synth import generate_establishments
+    from tabdp.datasets.synth import generate_establishments
 
 SAMPLE_ROWS = 100_000
 SAMPLE_SEED = 20261121
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     df.write_parquet(
         tmp, compression="zstd", compression_level=args.compression_level,
         metadata={
-            "generator": "tabdp.synth.generate_establishments",
+            "generator": "tabdp.datasets.synth.generate_establishments",
             "rows": str(args.rows), "seed": str(args.seed), "n_states": str(args.n_states),
             "counties_per_state": str(args.counties_per_state),
             "unit_rows": str(args.unit_rows), "categorical": str(args.categorical),

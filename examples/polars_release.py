@@ -23,7 +23,7 @@ import polars as pl
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.synth import public_domains
+from tabdp.datasets.synth import public_domains
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,6 +22,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from tabdp._accessor_hook import install as _install_accessor
+from tabdp._version import __version__
 from tabdp.exceptions import (
     BudgetExceededError,
     CalibrationError,
@@ -33,8 +34,6 @@ from tabdp.exceptions import (
     TabdpError,
     UnsupportedBackendError,
 )
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checkers and IDEs
     from tabdp import mechanisms, noise
@@ -65,8 +64,10 @@ _LAZY: dict[str, str] = {
 #: Subpackages and modules reachable as attributes after `import tabdp` (imported on access).
 _SUBMODULES = frozenset({
     "calibrate", "cli", "datasets", "exceptions", "frame", "mechanisms", "noise", "plotting",
-    "privacy", "release", "report", "rng", "sensitivity", "synth",
+    "privacy", "release", "report", "rng", "sensitivity",
 })
+#: Old attribute paths kept for one release (importing them warns): name -> module.
+_DEPRECATED_SUBMODULES = {"synth": "tabdp.synth"}  # the generator is tabdp.datasets.synth
 
 
 def __getattr__(name: str) -> Any:
@@ -74,6 +75,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
     elif name in _SUBMODULES:
         value = importlib.import_module(f"tabdp.{name}")
+    elif name in _DEPRECATED_SUBMODULES:
+        return importlib.import_module(_DEPRECATED_SUBMODULES[name])
     else:
         raise AttributeError(f"module 'tabdp' has no attribute {name!r}")
     globals()[name] = value

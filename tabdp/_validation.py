@@ -103,3 +103,20 @@ def check_int(name: str, value: Any, *, owner: str, ge: int = 1, hint: str = "")
         raise InvalidParameterError(
             f"{owner}: {name} must be a whole number >= {ge}; got {value!r}.{suffix}")
     return int(float(value))
+
+
+def check_level(level: float) -> float:
+    """Validate a confidence level in (0, 1).
+
+    Args:
+        level: The level.
+
+    Returns:
+        The level as float.
+
+    Example:
+        >>> check_level(0.9)
+        0.9
+    """
+    return check_real("level", level, owner="margin of error", gt=0.0, lt=1.0,
+                      hint="use e.g. level=0.9 for 90% margins of error")

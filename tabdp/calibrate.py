@@ -49,54 +49,26 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
+from tabdp import registry
 from tabdp._lazy_scipy import brentq, minimize_scalar
-from tabdp._validation import check_real
+from tabdp._numeric import ceil_snap
+from tabdp._validation import check_level, check_real
 from tabdp.exceptions import CalibrationError, InvalidParameterError, TabdpError
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.mechanisms.additive import (
     ExpPolyLog,
     Gaussian,
     GeneralizedGaussian,
     Laplace,
     UnitSplitting,
-    _ceil_snap,
 )
 from tabdp.mechanisms.transformation import LogTransform, RootTransform
 
 __all__ = ["FAMILIES", "CalibrationResult", "FamilyComparison", "calibrate", "compare_families"]
 
-#: The mechanism families :func:`calibrate` knows, in the order :func:`compare_families` tries them.
-FAMILIES: tuple[str, ...] = (
-    "gaussian",
-    "laplace",
-    "generalized_gaussian",
-    "exp_polylog",
-    "root",
-    "log",
-    "unit_splitting",
-)
-
-_CLASS_NAMES = {
-    "gaussian": "Gaussian",
-    "laplace": "Laplace",
-    "generalized_gaussian": "GeneralizedGaussian",
-    "exp_polylog": "ExpPolyLog",
-    "root": "RootTransform",
-    "log": "LogTransform",
-    "unit_splitting": "UnitSplitting",
-}
-
-_ALIASES = {
-    "gaussian": "gaussian",
-    "laplace": "laplace",
-    "generalizedgaussian": "generalized_gaussian",
-    "exppolylog": "exp_polylog",
-    "root": "root",
-    "roottransform": "root",
-    "log": "log",
-    "logtransform": "log",
-    "unitsplitting": "unit_splitting",
-}
+#: The mechanism families :func:`calibrate` knows, in the order :func:`compare_families` tries them
+#: (the families tagged "calibrate" in :mod:`tabdp.registry`).
+FAMILIES: tuple[str, ...] = registry.names("mechanism", tag="calibrate")
 
 #: Parameters each family accepts as pinned (canonical name -> accepted spellings).
 _PINNABLE: dict[str, dict[str, tuple[str, ...]]] = {
@@ -174,10 +146,9 @@ def _canonical_family(family: Any) -> str:
         raise InvalidParameterError(
             f"calibrate: family must be a string; got {family!r} of type "
             f"{type(family).__name__}.\nHint: use one of {', '.join(FAMILIES)}.")
-    key = family.strip().lower().replace("-", "_").replace(" ", "_")
-    name = _ALIASES.get(key.replace("_", ""))
-    if name is None:
-        valid = list(FAMILIES) + list(_CLASS_NAMES.values())
+    name = registry.canonical(family, loose=True)
+    if name is None or name not in FAMILIES:
+        valid = list(FAMILIES) + [f.cls.__name__ for f in registry.families(tag="calibrate")]
         close = difflib.get_close_matches(family, valid, n=1, cutoff=0.6)
         maybe = f" Did you mean {close[0]!r}?" if close else ""
         raise InvalidParameterError(
@@ -712,7 +683,7 @@ def _solve_log(prob: _Problem, pinned: dict[str, Any], kind: str) -> _Solved:
 
 def _split_sigma(prob: _Problem, tau: np.ndarray) -> np.ndarray:
     """σ needed for each threshold in ``tau`` (vectorized): maxᵢ τ·A(Δᵢ)/√(2ρᵢ)."""
-    rows = np.maximum(1.0, _ceil_snap(prob.deltas[None, :] / tau[:, None]))
+    rows = np.maximum(1.0, ceil_snap(prob.deltas[None, :] / tau[:, None]))
     return np.max(tau[:, None] * rows / np.sqrt(2.0 * prob.rhos)[None, :], axis=1)
 
 

@@ -171,7 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 2 spec/usage error (before any data is read), 4 "
                "data-dependent failure (details only in the confidential folder), 70 internal "
                "error. Nothing public is written when a command fails.")
-    from tabdp import __version__
+    from tabdp._version import __version__
 
     p.add_argument("--version", action="version", version=f"tabdp {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -214,11 +214,11 @@ def _example_spec() -> Path:
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    from tabdp.release.runner import _check_input_present
+    from tabdp.release.runner import check_input_present
     from tabdp.release.spec import load_spec
 
     spec = load_spec(args.spec)
-    _check_input_present(spec)  # the file or folder exists (nothing is read)
+    check_input_present(spec)  # the file or folder exists (nothing is read)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
               f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; {spec.input.mode} mode; "

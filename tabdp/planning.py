@@ -49,10 +49,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import ndtri
 
+from tabdp._deprecation import renamed_argument
 from tabdp._validation import check_real
 from tabdp.calibrate import CalibrationResult, calibrate
 from tabdp.exceptions import CalibrationError, InvalidParameterError, UsabilityWarning
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, pure_to_zcdp
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import LogTransform, TransformationMechanism
@@ -175,24 +176,26 @@ class TargetCurve:
                     "the larger size's limit or lower the smaller one's.")
         return cls(sizes, limits, kind)
 
-    def at(self, delta: ArrayLike) -> np.ndarray:
-        """Limit at record sizes ``delta`` (log-linear between anchors, flat beyond).
+    @renamed_argument("delta", "sensitivity")
+    def at(self, sensitivity: ArrayLike) -> np.ndarray:
+        """Limit at record sizes ``sensitivity`` (log-linear between anchors, flat beyond).
 
         Example:
             >>> TargetCurve.from_mapping({1.0: 1.0}).at([0.5, 2.0]).tolist()
             [1.0, 1.0]
         """
-        d = np.asarray(delta, dtype=np.float64)
+        d = np.asarray(sensitivity, dtype=np.float64)
         return np.interp(np.log(d), np.log(self.sizes), self.limits)
 
-    def rho_at(self, delta: ArrayLike) -> np.ndarray:
+    @renamed_argument("delta", "sensitivity")
+    def rho_at(self, sensitivity: ArrayLike) -> np.ndarray:
         """The limit as PRzCDP ρ (ε limits converted by ε·tanh(ε/2)).
 
         Example:
             >>> round(float(TargetCurve.from_mapping({1.0: 2.0}, "epsilon").rho_at(1.0)), 4)
             1.5232
         """
-        v = self.at(delta)
+        v = self.at(sensitivity)
         return pure_to_zcdp(v) if self.kind == "epsilon" else v
 
     def rho_anchors(self) -> dict[float, float]:
@@ -215,8 +218,9 @@ class TargetCurve:
             np.array(self.sizes)
         return np.unique(np.concatenate([g, np.array(self.sizes)]))
 
-    def loss_of(self, mechanism: Mechanism, delta: ArrayLike) -> np.ndarray:
-        """The mechanism's loss at ``delta`` in this curve's kind (ρ or ε).
+    @renamed_argument("delta", "sensitivity")
+    def loss_of(self, mechanism: Mechanism, sensitivity: ArrayLike) -> np.ndarray:
+        """The mechanism's loss at ``sensitivity`` in this curve's kind (ρ or ε).
 
         Example:
             >>> from tabdp.mechanisms import Laplace
@@ -225,8 +229,8 @@ class TargetCurve:
         """
         with np.errstate(all="ignore"):
             if self.kind == "epsilon":
-                return np.asarray(mechanism.epsilon(delta), dtype=np.float64)
-            return np.asarray(mechanism.rho(delta), dtype=np.float64)
+                return np.asarray(mechanism.epsilon(sensitivity), dtype=np.float64)
+            return np.asarray(mechanism.rho(sensitivity), dtype=np.float64)
 
     def worst_ratio(self, mechanism: Mechanism, n: int = _GRID_POINTS) -> tuple[float, float]:
         """Largest loss/limit ratio of ``mechanism`` on the dense grid, and the size attaining it.

@@ -5,36 +5,68 @@ smooth-sensitivity noise family, per unit of smooth sensitivity (SS), against th
 fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` / ``df.dp.quantile``: at every γ
 its noise is the smallest of the families usable with smooth sensitivity, and it stays finite up to
 γ = ε/2 (Student's t stops at ε/3, the generalized Cauchy at ε/4, Laplace-with-SS at
-ε/ln(2/δ)). The numbers are those of :func:`tabdp.mechanisms.std_vs_gamma`; the plot only draws
-them.
+ε/ln(2/δ)). The numbers are those of :func:`tabdp.mechanisms.smooth.std_vs_gamma`; the plot
+only draws them.
 
 Figures are built on matplotlib's non-interactive Agg canvas, without pyplot: nothing is shown, no
 display is needed, no pyplot figure is left open, and the global backend of the caller (e.g. a
 notebook's) is left alone. In a notebook the returned figure displays itself; elsewhere save it
 with ``fig.savefig(...)`` or :func:`save_smooth_noise_std`.
+
+The inline SVG figures of a release's HTML reports (``summary.html``, the confidential report)
+live here too (:func:`loss_curves_svg`, :func:`moe_curves_svg`, :func:`histogram_svg`,
+:func:`scatter_svg`). Each draws on a fresh :class:`matplotlib.figure.Figure` on the Agg canvas
+and returns an ``<svg ...>...</svg>`` string ready to paste into an HTML page (no XML header, no
+DOCTYPE, no external reference). The output is deterministic: text is kept as SVG ``<text>``
+(``svg.fonttype = "none"``), the creation date is left out and element ids are derived from a
+fixed salt, the plot kind and its title, so the same input gives byte-identical SVG, and two plots
+of one page (different titles) never share an element id. Colours: tables use the matplotlib
+``tab10`` palette in order (:data:`PALETTE`); a curve labelled ``"total"`` is drawn thick and
+black.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import math
 import os
 import pathlib
-from typing import Any
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure, SubFigure
+from matplotlib.ticker import LogFormatter
 from numpy.typing import ArrayLike
 
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms.smooth import DEFAULT_DELTA, std_vs_gamma
 
-__all__ = ["plot_smooth_noise_std", "save_smooth_noise_std", "SMOOTH_NOISE_CURVES"]
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+__all__ = [
+    # [HT24]'s Figure 1 (smooth-sensitivity noise)
+    "plot_smooth_noise_std",
+    "save_smooth_noise_std",
+    "SMOOTH_NOISE_CURVES",
+    # the figures of a release's HTML reports (inline SVG)
+    "PALETTE",
+    "loss_curves_svg",
+    "moe_curves_svg",
+    "histogram_svg",
+    "scatter_svg",
+]
+
 
 #: Curves of :func:`plot_smooth_noise_std`, in drawing order: key of
-#: :func:`tabdp.mechanisms.std_vs_gamma` → legend label (``{delta}`` is filled in).
+#: :func:`tabdp.mechanisms.smooth.std_vs_gamma` → legend label (``{delta}`` is filled in).
 SMOOTH_NOISE_CURVES: dict[str, str] = {
     "polyplace": "PolyPlace (pure DP; tabdp default)",
     "student_t": "Student's t, optimal $d$ (pure DP)",
@@ -96,13 +128,13 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
     """Plot the noise std per unit smooth sensitivity of each family against γ ([HT24] Fig. 1).
 
     One line per entry of :data:`SMOOTH_NOISE_CURVES`, drawing exactly the arrays of
-    :func:`tabdp.mechanisms.std_vs_gamma`: PolyPlace, Student's t and the generalized Cauchy (shape
-    d / c chosen to minimize the std at each γ), Laplace with smooth sensitivity (approximate DP
-    at ``delta``; only where γ < ε/ln(2/δ)), and, dashed, Laplace noise √2/ε calibrated to the
-    *global* sensitivity — the γ → 0 limit of PolyPlace, which however multiplies the larger
-    global sensitivity rather than SS. A family is left out (a gap in its line) where its std is
-    infinite. The smaller the curve, the less noise a release adds for the same smooth
-    sensitivity.
+    :func:`tabdp.mechanisms.smooth.std_vs_gamma`: PolyPlace, Student's t and the generalized
+    Cauchy (shape d / c chosen to minimize the std at each γ), Laplace with smooth sensitivity
+    (approximate DP at ``delta``; only where γ < ε/ln(2/δ)), and, dashed, Laplace noise √2/ε
+    calibrated to the *global* sensitivity — the γ → 0 limit of PolyPlace, which however
+    multiplies the larger global sensitivity rather than SS. A family is left out (a gap in its
+    line) where its std is infinite. The smaller the curve, the less noise a release adds for
+    the same smooth sensitivity.
 
     Args:
         epsilon: Privacy budget ε of one release.
@@ -215,3 +247,428 @@ def save_smooth_noise_std(path: str | os.PathLike[str], *, dpi: float = 150.0,
     with rc_context({"svg.hashsalt": "tabdp"}):
         fig.savefig(p, format=fmt, dpi=dpi, metadata=meta)
     return p
+
+
+# ================================================================================================
+# The figures of a release's HTML reports (inline SVG)
+# ================================================================================================
+#: Line colours, in order (matplotlib's ``tab10``): distinctive, colour-blind-friendlier than the
+#: default cycle of older versions, and easy to find in a screenshot.
+PALETTE: tuple[str, ...] = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)
+_TOTAL_COLOR = "#000000"
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+_RC: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
+    "font.size": 10.0,
+    "axes.titlesize": 11.5,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10.0,
+    "axes.edgecolor": "#555555",
+    "axes.linewidth": 0.8,
+    "xtick.color": "#333333",
+    "ytick.color": "#333333",
+    "legend.fontsize": 9.0,
+    "legend.frameon": True,
+    "legend.framealpha": 0.92,
+    "legend.edgecolor": "#cccccc",
+    "svg.image_inline": True,
+}
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _text(s: object) -> str:
+    """Plain text for matplotlib: ``$`` would start mathtext (and can fail to parse)."""
+    return str(s).replace("$", r"\$")
+
+
+def _new_figure(width: float = 7.2, height: float = 4.2, ncols: int = 1) -> tuple[Figure,
+                                                                               list[Axes]]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    for ax in axes:
+        ax.set_facecolor("white")
+    fig.set_facecolor("white")
+    return fig, axes
+
+
+def _to_svg(fig: Figure, kind: str, title: str) -> str:
+    """Serialize ``fig`` as a deterministic ``<svg>`` element string.
+
+    Layers drawn with ``rasterized=True`` (dense scatter points) are embedded as a PNG
+    ``data:`` URI at 200 dpi; everything else stays vector.
+    """
+    salt = "tabdp-" + hashlib.sha256(f"{kind}\x00{title}".encode()).hexdigest()[:16]
+    buf = io.StringIO()
+    with rc_context({"svg.hashsalt": salt, "svg.fonttype": "none"}):
+        # No metadata block at all: no date (determinism) and no RDF resource URLs.
+        fig.savefig(buf, format="svg", dpi=200,
+                    metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    fig.clear()
+    text = buf.getvalue()
+    start = text.find("<svg")
+    svg = _namespace_ids(text[start:].strip(), f"{kind}-{salt[6:14]}")
+    # Accessible name for screen readers; the <title> child shows as a tooltip.
+    return re.sub(r"<svg\b", f'<svg role="img" aria-label="{_attr(title)}"', svg, count=1)
+
+
+_ID_REF = re.compile(r'(\bid="|href="#|url\(#)([^"\)]+)')
+
+
+def _namespace_ids(svg: str, prefix: str) -> str:
+    """Prefix every element id (and the references to it) with ``prefix``.
+
+    matplotlib names groups ``figure_1``, ``axes_1``, ``line2d_1``... in every figure: inlined
+    in one HTML page, two plots would otherwise share ids.
+    """
+    ids = set(re.findall(r'\bid="([^"]+)"', svg))
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(2)
+        return m.group(1) + (f"{prefix}-{name}" if name in ids else name)
+
+    return _ID_REF.sub(sub, svg)
+
+
+def _attr(s: str) -> str:
+    return (s.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+            .replace(">", "&gt;"))
+
+
+def _positive_pairs(x: Sequence[Any], y: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Points with finite x > 0 and y > 0 (None counts as missing), sorted by x."""
+    xs, ys = [], []
+    for a, b in zip(x, y, strict=True):
+        fa, fb = _float(a), _float(b)
+        if fa is not None and fb is not None and fa > 0 and fb > 0:
+            xs.append(fa)
+            ys.append(fb)
+    xa, ya = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+    order = np.argsort(xa, kind="stable")
+    return xa[order], ya[order]
+
+
+def _float(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _no_data(ax: Axes, message: str = "no data to plot") -> None:
+    ax.text(0.5, 0.5, message, transform=ax.transAxes, ha="center", va="center",
+            color="#666666", fontsize=11)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_text(x: float) -> str:
+    """``1e5`` → ``10⁵``, ``2e-7`` → ``2×10⁻⁷``, ``0.5`` → ``0.5`` (plain text, no mathtext)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    exp = math.floor(math.log10(abs(x)) + 1e-9)
+    mant = x / 10.0**exp
+    if abs(mant - round(mant)) < 1e-6 and round(mant) == 1:
+        return "10" + str(exp).translate(_SUPERSCRIPT)
+    if -2 <= exp <= 4:
+        return f"{x:g}"
+    return f"{mant:.2g}×10" + str(exp).translate(_SUPERSCRIPT)
+
+
+class _PowerFormatter(LogFormatter):
+    """Log-axis labels as plain Unicode text (``10⁵``).
+
+    No mathtext: no TeX-like parsing (which dominates the drawing time), plain ``<text>`` in
+    the SVG.
+    """
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return _power_text(float(x))
+
+
+def _log_axis(axis: Any) -> None:
+    axis.set_major_formatter(_PowerFormatter(base=10.0))
+    axis.set_minor_formatter(_PowerFormatter(base=10.0, labelOnlyBase=False))
+
+
+def _style_log_axes(ax: Axes) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _log_axis(ax.xaxis)
+    _log_axis(ax.yaxis)
+    ax.grid(True, which="major", color="#d9d9d9", linewidth=0.8)
+    ax.grid(True, which="minor", color="#eeeeee", linewidth=0.5)
+    ax.set_axisbelow(True)
+
+
+def _legend(ax: Axes, n: int) -> None:
+    if n:
+        ax.legend(loc="best", ncols=1 if n <= 6 else 2)
+
+
+# -- public plots ---------------------------------------------------------------------------------
+def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], *, title: str,
+                    ylabel: str = "per-record loss ρ (PRzCDP)", key: str = "rho") -> str:
+    """Log-log plot of per-record privacy loss curves against record size Δ.
+
+    Args:
+        curves: Label → rows ``{"delta": record size Δ, "rho": ..., "epsilon": ...}`` (any
+            extra keys allowed). Rows with Δ ≤ 0, or a value that is missing, ``None``,
+            infinite or ≤ 0, are skipped (a log axis cannot show them). A curve labelled
+            ``"total"`` is drawn thick and black, after the others.
+        title: Plot title.
+        ylabel: Label of the y axis.
+        key: Which value of the rows to plot (``"rho"``, ``"epsilon"``, ``"epsilon_delta"``...).
+
+    Returns:
+        An ``<svg ...>...</svg>`` string.
+
+    Example:
+        >>> rows = [{"delta": d, "rho": 0.01 * d ** 0.5, "epsilon": None} for d in (0, 1, 10, 100)]
+        >>> svg = loss_curves_svg({"t1": rows, "total": rows}, title="Loss")
+        >>> svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+        True
+        >>> svg == loss_curves_svg({"t1": rows, "total": rows}, title="Loss")
+        True
+    """
+    with rc_context(_RC):
+        fig, (ax,) = _new_figure()
+        n = 0
+        ordered = [k for k in curves if k != "total"] + (["total"] if "total" in curves else [])
+        for i, label in enumerate(ordered):
+            rows = curves[label]
+            x, y = _positive_pairs([r.get("delta") for r in rows], [r.get(key) for r in rows])
+            if x.size == 0:
+                continue
+            if label == "total":
+                ax.plot(x, y, color=_TOTAL_COLOR, linewidth=3.0, marker="o", markersize=4.5,
+                        label=_text(label), zorder=5)
+            else:
+                j = i % len(PALETTE)
+                ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j],
+                        markersize=4.5, label=_text(label), zorder=3)
+            n += 1
+        if n:
+            _style_log_axes(ax)
+            _legend(ax, n)
+        else:
+            _no_data(ax, "no positive losses to plot")
+        ax.set_xlabel("record size Δ (largest contribution to one cell)")
+        ax.set_ylabel(_text(ylabel))
+        ax.set_title(_text(title))
+        return _to_svg(fig, "loss", title)
+
+
+def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title: str,
+                   cv_line: float | None = None, cv_label: str = "CV flag") -> str:
+    """Relative margin of error (moe / total) against the true cell total, log-log.
+
+    Args:
+        curves: Label → rows ``{"total": true cell total, "sd": ..., "moe": ...,
+            "rel_moe": moe / total}``. ``rel_moe`` is computed from ``moe / total`` when
+            missing; rows with total ≤ 0 or a non-positive / missing value are skipped.
+        title: Plot title.
+        cv_line: Optional reference level on the y axis (moe / total) drawn as a dashed
+            horizontal line, e.g. where the coefficient of variation reaches the CV flag
+            threshold (for a symmetric noise law at level L: ``cv_flag * z_L``).
+        cv_label: Text written on the reference line.
+
+    Returns:
+        An ``<svg ...>...</svg>`` string.
+
+    Example:
+        >>> rows = [{"total": t, "sd": 3.0, "moe": 5.0, "rel_moe": 5.0 / t} for t in (10, 100, 1e3)]
+        >>> svg = moe_curves_svg({"county: payroll": rows}, title="Error", cv_line=0.3)
+        >>> "CV flag" in svg
+        True
+    """
+    with rc_context(_RC):
+        fig, (ax,) = _new_figure()
+        n = 0
+        for i, (label, rows) in enumerate(curves.items()):
+            rel = []
+            for r in rows:
+                v = r.get("rel_moe")
+                if v is None:
+                    t, m = _float(r.get("total")), _float(r.get("moe"))
+                    v = m / t if t and m is not None else None
+                rel.append(v)
+            x, y = _positive_pairs([r.get("total") for r in rows], rel)
+            if x.size == 0:
+                continue
+            j = i % len(PALETTE)
+            ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j], markersize=4.5,
+                    label=_text(label), zorder=3)
+            n += 1
+        cv = _float(cv_line)
+        if n:
+            _style_log_axes(ax)
+            if cv is not None and cv > 0:
+                ax.axhline(cv, color="#444444", linestyle="--", linewidth=1.2, zorder=2)
+                ax.annotate(_text(cv_label), xy=(1.0, cv), xycoords=("axes fraction", "data"),
+                            xytext=(-4, 4), textcoords="offset points", ha="right",
+                            va="bottom", color="#333333", fontsize=9, zorder=6,
+                            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
+                                  "alpha": 0.85})
+            _legend(ax, n)
+        else:
+            _no_data(ax, "no expected-error rows to plot")
+        ax.set_xlabel("true cell total")
+        ax.set_ylabel("relative margin of error (moe / total)")
+        ax.set_title(_text(title))
+        return _to_svg(fig, "moe", title)
+
+
+def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = True) -> str:
+    """Histogram of per-unit values (e.g. each unit's total ρ).
+
+    Args:
+        values: The values. Non-finite values are left out; with ``log_x`` so are values ≤ 0
+            (the plot notes how many were left out).
+        title: Plot title.
+        xlabel: Label of the x axis.
+        log_x: Logarithmic bins and x axis.
+
+    Returns:
+        An ``<svg ...>...</svg>`` string.
+
+    Example:
+        >>> import numpy as np
+        >>> v = np.geomspace(0.01, 100.0, 500)
+        >>> svg = histogram_svg(v, title="Losses", xlabel="ρ")
+        >>> svg.count("<svg") == 1 and svg == histogram_svg(v, title="Losses", xlabel="ρ")
+        True
+    """
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    finite = v[np.isfinite(v)]
+    shown = finite[finite > 0] if log_x else finite
+    left_out = int(v.size - shown.size)
+    with rc_context(_RC):
+        fig, (ax,) = _new_figure(height=3.8)
+        if shown.size == 0:
+            _no_data(ax, "no positive values to plot" if log_x else "no values to plot")
+        else:
+            lo, hi = float(shown.min()), float(shown.max())
+            nb = int(min(60, max(10, round(2 * math.sqrt(shown.size)))))
+            if log_x:
+                if hi <= lo:
+                    lo, hi = lo / 1.5, hi * 1.5
+                bins = np.geomspace(lo, hi, nb + 1)
+            else:
+                if hi <= lo:
+                    lo, hi = lo - 0.5, hi + 0.5
+                bins = np.linspace(lo, hi, nb + 1)
+            ax.hist(shown, bins=bins.tolist(), color=PALETTE[0], edgecolor="white", linewidth=0.4)
+            if log_x:
+                ax.set_xscale("log")
+                _log_axis(ax.xaxis)
+            ax.set_yscale("log")
+            _log_axis(ax.yaxis)
+            ax.grid(True, which="major", axis="both", color="#e0e0e0", linewidth=0.7)
+            ax.set_axisbelow(True)
+            ax.set_ylabel("number of units (log scale)")
+        if left_out:
+            what = "non-finite or ≤ 0" if log_x else "non-finite"
+            note = f"{left_out:,} value(s) {what} not shown"
+            if shown.size:  # an empty legend holding the note, placed where the bars are not
+                ax.legend(handles=[], title=note, loc="best", title_fontsize=9)
+            else:
+                ax.text(0.5, 0.4, note, transform=ax.transAxes, ha="center", va="top",
+                        color="#555555", fontsize=9)
+        ax.set_xlabel(_text(xlabel))
+        ax.set_title(_text(title))
+        return _to_svg(fig, "hist", title)
+
+
+def _subsample(y: np.ndarray, max_points: int) -> np.ndarray:
+    """Indices of at most ``max_points`` points: the largest y, then evenly spaced by rank."""
+    n = y.size
+    if n <= max_points:
+        return np.arange(n)
+    order = np.argsort(y, kind="stable")
+    k_top = max(1, min(max_points // 10, max_points))
+    top = order[n - k_top:]
+    rest = order[: n - k_top]
+    k_rest = max_points - k_top
+    if k_rest > 0 and rest.size:
+        pick = np.unique(np.linspace(0, rest.size - 1, k_rest).round().astype(np.int64))
+        chosen = np.concatenate([rest[pick], top])
+    else:
+        chosen = top
+    return np.sort(chosen)
+
+
+def scatter_svg(x: np.ndarray, y: np.ndarray, *, title: str, xlabel: str, ylabel: str,
+                curve: Sequence[Mapping[str, float | None]] | None = None,
+                max_points: int = 20000) -> str:
+    """Log-log scatter of per-unit values, with an optional public policy curve on top.
+
+    Args:
+        x: Per-unit x values (e.g. size). Points with x ≤ 0, y ≤ 0 or a non-finite value are
+            dropped.
+        y: Per-unit y values (e.g. total ρ).
+        title: Plot title.
+        xlabel: Label of the x axis.
+        ylabel: Label of the y axis.
+        curve: Optional rows ``{"delta": ..., "rho": ...}`` (the public total policy curve),
+            drawn as a black line: a unit's point lies on or below it.
+        max_points: Largest number of points drawn. Beyond it a deterministic subsample is
+            drawn: the ``max_points // 10`` points of largest y, and points evenly spaced in the
+            rank order of y among the others (the plot says so).
+
+    Returns:
+        An ``<svg ...>...</svg>`` string.
+
+    Example:
+        >>> import numpy as np
+        >>> s = np.geomspace(1.0, 1e6, 200)
+        >>> curve = [{"delta": d, "rho": 0.1 * np.log1p(d) ** 2} for d in (1.0, 1e3, 1e6)]
+        >>> svg = scatter_svg(s, 0.05 * np.log1p(s) ** 2, title="ρ vs size", xlabel="size",
+        ...                   ylabel="ρ", curve=curve, max_points=50)
+        >>> "50 of 200 units shown" in svg
+        True
+    """
+    xa = np.asarray(x, dtype=np.float64).reshape(-1)
+    ya = np.asarray(y, dtype=np.float64).reshape(-1)
+    if xa.shape != ya.shape:
+        raise ValueError(f"scatter_svg: x and y must have the same length; got {xa.size} and "
+                         f"{ya.size}.")
+    ok = np.isfinite(xa) & np.isfinite(ya) & (xa > 0) & (ya > 0)
+    xa, ya = xa[ok], ya[ok]
+    idx = _subsample(ya, max(int(max_points), 1))
+    with rc_context(_RC):
+        fig, (ax,) = _new_figure()
+        n_curve = 0
+        if xa.size:
+            ax.scatter(xa[idx], ya[idx], s=7, color=PALETTE[0], alpha=0.55, linewidths=0,
+                       label="units", zorder=3, rasterized=True)
+        if curve:
+            cx, cy = _positive_pairs([r.get("delta") for r in curve],
+                                     [r.get("rho") for r in curve])
+            if cx.size:
+                ax.plot(cx, cy, color=_TOTAL_COLOR, linewidth=2.4, marker="o", markersize=4,
+                        label="public total policy curve", zorder=5)
+                n_curve = 1
+        if xa.size or n_curve:
+            _style_log_axes(ax)
+            note = (f"{idx.size:,} of {xa.size:,} units shown:\nthe largest values and an even "
+                    "spread of the others" if idx.size < xa.size else None)
+            ax.legend(loc="best", title=note, title_fontsize=8.5, markerscale=2.5)
+        else:
+            _no_data(ax, "no units with positive size and loss")
+        ax.set_xlabel(_text(xlabel))
+        ax.set_ylabel(_text(ylabel))
+        ax.set_title(_text(title))
+        return _to_svg(fig, "scatter", title)

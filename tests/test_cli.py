@@ -19,8 +19,8 @@ import pytest
 
 import tabdp
 from tabdp import cli
+from tabdp.datasets.synth import generate_establishments
 from tabdp.release import runner as runner_mod
-from tabdp.synth import generate_establishments
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"

@@ -23,7 +23,7 @@ PUBLIC_MODULES = (
     "tabdp", "tabdp.mechanisms", "tabdp.noise", "tabdp.privacy", "tabdp.privacy.approx",
     "tabdp.privacy.conversions", "tabdp.privacy.accounting", "tabdp.release",
     "tabdp.release.spec", "tabdp.sensitivity", "tabdp.planning", "tabdp.calibrate",
-    "tabdp.datasets", "tabdp.synth", "tabdp.plotting", "tabdp.report", "tabdp.rng",
+    "tabdp.datasets", "tabdp.datasets.synth", "tabdp.plotting", "tabdp.report", "tabdp.rng",
     "tabdp.frame", "tabdp.exceptions", "tabdp.cli",
 )
 _DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)

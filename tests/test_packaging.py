@@ -134,7 +134,7 @@ def test_generator_never_overwrites_by_default(tmp_path: Path) -> None:
     assert "zstd level default" in proc.stdout and "generating 50 establishments" in proc.stdout
     import polars as pl
 
-    from tabdp.synth import generate_establishments
+    from tabdp.datasets.synth import generate_establishments
 
     assert pl.read_parquet(out).equals(generate_establishments(50, seed=3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.parquet"]  # no partial file left

@@ -1,6 +1,6 @@
 """The seed 002 Figure 1 helper (:mod:`tabdp.plotting`).
 
-* the figure draws exactly the numbers of :func:`tabdp.mechanisms.std_vs_gamma`, one line per
+* the figure draws exactly the numbers of :func:`tabdp.mechanisms.smooth.std_vs_gamma`, one line per
   family, against the γ grid given (or the default grid);
 * what the figure is for: PolyPlace is the lowest curve wherever it and the baselines are defined;
 * axes (log / linear), labels, title with ε, legend; drawing on a caller's axes;
@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from PIL import Image
 
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms import std_vs_gamma
+from tabdp.mechanisms.smooth import std_vs_gamma
 from tabdp.plotting import SMOOTH_NOISE_CURVES, plot_smooth_noise_std, save_smooth_noise_std
 
 FAMILIES = list(SMOOTH_NOISE_CURVES)          # drawing order of the lines

@@ -17,6 +17,7 @@ import pytest
 from scipy import integrate
 
 import tabdp
+import tabdp.noise
 from tabdp.exceptions import InvalidParameterError
 from tabdp.noise import Laplace, PolyPlace
 from tabdp.rng import RandomSource
@@ -232,8 +233,10 @@ def test_sampler_shapes_and_symmetry() -> None:
 
 # -- API -------------------------------------------------------------------------------------------
 def test_public_names() -> None:
-    assert tabdp.mechanisms.PolyPlace is PolyPlace
-    pp = tabdp.mechanisms.PolyPlace(s=10.0, alpha=10.0)
+    assert tabdp.noise.PolyPlace is PolyPlace
+    with pytest.warns(DeprecationWarning, match=r"tabdp.mechanisms.PolyPlace is deprecated"):
+        assert tabdp.mechanisms.PolyPlace is PolyPlace  # the old path, for one release
+    pp = tabdp.noise.PolyPlace(s=10.0, alpha=10.0)
     for name in ("pdf", "cdf", "ppf", "sample", "variance", "logpdf", "sf", "isf", "std"):
         assert callable(getattr(pp, name))
     assert pp == PolyPlace(10.0, 10.0) and hash(pp) == hash(PolyPlace(10.0, 10.0))

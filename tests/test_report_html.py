@@ -1,4 +1,4 @@
-"""The HTML reports of a release: :mod:`tabdp.report.html`, ``plots`` and ``browser``.
+"""The HTML reports of a release: :mod:`tabdp.report.html`, the SVG figures and a browser check.
 
 * realistic inputs built with tabdp itself: a session on ``data/cbp_sample.parquet`` (payroll and
   employment sums with a log transform, establishment counts with Gaussian noise), its public
@@ -19,6 +19,7 @@ import copy
 import math
 import os
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,7 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.exceptions import InvalidParameterError, UsabilityWarning
-from tabdp.report import browser
-from tabdp.report.html import fmt, render_confidential_html, render_summary_html
-from tabdp.report.plots import (
+from tabdp.plotting import (
     PALETTE,
     _subsample,
     histogram_svg,
@@ -40,6 +39,10 @@ from tabdp.report.plots import (
     moe_curves_svg,
     scatter_svg,
 )
+from tabdp.report.html import fmt, render_confidential_html, render_summary_html
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _browser as browser  # noqa: E402  (tests/_browser.py: headless Chromium, test-only)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "cbp_sample.parquet"

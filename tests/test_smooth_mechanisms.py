@@ -19,8 +19,10 @@ import pytest
 from scipy import integrate, stats
 
 from tabdp.exceptions import DataValidationError, InvalidParameterError
-from tabdp.mechanisms import (
-    SmoothSensitivityMechanism,
+from tabdp.mechanisms import SmoothSensitivityMechanism
+from tabdp.mechanisms.smooth import (
+    DEFAULT_GAMMA_FRACTIONS,
+    _prototype,
     choose_gamma,
     default_gamma,
     gamma_limit,
@@ -29,7 +31,6 @@ from tabdp.mechanisms import (
     std_vs_gamma,
     unit_noise,
 )
-from tabdp.mechanisms.smooth import DEFAULT_GAMMA_FRACTIONS, _prototype
 from tabdp.noise import GeneralizedCauchy, Laplace, PolyPlace, StudentT
 from tabdp.rng import RandomSource
 from tabdp.sensitivity import grouped_quantile, smooth_sensitivity_quantile

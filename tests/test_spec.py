@@ -760,3 +760,20 @@ def test_mechanism_hints_speak_spec_keys(meta: Path) -> None:
     hint = str(info.value).split("Hint:", 1)[1]
     assert '{ family = "subbotin", r = 3.0, scale = 1.0, delta = 1e-9 }' in hint
     assert "Subbotin(" not in hint and "r=" not in hint
+
+
+def test_family_aliases_are_accepted_and_written_canonical(meta: Path) -> None:
+    """A registry alias ("log_transform", "stable") is accepted; the spec keeps the canonical."""
+    path = meta / "release_aliases.toml"
+    path.write_text(VALID_TOML.replace('family = "log", sigma', 'family = "log_transform", sigma')
+                    .replace('family = "log", targets', 'family = "log_transform", targets'))
+    pay, _, cal, _ = load_spec(path).tables
+    assert pay.raw_mechanism == {"family": "log", "sigma": 0.5, "offset": 1000}
+    assert pay.mechanism == LogTransform(sigma=0.5, offset=1000.0)
+    assert cal.calibration is not None and cal.calibration["family"] == "log"
+    assert cal.raw_mechanism["family"] == "log"
+    path.write_text(VALID_TOML.replace('family = "log", sigma = 0.5, offset = 1000',
+                                       'family = "stable", alpha = 1.5, gamma = 2.0'))
+    pay = load_spec(path).tables[0]
+    assert pay.raw_mechanism == {"family": "symmetric_stable", "alpha": 1.5, "gamma": 2.0}
+    assert pay.mechanism.to_dict()["family"] == "symmetric_stable"

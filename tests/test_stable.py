@@ -445,10 +445,10 @@ def test_calibration_gamma_table_and_round_trip() -> None:
     for alpha, gamma in GAMMA_TABLE.items():
         m = SymmetricStable.for_epsilon(alpha, 1.0)
         assert m.gamma == pytest.approx(gamma, rel=1e-9)
-    m = SymmetricStable.for_epsilon(1.7, 0.5, delta=3.0)
+    m = SymmetricStable.for_epsilon(1.7, 0.5, sensitivity=3.0)
     assert float(st.stable_epsilon(1.7, 3.0 / m.gamma)) == pytest.approx(0.5, rel=1e-11)
     assert float(m.epsilon(3.0)) == pytest.approx(0.5, rel=1e-8)
-    assert SymmetricStable.for_epsilon(1.0, 2.0, delta=4.0).gamma == pytest.approx(
+    assert SymmetricStable.for_epsilon(1.0, 2.0, sensitivity=4.0).gamma == pytest.approx(
         4.0 / (2 * math.sinh(1.0)), rel=1e-15)
 
 

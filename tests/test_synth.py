@@ -1,4 +1,4 @@
-"""Synthetic CBP-like microdata (``tabdp.synth``): determinism, schema, domains, tails, units."""
+"""Synthetic CBP-like microdata (``tabdp.datasets.synth``): determinism, schema, domains, units."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tabdp.synth as synth
-from tabdp.exceptions import InvalidParameterError
-from tabdp.synth import (
+import tabdp.datasets.synth as synth
+from tabdp.datasets.synth import (
     ESTABLISHMENT_COLUMNS,
     QUARTER_COLUMNS,
     SIZE_CLASSES,
@@ -30,6 +29,7 @@ from tabdp.synth import (
     size_class_of,
     state_domain,
 )
+from tabdp.exceptions import InvalidParameterError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "cbp_sample.parquet"
 SAMPLE_ROWS, SAMPLE_SEED = 100_000, 20261121

@@ -515,7 +515,7 @@ def test_metadata():
     m = RootTransform(k=4, sigma=2.0)
     assert isinstance(m, TransformationMechanism)
     assert (m.family, m.pure, m.requires_nonnegative, m.unbiased) == (
-        "root_transform", False, True, "mean")
+        "root", False, True, "mean")
     assert m.params() == {"k": 4.0, "sigma": 2.0, "offset": 0.0, "estimator": "mean"}
     assert "1/k" in m.policy_formula
     d = m.to_dict()
@@ -525,7 +525,7 @@ def test_metadata():
     assert hash(m) == hash(RootTransform(k=4, sigma=2.0))
     assert repr(m) == "RootTransform(k=4.0, sigma=2.0, offset=0.0, estimator='mean')"
     lm = LogTransform(sigma=1.0, offset=2.0, estimator="median")
-    assert (lm.family, lm.unbiased) == ("log_transform", "median")
+    assert (lm.family, lm.unbiased) == ("log", "median")
     assert lm.params() == {"sigma": 1.0, "offset": 2.0, "estimator": "median"}
     assert "ln" in lm.policy_formula
 

@@ -85,8 +85,8 @@ def cbp_sample_path() -> Path:
 def load_cbp_sample(*, lazy: bool = False) -> pl.DataFrame | pl.LazyFrame:
     """Load the synthetic County Business Patterns-like sample as a Polars frame.
 
-    The file equals ``tabdp.synth.generate_establishments(100_000, seed=20261121)``; no value
-    comes from real records, so it is safe to ship, print and publish.
+    The file equals ``tabdp.datasets.synth.generate_establishments(100_000, seed=20261121)``; no
+    value comes from real records, so it is safe to ship, print and publish.
 
     Args:
         lazy: Return a ``polars.LazyFrame`` scanning the file instead of reading it.

@@ -6,7 +6,8 @@ Example:
     6
 """
 
+from tabdp.frame._engine import count_mechanism
 from tabdp.frame.accessor import DPAccessor, register
 from tabdp.frame.keys import KeySet
 
-__all__ = ["DPAccessor", "KeySet", "register"]
+__all__ = ["DPAccessor", "KeySet", "count_mechanism", "register"]

@@ -193,7 +193,9 @@ def count_mechanism(mechanism: Any, grid: Any = None) -> Any:
     ε = Δ/b) and cannot leak through floating point: ``Gaussian(σ)`` → ``DiscreteGaussian(σ)``,
     ``Laplace(b)`` → ``DiscreteLaplace(b)``, ``None`` → ``DiscreteGaussian(2.0)``. The swap is
     skipped when the caller asks for a non-integer grid (the continuous law is then rounded to
-    that grid, see docs/exact-rounding.md). Other mechanisms are kept as given.
+    that grid, see docs/exact-rounding.md). Each mechanism names its counterpart
+    (:meth:`~tabdp.mechanisms.Mechanism.for_counts`); others are kept as given. The default
+    is :data:`tabdp.registry.COUNT_DEFAULT`.
 
     Args:
         mechanism: The mechanism the caller passed (or ``None``).
@@ -209,20 +211,17 @@ def count_mechanism(mechanism: Any, grid: Any = None) -> Any:
         >>> count_mechanism(Gaussian(3.0), grid=0.5)
         Gaussian(sigma=3.0)
     """
-    from tabdp.mechanisms import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace
+    from tabdp import mechanisms, registry
 
     step = grid.get("count") if isinstance(grid, dict) else grid
     integral = step is None or (isinstance(step, (int, float)) and not isinstance(step, bool)
                                 and float(step) >= 1 and float(step).is_integer())
     if mechanism is None:
-        return DiscreteGaussian(DEFAULT_COUNT_SIGMA)
-    if not integral:
+        family, params = registry.COUNT_DEFAULT
+        return registry.get(family).cls(**params)
+    if not integral or not isinstance(mechanism, mechanisms.Mechanism):
         return mechanism
-    if type(mechanism) is Gaussian:
-        return DiscreteGaussian(mechanism.sigma)
-    if type(mechanism) is Laplace:
-        return DiscreteLaplace(mechanism.scale)
-    return mechanism
+    return mechanism.for_counts()
 
 
 def _check_grid(grid: Any, released: list[str]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from tabdp.frame._output import (
     to_native,
 )
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import DEFAULT_LEVEL, pure_to_zcdp
+from tabdp.mechanisms import DEFAULT_LEVEL, pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityRelease
 from tabdp.privacy.budget import ROWS_CURRENCY
@@ -130,7 +130,7 @@ class GroupPrivacyPolicy:
         [0.0, 1.0, 3.0]
     """
 
-    family = "smooth_sensitivity"
+    family = SmoothSensitivityRelease.family
 
     gaussian_dp = False
 
@@ -146,14 +146,14 @@ class GroupPrivacyPolicy:
         self.dp_delta: float | None = (None if mechanism.pure or mechanism.delta is None
                                        else float(mechanism.delta))
 
-    def _k(self, delta: Any) -> np.ndarray:
-        return np.ceil(np.abs(np.asarray(delta, dtype=np.float64)))
+    def _k(self, sensitivity: Any) -> np.ndarray:
+        return np.ceil(np.abs(np.asarray(sensitivity, dtype=np.float64)))
 
-    def approx_policy(self, delta: Any) -> tuple[np.ndarray, np.ndarray]:
+    def approx_policy(self, sensitivity: Any) -> tuple[np.ndarray, np.ndarray]:
         """Group-privacy (ε, δ) for Δ rows in a cell: (k·(ε₁+ε₂), k·e^{(k−1)ε₁}·δ), k = ⌈Δ⌉.
 
         Args:
-            delta: Rows of the unit in the cell.
+            sensitivity: Rows of the unit in the cell.
 
         Returns:
             ``(epsilon, delta)`` arrays (zeros for pure mechanisms, which are accounted in ε).
@@ -164,7 +164,7 @@ class GroupPrivacyPolicy:
             >>> float(eps[0]), round(float(delta[0]) / 1e-6, 6)   # (2 eps, 2 e^{eps_1} delta)
             (2.0, 3.297443)
         """
-        k = self._k(delta)
+        k = self._k(sensitivity)
         if self.dp_delta is None:
             z = np.zeros(k.shape)
             return z, z.copy()
@@ -173,11 +173,11 @@ class GroupPrivacyPolicy:
             d = np.where(k > 0, k * np.exp((k - 1.0) * e1) * self.dp_delta, 0.0)
         return k * e1 + k * self.mechanism.eps_scale, np.minimum(d, 1.0)
 
-    def epsilon(self, delta: Any) -> np.ndarray:
+    def epsilon(self, sensitivity: Any) -> np.ndarray:
         """ε(Δ) = ⌈Δ⌉·(ε₁ + ε₂) (``inf`` for Δ > 0 when not pure).
 
         Args:
-            delta: Rows of the unit in the cell.
+            sensitivity: Rows of the unit in the cell.
 
         Returns:
             PRDP losses.
@@ -187,16 +187,16 @@ class GroupPrivacyPolicy:
             >>> GroupPrivacyPolicy(r).epsilon([2]).tolist()
             [1.0]
         """
-        k = self._k(delta)
+        k = self._k(sensitivity)
         if not self.pure:
             return np.where(k > 0, np.inf, 0.0)
         return k * self.mechanism.eps_value + k * self.mechanism.eps_scale
 
-    def rho(self, delta: Any) -> np.ndarray:
+    def rho(self, sensitivity: Any) -> np.ndarray:
         """ρ(Δ) = ρ(k·ε₁) + ρ(k·ε₂) with ρ(e) = e·tanh(e/2), k = ⌈Δ⌉ (``inf`` when not pure).
 
         Args:
-            delta: Rows of the unit in the cell.
+            sensitivity: Rows of the unit in the cell.
 
         Returns:
             PRzCDP losses.
@@ -206,7 +206,7 @@ class GroupPrivacyPolicy:
             >>> round(float(GroupPrivacyPolicy(r).rho(1)), 6)      # 2 · 0.5·tanh(0.25)
             0.244919
         """
-        k = self._k(delta)
+        k = self._k(sensitivity)
         if not self.pure:
             return np.where(k > 0, np.inf, 0.0)
         return (pure_to_zcdp(k * self.mechanism.eps_value)

@@ -23,7 +23,7 @@ from tabdp.frame._output import (
     integer_grid,
 )
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
 __all__ = ["DPAccessor"]

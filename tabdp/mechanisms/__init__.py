@@ -1,7 +1,15 @@
 """Mechanisms with per-record guarantees: additive and transformation mechanisms.
 
-Every mechanism exposes the PRzCDP policy ``rho(delta)``, the PRDP policy ``epsilon(delta)``
-(``inf`` when not pure), ``release(values, rng)`` and ``release_table(values, rng, level)``.
+This namespace holds the mechanisms, their base classes and the types of their interface
+(:class:`ReleasedValues`, :class:`LawOfSums`, :class:`ExactTotals`, :data:`DEFAULT_LEVEL`,
+:func:`pure_to_zcdp`). Noise laws live in :mod:`tabdp.noise`; the smooth-sensitivity helpers in
+:mod:`tabdp.mechanisms.smooth`, ``sum_gamma`` in :mod:`tabdp.mechanisms.stable` and the
+(ε, δ) scale helpers in :mod:`tabdp.privacy.approx` (their old names here still work for one
+release, with a DeprecationWarning).
+
+Every mechanism exposes the PRzCDP policy ``rho(sensitivity)``, the PRDP policy
+``epsilon(sensitivity)`` (``inf`` when not pure), ``release(values, rng)`` and
+``release_table(values, rng, level)``.
 
 Example:
     >>> from tabdp import mechanisms as mech
@@ -10,7 +18,16 @@ Example:
     10.604
 """
 
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, ReleasedValues, pure_to_zcdp
+from typing import Any
+
+from tabdp._deprecation import moved_name
+from tabdp.mechanisms._base import (
+    DEFAULT_LEVEL,
+    LawOfSums,
+    Mechanism,
+    ReleasedValues,
+    pure_to_zcdp,
+)
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.mechanisms.additive import (
     AdditiveMechanism,
@@ -20,69 +37,63 @@ from tabdp.mechanisms.additive import (
     Laplace,
     UnitSplitting,
 )
-from tabdp.mechanisms.discrete import DiscreteGaussian, DiscreteLaplace
+from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism, DiscreteGaussian, DiscreteLaplace
 from tabdp.mechanisms.logconcave import Logistic, Subbotin, VectorSubbotin
-from tabdp.mechanisms.smooth import (
-    NOISE_FAMILIES,
-    SmoothSensitivityMechanism,
-    SmoothSensitivityRelease,
-    choose_gamma,
-    default_gamma,
-    gamma_limit,
-    optimal_shape,
-    split_epsilon,
-    std_per_unit_ss,
-    std_vs_gamma,
-    unit_noise,
-)
-from tabdp.mechanisms.stable import SymmetricStable, sum_gamma
+from tabdp.mechanisms.smooth import SmoothSensitivityMechanism, SmoothSensitivityRelease
+from tabdp.mechanisms.stable import SymmetricStable
 from tabdp.mechanisms.transformation import LogTransform, RootTransform, TransformationMechanism
-from tabdp.noise.polyplace import PolyPlace
-from tabdp.privacy.approx import (
-    choose_subbotin_r,
-    delta_for_scale,
-    epsilon_for_scale,
-    min_scale,
-    subbotin_mse,
-)
 
 __all__ = [
-    "ExactTotals",
-    "DEFAULT_LEVEL",
+    # the contract of a mechanism
     "Mechanism",
     "ReleasedValues",
+    "LawOfSums",
+    "ExactTotals",
+    "DEFAULT_LEVEL",
     "pure_to_zcdp",
+    # families of mechanisms
     "AdditiveMechanism",
+    "DiscreteAdditiveMechanism",
+    "TransformationMechanism",
+    # mechanisms
     "Gaussian",
     "Laplace",
     "GeneralizedGaussian",
     "ExpPolyLog",
     "UnitSplitting",
-    "TransformationMechanism",
     "RootTransform",
     "LogTransform",
-    "PolyPlace",
-    "SmoothSensitivityMechanism",
-    "SmoothSensitivityRelease",
-    "split_epsilon",
-    "NOISE_FAMILIES",
-    "choose_gamma",
-    "default_gamma",
-    "gamma_limit",
-    "optimal_shape",
-    "std_per_unit_ss",
-    "std_vs_gamma",
-    "unit_noise",
-    "DiscreteGaussian",
-    "DiscreteLaplace",
     "SymmetricStable",
-    "sum_gamma",
     "Logistic",
     "Subbotin",
     "VectorSubbotin",
-    "min_scale",
-    "epsilon_for_scale",
-    "delta_for_scale",
-    "choose_subbotin_r",
-    "subbotin_mse",
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "SmoothSensitivityMechanism",
+    "SmoothSensitivityRelease",
 ]
+
+#: Names that moved out of this namespace (deprecated here for one release): name -> new home.
+_MOVED: dict[str, str] = {
+    "PolyPlace": "tabdp.noise",
+    **{name: "tabdp.mechanisms.smooth" for name in (
+        "NOISE_FAMILIES", "split_epsilon", "choose_gamma", "default_gamma", "gamma_limit",
+        "optimal_shape", "std_per_unit_ss", "std_vs_gamma", "unit_noise")},
+    "sum_gamma": "tabdp.mechanisms.stable",
+    **{name: "tabdp.privacy.approx" for name in (
+        "min_scale", "epsilon_for_scale", "delta_for_scale", "choose_subbotin_r",
+        "subbotin_mse")},
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import importlib
+
+        home = _MOVED[name]
+        return moved_name(__name__, name, home, getattr(importlib.import_module(home), name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) - set(_MOVED))

@@ -21,17 +21,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tabdp._validation import check_real
-from tabdp.exceptions import DataValidationError
+from tabdp._deprecation import wrap_sensitivity_methods
+from tabdp._validation import check_level
+from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.rng import as_random_source
 
-__all__ = ["Mechanism", "ReleasedValues", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL"]
+__all__ = ["Mechanism", "ReleasedValues", "LawOfSums", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL",
+           "check_level"]
 
 #: Default confidence level of margins of error (the US Census standard of 90%).
 DEFAULT_LEVEL = 0.9
@@ -56,11 +58,11 @@ def pure_to_zcdp(epsilon: ArrayLike) -> np.ndarray:
     return np.where(np.isinf(e), np.inf, out)
 
 
-def not_pure(delta: ArrayLike) -> np.ndarray:
+def not_pure(sensitivity: ArrayLike) -> np.ndarray:
     """PRDP policy of a mechanism with no pure guarantee: ``inf`` for Δ > 0, 0 at Δ = 0.
 
     Args:
-        delta: Per-record sensitivities.
+        sensitivity: Per-record sensitivities.
 
     Returns:
         ``inf`` where |Δ| > 0, else 0.
@@ -69,7 +71,7 @@ def not_pure(delta: ArrayLike) -> np.ndarray:
         >>> not_pure([0.0, 2.0]).tolist()
         [0.0, inf]
     """
-    d = np.abs(np.asarray(delta, dtype=np.float64))
+    d = np.abs(np.asarray(sensitivity, dtype=np.float64))
     return np.where(d > 0, np.inf, 0.0)
 
 
@@ -113,21 +115,34 @@ class ReleasedValues:
     fallbacks: int = 0
 
 
-def check_level(level: float) -> float:
-    """Validate a confidence level in (0, 1).
+@dataclass(frozen=True)
+class LawOfSums:
+    """The law of the error of a sum of n cells released by one additive mechanism.
 
-    Args:
-        level: The level.
+    What :meth:`Mechanism.sum_law` returns and :func:`tabdp.release.rollup.sum_error_law` turns
+    into margins of error: the error of a sum of n cells is the n-fold convolution of the cell
+    noise, and ``kind`` names the exact method for it.
 
-    Returns:
-        The level as float.
+    Attributes:
+        kind: ``"gaussian"`` (``z·scale·√n``), ``"stable"`` (``n^(1/alpha)`` times the one-cell
+            margin), ``"laplace"`` / ``"logistic"`` (closed-form characteristic function with
+            scale ``scale``), ``"integer"`` (exact law on the integer lattice) or ``"lattice"``
+            (numerical n-fold convolution of the density).
+        noise: The noise law of one cell.
+        scale: σ (``"gaussian"``) or the scale b (``"laplace"``, ``"logistic"``); unused otherwise.
+        alpha: Stability index (``"stable"``); unused otherwise.
 
     Example:
-        >>> check_level(0.9)
-        0.9
+        >>> from tabdp.mechanisms import Gaussian
+        >>> law = Gaussian(sigma=2.0).sum_law()
+        >>> law.kind, law.scale
+        ('gaussian', 2.0)
     """
-    return check_real("level", level, owner="margin of error", gt=0.0, lt=1.0,
-                      hint="use e.g. level=0.9 for 90% margins of error")
+
+    kind: Literal["gaussian", "stable", "laplace", "logistic", "integer", "lattice"]
+    noise: Any
+    scale: float = 1.0
+    alpha: float = 2.0
 
 
 class Mechanism(ABC):
@@ -162,8 +177,13 @@ class Mechanism(ABC):
     #: per cell touched. ``None`` for mechanisms with a pure or zCDP guarantee.
     dp_delta: float | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Subclasses' ``rho``/``epsilon`` accept the old keyword ``delta`` for one release."""
+        super().__init_subclass__(**kwargs)
+        wrap_sensitivity_methods(cls)
+
     @abstractmethod
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy ρ(Δ), vectorized over Δ ≥ 0.
 
         Example:
@@ -173,7 +193,7 @@ class Mechanism(ABC):
         """
 
     @abstractmethod
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy ε(Δ), vectorized; ``inf`` for Δ > 0 if the mechanism is not pure.
 
         Example:
@@ -220,6 +240,48 @@ class Mechanism(ABC):
         """
 
     # -- shared behaviour ---------------------------------------------------------------------
+    def sum_law(self) -> LawOfSums:
+        """The law of the error of a sum of released cells (additive mechanisms only).
+
+        Rollups use it for the margin of error of a total of released cells. The base class has
+        none: a mechanism whose cell errors are not iid additive noise raises.
+
+        Returns:
+            The :class:`LawOfSums` of this mechanism's noise.
+
+        Raises:
+            InvalidParameterError: If sums of this mechanism's cells have no fixed law.
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> Laplace(scale=1.5).sum_law().kind
+            'laplace'
+        """
+        raise InvalidParameterError(
+            "mechanism must be an additive tabdp mechanism (Gaussian, Laplace, "
+            "GeneralizedGaussian, ExpPolyLog, UnitSplitting, Logistic, Subbotin, SymmetricStable, "
+            f"DiscreteGaussian, DiscreteLaplace); got {self!r} of type "
+            f"{type(self).__name__}.\nHint: pass the mechanism that released the measure.")
+
+    def for_counts(self) -> Mechanism:
+        """The mechanism a count is released with when its grid is integral: by default itself.
+
+        Counts are integer queries; mechanisms with an exact integer counterpart of the same
+        guarantee (``Gaussian`` → ``DiscreteGaussian``, ``Laplace`` → ``DiscreteLaplace``)
+        return it, so that no floating point reaches the count.
+
+        Returns:
+            The mechanism to release counts with.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian, LogTransform
+            >>> Gaussian(3.0).for_counts()
+            DiscreteGaussian(sigma=3.0)
+            >>> LogTransform(sigma=0.5, offset=1.0).for_counts()
+            LogTransform(sigma=0.5, offset=1.0, estimator='mean')
+        """
+        return self
+
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Per-record (ε, δ)-DP policy: the ε this mechanism gives a record of sensitivity Δ at δ.
 

@@ -19,17 +19,20 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp import noise as _noise
+from tabdp import registry
+from tabdp._numeric import ceil_snap
 from tabdp._validation import check_real
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
+    LawOfSums,
     Mechanism,
     ReleasedValues,
     check_level,
     not_pure,
     pure_to_zcdp,
 )
+from tabdp.noise import NoiseDistribution
 from tabdp.noise import exact as _exact
-from tabdp.noise._base import NoiseDistribution
 
 __all__ = [
     "AdditiveMechanism",
@@ -41,8 +44,8 @@ __all__ = [
 ]
 
 
-def _delta(delta: ArrayLike) -> np.ndarray:
-    d = np.abs(np.asarray(delta, dtype=np.float64))
+def _delta(sensitivity: ArrayLike) -> np.ndarray:
+    d = np.abs(np.asarray(sensitivity, dtype=np.float64))
     return d
 
 
@@ -63,6 +66,16 @@ class AdditiveMechanism(Mechanism):
     def __init__(self, noise: NoiseDistribution) -> None:
         """Add ``noise`` (a public noise law) to each released value."""
         self.noise = noise
+
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: numerical n-fold convolution of the noise density.
+
+        Example:
+            >>> from tabdp.mechanisms import ExpPolyLog
+            >>> ExpPolyLog(sigma=1.0, a=2.0, d=4.0).sum_law().kind
+            'lattice'
+        """
+        return LawOfSums("lattice", self.noise)
 
     def default_grid(self) -> float:
         """Default public grid: the largest power of ten ``<= 0.02·spread`` of the noise.
@@ -154,11 +167,11 @@ class AdditiveMechanism(Mechanism):
         shape = np.shape(np.asarray(values, dtype=np.float64))
         return np.full(shape, h) + g.halfstep(np.zeros(shape))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy; for pure mechanisms ε(Δ)·tanh(ε(Δ)/2).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             ρ(Δ).
@@ -167,7 +180,7 @@ class AdditiveMechanism(Mechanism):
             >>> round(float(Laplace(scale=1.0).rho(1.0)), 6)
             0.462117
         """
-        return pure_to_zcdp(self.epsilon(delta))
+        return pure_to_zcdp(self.epsilon(sensitivity))
 
     def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
         """Public parameters (by default the noise's).
@@ -178,7 +191,7 @@ class AdditiveMechanism(Mechanism):
         """
         return self.noise.params()
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
         """PRDP policy ε(Δ); each subclass gives its own.
 
         Example:
@@ -188,6 +201,7 @@ class AdditiveMechanism(Mechanism):
         raise NotImplementedError
 
 
+@registry.mechanism('gaussian', tags=('spec', 'calibrate', 'additive'), rank=1)
 class Gaussian(AdditiveMechanism):
     """Gaussian mechanism: ``q + N(0, sigma²)``; PRzCDP ρ(Δ) = Δ²/(2σ²), not pure.
 
@@ -202,7 +216,6 @@ class Gaussian(AdditiveMechanism):
         (2.0, inf, 0.0)
     """
 
-    family = "gaussian"
     policy_formula = "rho(D) = D^2 / (2 sigma^2)"
     gaussian_dp = True
 
@@ -212,11 +225,32 @@ class Gaussian(AdditiveMechanism):
                                 hint="sigma is the noise standard deviation, e.g. sigma=2.0")
         super().__init__(_noise.Gaussian(self.sigma))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Gaussian, σ·√n.
+
+        Example:
+            >>> from tabdp.mechanisms import Gaussian
+            >>> Gaussian(sigma=1.0).sum_law().kind
+            'gaussian'
+        """
+        return LawOfSums("gaussian", self.noise, self.sigma)
+
+    def for_counts(self) -> Mechanism:
+        """The exact integer counterpart for counts: ``DiscreteGaussian(σ)`` (same ρ = Δ²/(2σ²)).
+
+        Example:
+            >>> Gaussian(sigma=3.0).for_counts()
+            DiscreteGaussian(sigma=3.0)
+        """
+        from tabdp.mechanisms.discrete import DiscreteGaussian
+
+        return DiscreteGaussian(self.sigma) if type(self) is Gaussian else self
+
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = Δ²/(2σ²).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -225,16 +259,16 @@ class Gaussian(AdditiveMechanism):
             >>> float(Gaussian(sigma=1.0).rho(1.0))
             0.5
         """
-        d = _delta(delta)
+        d = _delta(sensitivity)
         with np.errstate(over="ignore"):
             x = d / self.sigma   # (Δ/σ)²/2: Δ² and σ² under/overflow where Δ/σ does not
             return 0.5 * x * x
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (the Gaussian mechanism has no pure guarantee), 0 at Δ = 0.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -243,7 +277,7 @@ class Gaussian(AdditiveMechanism):
             >>> Gaussian(sigma=1.0).epsilon([0.0, 1.0]).tolist()
             [0.0, inf]
         """
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -255,6 +289,7 @@ class Gaussian(AdditiveMechanism):
         return {"sigma": self.sigma}
 
 
+@registry.mechanism('laplace', tags=('spec', 'calibrate', 'additive'), rank=2)
 class Laplace(AdditiveMechanism):
     """Laplace mechanism: ``q + Laplace(scale)``; PRDP ε(Δ) = Δ/scale.
 
@@ -266,7 +301,6 @@ class Laplace(AdditiveMechanism):
         0.5
     """
 
-    family = "laplace"
     pure = True
     policy_formula = "eps(D) = D / scale; rho = eps * tanh(eps / 2)"
 
@@ -275,11 +309,32 @@ class Laplace(AdditiveMechanism):
         self.scale = check_real("scale", scale, owner="Laplace", gt=0.0)
         super().__init__(_noise.Laplace(self.scale))
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: closed-form characteristic function 1/(1 + b²t²).
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> Laplace(scale=1.0).sum_law().kind
+            'laplace'
+        """
+        return LawOfSums("laplace", self.noise, self.scale)
+
+    def for_counts(self) -> Mechanism:
+        """The exact integer counterpart for counts: ``DiscreteLaplace(b)`` (same ε = Δ/b).
+
+        Example:
+            >>> Laplace(scale=2.0).for_counts()
+            DiscreteLaplace(scale=2.0)
+        """
+        from tabdp.mechanisms.discrete import DiscreteLaplace
+
+        return DiscreteLaplace(self.scale) if type(self) is Laplace else self
+
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -288,7 +343,7 @@ class Laplace(AdditiveMechanism):
             >>> float(Laplace(scale=1.0).epsilon(3.0))
             3.0
         """
-        return _delta(delta) / self.scale
+        return _delta(sensitivity) / self.scale
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy: ε = max(Δ/b + 2·ln(1−δ), 0), docs/math/log-concave.md §3.
@@ -321,6 +376,7 @@ class Laplace(AdditiveMechanism):
         return {"scale": self.scale}
 
 
+@registry.mechanism('generalized_gaussian', tags=('spec', 'calibrate', 'additive'), rank=3)
 class GeneralizedGaussian(AdditiveMechanism):
     """Generalized Gaussian mechanism, density ∝ exp(-(|z|/σ)^p), 0 < p ≤ 1 ([FCD+24] Cor 5.6).
 
@@ -336,7 +392,6 @@ class GeneralizedGaussian(AdditiveMechanism):
         2.0
     """
 
-    family = "generalized_gaussian"
     pure = True
     policy_formula = "eps(D) = (D / sigma)^p; rho = eps * tanh(eps / 2)"
 
@@ -348,11 +403,22 @@ class GeneralizedGaussian(AdditiveMechanism):
                                  "p = 0.5 gives a loss growing like sqrt(D)")
         super().__init__(_noise.GeneralizedGaussian(self.sigma, self.p))
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Laplace's for p = 1, else numerical convolution.
+
+        Example:
+            >>> from tabdp.mechanisms import GeneralizedGaussian
+            >>> GeneralizedGaussian(sigma=1.0, p=1.0).sum_law().kind
+            'laplace'
+        """
+        return (LawOfSums("laplace", self.noise, self.sigma) if self.p == 1.0
+                else LawOfSums("lattice", self.noise))
+
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = (Δ/σ)^p.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -361,7 +427,7 @@ class GeneralizedGaussian(AdditiveMechanism):
             >>> float(GeneralizedGaussian(sigma=4.0, p=0.5).epsilon(16.0))
             2.0
         """
-        return (_delta(delta) / self.sigma) ** self.p
+        return (_delta(sensitivity) / self.sigma) ** self.p
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -373,6 +439,7 @@ class GeneralizedGaussian(AdditiveMechanism):
         return {"sigma": self.sigma, "p": self.p}
 
 
+@registry.mechanism('exp_polylog', tags=('spec', 'calibrate', 'additive'), rank=4)
 class ExpPolyLog(AdditiveMechanism):
     """Exponential polylogarithmic mechanism, density ∝ exp(-d·(ln(|z|/σ + a))^p) (Cor 5.7).
 
@@ -392,7 +459,6 @@ class ExpPolyLog(AdditiveMechanism):
         18.4207
     """
 
-    family = "exp_polylog"
     pure = True
     policy_formula = "eps(D) = d [ (ln(D/sigma + a))^p - (ln a)^p ]; rho = eps * tanh(eps / 2)"
 
@@ -404,11 +470,11 @@ class ExpPolyLog(AdditiveMechanism):
         self.sigma, self.a, self.d, self.p = noise.sigma, noise.a, noise.d, noise.p
         super().__init__(noise)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) evaluated without cancellation for small Δ (docs/math/policies.md §4).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -418,7 +484,7 @@ class ExpPolyLog(AdditiveMechanism):
             >>> abs(e / (2 * math.log(3.0) * 1e-12 / 3.0) - 1.0) < 1e-9   # ~ 2 d ln(a) D/(sigma a)
             True
         """
-        h = np.log1p(_delta(delta) / (self.sigma * self.a))
+        h = np.log1p(_delta(sensitivity) / (self.sigma * self.a))
         if self.p == 1.0:
             return self.d * h
         l0 = math.log(self.a)
@@ -434,17 +500,7 @@ class ExpPolyLog(AdditiveMechanism):
         return {"sigma": self.sigma, "a": self.a, "d": self.d, "p": self.p}
 
 
-def _ceil_snap(x: np.ndarray) -> np.ndarray:
-    """``ceil`` that snaps ratios within a few ulps of an integer to it (2.1/0.7 → 3).
-
-    The tolerance is kept at 8 ulps (not 1e-9 relative) so that a real fraction of a large ratio
-    (1e7/0.37 = 27027027.027) is never snapped down: that would under-count the loss.
-    """
-    r = np.rint(x)
-    near = np.abs(x - r) <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
-    return np.where(near, r, np.ceil(x))
-
-
+@registry.mechanism('unit_splitting', tags=('spec', 'calibrate', 'additive'), rank=7)
 class UnitSplitting(AdditiveMechanism):
     """Unit splitting with Gaussian noise: the baseline of [FCD+24] §2.5 (Ex. 2.16).
 
@@ -463,7 +519,6 @@ class UnitSplitting(AdditiveMechanism):
         [1.0, 1.0, 1.0, 4.0, 9.0, 1000000.0]
     """
 
-    family = "unit_splitting"
     gaussian_dp = True
     policy_formula = "rho(D) = tau^2 / (2 sigma^2) * max(1, ceil(D / tau))^2"
 
@@ -473,11 +528,21 @@ class UnitSplitting(AdditiveMechanism):
         self.sigma = check_real("sigma", sigma, owner="UnitSplitting", gt=0.0)
         super().__init__(_noise.Gaussian(self.sigma))
 
-    def rows(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Gaussian, σ·√n.
+
+        Example:
+            >>> from tabdp.mechanisms import UnitSplitting
+            >>> UnitSplitting(threshold=10.0, sigma=1.0).sum_law().kind
+            'gaussian'
+        """
+        return LawOfSums("gaussian", self.noise, self.sigma)
+
+    def rows(self, sensitivity: ArrayLike) -> np.ndarray:
         """Number of split rows A(Δ) = max(1, ⌈Δ/τ⌉).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             Row counts (float).
@@ -486,13 +551,13 @@ class UnitSplitting(AdditiveMechanism):
             >>> UnitSplitting(threshold=0.7, sigma=1.0).rows([2.1]).tolist()
             [3.0]
         """
-        return np.maximum(1.0, _ceil_snap(_delta(delta) / self.threshold))
+        return np.maximum(1.0, ceil_snap(_delta(sensitivity) / self.threshold))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = τ²/(2σ²)·A(Δ)².
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -501,16 +566,16 @@ class UnitSplitting(AdditiveMechanism):
             >>> float(UnitSplitting(threshold=1.0, sigma=1.0).rho(2.5))
             4.5
         """
-        a = self.rows(delta)
+        a = self.rows(sensitivity)
         with np.errstate(over="ignore"):
             x = self.threshold / self.sigma * a   # (τ/σ)² a²/2, no under/overflow of τ², σ²
             return 0.5 * x * x
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` (Gaussian noise is not pure).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses (all ``inf``).
@@ -519,7 +584,7 @@ class UnitSplitting(AdditiveMechanism):
             >>> UnitSplitting(threshold=1.0, sigma=1.0).epsilon([3.0]).tolist()
             [inf]
         """
-        return np.full(np.shape(_delta(delta)), np.inf)
+        return np.full(np.shape(_delta(sensitivity)), np.inf)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.

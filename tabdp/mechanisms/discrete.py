@@ -49,10 +49,12 @@ import mpmath
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp import registry
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
+    LawOfSums,
     Mechanism,
     ReleasedValues,
     check_level,
@@ -60,7 +62,7 @@ from tabdp.mechanisms._base import (
     pure_to_zcdp,
 )
 from tabdp.mechanisms._totals import ExactTotals
-from tabdp.noise.discrete import _MP_DPS, DiscreteGaussianNoise, DiscreteLaplaceNoise
+from tabdp.noise.discrete import MP_DPS, DiscreteGaussianNoise, DiscreteLaplaceNoise
 from tabdp.rng import as_random_source
 
 __all__ = ["DiscreteAdditiveMechanism", "DiscreteGaussian", "DiscreteLaplace"]
@@ -89,9 +91,9 @@ _MP_REL = 1e-38
 _MIN_EXACT_DELTA = 1e-280
 
 
-def _integer_sensitivity(delta: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def _integer_sensitivity(sensitivity: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """|Δ| and a mask of the finite integer values."""
-    d = np.abs(np.asarray(delta, dtype=np.float64))
+    d = np.abs(np.asarray(sensitivity, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         is_int = np.isfinite(d) & (d == np.floor(d))
     return d, is_int
@@ -250,6 +252,16 @@ class DiscreteAdditiveMechanism(Mechanism):
         """Add integer ``noise`` (a public discrete law) to each released integer."""
         self.noise = noise
 
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: exact law of the integer sum.
+
+        Example:
+            >>> from tabdp.mechanisms import DiscreteLaplace
+            >>> DiscreteLaplace(scale=1.0).sum_law().kind
+            'integer'
+        """
+        return LawOfSums("integer", self.noise)
+
     def _prepare_integers(self, values: ArrayLike) -> np.ndarray:
         q = self._prepare(values)
         frac = q != np.floor(q)
@@ -384,7 +396,7 @@ class DiscreteAdditiveMechanism(Mechanism):
             h += 0.5 * k
         return np.full(np.shape(np.asarray(values, dtype=np.float64)), h)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
         """PRzCDP policy (each subclass gives its own).
 
         Example:
@@ -393,7 +405,7 @@ class DiscreteAdditiveMechanism(Mechanism):
         """
         raise NotImplementedError
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:  # pragma: no cover - overridden
         """PRDP policy (each subclass gives its own).
 
         Example:
@@ -412,6 +424,7 @@ class DiscreteAdditiveMechanism(Mechanism):
         return self.noise.params()
 
 
+@registry.mechanism('discrete_gaussian', tags=('spec', 'additive', 'integer'), rank=12)
 class DiscreteGaussian(DiscreteAdditiveMechanism):
     """Discrete Gaussian mechanism: ``q + Z``, Z exact discrete Gaussian with parameter σ.
 
@@ -430,7 +443,6 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         (2.0, inf, 0.0)
     """
 
-    family = "discrete_gaussian"
     policy_formula = "rho(D) = D^2 / (2 sigma^2) for integer D; inf for non-integer D"
     noise: DiscreteGaussianNoise
 
@@ -440,7 +452,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         self.sigma = self.noise.sigma
         self._s2 = float(self.noise.sigma2_exact)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = Δ²/(2σ²) for integer Δ, ``inf`` otherwise; rounded up.
 
         σ is the exact rational parameter. The double returned is never below the exact value:
@@ -450,7 +462,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         the smallest double ``>= Δ²/(2σ²)``, computed with exact fractions once per distinct Δ.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -461,7 +473,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
             >>> float(DiscreteGaussian(Fraction(1, 31)).rho(1))   # exactly 961/2
             480.5
         """
-        d, is_int = _integer_sensitivity(delta)
+        d, is_int = _integer_sensitivity(sensitivity)
         shape = d.shape
         dd = np.atleast_1d(np.where(is_int, d, 0.0))
         sig = self.noise.sigma_exact
@@ -472,11 +484,11 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
             r = _exact_up(dd, lambda v: Fraction(v * v) / (2 * s2))
         return np.where(is_int, r.reshape(shape), np.inf)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (no pure guarantee), 0 at Δ = 0.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -485,7 +497,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
             >>> DiscreteGaussian(sigma=1.0).epsilon([0, 1]).tolist()
             [0.0, inf]
         """
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
     def delta_at(self, sensitivity: ArrayLike, epsilon: float) -> np.ndarray:
         """δ(ε) of a shift by integer Δ (CKS Thm 7), never understated; ``1`` for non-integer Δ.
@@ -625,7 +637,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         """δ(ε) for integer Δ = d > 0 in 60-digit arithmetic, rounded up to a double."""
         x1 = Fraction(eps) * self.noise.sigma2_exact / d - Fraction(d, 2)  # exact threshold
         k1 = math.floor(x1)
-        with mpmath.workdps(_MP_DPS):
+        with mpmath.workdps(MP_DPS):
             a = self.noise._mp_sf_int(k1)
             b = mpmath.exp(mpmath.mpf(eps)) * self.noise._mp_sf_int(k1 + d)
             dl = a - b
@@ -711,6 +723,7 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
         return self.noise.params()
 
 
+@registry.mechanism('discrete_laplace', tags=('spec', 'additive', 'integer'), rank=13)
 class DiscreteLaplace(DiscreteAdditiveMechanism):
     """Discrete Laplace mechanism: ``q + Z``, P(Z = k) ∝ exp(−|k|/scale), exact.
 
@@ -726,7 +739,6 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
         (0.5, inf)
     """
 
-    family = "discrete_laplace"
     pure = True
     policy_formula = ("eps(D) = D / scale for integer D (inf for non-integer D); "
                       "rho = eps * tanh(eps / 2)")
@@ -738,14 +750,14 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
         super().__init__(DiscreteLaplaceNoise(scale))
         self.scale = self.noise.scale
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale for integer Δ, ``inf`` otherwise: the smallest double >= Δ/scale.
 
         The scale is the exact rational parameter; the quotient is rounded *up* (exact when
         representable), so the loss is never understated.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -756,19 +768,19 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
             >>> float(DiscreteLaplace(scale=3).epsilon(1)) > 1 / 3   # 1/3 rounded up
             True
         """
-        d, is_int = _integer_sensitivity(delta)
+        d, is_int = _integer_sensitivity(sensitivity)
         dd = np.where(is_int, d, 0.0)
         e = _div_up(dd, self.noise.scale_exact).reshape(d.shape)
         return np.where(is_int, e, np.inf)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """ρ(Δ) = ε(Δ)·tanh(ε(Δ)/2) (pure to zCDP), rounded up.
 
         The float evaluation is raised by a relative 2**-48 and one place, which covers its
         rounding error (the result is at most about 1e-14 relative above the exact value).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRzCDP losses.
@@ -777,7 +789,7 @@ class DiscreteLaplace(DiscreteAdditiveMechanism):
             >>> round(float(DiscreteLaplace(scale=1.0).rho(1)), 6)
             0.462117
         """
-        return _inflate(pure_to_zcdp(self.epsilon(delta)), 32)
+        return _inflate(pure_to_zcdp(self.epsilon(sensitivity)), 32)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.

@@ -30,16 +30,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp import registry
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
-from tabdp.mechanisms._base import not_pure
+from tabdp.mechanisms._base import LawOfSums, not_pure
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.logconcave import Logistic as _LogisticNoise
 from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
-from tabdp.noise.logconcave import _check_subbotin_r
+from tabdp.noise.logconcave import check_subbotin_r
 from tabdp.privacy.approx import (
     SubbotinChoice,
-    _check_generic_floor,
+    check_generic_floor,
     choose_subbotin_r,
     epsilon_for_scale,
 )
@@ -48,10 +49,11 @@ from tabdp.privacy.conversions import check_dp_delta
 __all__ = ["Logistic", "Subbotin", "VectorSubbotin"]
 
 
-def _abs(delta: ArrayLike) -> np.ndarray:
-    return np.abs(np.asarray(delta, dtype=np.float64))
+def _abs(sensitivity: ArrayLike) -> np.ndarray:
+    return np.abs(np.asarray(sensitivity, dtype=np.float64))
 
 
+@registry.mechanism('logistic', tags=('spec', 'additive'), rank=9)
 class Logistic(AdditiveMechanism):
     """Logistic mechanism: ``q + Logistic(scale)``; PRDP ε(Δ) = Δ/scale, exact (ε, δ) policy.
 
@@ -68,7 +70,6 @@ class Logistic(AdditiveMechanism):
         (1.016039, 1.0)
     """
 
-    family = "logistic"
     pure = True
     policy_formula = ("eps(D) = D / scale; rho = eps * tanh(eps / 2); (eps, delta): "
                       "eps(D) = D/scale + 2 ln(1 - sqrt(delta (1 - exp(-D/scale)))) "
@@ -82,11 +83,21 @@ class Logistic(AdditiveMechanism):
                                      "('logistic', eps, delta, sensitivity)")
         super().__init__(_LogisticNoise(self.scale))
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: closed-form characteristic function πbt/sinh(πbt).
+
+        Example:
+            >>> from tabdp.mechanisms import Logistic
+            >>> Logistic(scale=1.0).sum_law().kind
+            'logistic'
+        """
+        return LawOfSums("logistic", self.noise, self.scale)
+
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """ε(Δ) = Δ/scale.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -95,7 +106,7 @@ class Logistic(AdditiveMechanism):
             >>> Logistic(scale=4.0).epsilon([0.0, 2.0]).tolist()
             [0.0, 0.5]
         """
-        return _abs(delta) / self.scale
+        return _abs(sensitivity) / self.scale
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy ([Vin22] Thm 4 inverted; docs/math/log-concave.md §3).
@@ -124,6 +135,7 @@ class Logistic(AdditiveMechanism):
         return {"scale": self.scale}
 
 
+@registry.mechanism('subbotin', tags=('spec', 'additive'), rank=10)
 class Subbotin(AdditiveMechanism):
     """Subbotin_r mechanism: ``q + scale·X`` with X standard Subbotin_r ([Vin22] §2.1, Thm 9).
 
@@ -152,12 +164,11 @@ class Subbotin(AdditiveMechanism):
         (0.5, 0.5)
     """
 
-    family = "subbotin"
 
     def __init__(self, r: float, scale: float, *, delta: float | None = None) -> None:
         """Check ``r``, ``scale`` and ``delta`` (needed where the guarantee is approximate)."""
         owner = type(self).__name__
-        self.r = _check_subbotin_r(r, owner)
+        self.r = check_subbotin_r(r, owner)
         self.scale = check_real("scale", scale, owner=owner, gt=0.0,
                                 hint="scale multiplies a standard Subbotin_r variable; for "
                                      "(eps, delta)-DP at sensitivity D use tabdp.privacy.approx."
@@ -182,7 +193,7 @@ class Subbotin(AdditiveMechanism):
                     f"Hint: pass delta, e.g. {owner}(r={self.r!r}, scale={self.scale!r}, "
                     "delta=1e-9); use r=1 (pure) or r=2 (Gaussian DP) to avoid delta.")
             self.delta = check_dp_delta(delta, owner)
-            _check_generic_floor(self.delta, self.r, owner)
+            check_generic_floor(self.delta, self.r, owner)
         self.dp_delta = self.delta
         self.pure = self.r == 1.0
         self.gaussian_dp = self.r == 2.0
@@ -198,11 +209,23 @@ class Subbotin(AdditiveMechanism):
                 "g(u) = (|u|^r - |u - D/scale|^r)/r (Vinterbo 2022 Lemma 1); no pure eps, no rho")
         super().__init__(_SubbotinNoise(self.r, self.scale))
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: Gaussian (r = 2), Laplace (r = 1) or numerical.
+
+        Example:
+            >>> from tabdp.mechanisms import Subbotin
+            >>> Subbotin(r=2.0, scale=1.0).sum_law().kind
+            'gaussian'
+        """
+        return (LawOfSums("gaussian", self.noise, self.scale) if self.r == 2.0
+                else LawOfSums("laplace", self.noise, self.scale) if self.r == 1.0
+                else LawOfSums("lattice", self.noise))
+
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy: r = 1 ε·tanh(ε/2); r = 2 Δ²/(2·scale²); otherwise none (``inf``).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             ρ(Δ) (``inf`` for Δ > 0 and 0 at Δ = 0 when r ∉ {1, 2}).
@@ -212,18 +235,18 @@ class Subbotin(AdditiveMechanism):
             [0.0, inf]
         """
         if self.r == 1.0:
-            return super().rho(delta)
+            return super().rho(sensitivity)
         if self.r == 2.0:
             with np.errstate(over="ignore"):
-                x = _abs(delta) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
+                x = _abs(sensitivity) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
                 return 0.5 * x * x
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy: Δ/scale for r = 1; ``inf`` for Δ > 0 otherwise (0 at Δ = 0).
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -235,8 +258,8 @@ class Subbotin(AdditiveMechanism):
             [0.0, inf]
         """
         if self.r == 1.0:
-            return _abs(delta) / self.scale
-        return not_pure(delta)
+            return _abs(sensitivity) / self.scale
+        return not_pure(sensitivity)
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy at each sensitivity ([Vin22] Lemma 1, Thms 3 and 5).
@@ -292,6 +315,7 @@ def _check_weights(weights: Mapping[str, float] | None, owner: str) -> dict[str,
     return out
 
 
+@registry.mechanism('vector_subbotin', tags=('spec', 'additive', 'joint'), rank=11)
 class VectorSubbotin(Subbotin):
     """Vector Subbotin_r mechanism: m measures of a cell released at once, for r ∈ {1, 2}.
 
@@ -335,7 +359,6 @@ class VectorSubbotin(Subbotin):
         {'r': 2.0, 'scale': 500.0}
     """
 
-    family = "vector_subbotin"
     #: Releases several measures jointly: the engine computes :meth:`norm` per unit and cell.
     joint = True
 
@@ -343,7 +366,7 @@ class VectorSubbotin(Subbotin):
                  weights: Mapping[str, float] | None = None) -> None:
         """Check ``r`` (1 or 2), ``scale``, ``delta`` and the measure ``weights``."""
         owner = type(self).__name__
-        rr = _check_subbotin_r(r, owner)
+        rr = check_subbotin_r(r, owner)
         if rr not in (1.0, 2.0):
             raise InvalidParameterError(
                 f"{owner}: r={rr!r} is not supported; only r=1 (vector Laplace, l1 norm) and "

@@ -51,12 +51,14 @@ from numpy.typing import ArrayLike
 from scipy.integrate import quad
 from scipy.special import ndtri
 
+from tabdp import registry
+from tabdp._deprecation import renamed_argument
 from tabdp._lazy_scipy import brentq, minimize_scalar
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, ReleasedValues, check_level, pure_to_zcdp
+from tabdp.noise import NoiseDistribution
 from tabdp.noise import exact as _exact
-from tabdp.noise._base import NoiseDistribution
 from tabdp.noise.gaussian import Laplace
 from tabdp.noise.polyplace import PolyPlace
 from tabdp.noise.smooth_baselines import GeneralizedCauchy, StudentT
@@ -82,8 +84,9 @@ __all__ = [
     "std_vs_gamma",
 ]
 
-#: Noise families accepted by :class:`SmoothSensitivityMechanism`.
-NOISE_FAMILIES = ("polyplace", "student_t", "cauchy", "laplace")
+#: Noise families accepted by :class:`SmoothSensitivityMechanism` (the noise laws tagged
+#: "smooth" in :mod:`tabdp.registry`).
+NOISE_FAMILIES = registry.names("noise", tag="smooth")
 #: Default δ of the (approximate) Laplace-with-smooth-sensitivity baseline.
 DEFAULT_DELTA = 1e-5
 #: Largest shape searched for d (Student t) and c (Cauchy): the optima are below ~5.
@@ -158,7 +161,7 @@ def _check_gamma(noise: str, epsilon: float, gamma: Any, delta: float | None) ->
     lim = gamma_limit(noise, epsilon, delta)
     return check_real("gamma", gamma, owner=f"smooth-sensitivity mechanism ({noise})", gt=0.0,
                       lt=lim, hint=f"{noise} noise needs 0 < gamma < {lim:.6g} at epsilon="
-                      f"{epsilon:g}; choose it with tabdp.mechanisms.choose_gamma")
+                      f"{epsilon:g}; choose it with tabdp.mechanisms.smooth.choose_gamma")
 
 
 # -- standard deviations per unit SS ------------------------------------------------------------
@@ -369,12 +372,12 @@ def choose_gamma(epsilon: float, noise: str = "polyplace", *, bounds: tuple[floa
         >>> bool(g_small > g_large)          # small groups need a larger γ
         True
     """
-    from tabdp.sensitivity.smooth import _check_bounds, smooth_sensitivity_quantile
+    from tabdp.sensitivity.smooth import check_bounds, smooth_sensitivity_quantile
 
     noise = _check_noise(noise)
     eps = _check_eps(epsilon)
     dl = _check_delta(noise, delta)
-    lo, hi = _check_bounds(bounds, "choose_gamma")
+    lo, hi = check_bounds(bounds, "choose_gamma")
     if objective not in ("sd", "moe"):
         raise InvalidParameterError(
             f"choose_gamma: objective must be 'sd' or 'moe'; got {objective!r}.")
@@ -425,6 +428,8 @@ def _finite_values(values: ArrayLike) -> np.ndarray:
 class _ByParams:
     """Representation, equality and hash from the public parameters (``params()``)."""
 
+    family: str
+
     def params(self) -> dict[str, Any]:  # pragma: no cover - overridden
         raise NotImplementedError
 
@@ -441,6 +446,7 @@ class _ByParams:
         return hash((type(self).__name__, tuple(self.params().items())))
 
 
+@registry.mechanism('smooth_sensitivity', tags=('smooth',), rank=14)
 class SmoothSensitivityMechanism(_ByParams):
     """Release ``q + SS·Z`` with a smooth-sensitivity noise law (ε-DP per release).
 
@@ -464,7 +470,6 @@ class SmoothSensitivityMechanism(_ByParams):
         ((2,), 1.0, 0.462117)
     """
 
-    family = "smooth_sensitivity"
     unbiased = "mean"
 
     def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,
@@ -483,13 +488,14 @@ class SmoothSensitivityMechanism(_ByParams):
         self.pure = self.noise != "laplace"
 
     # -- guarantee ------------------------------------------------------------------------------
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    @renamed_argument("delta", "sensitivity")
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy: the constant ε for any per-record sensitivity Δ > 0, 0 at Δ = 0.
 
         For ``noise='laplace'`` (only (ε, δ)-DP) it is ``inf`` for Δ > 0; see :meth:`guarantee`.
 
         Args:
-            delta: Per-record sensitivities Δ.
+            sensitivity: Per-record sensitivities Δ.
 
         Returns:
             ε(Δ).
@@ -498,14 +504,15 @@ class SmoothSensitivityMechanism(_ByParams):
             >>> SmoothSensitivityMechanism(epsilon=0.5).epsilon([0.0, 3.0]).tolist()
             [0.0, 0.5]
         """
-        d = np.abs(np.asarray(delta, dtype=np.float64))
+        d = np.abs(np.asarray(sensitivity, dtype=np.float64))
         return np.where(d > 0, self.eps if self.pure else np.inf, 0.0)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    @renamed_argument("delta", "sensitivity")
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy ε·tanh(ε/2) for Δ > 0 (``inf`` for the approximate laplace family).
 
         Args:
-            delta: Per-record sensitivities Δ.
+            sensitivity: Per-record sensitivities Δ.
 
         Returns:
             ρ(Δ).
@@ -514,7 +521,7 @@ class SmoothSensitivityMechanism(_ByParams):
             >>> round(float(SmoothSensitivityMechanism(epsilon=1.0).rho(2.0)), 6)
             0.462117
         """
-        return pure_to_zcdp(self.epsilon(delta))
+        return pure_to_zcdp(self.epsilon(sensitivity))
 
     def guarantee(self) -> dict[str, Any]:
         """The per-release guarantee: ``{"type": "pure"|"approximate", "epsilon", "delta"}``.
@@ -765,7 +772,7 @@ def split_epsilon(noise: str, epsilon: float, gamma: float | None = None,
                        lt=lim, hint=f"{noise} noise needs 0 < gamma < {lim:.6g} at the value's "
                        f"epsilon {eps1:.6g} (= epsilon {eps:g} minus the noise scale's "
                        f"{eps2:.6g} under {how}); choose it with "
-                       "tabdp.mechanisms.choose_gamma")
+                       "tabdp.mechanisms.smooth.choose_gamma")
     return eps1, eps2, g
 
 
@@ -908,7 +915,7 @@ class SmoothSensitivityRelease(_ByParams):
         True
     """
 
-    family = "smooth_sensitivity"
+    family = SmoothSensitivityMechanism.family
     unbiased = "mean"
 
     def __init__(self, noise: str = "polyplace", epsilon: float = 1.0,

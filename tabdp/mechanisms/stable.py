@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tabdp import registry
+from tabdp._deprecation import renamed_argument
 from tabdp._lazy_scipy import minimize_scalar
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms._base import DEFAULT_LEVEL, check_level, not_pure
+from tabdp.mechanisms._base import DEFAULT_LEVEL, LawOfSums, check_level, not_pure
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise.stable import (
     ALPHA_MAX,
@@ -74,6 +76,7 @@ def sum_gamma(alpha: float, gammas: ArrayLike) -> float:
     return m * float(np.sum((g / m) ** al)) ** (1.0 / al)
 
 
+@registry.mechanism('symmetric_stable', aliases=('stable',), tags=('spec', 'additive'), rank=8)
 class SymmetricStable(AdditiveMechanism):
     """SaS mechanism: ``q + SaS(α, γ)`` ([ZA25]; docs/math/stable.md).
 
@@ -92,7 +95,6 @@ class SymmetricStable(AdditiveMechanism):
         (0.96242, True, inf)
     """
 
-    family = "symmetric_stable"
     pure = True
     noise: _StableNoise
 
@@ -111,14 +113,24 @@ class SymmetricStable(AdditiveMechanism):
                 "(exact numeric sup, conservative table); rho = eps * tanh(eps / 2)")
 
     # -- privacy ---------------------------------------------------------------------------------
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def sum_law(self) -> LawOfSums:
+        """The law of a sum of released cells: n^(1/α) times the one-cell margin (stability).
+
+        Example:
+            >>> from tabdp.mechanisms import SymmetricStable
+            >>> SymmetricStable(alpha=1.5, gamma=1.0).sum_law().kind
+            'stable'
+        """
+        return LawOfSums("stable", self.noise, self.gamma, self.alpha)
+
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy ε(Δ) = ε(α, Δ/γ), vectorized (conservative, tight to ~4e-10; ~0.1 µs/value).
 
         The first call for a new α builds the table (about 1–2 s); α = 1 is the closed form
         2·asinh(Δ/(2γ)); α = 2 gives ``inf`` for Δ > 0.
 
         Args:
-            delta: Per-record sensitivities Δ.
+            sensitivity: Per-record sensitivities Δ.
 
         Returns:
             PRDP losses.
@@ -127,16 +139,16 @@ class SymmetricStable(AdditiveMechanism):
             >>> SymmetricStable(1.0, 0.5).epsilon([0.0, 1.0]).round(6).tolist()   # 2 asinh(1)
             [0.0, 1.762747]
         """
-        d = np.abs(np.asarray(delta, dtype=np.float64))
+        d = np.abs(np.asarray(sensitivity, dtype=np.float64))
         if self.alpha == 2.0:
             return not_pure(d)
         return stable_epsilon_table(self.alpha)(d / self.gamma)
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy: ε·tanh(ε/2) for α < 2; Δ²/(4γ²) for the Gaussian α = 2.
 
         Args:
-            delta: Per-record sensitivities Δ.
+            sensitivity: Per-record sensitivities Δ.
 
         Returns:
             ρ(Δ).
@@ -145,7 +157,7 @@ class SymmetricStable(AdditiveMechanism):
             >>> float(SymmetricStable(2.0, 1.0).rho(2.0))
             1.0
         """
-        d = np.abs(np.asarray(delta, dtype=np.float64))
+        d = np.abs(np.asarray(sensitivity, dtype=np.float64))
         if self.alpha == 2.0:
             with np.errstate(over="ignore"):
                 x = d / self.gamma   # (Δ/γ)²/4, no under/overflow of Δ², γ²
@@ -218,8 +230,10 @@ class SymmetricStable(AdditiveMechanism):
 
     # -- calibration -----------------------------------------------------------------------------
     @classmethod
-    def for_epsilon(cls, alpha: float, epsilon: float, delta: float = 1.0) -> SymmetricStable:
-        """The mechanism whose exact ε at sensitivity ``delta`` equals ``epsilon``.
+    @renamed_argument("delta", "sensitivity")
+    def for_epsilon(cls, alpha: float, epsilon: float,
+                    sensitivity: float = 1.0) -> SymmetricStable:
+        """The mechanism whose exact ε at sensitivity Δ (``sensitivity``) equals ``epsilon``.
 
         Solves ε(α, d) = ε for d = Δ/γ (Newton on ln d, verified by the grid + Brent
         algorithm; α = 1 closed form γ = Δ/(2·sinh(ε/2))) and returns γ = Δ/d. Reference
@@ -229,7 +243,7 @@ class SymmetricStable(AdditiveMechanism):
         Args:
             alpha: Stability index in [1, 2) (α = 2 is not pure DP).
             epsilon: Target ε > 0.
-            delta: Sensitivity Δ > 0 at which ε is attained.
+            sensitivity: Sensitivity Δ > 0 at which ε is attained.
 
         Returns:
             The calibrated mechanism.
@@ -249,13 +263,14 @@ class SymmetricStable(AdditiveMechanism):
                 f"{ALPHA_MIN} <= alpha <= {ALPHA_MAX}.\nHint: pick alpha < 2, e.g. 1.8, or use "
                 "tabdp.mechanisms.Gaussian with a zCDP budget.")
         eps = check_real("epsilon", epsilon, owner="SymmetricStable.for_epsilon", gt=0.0,
-                         hint="epsilon is the pure-DP loss at sensitivity delta, e.g. 1.0")
-        dl = check_real("delta", delta, owner="SymmetricStable.for_epsilon", gt=0.0,
-                        hint="delta is the sensitivity at which epsilon is attained, e.g. 1.0")
+                         hint="epsilon is the pure-DP loss at sensitivity Δ, e.g. 1.0")
+        dl = check_real("sensitivity", sensitivity, owner="SymmetricStable.for_epsilon", gt=0.0,
+                        hint="sensitivity is the Δ at which epsilon is attained, e.g. 1.0")
         return cls(al, dl / stable_shift_for_epsilon(al, eps))
 
     @classmethod
-    def min_mad(cls, epsilon: float, delta: float = 1.0,
+    @renamed_argument("delta", "sensitivity")
+    def min_mad(cls, epsilon: float, sensitivity: float = 1.0,
                 alpha_range: tuple[float, float] = (1.05, 1.99),
                 xatol: float = 1e-4) -> SymmetricStable:
         """The calibrated mechanism (α and γ) with the smallest MAD for a target ε at Δ.
@@ -267,7 +282,7 @@ class SymmetricStable(AdditiveMechanism):
 
         Args:
             epsilon: Target ε > 0.
-            delta: Sensitivity Δ > 0 at which ε is attained.
+            sensitivity: Sensitivity Δ > 0 at which ε is attained.
             alpha_range: Search interval for α, inside [1.001, 1.9999].
             xatol: Absolute tolerance on α.
 
@@ -284,7 +299,7 @@ class SymmetricStable(AdditiveMechanism):
         """
         owner = "SymmetricStable.min_mad"
         eps = check_real("epsilon", epsilon, owner=owner, gt=0.0)
-        dl = check_real("delta", delta, owner=owner, gt=0.0)
+        dl = check_real("sensitivity", sensitivity, owner=owner, gt=0.0)
         lo, hi = (float(a) for a in alpha_range)
         if not (ALPHA_MIN <= lo < hi <= ALPHA_MAX):
             raise InvalidParameterError(

@@ -54,10 +54,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import gammaln, log_ndtr, logsumexp, ndtri
 
+from tabdp import registry
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
+    LawOfSums,
     Mechanism,
     ReleasedValues,
     check_level,
@@ -89,18 +91,18 @@ def _check_estimator(estimator: Any, owner: str) -> str:
     return estimator
 
 
-def _abs_delta(delta: ArrayLike) -> np.ndarray:
-    return np.abs(np.asarray(delta, dtype=np.float64))
+def _abs_delta(sensitivity: ArrayLike) -> np.ndarray:
+    return np.abs(np.asarray(sensitivity, dtype=np.float64))
 
 
-def _log1p_ratio(delta: np.ndarray, a: float) -> np.ndarray:
+def _log1p_ratio(sensitivity: np.ndarray, a: float) -> np.ndarray:
     """``ln(1 + Δ/a)`` for a > 0, without cancellation for tiny Δ nor overflow of Δ/a."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        r = delta / a
+        r = sensitivity / a
         out = np.log1p(r)
         if not np.isfinite(r).all():  # Δ/a overflowed: ln Δ + ln(1 + a/Δ) − ln a
-            big = np.isinf(r) & np.isfinite(delta)
-            out = np.where(big, np.log(delta) + np.log1p(a / delta) - math.log(a), out)
+            big = np.isinf(r) & np.isfinite(sensitivity)
+            out = np.where(big, np.log(sensitivity) + np.log1p(a / sensitivity) - math.log(a), out)
     return out
 
 
@@ -248,6 +250,25 @@ class TransformationMechanism(Mechanism):
         self.unbiased = estimator
 
     # -- hooks --------------------------------------------------------------------------------
+    def sum_law(self) -> LawOfSums:
+        """Transformation mechanisms have none: their cell errors are not identically distributed.
+
+        Raises:
+            InvalidParameterError: Always (rollups use the normal approximation instead).
+
+        Example:
+            >>> from tabdp.mechanisms import LogTransform
+            >>> LogTransform(sigma=0.5, offset=1.0).sum_law()
+            Traceback (most recent call last):
+            ...
+            tabdp.exceptions.InvalidParameterError: LogTransform is a transformation mechanism; ...
+        """
+        raise InvalidParameterError(
+            f"{type(self).__name__} is a transformation mechanism; its cell errors "
+            "are not identically distributed (the noise is added on a transformed scale), so the "
+            "sum has no fixed law.\nHint: use rollup(), which gives transformation mechanisms the "
+            "normal approximation z * sqrt(sum of sd^2).")
+
     @abstractmethod
     def _f(self, x: np.ndarray) -> np.ndarray:
         """The transformation at ``x = q + a``."""
@@ -261,7 +282,7 @@ class TransformationMechanism(Mechanism):
         """Mean-unbiased estimator g(ṽ)."""
 
     @abstractmethod
-    def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
+    def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
         """f(Δ + a) − f(a) ≥ 0, computed without cancellation."""
 
     @abstractmethod
@@ -365,13 +386,13 @@ class TransformationMechanism(Mechanism):
         """
         return self._finv(np.asarray(noisy, dtype=np.float64)) - self.offset
 
-    def rho(self, delta: ArrayLike) -> np.ndarray:
+    def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy ρ(Δ) = (f(Δ + a) − f(a))²/(2σ²) ([FCD+24] Thm 4.4), vectorized.
 
         Computed without cancellation, so tiny Δ keep full relative accuracy.
 
         Args:
-            delta: Per-record sensitivities (their absolute values are used).
+            sensitivity: Per-record sensitivities (their absolute values are used).
 
         Returns:
             PRzCDP losses.
@@ -380,18 +401,18 @@ class TransformationMechanism(Mechanism):
             >>> float(LogTransform(sigma=1.0, offset=1.0).rho(math.e - 1.0))
             0.5
         """
-        gap = self._policy_gap(_abs_delta(delta))
+        gap = self._policy_gap(_abs_delta(sensitivity))
         with np.errstate(over="ignore"):
             gap /= self.sigma   # (gap/σ)²/2: gap² and σ² under/overflow where gap/σ does not
             gap *= gap
             gap *= 0.5
             return gap
 
-    def epsilon(self, delta: ArrayLike) -> np.ndarray:
+    def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (Gaussian noise has no pure guarantee), 0 at Δ = 0.
 
         Args:
-            delta: Per-record sensitivities.
+            sensitivity: Per-record sensitivities.
 
         Returns:
             PRDP losses.
@@ -400,7 +421,7 @@ class TransformationMechanism(Mechanism):
             >>> RootTransform(k=4, sigma=2.0).epsilon([0.0, 3.0]).tolist()
             [0.0, inf]
         """
-        return not_pure(delta)
+        return not_pure(sensitivity)
 
     def sd_at(self, values: ArrayLike) -> np.ndarray:
         """Exact standard deviation of the estimator when the true totals are ``values``.
@@ -528,6 +549,8 @@ class TransformationMechanism(Mechanism):
                               fallbacks=draw.fallbacks)
 
 
+@registry.mechanism('root', aliases=('root_transform',),
+                    tags=('spec', 'calibrate', 'transformation'), rank=5)
 class RootTransform(TransformationMechanism):
     """k-th root transformation mechanism, ``f(x) = x^(1/k)`` ([FCD+24] §4.1, Cor 4.5).
 
@@ -558,7 +581,6 @@ class RootTransform(TransformationMechanism):
         (12.5, {'k': 4.0, 'sigma': 2.0, 'offset': 0.0, 'estimator': 'mean'})
     """
 
-    family = "root_transform"
     policy_formula = "rho(D) = ((D + a)^(1/k) - a^(1/k))^2 / (2 sigma^2)"
 
     def __init__(self, k: float, sigma: float, offset: float = 0.0,
@@ -631,12 +653,12 @@ class RootTransform(TransformationMechanism):
                 h, h_prev = y * h - j * s2 * h_prev, h
         return h - self.offset
 
-    def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
+    def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
         k, a = self.k, self.offset
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             if a == 0.0:
-                return delta if k == 1.0 else np.power(delta, 1.0 / k)
-            lk = _log1p_ratio(delta, a) / k
+                return sensitivity if k == 1.0 else np.power(sensitivity, 1.0 / k)
+            lk = _log1p_ratio(sensitivity, a) / k
             ak = a ** (1.0 / k)
             safe = lk < 700.0
             return np.where(safe, ak * np.expm1(np.where(safe, lk, 0.0)),
@@ -689,6 +711,8 @@ class RootTransform(TransformationMechanism):
                 "estimator": self.estimator}
 
 
+@registry.mechanism('log', aliases=('log_transform',),
+                    tags=('spec', 'calibrate', 'transformation'), rank=6)
 class LogTransform(TransformationMechanism):
     """Log transformation mechanism, ``f(x) = ln x`` with offset a > 0 ([FCD+24] §4.2, Cor 4.7).
 
@@ -713,7 +737,6 @@ class LogTransform(TransformationMechanism):
         [0.4, 0.4, 0.7, 1.2, 1.5]
     """
 
-    family = "log_transform"
     policy_formula = "rho(D) = (ln(D + a) - ln(a))^2 / (2 sigma^2)"
 
     def __init__(self, sigma: float, offset: float, estimator: str = "mean") -> None:
@@ -747,8 +770,8 @@ class LogTransform(TransformationMechanism):
         with np.errstate(over="ignore"):
             return np.exp(y - 0.5 * self.sigma**2) - self.offset
 
-    def _policy_gap(self, delta: np.ndarray) -> np.ndarray:
-        return _log1p_ratio(delta, self.offset)
+    def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
+        return _log1p_ratio(sensitivity, self.offset)
 
     def _half_width(self, center: np.ndarray, h: float | np.ndarray) -> np.ndarray:
         # (e^{c+h} − e^{c−h})/2 = e^c·sinh(h), in logs to avoid intermediate overflow

@@ -115,6 +115,7 @@ _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _TABLE_MAX = 1 << 21
 #: Decimal digits of the high-precision (mpmath) evaluations that settle near-ties.
 _MP_DPS = 60
+MP_DPS = _MP_DPS  # public name (tabdp.mechanisms.discrete works at the same precision)
 #: High-precision discrete Gaussian tails use Euler–Maclaurin (``_EM_TERMS`` Bernoulli terms) for
 #: σ ≥ this and x = m/σ ≤ σ/8: the remainder is then of order (x/(2πσ))**24 ≤ 1e-40 relative.
 #: Elsewhere they are summed directly (with a rigorous bound on the neglected terms).

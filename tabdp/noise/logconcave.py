@@ -141,6 +141,9 @@ def _check_subbotin_r(r: Any, owner: str) -> float:
     return x
 
 
+check_subbotin_r = _check_subbotin_r  # public name, for mechanisms and accounting
+
+
 class Logistic(NoiseDistribution):
     """Logistic noise with density ``e^{−x/s} / (s·(1 + e^{−x/s})²)``; variance π²s²/3.
 

@@ -61,7 +61,7 @@ from tabdp._lazy_scipy import CubicSpline, brentq
 from tabdp._validation import check_real
 from tabdp.exceptions import CalibrationError, InvalidParameterError
 from tabdp.noise.logconcave import (
-    _check_subbotin_r,
+    check_subbotin_r,
     subbotin_center_mass,
     subbotin_center_quantile,
     subbotin_log_norm,
@@ -132,7 +132,7 @@ def _family(family: Any, r: Any, owner: str) -> tuple[str, float | None]:
                 f"{owner}: family 'subbotin' needs the shape r (r >= 1); got r=None.\n"
                 "Hint: pass r, e.g. r=4.0 (r=1 is Laplace, r=2 is Gaussian); "
                 "choose_subbotin_r() evaluates the MSE criterion of Vinterbo 2022 eq. (5).")
-        return fam, _check_subbotin_r(r, owner)
+        return fam, check_subbotin_r(r, owner)
     if r is not None:
         raise InvalidParameterError(
             f"{owner}: r is only used with family='subbotin'; got family={fam!r} and r={r!r}.\n"
@@ -158,8 +158,20 @@ def _check_delta(delta: Any, owner: str) -> float:
                            "agencies use values far below 1/n, e.g. delta=1e-9")
 
 
-def _check_generic_floor(delta: float, r: float | None, owner: str) -> None:
-    """Refuse 0 < δ < DELTA_FLOOR_GENERIC for Subbotin_r with r ∉ {1, 2}."""
+def check_generic_floor(delta: float, r: float | None, owner: str) -> None:
+    """Refuse 0 < δ < DELTA_FLOOR_GENERIC for Subbotin_r with r ∉ {1, 2}.
+
+    Args:
+        delta: The δ of (ε, δ)-DP.
+        r: The Subbotin shape (named in the message).
+        owner: The caller, named in the message.
+
+    Raises:
+        InvalidParameterError: If ``0 < delta < DELTA_FLOOR_GENERIC``.
+
+    Example:
+        >>> check_generic_floor(1e-9, 3.0, "Subbotin")   # fine: returns None
+    """
     if 0.0 < delta < DELTA_FLOOR_GENERIC:
         raise InvalidParameterError(
             f"{owner}: delta={delta!r} is below {DELTA_FLOOR_GENERIC:g}, the smallest delta "
@@ -766,7 +778,7 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
     if dlt == 0.0 and kind in ("gaussian", "generic"):
         raise _no_pure(fam, rr, owner)
     if kind == "generic":
-        _check_generic_floor(dlt, rr, owner)
+        check_generic_floor(dlt, rr, owner)
     out = sens * _unit_scale(kind, eps, dlt, rr)
     if not math.isfinite(out):
         raise CalibrationError(
@@ -821,7 +833,7 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
     d = _sensitivities(sensitivity, owner)
     kind = _kind(fam, rr)
     if kind == "generic":
-        _check_generic_floor(dlt, rr, owner)
+        check_generic_floor(dlt, rr, owner)
     out = np.zeros(d.shape)
     flat_d, flat_o = d.reshape(-1), out.reshape(-1)
     flat_o[np.isinf(flat_d)] = np.inf
@@ -905,7 +917,7 @@ def subbotin_mse(r: float, epsilon: float, delta: float, sensitivity: float) -> 
         >>> round(subbotin_mse(4.0, 1.0, 1e-4, 100 ** 0.25 / 500), 7)   # [Vin22] §4.1, m = 100
         0.002067
     """
-    rr = _check_subbotin_r(r, "subbotin_mse")
+    rr = check_subbotin_r(r, "subbotin_mse")
     s = min_scale("subbotin", epsilon, delta, sensitivity, r=rr)
     return s * s * subbotin_variance(rr)
 
@@ -1026,10 +1038,10 @@ def choose_subbotin_r(epsilon: float, delta: float,
         raise InvalidParameterError(
             f"{owner}: r_grid is empty.\nHint: pass shapes >= 1, e.g. r_grid=[1, 1.5, 2, 3, 4], "
             "or leave r_grid=None for the seed's grid 1, 1.5, ..., 14.")
-    grid = sorted({_check_subbotin_r(x, owner) for x in grid_in})
+    grid = sorted({check_subbotin_r(x, owner) for x in grid_in})
     for rr in grid:
         if rr not in (1.0, 2.0):
-            _check_generic_floor(dlt, rr, owner)
+            check_generic_floor(dlt, rr, owner)
     rows = []
     for rr in grid:
         if callable(sensitivity):

@@ -721,7 +721,7 @@ class Report:
             ['queries', 'session', 'tabdp_version', 'total_policy_curve',
              'total_policy_curve_holds_for']
         """
-        from tabdp import __version__
+        from tabdp._version import __version__
 
         s = self.session
         return {

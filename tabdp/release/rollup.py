@@ -61,15 +61,12 @@ from numpy.typing import ArrayLike
 from scipy import fft as _fft
 from scipy.special import ndtri
 
-from tabdp import noise as _noise
 from tabdp._lazy_scipy import minimize_scalar
+from tabdp._validation import check_level
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
-from tabdp.mechanisms.additive import AdditiveMechanism
-from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
-from tabdp.mechanisms.stable import SymmetricStable
+from tabdp.mechanisms import DEFAULT_LEVEL, LawOfSums, Mechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
-from tabdp.noise._base import NoiseDistribution
+from tabdp.noise import NoiseDistribution
 from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
 
 __all__ = ["sum_error_law", "rollup"]
@@ -209,12 +206,13 @@ class _StableLaw(_SumLaw):
 
     method = METHOD_STABLE
 
-    def __init__(self, mech: SymmetricStable) -> None:
-        self.mech = mech
+    def __init__(self, noise: NoiseDistribution, alpha: float) -> None:
+        self.noise = noise
+        self.alpha = alpha
 
     def moe(self, ns: np.ndarray, level: float, exact_one: bool = True) -> np.ndarray:
-        one = float(self.mech.noise.interval_halfwidth(level))
-        return one * ns.astype(np.float64) ** (1.0 / self.mech.alpha)
+        one = float(self.noise.interval_halfwidth(level))
+        return one * ns.astype(np.float64) ** (1.0 / self.alpha)
 
 
 class _CFLaw(_SumLaw):
@@ -618,43 +616,29 @@ class _LatticeLaw(_SumLaw):
 
 
 def _law_for(mechanism: Any, owner: str) -> _SumLaw:
-    """The law of summed cell errors of an additive mechanism (InvalidParameterError otherwise)."""
-    if isinstance(mechanism, SymmetricStable):
-        return _StableLaw(mechanism)
-    if isinstance(mechanism, DiscreteAdditiveMechanism):
-        dnz = mechanism.noise
-        if isinstance(dnz, (DiscreteGaussianNoise, DiscreteLaplaceNoise)):
-            return _IntegerLaw(dnz)
-        raise InvalidParameterError(  # pragma: no cover - no other discrete noise exists
-            f"{owner}: unsupported discrete noise {dnz!r}.")
-    if isinstance(mechanism, AdditiveMechanism):
-        nz = mechanism.noise
-        if isinstance(nz, _noise.Gaussian):
-            return _GaussianLaw(nz, nz.sigma)
-        if isinstance(nz, _noise.Subbotin) and nz.r == 2.0:
-            return _GaussianLaw(nz, nz.scale)
-        if isinstance(nz, _noise.Laplace):
-            return _CFLaw(nz, "laplace", nz.scale)
-        if isinstance(nz, _noise.Subbotin) and nz.r == 1.0:
-            return _CFLaw(nz, "laplace", nz.scale)
-        if isinstance(nz, _noise.GeneralizedGaussian) and nz.p == 1.0:
-            return _CFLaw(nz, "laplace", nz.sigma)
-        if isinstance(nz, _noise.Logistic):
-            return _CFLaw(nz, "logistic", nz.scale)
-        if isinstance(nz, _noise.SymmetricStable):  # pragma: no cover - via SymmetricStable
-            return _StableLaw(SymmetricStable(nz.alpha, nz.gamma))
-        return _LatticeLaw(nz)
-    if isinstance(mechanism, TransformationMechanism):
+    """The law of summed cell errors, from the mechanism's :meth:`~Mechanism.sum_law`."""
+    if not isinstance(mechanism, Mechanism):
         raise InvalidParameterError(
-            f"{owner}: {type(mechanism).__name__} is a transformation mechanism; its cell errors "
-            "are not identically distributed (the noise is added on a transformed scale), so the "
-            "sum has no fixed law.\nHint: use rollup(), which gives transformation mechanisms the "
-            "normal approximation z * sqrt(sum of sd^2).")
-    raise InvalidParameterError(
-        f"{owner}: mechanism must be an additive tabdp mechanism (Gaussian, Laplace, "
-        "GeneralizedGaussian, ExpPolyLog, UnitSplitting, Logistic, Subbotin, SymmetricStable, "
-        f"DiscreteGaussian, DiscreteLaplace); got {mechanism!r} of type "
-        f"{type(mechanism).__name__}.\nHint: pass the mechanism that released the measure.")
+            f"{owner}: mechanism must be an additive tabdp mechanism (Gaussian, Laplace, "
+            "GeneralizedGaussian, ExpPolyLog, UnitSplitting, Logistic, Subbotin, SymmetricStable, "
+            f"DiscreteGaussian, DiscreteLaplace); got {mechanism!r} of type "
+            f"{type(mechanism).__name__}.\nHint: pass the mechanism that released the measure.")
+    try:
+        law = mechanism.sum_law()
+    except InvalidParameterError as err:
+        raise InvalidParameterError(f"{owner}: {err}") from None
+    return _LAWS[law.kind](law)
+
+
+#: The numerical method for each kind of :class:`~tabdp.mechanisms.LawOfSums`.
+_LAWS: dict[str, Callable[[LawOfSums], _SumLaw]] = {
+    "gaussian": lambda law: _GaussianLaw(law.noise, law.scale),
+    "stable": lambda law: _StableLaw(law.noise, law.alpha),
+    "laplace": lambda law: _CFLaw(law.noise, "laplace", law.scale),
+    "logistic": lambda law: _CFLaw(law.noise, "logistic", law.scale),
+    "integer": lambda law: _IntegerLaw(law.noise),
+    "lattice": lambda law: _LatticeLaw(law.noise),
+}
 
 
 def _check_counts(n: ArrayLike, owner: str) -> np.ndarray:

@@ -55,7 +55,7 @@ from tabdp.exceptions import (
 )
 from tabdp.frame._output import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES, long_to_wide
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import Mechanism
+from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
 from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
@@ -144,7 +144,7 @@ def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
 
 def _table_mechanism(t: TableSpec) -> Mechanism:
     """The mechanism actually used (counts: exact integer counterparts, see count_mechanism)."""
-    from tabdp.frame._engine import count_mechanism
+    from tabdp.frame import count_mechanism
 
     if t.kind == "count":
         return count_mechanism(t.mechanism, t.grid)
@@ -311,7 +311,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         >>> s["tables"][0]["name"], s["total_policy_curve"][0]["delta"]
         ('county_naics2_payroll', 1.0)
     """
-    from tabdp import __version__
+    from tabdp._version import __version__
 
     sizes = list(spec.plan.record_sizes)
     level = spec.release.level
@@ -758,8 +758,31 @@ def _timestamp() -> str:
     return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _check_input_present(spec: ReleaseSpec) -> None:
-    """The input file or folder exists (a data-independent check: exit 2 in the CLI)."""
+def check_input_present(spec: ReleaseSpec) -> None:
+    """Check that the spec's input file, folder or glob exists (nothing is read).
+
+    A data-independent check: the CLI's ``validate`` and ``run`` exit 2 when it fails.
+
+    Args:
+        spec: The release spec.
+
+    Raises:
+        SpecError: No file matches ``input.path``.
+
+    Example:
+        >>> import dataclasses, tempfile, pathlib
+        >>> from tabdp.datasets import example_spec_path
+        >>> from tabdp.release.spec import load_spec
+        >>> spec = load_spec(example_spec_path())
+        >>> check_input_present(spec)
+        >>> missing = pathlib.Path(tempfile.gettempdir()) / "nope.parquet"
+        >>> gone = dataclasses.replace(spec.input, path=missing)
+        >>> try:
+        ...     check_input_present(dataclasses.replace(spec, input=gone))
+        ... except ValueError as err:
+        ...     print(str(err).split(":")[0])
+        input.path
+    """
     src = spec.input.path
     if "*" in str(src):
         import glob
@@ -1215,7 +1238,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     _check_target(spec.output.confidential, overwrite, "confidential")
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
-    _check_input_present(spec)
+    check_input_present(spec)
 
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
@@ -1297,7 +1320,7 @@ def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:
 
 def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
                    overwrite: bool, report: Progress, caught: list[Any]) -> ReleaseResult:
-    from tabdp import __version__
+    from tabdp._version import __version__
     from tabdp.report.html import render_confidential_html, render_summary_html
 
     lf, input_schema = _scan_input(spec)

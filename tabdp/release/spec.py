@@ -141,7 +141,7 @@ from typing import Any, NoReturn
 
 import polars as pl
 
-from tabdp import mechanisms
+from tabdp import mechanisms, registry
 from tabdp._validation import bounds_text
 from tabdp.calibrate import calibrate
 from tabdp.exceptions import SpecError, TabdpError
@@ -170,28 +170,14 @@ __all__ = [
     "spec_keys_hint",
 ]
 
-#: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms`. The other keys of a
-#: ``mechanism`` table are that class's constructor arguments (keyword names).
+#: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms` (read from
+#: :mod:`tabdp.registry`, canonical names; the registry's aliases such as ``"log_transform"`` are
+#: accepted too). The other keys of a ``mechanism`` table are that class's constructor arguments.
 MECHANISM_FAMILIES: dict[str, str] = {
-    "gaussian": "Gaussian",
-    "laplace": "Laplace",
-    "generalized_gaussian": "GeneralizedGaussian",
-    "exp_polylog": "ExpPolyLog",
-    "unit_splitting": "UnitSplitting",
-    "root": "RootTransform",
-    "log": "LogTransform",
-    "stable": "SymmetricStable",
-    "logistic": "Logistic",
-    "subbotin": "Subbotin",
-    "vector_subbotin": "VectorSubbotin",
-    "discrete_gaussian": "DiscreteGaussian",
-    "discrete_laplace": "DiscreteLaplace",
-}
+    f.name: f.cls.__name__ for f in registry.families("mechanism", tag="spec")}
 
 #: Families ``tabdp.calibrate`` accepts (``calibrate.family``).
-CALIBRATION_FAMILIES: tuple[str, ...] = (
-    "gaussian", "laplace", "generalized_gaussian", "exp_polylog", "root", "log",
-    "unit_splitting")
+CALIBRATION_FAMILIES: tuple[str, ...] = registry.names("mechanism", tag="calibrate")
 
 
 @dataclass(frozen=True)
@@ -426,7 +412,6 @@ _KINDS = ("sum", "count")
 _NEGATIVE_RULES = ("flag", "clamp")
 _OBJECTIVES = ("auto", "sd", "moe")
 _FRAME_SUFFIXES = (".csv", ".parquet", ".pq")
-_DEFAULT_COUNT_SIGMA = 2.0
 
 #: Every key a spec accepts, per table, by key path: ``""`` is the top level, ``tables[]`` each
 #: ``[[tables]]`` entry, ``hierarchies.*`` each named hierarchy and ``domains.*`` a domain given as
@@ -1106,9 +1091,10 @@ def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
     if "family" not in raw:
         _fail(path, f"missing required key 'family' in {path} (got {_show(dict(raw))}).",
               f"add family = one of {', '.join(families)}.")
-    family = raw["family"]
+    family = registry.canonical(raw["family"])
     fp = _join(path, "family")
-    if not isinstance(family, str) or family not in MECHANISM_FAMILIES:
+    if family is None or family not in MECHANISM_FAMILIES:
+        family = raw["family"]
         maybe = ""
         if isinstance(family, str):
             by_class = {v.lower(): k for k, v in MECHANISM_FAMILIES.items()}
@@ -1152,15 +1138,15 @@ def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
         raise SpecError(_mechanism_error_path(path, err, list(kwargs)),
                         f"invalid {family!r} mechanism {_show(dict(raw))}: "
                         + _with_hint(err, f"fix the parameters of {cls.__name__}.")) from err
-    return mech, dict(raw)
+    return mech, {**raw, "family": family}
 
 
 def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any], Any]:
     d = _table(raw, path, allowed=_CALIBRATE_KEYS,
                required=("family", "targets", "typical_total"),
                example='{ family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }')
-    family = _enum(d["family"], _join(path, "family"), CALIBRATION_FAMILIES,
-                   "calibration searches one of these families.")
+    family = _enum(registry.canonical(d["family"]) or d["family"], _join(path, "family"),
+                   CALIBRATION_FAMILIES, "calibration searches one of these families.")
     targets = _size_curve(d["targets"], _join(path, "targets"), what="targets",
                           hint='record size -> largest rho allowed for it, e.g. '
                                'targets = { "1e3" = 0.5, "1e7" = 10.0 }.')
@@ -1388,8 +1374,9 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
         calibration, mech = _parse_calibrate(d["calibrate"], f"{tp}.calibrate", release.level)
         raw_mech = {"family": calibration["family"], **mech.params()}
     elif kind == "count":
-        mech = mechanisms.DiscreteGaussian(sigma=_DEFAULT_COUNT_SIGMA)
-        raw_mech = {"family": "discrete_gaussian", "sigma": _DEFAULT_COUNT_SIGMA}
+        count_family, count_params = registry.COUNT_DEFAULT
+        mech = registry.get(count_family).cls(**count_params)
+        raw_mech = {"family": count_family, **count_params}
     else:
         _fail(tp, "a sum table needs a mechanism or a calibrate table; got neither.",
               'add mechanism = { family = "log", sigma = 0.3, offset = 1000.0 } or '

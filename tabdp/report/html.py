@@ -3,7 +3,7 @@
 ``summary.html`` (and a plan's ``plan.html``) may be published; ``confidential_report.html``
 must stay inside the agency.
 
-Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.report.plots`), no
+Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.plotting`), no
 script, no external font, stylesheet or image, and a Content-Security-Policy that forbids the
 browser to load anything. They print cleanly (``@media print``). Every piece of text taken from
 the inputs is escaped with :func:`html.escape`. Rendering is deterministic: the same input gives
@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp.privacy.budget import Budget
-from tabdp.report.plots import (
+from tabdp.plotting import (
     histogram_svg,
     loss_curves_svg,
     moe_curves_svg,
     scatter_svg,
 )
+from tabdp.privacy.budget import Budget
 
 __all__ = ["render_summary_html", "render_confidential_html", "fmt"]
 
@@ -1260,7 +1260,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                              _kv([(str(k), _value(v)) for k, v in extra.items()])))
     body.append(f"<footer>Confidential report of release {_code(release.get('name', ''))}. "
                 "This page loads nothing from the network.</footer></div>")
-    from tabdp import __version__
+    from tabdp._version import __version__
 
     return _page(f"CONFIDENTIAL — {title} — per-record losses", __version__,
                  "".join(head) + "".join(body) + f'<div class="banner">{_BANNER_TEXT}</div>',

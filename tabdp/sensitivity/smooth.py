@@ -69,10 +69,26 @@ def _check_q(q: Any, owner: str) -> Fraction:
 def _check_gamma(gamma: Any, owner: str) -> float:
     return check_real("gamma", gamma, owner=owner, gt=0.0,
                       hint="gamma is the smoothness parameter, 0 < gamma < epsilon; e.g. "
-                           "gamma = epsilon/10 (see tabdp.mechanisms.choose_gamma)")
+                           "gamma = epsilon/10 (see tabdp.mechanisms.smooth.choose_gamma)")
 
 
-def _check_bounds(bounds: Any, owner: str) -> tuple[float, float]:
+def check_bounds(bounds: Any, owner: str) -> tuple[float, float]:
+    """Check public bounds ``(lo, hi)``: finite numbers with ``lo <= hi``.
+
+    Args:
+        bounds: The pair given.
+        owner: The caller, named in error messages.
+
+    Returns:
+        ``(lo, hi)`` as floats.
+
+    Raises:
+        InvalidParameterError: If ``bounds`` is not such a pair.
+
+    Example:
+        >>> check_bounds((0, 10), "median")
+        (0.0, 10.0)
+    """
     try:
         lo_raw, hi_raw = bounds
     except (TypeError, ValueError):
@@ -228,7 +244,7 @@ def grouped_quantile(sorted_values: ArrayLike, offsets: ArrayLike, q: float,
     """
     owner = "grouped_quantile"
     _check_q(q, owner)
-    lo, hi = _check_bounds(bounds, owner)
+    lo, hi = check_bounds(bounds, owner)
     x, off = _prepare_grouped(sorted_values, offsets, lo, hi, owner)
     pad = _Padded(x, off, lo, hi)
     g = np.arange(off.size - 1)
@@ -266,7 +282,7 @@ def smooth_sensitivity_grouped(sorted_values: ArrayLike, offsets: ArrayLike, q: 
     owner = "smooth_sensitivity_grouped"
     _check_q(q, owner)
     gamma = _check_gamma(gamma, owner)
-    lo, hi = _check_bounds(bounds, owner)
+    lo, hi = check_bounds(bounds, owner)
     x, off = _prepare_grouped(sorted_values, offsets, lo, hi, owner)
     n_groups = off.size - 1
     out = np.zeros(n_groups, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""Screenshots of the HTML reports with a headless Chromium (for tests and documentation).
+"""Test helper: screenshots of the HTML reports with a headless Chromium (not part of tabdp).
 
 Chromium is not a Python dependency: on Debian / Ubuntu install the package ``chromium``
 (``apt-get install chromium``), or point ``TABDP_CHROMIUM`` at a Chromium / Chrome executable.

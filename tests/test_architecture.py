@@ -1,0 +1,236 @@
+"""Architecture rules of tabdp/, checked on the source with ``ast`` (see docs/architecture.md).
+
+* No import cycle between modules, counting module-level and function-level imports (imports
+  under ``if TYPE_CHECKING:`` are for type checkers only and are not counted).
+* A private name (one leading underscore, not a dunder) is used only inside its own package:
+  neither imported from another package (``from tabdp.x.y import _z``) nor read as an attribute
+  of a module imported from another package (``y._z`` after ``from tabdp.x import y``). A
+  subpackage may use the private names of the packages above it (``tabdp._validation`` is
+  shared by all of tabdp).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "tabdp"
+
+#: Private names still crossing a package boundary, to be emptied. Each entry is
+#: (importing module, owning module, name). Only the frame layer's use of Session internals is
+#: listed: the lead engineer is giving Session public methods for them (issue 17).
+ALLOWED_PRIVATE: frozenset[tuple[str, str, str]] = frozenset({
+    # frame -> privacy.session: the "last session" slot set by the frame layer's releases.
+    ("tabdp.frame._engine", "tabdp.privacy.session", "_set_last"),
+    ("tabdp.frame._quantiles", "tabdp.privacy.session", "_set_last"),
+})
+
+
+@dataclass(frozen=True)
+class _Module:
+    name: str
+    path: Path
+    is_package: bool
+
+    @property
+    def package(self) -> str:
+        """The package the module belongs to (itself for a package's ``__init__``)."""
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+def _modules() -> dict[str, _Module]:
+    out = {}
+    for path in sorted(PKG.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        name = ".".join(parts)
+        out[name] = _Module(name, path, is_package)
+    return out
+
+
+MODULES = _modules()
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            for stmt in node.body:
+                skip.update(id(n) for n in ast.walk(stmt))
+    return skip
+
+
+@dataclass(frozen=True)
+class _Import:
+    module: str  # the module imported from (absolute)
+    name: str | None  # the name imported from it (None for ``import a.b``)
+    alias: str  # the local name bound
+    line: int
+
+
+def _imports(mod: _Module) -> list[_Import]:
+    tree = ast.parse(mod.path.read_text(encoding="utf-8"))
+    skip = _type_checking_nodes(tree)
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.name if mod.is_package else mod.package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                source = f"{base}.{node.module}" if node.module else base
+            else:
+                source = node.module or ""
+            if source == "tabdp" or source.startswith("tabdp."):
+                out += [_Import(source, a.name, a.asname or a.name, node.lineno)
+                        for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [_Import(a.name, None, a.asname or a.name, node.lineno) for a in node.names
+                    if a.name == "tabdp" or a.name.startswith("tabdp.")]
+    return out
+
+
+IMPORTS = {name: _imports(mod) for name, mod in MODULES.items()}
+
+
+def _target(imp: _Import) -> str:
+    """The module an import loads: ``from a import b`` loads ``a.b`` when that is a module."""
+    if imp.name is not None and f"{imp.module}.{imp.name}" in MODULES:
+        return f"{imp.module}.{imp.name}"
+    return imp.module
+
+
+def _owner_package(module: str) -> str:
+    mod = MODULES.get(module)
+    if mod is None:
+        return module.rpartition(".")[0]
+    return mod.package
+
+
+def _crosses(importer: str, owner_module: str) -> bool:
+    """Whether ``importer`` is outside the package of ``owner_module`` (and not below it)."""
+    mine, theirs = MODULES[importer].package, _owner_package(owner_module)
+    return not (mine == theirs or mine.startswith(theirs + "."))
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for m, imps in IMPORTS.items():
+        for imp in imps:
+            t = _target(imp)
+            if t in MODULES and t != m:
+                graph[m].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _private_uses() -> set[tuple[str, str, str, int]]:
+    """(importer, owning module, private name, line) for every use across a package boundary."""
+    found = set()
+    for m, imps in IMPORTS.items():
+        module_aliases: dict[str, str] = {}
+        for imp in imps:
+            t = _target(imp)
+            if imp.name is not None and t == imp.module and _private(imp.name) \
+                    and _crosses(m, imp.module):
+                found.add((m, imp.module, imp.name, imp.line))
+            if t in MODULES and (imp.name is not None or imp.alias != imp.module):
+                module_aliases[imp.alias] = t
+        if not module_aliases:
+            continue
+        for node in ast.walk(ast.parse(MODULES[m].path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and _private(node.attr) \
+                    and isinstance(node.value, ast.Name) and node.value.id in module_aliases:
+                owner = module_aliases[node.value.id]
+                if _crosses(m, owner):
+                    found.add((m, owner, node.attr, node.lineno))
+    return found
+
+
+def test_the_parser_sees_the_package() -> None:
+    """The scan covers every module and finds the imports it should (guards the test itself)."""
+    assert {"tabdp", "tabdp.registry", "tabdp.mechanisms._base", "tabdp.frame._engine"} \
+        <= set(MODULES)
+    targets = {_target(i) for i in IMPORTS["tabdp.release.spec"]}
+    assert {"tabdp.registry", "tabdp.mechanisms", "tabdp.calibrate"} <= targets
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles() -> None:
+    """No two modules of tabdp/ import each other, directly or through others."""
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles between modules:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles)
+
+
+def test_private_names_stay_in_their_package() -> None:
+    """No private name crosses a package boundary, but for the commented allow-list."""
+    uses = _private_uses()
+    bad = sorted(u for u in uses if u[:3] not in ALLOWED_PRIVATE)
+    assert not bad, "private names used outside their package:\n" + "\n".join(
+        f"{m}:{line} uses {owner}.{name}" for m, owner, name, line in bad)
+    stale = ALLOWED_PRIVATE - {u[:3] for u in uses}
+    assert not stale, f"allow-list entries no longer needed (remove them): {sorted(stale)}"
+
+
+@pytest.mark.parametrize(("importer", "owner", "crosses"), [
+    ("tabdp.calibrate", "tabdp.mechanisms.additive", True),
+    ("tabdp.noise.gaussian", "tabdp._cache", False),      # a subpackage uses tabdp's privates
+    ("tabdp.frame._quantiles", "tabdp.frame._engine", False),
+    ("tabdp.mechanisms.discrete", "tabdp.noise.discrete", True),
+])
+def test_package_boundaries(importer: str, owner: str, crosses: bool) -> None:
+    """What counts as crossing a package boundary."""
+    assert _crosses(importer, owner) is crosses
