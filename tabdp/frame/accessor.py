@@ -14,6 +14,7 @@ import polars as pl
 
 from tabdp.frame._engine import grouped_release
 from tabdp.frame.keys import KeySet
+from tabdp.exceptions import UnsupportedBackendError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
@@ -115,6 +116,13 @@ class DPAccessor:
             ...           mechanism=tabdp.mechanisms.Laplace(scale=1.0)).height
             2
         """
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_grouped_release
+
+            return spark_grouped_release(
+                self._frame, kind="sum", measures=columns, by=by, keys=keys,
+                mechanism=mechanism, session=session, level=level, nulls=nulls, name=name,
+                grid=grid, negatives=negatives, max_cells=max_cells)
         return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
                                name=name, grid=grid, negatives=negatives,
@@ -160,6 +168,13 @@ class DPAccessor:
             >>> out.columns
             ['c', 'count', 'count_sd', 'count_moe', 'count_lower', 'count_upper']
         """
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_grouped_release
+
+            return spark_grouped_release(
+                self._frame, kind="count", measures=None, by=by, keys=keys,
+                mechanism=mechanism, session=session, level=level, nulls="error", name=name,
+                grid=grid, max_cells=max_cells, max_rows=max_rows)
         return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level,
                                nulls="error", name=name, grid=grid, max_cells=max_cells,
@@ -217,6 +232,7 @@ class DPAccessor:
             >>> out.columns[:4]
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
+        _no_spark_quantiles(self._frame, "median")
         from tabdp.frame._quantiles import quantile_release
 
         return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
@@ -268,12 +284,38 @@ class DPAccessor:
             >>> list(out.columns)
             ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
+        _no_spark_quantiles(self._frame, "quantile")
         from tabdp.frame._quantiles import quantile_release
 
         return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
                                 bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
                                 grid=grid, uncertainty_share=uncertainty_share)
+
+
+def is_spark_frame(native: Any) -> bool:
+    """Whether ``native`` is a PySpark DataFrame (checked by class name: PySpark not imported).
+
+    Args:
+        native: Any object.
+
+    Returns:
+        True for a ``pyspark.sql`` DataFrame (classic or Spark Connect).
+
+    Example:
+        >>> is_spark_frame(pl.DataFrame())
+        False
+    """
+    return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame"
+               for c in type(native).__mro__)
+
+
+def _no_spark_quantiles(frame: Any, what: str) -> None:
+    if is_spark_frame(frame):
+        raise UnsupportedBackendError(
+            f"dp.{what} is not implemented on PySpark DataFrames yet (dp.sum and dp.count are)."
+            f"\nHint: release the {what} from a Polars or pandas frame, e.g. "
+            "pl.from_arrow(spark_df.select(cols).toArrow()) when the columns fit in memory.")
 
 
 def register() -> None:
