@@ -658,9 +658,7 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
     aggs = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
     aggs += [F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))]
     aggs += [F.sum(_ALL).alias("rows_read"),
-             F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside"),
-             F.sum(F.when(~outside & (F.col(_ROWS) > 0), F.col(_ROWS)).otherwise(0))
-             .alias("rows_in")]
+             F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
     if by_list:
         aggs.append(F.count_distinct(F.when(outside, F.struct(*by_list))).alias("cells_out"))
     check_neg = needs_nonneg and rules.negatives == "error"
@@ -789,7 +787,8 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
 
         # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
         if budget is None:
-            work = charged.select("*", F.lit(True).alias("__allok"))
+            work = charged.select("*", F.lit(True).alias("__allok"),
+                                  F.col(_ROWS).alias("__rows0"))
         else:
             all_ok = F.lit(True)
             for i in range(ncur):
@@ -802,8 +801,9 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                     zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
                         F.lit(0).cast(work.schema[c].dataType))
             work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
-                               all_ok.alias("__allok"))
-        tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS]]
+                               all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"))
+        # rows released before the filter (after the contribution bounds), for the summary
+        tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, "__rows0"]]
         if sess.track_cells:
             tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
                     F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
@@ -811,6 +811,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         rows = work.groupBy(_CELL).agg(*tot).collect()
         n_keys = len(keys) if by_list else 1
         numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
+        rows_in = sum(int(r["__rows0"] or 0) for r in rows)
         stats: list[tuple[int, float, float, int]] = []
         for r in rows:
             k = int(r[_CELL])
@@ -846,7 +847,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         "rows_read": rows_read,
         "rows_outside_keys": int(summary["rows_outside"] or 0),
         "cells_with_data_outside_keys": int(summary["cells_out"] or 0) if by_list else 0,
-        "rows_in_released_cells": int(summary["rows_in"] or 0),
+        "rows_in_released_cells": rows_in,
         "units_left_out_by_budget": n_left,
         **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
         **_rule_counts(counts, measure_list, nulls, rules),
