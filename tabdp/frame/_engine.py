@@ -848,8 +848,10 @@ def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[
                  mechanism: Mechanism, policy: _Policy, sess: Session, level: float,
                  grids: dict[str, Any], keys: KeySet, by_list: list[str]
                  ) -> tuple[pl.DataFrame, dict[str, int], dict[str, Any]]:
-    """Noise on the exact totals ``full`` (one row per key, in key order), the output table,
-    the exact-rounding fallbacks and the grids used."""
+    """Draw the noise on the exact totals ``full`` (one row per key, in key order).
+
+    Returns the output table, the exact-rounding fallbacks and the grids used.
+    """
     out_cols: dict[str, Any] = {}
     fallbacks: dict[str, int] = {}
     grid_used: dict[str, Any] = {}

@@ -48,12 +48,12 @@ from tabdp.frame._engine import (
     ROW_ID,
     SUM_SCALE_BITS,
     _common_dtype,
+    _noisy_table,
     _Policy,
     _prepare_release,
     _release_rules,
-    _Rules,
     _rule_counts,
-    _noisy_table,
+    _Rules,
     _schema_checks,
     _strict_checks,
 )
@@ -158,8 +158,9 @@ class SparkUnitLedger:
         return c == "size" or c.startswith("size@")
 
     def add(self, frame: Any) -> None:
-        """Add a Spark DataFrame of per-unit charges (column ``unit``, ids unique) to the table:
-        ``size`` columns by maximum, the others by sum; missing columns count as 0.
+        """Add a Spark DataFrame of per-unit charges (column ``unit``, ids unique).
+
+        ``size`` columns are combined by maximum, the others by sum; missing columns count as 0.
 
         Args:
             frame: ``unit`` plus loss columns.
@@ -180,8 +181,9 @@ class SparkUnitLedger:
         self.table = both.groupBy("unit").agg(*agg).localCheckpoint(eager=True)
 
     def lookup(self, units: Any, cols: list[str]) -> Any:
-        """Current totals of ``cols`` for a Spark DataFrame of ``unit`` ids (0 where never
-        charged), as a Spark DataFrame.
+        """Current totals of ``cols`` for a Spark DataFrame of ``unit`` ids (0: never charged).
+
+        Returns a Spark DataFrame.
 
         Example:
             >>> SparkUnitLedger(None, False).frame() is None
@@ -388,8 +390,10 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
 # -- policies on the executors ----------------------------------------------------------------
 def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                 bits: dict[str, int]) -> tuple[Any, list[tuple[str, list[str]]]]:
-    """A pandas UDF: per (unit, cell) row, each currency's ρ, ε (ε_a, δ_a), size, and the row's
-    total ρ and size, by the same numpy code as ``_engine._charges``."""
+    """A pandas UDF of per-(unit, cell) charges, by the same numpy code as ``_engine._charges``.
+
+    Per row: each currency's ρ, ε (ε_a, δ_a) and size, and the row's total ρ and size.
+    """
     from pyspark.sql.functions import pandas_udf
 
     policy = _Policy(mechanism, measures if kind == "sum" else [])
@@ -462,7 +466,7 @@ class _BatchLedger:
 
 
 def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any:
-    """mapInPandas function: the session's own individual filter on batches of units."""
+    """MapInPandas function: the session's own individual filter on batches of units."""
 
     def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         from tabdp.privacy.ledger import Charges
@@ -484,8 +488,9 @@ def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any
 
 # -- the release ------------------------------------------------------------------------------
 def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
-                          by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism,
-                          session: Session | None = None, level: float = DEFAULT_LEVEL,
+                          by: str | Sequence[str] | None, keys: KeySet,
+                          mechanism: Mechanism | None, session: Session | None = None,
+                          level: float = DEFAULT_LEVEL,
                           nulls: str = "error", name: str | None = None, grid: Any = None,
                           negatives: str | None = None, max_cells: int | None = None,
                           max_rows: int | None = None) -> Any:

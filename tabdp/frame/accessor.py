@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
+from tabdp.exceptions import UnsupportedBackendError
 from tabdp.frame._engine import grouped_release
 from tabdp.frame.keys import KeySet
-from tabdp.exceptions import UnsupportedBackendError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
