@@ -171,10 +171,10 @@ class SparkUnitLedger:
         """
         from pyspark.sql import functions as F
 
-        if self.table is None:
-            both = frame
-        else:
-            both = self.table.unionByName(frame, allowMissingColumns=True)
+        if self.table is None:  # ids are unique in one release's charges
+            self.table = frame.localCheckpoint(eager=True)
+            return
+        both = self.table.unionByName(frame, allowMissingColumns=True)
         cols = [c for c in both.columns if c != "unit"]
         agg = [(F.max if self._is_max(c) else F.sum)(F.coalesce(F.col(c), F.lit(0.0))).alias(c)
                for c in cols]
