@@ -165,6 +165,34 @@ def test_curve_budget_and_max_cells_identical(spark):
     assert q["units_left_out_by_budget"] > 0 and q["unit_cells_dropped_by_max_cells"] > 0
 
 
+def test_median_and_quantile_identical(spark):
+    # smooth sensitivity per cell computed in Spark; row mode, then firms under a budget
+    s = _compare_q(spark, _data(), None, budget=None)
+    assert type(s.report().per_record).__module__.startswith("pyspark")
+    s = _compare_q(spark, _data(90, seed=9), "firm", budget=3.0)
+    assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] > 0
+
+
+def _compare_q(spark: Any, data: pl.DataFrame, unit: str | None, budget: Any
+               ) -> tabdp.Session:
+    res = []
+    for frame in (data, _spark_frame(spark, data)):
+        s = tabdp.Session(unit=unit, seed=4, budget=budget)
+        a = frame.dp.median("payroll", by=["county", "sector"], keys=KEYS, bounds=(0.0, 5e4),
+                            epsilon=1.0, session=s)
+        b = frame.dp.quantile("emp", 0.9, by=["county", "sector"], keys=KEYS,
+                              bounds=(0.0, 200.0), epsilon=0.5, noise="student_t", session=s,
+                              name="q90")
+        res.append(([t if isinstance(t, pl.DataFrame) else _pl(t) for t in (a, b)], s))
+    (ref, s_pl), (got, s_sp) = res
+    for a, b in zip(ref, got, strict=True):
+        assert a.equals(b), (a, b)
+    assert s_pl.report().confidential_summary()["queries"] == \
+        s_sp.report().confidential_summary()["queries"]
+    _same_reports(_report(s_pl), _report(s_sp), exact=unit is None)
+    return s_sp
+
+
 # -- bad input: the same refusals ----------------------------------------------------------------
 BAD = {
     "null": ([1.0, None, 3.0, 4.0], "error", "missing_values:payroll"),
@@ -226,8 +254,8 @@ def test_schema_errors_and_engine_mixing(spark):
                    mechanism=mech.Gaussian(1.0), session=s)
     with pytest.raises(tabdp.ColumnTypeError, match="numbers and text"):
         sdf.dp.count(by=["sector"], keys=tabdp.KeySet.from_dict(sector=["1"]), session=s)
-    with pytest.raises(tabdp.UnsupportedBackendError, match="not implemented on PySpark"):
-        sdf.dp.median("payroll", by=["county", "sector"], keys=KEYS, bounds=(0.0, 1e6),
+    with pytest.raises(tabdp.InvalidParameterError, match="bounds"):
+        sdf.dp.median("payroll", by=["county", "sector"], keys=KEYS, bounds=(1e6, 0.0),
                       epsilon=1.0, session=s)
     assert not s.records
     sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)

@@ -487,6 +487,59 @@ def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any
 
 
 # -- the release ------------------------------------------------------------------------------
+def _open(native: Any, session: Session | None, name: str | None, kind: str,
+          measures: list[str], by: list[str]) -> tuple[Any, Session, bool, str, Any,
+                                                       dict[str, Any]]:
+    """Session, name, (author mode: pinned) frame and schema of a Spark release (no data read)."""
+    spark = native.sparkSession
+    one_off = session is None
+    sess = Session() if session is None else session
+    qname = sess.release_name(name, kind)
+    unit = sess.unit
+    if unit is not None and (unit in by or unit in measures):
+        raise InvalidParameterError(
+            f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
+            "Hint: the unit identifies who contributes; group and measure other columns.")
+    row_mode = unit is None or unit == ROW_ID
+    sess.use_engine("spark", SparkUnitLedger(spark, row_mode) if not sess.records else None)
+    sdf = native
+    if sess.mode == "author":  # bound to one frame object, its data pinned at binding
+        if sess._bound is None:
+            sess._bound, sess._pinned = native, native.localCheckpoint(eager=True)
+        elif native is not sess._bound:
+            sess.bind_frame(native)  # raises the data-free refusal
+        sdf = sess._pinned
+    sschema = {f.name: f.dataType for f in sdf.schema.fields}
+    _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
+                   unit)
+    return spark, sess, one_off, qname, sdf, sschema
+
+
+def _row_ids(flagged: Any, columns: list[str]) -> tuple[Any, Any, list[str]]:
+    """Row ids in the order the input is read (partition by partition, row by row).
+
+    Returns the persisted frame (with ``__mono``), the row-id expression and the columns to
+    fingerprint. Only the number of rows of each partition reaches the driver.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    base = flagged.select("*", F.monotonically_increasing_id().alias("__mono"))
+    base = base.persist(StorageLevel.MEMORY_AND_DISK)
+    per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
+        .agg(F.count(F.lit(1)).alias("n")).collect()
+    n_parts = 1 + max((int(r["p"]) for r in per_part), default=-1)
+    sizes = [0] * n_parts
+    for r in per_part:
+        sizes[int(r["p"])] = int(r["n"])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() \
+        if n_parts else [0]
+    pid = F.shiftright(F.col("__mono"), 33).cast("int")
+    offset = F.element_at(F.array(*[F.lit(int(o)) for o in offsets]), pid + 1)
+    rid = (offset + F.col("__mono").bitwiseAND(F.lit((1 << 33) - 1))).cast("long")
+    return base, rid, list(columns)
+
+
 def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
                           by: str | Sequence[str] | None, keys: KeySet,
                           mechanism: Mechanism | None, session: Session | None = None,
@@ -534,27 +587,10 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
                            max_cells, max_rows, stacklevel=4)
     measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
     released, grids, max_cells, max_rows = pre.released, pre.grids, pre.max_cells, pre.max_rows
-    spark = native.sparkSession
-    one_off = session is None
-    sess = Session() if session is None else session
-    qname = sess.release_name(name, kind)
+    spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind,
+                                                      measure_list, by_list)
     unit = sess.unit
-    if unit is not None and (unit in by_list or unit in measure_list):
-        raise InvalidParameterError(
-            f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
-            "Hint: the unit identifies who contributes; group and measure other columns.")
     row_mode = unit is None or unit == ROW_ID
-    sess.use_engine("spark", SparkUnitLedger(spark, row_mode) if not sess.records else None)
-    sdf = native
-    if sess.mode == "author":  # bound to one frame object, its data pinned at binding
-        if sess._bound is None:
-            sess._bound, sess._pinned = native, native.localCheckpoint(eager=True)
-        elif native is not sess._bound:
-            sess.bind_frame(native)  # raises the data-free refusal
-        sdf = sess._pinned
-    sschema = {f.name: f.dataType for f in sdf.schema.fields}
-    _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measure_list,
-                   by_list, unit)
     rules, policy = _release_rules(sess, kind, mechanism, nulls, negatives, measure_list)
     uid = unit if unit is not None else ROW_ID
     bits = {m: 0 if _pl_dtype(sschema[m]).is_integer() else SUM_SCALE_BITS for m in measure_list}
@@ -598,22 +634,8 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
     fp_cols: list[str] = []
     if unit is None:
         # row ids in the order the input is read: partition by partition, row by row
-        base = flagged.select(*[F.col(c) for c in sdf.columns],
-                              F.monotonically_increasing_id().alias("__mono"),
-                              *row_cols)
-        base = base.persist(StorageLevel.MEMORY_AND_DISK)
-        per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
-            .agg(F.count(F.lit(1)).alias("n")).collect()
-        n_parts = 1 + max((int(r["p"]) for r in per_part), default=-1)
-        sizes = [0] * n_parts
-        for r in per_part:
-            sizes[int(r["p"])] = int(r["n"])
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() \
-            if n_parts else [0]
-        pid = F.shiftright(F.col("__mono"), 33).cast("int")
-        offset = F.element_at(F.array(*[F.lit(int(o)) for o in offsets]), pid + 1)
-        rid = (offset + F.col("__mono").bitwiseAND(F.lit((1 << 33) - 1))).cast("long")
-        fp_cols = [c for c in sdf.columns if not c.startswith("__mono")]
+        base, rid, fp_cols = _row_ids(flagged.select(*[F.col(c) for c in sdf.columns],
+                                                     *row_cols), sdf.columns)
         rows = base.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
                            *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
                            F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
@@ -720,6 +742,75 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
         charged.unpersist()
 
 
+def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], guarantee: str,
+            approx: bool) -> Any:
+    """Per-unit charges with the filter's decisions ``ok<i>`` (persisted; unpersist after)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    budget = sess.budget
+    ledger: SparkUnitLedger = sess._ledger
+    ncur = len(curs)
+    if budget is None:
+        decided = per_unit.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
+    else:
+        need = ["rho"] if not budget.per_currency else \
+            [*[f"{k}@{c}" for c, _ in curs for k in ("rho", "size")], "rho"]
+        led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
+        joined = per_unit.join(led.select(F.col("unit").alias("__uid"),
+                                          *[F.col(c).alias(f"__led:{c}") for c in need]),
+                               on="__uid", how="left")
+        schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
+                            *[f"ok{i} boolean" for i in range(ncur)]])
+        with _quiet():
+            oks = joined.mapInPandas(_admit_fn(budget, [c for c, _ in curs], guarantee, approx),
+                                     schema)
+        decided = per_unit.join(oks, on="__uid", how="inner")
+    return decided.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str]]],
+                     guarantee: str, approx: bool, qname: str
+                     ) -> tuple[dict[str, Any], dict[str, Any], Any, int]:
+    """Ledger columns of the admitted losses, the admitted-unit flag and the units left out.
+
+    The losses are summed in the order of ``Charges.losses``: the same float operations, the
+    same doubles.
+    """
+    from pyspark.sql import functions as F
+
+    budget = sess.budget
+    ncur = len(curs)
+    acc: dict[str, Any] = {k: F.lit(0.0) for k in ("rho", "epsilon", "eps_a", "delta_a")}
+    size = F.lit(0.0)
+    any_ok = F.lit(False)
+    left_out = F.lit(False)
+    for i in range(ncur):
+        ok = F.col(f"ok{i}")
+        any_ok = any_ok | ok
+        left_out = left_out | ~ok
+        acc["rho"] = acc["rho"] + F.when(ok, F.col(f"r{i}")).otherwise(0.0)
+        acc["epsilon"] = acc["epsilon"] + F.when(ok, F.col(f"e{i}")).otherwise(0.0)
+        size = F.greatest(size, F.when(ok, F.col(f"s{i}")).otherwise(0.0))
+        if approx:
+            acc["eps_a"] = acc["eps_a"] + F.when(ok, F.col(f"ea{i}")).otherwise(0.0)
+            acc["delta_a"] = acc["delta_a"] + F.when(ok, F.col(f"da{i}")).otherwise(0.0)
+    n_left = 0
+    if budget is not None:
+        n_left = int(decided.agg(F.sum(F.when(left_out, 1).otherwise(0))).collect()[0][0] or 0)
+    g = guarantee
+    comps = {"rho": acc["rho"], "epsilon": acc["epsilon"], "size": size,
+             "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
+             "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
+             "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
+    extra = {f"rho_{qname}": acc["rho"]}
+    if budget is not None and budget.per_currency:
+        for i, (c, _) in enumerate(curs):
+            extra[f"rho@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0)
+            extra[f"size@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"s{i}")).otherwise(0.0)
+    return comps, extra, any_ok, n_left
+
+
 def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kind: str,
                        charged: Any, ch_cols: list[str], curs: list[tuple[str, list[str]]],
                        measure_list: list[str], by_list: list[str], keys: KeySet,
@@ -728,7 +819,6 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                        rules: _Rules, policy: _Policy, row_mode: bool, bits: dict[str, int],
                        counts: dict[str, int], rows_read: int, summary: Any,
                        cells_dropped: int) -> Any:
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     ncur = len(curs)
@@ -742,53 +832,10 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
     # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
     budget = sess.budget
     ledger: SparkUnitLedger = sess._ledger
-    if budget is None:
-        decided = per_unit.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
-    else:
-        need = ["rho"] if not budget.per_currency else \
-            [*[f"{k}@{c}" for c, _ in curs for k in ("rho", "size")], "rho"]
-        led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
-        joined = per_unit.join(led.select(F.col("unit").alias("__uid"),
-                                          *[F.col(c).alias(f"__led:{c}") for c in need]),
-                               on="__uid", how="left")
-        schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
-                            *[f"ok{i} boolean" for i in range(ncur)]])
-        with _quiet():
-            oks = joined.mapInPandas(_admit_fn(budget, [c for c, _ in curs], policy.guarantee,
-                                               policy.approx), schema)
-        decided = per_unit.join(oks, on="__uid", how="inner")
-    decided = decided.persist(StorageLevel.MEMORY_AND_DISK)
+    decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
     try:
-        # losses in the order of Charges.losses (same float operations, same doubles)
-        acc: dict[str, Any] = {k: F.lit(0.0) for k in ("rho", "epsilon", "eps_a", "delta_a")}
-        size = F.lit(0.0)
-        any_ok = F.lit(False)
-        for i in range(ncur):
-            ok = F.col(f"ok{i}")
-            any_ok = any_ok | ok
-            acc["rho"] = acc["rho"] + F.when(ok, F.col(f"r{i}")).otherwise(0.0)
-            acc["epsilon"] = acc["epsilon"] + F.when(ok, F.col(f"e{i}")).otherwise(0.0)
-            size = F.greatest(size, F.when(ok, F.col(f"s{i}")).otherwise(0.0))
-            if policy.approx:
-                acc["eps_a"] = acc["eps_a"] + F.when(ok, F.col(f"ea{i}")).otherwise(0.0)
-                acc["delta_a"] = acc["delta_a"] + F.when(ok, F.col(f"da{i}")).otherwise(0.0)
-        g = policy.guarantee
-        comps = {"rho": acc["rho"], "epsilon": acc["epsilon"], "size": size,
-                 "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
-                 "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
-                 "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
-        extra = {f"rho_{qname}": acc["rho"]}
-        if budget is not None and budget.per_currency:
-            for i, (c, _) in enumerate(curs):
-                extra[f"rho@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0)
-                extra[f"size@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"s{i}")).otherwise(0.0)
-        left_out = F.lit(False)
-        for i in range(ncur):
-            left_out = left_out | ~F.col(f"ok{i}")
-        n_left = 0
-        if budget is not None:
-            n_left = int(decided.agg(F.sum(F.when(left_out, 1).otherwise(0))).collect()[0][0]
-                         or 0)
+        comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
+                                                        policy.approx, qname)
 
         # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
         if budget is None:
@@ -881,3 +928,195 @@ def _to_spark(spark: Any, out: pl.DataFrame) -> Any:
                              if isinstance(dt, (pl.Categorical, pl.Enum)))
     with _quiet():
         return spark.createDataFrame(frame.to_pandas(), T.StructType(fields))
+
+
+# -- medians and quantiles --------------------------------------------------------------------
+def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
+                           by: str | Sequence[str] | None, keys: KeySet, bounds: Any,
+                           epsilon: float, noise: str = "polyplace", gamma: float | None = None,
+                           delta: float | None = None, uncertainty_share: float | None = None,
+                           session: Session | None = None, level: float = DEFAULT_LEVEL,
+                           nulls: str = "error", name: str | None = None,
+                           grid: Any = None) -> Any:
+    """Release a private q-quantile per cell of a PySpark DataFrame (``spark_df.dp.median``).
+
+    Same arguments and (for one seed) the same table, counts and per-record losses as
+    :func:`tabdp.frame._quantiles.quantile_release`. Each cell's values are sorted and its
+    smooth sensitivity computed inside Spark (one group per cell, by the same numpy code);
+    the driver receives one (value, smooth sensitivity) pair per released cell.
+
+    Args:
+        native: A PySpark DataFrame.
+        column: Measure column.
+        q: Quantile level in [0, 1].
+        median: Label the output ``_median`` instead of ``_q{100q}``.
+        by: Group-by columns (the key set's columns).
+        keys: Public key set.
+        bounds: Public ``(low, high)``.
+        epsilon: Total ε of the release.
+        noise: Noise family.
+        gamma: Smoothness γ.
+        delta: δ for ``noise="laplace"``.
+        uncertainty_share: Share of ε spent on the private noise scale.
+        session: Session recording the release.
+        level: Confidence level of the margin of error.
+        nulls: Missing values policy.
+        name: Label of the release in the session.
+        grid: Public rounding step of the estimates.
+
+    Returns:
+        A PySpark DataFrame: keys, the quantile and its ``_sd``, ``_moe``, ``_lower``,
+        ``_upper``.
+
+    Example:
+        >>> callable(spark_quantile_release)
+        True
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._engine import _check_rules
+    from tabdp.frame._quantiles import (
+        GroupPrivacyPolicy,
+        _quantile_args,
+        floored_smooth_sensitivity,
+    )
+    from tabdp.mechanisms.additive import Gaussian
+    from tabdp.privacy.budget import ROWS_CURRENCY
+    from tabdp.sensitivity.smooth import group_sort, grouped_quantile
+
+    qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
+        column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
+        session, level, nulls, grid, stacklevel=4)
+    kind = "median" if median else "quantile"
+    spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind, [column],
+                                                      by_list)
+    _check_rules(sess, "quantile", Gaussian(1.0), nulls, None, True)
+    unit = sess.unit
+    row_mode = unit is None
+    uid = unit if unit is not None else ROW_ID
+    x = F.col(column).cast("double")
+    flags: dict[str, Any] = {f"missing:{column}": x.isNull() | F.isnan(x),
+                             f"inf:{column}": F.coalesce(F.abs(x) == F.lit(float("inf")),
+                                                         F.lit(False))}
+    if unit is not None:
+        bad_id = F.col(unit).isNull()
+        if _is_floatlike(sschema[unit]):
+            bad_id = bad_id | F.isnan(F.col(unit).cast("double"))
+        flags[f"null:{unit}"] = bad_id
+    fl = {k: f"__f{i}" for i, k in enumerate(flags)}
+    cols = [*[F.col(c) for c in by_list], x.alias("__x"),
+            *[e.alias(fl[k]) for k, e in flags.items()]]
+    fp_cols: list[str] = []
+    if row_mode:
+        base, rid, fp_cols = _row_ids(sdf, sdf.columns)
+        src = base.select(rid.alias(ROW_ID), *cols,
+                          *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                            for i, c in enumerate(fp_cols)])
+    else:
+        base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
+        src = base
+    try:
+        data = _attach_cells(spark, src, keys, by_list, sschema)
+        missing = F.col(fl[f"missing:{column}"]) | F.col(fl[f"inf:{column}"])
+        keep = F.lit(True)
+        if nulls == "drop":
+            keep = keep & ~missing
+        if unit is not None:
+            keep = keep & ~F.col(fl[f"null:{unit}"])
+        summary = data.agg(
+            *[F.sum(F.when(F.col(v), 1).otherwise(0)).alias(v) for v in fl.values()],
+            *[F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))],
+            F.count(F.lit(1)).alias("rows_read"),
+            F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
+        ).collect()[0]
+        counts = {k: int(summary[v] or 0) for k, v in fl.items()}
+        _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
+        n_rows = int(summary["rows_read"] or 0)
+        if row_mode:
+            sess.bind_rows(n_rows, {c: int(summary[f"__fp{i}"] or 0)
+                                    for i, c in enumerate(fp_cols)})
+        inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
+            F.col(uid).alias("__uid"), F.col(_CELL),
+            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"))
+
+        # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
+        policy = GroupPrivacyPolicy(mechanism)
+        approx = policy.dp_delta is not None
+        udf, curs = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
+        pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
+        with _quiet():
+            charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
+                                                         .alias("__rows"))).alias("__ch"))
+        unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
+        charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+        per_unit = charged if row_mode else charged.groupBy("__uid").agg(
+            *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
+        curs = [(ROWS_CURRENCY, [])]
+        guarantee = "approx" if approx else "zcdp"
+        decided = _decide(sess, per_unit, curs, guarantee, approx)
+        try:
+            comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, guarantee,
+                                                            approx, qname)
+            kept = inside if sess.budget is None else inside.join(
+                decided.filter(F.col("ok0")).select("__uid"), on="__uid", how="left_semi")
+
+            def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
+                v = pdf["__x"].to_numpy(dtype=np.float64)
+                sv, off = group_sort(np.clip(v, lo, hi), np.zeros(v.size, dtype=np.int64), 1)
+                t = grouped_quantile(sv, off, qv, (lo, hi))
+                ss = floored_smooth_sensitivity(sv, off, qv, mechanism.gamma, (lo, hi))
+                return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
+                                     "ss": [float(ss[0])], "n": [int(v.size)],
+                                     "clipped": [int(((v < lo) | (v > hi)).sum())]})
+
+            with _quiet():
+                rows = kept.groupBy(_CELL).applyInPandas(
+                    per_cell, f"{_CELL} long, truth double, ss double, n long, clipped long"
+                ).collect()
+            n_keys = len(keys) if by_list else 1
+            sv0, off0 = group_sort(np.zeros(0), np.zeros(0, dtype=np.int64), 1)
+            truth = np.full(n_keys, float(grouped_quantile(sv0, off0, qv, (lo, hi))[0]))
+            ss = np.full(n_keys, float(floored_smooth_sensitivity(sv0, off0, qv,
+                                                                  mechanism.gamma,
+                                                                  (lo, hi))[0]))
+            n_in = clipped = 0
+            for r in rows:
+                truth[int(r[_CELL])] = r["truth"]
+                ss[int(r[_CELL])] = r["ss"]
+                n_in += int(r["n"])
+                clipped += int(r["clipped"])
+
+            # the value and the private noise scale, on the driver (the Polars engine's code)
+            rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
+            sess._ledger.add(decided.filter(any_ok).select(
+                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
+                *[e.alias(k) for k, e in extra.items()]))
+        finally:
+            decided.unpersist()
+    finally:
+        base.unpersist()
+    out = (keys.to_polars() if by_list else pl.DataFrame()).with_columns(
+        pl.Series(label, rv.estimate, dtype=pl.Float64),
+        pl.Series(f"{label}_sd", rv.sd, dtype=pl.Float64),
+        pl.Series(f"{label}_moe", rv.moe, dtype=pl.Float64),
+        pl.Series(f"{label}_lower", rv.lower, dtype=pl.Float64),
+        pl.Series(f"{label}_upper", rv.upper, dtype=pl.Float64))
+    confidential = {
+        "rows_read": n_rows,
+        "rows_outside_keys": int(summary["outside"] or 0),
+        "rows_in_released_cells": n_in,
+        "units_left_out_by_budget": n_left,
+        "values_clipped_to_bounds": clipped,
+        **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
+           if nulls != "error" else {}),
+    }
+    record = QueryRecord(
+        index=len(sess.records) + 1, name=qname, kind=kind, measures=(label,),
+        by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
+        keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
+        losses=None, confidential=confidential)
+    sess.record_release(record, "spark")
+    if one_off:
+        _set_last(sess)
+    return _to_spark(spark, out)

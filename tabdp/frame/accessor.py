@@ -12,7 +12,6 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
-from tabdp.exceptions import UnsupportedBackendError
 from tabdp.frame._engine import grouped_release
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
@@ -232,7 +231,14 @@ class DPAccessor:
             >>> out.columns[:4]
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
-        _no_spark_quantiles(self._frame, "median")
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_quantile_release
+
+            return spark_quantile_release(
+                self._frame, column=column, q=0.5, median=True, by=by, keys=keys, bounds=bounds,
+                epsilon=epsilon, noise=noise, gamma=gamma, delta=delta, session=session,
+                level=level, nulls=nulls, name=name, grid=grid,
+                uncertainty_share=uncertainty_share)
         from tabdp.frame._quantiles import quantile_release
 
         return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
@@ -284,7 +290,14 @@ class DPAccessor:
             >>> list(out.columns)
             ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
-        _no_spark_quantiles(self._frame, "quantile")
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_quantile_release
+
+            return spark_quantile_release(
+                self._frame, column=column, q=q, median=False, by=by, keys=keys, bounds=bounds,
+                epsilon=epsilon, noise=noise, gamma=gamma, delta=delta, session=session,
+                level=level, nulls=nulls, name=name, grid=grid,
+                uncertainty_share=uncertainty_share)
         from tabdp.frame._quantiles import quantile_release
 
         return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
@@ -308,14 +321,6 @@ def is_spark_frame(native: Any) -> bool:
     """
     return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame"
                for c in type(native).__mro__)
-
-
-def _no_spark_quantiles(frame: Any, what: str) -> None:
-    if is_spark_frame(frame):
-        raise UnsupportedBackendError(
-            f"dp.{what} is not implemented on PySpark DataFrames yet (dp.sum and dp.count are)."
-            f"\nHint: release the {what} from a Polars or pandas frame, e.g. "
-            "pl.from_arrow(spark_df.select(cols).toArrow()) when the columns fit in memory.")
 
 
 def register() -> None:
