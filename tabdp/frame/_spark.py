@@ -24,6 +24,9 @@ partition) and the exact totals of the released cells (at most the key set):
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.
 
+Medians and quantiles (:func:`spark_quantile_release`) sort each cell's values and compute its
+smooth sensitivity in Spark (one group per cell), by the same numpy code as the other engines.
+
 The Python workers must run an interpreter with tabdp installed (``PYSPARK_PYTHON``).
 """
 
@@ -64,7 +67,8 @@ from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session, _set_last
 
-__all__ = ["spark_grouped_release", "SparkUnitLedger", "is_spark_frame"]
+__all__ = ["spark_grouped_release", "spark_quantile_release", "SparkUnitLedger",
+           "is_spark_frame"]
 
 _DEC = "decimal(38,0)"
 _SPLIT = 2.0**44  # fixed-point values are split in two parts below 2**53 to cast exactly

@@ -1,4 +1,4 @@
-"""The ``.dp`` accessor on pandas DataFrames and Polars DataFrames / LazyFrames.
+"""The ``.dp`` accessor on pandas DataFrames, Polars DataFrames / LazyFrames and Spark frames.
 
 The accessor holds no state: pandas rebuilds it on every attribute access and Polars caches it
 per frame, so sessions are passed explicitly (``session=``).
@@ -24,7 +24,9 @@ class DPAccessor:
     """Differentially private grouped releases: ``df.dp.sum(...)``, ``df.dp.count(...)``.
 
     Registered on ``pandas.DataFrame`` and on ``polars.DataFrame`` / ``polars.LazyFrame`` when
-    tabdp is imported.
+    tabdp is imported, and on ``pyspark.sql.DataFrame`` when PySpark is imported (tabdp never
+    imports it): on a Spark DataFrame every release runs in Spark and returns a Spark DataFrame
+    (:mod:`tabdp.frame._spark`, docs/spark.md).
 
     Args:
         frame: The frame the accessor is attached to.
