@@ -1018,6 +1018,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
                           *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
                             for i, c in enumerate(fp_cols)])
     else:
+        assert unit is not None
         base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
         src = base
     try:
