@@ -13,8 +13,10 @@ after a warm-up), so machine load hits all of them:
 * ``spark_groupby``: ``spark.read.parquet(...).groupBy(...).agg(sum, sum, count).collect()``;
 * ``spark_tabdp_<unit>``: the tabdp release on the Spark DataFrame.
 
-Also reported: the Python driver's peak RSS (VmHWM) after all rounds (Spark's JVM is another
-process). Randomness: a fixed seed (both engines then publish the same table).
+Also reported: the Python driver's peak RSS (VmHWM) of a Spark release alone, run once per size in
+a fresh subprocess (``spark_tabdp_row``: nothing per row reaches the driver, so it should not
+grow with the rows; Spark's JVM is another process). Randomness: a fixed seed (both engines then
+publish the same table).
 
 Usage: ``python benchmarks/bench_spark.py [--rows 100000] [--repeat 2]``. Needs PySpark and Java;
 sets ``PYSPARK_PYTHON`` to this interpreter. Writes ``benchmarks/results/spark.json``.
@@ -27,6 +29,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,21 +91,43 @@ def _variants(spark: Any, path: str, out_dir: str) -> dict[str, Callable[[], Non
     return out
 
 
-def main() -> None:
-    """Run the benchmark and print a table."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, nargs="+", default=[100_000])
-    ap.add_argument("--repeat", type=int, default=2)
-    args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def _spark_session() -> Any:
     from pyspark.sql import SparkSession
-
-    from tabdp.synth import generate_establishments
 
     spark = (SparkSession.builder.master("local[2]").appName("tabdp-bench")
              .config("spark.sql.shuffle.partitions", "4")
              .config("spark.ui.enabled", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _one(variant: str, path: str) -> None:
+    spark = _spark_session()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            fn = _variants(spark, path, tmp)[variant]
+            before = _hwm_mb()
+            fn()
+            print(json.dumps({"start_rss_mb": before, "peak_rss_mb": _hwm_mb()}))
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    """Run the benchmark and print a table."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=[100_000])
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--variant", help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.variant:  # one release in a fresh process: the driver's peak memory
+        _one(args.variant, args.path)
+        return
+    from tabdp.synth import generate_establishments
+
+    spark = _spark_session()
     results = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +143,10 @@ def main() -> None:
                         fn()
                         if i:
                             times[k].append(time.perf_counter() - t)
-                row: dict[str, Any] = {"rows": n, "driver_python_peak_rss_mb": _hwm_mb()}
+                cmd = [sys.executable, __file__, "--variant", "spark_tabdp_row", "--path", path]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                mem = json.loads(out.stdout.strip().splitlines()[-1])
+                row: dict[str, Any] = {"rows": n, "spark_driver_python_rss_mb": mem}
                 for k, ts in times.items():
                     row[k] = {"median_s": statistics.median(ts), "min_s": min(ts)}
                 results.append(row)
@@ -135,11 +163,15 @@ def main() -> None:
     print("|---:|---|---:|---:|")
     for r in results:
         for k in r:
-            if k in ("rows", "driver_python_peak_rss_mb"):
+            if k in ("rows", "spark_driver_python_rss_mb"):
                 continue
             base = r["polars_groupby" if k.startswith("polars") else "spark_groupby"]
             print(f"| {r['rows']:,} | {k} | {r[k]['median_s']:.2f} | "
                   f"{r[k]['median_s'] / base['median_s']:.1f}x |")
+    for r in results:
+        m = r["spark_driver_python_rss_mb"]
+        print(f"{r['rows']:,} rows: Spark release, driver (Python) peak RSS "
+              f"{m['peak_rss_mb']:.0f} MB (at start {m['start_rss_mb']:.0f} MB)")
     print(f"load average at the end: {meta['load_avg_1m']:.1f} on {meta['cpus']} cpus")
 
 
