@@ -270,6 +270,7 @@ def test_schema_errors_and_engine_mixing(spark):
 
 # -- registration without importing PySpark ------------------------------------------------------
 def test_import_tabdp_does_not_import_pyspark() -> None:
+    pytest.importorskip("pyspark")
     code = ("import sys, tabdp; assert 'pyspark' not in sys.modules; "
             "import pyspark.sql; print(type(pyspark.sql.DataFrame.__dict__.get('dp')).__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
