@@ -124,6 +124,20 @@ def test_fixed_point_matches_polars_bit_for_bit(spark):
     # half-way values round to even, like Polars: 2.5 steps -> 2, 3 steps -> 3, 5 -> 2 (x2)
     assert got[2:5] == [0, 2, 2] and got[5:7] == [0, -2]
     assert got[15] == 1 << 88 and got[16] == 1 << 88 and got[17] == -(1 << 88)
+    # decimal measures: converted to float64 then fixed point, as Polars does
+    from pyspark.sql import types as T
+
+    rnd = np.random.default_rng(2)
+    for prec, span in ((18, 10**15), (24, 10**17)):
+        dec = [Decimal(int(v)) / Decimal(10**6) for v in rnd.integers(-span, span, 300)]
+        pframe = pl.DataFrame({"x": pl.Series(dec, dtype=pl.Decimal(prec, 6))})
+        want = [int(v) for v in pframe.select(_engine._measure_parts(
+            "x", pframe.schema["x"], rules)["fixed"].alias("v"))["v"].to_list()]
+        dsdf = spark.createDataFrame([(v,) for v in dec], T.StructType(
+            [T.StructField("x", T.DecimalType(prec, 6))]))
+        got = [int(r[0]) for r in dsdf.select(_spark._measure_parts(
+            "x", dsdf.schema["x"].dataType, rules)["fixed"]).collect()]
+        assert got == want
     # why the engine splits the value: Spark's own double -> decimal cast is not exact
     from pyspark.sql import functions as F
 
