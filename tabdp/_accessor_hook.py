@@ -1,4 +1,4 @@
-"""Register the ``.dp`` accessor on pandas and Polars frames without importing either library.
+"""Register the ``.dp`` accessor on pandas, Polars and PySpark frames without importing them.
 
 ``import tabdp`` promises that ``df.dp`` works on pandas and Polars frames. Importing pandas and
 Polars just to register it would cost about half a second, paid by every ``tabdp`` command
@@ -7,6 +7,10 @@ Polars just to register it would cost about half a second, paid by every ``tabdp
 * a library already imported is registered at once;
 * a library not yet imported is registered right after its first import, by a one-shot finder
   on ``sys.meta_path`` that wraps that one module's ``exec_module`` and removes itself when done.
+
+PySpark DataFrames get the same accessor (a ``dp`` property on ``pyspark.sql.DataFrame``) right
+after ``pyspark.sql.dataframe`` is imported: importing PySpark (and starting its JVM machinery) just
+to register would cost seconds on every ``import tabdp``.
 
 What is registered is a small factory: the first ``.dp`` access imports
 :mod:`tabdp.frame.accessor`, whose :func:`~tabdp.frame.accessor.register` then installs the real
@@ -59,9 +63,27 @@ def _register_polars(pl: ModuleType) -> None:
         pl.api.register_lazyframe_namespace("dp")(_LazyDP)
 
 
+def _register_spark(mod: ModuleType) -> None:
+    # PySpark has no accessor API: a property on its DataFrame base class (classic and Spark
+    # Connect DataFrames both derive from pyspark.sql.dataframe.DataFrame)
+    cls = getattr(mod, "DataFrame", None)
+    if cls is not None and not isinstance(getattr(cls, "dp", None), property):
+        cls.dp = property(_LazyDP, doc="tabdp's differentially private releases (tabdp.frame)")
+
+
 _REGISTER: dict[str, Callable[[ModuleType], None]] = {
     "pandas": _register_pandas,
     "polars": _register_polars,
+    "pyspark.sql.dataframe": _register_spark,
+}
+def _has_api(module: ModuleType) -> bool:
+    """Whether pandas / Polars is imported far enough to register on (its ``api`` exists)."""
+    return getattr(module, "api", None) is not None
+
+
+#: Whether an already imported module is complete enough to register on.
+_READY: dict[str, Callable[[ModuleType], bool]] = {
+    "pyspark.sql.dataframe": lambda m: getattr(m, "DataFrame", None) is not None,
 }
 
 
@@ -133,7 +155,8 @@ def install() -> None:
     finder = next((f for f in sys.meta_path if getattr(f, "_tabdp_after_import", False)), None)
     for name, register in _REGISTER.items():
         module = sys.modules.get(name)
-        if module is not None and getattr(module, "api", None) is not None:
+        ready = _READY.get(name, _has_api)
+        if module is not None and ready(module):
             register(module)
             continue
         if finder is None:

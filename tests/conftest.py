@@ -114,3 +114,43 @@ def snapshot() -> Callable[[Any], tuple[int, Any]]:
         return len(session.records), rng_state(session)
 
     return snap
+
+
+# -- Spark (marker ``spark``; skipped when PySpark or a Java runtime is missing) ---------------
+def _java_available() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    return shutil.which("java") is not None or bool(home and os.path.exists(
+        os.path.join(home, "bin", "java")))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """One local SparkSession for every Spark test (``local[2]``, 4 shuffle partitions, no UI).
+
+    Skips when PySpark is not installed (``pip install tabdp[spark]``) or no ``java`` is found
+    (``.ci/java`` installs one). Locally, ``pytest -m "not spark"`` deselects these tests.
+    """
+    pytest.importorskip("pyspark")
+    if not _java_available():
+        pytest.skip("no Java runtime (java / $JAVA_HOME) for PySpark; run .ci/java")
+    import sys
+
+    # the Python workers must be this interpreter (with tabdp, numpy, pyarrow)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.environ.get("PYTHONPATH", "")
+    if root not in path.split(os.pathsep):  # the workers import tabdp from this checkout
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, path) if p)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("tabdp-tests")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.default.parallelism", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

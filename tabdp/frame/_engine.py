@@ -307,6 +307,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     one_off = session is None
     sess = Session() if session is None else session
     qname = sess.release_name(name, kind)  # validate before any data pass or noise draw
+    sess.use_engine("polars")
     unit = sess.unit
     if unit is not None and (unit in by or unit in measures):
         raise InvalidParameterError(
@@ -823,6 +824,114 @@ def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.n
     return frame.group_by(by).agg(*aggs).sort("worst_rho", descending=True, maintain_order=True)
 
 
+# -- steps shared by every engine (the Spark engine, tabdp.frame._spark, calls them too) ------
+class _Prepared(NamedTuple):
+    measures: list[str]
+    by: list[str]
+    mechanism: Mechanism
+    level: float
+    released: list[str]
+    grids: dict[str, Any]
+    max_cells: int | None
+    max_rows: int | None
+
+
+def _prepare_release(kind: str, measures: Any, by: Any, keys: Any, mechanism: Any,
+                     session: Any, level: float, nulls: str, grid: Any, max_cells: Any,
+                     max_rows: Any, stacklevel: int = 3) -> _Prepared:
+    """Argument checks of a release (no data read, no session touched)."""
+    measure_list = _as_list(measures, "columns") if kind == "sum" else []
+    by_list = _as_list(by, "by")
+    if kind == "count":
+        mechanism = count_mechanism(mechanism, grid)
+    level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
+    # Usability warnings: public parameters only, before any data is read.
+    from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
+
+    warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG, context=f"dp.{kind}",
+                   stacklevel=stacklevel)
+    released = measure_list if kind == "sum" else ["count"]
+    grids = _check_grid(grid, released)
+    return _Prepared(measure_list, by_list, mechanism, level, released, grids,
+                     _check_bound("max_cells", max_cells), _check_bound("max_rows", max_rows))
+
+
+def _release_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
+                   negatives: str | None, measure_list: list[str]) -> tuple[_Rules, _Policy]:
+    """The data rules and the policy of a release; budget currencies checked (no data read)."""
+    negative_rule = _check_rules(sess, kind, mechanism, nulls, negatives, bool(measure_list))
+    rules = _Rules(nulls if measure_list else "error", negative_rule, sess.mode)
+    policy = _Policy(mechanism, measure_list if kind == "sum" else [])
+    if sess.budget is not None and sess.budget.per_currency:
+        clash = sorted(m for m in measure_list if m == ROWS_CURRENCY or "+" in m)
+        if clash:
+            raise InvalidParameterError(
+                f"measure column(s) {clash} are named like a budget currency of another kind "
+                f"({ROWS_CURRENCY!r} is the currency of counts, medians and quantiles; 'a+b' "
+                "that of a joint mechanism over a and b), so a curve budget would mix their "
+                "losses.\nHint: rename the column(s) before the release, e.g. "
+                "df.rename({'rows': 'n_rows'}).")
+        for cur, _ in policy.currencies():
+            sess.budget.curve_for(cur)  # a missing curve is a data-free error
+    return rules, policy
+
+
+def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[str, int],
+                 mechanism: Mechanism, policy: _Policy, sess: Session, level: float,
+                 grids: dict[str, Any], keys: KeySet, by_list: list[str], *,
+                 form: str = "wide", cv: bool = False,
+                 key_dtypes: dict[str, Any] | None = None
+                 ) -> tuple[pl.DataFrame, dict[str, int], dict[str, Any]]:
+    """Draw the noise on the exact totals ``full`` (one row per key, in key order).
+
+    ``key_dtypes``: the input's schema (key columns keep their dtypes; integer measures come
+    back as integers on an integral grid). Returns the output table (shaped by
+    :func:`tabdp.frame._output.assemble`), the exact-rounding fallbacks and the grids used.
+    """
+    out_cols: dict[str, Any] = {}
+    fallbacks: dict[str, int] = {}
+    grid_used: dict[str, Any] = {}
+    joint = kind == "sum" and policy.joint
+    for m in released:
+        col = m if kind == "sum" else _ROWS
+        numer = full[col].fill_null(0)
+        truth = ExactTotals(numer, bits.get(m, 0) if kind == "sum" else 0)
+        # A joint (vector) mechanism releases each measure with its own scaled noise.
+        mech_m = mechanism.measure_mechanism(m) if joint else mechanism  # type: ignore[attr-defined]
+        rv = mech_m.release_table(truth, sess.rng, level, grid=grids[m])
+        out_cols[m] = rv.estimate
+        out_cols[f"{m}_sd"] = rv.sd
+        out_cols[f"{m}_moe"] = rv.moe
+        out_cols[f"{m}_lower"] = rv.lower
+        out_cols[f"{m}_upper"] = rv.upper
+        fallbacks[m] = int(rv.fallbacks)
+        grid_used[m] = rv.grid
+    dtypes = key_dtypes or {}
+    key_frame = keys.to_polars().select(by_list) if by_list else None
+    out = assemble(key_frame, [
+        Measure(m, out_cols[m], out_cols[f"{m}_sd"], out_cols[f"{m}_moe"],
+                out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
+                    mechanism.measure_mechanism(m) if joint  # type: ignore[attr-defined]
+                    else mechanism, grids[m],
+                    kind == "count" or (m in dtypes and integer_dtype(dtypes[m]))))
+        for m in released], form=form, cv=cv, key_dtypes=dtypes,
+        author=sess.mode == "author")
+    return out, fallbacks, grid_used
+
+
+def _rule_counts(counts: dict[str, int], measure_list: list[str], nulls: str,
+                 rules: _Rules) -> dict[str, int]:
+    """The confidential counts of values the declared rules handled."""
+    return {
+        **{f"missing_values_{nulls}:{m}": counts.get(f"missing:{m}", 0)
+           for m in measure_list if nulls != "error"},
+        **{f"values_clamped_to_2^64:{m}": counts.get(f"big:{m}", 0)
+           for m in measure_list if counts.get(f"big:{m}", 0)},
+        **{f"negative_values_{rules.negatives}:{m}": counts.get(f"neg:{m}", 0)
+           for m in measure_list if rules.negatives != "error"},
+    }
+
+
 # -- the release ------------------------------------------------------------------------------
 def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
                     by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism | None,
@@ -876,37 +985,14 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         >>> out.columns, out.height
         (['c', 'x', 'x_sd', 'x_moe', 'x_lower', 'x_upper'], 3)
     """
-    measure_list = _as_list(measures, "columns") if kind == "sum" else []
-    by_list = _as_list(by, "by")
+    pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
+                           max_cells, max_rows, stacklevel=4)
+    measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
+    released, grids, max_cells, max_rows = pre.released, pre.grids, pre.max_cells, pre.max_rows
     form = check_form(form)
-    if kind == "count":
-        mechanism = count_mechanism(mechanism, grid)
-    level = _check_args(kind, measure_list, by_list, keys, mechanism, session, level, nulls)
-    assert mechanism is not None  # _check_args refuses anything but a Mechanism
-    # Usability warnings: public parameters only, before any data is read.
-    from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
-
-    warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG, context=f"dp.{kind}", stacklevel=3)
-    released = measure_list if kind == "sum" else ["count"]
-    grids = _check_grid(grid, released)
-    max_cells = _check_bound("max_cells", max_cells)
-    max_rows = _check_bound("max_rows", max_rows)
     op = _open_release(native, session, name, kind, measure_list, by_list)
     sess, qname = op.session, op.name
-    negative_rule = _check_rules(sess, kind, mechanism, nulls, negatives, bool(measure_list))
-    rules = _Rules(nulls if measure_list else "error", negative_rule, sess.mode)
-    policy = _Policy(mechanism, measure_list if kind == "sum" else [])
-    if sess.budget is not None and sess.budget.per_currency:
-        clash = sorted(m for m in measure_list if m == ROWS_CURRENCY or "+" in m)
-        if clash:
-            raise InvalidParameterError(
-                f"measure column(s) {clash} are named like a budget currency of another kind "
-                f"({ROWS_CURRENCY!r} is the currency of counts, medians and quantiles; 'a+b' "
-                "that of a joint mechanism over a and b), so a curve budget would mix their "
-                "losses.\nHint: rename the column(s) before the release, e.g. "
-                "df.rename({'rows': 'n_rows'}).")
-        for cur, _ in policy.currencies():
-            sess.budget.curve_for(cur)  # a missing curve is a data-free error
+    rules, policy = _release_rules(sess, kind, mechanism, nulls, negatives, measure_list)
     unit = sess.unit
     uid = unit if unit is not None else ROW_ID
     bits = {m: scale_bits(op.schema[m]) for m in measure_list}
@@ -972,32 +1058,9 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
 
     # 5. Noise: only now, after every check passed.
     sess.phase(qname, f"drawing noise for {n_keys:,} cells")
-    out_cols: dict[str, Any] = {}
-    fallbacks: dict[str, int] = {}
-    grid_used: dict[str, Any] = {}
-    joint = kind == "sum" and policy.joint
-    for m in released:
-        col = m if kind == "sum" else _ROWS
-        numer = full[col].fill_null(0)
-        truth = ExactTotals(numer, bits.get(m, 0) if kind == "sum" else 0)
-        # A joint (vector) mechanism releases each measure with its own scaled noise.
-        mech_m = mechanism.measure_mechanism(m) if joint else mechanism  # type: ignore[attr-defined]
-        rv = mech_m.release_table(truth, sess.rng, level, grid=grids[m])
-        out_cols[m] = rv.estimate
-        out_cols[f"{m}_sd"] = rv.sd
-        out_cols[f"{m}_moe"] = rv.moe
-        out_cols[f"{m}_lower"] = rv.lower
-        out_cols[f"{m}_upper"] = rv.upper
-        fallbacks[m] = int(rv.fallbacks)
-        grid_used[m] = rv.grid
-    key_frame = keys.to_polars().select(by_list) if by_list else None
-    out = assemble(key_frame, [
-        Measure(m, out_cols[m], out_cols[f"{m}_sd"], out_cols[f"{m}_moe"],
-                out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
-                    mechanism.measure_mechanism(m) if joint else mechanism,  # type: ignore[attr-defined]
-                    grids[m], kind == "count" or integer_dtype(op.schema[m])))
-        for m in released], form=form, cv=cv, key_dtypes=dict(op.schema),
-        author=sess.mode == "author")
+    out, fallbacks, grid_used = _noisy_table(
+        full, kind, released, bits, mechanism, policy, sess, level, grids, keys, by_list,
+        form=form, cv=cv, key_dtypes=dict(op.schema))
 
     confidential = {
         "rows_read": snap.rows_read,
@@ -1008,12 +1071,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         "rows_in_released_cells": int(inside[_ROWS].sum() or 0),
         "units_left_out_by_budget": int(left_out.sum()),
         **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
-        **{f"missing_values_{nulls}:{m}": snap.counts.get(f"missing:{m}", 0)
-           for m in measure_list if nulls != "error"},
-        **{f"values_clamped_to_2^64:{m}": snap.counts.get(f"big:{m}", 0)
-           for m in measure_list if snap.counts.get(f"big:{m}", 0)},
-        **{f"negative_values_{rules.negatives}:{m}": snap.counts.get(f"neg:{m}", 0)
-           for m in measure_list if rules.negatives != "error"},
+        **_rule_counts(snap.counts, measure_list, nulls, rules),
     }
     record = QueryRecord(
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),

@@ -261,6 +261,39 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
         "bounds=(0.0, 1e9) for payroll; values outside them are clipped.")
 
 
+def _quantile_args(column: Any, q: Any, median: bool, by: Any, keys: Any, bounds: Any,
+                   epsilon: Any, noise: str, gamma: Any, delta: Any, uncertainty_share: Any,
+                   session: Any, level: float, nulls: str, grid: Any, stacklevel: int = 3
+                   ) -> tuple[float, float, float, list[str], SmoothSensitivityRelease, float,
+                              str, Any]:
+    """Argument checks of a quantile release (no data read); shared with the Spark engine."""
+    if not isinstance(column, str):
+        raise InvalidParameterError(f"column must be one column name; got {column!r}.")
+    qv = check_real("q", q, owner="dp.quantile", ge=0.0, le=1.0,
+                    hint="q is a quantile level, e.g. 0.5 for the median, 0.9 for the 90th "
+                         "percentile")
+    lo, hi = _check_bounds(bounds)
+    by_list = _as_list(by, "by")
+    mechanism = SmoothSensitivityRelease(noise, epsilon, gamma, delta=delta,
+                                         uncertainty_share=uncertainty_share)
+    # Argument checks shared with sums (keys, session, level, nulls); a stand-in mechanism.
+    level = _check_args("sum", [column], by_list, keys, Gaussian(1.0), session, level, nulls)
+    # Usability warnings: public parameters only, before any data is read.
+    from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
+
+    warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG,
+                   context="dp.median" if median else "dp.quantile", stacklevel=stacklevel)
+    label = quantile_label(column, qv, median)
+    grid = _check_grid(grid, [label])[label]
+    # fineness against public magnitudes only: the sampler's own check can then never refuse
+    grid = mechanism.check_grid(grid, (lo, hi), max(hi - lo, ss_floor((lo, hi))))
+    clash = {f"{label}{s}" for s in OUTPUT_SUFFIXES} & set(by_list)
+    if clash:
+        raise InvalidParameterError(
+            f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
+    return qv, lo, hi, by_list, mechanism, level, label, grid
+
+
 def quantile_release(native: Any, *, column: str, q: float, median: bool,
                      by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
                      noise: str = "polyplace", gamma: float | None = None,
@@ -312,26 +345,9 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         >>> out.columns
         ['c', 'x_median', 'x_median_sd', 'x_median_moe', 'x_median_lower', 'x_median_upper']
     """
-    if not isinstance(column, str):
-        raise InvalidParameterError(f"column must be one column name; got {column!r}.")
-    qv = check_real("q", q, owner="dp.quantile", ge=0.0, le=1.0,
-                    hint="q is a quantile level, e.g. 0.5 for the median, 0.9 for the 90th "
-                         "percentile")
-    lo, hi = _check_bounds(bounds)
-    by_list = _as_list(by, "by")
-    mechanism = SmoothSensitivityRelease(noise, epsilon, gamma, delta=delta,
-                                         uncertainty_share=uncertainty_share)
-    # Argument checks shared with sums (keys, session, level, nulls); a stand-in mechanism.
-    level = _check_args("sum", [column], by_list, keys, Gaussian(1.0), session, level, nulls)
-    # Usability warnings: public parameters only, before any data is read.
-    from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
-
-    warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG,
-                   context="dp.median" if median else "dp.quantile", stacklevel=3)
-    label = quantile_label(column, qv, median)
-    grid = _check_grid(grid, [label])[label]
-    # fineness against public magnitudes only: the sampler's own check can then never refuse
-    grid = mechanism.check_grid(grid, (lo, hi), max(hi - lo, ss_floor((lo, hi))))
+    qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
+        column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
+        session, level, nulls, grid, stacklevel=4)
     form = check_form(form)
     outputs = set(LONG_COLUMNS) if form == "long" else {
         f"{label}{s}" for s in (*OUTPUT_SUFFIXES, *(STAT_SUFFIXES if cv else ()))}

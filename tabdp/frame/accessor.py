@@ -1,4 +1,4 @@
-"""The ``.dp`` accessor on pandas DataFrames and Polars DataFrames / LazyFrames.
+"""The ``.dp`` accessor on pandas DataFrames, Polars DataFrames / LazyFrames and Spark frames.
 
 The accessor holds no state: pandas rebuilds it on every attribute access and Polars caches it
 per frame, so sessions are passed explicitly (``session=``).
@@ -33,7 +33,9 @@ class DPAccessor:
     """Differentially private grouped releases: ``df.dp.sum(...)``, ``df.dp.count(...)``.
 
     Registered on ``pandas.DataFrame`` and on ``polars.DataFrame`` / ``polars.LazyFrame`` when
-    tabdp is imported.
+    tabdp is imported, and on ``pyspark.sql.DataFrame`` when PySpark is imported (tabdp never
+    imports it): on a Spark DataFrame every release runs in Spark and returns a Spark DataFrame
+    (:mod:`tabdp.frame._spark`, docs/spark.md).
 
     Args:
         frame: The frame the accessor is attached to.
@@ -140,6 +142,14 @@ class DPAccessor:
         names = [columns] if isinstance(columns, str) else list(columns)
         _check_output_names(names, by, form, cv)
         grid = integer_grid(grid, mechanism, _integer_columns(self._frame, names), names)
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_grouped_release
+
+            return spark_grouped_release(
+                self._frame, kind="sum", measures=columns, by=by, keys=keys,
+                mechanism=mechanism, session=session, level=level, nulls=nulls, name=name,
+                grid=grid, negatives=negatives, max_cells=max_cells, form=form,
+                cv=cv)
         return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level, nulls=nulls,
                                name=name, grid=grid, negatives=negatives,
@@ -192,6 +202,13 @@ class DPAccessor:
         from tabdp.frame._engine import count_mechanism
 
         grid = integer_grid(grid, count_mechanism(mechanism, grid), ["count"], ["count"])
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_grouped_release
+
+            return spark_grouped_release(
+                self._frame, kind="count", measures=None, by=by, keys=keys,
+                mechanism=mechanism, session=session, level=level, nulls="error", name=name,
+                grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv)
         return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
                                mechanism=mechanism, session=session, level=level,
                                nulls="error", name=name, grid=grid, max_cells=max_cells,
@@ -252,6 +269,14 @@ class DPAccessor:
             >>> out.columns[:4]
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_quantile_release
+
+            return spark_quantile_release(
+                self._frame, column=column, q=0.5, median=True, by=by, keys=keys, bounds=bounds,
+                epsilon=epsilon, noise=noise, gamma=gamma, delta=delta, session=session,
+                level=level, nulls=nulls, name=name, grid=grid,
+                uncertainty_share=uncertainty_share, form=form, cv=cv)
         from tabdp.frame._quantiles import quantile_release
 
         return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
@@ -307,6 +332,14 @@ class DPAccessor:
             >>> list(out.columns)
             ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
+        if is_spark_frame(self._frame):
+            from tabdp.frame._spark import spark_quantile_release
+
+            return spark_quantile_release(
+                self._frame, column=column, q=q, median=False, by=by, keys=keys, bounds=bounds,
+                epsilon=epsilon, noise=noise, gamma=gamma, delta=delta, session=session,
+                level=level, nulls=nulls, name=name, grid=grid,
+                uncertainty_share=uncertainty_share, form=form, cv=cv)
         from tabdp.frame._quantiles import quantile_release
 
         return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
@@ -326,6 +359,11 @@ def _integer_columns(frame: Any, columns: Sequence[str]) -> list[str]:
     if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
         schema = frame.collect_schema()
         return [c for c in columns if c in schema and integer_dtype(schema[c])]
+    if is_spark_frame(frame):
+        from tabdp.frame._spark import polars_schema
+
+        pschema = polars_schema(frame)
+        return [c for c in columns if c in pschema and integer_dtype(pschema[c])]
     return []
 
 
@@ -349,6 +387,23 @@ def _check_output_names(measures: Sequence[str], by: str | Sequence[str], form: 
             f"group-by column(s) {clash} have the name of an output column of the {form} "
             f"form ({outputs}); the key would be overwritten in the result.\nHint: rename the "
             "key column(s) (and the key set's) before the release.")
+
+
+def is_spark_frame(native: Any) -> bool:
+    """Whether ``native`` is a PySpark DataFrame (checked by class name: PySpark not imported).
+
+    Args:
+        native: Any object.
+
+    Returns:
+        True for a ``pyspark.sql`` DataFrame (classic or Spark Connect).
+
+    Example:
+        >>> is_spark_frame(pl.DataFrame())
+        False
+    """
+    return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame"
+               for c in type(native).__mro__)
 
 
 def register() -> None:

@@ -157,7 +157,7 @@ class Session:
             self.bind_frame(data)
         # The ledger: per unit (row id in row mode), its loss components and, under a curve
         # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
-        self._ledger: DenseLedger | UnitLedger = (
+        self._ledger: Any = (
             DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
         # Snapshot of the last frame released, reused by a later release of the same frame
         # object with the same grouping (e.g. a count after a sum): one pass over records.
@@ -407,7 +407,7 @@ class Session:
             old = self._ledger.lookup(charges.units, ["rho"])["rho"]
             # no slack: the ledger adds exactly these doubles, so a recorded total never
             # exceeds the budget (a NaN loss is never within it)
-            ok = (old + new) <= b.constant  # type: ignore[operator]
+            ok = (old + new) <= b.constant
             return {c: ok for c in charges.currencies}
         out = {}
         for c in charges.currencies:
@@ -481,6 +481,37 @@ class Session:
                 self._ledger.add(units, {f"rho@{c}": charges.rho[c][ok]},
                                  {f"size@{c}": charges.size[c][ok]})
         self.records.append(record)
+
+    # -- engines (a Spark session keeps its ledger in Spark: tabdp.frame._spark) --------------
+    def use_engine(self, engine: str, ledger: Any = None) -> None:
+        """Bind the session to the engine of its releases (before any data is read).
+
+        The first release decides: a Spark release installs ``ledger`` (a Spark table of
+        per-unit losses) in a session with no releases yet; every later release must use the
+        same engine, since the ledger lives in one engine.
+
+        Args:
+            engine: ``"spark"`` or ``"polars"`` (pandas and Polars frames).
+            ledger: The Spark ledger to install (first Spark release only).
+
+        Raises:
+            InvalidParameterError: The session already holds releases of the other engine.
+
+        Example:
+            >>> s = Session()
+            >>> s.use_engine("polars")
+        """
+        current = "spark" if getattr(self._ledger, "engine", None) == "spark" else (
+            "polars" if self.records else None)
+        if current is None and engine == "spark" and ledger is not None:
+            self._ledger = ledger
+            return
+        if current is not None and current != engine:
+            raise InvalidParameterError(
+                f"this session's releases ran on {current} frames and this one is a {engine} "
+                f"frame; a session keeps its ledger in one engine, so it cannot mix them.\n"
+                "Hint: use one session per engine, or convert the frame (e.g. "
+                "spark_df.toPandas() or spark.createDataFrame(pandas_df)).")
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, delta: float | None = None) -> Report:
@@ -630,6 +661,8 @@ class Report:
             ['row', 'rho', 'epsilon', 'size', 'epsilon_delta']
         """
         s = self.session
+        if getattr(s._ledger, "engine", None) == "spark":  # a Spark DataFrame, built by Spark
+            return s._ledger.per_record(s, self.delta)
         unit_col = s.unit or "row"
         recs = [r for r in s.records if r.losses is not None]
         shown = ("rho", "epsilon", "size")
@@ -755,12 +788,18 @@ class Report:
             0
         """
         s = self.session
+        qs = [0.5, 0.9, 0.99, 0.999]
+        if getattr(s._ledger, "engine", None) == "spark":  # statistics computed in Spark
+            spark_stats = s._ledger.rho_summary(s, qs)
+            return {"seed": s.seed, **spark_stats,
+                    "queries": [{"name": r.name, **r.confidential,
+                                 "exact_rounding_fallbacks": dict(r.fallbacks)}
+                                for r in s.records]}
         if isinstance(s._ledger, DenseLedger):
             frame = s._ledger.frame(s._n_rows if s._n_rows is not None else s._ledger.n)
         else:
             frame = s._ledger.frame()
         rho = frame["rho"].to_numpy() if "rho" in frame.columns else np.zeros(frame.height)
-        qs = [0.5, 0.9, 0.99, 0.999]
         stats = {}
         if rho.size:
             # Losses may be inf (approximate-DP releases); interpolating between two infs gives

@@ -1,0 +1,1148 @@
+"""Grouped releases on PySpark DataFrames: the same release as the Polars engine, run in Spark.
+
+The steps and their order are those of :mod:`tabdp.frame._engine` (read its module docstring);
+what differs is where they run. Everything per row or per unit stays in Spark; the driver
+receives only small summaries (the validation counters, the number of rows of each input
+partition) and the exact totals of the released cells (at most the key set):
+
+1. **Snapshot.** One Spark plan reads the input once and is persisted: per row (row mode, with
+   row ids numbered in the order the input is read: partition by partition, row by row) or per
+   (unit, group-by key), each measure's contribution as an exact fixed-point integer in
+   ``DecimalType(38, 0)`` (Spark has no 128-bit integers): float values times ``2**24``,
+   rounded half to even (as Polars' ``round``), integers as they are, ``|x| > 2**64`` clamped.
+2. **Counters** (nulls, non-finite, negatives, null unit ids, rows outside the key set, the row
+   fingerprints of row mode) are one aggregate over the snapshot.
+3. **Cells**: the public key set, aligned to the data's dtypes with the same data-free rules,
+   is broadcast-joined to the snapshot.
+4. **Losses** per (unit, cell) are computed by the mechanism's own numpy policy functions in a
+   pandas UDF on the executors (so each record's loss is the one the Polars engine computes),
+   then summed per unit and currency in Spark.
+5. **Budget**: the session's ledger is a Spark table (:class:`SparkUnitLedger`); the individual
+   filter runs :meth:`tabdp.Session.admit` itself, per partition of the units joined with their
+   ledger rows.
+6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
+   drawn on the driver in key order exactly as the Polars engine does, so for one seed both
+   engines publish the same table.
+
+Medians and quantiles (:func:`spark_quantile_release`) sort each cell's values and compute its
+smooth sensitivity in Spark (one group per cell), by the same numpy code as the other engines.
+
+The Python workers must run an interpreter with tabdp installed (``PYSPARK_PYTHON``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+
+from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
+from tabdp.frame._engine import (
+    _ALL,
+    _CELL,
+    _ROWS,
+    MAX_ABS,
+    ROW_ID,
+    SUM_SCALE_BITS,
+    _common_dtype,
+    _noisy_table,
+    _Policy,
+    _prepare_release,
+    _release_rules,
+    _rule_counts,
+    _Rules,
+    _schema_checks,
+    _strict_checks,
+)
+from tabdp.frame._output import Measure, assemble, check_form
+from tabdp.frame.accessor import is_spark_frame
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
+from tabdp.privacy.accounting import COMPONENTS
+from tabdp.privacy.ledger import QueryRecord
+from tabdp.privacy.session import Session, _set_last
+
+__all__ = ["spark_grouped_release", "spark_quantile_release", "SparkUnitLedger",
+           "is_spark_frame"]
+
+_DEC = "decimal(38,0)"
+_SPLIT = 2.0**44  # fixed-point values are split in two parts below 2**53 to cast exactly
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence PySpark's pandas-version FutureWarning around tabdp's own conversions."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                                category=FutureWarning)
+        yield
+
+
+# -- schema -----------------------------------------------------------------------------------
+def polars_schema(sdf: Any) -> dict[str, Any]:
+    """The Polars dtypes a Spark frame's columns are checked and aligned as (no data read).
+
+    Args:
+        sdf: A PySpark DataFrame.
+
+    Returns:
+        Column name → Polars dtype.
+    """
+    return {f.name: _pl_dtype(f.dataType) for f in sdf.schema.fields}
+
+
+def _pl_dtype(st: Any) -> Any:
+    """The Polars dtype a Spark type is checked and aligned as (decided without data)."""
+    from pyspark.sql import types as T
+
+    simple = {T.ByteType: pl.Int8, T.ShortType: pl.Int16, T.IntegerType: pl.Int32,
+              T.LongType: pl.Int64, T.FloatType: pl.Float32, T.DoubleType: pl.Float64,
+              T.StringType: pl.String, T.BooleanType: pl.Boolean, T.DateType: pl.Date,
+              T.TimestampType: pl.Datetime("us"), T.BinaryType: pl.Binary}
+    for t, d in simple.items():
+        if isinstance(st, t):
+            return d
+    if isinstance(st, T.DecimalType):
+        return pl.Decimal(st.precision, st.scale)
+    if isinstance(st, (T.VarcharType, T.CharType)):
+        return pl.String
+    if isinstance(st, T.ArrayType):
+        return pl.List(pl.Null)
+    if isinstance(st, T.StructType):
+        return pl.Struct([])
+    return pl.Object
+
+
+def _spark_type(dt: Any) -> Any:
+    from pyspark.sql import types as T
+
+    if dt == pl.Int128 or dt == pl.Int64:
+        return T.LongType()  # Spark integers are at most 64-bit
+    table = {pl.Int8: T.ByteType(), pl.Int16: T.ShortType(), pl.Int32: T.IntegerType(),
+             pl.Float32: T.FloatType(), pl.Float64: T.DoubleType(), pl.String: T.StringType(),
+             pl.Boolean: T.BooleanType(), pl.Date: T.DateType()}
+    for k, v in table.items():
+        if dt == k:
+            return v
+    if isinstance(dt, (pl.Categorical, pl.Enum)):
+        return T.StringType()
+    if isinstance(dt, pl.Datetime):
+        return T.TimestampType()
+    raise ColumnTypeError(f"key columns of dtype {dt} are not supported on Spark frames.\n"
+                          "Hint: use integer, float, string or date keys.")
+
+
+def _is_floatlike(st: Any) -> bool:
+    from pyspark.sql import types as T
+
+    return isinstance(st, (T.FloatType, T.DoubleType, T.DecimalType))
+
+
+# -- the ledger -------------------------------------------------------------------------------
+class SparkUnitLedger:
+    """A session's per-unit running totals as a Spark table (Spark sessions).
+
+    The same role as :class:`tabdp.privacy.ledger.UnitLedger`: one row per unit (its id, or its
+    row id when each row is a unit) with summed loss components, the largest size, the per-
+    currency columns of curve budgets (``rho@c``, ``size@c``) and each release's ρ
+    (``rho_<name>``). The table never leaves Spark; each update is checkpointed locally so the
+    plans of a long session stay short.
+
+    Args:
+        spark: The SparkSession.
+        row_mode: Units are row ids (the report then lists every row read).
+
+    Example:
+        >>> SparkUnitLedger(None, row_mode=True).engine
+        'spark'
+    """
+
+    engine = "spark"
+
+    def __init__(self, spark: Any, row_mode: bool) -> None:
+        self.spark = spark
+        self.row_mode = row_mode
+        self.table: Any = None
+
+    @staticmethod
+    def _is_max(c: str) -> bool:
+        return c == "size" or c.startswith("size@")
+
+    def add(self, frame: Any) -> None:
+        """Add a Spark DataFrame of per-unit charges (column ``unit``, ids unique).
+
+        ``size`` columns are combined by maximum, the others by sum; missing columns count as 0.
+
+        Args:
+            frame: ``unit`` plus loss columns.
+
+        Example:
+            >>> SparkUnitLedger(None, False).table is None
+            True
+        """
+        from pyspark.sql import functions as F
+
+        if self.table is None:  # ids are unique in one release's charges
+            self.table = frame.localCheckpoint(eager=True)
+            return
+        both = self.table.unionByName(frame, allowMissingColumns=True)
+        cols = [c for c in both.columns if c != "unit"]
+        agg = [(F.max if self._is_max(c) else F.sum)(F.coalesce(F.col(c), F.lit(0.0))).alias(c)
+               for c in cols]
+        self.table = both.groupBy("unit").agg(*agg).localCheckpoint(eager=True)
+
+    def lookup(self, units: Any, cols: list[str]) -> Any:
+        """Current totals of ``cols`` for a Spark DataFrame of ``unit`` ids (0: never charged).
+
+        Returns a Spark DataFrame.
+
+        Example:
+            >>> SparkUnitLedger(None, False).frame() is None
+            True
+        """
+        from pyspark.sql import functions as F
+
+        have = [c for c in cols if self.table is not None and c in self.table.columns]
+        out = units
+        if have:
+            out = out.join(self.table.select("unit", *have), on="unit", how="left")
+        return out.select("*", *[F.lit(0.0).alias(c) for c in cols if c not in have]) \
+            .fillna(0.0, subset=have)
+
+    def frame(self) -> Any:
+        """The table (a Spark DataFrame, ``None`` before the first release).
+
+        Example:
+            >>> SparkUnitLedger(None, True).frame() is None
+            True
+        """
+        return self.table
+
+    def _full(self, session: Session) -> Any:
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        want = ["rho", "epsilon", "size", *COMPONENTS,
+                *[f"rho_{r.name}" for r in session.records]]
+        want = list(dict.fromkeys(want))
+        table = self.table
+        if self.row_mode:
+            n = session._n_rows or 0
+            base = self.spark.range(n).withColumnRenamed("id", "unit")
+            table = base if table is None else base.join(table, on="unit", how="left")
+        elif table is None:
+            table = self.spark.createDataFrame([], T.StructType(
+                [T.StructField("unit", T.StringType())]))
+        have = set(table.columns)
+        return table.select("unit", *[(F.coalesce(F.col(c), F.lit(0.0)) if c in have
+                                       else F.lit(0.0)).cast("double").alias(c) for c in want])
+
+    def per_record(self, session: Session, delta: float | None) -> Any:
+        """CONFIDENTIAL per-record report as a Spark DataFrame (see ``Report.per_record``).
+
+        Example:
+            >>> callable(SparkUnitLedger.per_record)
+            True
+        """
+        from pyspark.sql import functions as F
+
+        full = self._full(session)
+        unit_col = session.unit or "row"
+        cols = [F.col("unit").alias(unit_col), "rho", "epsilon", "size"]
+        if delta is not None:
+            cols.append(_eps_delta_udf(delta)(F.struct(*[F.col(c) for c in COMPONENTS]))
+                        .alias("epsilon_delta"))
+        cols += [f"rho_{r.name}" for r in session.records]
+        with _quiet():
+            return full.select(*cols)
+
+    def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
+        """Units, largest ρ and ρ quantiles (linear interpolation, as numpy), computed in Spark.
+
+        Example:
+            >>> callable(SparkUnitLedger.rho_summary)
+            True
+        """
+        from pyspark.sql import functions as F
+
+        full = self._full(session)
+        row = full.agg(F.count(F.lit(1)).alias("n"), F.max("rho").alias("mx"),
+                       F.sum(F.when(F.col("rho") == float("inf"), 1).otherwise(0)).alias("inf"),
+                       *[F.percentile(F.col("rho"), q).alias(f"q{i}")
+                         for i, q in enumerate(qs)]).collect()[0]
+        n = int(row["n"])
+        stats: dict[str, Any] = {}
+        if n:
+            for i, q in enumerate(qs):
+                v = row[f"q{i}"]
+                v = float("nan") if v is None else float(v)
+                if np.isnan(v) and row["inf"]:
+                    v = float("inf")
+                stats[f"rho_q{q}"] = v
+        return {"units": n, "rho_max": float(row["mx"]) if n else None, **stats}
+
+
+def _eps_delta_udf(delta: float) -> Any:
+    from pyspark.sql.functions import pandas_udf
+
+    def eps(comps: pd.DataFrame) -> pd.Series:
+        from tabdp.privacy.accounting import epsilon_at
+
+        c = {k: comps[k].to_numpy(dtype=np.float64) for k in COMPONENTS}
+        return pd.Series(epsilon_at(delta, c["rho_z"], c["rho_g"], c["eps_a"], c["delta_a"],
+                                    c["epsilon"]))
+
+    return pandas_udf(eps, "double")
+
+
+# -- row-level expressions ---------------------------------------------------------------------
+def _exact_fixed(xd: Any) -> Any:
+    """``round_half_even(x·2**24)`` of a double column as an exact ``decimal(38,0)``.
+
+    Spark casts a double to a decimal through its shortest decimal string, which drops digits
+    beyond 2**53; the integer is split into two parts below 2**53 (both exact) and recombined
+    in decimal arithmetic.
+    """
+    from pyspark.sql import functions as F
+
+    clipped = F.least(F.greatest(xd, F.lit(-MAX_ABS)), F.lit(MAX_ABS))
+    v = F.bround(clipped * F.lit(float(2**SUM_SCALE_BITS)), 0)
+    hi = F.floor(v / F.lit(_SPLIT))          # exact: a power-of-two division, then floor
+    lo = v - hi.cast("double") * F.lit(_SPLIT)  # exact: the low 44 bits of an integer
+    return (hi.cast(_DEC) * F.lit(int(_SPLIT)).cast(_DEC) + lo.cast("long").cast(_DEC)) \
+        .cast(_DEC)
+
+
+def _measure_parts(m: str, st: Any, rules: _Rules) -> dict[str, Any]:
+    """Spark twin of ``_engine._measure_parts``: flags and the exact fixed-point value."""
+    from pyspark.sql import functions as F
+
+    x = F.col(m)
+    false = F.lit(False)
+    if _is_floatlike(st):
+        xd = x.cast("double")
+        missing = x.isNull() | F.isnan(xd)
+        inf = F.coalesce(F.abs(xd) == F.lit(float("inf")), false)
+        big = F.coalesce(F.abs(xd) > F.lit(MAX_ABS), false) & ~inf
+        fixed = _exact_fixed(xd)
+    else:
+        missing = x.isNull()
+        inf = false
+        big = false
+        fixed = x.cast(_DEC)
+    neg = F.coalesce(x < 0, false)
+    if rules.negatives == "zero":
+        fixed = F.greatest(fixed, F.lit(0).cast(_DEC))
+    return {"missing": missing, "inf": inf, "big": big, "neg": neg, "fixed": fixed,
+            "bad": missing | inf}
+
+
+# -- keys -------------------------------------------------------------------------------------
+def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
+                  schema: dict[str, Any]) -> Any:
+    """Spark twin of ``_engine._attach_cells``: ``_CELL`` by a broadcast join of the key set."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not by:
+        return data.withColumn(_CELL, F.lit(0).cast("long"))
+    keys_pl = keys.to_polars().select(by)
+    kcols: dict[str, pl.Series] = {}
+    fields = []
+    on_data: dict[str, Any] = {}
+    bad = F.lit(False)
+    for i, c in enumerate(by):
+        have = _pl_dtype(schema[c])
+        want = keys_pl.schema[c]
+        target = _common_dtype(c, have, want)
+        if target is None:
+            target = want
+        if target == pl.Int128:
+            target = pl.Int64  # Spark integers are at most 64-bit: larger keys match no row
+        try:
+            kc = keys_pl[c].cast(target, strict=target != pl.Int64)
+        except Exception as err:  # the public key set does not convert: data-free error
+            raise ColumnTypeError(
+                f"key column {c!r} is {have} in the data but {want} in the key set, and the key "
+                f"set's values cannot be converted to {target}.\n"
+                "Hint: build the key set with values of the data's type.") from err
+        if isinstance(kc.dtype, (pl.Categorical, pl.Enum)):
+            kc = kc.cast(pl.String)
+        kcols[f"__key{i}"] = kc
+        st = _spark_type(kc.dtype)
+        fields.append(T.StructField(f"__key{i}", st, True))
+        if st == schema[c]:
+            on_data[c] = F.col(c)
+        else:
+            conv = F.col(c).try_cast(st) if hasattr(F.col(c), "try_cast") else F.col(c).cast(st)
+            back = conv.try_cast(schema[c]) if hasattr(conv, "try_cast") else conv.cast(schema[c])
+            back_ok = F.coalesce(back.eqNullSafe(F.col(c)), F.lit(False))
+            on_data[c] = F.when(back_ok | F.col(c).isNull(), conv)
+            bad = bad | (F.col(c).isNotNull() & ~back_ok)
+    kframe = pl.DataFrame(kcols).with_row_index(_CELL).with_columns(pl.col(_CELL).cast(pl.Int64))
+    # keys whose conversion failed (non-strict Int64 cast) cannot match any row: drop them
+    kframe = kframe.filter(pl.all_horizontal(
+        [pl.col(k).is_not_null() | keys_pl[c].is_null() for k, c in
+         zip(kcols, by, strict=True)]))
+    fields.insert(0, T.StructField(_CELL, T.LongType(), False))
+    with _quiet():
+        kdf = spark.createDataFrame(kframe.to_pandas(), T.StructType(fields))
+    work = data.select("*", *[e.alias(f"__dk{i}") for i, e in enumerate(on_data.values())],
+                       bad.alias("__badkey"))
+    cond = None
+    for i in range(len(by)):
+        e = work[f"__dk{i}"].eqNullSafe(kdf[f"__key{i}"])
+        cond = e if cond is None else cond & e
+    joined = work.join(F.broadcast(kdf), on=cond, how="left")
+    cell = F.when(F.col("__badkey"), F.lit(None).cast("long")).otherwise(F.col(_CELL))
+    return joined.select(*[F.col(c) for c in data.columns], cell.alias(_CELL))
+
+
+# -- policies on the executors ----------------------------------------------------------------
+def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
+                bits: dict[str, int]) -> tuple[Any, list[tuple[str, list[str]]]]:
+    """A pandas UDF of per-(unit, cell) charges, by the same numpy code as ``_engine._charges``.
+
+    Per row: each currency's ρ, ε (ε_a, δ_a) and size, and the row's total ρ and size.
+    """
+    from pyspark.sql.functions import pandas_udf
+
+    policy = _Policy(mechanism, measures if kind == "sum" else [])
+    curs = policy.currencies()
+    approx = policy.approx
+    fields = []
+    for i, _ in enumerate(curs):
+        fields += [f"r{i} double", f"e{i} double", f"s{i} double"]
+        if approx:
+            fields += [f"ea{i} double", f"da{i} double"]
+    fields += ["cell_rho double", "cell_size double"]
+
+    def charge(inp: pd.DataFrame) -> pd.DataFrame:
+        pol = _Policy(mechanism, measures if kind == "sum" else [])
+        n = len(inp)
+        out: dict[str, np.ndarray] = {}
+        cell_rho = np.zeros(n)
+        cell_size = np.zeros(n)
+        for i, (_, ms) in enumerate(curs):
+            if kind == "count":
+                size = inp["__rows"].to_numpy(dtype=np.float64)
+                delta = size
+            else:
+                mags = {}
+                for m in ms:
+                    a = inp[f"__a:{m}"].to_numpy(dtype=np.float64)
+                    f = a * (2.0 ** -bits[m])
+                    big = a >= float(1 << 53)
+                    if np.any(big):
+                        f = np.where(big, np.nextafter(f, np.inf), f)
+                    mags[m] = f
+                size = np.zeros(n)
+                for c in mags.values():
+                    np.maximum(size, c, out=size)
+                if pol.joint:
+                    signed = {m: inp[f"__s:{m}"].to_numpy(dtype=np.float64) * mags[m]
+                              for m in ms}
+                    delta = np.asarray(pol.mechanism.norm(signed),  # type: ignore[attr-defined]
+                                       dtype=np.float64)
+                    slack = 1.0 + (len(ms) + 8) * 2.0**-52
+                    delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
+                else:
+                    delta = mags[ms[0]]
+            if not n:
+                vals = tuple(np.zeros(0) for _ in range(4 if pol.approx else 2))
+            elif kind == "count":
+                uniq, inv = np.unique(delta, return_inverse=True)
+                vals = tuple(np.asarray(v)[inv] for v in pol(uniq))
+            else:
+                vals = pol(delta)
+            cell_rho += vals[0]
+            np.maximum(cell_size, size, out=cell_size)
+            out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
+            if pol.approx:
+                out[f"ea{i}"], out[f"da{i}"] = vals[2], vals[3]
+        out["cell_rho"], out["cell_size"] = cell_rho, cell_size
+        return pd.DataFrame(out)
+
+    return pandas_udf(charge, ", ".join(fields)), curs
+
+
+class _BatchLedger:
+    """``lookup`` over the ledger columns joined to a batch of units (for ``Session.admit``)."""
+
+    def __init__(self, batch: pd.DataFrame) -> None:
+        self.batch = batch
+
+    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+        return {c: self.batch[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols}
+
+
+def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any:
+    """MapInPandas function: the session's own individual filter on batches of units."""
+
+    def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        from tabdp.privacy.ledger import Charges
+
+        for b in batches:
+            n = len(b)
+            ch = Charges(np.arange(n),
+                         {c: b[f"r{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                         {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                         {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                         guarantee)
+            view = SimpleNamespace(budget=budget, _ledger=_BatchLedger(b))
+            ok = Session.admit(view, ch)  # type: ignore[arg-type]
+            yield pd.DataFrame({"__uid": b["__uid"], **{f"ok{i}": ok[c]
+                                                         for i, c in enumerate(curs)}})
+
+    return admit
+
+
+# -- the release ------------------------------------------------------------------------------
+def _open(native: Any, session: Session | None, name: str | None, kind: str,
+          measures: list[str], by: list[str]) -> tuple[Any, Session, bool, str, Any,
+                                                       dict[str, Any]]:
+    """Session, name, (author mode: pinned) frame and schema of a Spark release (no data read)."""
+    spark = native.sparkSession
+    one_off = session is None
+    sess = Session() if session is None else session
+    qname = sess.release_name(name, kind)
+    unit = sess.unit
+    if unit is not None and (unit in by or unit in measures):
+        raise InvalidParameterError(
+            f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
+            "Hint: the unit identifies who contributes; group and measure other columns.")
+    row_mode = unit is None or unit == ROW_ID
+    sess.use_engine("spark", SparkUnitLedger(spark, row_mode) if not sess.records else None)
+    sdf = native
+    if sess.mode == "author":  # bound to one frame object, its data pinned at binding
+        if sess._bound is None:
+            sess._bound, sess._pinned = native, native.localCheckpoint(eager=True)
+        elif native is not sess._bound:
+            sess.bind_frame(native)  # raises the data-free refusal
+        sdf = sess._pinned
+    sschema = {f.name: f.dataType for f in sdf.schema.fields}
+    _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
+                   unit)
+    return spark, sess, one_off, qname, sdf, sschema
+
+
+def _row_ids(flagged: Any, columns: list[str]) -> tuple[Any, Any, list[str]]:
+    """Row ids in the order the input is read (partition by partition, row by row).
+
+    Returns the persisted frame (with ``__mono``), the row-id expression and the columns to
+    fingerprint. Only the number of rows of each partition reaches the driver.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    base = flagged.select("*", F.monotonically_increasing_id().alias("__mono"))
+    base = base.persist(StorageLevel.MEMORY_AND_DISK)
+    per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
+        .agg(F.count(F.lit(1)).alias("n")).collect()
+    n_parts = 1 + max((int(r["p"]) for r in per_part), default=-1)
+    sizes = [0] * n_parts
+    for r in per_part:
+        sizes[int(r["p"])] = int(r["n"])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() \
+        if n_parts else [0]
+    pid = F.shiftright(F.col("__mono"), 33).cast("int")
+    offset = F.element_at(F.array(*[F.lit(int(o)) for o in offsets]), pid + 1)
+    rid = (offset + F.col("__mono").bitwiseAND(F.lit((1 << 33) - 1))).cast("long")
+    return base, rid, list(columns)
+
+
+def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
+                          by: str | Sequence[str] | None, keys: KeySet,
+                          mechanism: Mechanism | None, session: Session | None = None,
+                          level: float = DEFAULT_LEVEL,
+                          nulls: str = "error", name: str | None = None, grid: Any = None,
+                          negatives: str | None = None, max_cells: int | None = None,
+                          max_rows: int | None = None, form: str = "wide",
+                          cv: bool = False) -> Any:
+    """Release noisy sums or counts of a PySpark DataFrame (``spark_df.dp.sum`` / ``count``).
+
+    Same arguments, checks, privacy accounting and (for one seed) the same estimates as
+    :func:`tabdp.frame._engine.grouped_release`; see the module docstring for where each step
+    runs.
+
+    Args:
+        native: A PySpark DataFrame.
+        kind: ``"sum"`` or ``"count"``.
+        measures: Columns to sum (ignored for counts).
+        by: Group-by columns (exactly the key set's columns).
+        keys: The public key set.
+        mechanism: The mechanism.
+        session: Session to record in (default: a fresh one, see :func:`tabdp.last_session`).
+        level: Confidence level of the margins of error.
+        nulls: ``"error"``, ``"zero"`` or ``"drop"``.
+        name: Label of the release in the session.
+        grid: Public rounding grid.
+        negatives: Rule for negative values (see ``grouped_release``).
+        max_cells: Public bound on the cells one unit contributes to (unit mode).
+        max_rows: Public bound on the rows one unit counts in one cell (counts).
+        form: ``"wide"`` or ``"long"`` (see :mod:`tabdp.frame._output`).
+        cv: Wide form: add ``_cv`` and ``_flag`` columns.
+
+    Returns:
+        A PySpark DataFrame: the key columns, then per measure the estimate, ``_sd``, ``_moe``,
+        ``_lower`` and ``_upper``; one row per key, in key order.
+
+    Example:
+        >>> callable(spark_grouped_release)
+        True
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    if not is_spark_frame(native):
+        raise UnsupportedBackendError(
+            f"the Spark engine releases PySpark DataFrames; got {type(native).__name__}.")
+    pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
+                           max_cells, max_rows, stacklevel=4)
+    measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
+    released, grids, max_cells, max_rows = pre.released, pre.grids, pre.max_cells, pre.max_rows
+    spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind,
+                                                      measure_list, by_list)
+    unit = sess.unit
+    row_mode = unit is None or unit == ROW_ID
+    rules, policy = _release_rules(sess, kind, mechanism, nulls, negatives, measure_list)
+    uid = unit if unit is not None else ROW_ID
+    bits = {m: 0 if _pl_dtype(sschema[m]).is_integer() else SUM_SCALE_BITS for m in measure_list}
+
+    # 1. One snapshot of the input (persisted: validation, cells and totals read it).
+    parts = {m: _measure_parts(m, sschema[m], rules) for m in measure_list}
+    keep = F.lit(True)
+    if rules.nulls == "drop":
+        for p in parts.values():
+            keep = keep & ~p["bad"]
+    if rules.negatives == "drop":
+        for p in parts.values():
+            keep = keep & ~p["neg"]
+    unit_bad = None
+    if unit is not None:
+        unit_bad = F.col(unit).isNull()
+        if _is_floatlike(sschema[unit]):
+            unit_bad = unit_bad | F.isnan(F.col(unit).cast("double"))
+        if rules.mode == "author":
+            keep = keep & ~unit_bad
+    counters: dict[str, Any] = {}
+    for m, p in parts.items():
+        counters[f"missing:{m}"] = p["missing"]
+        if _is_floatlike(sschema[m]):
+            counters[f"inf:{m}"] = p["inf"]
+            counters[f"big:{m}"] = p["big"]
+        if rules.negatives != "allow":
+            counters[f"neg:{m}"] = p["neg"]
+    if unit_bad is not None:
+        counters[f"null:{unit}"] = unit_bad
+    names = list(counters)
+    cnt = {k: f"__c{i}" for i, k in enumerate(names)}
+    zero = F.lit(0).cast(_DEC)
+    vname = {m: f"__v{i}" for i, m in enumerate(measure_list)}
+    row_values = [F.when(F.col("__keep") & ~p["bad"], p["fixed"]).otherwise(zero)
+                  .alias(vname[m]) for m, p in parts.items()]
+    flagged = sdf.select("*", keep.alias("__keep"))
+    row_cols = [*row_values, F.col("__keep").cast("long").alias(_ROWS),
+                *[F.when(e, 1).otherwise(0).cast("long").alias(cnt[k])
+                  for k, e in counters.items()]]
+    fp_cols: list[str] = []
+    if unit is None:
+        # row ids in the order the input is read: partition by partition, row by row
+        base, rid, fp_cols = _row_ids(flagged.select(*[F.col(c) for c in sdf.columns],
+                                                     *row_cols), sdf.columns)
+        rows = base.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
+                           *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
+                           F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
+                           *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                             for i, c in enumerate(fp_cols)])
+        snap = rows
+        persisted = [base]
+    elif unit == ROW_ID:
+        snap = flagged.select(F.col(ROW_ID), *[F.col(c) for c in by_list], *row_cols,
+                              F.lit(1).cast("long").alias(_ALL)) \
+            .groupBy(ROW_ID, *by_list).agg(
+                *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
+                *[F.sum(c).alias(c) for c in [_ROWS, *cnt.values(), _ALL]])
+        snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted = [snap]
+    else:
+        snap = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
+            .groupBy(unit, *by_list).agg(
+                *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
+                F.sum(_ROWS).alias(_ROWS), F.count(F.lit(1)).alias(_ALL),
+                *[F.sum(v).alias(v) for v in cnt.values()])
+        snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted = [snap]
+    try:
+        return _finish(spark, sess, one_off, qname, kind, snap, sschema, measure_list, by_list,
+                       keys, mechanism, level, nulls, released, grids, max_cells, max_rows,
+                       rules, policy, uid, unit, row_mode, bits, cnt, fp_cols, form=form, cv=cv)
+    finally:
+        for p in persisted:
+            p.unpersist()
+
+
+def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, snap: Any,
+            sschema: dict[str, Any], measure_list: list[str], by_list: list[str], keys: KeySet,
+            mechanism: Mechanism, level: float, nulls: str, released: list[str],
+            grids: dict[str, Any], max_cells: int | None, max_rows: int | None, rules: _Rules,
+            policy: _Policy, uid: str, unit: str | None, row_mode: bool, bits: dict[str, int],
+            cnt: dict[str, str], fp_cols: list[str], *, form: str = "wide",
+            cv: bool = False) -> Any:
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    # 2. Cells, counters and summaries: one aggregate over the snapshot.
+    data = _attach_cells(spark, snap, keys, by_list, sschema)
+    needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
+    outside = F.col(_CELL).isNull()
+    aggs = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
+    aggs += [F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))]
+    aggs += [F.sum(_ALL).alias("rows_read"),
+             F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
+    if by_list:
+        aggs.append(F.count_distinct(F.when(outside, F.struct(*by_list))).alias("cells_out"))
+    check_neg = needs_nonneg and rules.negatives == "error"
+    if check_neg:
+        aggs += [F.sum(F.when(F.col(m) < 0, 1).otherwise(0)).alias(f"__neg{i}")
+                 for i, m in enumerate(measure_list)]
+    summary = data.agg(*aggs).collect()[0]
+    counts = {k: int(summary[v] or 0) for k, v in cnt.items()}
+    neg_contrib = ({m: int(summary[f"__neg{i}"] or 0) for i, m in enumerate(measure_list)}
+                   if check_neg else {})
+    _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
+    rows_read = int(summary["rows_read"] or 0)
+    if unit is None:
+        fps = {c: int(summary[f"__fp{i}"] or 0) for i, c in enumerate(fp_cols)}
+        sess.bind_rows(rows_read, fps)
+
+    inside = data.filter(~outside & (F.col(_ROWS) > 0))
+    cells_dropped = 0
+    if not row_mode:
+        if max_rows is not None and kind == "count":
+            inside = inside.withColumn(_ROWS, F.least(F.col(_ROWS), F.lit(int(max_rows))))
+        if max_cells is not None:
+            size = (F.col(_ROWS).cast("double") if kind == "count" else
+                    F.greatest(*[F.abs(F.col(m)).cast("double") * F.lit(2.0 ** -bits[m])
+                                 for m in measure_list]) if len(measure_list) > 1 else
+                    F.abs(F.col(measure_list[0])).cast("double") * F.lit(2.0 ** -bits[
+                        measure_list[0]]))
+            w = Window.partitionBy(uid).orderBy(size.desc(), F.col(_CELL).asc())
+            ranked = inside.withColumn("__rank", F.row_number().over(w))
+            cells_dropped = ranked.filter(F.col("__rank") > max_cells).count()
+            inside = ranked.filter(F.col("__rank") <= max_cells).drop("__rank")
+
+    # 3. Per-(unit, cell) losses by the mechanism's numpy policy, summed per unit.
+    udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
+    if kind == "count":
+        udf_in = [F.col(_ROWS).cast("double").alias("__rows")]
+    else:
+        udf_in = [F.abs(F.col(m)).cast("double").alias(f"__a:{m}") for m in measure_list]
+        if policy.joint:
+            udf_in += [F.signum(F.col(m).cast("double")).alias(f"__s:{m}") for m in measure_list]
+    with _quiet():
+        charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
+                                *[F.col(c) for c in [*measure_list, _ROWS]],
+                                udf(F.struct(*udf_in)).alias("__ch"))
+    ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
+    charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
+        .drop("__ch").persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _admit_and_release(
+            spark, sess, one_off, qname, kind, charged, ch_cols, curs, measure_list, by_list,
+            keys, mechanism, level, nulls, released, grids, max_cells, max_rows, rules, policy,
+            row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
+            key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()})
+    finally:
+        charged.unpersist()
+
+
+def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], guarantee: str,
+            approx: bool) -> Any:
+    """Per-unit charges with the filter's decisions ``ok<i>`` (persisted; unpersist after)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    budget = sess.budget
+    ledger: SparkUnitLedger = sess._ledger
+    ncur = len(curs)
+    if budget is None:
+        decided = per_unit.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
+    else:
+        need = ["rho"] if not budget.per_currency else \
+            [*[f"{k}@{c}" for c, _ in curs for k in ("rho", "size")], "rho"]
+        led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
+        joined = per_unit.join(led.select(F.col("unit").alias("__uid"),
+                                          *[F.col(c).alias(f"__led:{c}") for c in need]),
+                               on="__uid", how="left")
+        schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
+                            *[f"ok{i} boolean" for i in range(ncur)]])
+        with _quiet():
+            oks = joined.mapInPandas(_admit_fn(budget, [c for c, _ in curs], guarantee, approx),
+                                     schema)
+        decided = per_unit.join(oks, on="__uid", how="inner")
+    return decided.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str]]],
+                     guarantee: str, approx: bool, qname: str
+                     ) -> tuple[dict[str, Any], dict[str, Any], Any, int]:
+    """Ledger columns of the admitted losses, the admitted-unit flag and the units left out.
+
+    The losses are summed in the order of ``Charges.losses``: the same float operations, the
+    same doubles.
+    """
+    from pyspark.sql import functions as F
+
+    budget = sess.budget
+    ncur = len(curs)
+    acc: dict[str, Any] = {k: F.lit(0.0) for k in ("rho", "epsilon", "eps_a", "delta_a")}
+    size = F.lit(0.0)
+    any_ok = F.lit(False)
+    left_out = F.lit(False)
+    for i in range(ncur):
+        ok = F.col(f"ok{i}")
+        any_ok = any_ok | ok
+        left_out = left_out | ~ok
+        acc["rho"] = acc["rho"] + F.when(ok, F.col(f"r{i}")).otherwise(0.0)
+        acc["epsilon"] = acc["epsilon"] + F.when(ok, F.col(f"e{i}")).otherwise(0.0)
+        size = F.greatest(size, F.when(ok, F.col(f"s{i}")).otherwise(0.0))
+        if approx:
+            acc["eps_a"] = acc["eps_a"] + F.when(ok, F.col(f"ea{i}")).otherwise(0.0)
+            acc["delta_a"] = acc["delta_a"] + F.when(ok, F.col(f"da{i}")).otherwise(0.0)
+    n_left = 0
+    if budget is not None:
+        n_left = int(decided.agg(F.sum(F.when(left_out, 1).otherwise(0))).collect()[0][0] or 0)
+    g = guarantee
+    comps = {"rho": acc["rho"], "epsilon": acc["epsilon"], "size": size,
+             "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
+             "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
+             "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
+    extra = {f"rho_{qname}": acc["rho"]}
+    if budget is not None and budget.per_currency:
+        for i, (c, _) in enumerate(curs):
+            extra[f"rho@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0)
+            extra[f"size@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"s{i}")).otherwise(0.0)
+    return comps, extra, any_ok, n_left
+
+
+def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kind: str,
+                       charged: Any, ch_cols: list[str], curs: list[tuple[str, list[str]]],
+                       measure_list: list[str], by_list: list[str], keys: KeySet,
+                       mechanism: Mechanism, level: float, nulls: str, released: list[str],
+                       grids: dict[str, Any], max_cells: int | None, max_rows: int | None,
+                       rules: _Rules, policy: _Policy, row_mode: bool, bits: dict[str, int],
+                       counts: dict[str, int], rows_read: int, summary: Any,
+                       cells_dropped: int, *, form: str = "wide", cv: bool = False,
+                       key_dtypes: dict[str, Any] | None = None) -> Any:
+    from pyspark.sql import functions as F
+
+    ncur = len(curs)
+    unit_cols = [c for c in ch_cols if c not in ("cell_rho", "cell_size")]
+    if row_mode:
+        per_unit = charged.select("__uid", *unit_cols)
+    else:
+        per_unit = charged.groupBy("__uid").agg(
+            *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
+
+    # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
+    budget = sess.budget
+    ledger: SparkUnitLedger = sess._ledger
+    decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
+    try:
+        comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
+                                                        policy.approx, qname)
+
+        # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
+        if budget is None:
+            work = charged.select("*", F.lit(True).alias("__allok"),
+                                  F.col(_ROWS).alias("__rows0"))
+        else:
+            all_ok = F.lit(True)
+            for i in range(ncur):
+                all_ok = all_ok & F.col(f"ok{i}")
+            work = charged.join(decided.select("__uid", *[f"ok{i}" for i in range(ncur)]),
+                                on="__uid", how="inner")
+            zeroed = {}
+            for i, (_, ms) in enumerate(curs):
+                for c in (ms if ms else [_ROWS]):
+                    zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
+                        F.lit(0).cast(work.schema[c].dataType))
+            work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
+                               all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"))
+        # rows released before the filter (after the contribution bounds), for the summary
+        tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, "__rows0"]]
+        if sess.track_cells:
+            tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
+                    F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
+                    F.sum(F.when(F.col("__allok"), 1).otherwise(0)).alias("units")]
+        rows = work.groupBy(_CELL).agg(*tot).collect()
+        n_keys = len(keys) if by_list else 1
+        numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
+        rows_in = sum(int(r["__rows0"] or 0) for r in rows)
+        stats: list[tuple[int, float, float, int]] = []
+        for r in rows:
+            k = int(r[_CELL])
+            for c in numer:
+                numer[c][k] = int(r[c] or 0)
+            if sess.track_cells and r["units"]:
+                stats.append((k, float(r["worst_rho"]), float(r["worst_size"]),
+                              int(r["units"])))
+        full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
+        cells = None
+        if sess.track_cells:
+            kp = keys.to_polars().select(by_list) if by_list else None
+            idx = [s[0] for s in stats]
+            cells = pl.DataFrame({"worst_rho": [s[1] for s in stats],
+                                  "worst_size": [s[2] for s in stats],
+                                  "units": [s[3] for s in stats]},
+                                 schema={"worst_rho": pl.Float64, "worst_size": pl.Float64,
+                                         "units": pl.Int64})
+            if kp is not None:
+                cells = pl.concat([kp[idx], cells], how="horizontal")
+            cells = cells.sort("worst_rho", descending=True, maintain_order=True)
+
+        # 6. Noise on the driver, in key order (the Polars engine's code), then the ledger.
+        out, fallbacks, grid_used = _noisy_table(
+            full, kind, released, bits, mechanism, policy, sess, level, grids, keys, by_list,
+            form=check_form(form), cv=cv,
+            key_dtypes=key_dtypes)
+        add = decided.filter(any_ok).select(
+            F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
+            *[e.alias(k) for k, e in extra.items()])
+        ledger.add(add)
+    finally:
+        decided.unpersist()
+    confidential = {
+        "rows_read": rows_read,
+        "rows_outside_keys": int(summary["rows_outside"] or 0),
+        "cells_with_data_outside_keys": int(summary["cells_out"] or 0) if by_list else 0,
+        "rows_in_released_cells": rows_in,
+        "units_left_out_by_budget": n_left,
+        **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
+        **_rule_counts(counts, measure_list, nulls, rules),
+    }
+    record = QueryRecord(
+        index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
+        by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
+        losses=None, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
+        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if row_mode else
+                             {"max_cells": max_cells, "max_rows": max_rows}))
+    sess.record_release(record, "spark")
+    if one_off:
+        _set_last(sess)
+    return _to_spark(spark, out)
+
+
+def _to_spark(spark: Any, out: pl.DataFrame) -> Any:
+    """The released table (public, at most the key set) as a Spark DataFrame."""
+    from pyspark.sql import types as T
+
+    fields = []
+    for c, dt in out.schema.items():
+        st = T.DoubleType() if dt == pl.Float64 else _spark_type(dt)
+        fields.append(T.StructField(c, st, True))
+    frame = out.with_columns(pl.col(c).cast(pl.String) for c, dt in out.schema.items()
+                             if isinstance(dt, (pl.Categorical, pl.Enum)))
+    with _quiet():
+        return spark.createDataFrame(frame.to_pandas(), T.StructType(fields))
+
+
+# -- medians and quantiles --------------------------------------------------------------------
+def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
+                           by: str | Sequence[str] | None, keys: KeySet, bounds: Any,
+                           epsilon: float, noise: str = "polyplace", gamma: float | None = None,
+                           delta: float | None = None, uncertainty_share: float | None = None,
+                           session: Session | None = None, level: float = DEFAULT_LEVEL,
+                           nulls: str = "error", name: str | None = None,
+                           grid: Any = None, form: str = "wide", cv: bool = False) -> Any:
+    """Release a private q-quantile per cell of a PySpark DataFrame (``spark_df.dp.median``).
+
+    Same arguments and (for one seed) the same table, counts and per-record losses as
+    :func:`tabdp.frame._quantiles.quantile_release`. Each cell's values are sorted and its
+    smooth sensitivity computed inside Spark (one group per cell, by the same numpy code);
+    the driver receives one (value, smooth sensitivity) pair per released cell.
+
+    Args:
+        native: A PySpark DataFrame.
+        column: Measure column.
+        q: Quantile level in [0, 1].
+        median: Label the output ``_median`` instead of ``_q{100q}``.
+        by: Group-by columns (the key set's columns).
+        keys: Public key set.
+        bounds: Public ``(low, high)``.
+        epsilon: Total ε of the release.
+        noise: Noise family.
+        gamma: Smoothness γ.
+        delta: δ for ``noise="laplace"``.
+        uncertainty_share: Share of ε spent on the private noise scale.
+        session: Session recording the release.
+        level: Confidence level of the margin of error.
+        nulls: Missing values policy.
+        name: Label of the release in the session.
+        grid: Public rounding step of the estimates.
+        form: ``"wide"`` or ``"long"`` (see :mod:`tabdp.frame._output`).
+        cv: Wide form: add ``_cv`` and ``_flag`` columns.
+
+    Returns:
+        A PySpark DataFrame: keys, the quantile and its ``_sd``, ``_moe``, ``_lower``,
+        ``_upper``.
+
+    Example:
+        >>> callable(spark_quantile_release)
+        True
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._engine import _check_rules
+    from tabdp.frame._quantiles import (
+        GroupPrivacyPolicy,
+        _quantile_args,
+        floored_smooth_sensitivity,
+    )
+    from tabdp.mechanisms.additive import Gaussian
+    from tabdp.privacy.budget import ROWS_CURRENCY
+    from tabdp.sensitivity.smooth import group_sort, grouped_quantile
+
+    qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
+        column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
+        session, level, nulls, grid, stacklevel=4)
+    kind = "median" if median else "quantile"
+    spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind, [column],
+                                                      by_list)
+    _check_rules(sess, "quantile", Gaussian(1.0), nulls, None, True)
+    unit = sess.unit
+    row_mode = unit is None
+    uid = unit if unit is not None else ROW_ID
+    x = F.col(column).cast("double")
+    flags: dict[str, Any] = {f"missing:{column}": x.isNull() | F.isnan(x),
+                             f"inf:{column}": F.coalesce(F.abs(x) == F.lit(float("inf")),
+                                                         F.lit(False))}
+    if unit is not None:
+        bad_id = F.col(unit).isNull()
+        if _is_floatlike(sschema[unit]):
+            bad_id = bad_id | F.isnan(F.col(unit).cast("double"))
+        flags[f"null:{unit}"] = bad_id
+    fl = {k: f"__f{i}" for i, k in enumerate(flags)}
+    cols = [*[F.col(c) for c in by_list], x.alias("__x"),
+            *[e.alias(fl[k]) for k, e in flags.items()]]
+    fp_cols: list[str] = []
+    if row_mode:
+        base, rid, fp_cols = _row_ids(sdf, sdf.columns)
+        src = base.select(rid.alias(ROW_ID), *cols,
+                          *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                            for i, c in enumerate(fp_cols)])
+    else:
+        assert unit is not None
+        base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
+        src = base
+    try:
+        data = _attach_cells(spark, src, keys, by_list, sschema)
+        missing = F.col(fl[f"missing:{column}"]) | F.col(fl[f"inf:{column}"])
+        keep = F.lit(True)
+        if nulls == "drop":
+            keep = keep & ~missing
+        if unit is not None:
+            keep = keep & ~F.col(fl[f"null:{unit}"])
+        summary = data.agg(
+            *[F.sum(F.when(F.col(v), 1).otherwise(0)).alias(v) for v in fl.values()],
+            *[F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))],
+            F.count(F.lit(1)).alias("rows_read"),
+            F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
+        ).collect()[0]
+        counts = {k: int(summary[v] or 0) for k, v in fl.items()}
+        _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
+        n_rows = int(summary["rows_read"] or 0)
+        if row_mode:
+            sess.bind_rows(n_rows, {c: int(summary[f"__fp{i}"] or 0)
+                                    for i, c in enumerate(fp_cols)})
+        inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
+            F.col(uid).alias("__uid"), F.col(_CELL),
+            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"))
+
+        # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
+        policy = GroupPrivacyPolicy(mechanism)
+        approx = policy.dp_delta is not None
+        udf, curs = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
+        pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
+        with _quiet():
+            charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
+                                                         .alias("__rows"))).alias("__ch"))
+        unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
+        charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+        per_unit = charged if row_mode else charged.groupBy("__uid").agg(
+            *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
+        curs = [(ROWS_CURRENCY, [])]
+        guarantee = "approx" if approx else "zcdp"
+        decided = _decide(sess, per_unit, curs, guarantee, approx)
+        try:
+            comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, guarantee,
+                                                            approx, qname)
+            kept = inside if sess.budget is None else inside.join(
+                decided.filter(F.col("ok0")).select("__uid"), on="__uid", how="left_semi")
+
+            def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
+                v = pdf["__x"].to_numpy(dtype=np.float64)
+                sv, off = group_sort(np.clip(v, lo, hi), np.zeros(v.size, dtype=np.int64), 1)
+                t = grouped_quantile(sv, off, qv, (lo, hi))
+                ss = floored_smooth_sensitivity(sv, off, qv, mechanism.gamma, (lo, hi))
+                return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
+                                     "ss": [float(ss[0])], "n": [int(v.size)],
+                                     "clipped": [int(((v < lo) | (v > hi)).sum())]})
+
+            with _quiet():
+                rows = kept.groupBy(_CELL).applyInPandas(
+                    per_cell, f"{_CELL} long, truth double, ss double, n long, clipped long"
+                ).collect()
+            n_keys = len(keys) if by_list else 1
+            sv0, off0 = group_sort(np.zeros(0), np.zeros(0, dtype=np.int64), 1)
+            truth = np.full(n_keys, float(grouped_quantile(sv0, off0, qv, (lo, hi))[0]))
+            ss = np.full(n_keys, float(floored_smooth_sensitivity(sv0, off0, qv,
+                                                                  mechanism.gamma,
+                                                                  (lo, hi))[0]))
+            n_in = clipped = 0
+            for r in rows:
+                truth[int(r[_CELL])] = r["truth"]
+                ss[int(r[_CELL])] = r["ss"]
+                n_in += int(r["n"])
+                clipped += int(r["clipped"])
+
+            # the value and the private noise scale, on the driver (the Polars engine's code)
+            rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
+            sess._ledger.add(decided.filter(any_ok).select(
+                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
+                *[e.alias(k) for k, e in extra.items()]))
+        finally:
+            decided.unpersist()
+    finally:
+        base.unpersist()
+    out = assemble(keys.to_polars().select(by_list) if by_list else None,
+                   [Measure(label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
+                   form=check_form(form), cv=cv, key_dtypes=None,
+                   author=sess.mode == "author")
+    confidential = {
+        "rows_read": n_rows,
+        "rows_outside_keys": int(summary["outside"] or 0),
+        "rows_in_released_cells": n_in,
+        "units_left_out_by_budget": n_left,
+        "values_clipped_to_bounds": clipped,
+        **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
+           if nulls != "error" else {}),
+    }
+    record = QueryRecord(
+        index=len(sess.records) + 1, name=qname, kind=kind, measures=(label,),
+        by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
+        keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
+        losses=None, confidential=confidential)
+    sess.record_release(record, "spark")
+    if one_off:
+        _set_last(sess)
+    return _to_spark(spark, out)

@@ -1,0 +1,292 @@
+"""The Spark engine gives the Polars engine's answer (marker ``spark``; skip: ``-m "not spark"``).
+
+One local[2] SparkSession (fixture ``spark`` in conftest.py) serves every test; data are small so
+that Spark's start-up dominates. For one seed, the published tables, the confidential summaries
+and the per-record reports must be those of the Polars engine on the same data.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+
+pytestmark = pytest.mark.spark
+
+KEYS = tabdp.KeySet.from_dict(county=["c1", "c2", "c3", "c9"], sector=[1, 2, 3])
+
+
+def _data(n: int = 120, seed: int = 5) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    pay = rng.lognormal(9.0, 2.0, n)
+    pay[:3] = [2.5 * 2.0**-24, 1e12 + 0.5, 3.0 * 2.0**-25]  # half-way and large values
+    return pl.DataFrame({
+        "firm": rng.integers(0, 25, n),
+        "county": rng.choice(["c1", "c2", "c3", "c4"], n),  # c4 is outside the key set
+        "sector": rng.integers(1, 4, n),
+        "payroll": pay,
+        "emp": rng.integers(0, 300, n),
+    })
+
+
+def _spark_frame(spark: Any, frame: pl.DataFrame) -> Any:
+    return spark.createDataFrame(frame.to_pandas())
+
+
+def _pl(out: Any) -> pl.DataFrame:
+    if hasattr(out, "toArrow"):  # PySpark >= 4.0
+        return pl.from_arrow(out.toArrow())
+    return pl.from_pandas(out.toPandas())
+
+
+def _report(session: tabdp.Session) -> pl.DataFrame:
+    pr = session.report(delta=1e-9).per_record
+    frame = pr if isinstance(pr, pl.DataFrame) else _pl(pr)
+    return frame.sort(frame.columns[0])
+
+
+def _same_reports(a: pl.DataFrame, b: pl.DataFrame, exact: bool) -> None:
+    assert a.columns == b.columns and a.height == b.height
+    assert a[a.columns[0]].to_list() == b[b.columns[0]].to_list()
+    for c in a.columns[1:]:
+        x, y = a[c].to_numpy(), b[c].to_numpy()
+        if exact or c in ("size", "epsilon"):
+            np.testing.assert_array_equal(x, y, err_msg=c)
+        else:  # a unit's per-cell losses are summed in engine order (floats): within 2 ulps
+            np.testing.assert_allclose(x, y, rtol=5e-16, atol=0, err_msg=c)
+
+
+def _run(frame: Any, unit: str | None, releases: list[tuple[str, dict[str, Any]]],
+         budget: Any = None) -> tuple[list[pl.DataFrame], tabdp.Session]:
+    s = tabdp.Session(unit=unit, seed=11, budget=budget)
+    s.track_cells = True
+    outs = []
+    for kind, kw in releases:
+        out = getattr(frame.dp, kind)(by=["county", "sector"], keys=KEYS, session=s, **kw)
+        outs.append(out if isinstance(out, pl.DataFrame) else _pl(out))
+    return outs, s
+
+
+def _compare(spark: Any, data: pl.DataFrame, unit: str | None,
+             releases: list[tuple[str, dict[str, Any]]], budget: Any = None) -> tabdp.Session:
+    ref, s_pl = _run(data, unit, releases, budget)
+    got, s_sp = _run(_spark_frame(spark, data), unit, releases, budget)
+    for a, b in zip(ref, got, strict=True):
+        assert a.columns == b.columns
+        assert a.equals(b), (a, b)
+    conf_pl = s_pl.report().confidential_summary()
+    conf_sp = s_sp.report().confidential_summary()
+    assert conf_pl["queries"] == conf_sp["queries"]
+    assert conf_pl["units"] == conf_sp["units"]
+    np.testing.assert_allclose(conf_pl["rho_max"], conf_sp["rho_max"], rtol=5e-16)
+    assert s_pl.report().to_dict() == s_sp.report().to_dict()
+    for r_pl, r_sp in zip(s_pl.records, s_sp.records, strict=True):
+        a = r_pl.cells.sort(["county", "sector"])
+        b = r_sp.cells.sort(["county", "sector"])
+        assert a["units"].to_list() == b["units"].to_list()
+        np.testing.assert_allclose(a["worst_rho"].to_numpy(), b["worst_rho"].to_numpy(),
+                                   rtol=5e-16)
+    _same_reports(_report(s_pl), _report(s_sp), exact=unit is None)
+    return s_sp
+
+
+# -- exact fixed point --------------------------------------------------------------------------
+def test_fixed_point_matches_polars_bit_for_bit(spark):
+    from tabdp.frame import _engine, _spark
+
+    tie = 2.0**-25  # half a step of the 2**-24 grid
+    vals = [0.0, -0.0, tie, 3 * tie, 5 * tie, -tie, -3 * tie, 1.0 + tie, 2.0**29 + tie,
+            2.0**40 + 0.5, 123456789.123456789, -987654321.987654321, 1e15 + 0.25, 2.0**63,
+            -(2.0**63), 2.0**64, 2.0**64 * 1.5, -1e30, 1e300, 5e-324, 1.1e19,
+            float(np.nextafter(2.0**64, 0.0))]
+    rng = np.random.default_rng(1)
+    vals += list(rng.normal(0, 1, 40) * 10.0 ** rng.integers(-9, 22, 40))
+    rules = _engine._Rules("zero", "allow", "curator")
+    frame = pl.DataFrame({"x": vals}, schema={"x": pl.Float64})
+    want = frame.select(_engine._measure_parts("x", pl.Float64, rules)["fixed"].alias("v"))
+    want = [int(v) for v in want["v"].to_list()]
+    sdf = _spark_frame(spark, frame)
+    st = sdf.schema["x"].dataType
+    got = [int(r[0]) for r in sdf.select(
+        _spark._measure_parts("x", st, rules)["fixed"]).collect()]
+    assert got == want
+    assert isinstance(sdf.select(_spark._measure_parts("x", st, rules)["fixed"]).first()[0],
+                      Decimal)
+    # half-way values round to even, like Polars: 2.5 steps -> 2, 3 steps -> 3, 5 -> 2 (x2)
+    assert got[2:5] == [0, 2, 2] and got[5:7] == [0, -2]
+    assert got[15] == 1 << 88 and got[16] == 1 << 88 and got[17] == -(1 << 88)
+    # decimal measures: converted to float64 then fixed point, as Polars does
+    from pyspark.sql import types as T
+
+    rnd = np.random.default_rng(2)
+    for prec, span in ((18, 10**15), (24, 10**17)):
+        dec = [Decimal(int(v)) / Decimal(10**6) for v in rnd.integers(-span, span, 300)]
+        pframe = pl.DataFrame({"x": pl.Series(dec, dtype=pl.Decimal(prec, 6))})
+        want = [int(v) for v in pframe.select(_engine._measure_parts(
+            "x", pframe.schema["x"], rules)["fixed"].alias("v"))["v"].to_list()]
+        dsdf = spark.createDataFrame([(v,) for v in dec], T.StructType(
+            [T.StructField("x", T.DecimalType(prec, 6))]))
+        got = [int(r[0]) for r in dsdf.select(_spark._measure_parts(
+            "x", dsdf.schema["x"].dataType, rules)["fixed"]).collect()]
+        assert got == want
+    # why the engine splits the value: Spark's own double -> decimal cast is not exact
+    from pyspark.sql import functions as F
+
+    big = 2.0**60 + 2.0**8
+    naive = sdf.limit(1).select(F.lit(big).cast("decimal(38,0)")).first()[0]
+    assert int(naive) != int(big)
+
+
+# -- seeded equality, Spark vs Polars -------------------------------------------------------------
+def test_sum_and_count_row_mode_identical(spark):
+    s = _compare(spark, _data(), None, [
+        ("sum", {"columns": ["payroll", "emp"], "mechanism": mech.Gaussian(sigma=50.0)}),
+        ("sum", {"columns": "payroll",
+                 "mechanism": mech.LogTransform(sigma=0.25, offset=1000.0)}),
+        ("count", {}),
+    ])
+    pr = s.report().per_record
+    assert type(pr).__module__.startswith("pyspark")  # the report stays in Spark
+    assert pr.count() == 120
+
+
+def test_unit_mode_firms_with_budget_identical(spark):
+    # firms of several rows in several cells; the constant budget leaves the large ones out of
+    # the second release (the same firms on both engines)
+    _compare(spark, _data(), "firm", [
+        ("sum", {"columns": ["payroll"], "mechanism": mech.Gaussian(sigma=1e5)}),
+        ("sum", {"columns": ["payroll", "emp"],
+                 "mechanism": mech.VectorSubbotin(r=2.0, scale=2e4, weights={"emp": 100.0})}),
+        ("count", {"max_rows": 3}),
+    ], budget=2.0)
+
+
+def test_curve_budget_and_max_cells_identical(spark):
+    s = _compare(spark, _data(80, seed=7), "firm", [
+        ("sum", {"columns": "emp", "mechanism": mech.Gaussian(sigma=30.0), "max_cells": 2}),
+        ("count", {}),
+    ], budget=tabdp.Budget({10.0: 0.2, 1e4: 5.0}))
+    q = s.report().confidential_summary()["queries"][0]
+    assert q["units_left_out_by_budget"] > 0 and q["unit_cells_dropped_by_max_cells"] > 0
+
+
+def test_median_and_quantile_identical(spark):
+    # smooth sensitivity per cell computed in Spark; row mode, then firms under a budget
+    s = _compare_q(spark, _data(), None, budget=None)
+    assert type(s.report().per_record).__module__.startswith("pyspark")
+    s = _compare_q(spark, _data(90, seed=9), "firm", budget=3.0)
+    assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] > 0
+
+
+def _compare_q(spark: Any, data: pl.DataFrame, unit: str | None, budget: Any
+               ) -> tabdp.Session:
+    res = []
+    for frame in (data, _spark_frame(spark, data)):
+        s = tabdp.Session(unit=unit, seed=4, budget=budget)
+        a = frame.dp.median("payroll", by=["county", "sector"], keys=KEYS, bounds=(0.0, 5e4),
+                            epsilon=1.0, session=s)
+        b = frame.dp.quantile("emp", 0.9, by=["county", "sector"], keys=KEYS,
+                              bounds=(0.0, 200.0), epsilon=0.5, noise="student_t", session=s,
+                              name="q90")
+        res.append(([t if isinstance(t, pl.DataFrame) else _pl(t) for t in (a, b)], s))
+    (ref, s_pl), (got, s_sp) = res
+    for a, b in zip(ref, got, strict=True):
+        assert a.equals(b), (a, b)
+    assert s_pl.report().confidential_summary()["queries"] == \
+        s_sp.report().confidential_summary()["queries"]
+    _same_reports(_report(s_pl), _report(s_sp), exact=unit is None)
+    return s_sp
+
+
+# -- bad input: the same refusals ----------------------------------------------------------------
+BAD = {
+    "null": ([1.0, None, 3.0, 4.0], "error", "missing_values:payroll"),
+    "nan": ([1.0, float("nan"), 3.0, 4.0], "error", "missing_values:payroll"),
+    "+inf": ([1.0, math.inf, math.inf, 4.0], "zero", "infinite_values:payroll"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_values_refused_like_polars(spark, case):
+    vals, nulls, key = BAD[case]
+    data = pl.DataFrame({"county": ["c1", "c1", "c2", "c3"], "sector": [1] * 4,
+                         "payroll": vals}, schema_overrides={"payroll": pl.Float64})
+    sdf = spark.createDataFrame(data.to_arrow()) if case == "null" else _spark_frame(spark, data)
+    errs = []
+    for frame in (data, sdf):
+        s = tabdp.Session(seed=0)
+        with pytest.raises(tabdp.DataValidationError) as info:
+            frame.dp.sum("payroll", by=["county", "sector"], keys=KEYS,
+                         mechanism=mech.Gaussian(1.0), session=s, nulls=nulls)
+        assert not s.records
+        errs.append(info.value)
+    assert str(errs[0]) == str(errs[1])
+    assert errs[0].confidential == errs[1].confidential
+    assert errs[1].confidential[key] == (1 if case != "+inf" else 2)
+
+
+def test_negative_contributions_and_null_units_refused(spark):
+    m = mech.LogTransform(sigma=0.25, offset=1000.0)
+    data = pl.DataFrame({"u": ["a", "a", "b", None], "county": ["c1"] * 4, "sector": [1] * 4,
+                         "net": [5.0, -2.0, -1.0, 1.0]})
+    sdf = _spark_frame(spark, data)
+    errs = []
+    for frame in (data, sdf):
+        with pytest.raises(tabdp.DataValidationError) as info:
+            frame.dp.sum("net", by=["county", "sector"], keys=KEYS, mechanism=m,
+                         session=tabdp.Session(unit="u", seed=1))
+        errs.append(info.value)
+    assert str(errs[0]) == str(errs[1]) and errs[0].confidential == errs[1].confidential
+    assert errs[1].confidential == {"negative_contributions:net": 1, "null_unit_ids:u": 1}
+    # author mode: declared rules, nothing raises on data; same table as Polars
+    outs = []
+    for frame in (data, sdf):
+        s = tabdp.Session(unit="u", seed=1, mode="author")
+        out = frame.dp.sum("net", by=["county", "sector"], keys=KEYS, mechanism=m, session=s,
+                           nulls="zero", negatives="zero")
+        outs.append(out if isinstance(out, pl.DataFrame) else _pl(out))
+    assert outs[0].equals(outs[1])
+
+
+def test_schema_errors_and_engine_mixing(spark):
+    sdf = _spark_frame(spark, _data(10))
+    s = tabdp.Session(seed=0)
+    with pytest.raises(tabdp.ColumnNotFoundError, match="did you mean 'payroll'"):
+        sdf.dp.sum("payrol", by=["county", "sector"], keys=KEYS, mechanism=mech.Gaussian(1.0),
+                   session=s)
+    with pytest.raises(tabdp.ColumnTypeError, match="'county'"):
+        sdf.dp.sum("county", by=["sector"], keys=tabdp.KeySet.from_dict(sector=[1]),
+                   mechanism=mech.Gaussian(1.0), session=s)
+    with pytest.raises(tabdp.ColumnTypeError, match="numbers and text"):
+        sdf.dp.count(by=["sector"], keys=tabdp.KeySet.from_dict(sector=["1"]), session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="bounds"):
+        sdf.dp.median("payroll", by=["county", "sector"], keys=KEYS, bounds=(1e6, 0.0),
+                      epsilon=1.0, session=s)
+    assert not s.records
+    sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="cannot mix them"):
+        _data(10).dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    assert len(s.records) == 1
+    # row mode: a filtered frame is refused by its fingerprint, before any noise
+    with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):
+        sdf.filter("emp > 5").dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    assert len(s.records) == 1
+
+
+# -- registration without importing PySpark ------------------------------------------------------
+def test_import_tabdp_does_not_import_pyspark() -> None:
+    pytest.importorskip("pyspark")
+    code = ("import sys, tabdp; assert 'pyspark' not in sys.modules; "
+            "import pyspark.sql; print(type(pyspark.sql.DataFrame.__dict__.get('dp')).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "property"
