@@ -6,6 +6,7 @@ noise law (p = 1 is Laplace with scale σ, p = 2 is Gaussian with standard devia
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -15,6 +16,7 @@ from scipy.special import gammaincc, gammainccinv, gammaincinv, gammaln
 
 from tabdp._validation import check_real
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.rounding import ArbShape, ArbTail, CertifiedBounds, Rounding
 
 __all__ = ["GeneralizedGaussian"]
 
@@ -23,7 +25,7 @@ _LOG_DBL_MAX = math.log(np.finfo(np.float64).max)
 _U = 2.0**-53
 
 
-class GeneralizedGaussian(NoiseDistribution):
+class GeneralizedGaussian(ArbShape, NoiseDistribution):
     """Generalized Gaussian (Subbotin / ``scipy.stats.gennorm``) noise with scale σ and shape p.
 
     Density ``p / (2 σ Γ(1/p)) · exp(-(|z|/σ)^p)``; ``|Z| = σ·G^(1/p)`` with ``G ~ Gamma(1/p)``.
@@ -91,7 +93,15 @@ class GeneralizedGaussian(NoiseDistribution):
             return np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, m))
 
     # certified tables (docs/exact-rounding.md §4.5): |Z|/σ = G^(1/p), G ~ Gamma(1/p)
-    _arb_certified = True
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: certified Arb tables and tails.
+
+        Example:
+            >>> GeneralizedGaussian(sigma=1.0, p=0.5).rounding.certified
+            True
+        """
+        return Rounding(self, CertifiedBounds(self), ArbTail(self))
 
     def _arb_unit(self) -> float:
         return self.sigma

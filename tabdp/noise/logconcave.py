@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -29,9 +30,7 @@ from scipy.special import expit, gammainc, gammaincc, gammainccinv, gammaincinv
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.noise._base import NoiseDistribution
-
-#: Unit roundoff of float64.
-_U = 2.0**-53
+from tabdp.noise.rounding import ArbShape, ArbTail, CertifiedBounds, LogisticBounds, Rounding
 
 __all__ = ["Logistic", "Subbotin", "subbotin_variance", "subbotin_log_norm",
            "subbotin_center_quantile", "subbotin_center_mass"]
@@ -157,7 +156,6 @@ class Logistic(NoiseDistribution):
     #: Relative error bound of ``_abs_isf`` (exact rounding). ``s·log1p(2(1−u)/u)``: the argument
     #: carries at most 3 roundings and log1p's condition number is ≤ 1; measured ≤ 1.1 ulps
     #: against 200-bit references for u in [1e-300, 1], so 64 ulps leave a 50× margin.
-    _isf_rtol = 64 * _U
 
     def __init__(self, scale: float) -> None:
         self.scale = check_real("scale", scale, owner="Logistic noise", gt=0.0,
@@ -207,34 +205,6 @@ class Logistic(NoiseDistribution):
             m = self.scale * np.log1p(2.0 * (1.0 - u) / u)
         return np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, m))
 
-    def _isf_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, float]:
-        """Fast-path bounds: ``|m(u) − mid| <= rad`` for all u in ``[u_lo, u_lo + 2**-53]``.
-
-        ``mid = s·log1p(2(1 − u_lo)/u_lo)`` is within ``ρ·m`` of ``m(u_lo)`` (ρ = ``_isf_rtol``,
-        applied twice over), and ``m <= s·ln(2**11)`` for ``u_lo >= 2**-10``. The decrease over
-        the interval is at most ``2**-53·|m′(u_lo)| = 2**-53·2s/(u_lo(2 − u_lo)) <= s·2**-42``.
-        So ``rad`` is one constant (docs/exact-rounding.md §4.2).
-
-        Args:
-            u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
-
-        Returns:
-            ``(mid, rad)``: a new array and a float.
-
-        Example:
-            >>> mid, rad = Logistic(scale=1.0)._isf_fine(np.array([0.5]))
-            >>> bool(abs(mid[0] - math.log(3.0)) <= rad < 1e-12)
-            True
-        """
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.subtract(1.0, u_lo)
-            m *= 2.0
-            m /= u_lo
-            np.log1p(m, out=m)
-            m *= self.scale
-        rad = self.scale * (2.0 * self._isf_rtol * 7.624618986159399 + 2.0**-42) * (1 + 2.0**-40)
-        return m, rad
-
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Log density in mpmath: ``−|x|/s − 2·ln(1 + e^{−|x|/s}) − ln s``.
 
@@ -271,7 +241,15 @@ class Logistic(NoiseDistribution):
         """
         return 1 / (1 + mp.exp(x / mp.mpf(self.scale)))
 
-    _arb_exact_tail = True
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: closed-form bounds (ρ = 64u, §4.2) and certified Arb tails.
+
+        Example:
+            >>> type(Logistic(scale=1.0).rounding.quantile).__name__
+            'LogisticBounds'
+        """
+        return Rounding(self, LogisticBounds(self), ArbTail(self, abs_isf=self._mp_abs_isf))
 
     def _arb_unit(self) -> float:
         return self.scale
@@ -318,7 +296,7 @@ class Logistic(NoiseDistribution):
         return {"scale": self.scale}
 
 
-class Subbotin(NoiseDistribution):
+class Subbotin(ArbShape, NoiseDistribution):
     """``scale`` times a standard Subbotin_r variable: density ``exp(−|x/s|^r/r)/(s·C(r))``.
 
     ``C(r) = 2Γ(1/r)·r^{1/r−1}``; variance ``s²·r^{2/r}·Γ(3/r)/Γ(1/r)``. r = 1 is Laplace(s),
@@ -383,7 +361,15 @@ class Subbotin(NoiseDistribution):
             return self.scale * m
 
     # certified tables (docs/exact-rounding.md §4.5): |Z/s|^r/r ~ Gamma(1/r)
-    _arb_certified = True
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: certified Arb tables and tails.
+
+        Example:
+            >>> Subbotin(r=3.0, scale=1.0).rounding.certified
+            True
+        """
+        return Rounding(self, CertifiedBounds(self), ArbTail(self))
 
     def _arb_unit(self) -> float:
         return self.scale
