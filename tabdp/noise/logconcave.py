@@ -153,9 +153,6 @@ class Logistic(NoiseDistribution):
     """
 
     name = "logistic"
-    #: Relative error bound of ``_abs_isf`` (exact rounding). ``s·log1p(2(1−u)/u)``: the argument
-    #: carries at most 3 roundings and log1p's condition number is ≤ 1; measured ≤ 1.1 ulps
-    #: against 200-bit references for u in [1e-300, 1], so 64 ulps leave a 50× margin.
 
     def __init__(self, scale: float) -> None:
         self.scale = check_real("scale", scale, owner="Logistic noise", gt=0.0,
