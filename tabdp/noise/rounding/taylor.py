@@ -22,6 +22,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from tabdp import _cache
+from tabdp.exceptions import TabdpInternalError
 from tabdp.noise.rounding._core import UNIT_ROUNDOFF, QuantileBounds
 from tabdp.noise.rounding.certified import NodeRegion
 
@@ -183,8 +184,6 @@ class _TaylorTable(NodeRegion):
         return True
 
     def _build(self, b: int) -> None:
-        from tabdp.exceptions import TabdpInternalError
-
         per = 1 << self.kbits
         e = self.e_lo + b
         u0 = np.ldexp(1.0 + np.arange(per) / per, e)
