@@ -111,7 +111,9 @@ class GeneralizedGaussian(ArbShape, NoiseDistribution):
         self._key = key
 
     def logpdf(self, x: ArrayLike) -> np.ndarray:
-        """Log density ``−(|x|/unit)^p/c − ln C``; gennorm: ``ln p − ln(2σ) − lnΓ(1/p) − (|x|/σ)^p``.
+        """Log density ``−(|x|/unit)^p/c − ln C``.
+
+        Gennorm: ``ln p − ln(2σ) − lnΓ(1/p) − (|x|/σ)^p``.
 
         Args:
             x: Points.
