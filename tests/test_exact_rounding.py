@@ -514,6 +514,40 @@ def test_extension_contract_safe_defaults() -> None:
         round_noisy(_NoExactTail(), c, 1.0, RandomSource(seed=41))
 
 
+class _LegacyHooks(NoiseDistribution):
+    """Laplace(2) written for the removed inherited contract: ``_mp_sf`` and ``_isf_rtol``."""
+
+    _isf_rtol = 64 * 2.0**-53
+
+    def logpdf(self, x: Any) -> np.ndarray:
+        return -np.abs(np.asarray(x, dtype=np.float64)) / 2.0 - math.log(4.0)
+
+    def _sf_pos(self, x: np.ndarray) -> np.ndarray:
+        return 0.5 * np.exp(-x / 2.0)
+
+    def _abs_isf(self, u: np.ndarray) -> np.ndarray:
+        return -2.0 * np.log(u)
+
+    def variance(self) -> float:
+        return 8.0
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def _mp_sf(self, x: Any, mp: Any) -> Any:
+        return mp.exp(-x / 2) / 2
+
+
+def test_removed_hooks_still_release_with_a_deprecation_warning() -> None:
+    """A law with the old hooks (no ``rounding``) releases the same values, and is warned."""
+    c = np.linspace(0.0, 30.0, 40)
+    ref = round_noisy(Laplace(2.0), c, 1.0, RandomSource(seed=41))
+    with pytest.warns(DeprecationWarning, match="_LegacyHooks: exact rounding through the hooks"):
+        old = round_noisy(_LegacyHooks(), c, 1.0, RandomSource(seed=41))
+    np.testing.assert_array_equal(old.index, ref.index)
+    assert old.fallbacks == 0
+
+
 # ------------------------------------------------------------------------------------------------
 # Grids
 # ------------------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from tabdp.noise.rounding._core import (
     QuantileBounds,
     Rounding,
     mid_rad,
-    rounder_for,
 )
 from tabdp.noise.rounding.certified import ArbShape, CertifiedBounds
 from tabdp.noise.rounding.closed_form import (
@@ -38,6 +37,7 @@ from tabdp.noise.rounding.closed_form import (
     RelErrorBounds,
     ScaledBounds,
 )
+from tabdp.noise.rounding.compose import rounder_for
 from tabdp.noise.rounding.highprec import ArbTail, MpTail, mp_quad_checked, solve_abs_isf
 from tabdp.noise.rounding.taylor import GaussianTaylorBounds
 

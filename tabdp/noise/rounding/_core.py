@@ -13,11 +13,12 @@ composed with a :class:`Rounding`: two strategy objects, chosen by the law, neve
 * An exact tail (high-precision side, the few undecided cells): ``P(Z > x)`` in mpmath at any
   precision, and optionally certified Arb balls (:mod:`~tabdp.noise.rounding.highprec`).
 
-A law without a :class:`Rounding` (``law.rounding is None``) is refused by ``round_noisy``.
+A law without a :class:`Rounding` (``law.rounding is None``) is refused by ``round_noisy``
+(:func:`tabdp.noise.rounding.rounder_for`).
 
 Example:
     >>> from tabdp.noise import Laplace
-    >>> r = rounder_for(Laplace(scale=1.0))
+    >>> r = Laplace(scale=1.0).rounding
     >>> lo, hi = r.bounds(np.array([0.5]), np.array([0.5]))
     >>> bool(lo[0] < 0.6931471805599453 < hi[0]), r.certified, r.arb_tail_available()
     (True, False, True)
@@ -29,8 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["QuantileBounds", "NoBounds", "ExactTail", "Rounding", "rounder_for", "mid_rad",
-           "UNIT_ROUNDOFF"]
+__all__ = ["QuantileBounds", "NoBounds", "ExactTail", "Rounding", "mid_rad", "UNIT_ROUNDOFF"]
 
 #: Unit roundoff of float64 (2**-53).
 UNIT_ROUNDOFF = 2.0**-53
@@ -319,21 +319,3 @@ class Rounding:
     def __repr__(self) -> str:
         return (f"Rounding({type(self.quantile).__name__}, {type(self.tail).__name__}) "
                 f"for {self.law!r}")
-
-
-def rounder_for(law: Any) -> Rounding | None:
-    """The :class:`Rounding` composed with ``law`` (None: no exact rounding for it).
-
-    Args:
-        law: A noise law.
-
-    Returns:
-        Its rounding, or None.
-
-    Example:
-        >>> from tabdp.noise import Gaussian
-        >>> type(rounder_for(Gaussian(sigma=1.0)).quantile).__name__
-        'GaussianTaylorBounds'
-    """
-    r = getattr(law, "rounding", None)
-    return r if isinstance(r, Rounding) else None
