@@ -1,8 +1,8 @@
 r"""On-disk cache of the exact samplers' tables (docs/exact-rounding.md §4.7).
 
 The exact samplers' tables (the Gaussian Taylor tables, the certified Arb tables of
-:mod:`tabdp.noise._certified`) take from 0.1 s to several seconds per law to build. They depend on
-the law's shape alone, never on data, so they are built once and kept on disk:
+:mod:`tabdp.noise.rounding.certified`) take from 0.1 s to several seconds per law to build. They
+depend on the law's shape alone, never on data, so they are built once and kept on disk:
 
 * **Where.** ``$TABDP_CACHE_DIR`` if set (``off``, ``none`` or ``0`` disables the disk cache), else
   the platform's user cache folder: ``$XDG_CACHE_HOME/tabdp`` or ``~/.cache/tabdp`` (Linux and

@@ -1,4 +1,4 @@
-"""Certified float64 quantile tables (tabdp.noise._certified; docs/exact-rounding.md §4.5).
+"""Certified float64 quantile tables (tabdp.noise.rounding.certified; docs/exact-rounding.md §4.5).
 
 Covers, against references that never touch Arb (each law's mpmath ``_mp_sf`` and
 ``_mp_abs_isf``):
@@ -49,14 +49,6 @@ from tabdp.noise import (
     Subbotin,
     SymmetricStable,
 )
-from tabdp.noise._certified import (
-    _A_SPEC,
-    _B_SPEC,
-    CertifiedIsf,
-    arb_context,
-    arb_point_tail,
-    certified_table,
-)
 from tabdp.noise.exact import (
     RelativeGrid,
     UniformGrid,
@@ -64,6 +56,14 @@ from tabdp.noise.exact import (
     default_grid,
     noise_spread,
     round_noisy,
+)
+from tabdp.noise.rounding.certified import (
+    _A_SPEC,
+    _B_SPEC,
+    CertifiedIsf,
+    arb_context,
+    arb_point_tail,
+    certified_table,
 )
 from tabdp.rng import RandomSource
 
@@ -95,7 +95,7 @@ SHAPES: dict[str, NoiseDistribution] = {
     "epl_p2_a3": ExpPolyLog(sigma=1.0, a=3.0, d=2.0, p=2.0),
     "epl_p2_a1e3": ExpPolyLog(sigma=1.0, a=1e3, d=50.0, p=2.0),
 }
-# SaS 1 < α < 2 (series of tabdp.noise._stable_arb): its mpmath references (Nolan's integral)
+# SaS 1 < α < 2 (series of tabdp.noise.rounding.stable_series): its mpmath references (Nolan)
 # cost about a second each, so it has its own tests below (section 6) instead of SHAPES'.
 SAS: dict[str, NoiseDistribution] = {
     "sas_a1.001": SymmetricStable(alpha=1.001, gamma=1.0),
@@ -169,7 +169,7 @@ REF_PREC = 200
 def _m_ref(law: NoiseDistribution, u: float) -> Any:
     """The exact quantile ``m(u)`` (``P(|Z| > m) = u``): ``_mp_abs_isf`` at 200 bits."""
     with mpmath.workprec(REF_PREC):
-        return law._mp_abs_isf(mpmath.mpf(u), mpmath.mp)
+        return law.rounding.mp_abs_isf(mpmath.mpf(u), mpmath.mp)
 
 
 def _tail_ref(law: NoiseDistribution, x: float, prec: int = 320, unit: float = 1.0) -> Any:
@@ -248,8 +248,8 @@ def test_certified_bounds_contain_the_exact_quantile_and_are_tight(name: str) ->
     exceptions in ``_tolerance``), and be (lower bound, inf) below 2⁻⁶⁴.
     """
     law = SHAPES[name]
-    assert law._arb_certified and law._arb_tail_available()
-    lo, hi = law._isf_bounds(U_LO, U_HI)
+    assert law.rounding.certified and law.rounding.arb_tail_available()
+    lo, hi = law.rounding.bounds(U_LO, U_HI)
     assert lo.shape == hi.shape == U_LO.shape
     median = _m_ref(law, 0.5)
     bad = _violations(lo, hi, functools.partial(_m_ref, law), lambda u: _tolerance(name, u),
@@ -265,7 +265,7 @@ def test_generalized_cauchy_c150_is_tight_below_the_median() -> None:
     """
     law = SHAPES["gcauchy_c150"]
     u = np.array([0.5 - 2.0**-53, 0.49])
-    lo, hi = law._isf_bounds(u, u)
+    lo, hi = law.rounding.bounds(u, u)
     median = float(law._abs_isf(np.array([0.5]))[0])
     assert np.all(hi - lo <= TIGHT * np.maximum(hi, median)), (hi - lo) / hi
 
@@ -274,8 +274,8 @@ def test_bounds_scale_with_the_law() -> None:
     """Laws with the same shape share one table; the scale multiplies the bounds outwards."""
     a, b = GeneralizedGaussian(sigma=1.0, p=0.5), GeneralizedGaussian(sigma=3.0, p=0.5)
     assert a._arb_key() == b._arb_key() == ("generalized_gaussian", 0.5)
-    lo1, hi1 = a._isf_bounds(U_LO[1:], U_HI[1:])
-    lo3, hi3 = b._isf_bounds(U_LO[1:], U_HI[1:])
+    lo1, hi1 = a.rounding.bounds(U_LO[1:], U_HI[1:])
+    lo3, hi3 = b.rounding.bounds(U_LO[1:], U_HI[1:])
     assert _table(a) is _table(b)
     np.testing.assert_allclose(lo3, 3.0 * lo1, rtol=1e-15)
     np.testing.assert_allclose(hi3, 3.0 * hi1, rtol=1e-15)
@@ -288,7 +288,7 @@ def test_bounds_edge_semantics() -> None:
     GeneralizedGaussian with p = 1 is Laplace(σ): ``m(u) = −σ·ln u``.
     """
     law = SHAPES["gg_p1"]                          # Laplace(1): m(u) = −ln u
-    lo, hi = law._isf_bounds(np.array([1.0, 0.0, 2.0**-80, 0.0]),
+    lo, hi = law.rounding.bounds(np.array([1.0, 0.0, 2.0**-80, 0.0]),
                              np.array([1.0, 0.0, 2.0**-80, 2.0**-63]))
     assert lo[0] == 0.0 and 0.0 <= hi[0] <= 2.0**-1069   # (outward rounding adds 2^-1070)
     assert lo[1] == hi[1] == math.inf
@@ -331,7 +331,7 @@ def _check_hooks(name: str, law: NoiseDistribution, x: float, exempt_tail: bool 
     bad: list[str] = []
     unit = law._arb_unit()
     med = float(law._abs_isf(np.array([0.5]))[0]) / unit
-    certified = law._arb_certified
+    certified = law.rounding.certified
     with arb_context(160, 6) as flint:
         xa = flint.arb(x)
         # far below the median the non-central form is not used (and, for beta tails, slow)
@@ -388,7 +388,7 @@ def test_arb_hooks_agree_with_the_mpmath_tail(name: str) -> None:
     tail's Arb series are ``−f_k/(k + 1)`` (``+`` for the central form).
     """
     law = HOOK_LAWS[name]
-    assert law._arb_tail_available()
+    assert law.rounding.arb_tail_available()
     bad: list[str] = []
     for x in _hook_points(law):
         exempt = name == "gcauchy_c150" and x == _hook_points(law)[2]
@@ -404,8 +404,8 @@ def test_generalized_cauchy_c150_tail_is_tight_at_the_median() -> None:
     path) returns one minus the central form there: tight to 2⁻¹²⁰ and containing the 600-bit
     reference.
     """
-    from tabdp.noise._certified import arb_context, arb_point_tail
     from tabdp.noise.exact import _frac_of_arb
+    from tabdp.noise.rounding.certified import arb_context, arb_point_tail
 
     law = SHAPES["gcauchy_c150"]
     x = _hook_points(law)[2]
@@ -441,13 +441,13 @@ def test_tail_hook_availability() -> None:
     (SaS at α = 1 and α = 2 has its own proven fast path; 1 < α < 2 is certified.)
     """
     for law in [*SHAPES.values(), *TAIL_ONLY.values()]:
-        assert law._arb_tail_available(), law
+        assert law.rounding.arb_tail_available(), law
     for law in TAIL_ONLY.values():
-        assert not law._arb_certified, law
+        assert not law.rounding.certified, law
     for alpha in (1.001, 1.3, 1.9999):
-        assert SymmetricStable(alpha=alpha, gamma=1.0)._arb_certified
+        assert SymmetricStable(alpha=alpha, gamma=1.0).rounding.certified
     law = PolyPlace(s=1.0, alpha=10.0)
-    assert not law._arb_tail_available() and not law._arb_certified, law
+    assert not law.rounding.arb_tail_available() and not law.rounding.certified, law
 
 
 # ------------------------------------------------------------------------------------------------
@@ -602,7 +602,7 @@ def test_exact_path_with_arb_tails_agrees_with_the_fast_path(name: str,
     ``_Cell._tail_arb``.
     """
     law = EXACT_LAWS[name]
-    assert law._arb_tail_available()
+    assert law.rounding.arb_tail_available()
     monkeypatch.setattr(law, "_mp_sf", _no_mpmath)
     bad, distinct = _fast_vs_exact(law, list(EXACT_LAWS).index(name))
     assert not bad, bad
@@ -694,7 +694,7 @@ def test_fallbacks_on_the_default_grid_are_rare(name: str) -> None:
 # 6. Table internals
 # ------------------------------------------------------------------------------------------------
 def _table(law: NoiseDistribution) -> CertifiedIsf:
-    law._isf_bounds(U_LO, U_HI)                     # builds (or reuses) the binades of the cells
+    law.rounding.bounds(U_LO, U_HI)                 # builds (or reuses) the binades of the cells
     unit = law._arb_unit()
     return certified_table(law._arb_key(), law._arb_tail, law._arb_density,
                            lambda u: law._abs_isf(u) / unit)
@@ -835,11 +835,11 @@ def test_heavy_tails_keep_finite_scaled_coefficients_down_to_2_pow_minus_64() ->
     """
     for law in (GeneralizedCauchy(c=1.2), StudentT(df=0.2)):
         us = np.array([2.0**-64, 2.0**-63, _pred(2.0**-62)])
-        lo, hi = law._isf_bounds(us, us)
+        lo, hi = law.rounding.bounds(us, us)
         assert np.all(np.isfinite(hi)) and np.all(hi - lo <= 1e-10 * hi), (lo, hi)  # 1.9e-11
         with mpmath.workprec(200):
             for u, a, b in zip(us, lo, hi, strict=True):
-                m = law._mp_abs_isf(mpmath.mpf(float(u)), mpmath.mp)
+                m = law.rounding.mp_abs_isf(mpmath.mpf(float(u)), mpmath.mp)
                 assert mpmath.mpf(a) <= m <= mpmath.mpf(b), (law, u)
 
 
@@ -899,11 +899,11 @@ def test_very_heavy_tails_get_denser_nodes() -> None:
     for law in (StudentT(df=0.05), GeneralizedCauchy(c=1.1)):
         assert law._arb_kbits() == 8
         us = np.array([1e-3, 0.3, 0.5, 0.6])
-        lo, hi = law._isf_bounds(us, us)
+        lo, hi = law.rounding.bounds(us, us)
         assert np.all(hi - lo <= 1e-10 * hi), (hi - lo) / hi   # 8.8e-12 measured (df = 0.05)
         with mpmath.workprec(200):
             for u, a, b in zip(us, lo, hi, strict=True):
-                m = law._mp_abs_isf(mpmath.mpf(float(u)), mpmath.mp)
+                m = law.rounding.mp_abs_isf(mpmath.mpf(float(u)), mpmath.mp)
                 assert mpmath.mpf(a) <= m <= mpmath.mpf(b), (law, u)
     assert StudentT(df=3.0)._arb_kbits() == 6
 
@@ -928,12 +928,12 @@ def test_sas_certified_bounds_contain_the_quantile(name: str) -> None:
     measures it), and no node failed.
     """
     law = SAS[name]
-    assert law._arb_certified and law._arb_tail_available()
+    assert law.rounding.certified and law.rounding.arb_tail_available()
     # Nolan's integral in mpmath takes 10 to 25 s per value in α = 1.001's far tail: there the
     # Bergström series (tested at other α and in tests/test_stable_arb.py) is checked instead
     cells = SAS_U[2:] if name == "sas_a1.001" else SAS_U
     u_hi = np.array([u + _width(u) for u in cells.tolist()])
-    lo, hi = law._isf_bounds(cells, u_hi)
+    lo, hi = law.rounding.bounds(cells, u_hi)
     m = law._abs_isf(cells)
     median = float(law._abs_isf(np.array([0.5]))[0])
     assert np.all(hi - lo <= 1e-13 * np.maximum(m, median) + (m - law._abs_isf(u_hi))), (lo, hi)

@@ -41,6 +41,7 @@ from tabdp.noise import (
     exact,
 )
 from tabdp.noise.exact import RelativeGrid, UniformGrid, default_grid, noise_spread, round_noisy
+from tabdp.noise.rounding import LaplaceBounds, MpTail, RelErrorBounds, Rounding
 from tabdp.rng import RandomSource
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -413,7 +414,7 @@ def test_fallback_path_agrees_with_the_fast_path_cell_by_cell(name: str) -> None
 
 def test_forced_fallbacks_follow_the_exact_law_and_are_counted(monkeypatch) -> None:
     # a deliberately useless error bound (10%) sends most cells to the high-precision path
-    monkeypatch.setattr("tabdp.noise.gaussian._LAPLACE_ISF_RTOL", 0.1)
+    monkeypatch.setattr("tabdp.noise.rounding.closed_form.LAPLACE_ISF_RTOL", 0.1)
     law = Laplace(scale=3.0)
     n = 3000
     d = round_noisy(law, np.full(n, 0.25), 1.0, RandomSource(seed=17))
@@ -467,17 +468,17 @@ def test_relative_grid_and_scales_fast_and_slow_agree() -> None:
 class _NoFloatBound(Laplace):
     """Laplace without a float64 quantile bound: the safe default sends every cell to mpmath."""
 
-    _isf_rtol = None
-
-    def _isf_bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return NoiseDistribution._isf_bounds(self, u_lo, u_hi)
+    @property
+    def rounding(self) -> Rounding:
+        return Rounding(self, RelErrorBounds(self, None), MpTail(self))
 
 
 class _QuadratureTail(Laplace):
-    """Laplace giving only an exact log-density: the default tail integrates it (mp.quad)."""
+    """Laplace giving only an exact log-density: the fallback tail integrates it (mp.quad)."""
 
-    def _mp_sf(self, x: Any, mp: Any) -> Any:
-        return NoiseDistribution._mp_sf(self, x, mp)
+    @property
+    def rounding(self) -> Rounding:
+        return Rounding(self, LaplaceBounds(self.scale), MpTail(self, quadrature=True))
 
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         b = mp.mpf(self.scale)
@@ -511,6 +512,40 @@ def test_extension_contract_safe_defaults() -> None:
     np.testing.assert_array_equal(qt.index, ref.index[:6])
     with pytest.raises(InvalidParameterError, match="no high-precision tail"):
         round_noisy(_NoExactTail(), c, 1.0, RandomSource(seed=41))
+
+
+class _LegacyHooks(NoiseDistribution):
+    """Laplace(2) written for the removed inherited contract: ``_mp_sf`` and ``_isf_rtol``."""
+
+    _isf_rtol = 64 * 2.0**-53
+
+    def logpdf(self, x: Any) -> np.ndarray:
+        return -np.abs(np.asarray(x, dtype=np.float64)) / 2.0 - math.log(4.0)
+
+    def _sf_pos(self, x: np.ndarray) -> np.ndarray:
+        return 0.5 * np.exp(-x / 2.0)
+
+    def _abs_isf(self, u: np.ndarray) -> np.ndarray:
+        return -2.0 * np.log(u)
+
+    def variance(self) -> float:
+        return 8.0
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def _mp_sf(self, x: Any, mp: Any) -> Any:
+        return mp.exp(-x / 2) / 2
+
+
+def test_removed_hooks_still_release_with_a_deprecation_warning() -> None:
+    """A law with the old hooks (no ``rounding``) releases the same values, and is warned."""
+    c = np.linspace(0.0, 30.0, 40)
+    ref = round_noisy(Laplace(2.0), c, 1.0, RandomSource(seed=41))
+    with pytest.warns(DeprecationWarning, match="_LegacyHooks: exact rounding through the hooks"):
+        old = round_noisy(_LegacyHooks(), c, 1.0, RandomSource(seed=41))
+    np.testing.assert_array_equal(old.index, ref.index)
+    assert old.fallbacks == 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -612,9 +647,9 @@ def test_float_quantile_bounds_contain_the_exact_quantile(law: NoiseDistribution
     """Checked as lo <= m(u) <= hi  ⟺  T(lo) >= u >= T(hi) (T decreasing), T in 170-bit mpmath."""
     mad = float(law._abs_isf(np.asarray([0.5]))[0])
     with np.errstate(all="ignore"):
-        lo, hi = law._isf_bounds(U_POINTS, U_POINTS)
+        lo, hi = law.rounding.bounds(U_POINTS, U_POINTS)
         width = U_POINTS * 2.0**-52
-        lo2, hi2 = law._isf_bounds(U_POINTS, U_POINTS + width)
+        lo2, hi2 = law.rounding.bounds(U_POINTS, U_POINTS + width)
     with mpmath.workprec(170):
         for u, a, b, a2 in zip(U_POINTS, lo, hi, lo2, strict=True):
             if not np.isfinite(b):       # beyond the double range: the slow path decides
@@ -630,11 +665,11 @@ def test_float_quantile_bounds_contain_the_exact_quantile(law: NoiseDistribution
 @pytest.mark.parametrize("law", [la for la in ERROR_CASES if not isinstance(la, StudentT)],
                          ids=repr)
 def test_common_case_hook_bounds_contain_the_exact_quantile(law: NoiseDistribution) -> None:
-    """``_isf_fine(u)`` covers ``[u, u + 2^-53]`` for u >= 2^-10 (the fast path's case)."""
+    """``rounding.fine(u)`` covers ``[u, u + 2^-53]`` for u >= 2^-10 (the fast path's case)."""
     us = np.ldexp(np.round(np.ldexp(np.concatenate(
         [[2.0**-10, 0.01, 0.1, 0.2699, 0.27, 0.2701], np.linspace(0.3, 1.0, 15)[:-1],
          [1.0 - 2.0**-52, 1.0 - 2.0**-30]]), 53)), -53)
-    mid, rad = law._isf_fine(us)
+    mid, rad = law.rounding.fine(us)
     rad = np.broadcast_to(rad, mid.shape)
     with mpmath.workprec(170):
         for u, a, r in zip(us, mid, rad, strict=True):
@@ -649,8 +684,8 @@ def test_bounds_against_fifty_digit_quantiles() -> None:
                     ExpPolyLog(1.0, 1.0, 4.0), ExpPolyLog(1.0, 3.0, 1.0, 2.0),
                     GeneralizedGaussian(1.0, 0.5), GeneralizedCauchy(4.0)):
             for u in (1e-300, 1e-100, 1e-10, 0.05, 0.5, 0.999999):
-                m = law._mp_abs_isf(mpmath.mpf(u), mpmath.mp)
-                lo, hi = law._isf_bounds(np.asarray([u]), np.asarray([u]))
+                m = law.rounding.mp_abs_isf(mpmath.mpf(u), mpmath.mp)
+                lo, hi = law.rounding.bounds(np.asarray([u]), np.asarray([u]))
                 assert mpmath.mpf(float(lo[0])) <= m <= mpmath.mpf(float(hi[0])), (law, u)
 
 
@@ -662,13 +697,13 @@ def test_general_p_exp_polylog_bounds_against_the_exact_law() -> None:
     """
     law = ExpPolyLog(1.0, 3.0, 1.0, 1.5)
     us = np.array([2.0**-63, 1e-15, 1e-3, 0.4, 1.0 - 1e-9])
-    lo, hi = law._isf_bounds(us, us)
+    lo, hi = law.rounding.bounds(us, us)
     assert np.all(hi - lo <= 1e-9 * hi)
     with mpmath.workprec(120):
         for u, a, b in zip(us, lo, hi, strict=True):
             uu = mpmath.mpf(float(u))
             assert _tail(law, a) >= uu >= _tail(law, b)
-        lo_far, hi_far = law._isf_bounds(np.array([1e-280]), np.array([1e-280]))
+        lo_far, hi_far = law.rounding.bounds(np.array([1e-280]), np.array([1e-280]))
         assert hi_far[0] == np.inf and _tail(law, lo_far[0]) >= mpmath.mpf(2.0**-64)
 
 
@@ -698,7 +733,7 @@ def _gauss_m(u: Any) -> Any:
 @pytest.mark.parametrize("name", ["centre", "tail"])
 def test_gaussian_table_nodes_are_correctly_rounded_quantiles(name: str) -> None:
     """Every node value is within 1.01u of the exact quantile (checked on the exact tail)."""
-    from tabdp.noise.gaussian import _table
+    from tabdp.noise.rounding.taylor import _table
 
     tab = _table(name)
     tab.ensure()
@@ -719,7 +754,7 @@ def test_gaussian_table_nodes_are_correctly_rounded_quantiles(name: str) -> None
 
 def test_gaussian_table_derivatives_match_numerical_differentiation() -> None:
     """Taylor coefficients and remainder bounds against mpmath's numerical derivatives."""
-    from tabdp.noise.gaussian import _table
+    from tabdp.noise.rounding.taylor import _table
 
     for name, nodes in (("centre", [0, 1, 255, 256, 1000, 2303, 2559]),
                         ("tail", [0, 31, 32, 900, 1727])):
@@ -753,12 +788,12 @@ def test_gaussian_table_bounds_dense_against_mpmath(sigma: float) -> None:
                       0.5 + 2.0**-53, 0.25 * (1 + 1 / 256), 0.25 * (1 + 1 / 256) - 2.0**-53,
                       1.0 - 2.0**-9, 1.0 - 2.0**-53])
     uf = np.concatenate([uf, edges])
-    mid, rad = law._isf_fine(uf)
+    mid, rad = law.rounding.fine(uf)
     assert rad < 3e-11 * sigma
     # the tails: exact 63-bit intervals [J, J + 1)·2^-63, J < 2^53
     js = np.concatenate([[1, 2, 3, 2**11, 2**53 - 1, 2**52, 2**52 - 1],
                          np.exp(rng.uniform(0.0, 53 * math.log(2.0), 80)).astype(np.int64)])
-    lo, hi = law._isf_bounds(js * 2.0**-63, (js + 1) * 2.0**-63)
+    lo, hi = law.rounding.bounds(js * 2.0**-63, (js + 1) * 2.0**-63)
     s = mpmath.mpf(sigma)
     with mpmath.workprec(120):
         def tail(m: float) -> Any:
@@ -772,7 +807,7 @@ def test_gaussian_table_bounds_dense_against_mpmath(sigma: float) -> None:
             assert tail(a) >= u_hi and tail(b) <= u_lo, j
             assert j < 2**40 or b - a <= 3e-9 * b, j      # tight where the interval is short
     # outside the tables: valid, and infinite above where round_noisy never looks
-    lo, hi = law._isf_bounds(np.array([0.0, 1e-300, 2.0**-64, 1.0]),
+    lo, hi = law.rounding.bounds(np.array([0.0, 1e-300, 2.0**-64, 1.0]),
                              np.array([2.0**-63, 1e-300, 2.0**-64, 1.0]))
     assert np.isinf(hi[:2]).all() and np.isfinite(hi[2:]).all() and lo[3] == hi[3] == 0.0
     with mpmath.workprec(120):
@@ -869,9 +904,9 @@ def test_cells_straddling_a_breakpoint_take_the_exact_path(law: NoiseDistributio
     fine = jbits >> 10 >= 2**43
     u_lo, u_hi = jbits * 2.0**-63, (jbits + 1) * 2.0**-63      # exact doubles
     if fine:                               # the fast path's bracket: [u53, u53 + 2^-53]
-        mid, rad = law._isf_fine(np.array([(jbits >> 10) * 2.0**-53]))
+        mid, rad = law.rounding.fine(np.array([(jbits >> 10) * 2.0**-53]))
     else:                                  # small u: the exact 63-bit interval
-        mid, rad = exact._mid_rad(*law._isf_bounds(np.array([u_lo]), np.array([u_hi])))
+        mid, rad = exact._mid_rad(*law.rounding.bounds(np.array([u_lo]), np.array([u_hi])))
     f_lo, f_hi = float(mid[0] - np.max(rad)), float(mid[0] + np.max(rad))
     with mpmath.workprec(200):
         def m_exact(u: float) -> Any:
@@ -925,7 +960,7 @@ U_DENSE = np.concatenate([10.0 ** -np.arange(300.0, 0.0, -12.5), [2.0**-63, 2.0*
 def test_float_bounds_dense_for_logconcave_and_stable_closed_forms(law: NoiseDistribution) -> None:
     """Bounds over [u, u(1 + 2^-52)] at 44 values of u from 1e-300 to 1 − 2^-47."""
     with np.errstate(all="ignore"):
-        lo, hi = law._isf_bounds(U_DENSE, U_DENSE * (1 + 2.0**-52))
+        lo, hi = law.rounding.bounds(U_DENSE, U_DENSE * (1 + 2.0**-52))
     with mpmath.workprec(200):
         for u, a, b in zip(U_DENSE, lo, hi, strict=True):
             if not np.isfinite(b):
@@ -943,7 +978,7 @@ def test_symmetric_stable_float_bounds_against_mpmath() -> None:
     """
     law = SymmetricStable(1.5, 2.0)
     us = np.array([2.0**-63, 1e-6, 0.5, 1.0 - 2.0**-30])
-    lo, hi = law._isf_bounds(us, us * (1 + 2.0**-52))
+    lo, hi = law.rounding.bounds(us, us * (1 + 2.0**-52))
     with mpmath.workprec(100):
         for u, a, b in zip(us, lo, hi, strict=True):
             uu = mpmath.mpf(float(u))
@@ -974,7 +1009,7 @@ def test_symmetric_stable_dense_sweep(alpha: float) -> None:
     us = np.concatenate([[2.0**-63, 1e-15, 1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 2.0**-10, 0.01],
                          np.linspace(0.05, 0.95, 7), [0.99, 0.999, 1.0 - 2.0**-20,
                                                       1.0 - 2.0**-40]])
-    lo, hi = law._isf_bounds(us, us * (1 + 2.0**-52))
+    lo, hi = law.rounding.bounds(us, us * (1 + 2.0**-52))
     mf = law._abs_isf(us)
     used = 0.0
     with mpmath.workprec(100):

@@ -36,8 +36,8 @@ def _noise_interval(noise: Any, w: int, scale: float, mp: Any) -> tuple[Any, Any
     j = w & (_TWO63 - 1)
     u_lo = mp.mpf(j) / mp.mpf(2) ** 63
     u_hi = mp.mpf(j + 1) / mp.mpf(2) ** 63
-    m_big = noise._mp_abs_isf(u_lo, mp) if j > 0 else mp.inf    # m decreases in u
-    m_small = noise._mp_abs_isf(u_hi, mp)
+    m_big = noise.rounding.mp_abs_isf(u_lo, mp) if j > 0 else mp.inf    # m decreases in u
+    m_small = noise.rounding.mp_abs_isf(u_hi, mp)
     sm = mp.mpf(scale)
     if positive:
         return sm * m_small, sm * m_big

@@ -1,4 +1,4 @@
-"""Certified SaS(α) series in Arb (tabdp.noise._stable_arb; docs/exact-rounding.md §4.6).
+"""Certified SaS(α) series in Arb (tabdp.noise.rounding.stable_series; docs/exact-rounding.md §4.6).
 
 Checked against two independent implementations: the float64 density and tail of
 :mod:`tabdp.noise.stable` (Nolan's integrals, 1e-13) at many points, and Nolan's tail integral
@@ -15,8 +15,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from tabdp.noise._certified import arb_context
-from tabdp.noise._stable_arb import StableArb
+from tabdp.noise.rounding.certified import arb_context
+from tabdp.noise.rounding.stable_series import StableArb
 from tabdp.noise.stable import SymmetricStable, _core
 
 ALPHAS = [1.001, 1.05, 1.1, 1.5, 1.9, 1.9999]

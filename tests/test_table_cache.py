@@ -25,9 +25,9 @@ from tabdp.noise import (
     NoiseDistribution,
     StudentT,
 )
-from tabdp.noise._certified import CertifiedIsf
 from tabdp.noise.exact import round_noisy
-from tabdp.noise.gaussian import (
+from tabdp.noise.rounding.certified import CertifiedIsf
+from tabdp.noise.rounding.taylor import (
     _TAIL_SPEC,
     _cache,  # the instance the samplers use (doctests re-import)
     _TaylorTable,

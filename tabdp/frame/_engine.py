@@ -56,7 +56,7 @@ from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism, check_level
 from tabdp.mechanisms._totals import ExactTotals
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, QueryRecord, UnitLosses
-from tabdp.privacy.session import Session, _set_last
+from tabdp.privacy.session import Session
 
 __all__ = ["grouped_release", "count_mechanism", "ROW_ID", "SUM_SCALE_BITS", "MAX_ABS",
            "NULL_POLICIES", "NEGATIVE_POLICIES", "OUTPUT_SUFFIXES"]
@@ -1081,5 +1081,5 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                              {"max_cells": max_cells, "max_rows": max_rows}))
     sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:
-        _set_last(sess)
+        sess.set_as_last()
     return to_native(out, op.native, op.backend, by_list, author=sess.mode == "author")

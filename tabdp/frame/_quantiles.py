@@ -48,7 +48,7 @@ from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityRelease
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, QueryRecord
-from tabdp.privacy.session import Session, _set_last
+from tabdp.privacy.session import Session
 from tabdp.sensitivity.smooth import (
     group_sort,
     grouped_quantile,
@@ -463,6 +463,6 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         losses=losses, confidential=confidential)
     sess.record_release(record, backend, charges, admitted)
     if one_off:
-        _set_last(sess)
+        sess.set_as_last()
     return to_native(out, op.native, backend, by_list, author=sess.mode == "author")
 

@@ -43,6 +43,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
+from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
@@ -61,12 +62,11 @@ from tabdp.frame._engine import (
     _strict_checks,
 )
 from tabdp.frame._output import Measure, assemble, check_form
-from tabdp.frame.accessor import is_spark_frame
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
-from tabdp.privacy.session import Session, _set_last
+from tabdp.privacy.session import Session
 
 __all__ = ["spark_grouped_release", "spark_quantile_release", "SparkUnitLedger",
            "is_spark_frame"]
@@ -937,7 +937,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                              {"max_cells": max_cells, "max_rows": max_rows}))
     sess.record_release(record, "spark")
     if one_off:
-        _set_last(sess)
+        sess.set_as_last()
     return _to_spark(spark, out)
 
 
@@ -1144,5 +1144,5 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         losses=None, confidential=confidential)
     sess.record_release(record, "spark")
     if one_off:
-        _set_last(sess)
+        sess.set_as_last()
     return _to_spark(spark, out)

@@ -13,6 +13,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._engine import grouped_release
 from tabdp.frame._output import (
     LONG_COLUMNS,
@@ -387,23 +388,6 @@ def _check_output_names(measures: Sequence[str], by: str | Sequence[str], form: 
             f"group-by column(s) {clash} have the name of an output column of the {form} "
             f"form ({outputs}); the key would be overwritten in the result.\nHint: rename the "
             "key column(s) (and the key set's) before the release.")
-
-
-def is_spark_frame(native: Any) -> bool:
-    """Whether ``native`` is a PySpark DataFrame (checked by class name: PySpark not imported).
-
-    Args:
-        native: Any object.
-
-    Returns:
-        True for a ``pyspark.sql`` DataFrame (classic or Spark Connect).
-
-    Example:
-        >>> is_spark_frame(pl.DataFrame())
-        False
-    """
-    return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame"
-               for c in type(native).__mro__)
 
 
 def register() -> None:

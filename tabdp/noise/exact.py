@@ -16,24 +16,26 @@ How (vectorized over cells; :func:`round_noisy`):
 
 1. One 64-bit word per cell: its top bit is the sign of ``Z``, the other 63 bits locate a uniform
    ``U`` in ``[J, J + 1)·2^-63``; ``|Z| = m(U)`` with ``P(|Z| > m) = u`` (decreasing in u).
-2. The law bounds ``m`` over that interval in float64 with a proven error (docs §4: certified
-   tables, closed forms, or proven relative to libm): ``|m(U) − mid| <= rad`` (``_isf_fine``
-   for the common case ``U >= 2^-10``, one quantile evaluation or a table lookup;
-   ``_isf_bounds`` otherwise). On a uniform grid ``r = fl(fl(c + S·mid)·fl(1/g))`` and
+2. The law's rounding strategy (``law.rounding``, :mod:`tabdp.noise.rounding`) bounds ``m``
+   over that interval in float64 with a proven error (docs §4: certified tables, Taylor tables,
+   closed forms proven relative to libm): ``|m(U) − mid| <= rad`` (``Rounding.fine`` for the
+   common case ``U >= 2^-10``, one quantile evaluation or a table lookup; ``Rounding.bounds``
+   otherwise). On a uniform grid ``r = fl(fl(c + S·mid)·fl(1/g))`` and
    ``k = rint(r)``; a float64 error budget ``e >= |r − k| + 3.01u|r| + rad/g`` (u = 2^-53, each
    of its own roundings accounted for) with ``e < 1/2 − 4u`` proves ``|x/g − k| < 1/2``: k is
    the rounding of the exact x. Relative grids bound x from both sides and round both ends.
 3. The other cells (typically 1e-6 and fewer) are decided one by one in arbitrary precision:
    ``x > b`` for a breakpoint ``b`` (exact dyadic rational) is equivalent to comparing ``U``
-   with the exact tail ``P(|Z| > |b − c|/s)`` computed in Arb (``_arb_tail``; mpmath's
-   ``_mp_sf`` for PolyPlace and as a fallback), which is decided exactly on rationals once its
-   error interval excludes ``U``; otherwise 64 more random bits
+   with the exact tail ``P(|Z| > |b − c|/s)`` computed in Arb (``Rounding.arb_tail``; the
+   mpmath ``Rounding.mp_sf`` for PolyPlace and as a fallback), which is decided exactly on
+   rationals once its error interval excludes ``U``; otherwise 64 more random bits
    are drawn for the cell and/or the precision is raised. A bisection over breakpoints, started
    from the float64 estimate (and verified), gives the grid index. Their number is returned
    (:attr:`RoundedDraw.fallbacks`).
 
-Extension contract for noise laws: see :class:`tabdp.noise.NoiseDistribution` (``_mp_sf``
-required, ``_isf_bounds``/``_isf_rtol`` optional).
+Extension contract for noise laws: a law is released only when composed with a
+:class:`tabdp.noise.rounding.Rounding` (an exact tail required; float64 bounds optional:
+:class:`~tabdp.noise.rounding.NoBounds` sends every cell to the exact path).
 
 Example:
     >>> from tabdp.noise import Laplace
@@ -59,6 +61,8 @@ from numpy.typing import ArrayLike
 
 from tabdp.exceptions import InvalidParameterError, TabdpInternalError
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.rounding import Rounding, mid_rad, rounder_for
+from tabdp.noise.rounding.certified import arb_context, arb_point_tail
 from tabdp.rng import as_random_source
 
 __all__ = [
@@ -753,30 +757,8 @@ _UNIFORM_FAST_LIM = _UNIFORM_LIM - 2.0
 _THRESHOLD = 0.5 - 4.0 * _U
 
 
-def _mid_rad(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(mid, rad)`` with ``|m − mid| <= rad`` for every real ``m`` in ``[lo, hi]``.
-
-    ``mid = fl(fl(lo + hi)/2)`` is within ``1.01u·|mid| + 2**-1074`` of the exact midpoint, and
-    ``rad = fl(fl(fl(|hi − lo|·(1/2 + 4u)) + 2u·|mid|) + 2**-1060)`` exceeds that plus the
-    half-width after its own three roundings (docs §3.2). NaN and ±inf propagate (such cells
-    are undecided).
-
-    Example:
-        >>> mid, rad = _mid_rad(np.array([1.0]), np.array([1.5]))
-        >>> float(mid[0]), bool(0.25 <= rad[0] < 0.25 + 1e-15)
-        (1.25, True)
-    """
-    with np.errstate(all="ignore"):
-        mid = np.add(lo, hi)
-        mid *= 0.5
-        rad = np.subtract(hi, lo)
-        np.abs(rad, out=rad)
-        rad *= 0.5 + 4.0 * _U
-        t = np.abs(mid)
-        t *= 2.0 * _U
-        rad += t
-        rad += 2.0**-1060
-    return mid, rad
+#: ``(mid, rad)`` of bounds (:func:`tabdp.noise.rounding.mid_rad`; the name used here).
+_mid_rad = mid_rad
 
 
 def _decide(w: np.ndarray, c: np.ndarray, zn: np.ndarray, rad: np.ndarray | float,
@@ -826,7 +808,7 @@ def _decide(w: np.ndarray, c: np.ndarray, zn: np.ndarray, rad: np.ndarray | floa
     k += 0.0                                        # −0.0 → +0.0 (the sign is not released)
 
 
-def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
+def _uniform_fast(rnd: Rounding, g: UniformGrid, c: np.ndarray,
                   cerr: np.ndarray | None, s: np.ndarray | None, w: np.ndarray,
                   values: np.ndarray, index: np.ndarray, dec: np.ndarray,
                   fast_path: bool) -> None:
@@ -843,7 +825,6 @@ def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
         dec[:] = False
         values[:] = np.nan
         return
-    fine = _fine_hook_applies(type(noise))
     ch = min(_CHUNK, n)
     b64, bu, br, be, bk = (np.empty(ch, np.uint64), np.empty(ch), np.empty(ch), np.empty(ch),
                            np.empty(ch))
@@ -864,10 +845,7 @@ def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
             if bsm.any():                           # u < 2^-10: redone below with 63 bits
                 smalls.append(np.flatnonzero(bsm) + lo)
             np.multiply(j53, 2.0**-53, out=bu)
-            if fine:
-                mid, rad = noise._isf_fine(bu)
-            else:
-                mid, rad = _mid_rad(*noise._isf_bounds(bu, bu + 2.0**-53))
+            mid, rad = rnd.fine(bu)
             ok = dec[lo:hi]
             _decide(ws, c[lo:hi], mid, rad, None if s is None else s[lo:hi],
                     None if cerr is None else cerr[lo:hi], inv, inv_up, bk, ok, br, be, b64)
@@ -885,7 +863,7 @@ def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
             si = np.concatenate(smalls)
             ws = w[si]
             jj = (ws & _MASK63).astype(np.int64)    # < 2^53: the exact interval of U
-            mid, rad = _mid_rad(*noise._isf_bounds(jj * 2.0**-63, (jj + 1) * 2.0**-63))
+            mid, rad = _mid_rad(*rnd.bounds(jj * 2.0**-63, (jj + 1) * 2.0**-63))
             m_ = si.size
             k, ok = np.empty(m_), np.empty(m_, dtype=bool)
             _decide(ws, c[si], mid, rad, None if s is None else s[si],
@@ -899,7 +877,7 @@ def _uniform_fast(noise: NoiseDistribution, g: UniformGrid, c: np.ndarray,
             dec[si] = ok
 
 
-def _generic_fast(noise: NoiseDistribution, g: Grid, c: np.ndarray, cerr: np.ndarray | None,
+def _generic_fast(rnd: Rounding, g: Grid, c: np.ndarray, cerr: np.ndarray | None,
                   s: np.ndarray | None, w: np.ndarray, kf: np.ndarray, dec: np.ndarray,
                   fast_path: bool) -> None:
     """Fast path for other grids (relative), from bounds ``[lo, hi]`` on ``S·x``.
@@ -924,7 +902,7 @@ def _generic_fast(noise: NoiseDistribution, g: Grid, c: np.ndarray, cerr: np.nda
                 js = (ws[small] & _MASK63).astype(np.int64)
                 u_lo[small] = js * 2.0**-63
                 u_hi[small] = (js + 1) * 2.0**-63
-            m_lo, m_hi = noise._isf_bounds(u_lo, u_hi)
+            m_lo, m_hi = rnd.bounds(u_lo, u_hi)
             if s is not None:
                 ss = s[sl]
                 m_lo = np.where(ss > 0, ss * (m_lo * (1.0 - 4.0 * _U)), 0.0)
@@ -942,24 +920,6 @@ def _generic_fast(noise: NoiseDistribution, g: Grid, c: np.ndarray, cerr: np.nda
             kf[sl] = np.where(positive, a, -b)      # index, or the low end of the bracket
 
 
-def _fine_hook_applies(cls: type) -> bool:
-    """Whether ``_isf_fine`` is defined at least as deep in the MRO as ``_isf_bounds``.
-
-    A subclass that overrides ``_isf_bounds`` (e.g. to drop a float bound) must not inherit a
-    parent's shortcut for the common case.
-    """
-    mro = cls.__mro__
-    fine = next(i for i, k in enumerate(mro) if "_isf_fine" in k.__dict__)
-    general = next(i for i, k in enumerate(mro) if "_isf_bounds" in k.__dict__)
-    return fine <= general
-
-
-def _has_exact_tail(noise: NoiseDistribution) -> bool:
-    cls = type(noise)
-    return (cls._mp_sf is not NoiseDistribution._mp_sf
-            or cls._mp_logpdf is not NoiseDistribution._mp_logpdf)
-
-
 #: Smallest noise magnitude (upper quartile, times the per-cell scale) the fast path handles.
 _TINY = 2.0 ** -960
 
@@ -971,7 +931,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
     """Draw ``round_grid(c + s·Z)`` exactly, for every cell, with ``Z`` from ``noise``.
 
     Args:
-        noise: The noise law (must provide ``_mp_sf``; see :class:`NoiseDistribution`).
+        noise: The noise law, composed with exact rounding (``noise.rounding``).
         center: Centres ``c`` (1-D float64). Exact values unless ``center_error`` is given.
         grid: A positive step (uniform grid) or a :class:`Grid`.
         rng: A :class:`tabdp.RandomSource` (default: secure), or an int seed / numpy Generator.
@@ -996,11 +956,14 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
         >>> bool(a[0] == b[0])
         True
     """
-    if not _has_exact_tail(noise):
+    rnd = rounder_for(noise)
+    if rnd is None:
         raise InvalidParameterError(
             f"{owner}: {type(noise).__name__} noise cannot be released with exact rounding: it "
-            "has no high-precision tail (_mp_sf).\nHint: implement _mp_sf(x, mp) (or "
-            "_mp_logpdf) on the law; see the contract in docs/exact-rounding.md.")
+            "has no high-precision tail (no exact-rounding strategy, law.rounding is None).\n"
+            "Hint: compose the law with a tabdp.noise.rounding.Rounding (float64 quantile bounds "
+            "and an exact tail, e.g. MpTail for a closed-form mpmath tail); see "
+            "docs/exact-rounding.md.")
     c = np.asarray(center, dtype=np.float64).reshape(-1)
     n = c.size
     if not np.all(np.isfinite(c)):
@@ -1040,9 +1003,8 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
     values = np.empty(n)
     index = np.empty(n, dtype=np.int64)
     dec = np.empty(n, dtype=bool)
-    uniform = isinstance(g, UniformGrid)
     if isinstance(g, UniformGrid):
-        _uniform_fast(noise, g, c, cerr, s, w, values, index, dec, fast_path)
+        _uniform_fast(rnd, g, c, cerr, s, w, values, index, dec, fast_path)
         # cells beyond the uniform part (|x| > 2**40·step): the relative part's fast path
         with np.errstate(invalid="ignore"):
             big = np.flatnonzero(~dec & ~(np.abs(values) < _UNIFORM_FAST_LIM))
@@ -1051,7 +1013,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
             db = np.empty(big.size, dtype=bool)
             inv = 1.0 / g.step
             if 2.0**-1000 < inv < 2.0**1000:
-                _generic_fast(noise, g, c[big], None if cerr is None else cerr[big],
+                _generic_fast(rnd, g, c[big], None if cerr is None else cerr[big],
                               None if s is None else s[big], w[big], kf, db, fast_path)
             else:
                 db[:] = False
@@ -1061,7 +1023,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
             values[big] = np.where(db, g.values(index[big]), kf)
             dec[big] = db
     else:
-        _generic_fast(noise, g, c, cerr, s, w, values, dec, fast_path)
+        _generic_fast(rnd, g, c, cerr, s, w, values, dec, fast_path)
         with np.errstate(invalid="ignore"):
             index[:] = np.where(dec, values, 0.0).astype(np.int64)
     if tiny is not None and np.any(tiny):
@@ -1082,7 +1044,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
             # the float64 estimate of index(x) starts a verified bracket
             bracket = (int(guess[t]) - 1, int(guess[t]) + 1) if ok[t] else None
             index[i] = cell.solve(bracket, int(kc[t]) if okc[t] else 0)
-    if uniform:
+    if isinstance(g, UniformGrid):
         if todo.size:
             values[todo] = g.values(index[todo])
     else:
@@ -1115,6 +1077,10 @@ class _Cell:
                  nbits: int, center: float, exact: Callable[[int, Any], Any] | None, index: int,
                  scale: float, src: Any) -> None:
         self.noise, self.grid, self.positive = noise, grid, positive
+        rnd = rounder_for(noise)
+        if rnd is None:  # pragma: no cover - round_noisy refuses such laws first
+            raise InvalidParameterError(f"{type(noise).__name__} has no exact rounding")
+        self.rounding: Rounding = rnd
         self.J, self.L = bits, nbits
         self.center, self.exact, self.index = center, exact, index
         self.scale = scale
@@ -1147,15 +1113,13 @@ class _Cell:
         Below the law's median the central form ``1 − T`` is evaluated (no cancellation, and
         fast where e.g. ``I_v`` near ``v = 1`` converges slowly).
         """
-        from tabdp.noise._certified import arb_context, arb_point_tail
-
-        noise = self.noise
-        unit = noise._arb_unit()
+        rnd = self.rounding
+        unit = rnd.arb_unit()
         central = float(h) < self._median_abs()
         man, exp = mpmath.mpf(h).man_exp
         with arb_context(mp.prec + 32, 1) as flint:
             x = flint.arb(flint.arf((int(man), int(exp)))) / flint.arb(unit)
-            t = arb_point_tail(noise._arb_tail, x, central)
+            t = arb_point_tail(rnd.arb_tail, x, central)
             if central:
                 t = 1 - t
             if not t.is_finite():
@@ -1176,19 +1140,19 @@ class _Cell:
     def _tail(self, h: Any, mp: Any) -> tuple[Fraction, Fraction]:
         """Rational bounds on ``T(h) = P(|Z| > h)`` for ``h > 0``.
 
-        Laws with an Arb tail (``_arb_tail_available``) get certified bounds from ball
+        Laws with an Arb tail (``Rounding.arb_tail_available``) get certified bounds from ball
         arithmetic (:meth:`_tail_arb`). Otherwise mpmath evaluates the tail at the working
         precision and 32 bits more; the error bound is four times their difference plus
         ``2**-(prec − 16)`` relative.
         """
-        if self.noise._arb_tail_available():
+        if self.rounding.arb_tail_available():
             got = self._tail_arb(h, mp)
             if got is not None:
                 return got
         p = mp.prec
-        t1 = 2 * self.noise._mp_sf(h, mp)
+        t1 = 2 * self.rounding.mp_sf(h, mp)
         with mpmath.workprec(p + 32):
-            t2 = 2 * self.noise._mp_sf(h, mp)
+            t2 = 2 * self.rounding.mp_sf(h, mp)
             err = 4 * abs(t1 - t2) + abs(t2) * mp.mpf(2) ** (-p + 16)
             lo, hi = t2 - err, t2 + err
             # A tail far below the resolution 2**-L of the uniform is only ever compared with

@@ -21,6 +21,7 @@ starting guesses and the plain sampler.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +34,15 @@ from scipy.special import log_ndtr, ndtri_exp
 from tabdp._lazy_scipy import brentq
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
-from tabdp.noise._base import NoiseDistribution, mp_quad_checked
+from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.rounding import (
+    ArbShape,
+    ArbTail,
+    CertifiedBounds,
+    Rounding,
+    mp_quad_checked,
+    solve_abs_isf,
+)
 
 __all__ = ["ExpPolyLog"]
 
@@ -206,7 +215,7 @@ class _ArbPolyLogTail:
     and the exact path of general-p :class:`ExpPolyLog` (docs/exact-rounding.md §4.5).
 
     Example:
-        >>> from tabdp.noise._certified import arb_context
+        >>> from tabdp.noise.rounding.certified import arb_context
         >>> with arb_context(100, 1) as flint:
         ...     t = _ArbPolyLogTail(3.0, 1.0, 1.5).tail(flint.arb(0), central=False)
         >>> float(t.mid())
@@ -303,7 +312,7 @@ class _ArbPolyLogTail:
         return (n - val) / n if central else val / n
 
 
-class ExpPolyLog(NoiseDistribution):
+class ExpPolyLog(ArbShape, NoiseDistribution):
     """Exponential polylogarithmic noise, density ∝ exp(−d·(ln(|z|/σ + a))^p) ([FCD+24] Cor 5.7).
 
     Args:
@@ -348,9 +357,8 @@ class ExpPolyLog(NoiseDistribution):
             raise InvalidParameterError(
                 f"{owner}: d·(ln a)^p overflows a double (d={d!r}, a={a!r}, p={p!r}).\n"
                 "Hint: use a smaller p or offset a.")
-        #: proven float64 quantile bounds from certified tables (docs/exact-rounding.md §4.5);
-        #: general p evaluates its tail integral by rigorous quadrature (``_ArbPolyLogTail``)
-        self._arb_certified = True
+        # proven float64 quantile bounds from certified tables (docs/exact-rounding.md §4.5);
+        # general p evaluates its tail integral by rigorous quadrature (``_ArbPolyLogTail``)
         self._arb_general: _ArbPolyLogTail | None = None
         self._table1: _Table | None = None
         self._quad1: _PolyLogQuad | None = None
@@ -580,7 +588,17 @@ class ExpPolyLog(NoiseDistribution):
         with np.errstate(over="ignore", invalid="ignore"):
             return self.sigma * self.a * np.expm1(s)
 
-    # -- exact rounding hooks -------------------------------------------------------------------
+    # -- exact rounding ---------------------------------------------------------------------
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: certified Arb tables and tails (docs/exact-rounding.md §4.5).
+
+        Example:
+            >>> ExpPolyLog(sigma=1.0, a=1.0, d=4.0).rounding.certified
+            True
+        """
+        return Rounding(self, CertifiedBounds(self), ArbTail(self, abs_isf=self._mp_abs_isf))
+
     def _arb_unit(self) -> float:
         return self.sigma
 
@@ -641,7 +659,7 @@ class ExpPolyLog(NoiseDistribution):
 
         p = 1: ``e^{(1−d)s}``; p = 2: ``Φ(x0 − √(2d)·s)/Φ(x0)``; other p: the ratio of integrals
         ``∫_s^∞ e^{ψ} / ∫_0^∞ e^{ψ}`` with ``ψ(t) = t − d((ln a + t)^p − (ln a)^p)``, by checked
-        quadrature (:func:`tabdp.noise._base.mp_quad_checked`) split at the float table's nodes;
+        quadrature (:func:`tabdp.noise.rounding.mp_quad_checked`) split at the float table's nodes;
         the float table itself is never used for values.
         """
         d = mp.mpf(self.d)
@@ -716,7 +734,7 @@ class ExpPolyLog(NoiseDistribution):
         if self.p == 1.0:
             s = -mp.log(u) / (mp.mpf(self.d) - 1)
             return mp.mpf(self.sigma) * mp.mpf(self.a) * mp.expm1(s)
-        return super()._mp_abs_isf(u, mp)
+        return solve_abs_isf(self._mp_sf, self._abs_isf, u, mp)
 
     # -- moments ----------------------------------------------------------------------------
     def variance(self) -> float:

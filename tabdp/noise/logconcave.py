@@ -19,19 +19,19 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import expit, gammainc, gammaincc, gammainccinv, gammaincinv
+from scipy.special import expit, gammainc
 
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.noise._base import NoiseDistribution
-
-#: Unit roundoff of float64.
-_U = 2.0**-53
+from tabdp.noise.generalized_gaussian import GeneralizedGaussian, gennorm_center_quantile
+from tabdp.noise.rounding import ArbTail, LogisticBounds, Rounding
 
 __all__ = ["Logistic", "Subbotin", "subbotin_variance", "subbotin_log_norm",
            "subbotin_center_quantile", "subbotin_center_mass"]
@@ -89,12 +89,7 @@ def subbotin_center_quantile(r: float, p: ArrayLike) -> np.ndarray:
         >>> float(subbotin_center_quantile(100.0, 1e-12)) > 0                    # no underflow
         True
     """
-    a = 1.0 / r
-    pp = np.asarray(p, dtype=np.float64)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-        g = gammaincinv(a, pp)
-        small = r**a * pp * math.exp(math.lgamma(1.0 + a))
-        return np.where(g < 1e-17, small, (r * g) ** a)
+    return gennorm_center_quantile(r, r, p)
 
 
 def subbotin_center_mass(r: float, x: ArrayLike) -> np.ndarray:
@@ -157,10 +152,6 @@ class Logistic(NoiseDistribution):
     """
 
     name = "logistic"
-    #: Relative error bound of ``_abs_isf`` (exact rounding). ``s·log1p(2(1−u)/u)``: the argument
-    #: carries at most 3 roundings and log1p's condition number is ≤ 1; measured ≤ 1.1 ulps
-    #: against 200-bit references for u in [1e-300, 1], so 64 ulps leave a 50× margin.
-    _isf_rtol = 64 * _U
 
     def __init__(self, scale: float) -> None:
         """Check ``scale``."""
@@ -211,34 +202,6 @@ class Logistic(NoiseDistribution):
             m = self.scale * np.log1p(2.0 * (1.0 - u) / u)
         return np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, m))
 
-    def _isf_fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, float]:
-        """Fast-path bounds: ``|m(u) − mid| <= rad`` for all u in ``[u_lo, u_lo + 2**-53]``.
-
-        ``mid = s·log1p(2(1 − u_lo)/u_lo)`` is within ``ρ·m`` of ``m(u_lo)`` (ρ = ``_isf_rtol``,
-        applied twice over), and ``m <= s·ln(2**11)`` for ``u_lo >= 2**-10``. The decrease over
-        the interval is at most ``2**-53·|m′(u_lo)| = 2**-53·2s/(u_lo(2 − u_lo)) <= s·2**-42``.
-        So ``rad`` is one constant (docs/exact-rounding.md §4.2).
-
-        Args:
-            u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
-
-        Returns:
-            ``(mid, rad)``: a new array and a float.
-
-        Example:
-            >>> mid, rad = Logistic(scale=1.0)._isf_fine(np.array([0.5]))
-            >>> bool(abs(mid[0] - math.log(3.0)) <= rad < 1e-12)
-            True
-        """
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            m = np.subtract(1.0, u_lo)
-            m *= 2.0
-            m /= u_lo
-            np.log1p(m, out=m)
-            m *= self.scale
-        rad = self.scale * (2.0 * self._isf_rtol * 7.624618986159399 + 2.0**-42) * (1 + 2.0**-40)
-        return m, rad
-
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Log density in mpmath: ``−|x|/s − 2·ln(1 + e^{−|x|/s}) − ln s``.
 
@@ -275,7 +238,15 @@ class Logistic(NoiseDistribution):
         """
         return 1 / (1 + mp.exp(x / mp.mpf(self.scale)))
 
-    _arb_exact_tail = True
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: closed-form bounds (ρ = 64u, §4.2) and certified Arb tails.
+
+        Example:
+            >>> type(Logistic(scale=1.0).rounding.quantile).__name__
+            'LogisticBounds'
+        """
+        return Rounding(self, LogisticBounds(self), ArbTail(self, abs_isf=self._mp_abs_isf))
 
     def _arb_unit(self) -> float:
         return self.scale
@@ -322,12 +293,14 @@ class Logistic(NoiseDistribution):
         return {"scale": self.scale}
 
 
-class Subbotin(NoiseDistribution):
+class Subbotin(GeneralizedGaussian):
     """``scale`` times a standard Subbotin_r variable: density ``exp(−|x/s|^r/r)/(s·C(r))``.
 
     ``C(r) = 2Γ(1/r)·r^{1/r−1}``; variance ``s²·r^{2/r}·Γ(3/r)/Γ(1/r)``. r = 1 is Laplace(s),
-    r = 2 is N(0, s²). In ``scipy.stats.gennorm`` terms it is ``gennorm(beta=r,
-    scale=s·r^{1/r})``.
+    r = 2 is N(0, s²). It is the Subbotin parametrization of the one generalized normal law
+    (:class:`~tabdp.noise.GeneralizedGaussian` with ``p = r`` and ``σ = s·r^{1/r}``): this class
+    only sets the parameters; density, tails, quantiles and exact rounding are shared. In
+    ``scipy.stats.gennorm`` terms it is ``gennorm(beta=r, scale=s·r^{1/r})``.
 
     Args:
         r: Shape r ≥ 1 (log-concave range; refused below 1).
@@ -337,6 +310,8 @@ class Subbotin(NoiseDistribution):
         >>> z = Subbotin(r=1.0, scale=2.0)                      # Laplace(2)
         >>> z.variance(), round(float(z.sf(2.0)), 6)            # 8, e^{-1}/2
         (8.0, 0.18394)
+        >>> isinstance(z, GeneralizedGaussian), z.p, z.sigma
+        (True, 1.0, 2.0)
     """
 
     name = "subbotin"
@@ -347,116 +322,13 @@ class Subbotin(NoiseDistribution):
         self.scale = check_real("scale", scale, owner="Subbotin noise", gt=0.0,
                                 hint="scale multiplies a standard Subbotin_r variable "
                                      "(r=2: the standard deviation), e.g. scale=1.0")
-        self._a = 1.0 / self.r
-        self._logc = subbotin_log_norm(self.r) + math.log(self.scale)
-
-    def logpdf(self, x: ArrayLike) -> np.ndarray:
-        """Log density ``−|x/s|^r/r − ln C(r) − ln s``.
-
-        Args:
-            x: Points.
-
-        Returns:
-            Log densities (``-inf`` where ``|x/s|^r`` overflows).
-
-        Example:
-            >>> round(float(Subbotin(r=2.0, scale=1.0).logpdf(0.0)), 6)   # −ln √(2π)
-            -0.918939
-        """
-        z = np.abs(np.asarray(x, dtype=np.float64)) / self.scale
-        with np.errstate(over="ignore"):
-            return -(z**self.r) / self.r - self._logc
-
-    def _sf_pos(self, x: np.ndarray) -> np.ndarray:
-        """``P(Z > x) = Q(1/r, (x/s)^r/r)/2`` for ``x ≥ 0``."""
-        with np.errstate(over="ignore"):
-            w = (np.asarray(x, dtype=np.float64) / self.scale) ** self.r / self.r
-        return 0.5 * gammaincc(self._a, w)
-
-    def _abs_isf(self, u: np.ndarray) -> np.ndarray:
-        """``s·(r·Q⁻¹(1/r, u))^{1/r}``; uses ``P⁻¹(1/r, 1 − u)`` for u > ½ (exact ``1 − u``).
-
-        The central branch goes through :func:`subbotin_center_quantile` (no underflow for
-        large r).
-        """
-        u = np.asarray(u, dtype=np.float64)
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            outer = (self.r * gammainccinv(self._a, np.clip(u, 0.0, 0.5))) ** self._a
-            inner = subbotin_center_quantile(self.r, 1.0 - np.clip(u, 0.5, 1.0))
-            m = np.where(u > 0.5, inner, outer)
-            m = np.where(u <= 0.0, np.inf, np.where(u >= 1.0, 0.0, m))
-            return self.scale * m
-
-    # certified tables (docs/exact-rounding.md §4.5): |Z/s|^r/r ~ Gamma(1/r)
-    _arb_certified = True
-
-    def _arb_unit(self) -> float:
-        return self.scale
-
-    def _arb_key(self) -> tuple[Any, ...]:
-        return ("subbotin", self.r)
-
-    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
-        """``Q(1/r, x^r/r)`` (``P(1/r, x^r/r)`` with ``central``), regularized, in Arb."""
-        from flint import arb, arb_series
-
-        r = arb(self.r)
-        fn = arb_series.gamma_lower if central else arb_series.gamma_upper
-        return fn(1 / r, xs**r / r, regularized=1)
-
-    def _arb_density(self, xs: Any) -> Any:
-        """``exp(−x^r/r)/(Γ(1/r)·r^{1/r − 1})`` in Arb."""
-        from flint import arb
-
-        r = arb(self.r)
-        return (-(xs**r) / r).exp() / ((1 / r).gamma() * r ** (1 / r - 1))
-
-    def _mp_logpdf(self, x: Any, mp: Any) -> Any:
-        """Log density in mpmath: ``−|x/s|^r/r − ln C(r) − ln s``.
-
-        Args:
-            x: An ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The log density.
-
-        Example:
-            >>> import mpmath
-            >>> round(float(Subbotin(2.0, 1.0)._mp_logpdf(mpmath.mpf(0), mpmath.mp)), 6)
-            -0.918939
-        """
-        r, s = mp.mpf(self.r), mp.mpf(self.scale)
-        logc = mp.log(2) + mp.loggamma(1 / r) + (1 / r - 1) * mp.log(r)
-        return -(abs(x) / s) ** r / r - logc - mp.log(s)
-
-    def _mp_sf(self, x: Any, mp: Any) -> Any:
-        """``P(Z > x) = Q(1/r, (x/s)^r/r)/2`` in mpmath (regularized upper incomplete gamma).
-
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
-
-        Example:
-            >>> import mpmath
-            >>> round(float(Subbotin(1.0, 1.0)._mp_sf(mpmath.mpf(1), mpmath.mp)), 6)   # e^-1/2
-            0.18394
-        """
-        r = mp.mpf(self.r)
-        w = (x / mp.mpf(self.scale)) ** r / r
-        return mp.gammainc(1 / r, w, mp.inf, regularized=True) / 2
-
-    def variance(self) -> float:
-        """Variance ``s²·r^{2/r}·Γ(3/r)/Γ(1/r)``.
-
-        Example:
-            >>> round(Subbotin(r=4.0, scale=1.0).variance(), 6)   # 2·Γ(3/4)/Γ(1/4)
-            0.675978
-        """
-        return self.scale**2 * subbotin_variance(self.r)
+        #: the gennorm parameters of the same law (σ rounded to double; the law uses r, scale)
+        self.p = self.r
+        self.sigma = self.scale * self.r ** (1.0 / self.r)
+        self._shape_law(unit=self.scale, c=self.r,
+                        logc=subbotin_log_norm(self.r) + math.log(self.scale),
+                        variance=self.scale**2 * subbotin_variance(self.r),
+                        key=("subbotin", self.r))
 
     def params(self) -> dict[str, Any]:
         """Public parameters.

@@ -21,6 +21,7 @@ and both invert in closed form, which gives the quantile function and the invers
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -29,6 +30,7 @@ from numpy.typing import ArrayLike
 
 from tabdp._validation import check_real
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.rounding import MpTail, RelErrorBounds, Rounding
 
 __all__ = ["PolyPlace"]
 
@@ -154,7 +156,18 @@ class PolyPlace(NoiseDistribution):
         u = np.where(t <= 0.0, np.inf, np.where(t >= 1.0, 0.0, u))
         return self.s * u
 
-    # -- exact rounding hooks ---------------------------------------------------------------------
+    # -- exact rounding ---------------------------------------------------------------------
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: closed-form bounds (per-value relative error) and an mpmath tail.
+
+        Example:
+            >>> PolyPlace(s=1.0, alpha=10.0).rounding.arb_tail_available()
+            False
+        """
+        return Rounding(self, RelErrorBounds(self, self._isf_rel_error),
+                        MpTail(self, abs_isf=self._mp_abs_isf))
+
     def _isf_rel_error(self, u: np.ndarray, m: np.ndarray) -> np.ndarray:
         """Relative error bound of the closed-form quantile (per value).
 

@@ -14,6 +14,7 @@ used so that small magnitudes keep their relative accuracy.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -23,6 +24,7 @@ from scipy.special import betainc, betainccinv, betaincinv, betaln
 
 from tabdp._validation import check_real
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.rounding import ArbShape, ArbTail, CertifiedBounds, Rounding
 
 __all__ = ["StudentT", "GeneralizedCauchy"]
 
@@ -37,7 +39,7 @@ _LOG_V_SERIES = -40.0
 _BETA_ISF_RTOL = 2.0**-36
 
 
-class _BetaTailLaw(NoiseDistribution):
+class _BetaTailLaw(ArbShape, NoiseDistribution):
     """A symmetric law with ``P(|Z| > scale·y) = I_{v}(a, b)``, ``v = 1/(1 + e^L)``.
 
     ``L = k·ln y − ln κ`` (Student t: k = 2, κ = d; generalized Cauchy: k = c, κ = 1). Tails are
@@ -133,7 +135,15 @@ class _BetaTailLaw(NoiseDistribution):
         raise NotImplementedError  # pragma: no cover - overridden
 
     # certified tables (docs/exact-rounding.md §4.5)
-    _arb_certified = True
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: certified Arb tables and tails.
+
+        Example:
+            >>> StudentT(df=3.0).rounding.certified
+            True
+        """
+        return Rounding(self, CertifiedBounds(self), ArbTail(self))
 
     def _arb_unit(self) -> float:
         return self.scale

@@ -40,8 +40,8 @@ Derivatives of the density come from integrals with an a-fold cancellation (a = 
 score p′/p is accurate to ~1e-13 for α ≥ 1.05 but only ~1e-10 at α = 1.001; the ε machinery
 accounts for this in its margins (``_exact_rtol``). Exact rounding of releases
 (:mod:`tabdp.noise.exact`) uses certified quantile tables built from series with proven
-remainders in Arb (:mod:`tabdp.noise._stable_arb`, docs/exact-rounding.md §4.6); ``_mp_sf``
-(Nolan's tail integral in mpmath) remains a reference and a fallback.
+remainders in Arb (:mod:`tabdp.noise.rounding.stable_series`, docs/exact-rounding.md §4.6);
+``_mp_sf`` (Nolan's tail integral in mpmath) remains a reference and a fallback.
 """
 
 from __future__ import annotations
@@ -59,6 +59,18 @@ from tabdp._lazy_scipy import minimize_scalar
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError, TabdpInternalError
 from tabdp.noise._base import NoiseDistribution
+from tabdp.noise.rounding import (
+    ArbShape,
+    ArbTail,
+    CertifiedBounds,
+    GaussianTaylorBounds,
+    QuantileBounds,
+    RelErrorBounds,
+    Rounding,
+    ScaledBounds,
+    mp_quad_checked,
+)
+from tabdp.noise.rounding.stable_series import StableArb, register_float_estimates
 from tabdp.rng import RandomSource, as_random_source
 
 __all__ = [
@@ -444,11 +456,28 @@ def _core(alpha: float) -> _Core:
     return _Core(alpha)
 
 
-@functools.lru_cache(maxsize=16)
-def _stable_arb(alpha: float) -> Any:
-    from tabdp.noise._stable_arb import StableArb
+_LN2 = math.log(2.0)
 
-    return StableArb(alpha)
+
+def _float_estimates(alpha: float) -> tuple[Any, Any]:
+    """Float64 ``(ln g, ln T)`` of the standard law (planning estimates for :class:`StableArb`)."""
+    core = _core(alpha)
+
+    def log_g(x: float) -> float:
+        return float(core.logpdf(np.array([x]))[0]) + _LN2
+
+    def log_t(x: float) -> float:
+        return float(core.log_tail(np.array([x]))[0])
+
+    return log_g, log_t
+
+
+register_float_estimates(_float_estimates)
+
+
+@functools.lru_cache(maxsize=16)
+def _stable_arb(alpha: float) -> StableArb:
+    return StableArb(alpha, *_float_estimates(alpha))
 
 
 def _point_series(xs: Any) -> tuple[Any, int]:
@@ -469,7 +498,7 @@ def _point_series(xs: Any) -> tuple[Any, int]:
 # ---------------------------------------------------------------------------------------------
 # the noise law
 # ---------------------------------------------------------------------------------------------
-class SymmetricStable(NoiseDistribution):
+class SymmetricStable(ArbShape, NoiseDistribution):
     """Symmetric α-stable noise SaS(α, γ): characteristic function ``exp(−|γt|^α)``.
 
     α = 1 is the Cauchy law with scale γ; α = 2 is the Gaussian ``N(0, 2γ²)`` (standard
@@ -489,10 +518,6 @@ class SymmetricStable(NoiseDistribution):
     """
 
     name = "symmetric_stable"
-    #: The exact path evaluates every α's tail in Arb (closed forms at α = 1 and 2, the series
-    #: of :mod:`tabdp.noise._stable_arb` otherwise); 1 < α < 2 also gets certified quantile
-    #: tables (docs/exact-rounding.md §4.6), set per instance.
-    _arb_exact_tail = True
 
     def __init__(self, alpha: float, gamma: float) -> None:
         """Check ``alpha`` and ``gamma`` and pick the evaluation method for this ``alpha``."""
@@ -502,8 +527,33 @@ class SymmetricStable(NoiseDistribution):
                                 hint="gamma is the scale of the stable law (the Cauchy scale "
                                      "at alpha = 1), e.g. gamma=1.0")
         self._log_gamma = math.log(self.gamma)
-        if 1.0 < self.alpha < 2.0:
-            self._arb_certified = True
+
+    @functools.cached_property
+    def rounding(self) -> Rounding:
+        """Exact rounding: every α's tail in Arb, float64 bounds by α.
+
+        Tails: closed forms at α = 1 and 2, the series of
+        :mod:`tabdp.noise.rounding.stable_series` otherwise. Bounds: certified
+        tables for 1 < α < 2 (docs/exact-rounding.md §4.6), the closed form's 64u at α = 1, and
+        at α = 2 (``N(0, 2γ²)``) the Gaussian's Taylor tables for ``σ = fl(√2·γ)``, widened by
+        ``2**-48`` relative for the rounding of σ (within 2.01u of √2·γ).
+
+        Example:
+            >>> SymmetricStable(1.5, 1.0).rounding.certified
+            True
+            >>> lo, hi = SymmetricStable(2.0, 1.0).rounding.bounds(np.array([0.05]),
+            ...                                                    np.array([0.05]))
+            >>> bool(lo[0] < 2.77180764869935 < hi[0])              # √2·1.959964
+            True
+        """
+        quantile: QuantileBounds
+        if self.alpha == 2.0:
+            quantile = ScaledBounds(GaussianTaylorBounds(math.sqrt(2.0) * self.gamma), 2.0**-48)
+        elif self.alpha == 1.0:
+            quantile = RelErrorBounds(self, self._isf_rel_error)
+        else:
+            quantile = CertifiedBounds(self)
+        return Rounding(self, quantile, ArbTail(self))
 
     @property
     def _c(self) -> _Core:
@@ -616,7 +666,7 @@ class SymmetricStable(NoiseDistribution):
         """Arb tails of ``|Z/γ|``; ``central`` gives ``1 −`` the tail.
 
         ``(2/π)·atan(1/x)`` (α = 1), ``erfc(x/2)`` (α = 2) and, for 1 < α < 2,
-        :class:`tabdp.noise._stable_arb.StableArb` (Maclaurin, Bergström with its proven
+        :class:`tabdp.noise.rounding.stable_series.StableArb` (Maclaurin, Bergström with its proven
         remainder, or an anchored Taylor series). For 1 < α < 2 the argument is a point series
         ``[x]`` or ``[x, 1]`` (``x + t``).
         """
@@ -647,7 +697,7 @@ class SymmetricStable(NoiseDistribution):
 
         α = 1: ``atan(γ/x)/π``; α = 2: ``erfc(x/(2γ))/2``; otherwise Nolan's integral
         ``(1/π)∫₀^{π/2} e^{−h(θ)} dθ`` in the same log variables and panels as the float64 path,
-        integrated by :func:`tabdp.noise._base.mp_quad_checked` (error-checked tanh-sinh), and
+        integrated by :func:`tabdp.noise.rounding.mp_quad_checked` (error-checked tanh-sinh), and
         truncated where the neglected mass is below ``2^-(prec+20)`` of the tail.
 
         Args:
@@ -663,8 +713,6 @@ class SymmetricStable(NoiseDistribution):
             >>> abs(float(z._mp_sf(mpmath.mpf(1), mpmath.mp)) / float(z.sf(1.0)) - 1) < 1e-14
             True
         """
-        from tabdp.noise._base import mp_quad_checked
-
         z = mp.mpf(x) / mp.mpf(self.gamma)
         if z <= 0:
             return mp.mpf(1) / 2
@@ -737,33 +785,6 @@ class SymmetricStable(NoiseDistribution):
             True
         """
         return 64.0 * 2.0**-53 if self.alpha == 1.0 else None
-
-    def _isf_bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Float64 bounds on the exact ``|Z|`` quantile over ``[u_lo, u_hi]`` (exact rounding).
-
-        α = 2 is ``N(0, 2γ²)``: the Gaussian's proven table bounds for ``σ = fl(√2·γ)``, widened
-        by ``2**-48`` relative for the rounding of σ (within 2.01u of √2·γ). Otherwise the
-        default: certified tables for 1 < α < 2 (§4.6), the closed form's 64u at α = 1.
-
-        Args:
-            u_lo: Lower ends of the uniform intervals.
-            u_hi: Upper ends.
-
-        Returns:
-            ``(lo, hi)`` float64 arrays.
-
-        Example:
-            >>> lo, hi = SymmetricStable(2.0, 1.0)._isf_bounds(np.array([0.05]), np.array([0.05]))
-            >>> bool(lo[0] < 2.77180764869935 < hi[0])              # √2·1.959964
-            True
-        """
-        if self.alpha != 2.0:
-            return super()._isf_bounds(u_lo, u_hi)
-        from tabdp.noise.gaussian import Gaussian
-
-        lo, hi = Gaussian(sigma=math.sqrt(2.0) * self.gamma)._isf_bounds(u_lo, u_hi)
-        with np.errstate(invalid="ignore", over="ignore"):
-            return lo * (1.0 - 2.0**-48), hi * (1.0 + 2.0**-48)
 
     def _abs_isf(self, u: np.ndarray) -> np.ndarray:
         u = np.asarray(u, dtype=np.float64)

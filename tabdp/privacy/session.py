@@ -198,6 +198,20 @@ class Session:
             name = f"q{i}_{kind}"
         return name
 
+    def set_as_last(self) -> None:
+        """Make this session the one :func:`tabdp.last_session` returns.
+
+        A release without ``session=`` runs in a fresh session, which it hands over this way
+        so that its report can be read afterwards.
+
+        Example:
+            >>> s = Session()
+            >>> s.set_as_last()
+            >>> last_session() is s
+            True
+        """
+        _set_last(self)
+
     # -- progress -------------------------------------------------------------------------------
     def phase(self, name: str, what: str) -> None:
         """Report that release ``name`` enters phase ``what`` (see ``progress=``).

@@ -3,9 +3,9 @@
 Standard law (γ = 1, characteristic function ``exp(−|t|^α)``): ``g = 2f`` is the density of
 ``|Z|``, ``T(x) = P(|Z| > x)`` and ``C(x) = 1 − T(x)``. Three representations, each with a
 rigorous truncation bound, give Arb balls that contain the exact values (for every point of an
-argument ball); the certified quantile tables (:mod:`tabdp.noise._certified`) and the exact path
-use them. Float64 estimates only choose the representation, the number of terms and the working
-precision; they never enter a bound.
+argument ball); the certified quantile tables (:mod:`tabdp.noise.rounding.certified`) and the
+exact path use them. Float64 estimates only choose the representation, the number of terms and
+the working precision; they never enter a bound.
 
 * **Maclaurin** (``y = x²``, entire): ``g(x) = Σ_k A_k·y^k`` with
   ``A_k = (2/(πα))·(−1)^k·Γ((2k+1)/α)/(2k)!`` and ``C(x) = x·Σ_k A_k·y^k/(2k + 1)``. For
@@ -28,7 +28,7 @@ precision; they never enter a bound.
   from ``T(c)``.
 
 Example:
-    >>> from tabdp.noise._certified import arb_context
+    >>> from tabdp.noise.rounding.certified import arb_context
     >>> ev = StableArb(1.5)
     >>> with arb_context(120, 2) as flint:
     ...     t = ev.tail(flint.arb(1), central=False)
@@ -45,7 +45,33 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln
 
-__all__ = ["StableArb"]
+__all__ = ["StableArb", "register_float_estimates"]
+
+#: ``alpha -> (log_g, log_t)``: float64 estimates of ``ln g`` and ``ln T`` of the standard law,
+#: registered by :mod:`tabdp.noise.stable` (the law owns its float64 integrator; this module
+#: never imports it, so the dependency goes one way: law -> rounding layer).
+_FLOAT_ESTIMATES: Callable[[float], tuple[Callable[[float], float],
+                                          Callable[[float], float]]] | None = None
+
+
+def register_float_estimates(
+        factory: Callable[[float], tuple[Callable[[float], float], Callable[[float], float]]]
+) -> None:
+    """Register the float64 ``(ln g, ln T)`` estimates used by default (planning only).
+
+    Called once by :mod:`tabdp.noise.stable` at import. The estimates only choose the series,
+    the number of terms and the working precision; they never enter a bound.
+
+    Args:
+        factory: ``alpha -> (log_g, log_t)``, functions of a float ``x > 0``.
+
+    Example:
+        >>> import tabdp.noise.stable                  # registers its estimates on import
+        >>> _FLOAT_ESTIMATES is not None
+        True
+    """
+    global _FLOAT_ESTIMATES
+    _FLOAT_ESTIMATES = factory
 
 _LN2 = math.log(2.0)
 #: Budgets of the Maclaurin series (cancellation bits, terms) and of the Bergström series.
@@ -85,7 +111,7 @@ class StableArb:
     that precision is a NaN ball (callers then fall back or fail the node).
 
     Example:
-        >>> from tabdp.noise._certified import arb_context
+        >>> from tabdp.noise.rounding.certified import arb_context
         >>> ev = StableArb(1.5)
         >>> with arb_context(120, 3) as flint:
         ...     c = ev.density(flint.arb(2), 3)
@@ -95,6 +121,7 @@ class StableArb:
 
     def __init__(self, alpha: float, log_g: Callable[[float], float] | None = None,
                  log_t: Callable[[float], float] | None = None) -> None:
+        """Check ``alpha`` (1 < α < 2) and keep the optional float estimates of the law."""
         if not 1.0 < alpha < 2.0:
             raise ValueError(f"StableArb: alpha = {alpha!r} must be in (1, 2)")
         self.alpha = alpha
@@ -102,16 +129,10 @@ class StableArb:
         self.phi = math.pi / (2.0 * alpha)
         self.sinphi = math.sin(self.phi)
         if log_g is None or log_t is None:
-            from tabdp.noise.stable import _core
-
-            core = _core(alpha)
-
-            def log_g(x: float) -> float:
-                return float(core.logpdf(np.array([x]))[0]) + _LN2
-
-            def log_t(x: float) -> float:
-                return float(core.log_tail(np.array([x]))[0])
-
+            if _FLOAT_ESTIMATES is None:
+                raise ValueError("StableArb: no float64 estimates registered; import "
+                                 "tabdp.noise.stable or pass log_g and log_t")
+            log_g, log_t = _FLOAT_ESTIMATES(alpha)
         self._log_g, self._log_t = log_g, log_t
         self._coef: dict[tuple[str, int], list[Any]] = {}
         self._polys: dict[tuple[str, int, int], Any] = {}
@@ -663,7 +684,7 @@ class StableArb:
         """The first n Taylor coefficients of ``g`` at every point of the ball ``x > 0``.
 
         Example:
-            >>> from tabdp.noise._certified import arb_context
+            >>> from tabdp.noise.rounding.certified import arb_context
             >>> with arb_context(100, 1) as flint:
             ...     g0 = StableArb(1.5).density(flint.arb(0.5), 1)[0]
             >>> round(float(g0.mid()), 12)                     # 2·f(0.5)
@@ -702,7 +723,7 @@ class StableArb:
         A wide ball is handled by monotonicity (T decreases): the hull of the end values.
 
         Example:
-            >>> from tabdp.noise._certified import arb_context
+            >>> from tabdp.noise.rounding.certified import arb_context
             >>> with arb_context(100, 1) as flint:
             ...     c = StableArb(1.5).tail(flint.arb(0.5), central=True)
             >>> round(float(c.mid()), 12)                      # P(|Z| <= 0.5)

@@ -47,8 +47,10 @@ from typing import Any
 import numpy as np
 
 from tabdp import _cache
+from tabdp.noise.rounding._core import QuantileBounds
 
-__all__ = ["CertifiedIsf", "certified_table", "arb_context", "arb_point_tail"]
+__all__ = ["CertifiedIsf", "certified_table", "arb_context", "arb_point_tail", "NodeRegion",
+           "CertifiedBounds", "ArbShape"]
 
 _U = 2.0**-53
 #: Working precision of the table builds (bits).
@@ -118,7 +120,7 @@ def _upper_float(b: Any) -> float:
     return v + abs(v) * 2.0**-50 + 2.0**-1070
 
 
-class _Region:
+class NodeRegion:
     """Node coefficients on binary nodes ``2**e·(1 + j·2**-K)``, ``e_lo <= e < e_hi``, ``j < 2**K``.
 
     One region of a :class:`CertifiedIsf` (A: variable u, B: variable v = 1 − u); also the layout
@@ -126,6 +128,7 @@ class _Region:
     """
 
     def __init__(self, e_lo: int, e_hi: int, kbits: int, degree: int) -> None:
+        """Lay out the nodes of binades ``e_lo..e_hi`` (``2**kbits`` per binade)."""
         self.e_lo, self.e_hi, self.kbits, self.degree = e_lo, e_hi, kbits, degree
         per = 1 << kbits
         size = (e_hi - e_lo) * per
@@ -196,11 +199,12 @@ class CertifiedIsf:
     def __init__(self, key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
                  guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6,
                  degree: int = 12, nsub: int = 4) -> None:
+        """Keep the law's shape functions; the table is built (or loaded) on first use."""
         self.key, self.tail, self.density, self.guess = key, tail, density, guess
         self.nsub = nsub
         self.kbits, self.degree = kbits, degree
-        self.regions = {"A": _Region(*_A_SPEC, kbits, degree),
-                        "B": _Region(*_B_SPEC, kbits, degree)}
+        self.regions = {"A": NodeRegion(*_A_SPEC, kbits, degree),
+                        "B": NodeRegion(*_B_SPEC, kbits, degree)}
         #: nodes whose root could not be certified (their pieces decide nothing)
         self.failures = 0
         #: whether binades go through the on-disk cache (:mod:`tabdp._cache`): set for the laws'
@@ -579,3 +583,113 @@ def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable
         if persist:
             tab.persist = True
         return tab
+
+
+class ArbShape:
+    """What :class:`CertifiedBounds` needs from a law: its standardized shape in Arb.
+
+    A law composed with certified tables inherits this mixin and implements ``_arb_unit`` (the
+    scale that standardizes it), ``_arb_key`` (cache key of the standardized shape: law name and
+    shape parameters), ``_arb_tail`` (standardized two-sided tail ``P(|Z/unit| > x)`` on a
+    python-flint ``arb_series``; ``1 −`` it, without cancellation, with ``central``; correct on
+    balls) and ``_arb_density`` (density of ``|Z/unit|``, ``−`` the derivative of the tail, from
+    elementary functions only: it is evaluated on wide balls). ``_arb_kbits`` and ``_arb_nsub``
+    tune the table (docs/exact-rounding.md §4.5).
+
+    Example:
+        >>> from tabdp.noise import StudentT
+        >>> StudentT(df=3.0)._arb_kbits(), StudentT(df=3.0)._arb_nsub()
+        (6, 4)
+    """
+
+    def _arb_unit(self) -> float:
+        raise NotImplementedError  # pragma: no cover - every certified law implements it
+
+    def _arb_key(self) -> tuple[Any, ...]:
+        raise NotImplementedError  # pragma: no cover - every certified law implements it
+
+    def _arb_tail(self, xs: Any, central: bool = False) -> Any:
+        raise NotImplementedError  # pragma: no cover - every certified law implements it
+
+    def _arb_density(self, xs: Any) -> Any:
+        raise NotImplementedError  # pragma: no cover - every certified law implements it
+
+    def _arb_kbits(self) -> int:
+        """Certified-table nodes per binade, ``2**kbits``: 6, or 8 for very heavy tails.
+
+        (m growing like ``u^{-k}`` with large k makes the ball remainders loose; docs §4.5.)
+        """
+        return 6
+
+    def _arb_nsub(self) -> int:
+        """Sub-balls per node interval for the Taylor remainder: 4.
+
+        (Fewer where a density evaluation on a ball is costly and the remainder has room to
+        spare; docs §4.5.)
+        """
+        return 4
+
+
+class CertifiedBounds(QuantileBounds):
+    """Proven float64 bounds from the law's certified table, times its ``unit`` (outwards).
+
+    The table is shared by all laws with the same ``_arb_key()`` and persisted in the on-disk
+    cache; it is built one binade at a time on first use.
+
+    Args:
+        law: A law with an :class:`ArbShape` (and the float64 quantile ``_abs_isf``).
+
+    Example:
+        >>> from tabdp.noise import GeneralizedGaussian
+        >>> b = CertifiedBounds(GeneralizedGaussian(sigma=1.0, p=1.0))     # Laplace(1)
+        >>> lo, hi = b.bounds(np.array([0.5]), np.array([0.5]))
+        >>> bool(lo[0] <= math.log(2.0) <= hi[0])
+        True
+    """
+
+    certified = True
+
+    def __init__(self, law: Any) -> None:
+        """Bounds for ``law`` (an :class:`ArbShape`)."""
+        self.law = law
+
+    def table(self) -> CertifiedIsf:
+        """The law's shared table (created on first use; binades are built lazily).
+
+        Example:
+            >>> from tabdp.noise import StudentT
+            >>> t = CertifiedBounds(StudentT(df=3.0)).table()
+            >>> t is CertifiedBounds(StudentT(df=3.0, scale=2.0)).table()
+            True
+        """
+        law = self.law
+        unit = law._arb_unit()
+        return certified_table(law._arb_key(), law._arb_tail, law._arb_density,
+                               lambda u: law._abs_isf(u) / unit, kbits=law._arb_kbits(),
+                               nsub=law._arb_nsub(), persist=True)
+
+    def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Float64 bounds ``lo <= m(u) <= hi`` for all ``u`` in ``[u_lo, u_hi]`` (exact m).
+
+        Args:
+            u_lo: Lower ends of the uniform intervals (float64, in [0, 1]).
+            u_hi: Upper ends (``u_hi >= u_lo``).
+
+        Returns:
+            ``(lo, hi)`` float64 arrays.
+
+        Example:
+            >>> from tabdp.noise import StudentT
+            >>> lo, hi = CertifiedBounds(StudentT(df=1.0)).bounds(np.array([0.5]), np.array([0.5]))
+            >>> bool(lo[0] <= 1.0 <= hi[0])                                 # Cauchy median
+            True
+        """
+        u_lo = np.asarray(u_lo, dtype=np.float64)
+        u_hi = np.asarray(u_hi, dtype=np.float64)
+        unit = self.law._arb_unit()
+        tab = self.table()
+        lo, hi = tab.bounds(u_lo.reshape(-1), u_hi.reshape(-1))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            lo = np.maximum(lo * unit * (1.0 - 4.0 * _U) - 2.0**-1070, 0.0)
+            hi = hi * unit * (1.0 + 4.0 * _U) + 2.0**-1070
+        return lo.reshape(u_lo.shape), np.where(np.isnan(hi), np.inf, hi).reshape(u_lo.shape)

@@ -1,0 +1,47 @@
+"""Exact rounding as its own layer: strategies composed with a noise law (docs/exact-rounding.md).
+
+A law (:class:`tabdp.noise.NoiseDistribution`) holds a :class:`Rounding` in ``law.rounding``:
+a float64 quantile-bounds strategy for the fast path and an exact tail for the few cells float64
+cannot decide. One module per strategy:
+
+* :mod:`~tabdp.noise.rounding.closed_form`: bounds from closed forms proven relative to libm
+  (Laplace, Logistic, PolyPlace, SaS α = 1; :class:`RelErrorBounds` for any law with a relative
+  error bound).
+* :mod:`~tabdp.noise.rounding.taylor`: the Gaussian's Taylor tables (Gaussian, SaS α = 2).
+* :mod:`~tabdp.noise.rounding.certified`: certified Arb tables (generalized Gaussian, Subbotin,
+  Student t, generalized Cauchy, exponential polylogarithmic, SaS 1 < α < 2), with the SaS
+  series of :mod:`~tabdp.noise.rounding.stable_series`.
+* :mod:`~tabdp.noise.rounding.highprec`: exact tails in mpmath (closed form or quadrature of
+  the exact log-density) and certified Arb tails.
+
+The layer imports no law module: laws import it (one-way dependency).
+
+Example:
+    >>> from tabdp.noise import Gaussian
+    >>> r = rounder_for(Gaussian(sigma=1.0))
+    >>> type(r.quantile).__name__, type(r.tail).__name__
+    ('GaussianTaylorBounds', 'ArbTail')
+"""
+
+from tabdp.noise.rounding._core import (
+    ExactTail,
+    NoBounds,
+    QuantileBounds,
+    Rounding,
+    mid_rad,
+)
+from tabdp.noise.rounding.certified import ArbShape, CertifiedBounds
+from tabdp.noise.rounding.closed_form import (
+    LaplaceBounds,
+    LogisticBounds,
+    RelErrorBounds,
+    ScaledBounds,
+)
+from tabdp.noise.rounding.compose import rounder_for
+from tabdp.noise.rounding.highprec import ArbTail, MpTail, mp_quad_checked, solve_abs_isf
+from tabdp.noise.rounding.taylor import GaussianTaylorBounds
+
+__all__ = ["Rounding", "rounder_for", "QuantileBounds", "ExactTail", "NoBounds", "RelErrorBounds",
+           "LaplaceBounds", "LogisticBounds", "ScaledBounds", "GaussianTaylorBounds",
+           "CertifiedBounds", "ArbShape", "MpTail", "ArbTail", "mp_quad_checked",
+           "solve_abs_isf", "mid_rad"]
