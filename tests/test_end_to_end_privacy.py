@@ -94,12 +94,19 @@ def _has_empty_keyset() -> bool:
         return False
 
 
+#: Output columns that carry the noise by construction (estimates and their intervals): two
+#: secure runs can agree on them by chance (an integer estimate with little noise), so they are
+#: never taken as stable parts.
+_NOISY = re.compile(r"^(payroll|emp|count|payroll_median|emp_q90)(_lower|_upper|_cv|_flag)?$")
+
+
 def _stable_parts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """What does not vary between two secure runs on the same data."""
+    """What does not vary between two secure runs on the same data (noisy columns excluded)."""
     out: dict[str, Any] = {}
     for k in a:
         if isinstance(a[k], pl.DataFrame):
-            same_cols = [c for c in a[k].columns if a[k][c].equals(b[k][c])]
+            same_cols = [c for c in a[k].columns
+                         if a[k][c].equals(b[k][c]) and not _NOISY.match(c)]
             out[k] = (a[k].schema, a[k].select(same_cols))
         else:
             out[k] = a[k]
