@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Local loop: everything but the slow statistical/numerical tests and the Spark tests (CI runs all)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not spark"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_release.py

@@ -7,7 +7,7 @@ power check (the same sample must be *rejected* against the same law rescaled by
 shows that the test is sharp enough to catch a wrong sampler.
 
 The helpers test themselves in :func:`self_test` (run by ``test_stats_helpers`` here and in
-``tests/test_noise.py``).
+``tests/noise/test_noise.py``).
 """
 
 from __future__ import annotations

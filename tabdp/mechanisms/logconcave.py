@@ -335,7 +335,7 @@ class VectorSubbotin(Subbotin):
     noise with ℓ_r sensitivity Δ satisfies the scalar condition at Δ for every r ≥ 1. That holds
     for r = 2 only: the privacy loss of a shift c depends on its direction, not only on ‖c‖_r.
     Counterexamples (hockey-stick δ(ε) of the vector release vs the scalar δ at the same ℓ_r
-    norm, checked by quadrature and Monte Carlo in ``tests/test_logconcave.py``): r = 3,
+    norm, checked by quadrature and Monte Carlo in ``tests/mechanisms/test_logconcave.py``): r = 3,
     c ∝ (1, 1), ‖c‖_3 = 1, ε = 1: δ = 0.252 vs 0.1995; r = 1.2, ‖c‖_1.2 = 3, ε = 4: δ = 0.0032
     vs 0.0024; and the seed's own §4.1 choice (ε = 1, δ = 1e-4, m = 100, r = 4, scale 0.0553)
     has δ(1) ≈ 0.0087 for the mean-query shift (1/500)·(1, …, 1), 87 times the claim.

@@ -35,7 +35,7 @@ _LOG_V_SERIES = -40.0
 #: at most 2532 ulps (5.6e-13; Student t with df = 1000 near u = 1e-264) over df in [0.3, 1e5],
 #: c in [1.5, 100], u in [1e-300, 1], and at most 934 ulps (2.1e-13) for the shapes used by the
 #: smooth-sensitivity mechanisms (d in (2, 50], c in (3, 50]). 2**-36 = 1.46e-11 is a margin of
-#: 27 over the worst and 70 over the mechanisms' range (tests/test_exact_rounding.py).
+#: 27 over the worst and 70 over the mechanisms' range (tests/noise/test_exact_rounding.py).
 _BETA_ISF_RTOL = 2.0**-36
 
 

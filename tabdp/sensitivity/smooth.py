@@ -19,7 +19,7 @@ together, level by level, in vectorized numpy.
 The results are exact (to rounding) γ-smooth sensitivities: SS(D′)/SS(D) ∈ [e^{−γ}, e^{γ}] for
 neighbours and ``|q(D) − q(D′)| ≤ min(SS(D), SS(D′))``, the two properties the smooth-sensitivity
 mechanisms need (tested against brute force over all neighbours in
-``tests/test_smooth_sensitivity.py``).
+``tests/sensitivity/test_smooth_sensitivity.py``).
 
 **Add/remove neighbours.** The same function also has both properties when D′ = D ∪ {y} (the
 project's neighbour relation), because the rank satisfies ``r(n+1) − r(n) ∈ {0, 1}``: the padded

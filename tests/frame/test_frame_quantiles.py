@@ -40,12 +40,12 @@ from tabdp.noise.exact import RelativeGrid, round_noisy
 from tabdp.rng import RandomSource
 from tabdp.sensitivity import group_sort, smooth_sensitivity_quantile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 KEYS = tabdp.KeySet.from_dict({"county": ["c1", "c2", "c3"], "naics": ["11", "21"]})
 # Statistical and noise-family tests run on one engine (the data path they use is the one
-# the other tests and tests/test_engines_equal.py check on every engine; the noise is drawn
+# the other tests and tests/frame/test_engines_equal.py check on every engine; the noise is drawn
 # on the aggregated cells, identically on every engine), which keeps the suite's time in check.
 ONE_ENGINE = pytest.mark.parametrize("engine", ["polars"])
 BOUNDS = (0.0, 100.0)
@@ -800,6 +800,7 @@ STAT_BOUNDS = (0.0, 1000.0)
     ("student_t", None, False),
     ("cauchy", None, False),
 ])
+@pytest.mark.slow
 @ONE_ENGINE
 def test_noise_law_sd_and_coverage_over_many_cells(make_frame, to_pl, noise, gamma, check_sd):
     k = len(CELL_VALUES)

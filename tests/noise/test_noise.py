@@ -23,7 +23,7 @@ from tabdp.noise.gaussian import Gaussian, Laplace
 from tabdp.noise.generalized_gaussian import GeneralizedGaussian
 from tabdp.rng import RandomSource
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs, self_test  # noqa: E402
 
 E = math.e

@@ -22,7 +22,7 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.noise import Laplace, PolyPlace
 from tabdp.rng import RandomSource
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 ALPHAS = [1.05, 1.5, 2.0, 2.5, 3.0, 10.0, 100.0, 1e4]

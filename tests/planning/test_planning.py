@@ -256,7 +256,7 @@ def test_spec_checks_flag_the_old_demo_configuration() -> None:
     from tabdp.planning import spec_outlook, spec_usability_issues, warn_spec_usability
     from tabdp.release.spec import load_spec
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     spec = load_spec(root / "examples" / "cbp_release.toml")
     assert spec_usability_issues(spec) == []
     old = dataclasses.replace(spec.tables[0], mechanism=LogTransform(sigma=0.3, offset=1e5),

@@ -32,7 +32,7 @@ from tabdp.privacy.approx import (
 )
 from tabdp.privacy.conversions import gdp_delta, gdp_epsilon, gdp_log_delta, zcdp_epsilon
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _mp_refs import (  # noqa: E402
     cks_log_delta,
     gauss_delta,

@@ -35,7 +35,7 @@ from tabdp.noise import GeneralizedCauchy, Laplace, PolyPlace, StudentT
 from tabdp.rng import RandomSource
 from tabdp.sensitivity import grouped_quantile, smooth_sensitivity_quantile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 

@@ -22,7 +22,7 @@ import tabdp
 from tabdp import datasets
 from tabdp.release.spec import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(tabdp.__file__).resolve().parents[1]  # the checkout, or site-packages
 # repository file -> path inside the wheel (what pyproject's force-include must say)
 PACKAGED = {
@@ -128,6 +128,7 @@ def test_wheel_ships_the_repository_files_unchanged(wheel: Path) -> None:
     assert f"## [{tabdp.__version__}]" in (ROOT / "CHANGELOG.md").read_text()
 
 
+@pytest.mark.slow
 def test_demo_runs_from_the_installed_wheel_outside_the_repo(installed: Path,
                                                              tmp_path: Path) -> None:
     """`tabdp demo` (default folder) from the installed layout, in a folder outside the repo."""
@@ -148,6 +149,7 @@ def test_demo_runs_from_the_installed_wheel_outside_the_repo(installed: Path,
     assert not (installed / "tabdp" / "datasets" / "out").exists()  # nothing written into site
 
 
+@pytest.mark.slow
 def test_demo_out_from_a_cwd_outside_the_repo(tmp_path: Path) -> None:
     work = tmp_path / "elsewhere"
     work.mkdir()

@@ -29,7 +29,7 @@ from tabdp.mechanisms.stable import SymmetricStable, sum_gamma
 from tabdp.noise import stable as st
 from tabdp.noise.stable import SymmetricStable as SaS
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _stats import assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 MP_REF = {
@@ -404,6 +404,7 @@ def test_pure_dp_numerically_on_a_grid(alpha: float, d: float) -> None:
     assert float(mech.rho(delta)) == pytest.approx(eps * math.tanh(eps / 2), rel=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.001, 1.5, 1.9999])
 def test_epsilon_table_is_conservative_and_tight(alpha: float) -> None:
     tab = st.stable_epsilon_table(alpha)

@@ -22,7 +22,7 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402
 
 POLARS_ENGINES = pytest.mark.parametrize("engine", ["polars", "lazy", "streaming"])

@@ -237,6 +237,7 @@ def test_cells_are_exact_fast_path_cells() -> None:
 # ------------------------------------------------------------------------------------------------
 # 1. Containment and tightness of the certified bounds
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_certified_bounds_contain_the_exact_quantile_and_are_tight(name: str) -> None:
     """``_isf_bounds`` on 22 cells contains the 200-bit quantile and is tight.
@@ -591,6 +592,7 @@ def _fast_vs_exact(law: NoiseDistribution, seed: int) -> tuple[list[str], int]:
     return bad, distinct
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(EXACT_LAWS))
 def test_exact_path_with_arb_tails_agrees_with_the_fast_path(name: str,
                                                            monkeypatch: pytest.MonkeyPatch
@@ -781,6 +783,7 @@ def test_arb_context_restores_the_global_precision() -> None:
 # ------------------------------------------------------------------------------------------------
 # ExpPolyLog with general p: the tail integral by certified quadrature (_ArbPolyLogTail)
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_general_p_exp_polylog_arb_tail_and_density_match_mpmath() -> None:
     """``_ArbPolyLogTail``'s tail contains the mpmath quadrature, the density is ``−T′``.
 
@@ -918,6 +921,7 @@ SAS_U = np.array([2.0**-63, _pred(_node(-34, 37)), 0.0078125, 0.3, 0.5 - 2.0**-5
                   1.0 - 2.0**-40])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SAS))
 def test_sas_certified_bounds_contain_the_quantile(name: str) -> None:
     """SaS tables.
@@ -930,7 +934,7 @@ def test_sas_certified_bounds_contain_the_quantile(name: str) -> None:
     law = SAS[name]
     assert law.rounding.certified and law.rounding.arb_tail_available()
     # Nolan's integral in mpmath takes 10 to 25 s per value in α = 1.001's far tail: there the
-    # Bergström series (tested at other α and in tests/test_stable_arb.py) is checked instead
+    # Bergström series (tested at other α and in tests/noise/test_stable_arb.py) is checked instead
     cells = SAS_U[2:] if name == "sas_a1.001" else SAS_U
     u_hi = np.array([u + _width(u) for u in cells.tolist()])
     lo, hi = law.rounding.bounds(cells, u_hi)

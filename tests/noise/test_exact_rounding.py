@@ -44,7 +44,7 @@ from tabdp.noise.exact import RelativeGrid, UniformGrid, default_grid, noise_spr
 from tabdp.noise.rounding import LaplaceBounds, MpTail, RelErrorBounds, Rounding
 from tabdp.rng import RandomSource
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _stats import P_REJECT, assert_ks_fits, assert_power, scaled_cdfs  # noqa: E402
 
 # Every noise law in tabdp.noise, as a family of scales: law(scale) has spread proportional to it.
@@ -642,6 +642,7 @@ def _tail(law: NoiseDistribution, m: float) -> Any:
     return 2 * law._mp_sf(mpmath.mpf(m), mpmath.mp) if m > 0 else mpmath.mpf(1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law", ERROR_CASES, ids=repr)
 def test_float_quantile_bounds_contain_the_exact_quantile(law: NoiseDistribution) -> None:
     """Checked as lo <= m(u) <= hi  ⟺  T(lo) >= u >= T(hi) (T decreasing), T in 170-bit mpmath."""
@@ -752,6 +753,7 @@ def test_gaussian_table_nodes_are_correctly_rounded_quantiles(name: str) -> None
             assert mpmath.erfc(lo / mpmath.sqrt(2)) >= uu >= mpmath.erfc(hi / mpmath.sqrt(2)), u
 
 
+@pytest.mark.slow
 def test_gaussian_table_derivatives_match_numerical_differentiation() -> None:
     """Taylor coefficients and remainder bounds against mpmath's numerical derivatives."""
     from tabdp.noise.rounding.taylor import _table
@@ -970,6 +972,7 @@ def test_float_bounds_dense_for_logconcave_and_stable_closed_forms(law: NoiseDis
             assert _tail(law, a) >= uu * (1 + mpmath.mpf(2) ** -52) and _tail(law, b) <= uu, u
 
 
+@pytest.mark.slow
 def test_symmetric_stable_float_bounds_against_mpmath() -> None:
     """1 < α < 2: the certified bounds (§4.6) at the release range's extremes, against mpmath.
 
@@ -986,6 +989,7 @@ def test_symmetric_stable_float_bounds_against_mpmath() -> None:
             assert b - a <= 1e-13 * max(b, 1.0)
 
 
+@pytest.mark.slow
 def test_symmetric_stable_releases_follow_the_law() -> None:
     """SaS(1.5) releases: KS fit with power, no fallback at a 1%-of-spread grid."""
     law = SymmetricStable(1.5, 300.0)

@@ -21,7 +21,7 @@ import tabdp
 from tabdp import mechanisms as mech
 from tabdp.exceptions import UsabilityWarning
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_engine  # noqa: E402
 
 # Nearly noiseless releases read the true totals. sigma=1e-6, not smaller: its default grid 1e-8

@@ -29,7 +29,7 @@ import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame._engine import SUM_SCALE_BITS, grouped_release
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402
 
 KEYS = tabdp.KeySet.from_dict(county=["c1", "c2", "c3"], naics=["11", "21"])

@@ -20,7 +20,7 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import LAZY_ENGINES, as_polars  # noqa: E402
 
 # Nearly noiseless (sigma=1e-4: its default grid 1e-6 is the finest float64 holds exactly for the

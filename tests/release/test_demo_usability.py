@@ -23,7 +23,7 @@ from tabdp.planning import forecast, published_usability
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cbp_release.toml"
 
 

@@ -44,7 +44,7 @@ from tabdp.report.html import fmt, render_confidential_html, render_summary_html
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _browser as browser  # noqa: E402  (tests/_browser.py: headless Chromium, test-only)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "cbp_sample.parquet"
 SIZES = [10.0**k for k in range(0, 9)]
 TOTALS = [10.0**k for k in range(1, 9)]

@@ -35,6 +35,7 @@ def _rel(b: object, ref: float) -> float:
     return abs(float(b.mid()) / ref - 1.0)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_values_match_the_float_implementation_with_tight_balls(alpha: float) -> None:
     """g, T and C at 200 bits: the float64 code's values to 1e-12, in 190-bit balls.
@@ -64,6 +65,7 @@ def test_values_match_the_float_implementation_with_tight_balls(alpha: float) ->
     assert not bad, bad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.001, 1.5, 1.9999])
 def test_tails_contain_nolans_integral_in_mpmath(alpha: float) -> None:
     """The tail balls (140 bits) contain ``2·_mp_sf`` (Nolan's integral, 150-bit mpmath)."""
@@ -81,6 +83,7 @@ def test_tails_contain_nolans_integral_in_mpmath(alpha: float) -> None:
             assert ref - slack <= mpmath.mpf(hi.str(60, radius=False)), (x, t, ref)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", [1.001, 1.01, 1.05, 1.1, 1.2, 1.5, 1.8, 1.99, 1.9999])
 def test_the_three_series_cover_every_x_at_table_precision(alpha: float) -> None:
     """No gap: 13 density coefficients and both tail forms are finite at 160 bits.
@@ -102,6 +105,7 @@ def test_the_three_series_cover_every_x_at_table_precision(alpha: float) -> None
     assert not bad, bad
 
 
+@pytest.mark.slow
 def test_the_anchor_is_what_covers_alpha_near_one_at_x_one() -> None:
     """At α = 1.001, x = 1 only the anchored series gets there (and matches the float code)."""
     ev = StableArb(1.001)
@@ -115,6 +119,7 @@ def test_the_anchor_is_what_covers_alpha_near_one_at_x_one() -> None:
     assert _rel(got[0], g_ref) < 1e-12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("alpha", "x"), [(1.5, 0.7), (1.5, 6.0), (1.5, 30.0), (1.001, 1.0),
                                           (1.05, 1.5), (1.9999, 20.0), (1.9999, 300.0)])
 def test_density_coefficients_are_the_derivatives_of_the_tail(alpha: float, x: float) -> None:
@@ -139,6 +144,7 @@ def test_density_coefficients_are_the_derivatives_of_the_tail(alpha: float, x: f
             assert abs(fd - g[k]).upper() <= (tol / max(1.0, x) ** k).upper(), (k, fd, g[k])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("alpha", "x"), [(1.5, 0.7), (1.5, 6.0), (1.5, 30.0), (1.001, 0.97),
                                           (1.9999, 20.0), (1.9999, 300.0)])
 def test_density_on_a_wide_ball_contains_its_points(alpha: float, x: float) -> None:

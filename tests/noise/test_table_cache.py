@@ -33,7 +33,7 @@ from tabdp.noise.rounding.taylor import (
     _TaylorTable,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: One fresh process: the first release of a Gaussian and an ExpPolyLog (p = 1) law; prints the
 #: cache events, the time of the releases and the released values.
@@ -74,6 +74,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
+@pytest.mark.slow
 def test_second_process_loads_instead_of_building(cache: Path) -> None:
     cold = _run(cache)
     assert cold["stats"].get("build", 0) > 0 and cold["stats"].get("hit", 0) == 0
@@ -92,6 +93,7 @@ def test_second_process_loads_instead_of_building(cache: Path) -> None:
     print(f"first releases: built {cold['seconds']:.3f} s, loaded {warm['seconds']:.3f} s")
 
 
+@pytest.mark.slow
 def test_every_corrupted_file_is_rejected_and_rebuilt_bit_for_bit(cache: Path) -> None:
     cold = _run(cache)
     files = _files(cache)
@@ -255,6 +257,7 @@ def test_unusable_cache_folder_falls_back_to_memory(tmp_path: Path,
     assert np.array_equal(a, round_noisy(law, np.zeros(500), grid=0.01, rng=3).values)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_do_not_corrupt(cache: Path) -> None:
     # threads: writers of the same piece race with readers
     params = {"doc": "race"}

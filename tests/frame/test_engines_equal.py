@@ -23,7 +23,7 @@ from polars.testing import assert_frame_equal
 import tabdp
 from tabdp import mechanisms as mech
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import ENGINES, as_engine, as_polars  # noqa: E402
 
 # c6 and naics 51 have no data; c9 is outside the key set

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "tabdp"
+PKG = Path(__file__).resolve().parents[2] / "tabdp"
 
 
 def _modules() -> dict[str, Path]:

@@ -31,7 +31,7 @@ from tabdp.datasets.synth import (
 )
 from tabdp.exceptions import InvalidParameterError
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "cbp_sample.parquet"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "cbp_sample.parquet"
 SAMPLE_ROWS, SAMPLE_SEED = 100_000, 20261121
 
 TEXT = ("state", "county", "naics2", "naics6", "size_class")
