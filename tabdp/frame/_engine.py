@@ -385,6 +385,26 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
             "bad": bad}
 
 
+def _keep_mask(parts: dict[str, dict[str, Any]], rules: _Rules, true: Any,
+               unit_bad: Any) -> Any:
+    """The rows a release keeps, as an expression of either engine (Polars or Spark).
+
+    ``true`` (the engine's literal True) and, in order, not ``bad`` for every measure under
+    ``nulls="drop"``, not ``neg`` for every measure under ``negatives="drop"``, and not
+    ``unit_bad`` (a missing unit id; None: no unit column) in author mode.
+    """
+    keep = true
+    if rules.nulls == "drop":
+        for p in parts.values():
+            keep = keep & ~p["bad"]
+    if rules.negatives == "drop":
+        for p in parts.values():
+            keep = keep & ~p["neg"]
+    if unit_bad is not None and rules.mode == "author":
+        keep = keep & ~unit_bad
+    return keep
+
+
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
                    measures: list[str], rules: _Rules, bound: Sequence[str] = ()
                    ) -> tuple[pl.LazyFrame, list[str]]:
@@ -394,21 +414,12 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     with the columns this release reads).
     """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
-    keep = pl.lit(True)
-    if rules.nulls == "drop":
-        for p in parts.values():
-            keep = keep & ~p["bad"]
-    if rules.negatives == "drop":
-        for p in parts.values():
-            keep = keep & ~p["neg"]
     unit_bad = None
     if unit is not None:
         unit_bad = pl.col(unit).is_null()
         if _is_float(schema[unit]):
             unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
-        if rules.mode == "author":
-            keep = keep & ~unit_bad
-    keep = keep.alias("__keep")
+    keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
               .otherwise(pl.lit(0, pl.Int128)).alias(m) for m, p in parts.items()}
     counters: dict[str, pl.Expr] = {}

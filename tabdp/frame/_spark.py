@@ -52,6 +52,7 @@ from tabdp.frame._engine import (
     ROW_ID,
     SUM_SCALE_BITS,
     _common_dtype,
+    _keep_mask,
     _noisy_table,
     _Policy,
     _prepare_release,
@@ -617,20 +618,12 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
 
     # 1. One snapshot of the input (persisted: validation, cells and totals read it).
     parts = {m: _measure_parts(m, sschema[m], rules) for m in measure_list}
-    keep = F.lit(True)
-    if rules.nulls == "drop":
-        for p in parts.values():
-            keep = keep & ~p["bad"]
-    if rules.negatives == "drop":
-        for p in parts.values():
-            keep = keep & ~p["neg"]
     unit_bad = None
     if unit is not None:
         unit_bad = F.col(unit).isNull()
         if _is_floatlike(sschema[unit]):
             unit_bad = unit_bad | F.isnan(F.col(unit).cast("double"))
-        if rules.mode == "author":
-            keep = keep & ~unit_bad
+    keep = _keep_mask(parts, rules, F.lit(True), unit_bad)
     counters: dict[str, Any] = {}
     for m, p in parts.items():
         counters[f"missing:{m}"] = p["missing"]
