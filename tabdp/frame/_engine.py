@@ -29,7 +29,7 @@ depends on one record except through the noise):
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -741,6 +741,29 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     return f
 
 
+def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
+                    sign: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a sum currency: its size (largest magnitude) and the Δ its loss is charged at.
+
+    ``mags`` holds each measure's float64 magnitude (never below the exact one), ``sign(m)`` the
+    signs of measure ``m`` (read only for a joint policy, whose Δ is the mechanism's norm of the
+    signed magnitudes, rounded up). Shared by the Polars engine and the Spark UDF.
+    """
+    size = np.zeros(len(mags[ms[0]]))
+    for c in mags.values():
+        np.maximum(size, c, out=size)
+    if not policy.joint:
+        return size, mags[ms[0]]
+    signed = {m: sign(m) * mags[m] for m in ms}
+    delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
+                       dtype=np.float64)
+    # the norm is computed in float64 (a few roundings per measure) and may fall below the exact
+    # norm by some ulps: round it up (len(ms) + 8 ulps, above the rounding error of the norm) so
+    # no charge is below the exact one (e.g. (2**53 - 1) + 2 was summed to 2**53)
+    slack = 1.0 + (len(ms) + 8) * 2.0**-52
+    return size, np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
@@ -761,22 +784,8 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             delta = size
         else:
             mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
-            size = np.zeros(n)
-            for c in mags.values():
-                np.maximum(size, c, out=size)
-            if policy.joint:
-                signed = {m: np.sign(inside[m].cast(pl.Float64).to_numpy()) * mags[m]
-                          for m in ms}
-                delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
-                                   dtype=np.float64)
-                # the norm is computed in float64 (a few roundings per measure) and may fall
-                # below the exact norm by some ulps: round it up (len(ms) + 8 ulps, above the
-                # rounding error of the norm) so no charge is below the exact one (e.g.
-                # (2**53 - 1) + 2 was summed to 2**53)
-                slack = 1.0 + (len(ms) + 8) * 2.0**-52
-                delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
-            else:
-                delta = mags[ms[0]]
+            size, delta = _size_and_delta(
+                policy, ms, mags, lambda m: np.sign(inside[m].cast(pl.Float64).to_numpy()))
         if not n:
             vals = tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
         elif kind == "count":

@@ -60,6 +60,7 @@ from tabdp.frame._engine import (
     _rule_counts,
     _Rules,
     _schema_checks,
+    _size_and_delta,
     _strict_checks,
 )
 from tabdp.frame._output import Measure, assemble, check_form
@@ -443,18 +444,8 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                     if np.any(big):
                         f = np.where(big, np.nextafter(f, np.inf), f)
                     mags[m] = f
-                size = np.zeros(n)
-                for c in mags.values():
-                    np.maximum(size, c, out=size)
-                if pol.joint:
-                    signed = {m: inp[f"__s:{m}"].to_numpy(dtype=np.float64) * mags[m]
-                              for m in ms}
-                    delta = np.asarray(pol.mechanism.norm(signed),  # type: ignore[attr-defined]
-                                       dtype=np.float64)
-                    slack = 1.0 + (len(ms) + 8) * 2.0**-52
-                    delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
-                else:
-                    delta = mags[ms[0]]
+                size, delta = _size_and_delta(
+                    pol, ms, mags, lambda m: inp[f"__s:{m}"].to_numpy(dtype=np.float64))
             if not n:
                 vals = tuple(np.zeros(0) for _ in range(4 if pol.approx else 2))
             elif kind == "count":
