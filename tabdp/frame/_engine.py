@@ -764,6 +764,24 @@ def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
     return size, np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
 
 
+def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The policy's per-row losses (ρ, ε and, if approximate, ε_a, δ_a) at each row's Δ.
+
+    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once. Shared
+    by the Polars engine and the Spark UDF.
+    """
+    n = len(delta)
+    if not n:
+        return tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
+    if kind == "count":
+        lo, hi = float(delta.min()), float(delta.max())
+        if lo == hi:
+            return tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
+        uniq, inv = np.unique(delta, return_inverse=True)
+        return tuple(np.asarray(v)[inv] for v in policy(uniq))
+    return policy(delta)
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
@@ -786,18 +804,7 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
             size, delta = _size_and_delta(
                 policy, ms, mags, lambda m: np.sign(inside[m].cast(pl.Float64).to_numpy()))
-        if not n:
-            vals = tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
-        elif kind == "count":
-            # counts: few distinct row numbers (all 1 in row mode): evaluate each once
-            lo, hi = float(delta.min()), float(delta.max())
-            if lo == hi:
-                vals = tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
-            else:
-                uniq, inv = np.unique(delta, return_inverse=True)
-                vals = tuple(np.asarray(v)[inv] for v in policy(uniq))
-        else:
-            vals = policy(delta)
+        vals = _policy_values(policy, kind, delta)
         cell_rho += vals[0]
         np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size

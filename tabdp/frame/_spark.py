@@ -55,6 +55,7 @@ from tabdp.frame._engine import (
     _keep_mask,
     _noisy_table,
     _Policy,
+    _policy_values,
     _prepare_release,
     _release_rules,
     _rule_counts,
@@ -446,13 +447,7 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                     mags[m] = f
                 size, delta = _size_and_delta(
                     pol, ms, mags, lambda m: inp[f"__s:{m}"].to_numpy(dtype=np.float64))
-            if not n:
-                vals = tuple(np.zeros(0) for _ in range(4 if pol.approx else 2))
-            elif kind == "count":
-                uniq, inv = np.unique(delta, return_inverse=True)
-                vals = tuple(np.asarray(v)[inv] for v in pol(uniq))
-            else:
-                vals = pol(delta)
+            vals = _policy_values(pol, kind, delta)
             cell_rho += vals[0]
             np.maximum(cell_size, size, out=cell_size)
             out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
