@@ -29,7 +29,7 @@ depends on one record except through the noise):
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -385,6 +385,26 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
             "bad": bad}
 
 
+def _keep_mask(parts: dict[str, dict[str, Any]], rules: _Rules, true: Any,
+               unit_bad: Any) -> Any:
+    """The rows a release keeps, as an expression of either engine (Polars or Spark).
+
+    ``true`` (the engine's literal True) and, in order, not ``bad`` for every measure under
+    ``nulls="drop"``, not ``neg`` for every measure under ``negatives="drop"``, and not
+    ``unit_bad`` (a missing unit id; None: no unit column) in author mode.
+    """
+    keep = true
+    if rules.nulls == "drop":
+        for p in parts.values():
+            keep = keep & ~p["bad"]
+    if rules.negatives == "drop":
+        for p in parts.values():
+            keep = keep & ~p["neg"]
+    if unit_bad is not None and rules.mode == "author":
+        keep = keep & ~unit_bad
+    return keep
+
+
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
                    measures: list[str], rules: _Rules, bound: Sequence[str] = ()
                    ) -> tuple[pl.LazyFrame, list[str]]:
@@ -394,21 +414,12 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     with the columns this release reads).
     """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
-    keep = pl.lit(True)
-    if rules.nulls == "drop":
-        for p in parts.values():
-            keep = keep & ~p["bad"]
-    if rules.negatives == "drop":
-        for p in parts.values():
-            keep = keep & ~p["neg"]
     unit_bad = None
     if unit is not None:
         unit_bad = pl.col(unit).is_null()
         if _is_float(schema[unit]):
             unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
-        if rules.mode == "author":
-            keep = keep & ~unit_bad
-    keep = keep.alias("__keep")
+    keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
               .otherwise(pl.lit(0, pl.Int128)).alias(m) for m, p in parts.items()}
     counters: dict[str, pl.Expr] = {}
@@ -730,6 +741,47 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     return f
 
 
+def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
+                    sign: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a sum currency: its size (largest magnitude) and the Δ its loss is charged at.
+
+    ``mags`` holds each measure's float64 magnitude (never below the exact one), ``sign(m)`` the
+    signs of measure ``m`` (read only for a joint policy, whose Δ is the mechanism's norm of the
+    signed magnitudes, rounded up). Shared by the Polars engine and the Spark UDF.
+    """
+    size = np.zeros(len(mags[ms[0]]))
+    for c in mags.values():
+        np.maximum(size, c, out=size)
+    if not policy.joint:
+        return size, mags[ms[0]]
+    signed = {m: sign(m) * mags[m] for m in ms}
+    delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
+                       dtype=np.float64)
+    # the norm is computed in float64 (a few roundings per measure) and may fall below the exact
+    # norm by some ulps: round it up (len(ms) + 8 ulps, above the rounding error of the norm) so
+    # no charge is below the exact one (e.g. (2**53 - 1) + 2 was summed to 2**53)
+    slack = 1.0 + (len(ms) + 8) * 2.0**-52
+    return size, np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
+
+
+def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The policy's per-row losses (ρ, ε and, if approximate, ε_a, δ_a) at each row's Δ.
+
+    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once. Shared
+    by the Polars engine and the Spark UDF.
+    """
+    n = len(delta)
+    if not n:
+        return tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
+    if kind == "count":
+        lo, hi = float(delta.min()), float(delta.max())
+        if lo == hi:
+            return tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
+        uniq, inv = np.unique(delta, return_inverse=True)
+        return tuple(np.asarray(v)[inv] for v in policy(uniq))
+    return policy(delta)
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
@@ -750,34 +802,9 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             delta = size
         else:
             mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
-            size = np.zeros(n)
-            for c in mags.values():
-                np.maximum(size, c, out=size)
-            if policy.joint:
-                signed = {m: np.sign(inside[m].cast(pl.Float64).to_numpy()) * mags[m]
-                          for m in ms}
-                delta = np.asarray(policy.mechanism.norm(signed),  # type: ignore[attr-defined]
-                                   dtype=np.float64)
-                # the norm is computed in float64 (a few roundings per measure) and may fall
-                # below the exact norm by some ulps: round it up (len(ms) + 8 ulps, above the
-                # rounding error of the norm) so no charge is below the exact one (e.g.
-                # (2**53 - 1) + 2 was summed to 2**53)
-                slack = 1.0 + (len(ms) + 8) * 2.0**-52
-                delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
-            else:
-                delta = mags[ms[0]]
-        if not n:
-            vals = tuple(np.zeros(0) for _ in range(4 if policy.approx else 2))
-        elif kind == "count":
-            # counts: few distinct row numbers (all 1 in row mode): evaluate each once
-            lo, hi = float(delta.min()), float(delta.max())
-            if lo == hi:
-                vals = tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
-            else:
-                uniq, inv = np.unique(delta, return_inverse=True)
-                vals = tuple(np.asarray(v)[inv] for v in policy(uniq))
-        else:
-            vals = policy(delta)
+            size, delta = _size_and_delta(
+                policy, ms, mags, lambda m: np.sign(inside[m].cast(pl.Float64).to_numpy()))
+        vals = _policy_values(policy, kind, delta)
         cell_rho += vals[0]
         np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size

@@ -52,13 +52,16 @@ from tabdp.frame._engine import (
     ROW_ID,
     SUM_SCALE_BITS,
     _common_dtype,
+    _keep_mask,
     _noisy_table,
     _Policy,
+    _policy_values,
     _prepare_release,
     _release_rules,
     _rule_counts,
     _Rules,
     _schema_checks,
+    _size_and_delta,
     _strict_checks,
 )
 from tabdp.frame._output import Measure, assemble, check_form
@@ -442,25 +445,9 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                     if np.any(big):
                         f = np.where(big, np.nextafter(f, np.inf), f)
                     mags[m] = f
-                size = np.zeros(n)
-                for c in mags.values():
-                    np.maximum(size, c, out=size)
-                if pol.joint:
-                    signed = {m: inp[f"__s:{m}"].to_numpy(dtype=np.float64) * mags[m]
-                              for m in ms}
-                    delta = np.asarray(pol.mechanism.norm(signed),  # type: ignore[attr-defined]
-                                       dtype=np.float64)
-                    slack = 1.0 + (len(ms) + 8) * 2.0**-52
-                    delta = np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
-                else:
-                    delta = mags[ms[0]]
-            if not n:
-                vals = tuple(np.zeros(0) for _ in range(4 if pol.approx else 2))
-            elif kind == "count":
-                uniq, inv = np.unique(delta, return_inverse=True)
-                vals = tuple(np.asarray(v)[inv] for v in pol(uniq))
-            else:
-                vals = pol(delta)
+                size, delta = _size_and_delta(
+                    pol, ms, mags, lambda m: inp[f"__s:{m}"].to_numpy(dtype=np.float64))
+            vals = _policy_values(pol, kind, delta)
             cell_rho += vals[0]
             np.maximum(cell_size, size, out=cell_size)
             out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
@@ -617,20 +604,12 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
 
     # 1. One snapshot of the input (persisted: validation, cells and totals read it).
     parts = {m: _measure_parts(m, sschema[m], rules) for m in measure_list}
-    keep = F.lit(True)
-    if rules.nulls == "drop":
-        for p in parts.values():
-            keep = keep & ~p["bad"]
-    if rules.negatives == "drop":
-        for p in parts.values():
-            keep = keep & ~p["neg"]
     unit_bad = None
     if unit is not None:
         unit_bad = F.col(unit).isNull()
         if _is_floatlike(sschema[unit]):
             unit_bad = unit_bad | F.isnan(F.col(unit).cast("double"))
-        if rules.mode == "author":
-            keep = keep & ~unit_bad
+    keep = _keep_mask(parts, rules, F.lit(True), unit_bad)
     counters: dict[str, Any] = {}
     for m, p in parts.items():
         counters[f"missing:{m}"] = p["missing"]

@@ -700,13 +700,6 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x)`` for ``x >= 0`` in mpmath (exact law; see :meth:`_mp_tail_s`).
 
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
-
         Example:
             >>> import mpmath
             >>> z = ExpPolyLog(sigma=1.0, a=1.0, d=4.0)        # (1 + x)^-3 / 2

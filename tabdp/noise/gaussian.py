@@ -90,13 +90,6 @@ class Gaussian(NoiseDistribution):
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = erfc(x/(σ√2))/2`` in mpmath.
 
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
-
         Example:
             >>> import mpmath
             >>> round(float(Gaussian(sigma=2.0)._mp_sf(mpmath.mpf(2), mpmath.mp)), 6)
@@ -183,13 +176,6 @@ class Laplace(NoiseDistribution):
 
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = e^{−x/b}/2`` in mpmath.
-
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
 
         Example:
             >>> import mpmath

@@ -190,13 +190,6 @@ class GeneralizedGaussian(ArbShape, NoiseDistribution):
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Log density in mpmath: ``−(|x|/unit)^p/c − ln C``.
 
-        Args:
-            x: An ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The log density.
-
         Example:
             >>> import mpmath
             >>> round(float(GeneralizedGaussian(1.0, 1.0)._mp_logpdf(mpmath.mpf(0), mpmath.mp)), 6)
@@ -208,13 +201,6 @@ class GeneralizedGaussian(ArbShape, NoiseDistribution):
 
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = Q(1/p, (x/unit)^p/c)/2`` in mpmath (regularized upper incomplete gamma).
-
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
 
         Example:
             >>> import mpmath

@@ -205,13 +205,6 @@ class Logistic(NoiseDistribution):
     def _mp_logpdf(self, x: Any, mp: Any) -> Any:
         """Log density in mpmath: ``−|x|/s − 2·ln(1 + e^{−|x|/s}) − ln s``.
 
-        Args:
-            x: An ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The log density.
-
         Example:
             >>> import mpmath
             >>> round(float(Logistic(scale=1.0)._mp_logpdf(mpmath.mpf(0), mpmath.mp)), 6)
@@ -223,13 +216,6 @@ class Logistic(NoiseDistribution):
 
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = 1/(1 + e^{x/s})`` in mpmath (``x ≥ 0``).
-
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
 
         Example:
             >>> import mpmath

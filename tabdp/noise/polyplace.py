@@ -197,13 +197,6 @@ class PolyPlace(NoiseDistribution):
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x)`` from the closed-form two-sided tail, in mpmath.
 
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
-
         Example:
             >>> import mpmath
             >>> pp = PolyPlace(s=2.0, alpha=3.0)

@@ -164,13 +164,6 @@ class _BetaTailLaw(ArbShape, NoiseDistribution):
     def _mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x) = I_v(a, b)/2`` (regularized incomplete beta) in mpmath.
 
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability.
-
         Example:
             >>> import mpmath
             >>> round(float(StudentT(df=1.0)._mp_sf(mpmath.mpf(1), mpmath.mp)), 6)   # Cauchy

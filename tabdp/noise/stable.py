@@ -700,13 +700,6 @@ class SymmetricStable(ArbShape, NoiseDistribution):
         integrated by :func:`tabdp.noise.rounding.mp_quad_checked` (error-checked tanh-sinh), and
         truncated where the neglected mass is below ``2^-(prec+20)`` of the tail.
 
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            The tail probability as an ``mpf``.
-
         Example:
             >>> import mpmath
             >>> z = SymmetricStable(1.5, 1.0)

@@ -669,14 +669,9 @@ class CertifiedBounds(QuantileBounds):
                                nsub=law._arb_nsub(), persist=True)
 
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Float64 bounds ``lo <= m(u) <= hi`` for all ``u`` in ``[u_lo, u_hi]`` (exact m).
+        """The table's bounds on ``[u_lo, u_hi]``, times ``unit`` and widened outwards by 4 ulps.
 
-        Args:
-            u_lo: Lower ends of the uniform intervals (float64, in [0, 1]).
-            u_hi: Upper ends (``u_hi >= u_lo``).
-
-        Returns:
-            ``(lo, hi)`` float64 arrays.
+        Arguments and result as in :meth:`QuantileBounds.bounds`.
 
         Example:
             >>> from tabdp.noise import StudentT

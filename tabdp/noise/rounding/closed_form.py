@@ -74,14 +74,9 @@ class RelErrorBounds(QuantileBounds):
         return self.rtol(u, m) if callable(self.rtol) else self.rtol
 
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Float64 bounds ``lo <= m(u) <= hi`` for all ``u`` in ``[u_lo, u_hi]`` (exact m).
+        """One float64 quantile at ``u_lo``, widened by ``rtol``, minus the mean-value decrease.
 
-        Args:
-            u_lo: Lower ends of the uniform intervals (float64, in [0, 1]).
-            u_hi: Upper ends (``u_hi >= u_lo``).
-
-        Returns:
-            ``(lo, hi)`` float64 arrays.
+        Arguments and result as in :meth:`QuantileBounds.bounds`.
 
         Example:
             >>> from tabdp.noise import StudentT
@@ -122,12 +117,7 @@ class LaplaceBounds(QuantileBounds):
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One ``log`` per draw: ``m(u_lo) − m(u_hi) = b·ln(u_hi/u_lo) <= b·(u_hi − u_lo)/u_lo``.
 
-        Args:
-            u_lo: Lower ends of the uniform intervals.
-            u_hi: Upper ends.
-
-        Returns:
-            ``(lo, hi)`` bounds on the exact ``|Z|`` quantile over each interval.
+        Arguments and result as in :meth:`QuantileBounds.bounds`.
 
         Example:
             >>> lo, hi = LaplaceBounds(1.0).bounds(np.array([0.5]), np.array([0.5]))
@@ -244,12 +234,7 @@ class ScaledBounds(QuantileBounds):
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The inner bounds times ``(1 − margin, 1 + margin)``.
 
-        Args:
-            u_lo: Lower ends of the uniform intervals.
-            u_hi: Upper ends.
-
-        Returns:
-            ``(lo, hi)`` float64 arrays.
+        Arguments and result as in :meth:`QuantileBounds.bounds`.
 
         Example:
             >>> ScaledBounds(LaplaceBounds(1.0), 0.5).bounds(np.ones(1), np.ones(1))[1].tolist()

@@ -197,6 +197,11 @@ def solve_abs_isf(sf: Callable[[Any, Any], Any], abs_isf: Callable[[np.ndarray],
 class MpTail:
     """The law's exact tail in mpmath: closed form (``law._mp_sf``) or quadrature.
 
+    The law's hooks (documented here once; each law's docstring gives its formula) take an
+    ``mpf`` ``x`` and the mpmath context ``mp`` and return an ``mpf`` at the working precision
+    ``mp.prec``: ``law._mp_sf(x, mp)`` is ``P(Z > x)`` for ``x >= 0``, ``law._mp_logpdf(x, mp)``
+    the log density at ``x``.
+
     Args:
         law: The noise law.
         quadrature: Integrate ``law._mp_logpdf(x, mp)`` (no closed-form tail).
@@ -223,12 +228,7 @@ class MpTail:
     def mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x)`` for ``x >= 0`` in working precision ``mp.prec`` (mpmath).
 
-        Args:
-            x: A non-negative ``mpf``.
-            mp: The mpmath context (``mpmath.mp``).
-
-        Returns:
-            The tail probability as an ``mpf``.
+        Arguments and result as in :meth:`tabdp.noise.rounding.Rounding.mp_sf`.
 
         Example:
             >>> import mpmath
@@ -245,12 +245,7 @@ class MpTail:
     def mp_abs_isf(self, u: Any, mp: Any) -> Any:
         """The exact ``|Z|`` quantile (closed form, or :func:`solve_abs_isf` on :meth:`mp_sf`).
 
-        Args:
-            u: Two-sided tail mass in (0, 1], an ``mpf``.
-            mp: The mpmath context.
-
-        Returns:
-            ``m`` as an ``mpf``.
+        Arguments and result as in :meth:`tabdp.noise.rounding.Rounding.mp_abs_isf`.
 
         Example:
             >>> import mpmath

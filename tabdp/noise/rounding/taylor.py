@@ -347,12 +347,7 @@ class GaussianTaylorBounds(QuantileBounds):
         :func:`tabdp.noise.exact.round_noisy`, whose uniforms are at least ``2**-63``) the upper
         bound is ``inf``.
 
-        Args:
-            u_lo: Lower ends of the uniform intervals.
-            u_hi: Upper ends.
-
-        Returns:
-            ``(lo, hi)`` bounds on the exact ``|Z|`` quantile over each interval.
+        Arguments and result as in :meth:`QuantileBounds.bounds`.
 
         Example:
             >>> lo, hi = GaussianTaylorBounds(1.0).bounds(np.array([0.05]), np.array([0.05]))
