@@ -95,8 +95,9 @@ _EPS_JUMP = 1e-9
 #: |φ|^n below this is dropped from the inversion sums.
 _TINY = 1e-18
 #: Lattice step of the numerical path, as a fraction of the noise's core spread
-#: min(sd, 1.4826·MAD). Measured (tests/release/test_rollup.py and the notes in ``_LatticeLaw``): the
-#: relative error of the margin is ~h^4 and below 1e-7 at this step for every family tested.
+#: min(sd, 1.4826·MAD). Measured (tests/release/test_rollup.py and the notes in
+#: ``_LatticeLaw``): the relative error of the margin is ~h^4 and below 1e-7 at this step for
+#: every family tested.
 _H_REL = 0.05
 #: Coarsest step tolerated before a warning is issued (error then possibly above 1e-6).
 _H_REL_WARN = 0.2
@@ -472,8 +473,8 @@ class _LatticeLaw(_SumLaw):
     * truncation at half the Nyquist frequency: estimated from the decay of |φ̃|; the step is
       halved until it is below 1e-10 (or the FFT reaches 2^22 points).
 
-    Measured accuracy (tests/release/test_rollup.py; levels 0.5, 0.9, 0.99; n from 2 to 90 000): against
-    exact laws run through this engine, Gaussian <= 6e-11, logistic <= 8e-11, Laplace <= 2.3e-8
+    Measured accuracy (tests/release/test_rollup.py; levels 0.5, 0.9, 0.99; n from 2 to
+    90 000): against exact laws run through this engine, Gaussian <= 6e-11, logistic <= 8e-11, Laplace <= 2.3e-8
     relative; against a 4x finer lattice, generalized Gaussian p = 0.5 and 0.25 <= 7e-8,
     exponential polylogarithmic p = 1 (d = 3.5, 4) <= 8e-9 and p = 2 <= 1.1e-8, Subbotin r = 1.5
     and 3 <= 1.1e-9; Monte Carlo coverage agrees (200 000 sums). If the FFT cap forces a
