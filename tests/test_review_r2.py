@@ -1,0 +1,68 @@
+"""Review R2 (2026-11-26): attacks on the privacy claims of the day's changes.
+
+Each test states a claim and tries to break it. Tests marked ``xfail(strict=True)`` are attacks
+that still succeed (the fix is described in the reason); the others are fixed regressions.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+
+KEY_A = tabdp.KeySet.from_dict(c=["A"])
+
+
+def _enum_frames() -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Record P = (A, 3.0) and record Q = (Z, 100.0); Z is outside the key set.
+
+    The second frame holds the same records in the other order, with the Enum's categories
+    reordered too, so every row keeps its physical code.
+    """
+    f1 = pl.DataFrame({"c": pl.Series(["A", "Z"], dtype=pl.Enum(["A", "Z"])),
+                       "x": [3.0, 100.0]})
+    f2 = pl.DataFrame({"c": pl.Series(["Z", "A"], dtype=pl.Enum(["Z", "A"])),
+                       "x": [100.0, 3.0]})
+    assert f1.select(pl.col("c").to_physical()).equals(f2.select(pl.col("c").to_physical()))
+    return f1, f2
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_row_mode_enum_reordered_with_its_categories_is_refused(lazy: bool) -> None:
+    """Row mode binds column values, not Enum codes.
+
+    Without the fix the count charged P's row (position 0) and the sum of x, read from the
+    reordered frame, charged P at position 1: the per-record report said max rho 4.5 while P's
+    true loss is 0.5 + 4.5 = 5.0 (an under-report; a budget of 4.9 would have admitted P).
+    """
+    f1, f2 = _enum_frames()
+    s = tabdp.Session(seed=1)
+    (f1.lazy() if lazy else f1).dp.count(by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0),
+                                         session=s)
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match=r"\['c'\]"):
+        (f2.lazy() if lazy else f2).dp.sum("x", by="c", keys=KEY_A,
+                                           mechanism=mech.Gaussian(1.0), session=s)
+    # brute force: the only loss so far is P's count
+    assert s.report().per_record["rho"].to_list() == [0.5, 0.0]
+
+
+def test_row_mode_enum_reordered_quantile_is_refused() -> None:
+    """The same attack through a median (the quantile path fingerprints on its own)."""
+    f1, f2 = _enum_frames()
+    s = tabdp.Session(seed=1)
+    f1.dp.count(by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s)
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match=r"\['c'\]"):
+        f2.dp.median("x", by="c", keys=KEY_A, bounds=(0.0, 200.0), epsilon=1.0, session=s)
+
+
+def test_row_mode_enum_and_string_of_same_values_bind_alike() -> None:
+    """Hashing strings makes the same values in an Enum and a String column one binding."""
+    f1, _ = _enum_frames()
+    s = tabdp.Session(seed=1)
+    f1.dp.count(by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s)
+    f1.with_columns(pl.col("c").cast(pl.String)).dp.sum(
+        "x", by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s)
+    # P (row 0): count 0.5 + sum 3²/2; Q outside the key set
+    assert s.report().per_record["rho"].to_list() == [5.0, 0.0]
