@@ -66,3 +66,20 @@ def test_row_mode_enum_and_string_of_same_values_bind_alike() -> None:
         "x", by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s)
     # P (row 0): count 0.5 + sum 3²/2; Q outside the key set
     assert s.report().per_record["rho"].to_list() == [5.0, 0.0]
+
+
+@pytest.mark.parametrize("secret_first", [True, False])
+def test_author_mode_categorical_key_codes_do_not_follow_the_data(secret_first: bool) -> None:
+    """Author mode: a Polars Categorical key comes back with data-free codes.
+
+    A Categorical's physical codes come from the process-wide map in insertion order; without
+    the fix the output key ``A`` had code 1 when a record outside the key set (value
+    ``zz_secret_r2``, seen first) existed and 0 without it.
+    """
+    vals = ["zz_secret_r2", "A"] if secret_first else ["A", "A"]
+    df = pl.DataFrame({"c": pl.Series(vals, dtype=pl.Categorical), "x": [1.0, 2.0]})
+    s = tabdp.Session(mode="author", data=df, seed=1)
+    out = df.dp.sum("x", by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s,
+                    nulls="zero")
+    assert out.schema["c"] == pl.Enum(["A"])
+    assert out["c"].to_physical().to_list() == [0]
