@@ -83,3 +83,23 @@ def test_author_mode_categorical_key_codes_do_not_follow_the_data(secret_first: 
                     nulls="zero")
     assert out.schema["c"] == pl.Enum(["A"])
     assert out["c"].to_physical().to_list() == [0]
+
+
+def test_row_mode_cached_snapshot_after_a_median_is_not_refused() -> None:
+    """The same, unchanged frame: sum of x, median of y, then a count (cached snapshot).
+
+    Without the fix the count reused the sum's cached fingerprints, which lack ``y`` (bound by
+    the median in between), and refused the session's own frame as "changed".
+    """
+    df = pl.DataFrame({"c": ["A", "A", "A"], "x": [1.0, 2.0, 3.0], "y": [5.0, 6.0, 7.0]})
+    s = tabdp.Session(seed=1)
+    df.dp.sum("x", by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s)
+    df.dp.median("y", by="c", keys=KEY_A, bounds=(0.0, 10.0), epsilon=1.0, session=s)
+    df.dp.count(by="c", keys=KEY_A, mechanism=mech.Gaussian(2.0), session=s)
+    pr = s.report().per_record
+    med = pr["rho_q2_median"].to_list()
+    assert med[0] > 0 and med == [med[0]] * 3
+    assert pr["rho_q1_sum"].to_list() == [0.5, 2.0, 4.5]
+    assert pr["rho_q3_count"].to_list() == [0.125] * 3
+    assert pr["rho"].to_list() == pytest.approx([0.5 + med[0] + 0.125, 2.0 + med[0] + 0.125,
+                                                 4.5 + med[0] + 0.125])

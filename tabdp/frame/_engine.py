@@ -486,7 +486,9 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
                   and (not measures or cached["rules"] == rules)
-                  and (measures or not cached["drops"]))
+                  and (measures or not cached["drops"])
+                  # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
+                  and set(sess.bound_columns()) <= set(cached["snapshot"].fingerprints))
         if usable:
             snap: _Snapshot = cached["snapshot"]
             keep_cols = [c for c in snap.data.columns
