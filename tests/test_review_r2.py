@@ -6,6 +6,7 @@ that still succeed (the fix is described in the reason); the others are fixed re
 
 from __future__ import annotations
 
+import pandas as pd
 import polars as pl
 import pytest
 
@@ -103,3 +104,23 @@ def test_row_mode_cached_snapshot_after_a_median_is_not_refused() -> None:
     assert pr["rho_q3_count"].to_list() == [0.125] * 3
     assert pr["rho"].to_list() == pytest.approx([0.5 + med[0] + 0.125, 2.0 + med[0] + 0.125,
                                                  4.5 + med[0] + 0.125])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "R2: in author mode the integer default grid (1 instead of the mechanism's 0.1) and the "
+    "Int64 estimate follow the pinned frame's dtype, and a pandas integer column becomes "
+    "float64 as soon as one record holds a null: the output dtype and the public grid of the "
+    "query tell whether such a record exists. Fix (lead's call): in author mode apply the "
+    "integer grid / Int64 estimate only on request (grid=1 or a declared integer measure), or "
+    "have the curator declare the schema when pinning (Session(mode='author', data=, "
+    "schema=))."))
+def test_author_mode_pandas_null_does_not_change_output_dtype_or_grid() -> None:
+    """Neighbouring pandas frames: D = {1, 2}, D' = D + one record whose x is null (zero)."""
+    seen = []
+    for xs in ([1, 2], [1, 2, None]):
+        df = pd.DataFrame({"c": ["A"] * len(xs), "x": xs})
+        s = tabdp.Session(mode="author", data=df, seed=1)
+        out = df.dp.sum("x", by="c", keys=KEY_A, mechanism=mech.Gaussian(5.0), session=s,
+                        nulls="zero")
+        seen.append((str(out["x"].dtype), s.report().to_dict()["queries"][0]["grid"]))
+    assert seen[0] == seen[1]
