@@ -6,12 +6,19 @@ that still succeed (the fix is described in the reason); the others are fixed re
 
 from __future__ import annotations
 
+import io
+import json
+import re
+from pathlib import Path
+
 import pandas as pd
 import polars as pl
 import pytest
 
 import tabdp
+from tabdp import cli
 from tabdp import mechanisms as mech
+from tabdp.datasets.synth import generate_establishments
 
 KEY_A = tabdp.KeySet.from_dict(c=["A"])
 
@@ -123,4 +130,68 @@ def test_author_mode_pandas_null_does_not_change_output_dtype_or_grid() -> None:
         out = df.dp.sum("x", by="c", keys=KEY_A, mechanism=mech.Gaussian(5.0), session=s,
                         nulls="zero")
         seen.append((str(out["x"].dtype), s.report().to_dict()["queries"][0]["grid"]))
+    assert seen[0] == seen[1]
+
+
+_AUTHOR_SPEC = """
+[release]
+name = "coverage"
+[input]
+path = "{data}"
+unit = "estab_id"
+mode = "author"
+nulls = "drop"
+negatives = "allow"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = {{ payroll = [0, 1e9] }}
+[domains]
+state = ["01", "02"]
+naics2 = ["77"]
+[randomness]
+seed = 7
+[output]
+public = "{out}/public"
+confidential = "{out}/confidential"
+[[tables]]
+name = "by_state"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+[[tables]]
+name = "by_naics"
+kind = "count"
+by = ["naics2"]
+"""
+
+
+def test_author_mode_cli_run_sees_nothing_of_a_record_outside_the_keys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Author-mode CLI run on D and on D + one record outside every key set (same seed).
+
+    The record is released nowhere, so exit code, stdout, stderr (progress lines without their
+    timings; no coverage warning), public file names and bytes (but the manifest's creation
+    time) must all be the same.
+    """
+    df = generate_establishments(300, seed=5).filter(pl.col("state").is_in(["01", "02"]))
+    extra = df.head(1).with_columns(pl.lit("99").alias("state"), pl.lit("99").alias("naics2"),
+                                    (pl.col("estab_id") + 10**6).alias("estab_id"))
+    seen = []
+    for i, d in enumerate((df, pl.concat([df, extra]))):
+        folder = tmp_path / f"run{i}"
+        folder.mkdir()
+        monkeypatch.chdir(folder)  # the manifest names the spec's (relative) paths
+        d.write_parquet(folder / "d.parquet")
+        spec = folder / "s.toml"
+        spec.write_text(_AUTHOR_SPEC.format(data="d.parquet", out="out"))
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(["run", str(spec), "--test-seed"], stdout=out, stderr=err)
+        public = {p.name: p.read_bytes() for p in sorted((folder / "out" / "public").iterdir())}
+        manifest = json.loads(public.pop("manifest.json"))
+        manifest.pop("created")
+        seen.append((code, out.getvalue().replace(str(folder), "F"),
+                     re.sub(r"\(\d+\.\d+s\)", "", err.getvalue().replace(str(folder), "F")),
+                     public, manifest))
+    assert seen[0][0] == 0
+    assert "WARNING (curator" not in seen[1][2]
     assert seen[0] == seen[1]
