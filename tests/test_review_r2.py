@@ -236,3 +236,28 @@ def test_spark_author_mode_bad_values_and_budget_equal_polars(spark: Any) -> Non
     assert pr.equals(seen["polars"][1])
     assert pr["rho_q1_sum"].to_list() == [0.5, 0.0, 0.0, 0.0, 0.0, 4.5]
     assert pr["rho"].to_list() == [0.75, 0.625, 1.25, 0.0, 3.25, 9.125]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "R2: an author-mode spec whose input.path selects a hive partition (a folder that exists "
+    "only if some record has that key value) gets exit 2 from `tabdp validate` / `run` iff no "
+    "record is there: a data-dependent exit code, before any noise. Fix (lead's call): in "
+    "author mode refuse input paths with a `name=value` component (data-free), and document "
+    "that the input path of an author-mode spec is the curator's, not the author's."))
+def test_author_mode_input_path_existence_is_no_oracle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neighbouring hive datasets: D (states 01, 02) and D + one establishment in state 99."""
+    df = generate_establishments(100, seed=5).filter(pl.col("state").is_in(["01", "02"]))
+    extra = df.head(1).with_columns(pl.lit("99").alias("state"),
+                                    (pl.col("estab_id") + 10**6).alias("estab_id"))
+    codes = []
+    for i, d in enumerate((df, pl.concat([df, extra]))):
+        folder = tmp_path / f"run{i}"
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        d.write_parquet("d", partition_by="state")
+        spec = folder / "s.toml"
+        spec.write_text(_AUTHOR_SPEC.format(data="d/state=99/*.parquet", out="out"))
+        codes.append(cli.main(["validate", str(spec)], stdout=io.StringIO(),
+                              stderr=io.StringIO()))
+    assert codes[0] == codes[1]
