@@ -77,6 +77,19 @@ _ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
 _ALL = "__tabdp_all"     # rows read per unit and cell
 _CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
 _FP_SEED = 0x7ab0D9
+
+
+def _fingerprint(col: str, dtype: pl.DataType) -> pl.Expr:
+    """Row mode: the hash of each row id with the row's value of ``col`` (summed per column).
+
+    Enum / Categorical values are hashed as their strings: their physical codes follow the
+    order of the dtype's categories, so a reordered frame whose categories are reordered with
+    it would otherwise keep every code in place and pass for the bound rows.
+    """
+    value = pl.col(col)
+    if isinstance(dtype, (pl.Enum, pl.Categorical)):
+        value = value.cast(pl.String)
+    return pl.struct(pl.col(ROW_ID), value.alias(col)).hash(seed=_FP_SEED).alias(f"fp:{col}")
 #: 128-bit integer dtypes (UInt128 exists only in newer Polars)
 _WIDE_INTS = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None))
                    if t is not None)
@@ -446,8 +459,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
             fp_cols = [c for c in dict.fromkeys([*by, *measures, *bound])
                        if c in schema.names()]
             base = lf.with_row_index(ROW_ID).with_columns(keep)
-            fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-                   for c in fp_cols]
+            fps = [_fingerprint(c, schema[c]) for c in fp_cols]
         else:
             base = lf.with_columns(keep)
             fps = []
@@ -485,7 +497,9 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
                   and (not measures or cached["rules"] == rules)
-                  and (measures or not cached["drops"]))
+                  and (measures or not cached["drops"])
+                  # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
+                  and set(sess.bound_columns()) <= set(cached["snapshot"].fingerprints))
         if usable:
             snap: _Snapshot = cached["snapshot"]
             keep_cols = [c for c in snap.data.columns

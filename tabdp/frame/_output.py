@@ -251,14 +251,17 @@ def _key_cast(s: pl.Series, want: Any, author: bool = False) -> pl.Series:
     """``s`` (the key set's public values) in the input's dtype ``want`` where lossless.
 
     In author mode an Enum's categories are the key set's values only: the input's categories
-    may have been taken from the data, which the author must not see.
+    may have been taken from the data, which the author must not see. A Categorical key comes
+    back as such an Enum too: a Categorical's codes come from the process-wide category map, in
+    the order strings entered it, so a key's code would tell whether the data held other
+    values before it.
     """
-    if s.dtype == want:
+    if s.dtype == want and not (author and isinstance(want, pl.Categorical)):
         return s
+    if author and isinstance(want, (pl.Enum, pl.Categorical)):
+        vals = s.cast(pl.String).unique(maintain_order=True).drop_nulls().to_list()
+        return s.cast(pl.String).cast(pl.Enum(vals))
     if isinstance(want, pl.Enum):
-        if author:
-            vals = s.cast(pl.String).unique(maintain_order=True).drop_nulls().to_list()
-            return s.cast(pl.String).cast(pl.Enum(vals))
         cats = want.categories.to_list()
         have = set(cats)
         extra = [v for v in s.cast(pl.String).unique(maintain_order=True).to_list()

@@ -22,7 +22,6 @@ from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _CELL,
-    _FP_SEED,
     OUTPUT_SUFFIXES,
     ROW_ID,
     _as_list,
@@ -30,6 +29,7 @@ from tabdp.frame._engine import (
     _check_args,
     _check_grid,
     _check_rules,
+    _fingerprint,
     _open_release,
     _Rules,
     _strict_checks,
@@ -373,8 +373,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         # the columns read and those bound by earlier releases (see _engine._snapshot_plan)
         fp_cols = [c for c in dict.fromkeys([*by_list, column, *sess.bound_columns()])
                    if c in op.schema.names()]
-        fps = [pl.struct(pl.col(ROW_ID), pl.col(c)).hash(seed=_FP_SEED).alias(f"fp:{c}")
-               for c in fp_cols]
+        fps = [_fingerprint(c, op.schema[c]) for c in fp_cols]
     else:
         fps = []
         bad_id = pl.col(unit).is_null()
