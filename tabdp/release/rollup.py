@@ -478,8 +478,8 @@ class _LatticeLaw(_SumLaw):
     Laplace <= 2.3e-8 relative; against a 4x finer lattice, generalized Gaussian p = 0.5 and
     0.25 <= 7e-8, exponential polylogarithmic p = 1 (d = 3.5, 4) <= 8e-9 and p = 2 <= 1.1e-8,
     Subbotin r = 1.5 and 3 <= 1.1e-9; Monte Carlo coverage agrees (200 000 sums). If the FFT
-    cap forces a step above 0.2·min(sd, 1.4826·MAD) (very heavy tails with very many cells), a RuntimeWarning
-    says the 1e-6 claim may not hold.
+    cap forces a step above 0.2·min(sd, 1.4826·MAD) (very heavy tails with very many cells), a
+    RuntimeWarning says the 1e-6 claim may not hold.
     """
 
     method = METHOD_NUMERICAL
