@@ -917,6 +917,18 @@ def _release_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
     return rules, policy
 
 
+def _output_dtypes(op: _Opened, sess: Session, measures: list[str]) -> dict[str, Any]:
+    """The input dtypes the output follows (keys; integer measures come back as integers).
+
+    A pandas frame in author mode lends no measure dtype: pandas makes an integer column float64
+    as soon as one record holds a missing value, so the output dtype would reveal it.
+    """
+    schema = dict(op.schema)
+    if op.backend == "pandas" and sess.mode == "author":
+        return {c: t for c, t in schema.items() if c not in measures}
+    return schema
+
+
 def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[str, int],
                  mechanism: Mechanism, policy: _Policy, sess: Session, level: float,
                  grids: dict[str, Any], keys: KeySet, by_list: list[str], *,
@@ -1101,7 +1113,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     sess.phase(qname, f"drawing noise for {n_keys:,} cells")
     out, fallbacks, grid_used = _noisy_table(
         full, kind, released, bits, mechanism, policy, sess, level, grids, keys, by_list,
-        form=form, cv=cv, key_dtypes=dict(op.schema))
+        form=form, cv=cv, key_dtypes=_output_dtypes(op, sess, measure_list))
 
     confidential = {
         "rows_read": snap.rows_read,

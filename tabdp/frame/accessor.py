@@ -142,7 +142,8 @@ class DPAccessor:
         """
         names = [columns] if isinstance(columns, str) else list(columns)
         _check_output_names(names, by, form, cv)
-        grid = integer_grid(grid, mechanism, _integer_columns(self._frame, names), names)
+        grid = integer_grid(grid, mechanism, _integer_columns(self._frame, names, session),
+                            names)
         if is_spark_frame(self._frame):
             from tabdp.frame._spark import spark_grouped_release
 
@@ -350,8 +351,16 @@ class DPAccessor:
                                 cv=cv)
 
 
-def _integer_columns(frame: Any, columns: Sequence[str]) -> list[str]:
-    """The columns among ``columns`` of an integer dtype (schema only; missing ones skipped)."""
+def _integer_columns(frame: Any, columns: Sequence[str],
+                     session: Session | None = None) -> list[str]:
+    """The columns among ``columns`` of an integer dtype (schema only; missing ones skipped).
+
+    None for a pandas frame in author mode: pandas turns an integer column into float64 as soon
+    as one record holds a missing value, so its dtype would tell the query author whether such
+    a record exists (there the integer grid is used only when asked for, ``grid=1``).
+    """
+    if isinstance(frame, pd.DataFrame) and session is not None and session.mode == "author":
+        return []
     if isinstance(frame, pd.DataFrame):
         return [c for c in columns if c in frame.columns
                 and pd.api.types.is_integer_dtype(frame[c].dtype)

@@ -716,6 +716,17 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
     mode = _enum(d.get("mode", "curator"), "input.mode", _MODES,
                  "'curator' (default) allows strict data-quality errors; 'author' requires "
                  "every data-quality rule to be declared so the data can never stop the run.")
+    if mode == "author":
+        # a hive partition folder (state=99) exists only if some record has that key value:
+        # whether the path resolves would tell the author (decided here, from the text alone)
+        parts = [p for p in text.replace("\\", "/").split("/") if "=" in p]
+        if parts:
+            raise SpecError(
+                "input.path", f"an author-mode spec cannot select a partition of the input "
+                f"(path component(s) {parts}); got {text!r}. Whether such a folder exists "
+                "depends on the records, so it would be an oracle.\nHint: point input.path at "
+                "the curator's whole dataset (a file or the partitioned folder's root) and "
+                "select cells with the tables' key sets.")
     nonfinite = _enum(d.get("nonfinite", "error"), "input.nonfinite", _NONFINITE,
                       "'error' refuses +inf / -inf values, 'zero' treats them as 0, 'drop' drops "
                       "the row, 'clamp' replaces them by the measure's bounds (input.bounds).")

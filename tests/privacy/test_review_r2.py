@@ -115,14 +115,6 @@ def test_row_mode_cached_snapshot_after_a_median_is_not_refused() -> None:
                                                  4.5 + med[0] + 0.125])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "R2: in author mode the integer default grid (1 instead of the mechanism's 0.1) and the "
-    "Int64 estimate follow the pinned frame's dtype, and a pandas integer column becomes "
-    "float64 as soon as one record holds a null: the output dtype and the public grid of the "
-    "query tell whether such a record exists. Fix (lead's call): in author mode apply the "
-    "integer grid / Int64 estimate only on request (grid=1 or a declared integer measure), or "
-    "have the curator declare the schema when pinning (Session(mode='author', data=, "
-    "schema=))."))
 def test_author_mode_pandas_null_does_not_change_output_dtype_or_grid() -> None:
     """Neighbouring pandas frames: D = {1, 2}, D' = D + one record whose x is null (zero)."""
     seen = []
@@ -238,12 +230,6 @@ def test_spark_author_mode_bad_values_and_budget_equal_polars(spark: Any) -> Non
     assert pr["rho"].to_list() == [0.75, 0.625, 1.25, 0.0, 3.25, 9.125]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "R2: an author-mode spec whose input.path selects a hive partition (a folder that exists "
-    "only if some record has that key value) gets exit 2 from `tabdp validate` / `run` iff no "
-    "record is there: a data-dependent exit code, before any noise. Fix (lead's call): in "
-    "author mode refuse input paths with a `name=value` component (data-free), and document "
-    "that the input path of an author-mode spec is the curator's, not the author's."))
 def test_author_mode_input_path_existence_is_no_oracle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Neighbouring hive datasets: D (states 01, 02) and D + one establishment in state 99."""
