@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,3 +231,21 @@ def test_private_names_stay_in_their_package() -> None:
 def test_package_boundaries(importer: str, owner: str, crosses: bool) -> None:
     """What counts as crossing a package boundary."""
     assert _crosses(importer, owner) is crosses
+
+
+def test_frame_and_release_layers_use_only_the_sessions_public_methods() -> None:
+    """The frame engines, the release workflow and the reports use the Session's public API.
+
+    ``sess._ledger`` and the like stay inside tabdp.privacy.
+    """
+    pattern = re.compile(r"\b(?:sess|session)\._[a-z]\w*")
+    bad = []
+    for sub in ("frame", "release", "report"):
+        for path in sorted((ROOT / "tabdp" / sub).rglob("*.py")):
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line.split("#", 1)[0]):
+                    bad.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    bad += [f"cli.py:{i}" for i, line in enumerate(
+        (ROOT / "tabdp" / "cli.py").read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line.split("#", 1)[0])]
+    assert not bad, "private Session attributes used outside tabdp.privacy:\n" + "\n".join(bad)

@@ -236,7 +236,7 @@ class SparkUnitLedger:
         want = list(dict.fromkeys(want))
         table = self.table
         if self.row_mode:
-            n = session._n_rows or 0
+            n = session.rows_bound or 0
             base = self.spark.range(n).withColumnRenamed("id", "unit")
             table = base if table is None else base.join(table, on="unit", how="left")
         elif table is None:
@@ -508,11 +508,8 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     sess.use_engine("spark", SparkUnitLedger(spark, row_mode) if not sess.records else None)
     sdf = native
     if sess.mode == "author":  # bound to one frame object, its data pinned at binding
-        if sess._bound is None:
-            sess._bound, sess._pinned = native, native.localCheckpoint(eager=True)
-        elif native is not sess._bound:
-            sess.bind_frame(native)  # raises the data-free refusal
-        sdf = sess._pinned
+        # (a frame other than the bound one raises the data-free refusal)
+        sdf = sess.bind_frame(native, pin=lambda f: f.localCheckpoint(eager=True))
     sschema = {f.name: f.dataType for f in sdf.schema.fields}
     _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
                    unit)
@@ -750,7 +747,7 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
     from pyspark.sql import functions as F
 
     budget = sess.budget
-    ledger: SparkUnitLedger = sess._ledger
+    ledger: SparkUnitLedger = sess.ledger
     ncur = len(curs)
     if budget is None:
         decided = per_unit.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
@@ -833,7 +830,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
 
     # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
     budget = sess.budget
-    ledger: SparkUnitLedger = sess._ledger
+    ledger: SparkUnitLedger = sess.ledger
     decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
     try:
         comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
@@ -1096,7 +1093,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
 
             # the value and the private noise scale, on the driver (the Polars engine's code)
             rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
-            sess._ledger.add(decided.filter(any_ok).select(
+            sess.ledger.add(decided.filter(any_ok).select(
                 F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
                 *[e.alias(k) for k, e in extra.items()]))
         finally:

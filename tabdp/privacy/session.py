@@ -274,11 +274,33 @@ class Session:
         self._agg_cache[key] = entry
 
     # -- binding ------------------------------------------------------------------------------
-    def bind_frame(self, native: Any) -> Any:
+    @property
+    def ledger(self) -> Any:
+        """The per-unit ledger (CONFIDENTIAL losses): a Polars-backed ledger, or the Spark one.
+
+        Example:
+            >>> type(Session(unit="id").ledger).__name__
+            'UnitLedger'
+        """
+        return self._ledger
+
+    @property
+    def rows_bound(self) -> int | None:
+        """Row mode: the number of rows the session's releases read (``None`` before the first).
+
+        Example:
+            >>> Session().rows_bound is None
+            True
+        """
+        return self._n_rows
+
+    def bind_frame(self, native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
         """Author mode: the pinned data of the session's one frame (binding it if first).
 
         Args:
             native: The frame a release was called on.
+            pin: How to pin a frame of another engine (e.g. a Spark checkpoint); pandas and
+                Polars frames are pinned by tabdp itself.
 
         Returns:
             A Polars LazyFrame over the pinned data (author mode), or ``None`` (curator mode:
@@ -297,7 +319,9 @@ class Session:
         """
         if self.mode != "author":
             return None
-        if self._bound is None:
+        if self._bound is None and pin is not None:  # another engine pins its own frames
+            self._bound, self._pinned = native, pin(native)
+        elif self._bound is None:
             import pandas as pd
 
             if isinstance(native, pl.LazyFrame):
