@@ -182,3 +182,12 @@ def test_docs_math_pointers_exist() -> None:
                                            target.read_text(encoding="utf-8"), re.MULTILINE):
                 bad.append(f"{path.name}: docs/{page} §{section}")
     assert not bad, f"pointers to missing docs pages or sections: {sorted(set(bad))}"
+
+
+def test_every_page_is_in_the_nav() -> None:
+    """Every Markdown page of docs/ (outside the generator's folder) is reachable from the nav."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = [p.relative_to(DOCS).as_posix() for p in sorted(DOCS.rglob("*.md"))
+             if not p.relative_to(DOCS).as_posix().startswith("_gen/")]
+    missing = [p for p in pages if f": {p}" not in nav]
+    assert pages and not missing, f"pages missing from the mkdocs.yml nav: {missing}"
