@@ -359,7 +359,8 @@ def _integer_columns(frame: Any, columns: Sequence[str],
     as one record holds a missing value, so its dtype would tell the query author whether such
     a record exists (there the integer grid is used only when asked for, ``grid=1``).
     """
-    if isinstance(frame, pd.DataFrame) and session is not None and session.mode == "author":
+    # (a wrong session= argument is refused later, with the other argument checks)
+    if isinstance(frame, pd.DataFrame) and getattr(session, "mode", None) == "author":
         return []
     if isinstance(frame, pd.DataFrame):
         return [c for c in columns if c in frame.columns
