@@ -25,8 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _timing import interleaved_times  # noqa: I001  (a sibling module: benchmarks run as scripts)
 
 HERE = Path(__file__).resolve().parent
 
@@ -79,13 +80,7 @@ def _timing(path: str, repeat: int) -> dict[str, dict[str, float]]:
 
     df = pl.read_parquet(path)
     runs = _runners(df)
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for i in range(repeat + 1):
-        for kind, fn in runs.items():
-            t = time.perf_counter()
-            fn()
-            if i:  # round 0 warms up
-                times[kind].append(time.perf_counter() - t)
+    times = interleaved_times(runs, repeat)
     return {k: {"median_s": statistics.median(v), "min_s": min(v)} for k, v in times.items()}
 
 

@@ -32,10 +32,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _timing import interleaved_times, write_workload  # noqa: I001  (a sibling module: benchmarks run as scripts)
 
 HERE = Path(__file__).resolve().parent
 BY = ["county", "naics2"]
@@ -125,24 +126,14 @@ def main() -> None:
     if args.variant:  # one release in a fresh process: the driver's peak memory
         _one(args.variant, args.path)
         return
-    from tabdp.synth import generate_establishments
-
     spark = _spark_session()
     results = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for n in args.rows:
-                path = str(Path(tmp) / f"estab_{n}.parquet")
-                generate_establishments(n, seed=20261126, n_states=50,
-                                        counties_per_state=63).write_parquet(path)
+                path = write_workload(Path(tmp) / f"estab_{n}.parquet", n)
                 fns = _variants(spark, path, tmp)
-                times: dict[str, list[float]] = {k: [] for k in fns}
-                for i in range(args.repeat + 1):
-                    for k, fn in fns.items():
-                        t = time.perf_counter()
-                        fn()
-                        if i:
-                            times[k].append(time.perf_counter() - t)
+                times = interleaved_times(fns, args.repeat)
                 cmd = [sys.executable, __file__, "--variant", "spark_tabdp_row", "--path", path]
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True)
                 mem = json.loads(out.stdout.strip().splitlines()[-1])

@@ -27,9 +27,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from _timing import interleaved_times, write_workload  # noqa: I001  (a sibling module: benchmarks run as scripts)
 
 HERE = Path(__file__).resolve().parent
 BY = ["county", "naics2"]
@@ -92,22 +93,12 @@ def main() -> None:
         print(json.dumps(_memory(args.variant, args.path, args.out, args.seeded)))
         return
 
-    from tabdp.datasets.synth import generate_establishments
-
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.rows:
-            path = str(Path(tmp) / f"estab_{n}.parquet")
-            generate_establishments(n, seed=20261126, n_states=50,
-                                    counties_per_state=63).write_parquet(path)
+            path = write_workload(Path(tmp) / f"estab_{n}.parquet", n)
             fns = {k: _runner(k, path, tmp, args.seeded) for k in ("baseline", *MODES)}
-            times: dict[str, list[float]] = {k: [] for k in fns}
-            for i in range(args.repeat + 1):
-                for k, fn in fns.items():
-                    t = time.perf_counter()
-                    fn()
-                    if i:
-                        times[k].append(time.perf_counter() - t)
+            times = interleaved_times(fns, args.repeat)
             row: dict[str, Any] = {"rows": n, "randomness": "seeded" if args.seeded
                                    else "secure"}
             for k in fns:

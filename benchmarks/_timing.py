@@ -1,0 +1,48 @@
+"""Shared by the benchmarks: interleaved timing rounds and the synthetic workload file."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+
+def interleaved_times(fns: Mapping[str, Callable[[], object]],
+                      repeat: int) -> dict[str, list[float]]:
+    """Run every variant once per round, alternating, after one warm-up round.
+
+    Machine load that drifts during a run hits every variant alike, so ratios of their medians
+    are meaningful on a shared machine.
+
+    Args:
+        fns: Variant name → callable.
+        repeat: Timed rounds (after the warm-up round).
+
+    Returns:
+        Variant name → seconds of each timed round.
+    """
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for i in range(repeat + 1):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            if i:  # round 0 warms up (tables, caches, page faults)
+                times[k].append(time.perf_counter() - t)
+    return times
+
+
+def write_workload(path: Path, n: int) -> str:
+    """Write the issue-14 workload: ``n`` synthetic establishments, 50 states × 63 counties.
+
+    Args:
+        path: Parquet file to write.
+        n: Rows (establishments).
+
+    Returns:
+        The path as a string.
+    """
+    from tabdp.datasets.synth import generate_establishments
+
+    generate_establishments(n, seed=20261126, n_states=50,
+                            counties_per_state=63).write_parquet(path)
+    return str(path)
