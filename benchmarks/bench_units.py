@@ -34,7 +34,7 @@ from _timing import interleaved_times, write_workload  # noqa: I001  (a sibling 
 
 HERE = Path(__file__).resolve().parent
 BY = ["county", "naics2"]
-MODES = {"row": None, "id": "estab_id", "firm": "firm_id"}
+MODES = {"row": None, "stream": None, "id": "estab_id", "firm": "firm_id"}
 
 
 def _hwm_mb() -> float:
@@ -63,11 +63,12 @@ def _runner(kind: str, path: str, out_dir: str, seeded: bool) -> Any:
     m = mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
 
     def release() -> None:
-        s = tabdp.Session(unit=MODES[kind], seed=1 if seeded else None)
+        s = tabdp.Session(unit=MODES[kind], seed=1 if seeded else None,
+                          streaming=kind == "stream")
         lf = pl.scan_parquet(path)
         lf.dp.sum(["payroll", "employment"], by=BY, keys=keys, mechanism=m, session=s)
         lf.dp.count(by=BY, keys=keys, session=s)
-        s.report().per_record.write_parquet(f"{out_dir}/per_record_{kind}.parquet")
+        s.report().write_per_record(f"{out_dir}/per_record_{kind}.parquet")
 
     return release
 

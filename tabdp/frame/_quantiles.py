@@ -362,77 +362,90 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     unit = sess.unit
     uid = unit if unit is not None else ROW_ID
 
-    # One evaluation of the input: ids, keys, the values and their flags.
-    sess.phase(qname, "reading and aggregating the input")
-    x = pl.col(column).cast(pl.Float64)
-    flags = {f"missing:{column}": x.is_null() | x.is_nan(),
-             f"inf:{column}": x.is_infinite().fill_null(False)}
-    lf = op.lf
-    if unit is None:
-        lf = lf.with_row_index(ROW_ID)
-        # the columns read and those bound by earlier releases (see _engine._snapshot_plan)
-        fp_cols = [c for c in dict.fromkeys([*by_list, column, *sess.bound_columns()])
-                   if c in op.schema.names()]
-        fps = [_fingerprint(c, op.schema[c]) for c in fp_cols]
-    else:
-        fps = []
-        bad_id = pl.col(unit).is_null()
-        if op.schema[unit] in (pl.Float32, pl.Float64):
-            bad_id = bad_id | pl.col(unit).is_nan()
-        flags[f"null:{unit}"] = bad_id
-    data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
-                     *[e.alias(k) for k, e in flags.items()], *fps).collect()
-    counts = {k: int(data[k].sum()) for k in flags}
-    rules = _Rules(nulls, "allow", sess.mode)
-    _strict_checks(counts, [column], unit, rules, False, {})
-    n_rows = data.height
-    if unit is None:
-        fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
-        sess.bind_rows(n_rows, fp)
-    # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
-    # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id are
-    # dropped (author mode).
-    missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
-    keep = pl.lit(True)
-    if nulls == "drop":
-        keep = keep & ~missing
-    if unit is not None:
-        keep = keep & ~pl.col(f"null:{unit}")
-    data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
-                              .alias(column))
-            .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
-    data = _attach_cells(data, keys, by_list)
-    outside = int(data[_CELL].is_null().sum())
-    inside = data.filter(pl.col(_CELL).is_not_null())
-
-    # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group privacy), then
-    # the session's budget as an individual filter (units left out are dropped from their cells).
     policy = GroupPrivacyPolicy(mechanism)
-    approx = policy.dp_delta is not None
-    pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
-    k = pairs["len"].cast(pl.Float64).to_numpy()
-    ea, da = policy.approx_policy(k)
-    per = (pl.DataFrame({"unit": pairs[uid], "rho": policy.rho(k), "epsilon": policy.epsilon(k),
-                         "size": k, "eps_a": ea, "delta_a": da})
-           .group_by("unit", maintain_order=True)
-           .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
-                pl.col("eps_a").sum(), pl.col("delta_a").sum()))
-    units = per["unit"].cast(pl.Int64).to_numpy() if unit is None else per["unit"]
-    arrays = {c: {ROWS_CURRENCY: per[c].to_numpy()}
-              for c in ("rho", "epsilon", "size", "eps_a", "delta_a")}
-    charges = Charges(units, arrays["rho"], arrays["epsilon"], arrays["size"],
-                      "approx" if approx else "zcdp",
-                      arrays["eps_a"] if approx else None, arrays["delta_a"] if approx else None)
-    admitted = sess.admit(charges)
-    losses = charges.losses(admitted)
-    ok = admitted[ROWS_CURRENCY]
-    n_left_out = int((~ok).sum())
-    if n_left_out:
-        gone = per["unit"].filter(pl.Series(~ok))
-        inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
+    charges = admitted = None
+    commit = None
+    if sess.streaming:  # row mode, losses recomputed from the data (tabdp.frame._stream)
+        from tabdp.frame._stream import streaming_quantile_data
 
-    codes = inside[_CELL].to_numpy()
-    values = inside[column].to_numpy()
+        sess.phase(qname, "reading the input (streaming)")
+        got = streaming_quantile_data(op, column, by_list, keys, nulls, policy)
+        codes, values, n_rows, outside, n_left_out, counts, commit = got
+        losses = None
+    else:
+        # One evaluation of the input: ids, keys, the values and their flags.
+        sess.phase(qname, "reading and aggregating the input")
+        x = pl.col(column).cast(pl.Float64)
+        flags = {f"missing:{column}": x.is_null() | x.is_nan(),
+                 f"inf:{column}": x.is_infinite().fill_null(False)}
+        lf = op.lf
+        if unit is None:
+            lf = lf.with_row_index(ROW_ID)
+            # the columns read and those bound by earlier releases (see _engine._snapshot_plan)
+            fp_cols = [c for c in dict.fromkeys([*by_list, column, *sess.bound_columns()])
+                       if c in op.schema.names()]
+            fps = [_fingerprint(c, op.schema[c]) for c in fp_cols]
+        else:
+            fps = []
+            bad_id = pl.col(unit).is_null()
+            if op.schema[unit] in (pl.Float32, pl.Float64):
+                bad_id = bad_id | pl.col(unit).is_nan()
+            flags[f"null:{unit}"] = bad_id
+        data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
+                         *[e.alias(k) for k, e in flags.items()], *fps).collect()
+        counts = {k: int(data[k].sum()) for k in flags}
+        rules = _Rules(nulls, "allow", sess.mode)
+        _strict_checks(counts, [column], unit, rules, False, {})
+        n_rows = data.height
+        if unit is None:
+            fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
+            sess.bind_rows(n_rows, fp)
+        # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
+        # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id are
+        # dropped (author mode).
+        missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
+        keep = pl.lit(True)
+        if nulls == "drop":
+            keep = keep & ~missing
+        if unit is not None:
+            keep = keep & ~pl.col(f"null:{unit}")
+        data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
+                                  .alias(column))
+                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
+        data = _attach_cells(data, keys, by_list)
+        outside = int(data[_CELL].is_null().sum())
+        inside = data.filter(pl.col(_CELL).is_not_null())
+
+        # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group
+        # privacy), then the session's budget as an individual filter (units left out are
+        # dropped from their cells).
+        approx = policy.dp_delta is not None
+        pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
+        k = pairs["len"].cast(pl.Float64).to_numpy()
+        ea, da = policy.approx_policy(k)
+        per = (pl.DataFrame({"unit": pairs[uid], "rho": policy.rho(k),
+                             "epsilon": policy.epsilon(k), "size": k, "eps_a": ea,
+                             "delta_a": da})
+               .group_by("unit", maintain_order=True)
+               .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
+                    pl.col("eps_a").sum(), pl.col("delta_a").sum()))
+        units = per["unit"].cast(pl.Int64).to_numpy() if unit is None else per["unit"]
+        arrays = {c: {ROWS_CURRENCY: per[c].to_numpy()}
+                  for c in ("rho", "epsilon", "size", "eps_a", "delta_a")}
+        charges = Charges(units, arrays["rho"], arrays["epsilon"], arrays["size"],
+                          "approx" if approx else "zcdp",
+                          arrays["eps_a"] if approx else None,
+                          arrays["delta_a"] if approx else None)
+        admitted = sess.admit(charges)
+        losses = charges.losses(admitted)
+        ok = admitted[ROWS_CURRENCY]
+        n_left_out = int((~ok).sum())
+        if n_left_out:
+            gone = per["unit"].filter(pl.Series(~ok))
+            inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
+
+        codes = inside[_CELL].to_numpy()
+        values = inside[column].to_numpy()
     clipped = int(((values < lo) | (values > hi)).sum())
     n_keys = len(keys) if by_list else 1
     sorted_vals, offsets = group_sort(np.clip(values, lo, hi), codes, n_keys)
@@ -449,7 +462,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     confidential = {
         "rows_read": n_rows,
         "rows_outside_keys": outside,
-        "rows_in_released_cells": int(inside.height),
+        "rows_in_released_cells": int(values.size),
         "units_left_out_by_budget": n_left_out,
         "values_clipped_to_bounds": clipped,
         **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
@@ -460,6 +473,8 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         measures=(label,), by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
         keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
         losses=losses, confidential=confidential)
+    if commit is not None:
+        commit()
     sess.record_release(record, backend, charges, admitted)
     if one_off:
         sess.set_as_last()

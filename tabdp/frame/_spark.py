@@ -552,7 +552,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
     """Release noisy sums or counts of a PySpark DataFrame (``spark_df.dp.sum`` / ``count``).
 
     Same arguments, checks, privacy accounting and (for one seed) the same estimates as
-    :func:`tabdp.frame._engine.grouped_release`; see the module docstring for where each step
+    :func:`tabdp.frame._release.grouped_release`; see the module docstring for where each step
     runs.
 
     Args:

@@ -14,7 +14,6 @@ import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._backends import is_spark_frame
-from tabdp.frame._engine import grouped_release
 from tabdp.frame._output import (
     LONG_COLUMNS,
     STAT_SUFFIXES,
@@ -23,6 +22,7 @@ from tabdp.frame._output import (
     integer_dtype,
     integer_grid,
 )
+from tabdp.frame._release import grouped_release
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session

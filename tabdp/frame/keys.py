@@ -239,6 +239,18 @@ class KeySet:
         return KeySet(self._df.select(list(columns)).unique(maintain_order=True),
                       from_data=self._from_data, source=self.source)
 
+    @property
+    def domains(self) -> list[pl.Series] | None:
+        """The per-column domains of a cross product (key order: first column slowest).
+
+        ``None`` for key sets that are not a cross product of domains (e.g. from a file).
+
+        Example:
+            >>> [d.to_list() for d in KeySet.from_dict(a=["x", "y"], b=[1]).domains]
+            [['x', 'y'], [1]]
+        """
+        return None if self._domains is None else list(self._domains)
+
     def cell_index(self, frame: pl.DataFrame) -> np.ndarray:
         """Position in this key set of each row's key (−1 for keys outside it).
 

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import Mechanism
 
-__all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger"]
+__all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
+           "loss_components"]
 
 #: Record sizes at which public policy curves are tabulated.
 POLICY_GRID = [0.0] + [10.0**k for k in range(0, 9)]
@@ -506,6 +508,127 @@ class UnitLedger:
         if self.table is None:
             return pl.DataFrame({"unit": []})
         return self.table
+
+
+def loss_components(losses: UnitLosses) -> dict[str, np.ndarray]:
+    """The loss components one query adds to its units' running totals.
+
+    ``rho``, ``epsilon`` and ``size`` as recorded; ``rho_z`` / ``rho_g`` the ρ of zCDP and of
+    Gaussian-shift releases; ``eps_a`` / ``delta_a`` the approximate-DP parts (zero for other
+    releases). The ledger sums them per unit (``size``: the maximum).
+
+    Args:
+        losses: One query's admitted per-unit losses.
+
+    Returns:
+        Component name → float64 array aligned with ``losses.units``.
+
+    Example:
+        >>> u = UnitLosses(np.array([0]), np.array([0.5]), np.array([np.inf]), np.array([2.0]))
+        >>> float(loss_components(u)["rho_z"][0])
+        0.5
+    """
+    n = losses.n
+    zero = np.zeros(n)
+    approx = losses.guarantee == "approx"
+    return {
+        "rho": np.asarray(losses.rho, dtype=np.float64),
+        "epsilon": np.asarray(losses.epsilon, dtype=np.float64),
+        "size": np.asarray(losses.size, dtype=np.float64),
+        "rho_z": zero if approx else np.asarray(losses.rho, dtype=np.float64),
+        "rho_g": np.asarray(losses.rho, dtype=np.float64) if losses.guarantee == "gaussian"
+        else zero,
+        "eps_a": np.asarray(losses.eps_a, dtype=np.float64) if approx else zero,
+        "delta_a": np.asarray(losses.delta_a, dtype=np.float64) if approx else zero,
+    }
+
+
+class ReplayLedger:
+    """Row mode without per-row state (``Session(streaming=True)``): a ledger of definitions.
+
+    In row mode a record's loss in a release is a function of its own values and the release's
+    public definition (key set, rules, mechanism), and whether the budget admitted it depends
+    only on its earlier losses. So the ledger keeps each release's definition (a *program*,
+    built by :mod:`tabdp.frame._stream`) and recomputes every record's running totals from the
+    data whenever they are needed: at the next release (for the budget filter) and for the
+    per-record report. Its memory does not grow with the number of rows; the session's
+    fingerprints guarantee that every release reads the same rows.
+
+    Attributes:
+        programs: The releases' definitions, in release order.
+        source: The lazy input of the last release (the rows the report is computed from).
+        replay: The function giving the report as a lazy plan (set by the engine).
+        collect: The function collecting it after checking the rows (set by the engine).
+        sink: The function writing it to Parquet after the same check (set by the engine).
+
+    Example:
+        >>> led = ReplayLedger()
+        >>> led.per_record(None, None).columns
+        ['row', 'rho', 'epsilon', 'size']
+    """
+
+    engine = "polars"
+
+    def __init__(self) -> None:
+        """An empty ledger."""
+        self.programs: list[Any] = []
+        self.source: Any = None
+        self.replay: Any = None
+        self.collect: Any = None
+        self.sink: Any = None
+
+    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+        """Totals of ``cols`` for ``units``: zeros before any release (nothing is charged).
+
+        After a release the totals exist only as a recomputation from the data, which a
+        streaming release performs itself (it passes ``lookup=`` to ``Session.admit``).
+
+        Raises:
+            InvalidParameterError: The session has releases.
+
+        Example:
+            >>> ReplayLedger().lookup(np.array([0, 1]), ["rho"])["rho"].tolist()
+            [0.0, 0.0]
+        """
+        if self.programs:
+            raise InvalidParameterError(
+                "a streaming session (Session(streaming=True)) holds no per-row totals: they "
+                "are recomputed from the data by each release.\nHint: pass lookup= to "
+                "Session.admit, or use Session(streaming=False) for an in-memory ledger.")
+        n = len(units)
+        return {c: np.zeros(n) for c in cols}
+
+    def per_record(self, session: Any, delta: float | None) -> pl.DataFrame:
+        """CONFIDENTIAL per-record report, recomputed from the data (see ``Report.per_record``).
+
+        Example:
+            >>> ReplayLedger().per_record(None, 1e-9).columns[-1]
+            'epsilon_delta'
+        """
+        if not self.programs or self.collect is None:
+            cols = ["row", "rho", "epsilon", "size", *(["epsilon_delta"] if delta else [])]
+            return pl.DataFrame({c: pl.Series(c, [], dtype=pl.Int64 if c == "row"
+                                              else pl.Float64) for c in cols})
+        return self.collect(self, session, delta)
+
+    def rho_summary(self, session: Any, qs: list[float]) -> dict[str, Any]:
+        """CONFIDENTIAL statistics of the records' total ρ (units, max, quantiles).
+
+        Example:
+            >>> ReplayLedger().rho_summary(None, [0.5])["units"]
+            0
+        """
+        if not self.programs or self.collect is None:
+            return {"units": 0, "rho_max": None}
+        r = self.collect(self, session, None)["rho"].to_numpy()
+        stats: dict[str, Any] = {"units": int(r.size),
+                                 "rho_max": float(r.max()) if r.size else None}
+        if r.size:
+            with np.errstate(invalid="ignore"):
+                vals = np.quantile(r, qs)
+            vals = np.where(np.isnan(vals) & np.any(np.isinf(r)), np.inf, vals)
+            stats |= {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
+        return stats
 
 
 def _is_max_col(c: str) -> bool:

@@ -22,9 +22,11 @@ from tabdp.privacy.ledger import (
     Charges,
     DenseLedger,
     QueryRecord,
+    ReplayLedger,
     UnitLedger,
     UnitLosses,
     _num,
+    loss_components,
 )
 from tabdp.rng import RandomSource
 
@@ -110,8 +112,18 @@ class Session:
                  budget: float | Mapping[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, track_cells: bool = False,
                  progress: bool | Callable[[str, str], None] = False,
-                 _row_ids: bool = False) -> None:
+                 streaming: bool | None = None, _row_ids: bool = False) -> None:
         """Check the parameters (``_row_ids``: the caller numbered the rows itself)."""
+        if streaming is not None and not isinstance(streaming, bool):
+            raise InvalidParameterError(
+                f"Session: streaming must be True, False or None; got {streaming!r}.\nHint: "
+                "Session(streaming=True) keeps no per-row state in memory (row mode); None "
+                "decides from the first release's input (a LazyFrame: streaming).")
+        if streaming and unit is not None and not (_row_ids and unit == ROW_ID_COLUMN):
+            raise InvalidParameterError(
+                f"Session: streaming=True is for row mode (unit=None); got unit={unit!r}.\n"
+                "Hint: in unit mode the ledger is kept per unit (its size follows the number "
+                "of units, not rows); drop streaming=True, or use unit=None.")
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
@@ -157,7 +169,12 @@ class Session:
             self.bind_frame(data)
         # The ledger: per unit (row id in row mode), its loss components and, under a curve
         # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
+        #: Row mode without per-row state: the ledger holds each release's public definition
+        #: and recomputes every record's losses from the data (tabdp.frame._stream).
+        self.streaming = bool(streaming)
+        self._streaming_choice = streaming if unit is None or _row_ids else False
         self._ledger: Any = (
+            ReplayLedger() if streaming else
             DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
         # Snapshot of the last frame released, reused by a later release of the same frame
         # object with the same grouping (e.g. a count after a sum): one pass over records.
@@ -412,7 +429,9 @@ class Session:
         return list(self._fingerprints)
 
     # -- the filter ---------------------------------------------------------------------------
-    def admit(self, charges: Charges) -> dict[str, np.ndarray]:
+    def admit(self, charges: Charges,
+              lookup: Callable[[Any, list[str]], dict[str, np.ndarray]] | None = None
+              ) -> dict[str, np.ndarray]:
         """Apply the budget as an individual filter to a query's charges.
 
         A unit is admitted when its loss after the query stays within its limit: under a
@@ -423,6 +442,9 @@ class Session:
 
         Args:
             charges: The query's charges per unit and currency.
+            lookup: Where the units' earlier losses are read, ``lookup(units, columns)`` (the
+                ledger's own ``lookup`` by default; a streaming release passes the totals it
+                recomputed for a batch of rows).
 
         Returns:
             Currency → boolean mask over ``charges.units`` (True: admitted).
@@ -438,25 +460,27 @@ class Session:
         if self.budget is None or n == 0:
             return {c: np.ones(n, dtype=bool) for c in charges.currencies}
         b = self.budget
+        look = self._ledger.lookup if lookup is None else lookup
         if not b.per_currency:
             new = np.zeros(n)
             for c in charges.currencies:
                 new = new + charges.rho[c]
-            old = self._ledger.lookup(charges.units, ["rho"])["rho"]
+            old = look(charges.units, ["rho"])["rho"]
             # no slack: the ledger adds exactly these doubles, so a recorded total never
             # exceeds the budget (a NaN loss is never within it)
+            assert b.constant is not None  # not per currency: a constant budget
             ok = (old + new) <= b.constant
             return {c: ok for c in charges.currencies}
         out = {}
         for c in charges.currencies:
-            prev = self._ledger.lookup(charges.units, [f"rho@{c}", f"size@{c}"])
+            prev = look(charges.units, [f"rho@{c}", f"size@{c}"])
             size = np.maximum(prev[f"size@{c}"], charges.size[c])
             total = prev[f"rho@{c}"] + charges.rho[c]
             out[c] = total <= b.limit(size, c)
         if b.total is not None:
             # the cap on the total over currencies, admitted currencies in query order; the
             # ledger sums in another order, so the cap is checked 4 ulps inside (never above)
-            run = self._ledger.lookup(charges.units, ["rho"])["rho"].copy()
+            run = look(charges.units, ["rho"])["rho"].copy()
             cap = b.total * (1.0 - 2.0**-50)
             for c in charges.currencies:
                 fits = out[c] & ((run + charges.rho[c]) <= cap)
@@ -520,6 +544,29 @@ class Session:
                                  {f"size@{c}": charges.size[c][ok]})
         self.records.append(record)
 
+    def choose_ledger(self, lazy_input: bool) -> None:
+        """Row mode, ``streaming=None``: the first release's input decides the ledger.
+
+        A LazyFrame (an input that may be larger than memory) gives a streaming ledger, which
+        keeps no per-row state; an eager frame (already in memory) the in-memory ledger, which
+        lets a later release of the same frame reuse its snapshot. Decided from the input's
+        type only, before any data is read, and never changed after the first release.
+
+        Args:
+            lazy_input: Whether the release's input is a Polars LazyFrame.
+
+        Example:
+            >>> s = Session()
+            >>> s.choose_ledger(True)
+            >>> s.streaming, type(s.ledger).__name__
+            (True, 'ReplayLedger')
+        """
+        if self._streaming_choice is None and not self.records:
+            self._streaming_choice = lazy_input
+            if lazy_input:
+                self.streaming = True
+                self._ledger = ReplayLedger()
+
     # -- engines (a Spark session keeps its ledger in Spark: tabdp.frame._spark) --------------
     def use_engine(self, engine: str, ledger: Any = None) -> None:
         """Bind the session to the engine of its releases (before any data is read).
@@ -539,6 +586,11 @@ class Session:
             >>> s = Session()
             >>> s.use_engine("polars")
         """
+        if self.streaming and engine != "polars":
+            raise InvalidParameterError(
+                f"Session(streaming=True) recomputes row-mode losses with the Polars engine; "
+                f"this release runs on {engine}.\nHint: a Spark session keeps its ledger in "
+                "Spark already: use Session() without streaming=True for Spark frames.")
         current = "spark" if getattr(self._ledger, "engine", None) == "spark" else (
             "polars" if self.records else None)
         if current is None and engine == "spark" and ledger is not None:
@@ -586,19 +638,7 @@ MODES = ("curator", "author")
 
 def _components(losses: UnitLosses) -> dict[str, np.ndarray]:
     """The loss components (``COMPONENTS``) one query adds to its units."""
-    n = losses.n
-    zero = np.zeros(n)
-    approx = losses.guarantee == "approx"
-    return {
-        "rho": np.asarray(losses.rho, dtype=np.float64),
-        "epsilon": np.asarray(losses.epsilon, dtype=np.float64),
-        "size": np.asarray(losses.size, dtype=np.float64),
-        "rho_z": zero if approx else np.asarray(losses.rho, dtype=np.float64),
-        "rho_g": np.asarray(losses.rho, dtype=np.float64) if losses.guarantee == "gaussian"
-        else zero,
-        "eps_a": np.asarray(losses.eps_a, dtype=np.float64) if approx else zero,
-        "delta_a": np.asarray(losses.delta_a, dtype=np.float64) if approx else zero,
-    }
+    return loss_components(losses)
 
 
 def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float],
@@ -680,6 +720,33 @@ class Report:
         self.session = session
         self.delta = None if delta is None else check_dp_delta(delta, "Report")
 
+    def write_per_record(self, path: Any, rename: dict[str, str] | None = None) -> None:
+        """Write the CONFIDENTIAL :attr:`per_record` table to a Parquet file.
+
+        A streaming session (``Session(streaming=True)``) writes it with the engine, batch by
+        batch, without holding it in memory; other sessions write the table they hold.
+
+        Args:
+            path: The Parquet file to write.
+            rename: Columns to rename on the way (e.g. ``{"row": "row_id"}``).
+
+        Example:
+            >>> import tempfile, pathlib, polars as pl
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "per_record.parquet"
+            >>> Session().report().write_per_record(p)
+            >>> pl.read_parquet(p).columns
+            ['row', 'rho', 'epsilon', 'size']
+        """
+        s = self.session
+        if isinstance(s._ledger, ReplayLedger) and s._ledger.programs:
+            s._ledger.sink(s._ledger, s, self.delta, path, rename)
+            return
+        table = self.per_record
+        if getattr(s._ledger, "engine", None) == "spark":
+            table = table.toPandas()
+        frame = table if isinstance(table, pl.DataFrame) else pl.from_pandas(table)
+        frame.rename(rename or {}).write_parquet(path)
+
     @property
     def per_record(self) -> Any:
         """CONFIDENTIAL: one row per unit with its total and per-query losses.
@@ -699,6 +766,9 @@ class Report:
             ['row', 'rho', 'epsilon', 'size', 'epsilon_delta']
         """
         s = self.session
+        if isinstance(s._ledger, ReplayLedger):  # recomputed from the data
+            out = s._ledger.per_record(s, self.delta)
+            return out.to_pandas() if s.backend == "pandas" else out
         if getattr(s._ledger, "engine", None) == "spark":  # a Spark DataFrame, built by Spark
             return s._ledger.per_record(s, self.delta)
         unit_col = s.unit or "row"
@@ -827,8 +897,8 @@ class Report:
         """
         s = self.session
         qs = [0.5, 0.9, 0.99, 0.999]
-        if getattr(s._ledger, "engine", None) == "spark":  # statistics computed in Spark
-            spark_stats = s._ledger.rho_summary(s, qs)
+        if getattr(s._ledger, "engine", None) == "spark" or isinstance(s._ledger, ReplayLedger):
+            spark_stats = s._ledger.rho_summary(s, qs)  # computed in Spark or from the data
             return {"seed": s.seed, **spark_stats,
                     "queries": [{"name": r.name, **r.confidential,
                                  "exact_rounding_fallbacks": dict(r.fallbacks)}

@@ -965,6 +965,34 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.with_columns(casts) if casts else lf
 
 
+def _derived_mapping(spec: ReleaseSpec, h: str, fine: str, col: str) -> pl.DataFrame:
+    return spec.hierarchies[h].mapping.select(fine, col).unique(maintain_order=True)
+
+
+def _derived_needs(spec: ReleaseSpec, schema: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The coarse key columns direct releases need that the input lacks: col → (hierarchy, fine)."""
+    need: dict[str, tuple[str, str]] = {}
+    for t in spec.tables:
+        for r in t.rollups:
+            if r.direct:
+                for col, (h, fine) in r.maps.items():
+                    if col not in schema:
+                        need[col] = (h, fine)
+    return need
+
+
+def _rows_kept_one_to_one(spec: ReleaseSpec, schema: Mapping[str, Any]) -> bool:
+    """Whether the hierarchy joins keep one row per input row (public: the mappings only).
+
+    A fine code mapped to two coarse codes would repeat its rows; the in-memory ledger then
+    counts the repeated rows as one record (by row id), which a streaming session cannot do.
+    """
+    for col, (h, fine) in _derived_needs(spec, schema).items():
+        if bool(_derived_mapping(spec, h, fine, col)[fine].is_duplicated().any()):
+            return False
+    return True
+
+
 def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any]) -> pl.LazyFrame:
     """Add the derived key columns of direct releases.
 
@@ -972,21 +1000,10 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any])
     releases get a constant key. The joins keep the input's row order (accounting follows the
     row id, but the order is kept anyway).
     """
-    need: dict[str, tuple[str, str]] = {}
-    national = False
-    for t in spec.tables:
-        if not t.by:
-            national = True
-        for r in t.rollups:
-            if not r.direct:
-                continue
-            if not r.by:
-                national = True
-            for col, (h, fine) in r.maps.items():
-                if col not in schema:
-                    need[col] = (h, fine)
-    for col, (h, fine) in need.items():
-        mapping = spec.hierarchies[h].mapping.select(fine, col).unique(maintain_order=True)
+    national = any(not t.by or any(r.direct and not r.by for r in t.rollups)
+                   for t in spec.tables)
+    for col, (h, fine) in _derived_needs(spec, schema).items():
+        mapping = _derived_mapping(spec, h, fine, col)
         fine_dtype = lf.collect_schema()[fine]
         mapping = mapping.with_columns(pl.col(fine).cast(fine_dtype, strict=False))
         lf = lf.join(mapping.lazy(), on=fine, how="left", maintain_order="left")
@@ -1333,8 +1350,11 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         lf = _author_key_casts(spec, lf)
     lf = _add_derived(spec, lf, input_schema)
 
+    # Row mode streams (no per-row state: the ledger is recomputed from the input) when the
+    # hierarchy joins keep one row per record; decided from the spec and public mappings only.
+    streaming = spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema)
     session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
-                      seed=spec.seed,
+                      seed=spec.seed, streaming=streaming,
                       budget=None if spec.budget is None else spec.budget.rho,
                       track_cells=True,
                       # the engine's phases inside a step (the same for every dataset)
@@ -1397,13 +1417,16 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     step += 1
     report(step, steps, "writing outputs")
     rep = session.report(delta=spec.release.delta)
-    per_record = rep.per_record
-    if spec.input.unit is None and ROW_ID in per_record.columns:
-        per_record = per_record.rename({ROW_ID: ROW_LABEL})
-    # Reproducible confidential files: units in id order (the engine's order of first sight
-    # depends on its parallel group-bys), so two identically seeded runs write the same bytes.
-    if per_record.width and per_record.height:
-        per_record = per_record.sort(per_record.columns[0], nulls_last=True)
+    per_record: Any = None
+    if not streaming:
+        per_record = rep.per_record
+        if spec.input.unit is None and ROW_ID in per_record.columns:
+            per_record = per_record.rename({ROW_ID: ROW_LABEL})
+        # Reproducible confidential files: units in id order (the engine's order of first
+        # sight depends on its parallel group-bys), so two identically seeded runs write the
+        # same bytes. (A streaming report comes in row-id order: the input's.)
+        if per_record.width and per_record.height:
+            per_record = per_record.sort(per_record.columns[0], nulls_last=True)
     seeded = spec.seed is not None
     files = [*public, "manifest.json", "summary.json", "summary.html",
              *([NOT_FOR_PUBLICATION] if seeded else [])]
@@ -1436,7 +1459,12 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                 "its tables protect no one. Do not publish any file of this folder.\n",
                 encoding="utf-8")
         report(step, steps, "writing outputs: confidential/per_record_losses.parquet")
-        per_record.write_parquet(conf / "per_record_losses.parquet")
+        if streaming:  # written by the engine, batch by batch, never held in memory
+            rep.write_per_record(conf / "per_record_losses.parquet",
+                                 rename={ROW_ID: ROW_LABEL})
+            per_record = pl.scan_parquet(conf / "per_record_losses.parquet")
+        else:
+            per_record.write_parquet(conf / "per_record_losses.parquet")
         worst.write_parquet(conf / "worst_cells.parquet")
         (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
         (conf / "confidential_report.html").write_text(render_confidential_html({

@@ -538,7 +538,7 @@ def test_unit_column_cannot_be_key_or_measure(make_frame):
 
 def test_not_a_frame():
     with pytest.raises(tabdp.UnsupportedBackendError):
-        tabdp.frame._engine.grouped_release(
+        tabdp.frame._release.grouped_release(
             {"a": [1]}, kind="count", measures=None, by=["a"],
             keys=tabdp.KeySet.from_dict(a=[1]), mechanism=TINY)
 

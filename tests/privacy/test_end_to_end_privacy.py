@@ -27,7 +27,8 @@ import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.frame._engine import SUM_SCALE_BITS, grouped_release
+from tabdp.frame._engine import SUM_SCALE_BITS
+from tabdp.frame._release import grouped_release
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402

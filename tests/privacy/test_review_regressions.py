@@ -112,14 +112,17 @@ def _shifty_lazy_frame() -> pl.LazyFrame:
                                    streamable=False)
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["in-memory", "streaming"])
 @pytest.mark.parametrize("kind", ["sum", "count"])
-def test_lazy_frame_is_evaluated_once_per_release(kind):
+def test_lazy_frame_is_evaluated_once_per_release(kind, streaming):
     """One snapshot per release.
 
     Validation, aggregation and accounting see the same rows, so a plan that changes between
     evaluations cannot split them; a later release of it over other rows is refused in row mode.
+    A streaming session recomputes its per-record report from the input: over other rows, the
+    report is refused (it would attribute losses to the wrong records).
     """
-    s = tabdp.Session(seed=0)
+    s = tabdp.Session(seed=0, streaming=streaming)
     lf = _shifty_lazy_frame()
     if kind == "sum":
         out = lf.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
@@ -127,6 +130,11 @@ def test_lazy_frame_is_evaluated_once_per_release(kind):
     else:
         out = lf.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s)
         np.testing.assert_allclose(out["count"].to_numpy(), [2.0, 2.0], atol=1e-2)
+    if streaming:
+        with pytest.raises(tabdp.InvalidParameterError, match="no longer holds the rows"):
+            _ = s.report().per_record
+        assert len(s.records) == 1
+        return
     assert s.report().per_record.height == 4
     before = _state(s)
     with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):

@@ -502,7 +502,7 @@ def test_seeded_sessions_are_reproducible(make_frame):
 
 def test_seeded_noise_is_backend_independent(engine, tmp_path):
     """The same seed gives the same release on every engine as on Polars."""
-    from tabdp.frame._engine import grouped_release
+    from tabdp.frame._release import grouped_release
 
     def frame(kind):
         return as_engine(pd.DataFrame(ROWS), kind, tmp_path)

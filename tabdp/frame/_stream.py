@@ -1,0 +1,643 @@
+"""Row mode without per-row state: releases recomputed from the data (``Session(streaming=True)``).
+
+In row mode every record is one row, and the loss a release charges a record is a function of
+that row's own values and the release's public definition (key set, data rules, mechanism):
+which cell the row falls in, its contribution there, and the policy at that contribution.
+Whether the budget admits the record depends only on its own earlier losses. So a session can
+keep, instead of per-row arrays, the *definition* of each release (a :class:`Program`) and
+recompute every record's running totals from the data when they are needed:
+
+* a release evaluates **one lazy plan** over its input: the cells of every earlier release and
+  of this one (joins with the public key sets), each row's contributions, a batch function
+  that replays the earlier releases' charges and the budget filter for the rows of one batch
+  (the same numpy policy and filter code as the in-memory ledger, so every loss is the same
+  double), and the aggregates: exact cell totals of the admitted contributions, the
+  confidential counters and the row fingerprints. Polars' streaming engine runs it batch by
+  batch: memory follows the key set and the batch size, not the number of rows;
+* the per-record report is the same plan with the running totals as output, which the caller
+  collects or sinks to Parquet (``sink_parquet``) without holding it in memory.
+
+The session's fingerprints (an order-sensitive hash of every column a release read) guarantee
+that every release, and the report, read the same rows in the same order: a release over other
+rows is refused before anything is drawn, so a recomputed loss is always the loss of the record
+it was charged to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import polars as pl
+
+from tabdp.exceptions import ColumnTypeError, InvalidParameterError
+from tabdp.frame._engine import (
+    _CELL,
+    _ROWS,
+    _TEXT,
+    ROW_ID,
+    _charges,
+    _common_dtype,
+    _counter_exprs,
+    _fingerprint,
+    _keep_mask,
+    _measure_parts,
+    _noisy_table,
+    _Opened,
+    _output_dtypes,
+    _Policy,
+    _Prepared,
+    _rule_counts,
+    _Rules,
+    _strict_checks,
+)
+from tabdp.frame._output import to_native
+from tabdp.frame.keys import KeySet
+from tabdp.privacy.accounting import COMPONENTS, epsilon_at
+from tabdp.privacy.ledger import QueryRecord, ReplayLedger, loss_components
+from tabdp.privacy.session import Session
+
+__all__ = ["Program", "streaming_release", "streaming_quantile_data", "replay_report",
+           "collect_report", "sink_report"]
+
+
+class Program(NamedTuple):
+    """The public definition of one row-mode release, enough to recompute its charges.
+
+    Attributes:
+        name: The release's label (the per-record report's ``rho_<name>`` column).
+        kind: ``"sum"`` or ``"count"`` (counts, medians and quantiles: Δ is the row, 1).
+        by: Group-by columns.
+        keys: The public key set.
+        measures: Summed columns (a count's, median's or quantile's columns only decide which
+            rows its rules keep).
+        rules: Data rules (nulls, negatives, mode).
+        policy: The mechanism's per-record policy.
+        bits: Fixed-point scale per measure.
+    """
+
+    name: str
+    kind: str
+    by: tuple[str, ...]
+    keys: KeySet
+    measures: tuple[str, ...]
+    rules: _Rules
+    policy: _Policy
+    bits: dict[str, int]
+
+
+def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
+           ordered: bool = False) -> pl.LazyFrame:
+    """Add column ``name``: each row's position in the key set (null outside it), lazily.
+
+    The same rule as the in-memory engine: key columns are compared after a lossless conversion
+    to a common dtype chosen from the two schemas; keys that do not convert exactly are outside.
+    """
+    if not by:
+        return lf.with_columns(pl.lit(0, pl.Int64).alias(name))
+    keys_pl = keys.to_polars().select(by)
+    targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
+    casts = []
+    for c, target in targets.items():
+        if target is None:
+            continue
+        try:
+            casts.append(keys_pl[c].cast(target, strict=True).alias(c))
+        except Exception as err:  # the public key set does not convert: data-free error
+            raise ColumnTypeError(
+                f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
+                f"the key set, and the key set's values cannot be converted to {target}.\n"
+                "Hint: build the key set with values of the data's type.") from err
+    doms = keys.domains
+    if doms is not None and all(
+            d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
+            and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
+        return _cells_by_codes(lf, doms, name)
+    kp = keys_pl.with_columns(casts).with_row_index(name).with_columns(
+        pl.col(name).cast(pl.Int64))
+    on_data, bad = [], []
+    tmp = f"{name}:"
+    for c in by:
+        target = targets[c]
+        if target is not None and target != schema[c]:
+            conv = pl.col(c).cast(target, strict=False)
+            back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
+            lf = lf.with_columns(
+                pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
+                .alias(f"{tmp}k:{c}"),
+                (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"{tmp}bad:{c}"))
+            on_data.append(f"{tmp}k:{c}")
+            bad.append(f"{tmp}bad:{c}")
+        else:
+            on_data.append(c)
+    right = kp.rename({c: f"{tmp}key:{c}" for c in by}).lazy()
+    lf = lf.join(right, left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
+                 nulls_equal=True, coalesce=True,
+                 maintain_order="left" if ordered else "none")
+    if bad:
+        lf = lf.with_columns(
+            pl.when(pl.any_horizontal(bad)).then(None).otherwise(pl.col(name)).alias(name))
+    drop = [c for c in [*on_data, *bad] if c.startswith(tmp)]
+    return lf.drop(drop) if drop else lf
+
+
+def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.LazyFrame:
+    """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
+
+    Each key column is compared as text (as the in-memory engine does for text keys) by a cast
+    to an ``Enum`` of its domain, whose physical code is the value's position in the domain
+    (null outside it); the codes are combined in mixed radix like :meth:`KeySet.cell_index`.
+    """
+    idx: pl.Expr = pl.lit(0, pl.Int64)
+    inside: pl.Expr = pl.lit(True)
+    for dom in doms:
+        code = (pl.col(dom.name).cast(pl.String)
+                .cast(pl.Enum(dom.cast(pl.String).to_list()), strict=False)
+                .to_physical().cast(pl.Int64))
+        inside = inside & code.is_not_null()
+        idx = idx * len(dom) + code.fill_null(0)
+    return lf.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
+
+
+def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
+                     ordered: bool) -> tuple[pl.LazyFrame, list[str]]:
+    """Add program ``j``'s cell, rows kept and fixed-point contributions (names returned)."""
+    parts = {m: _measure_parts(m, schema[m], prog.rules) for m in prog.measures}
+    keep = _keep_mask(parts, prog.rules, pl.lit(True), None)
+    summed = prog.measures if prog.kind == "sum" else ()  # a count's columns only filter rows
+    lf = lf.with_columns(
+        *[pl.when(keep & ~parts[m]["bad"]).then(parts[m]["fixed"])
+          .otherwise(pl.lit(0, pl.Int128)).alias(f"__v{j}:{m}") for m in summed],
+        keep.cast(pl.Int64).alias(f"__r{j}"))
+    lf = _cells(lf, schema, prog.keys, list(prog.by), f"__c{j}", ordered)
+    return lf, [f"__c{j}", f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
+
+
+def _replay_batch(sess: Session, programs: list[Program], report: bool, delta: float | None,
+                  track: bool) -> Callable[[pl.Series], pl.Series]:
+    """The batch function: replays every program's charges and the budget filter on a batch.
+
+    For each program in release order it computes the batch's charges with the in-memory
+    engine's code (:func:`tabdp.frame._engine._charges`), admits them with the session's
+    filter against the batch's running totals, and adds the admitted losses to those totals
+    in the ledger's order: every double is the one the in-memory ledger would hold.
+
+    Output fields: for the last program, ``ok:<currency>`` (admitted) and, with ``track``, the
+    row's ρ and size there; with ``report``, the running totals (``COMPONENTS``), ``rho_<name>``
+    per program and, with ``delta``, ``epsilon_delta``.
+    """
+    curve = sess.budget is not None and sess.budget.per_currency
+    last = len(programs) - 1
+
+    def run(s: pl.Series) -> pl.Series:
+        b = s.struct.unnest()
+        n = b.height
+        acc: dict[str, np.ndarray] = {}
+
+        def lookup(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+            ids = np.asarray(units, dtype=np.int64)
+            return {c: acc[c][ids] if c in acc else np.zeros(ids.size) for c in cols}
+
+        def add(ids: np.ndarray, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
+                ) -> None:
+            for k, v in sums.items():
+                a = acc.setdefault(k, np.zeros(n))
+                a[ids] += v
+            for k, v in maxes.items():
+                a = acc.setdefault(k, np.zeros(n))
+                a[ids] = np.maximum(a[ids], v)
+
+        out: dict[str, Any] = {}
+        for j, prog in enumerate(programs):
+            inside = (b[f"__c{j}"].is_not_null() & (b[f"__r{j}"] > 0)).to_numpy()
+            idx = np.flatnonzero(inside)
+            mask = pl.Series(inside)
+            summed = prog.measures if prog.kind == "sum" else ()
+            sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
+                                **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
+            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits)
+            admitted = sess.admit(ch, lookup)
+            losses = ch.losses(admitted)
+            ids = np.asarray(losses.units, dtype=np.int64)
+            comps = loss_components(losses)
+            add(ids, {c: comps[c] for c in COMPONENTS if c != "size"}, {"size": comps["size"]})
+            if curve and ch.n:
+                for c in ch.currencies:
+                    ok = admitted[c]
+                    add(idx[ok], {f"rho@{c}": ch.rho[c][ok]}, {f"size@{c}": ch.size[c][ok]})
+            if report:
+                col = np.zeros(n)
+                col[ids] = losses.rho
+                out[f"rho_{prog.name}"] = col
+            if j == last and not report:
+                for c in ch.currencies:
+                    flag = np.zeros(n, dtype=bool)
+                    flag[idx] = admitted[c]
+                    out[f"ok:{c}"] = flag
+                if track:
+                    r, z = np.zeros(n), np.zeros(n)
+                    r[idx], z[idx] = crho, csize
+                    out["crho"], out["csize"] = r, z
+        if report:
+            tot = {c: acc.get(c, np.zeros(n)) for c in COMPONENTS}
+            out = {**tot, **out}
+            if delta is not None:
+                out["epsilon_delta"] = (epsilon_at(delta, tot["rho_z"], tot["rho_g"],
+                                                   tot["eps_a"], tot["delta_a"], tot["epsilon"])
+                                        if n else np.zeros(0))
+        return pl.DataFrame({k: pl.Series(k, v, dtype=pl.Boolean if k.startswith("ok:")
+                                          else pl.Float64) for k, v in out.items()}).to_struct()
+
+    return run
+
+
+def _out_schema(programs: list[Program], report: bool, delta: float | None, track: bool
+                ) -> pl.Struct:
+    fields: dict[str, Any] = {}
+    if report:
+        fields |= {c: pl.Float64 for c in COMPONENTS}
+        fields |= {f"rho_{p.name}": pl.Float64 for p in programs}
+        if delta is not None:
+            fields["epsilon_delta"] = pl.Float64
+    else:
+        fields |= {f"ok:{c}": pl.Boolean for c, _ in programs[-1].policy.currencies()}
+        if track:
+            fields |= {"crho": pl.Float64, "csize": pl.Float64}
+    return pl.Struct(fields)
+
+
+def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
+              report: bool, delta: float | None = None, track: bool = False) -> pl.LazyFrame:
+    """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
+
+    A report keeps the input's row order (its joins maintain the left order). A release in a
+    session without a budget admits every record, so its outputs need neither the earlier
+    releases nor (unless ``track``) the batch function: only its own columns are computed.
+    """
+    if not report and sess.budget is None:
+        programs = programs[-1:]
+        if not track:
+            lf, _ = _program_columns(lf, schema, programs[0], 0, False)
+            return lf.with_columns(pl.lit(True).alias(f"ok:{c}")
+                                   for c, _ in programs[0].policy.currencies())
+    inputs: list[str] = []
+    for j, prog in enumerate(programs):
+        lf, cols = _program_columns(lf, schema, prog, j, report)
+        inputs += cols
+    fn = _replay_batch(sess, programs, report, delta, track)
+    dtype = _out_schema(programs, report, delta, track)
+    return lf.with_columns(pl.struct(inputs).map_batches(
+        fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
+
+
+def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> pl.LazyFrame:
+    """CONFIDENTIAL per-record report of a streaming session, as a lazy plan over its rows.
+
+    Columns as ``Report.per_record``: ``row``, ``rho``, ``epsilon``, ``size``, then
+    ``epsilon_delta`` (with a δ) and ``rho_<release>`` per release. Collect it with the
+    streaming engine or sink it (``sink_parquet``): it never needs the rows in memory.
+
+    Args:
+        ledger: The session's ledger.
+        sess: The session.
+        delta: Optional δ for the ``epsilon_delta`` column.
+
+    Returns:
+        A LazyFrame, one row per input row in input order.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> df = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+        >>> _ = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                 mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+        >>> replay_report(s.ledger, s, None).collect()["rho"].to_list()
+        [0.125, 0.0]
+    """
+    lf = ledger.source
+    schema = lf.collect_schema()
+    names = [f"rho_{p.name}" for p in ledger.programs]
+    plan = _replayed(sess, _with_row_ids(lf, schema), schema, ledger.programs, True, delta)
+    return plan.select(pl.col(ROW_ID).cast(pl.Int64).alias(sess.unit or "row"),
+                       "rho", "epsilon", "size",
+                       *(["epsilon_delta"] if delta is not None else []), *names)
+
+
+def _with_row_ids(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
+    """The input with its row ids: assigned now, or by the caller when it read the input.
+
+    (The release workflow numbers rows before its joins and filters.)
+    """
+    return lf if ROW_ID in schema.names() else lf.with_row_index(ROW_ID)
+
+
+def _rows_check(sess: Session, lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
+    """The row count and fingerprints of the session's bound columns (checked by bind_rows)."""
+    fp_cols = sess.bound_columns()
+    return _with_row_ids(lf, schema).select(
+        pl.len().cast(pl.Int64).alias("rows_read"),
+        *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols])
+
+
+def _check_rows(sess: Session, row: dict[str, Any]) -> None:
+    """A report's row check: the input must still hold the rows the releases read."""
+    try:
+        sess.bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0)
+                                               for c in sess.bound_columns()})
+    except InvalidParameterError as err:
+        raise InvalidParameterError(
+            "the per-record report of a streaming session is recomputed from its input, and "
+            "the input no longer holds the rows its releases read (a file rewritten since, or "
+            "a plan that gives other rows on each evaluation), so the report was not "
+            "produced.\nHint: keep the input unchanged until the report is written, or give "
+            "the session a fixed copy (e.g. lf.collect()).") from err
+
+
+def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> pl.DataFrame:
+    """CONFIDENTIAL per-record report, collected, after checking the input still holds the rows.
+
+    The fingerprints of the session's bound columns are computed first (a pass over those
+    columns): if the input no longer holds the rows the releases read (a file rewritten since,
+    a plan that changes between evaluations), the report is refused.
+
+    Args:
+        ledger: The session's ledger.
+        sess: The session.
+        delta: Optional δ for the ``epsilon_delta`` column.
+
+    Returns:
+        The per-record report (see :func:`replay_report`).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> df = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+        >>> _ = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                 mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+        >>> collect_report(s.ledger, s, None)["rho"].to_list()
+        [0.125, 0.0]
+    """
+    schema = ledger.source.collect_schema()
+    _require_bound(sess, schema)
+    _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
+        engine="streaming").row(0, named=True))
+    return replay_report(ledger, sess, delta).collect(engine="streaming")
+
+
+def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: Any,
+                rename: dict[str, str] | None = None) -> None:
+    """Write the CONFIDENTIAL per-record report to Parquet with the engine (never in memory).
+
+    Checked like :func:`collect_report` before anything is written; a failed write leaves no
+    file.
+
+    Args:
+        ledger: The session's ledger.
+        sess: The session.
+        delta: Optional δ for the ``epsilon_delta`` column.
+        path: The Parquet file to write.
+        rename: Columns to rename on the way (e.g. ``{"row": "row_id"}``).
+
+    Example:
+        >>> import polars as pl, tabdp, tempfile, pathlib
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> df = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+        >>> _ = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                 mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.parquet"
+        >>> sink_report(s.ledger, s, None, p)
+        >>> pl.read_parquet(p)["rho"].to_list()
+        [0.125, 0.0]
+    """
+    import pathlib
+
+    schema = ledger.source.collect_schema()
+    _require_bound(sess, schema)
+    _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
+        engine="streaming").row(0, named=True))
+    plan = replay_report(ledger, sess, delta)
+    if rename:
+        plan = plan.rename(rename)
+    try:
+        plan.sink_parquet(path)
+    except BaseException:
+        pathlib.Path(path).unlink(missing_ok=True)
+        raise
+
+
+def _require_bound(sess: Session, schema: pl.Schema) -> None:
+    """Refuse (as the row check does) an input that lacks a column the session bound."""
+    missing = [c for c in sess.bound_columns() if c not in schema.names()]
+    if missing:
+        sess.bind_rows(sess.rows_bound or 0, {})  # raises: the bound columns are absent
+
+
+def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rules: _Rules,
+                      policy: _Policy, bits: dict[str, int], nulls: str, form: str, cv: bool
+                      ) -> Any:
+    """A row-mode release of a streaming session: one lazy plan, no per-row state kept.
+
+    The steps and every output (table, confidential counts, per-record losses) are those of
+    :func:`tabdp.frame._release.grouped_release` in row mode; see the module docstring.
+
+    Args:
+        op: The opened release (session, input, schema).
+        pre: The checked arguments.
+        kind: ``"sum"`` or ``"count"``.
+        keys: The public key set.
+        rules: Data rules.
+        policy: The mechanism's policy.
+        bits: Fixed-point scale per measure.
+        nulls: The nulls rule as given.
+        form: Output form.
+        cv: Add cv and flag columns.
+
+    Returns:
+        The released table in the caller's library.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True, budget=1.0)
+        >>> df = pl.DataFrame({"c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+        >>> out = df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+        ...                 mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+        >>> out.columns[:2], out.height
+        (['c', 'x'], 2)
+    """
+    sess, qname = op.session, op.name
+    measures, by = pre.measures, pre.by
+    ledger = sess.ledger
+    assert isinstance(ledger, ReplayLedger)
+    prog = Program(qname, kind, tuple(by), keys, tuple(measures), rules, policy, bits)
+    programs = [*ledger.programs, prog]
+    k = len(programs) - 1 if sess.budget is not None else 0  # see _replayed
+    track = sess.track_cells
+    schema = op.schema
+
+    sess.phase(qname, "reading and aggregating the input (streaming)")
+    _require_bound(sess, schema)
+    base = _with_row_ids(op.lf, schema)
+    parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
+    counters = _counter_exprs(parts, schema)
+    fp_cols = [c for c in dict.fromkeys([*by, *measures, *sess.bound_columns()])
+               if c in schema.names()]
+    plan = _replayed(sess, base, schema, programs, False, None, track)
+    cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
+    inside = cell.is_not_null() & (rows > 0)
+    currencies = policy.currencies()
+    ok_all = pl.all_horizontal([pl.col(f"ok:{c}") for c, _ in currencies])
+    cur_of = {m: c for c, ms in currencies for m in ms}
+    values = [pl.when(pl.col(f"ok:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
+              .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m in measures]
+    if kind == "count":
+        counted = pl.when(pl.col(f"ok:{currencies[0][0]}")).then(rows).otherwise(0)
+    else:
+        counted = rows
+    needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
+    # ONE group-by over the cells (the rows outside the key set form the null group) gives
+    # every aggregate: a single query, so no intermediate result is cached in memory
+    ok_in = inside & ok_all
+    aggs = [*values, pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS),
+            pl.len().cast(pl.Int64).alias("__n"),
+            *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+            *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
+            pl.when(inside).then(rows).otherwise(0).sum().cast(pl.Int64).alias("__released"),
+            (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
+            *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
+              for m in measures]]
+    if track:
+        aggs += [pl.when(ok_in).then(pl.col("crho")).max().alias("worst_rho"),
+                 pl.when(ok_in).then(pl.col("csize")).max().alias("worst_size"),
+                 ok_in.cast(pl.Int64).sum().alias("units")]
+    # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
+    # it), and the rows outside the key set are grouped by their keys (the distinct keys count)
+    grouped = plan.group_by(f"__c{k}", *by).agg(*aggs).collect(engine="streaming")
+    sums = [*counters, "__n", "__released", "__left", *[f"negc:{m}" for m in measures]]
+    row = grouped.select(*[pl.col(c).sum() for c in sums],
+                         *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
+    row["rows_read"] = row["__n"] or 0
+    counts = {name: int(row[name] or 0) for name in counters}
+    neg_contrib = ({m: int(row[f"negc:{m}"] or 0) for m in measures}
+                   if needs_nonneg and rules.negatives == "error" else {})
+    _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
+    sess.bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
+
+    n_keys = len(keys) if by else 1
+    released = grouped.filter(pl.col(f"__c{k}").is_not_null())
+    outside = grouped.filter(pl.col(f"__c{k}").is_null())
+    per_cell = released.group_by(f"__c{k}").agg(pl.col(*measures, _ROWS).sum())
+    full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
+        per_cell.select(pl.col(f"__c{k}").cast(pl.Int64).alias(_CELL), *measures, _ROWS),
+        on=_CELL, how="left", maintain_order="left")
+    cells = None
+    if track:
+        cells = (released.filter(pl.col("units") > 0)
+                 .select(*by, "worst_rho", "worst_size", "units")
+                 .sort(["worst_rho", *by], descending=[True, *[False] * len(by)],
+                       nulls_last=True, maintain_order=True))
+
+    sess.phase(qname, f"drawing noise for {n_keys:,} cells")
+    out, fallbacks, grid_used = _noisy_table(
+        full, kind, pre.released, bits, pre.mechanism, policy, sess, pre.level, pre.grids, keys,
+        by, form=form, cv=cv, key_dtypes=_output_dtypes(op, sess, measures))
+    confidential = {
+        "rows_read": int(row["rows_read"]),
+        "rows_outside_keys": int(outside["__n"].sum() or 0),
+        "cells_with_data_outside_keys": outside.height if by else 0,
+        "rows_in_released_cells": int(row["__released"] or 0),
+        "units_left_out_by_budget": int(row["__left"] or 0),
+        **_rule_counts(counts, measures, nulls, rules),
+    }
+    record = QueryRecord(
+        index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(pre.released),
+        by=tuple(by), mechanism=pre.mechanism, keys=keys.to_dict(), level=pre.level,
+        nulls=nulls, losses=None, confidential=confidential, grid=grid_used,
+        fallbacks=fallbacks, cells=cells, bounds={"max_cells": 1, "max_rows": 1})
+    ledger.programs.append(prog)
+    ledger.source = op.lf
+    ledger.replay, ledger.collect, ledger.sink = replay_report, collect_report, sink_report
+    sess.record_release(record, op.backend)
+    if op.one_off:
+        sess.set_as_last()
+    return to_native(out, op.native, op.backend, by, author=sess.mode == "author")
+
+
+
+def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySet, nulls: str,
+                            policy_mechanism: Any) -> tuple[Any, ...]:
+    """A median's or quantile's admitted values per cell, in a streaming session.
+
+    Its charges are those of a count (each row kept by the nulls rule pays the group-privacy
+    policy at Δ = 1 row), replayed with every earlier release to apply the budget filter. The
+    values of the admitted rows of released cells come back (an exact quantile needs them);
+    nothing per row is kept afterwards.
+
+    Args:
+        op: The opened release.
+        column: The measure.
+        by: Group-by columns.
+        keys: The public key set.
+        nulls: The nulls rule.
+        policy_mechanism: The release's group-privacy policy (a mechanism-like object).
+
+    Returns:
+        ``(codes, values, rows_read, rows_outside, left_out, counts, commit)``: the cell of each
+        admitted value, the values (missing ones 0), the confidential counts, and ``commit()``,
+        which records the release's definition in the ledger (call it when the release is
+        recorded).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 2.0, 9.0]})
+        >>> out = df.dp.median("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+        ...                    bounds=(0, 10), epsilon=1.0, session=s)
+        >>> s.report().per_record.height
+        3
+    """
+    sess, qname, schema = op.session, op.name, op.schema
+    ledger = sess.ledger
+    assert isinstance(ledger, ReplayLedger)
+    rules = _Rules(nulls, "allow", sess.mode)
+    prog = Program(qname, "count", tuple(by), keys, (column,), rules,
+                   _Policy(policy_mechanism, []), {})
+    programs = [*ledger.programs, prog]
+    k = len(programs) - 1 if sess.budget is not None else 0  # see _replayed
+    parts = {column: _measure_parts(column, schema[column], rules)}
+    counters = {f"missing:{column}": parts[column]["missing"],
+                f"inf:{column}": parts[column]["inf"]}
+    fp_cols = [c for c in dict.fromkeys([*by, column, *sess.bound_columns()])
+               if c in schema.names()]
+    _require_bound(sess, schema)
+    plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False)
+    cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
+    inside = cell.is_not_null() & (rows > 0)
+    ok = pl.col(f"ok:{prog.policy.currencies()[0][0]}")
+    x = pl.col(column).cast(pl.Float64)
+    value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
+    grouped = plan.group_by(f"__c{k}").agg(
+        pl.len().cast(pl.Int64).alias("__n"),
+        *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+        *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
+        (rows > 0).cast(pl.Int64).sum().alias("__kept"),
+        (inside & ~ok).cast(pl.Int64).sum().alias("__left"),
+        value.filter(inside & ok).alias("__values")).collect(engine="streaming")
+    row = grouped.select(*[pl.col(c).sum() for c in ["__n", "__left", *counters]],
+                         *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
+    counts = {name: int(row[name] or 0) for name in counters}
+    _strict_checks(counts, [column], None, rules, False, {})
+    sess.bind_rows(int(row["__n"] or 0), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
+    outside = int(grouped.filter(pl.col(f"__c{k}").is_null())["__kept"].sum() or 0)
+    kept = (grouped.filter(pl.col(f"__c{k}").is_not_null())
+            .select(pl.col(f"__c{k}").cast(pl.Int64).alias("cell"), "__values")
+            .explode("__values"))
+    kept = kept.filter(pl.col("__values").is_not_null())
+
+    def commit() -> None:
+        ledger.programs.append(prog)
+        ledger.source = op.lf
+        ledger.replay, ledger.collect, ledger.sink = replay_report, collect_report, sink_report
+
+    return (kept["cell"].to_numpy(), kept["__values"].to_numpy(), int(row["__n"] or 0),
+            outside, int(row["__left"] or 0), counts, commit)

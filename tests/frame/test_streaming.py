@@ -1,0 +1,219 @@
+"""Row mode without per-row state (``Session(streaming=True)``, tabdp.frame._stream).
+
+A streaming session keeps each release's public definition and recomputes every record's
+losses from the data. It must give exactly what the in-memory ledger gives: the same tables
+(the same noise for one seed), the same per-record losses to the last bit, the same
+confidential counts and cell audits, on every engine; and it must refuse what the in-memory
+row mode refuses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from _engines import as_engine
+
+import tabdp
+import tabdp.frame._stream as stream
+from tabdp import mechanisms as mech
+from tabdp.privacy.budget import Budget
+
+KEYS = tabdp.KeySet.from_dict(c=["a", "b", "c"], s=[0, 1, 2])
+
+
+def _data(n: int = 3000, seed: int = 0) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(2.0, 2.0, n)
+    x[rng.random(n) < 0.03] = np.nan
+    return pl.DataFrame({
+        "c": rng.choice(["a", "b", "c", "d"], n),
+        "s": rng.integers(0, 4, n),
+        "x": x,
+        "y": rng.integers(-5, 200, n),
+        "w": rng.lognormal(1.0, 1.0, n),
+    })
+
+
+def _session_run(frame: Any, streaming: bool, budget: Any, delta_mech: bool) -> dict[str, Any]:
+    s = tabdp.Session(seed=7, budget=budget, streaming=streaming, track_cells=True)
+    out = {
+        "sum": frame.dp.sum(["x", "y"], by=["c", "s"], keys=KEYS,
+                            mechanism=mech.LogTransform(sigma=0.25, offset=1.0),
+                            session=s, nulls="zero", negatives="zero"),
+        "count": frame.dp.count(by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(3.0),
+                                session=s),
+        "median": frame.dp.median("w", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                                  bounds=(0, 50), epsilon=1.0, session=s),
+        "joint": frame.dp.sum(["w", "y"], by="c", keys=tabdp.KeySet.from_dict(c=["a", "c"]),
+                              mechanism=mech.VectorSubbotin(r=2.0, scale=80.0),
+                              session=s, negatives="drop"),
+        "by_int": frame.dp.sum("w", by="s", keys=tabdp.KeySet.from_dict(s=[0, 1, 5]),
+                                 mechanism=(mech.Subbotin(r=1.5, scale=20.0, delta=1e-9)
+                                            if delta_mech else mech.Laplace(20.0)),
+                                 session=s),
+    }
+    rep = s.report(delta=1e-9)
+    out["per_record"] = rep.per_record
+    summary = rep.confidential_summary()
+    out["summary"] = {k: v for k, v in summary.items() if k != "queries"}
+    out["queries"] = summary["queries"]
+    out["cells"] = [r.cells for r in s.records]
+    return out
+
+
+@pytest.mark.parametrize("budget", [None, 0.4, {1e2: 0.2, 1e4: 0.6},
+                                    Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)],
+                         ids=["none", "constant", "curve", "curve-total"])
+@pytest.mark.parametrize("delta_mech", [False, True], ids=["pure", "approx"])
+def test_streaming_equals_the_in_memory_ledger(engine: str, tmp_path: Path, budget: Any,
+                                               delta_mech: bool) -> None:
+    """Tables, noise, per-record losses, counts and cell audits: identical to the last bit."""
+    df = _data()
+    mem = _session_run(as_engine(df, engine, tmp_path), False, budget, delta_mech)
+    st = _session_run(as_engine(df, engine, tmp_path), True, budget, delta_mech)
+    for k in ("sum", "count", "median", "joint", "by_int", "per_record"):
+        a, b = mem[k], st[k]
+        if not isinstance(a, pl.DataFrame):
+            a, b = pl.from_pandas(a), pl.from_pandas(b)
+        assert a.equals(b), k
+    assert mem["summary"] == st["summary"]
+    assert mem["queries"] == st["queries"]
+    for a, b in zip(mem["cells"], st["cells"], strict=True):
+        if a is None:
+            assert b is None
+            continue
+        cols = a.columns
+        assert a.sort(cols).equals(b.select(cols).sort(cols))
+    if budget is not None:  # the filter did leave records out (the test exercises it)
+        assert any(q["units_left_out_by_budget"] for q in st["queries"])
+
+
+def test_key_dtype_alignment_and_key_sets_from_frames(tmp_path: Path) -> None:
+    """Categorical / Int32 data keys against String / Int64 key sets, and a non-product set."""
+    df = _data(800).with_columns(pl.col("c").cast(pl.Categorical), pl.col("s").cast(pl.Int32))
+    ks = tabdp.KeySet.from_frame(pl.DataFrame({"c": ["a", "b", "d"], "s": [0, 3, 1]}))
+    outs = []
+    for streaming in (False, True):
+        s = tabdp.Session(seed=3, streaming=streaming)
+        a = df.dp.sum("w", by=["c", "s"], keys=ks, mechanism=mech.Gaussian(5.0), session=s)
+        b = df.dp.count(by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(5.0), session=s)
+        outs.append((a, b, s.report().per_record))
+    for x, y in zip(*outs, strict=True):
+        assert x.equals(y)
+
+
+def test_a_changed_frame_is_refused_before_anything_is_drawn() -> None:
+    df = _data(500)
+    s = tabdp.Session(seed=1, streaming=True)
+    df.dp.sum("w", by="c", keys=KEYS.project(["c"]), mechanism=mech.Gaussian(5.0), session=s)
+    draws = s.rng
+    with pytest.raises(tabdp.InvalidParameterError, match="unit="):
+        df.reverse().dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="unit="):  # a bound column is gone
+        df.drop("w").dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    assert len(s.records) == 1 and s.rng is draws
+    assert len(s.ledger.programs) == 1
+
+
+def test_report_of_an_input_that_changed_is_refused(tmp_path: Path) -> None:
+    """The report is recomputed from the input: rewritten since, it is not produced."""
+    path = tmp_path / "in.parquet"
+    df = _data(400)
+    df.write_parquet(path)
+    s = tabdp.Session(seed=1, streaming=True)
+    pl.scan_parquet(path).dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    assert s.report().per_record.height == 400
+    df.reverse().write_parquet(path)
+    with pytest.raises(tabdp.InvalidParameterError, match="no longer holds the rows"):
+        _ = s.report().per_record
+    out = tmp_path / "per_record.parquet"
+    with pytest.raises(tabdp.InvalidParameterError, match="no longer holds the rows"):
+        s.report().write_per_record(out)
+    assert not out.exists()
+
+
+def test_write_per_record_sinks_the_same_table(tmp_path: Path) -> None:
+    df = _data(2000)
+    tables = []
+    for streaming in (False, True):
+        s = tabdp.Session(seed=2, budget=0.3, streaming=streaming)
+        lf = as_engine(df, "streaming", tmp_path)
+        lf.dp.sum(["x"], by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(50.0), session=s,
+                  nulls="drop")
+        lf.dp.count(by=["c", "s"], keys=KEYS, session=s)
+        path = tmp_path / f"pr_{streaming}.parquet"
+        s.report(delta=1e-8).write_per_record(path, rename={"row": "row_id"})
+        tables.append(pl.read_parquet(path))
+    assert tables[0].equals(tables[1])
+    assert tables[1].columns[:2] == ["row_id", "rho"]
+
+
+def test_releases_run_batch_by_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-row work runs on batches of a Parquet scan, never on the whole input at once."""
+    df = _data(300_000)
+    path = tmp_path / "big.parquet"
+    df.write_parquet(path, row_group_size=20_000)
+    sizes: list[int] = []
+    real = stream._replay_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        fn = real(*args, **kwargs)
+
+        def run(s: pl.Series) -> pl.Series:
+            sizes.append(len(s))
+            return fn(s)
+
+        return run
+
+    monkeypatch.setattr(stream, "_replay_batch", spy)
+    s = tabdp.Session(seed=1, streaming=True, budget=1.0)  # a budget: the filter runs per row
+    pl.scan_parquet(path).dp.count(by=["c", "s"], keys=KEYS, session=s)
+    assert sum(sizes) == 300_000
+    assert len(sizes) > 1 and max(sizes) < 300_000
+
+
+def test_settings_and_engines_a_streaming_session_refuses() -> None:
+    with pytest.raises(tabdp.InvalidParameterError, match="row mode"):
+        tabdp.Session(unit="id", streaming=True)
+    with pytest.raises(tabdp.InvalidParameterError, match="True, False or None"):
+        tabdp.Session(streaming=1)  # type: ignore[arg-type]
+    with pytest.raises(tabdp.InvalidParameterError, match="Spark"):
+        tabdp.Session(streaming=True).use_engine("spark")
+    s = tabdp.Session(streaming=True)
+    assert s.ledger.lookup(np.array([0, 1]), ["rho"])["rho"].tolist() == [0.0, 0.0]
+    _data(50).dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="lookup="):
+        s.ledger.lookup(np.array([0]), ["rho"])
+
+
+def test_an_empty_streaming_session_reports_nothing(tmp_path: Path) -> None:
+    s = tabdp.Session(streaming=True)
+    rep = s.report(delta=1e-9)
+    assert rep.per_record.columns == ["row", "rho", "epsilon", "size", "epsilon_delta"]
+    assert rep.confidential_summary()["units"] == 0
+    rep.write_per_record(tmp_path / "empty.parquet")
+    assert pl.read_parquet(tmp_path / "empty.parquet").height == 0
+
+
+@pytest.mark.parametrize(("choice", "engine_name", "expected"), [
+    (None, "lazy", True), (None, "streaming", True), (None, "polars", False),
+    (None, "pandas", False), (False, "streaming", False), (True, "polars", True)])
+def test_the_first_input_decides_the_ledger_unless_chosen(
+        tmp_path: Path, choice: bool | None, engine_name: str, expected: bool) -> None:
+    """streaming=None: a LazyFrame gives the streaming ledger, an eager frame the in-memory one.
+
+    The choice is made from the input's type before any data is read, and kept afterwards.
+    """
+    s = tabdp.Session(seed=1, streaming=choice)
+    frame = as_engine(_data(100), engine_name, tmp_path)
+    frame.dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    assert s.streaming is expected
+    assert (type(s.ledger).__name__ == "ReplayLedger") is expected
+    other = as_engine(_data(100), "polars" if expected else "lazy", tmp_path)
+    other.dp.count(by="c", keys=KEYS.project(["c"]), session=s)  # the ledger stays
+    assert s.streaming is expected
+    assert tabdp.Session(unit="id").streaming is False
