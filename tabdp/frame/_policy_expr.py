@@ -68,8 +68,9 @@ BINS_PER_OCTAVE = 64
 TABLE_MIN_EXP = -64
 TABLE_MAX_EXP = 72
 #: Relative amount each tabulated value is raised by above the numpy policy at the bin's end
-#: (covers a relative non-monotonicity of the numpy evaluation up to this size).
-TABLE_SLACK = 2.0**-30
+#: (covers a relative non-monotonicity of the numpy evaluation up to this size, e.g. the
+#: tolerance of the root finder behind the Subbotin (ε, δ) policy).
+TABLE_SLACK = 2.0**-20
 #: Largest public bound on a count's Δ tabulated exactly.
 COUNT_TABLE_MAX = 1 << 16
 #: Points checked inside each bin when a table is certified.
@@ -112,16 +113,16 @@ class _N:
     def __rtruediv__(self, o: Any) -> _N:
         return _N("/", (_c(o), self))
 
-    def __gt__(self, o: Any) -> _N:  # type: ignore[override]
+    def __gt__(self, o: Any) -> _N:
         return _N(">", (self, _c(o)))
 
-    def __ge__(self, o: Any) -> _N:  # type: ignore[override]
+    def __ge__(self, o: Any) -> _N:
         return _N(">=", (self, _c(o)))
 
-    def __lt__(self, o: Any) -> _N:  # type: ignore[override]
+    def __lt__(self, o: Any) -> _N:
         return _N("<", (self, _c(o)))
 
-    def __le__(self, o: Any) -> _N:  # type: ignore[override]
+    def __le__(self, o: Any) -> _N:
         return _N("<=", (self, _c(o)))
 
     def __and__(self, o: _N) -> _N:
@@ -176,7 +177,7 @@ def _ceil(x: _N) -> _N:
 def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
     key = id(n)
     if key in cache:
-        return cache[key]  # type: ignore[no-any-return]
+        return cache[key]
     a = [_render_pl(x, d, cache) for x in n.args]
     op = n.op
     out: pl.Expr
@@ -447,7 +448,7 @@ def _numpy_fns(mech: Any) -> list[Callable[[np.ndarray], np.ndarray]]:
     def eps(d: np.ndarray) -> np.ndarray:
         return np.asarray(mech.epsilon(d), dtype=np.float64)
 
-    fns = [rho, eps]
+    fns: list[Callable[[np.ndarray], np.ndarray]] = [rho, eps]
     if getattr(mech, "dp_delta", None) is not None:
         def ea(d: np.ndarray) -> np.ndarray:
             return np.asarray(mech.approx_policy(d)[0], dtype=np.float64)
@@ -510,8 +511,8 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
             e = _up((mech.d * l0**mech.p) * _f("expm1", y), _K * (3.0 + y))
         return [("bound", _to_zcdp_up(e)), ("bound", e)]
     if t in (RootTransform, LogTransform):
-        a = mech.offset
-        k = getattr(mech, "k", None)
+        a = float(mech.offset)
+        k = float(getattr(mech, "k", 1.0))
         exact = False
         if t is RootTransform and a == 0.0:
             if k in (1.0, 2.0):
@@ -723,7 +724,8 @@ def policy_plan(mechanism: Any, kind: str = "sum", *, max_delta: int | None = No
 
 
 def policy_exprs(mechanism: Any, delta: pl.Expr, kind: str = "sum", *,
-                 max_delta: int | None = None) -> PolicyExprs:
+                 max_delta: int | None = None,
+                 bins_per_octave: int = BINS_PER_OCTAVE) -> PolicyExprs:
     """Polars expressions of the per-record losses (ρ, ε[, ε_a, δ_a]) at Δ = ``delta``.
 
     ``delta`` must be a Float64 expression of values ≥ 0 that are already upper bounds of the
@@ -736,6 +738,7 @@ def policy_exprs(mechanism: Any, delta: pl.Expr, kind: str = "sum", *,
         delta: Δ per row.
         kind: ``"sum"`` or ``"count"``.
         max_delta: Counts only: public bound on Δ (see :func:`policy_plan`).
+        bins_per_octave: Bins per octave of tabulated bounds (a power of two).
 
     Returns:
         :class:`PolicyExprs` with one expression per output.
@@ -749,14 +752,15 @@ def policy_exprs(mechanism: Any, delta: pl.Expr, kind: str = "sum", *,
         (10.604, ('bound', 'exact'))
     """
     _check_kind(kind, "policy_exprs")
-    plan = policy_plan(mechanism, kind, max_delta=max_delta)
+    plan = policy_plan(mechanism, kind, max_delta=max_delta, bins_per_octave=bins_per_octave)
     cache: dict[int, Any] = {}
     exprs = tuple(_render_pl(n, delta.cast(pl.Float64), cache) for n in plan.nodes)
     return PolicyExprs(exprs, plan.exact, plan.methods)
 
 
 def spark_policy_columns(mechanism: Any, delta: Any, kind: str = "sum", *,
-                         max_delta: int | None = None) -> PolicyExprs:
+                         max_delta: int | None = None,
+                         bins_per_octave: int = BINS_PER_OCTAVE) -> PolicyExprs:
     """Spark columns of the per-record losses (ρ, ε[, ε_a, δ_a]) at Δ = ``delta``.
 
     The same expression trees as :func:`policy_exprs`, rendered with
@@ -768,6 +772,7 @@ def spark_policy_columns(mechanism: Any, delta: Any, kind: str = "sum", *,
         delta: A double Spark column of Δ ≥ 0.
         kind: ``"sum"`` or ``"count"``.
         max_delta: Counts only: public bound on Δ (see :func:`policy_plan`).
+        bins_per_octave: Bins per octave of tabulated bounds (a power of two).
 
     Returns:
         :class:`PolicyExprs` with Spark columns.
@@ -779,7 +784,7 @@ def spark_policy_columns(mechanism: Any, delta: Any, kind: str = "sum", *,
         True
     """
     _check_kind(kind, "spark_policy_columns")
-    plan = policy_plan(mechanism, kind, max_delta=max_delta)
+    plan = policy_plan(mechanism, kind, max_delta=max_delta, bins_per_octave=bins_per_octave)
     cache: dict[int, Any] = {}
     cols = tuple(_render_spark(n, delta, cache) for n in plan.nodes)
     return PolicyExprs(cols, plan.exact, plan.methods)
