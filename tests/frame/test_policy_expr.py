@@ -249,11 +249,12 @@ def test_spark_columns_equal_polars(spark: Any) -> None:
     sdf = spark.createDataFrame([(float(x),) for x in d], "d double").coalesce(1)
     from pyspark.sql import functions as F
 
-    cases = [(M.Gaussian(2.0), {}), (M.UnitSplitting(0.7, 1.0), {}),
-             (M.RootTransform(2, 1.0), {}), (M.Laplace(3.0), {}), (M.LogTransform(0.25, 1e5), {}),
-             (M.ExpPolyLog(2.0, 3.0, 1.0, 2.0), {}),
-             (M.SymmetricStable(1.5, 2.0), {"bins_per_octave": 4}),
-             (M.DiscreteGaussian(2.0), {"kind": "count", "max_delta": 60})]
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (M.Gaussian(2.0), {}), (M.UnitSplitting(0.7, 1.0), {}),
+        (M.RootTransform(2, 1.0), {}), (M.Laplace(3.0), {}), (M.LogTransform(0.25, 1e5), {}),
+        (M.ExpPolyLog(2.0, 3.0, 1.0, 2.0), {}),
+        (M.SymmetricStable(1.5, 2.0), {"bins_per_octave": 4}),
+        (M.DiscreteGaussian(2.0), {"kind": "count", "max_delta": 60})]
     cols = []
     for j, (m, kw) in enumerate(cases):
         sp = pe.spark_policy_columns(m, F.col("d"), **kw)
