@@ -203,11 +203,13 @@ def test_counts_with_a_public_bound_are_exact(mech: Any) -> None:
     assert np.all(np.isinf(over[0]))
 
 
-def test_lazy_and_streaming_give_the_same_values() -> None:
-    m = M.LogTransform(0.25, 1e5)
-    p = pe.policy_exprs(m, pl.col("d"))
-    eager = pl.DataFrame({"d": GRID}).select(p.exprs[0].alias("r"))
-    lazy = pl.LazyFrame({"d": GRID}).select(p.exprs[0].alias("r")).collect(engine="streaming")
+@pytest.mark.parametrize("mech", [M.LogTransform(0.25, 1e5), M.SymmetricStable(1.5, 2.0),
+                                  M.UnitSplitting(0.7, 1.0)], ids=lambda m: type(m).__name__)
+def test_lazy_and_streaming_give_the_same_values(mech: Any) -> None:
+    p = pe.policy_exprs(mech, pl.col("d"))
+    cols = [e.alias(f"o{i}") for i, e in enumerate(p.exprs)]
+    eager = pl.DataFrame({"d": GRID}).select(cols)
+    lazy = pl.LazyFrame({"d": GRID}).select(cols).collect(engine="streaming")
     assert eager.equals(lazy)
 
 
