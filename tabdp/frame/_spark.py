@@ -460,7 +460,7 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
 
 
 def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: dict[str, int],
-                  row_mode: bool, max_rows: int | None) -> list[Any] | None:
+                  row_mode: bool, max_rows: int | None, rows_col: str = _ROWS) -> list[Any] | None:
     """Per-(unit, cell) charges as Spark expressions, when they equal the numpy policy exactly.
 
     The same columns as :func:`_charge_udf` (``r<i>``, ``e<i>``, ``s<i>`` (``ea<i>``, ``da<i>``)
@@ -489,7 +489,7 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     cell_size: Any = F.lit(0.0)
     for i, (_, ms) in enumerate(policy.currencies()):
         if kind == "count":
-            delta = F.col(_ROWS).cast("double")
+            delta = F.col(rows_col).cast("double")
         else:
             a = F.abs(F.col(ms[0])).cast("double")
             f = a * F.lit(2.0 ** -bits[ms[0]])
@@ -1105,16 +1105,23 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
         policy = GroupPrivacyPolicy(mechanism)
         approx = policy.dp_delta is not None
-        udf, curs = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
         pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
-        with _quiet():
-            charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
-                                                         .alias("__rows"))).alias("__ch"))
         unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
-        charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+        # row mode: every unit has one row in its cell, so the exact table of the policy at
+        # Δ = 0, 1 applies; otherwise the policy's numpy code in a pandas UDF
+        exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
+                              rows_col="__k")
+        if exprs is not None:
+            charged = pairs.select("__uid", *exprs).select("__uid", *unit_cols)
+        else:
+            udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
+            with _quiet():
+                charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
+                                                             .alias("__rows"))).alias("__ch"))
+            charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
         per_unit = charged if row_mode else charged.groupBy("__uid").agg(
             *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
-        curs = [(ROWS_CURRENCY, [])]
+        curs: list[tuple[str, list[str]]] = [(ROWS_CURRENCY, [])]
         guarantee = "approx" if approx else "zcdp"
         decided = _decide(sess, per_unit, curs, guarantee, approx)
         try:
