@@ -57,8 +57,8 @@ import polars as pl
 from tabdp.exceptions import InvalidParameterError
 
 __all__ = ["PolicyExprs", "PolicyPlan", "policy_plan", "policy_exprs", "spark_policy_columns",
-           "next_up_expr", "BINS_PER_OCTAVE", "TABLE_MIN_EXP", "TABLE_MAX_EXP", "TABLE_SLACK",
-           "COUNT_TABLE_MAX"]
+           "next_up_expr", "magnitude_expr", "BINS_PER_OCTAVE", "TABLE_MIN_EXP", "TABLE_MAX_EXP",
+           "TABLE_SLACK", "COUNT_TABLE_MAX"]
 
 #: Bins per octave of Δ in a tabulated bound (a power of two; the relative width of a bin is at
 #: most 1/BINS_PER_OCTAVE).
@@ -364,6 +364,30 @@ def next_up_expr(x: pl.Expr) -> pl.Expr:
         True
     """
     return _render_pl(_next_up(_D), x, {})
+
+
+def magnitude_expr(values: pl.Expr, bits: int) -> pl.Expr:
+    """``|value|·2**-bits`` as Float64, never below the exact magnitude (Polars, lazily).
+
+    The expression twin of ``_engine._abs_float_up``: integers of 2**53 and more may round
+    down when cast to Float64, so their magnitude is moved to the next double up.
+
+    Args:
+        values: Fixed-point integer contributions (any integer dtype, e.g. Int128).
+        bits: Their fractional bits (the value is ``integer·2**-bits``).
+
+    Returns:
+        A Float64 expression of upper bounds of the magnitudes.
+
+    Example:
+        >>> import polars as pl
+        >>> df = pl.DataFrame({"x": [-3, 2**60 + 1]}, schema={"x": pl.Int128})
+        >>> df.select(magnitude_expr(pl.col("x"), 1))["x"].to_list() == [1.5, 2.0**59 + 2.0**7]
+        True
+    """
+    a = values.abs()
+    f = a.cast(pl.Float64) * (2.0 ** -bits)
+    return pl.when(a >= (1 << 53)).then(next_up_expr(f)).otherwise(f)
 
 
 def _exponent(x: _N) -> _N:
