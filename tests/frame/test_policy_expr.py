@@ -274,17 +274,38 @@ def test_spark_columns_equal_polars(spark: Any) -> None:
     for j, (m, kw) in enumerate(cases):
         sp = pe.spark_policy_columns(m, F.col("d"), **kw)
         cols += [c.alias(f"m{j}_{i}") for i, c in enumerate(sp.exprs)]
-    rows = sdf.select("d", *cols).toPandas()
-    order = np.argsort(rows["d"].to_numpy(), kind="stable")
-    dd = rows["d"].to_numpy()[order]
+    names = ["d", *[f"m{j}_{i}" for j, (m, kw) in enumerate(cases)
+                    for i in range(len(pe.policy_plan(m, **kw).outputs))]]
+    got = sdf.select("d", *cols).collect()
+    rows = {n: np.array([r[n] for r in got], dtype=np.float64) for n in names}
+    order = np.argsort(rows["d"], kind="stable")
+    dd = rows["d"][order]
     for j, (m, kw) in enumerate(cases):
         pv, p = _polars(m, dd, **kw)
         ref = _reference(m, dd)
         for i, how in enumerate(p.methods):
-            sv = rows[f"m{j}_{i}"].to_numpy(dtype=np.float64)[order]
+            sv = rows[f"m{j}_{i}"][order]
             if how == "exact" or how == "table":
                 assert np.array_equal(sv, pv[i]), (m, i)
             assert np.all(sv >= ref[i]), (m, i, dd[sv < ref[i]][:3])
             fin = np.isfinite(ref[i]) & (ref[i] > 1e-290)
             if how == "bound":
                 assert np.all(sv[fin] <= ref[i][fin] * (1.0 + 2.0**-38))
+
+
+@pytest.mark.spark
+def test_spark_engine_uses_expressions_only_where_exact(spark: Any) -> None:
+    """The Spark release charges by expressions only when they equal the numpy policy."""
+    from tabdp.frame._spark import _charge_exprs
+
+    bits = {"x": 24, "y": 24}
+    assert _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None) is not None
+    assert _charge_exprs(M.LogTransform(1.0, 1.0), ["x"], "sum", bits, True, None) is None
+    assert _charge_exprs(M.VectorSubbotin(2.0, 1.0), ["x", "y"], "sum", bits, True,
+                         None) is None                     # joint: the norm stays in numpy
+    dg = M.DiscreteGaussian(2.0)
+    assert _charge_exprs(dg, [], "count", {}, True, None) is not None      # rows = 1
+    assert _charge_exprs(dg, [], "count", {}, False, 5) is not None        # max_rows = 5
+    assert _charge_exprs(dg, [], "count", {}, False, None) is None         # no public bound
+    cols = _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None)
+    assert cols is not None and len(cols) == 8             # r, e, s per measure + cell totals
