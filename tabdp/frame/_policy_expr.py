@@ -13,8 +13,11 @@ operations in the same order. Every output has one of four methods:
 * ``"bound"``: a closed form with transcendental functions (``log1p``, ``expm1``, ``tanh``,
   ``pow``, ...), whose last bits differ between libraries (numpy's SIMD code, glibc, Java). The
   result is multiplied by ``1 + K·2**-52``, K at least 64 times (1 + the form's condition number)
-  — far above the few ulps each library's function may be off — so it is never below the numpy
-  value; the excess is below ``2**-40`` relative for the forms of the toolkit.
+  — far above the few ulps each library's function may be off (at most 62 ulps apart before
+  rounding up, on the test grid) — so it is never below the numpy value; the excess is below
+  ``2**-40`` relative for Δ ≤ 2**65 (``2**-32`` beyond, where ``expm1`` chains amplify).
+  Divisions by a constant are divisions by a column in Polars (which otherwise multiplies by
+  the reciprocal, not a correctly rounded division).
 * ``"table"``: policies without a closed form (the SaS ε, the Subbotin (ε, δ) policy): a public
   table over bins of Δ, :data:`BINS_PER_OCTAVE` bins per octave of ``[2**TABLE_MIN_EXP,
   2**TABLE_MAX_EXP)``, each holding the numpy policy at the bin's upper end (rounded up by
@@ -801,11 +804,18 @@ def spark_policy_columns(mechanism: Any, delta: Any, kind: str = "sum", *,
     Returns:
         :class:`PolicyExprs` with Spark columns.
 
+    With a Spark session, ``spark_policy_columns(Gaussian(1.0), F.col("d")).exprs[0]`` is the
+    column ``(0.5 * (d / 1.0)) * (d / 1.0)`` (``d`` = ``abs(Δ)``), equal to numpy's ρ.
+
     Example:
         >>> from tabdp.mechanisms import Gaussian
-        >>> p = spark_policy_columns(Gaussian(sigma=1.0), None)   # doctest: +SKIP
-        >>> p.exact                                                # doctest: +SKIP
+        >>> policy_plan(Gaussian(sigma=1.0)).exact          # the plan this function renders
         True
+        >>> try:                                             # checked before Spark is needed
+        ...     spark_policy_columns(Gaussian(sigma=1.0), None, kind="mean")
+        ... except ValueError as err:
+        ...     print(str(err).splitlines()[0])
+        spark_policy_columns: kind must be 'sum' or 'count'; got 'mean'.
     """
     _check_kind(kind, "spark_policy_columns")
     plan = policy_plan(mechanism, kind, max_delta=max_delta, bins_per_octave=bins_per_octave)
