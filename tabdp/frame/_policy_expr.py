@@ -428,14 +428,25 @@ class PolicyPlan:
 
     @property
     def exact(self) -> bool:
-        """Whether every output is bit-equal to the numpy policy.
+        """Whether every output is bit-equal to the numpy policy (``"exact"`` or ``"numpy"``).
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
             >>> policy_plan(Gaussian(sigma=1.0)).exact
             True
         """
-        return all(m == "exact" for m in self.methods)
+        return all(m in ("exact", "numpy") for m in self.methods)
+
+    @property
+    def native(self) -> bool:
+        """Whether every output is an engine expression (no numpy fallback per batch).
+
+        Example:
+            >>> from tabdp.mechanisms import Laplace
+            >>> policy_plan(Laplace(scale=1.0)).native
+            True
+        """
+        return all(m != "numpy" for m in self.methods)
 
 
 @dataclass(frozen=True)
@@ -445,8 +456,8 @@ class PolicyExprs:
     Attributes:
         exprs: ρ, ε (and ε_a, δ_a for approximate-DP mechanisms) at each row's Δ: Polars
             expressions (:func:`policy_exprs`) or Spark columns (:func:`spark_policy_columns`).
-        exact: True when every output is bit-equal to the numpy policy; otherwise each output
-            is an upper bound of it (never below).
+        exact: True when every output is bit-equal to the numpy policy (methods ``"exact"``
+            and ``"numpy"``); otherwise the other outputs are upper bounds of it (never below).
         methods: Per output: ``"exact"``, ``"bound"``, ``"table"`` or ``"numpy"``.
 
     Example:
@@ -485,10 +496,6 @@ def _numpy_fns(mech: Any) -> list[Callable[[np.ndarray], np.ndarray]]:
 
         fns += [ea, da]
     return fns
-
-
-def _const(mech: Any, fn: Callable[[np.ndarray], np.ndarray], at: float) -> float:
-    return float(np.asarray(fn(np.array([at])))[0])
 
 
 def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:

@@ -482,7 +482,7 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
         return None
     max_delta = (1 if row_mode else max_rows) if kind == "count" else None
     plan = policy_plan(mechanism, kind, max_delta=max_delta)
-    if not plan.exact:
+    if not all(m == "exact" for m in plan.methods):
         return None
     cols: list[Any] = []
     cell_rho: Any = F.lit(0.0)
