@@ -240,8 +240,9 @@ def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
         out = a[0].arcsinh()
     elif op == "pow":
         out = a[0].pow(a[1])
-    elif op == "pow2":  # 2**k for an integer-valued k (exact: pow's error is below one ulp)
-        out = pl.lit(2.0, dtype=pl.Float64).pow(a[0])
+    elif op == "pow2":  # 2**k for an integer-valued k, from a table of the exact powers
+        k = a[0].clip(-1074.0, 1023.0).cast(pl.Int64) + 1074
+        out = pl.lit(_POW2).gather(k)
     elif op == "lookup":  # value[i] for an integer-valued index i in range
         out = pl.lit(pl.Series(n.value, dtype=pl.Float64)).gather(
             a[0].cast(pl.Int64))
@@ -254,6 +255,10 @@ def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
         raise AssertionError(op)
     cache[key] = out
     return out
+
+
+#: 2**k for k = -1074 … 1023 (exact doubles), indexed by k + 1074.
+_POW2 = pl.Series("pow2", np.ldexp(1.0, np.arange(-1074, 1024)), dtype=pl.Float64)
 
 
 def _pl_expm1(x: pl.Expr) -> pl.Expr:
@@ -641,15 +646,22 @@ def _table_node(fn: Callable[[np.ndarray], np.ndarray], bins: int) -> _N | None:
     if vals is None:
         return None
     v0, vlow, table = vals
+    d, idx = _table_index(bins)
+    lo, hi = 2.0**TABLE_MIN_EXP, 2.0**TABLE_MAX_EXP
+    look = _N("lookup", (idx,), tuple(table.tolist()))
+    return _where(_eq(d, 0.0), v0, _where(d < lo, vlow, _where(d < hi, look, _INF)))
+
+
+@functools.lru_cache(maxsize=8)
+def _table_index(bins: int) -> tuple[_N, _N]:
+    """|Δ| and its bin index (one shared tree, so engines compute it once for all tables)."""
     d = _f("abs", _D)
     lo, hi = 2.0**TABLE_MIN_EXP, 2.0**TABLE_MAX_EXP
     dd = _where((d >= lo) & (d < hi), d, lo)  # keeps the index arithmetic in range
     e = _exponent(dd)
     m = dd / _f("pow2", e)                       # exact: in [1, 2)
     j = _f("floor", (m - 1.0) * float(bins))     # exact: bins is a power of two
-    idx = (e - float(TABLE_MIN_EXP)) * float(bins) + j
-    look = _N("lookup", (idx,), tuple(table.tolist()))
-    return _where(_eq(d, 0.0), v0, _where(d < lo, vlow, _where(d < hi, look, _INF)))
+    return d, (e - float(TABLE_MIN_EXP)) * float(bins) + j
 
 
 def _table_values(fn: Callable[[np.ndarray], np.ndarray],
