@@ -459,6 +459,53 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
     return pandas_udf(charge, ", ".join(fields)), curs
 
 
+def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: dict[str, int],
+                  row_mode: bool, max_rows: int | None, rows_col: str = _ROWS) -> list[Any] | None:
+    """Per-(unit, cell) charges as Spark expressions, when they equal the numpy policy exactly.
+
+    The same columns as :func:`_charge_udf` (``r<i>``, ``e<i>``, ``s<i>`` (``ea<i>``, ``da<i>``)
+    per currency, then ``cell_rho`` and ``cell_size``), computed by the same operations in the
+    same order: each measure's magnitude ``|x|·2**-bits`` (the next double up from ``2**53``,
+    as ``_engine._abs_float_up``) and the policy of :func:`tabdp.frame._policy_expr.policy_plan`
+    (an exact closed form, or for counts an exact table of the numpy policy at Δ = 0, 1, … up
+    to the public bound on a unit's rows: 1 in row mode, ``max_rows``). None when any output
+    would only be an upper bound of the numpy value (joint mechanisms, transcendental forms,
+    tables): the caller then keeps the pandas UDF, so both engines charge identical losses.
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._policy_expr import _D as _DELTA
+    from tabdp.frame._policy_expr import _next_up, _render_spark, policy_plan
+
+    policy = _Policy(mechanism, measures if kind == "sum" else [])
+    if policy.joint:
+        return None
+    max_delta = (1 if row_mode else max_rows) if kind == "count" else None
+    plan = policy_plan(mechanism, kind, max_delta=max_delta)
+    if not all(m == "exact" for m in plan.methods):
+        return None
+    cols: list[Any] = []
+    cell_rho: Any = F.lit(0.0)
+    cell_size: Any = F.lit(0.0)
+    for i, (_, ms) in enumerate(policy.currencies()):
+        if kind == "count":
+            delta = F.col(rows_col).cast("double")
+        else:
+            a = F.abs(F.col(ms[0])).cast("double")
+            f = a * F.lit(2.0 ** -bits[ms[0]])
+            delta = F.when(a >= F.lit(float(1 << 53)), _render_spark(_next_up(_DELTA), f, {})) \
+                .otherwise(f)
+        size = F.greatest(F.lit(0.0), delta)  # np.maximum(zeros, size) of _size_and_delta
+        cache: dict[int, Any] = {}
+        vals = [_render_spark(n, delta, cache) for n in plan.nodes]
+        cols += [vals[0].alias(f"r{i}"), vals[1].alias(f"e{i}"), size.alias(f"s{i}")]
+        if policy.approx:
+            cols += [vals[2].alias(f"ea{i}"), vals[3].alias(f"da{i}")]
+        cell_rho = cell_rho + vals[0]
+        cell_size = F.greatest(cell_size, size)
+    return [*cols, cell_rho.alias("cell_rho"), cell_size.alias("cell_size")]
+
+
 class _BatchLedger:
     """``lookup`` over the ledger columns joined to a batch of units (for ``Session.admit``)."""
 
@@ -715,21 +762,32 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
             cells_dropped = ranked.filter(F.col("__rank") > max_cells).count()
             inside = ranked.filter(F.col("__rank") <= max_cells).drop("__rank")
 
-    # 3. Per-(unit, cell) losses by the mechanism's numpy policy, summed per unit.
-    udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
-    if kind == "count":
-        udf_in = [F.col(_ROWS).cast("double").alias("__rows")]
-    else:
-        udf_in = [F.abs(F.col(m)).cast("double").alias(f"__a:{m}") for m in measure_list]
-        if policy.joint:
-            udf_in += [F.signum(F.col(m).cast("double")).alias(f"__s:{m}") for m in measure_list]
-    with _quiet():
+    # 3. Per-(unit, cell) losses: Spark expressions where they equal the mechanism's numpy
+    # policy bit for bit, else the numpy policy in a pandas UDF; summed per unit.
+    exprs = _charge_exprs(mechanism, measure_list, kind, bits, row_mode, max_rows)
+    if exprs is not None:
+        curs = policy.currencies()
         charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
-                                *[F.col(c) for c in [*measure_list, _ROWS]],
-                                udf(F.struct(*udf_in)).alias("__ch"))
-    ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
-    charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
-        .drop("__ch").persist(StorageLevel.MEMORY_AND_DISK)
+                                *[F.col(c) for c in [*measure_list, _ROWS]], *exprs)
+        ch_cols = [c for c in charged.columns
+                   if c not in ("__uid", _CELL, *measure_list, _ROWS)]
+        charged = charged.persist(StorageLevel.MEMORY_AND_DISK)
+    else:
+        udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
+        if kind == "count":
+            udf_in = [F.col(_ROWS).cast("double").alias("__rows")]
+        else:
+            udf_in = [F.abs(F.col(m)).cast("double").alias(f"__a:{m}") for m in measure_list]
+            if policy.joint:
+                udf_in += [F.signum(F.col(m).cast("double")).alias(f"__s:{m}")
+                           for m in measure_list]
+        with _quiet():
+            charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
+                                    *[F.col(c) for c in [*measure_list, _ROWS]],
+                                    udf(F.struct(*udf_in)).alias("__ch"))
+        ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
+        charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
+            .drop("__ch").persist(StorageLevel.MEMORY_AND_DISK)
     try:
         return _admit_and_release(
             spark, sess, one_off, qname, kind, charged, ch_cols, curs, measure_list, by_list,
@@ -1047,16 +1105,23 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
         policy = GroupPrivacyPolicy(mechanism)
         approx = policy.dp_delta is not None
-        udf, curs = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
         pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
-        with _quiet():
-            charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
-                                                         .alias("__rows"))).alias("__ch"))
         unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
-        charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+        # row mode: every unit has one row in its cell, so the exact table of the policy at
+        # Δ = 0, 1 applies; otherwise the policy's numpy code in a pandas UDF
+        exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
+                              rows_col="__k")
+        if exprs is not None:
+            charged = pairs.select("__uid", *exprs).select("__uid", *unit_cols)
+        else:
+            udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
+            with _quiet():
+                charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
+                                                             .alias("__rows"))).alias("__ch"))
+            charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
         per_unit = charged if row_mode else charged.groupBy("__uid").agg(
             *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
-        curs = [(ROWS_CURRENCY, [])]
+        curs: list[tuple[str, list[str]]] = [(ROWS_CURRENCY, [])]
         guarantee = "approx" if approx else "zcdp"
         decided = _decide(sess, per_unit, curs, guarantee, approx)
         try:

@@ -1,0 +1,311 @@
+"""Policies as engine expressions (tabdp.frame._policy_expr): exact, rounded up or tabulated.
+
+Every mechanism family of the registry is evaluated on a wide grid of Δ (0, subnormals, powers
+of two and their neighbours, 2**53, 2**64, log-uniform values, integers) by the Polars
+expressions and by the numpy policy (``_engine._Policy``): "exact" outputs must be bit-equal,
+"bound" outputs never below and within a relative 2**-38, "table" outputs never below and at
+most the policy at the end of the Δ's bin (Δ·(1 + 1/64)), times 1 + 2**-20.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp.mechanisms as M
+from tabdp import registry
+from tabdp.frame import _policy_expr as pe
+from tabdp.frame._quantiles import GroupPrivacyPolicy
+from tabdp.mechanisms.smooth import SmoothSensitivityMechanism, SmoothSensitivityRelease
+
+#: Instances per registered mechanism family (a new family fails test_every_family_covered).
+CASES: dict[str, list[Any]] = {
+    "gaussian": [M.Gaussian(2.0), M.Gaussian(0.3), M.Gaussian(1e5)],
+    "laplace": [M.Laplace(3.0), M.Laplace(0.7)],
+    "generalized_gaussian": [M.GeneralizedGaussian(1.5, 0.5), M.GeneralizedGaussian(1.5, 0.3),
+                             M.GeneralizedGaussian(0.7, 1.0)],
+    "exp_polylog": [M.ExpPolyLog(1.0, 1.0, 4.0), M.ExpPolyLog(2.0, 3.0, 1.0, 2.0),
+                    M.ExpPolyLog(1.0, 20.0, 0.5, 3.0)],
+    "root": [M.RootTransform(2, 1.0), M.RootTransform(1, 3.0), M.RootTransform(4, 2.0),
+             M.RootTransform(2, 1.0, 5.0), M.RootTransform(3.5, 0.5, 0.1, estimator="median")],
+    "log": [M.LogTransform(2.0, 1.0), M.LogTransform(0.25, 1e5), M.LogTransform(1.0, 1e-300)],
+    "unit_splitting": [M.UnitSplitting(10.0, 50**0.5), M.UnitSplitting(0.7, 1.0)],
+    "symmetric_stable": [M.SymmetricStable(2.0, 1.0), M.SymmetricStable(1.0, 0.5),
+                         M.SymmetricStable(1.5, 2.0)],
+    "logistic": [M.Logistic(0.9)],
+    "subbotin": [M.Subbotin(1.0, 2.0), M.Subbotin(2.0, 2.0), M.Subbotin(3.0, 2.0, delta=1e-6)],
+    "vector_subbotin": [M.VectorSubbotin(2.0, 3.0), M.VectorSubbotin(1.0, 3.0)],
+    "discrete_gaussian": [M.DiscreteGaussian(2.0), M.DiscreteGaussian(0.3),
+                          M.DiscreteGaussian(Fraction(1, 31))],
+    "discrete_laplace": [M.DiscreteLaplace(3.0), M.DiscreteLaplace(Fraction(1, 3))],
+    "smooth_sensitivity": [
+        SmoothSensitivityMechanism("polyplace", 1.0),
+        GroupPrivacyPolicy(SmoothSensitivityRelease("polyplace", 1.0)),
+        GroupPrivacyPolicy(SmoothSensitivityRelease("laplace", 1.0, uncertainty_share=0.5,
+                                                    delta=1e-6))],
+}
+
+#: Expected method per output (ρ, ε[, ε_a, δ_a]) for the first instance of some families.
+METHODS = {
+    "gaussian": ("exact", "exact"),
+    "laplace": ("bound", "exact"),
+    "unit_splitting": ("exact", "exact"),
+    "discrete_gaussian": ("bound", "exact"),
+}
+
+_ALL = [(fam, i, m) for fam, ms in CASES.items() for i, m in enumerate(ms)]
+_IDS = [f"{fam}-{i}" for fam, i, _ in _ALL]
+
+
+def _grid() -> np.ndarray:
+    rng = np.random.default_rng(20261126)
+    p2 = np.exp2(np.arange(-80.0, 90.0))
+    return np.concatenate([
+        [0.0, 5e-324, 1e-310, 2.0**-1022, 2.0**-24, 0.5, 1.0, 2.1, 2.0**53, 2.0**53 + 2.0,
+         2.0**64, 1.5 * 2.0**64, 1e30, 1e300],
+        p2, p2 * (1.0 + 2.0**-52), p2 * (1.0 - 2.0**-53),
+        np.exp2(rng.uniform(-40.0, 70.0, 20_000)),
+        rng.integers(0, 5000, 3000).astype(np.float64),
+        rng.integers(0, 5000, 3000) * 0.7,
+    ])
+
+
+GRID = _grid()
+
+
+def _reference(m: Any, d: np.ndarray) -> list[np.ndarray]:
+    """The numpy policy of ``_engine._Policy.__call__`` (also for objects without dp_delta)."""
+    out = [np.asarray(m.rho(d), dtype=np.float64), np.asarray(m.epsilon(d), dtype=np.float64)]
+    if getattr(m, "dp_delta", None) is not None:
+        ea, da = m.approx_policy(d)
+        out += [np.asarray(ea, dtype=np.float64), np.asarray(da, dtype=np.float64)]
+    return out
+
+
+def _polars(m: Any, d: np.ndarray, **kw: Any) -> tuple[list[np.ndarray], pe.PolicyExprs]:
+    p = pe.policy_exprs(m, pl.col("d"), **kw)
+    df = pl.DataFrame({"d": d}).select([e.alias(f"o{i}") for i, e in enumerate(p.exprs)])
+    return [df[f"o{i}"].to_numpy() for i in range(len(p.exprs))], p
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def test_every_family_covered() -> None:
+    fams = {f.name for f in registry.families("mechanism")}
+    assert fams == set(CASES), fams ^ set(CASES)
+
+
+@pytest.mark.parametrize(("fam", "i", "mech"), _ALL, ids=_IDS)
+def test_never_below_numpy_and_exact_where_claimed(fam: str, i: int, mech: Any) -> None:
+    vals, p = _polars(mech, GRID)
+    ref = _reference(mech, GRID)
+    assert len(vals) == len(ref) == len(p.methods)
+    if i == 0 and fam in METHODS:
+        assert p.methods == METHODS[fam]
+    assert p.exact == all(x in ("exact", "numpy") for x in p.methods)
+    for v, r, how in zip(vals, ref, p.methods, strict=True):
+        assert not np.any(np.isnan(v))
+        if how == "exact":
+            assert np.array_equal(v, r), np.flatnonzero(~_same(v, r))[:5]
+            continue
+        assert np.all(v >= r), (how, GRID[v < r][:5])
+        fin = np.isfinite(r) & (r > 0)
+        assert np.array_equal(np.isfinite(v[(GRID < 2.0**72) | ~fin]),
+                              np.isfinite(r[(GRID < 2.0**72) | ~fin]))
+        assert np.all(v[r == 0] == 0) or how == "table"
+        if how == "bound":
+            # the slack grows with the form's condition number (≈ ln Δ for expm1 chains)
+            small = fin & (GRID <= 2.0**65)
+            assert np.all(v[small] <= r[small] * (1.0 + 2.0**-38))
+            assert np.all(v[fin] <= r[fin] * (1.0 + 2.0**-32))
+        elif how == "table":
+            # at most the policy at the end of Δ's bin: Δ·(1 + 1/64) bounds it
+            inr = (GRID >= 2.0**pe.TABLE_MIN_EXP) & (GRID < 2.0**pe.TABLE_MAX_EXP)
+            top = _reference(mech, GRID[inr] * (1.0 + 1.0 / pe.BINS_PER_OCTAVE))
+            k = next(j for j, x in enumerate(ref) if x is r)
+            # (the numpy Subbotin ε_a comes from a root finder: allow its tolerance, 1e-9)
+            assert np.all(v[inr] <= top[k] * (1.0 + pe.TABLE_SLACK) * (1.0 + 1e-9) + 1e-300)
+            assert np.all(np.isinf(v[GRID >= 2.0**pe.TABLE_MAX_EXP]))
+
+
+def test_max_ulp_and_gap_of_bounds_are_small() -> None:
+    """The rounding up of transcendental forms costs under 2**-40 relative on this grid."""
+    worst = 0.0
+    for fam in ("laplace", "exp_polylog", "log", "root", "generalized_gaussian"):
+        for m in CASES[fam]:
+            vals, p = _polars(m, GRID)
+            for v, r, how in zip(vals, _reference(m, GRID), p.methods, strict=True):
+                fin = np.isfinite(r) & (r > 1e-290) & (GRID <= 2.0**65)
+                if how == "bound":
+                    worst = max(worst, float(np.max(v[fin] / r[fin] - 1.0)))
+    assert 0.0 < worst < 2.0**-40
+
+
+def test_tables_gap_stable_and_subbotin() -> None:
+    """Tabulated bounds: ε of SaS(1.5) within 1/64 relative (ε ≈ linear in Δ per bin)."""
+    m = M.SymmetricStable(1.5, 2.0)
+    d = np.exp2(np.random.default_rng(3).uniform(-30.0, 60.0, 20_000))
+    vals, p = _polars(m, d)
+    assert p.methods == ("table", "table")
+    ref = _reference(m, d)
+    gap_eps = float(np.max(vals[1] / ref[1] - 1.0))
+    gap_rho = float(np.max(vals[0] / ref[0] - 1.0))
+    assert 0.0 <= gap_eps <= 1.0 / 64 + 1e-6
+    assert 0.0 <= gap_rho <= (1.0 + 1.0 / 64) ** 2 - 1.0 + 1e-6   # ρ ≈ ε²/2 for small ε
+    s = M.Subbotin(3.0, 2.0, delta=1e-6)
+    assert pe.policy_plan(s).methods == ("exact", "exact", "table", "exact")
+
+
+def test_table_edges_zero_below_and_beyond() -> None:
+    m = M.SymmetricStable(1.5, 1.0)
+    d = np.array([0.0, 5e-324, 2.0**-70, 2.0**-64, 2.0**71, 2.0**72, 1e300])
+    vals, _ = _polars(m, d)
+    eps = vals[1]
+    assert eps[0] == 0.0
+    low = float(m.epsilon(2.0**-64))
+    assert eps[1] == eps[2] == low * (1.0 + pe.TABLE_SLACK)
+    assert eps[3] >= float(m.epsilon(2.0**-64 * (1 + 1 / 64)))
+    assert math.isfinite(eps[4]) and np.all(np.isinf(eps[5:]))
+
+
+def test_bin_index_is_exact_at_bin_edges() -> None:
+    """Δ exactly at a bin's lower edge is in that bin; one ulp below is in the previous one."""
+    m = M.SymmetricStable(1.5, 1.0)
+    edges = np.ldexp(1.0 + np.arange(64) / 64.0, 5)
+    below = np.nextafter(edges, 0.0)
+    ve, _ = _polars(m, edges)
+    vb, _ = _polars(m, below)
+    want_e = m.epsilon(edges + 2.0**5 / 64.0) * (1.0 + pe.TABLE_SLACK)
+    want_b = m.epsilon(edges) * (1.0 + pe.TABLE_SLACK)
+    assert np.array_equal(ve[1], want_e)
+    assert np.array_equal(vb[1], want_b)
+
+
+@pytest.mark.parametrize("mech", [M.DiscreteGaussian(2.0), M.DiscreteLaplace(3.0),
+                                  M.Gaussian(3.0), M.LogTransform(1.0, 1.0),
+                                  CASES["smooth_sensitivity"][1], CASES["smooth_sensitivity"][2],
+                                  M.Subbotin(3.0, 2.0, delta=1e-6)],
+                         ids=lambda m: type(m).__name__)
+def test_counts_with_a_public_bound_are_exact(mech: Any) -> None:
+    d = np.arange(0, 41, dtype=np.float64)
+    vals, p = _polars(mech, d, kind="count", max_delta=40)
+    assert p.exact
+    for v, r in zip(vals, _reference(mech, d), strict=True):
+        assert np.array_equal(v, r)
+    over, _ = _polars(mech, np.array([41.0, 1e9]), kind="count", max_delta=40)
+    assert np.all(np.isinf(over[0]))
+
+
+@pytest.mark.parametrize("mech", [M.LogTransform(0.25, 1e5), M.SymmetricStable(1.5, 2.0),
+                                  M.UnitSplitting(0.7, 1.0)], ids=lambda m: type(m).__name__)
+def test_lazy_and_streaming_give_the_same_values(mech: Any) -> None:
+    p = pe.policy_exprs(mech, pl.col("d"))
+    cols = [e.alias(f"o{i}") for i, e in enumerate(p.exprs)]
+    eager = pl.DataFrame({"d": GRID}).select(cols)
+    lazy = pl.LazyFrame({"d": GRID}).select(cols).collect(engine="streaming")
+    assert eager.equals(lazy)
+
+
+def test_numpy_fallback_when_no_form_or_table() -> None:
+    class Odd:
+        """A policy object with a decreasing policy: no closed form, and no table certifies."""
+
+        def rho(self, d: Any) -> np.ndarray:
+            return 1.0 / (1.0 + np.abs(np.asarray(d, dtype=np.float64)))
+
+        def epsilon(self, d: Any) -> np.ndarray:
+            return np.sqrt(np.abs(np.asarray(d, dtype=np.float64)))
+
+    vals, p = _polars(Odd(), GRID)
+    assert p.methods == ("numpy", "table")
+    assert np.array_equal(vals[0], Odd().rho(GRID))
+
+
+def test_next_up_expr_is_nextafter() -> None:
+    x = np.concatenate([np.exp2(np.arange(-1000.0, 1000.0)),
+                        np.exp2(np.random.default_rng(1).uniform(-1000, 1000, 5000))])
+    got = pl.DataFrame({"x": x}).select(pe.next_up_expr(pl.col("x")))["x"].to_numpy()
+    assert np.array_equal(got, np.nextafter(x, np.inf))
+
+
+def test_magnitude_expr_matches_the_engine() -> None:
+    from tabdp.frame._engine import _abs_float_up
+
+    rng = np.random.default_rng(7)
+    ints = [0, 1, -1, 2**53 - 1, 2**53, 2**53 + 1, -(2**64), 2**64 + 12345, 3 * 2**70 + 1]
+    ints += [int(v) for v in rng.integers(-(2**62), 2**62, 2000)]
+    ints += [int(v) << 20 for v in rng.integers(-(2**50), 2**50, 2000)]
+    s = pl.Series("x", ints, dtype=pl.Int128)
+    for bits in (0, 24):
+        got = pl.DataFrame(s).select(pe.magnitude_expr(pl.col("x"), bits))["x"].to_numpy()
+        assert np.array_equal(got, _abs_float_up(s, bits))
+
+
+def test_bad_arguments_refused() -> None:
+    with pytest.raises(ValueError, match="kind must be 'sum' or 'count'; got 'mean'"):
+        pe.policy_exprs(M.Gaussian(1.0), pl.col("d"), kind="mean")
+    with pytest.raises(ValueError, match="power of two >= 1; got 48"):
+        pe.policy_plan(M.Gaussian(1.0), bins_per_octave=48)
+
+
+@pytest.mark.spark
+def test_spark_columns_equal_polars(spark: Any) -> None:
+    """Spark renders the same trees: exact outputs equal; bounds and tables also never below."""
+    d = np.concatenate([[0.0, 1.0, 2.1, 2.0**53, 2.0**64, 1e30],
+                        np.exp2(np.random.default_rng(5).uniform(-30.0, 60.0, 300)),
+                        np.arange(0.0, 50.0)])
+    sdf = spark.createDataFrame([(float(x),) for x in d], "d double").coalesce(1)
+    from pyspark.sql import functions as F
+
+    cases: list[tuple[Any, dict[str, Any]]] = [
+        (M.Gaussian(2.0), {}), (M.UnitSplitting(0.7, 1.0), {}),
+        (M.RootTransform(2, 1.0), {}), (M.Laplace(3.0), {}), (M.LogTransform(0.25, 1e5), {}),
+        (M.ExpPolyLog(2.0, 3.0, 1.0, 2.0), {}),
+        (M.SymmetricStable(1.5, 2.0), {"bins_per_octave": 4}),
+        (M.DiscreteGaussian(2.0), {"kind": "count", "max_delta": 60})]
+    cols = []
+    for j, (m, kw) in enumerate(cases):
+        sp = pe.spark_policy_columns(m, F.col("d"), **kw)
+        cols += [c.alias(f"m{j}_{i}") for i, c in enumerate(sp.exprs)]
+    names = ["d", *[f"m{j}_{i}" for j, (m, kw) in enumerate(cases)
+                    for i in range(len(pe.policy_plan(m, **kw).outputs))]]
+    got = sdf.select("d", *cols).collect()
+    rows = {n: np.array([r[n] for r in got], dtype=np.float64) for n in names}
+    order = np.argsort(rows["d"], kind="stable")
+    dd = rows["d"][order]
+    for j, (m, kw) in enumerate(cases):
+        pv, p = _polars(m, dd, **kw)
+        ref = _reference(m, dd)
+        for i, how in enumerate(p.methods):
+            sv = rows[f"m{j}_{i}"][order]
+            if how == "exact" or how == "table":
+                assert np.array_equal(sv, pv[i]), (m, i)
+            assert np.all(sv >= ref[i]), (m, i, dd[sv < ref[i]][:3])
+            fin = np.isfinite(ref[i]) & (ref[i] > 1e-290)
+            if how == "bound":
+                assert np.all(sv[fin] <= ref[i][fin] * (1.0 + 2.0**-38))
+
+
+@pytest.mark.spark
+def test_spark_engine_uses_expressions_only_where_exact(spark: Any) -> None:
+    """The Spark release charges by expressions only when they equal the numpy policy."""
+    from tabdp.frame._spark import _charge_exprs
+
+    bits = {"x": 24, "y": 24}
+    assert _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None) is not None
+    assert _charge_exprs(M.LogTransform(1.0, 1.0), ["x"], "sum", bits, True, None) is None
+    assert _charge_exprs(M.VectorSubbotin(2.0, 1.0), ["x", "y"], "sum", bits, True,
+                         None) is None                     # joint: the norm stays in numpy
+    dg = M.DiscreteGaussian(2.0)
+    assert _charge_exprs(dg, [], "count", {}, True, None) is not None      # rows = 1
+    assert _charge_exprs(dg, [], "count", {}, False, 5) is not None        # max_rows = 5
+    assert _charge_exprs(dg, [], "count", {}, False, None) is None         # no public bound
+    cols = _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None)
+    assert cols is not None and len(cols) == 8             # r, e, s per measure + cell totals
