@@ -96,6 +96,13 @@ class Session:
             with the elapsed time to stderr; a callable receives ``(release name, phase)``.
             The phases are the same for every dataset; only their timing depends on the data
             (timing is outside tabdp's guarantee: see docs/privacy-semantics.md).
+        streaming: Row mode only. ``True``: keep no per-row state; the ledger holds each
+            release's public definition and recomputes every record's losses from the input
+            (one streaming pass per release, memory independent of the number of rows; see
+            docs/privacy-semantics.md, "Streaming sessions"). ``False``: the in-memory ledger
+            (a later release of the same frame reuses its snapshot). ``None`` (default): decided
+            by the first release's input: a Polars ``LazyFrame`` streams, an eager frame does
+            not. Tables and losses are identical either way.
 
     Example:
         >>> import polars as pl, tabdp
