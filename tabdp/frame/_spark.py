@@ -160,6 +160,7 @@ class SparkUnitLedger:
     Args:
         spark: The SparkSession.
         row_mode: Units are row ids (the report then lists every row read).
+        rows: Row mode, row ids numbered by the caller: the number of rows read.
 
     Example:
         >>> SparkUnitLedger(None, row_mode=True).engine
@@ -168,10 +169,13 @@ class SparkUnitLedger:
 
     engine = "spark"
 
-    def __init__(self, spark: Any, row_mode: bool) -> None:
+    def __init__(self, spark: Any, row_mode: bool, rows: int | None = None) -> None:
         self.spark = spark
         self.row_mode = row_mode
         self.table: Any = None
+        #: Row mode with row ids numbered by the caller (``tabdp run``): the rows read, which
+        #: the report lists when the session has not bound its rows itself.
+        self.rows = rows
 
     @staticmethod
     def _is_max(c: str) -> bool:
@@ -236,7 +240,7 @@ class SparkUnitLedger:
         want = list(dict.fromkeys(want))
         table = self.table
         if self.row_mode:
-            n = session.rows_bound or 0
+            n = session.rows_bound if session.rows_bound is not None else (self.rows or 0)
             base = self.spark.range(n).withColumnRenamed("id", "unit")
             table = base if table is None else base.join(table, on="unit", how="left")
         elif table is None:
