@@ -18,7 +18,8 @@ The TOML schema (every key not listed is refused)::
 
     [input]                         # required
     path = "../data/cbp_sample.parquet"   # a Parquet file, a folder of Parquet files (recursive),
-                                          # a hive-partitioned dataset folder, or a glob
+                                          # a hive-partitioned dataset folder, or a glob;
+                                          # exactly one of path and table
     table = "lake.cbp_2026"         # instead of path (exactly one of the two): a table of the
                                     # Spark session's catalog (db.table or catalog.db.table),
                                     # read with `tabdp run --engine spark` only
@@ -428,8 +429,8 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "": ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
          "publication", "plan", "tables"),
     "release": ("name", "title", "description", "level", "delta"),
-    "input": ("path", "table", "hive_partitioning", "unit", "mode", "nulls", "negatives", "nonfinite",
-              "bounds", "unit_nulls", "max_cells"),
+    "input": ("path", "table", "hive_partitioning", "unit", "mode", "nulls", "negatives",
+              "nonfinite", "bounds", "unit_nulls", "max_cells"),
     "domains.*": ("file", "column"),
     "hierarchies.*": ("file", "levels"),
     "budget": ("rho",),

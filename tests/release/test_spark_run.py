@@ -24,7 +24,7 @@ from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 from tabdp.exceptions import SpecError, UnsupportedBackendError
 from tabdp.release import _spark_run
-from tabdp.release.runner import DataDependentFailure, run_release
+from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
