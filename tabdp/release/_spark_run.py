@@ -23,7 +23,12 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.exceptions import DataValidationError, SpecError, UnsupportedBackendError
+from tabdp.exceptions import (
+    DataValidationError,
+    InvalidParameterError,
+    SpecError,
+    UnsupportedBackendError,
+)
 
 __all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
            "number_rows", "input_rules", "author_key_casts", "add_derived", "to_polars",
@@ -44,8 +49,9 @@ def check_engine(engine: str, spark: Any = None, master: str | None = None) -> N
         master: A Spark master URL (Spark engine only; not with ``spark``).
 
     Raises:
-        UnsupportedBackendError: An unknown engine, Spark options with the Polars engine, or
-            the Spark engine without PySpark installed.
+        InvalidParameterError: An unknown engine, Spark options with the Polars engine, or
+            both an existing session and a master.
+        UnsupportedBackendError: The Spark engine without PySpark installed.
 
     Example:
         >>> check_engine("polars")
@@ -56,19 +62,19 @@ def check_engine(engine: str, spark: Any = None, master: str | None = None) -> N
         unknown engine 'duckdb'
     """
     if engine not in ENGINES:
-        raise UnsupportedBackendError(
+        raise InvalidParameterError(
             f"unknown engine {engine!r}; the engines are {', '.join(map(repr, ENGINES))}. "
             "Nothing was read or written.\nHint: --engine polars (the default, one machine) or "
             "--engine spark (pip install 'tabdp[spark]').")
     if engine == "polars":
         if spark is not None or master is not None:
-            raise UnsupportedBackendError(
+            raise InvalidParameterError(
                 "a Spark session or master was given, but the engine is 'polars'. Nothing was "
                 "read or written.\nHint: add --engine spark (run_release(..., engine='spark')),"
                 " or leave out the Spark options.")
         return
     if spark is not None and master is not None:
-        raise UnsupportedBackendError(
+        raise InvalidParameterError(
             "both an existing Spark session and a Spark master were given; a session already "
             "has its master. Nothing was read or written.\nHint: pass one of them.")
     if spark is not None:

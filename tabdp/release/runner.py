@@ -1242,8 +1242,9 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             (``input.table``: under the Polars engine, or not in the Spark catalog).
         InvalidParameterError: An output folder exists and ``overwrite`` is false, or a
             staging folder of another (or a killed) run cannot safely be removed.
-        UnsupportedBackendError: An unknown engine, Spark options without the Spark engine,
-            PySpark not installed, or Spark could not start.
+        InvalidParameterError: Also: an unknown engine, or Spark options without the Spark
+            engine (or both ``spark`` and ``spark_master``).
+        UnsupportedBackendError: The Spark engine without PySpark, or Spark could not start.
         DataDependentFailure: Anything went wrong after the data was read.
 
     Warns:

@@ -699,7 +699,7 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
     table = None
     path: Path | None = None
     if ("path" in d) == ("table" in d):
-        _fail("input", "needs exactly one of path (Parquet files) and table (a Spark catalog "
+        _fail("input", "needs exactly one of 'path' (Parquet files) and 'table' (a Spark catalog "
                        f"table); got {'both' if 'path' in d else 'neither'}.",
               'add path = "data.parquet", or table = "db.name" for tabdp run --engine spark.')
     if "table" in d:

@@ -22,7 +22,7 @@ import pytest
 import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
-from tabdp.exceptions import SpecError, UnsupportedBackendError
+from tabdp.exceptions import SpecError
 from tabdp.release import _spark_run
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
@@ -238,15 +238,15 @@ def test_engine_spark_without_pyspark_is_a_usage_error(tmp_path: Path,
     assert code == cli.EXIT_USAGE and "--engine spark" in err
     code, _, _ = _run("run", str(spec), "--test-seed", "--engine", "duckdb")  # argparse
     assert code == cli.EXIT_USAGE
-    with pytest.raises(UnsupportedBackendError, match="both an existing"):
+    with pytest.raises(tabdp.InvalidParameterError, match="both an existing"):
         run_release(load_spec(spec), test_seed=True, engine="spark", spark=object(),
                     spark_master="local[1]")
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("body", "match"), [
-    ('path = "d.parquet"\ntable = "db.t"', "exactly one of path"),
-    ('unit = "u"', "exactly one of path"),
+    ('path = "d.parquet"\ntable = "db.t"', "exactly one of 'path'"),
+    ('unit = "u"', "exactly one of 'path'"),
     ('table = "db.t; drop"', "input.table"),
     ('table = "db.t"\nhive_partitioning = true', "input.hive_partitioning"),
 ])
