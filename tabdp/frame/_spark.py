@@ -87,6 +87,19 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+def _try_cast(col: Any, st: Any) -> Any:
+    """``col.try_cast(st)`` (PySpark >= 4.0; null where a value does not convert).
+
+    PySpark 3.5 has no ``Column.try_cast`` (and ``hasattr`` is true there: a missing attribute
+    is a struct field): ``cast``, which gives null too unless ANSI mode is on.
+    """
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        return col.try_cast(st)
+    return col.cast(st)
+
+
 # -- schema -----------------------------------------------------------------------------------
 def polars_schema(sdf: Any) -> dict[str, Any]:
     """The Polars dtypes a Spark frame's columns are checked and aligned as (no data read).
@@ -387,8 +400,8 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
         if st == schema[c]:
             on_data[c] = F.col(c)
         else:
-            conv = F.col(c).try_cast(st) if hasattr(F.col(c), "try_cast") else F.col(c).cast(st)
-            back = conv.try_cast(schema[c]) if hasattr(conv, "try_cast") else conv.cast(schema[c])
+            conv = _try_cast(F.col(c), st)
+            back = _try_cast(conv, schema[c])
             back_ok = F.coalesce(back.eqNullSafe(F.col(c)), F.lit(False))
             on_data[c] = F.when(back_ok | F.col(c).isNull(), conv)
             bad = bad | (F.col(c).isNotNull() & ~back_ok)

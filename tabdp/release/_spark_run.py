@@ -181,7 +181,7 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _spark_type, polars_schema
+    from tabdp.frame._spark import _spark_type, _try_cast, polars_schema
 
     infer = "spark.sql.sources.partitionColumnTypeInference.enabled"
     try:
@@ -207,7 +207,7 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
                         not isinstance(want, (pl.Categorical, pl.Enum)):
                     st = _spark_type(want)
                     col = F.col(c)
-                    casts[c] = col.try_cast(st) if hasattr(col, "try_cast") else col.cast(st)
+                    casts[c] = _try_cast(col, st)
             if casts:
                 sdf = sdf.withColumns(casts)
         schema = polars_schema(sdf)
@@ -349,7 +349,7 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _spark_type
+    from tabdp.frame._spark import _spark_type, _try_cast
 
     schema = _pl_schema(sdf)
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -367,7 +367,7 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
             continue
         st = _spark_type(want)
         col = F.col(c)
-        casts[c] = col.try_cast(st) if hasattr(col, "try_cast") else col.cast(st)
+        casts[c] = _try_cast(col, st)
     return sdf.withColumns(casts) if casts else sdf
 
 
@@ -386,7 +386,7 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _quiet
+    from tabdp.frame._spark import _quiet, _try_cast
 
     for col, mapping in need.items():
         fine = mapping.columns[0]
@@ -397,7 +397,7 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
         with _quiet():
             mdf = spark.createDataFrame(frame.to_pandas())
         key = F.col(fine)
-        conv = key.try_cast(have) if hasattr(key, "try_cast") else key.cast(have)
+        conv = _try_cast(key, have)
         mdf = mdf.select(conv.alias("__fine"), F.col(col))
         sdf = sdf.join(F.broadcast(mdf), sdf[fine] == mdf["__fine"], "left").drop("__fine")
     if national is not None:

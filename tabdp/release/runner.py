@@ -1308,6 +1308,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             # PySpark's notice about the pandas version says nothing about the data
             warnings.filterwarnings("ignore", message="PySpark does not yet fully support",
                                     category=FutureWarning)
+            if engine == "spark":  # PySpark 3.5's py4j leaves sockets to the garbage collector
+                warnings.filterwarnings("ignore", category=ResourceWarning)
             try:
                 result = _run_with_data(spec, summary, started, epoch, overwrite, report,
                                         caught, spark if engine == "spark" else None)
