@@ -1308,8 +1308,14 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             # PySpark's notice about the pandas version says nothing about the data
             warnings.filterwarnings("ignore", message="PySpark does not yet fully support",
                                     category=FutureWarning)
-            if engine == "spark":  # PySpark 3.5's py4j leaves sockets to the garbage collector
+            if engine == "spark":
+                # PySpark 3.5's own notices (py4j sockets left to the garbage collector, the
+                # deprecated APIs of distutils and pandas 2 it calls): nothing about the data
                 warnings.filterwarnings("ignore", category=ResourceWarning)
+                for text in ("distutils Version classes are deprecated",
+                             "is_categorical_dtype is deprecated",
+                             "The copy keyword is deprecated"):
+                    warnings.filterwarnings("ignore", message=text)
             try:
                 result = _run_with_data(spec, summary, started, epoch, overwrite, report,
                                         caught, spark if engine == "spark" else None)
