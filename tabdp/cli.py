@@ -16,6 +16,9 @@ only); the exit code stays 0.
                                          # spec's output.form, long)
     tabdp run release.toml --test-seed   # a seeded spec (tests only): public folder marked
                                          # NOT FOR PUBLICATION
+    tabdp run release.toml --engine spark [--spark-master URL]
+                                         # read and release the input in Spark (default
+                                         # master local[2]); the same outputs
     tabdp demo [--out DIR]               # the bundled example on the sample data
 
 Exit codes:
@@ -194,6 +197,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--test-seed", action="store_true",
                    help="allow a spec with [randomness] seed (tests only): the public folder "
                         "is marked NOT FOR PUBLICATION")
+    r.add_argument("--engine", choices=("polars", "spark"), default="polars",
+                   help="where the input is read and released: polars (default, this machine) "
+                        "or spark (pip install 'tabdp[spark]' and Java; the same outputs, "
+                        "per-record data stays in Spark; input.table needs it)")
+    r.add_argument("--spark-master", default=None, metavar="URL",
+                   help="with --engine spark: the master of the Spark session to start, e.g. "
+                        "local[4], spark://host:7077 or yarn (default: local[2]; an active "
+                        "session of this process is used as it is)")
     d = sub.add_parser("demo", help="run the bundled example spec on the bundled synthetic "
                                     "sample (tabdp.datasets)")
     d.add_argument("--out", type=Path, default=None,
@@ -326,7 +337,9 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", CoverageWarning)
             res = run_release(spec, overwrite=overwrite, progress=bar,
-                              test_seed=getattr(args, "test_seed", False))
+                              test_seed=getattr(args, "test_seed", False),
+                              engine=getattr(args, "engine", "polars"),
+                              spark_master=getattr(args, "spark_master", None))
     finally:
         bar.close()
     bar.flush()

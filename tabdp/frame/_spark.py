@@ -87,6 +87,19 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+def _try_cast(col: Any, st: Any) -> Any:
+    """``col.try_cast(st)`` (PySpark >= 4.0; null where a value does not convert).
+
+    PySpark 3.5 has no ``Column.try_cast`` (and ``hasattr`` is true there: a missing attribute
+    is a struct field): ``cast``, which gives null too unless ANSI mode is on.
+    """
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        return col.try_cast(st)
+    return col.cast(st)
+
+
 # -- schema -----------------------------------------------------------------------------------
 def polars_schema(sdf: Any) -> dict[str, Any]:
     """The Polars dtypes a Spark frame's columns are checked and aligned as (no data read).
@@ -160,6 +173,7 @@ class SparkUnitLedger:
     Args:
         spark: The SparkSession.
         row_mode: Units are row ids (the report then lists every row read).
+        rows: Row mode, row ids numbered by the caller: the number of rows read.
 
     Example:
         >>> SparkUnitLedger(None, row_mode=True).engine
@@ -168,10 +182,13 @@ class SparkUnitLedger:
 
     engine = "spark"
 
-    def __init__(self, spark: Any, row_mode: bool) -> None:
+    def __init__(self, spark: Any, row_mode: bool, rows: int | None = None) -> None:
         self.spark = spark
         self.row_mode = row_mode
         self.table: Any = None
+        #: Row mode with row ids numbered by the caller (``tabdp run``): the rows read, which
+        #: the report lists when the session has not bound its rows itself.
+        self.rows = rows
 
     @staticmethod
     def _is_max(c: str) -> bool:
@@ -236,7 +253,7 @@ class SparkUnitLedger:
         want = list(dict.fromkeys(want))
         table = self.table
         if self.row_mode:
-            n = session.rows_bound or 0
+            n = session.rows_bound if session.rows_bound is not None else (self.rows or 0)
             base = self.spark.range(n).withColumnRenamed("id", "unit")
             table = base if table is None else base.join(table, on="unit", how="left")
         elif table is None:
@@ -383,8 +400,8 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
         if st == schema[c]:
             on_data[c] = F.col(c)
         else:
-            conv = F.col(c).try_cast(st) if hasattr(F.col(c), "try_cast") else F.col(c).cast(st)
-            back = conv.try_cast(schema[c]) if hasattr(conv, "try_cast") else conv.cast(schema[c])
+            conv = _try_cast(F.col(c), st)
+            back = _try_cast(conv, schema[c])
             back_ok = F.coalesce(back.eqNullSafe(F.col(c)), F.lit(False))
             on_data[c] = F.when(back_ok | F.col(c).isNull(), conv)
             bad = bad | (F.col(c).isNotNull() & ~back_ok)

@@ -766,6 +766,9 @@ def check_input_present(spec: ReleaseSpec) -> None:
     Args:
         spec: The release spec.
 
+    A catalog table (``input.table``) is checked by ``tabdp run --engine spark`` once Spark
+    has started (still before any data is read).
+
     Raises:
         SpecError: No file matches ``input.path``.
 
@@ -784,6 +787,8 @@ def check_input_present(spec: ReleaseSpec) -> None:
         input.path
     """
     src = spec.input.path
+    if src is None:
+        return
     if "*" in str(src):
         import glob
 
@@ -800,6 +805,7 @@ def check_input_present(spec: ReleaseSpec) -> None:
 
 def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     src = spec.input.path
+    assert src is not None  # input.table: refused under the Polars engine before any read
     kwargs: dict[str, Any] = {}
     source: Any = spec.input.source
     hive = spec.input.hive_partitioning
@@ -901,13 +907,34 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         stats["dropped"] = pl.any_horizontal(*drop).fill_null(False).sum()
     row = (lf.select(**stats).collect().row(0, named=True) if stats else {})
     row = {k: int(v or 0) for k, v in row.items()}
+    info, neg = _rules_outcome(spec, row, measures, [m for m in inp.bounds if m in exprs])
+    if inp.negatives == "zero":
+        for m in neg:
+            exprs[m] = pl.when(exprs[m] < 0).then(0).otherwise(exprs[m])
+            changed.add(m)
+    if drop:
+        lf = lf.filter(~pl.any_horizontal(*drop).fill_null(False))
+    if changed:
+        lf = lf.with_columns(exprs[m].alias(m) for m in measures if m in changed)
+    return lf, info
+
+
+def _rules_outcome(spec: ReleaseSpec, row: Mapping[str, int], measures: Sequence[str],
+                   bounded: Sequence[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The confidential counts of the input rules, and their refusals (either engine).
+
+    ``row`` holds the counts of one pass (``inf:<m>``, ``neg:<m>``, ``below:<m>``,
+    ``above:<m>``, ``unit_nulls``, ``dropped``). Returns the counts as ``confidential.json``
+    shows them and the negative counts per measure.
+    """
+    inp = spec.input
     inf = {m: row[f"inf:{m}"] for m in measures if row.get(f"inf:{m}")}
     neg = {m: row[f"neg:{m}"] for m in measures if row.get(f"neg:{m}")}
     info: dict[str, Any] = {
         "policy": inp.negatives, "negative_values": neg, "clipped": 0, "dropped": 0,
         "nonfinite": {"policy": inp.nonfinite, "values": inf},
         "bounds": {m: {"below": row.get(f"below:{m}", 0), "above": row.get(f"above:{m}", 0)}
-                   for m in inp.bounds if m in exprs},
+                   for m in bounded},
         "rows_without_unit_id_dropped": row.get("unit_nulls", 0),
         "rows_dropped_by_input_rules": row.get("dropped", 0),
     }
@@ -929,17 +956,10 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         err.confidential = {"negative_values": dict(neg)}
         raise err
     if inp.negatives == "zero":
-        for m in neg:
-            exprs[m] = pl.when(exprs[m] < 0).then(0).otherwise(exprs[m])
-            changed.add(m)
         info["clipped"] = int(sum(neg.values()))
     if inp.negatives == "drop":
         info["dropped"] = row.get("dropped", 0)
-    if drop:
-        lf = lf.filter(~pl.any_horizontal(*drop).fill_null(False))
-    if changed:
-        lf = lf.with_columns(exprs[m].alias(m) for m in measures if m in changed)
-    return lf, info
+    return info, neg
 
 
 def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -969,25 +989,13 @@ def _derived_mapping(spec: ReleaseSpec, h: str, fine: str, col: str) -> pl.DataF
     return spec.hierarchies[h].mapping.select(fine, col).unique(maintain_order=True)
 
 
-def _derived_needs(spec: ReleaseSpec, schema: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """The coarse key columns direct releases need that the input lacks: col → (hierarchy, fine)."""
-    need: dict[str, tuple[str, str]] = {}
-    for t in spec.tables:
-        for r in t.rollups:
-            if r.direct:
-                for col, (h, fine) in r.maps.items():
-                    if col not in schema:
-                        need[col] = (h, fine)
-    return need
-
-
 def _rows_kept_one_to_one(spec: ReleaseSpec, schema: Mapping[str, Any]) -> bool:
     """Whether the hierarchy joins keep one row per input row (public: the mappings only).
 
     A fine code mapped to two coarse codes would repeat its rows; the in-memory ledger then
     counts the repeated rows as one record (by row id), which a streaming session cannot do.
     """
-    for col, (h, fine) in _derived_needs(spec, schema).items():
+    for col, (h, fine) in _derived_needs(spec, schema)[0].items():
         if bool(_derived_mapping(spec, h, fine, col)[fine].is_duplicated().any()):
             return False
     return True
@@ -1000,9 +1008,8 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any])
     releases get a constant key. The joins keep the input's row order (accounting follows the
     row id, but the order is kept anyway).
     """
-    national = any(not t.by or any(r.direct and not r.by for r in t.rollups)
-                   for t in spec.tables)
-    for col, (h, fine) in _derived_needs(spec, schema).items():
+    need, national = _derived_needs(spec, schema)
+    for col, (h, fine) in need.items():
         mapping = _derived_mapping(spec, h, fine, col)
         fine_dtype = lf.collect_schema()[fine]
         mapping = mapping.with_columns(pl.col(fine).cast(fine_dtype, strict=False))
@@ -1010,6 +1017,25 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any])
     if national:
         lf = lf.with_columns(pl.lit("all", dtype=pl.String).alias(NATIONAL))
     return lf
+
+
+def _derived_needs(spec: ReleaseSpec, schema: Mapping[str, Any]
+                   ) -> tuple[dict[str, tuple[str, str]], bool]:
+    """Derived key columns the input lacks (column → (hierarchy, finer column)); national?"""
+    need: dict[str, tuple[str, str]] = {}
+    national = False
+    for t in spec.tables:
+        if not t.by:
+            national = True
+        for r in t.rollups:
+            if not r.direct:
+                continue
+            if not r.by:
+                national = True
+            for col, (h, fine) in r.maps.items():
+                if col not in schema:
+                    need[col] = (h, fine)
+    return need, national
 
 
 def _domain_keys(spec: ReleaseSpec, cols: Sequence[str]) -> KeySet:
@@ -1054,7 +1080,7 @@ def _curves_hold_for(spec: ReleaseSpec) -> str:
     return text
 
 
-def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
+def _release(lf: Any, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
              session: Session, name: str, level: float, spec: ReleaseSpec) -> pl.DataFrame:
     """One table; with a unit, the public contribution bounds the plan assumes are enforced.
 
@@ -1076,6 +1102,10 @@ def _release(lf: pl.LazyFrame, t: TableSpec, mech: Mechanism, by: Sequence[str],
         out = dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
                        name=name, grid=grid, max_cells=max_cells,
                        max_rows=spec.plan.count_rows if multi else None)
+    if not isinstance(out, pl.DataFrame):  # the Spark engine: the table (≤ the key set)
+        from tabdp.release._spark_run import to_polars
+
+        out = to_polars(out)
     # Public tables take the key set's dtypes (the spec's domains), never the input's: the
     # accessor returns keys in the data's dtypes (an Enum whose categories may come from the
     # data), which a public file must not reflect.
@@ -1195,7 +1225,9 @@ def _write_failure(spec: ReleaseSpec, details: dict[str, Any], started: str) -> 
 
 
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
-                progress: Progress | None = None, test_seed: bool = False) -> ReleaseResult:
+                progress: Progress | None = None, test_seed: bool = False,
+                engine: str = "polars", spark: Any = None,
+                spark_master: str | None = None) -> ReleaseResult:
     """Run a release: read the input, release every table, derive rollups, write both folders.
 
     Everything that can be checked without data is checked first (seed, output folders, stale
@@ -1211,14 +1243,24 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         test_seed: Allow a spec with ``[randomness] seed`` (tests only): the public folder is
             then marked not for publication (``NOT_FOR_PUBLICATION.txt`` and
             ``"not_for_publication": true`` in the manifest and summary).
+        engine: ``"polars"`` (one machine) or ``"spark"`` (the input is read and released in
+            Spark; the same outputs, see docs/spark.md).
+        spark: Spark engine: an existing SparkSession to run in (default: one on
+            ``spark_master``, created, or the active one, and stopped at the end if created).
+        spark_master: Spark engine: the master URL of the session to create (default
+            ``local[2]``).
 
     Returns:
         The output locations and the public tables.
 
     Raises:
-        SpecError: The spec is seeded and ``test_seed`` is false, or the input is missing.
+        SpecError: The spec is seeded and ``test_seed`` is false, or the input is missing
+            (``input.table``: under the Polars engine, or not in the Spark catalog).
         InvalidParameterError: An output folder exists and ``overwrite`` is false, or a
             staging folder of another (or a killed) run cannot safely be removed.
+        InvalidParameterError: Also: an unknown engine, or Spark options without the Spark
+            engine (or both ``spark`` and ``spark_master``).
+        UnsupportedBackendError: The Spark engine without PySpark, or Spark could not start.
         DataDependentFailure: Anything went wrong after the data was read.
 
     Warns:
@@ -1240,7 +1282,16 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         >>> (res.confidential / "per_record_losses.parquet").exists()
         True
     """
+    from tabdp.release._spark_run import check_engine
+
     report = progress or _no_progress
+    check_engine(engine, spark, spark_master)
+    if spec.input.table is not None and engine != "spark":
+        raise SpecError(
+            "input.table", f"the input is the Spark catalog table {spec.input.table!r}, which "
+            "only the Spark engine reads. Nothing was read or written.\nHint: run with "
+            "--engine spark (run_release(..., engine='spark')), or set input.path to Parquet "
+            "files.")
     if spec.seed is not None and not test_seed:
         raise SpecError(
             "randomness.seed",
@@ -1256,18 +1307,42 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
+    owned = None
+    if engine == "spark":
+        from tabdp.release._spark_run import check_table, start_spark
+
+        if spark is None:
+            spark, owned = start_spark(spark_master)
+        if spec.input.table is not None:
+            check_table(spark, spec.input.table)
 
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            result = _run_with_data(spec, summary, started, epoch, overwrite, report, caught)
-        except KeyboardInterrupt:
-            raise
-        except Exception as err:  # noqa: BLE001 - one generic failure once data was read
-            details = _failure_details(err, "after reading the input")
-            details["warnings"] = [str(w.message) for w in caught]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            # PySpark's notice about the pandas version says nothing about the data
+            warnings.filterwarnings("ignore", message="PySpark does not yet fully support",
+                                    category=FutureWarning)
+            if engine == "spark":
+                # PySpark 3.5's own notices (py4j sockets left to the garbage collector, the
+                # deprecated APIs of distutils and pandas 2 it calls): nothing about the data
+                warnings.filterwarnings("ignore", category=ResourceWarning)
+                for text in ("distutils Version classes are deprecated",
+                             "is_categorical_dtype is deprecated",
+                             "The copy keyword is deprecated"):
+                    warnings.filterwarnings("ignore", message=text)
+            try:
+                result = _run_with_data(spec, summary, started, epoch, overwrite, report,
+                                        caught, spark if engine == "spark" else None)
+            except KeyboardInterrupt:
+                raise
+            except Exception as err:  # noqa: BLE001 - one generic failure once data was read
+                details = _failure_details(err, "after reading the input")
+                details["warnings"] = [str(w.message) for w in caught]
+    finally:
+        if owned is not None:
+            owned.stop()
     if details is not None:
         # raised outside the except block: the exception carries no chained details
         raise DataDependentFailure(_write_failure(spec, details, started),
@@ -1336,10 +1411,10 @@ def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:
 
 
 def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
-                   overwrite: bool, report: Progress, caught: list[Any]) -> ReleaseResult:
-    from tabdp._version import __version__
-    from tabdp.report.html import render_confidential_html, render_summary_html
-
+                   overwrite: bool, report: Progress, caught: list[Any],
+                   spark: Any = None) -> ReleaseResult:
+    if spark is not None:
+        return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark)
     lf, input_schema = _scan_input(spec)
     if spec.input.unit is None:
         # Records, not positions: each row gets its id before any join, filter or sort, and
@@ -1349,16 +1424,71 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     if spec.input.mode == "author":
         lf = _author_key_casts(spec, lf)
     lf = _add_derived(spec, lf, input_schema)
+    return _release_and_write(spec, summary, started, epoch, overwrite, report, caught, lf,
+                              input_schema, negatives)
+
+
+def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
+                  overwrite: bool, report: Progress, caught: list[Any], spark: Any
+                  ) -> ReleaseResult:
+    """The Spark engine: the same steps on a Spark DataFrame (docs/spark.md)."""
+    from tabdp.release import _spark_run as sr
+
+    inp = spec.input
+    sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
+                                      {c: d.dtype for c, d in spec.domains.items()})
+    persisted = []
+    try:
+        if inp.unit is None:
+            # Records, not positions: rows are numbered as Spark reads them, before any rule,
+            # join or filter, and the session follows that id.
+            sdf, base = sr.number_rows(sdf, ROW_ID)
+            persisted.append(base)
+        sdf, row, measures = sr.input_rules(
+            sdf, unit=inp.unit, unit_nulls=inp.unit_nulls, nonfinite=inp.nonfinite,
+            negatives=inp.negatives, bounds=dict(inp.bounds), measures=_measures_used(spec))
+        negatives, _ = _rules_outcome(spec, row, measures,
+                                      [m for m in inp.bounds if m in measures])
+        if inp.mode == "author":
+            sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
+                                      dict(spec.domains))
+        need, national = _derived_needs(spec, input_schema)
+        sdf = sr.add_derived(
+            spark, sdf, {col: spec.hierarchies[h].mapping.select(fine, col)
+                         .unique(maintain_order=True) for col, (h, fine) in need.items()},
+            NATIONAL if national else None)
+        return _release_and_write(spec, summary, started, epoch, overwrite, report, caught,
+                                  sdf, input_schema, negatives,
+                                  spark=(spark, row.get("rows") if inp.unit is None else None))
+    finally:
+        for p in persisted:
+            p.unpersist()
+
+
+def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
+                       overwrite: bool, report: Progress, caught: list[Any], lf: Any,
+                       input_schema: Mapping[str, str], negatives: dict[str, Any],
+                       spark: tuple[Any, int | None] | None = None) -> ReleaseResult:
+    """Release every table of ``lf`` (a Polars LazyFrame or a Spark DataFrame) and write."""
+    from tabdp._version import __version__
+    from tabdp.report.html import render_confidential_html, render_summary_html
 
     # Row mode streams (no per-row state: the ledger is recomputed from the input) when the
     # hierarchy joins keep one row per record; decided from the spec and public mappings only.
-    streaming = spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema)
+    streaming = (spark is None and spec.input.unit is None
+                 and _rows_kept_one_to_one(spec, input_schema))
     session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
                       seed=spec.seed, streaming=streaming,
                       budget=None if spec.budget is None else spec.budget.rho,
                       track_cells=True,
                       # the engine's phases inside a step (the same for every dataset)
                       progress=lambda name, what: report(step, steps, f"{name}: {what}"))
+    if spark is not None:
+        from tabdp.frame._spark import SparkUnitLedger
+
+        # the session's ledger is a Spark table; with row ids, the report lists every row read
+        session.use_engine("spark", SparkUnitLedger(spark[0], row_mode=spec.input.unit is None,
+                                                    rows=spark[1]))
     level = spec.release.level
     steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
     step = 0
@@ -1418,15 +1548,24 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     report(step, steps, "writing outputs")
     rep = session.report(delta=spec.release.delta)
     per_record: Any = None
+    per_record_view: Any = None
     if not streaming:
         per_record = rep.per_record
         if spec.input.unit is None and ROW_ID in per_record.columns:
-            per_record = per_record.rename({ROW_ID: ROW_LABEL})
+            per_record = (per_record.rename({ROW_ID: ROW_LABEL}) if spark is None else
+                          per_record.withColumnRenamed(ROW_ID, ROW_LABEL))
         # Reproducible confidential files: units in id order (the engine's order of first
         # sight depends on its parallel group-bys), so two identically seeded runs write the
-        # same bytes. (A streaming report comes in row-id order: the input's.)
-        if per_record.width and per_record.height:
+        # same bytes. (Spark: sorted by Spark as it writes the file; the driver gets a bounded
+        # view. A streaming report comes in row-id order: the input's.)
+        if spark is None and per_record.width and per_record.height:
             per_record = per_record.sort(per_record.columns[0], nulls_last=True)
+        if spark is not None:
+            from tabdp.release._spark_run import report_view
+
+            per_record_view = report_view(per_record)
+        else:
+            per_record_view = per_record
     seeded = spec.seed is not None
     files = [*public, "manifest.json", "summary.json", "summary.html",
              *([NOT_FOR_PUBLICATION] if seeded else [])]
@@ -1462,9 +1601,14 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
         if streaming:  # written by the engine, batch by batch, never held in memory
             rep.write_per_record(conf / "per_record_losses.parquet",
                                  rename={ROW_ID: ROW_LABEL})
-            per_record = pl.scan_parquet(conf / "per_record_losses.parquet")
-        else:
+            per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
+        elif spark is None:
             per_record.write_parquet(conf / "per_record_losses.parquet")
+        else:  # by Spark's writer, from the Spark ledger, into the staging folder
+            from tabdp.release._spark_run import write_single_parquet
+
+            write_single_parquet(per_record, conf / "per_record_losses.parquet",
+                                 sort_by=per_record.columns[0])
         worst.write_parquet(conf / "worst_cells.parquet")
         (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
         (conf / "confidential_report.html").write_text(render_confidential_html({
@@ -1472,7 +1616,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
             "unit": spec.input.unit or ROW_LABEL,
             "seed": spec.seed,
             "budget": summary["budget"],
-            "per_record": per_record,
+            "per_record": per_record_view,
             # the public curve as planned (count cells at plan.count_rows rows)
             "total_policy_curve": summary["total_policy_curve"],
             "worst_cells": {r.name: _sorted_cells(_strip_national(

@@ -18,7 +18,11 @@ The TOML schema (every key not listed is refused)::
 
     [input]                         # required
     path = "../data/cbp_sample.parquet"   # a Parquet file, a folder of Parquet files (recursive),
-                                          # a hive-partitioned dataset folder, or a glob
+                                          # a hive-partitioned dataset folder, or a glob;
+                                          # exactly one of path and table
+    table = "lake.cbp_2026"         # instead of path (exactly one of the two): a table of the
+                                    # Spark session's catalog (db.table or catalog.db.table),
+                                    # read with `tabdp run --engine spark` only
     hive_partitioning = false       # optional bool; default: Polars' automatic detection
     unit = "estab_id"               # optional privacy-unit column; omitted: each row is a unit
                                     # (followed by a row id assigned when the input is read)
@@ -201,9 +205,11 @@ class InputSpec:
 
     ``path`` is absolute (resolved against the spec's folder). ``source`` is what Polars scans:
     the file, or a recursive glob ``<folder>/**/*.parquet`` for a folder, or the glob given.
+    With ``table`` (a table of the Spark catalog, read by the Spark engine only), ``path`` is
+    ``None`` and ``source`` the table name.
     """
 
-    path: Path
+    path: Path | None
     source: str
     hive_partitioning: bool | None = None
     unit: str | None = None
@@ -214,6 +220,7 @@ class InputSpec:
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     unit_nulls: str = "error"
     max_cells: int | None = None
+    table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -406,6 +413,7 @@ _SCHEMA = "the full schema is in the docstring of tabdp.release.spec"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _RELEASE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_TABLE_REF = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,2}$")
 _NULLS = ("error", "zero", "drop")
 _NEGATIVES = ("error", "allow", "zero", "drop")
 _KINDS = ("sum", "count")
@@ -421,8 +429,8 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "": ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
          "publication", "plan", "tables"),
     "release": ("name", "title", "description", "level", "delta"),
-    "input": ("path", "hive_partitioning", "unit", "mode", "nulls", "negatives", "nonfinite",
-              "bounds", "unit_nulls", "max_cells"),
+    "input": ("path", "table", "hive_partitioning", "unit", "mode", "nulls", "negatives",
+              "nonfinite", "bounds", "unit_nulls", "max_cells"),
     "domains.*": ("file", "column"),
     "hierarchies.*": ("file", "levels"),
     "budget": ("rho",),
@@ -687,18 +695,36 @@ def _parse_release(raw: Any) -> ReleaseInfo:
 
 
 def _parse_input(raw: Any, base: Path) -> InputSpec:
-    d = _table(raw, "input", allowed=_INPUT_KEYS, required=("path",),
-               example='path = "data.parquet"')
-    text = _string(d["path"], "input.path", what="the input path",
-                   hint="a Parquet file, a folder of Parquet files or a glob such as "
-                        "'data/*.parquet', absolute or relative to the spec's folder.")
-    path = _resolve(base, text)
-    if "*" in text:
-        source = str(path)
-    elif path.is_dir():
-        source = f"{path}/**/*.parquet"
+    d = _table(raw, "input", allowed=_INPUT_KEYS, example='path = "data.parquet"')
+    table = None
+    path: Path | None = None
+    if ("path" in d) == ("table" in d):
+        _fail("input", "needs exactly one of 'path' (Parquet files) and 'table' (a Spark catalog "
+                       f"table); got {'both' if 'path' in d else 'neither'}.",
+              'add path = "data.parquet", or table = "db.name" for tabdp run --engine spark.')
+    if "table" in d:
+        table = _string(d["table"], "input.table", what="the table name",
+                        pattern=_TABLE_REF, rule="one to three names (letters, digits, '_') "
+                        "separated by dots",
+                        hint='name a table of the Spark catalog, e.g. table = "lake.cbp_2026"; '
+                             "it is read by tabdp run --engine spark.")
+        if "hive_partitioning" in d:
+            _fail("input.hive_partitioning", "applies to Parquet files (input.path), not to "
+                                             f"a catalog table (input.table = {table!r}).",
+                  "remove input.hive_partitioning: the catalog knows the table's partitions.")
+        text = table
+        source = table
     else:
-        source = str(path)
+        text = _string(d["path"], "input.path", what="the input path",
+                       hint="a Parquet file, a folder of Parquet files or a glob such as "
+                            "'data/*.parquet', absolute or relative to the spec's folder.")
+        path = _resolve(base, text)
+        if "*" in text:
+            source = str(path)
+        elif path.is_dir():
+            source = f"{path}/**/*.parquet"
+        else:
+            source = str(path)
     hive = None
     if "hive_partitioning" in d:
         hive = _bool(d["hive_partitioning"], "input.hive_partitioning",
@@ -754,7 +780,7 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
         max_cells = int(v)
     return InputSpec(path=path, source=source, hive_partitioning=hive, unit=unit, nulls=nulls,
                      negatives=negatives, mode=mode, nonfinite=nonfinite, bounds=bounds,
-                     unit_nulls=unit_nulls, max_cells=max_cells)
+                     unit_nulls=unit_nulls, max_cells=max_cells, table=table)
 
 
 def _parse_bounds(raw: Any, path: str) -> dict[str, tuple[float, float]]:
@@ -1642,7 +1668,9 @@ def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, H
     """Output folders must not hold or sit inside anything the release reads."""
     read: list[tuple[str, Path]] = []
     src = str(inp.path)
-    if "*" in src:
+    if inp.path is None:  # input.table: a catalog table, no path of ours
+        pass
+    elif "*" in src:
         prefix = src.split("*", 1)[0]
         read.append(("input.path", Path(prefix if prefix.endswith("/") else
                                         os.path.dirname(prefix))))

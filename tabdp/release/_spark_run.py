@@ -1,0 +1,480 @@
+"""``tabdp run --engine spark``: the runner's input steps and confidential writes on Spark.
+
+:mod:`tabdp.release.runner` runs a spec on either engine with the same steps; this module holds
+the Spark twins of the steps that touch the confidential data before the releases (reading the
+input, numbering rows, the input rules, author-mode key casts, derived keys) and the write of
+the per-record report. The releases themselves are the accessor's (``spark_df.dp``,
+:mod:`tabdp.frame._spark`).
+
+What reaches the driver: the input's schema, the counters of the input rules (one aggregate),
+the number of rows of each input partition (row ids), the released tables (at most the key
+sets) and the summaries :mod:`tabdp.frame._spark` collects. The per-record report is written by
+Spark's own writer into the staging folder and renamed like every other output.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tabdp.exceptions import (
+    DataValidationError,
+    InvalidParameterError,
+    SpecError,
+    UnsupportedBackendError,
+)
+
+__all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
+           "number_rows", "input_rules", "author_key_casts", "add_derived", "to_polars",
+           "write_single_parquet", "report_view", "REPORT_UNITS", "check_table"]
+
+#: Engines ``tabdp run --engine`` accepts.
+ENGINES = ("polars", "spark")
+#: Master of the local SparkSession ``tabdp run --engine spark`` starts without ``--spark-master``.
+DEFAULT_MASTER = "local[2]"
+
+
+def check_engine(engine: str, spark: Any = None, master: str | None = None) -> None:
+    """Check the engine options (no data read, PySpark not started).
+
+    Args:
+        engine: ``"polars"`` or ``"spark"``.
+        spark: An existing SparkSession (Spark engine only).
+        master: A Spark master URL (Spark engine only; not with ``spark``).
+
+    Raises:
+        InvalidParameterError: An unknown engine, Spark options with the Polars engine, or
+            both an existing session and a master.
+        UnsupportedBackendError: The Spark engine without PySpark installed.
+
+    Example:
+        >>> check_engine("polars")
+        >>> try:
+        ...     check_engine("duckdb")
+        ... except ValueError as err:
+        ...     print(str(err).split(";")[0])
+        unknown engine 'duckdb'
+    """
+    if engine not in ENGINES:
+        raise InvalidParameterError(
+            f"unknown engine {engine!r}; the engines are {', '.join(map(repr, ENGINES))}. "
+            "Nothing was read or written.\nHint: --engine polars (the default, one machine) or "
+            "--engine spark (pip install 'tabdp[spark]').")
+    if engine == "polars":
+        if spark is not None or master is not None:
+            raise InvalidParameterError(
+                "a Spark session or master was given, but the engine is 'polars'. Nothing was "
+                "read or written.\nHint: add --engine spark (run_release(..., engine='spark')),"
+                " or leave out the Spark options.")
+        return
+    if spark is not None and master is not None:
+        raise InvalidParameterError(
+            "both an existing Spark session and a Spark master were given; a session already "
+            "has its master. Nothing was read or written.\nHint: pass one of them.")
+    if spark is not None:
+        return
+    try:
+        import pyspark.sql  # noqa: F401
+    except ImportError:
+        raise UnsupportedBackendError(
+            "the Spark engine needs PySpark, which is not installed (or does not import). "
+            "Nothing was read or written.\nHint: pip install 'tabdp[spark]' (PySpark 3.5 to "
+            "4.x) and a Java runtime, or run with --engine polars.") from None
+
+
+def start_spark(master: str | None) -> tuple[Any, Any]:
+    """A SparkSession on ``master`` (default :data:`DEFAULT_MASTER`), and whether to stop it.
+
+    A SparkSession already active in this process is used as it is (its own master wins).
+    The Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise. A
+    session created here logs nothing (Spark's log lines could quote data values); a local
+    master gets 8 shuffle partitions. Other settings come from Spark's own configuration
+    (``spark-defaults.conf``, ``SPARK_CONF_DIR``).
+
+    Args:
+        master: A Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...).
+
+    Returns:
+        The session, and the same session if this call created it (the caller stops it at the
+        end), else ``None``.
+
+    Raises:
+        UnsupportedBackendError: Spark could not start (no Java runtime, a bad master URL).
+    """
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, None
+    builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName("tabdp-run") \
+        .config("spark.ui.showConsoleProgress", "false")
+    if (master or DEFAULT_MASTER).startswith("local"):
+        # one machine: a few shuffle partitions (Spark's default of 200 is meant for clusters)
+        builder = builder.config("spark.sql.shuffle.partitions", "8")
+    try:
+        spark = builder.getOrCreate()
+    except Exception as err:  # noqa: BLE001 - the JVM's many ways of not starting
+        raise UnsupportedBackendError(
+            f"Spark could not start on master {master or DEFAULT_MASTER!r}: "
+            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            ". Nothing was read or written.\nHint: check the master URL (--spark-master) and "
+            "that a Java runtime is installed (java on PATH or JAVA_HOME).") from None
+    # Spark's own log lines could quote values of the data (a failed task's traceback): the
+    # terminal gets none; the details of a failure go to failure.json like every other one
+    spark.sparkContext.setLogLevel("OFF")
+    return spark, spark
+
+
+def _table_exists(spark: Any, name: str) -> bool:
+    try:
+        return bool(spark.catalog.tableExists(name))
+    except Exception:  # noqa: BLE001 - an unparsable name or an unreachable catalog
+        return False
+
+
+def check_table(spark: Any, name: str) -> None:
+    """Check that the spec's ``input.table`` is a table of the session's catalog (no data read).
+
+    Args:
+        spark: The SparkSession.
+        name: The table name (``db.name`` or ``catalog.db.name``).
+
+    Raises:
+        SpecError: The catalog has no such table.
+    """
+    if not _table_exists(spark, name):
+        raise SpecError(
+            "input.table", f"the Spark catalog has no table {name!r}. Nothing was read or "
+            "written.\nHint: check the name (db.table or catalog.db.table) and the session's "
+            "catalog configuration (--spark-master, or pass an existing session).")
+
+
+def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | None,
+               domains: dict[str, Any]) -> tuple[Any, dict[str, str]]:
+    """The input as a Spark DataFrame and its schema as text (Polars dtype names).
+
+    Hive partition folders (``state=01/``) of a folder become columns typed like their key
+    domains (else text), as the Polars engine does: Spark's own type inference of partition
+    values is turned off while the folder is listed, so codes such as ``"01"`` stay codes.
+
+    Args:
+        spark: The SparkSession.
+        table: ``input.table``, or ``None`` to read ``path``.
+        path: A Parquet file, a folder of Parquet files or a glob (Hadoop glob syntax).
+        hive: ``input.hive_partitioning`` (``False``: partition folders are not columns).
+        domains: Key column → Polars dtype of its public domain.
+
+    Returns:
+        The frame and ``{column: dtype}``.
+
+    Raises:
+        DataValidationError: The input cannot be read.
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import _spark_type, _try_cast, polars_schema
+
+    infer = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    try:
+        if table is not None:
+            sdf = spark.table(table)
+        else:
+            assert path is not None
+            reader = spark.read
+            if hive is False:
+                reader = reader.option("recursiveFileLookup", "true")
+            before = spark.conf.get(infer, "true")
+            spark.conf.set(infer, "false")
+            try:
+                sdf = reader.parquet(str(path))
+                parts = list(sdf.inputFiles()[:1])
+            finally:
+                spark.conf.set(infer, before)
+            hive_cols = _hive_parts(parts[0], path) if parts and hive is not False else []
+            casts = {}
+            for c in hive_cols:
+                want = domains.get(c)
+                if c in sdf.columns and want is not None and want != pl.String and \
+                        not isinstance(want, (pl.Categorical, pl.Enum)):
+                    st = _spark_type(want)
+                    col = F.col(c)
+                    casts[c] = _try_cast(col, st)
+            if casts:
+                sdf = sdf.withColumns(casts)
+        schema = polars_schema(sdf)
+    except Exception as err:
+        raise DataValidationError(
+            f"cannot read the input {str(table or path)!r} with Spark: "
+            f"{type(err).__name__}.\nHint: input.path must be a Parquet file, a folder of "
+            "Parquet files or a hive-partitioned dataset; input.table a table of the "
+            "session's catalog.") from err
+    return sdf, {k: str(v) for k, v in schema.items()}
+
+
+def _hive_parts(file: str, root: Path) -> list[str]:
+    """Names of the ``name=value`` folders between ``root`` and one of its data files."""
+    rel = file.split(str(root).rstrip("/") + "/", 1)[-1]
+    return [p.split("=", 1)[0] for p in rel.split("/")[:-1] if "=" in p]
+
+
+def number_rows(sdf: Any, name: str) -> tuple[Any, Any]:
+    """Add the row id column ``name`` in the order Spark reads the input.
+
+    Rows are numbered partition by partition, row by row (only the number of rows of each
+    partition reaches the driver), before any rule, join or filter.
+
+    Args:
+        sdf: The input.
+        name: The row id column.
+
+    Returns:
+        The numbered frame and the persisted frame it reads (unpersist it after the run).
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import _row_ids
+
+    base, rid, _ = _row_ids(sdf, sdf.columns)
+    return base.select(rid.alias(name), *[F.col(c) for c in sdf.columns]), base
+
+
+def _pl_schema(sdf: Any) -> dict[str, Any]:
+    from tabdp.frame._spark import polars_schema
+
+    return polars_schema(sdf)
+
+
+def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,
+                negatives: str, bounds: dict[str, tuple[float, float]],
+                measures: Sequence[str]) -> tuple[Any, dict[str, int], list[str]]:
+    """The Spark twin of the runner's input rules: the new frame, the counts, the measures.
+
+    Same rules, order and counts as :func:`tabdp.release.runner._input_rules` (one aggregate
+    collected: the counts). Nulls and NaN are left to the engine. The caller raises on the
+    counts (``nonfinite`` / ``negatives`` = ``"error"``) before using the frame.
+
+    Returns:
+        The frame after the rules (lazy), the counts keyed like the Polars runner's (and
+        ``rows``: the rows read), and the measures the rules apply to.
+    """
+    from pyspark.sql import functions as F
+
+    schema = _pl_schema(sdf)
+    ms = [m for m in measures if m in schema and schema[m].is_numeric()
+          and schema[m] != pl.Boolean]
+    exprs: dict[str, Any] = {m: F.col(m) for m in ms}
+    changed: set[str] = set()
+    drop: list[Any] = []
+    stats: dict[str, Any] = {}
+
+    def count(cond: Any) -> Any:
+        return F.sum(F.when(cond, 1).otherwise(0))
+
+    stats["rows"] = F.count(F.lit(1))  # rows read (row ids: the rows the report lists)
+
+    if unit is not None and unit_nulls == "drop" and unit in schema:
+        bad = F.col(unit).isNull()
+        if schema[unit].is_float():
+            bad = bad | F.isnan(F.col(unit))
+        stats["unit_nulls"] = count(bad)
+        drop.append(bad)
+    for m in ms:
+        if not schema[m].is_float():
+            continue
+        is_inf = F.abs(F.col(m).cast("double")) == F.lit(float("inf"))
+        stats[f"inf:{m}"] = count(is_inf)
+        if nonfinite == "zero":
+            exprs[m] = F.when(is_inf, F.lit(0.0)).otherwise(exprs[m])
+            changed.add(m)
+        elif nonfinite == "drop":
+            drop.append(is_inf)
+    for m, (lo, hi) in bounds.items():
+        if m not in exprs:
+            continue
+        e = exprs[m]
+        if schema[m].is_integer() and float(lo).is_integer() and float(hi).is_integer() \
+                and abs(lo) < 2.0 ** 63 and abs(hi) < 2.0 ** 63:
+            low: Any = F.lit(int(lo)).cast("long")
+            high: Any = F.lit(int(hi)).cast("long")
+        else:
+            e = e.cast("double")
+            low, high = F.lit(float(lo)), F.lit(float(hi))
+        number = ~F.isnan(F.col(m).cast("double"))
+        stats[f"below:{m}"] = count((e < low) & number)
+        stats[f"above:{m}"] = count((e > high) & number)
+        # Spark's least / greatest skip nulls and order NaN above every number: keep both as
+        # they are (Polars' clip does)
+        keep = e.isNull() | F.isnan(e.cast("double"))
+        exprs[m] = F.when(keep, e).otherwise(F.least(F.greatest(e, low), high))
+        changed.add(m)
+    for m in ms:  # counted under every rule, "allow" included (confidential audit)
+        stats[f"neg:{m}"] = count(exprs[m] < 0)
+    if negatives == "drop":
+        drop += [exprs[m] < 0 for m in ms]
+    any_drop = None
+    if drop:
+        any_drop = drop[0]
+        for d in drop[1:]:
+            any_drop = any_drop | d
+        any_drop = F.coalesce(any_drop, F.lit(False))
+        stats["dropped"] = count(any_drop)
+    row = sdf.agg(*[e.alias(f"__s{i}") for i, e in enumerate(stats.values())]).collect()[0]
+    counts = {k: int(row[f"__s{i}"] or 0) for i, k in enumerate(stats)}
+    if negatives == "zero":
+        for m in ms:
+            if counts.get(f"neg:{m}"):
+                exprs[m] = F.when(exprs[m] < 0, F.lit(0)).otherwise(exprs[m])
+                changed.add(m)
+    if any_drop is not None:
+        sdf = sdf.filter(~any_drop)
+    if changed:
+        sdf = sdf.withColumns({m: exprs[m] for m in ms if m in changed})
+    return sdf, counts, ms
+
+
+def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, Any]) -> Any:
+    """Author mode: key columns take their domain's type (a value that does not convert is null).
+
+    The twin of :func:`tabdp.release.runner._author_key_casts`: a number / text mismatch is
+    left alone (the engine refuses it from the schema alone).
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import _spark_type, _try_cast
+
+    schema = _pl_schema(sdf)
+    textual = (pl.String, pl.Categorical, pl.Enum)
+    casts = {}
+    for c in dict.fromkeys(key_columns):
+        if c not in schema or c not in domains:
+            continue
+        have, want = schema[c], domains[c].dtype
+        if isinstance(want, (pl.Categorical, pl.Enum)):
+            want = pl.String
+        if have == want:
+            continue
+        if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
+                (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
+            continue
+        st = _spark_type(want)
+        col = F.col(c)
+        casts[c] = _try_cast(col, st)
+    return sdf.withColumns(casts) if casts else sdf
+
+
+def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: str | None
+                ) -> Any:
+    """Derived key columns of direct releases: joins with the public hierarchy mappings.
+
+    Args:
+        spark: The SparkSession.
+        sdf: The input.
+        need: Derived column → its public mapping (two columns: the finer one, then it).
+        national: Name of the constant national key column to add, or ``None``.
+
+    Returns:
+        The frame with the new columns (mappings broadcast: they are public and small).
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import _quiet, _try_cast
+
+    for col, mapping in need.items():
+        fine = mapping.columns[0]
+        have = sdf.schema[fine].dataType
+        frame = mapping.with_columns(pl.col(c).cast(pl.String) for c in mapping.columns
+                                     if isinstance(mapping.schema[c],
+                                                   (pl.Categorical, pl.Enum)))
+        with _quiet():
+            mdf = spark.createDataFrame(frame.to_pandas())
+        key = F.col(fine)
+        conv = _try_cast(key, have)
+        mdf = mdf.select(conv.alias("__fine"), F.col(col))
+        sdf = sdf.join(F.broadcast(mdf), sdf[fine] == mdf["__fine"], "left").drop("__fine")
+    if national is not None:
+        sdf = sdf.withColumn(national, F.lit("all"))
+    return sdf
+
+
+def to_polars(sdf: Any) -> pl.DataFrame:
+    """A small Spark DataFrame (a released table: at most the key set) as a Polars frame.
+
+    Example:
+        >>> to_polars(pl.DataFrame({"a": [1]})).height
+        1
+    """
+    if isinstance(sdf, pl.DataFrame):
+        return sdf
+    if hasattr(sdf, "toArrow"):  # PySpark >= 4.0
+        out = pl.from_arrow(sdf.toArrow())
+        assert isinstance(out, pl.DataFrame)
+        return out
+    from tabdp.frame._spark import _quiet
+
+    with _quiet():
+        return pl.from_pandas(sdf.toPandas())
+
+
+def write_single_parquet(sdf: Any, target: Path, sort_by: str | None = None) -> None:
+    """Write a Spark DataFrame as ONE Parquet file at ``target``, by Spark's writer.
+
+    The rows are gathered into one partition on the executors (sorted by ``sort_by``), written
+    to a scratch folder next to ``target`` and the single part file renamed to ``target``;
+    nothing passes through the driver.
+
+    Args:
+        sdf: The frame.
+        target: The file to write (its folder must exist; the caller stages it).
+        sort_by: Column to sort the rows by (nulls last), or ``None``.
+    """
+    from pyspark.sql import functions as F
+
+    scratch = target.parent / f".{target.name}.spark-{uuid.uuid4().hex}"
+    one = sdf.repartition(1)
+    if sort_by is not None:
+        one = one.sortWithinPartitions(F.col(sort_by).asc_nulls_last())
+    try:
+        one.write.mode("error").option("compression", "zstd").parquet(str(scratch))
+        parts = sorted(p for p in scratch.iterdir()
+                       if p.name.startswith("part-") and p.name.endswith(".parquet"))
+        if len(parts) != 1:  # pragma: no cover - one partition writes one file
+            raise RuntimeError(f"Spark wrote {len(parts)} part files for one partition")
+        os.replace(parts[0], target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
+#: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
+REPORT_UNITS = 10_000
+
+
+def report_view(per_record: Any, limit: int = REPORT_UNITS) -> pl.DataFrame:
+    """The per-record rows ``confidential_report.html`` is rendered from: at most ``limit``.
+
+    All of them when the release has at most ``limit`` units; else the ``limit`` units with
+    the largest ρ (ties by id), sorted and cut by Spark.
+
+    Args:
+        per_record: The Spark per-record report (first column: the unit id).
+        limit: Most rows collected.
+
+    Returns:
+        A Polars frame in unit order.
+    """
+    from pyspark.sql import functions as F
+
+    unit = per_record.columns[0]
+    top = per_record.orderBy(F.col("rho").desc_nulls_last(), F.col(unit).asc_nulls_last()) \
+        .limit(limit)
+    out = to_polars(top)
+    return out.sort(unit, nulls_last=True) if out.height else out

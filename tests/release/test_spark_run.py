@@ -1,0 +1,276 @@
+"""``tabdp run --engine spark``: the same release as the Polars engine, run in Spark.
+
+The Spark tests (marker ``spark``; deselect with ``-m "not spark"``) share the local[2] session
+of conftest.py and keep to a few small releases: each costs seconds. For one seed, the public
+folder of a Spark run must be the Polars run's, byte for byte, and the confidential files the
+same tables (per-record losses summed per unit in engine order: within 2 ulps).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import cli
+from tabdp.datasets.synth import generate_establishments
+from tabdp.exceptions import SpecError
+from tabdp.release import _spark_run
+from tabdp.release.runner import run_release
+from tabdp.release.spec import load_spec
+
+ROOT = Path(tabdp.__file__).resolve().parents[1]
+HIER = ROOT / "data" / "hierarchies"
+
+
+def _spec(folder: Path, *, source: str, unit: str, tables: str, extra: str = "") -> Path:
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "spark_run"
+delta = 1e-9
+[input]
+{source}
+{unit}
+{extra}
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[hierarchies.industry]
+file = "{HIER.as_posix()}/naics.csv"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+[randomness]
+seed = 17
+[output]
+public = "out/public"
+confidential = "out/confidential"
+{tables}
+""", encoding="utf-8")
+    return path
+
+
+UNIT_TABLES = """
+[budget]
+rho = 0.6
+[[tables]]
+name = "pay"
+measures = ["payroll", "employment"]
+by = ["state", "naics2"]
+mechanism = { family = "gaussian", sigma = 2e5 }
+[[tables.rollups]]
+by = []
+[[tables]]
+name = "estabs"
+kind = "count"
+by = ["naics2"]
+mechanism = { family = "discrete_gaussian", sigma = 2.0 }
+[[tables.rollups]]
+by = []
+direct = true
+"""
+
+ROW_TABLES = """
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county"]
+mechanism = { family = "log", sigma = 0.3, offset = 1000.0 }
+[[tables.rollups]]
+by = ["state"]
+direct = true
+"""
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if ".tmp-" in p.name or ".old-" in p.name
+                  or ".spark-" in p.name)
+
+
+def _same_losses(a: pl.DataFrame, b: pl.DataFrame, exact: bool) -> None:
+    assert a.columns == b.columns and a.schema == b.schema and a.height == b.height
+    assert a[a.columns[0]].to_list() == b[b.columns[0]].to_list()
+    for c in a.columns[1:]:
+        x, y = a[c].to_numpy(), b[c].to_numpy()
+        if exact or c in ("size", "epsilon"):
+            np.testing.assert_array_equal(x, y, err_msg=c)
+        else:  # a unit's losses in several cells are summed in engine order
+            np.testing.assert_allclose(x, y, rtol=5e-16, atol=0, err_msg=c)
+
+
+def _conf_json(folder: Path) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads((folder / "confidential.json").read_text())
+    return out
+
+
+@pytest.mark.spark
+def test_cli_engine_spark_gives_the_polars_release(spark: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # one manifest timestamp
+    data = generate_establishments(160, seed=3)
+    # firms of several establishments (rows) in several cells; the budget leaves some out
+    data.write_parquet(tmp_path / "data.parquet")
+    spec = _spec(tmp_path, source='path = "data.parquet"', unit='unit = "firm_id"',
+                 tables=UNIT_TABLES)
+    code, _, err = _run("run", str(spec), "--test-seed", "--quiet")
+    assert code == 0, err
+    shutil.move(tmp_path / "out", tmp_path / "polars")
+    code, out, err = _run("run", str(spec), "--test-seed", "--quiet", "--engine", "spark")
+    assert code == 0, err
+    assert "done" in out
+    ref, got = tmp_path / "polars", tmp_path / "out"
+    # the public folder: byte for byte (tables, manifest, summaries, marker)
+    assert _files(got / "public") == _files(ref / "public")
+    # the confidential folder: the same files, the same counts and losses
+    assert sorted(_files(got / "confidential")) == sorted(_files(ref / "confidential"))
+    a, b = _conf_json(ref / "confidential"), _conf_json(got / "confidential")
+    assert a["releases"] == b["releases"] and a["units"] == b["units"]
+    assert a["input_rules"] == b["input_rules"] and a["warnings"] == b["warnings"] == []
+    np.testing.assert_allclose(a["rho_max"], b["rho_max"], rtol=5e-16)
+    per = pl.read_parquet(got / "confidential" / "per_record_losses.parquet")
+    _same_losses(pl.read_parquet(ref / "confidential" / "per_record_losses.parquet"), per,
+                 exact=False)
+    assert per.columns[0] == "firm_id" and per["firm_id"].is_sorted()
+    assert 0 < (per["rho_pay"] == 0).sum() < per.height  # the budget left some firms out
+    wa = pl.read_parquet(ref / "confidential" / "worst_cells.parquet")
+    wb = pl.read_parquet(got / "confidential" / "worst_cells.parquet")
+    assert wa.select("release", "cell", "units").equals(wb.select("release", "cell", "units"))
+    np.testing.assert_allclose(wa["worst_rho"].to_numpy(), wb["worst_rho"].to_numpy(),
+                               rtol=5e-16)
+    # one Parquet file written by Spark at the Polars engine's file name; nothing else left
+    assert _leftovers(tmp_path) == []
+    assert (got / "confidential").stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in (got / "confidential").iterdir()} == {0o600}
+
+
+@pytest.mark.spark
+def test_row_mode_from_a_catalog_table_with_derived_keys(spark: Any, tmp_path: Path) -> None:
+    # each row is a unit (row ids as Spark reads the input); `state` is not in the data, so
+    # the direct state release joins the public hierarchy in Spark
+    data = generate_establishments(120, seed=4).drop("state")
+    data.write_parquet(tmp_path / "data.parquet")
+    spark.read.parquet(str(tmp_path / "data.parquet")).createOrReplaceTempView("h30_cbp")
+    spec_pl = load_spec(_spec(tmp_path, source='path = "data.parquet"', unit="",
+                              tables=ROW_TABLES))
+    run_release(spec_pl, test_seed=True)
+    shutil.move(tmp_path / "out", tmp_path / "polars")
+    (tmp_path / "s.toml").unlink()
+    spec_sp = load_spec(_spec(tmp_path, source='table = "h30_cbp"', unit="",
+                              tables=ROW_TABLES))
+    res = run_release(spec_sp, test_seed=True, engine="spark", spark=spark)
+    assert res.files == ["pay.parquet", "pay__state.parquet", "pay__state_direct.parquet",
+                         "manifest.json", "summary.json", "summary.html",
+                         "NOT_FOR_PUBLICATION.txt"]
+    for name in res.files:
+        if name.endswith(".parquet"):
+            assert pl.read_parquet(res.public / name).equals(
+                pl.read_parquet(tmp_path / "polars" / "public" / name)), name
+    per = pl.read_parquet(res.confidential / "per_record_losses.parquet")
+    _same_losses(pl.read_parquet(tmp_path / "polars" / "confidential" /
+                                 "per_record_losses.parquet"), per, exact=True)
+    assert per.columns[0] == "row" and per["row"].to_list() == list(range(120))
+    assert _conf_json(res.confidential)["releases"] == \
+        _conf_json(tmp_path / "polars" / "confidential")["releases"]
+    # the manifest names the table; nothing of the data
+    manifest = json.loads((res.public / "manifest.json").read_text())
+    assert manifest["spec"]["content"]["input"] == {"table": "h30_cbp"}
+    # the Polars engine refuses a table input before reading anything
+    code, _, err = _run("run", str(tmp_path / "s.toml"), "--test-seed", "--overwrite")
+    assert code == 2 and "input.table" in err and "--engine spark" in err
+    spark.catalog.dropTempView("h30_cbp")
+
+
+@pytest.mark.spark
+def test_a_failure_while_writing_leaves_nothing(spark: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    generate_establishments(40, seed=5).write_parquet(tmp_path / "data.parquet")
+    spec = _spec(tmp_path, source='path = "data.parquet"', unit='unit = "estab_id"',
+                 tables='[[tables]]\nname = "n"\nkind = "count"\nby = ["state"]\n')
+    real = _spark_run.write_single_parquet
+
+    def written_then_fails(sdf: Any, target: Path, sort_by: str | None = None) -> None:
+        real(sdf, target, sort_by)  # Spark has written the per-record file into staging
+        assert target.is_file() and ".tmp-" in target.parent.name
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_spark_run, "write_single_parquet", written_then_fails)
+    code, out, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
+    assert code == cli.EXIT_DATA and out == ""
+    assert "data-dependent failure" in err and "No space" not in err
+    assert not (tmp_path / "out" / "public").exists()
+    assert [p.name for p in (tmp_path / "out" / "confidential").iterdir()] == ["failure.json"]
+    assert _leftovers(tmp_path) == []
+    details = json.loads((tmp_path / "out" / "confidential" / "failure.json").read_text())
+    assert details["error"] == "OSError"
+
+
+# -- no Spark needed -------------------------------------------------------------------------
+def test_engine_spark_without_pyspark_is_a_usage_error(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    generate_establishments(20, seed=6).write_parquet(tmp_path / "data.parquet")
+    spec = _spec(tmp_path, source='path = "data.parquet"', unit="",
+                 tables='[[tables]]\nname = "n"\nkind = "count"\nby = ["state"]\n')
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # `import pyspark...` raises ImportError
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    code, out, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
+    assert code == cli.EXIT_USAGE and out == ""
+    assert "needs PySpark" in err and "pip install 'tabdp[spark]'" in err
+    assert not (tmp_path / "out").exists()  # nothing read or written
+    # Spark options need the Spark engine; an unknown engine is refused by argparse
+    code, _, err = _run("run", str(spec), "--test-seed", "--spark-master", "local[1]")
+    assert code == cli.EXIT_USAGE and "--engine spark" in err
+    code, _, _ = _run("run", str(spec), "--test-seed", "--engine", "duckdb")  # argparse
+    assert code == cli.EXIT_USAGE
+    with pytest.raises(tabdp.InvalidParameterError, match="both an existing"):
+        run_release(load_spec(spec), test_seed=True, engine="spark", spark=object(),
+                    spark_master="local[1]")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    ('path = "d.parquet"\ntable = "db.t"', "exactly one of 'path'"),
+    ('unit = "u"', "exactly one of 'path'"),
+    ('table = "db.t; drop"', "input.table"),
+    ('table = "db.t"\nhive_partitioning = true', "input.hive_partitioning"),
+])
+def test_spec_input_table_is_checked(tmp_path: Path, body: str, match: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(f"""
+[release]
+name = "x"
+[input]
+{body}
+[domains]
+c = ["a"]
+[output]
+public = "o/p"
+confidential = "o/c"
+[[tables]]
+name = "n"
+kind = "count"
+by = ["c"]
+""", encoding="utf-8")
+    with pytest.raises(SpecError, match=match):
+        load_spec(path)
+    (tmp_path / "s.toml").write_text(path.read_text().replace(body, 'table = "lake.db.t"'))
+    spec = load_spec(path)
+    assert spec.input.table == "lake.db.t" and spec.input.path is None
+    code, out, err = _run("validate", str(path))  # nothing to check without Spark
+    assert code == 0, err
