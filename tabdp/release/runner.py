@@ -899,7 +899,7 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         drop += [exprs[m] < 0 for m in measures]
     if drop:
         stats["dropped"] = pl.any_horizontal(*drop).fill_null(False).sum()
-    row = (lf.select(**stats).collect().row(0, named=True) if stats else {})
+    row = (lf.select(**stats).collect(engine="streaming").row(0, named=True) if stats else {})
     row = {k: int(v or 0) for k, v in row.items()}
     inf = {m: row[f"inf:{m}"] for m in measures if row.get(f"inf:{m}")}
     neg = {m: row[f"neg:{m}"] for m in measures if row.get(f"neg:{m}")}
