@@ -56,14 +56,15 @@ def _decode(keys: np.ndarray) -> np.ndarray:
 
 
 def order_statistics(lf: pl.LazyFrame, column: str, ranks: Sequence[int], *,
-                     cap: int = COLLECT_CAP) -> np.ndarray:
+                     cap: int | None = None) -> np.ndarray:
     """Values of the given 0-based ranks of a column sorted ascending, in bounded memory.
 
     Args:
         lf: The frame (e.g. ``pl.scan_parquet(...)``).
         column: A numeric column without NaN or null (cast to Float64).
         ranks: Ranks in ``[0, n)``.
-        cap: Bins with at most this many values are collected and sorted in memory.
+        cap: Bins with at most this many values are collected and sorted in memory
+            (default :data:`COLLECT_CAP`).
 
     Returns:
         ``sorted(values)[r]`` for each rank (a zero as 0.0).
@@ -76,6 +77,7 @@ def order_statistics(lf: pl.LazyFrame, column: str, ranks: Sequence[int], *,
         >>> order_statistics(lf, "v", [0, 2, 4], cap=1).tolist()
         [-1.0, 3.0, 5.0]
     """
+    cap = COLLECT_CAP if cap is None else int(cap)
     key = lf.select(sortable_key(pl.col(column).cast(pl.Float64)).alias("k"))
     wanted = sorted({int(r) for r in ranks})
     n = int(key.select(pl.len()).collect(engine="streaming").item())
