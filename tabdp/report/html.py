@@ -1212,7 +1212,7 @@ def _scatter_points(lf: pl.LazyFrame, ok: pl.Expr, n_ok: int, top_n: int
     All of them up to ``_SCATTER_POINTS``, else a systematic sample: the ``k_top`` largest ρ,
     then every ``step``-th other unit in row order.
     """
-    pts = lf.select(x=_f64("size"), y=_f64("rho")).filter(ok)
+    pts = lf.filter(ok).select(x=_f64("size"), y=_f64("rho"))
     if n_ok <= _SCATTER_POINTS:
         df = pts.collect(engine="streaming")
         return df["x"].to_numpy(), df["y"].to_numpy(), None
