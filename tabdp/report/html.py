@@ -1123,7 +1123,9 @@ def _f64(name: str) -> pl.Expr:
 
 
 def _nan_max(e: pl.Expr) -> pl.Expr:
-    return e.filter(~e.is_nan()).max()
+    # when/then, not filter: a filter inside an aggregation branches the streaming plan, and
+    # the branches' buffers can grow with the number of rows
+    return pl.when(~e.is_nan()).then(e).max()
 
 
 def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
@@ -1136,30 +1138,38 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
     cols = lf.collect_schema().names()
     has_rho, has_size = "rho" in cols, "size" in cols
     rho, size = _f64("rho"), _f64("size")
-    aggs: dict[str, pl.Expr] = {"height": pl.len()}
+    # one linear pipeline: scan -> per-row columns (the budget limit once) -> one reduction
+    per_row: dict[str, pl.Expr] = {c: _f64(c) for c in ("rho", "epsilon", "epsilon_delta",
+                                                        "size") if c in cols}
+    if bud is not None and has_rho:
+        if has_size:
+            per_row["_limit"] = size.map_batches(lambda s: pl.Series(bud.limit(s.to_numpy())),
+                                                 return_dtype=pl.Float64, is_elementwise=True)
+        else:
+            per_row["_limit"] = pl.lit(float(bud.limit(np.ones(1))[0]), pl.Float64)
+    r, sz = pl.col("rho"), pl.col("size")
     shown = rho.is_finite() & (rho > 0)
     ok = shown & size.is_finite() & (size > 0)
+    r_shown = r.is_finite() & (r > 0)
+    aggs: dict[str, pl.Expr] = {"height": pl.len()}
     if has_rho:
-        aggs |= {"max_rho": _nan_max(rho), "zeros": (rho == 0).sum(),
-                 "n_inf": rho.is_infinite().sum(), "shown": shown.sum(),
-                 "lo": rho.filter(shown).min(), "hi": rho.filter(shown).max()}
+        aggs |= {"max_rho": _nan_max(r), "zeros": (r == 0).sum(),
+                 "n_inf": r.is_infinite().sum(), "shown": r_shown.sum(),
+                 "lo": pl.when(r_shown).then(r).min(), "hi": pl.when(r_shown).then(r).max()}
         if has_size:
-            aggs["ok"] = ok.sum()
+            aggs["ok"] = (r_shown & sz.is_finite() & (sz > 0)).sum()
     for key, name in (("max_eps", "epsilon"), ("max_epsd", "epsilon_delta"),
                       ("max_size", "size")):
         if name in cols:
-            aggs[key] = _nan_max(_f64(name))
-    if bud is not None and has_rho:
-        if has_size:
-            limit = size.map_batches(lambda s: pl.Series(bud.limit(s.to_numpy())),
-                                     return_dtype=pl.Float64, is_elementwise=True)
-        else:
-            limit = pl.lit(float(bud.limit(np.ones(1))[0]), pl.Float64)
+            aggs[key] = _nan_max(pl.col(name))
+    if "_limit" in per_row:
+        limit = pl.col("_limit")
         # Polars orders NaN above every number: compare only non-NaN values, as numpy does
-        sh = pl.when(~limit.is_nan() & (limit > 0)).then(rho / limit).otherwise(float("inf"))
+        sh = pl.when(~limit.is_nan() & (limit > 0)).then(r / limit).otherwise(float("inf"))
         aggs |= {"share_max": _nan_max(sh), "near": (~sh.is_nan() & (sh >= 0.9)).sum(),
                  "over": (sh.is_nan() | (sh > 1.0 + 1e-12)).sum()}
-    row = lf.select(**aggs).collect(engine="streaming").row(0, named=True)
+    row = lf.with_columns(**per_row).select(**aggs).collect(engine="streaming").row(
+        0, named=True)
     height = int(row["height"])
     n = height if has_rho else 0
     qs = None
