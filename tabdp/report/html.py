@@ -1198,9 +1198,7 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
             if has_rho and has_size else (np.zeros(0), np.zeros(0), None)
     top = None
     if height and has_rho:
-        top = (lf.with_row_index(_ROW).top_k(top_n, by=["rho", _ROW], reverse=[False, True])
-               .collect(engine="streaming").sort(_ROW)
-               .sort("rho", descending=True, nulls_last=True, maintain_order=True).drop(_ROW))
+        top = _top_rows(lf, "rho", top_n)
     return _Losses(
         height=height, n=n, max_rho=_opt_float(row.get("max_rho")), quantiles=qs,
         zeros=int(row.get("zeros") or 0), n_inf=int(row.get("n_inf") or 0),
@@ -1209,6 +1207,27 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
         max_epsd=_opt_float(row.get("max_epsd")) if height else None,
         has_size=has_size and height > 0, max_size=_opt_float(row.get("max_size")),
         share=share, hist=(edges, counts, n - n_shown), scatter=scatter, top=top)
+
+
+def _top_rows(lf: pl.LazyFrame, col: str, k: int) -> pl.DataFrame:
+    """``df.sort(col, descending=True, nulls_last=True, maintain_order=True).head(k)``, streamed.
+
+    The k-th largest value ``t`` first (values only), then the rows above ``t``, the first rows
+    equal to ``t`` and, if short, the first null rows: never more than ``k`` rows in memory.
+    """
+    vals = (lf.select(pl.col(col).drop_nulls().top_k(k)).collect(engine="streaming")
+            .sort(col, descending=True))[col]
+    parts = []
+    if vals.len():
+        t = vals[-1]
+        above = lf.filter(pl.col(col) > t).collect(engine="streaming")
+        parts += [above, lf.filter(pl.col(col) == t).head(k - above.height)
+                  .collect(engine="streaming")]
+    if vals.len() < k:
+        parts.append(lf.filter(pl.col(col).is_null()).head(k - vals.len())
+                     .collect(engine="streaming"))
+    out = pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
+    return out.sort(col, descending=True, nulls_last=True, maintain_order=True).head(k)
 
 
 def _opt_float(v: Any) -> float | None:
