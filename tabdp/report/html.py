@@ -1269,6 +1269,10 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
             column, ``rho``, ``epsilon``, ``size``, optional ``epsilon_delta``,
             ``rho_<query>``...), "total_policy_curve", "worst_cells" ({query: frame}),
             "counts" ({query: dict}), "top_n"}``. Missing entries are shown as absent.
+            ``per_record`` may be a ``pl.LazyFrame`` (e.g. ``pl.scan_parquet`` of the
+            per-record file): it is then summarized with streaming queries, in memory
+            independent of its number of rows, with the same exact figures; only the plot of ρ
+            against size is a systematic sample above 20,000 units (its caption says so).
 
     Returns:
         The HTML document.

@@ -130,6 +130,20 @@ def test_lazy_page_equals_eager_page(tmp_path: Path, k: int) -> None:
         assert lazy == eager
 
 
+def test_top_rows_equal_the_stable_sort() -> None:
+    """Ties, NaN, nulls, k above and below the number of rows: the eager stable sort's rows."""
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        n = int(rng.integers(1, 40))
+        vals = [None if rng.random() < 0.2 else float(v)
+                for v in rng.choice([0.0, 1.0, 2.0, np.nan, np.inf, 3.5], size=n)]
+        df = pl.DataFrame({"rho": vals, "i": np.arange(n)},
+                          schema={"rho": pl.Float64, "i": pl.Int64})
+        for k in (1, 3, 7, 100):
+            want = df.sort("rho", descending=True, nulls_last=True, maintain_order=True).head(k)
+            assert rh._top_rows(df.lazy(), "rho", k).equals(want)
+
+
 def test_large_scatter_is_a_systematic_sample(monkeypatch: pytest.MonkeyPatch) -> None:
     """Above the cap: at most the cap of points, the most exposed units kept, a caption."""
     monkeypatch.setattr(rh, "_SCATTER_POINTS", 500)
