@@ -61,6 +61,9 @@ __all__ = [
     "loss_curves_svg",
     "moe_curves_svg",
     "histogram_svg",
+    "histogram_counts_svg",
+    "histogram_edges",
+    "histogram_bin_index",
     "scatter_svg",
 ]
 
@@ -531,6 +534,59 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
         return _to_svg(fig, "moe", title)
 
 
+def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.ndarray:
+    """Bin edges of :func:`histogram_svg` for ``n`` shown values between ``lo`` and ``hi``.
+
+    Args:
+        n: Number of values shown (finite; with ``log_x`` also > 0). At least 1.
+        lo: Smallest shown value.
+        hi: Largest shown value.
+        log_x: Logarithmic bins.
+
+    Returns:
+        The ``nb + 1`` edges, ``nb = min(60, max(10, round(2 √n)))``: geometric with ``log_x``
+        (widened by a factor 1.5 each side when all values are equal), else linear (widened by
+        0.5).
+
+    Example:
+        >>> e = histogram_edges(100, 1.0, 1e4)
+        >>> e.size, float(e[0]), float(e[-1])
+        (21, 1.0, 10000.0)
+    """
+    nb = int(min(60, max(10, round(2 * math.sqrt(n)))))
+    if log_x:
+        if hi <= lo:
+            lo, hi = lo / 1.5, hi * 1.5
+        return np.geomspace(lo, hi, nb + 1)
+    if hi <= lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    return np.linspace(lo, hi, nb + 1)
+
+
+def histogram_bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin of each value as :func:`numpy.histogram` counts it (last bin closed), -1 outside.
+
+    Args:
+        values: The values.
+        edges: Increasing bin edges.
+
+    Returns:
+        One int64 index per value: ``i`` with ``edges[i] <= v < edges[i + 1]`` (``v ==
+        edges[-1]`` in the last bin); -1 for values outside the edges or NaN.
+
+    Example:
+        >>> histogram_bin_index(np.array([0.5, 1.0, 1.5, 2.0, 3.0]), np.array([1.0, 2.0])
+        ...                     ).tolist()
+        [-1, 0, 0, 0, -1]
+    """
+    v = np.asarray(values, dtype=np.float64)
+    e = np.asarray(edges, dtype=np.float64)
+    idx = np.searchsorted(e, v, side="right").astype(np.int64) - 1
+    idx[v == e[-1]] = e.size - 2
+    idx[(idx < 0) | (idx > e.size - 2) | np.isnan(v)] = -1
+    return idx
+
+
 def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = True) -> str:
     """Histogram of per-unit values (e.g. each unit's total ρ).
 
@@ -555,22 +611,53 @@ def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = 
     finite = v[np.isfinite(v)]
     shown = finite[finite > 0] if log_x else finite
     left_out = int(v.size - shown.size)
+    if shown.size == 0:
+        return histogram_counts_svg(None, None, left_out=left_out, title=title, xlabel=xlabel,
+                                    log_x=log_x)
+    edges = histogram_edges(int(shown.size), float(shown.min()), float(shown.max()),
+                            log_x=log_x)
+    idx = histogram_bin_index(shown, edges)
+    counts = np.bincount(idx[idx >= 0], minlength=edges.size - 1)
+    return histogram_counts_svg(edges, counts, left_out=left_out, title=title, xlabel=xlabel,
+                                log_x=log_x)
+
+
+def histogram_counts_svg(edges: np.ndarray | None, counts: np.ndarray | None, *, left_out: int,
+                         title: str, xlabel: str, log_x: bool = True) -> str:
+    """The plot of :func:`histogram_svg` from precomputed bins (e.g. counted by a Polars query).
+
+    Args:
+        edges: Bin edges (``nb + 1``, from :func:`histogram_edges`), or None when no value is
+            shown.
+        counts: Number of values in each bin (``nb``; :func:`histogram_bin_index`), or None.
+        left_out: Number of values not shown (non-finite; with ``log_x`` also ≤ 0).
+        title: Plot title.
+        xlabel: Label of the x axis.
+        log_x: Logarithmic x axis.
+
+    Returns:
+        An ``<svg ...>...</svg>`` string, identical to :func:`histogram_svg` of values with
+        these counts.
+
+    Example:
+        >>> import numpy as np
+        >>> v = np.geomspace(0.01, 100.0, 500)
+        >>> e = histogram_edges(v.size, 0.01, 100.0)
+        >>> c = np.bincount(histogram_bin_index(v, e), minlength=e.size - 1)
+        >>> svg = histogram_counts_svg(e, c, left_out=0, title="Losses", xlabel="ρ")
+        >>> svg == histogram_svg(v, title="Losses", xlabel="ρ")
+        True
+    """
     with rc_context(_RC):
         fig, (ax,) = _new_figure(height=3.8)
-        if shown.size == 0:
+        shown = edges is not None and counts is not None and int(np.sum(counts)) > 0
+        if not shown:
             _no_data(ax, "no positive values to plot" if log_x else "no values to plot")
         else:
-            lo, hi = float(shown.min()), float(shown.max())
-            nb = int(min(60, max(10, round(2 * math.sqrt(shown.size)))))
-            if log_x:
-                if hi <= lo:
-                    lo, hi = lo / 1.5, hi * 1.5
-                bins = np.geomspace(lo, hi, nb + 1)
-            else:
-                if hi <= lo:
-                    lo, hi = lo - 0.5, hi + 0.5
-                bins = np.linspace(lo, hi, nb + 1)
-            ax.hist(shown, bins=bins.tolist(), color=PALETTE[0], edgecolor="white", linewidth=0.4)
+            e = np.asarray(edges, dtype=np.float64)
+            c = np.asarray(counts, dtype=np.float64)
+            ax.bar(e[:-1], c, width=np.diff(e), align="edge", color=PALETTE[0],
+                   edgecolor="white", linewidth=0.4)
             if log_x:
                 ax.set_xscale("log")
                 _log_axis(ax.xaxis)
@@ -582,7 +669,7 @@ def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = 
         if left_out:
             what = "non-finite or ≤ 0" if log_x else "non-finite"
             note = f"{left_out:,} value(s) {what} not shown"
-            if shown.size:  # an empty legend holding the note, placed where the bars are not
+            if shown:  # an empty legend holding the note, placed where the bars are not
                 ax.legend(handles=[], title=note, loc="best", title_fontsize=9)
             else:
                 ax.text(0.5, 0.4, note, transform=ax.transAxes, ha="center", va="top",
@@ -612,7 +699,7 @@ def _subsample(y: np.ndarray, max_points: int) -> np.ndarray:
 
 def scatter_svg(x: np.ndarray, y: np.ndarray, *, title: str, xlabel: str, ylabel: str,
                 curve: Sequence[Mapping[str, float | None]] | None = None,
-                max_points: int = 20000) -> str:
+                max_points: int = 20000, n_total: int | None = None) -> str:
     """Log-log scatter of per-unit values, with an optional public policy curve on top.
 
     Args:
@@ -627,6 +714,9 @@ def scatter_svg(x: np.ndarray, y: np.ndarray, *, title: str, xlabel: str, ylabel
         max_points: Largest number of points drawn. Beyond it a deterministic subsample is
             drawn: the ``max_points // 10`` points of largest y, and points evenly spaced in the
             rank order of y among the others (the plot says so).
+        n_total: When ``x`` and ``y`` are already a sample: the number of units it was drawn
+            from (units with positive finite x and y); the plot then says "a systematic sample
+            of N of M units".
 
     Returns:
         An ``<svg ...>...</svg>`` string.
@@ -665,6 +755,9 @@ def scatter_svg(x: np.ndarray, y: np.ndarray, *, title: str, xlabel: str, ylabel
             _style_log_axes(ax)
             note = (f"{idx.size:,} of {xa.size:,} units shown:\nthe largest values and an even "
                     "spread of the others" if idx.size < xa.size else None)
+            if n_total is not None and n_total > idx.size:
+                note = (f"a systematic sample of {idx.size:,} of {n_total:,} units:\nthe "
+                        "largest values and every k-th other unit")
             ax.legend(loc="best", title=note, title_fontsize=8.5, markerscale=2.5)
         else:
             _no_data(ax, "no units with positive size and loss")

@@ -905,7 +905,7 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         drop += [exprs[m] < 0 for m in measures]
     if drop:
         stats["dropped"] = pl.any_horizontal(*drop).fill_null(False).sum()
-    row = (lf.select(**stats).collect().row(0, named=True) if stats else {})
+    row = (lf.select(**stats).collect(engine="streaming").row(0, named=True) if stats else {})
     row = {k: int(v or 0) for k, v in row.items()}
     info, neg = _rules_outcome(spec, row, measures, [m for m in inp.bounds if m in exprs])
     if inp.negatives == "zero":

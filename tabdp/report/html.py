@@ -24,6 +24,7 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
@@ -31,12 +32,15 @@ import numpy as np
 import polars as pl
 
 from tabdp.plotting import (
-    histogram_svg,
+    histogram_bin_index,
+    histogram_counts_svg,
+    histogram_edges,
     loss_curves_svg,
     moe_curves_svg,
     scatter_svg,
 )
 from tabdp.privacy.budget import Budget
+from tabdp.report.streaming import exact_quantiles
 
 __all__ = ["render_summary_html", "render_confidential_html", "fmt"]
 
@@ -1044,6 +1048,212 @@ def _cell(v: Any) -> Any:
     return str(v)
 
 
+_ROW = "__tabdp_row__"
+_QUANTILES = (0.5, 0.9, 0.99, 0.999)
+#: Largest number of points of the ρ-against-size plot (``scatter_svg``'s default).
+_SCATTER_POINTS = 20000
+
+
+@dataclass
+class _Losses:
+    """What the confidential report shows of the per-record frame (eager or streamed)."""
+
+    height: int
+    n: int  # values of rho (0 without a rho column)
+    max_rho: float | None
+    quantiles: np.ndarray | None
+    zeros: int
+    n_inf: int
+    has_eps: bool
+    max_eps: float | None
+    has_epsd: bool
+    max_epsd: float | None
+    has_size: bool
+    max_size: float | None
+    share: tuple[float | None, int, int] | None  # largest share, near, over
+    hist: tuple[np.ndarray | None, np.ndarray | None, int]  # edges, counts, left out
+    # x, y, and for a sample (units it was drawn from, largest kept, step)
+    scatter: tuple[np.ndarray, np.ndarray, tuple[int, int, int] | None] | None
+    top: pl.DataFrame | None
+
+
+def _rho_quantiles(rho: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        qs = np.quantile(rho, list(_QUANTILES))
+    return np.asarray(qs, dtype=np.float64)
+
+
+def _losses_eager(per: pl.DataFrame, bud: Budget | None, top_n: int) -> _Losses:
+    rho = _col(per, "rho")
+    eps = _col(per, "epsilon")
+    size = _col(per, "size")
+    epsd = _col(per, "epsilon_delta") if "epsilon_delta" in per.columns else None
+    qs = None
+    if rho.size:
+        qs = _rho_quantiles(rho)
+        qs = np.where(np.isnan(qs) & np.any(np.isinf(rho)), np.inf, qs)
+    share = None
+    if bud is not None and rho.size:
+        limit = bud.limit(size if size.size == rho.size else np.ones(rho.size))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sh = np.where(limit > 0, rho / limit, np.inf)
+        share = (_max(sh), int(np.sum(sh >= 0.9)), int(np.sum(~(sh <= 1.0 + 1e-12))))
+    finite = rho[np.isfinite(rho)]
+    shown = finite[finite > 0]
+    edges = counts = None
+    if shown.size:
+        edges = histogram_edges(int(shown.size), float(shown.min()), float(shown.max()))
+        counts = np.bincount(histogram_bin_index(shown, edges), minlength=edges.size - 1)
+    top = None
+    if per.height and "rho" in per.columns:
+        top = per.sort("rho", descending=True, nulls_last=True, maintain_order=True).head(top_n)
+    return _Losses(
+        height=per.height, n=int(rho.size), max_rho=_max(rho), quantiles=qs,
+        zeros=int(np.sum(rho == 0)), n_inf=int(np.sum(np.isinf(rho))),
+        has_eps=bool(eps.size), max_eps=_max(eps), has_epsd=epsd is not None,
+        max_epsd=_max(epsd) if epsd is not None and epsd.size else None,
+        has_size=bool(size.size), max_size=_max(size), share=share,
+        hist=(edges, counts, int(rho.size - shown.size)),
+        scatter=(size, rho, None) if size.size == rho.size else None, top=top)
+
+
+def _f64(name: str) -> pl.Expr:
+    """A column as ``_col`` reads it: Float64, unparseable values and nulls as NaN."""
+    return pl.col(name).cast(pl.Float64, strict=False).fill_null(float("nan"))
+
+
+def _nan_max(e: pl.Expr) -> pl.Expr:
+    # when/then, not filter: a filter inside an aggregation branches the streaming plan, and
+    # the branches' buffers can grow with the number of rows
+    return pl.when(~e.is_nan()).then(e).max()
+
+
+def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
+    """:func:`_losses_eager` with streaming queries: memory independent of the number of rows.
+
+    Every query runs with ``collect(engine="streaming")`` and returns a bounded result: one row
+    of totals, the histogram's bin counts, the order statistics of the quantiles
+    (:func:`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
+    """
+    cols = lf.collect_schema().names()
+    has_rho, has_size = "rho" in cols, "size" in cols
+    rho, size = _f64("rho"), _f64("size")
+    # one linear pipeline: scan -> per-row columns (the budget limit once) -> one reduction
+    per_row: dict[str, pl.Expr] = {c: _f64(c) for c in ("rho", "epsilon", "epsilon_delta",
+                                                        "size") if c in cols}
+    if bud is not None and has_rho:
+        if has_size:
+            per_row["_limit"] = size.map_batches(lambda s: pl.Series(bud.limit(s.to_numpy())),
+                                                 return_dtype=pl.Float64, is_elementwise=True)
+        else:
+            per_row["_limit"] = pl.lit(float(bud.limit(np.ones(1))[0]), pl.Float64)
+    r, sz = pl.col("rho"), pl.col("size")
+    shown = rho.is_finite() & (rho > 0)
+    ok = shown & size.is_finite() & (size > 0)
+    r_shown = r.is_finite() & (r > 0)
+    aggs: dict[str, pl.Expr] = {"height": pl.len()}
+    if has_rho:
+        aggs |= {"max_rho": _nan_max(r), "zeros": (r == 0).sum(),
+                 "n_inf": r.is_infinite().sum(), "shown": r_shown.sum(),
+                 "lo": pl.when(r_shown).then(r).min(), "hi": pl.when(r_shown).then(r).max()}
+        if has_size:
+            aggs["ok"] = (r_shown & sz.is_finite() & (sz > 0)).sum()
+    for key, name in (("max_eps", "epsilon"), ("max_epsd", "epsilon_delta"),
+                      ("max_size", "size")):
+        if name in cols:
+            aggs[key] = _nan_max(pl.col(name))
+    if "_limit" in per_row:
+        limit = pl.col("_limit")
+        # Polars orders NaN above every number: compare only non-NaN values, as numpy does
+        sh = pl.when(~limit.is_nan() & (limit > 0)).then(r / limit).otherwise(float("inf"))
+        aggs |= {"share_max": _nan_max(sh), "near": (~sh.is_nan() & (sh >= 0.9)).sum(),
+                 "over": (sh.is_nan() | (sh > 1.0 + 1e-12)).sum()}
+    row = lf.with_columns(**per_row).select(**aggs).collect(engine="streaming").row(
+        0, named=True)
+    height = int(row["height"])
+    n = height if has_rho else 0
+    qs = None
+    if n:
+        qs = exact_quantiles(lf, "rho", _QUANTILES)
+        qs = np.where(np.isnan(qs) & (int(row["n_inf"]) > 0), np.inf, qs)
+    share = None
+    if "share_max" in row and n:
+        share = (_opt_float(row["share_max"]), int(row["near"]), int(row["over"]))
+    n_shown = int(row.get("shown") or 0)
+    edges = counts = None
+    if n_shown:
+        edges = histogram_edges(n_shown, float(row["lo"]), float(row["hi"]))
+        e = edges
+        bins = (lf.select(rho).filter(shown)
+                .select(b=rho.map_batches(
+                    lambda s: pl.Series(histogram_bin_index(s.to_numpy(), e)),
+                    return_dtype=pl.Int64, is_elementwise=True))
+                .group_by("b").agg(c=pl.len()).collect(engine="streaming"))
+        counts = np.zeros(edges.size - 1, dtype=np.int64)
+        b, c = bins["b"].to_numpy(), bins["c"].to_numpy()
+        counts[b[b >= 0]] = c[b >= 0]
+    scatter = None
+    if has_rho == has_size or height == 0:
+        scatter = _scatter_points(lf, ok, int(row.get("ok") or 0), top_n) \
+            if has_rho and has_size else (np.zeros(0), np.zeros(0), None)
+    top = None
+    if height and has_rho:
+        top = _top_rows(lf, "rho", top_n)
+    return _Losses(
+        height=height, n=n, max_rho=_opt_float(row.get("max_rho")), quantiles=qs,
+        zeros=int(row.get("zeros") or 0), n_inf=int(row.get("n_inf") or 0),
+        has_eps="epsilon" in cols and height > 0, max_eps=_opt_float(row.get("max_eps")),
+        has_epsd="epsilon_delta" in cols,
+        max_epsd=_opt_float(row.get("max_epsd")) if height else None,
+        has_size=has_size and height > 0, max_size=_opt_float(row.get("max_size")),
+        share=share, hist=(edges, counts, n - n_shown), scatter=scatter, top=top)
+
+
+def _top_rows(lf: pl.LazyFrame, col: str, k: int) -> pl.DataFrame:
+    """``df.sort(col, descending=True, nulls_last=True, maintain_order=True).head(k)``, streamed.
+
+    The k-th largest value ``t`` first (values only), then the rows above ``t``, the first rows
+    equal to ``t`` and, if short, the first null rows: never more than ``k`` rows in memory.
+    """
+    vals = (lf.select(pl.col(col).drop_nulls().top_k(k)).collect(engine="streaming")
+            .sort(col, descending=True))[col]
+    parts = []
+    if vals.len():
+        t = vals[-1]
+        above = lf.filter(pl.col(col) > t).collect(engine="streaming")
+        parts += [above, lf.filter(pl.col(col) == t).head(k - above.height)
+                  .collect(engine="streaming")]
+    if vals.len() < k:
+        parts.append(lf.filter(pl.col(col).is_null()).head(k - vals.len())
+                     .collect(engine="streaming"))
+    out = pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
+    return out.sort(col, descending=True, nulls_last=True, maintain_order=True).head(k)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _scatter_points(lf: pl.LazyFrame, ok: pl.Expr, n_ok: int, top_n: int
+                    ) -> tuple[np.ndarray, np.ndarray, tuple[int, int, int] | None]:
+    """The units drawn in the ρ-against-size plot (positive finite size and ρ).
+
+    All of them up to ``_SCATTER_POINTS``, else a systematic sample: the ``k_top`` largest ρ,
+    then every ``step``-th other unit in row order.
+    """
+    pts = lf.filter(ok).select(x=_f64("size"), y=_f64("rho"))
+    if n_ok <= _SCATTER_POINTS:
+        df = pts.collect(engine="streaming")
+        return df["x"].to_numpy(), df["y"].to_numpy(), None
+    k_top = max(_SCATTER_POINTS // 10, top_n)
+    step = -(-n_ok // max(_SCATTER_POINTS - k_top, 1))
+    pts = pts.with_row_index(_ROW)
+    largest = pts.top_k(k_top, by=["y", _ROW], reverse=[False, True]).collect(engine="streaming")
+    spread = pts.filter(pl.col(_ROW) % step == 0).collect(engine="streaming")
+    df = pl.concat([largest, spread]).unique(_ROW, keep="first").sort(_ROW)
+    return df["x"].to_numpy(), df["y"].to_numpy(), (n_ok, k_top, step)
+
+
 def render_confidential_html(report: Mapping[str, Any]) -> str:
     """Render the CONFIDENTIAL per-record report of a release as a self-contained page.
 
@@ -1059,6 +1269,10 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
             column, ``rho``, ``epsilon``, ``size``, optional ``epsilon_delta``,
             ``rho_<query>``...), "total_policy_curve", "worst_cells" ({query: frame}),
             "counts" ({query: dict}), "top_n"}``. Missing entries are shown as absent.
+            ``per_record`` may be a ``pl.LazyFrame`` (e.g. ``pl.scan_parquet`` of the
+            per-record file): it is then summarized with streaming queries, in memory
+            independent of its number of rows, with the same exact figures; only the plot of ρ
+            against size is a systematic sample above 20,000 units (its caption says so).
 
     Returns:
         The HTML document.
@@ -1076,15 +1290,16 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
     title = _release_title(release)
     unit = str(report.get("unit") or "row")
     delta = release.get("delta")
-    per = _as_polars(report.get("per_record"))
+    frame = report.get("per_record")
     top_n = report.get("top_n")
     top_n = int(top_n) if isinstance(top_n, (int, np.integer)) and top_n > 0 else 20
-    rho = _col(per, "rho")
-    eps = _col(per, "epsilon")
-    size = _col(per, "size")
-    epsd = _col(per, "epsilon_delta") if "epsilon_delta" in per.columns else None
     budget = report.get("budget")
+    bud = _budget_object(budget)
     seed = report.get("seed")
+    if isinstance(frame, pl.LazyFrame):
+        los = _losses_lazy(frame, bud, top_n)
+    else:
+        los = _losses_eager(_as_polars(frame), bud, top_n)
 
     head = ['<header class="masthead"><div class="page">'
             '<div class="kicker">Confidential report · per-record privacy losses</div>'
@@ -1092,7 +1307,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
             '<div class="meta">'
             f"<span>Release: <b>{_e(release.get('name', ''))}</b></span>"
             f"<span>Privacy unit: <b>{_e(unit)}</b></span>"
-            f"<span>Units: <b>{_e(per.height)}</b></span>"
+            f"<span>Units: <b>{_e(los.height)}</b></span>"
             "</div></div></header>"]
     body = ['<div class="page">',
             '<div class="callout warn"><p><b>Keep inside the agency.</b> This page shows each '
@@ -1108,31 +1323,24 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                       ("handling", "Data handling")]))
 
     # -- overview
-    stats: list[tuple[str, str]] = [("Units", _e(int(rho.size)))]
-    stats.append(("Largest ρ", _e(_max(rho))))
-    if rho.size:
-        with np.errstate(invalid="ignore"):
-            qs = np.quantile(rho, [0.5, 0.9, 0.99, 0.999])
-        qs = np.where(np.isnan(qs) & np.any(np.isinf(rho)), np.inf, qs)
-        for q, v in zip(("50%", "90%", "99%", "99.9%"), qs, strict=True):
+    stats: list[tuple[str, str]] = [("Units", _e(los.n))]
+    stats.append(("Largest ρ", _e(los.max_rho)))
+    if los.n:
+        assert los.quantiles is not None
+        for q, v in zip(("50%", "90%", "99%", "99.9%"), los.quantiles, strict=True):
             stats.append((f"ρ quantile {q}", _e(float(v))))
-        stats.append(("Units with ρ = 0", _e(int(np.sum(rho == 0)))))
-    if eps.size:
-        stats.append(("Largest ε (pure DP)", _e(_max(eps))))
-    if epsd is not None:
+        stats.append(("Units with ρ = 0", _e(los.zeros)))
+    if los.has_eps:
+        stats.append(("Largest ε (pure DP)", _e(los.max_eps)))
+    if los.has_epsd:
         stats.append((f"Largest ε at δ = {fmt(_float(delta))}" if delta is not None
-                      else "Largest ε(δ)", _e(_max(epsd) if epsd.size else None)))
-    if size.size:
-        stats.append(("Largest unit size", _e(_max(size))))
-    bud = _budget_object(budget)
+                      else "Largest ε(δ)", _e(los.max_epsd)))
+    if los.has_size:
+        stats.append(("Largest unit size", _e(los.max_size)))
     budget_note = ""
-    if bud is not None and rho.size:
-        limit = bud.limit(size if size.size == rho.size else np.ones(rho.size))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(limit > 0, rho / limit, np.inf)
-        near = int(np.sum(share >= 0.9))
-        over = int(np.sum(~(share <= 1.0 + 1e-12)))
-        stats.append(("Largest share of budget used", _e(_percent(_max(share)))))
+    if los.share is not None:
+        share_max, near, over = los.share
+        stats.append(("Largest share of budget used", _e(_percent(share_max))))
         stats.append(("Units within 10% of the budget", _e(near)))
         stats.append(("Units over the budget", _e(over)))
         if over:
@@ -1145,23 +1353,31 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
     body.append(_section("overview", "Overview", "".join(ov)))
 
     # -- plots
-    hist = histogram_svg(rho, title="Total privacy loss ρ per unit", xlabel="total ρ of a unit "
-                         "(log scale)")
-    zero_note = (f" {int(np.sum(rho == 0)):,} unit(s) with ρ = 0 (no contribution) cannot be "
-                 "shown on the log scale." if rho.size and np.any(rho == 0) else "")
-    n_inf = int(np.sum(np.isinf(rho)))
-    inf_note = (f" {n_inf:,} unit(s) have ρ = ∞ (approximate-DP releases) and are not shown."
-                if n_inf else "")
+    h_edges, h_counts, left_out = los.hist
+    hist = histogram_counts_svg(h_edges, h_counts, left_out=left_out,
+                                title="Total privacy loss ρ per unit",
+                                xlabel="total ρ of a unit (log scale)")
+    zero_note = (f" {los.zeros:,} unit(s) with ρ = 0 (no contribution) cannot be "
+                 "shown on the log scale." if los.n and los.zeros else "")
+    inf_note = (f" {los.n_inf:,} unit(s) have ρ = ∞ (approximate-DP releases) and are not shown."
+                if los.n_inf else "")
     dist = [_figure("plot-loss-hist", hist,
                     "<b>How to read this plot.</b> How many units (vertical axis, logarithmic) "
                     "have each total privacy loss ρ (horizontal axis, logarithmic). Most units "
                     "should sit far to the left; the few on the right are the most exposed, "
                     "listed below." + zero_note + inf_note)]
-    if size.size == rho.size:
-        sc = scatter_svg(size, rho, title="Total loss ρ against unit size",
+    sample_note = ""
+    if los.scatter is not None:
+        sx, sy, sample = los.scatter
+        sc = scatter_svg(sx, sy, title="Total loss ρ against unit size",
                          xlabel="unit size (largest contribution to one cell)",
                          ylabel="total ρ of a unit",
-                         curve=report.get("total_policy_curve") or None)
+                         curve=report.get("total_policy_curve") or None,
+                         n_total=sample[0] if sample else None)
+        if sample:
+            sample_note = (f" The plot shows a systematic sample of {sx.size:,} of {sample[0]:,} "
+                           f"units: the {sample[1]:,} with the largest ρ and every "
+                           f"{sample[2]:,}-th other unit.")
     else:
         sc = scatter_svg(np.zeros(0), np.zeros(0), title="Total loss ρ against unit size",
                          xlabel="unit size", ylabel="total ρ of a unit")
@@ -1170,19 +1386,20 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                         "total loss ρ. The black line is the public total policy curve: the "
                         "loss of a unit of that size contributing to one cell of every table. "
                         "Dots lie below it when a unit contributes less to some tables, and "
-                        "can lie above it when a unit contributes to several cells of a table."))
+                        "can lie above it when a unit contributes to several cells of a table."
+                        + sample_note))
     body.append(_section("distribution", "Distribution of the losses", "".join(dist)))
 
     # -- most exposed units
-    if per.height and "rho" in per.columns:
-        top = per.sort("rho", descending=True, nulls_last=True, maintain_order=True).head(top_n)
+    if los.top is not None:
+        top = los.top
         if bud is not None and "size" in top.columns:
             lim = bud.limit(_col(top, "size"))
             top = top.with_columns(pl.Series("share_of_budget", _col(top, "rho") / lim))
         front = [c for c in (unit if unit in top.columns else None, "rho", "share_of_budget",
                              "epsilon", "epsilon_delta", "size") if c and c in top.columns]
         top = top.select(front + [c for c in top.columns if c not in front])
-        exposed = (f"<p>The {min(top_n, per.height)} units with the largest total loss ρ, with "
+        exposed = (f"<p>The {min(top_n, los.height)} units with the largest total loss ρ, with "
                    "their loss in each query (<code>rho_&lt;query&gt;</code>).</p>"
                    + _frame_table(top, percent=("share_of_budget",)))
     else:

@@ -1,0 +1,183 @@
+"""Exact statistics of a large column in bounded memory (Polars streaming queries).
+
+The confidential report summarizes one row per unit, which can be hundreds of millions of rows
+read from Parquet. These helpers compute what it needs without holding the column in memory:
+
+* :func:`sortable_key` maps a float column to int64 keys in the same order (by their bits);
+* :func:`order_statistics` finds the values of given ranks in sorted order by counting keys
+  per bin (their leading bits) and narrowing to the bins that hold the ranks, collecting values
+  only once a bin is small;
+* :func:`exact_quantiles` is :func:`numpy.quantile` (``method="linear"``) on those order
+  statistics, bit for bit.
+
+Every query runs with ``collect(engine="streaming")``; its memory grows with the number of bins
+(at most 2¹⁶ per narrowing step) and the collection cap, not with the number of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+__all__ = ["sortable_key", "order_statistics", "exact_quantiles"]
+
+_MIN = -(2 ** 63)
+_SHIFTS = (48, 32, 16, 0)
+#: Bins holding at most this many values are collected and sorted in memory.
+COLLECT_CAP = 65536
+
+
+def sortable_key(expr: pl.Expr) -> pl.Expr:
+    """Int64 keys ordered like the float values of ``expr`` (-0.0 counted as 0.0; no NaN).
+
+    Args:
+        expr: A Float64 expression without NaN or null.
+
+    Returns:
+        The keys: the IEEE-754 bits for values ≥ 0, ``-1 - (bits - MIN)`` for negatives.
+
+    Example:
+        >>> df = pl.DataFrame({"v": [-float("inf"), -2.0, -0.0, 0.0, 1e-300, 3.0]})
+        >>> k = df.select(sortable_key(pl.col("v")).alias("k"))["k"].to_list()
+        >>> k == sorted(k) and k[2] == k[3] == 0
+        True
+    """
+    b = pl.when(expr == 0.0).then(0.0).otherwise(expr).reinterpret(dtype=pl.Int64)
+    return pl.when(b < 0).then(pl.lit(-1, pl.Int64) - (b - pl.lit(_MIN, pl.Int64))).otherwise(b)
+
+
+def _decode(keys: np.ndarray) -> np.ndarray:
+    k = np.asarray(keys, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        bits = np.where(k < 0, (-1 - k) + np.int64(_MIN), k)
+    return bits.astype(np.int64).view(np.float64)
+
+
+def order_statistics(lf: pl.LazyFrame, column: str, ranks: Sequence[int], *,
+                     cap: int | None = None) -> np.ndarray:
+    """Values of the given 0-based ranks of a column sorted ascending, in bounded memory.
+
+    Args:
+        lf: The frame (e.g. ``pl.scan_parquet(...)``).
+        column: A numeric column without NaN or null (cast to Float64).
+        ranks: Ranks in ``[0, n)``.
+        cap: Bins with at most this many values are collected and sorted in memory
+            (default :data:`COLLECT_CAP`).
+
+    Returns:
+        ``sorted(values)[r]`` for each rank (a zero as 0.0).
+
+    Raises:
+        ValueError: A rank is outside ``[0, n)``.
+
+    Example:
+        >>> lf = pl.LazyFrame({"v": [5.0, -1.0, 3.0, 3.0, 0.0]})
+        >>> order_statistics(lf, "v", [0, 2, 4], cap=1).tolist()
+        [-1.0, 3.0, 5.0]
+    """
+    cap = COLLECT_CAP if cap is None else int(cap)
+    key = lf.select(sortable_key(pl.col(column).cast(pl.Float64)).alias("k"))
+    wanted = sorted({int(r) for r in ranks})
+    n = int(key.select(pl.len()).collect(engine="streaming").item())
+    if any(not 0 <= r < n for r in wanted):
+        raise ValueError(f"order_statistics: ranks must lie in [0, {n}); got {wanted}.")
+    found: dict[int, float] = {}
+    # active: rank -> (prefix of the bin at the previous shift, rank within that bin)
+    active: dict[int, tuple[int | None, int]] = {r: (None, r) for r in wanted}
+    prev_shift = 64
+    for shift in _SHIFTS:
+        if not active:
+            break
+        prefixes = sorted({p for p, _ in active.values() if p is not None})
+        q = key
+        if prefixes:
+            q = q.filter((pl.col("k") // (1 << prev_shift)).is_in(prefixes))
+        counts = (q.group_by(g=pl.col("k") // (1 << shift)).agg(c=pl.len())
+                  .collect(engine="streaming").sort("g"))
+        g_all = counts["g"].to_numpy()
+        c_all = counts["c"].to_numpy().astype(np.int64)
+        collect: dict[int, list[tuple[int, int]]] = {}  # bin -> [(rank, rank in bin)]
+        nxt: dict[int, tuple[int | None, int]] = {}
+        for r, (p, within) in active.items():
+            sel = (np.ones(g_all.size, bool) if p is None
+                   else (g_all // (1 << (prev_shift - shift))) == p)
+            gs, cs = g_all[sel], c_all[sel]
+            cum = np.cumsum(cs)
+            i = int(np.searchsorted(cum, within, side="right"))
+            g, below = int(gs[i]), int(cum[i] - cs[i])
+            if shift == 0:
+                found[r] = float(_decode(np.array([g]))[0])
+            elif cs[i] <= cap:
+                collect.setdefault(g, []).append((r, within - below))
+            else:
+                nxt[r] = (g, within - below)
+        if collect:
+            vals = (key.filter((pl.col("k") // (1 << shift)).is_in(sorted(collect)))
+                    .collect(engine="streaming")["k"].to_numpy())
+            for g, items in collect.items():
+                inbin = np.sort(vals[(vals // (1 << shift)) == g])
+                for r, w in items:
+                    found[r] = float(_decode(inbin[w:w + 1])[0])
+        active = nxt
+        prev_shift = shift
+    return np.array([found[int(r)] for r in ranks], dtype=np.float64)
+
+
+def exact_quantiles(lf: pl.LazyFrame, column: str, qs: Sequence[float]) -> np.ndarray:
+    """``numpy.quantile(values, qs)`` (linear method) of a column, in bounded memory.
+
+    Nulls count as NaN (as ``Series.to_numpy()`` gives them): like numpy, a column with a NaN
+    has NaN quantiles. The interpolation repeats numpy's, including its two-sided formula
+    (``b - (b - a)(1 - t)`` for ``t ≥ 0.5``) and its NaN for an infinite order statistic.
+
+    Args:
+        lf: The frame.
+        column: A numeric column (cast to Float64).
+        qs: Quantile levels in ``[0, 1]``.
+
+    Returns:
+        One value per level, equal to ``np.quantile`` of the column's values.
+
+    Raises:
+        ValueError: The column has no rows.
+
+    Example:
+        >>> lf = pl.LazyFrame({"v": [0.0, 1.0, 1.0, 4.0, float("inf")]})
+        >>> exact_quantiles(lf, "v", [0.5, 0.7, 0.9]).tolist()
+        [1.0, 3.3999999999999995, nan]
+    """
+    v = pl.col(column).cast(pl.Float64, strict=False)
+    row = lf.select(n=pl.len(), nan=(v.is_null() | v.is_nan()).sum()).collect(
+        engine="streaming").row(0, named=True)
+    n, n_nan = int(row["n"]), int(row["nan"] or 0)
+    if n == 0:
+        raise ValueError(f"exact_quantiles: the column {column!r} has no rows.")
+    q = np.asanyarray(qs, dtype=np.float64)
+    if n_nan:
+        return np.full(q.shape, np.nan)
+    # numpy's _quantile / _get_indexes / _get_gamma for method="linear"
+    vi = np.asanyarray((n - 1) * q)
+    prev = np.floor(vi)
+    nxt = prev + 1
+    above = vi >= n - 1
+    prev[above] = -1
+    nxt[above] = -1
+    below = vi < 0
+    prev[below] = 0
+    nxt[below] = 0
+    isnan = np.isnan(vi)
+    prev[isnan] = -1
+    nxt[isnan] = -1
+    prev_i, next_i = prev.astype(np.intp), nxt.astype(np.intp)
+    gamma = np.asanyarray(np.asanyarray(vi - prev_i), dtype=vi.dtype)
+    pr, nr = np.where(prev_i < 0, n + prev_i, prev_i), np.where(next_i < 0, n + next_i, next_i)
+    stats = order_statistics(lf.select(v.alias("v")), "v",
+                             [int(x) for x in np.concatenate([pr.ravel(), nr.ravel()])])
+    a, b = stats[:pr.size].reshape(q.shape), stats[pr.size:].reshape(q.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = b - a  # numpy's _lerp
+        out = np.add(a, diff * gamma)
+        np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    return np.asarray(out, dtype=np.float64)

@@ -1,0 +1,188 @@
+"""The confidential report from a LazyFrame: streaming summaries equal to the eager ones.
+
+* :func:`tabdp.report.streaming.exact_quantiles` equals ``np.quantile`` (linear) bit for bit on
+  adversarial arrays (ties, zeros, ±inf, NaN, denormals, n = 1, large n), also when every bin
+  is narrowed to single values (collection cap 1);
+* :func:`render_confidential_html` gives the same page for ``per_record`` as a DataFrame and as
+  a LazyFrame (scan of a Parquet file), including NaN / null losses, missing columns, no rows;
+* the histogram drawn from precomputed counts is the histogram of the values;
+* above the scatter cap the plot is a systematic sample that keeps the most exposed units, and
+  says so;
+* the lazy path never collects a frame with as many rows as the input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp.report.html as rh
+import tabdp.report.streaming as st
+from tabdp.plotting import histogram_bin_index, histogram_counts_svg, histogram_edges, histogram_svg
+from tabdp.report.html import render_confidential_html
+from tabdp.report.streaming import exact_quantiles, order_statistics
+
+QS = [0.5, 0.9, 0.99, 0.999, 0.0, 1.0, 0.25, 0.123456789, 1 / 3]
+
+
+def _adversarial() -> list[np.ndarray]:
+    rng = np.random.default_rng(20261126)
+    cases = [np.array([1.0]), np.array([0.0]), np.array([np.inf]), np.array([-np.inf, np.inf]),
+             np.array([0.0, np.inf]), np.array([1.0, 2.0]), np.zeros(1000), np.full(777, 3.3),
+             np.array([np.nan, 1.0]), np.array([np.inf, np.nan]), np.array([-0.0, 0.0, 1.0]),
+             np.array([5e-324, 0.0, 1e-300]), np.array([1.0, 1.0 + 2 ** -52, 1.0 + 2 ** -51])]
+    for n in (2, 3, 5, 10, 11, 100, 1001, 99_999):
+        x = rng.lognormal(size=n) * rng.choice([0, 1], size=n)
+        cases.append(x)
+        y = x.copy()
+        y[rng.integers(0, n, size=max(1, n // 100))] = np.inf
+        cases.append(y)
+        cases.append(np.round(rng.normal(size=n), 1))  # many ties, negatives
+        cases.append(rng.choice([0.0, 1e-300, 5e-324, 1.0, 1e300, np.inf, -np.inf, -1.0],
+                                size=n))
+    cases.append(np.concatenate([np.full(200_000, 2.0), rng.random(1000)]))  # one huge tie
+    return cases
+
+
+@pytest.mark.parametrize("cap", [None, 1])
+def test_exact_quantiles_equal_numpy(monkeypatch: pytest.MonkeyPatch, cap: int | None) -> None:
+    """Bit-identical to np.quantile, also when every bin is narrowed down to one value."""
+    if cap is not None:
+        monkeypatch.setattr(st, "COLLECT_CAP", cap)
+    for x in _adversarial():
+        with np.errstate(invalid="ignore"):
+            want = np.quantile(x, QS)
+        got = exact_quantiles(pl.LazyFrame({"v": x}), "v", QS)
+        assert np.array_equal(want, got, equal_nan=True), (x[:5], x.size, want, got)
+
+
+def test_exact_quantiles_nulls_count_as_nan_and_empty_raises() -> None:
+    got = exact_quantiles(pl.LazyFrame({"v": [1.0, None, 3.0]}), "v", [0.5])
+    assert np.isnan(got).all()
+    with pytest.raises(ValueError, match="no rows"):
+        exact_quantiles(pl.LazyFrame({"v": pl.Series([], dtype=pl.Float64)}), "v", [0.5])
+
+
+def test_order_statistics_against_sort() -> None:
+    x = np.random.default_rng(1).standard_cauchy(5000)
+    ranks = [0, 1, 2499, 2500, 4998, 4999]
+    for cap in (1, 10, 10**6):
+        got = order_statistics(pl.LazyFrame({"v": x}), "v", ranks, cap=cap)
+        assert np.array_equal(got, np.sort(x)[ranks])
+    with pytest.raises(ValueError, match="ranks"):
+        order_statistics(pl.LazyFrame({"v": x}), "v", [5000])
+
+
+def test_histogram_from_counts_is_the_histogram() -> None:
+    v = np.random.default_rng(2).lognormal(size=3000)
+    v[:4] = [0.0, np.inf, np.nan, -1.0]
+    shown = v[np.isfinite(v) & (v > 0)]
+    e = histogram_edges(shown.size, float(shown.min()), float(shown.max()))
+    c = np.bincount(histogram_bin_index(shown, e), minlength=e.size - 1)
+    assert np.array_equal(c, np.histogram(shown, bins=e)[0])
+    assert histogram_counts_svg(e, c, left_out=4, title="t", xlabel="x") == \
+        histogram_svg(v, title="t", xlabel="x")
+
+
+def _per(n: int, seed: int = 3) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    rho = rng.lognormal(size=n)
+    rho[: n // 100] = 0.0
+    rho[n // 100: n // 50] = rho[-1]  # ties with the largest values
+    if n > 20:
+        rho[20] = np.inf
+    return pl.DataFrame({"estab_id": np.arange(n), "rho": rho, "epsilon": rng.random(n) * 5,
+                         "size": rng.lognormal(3, 2, size=n), "epsilon_delta": rng.random(n),
+                         "rho_q1": rho / 2})
+
+
+def _report(per: Any, **kw: Any) -> dict[str, Any]:
+    return {"release": {"name": "demo", "delta": 1e-6}, "unit": "estab_id", "per_record": per,
+            "top_n": 7, "budget": {"kind": "curve", "points": [[1.0, 0.5], [1e4, 20.0]]},
+            "total_policy_curve": [{"delta": 1.0, "rho": 0.1}, {"delta": 1e5, "rho": 10.0}],
+            **kw}
+
+
+def _frames() -> list[pl.DataFrame]:
+    base = _per(3000)
+    nan_null = base.with_columns(
+        rho=pl.when(pl.col("estab_id") == 5).then(float("nan"))
+        .when(pl.col("estab_id") == 6).then(None).otherwise(pl.col("rho")),
+        size=pl.when(pl.col("estab_id") == 7).then(None).otherwise(pl.col("size")))
+    return [base, _per(1), _per(7).with_columns(rho=pl.lit(0.0)), nan_null,
+            base.drop("size"), base.drop("rho"), base.drop("epsilon_delta", "epsilon"),
+            base.head(0), base.with_columns(rho=pl.lit(float("inf")))]
+
+
+@pytest.mark.parametrize("k", range(9))
+def test_lazy_page_equals_eager_page(tmp_path: Path, k: int) -> None:
+    """The same HTML, byte for byte, from the frame and from a scan of it written to Parquet."""
+    per = _frames()[k]
+    path = tmp_path / "per_record.parquet"
+    per.write_parquet(path)
+    for rep in (_report(per), _report(per, budget=None), _report(per, budget=2.0)):
+        eager = render_confidential_html(rep)
+        lazy = render_confidential_html({**rep, "per_record": pl.scan_parquet(path)})
+        assert lazy == eager
+
+
+def test_top_rows_equal_the_stable_sort() -> None:
+    """Ties, NaN, nulls, k above and below the number of rows: the eager stable sort's rows."""
+    rng = np.random.default_rng(5)
+    for _ in range(150):
+        n = int(rng.integers(1, 40))
+        vals = [None if rng.random() < 0.2 else float(v)
+                for v in rng.choice([0.0, 1.0, 2.0, np.nan, np.inf, 3.5], size=n)]
+        df = pl.DataFrame({"rho": vals, "i": np.arange(n)},
+                          schema={"rho": pl.Float64, "i": pl.Int64})
+        for k in (1, 3, 7, 100):
+            want = df.sort("rho", descending=True, nulls_last=True, maintain_order=True).head(k)
+            assert rh._top_rows(df.lazy(), "rho", k).equals(want)
+
+
+def test_large_scatter_is_a_systematic_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the cap: at most the cap of points, the most exposed units kept, a caption."""
+    monkeypatch.setattr(rh, "_SCATTER_POINTS", 500)
+    per = _per(5000)
+    n_ok = per.filter(pl.col("rho").is_finite() & (pl.col("rho") > 0)).height
+    x, y, sample = rh._scatter_points(per.lazy(), rh._f64("rho").is_finite()
+                                      & (rh._f64("rho") > 0) & (rh._f64("size") > 0)
+                                      & rh._f64("size").is_finite(), n_ok, top_n=7)
+    assert sample is not None and sample[0] == n_ok and x.size <= 500
+    k_top, step = sample[1], sample[2]
+    assert k_top == 50 and step == -(-n_ok // 450)
+    ok = per.filter(pl.col("rho").is_finite() & (pl.col("rho") > 0))["rho"].to_numpy()
+    order = np.lexsort((-np.arange(ok.size), ok))  # by rho, ties: the first row last
+    want = np.union1d(np.arange(0, ok.size, step), order[-k_top:])
+    assert np.array_equal(y, ok[want])  # row order kept
+    page = render_confidential_html(_report(per.lazy()))
+    assert f"a systematic sample of {x.size:,} of {n_ok:,} units" in page
+
+
+def test_lazy_path_never_collects_the_whole_frame(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every collected result of the lazy path is small, with 2M rows in the input."""
+    n = 2_000_000
+    rng = np.random.default_rng(4)
+    pl.DataFrame({"estab_id": np.arange(n), "rho": rng.lognormal(size=n),
+                  "epsilon": rng.random(n), "size": rng.lognormal(3, 2, size=n)}
+                 ).write_parquet(tmp_path / "p.parquet")
+    heights: list[int] = []
+    streaming = []
+    real = pl.LazyFrame.collect
+
+    def spy(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> pl.DataFrame:
+        out = real(self, *args, **kwargs)
+        heights.append(out.height)
+        streaming.append(kwargs.get("engine") == "streaming")
+        return out
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", spy)
+    page = render_confidential_html(_report(pl.scan_parquet(tmp_path / "p.parquet")))
+    assert "Units: <b>2,000,000</b>" in page or "Units: <b>2000000</b>" in page
+    assert sum(streaming) >= 5 and max(heights) <= max(st.COLLECT_CAP, rh._SCATTER_POINTS)
+    assert "a systematic sample of" in page
