@@ -59,7 +59,7 @@ from tabdp.privacy.ledger import QueryRecord, ReplayLedger, loss_components
 from tabdp.privacy.session import Session
 
 __all__ = ["Program", "streaming_release", "streaming_quantile_data", "replay_report",
-           "collect_report", "sink_report"]
+           "collect_report", "sink_report", "summarize_report"]
 
 
 class Program(NamedTuple):
@@ -424,6 +424,55 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     except BaseException:
         pathlib.Path(path).unlink(missing_ok=True)
         raise
+    ledger.written = (pathlib.Path(path), len(ledger.programs))
+
+
+def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> dict[str, Any]:
+    """CONFIDENTIAL statistics of the records' total ρ, in bounded memory.
+
+    Read from the per-record file :func:`sink_report` wrote if no release was added since (the
+    release workflow writes it first), else recomputed from the input (checked like
+    :func:`collect_report`). Quantiles are exact (``numpy.quantile``, linear), computed by
+    :func:`tabdp.report.streaming.exact_quantiles` without collecting the column.
+
+    Args:
+        ledger: The session's ledger.
+        sess: The session.
+        qs: Quantile levels.
+
+    Returns:
+        ``units``, ``rho_max`` and ``rho_q<q>`` per level.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> df = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+        >>> _ = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                 mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+        >>> summarize_report(s.ledger, s, [0.5])
+        {'units': 2, 'rho_max': 0.125, 'rho_q0.5': 0.0625}
+    """
+    from tabdp.report.streaming import exact_quantiles
+
+    written = getattr(ledger, "written", None)
+    if written is not None and written[1] == len(ledger.programs) and written[0].exists():
+        lf = pl.scan_parquet(written[0]).select("rho")
+    else:
+        schema = ledger.source.collect_schema()
+        _require_bound(sess, schema)
+        _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
+            engine="streaming").row(0, named=True))
+        lf = replay_report(ledger, sess, None).select("rho")
+    row = lf.select(pl.len().alias("n"), pl.col("rho").max().alias("max")).collect(
+        engine="streaming").row(0, named=True)
+    n = int(row["n"])
+    stats: dict[str, Any] = {"units": n, "rho_max": float(row["max"]) if n else None}
+    if n:
+        vals = exact_quantiles(lf, "rho", qs)
+        r_inf = lf.select(pl.col("rho").is_infinite().any()).collect(engine="streaming").item()
+        vals = np.where(np.isnan(vals) & bool(r_inf), np.inf, vals)
+        stats |= {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
+    return stats
 
 
 def _require_bound(sess: Session, schema: pl.Schema) -> None:
@@ -431,6 +480,14 @@ def _require_bound(sess: Session, schema: pl.Schema) -> None:
     missing = [c for c in sess.bound_columns() if c not in schema.names()]
     if missing:
         sess.bind_rows(sess.rows_bound or 0, {})  # raises: the bound columns are absent
+
+
+def _install(ledger: ReplayLedger, prog: Program, source: pl.LazyFrame) -> None:
+    """Record a release's definition, the input the report is computed from, and the hooks."""
+    ledger.programs.append(prog)
+    ledger.source = source
+    ledger.replay, ledger.collect, ledger.sink = replay_report, collect_report, sink_report
+    ledger.summary = summarize_report
 
 
 def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rules: _Rules,
@@ -554,9 +611,7 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
         by=tuple(by), mechanism=pre.mechanism, keys=keys.to_dict(), level=pre.level,
         nulls=nulls, losses=None, confidential=confidential, grid=grid_used,
         fallbacks=fallbacks, cells=cells, bounds={"max_cells": 1, "max_rows": 1})
-    ledger.programs.append(prog)
-    ledger.source = op.lf
-    ledger.replay, ledger.collect, ledger.sink = replay_report, collect_report, sink_report
+    _install(ledger, prog, op.lf)
     sess.record_release(record, op.backend)
     if op.one_off:
         sess.set_as_last()
@@ -635,9 +690,7 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     kept = kept.filter(pl.col("__values").is_not_null())
 
     def commit() -> None:
-        ledger.programs.append(prog)
-        ledger.source = op.lf
-        ledger.replay, ledger.collect, ledger.sink = replay_report, collect_report, sink_report
+        _install(ledger, prog, op.lf)
 
     return (kept["cell"].to_numpy(), kept["__values"].to_numpy(), int(row["__n"] or 0),
             outside, int(row["__left"] or 0), counts, commit)

@@ -560,6 +560,7 @@ class ReplayLedger:
         replay: The function giving the report as a lazy plan (set by the engine).
         collect: The function collecting it after checking the rows (set by the engine).
         sink: The function writing it to Parquet after the same check (set by the engine).
+        summary: The function computing the report's ρ statistics (set by the engine).
 
     Example:
         >>> led = ReplayLedger()
@@ -576,6 +577,9 @@ class ReplayLedger:
         self.replay: Any = None
         self.collect: Any = None
         self.sink: Any = None
+        self.summary: Any = None
+        #: (file, releases) of the last per-record report written (reused by ``rho_summary``)
+        self.written: tuple[Any, int] | None = None
 
     def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
         """Totals of ``cols`` for ``units``: zeros before any release (nothing is charged).
@@ -618,17 +622,10 @@ class ReplayLedger:
             >>> ReplayLedger().rho_summary(None, [0.5])["units"]
             0
         """
-        if not self.programs or self.collect is None:
+        if not self.programs or self.summary is None:
             return {"units": 0, "rho_max": None}
-        r = self.collect(self, session, None)["rho"].to_numpy()
-        stats: dict[str, Any] = {"units": int(r.size),
-                                 "rho_max": float(r.max()) if r.size else None}
-        if r.size:
-            with np.errstate(invalid="ignore"):
-                vals = np.quantile(r, qs)
-            vals = np.where(np.isnan(vals) & np.any(np.isinf(r)), np.inf, vals)
-            stats |= {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
-        return stats
+        out: dict[str, Any] = self.summary(self, session, qs)
+        return out
 
 
 def _is_max_col(c: str) -> bool:

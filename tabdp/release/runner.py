@@ -1579,9 +1579,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     if spec.output.form == "wide":  # the same columns, one row per cell
         public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
     manifest = _manifest(spec, summary, started, __version__)
-    confidential = _confidential(spec, session, negatives, input_schema, caught)
     coverage, coverage_counts = _coverage(session)
-    confidential["coverage"] = {"warnings": coverage, "counts": coverage_counts}
     worst = _worst_cells(session)
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
@@ -1609,6 +1607,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
 
             write_single_parquet(per_record, conf / "per_record_losses.parquet",
                                  sort_by=per_record.columns[0])
+        # after the per-record file: a streaming session computes its loss statistics from it
+        confidential = _confidential(spec, session, negatives, input_schema, caught)
+        confidential["coverage"] = {"warnings": coverage, "counts": coverage_counts}
         worst.write_parquet(conf / "worst_cells.parquet")
         (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
         (conf / "confidential_report.html").write_text(render_confidential_html({
