@@ -27,7 +27,7 @@ import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engines import ENGINES, as_engine, as_polars, build_frame  # noqa: E402
+from _engines import ENGINES, as_engine, as_polars, build_frame, spark_session  # noqa: E402
 
 _CACHE_ENV = "TABDP_CACHE_DIR"
 _CACHE_KEY = pytest.StashKey[tuple[str, "str | None"]]()
@@ -55,9 +55,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[_CACHE_ENV] = old
     shutil.rmtree(folder, ignore_errors=True)
 
-@pytest.fixture(params=ENGINES)
+@pytest.fixture(params=[pytest.param(e, marks=pytest.mark.spark) if e == "spark" else e
+                        for e in ENGINES])
 def engine(request: pytest.FixtureRequest) -> str:
-    """Name of the engine (input form) under test."""
+    """Name of the engine (input form) under test (``"spark"`` starts or skips Spark)."""
+    if request.param == "spark":
+        request.getfixturevalue("spark")
     return str(request.param)
 
 
@@ -90,6 +93,13 @@ def make_frame(engine: str, tmp_path: Path) -> Callable[..., Any]:
 @pytest.fixture
 def out_type(engine: str) -> type:
     """The frame type tabdp must return for the engine (pandas → pandas, Polars → eager)."""
+    if engine == "spark":
+        try:  # PySpark >= 4.0: the classic (non-Connect) DataFrame
+            from pyspark.sql.classic.dataframe import DataFrame
+        except ImportError:
+            from pyspark.sql import DataFrame
+
+        return DataFrame
     return pd.DataFrame if engine == "pandas" else pl.DataFrame
 
 
@@ -125,7 +135,7 @@ def _java_available() -> bool:
 
 @pytest.fixture(scope="session")
 def spark() -> Any:
-    """One local SparkSession for every Spark test (``local[2]``, 4 shuffle partitions, no UI).
+    """One local SparkSession for every Spark test (``local[2]``, 2 shuffle partitions, no UI).
 
     Skips when PySpark is not installed (``pip install tabdp[spark]``) or no ``java`` is found
     (``.ci/java`` installs one). Locally, ``pytest -m "not spark"`` deselects these tests.
@@ -141,16 +151,6 @@ def spark() -> Any:
     path = os.environ.get("PYTHONPATH", "")
     if root not in path.split(os.pathsep):  # the workers import tabdp from this checkout
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, path) if p)
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("tabdp-tests")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.default.parallelism", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session()
     yield session
     session.stop()

@@ -78,6 +78,15 @@ _DEC = "decimal(38,0)"
 _SPLIT = 2.0**44  # fixed-point values are split in two parts below 2**53 to cast exactly
 
 
+def _release_col(name: str) -> str:
+    """The ledger table's column of one release's ρ (``rho_<name>`` in the report).
+
+    Kept apart from the component totals: a release named ``g`` or ``z`` would otherwise share
+    the column of the components ``rho_g`` / ``rho_z``.
+    """
+    return f"__release_{name}"
+
+
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence PySpark's pandas-version FutureWarning around tabdp's own conversions."""
@@ -154,8 +163,8 @@ class SparkUnitLedger:
     The same role as :class:`tabdp.privacy.ledger.UnitLedger`: one row per unit (its id, or its
     row id when each row is a unit) with summed loss components, the largest size, the per-
     currency columns of curve budgets (``rho@c``, ``size@c``) and each release's ρ
-    (``rho_<name>``). The table never leaves Spark; each update is checkpointed locally so the
-    plans of a long session stay short.
+    (``__release_<name>``, reported as ``rho_<name>``). The table never leaves Spark; each
+    update is checkpointed locally so the plans of a long session stay short.
 
     Args:
         spark: The SparkSession.
@@ -232,7 +241,7 @@ class SparkUnitLedger:
         from pyspark.sql import types as T
 
         want = ["rho", "epsilon", "size", *COMPONENTS,
-                *[f"rho_{r.name}" for r in session.records]]
+                *[_release_col(r.name) for r in session.records]]
         want = list(dict.fromkeys(want))
         table = self.table
         if self.row_mode:
@@ -261,7 +270,7 @@ class SparkUnitLedger:
         if delta is not None:
             cols.append(_eps_delta_udf(delta)(F.struct(*[F.col(c) for c in COMPONENTS]))
                         .alias("epsilon_delta"))
-        cols += [f"rho_{r.name}" for r in session.records]
+        cols += [F.col(_release_col(r.name)).alias(f"rho_{r.name}") for r in session.records]
         with _quiet():
             return full.select(*cols)
 
@@ -801,7 +810,7 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
              "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
              "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
              "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
-    extra = {f"rho_{qname}": acc["rho"]}
+    extra = {_release_col(qname): acc["rho"]}
     if budget is not None and budget.per_currency:
         for i, (c, _) in enumerate(curs):
             extra[f"rho@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0)
