@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import shutil
 import sys
@@ -54,6 +55,30 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     else:
         os.environ[_CACHE_ENV] = old
     shutil.rmtree(folder, ignore_errors=True)
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Spark runs of the frame suite beyond the default set are marked ``slow`` and ``spark_full``.
+
+    On the ``spark`` engine the default set is every test under ``tests/privacy/``, the engine
+    equality test and every frame test that asserts a refusal (bad input: ``pytest.raises`` in
+    its body); the other frame tests' Spark runs (about 15 minutes on 2 cores) carry
+    ``spark_full``, so CI within its time budget deselects them with ``-m "not spark_full"``.
+    """
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("engine") != "spark" or not isinstance(item, pytest.Function):
+            continue
+        path = Path(str(item.path))
+        if path.parent.name != "frame" or path.name == "test_engines_equal.py":
+            continue
+        try:
+            body = inspect.getsource(item.function)
+        except (OSError, TypeError):
+            body = ""
+        if "pytest.raises" not in body:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.spark_full)
+
 
 @pytest.fixture(params=[pytest.param(e, marks=pytest.mark.spark) if e == "spark" else e
                         for e in ENGINES])
