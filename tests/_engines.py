@@ -1,4 +1,4 @@
-"""The four engines (input forms) of the ``.dp`` accessor, for tests.
+"""The five engines (input forms) of the ``.dp`` accessor, for tests.
 
 - ``"pandas"``: a ``pd.DataFrame``;
 - ``"polars"``: a ``pl.DataFrame``;

@@ -1,14 +1,16 @@
-"""Shared fixtures: every frame test runs over the four engines (input forms) of the accessor.
+"""Shared fixtures: every frame test runs over the five engines (input forms) of the accessor.
 
 - ``"pandas"``: a ``pd.DataFrame``;
 - ``"polars"``: a ``pl.DataFrame``;
 - ``"lazy"``: a ``pl.LazyFrame`` from ``.lazy()`` (the plan holds the data in memory);
 - ``"streaming"``: a ``pl.LazyFrame`` from ``pl.scan_parquet`` of a file written to the test's
-  ``tmp_path``: an input the caller never materialises.
+  ``tmp_path``: an input the caller never materialises;
+- ``"spark"``: a PySpark DataFrame (marker ``spark``; the Spark runs of frame tests that check
+  no refusal also carry ``slow`` and ``spark_full``, see ``pytest_collection_modifyitems``).
 
 ``engine`` is the parametrized fixture; ``as_engine(df, engine, tmp_path)`` converts a frame
 (pandas or Polars) to a form and ``as_polars`` normalises any returned frame for comparison.
-``backend`` / ``make_frame`` are the older names the frame tests use (same four forms).
+``backend`` / ``make_frame`` are the older names the frame tests use (same five forms).
 """
 
 from __future__ import annotations
