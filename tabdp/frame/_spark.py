@@ -113,22 +113,23 @@ def _pl_dtype(st: Any) -> Any:
     """The Polars dtype a Spark type is checked and aligned as (decided without data)."""
     from pyspark.sql import types as T
 
-    simple = {T.ByteType: pl.Int8, T.ShortType: pl.Int16, T.IntegerType: pl.Int32,
-              T.LongType: pl.Int64, T.FloatType: pl.Float32, T.DoubleType: pl.Float64,
-              T.StringType: pl.String, T.BooleanType: pl.Boolean, T.DateType: pl.Date,
-              T.TimestampType: pl.Datetime("us"), T.BinaryType: pl.Binary}
+    # dtype instances, not classes: the shared checks test ``isinstance(dtype, pl.String)``
+    simple = {T.ByteType: pl.Int8(), T.ShortType: pl.Int16(), T.IntegerType: pl.Int32(),
+              T.LongType: pl.Int64(), T.FloatType: pl.Float32(), T.DoubleType: pl.Float64(),
+              T.StringType: pl.String(), T.BooleanType: pl.Boolean(), T.DateType: pl.Date(),
+              T.TimestampType: pl.Datetime("us"), T.BinaryType: pl.Binary()}
     for t, d in simple.items():
         if isinstance(st, t):
             return d
     if isinstance(st, T.DecimalType):
         return pl.Decimal(st.precision, st.scale)
     if isinstance(st, (T.VarcharType, T.CharType)):
-        return pl.String
+        return pl.String()
     if isinstance(st, T.ArrayType):
         return pl.List(pl.Null)
     if isinstance(st, T.StructType):
         return pl.Struct([])
-    return pl.Object
+    return pl.Object()
 
 
 def _spark_type(dt: Any) -> Any:
