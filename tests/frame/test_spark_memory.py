@@ -68,7 +68,7 @@ CHILD = textwrap.dedent(r'''
 
     jvm = spark.sparkContext._jvm
     pools = [p for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-             if str(p.getType()) == "HEAP"]
+             if p.getType().name() == "HEAP"]
     jvm.java.lang.System.gc()
     for p in pools:
         p.resetPeakUsage()
