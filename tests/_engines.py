@@ -1,10 +1,13 @@
-"""The four engines (input forms) of the ``.dp`` accessor, for tests.
+"""The five engines (input forms) of the ``.dp`` accessor, for tests.
 
 - ``"pandas"``: a ``pd.DataFrame``;
 - ``"polars"``: a ``pl.DataFrame``;
 - ``"lazy"``: a ``pl.LazyFrame`` from ``.lazy()`` (the plan holds the data in memory);
 - ``"streaming"``: a ``pl.LazyFrame`` from ``pl.scan_parquet`` of a file written to the test's
-  ``tmp_path``: an input the caller never materialises.
+  ``tmp_path``: an input the caller never materialises;
+- ``"spark"``: a PySpark DataFrame on the tests' one ``local[2]`` session (marker ``spark``;
+  skipped without PySpark or Java), made from the Polars frame through Arrow, so nulls and NaN
+  stay distinct; categorical columns arrive as strings (Spark has no categorical type).
 
 The fixtures (``engine``, ``to_engine``, ``make_frame``, ...) are in ``conftest.py``; test modules
 import the helpers from here (``from _engines import as_engine, as_polars``).
@@ -20,9 +23,39 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
-ENGINES = ("pandas", "polars", "lazy", "streaming")
+ENGINES = ("pandas", "polars", "lazy", "streaming", "spark")
 BACKENDS = ENGINES  # the older name
 LAZY_ENGINES = ("lazy", "streaming")  # the forms that arrive as pl.LazyFrame
+POLARS_ENGINES = ("polars", "lazy", "streaming")
+
+# the tests' one SparkSession: local[2], few shuffle partitions, no UI (see ``spark_session``)
+SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "1g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def spark_session() -> Any:
+    """The tests' SparkSession (created on first use; the ``spark`` fixture stops it)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master("local[2]").appName("tabdp-tests")
+    for k, v in SPARK_CONF.items():
+        builder = builder.config(k, v)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def as_spark(df: pl.DataFrame) -> Any:
+    """A Polars frame as a PySpark DataFrame (through Arrow; categoricals as strings)."""
+    frame = df.with_columns(pl.col(c).cast(pl.String) for c, dt in df.schema.items()
+                            if isinstance(dt, (pl.Categorical, pl.Enum)))
+    return spark_session().createDataFrame(frame.to_arrow())
 
 # Polars dtype overrides and their pandas equivalents (for ``make_frame(..., dtypes=...)``).
 _PANDAS_DTYPES = {
@@ -57,6 +90,8 @@ def as_engine(df: Any, engine: str, tmp_path: Path | str | None = None,
         return frame
     if engine == "lazy":
         return frame.lazy()
+    if engine == "spark":
+        return as_spark(frame)
     if tmp_path is None:
         raise ValueError("the streaming engine needs tmp_path (the Parquet file's folder)")
     path = Path(tmp_path) / f"engine-input-{next(_FILES)}.parquet"
@@ -79,11 +114,17 @@ def build_frame(backend: str, data: Mapping[str, Any],
 
 
 def as_polars(frame: Any) -> pl.DataFrame:
-    """Any returned frame (pandas or Polars) as a Polars DataFrame, for assertions."""
+    """Any returned frame (pandas, Polars or PySpark) as a Polars DataFrame, for assertions."""
     if isinstance(frame, pl.DataFrame):
         return frame
     if isinstance(frame, pd.DataFrame):
         return pl.from_pandas(frame)
+    if type(frame).__module__.startswith("pyspark"):
+        if hasattr(frame, "toArrow"):  # PySpark >= 4.0
+            out = pl.from_arrow(frame.toArrow())
+            assert isinstance(out, pl.DataFrame)
+            return out
+        return pl.from_pandas(frame.toPandas())
     raise TypeError(f"not a frame: {type(frame).__name__}")
 
 

@@ -1,19 +1,22 @@
-"""Shared fixtures: every frame test runs over the four engines (input forms) of the accessor.
+"""Shared fixtures: every frame test runs over the five engines (input forms) of the accessor.
 
 - ``"pandas"``: a ``pd.DataFrame``;
 - ``"polars"``: a ``pl.DataFrame``;
 - ``"lazy"``: a ``pl.LazyFrame`` from ``.lazy()`` (the plan holds the data in memory);
 - ``"streaming"``: a ``pl.LazyFrame`` from ``pl.scan_parquet`` of a file written to the test's
-  ``tmp_path``: an input the caller never materialises.
+  ``tmp_path``: an input the caller never materialises;
+- ``"spark"``: a PySpark DataFrame (marker ``spark``; the Spark runs of frame tests that check
+  no refusal also carry ``slow`` and ``spark_full``, see ``pytest_collection_modifyitems``).
 
 ``engine`` is the parametrized fixture; ``as_engine(df, engine, tmp_path)`` converts a frame
 (pandas or Polars) to a form and ``as_polars`` normalises any returned frame for comparison.
-``backend`` / ``make_frame`` are the older names the frame tests use (same four forms).
+``backend`` / ``make_frame`` are the older names the frame tests use (same five forms).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import shutil
 import sys
@@ -27,7 +30,7 @@ import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engines import ENGINES, as_engine, as_polars, build_frame  # noqa: E402
+from _engines import ENGINES, as_engine, as_polars, build_frame, spark_session  # noqa: E402
 
 _CACHE_ENV = "TABDP_CACHE_DIR"
 _CACHE_KEY = pytest.StashKey[tuple[str, "str | None"]]()
@@ -55,9 +58,36 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[_CACHE_ENV] = old
     shutil.rmtree(folder, ignore_errors=True)
 
-@pytest.fixture(params=ENGINES)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Spark runs of the frame suite beyond the default set are marked ``slow`` and ``spark_full``.
+
+    On the ``spark`` engine the default set is every test under ``tests/privacy/``, the engine
+    equality test and every frame test that asserts a refusal (bad input: ``pytest.raises`` in
+    its body); the other frame tests' Spark runs (about 15 minutes on 2 cores) carry
+    ``spark_full``, so CI within its time budget deselects them with ``-m "not spark_full"``.
+    """
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("engine") != "spark" or not isinstance(item, pytest.Function):
+            continue
+        path = Path(str(item.path))
+        if path.parent.name != "frame" or path.name == "test_engines_equal.py":
+            continue
+        try:
+            body = inspect.getsource(item.function)
+        except (OSError, TypeError):
+            body = ""
+        if "pytest.raises" not in body:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.spark_full)
+
+
+@pytest.fixture(params=[pytest.param(e, marks=pytest.mark.spark) if e == "spark" else e
+                        for e in ENGINES])
 def engine(request: pytest.FixtureRequest) -> str:
-    """Name of the engine (input form) under test."""
+    """Name of the engine (input form) under test (``"spark"`` starts or skips Spark)."""
+    if request.param == "spark":
+        request.getfixturevalue("spark")
     return str(request.param)
 
 
@@ -90,6 +120,13 @@ def make_frame(engine: str, tmp_path: Path) -> Callable[..., Any]:
 @pytest.fixture
 def out_type(engine: str) -> type:
     """The frame type tabdp must return for the engine (pandas → pandas, Polars → eager)."""
+    if engine == "spark":
+        try:  # PySpark >= 4.0: the classic (non-Connect) DataFrame
+            from pyspark.sql.classic.dataframe import DataFrame
+        except ImportError:
+            from pyspark.sql import DataFrame
+
+        return DataFrame
     return pd.DataFrame if engine == "pandas" else pl.DataFrame
 
 
@@ -125,7 +162,7 @@ def _java_available() -> bool:
 
 @pytest.fixture(scope="session")
 def spark() -> Any:
-    """One local SparkSession for every Spark test (``local[2]``, 4 shuffle partitions, no UI).
+    """One local SparkSession for every Spark test (``local[2]``, 2 shuffle partitions, no UI).
 
     Skips when PySpark is not installed (``pip install tabdp[spark]``) or no ``java`` is found
     (``.ci/java`` installs one). Locally, ``pytest -m "not spark"`` deselects these tests.
@@ -141,16 +178,6 @@ def spark() -> Any:
     path = os.environ.get("PYTHONPATH", "")
     if root not in path.split(os.pathsep):  # the workers import tabdp from this checkout
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, path) if p)
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[2]").appName("tabdp-tests")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.default.parallelism", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
+    session = spark_session()
     yield session
     session.stop()

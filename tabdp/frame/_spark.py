@@ -78,6 +78,15 @@ _DEC = "decimal(38,0)"
 _SPLIT = 2.0**44  # fixed-point values are split in two parts below 2**53 to cast exactly
 
 
+def _release_col(name: str) -> str:
+    """The ledger table's column of one release's ρ (``rho_<name>`` in the report).
+
+    Kept apart from the component totals: a release named ``g`` or ``z`` would otherwise share
+    the column of the components ``rho_g`` / ``rho_z``.
+    """
+    return f"__release_{name}"
+
+
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence PySpark's pandas-version FutureWarning around tabdp's own conversions."""
@@ -117,22 +126,23 @@ def _pl_dtype(st: Any) -> Any:
     """The Polars dtype a Spark type is checked and aligned as (decided without data)."""
     from pyspark.sql import types as T
 
-    simple = {T.ByteType: pl.Int8, T.ShortType: pl.Int16, T.IntegerType: pl.Int32,
-              T.LongType: pl.Int64, T.FloatType: pl.Float32, T.DoubleType: pl.Float64,
-              T.StringType: pl.String, T.BooleanType: pl.Boolean, T.DateType: pl.Date,
-              T.TimestampType: pl.Datetime("us"), T.BinaryType: pl.Binary}
+    # dtype instances, not classes: the shared checks test ``isinstance(dtype, pl.String)``
+    simple = {T.ByteType: pl.Int8(), T.ShortType: pl.Int16(), T.IntegerType: pl.Int32(),
+              T.LongType: pl.Int64(), T.FloatType: pl.Float32(), T.DoubleType: pl.Float64(),
+              T.StringType: pl.String(), T.BooleanType: pl.Boolean(), T.DateType: pl.Date(),
+              T.TimestampType: pl.Datetime("us"), T.BinaryType: pl.Binary()}
     for t, d in simple.items():
         if isinstance(st, t):
             return d
     if isinstance(st, T.DecimalType):
         return pl.Decimal(st.precision, st.scale)
     if isinstance(st, (T.VarcharType, T.CharType)):
-        return pl.String
+        return pl.String()
     if isinstance(st, T.ArrayType):
         return pl.List(pl.Null)
     if isinstance(st, T.StructType):
         return pl.Struct([])
-    return pl.Object
+    return pl.Object()
 
 
 def _spark_type(dt: Any) -> Any:
@@ -167,8 +177,8 @@ class SparkUnitLedger:
     The same role as :class:`tabdp.privacy.ledger.UnitLedger`: one row per unit (its id, or its
     row id when each row is a unit) with summed loss components, the largest size, the per-
     currency columns of curve budgets (``rho@c``, ``size@c``) and each release's ρ
-    (``rho_<name>``). The table never leaves Spark; each update is checkpointed locally so the
-    plans of a long session stay short.
+    (``__release_<name>``, reported as ``rho_<name>``). The table never leaves Spark; each
+    update is checkpointed locally so the plans of a long session stay short.
 
     Args:
         spark: The SparkSession.
@@ -249,7 +259,7 @@ class SparkUnitLedger:
         from pyspark.sql import types as T
 
         want = ["rho", "epsilon", "size", *COMPONENTS,
-                *[f"rho_{r.name}" for r in session.records]]
+                *[_release_col(r.name) for r in session.records]]
         want = list(dict.fromkeys(want))
         table = self.table
         if self.row_mode:
@@ -278,7 +288,7 @@ class SparkUnitLedger:
         if delta is not None:
             cols.append(_eps_delta_udf(delta)(F.struct(*[F.col(c) for c in COMPONENTS]))
                         .alias("epsilon_delta"))
-        cols += [f"rho_{r.name}" for r in session.records]
+        cols += [F.col(_release_col(r.name)).alias(f"rho_{r.name}") for r in session.records]
         with _quiet():
             return full.select(*cols)
 
@@ -876,7 +886,7 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
              "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
              "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
              "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
-    extra = {f"rho_{qname}": acc["rho"]}
+    extra = {_release_col(qname): acc["rho"]}
     if budget is not None and budget.per_currency:
         for i, (c, _) in enumerate(curs):
             extra[f"rho@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0)

@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import polars as pl
 import pytest
 
@@ -26,7 +25,9 @@ DATA = {"c": ["a", "b", "a", "z", "a"], "pay": [3.0, -4.0, 0.5, 9.0, 2.0],
 
 
 def _pl(frame: Any) -> pl.DataFrame:
-    return pl.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
+    from _engines import as_polars  # pandas, Polars or PySpark
+
+    return as_polars(frame)
 
 
 def _release(make_frame: Any, mechanism: Any, unit: str | None, delta: float | None = 1e-5

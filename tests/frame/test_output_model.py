@@ -19,7 +19,9 @@ LONG = ["county", "measure", "estimate", "sd", "moe", "lower", "upper", "cv", "f
 
 
 def _pl(out):
-    return pl.from_pandas(out) if isinstance(out, pd.DataFrame) else out
+    from _engines import as_polars  # pandas, Polars or PySpark
+
+    return as_polars(out)
 
 
 def test_long_and_wide_hold_the_same_numbers(make_frame):

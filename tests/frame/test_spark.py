@@ -290,3 +290,12 @@ def test_import_tabdp_does_not_import_pyspark() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "property"
+
+
+def test_releases_named_like_loss_components(spark):
+    # the per-record columns rho_g and rho_z of releases named "g" and "z" share their names
+    # with the accounting components rho_g (Gaussian) and rho_z (zCDP) of epsilon_delta
+    _compare(spark, _data(40), None, [
+        ("sum", {"columns": "payroll", "mechanism": mech.Gaussian(sigma=50.0), "name": "g"}),
+        ("count", {"name": "z"}),
+    ])

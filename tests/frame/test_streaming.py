@@ -65,6 +65,7 @@ def _session_run(frame: Any, streaming: bool, budget: Any, delta_mech: bool) -> 
     return out
 
 
+@pytest.mark.parametrize("engine", ["pandas", "polars", "lazy", "streaming"])
 @pytest.mark.parametrize("budget", [None, 0.4, {1e2: 0.2, 1e4: 0.6},
                                     Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)],
                          ids=["none", "constant", "curve", "curve-total"])

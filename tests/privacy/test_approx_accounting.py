@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import polars as pl
 import pytest
 from numpy.typing import ArrayLike
@@ -29,7 +28,9 @@ KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
 def _pl(frame: Any) -> pl.DataFrame:
-    return pl.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
+    from _engines import as_polars  # pandas, Polars or PySpark
+
+    return as_polars(frame)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame._engine import SUM_SCALE_BITS
-from tabdp.frame._release import grouped_release
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402
@@ -215,9 +214,8 @@ def _true_totals(df: Any, **kw: Any) -> Any:
             captured["totals"] = values  # the noise itself is not under test here
             return super().release_table(np.zeros(len(values)), rng, level, grid)
 
-    grouped_release(df, kind="sum", measures=["x"], by=["c"],
-                    keys=tabdp.KeySet.from_dict(c=["a"]), mechanism=Spy(1.0),
-                    session=tabdp.Session(seed=0, **kw))
+    df.dp.sum("x", by=["c"], keys=tabdp.KeySet.from_dict(c=["a"]), mechanism=Spy(1.0),
+              session=tabdp.Session(seed=0, **kw))
     return captured["totals"]
 
 

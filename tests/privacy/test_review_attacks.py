@@ -253,9 +253,14 @@ def test_row_binding_message_holds_no_row_count(to_engine: Callable[[Any], Any])
 
 
 # -- 7. Charges are never below the exact sensitivity -------------------------------------------
-def test_joint_norm_charge_not_below_exact_norm(monkeypatch: pytest.MonkeyPatch,
+def test_joint_norm_charge_not_below_exact_norm(monkeypatch: pytest.MonkeyPatch, engine: str,
                                                to_engine: Callable[[Any], Any]) -> None:
     from fractions import Fraction
+
+    if engine == "spark":
+        pytest.skip("the spy patches the driver's mechanism class; Spark evaluates the policy in "
+                    "its Python workers (tests/frame/test_spark.py compares Spark's losses with "
+                    "Polars')")
 
     import numpy as np
 

@@ -31,7 +31,9 @@ KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
 def _pl(frame):
-    return pl.from_pandas(frame) if isinstance(frame, pd.DataFrame) else frame
+    from _engines import as_polars  # pandas, Polars or PySpark
+
+    return as_polars(frame)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,17 +199,21 @@ def test_same_unit_across_two_frames_composes_by_id(make_frame):
 
 
 @pytest.mark.parametrize("budget", [None, 1e9])
-def test_unit_ids_of_different_dtypes_across_frames(budget, to_engine):
+def test_unit_ids_of_different_dtypes_across_frames(budget, engine, to_engine):
     """Ids are matched by value across frames: Int32 vs Int64, pandas vs Polars strings.
 
-    The first frame of each session is in the engine's form, the second as written.
+    The first frame of each session is in the engine's form, the second as written (on Spark,
+    whose sessions run every release on Spark, both are Spark frames).
     """
+    def second(frame):
+        return to_engine(frame) if engine == "spark" else frame
+
     g = mech.Gaussian(sigma=1.0)
     s = tabdp.Session(unit="u", seed=8, budget=budget)
     to_engine(pl.DataFrame({"u": [1, 2], "c": ["a", "b"], "x": [1.0, 2.0]},
                            schema_overrides={"u": pl.Int32})).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s)
-    pl.DataFrame({"u": [1, 3], "c": ["a", "b"], "x": [3.0, 2.0]}).dp.sum(
+    second(pl.DataFrame({"u": [1, 3], "c": ["a", "b"], "x": [3.0, 2.0]})).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s)
     pr = _pl(s.report().per_record).sort("u")
     assert pr["u"].to_list() == [1, 2, 3]
@@ -215,7 +221,7 @@ def test_unit_ids_of_different_dtypes_across_frames(budget, to_engine):
     s2 = tabdp.Session(unit="u", seed=8, budget=budget)
     to_engine(pd.DataFrame({"u": ["p", "q"], "c": ["a", "b"], "x": [1.0, 2.0]})).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s2)
-    pl.DataFrame({"u": ["p", "r"], "c": ["a", "b"], "x": [3.0, 2.0]}).dp.sum(
+    second(pl.DataFrame({"u": ["p", "r"], "c": ["a", "b"], "x": [3.0, 2.0]})).dp.sum(
         "x", by="c", keys=KEYS, mechanism=g, session=s2)
     pr2 = _pl(s2.report().per_record).sort("u")
     assert pr2["u"].to_list() == ["p", "q", "r"]
@@ -472,7 +478,7 @@ def test_one_off_release_and_last_session(make_frame, out_type):
     assert isinstance(s1, tabdp.Session) and len(s1.records) == 1
     assert s1.rng.secure
     rep = s1.report()
-    assert type(rep.per_record) is out_type and len(rep.per_record) == 5
+    assert type(rep.per_record) is out_type and len(_pl(rep.per_record)) == 5
     assert rep.to_dict()["queries"][0]["kind"] == "sum"
     assert type(out) is out_type
     # a call with an explicit session does not replace it; the next one-off does
@@ -502,13 +508,12 @@ def test_seeded_sessions_are_reproducible(make_frame):
 
 def test_seeded_noise_is_backend_independent(engine, tmp_path):
     """The same seed gives the same release on every engine as on Polars."""
-    from tabdp.frame._release import grouped_release
 
     def frame(kind):
         return as_engine(pd.DataFrame(ROWS), kind, tmp_path)
 
-    outs = [_pl(grouped_release(frame(k), kind="sum", measures=["x"], by=["c"], keys=KEYS,
-                                mechanism=mech.Gaussian(1.0), session=tabdp.Session(seed=9)))
+    outs = [_pl(frame(k).dp.sum("x", by=["c"], keys=KEYS, mechanism=mech.Gaussian(1.0),
+                                session=tabdp.Session(seed=9)))
             for k in (engine, "polars")]
     assert outs[0].equals(outs[1])
 
