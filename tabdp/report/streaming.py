@@ -29,6 +29,22 @@ _SHIFTS = (48, 32, 16, 0)
 COLLECT_CAP = 65536
 
 
+def _bits_of(s: pl.Series) -> pl.Series:
+    return pl.Series(s.name, s.cast(pl.Float64).to_numpy().view(np.int64), dtype=pl.Int64)
+
+
+def _float_bits(expr: pl.Expr) -> pl.Expr:
+    """The IEEE-754 bits of a Float64 expression as Int64 (elementwise, streams).
+
+    ``Expr.reinterpret(dtype=...)`` where Polars has it (newer releases); else numpy's view of
+    each batch.
+    """
+    try:
+        return expr.reinterpret(dtype=pl.Int64)
+    except TypeError:  # Polars without reinterpret(dtype=): the floor of the dependency range
+        return expr.map_batches(_bits_of, return_dtype=pl.Int64, is_elementwise=True)
+
+
 def sortable_key(expr: pl.Expr) -> pl.Expr:
     """Int64 keys ordered like the float values of ``expr`` (-0.0 counted as 0.0; no NaN).
 
@@ -44,7 +60,7 @@ def sortable_key(expr: pl.Expr) -> pl.Expr:
         >>> k == sorted(k) and k[2] == k[3] == 0
         True
     """
-    b = pl.when(expr == 0.0).then(0.0).otherwise(expr).reinterpret(dtype=pl.Int64)
+    b = _float_bits(pl.when(expr == 0.0).then(0.0).otherwise(expr))
     return pl.when(b < 0).then(pl.lit(-1, pl.Int64) - (b - pl.lit(_MIN, pl.Int64))).otherwise(b)
 
 
