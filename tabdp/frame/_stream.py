@@ -38,6 +38,7 @@ from tabdp.frame._engine import (
     _TEXT,
     ROW_ID,
     _charges,
+    _check_keys_distinct,
     _common_dtype,
     _counter_exprs,
     _fingerprint,
@@ -109,6 +110,8 @@ def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], nam
                 f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
                 f"the key set, and the key set's values cannot be converted to {target}.\n"
                 "Hint: build the key set with values of the data's type.") from err
+    if casts:
+        _check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
     doms = keys.domains
     if doms is not None and all(
             d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
