@@ -1,5 +1,4 @@
-"""Review R3 (2026-11-26): attacks on streaming sessions, the streaming runner and policies as
-engine expressions.
+"""Review R3 (2026-11-26): attacks on streaming sessions, the streaming runner and key sets.
 
 Each test states a claim and tries to break it. Tests marked ``xfail(strict=True)`` are attacks
 that still succeed (the fix is described in the reason); the others are fixed regressions.
@@ -44,8 +43,8 @@ def test_key_set_colliding_after_conversion_is_refused_without_data(streaming: b
     """
     for first in (2.0**53, 5.0):  # neighbouring datasets: with and without the probed key
         df = _frame(first)
-        kw = {"data": df} if mode == "author" else {}
-        s = tabdp.Session(seed=1, streaming=streaming, mode=mode, **kw)
+        s = tabdp.Session(seed=1, streaming=streaming, mode=mode,
+                          data=df if mode == "author" else None)
         with pytest.raises(ColumnTypeError, match="two keys") as err:
             df.dp.count(by="k", keys=KEYS_53, mechanism=mech.Gaussian(1.0),
                         session=s)
@@ -141,7 +140,7 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
 
 def test_row_mode_run_streams_like_in_memory_on_neighbouring_inputs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tabdp run in row mode: the streaming and the in-memory ledger write the same folders.
+    """Row-mode `tabdp run`: the streaming and the in-memory ledger write the same folders.
 
     Neighbouring inputs (with and without one record whose payroll is 1e15, so the budget
     leaves it out of the sums) give the same exit code, file names, summary, manifest (but its
