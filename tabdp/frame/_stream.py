@@ -607,6 +607,8 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
         "cells_with_data_outside_keys": outside.height if by else 0,
         "rows_in_released_cells": int(row["__released"] or 0),
         "units_left_out_by_budget": int(row["__left"] or 0),
+        # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
+        **({"unit_cells_dropped_by_max_cells": 0} if pre.max_cells is not None else {}),
         **_rule_counts(counts, measures, nulls, rules),
     }
     record = QueryRecord(

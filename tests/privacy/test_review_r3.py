@@ -173,3 +173,21 @@ def test_row_mode_run_streams_like_in_memory_on_neighbouring_inputs(
     per = runs[("full", True)]["per_record"].sort("row")  # type: ignore[attr-defined]
     assert per["rho_pay"][7] == 0.0 and per["rho_pay"].max() > 0.0
     assert per["rho"].max() <= 0.6
+
+
+def test_streaming_confidential_counts_with_max_cells_equal_in_memory() -> None:
+    """The confidential counts of a streaming release are the in-memory ledger's, key for key.
+
+    With ``max_cells=`` in row mode the in-memory release reports
+    ``unit_cells_dropped_by_max_cells: 0``; the streaming release left the key out.
+    """
+    df = pl.DataFrame({"c": ["a", "b", "z"], "x": [1.0, 2.0, 3.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    got = []
+    for streaming in (True, False):
+        s = tabdp.Session(seed=2, streaming=streaming, budget=3.0)
+        df.lazy().dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(2.0), max_cells=2,
+                         session=s)
+        got.append(s.report().confidential_summary()["queries"])
+    assert got[0] == got[1]
+    assert got[0][0]["unit_cells_dropped_by_max_cells"] == 0
