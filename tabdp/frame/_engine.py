@@ -330,6 +330,12 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     if pinned is not None:
         lf = pinned
     schema = lf.collect_schema()
+    if unit is None and ROW_ID in schema.names():
+        # row ids are tabdp's own (a streaming session would take this column as the ids)
+        raise InvalidParameterError(
+            f"the frame has a column named {ROW_ID!r}, a name reserved for the row ids tabdp "
+            "assigns in row mode (unit=None).\nHint: rename or drop that column before the "
+            "release.")
     _schema_checks(schema, measures, by, unit)
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 

@@ -191,3 +191,19 @@ def test_streaming_confidential_counts_with_max_cells_equal_in_memory() -> None:
         got.append(s.report().confidential_summary()["queries"])
     assert got[0] == got[1]
     assert got[0][0]["unit_cells_dropped_by_max_cells"] == 0
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_column_named_like_the_row_ids_is_refused_in_row_mode(streaming: bool) -> None:
+    """Row ids are tabdp's own: a frame's ``__tabdp_row`` column is never taken as the ids.
+
+    Without the fix a streaming session used the column as its row ids (the per-record report
+    listed row 5 twice, with two different losses) and the in-memory ledger raised a raw Polars
+    ``DuplicateError``. Both refuse it now from the schema alone, before any data is read.
+    """
+    df = pl.DataFrame({"__tabdp_row": [5, 5, 9], "c": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
+    s = tabdp.Session(seed=1, streaming=streaming)
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match="reserved"):
+        df.lazy().dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                         mechanism=mech.Gaussian(1.0), session=s)
+    assert s.records == []
