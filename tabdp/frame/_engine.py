@@ -330,6 +330,12 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     if pinned is not None:
         lf = pinned
     schema = lf.collect_schema()
+    if unit is None and ROW_ID in schema.names():
+        # row ids are tabdp's own (a streaming session would take this column as the ids)
+        raise InvalidParameterError(
+            f"the frame has a column named {ROW_ID!r}, a name reserved for the row ids tabdp "
+            "assigns in row mode (unit=None).\nHint: rename or drop that column before the "
+            "release.")
     _schema_checks(schema, measures, by, unit)
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
@@ -627,6 +633,24 @@ def _common_dtype(col: str, have: Any, want: Any) -> Any:
     return want
 
 
+def _check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
+                         key_schema: Any) -> None:
+    """Refuse a key set whose distinct keys become equal in the comparison dtypes (no data read).
+
+    Keys are compared with the data after a conversion decided from the two schemas; a lossy one
+    (Int64 keys 2**53 and 2**53 + 1 as Float64, long decimals as Float64) can merge two public
+    keys, and a row with that key would then fall into two cells (counted twice, charged once).
+    Depends only on the key set and the schemas.
+    """
+    if converted.height and converted.select(by).is_duplicated().any():
+        raise ColumnTypeError(
+            f"key column(s) {by} of the key set hold distinct keys that become equal when "
+            f"converted to compare them with the data ({[str(schema[c]) for c in by]} in the "
+            f"data, {[str(key_schema[c]) for c in by]} in the key set): two keys would share "
+            "one cell's rows.\nHint: build the key set with values of the data's type, or cast "
+            "the data's key column to the key set's type first.")
+
+
 def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFrame:
     """Add ``_CELL``: each row's position in the key set (null outside it).
 
@@ -657,6 +681,7 @@ def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFra
     # compare in the common dtypes; values that do not convert exactly fall outside
     kp = keys_pl.with_columns(casts_keys).with_row_index(_CELL).with_columns(
         pl.col(_CELL).cast(pl.Int64))
+    _check_keys_distinct(kp, by, data.schema, keys_pl.schema)
     on_data = []
     work = data
     for c in by:

@@ -51,6 +51,7 @@ from tabdp.frame._engine import (
     MAX_ABS,
     ROW_ID,
     SUM_SCALE_BITS,
+    _check_keys_distinct,
     _common_dtype,
     _keep_mask,
     _noisy_table,
@@ -420,6 +421,8 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
     kframe = kframe.filter(pl.all_horizontal(
         [pl.col(k).is_not_null() | keys_pl[c].is_null() for k, c in
          zip(kcols, by, strict=True)]))
+    _check_keys_distinct(kframe.rename({k: c for k, c in zip(kcols, by, strict=True)}), by,
+                         {c: _pl_dtype(schema[c]) for c in by}, keys_pl.schema)
     fields.insert(0, T.StructField(_CELL, T.LongType(), False))
     with _quiet():
         kdf = spark.createDataFrame(kframe.to_pandas(), T.StructType(fields))

@@ -38,6 +38,7 @@ from tabdp.frame._engine import (
     _TEXT,
     ROW_ID,
     _charges,
+    _check_keys_distinct,
     _common_dtype,
     _counter_exprs,
     _fingerprint,
@@ -109,6 +110,8 @@ def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], nam
                 f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
                 f"the key set, and the key set's values cannot be converted to {target}.\n"
                 "Hint: build the key set with values of the data's type.") from err
+    if casts:
+        _check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
     doms = keys.domains
     if doms is not None and all(
             d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
@@ -604,6 +607,8 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
         "cells_with_data_outside_keys": outside.height if by else 0,
         "rows_in_released_cells": int(row["__released"] or 0),
         "units_left_out_by_budget": int(row["__left"] or 0),
+        # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
+        **({"unit_cells_dropped_by_max_cells": 0} if pre.max_cells is not None else {}),
         **_rule_counts(counts, measures, nulls, rules),
     }
     record = QueryRecord(
