@@ -683,7 +683,8 @@ def _table_values(fn: Callable[[np.ndarray], np.ndarray],
         return None
     if np.any(inside > table[:, None]):
         return None
-    if np.any(sub > below[1]) or np.any(np.diff(table) < 0):
+    # nondecreasing, compared without subtracting (inf - inf would warn)
+    if np.any(sub > below[1]) or np.any(table[1:] < table[:-1]):
         return None
     return float(below[0]), float(below[1] * (1.0 + TABLE_SLACK)), table
 
