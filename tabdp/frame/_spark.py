@@ -1217,3 +1217,10 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     if one_off:
         sess.set_as_last()
     return _to_spark(spark, out)
+
+
+# Names the release workflow's Spark glue (tabdp.release._spark_run) shares with this engine.
+quiet = _quiet
+row_ids = _row_ids
+spark_type = _spark_type
+try_cast = _try_cast

@@ -181,7 +181,7 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _spark_type, _try_cast, polars_schema
+    from tabdp.frame._spark import polars_schema, spark_type, try_cast
 
     infer = "spark.sql.sources.partitionColumnTypeInference.enabled"
     try:
@@ -205,9 +205,9 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
                 want = domains.get(c)
                 if c in sdf.columns and want is not None and want != pl.String and \
                         not isinstance(want, (pl.Categorical, pl.Enum)):
-                    st = _spark_type(want)
+                    st = spark_type(want)
                     col = F.col(c)
-                    casts[c] = _try_cast(col, st)
+                    casts[c] = try_cast(col, st)
             if casts:
                 sdf = sdf.withColumns(casts)
         schema = polars_schema(sdf)
@@ -241,9 +241,9 @@ def number_rows(sdf: Any, name: str) -> tuple[Any, Any]:
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _row_ids
+    from tabdp.frame._spark import row_ids
 
-    base, rid, _ = _row_ids(sdf, sdf.columns)
+    base, rid, _ = row_ids(sdf, sdf.columns)
     return base.select(rid.alias(name), *[F.col(c) for c in sdf.columns]), base
 
 
@@ -349,7 +349,7 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _spark_type, _try_cast
+    from tabdp.frame._spark import spark_type, try_cast
 
     schema = _pl_schema(sdf)
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -365,9 +365,9 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
         if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
                 (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
             continue
-        st = _spark_type(want)
+        st = spark_type(want)
         col = F.col(c)
-        casts[c] = _try_cast(col, st)
+        casts[c] = try_cast(col, st)
     return sdf.withColumns(casts) if casts else sdf
 
 
@@ -386,7 +386,7 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _quiet, _try_cast
+    from tabdp.frame._spark import quiet, try_cast
 
     for col, mapping in need.items():
         fine = mapping.columns[0]
@@ -394,10 +394,10 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
         frame = mapping.with_columns(pl.col(c).cast(pl.String) for c in mapping.columns
                                      if isinstance(mapping.schema[c],
                                                    (pl.Categorical, pl.Enum)))
-        with _quiet():
+        with quiet():
             mdf = spark.createDataFrame(frame.to_pandas())
         key = F.col(fine)
-        conv = _try_cast(key, have)
+        conv = try_cast(key, have)
         mdf = mdf.select(conv.alias("__fine"), F.col(col))
         sdf = sdf.join(F.broadcast(mdf), sdf[fine] == mdf["__fine"], "left").drop("__fine")
     if national is not None:
@@ -418,9 +418,9 @@ def to_polars(sdf: Any) -> pl.DataFrame:
         out = pl.from_arrow(sdf.toArrow())
         assert isinstance(out, pl.DataFrame)
         return out
-    from tabdp.frame._spark import _quiet
+    from tabdp.frame._spark import quiet
 
-    with _quiet():
+    with quiet():
         return pl.from_pandas(sdf.toPandas())
 
 
