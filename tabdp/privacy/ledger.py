@@ -483,10 +483,28 @@ class UnitLedger:
         """
         new = pl.DataFrame({"unit": units, **{k: pl.Series(k, v, dtype=pl.Float64)
                                               for k, v in [*sums.items(), *maxes.items()]}})
+        u = new["unit"]
+        strict = u.is_sorted(nulls_last=True) and bool(
+            u.slice(1).ne_missing(u.slice(0, max(len(u) - 1, 0))).all())
+        if self.table is None and strict:  # already one row per unit, in order
+            self.table = new
+            return
         if self.table is None:
             self.table = new.sort("unit", nulls_last=True, maintain_order=True).group_by(
                 "unit", maintain_order=True).agg(
                 *[pl.col(k).sum() for k in sums], *[pl.col(k).max() for k in maxes])
+            return
+        if (strict and new.height == self.table.height
+                and u.equals(self.table["unit"], null_equal=True)):
+            # the same units in the same (sorted) order, e.g. a second release of the same
+            # input: add and take maxima column by column (a merge would sort both again)
+            both = self.table.hstack(new.drop("unit").rename(lambda c: f"__new:{c}"))
+            self.table = both.with_columns(
+                *[(pl.col(k) + pl.col(f"__new:{k}")) if k in self.table.columns
+                  else pl.col(f"__new:{k}").alias(k) for k in sums],
+                *[pl.max_horizontal(k, f"__new:{k}") if k in self.table.columns
+                  else pl.col(f"__new:{k}").alias(k) for k in maxes]).drop(
+                [f"__new:{k}" for k in [*sums, *maxes]])
             return
         cols = set(self.table.columns) | set(new.columns)
         both = pl.concat([self.table, new], how="diagonal_relaxed")
