@@ -493,6 +493,10 @@ class _Snapshot(NamedTuple):
     fingerprints: dict[str, int]
     rows_read: int
     per_row: bool             # one row per unit (row ids): charges need no group-by
+    # cells of a key set, per key-set object: (key set, data with _CELL, sorted by unit then
+    # cell in unit mode); shared by the trimmed copies of a cached snapshot, so a count after
+    # a sum of the same frame and keys joins and sorts once
+    cells: dict[int, tuple[Any, pl.DataFrame]]
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules
@@ -519,7 +523,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                       if k.split(":", 1)[-1] in measures or k.startswith("null:")}
             fps: dict[str, int] = dict(snap.fingerprints)
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
-                             snap.per_row)
+                             snap.per_row, snap.cells)
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
                                  sess.bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
@@ -543,7 +547,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     else:
         rows_read = int(data[_ALL].sum()) if data.height else 0
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
-    snap = _Snapshot(data, counts, fps, rows_read, per_row)
+    snap = _Snapshot(data, counts, fps, rows_read, per_row, {})
     if cacheable:
         sess.keep_snapshot(cache_key, {
             "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
@@ -707,6 +711,43 @@ def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFra
     return joined.drop(drop)
 
 
+def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataFrame:
+    """The snapshot's rows with ``_CELL`` (:func:`_attach_cells`); in unit mode sorted by unit.
+
+    Unit mode: rows sorted by unit id (nulls last), then cell. Each unit's (unit, cell) rows are
+    then contiguous and in key-set order, so its losses are summed in an order that depends on
+    the ids and the key set only (reruns agree to the last bit), and merging into the ledger
+    (kept sorted by unit) needs no sort. Memoized per key-set object on the snapshot.
+    """
+    memo = snap.cells.get(id(keys))
+    if memo is not None and memo[0] is keys and set(snap.data.columns) <= set(memo[1].columns):
+        return memo[1].select(*snap.data.columns, _CELL)
+    data = _attach_cells(snap.data, keys, by)
+    if not snap.per_row:
+        data = _sort_units(data, uid, len(keys) if by else 1)
+    snap.cells[id(keys)] = (keys, data)
+    return data
+
+
+def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
+    """``data`` sorted by ``uid`` (nulls last) then ``_CELL`` (nulls last).
+
+    Integer ids whose range allows it are sorted by one Int64 key (unit - min)·(n+1) + cell
+    (several times faster than Polars' multi-column sort on millions of rows; same order).
+    """
+    if not data.height:
+        return data
+    dtype = data.schema[uid]
+    if dtype.is_integer():
+        lo: Any = data[uid].min()
+        hi: Any = data[uid].max()
+        if lo is not None and hi is not None and (int(hi) - int(lo) + 1) * (n_keys + 1) < 2**62:
+            offset = pl.col(uid).cast(pl.Int128) - int(lo)
+            key = (offset * (n_keys + 1) + pl.col(_CELL).fill_null(n_keys)).cast(pl.Int64)
+            return data.sort(key, nulls_last=True, maintain_order=True)
+    return data.sort([uid, _CELL], nulls_last=[True, True], maintain_order=True)
+
+
 def _check_bound(name: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -736,10 +777,12 @@ def _bound_contributions(inside: pl.DataFrame, uid: str, unit_mode: bool, kind: 
     else:
         size = pl.max_horizontal(*[pl.col(m).abs().cast(pl.Float64) * (2.0 ** -bits[m])
                                    for m in measures])
-    ranked = (inside.with_columns(size.alias("__size"))
+    ranked = (inside.with_row_index("__pos").with_columns(size.alias("__size"))
               .sort(["__size", _CELL], descending=[True, False], maintain_order=True)
               .with_columns(pl.int_range(pl.len()).over(uid).alias("__rank")))
-    kept = ranked.filter(pl.col("__rank") < max_cells).drop("__size", "__rank")
+    # back in the input's order (sorted by unit, then cell: see cells_of)
+    kept = ranked.filter(pl.col("__rank") < max_cells).sort("__pos").drop(
+        "__pos", "__size", "__rank")
     return kept, inside.height - kept.height
 
 
@@ -828,6 +871,41 @@ def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.nd
     return policy(delta)
 
 
+class _Segments:
+    """Sums over contiguous segments, each strictly left to right (``((v0 + v1) + v2) + ...``).
+
+    NumPy's ``add.reduce``/``reduceat`` sum with several partial sums whose grouping depends
+    on the length (and may on the build): a unit's total would not be the plain sum in its
+    cells' order. Here the k-th element of every segment longer than k is added in step k;
+    segments are visited longest first, so step k touches a prefix (vector operations only,
+    one step per cell of the unit with most cells).
+
+    Example:
+        >>> _Segments(np.array([0, 3]), 4).sum(np.array([0.1, 0.2, 0.3, 5.0])).tolist()
+        [0.6000000000000001, 5.0]
+    """
+
+    def __init__(self, starts: np.ndarray, n: int) -> None:
+        """Segments starting at ``starts`` (increasing, the first 0) of an array of ``n``."""
+        counts = np.diff(np.append(starts, n))
+        self.order = np.argsort(-counts, kind="stable")
+        self.counts = counts[self.order]
+        self.starts = starts[self.order]
+        longest = int(self.counts[0]) if len(counts) else 0
+        # number of segments longer than k, for k = 1 .. longest - 1
+        self.active = np.searchsorted(-self.counts, -np.arange(1, max(longest, 1)),
+                                      side="left")
+
+    def sum(self, v: np.ndarray) -> np.ndarray:
+        """Each segment's left-to-right sum of ``v``."""
+        acc = v[self.starts].astype(np.float64, copy=True)
+        for k, m in enumerate(self.active, start=1):
+            acc[:m] += v[self.starts[:m] + k]
+        out = np.empty_like(acc)
+        out[self.order] = acc
+        return out
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
@@ -860,21 +938,20 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     if row_mode:
         units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy()
     else:
-        wide = pl.DataFrame({"unit": inside[uid], "cell": inside[_CELL],
-                             **{f"{k}:{c}": v for k in kinds for c, v in cols[k].items()}})
-        # units in sorted order: a group-by over sorted keys is a linear scan (a hash group-by
-        # over millions of distinct ids is an order of magnitude slower), and the ledger's
-        # order then depends on the ids only, never on the order of the input rows
-        # (a unit's cells in key-set order too: its float sums never depend on the order in
-        # which the snapshot's group-by returned its rows, so reruns agree to the last bit)
-        # (nulls_last per column: Polars' multi-column sort with a single nulls_last=True is
-        # several times slower on millions of rows, for the same order)
-        per = wide.sort(["unit", "cell"], nulls_last=[True, False]).group_by(
-            "unit", maintain_order=True).agg(
-            *[(pl.col(f"{k}:{c}").max() if k == "size" else pl.col(f"{k}:{c}").sum())
-              for k in kinds for c in cols[k]])
-        units = per["unit"]
-        cols = {k: {c: per[f"{k}:{c}"].to_numpy() for c in cols[k]} for k in kinds}
+        # rows are sorted by unit, then cell (cells_of): each unit's rows are contiguous, and
+        # its losses are summed left to right in key-set order (_Segments), an order that
+        # depends on the ids and the key set only, never on the input's row order (reruns
+        # agree to the bit)
+        u = inside[uid]
+        starts = np.flatnonzero(u.ne_missing(u.shift(1)).fill_null(True).to_numpy()) \
+            if n else np.zeros(0, dtype=np.int64)
+        if n:
+            starts[0] = 0
+        units = u.gather(pl.Series(starts, dtype=pl.Int64)) if n else u
+        if len(starts) < n:  # some units have several cells
+            seg = _Segments(starts, n)
+            cols = {k: {c: np.maximum.reduceat(v, starts) if k == "size" else seg.sum(v)
+                        for c, v in cols[k].items()} for k in kinds}
     ch = Charges(units, cols["rho"], cols["epsilon"], cols["size"], policy.guarantee,
                  cols["eps_a"] if policy.approx else None,
                  cols["delta_a"] if policy.approx else None)

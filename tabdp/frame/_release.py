@@ -18,7 +18,6 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     ROW_ID,
-    _attach_cells,
     _bound_contributions,
     _cell_stats,
     _charges,
@@ -30,6 +29,7 @@ from tabdp.frame._engine import (
     _rule_counts,
     _strict_checks,
     _take_snapshot,
+    cells_of,
     scale_bits,
 )
 from tabdp.frame._output import check_form, to_native
@@ -121,7 +121,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         sess.bind_rows(snap.rows_read, snap.fingerprints)
 
     # 2. Cells of the public key set.
-    data = _attach_cells(data, keys, by_list)
+    data = cells_of(snap, keys, by_list, uid)
     inside = data.filter(pl.col(_CELL).is_not_null())
     rows_outside = int(data.filter(pl.col(_CELL).is_null())[_ALL].sum() or 0)
     # units whose rows were all dropped by a rule contribute nothing and pay nothing
@@ -189,7 +189,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
         losses=losses, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
-        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if snap.per_row else
+        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if sess.rows_one_cell else
                              {"max_cells": max_cells, "max_rows": max_rows}))
     sess.record_release(record, op.backend, charges, admitted)
     if op.one_off:

@@ -997,7 +997,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
         by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
         losses=None, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
-        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if row_mode else
+        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if sess.rows_one_cell else
                              {"max_cells": max_cells, "max_rows": max_rows}))
     sess.record_release(record, "spark")
     if one_off:

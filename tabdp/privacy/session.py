@@ -119,8 +119,15 @@ class Session:
                  budget: float | Mapping[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, track_cells: bool = False,
                  progress: bool | Callable[[str, str], None] = False,
-                 streaming: bool | None = None, _row_ids: bool = False) -> None:
-        """Check the parameters (``_row_ids``: the caller numbered the rows itself)."""
+                 streaming: bool | None = None, _row_ids: bool = False,
+                 _rows_one_cell: bool = True) -> None:
+        """Check the parameters.
+
+        ``_row_ids``: the caller numbered the rows itself (the release workflow);
+        ``_rows_one_cell``: with such row ids, whether the caller's joins keep one row per
+        record (decided from PUBLIC inputs only: the release states each record in one cell as
+        a public contribution bound only then).
+        """
         if streaming is not None and not isinstance(streaming, bool):
             raise InvalidParameterError(
                 f"Session: streaming must be True, False or None; got {streaming!r}.\nHint: "
@@ -148,6 +155,11 @@ class Session:
         self.unit = unit
         self.seed = seed
         self.mode = mode
+        #: PUBLIC: every record is one row of the released frame (row mode, or row ids given
+        #: with joins that keep one row per record), so each release bounds a record to one
+        #: cell. Never decided from the data.
+        self.rows_one_cell = unit is None or (
+            bool(_row_ids) and unit == ROW_ID_COLUMN and bool(_rows_one_cell))
         self.rng = RandomSource(seed)
         self.budget = Budget.coerce(budget)
         #: Keep a CONFIDENTIAL per-cell audit of each release (worst loss of one unit per cell,
@@ -809,6 +821,11 @@ class Report:
                 out = out.with_columns(pl.Series(f"rho_{r.name}", col, dtype=pl.Float64))
                 continue
             part = pl.DataFrame({unit_col: r.losses.units, f"rho_{r.name}": r.losses.rho})
+            if part.height == out.height and part[unit_col].equals(out[unit_col],
+                                                                   null_equal=True):
+                # the release charged every unit of the ledger, in its order (sorted by unit)
+                out = out.with_columns(part[f"rho_{r.name}"])
+                continue
             out = out.join(part, on=unit_col, how="left", maintain_order="left",
                            nulls_equal=True).with_columns(pl.col(f"rho_{r.name}").fill_null(0.0))
         if s.backend == "pandas":

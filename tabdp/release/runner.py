@@ -989,14 +989,21 @@ def _derived_mapping(spec: ReleaseSpec, h: str, fine: str, col: str) -> pl.DataF
     return spec.hierarchies[h].mapping.select(fine, col).unique(maintain_order=True)
 
 
-def _rows_kept_one_to_one(spec: ReleaseSpec, schema: Mapping[str, Any]) -> bool:
+def _rows_kept_one_to_one(spec: ReleaseSpec, schema: Mapping[str, Any],
+                          lf: Any = None) -> bool:
     """Whether the hierarchy joins keep one row per input row (public: the mappings only).
 
     A fine code mapped to two coarse codes would repeat its rows; the in-memory ledger then
     counts the repeated rows as one record (by row id), which a streaming session cannot do.
+    The fine codes are compared as the join compares them: converted to the input column's
+    dtype (``lf``'s schema, a public fact), where two codes may become one.
     """
+    dtypes = lf.collect_schema() if isinstance(lf, pl.LazyFrame) else {}
     for col, (h, fine) in _derived_needs(spec, schema)[0].items():
-        if bool(_derived_mapping(spec, h, fine, col)[fine].is_duplicated().any()):
+        fine_codes = _derived_mapping(spec, h, fine, col)[fine]
+        if fine in dtypes:
+            fine_codes = fine_codes.cast(dtypes[fine], strict=False)
+        if bool(fine_codes.is_duplicated().any()):
             return False
     return True
 
@@ -1475,9 +1482,10 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
 
     # Row mode streams (no per-row state: the ledger is recomputed from the input) when the
     # hierarchy joins keep one row per record; decided from the spec and public mappings only.
-    streaming = (spark is None and spec.input.unit is None
-                 and _rows_kept_one_to_one(spec, input_schema))
+    one_to_one = spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema, lf)
+    streaming = spark is None and one_to_one
     session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
+                      _rows_one_cell=one_to_one,
                       seed=spec.seed, streaming=streaming,
                       budget=None if spec.budget is None else spec.budget.rho,
                       track_cells=True,

@@ -114,12 +114,12 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
     (folder / "s.toml").write_text(_ROW_SPEC.format(hier=hier.as_posix()), encoding="utf-8")
     with monkeypatch.context() as mp:
         seen: list[bool] = []
-        real = runner._rows_kept_one_to_one
+        real = runner.Session
 
-        def decide(*a: object) -> bool:
-            seen.append(real(*a))  # type: ignore[arg-type]
-            return seen[-1] and streaming
-        mp.setattr(runner, "_rows_kept_one_to_one", decide)
+        def session(*a: object, **kw: object) -> object:
+            seen.append(bool(kw["streaming"]))  # the runner's own (public) decision
+            return real(*a, **(kw | {"streaming": streaming}))  # type: ignore[arg-type]
+        mp.setattr(runner, "Session", session)
         code = cli.main(["run", str(folder / "s.toml"), "--quiet", "--test-seed"],
                         stdout=io.StringIO(), stderr=io.StringIO())
         assert seen == [True]

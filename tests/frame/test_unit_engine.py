@@ -1,0 +1,181 @@
+"""Unit mode's engine: losses summed per unit in key-set order, whatever the input's row order.
+
+The unit path sorts the (unit, cell) rows by unit id then cell once per snapshot and key set
+(``cells_of``), sums each unit's losses left to right over its cells and merges them into the
+ledger without a re-sort when the units are those already held. These tests pin the semantics
+that the faster path must keep: exact per-unit sums in key-set order (checked against the
+mechanism's policy evaluated cell by cell), bit-identical reports for any row order and for
+integer or text ids, the public contribution bounds, and the ledger's merge.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+from tabdp.frame._engine import ROW_ID
+from tabdp.privacy.ledger import UnitLedger
+
+COUNTIES = ["c0", "c1", "c2", "c3"]
+SECTORS = [11, 22, 33]
+
+
+def _firms(n: int = 3000, seed: int = 5) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pl.DataFrame({
+        "firm": rng.integers(0, n // 4, n),           # about 4 establishments per firm
+        "county": rng.choice(COUNTIES, n),
+        "naics": rng.choice(SECTORS, n),
+        "payroll": rng.lognormal(10.0, 2.0, n).round(0),  # whole: Δ is the exact total
+        "emp": rng.integers(0, 500, n),
+    })
+
+
+def _keys() -> tabdp.KeySet:
+    # key-set order differs from the sorted order of the keys (c3 first)
+    return tabdp.KeySet.from_dict(county=["c3", "c0", "c2", "c1"], naics=SECTORS)
+
+
+def _release(df: pl.DataFrame | pl.LazyFrame, unit: str = "firm", *, budget: float | None = None,
+             max_cells: int | None = None) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    s = tabdp.Session(unit=unit, seed=11, budget=budget)
+    m = mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
+    a = df.dp.sum(["payroll", "emp"], by=["county", "naics"], keys=_keys(), mechanism=m,
+                  session=s, max_cells=max_cells)
+    b = df.dp.count(by=["county", "naics"], keys=_keys(), session=s, max_cells=max_cells)
+    c = df.dp.sum("payroll", by=["county"], keys=tabdp.KeySet.from_dict(county=COUNTIES),
+                  mechanism=mech.Gaussian(2e5), session=s)
+    out = [x.collect() if isinstance(x, pl.LazyFrame) else x for x in (a, b, c)]
+    return out, s.report().per_record
+
+
+@pytest.mark.parametrize("max_cells", [None, 2])
+@pytest.mark.parametrize("budget", [None, 3.0])
+def test_unit_losses_do_not_depend_on_row_order(max_cells: int | None,
+                                                budget: float | None) -> None:
+    df = _firms()
+    tables, per = _release(df, budget=budget, max_cells=max_cells)
+    shuffled = df.sample(fraction=1.0, shuffle=True, seed=3)
+    tables2, per2 = _release(shuffled.lazy(), budget=budget, max_cells=max_cells)
+    for t1, t2 in zip(tables, tables2, strict=True):
+        assert t1.equals(t2)
+    assert per.equals(per2)  # to the last bit, units in sorted order
+    assert per["firm"].is_sorted()
+    assert per.height == df["firm"].n_unique() or budget is not None
+
+
+def test_unit_rho_is_the_left_to_right_sum_over_cells_in_key_set_order() -> None:
+    df = _firms(800)
+    s = tabdp.Session(unit="firm", seed=1)
+    m = mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
+    df.dp.sum("payroll", by=["county", "naics"], keys=_keys(), mechanism=m, session=s)
+    per = s.report().per_record
+    # the policy per (firm, cell) at the cell's exact total, cells in key-set order
+    key_order = {k: i for i, k in enumerate(_keys().to_polars().iter_rows())}
+    cells = df.group_by("firm", "county", "naics").agg(pl.col("payroll").sum())
+    expected: dict[int, float] = {}
+    for firm, rows in cells.group_by("firm"):
+        ordered = sorted(rows.iter_rows(named=True),
+                         key=lambda r: key_order[(r["county"], r["naics"])])
+        total = 0.0
+        for r in ordered:  # left to right
+            total += float(np.asarray(m.rho(np.array([abs(r["payroll"])])))[0])
+        expected[int(firm[0])] = total  # type: ignore[arg-type]
+    got = dict(zip(per["firm"].to_list(), per["rho"].to_list(), strict=True))
+    assert got == expected  # exact: same float operations in the same order
+    assert any(rows.height > 2 for _, rows in cells.group_by("firm"))  # sums of several cells
+
+
+def test_text_ids_give_the_integer_ids_report() -> None:
+    df = _firms()
+    _, per_int = _release(df)
+    text = df.with_columns(pl.col("firm").cast(pl.String).str.zfill(6))
+    _, per_text = _release(text)
+    assert per_text["firm"].to_list() == [f"{f:06d}" for f in per_int["firm"].to_list()]
+    assert per_text.drop("firm").equals(per_int.drop("firm"))
+
+
+def test_wide_id_range_falls_back_to_the_multi_column_sort() -> None:
+    df = _firms()
+    wide = df.with_columns((pl.col("firm") * (1 << 50)).alias("firm"))  # no Int64 sort key
+    _, per = _release(df)
+    _, per_wide = _release(wide)
+    assert per_wide["firm"].to_list() == [f * (1 << 50) for f in per["firm"].to_list()]
+    assert per_wide.drop("firm").equals(per.drop("firm"))
+
+
+def test_ledger_merge_of_the_same_units_equals_the_general_merge() -> None:
+    units = pl.Series([1, 3, 5, None], dtype=pl.Int64)
+    a = {"rho": np.array([0.1, 0.2, 0.3, 0.4])}
+    b = {"rho": np.array([1.0, 2.0, 3.0, 4.0]), "epsilon": np.array([1.0, 1.0, 1.0, 1.0])}
+    fast = UnitLedger()
+    fast.add(units, a, {"size": np.array([5.0, 1.0, 2.0, 3.0])})
+    fast.add(units, b, {"size": np.array([1.0, 7.0, 2.0, 0.0])})
+    slow = UnitLedger()
+    slow.add(units, a, {"size": np.array([5.0, 1.0, 2.0, 3.0])})
+    slow.add(units.reverse(), {k: v[::-1].copy() for k, v in b.items()},
+             {"size": np.array([1.0, 7.0, 2.0, 0.0])[::-1].copy()})  # not in order: merge
+    assert fast.frame().select(sorted(fast.frame().columns)).equals(
+        slow.frame().select(sorted(slow.frame().columns)))
+    assert fast.frame()["rho"].to_list() == [0.1 + 1.0, 0.2 + 2.0, 0.3 + 3.0, 0.4 + 4.0]
+    assert fast.frame()["size"].to_list() == [5.0, 7.0, 2.0, 3.0]
+
+
+def test_public_bounds_of_row_ids_do_not_depend_on_repeated_rows() -> None:
+    """With caller-given row ids, whether a join repeated a row is data: bounds must not show it.
+
+    Two neighbouring inputs: in one, a row appears twice (a fine code mapped to two coarse
+    codes); the public contribution bounds of the release are the same.
+    """
+    base = pl.DataFrame({ROW_ID: [0, 1, 2], "county": ["c0", "c1", "c2"],
+                         "payroll": [1.0, 2.0, 3.0]})
+    repeated = pl.concat([base, base.head(1).with_columns(county=pl.lit("c3"))])
+    keys = tabdp.KeySet.from_dict(county=COUNTIES)
+    public = []
+    for frame in (base, repeated):
+        s = tabdp.Session(unit=ROW_ID, _row_ids=True, _rows_one_cell=False, seed=0)
+        frame.dp.sum("payroll", by="county", keys=keys, mechanism=mech.Gaussian(1.0),
+                     session=s)
+        public.append(s.records[0].public()["contribution_bounds"])
+    assert public[0] == public[1] == {"max_cells": None, "max_rows": None}
+    s = tabdp.Session(unit=ROW_ID, _row_ids=True, seed=0)  # joins keep one row per record
+    base.dp.sum("payroll", by="county", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    assert s.records[0].public()["contribution_bounds"] == {"max_cells": 1, "max_rows": 1}
+
+
+def test_one_to_one_is_decided_after_the_join_conversion() -> None:
+    """Fine codes '1001' and '01001' are one code once cast to the input's Int64 column."""
+    from tabdp.release import runner
+
+    mapping = pl.DataFrame({"county": ["1001", "01001", "1003"], "region": ["a", "b", "a"]})
+    spec = SimpleNamespace(
+        tables=[SimpleNamespace(by=["county"], rollups=[
+            SimpleNamespace(direct=True, by=["region"], maps={"region": ("geo", "county")})])],
+        hierarchies={"geo": SimpleNamespace(mapping=mapping)})
+    schema = {"county": "Int64", "payroll": "Float64"}
+    as_text = pl.LazyFrame(schema={"county": pl.String, "payroll": pl.Float64})
+    as_int = pl.LazyFrame(schema={"county": pl.Int64, "payroll": pl.Float64})
+    assert runner._rows_kept_one_to_one(spec, schema, as_text)  # type: ignore[arg-type]
+    assert not runner._rows_kept_one_to_one(spec, schema, as_int)  # type: ignore[arg-type]
+
+
+def test_segment_sums_are_plain_left_to_right_sums() -> None:
+    from tabdp.frame._engine import _Segments
+
+    rng = np.random.default_rng(9)
+    lengths = np.r_[rng.integers(1, 6, 500), 1, 40, 7, 1]
+    v = rng.lognormal(0.0, 3.0, int(lengths.sum()))
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    got = _Segments(starts, len(v)).sum(v)
+    for i, (a, n) in enumerate(zip(starts, lengths, strict=True)):
+        total = 0.0
+        for x in v[a:a + n]:
+            total += float(x)
+        assert got[i] == total
+    # numpy's reduceat groups the additions otherwise: the test can tell them apart
+    assert (np.add.reduceat(v, starts) != got).any()
