@@ -493,18 +493,25 @@ class _Snapshot(NamedTuple):
     fingerprints: dict[str, int]
     rows_read: int
     per_row: bool             # one row per unit (row ids): charges need no group-by
-    # cells of a key set, per key-set object: (key set, data with _CELL, sorted by unit then
-    # cell in unit mode); shared by the trimmed copies of a cached snapshot, so a count after
-    # a sum of the same frame and keys joins and sorts once
-    cells: dict[int, tuple[Any, pl.DataFrame]]
+    # Unit mode: ``data`` holds the (unit, cell) rows inside the key set (unit, _CELL,
+    # measures, _ROWS, _ALL; sorted by unit id, nulls last, then cell: see cells_of) and
+    # ``outside`` the (unit, key) rows outside it (unit, by, measures, _ROWS, _ALL).
+    # ``None`` in row mode (``data`` then holds the key columns).
+    outside: pl.DataFrame | None = None
 
 
-def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules
-                   ) -> _Snapshot:
-    """One evaluation of the input (cached for a later release of the same Polars frame)."""
+def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
+                   keys: KeySet | None = None) -> _Snapshot:
+    """One evaluation of the input (cached for a later release of the same Polars frame).
+
+    Unit mode (``keys`` given): the cells are found inside the plan and the input is grouped
+    by (unit, cell) — integer codes, not the key columns — so the snapshot holds per unit and
+    cell only its contributions; the rows outside the key set are grouped by (unit, keys).
+    """
     sess, native = op.session, op.native
     unit = sess.unit
-    cache_key = (id(native), tuple(by), unit, rules.mode)
+    unit_mode = unit is not None and unit != ROW_ID and keys is not None
+    cache_key = (id(native), tuple(by), unit, rules.mode, id(keys) if unit_mode else None)
     cols = [*by, *measures, *([unit] if unit else [])]
     cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
     cached = sess.cached_snapshot(cache_key) if cacheable else None
@@ -514,7 +521,8 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                   and (not measures or cached["rules"] == rules)
                   and (measures or not cached["drops"])
                   # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
-                  and set(sess.bound_columns()) <= set(cached["snapshot"].fingerprints))
+                  and set(sess.bound_columns()) <= set(cached["snapshot"].fingerprints)
+                  and cached.get("keys") is (keys if unit_mode else None))
         if usable:
             snap: _Snapshot = cached["snapshot"]
             keep_cols = [c for c in snap.data.columns
@@ -522,8 +530,57 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             counts = {k: v for k, v in snap.counts.items()
                       if k.split(":", 1)[-1] in measures or k.startswith("null:")}
             fps: dict[str, int] = dict(snap.fingerprints)
+            outside = None if snap.outside is None else snap.outside.select(
+                [c for c in snap.outside.columns if c not in cached["measures"] or c in measures])
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
-                             snap.per_row, snap.cells)
+                             snap.per_row, outside)
+    if unit_mode:
+        assert keys is not None and unit is not None
+        snap = _unit_snapshot(op, unit, by, measures, rules, keys)
+    else:
+        snap = _row_snapshot(op, unit, by, measures, rules)
+    if cacheable:
+        sess.keep_snapshot(cache_key, {
+            "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
+            "drops": rules.nulls == "drop" or rules.negatives == "drop",
+            "keys": keys if unit_mode else None,
+            "columns": native.select(cols) if isinstance(native, pl.DataFrame) else None})
+    return snap
+
+
+def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], rules: _Rules,
+                   keys: KeySet) -> _Snapshot:
+    """Unit mode's snapshot: per (unit, cell) inside the key set, per (unit, keys) outside."""
+    parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
+    unit_bad = pl.col(unit).is_null()
+    if _is_float(op.schema[unit]):
+        unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
+    keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
+    counters = _counter_exprs(parts, op.schema)
+    counters[f"null:{unit}"] = unit_bad
+    names = list(counters)
+    aggs = [*[pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
+              .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m, p in parts.items()],
+            pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
+            pl.len().cast(pl.Int64).alias(_ALL),
+            *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()]]
+    base = _cells(op.lf.with_columns(keep), op.schema, keys, by, _CELL)
+    inside, outside = pl.collect_all(
+        [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),
+         base.filter(pl.col(_CELL).is_null()).group_by(unit, *by).agg(aggs)],
+        engine="streaming")  # bounded memory for inputs larger than RAM
+    both = [inside, outside]
+    counts = {k: sum(int(d[k].sum() or 0) for d in both) for k in names}
+    rows_read = sum(int(d[_ALL].sum() or 0) for d in both)
+    inside = _sort_units(inside.with_columns(pl.col(_CELL).cast(pl.Int64)), unit,
+                         len(keys) if by else 1).drop(names)
+    return _Snapshot(inside, counts, {}, rows_read, False, outside.drop(names))
+
+
+def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[str],
+                  rules: _Rules) -> _Snapshot:
+    """The snapshot of row mode (one row per row id) or, without a key set, of unit mode."""
+    sess = op.session
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
                                  sess.bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
@@ -547,13 +604,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     else:
         rows_read = int(data[_ALL].sum()) if data.height else 0
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
-    snap = _Snapshot(data, counts, fps, rows_read, per_row, {})
-    if cacheable:
-        sess.keep_snapshot(cache_key, {
-            "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
-            "drops": rules.nulls == "drop" or rules.negatives == "drop",
-            "columns": native.select(cols) if isinstance(native, pl.DataFrame) else None})
-    return snap
+    return _Snapshot(data, counts, fps, rows_read, per_row)
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -717,15 +768,14 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
     Unit mode: rows sorted by unit id (nulls last), then cell. Each unit's (unit, cell) rows are
     then contiguous and in key-set order, so its losses are summed in an order that depends on
     the ids and the key set only (reruns agree to the last bit), and merging into the ledger
-    (kept sorted by unit) needs no sort. Memoized per key-set object on the snapshot.
+    (kept sorted by unit) needs no sort. A unit-mode snapshot has its cells already (found in
+    the plan, sorted once per snapshot); this adds them to the others.
     """
-    memo = snap.cells.get(id(keys))
-    if memo is not None and memo[0] is keys and set(snap.data.columns) <= set(memo[1].columns):
-        return memo[1].select(*snap.data.columns, _CELL)
+    if snap.outside is not None:
+        return snap.data
     data = _attach_cells(snap.data, keys, by)
-    if not snap.per_row:
+    if not snap.per_row:  # row ids repeated by a join: one unit in several cells
         data = _sort_units(data, uid, len(keys) if by else 1)
-    snap.cells[id(keys)] = (keys, data)
     return data
 
 
@@ -746,6 +796,81 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
             key = (offset * (n_keys + 1) + pl.col(_CELL).fill_null(n_keys)).cast(pl.Int64)
             return data.sort(key, nulls_last=True, maintain_order=True)
     return data.sort([uid, _CELL], nulls_last=[True, True], maintain_order=True)
+
+
+def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
+           ordered: bool = False) -> pl.LazyFrame:
+    """Add column ``name``: each row's position in the key set (null outside it), lazily.
+
+    The same rule as the in-memory engine: key columns are compared after a lossless conversion
+    to a common dtype chosen from the two schemas; keys that do not convert exactly are outside.
+    """
+    if not by:
+        return lf.with_columns(pl.lit(0, pl.Int64).alias(name))
+    keys_pl = keys.to_polars().select(by)
+    targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
+    casts = []
+    for c, target in targets.items():
+        if target is None:
+            continue
+        try:
+            casts.append(keys_pl[c].cast(target, strict=True).alias(c))
+        except Exception as err:  # the public key set does not convert: data-free error
+            raise ColumnTypeError(
+                f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
+                f"the key set, and the key set's values cannot be converted to {target}.\n"
+                "Hint: build the key set with values of the data's type.") from err
+    if casts:
+        _check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
+    doms = keys.domains
+    if doms is not None and all(
+            d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
+            and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
+        return _cells_by_codes(lf, doms, name)
+    kp = keys_pl.with_columns(casts).with_row_index(name).with_columns(
+        pl.col(name).cast(pl.Int64))
+    on_data, bad = [], []
+    tmp = f"{name}:"
+    for c in by:
+        target = targets[c]
+        if target is not None and target != schema[c]:
+            conv = pl.col(c).cast(target, strict=False)
+            back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
+            lf = lf.with_columns(
+                pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
+                .alias(f"{tmp}k:{c}"),
+                (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"{tmp}bad:{c}"))
+            on_data.append(f"{tmp}k:{c}")
+            bad.append(f"{tmp}bad:{c}")
+        else:
+            on_data.append(c)
+    right = kp.rename({c: f"{tmp}key:{c}" for c in by}).lazy()
+    lf = lf.join(right, left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
+                 nulls_equal=True, coalesce=True,
+                 maintain_order="left" if ordered else "none")
+    if bad:
+        lf = lf.with_columns(
+            pl.when(pl.any_horizontal(bad)).then(None).otherwise(pl.col(name)).alias(name))
+    drop = [c for c in [*on_data, *bad] if c.startswith(tmp)]
+    return lf.drop(drop) if drop else lf
+
+
+def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.LazyFrame:
+    """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
+
+    Each key column is compared as text (as the in-memory engine does for text keys) by a cast
+    to an ``Enum`` of its domain, whose physical code is the value's position in the domain
+    (null outside it); the codes are combined in mixed radix like :meth:`KeySet.cell_index`.
+    """
+    idx: pl.Expr = pl.lit(0, pl.Int64)
+    inside: pl.Expr = pl.lit(True)
+    for dom in doms:
+        code = (pl.col(dom.name).cast(pl.String)
+                .cast(pl.Enum(dom.cast(pl.String).to_list()), strict=False)
+                .to_physical().cast(pl.Int64))
+        inside = inside & code.is_not_null()
+        idx = idx * len(dom) + code.fill_null(0)
+    return lf.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
 
 
 def _check_bound(name: str, value: Any) -> int | None:
@@ -958,13 +1083,27 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     return ch, cell_rho, cell_size
 
 
-def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray
+def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.ndarray,
+                keys: KeySet | None = None, dtypes: dict[str, Any] | None = None
                 ) -> pl.DataFrame:
     """Per released cell with data: the worst unit loss and size, and the number of units.
 
-    Columns: the largest loss of one unit there (``worst_rho``), the largest contribution
-    (``worst_size``) and the number of contributing units (``units``).
+    Columns: the key columns, the largest loss of one unit there (``worst_rho``), the largest
+    contribution (``worst_size``) and the number of contributing units (``units``). Rows
+    without key columns (unit mode's snapshot) are grouped by cell, whose keys are then read
+    from ``keys`` in the data's ``dtypes``.
     """
+    if by and not set(by) <= set(inside.columns):
+        assert keys is not None and dtypes is not None
+        per = pl.DataFrame({_CELL: inside[_CELL], "worst_rho": pl.Series(rho, dtype=pl.Float64),
+                            "worst_size": pl.Series(size, dtype=pl.Float64)}).group_by(
+            _CELL).agg(pl.col("worst_rho").max(), pl.col("worst_size").max(),
+                       pl.len().cast(pl.Int64).alias("units")).sort(
+            ["worst_rho", _CELL], descending=[True, False])
+        kp = keys.to_polars()
+        return per.select(
+            *[kp[c].gather(per[_CELL]).cast(dtypes[c], strict=False).alias(c) for c in by],
+            "worst_rho", "worst_size", "units")
     frame = inside.select(by).with_columns(worst_rho=pl.Series(rho, dtype=pl.Float64),
                                            worst_size=pl.Series(size, dtype=pl.Float64))
     aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),

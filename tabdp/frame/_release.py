@@ -111,10 +111,11 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
 
     # 1. One snapshot of the input.
     sess.phase(qname, "reading and aggregating the input")
-    snap = _take_snapshot(op, by_list, measure_list, rules)
+    snap = _take_snapshot(op, by_list, measure_list, rules, keys)
     data = snap.data
+    parts = [data] if snap.outside is None else [data, snap.outside]
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
-    neg_contrib = ({m: int((data[m] < 0).sum()) for m in measure_list}
+    neg_contrib = ({m: sum(int((d[m] < 0).sum()) for d in parts) for m in measure_list}
                    if needs_nonneg and rules.negatives == "error" else {})
     _strict_checks(snap.counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     if unit is None:
@@ -122,8 +123,12 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
 
     # 2. Cells of the public key set.
     data = cells_of(snap, keys, by_list, uid)
-    inside = data.filter(pl.col(_CELL).is_not_null())
-    rows_outside = int(data.filter(pl.col(_CELL).is_null())[_ALL].sum() or 0)
+    if snap.outside is None:
+        inside = data.filter(pl.col(_CELL).is_not_null())
+        outside = data.filter(pl.col(_CELL).is_null())
+    else:  # unit mode: the snapshot kept the rows outside the key set apart
+        inside, outside = data, snap.outside
+    rows_outside = int(outside[_ALL].sum() or 0)
     # units whose rows were all dropped by a rule contribute nothing and pay nothing
     inside = inside.filter(pl.col(_ROWS) > 0)
     inside, cells_dropped = _bound_contributions(inside, uid, not snap.per_row, kind,
@@ -166,7 +171,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     if sess.track_cells:
         keep_mask = np.ones(inside.height, dtype=bool) if row_ok is None else row_ok.to_numpy()
         cells = _cell_stats(inside.filter(pl.Series(keep_mask)), by_list,
-                            cell_rho[keep_mask], cell_size[keep_mask])
+                            cell_rho[keep_mask], cell_size[keep_mask], keys,
+                            {c: op.schema[c] for c in by_list})
 
     # 5. Noise: only now, after every check passed.
     sess.phase(qname, f"drawing noise for {n_keys:,} cells")
@@ -178,8 +184,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         "rows_read": snap.rows_read,
         "rows_outside_keys": rows_outside,
         "cells_with_data_outside_keys": int(
-            data.filter(pl.col(_CELL).is_null()).select(by_list).unique().height
-            if by_list else 0),
+            outside.select(by_list).unique().height if by_list else 0),
         "rows_in_released_cells": int(inside[_ROWS].sum() or 0),
         "units_left_out_by_budget": int(left_out.sum()),
         **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),

@@ -31,15 +31,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from tabdp.exceptions import ColumnTypeError, InvalidParameterError
+from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _CELL,
     _ROWS,
-    _TEXT,
     ROW_ID,
+    _cells,
     _charges,
-    _check_keys_distinct,
-    _common_dtype,
     _counter_exprs,
     _fingerprint,
     _keep_mask,
@@ -86,81 +84,6 @@ class Program(NamedTuple):
     rules: _Rules
     policy: _Policy
     bits: dict[str, int]
-
-
-def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
-           ordered: bool = False) -> pl.LazyFrame:
-    """Add column ``name``: each row's position in the key set (null outside it), lazily.
-
-    The same rule as the in-memory engine: key columns are compared after a lossless conversion
-    to a common dtype chosen from the two schemas; keys that do not convert exactly are outside.
-    """
-    if not by:
-        return lf.with_columns(pl.lit(0, pl.Int64).alias(name))
-    keys_pl = keys.to_polars().select(by)
-    targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
-    casts = []
-    for c, target in targets.items():
-        if target is None:
-            continue
-        try:
-            casts.append(keys_pl[c].cast(target, strict=True).alias(c))
-        except Exception as err:  # the public key set does not convert: data-free error
-            raise ColumnTypeError(
-                f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
-                f"the key set, and the key set's values cannot be converted to {target}.\n"
-                "Hint: build the key set with values of the data's type.") from err
-    if casts:
-        _check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
-    doms = keys.domains
-    if doms is not None and all(
-            d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
-            and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
-        return _cells_by_codes(lf, doms, name)
-    kp = keys_pl.with_columns(casts).with_row_index(name).with_columns(
-        pl.col(name).cast(pl.Int64))
-    on_data, bad = [], []
-    tmp = f"{name}:"
-    for c in by:
-        target = targets[c]
-        if target is not None and target != schema[c]:
-            conv = pl.col(c).cast(target, strict=False)
-            back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
-            lf = lf.with_columns(
-                pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
-                .alias(f"{tmp}k:{c}"),
-                (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"{tmp}bad:{c}"))
-            on_data.append(f"{tmp}k:{c}")
-            bad.append(f"{tmp}bad:{c}")
-        else:
-            on_data.append(c)
-    right = kp.rename({c: f"{tmp}key:{c}" for c in by}).lazy()
-    lf = lf.join(right, left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
-                 nulls_equal=True, coalesce=True,
-                 maintain_order="left" if ordered else "none")
-    if bad:
-        lf = lf.with_columns(
-            pl.when(pl.any_horizontal(bad)).then(None).otherwise(pl.col(name)).alias(name))
-    drop = [c for c in [*on_data, *bad] if c.startswith(tmp)]
-    return lf.drop(drop) if drop else lf
-
-
-def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.LazyFrame:
-    """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
-
-    Each key column is compared as text (as the in-memory engine does for text keys) by a cast
-    to an ``Enum`` of its domain, whose physical code is the value's position in the domain
-    (null outside it); the codes are combined in mixed radix like :meth:`KeySet.cell_index`.
-    """
-    idx: pl.Expr = pl.lit(0, pl.Int64)
-    inside: pl.Expr = pl.lit(True)
-    for dom in doms:
-        code = (pl.col(dom.name).cast(pl.String)
-                .cast(pl.Enum(dom.cast(pl.String).to_list()), strict=False)
-                .to_physical().cast(pl.Int64))
-        inside = inside & code.is_not_null()
-        idx = idx * len(dom) + code.fill_null(0)
-    return lf.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
 
 
 def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
