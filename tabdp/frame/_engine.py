@@ -787,15 +787,18 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
     """
     if not data.height:
         return data
+    # (unit, cell) pairs are distinct: no stable sort needed
     dtype = data.schema[uid]
     if dtype.is_integer():
         lo: Any = data[uid].min()
         hi: Any = data[uid].max()
-        if lo is not None and hi is not None and (int(hi) - int(lo) + 1) * (n_keys + 1) < 2**62:
-            offset = pl.col(uid).cast(pl.Int128) - int(lo)
-            key = (offset * (n_keys + 1) + pl.col(_CELL).fill_null(n_keys)).cast(pl.Int64)
-            return data.sort(key, nulls_last=True, maintain_order=True)
-    return data.sort([uid, _CELL], nulls_last=[True, True], maintain_order=True)
+        if (lo is not None and hi is not None and -(2**63) <= int(lo) and int(hi) < 2**63
+                and (int(hi) - int(lo) + 1) * (n_keys + 1) < 2**62):
+            # uid - lo is in [0, 2**62): exact in Int64 arithmetic
+            offset = pl.col(uid).cast(pl.Int64) - pl.lit(int(lo), pl.Int64)
+            key = offset * (n_keys + 1) + pl.col(_CELL).fill_null(n_keys).cast(pl.Int64)
+            return data.sort(key, nulls_last=True)
+    return data.sort([uid, _CELL], nulls_last=[True, True])
 
 
 def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
@@ -1001,9 +1004,10 @@ class _Segments:
 
     NumPy's ``add.reduce``/``reduceat`` sum with several partial sums whose grouping depends
     on the length (and may on the build): a unit's total would not be the plain sum in its
-    cells' order. Here the k-th element of every segment longer than k is added in step k;
-    segments are visited longest first, so step k touches a prefix (vector operations only,
-    one step per cell of the unit with most cells).
+    cells' order. Here each segment starts at its first element and, in step k, the k-th
+    element of every segment longer than k is added; the segments longer than one are visited
+    longest first, so step k touches a prefix of them (vector operations only, one step per
+    cell of the unit with most cells).
 
     Example:
         >>> _Segments(np.array([0, 3]), 4).sum(np.array([0.1, 0.2, 0.3, 5.0])).tolist()
@@ -1012,23 +1016,23 @@ class _Segments:
 
     def __init__(self, starts: np.ndarray, n: int) -> None:
         """Segments starting at ``starts`` (increasing, the first 0) of an array of ``n``."""
+        self.starts = starts
         counts = np.diff(np.append(starts, n))
-        self.order = np.argsort(-counts, kind="stable")
-        self.counts = counts[self.order]
-        self.starts = starts[self.order]
-        longest = int(self.counts[0]) if len(counts) else 0
+        multi = np.flatnonzero(counts > 1)
+        order = multi[np.argsort(-counts[multi], kind="stable")]
+        self.multi = order
+        self.multi_starts = starts[order]
+        sorted_counts = counts[order]
+        longest = int(sorted_counts[0]) if len(order) else 1
         # number of segments longer than k, for k = 1 .. longest - 1
-        self.active = np.searchsorted(-self.counts, -np.arange(1, max(longest, 1)),
-                                      side="left")
+        self.active = np.searchsorted(-sorted_counts, -np.arange(1, longest), side="left")
 
     def sum(self, v: np.ndarray) -> np.ndarray:
         """Each segment's left-to-right sum of ``v``."""
-        acc = v[self.starts].astype(np.float64, copy=True)
+        acc = np.asarray(v, dtype=np.float64)[self.starts]  # a new array (fancy index)
         for k, m in enumerate(self.active, start=1):
-            acc[:m] += v[self.starts[:m] + k]
-        out = np.empty_like(acc)
-        out[self.order] = acc
-        return out
+            acc[self.multi[:m]] += v[self.multi_starts[:m] + k]
+        return acc
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
