@@ -1035,6 +1035,32 @@ class _Segments:
         return acc
 
 
+def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
+             is_max: Callable[[str], bool]) -> tuple[pl.Series, dict[str, np.ndarray]]:
+    """Per-unit totals of per-(unit, cell) ``columns`` whose rows are sorted by unit then cell.
+
+    Sums are taken left to right over a unit's cells (:class:`_Segments`), maxima where
+    ``is_max(name)``. Returns the units (in order) and the totals.
+
+    Example:
+        >>> u, t = per_unit(pl.Series([1, 1, 2]), {"rho": np.array([0.5, 0.25, 1.0])},
+        ...                 lambda c: False)
+        >>> u.to_list(), t["rho"].tolist()
+        ([1, 2], [0.75, 1.0])
+    """
+    n = len(units)
+    if not n:
+        return units, dict(columns)
+    starts = np.flatnonzero(units.ne_missing(units.shift(1)).fill_null(True).to_numpy())
+    starts[0] = 0
+    first = units.gather(pl.Series(starts, dtype=pl.Int64))
+    if len(starts) == n:  # one cell per unit
+        return first, dict(columns)
+    seg = _Segments(starts, n)
+    return first, {c: np.maximum.reduceat(v, starts) if is_max(c) else seg.sum(v)
+                   for c, v in columns.items()}
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
@@ -1071,16 +1097,10 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
         # its losses are summed left to right in key-set order (_Segments), an order that
         # depends on the ids and the key set only, never on the input's row order (reruns
         # agree to the bit)
-        u = inside[uid]
-        starts = np.flatnonzero(u.ne_missing(u.shift(1)).fill_null(True).to_numpy()) \
-            if n else np.zeros(0, dtype=np.int64)
-        if n:
-            starts[0] = 0
-        units = u.gather(pl.Series(starts, dtype=pl.Int64)) if n else u
-        if len(starts) < n:  # some units have several cells
-            seg = _Segments(starts, n)
-            cols = {k: {c: np.maximum.reduceat(v, starts) if k == "size" else seg.sum(v)
-                        for c, v in cols[k].items()} for k in kinds}
+        units, per = per_unit(inside[uid], {f"{k}\0{c}": v for k in kinds
+                                            for c, v in cols[k].items()},
+                              lambda name: name.startswith("size\0"))
+        cols = {k: {c: per[f"{k}\0{c}"] for c in cols[k]} for k in kinds}
     ch = Charges(units, cols["rho"], cols["epsilon"], cols["size"], policy.guarantee,
                  cols["eps_a"] if policy.approx else None,
                  cols["delta_a"] if policy.approx else None)

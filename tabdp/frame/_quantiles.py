@@ -32,7 +32,9 @@ from tabdp.frame._engine import (
     _fingerprint,
     _open_release,
     _Rules,
+    _sort_units,
     _strict_checks,
+    per_unit,
 )
 from tabdp.frame._output import (
     LONG_COLUMNS,
@@ -420,17 +422,20 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         # privacy), then the session's budget as an individual filter (units left out are
         # dropped from their cells).
         approx = policy.dp_delta is not None
+        # (unit, cell) pairs sorted by unit then cell: a unit's losses are summed left to
+        # right in key-set order, whatever the input's row order (as sums and counts do)
         pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
+        if unit is not None:
+            pairs = _sort_units(pairs, uid, len(keys) if by_list else 1)
         k = pairs["len"].cast(pl.Float64).to_numpy()
         ea, da = policy.approx_policy(k)
-        per = (pl.DataFrame({"unit": pairs[uid], "rho": policy.rho(k),
-                             "epsilon": policy.epsilon(k), "size": k, "eps_a": ea,
-                             "delta_a": da})
-               .group_by("unit", maintain_order=True)
-               .agg(pl.col("rho").sum(), pl.col("epsilon").sum(), pl.col("size").max(),
-                    pl.col("eps_a").sum(), pl.col("delta_a").sum()))
-        units = per["unit"].cast(pl.Int64).to_numpy() if unit is None else per["unit"]
-        arrays = {c: {ROWS_CURRENCY: per[c].to_numpy()}
+        u, per = per_unit(pairs[uid], {
+            "rho": np.asarray(policy.rho(k), dtype=np.float64),
+            "epsilon": np.asarray(policy.epsilon(k), dtype=np.float64), "size": k,
+            "eps_a": np.asarray(ea, dtype=np.float64), "delta_a": np.asarray(da, dtype=np.float64)},
+            lambda c: c == "size")
+        units = u.cast(pl.Int64).to_numpy() if unit is None else u
+        arrays = {c: {ROWS_CURRENCY: per[c]}
                   for c in ("rho", "epsilon", "size", "eps_a", "delta_a")}
         charges = Charges(units, arrays["rho"], arrays["epsilon"], arrays["size"],
                           "approx" if approx else "zcdp",
@@ -441,7 +446,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         ok = admitted[ROWS_CURRENCY]
         n_left_out = int((~ok).sum())
         if n_left_out:
-            gone = per["unit"].filter(pl.Series(~ok))
+            gone = u.filter(pl.Series(~ok))
             inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
 
         codes = inside[_CELL].to_numpy()

@@ -897,6 +897,29 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
     return comps, extra, any_ok, n_left
 
 
+def _add_field(name: str) -> Any:
+    """``(acc, x) -> acc + x[name]``: a left fold step for ``F.aggregate``."""
+    return lambda acc, x: acc + x[name]
+
+
+def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str]) -> Any:
+    """Per ``__uid``: ``sums`` added left to right over its cells in key-set order, ``maxes``.
+
+    The Polars engine's order (``tabdp.frame._engine.per_unit``); ``F.sum`` would add them in
+    shuffle order, and per-record reports would differ in the last bits.
+    """
+    from pyspark.sql import functions as F
+
+    per = charged.groupBy("__uid").agg(
+        *[F.max(c).alias(c) for c in maxes],
+        F.array_sort(F.collect_list(F.struct(F.col(_CELL).alias("__cell"),
+                                             *[F.col(c) for c in sums]))).alias("__cells"))
+    return per.select(
+        "__uid", *maxes,
+        *[F.aggregate("__cells", F.lit(0.0).cast("double"), _add_field(c)).alias(c)
+          for c in sums])
+
+
 def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kind: str,
                        charged: Any, ch_cols: list[str], curs: list[tuple[str, list[str]]],
                        measure_list: list[str], by_list: list[str], keys: KeySet,
@@ -913,8 +936,11 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
     if row_mode:
         per_unit = charged.select("__uid", *unit_cols)
     else:
-        per_unit = charged.groupBy("__uid").agg(
-            *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
+        # a unit's losses summed left to right over its cells in key-set order, as the Polars
+        # engine does (F.sum would add them in shuffle order): bit-identical per-record reports
+        sums = [c for c in unit_cols if not c.startswith("s")]
+        maxes = [c for c in unit_cols if c.startswith("s")]
+        per_unit = _per_unit_fold(charged, sums, maxes)
 
     # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
     budget = sess.budget
@@ -1142,15 +1168,17 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
                               rows_col="__k")
         if exprs is not None:
-            charged = pairs.select("__uid", *exprs).select("__uid", *unit_cols)
+            charged = pairs.select("__uid", _CELL, *exprs).select("__uid", _CELL, *unit_cols)
         else:
             udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
             with _quiet():
-                charged = pairs.select("__uid", udf(F.struct(F.col("__k").cast("double")
-                                                             .alias("__rows"))).alias("__ch"))
-            charged = charged.select("__uid", *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
-        per_unit = charged if row_mode else charged.groupBy("__uid").agg(
-            *[(F.max if c.startswith("s") else F.sum)(c).alias(c) for c in unit_cols])
+                charged = pairs.select("__uid", _CELL, udf(F.struct(
+                    F.col("__k").cast("double").alias("__rows"))).alias("__ch"))
+            charged = charged.select("__uid", _CELL,
+                                     *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+        per_unit = charged.drop(_CELL) if row_mode else _per_unit_fold(
+            charged, [c for c in unit_cols if not c.startswith("s")],
+            [c for c in unit_cols if c.startswith("s")])
         curs: list[tuple[str, list[str]]] = [(ROWS_CURRENCY, [])]
         guarantee = "approx" if approx else "zcdp"
         decided = _decide(sess, per_unit, curs, guarantee, approx)

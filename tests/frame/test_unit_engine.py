@@ -179,3 +179,19 @@ def test_segment_sums_are_plain_left_to_right_sums() -> None:
         assert got[i] == total
     # numpy's reduceat groups the additions otherwise: the test can tell them apart
     assert (np.add.reduceat(v, starts) != got).any()
+
+
+def test_unit_median_losses_do_not_depend_on_row_order() -> None:
+    df = _firms(1500)
+
+    def run(frame: pl.DataFrame) -> pl.DataFrame:
+        s = tabdp.Session(unit="firm", seed=4, budget=6.0)
+        frame.dp.median("payroll", by=["county", "naics"], keys=_keys(), bounds=(0.0, 5e5),
+                        epsilon=1.0, session=s)
+        frame.dp.quantile("emp", 0.9, by=["county"], keys=tabdp.KeySet.from_dict(
+            county=COUNTIES), bounds=(0.0, 500.0), epsilon=0.5, session=s, name="q90")
+        return s.report().per_record
+
+    per = run(df)
+    assert per.equals(run(df.sample(fraction=1.0, shuffle=True, seed=8)))
+    assert per["firm"].is_sorted() and per["rho"].max() > 0  # type: ignore[operator]
