@@ -732,13 +732,16 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
 def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
     """``data`` sorted by ``uid`` (nulls last) then ``_CELL`` (nulls last).
 
-    Integer ids whose range allows it are sorted by one Int64 key (unit - min)·(n+1) + cell
-    (several times faster than Polars' multi-column sort on millions of rows; same order).
+    Integer ids of at most 64 bits whose range allows it are sorted by one Int64 key
+    (unit - min)·(n+1) + cell (several times faster than Polars' multi-column sort on millions
+    of rows; same order). 128-bit ids always take the multi-column sort: their minimum may not
+    be a Polars literal (a ``UInt128`` above 2**127), and which path runs depends on the ids, so
+    it must never fail.
     """
     if not data.height:
         return data
     dtype = data.schema[uid]
-    if dtype.is_integer():
+    if dtype.is_integer() and dtype not in (pl.Int128, pl.UInt128):
         lo: Any = data[uid].min()
         hi: Any = data[uid].max()
         if lo is not None and hi is not None and (int(hi) - int(lo) + 1) * (n_keys + 1) < 2**62:

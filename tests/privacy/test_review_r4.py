@@ -1,0 +1,42 @@
+"""Review R4 (2026-11-26): attacks on the unit-mode engine's speed-ups and public bounds.
+
+Each test states a claim and tries to break it. The fixed regressions fail without their fix;
+the others pin a claim that held under attack (neighbouring inputs, row orders, id dtypes).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+
+KEY_AB = tabdp.KeySet.from_dict(c=["a", "b"])
+
+
+# -- 128-bit unit ids: which sort runs depends on the ids, so neither may fail -------------------
+@pytest.mark.parametrize("dtype", [pl.UInt128, pl.Int128])
+def test_128_bit_unit_ids_release_on_neighbouring_inputs(dtype: pl.DataType) -> None:
+    """Unit ids all near the top of the dtype (a narrow range) and the same plus one record.
+
+    The engine sorts integer ids with a narrow range by one Int64 key built from the smallest
+    id. Without the fix a ``UInt128`` minimum above 2**127 was no Polars literal: the release
+    raised a raw ``InvalidOperationError``, while the neighbour with one more record (id 0, a
+    wide range: the multi-column sort) ran. Both release now, each unit charged its exact sum.
+    """
+    top = 2**128 - 1 if dtype == pl.UInt128 else 2**127 - 1
+    base = pl.DataFrame({"u": pl.Series([top, top - 1, top], dtype=dtype),
+                         "c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+    plus = pl.concat([base, pl.DataFrame({"u": pl.Series([0], dtype=dtype), "c": ["a"],
+                                          "x": [4.0]})])
+    for frame in (base, plus):
+        s = tabdp.Session(unit="u", seed=1)
+        out = frame.dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(1.0), session=s)
+        assert out.columns == ["c", "x", "x_sd", "x_moe", "x_lower", "x_upper"]
+        per = s.report().per_record
+        want = {top: (1.0 + 9.0) / 2, top - 1: 4.0 / 2}  # Δ²/2 per cell, cells a then b
+        if frame.height == 4:
+            want[0] = 16.0 / 2
+        assert dict(zip(per["u"].to_list(), per["rho"].to_list(), strict=True)) == want
+        assert per["u"].to_list() == sorted(want)
