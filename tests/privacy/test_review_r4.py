@@ -40,3 +40,33 @@ def test_128_bit_unit_ids_release_on_neighbouring_inputs(dtype: pl.DataType) -> 
             want[0] = 16.0 / 2
         assert dict(zip(per["u"].to_list(), per["rho"].to_list(), strict=True)) == want
         assert per["u"].to_list() == sorted(want)
+
+
+# -- row ids whose joins may repeat a row: never a streaming ledger ------------------------------
+def test_row_ids_that_may_repeat_never_stream() -> None:
+    """``Session(_rows_one_cell=False)``: a record may be several rows; the ledger is per record.
+
+    A streaming ledger charges each row as its own record. Without the fix such a session,
+    given a LazyFrame, chose the streaming ledger (``streaming=None``): row 0, repeated by a
+    join into cells c0 and c3, was listed twice in the per-record report with 0.5 each, and a
+    budget would have been checked per row. Now the in-memory ledger is chosen (row 0: one
+    record, 0.5 + 0.5), and ``streaming=True`` is refused before any data is read.
+    """
+    from tabdp.exceptions import InvalidParameterError
+    from tabdp.frame._engine import ROW_ID
+
+    base = pl.DataFrame({ROW_ID: [0, 1, 2], "county": ["c0", "c1", "c2"],
+                         "payroll": [1.0, 2.0, 3.0]})
+    repeated = pl.concat([base, base.head(1).with_columns(county=pl.lit("c3"))])
+    keys = tabdp.KeySet.from_dict(county=["c0", "c1", "c2", "c3"])
+    s = tabdp.Session(unit=ROW_ID, _row_ids=True, _rows_one_cell=False, seed=0)
+    repeated.lazy().dp.sum("payroll", by="county", keys=keys, mechanism=mech.Gaussian(1.0),
+                           session=s)
+    assert not s.streaming
+    per = s.report().per_record
+    assert per[ROW_ID].to_list() == [0, 1, 2]
+    assert per["rho"].to_list() == [0.5 + 0.5, 2.0, 4.5]
+    with pytest.raises(InvalidParameterError, match="repeat"):
+        tabdp.Session(unit=ROW_ID, _row_ids=True, _rows_one_cell=False, streaming=True)
+    # one row per record (the release workflow's one-to-one joins): streaming stays available
+    assert tabdp.Session(unit=ROW_ID, _row_ids=True, streaming=True).streaming
