@@ -449,7 +449,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     unit_bad = None
     if unit is not None:
         unit_bad = pl.col(unit).is_null()
-        if _is_float(schema[unit]):
+        if schema[unit] in (pl.Float32, pl.Float64):  # a Decimal has no NaN (nor is_nan)
             unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
     keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])

@@ -70,3 +70,17 @@ def test_row_ids_that_may_repeat_never_stream() -> None:
         tabdp.Session(unit=ROW_ID, _row_ids=True, _rows_one_cell=False, streaming=True)
     # one row per record (the release workflow's one-to-one joins): streaming stays available
     assert tabdp.Session(unit=ROW_ID, _row_ids=True, streaming=True).streaming
+
+
+def test_decimal_unit_ids_are_accounted_like_integer_ids() -> None:
+    """Decimal ids have no NaN: without the fix the NaN check raised a raw Polars error."""
+    frame = pl.DataFrame({"u": [3, 1, 3, 2], "c": ["a", "b", "b", "a"], "x": [1.0, 2.0, 3.0, 4.0]})
+    reports = []
+    for dtype in (pl.Int64, pl.Decimal(10, 2)):
+        s = tabdp.Session(unit="u", seed=1)
+        df = frame.with_columns(pl.col("u").cast(dtype))
+        df.dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(1.0), session=s)
+        df.dp.count(by="c", keys=KEY_AB, session=s)
+        reports.append(s.report().per_record.with_columns(pl.col("u").cast(pl.Int64)))
+    assert reports[0].equals(reports[1])
+    assert reports[0]["rho_q1_sum"].to_list() == [2.0, 8.0, 0.5 + 4.5]
