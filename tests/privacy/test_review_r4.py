@@ -6,10 +6,16 @@ the others pin a claim that held under attack (neighbouring inputs, row orders, 
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+from typing import Any
+
 import polars as pl
 import pytest
 
 import tabdp
+from tabdp import cli
 from tabdp import mechanisms as mech
 
 KEY_AB = tabdp.KeySet.from_dict(c=["a", "b"])
@@ -84,3 +90,93 @@ def test_decimal_unit_ids_are_accounted_like_integer_ids() -> None:
         reports.append(s.report().per_record.with_columns(pl.col("u").cast(pl.Int64)))
     assert reports[0].equals(reports[1])
     assert reports[0]["rho_q1_sum"].to_list() == [2.0, 8.0, 0.5 + 4.5]
+
+
+# -- tabdp run where a hierarchy join repeats one record, on neighbouring inputs -----------------
+_JOIN_SPEC = """
+[release]
+name = "nb"
+[input]
+path = "d.parquet"
+nulls = "zero"
+negatives = "zero"
+nonfinite = "zero"
+[hierarchies.geo]
+file = "geo.parquet"
+levels = ["state", "county"]
+[budget]
+rho = 0.6
+[randomness]
+seed = 3
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county"]
+keys = { file = "keys.parquet" }
+mechanism = { family = "gaussian", sigma = 1e6 }
+[[tables.rollups]]
+by = ["state"]
+direct = true
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+keys = { file = "keys.parquet" }
+mechanism = { family = "gaussian", sigma = 1.0 }
+[[tables.rollups]]
+by = ["state"]
+direct = true
+"""
+_B = 2**53  # Int64 codes 2**53 and 2**53 + 1 are one Float64 code: the join repeats that row
+
+
+def _join_run(folder: Path, df: pl.DataFrame) -> dict[str, Any]:
+    folder.mkdir()
+    df.write_parquet(folder / "d.parquet")
+    pl.DataFrame({"state": ["01", "02", "01"],
+                  "county": pl.Series([_B, _B + 1, 5], dtype=pl.Int64)}).write_parquet(
+        folder / "geo.parquet")
+    pl.DataFrame({"county": pl.Series([_B, 5], dtype=pl.Int64)}).write_parquet(
+        folder / "keys.parquet")
+    (folder / "s.toml").write_text(_JOIN_SPEC, encoding="utf-8")
+    code = cli.main(["run", str(folder / "s.toml"), "--quiet", "--test-seed"],
+                    stdout=io.StringIO(), stderr=io.StringIO())
+    pub, conf = folder / "out" / "public", folder / "out" / "confidential"
+    manifest = json.loads((pub / "manifest.json").read_text())
+    manifest.pop("created")
+    return {
+        "code": code,
+        "files": sorted(p.name for p in pub.iterdir()),
+        "summary": json.loads((pub / "summary.json").read_text()),
+        "manifest": manifest,
+        "schemas": {p.name: pl.read_parquet(p).schema for p in sorted(pub.glob("*.parquet"))},
+        "per_record": pl.read_parquet(conf / "per_record_losses.parquet"),
+    }
+
+
+def test_run_public_outputs_equal_whether_a_join_repeats_a_record(tmp_path: Path) -> None:
+    """A record whose fine code meets two mapping codes is two rows after the join.
+
+    The engine then groups the repeated rows by row id (a data-dependent code path); the
+    neighbour without that record takes the one-row-per-id path. Exit code, file names,
+    summary, manifest (but its timestamp) and table schemas are identical; the repeated record
+    is one record in the per-record report, charged at its doubled contribution.
+    """
+    other = pl.DataFrame({"county": [5.0] * 20, "payroll": [1000.0 + i for i in range(20)]})
+    full = pl.concat([other, pl.DataFrame({"county": [float(_B)], "payroll": [5000.0]})])
+    a = _join_run(tmp_path / "full", full)
+    b = _join_run(tmp_path / "minus", other)
+    for part in ("code", "files", "summary", "manifest", "schemas"):
+        assert a[part] == b[part], part
+    assert a["code"] == 0
+    per = a["per_record"]
+    assert per["row"].to_list() == list(range(21))
+    last = per.row(20, named=True)
+    # county 2**53 holds both copies of the row: Δ = 10000 (ρ = Δ²/2σ²); the count cell's
+    # Δ = 2 (ρ = 2 > 0.6) left it out of the count; the state 01 cell holds one copy
+    assert last["rho_pay"] == 10000.0**2 / 2e12
+    assert last["rho_pay__state"] == 5000.0**2 / 2e12
+    assert last["rho_n"] == 0.0
