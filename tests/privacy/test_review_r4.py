@@ -180,3 +180,41 @@ def test_run_public_outputs_equal_whether_a_join_repeats_a_record(tmp_path: Path
     assert last["rho_pay"] == 10000.0**2 / 2e12
     assert last["rho_pay__state"] == 5000.0**2 / 2e12
     assert last["rho_n"] == 0.0
+
+
+# -- the (unit, cell) rows memoized on a snapshot ------------------------------------------------
+def _units_frame() -> pl.DataFrame:
+    return pl.DataFrame({"u": [5, 1, 5, 3, 1, 5, 2], "c": ["b", "a", "a", "z", "b", "b", "a"],
+                         "x": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]})
+
+
+def test_memoized_cells_equal_a_fresh_join_and_follow_in_place_changes() -> None:
+    """A count after a sum of the same frame and key-set object reuses the sorted cells.
+
+    The reuse gives what a fresh join gives (an equal key set built anew), and a frame changed
+    in place since (its unit ids relabelled) is never served the old rows: each unit is charged
+    its own rows, whatever object the rows came from.
+    """
+    keys = tabdp.KeySet.from_dict(c=["b", "a"])
+    got = []
+    for fresh in (False, True):
+        df = _units_frame()
+        s = tabdp.Session(unit="u", seed=4)
+        t1 = df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+        t2 = df.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["b", "a"]) if fresh else keys,
+                         session=s)
+        got.append((t1, t2, s.report().per_record))
+    assert got[0][0].equals(got[1][0]) and got[0][1].equals(got[1][1])
+    assert got[0][2].equals(got[1][2])
+
+    df = _units_frame()
+    s = tabdp.Session(unit="u", seed=4)
+    df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    df.replace_column(0, pl.Series("u", [9, 9, 9, 9, 9, 9, 9]))  # in place: one unit now
+    df.dp.count(by="c", keys=keys, session=s)
+    per = s.report().per_record
+    assert per["u"].to_list() == [1, 2, 5, 9]
+    assert per["rho_q2_count"].to_list()[:3] == [0.0, 0.0, 0.0]
+    alone = tabdp.Session(unit="u", seed=4)
+    df.dp.count(by="c", keys=keys, session=alone)
+    assert per["rho_q2_count"][3] == alone.report().per_record["rho"][0] > 0.0
