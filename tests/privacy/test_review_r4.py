@@ -218,3 +218,47 @@ def test_memoized_cells_equal_a_fresh_join_and_follow_in_place_changes() -> None
     alone = tabdp.Session(unit="u", seed=4)
     df.dp.count(by="c", keys=keys, session=alone)
     assert per["rho_q2_count"][3] == alone.report().per_record["rho"][0] > 0.0
+
+
+# -- unit ids at the edges: every id is its own record, summed in key-set order ------------------
+_IDS = {
+    "int64_extremes": pl.Series([-(2**63), 2**63 - 1, 0, -(2**63), 7], dtype=pl.Int64),
+    "uint64_high": pl.Series([2**64 - 1, 2**63, 2**63 + 1, 2**64 - 1, 2**63], dtype=pl.UInt64),
+    "text": pl.Series(["b", "a", "", "b", "ab"]),
+    "text_null": pl.Series(["b", None, "a", "b", None]),
+}
+
+
+@pytest.mark.parametrize("ids", list(_IDS))
+def test_unit_losses_at_id_edges_are_exact_and_order_free(ids: str) -> None:
+    """Each unit pays Σ over its cells, in key-set order, of Δ²/2 (Gaussian σ = 1).
+
+    Ids span the whole Int64 range, sit above 2**63 as UInt64, are text, or are missing (author
+    mode drops those rows: they pay nothing and are not listed). The report is the same, bit
+    for bit, for every row order of the input.
+    """
+    keys = tabdp.KeySet.from_dict(c=["b", "a", "c"])  # key-set order differs from sorted order
+    rows = 25
+    frame = pl.DataFrame({
+        "u": pl.concat([_IDS[ids]] * 5),
+        "c": [["a", "b", "c", "z"][(3 * i) % 4] for i in range(rows)],
+        "x": [float((7 * i) % 11) for i in range(rows)],
+    })
+    order = {"b": 0, "a": 1, "c": 2}
+    want: dict[object, float] = {}
+    cells = frame.filter(pl.col("u").is_not_null() & pl.col("c").is_in(list(order))).group_by(
+        "u", "c").agg(pl.col("x").sum()).with_columns(
+        pl.col("c").replace_strict(order, return_dtype=pl.Int64).alias("k")).sort("u", "k")
+    for u, x in cells.select("u", "x").iter_rows():
+        want[u] = want.get(u, 0.0) + x * x / 2.0
+    reports = []
+    for seed in (None, 1, 2):
+        df = frame if seed is None else frame.sample(fraction=1.0, shuffle=True, seed=seed)
+        s = tabdp.Session(unit="u", seed=3, mode="author")
+        df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
+        reports.append(s.report().per_record)
+    per = reports[0]
+    assert dict(zip(per["u"].to_list(), per["rho"].to_list(), strict=True)) == want
+    assert per["u"].to_list() == sorted(want)  # type: ignore[type-var]
+    for other in reports[1:]:
+        assert other.equals(per)
