@@ -449,7 +449,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     unit_bad = None
     if unit is not None:
         unit_bad = pl.col(unit).is_null()
-        if _is_float(schema[unit]):
+        if schema[unit] in (pl.Float32, pl.Float64):  # a Decimal has no NaN (nor is_nan)
             unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
     keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
@@ -782,14 +782,17 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
 def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
     """``data`` sorted by ``uid`` (nulls last) then ``_CELL`` (nulls last).
 
-    Integer ids whose range allows it are sorted by one Int64 key (unit - min)·(n+1) + cell
-    (several times faster than Polars' multi-column sort on millions of rows; same order).
+    Integer ids of at most 64 bits whose range allows it are sorted by one Int64 key
+    (unit - min)·(n+1) + cell (several times faster than Polars' multi-column sort on millions
+    of rows; same order). 128-bit ids always take the multi-column sort: their minimum may not
+    be a Polars literal (a ``UInt128`` above 2**127), and which path runs depends on the ids, so
+    it must never fail.
     """
     if not data.height:
         return data
     # (unit, cell) pairs are distinct: no stable sort needed
     dtype = data.schema[uid]
-    if dtype.is_integer():
+    if dtype.is_integer() and dtype not in (pl.Int128, pl.UInt128):
         lo: Any = data[uid].min()
         hi: Any = data[uid].max()
         if (lo is not None and hi is not None and -(2**63) <= int(lo) and int(hi) < 2**63

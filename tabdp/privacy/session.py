@@ -138,6 +138,15 @@ class Session:
                 f"Session: streaming=True is for row mode (unit=None); got unit={unit!r}.\n"
                 "Hint: in unit mode the ledger is kept per unit (its size follows the number "
                 "of units, not rows); drop streaming=True, or use unit=None.")
+        # one row per record (public): a streaming ledger charges each row as its own record
+        rows_one_cell = unit is None or (
+            bool(_row_ids) and unit == ROW_ID_COLUMN and bool(_rows_one_cell))
+        if streaming and not rows_one_cell:
+            raise InvalidParameterError(
+                "Session: streaming=True charges each row as its own record, but the caller's "
+                "row ids may repeat (_rows_one_cell=False: joins that may repeat a row).\n"
+                "Hint: drop streaming=True; the in-memory ledger counts repeated rows as one "
+                "record.")
         if unit is not None and (not isinstance(unit, str) or not unit):
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
@@ -158,8 +167,7 @@ class Session:
         #: PUBLIC: every record is one row of the released frame (row mode, or row ids given
         #: with joins that keep one row per record), so each release bounds a record to one
         #: cell. Never decided from the data.
-        self.rows_one_cell = unit is None or (
-            bool(_row_ids) and unit == ROW_ID_COLUMN and bool(_rows_one_cell))
+        self.rows_one_cell = rows_one_cell
         self.rng = RandomSource(seed)
         self.budget = Budget.coerce(budget)
         #: Keep a CONFIDENTIAL per-cell audit of each release (worst loss of one unit per cell,
@@ -191,7 +199,8 @@ class Session:
         #: Row mode without per-row state: the ledger holds each release's public definition
         #: and recomputes every record's losses from the data (tabdp.frame._stream).
         self.streaming = bool(streaming)
-        self._streaming_choice = streaming if unit is None or _row_ids else False
+        # a streaming ledger needs one row per record: never chosen otherwise
+        self._streaming_choice = streaming if rows_one_cell else False
         self._ledger: Any = (
             ReplayLedger() if streaming else
             DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
