@@ -553,7 +553,7 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
     """Unit mode's snapshot: per (unit, cell) inside the key set, per (unit, keys) outside."""
     parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
     unit_bad = pl.col(unit).is_null()
-    if _is_float(op.schema[unit]):
+    if op.schema[unit] in (pl.Float32, pl.Float64):  # a Decimal has no NaN (nor is_nan)
         unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
     keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     counters = _counter_exprs(parts, op.schema)

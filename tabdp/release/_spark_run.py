@@ -32,7 +32,7 @@ from tabdp.exceptions import (
 
 __all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
            "number_rows", "input_rules", "author_key_casts", "add_derived", "to_polars",
-           "write_single_parquet", "report_view", "REPORT_UNITS", "check_table"]
+           "write_single_parquet", "report_view", "REPORT_UNITS", "check_table", "schema_of"]
 
 #: Engines ``tabdp run --engine`` accepts.
 ENGINES = ("polars", "spark")
@@ -251,6 +251,16 @@ def _pl_schema(sdf: Any) -> dict[str, Any]:
     from tabdp.frame._spark import polars_schema
 
     return polars_schema(sdf)
+
+
+def schema_of(sdf: Any) -> dict[str, Any]:
+    """The Polars dtypes of a Spark DataFrame's columns (a public fact: its schema).
+
+    Example:
+        >>> schema_of.__name__
+        'schema_of'
+    """
+    return _pl_schema(sdf)
 
 
 def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,

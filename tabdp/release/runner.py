@@ -998,14 +998,54 @@ def _rows_kept_one_to_one(spec: ReleaseSpec, schema: Mapping[str, Any],
     The fine codes are compared as the join compares them: converted to the input column's
     dtype (``lf``'s schema, a public fact), where two codes may become one.
     """
-    dtypes = lf.collect_schema() if isinstance(lf, pl.LazyFrame) else {}
+    return _mapping_collision(spec, schema, lf) is None
+
+
+def _mapping_collision(spec: ReleaseSpec, schema: Mapping[str, Any], lf: Any = None,
+                       dtypes: Mapping[str, Any] | None = None
+                       ) -> tuple[str, str, pl.DataType, list[Any]] | None:
+    """The first hierarchy whose fine codes collide once converted for the join, or ``None``.
+
+    Returns (hierarchy, fine column, the input column's dtype, the colliding mapping codes).
+    Decided from the spec's mapping files and the input's schema only (public facts). The
+    spec already refuses a fine code mapped to two coarse codes; after the conversion to the
+    input column's type (``"1001"`` and ``"01001"`` for an ``Int64`` column, ``2**53`` and
+    ``2**53 + 1`` for a ``Float64`` one) two fine codes may still become one, and the join would
+    then repeat every record holding it.
+    """
+    if dtypes is None:
+        dtypes = lf.collect_schema() if isinstance(lf, pl.LazyFrame) else {}
     for col, (h, fine) in _derived_needs(spec, schema)[0].items():
         fine_codes = _derived_mapping(spec, h, fine, col)[fine]
-        if fine in dtypes:
-            fine_codes = fine_codes.cast(dtypes[fine], strict=False)
-        if bool(fine_codes.is_duplicated().any()):
-            return False
-    return True
+        if fine not in dtypes:
+            continue
+        converted = fine_codes.cast(dtypes[fine], strict=False)
+        dup = converted.is_duplicated() & converted.is_not_null()
+        if bool(dup.any()):
+            first = converted.filter(dup)[0]
+            codes = fine_codes.filter(converted.eq_missing(first)).to_list()
+            return h, fine, dtypes[fine], codes
+    return None
+
+
+def _refuse_mapping_collisions(spec: ReleaseSpec, schema: Mapping[str, Any], lf: Any = None,
+                               dtypes: Mapping[str, Any] | None = None) -> None:
+    """Refuse, before the data is read, mapping codes that the join's conversion merges."""
+    hit = _mapping_collision(spec, schema, lf, dtypes)
+    if hit is None:
+        return
+    h, fine, dtype, codes = hit
+    raise SpecError(
+        f"hierarchies.{h}", f"the mapping's {fine!r} codes {_show_codes(codes)} become one code "
+        f"when converted to the input column's type {dtype} for the join, so every record "
+        "with that code would be joined to several coarser codes and counted in several "
+        "cells of the rollups.\nHint: store the mapping's codes with the input column's type "
+        f"(e.g. {fine!r} as {dtype} without leading zeros), or cast the input column to the "
+        "mapping's type in the data first.")
+
+
+def _show_codes(codes: list[Any]) -> str:
+    return ", ".join(repr(c) for c in codes[:4]) + (" ..." if len(codes) > 4 else "")
 
 
 def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any]) -> pl.LazyFrame:
@@ -1323,6 +1363,13 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         if spec.input.table is not None:
             check_table(spark, spec.input.table)
 
+    if engine != "spark":
+        # data-free: mapping codes the join's conversion merges are refused before any read
+        # (the schema and the spec decide it; author mode converts key columns first)
+        lf0, schema0 = _scan_input(spec)
+        if spec.input.mode == "author":
+            lf0 = _author_key_casts(spec, lf0)
+        _refuse_mapping_collisions(spec, schema0, lf0)
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
     try:
@@ -1430,6 +1477,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     lf, negatives = _input_rules(spec, lf)
     if spec.input.mode == "author":
         lf = _author_key_casts(spec, lf)
+    _refuse_mapping_collisions(spec, input_schema, lf)  # (checked before the run too)
     lf = _add_derived(spec, lf, input_schema)
     return _release_and_write(spec, summary, started, epoch, overwrite, report, caught, lf,
                               input_schema, negatives)
@@ -1459,6 +1507,9 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
         if inp.mode == "author":
             sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
                                       dict(spec.domains))
+        # (Polars' conversion rules: Spark's own casts may merge other codes too, e.g. text
+        # with spaces; see docs/spark.md)
+        _refuse_mapping_collisions(spec, input_schema, dtypes=sr.schema_of(sdf))
         need, national = _derived_needs(spec, input_schema)
         sdf = sr.add_derived(
             spark, sdf, {col: spec.hierarchies[h].mapping.select(fine, col)
