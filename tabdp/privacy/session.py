@@ -593,11 +593,6 @@ class Session:
             >>> s = Session()
             >>> s.use_engine("polars")
         """
-        if self.streaming and engine != "polars":
-            raise InvalidParameterError(
-                f"Session(streaming=True) recomputes row-mode losses with the Polars engine; "
-                f"this release runs on {engine}.\nHint: a Spark session keeps its ledger in "
-                "Spark already: use Session() without streaming=True for Spark frames.")
         current = "spark" if getattr(self._ledger, "engine", None) == "spark" else (
             "polars" if self.records else None)
         if current is None and engine == "spark" and ledger is not None:
