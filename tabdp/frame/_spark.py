@@ -17,9 +17,13 @@ partition) and the exact totals of the released cells (at most the key set):
 4. **Losses** per (unit, cell) are computed by the mechanism's own numpy policy functions in a
    pandas UDF on the executors (so each record's loss is the one the Polars engine computes),
    then summed per unit and currency in Spark.
-5. **Budget**: the session's ledger is a Spark table (:class:`SparkUnitLedger`); the individual
-   filter runs :meth:`tabdp.Session.admit` itself, per partition of the units joined with their
-   ledger rows.
+5. **Budget**: in unit mode the session's ledger is a Spark table (:class:`SparkUnitLedger`);
+   the individual filter runs :meth:`tabdp.Session.admit` itself, per partition of the units
+   joined with their ledger rows. In row mode the ledger holds no per-row state
+   (:class:`SparkReplayLedger`): it keeps each release's public definition, and a release under
+   a budget replays the earlier ones on its snapshot as Spark columns (:func:`_replay`), then
+   runs :meth:`tabdp.Session.admit` row by row on those totals (a scalar pandas UDF). The
+   per-record report replays every release over the input, after checking its fingerprints.
 6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.

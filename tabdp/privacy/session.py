@@ -102,7 +102,9 @@ class Session:
             docs/privacy-semantics.md, "Streaming sessions"). ``False``: the in-memory ledger
             (a later release of the same frame reuses its snapshot). ``None`` (default): decided
             by the first release's input: a Polars ``LazyFrame`` streams, an eager frame does
-            not. Tables and losses are identical either way.
+            not. Tables and losses are identical either way. On Spark (PySpark DataFrames) row
+            mode replays its releases in Spark unless ``streaming=False``, which keeps a Spark
+            table with one row per input row (docs/spark.md, "What is held where").
 
     Example:
         >>> import polars as pl, tabdp
@@ -578,9 +580,10 @@ class Session:
     def use_engine(self, engine: str, ledger: Any = None) -> None:
         """Bind the session to the engine of its releases (before any data is read).
 
-        The first release decides: a Spark release installs ``ledger`` (a Spark table of
-        per-unit losses) in a session with no releases yet; every later release must use the
-        same engine, since the ledger lives in one engine.
+        The first release decides: a Spark release installs ``ledger`` (its Spark ledger: the
+        releases' definitions replayed in Spark in row mode, a Spark table of per-unit losses
+        otherwise) in a session with no releases yet; every later release must use the same
+        engine, since the ledger lives in one engine.
 
         Args:
             engine: ``"spark"`` or ``"polars"`` (pandas and Polars frames).

@@ -172,5 +172,5 @@ def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
     sdf.dp.sum("w", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
                mechanism=mech.Gaussian(1.0), session=s)
     with pytest.raises(tabdp.InvalidParameterError, match="report was not produced") as info:
-        s.report().per_record
+        _ = s.report().per_record
     assert "300" not in str(info.value)
