@@ -297,6 +297,18 @@ class SparkUnitLedger:
         with _quiet():
             return full.select(*cols)
 
+    def write_per_record(self, session: Session, delta: float | None, path: Any,
+                         rename: dict[str, str] | None = None) -> None:
+        """Write the per-record report to one Parquet file by Spark's writer (sorted by id).
+
+        Nothing per row passes through the driver (``Report.write_per_record``).
+
+        Example:
+            >>> callable(SparkUnitLedger.write_per_record)
+            True
+        """
+        _write_report(self, session, delta, path, rename)
+
     def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
         """Units, largest ρ and ρ quantiles (linear interpolation, as numpy), computed in Spark.
 
@@ -472,6 +484,18 @@ class SparkReplayLedger:
                                                                   strict=True)]
         with _quiet():
             return frame.select(*cols)
+
+    def write_per_record(self, session: Session, delta: float | None, path: Any,
+                         rename: dict[str, str] | None = None) -> None:
+        """Write the per-record report to one Parquet file by Spark's writer (sorted by id).
+
+        Nothing per row passes through the driver (``Report.write_per_record``).
+
+        Example:
+            >>> callable(SparkReplayLedger.write_per_record)
+            True
+        """
+        _write_report(self, session, delta, path, rename)
 
     def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
         """Units, largest ρ and ρ quantiles, replayed and computed in Spark.
@@ -1672,8 +1696,48 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     return _to_spark(spark, out)
 
 
+def _write_single_parquet(sdf: Any, target: Any, sort_by: str | None = None) -> None:
+    """Write a Spark DataFrame as ONE Parquet file at ``target``, by Spark's writer.
+
+    The rows are gathered into one partition on the executors (sorted by ``sort_by``, nulls
+    last), written to a scratch folder next to ``target`` and the single part file renamed to
+    ``target``; nothing passes through the driver. A failed write leaves no file.
+    """
+    import os
+    import pathlib
+    import shutil
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    target = pathlib.Path(target)
+    scratch = target.parent / f".{target.name}.spark-{uuid.uuid4().hex}"
+    one = sdf.repartition(1)
+    if sort_by is not None:
+        one = one.sortWithinPartitions(F.col(sort_by).asc_nulls_last())
+    try:
+        one.write.mode("error").option("compression", "zstd").parquet(str(scratch))
+        parts = sorted(p for p in scratch.iterdir()
+                       if p.name.startswith("part-") and p.name.endswith(".parquet"))
+        if len(parts) != 1:  # pragma: no cover - one partition writes one file
+            raise RuntimeError(f"Spark wrote {len(parts)} part files for one partition")
+        os.replace(parts[0], target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_report(ledger: Any, session: Session, delta: float | None, path: Any,
+                  rename: dict[str, str] | None) -> None:
+    """Write a Spark ledger's per-record report to one Parquet file, by Spark (sorted by id)."""
+    table = ledger.per_record(session, delta)
+    for a, b in (rename or {}).items():
+        table = table.withColumnRenamed(a, b)
+    _write_single_parquet(table, path, sort_by=table.columns[0])
+
+
 # Names the release workflow's Spark glue (tabdp.release._spark_run) shares with this engine.
 quiet = _quiet
 row_ids = _row_ids
 spark_type = _spark_type
 try_cast = _try_cast
+write_single_parquet = _write_single_parquet

@@ -729,7 +729,9 @@ class Report:
         """Write the CONFIDENTIAL :attr:`per_record` table to a Parquet file.
 
         A streaming session (``Session(streaming=True)``) writes it with the engine, batch by
-        batch, without holding it in memory; other sessions write the table they hold.
+        batch, without holding it in memory; a Spark session with Spark's writer (one file,
+        rows sorted by unit id; nothing per row passes through the driver); other sessions
+        write the table they hold.
 
         Args:
             path: The Parquet file to write.
@@ -746,9 +748,10 @@ class Report:
         if isinstance(s._ledger, ReplayLedger) and s._ledger.programs:
             s._ledger.sink(s._ledger, s, self.delta, path, rename)
             return
+        if getattr(s._ledger, "engine", None) == "spark":  # by Spark's writer, sorted by id
+            s._ledger.write_per_record(s, self.delta, path, rename)
+            return
         table = self.per_record
-        if getattr(s._ledger, "engine", None) == "spark":
-            table = table.toPandas()
         frame = table if isinstance(table, pl.DataFrame) else pl.from_pandas(table)
         frame.rename(rename or {}).write_parquet(path)
 

@@ -11,6 +11,7 @@ it must refuse a release over other rows before any noise is drawn.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -124,7 +125,8 @@ def test_replay_equals_polars(spark: Any, budget: Any, delta_mech: bool) -> None
 
 @pytest.mark.parametrize("budget", [0.4, Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)],
                          ids=["constant", "curve-total"])
-def test_replay_equals_the_spark_per_row_ledger(spark: Any, budget: Any) -> None:
+def test_replay_equals_the_spark_per_row_ledger(spark: Any, budget: Any,
+                                                tmp_path: Path) -> None:
     """``Session(streaming=False)`` keeps the per-row Spark ledger: the same answer."""
     df = spark.createDataFrame(_data(300, seed=4).to_arrow())
     old = _session_run(df, budget, True, streaming=False, full=False)
@@ -133,6 +135,13 @@ def test_replay_equals_the_spark_per_row_ledger(spark: Any, budget: Any) -> None
     assert isinstance(new["session"].ledger, SparkReplayLedger)
     _same(old, new)
     assert any(q["units_left_out_by_budget"] for q in new["queries"])
+    # Report.write_per_record: one Parquet file by Spark's writer, rows sorted by id
+    for run, name in ((old, "old.parquet"), (new, "new.parquet")):
+        run["session"].report(delta=1e-9).write_per_record(tmp_path / name,
+                                                           rename={"row": "row_id"})
+        assert pl.read_parquet(tmp_path / name).equals(
+            new["per_record"].rename({"row": "row_id"}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.parquet", "old.parquet"]
 
 
 def test_a_changed_frame_is_refused_before_anything_is_drawn(spark: Any) -> None:
