@@ -582,13 +582,19 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
             oks: dict[str, Any] = {f"ok{i}": F.lit(True) for i in range(len(curs))}
         else:
             need = _led_need(budget, curs)
-            fields = [F.col(f"{chcol}.{k}{i}").alias(f"{k}{i}")
-                      for i in range(len(curs)) for k in ("r", "e", "s")]
-            fields += [total(c).alias(f"l{k}") for k, c in enumerate(need)]
-            admit = _admit_udf(budget, curs, prog.policy.guarantee, need)
-            with _quiet():
-                frame = frame.select("*", admit(F.struct(*fields)).alias(f"__pok{j}"))
-            oks = {f"ok{i}": F.col(f"__pok{j}.ok{i}") for i in range(len(curs))}
+            ok = _admit_exprs(budget, [F.col(f"{chcol}.r{i}") for i in range(len(curs))],
+                              total("rho"))
+            if ok is not None:  # a constant budget: a Spark expression
+                frame = frame.withColumn(f"__pok{j}", ok)
+                oks = {f"ok{i}": F.col(f"__pok{j}") for i in range(len(curs))}
+            else:
+                fields = [F.col(f"{chcol}.{k}{i}").alias(f"{k}{i}")
+                          for i in range(len(curs)) for k in ("r", "e", "s")]
+                fields += [total(c).alias(f"l{k}") for k, c in enumerate(need)]
+                admit = _admit_udf(budget, curs, prog.policy.guarantee, need)
+                with _quiet():
+                    frame = frame.select("*", admit(F.struct(*fields)).alias(f"__pok{j}"))
+                oks = {f"ok{i}": F.col(f"__pok{j}.ok{i}") for i in range(len(curs))}
 
         def col(name: str, _ch: str = chcol, _oks: dict[str, Any] = oks) -> Any:
             return _oks[name] if name in _oks else F.col(f"{_ch}.{name}")
@@ -878,6 +884,24 @@ def _led_need(budget: Any, curs: list[str]) -> list[str]:
     if not budget.per_currency:
         return ["rho"]
     return [*[f"{k}@{c}" for c in curs for k in ("rho", "size")], "rho"]
+
+
+def _admit_exprs(budget: Any, rho: list[Any], led_rho: Any) -> Any:
+    """A constant budget's filter as a Spark expression (``None`` for curve budgets).
+
+    The same operations as :meth:`tabdp.Session.admit`: the query's ρ summed over currencies
+    from 0.0 in currency order, added to the unit's earlier total, compared with the limit (a
+    NaN loss is never within it: Spark orders NaN above every number). Every currency gets the
+    same decision.
+    """
+    from pyspark.sql import functions as F
+
+    if budget.per_currency:
+        return None
+    new: Any = F.lit(0.0)
+    for r in rho:
+        new = new + r
+    return (led_rho + new) <= F.lit(float(budget.constant))
 
 
 def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) -> Any:
@@ -1288,7 +1312,7 @@ def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
     """Row mode, replayed: ``charged`` with the filter's decisions ``ok<i>`` on every row.
 
     ``led`` are the columns of each row's earlier totals (:func:`_with_totals`; none before
-    the session's first release: zeros). Under a budget the result is persisted.
+    the session's first release: zeros). Under a budget the result is persisted (on disk).
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -1299,6 +1323,11 @@ def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
         return charged.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
     names = [c for c, _ in curs]
     need = _led_need(budget, names)
+    ok = _admit_exprs(budget, [F.col(f"r{i}") for i in range(ncur)],
+                      F.col(led[0]) if led else F.lit(0.0))
+    if ok is not None:  # a constant budget: no Python worker needed
+        out = charged.select("*", *[ok.alias(f"ok{i}") for i in range(ncur)])
+        return out.persist(StorageLevel.DISK_ONLY)
     fields = [F.col(f"{k}{i}") for i in range(ncur) for k in ("r", "e", "s")]
     fields += [(F.col(led[k]) if led else F.lit(0.0)).alias(f"l{k}") for k in range(len(need))]
     admit = _admit_udf(budget, names, guarantee, need)
@@ -1306,7 +1335,9 @@ def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
         out = charged.select("*", admit(F.struct(*fields)).alias("__ok"))
     out = out.select("*", *[F.col(f"__ok.ok{i}").alias(f"ok{i}") for i in range(ncur)]) \
         .drop("__ok")
-    return out.persist(StorageLevel.MEMORY_AND_DISK)
+    # on disk: a copy of every charged row (the charges themselves are cached in memory); with
+    # MEMORY_AND_DISK a 1 GB local[2] JVM ran out of heap at 10M rows
+    return out.persist(StorageLevel.DISK_ONLY)
 
 
 def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str]]],
