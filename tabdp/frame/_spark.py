@@ -22,8 +22,10 @@ partition) and the exact totals of the released cells (at most the key set):
    joined with their ledger rows. In row mode the ledger holds no per-row state
    (:class:`SparkReplayLedger`): it keeps each release's public definition, and a release under
    a budget replays the earlier ones on its snapshot as Spark columns (:func:`_replay`), then
-   runs :meth:`tabdp.Session.admit` row by row on those totals (a scalar pandas UDF). The
-   per-record report replays every release over the input, after checking its fingerprints.
+   filters row by row on those totals: a constant budget as a Spark expression with the
+   operations of :meth:`tabdp.Session.admit`, a curve budget by ``Session.admit`` itself in a
+   scalar pandas UDF. The per-record report replays every release over the input, after
+   checking its fingerprints.
 6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.
