@@ -102,10 +102,16 @@ def _same(ref: dict[str, Any], got: dict[str, Any]) -> None:
         assert x.sort(cols).equals(y.select(cols).sort(cols))
 
 
-@pytest.mark.parametrize("budget", [None, 0.4, {1e2: 0.2, 1e4: 0.6},
-                                    Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)],
-                         ids=["none", "constant", "curve", "curve-total"])
-@pytest.mark.parametrize("delta_mech", [False, True], ids=["pure", "approx"])
+BUDGETS = {"none": None, "constant": 0.4, "curve": {1e2: 0.2, 1e4: 0.6},
+           "curve-total": Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)}
+#: run by default (CI); the other combinations carry ``slow`` and ``spark_full``
+DEFAULT = {("pure", "constant"), ("approx", "curve-total")}
+
+
+@pytest.mark.parametrize(("delta_mech", "budget"), [
+    pytest.param(d == "approx", b, id=f"{d}-{k}",
+                 marks=() if (d, k) in DEFAULT else (pytest.mark.slow, pytest.mark.spark_full))
+    for d in ("pure", "approx") for k, b in BUDGETS.items()])
 def test_replay_equals_polars(spark: Any, budget: Any, delta_mech: bool) -> None:
     """Tables, noise, per-record losses, counts and cell audits: Polars' to the last bit."""
     df = _data()
