@@ -17,9 +17,15 @@ partition) and the exact totals of the released cells (at most the key set):
 4. **Losses** per (unit, cell) are computed by the mechanism's own numpy policy functions in a
    pandas UDF on the executors (so each record's loss is the one the Polars engine computes),
    then summed per unit and currency in Spark.
-5. **Budget**: the session's ledger is a Spark table (:class:`SparkUnitLedger`); the individual
-   filter runs :meth:`tabdp.Session.admit` itself, per partition of the units joined with their
-   ledger rows.
+5. **Budget**: in unit mode the session's ledger is a Spark table (:class:`SparkUnitLedger`);
+   the individual filter runs :meth:`tabdp.Session.admit` itself, per partition of the units
+   joined with their ledger rows. In row mode the ledger holds no per-row state
+   (:class:`SparkReplayLedger`): it keeps each release's public definition, and a release under
+   a budget replays the earlier ones on its snapshot as Spark columns (:func:`_replay`), then
+   filters row by row on those totals: a constant budget as a Spark expression with the
+   operations of :meth:`tabdp.Session.admit`, a curve budget by ``Session.admit`` itself in a
+   scalar pandas UDF. The per-record report replays every release over the input, after
+   checking its fingerprints.
 6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.
@@ -73,7 +79,7 @@ from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session
 
 __all__ = ["spark_grouped_release", "spark_quantile_release", "SparkUnitLedger",
-           "is_spark_frame"]
+           "SparkReplayLedger", "is_spark_frame"]
 
 _DEC = "decimal(38,0)"
 _SPLIT = 2.0**44  # fixed-point values are split in two parts below 2**53 to cast exactly
@@ -293,6 +299,18 @@ class SparkUnitLedger:
         with _quiet():
             return full.select(*cols)
 
+    def write_per_record(self, session: Session, delta: float | None, path: Any,
+                         rename: dict[str, str] | None = None) -> None:
+        """Write the per-record report to one Parquet file by Spark's writer (sorted by id).
+
+        Nothing per row passes through the driver (``Report.write_per_record``).
+
+        Example:
+            >>> callable(SparkUnitLedger.write_per_record)
+            True
+        """
+        _write_report(self, session, delta, path, rename)
+
     def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
         """Units, largest ρ and ρ quantiles (linear interpolation, as numpy), computed in Spark.
 
@@ -300,23 +318,309 @@ class SparkUnitLedger:
             >>> callable(SparkUnitLedger.rho_summary)
             True
         """
+        return _rho_stats(self._full(session), qs)
+
+
+def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:
+    """Units, largest ρ and ρ quantiles of a per-unit Spark frame (column ``rho``)."""
+    from pyspark.sql import functions as F
+
+    row = full.agg(F.count(F.lit(1)).alias("n"), F.max("rho").alias("mx"),
+                   F.sum(F.when(F.col("rho") == float("inf"), 1).otherwise(0)).alias("inf"),
+                   *[F.percentile(F.col("rho"), q).alias(f"q{i}")
+                     for i, q in enumerate(qs)]).collect()[0]
+    n = int(row["n"])
+    stats: dict[str, Any] = {}
+    if n:
+        for i, q in enumerate(qs):
+            v = row[f"q{i}"]
+            v = float("nan") if v is None else float(v)
+            if np.isnan(v) and row["inf"]:
+                v = float("inf")
+            stats[f"rho_q{q}"] = v
+    return {"units": n, "rho_max": float(row["mx"]) if n else None, **stats}
+
+
+class SparkReplayLedger:
+    """Row mode on Spark without per-row state: the releases' definitions, replayed in Spark.
+
+    The Spark twin of :class:`tabdp.privacy.ledger.ReplayLedger`. In row mode a record's loss
+    in a release depends only on its own row and the release's public definition (key set,
+    rules, policy, fixed-point scale: a :class:`tabdp.frame._stream.Program`), and whether the
+    budget admitted it only on its earlier losses. So the ledger keeps the programs, and every
+    record's running totals are recomputed from the input as Spark columns when they are
+    needed: by a later release under a budget (its filter reads them), by the per-record report
+    and by the loss summary. Nothing per row is kept between releases, in Spark or on the
+    driver; the session's row fingerprints make every release (and the report) read the rows
+    the earlier releases read.
+
+    Args:
+        spark: The SparkSession.
+
+    Example:
+        >>> led = SparkReplayLedger(None)
+        >>> led.engine, led.programs
+        ('spark', [])
+    """
+
+    engine = "spark"
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        #: The releases' definitions, in release order.
+        self.programs: list[Any] = []
+        #: The input of the last release (a Spark DataFrame): the rows the report replays.
+        self.source: Any = None
+        # the checked, persisted snapshot of the report's input, for len(programs) releases
+        self._held: tuple[int, Any, Any] | None = None
+
+    def install(self, program: Any, source: Any) -> None:
+        """Record a release's definition and its input (after the release is drawn).
+
+        Example:
+            >>> led = SparkReplayLedger(None)
+            >>> led.install("p", None)
+            >>> led.programs
+            ['p']
+        """
+        self.release()
+        self.programs.append(program)
+        self.source = source
+
+    def release(self) -> None:
+        """Unpersist the report's snapshot, if one is held.
+
+        Example:
+            >>> SparkReplayLedger(None).release()
+        """
+        if self._held is not None and self._held[2] is not None:
+            self._held[2].unpersist()
+        self._held = None
+
+    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+        """Zeros before any release; after one, the totals exist only as a replay in Spark.
+
+        Raises:
+            InvalidParameterError: The session has releases.
+
+        Example:
+            >>> SparkReplayLedger(None).lookup(np.array([0, 1]), ["rho"])["rho"].tolist()
+            [0.0, 0.0]
+        """
+        if self.programs:
+            raise InvalidParameterError(
+                "a Spark session in row mode holds no per-row totals: each release and the "
+                "report recompute them in Spark from the input.\nHint: read the totals from "
+                "session.report().per_record (a Spark DataFrame).")
+        return {c: np.zeros(len(units)) for c in cols}
+
+    def _replayed(self, session: Session) -> tuple[Any, dict[str, str], list[str]]:
+        """The input with every program replayed (row ids ``__uid``), after the row check."""
         from pyspark.sql import functions as F
 
-        full = self._full(session)
-        row = full.agg(F.count(F.lit(1)).alias("n"), F.max("rho").alias("mx"),
-                       F.sum(F.when(F.col("rho") == float("inf"), 1).otherwise(0)).alias("inf"),
-                       *[F.percentile(F.col("rho"), q).alias(f"q{i}")
-                         for i, q in enumerate(qs)]).collect()[0]
-        n = int(row["n"])
-        stats: dict[str, Any] = {}
-        if n:
-            for i, q in enumerate(qs):
-                v = row[f"q{i}"]
-                v = float("nan") if v is None else float(v)
-                if np.isnan(v) and row["inf"]:
-                    v = float("inf")
-                stats[f"rho_q{q}"] = v
-        return {"units": n, "rho_max": float(row["mx"]) if n else None, **stats}
+        src = self.source
+        bound = session.bound_columns()
+        missing = [c for c in bound if c not in src.columns]
+        if session.unit is None and missing:
+            _report_refused(session)
+        held = self._held
+        if held is None or held[0] != len(self.programs):
+            self.release()
+            base = None
+            if session.unit is None:
+                used = list(dict.fromkeys(
+                    [*bound, *[c for p in self.programs for c in (*p.by, *p.measures)]]))
+                base, rid, _ = _row_ids(src.select(*[F.col(c) for c in used]), used)
+                try:
+                    row = base.agg(F.count(F.lit(1)).alias("n"), *[
+                        F.sum(F.xxhash64(rid, F.col(c)).cast(_DEC)).alias(f"__fp{i}")
+                        for i, c in enumerate(bound)]).collect()[0]
+                    try:
+                        session.bind_rows(int(row["n"] or 0), {c: int(row[f"__fp{i}"] or 0)
+                                                               for i, c in enumerate(bound)})
+                    except InvalidParameterError:
+                        _report_refused(session)
+                except BaseException:
+                    base.unpersist()
+                    raise
+                frame = base.select("*", rid.alias("__uid"))
+            else:
+                frame = src.select("*", F.col(session.unit).alias("__uid"))
+            held = self._held = (len(self.programs), frame, base)
+        frame = held[1]
+        return _replay(self.spark, session, frame, self.programs, report=True)
+
+    def per_record(self, session: Session, delta: float | None) -> Any:
+        """CONFIDENTIAL per-record report as a Spark DataFrame, replayed over the input.
+
+        The same columns as :meth:`SparkUnitLedger.per_record`: the row id (``row``), ``rho``,
+        ``epsilon``, ``size``, ``epsilon_delta`` with a δ, and ``rho_<release>``. Refused
+        (nothing computed) when the input no longer holds the rows the releases read.
+
+        Example:
+            >>> callable(SparkReplayLedger.per_record)
+            True
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        unit_col = session.unit or "row"
+        if not self.programs:
+            cols = ["rho", "epsilon", "size", *(["epsilon_delta"] if delta is not None else [])]
+            return self.spark.createDataFrame([], T.StructType(
+                [T.StructField(unit_col, T.LongType()),
+                 *[T.StructField(c, T.DoubleType()) for c in cols]]))
+        frame, names, rels = self._replayed(session)
+
+        def total(c: str) -> Any:
+            return F.col(names[c]) if c in names else F.lit(0.0)
+
+        cols = [F.col("__uid").cast("long").alias(unit_col),
+                *[total(c).cast("double").alias(c) for c in ("rho", "epsilon", "size")]]
+        if delta is not None:
+            with _quiet():
+                cols.append(_eps_delta_udf(delta)(F.struct(*[total(c).alias(c)
+                                                             for c in COMPONENTS]))
+                            .alias("epsilon_delta"))
+        cols += [F.col(r).alias(f"rho_{p.name}") for r, p in zip(rels, self.programs,
+                                                                  strict=True)]
+        with _quiet():
+            return frame.select(*cols)
+
+    def write_per_record(self, session: Session, delta: float | None, path: Any,
+                         rename: dict[str, str] | None = None) -> None:
+        """Write the per-record report to one Parquet file by Spark's writer (sorted by id).
+
+        Nothing per row passes through the driver (``Report.write_per_record``).
+
+        Example:
+            >>> callable(SparkReplayLedger.write_per_record)
+            True
+        """
+        _write_report(self, session, delta, path, rename)
+
+    def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
+        """Units, largest ρ and ρ quantiles, replayed and computed in Spark.
+
+        Example:
+            >>> SparkReplayLedger(None).rho_summary(None, [0.5])
+            {'units': 0, 'rho_max': None}
+        """
+        if not self.programs:
+            return {"units": 0, "rho_max": None}
+        return _rho_stats(self.per_record(session, None), qs)
+
+
+def _report_refused(session: Session) -> None:
+    """Refuse a report whose input no longer holds the session's rows (no count in it)."""
+    raise InvalidParameterError(
+        "the per-record report of a Spark session in row mode is recomputed from its input, "
+        "and the input no longer holds the rows its releases read (a table or file rewritten "
+        "since, or a plan that gives other rows on each evaluation), so the report was not "
+        "produced.\nHint: keep the input unchanged until the report is written, or release a "
+        "fixed copy (e.g. spark_df.localCheckpoint()).")
+
+
+def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
+            report: bool = False) -> tuple[Any, dict[str, str], list[str]]:
+    """Replay ``programs`` over ``frame`` (row ids in ``__uid``): running totals as columns.
+
+    For each program in release order: its cell (a broadcast join of its key set), the rows
+    its rules keep and their fixed-point values, its charges (the exact Spark expressions of
+    :func:`_charge_exprs`, else the numpy policy in :func:`_charge_udf`), the budget filter on
+    the totals so far (:func:`_admit_udf`: ``Session.admit`` itself) and the admitted losses
+    added to the totals in the in-memory ledger's order, so every total is the double the
+    in-memory ledger would hold.
+
+    Returns:
+        The frame, ledger column → the frame's column of its total (``rho``, ``epsilon``,
+        ``size``, the other accounting components and, under a curve budget, ``rho@<c>`` /
+        ``size@<c>``), and, with ``report``, the columns of each program's ρ.
+    """
+    from pyspark.sql import functions as F
+
+    budget = sess.budget
+    curve = budget is not None and budget.per_currency
+    sschema = {f.name: f.dataType for f in frame.schema.fields}
+    names: dict[str, str] = {}
+    rels: list[str] = []
+    zero = F.lit(0).cast(_DEC)
+
+    def total(c: str) -> Any:
+        return F.col(names[c]) if c in names else F.lit(0.0)
+
+    for j, prog in enumerate(programs):
+        rules = prog.rules
+        parts = {m: _measure_parts(m, sschema[m], rules) for m in prog.measures}
+        keep = _keep_mask(parts, rules, F.lit(True), None)
+        summed = list(prog.measures) if prog.kind == "sum" else []
+        vcol = {m: f"__pv{j}_{i}" for i, m in enumerate(summed)}
+        rcol, ccol, chcol = f"__pr{j}", f"__pc{j}", f"__pch{j}"
+        frame = frame.select("*", *[F.when(keep & ~parts[m]["bad"], parts[m]["fixed"])
+                                    .otherwise(zero).alias(vcol[m]) for m in summed],
+                             keep.cast("long").alias(rcol))
+        frame = _attach_cells(spark, frame, prog.keys, list(prog.by), sschema) \
+            .withColumnRenamed(_CELL, ccol)
+        inside = F.col(ccol).isNotNull() & (F.col(rcol) > 0)
+        mech = prog.policy.mechanism
+        exprs = _charge_exprs(mech, summed, prog.kind, prog.bits, True, None, rows_col=rcol,
+                              value_cols=vcol)
+        if exprs is not None:
+            charge = F.struct(*exprs)
+        else:
+            udf, _ = _charge_udf(mech, summed, prog.kind, prog.bits)
+            if prog.kind == "count":
+                inp = [F.col(rcol).cast("double").alias("__rows")]
+            else:
+                inp = [F.abs(F.col(vcol[m])).cast("double").alias(f"__a:{m}") for m in summed]
+                if prog.policy.joint:
+                    inp += [F.signum(F.col(vcol[m]).cast("double")).alias(f"__s:{m}")
+                            for m in summed]
+            charge = udf(F.struct(*inp))
+        with _quiet():
+            frame = frame.select("*", charge.alias(chcol))
+        curs = [c for c, _ in prog.policy.currencies()]
+        if budget is None:
+            oks: dict[str, Any] = {f"ok{i}": F.lit(True) for i in range(len(curs))}
+        else:
+            need = _led_need(budget, curs)
+            ok = _admit_exprs(budget, [F.col(f"{chcol}.r{i}") for i in range(len(curs))],
+                              total("rho"))
+            if ok is not None:  # a constant budget: a Spark expression
+                frame = frame.withColumn(f"__pok{j}", ok)
+                oks = {f"ok{i}": F.col(f"__pok{j}") for i in range(len(curs))}
+            else:
+                fields = [F.col(f"{chcol}.{k}{i}").alias(f"{k}{i}")
+                          for i in range(len(curs)) for k in ("r", "e", "s")]
+                fields += [total(c).alias(f"l{k}") for k, c in enumerate(need)]
+                admit = _admit_udf(budget, curs, prog.policy.guarantee, need)
+                with _quiet():
+                    frame = frame.select("*", admit(F.struct(*fields)).alias(f"__pok{j}"))
+                oks = {f"ok{i}": F.col(f"__pok{j}.ok{i}") for i in range(len(curs))}
+
+        def col(name: str, _ch: str = chcol, _oks: dict[str, Any] = oks) -> Any:
+            return _oks[name] if name in _oks else F.col(f"{_ch}.{name}")
+
+        comps, _, _ = _loss_exprs(len(curs), prog.policy.guarantee, prog.policy.approx, col)
+        upd: dict[str, Any] = {}
+        for k in COMPONENTS:
+            v = F.when(inside, comps[k]).otherwise(F.lit(0.0))
+            upd[k] = F.greatest(total(k), v) if k == "size" else total(k) + v
+        if curve:
+            for i, c in enumerate(curs):
+                ok = inside & col(f"ok{i}")
+                upd[f"rho@{c}"] = total(f"rho@{c}") + F.when(ok, col(f"r{i}")).otherwise(0.0)
+                upd[f"size@{c}"] = F.greatest(total(f"size@{c}"),
+                                              F.when(ok, col(f"s{i}")).otherwise(0.0))
+        out = {}
+        for k, e in upd.items():
+            names.setdefault(k, f"__acc{len(names)}")
+            out[names[k]] = e
+        if report:
+            rels.append(f"__rel{j}")
+            out[f"__rel{j}"] = F.when(inside, comps["rho"]).otherwise(F.lit(0.0))
+        frame = frame.withColumns(out)
+    return frame, names, rels
 
 
 def _eps_delta_udf(delta: float) -> Any:
@@ -490,7 +794,8 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
 
 
 def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: dict[str, int],
-                  row_mode: bool, max_rows: int | None, rows_col: str = _ROWS) -> list[Any] | None:
+                  row_mode: bool, max_rows: int | None, rows_col: str = _ROWS,
+                  value_cols: dict[str, str] | None = None) -> list[Any] | None:
     """Per-(unit, cell) charges as Spark expressions, when they equal the numpy policy exactly.
 
     The same columns as :func:`_charge_udf` (``r<i>``, ``e<i>``, ``s<i>`` (``ea<i>``, ``da<i>``)
@@ -501,6 +806,8 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     to the public bound on a unit's rows: 1 in row mode, ``max_rows``). None when any output
     would only be an upper bound of the numpy value (joint mechanisms, transcendental forms,
     tables): the caller then keeps the pandas UDF, so both engines charge identical losses.
+    ``value_cols`` names the column holding each measure's fixed-point value (default: the
+    measure's own name).
     """
     from pyspark.sql import functions as F
 
@@ -521,7 +828,7 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
         if kind == "count":
             delta = F.col(rows_col).cast("double")
         else:
-            a = F.abs(F.col(ms[0])).cast("double")
+            a = F.abs(F.col((value_cols or {}).get(ms[0], ms[0]))).cast("double")
             f = a * F.lit(2.0 ** -bits[ms[0]])
             delta = F.when(a >= F.lit(float(1 << 53)), _render_spark(_next_up(_DELTA), f, {})) \
                 .otherwise(f)
@@ -546,25 +853,74 @@ class _BatchLedger:
         return {c: self.batch[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols}
 
 
+def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
+                 ) -> dict[str, np.ndarray]:
+    """The session's own individual filter on a batch of units (charges and ledger columns)."""
+    from tabdp.privacy.ledger import Charges
+
+    n = len(b)
+    ch = Charges(np.arange(n),
+                 {c: b[f"r{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                 {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                 {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
+                 guarantee)
+    view = SimpleNamespace(budget=budget, _ledger=_BatchLedger(b))
+    out: dict[str, np.ndarray] = Session.admit(view, ch)  # type: ignore[arg-type]
+    return out
+
+
 def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any:
     """MapInPandas function: the session's own individual filter on batches of units."""
 
     def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        from tabdp.privacy.ledger import Charges
-
         for b in batches:
-            n = len(b)
-            ch = Charges(np.arange(n),
-                         {c: b[f"r{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
-                         {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
-                         {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
-                         guarantee)
-            view = SimpleNamespace(budget=budget, _ledger=_BatchLedger(b))
-            ok = Session.admit(view, ch)  # type: ignore[arg-type]
+            ok = _admit_batch(budget, curs, guarantee, b)
             yield pd.DataFrame({"__uid": b["__uid"], **{f"ok{i}": ok[c]
                                                          for i, c in enumerate(curs)}})
 
     return admit
+
+
+def _led_need(budget: Any, curs: list[str]) -> list[str]:
+    """The ledger columns the individual filter reads (``Session.admit``)."""
+    if not budget.per_currency:
+        return ["rho"]
+    return [*[f"{k}@{c}" for c in curs for k in ("rho", "size")], "rho"]
+
+
+def _admit_exprs(budget: Any, rho: list[Any], led_rho: Any) -> Any:
+    """A constant budget's filter as a Spark expression (``None`` for curve budgets).
+
+    The same operations as :meth:`tabdp.Session.admit`: the query's ρ summed over currencies
+    from 0.0 in currency order, added to the unit's earlier total, compared with the limit (a
+    NaN loss is never within it: Spark orders NaN above every number). Every currency gets the
+    same decision.
+    """
+    from pyspark.sql import functions as F
+
+    if budget.per_currency:
+        return None
+    new: Any = F.lit(0.0)
+    for r in rho:
+        new = new + r
+    return (led_rho + new) <= F.lit(float(budget.constant))
+
+
+def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) -> Any:
+    """Scalar pandas UDF of the individual filter, row by row (no join back to the rows).
+
+    Input: a struct of ``r<i>``, ``e<i>``, ``s<i>`` per currency and ``l<k>``, the unit's
+    earlier total of ``need[k]``; output: a struct of ``ok<i>`` per currency. The decision is
+    :meth:`tabdp.Session.admit` itself (:func:`_admit_batch`), as :func:`_admit_fn`.
+    """
+    from pyspark.sql.functions import pandas_udf
+
+    def admit(b: pd.DataFrame) -> pd.DataFrame:
+        b = b.rename(columns={f"l{k}": f"__led:{c}" for k, c in enumerate(need)})
+        ok = _admit_batch(budget, curs, guarantee, b)
+        return pd.DataFrame({f"ok{i}": ok[c] for i, c in enumerate(curs)})
+
+    return pandas_udf(admit, ", ".join(f"ok{i} boolean" for i in range(len(curs))))
 
 
 # -- the release ------------------------------------------------------------------------------
@@ -581,8 +937,15 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
         raise InvalidParameterError(
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
-    row_mode = unit is None or unit == ROW_ID
-    sess.use_engine("spark", SparkUnitLedger(spark, row_mode) if not sess.records else None)
+    # row ids that a join may have repeated (Session(_rows_one_cell=False)) are units: grouped
+    row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
+    ledger: Any = None
+    if not sess.records:
+        # row mode: the releases' definitions, replayed in Spark (no per-row state), unless
+        # the session asks for the per-row ledger (streaming=False); unit mode: per unit
+        replay = unit is None and getattr(sess, "_streaming_choice", None) is not False
+        ledger = SparkReplayLedger(spark) if replay else SparkUnitLedger(spark, row_mode)
+    sess.use_engine("spark", ledger)
     sdf = native
     if sess.mode == "author":  # bound to one frame object, its data pinned at binding
         # (a frame other than the bound one raises the data-free refusal)
@@ -671,7 +1034,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
     spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind,
                                                       measure_list, by_list)
     unit = sess.unit
-    row_mode = unit is None or unit == ROW_ID
+    row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
     rules, policy = _release_rules(sess, kind, mechanism, nulls, negatives, measure_list)
     uid = unit if unit is not None else ROW_ID
     bits = {m: 0 if _pl_dtype(sschema[m]).is_integer() else SUM_SCALE_BITS for m in measure_list}
@@ -705,17 +1068,41 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
                 *[F.when(e, 1).otherwise(0).cast("long").alias(cnt[k])
                   for k, e in counters.items()]]
     fp_cols: list[str] = []
+    ledger = sess.ledger
+    replay = isinstance(ledger, SparkReplayLedger)
+    # under a budget, the earlier releases are replayed on this snapshot: the filter reads
+    # each row's totals so far (columns led); without one every row is admitted
+    prior = list(ledger.programs) if replay and sess.budget is not None else []
+    led: list[str] = []
+    if replay and unit is None:
+        _require_bound(sess, sdf.columns)
     if unit is None:
         # row ids in the order the input is read: partition by partition, row by row
         base, rid, fp_cols = _row_ids(flagged.select(*[F.col(c) for c in sdf.columns],
                                                      *row_cols), sdf.columns)
-        rows = base.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
-                           *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
-                           F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
-                           *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
-                             for i, c in enumerate(fp_cols)])
+        src = base
+        if prior:
+            src, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
+                                    policy)
+        rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
+                          *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
+                          F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
+                          *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                            for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
         snap = rows
         persisted = [base]
+    elif unit == ROW_ID and replay:
+        # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
+        src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
+        if prior:
+            src, led = _with_totals(spark, sess, src.select("*", F.col(ROW_ID).alias("__uid")),
+                                    prior, policy)
+        snap = src.select(F.col(ROW_ID), *[F.col(c) for c in by_list],
+                          *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
+                          *[F.col(v) for v in cnt.values()], F.lit(1).cast("long").alias(_ALL),
+                          *[F.col(c) for c in led])
+        snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted = [snap]
     elif unit == ROW_ID:
         snap = flagged.select(F.col(ROW_ID), *[F.col(c) for c in by_list], *row_cols,
                               F.lit(1).cast("long").alias(_ALL)) \
@@ -732,13 +1119,46 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
                 *[F.sum(v).alias(v) for v in cnt.values()])
         snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
         persisted = [snap]
+    program = None
+    if replay:
+        from tabdp.frame._stream import Program
+
+        program = (Program(qname, kind, tuple(by_list), keys, tuple(measure_list), rules,
+                           policy, bits), sdf)
     try:
         return _finish(spark, sess, one_off, qname, kind, snap, sschema, measure_list, by_list,
                        keys, mechanism, level, nulls, released, grids, max_cells, max_rows,
-                       rules, policy, uid, unit, row_mode, bits, cnt, fp_cols, form=form, cv=cv)
+                       rules, policy, uid, unit, row_mode, bits, cnt, fp_cols, form=form, cv=cv,
+                       led=led, program=program)
     finally:
         for p in persisted:
             p.unpersist()
+
+
+def _require_bound(sess: Session, columns: list[str]) -> None:
+    """Refuse (data-free, as the row check does) an input that lacks a column the session bound.
+
+    A replayed release reads the earlier releases' columns, so this is checked before any plan.
+    """
+    if any(c not in columns for c in sess.bound_columns()):
+        sess.bind_rows(sess.rows_bound or 0, {})  # raises: the bound columns are absent
+
+
+def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy: _Policy
+                 ) -> tuple[Any, list[str]]:
+    """``frame`` (row ids ``__uid``) plus ``__led<k>``: each row's totals over ``prior``.
+
+    ``k`` indexes the ledger columns the budget filter of a release of ``policy`` reads
+    (:func:`_led_need`).
+    """
+    from pyspark.sql import functions as F
+
+    out, names, _ = _replay(spark, sess, frame, prior)
+    need = _led_need(sess.budget, [c for c, _ in policy.currencies()])
+    led = [f"__led{k}" for k in range(len(need))]
+    out = out.withColumns({led[k]: (F.col(names[c]) if c in names else F.lit(0.0))
+                           for k, c in enumerate(need)})
+    return out, led
 
 
 def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, snap: Any,
@@ -747,7 +1167,7 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
             grids: dict[str, Any], max_cells: int | None, max_rows: int | None, rules: _Rules,
             policy: _Policy, uid: str, unit: str | None, row_mode: bool, bits: dict[str, int],
             cnt: dict[str, str], fp_cols: list[str], *, form: str = "wide",
-            cv: bool = False) -> Any:
+            cv: bool = False, led: list[str] | None = None, program: Any = None) -> Any:
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -798,9 +1218,10 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
     if exprs is not None:
         curs = policy.currencies()
         charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
-                                *[F.col(c) for c in [*measure_list, _ROWS]], *exprs)
+                                *[F.col(c) for c in [*measure_list, _ROWS]], *exprs,
+                                *[F.col(c) for c in led or []])
         ch_cols = [c for c in charged.columns
-                   if c not in ("__uid", _CELL, *measure_list, _ROWS)]
+                   if c not in ("__uid", _CELL, *measure_list, _ROWS, *(led or []))]
         charged = charged.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
@@ -814,7 +1235,8 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
         with _quiet():
             charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
                                     *[F.col(c) for c in [*measure_list, _ROWS]],
-                                    udf(F.struct(*udf_in)).alias("__ch"))
+                                    udf(F.struct(*udf_in)).alias("__ch"),
+                                    *[F.col(c) for c in led or []])
         ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
         charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
             .drop("__ch").persist(StorageLevel.MEMORY_AND_DISK)
@@ -823,7 +1245,8 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
             spark, sess, one_off, qname, kind, charged, ch_cols, curs, measure_list, by_list,
             keys, mechanism, level, nulls, released, grids, max_cells, max_rows, rules, policy,
             row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
-            key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()})
+            key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()}, led=led,
+            program=program)
     finally:
         charged.unpersist()
 
@@ -855,6 +1278,71 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
     return decided.persist(StorageLevel.MEMORY_AND_DISK)
 
 
+def _loss_exprs(ncur: int, guarantee: str, approx: bool, col: Any
+                ) -> tuple[dict[str, Any], Any, Any]:
+    """Loss components of the admitted charges, the admitted-unit flag and the left-out flag.
+
+    ``col(name)`` gives the column of ``ok<i>``, ``r<i>``, ``e<i>``, ``s<i>`` (``ea<i>``,
+    ``da<i>``). The components are summed in the order of ``Charges.losses``: the same float
+    operations, the same doubles.
+    """
+    from pyspark.sql import functions as F
+
+    acc: dict[str, Any] = {k: F.lit(0.0) for k in ("rho", "epsilon", "eps_a", "delta_a")}
+    size = F.lit(0.0)
+    any_ok = F.lit(False)
+    left_out = F.lit(False)
+    for i in range(ncur):
+        ok = col(f"ok{i}")
+        any_ok = any_ok | ok
+        left_out = left_out | ~ok
+        acc["rho"] = acc["rho"] + F.when(ok, col(f"r{i}")).otherwise(0.0)
+        acc["epsilon"] = acc["epsilon"] + F.when(ok, col(f"e{i}")).otherwise(0.0)
+        size = F.greatest(size, F.when(ok, col(f"s{i}")).otherwise(0.0))
+        if approx:
+            acc["eps_a"] = acc["eps_a"] + F.when(ok, col(f"ea{i}")).otherwise(0.0)
+            acc["delta_a"] = acc["delta_a"] + F.when(ok, col(f"da{i}")).otherwise(0.0)
+    g = guarantee
+    comps = {"rho": acc["rho"], "epsilon": acc["epsilon"], "size": size,
+             "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
+             "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
+             "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
+    return comps, any_ok, left_out
+
+
+def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
+                 guarantee: str, led: list[str]) -> Any:
+    """Row mode, replayed: ``charged`` with the filter's decisions ``ok<i>`` on every row.
+
+    ``led`` are the columns of each row's earlier totals (:func:`_with_totals`; none before
+    the session's first release: zeros). Under a budget the result is persisted (on disk).
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    budget = sess.budget
+    ncur = len(curs)
+    if budget is None:
+        return charged.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
+    names = [c for c, _ in curs]
+    need = _led_need(budget, names)
+    ok = _admit_exprs(budget, [F.col(f"r{i}") for i in range(ncur)],
+                      F.col(led[0]) if led else F.lit(0.0))
+    if ok is not None:  # a constant budget: no Python worker needed
+        out = charged.select("*", *[ok.alias(f"ok{i}") for i in range(ncur)])
+        return out.persist(StorageLevel.DISK_ONLY)
+    fields = [F.col(f"{k}{i}") for i in range(ncur) for k in ("r", "e", "s")]
+    fields += [(F.col(led[k]) if led else F.lit(0.0)).alias(f"l{k}") for k in range(len(need))]
+    admit = _admit_udf(budget, names, guarantee, need)
+    with _quiet():
+        out = charged.select("*", admit(F.struct(*fields)).alias("__ok"))
+    out = out.select("*", *[F.col(f"__ok.ok{i}").alias(f"ok{i}") for i in range(ncur)]) \
+        .drop("__ok")
+    # on disk: a copy of every charged row (the charges themselves are cached in memory); with
+    # MEMORY_AND_DISK a 1 GB local[2] JVM ran out of heap at 10M rows
+    return out.persist(StorageLevel.DISK_ONLY)
+
+
 def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str]]],
                      guarantee: str, approx: bool, qname: str
                      ) -> tuple[dict[str, Any], dict[str, Any], Any, int]:
@@ -867,29 +1355,11 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
 
     budget = sess.budget
     ncur = len(curs)
-    acc: dict[str, Any] = {k: F.lit(0.0) for k in ("rho", "epsilon", "eps_a", "delta_a")}
-    size = F.lit(0.0)
-    any_ok = F.lit(False)
-    left_out = F.lit(False)
-    for i in range(ncur):
-        ok = F.col(f"ok{i}")
-        any_ok = any_ok | ok
-        left_out = left_out | ~ok
-        acc["rho"] = acc["rho"] + F.when(ok, F.col(f"r{i}")).otherwise(0.0)
-        acc["epsilon"] = acc["epsilon"] + F.when(ok, F.col(f"e{i}")).otherwise(0.0)
-        size = F.greatest(size, F.when(ok, F.col(f"s{i}")).otherwise(0.0))
-        if approx:
-            acc["eps_a"] = acc["eps_a"] + F.when(ok, F.col(f"ea{i}")).otherwise(0.0)
-            acc["delta_a"] = acc["delta_a"] + F.when(ok, F.col(f"da{i}")).otherwise(0.0)
+    comps, any_ok, left_out = _loss_exprs(ncur, guarantee, approx, F.col)
     n_left = 0
     if budget is not None:
         n_left = int(decided.agg(F.sum(F.when(left_out, 1).otherwise(0))).collect()[0][0] or 0)
-    g = guarantee
-    comps = {"rho": acc["rho"], "epsilon": acc["epsilon"], "size": size,
-             "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
-             "rho_g": acc["rho"] if g == "gaussian" else F.lit(0.0),
-             "eps_a": acc["eps_a"], "delta_a": acc["delta_a"]}
-    extra = {_release_col(qname): acc["rho"]}
+    extra = {_release_col(qname): comps["rho"]}
     if budget is not None and budget.per_currency:
         for i, (c, _) in enumerate(curs):
             extra[f"rho@{c}"] = F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0)
@@ -928,7 +1398,8 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                        rules: _Rules, policy: _Policy, row_mode: bool, bits: dict[str, int],
                        counts: dict[str, int], rows_read: int, summary: Any,
                        cells_dropped: int, *, form: str = "wide", cv: bool = False,
-                       key_dtypes: dict[str, Any] | None = None) -> Any:
+                       key_dtypes: dict[str, Any] | None = None, led: list[str] | None = None,
+                       program: Any = None) -> Any:
     from pyspark.sql import functions as F
 
     ncur = len(curs)
@@ -944,8 +1415,12 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
 
     # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
     budget = sess.budget
-    ledger: SparkUnitLedger = sess.ledger
-    decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
+    ledger = sess.ledger
+    replay = program is not None  # row mode, replayed: one row per unit, the filter row-wise
+    if replay:
+        decided = _decide_rows(sess, charged, curs, policy.guarantee, led or [])
+    else:
+        decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
     try:
         comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
                                                         policy.approx, qname)
@@ -958,8 +1433,9 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
             all_ok = F.lit(True)
             for i in range(ncur):
                 all_ok = all_ok & F.col(f"ok{i}")
-            work = charged.join(decided.select("__uid", *[f"ok{i}" for i in range(ncur)]),
-                                on="__uid", how="inner")
+            work = decided if replay else charged.join(
+                decided.select("__uid", *[f"ok{i}" for i in range(ncur)]), on="__uid",
+                how="inner")
             zeroed = {}
             for i, (_, ms) in enumerate(curs):
                 for c in (ms if ms else [_ROWS]):
@@ -1004,10 +1480,13 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
             full, kind, released, bits, mechanism, policy, sess, level, grids, keys, by_list,
             form=check_form(form), cv=cv,
             key_dtypes=key_dtypes)
-        add = decided.filter(any_ok).select(
-            F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
-            *[e.alias(k) for k, e in extra.items()])
-        ledger.add(add)
+        if replay:  # the release's definition: its losses are replayed when needed
+            ledger.install(*program)
+        else:
+            add = decided.filter(any_ok).select(
+                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
+                *[e.alias(k) for k, e in extra.items()])
+            ledger.add(add)
     finally:
         decided.unpersist()
     confidential = {
@@ -1125,11 +1604,22 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     cols = [*[F.col(c) for c in by_list], x.alias("__x"),
             *[e.alias(fl[k]) for k, e in flags.items()]]
     fp_cols: list[str] = []
+    policy = GroupPrivacyPolicy(mechanism)
+    ledger = sess.ledger
+    replay = row_mode and isinstance(ledger, SparkReplayLedger)
+    prior = list(ledger.programs) if replay and sess.budget is not None else []
+    led: list[str] = []
+    if replay:
+        _require_bound(sess, sdf.columns)
     if row_mode:
         base, rid, fp_cols = _row_ids(sdf, sdf.columns)
-        src = base.select(rid.alias(ROW_ID), *cols,
-                          *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
-                            for i, c in enumerate(fp_cols)])
+        pre = base
+        if prior:
+            pre, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
+                                    _Policy(policy, []))  # type: ignore[arg-type]
+        src = pre.select(rid.alias(ROW_ID), *cols,
+                         *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                           for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
     else:
         assert unit is not None
         base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
@@ -1156,37 +1646,51 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
                                     for i, c in enumerate(fp_cols)})
         inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
             F.col(uid).alias("__uid"), F.col(_CELL),
-            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"))
+            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"),
+            *[F.col(c) for c in led])
 
         # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
-        policy = GroupPrivacyPolicy(mechanism)
         approx = policy.dp_delta is not None
-        pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
+        if replay:  # one row per unit: Δ = 1 row, every column kept (the filter is row-wise)
+            pairs = inside.select("*", F.lit(1).cast("long").alias("__k"))
+        else:
+            pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
         unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
         # row mode: every unit has one row in its cell, so the exact table of the policy at
         # Δ = 0, 1 applies; otherwise the policy's numpy code in a pandas UDF
         exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
                               rows_col="__k")
+        keep_cols = list(pairs.columns) if replay else ["__uid", _CELL]
         if exprs is not None:
-            charged = pairs.select("__uid", _CELL, *exprs).select("__uid", _CELL, *unit_cols)
+            charged = pairs.select(*keep_cols, *exprs).select(*keep_cols, *unit_cols)
         else:
             udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
             with _quiet():
-                charged = pairs.select("__uid", _CELL, udf(F.struct(
+                charged = pairs.select(*keep_cols, udf(F.struct(
                     F.col("__k").cast("double").alias("__rows"))).alias("__ch"))
-            charged = charged.select("__uid", _CELL,
+            charged = charged.select(*keep_cols,
                                      *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
-        per_unit = charged.drop(_CELL) if row_mode else _per_unit_fold(
-            charged, [c for c in unit_cols if not c.startswith("s")],
-            [c for c in unit_cols if c.startswith("s")])
+        if row_mode:
+            per_unit = charged if replay else charged.drop(_CELL)
+        else:  # a unit's losses added left to right over its cells in key-set order
+            per_unit = _per_unit_fold(charged, [c for c in unit_cols if not c.startswith("s")],
+                                      [c for c in unit_cols if c.startswith("s")])
         curs: list[tuple[str, list[str]]] = [(ROWS_CURRENCY, [])]
         guarantee = "approx" if approx else "zcdp"
-        decided = _decide(sess, per_unit, curs, guarantee, approx)
+        if replay:
+            decided = _decide_rows(sess, charged, curs, guarantee, led)
+        else:
+            decided = _decide(sess, per_unit, curs, guarantee, approx)
         try:
             comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, guarantee,
                                                             approx, qname)
-            kept = inside if sess.budget is None else inside.join(
-                decided.filter(F.col("ok0")).select("__uid"), on="__uid", how="left_semi")
+            if sess.budget is None:
+                kept = inside
+            elif replay:
+                kept = decided.filter(F.col("ok0")).select("__uid", _CELL, "__x")
+            else:
+                kept = inside.join(decided.filter(F.col("ok0")).select("__uid"), on="__uid",
+                                   how="left_semi")
 
             def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
                 v = pdf["__x"].to_numpy(dtype=np.float64)
@@ -1216,9 +1720,17 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
 
             # the value and the private noise scale, on the driver (the Polars engine's code)
             rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
-            sess.ledger.add(decided.filter(any_ok).select(
-                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
-                *[e.alias(k) for k, e in extra.items()]))
+            if replay:  # the release's definition (a count of the rows its rule keeps)
+                from tabdp.frame._stream import Program
+
+                ledger.install(Program(qname, "count", tuple(by_list), keys, (column,),
+                                       _Rules(nulls, "allow", sess.mode),
+                                       _Policy(policy, []),  # type: ignore[arg-type]
+                                       {}), sdf)
+            else:
+                sess.ledger.add(decided.filter(any_ok).select(
+                    F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
+                    *[e.alias(k) for k, e in extra.items()]))
         finally:
             decided.unpersist()
     finally:
@@ -1247,8 +1759,48 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     return _to_spark(spark, out)
 
 
+def _write_single_parquet(sdf: Any, target: Any, sort_by: str | None = None) -> None:
+    """Write a Spark DataFrame as ONE Parquet file at ``target``, by Spark's writer.
+
+    The rows are gathered into one partition on the executors (sorted by ``sort_by``, nulls
+    last), written to a scratch folder next to ``target`` and the single part file renamed to
+    ``target``; nothing passes through the driver. A failed write leaves no file.
+    """
+    import os
+    import pathlib
+    import shutil
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    target = pathlib.Path(target)
+    scratch = target.parent / f".{target.name}.spark-{uuid.uuid4().hex}"
+    one = sdf.repartition(1)
+    if sort_by is not None:
+        one = one.sortWithinPartitions(F.col(sort_by).asc_nulls_last())
+    try:
+        one.write.mode("error").option("compression", "zstd").parquet(str(scratch))
+        parts = sorted(p for p in scratch.iterdir()
+                       if p.name.startswith("part-") and p.name.endswith(".parquet"))
+        if len(parts) != 1:  # pragma: no cover - one partition writes one file
+            raise RuntimeError(f"Spark wrote {len(parts)} part files for one partition")
+        os.replace(parts[0], target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_report(ledger: Any, session: Session, delta: float | None, path: Any,
+                  rename: dict[str, str] | None) -> None:
+    """Write a Spark ledger's per-record report to one Parquet file, by Spark (sorted by id)."""
+    table = ledger.per_record(session, delta)
+    for a, b in (rename or {}).items():
+        table = table.withColumnRenamed(a, b)
+    _write_single_parquet(table, path, sort_by=table.columns[0])
+
+
 # Names the release workflow's Spark glue (tabdp.release._spark_run) shares with this engine.
 quiet = _quiet
 row_ids = _row_ids
 spark_type = _spark_type
 try_cast = _try_cast
+write_single_parquet = _write_single_parquet

@@ -102,7 +102,9 @@ class Session:
             docs/privacy-semantics.md, "Streaming sessions"). ``False``: the in-memory ledger
             (a later release of the same frame reuses its snapshot). ``None`` (default): decided
             by the first release's input: a Polars ``LazyFrame`` streams, an eager frame does
-            not. Tables and losses are identical either way.
+            not. Tables and losses are identical either way. On Spark (PySpark DataFrames) row
+            mode replays its releases in Spark unless ``streaming=False``, which keeps a Spark
+            table with one row per input row (docs/spark.md, "What is held where").
 
     Example:
         >>> import polars as pl, tabdp
@@ -599,9 +601,10 @@ class Session:
     def use_engine(self, engine: str, ledger: Any = None) -> None:
         """Bind the session to the engine of its releases (before any data is read).
 
-        The first release decides: a Spark release installs ``ledger`` (a Spark table of
-        per-unit losses) in a session with no releases yet; every later release must use the
-        same engine, since the ledger lives in one engine.
+        The first release decides: a Spark release installs ``ledger`` (its Spark ledger: the
+        releases' definitions replayed in Spark in row mode, a Spark table of per-unit losses
+        otherwise) in a session with no releases yet; every later release must use the same
+        engine, since the ledger lives in one engine.
 
         Args:
             engine: ``"spark"`` or ``"polars"`` (pandas and Polars frames).
@@ -614,11 +617,6 @@ class Session:
             >>> s = Session()
             >>> s.use_engine("polars")
         """
-        if self.streaming and engine != "polars":
-            raise InvalidParameterError(
-                f"Session(streaming=True) recomputes row-mode losses with the Polars engine; "
-                f"this release runs on {engine}.\nHint: a Spark session keeps its ledger in "
-                "Spark already: use Session() without streaming=True for Spark frames.")
         current = "spark" if getattr(self._ledger, "engine", None) == "spark" else (
             "polars" if self.records else None)
         if current is None and engine == "spark" and ledger is not None:
@@ -752,7 +750,9 @@ class Report:
         """Write the CONFIDENTIAL :attr:`per_record` table to a Parquet file.
 
         A streaming session (``Session(streaming=True)``) writes it with the engine, batch by
-        batch, without holding it in memory; other sessions write the table they hold.
+        batch, without holding it in memory; a Spark session with Spark's writer (one file,
+        rows sorted by unit id; nothing per row passes through the driver); other sessions
+        write the table they hold.
 
         Args:
             path: The Parquet file to write.
@@ -769,9 +769,10 @@ class Report:
         if isinstance(s._ledger, ReplayLedger) and s._ledger.programs:
             s._ledger.sink(s._ledger, s, self.delta, path, rename)
             return
+        if getattr(s._ledger, "engine", None) == "spark":  # by Spark's writer, sorted by id
+            s._ledger.write_per_record(s, self.delta, path, rename)
+            return
         table = self.per_record
-        if getattr(s._ledger, "engine", None) == "spark":
-            table = table.toPandas()
         frame = table if isinstance(table, pl.DataFrame) else pl.from_pandas(table)
         frame.rename(rename or {}).write_parquet(path)
 

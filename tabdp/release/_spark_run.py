@@ -15,8 +15,6 @@ Spark's own writer into the staging folder and renamed like every other output.
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -446,21 +444,9 @@ def write_single_parquet(sdf: Any, target: Path, sort_by: str | None = None) -> 
         target: The file to write (its folder must exist; the caller stages it).
         sort_by: Column to sort the rows by (nulls last), or ``None``.
     """
-    from pyspark.sql import functions as F
+    from tabdp.frame._spark import write_single_parquet as write
 
-    scratch = target.parent / f".{target.name}.spark-{uuid.uuid4().hex}"
-    one = sdf.repartition(1)
-    if sort_by is not None:
-        one = one.sortWithinPartitions(F.col(sort_by).asc_nulls_last())
-    try:
-        one.write.mode("error").option("compression", "zstd").parquet(str(scratch))
-        parts = sorted(p for p in scratch.iterdir()
-                       if p.name.startswith("part-") and p.name.endswith(".parquet"))
-        if len(parts) != 1:  # pragma: no cover - one partition writes one file
-            raise RuntimeError(f"Spark wrote {len(parts)} part files for one partition")
-        os.replace(parts[0], target)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    write(sdf, target, sort_by)
 
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units

@@ -1543,11 +1543,17 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                       # the engine's phases inside a step (the same for every dataset)
                       progress=lambda name, what: report(step, steps, f"{name}: {what}"))
     if spark is not None:
-        from tabdp.frame._spark import SparkUnitLedger
+        from tabdp.frame._spark import SparkReplayLedger, SparkUnitLedger
 
-        # the session's ledger is a Spark table; with row ids, the report lists every row read
-        session.use_engine("spark", SparkUnitLedger(spark[0], row_mode=spec.input.unit is None,
-                                                    rows=spark[1]))
+        # Row ids kept one to one by the hierarchy joins: the releases' definitions, replayed
+        # in Spark (no per-row state; the report lists the rows the releases read, as a
+        # streaming Polars run). Otherwise the ledger is a Spark table (per unit, or per row
+        # id, listing every row read).
+        if spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema):
+            session.use_engine("spark", SparkReplayLedger(spark[0]))
+        else:
+            session.use_engine("spark", SparkUnitLedger(
+                spark[0], row_mode=spec.input.unit is None, rows=spark[1]))
     level = spec.release.level
     steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
     step = 0

@@ -1,0 +1,191 @@
+"""Spark row mode without per-row state: the releases replayed in Spark (``SparkReplayLedger``).
+
+A Spark session in row mode keeps each release's public definition and recomputes every row's
+losses in Spark when a later release's budget filter, the per-record report or the loss summary
+needs them. For one seed it must give what the Polars engine's in-memory ledger gives, and what
+the Spark per-row ledger (``Session(streaming=False)``) gives: the same tables (the same noise),
+the same per-record losses to the last bit, the same confidential counts and cell audits; and
+it must refuse a release over other rows before any noise is drawn.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+from tabdp.frame._spark import SparkReplayLedger, SparkUnitLedger
+from tabdp.privacy.budget import Budget
+
+pytestmark = pytest.mark.spark
+
+KEYS = tabdp.KeySet.from_dict(c=["a", "b", "c"], s=[0, 1, 2])
+
+
+def _data(n: int = 400, seed: int = 0) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(2.0, 2.0, n)
+    x[rng.random(n) < 0.03] = np.nan
+    return pl.DataFrame({
+        "c": rng.choice(["a", "b", "c", "d"], n),
+        "s": rng.integers(0, 4, n),
+        "x": x,
+        "y": rng.integers(-5, 200, n),
+        "w": rng.lognormal(1.0, 1.0, n),
+    })
+
+
+def _pl(out: Any) -> pl.DataFrame:
+    if isinstance(out, pl.DataFrame):
+        return out
+    if hasattr(out, "toArrow"):  # PySpark >= 4.0
+        frame = pl.from_arrow(out.toArrow())
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+    return pl.from_pandas(out.toPandas())
+
+
+def _session_run(frame: Any, budget: Any, delta_mech: bool, streaming: bool | None = None,
+                 full: bool = True) -> dict[str, Any]:
+    s = tabdp.Session(seed=7, budget=budget, streaming=streaming, track_cells=True)
+    out = {
+        # a pure sum (its policy in a pandas UDF), a zCDP count (exact Spark expressions)...
+        "sum": frame.dp.sum(["x", "y"], by=["c", "s"], keys=KEYS,
+                            mechanism=mech.LogTransform(sigma=0.25, offset=1.0),
+                            session=s, nulls="zero", negatives="zero"),
+        "count": frame.dp.count(by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(3.0),
+                                session=s),
+        # ... and a third release the budget leaves some rows out of: pure or approximate DP
+        "by_int": frame.dp.sum("w", by="s", keys=tabdp.KeySet.from_dict(s=[0, 1, 5]),
+                               mechanism=(mech.Subbotin(r=1.5, scale=20.0, delta=1e-9)
+                                          if delta_mech else mech.Laplace(20.0)),
+                               session=s),
+    }
+    if full:
+        out["median"] = frame.dp.median("w", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                                        bounds=(0, 50), epsilon=1.0, session=s)
+        out["joint"] = frame.dp.sum(["w", "y"], by="c", keys=tabdp.KeySet.from_dict(c=["a", "c"]),
+                                    mechanism=mech.VectorSubbotin(r=2.0, scale=80.0),
+                                    session=s, negatives="drop")
+    out = {k: _pl(v) for k, v in out.items()}
+    rep = s.report(delta=1e-9)
+    pr = _pl(rep.per_record)
+    out["per_record"] = pr.sort(pr.columns[0])
+    summary = rep.confidential_summary()
+    out["summary"] = {k: v for k, v in summary.items() if k != "queries"}
+    out["queries"] = summary["queries"]
+    out["cells"] = [r.cells for r in s.records]
+    out["session"] = s
+    return out
+
+
+def _same(ref: dict[str, Any], got: dict[str, Any]) -> None:
+    for k in ("sum", "count", "by_int", "median", "joint", "per_record"):
+        if k in ref:
+            assert ref[k].equals(got[k]), k
+    assert ref["queries"] == got["queries"]
+    a, b = ref["summary"], got["summary"]
+    assert a["units"] == b["units"] and a["rho_max"] == b["rho_max"] and a["seed"] == b["seed"]
+    for q in ("rho_q0.5", "rho_q0.9", "rho_q0.99", "rho_q0.999"):  # numpy vs Spark percentile
+        np.testing.assert_allclose(a[q], b[q], rtol=1e-15, err_msg=q)
+    for x, y in zip(ref["cells"], got["cells"], strict=True):
+        if x is None:  # medians keep no cell audit
+            assert y is None
+            continue
+        cols = x.columns
+        assert x.sort(cols).equals(y.select(cols).sort(cols))
+
+
+BUDGETS = {"none": None, "constant": 0.4, "curve": {1e2: 0.2, 1e4: 0.6},
+           "curve-total": Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)}
+#: run by default (CI); the other combinations carry ``slow`` and ``spark_full``
+DEFAULT = {("pure", "constant"), ("approx", "curve-total")}
+
+
+@pytest.mark.parametrize(("delta_mech", "budget"), [
+    pytest.param(d == "approx", b, id=f"{d}-{k}",
+                 marks=() if (d, k) in DEFAULT else (pytest.mark.slow, pytest.mark.spark_full))
+    for d in ("pure", "approx") for k, b in BUDGETS.items()])
+def test_replay_equals_polars(spark: Any, budget: Any, delta_mech: bool) -> None:
+    """Tables, noise, per-record losses, counts and cell audits: Polars' to the last bit."""
+    df = _data()
+    ref = _session_run(df, budget, delta_mech)
+    got = _session_run(spark.createDataFrame(df.to_arrow()), budget, delta_mech)
+    assert isinstance(got["session"].ledger, SparkReplayLedger)
+    _same(ref, got)
+    assert ref["per_record"].height == 400
+    if budget is not None:
+        # the third release's filter read the earlier releases' replayed totals: pure, it
+        # left some rows out and admitted others; approximate (rho = inf), it left all out
+        q3 = got["queries"][2]
+        left, rows_in = q3["units_left_out_by_budget"], q3["rows_in_released_cells"]
+        assert (left == rows_in) if delta_mech else (0 < left < rows_in)
+        assert (got["per_record"]["rho_q3_sum"] > 0).sum() == rows_in - left
+
+
+@pytest.mark.parametrize("budget", [0.4, Budget({1e2: 0.2, 1e4: 0.6}, total=0.7)],
+                         ids=["constant", "curve-total"])
+def test_replay_equals_the_spark_per_row_ledger(spark: Any, budget: Any,
+                                                tmp_path: Path) -> None:
+    """``Session(streaming=False)`` keeps the per-row Spark ledger: the same answer."""
+    df = spark.createDataFrame(_data(300, seed=4).to_arrow())
+    old = _session_run(df, budget, True, streaming=False, full=False)
+    assert isinstance(old["session"].ledger, SparkUnitLedger)
+    new = _session_run(df, budget, True, streaming=True, full=False)
+    assert isinstance(new["session"].ledger, SparkReplayLedger)
+    _same(old, new)
+    assert any(q["units_left_out_by_budget"] for q in new["queries"])
+    # Report.write_per_record: one Parquet file by Spark's writer, rows sorted by id
+    for run, name in ((old, "old.parquet"), (new, "new.parquet")):
+        run["session"].report(delta=1e-9).write_per_record(tmp_path / name,
+                                                           rename={"row": "row_id"})
+        assert pl.read_parquet(tmp_path / name).equals(
+            new["per_record"].rename({"row": "row_id"}))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.parquet", "old.parquet"]
+
+
+def test_a_changed_frame_is_refused_before_anything_is_drawn(spark: Any) -> None:
+    df = _data(200)
+    sdf = spark.createDataFrame(df.to_arrow())
+    s = tabdp.Session(seed=1, budget=0.5)
+    sdf.dp.count(by=["c", "s"], keys=KEYS, session=s)
+    state = s.rng._gen.bit_generator.state
+    changed = spark.createDataFrame(
+        df.with_columns(pl.col("w").reverse()).to_pandas())  # same rows read, other values
+    for frame, match in ((changed, "'w'"), (sdf.drop("w"), "'w'"),
+                         (sdf.filter("y > 5"), "number of rows")):
+        with pytest.raises(tabdp.InvalidParameterError, match="not the rows") as info:
+            frame.dp.count(by=["c"], keys=KEYS.project(["c"]), mechanism=mech.Gaussian(5.0),
+                           session=s)
+        assert re.search(match, str(info.value)), str(info.value)[:300]
+        assert "200" not in str(info.value)  # no row count in the message
+    assert len(s.records) == 1 and len(s.ledger.programs) == 1
+    assert s.rng._gen.bit_generator.state == state  # nothing drawn
+    # the same frame is still accepted, and the report replays both releases
+    sdf.dp.sum("w", by=["c"], keys=KEYS.project(["c"]), mechanism=mech.Gaussian(5.0),
+               session=s)
+    assert _pl(s.report().per_record).columns == ["row", "rho", "epsilon", "size",
+                                                  "rho_q1_count", "rho_q2_sum"]
+
+
+def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
+    """An input that gives other rows on each evaluation: the report is refused, no count."""
+    import random
+
+    from pyspark.sql import functions as F
+
+    noisy = F.udf(lambda: random.random(), "double").asNondeterministic()
+    sdf = spark.range(0, 300, numPartitions=2).select(
+        F.when(F.col("id") % 2 == 0, "a").otherwise("b").alias("c"), noisy().alias("w"))
+    s = tabdp.Session(seed=2)
+    sdf.dp.sum("w", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+               mechanism=mech.Gaussian(1.0), session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="report was not produced") as info:
+        _ = s.report().per_record
+    assert "300" not in str(info.value)
