@@ -433,7 +433,7 @@ class SparkReplayLedger:
                 base, rid, _ = _row_ids(src.select(*[F.col(c) for c in used]), used)
                 try:
                     row = base.agg(F.count(F.lit(1)).alias("n"), *[
-                        F.sum(F.xxhash64(rid, F.col(c)).cast(_DEC)).alias(f"__fp{i}")
+                        F.sum(_fingerprint(rid, c, src.schema[c].dataType)).alias(f"__fp{i}")
                         for i, c in enumerate(bound)]).collect()[0]
                     try:
                         session.bind_rows(int(row["n"] or 0), {c: int(row[f"__fp{i}"] or 0)
@@ -981,6 +981,22 @@ def _row_ids(flagged: Any, columns: list[str]) -> tuple[Any, Any, list[str]]:
     return base, rid, list(columns)
 
 
+def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
+    """A row's fingerprint of ``column``: a hash of its id and value, as ``decimal(38,0)``.
+
+    The row check sums it over the rows. Spark's ``xxhash64`` hashes a decimal by its unscaled
+    digits only (``100`` as ``decimal(10,0)`` and ``1.00`` as ``decimal(10,2)`` hash alike), so
+    a decimal's scale is hashed with it: a column rewritten in other units is another column.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    parts = [rid, F.col(column)]
+    if isinstance(dtype, T.DecimalType):
+        parts.append(F.lit(int(dtype.scale)))
+    return F.xxhash64(*parts).cast(_DEC)
+
+
 def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
                           by: str | Sequence[str] | None, keys: KeySet,
                           mechanism: Mechanism | None, session: Session | None = None,
@@ -1087,7 +1103,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
                           *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
                           F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
-                          *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                          *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
                             for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
         snap = rows
         persisted = [base]
@@ -1618,7 +1634,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
             pre, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
                                     _Policy(policy, []))  # type: ignore[arg-type]
         src = pre.select(rid.alias(ROW_ID), *cols,
-                         *[F.xxhash64(rid, F.col(c)).cast(_DEC).alias(f"__fp{i}")
+                         *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
                            for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
     else:
         assert unit is not None

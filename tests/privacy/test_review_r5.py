@@ -1,0 +1,54 @@
+"""Review R5 (2026-11-26): attacks on the Spark row-mode replay ledger (``SparkReplayLedger``).
+
+Each test states a claim and tries to break it. The fixed regressions fail without their fix.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+
+KEY_AB = tabdp.KeySet.from_dict(c=["a", "b"])
+
+
+# -- row fingerprints: a decimal column rescaled between releases ------------------------------
+@pytest.mark.spark
+def test_a_rescaled_decimal_column_is_refused(spark: Any) -> None:
+    """A decimal measure whose scale changed (the same unscaled digits) is another column.
+
+    Spark's ``xxhash64`` hashes a decimal by its unscaled digits only, so ``100`` as
+    ``decimal(10,0)`` and ``1.00`` as ``decimal(10,2)`` had the same row fingerprint: a
+    session whose input was rewritten in other units (cents to dollars) was accepted, and the
+    replay charged the earlier release at the new, 100 times smaller, values (its losses
+    under-reported to the budget filter and the per-record report). The fingerprint now
+    includes the decimal's scale: the release is refused before anything is drawn, and so is
+    the report over the rewritten input.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    rows = [("a" if i % 2 else "b", Decimal(100 * (i + 1))) for i in range(24)]
+    schema = T.StructType([T.StructField("c", T.StringType()),
+                           T.StructField("x", T.DecimalType(10, 0))])
+    sdf = spark.createDataFrame(rows, schema)
+    rescaled = sdf.select("c", (F.col("x") / 100).cast(T.DecimalType(10, 2)).alias("x"))
+    assert rescaled.collect()[0]["x"] == Decimal("1.00")
+    s = tabdp.Session(seed=3, budget=1.0)
+    sdf.dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(2000.0), session=s)
+    state = s.rng._gen.bit_generator.state  # type: ignore[union-attr]
+    with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):
+        rescaled.dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(2000.0), session=s)
+    assert s.rng._gen.bit_generator.state == state  # type: ignore[union-attr]
+    assert len(s.records) == 1
+    # the report of a session whose last input is the original frame is produced; the
+    # replay over the rewritten input is refused
+    assert s.report().per_record.count() == 24
+    s.ledger.release()
+    s.ledger.source = rescaled
+    with pytest.raises(tabdp.InvalidParameterError, match="report was not produced"):
+        _ = s.report().per_record
