@@ -52,3 +52,31 @@ def test_a_rescaled_decimal_column_is_refused(spark: Any) -> None:
     s.ledger.source = rescaled
     with pytest.raises(tabdp.InvalidParameterError, match="report was not produced"):
         _ = s.report().per_record
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "streaming"])
+def test_a_rescaled_decimal_column_is_refused_on_polars(lazy: bool) -> None:
+    """The same collision in the Polars engine's fingerprint, refused on both ledgers.
+
+    A Decimal's physical value is its unscaled integer: the streaming session replayed the
+    first release at the rescaled values.
+    """
+    import polars as pl
+
+    a = pl.DataFrame({"c": ["a" if i % 2 else "b" for i in range(24)],
+                      "x": pl.Series([Decimal(100 * (i + 1)) for i in range(24)],
+                                     dtype=pl.Decimal(10, 0))})
+    b = a.with_columns(pl.col("x").cast(pl.Float64).truediv(100).cast(pl.Decimal(10, 2)))
+    assert b["x"][0] == Decimal("1.00")
+
+    def frame(d: pl.DataFrame) -> Any:
+        return d.lazy() if lazy else d
+
+    s = tabdp.Session(seed=3, budget=1.0)
+    frame(a).dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(2000.0), session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):
+        frame(b).dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(2000.0), session=s)
+    assert len(s.records) == 1
+    # the same frame is still accepted
+    frame(a).dp.count(by="c", keys=KEY_AB, session=s)
+    assert len(s.records) == 2
