@@ -83,8 +83,9 @@ def _fingerprint(col: str, dtype: pl.DataType) -> pl.Expr:
     Enum / Categorical values are hashed as their strings: their physical codes follow the
     order of the dtype's categories, so a reordered frame whose categories are reordered with
     it would otherwise keep every code in place and pass for the bound rows. A Decimal is
-    hashed with its scale: its physical value is the unscaled integer, so ``100`` as
-    ``Decimal(10, 0)`` and ``1.00`` as ``Decimal(10, 2)`` would hash alike.
+    hashed with its scale and a Datetime or Duration with its time unit: their physical values
+    are integers, so ``100`` as ``Decimal(10, 0)`` and ``1.00`` as ``Decimal(10, 2)`` (or the
+    same integer in milliseconds and in microseconds) would hash alike.
     """
     value = pl.col(col)
     if isinstance(dtype, (pl.Enum, pl.Categorical)):
@@ -92,6 +93,8 @@ def _fingerprint(col: str, dtype: pl.DataType) -> pl.Expr:
     fields = [pl.col(ROW_ID), value.alias(col)]
     if isinstance(dtype, pl.Decimal):
         fields.append(pl.lit(dtype.scale, dtype=pl.Int64).alias("__tabdp_scale"))
+    elif isinstance(dtype, (pl.Datetime, pl.Duration)):
+        fields.append(pl.lit(str(dtype.time_unit)).alias("__tabdp_unit"))
     return pl.struct(fields).hash(seed=_FP_SEED).alias(f"fp:{col}")
 #: 128-bit integer dtypes (UInt128 exists only in newer Polars)
 _WIDE_INTS = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None))

@@ -987,6 +987,8 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
     The row check sums it over the rows. Spark's ``xxhash64`` hashes a decimal by its unscaled
     digits only (``100`` as ``decimal(10,0)`` and ``1.00`` as ``decimal(10,2)`` hash alike), so
     a decimal's scale is hashed with it: a column rewritten in other units is another column.
+    Likewise a date or timestamp is hashed with its type (an ``int`` and a ``date``, a
+    ``timestamp`` and a ``timestamp_ntz`` of the same integer hash alike).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -994,6 +996,8 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
     parts = [rid, F.col(column)]
     if isinstance(dtype, T.DecimalType):
         parts.append(F.lit(int(dtype.scale)))
+    elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
+        parts.append(F.lit(dtype.simpleString()))
     return F.xxhash64(*parts).cast(_DEC)
 
 

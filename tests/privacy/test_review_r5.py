@@ -80,3 +80,54 @@ def test_a_rescaled_decimal_column_is_refused_on_polars(lazy: bool) -> None:
     # the same frame is still accepted
     frame(a).dp.count(by="c", keys=KEY_AB, session=s)
     assert len(s.records) == 2
+
+
+def test_a_datetime_key_in_another_time_unit_is_refused() -> None:
+    """A Datetime key rewritten with the same integers in another time unit is a changed column.
+
+    The rows move to other instants (here out of the key set's cells), so a streaming replay
+    would charge the first release nothing; the fingerprint hashed only the physical integer.
+    """
+    import datetime as dt
+
+    import polars as pl
+
+    t0 = dt.datetime(2024, 1, 1)
+    keys = tabdp.KeySet.from_dict(t=pl.Series([t0], dtype=pl.Datetime("ms")))
+    a = pl.DataFrame({"t": pl.Series([t0] * 20, dtype=pl.Datetime("ms"))})
+    b = a.with_columns(pl.col("t").cast(pl.Int64).cast(pl.Datetime("us")))
+    assert b["t"][0] != t0
+    s = tabdp.Session(seed=3, budget=1.0)
+    lazy_a: Any = a.lazy()
+    lazy_b: Any = b.lazy()
+    lazy_a.dp.count(by="t", keys=keys, session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):
+        lazy_b.dp.count(by="t", keys=keys, session=s)
+
+
+@pytest.mark.spark
+def test_spark_fingerprints_tell_types_with_the_same_integers_apart(spark: Any) -> None:
+    """Types Spark's ``xxhash64`` hashes alike get other row fingerprints.
+
+    ``xxhash64`` hashes an ``int`` and a ``date``, a ``timestamp`` and a ``timestamp_ntz`` by
+    the same integer; the row fingerprint hashes their type too (and a decimal's scale).
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import _fingerprint
+
+    base = spark.range(1).select(F.lit(19000).cast("int").alias("i"),
+                                 F.lit(1_700_000_000_000_000).cast("long").alias("l"),
+                                 F.lit(100).cast("decimal(10,0)").alias("d0"))
+    sdf = base.select("*", F.expr("date_from_unix_date(i)").alias("date"),
+                      F.expr("timestamp_micros(l)").alias("ts"),
+                      F.expr("cast(timestamp_micros(l) as timestamp_ntz)").alias("ntz"),
+                      F.expr("cast(d0 / 100 as decimal(10,2))").alias("d2"))
+    assert sdf.select(F.xxhash64("i").alias("a"), F.xxhash64("date").alias("b")).first() \
+        .asDict() == sdf.select(F.xxhash64("i").alias("a"), F.xxhash64("i").alias("b")) \
+        .first().asDict()  # Spark's own hash: alike
+    types = {f.name: f.dataType for f in sdf.schema.fields}
+    row = sdf.select(*[_fingerprint(F.lit(0), c, types[c]).alias(c) for c in types]).first()
+    assert row["i"] != row["date"]
+    assert row["ts"] != row["ntz"]
+    assert row["d0"] != row["d2"]
