@@ -800,7 +800,7 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
         return data
     # (unit, cell) pairs are distinct: no stable sort needed
     dtype = data.schema[uid]
-    if dtype.is_integer() and dtype not in (pl.Int128, pl.UInt128):
+    if dtype.is_integer() and dtype not in _WIDE_INTS:
         lo: Any = data[uid].min()
         hi: Any = data[uid].max()
         if (lo is not None and hi is not None and -(2**63) <= int(lo) and int(hi) < 2**63
