@@ -129,3 +129,23 @@ def as_polars(frame: Any) -> pl.DataFrame:
 
 
 to_polars = as_polars
+
+
+def mixed_rows(n: int, seed: int = 0) -> pl.DataFrame:
+    """Rows for engine-equality tests (streaming and Spark replay).
+
+    Text and integer keys (some outside a 3 x 3 key set), a lognormal measure with 3% NaN, a
+    signed integer and a positive float.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(2.0, 2.0, n)
+    x[rng.random(n) < 0.03] = np.nan
+    return pl.DataFrame({
+        "c": rng.choice(["a", "b", "c", "d"], n),
+        "s": rng.integers(0, 4, n),
+        "x": x,
+        "y": rng.integers(-5, 200, n),
+        "w": rng.lognormal(1.0, 1.0, n),
+    })

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from _engines import mixed_rows
 
 import tabdp
 from tabdp import mechanisms as mech
@@ -29,16 +30,7 @@ KEYS = tabdp.KeySet.from_dict(c=["a", "b", "c"], s=[0, 1, 2])
 
 
 def _data(n: int = 400, seed: int = 0) -> pl.DataFrame:
-    rng = np.random.default_rng(seed)
-    x = rng.lognormal(2.0, 2.0, n)
-    x[rng.random(n) < 0.03] = np.nan
-    return pl.DataFrame({
-        "c": rng.choice(["a", "b", "c", "d"], n),
-        "s": rng.integers(0, 4, n),
-        "x": x,
-        "y": rng.integers(-5, 200, n),
-        "w": rng.lognormal(1.0, 1.0, n),
-    })
+    return mixed_rows(n, seed)
 
 
 def _pl(out: Any) -> pl.DataFrame:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from _engines import as_engine
+from _engines import as_engine, mixed_rows
 
 import tabdp
 import tabdp.frame._stream as stream
@@ -26,16 +26,7 @@ KEYS = tabdp.KeySet.from_dict(c=["a", "b", "c"], s=[0, 1, 2])
 
 
 def _data(n: int = 3000, seed: int = 0) -> pl.DataFrame:
-    rng = np.random.default_rng(seed)
-    x = rng.lognormal(2.0, 2.0, n)
-    x[rng.random(n) < 0.03] = np.nan
-    return pl.DataFrame({
-        "c": rng.choice(["a", "b", "c", "d"], n),
-        "s": rng.integers(0, 4, n),
-        "x": x,
-        "y": rng.integers(-5, 200, n),
-        "w": rng.lognormal(1.0, 1.0, n),
-    })
+    return mixed_rows(n, seed)
 
 
 def _session_run(frame: Any, streaming: bool, budget: Any, delta_mech: bool) -> dict[str, Any]:
