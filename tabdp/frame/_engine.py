@@ -445,13 +445,12 @@ def _counter_exprs(parts: dict[str, dict[str, Any]], schema: pl.Schema) -> dict[
     return counters
 
 
-def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
-                   measures: list[str], rules: _Rules, bound: Sequence[str] = ()
-                   ) -> tuple[pl.LazyFrame, list[str]]:
-    """The lazy plan of a release's snapshot and the names of its counter columns.
+def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], rules: _Rules
+                    ) -> tuple[pl.Expr, dict[str, pl.Expr], dict[str, pl.Expr]]:
+    """A snapshot's row expressions: ``__keep``, the fixed-point values and the counters.
 
-    ``bound``: row mode, the columns the session's earlier releases bound (fingerprinted again
-    with the columns this release reads).
+    Values are a measure's exact fixed-point contribution (0 where the row is not kept or the
+    value is bad); counters flag each row (``null:<unit>`` for a missing unit id).
     """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
     unit_bad = None
@@ -465,6 +464,18 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     counters = _counter_exprs(parts, schema)
     if unit_bad is not None:
         counters[f"null:{unit}"] = unit_bad
+    return keep, values, counters
+
+
+def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
+                   measures: list[str], rules: _Rules, bound: Sequence[str] = ()
+                   ) -> tuple[pl.LazyFrame, list[str]]:
+    """The lazy plan of a release's snapshot and the names of its counter columns.
+
+    ``bound``: row mode, the columns the session's earlier releases bound (fingerprinted again
+    with the columns this release reads).
+    """
+    keep, values, counters = _snapshot_exprs(schema, unit, measures, rules)
     names = list(counters)
     if unit is None or unit == ROW_ID:
         # each row is a unit: no group-by. Row ids are assigned here (unit=None), or were
@@ -559,16 +570,9 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
 def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], rules: _Rules,
                    keys: KeySet) -> _Snapshot:
     """Unit mode's snapshot: per (unit, cell) inside the key set, per (unit, keys) outside."""
-    parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
-    unit_bad = pl.col(unit).is_null()
-    if op.schema[unit] in (pl.Float32, pl.Float64):  # a Decimal has no NaN (nor is_nan)
-        unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
-    keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
-    counters = _counter_exprs(parts, op.schema)
-    counters[f"null:{unit}"] = unit_bad
+    keep, values, counters = _snapshot_exprs(op.schema, unit, measures, rules)
     names = list(counters)
-    aggs = [*[pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
-              .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m, p in parts.items()],
+    aggs = [*[v.sum() for v in values.values()],
             pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias(_ALL),
             *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()]]
