@@ -7,12 +7,13 @@ streaming session (row mode without per-row state) runs them as one lazy plan in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
@@ -33,13 +34,13 @@ from tabdp.frame._engine import (
     scale_bits,
 )
 from tabdp.frame._output import check_form, to_native
-from tabdp.frame._stream import streaming_release
+from tabdp.frame._stream import Planned, streaming_releases
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session
 
-__all__ = ["grouped_release"]
+__all__ = ["grouped_release", "planned_releases", "execute_planned"]
 
 
 # -- the release ------------------------------------------------------------------------------
@@ -95,19 +96,126 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         >>> out.columns, out.height
         (['c', 'x', 'x_sd', 'x_moe', 'x_lower', 'x_upper'], 3)
     """
+    rel = _plan(native, session, None, kind=kind, measures=measures, by=by, keys=keys,
+                mechanism=mechanism, level=level, nulls=nulls, name=name, grid=grid,
+                negatives=negatives, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv,
+                stacklevel=5)
+    return execute_planned([rel])[0]
+
+
+def _plan(native: Any, session: Session | None, batch: list[Planned] | None, *, kind: str,
+          measures: str | Sequence[str] | None = None, by: str | Sequence[str] | None,
+          keys: KeySet, mechanism: Mechanism | None = None, level: float = DEFAULT_LEVEL,
+          nulls: str = "error", name: str | None = None, grid: Any = None,
+          negatives: str | None = None, max_cells: int | None = None,
+          max_rows: int | None = None, form: str = "wide", cv: bool = False,
+          stacklevel: int = 4) -> Planned:
+    """Every check of one release (arguments, schema, name, rules): no data read, no noise.
+
+    ``batch``: the releases planned before this one in the same batch (their names are taken).
+    """
     pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
-                           max_cells, max_rows, stacklevel=4)
+                           max_cells, max_rows, stacklevel=stacklevel)
+    form = check_form(form)
+    if batch and name is None:  # the default label after the batch's earlier releases
+        sess0 = batch[0].op.session
+        taken = {r.name for r in sess0.records} | {r.op.name for r in batch}
+        i = len(sess0.records) + len(batch) + 1
+        while f"q{i}_{kind}" in taken:
+            i += 1
+        name = f"q{i}_{kind}"
+    op = _open_release(native, session, name, kind, pre.measures, pre.by)
+    if batch and op.name in {r.op.name for r in batch}:
+        raise InvalidParameterError(
+            f"name {op.name!r} is used twice in the releases planned together; names label the "
+            "per-record report columns.\nHint: give each release its own name.")
+    rules, policy = _release_rules(op.session, kind, pre.mechanism, nulls, negatives,
+                                   pre.measures)
+    bits = {m: scale_bits(op.schema[m]) for m in pre.measures}
+    return Planned(op, pre, kind, keys, rules, policy, bits, nulls, form, cv)
+
+
+def planned_releases(native: Any, session: Session,
+                     requests: Sequence[Mapping[str, Any]]) -> list[Planned]:
+    """Plan several releases of one input in one session, every check before any data is read.
+
+    Args:
+        native: The input (a pandas DataFrame, Polars DataFrame or LazyFrame).
+        session: The session all the releases are recorded in.
+        requests: One mapping per release, in release order, with the keyword arguments of
+            :func:`grouped_release` (``kind``, ``measures``, ``by``, ``keys``, ``mechanism``,
+            ``level``, ``nulls``, ``name``, ``grid``, ``negatives``, ``max_cells``,
+            ``max_rows``, ``form``, ``cv``).
+
+    Returns:
+        The planned releases, for :func:`execute_planned`.
+
+    Raises:
+        InvalidParameterError: A release's arguments, or two releases with one name (nothing
+            is read and nothing is recorded).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1)
+        >>> k = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> rels = planned_releases(pl.DataFrame({"c": ["a"], "x": [1.0]}), s, [
+        ...     dict(kind="count", by="c", keys=k), dict(kind="count", by="c", keys=k)])
+        >>> [r.op.name for r in rels], len(s.records)
+        (['q1_count', 'q2_count'], 0)
+    """
+    if not isinstance(session, Session):
+        raise InvalidParameterError(
+            f"releases planned together need a session; got {type(session).__name__}.\n"
+            "Hint: pass session=tabdp.Session(...).")
+    batch: list[Planned] = []
+    for req in requests:
+        batch.append(_plan(native, session, batch, **req))
+    return batch
+
+
+def execute_planned(rels: Sequence[Planned]) -> list[Any]:
+    """Execute planned releases in order; a streaming session's in one pass over the input.
+
+    A streaming session (row mode without per-row state) evaluates all the releases' aggregations
+    in one lazy plan (:func:`tabdp.frame._stream.streaming_releases`): the input is read once.
+    Other sessions release them one after the other (a sum then a count of the same frame and
+    key set share one snapshot). Either way every table, noise draw and per-record loss is the
+    one the releases give one by one, in this order.
+
+    Args:
+        rels: Releases from :func:`planned_releases`, in release order.
+
+    Returns:
+        The released tables, in order.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> k = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> lf = pl.LazyFrame({"c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+        >>> outs = execute_planned(planned_releases(lf, s, [
+        ...     dict(kind="count", by="c", keys=k, name="n"),
+        ...     dict(kind="sum", measures="x", by="c", keys=k, name="x",
+        ...          mechanism=tabdp.mechanisms.Gaussian(2.0))]))
+        >>> [o.columns[1] for o in outs], [r.name for r in s.records]
+        (['count', 'x'], ['n', 'x'])
+    """
+    rels = list(rels)
+    if rels and rels[0].op.session.streaming:
+        return streaming_releases(rels)
+    return [_in_memory_release(r) for r in rels]
+
+
+def _in_memory_release(rel: Planned) -> Any:
+    """One release with the in-memory engine (a snapshot of the input, per-unit arrays)."""
+    op, pre, kind, keys, rules, policy, bits = (rel.op, rel.pre, rel.kind, rel.keys, rel.rules,
+                                                rel.policy, rel.bits)
+    nulls, form, cv = rel.nulls, rel.form, rel.cv
     measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
     released, grids, max_cells, max_rows = pre.released, pre.grids, pre.max_cells, pre.max_rows
-    form = check_form(form)
-    op = _open_release(native, session, name, kind, measure_list, by_list)
     sess, qname = op.session, op.name
-    rules, policy = _release_rules(sess, kind, mechanism, nulls, negatives, measure_list)
     unit = sess.unit
     uid = unit if unit is not None else ROW_ID
-    bits = {m: scale_bits(op.schema[m]) for m in measure_list}
-    if sess.streaming:  # row mode, no per-row state: one lazy plan (tabdp.frame._stream)
-        return streaming_release(op, pre, kind, keys, rules, policy, bits, nulls, form, cv)
 
     # 1. One snapshot of the input.
     sess.phase(qname, "reading and aggregating the input")

@@ -57,8 +57,9 @@ from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.ledger import QueryRecord, ReplayLedger, loss_components
 from tabdp.privacy.session import Session
 
-__all__ = ["Program", "streaming_release", "streaming_quantile_data", "replay_report",
-           "collect_report", "sink_report", "summarize_report"]
+__all__ = ["Program", "Planned", "streaming_releases",
+           "streaming_quantile_data", "replay_report", "collect_report", "sink_report",
+           "summarize_report"]
 
 
 class Program(NamedTuple):
@@ -100,21 +101,23 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
     return lf, [f"__c{j}", f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
 
 
-def _replay_batch(sess: Session, programs: list[Program], report: bool, delta: float | None,
-                  track: bool) -> Callable[[pl.Series], pl.Series]:
+def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
+                  delta: float | None, outs: frozenset[int], track: bool
+                  ) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
     For each program in release order it computes the batch's charges with the in-memory
     engine's code (:func:`tabdp.frame._engine._charges`), admits them with the session's
     filter against the batch's running totals, and adds the admitted losses to those totals
     in the ledger's order: every double is the one the in-memory ledger would hold.
+    ``programs`` pairs each program with the index ``j`` of its columns (``__c<j>``, ...).
 
-    Output fields: for the last program, ``ok:<currency>`` (admitted) and, with ``track``, the
-    row's ρ and size there; with ``report``, the running totals (``COMPONENTS``), ``rho_<name>``
-    per program and, with ``delta``, ``epsilon_delta``.
+    Output fields: for each program ``j`` in ``outs``, ``ok<j>:<currency>`` (admitted) and,
+    with ``track``, the row's ρ and size there (``crho<j>``, ``csize<j>``); with ``report``,
+    the running totals (``COMPONENTS``), ``rho_<name>`` per program and, with ``delta``,
+    ``epsilon_delta``.
     """
     curve = sess.budget is not None and sess.budget.per_currency
-    last = len(programs) - 1
 
     def run(s: pl.Series) -> pl.Series:
         b = s.struct.unnest()
@@ -135,7 +138,7 @@ def _replay_batch(sess: Session, programs: list[Program], report: bool, delta: f
                 a[ids] = np.maximum(a[ids], v)
 
         out: dict[str, Any] = {}
-        for j, prog in enumerate(programs):
+        for j, prog in programs:
             inside = (b[f"__c{j}"].is_not_null() & (b[f"__r{j}"] > 0)).to_numpy()
             idx = np.flatnonzero(inside)
             mask = pl.Series(inside)
@@ -156,15 +159,15 @@ def _replay_batch(sess: Session, programs: list[Program], report: bool, delta: f
                 col = np.zeros(n)
                 col[ids] = losses.rho
                 out[f"rho_{prog.name}"] = col
-            if j == last and not report:
+            if j in outs and not report:
                 for c in ch.currencies:
                     flag = np.zeros(n, dtype=bool)
                     flag[idx] = admitted[c]
-                    out[f"ok:{c}"] = flag
+                    out[f"ok{j}:{c}"] = flag
                 if track:
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
-                    out["crho"], out["csize"] = r, z
+                    out[f"crho{j}"], out[f"csize{j}"] = r, z
         if report:
             tot = {c: acc.get(c, np.zeros(n)) for c in COMPONENTS}
             out = {**tot, **out}
@@ -172,14 +175,14 @@ def _replay_batch(sess: Session, programs: list[Program], report: bool, delta: f
                 out["epsilon_delta"] = (epsilon_at(delta, tot["rho_z"], tot["rho_g"],
                                                    tot["eps_a"], tot["delta_a"], tot["epsilon"])
                                         if n else np.zeros(0))
-        return pl.DataFrame({k: pl.Series(k, v, dtype=pl.Boolean if k.startswith("ok:")
+        return pl.DataFrame({k: pl.Series(k, v, dtype=pl.Boolean if k.startswith("ok")
                                           else pl.Float64) for k, v in out.items()}).to_struct()
 
     return run
 
 
-def _out_schema(programs: list[Program], report: bool, delta: float | None, track: bool
-                ) -> pl.Struct:
+def _out_schema(programs: list[Program], report: bool, delta: float | None,
+                outs: frozenset[int], track: bool) -> pl.Struct:
     fields: dict[str, Any] = {}
     if report:
         fields |= {c: pl.Float64 for c in COMPONENTS}
@@ -187,32 +190,38 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None, trac
         if delta is not None:
             fields["epsilon_delta"] = pl.Float64
     else:
-        fields |= {f"ok:{c}": pl.Boolean for c, _ in programs[-1].policy.currencies()}
-        if track:
-            fields |= {"crho": pl.Float64, "csize": pl.Float64}
+        for j in sorted(outs):
+            fields |= {f"ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
+            if track:
+                fields |= {f"crho{j}": pl.Float64, f"csize{j}": pl.Float64}
     return pl.Struct(fields)
 
 
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
-              report: bool, delta: float | None = None, track: bool = False) -> pl.LazyFrame:
+              report: bool, delta: float | None = None, outs: frozenset[int] = frozenset(),
+              track: bool = False) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
-    A report keeps the input's row order (its joins maintain the left order). A release in a
-    session without a budget admits every record, so its outputs need neither the earlier
-    releases nor (unless ``track``) the batch function: only its own columns are computed.
+    A report keeps the input's row order (its joins maintain the left order). Releases (the
+    programs ``outs``, e.g. the last one, or every release of a batch) get their admission
+    flags ``ok<j>:<currency>``; in a session without a budget every record is admitted, so
+    their outputs need neither the earlier releases nor (unless ``track``) the batch function:
+    only their own columns are computed.
     """
+    indexed = list(enumerate(programs))
     if not report and sess.budget is None:
-        programs = programs[-1:]
+        indexed = [(j, p) for j, p in indexed if j in outs]
         if not track:
-            lf, _ = _program_columns(lf, schema, programs[0], 0, False)
-            return lf.with_columns(pl.lit(True).alias(f"ok:{c}")
-                                   for c, _ in programs[0].policy.currencies())
+            for j, prog in indexed:
+                lf, _ = _program_columns(lf, schema, prog, j, False)
+            return lf.with_columns(pl.lit(True).alias(f"ok{j}:{c}") for j, prog in indexed
+                                   for c, _ in prog.policy.currencies())
     inputs: list[str] = []
-    for j, prog in enumerate(programs):
+    for j, prog in indexed:
         lf, cols = _program_columns(lf, schema, prog, j, report)
         inputs += cols
-    fn = _replay_batch(sess, programs, report, delta, track)
-    dtype = _out_schema(programs, report, delta, track)
+    fn = _replay_batch(sess, indexed, report, delta, outs, track)
+    dtype = _out_schema(programs, report, delta, outs, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
         fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
 
@@ -416,70 +425,49 @@ def _install(ledger: ReplayLedger, prog: Program, source: pl.LazyFrame) -> None:
     ledger.summary = summarize_report
 
 
-def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rules: _Rules,
-                      policy: _Policy, bits: dict[str, int], nulls: str, form: str, cv: bool
-                      ) -> Any:
-    """A row-mode release of a streaming session: one lazy plan, no per-row state kept.
+class Planned(NamedTuple):
+    """A streaming release planned but not executed: its checked arguments and definition."""
 
-    The steps and every output (table, confidential counts, per-record losses) are those of
-    :func:`tabdp.frame._release.grouped_release` in row mode; see the module docstring.
+    op: _Opened
+    pre: _Prepared
+    kind: str
+    keys: KeySet
+    rules: _Rules
+    policy: _Policy
+    bits: dict[str, int]
+    nulls: str
+    form: str
+    cv: bool
 
-    Args:
-        op: The opened release (session, input, schema).
-        pre: The checked arguments.
-        kind: ``"sum"`` or ``"count"``.
-        keys: The public key set.
-        rules: Data rules.
-        policy: The mechanism's policy.
-        bits: Fixed-point scale per measure.
-        nulls: The nulls rule as given.
-        form: Output form.
-        cv: Add cv and flag columns.
+    @property
+    def program(self) -> Program:
+        """The release's public definition."""
+        return Program(self.op.name, self.kind, tuple(self.pre.by), self.keys,
+                       tuple(self.pre.measures), self.rules, self.policy, self.bits)
 
-    Returns:
-        The released table in the caller's library.
 
-    Example:
-        >>> import polars as pl, tabdp
-        >>> s = tabdp.Session(seed=1, streaming=True, budget=1.0)
-        >>> df = pl.DataFrame({"c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
-        >>> out = df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
-        ...                 mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
-        >>> out.columns[:2], out.height
-        (['c', 'x'], 2)
+def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
+                   fp_cols: list[str]) -> pl.LazyFrame:
+    """The aggregation of release ``rel`` (program ``k`` of ``plan``): one group-by over cells.
+
+    One group-by over the cells (the rows outside the key set form the null group) gives every
+    aggregate: exact totals of the admitted contributions, the confidential counters, the row
+    fingerprints and, with cell tracking, each cell's worst loss.
     """
-    sess, qname = op.session, op.name
-    measures, by = pre.measures, pre.by
-    ledger = sess.ledger
-    assert isinstance(ledger, ReplayLedger)
-    prog = Program(qname, kind, tuple(by), keys, tuple(measures), rules, policy, bits)
-    programs = [*ledger.programs, prog]
-    k = len(programs) - 1 if sess.budget is not None else 0  # see _replayed
-    track = sess.track_cells
-    schema = op.schema
-
-    sess.phase(qname, "reading and aggregating the input (streaming)")
-    _require_bound(sess, schema)
-    base = _with_row_ids(op.lf, schema)
-    parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
+    schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
+    parts = {m: _measure_parts(m, schema[m], rel.rules) for m in measures}
     counters = _counter_exprs(parts, schema)
-    fp_cols = [c for c in dict.fromkeys([*by, *measures, *sess.bound_columns()])
-               if c in schema.names()]
-    plan = _replayed(sess, base, schema, programs, False, None, track)
     cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
     inside = cell.is_not_null() & (rows > 0)
-    currencies = policy.currencies()
-    ok_all = pl.all_horizontal([pl.col(f"ok:{c}") for c, _ in currencies])
+    currencies = rel.policy.currencies()
+    ok_all = pl.all_horizontal([pl.col(f"ok{k}:{c}") for c, _ in currencies])
     cur_of = {m: c for c, ms in currencies for m in ms}
-    values = [pl.when(pl.col(f"ok:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
+    values = [pl.when(pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
               .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m in measures]
-    if kind == "count":
-        counted = pl.when(pl.col(f"ok:{currencies[0][0]}")).then(rows).otherwise(0)
+    if rel.kind == "count":
+        counted = pl.when(pl.col(f"ok{k}:{currencies[0][0]}")).then(rows).otherwise(0)
     else:
         counted = rows
-    needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
-    # ONE group-by over the cells (the rows outside the key set form the null group) gives
-    # every aggregate: a single query, so no intermediate result is cached in memory
     ok_in = inside & ok_all
     aggs = [*values, pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias("__n"),
@@ -489,13 +477,36 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
             (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
               for m in measures]]
-    if track:
-        aggs += [pl.when(ok_in).then(pl.col("crho")).max().alias("worst_rho"),
-                 pl.when(ok_in).then(pl.col("csize")).max().alias("worst_size"),
+    if sess.track_cells:
+        aggs += [pl.when(ok_in).then(pl.col(f"crho{k}")).max().alias("worst_rho"),
+                 pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
                  ok_in.cast(pl.Int64).sum().alias("units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
     # it), and the rows outside the key set are grouped by their keys (the distinct keys count)
-    grouped = plan.group_by(f"__c{k}", *by).agg(*aggs).collect(engine="streaming")
+    return plan.group_by(f"__c{k}", *by).agg(*aggs)
+
+
+def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
+    """The columns a batch fingerprints: those its releases read, and those the session bound.
+
+    Every release of the batch checks them all (one pass reads them all).
+    """
+    schema = rels[0].op.schema
+    read = [c for r in rels for c in (*r.pre.by, *r.pre.measures)]
+    return [c for c in dict.fromkeys([*read, *sess.bound_columns()]) if c in schema.names()]
+
+
+def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]) -> Any:
+    """Checks, noise and the session's record of a release from its aggregation."""
+    op, pre, kind, keys, rules, policy = rel.op, rel.pre, rel.kind, rel.keys, rel.rules, \
+        rel.policy
+    sess, qname = op.session, op.name
+    measures, by = pre.measures, pre.by
+    ledger = sess.ledger
+    assert isinstance(ledger, ReplayLedger)
+    parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
+    counters = _counter_exprs(parts, op.schema)
+    needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
     sums = [*counters, "__n", "__released", "__left", *[f"negc:{m}" for m in measures]]
     row = grouped.select(*[pl.col(c).sum() for c in sums],
                          *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
@@ -514,7 +525,7 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
         per_cell.select(pl.col(f"__c{k}").cast(pl.Int64).alias(_CELL), *measures, _ROWS),
         on=_CELL, how="left", maintain_order="left")
     cells = None
-    if track:
+    if sess.track_cells:
         cells = (released.filter(pl.col("units") > 0)
                  .select(*by, "worst_rho", "worst_size", "units")
                  .sort(["worst_rho", *by], descending=[True, *[False] * len(by)],
@@ -522,8 +533,8 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
 
     sess.phase(qname, f"drawing noise for {n_keys:,} cells")
     out, fallbacks, grid_used = _noisy_table(
-        full, kind, pre.released, bits, pre.mechanism, policy, sess, pre.level, pre.grids, keys,
-        by, form=form, cv=cv, key_dtypes=_output_dtypes(op, sess, measures))
+        full, kind, pre.released, rel.bits, pre.mechanism, policy, sess, pre.level, pre.grids,
+        keys, by, form=rel.form, cv=rel.cv, key_dtypes=_output_dtypes(op, sess, measures))
     confidential = {
         "rows_read": int(row["rows_read"]),
         "rows_outside_keys": int(outside["__n"].sum() or 0),
@@ -532,19 +543,76 @@ def streaming_release(op: _Opened, pre: _Prepared, kind: str, keys: KeySet, rule
         "units_left_out_by_budget": int(row["__left"] or 0),
         # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
         **({"unit_cells_dropped_by_max_cells": 0} if pre.max_cells is not None else {}),
-        **_rule_counts(counts, measures, nulls, rules),
+        **_rule_counts(counts, measures, rel.nulls, rules),
     }
     record = QueryRecord(
         index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(pre.released),
         by=tuple(by), mechanism=pre.mechanism, keys=keys.to_dict(), level=pre.level,
-        nulls=nulls, losses=None, confidential=confidential, grid=grid_used,
+        nulls=rel.nulls, losses=None, confidential=confidential, grid=grid_used,
         fallbacks=fallbacks, cells=cells, bounds={"max_cells": 1, "max_rows": 1})
-    _install(ledger, prog, op.lf)
+    _install(ledger, rel.program, op.lf)
     sess.record_release(record, op.backend)
     if op.one_off:
         sess.set_as_last()
     return to_native(out, op.native, op.backend, by, author=sess.mode == "author")
 
+
+def streaming_releases(rels: list[Planned]) -> list[Any]:
+    """Row-mode releases of one streaming session over one input, executed in one pass.
+
+    The releases' aggregations share one lazy plan: every release's cells and contributions
+    and, under a budget, one batch function that replays the session's earlier releases and
+    admits each release of the batch in order (each record's running totals are those of
+    releasing them one after the other). Polars evaluates the shared part once
+    (``pl.collect_all``), so the input is read once for the whole batch, and the work per row
+    grows with the number of releases, not with its square. Each release is then checked,
+    noised and recorded in order, exactly as if it had been released alone: a failed check
+    stops the batch there (the releases before it are recorded).
+
+    Args:
+        rels: The planned releases, in release order (one session, one input).
+
+    Returns:
+        The released tables in the callers' library, in order.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> from tabdp.frame._release import planned_releases
+        >>> s = tabdp.Session(seed=1, streaming=True, budget=1.0)
+        >>> lf = pl.LazyFrame({"c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+        >>> k = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> g = tabdp.mechanisms.Gaussian(2.0)
+        >>> rels = planned_releases(lf, s, [
+        ...     dict(kind="sum", measures="x", by="c", keys=k, mechanism=g, name="s"),
+        ...     dict(kind="count", by="c", keys=k, name="n")])
+        >>> [t.height for t in streaming_releases(rels)], [r.name for r in s.records]
+        ([2, 2], ['s', 'n'])
+    """
+    if not rels:
+        return []
+    sess = rels[0].op.session
+    ledger = sess.ledger
+    assert isinstance(ledger, ReplayLedger)
+    op = rels[0].op
+    if any(r.op.session is not sess or r.op.native is not op.native for r in rels):
+        raise InvalidParameterError(
+            "releases executed together must share one session and one input frame.\n"
+            "Hint: release other frames or sessions in separate calls.")
+    earlier = len(ledger.programs)
+    programs = [*ledger.programs, *[r.program for r in rels]]
+    outs = frozenset(range(earlier, len(programs)))
+    sess.phase(op.name, "reading and aggregating the input (streaming)" + (
+        f" for {len(rels)} releases" if len(rels) > 1 else ""))
+    _require_bound(sess, op.schema)
+    plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False, None,
+                     outs, sess.track_cells)
+    fp_cols = _fingerprinted(sess, rels)
+    queries = [_release_query(sess, plan, r, earlier + i, fp_cols) for i, r in enumerate(rels)]
+    # one evaluation of the shared plan (the input read once) for all the aggregations
+    grouped = (pl.collect_all(queries, engine="streaming") if len(queries) > 1
+               else [queries[0].collect(engine="streaming")])
+    return [_finish_release(r, g, earlier + i, fp_cols)
+            for i, (r, g) in enumerate(zip(rels, grouped, strict=True))]
 
 
 def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySet, nulls: str,
@@ -586,17 +654,18 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     prog = Program(qname, "count", tuple(by), keys, (column,), rules,
                    _Policy(policy_mechanism, []), {})
     programs = [*ledger.programs, prog]
-    k = len(programs) - 1 if sess.budget is not None else 0  # see _replayed
+    k = len(programs) - 1
     parts = {column: _measure_parts(column, schema[column], rules)}
     counters = {f"missing:{column}": parts[column]["missing"],
                 f"inf:{column}": parts[column]["inf"]}
     fp_cols = [c for c in dict.fromkeys([*by, column, *sess.bound_columns()])
                if c in schema.names()]
     _require_bound(sess, schema)
-    plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False)
+    plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False, None,
+                     frozenset({k}))
     cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
     inside = cell.is_not_null() & (rows > 0)
-    ok = pl.col(f"ok:{prog.policy.currencies()[0][0]}")
+    ok = pl.col(f"ok{k}:{prog.policy.currencies()[0][0]}")
     x = pl.col(column).cast(pl.Float64)
     value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
     grouped = plan.group_by(f"__c{k}").agg(

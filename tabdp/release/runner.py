@@ -1127,39 +1127,56 @@ def _curves_hold_for(spec: ReleaseSpec) -> str:
     return text
 
 
-def _release(lf: Any, t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet,
-             session: Session, name: str, level: float, spec: ReleaseSpec) -> pl.DataFrame:
-    """One table; with a unit, the public contribution bounds the plan assumes are enforced.
+def _request(t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet, name: str,
+             level: float, spec: ReleaseSpec) -> dict[str, Any]:
+    """The accessor arguments of one table; with a unit, the plan's public bounds enforced.
 
     The bounds: ``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a
     count cell.
     """
-    from tabdp.frame.accessor import DPAccessor
-
-    by_cols = list(by) if by else [NATIONAL]
     multi = spec.input.unit is not None
-    max_cells = spec.input.max_cells if multi else None
-    grid = _planned_grid(t, mech)
-    dp = DPAccessor(lf)  # what ``lf.dp`` gives, spelled so that type checkers see it
+    req: dict[str, Any] = dict(
+        kind=t.kind, by=list(by) if by else [NATIONAL], keys=keys, mechanism=mech, level=level,
+        name=name, grid=_planned_grid(t, mech), max_cells=spec.input.max_cells if multi else None)
     if t.kind == "sum":
-        out = dp.sum(list(t.measures), by=by_cols, keys=keys, mechanism=mech,
-                     session=session, level=level, nulls=t.nulls, name=name, grid=grid,
-                     max_cells=max_cells)
+        req |= dict(measures=list(t.measures), nulls=t.nulls)
     else:
-        out = dp.count(by=by_cols, keys=keys, mechanism=mech, session=session, level=level,
-                       name=name, grid=grid, max_cells=max_cells,
-                       max_rows=spec.plan.count_rows if multi else None)
-    if not isinstance(out, pl.DataFrame):  # the Spark engine: the table (≤ the key set)
+        req["max_rows"] = spec.plan.count_rows if multi else None
+    return req
+
+
+def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]],
+                     spark: bool) -> list[pl.DataFrame]:
+    """Every table of the release, planned before any is executed.
+
+    Polars: all tables are planned (every argument and schema check) before the input is read,
+    then executed together; a streaming session reads the input once for all of them. Spark:
+    one after the other. Public tables take the key set's dtypes (the spec's domains), never
+    the input's: the accessor returns keys in the data's dtypes (an Enum whose categories may
+    come from the data), which a public file must not reflect.
+    """
+    if spark:
+        from tabdp.frame.accessor import DPAccessor
         from tabdp.release._spark_run import to_polars
 
-        out = to_polars(out)
-    # Public tables take the key set's dtypes (the spec's domains), never the input's: the
-    # accessor returns keys in the data's dtypes (an Enum whose categories may come from the
-    # data), which a public file must not reflect.
-    key_schema = keys.to_polars().schema
-    return out.with_columns(
-        pl.col(c).cast(key_schema[c]) for c in by_cols
-        if c in out.columns and c in key_schema and out.schema[c] != key_schema[c])
+        dp = DPAccessor(lf)  # what ``lf.dp`` gives, spelled so that type checkers see it
+        outs = []
+        for req in requests:
+            args = {k: v for k, v in req.items() if k not in ("kind", "measures")}
+            out = (dp.sum(req["measures"], session=session, **args) if req["kind"] == "sum"
+                   else dp.count(session=session, **args))
+            outs.append(to_polars(out))  # the table (at most the key set)
+    else:
+        from tabdp.frame._release import execute_planned, planned_releases
+
+        outs = execute_planned(planned_releases(lf, session, requests))
+    tables = []
+    for req, out in zip(requests, outs, strict=True):
+        key_schema = req["keys"].to_polars().schema
+        tables.append(out.with_columns(
+            pl.col(c).cast(key_schema[c]) for c in req["by"]
+            if c in out.columns and c in key_schema and out.schema[c] != key_schema[c]))
+    return tables
 
 
 def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
@@ -1555,18 +1572,32 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             session.use_engine("spark", SparkUnitLedger(
                 spark[0], row_mode=spec.input.unit is None, rows=spark[1]))
     level = spec.release.level
-    steps = sum(1 + len(t.rollups) + sum(r.direct for r in t.rollups) for t in spec.tables) + 1
-    step = 0
-    public: dict[str, pl.DataFrame] = {}
-    table_keys: dict[str, list[str]] = {}
+    # Plan: every table's public definition (key sets, mechanisms, rollup targets) first.
+    plans: list[tuple[TableSpec, Mechanism, dict[str, Any]]] = []
+    requests: list[dict[str, Any]] = []
     for t in spec.tables:
         mech = _table_mechanism(t)
-        measures = _released_measures(t)
         keys = _table_keys(spec, t)
-        step += 1
-        report(step, steps, f"releasing {t.name} ({len(keys):,} cells)")
-        wide = _strip_national(_release(lf, t, mech, t.by, keys, session, t.name, level,
-                                        spec))
+        targets = {r.label: _rollup_keys(spec, t, r, keys) for r in t.rollups}
+        plans.append((t, mech, targets))
+        requests.append(_request(t, mech, t.by, keys, t.name, level, spec))
+        for r in t.rollups:
+            if r.direct:
+                target_keys = targets[r.label]
+                dkeys = _domain_keys(spec, r.by) if target_keys is None else \
+                    KeySet.from_frame(target_keys)
+                requests.append(_request(t, mech, r.by, dkeys, f"{t.name}__{r.label}", level,
+                                         spec))
+    steps = 1 + sum(len(t.rollups) for t in spec.tables) + 1
+    step = 1
+    cells = sum(len(req["keys"]) for req in requests)
+    report(step, steps, f"releasing {len(requests)} tables ({cells:,} cells)")
+    released = iter(_released_tables(lf, session, requests, spark is not None))
+    public: dict[str, pl.DataFrame] = {}
+    table_keys: dict[str, list[str]] = {}
+    for t, mech, targets in plans:
+        measures = _released_measures(t)
+        wide = _strip_national(next(released))
         # Rollup sums of grid multiples are rounded back to the grid (additive mechanisms only:
         # a transformation mechanism's grid is in transformed space).
         grid = {} if _transformation(mech) else summary_grid(summary, t.name)
@@ -1577,7 +1608,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         for r in t.rollups:
             step += 1
             report(step, steps, f"rolling {t.name} up to {r.label}")
-            target_keys = _rollup_keys(spec, t, r, keys)
+            target_keys = targets[r.label]
             maps = {col: spec.hierarchies[h].mapping.select(fine, col).unique()
                     for col, (h, fine) in r.maps.items()}
             with warnings.catch_warnings(record=True) as rollup_caught:
@@ -1599,12 +1630,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             public[_file_name(t, r)] = publish(rolled, keys=list(r.by), measures=measures,
                                                rules=t.publication, grid=grid)
             if r.direct:
-                step += 1
-                report(step, steps, f"releasing {t.name} directly at {r.label}")
-                dkeys = _domain_keys(spec, r.by) if target_keys is None else \
-                    KeySet.from_frame(target_keys)
-                direct = _strip_national(_release(lf, t, mech, r.by, dkeys, session,
-                                                  f"{t.name}__{r.label}", level, spec))
+                direct = _strip_national(next(released))
                 table_keys[_file_name(t, r, direct=True)] = list(r.by)
                 public[_file_name(t, r, direct=True)] = publish(
                     direct, keys=list(r.by), measures=measures, rules=t.publication, grid=grid)

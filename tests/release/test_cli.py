@@ -904,7 +904,7 @@ def test_author_mode_neighbours_are_indistinguishable(
     res = _neighbour_runs(tmp_path, "author")
     code0, out0, err0, folder0 = res["base"]
     assert code0 == 0, err0
-    assert "releasing pay" in err0          # the progress lines are there (held, then written)
+    assert "pay: drawing noise" in err0     # the progress lines are there (held, then written)
     names0 = sorted(p.name for p in (folder0 / "public").iterdir())
     for k, (code, out, err, folder) in res.items():
         assert (code, out, err) == (code0, out0, err0), k
