@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -75,6 +75,8 @@ _ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
 _ALL = "__tabdp_all"     # rows read per unit and cell
 _CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
 _FP_SEED = 0x7ab0D9
+#: A Polars frame, in memory or lazy (functions that take either return the same kind).
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
 
 
 def _fingerprint(col: str, dtype: pl.DataType) -> pl.Expr:
@@ -719,59 +721,8 @@ def _check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
 
 
 def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFrame:
-    """Add ``_CELL``: each row's position in the key set (null outside it).
-
-    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
-    common dtype chosen from the two schemas (never from the values): rows whose keys do not
-    convert exactly are outside the key set.
-    """
-    if not by:
-        return data.with_columns(pl.lit(0, pl.Int64).alias(_CELL))
-    keys_pl = keys.to_polars()
-    targets = {c: _common_dtype(c, data.schema[c], keys_pl.schema[c]) for c in by}
-    casts_keys = []
-    for c, target in targets.items():
-        if target is None:
-            continue
-        try:
-            kc = keys_pl[c].cast(target, strict=True)
-        except Exception as err:  # the public key set does not convert: data-free error
-            raise ColumnTypeError(
-                f"key column {c!r} is {data.schema[c]} in the data but {keys_pl.schema[c]} in "
-                f"the key set, and the key set's values cannot be converted to {target}.\n"
-                "Hint: build the key set with values of the data's type.") from err
-        casts_keys.append(kc.alias(c))
-    if not casts_keys:
-        idx = keys.cell_index(data)
-        return data.with_columns(pl.Series(_CELL, idx, dtype=pl.Int64)).with_columns(
-            pl.when(pl.col(_CELL) >= 0).then(pl.col(_CELL)).alias(_CELL))
-    # compare in the common dtypes; values that do not convert exactly fall outside
-    kp = keys_pl.with_columns(casts_keys).with_row_index(_CELL).with_columns(
-        pl.col(_CELL).cast(pl.Int64))
-    _check_keys_distinct(kp, by, data.schema, keys_pl.schema)
-    on_data = []
-    work = data
-    for c in by:
-        target = targets[c]
-        if target is not None and target != data.schema[c]:
-            conv = pl.col(c).cast(target, strict=False)
-            back_ok = conv.cast(data.schema[c], strict=False).eq_missing(pl.col(c))
-            work = work.with_columns(
-                pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
-                .alias(f"__k:{c}"),
-                (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"__bad:{c}"))
-            on_data.append(f"__k:{c}")
-        else:
-            on_data.append(c)
-    joined = work.join(kp.rename({c: f"__key:{c}" for c in by}), left_on=on_data,
-                       right_on=[f"__key:{c}" for c in by], how="left", nulls_equal=True,
-                       maintain_order="left")
-    bad_cols = [c for c in joined.columns if c.startswith("__bad:")]
-    if bad_cols:
-        joined = joined.with_columns(
-            pl.when(pl.any_horizontal(bad_cols)).then(None).otherwise(pl.col(_CELL)).alias(_CELL))
-    drop = [c for c in joined.columns if c.startswith(("__k:", "__bad:", "__key:"))]
-    return joined.drop(drop)
+    """Add ``_CELL`` to an in-memory frame, rows in their order (the rule of :func:`_cells`)."""
+    return _cells(data, data.schema, keys, by, _CELL, ordered=True)
 
 
 def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataFrame:
@@ -816,15 +767,17 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
     return data.sort([uid, _CELL], nulls_last=[True, True])
 
 
-def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
-           ordered: bool = False) -> pl.LazyFrame:
-    """Add column ``name``: each row's position in the key set (null outside it), lazily.
+def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
+           ordered: bool = False) -> _Frame:
+    """Add column ``name``: each row's position in the key set (null outside it).
 
-    The same rule as the in-memory engine: key columns are compared after a lossless conversion
-    to a common dtype chosen from the two schemas; keys that do not convert exactly are outside.
+    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
+    common dtype chosen from the two schemas (never from the values): rows whose keys do not
+    convert exactly are outside the key set. A DataFrame is computed now, in its row order; a
+    LazyFrame gets a lazy plan, which keeps the row order only with ``ordered``.
     """
     if not by:
-        return lf.with_columns(pl.lit(0, pl.Int64).alias(name))
+        return frame.with_columns(pl.lit(0, pl.Int64).alias(name))
     keys_pl = keys.to_polars().select(by)
     targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
     casts = []
@@ -844,17 +797,25 @@ def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], nam
     if doms is not None and all(
             d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
             and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
-        return _cells_by_codes(lf, doms, name)
+        return _cells_by_codes(frame, doms, name)
+    if not casts and isinstance(frame, pl.DataFrame):
+        # in memory, keys of the key set's dtypes: KeySet.cell_index (per-column lookups of a
+        # cross product's codes, or a join of the key columns alone) is several times faster
+        # than the join below
+        idx = pl.Series(name, keys.cell_index(frame), dtype=pl.Int64)
+        return frame.with_columns(idx).with_columns(
+            pl.when(pl.col(name) >= 0).then(pl.col(name)).alias(name))
     kp = keys_pl.with_columns(casts).with_row_index(name).with_columns(
         pl.col(name).cast(pl.Int64))
-    on_data, bad = [], []
+    on_data: list[str] = []
+    bad: list[str] = []
     tmp = f"{name}:"
     for c in by:
         target = targets[c]
         if target is not None and target != schema[c]:
             conv = pl.col(c).cast(target, strict=False)
             back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
-            lf = lf.with_columns(
+            frame = frame.with_columns(
                 pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
                 .alias(f"{tmp}k:{c}"),
                 (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"{tmp}bad:{c}"))
@@ -862,23 +823,25 @@ def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], nam
             bad.append(f"{tmp}bad:{c}")
         else:
             on_data.append(c)
-    right = kp.rename({c: f"{tmp}key:{c}" for c in by}).lazy()
-    lf = lf.join(right, left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
-                 nulls_equal=True, coalesce=True,
-                 maintain_order="left" if ordered else "none")
+    right = kp.rename({c: f"{tmp}key:{c}" for c in by})
+    frame = frame.join(right.lazy() if isinstance(frame, pl.LazyFrame) else right,
+                       left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
+                       nulls_equal=True, coalesce=True,
+                       maintain_order="left" if ordered else "none")
     if bad:
-        lf = lf.with_columns(
+        frame = frame.with_columns(
             pl.when(pl.any_horizontal(bad)).then(None).otherwise(pl.col(name)).alias(name))
     drop = [c for c in [*on_data, *bad] if c.startswith(tmp)]
-    return lf.drop(drop) if drop else lf
+    return frame.drop(drop) if drop else frame
 
 
-def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.LazyFrame:
+def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
     """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
 
-    Each key column is compared as text (as the in-memory engine does for text keys) by a cast
-    to an ``Enum`` of its domain, whose physical code is the value's position in the domain
-    (null outside it); the codes are combined in mixed radix like :meth:`KeySet.cell_index`.
+    Each key column is compared as text (as the join of :func:`_cells` does for text keys) by
+    a cast to an ``Enum`` of its domain, whose physical code is the value's position in the
+    domain (null outside it); the codes are combined in mixed radix like
+    :meth:`KeySet.cell_index`.
     """
     idx: pl.Expr = pl.lit(0, pl.Int64)
     inside: pl.Expr = pl.lit(True)
@@ -888,7 +851,7 @@ def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.La
                 .to_physical().cast(pl.Int64))
         inside = inside & code.is_not_null()
         idx = idx * len(dom) + code.fill_null(0)
-    return lf.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
+    return frame.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
 
 
 def _check_bound(name: str, value: Any) -> int | None:
