@@ -447,6 +447,28 @@ def _counter_exprs(parts: dict[str, dict[str, Any]], schema: pl.Schema) -> dict[
     return counters
 
 
+def _missing_unit(schema: pl.Schema, unit: str) -> pl.Expr:
+    """Rows without a unit id: null, or NaN for a float id (NaN ids would merge distinct units).
+
+    A Decimal id has no NaN (nor ``is_nan``).
+    """
+    missing = pl.col(unit).is_null()
+    if schema[unit] in (pl.Float32, pl.Float64):
+        missing = missing | pl.col(unit).is_nan()
+    return missing
+
+
+def _fp_columns(schema: pl.Schema, read: Sequence[str], bound: Sequence[str]) -> list[str]:
+    """Row mode: the columns a release fingerprints (those it reads, then the session's bound).
+
+    Each once, in that order; bound columns absent from the input are left out. A reordered
+    frame read through a new column is caught by the earlier columns. Charges depend only on
+    the columns read, so rows that agree on every bound column have had identical charges so
+    far: exchanging them cannot misattribute a loss. Other columns are not read (no I/O).
+    """
+    return [c for c in dict.fromkeys([*read, *bound]) if c in schema.names()]
+
+
 def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], rules: _Rules
                     ) -> tuple[pl.Expr, dict[str, pl.Expr], dict[str, pl.Expr]]:
     """A snapshot's row expressions: ``__keep``, the fixed-point values and the counters.
@@ -455,11 +477,7 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
     value is bad); counters flag each row (``null:<unit>`` for a missing unit id).
     """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
-    unit_bad = None
-    if unit is not None:
-        unit_bad = pl.col(unit).is_null()
-        if schema[unit] in (pl.Float32, pl.Float64):  # a Decimal has no NaN (nor is_nan)
-            unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
+    unit_bad = None if unit is None else _missing_unit(schema, unit)
     keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
               .otherwise(pl.lit(0, pl.Int128)).alias(m) for m, p in parts.items()}
@@ -472,40 +490,25 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
                    measures: list[str], rules: _Rules, bound: Sequence[str] = ()
                    ) -> tuple[pl.LazyFrame, list[str]]:
-    """The lazy plan of a release's snapshot and the names of its counter columns.
+    """The lazy plan of a row-mode snapshot (one row per row id) and its counter columns.
 
-    ``bound``: row mode, the columns the session's earlier releases bound (fingerprinted again
-    with the columns this release reads).
+    Row ids are assigned here (``unit=None``), or were assigned by the caller when it read the
+    input (``unit=ROW_ID``, the release workflow). ``bound``: the columns the session's earlier
+    releases bound (fingerprinted again with the columns this release reads; unit=None).
     """
     keep, values, counters = _snapshot_exprs(schema, unit, measures, rules)
-    names = list(counters)
-    if unit is None or unit == ROW_ID:
-        # each row is a unit: no group-by. Row ids are assigned here (unit=None), or were
-        # assigned by the caller when it read the input (unit=ROW_ID, the release workflow).
-        if unit is None:
-            # the columns this release reads and every column an earlier release of the
-            # session read are fingerprinted: a reordered frame read through a new column is
-            # caught by the earlier columns. Charges depend only on the columns read, so rows
-            # that agree on every bound column have had identical charges so far: exchanging
-            # them cannot misattribute a loss. Other columns are not read (no I/O for them).
-            fp_cols = [c for c in dict.fromkeys([*by, *measures, *bound])
-                       if c in schema.names()]
-            base = lf.with_row_index(ROW_ID).with_columns(keep)
-            fps = [_fingerprint(c, schema[c]) for c in fp_cols]
-        else:
-            base = lf.with_columns(keep)
-            fps = []
-        plan = base.select(
-            pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-            pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
-            *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
-        return plan, names
-    base = lf.with_columns(keep)
-    plan = base.group_by(unit, *by).agg(
-        *[v.sum() for v in values.values()],
-        pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS), pl.len().cast(pl.Int64).alias(_ALL),
-        *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()])
-    return plan, names
+    if unit is None:
+        base = lf.with_row_index(ROW_ID).with_columns(keep)
+        fps = [_fingerprint(c, schema[c]) for c in _fp_columns(schema, [*by, *measures], bound)]
+    else:
+        assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
+        base = lf.with_columns(keep)
+        fps = []
+    plan = base.select(
+        pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
+        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
+        *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
+    return plan, list(counters)
 
 
 class _Snapshot(NamedTuple):
@@ -522,16 +525,17 @@ class _Snapshot(NamedTuple):
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
-                   keys: KeySet | None = None) -> _Snapshot:
+                   keys: KeySet) -> _Snapshot:
     """One evaluation of the input (cached for a later release of the same Polars frame).
 
-    Unit mode (``keys`` given): the cells are found inside the plan and the input is grouped
-    by (unit, cell) — integer codes, not the key columns — so the snapshot holds per unit and
-    cell only its contributions; the rows outside the key set are grouped by (unit, keys).
+    Unit mode: the cells are found inside the plan and the input is grouped by (unit, cell) —
+    integer codes, not the key columns — so the snapshot holds per unit and cell only its
+    contributions; the rows outside the key set are grouped by (unit, keys). Row mode (no unit,
+    or row ids assigned by the caller): one row per row id (:func:`_row_snapshot`).
     """
     sess, native = op.session, op.native
     unit = sess.unit
-    unit_mode = unit is not None and unit != ROW_ID and keys is not None
+    unit_mode = unit is not None and unit != ROW_ID
     cache_key = (id(native), tuple(by), unit, rules.mode, id(keys) if unit_mode else None)
     cols = [*by, *measures, *([unit] if unit else [])]
     cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
@@ -556,7 +560,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row, outside)
     if unit_mode:
-        assert keys is not None and unit is not None
+        assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
     else:
         snap = _row_snapshot(op, unit, by, measures, rules)
@@ -593,7 +597,7 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
 
 def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[str],
                   rules: _Rules) -> _Snapshot:
-    """The snapshot of row mode (one row per row id) or, without a key set, of unit mode."""
+    """The snapshot of row mode: one row per row id (``unit`` None or ``ROW_ID``)."""
     sess = op.session
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
                                  sess.bound_columns())
@@ -601,6 +605,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
         if names else {}
+    rows_read = data.height  # one row per row read (the plan has no group-by)
     fps = {}
     per_row = unit is None
     if unit is None:
@@ -608,15 +613,11 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
         if fp_cols:
             row = data.select(pl.col(c).sum() for c in fp_cols).row(0, named=True)
             fps = {c[3:]: int(v or 0) for c, v in row.items()}
-        rows_read = data.height
-    elif unit == ROW_ID:
-        rows_read = data.height
+    else:  # unit == ROW_ID (_snapshot_plan)
         per_row = not bool(data[ROW_ID].is_duplicated().any())
         if not per_row:  # a join repeated rows: they are one unit (same result, group-by)
             data = data.group_by(ROW_ID, *by, maintain_order=True).agg(
                 pl.exclude(ROW_ID, *by).sum())
-    else:
-        rows_read = int(data[_ALL].sum()) if data.height else 0
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
     return _Snapshot(data, counts, fps, rows_read, per_row)
 
