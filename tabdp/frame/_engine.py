@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -75,6 +75,8 @@ _ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
 _ALL = "__tabdp_all"     # rows read per unit and cell
 _CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
 _FP_SEED = 0x7ab0D9
+#: A Polars frame, in memory or lazy (functions that take either return the same kind).
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
 
 
 def _fingerprint(col: str, dtype: pl.DataType) -> pl.Expr:
@@ -445,6 +447,28 @@ def _counter_exprs(parts: dict[str, dict[str, Any]], schema: pl.Schema) -> dict[
     return counters
 
 
+def _missing_unit(schema: pl.Schema, unit: str) -> pl.Expr:
+    """Rows without a unit id: null, or NaN for a float id (NaN ids would merge distinct units).
+
+    A Decimal id has no NaN (nor ``is_nan``).
+    """
+    missing = pl.col(unit).is_null()
+    if schema[unit] in (pl.Float32, pl.Float64):
+        missing = missing | pl.col(unit).is_nan()
+    return missing
+
+
+def _fp_columns(schema: pl.Schema, read: Sequence[str], bound: Sequence[str]) -> list[str]:
+    """Row mode: the columns a release fingerprints (those it reads, then the session's bound).
+
+    Each once, in that order; bound columns absent from the input are left out. A reordered
+    frame read through a new column is caught by the earlier columns. Charges depend only on
+    the columns read, so rows that agree on every bound column have had identical charges so
+    far: exchanging them cannot misattribute a loss. Other columns are not read (no I/O).
+    """
+    return [c for c in dict.fromkeys([*read, *bound]) if c in schema.names()]
+
+
 def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], rules: _Rules
                     ) -> tuple[pl.Expr, dict[str, pl.Expr], dict[str, pl.Expr]]:
     """A snapshot's row expressions: ``__keep``, the fixed-point values and the counters.
@@ -453,11 +477,7 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
     value is bad); counters flag each row (``null:<unit>`` for a missing unit id).
     """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
-    unit_bad = None
-    if unit is not None:
-        unit_bad = pl.col(unit).is_null()
-        if schema[unit] in (pl.Float32, pl.Float64):  # a Decimal has no NaN (nor is_nan)
-            unit_bad = unit_bad | pl.col(unit).is_nan()  # NaN ids would merge distinct units
+    unit_bad = None if unit is None else _missing_unit(schema, unit)
     keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
     values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
               .otherwise(pl.lit(0, pl.Int128)).alias(m) for m, p in parts.items()}
@@ -470,40 +490,25 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
                    measures: list[str], rules: _Rules, bound: Sequence[str] = ()
                    ) -> tuple[pl.LazyFrame, list[str]]:
-    """The lazy plan of a release's snapshot and the names of its counter columns.
+    """The lazy plan of a row-mode snapshot (one row per row id) and its counter columns.
 
-    ``bound``: row mode, the columns the session's earlier releases bound (fingerprinted again
-    with the columns this release reads).
+    Row ids are assigned here (``unit=None``), or were assigned by the caller when it read the
+    input (``unit=ROW_ID``, the release workflow). ``bound``: the columns the session's earlier
+    releases bound (fingerprinted again with the columns this release reads; unit=None).
     """
     keep, values, counters = _snapshot_exprs(schema, unit, measures, rules)
-    names = list(counters)
-    if unit is None or unit == ROW_ID:
-        # each row is a unit: no group-by. Row ids are assigned here (unit=None), or were
-        # assigned by the caller when it read the input (unit=ROW_ID, the release workflow).
-        if unit is None:
-            # the columns this release reads and every column an earlier release of the
-            # session read are fingerprinted: a reordered frame read through a new column is
-            # caught by the earlier columns. Charges depend only on the columns read, so rows
-            # that agree on every bound column have had identical charges so far: exchanging
-            # them cannot misattribute a loss. Other columns are not read (no I/O for them).
-            fp_cols = [c for c in dict.fromkeys([*by, *measures, *bound])
-                       if c in schema.names()]
-            base = lf.with_row_index(ROW_ID).with_columns(keep)
-            fps = [_fingerprint(c, schema[c]) for c in fp_cols]
-        else:
-            base = lf.with_columns(keep)
-            fps = []
-        plan = base.select(
-            pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-            pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
-            *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
-        return plan, names
-    base = lf.with_columns(keep)
-    plan = base.group_by(unit, *by).agg(
-        *[v.sum() for v in values.values()],
-        pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS), pl.len().cast(pl.Int64).alias(_ALL),
-        *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()])
-    return plan, names
+    if unit is None:
+        base = lf.with_row_index(ROW_ID).with_columns(keep)
+        fps = [_fingerprint(c, schema[c]) for c in _fp_columns(schema, [*by, *measures], bound)]
+    else:
+        assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
+        base = lf.with_columns(keep)
+        fps = []
+    plan = base.select(
+        pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
+        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
+        *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
+    return plan, list(counters)
 
 
 class _Snapshot(NamedTuple):
@@ -520,16 +525,17 @@ class _Snapshot(NamedTuple):
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
-                   keys: KeySet | None = None) -> _Snapshot:
+                   keys: KeySet) -> _Snapshot:
     """One evaluation of the input (cached for a later release of the same Polars frame).
 
-    Unit mode (``keys`` given): the cells are found inside the plan and the input is grouped
-    by (unit, cell) — integer codes, not the key columns — so the snapshot holds per unit and
-    cell only its contributions; the rows outside the key set are grouped by (unit, keys).
+    Unit mode: the cells are found inside the plan and the input is grouped by (unit, cell) —
+    integer codes, not the key columns — so the snapshot holds per unit and cell only its
+    contributions; the rows outside the key set are grouped by (unit, keys). Row mode (no unit,
+    or row ids assigned by the caller): one row per row id (:func:`_row_snapshot`).
     """
     sess, native = op.session, op.native
     unit = sess.unit
-    unit_mode = unit is not None and unit != ROW_ID and keys is not None
+    unit_mode = unit is not None and unit != ROW_ID
     cache_key = (id(native), tuple(by), unit, rules.mode, id(keys) if unit_mode else None)
     cols = [*by, *measures, *([unit] if unit else [])]
     cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
@@ -554,7 +560,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
                              snap.per_row, outside)
     if unit_mode:
-        assert keys is not None and unit is not None
+        assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
     else:
         snap = _row_snapshot(op, unit, by, measures, rules)
@@ -591,7 +597,7 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
 
 def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[str],
                   rules: _Rules) -> _Snapshot:
-    """The snapshot of row mode (one row per row id) or, without a key set, of unit mode."""
+    """The snapshot of row mode: one row per row id (``unit`` None or ``ROW_ID``)."""
     sess = op.session
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
                                  sess.bound_columns())
@@ -599,6 +605,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
         if names else {}
+    rows_read = data.height  # one row per row read (the plan has no group-by)
     fps = {}
     per_row = unit is None
     if unit is None:
@@ -606,15 +613,11 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
         if fp_cols:
             row = data.select(pl.col(c).sum() for c in fp_cols).row(0, named=True)
             fps = {c[3:]: int(v or 0) for c, v in row.items()}
-        rows_read = data.height
-    elif unit == ROW_ID:
-        rows_read = data.height
+    else:  # unit == ROW_ID (_snapshot_plan)
         per_row = not bool(data[ROW_ID].is_duplicated().any())
         if not per_row:  # a join repeated rows: they are one unit (same result, group-by)
             data = data.group_by(ROW_ID, *by, maintain_order=True).agg(
                 pl.exclude(ROW_ID, *by).sum())
-    else:
-        rows_read = int(data[_ALL].sum()) if data.height else 0
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
     return _Snapshot(data, counts, fps, rows_read, per_row)
 
@@ -719,59 +722,8 @@ def _check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
 
 
 def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFrame:
-    """Add ``_CELL``: each row's position in the key set (null outside it).
-
-    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
-    common dtype chosen from the two schemas (never from the values): rows whose keys do not
-    convert exactly are outside the key set.
-    """
-    if not by:
-        return data.with_columns(pl.lit(0, pl.Int64).alias(_CELL))
-    keys_pl = keys.to_polars()
-    targets = {c: _common_dtype(c, data.schema[c], keys_pl.schema[c]) for c in by}
-    casts_keys = []
-    for c, target in targets.items():
-        if target is None:
-            continue
-        try:
-            kc = keys_pl[c].cast(target, strict=True)
-        except Exception as err:  # the public key set does not convert: data-free error
-            raise ColumnTypeError(
-                f"key column {c!r} is {data.schema[c]} in the data but {keys_pl.schema[c]} in "
-                f"the key set, and the key set's values cannot be converted to {target}.\n"
-                "Hint: build the key set with values of the data's type.") from err
-        casts_keys.append(kc.alias(c))
-    if not casts_keys:
-        idx = keys.cell_index(data)
-        return data.with_columns(pl.Series(_CELL, idx, dtype=pl.Int64)).with_columns(
-            pl.when(pl.col(_CELL) >= 0).then(pl.col(_CELL)).alias(_CELL))
-    # compare in the common dtypes; values that do not convert exactly fall outside
-    kp = keys_pl.with_columns(casts_keys).with_row_index(_CELL).with_columns(
-        pl.col(_CELL).cast(pl.Int64))
-    _check_keys_distinct(kp, by, data.schema, keys_pl.schema)
-    on_data = []
-    work = data
-    for c in by:
-        target = targets[c]
-        if target is not None and target != data.schema[c]:
-            conv = pl.col(c).cast(target, strict=False)
-            back_ok = conv.cast(data.schema[c], strict=False).eq_missing(pl.col(c))
-            work = work.with_columns(
-                pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
-                .alias(f"__k:{c}"),
-                (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"__bad:{c}"))
-            on_data.append(f"__k:{c}")
-        else:
-            on_data.append(c)
-    joined = work.join(kp.rename({c: f"__key:{c}" for c in by}), left_on=on_data,
-                       right_on=[f"__key:{c}" for c in by], how="left", nulls_equal=True,
-                       maintain_order="left")
-    bad_cols = [c for c in joined.columns if c.startswith("__bad:")]
-    if bad_cols:
-        joined = joined.with_columns(
-            pl.when(pl.any_horizontal(bad_cols)).then(None).otherwise(pl.col(_CELL)).alias(_CELL))
-    drop = [c for c in joined.columns if c.startswith(("__k:", "__bad:", "__key:"))]
-    return joined.drop(drop)
+    """Add ``_CELL`` to an in-memory frame, rows in their order (the rule of :func:`_cells`)."""
+    return _cells(data, data.schema, keys, by, _CELL, ordered=True)
 
 
 def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataFrame:
@@ -816,15 +768,17 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
     return data.sort([uid, _CELL], nulls_last=[True, True])
 
 
-def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
-           ordered: bool = False) -> pl.LazyFrame:
-    """Add column ``name``: each row's position in the key set (null outside it), lazily.
+def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
+           ordered: bool = False) -> _Frame:
+    """Add column ``name``: each row's position in the key set (null outside it).
 
-    The same rule as the in-memory engine: key columns are compared after a lossless conversion
-    to a common dtype chosen from the two schemas; keys that do not convert exactly are outside.
+    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
+    common dtype chosen from the two schemas (never from the values): rows whose keys do not
+    convert exactly are outside the key set. A DataFrame is computed now, in its row order; a
+    LazyFrame gets a lazy plan, which keeps the row order only with ``ordered``.
     """
     if not by:
-        return lf.with_columns(pl.lit(0, pl.Int64).alias(name))
+        return frame.with_columns(pl.lit(0, pl.Int64).alias(name))
     keys_pl = keys.to_polars().select(by)
     targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
     casts = []
@@ -844,17 +798,25 @@ def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], nam
     if doms is not None and all(
             d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
             and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
-        return _cells_by_codes(lf, doms, name)
+        return _cells_by_codes(frame, doms, name)
+    if not casts and isinstance(frame, pl.DataFrame):
+        # in memory, keys of the key set's dtypes: KeySet.cell_index (per-column lookups of a
+        # cross product's codes, or a join of the key columns alone) is several times faster
+        # than the join below
+        idx = pl.Series(name, keys.cell_index(frame), dtype=pl.Int64)
+        return frame.with_columns(idx).with_columns(
+            pl.when(pl.col(name) >= 0).then(pl.col(name)).alias(name))
     kp = keys_pl.with_columns(casts).with_row_index(name).with_columns(
         pl.col(name).cast(pl.Int64))
-    on_data, bad = [], []
+    on_data: list[str] = []
+    bad: list[str] = []
     tmp = f"{name}:"
     for c in by:
         target = targets[c]
         if target is not None and target != schema[c]:
             conv = pl.col(c).cast(target, strict=False)
             back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
-            lf = lf.with_columns(
+            frame = frame.with_columns(
                 pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
                 .alias(f"{tmp}k:{c}"),
                 (pl.col(c).is_not_null() & ~back_ok.fill_null(False)).alias(f"{tmp}bad:{c}"))
@@ -862,23 +824,25 @@ def _cells(lf: pl.LazyFrame, schema: pl.Schema, keys: KeySet, by: list[str], nam
             bad.append(f"{tmp}bad:{c}")
         else:
             on_data.append(c)
-    right = kp.rename({c: f"{tmp}key:{c}" for c in by}).lazy()
-    lf = lf.join(right, left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
-                 nulls_equal=True, coalesce=True,
-                 maintain_order="left" if ordered else "none")
+    right = kp.rename({c: f"{tmp}key:{c}" for c in by})
+    frame = frame.join(right.lazy() if isinstance(frame, pl.LazyFrame) else right,
+                       left_on=on_data, right_on=[f"{tmp}key:{c}" for c in by], how="left",
+                       nulls_equal=True, coalesce=True,
+                       maintain_order="left" if ordered else "none")
     if bad:
-        lf = lf.with_columns(
+        frame = frame.with_columns(
             pl.when(pl.any_horizontal(bad)).then(None).otherwise(pl.col(name)).alias(name))
     drop = [c for c in [*on_data, *bad] if c.startswith(tmp)]
-    return lf.drop(drop) if drop else lf
+    return frame.drop(drop) if drop else frame
 
 
-def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.LazyFrame:
+def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
     """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
 
-    Each key column is compared as text (as the in-memory engine does for text keys) by a cast
-    to an ``Enum`` of its domain, whose physical code is the value's position in the domain
-    (null outside it); the codes are combined in mixed radix like :meth:`KeySet.cell_index`.
+    Each key column is compared as text (as the join of :func:`_cells` does for text keys) by
+    a cast to an ``Enum`` of its domain, whose physical code is the value's position in the
+    domain (null outside it); the codes are combined in mixed radix like
+    :meth:`KeySet.cell_index`.
     """
     idx: pl.Expr = pl.lit(0, pl.Int64)
     inside: pl.Expr = pl.lit(True)
@@ -888,7 +852,7 @@ def _cells_by_codes(lf: pl.LazyFrame, doms: list[pl.Series], name: str) -> pl.La
                 .to_physical().cast(pl.Int64))
         inside = inside & code.is_not_null()
         idx = idx * len(dom) + code.fill_null(0)
-    return lf.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
+    return frame.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
 
 
 def _check_bound(name: str, value: Any) -> int | None:

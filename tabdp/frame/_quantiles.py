@@ -30,6 +30,8 @@ from tabdp.frame._engine import (
     _check_grid,
     _check_rules,
     _fingerprint,
+    _fp_columns,
+    _missing_unit,
     _open_release,
     _Rules,
     _sort_units,
@@ -383,16 +385,11 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         lf = op.lf
         if unit is None:
             lf = lf.with_row_index(ROW_ID)
-            # the columns read and those bound by earlier releases (see _engine._snapshot_plan)
-            fp_cols = [c for c in dict.fromkeys([*by_list, column, *sess.bound_columns()])
-                       if c in op.schema.names()]
-            fps = [_fingerprint(c, op.schema[c]) for c in fp_cols]
+            fps = [_fingerprint(c, op.schema[c])
+                   for c in _fp_columns(op.schema, [*by_list, column], sess.bound_columns())]
         else:
             fps = []
-            bad_id = pl.col(unit).is_null()
-            if op.schema[unit] in (pl.Float32, pl.Float64):
-                bad_id = bad_id | pl.col(unit).is_nan()
-            flags[f"null:{unit}"] = bad_id
+            flags[f"null:{unit}"] = _missing_unit(op.schema, unit)
         data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
                          *[e.alias(k) for k, e in flags.items()], *fps).collect()
         counts = {k: int(data[k].sum()) for k in flags}
