@@ -1115,7 +1115,9 @@ def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.n
         return frame.select(*aggs) if frame.height else pl.DataFrame(
             {"worst_rho": [], "worst_size": [], "units": []},
             schema={"worst_rho": pl.Float64, "worst_size": pl.Float64, "units": pl.Int64})
-    return frame.group_by(by).agg(*aggs).sort("worst_rho", descending=True, maintain_order=True)
+    # ties broken by the keys (the group-by's order is the engine's, not reproducible)
+    return frame.group_by(by).agg(*aggs).sort(
+        ["worst_rho", *by], descending=[True, *[False] * len(by)], nulls_last=True)
 
 
 # -- steps shared by every engine (the Spark engine, tabdp.frame._spark, calls them too) ------

@@ -57,7 +57,7 @@ from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.ledger import QueryRecord, ReplayLedger, loss_components
 from tabdp.privacy.session import Session
 
-__all__ = ["Program", "Planned", "streaming_releases",
+__all__ = ["Program", "Planned", "check_batch", "streaming_releases",
            "streaming_quantile_data", "replay_report", "collect_report", "sink_report",
            "summarize_report"]
 
@@ -557,6 +557,15 @@ def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[s
     return to_native(out, op.native, op.backend, by, author=sess.mode == "author")
 
 
+def check_batch(rels: list[Planned]) -> None:
+    """Refuse releases planned together over several sessions or inputs (no data read)."""
+    if rels and any(r.op.session is not rels[0].op.session
+                    or r.op.native is not rels[0].op.native for r in rels):
+        raise InvalidParameterError(
+            "releases executed together must share one session and one input frame.\n"
+            "Hint: release other frames or sessions in separate calls.")
+
+
 def streaming_releases(rels: list[Planned]) -> list[Any]:
     """Row-mode releases of one streaming session over one input, executed in one pass.
 
@@ -594,10 +603,7 @@ def streaming_releases(rels: list[Planned]) -> list[Any]:
     ledger = sess.ledger
     assert isinstance(ledger, ReplayLedger)
     op = rels[0].op
-    if any(r.op.session is not sess or r.op.native is not op.native for r in rels):
-        raise InvalidParameterError(
-            "releases executed together must share one session and one input frame.\n"
-            "Hint: release other frames or sessions in separate calls.")
+    check_batch(rels)
     earlier = len(ledger.programs)
     programs = [*ledger.programs, *[r.program for r in rels]]
     outs = frozenset(range(earlier, len(programs)))
