@@ -806,6 +806,9 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
         idx = pl.Series(name, keys.cell_index(frame), dtype=pl.Int64)
         return frame.with_columns(idx).with_columns(
             pl.when(pl.col(name) >= 0).then(pl.col(name)).alias(name))
+    index = _lookup_index(keys_pl, by, schema)
+    if index is not None:  # a row-wise expression: no join, the row order kept
+        return frame.with_columns(index.alias(name))
     kp = keys_pl.with_columns(casts).with_row_index(name).with_columns(
         pl.col(name).cast(pl.Int64))
     on_data: list[str] = []
@@ -834,6 +837,65 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
             pl.when(pl.any_horizontal(bad)).then(None).otherwise(pl.col(name)).alias(name))
     drop = [c for c in [*on_data, *bad] if c.startswith(tmp)]
     return frame.drop(drop) if drop else frame
+
+
+def _lookup_index(keys_pl: pl.DataFrame, by: list[str], schema: pl.Schema) -> pl.Expr | None:
+    """Each row's position in the key set as a row-wise lookup, or None where only the join applies.
+
+    For integer (at most 64 bits), text, Boolean and date keys. Each column's value is coded by
+    its position among the key set's distinct values (a null key value has the last code; a
+    value absent from the key set has none), the codes are combined in mixed radix, and the
+    combination is looked up among the key set's (``replace_strict``). The matches are the
+    join's (``nulls_equal``, compared in a common dtype): integer keys are compared in the
+    data's dtype, key values that do not convert to it exactly matching no row (the join
+    compares both in 128 bits, where they equal no data value either); text is compared as
+    text. Computed row by row, it keeps the input's order without the join's ordering cost.
+    """
+    data_cols: list[pl.Expr] = []
+    key_cols: list[pl.Series] = []
+    valid = pl.Series([True] * keys_pl.height, dtype=pl.Boolean)
+    for c in by:
+        have, want = schema[c], keys_pl.schema[c]
+        if have == want and (have in (pl.String, pl.Boolean, pl.Date)
+                             or (have.is_integer() and have not in _WIDE_INTS)):
+            data_cols.append(pl.col(c))
+            key_cols.append(keys_pl[c])
+        elif (have.is_integer() and want.is_integer() and have not in _WIDE_INTS
+              and want not in _WIDE_INTS):
+            conv = keys_pl[c].cast(have, strict=False)
+            valid = valid & conv.cast(want, strict=False).eq_missing(keys_pl[c])
+            data_cols.append(pl.col(c))
+            key_cols.append(conv)
+        elif isinstance(have, _TEXT) and isinstance(want, _TEXT):
+            data_cols.append(pl.col(c).cast(pl.String))
+            key_cols.append(keys_pl[c].cast(pl.String))
+        else:
+            return None
+    codes: list[tuple[pl.Series, bool]] = []
+    size = 1
+    for k in key_cols:
+        vals = k.filter(valid).drop_nulls().unique(maintain_order=True)
+        has_null = bool(k.filter(valid).null_count())
+        codes.append((vals, has_null))
+        size *= len(vals) + has_null
+    if size >= 2**62:
+        return None
+
+    def combine(cols: list[pl.Expr]) -> pl.Expr:
+        idx: pl.Expr = pl.lit(0, pl.Int64)
+        for col, (vals, has_null) in zip(cols, codes, strict=True):
+            code = col.replace_strict(vals, pl.int_range(len(vals), dtype=pl.Int64, eager=True),
+                                      default=None, return_dtype=pl.Int64)
+            if has_null:
+                code = pl.when(col.is_null()).then(pl.lit(len(vals), pl.Int64)).otherwise(code)
+            idx = idx * (len(vals) + has_null) + code
+        return idx
+
+    kf = pl.DataFrame(key_cols).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("__pos")).filter(valid)
+    combos = kf.select(combine([pl.col(k.name) for k in key_cols]).alias("__combo"), "__pos")
+    return combine(data_cols).replace_strict(combos["__combo"], combos["__pos"], default=None,
+                                             return_dtype=pl.Int64)
 
 
 def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:

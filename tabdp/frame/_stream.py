@@ -40,6 +40,7 @@ from tabdp.frame._engine import (
     _charges,
     _counter_exprs,
     _fingerprint,
+    _fp_columns,
     _keep_mask,
     _measure_parts,
     _noisy_table,
@@ -493,7 +494,7 @@ def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
     """
     schema = rels[0].op.schema
     read = [c for r in rels for c in (*r.pre.by, *r.pre.measures)]
-    return [c for c in dict.fromkeys([*read, *sess.bound_columns()]) if c in schema.names()]
+    return _fp_columns(schema, read, sess.bound_columns())
 
 
 def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]) -> Any:
@@ -664,8 +665,7 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     parts = {column: _measure_parts(column, schema[column], rules)}
     counters = {f"missing:{column}": parts[column]["missing"],
                 f"inf:{column}": parts[column]["inf"]}
-    fp_cols = [c for c in dict.fromkeys([*by, column, *sess.bound_columns()])
-               if c in schema.names()]
+    fp_cols = _fp_columns(schema, [*by, column], sess.bound_columns())
     _require_bound(sess, schema)
     plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False, None,
                      frozenset({k}))

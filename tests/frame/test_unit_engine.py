@@ -11,12 +11,14 @@ integer or text ids, the public contribution bounds, and the ledger's merge.
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
 
 import tabdp
+import tabdp.frame._engine as engine
 from tabdp import mechanisms as mech
 from tabdp.frame._engine import ROW_ID
 from tabdp.privacy.ledger import UnitLedger
@@ -195,3 +197,67 @@ def test_unit_median_losses_do_not_depend_on_row_order() -> None:
     per = run(df)
     assert per.equals(run(df.sample(fraction=1.0, shuffle=True, seed=8)))
     assert per["firm"].is_sorted() and per["rho"].max() > 0  # type: ignore[operator]
+
+
+# -- cells by lookup --------------------------------------------------------------------------
+def _cell_frames() -> list[tuple[pl.DataFrame, tabdp.KeySet]]:
+    rng = np.random.default_rng(5)
+    n = 5000
+    ints = rng.integers(-3, 40, n)
+    nulls = rng.random(n) < 0.05
+    texts = np.array(["a", "b", "c", "dd", ""])[rng.integers(0, 5, n)]
+    df = pl.DataFrame({
+        "i": pl.Series(ints, dtype=pl.Int64).set(pl.Series(nulls), None),  # type: ignore[arg-type]
+        "j": pl.Series(rng.integers(0, 6, n), dtype=pl.Int32),
+        "t": pl.Series(texts),
+        "b": pl.Series(rng.random(n) < 0.5),
+        "d": pl.Series(rng.integers(0, 4, n)).cast(pl.Date),
+        "big": pl.Series(ints * 2**40, dtype=pl.Int64),
+    })
+    return [
+        (df, tabdp.KeySet.from_dict(i=list(range(0, 30)), j=[0, 1, 2, 9])),  # Int32 vs Int64
+        (df, tabdp.KeySet.from_frame(pl.DataFrame({"i": [None, 1, 5, 7, None],
+                                                   "t": ["a", "b", "", "zz", "dd"]}))),
+        (df, tabdp.KeySet.from_frame(pl.DataFrame({"b": [True, False], "d": [
+            pl.Series([1]).cast(pl.Date)[0], pl.Series([3]).cast(pl.Date)[0]]}))),
+        (df, tabdp.KeySet.from_frame(pl.DataFrame({"j": pl.Series([0, 3, 5], dtype=pl.Int8),
+                                                   "big": [0, 2**40, 7 * 2**40]}))),
+        (df.with_columns(pl.col("j").cast(pl.UInt8)),
+         tabdp.KeySet.from_dict(j=[-1, 0, 4, 300])),  # keys outside the data's dtype
+        (df.with_columns(pl.col("t").cast(pl.Categorical)),
+         tabdp.KeySet.from_frame(pl.DataFrame({"t": ["b", "", "x"], "i": [1, 2, None]}))),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_cells_by_lookup_equal_the_join(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row-wise lookups give every row the cell the join gives it, nulls and conversions too."""
+    df, keys = _cell_frames()[case]
+    by = keys.columns
+    schema = df.schema
+    calls: list[bool] = []
+    real = engine._lookup_index
+
+    def spy(*args: Any) -> Any:
+        out = real(*args)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(engine, "_lookup_index", spy)
+    try:
+        lookup = [engine._cells(df.lazy(), schema, keys, by, "cell", ordered=True).collect(),
+                  engine._cells(df.lazy(), schema, keys, by, "cell").collect().sort("i", "j")]
+    except tabdp.exceptions.ColumnTypeError:
+        lookup = None
+    assert calls and all(calls)  # the lookup path ran
+    monkeypatch.setattr(engine, "_lookup_index", lambda *a: None)
+    try:
+        joined = [engine._cells(df.lazy(), schema, keys, by, "cell", ordered=True).collect(),
+                  engine._cells(df.lazy(), schema, keys, by, "cell").collect().sort("i", "j")]
+    except tabdp.exceptions.ColumnTypeError:
+        joined = None
+    assert (lookup is None) == (joined is None)
+    if lookup is not None and joined is not None:
+        assert lookup[0].equals(joined[0])
+        assert lookup[0]["cell"].null_count() < df.height  # some rows are in cells
+        assert lookup[1]["cell"].sort().equals(joined[1]["cell"].sort())
