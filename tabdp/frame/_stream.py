@@ -568,16 +568,17 @@ def check_batch(rels: list[Planned]) -> None:
 
 
 def streaming_releases(rels: list[Planned]) -> list[Any]:
-    """Row-mode releases of one streaming session over one input, executed in one pass.
+    """Row-mode releases of one streaming session over one input, planned together.
 
-    The releases' aggregations share one lazy plan: every release's cells and contributions
-    and, under a budget, one batch function that replays the session's earlier releases and
-    admits each release of the batch in order (each record's running totals are those of
-    releasing them one after the other). Polars evaluates the shared part once
-    (``pl.collect_all``), so the input is read once for the whole batch, and the work per row
-    grows with the number of releases, not with its square. Each release is then checked,
-    noised and recorded in order, exactly as if it had been released alone: a failed check
-    stops the batch there (the releases before it are recorded).
+    Every release was checked when it was planned, before any data is read. Each is then
+    executed as one lazy plan over the input (its cells and contributions and, under a budget,
+    a batch function that replays the session's earlier releases and admits it), checked,
+    noised and recorded, in order: exactly as if it had been released alone, so a failed
+    check stops the batch there (the releases before it are recorded).
+
+    The releases are not evaluated in one shared pass: ``pl.collect_all`` over plans sharing
+    the input caches the shared part in memory (measured: 2.5 GB instead of 0.7 GB for the
+    release workflow at 10M rows), which would make memory grow with the rows.
 
     Args:
         rels: The planned releases, in release order (one session, one input).
@@ -605,21 +606,18 @@ def streaming_releases(rels: list[Planned]) -> list[Any]:
     assert isinstance(ledger, ReplayLedger)
     op = rels[0].op
     check_batch(rels)
-    earlier = len(ledger.programs)
-    programs = [*ledger.programs, *[r.program for r in rels]]
-    outs = frozenset(range(earlier, len(programs)))
-    sess.phase(op.name, "reading and aggregating the input (streaming)" + (
-        f" for {len(rels)} releases" if len(rels) > 1 else ""))
-    _require_bound(sess, op.schema)
-    plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False, None,
-                     outs, sess.track_cells)
     fp_cols = _fingerprinted(sess, rels)
-    queries = [_release_query(sess, plan, r, earlier + i, fp_cols) for i, r in enumerate(rels)]
-    # one evaluation of the shared plan (the input read once) for all the aggregations
-    grouped = (pl.collect_all(queries, engine="streaming") if len(queries) > 1
-               else [queries[0].collect(engine="streaming")])
-    return [_finish_release(r, g, earlier + i, fp_cols)
-            for i, (r, g) in enumerate(zip(rels, grouped, strict=True))]
+    outs = []
+    for rel in rels:
+        programs = [*ledger.programs, rel.program]
+        k = len(programs) - 1
+        sess.phase(rel.op.name, "reading and aggregating the input (streaming)")
+        _require_bound(sess, op.schema)
+        plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
+                         None, frozenset({k}), sess.track_cells)
+        grouped = _release_query(sess, plan, rel, k, fp_cols).collect(engine="streaming")
+        outs.append(_finish_release(rel, grouped, k, fp_cols))  # records the program
+    return outs
 
 
 def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySet, nulls: str,
