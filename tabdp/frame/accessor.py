@@ -6,7 +6,7 @@ per frame, so sessions are passed explicitly (``session=``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -349,6 +349,54 @@ class DPAccessor:
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
                                 grid=grid, uncertainty_share=uncertainty_share, form=form,
                                 cv=cv)
+
+
+def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
+                     ) -> dict[str, Any]:
+    """A release's arguments as ``frame.dp.sum`` / ``frame.dp.count`` pass them to the engine.
+
+    The output names are checked for the form (and ``cv``), and integer measures (counts
+    included) get the whole-number default grid (:func:`tabdp.frame._output.integer_grid`),
+    so releases planned together give the tables the accessor gives one by one. Schema and
+    arguments only, no data read.
+
+    Args:
+        frame: The input frame.
+        session: The releases' session.
+        req: The keyword arguments of one release (``kind``, ``measures``, ``by``, ...).
+
+    Returns:
+        The arguments with the grid the accessor would use.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> req = dict(kind="sum", measures="n", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...            mechanism=tabdp.mechanisms.Gaussian(3.0))
+        >>> accessor_request(pl.DataFrame({"c": ["a"], "n": [1]}), None, req)["grid"]
+        {'n': 1.0}
+    """
+    out = dict(req)
+    kind, grid = out.get("kind"), out.get("grid")
+    form, cv, by = out.get("form", "wide"), out.get("cv", False), out.get("by", [])
+    if kind == "sum":
+        cols = out.get("measures")
+        names = [cols] if isinstance(cols, str) else (
+            list(cols) if isinstance(cols, Sequence) and all(isinstance(c, str) for c in cols)
+            else None)
+        if names is None or not isinstance(by, (str, Sequence)):
+            return out  # malformed: the engine's argument checks refuse it
+        _check_output_names(names, by, form, cv)
+        out["grid"] = integer_grid(grid, out.get("mechanism"),
+                                   _integer_columns(frame, names, session), names)
+    elif kind == "count":
+        if not isinstance(by, (str, Sequence)):
+            return out
+        from tabdp.frame._engine import count_mechanism
+
+        _check_output_names(["count"], by, form, cv)
+        out["grid"] = integer_grid(grid, count_mechanism(out.get("mechanism"), grid),
+                                   ["count"], ["count"])
+    return out
 
 
 def _integer_columns(frame: Any, columns: Sequence[str],
