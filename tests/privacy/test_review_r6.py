@@ -131,3 +131,56 @@ def test_an_integer_measure_gets_the_accessors_whole_number_grid(streaming: bool
     assert planned.schema["y"] == pl.Int64
     assert planned.equals(one)
     assert s2.report().to_dict()["queries"] == s1.report().to_dict()["queries"]
+
+
+# -- 4. cells by lookup: the join's cells on the edges (guards; these held) -------------------
+def _date(days: int) -> Any:
+    return pl.Series([days]).cast(pl.Date)[0]
+
+
+LOOKUP_CASES: dict[str, tuple[pl.DataFrame, pl.DataFrame]] = {
+    "empty-key-set": (pl.DataFrame({"i": pl.Series([1, 2, None], dtype=pl.Int32)}),
+                      pl.DataFrame({"i": pl.Series([], dtype=pl.Int64)})),
+    "all-null-key-column": (
+        pl.DataFrame({"i": pl.Series([1, None, None], dtype=pl.Int8), "t": ["a", "a", "b"]}),
+        pl.DataFrame({"i": pl.Series([None, None], dtype=pl.Int64), "t": ["a", "b"]})),
+    "uint64-above-2^63": (
+        pl.DataFrame({"i": pl.Series([2**64 - 1, 2**63, 5, None], dtype=pl.UInt64)}),
+        pl.DataFrame({"i": pl.Series([-1, 5, 2**63 - 1, None], dtype=pl.Int64)})),
+    "int64-vs-uint64-keys": (
+        pl.DataFrame({"i": pl.Series([-1, 2**63 - 1, 5, None], dtype=pl.Int64)}),
+        pl.DataFrame({"i": pl.Series([2**64 - 1, 2**63, 5, 2**63 - 1], dtype=pl.UInt64)})),
+    "int8-keys-outside": (
+        pl.DataFrame({"i": pl.Series([-128, 127, 5, None], dtype=pl.Int8)}),
+        pl.DataFrame({"i": [-128, 127, 128, 255, -129, 5]})),
+    "bool-null-key": (pl.DataFrame({"b": [True, False, None, True]}),
+                      pl.DataFrame({"b": [True, None]})),
+    "enum-vs-text": (
+        pl.DataFrame({"t": pl.Series(["a", "b", None, "c"], dtype=pl.Enum(["c", "b", "a"]))}),
+        pl.DataFrame({"t": ["a", None, "z"]})),
+    "date-null": (pl.DataFrame({"d": [_date(0), _date(1), None]}),
+                  pl.DataFrame({"d": [_date(1), None]})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOOKUP_CASES))
+def test_cells_by_lookup_equal_the_join_on_edge_keys(case: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every row's cell (lazy and in memory) is the join's; the lookup path runs."""
+    from tabdp.frame import _engine as engine
+
+    df, key_frame = LOOKUP_CASES[case]
+    keys = tabdp.KeySet.from_frame(key_frame)
+    by = keys.columns
+    assert engine._lookup_index(keys.to_polars(), by, df.schema) is not None
+
+    def cells() -> list[list[Any]]:
+        lazy = engine._cells(df.lazy(), df.schema, keys, by, "cell", ordered=True).collect()
+        eager = engine._cells(df, df.schema, keys, by, "cell", ordered=True)
+        return [lazy["cell"].to_list(), eager["cell"].to_list()]
+
+    lookup = cells()
+    assert lookup[0] == lookup[1]
+    assert (key_frame.height == 0) != any(v is not None for v in lookup[0])  # rows in cells
+    monkeypatch.setattr(engine, "_lookup_index", lambda *a: None)
+    assert lookup == cells()
