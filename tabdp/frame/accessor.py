@@ -351,6 +351,11 @@ class DPAccessor:
                                 cv=cv)
 
 
+#: The arguments of a planned release (``grouped_release``'s keywords).
+_REQUEST_KEYS = frozenset({"kind", "measures", "by", "keys", "mechanism", "level", "nulls",
+                           "name", "grid", "negatives", "max_cells", "max_rows", "form", "cv"})
+
+
 def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
                      ) -> dict[str, Any]:
     """A release's arguments as ``frame.dp.sum`` / ``frame.dp.count`` pass them to the engine.
@@ -368,6 +373,10 @@ def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
     Returns:
         The arguments with the grid the accessor would use.
 
+    Raises:
+        InvalidParameterError: A kind other than ``sum`` or ``count``, an unknown argument, or
+            a key column named like an output column.
+
     Example:
         >>> import polars as pl, tabdp
         >>> req = dict(kind="sum", measures="n", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
@@ -377,6 +386,15 @@ def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
     """
     out = dict(req)
     kind, grid = out.get("kind"), out.get("grid")
+    if kind not in ("sum", "count"):
+        raise InvalidParameterError(
+            f"a planned release's kind must be 'sum' or 'count'; got {kind!r}.\nHint: "
+            "release medians and quantiles with frame.dp.median / frame.dp.quantile.")
+    unknown = sorted(set(out) - _REQUEST_KEYS)
+    if unknown:
+        raise InvalidParameterError(
+            f"unknown argument(s) {unknown} in a planned {kind}; allowed: "
+            f"{sorted(_REQUEST_KEYS)}.\nHint: use the keyword names of frame.dp.{kind}.")
     form, cv, by = out.get("form", "wide"), out.get("cv", False), out.get("by", [])
     if kind == "sum":
         cols = out.get("measures")

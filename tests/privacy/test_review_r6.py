@@ -184,3 +184,16 @@ def test_cells_by_lookup_equal_the_join_on_edge_keys(case: str,
     assert (key_frame.height == 0) != any(v is not None for v in lookup[0])  # rows in cells
     monkeypatch.setattr(engine, "_lookup_index", lambda *a: None)
     assert lookup == cells()
+
+
+@pytest.mark.parametrize("kind", ["median", "foo", None])
+def test_a_planned_release_of_another_kind_is_refused(kind: Any) -> None:
+    """Any other kind was released as a count (a continuous Gaussian one) labelled ``kind``."""
+    s = tabdp.Session(seed=1, streaming=True)
+    with pytest.raises(InvalidParameterError, match="kind must be 'sum' or 'count'"):
+        planned_releases(_frame(True), s, [dict(kind=kind, by="c", keys=K,
+                                                 mechanism=mech.Gaussian(1.0))])
+    with pytest.raises(InvalidParameterError, match=r"unknown argument\(s\) \['measure'\]"):
+        planned_releases(_frame(True), s, [dict(kind="sum", measure="x", by="c", keys=K,
+                                                 mechanism=mech.Gaussian(1.0))])
+    assert not s.records
