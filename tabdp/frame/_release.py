@@ -35,6 +35,7 @@ from tabdp.frame._engine import (
     scale_bits,
 )
 from tabdp.frame._output import check_form, to_native
+from tabdp.frame._requests import accessor_request
 from tabdp.frame._stream import Planned, check_batch, streaming_releases
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
@@ -170,8 +171,6 @@ def planned_releases(native: Any, session: Session,
         raise InvalidParameterError(
             f"releases planned together need a session; got {type(session).__name__}.\n"
             "Hint: pass session=tabdp.Session(...).")
-    from tabdp.frame.accessor import accessor_request
-
     batch: list[Planned] = []
     for req in requests:  # the accessor's output-name checks and integer grids, as one by one
         batch.append(_plan(native, session, batch, **accessor_request(native, session, req)))
