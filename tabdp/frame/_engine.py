@@ -768,17 +768,23 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
     return data.sort([uid, _CELL], nulls_last=[True, True])
 
 
-def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
-           ordered: bool = False) -> _Frame:
-    """Add column ``name``: each row's position in the key set (null outside it).
+def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
+                    ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
+    """The key set against the data's schema: every refusal of :func:`_cells`, no data read.
 
-    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
-    common dtype chosen from the two schemas (never from the values): rows whose keys do not
-    convert exactly are outside the key set. A DataFrame is computed now, in its row order; a
-    LazyFrame gets a lazy plan, which keeps the row order only with ``ordered``.
+    Text against numbers, key values that cannot be converted to the comparison dtype, and
+    distinct keys that become equal there are refused from the key set and the schema alone, so
+    a release (or a batch of releases, before any of them runs) can be checked up front.
+
+    Returns:
+        The key set's ``by`` columns, the comparison dtype per column (None: the key set's
+        own) and the key columns converted to it.
+
+    Example:
+        >>> k = KeySet.from_dict(s=[1, 2])
+        >>> check_cell_keys(pl.Schema({"s": pl.Int32}), k, ["s"])[1]
+        {'s': Int128}
     """
-    if not by:
-        return frame.with_columns(pl.lit(0, pl.Int64).alias(name))
     keys_pl = keys.to_polars().select(by)
     targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
     casts = []
@@ -794,6 +800,21 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
                 "Hint: build the key set with values of the data's type.") from err
     if casts:
         _check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
+    return keys_pl, targets, casts
+
+
+def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,
+           ordered: bool = False) -> _Frame:
+    """Add column ``name``: each row's position in the key set (null outside it).
+
+    A row is in a cell iff its key equals a key of the set after a lossless conversion to a
+    common dtype chosen from the two schemas (never from the values): rows whose keys do not
+    convert exactly are outside the key set. A DataFrame is computed now, in its row order; a
+    LazyFrame gets a lazy plan, which keeps the row order only with ``ordered``.
+    """
+    if not by:
+        return frame.with_columns(pl.lit(0, pl.Int64).alias(name))
+    keys_pl, targets, casts = check_cell_keys(schema, keys, by)
     doms = keys.domains
     if doms is not None and all(
             d.null_count() == 0 and isinstance(schema[d.name], _TEXT)

@@ -31,9 +31,11 @@ from tabdp.frame._engine import (
     _strict_checks,
     _take_snapshot,
     cells_of,
+    check_cell_keys,
     scale_bits,
 )
 from tabdp.frame._output import check_form, to_native
+from tabdp.frame._requests import accessor_request
 from tabdp.frame._stream import Planned, check_batch, streaming_releases
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
@@ -129,6 +131,8 @@ def _plan(native: Any, session: Session | None, batch: list[Planned] | None, *, 
         raise InvalidParameterError(
             f"name {op.name!r} is used twice in the releases planned together; names label the "
             "per-record report columns.\nHint: give each release its own name.")
+    if pre.by:  # the key set against the schema (refusals of the cells), no data read
+        check_cell_keys(op.schema, keys, pre.by)
     rules, policy = _release_rules(op.session, kind, pre.mechanism, nulls, negatives,
                                    pre.measures)
     bits = {m: scale_bits(op.schema[m]) for m in pre.measures}
@@ -168,8 +172,8 @@ def planned_releases(native: Any, session: Session,
             f"releases planned together need a session; got {type(session).__name__}.\n"
             "Hint: pass session=tabdp.Session(...).")
     batch: list[Planned] = []
-    for req in requests:
-        batch.append(_plan(native, session, batch, **req))
+    for req in requests:  # the accessor's output-name checks and integer grids, as one by one
+        batch.append(_plan(native, session, batch, **accessor_request(native, session, req)))
     return batch
 
 

@@ -559,12 +559,26 @@ def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[s
 
 
 def check_batch(rels: list[Planned]) -> None:
-    """Refuse releases planned together over several sessions or inputs (no data read)."""
+    """Refuse releases planned together over several sessions or inputs (no data read).
+
+    Also refuse names taken since planning (a plan executed twice, plans concatenated, a
+    release made between planning and executing): names label the per-record report.
+    """
     if rels and any(r.op.session is not rels[0].op.session
                     or r.op.native is not rels[0].op.native for r in rels):
         raise InvalidParameterError(
             "releases executed together must share one session and one input frame.\n"
             "Hint: release other frames or sessions in separate calls.")
+    if rels:
+        names = [r.op.name for r in rels]
+        taken = {r.name for r in rels[0].op.session.records}
+        clash = sorted({n for n in names if n in taken or names.count(n) > 1})
+        if clash:
+            raise InvalidParameterError(
+                f"release name(s) {clash} are already used in this session or twice in these "
+                "planned releases (a plan is executed once, in the session it was planned "
+                "for); names label the per-record report columns.\nHint: plan the releases "
+                "again with planned_releases(...) just before executing them.")
 
 
 def streaming_releases(rels: list[Planned]) -> list[Any]:

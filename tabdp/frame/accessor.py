@@ -12,17 +12,12 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
-from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._output import (
-    LONG_COLUMNS,
-    STAT_SUFFIXES,
-    WIDE_SUFFIXES,
-    check_form,
-    integer_dtype,
     integer_grid,
 )
 from tabdp.frame._release import grouped_release
+from tabdp.frame._requests import _check_output_names, _integer_columns
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
@@ -349,55 +344,6 @@ class DPAccessor:
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
                                 grid=grid, uncertainty_share=uncertainty_share, form=form,
                                 cv=cv)
-
-
-def _integer_columns(frame: Any, columns: Sequence[str],
-                     session: Session | None = None) -> list[str]:
-    """The columns among ``columns`` of an integer dtype (schema only; missing ones skipped).
-
-    None for a pandas frame in author mode: pandas turns an integer column into float64 as soon
-    as one record holds a missing value, so its dtype would tell the query author whether such
-    a record exists (there the integer grid is used only when asked for, ``grid=1``).
-    """
-    # (a wrong session= argument is refused later, with the other argument checks)
-    if isinstance(frame, pd.DataFrame) and getattr(session, "mode", None) == "author":
-        return []
-    if isinstance(frame, pd.DataFrame):
-        return [c for c in columns if c in frame.columns
-                and pd.api.types.is_integer_dtype(frame[c].dtype)
-                and not pd.api.types.is_bool_dtype(frame[c].dtype)
-                and str(frame[c].dtype).lower() != "uint64"]
-    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
-        schema = frame.collect_schema()
-        return [c for c in columns if c in schema and integer_dtype(schema[c])]
-    if is_spark_frame(frame):
-        from tabdp.frame._spark import polars_schema
-
-        pschema = polars_schema(frame)
-        return [c for c in columns if c in pschema and integer_dtype(pschema[c])]
-    return []
-
-
-def _check_output_names(measures: Sequence[str], by: str | Sequence[str], form: str,
-                        cv: bool) -> None:
-    """Key columns must not carry the name of an output column of the chosen form."""
-    form = check_form(form)
-    if not isinstance(cv, bool):
-        raise InvalidParameterError(
-            f"cv must be True or False; got {cv!r}.\nHint: cv=True adds the _cv and _flag "
-            "columns to the wide form.")
-    keys = [by] if isinstance(by, str) else [b for b in by if isinstance(b, str)]
-    if form == "long":
-        outputs = list(LONG_COLUMNS)
-    else:
-        outputs = [f"{m}{s}" for m in measures
-                   for s in (*WIDE_SUFFIXES, *(STAT_SUFFIXES if cv else ()))]
-    clash = sorted(set(outputs) & set(keys))
-    if clash:
-        raise InvalidParameterError(
-            f"group-by column(s) {clash} have the name of an output column of the {form} "
-            f"form ({outputs}); the key would be overwritten in the result.\nHint: rename the "
-            "key column(s) (and the key set's) before the release.")
 
 
 def register() -> None:
