@@ -1,8 +1,9 @@
 """Releases planned together (``planned_releases`` / ``execute_planned``), as ``tabdp run`` does.
 
 A batch checks every release before any data is read, then executes the releases in order.
-Everything a batch gives must be what the same releases give one by one: tables (the same noise for one seed), per-record losses to the last bit, confidential
-counts and cell audits, admissions under every kind of budget.
+Everything a batch gives must be what the same releases give one by one: tables (the same noise
+for one seed), per-record losses to the last bit, confidential counts and cell audits,
+admissions under every kind of budget.
 """
 
 from __future__ import annotations
