@@ -36,6 +36,10 @@ SPARK_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "1g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # the tests' inputs are tiny: compiling costs more than running. Without whole-stage code
+    # generation no Java source is compiled per plan (measured on four privacy tests: 8% less
+    # CPU; adaptive execution off and a C1-only JIT gave nothing measurable)
+    "spark.sql.codegen.wholeStage": "false",
 }
 
 

@@ -1073,8 +1073,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         if _is_floatlike(sschema[m]):
             counters[f"inf:{m}"] = p["inf"]
             counters[f"big:{m}"] = p["big"]
-        if rules.negatives != "allow":
-            counters[f"neg:{m}"] = p["neg"]
+        counters[f"neg:{m}"] = p["neg"]  # counted under every rule (confidential audit)
     if unit_bad is not None:
         counters[f"null:{unit}"] = unit_bad
     names = list(counters)

@@ -173,13 +173,15 @@ def _probe(df: pl.DataFrame, t: float, variant: str, to_engine: Any) -> tuple[st
 
 
 @pytest.mark.parametrize("variant", ["budget", "nan"])
-def test_the_bisection_oracle_learns_nothing(variant, to_engine):
+def test_the_bisection_oracle_learns_nothing(variant, to_engine, engine):
     df = _base()
     truth = float(df.filter(pl.col("estab") == 0)["payroll"][0])
-    # 45 probes of a bisection: every answer is the same, so the search cannot move
+    # 45 probes of a bisection: every answer is the same, so the search cannot move. On Spark
+    # (about 2 s a release) 24 probes: enough for a leaking oracle to narrow [0, 1e7] below
+    # width 1 (1e7 / 2**24 < 1), which the last assertion rules out
     lo, hi = 0.0, 1e7
     answers = set()
-    for _ in range(45):
+    for _ in range(24 if engine == "spark" else 45):
         mid = (lo + hi) / 2
         seen = _probe(df, mid, variant, to_engine)
         answers.add(repr(seen))
@@ -253,8 +255,12 @@ def test_int64_totals_cannot_wrap(to_engine):
     assert t.approx[0] == 2.0**63
 
 
-def test_charged_sensitivity_covers_what_the_total_moves(to_engine):
-    """|T(D) - T(D - u)| never exceeds the Δ the unit is charged for (Casacuberta et al.)."""
+def test_charged_sensitivity_covers_what_the_total_moves(to_engine, engine):
+    """|T(D) - T(D - u)| never exceeds the Δ the unit is charged for (Casacuberta et al.).
+
+    Every unit is left out in turn; on Spark (a release per neighbour) 12 of the 50 lognormal
+    units and the three extreme ones.
+    """
     rng = np.random.default_rng(5)
     x = np.concatenate([rng.lognormal(5, 4, 50), [1e18, 3.3e-9, 2.0**53 + 1]])
     df = pl.DataFrame({"c": ["a"] * x.size, "x": x, "u": np.arange(x.size)})
@@ -263,7 +269,8 @@ def test_charged_sensitivity_covers_what_the_total_moves(to_engine):
     to_engine(df).dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
               mechanism=mech.Gaussian(1.0), session=s)
     size = as_polars(s.report().per_record).sort("u")["size"].to_numpy()
-    for i in range(x.size):
+    left_out = [*range(0, 50, 4), 50, 51, 52] if engine == "spark" else range(x.size)
+    for i in left_out:
         part = _true_totals(to_engine(df.filter(pl.col("u") != i)), unit="u").fraction(0)
         assert abs(full - part) <= size[i], i
         assert math.isclose(float(abs(full - part)), size[i], rel_tol=1e-15, abs_tol=0.0) or \
@@ -272,7 +279,7 @@ def test_charged_sensitivity_covers_what_the_total_moves(to_engine):
 
 # -- the filter: no unit is ever charged past its budget ---------------------------------------
 @pytest.mark.parametrize("budget", [2.0, {1.0: 0.5, 1e4: 3.0, 1e8: 9.0}], ids=["constant", "curve"])
-def test_no_unit_is_ever_charged_past_its_budget(budget, to_engine):
+def test_no_unit_is_ever_charged_past_its_budget(budget, to_engine, engine):
     """Random adaptive sequences of sums and counts over random firms.
 
     After every query, each unit's total (constant) or per-currency spend (curve, at its size there)
@@ -287,7 +294,8 @@ def test_no_unit_is_ever_charged_past_its_budget(budget, to_engine):
     frame = to_engine(df)
     spent: dict[str, dict[int, float]] = {}
     size: dict[str, dict[int, float]] = {}
-    for q in range(25):
+    # 25 queries (12 on Spark, about 2.5 s a query with its report)
+    for q in range(12 if engine == "spark" else 25):
         kind = rng.choice(["payroll", "emp", "count"])
         sigma = float(10 ** rng.uniform(-0.5, 4))
         name = f"q{q}"

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tabdp
@@ -554,45 +554,49 @@ def _true_cells(data: dict) -> pl.DataFrame:
                           pl.col("n").fill_null(0).cast(pl.Float64)))
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=small_frames())
 @pytest.mark.parametrize("unit", [None, "u"])
-def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, data):
-    s = tabdp.Session(unit=unit, seed=0)
-    f = make_frame(data, dtypes={"c": pl.String})
-    o = _pl(f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=TINY, session=s, name="t"))
-    f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=G3, session=s, name="g")
-    f.dp.count(by="c", keys=PKEYS, mechanism=G3, session=s, name="n")
-    full = _true_cells(data)
-    np.testing.assert_allclose(o["x"].to_numpy(), full["x"].to_numpy(), atol=1e-4)
-    np.testing.assert_allclose(o["y"].to_numpy(), full["y"].to_numpy(), atol=1e-4)
-    pr = _pl(s.report().per_record)
-    n = len(data["x"])
-    if unit is None:
-        assert pr["row"].to_list() == list(range(n))
-        groups = {i: [i] for i in range(n)}
-        rec = {i: pr.row(i, named=True) for i in range(n)}
-    else:
-        groups = {}
-        for i, u in enumerate(data["u"]):
-            groups.setdefault(u, []).append(i)
-        rec = {r["u"]: r for r in pr.iter_rows(named=True)}
-        assert set(rec) <= set(groups)
-    zero = {"rho": 0.0, "size": 0.0, "rho_t": 0.0, "rho_g": 0.0, "rho_n": 0.0}
-    for who, rows in groups.items():
-        neighbour = {k: [v for i, v in enumerate(vals) if i not in rows]
-                     for k, vals in data.items()}
-        d = full.select("x", "y", "n").to_numpy() - _true_cells(neighbour).select(
-            "x", "y", "n").to_numpy()
-        d = np.abs(d)
-        r = rec.get(who, zero)
-        assert d.max() <= r["size"] + 1e-9
-        assert r["rho_g"] == pytest.approx(float(G3.rho(d[:, :2]).sum()), rel=1e-9, abs=1e-12)
-        assert r["rho_n"] == pytest.approx(float(G3.rho(d[:, 2]).sum()), rel=1e-9, abs=1e-12)
-        assert r["rho_t"] == pytest.approx(float(TINY.rho(d[:, :2]).sum()), rel=1e-9,
-                                           abs=1e-12)
-        assert r["rho"] == pytest.approx(r["rho_t"] + r["rho_g"] + r["rho_n"], rel=1e-12)
+def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, engine):
+    """30 random small frames (8 on Spark, three releases and a report each: about 4 s)."""
+
+    @settings(max_examples=8 if engine == "spark" else 30, deadline=None)
+    @given(data=small_frames())
+    def check(data: dict) -> None:
+        s = tabdp.Session(unit=unit, seed=0)
+        f = make_frame(data, dtypes={"c": pl.String})
+        o = _pl(f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=TINY, session=s, name="t"))
+        f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=G3, session=s, name="g")
+        f.dp.count(by="c", keys=PKEYS, mechanism=G3, session=s, name="n")
+        full = _true_cells(data)
+        np.testing.assert_allclose(o["x"].to_numpy(), full["x"].to_numpy(), atol=1e-4)
+        np.testing.assert_allclose(o["y"].to_numpy(), full["y"].to_numpy(), atol=1e-4)
+        pr = _pl(s.report().per_record)
+        n = len(data["x"])
+        if unit is None:
+            assert pr["row"].to_list() == list(range(n))
+            groups = {i: [i] for i in range(n)}
+            rec = {i: pr.row(i, named=True) for i in range(n)}
+        else:
+            groups = {}
+            for i, u in enumerate(data["u"]):
+                groups.setdefault(u, []).append(i)
+            rec = {r["u"]: r for r in pr.iter_rows(named=True)}
+            assert set(rec) <= set(groups)
+        zero = {"rho": 0.0, "size": 0.0, "rho_t": 0.0, "rho_g": 0.0, "rho_n": 0.0}
+        for who, rows in groups.items():
+            neighbour = {k: [v for i, v in enumerate(vals) if i not in rows]
+                         for k, vals in data.items()}
+            d = full.select("x", "y", "n").to_numpy() - _true_cells(neighbour).select(
+                "x", "y", "n").to_numpy()
+            d = np.abs(d)
+            r = rec.get(who, zero)
+            assert d.max() <= r["size"] + 1e-9
+            assert r["rho_g"] == pytest.approx(float(G3.rho(d[:, :2]).sum()), rel=1e-9, abs=1e-12)
+            assert r["rho_n"] == pytest.approx(float(G3.rho(d[:, 2]).sum()), rel=1e-9, abs=1e-12)
+            assert r["rho_t"] == pytest.approx(float(TINY.rho(d[:, :2]).sum()), rel=1e-9,
+                                               abs=1e-12)
+            assert r["rho"] == pytest.approx(r["rho_t"] + r["rho_g"] + r["rho_n"], rel=1e-12)
+
+    check()
 
 
 @pytest.mark.parametrize("unit", [None, "u"])
