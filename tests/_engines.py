@@ -153,3 +153,27 @@ def mixed_rows(n: int, seed: int = 0) -> pl.DataFrame:
         "y": rng.integers(-5, 200, n),
         "w": rng.lognormal(1.0, 1.0, n),
     })
+
+
+def replay_batch_sizes(monkeypatch: Any) -> list[int]:
+    """Record the rows of every batch a streaming session's replay function runs on.
+
+    Wraps ``tabdp.frame._stream._replay_batch`` (the batch function of a streaming release);
+    returns the list the sizes are appended to.
+    """
+    import tabdp.frame._stream as stream
+
+    sizes: list[int] = []
+    real = stream._replay_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        fn = real(*args, **kwargs)
+
+        def run(s: pl.Series) -> pl.Series:
+            sizes.append(len(s))
+            return fn(s)
+
+        return run
+
+    monkeypatch.setattr(stream, "_replay_batch", spy)
+    return sizes

@@ -13,10 +13,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-from _engines import mixed_rows
+from _engines import mixed_rows, replay_batch_sizes
 
 import tabdp
-import tabdp.frame._stream as stream
 from tabdp import mechanisms as mech
 from tabdp.exceptions import ColumnNotFoundError, InvalidParameterError
 from tabdp.frame._release import execute_planned, planned_releases
@@ -92,19 +91,7 @@ def test_a_streaming_batch_keeps_no_per_row_state(tmp_path: Path,
     """Each release replays the budget filter batch by batch, never on the whole input."""
     path = tmp_path / "d.parquet"
     mixed_rows(60_000, 4).write_parquet(path, row_group_size=10_000)
-    rows: list[int] = []
-    real = stream._replay_batch
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        fn = real(*args, **kwargs)
-
-        def run(s: pl.Series) -> pl.Series:
-            rows.append(len(s))
-            return fn(s)
-
-        return run
-
-    monkeypatch.setattr(stream, "_replay_batch", spy)
+    rows = replay_batch_sizes(monkeypatch)
     s = tabdp.Session(seed=1, streaming=True, budget=1.0)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
     assert sum(rows) == 5 * 60_000  # every row once per release

@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from _engines import as_engine, mixed_rows
+from _engines import as_engine, mixed_rows, replay_batch_sizes
 
 import tabdp
-import tabdp.frame._stream as stream
 from tabdp import mechanisms as mech
 from tabdp.privacy.budget import Budget
 
@@ -149,19 +148,7 @@ def test_releases_run_batch_by_batch(tmp_path: Path, monkeypatch: pytest.MonkeyP
     df = _data(300_000)
     path = tmp_path / "big.parquet"
     df.write_parquet(path, row_group_size=20_000)
-    sizes: list[int] = []
-    real = stream._replay_batch
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        fn = real(*args, **kwargs)
-
-        def run(s: pl.Series) -> pl.Series:
-            sizes.append(len(s))
-            return fn(s)
-
-        return run
-
-    monkeypatch.setattr(stream, "_replay_batch", spy)
+    sizes = replay_batch_sizes(monkeypatch)
     s = tabdp.Session(seed=1, streaming=True, budget=1.0)  # a budget: the filter runs per row
     pl.scan_parquet(path).dp.count(by=["c", "s"], keys=KEYS, session=s)
     assert sum(sizes) == 300_000
