@@ -178,13 +178,13 @@ def planned_releases(native: Any, session: Session,
 
 
 def execute_planned(rels: Sequence[Planned]) -> list[Any]:
-    """Execute planned releases in order; a streaming session's in one pass over the input.
+    """Execute planned releases in order, each as it would run alone.
 
-    A streaming session (row mode without per-row state) evaluates all the releases' aggregations
-    in one lazy plan (:func:`tabdp.frame._stream.streaming_releases`): the input is read once.
-    Other sessions release them one after the other (a sum then a count of the same frame and
-    key set share one snapshot). Either way every table, noise draw and per-record loss is the
-    one the releases give one by one, in this order.
+    A streaming session (row mode without per-row state) runs each release as one lazy plan
+    over the input (:func:`tabdp.frame._stream.streaming_releases`); other sessions take a
+    snapshot per release (a sum then a count of the same frame and key set share one). Every
+    table, noise draw and per-record loss is the one the releases give one by one, in this
+    order; names taken since planning are refused before anything runs.
 
     Args:
         rels: Releases from :func:`planned_releases`, in release order.

@@ -203,9 +203,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
               track: bool = False) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
-    A report keeps the input's row order (its joins maintain the left order). Releases (the
-    programs ``outs``, e.g. the last one, or every release of a batch) get their admission
-    flags ``ok<j>:<currency>``; in a session without a budget every record is admitted, so
+    A report keeps the input's row order (its joins maintain the left order). The programs
+    ``outs`` (a release: the last one) get their admission flags ``ok<j>:<currency>``; in a session without a budget every record is admitted, so
     their outputs need neither the earlier releases nor (unless ``track``) the batch function:
     only their own columns are computed.
     """
@@ -490,7 +489,7 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
 def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
     """The columns a batch fingerprints: those its releases read, and those the session bound.
 
-    Every release of the batch checks them all (one pass reads them all).
+    Every release of the batch checks them all (each release's pass reads them all).
     """
     schema = rels[0].op.schema
     read = [c for r in rels for c in (*r.pre.by, *r.pre.measures)]
