@@ -204,9 +204,10 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). The programs
-    ``outs`` (a release: the last one) get their admission flags ``ok<j>:<currency>``; in a session without a budget every record is admitted, so
-    their outputs need neither the earlier releases nor (unless ``track``) the batch function:
-    only their own columns are computed.
+    ``outs`` (a release: the last one) get their admission flags ``ok<j>:<currency>``; in a
+    session without a budget every record is admitted, so their outputs need neither the
+    earlier releases nor (unless ``track``) the batch function: only their own columns are
+    computed.
     """
     indexed = list(enumerate(programs))
     if not report and sess.budget is None:

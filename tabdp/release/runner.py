@@ -1150,9 +1150,10 @@ def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]],
     """Every table of the release, planned before any is executed.
 
     Polars: all tables are planned (every argument and schema check) before the input is read,
-    then executed in order, one pass over the input each. Spark: one after the other. Public tables take the key set's dtypes (the spec's domains), never
-    the input's: the accessor returns keys in the data's dtypes (an Enum whose categories may
-    come from the data), which a public file must not reflect.
+    then executed in order, one pass over the input each. Spark: one after the other. Public
+    tables take the key set's dtypes (the spec's domains), never the input's: the accessor
+    returns keys in the data's dtypes (an Enum whose categories may come from the data), which
+    a public file must not reflect.
     """
     if spark:
         from tabdp.frame.accessor import DPAccessor
