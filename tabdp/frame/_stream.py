@@ -55,7 +55,12 @@ from tabdp.frame._engine import (
 from tabdp.frame._output import to_native
 from tabdp.frame.keys import KeySet
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
-from tabdp.privacy.ledger import QueryRecord, ReplayLedger, loss_components
+from tabdp.privacy.ledger import (
+    PER_RECORD_PARQUET,
+    QueryRecord,
+    ReplayLedger,
+    loss_components,
+)
 from tabdp.privacy.session import Session
 
 __all__ = ["Program", "Planned", "check_batch", "streaming_releases",
@@ -131,12 +136,21 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
         def add(ids: np.ndarray, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
                 ) -> None:
+            # ids are increasing row positions of the batch: n of them are all rows, in order
+            # (the same doubles as the indexed update, without gathering and scattering)
+            whole = ids.size == n
             for k, v in sums.items():
                 a = acc.setdefault(k, np.zeros(n))
-                a[ids] += v
+                if whole:
+                    a += v
+                else:
+                    a[ids] += v
             for k, v in maxes.items():
                 a = acc.setdefault(k, np.zeros(n))
-                a[ids] = np.maximum(a[ids], v)
+                if whole:
+                    np.maximum(a, v, out=a)
+                else:
+                    a[ids] = np.maximum(a[ids], v)
 
         out: dict[str, Any] = {}
         for j, prog in programs:
@@ -356,7 +370,7 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     if rename:
         plan = plan.rename(rename)
     try:
-        plan.sink_parquet(path)
+        plan.sink_parquet(path, **PER_RECORD_PARQUET)
     except BaseException:
         pathlib.Path(path).unlink(missing_ok=True)
         raise

@@ -23,6 +23,11 @@ __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", 
 #: Record sizes at which public policy curves are tabulated.
 POLICY_GRID = [0.0] + [10.0**k for k in range(0, 9)]
 
+#: Parquet options of the CONFIDENTIAL per-record report (every engine but Spark's writer):
+#: zstd at level 1 writes it about 1.6x faster than Polars' default level for the same size
+#: (10M rows: 0.60 s against 0.98 s, 194 MB against 193 MB).
+PER_RECORD_PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1}
+
 
 @dataclass(frozen=True)
 class UnitLosses:

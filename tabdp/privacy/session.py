@@ -18,6 +18,7 @@ from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.conversions import check_dp_delta
 from tabdp.privacy.ledger import (
+    PER_RECORD_PARQUET,
     POLICY_GRID,
     Charges,
     DenseLedger,
@@ -774,7 +775,7 @@ class Report:
             return
         table = self.per_record
         frame = table if isinstance(table, pl.DataFrame) else pl.from_pandas(table)
-        frame.rename(rename or {}).write_parquet(path)
+        frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
 
     @property
     def per_record(self) -> Any:

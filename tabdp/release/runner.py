@@ -57,7 +57,7 @@ from tabdp.frame._output import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES, long
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
-from tabdp.privacy.ledger import UnitLosses
+from tabdp.privacy.ledger import PER_RECORD_PARQUET, UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
@@ -1692,7 +1692,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                                  rename={ROW_ID: ROW_LABEL})
             per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
         elif spark is None:
-            per_record.write_parquet(conf / "per_record_losses.parquet")
+            per_record.write_parquet(conf / "per_record_losses.parquet", **PER_RECORD_PARQUET)
         else:  # by Spark's writer, from the Spark ledger, into the staging folder
             from tabdp.release._spark_run import write_single_parquet
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from _engines import as_engine, mixed_rows, replay_batch_sizes
 
@@ -139,6 +140,10 @@ def test_write_per_record_sinks_the_same_table(tmp_path: Path) -> None:
         path = tmp_path / f"pr_{streaming}.parquet"
         s.report(delta=1e-8).write_per_record(path, rename={"row": "row_id"})
         tables.append(pl.read_parquet(path))
+        # the report's own Parquet options (zstd at level 1), whichever engine wrote it
+        meta = pq.ParquetFile(path).metadata
+        assert {meta.row_group(g).column(i).compression for g in range(meta.num_row_groups)
+                for i in range(meta.num_columns)} == {"ZSTD"}
     assert tables[0].equals(tables[1])
     assert tables[1].columns[:2] == ["row_id", "rho"]
 

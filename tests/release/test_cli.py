@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 import tabdp
@@ -285,6 +286,8 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
     assert (est == est.round()).all()            # exact integer noise
     per = pl.read_parquet(conf / "per_record_losses.parquet")
     assert per.height == 3000
+    meta = pq.ParquetFile(conf / "per_record_losses.parquet").metadata  # the report's options
+    assert meta.row_group(0).column(0).compression == "ZSTD"
     assert {"estab_id", "rho", "epsilon", "size", "epsilon_delta", "rho_county_naics2",
             "rho_estabs", "rho_estabs__naics2", "rho_national_revenue"} <= set(per.columns)
     manifest = json.loads((pub / "manifest.json").read_text())
