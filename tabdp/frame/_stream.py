@@ -108,7 +108,7 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
 
 
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
-                  delta: float | None, outs: frozenset[int], track: bool
+                  delta: float | None, target: int | None, track: bool
                   ) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
@@ -118,7 +118,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     in the ledger's order: every double is the one the in-memory ledger would hold.
     ``programs`` pairs each program with the index ``j`` of its columns (``__c<j>``, ...).
 
-    Output fields: for each program ``j`` in ``outs``, ``ok<j>:<currency>`` (admitted) and,
+    Output fields: for the released program ``j = target``, ``ok<j>:<currency>`` (admitted) and,
     with ``track``, the row's ρ and size there (``crho<j>``, ``csize<j>``); with ``report``,
     the running totals (``COMPONENTS``), ``rho_<name>`` per program and, with ``delta``,
     ``epsilon_delta``.
@@ -174,7 +174,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 col = np.zeros(n)
                 col[ids] = losses.rho
                 out[f"rho_{prog.name}"] = col
-            if j in outs and not report:
+            if j == target and not report:
                 for c in ch.currencies:
                     flag = np.zeros(n, dtype=bool)
                     flag[idx] = admitted[c]
@@ -197,7 +197,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
 
 def _out_schema(programs: list[Program], report: bool, delta: float | None,
-                outs: frozenset[int], track: bool) -> pl.Struct:
+                target: int | None, track: bool) -> pl.Struct:
     fields: dict[str, Any] = {}
     if report:
         fields |= {c: pl.Float64 for c in COMPONENTS}
@@ -205,7 +205,7 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
         if delta is not None:
             fields["epsilon_delta"] = pl.Float64
     else:
-        for j in sorted(outs):
+        for j in [] if target is None else [target]:
             fields |= {f"ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
             if track:
                 fields |= {f"crho{j}": pl.Float64, f"csize{j}": pl.Float64}
@@ -213,19 +213,18 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
 
 
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
-              report: bool, delta: float | None = None, outs: frozenset[int] = frozenset(),
+              report: bool, delta: float | None = None, target: int | None = None,
               track: bool = False) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
-    A report keeps the input's row order (its joins maintain the left order). The programs
-    ``outs`` (a release: the last one) get their admission flags ``ok<j>:<currency>``; in a
-    session without a budget every record is admitted, so their outputs need neither the
-    earlier releases nor (unless ``track``) the batch function: only their own columns are
-    computed.
+    A report keeps the input's row order (its joins maintain the left order). Program ``target``
+    (a release: the last one) gets its admission flags ``ok<j>:<currency>``; in a session
+    without a budget every record is admitted, so its outputs need neither the earlier
+    releases nor (unless ``track``) the batch function: only its own columns are computed.
     """
     indexed = list(enumerate(programs))
     if not report and sess.budget is None:
-        indexed = [(j, p) for j, p in indexed if j in outs]
+        indexed = [(j, p) for j, p in indexed if j == target]
         if not track:
             for j, prog in indexed:
                 lf, _ = _program_columns(lf, schema, prog, j, False)
@@ -235,8 +234,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     for j, prog in indexed:
         lf, cols = _program_columns(lf, schema, prog, j, report)
         inputs += cols
-    fn = _replay_batch(sess, indexed, report, delta, outs, track)
-    dtype = _out_schema(programs, report, delta, outs, track)
+    fn = _replay_batch(sess, indexed, report, delta, target, track)
+    dtype = _out_schema(programs, report, delta, target, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
         fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
 
@@ -642,7 +641,7 @@ def streaming_releases(rels: list[Planned]) -> list[Any]:
         sess.phase(rel.op.name, "reading and aggregating the input (streaming)")
         _require_bound(sess, op.schema)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, frozenset({k}), sess.track_cells)
+                         None, k, sess.track_cells)
         grouped = _release_query(sess, plan, rel, k, fp_cols).collect(engine="streaming")
         outs.append(_finish_release(rel, grouped, k, fp_cols))  # records the program
     return outs
@@ -693,8 +692,7 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
                 f"inf:{column}": parts[column]["inf"]}
     fp_cols = _fp_columns(schema, [*by, column], sess.bound_columns())
     _require_bound(sess, schema)
-    plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False, None,
-                     frozenset({k}))
+    plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False, None, k)
     cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
     inside = cell.is_not_null() & (rows > 0)
     ok = pl.col(f"ok{k}:{prog.policy.currencies()[0][0]}")
