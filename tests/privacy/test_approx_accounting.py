@@ -21,8 +21,9 @@ from tabdp import mechanisms as mech
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.noise import Laplace as LaplaceNoise
+from tabdp.privacy import conversions
 from tabdp.privacy.accounting import epsilon_at
-from tabdp.privacy.conversions import gdp_delta, gdp_epsilon, zcdp_epsilon
+from tabdp.privacy.conversions import _cks, _cks_min, gdp_delta, gdp_epsilon, zcdp_epsilon
 
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
@@ -82,6 +83,39 @@ def test_zcdp_epsilon_brute_force_and_classic_bound():
             assert e == pytest.approx(f.min(), rel=1e-7)
             assert e <= r + 2 * math.sqrt(r * lid)
     assert zcdp_epsilon([0.0, math.inf], 1e-6).tolist() == [0.0, math.inf]
+
+
+def _golden_cks_min(rr: np.ndarray, lid: float) -> np.ndarray:
+    """The golden-section search the Newton solve replaced (60 steps on ln(alpha - 1))."""
+    classic = rr + 2.0 * np.sqrt(rr * lid)
+    a, b = np.full(rr.shape, -12.0), np.full(rr.shape, 40.0)
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    c, e = b - g * (b - a), a + g * (b - a)
+    fc, fe = _cks(rr, 1.0 + np.exp(c), lid), _cks(rr, 1.0 + np.exp(e), lid)
+    for _ in range(60):
+        left = fc < fe
+        b, a = np.where(left, e, b), np.where(left, a, c)
+        c_next = np.where(left, b - g * (b - a), e)
+        e_next = np.where(left, c, a + g * (b - a))
+        fresh = _cks(rr, 1.0 + np.exp(np.where(left, c_next, e_next)), lid)
+        fc, fe = np.where(left, fresh, fe), np.where(left, fc, fresh)
+        c, e = c_next, e_next
+    return np.maximum(np.minimum(np.minimum(fc, fe), classic), 0.0)
+
+
+@pytest.mark.parametrize("delta", [1e-5, 1e-9, 1e-100, 5e-324])
+def test_zcdp_newton_solve_matches_the_golden_search_and_has_converged(
+        delta: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(7)
+    rho = np.concatenate([np.exp(rng.uniform(math.log(1e-8), math.log(1e12), 50_000)),
+                          [1e-8, 1e-3, 0.125, 1.0, 50.0, 150.0, 1e6, 1e12]])
+    lid = -math.log(delta)
+    new, old = _cks_min(rho, lid), _golden_cks_min(rho, lid)
+    # the same minimum: within a few ulps (both are then rounded up by 1e-13)
+    assert np.all(np.abs(new - old) <= 2e-15 * old)
+    # converged: more Newton steps move no answer by more than an ulp or two
+    monkeypatch.setattr(conversions, "_CKS_STEPS", 40)
+    assert np.all(np.abs(_cks_min(rho, lid) - new) <= 1e-15 * new)
 
 
 def test_zcdp_conversion_is_valid_for_the_gaussian():
