@@ -303,24 +303,26 @@ def _cks_min(rr: np.ndarray, lid: float, slack: float = 0.0) -> np.ndarray:
     replaces (about 60 steps with three transcendental functions each), with the same answers
     to a few ulps where ε is not near 0.
     """
-    classic = rr + 2.0 * np.sqrt(rr * lid)
+    # ρ near the top of the double range overflows to ε = inf, the documented answer: no
+    # warning (ρ is confidential; errstate is per thread, so it is set here)
     with np.errstate(divide="ignore", over="ignore"):
+        classic = rr + 2.0 * np.sqrt(rr * lid)
         t = np.minimum(0.5 * (math.log(lid) - np.log(rr)), 40.0)
-    for _ in range(_CKS_STEPS):
-        x = np.exp(t)
-        h = rr * x * x + np.log1p(x) - lid
-        slope = 2.0 * rr * x * x + x / (1.0 + x)
-        t = np.clip(t - h / slope, -12.0, 40.0)
-    alpha = 1.0 + np.exp(t)
-    bound = _cks(rr, alpha, lid)
-    if slack:
-        # the float error of the bound is a few ulps of the sum of its terms' magnitudes, which
-        # near ε = 0 is far above ε itself (the terms cancel): round up by that sum
-        am1 = alpha - 1.0
-        terms = alpha * rr + (lid - am1 * np.log1p(-1.0 / alpha) + np.log(alpha)) / am1
-        bound = bound + slack * terms
-        classic = classic * (1.0 + slack)
-    return np.maximum(np.minimum(bound, classic), 0.0)
+        for _ in range(_CKS_STEPS):
+            x = np.exp(t)
+            h = rr * x * x + np.log1p(x) - lid
+            slope = 2.0 * rr * x * x + x / (1.0 + x)
+            t = np.clip(t - h / slope, -12.0, 40.0)
+        alpha = 1.0 + np.exp(t)
+        bound = _cks(rr, alpha, lid)
+        if slack:
+            # the float error of the bound is a few ulps of the sum of its terms' magnitudes,
+            # which near ε = 0 is far above ε itself (the terms cancel): round up by that sum
+            am1 = alpha - 1.0
+            terms = alpha * rr + (lid - am1 * np.log1p(-1.0 / alpha) + np.log(alpha)) / am1
+            bound = bound + slack * terms
+            classic = classic * (1.0 + slack)
+        return np.maximum(np.minimum(bound, classic), 0.0)
 
 
 def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
