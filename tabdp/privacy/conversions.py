@@ -281,12 +281,16 @@ def _cks(rho: np.ndarray, alpha: np.ndarray, log_inv_delta: float) -> np.ndarray
 _BLOCK = 1 << 15
 #: Newton steps of :func:`_cks_min` (converged to an ulp or two after 6 on the tests' grid).
 _CKS_STEPS = 8
-#: zcdp_epsilon rounds every answer up by this relative amount (float error ~1e-15).
+#: zcdp_epsilon rounds every answer up by this much relative to the sum of the magnitudes of
+#: the bound's terms (float error: a few ulps of that sum, ~1e-15).
 _ZCDP_ROUND_UP = 1e-13
 
 
-def _cks_min(rr: np.ndarray, lid: float) -> np.ndarray:
+def _cks_min(rr: np.ndarray, lid: float, slack: float = 0.0) -> np.ndarray:
     """Minimum over α of the CKS bound, capped by the classic bound.
+
+    With ``slack`` > 0 the CKS value is rounded up by ``slack`` times the sum of its terms'
+    magnitudes (and the classic one by ``slack`` relative): a valid bound despite float error.
 
     With x = α − 1 the bound is f = αρ + L/x + ln(1 − 1/α) − ln(α)/x (L = ln 1/δ), whose
     derivative in α is ρ − (L − ln α)/x²: f is smallest where h = ρx² + ln(1 + x) − L = 0.
@@ -299,15 +303,26 @@ def _cks_min(rr: np.ndarray, lid: float) -> np.ndarray:
     replaces (about 60 steps with three transcendental functions each), with the same answers
     to a few ulps where ε is not near 0.
     """
-    classic = rr + 2.0 * np.sqrt(rr * lid)
+    # ρ near the top of the double range overflows to ε = inf, the documented answer: no
+    # warning (ρ is confidential; errstate is per thread, so it is set here)
     with np.errstate(divide="ignore", over="ignore"):
+        classic = rr + 2.0 * np.sqrt(rr * lid)
         t = np.minimum(0.5 * (math.log(lid) - np.log(rr)), 40.0)
-    for _ in range(_CKS_STEPS):
-        x = np.exp(t)
-        h = rr * x * x + np.log1p(x) - lid
-        slope = 2.0 * rr * x * x + x / (1.0 + x)
-        t = np.clip(t - h / slope, -12.0, 40.0)
-    return np.maximum(np.minimum(_cks(rr, 1.0 + np.exp(t), lid), classic), 0.0)
+        for _ in range(_CKS_STEPS):
+            x = np.exp(t)
+            h = rr * x * x + np.log1p(x) - lid
+            slope = 2.0 * rr * x * x + x / (1.0 + x)
+            t = np.clip(t - h / slope, -12.0, 40.0)
+        alpha = 1.0 + np.exp(t)
+        bound = _cks(rr, alpha, lid)
+        if slack:
+            # the float error of the bound is a few ulps of the sum of its terms' magnitudes,
+            # which near ε = 0 is far above ε itself (the terms cancel): round up by that sum
+            am1 = alpha - 1.0
+            terms = alpha * rr + (lid - am1 * np.log1p(-1.0 / alpha) + np.log(alpha)) / am1
+            bound = bound + slack * terms
+            classic = classic * (1.0 + slack)
+        return np.maximum(np.minimum(bound, classic), 0.0)
 
 
 def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
@@ -316,10 +331,11 @@ def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
     For each ρ, ε = min over Rényi orders α > 1 of
     α·ρ + (ln(1/δ) + (α−1)·ln(1−1/α) − ln α)/(α−1), found by Newton's method on the condition
     for the minimum (in ln(α−1)); any α gives a valid bound, so the solve only affects
-    tightness. The result is never above the classic ρ + 2·sqrt(ρ·ln(1/δ)) (times 1 + 1e-13:
-    every answer is rounded up by that much, which covers the rounding error of the float
-    evaluation). ln(1/δ) is taken as −ln δ, so every δ a double can hold works, down to the
-    smallest subnormal 5e-324.
+    tightness. The result is never above the classic ρ + 2·sqrt(ρ·ln(1/δ)) (times 1 + 1e-13).
+    Every answer is rounded up by 1e-13 times the sum of the magnitudes of the bound's terms,
+    which covers the rounding error of the float evaluation even near ε = 0, where the terms
+    cancel (a relative round-up of ε would not). ln(1/δ) is taken as −ln δ, so every δ a
+    double can hold works, down to the smallest subnormal 5e-324.
 
     Args:
         rho: zCDP losses ≥ 0 (``inf`` allowed).
@@ -351,7 +367,7 @@ def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
             # cache-sized blocks: the solve makes ~80 elementwise passes over its arrays
             for b in range(lo, hi, _BLOCK):
                 e = min(b + _BLOCK, hi)
-                res[b:e] = _cks_min(rr[b:e], lid)
+                res[b:e] = _cks_min(rr[b:e], lid, _ZCDP_ROUND_UP)
 
         n = rr.shape[0]
         workers = min(os.cpu_count() or 1, 8)
@@ -361,6 +377,5 @@ def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
             bounds = np.linspace(0, n, workers + 1).astype(int)
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(work, bounds[:-1], bounds[1:]))
-        # rounded up: the float evaluation of the bound errs by ~1e-15 relative in ε
-        out[ok] = res * (1.0 + _ZCDP_ROUND_UP)
+        out[ok] = res   # rounded up in _cks_min by the float error of the evaluation
     return out.reshape(shape)
