@@ -41,8 +41,8 @@ SPARK_CONF = {
     # generation no Java source is compiled per plan (measured on four privacy tests: 8% less
     # CPU; adaptive execution off and a C1-only JIT gave nothing measurable)
     "spark.sql.codegen.wholeStage": "false",
-    # nor per expression: interpreted evaluation (measured on 16 spark_full tests: 204 s -> 145 s
-    # wall together with the JVM options below)
+    # nor per expression: interpreted evaluation. Together with the JVM options below, measured on
+    # 16 spark_full tests: JVM CPU 187 s -> 104 s, wall 239 s -> 145 s (machine shared, load 3-6)
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     # the JVM runs briefly on tiny data: the C1 compiler only (C2 spent most of the JIT time) and
     # the serial collector (2 cores shared with the Python workers). Applied at JVM launch, since
