@@ -51,8 +51,8 @@ from tabdp.frame._output import (
 )
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import Mechanism, check_level, pure_to_zcdp
-from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.mechanisms._totals import ExactTotals
+from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, UnitLosses
 from tabdp.privacy.session import Session
