@@ -50,8 +50,9 @@ from tabdp.frame._output import (
     is_integral_release,
 )
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import Mechanism, check_level
+from tabdp.mechanisms._base import Mechanism, check_level, pure_to_zcdp
 from tabdp.mechanisms._totals import ExactTotals
+from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, UnitLosses
 from tabdp.privacy.session import Session
@@ -990,6 +991,8 @@ class _Policy:
         self.joint = bool(getattr(mechanism, "joint", False)) and len(measures) > 0
         self.approx = mechanism.dp_delta is not None
         self.guarantee = UnitLosses.guarantee_of(mechanism)
+        # an additive mechanism that keeps the inherited ρ = pure_to_zcdp(ε): ε computed once
+        self.rho_from_epsilon = type(mechanism).rho is AdditiveMechanism.rho
 
     def currencies(self) -> list[tuple[str, list[str]]]:
         """(currency, measures charged at once) of the release."""
@@ -1000,7 +1003,11 @@ class _Policy:
         return [(m, [m]) for m in self.measures]
 
     def __call__(self, d: np.ndarray) -> tuple[np.ndarray, ...]:
-        r, e = self.mechanism.rho(d), self.mechanism.epsilon(d)
+        if self.rho_from_epsilon:  # the same operations as rho(d), with ε evaluated once
+            e = self.mechanism.epsilon(d)
+            r = pure_to_zcdp(e)
+        else:
+            r, e = self.mechanism.rho(d), self.mechanism.epsilon(d)
         if not self.approx:
             return np.asarray(r, dtype=np.float64), np.asarray(e, dtype=np.float64)
         ea, da = self.mechanism.approx_policy(d)
@@ -1010,9 +1017,12 @@ class _Policy:
 
 def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     """|value|·2**-bits as float64, never below the exact magnitude (charges are upper bounds)."""
-    a = values.abs()
-    f = a.cast(pl.Float64).to_numpy() * (2.0 ** -bits)
-    big = (a >= (1 << 53)).to_numpy()
+    # an integer below 2**53 converts exactly (to a float below 2**53) and one at or above it to
+    # a float at or above it (rounding is monotone, 2**53 is a double): the float tells which
+    # magnitudes were rounded, no second pass over the 128-bit integers
+    a = values.abs().cast(pl.Float64).to_numpy()
+    big = a >= 2.0**53
+    f = a * (2.0 ** -bits)
     if np.any(big):
         f = np.where(big, np.nextafter(f, np.inf), f)
     return f
