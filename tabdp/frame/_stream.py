@@ -205,7 +205,8 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
         if delta is not None:
             fields["epsilon_delta"] = pl.Float64
     else:
-        for j in [] if target is None else [target]:
+        if target is not None:
+            j = target
             fields |= {f"ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
             if track:
                 fields |= {f"crho{j}": pl.Float64, f"csize{j}": pl.Float64}

@@ -314,12 +314,14 @@ def _cks_min(rr: np.ndarray, lid: float, slack: float = 0.0) -> np.ndarray:
             slope = 2.0 * rr * x * x + x / (1.0 + x)
             t = np.clip(t - h / slope, -12.0, 40.0)
         alpha = 1.0 + np.exp(t)
-        bound = _cks(rr, alpha, lid)
+        am1 = alpha - 1.0
+        # _cks's operations, with its logarithms kept for the round-up below
+        log_frac, log_alpha = np.log1p(-1.0 / alpha), np.log(alpha)
+        bound = alpha * rr + (lid + am1 * log_frac - log_alpha) / am1
         if slack:
             # the float error of the bound is a few ulps of the sum of its terms' magnitudes,
             # which near ε = 0 is far above ε itself (the terms cancel): round up by that sum
-            am1 = alpha - 1.0
-            terms = alpha * rr + (lid - am1 * np.log1p(-1.0 / alpha) + np.log(alpha)) / am1
+            terms = alpha * rr + (lid - am1 * log_frac + log_alpha) / am1
             bound = bound + slack * terms
             classic = classic * (1.0 + slack)
         return np.maximum(np.minimum(bound, classic), 0.0)
