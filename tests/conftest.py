@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _engines import ENGINES, as_engine, as_polars, build_frame, spark_session  # noqa: E402
 
 _CACHE_ENV = "TABDP_CACHE_DIR"
+_SHARED_ENV = "TABDP_TEST_CACHE_SHARED"  # the run's folder, for pytest-xdist's workers
 _CACHE_KEY = pytest.StashKey[tuple[str, "str | None"]]()
 
 
@@ -40,11 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
     """Give the whole test run its own empty on-disk table cache (``tabdp._cache``).
 
     It is removed at the end, so tests never read or write the user's cache. A test that needs
-    another folder opts in with ``monkeypatch.setenv("TABDP_CACHE_DIR", ...)``.
+    another folder opts in with ``monkeypatch.setenv("TABDP_CACHE_DIR", ...)``. Under
+    ``pytest -n`` (pytest-xdist) the workers share the controller's folder: a table is built
+    once per run (the cache is safe for concurrent writers, tests/noise/test_table_cache.py).
     """
+    shared = os.environ.get(_SHARED_ENV) if hasattr(config, "workerinput") else None
+    if shared:  # a pytest-xdist worker: the controller's folder (the controller removes it)
+        config.stash[_CACHE_KEY] = (None, None)
+        os.environ[_CACHE_ENV] = shared
+        return
     folder = tempfile.mkdtemp(prefix="tabdp-test-cache-")
     config.stash[_CACHE_KEY] = (folder, os.environ.get(_CACHE_ENV))
     os.environ[_CACHE_ENV] = folder
+    os.environ[_SHARED_ENV] = folder  # inherited by the workers `pytest -n` starts
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -52,6 +61,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     folder, old = config.stash.get(_CACHE_KEY, (None, None))
     if folder is None:
         return
+    os.environ.pop(_SHARED_ENV, None)
     if old is None:
         os.environ.pop(_CACHE_ENV, None)
     else:
@@ -63,9 +73,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     On the ``spark`` engine the default set is the engine equality test and every frame test
     that asserts a refusal (bad input: ``pytest.raises`` in its body); the other frame tests'
-    Spark runs and the privacy suite's Spark runs carry ``spark_full``, so CI within its time
-    budget deselects them with ``-m "not spark_full"`` (tests/frame/test_spark.py and
-    tests/privacy/test_review_r3.py's Spark twin run Spark releases in CI directly).
+    Spark runs and the privacy suite's Spark runs carry ``spark_full``. CI runs them all
+    (``make test``); a developer deselects them with ``-m "not spark_full"``.
     """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
@@ -74,7 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(str(item.path))
         if path.parent.name == "privacy":
             # the privacy suite on Spark (tens of Spark sessions' worth of releases, several
-            # hypothesis searches) exceeds CI's budget: it runs with -m spark_full
+            # hypothesis searches): minutes, run by CI, deselectable locally
             item.add_marker(pytest.mark.slow)
             item.add_marker(pytest.mark.spark_full)
             continue

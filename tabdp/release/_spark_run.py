@@ -91,9 +91,9 @@ def start_spark(master: str | None) -> tuple[Any, Any]:
 
     A SparkSession already active in this process is used as it is (its own master wins).
     The Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise. A
-    session created here logs nothing (Spark's log lines could quote data values); a local
-    master gets 8 shuffle partitions. Other settings come from Spark's own configuration
-    (``spark-defaults.conf``, ``SPARK_CONF_DIR``).
+    session created here logs nothing (Spark's log lines could quote data values) and does not
+    record Python call sites in its plans; a local master gets 8 shuffle partitions. Other
+    settings come from Spark's own configuration (``spark-defaults.conf``, ``SPARK_CONF_DIR``).
 
     Args:
         master: A Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...).
@@ -114,7 +114,11 @@ def start_spark(master: str | None) -> tuple[Any, Any]:
     if active is not None:
         return active, None
     builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName("tabdp-run") \
-        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.ui.showConsoleProgress", "false") \
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
+    # (PySpark's record of the Python call site of every Column function, for its error
+    # messages: four JVM round trips per call, most of a release's round trips; a run's
+    # failures are reported in failure.json without Spark's call sites)
     if (master or DEFAULT_MASTER).startswith("local"):
         # one machine: a few shuffle partitions (Spark's default of 200 is meant for clusters)
         builder = builder.config("spark.sql.shuffle.partitions", "8")
