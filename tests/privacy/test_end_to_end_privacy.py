@@ -307,8 +307,8 @@ def test_no_unit_is_ever_charged_past_its_budget(budget, to_engine, engine):
     frame = to_engine(df)
     spent: dict[str, dict[int, float]] = {}
     size: dict[str, dict[int, float]] = {}
-    # 25 queries (12 on Spark, about 2.5 s a query with its report)
-    for q in range(12 if engine == "spark" else 25):
+    # 25 queries (8 on Spark, about 2.5 s a query with its report)
+    for q in range(8 if engine == "spark" else 25):
         kind = rng.choice(["payroll", "emp", "count"])
         sigma = float(10 ** rng.uniform(-0.5, 4))
         name = f"q{q}"
