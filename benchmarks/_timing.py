@@ -1,10 +1,11 @@
-"""Shared by the benchmarks: interleaved timing rounds and the synthetic workload file."""
+"""Shared by the benchmarks: timing rounds, the workload file, plain group-by baselines."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 
 def interleaved_times(fns: Mapping[str, Callable[[], object]],
@@ -46,3 +47,28 @@ def write_workload(path: Path, n: int) -> str:
     generate_establishments(n, seed=20261126, n_states=50,
                             counties_per_state=63).write_parquet(path)
     return str(path)
+
+
+def groupby_baselines(spark: Any, path: str, by: list[str]) -> dict[str, Callable[[], None]]:
+    """Plain Polars and Spark group-bys of the workload: sums of payroll and employment, a count.
+
+    Args:
+        spark: A SparkSession.
+        path: The workload's Parquet file.
+        by: Group-by columns.
+
+    Returns:
+        ``{"polars_groupby": fn, "spark_groupby": fn}``; each collects its result.
+    """
+    import polars as pl
+    from pyspark.sql import functions as F
+
+    def polars_groupby() -> None:
+        (pl.scan_parquet(path).group_by(by)
+         .agg(pl.col("payroll").sum(), pl.col("employment").sum(), pl.len()).collect())
+
+    def spark_groupby() -> None:
+        (spark.read.parquet(path).groupBy(*by)
+         .agg(F.sum("payroll"), F.sum("employment"), F.count(F.lit(1))).collect())
+
+    return {"polars_groupby": polars_groupby, "spark_groupby": spark_groupby}

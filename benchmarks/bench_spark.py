@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _timing import interleaved_times, write_workload  # noqa: I001  (a sibling module: benchmarks run as scripts)
+from _timing import groupby_baselines, interleaved_times, write_workload  # noqa: I001  (a sibling module: benchmarks run as scripts)
 
 HERE = Path(__file__).resolve().parent
 BY = ["county", "naics2"]
@@ -52,7 +52,6 @@ def _hwm_mb() -> float:
 
 def _variants(spark: Any, path: str, out_dir: str) -> dict[str, Callable[[], None]]:
     import polars as pl
-    from pyspark.sql import functions as F
 
     import tabdp
     from tabdp import mechanisms as mech
@@ -62,13 +61,7 @@ def _variants(spark: Any, path: str, out_dir: str) -> dict[str, Callable[[], Non
                                   naics2=sorted(kf["naics2"].unique().to_list()))
     m = mech.Gaussian(sigma=1e4)
 
-    def polars_groupby() -> None:
-        (pl.scan_parquet(path).group_by(BY)
-         .agg(pl.col("payroll").sum(), pl.col("employment").sum(), pl.len()).collect())
-
-    def spark_groupby() -> None:
-        (spark.read.parquet(path).groupBy(*BY)
-         .agg(F.sum("payroll"), F.sum("employment"), F.count(F.lit(1))).collect())
+    base = groupby_baselines(spark, path, BY)
 
     def tabdp_run(engine: str, unit: str | None, tag: str) -> Callable[[], None]:
         def run() -> None:
@@ -84,8 +77,7 @@ def _variants(spark: Any, path: str, out_dir: str) -> dict[str, Callable[[], Non
                 pr.write.mode("overwrite").parquet(target)
         return run
 
-    out: dict[str, Callable[[], None]] = {"polars_groupby": polars_groupby,
-                                          "spark_groupby": spark_groupby}
+    out: dict[str, Callable[[], None]] = dict(base)
     for u, col in UNITS.items():
         out[f"polars_tabdp_{u}"] = tabdp_run("polars", col, f"polars_{u}")
         out[f"spark_tabdp_{u}"] = tabdp_run("spark", col, f"spark_{u}")
