@@ -61,8 +61,6 @@ def _variants(spark: Any, path: str, out_dir: str) -> dict[str, Callable[[], Non
                                   naics2=sorted(kf["naics2"].unique().to_list()))
     m = mech.Gaussian(sigma=1e4)
 
-    base = groupby_baselines(spark, path, BY)
-
     def tabdp_run(engine: str, unit: str | None, tag: str) -> Callable[[], None]:
         def run() -> None:
             s = tabdp.Session(unit=unit, seed=1)
@@ -77,7 +75,7 @@ def _variants(spark: Any, path: str, out_dir: str) -> dict[str, Callable[[], Non
                 pr.write.mode("overwrite").parquet(target)
         return run
 
-    out: dict[str, Callable[[], None]] = dict(base)
+    out: dict[str, Callable[[], None]] = groupby_baselines(spark, path, BY)
     for u, col in UNITS.items():
         out[f"polars_tabdp_{u}"] = tabdp_run("polars", col, f"polars_{u}")
         out[f"spark_tabdp_{u}"] = tabdp_run("spark", col, f"spark_{u}")
