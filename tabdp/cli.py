@@ -358,7 +358,22 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
               f"{n_tables} table(s))\n")
     out.write(f"  Confidential outputs: {res.confidential}  (per_record_losses.parquet, "
               "confidential_report.html: never publish)\n")
+    if spec.budget is not None:
+        _write_left_out(res.left_out, err)
     return EXIT_OK
+
+
+def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO) -> None:
+    """Curator mode: what the budget left out of each table (empty in author mode)."""
+    from tabdp.release.runner import left_out_in_words
+
+    lines = left_out_in_words(left_out)
+    if left_out and not lines:
+        err.write("Budget (curator, do not publish): no unit was left out of any table.\n")
+    for line in lines:
+        err.write(f"WARNING (curator, do not publish): {line}; totals there are biased "
+                  "downward and sd/moe do not include it (confidential.json, "
+                  "left_out_by_budget).\n")
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,

@@ -95,6 +95,9 @@ class ReleaseResult:
         coverage: Curator mode only (empty in author mode): warnings that the input is empty
             or that rows fall outside a table's key set; they depend on the data (for the
             curator's terminal, never for a public file). Counts are in ``confidential.json``.
+        left_out: CONFIDENTIAL, curator mode only (empty in author mode): per released table,
+            what the budget's individual filter left out (:func:`left_out_by_table`), as in
+            ``confidential.json``.
     """
 
     public: Path
@@ -102,6 +105,7 @@ class ReleaseResult:
     files: list[str]
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     coverage: list[str] = field(default_factory=list)
+    left_out: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # -- planning (no data) -----------------------------------------------------------------------
@@ -1671,6 +1675,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
     manifest = _manifest(spec, summary, started, __version__)
     coverage, coverage_counts = _coverage(session)
+    left_out = left_out_by_table(session)
+    check_left_out(spec, left_out)  # before anything is written
     worst = _worst_cells(session)
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
@@ -1714,15 +1720,140 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             "worst_cells": {r.name: _sorted_cells(_strip_national(
                 r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
             "counts": confidential["releases"],
+            "left_out": left_out,
+            "max_left_out": None if spec.budget is None else spec.budget.max_left_out,
             "top_n": 20,
         }), encoding="utf-8")
         # Hygiene: every public file carries the manifest's one timestamp (no processing
         # time leaks through mtimes); confidential files are the owner's only.
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
+    curator = spec.input.mode == "curator"
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()},
-                         coverage if spec.input.mode == "curator" else [])
+                         coverage if curator else [], left_out if curator else {})
+
+
+def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
+    """CONFIDENTIAL: per release of ``session``, what the budget's individual filter left out.
+
+    A unit whose loss would pass its budget is left out of a table (its rows and values are
+    dropped from the cells; the table is still released): totals are biased downward by what
+    was left out, and the published sd / moe do not include that bias. Per release: ``units``
+    and ``rows`` left out, ``rows_share`` (of the rows in released cells) and, for sums, per
+    measure the exact ``left_out`` amount, the ``total`` in released cells and their
+    ``share``. ``max_share`` is the largest of these shares.
+
+    Args:
+        session: The session the tables were released in.
+
+    Returns:
+        Release name → its counts (only releases whose engine reports them).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, budget=0.5)
+        >>> df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 50.0, 2.0]})
+        >>> _ = df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+        ...               mechanism=tabdp.mechanisms.Gaussian(40.0), session=s, name="x")
+        >>> got = left_out_by_table(s)["x"]
+        >>> got["units"], got["rows"], got["measures"]["x"]["share"]
+        (1, 1, 0.9433962264150944)
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for r in session.records:
+        c = r.confidential
+        if "units_left_out_by_budget" not in c:
+            continue
+        rows_in = int(c.get("rows_in_released_cells") or 0)
+        rows = c.get("rows_left_out_by_budget")
+        measures = {m: dict(v) for m, v in (c.get("left_out_by_budget") or {}).items()}
+        rows_share = None if rows is None else (rows / rows_in if rows_in else 0.0)
+        shares = [x for x in [rows_share, *[v["share"] for v in measures.values()]]
+                  if x is not None]
+        out[r.name] = {"units": int(c["units_left_out_by_budget"]), "rows": rows,
+                       "rows_in_released_cells": rows_in, "rows_share": rows_share,
+                       "measures": measures, "max_share": max(shares) if shares else None}
+    return out
+
+
+def left_out_in_words(left_out: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """CONFIDENTIAL: one line per table with units left out by the budget (curator only).
+
+    Args:
+        left_out: From :func:`left_out_by_table`.
+
+    Returns:
+        The lines (none when no unit was left out).
+
+    Example:
+        >>> left_out_in_words({"t": {"units": 3, "rows": 4, "rows_share": 0.04,
+        ...     "measures": {"x": {"share": 0.35}}}, "u": {"units": 0}})
+        ['t: 3 units (4 rows, 4.00% of its rows) left out by the budget; left out: x 35.00%']
+    """
+    lines = []
+    for name, v in left_out.items():
+        if not v.get("units"):
+            continue
+        rows = v.get("rows")
+        rows_txt = "" if rows is None else (
+            f" ({rows:,} rows, {100 * (v.get('rows_share') or 0.0):.2f}% of its rows)")
+        meas = ", ".join(f"{m} {100 * x['share']:.2f}%" for m, x in v.get("measures", {}).items())
+        lines.append(f"{name}: {v['units']:,} units{rows_txt} left out by the budget"
+                     + (f"; left out: {meas}" if meas else ""))
+    return lines
+
+
+class LeftOutError(DataValidationError):
+    """The budget left out more than ``budget.max_left_out`` of a table (curator mode).
+
+    Raised inside a run after the data was read: it becomes the run's generic
+    :class:`DataDependentFailure`; its text and :attr:`confidential` details go only to
+    ``failure.json``.
+
+    Example:
+        >>> err = LeftOutError({"t": 0.5}, 0.1)
+        >>> err.confidential["tables_over_limit"]
+        {'t': 0.5}
+    """
+
+    def __init__(self, over: Mapping[str, float], limit: float) -> None:
+        """Name the tables whose largest left-out share passed ``limit``."""
+        shown = ", ".join(f"{k} ({v:.2%})" for k, v in over.items())
+        super().__init__(
+            f"the budget left out more than budget.max_left_out = {limit:g} of the rows or of "
+            f"a measure of: {shown}. Nothing was written.\nHint: raise the budget for the "
+            "record sizes left out (tabdp plan lists them), lower the tables' losses, or raise "
+            "budget.max_left_out.",
+            confidential={"tables_over_limit": dict(over), "max_left_out": limit})
+
+
+def check_left_out(spec: Any, left_out: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a curator run whose budget left out more than ``budget.max_left_out``.
+
+    Args:
+        spec: The release spec (its ``budget`` and ``input.mode`` are read).
+        left_out: From :func:`left_out_by_table`.
+
+    Raises:
+        LeftOutError: A table's largest left-out share (rows or a measure) passed the limit.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> spec = NS(budget=NS(max_left_out=0.1), input=NS(mode="curator"))
+        >>> check_left_out(spec, {"t": {"max_share": 0.05}})
+        >>> check_left_out(spec, {"t": {"max_share": 0.5}})
+        Traceback (most recent call last):
+        ...
+        tabdp.release.runner.LeftOutError: the budget left out more ...
+    """
+    limit = None if spec.budget is None else spec.budget.max_left_out
+    if limit is None or spec.input.mode != "curator":
+        return
+    over = {k: float(v["max_share"]) for k, v in left_out.items()
+            if v.get("max_share") is not None and v["max_share"] > limit}
+    if over:
+        raise LeftOutError(over, limit)
 
 
 def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
@@ -1839,6 +1970,8 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
                           "dropped": negatives["dropped"]},
             "exact_rounding_fallbacks": dict(r.fallbacks),
         }
+    for name, lo in left_out_by_table(session).items():
+        releases[name]["left_out_by_budget"] = lo
     summary = session.report(delta=spec.release.delta).confidential_summary()
     return {
         "CONFIDENTIAL": "derived from individual records: do not publish",

@@ -1033,6 +1033,33 @@ def _frame_table(df: pl.DataFrame, *, caption: str | None = None,
     return _table(headers, rows, caption=caption, raw=True)
 
 
+def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any) -> str:
+    """CONFIDENTIAL: per table, the units, rows and share of each measure the filter left out."""
+    measures = sorted({m for v in left_out.values() for m in (v.get("measures") or {})})
+    rows = []
+    for name, v in left_out.items():
+        ms = v.get("measures") or {}
+        rows.append({"table": name, "units_left_out": v.get("units"),
+                     "rows_left_out": v.get("rows"), "share_of_rows": v.get("rows_share"),
+                     **{f"share_of_{m}": (ms[m]["share"] if m in ms else None)
+                        for m in measures}})
+    pct = ("share_of_rows", *[f"share_of_{m}" for m in measures])
+    table = _frame_table(pl.DataFrame(rows, strict=False), percent=pct) if rows else \
+        "<p>No tables.</p>"
+    lim = ("" if limit is None else
+           f" The spec allows at most {_e(_percent(limit))} (<code>budget.max_left_out</code>) "
+           "of a table's rows or of any measure to be left out; a run above it fails.")
+    any_left = any(v.get("units") for v in left_out.values())
+    head = ('<div class="callout warn"><p><b>The budget left units out.</b> Their rows and '
+            "values are missing from the published cells, so the totals there are biased "
+            "downward by the amounts below; the published sd and moe do not include this "
+            "bias.</p></div>" if any_left else "")
+    return (head + "<p>A unit whose loss would pass its budget is left out of a query (the "
+            "individual filter): the query runs without it. Per table: the units and rows left "
+            "out and the share of each measure they held (exact sums over the rows in released "
+            "cells; counts: the share of rows)." + lim + "</p>" + table)
+
+
 def _percent(v: Any) -> str:
     f = _float(v)
     if f is None:
@@ -1345,12 +1372,15 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         stats.append(("Units over the budget", _e(over)))
         if over:
             budget_note = ('<div class="callout warn"><p><b>Some units are over the budget.</b> '
-                           "This should not happen: tabdp refuses releases that exceed it. "
-                           "Check the run.</p></div>")
+                           "This should not happen: the individual filter leaves a unit out of "
+                           "a query rather than let it pass its budget. Check the run.</p></div>")
     ov = [_kv(stats), budget_note, "<h3>Budget</h3>", _budget_html(budget, public=False)]
     extra_keys = {"release", "unit", "seed", "budget", "per_record", "total_policy_curve",
-                  "worst_cells", "counts", "top_n"}
+                  "worst_cells", "counts", "top_n", "left_out", "max_left_out"}
     body.append(_section("overview", "Overview", "".join(ov)))
+    if report.get("left_out") is not None:
+        body.append(_section("left-out", "Left out by the budget",
+                             _left_out_html(report["left_out"], report.get("max_left_out"))))
 
     # -- plots
     h_edges, h_counts, left_out = los.hist
