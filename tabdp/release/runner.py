@@ -41,7 +41,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -431,6 +431,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "tables": tables,
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
         "budget_check": _budget_check(spec, total),
+        "left_out_sizes": (lo_sizes := left_out_sizes(spec)),
+        "left_out_in_words": ([LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(lo_sizes, unit)]
+                              if spec.budget is not None else []),
         "guarantee_in_words": curve_in_words(
             total_policy_curve(entries, _few(sizes), delta), delta, unit=unit,
             where=" over the whole release (size in each table's own measure)"),
@@ -458,6 +461,189 @@ def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[s
         rows.append({"delta": row["delta"], "planned_rho": rho, "limit": limit,
                      "exceeds": rho is None or rho > limit})
     return rows
+
+
+#: Sizes where the plan looks for left-out units: 1 to 1e13, 40 points per decade.
+_LEFT_OUT_GRID = 10.0 ** np.linspace(0.0, 13.0, 521)
+
+
+class _Charge(NamedTuple):
+    """A release's planned ρ in one currency.
+
+    ``k`` times the policy at the size (or at ``rows`` rows for counts, whatever the size).
+    """
+
+    mechanism: Any
+    k: int
+    rows: float | None = None
+
+    def __call__(self, sizes: np.ndarray) -> np.ndarray:
+        at = sizes if self.rows is None else np.full(np.shape(sizes), self.rows)
+        return np.asarray(self.mechanism.rho(at), dtype=np.float64) * self.k
+
+
+def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]:
+    """Per release in run order (each table, then its direct rollups): currency → charge.
+
+    A unit touches at most ``max_cells`` cells of a table (1 without a bound); counts charge
+    at ``plan.count_rows`` rows.
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    cells = spec.input.max_cells or 1
+    out = []
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        if t.kind == "count":
+            charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
+        elif getattr(mech, "joint", False):
+            charge = {"+".join(t.measures): _Charge(mech, cells)}
+        else:
+            charge = {m: _Charge(_measure_mechanism(mech, m), cells)
+                      for m in _released_measures(t)}
+        names = [t.name, *[f"{t.name}__{r.label}" for r in t.rollups if r.direct]]
+        out += [(n, charge) for n in names]
+    return out
+
+
+def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
+    """Public: per released table and currency, the record sizes the budget leaves out.
+
+    From the public curves alone (no data): a unit contributing ``size`` of a measure to
+    ``max_cells`` cells (1 without a bound) of every table releasing that measure, and nothing
+    of any other measure (counts: ``plan.count_rows`` rows per cell), is followed through the
+    tables in the spec's order; each table's individual filter admits it while its loss so far
+    plus the table's stays within the budget (under a curve budget: in that measure's own
+    currency, at that size), and a unit left out of a table pays nothing there. Units that
+    contribute more elsewhere (a constant budget sums every currency) or to more cells are
+    left out at smaller sizes.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        Rows ``{"table", "currency", "left_out_from", "all_above", "plan_sizes_left_out"}``:
+        the smallest size left out (``None``: no size up to 1e13; counts: ``0`` when a unit
+        with ``plan.count_rows`` rows is left out), whether every larger size is left out too,
+        and the spec's ``plan.record_sizes`` that are left out. Empty without a budget.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> rows = left_out_sizes(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> rows[0]["table"], rows[0]["currency"], rows[0]["left_out_from"]
+        ('county_naics2_payroll', 'payroll', None)
+    """
+    if spec.budget is None:
+        return []
+    from tabdp.privacy.budget import ROWS_CURRENCY, Budget
+
+    b = Budget(spec.budget.rho)
+    releases = _released_charges(spec)
+    plan_sizes = np.asarray(sorted(float(x) for x in spec.plan.record_sizes), dtype=np.float64)
+    grid = np.unique(np.concatenate([_LEFT_OUT_GRID, plan_sizes]))
+    rows_at = float(spec.plan.count_rows)
+    out: list[dict[str, Any]] = []
+    focus = list(dict.fromkeys(c for _, ch in releases for c in ch))
+
+    def simulate(f: str, sizes: np.ndarray) -> dict[str, np.ndarray]:
+        """Per release charging currency f: left out at ``sizes`` in f (0 elsewhere)."""
+        spent: dict[str, np.ndarray] = {}
+        left: dict[str, np.ndarray] = {}
+        zero = np.zeros_like(sizes)
+        for name, charge in releases:
+            new = {c: (fn(sizes) if c == f else fn(zero)) for c, fn in charge.items()}
+            if not b.per_currency:
+                tot = sum(new.values(), zero)
+                old = spent.get("*", zero)
+                ok = old + tot <= float(b.limit(1.0))
+                spent["*"] = np.where(ok, old + tot, old)
+                oks = dict.fromkeys(new, ok)
+            else:
+                oks = {}
+                for c, v in new.items():
+                    size = sizes if c == f else (np.full_like(sizes, rows_at)
+                                                 if c == ROWS_CURRENCY else zero)
+                    old = spent.get(c, zero)
+                    oks[c] = old + v <= b.limit(size, c)
+                    spent[c] = np.where(oks[c], old + v, old)
+            if f in oks:
+                left[name] = ~oks[f]
+        return left
+
+    found: dict[tuple[str, str], np.ndarray] = {}
+    first_out: dict[tuple[str, str], float] = {}
+    for f in focus:
+        for name, mask in simulate(f, grid).items():
+            found[(name, f)] = mask
+            idx = np.flatnonzero(mask)
+            if f == ROWS_CURRENCY or not idx.size:
+                continue
+            # the threshold between the last size kept and the first left out, by bisection
+            lo_s, hi_s = (float(grid[idx[0] - 1]) if idx[0] else 0.0), float(grid[idx[0]])
+            for _ in range(80):
+                mid = 0.5 * (lo_s + hi_s)
+                if mid in (lo_s, hi_s):
+                    break
+                if simulate(f, np.array([mid]))[name][0]:
+                    hi_s = mid
+                else:
+                    lo_s = mid
+            first_out[(name, f)] = hi_s
+    for name, charge in releases:
+        for c in charge:
+            lo = found[(name, c)]
+            if c == ROWS_CURRENCY:  # the size is the rows counted, not the measure's size
+                left = bool(lo[0])
+                out.append({"table": name, "currency": c, "left_out_from": 0.0 if left else None,
+                            "all_above": left, "count_rows": spec.plan.count_rows,
+                            "plan_sizes_left_out": []})
+                continue
+            idx = np.flatnonzero(lo)
+            first = first_out.get((name, c))
+            in_plan = [float(x) for x, bad in zip(grid, lo, strict=True)
+                       if bad and x in set(plan_sizes.tolist())]
+            out.append({"table": name, "currency": c, "left_out_from": first,
+                        "all_above": bool(idx.size and lo[idx[0]:].all()),
+                        "plan_sizes_left_out": in_plan})
+    return out
+
+
+def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit"
+                            ) -> list[str]:
+    """Plain-language statements of :func:`left_out_sizes` (public).
+
+    Example:
+        >>> got = left_out_sizes_in_words([{"table": "t", "currency": "x",
+        ...     "left_out_from": 1e6, "all_above": True, "plan_sizes_left_out": [1e6]}])
+        >>> got[0][:55]
+        't: a unit contributing more than about 1e+06 of x to a '
+    """
+    lines = []
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    for r in rows:
+        first = r["left_out_from"]
+        if first is None:
+            continue
+        if r["currency"] == "rows":
+            lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
+                         "cell is left out of this table by the budget")
+            continue
+        where = "" if r["all_above"] else " (and at some larger sizes)"
+        lines.append(f"{r['table']}: {a} {unit} contributing more than about {first:.3g} of "
+                     f"{r['currency']} to a cell{where} is left out of this table by the "
+                     "budget (its values are missing from the published totals)")
+    return lines
+
+
+#: The public statement of what left-out units do to the published tables.
+LEFT_OUT_BIAS_TEXT = (
+    "The budget is enforced as an individual filter: a unit whose loss would pass its budget "
+    "is left out of a table (the table is still published, without its contributions). "
+    "Left-out units bias totals downward, and the published sd and moe do not include that "
+    "bias. Which record sizes a budget can leave out follows from the public curves alone "
+    "(listed per table); how many units were left out is known only to the curator.")
 
 
 def _budget_dict(spec: ReleaseSpec) -> dict[str, Any]:

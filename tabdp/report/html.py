@@ -437,13 +437,16 @@ def _budget_html(budget: Any, *, public: bool = True) -> str:
         pts = _budget_points(budget)
         if kind == "constant" or (kind is None and _float(budget.get("rho")) is not None):
             text = (f"<p>Every record's total loss is limited to ρ ≤ <b>{_e(budget.get('rho'))}"
-                    "</b>, whatever its size. A release that would take any record past it is "
-                    "refused before noise is drawn.</p>")
+                    "</b>, whatever its size, over every currency. It is enforced as an "
+                    "individual filter: a record whose loss would pass it is left out of that "
+                    "table (the table is still released, without its contributions).</p>")
             rest = {k: v for k, v in budget.items() if k not in ("kind", "rho")}
         elif pts:
             text = ("<p>Each record's total loss is limited by a curve depending on its size "
-                    "(its largest contribution to a released cell). A release that would take "
-                    "any record past it is refused before noise is drawn.</p>" +
+                    "(its largest contribution to a released cell), in each currency (each "
+                    "measure, and rows for counts) separately. It is enforced as an individual "
+                    "filter: a record whose loss would pass it is left out of that table (the "
+                    "table is still released, without its contributions).</p>" +
                     _table(["record size", "ρ limit"], [[s, r] for s, r in pts]))
             rest = {k: v for k, v in budget.items()
                     if k not in ("kind", "points", "sizes", "rho")}
@@ -852,7 +855,10 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         prot.append("<h3>Input rules</h3>" + _kv(pairs))
     body.append(_section("protected", "What is protected", "".join(prot)))
     body.append(words_html)
-    body.append(_section("budget", "Budget", _budget_html(summary.get("budget"))))
+    left_words = summary.get("left_out_in_words") or []
+    body.append(_section("budget", "Budget", _budget_html(summary.get("budget")) + (
+        "<h3>Units left out by the budget</h3>"
+        + "".join(f"<p>{_e(w.rstrip('.'))}.</p>" for w in left_words) if left_words else "")))
 
     # -- plot 1: loss curves
     curves: dict[str, Sequence[Mapping[str, Any]]] = {}
