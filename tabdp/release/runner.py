@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import shutil
@@ -399,11 +400,19 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
                 for m in measures},
             "rollups": rollups,
-            "guarantee_in_words": curve_in_words(
-                total_policy_curve([entry], sorted(float(s) for s in t.calibration["targets"])
-                                   if t.calibration is not None else _few(sizes), delta),
-                delta, unit=unit, where=" in this table",
-                count_rows=spec.plan.count_rows if t.kind == "count" else None),
+            "guarantee_in_words": [
+                line for m in (measures if t.kind == "sum" and len(measures) > 1
+                               and not getattr(mech, "joint", False) else [None])
+                for line in curve_in_words(
+                    total_policy_curve(
+                        [entry if m is None else (_measure_mechanism(mech, m), cells)],
+                        sorted(float(s) for s in t.calibration["targets"])
+                        if t.calibration is not None else _few(sizes), delta),
+                    delta, unit=unit,
+                    where=(f" in this table{_per_cell_note(spec)}" if m is None else
+                           f" in this table's {m} cells (size: its {m})"
+                           f"{_per_cell_note(spec)}"),
+                    count_rows=spec.plan.count_rows if t.kind == "count" else None)],
             "forecast": outlook[t.name]["flag_curve"],
             "usability_issues": outlook[t.name]["issues"],
         })
@@ -434,9 +443,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "left_out_sizes": (lo_sizes := left_out_sizes(spec)),
         "left_out_in_words": ([LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(lo_sizes, unit)]
                               if spec.budget is not None else []),
-        "guarantee_in_words": curve_in_words(
-            total_policy_curve(entries, _few(sizes), delta), delta, unit=unit,
-            where=" over the whole release (size in each table's own measure)"),
+        "guarantee_in_words": release_guarantee_in_words(spec, unit),
         "usability_issues": [{"path": p, "message": m} for p, m in issues],
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
@@ -461,6 +468,121 @@ def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[s
         rows.append({"delta": row["delta"], "planned_rho": rho, "limit": limit,
                      "exceeds": rho is None or rho > limit})
     return rows
+
+
+def _per_cell_note(spec: ReleaseSpec) -> str:
+    """Words qualifying a one-cell statement where a unit may touch several cells of a table."""
+    if spec.input.unit is None:
+        return ""  # a row is in one cell of each table
+    if spec.input.max_cells is None:
+        return (" per cell (input.max_cells is not set: a unit in several cells of a table "
+                "loses this in each)")
+    return (f" (contributing it to each of up to {spec.input.max_cells} cells of a table: "
+            "input.max_cells)")
+
+
+def _eps_words(rho: float, eps: float | None, delta: float | None) -> str:
+    """ρ, and ε: pure where finite, else at δ (ρ-zCDP conversion, an upper bound)."""
+    from tabdp.privacy.conversions import zcdp_epsilon
+
+    if not math.isfinite(rho):
+        return "has no finite rho bound"
+    text = f"loses at most rho = {rho:.3g}"
+    if eps is not None and math.isfinite(eps):
+        return text + f" (pure epsilon = {eps:.3g})"
+    if delta is not None:
+        return text + f" (epsilon = {float(zcdp_epsilon(rho, delta)):.3g} at delta = {delta:g})"
+    return text
+
+
+def _measure_sizes(spec: ReleaseSpec, currency: str) -> list[float]:
+    """Sizes of a currency's statements: its tables' calibration targets, else plan sizes."""
+    pts = sorted({float(s) for t in spec.tables if t.calibration is not None
+                  and currency in _released_measures(t) for s in t.calibration["targets"]})
+    return pts or _few(spec.plan.record_sizes)
+
+
+def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[str]:
+    """Public: the whole release's guarantee per currency and per record type, never mixing sizes.
+
+    Losses add over the tables of one currency at one size (a measure's own size, ``rows``
+    for counts); across currencies they add each at its own size. Per currency: the loss of a
+    unit contributing a size to one cell of every table of that currency. Per record type
+    (where every summed measure has calibration targets, as many for each): the i-th target of
+    each measure together. Pure ε where finite, else ε at the release's δ.
+
+    Args:
+        spec: A validated spec.
+        unit: What a unit is called.
+
+    Returns:
+        The sentences.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> w = release_guarantee_in_words(load_spec(root / "examples" / "cbp_release.toml"),
+        ...                                "establishment")
+        >>> w[-3][:70]
+        'an establishment with payroll 250,000 and employment 5 (and 1 row(s) p'
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    delta = spec.release.delta
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    note = _per_cell_note(spec)
+    per: dict[str, list[tuple[str, _Charge]]] = {}
+    for name, charge in _released_charges(spec):
+        for c, ch in charge.items():
+            per.setdefault(c, []).append((name, ch))
+
+    def at(c: str, size: float) -> tuple[float, float | None]:
+        rho = sum(float(ch(np.array([size]))[0]) for _, ch in per[c])
+        eps = 0.0
+        for _, ch in per[c]:
+            at_s = size if ch.rows is None else ch.rows
+            e = float(np.asarray(ch.mechanism.epsilon(np.array([at_s])))[0]) * ch.k
+            eps += e
+        return rho, (eps if math.isfinite(eps) else None)
+
+    lines = []
+    sizes = {c: _measure_sizes(spec, c) for c in per if c != ROWS_CURRENCY}
+    for c, rels in per.items():
+        tables = ", ".join(dict.fromkeys(n for n, _ in rels))
+        if c == ROWS_CURRENCY:
+            rho, eps = at(c, float(spec.plan.count_rows))
+            lines.append(f"counts ({tables}): {a} {unit} counted {spec.plan.count_rows} row(s) "
+                         f"in a cell of each {_eps_words(rho, eps, delta)}{note}")
+            continue
+        for s in sizes[c]:
+            rho, eps = at(c, s)
+            lines.append(f"{c} ({tables}): {a} {unit} contributing {_size_text(s)} of {c} to a "
+                         f"cell of each {_eps_words(rho, eps, delta)}{note}")
+    n = {len(v) for v in sizes.values()}
+    calibrated = all(any(t.calibration is not None and c in _released_measures(t)
+                         for t in spec.tables) for c in sizes)
+    if sizes and calibrated and len(n) == 1:
+        for i in range(n.pop()):
+            parts = [(c, v[i]) for c, v in sizes.items()]
+            rho = 0.0
+            eps_tot: float | None = 0.0
+            for c, s in parts:
+                r, e = at(c, s)
+                rho += r
+                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+            if ROWS_CURRENCY in per:
+                r, e = at(ROWS_CURRENCY, float(spec.plan.count_rows))
+                rho += r
+                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+            what = " and ".join(f"{c} {_size_text(s)}" for c, s in parts)
+            rows = (f" (and {spec.plan.count_rows} row(s) per count cell)"
+                    if ROWS_CURRENCY in per else "")
+            lines.append(f"{a} {unit} with {what}{rows} {_eps_words(rho, eps_tot, delta)}"
+                         f"{note} over the whole release (each measure's loss at its own size)")
+    lines.append("Losses are never added across currencies at one number: a unit's total is "
+                 "the sum of its losses in each currency, each at its size there.")
+    return lines
 
 
 #: Sizes where the plan looks for left-out units: 1 to 1e13, 40 points per decade.

@@ -308,3 +308,74 @@ def test_engine_left_out_counts_brute_force(kw: dict[str, object]) -> None:
     x = q["left_out_by_budget"]["x"]
     assert x["share"] == pytest.approx(out["x"].sum() / df["x"].sum(), rel=1e-9)
     assert x["total"] == pytest.approx(df["x"].sum(), rel=1e-12)
+
+
+# -- guarantees stated truly (finding 2) -------------------------------------------------------
+
+def _multi_cell_spec(folder: Path, max_cells: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    states = ["01", "02", "04"]
+    rows = [{"estab_id": 1, "state": s, "payroll": 1e5, "employment": 5} for s in states]
+    rows += [{"estab_id": 2 + i, "state": states[i % 3], "payroll": 1e4 * (i + 1),
+              "employment": 1 + i} for i in range(6)]
+    pl.DataFrame(rows).write_parquet(folder / "d.parquet")
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "multi"
+delta = 1e-9
+[input]
+path = "d.parquet"
+unit = "estab_id"
+{max_cells}
+[domains]
+state = ["01", "02", "04"]
+[randomness]
+seed = 3
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[plan]
+record_sizes = [5, 1e5]
+[[tables]]
+name = "pay"
+measures = ["payroll", "employment"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+""", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("max_cells", ["", "max_cells = 3"])
+def test_guarantee_text_against_multi_cell_units(tmp_path: Path, max_cells: str) -> None:
+    """A unit in 3 cells: the statement is per cell without max_cells, and holds with it."""
+    from tabdp.release.runner import plan_summary
+
+    spec_path = _multi_cell_spec(tmp_path, max_cells)
+    summary = plan_summary(load_spec(spec_path))
+    words = summary["tables"][0]["guarantee_in_words"]
+    # one statement per measure, never payroll and employment added at one number
+    pay = [w for w in words if "size 100,000" in w and "payroll cells" in w]
+    assert len(pay) == 1 and not any("employment cells" in w and "100,000" in w and "rho = 1 "
+                                      in w for w in words)
+    assert all("payroll" not in w or "employment" not in w for w in words)
+    stated = float(re.search(r"rho = ([0-9.]+)", pay[0]).group(1))  # type: ignore[union-attr]
+    code, _, err = run("run", "--test-seed", str(spec_path), "--quiet")
+    assert code == 0, err
+    per = pl.read_parquet(tmp_path / "out" / "confidential" / "per_record_losses.parquet")
+    # brute force: unit 1 has 1e5 of payroll (and 5 employees) in each of 3 cells
+    rho_cell = 1e5**2 / (2 * 1e10)
+    rho_emp = 5**2 / (2 * 1e10)
+    got = per.filter(pl.col("estab_id") == 1)["rho"].item()
+    assert got == pytest.approx(3 * (rho_cell + rho_emp), rel=1e-9)
+    if max_cells:
+        assert stated == pytest.approx(3 * rho_cell, rel=1e-2) and "up to 3 cells" in pay[0]
+        assert got <= stated * 1.01 + 3 * rho_emp
+    else:
+        # the single-cell figure is exceeded by a unit in 3 cells: so it is stated per cell
+        assert stated == pytest.approx(rho_cell, rel=1e-2) and got > stated
+        assert "per cell (input.max_cells is not set" in pay[0]
+    release = summary["guarantee_in_words"]
+    assert any(w.startswith("payroll (pay)") for w in release)
+    assert any(w.startswith("employment (pay)") for w in release)
+    assert release[-1].startswith("Losses are never added across currencies")
