@@ -489,8 +489,16 @@ def _loss(v: Any) -> Any:
     return math.inf if v is None else v
 
 
+def _pure_eps_infinite(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """True when pure ε is infinite at every size and ε at δ is there to show instead."""
+    return bool(rows) and all(r.get("epsilon") is None for r in rows) and \
+        _has(rows, "epsilon_delta")
+
+
 def _loss_columns(rows: Sequence[Mapping[str, Any]], delta: Any) -> list[tuple[str, str]]:
     cols = [("rho", "ρ"), ("epsilon", "ε (pure DP)")]
+    if _pure_eps_infinite(rows):  # Gaussian-type noise: ε at δ instead of a column of ∞
+        cols = [("rho", "ρ")]
     if _has(rows, "epsilon_delta"):
         cols.append(("epsilon_delta", f"ε at δ = {_e(delta) if delta is not None else 'δ'}"))
     if _has(rows, "epsilon_at_dp_delta"):
@@ -521,8 +529,10 @@ def _policy_overview(summary: Mapping[str, Any], tables: Sequence[Mapping[str, A
         row += [m.get(d) for _, m in per_table]
         row += [_loss(r.get(k)) for k, _ in cols]
         rows.append(row)
+    why = (" Pure ε is not shown: Gaussian-type noise has no finite pure-ε guarantee, so ε is "
+           "given at the release's δ." if _pure_eps_infinite(total) else "")
     return _table(headers, rows, caption="Privacy loss of a record of size Δ (ρ per table "
-                  "cell, and in total over the whole release)")
+                  "cell, and in total over the whole release)" + why)
 
 
 def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
@@ -1363,7 +1373,9 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         for q, v in zip(("50%", "90%", "99%", "99.9%"), los.quantiles, strict=True):
             stats.append((f"ρ quantile {q}", _e(float(v))))
         stats.append(("Units with ρ = 0", _e(los.zeros)))
-    if los.has_eps:
+    # pure ε is infinite as soon as a Gaussian-type release is present: ε at δ is shown instead
+    eps_inf = los.max_eps is not None and math.isinf(los.max_eps) and los.has_epsd
+    if los.has_eps and not eps_inf:
         stats.append(("Largest ε (pure DP)", _e(los.max_eps)))
     if los.has_epsd:
         stats.append((f"Largest ε at δ = {fmt(_float(delta))}" if delta is not None
@@ -1432,11 +1444,16 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         if bud is not None and "size" in top.columns:
             lim = bud.limit(_col(top, "size"))
             top = top.with_columns(pl.Series("share_of_budget", _col(top, "rho") / lim))
+        if eps_inf and "epsilon" in top.columns and "epsilon_delta" in top.columns:
+            top = top.drop("epsilon")
         front = [c for c in (unit if unit in top.columns else None, "rho", "share_of_budget",
                              "epsilon", "epsilon_delta", "size") if c and c in top.columns]
         top = top.select(front + [c for c in top.columns if c not in front])
+        why = (" Pure ε is not shown: a Gaussian-type release has no finite pure-ε guarantee "
+               "(its ε is infinite for every unit), so ε at the release's δ "
+               "(<code>epsilon_delta</code>) is the comparable figure." if eps_inf else "")
         exposed = (f"<p>The {min(top_n, los.height)} units with the largest total loss ρ, with "
-                   "their loss in each query (<code>rho_&lt;query&gt;</code>).</p>"
+                   "their loss in each query (<code>rho_&lt;query&gt;</code>)." + why + "</p>"
                    + _frame_table(top, percent=("share_of_budget",)))
     else:
         exposed = "<p>No units.</p>"
