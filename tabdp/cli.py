@@ -48,7 +48,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tabdp.exceptions import (
     BudgetExceededError,
@@ -237,7 +237,36 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     # the hash of the redacted spec: the file's own hash covers the seed
     out.write(f"  sha256 (spec without [randomness]) {spec.public_sha256}\n")
     _write_usability(spec, out)
+    from tabdp.release.runner import left_out_sizes
+
+    _write_left_out_sizes(left_out_sizes(spec), spec.input.unit or "record", out)
     return EXIT_OK
+
+
+def _write_left_out_sizes(rows: list[dict[str, Any]], unit: str, out: TextIO) -> None:
+    """Public: the record sizes the budget leaves out of each table, from the curves alone."""
+    from tabdp.release.runner import left_out_sizes_in_words
+
+    lines = left_out_sizes_in_words(rows, unit)
+    if not rows:
+        return
+    if not lines:
+        out.write("Budget: no record size up to 1e13 is left out of any table (planned "
+                  "curves, one cell per table).\n")
+        return
+    out.write("Budget: record sizes left out (from the public curves; left-out units bias "
+              "totals downward and sd/moe do not include it):\n")
+    for line in lines:
+        out.write(f"  {line}\n")
+    for r in rows:
+        if r["plan_sizes_left_out"]:
+            sizes = ", ".join(f"{x:g}" for x in r["plan_sizes_left_out"])
+            out.write(f"WARNING: budget: plausible {unit} sizes ({sizes}, from "
+                      f"plan.record_sizes) are left out of {r['table']} ({r['currency']}); raise "
+                      "the budget at those sizes or lower the table's losses.\n")
+        elif r["currency"] == "rows" and r["left_out_from"] is not None:
+            out.write(f"WARNING: budget: every {unit} counted in {r['table']} is left out; "
+                      "raise the budget or lower the table's losses.\n")
 
 
 def _write_usability(spec: object, out: TextIO) -> int:
@@ -307,6 +336,9 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     elif s["budget_check"]:
         out.write("\nBudget: the planned worst-case total is within the budget at every record "
                   "size shown.\n")
+    if s["left_out_sizes"]:
+        out.write("\n")
+        _write_left_out_sizes(s["left_out_sizes"], spec.input.unit or "record", out)
     out.write(f"\nPlan written to {folder} (plan.json, plan.html)\n")
     return EXIT_OK
 
@@ -358,7 +390,22 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
               f"{n_tables} table(s))\n")
     out.write(f"  Confidential outputs: {res.confidential}  (per_record_losses.parquet, "
               "confidential_report.html: never publish)\n")
+    if spec.budget is not None:
+        _write_left_out(res.left_out, err)
     return EXIT_OK
+
+
+def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO) -> None:
+    """Curator mode: what the budget left out of each table (empty in author mode)."""
+    from tabdp.release.runner import left_out_in_words
+
+    lines = left_out_in_words(left_out)
+    if left_out and not lines:
+        err.write("Budget (curator, do not publish): no unit was left out of any table.\n")
+    for line in lines:
+        err.write(f"WARNING (curator, do not publish): {line}; totals there are biased "
+                  "downward and sd/moe do not include it (confidential.json, "
+                  "left_out_by_budget).\n")
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,

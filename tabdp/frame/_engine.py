@@ -29,7 +29,7 @@ depends on one record except through the noise):
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -1331,3 +1331,42 @@ def _rule_counts(counts: dict[str, int], measure_list: list[str], nulls: str,
         **{f"negative_values_{rules.negatives}:{m}": counts.get(f"neg:{m}", 0)
            for m in measure_list if rules.negatives != "error"},
     }
+
+
+def left_out_counts(kind: str, measures: Sequence[str], bits: Mapping[str, int],
+                    totals: Mapping[str, int], left: Mapping[str, int], rows_left: int
+                    ) -> dict[str, Any]:
+    """CONFIDENTIAL: what the individual filter left out of a release, from exact totals.
+
+    Every engine computes, over the rows in released cells (after the contribution bounds),
+    each measure's exact fixed-point total and the part of it that units left out by the
+    budget contributed, and the rows of those units; this turns them into the confidential
+    entries of the release (one definition for every engine). A measure's share is the left-out
+    part over the total (``0.0`` for a zero total), computed from the exact integers.
+
+    Args:
+        kind: ``"sum"`` or ``"count"`` (counts report rows only).
+        measures: The summed measures.
+        bits: Fixed-point scale bits per measure.
+        totals: Measure → exact fixed-point total over the rows in released cells.
+        left: Measure → exact fixed-point total of the left-out units' contributions.
+        rows_left: Rows (in released cells) of units left out of the release.
+
+    Returns:
+        ``rows_left_out_by_budget`` and ``left_out_by_budget`` (measure → ``left_out``,
+        ``total`` and ``share``).
+
+    Example:
+        >>> left_out_counts("sum", ["x"], {"x": 0}, {"x": 40}, {"x": 10}, 1)
+        {'rows_left_out_by_budget': 1, 'left_out_by_budget': {'x': {'left_out': 10.0, \
+'total': 40.0, 'share': 0.25}}}
+    """
+    shares: dict[str, dict[str, float]] = {}
+    if kind == "sum":
+        for m in measures:
+            tot, lo = int(totals.get(m) or 0), int(left.get(m) or 0)
+            scale = 2.0 ** -bits.get(m, 0)
+            # Python's int / int is correctly rounded: the share is exact to the last bit
+            shares[m] = {"left_out": float(lo) * scale, "total": float(tot) * scale,
+                         "share": lo / tot if tot else 0.0}
+    return {"rows_left_out_by_budget": int(rows_left), "left_out_by_budget": shares}

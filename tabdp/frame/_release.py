@@ -32,6 +32,7 @@ from tabdp.frame._engine import (
     _take_snapshot,
     cells_of,
     check_cell_keys,
+    left_out_counts,
     scale_bits,
 )
 from tabdp.frame._output import check_form, to_native
@@ -274,6 +275,16 @@ def _in_memory_release(rel: Planned) -> Any:
             for c in (ms if ms else [_ROWS]))
     value_cols = [*measure_list, _ROWS]
     n_keys = len(keys) if by_list else 1
+    # what the filter left out (confidential): exact totals before and after it
+    before = inside.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
+        if measure_list else {}
+    after = work.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
+        if measure_list else {}
+    rows_left = 0 if row_ok is None else int(
+        inside.filter(~row_ok)[_ROWS].sum() or 0)
+    left_out_info = left_out_counts(
+        kind, measure_list, bits, before,
+        {m: int(before[m] or 0) - int(after[m] or 0) for m in measure_list}, rows_left)
     totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
     full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
         totals.with_columns(pl.col(_CELL).cast(pl.Int64)), on=_CELL, how="left",
@@ -300,6 +311,7 @@ def _in_memory_release(rel: Planned) -> Any:
             outside.select(by_list).unique().height if by_list else 0),
         "rows_in_released_cells": int(inside[_ROWS].sum() or 0),
         "units_left_out_by_budget": int(left_out.sum()),
+        **left_out_info,
         **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
         **_rule_counts(snap.counts, measure_list, nulls, rules),
     }

@@ -70,6 +70,7 @@ from tabdp.frame._engine import (
     _schema_checks,
     _size_and_delta,
     _strict_checks,
+    left_out_counts,
 )
 from tabdp.frame._output import Measure, assemble, check_form
 from tabdp.frame.keys import KeySet
@@ -1445,9 +1446,11 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                                                         policy.approx, qname)
 
         # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
+        # each measure's contributions before the filter, under a neutral name
+        before = [F.col(m).alias(f"__m0_{i}") for i, m in enumerate(measure_list)]
         if budget is None:
             work = charged.select("*", F.lit(True).alias("__allok"),
-                                  F.col(_ROWS).alias("__rows0"))
+                                  F.col(_ROWS).alias("__rows0"), *before)
         else:
             all_ok = F.lit(True)
             for i in range(ncur):
@@ -1461,9 +1464,13 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                     zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
                         F.lit(0).cast(work.schema[c].dataType))
             work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
-                               all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"))
+                               all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"), *before)
         # rows released before the filter (after the contribution bounds), for the summary
         tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, "__rows0"]]
+        # what the filter left out (confidential): measures before it, rows of left-out units
+        tot += [F.sum(F.col(f"__m0_{i}")).alias(f"__m0_{i}") for i in range(len(measure_list))]
+        tot += [F.sum(F.when(~F.col("__allok"), F.col("__rows0")).otherwise(0))
+                .alias("__rows_left")]
         if sess.track_cells:
             tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
                     F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
@@ -1472,6 +1479,13 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         n_keys = len(keys) if by_list else 1
         numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
         rows_in = sum(int(r["__rows0"] or 0) for r in rows)
+        m_before = {m: sum(int(r[f"__m0_{i}"] or 0) for r in rows)
+                    for i, m in enumerate(measure_list)}
+        m_after = {m: sum(int(r[m] or 0) for r in rows) for m in measure_list}
+        left_out_info = left_out_counts(
+            kind, measure_list, bits, m_before,
+            {m: m_before[m] - m_after[m] for m in measure_list},
+            sum(int(r["__rows_left"] or 0) for r in rows))
         stats: list[tuple[int, float, float, int]] = []
         for r in rows:
             k = int(r[_CELL])
@@ -1514,6 +1528,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         "cells_with_data_outside_keys": int(summary["cells_out"] or 0) if by_list else 0,
         "rows_in_released_cells": rows_in,
         "units_left_out_by_budget": n_left,
+        **left_out_info,
         **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
         **_rule_counts(counts, measure_list, nulls, rules),
     }

@@ -51,6 +51,7 @@ from tabdp.frame._engine import (
     _rule_counts,
     _Rules,
     _strict_checks,
+    left_out_counts,
 )
 from tabdp.frame._output import to_native
 from tabdp.frame.keys import KeySet
@@ -490,6 +491,13 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
             pl.when(inside).then(rows).otherwise(0).sum().cast(pl.Int64).alias("__released"),
             (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
+            # what the filter left out (confidential): rows, and each measure's exact parts
+            pl.when(inside & ~ok_all).then(rows).otherwise(0).sum().cast(pl.Int64)
+            .alias("__rows_left"),
+            *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
+              .sum().alias(f"__tot:{m}") for m in measures],
+            *[pl.when(inside & ~pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
+              .otherwise(pl.lit(0, pl.Int128)).sum().alias(f"__lo:{m}") for m in measures],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
               for m in measures]]
     if sess.track_cells:
@@ -522,7 +530,9 @@ def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[s
     parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
     counters = _counter_exprs(parts, op.schema)
     needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
-    sums = [*counters, "__n", "__released", "__left", *[f"negc:{m}" for m in measures]]
+    sums = [*counters, "__n", "__released", "__left", "__rows_left",
+            *[f"negc:{m}" for m in measures], *[f"__tot:{m}" for m in measures],
+            *[f"__lo:{m}" for m in measures]]
     row = grouped.select(*[pl.col(c).sum() for c in sums],
                          *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
     row["rows_read"] = row["__n"] or 0
@@ -556,6 +566,10 @@ def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[s
         "cells_with_data_outside_keys": outside.height if by else 0,
         "rows_in_released_cells": int(row["__released"] or 0),
         "units_left_out_by_budget": int(row["__left"] or 0),
+        **left_out_counts(kind, measures, rel.bits,
+                          {m: int(row[f"__tot:{m}"] or 0) for m in measures},
+                          {m: int(row[f"__lo:{m}"] or 0) for m in measures},
+                          int(row["__rows_left"] or 0)),
         # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
         **({"unit_cells_dropped_by_max_cells": 0} if pre.max_cells is not None else {}),
         **_rule_counts(counts, measures, rel.nulls, rules),

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import shutil
@@ -41,7 +42,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -95,6 +96,9 @@ class ReleaseResult:
         coverage: Curator mode only (empty in author mode): warnings that the input is empty
             or that rows fall outside a table's key set; they depend on the data (for the
             curator's terminal, never for a public file). Counts are in ``confidential.json``.
+        left_out: CONFIDENTIAL, curator mode only (empty in author mode): per released table,
+            what the budget's individual filter left out (:func:`left_out_by_table`), as in
+            ``confidential.json``.
     """
 
     public: Path
@@ -102,6 +106,7 @@ class ReleaseResult:
     files: list[str]
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     coverage: list[str] = field(default_factory=list)
+    left_out: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # -- planning (no data) -----------------------------------------------------------------------
@@ -395,11 +400,19 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
                 for m in measures},
             "rollups": rollups,
-            "guarantee_in_words": curve_in_words(
-                total_policy_curve([entry], sorted(float(s) for s in t.calibration["targets"])
-                                   if t.calibration is not None else _few(sizes), delta),
-                delta, unit=unit, where=" in this table",
-                count_rows=spec.plan.count_rows if t.kind == "count" else None),
+            "guarantee_in_words": [
+                line for m in (measures if t.kind == "sum" and len(measures) > 1
+                               and not getattr(mech, "joint", False) else [None])
+                for line in curve_in_words(
+                    total_policy_curve(
+                        [entry if m is None else (_measure_mechanism(mech, m), cells)],
+                        sorted(float(s) for s in t.calibration["targets"])
+                        if t.calibration is not None else _few(sizes), delta),
+                    delta, unit=unit,
+                    where=(f" in this table{_per_cell_note(spec)}" if m is None else
+                           f" in this table's {m} cells (size: its {m})"
+                           f"{_per_cell_note(spec)}"),
+                    count_rows=spec.plan.count_rows if t.kind == "count" else None)],
             "forecast": outlook[t.name]["flag_curve"],
             "usability_issues": outlook[t.name]["issues"],
         })
@@ -427,9 +440,10 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "tables": tables,
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
         "budget_check": _budget_check(spec, total),
-        "guarantee_in_words": curve_in_words(
-            total_policy_curve(entries, _few(sizes), delta), delta, unit=unit,
-            where=" over the whole release (size in each table's own measure)"),
+        "left_out_sizes": (lo_sizes := left_out_sizes(spec)),
+        "left_out_in_words": ([LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(lo_sizes, unit)]
+                              if spec.budget is not None else []),
+        "guarantee_in_words": release_guarantee_in_words(spec, unit),
         "usability_issues": [{"path": p, "message": m} for p, m in issues],
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
@@ -454,6 +468,304 @@ def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[s
         rows.append({"delta": row["delta"], "planned_rho": rho, "limit": limit,
                      "exceeds": rho is None or rho > limit})
     return rows
+
+
+def _per_cell_note(spec: ReleaseSpec) -> str:
+    """Words qualifying a one-cell statement where a unit may touch several cells of a table."""
+    if spec.input.unit is None:
+        return ""  # a row is in one cell of each table
+    if spec.input.max_cells is None:
+        return (" per cell (input.max_cells is not set: a unit in several cells of a table "
+                "loses this in each)")
+    return (f" (contributing it to each of up to {spec.input.max_cells} cells of a table: "
+            "input.max_cells)")
+
+
+def _eps_words(rho: float, eps: float | None, delta: float | None) -> str:
+    """ρ, and ε: pure where finite, else at δ (ρ-zCDP conversion, an upper bound)."""
+    from tabdp.privacy.conversions import zcdp_epsilon
+
+    if not math.isfinite(rho):
+        return "has no finite rho bound"
+    text = f"loses at most rho = {rho:.3g}"
+    if eps is not None and math.isfinite(eps):
+        return text + f" (pure epsilon = {eps:.3g})"
+    if delta is not None:
+        return text + f" (epsilon = {float(zcdp_epsilon(rho, delta)):.3g} at delta = {delta:g})"
+    return text
+
+
+def _measure_sizes(spec: ReleaseSpec, currency: str) -> list[float]:
+    """Sizes of a currency's statements: its tables' calibration targets, else plan sizes."""
+    pts = sorted({float(s) for t in spec.tables if t.calibration is not None
+                  and currency in _released_measures(t) for s in t.calibration["targets"]})
+    return pts or _few(spec.plan.record_sizes)
+
+
+def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[str]:
+    """Public: the whole release's guarantee per currency and per record type, never mixing sizes.
+
+    Losses add over the tables of one currency at one size (a measure's own size, ``rows``
+    for counts); across currencies they add each at its own size. Per currency: the loss of a
+    unit contributing a size to one cell of every table of that currency. Per record type
+    (where every summed measure has calibration targets, as many for each): the i-th target of
+    each measure together. Pure ε where finite, else ε at the release's δ.
+
+    Args:
+        spec: A validated spec.
+        unit: What a unit is called.
+
+    Returns:
+        The sentences.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> w = release_guarantee_in_words(load_spec(root / "examples" / "cbp_release.toml"),
+        ...                                "establishment")
+        >>> w[-3][:70]
+        'an establishment with payroll 250,000 and employment 5 (and 1 row(s) p'
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    delta = spec.release.delta
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    note = _per_cell_note(spec)
+    per: dict[str, list[tuple[str, _Charge]]] = {}
+    for name, charge in _released_charges(spec):
+        for c, ch in charge.items():
+            per.setdefault(c, []).append((name, ch))
+
+    def at(c: str, size: float) -> tuple[float, float | None]:
+        rho = sum(float(ch(np.array([size]))[0]) for _, ch in per[c])
+        eps = 0.0
+        for _, ch in per[c]:
+            at_s = size if ch.rows is None else ch.rows
+            e = float(np.asarray(ch.mechanism.epsilon(np.array([at_s])))[0]) * ch.k
+            eps += e
+        return rho, (eps if math.isfinite(eps) else None)
+
+    lines = []
+    sizes = {c: _measure_sizes(spec, c) for c in per if c != ROWS_CURRENCY}
+    for c, rels in per.items():
+        tables = ", ".join(dict.fromkeys(n for n, _ in rels))
+        if c == ROWS_CURRENCY:
+            rho, eps = at(c, float(spec.plan.count_rows))
+            lines.append(f"counts ({tables}): {a} {unit} counted {spec.plan.count_rows} row(s) "
+                         f"in a cell of each {_eps_words(rho, eps, delta)}{note}")
+            continue
+        for s in sizes[c]:
+            rho, eps = at(c, s)
+            lines.append(f"{c} ({tables}): {a} {unit} contributing {_size_text(s)} of {c} to a "
+                         f"cell of each {_eps_words(rho, eps, delta)}{note}")
+    n = {len(v) for v in sizes.values()}
+    calibrated = all(any(t.calibration is not None and c in _released_measures(t)
+                         for t in spec.tables) for c in sizes)
+    if sizes and calibrated and len(n) == 1:
+        for i in range(n.pop()):
+            parts = [(c, v[i]) for c, v in sizes.items()]
+            rho = 0.0
+            eps_tot: float | None = 0.0
+            for c, s in parts:
+                r, e = at(c, s)
+                rho += r
+                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+            if ROWS_CURRENCY in per:
+                r, e = at(ROWS_CURRENCY, float(spec.plan.count_rows))
+                rho += r
+                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+            what = " and ".join(f"{c} {_size_text(s)}" for c, s in parts)
+            rows = (f" (and {spec.plan.count_rows} row(s) per count cell)"
+                    if ROWS_CURRENCY in per else "")
+            lines.append(f"{a} {unit} with {what}{rows} {_eps_words(rho, eps_tot, delta)}"
+                         f"{note} over the whole release (each measure's loss at its own size)")
+    lines.append("Losses are never added across currencies at one number: a unit's total is "
+                 "the sum of its losses in each currency, each at its size there.")
+    return lines
+
+
+#: Sizes where the plan looks for left-out units: 1 to 1e13, 40 points per decade.
+_LEFT_OUT_GRID = 10.0 ** np.linspace(0.0, 13.0, 521)
+
+
+class _Charge(NamedTuple):
+    """A release's planned ρ in one currency.
+
+    ``k`` times the policy at the size (or at ``rows`` rows for counts, whatever the size).
+    """
+
+    mechanism: Any
+    k: int
+    rows: float | None = None
+
+    def __call__(self, sizes: np.ndarray) -> np.ndarray:
+        at = sizes if self.rows is None else np.full(np.shape(sizes), self.rows)
+        return np.asarray(self.mechanism.rho(at), dtype=np.float64) * self.k
+
+
+def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]:
+    """Per release in run order (each table, then its direct rollups): currency → charge.
+
+    A unit touches at most ``max_cells`` cells of a table (1 without a bound); counts charge
+    at ``plan.count_rows`` rows.
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    cells = spec.input.max_cells or 1
+    out = []
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        if t.kind == "count":
+            charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
+        elif getattr(mech, "joint", False):
+            charge = {"+".join(t.measures): _Charge(mech, cells)}
+        else:
+            charge = {m: _Charge(_measure_mechanism(mech, m), cells)
+                      for m in _released_measures(t)}
+        names = [t.name, *[f"{t.name}__{r.label}" for r in t.rollups if r.direct]]
+        out += [(n, charge) for n in names]
+    return out
+
+
+def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
+    """Public: per released table and currency, the record sizes the budget leaves out.
+
+    From the public curves alone (no data): a unit contributing ``size`` of a measure to
+    ``max_cells`` cells (1 without a bound) of every table releasing that measure, and nothing
+    of any other measure (counts: ``plan.count_rows`` rows per cell), is followed through the
+    tables in the spec's order; each table's individual filter admits it while its loss so far
+    plus the table's stays within the budget (under a curve budget: in that measure's own
+    currency, at that size), and a unit left out of a table pays nothing there. Units that
+    contribute more elsewhere (a constant budget sums every currency) or to more cells are
+    left out at smaller sizes.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        Rows ``{"table", "currency", "left_out_from", "all_above", "plan_sizes_left_out"}``:
+        the smallest size left out (``None``: no size up to 1e13; counts: ``0`` when a unit
+        with ``plan.count_rows`` rows is left out), whether every larger size is left out too,
+        and the spec's ``plan.record_sizes`` that are left out. Empty without a budget.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> rows = left_out_sizes(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> rows[0]["table"], rows[0]["currency"], rows[0]["left_out_from"]
+        ('county_naics2_payroll', 'payroll', None)
+    """
+    if spec.budget is None:
+        return []
+    from tabdp.privacy.budget import ROWS_CURRENCY, Budget
+
+    b = Budget(spec.budget.rho)
+    releases = _released_charges(spec)
+    plan_sizes = np.asarray(sorted(float(x) for x in spec.plan.record_sizes), dtype=np.float64)
+    grid = np.unique(np.concatenate([_LEFT_OUT_GRID, plan_sizes]))
+    rows_at = float(spec.plan.count_rows)
+    out: list[dict[str, Any]] = []
+    focus = list(dict.fromkeys(c for _, ch in releases for c in ch))
+
+    def simulate(f: str, sizes: np.ndarray) -> dict[str, np.ndarray]:
+        """Per release charging currency f: left out at ``sizes`` in f (0 elsewhere)."""
+        spent: dict[str, np.ndarray] = {}
+        left: dict[str, np.ndarray] = {}
+        zero = np.zeros_like(sizes)
+        for name, charge in releases:
+            new = {c: (fn(sizes) if c == f else fn(zero)) for c, fn in charge.items()}
+            if not b.per_currency:
+                tot = sum(new.values(), zero)
+                old = spent.get("*", zero)
+                ok = old + tot <= float(b.limit(1.0))
+                spent["*"] = np.where(ok, old + tot, old)
+                oks = dict.fromkeys(new, ok)
+            else:
+                oks = {}
+                for c, v in new.items():
+                    size = sizes if c == f else (np.full_like(sizes, rows_at)
+                                                 if c == ROWS_CURRENCY else zero)
+                    old = spent.get(c, zero)
+                    oks[c] = old + v <= b.limit(size, c)
+                    spent[c] = np.where(oks[c], old + v, old)
+            if f in oks:
+                left[name] = ~oks[f]
+        return left
+
+    found: dict[tuple[str, str], np.ndarray] = {}
+    first_out: dict[tuple[str, str], float] = {}
+    for f in focus:
+        for name, mask in simulate(f, grid).items():
+            found[(name, f)] = mask
+            idx = np.flatnonzero(mask)
+            if f == ROWS_CURRENCY or not idx.size:
+                continue
+            # the threshold between the last size kept and the first left out, by bisection
+            lo_s, hi_s = (float(grid[idx[0] - 1]) if idx[0] else 0.0), float(grid[idx[0]])
+            for _ in range(80):
+                mid = 0.5 * (lo_s + hi_s)
+                if mid in (lo_s, hi_s):
+                    break
+                if simulate(f, np.array([mid]))[name][0]:
+                    hi_s = mid
+                else:
+                    lo_s = mid
+            first_out[(name, f)] = hi_s
+    for name, charge in releases:
+        for c in charge:
+            lo = found[(name, c)]
+            if c == ROWS_CURRENCY:  # the size is the rows counted, not the measure's size
+                left = bool(lo[0])
+                out.append({"table": name, "currency": c, "left_out_from": 0.0 if left else None,
+                            "all_above": left, "count_rows": spec.plan.count_rows,
+                            "plan_sizes_left_out": []})
+                continue
+            idx = np.flatnonzero(lo)
+            first = first_out.get((name, c))
+            in_plan = [float(x) for x, bad in zip(grid, lo, strict=True)
+                       if bad and x in set(plan_sizes.tolist())]
+            out.append({"table": name, "currency": c, "left_out_from": first,
+                        "all_above": bool(idx.size and lo[idx[0]:].all()),
+                        "plan_sizes_left_out": in_plan})
+    return out
+
+
+def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit"
+                            ) -> list[str]:
+    """Plain-language statements of :func:`left_out_sizes` (public).
+
+    Example:
+        >>> got = left_out_sizes_in_words([{"table": "t", "currency": "x",
+        ...     "left_out_from": 1e6, "all_above": True, "plan_sizes_left_out": [1e6]}])
+        >>> got[0][:55]
+        't: a unit contributing more than about 1e+06 of x to a '
+    """
+    lines = []
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    for r in rows:
+        first = r["left_out_from"]
+        if first is None:
+            continue
+        if r["currency"] == "rows":
+            lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
+                         "cell is left out of this table by the budget")
+            continue
+        where = "" if r["all_above"] else " (and at some larger sizes)"
+        lines.append(f"{r['table']}: {a} {unit} contributing more than about {first:.3g} of "
+                     f"{r['currency']} to a cell{where} is left out of this table by the "
+                     "budget (its values are missing from the published totals)")
+    return lines
+
+
+#: The public statement of what left-out units do to the published tables.
+LEFT_OUT_BIAS_TEXT = (
+    "The budget is enforced as an individual filter: a unit whose loss would pass its budget "
+    "is left out of a table (the table is still published, without its contributions). "
+    "Left-out units bias totals downward, and the published sd and moe do not include that "
+    "bias. Which record sizes a budget can leave out follows from the public curves alone "
+    "(listed per table); how many units were left out is known only to the curator.")
 
 
 def _budget_dict(spec: ReleaseSpec) -> dict[str, Any]:
@@ -1671,6 +1983,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
     manifest = _manifest(spec, summary, started, __version__)
     coverage, coverage_counts = _coverage(session)
+    left_out = left_out_by_table(session)
+    check_left_out(spec, left_out)  # before anything is written
     worst = _worst_cells(session)
     with _Staging([spec.output.public, spec.output.confidential], overwrite,
                   private=[False, True]) as (pub, conf):
@@ -1714,15 +2028,140 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             "worst_cells": {r.name: _sorted_cells(_strip_national(
                 r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
             "counts": confidential["releases"],
+            "left_out": left_out,
+            "max_left_out": None if spec.budget is None else spec.budget.max_left_out,
             "top_n": 20,
         }), encoding="utf-8")
         # Hygiene: every public file carries the manifest's one timestamp (no processing
         # time leaks through mtimes); confidential files are the owner's only.
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
+    curator = spec.input.mode == "curator"
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()},
-                         coverage if spec.input.mode == "curator" else [])
+                         coverage if curator else [], left_out if curator else {})
+
+
+def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
+    """CONFIDENTIAL: per release of ``session``, what the budget's individual filter left out.
+
+    A unit whose loss would pass its budget is left out of a table (its rows and values are
+    dropped from the cells; the table is still released): totals are biased downward by what
+    was left out, and the published sd / moe do not include that bias. Per release: ``units``
+    and ``rows`` left out, ``rows_share`` (of the rows in released cells) and, for sums, per
+    measure the exact ``left_out`` amount, the ``total`` in released cells and their
+    ``share``. ``max_share`` is the largest of these shares.
+
+    Args:
+        session: The session the tables were released in.
+
+    Returns:
+        Release name → its counts (only releases whose engine reports them).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, budget=0.5)
+        >>> df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 50.0, 2.0]})
+        >>> _ = df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+        ...               mechanism=tabdp.mechanisms.Gaussian(40.0), session=s, name="x")
+        >>> got = left_out_by_table(s)["x"]
+        >>> got["units"], got["rows"], got["measures"]["x"]["share"]
+        (1, 1, 0.9433962264150944)
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for r in session.records:
+        c = r.confidential
+        if "units_left_out_by_budget" not in c:
+            continue
+        rows_in = int(c.get("rows_in_released_cells") or 0)
+        rows = c.get("rows_left_out_by_budget")
+        measures = {m: dict(v) for m, v in (c.get("left_out_by_budget") or {}).items()}
+        rows_share = None if rows is None else (rows / rows_in if rows_in else 0.0)
+        shares = [x for x in [rows_share, *[v["share"] for v in measures.values()]]
+                  if x is not None]
+        out[r.name] = {"units": int(c["units_left_out_by_budget"]), "rows": rows,
+                       "rows_in_released_cells": rows_in, "rows_share": rows_share,
+                       "measures": measures, "max_share": max(shares) if shares else None}
+    return out
+
+
+def left_out_in_words(left_out: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """CONFIDENTIAL: one line per table with units left out by the budget (curator only).
+
+    Args:
+        left_out: From :func:`left_out_by_table`.
+
+    Returns:
+        The lines (none when no unit was left out).
+
+    Example:
+        >>> left_out_in_words({"t": {"units": 3, "rows": 4, "rows_share": 0.04,
+        ...     "measures": {"x": {"share": 0.35}}}, "u": {"units": 0}})
+        ['t: 3 units (4 rows, 4.00% of its rows) left out by the budget; left out: x 35.00%']
+    """
+    lines = []
+    for name, v in left_out.items():
+        if not v.get("units"):
+            continue
+        rows = v.get("rows")
+        rows_txt = "" if rows is None else (
+            f" ({rows:,} rows, {100 * (v.get('rows_share') or 0.0):.2f}% of its rows)")
+        meas = ", ".join(f"{m} {100 * x['share']:.2f}%" for m, x in v.get("measures", {}).items())
+        lines.append(f"{name}: {v['units']:,} units{rows_txt} left out by the budget"
+                     + (f"; left out: {meas}" if meas else ""))
+    return lines
+
+
+class LeftOutError(DataValidationError):
+    """The budget left out more than ``budget.max_left_out`` of a table (curator mode).
+
+    Raised inside a run after the data was read: it becomes the run's generic
+    :class:`DataDependentFailure`; its text and :attr:`confidential` details go only to
+    ``failure.json``.
+
+    Example:
+        >>> err = LeftOutError({"t": 0.5}, 0.1)
+        >>> err.confidential["tables_over_limit"]
+        {'t': 0.5}
+    """
+
+    def __init__(self, over: Mapping[str, float], limit: float) -> None:
+        """Name the tables whose largest left-out share passed ``limit``."""
+        shown = ", ".join(f"{k} ({v:.2%})" for k, v in over.items())
+        super().__init__(
+            f"the budget left out more than budget.max_left_out = {limit:g} of the rows or of "
+            f"a measure of: {shown}. Nothing was written.\nHint: raise the budget for the "
+            "record sizes left out (tabdp plan lists them), lower the tables' losses, or raise "
+            "budget.max_left_out.",
+            confidential={"tables_over_limit": dict(over), "max_left_out": limit})
+
+
+def check_left_out(spec: Any, left_out: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a curator run whose budget left out more than ``budget.max_left_out``.
+
+    Args:
+        spec: The release spec (its ``budget`` and ``input.mode`` are read).
+        left_out: From :func:`left_out_by_table`.
+
+    Raises:
+        LeftOutError: A table's largest left-out share (rows or a measure) passed the limit.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> spec = NS(budget=NS(max_left_out=0.1), input=NS(mode="curator"))
+        >>> check_left_out(spec, {"t": {"max_share": 0.05}})
+        >>> check_left_out(spec, {"t": {"max_share": 0.5}})
+        Traceback (most recent call last):
+        ...
+        tabdp.release.runner.LeftOutError: the budget left out more ...
+    """
+    limit = None if spec.budget is None else spec.budget.max_left_out
+    if limit is None or spec.input.mode != "curator":
+        return
+    over = {k: float(v["max_share"]) for k, v in left_out.items()
+            if v.get("max_share") is not None and v["max_share"] > limit}
+    if over:
+        raise LeftOutError(over, limit)
 
 
 def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
@@ -1839,6 +2278,8 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
                           "dropped": negatives["dropped"]},
             "exact_rounding_fallbacks": dict(r.fallbacks),
         }
+    for name, lo in left_out_by_table(session).items():
+        releases[name]["left_out_by_budget"] = lo
     summary = session.report(delta=spec.release.delta).confidential_summary()
     return {
         "CONFIDENTIAL": "derived from individual records: do not publish",

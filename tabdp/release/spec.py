@@ -60,6 +60,9 @@ The TOML schema (every key not listed is refused)::
 
     [budget]                        # optional: per-record limit on the total PRzCDP ρ
     rho = 2.0                       # a number, or a curve {"1e3" = 0.5, "1e7" = 10.0}
+    max_left_out = 0.05             # optional, curator mode: the run fails (exit 4, details in
+                                    # confidential/failure.json) when the budget leaves out
+                                    # more than this share of a table's rows or of a measure
 
     [randomness]                    # optional
     seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY: `tabdp run`
@@ -242,6 +245,9 @@ class BudgetSpec:
     """``[budget]``: a constant ρ or a ``{size: rho}`` curve (float keys)."""
 
     rho: float | Mapping[float, float]
+    #: Curator mode: the largest share of a table's rows or of any of its measures the budget
+    #: may leave out; above it the run fails (a data-dependent failure). ``None``: no limit.
+    max_left_out: float | None = None
 
 
 @dataclass(frozen=True)
@@ -433,7 +439,7 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
               "nonfinite", "bounds", "unit_nulls", "max_cells"),
     "domains.*": ("file", "column"),
     "hierarchies.*": ("file", "levels"),
-    "budget": ("rho",),
+    "budget": ("rho", "max_left_out"),
     "randomness": ("seed",),
     "output": ("public", "confidential", "plan", "form"),
     "publication": ("cv_flag", "suppress_cv", "negative", "round"),
@@ -943,10 +949,17 @@ def _parse_budget(raw: Any) -> BudgetSpec:
     hint = ('a number such as rho = 2.0, or a curve of record size -> limit such as '
             'rho = { "1e3" = 0.5, "1e7" = 10.0 }.')
     value = d["rho"]
+    max_left_out = None
+    if "max_left_out" in d:
+        max_left_out = _number(
+            d["max_left_out"], "budget.max_left_out", what="the largest share left out", ge=0.0,
+            lt=1.0, hint="a share such as max_left_out = 0.05 (at most 5% of a table's rows "
+            "or of any measure left out by the budget), or remove it for no limit.")
     if isinstance(value, Mapping):
         return BudgetSpec(rho=_size_curve(value, "budget.rho", what="the budget curve",
-                                          hint=hint))
-    return BudgetSpec(rho=_number(value, "budget.rho", what="the budget rho", gt=0.0, hint=hint))
+                                          hint=hint), max_left_out=max_left_out)
+    return BudgetSpec(rho=_number(value, "budget.rho", what="the budget rho", gt=0.0, hint=hint),
+                      max_left_out=max_left_out)
 
 
 def _parse_seed(raw: Any) -> int | None:
@@ -1755,6 +1768,11 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
     hierarchies = (_parse_hierarchies(d["hierarchies"], base, domains)
                    if "hierarchies" in d else {})
     budget = _parse_budget(d["budget"]) if "budget" in d else None
+    if budget is not None and budget.max_left_out is not None and inp.mode == "author":
+        _fail("budget.max_left_out", "max_left_out makes a run fail on what the budget left out "
+              "of the data, so in author mode the run's outcome would depend on single records.",
+              'remove budget.max_left_out from an author-mode spec (the curator sets it in a '
+              'curator-mode spec), or use input.mode = "curator".')
     seed = _parse_seed(d["randomness"]) if "randomness" in d else None
     output = _parse_output(d["output"], base)
     publication = (_parse_publication(d["publication"], "publication", Publication())

@@ -437,13 +437,16 @@ def _budget_html(budget: Any, *, public: bool = True) -> str:
         pts = _budget_points(budget)
         if kind == "constant" or (kind is None and _float(budget.get("rho")) is not None):
             text = (f"<p>Every record's total loss is limited to ρ ≤ <b>{_e(budget.get('rho'))}"
-                    "</b>, whatever its size. A release that would take any record past it is "
-                    "refused before noise is drawn.</p>")
+                    "</b>, whatever its size, over every currency. It is enforced as an "
+                    "individual filter: a record whose loss would pass it is left out of that "
+                    "table (the table is still released, without its contributions).</p>")
             rest = {k: v for k, v in budget.items() if k not in ("kind", "rho")}
         elif pts:
             text = ("<p>Each record's total loss is limited by a curve depending on its size "
-                    "(its largest contribution to a released cell). A release that would take "
-                    "any record past it is refused before noise is drawn.</p>" +
+                    "(its largest contribution to a released cell), in each currency (each "
+                    "measure, and rows for counts) separately. It is enforced as an individual "
+                    "filter: a record whose loss would pass it is left out of that table (the "
+                    "table is still released, without its contributions).</p>" +
                     _table(["record size", "ρ limit"], [[s, r] for s, r in pts]))
             rest = {k: v for k, v in budget.items()
                     if k not in ("kind", "points", "sizes", "rho")}
@@ -486,8 +489,16 @@ def _loss(v: Any) -> Any:
     return math.inf if v is None else v
 
 
+def _pure_eps_infinite(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """True when pure ε is infinite at every size and ε at δ is there to show instead."""
+    return bool(rows) and all(r.get("epsilon") is None for r in rows) and \
+        _has(rows, "epsilon_delta")
+
+
 def _loss_columns(rows: Sequence[Mapping[str, Any]], delta: Any) -> list[tuple[str, str]]:
     cols = [("rho", "ρ"), ("epsilon", "ε (pure DP)")]
+    if _pure_eps_infinite(rows):  # Gaussian-type noise: ε at δ instead of a column of ∞
+        cols = [("rho", "ρ")]
     if _has(rows, "epsilon_delta"):
         cols.append(("epsilon_delta", f"ε at δ = {_e(delta) if delta is not None else 'δ'}"))
     if _has(rows, "epsilon_at_dp_delta"):
@@ -518,8 +529,10 @@ def _policy_overview(summary: Mapping[str, Any], tables: Sequence[Mapping[str, A
         row += [m.get(d) for _, m in per_table]
         row += [_loss(r.get(k)) for k, _ in cols]
         rows.append(row)
+    why = (" Pure ε is not shown: Gaussian-type noise has no finite pure-ε guarantee, so ε is "
+           "given at the release's δ." if _pure_eps_infinite(total) else "")
     return _table(headers, rows, caption="Privacy loss of a record of size Δ (ρ per table "
-                  "cell, and in total over the whole release)")
+                  "cell, and in total over the whole release)" + why)
 
 
 def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
@@ -852,7 +865,10 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         prot.append("<h3>Input rules</h3>" + _kv(pairs))
     body.append(_section("protected", "What is protected", "".join(prot)))
     body.append(words_html)
-    body.append(_section("budget", "Budget", _budget_html(summary.get("budget"))))
+    left_words = summary.get("left_out_in_words") or []
+    body.append(_section("budget", "Budget", _budget_html(summary.get("budget")) + (
+        "<h3>Units left out by the budget</h3>"
+        + "".join(f"<p>{_e(w.rstrip('.'))}.</p>" for w in left_words) if left_words else "")))
 
     # -- plot 1: loss curves
     curves: dict[str, Sequence[Mapping[str, Any]]] = {}
@@ -1031,6 +1047,33 @@ def _frame_table(df: pl.DataFrame, *, caption: str | None = None,
     rows = [[(_e(_percent(v)), True) if p else (_e(_cell(v)), _is_num(v) or v is None)
              for v, p in zip(r, pct, strict=True)] for r in df.iter_rows()]
     return _table(headers, rows, caption=caption, raw=True)
+
+
+def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any) -> str:
+    """CONFIDENTIAL: per table, the units, rows and share of each measure the filter left out."""
+    measures = sorted({m for v in left_out.values() for m in (v.get("measures") or {})})
+    rows = []
+    for name, v in left_out.items():
+        ms = v.get("measures") or {}
+        rows.append({"table": name, "units_left_out": v.get("units"),
+                     "rows_left_out": v.get("rows"), "share_of_rows": v.get("rows_share"),
+                     **{f"share_of_{m}": (ms[m]["share"] if m in ms else None)
+                        for m in measures}})
+    pct = ("share_of_rows", *[f"share_of_{m}" for m in measures])
+    table = _frame_table(pl.DataFrame(rows, strict=False), percent=pct) if rows else \
+        "<p>No tables.</p>"
+    lim = ("" if limit is None else
+           f" The spec allows at most {_e(_percent(limit))} (<code>budget.max_left_out</code>) "
+           "of a table's rows or of any measure to be left out; a run above it fails.")
+    any_left = any(v.get("units") for v in left_out.values())
+    head = ('<div class="callout warn"><p><b>The budget left units out.</b> Their rows and '
+            "values are missing from the published cells, so the totals there are biased "
+            "downward by the amounts below; the published sd and moe do not include this "
+            "bias.</p></div>" if any_left else "")
+    return (head + "<p>A unit whose loss would pass its budget is left out of a query (the "
+            "individual filter): the query runs without it. Per table: the units and rows left "
+            "out and the share of each measure they held (exact sums over the rows in released "
+            "cells; counts: the share of rows)." + lim + "</p>" + table)
 
 
 def _percent(v: Any) -> str:
@@ -1330,7 +1373,9 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         for q, v in zip(("50%", "90%", "99%", "99.9%"), los.quantiles, strict=True):
             stats.append((f"ρ quantile {q}", _e(float(v))))
         stats.append(("Units with ρ = 0", _e(los.zeros)))
-    if los.has_eps:
+    # pure ε is infinite as soon as a Gaussian-type release is present: ε at δ is shown instead
+    eps_inf = los.max_eps is not None and math.isinf(los.max_eps) and los.has_epsd
+    if los.has_eps and not eps_inf:
         stats.append(("Largest ε (pure DP)", _e(los.max_eps)))
     if los.has_epsd:
         stats.append((f"Largest ε at δ = {fmt(_float(delta))}" if delta is not None
@@ -1345,12 +1390,15 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         stats.append(("Units over the budget", _e(over)))
         if over:
             budget_note = ('<div class="callout warn"><p><b>Some units are over the budget.</b> '
-                           "This should not happen: tabdp refuses releases that exceed it. "
-                           "Check the run.</p></div>")
+                           "This should not happen: the individual filter leaves a unit out of "
+                           "a query rather than let it pass its budget. Check the run.</p></div>")
     ov = [_kv(stats), budget_note, "<h3>Budget</h3>", _budget_html(budget, public=False)]
     extra_keys = {"release", "unit", "seed", "budget", "per_record", "total_policy_curve",
-                  "worst_cells", "counts", "top_n"}
+                  "worst_cells", "counts", "top_n", "left_out", "max_left_out"}
     body.append(_section("overview", "Overview", "".join(ov)))
+    if report.get("left_out") is not None:
+        body.append(_section("left-out", "Left out by the budget",
+                             _left_out_html(report["left_out"], report.get("max_left_out"))))
 
     # -- plots
     h_edges, h_counts, left_out = los.hist
@@ -1396,11 +1444,16 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         if bud is not None and "size" in top.columns:
             lim = bud.limit(_col(top, "size"))
             top = top.with_columns(pl.Series("share_of_budget", _col(top, "rho") / lim))
+        if eps_inf and "epsilon" in top.columns and "epsilon_delta" in top.columns:
+            top = top.drop("epsilon")
         front = [c for c in (unit if unit in top.columns else None, "rho", "share_of_budget",
                              "epsilon", "epsilon_delta", "size") if c and c in top.columns]
         top = top.select(front + [c for c in top.columns if c not in front])
+        why = (" Pure ε is not shown: a Gaussian-type release has no finite pure-ε guarantee "
+               "(its ε is infinite for every unit), so ε at the release's δ "
+               "(<code>epsilon_delta</code>) is the comparable figure." if eps_inf else "")
         exposed = (f"<p>The {min(top_n, los.height)} units with the largest total loss ρ, with "
-                   "their loss in each query (<code>rho_&lt;query&gt;</code>).</p>"
+                   "their loss in each query (<code>rho_&lt;query&gt;</code>)." + why + "</p>"
                    + _frame_table(top, percent=("share_of_budget",)))
     else:
         exposed = "<p>No units.</p>"

@@ -215,7 +215,9 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
     assert plan["tables"][1]["guarantee_in_words"] == [
         f"every unit (at most 1 row(s) counted per cell) loses at most rho = "
         f"{float(g.rho(1.0)):.3g} (epsilon = "
-        f"{est['table_policy_curve'][0]['epsilon_delta']:.3g} at delta = 1e-09) in this table"]
+        f"{est['table_policy_curve'][0]['epsilon_delta']:.3g} at delta = 1e-09) in this table"
+        " per cell (input.max_cells is not set: a unit in several cells of a table loses this "
+        "in each)"]  # changed on purpose (issue 28): a unit in several cells loses it in each
     assert plan["usability_issues"][0]["path"] == "tables[0].mechanism"
     assert plan["tables"][0]["usability_issues"][0].startswith("the log transform")
     assert "WARNING: tables[0].mechanism: the log transform" in out
@@ -280,7 +282,10 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
     assert any(s.startswith("county_naics2, payroll: ")
                for s in summary["publishable_in_words"])
     assert 'id="publishable"' in (pub / "summary.html").read_text()
-    assert summary["guarantee_in_words"][0].startswith("a unit of size 1 loses at most rho")
+    # changed on purpose (issue 28): per currency, never added across measures at one size
+    assert summary["guarantee_in_words"][0].startswith(
+        "payroll (county_naics2): a unit contributing 1 of payroll to a cell of each loses at "
+        "most rho")
     counts = pl.read_parquet(pub / "estabs.parquet")
     est = counts["estimate"].to_numpy()
     assert (est == est.round()).all()            # exact integer noise

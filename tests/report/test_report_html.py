@@ -350,7 +350,9 @@ def test_confidential_page_structure(sample: dict[str, Any], pages: dict[str, st
     per = conf["per_record"]
     top = per.sort("rho", descending=True).row(0, named=True)
     assert fmt(top["rho"]) in text and fmt(top["estab_id"]) in text
-    assert "∞" in text  # epsilon is infinite for the log transform
+    # changed on purpose (issue 28): pure epsilon is infinite for the log transform, so epsilon
+    # at delta is shown instead of a column of infinities, with one line on why
+    assert "Pure ε is not shown" in text and "Largest ε (pure DP)" not in text
     overview = page.split('id="overview"')[1].split("</section>")[0]
     assert re.search(r"Units within 10% of the budget</th><td>1</td>", overview)
     assert re.search(r"Units over the budget</th><td>0</td>", overview)
@@ -423,7 +425,9 @@ def test_edge_cases() -> None:
         "worst_cells": {"q": None}, "counts": {"q": {"rows_read": None}}, "top_n": 0})
     c = _check_page(page)
     text = " ".join(c.text)
-    assert "∞" in text and "no positive values to plot" in page
+    # changed on purpose (issue 28): an infinite pure epsilon gives way to epsilon at delta
+    assert "Largest ε (pure DP)" not in text and "Largest ε at δ" in text
+    assert "no positive values to plot" in page
     assert "3 value(s)" in page  # the three zero losses are not on the log axis
 
 

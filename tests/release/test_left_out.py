@@ -1,0 +1,381 @@
+"""Units left out by the budget (issue 28, finding 1).
+
+The individual filter leaves units out of a table; the curator sees how many and how much of each
+measure (confidential.json, the confidential HTML report, the terminal of a curator run),
+``budget.max_left_out`` fails a curator run, and everyone can foresee from the public curves
+which record sizes are left out (plan, validate, the public summary). Author mode and the public
+folder show none of the counts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import cli
+from tabdp.datasets.synth import generate_establishments
+from tabdp.privacy.budget import Budget
+from tabdp.release.runner import left_out_sizes
+from tabdp.release.spec import load_spec
+
+ROOT = Path(tabdp.__file__).resolve().parents[1]
+HIER = ROOT / "data" / "hierarchies"
+SIGMA = 1e6          # Gaussian: rho(D) = D^2 / (2 sigma^2); with rho <= 1: D <= sigma * sqrt(2)
+ESTIMATE_DERIVED = ("estimate", "lower", "upper", "cv", "flag")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def spec_text(*, mode: str = "curator", budget: str = "rho = 1.0", seed: int | None = 5,
+              extra_tables: str = "") -> str:
+    rules = ('nulls = "drop"\nnegatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+             'bounds = { payroll = [0, 1e10] }\n') if mode == "author" else ""
+    return f"""
+[release]
+name = "left_out"
+delta = 1e-9
+[input]
+path = "d.parquet"
+unit = "estab_id"
+mode = "{mode}"
+{rules}
+[hierarchies.geo]
+file = "{HIER.as_posix()}/geography.csv"
+levels = ["state", "county"]
+[budget]
+{budget}
+{'' if seed is None else f'[randomness]{chr(10)}seed = {seed}'}
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[plan]
+record_sizes = [1, 1e3, 1e6, 1e7]
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = {SIGMA} }}
+grid = 1.0
+[[tables.rollups]]
+by = []
+{extra_tables}
+"""
+
+
+def setup(folder: Path, frame: pl.DataFrame, **kw: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(folder / "d.parquet")
+    path = folder / "s.toml"
+    path.write_text(spec_text(**kw), encoding="utf-8")  # type: ignore[arg-type]
+    return path
+
+
+@pytest.fixture(scope="module")
+def base() -> pl.DataFrame:
+    return generate_establishments(2000, seed=41)
+
+
+def expected(frame: pl.DataFrame, limit: float = 1.0) -> tuple[int, float]:
+    """Brute force: establishments whose Gaussian loss passes the budget, and their share.
+
+    One row per establishment in this data: its contribution is its payroll.
+    """
+    x = frame["payroll"].to_numpy()
+    out = x**2 / (2 * SIGMA**2) > limit
+    return int(out.sum()), float(x[out].sum() / x.sum())
+
+
+# -- the curator's outputs -------------------------------------------------------------------
+
+def test_curator_outputs_count_left_out_units(tmp_path: Path, base: pl.DataFrame) -> None:
+    spec = setup(tmp_path, base)
+    code, out, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code == 0, err
+    n, share = expected(base)
+    assert n > 0
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    lo = conf["releases"]["pay"]["left_out_by_budget"]
+    assert lo["units"] == n and lo["rows"] == n
+    assert lo["measures"]["payroll"]["share"] == pytest.approx(share, rel=1e-12)
+    assert lo["measures"]["payroll"]["total"] == pytest.approx(base["payroll"].sum(), rel=1e-12)
+    # the terminal of a curator run
+    assert f"pay: {n:,} units ({n:,} rows" in err and f"payroll {100 * share:.2f}%" in err
+    assert "biased downward" in err
+    # the confidential HTML report
+    html = (tmp_path / "out" / "confidential" / "confidential_report.html").read_text()
+    assert "Left out by the budget" in html and f"{share:.1%}" in html
+    # the public folder: no count, only the public statement (sizes from the curves)
+    for p in (tmp_path / "out" / "public").iterdir():
+        text = p.read_bytes().decode("utf-8", errors="replace")
+        assert "left_out_by_budget" not in text and f"{n:,} units" not in text, p.name
+    summary = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())
+    assert "bias totals downward" in summary["left_out_in_words"][0]
+    assert "sd and moe do not include" in summary["left_out_in_words"][0]
+    assert "Units left out by the budget" in (tmp_path / "out" / "public" /
+                                              "summary.html").read_text()
+
+
+def test_budget_001_repro(tmp_path: Path, base: pl.DataFrame) -> None:
+    """A tiny budget leaves most establishments out: the curator is told, exit 0."""
+    spec = setup(tmp_path, base, budget="rho = 0.01")
+    code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code == 0, err
+    n, share = expected(base, 0.01)
+    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    lo = conf["releases"]["pay"]["left_out_by_budget"]
+    assert lo["units"] == n and lo["measures"]["payroll"]["share"] == pytest.approx(share)
+    assert share > 0.5 and f"payroll {100 * share:.2f}%" in err
+
+
+def _public(folder: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for p in sorted((folder / "public").iterdir()):
+        if p.suffix == ".parquet":
+            t = pl.read_parquet(p)
+            out[p.name] = t.select([c for c in t.columns if c not in ESTIMATE_DERIVED])
+        elif p.name == "summary.json":
+            obj = json.loads(p.read_text())
+            obj.pop("published_usability")
+            obj.pop("publishable_in_words")
+            out[p.name] = obj
+        elif p.name == "summary.html":
+            out[p.name] = re.sub(r'<div id="publishable">.*?</div>', "", p.read_text(),
+                                 flags=re.S)
+        else:
+            out[p.name] = p.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("mode", ["author", "curator"])
+def test_neighbours_left_out_unit_changes_nothing_public(
+        tmp_path: Path, base: pl.DataFrame, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One more establishment, large enough to be left out, changes nothing public.
+
+    The public folder is the same apart from the noise; in author mode stdout, stderr and the
+    exit code are the same too.
+    """
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
+    huge = base.head(1).with_columns(pl.lit(10**9, dtype=pl.Int64).alias("estab_id"),
+                                     pl.lit(5e8).alias("payroll"))
+    res = {}
+    for k, frame in {"base": base, "plus": pl.concat([base, huge])}.items():
+        spec = setup(tmp_path / k, frame, mode=mode, seed=None)
+        code, out, err = run("run", str(spec), "--quiet")
+        res[k] = (code, out.replace(str(tmp_path / k), "<w>"),
+                  err.replace(str(tmp_path / k), "<w>"), tmp_path / k / "out")
+    (c0, o0, e0, f0), (c1, o1, e1, f1) = res["base"], res["plus"]
+    assert c0 == c1 == 0, (e0, e1)
+    if mode == "author":
+        assert (o0, e0) == (o1, e1) and "left out" not in e0 + o0
+    else:
+        assert "left out by the budget" in e0 and e0 != e1
+    pa, pb = _public(f0), _public(f1)
+    assert pa.keys() == pb.keys()
+    for name in pa:
+        a, b = pa[name], pb[name]
+        assert a.equals(b) if isinstance(a, pl.DataFrame) else a == b, name  # type: ignore
+    lo = json.loads((f1 / "confidential" / "confidential.json").read_text())
+    assert lo["releases"]["pay"]["left_out_by_budget"]["units"] == \
+        json.loads((f0 / "confidential" / "confidential.json").read_text())[
+            "releases"]["pay"]["left_out_by_budget"]["units"] + 1
+
+
+# -- budget.max_left_out ---------------------------------------------------------------------
+
+def test_max_left_out_fails_the_run(tmp_path: Path, base: pl.DataFrame) -> None:
+    _, share = expected(base)
+    spec = setup(tmp_path, base, budget=f"rho = 1.0\nmax_left_out = {share / 2}")
+    code, out, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code == 4 and "data-dependent failure" in err
+    assert not any(ch.isdigit() for ch in err.replace(str(tmp_path), ""))
+    assert not (tmp_path / "out" / "public").exists()
+    assert [p.name for p in (tmp_path / "out" / "confidential").iterdir()] == ["failure.json"]
+    failure = json.loads((tmp_path / "out" / "confidential" / "failure.json").read_text())
+    assert failure["error"] == "LeftOutError"
+    assert failure["confidential"]["tables_over_limit"]["pay"] == pytest.approx(share)
+    # at or above the share: the run goes through
+    spec = setup(tmp_path / "ok", base, budget=f"rho = 1.0\nmax_left_out = {share * 1.01}")
+    assert run("run", "--test-seed", str(spec), "--quiet")[0] == 0
+
+
+def test_max_left_out_is_checked_in_the_spec(tmp_path: Path, base: pl.DataFrame) -> None:
+    spec = setup(tmp_path, base, budget="rho = 1.0\nmax_left_out = 1.5")
+    code, _, err = run("validate", str(spec))
+    assert code == 2 and "budget.max_left_out" in err and "1.5" in err
+    spec = setup(tmp_path / "a", base, mode="author", budget="rho = 1.0\nmax_left_out = 0.1")
+    code, _, err = run("validate", str(spec))
+    assert code == 2 and "budget.max_left_out" in err and "author" in err
+    spec = setup(tmp_path / "b", base, budget="rho = 1.0\nmax_left_out = 0.1")
+    assert load_spec(spec).budget.max_left_out == 0.1  # type: ignore[union-attr]
+
+
+# -- foreseeable from the public curves ------------------------------------------------------
+
+def test_plan_states_left_out_sizes_from_the_policy(tmp_path: Path, base: pl.DataFrame) -> None:
+    spec_path = setup(tmp_path, base)
+    rows = left_out_sizes(load_spec(spec_path))
+    (row,) = [r for r in rows if r["table"] == "pay"]
+    # Gaussian: rho(D) = D^2 / (2 sigma^2) passes rho = 1 above sigma * sqrt(2)
+    assert row["left_out_from"] == pytest.approx(SIGMA * np.sqrt(2.0), rel=1e-12)
+    assert row["all_above"] and row["plan_sizes_left_out"] == [1e7]
+    for cmd in ("validate", "plan"):
+        code, out, _ = run(cmd, str(spec_path))
+        assert code == 0
+        assert "a estab_id" not in out and "an estab_id contributing more than about 1.41e+06" \
+            " of payroll" in out, cmd
+        assert "WARNING: budget: plausible estab_id sizes (1e+07" in out, cmd
+
+
+def test_left_out_sizes_follow_earlier_tables(tmp_path: Path, base: pl.DataFrame) -> None:
+    """Under a curve budget, a second table of the same measure is charged after the first.
+
+    Its threshold solves rho1(s) + rho2(s) = limit(s) where the first admitted the unit.
+    """
+    curve = {1e3: 0.5, 1e9: 50.0}
+    extra = f"""[[tables]]
+name = "pay2"
+measures = ["payroll"]
+by = ["county"]
+mechanism = {{ family = "gaussian", sigma = {2 * SIGMA} }}
+grid = 1.0
+"""
+    spec = load_spec(setup(tmp_path, base, budget='rho = { "1e3" = 0.5, "1e9" = 50.0 }',
+                           extra_tables=extra))
+    got = {r["table"]: r["left_out_from"] for r in left_out_sizes(spec)}
+    b = Budget(curve)
+
+    def rho(s: float, sigma: float) -> float:
+        return s * s / (2 * sigma * sigma)
+
+    def first_out(f: object) -> float:
+        lo, hi = 1.0, 1e13
+        for _ in range(200):
+            mid = (lo * hi) ** 0.5
+            lo, hi = (lo, mid) if f(mid) else (mid, hi)  # type: ignore[operator]
+        return hi
+
+    t1 = first_out(lambda s: rho(s, SIGMA) > float(b.limit(s)))
+    t2 = first_out(lambda s: (rho(s, SIGMA) if s < t1 else 0.0) + rho(s, 2 * SIGMA)
+                   > float(b.limit(s)))
+    assert got["pay"] == pytest.approx(t1, rel=1e-9)
+    assert got["pay2"] == pytest.approx(t2, rel=1e-9)
+    assert got["pay2"] < got["pay"]  # the first table's spending leaves it out earlier
+
+
+def test_no_budget_no_statement(tmp_path: Path, base: pl.DataFrame) -> None:
+    spec = setup(tmp_path, base)
+    text = spec.read_text().replace("[budget]\nrho = 1.0\n", "")
+    spec.write_text(text)
+    assert left_out_sizes(load_spec(spec)) == []
+    code, out, _ = run("validate", str(spec))
+    assert code == 0 and "left out" not in out
+
+
+# -- the engines agree with brute force --------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [{"unit": "u"}, {}, {"streaming": True}])
+def test_engine_left_out_counts_brute_force(kw: dict[str, object]) -> None:
+    rng = np.random.default_rng(3)
+    n = 600
+    df = pl.DataFrame({"c": rng.choice(["a", "b", "c"], n), "u": rng.integers(0, 150, n),
+                       "x": np.exp(rng.normal(8, 2, n))})
+    k = tabdp.KeySet.from_dict(c=["a", "b", "c"])
+    s = tabdp.Session(seed=1, budget=1.0, **kw)  # type: ignore[arg-type]
+    sigma = 3e4
+    df.dp.sum("x", by="c", keys=k, mechanism=tabdp.mechanisms.Gaussian(sigma), session=s)
+    q = s.report().confidential_summary()["queries"][0]
+    if "unit" in kw:
+        per = df.group_by("u", "c").agg(pl.col("x").sum(), pl.len().alias("rows"))
+        loss = per.group_by("u").agg((pl.col("x") ** 2 / (2 * sigma**2)).sum().alias("rho"),
+                                     pl.col("x").sum(), pl.col("rows").sum())
+    else:
+        loss = df.with_columns((pl.col("x") ** 2 / (2 * sigma**2)).alias("rho"),
+                               pl.lit(1).alias("rows"))
+    out = loss.filter(pl.col("rho") > 1.0)
+    assert q["units_left_out_by_budget"] == out.height > 0
+    assert q["rows_left_out_by_budget"] == out["rows"].sum()
+    x = q["left_out_by_budget"]["x"]
+    assert x["share"] == pytest.approx(out["x"].sum() / df["x"].sum(), rel=1e-9)
+    assert x["total"] == pytest.approx(df["x"].sum(), rel=1e-12)
+
+
+# -- guarantees stated truly (finding 2) -------------------------------------------------------
+
+def _multi_cell_spec(folder: Path, max_cells: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    states = ["01", "02", "04"]
+    rows = [{"estab_id": 1, "state": s, "payroll": 1e5, "employment": 5} for s in states]
+    rows += [{"estab_id": 2 + i, "state": states[i % 3], "payroll": 1e4 * (i + 1),
+              "employment": 1 + i} for i in range(6)]
+    pl.DataFrame(rows).write_parquet(folder / "d.parquet")
+    path = folder / "s.toml"
+    path.write_text(f"""
+[release]
+name = "multi"
+delta = 1e-9
+[input]
+path = "d.parquet"
+unit = "estab_id"
+{max_cells}
+[domains]
+state = ["01", "02", "04"]
+[randomness]
+seed = 3
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[plan]
+record_sizes = [5, 1e5]
+[[tables]]
+name = "pay"
+measures = ["payroll", "employment"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+""", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("max_cells", ["", "max_cells = 3"])
+def test_guarantee_text_against_multi_cell_units(tmp_path: Path, max_cells: str) -> None:
+    """A unit in 3 cells: the statement is per cell without max_cells, and holds with it."""
+    from tabdp.release.runner import plan_summary
+
+    spec_path = _multi_cell_spec(tmp_path, max_cells)
+    summary = plan_summary(load_spec(spec_path))
+    words = summary["tables"][0]["guarantee_in_words"]
+    # one statement per measure, never payroll and employment added at one number
+    pay = [w for w in words if "size 100,000" in w and "payroll cells" in w]
+    assert len(pay) == 1 and not any("employment cells" in w and "100,000" in w and "rho = 1 "
+                                      in w for w in words)
+    assert all("payroll" not in w or "employment" not in w for w in words)
+    stated = float(re.search(r"rho = ([0-9.]+)", pay[0]).group(1))  # type: ignore[union-attr]
+    code, _, err = run("run", "--test-seed", str(spec_path), "--quiet")
+    assert code == 0, err
+    per = pl.read_parquet(tmp_path / "out" / "confidential" / "per_record_losses.parquet")
+    # brute force: unit 1 has 1e5 of payroll (and 5 employees) in each of 3 cells
+    rho_cell = 1e5**2 / (2 * 1e10)
+    rho_emp = 5**2 / (2 * 1e10)
+    got = per.filter(pl.col("estab_id") == 1)["rho"].item()
+    assert got == pytest.approx(3 * (rho_cell + rho_emp), rel=1e-9)
+    if max_cells:
+        assert stated == pytest.approx(3 * rho_cell, rel=1e-2) and "up to 3 cells" in pay[0]
+        assert got <= stated * 1.01 + 3 * rho_emp
+    else:
+        # the single-cell figure is exceeded by a unit in 3 cells: so it is stated per cell
+        assert stated == pytest.approx(rho_cell, rel=1e-2) and got > stated
+        assert "per cell (input.max_cells is not set" in pay[0]
+    release = summary["guarantee_in_words"]
+    assert any(w.startswith("payroll (pay)") for w in release)
+    assert any(w.startswith("employment (pay)") for w in release)
+    assert release[-1].startswith("Losses are never added across currencies")
