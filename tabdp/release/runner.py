@@ -59,6 +59,7 @@ from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
 from tabdp.privacy.ledger import PER_RECORD_PARQUET, UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
+from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys, spec_keys_hint
@@ -789,6 +790,15 @@ def check_input_present(spec: ReleaseSpec) -> None:
     src = spec.input.path
     if src is None:
         return
+    if spec.input.dataset is not None and spec.input.mode == "author":
+        # the curator's dataset: its root is there or not, whatever the records; the message
+        # names the dataset, not its server path
+        if not src.exists():
+            raise SpecError(
+                "input.dataset", f"the curator's dataset {spec.input.dataset!r} is not "
+                "available on this server. Nothing was read or written.\nHint: ask the "
+                "curator (its path in the curator configuration does not exist).")
+        return
     if "*" in str(src):
         import glob
 
@@ -822,9 +832,20 @@ def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
             kwargs["hive_partitioning"] = hive
     elif hive is not None:
         kwargs["hive_partitioning"] = hive
+    declared = spec.input.schema if spec.input.mode == "author" else {}
+    if "hive_schema" in kwargs and declared:
+        kwargs["hive_schema"] = {c: SCHEMA_DTYPES.get(declared.get(c, ""), t)
+                                 for c, t in kwargs["hive_schema"].items()}
     try:
         lf = pl.scan_parquet(source, **kwargs)
         schema = lf.collect_schema()
+        if declared:
+            # author mode: the declared types, never the files' (a value that does not
+            # convert becomes null and meets the declared null rule)
+            casts = [pl.col(c).cast(SCHEMA_DTYPES[t], strict=False)
+                     for c, t in declared.items() if c in schema]
+            lf = lf.with_columns(casts) if casts else lf
+            schema = lf.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as err:
         raise DataValidationError(
             f"cannot read the input {spec.input.source!r} as Parquet: {err}.\n"
@@ -1383,7 +1404,16 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     if engine != "spark":
         # data-free: mapping codes the join's conversion merges are refused before any read
         # (the schema and the spec decide it; author mode converts key columns first)
-        lf0, schema0 = _scan_input(spec)
+        try:
+            lf0, schema0 = _scan_input(spec)
+        except DataValidationError as err:
+            if spec.input.mode != "author":
+                raise
+            # author mode: the curator's files (their schema, or none matching) are not the
+            # author's to see: the generic failure, details in the confidential folder
+            fail = _failure_details(err, "reading the input's schema")
+            raise DataDependentFailure(_write_failure(spec, fail, started),
+                                       spec.output.confidential) from None
         if spec.input.mode == "author":
             lf0 = _author_key_casts(spec, lf0)
         _refuse_mapping_collisions(spec, schema0, lf0)
