@@ -1309,6 +1309,21 @@ def _write_failure(spec: ReleaseSpec, details: dict[str, Any], started: str) -> 
         return None
 
 
+SPARK_LOG = "spark.log"
+
+
+def _keep_spark_log(log: Path, confidential: Path) -> None:
+    """Move the JVM's log into the confidential folder (if the run made one), else drop it."""
+    try:
+        if confidential.is_dir():
+            shutil.move(log, confidential / SPARK_LOG)
+            os.chmod(confidential / SPARK_LOG, 0o600)
+        else:
+            log.unlink(missing_ok=True)
+    except OSError:
+        log.unlink(missing_ok=True)
+
+
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 progress: Progress | None = None, test_seed: bool = False,
                 engine: str = "polars", spark: Any = None,
@@ -1393,13 +1408,27 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
     owned = None
+    spark_log: Path | None = None
     if engine == "spark":
         from tabdp.release._spark_run import check_table, start_spark
 
         if spark is None:
-            spark, owned = start_spark(spark_master)
-        if spec.input.table is not None:
-            check_table(spark, spec.input.table)
+            # the JVM's start-up and log lines (times, host, IP) are the curator's: a log
+            # file, moved into the confidential folder at the end (never the terminal)
+            fd, name = tempfile.mkstemp(prefix="tabdp-spark-", suffix=".log")
+            os.close(fd)
+            spark_log = Path(name)
+        try:
+            if spark is None:
+                spark, owned = start_spark(spark_master, log=spark_log)
+            if spec.input.table is not None:
+                check_table(spark, spec.input.table)
+        except BaseException:
+            if owned is not None:
+                owned.stop()
+            if spark_log is not None:
+                spark_log.unlink(missing_ok=True)
+            raise
 
     if engine != "spark":
         # data-free: mapping codes the join's conversion merges are refused before any read
@@ -1444,6 +1473,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     finally:
         if owned is not None:
             owned.stop()
+        if spark_log is not None:
+            _keep_spark_log(spark_log, spec.output.confidential)
     if details is not None:
         # raised outside the except block: the exception carries no chained details
         raise DataDependentFailure(_write_failure(spec, details, started),
@@ -1539,6 +1570,9 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
     inp = spec.input
     sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
                                       {c: d.dtype for c, d in spec.domains.items()})
+    if inp.mode == "author" and inp.schema:  # the declared types, never the files'
+        sdf = sr.declared_casts(sdf, {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()})
+        input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
     persisted = []
     try:
         if inp.unit is None:
