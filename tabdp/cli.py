@@ -247,6 +247,8 @@ def _curator_path(args: argparse.Namespace) -> Path | None:
 
     from tabdp.release.curator_config import CURATOR_ENV
 
+    if args.command == "demo":  # the bundled example is a curator-mode spec of its own
+        return None
     given = getattr(args, "curator", None)
     if given is not None:
         return Path(given)

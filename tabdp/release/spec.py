@@ -1858,6 +1858,11 @@ def _author_output(raw: Any, curator: CuratorConfig, release: ReleaseInfo) -> Ou
         _fail("output", "the curator configuration declares no output root ([output] root), "
                         "so an author-mode release has nowhere to go.",
               "ask the curator to add [output] root = \"...\" to the configuration.")
+    if release.name.startswith("."):
+        _fail("release.name", f"names the output folder under the curator's output root in "
+                              f"author mode, so it must not start with '.'; got "
+                              f"{release.name!r}.",
+              'start it with a letter or digit, e.g. name = "cbp_2026".')
     form = "long"
     if "form" in d:
         form = _enum(d["form"], "output.form", ("long", "wide"),

@@ -242,6 +242,16 @@ def test_author_release_by_dataset_name(servers: tuple[Path, Path],
     assert "--out" in err.getvalue() and not (server / "elsewhere").exists()
 
 
+@pytest.mark.parametrize("name", ["..", ".", ".hidden"])
+def test_release_name_cannot_leave_the_output_root(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The release name is the output folder under the root: '..' would climb out of it."""
+    text = spec_text().replace('name = "boundary"', f'name = "{name}"')
+    code, _, err = _both(servers, monkeypatch, text, "run")
+    assert code == 2 and "release.name" in err, err
+    assert not (servers[0] / "public").exists() and not (servers[0] / "releases").exists()
+
+
 def test_output_folders_are_refused_in_author_mode(
         servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     text = spec_text() + '\n[output]\npublic = "/tmp/x/public"\nconfidential = "/tmp/x/c"\n'
