@@ -39,6 +39,11 @@ The TOML schema (every key not listed is refused)::
     level = 0.9                     # release.level of a spec without one
     delta = 1e-9                    # release.delta of a spec without one
 
+    [policy]                        # optional
+    author_only = true              # every spec read with this configuration must be in author
+                                    # mode (a validation server: an author cannot write
+                                    # mode = "curator" to get paths back); default false
+
 Every path is resolved against the configuration file's folder. Errors name the key path and
 may quote the configuration's own paths: the file is the curator's, and so are its messages
 (:class:`tabdp.SpecError`, exit code 2 in the CLI).
@@ -86,11 +91,12 @@ CURATOR_ENV = "TABDP_CURATOR"
 
 #: Every key the configuration accepts, by key path (``datasets.*`` is each dataset).
 CURATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("datasets", "public", "output", "defaults"),
+    "": ("datasets", "public", "output", "defaults", "policy"),
     "datasets.*": ("path", "table", "hive_partitioning", "schema"),
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
+    "policy": ("author_only",),
 }
 
 #: Dtype names a declared schema may use, and their Polars types.
@@ -153,6 +159,7 @@ class CuratorConfig:
         output_root: Absolute folder author-mode releases are written under, or ``None``.
         defaults: Validated defaults: ``"budget"`` (a spec's ``[budget]`` table), ``"level"``,
             ``"delta"`` (those present only).
+        author_only: Every spec read with this configuration must be in author mode.
 
     Example:
         >>> c = parse_curator_config({"datasets": {"d": {"path": "/srv/d.parquet"}}}, "/")
@@ -165,6 +172,7 @@ class CuratorConfig:
     public_folders: tuple[Path, ...] = ()
     output_root: Path | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    author_only: bool = False
 
     def dataset_roots(self) -> tuple[Path, ...]:
         """The datasets' paths with symbolic links resolved (what no public file may be in).
@@ -327,8 +335,15 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
         if "root" in o:
             root = _folder(o["root"], "output.root", base, "the output root")
     defaults = _defaults(d["defaults"]) if "defaults" in d else {}
+    author_only = False
+    if "policy" in d:
+        pol = _table(d["policy"], "policy", CURATOR_KEYS["policy"])
+        author_only = pol.get("author_only", False)
+        if not isinstance(author_only, bool):
+            _fail("policy.author_only", f"must be true or false; got {author_only!r}.",
+                  "true on a validation server (every spec in author mode), else false.")
     config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
-                           output_root=root, defaults=defaults)
+                           output_root=root, defaults=defaults, author_only=author_only)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):
         real = Path(os.path.realpath(f))

@@ -1948,6 +1948,11 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
         canonical = json.dumps(data, sort_keys=True, default=str)
         sha256 = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     author = _author_mode(data)
+    if curator is not None and curator.author_only and not author:
+        _fail("input.mode", "must be \"author\": the curator configuration allows author-mode "
+                            "specs only ([policy] author_only = true).",
+              'set input.mode = "author" and name a dataset of the configuration '
+              '(dataset = "<name>").')
     if author and curator is not None:
         data = _with_defaults(data, curator)
     d = _table(data, "", allowed=_ROOT_KEYS,

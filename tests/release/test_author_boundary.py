@@ -249,7 +249,8 @@ def test_release_name_cannot_leave_the_output_root(
     text = spec_text().replace('name = "boundary"', f'name = "{name}"')
     code, _, err = _both(servers, monkeypatch, text, "run")
     assert code == 2 and "release.name" in err, err
-    assert not (servers[0] / "public").exists() and not (servers[0] / "releases").exists()
+    rel = servers[0] / "releases"
+    assert not any(p.exists() for p in (servers[0] / "public", rel / "public", rel / ".hidden"))
 
 
 def test_output_folders_are_refused_in_author_mode(
@@ -284,6 +285,25 @@ def test_curator_mode_keeps_paths(servers: tuple[Path, Path],
     by_name = text.replace('path = "data/input.parquet"', 'dataset = "flat"')
     code, _, err = _cli(servers[0], monkeypatch, by_name, "validate")
     assert code == 0, err
+
+
+def test_author_only_policy(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+                            ) -> None:
+    """``[policy] author_only``: an author cannot write mode = "curator" to get paths back."""
+    text = spec_text(input='path = "data/hive/*04/*"').replace('mode = "author"',
+                                                               'mode = "curator"')
+    text += '\n[output]\npublic = "o/public"\nconfidential = "o/confidential"\n'
+    for server in servers:
+        cfg = server / "curator.toml"
+        cfg.write_text(cfg.read_text() + "\n[policy]\nauthor_only = true\n")
+    try:
+        code, out, err = _both(servers, monkeypatch, text, "validate")
+        assert code == 2 and "input.mode" in err and "author_only" in err, err
+        assert _cli(servers[0], monkeypatch, spec_text(), "validate")[0] == 0
+    finally:
+        for server in servers:
+            cfg = server / "curator.toml"
+            cfg.write_text(cfg.read_text().replace("\n[policy]\nauthor_only = true\n", ""))
 
 
 def test_declared_schema_columns(tmp_path: Path) -> None:
