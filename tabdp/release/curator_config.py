@@ -272,13 +272,22 @@ def _defaults(raw: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "budget" in d:
         budget = d["budget"]
-        from tabdp.release.spec import _parse_budget  # the spec's own rules for [budget]
-
-        try:
-            _parse_budget(budget)
-        except SpecError as err:
-            _fail("defaults.budget", str(err).split("\nHint:")[0],
-                  'a spec\'s [budget] table, e.g. budget = { rho = 2.0 }.')
+        hint = ('a spec\'s [budget] table: budget = { rho = 2.0 }, or a curve '
+                'budget = { rho = { "1e3" = 0.5, "1e7" = 10.0 } }.')
+        b = _table(budget, "defaults.budget", ("rho",))
+        rho = b.get("rho")
+        values = list(rho.values()) if isinstance(rho, Mapping) and rho else [rho]
+        sizes = list(rho) if isinstance(rho, Mapping) else []
+        for size in sizes:
+            try:
+                ok = float(size) > 0 and math.isfinite(float(size))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                _fail("defaults.budget.rho", f"curve key {size!r} is not a record size > 0.",
+                      hint)
+        for v in values:
+            _number(v, "defaults.budget.rho", hint)
         out["budget"] = dict(budget)
     if "level" in d:
         out["level"] = _number(d["level"], "defaults.level", "e.g. level = 0.9.", 0.0, 1.0)

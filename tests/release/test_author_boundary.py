@@ -339,7 +339,9 @@ def test_declared_schema_columns(tmp_path: Path) -> None:
     ({"datasets": {"d": {"path": "data"}}, "public": {"folders": ["data/meta"]}},
      "public.folders[0]"),
     ({"datasets": {"d": {"path": "data"}}, "output": {"root": "data/out"}}, "output.root"),
-    ({"defaults": {"budget": {"rho": -1}}}, "defaults.budget"),
+    ({"defaults": {"budget": {"rho": -1}}}, "defaults.budget.rho"),
+    ({"defaults": {"budget": {"rho": {"x": 1.0}}}}, "defaults.budget.rho"),
+    ({"defaults": {"budget": {"limit": 1.0}}}, "defaults.budget.limit"),
     ({"defaults": {"level": 2}}, "defaults.level"),
     ({"extra": 1}, "extra"),
 ])
