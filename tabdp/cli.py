@@ -21,6 +21,13 @@ only); the exit code stays 0.
                                          # master local[2]); the same outputs
     tabdp demo [--out DIR]               # the bundled example on the sample data
 
+``validate``, ``plan`` and ``run`` take ``--curator CONFIG``: the curator's configuration
+(:mod:`tabdp.release.curator_config`: datasets, public metadata folders, output root, defaults),
+read from the environment variable ``TABDP_CURATOR`` when the flag is absent. An author-mode
+spec (``input.mode = "author"``) needs it: it names a dataset and public files by name only,
+its outputs go under the curator's output root, and the command's messages quote no server
+path of the configuration.
+
 Exit codes:
 
 ====  ==========================================================================
@@ -48,7 +55,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tabdp.exceptions import (
     BudgetExceededError,
@@ -61,6 +68,10 @@ from tabdp.exceptions import (
     TabdpError,
     UnsupportedBackendError,
 )
+
+if TYPE_CHECKING:
+    from tabdp.release.curator_config import CuratorConfig
+    from tabdp.release.spec import ReleaseSpec
 
 __all__ = ["main", "EXIT_OK", "EXIT_USAGE", "EXIT_BUDGET", "EXIT_DATA", "EXIT_INTERNAL"]
 
@@ -178,16 +189,22 @@ def _parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"tabdp {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    curator_help = ("the curator's configuration (TOML: datasets, public metadata folders, "
+                    "output root, defaults); required by author-mode specs; default: the "
+                    "environment variable TABDP_CURATOR")
     v = sub.add_parser("validate", help="check a spec (reads no data)")
     v.add_argument("spec", type=Path)
+    v.add_argument("--curator", type=Path, default=None, metavar="CONFIG", help=curator_help)
     pl_ = sub.add_parser("plan", help="mechanisms, policy curves and expected errors "
                                       "(reads no data)")
     pl_.add_argument("spec", type=Path)
+    pl_.add_argument("--curator", type=Path, default=None, metavar="CONFIG", help=curator_help)
     pl_.add_argument("--out", type=Path, default=None,
                      help="folder for plan.json and plan.html (default: the spec's output.plan)")
     pl_.add_argument("--overwrite", action="store_true", help="replace an existing plan folder")
     r = sub.add_parser("run", help="run the release")
     r.add_argument("spec", type=Path)
+    r.add_argument("--curator", type=Path, default=None, metavar="CONFIG", help=curator_help)
     r.add_argument("--overwrite", action="store_true",
                    help="replace existing output folders (default: refuse)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -224,11 +241,70 @@ def _example_spec() -> Path:
     return example_spec_path()
 
 
-def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
-    from tabdp.release.runner import check_input_present
+def _curator_path(args: argparse.Namespace) -> Path | None:
+    """``--curator``, else the environment variable ``TABDP_CURATOR`` (empty: none)."""
+    import os
+
+    from tabdp.release.curator_config import CURATOR_ENV
+
+    if args.command == "demo":  # the bundled example is a curator-mode spec of its own
+        return None
+    given = getattr(args, "curator", None)
+    if given is not None:
+        return Path(given)
+    env = os.environ.get(CURATOR_ENV, "")
+    return Path(env) if env else None
+
+
+def _load(args: argparse.Namespace, spec_path: Path) -> ReleaseSpec:
+    """The spec of the command, read with the curator configuration if one is given."""
+    from tabdp.release.curator_config import load_curator_config
     from tabdp.release.spec import load_spec
 
-    spec = load_spec(args.spec)
+    where = _curator_path(args)
+    config = load_curator_config(where) if where is not None else None
+    args.curator_config = config
+    return load_spec(spec_path, curator=config)
+
+
+def _author_spec(spec_path: Path) -> bool:
+    """Whether the spec file says ``input.mode = "author"`` (read as text; False if unreadable)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(Path(spec_path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return False
+    inp = data.get("input")
+    return isinstance(inp, dict) and inp.get("mode") == "author"
+
+
+def _redact(text: str, config: CuratorConfig | None) -> str:
+    """Author mode: the curator configuration's server paths replaced by what they are."""
+    if config is None:
+        return text
+    names: list[tuple[str, str]] = []
+    for name, d in config.datasets.items():
+        if d.path is not None:
+            names.append((str(d.path), f"<dataset {name!r}>"))
+    for i, f in enumerate(config.public_folders):
+        names.append((str(f), f"<public folder {i + 1}>"))
+    if config.output_root is not None:
+        names.append((str(config.output_root), "<curator output root>"))
+    if config.path is not None:
+        names.append((str(config.path), "<curator configuration>"))
+    import os
+
+    for raw, shown in sorted(names, key=lambda x: -len(x[0])):
+        for form in {raw, os.path.realpath(raw)}:
+            text = text.replace(form, shown)
+    return text
+
+
+def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from tabdp.release.runner import check_input_present
+
+    spec = _load(args, args.spec)
     check_input_present(spec)  # the file or folder exists (nothing is read)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
@@ -285,9 +361,12 @@ def _fmt(x: float | None) -> str:
 
 def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     from tabdp.release.runner import plan_summary, write_plan
-    from tabdp.release.spec import load_spec
 
-    spec = load_spec(args.spec)
+    spec = _load(args, args.spec)
+    if spec.input.mode == "author" and args.out is not None:
+        raise SpecError("--out", "is not allowed with an author-mode spec: the author names no "
+                                 "server folder; the plan goes to the curator's output root, "
+                                 "in <release.name>/plan.\nHint: remove --out.")
     folder = write_plan(spec, args.out, overwrite=args.overwrite)
     s = plan_summary(spec)
     sizes = s["record_sizes"]
@@ -339,16 +418,17 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     if s["left_out_sizes"]:
         out.write("\n")
         _write_left_out_sizes(s["left_out_sizes"], spec.input.unit or "record", out)
-    out.write(f"\nPlan written to {folder} (plan.json, plan.html)\n")
+    shown = (f"{spec.release.name}/plan under the curator's output root"
+             if spec.input.mode == "author" else str(folder))
+    out.write(f"\nPlan written to {shown} (plan.json, plan.html)\n")
     return EXIT_OK
 
 
 def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path,
              overwrite: bool) -> int:
     from tabdp.release.runner import run_release
-    from tabdp.release.spec import load_spec
 
-    spec = load_spec(spec_path)
+    spec = _load(args, spec_path)
     if getattr(args, "out", None) is not None:
         import dataclasses
 
@@ -386,9 +466,13 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         out.write("  WARNING: seeded randomness (--test-seed): for tests only; the public "
                   "folder is marked NOT FOR PUBLICATION.\n")
     n_tables = sum(f.endswith(".parquet") for f in res.files)
-    out.write(f"  Public outputs:       {res.public}  (summary.html, manifest.json, "
+    public, confidential = str(res.public), str(res.confidential)
+    if spec.input.mode == "author":  # the curator's server paths are not the author's
+        public = f"{spec.release.name}/public under the curator's output root"
+        confidential = f"{spec.release.name}/confidential (curator only)"
+    out.write(f"  Public outputs:       {public}  (summary.html, manifest.json, "
               f"{n_tables} table(s))\n")
-    out.write(f"  Confidential outputs: {res.confidential}  (per_record_losses.parquet, "
+    out.write(f"  Confidential outputs: {confidential}  (per_record_losses.parquet, "
               "confidential_report.html: never publish)\n")
     if spec.budget is not None:
         _write_left_out(res.left_out, err)
@@ -406,6 +490,15 @@ def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO) -> None
         err.write(f"WARNING (curator, do not publish): {line}; totals there are biased "
                   "downward and sd/moe do not include it (confidential.json, "
                   "left_out_by_budget).\n")
+
+
+def _shown(args: argparse.Namespace, text: str) -> str:
+    """An error line as the command shows it: without the curator's paths for an author spec."""
+    config = getattr(args, "curator_config", None)
+    spec = getattr(args, "spec", None)
+    if config is not None and spec is not None and _author_spec(spec):
+        return _redact(text, config)
+    return text
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
@@ -459,7 +552,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
             return code
         kind = {EXIT_USAGE: "spec/usage error", EXIT_DATA: "data error"}.get(
             code, "internal error")
-        err.write(f"tabdp {args.command}: {kind}: {e}\n")
+        err.write(_shown(args, f"tabdp {args.command}: {kind}: {e}\n"))
         if code == EXIT_INTERNAL:
             traceback.print_exc(file=err)
         return code
@@ -467,10 +560,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         # before any data is read (later failures are DataDependentFailure): the file system
         # refused a path of the spec or the command line, not a bug
         where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
-        err.write(f"tabdp {args.command}: spec/usage error: cannot use the path{where}: "
-                  f"{e.strerror or e}. Nothing was written.\nHint: check the spec's [output] "
-                  "folders (or --out) and input paths: they must be on a writable, ordinary "
-                  "file system.\n")
+        err.write(_shown(args, f"tabdp {args.command}: spec/usage error: cannot use the "
+                               f"path{where}: {e.strerror or e}. Nothing was written.\nHint: "
+                               "check the spec's [output] folders (or --out) and input paths: "
+                               "they must be on a writable, ordinary file system.\n"))
         return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - every other failure is a bug: exit 70
         err.write(f"tabdp {args.command}: internal error: {type(e).__name__}: {e}\n"

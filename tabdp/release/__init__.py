@@ -6,6 +6,12 @@ Example:
     True
 """
 
+from tabdp.release.curator_config import (
+    CuratorConfig,
+    DatasetDecl,
+    load_curator_config,
+    parse_curator_config,
+)
 from tabdp.release.publish import FLAG_CODES, publish
 from tabdp.release.rollup import rollup, sum_error_law
 from tabdp.release.runner import (
@@ -18,6 +24,10 @@ from tabdp.release.runner import (
 from tabdp.release.spec import ReleaseSpec, load_spec, parse_spec
 
 __all__ = [
+    "CuratorConfig",
+    "DatasetDecl",
+    "load_curator_config",
+    "parse_curator_config",
     "FLAG_CODES",
     "publish",
     "rollup",

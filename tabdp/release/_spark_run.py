@@ -14,8 +14,10 @@ Spark's own writer into the staging folder and renamed like every other output.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,8 @@ def check_engine(engine: str, spark: Any = None, master: str | None = None) -> N
     if spark is not None:
         return
     try:
-        import pyspark.sql  # noqa: F401
+        with _quiet_pyspark():
+            import pyspark.sql  # noqa: F401
     except ImportError:
         raise UnsupportedBackendError(
             "the Spark engine needs PySpark, which is not installed (or does not import). "
@@ -86,7 +89,41 @@ def check_engine(engine: str, spark: Any = None, master: str | None = None) -> N
             "4.x) and a Java runtime, or run with --engine polars.") from None
 
 
-def start_spark(master: str | None) -> tuple[Any, Any]:
+@contextlib.contextmanager
+def _quiet_pyspark() -> Iterator[None]:
+    """PySpark's notice about the pandas version (it quotes a path of the server) is not shown."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support",
+                                category=FutureWarning)
+        yield
+
+
+@contextlib.contextmanager
+def _stderr_to(log: Path | None) -> Iterator[None]:
+    """While the JVM starts: file descriptor 2 (inherited by the JVM for its life) is ``log``.
+
+    The JVM's own start-up lines and log4j's console lines (times, host name, IP address)
+    then go to the log, never to the terminal.
+    """
+    if log is None:
+        yield
+        return
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    saved = os.dup(2)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def start_spark(master: str | None, log: Path | None = None) -> tuple[Any, Any]:
     """A SparkSession on ``master`` (default :data:`DEFAULT_MASTER`), and whether to stop it.
 
     A SparkSession already active in this process is used as it is (its own master wins).
@@ -97,6 +134,9 @@ def start_spark(master: str | None) -> tuple[Any, Any]:
 
     Args:
         master: A Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...).
+        log: A file for everything the JVM writes to its standard error (start-up lines,
+            log4j's console output), created 0600; ``None``: the process's own stderr. It has
+            an effect only when this call starts the JVM.
 
     Returns:
         The session, and the same session if this call created it (the caller stops it at the
@@ -105,10 +145,9 @@ def start_spark(master: str | None) -> tuple[Any, Any]:
     Raises:
         UnsupportedBackendError: Spark could not start (no Java runtime, a bad master URL).
     """
-    import sys
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    with _quiet_pyspark():
+        from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -123,7 +162,8 @@ def start_spark(master: str | None) -> tuple[Any, Any]:
         # one machine: a few shuffle partitions (Spark's default of 200 is meant for clusters)
         builder = builder.config("spark.sql.shuffle.partitions", "8")
     try:
-        spark = builder.getOrCreate()
+        with _stderr_to(log), _quiet_pyspark():
+            spark = builder.getOrCreate()
     except Exception as err:  # noqa: BLE001 - the JVM's many ways of not starting
         raise UnsupportedBackendError(
             f"Spark could not start on master {master or DEFAULT_MASTER!r}: "
@@ -220,6 +260,28 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
             "Parquet files or a hive-partitioned dataset; input.table a table of the "
             "session's catalog.") from err
     return sdf, {k: str(v) for k, v in schema.items()}
+
+
+def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
+    """Author mode: the columns of a declared schema take the declared types (Polars dtypes).
+
+    A value that does not convert becomes null (the declared null rule then applies), as in
+    the Polars engine; the files' own types never decide.
+
+    Args:
+        sdf: The input frame.
+        schema: Column -> Polars dtype (the curator configuration's declared schema).
+
+    Returns:
+        The frame with those of its columns cast.
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import spark_type, try_cast
+
+    casts = {c: try_cast(F.col(c), spark_type(t)) for c, t in schema.items()
+             if c in sdf.columns}
+    return sdf.withColumns(casts) if casts else sdf
 
 
 def _hive_parts(file: str, root: Path) -> list[str]:

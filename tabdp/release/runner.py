@@ -60,6 +60,7 @@ from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
 from tabdp.privacy.ledger import PER_RECORD_PARQUET, UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
+from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys, spec_keys_hint
@@ -1101,6 +1102,15 @@ def check_input_present(spec: ReleaseSpec) -> None:
     src = spec.input.path
     if src is None:
         return
+    if spec.input.dataset is not None and spec.input.mode == "author":
+        # the curator's dataset: its root is there or not, whatever the records; the message
+        # names the dataset, not its server path
+        if not src.exists():
+            raise SpecError(
+                "input.dataset", f"the curator's dataset {spec.input.dataset!r} is not "
+                "available on this server. Nothing was read or written.\nHint: ask the "
+                "curator (its path in the curator configuration does not exist).")
+        return
     if "*" in str(src):
         import glob
 
@@ -1134,9 +1144,20 @@ def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
             kwargs["hive_partitioning"] = hive
     elif hive is not None:
         kwargs["hive_partitioning"] = hive
+    declared = spec.input.schema if spec.input.mode == "author" else {}
+    if "hive_schema" in kwargs and declared:
+        kwargs["hive_schema"] = {c: SCHEMA_DTYPES.get(declared.get(c, ""), t)
+                                 for c, t in kwargs["hive_schema"].items()}
     try:
         lf = pl.scan_parquet(source, **kwargs)
         schema = lf.collect_schema()
+        if declared:
+            # author mode: the declared types, never the files' (a value that does not
+            # convert becomes null and meets the declared null rule)
+            casts = [pl.col(c).cast(SCHEMA_DTYPES[t], strict=False)
+                     for c, t in declared.items() if c in schema]
+            lf = lf.with_columns(casts) if casts else lf
+            schema = lf.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as err:
         raise DataValidationError(
             f"cannot read the input {spec.input.source!r} as Parquet: {err}.\n"
@@ -1600,6 +1621,21 @@ def _write_failure(spec: ReleaseSpec, details: dict[str, Any], started: str) -> 
         return None
 
 
+SPARK_LOG = "spark.log"
+
+
+def _keep_spark_log(log: Path, confidential: Path) -> None:
+    """Move the JVM's log into the confidential folder (if the run made one), else drop it."""
+    try:
+        if confidential.is_dir():
+            shutil.move(log, confidential / SPARK_LOG)
+            os.chmod(confidential / SPARK_LOG, 0o600)
+        else:
+            log.unlink(missing_ok=True)
+    except OSError:
+        log.unlink(missing_ok=True)
+
+
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 progress: Progress | None = None, test_seed: bool = False,
                 engine: str = "polars", spark: Any = None,
@@ -1684,18 +1720,41 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
     owned = None
+    spark_log: Path | None = None
     if engine == "spark":
         from tabdp.release._spark_run import check_table, start_spark
 
         if spark is None:
-            spark, owned = start_spark(spark_master)
-        if spec.input.table is not None:
-            check_table(spark, spec.input.table)
+            # the JVM's start-up and log lines (times, host, IP) are the curator's: a log
+            # file, moved into the confidential folder at the end (never the terminal)
+            fd, name = tempfile.mkstemp(prefix="tabdp-spark-", suffix=".log")
+            os.close(fd)
+            spark_log = Path(name)
+        try:
+            if spark is None:
+                spark, owned = start_spark(spark_master, log=spark_log)
+            if spec.input.table is not None:
+                check_table(spark, spec.input.table)
+        except BaseException:
+            if owned is not None:
+                owned.stop()
+            if spark_log is not None:
+                spark_log.unlink(missing_ok=True)
+            raise
 
     if engine != "spark":
         # data-free: mapping codes the join's conversion merges are refused before any read
         # (the schema and the spec decide it; author mode converts key columns first)
-        lf0, schema0 = _scan_input(spec)
+        try:
+            lf0, schema0 = _scan_input(spec)
+        except DataValidationError as err:
+            if spec.input.mode != "author":
+                raise
+            # author mode: the curator's files (their schema, or none matching) are not the
+            # author's to see: the generic failure, details in the confidential folder
+            fail = _failure_details(err, "reading the input's schema")
+            raise DataDependentFailure(_write_failure(spec, fail, started),
+                                       spec.output.confidential) from None
         if spec.input.mode == "author":
             lf0 = _author_key_casts(spec, lf0)
         _refuse_mapping_collisions(spec, schema0, lf0)
@@ -1726,6 +1785,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     finally:
         if owned is not None:
             owned.stop()
+        if spark_log is not None:
+            _keep_spark_log(spark_log, spec.output.confidential)
     if details is not None:
         # raised outside the except block: the exception carries no chained details
         raise DataDependentFailure(_write_failure(spec, details, started),
@@ -1821,6 +1882,9 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
     inp = spec.input
     sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
                                       {c: d.dtype for c, d in spec.domains.items()})
+    if inp.mode == "author" and inp.schema:  # the declared types, never the files'
+        sdf = sr.declared_casts(sdf, {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()})
+        input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
     persisted = []
     try:
         if inp.unit is None:

@@ -7,6 +7,11 @@ folder of the spec file. Public metadata files named by the spec (hierarchies, d
 key combinations) are read by :func:`load_spec` — they are public input, never the confidential
 data.
 
+In author mode (``input.mode = "author"``) the spec is read with the curator's configuration
+(:mod:`tabdp.release.curator_config`): it names a dataset and public metadata files by name only,
+names no output folder, and every path, glob or name outside the curator's public folders is
+refused from the text alone, before anything is read; messages then quote no server path.
+
 The TOML schema (every key not listed is refused)::
 
     [release]                       # required
@@ -23,6 +28,9 @@ The TOML schema (every key not listed is refused)::
     table = "lake.cbp_2026"         # instead of path (exactly one of the two): a table of the
                                     # Spark session's catalog (db.table or catalog.db.table),
                                     # read with `tabdp run --engine spark` only
+    dataset = "cbp_2026"            # instead of path / table: a dataset of the curator
+                                    # configuration (--curator CONFIG); REQUIRED in author mode,
+                                    # where path, table and hive_partitioning are refused
     hive_partitioning = false       # optional bool; default: Polars' automatic detection
     unit = "estab_id"               # optional privacy-unit column; omitted: each row is a unit
                                     # (followed by a row id assigned when the input is read)
@@ -50,7 +58,10 @@ The TOML schema (every key not listed is refused)::
     [domains]                       # optional: public domain of a key column
     naics2 = ["11", "21", "22"]     # inline list (strings, integers or booleans; no duplicates)
     size_class = { file = "size_classes.csv", column = "size_class" }   # CSV or Parquet;
-                                    # "column" defaults to the key name; duplicates dropped
+                                    # "column" defaults to the key name; duplicates dropped.
+                                    # Author mode: every metadata file (domains, hierarchies,
+                                    # keys) is a plain file NAME looked up in the curator's
+                                    # public folders; paths, globs and '..' are refused
 
     [hierarchies.geo]               # optional; a named hierarchy given as a mapping file
     file = "../data/hierarchies/geography.csv"       # CSV or Parquet, one row per finest code
@@ -60,6 +71,7 @@ The TOML schema (every key not listed is refused)::
 
     [budget]                        # optional: per-record limit on the total PRzCDP ρ
     rho = 2.0                       # a number, or a curve {"1e3" = 0.5, "1e7" = 10.0}
+                                    # (author mode: the curator's default budget when omitted)
     max_left_out = 0.05             # optional, curator mode: the run fails (exit 4, details in
                                     # confidential/failure.json) when the budget leaves out
                                     # more than this share of a table's rows or of a measure
@@ -70,7 +82,8 @@ The TOML schema (every key not listed is refused)::
                                     # folder NOT FOR PUBLICATION; the seed is never written to
                                     # a public file; omitted: secure OS randomness
 
-    [output]                        # required
+    [output]                        # required (author mode: only `form`; the outputs go to
+                                    # <curator output root>/<release.name>/{public,...})
     public = "../out/cbp/public"            # folder: must not exist (unless --overwrite)
     confidential = "../out/cbp/confidential"  # folder, must differ from (and not be inside)
                                             # the public one
@@ -132,6 +145,7 @@ The TOML schema (every key not listed is refused)::
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import difflib
 import hashlib
@@ -152,6 +166,7 @@ from tabdp import mechanisms, registry
 from tabdp._validation import bounds_text
 from tabdp.calibrate import calibrate
 from tabdp.exceptions import SpecError, TabdpError
+from tabdp.release.curator_config import CuratorConfig, DatasetDecl
 
 __all__ = [
     "MECHANISM_FAMILIES",
@@ -209,7 +224,9 @@ class InputSpec:
     ``path`` is absolute (resolved against the spec's folder). ``source`` is what Polars scans:
     the file, or a recursive glob ``<folder>/**/*.parquet`` for a folder, or the glob given.
     With ``table`` (a table of the Spark catalog, read by the Spark engine only), ``path`` is
-    ``None`` and ``source`` the table name.
+    ``None`` and ``source`` the table name. With ``dataset`` (the name of a dataset of the
+    curator configuration, required in author mode), ``path`` / ``table`` are the dataset's and
+    ``schema`` its declared column -> dtype name (empty when the curator declares none).
     """
 
     path: Path | None
@@ -224,6 +241,8 @@ class InputSpec:
     unit_nulls: str = "error"
     max_cells: int | None = None
     table: str | None = None
+    dataset: str | None = None
+    schema: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -435,8 +454,8 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "": ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
          "publication", "plan", "tables"),
     "release": ("name", "title", "description", "level", "delta"),
-    "input": ("path", "table", "hive_partitioning", "unit", "mode", "nulls", "negatives",
-              "nonfinite", "bounds", "unit_nulls", "max_cells"),
+    "input": ("path", "table", "dataset", "hive_partitioning", "unit", "mode", "nulls",
+              "negatives", "nonfinite", "bounds", "unit_nulls", "max_cells"),
     "domains.*": ("file", "column"),
     "hierarchies.*": ("file", "levels"),
     "budget": ("rho", "max_left_out"),
@@ -634,6 +653,21 @@ def _cv(value: Any, path: str) -> float | None:
 
 
 # -- files --------------------------------------------------------------------------------------
+#: Author mode: the curator's configuration, and the declared name of every public file found
+#: (messages show the name, never the server path). Set by :func:`parse_spec` for one parse.
+_AUTHOR: contextvars.ContextVar[tuple[CuratorConfig, dict[Path, str]] | None] = \
+    contextvars.ContextVar("_AUTHOR", default=None)
+_PLAIN_NAME_BAD = set("/\\*?[]{}\x00")
+
+
+def _shown(file: Path) -> str:
+    """How a message shows a metadata file: its declared name in author mode, else its path."""
+    ctx = _AUTHOR.get()
+    if ctx is not None:
+        return ctx[1].get(file, "<a file of the curator's public folders>")
+    return str(file)
+
+
 def _resolve(base: Path, text: str) -> Path:
     p = Path(text).expanduser()
     if not p.is_absolute():
@@ -641,7 +675,52 @@ def _resolve(base: Path, text: str) -> Path:
     return Path(os.path.normpath(p))
 
 
+def _plain_name(text: str, path: str, what: str) -> None:
+    """Author mode: a metadata file is named by its plain file name (decided from the text)."""
+    bad = (not text or text in (".", "..") or text.startswith("~") or ".." in text
+           or any(ch in _PLAIN_NAME_BAD for ch in text) or re.match(r"^[A-Za-z]:", text)
+           or any(ord(ch) < 32 for ch in text))
+    if bad:
+        _fail(path, f"in author mode (input.mode = \"author\") a {what} file is named by its "
+                    f"plain file name, looked up in the curator's public folders; got "
+                    f"{text!r}, which is a path, a pattern or not a plain name (no '/', '\\', "
+                    "'..', leading '~', drive letter, control character or glob character "
+                    "* ? [ ] { }).",
+              'write the file name only, e.g. file = "naics2.csv"; ask the curator to put '
+              "the file in a public folder of the curator configuration.")
+
+
+def _public_file(text: str, path: str, what: str, config: CuratorConfig) -> Path:
+    """Author mode: the public metadata file ``text`` (a plain name) in the public folders.
+
+    A file found in a public folder whose real location (symbolic links resolved) is outside
+    that folder or inside a dataset root is refused, with the same message as a missing file:
+    neither quotes a server path.
+    """
+    _plain_name(text, path, what)
+    roots = config.dataset_roots()
+    for folder in config.public_folders:
+        candidate = folder / text
+        real = Path(os.path.realpath(candidate))
+        top = Path(os.path.realpath(folder))
+        if top not in real.parents or any(real == r or r in real.parents for r in roots):
+            continue
+        if real.is_file():
+            return real
+    _fail(path, f"{what} file {text!r} is not in the curator's public folders (an author-mode "
+                "spec names public metadata files only: domains, key lists, hierarchies).",
+          "check the name, or ask the curator to publish the file in a public folder of the "
+          "curator configuration.")
+
+
 def _file_path(value: Any, path: str, base: Path, what: str) -> Path:
+    ctx = _AUTHOR.get()
+    if ctx is not None:
+        text = _string(value, path, what=f"the {what} file",
+                       hint=f'the plain name of a public {what} file, e.g. file = "codes.csv".')
+        file = _public_file(text, path, what, ctx[0])
+        ctx[1][file] = text
+        return file
     text = _string(value, path, what=f"the {what} file",
                    hint=f"give the path of a CSV or Parquet file ({what}), absolute or relative "
                         "to the spec's folder.")
@@ -651,11 +730,11 @@ def _file_path(value: Any, path: str, base: Path, what: str) -> Path:
 def _read_frame(file: Path, path: str, what: str, written: str) -> pl.DataFrame:
     """Read a public metadata file (CSV as strings, or Parquet)."""
     if not file.is_file():
-        _fail(path, f"{what} file not found: {written!r} (resolved to {str(file)!r}).",
+        _fail(path, f"{what} file not found: {written!r} (resolved to {_shown(file)!r}).",
               "fix the path; relative paths are resolved against the folder of the spec file.")
     suffix = file.suffix.lower()
     if suffix not in _FRAME_SUFFIXES:
-        _fail(path, f"{what} file {str(file)!r} has suffix {suffix!r}; allowed: "
+        _fail(path, f"{what} file {_shown(file)!r} has suffix {suffix!r}; allowed: "
                     f"{_names(_FRAME_SUFFIXES)}.",
               "save it as CSV (read as text, so codes like '01' keep their zeros) or Parquet.")
     try:
@@ -663,13 +742,15 @@ def _read_frame(file: Path, path: str, what: str, written: str) -> pl.DataFrame:
             return pl.read_csv(file, infer_schema=False)
         return pl.read_parquet(file)
     except (pl.exceptions.PolarsError, OSError, ValueError) as err:
-        _fail(path, f"cannot read {what} file {str(file)!r}: {err}",
+        detail = f": {err}" if _AUTHOR.get() is None else " (not a CSV file with a header " \
+            "row, nor a Parquet file)"
+        _fail(path, f"cannot read {what} file {_shown(file)!r}{detail}",
               "fix the file (CSV with a header row, or Parquet).")
 
 
 def _frame_column(frame: pl.DataFrame, column: str, path: str, file: Path) -> pl.Series:
     if column not in frame.columns:
-        _fail(path, f"column {column!r} is not in {str(file)!r}; its columns are "
+        _fail(path, f"column {column!r} is not in {_shown(file)!r}; its columns are "
                     f"{_names(frame.columns)}.{_maybe(column, frame.columns)}",
               "fix the column name or the file.")
     return frame[column]
@@ -700,15 +781,71 @@ def _parse_release(raw: Any) -> ReleaseInfo:
     return ReleaseInfo(name=name, level=level, delta=delta, **texts)
 
 
-def _parse_input(raw: Any, base: Path) -> InputSpec:
-    d = _table(raw, "input", allowed=_INPUT_KEYS, example='path = "data.parquet"')
+def _dataset_source(decl: DatasetDecl) -> tuple[Path | None, str]:
+    """The path and scan source of a curator-declared dataset (a folder is read whole)."""
+    if decl.path is None:
+        return None, str(decl.table)
+    if decl.path.is_dir():
+        return decl.path, f"{decl.path}/**/*.parquet"
+    return decl.path, str(decl.path)
+
+
+def _parse_input(raw: Any, base: Path, curator: CuratorConfig | None = None) -> InputSpec:
+    d = _table(raw, "input", allowed=_INPUT_KEYS, example='dataset = "cbp_2026"')
+    mode = _enum(d.get("mode", "curator"), "input.mode", _MODES,
+                 "'curator' (default) allows strict data-quality errors; 'author' requires "
+                 "every data-quality rule to be declared so the data can never stop the run.")
     table = None
     path: Path | None = None
-    if ("path" in d) == ("table" in d):
-        _fail("input", "needs exactly one of 'path' (Parquet files) and 'table' (a Spark catalog "
-                       f"table); got {'both' if 'path' in d else 'neither'}.",
+    dataset: DatasetDecl | None = None
+    given = [k for k in ("path", "table", "dataset") if k in d]
+    if mode == "author":
+        # The author names nothing on the server: a dataset the curator declares, by name.
+        # Decided here from the text alone, before anything is read: whether a path, a glob or
+        # a partition folder resolves could depend on the records (docs/privacy-semantics.md).
+        if curator is None:
+            _fail("input.mode", "an author-mode spec (input.mode = \"author\") needs the "
+                                "curator's configuration, which declares the datasets and "
+                                "public metadata files it may name; none was given.",
+                  "ask the curator for the configuration file and pass it with "
+                  "--curator CONFIG (or the environment variable TABDP_CURATOR).")
+        for key in ("path", "table", "hive_partitioning"):
+            if key in d:
+                _fail(f"input.{key}", "is not allowed in author mode (input.mode = "
+                                      "\"author\"): the author names no path, glob, "
+                                      "partition or table; the curator's configuration "
+                                      "declares the datasets and how they are read.",
+                      'name a dataset of the curator configuration: [input] dataset = '
+                      '"<name>" (ask the curator for the names).')
+        if "dataset" not in d:
+            _fail("input", "an author-mode spec needs dataset = \"<name>\" (a dataset of the "
+                           "curator configuration); got none.",
+                  'add dataset = "<name>"; the curator configuration lists the names.')
+    elif len(given) != 1:
+        _fail("input", "needs exactly one of 'path' (Parquet files), 'table' (a Spark catalog "
+                       "table) and 'dataset' (a dataset of the curator configuration); got "
+                       f"{_names(given) if given else 'none'}.",
               'add path = "data.parquet", or table = "db.name" for tabdp run --engine spark.')
-    if "table" in d:
+    if "dataset" in d:
+        name = _string(d["dataset"], "input.dataset", what="the dataset name",
+                       hint='the name of a dataset of the curator configuration, e.g. '
+                            'dataset = "cbp_2026".')
+        if curator is None:
+            _fail("input.dataset", f"names the dataset {name!r} of a curator configuration, "
+                                   "but none was given.",
+                  "pass the curator's configuration with --curator CONFIG (or "
+                  "TABDP_CURATOR), or give input.path.")
+        if name not in curator.datasets:
+            known = sorted(curator.datasets)
+            _fail("input.dataset", f"{name!r} is not a dataset of the curator configuration "
+                                   f"(its datasets: {_names(known) if known else 'none'})."
+                                   f"{_maybe(name, known)}",
+                  "use one of the declared names, or ask the curator to declare the dataset.")
+        dataset = curator.datasets[name]
+        path, source = _dataset_source(dataset)
+        table = dataset.table
+        text = name
+    elif "table" in d:
         table = _string(d["table"], "input.table", what="the table name",
                         pattern=_TABLE_REF, rule="one to three names (letters, digits, '_') "
                         "separated by dots",
@@ -731,7 +868,7 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
             source = f"{path}/**/*.parquet"
         else:
             source = str(path)
-    hive = None
+    hive = dataset.hive_partitioning if dataset is not None else None
     if "hive_partitioning" in d:
         hive = _bool(d["hive_partitioning"], "input.hive_partitioning",
                      "true, false, or omit it for Polars' automatic detection.")
@@ -745,20 +882,6 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
     negatives = _enum(d.get("negatives", "error"), "input.negatives", _NEGATIVES,
                       "'error' refuses negative values, 'allow' keeps signed values, 'zero' "
                       "clips them to 0, 'drop' drops the row.")
-    mode = _enum(d.get("mode", "curator"), "input.mode", _MODES,
-                 "'curator' (default) allows strict data-quality errors; 'author' requires "
-                 "every data-quality rule to be declared so the data can never stop the run.")
-    if mode == "author":
-        # a hive partition folder (state=99) exists only if some record has that key value:
-        # whether the path resolves would tell the author (decided here, from the text alone)
-        parts = [p for p in text.replace("\\", "/").split("/") if "=" in p]
-        if parts:
-            raise SpecError(
-                "input.path", f"an author-mode spec cannot select a partition of the input "
-                f"(path component(s) {parts}); got {text!r}. Whether such a folder exists "
-                "depends on the records, so it would be an oracle.\nHint: point input.path at "
-                "the curator's whole dataset (a file or the partitioned folder's root) and "
-                "select cells with the tables' key sets.")
     nonfinite = _enum(d.get("nonfinite", "error"), "input.nonfinite", _NONFINITE,
                       "'error' refuses +inf / -inf values, 'zero' treats them as 0, 'drop' drops "
                       "the row, 'clamp' replaces them by the measure's bounds (input.bounds).")
@@ -786,7 +909,9 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
         max_cells = int(v)
     return InputSpec(path=path, source=source, hive_partitioning=hive, unit=unit, nulls=nulls,
                      negatives=negatives, mode=mode, nonfinite=nonfinite, bounds=bounds,
-                     unit_nulls=unit_nulls, max_cells=max_cells, table=table)
+                     unit_nulls=unit_nulls, max_cells=max_cells, table=table,
+                     dataset=dataset.name if dataset is not None else None,
+                     schema=dict(dataset.schema) if dataset is not None else {})
 
 
 def _parse_bounds(raw: Any, path: str) -> dict[str, tuple[float, float]]:
@@ -833,12 +958,12 @@ def _parse_domains(raw: Any, base: Path) -> dict[str, pl.Series]:
             frame = _read_frame(file, _join(dp, "file"), "domain", written)
             series = _frame_column(frame, column, _join(dp, "column"), file)
             if series.null_count():
-                _fail(_join(dp, "file"), f"column {column!r} of {str(file)!r} holds "
+                _fail(_join(dp, "file"), f"column {column!r} of {_shown(file)!r} holds "
                                          f"{series.null_count()} null value(s).",
                       "remove the empty entries from the domain file.")
             series = series.unique(maintain_order=True).rename(key)
             if series.len() == 0:
-                _fail(_join(dp, "file"), f"the domain file {str(file)!r} has no rows.",
+                _fail(_join(dp, "file"), f"the domain file {_shown(file)!r} has no rows.",
                       "list at least one value.")
             out[key] = series
         else:
@@ -909,7 +1034,7 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
         frame = _read_frame(file, fp, "hierarchy", d["file"])
         missing = [lv for lv in levels if lv not in frame.columns]
         if missing:
-            _fail(lp, f"level(s) {_names(missing)} are not columns of {str(file)!r}; its "
+            _fail(lp, f"level(s) {_names(missing)} are not columns of {_shown(file)!r}; its "
                       f"columns are {_names(frame.columns)}.{_maybe(missing[0], frame.columns)}",
                   "fix the levels or the file's header.")
         mapping = frame.select(levels)
@@ -917,14 +1042,14 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
             dtype = mapping.schema[level]
             if not (dtype == pl.String or dtype.is_integer() or dtype == pl.Boolean
                     or isinstance(dtype, (pl.Categorical, pl.Enum))):
-                _fail(fp, f"level {level!r} of {str(file)!r} has type {dtype}; codes must be "
+                _fail(fp, f"level {level!r} of {_shown(file)!r} has type {dtype}; codes must be "
                           "strings or integers.", "store the codes as text or integers.")
             nulls = mapping[level].null_count()
             if nulls:
-                _fail(fp, f"level {level!r} of {str(file)!r} has {nulls} empty (null) "
+                _fail(fp, f"level {level!r} of {_shown(file)!r} has {nulls} empty (null) "
                           "value(s).", "every row must give a code at every level.")
         if mapping.height == 0:
-            _fail(fp, f"the hierarchy file {str(file)!r} has no rows.",
+            _fail(fp, f"the hierarchy file {_shown(file)!r} has no rows.",
                   "give one row per finest code with its codes at every level.")
         mapping = mapping.unique(maintain_order=True)
         for coarse, fine in zip(levels, levels[1:], strict=False):
@@ -934,7 +1059,7 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
             if bad.height:
                 code, parents = bad.row(0)
                 _fail(fp, f"{fine!r} code {code!r} maps to several {coarse!r} codes "
-                          f"{_show(parents)} in {str(file)!r} ({bad.height} such code(s)); "
+                          f"{_show(parents)} in {_shown(file)!r} ({bad.height} such code(s)); "
                           "each finer code must map to exactly one coarser code.",
                       f"fix the mapping file, or list the levels coarsest first "
                       f"(got {_show(list(levels))}).")
@@ -1344,23 +1469,23 @@ def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
     file = _file_path(d["file"], fp, base, "keys")
     frame = _read_frame(file, fp, "keys", d["file"])
     if set(frame.columns) != set(by) or len(frame.columns) != len(by):
-        _fail(fp, f"the keys file {str(file)!r} has columns {_names(frame.columns)}; it must "
+        _fail(fp, f"the keys file {_shown(file)!r} has columns {_names(frame.columns)}; it must "
                   f"have exactly the table's by columns {_names(by)}.",
               "write one column per by column (any order) and nothing else.")
     for col in by:
         n = frame[col].null_count()
         if n:
-            _fail(fp, f"column {col!r} of the keys file {str(file)!r} has {n} null value(s).",
+            _fail(fp, f"column {col!r} of the keys file {_shown(file)!r} has {n} null value(s).",
                   "every allowed key combination must be complete.")
     dup = frame.filter(frame.is_duplicated())
     if dup.height:
-        _fail(fp, f"the keys file {str(file)!r} repeats key combinations, e.g. "
+        _fail(fp, f"the keys file {_shown(file)!r} repeats key combinations, e.g. "
                   f"{_show(dup.row(0, named=True))} ({dup.height} duplicate rows).",
               "list each allowed combination once (e.g. df.unique()).")
     try:
         frame = align_keys(frame, domains)
     except pl.exceptions.PolarsError as err:
-        _fail(fp, f"the keys file {str(file)!r} has values that do not convert to the types "
+        _fail(fp, f"the keys file {_shown(file)!r} has values that do not convert to the types "
                   f"of the key domains ({err}).",
               "use the domains' types in the keys file (CSV files are read as text; write a "
               "Parquet keys file to keep other types).")
@@ -1368,7 +1493,7 @@ def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
         if col in domains and frame.schema[col] == domains[col].dtype:
             bad = frame[col].filter(~frame[col].is_in(domains[col].implode()))
             if bad.len():
-                _fail(fp, f"column {col!r} of the keys file {str(file)!r} holds {bad[0]!r}, "
+                _fail(fp, f"column {col!r} of the keys file {_shown(file)!r} holds {bad[0]!r}, "
                           f"which is not in the domain of {col!r}.",
                       f"fix the keys file or the domain of {col!r}.")
     return file
@@ -1477,7 +1602,7 @@ def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> Non
                       "budget.")
 
 
-def load_spec(path: str | Path) -> ReleaseSpec:
+def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> ReleaseSpec:
     """Read and validate a ``release.toml``.
 
     The file's SHA-256 is recorded (``spec.sha256``) so the outputs can name the exact spec
@@ -1485,6 +1610,8 @@ def load_spec(path: str | Path) -> ReleaseSpec:
 
     Args:
         path: The spec file.
+        curator: The curator's configuration (:func:`tabdp.release.load_curator_config`):
+            required by an author-mode spec, optional otherwise (``input.dataset``).
 
     Returns:
         The validated :class:`ReleaseSpec`.
@@ -1547,7 +1674,8 @@ def load_spec(path: str | Path) -> ReleaseSpec:
         raise SpecError("", f"{str(file)!r} is not valid TOML: {err}.\nHint: fix the syntax at "
                             "that line and column (strings need quotes, tables [name], arrays of "
                             "tables [[tables]]).") from None
-    return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest())
+    return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest(),
+                      curator=curator)
 
 
 #: Columns of the public tables: no key column may have these names.
@@ -1708,8 +1836,77 @@ def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, H
                       "write the outputs to a folder of their own, outside the input.")
 
 
+def _author_mode(data: Mapping[str, Any]) -> bool:
+    inp = data.get("input")
+    return isinstance(inp, Mapping) and inp.get("mode") == "author"
+
+
+def _with_defaults(data: Mapping[str, Any], curator: CuratorConfig) -> dict[str, Any]:
+    """An author-mode spec with the curator's defaults for what it leaves out."""
+    out = dict(data)
+    defaults = curator.defaults
+    if "budget" in defaults and "budget" not in out:
+        out["budget"] = copy.deepcopy(dict(defaults["budget"]))
+    release = out.get("release")
+    if isinstance(release, Mapping):
+        extra = {k: defaults[k] for k in ("level", "delta") if k in defaults and k not in release}
+        if extra:
+            out["release"] = {**release, **extra}
+    return out
+
+
+def _author_output(raw: Any, curator: CuratorConfig, release: ReleaseInfo) -> OutputSpec:
+    """Author mode: the outputs go under the curator's output root, by release name."""
+    if raw is None:
+        raw = {}
+    d = _table(raw, "output", allowed=_OUTPUT_KEYS, example='form = "long"')
+    for key in _OUTPUT_FOLDERS:
+        if key in d:
+            _fail(f"output.{key}", "is not allowed in author mode (input.mode = \"author\"): "
+                                   "the author names no server folder; the outputs go to the "
+                                   "curator's output root, in a folder named after "
+                                   "release.name.",
+                  f"remove output.{key} (output.form may stay).")
+    if curator.output_root is None:
+        _fail("output", "the curator configuration declares no output root ([output] root), "
+                        "so an author-mode release has nowhere to go.",
+              "ask the curator to add [output] root = \"...\" to the configuration.")
+    if release.name.startswith("."):
+        _fail("release.name", f"names the output folder under the curator's output root in "
+                              f"author mode, so it must not start with '.'; got "
+                              f"{release.name!r}.",
+              'start it with a letter or digit, e.g. name = "cbp_2026".')
+    form = "long"
+    if "form" in d:
+        form = _enum(d["form"], "output.form", ("long", "wide"),
+                     'form = "long" (one row per cell and measure) or "wide" (one row per '
+                     'cell).')
+    top = curator.output_root / release.name
+    return OutputSpec(public=top / "public", confidential=top / "confidential",
+                      plan=top / "plan", form=form)
+
+
+def _check_declared_columns(tables: Sequence[TableSpec], inp: InputSpec) -> None:
+    """Author mode with a declared schema: the spec names only declared columns (text only)."""
+    if not inp.schema:
+        return
+    known = list(inp.schema)
+    named: list[tuple[str, str]] = []
+    if inp.unit is not None:
+        named.append(("input.unit", inp.unit))
+    for i, t in enumerate(tables):
+        named += [(f"tables[{i}].by", c) for c in t.by]
+        named += [(f"tables[{i}].measures", m) for m in t.measures]
+    for where, col in named:
+        if col not in inp.schema:
+            _fail(where, f"column {col!r} is not in the declared schema of dataset "
+                         f"{inp.dataset!r} (its columns: {_names(known)}).{_maybe(col, known)}",
+                  "use a declared column, or ask the curator to declare it.")
+
+
 def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
-               path: Path | None = None, sha256: str | None = None) -> ReleaseSpec:
+               path: Path | None = None, sha256: str | None = None,
+               curator: CuratorConfig | None = None) -> ReleaseSpec:
     """Validate an already parsed spec (a dict as ``tomllib`` returns it).
 
     Nothing of the confidential input is read (it need not exist yet); the public metadata
@@ -1720,6 +1917,8 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
         base_dir: Folder that relative paths are resolved against.
         path: The spec file, if any.
         sha256: Hash of the file bytes, if any (else computed from canonical JSON of ``data``).
+        curator: The curator's configuration: required in author mode (which then reads only
+            the curator's datasets and public files, by name), optional otherwise.
 
     Returns:
         The validated :class:`ReleaseSpec`.
@@ -1761,9 +1960,29 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
     if sha256 is None:
         canonical = json.dumps(data, sort_keys=True, default=str)
         sha256 = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-    d = _table(data, "", allowed=_ROOT_KEYS, required=_ROOT_REQUIRED)
+    author = _author_mode(data)
+    if curator is not None and curator.author_only and not author:
+        _fail("input.mode", "must be \"author\": the curator configuration allows author-mode "
+                            "specs only ([policy] author_only = true).",
+              'set input.mode = "author" and name a dataset of the configuration '
+              '(dataset = "<name>").')
+    if author and curator is not None:
+        data = _with_defaults(data, curator)
+    d = _table(data, "", allowed=_ROOT_KEYS,
+               required=[k for k in _ROOT_REQUIRED if not (author and k == "output")])
     release = _parse_release(d["release"])
-    inp = _parse_input(d["input"], base)
+    inp = _parse_input(d["input"], base, curator)
+    token = _AUTHOR.set((curator, {}) if author and curator is not None else None)
+    try:
+        return _parse_rest(data, d, base, release, inp, path, sha256, curator)
+    finally:
+        _AUTHOR.reset(token)
+
+
+def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
+                release: ReleaseInfo, inp: InputSpec, path: Path | None, sha256: str,
+                curator: CuratorConfig | None) -> ReleaseSpec:
+    """:func:`parse_spec` after ``[release]`` and ``[input]`` (author mode: names only)."""
     domains = _parse_domains(d["domains"], base) if "domains" in d else {}
     hierarchies = (_parse_hierarchies(d["hierarchies"], base, domains)
                    if "hierarchies" in d else {})
@@ -1774,7 +1993,11 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
               'remove budget.max_left_out from an author-mode spec (the curator sets it in a '
               'curator-mode spec), or use input.mode = "curator".')
     seed = _parse_seed(d["randomness"]) if "randomness" in d else None
-    output = _parse_output(d["output"], base)
+    if inp.mode == "author":
+        assert curator is not None  # _parse_input refuses author mode without it
+        output = _author_output(d.get("output"), curator, release)
+    else:
+        output = _parse_output(d["output"], base)
     publication = (_parse_publication(d["publication"], "publication", Publication())
                    if "publication" in d else Publication())
     plan = _parse_plan(d["plan"]) if "plan" in d else PlanSpec()
@@ -1796,6 +2019,8 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
     _check_tables(tables, inp, budget)
     _check_currencies(tables, budget)
     _check_input_rules(tables, inp)
+    if inp.mode == "author":
+        _check_declared_columns(tables, inp)
     _check_paths(output, inp, hierarchies, d.get("domains") or {}, domains, tables, base, path)
     return ReleaseSpec(path=path, sha256=sha256, raw=copy.deepcopy(dict(data)), release=release,
                        input=inp, domains=domains, hierarchies=hierarchies, budget=budget,

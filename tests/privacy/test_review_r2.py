@@ -131,7 +131,7 @@ _AUTHOR_SPEC = """
 [release]
 name = "coverage"
 [input]
-path = "{data}"
+dataset = "d"
 unit = "estab_id"
 mode = "author"
 nulls = "drop"
@@ -144,9 +144,6 @@ state = ["01", "02"]
 naics2 = ["77"]
 [randomness]
 seed = 7
-[output]
-public = "{out}/public"
-confidential = "{out}/confidential"
 [[tables]]
 name = "by_state"
 measures = ["payroll"]
@@ -177,10 +174,13 @@ def test_author_mode_cli_run_sees_nothing_of_a_record_outside_the_keys(
         monkeypatch.chdir(folder)  # the manifest names the spec's (relative) paths
         d.write_parquet(folder / "d.parquet")
         spec = folder / "s.toml"
-        spec.write_text(_AUTHOR_SPEC.format(data="d.parquet", out="out"))
+        spec.write_text(_AUTHOR_SPEC.format())
+        _curator(folder, "d.parquet")
         out, err = io.StringIO(), io.StringIO()
-        code = cli.main(["run", str(spec), "--test-seed"], stdout=out, stderr=err)
-        public = {p.name: p.read_bytes() for p in sorted((folder / "out" / "public").iterdir())}
+        code = cli.main(["run", str(spec), "--test-seed", "--curator", "curator.toml"],
+                        stdout=out, stderr=err)
+        public = {p.name: p.read_bytes()
+                  for p in sorted((folder / "out" / "coverage" / "public").iterdir())}
         manifest = json.loads(public.pop("manifest.json"))
         manifest.pop("created")
         seen.append((code, out.getvalue().replace(str(folder), "F"),
@@ -230,9 +230,19 @@ def test_spark_author_mode_bad_values_and_budget_equal_polars(spark: Any) -> Non
     assert pr["rho"].to_list() == [0.75, 0.625, 1.25, 0.0, 3.25, 9.125]
 
 
+def _curator(folder: Path, data: str) -> None:
+    """The curator configuration: dataset ``d`` at ``data``, outputs under ``out``."""
+    (folder / "curator.toml").write_text(
+        f'[datasets.d]\npath = "{data}"\n[output]\nroot = "out"\n', encoding="utf-8")
+
+
 def test_author_mode_input_path_existence_is_no_oracle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Neighbouring hive datasets: D (states 01, 02) and D + one establishment in state 99."""
+    """Neighbouring hive datasets: D (states 01, 02) and D + one establishment in state 99.
+
+    An author-mode spec names no path at all (issue 27): a partition folder, written as a path
+    or as a glob, is refused from the text, with the same bytes on both datasets.
+    """
     df = generate_establishments(100, seed=5).filter(pl.col("state").is_in(["01", "02"]))
     extra = df.head(1).with_columns(pl.lit("99").alias("state"),
                                     (pl.col("estab_id") + 10**6).alias("estab_id"))
@@ -242,8 +252,13 @@ def test_author_mode_input_path_existence_is_no_oracle(
         folder.mkdir()
         monkeypatch.chdir(folder)
         d.write_parquet("d", partition_by="state")
-        spec = folder / "s.toml"
-        spec.write_text(_AUTHOR_SPEC.format(data="d/state=99/*.parquet", out="out"))
-        codes.append(cli.main(["validate", str(spec)], stdout=io.StringIO(),
-                              stderr=io.StringIO()))
-    assert codes[0] == codes[1]
+        _curator(folder, "d")
+        for path in ("d/state=99/*.parquet", "d/state?99/*", "d/*99/*"):
+            spec = folder / "s.toml"
+            spec.write_text(_AUTHOR_SPEC.format().replace('dataset = "d"', f'path = "{path}"'))
+            out, err = io.StringIO(), io.StringIO()
+            code = cli.main(["validate", "s.toml", "--curator", "curator.toml"], stdout=out,
+                            stderr=err)
+            codes.append((path, code, out.getvalue(), err.getvalue()))
+    assert codes[:3] == codes[3:]
+    assert {c[1] for c in codes} == {2}

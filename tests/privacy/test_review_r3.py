@@ -72,22 +72,19 @@ _ROW_SPEC = """
 name = "nb"
 delta = 1e-9
 [input]
-path = "d.parquet"
+dataset = "d"
 mode = "author"
 nulls = "zero"
 negatives = "zero"
 nonfinite = "zero"
 bounds = {{ payroll = [0, 1e16] }}
 [hierarchies.geo]
-file = "{hier}/geography.csv"
+file = "geography.csv"
 levels = ["state", "county"]
 [budget]
 rho = 0.6
 [randomness]
 seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
 [[tables]]
 name = "pay"
 measures = ["payroll"]
@@ -111,7 +108,11 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
     folder.mkdir()
     df.write_parquet(folder / "d.parquet")
     hier = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
-    (folder / "s.toml").write_text(_ROW_SPEC.format(hier=hier.as_posix()), encoding="utf-8")
+    (folder / "s.toml").write_text(_ROW_SPEC.format(), encoding="utf-8")
+    # author mode: the curator declares the dataset, the public folder and the output root
+    (folder / "curator.toml").write_text(
+        f'[datasets.d]\npath = "d.parquet"\n[public]\nfolders = ["{hier.as_posix()}"]\n'
+        '[output]\nroot = "out"\n', encoding="utf-8")
     with monkeypatch.context() as mp:
         seen: list[bool] = []
         real = runner.Session
@@ -120,10 +121,11 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
             seen.append(bool(kw["streaming"]))  # the runner's own (public) decision
             return real(*a, **(kw | {"streaming": streaming}))  # type: ignore[arg-type]
         mp.setattr(runner, "Session", session)
-        code = cli.main(["run", str(folder / "s.toml"), "--quiet", "--test-seed"],
+        code = cli.main(["run", str(folder / "s.toml"), "--quiet", "--test-seed",
+                         "--curator", str(folder / "curator.toml")],
                         stdout=io.StringIO(), stderr=io.StringIO())
         assert seen == [True]
-    pub, conf = folder / "out" / "public", folder / "out" / "confidential"
+    pub, conf = folder / "out" / "nb" / "public", folder / "out" / "nb" / "confidential"
     manifest = json.loads((pub / "manifest.json").read_text())
     manifest.pop("created")
     return {

@@ -23,6 +23,9 @@ from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 from tabdp.release import runner as runner_mod
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import write_curator  # noqa: E402
+
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"
 
@@ -839,23 +842,40 @@ grid = 1.0
 
 
 def _author_spec(folder: Path, mode: str = "author") -> Path:
+    """The neighbour spec: a hierarchy, a domain file and a keys file (public metadata).
+
+    Author mode names the curator's dataset ``d`` and the public files by name (the curator
+    configuration ``curator.toml`` of ``folder`` declares them; outputs under ``releases``);
+    curator mode gives paths.
+    """
     rules = ('nulls = "drop"\nnegatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
              'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
+    meta = folder / "meta"
+    meta.mkdir(exist_ok=True)
+    (meta / "geography.csv").write_bytes((HIER / "geography.csv").read_bytes())
+    (meta / "naics2.csv").write_text("code\n11\n21\n22\n23\n31\n42\n44\n99\n")
+    (meta / "keys.csv").write_text("naics2,size_class\n11,1\n21,2\n22,3\n99,1\n")
+    if mode == "author":
+        write_curator(folder, {"d": "d.parquet"}, public=[meta], root="releases")
+        where, files, output = 'dataset = "d"', "", ""
+    else:
+        where, files = 'path = "d.parquet"', "meta/"
+        output = '[output]\npublic = "out/public"\nconfidential = "out/confidential"\n'
     path = folder / "s.toml"
     path.write_text(f"""
 [release]
 name = "neighbours"
 [input]
-path = "d.parquet"
+{where}
 unit = "estab_id"
 mode = "{mode}"
 {rules}
+[domains]
+naics2 = {{ file = "{files}naics2.csv", column = "code" }}
 [hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
+file = "{files}geography.csv"
 levels = ["state", "county"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
+{output}
 [[tables]]
 name = "pay"
 measures = ["payroll"]
@@ -871,8 +891,26 @@ kind = "count"
 by = ["county"]
 [[tables.rollups]]
 by = ["state"]
+[[tables]]
+name = "by_naics"
+kind = "count"
+by = ["naics2"]
+[[tables]]
+name = "allowed"
+kind = "count"
+by = ["naics2", "size_class"]
+keys = {{ file = "{files}keys.csv" }}
 """)
     return path
+
+
+def _out_folder(folder: Path, mode: str) -> Path:
+    """Where a run of :func:`_author_spec` writes (author mode: the curator's root)."""
+    return folder / "releases" / "neighbours" if mode == "author" else folder / "out"
+
+
+def _curator_args(folder: Path, mode: str) -> list[str]:
+    return ["--curator", str(folder / "curator.toml")] if mode == "author" else []
 
 
 NEIGHBOURS = {"nan": float("nan"), "negative": -5e5, "huge": 3e18, "inf": float("inf")}
@@ -893,9 +931,9 @@ def _neighbour_runs(tmp_path: Path, mode: str) -> dict[str, tuple[int, str, str,
         work.mkdir(parents=True)
         frame.write_parquet(work / "d.parquet")
         spec = _author_spec(work, mode)
-        code, out, err = run("run", str(spec))           # with the progress lines
+        code, out, err = run("run", str(spec), *_curator_args(work, mode))  # progress lines
         res[k] = (code, out.replace(str(work), "<work>"), err.replace(str(work), "<work>"),
-                  work / "out")
+                  _out_folder(work, mode))
     return res
 
 
@@ -906,13 +944,16 @@ def test_author_mode_neighbours_are_indistinguishable(
     Adding one establishment with NaN, a negative, a huge or an infinite payroll, or without an
     id, changes nothing a query author or the public sees but the noise: exit code, stdout,
     stderr, public file names, and every public file apart from the noisy estimates and what is
-    computed from them.
+    computed from them. The spec names the curator's dataset and public metadata files (a
+    domain file, a hierarchy, a keys file) by name (issue 27); no server path is printed.
     """
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1790000000")
     res = _neighbour_runs(tmp_path, "author")
     code0, out0, err0, folder0 = res["base"]
     assert code0 == 0, err0
     assert "pay: drawing noise" in err0     # the progress lines are there (held, then written)
+    assert "<work>" not in out0 + err0      # no server path (nor the folder of the data)
+    assert "allowed.parquet" in {p.name for p in (folder0 / "public").iterdir()}
     names0 = sorted(p.name for p in (folder0 / "public").iterdir())
     for k, (code, out, err, folder) in res.items():
         assert (code, out, err) == (code0, out0, err0), k
@@ -963,7 +1004,7 @@ def test_author_mode_requires_every_rule(tmp_path: Path) -> None:
                       ('unit_nulls = "drop"\n', "input.unit_nulls"),
                       ('bounds = { payroll = [0, 1e9] }\n', "input.bounds")):
         spec.write_text(text.replace(line, "\n"))
-        code, _, err = run("validate", str(spec))
+        code, _, err = run("validate", str(spec), *_curator_args(tmp_path, "author"))
         assert code == 2 and key in err and "author" in err, key
 
 
@@ -1095,23 +1136,28 @@ def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path])
 
 
 def _coverage_spec(folder: Path, data: str, mode: str = "curator", form: str = "") -> Path:
+    """Author mode: the dataset ``d`` of ``folder/curator.toml`` (outputs: ``out/coverage``)."""
     rules = ('nulls = "drop"\nnegatives = "allow"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
              'bounds = { payroll = [0, 1e9] }\n') if mode == "author" else ""
+    if mode == "author":
+        write_curator(folder, {"d": data}, root="out")
+        where, output = 'dataset = "d"', "[output]"
+    else:
+        where = f'path = "{data}"'
+        output = '[output]\npublic = "out/public"\nconfidential = "out/confidential"'
     path = folder / "s.toml"
     path.write_text(f"""
 [release]
 name = "coverage"
 [input]
-path = "{data}"
+{where}
 unit = "estab_id"
 mode = "{mode}"
 {rules}
 [domains]
 state = ["01", "02"]
 naics2 = ["77"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
+{output}
 {form}
 [[tables]]
 name = "by_state"
@@ -1137,10 +1183,11 @@ def test_coverage_warning_for_the_curator_only(tmp_path: Path, mode: str) -> Non
     assert set(df["state"].unique().to_list()) - {"01", "02"}  # rows outside the state keys
     df.write_parquet(tmp_path / "d.parquet")
     spec = _coverage_spec(tmp_path, "d.parquet", mode)
-    code, _, err = run("run", str(spec), "--quiet")
+    code, _, err = run("run", str(spec), "--quiet", *_curator_args(tmp_path, mode))
     assert code == 0, err
     warn = [ln for ln in err.splitlines() if ln.startswith("WARNING")]
-    conf = json.loads((tmp_path / "out" / "confidential" / "confidential.json").read_text())
+    out = tmp_path / "out" / ("coverage" if mode == "author" else "")
+    conf = json.loads((out / "confidential" / "confidential.json").read_text())
     counts = conf["coverage"]["counts"]
     assert counts["by_naics"]["rows_in_released_cells"] == 0
     assert counts["by_state"]["rows_outside_keys"] > 0
@@ -1157,14 +1204,16 @@ def test_coverage_warning_for_the_curator_only(tmp_path: Path, mode: str) -> Non
             "against the input's key values (types and codes).",
             "WARNING (curator, do not publish): rows of the input fall outside the key set of "
             "by_state and are not released (counts in confidential.json, coverage)."]
-    public = b"".join(p.read_bytes() for p in (tmp_path / "out" / "public").iterdir())
+    public = b"".join(p.read_bytes() for p in (out / "public").iterdir())
     assert b"outside the key set" not in public and b"no input row" not in public
     # the Python API: a CoverageWarning in curator mode
     from tabdp.exceptions import CoverageWarning
+    from tabdp.release import load_curator_config
     from tabdp.release.spec import load_spec
 
+    config = load_curator_config(tmp_path / "curator.toml") if mode == "author" else None
     with warnings_catcher() as caught:
-        runner_mod.run_release(load_spec(spec), overwrite=True)
+        runner_mod.run_release(load_spec(spec, curator=config), overwrite=True)
     got = [w for w in caught if issubclass(w.category, CoverageWarning)]
     assert len(got) == (2 if mode == "curator" else 0)
 

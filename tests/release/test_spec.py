@@ -15,6 +15,7 @@ import pytest
 import tabdp
 from tabdp.exceptions import SpecError
 from tabdp.mechanisms import DiscreteGaussian, LogTransform, VectorSubbotin
+from tabdp.release import CuratorConfig, parse_curator_config
 from tabdp.release.spec import (
     Publication,
     ReleaseSpec,
@@ -678,17 +679,33 @@ def test_toml_error_paths_match_dict_paths(meta: Path) -> None:
 
 # -- issue 13: input rules, author mode, seed redaction, hints in spec keys ---------------------
 
-AUTHOR_INPUT = {"path": "data.parquet", "mode": "author", "nulls": "drop", "negatives": "zero",
+AUTHOR_INPUT = {"dataset": "data", "mode": "author", "nulls": "drop", "negatives": "zero",
                 "nonfinite": "clamp", "unit": "estab_id", "unit_nulls": "drop",
                 "bounds": {"payroll": [0, 1e10], "employment": [0, 1e6]}}
 
 
-def test_input_rules_parse(meta: Path) -> None:
+def _author(meta: Path, **change: Any) -> tuple[dict[str, Any], CuratorConfig]:
+    """An author-mode spec (names only, no [output]) and its curator configuration."""
     data = _base()
-    data["input"] = dict(AUTHOR_INPUT)
-    inp = parse_spec(data, meta).input
+    data["input"] = {**AUTHOR_INPUT, **change}
+    data.pop("output")
+    data["hierarchies"]["geo"]["file"] = GEO.name
+    data["hierarchies"]["industry"]["file"] = NAICS.name
+    config = parse_curator_config({"datasets": {"data": {"path": "data.parquet"}},
+                                   "public": {"folders": [str(GEO.parent)]},
+                                   "output": {"root": "releases"}}, meta)
+    return data, config
+
+
+def test_input_rules_parse(meta: Path) -> None:
+    data, config = _author(meta)
+    spec = parse_spec(data, meta, curator=config)
+    inp = spec.input
     assert (inp.mode, inp.nulls, inp.negatives, inp.nonfinite, inp.unit_nulls) == (
         "author", "drop", "zero", "clamp", "drop")
+    assert (inp.dataset, inp.path) == ("data", meta / "data.parquet")
+    assert spec.output.public == meta / "releases" / "r" / "public"
+    assert spec.hierarchies["geo"].file == GEO.resolve()
     assert inp.bounds == {"payroll": (0.0, 1e10), "employment": (0.0, 1e6)}
     # defaults: curator mode, strict rules, no bounds
     d = parse_spec(_base(), meta).input
@@ -713,20 +730,21 @@ def test_input_rules_parse(meta: Path) -> None:
      "input.bounds", "'clamp'"),
 ])
 def test_author_mode_errors(meta: Path, change: dict[str, Any], path: str, needle: str) -> None:
-    data = _base()
-    data["input"] = {**AUTHOR_INPUT, **change}
+    data, config = _author(meta, **change)
+    if change.get("mode", "author") != "author":  # the curator's own spec: paths
+        data = {**_base(), "input": {**data["input"], "path": "data.parquet"}}
+        del data["input"]["dataset"]
     with pytest.raises(SpecError) as info:
-        parse_spec(data, meta)
+        parse_spec(data, meta, curator=config)
     assert info.value.path == path, str(info.value)
     assert needle in str(info.value) and "Hint" in str(info.value)
 
 
 def test_author_mode_table_nulls(meta: Path) -> None:
-    data = _base()
-    data["input"] = dict(AUTHOR_INPUT)
+    data, config = _author(meta)
     data["tables"][0]["nulls"] = "error"
     with pytest.raises(SpecError) as info:
-        parse_spec(data, meta)
+        parse_spec(data, meta, curator=config)
     assert info.value.path == "tables[0].nulls"
 
 

@@ -1,0 +1,415 @@
+"""The curator's configuration: what an author-mode spec may name, and where it is on the server.
+
+In author mode (``input.mode = "author"``) the person who writes the spec may not see the
+confidential data, nor choose server paths: the *curator* declares, in a TOML file of their own,
+the datasets an author may query (each a name bound to a root that is read whole), the folders
+of public metadata files (domains, key lists, hierarchies), the folder the releases are written
+to, and defaults such as the budget. An author-mode spec then names a dataset and public files
+**by name only** (docs/privacy-semantics.md, "The author/curator boundary"). The file is passed
+to ``tabdp validate / plan / run`` with ``--curator CONFIG`` or the environment variable
+``TABDP_CURATOR``.
+
+The TOML schema (every key not listed is refused)::
+
+    [datasets.cbp_2026]             # a dataset an author-mode spec may use:
+                                    #   [input] dataset = "cbp_2026"
+    path = "/srv/data/cbp/2026"     # a Parquet file, or a folder read WHOLE (recursive
+                                    # *.parquet, hive partition folders become columns);
+                                    # absolute or relative to this file's folder; no globs
+    # table = "lake.cbp_2026"       # instead of path: a Spark catalog table (--engine spark)
+    hive_partitioning = true        # optional bool (path only); default: automatic detection
+    schema = { county = "String", payroll = "Float64" }
+                                    # optional declared schema, column -> dtype name (String,
+                                    # Boolean, Int8..Int64, UInt8..UInt64, Float32, Float64,
+                                    # Date, Datetime): an author-mode spec may name only these
+                                    # columns, and their types come from here, never from the
+                                    # files' contents
+
+    [public]                        # required for specs that name metadata files
+    folders = ["/srv/tabdp/metadata"]   # folders of public metadata files; an author spec names
+                                    # a file by its NAME only (file = "naics2.csv"), looked up
+                                    # in these folders in order
+
+    [output]                        # required for author-mode runs
+    root = "/srv/tabdp/releases"    # author-mode outputs go to
+                                    # <root>/<release.name>/{public,confidential,plan}
+
+    [defaults]                      # optional, for author-mode specs that do not set them
+    budget = { rho = 2.0 }          # [budget] of a spec without one (same form as a spec's)
+    level = 0.9                     # release.level of a spec without one
+    delta = 1e-9                    # release.delta of a spec without one
+
+    [policy]                        # optional
+    author_only = true              # every spec read with this configuration must be in author
+                                    # mode (a validation server: an author cannot write
+                                    # mode = "curator" to get paths back); default false
+
+Every path is resolved against the configuration file's folder. Errors name the key path and
+may quote the configuration's own paths: the file is the curator's, and so are its messages
+(:class:`tabdp.SpecError`, exit code 2 in the CLI).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "curator.toml").write_text('''
+    ... [datasets.cbp]
+    ... path = "data/cbp"
+    ... schema = { county = "String", payroll = "Float64" }
+    ... [public]
+    ... folders = ["metadata"]
+    ... [output]
+    ... root = "releases"
+    ... ''')
+    >>> config = load_curator_config(folder / "curator.toml")
+    >>> config.datasets["cbp"].path == folder / "data" / "cbp"
+    True
+    >>> dict(config.datasets["cbp"].schema), config.output_root == folder / "releases"
+    ({'county': 'String', 'payroll': 'Float64'}, True)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import polars as pl
+
+from tabdp.exceptions import SpecError
+
+__all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
+           "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV"]
+
+#: The environment variable the CLI reads the configuration's path from when ``--curator`` is
+#: not given.
+CURATOR_ENV = "TABDP_CURATOR"
+
+#: Every key the configuration accepts, by key path (``datasets.*`` is each dataset).
+CURATOR_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("datasets", "public", "output", "defaults", "policy"),
+    "datasets.*": ("path", "table", "hive_partitioning", "schema"),
+    "public": ("folders",),
+    "output": ("root",),
+    "defaults": ("budget", "level", "delta"),
+    "policy": ("author_only",),
+}
+
+#: Dtype names a declared schema may use, and their Polars types.
+SCHEMA_DTYPES: dict[str, Any] = {
+    "String": pl.String, "Boolean": pl.Boolean,
+    "Int8": pl.Int8, "Int16": pl.Int16, "Int32": pl.Int32, "Int64": pl.Int64,
+    "UInt8": pl.UInt8, "UInt16": pl.UInt16, "UInt32": pl.UInt32, "UInt64": pl.UInt64,
+    "Float32": pl.Float32, "Float64": pl.Float64, "Date": pl.Date, "Datetime": pl.Datetime,
+}
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_TABLE_REF = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,2}$")
+_GLOB = set("*?[]{}")
+
+
+@dataclass(frozen=True)
+class DatasetDecl:
+    """One dataset of the curator's configuration (``[datasets.<name>]``).
+
+    Attributes:
+        name: The name an author-mode spec uses (``[input] dataset = "<name>"``).
+        path: The absolute Parquet file or folder (read whole), or ``None`` for a catalog table.
+        table: The Spark catalog table (``db.name``), or ``None`` for a path.
+        hive_partitioning: Whether partition folders are columns (``None``: detected).
+        schema: Declared column -> dtype name (:data:`SCHEMA_DTYPES`); empty when undeclared.
+
+    Example:
+        >>> d = DatasetDecl("cbp", Path("/srv/cbp"), None, None, {"payroll": "Float64"})
+        >>> d.polars_schema()
+        Schema([('payroll', Float64)])
+    """
+
+    name: str
+    path: Path | None
+    table: str | None
+    hive_partitioning: bool | None = None
+    schema: Mapping[str, str] = field(default_factory=dict)
+
+    def polars_schema(self) -> pl.Schema:
+        """The declared schema as a Polars schema (empty when none is declared).
+
+        Returns:
+            Column -> Polars dtype, in the declared order.
+
+        Example:
+            >>> DatasetDecl("x", None, "db.x", None, {"n": "Int64"}).polars_schema()
+            Schema([('n', Int64)])
+        """
+        return pl.Schema({c: SCHEMA_DTYPES[t] for c, t in self.schema.items()})
+
+
+@dataclass(frozen=True)
+class CuratorConfig:
+    """The curator's configuration (see the module docstring for the file format).
+
+    Attributes:
+        path: The configuration file (absolute), or ``None`` when built from a dict.
+        datasets: Name -> :class:`DatasetDecl`.
+        public_folders: Absolute folders of public metadata files, searched in order.
+        output_root: Absolute folder author-mode releases are written under, or ``None``.
+        defaults: Validated defaults: ``"budget"`` (a spec's ``[budget]`` table), ``"level"``,
+            ``"delta"`` (those present only).
+        author_only: Every spec read with this configuration must be in author mode.
+
+    Example:
+        >>> c = parse_curator_config({"datasets": {"d": {"path": "/srv/d.parquet"}}}, "/")
+        >>> c.datasets["d"].path, c.public_folders, c.output_root
+        (PosixPath('/srv/d.parquet'), (), None)
+    """
+
+    path: Path | None
+    datasets: Mapping[str, DatasetDecl]
+    public_folders: tuple[Path, ...] = ()
+    output_root: Path | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    author_only: bool = False
+
+    def dataset_roots(self) -> tuple[Path, ...]:
+        """The datasets' paths with symbolic links resolved (what no public file may be in).
+
+        Returns:
+            One resolved path per dataset declared by a path.
+
+        Example:
+            >>> c = parse_curator_config({"datasets": {"d": {"path": "/srv/d"}}}, "/")
+            >>> [str(p) for p in c.dataset_roots()]
+            ['/srv/d']
+        """
+        return tuple(Path(os.path.realpath(d.path)) for d in self.datasets.values()
+                     if d.path is not None)
+
+
+def _fail(path: str, message: str, hint: str) -> NoReturn:
+    raise SpecError(f"curator config: {path}" if path else "curator config",
+                    f"{message}\nHint: {hint}")
+
+
+def _table(value: Any, path: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        _fail(path, f"must be a table; got {value!r} ({type(value).__name__}).",
+              f"write [{path or 'datasets.<name>'}] with keys {', '.join(allowed)}.")
+    for key in value:
+        if key not in allowed:
+            _fail(f"{path}.{key}" if path else str(key),
+                  f"unknown key {key!r}; allowed: {', '.join(allowed)}.",
+                  "remove or rename it (the format is in the docstring of "
+                  "tabdp.release.curator_config).")
+    return value
+
+
+def _folder(value: Any, path: str, base: Path, what: str) -> Path:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        _fail(path, f"{what} must be a non-empty path string; got {value!r}.",
+              "an absolute path, or one relative to the configuration file's folder.")
+    if any(ch in _GLOB for ch in value):
+        _fail(path, f"{what} {value!r} contains a glob character ({' '.join(sorted(_GLOB))}).",
+              "name one file or folder: a folder is read whole.")
+    p = Path(value).expanduser()
+    return Path(os.path.normpath(p if p.is_absolute() else base / p))
+
+
+def _dataset(name: Any, raw: Any, base: Path) -> DatasetDecl:
+    dp = f"datasets.{name}"
+    if not isinstance(name, str) or not _NAME.match(name):
+        _fail(dp, f"dataset name {name!r} is not allowed: use letters, digits, '_', '-', '.'.",
+              "rename the dataset, e.g. [datasets.cbp_2026].")
+    d = _table(raw, dp, CURATOR_KEYS["datasets.*"])
+    if ("path" in d) == ("table" in d):
+        _fail(dp, f"needs exactly one of 'path' and 'table'; got "
+                  f"{'both' if 'path' in d else 'neither'}.",
+              'path = "/srv/data/cbp" (Parquet) or table = "lake.cbp" (Spark catalog).')
+    path = table = None
+    if "path" in d:
+        path = _folder(d["path"], f"{dp}.path", base, "the dataset path")
+    else:
+        table = d["table"]
+        if not isinstance(table, str) or not _TABLE_REF.match(table):
+            _fail(f"{dp}.table", f"must be one to three names (letters, digits, '_') separated "
+                                 f"by dots; got {table!r}.", 'e.g. table = "lake.cbp_2026".')
+    hive = None
+    if "hive_partitioning" in d:
+        if path is None:
+            _fail(f"{dp}.hive_partitioning", "applies to a path, not to a catalog table.",
+                  "remove it: the catalog knows the table's partitions.")
+        hive = d["hive_partitioning"]
+        if not isinstance(hive, bool):
+            _fail(f"{dp}.hive_partitioning", f"must be true or false; got {hive!r}.",
+                  "true, false, or omit it for automatic detection.")
+    schema: dict[str, str] = {}
+    if "schema" in d:
+        raw_schema = d["schema"]
+        if not isinstance(raw_schema, Mapping) or not raw_schema:
+            _fail(f"{dp}.schema", f"must be a non-empty table column = \"dtype\"; got "
+                                  f"{raw_schema!r}.", 'e.g. schema = { payroll = "Float64" }.')
+        for col, dtype in raw_schema.items():
+            if dtype not in SCHEMA_DTYPES:
+                _fail(f"{dp}.schema.{col}", f"unknown dtype {dtype!r}; allowed: "
+                                            f"{', '.join(SCHEMA_DTYPES)}.",
+                      'use a Polars dtype name, e.g. "String", "Int64" or "Float64".')
+            schema[str(col)] = dtype
+    return DatasetDecl(name=name, path=path, table=table, hive_partitioning=hive, schema=schema)
+
+
+def _number(value: Any, path: str, hint: str, lo: float = 0.0, hi: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not (lo < float(value) < hi):
+        _fail(path, f"must be a number in ({lo:g}, {hi:g}); got {value!r}.", hint)
+    return float(value)
+
+
+def _defaults(raw: Any) -> dict[str, Any]:
+    d = _table(raw, "defaults", CURATOR_KEYS["defaults"])
+    out: dict[str, Any] = {}
+    if "budget" in d:
+        budget = d["budget"]
+        hint = ('a spec\'s [budget] table: budget = { rho = 2.0 }, or a curve '
+                'budget = { rho = { "1e3" = 0.5, "1e7" = 10.0 } }.')
+        b = _table(budget, "defaults.budget", ("rho",))
+        rho = b.get("rho")
+        values = list(rho.values()) if isinstance(rho, Mapping) and rho else [rho]
+        sizes = list(rho) if isinstance(rho, Mapping) else []
+        for size in sizes:
+            try:
+                ok = float(size) > 0 and math.isfinite(float(size))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                _fail("defaults.budget.rho", f"curve key {size!r} is not a record size > 0.",
+                      hint)
+        for v in values:
+            _number(v, "defaults.budget.rho", hint)
+        out["budget"] = dict(budget)
+    if "level" in d:
+        out["level"] = _number(d["level"], "defaults.level", "e.g. level = 0.9.", 0.0, 1.0)
+    if "delta" in d:
+        out["delta"] = _number(d["delta"], "defaults.delta", "e.g. delta = 1e-9.", 0.0, 1.0)
+    return out
+
+
+def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
+                         path: Path | None = None) -> CuratorConfig:
+    """Validate a parsed configuration (a dict as ``tomllib`` returns it).
+
+    Nothing is read: the paths need not exist yet.
+
+    Args:
+        data: The parsed TOML.
+        base_dir: Folder that relative paths are resolved against.
+        path: The configuration file, if any.
+
+    Returns:
+        The validated :class:`CuratorConfig`.
+
+    Raises:
+        SpecError: An unknown key or a bad value (the message names the key path).
+
+    Example:
+        >>> parse_curator_config({"datasets": {"d": {"path": "d/*.parquet"}}}, "/srv")
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.SpecError: curator config: datasets.d.path: the dataset path ...
+        Hint: name one file or folder: a folder is read whole.
+    """
+    base = Path(os.path.abspath(Path(base_dir).expanduser()))
+    d = _table(data, "", CURATOR_KEYS[""])
+    datasets: dict[str, DatasetDecl] = {}
+    raw_sets = d.get("datasets", {})
+    if not isinstance(raw_sets, Mapping):
+        _fail("datasets", f"must be a table of named datasets; got {raw_sets!r}.",
+              '[datasets.cbp_2026] with path = "...".')
+    for name, raw in raw_sets.items():
+        datasets[name] = _dataset(name, raw, base)
+    folders: tuple[Path, ...] = ()
+    if "public" in d:
+        p = _table(d["public"], "public", CURATOR_KEYS["public"])
+        raw_folders = p.get("folders", [])
+        if not isinstance(raw_folders, list):
+            _fail("public.folders", f"must be an array of folder paths; got {raw_folders!r}.",
+                  'e.g. folders = ["/srv/tabdp/metadata"].')
+        folders = tuple(_folder(f, f"public.folders[{i}]", base, "the public folder")
+                        for i, f in enumerate(raw_folders))
+    root = None
+    if "output" in d:
+        o = _table(d["output"], "output", CURATOR_KEYS["output"])
+        if "root" in o:
+            root = _folder(o["root"], "output.root", base, "the output root")
+    defaults = _defaults(d["defaults"]) if "defaults" in d else {}
+    author_only = False
+    if "policy" in d:
+        pol = _table(d["policy"], "policy", CURATOR_KEYS["policy"])
+        author_only = pol.get("author_only", False)
+        if not isinstance(author_only, bool):
+            _fail("policy.author_only", f"must be true or false; got {author_only!r}.",
+                  "true on a validation server (every spec in author mode), else false.")
+    config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
+                           output_root=root, defaults=defaults, author_only=author_only)
+    roots = config.dataset_roots()
+    for i, f in enumerate(folders):
+        real = Path(os.path.realpath(f))
+        for name, r in zip((n for n, x in datasets.items() if x.path is not None), roots,
+                           strict=True):
+            if real == r or r in real.parents or real in r.parents:
+                _fail(f"public.folders[{i}]", f"the public folder {str(f)!r} overlaps dataset "
+                                              f"{name!r} ({str(r)!r}).",
+                      "keep public metadata files in folders of their own, apart from the "
+                      "confidential data.")
+        if root is not None:
+            out = Path(os.path.realpath(root))
+            if out == real or real in out.parents or out in real.parents:
+                _fail("output.root", f"the output root {str(root)!r} overlaps the public "
+                                     f"folder {str(f)!r}.", "use separate folders.")
+    if root is not None:
+        out = Path(os.path.realpath(root))
+        for name, r in zip((n for n, x in datasets.items() if x.path is not None), roots,
+                           strict=True):
+            if out == r or r in out.parents or out in r.parents:
+                _fail("output.root", f"the output root {str(root)!r} overlaps dataset "
+                                     f"{name!r} ({str(r)!r}).", "use separate folders.")
+    return config
+
+
+def load_curator_config(path: str | Path) -> CuratorConfig:
+    r"""Read and validate the curator's configuration file (TOML).
+
+    Args:
+        path: The file.
+
+    Returns:
+        The validated :class:`CuratorConfig`.
+
+    Raises:
+        SpecError: The file is missing, not TOML, or breaks the format (the message names the
+            key path; it may quote the configuration's paths, which are the curator's own).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "curator.toml"
+        >>> _ = f.write_text('[datasets.d]\npath = "d.parquet"\nsize = 3\n')
+        >>> try:
+        ...     load_curator_config(f)
+        ... except ValueError as err:
+        ...     print(str(err).splitlines()[0][:53])
+        curator config: datasets.d.size: unknown key 'size';
+    """
+    file = Path(os.path.abspath(Path(path).expanduser()))
+    try:
+        content = file.read_bytes()
+    except OSError as err:
+        _fail("", f"cannot read the curator configuration {str(file)!r}: "
+                  f"{err.strerror or err}.",
+              "pass the curator's TOML file with --curator CONFIG (or TABDP_CURATOR).")
+    try:
+        data = tomllib.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        _fail("", f"{str(file)!r} is not valid UTF-8 TOML: {err}.", "fix the syntax.")
+    return parse_curator_config(data, file.parent, path=file)

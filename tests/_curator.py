@@ -1,0 +1,24 @@
+"""Test helper: a curator configuration for author-mode specs (docs/reference/curator.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+
+def write_curator(folder: Path, datasets: Mapping[str, Path | str], *,
+                  public: Sequence[Path] = (), root: Path | str = "releases",
+                  extra: str = "", name: str = "curator.toml") -> Path:
+    """Write ``folder/curator.toml``: datasets (name -> path), public folders, output root.
+
+    Relative paths are relative to ``folder``. Returns the file's path.
+    """
+    lines = []
+    for ds, path in datasets.items():
+        lines += [f"[datasets.{ds}]", f"path = {Path(path).as_posix()!r}".replace("'", '"'), ""]
+    folders = ", ".join(f'"{Path(p).as_posix()}"' for p in public)
+    lines += ["[public]", f"folders = [{folders}]", "", "[output]",
+              f'root = "{Path(root).as_posix()}"', "", extra]
+    file = folder / name
+    file.write_text("\n".join(lines), encoding="utf-8")
+    return file

@@ -1,0 +1,393 @@
+"""Issue 27: author mode as a real boundary (the spec / CLI side).
+
+An author-mode spec names a dataset of the curator configuration and public metadata files by
+name only. Paths, globs, partitions, absolute paths, ``..`` and names resolving into a dataset
+are refused from the text alone, before anything is read, with the same exit code and the same
+bytes on stdout / stderr whatever the server holds (docs/privacy-semantics.md, "The
+author/curator boundary").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import cli
+from tabdp.datasets.synth import generate_establishments
+from tabdp.exceptions import SpecError
+from tabdp.release import CuratorConfig, load_curator_config, parse_curator_config
+from tabdp.release.spec import load_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import write_curator  # noqa: E402
+
+HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
+
+SPEC = """
+[release]
+name = "boundary"
+[input]
+{input}
+unit = "estab_id"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = {{ payroll = [0, 1e9] }}
+{domains}
+[hierarchies.geo]
+file = "{hier_file}"
+levels = ["state", "county"]
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e5 }}
+[[tables]]
+name = "n"
+kind = "count"
+by = [{count_by}]
+{keys}
+"""
+
+
+def spec_text(*, input: str = 'dataset = "cbp"', domains: str = "",  # noqa: A002
+              hier_file: str = "geography.csv", count_by: str = '"county"',
+              keys: str = "") -> str:
+    return SPEC.format(input=input, domains=domains, hier_file=hier_file, count_by=count_by,
+                       keys=keys)
+
+
+def _server(root: Path, with_04: bool) -> Path:
+    """A server: hive and plain layouts of a dataset (state 04 present or not), metadata."""
+    root.mkdir(parents=True)
+    df = generate_establishments(400, seed=3).filter(pl.col("state").is_in(["01", "02"]))
+    if with_04:
+        extra = df.head(1).with_columns(pl.lit("04").alias("state"),
+                                        (pl.col("estab_id") + 10**6).alias("estab_id"))
+        df = pl.concat([df, extra])
+    df.write_parquet(root / "data" / "hive", partition_by="state")
+    (root / "data" / "plain" / "parts").mkdir(parents=True)
+    for (state,), part in df.partition_by("state", as_dict=True).items():
+        part.write_parquet(root / "data" / "plain" / "parts" / f"x_{state}.parquet")
+    df.write_parquet(root / "data" / "input.parquet")
+    meta = root / "meta"
+    meta.mkdir()
+    (meta / "geography.csv").write_bytes((HIER / "geography.csv").read_bytes())
+    pl.DataFrame({"naics2": ["11", "21"]}).write_csv(meta / "naics2.csv")
+    # a public-looking name that is a link to the confidential data
+    os.symlink(root / "data" / "input.parquet", meta / "linked.parquet")
+    write_curator(root, {"cbp": "data/hive", "plain": "data/plain",
+                         "flat": "data/input.parquet"}, public=[meta], root="releases")
+    return root
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("servers")
+    return _server(base / "with04", True), _server(base / "without04", False)
+
+
+def _cli(server: Path, monkeypatch: pytest.MonkeyPatch, text: str, *args: str
+         ) -> tuple[int, str, str]:
+    """Run ``tabdp <args> s.toml --curator curator.toml`` from the server's folder."""
+    monkeypatch.chdir(server)
+    (server / "s.toml").write_text(text, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([*args, "s.toml", "--curator", "curator.toml"], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _both(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, text: str,
+          *args: str) -> tuple[int, str, str]:
+    """The same spec on both servers: identical exit code, stdout and stderr, byte for byte."""
+    a = _cli(servers[0], monkeypatch, text, *args)
+    b = _cli(servers[1], monkeypatch, text, *args)
+    assert a == b, (a, b)
+    for server in servers:  # no server path, in any form
+        assert str(server) not in a[1] + a[2] and str(server.parent) not in a[1] + a[2]
+    return a
+
+
+# -- finding 1: any server file became a "public" key list -----------------------------------
+METADATA_ATTACKS = {
+    "domain, the data's file name": dict(
+        domains='[domains]\npayroll = { file = "input.parquet", column = "payroll" }',
+        count_by='"payroll"'),
+    "domain, a relative path": dict(
+        domains='[domains]\npayroll = { file = "../data/input.parquet", column = "payroll" }',
+        count_by='"payroll"'),
+    "domain, an absolute path": dict(
+        domains='[domains]\npayroll = { file = "/etc/passwd", column = "payroll" }',
+        count_by='"payroll"'),
+    "domain, a link to the data": dict(
+        domains='[domains]\npayroll = { file = "linked.parquet", column = "payroll" }',
+        count_by='"payroll"'),
+    "keys, the data's file": dict(keys='keys = { file = "input.parquet" }',
+                                  count_by='"county"'),
+    "keys, a path": dict(keys='keys = { file = "../data/input.parquet" }', count_by='"county"'),
+    "keys, a link to the data": dict(keys='keys = { file = "linked.parquet" }',
+                                     count_by='"county"'),
+    "hierarchy, the data's file": dict(hier_file="input.parquet"),
+    "hierarchy, a path": dict(hier_file="../data/input.parquet"),
+    "hierarchy, a home path": dict(hier_file="~/geo.csv"),
+    "hierarchy, a glob": dict(hier_file="geo*.csv"),
+}
+
+
+@pytest.mark.parametrize("attack", list(METADATA_ATTACKS))
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_metadata_files_name_public_files_only(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, attack: str,
+        command: str) -> None:
+    """Finding 1: ``file = "input.parquet"`` (and paths, links) are refused, exit 2, nothing read.
+
+    Before, ``[domains] payroll = { file = "input.parquet", column = "payroll" }`` published
+    every distinct confidential payroll value.
+    """
+    code, out, err = _both(servers, monkeypatch, spec_text(**METADATA_ATTACKS[attack]),
+                           command)
+    assert code == 2 and out == "", err
+    assert "author mode" in err or "not in the curator's public folders" in err, err
+    assert not (servers[0] / "releases").exists()   # nothing written (nor read)
+
+
+def test_a_link_is_refused_like_a_missing_file(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public name linking into a dataset: the message of a missing public file."""
+    link = spec_text(**METADATA_ATTACKS["domain, a link to the data"])
+    missing = link.replace("linked.parquet", "nosuch.parquet")
+    a = _cli(servers[0], monkeypatch, link, "validate")
+    b = _cli(servers[0], monkeypatch, missing, "validate")
+    assert a[0] == b[0] == 2
+    assert a[2].replace("linked", "X") == b[2].replace("nosuch", "X")
+
+
+# -- finding 2: the partition ban was bypassed by globs ---------------------------------------
+GLOBS = ["data/hive/state?04/*.parquet", "data/hive/state*04/*", "data/hive/*04/*",
+         "data/hive/state=04", "data/plain/parts/*_04.parquet", "data/plain/parts/x_04.parquet",
+         "../with04/data/hive/*04/*", "data/input.parquet", "{abs}/data/hive/state?04/*.parquet",
+         "{abs}/data/hive"]
+
+
+@pytest.mark.parametrize("pattern", GLOBS)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_input_paths_are_refused_from_the_text(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, pattern: str,
+        command: str) -> None:
+    """Finding 2: every input path is refused, the same way whether state 04 exists or not.
+
+    Both servers get the very same spec text (absolute paths point at the server WITH state
+    04); exit code, stdout and stderr are compared byte for byte.
+    """
+    text = spec_text(input=f'path = "{pattern.format(abs=servers[0].as_posix())}"')
+    code, out, err = _both(servers, monkeypatch, text, command)
+    assert code == 2 and out == "" and "input.path" in err and "author mode" in err, err
+    assert "dataset = " in err  # the fix: name a dataset of the curator configuration
+
+
+@pytest.mark.parametrize("given", ['table = "lake.cbp"', 'dataset = "../data/hive"',
+                                   'dataset = "cbp"\nhive_partitioning = false', ""])
+def test_author_input_is_a_declared_dataset(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, given: str) -> None:
+    code, out, err = _both(servers, monkeypatch, spec_text(input=given), "validate")
+    assert code == 2 and out == "" and "input" in err, err
+
+
+def test_without_the_curator_configuration(servers: tuple[Path, Path],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An author-mode spec without a configuration: exit 2, the message says how to get one."""
+    monkeypatch.chdir(servers[0])
+    monkeypatch.delenv("TABDP_CURATOR", raising=False)
+    (servers[0] / "s.toml").write_text(spec_text())
+    for command in ("validate", "plan", "run"):
+        err = io.StringIO()
+        assert cli.main([command, "s.toml"], stdout=io.StringIO(), stderr=err) == 2
+        assert "--curator" in err.getvalue() and "curator" in err.getvalue()
+
+
+def test_author_release_by_dataset_name(servers: tuple[Path, Path],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A valid author spec: names only; the outputs go to <root>/<release.name>; no path shown.
+
+    The environment variable TABDP_CURATOR stands in for --curator.
+    """
+    server = servers[0]
+    monkeypatch.chdir(server)
+    monkeypatch.setenv("TABDP_CURATOR", str(server / "curator.toml"))
+    (server / "s.toml").write_text(spec_text(
+        domains='[domains]\nnaics2 = { file = "naics2.csv" }', count_by='"naics2"'))
+    for command in ("validate", "plan", "run"):
+        out, err = io.StringIO(), io.StringIO()
+        assert cli.main([command, "s.toml"], stdout=out, stderr=err) == 0, err.getvalue()
+        assert str(server) not in out.getvalue() + err.getvalue(), command
+    top = server / "releases" / "boundary"
+    assert sorted(p.name for p in top.iterdir()) == ["confidential", "plan", "public"]
+    manifest = json.loads((top / "public" / "manifest.json").read_text())
+    assert str(server) not in json.dumps(manifest)
+    assert manifest["spec"]["content"]["input"]["dataset"] == "cbp"
+    # plan --out is refused (the author names no server folder)
+    err = io.StringIO()
+    assert cli.main(["plan", "s.toml", "--out", "elsewhere"], stdout=io.StringIO(),
+                    stderr=err) == 2
+    assert "--out" in err.getvalue() and not (server / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden"])
+def test_release_name_cannot_leave_the_output_root(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The release name is the output folder under the root: '..' would climb out of it."""
+    text = spec_text().replace('name = "boundary"', f'name = "{name}"')
+    code, _, err = _both(servers, monkeypatch, text, "run")
+    assert code == 2 and "release.name" in err, err
+    rel = servers[0] / "releases"
+    assert not any(p.exists() for p in (servers[0] / "public", rel / "public", rel / ".hidden"))
+
+
+def test_output_folders_are_refused_in_author_mode(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    text = spec_text() + '\n[output]\npublic = "/tmp/x/public"\nconfidential = "/tmp/x/c"\n'
+    code, _, err = _both(servers, monkeypatch, text, "validate")
+    assert code == 2 and "output.public" in err and "output root" in err, err
+    ok = spec_text() + '\n[output]\nform = "wide"\n'
+    assert _cli(servers[0], monkeypatch, ok, "validate")[0] == 0
+
+
+def test_missing_public_file_and_column_messages_name_the_file_only(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Public files may be quoted (by their declared name), never their server path."""
+    missing = spec_text(hier_file="nosuch.csv")
+    code, _, err = _both(servers, monkeypatch, missing, "validate")
+    assert code == 2 and "'nosuch.csv' is not in the curator's public folders" in err
+    bad_col = spec_text(domains='[domains]\nnaics2 = { file = "naics2.csv", column = "x" }',
+                        count_by='"naics2"')
+    code, _, err = _both(servers, monkeypatch, bad_col, "validate")
+    assert code == 2 and "'naics2.csv'" in err and "'x'" in err, err
+
+
+def test_curator_mode_keeps_paths(servers: tuple[Path, Path],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Curator mode: today's paths; a declared dataset may be used too (with the config)."""
+    text = spec_text(input='path = "data/input.parquet"').replace('mode = "author"',
+                                                                  'mode = "curator"')
+    text = text.replace('file = "geography.csv"', 'file = "meta/geography.csv"')
+    text += '\n[output]\npublic = "o/public"\nconfidential = "o/confidential"\n'
+    assert _cli(servers[0], monkeypatch, text, "validate")[0] == 0
+    by_name = text.replace('path = "data/input.parquet"', 'dataset = "flat"')
+    code, _, err = _cli(servers[0], monkeypatch, by_name, "validate")
+    assert code == 0, err
+
+
+def test_author_only_policy(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+                            ) -> None:
+    """``[policy] author_only``: an author cannot write mode = "curator" to get paths back."""
+    text = spec_text(input='path = "data/hive/*04/*"').replace('mode = "author"',
+                                                               'mode = "curator"')
+    text += '\n[output]\npublic = "o/public"\nconfidential = "o/confidential"\n'
+    for server in servers:
+        cfg = server / "curator.toml"
+        cfg.write_text(cfg.read_text() + "\n[policy]\nauthor_only = true\n")
+    try:
+        code, out, err = _both(servers, monkeypatch, text, "validate")
+        assert code == 2 and "input.mode" in err and "author_only" in err, err
+        assert _cli(servers[0], monkeypatch, spec_text(), "validate")[0] == 0
+    finally:
+        for server in servers:
+            cfg = server / "curator.toml"
+            cfg.write_text(cfg.read_text().replace("\n[policy]\nauthor_only = true\n", ""))
+
+
+def test_declared_schema_columns(tmp_path: Path) -> None:
+    """A declared schema: the spec may name only its columns (decided from the text)."""
+    df = generate_establishments(50, seed=1)
+    df.write_parquet(tmp_path / "d.parquet")
+    cfg = write_curator(tmp_path, {"d": "d.parquet"}, public=[HIER])
+    text = cfg.read_text().replace(
+        'path = "d.parquet"', 'path = "d.parquet"\nschema = { estab_id = "Int64", '
+        'state = "String", county = "String", payroll = "Float64" }')
+    cfg.write_text(text)
+    config = load_curator_config(cfg)
+    assert config.datasets["d"].polars_schema()["payroll"] == pl.Float64
+    (tmp_path / "s.toml").write_text(spec_text(input='dataset = "d"'))
+    spec = load_spec(tmp_path / "s.toml", curator=config)
+    assert spec.input.schema["payroll"] == "Float64" and spec.input.dataset == "d"
+    (tmp_path / "s.toml").write_text(spec_text(input='dataset = "d"').replace(
+        'measures = ["payroll"]', 'measures = ["employment"]').replace(
+        "payroll = [0, 1e9]", "employment = [0, 1e9]"))
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path / "s.toml", curator=config)
+    assert info.value.path == "tables[0].measures" and "declared schema" in str(info.value)
+
+
+# -- the configuration itself ------------------------------------------------------------------
+@pytest.mark.parametrize(("data", "path"), [
+    ({"datasets": {"d": {"path": "x", "size": 1}}}, "datasets.d.size"),
+    ({"datasets": {"d": {"path": "x/*.parquet"}}}, "datasets.d.path"),
+    ({"datasets": {"d": {"path": "x", "table": "a.b"}}}, "datasets.d"),
+    ({"datasets": {"d": {"path": "x", "schema": {"a": "float"}}}}, "datasets.d.schema.a"),
+    ({"datasets": {"d": {"table": "a.b", "hive_partitioning": True}}},
+     "datasets.d.hive_partitioning"),
+    ({"datasets": {"d": {"path": "data"}}, "public": {"folders": ["data/meta"]}},
+     "public.folders[0]"),
+    ({"datasets": {"d": {"path": "data"}}, "output": {"root": "data/out"}}, "output.root"),
+    ({"defaults": {"budget": {"rho": -1}}}, "defaults.budget.rho"),
+    ({"defaults": {"budget": {"rho": {"x": 1.0}}}}, "defaults.budget.rho"),
+    ({"defaults": {"budget": {"limit": 1.0}}}, "defaults.budget.limit"),
+    ({"defaults": {"level": 2}}, "defaults.level"),
+    ({"extra": 1}, "extra"),
+])
+def test_config_errors_name_the_key(data: dict[str, object], path: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_curator_config(data, "/srv")
+    assert info.value.path == f"curator config: {path}", str(info.value)
+    assert "Hint:" in str(info.value)
+
+
+def test_config_defaults_apply_to_author_specs(servers: tuple[Path, Path]) -> None:
+    server = servers[0]
+    base = load_curator_config(server / "curator.toml")
+    config = CuratorConfig(path=None, datasets=base.datasets, public_folders=base.public_folders,
+                           output_root=base.output_root,
+                           defaults={"budget": {"rho": 2.5}, "level": 0.95})
+    (server / "d.toml").write_text(spec_text())
+    spec = load_spec(server / "d.toml", curator=config)
+    assert spec.budget is not None and spec.budget.rho == 2.5 and spec.release.level == 0.95
+    (server / "d.toml").write_text(spec_text() + "\n[budget]\nrho = 1.0\n")
+    assert load_spec(server / "d.toml", curator=config).budget.rho == 1.0  # type: ignore
+
+
+# -- finding 5: the Spark CLI prints tabdp's lines only ----------------------------------------
+@pytest.mark.spark
+@pytest.mark.slow
+def test_spark_cli_prints_only_tabdp_lines(tmp_path: Path) -> None:
+    """``tabdp run --engine spark`` prints tabdp's own lines only.
+
+    No JVM start-up / log4j line (time, host, IP) reaches the terminal; they go to spark.log
+    in the confidential folder.
+    """
+    pytest.importorskip("pyspark")
+    df = generate_establishments(200, seed=2)
+    df.write_parquet(tmp_path / "d.parquet")
+    write_curator(tmp_path, {"cbp": "d.parquet"}, public=[HIER])
+    (tmp_path / "s.toml").write_text(spec_text())
+    env = dict(os.environ, PYTHONPATH=str(Path(tabdp.__file__).resolve().parents[1]))
+    env.pop("TABDP_CURATOR", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tabdp.cli", "run", "s.toml", "--curator", "curator.toml",
+         "--engine", "spark", "--quiet"], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "Release 'boundary' done." and len(lines) == 3, proc.stdout
+    log = tmp_path / "releases" / "boundary" / "confidential" / "spark.log"
+    assert log.exists() and log.stat().st_size > 0
