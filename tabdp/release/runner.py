@@ -1209,9 +1209,10 @@ class DataDependentFailure(DataValidationError):
         super().__init__(
             "data-dependent failure: the run stopped after reading the confidential data; "
             "nothing public was written. The details (confidential: never publish them) are "
-            f"only {where}.\nHint: the curator reads the details there; a spec with "
-            'input.mode = "author" declares every data-quality rule so the data cannot stop '
-            "the run.")
+            f"only {where}.\nHint: the curator reads the cause and its fix there. (Misspelt "
+            "or mistyped columns are spec errors that tabdp validate reports before any data "
+            'is read; input.mode = "author" only keeps the data\'s values, such as nulls or '
+            "negatives, from stopping a run.)")
 
 
 def _start_time() -> tuple[str, float]:
@@ -1319,7 +1320,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
 
     Raises:
         SpecError: The spec is seeded and ``test_seed`` is false, or the input is missing
-            (``input.table``: under the Polars engine, or not in the Spark catalog).
+            (``input.table``: under the Polars engine, or not in the Spark catalog), or
+            (curator mode, ``input.path``) a column of the spec is missing from the input's
+            schema or has a type the release cannot use (read from the Parquet metadata,
+            before any data).
         InvalidParameterError: An output folder exists and ``overwrite`` is false, or a
             staging folder of another (or a killed) run cannot safely be removed.
         InvalidParameterError: Also: an unknown engine, or Spark options without the Spark
@@ -1371,6 +1375,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
+    _check_schema_first(spec)
     owned = None
     if engine == "spark":
         from tabdp.release._spark_run import check_table, start_spark
@@ -1424,6 +1429,18 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     for text in result.coverage:
         warnings.warn(text, CoverageWarning, stacklevel=2)
     return result
+
+
+def _check_schema_first(spec: ReleaseSpec) -> None:
+    """Curator mode: the spec's columns against the input's schema, before any data is read.
+
+    A misspelt or mistyped column is then a :class:`SpecError` (exit 2), not the generic
+    data-dependent failure (see :mod:`tabdp.release.input_schema`; author mode is checked
+    against the curator's declared schema, where one is given).
+    """
+    from tabdp.release.input_schema import check_spec_input_schema
+
+    check_spec_input_schema(spec)
 
 
 def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:

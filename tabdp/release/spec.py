@@ -1187,6 +1187,7 @@ def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any],
     targets = _size_curve(d["targets"], _join(path, "targets"), what="targets",
                           hint='record size -> largest rho allowed for it, e.g. '
                                'targets = { "1e3" = 0.5, "1e7" = 10.0 }.')
+    _refuse_decreasing_targets(d["targets"], targets, _join(path, "targets"))
     typical = _number(d["typical_total"], _join(path, "typical_total"),
                       what="typical_total", ge=0.0,
                       hint="the true total of a typical cell, e.g. typical_total = 1e6.")
@@ -1209,6 +1210,25 @@ def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any],
     calibration = {"family": family, "targets": targets, "typical_total": typical,
                    "fixed": fixed, "objective": objective}
     return calibration, result.mechanism
+
+
+def _refuse_decreasing_targets(raw: Mapping[str, Any], targets: Mapping[float, float],
+                               path: str) -> None:
+    """Calibration targets must not decrease with the record size (see tabdp.calibrate)."""
+    keys = {float(k): str(k) for k in raw}
+    pts = sorted(targets.items())
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
+        if r1 < r0:
+            _fail(_join(path, keys[s1]),
+                  f"the target at size {keys[s1]!r} (rho = {r1:g}) is below the target at the "
+                  f"smaller size {keys[s0]!r} (rho = {r0:g}): a larger record would be "
+                  "allowed less loss. Every mechanism's loss increases with the record size, "
+                  f"so the target at {keys[s1]!r} would bind and force noise holding records of "
+                  f"that size to rho = {r1:g}; records of size {keys[s0]!r} would lose far less "
+                  f"than {r0:g}, and typical cells would get far more noise than intended.",
+                  "give larger sizes larger (or equal) targets, e.g. targets = { \"1e3\" = 0.5, "
+                  f"\"1e7\" = 10.0 }}; for one limit at every size, give a single target at the "
+                  "largest plausible size.")
 
 
 def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
@@ -1525,6 +1545,7 @@ def load_spec(path: str | Path) -> ReleaseSpec:
     except OSError as err:
         raise SpecError("", f"cannot read the release spec {str(file)!r}: {err}\nHint: fix the "
                             "path; it must name a readable TOML file.") from None
+    _refuse_data_file(file, content)
     try:
         data = tomllib.loads(content.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -1535,6 +1556,34 @@ def load_spec(path: str | Path) -> ReleaseSpec:
                             "that line and column (strings need quotes, tables [name], arrays of "
                             "tables [[tables]]).") from None
     return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest())
+
+
+#: Suffixes of data files (never a spec): ``tabdp validate data.parquet`` says so plainly.
+_DATA_SUFFIXES = (".parquet", ".pq", ".csv", ".tsv", ".arrow", ".feather", ".ipc", ".orc",
+                  ".avro", ".xlsx", ".xls", ".gz", ".zip")
+
+
+def _refuse_data_file(file: Path, content: bytes) -> None:
+    """A data file or another binary file given where a spec is expected: say so plainly.
+
+    Example:
+        >>> try:
+        ...     _refuse_data_file(Path("data.parquet"), b"PAR1\x15\x04")
+        ... except SpecError as err:
+        ...     print(str(err).splitlines()[0])
+        'data.parquet' is a Parquet data file, not a release spec (a TOML text file).
+    """
+    if content[:4] == b"PAR1":
+        what = "a Parquet data file"
+    elif file.suffix.lower() in _DATA_SUFFIXES:
+        what = f"a data file ({file.suffix.lower()})"
+    elif b"\x00" in content[:8192]:
+        what = "a binary file"
+    else:
+        return
+    raise SpecError("", f"{str(file)!r} is {what}, not a release spec (a TOML text file)."
+                        "\nHint: pass the release spec (e.g. tabdp validate release.toml); the "
+                        "spec names its data in [input] path = \"...\".")
 
 
 #: Columns of the public tables: no key column may have these names.
