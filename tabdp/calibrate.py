@@ -217,7 +217,8 @@ def _refuse_decreasing(pairs: Sequence[tuple[float, float, Any]]) -> None:
         if r1 < r0:
             raise InvalidParameterError(
                 f"calibrate: targets decrease with record size: size {s1:g} is allowed "
-                f"rho = {r1:g}, less than rho = {r0:g} at the smaller size {s0:g}. Every mechanism's loss increases with the record size, so the larger "
+                f"rho = {r1:g}, less than rho = {r0:g} at the smaller size {s0:g}. Every "
+                "mechanism's loss increases with the record size, so the larger "
                 f"size's target would bind and force noise that holds records of size {s1:g} "
                 f"to rho = {r1:g}: records of size {s0:g} would then lose far less than "
                 f"{r0:g} and typical cells get far more noise than intended.\nHint: give "

@@ -227,10 +227,9 @@ def _example_spec() -> Path:
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from tabdp.release.input_schema import check_spec_input_schema
     from tabdp.release.runner import check_input_present
     from tabdp.release.spec import load_spec
-
-    from tabdp.release.input_schema import check_spec_input_schema
 
     spec = load_spec(args.spec)
     check_input_present(spec)  # the file or folder exists (nothing is read)

@@ -216,7 +216,8 @@ def check_spec_input_schema(spec: ReleaseSpec) -> bool:
     and catalog tables (read by Spark only) are skipped.
 
     Args:
-        spec: A validated spec whose input exists (:func:`tabdp.release.runner.check_input_present`).
+        spec: A validated spec whose input exists
+            (:func:`tabdp.release.runner.check_input_present`).
 
     Returns:
         Whether the check was made.

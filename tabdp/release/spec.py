@@ -84,8 +84,12 @@ The TOML schema (every key not listed is refused)::
     negative = "flag"               # "flag": flag "N", keep the signed estimate (default);
                                     # "clamp": flag "N" and publish 0 (documented post-processing)
     round = 1000.0                  # optional: publish estimates rounded to this unit (a table
-                                    # may give { measure = unit }); post-processing after flags;
-                                    # rollups sum the unrounded values
+                                    # may give { measure = unit }, or false for none); lower /
+                                    # upper rounded outward, sd / moe never, cv from the
+                                    # published value, flag R where coarse; rollups sum the
+                                    # unrounded values. Here (global) it must be at most 0.1 x
+                                    # each table's planned moe at its typical cell total (or
+                                    # change no estimate), else set it per table
 
     [plan]                          # optional
     cell_totals = [10, 100, 1000]   # cell sizes for the expected-error tables (default 1..1e8)
@@ -172,6 +176,8 @@ __all__ = [
     "redact_spec",
     "public_spec_hash",
     "spec_keys_hint",
+    "ROUND_MOE_SHARE",
+    "global_round_problem",
 ]
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms` (read from
@@ -182,6 +188,14 @@ MECHANISM_FAMILIES: dict[str, str] = {
 
 #: Families ``tabdp.calibrate`` accepts (``calibrate.family``).
 CALIBRATION_FAMILIES: tuple[str, ...] = registry.names("mechanism", tag="calibrate")
+
+
+#: Rounding rule: a global ``[publication] round`` applies to a table only where the unit is at
+#: most this share of the table's planned margin of error at its typical cell total (else the
+#: spec is refused: set ``round`` per table); the ``R`` flag marks published cells whose unit
+#: is more than this share of their own margin of error. At 0.1 the rounding error (at most half
+#: the unit, standard deviation unit/sqrt(12)) adds less than 0.3% to the standard deviation.
+ROUND_MOE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -1009,9 +1023,11 @@ def _parse_publication(raw: Any, path: str, base: Publication,
         rp = _join(path, "round")
         hint = ("a public rounding unit > 0, e.g. round = 1000.0"
                 + ("" if measures is None else ", or per measure round = { payroll = 1000.0 }")
-                + ".")
+                + ", or round = false for none.")
         value = d["round"]
-        if isinstance(value, Mapping):
+        if value is False:  # no rounding (a table's way out of a global round)
+            changes["round"] = None
+        elif isinstance(value, Mapping):
             if measures is None:
                 _fail(rp, f"must be a number in [publication] (per-measure units go in a "
                           f"table's publication); got {_show(value)}.", hint)
@@ -1227,7 +1243,7 @@ def _refuse_decreasing_targets(raw: Mapping[str, Any], targets: Mapping[float, f
                   f"that size to rho = {r1:g}; records of size {keys[s0]!r} would lose far less "
                   f"than {r0:g}, and typical cells would get far more noise than intended.",
                   "give larger sizes larger (or equal) targets, e.g. targets = { \"1e3\" = 0.5, "
-                  f"\"1e7\" = 10.0 }}; for one limit at every size, give a single target at the "
+                  "\"1e7\" = 10.0 }; for one limit at every size, give a single target at the "
                   "largest plausible size.")
 
 
@@ -1465,6 +1481,105 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
                      publication=pub, rollups=rollups, raw_mechanism=raw_mech)
 
 
+def _output_step(mech: Any, grid: Any) -> float | None:
+    """The step of a measure's published estimates, where the mechanism fixes one."""
+    if isinstance(mech, mechanisms.TransformationMechanism):
+        return None  # its grid is in transformed space
+    g = grid if grid is not None else mech.default_grid()
+    if isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0:
+        return float(g)
+    if isinstance(mech, (mechanisms.DiscreteGaussian, mechanisms.DiscreteLaplace)):
+        return 1.0  # exact integers
+    return None
+
+
+def _round_is_noop(unit: float, step: float | None) -> bool:
+    """Whether rounding to ``unit`` leaves estimates on a grid of ``step`` unchanged."""
+    if step is None:
+        return False
+    q = step / unit
+    return q >= 1.0 - 1e-9 and abs(q - round(q)) <= 1e-9 * q
+
+
+def global_round_problem(t: TableSpec, unit: float, plan: PlanSpec, level: float
+                         ) -> tuple[str, float, float, float] | None:
+    """Whether a global rounding ``unit`` is too coarse for table ``t`` (public quantities only).
+
+    The rule (:data:`ROUND_MOE_SHARE`): the unit must be at most 0.1 x the table's planned
+    margin of error at its typical cell total (``calibrate.typical_total`` for a calibrated
+    table, else the middle value of ``[plan].cell_totals``, or ``count_totals`` for a count),
+    unless rounding to it changes no estimate (a unit dividing the estimates' own grid step,
+    such as 1 for exact-integer counts).
+
+    Args:
+        t: A parsed table.
+        unit: The global rounding unit.
+        plan: The spec's ``[plan]``.
+        level: The release's confidence level.
+
+    Returns:
+        ``None`` if the unit applies; else ``(measure, typical total, moe, largest unit)``
+        for the first measure where it is too coarse.
+
+    Example:
+        >>> t = TableSpec(name="n", kind="count", measures=(), by=(),
+        ...               mechanism=mechanisms.DiscreteGaussian(sigma=2.0))
+        >>> global_round_problem(t, 1000.0, PlanSpec(), 0.9)
+        ('count', 1000.0, 3.0, 0.30000000000000004)
+        >>> global_round_problem(t, 1.0, PlanSpec(), 0.9) is None
+        True
+    """
+    from tabdp.frame import count_mechanism
+
+    totals = plan.count_totals if t.kind == "count" else plan.cell_totals
+    typical = (float(t.calibration["typical_total"]) if t.calibration is not None
+               else sorted(totals)[len(totals) // 2])
+    for m in (t.measures if t.kind == "sum" else ("count",)):
+        grid = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if t.kind == "count":
+            mech = count_mechanism(t.mechanism, t.grid)
+        elif getattr(t.mechanism, "joint", False):
+            mech = t.mechanism.measure_mechanism(m)
+        else:
+            mech = t.mechanism
+        if _round_is_noop(unit, _output_step(mech, grid)):
+            continue
+        moe = float(mech.moe_at(typical, level))
+        if math.isfinite(moe) and unit > ROUND_MOE_SHARE * moe:
+            return m, typical, moe, ROUND_MOE_SHARE * moe
+    return None
+
+
+def _check_global_round(tables: Sequence[TableSpec], raw_tables: Sequence[Any],
+                        publication: Publication, plan: PlanSpec, level: float) -> None:
+    """Refuse a global ``[publication] round`` that is too coarse for a table using it."""
+    unit = publication.round
+    if unit is None or isinstance(unit, Mapping):
+        return
+    for i, (t, raw) in enumerate(zip(tables, raw_tables, strict=True)):
+        own = raw.get("publication") if isinstance(raw, Mapping) else None
+        if isinstance(own, Mapping) and "round" in own:
+            continue  # the table sets its own rounding
+        problem = global_round_problem(t, float(unit), plan, level)
+        if problem is None:
+            continue
+        m, typical, moe, largest = problem
+        what = "a count" if t.kind == "count" else f"measure {m!r}"
+        where = ("calibrate.typical_total" if t.calibration is not None else
+                 "the middle of [plan]." + ("count_totals" if t.kind == "count"
+                                            else "cell_totals"))
+        _fail("publication.round",
+              f"the global rounding unit {unit:g} also applies to tables[{i}] ({t.name!r}, "
+              f"{what}), where it is more than {ROUND_MOE_SHARE:g} x the planned margin of "
+              f"error: moe {moe:.4g} at a typical cell total of {typical:g} ({where}). The "
+              f"rounding would swamp the noise: estimates below {unit / 2:g} would be "
+              f"published as 0, beside an sd and moe that do not include the rounding error.",
+              f"set the rounding per table: tables[{i}].publication = {{ round = false }} (no "
+              f"rounding) or a unit of at most {largest:.3g}; a global round applies only to "
+              f"tables where it is at most {ROUND_MOE_SHARE:g} x that moe (or changes no "
+              "estimate, such as 1 for counts).")
+
+
 # -- entry points -------------------------------------------------------------------------------
 def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> None:
     """Refuse measure names that would mix currencies under a curve budget.
@@ -1564,7 +1679,7 @@ _DATA_SUFFIXES = (".parquet", ".pq", ".csv", ".tsv", ".arrow", ".feather", ".ipc
 
 
 def _refuse_data_file(file: Path, content: bytes) -> None:
-    """A data file or another binary file given where a spec is expected: say so plainly.
+    r"""A data file or another binary file given where a spec is expected: say so plainly.
 
     Example:
         >>> try:
@@ -1825,6 +1940,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
         names[table.name] = i
         tables.append(table)
     _check_tables(tables, inp, budget)
+    _check_global_round(tables, raw_tables, publication, plan, release.level)
     _check_currencies(tables, budget)
     _check_input_rules(tables, inp)
     _check_paths(output, inp, hierarchies, d.get("domains") or {}, domains, tables, base, path)

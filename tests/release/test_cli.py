@@ -151,11 +151,16 @@ def leftovers(folder: Path) -> list[str]:
 
 # -- validate / plan ---------------------------------------------------------------------------
 
-def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
-    # validate checks that the input exists (issue 18, changed on purpose) but reads no data:
-    # the input is not even a Parquet file
+def test_validate_ok_and_reads_no_data(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    # validate checks that the input exists (issue 18) and, in curator mode, its schema
+    # (issue 28, changed on purpose: the Parquet metadata is read, no row)
     data = tmp_path / "not-parquet.parquet"
     data.write_text("not data")
+    spec = write_spec(tmp_path, data, tmp_path / "out")
+    code, out, err = run("validate", str(spec))
+    assert code == 2 and "input.path: cannot read the input" in err, err
+    assert "No data was read" in err
+    data = datasets[0]
     spec = write_spec(tmp_path, data, tmp_path / "out")
     code, out, err = run("validate", str(spec))
     assert code == 0, err
@@ -352,21 +357,27 @@ def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None
                        str(write_spec(tmp_path, tmp_path / "nope.parquet", out)), "--quiet")
     assert code == 2 and "input not found" in err
     assert not out.exists()
-    # a measure column missing from the data
+    # a measure column missing from the data: changed on purpose (issue 28), a spec error
+    # found from the input's schema before any data is read (exit 2, nothing written)
     df = pl.read_parquet(datasets[0]).drop("revenue")
     p = tmp_path / "norev.parquet"
     df.write_parquet(p)
-    code, _, err1 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
-    assert code == 4 and "revenue" not in err1 and "data-dependent failure" in err1
-    assert not (out / "public").exists()
-    assert "revenue" in failure(out)["message"]
-    assert (out / "confidential" / "failure.json").stat().st_mode & 0o777 == 0o600
-    assert (out / "confidential").stat().st_mode & 0o777 == 0o700
+    code, _, err0 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 2 and "tables[2].measures[0]: measure 'revenue'" in err0, err0
+    assert "no data was read" in err0
+    assert not out.exists()
     # negative values refused by input.negatives = "error", accepted by "zero"
     df = pl.read_parquet(datasets[0]).with_columns(
         pl.when(pl.col("estab_id") == 5).then(-1.0).otherwise(pl.col("payroll")).alias("payroll"))
     p = tmp_path / "neg.parquet"
     df.write_parquet(p)
+    code, _, err1 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and "payroll" not in err1 and "data-dependent failure" in err1
+    assert not (out / "public").exists()
+    assert (out / "confidential" / "failure.json").stat().st_mode & 0o777 == 0o600
+    assert (out / "confidential").stat().st_mode & 0o777 == 0o700
+    # the on-screen hint no longer sends a schema problem to author mode
+    assert "tabdp validate reports" in err1
     # the confidential folder holding only failure.json is replaced without --overwrite
     code, _, err2 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
     assert code == 4 and err2 == err1
