@@ -85,10 +85,12 @@ class DPAccessor:
                 dtype, a step of 1 where that default is finer: integer measures stay whole
                 numbers). Estimates are the exact noisy values rounded to the grid
                 (docs/exact-rounding.md).
-            negatives: Negative values, for mechanisms that need non-negative contributions
-                (transformation mechanisms): ``None``/``"error"`` refuses negative
-                contributions (curator mode), ``"zero"`` sets negative values to 0, ``"drop"``
-                drops their rows. Given explicitly, the rule applies to any mechanism.
+            negatives: Negative values of the measures, as the spec's ``input.negatives`` (one
+                default for both, :data:`tabdp._defaults.NEGATIVES`): ``None``/``"error"``
+                refuses them (curator mode; author mode must declare a rule), ``"allow"``
+                keeps signed values (additive mechanisms; a mechanism that needs
+                non-negative contributions still refuses negative unit-cell sums in curator
+                mode), ``"zero"`` sets them to 0, ``"drop"`` drops their rows.
             max_cells: Public bound on the cells one unit contributes to (with ``unit=``): a
                 unit's contributions to further cells are dropped, keeping its largest. Makes
                 the public total curve a bound for every unit (``None``: unbounded).

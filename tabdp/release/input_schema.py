@@ -71,7 +71,9 @@ def read_input_schema(spec: ReleaseSpec) -> dict[str, Any]:
     try:
         lf, _ = _scan_input(spec)
     except DataValidationError as err:
-        raise SpecError("input.path", f"{err} No data was read.") from None
+        what, _, hint = str(err).partition("\nHint: ")
+        raise SpecError("input.path", f"{what} No data was read."
+                        + (f"\nHint: {hint}" if hint else "")) from None
     return dict(lf.collect_schema())
 
 

@@ -1139,7 +1139,9 @@ def _request(t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet, nam
         kind=t.kind, by=list(by) if by else [NATIONAL], keys=keys, mechanism=mech, level=level,
         name=name, grid=_planned_grid(t, mech), max_cells=spec.input.max_cells if multi else None)
     if t.kind == "sum":
-        req |= dict(measures=list(t.measures), nulls=t.nulls)
+        # input.negatives was applied by the input rules (_input_rules): what is left is
+        # allowed (a mechanism needing non-negative contributions still refuses negative ones)
+        req |= dict(measures=list(t.measures), nulls=t.nulls, negatives="allow")
     else:
         req["max_rows"] = spec.plan.count_rows if multi else None
     return req

@@ -150,6 +150,8 @@ from typing import Any, NoReturn
 import polars as pl
 
 from tabdp import mechanisms, registry
+from tabdp._defaults import NEGATIVE_RULES
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._validation import bounds_text
 from tabdp.calibrate import calibrate
 from tabdp.exceptions import SpecError, TabdpError
@@ -228,7 +230,7 @@ class InputSpec:
     hive_partitioning: bool | None = None
     unit: str | None = None
     nulls: str = "error"
-    negatives: str = "error"
+    negatives: str = DEFAULT_NEGATIVES
     mode: str = "curator"
     nonfinite: str = "error"
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -429,7 +431,7 @@ _RELEASE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _TABLE_REF = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,2}$")
 _NULLS = ("error", "zero", "drop")
-_NEGATIVES = ("error", "allow", "zero", "drop")
+_NEGATIVES = NEGATIVE_RULES  # the Python API's rules and default (tabdp._defaults)
 _KINDS = ("sum", "count")
 _NEGATIVE_RULES = ("flag", "clamp")
 _OBJECTIVES = ("auto", "sd", "moe")
@@ -750,7 +752,7 @@ def _parse_input(raw: Any, base: Path) -> InputSpec:
                             "when each row is a unit.")
     nulls = _enum(d.get("nulls", "error"), "input.nulls", _NULLS,
                   "'error' refuses nulls, 'zero' treats them as 0, 'drop' drops the row.")
-    negatives = _enum(d.get("negatives", "error"), "input.negatives", _NEGATIVES,
+    negatives = _enum(d.get("negatives", DEFAULT_NEGATIVES), "input.negatives", _NEGATIVES,
                       "'error' refuses negative values, 'allow' keeps signed values, 'zero' "
                       "clips them to 0, 'drop' drops the row.")
     mode = _enum(d.get("mode", "curator"), "input.mode", _MODES,

@@ -531,7 +531,8 @@ def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
 def test_console_script_is_installed(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "tabdp"
     assert exe.exists(), "pyproject's [project.scripts] entry point is not installed"
-    (tmp_path / "x.parquet").write_text("not data")
+    # validate reads the input's schema (issue 28): a real (small) Parquet file
+    generate_establishments(50, seed=1).write_parquet(tmp_path / "x.parquet")
     spec = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out")
     res = subprocess.run([str(exe), "validate", str(spec)], capture_output=True, text=True,
                          env={**os.environ}, timeout=120)
@@ -1081,6 +1082,10 @@ def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
     assert code == 2 and "no file matches" in err
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "a.parquet").write_text("not data")
+    # changed on purpose (issue 28): validate reads the input's schema (metadata only)
+    code, _, err = run("validate", str(pattern))
+    assert code == 2 and "cannot read the input" in err and "No data was read." in err
+    generate_establishments(50, seed=1).write_parquet(tmp_path / "parts" / "a.parquet")
     assert run("validate", str(pattern))[0] == 0
 
 

@@ -279,3 +279,53 @@ def test_decreasing_targets_refused_spec(tmp_path: Path, corrupt: Path) -> None:
     assert code == 2
     assert "tables[0].calibrate.targets.1e7: the target at size '1e7' (rho = 0.2) is below" in err
     assert "a larger record would be allowed less loss" in err
+
+
+# -- one set of defaults -----------------------------------------------------------------------
+def test_python_and_spec_share_the_negatives_default(tmp_path: Path) -> None:
+    from tabdp import _defaults
+    from tabdp.exceptions import DataValidationError
+    from tabdp.frame._engine import NEGATIVE_POLICIES
+    from tabdp.frame.keys import KeySet
+    from tabdp.mechanisms import Gaussian
+    from tabdp.privacy.session import Session
+    from tabdp.release.spec import _NEGATIVES, InputSpec
+
+    assert _defaults.NEGATIVES == "error" and InputSpec(path=None, source="x").negatives == "error"
+    assert NEGATIVE_POLICIES == _NEGATIVES == _defaults.NEGATIVE_RULES
+    df = pl.DataFrame({"g": ["a", "a", "a"], "x": [5.0, -1.0, 3.0]})
+    keys = KeySet.from_dict(g=["a"])
+    # Python, curator mode, an additive mechanism: refused by default, as a spec refuses it
+    with pytest.raises(DataValidationError, match="negative values and negatives='error'"):
+        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0))
+    out = df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1e-3), negatives="allow")
+    assert abs(float(out["x"][0]) - 7.0) < 0.1
+    # author mode: the rule must be declared in both
+    with pytest.raises(InvalidParameterError, match="negatives='error' \\(the default\\)"):
+        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0),
+                  session=Session(mode="author", data=df), nulls="zero")
+    # the spec, on the same data: exit 4 (negative values) by default, 0 with "allow"
+    data = tmp_path / "d.parquet"
+    df.with_columns(pl.lit(1).alias("id")).write_parquet(data)
+    base = f"""
+[release]
+name = "neg"
+[input]
+path = "{data.as_posix()}"
+{{neg}}
+[domains]
+g = ["a"]
+[output]
+public = "{(tmp_path / 'out').as_posix()}/public"
+confidential = "{(tmp_path / 'out').as_posix()}/confidential"
+[[tables]]
+name = "t"
+measures = ["x"]
+by = ["g"]
+mechanism = {{{{ family = "gaussian", sigma = 1.0 }}}}
+"""
+    code, _, err = run("run", "--quiet", str(write(tmp_path, base.format(neg=""))))
+    assert code == 4, err
+    code, _, err = run("run", "--quiet", "--overwrite",
+                       str(write(tmp_path, base.format(neg='negatives = "allow"'))))
+    assert code == 0, err
