@@ -295,14 +295,14 @@ def test_python_and_spec_share_the_negatives_default(tmp_path: Path) -> None:
     assert NEGATIVE_POLICIES == _NEGATIVES == _defaults.NEGATIVE_RULES
     df = pl.DataFrame({"g": ["a", "a", "a"], "x": [5.0, -1.0, 3.0]})
     keys = KeySet.from_dict(g=["a"])
-    # Python, curator mode, an additive mechanism: refused by default, as a spec refuses it
+    # Python, curator mode, an additive mechanism: "error" refuses them, as a spec does
     with pytest.raises(DataValidationError, match="negative values and negatives='error'"):
-        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0))
+        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0), negatives="error")
     out = df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1e-3), negatives="allow")
     assert abs(float(out["x"][0]) - 7.0) < 0.1
-    # author mode: the rule must be declared in both
+    # author mode: "error" must not be the rule in either
     with pytest.raises(InvalidParameterError, match="negatives='error' \\(the default\\)"):
-        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0),
+        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0), negatives="error",
                   session=Session(mode="author", data=df), nulls="zero")
     # the spec, on the same data: exit 4 (negative values) by default, 0 with "allow"
     data = tmp_path / "d.parquet"
