@@ -198,8 +198,9 @@ def _check_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
         raise InvalidParameterError(
             "this session is in author mode (the caller may not see the data), where every "
             "data rule must be declared: negatives='error' (the default) would refuse the "
-            "release depending on the data.\nHint: pass negatives='allow' (signed measures, "
-            "additive mechanisms), 'zero' (set them to 0) or 'drop' (drop their rows).")
+            "release depending on the data.\nHint: pass negatives='zero' (set them to 0) or "
+            "negatives='drop' (drop their rows)"
+            + ("." if needs_nonneg else ", or negatives='allow' (a signed measure)."))
     if sess.mode == "author" and needs_nonneg and rule == "allow":
         raise InvalidParameterError(
             f"{type(mechanism).__name__} needs non-negative contributions, so in author mode "
