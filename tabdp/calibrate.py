@@ -184,6 +184,7 @@ def _validate_targets(targets: Any, typical_total: Any, level: Any,
             f"calibrate: targets name the same record size twice ({sorted(sizes)}).\n"
             "Hint: give one target per size.")
     pairs.sort(key=lambda p: p[0])
+    _refuse_decreasing(pairs)
     tt = check_real("typical_total", typical_total, owner="calibrate", ge=0.0,
                     hint="typical_total is the true total of a typical cell (>= 0), used to "
                          "measure the error of the calibrated mechanism")
@@ -195,6 +196,34 @@ def _validate_targets(targets: Any, typical_total: Any, level: Any,
             "'moe' the margin of error at `level`, 'auto' the sd where it is finite.")
     return _Problem(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]),
                     tuple(float(p[0]) for p in pairs), tt, lev, objective)
+
+
+def _refuse_decreasing(pairs: Sequence[tuple[float, float, Any]]) -> None:
+    """Refuse targets that allow a larger record less loss than a smaller one.
+
+    Every policy increases with the record size, so the target at the larger size would bind:
+    the noise would have to hold the largest record to the smallest ρ, far more noise than the
+    targets intend, while the smaller records get far less loss than their target (the
+    smaller-size target is then useless). Equal targets are accepted (the smaller one is
+    redundant), as in :class:`tabdp.planning.TargetCurve`.
+
+    Example:
+        >>> _refuse_decreasing([(1e3, 0.5, "1e3"), (1e7, 0.2, "1e7")])
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.InvalidParameterError: calibrate: targets decrease with record size: ...
+    """
+    for (s0, r0, _), (s1, r1, _) in zip(pairs, pairs[1:], strict=False):
+        if r1 < r0:
+            raise InvalidParameterError(
+                f"calibrate: targets decrease with record size: size {s1:g} is allowed "
+                f"rho = {r1:g}, less than rho = {r0:g} at the smaller size {s0:g}. Every "
+                "mechanism's loss increases with the record size, so the larger "
+                f"size's target would bind and force noise that holds records of size {s1:g} "
+                f"to rho = {r1:g}: records of size {s0:g} would then lose far less than "
+                f"{r0:g} and typical cells get far more noise than intended.\nHint: give "
+                "larger sizes larger (or equal) targets, e.g. targets = {1e3: 0.5, 1e7: 10.0}; "
+                f"for one limit at every size up to {s1:g}, give a single target at {s1:g}.")
 
 
 def _normalize_fixed(family: str, fixed: Mapping[str, Any]) -> dict[str, Any]:

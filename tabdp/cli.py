@@ -2,8 +2,9 @@
 
 Usage::
 
-    tabdp validate release.toml          # check the spec and that its input exists; reads no
-                                         # data
+    tabdp validate release.toml          # check the spec, that its input exists and (curator
+                                         # mode) its columns against the input's schema
+                                         # (Parquet metadata); reads no data
     tabdp plan release.toml [--out DIR]  # mechanisms, policy curves, expected errors, forecast
                                          # shares of flagged/negative cells, the guarantee in
                                          # words; no data
@@ -33,8 +34,9 @@ Exit codes:
 ====  ==========================================================================
 0     success
 2     spec or usage error, found before any data is read (malformed spec, bad
-      option, output folder exists or cannot be created, input file missing, seeded
-      spec without --test-seed)
+      option, output folder exists or cannot be created, input file missing, a
+      column of the spec missing from the input's schema or of the wrong type,
+      seeded spec without --test-seed)
 4     data-dependent failure: the run stopped after reading the data; the message
       is always the same and the details are only in the confidential folder
       (failure.json); nothing public is written
@@ -302,10 +304,13 @@ def _redact(text: str, config: CuratorConfig | None) -> str:
 
 
 def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
+    from tabdp.release.input_schema import check_spec_input_schema
     from tabdp.release.runner import check_input_present
 
     spec = _load(args, args.spec)
     check_input_present(spec)  # the file or folder exists (nothing is read)
+    # curator mode: the spec's columns against the input's schema (Parquet metadata only)
+    check_spec_input_schema(spec)
     n_roll = sum(len(t.rollups) for t in spec.tables)
     out.write(f"{args.spec}: valid. Release {spec.release.name!r}: {len(spec.tables)} table(s), "
               f"{n_roll} rollup(s); unit {spec.input.unit or 'row'}; {spec.input.mode} mode; "

@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
+from tabdp._defaults import NEGATIVE_RULES
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import (
     ColumnNotFoundError,
     ColumnTypeError,
@@ -61,9 +63,10 @@ __all__ = ["count_mechanism", "ROW_ID", "SUM_SCALE_BITS", "MAX_ABS",
            "NULL_POLICIES", "NEGATIVE_POLICIES", "OUTPUT_SUFFIXES"]
 
 NULL_POLICIES = ("error", "zero", "drop")
-#: Rules for negative values of a measure released with a mechanism that needs non-negative
-#: contributions (transformation mechanisms): refuse (curator mode), set to 0, or drop the row.
-NEGATIVE_POLICIES = ("error", "zero", "drop")
+#: Rules for negative values of a summed measure (the spec's input.negatives has the same ones
+#: and the same default, tabdp._defaults.NEGATIVES): refuse them (curator mode), allow them
+#: (signed measures), set them to 0, or drop the row.
+NEGATIVE_POLICIES = NEGATIVE_RULES
 #: Row id column assigned when the input is read (row mode: each row is a unit).
 ROW_ID = "__tabdp_row"
 #: Fixed-point scale of float measures: values are summed exactly as multiples of 2**-24.
@@ -183,11 +186,26 @@ def _check_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
     if negatives is not None and negatives not in NEGATIVE_POLICIES:
         raise InvalidParameterError(
             f"negatives must be one of {NEGATIVE_POLICIES} or None; got {negatives!r}.\n"
-            "Hint: 'zero' sets negative values to 0, 'drop' drops their rows, 'error' refuses "
-            "them (curator mode only).")
-    rule = negatives if negatives is not None else ("error" if needs_nonneg else "allow")
-    if not needs_nonneg and negatives is not None and negatives != "error":
-        rule = negatives  # an explicit rule applies to any mechanism
+            "Hint: 'allow' keeps signed values (additive mechanisms), 'zero' sets negative "
+            "values to 0, 'drop' drops their rows, 'error' (the default) refuses them (curator "
+            "mode only).")
+    # None: DEFAULT_NEGATIVES ("error", as a spec) for a mechanism that needs non-negative
+    # contributions; for additive mechanisms still "allow" (the spec's default refuses them:
+    # not yet unified, see docs/release-workflow.md "Defaults shared with the Python API")
+    rule = negatives if negatives is not None else (
+        DEFAULT_NEGATIVES if needs_nonneg else "allow")
+    if sess.mode == "author" and kind == "sum" and has_measures and rule == "error":
+        raise InvalidParameterError(
+            "this session is in author mode (the caller may not see the data), where every "
+            "data rule must be declared: negatives='error' (the default) would refuse the "
+            "release depending on the data.\nHint: pass negatives='zero' (set them to 0) or "
+            "negatives='drop' (drop their rows)"
+            + ("." if needs_nonneg else ", or negatives='allow' (a signed measure)."))
+    if sess.mode == "author" and needs_nonneg and rule == "allow":
+        raise InvalidParameterError(
+            f"{type(mechanism).__name__} needs non-negative contributions, so in author mode "
+            "negatives='allow' could make the release fail on the data.\nHint: pass "
+            "negatives='zero' (set them to 0) or negatives='drop' (drop their rows).")
     if sess.mode == "author":
         if nulls == "error" and has_measures:
             raise InvalidParameterError(
@@ -656,7 +674,17 @@ def _strict_checks(counts: dict[str, int], measures: list[str], unit: str | None
                             "\nHint: pass nulls='zero' to count them as 0, or nulls='drop' to "
                             "drop those rows (the choice is recorded in the report).")
             details[f"missing_values:{m}"] = n_missing
-    if needs_nonneg and rules.negatives == "error":
+    if rules.negatives == "error":
+        for m in measures:
+            n_neg = counts.get(f"neg:{m}", 0)
+            if n_neg:
+                problems.append(
+                    f"column {m!r} holds negative values and negatives='error' (the default, "
+                    "as in a release spec).\nHint: pass negatives='allow' for a signed measure "
+                    "(additive mechanisms), 'zero' to set them to 0 or 'drop' to drop those "
+                    "rows (counted in the report).")
+                details[f"negative_values:{m}"] = n_neg
+    if needs_nonneg and rules.negatives in ("error", "allow"):
         for m, n in neg_contrib.items():
             if n:
                 what = ("rows" if unit is None else

@@ -85,10 +85,14 @@ class DPAccessor:
                 dtype, a step of 1 where that default is finer: integer measures stay whole
                 numbers). Estimates are the exact noisy values rounded to the grid
                 (docs/exact-rounding.md).
-            negatives: Negative values, for mechanisms that need non-negative contributions
-                (transformation mechanisms): ``None``/``"error"`` refuses negative
-                contributions (curator mode), ``"zero"`` sets negative values to 0, ``"drop"``
-                drops their rows. Given explicitly, the rule applies to any mechanism.
+            negatives: Negative values of the measures, with the rules of the spec's
+                ``input.negatives``: ``"error"`` refuses them (curator mode; author mode must
+                declare another rule), ``"allow"`` keeps signed values (additive mechanisms;
+                a mechanism that needs non-negative contributions still refuses negative
+                unit-cell sums in curator mode), ``"zero"`` sets them to 0, ``"drop"`` drops
+                their rows. ``None``: ``"error"`` for a mechanism that needs non-negative
+                contributions, ``"allow"`` for additive ones (a spec's default is
+                ``"error"`` for both).
             max_cells: Public bound on the cells one unit contributes to (with ``unit=``): a
                 unit's contributions to further cells are dropped, keeping its largest. Makes
                 the public total curve a bound for every unit (``None``: unbounded).

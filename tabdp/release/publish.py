@@ -18,9 +18,19 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
 * ``X`` — the noise has no finite variance (heavy-tailed stable noise): ``sd`` is ``inf`` and
   ``cv`` is null; use ``moe``.
 
-Order of the rules: cv and the flags are computed on the released (unbiased) estimate; then a
-negative estimate is clamped to 0 if the table asks for it (``cv`` is then recomputed for the
-published 0); then the estimate is rounded to the table's public unit (``round``), if any.
+* ``R`` — coarsely rounded: the table's public rounding unit (``round``) moved this estimate
+  and is more than :data:`~tabdp.release.spec.ROUND_MOE_SHARE` (0.1) times the cell's margin
+  of error. The rounding error, up to half the unit, is then not negligible beside the noise;
+  ``sd`` and ``moe`` describe the noise only (the interval's ends are rounded outward, so it
+  still covers).
+
+Order of the rules: suppression (``S``) is decided on the released (unbiased) estimate; then a
+negative estimate is clamped to 0 if the table asks for it; then the estimate is rounded to the
+table's public unit (``round``), if any. The published ``cv`` is always ``sd / |published
+estimate|`` (the clamped or rounded value: never a rounded estimate beside the cv of another
+value), and ``C`` is set where the released or the published estimate's cv reaches the
+threshold (rounding never removes a flag; a count rounded to 0 is flagged). ``sd`` and ``moe``
+are the noise's and are never rounded.
 
 ``lower`` and ``upper`` are the ends of the ``level`` confidence interval of the cell: the
 mechanism's exact interval (asymmetric for transformation mechanisms, whose symmetric
@@ -40,7 +50,7 @@ import numpy as np
 import polars as pl
 
 from tabdp.frame._output import coefficient_of_variation, flag_codes
-from tabdp.release.spec import Publication
+from tabdp.release.spec import ROUND_MOE_SHARE, Publication
 
 __all__ = ["FLAG_CODES", "COLUMN_DOCS", "publish", "empty_public_table"]
 
@@ -54,6 +64,10 @@ FLAG_CODES: dict[str, str] = {
          "(estimate, sd, moe, lower, upper and cv are null)",
     "X": "the noise has no finite variance (heavy-tailed stable noise): sd is inf and cv is "
          "null; use the margin of error",
+    "R": "coarsely rounded: the table's rounding unit (publication.round) moved this estimate "
+         f"and is more than {ROUND_MOE_SHARE:g} x its margin of error, so the rounding error "
+         "(up to half the unit) is not negligible beside the noise; sd and moe describe the "
+         "noise only, and lower and upper are rounded outward so the interval still covers",
 }
 
 #: Column dictionary of the public tables.
@@ -109,6 +123,29 @@ def _round_to(x: np.ndarray, step: object) -> np.ndarray:
     return x
 
 
+def _public_rounding(est: np.ndarray, sd: np.ndarray, moe: np.ndarray, lower: np.ndarray,
+                     upper: np.ndarray, cv: np.ndarray, unit: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Round to a public unit: estimate to nearest, interval outward; flag ``R`` where coarse.
+
+    Returns the rounded estimate, lower, upper, the cv that decides the ``C`` flag (the larger
+    of the released and the published estimate's, so rounding never removes a flag) and the
+    ``R`` mask: the rounding moved the estimate and the unit is more than
+    :data:`~tabdp.release.spec.ROUND_MOE_SHARE` times the cell's margin of error (the
+    rounding error, up to half the unit, is then not negligible beside the noise, and sd and
+    moe do not include it).
+    """
+    published = np.round(est / unit) * unit + 0.0  # + 0.0: no "-0.0"
+    with np.errstate(invalid="ignore"):
+        coarse = np.isfinite(moe) & (unit > ROUND_MOE_SHARE * moe)
+        flag_r = coarse & (published != est) & np.isfinite(est)
+        cv_flag = np.fmax(cv, coefficient_of_variation(published, sd))
+    # the interval's ends outward, so it can only grow (and still covers)
+    lower = np.floor(lower / unit) * unit + 0.0
+    upper = np.ceil(upper / unit) * unit + 0.0
+    return published, lower, upper, cv_flag, flag_r
+
+
 def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             rules: Publication, grid: Mapping[str, object] | None = None) -> pl.DataFrame:
     """Apply publication rules to a released (or rolled-up) wide table; return the long form.
@@ -160,15 +197,15 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             # the true value is >= 0: raising negative ends to 0 keeps the coverage
             lower = np.maximum(lower, 0.0)
             upper = np.maximum(upper, 0.0)
-        codes = flag_codes(raw, sd, cv, cv_flag=rules.cv_flag, suppressed=flag_s)
         unit = rules.round.get(m) if isinstance(rules.round, Mapping) else rules.round
+        flag_r = np.zeros(est.shape, bool)
         if unit is not None:
-            # public rounding unit: post-processing of the published value only (cv and flags
-            # were decided on the unrounded estimate; rollups sum the unrounded values)
-            est = np.round(est / float(unit)) * float(unit) + 0.0  # + 0.0: no "-0.0"
-            # the interval's ends outward, so it can only grow
-            lower = np.floor(lower / float(unit)) * float(unit) + 0.0
-            upper = np.ceil(upper / float(unit)) * float(unit) + 0.0
+            est, lower, upper, cv, flag_r = _public_rounding(est, sd, moe, lower, upper, cv,
+                                                             float(unit))
+        codes = flag_codes(raw, sd, cv, cv_flag=rules.cv_flag, suppressed=flag_s)
+        if flag_r.any():
+            codes = np.where(flag_r & ~flag_s, np.char.add(codes, "R"), codes)
+        cv = coefficient_of_variation(est, sd)  # the published estimate's
         withheld = flag_s
         values = pl.DataFrame([
             pl.Series("measure", [m] * len(est), dtype=pl.String),

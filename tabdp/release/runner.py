@@ -1472,7 +1472,9 @@ def _request(t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet, nam
         kind=t.kind, by=list(by) if by else [NATIONAL], keys=keys, mechanism=mech, level=level,
         name=name, grid=_planned_grid(t, mech), max_cells=spec.input.max_cells if multi else None)
     if t.kind == "sum":
-        req |= dict(measures=list(t.measures), nulls=t.nulls)
+        # input.negatives was applied by the input rules (_input_rules): what is left is
+        # allowed (a mechanism needing non-negative contributions still refuses negative ones)
+        req |= dict(measures=list(t.measures), nulls=t.nulls, negatives="allow")
     else:
         req["max_rows"] = spec.plan.count_rows if multi else None
     return req
@@ -1542,9 +1544,10 @@ class DataDependentFailure(DataValidationError):
         super().__init__(
             "data-dependent failure: the run stopped after reading the confidential data; "
             "nothing public was written. The details (confidential: never publish them) are "
-            f"only {where}.\nHint: the curator reads the details there; a spec with "
-            'input.mode = "author" declares every data-quality rule so the data cannot stop '
-            "the run.")
+            f"only {where}.\nHint: the curator reads the cause and its fix there. (Misspelt "
+            "or mistyped columns are spec errors that tabdp validate reports before any data "
+            'is read; input.mode = "author" only keeps the data\'s values, such as nulls or '
+            "negatives, from stopping a run.)")
 
 
 def _start_time() -> tuple[str, float]:
@@ -1667,7 +1670,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
 
     Raises:
         SpecError: The spec is seeded and ``test_seed`` is false, or the input is missing
-            (``input.table``: under the Polars engine, or not in the Spark catalog).
+            (``input.table``: under the Polars engine, or not in the Spark catalog), or
+            (curator mode, ``input.path``) a column of the spec is missing from the input's
+            schema or has a type the release cannot use (read from the Parquet metadata,
+            before any data).
         InvalidParameterError: An output folder exists and ``overwrite`` is false, or a
             staging folder of another (or a killed) run cannot safely be removed.
         InvalidParameterError: Also: an unknown engine, or Spark options without the Spark
@@ -1719,6 +1725,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
+    _check_schema_first(spec)
     owned = None
     spark_log: Path | None = None
     if engine == "spark":
@@ -1797,6 +1804,18 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     for text in result.coverage:
         warnings.warn(text, CoverageWarning, stacklevel=2)
     return result
+
+
+def _check_schema_first(spec: ReleaseSpec) -> None:
+    """Curator mode: the spec's columns against the input's schema, before any data is read.
+
+    A misspelt or mistyped column is then a :class:`SpecError` (exit 2), not the generic
+    data-dependent failure (see :mod:`tabdp.release.input_schema`; author mode is checked
+    against the curator's declared schema, where one is given).
+    """
+    from tabdp.release.input_schema import check_spec_input_schema
+
+    check_spec_input_schema(spec)
 
 
 def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:

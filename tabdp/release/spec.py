@@ -100,8 +100,12 @@ The TOML schema (every key not listed is refused)::
     negative = "flag"               # "flag": flag "N", keep the signed estimate (default);
                                     # "clamp": flag "N" and publish 0 (documented post-processing)
     round = 1000.0                  # optional: publish estimates rounded to this unit (a table
-                                    # may give { measure = unit }); post-processing after flags;
-                                    # rollups sum the unrounded values
+                                    # may give { measure = unit }, or false for none); lower /
+                                    # upper rounded outward, sd / moe never, cv from the
+                                    # published value, flag R where coarse; rollups sum the
+                                    # unrounded values. Here (global) it must be at most 0.1 x
+                                    # each table's planned moe at its typical cell total (or
+                                    # change no estimate), else set it per table
 
     [plan]                          # optional
     cell_totals = [10, 100, 1000]   # cell sizes for the expected-error tables (default 1..1e8)
@@ -163,6 +167,8 @@ from typing import Any, NoReturn
 import polars as pl
 
 from tabdp import mechanisms, registry
+from tabdp._defaults import NEGATIVE_RULES
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._validation import bounds_text
 from tabdp.calibrate import calibrate
 from tabdp.exceptions import SpecError, TabdpError
@@ -190,6 +196,8 @@ __all__ = [
     "redact_spec",
     "public_spec_hash",
     "spec_keys_hint",
+    "ROUND_MOE_SHARE",
+    "global_round_problem",
 ]
 
 #: Spec family name -> mechanism class name in :mod:`tabdp.mechanisms` (read from
@@ -200,6 +208,14 @@ MECHANISM_FAMILIES: dict[str, str] = {
 
 #: Families ``tabdp.calibrate`` accepts (``calibrate.family``).
 CALIBRATION_FAMILIES: tuple[str, ...] = registry.names("mechanism", tag="calibrate")
+
+
+#: Rounding rule: a global ``[publication] round`` applies to a table only where the unit is at
+#: most this share of the table's planned margin of error at its typical cell total (else the
+#: spec is refused: set ``round`` per table); the ``R`` flag marks published cells whose unit
+#: is more than this share of their own margin of error. At 0.1 the rounding error (at most half
+#: the unit, standard deviation unit/sqrt(12)) adds less than 0.3% to the standard deviation.
+ROUND_MOE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -234,7 +250,7 @@ class InputSpec:
     hive_partitioning: bool | None = None
     unit: str | None = None
     nulls: str = "error"
-    negatives: str = "error"
+    negatives: str = DEFAULT_NEGATIVES
     mode: str = "curator"
     nonfinite: str = "error"
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
@@ -440,7 +456,7 @@ _RELEASE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _TABLE_REF = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,2}$")
 _NULLS = ("error", "zero", "drop")
-_NEGATIVES = ("error", "allow", "zero", "drop")
+_NEGATIVES = NEGATIVE_RULES  # the Python API's rules and default (tabdp._defaults)
 _KINDS = ("sum", "count")
 _NEGATIVE_RULES = ("flag", "clamp")
 _OBJECTIVES = ("auto", "sd", "moe")
@@ -879,7 +895,7 @@ def _parse_input(raw: Any, base: Path, curator: CuratorConfig | None = None) -> 
                             "when each row is a unit.")
     nulls = _enum(d.get("nulls", "error"), "input.nulls", _NULLS,
                   "'error' refuses nulls, 'zero' treats them as 0, 'drop' drops the row.")
-    negatives = _enum(d.get("negatives", "error"), "input.negatives", _NEGATIVES,
+    negatives = _enum(d.get("negatives", DEFAULT_NEGATIVES), "input.negatives", _NEGATIVES,
                       "'error' refuses negative values, 'allow' keeps signed values, 'zero' "
                       "clips them to 0, 'drop' drops the row.")
     nonfinite = _enum(d.get("nonfinite", "error"), "input.nonfinite", _NONFINITE,
@@ -1147,9 +1163,11 @@ def _parse_publication(raw: Any, path: str, base: Publication,
         rp = _join(path, "round")
         hint = ("a public rounding unit > 0, e.g. round = 1000.0"
                 + ("" if measures is None else ", or per measure round = { payroll = 1000.0 }")
-                + ".")
+                + ", or round = false for none.")
         value = d["round"]
-        if isinstance(value, Mapping):
+        if value is False:  # no rounding (a table's way out of a global round)
+            changes["round"] = None
+        elif isinstance(value, Mapping):
             if measures is None:
                 _fail(rp, f"must be a number in [publication] (per-measure units go in a "
                           f"table's publication); got {_show(value)}.", hint)
@@ -1325,6 +1343,7 @@ def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any],
     targets = _size_curve(d["targets"], _join(path, "targets"), what="targets",
                           hint='record size -> largest rho allowed for it, e.g. '
                                'targets = { "1e3" = 0.5, "1e7" = 10.0 }.')
+    _refuse_decreasing_targets(d["targets"], targets, _join(path, "targets"))
     typical = _number(d["typical_total"], _join(path, "typical_total"),
                       what="typical_total", ge=0.0,
                       hint="the true total of a typical cell, e.g. typical_total = 1e6.")
@@ -1347,6 +1366,25 @@ def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any],
     calibration = {"family": family, "targets": targets, "typical_total": typical,
                    "fixed": fixed, "objective": objective}
     return calibration, result.mechanism
+
+
+def _refuse_decreasing_targets(raw: Mapping[str, Any], targets: Mapping[float, float],
+                               path: str) -> None:
+    """Calibration targets must not decrease with the record size (see tabdp.calibrate)."""
+    keys = {float(k): str(k) for k in raw}
+    pts = sorted(targets.items())
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
+        if r1 < r0:
+            _fail(_join(path, keys[s1]),
+                  f"the target at size {keys[s1]!r} (rho = {r1:g}) is below the target at the "
+                  f"smaller size {keys[s0]!r} (rho = {r0:g}): a larger record would be "
+                  "allowed less loss. Every mechanism's loss increases with the record size, "
+                  f"so the target at {keys[s1]!r} would bind and force noise holding records of "
+                  f"that size to rho = {r1:g}; records of size {keys[s0]!r} would lose far less "
+                  f"than {r0:g}, and typical cells would get far more noise than intended.",
+                  "give larger sizes larger (or equal) targets, e.g. targets = { \"1e3\" = 0.5, "
+                  "\"1e7\" = 10.0 }; for one limit at every size, give a single target at the "
+                  "largest plausible size.")
 
 
 def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
@@ -1583,6 +1621,105 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
                      publication=pub, rollups=rollups, raw_mechanism=raw_mech)
 
 
+def _output_step(mech: Any, grid: Any) -> float | None:
+    """The step of a measure's published estimates, where the mechanism fixes one."""
+    if isinstance(mech, mechanisms.TransformationMechanism):
+        return None  # its grid is in transformed space
+    g = grid if grid is not None else mech.default_grid()
+    if isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0:
+        return float(g)
+    if isinstance(mech, (mechanisms.DiscreteGaussian, mechanisms.DiscreteLaplace)):
+        return 1.0  # exact integers
+    return None
+
+
+def _round_is_noop(unit: float, step: float | None) -> bool:
+    """Whether rounding to ``unit`` leaves estimates on a grid of ``step`` unchanged."""
+    if step is None:
+        return False
+    q = step / unit
+    return q >= 1.0 - 1e-9 and abs(q - round(q)) <= 1e-9 * q
+
+
+def global_round_problem(t: TableSpec, unit: float, plan: PlanSpec, level: float
+                         ) -> tuple[str, float, float, float] | None:
+    """Whether a global rounding ``unit`` is too coarse for table ``t`` (public quantities only).
+
+    The rule (:data:`ROUND_MOE_SHARE`): the unit must be at most 0.1 x the table's planned
+    margin of error at its typical cell total (``calibrate.typical_total`` for a calibrated
+    table, else the middle value of ``[plan].cell_totals``, or ``count_totals`` for a count),
+    unless rounding to it changes no estimate (a unit dividing the estimates' own grid step,
+    such as 1 for exact-integer counts).
+
+    Args:
+        t: A parsed table.
+        unit: The global rounding unit.
+        plan: The spec's ``[plan]``.
+        level: The release's confidence level.
+
+    Returns:
+        ``None`` if the unit applies; else ``(measure, typical total, moe, largest unit)``
+        for the first measure where it is too coarse.
+
+    Example:
+        >>> t = TableSpec(name="n", kind="count", measures=(), by=(),
+        ...               mechanism=mechanisms.DiscreteGaussian(sigma=2.0))
+        >>> global_round_problem(t, 1000.0, PlanSpec(), 0.9)
+        ('count', 1000.0, 3.0, 0.30000000000000004)
+        >>> global_round_problem(t, 1.0, PlanSpec(), 0.9) is None
+        True
+    """
+    from tabdp.frame import count_mechanism
+
+    totals = plan.count_totals if t.kind == "count" else plan.cell_totals
+    typical = (float(t.calibration["typical_total"]) if t.calibration is not None
+               else sorted(totals)[len(totals) // 2])
+    for m in (t.measures if t.kind == "sum" else ("count",)):
+        grid = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if t.kind == "count":
+            mech = count_mechanism(t.mechanism, t.grid)
+        elif getattr(t.mechanism, "joint", False):
+            mech = t.mechanism.measure_mechanism(m)
+        else:
+            mech = t.mechanism
+        if _round_is_noop(unit, _output_step(mech, grid)):
+            continue
+        moe = float(mech.moe_at(typical, level))
+        if math.isfinite(moe) and unit > ROUND_MOE_SHARE * moe:
+            return m, typical, moe, ROUND_MOE_SHARE * moe
+    return None
+
+
+def _check_global_round(tables: Sequence[TableSpec], raw_tables: Sequence[Any],
+                        publication: Publication, plan: PlanSpec, level: float) -> None:
+    """Refuse a global ``[publication] round`` that is too coarse for a table using it."""
+    unit = publication.round
+    if unit is None or isinstance(unit, Mapping):
+        return
+    for i, (t, raw) in enumerate(zip(tables, raw_tables, strict=True)):
+        own = raw.get("publication") if isinstance(raw, Mapping) else None
+        if isinstance(own, Mapping) and "round" in own:
+            continue  # the table sets its own rounding
+        problem = global_round_problem(t, float(unit), plan, level)
+        if problem is None:
+            continue
+        m, typical, moe, largest = problem
+        what = "a count" if t.kind == "count" else f"measure {m!r}"
+        where = ("calibrate.typical_total" if t.calibration is not None else
+                 "the middle of [plan]." + ("count_totals" if t.kind == "count"
+                                            else "cell_totals"))
+        _fail("publication.round",
+              f"the global rounding unit {unit:g} also applies to tables[{i}] ({t.name!r}, "
+              f"{what}), where it is more than {ROUND_MOE_SHARE:g} x the planned margin of "
+              f"error: moe {moe:.4g} at a typical cell total of {typical:g} ({where}). The "
+              f"rounding would swamp the noise: estimates below {unit / 2:g} would be "
+              f"published as 0, beside an sd and moe that do not include the rounding error.",
+              f"set the rounding per table: tables[{i}].publication = {{ round = false }} (no "
+              f"rounding) or a unit of at most {largest:.3g}; a global round applies only to "
+              f"tables where it is at most {ROUND_MOE_SHARE:g} x that moe (or changes no "
+              "estimate, such as 1 for counts).")
+
+
 # -- entry points -------------------------------------------------------------------------------
 def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> None:
     """Refuse measure names that would mix currencies under a curve budget.
@@ -1665,6 +1802,7 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
     except OSError as err:
         raise SpecError("", f"cannot read the release spec {str(file)!r}: {err}\nHint: fix the "
                             "path; it must name a readable TOML file.") from None
+    _refuse_data_file(file, content)
     try:
         data = tomllib.loads(content.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -1676,6 +1814,34 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
                             "tables [[tables]]).") from None
     return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest(),
                       curator=curator)
+
+
+#: Suffixes of data files (never a spec): ``tabdp validate data.parquet`` says so plainly.
+_DATA_SUFFIXES = (".parquet", ".pq", ".csv", ".tsv", ".arrow", ".feather", ".ipc", ".orc",
+                  ".avro", ".xlsx", ".xls", ".gz", ".zip")
+
+
+def _refuse_data_file(file: Path, content: bytes) -> None:
+    r"""A data file or another binary file given where a spec is expected: say so plainly.
+
+    Example:
+        >>> try:
+        ...     _refuse_data_file(Path("data.parquet"), b"PAR1\x15\x04")
+        ... except SpecError as err:
+        ...     print(str(err).splitlines()[0])
+        'data.parquet' is a Parquet data file, not a release spec (a TOML text file).
+    """
+    if content[:4] == b"PAR1":
+        what = "a Parquet data file"
+    elif file.suffix.lower() in _DATA_SUFFIXES:
+        what = f"a data file ({file.suffix.lower()})"
+    elif b"\x00" in content[:8192]:
+        what = "a binary file"
+    else:
+        return
+    raise SpecError("", f"{str(file)!r} is {what}, not a release spec (a TOML text file)."
+                        "\nHint: pass the release spec (e.g. tabdp validate release.toml); the "
+                        "spec names its data in [input] path = \"...\".")
 
 
 #: Columns of the public tables: no key column may have these names.
@@ -2017,6 +2183,7 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
         names[table.name] = i
         tables.append(table)
     _check_tables(tables, inp, budget)
+    _check_global_round(tables, raw_tables, publication, plan, release.level)
     _check_currencies(tables, budget)
     _check_input_rules(tables, inp)
     if inp.mode == "author":

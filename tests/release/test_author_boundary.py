@@ -391,3 +391,31 @@ def test_spark_cli_prints_only_tabdp_lines(tmp_path: Path) -> None:
     assert lines[0] == "Release 'boundary' done." and len(lines) == 3, proc.stdout
     log = tmp_path / "releases" / "boundary" / "confidential" / "spark.log"
     assert log.exists() and log.stat().st_size > 0
+
+
+def test_declared_schema_types_are_checked_before_data(tmp_path: Path) -> None:
+    """Author mode: a text measure in the DECLARED schema is a spec error (exit 2).
+
+    The declared schema is named; the data's own schema is never consulted (it says Float64).
+    """
+    from tabdp.release.input_schema import check_spec_input_schema
+
+    df = generate_establishments(50, seed=1)
+    df.write_parquet(tmp_path / "d.parquet")
+    cfg = write_curator(tmp_path, {"d": "d.parquet"}, public=[HIER])
+    declared = ('schema = {{ estab_id = "Int64", state = "String", county = "String", '
+                'payroll = "{}" }}')
+    base = cfg.read_text()
+    (tmp_path / "s.toml").write_text(spec_text(input='dataset = "d"'))
+    for dtype, ok in (("Float64", True), ("String", False)):
+        cfg.write_text(base.replace('path = "d.parquet"',
+                                    'path = "d.parquet"\n' + declared.format(dtype)))
+        spec = load_spec(tmp_path / "s.toml", curator=load_curator_config(cfg))
+        if ok:
+            assert check_spec_input_schema(spec) is True
+            continue
+        with pytest.raises(SpecError) as info:
+            check_spec_input_schema(spec)
+        assert info.value.path == "tables[0].measures[0]", info.value.path
+        assert "declared dataset schema" in str(info.value)
+        assert str(tmp_path) not in str(info.value)

@@ -154,11 +154,16 @@ def leftovers(folder: Path) -> list[str]:
 
 # -- validate / plan ---------------------------------------------------------------------------
 
-def test_validate_ok_and_reads_no_data(tmp_path: Path) -> None:
-    # validate checks that the input exists (issue 18, changed on purpose) but reads no data:
-    # the input is not even a Parquet file
+def test_validate_ok_and_reads_no_data(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    # validate checks that the input exists (issue 18) and, in curator mode, its schema
+    # (issue 28, changed on purpose: the Parquet metadata is read, no row)
     data = tmp_path / "not-parquet.parquet"
     data.write_text("not data")
+    spec = write_spec(tmp_path, data, tmp_path / "out")
+    code, out, err = run("validate", str(spec))
+    assert code == 2 and "input.path: cannot read the input" in err, err
+    assert "No data was read" in err
+    data = datasets[0]
     spec = write_spec(tmp_path, data, tmp_path / "out")
     code, out, err = run("validate", str(spec))
     assert code == 0, err
@@ -360,21 +365,27 @@ def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None
                        str(write_spec(tmp_path, tmp_path / "nope.parquet", out)), "--quiet")
     assert code == 2 and "input not found" in err
     assert not out.exists()
-    # a measure column missing from the data
+    # a measure column missing from the data: changed on purpose (issue 28), a spec error
+    # found from the input's schema before any data is read (exit 2, nothing written)
     df = pl.read_parquet(datasets[0]).drop("revenue")
     p = tmp_path / "norev.parquet"
     df.write_parquet(p)
-    code, _, err1 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
-    assert code == 4 and "revenue" not in err1 and "data-dependent failure" in err1
-    assert not (out / "public").exists()
-    assert "revenue" in failure(out)["message"]
-    assert (out / "confidential" / "failure.json").stat().st_mode & 0o777 == 0o600
-    assert (out / "confidential").stat().st_mode & 0o777 == 0o700
+    code, _, err0 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 2 and "tables[2].measures[0]: measure 'revenue'" in err0, err0
+    assert "no data was read" in err0
+    assert not out.exists()
     # negative values refused by input.negatives = "error", accepted by "zero"
     df = pl.read_parquet(datasets[0]).with_columns(
         pl.when(pl.col("estab_id") == 5).then(-1.0).otherwise(pl.col("payroll")).alias("payroll"))
     p = tmp_path / "neg.parquet"
     df.write_parquet(p)
+    code, _, err1 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
+    assert code == 4 and "payroll" not in err1 and "data-dependent failure" in err1
+    assert not (out / "public").exists()
+    assert (out / "confidential" / "failure.json").stat().st_mode & 0o777 == 0o600
+    assert (out / "confidential").stat().st_mode & 0o777 == 0o700
+    # the on-screen hint no longer sends a schema problem to author mode
+    assert "tabdp validate reports" in err1
     # the confidential folder holding only failure.json is replaced without --overwrite
     code, _, err2 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
     assert code == 4 and err2 == err1
@@ -528,7 +539,8 @@ def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
 def test_console_script_is_installed(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "tabdp"
     assert exe.exists(), "pyproject's [project.scripts] entry point is not installed"
-    (tmp_path / "x.parquet").write_text("not data")
+    # validate reads the input's schema (issue 28): a real (small) Parquet file
+    generate_establishments(50, seed=1).write_parquet(tmp_path / "x.parquet")
     spec = write_spec(tmp_path, tmp_path / "x.parquet", tmp_path / "out")
     res = subprocess.run([str(exe), "validate", str(spec)], capture_output=True, text=True,
                          env={**os.environ}, timeout=120)
@@ -1116,6 +1128,10 @@ def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
     assert code == 2 and "no file matches" in err
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "a.parquet").write_text("not data")
+    # changed on purpose (issue 28): validate reads the input's schema (metadata only)
+    code, _, err = run("validate", str(pattern))
+    assert code == 2 and "cannot read the input" in err and "No data was read." in err
+    generate_establishments(50, seed=1).write_parquet(tmp_path / "parts" / "a.parquet")
     assert run("validate", str(pattern))[0] == 0
 
 

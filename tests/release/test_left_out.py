@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,10 @@ ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"
 SIGMA = 1e6          # Gaussian: rho(D) = D^2 / (2 sigma^2); with rho <= 1: D <= sigma * sqrt(2)
 ESTIMATE_DERIVED = ("estimate", "lower", "upper", "cv", "flag")
+OUTPUT = '[output]\npublic = "out/public"\nconfidential = "out/confidential"\n'
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import write_curator  # noqa: E402
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -46,19 +51,17 @@ def spec_text(*, mode: str = "curator", budget: str = "rho = 1.0", seed: int | N
 name = "left_out"
 delta = 1e-9
 [input]
-path = "d.parquet"
+{'dataset = "d"' if mode == "author" else 'path = "d.parquet"'}
 unit = "estab_id"
 mode = "{mode}"
 {rules}
 [hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
+file = "{'geography.csv' if mode == "author" else (HIER / 'geography.csv').as_posix()}"
 levels = ["state", "county"]
 [budget]
 {budget}
 {'' if seed is None else f'[randomness]{chr(10)}seed = {seed}'}
-[output]
-public = "out/public"
-confidential = "out/confidential"
+{'' if mode == "author" else OUTPUT}
 [plan]
 record_sizes = [1, 1e3, 1e6, 1e7]
 [[tables]]
@@ -74,11 +77,25 @@ by = []
 
 
 def setup(folder: Path, frame: pl.DataFrame, **kw: object) -> Path:
+    """The spec (and, in author mode, the curator configuration ``curator.toml``)."""
     folder.mkdir(parents=True, exist_ok=True)
     frame.write_parquet(folder / "d.parquet")
     path = folder / "s.toml"
     path.write_text(spec_text(**kw), encoding="utf-8")  # type: ignore[arg-type]
+    if kw.get("mode") == "author":  # outputs at <root>/<release name>: see outputs()
+        write_curator(folder, {"d": "d.parquet"}, public=[HIER], root="releases")
     return path
+
+
+def outputs(folder: Path, mode: str) -> Path:
+    """The folder holding ``public`` and ``confidential`` of a spec made by :func:`setup`."""
+    return folder / ("releases/left_out" if mode == "author" else "out")
+
+
+def curator_args(spec: Path) -> list[str]:
+    """``--curator`` for a spec made by :func:`setup` in author mode (nothing otherwise)."""
+    cfg = spec.parent / "curator.toml"
+    return ["--curator", str(cfg)] if cfg.exists() else []
 
 
 @pytest.fixture(scope="module")
@@ -171,9 +188,9 @@ def test_neighbours_left_out_unit_changes_nothing_public(
     res = {}
     for k, frame in {"base": base, "plus": pl.concat([base, huge])}.items():
         spec = setup(tmp_path / k, frame, mode=mode, seed=None)
-        code, out, err = run("run", str(spec), "--quiet")
+        code, out, err = run("run", *curator_args(spec), str(spec), "--quiet")
         res[k] = (code, out.replace(str(tmp_path / k), "<w>"),
-                  err.replace(str(tmp_path / k), "<w>"), tmp_path / k / "out")
+                  err.replace(str(tmp_path / k), "<w>"), outputs(tmp_path / k, mode))
     (c0, o0, e0, f0), (c1, o1, e1, f1) = res["base"], res["plus"]
     assert c0 == c1 == 0, (e0, e1)
     if mode == "author":
@@ -214,7 +231,7 @@ def test_max_left_out_is_checked_in_the_spec(tmp_path: Path, base: pl.DataFrame)
     code, _, err = run("validate", str(spec))
     assert code == 2 and "budget.max_left_out" in err and "1.5" in err
     spec = setup(tmp_path / "a", base, mode="author", budget="rho = 1.0\nmax_left_out = 0.1")
-    code, _, err = run("validate", str(spec))
+    code, _, err = run("validate", *curator_args(spec), str(spec))
     assert code == 2 and "budget.max_left_out" in err and "author" in err
     spec = setup(tmp_path / "b", base, budget="rho = 1.0\nmax_left_out = 0.1")
     assert load_spec(spec).budget.max_left_out == 0.1  # type: ignore[union-attr]

@@ -88,8 +88,12 @@ def test_public_rounding_after_flags() -> None:
     est = out["estimate"].to_numpy()
     assert est.tolist() == [1230.0, 10.0, 0.0, 0.0, 0.0]
     assert not np.signbit(est).any()          # no "-0.0" in the published values
-    # flags were decided on the unrounded estimate (10.4: cv 0.48 -> C; -0.4 -> N)
-    assert out["flag"].to_list()[:3] == ["", "C", "CN"]
+    # changed on purpose (issue 28): C where the released or the published estimate's cv
+    # reaches the threshold (10.4: cv 0.48 -> C; -0.4 -> N and, published as 0, C); R where
+    # the unit (10) moved the estimate and is more than 0.1 x moe (8.0)
+    assert out["flag"].to_list() == ["R", "CR", "CNR", "C", "XR"]
+    # cv is the published estimate's: 5 / 1230, 5 / 10, inf for a published 0
+    assert out["cv"].to_list()[:3] == [5.0 / 1230.0, 0.5, math.inf]
     per = publish(w.with_columns(y=w["x"], y_sd=w["x_sd"], y_moe=w["x_moe"]), keys=["c"],
                   measures=["x", "y"], rules=Publication(round={"y": 100.0}))
     assert per.filter(pl.col("measure") == "x")["estimate"][0] == 1234.0

@@ -1,0 +1,250 @@
+"""The spec against the input's schema, before any data is read (``tabdp validate`` and ``run``).
+
+A misspelt measure, a missing key or unit column, a text measure or a key column whose type
+cannot match its public domain are found from the input's *schema* alone: the column names and
+types in the Parquet footer (metadata, no row is read; a hive-partitioned folder adds its
+partition columns, typed like their domains). They are reported as spec errors (exit code 2)
+with the key path and a "did you mean" suggestion, never as the generic data-dependent failure.
+
+Which schema:
+
+* **curator mode** (``input.mode = "curator"``, the default): the input's own schema, read by
+  :func:`read_input_schema`. The curator owns the data; the schema holds no record.
+* **author mode**: the author may not see the input, so the check is made against the schema
+  the curator *declares* for the dataset in the curator configuration (``schema = {...}`` of
+  ``[datasets.<name>]``). Without a declared schema it is skipped, and a missing column is then
+  the generic data-dependent failure (exit 4) like every other problem found after the data is
+  read.
+
+The rules are the engine's (:mod:`tabdp.frame._engine`): measures must be numeric (not Boolean),
+unit ids scalar, and key columns comparable with their domain without converting numbers to text
+or text to numbers (author mode converts other key types to the domain's type first).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from tabdp.exceptions import ColumnTypeError, DataValidationError, SpecError
+from tabdp.frame._engine import check_cell_keys
+from tabdp.frame.keys import KeySet
+from tabdp.release.spec import ReleaseSpec, read_keys
+
+__all__ = ["read_input_schema", "check_input_schema", "check_spec_input_schema"]
+
+_TEXT = (pl.String, pl.Categorical, pl.Enum)
+_NO_DATA = "Checked from the input's schema (metadata); no data was read."
+
+
+def read_input_schema(spec: ReleaseSpec) -> dict[str, Any]:
+    """The input's column names and Polars types, from the Parquet metadata only.
+
+    The schema the run sees: a folder's hive partition columns are included, typed like their
+    key domains (else text).
+
+    Args:
+        spec: A validated spec whose input is ``input.path`` (Parquet).
+
+    Returns:
+        Column name -> Polars dtype, in the input's order.
+
+    Raises:
+        SpecError: The input is a catalog table (``input.table``: read by Spark only), or its
+            files are not readable Parquet (their metadata cannot be read).
+
+    Example:
+        >>> from tabdp.datasets import example_spec_path
+        >>> from tabdp.release.spec import load_spec
+        >>> schema = read_input_schema(load_spec(example_spec_path()))
+        >>> schema["payroll"], schema["county"]
+        (Float64, String)
+    """
+    from tabdp.release.runner import _scan_input
+
+    if spec.input.path is None:
+        raise SpecError("input.table", "the input is a Spark catalog table; its schema is read "
+                                       "by tabdp run --engine spark.\nHint: set input.path to "
+                                       "Parquet files to check the schema before the run.")
+    try:
+        lf, _ = _scan_input(spec)
+    except DataValidationError as err:
+        what, _, hint = str(err).partition("\nHint: ")
+        raise SpecError("input.path", f"{what} No data was read."
+                        + (f"\nHint: {hint}" if hint else "")) from None
+    return dict(lf.collect_schema())
+
+
+def _did_you_mean(name: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(names), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _columns(names: Sequence[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:40])
+    return shown + (f", ... ({len(names)} columns)" if len(names) > 40 else "")
+
+
+def _key_values(spec: ReleaseSpec, i: int, col: str) -> tuple[pl.DataFrame, str]:
+    """The public values of key column ``col`` of table ``i`` and where they come from."""
+    t = spec.tables[i]
+    if t.keys_file is not None:
+        frame = read_keys(t.keys_file, t.by, spec.domains)
+        return frame, f"the allowed keys file {t.keys_file.name!r} (tables[{i}].keys)"
+    owner = next((h for h in spec.hierarchies.values() if col in h.levels), None)
+    where = (f"its public domain (level {col!r} of hierarchy {owner.name!r})" if owner
+             else f"its public domain (domains.{col})")
+    return spec.domains[col].to_frame(col), where
+
+
+def check_input_schema(spec: ReleaseSpec, schema: Mapping[str, Any], *,
+                       source: str = "the input") -> None:
+    """Check the spec's columns against an input schema (no data is read).
+
+    Curator mode: pass :func:`read_input_schema`'s result. Author mode: pass the schema the
+    curator declares for the dataset (never the data's own, which the author may not see).
+
+    Args:
+        spec: A validated spec.
+        schema: Column name -> Polars dtype of the input.
+        source: How the schema is named in the messages (e.g. ``"the declared dataset
+            schema"``).
+
+    Raises:
+        SpecError: The first problem, with its key path, the value, what is allowed and the
+            fix: ``input.unit`` missing or not scalar; ``tables[i].measures[j]`` missing or not
+            numeric; ``tables[i].by[j]`` missing, or numbers against text (or a domain whose
+            values cannot be converted to the column's type).
+
+    Example:
+        >>> import polars as pl
+        >>> from tabdp.datasets import example_spec_path
+        >>> from tabdp.release.spec import load_spec
+        >>> spec = load_spec(example_spec_path())
+        >>> schema = read_input_schema(spec)
+        >>> check_input_schema(spec, schema)
+        >>> typo = {("payrol" if k == "payroll" else k): v for k, v in schema.items()}
+        >>> try:
+        ...     check_input_schema(spec, typo)
+        ... except SpecError as err:
+        ...     print(err.path, "Did you mean 'payrol'?" in str(err))
+        tables[0].measures[0] True
+    """
+    names = list(schema)
+    listed = f"{source}'s columns are {_columns(names)}"
+    unit = spec.input.unit
+    if unit is not None:
+        if unit not in schema:
+            raise SpecError("input.unit", f"the unit column {unit!r} is not a column of "
+                                          f"{source}; {listed}.{_did_you_mean(unit, names)} "
+                                          f"{_NO_DATA}\nHint: fix input.unit (or omit it when "
+                                          "each row is a unit).")
+        if isinstance(schema[unit], (pl.List, pl.Struct, pl.Array)):
+            raise SpecError("input.unit", f"the unit column {unit!r} has type {schema[unit]} "
+                                          f"in {source}; unit ids must be scalar values. "
+                                          f"{_NO_DATA}\nHint: name a column of scalar ids.")
+    for i, t in enumerate(spec.tables):
+        tp = f"tables[{i}]"
+        for j, m in enumerate(t.measures if t.kind == "sum" else ()):
+            if m not in schema:
+                raise SpecError(f"{tp}.measures[{j}]",
+                                f"measure {m!r} (table {t.name!r}) is not a column of {source}; "
+                                f"{listed}.{_did_you_mean(m, names)} {_NO_DATA}\nHint: fix "
+                                "the measure's name in the spec (or the column's in the data).")
+            dt = schema[m]
+            if not (dt.is_numeric() or isinstance(dt, pl.Decimal)) or dt == pl.Boolean:
+                raise SpecError(f"{tp}.measures[{j}]",
+                                f"measure {m!r} (table {t.name!r}) has type {dt} in {source}; "
+                                f"a sum needs a numeric column (integer or float). {_NO_DATA}"
+                                "\nHint: sum a numeric column, or store this one as numbers "
+                                "(cleaning its non-numeric values) before the release.")
+        for j, c in enumerate(t.by):
+            if c not in schema:
+                raise SpecError(f"{tp}.by[{j}]",
+                                f"key column {c!r} (table {t.name!r}) is not a column of "
+                                f"{source}; {listed}.{_did_you_mean(c, names)} {_NO_DATA}"
+                                "\nHint: fix the by column's name in the spec (and its domain "
+                                "or hierarchy level), or the column's name in the data.")
+        _check_key_types(spec, i, schema, source)
+
+
+def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], source: str
+                     ) -> None:
+    """Key columns of table ``i`` against their public values (the engine's rule)."""
+    t = spec.tables[i]
+    author = spec.input.mode == "author"
+    keys_frame: pl.DataFrame | None = None
+    for j, c in enumerate(t.by):
+        values, where = _key_values(spec, i, c)
+        have, want = schema[c], values.schema[c]
+        mismatch = ((have.is_numeric() and isinstance(want, _TEXT))
+                    or (want.is_numeric() and isinstance(have, _TEXT)))
+        if mismatch:
+            raise SpecError(
+                f"tables[{i}].by[{j}]",
+                f"key column {c!r} (table {t.name!r}) is {have} in {source} but {where} holds "
+                f"{want} values; tabdp does not convert between numbers and text for keys, "
+                "because codes such as '06037' and 6037 would silently fall into different "
+                f"cells. {_NO_DATA}\nHint: give the public values in the input's type (a CSV "
+                "domain or hierarchy file is read as text: use Parquet for integer codes, or "
+                "list them inline), or store the column in the data in the domain's type.")
+        if author and have != want:
+            continue  # author mode converts the key column to the domain's type first
+        if t.keys_file is not None:
+            keys_frame = values
+            continue
+        try:
+            check_cell_keys(pl.Schema({c: have}), KeySet.from_frame(values), [c])
+        except ColumnTypeError as err:
+            raise SpecError(f"tables[{i}].by[{j}]",
+                            f"key column {c!r} (table {t.name!r}) is {have} in {source} and "
+                            f"cannot be compared with {where}: {err} {_NO_DATA}") from None
+    if keys_frame is not None and not author:
+        sub = pl.Schema({c: schema[c] for c in t.by})
+        try:
+            check_cell_keys(sub, KeySet.from_frame(keys_frame.select(t.by)), list(t.by))
+        except ColumnTypeError as err:
+            raise SpecError(f"tables[{i}].keys",
+                            f"the allowed keys of table {t.name!r} cannot be compared with "
+                            f"{source}'s key columns: {err} {_NO_DATA}") from None
+
+
+def check_spec_input_schema(spec: ReleaseSpec) -> bool:
+    """:func:`check_input_schema` on the schema this spec's mode may use.
+
+    Curator mode with Parquet input: the input's own schema (metadata only). Author mode: the
+    schema the curator declares for the dataset (``input.dataset``), never the data's own;
+    skipped when none is declared. Catalog tables in curator mode (read by Spark only) are
+    skipped.
+
+    Args:
+        spec: A validated spec whose input exists
+            (:func:`tabdp.release.runner.check_input_present`).
+
+    Returns:
+        Whether the check was made.
+
+    Raises:
+        SpecError: See :func:`check_input_schema` and :func:`read_input_schema`.
+
+    Example:
+        >>> from tabdp.datasets import example_spec_path
+        >>> from tabdp.release.spec import load_spec
+        >>> check_spec_input_schema(load_spec(example_spec_path()))
+        True
+    """
+    if spec.input.mode != "curator":
+        if not spec.input.schema:  # author mode without a declared schema: nothing to check
+            return False
+        from tabdp.release.curator_config import SCHEMA_DTYPES
+
+        declared = {c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()}
+        check_input_schema(spec, declared, source="the declared dataset schema")
+        return True
+    if spec.input.path is None:
+        return False
+    check_input_schema(spec, read_input_schema(spec))
+    return True
