@@ -307,7 +307,12 @@ _RELEASE_REFUSED = (
 _T = TypeVar("_T")
 
 
-def _read_input(sess: Session, read: Callable[..., _T], report: bool, **kwargs: Any) -> _T:
+def _streamed(query: pl.LazyFrame) -> Callable[[], pl.DataFrame]:
+    """``query`` collected by the streaming engine, when called."""
+    return lambda: query.collect(engine="streaming")
+
+
+def _read_input(sess: Session, read: Callable[[], _T], report: bool) -> _T:
     """Evaluate a plan over a streaming session's input; drift is tabdp's refusal, always.
 
     Once the session has read its rows (or for a report), a failure while reading its input,
@@ -316,7 +321,7 @@ def _read_input(sess: Session, read: Callable[..., _T], report: bool, **kwargs: 
     read. A first release's own failure is raised as it is (the curator's data).
     """
     try:
-        return read(**kwargs)
+        return read()
     except (KeyboardInterrupt, SystemExit):
         raise
     except InvalidParameterError:
@@ -687,8 +692,8 @@ def streaming_releases(rels: list[Planned]) -> list[Any]:
         _require_bound(sess, op.schema)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, k, sess.track_cells)
-        grouped = _read_input(sess, _release_query(sess, plan, rel, k, fp_cols).collect,
-                              report=False, engine="streaming")
+        query = _release_query(sess, plan, rel, k, fp_cols)
+        grouped = _read_input(sess, _streamed(query), report=False)
         outs.append(_finish_release(rel, grouped, k, fp_cols))  # records the program
     return outs
 
@@ -751,7 +756,7 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
         (rows > 0).cast(pl.Int64).sum().alias("__kept"),
         (inside & ~ok).cast(pl.Int64).sum().alias("__left"),
         value.filter(inside & ok).alias("__values"))
-    grouped = _read_input(sess, query.collect, report=False, engine="streaming")
+    grouped = _read_input(sess, _streamed(query), report=False)
     row = grouped.select(*[pl.col(c).sum() for c in ["__n", "__left", *counters]],
                          *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
     counts = {name: int(row[name] or 0) for name in counters}
