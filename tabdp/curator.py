@@ -456,7 +456,7 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     """Select and cast the declared columns of a Spark frame, then checkpoint it now."""
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import _spark_type, polars_schema
+    from tabdp.frame._spark import polars_schema, spark_type
 
     sdf = ds.data
     if ds.schema is not None:
@@ -465,7 +465,7 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             raise InvalidParameterError(
                 f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the "
                 f"frame; it has {sdf.columns}.")
-        sdf = sdf.select(*[F.col(c).cast(_spark_type(t)).alias(c)
+        sdf = sdf.select(*[F.col(c).cast(spark_type(t)).alias(c)
                            for c, t in ds.schema.items()])
     declared = polars_schema(sdf)
     _check_usable(ds.name, declared)

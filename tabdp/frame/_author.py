@@ -121,14 +121,14 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     if not is_author(session):
         return call()
     check_author_keys(session, keys)
-    session._data_phase = False
+    session.start_release()
     early: BaseException | None = None
     failed: dict[str, str] | None = None
     shown: list[Warning] = []
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
-        if not session._data_phase:  # before any read: about the arguments only
+        if not session.data_read:  # before any read: about the arguments only
             shown.append(message if isinstance(message, Warning) else category(message))
 
     result: Any = None
@@ -140,7 +140,7 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
-            if session._data_phase:
+            if session.data_read:
                 failed = failure_details(err, "a release, after it began reading the data")
             else:
                 early = err  # a data-free refusal: raised as itself
@@ -150,6 +150,6 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     if early is not None:
         raise early
     if failed is not None:
-        session._failures.append(failed)
+        session.record_failure(failed)
         raise DataFailure() from None  # outside the handler: nothing chained
     return result

@@ -415,6 +415,47 @@ class Session:
                 "frame.")
         return self._pinned
 
+    # -- author mode: the data phase of a release and its failures ------------------------------
+    def start_release(self) -> None:
+        """Mark the start of a release call: no data read yet (see :attr:`data_read`).
+
+        Example:
+            >>> s = Session()
+            >>> s.phase("q1_sum", "reading"); s.start_release(); s.data_read
+            False
+        """
+        self._data_phase = False
+
+    @property
+    def data_read(self) -> bool:
+        """Whether the current release has begun reading data (its first :meth:`phase`).
+
+        Everything before is data-free (arguments, schema, key set, rules); an author-mode
+        failure after it is the generic :class:`tabdp.DataFailure`.
+
+        Example:
+            >>> s = Session()
+            >>> s.start_release(); s.phase("q1_sum", "reading"); s.data_read
+            True
+        """
+        return self._data_phase
+
+    def record_failure(self, details: Mapping[str, str]) -> None:
+        """Keep the CONFIDENTIAL details of a failed author-mode call (for the curator).
+
+        They appear in ``report().confidential_summary()["author_failures"]``.
+
+        Args:
+            details: From :func:`failure_details`.
+
+        Example:
+            >>> s = Session(mode="author")
+            >>> s.record_failure({"during": "x", "error": "E: 1", "traceback": ""})
+            >>> s.report().confidential_summary()["author_failures"][0]["error"]
+            'E: 1'
+        """
+        self._failures.append(dict(details))
+
     def _bind_pinned(self, native: Any, pinned: Any, declared: Mapping[str, Any]) -> None:
         """Author mode: bind ``native`` with data the curator pinned (:class:`tabdp.Curator`).
 

@@ -39,8 +39,7 @@ def _frame_view(out: Any) -> tuple[Any, ...]:
 
 
 def author_view(run: Callable[[], Any]) -> tuple[Any, ...]:
-    """Everything the author sees of ``run()``: its table (non-noise part) or its exception,
-    and every warning."""
+    """Everything the author sees of ``run()``: table (non-noise part) or error, warnings."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
