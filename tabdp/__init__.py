@@ -28,6 +28,7 @@ from tabdp.exceptions import (
     CalibrationError,
     ColumnNotFoundError,
     ColumnTypeError,
+    DataFailure,
     DataValidationError,
     InvalidParameterError,
     PrivacyWarning,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checker
         calibrate,
         compare_families,
     )
+    from tabdp.curator import AuthorSession, Curator
     from tabdp.frame import KeySet
     from tabdp.privacy import Budget, Report, Session, last_session
     from tabdp.rng import RandomSource
@@ -51,6 +53,8 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checker
 # fast: SciPy, Matplotlib, mpmath, python-flint, pandas and Polars load only when used.
 _LAZY: dict[str, str] = {
     "KeySet": "tabdp.frame",
+    "Curator": "tabdp.curator",
+    "AuthorSession": "tabdp.curator",
     "Session": "tabdp.privacy",
     "Report": "tabdp.privacy",
     "Budget": "tabdp.privacy",
@@ -63,8 +67,8 @@ _LAZY: dict[str, str] = {
 }
 #: Subpackages and modules reachable as attributes after `import tabdp` (imported on access).
 _SUBMODULES = frozenset({
-    "calibrate", "cli", "datasets", "exceptions", "frame", "mechanisms", "noise", "plotting",
-    "privacy", "release", "report", "rng", "sensitivity",
+    "calibrate", "cli", "curator", "datasets", "exceptions", "frame", "mechanisms", "noise",
+    "plotting", "privacy", "release", "report", "rng", "sensitivity",
 })
 #: Old attribute paths kept for one release (importing them warns): name -> module.
 _DEPRECATED_SUBMODULES = {"synth": "tabdp.synth"}  # the generator is tabdp.datasets.synth
@@ -109,6 +113,8 @@ __all__ = [
     "mechanisms",
     "noise",
     "KeySet",
+    "Curator",
+    "AuthorSession",
     "Session",
     "Report",
     "Budget",
@@ -123,6 +129,7 @@ __all__ = [
     "ColumnNotFoundError",
     "ColumnTypeError",
     "DataValidationError",
+    "DataFailure",
     "BudgetExceededError",
     "UnsupportedBackendError",
     "CalibrationError",

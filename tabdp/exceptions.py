@@ -22,6 +22,7 @@ __all__ = [
     "InvalidParameterError",
     "ColumnNotFoundError",
     "DataValidationError",
+    "DataFailure",
     "ColumnTypeError",
     "BudgetExceededError",
     "UnsupportedBackendError",
@@ -102,6 +103,35 @@ class DataValidationError(TabdpError, ValueError):
         """Keep the public ``message``; ``confidential`` holds the details that must stay hidden."""
         super().__init__(message)
         self.confidential: dict[str, Any] = dict(confidential or {})
+
+
+class DataFailure(DataValidationError):
+    """An author-mode release failed after it began reading the curator's data.
+
+    Whatever the cause (a value a plan cannot convert, an engine error, a Rust panic of Polars),
+    the query author sees this one exception with one fixed message: no value, count, column or
+    engine text, and no chained cause (it is raised ``from None``, outside the handler of the
+    original error). The details stay with the curator, in the session's
+    ``confidential_summary()["author_failures"]``. Data-free refusals (bad arguments, a
+    missing column, a key set read from the data) are raised as themselves, before any read.
+
+    Example:
+        >>> err = DataFailure()
+        >>> isinstance(err, ValueError), err.confidential, err.__cause__ is None
+        (True, {}, True)
+        >>> str(err).split(":")[0]
+        'data failure'
+    """
+
+    MESSAGE = (
+        "data failure: this release stopped after it began reading the curator's data.\n"
+        "The cause is confidential: the curator reads it in the session's confidential "
+        "summary. Hint: the arguments passed every check made before the data was read; ask "
+        "the curator, whose data or engine failed.")
+
+    def __init__(self) -> None:
+        """The fixed message (nothing from the data, no details)."""
+        super().__init__(self.MESSAGE)
 
 
 class BudgetExceededError(TabdpError, ValueError):

@@ -354,10 +354,13 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
         raise InvalidParameterError(
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
-    lf, backend = _to_lazy(native)
-    pinned = sess.bind_frame(native)  # author mode: the session's one frame, pinned
+    # author mode: the session's one frame, pinned (the frame itself is never converted again:
+    # a pandas conversion depends on the values)
+    pinned = sess.bind_frame(native)
     if pinned is not None:
-        lf = pinned
+        lf, backend = pinned, "pandas" if isinstance(native, pd.DataFrame) else "polars"
+    else:
+        lf, backend = _to_lazy(native)
     schema = lf.collect_schema()
     if unit is None and ROW_ID in schema.names():
         # row ids are tabdp's own (a streaming session would take this column as the ids)
@@ -1342,7 +1345,8 @@ def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[
                 out_cols[f"{m}_lower"], out_cols[f"{m}_upper"], integral=is_integral_release(
                     mechanism.measure_mechanism(m) if joint  # type: ignore[attr-defined]
                     else mechanism, grids[m],
-                    kind == "count" or (m in dtypes and integer_dtype(dtypes[m]))))
+                    kind == "count" or (m in dtypes and integer_dtype(dtypes[m])
+                                        and sess.declares_integer(m))))
         for m in released], form=form, cv=cv, key_dtypes=dtypes,
         author=sess.mode == "author")
     return out, fallbacks, grid_used

@@ -351,7 +351,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     """
     qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
         column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
-        session, level, nulls, grid, stacklevel=4)
+        session, level, nulls, grid, stacklevel=6)
     form = check_form(form)
     outputs = set(LONG_COLUMNS) if form == "long" else {
         f"{label}{s}" for s in (*OUTPUT_SUFFIXES, *(STAT_SUFFIXES if cv else ()))}

@@ -98,13 +98,17 @@ def _integer_columns(frame: Any, columns: Sequence[str],
                      session: Session | None = None) -> list[str]:
     """The columns among ``columns`` of an integer dtype (schema only; missing ones skipped).
 
-    None for a pandas frame in author mode: pandas turns an integer column into float64 as soon
-    as one record holds a missing value, so its dtype would tell the query author whether such
-    a record exists (there the integer grid is used only when asked for, ``grid=1``).
+    In author mode only the columns the curator declared integer (:class:`tabdp.Curator`):
+    pandas turns an integer column into float64 as soon as one record holds a missing value
+    (and a Parquet file written by pandas keeps that), so a frame's dtype would tell the query
+    author whether such a record exists (there the integer grid is used only when asked for,
+    ``grid=1``).
     """
     # (a wrong session= argument is refused later, with the other argument checks)
-    if isinstance(frame, pd.DataFrame) and getattr(session, "mode", None) == "author":
-        return []
+    if isinstance(session, Session) and session.mode == "author":
+        # integrality is declared by the curator, never read from the frame (whose dtype can
+        # follow its contents)
+        return [c for c in columns if session.declares_integer(c)]
     if isinstance(frame, pd.DataFrame):
         return [c for c in columns if c in frame.columns
                 and pd.api.types.is_integer_dtype(frame[c].dtype)

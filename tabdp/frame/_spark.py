@@ -1049,7 +1049,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         raise UnsupportedBackendError(
             f"the Spark engine releases PySpark DataFrames; got {type(native).__name__}.")
     pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
-                           max_cells, max_rows, stacklevel=4)
+                           max_cells, max_rows, stacklevel=6)
     measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
     released, grids, max_cells, max_rows = pre.released, pre.grids, pre.max_cells, pre.max_rows
     spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind,
@@ -1617,7 +1617,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
 
     qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
         column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
-        session, level, nulls, grid, stacklevel=4)
+        session, level, nulls, grid, stacklevel=6)
     kind = "median" if median else "quantile"
     spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind, [column],
                                                       by_list)

@@ -26,7 +26,7 @@ it was charged to.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import polars as pl
@@ -291,18 +291,66 @@ def _rows_check(sess: Session, lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFr
         *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols])
 
 
+_REPORT_REFUSED = (
+    "the per-record report of a streaming session is recomputed from its input, and the input "
+    "no longer holds the rows its releases read (a file rewritten or replaced since, or a plan "
+    "that gives other rows on each evaluation), so the report was not produced.\nHint: keep "
+    "the input unchanged until the report is written, or give the session a fixed copy (e.g. "
+    "lf.collect()); a LazyFrame keeps what it read of a file's metadata when it was created, "
+    "so re-create it (pl.scan_parquet(...)) after a file is replaced.")
+_RELEASE_REFUSED = (
+    "this streaming session's input could not be read as the rows its earlier releases read "
+    "(a file rewritten or replaced since, or a plan that fails or gives other rows on each "
+    "evaluation), so nothing was drawn or recorded.\nHint: release the unchanged input; a "
+    "LazyFrame keeps what it read of a file's metadata when it was created, so re-create it "
+    "(pl.scan_parquet(...)) after a file is replaced, and start a new session for new data.")
+
+_T = TypeVar("_T")
+
+
+def _streamed(query: pl.LazyFrame) -> Callable[[], pl.DataFrame]:
+    """``query`` collected by the streaming engine, when called."""
+    return lambda: query.collect(engine="streaming")
+
+
+def _read_input(sess: Session, read: Callable[[], _T], report: bool) -> _T:
+    """Evaluate a plan over a streaming session's input; drift is tabdp's refusal, always.
+
+    Once the session has read its rows (or for a report), a failure while reading its input,
+    whatever the engine raised (a Polars error, a missing file, a Rust panic, which is a
+    ``BaseException``), is the documented refusal: the input is not the rows the session
+    read. A first release's own failure is raised as it is (the curator's data).
+    """
+    try:
+        return read()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except InvalidParameterError:
+        raise  # tabdp's own refusal (the row check)
+    except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
+        if not report and sess.rows_bound is None:
+            raise
+        raise InvalidParameterError(_REPORT_REFUSED if report else _RELEASE_REFUSED) from err
+
+
 def _check_rows(sess: Session, row: dict[str, Any]) -> None:
     """A report's row check: the input must still hold the rows the releases read."""
     try:
         sess.bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0)
                                                for c in sess.bound_columns()})
     except InvalidParameterError as err:
-        raise InvalidParameterError(
-            "the per-record report of a streaming session is recomputed from its input, and "
-            "the input no longer holds the rows its releases read (a file rewritten since, or "
-            "a plan that gives other rows on each evaluation), so the report was not "
-            "produced.\nHint: keep the input unchanged until the report is written, or give "
-            "the session a fixed copy (e.g. lf.collect()).") from err
+        raise InvalidParameterError(_REPORT_REFUSED) from err
+
+
+def _checked_source(ledger: ReplayLedger, sess: Session) -> None:
+    """Refuse a report whose input no longer holds the rows the releases read (any failure)."""
+    def check() -> None:
+        schema = ledger.source.collect_schema()
+        _require_bound(sess, schema)
+        _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
+            engine="streaming").row(0, named=True))
+
+    _read_input(sess, check, report=True)
 
 
 def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> pl.DataFrame:
@@ -329,11 +377,9 @@ def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> 
         >>> collect_report(s.ledger, s, None)["rho"].to_list()
         [0.125, 0.0]
     """
-    schema = ledger.source.collect_schema()
-    _require_bound(sess, schema)
-    _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
-        engine="streaming").row(0, named=True))
-    return replay_report(ledger, sess, delta).collect(engine="streaming")
+    _checked_source(ledger, sess)
+    return _read_input(sess, lambda: replay_report(ledger, sess, delta).collect(
+        engine="streaming"), report=True)
 
 
 def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: Any,
@@ -363,18 +409,19 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     """
     import pathlib
 
-    schema = ledger.source.collect_schema()
-    _require_bound(sess, schema)
-    _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
-        engine="streaming").row(0, named=True))
+    _checked_source(ledger, sess)
     plan = replay_report(ledger, sess, delta)
     if rename:
         plan = plan.rename(rename)
-    try:
-        plan.sink_parquet(path, **PER_RECORD_PARQUET)
-    except BaseException:
-        pathlib.Path(path).unlink(missing_ok=True)
-        raise
+
+    def sink() -> None:
+        try:
+            plan.sink_parquet(path, **PER_RECORD_PARQUET)
+        except BaseException:
+            pathlib.Path(path).unlink(missing_ok=True)
+            raise
+
+    _read_input(sess, sink, report=True)
     ledger.written = (pathlib.Path(path), len(ledger.programs))
 
 
@@ -409,21 +456,23 @@ def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> di
     if written is not None and written[1] == len(ledger.programs) and written[0].exists():
         lf = pl.scan_parquet(written[0]).select("rho")
     else:
-        schema = ledger.source.collect_schema()
-        _require_bound(sess, schema)
-        _check_rows(sess, _rows_check(sess, ledger.source, schema).collect(
-            engine="streaming").row(0, named=True))
+        _checked_source(ledger, sess)
         lf = replay_report(ledger, sess, None).select("rho")
-    row = lf.select(pl.len().alias("n"), pl.col("rho").max().alias("max")).collect(
-        engine="streaming").row(0, named=True)
-    n = int(row["n"])
-    stats: dict[str, Any] = {"units": n, "rho_max": float(row["max"]) if n else None}
-    if n:
-        vals = exact_quantiles(lf, "rho", qs)
-        r_inf = lf.select(pl.col("rho").is_infinite().any()).collect(engine="streaming").item()
-        vals = np.where(np.isnan(vals) & bool(r_inf), np.inf, vals)
-        stats |= {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
-    return stats
+
+    def stats_of() -> dict[str, Any]:
+        row = lf.select(pl.len().alias("n"), pl.col("rho").max().alias("max")).collect(
+            engine="streaming").row(0, named=True)
+        n = int(row["n"])
+        stats: dict[str, Any] = {"units": n, "rho_max": float(row["max"]) if n else None}
+        if n:
+            vals = exact_quantiles(lf, "rho", qs)
+            r_inf = lf.select(pl.col("rho").is_infinite().any()).collect(
+                engine="streaming").item()
+            vals = np.where(np.isnan(vals) & bool(r_inf), np.inf, vals)
+            stats |= {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
+        return stats
+
+    return _read_input(sess, stats_of, report=True)
 
 
 def _require_bound(sess: Session, schema: pl.Schema) -> None:
@@ -657,7 +706,8 @@ def streaming_releases(rels: list[Planned]) -> list[Any]:
         _require_bound(sess, op.schema)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, k, sess.track_cells)
-        grouped = _release_query(sess, plan, rel, k, fp_cols).collect(engine="streaming")
+        query = _release_query(sess, plan, rel, k, fp_cols)
+        grouped = _read_input(sess, _streamed(query), report=False)
         outs.append(_finish_release(rel, grouped, k, fp_cols))  # records the program
     return outs
 
@@ -713,13 +763,14 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     ok = pl.col(f"ok{k}:{prog.policy.currencies()[0][0]}")
     x = pl.col(column).cast(pl.Float64)
     value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
-    grouped = plan.group_by(f"__c{k}").agg(
+    query = plan.group_by(f"__c{k}").agg(
         pl.len().cast(pl.Int64).alias("__n"),
         *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
         *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
         (rows > 0).cast(pl.Int64).sum().alias("__kept"),
         (inside & ~ok).cast(pl.Int64).sum().alias("__left"),
-        value.filter(inside & ok).alias("__values")).collect(engine="streaming")
+        value.filter(inside & ok).alias("__values"))
+    grouped = _read_input(sess, _streamed(query), report=False)
     row = grouped.select(*[pl.col(c).sum() for c in ["__n", "__left", *counters]],
                          *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
     counts = {name: int(row[name] or 0) for name in counters}

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
+from tabdp.frame._author import author_call
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._output import (
     integer_grid,
@@ -139,22 +140,25 @@ class DPAccessor:
             ...           mechanism=tabdp.mechanisms.Laplace(scale=1.0)).height
             2
         """
-        names = [columns] if isinstance(columns, str) else list(columns)
-        _check_output_names(names, by, form, cv)
-        grid = integer_grid(grid, mechanism, _integer_columns(self._frame, names, session),
-                            names)
-        if is_spark_frame(self._frame):
-            from tabdp.frame._spark import spark_grouped_release
+        def release() -> Any:
+            names = [columns] if isinstance(columns, str) else list(columns)
+            _check_output_names(names, by, form, cv)
+            grid_used = integer_grid(grid, mechanism,
+                                     _integer_columns(self._frame, names, session), names)
+            if is_spark_frame(self._frame):
+                from tabdp.frame._spark import spark_grouped_release
 
-            return spark_grouped_release(
-                self._frame, kind="sum", measures=columns, by=by, keys=keys,
-                mechanism=mechanism, session=session, level=level, nulls=nulls, name=name,
-                grid=grid, negatives=negatives, max_cells=max_cells, form=form,
-                cv=cv)
-        return grouped_release(self._frame, kind="sum", measures=columns, by=by, keys=keys,
-                               mechanism=mechanism, session=session, level=level, nulls=nulls,
-                               name=name, grid=grid, negatives=negatives,
-                               max_cells=max_cells, form=form, cv=cv)
+                return spark_grouped_release(
+                    self._frame, kind="sum", measures=columns, by=by, keys=keys,
+                    mechanism=mechanism, session=session, level=level, nulls=nulls, name=name,
+                    grid=grid_used, negatives=negatives, max_cells=max_cells, form=form,
+                    cv=cv)
+            return grouped_release(self._frame, kind="sum", measures=columns, by=by,
+                                   keys=keys, mechanism=mechanism, session=session,
+                                   level=level, nulls=nulls, name=name, grid=grid_used,
+                                   negatives=negatives, max_cells=max_cells, form=form, cv=cv)
+
+        return author_call(session, keys, release)
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
@@ -199,21 +203,26 @@ class DPAccessor:
             >>> out.columns
             ['c', 'count', 'count_sd', 'count_moe', 'count_lower', 'count_upper']
         """
-        _check_output_names(["count"], by, form, cv)
-        from tabdp.frame._engine import count_mechanism
+        def release() -> Any:
+            _check_output_names(["count"], by, form, cv)
+            from tabdp.frame._engine import count_mechanism
 
-        grid = integer_grid(grid, count_mechanism(mechanism, grid), ["count"], ["count"])
-        if is_spark_frame(self._frame):
-            from tabdp.frame._spark import spark_grouped_release
+            grid_used = integer_grid(grid, count_mechanism(mechanism, grid), ["count"],
+                                     ["count"])
+            if is_spark_frame(self._frame):
+                from tabdp.frame._spark import spark_grouped_release
 
-            return spark_grouped_release(
-                self._frame, kind="count", measures=None, by=by, keys=keys,
-                mechanism=mechanism, session=session, level=level, nulls="error", name=name,
-                grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv)
-        return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
-                               mechanism=mechanism, session=session, level=level,
-                               nulls="error", name=name, grid=grid, max_cells=max_cells,
-                               max_rows=max_rows, form=form, cv=cv)
+                return spark_grouped_release(
+                    self._frame, kind="count", measures=None, by=by, keys=keys,
+                    mechanism=mechanism, session=session, level=level, nulls="error",
+                    name=name, grid=grid_used, max_cells=max_cells, max_rows=max_rows,
+                    form=form, cv=cv)
+            return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
+                                   mechanism=mechanism, session=session, level=level,
+                                   nulls="error", name=name, grid=grid_used,
+                                   max_cells=max_cells, max_rows=max_rows, form=form, cv=cv)
+
+        return author_call(session, keys, release)
 
     def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
@@ -270,21 +279,24 @@ class DPAccessor:
             >>> out.columns[:4]
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
-        if is_spark_frame(self._frame):
-            from tabdp.frame._spark import spark_quantile_release
+        def release() -> Any:
+            if is_spark_frame(self._frame):
+                from tabdp.frame._spark import spark_quantile_release
 
-            return spark_quantile_release(
-                self._frame, column=column, q=0.5, median=True, by=by, keys=keys, bounds=bounds,
-                epsilon=epsilon, noise=noise, gamma=gamma, delta=delta, session=session,
-                level=level, nulls=nulls, name=name, grid=grid,
-                uncertainty_share=uncertainty_share, form=form, cv=cv)
-        from tabdp.frame._quantiles import quantile_release
+                return spark_quantile_release(
+                    self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
+                    bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
+                    session=session, level=level, nulls=nulls, name=name, grid=grid,
+                    uncertainty_share=uncertainty_share, form=form, cv=cv)
+            from tabdp.frame._quantiles import quantile_release
 
-        return quantile_release(self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
-                                bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
-                                delta=delta, session=session, level=level, nulls=nulls, name=name,
-                                grid=grid, uncertainty_share=uncertainty_share, form=form,
-                                cv=cv)
+            return quantile_release(self._frame, column=column, q=0.5, median=True, by=by,
+                                    keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+                                    gamma=gamma, delta=delta, session=session, level=level,
+                                    nulls=nulls, name=name, grid=grid,
+                                    uncertainty_share=uncertainty_share, form=form, cv=cv)
+
+        return author_call(session, keys, release)
 
 
     def quantile(self, column: str, q: float, *, by: str | Sequence[str],
@@ -333,21 +345,24 @@ class DPAccessor:
             >>> list(out.columns)
             ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
-        if is_spark_frame(self._frame):
-            from tabdp.frame._spark import spark_quantile_release
+        def release() -> Any:
+            if is_spark_frame(self._frame):
+                from tabdp.frame._spark import spark_quantile_release
 
-            return spark_quantile_release(
-                self._frame, column=column, q=q, median=False, by=by, keys=keys, bounds=bounds,
-                epsilon=epsilon, noise=noise, gamma=gamma, delta=delta, session=session,
-                level=level, nulls=nulls, name=name, grid=grid,
-                uncertainty_share=uncertainty_share, form=form, cv=cv)
-        from tabdp.frame._quantiles import quantile_release
+                return spark_quantile_release(
+                    self._frame, column=column, q=q, median=False, by=by, keys=keys,
+                    bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
+                    session=session, level=level, nulls=nulls, name=name, grid=grid,
+                    uncertainty_share=uncertainty_share, form=form, cv=cv)
+            from tabdp.frame._quantiles import quantile_release
 
-        return quantile_release(self._frame, column=column, q=q, median=False, by=by, keys=keys,
-                                bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma,
-                                delta=delta, session=session, level=level, nulls=nulls, name=name,
-                                grid=grid, uncertainty_share=uncertainty_share, form=form,
-                                cv=cv)
+            return quantile_release(self._frame, column=column, q=q, median=False, by=by,
+                                    keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+                                    gamma=gamma, delta=delta, session=session, level=level,
+                                    nulls=nulls, name=name, grid=grid,
+                                    uncertainty_share=uncertainty_share, form=form, cv=cv)
+
+        return author_call(session, keys, release)
 
 
 def register() -> None:

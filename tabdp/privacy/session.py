@@ -83,12 +83,19 @@ class Session:
             not see the microdata (e.g. behind a validation server): every rule must be declared
             (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and
             no release raises, warns or returns anything that depends on the data except
-            through the noise. An author-mode session is bound to ONE frame, the curator's
-            (``data=``, or the frame of its first release), whose data is pinned at binding:
-            every release must pass that same object (a derived, relabelled, filtered or
-            reordered frame is refused whatever the data, so a refusal reveals nothing).
+            through the noise: a failure after a release began reading data is the one
+            :class:`tabdp.DataFailure` (details in the confidential summary), a key set read
+            from the data is refused, and sums return Float64 estimates unless the curator
+            declared an integer dtype. An author-mode session is bound to ONE frame, the
+            curator's (``data=``, or the frame of its first release), whose data is pinned at
+            binding: every release must pass that same object (a derived, relabelled,
+            filtered or reordered frame is refused whatever the data, so a refusal reveals
+            nothing). This session is the curator's object (its report holds per-record
+            losses): query authors get a :class:`tabdp.AuthorSession` from a
+            :class:`tabdp.Curator`, which also pins declared columns in declared dtypes.
         data: Author mode: the curator's frame the session releases (pandas, Polars DataFrame
-            or LazyFrame; a LazyFrame is evaluated once, when it is bound).
+            or LazyFrame, PySpark DataFrame), pinned now (a LazyFrame is evaluated, a Spark
+            frame checkpointed); a failure to pin it is raised to the caller as it is.
         track_cells: Keep a CONFIDENTIAL per-cell audit of each release (the largest loss of
             one unit in each cell, in ``QueryRecord.cells``), as the release workflow's
             confidential report does. Off by default (it costs a group-by per release).
@@ -190,13 +197,26 @@ class Session:
         # Author mode: the one frame the session releases, and its pinned data.
         self._bound: Any = None
         self._pinned: Any = None
+        #: Author mode: the schema the curator declared (column -> Polars dtype), or None. Only
+        #: a declared integer dtype makes a sum's estimates integers (never the data's dtype).
+        self._declared: dict[str, Any] | None = None
+        #: CONFIDENTIAL: author-mode calls that failed after reading data (curator only).
+        self._failures: list[dict[str, str]] = []
+        #: Whether the current release has begun reading data (set by :meth:`phase`).
+        self._data_phase = False
         if data is not None:
             if mode != "author":
                 raise InvalidParameterError(
                     "Session: data= binds an author-mode session to the curator's frame; this "
                     "session is in curator mode.\nHint: Session(mode='author', data=frame), or "
                     "pass frames to each release in curator mode.")
-            self.bind_frame(data)
+            if not _is_frame(data):
+                raise InvalidParameterError(
+                    f"Session: data= must be a pandas, Polars or PySpark DataFrame (or a Polars "
+                    f"LazyFrame); got {type(data).__name__}.\nHint: pass the curator's frame, "
+                    "or use tabdp.Curator, which also reads Parquet paths.")
+            # pinned by the curator's own call: a failure is raised plainly, to the curator
+            self._bound, self._pinned = data, _pin_frame(data)
         # The ledger: per unit (row id in row mode), its loss components and, under a curve
         # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
         #: Row mode without per-row state: the ledger holds each release's public definition
@@ -275,6 +295,7 @@ class Session:
             >>> seen
             [('q1_sum', 'drawing noise')]
         """
+        self._data_phase = True  # every phase reads (or follows the reading of) the data
         if self._progress is False:
             return
         if self._progress is True:
@@ -367,19 +388,22 @@ class Session:
         """
         if self.mode != "author":
             return None
-        if self._bound is None and pin is not None:  # another engine pins its own frames
-            self._bound, self._pinned = native, pin(native)
-        elif self._bound is None:
-            import pandas as pd
-
-            if isinstance(native, pl.LazyFrame):
-                pinned = native.collect().lazy()
-            elif isinstance(native, pl.DataFrame):
-                pinned = native.clone().lazy()
-            elif isinstance(native, pd.DataFrame):
-                pinned = pl.from_pandas(native).lazy()
-            else:
+        if self._bound is None:
+            if not _is_frame(native):
                 return None  # not a frame: the release's own checks refuse it
+            failed = None
+            try:  # pinned inside a release: any failure is the generic one
+                pinned = _pin_frame(native, pin)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
+                failed = failure_details(err, "pinning the session's frame")
+            if failed is not None:
+                # raised outside the handler: the author's exception chains nothing
+                self._failures.append(failed)
+                from tabdp.exceptions import DataFailure
+
+                raise DataFailure() from None
             self._bound, self._pinned = native, pinned
         elif native is not self._bound:
             raise InvalidParameterError(
@@ -390,6 +414,85 @@ class Session:
                 "mechanisms are yours to choose), or ask the curator for a session on another "
                 "frame.")
         return self._pinned
+
+    # -- author mode: the data phase of a release and its failures ------------------------------
+    def start_release(self) -> None:
+        """Mark the start of a release call: no data read yet (see :attr:`data_read`).
+
+        Example:
+            >>> s = Session()
+            >>> s.phase("q1_sum", "reading"); s.start_release(); s.data_read
+            False
+        """
+        self._data_phase = False
+
+    @property
+    def data_read(self) -> bool:
+        """Whether the current release has begun reading data (its first :meth:`phase`).
+
+        Everything before is data-free (arguments, schema, key set, rules); an author-mode
+        failure after it is the generic :class:`tabdp.DataFailure`.
+
+        Example:
+            >>> s = Session()
+            >>> s.start_release(); s.phase("q1_sum", "reading"); s.data_read
+            True
+        """
+        return self._data_phase
+
+    def record_failure(self, details: Mapping[str, str]) -> None:
+        """Keep the CONFIDENTIAL details of a failed author-mode call (for the curator).
+
+        They appear in ``report().confidential_summary()["author_failures"]``.
+
+        Args:
+            details: From :func:`failure_details`.
+
+        Example:
+            >>> s = Session(mode="author")
+            >>> s.record_failure({"during": "x", "error": "E: 1", "traceback": ""})
+            >>> s.report().confidential_summary()["author_failures"][0]["error"]
+            'E: 1'
+        """
+        self._failures.append(dict(details))
+
+    def _bind_pinned(self, native: Any, pinned: Any, declared: Mapping[str, Any]) -> None:
+        """Author mode: bind ``native`` with data the curator pinned (:class:`tabdp.Curator`).
+
+        ``declared``: the dataset's declared schema (column -> Polars dtype), public.
+        """
+        if self.mode != "author" or self._bound is not None:
+            raise InvalidParameterError(
+                "Session._bind_pinned: only an unbound author-mode session takes pinned data.")
+        self._bound, self._pinned = native, pinned
+        self._declared = dict(declared)
+
+    def declares_integer(self, column: str) -> bool:
+        """Whether a sum of ``column`` may return integer estimates (public: never the data).
+
+        In curator mode the frame's dtype decides. In author mode only a schema the curator
+        declared does (:class:`tabdp.Curator`): the dtype of a frame can follow its contents
+        (pandas makes an integer column float as soon as one value is missing, and a Parquet
+        file written by pandas keeps that), so an undeclared sum returns Float64 estimates.
+
+        Args:
+            column: A measure column.
+
+        Returns:
+            ``True`` in curator mode (the frame's dtype decides), else whether the declared
+            schema gives ``column`` an integer dtype.
+
+        Example:
+            >>> Session().declares_integer("x"), Session(mode="author").declares_integer("x")
+            (True, False)
+        """
+        if self.mode != "author":
+            return True
+        if self._declared is None or column not in self._declared:
+            return False
+        from tabdp.frame._output import integer_dtype
+
+        return bool(integer_dtype(self._declared[column]))
 
     # -- row mode -----------------------------------------------------------------------------
     def bind_rows(self, n_rows: int, fingerprints: dict[str, int]) -> None:
@@ -653,6 +756,55 @@ class Session:
         seed = "secure" if self.seed is None else f"seed={self.seed} (NOT FOR PRODUCTION)"
         return (f"Session(unit={self.unit!r}, {seed}, budget={self.budget!r}, "
                 f"mode={self.mode!r}, releases={len(self.records)})")
+
+
+def _is_frame(native: Any) -> bool:
+    """Whether ``native`` is a frame an author-mode session can pin (by its class)."""
+    import pandas as pd
+
+    from tabdp.frame._backends import is_spark_frame
+
+    return isinstance(native, (pl.LazyFrame, pl.DataFrame, pd.DataFrame)) or is_spark_frame(
+        native)
+
+
+def _pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
+    """The pinned data of a frame: evaluated now, so later reads see this data.
+
+    Polars frames become a LazyFrame over an in-memory copy, pandas frames are converted, a
+    Spark frame is checkpointed locally (``pin`` overrides the way).
+    """
+    from tabdp.frame._backends import is_spark_frame
+
+    if pin is None and is_spark_frame(native):
+        return native.localCheckpoint(eager=True)
+    if pin is not None:  # another engine pins its own frames
+        return pin(native)
+    if isinstance(native, pl.LazyFrame):
+        return native.collect().lazy()
+    if isinstance(native, pl.DataFrame):
+        return native.clone().lazy()
+    return pl.from_pandas(native).lazy()
+
+
+def failure_details(err: BaseException, during: str) -> dict[str, str]:
+    """CONFIDENTIAL details of a failure in an author-mode call, for the curator.
+
+    Args:
+        err: The exception (any engine's, a Rust panic included).
+        during: What the call was doing.
+
+    Returns:
+        ``{"during", "error", "traceback"}`` (the error's text may quote the data).
+
+    Example:
+        >>> failure_details(ValueError("bad 7"), "reading")["error"]
+        'ValueError: bad 7'
+    """
+    import traceback
+
+    return {"during": during, "error": f"{type(err).__name__}: {err}",
+            "traceback": "".join(traceback.format_exception(err))}
 
 
 #: Row ids assigned by a caller that read the input itself (the release workflow): a session
@@ -932,12 +1084,14 @@ class Report:
         """
         s = self.session
         qs = [0.5, 0.9, 0.99, 0.999]
+        failures = ({"author_failures": [dict(f) for f in s._failures]} if s._failures
+                    else {})
         if getattr(s._ledger, "engine", None) == "spark" or isinstance(s._ledger, ReplayLedger):
             spark_stats = s._ledger.rho_summary(s, qs)  # computed in Spark or from the data
             return {"seed": s.seed, **spark_stats,
                     "queries": [{"name": r.name, **r.confidential,
                                  "exact_rounding_fallbacks": dict(r.fallbacks)}
-                                for r in s.records]}
+                                for r in s.records], **failures}
         if isinstance(s._ledger, DenseLedger):
             frame = s._ledger.frame(s._n_rows if s._n_rows is not None else s._ledger.n)
         else:
@@ -958,4 +1112,5 @@ class Report:
             **stats,
             "queries": [{"name": r.name, **r.confidential,
                          "exact_rounding_fallbacks": dict(r.fallbacks)} for r in s.records],
+            **failures,
         }

@@ -222,7 +222,9 @@ def test_author_mode_lazy_plan_is_no_oracle() -> None:
 
 @pytest.mark.xfail(strict=True, reason="R1: a pandas object column converts or not depending on "
                    "its values: ColumnTypeError iff one record holds text, in author mode. "
-                   "Outside the documented model (the frame is the curator's)")
+                   "Outside the documented model (the frame is the curator's); with tabdp.Curator "
+                   "the column is declared and pinned by the curator: "
+                   "test_curator.py::test_unused_pandas_object_column_is_no_oracle")
 def test_author_mode_pandas_object_column_is_no_oracle() -> None:
     import pandas as pd
 

@@ -1,0 +1,711 @@
+"""The curator's object: the datasets a query author may use, and the author's sessions.
+
+Author mode in Python is driven through a :class:`Curator`. The curator, who holds the data,
+declares each dataset an author may use (a name bound to a frame or a Parquet path, with a
+declared schema), and creates one :class:`AuthorSession` per author. The author holds that object
+only: it makes releases (sums, counts, medians, quantiles of the dataset) and gives the public
+summary, and nothing else: no frame, no per-record losses, no confidential counts, no
+:class:`tabdp.Session`. The curator keeps the sessions (:meth:`Curator.session`,
+:meth:`Curator.report`).
+
+What the curator fixes, so that nothing the author sees depends on one record except through
+the noise (docs/privacy-semantics.md, "The Python boundary"):
+
+* **pinning at creation**: the dataset is read (its declared columns only, converted to the
+  declared dtypes) when :meth:`Curator.author_session` creates the session, never inside an
+  author's call. A value that does not convert, a file that does not parse, a pandas column of
+  mixed types: the curator's own call raises, plainly (the cause chained);
+* **dtypes from declarations, never from contents**: a pandas frame or a Parquet path needs a
+  declared schema; a Polars or Spark frame may use its own (typed) schema instead. A sum returns
+  integer estimates only for a column declared integer (Float64 otherwise);
+* inside an author's call, a key set read from the data is refused, and any failure after the
+  data is read is the one :class:`tabdp.DataFailure` (``tabdp.frame._author``).
+
+This is an interface boundary for a server that runs an author's release calls and returns
+what they return; it is not a sandbox for an author's own Python code in the curator's process
+(such code can reach any object there).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import polars as pl
+
+from tabdp.exceptions import DataValidationError, InvalidParameterError
+from tabdp.frame._backends import is_spark_frame
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
+from tabdp.privacy.budget import Budget
+from tabdp.privacy.session import Report, Session
+
+__all__ = ["Curator", "AuthorSession", "parse_dtype"]
+
+_ALIASES: dict[str, Any] = {
+    "int": pl.Int64, "integer": pl.Int64, "int8": pl.Int8, "int16": pl.Int16,
+    "int32": pl.Int32, "int64": pl.Int64, "uint8": pl.UInt8, "uint16": pl.UInt16,
+    "uint32": pl.UInt32, "uint64": pl.UInt64, "float": pl.Float64, "double": pl.Float64,
+    "float32": pl.Float32, "float64": pl.Float64, "str": pl.String, "string": pl.String,
+    "utf8": pl.String, "text": pl.String, "bool": pl.Boolean, "boolean": pl.Boolean,
+    "date": pl.Date, "datetime": pl.Datetime("us"), "categorical": pl.Categorical,
+}
+
+
+def parse_dtype(dtype: Any, where: str = "schema") -> pl.DataType:
+    """A declared column type: a Polars dtype, or its name (case-insensitive, common aliases).
+
+    Args:
+        dtype: A Polars dtype (class or instance) or a name: ``"Int64"``, ``"int"``,
+            ``"Float64"``, ``"double"``, ``"String"``, ``"str"``, ``"Boolean"``, ``"Date"``,
+            ``"Datetime"``, ``"Categorical"``, ...
+        where: Where it was declared (for the error message).
+
+    Returns:
+        The Polars dtype (an instance).
+
+    Raises:
+        InvalidParameterError: An unknown name.
+
+    Example:
+        >>> parse_dtype("int64"), parse_dtype("Float64"), parse_dtype(pl.String)
+        (Int64, Float64, String)
+    """
+    if isinstance(dtype, pl.DataType):
+        return dtype
+    if isinstance(dtype, type) and issubclass(dtype, pl.DataType):
+        return dtype()
+    if isinstance(dtype, str) and dtype.strip().lower() in _ALIASES:
+        found = _ALIASES[dtype.strip().lower()]
+        return found if isinstance(found, pl.DataType) else found()
+    raise InvalidParameterError(
+        f"{where}: unknown column type {dtype!r}; allowed: a Polars dtype or one of "
+        f"{sorted(_ALIASES)} (case-insensitive).\nHint: e.g. schema={{'county': 'String', "
+        "'payroll': 'Float64', 'emp': 'Int64'}.")
+
+
+_DEFAULT: Any = object()  # "the curator's default" (budget=None means: no budget)
+
+
+class _Dataset:
+    """A declared dataset: its source, declared schema (or None: the frame's own) and unit."""
+
+    def __init__(self, name: str, data: Any, schema: dict[str, pl.DataType] | None,
+                 unit: str | None, hive_partitioning: bool) -> None:
+        self.name, self.data, self.schema = name, data, schema
+        self.unit, self.hive_partitioning = unit, hive_partitioning
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self.data, (str, Path)):
+            return "path"
+        if is_spark_frame(self.data):
+            return "spark"
+        return "pandas" if isinstance(self.data, pd.DataFrame) else "polars"
+
+
+class Curator:
+    """The curator's object: declared datasets, author sessions created on them.
+
+    Args:
+        budget: Default public per-record budget of the author sessions (a number, a curve or a
+            :class:`tabdp.Budget`; ``None``: none).
+        seed: Default seed of the author sessions: **for tests only** (``None``: secure OS
+            randomness).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"county": ["a", "a", "b"], "payroll": [10.0, 20.0, 5.0],
+        ...                    "notes": ["x", "y", "z"]})
+        >>> curator = tabdp.Curator(budget=100.0, seed=1)
+        >>> curator.add("cbp", df, schema={"county": "String", "payroll": "Float64"})
+        >>> author = curator.author_session("cbp")      # the object the author holds
+        >>> author.schema
+        {'county': 'String', 'payroll': 'Float64'}
+        >>> out = author.sum("payroll", by="county",
+        ...                  keys=tabdp.KeySet.from_dict(county=["a", "b"]),
+        ...                  mechanism=tabdp.mechanisms.Gaussian(1.0), nulls="zero")
+        >>> out.columns[:2], out["payroll"].dtype
+        (['county', 'payroll'], Float64)
+        >>> curator.report(author.name).per_record["rho"].to_list()   # curator only
+        [50.0, 0.0, 12.5]
+    """
+
+    def __init__(self, *, budget: float | Mapping[Any, Any] | Budget | None = None,
+                 seed: int | None = None) -> None:
+        """Keep the defaults (checked now, as a session would)."""
+        Budget.coerce(budget)
+        self.budget = budget
+        self.seed = seed
+        self._datasets: dict[str, _Dataset] = {}
+        self._sessions: dict[str, Session] = {}
+        self._count = itertools.count(1)
+
+    # -- declaring ----------------------------------------------------------------------------
+    def add(self, name: str, data: Any, *, schema: Mapping[str, Any] | None = None,
+            unit: str | None = None, hive_partitioning: bool = False) -> None:
+        """Declare a dataset an author may use (nothing is read now).
+
+        Args:
+            name: The dataset's name (what authors and sessions refer to).
+            data: A pandas DataFrame, a Polars DataFrame or LazyFrame, a PySpark DataFrame, or
+                the path of a Parquet file or folder (read whole).
+            schema: Column -> dtype (:func:`parse_dtype`): the only columns an author can
+                release, read in these dtypes. Required for pandas frames and paths, whose
+                dtypes can follow their contents; optional for Polars and Spark frames, whose
+                own schema is then the declaration (a ``scan_csv`` LazyFrame infers it from
+                its first rows: declare it). Sums give integer estimates only for columns
+                declared integer.
+            unit: The privacy unit's column (``None``: each row is a unit); declare it in the
+                schema too when a schema is given.
+            hive_partitioning: Paths only: read ``key=value`` folders as columns.
+
+        Raises:
+            InvalidParameterError: A malformed name, a name already used, an unsupported
+                ``data``, a missing schema, or an unknown dtype.
+
+        Example:
+            >>> c = Curator()
+            >>> c.add("cbp", "cbp.parquet", schema={"county": "str", "payroll": "double"})
+            >>> c.datasets
+            ['cbp']
+        """
+        if not isinstance(name, str) or not name or name in self._datasets:
+            raise InvalidParameterError(
+                f"Curator.add: the dataset name must be a new non-empty string; got {name!r} "
+                f"(declared: {sorted(self._datasets)}).\nHint: give each dataset its own name.")
+        if not (isinstance(data, (str, Path, pd.DataFrame, pl.DataFrame, pl.LazyFrame))
+                or is_spark_frame(data)):
+            raise InvalidParameterError(
+                f"Curator.add: dataset {name!r} must be a pandas, Polars or PySpark frame or a "
+                f"Parquet path; got {type(data).__name__}.")
+        declared = None
+        if schema is not None:
+            if not isinstance(schema, Mapping) or not schema:
+                raise InvalidParameterError(
+                    f"Curator.add: the schema of {name!r} must be a non-empty mapping column "
+                    f"-> dtype; got {schema!r}.")
+            declared = {str(c): parse_dtype(t, f"Curator.add({name!r}) schema[{c!r}]")
+                        for c, t in schema.items()}
+        ds = _Dataset(name, data, declared, unit, bool(hive_partitioning))
+        if declared is None and ds.kind in ("pandas", "path"):
+            raise InvalidParameterError(
+                f"Curator.add: dataset {name!r} is a {ds.kind} source, whose column types can "
+                "follow its contents (pandas makes an integer column float when one value is "
+                "missing, and a Parquet file written by pandas keeps it), so it needs a "
+                "declared schema.\nHint: add(..., schema={'county': 'String', 'payroll': "
+                "'Float64'}) naming the columns authors may use.")
+        if unit is not None and declared is not None and unit not in declared:
+            raise InvalidParameterError(
+                f"Curator.add: the unit column {unit!r} of {name!r} is not in its declared "
+                f"schema {sorted(declared)}.\nHint: declare it, e.g. schema={{{unit!r}: "
+                "'Int64', ...}.")
+        self._datasets[name] = ds
+
+    @classmethod
+    def from_config(cls, config: Any, *, spark: Any = None) -> Curator:
+        """A curator from a curator configuration (its datasets and defaults).
+
+        Args:
+            config: An object with ``datasets`` (name -> an object with ``path``, ``table``,
+                ``hive_partitioning`` and ``schema``, and optionally ``unit``) and
+                ``defaults`` (a mapping or an object with optional ``budget`` and ``seed``).
+            spark: The SparkSession that reads ``table`` datasets (default: the active one).
+
+        Returns:
+            The curator, its datasets declared (nothing read).
+
+        Example:
+            >>> from types import SimpleNamespace as NS
+            >>> cfg = NS(datasets={"cbp": NS(path="cbp.parquet", table=None,
+            ...                              hive_partitioning=False,
+            ...                              schema={"county": "String"})},
+            ...          defaults={"budget": 1.0})
+            >>> c = Curator.from_config(cfg)
+            >>> c.datasets, c.budget
+            (['cbp'], 1.0)
+        """
+        defaults = getattr(config, "defaults", None) or {}
+
+        def default(key: str) -> Any:
+            if isinstance(defaults, Mapping):
+                return defaults.get(key)
+            return getattr(defaults, key, None)
+
+        out = cls(budget=default("budget"), seed=default("seed"))
+        for name, decl in dict(config.datasets).items():
+            path, table = getattr(decl, "path", None), getattr(decl, "table", None)
+            if table is not None:
+                if spark is None:
+                    from pyspark.sql import SparkSession
+
+                    spark = SparkSession.getActiveSession()
+                if spark is None:
+                    raise InvalidParameterError(
+                        f"Curator.from_config: dataset {name!r} is the Spark table {table!r}, "
+                        "and no SparkSession is active.\nHint: pass spark=SparkSession.")
+                data: Any = spark.table(table)
+            else:
+                data = path
+            schema = getattr(decl, "schema", None) or None
+            out.add(str(name), data, schema=schema, unit=getattr(decl, "unit", None),
+                    hive_partitioning=bool(getattr(decl, "hive_partitioning", False)))
+        return out
+
+    @property
+    def datasets(self) -> list[str]:
+        """The declared datasets' names.
+
+        Example:
+            >>> Curator().datasets
+            []
+        """
+        return list(self._datasets)
+
+    # -- sessions -----------------------------------------------------------------------------
+    def author_session(self, dataset: str, *, name: str | None = None,
+                       budget: Any = _DEFAULT, seed: Any = _DEFAULT,
+                       track_cells: bool = False) -> AuthorSession:
+        """Pin ``dataset`` and create an author's session on it.
+
+        The declared columns are read now, in their declared dtypes (a LazyFrame or a path is
+        evaluated, a Spark frame checkpointed): every release of the session reads this data,
+        and no release of the author pins or converts anything.
+
+        Args:
+            dataset: A declared dataset's name.
+            name: The session's name (default ``<dataset>-<n>``).
+            budget: The session's public per-record budget (default: the curator's).
+            seed: The session's seed (default: the curator's); **tests only**.
+            track_cells: Keep a confidential per-cell audit of each release.
+
+        Returns:
+            The :class:`AuthorSession` to hand to the author.
+
+        Raises:
+            InvalidParameterError: An unknown dataset or a session name already used.
+            DataValidationError: The data could not be pinned (a value that does not convert
+                to its declared dtype, a file that does not parse, a column of mixed types, a
+                column without a usable dtype). The message names the dataset; the cause is
+                chained (CONFIDENTIAL: it may quote the data; do not pass it on to authors).
+
+        Example:
+            >>> import pandas as pd, tabdp
+            >>> pdf = pd.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0],
+            ...                     "junk": pd.Series(["abc", 7], dtype=object)})
+            >>> cur = tabdp.Curator(seed=3)
+            >>> cur.add("d", pdf, schema={"c": "String", "x": "Float64"})
+            >>> author = cur.author_session("d", name="alice")
+            >>> type(author.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]))).__name__
+            'DataFrame'
+        """
+        if dataset not in self._datasets:
+            raise InvalidParameterError(
+                f"Curator.author_session: unknown dataset {dataset!r}; declared: "
+                f"{sorted(self._datasets)}.\nHint: declare it with Curator.add(...).")
+        ds = self._datasets[dataset]
+        if name is None:
+            name = f"{dataset}-{next(self._count)}"
+            while name in self._sessions:
+                name = f"{dataset}-{next(self._count)}"
+        if not isinstance(name, str) or not name or name in self._sessions:
+            raise InvalidParameterError(
+                f"Curator.author_session: the session name must be a new non-empty string; "
+                f"got {name!r} (used: {sorted(self._sessions)}).")
+        native, pinned, declared = _pin(ds)
+        session = Session(unit=ds.unit, seed=self.seed if seed is _DEFAULT else seed,
+                          budget=self.budget if budget is _DEFAULT else budget,
+                          mode="author", track_cells=track_cells)
+        session._bind_pinned(native, pinned, declared)
+        self._sessions[name] = session
+        return AuthorSession(_token=_TOKEN, session=session, frame=native, name=name,
+                             dataset=dataset, schema=declared, pandas=ds.kind == "pandas")
+
+    def session(self, name: str) -> Session:
+        """The full :class:`tabdp.Session` behind an author session (curator only).
+
+        Args:
+            name: The author session's name (:attr:`AuthorSession.name`).
+
+        Returns:
+            The session: its report holds CONFIDENTIAL per-record losses.
+
+        Example:
+            >>> import polars as pl
+            >>> c = Curator()
+            >>> c.add("d", pl.DataFrame({"x": [1.0]}))
+            >>> c.session(c.author_session("d", name="s").name).mode
+            'author'
+        """
+        if name not in self._sessions:
+            raise InvalidParameterError(
+                f"Curator.session: unknown session {name!r}; sessions: "
+                f"{sorted(self._sessions)}.")
+        return self._sessions[name]
+
+    def report(self, name: str, delta: float | None = None) -> Report:
+        """The report of an author session: public summary and CONFIDENTIAL per-record table.
+
+        Args:
+            name: The author session's name.
+            delta: Optional δ (see :meth:`tabdp.Session.report`).
+
+        Returns:
+            The :class:`tabdp.Report` (``per_record`` and ``confidential_summary()`` are for
+            the curator only).
+
+        Example:
+            >>> import polars as pl
+            >>> c = Curator()
+            >>> c.add("d", pl.DataFrame({"x": [1.0]}))
+            >>> c.report(c.author_session("d").name).confidential_summary()["queries"]
+            []
+        """
+        return self.session(name).report(delta)
+
+    @property
+    def sessions(self) -> list[str]:
+        """The names of the author sessions created so far.
+
+        Example:
+            >>> Curator().sessions
+            []
+        """
+        return list(self._sessions)
+
+    def __repr__(self) -> str:
+        """Datasets and sessions (names only)."""
+        return f"Curator(datasets={self.datasets}, sessions={self.sessions})"
+
+
+def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
+    """The bound frame, its pinned data and the declared schema (raised plainly on failure)."""
+    try:
+        if ds.kind == "spark":
+            return _pin_spark(ds)
+        frame = _pin_polars(ds)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except InvalidParameterError:
+        raise
+    except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
+        raise DataValidationError(
+            f"Curator: dataset {ds.name!r} could not be pinned to its declared schema "
+            f"({type(err).__name__}); no session was created. The cause is chained below "
+            "(CONFIDENTIAL: it may quote the data; never pass it on to an author).\nHint: fix "
+            "the data or the declared schema (Curator.add(..., schema=...)).",
+            confidential={"error": f"{type(err).__name__}: {err}"}) from err
+    return frame, frame.lazy(), dict(frame.schema)
+
+
+def _cast(col: str, dtype: pl.DataType) -> pl.Expr:
+    """A declared column in its declared dtype (strict: a value that does not convert fails)."""
+    return pl.col(col).cast(dtype, strict=True)
+
+
+def _pin_polars(ds: _Dataset) -> pl.DataFrame:
+    """Read and convert a pandas / Polars / path dataset now (declared columns only)."""
+    data = ds.data
+    if ds.kind == "path":
+        data = pl.scan_parquet(ds.data, hive_partitioning=ds.hive_partitioning)
+    elif ds.kind == "pandas":
+        assert ds.schema is not None
+        missing = [c for c in ds.schema if c not in data.columns]
+        if missing:
+            raise InvalidParameterError(
+                f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the frame; "
+                f"it has {list(map(str, data.columns))}.")
+        data = pl.from_pandas(data[list(ds.schema)])  # only the declared columns
+    if ds.schema is None:
+        frame = data.collect() if isinstance(data, pl.LazyFrame) else data.clone()
+    else:
+        lf = data.lazy()
+        have = lf.collect_schema()
+        missing = [c for c in ds.schema if c not in have.names()]
+        if missing:
+            raise InvalidParameterError(
+                f"Curator: the declared column(s) {missing} of {ds.name!r} are not in its "
+                f"schema {have.names()}.")
+        frame = lf.select(_cast(c, t) for c, t in ds.schema.items()).collect()
+        floats = [c for c, t in ds.schema.items()
+                  if t.is_integer() and (have[c].is_float() or isinstance(have[c], pl.Decimal))]
+        if floats:  # declared integer, stored as floats: whole numbers only
+            whole = lf.select((pl.col(c).is_null() | (pl.col(c) == pl.col(c).floor())).all()
+                              for c in floats).collect().row(0)
+            bad = [c for c, ok in zip(floats, whole, strict=True) if not ok]
+            if bad:
+                raise ValueError(f"column(s) {bad} are declared integer but hold fractions")
+    _check_usable(ds.name, dict(frame.schema))
+    return frame
+
+
+def _check_usable(name: str, schema: Mapping[str, Any]) -> None:
+    """Refuse columns without a usable dtype (an untyped empty column, Python objects)."""
+    bad = sorted(c for c, t in schema.items() if t == pl.Null or t == pl.Object)
+    if bad:
+        raise InvalidParameterError(
+            f"Curator: column(s) {bad} of dataset {name!r} have no usable dtype (Null or "
+            "Object: an untyped or empty column); their dtype would follow the data.\nHint: "
+            "declare the schema, Curator.add(..., schema={column: dtype}).")
+
+
+def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
+    """Select and cast the declared columns of a Spark frame, then checkpoint it now."""
+    from pyspark.sql import functions as F
+
+    from tabdp.frame._spark import polars_schema, spark_type
+
+    sdf = ds.data
+    if ds.schema is not None:
+        missing = [c for c in ds.schema if c not in sdf.columns]
+        if missing:
+            raise InvalidParameterError(
+                f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the "
+                f"frame; it has {sdf.columns}.")
+        sdf = sdf.select(*[F.col(c).cast(spark_type(t)).alias(c)
+                           for c, t in ds.schema.items()])
+    declared = polars_schema(sdf)
+    _check_usable(ds.name, declared)
+    pinned = sdf.localCheckpoint(eager=True)
+    return pinned, pinned, declared
+
+
+_TOKEN = object()  # only the curator creates author sessions
+
+
+class AuthorSession:
+    """What a query author holds: releases of one dataset and the public summary.
+
+    Created by :meth:`Curator.author_session`. The releases are those of the ``.dp`` accessor
+    (same arguments, without ``session=``) on the curator's pinned dataset, in author mode:
+    every data rule is declared (``nulls="zero"`` or ``"drop"``, ``negatives=`` for
+    transformation mechanisms), a key set read from the data is refused, and a failure after
+    the data is read is :class:`tabdp.DataFailure`. Tables come back in the dataset's library
+    (pandas for a pandas dataset, Spark for a Spark one, Polars otherwise). Per-record losses,
+    confidential counts, the data and the session stay with the curator.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> cur = tabdp.Curator(seed=1)
+        >>> cur.add("d", pl.DataFrame({"c": ["a", "b", "b"], "pay": [1.0, 2.0, 3.0]}))
+        >>> author = cur.author_session("d")
+        >>> out = author.median("pay", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+        ...                     bounds=(0.0, 10.0), epsilon=1.0, nulls="drop")
+        >>> [q["kind"] for q in author.summary()["queries"]]
+        ['median']
+    """
+
+    __slots__ = ("_session", "_frame", "_pandas", "_schema", "name", "dataset")
+
+    def __init__(self, *, _token: object, session: Session, frame: Any, name: str,
+                 dataset: str, schema: Mapping[str, pl.DataType], pandas: bool) -> None:
+        """Created by :meth:`Curator.author_session` only."""
+        if _token is not _TOKEN:
+            raise InvalidParameterError(
+                "AuthorSession objects are created by the curator: "
+                "Curator.author_session(dataset).\nHint: ask the curator for a session.")
+        self._session = session
+        self._frame = frame
+        self._pandas = pandas
+        self._schema = {c: str(t) for c, t in schema.items()}
+        #: The session's name (the curator finds the session by it).
+        self.name = name
+        #: The dataset's name.
+        self.dataset = dataset
+
+    @property
+    def schema(self) -> dict[str, str]:
+        """The dataset's declared columns and dtypes (public).
+
+        Example:
+            >>> import polars as pl
+            >>> c = Curator()
+            >>> c.add("d", pl.DataFrame({"x": [1]}), schema={"x": "Int32"})
+            >>> c.author_session("d").schema
+            {'x': 'Int32'}
+        """
+        return dict(self._schema)
+
+    def _out(self, table: Any) -> Any:
+        return table.to_pandas() if self._pandas and isinstance(table, pl.DataFrame) else table
+
+    def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
+            mechanism: Mechanism, level: float = DEFAULT_LEVEL, nulls: str = "error",
+            name: str | None = None, grid: Any = None, negatives: str | None = None,
+            max_cells: int | None = None, form: str = "wide", cv: bool = False) -> Any:
+        """Noisy sums per cell (see :meth:`tabdp.frame.accessor.DPAccessor.sum`).
+
+        Estimates are Float64 unless the curator declared the column integer.
+
+        Args:
+            columns: Measure column(s).
+            by: Group-by column(s): the key set's columns.
+            keys: Public key set (never one read from the data).
+            mechanism: The mechanism.
+            level: Confidence level of the margins of error.
+            nulls: ``"zero"`` or ``"drop"`` (author mode: declared).
+            name: Label of the release.
+            grid: Public rounding grid.
+            negatives: Rule for negative values.
+            max_cells: Public bound on the cells one unit contributes to.
+            form: ``"wide"`` or ``"long"``.
+            cv: Wide form: add ``_cv`` and ``_flag``.
+
+        Returns:
+            The table (keys, estimate, ``_sd``, ``_moe``, ``_lower``, ``_upper``).
+
+        Example:
+            >>> import polars as pl, tabdp
+            >>> c = tabdp.Curator(seed=1)
+            >>> c.add("d", pl.DataFrame({"c": ["a"], "n": [3]}), schema={"c": "str", "n": "int"})
+            >>> c.author_session("d").sum("n", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+            ...                           mechanism=tabdp.mechanisms.Gaussian(1.0),
+            ...                           nulls="zero")["n"].dtype
+            Int64
+        """
+        return self._out(self._frame.dp.sum(
+            columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
+            nulls=nulls, name=name, grid=grid, negatives=negatives, max_cells=max_cells,
+            form=form, cv=cv))
+
+    def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
+              level: float = DEFAULT_LEVEL, name: str | None = None, grid: Any = None,
+              max_cells: int | None = None, max_rows: int | None = None, form: str = "wide",
+              cv: bool = False) -> Any:
+        """Noisy row counts per cell (see :meth:`tabdp.frame.accessor.DPAccessor.count`).
+
+        Args:
+            by: Group-by column(s).
+            keys: Public key set.
+            mechanism: The mechanism (default: exact discrete Gaussian noise).
+            level: Confidence level.
+            name: Label of the release.
+            grid: Public rounding grid.
+            max_cells: Public bound on the cells one unit contributes to.
+            max_rows: Public bound on the rows one unit counts in one cell.
+            form: ``"wide"`` or ``"long"``.
+            cv: Wide form: add ``count_cv`` and ``count_flag``.
+
+        Returns:
+            The table (keys, ``count``, ``count_sd``, ...).
+
+        Example:
+            >>> import polars as pl, tabdp
+            >>> c = tabdp.Curator(seed=1)
+            >>> c.add("d", pl.DataFrame({"c": ["a", "a"]}))
+            >>> c.author_session("d").count(by="c",
+            ...                             keys=tabdp.KeySet.from_dict(c=["a"]))["count"].dtype
+            Int64
+        """
+        return self._out(self._frame.dp.count(
+            by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
+            name=name, grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv))
+
+    def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
+               bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
+               level: float = DEFAULT_LEVEL, gamma: float | None = None,
+               delta: float | None = None, nulls: str = "error", name: str | None = None,
+               grid: Any = None, uncertainty_share: float | None = None, form: str = "wide",
+               cv: bool = False) -> Any:
+        """Private medians per cell (see :meth:`tabdp.frame.accessor.DPAccessor.median`).
+
+        Args:
+            column: Measure column.
+            by: Group-by column(s).
+            keys: Public key set.
+            bounds: Public ``(low, high)``.
+            epsilon: Total ε of the release.
+            noise: Noise family.
+            level: Confidence level.
+            gamma: Smoothness γ.
+            delta: δ for ``noise="laplace"``.
+            nulls: ``"zero"`` or ``"drop"``.
+            name: Label of the release.
+            grid: Public rounding step.
+            uncertainty_share: Share of ε spent on the noise scale.
+            form: ``"wide"`` or ``"long"``.
+            cv: Wide form: add ``_cv`` and ``_flag``.
+
+        Returns:
+            The table (keys, ``{column}_median``, ...).
+
+        Example:
+            >>> import polars as pl, tabdp
+            >>> c = tabdp.Curator(seed=1)
+            >>> c.add("d", pl.DataFrame({"c": ["a"] * 3, "x": [1.0, 2.0, 3.0]}))
+            >>> c.author_session("d").median("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+            ...                              bounds=(0, 5), epsilon=1.0, nulls="drop").height
+            1
+        """
+        return self._out(self._frame.dp.median(
+            column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+            session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
+            name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
+
+    def quantile(self, column: str, q: float, *, by: str | Sequence[str], keys: KeySet,
+                 bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
+                 level: float = DEFAULT_LEVEL, gamma: float | None = None,
+                 delta: float | None = None, nulls: str = "error", name: str | None = None,
+                 grid: Any = None, uncertainty_share: float | None = None,
+                 form: str = "wide", cv: bool = False) -> Any:
+        """Private q-quantiles per cell (see :meth:`tabdp.frame.accessor.DPAccessor.quantile`).
+
+        Args:
+            column: Measure column.
+            q: Quantile level in [0, 1].
+            by: Group-by column(s).
+            keys: Public key set.
+            bounds: Public ``(low, high)``.
+            epsilon: Total ε of the release.
+            noise: Noise family.
+            level: Confidence level.
+            gamma: Smoothness γ.
+            delta: δ for ``noise="laplace"``.
+            nulls: ``"zero"`` or ``"drop"``.
+            name: Label of the release.
+            grid: Public rounding step.
+            uncertainty_share: Share of ε spent on the noise scale.
+            form: ``"wide"`` or ``"long"``.
+            cv: Wide form: add ``_cv`` and ``_flag``.
+
+        Returns:
+            The table (keys, ``{column}_q{100q}``, ...).
+
+        Example:
+            >>> import polars as pl, tabdp
+            >>> c = tabdp.Curator(seed=1)
+            >>> c.add("d", pl.DataFrame({"c": ["a"] * 3, "x": [1.0, 2.0, 3.0]}))
+            >>> c.author_session("d").quantile("x", 0.9, by="c", bounds=(0, 5), epsilon=1.0,
+            ...     keys=tabdp.KeySet.from_dict(c=["a"]), nulls="drop").columns[1]
+            'x_q90'
+        """
+        return self._out(self._frame.dp.quantile(
+            column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+            session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
+            name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
+
+    def summary(self, delta: float | None = None) -> dict[str, Any]:
+        """The PUBLIC summary of the session (:meth:`tabdp.Report.to_dict`).
+
+        Args:
+            delta: Optional δ at which the policy curves also state ε.
+
+        Returns:
+            Mechanisms, parameters, policy curves, key-set sizes, budget: nothing per record.
+
+        Example:
+            >>> import polars as pl
+            >>> c = Curator()
+            >>> c.add("d", pl.DataFrame({"x": [1.0]}))
+            >>> c.author_session("d").summary()["session"]["mode"]
+            'author'
+        """
+        return self._session.report(delta).to_dict()
+
+    def __repr__(self) -> str:
+        """Public: the names, the declared schema and the number of releases."""
+        return (f"AuthorSession(name={self.name!r}, dataset={self.dataset!r}, "
+                f"schema={self._schema}, releases={len(self._session.records)})")

@@ -1,0 +1,155 @@
+"""Author mode around a release call: data-free refusals as themselves, every later failure generic.
+
+A release runs its data-free checks first (arguments, schema, key set, rules, names), then reads
+the data (the session's :meth:`~tabdp.Session.phase` marks the moment, on every engine). In an
+author-mode session (:class:`tabdp.Session` with ``mode="author"``, which a
+:class:`tabdp.Curator` creates for each :class:`tabdp.AuthorSession`), :func:`author_call`
+wraps one release so that what its caller sees depends on the data only through the noise:
+
+* a key set read from the data (``KeySet.from_data``) is refused from the argument alone,
+  before anything runs;
+* an exception raised before the data phase (a data-free refusal) is raised as itself;
+* any failure after it, whatever its kind (an engine error, a Rust panic of Polars, which is a
+  ``BaseException``), becomes :class:`tabdp.DataFailure`: one fixed message, raised outside the
+  original handler and ``from None`` (no cause, no context); the details go to the session's
+  confidential summary (``author_failures``). ``KeyboardInterrupt`` and ``SystemExit`` pass;
+* warnings emitted before the data phase (usability warnings on the arguments) reach the caller;
+  warnings emitted while the data is read are dropped (they could depend on it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tabdp.exceptions import DataFailure, InvalidParameterError
+from tabdp.privacy.session import Session, failure_details
+
+__all__ = ["author_call", "check_author_keys", "is_author"]
+
+_T = TypeVar("_T")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tabdp package
+
+
+def is_author(session: Any) -> bool:
+    """Whether ``session`` is an author-mode :class:`tabdp.Session`.
+
+    Args:
+        session: The ``session=`` argument of a release.
+
+    Returns:
+        True for an author-mode session.
+
+    Example:
+        >>> is_author(Session(mode="author")), is_author(None)
+        (True, False)
+    """
+    return isinstance(session, Session) and session.mode == "author"
+
+
+def check_author_keys(session: Any, keys: Any) -> None:
+    """Refuse, in author mode, a key set read from the data (from the argument alone).
+
+    Args:
+        session: The release's session.
+        keys: The release's key set.
+
+    Raises:
+        InvalidParameterError: An author-mode session and a key set flagged ``keys_from_data``
+            (:meth:`tabdp.KeySet.from_data`, or a product with one).
+
+    Example:
+        >>> import polars as pl, warnings, tabdp
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     ks = tabdp.KeySet.from_data(pl.DataFrame({"c": ["a"]}), ["c"])
+        >>> try:
+        ...     check_author_keys(Session(mode="author"), ks)
+        ... except ValueError as err:
+        ...     print(str(err)[:45])
+        this session is in author mode, and this key
+    """
+    if is_author(session) and bool(getattr(keys, "_from_data", False)):
+        raise InvalidParameterError(
+            "this session is in author mode, and this key set was read from the data "
+            "(KeySet.from_data, keys_from_data=True): its cells would publish which key values "
+            "occur in the confidential data, exactly.\nHint: build the key set from public "
+            "values, KeySet.from_dict(...) or KeySet.from_frame(...) of a public file.")
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside tabdp, seen from the caller's frame."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_ROOT):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
+    """Run one release ``call``; in author mode, with the rules of this module's docstring.
+
+    Args:
+        session: The release's ``session=`` argument.
+        keys: The release's key set (checked first in author mode).
+        call: The release itself.
+
+    Returns:
+        What ``call`` returns.
+
+    Raises:
+        DataFailure: Author mode: ``call`` failed after it began reading data.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(mode="author", seed=1)
+        >>> def boom() -> None:
+        ...     s.phase("q1_sum", "reading and aggregating the input")
+        ...     raise RuntimeError("value SECRET-7 cannot be parsed")
+        >>> try:
+        ...     author_call(s, None, boom)
+        ... except tabdp.DataFailure as err:
+        ...     print("SECRET" in str(err), err.__cause__, err.__context__)
+        False None None
+        >>> s.report().confidential_summary()["author_failures"][0]["error"]
+        'RuntimeError: value SECRET-7 cannot be parsed'
+    """
+    if not is_author(session):
+        return call()
+    check_author_keys(session, keys)
+    session.start_release()
+    early: BaseException | None = None
+    failed: dict[str, str] | None = None
+    shown: list[Warning] = []
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if not session.data_read:  # before any read: about the arguments only
+            shown.append(message if isinstance(message, Warning) else category(message))
+
+    result: Any = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        try:
+            result = call()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
+            if session.data_read:
+                failed = failure_details(err, "a release, after it began reading the data")
+            else:
+                early = err  # a data-free refusal: raised as itself
+    level = _caller_stacklevel()
+    for w in shown:
+        warnings.warn(w, stacklevel=level)
+    if early is not None:
+        raise early
+    if failed is not None:
+        session.record_failure(failed)
+        raise DataFailure() from None  # outside the handler: nothing chained
+    return result

@@ -1,0 +1,389 @@
+"""Issue 27, the Python side: author mode driven through the curator's object (tabdp.Curator).
+
+Each Python case of the issue's findings 3-5 as a regression test on the engines (pandas, Polars
+eager, Polars lazy, Polars streaming from Parquet, Spark), and neighbouring datasets D / D' on
+which the author's whole view (returned frames' non-noise columns and dtypes, exceptions and
+their messages, warnings) must be identical.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+from tabdp.exceptions import DataFailure, DataValidationError, InvalidParameterError
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from _engines import as_polars  # noqa: E402
+
+KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
+SCHEMA = {"c": "String", "x": "Float64"}
+NOISE = ("_sd", "_moe", "_lower", "_upper", "_cv")
+
+
+def _frame_view(out: Any) -> tuple[Any, ...]:
+    """The non-noise part of a returned table: type, columns, dtypes, key columns, rows."""
+    table = as_polars(out)
+    keys = [c for c in table.columns if c == "c"]
+    return (type(out).__name__, tuple(table.columns), tuple(str(t) for t in table.dtypes),
+            table.select(keys).rows(), table.height)
+
+
+def author_view(run: Callable[[], Any]) -> tuple[Any, ...]:
+    """Everything the author sees of ``run()``: table (non-noise part) or error, warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = run()
+            got: Any = ("ok", result if isinstance(result, (dict, list, str)) else
+                        _frame_view(result))
+        except Exception as err:  # noqa: BLE001 - what the author sees
+            got = ("raised", type(err).__name__, str(err),
+                   err.__cause__ is None, err.__context__ is None)
+    return got, tuple((w.category.__name__, str(w.message)) for w in caught)
+
+
+def _releases(author: tabdp.AuthorSession) -> list[Callable[[], Any]]:
+    """One of each release kind, as the author makes them."""
+    return [
+        lambda: author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(5.0), nulls="zero"),
+        lambda: author.count(by="c", keys=KEYS),
+        lambda: author.median("x", by="c", keys=KEYS, bounds=(0.0, 100.0), epsilon=1.0,
+                              nulls="drop"),
+        lambda: [q["kind"] for q in author.summary()["queries"]],
+    ]
+
+
+def _all_views(curator: tabdp.Curator) -> list[Any]:
+    author = curator.author_session("d")
+    views = []
+    for call in _releases(author):
+        views.append(author_view(call))
+    return views
+
+
+# -- finding 3: a key set read from the data ---------------------------------------------------
+def test_keys_from_data_refused_from_the_argument(to_engine: Callable[[Any], Any]) -> None:
+    df = pl.DataFrame({"c": ["a", "secret"], "x": [1.0, 2.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data_keys = tabdp.KeySet.from_data(df, ["c"])
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", to_engine(df), schema=SCHEMA)
+    author = cur.author_session("d")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an error, not a warning
+        with pytest.raises(InvalidParameterError, match="read from the data"):
+            author.count(by="c", keys=data_keys)
+        with pytest.raises(InvalidParameterError, match="read from the data"):
+            author.sum("x", by="c", keys=data_keys.project(["c"]),
+                       mechanism=mech.Gaussian(1.0), nulls="zero")
+        with pytest.raises(InvalidParameterError, match="read from the data"):
+            author.median("x", by="c", keys=data_keys, bounds=(0, 9), epsilon=1.0,
+                          nulls="zero")
+    assert cur.session(author.name).records == []
+    # a bare author-mode Session refuses it before it even binds (pins) its frame
+    s = tabdp.Session(mode="author")
+    frame = to_engine(df)
+    with pytest.raises(InvalidParameterError, match="read from the data"):
+        frame.dp.count(by="c", keys=data_keys, session=s)
+    assert s._bound is None and s.records == []
+
+
+# -- finding 4: pinning at creation, declared dtypes -------------------------------------------
+def _pandas_pair(junk_d: object, junk_n: object) -> tuple[pd.DataFrame, pd.DataFrame]:
+    base = {"c": ["a", "b", "a"], "x": [10.0, 20.0, 30.0]}
+    d = pd.DataFrame({**base, "junk": pd.Series([junk_d] * 3, dtype=object)})
+    n = pd.DataFrame({**base, "junk": pd.Series([junk_d, junk_d, junk_n], dtype=object)})
+    return d, n
+
+
+def test_unused_pandas_object_column_is_no_oracle() -> None:
+    d, n = _pandas_pair(7, "abc")  # "abc" vs 7 in a column no release names
+    views = []
+    for frame in (d, n):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", frame, schema=SCHEMA)
+        views.append(_all_views(cur))
+    assert views[0] == views[1]
+    assert views[0][0][0][0] == "ok"
+    # the pandas dataset's tables come back as pandas, sums in Float64
+    assert views[0][0][0][1][0] == "DataFrame" and views[0][0][0][1][2][1] == "Float64"
+
+
+def test_undeclared_column_of_another_dtype_is_no_oracle(
+        to_engine: Callable[[Any], Any]) -> None:
+    base = {"c": ["a", "b", "a"], "x": [10.0, 20.0, 30.0]}
+    d = pl.DataFrame({**base, "junk": [7, 7, 7]})
+    n = pl.DataFrame({**base, "junk": ["7", "7", "abc"]})
+    views = []
+    for frame in (d, n):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", to_engine(frame), schema=SCHEMA)
+        views.append(_all_views(cur))
+    assert views[0] == views[1]
+    assert all(v[0][0] == "ok" for v in views[0])
+
+
+def test_mixed_type_keys_fail_at_creation_plainly_for_the_curator() -> None:
+    ok = pd.DataFrame({"c": pd.Series(["a", "b"], dtype=object), "x": [1.0, 2.0]})
+    mixed = pd.DataFrame({"c": pd.Series(["a", 1], dtype=object), "x": [1.0, 2.0]})
+    cur = tabdp.Curator(seed=1)
+    cur.add("ok", ok, schema=SCHEMA)
+    cur.add("mixed", mixed, schema=SCHEMA)
+    author = cur.author_session("ok")
+    assert author_view(lambda: author.count(by="c", keys=KEYS))[0][0] == "ok"
+    # the curator's own call raises, with the cause chained; no session exists for an author
+    with pytest.raises(DataValidationError, match="could not be pinned") as info:
+        cur.author_session("mixed", name="m")
+    assert info.value.__cause__ is not None
+    assert "m" not in cur.sessions
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "lazy"])
+def test_untyped_empty_frame_is_no_oracle(kind: str) -> None:
+    def frame(rows: dict[str, list[Any]]) -> Any:
+        if kind == "pandas":
+            return pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in rows.items()})
+        f = pl.DataFrame(rows)  # empty: Null dtypes
+        return f.lazy() if kind == "lazy" else f
+
+    views = []
+    for rows in ({"c": [], "x": []}, {"c": ["a"], "x": [5.0]}):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", frame(rows), schema=SCHEMA)
+        views.append(_all_views(cur))
+    assert views[0] == views[1]
+    assert all(v[0][0] == "ok" for v in views[0])
+    if kind != "pandas":  # without a declared schema, the curator is told (at creation)
+        cur = tabdp.Curator()
+        cur.add("d", frame({"c": [], "x": []}))
+        with pytest.raises(InvalidParameterError, match="no usable dtype"):
+            cur.author_session("d")
+
+
+def _csv(tmp_path: pathlib.Path, bad: bool) -> pathlib.Path:
+    rows = ["c,x,y"] + [f"a,{i}.5,1" for i in range(300)]
+    if bad:
+        rows[202] = "b,SECRET-123456.78,1"
+    path = tmp_path / f"in-{bad}.csv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_scan_csv_parse_failure_is_the_curators_at_creation(tmp_path: pathlib.Path) -> None:
+    for bad in (False, True):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", pl.scan_csv(_csv(tmp_path, bad)), schema=SCHEMA)
+        if not bad:
+            author = cur.author_session("d")
+            assert author_view(lambda a=author: a.count(by="c", keys=KEYS))[0][0] == "ok"
+            continue
+        with pytest.raises(DataValidationError, match="could not be pinned") as info:
+            cur.author_session("d")
+        assert "SECRET" not in str(info.value)  # only in the chained cause
+        assert "SECRET" in str(info.value.__cause__)
+    # a column no release names is not read: its parse failure changes nothing
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.scan_csv(_csv(tmp_path, True), schema_overrides={"x": pl.String}),
+            schema={"c": "String", "y": "Float64"})
+    author = cur.author_session("d")
+    assert author_view(lambda: author.sum("y", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
+                                          nulls="zero"))[0][0] == "ok"
+
+
+def test_pinning_inside_an_authors_call_is_the_generic_failure(
+        tmp_path: pathlib.Path) -> None:
+    """A bare author-mode Session bound at its first release: pinning fails in the call."""
+    views = []
+    sessions = []
+    for bad in (False, True):
+        s = tabdp.Session(mode="author", seed=1)
+        sessions.append(s)
+        lf = pl.scan_csv(_csv(tmp_path, bad))
+        views.append(author_view(lambda s=s, lf=lf: lf.dp.count(by="c", keys=KEYS, session=s)))
+    assert views[0][0][0] == "ok"
+    raised = views[1][0]
+    assert raised[:2] == ("raised", "DataFailure")
+    assert "SECRET" not in raised[2] and raised[3] and raised[4]  # no cause, no context
+    failures = sessions[1].report().confidential_summary()["author_failures"]
+    assert "SECRET" in failures[0]["error"]  # the curator reads the details
+
+
+@pytest.mark.parametrize("declared", [None, "Int64", "Float64"])
+def test_sum_dtype_does_not_follow_pandas_written_parquet(tmp_path: pathlib.Path,
+                                                          declared: str | None) -> None:
+    dtypes = []
+    for i, x in enumerate(([1, 2, 3], [1, 2, None])):  # D' has one missing value
+        path = tmp_path / f"p{i}.parquet"
+        pd.DataFrame({"c": ["a", "b", "a"], "x": x}).to_parquet(path)  # int64 / float64
+        if declared is None:  # a bare author-mode session: integrality never declared
+            s = tabdp.Session(mode="author", seed=1)
+            out = pl.scan_parquet(path).dp.sum("x", by="c", keys=KEYS,
+                                               mechanism=mech.Gaussian(1.0), nulls="zero",
+                                               session=s)
+        else:
+            cur = tabdp.Curator(seed=1)
+            cur.add("d", path, schema={"c": "String", "x": declared})
+            out = cur.author_session("d").sum("x", by="c", keys=KEYS,
+                                              mechanism=mech.Gaussian(1.0), nulls="zero")
+        dtypes.append(out["x"].dtype)
+    assert dtypes[0] == dtypes[1] == (pl.Int64 if declared == "Int64" else pl.Float64)
+
+
+def test_declared_integer_refuses_fractions_at_creation() -> None:
+    cur = tabdp.Curator()
+    cur.add("d", pl.DataFrame({"c": ["a"], "x": [1.5]}), schema={"c": "str", "x": "Int64"})
+    with pytest.raises(DataValidationError, match="could not be pinned"):
+        cur.author_session("d")
+
+
+def test_engine_failure_after_reading_is_generic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Rust panic (a BaseException) or any error after the data phase: one fixed failure."""
+    import tabdp.frame._release as rel
+
+    class FakePanic(BaseException):  # pyo3_runtime.PanicException derives from BaseException
+        pass
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise FakePanic("assertion failed: value SECRET-42 out of range")
+
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": ["a"], "x": [1.0]}))
+    author = cur.author_session("d", name="s")
+    monkeypatch.setattr(rel, "_take_snapshot", boom)
+    got = author_view(lambda: author.count(by="c", keys=KEYS))
+    assert got[0][:2] == ("raised", "DataFailure")
+    assert got[0][2] == DataFailure.MESSAGE and got[0][3] and got[0][4]
+    assert got[1] == ()
+    assert "SECRET-42" in cur.report("s").confidential_summary()["author_failures"][0]["error"]
+    # data-free refusals are raised as themselves; interrupts pass
+    with pytest.raises(InvalidParameterError, match="nulls='error'"):
+        author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0))
+
+    def interrupt(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rel, "_take_snapshot", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        author.count(by="c", keys=KEYS)
+
+
+def test_warnings_of_the_data_phase_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tabdp.frame._release as rel
+
+    real = rel._take_snapshot
+
+    def noisy(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn("value SECRET-9 overflowed", RuntimeWarning, stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rel, "_take_snapshot", noisy)
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": ["a"], "x": [1.0]}))
+    got = author_view(lambda: cur.author_session("d").count(by="c", keys=KEYS))
+    assert got[0][0] == "ok" and got[1] == ()
+    # a usability warning about the arguments (before any read) still reaches the author
+    author = cur.author_session("d")
+    with pytest.warns(tabdp.exceptions.UsabilityWarning) as rec:
+        author.count(by="c", keys=KEYS, mechanism=mech.SymmetricStable(1.5, 1.0))
+    assert len(rec) == 1 and rec[0].filename == __file__  # at the caller's line
+
+
+def test_author_session_exposes_releases_and_the_public_summary_only() -> None:
+    cur = tabdp.Curator(seed=1, budget=1.0)
+    cur.add("d", pl.DataFrame({"c": ["a"], "x": [1.0]}))
+    author = cur.author_session("d", name="alice")
+    public = {n for n in dir(author) if not n.startswith("_")}
+    assert public == {"sum", "count", "median", "quantile", "summary", "schema", "name",
+                      "dataset"}
+    assert "per_record" not in repr(author) and author.summary()["session"]["mode"] == "author"
+    with pytest.raises(InvalidParameterError, match="created by the curator"):
+        tabdp.AuthorSession(_token=object(), session=cur.session("alice"), frame=None,
+                            name="x", dataset="d", schema={}, pandas=False)
+    with pytest.raises(InvalidParameterError, match="declared schema"):
+        cur.add("p", pd.DataFrame({"x": [1.0]}))
+    with pytest.raises(InvalidParameterError, match="unknown column type"):
+        cur.add("q", pl.DataFrame({"x": [1.0]}), schema={"x": "real"})
+
+
+def test_from_config_takes_any_config_object(tmp_path: pathlib.Path) -> None:
+    from types import SimpleNamespace as NS
+
+    path = tmp_path / "d.parquet"
+    pl.DataFrame({"c": ["a", "b"], "x": [1, 2], "secret": ["s", "t"]}).write_parquet(path)
+    cfg = NS(datasets={"d": NS(path=str(path), table=None, hive_partitioning=False,
+                               schema={"c": "String", "x": "Int32"})},
+             defaults=NS(budget=10.0, seed=4))
+    cur = tabdp.Curator.from_config(cfg)
+    author = cur.author_session("d")
+    assert author.schema == {"c": "String", "x": "Int32"}
+    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero")
+    assert out["x"].dtype == pl.Int64  # declared integer
+    assert cur.session(author.name).budget is not None
+
+
+# -- finding 5: streaming drift ------------------------------------------------------------------
+@pytest.mark.parametrize("rewrite", ["garbage", "schema", "removed"])
+def test_streaming_drift_is_always_the_refusal(tmp_path: pathlib.Path, rewrite: str) -> None:
+    path = tmp_path / "in.parquet"
+    pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]}).write_parquet(path)
+    s = tabdp.Session(seed=1, budget=10.0)
+    lf = pl.scan_parquet(path)
+    lf.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
+    if rewrite == "garbage":  # Polars panics (a BaseException) reading it
+        path.write_bytes(b"PAR1" + b"garbage" * 10 + b"PAR1")
+    elif rewrite == "schema":
+        pl.DataFrame({"c": [1, 2], "x": ["u", "v"]}).write_parquet(path)
+    else:
+        path.unlink()
+    for report in (lambda: s.report().per_record,
+                   lambda: s.report().confidential_summary(),
+                   lambda: s.report().write_per_record(tmp_path / "pr.parquet")):
+        with pytest.raises(InvalidParameterError, match="re-create it"):
+            report()
+    assert not (tmp_path / "pr.parquet").exists()
+    with pytest.raises(InvalidParameterError, match="re-create it"):
+        lf.dp.count(by="c", keys=KEYS, session=s)
+    with pytest.raises(InvalidParameterError, match="re-create it"):
+        lf.dp.median("x", by="c", keys=KEYS, bounds=(0, 9), epsilon=1.0, session=s)
+    assert len(s.records) == 1
+
+
+# -- Spark ------------------------------------------------------------------------------------
+@pytest.mark.spark
+def test_spark_curator_author_view_and_refusals(spark: Any) -> None:
+    from _engines import as_spark
+
+    base = {"c": ["a", "b", "a"], "x": [10.0, 20.0, 30.0]}
+    views = []
+    for junk in ([7, 7, 7], [7, 7, None]):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", as_spark(pl.DataFrame({**base, "junk": junk})), schema=SCHEMA)
+        author = cur.author_session("d")
+        views.append([author_view(lambda a=author: a.count(by="c", keys=KEYS)),
+                      author_view(lambda a=author: a.sum("x", by="c", keys=KEYS,
+                                                         mechanism=mech.Gaussian(1.0),
+                                                         nulls="zero"))])
+    assert views[0] == views[1]
+    assert views[0][1][0][1][2][1] == "Float64"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data_keys = tabdp.KeySet.from_data(pl.DataFrame(base), ["c"])
+    with pytest.raises(InvalidParameterError, match="read from the data"):
+        author.count(by="c", keys=data_keys)
+    # a typed Spark frame without a declared schema: its own schema, pinned at creation
+    cur = tabdp.Curator(seed=1)
+    cur.add("t", as_spark(pl.DataFrame({"c": ["a"], "n": [3]})))
+    out = cur.author_session("t").sum("n", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
+                                      nulls="zero")
+    assert dict(out.dtypes)["n"] == "bigint"  # declared integer by the frame's own type
