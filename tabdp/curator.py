@@ -235,7 +235,12 @@ class Curator:
                 return defaults.get(key)
             return getattr(defaults, key, None)
 
-        out = cls(budget=default("budget"), seed=default("seed"))
+        budget = default("budget")
+        if isinstance(budget, Mapping) and set(budget) == {"rho"}:  # a spec's [budget] table
+            rho = budget["rho"]
+            budget = ({float(k): float(v) for k, v in rho.items()} if isinstance(rho, Mapping)
+                      else rho)
+        out = cls(budget=budget, seed=default("seed"))
         for name, decl in dict(config.datasets).items():
             path, table = getattr(decl, "path", None), getattr(decl, "table", None)
             if table is not None:
@@ -254,6 +259,39 @@ class Curator:
             out.add(str(name), data, schema=schema, unit=getattr(decl, "unit", None),
                     hive_partitioning=bool(getattr(decl, "hive_partitioning", False)))
         return out
+
+    @classmethod
+    def from_file(cls, path: Any, *, spark: Any = None) -> Curator:
+        r"""A curator from a curator configuration file (the one ``tabdp run --curator`` reads).
+
+        The file's datasets (``[datasets.<name>]``: a path read whole or a Spark table, the
+        declared schema) and its default budget (``[defaults] budget = { rho = ... }``) are
+        declared; nothing is read until an author session is created. Public folders and the
+        output root concern specs (``tabdp run``) and are not used here.
+
+        Args:
+            path: The TOML file (reference: docs/reference/curator.md).
+            spark: The SparkSession that reads ``table`` datasets (default: the active one).
+
+        Returns:
+            The curator.
+
+        Raises:
+            SpecError: The file is not a valid curator configuration (the key path is named).
+
+        Example:
+            >>> import pathlib, tempfile
+            >>> d = pathlib.Path(tempfile.mkdtemp())
+            >>> _ = (d / "curator.toml").write_text(
+            ...     '[datasets.cbp]\npath = "cbp.parquet"\nschema = { county = "String" }\n'
+            ...     '[defaults]\nbudget = { rho = 2.0 }\n')
+            >>> c = Curator.from_file(d / "curator.toml")
+            >>> c.datasets, c.budget
+            (['cbp'], 2.0)
+        """
+        from tabdp.release.curator_config import load_curator_config
+
+        return cls.from_config(load_curator_config(path), spark=spark)
 
     @property
     def datasets(self) -> list[str]:

@@ -14,13 +14,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.exceptions import DataFailure, DataValidationError, InvalidParameterError
+from tabdp.exceptions import DataFailure, DataValidationError, InvalidParameterError, SpecError
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402
@@ -330,6 +331,35 @@ def test_from_config_takes_any_config_object(tmp_path: pathlib.Path) -> None:
     out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero")
     assert out["x"].dtype == pl.Int64  # declared integer
     assert cur.session(author.name).budget is not None
+
+
+def test_from_file_reads_the_cli_configuration(tmp_path: pathlib.Path) -> None:
+    """The file ``tabdp run --curator`` reads gives the Python curator.
+
+    Its datasets, declared schema (dtype names of the file format) and default budget.
+    """
+    path = tmp_path / "d.parquet"
+    pl.DataFrame({"c": ["a", "b", "a"], "x": [1, 2, 40], "secret": ["s", "t", "u"]}
+                 ).write_parquet(path)
+    (tmp_path / "curator.toml").write_text(
+        '[datasets.d]\npath = "d.parquet"\nschema = { c = "String", x = "Float64" }\n'
+        '[defaults]\nbudget = { rho = { "1" = 0.5, "100" = 3.0 } }\n', encoding="utf-8")
+    cur = tabdp.Curator.from_file(tmp_path / "curator.toml")
+    assert cur.datasets == ["d"] and cur.budget == {1.0: 0.5, 100.0: 3.0}
+    author = cur.author_session("d", seed=3)
+    assert author.schema == {"c": "String", "x": "Float64"}
+    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero")
+    assert out["x"].dtype == pl.Float64 and out.height == 2
+    # the curve budget is the one enforced: a unit is left out where x**2 / 2 passes the curve
+    # at its size (x = 40: 800 > 3), a count the curator sees and the author does not
+    x = np.array([1.0, 2.0, 40.0])
+    want = int((x**2 / 2 > tabdp.Budget({1: 0.5, 100: 3.0}).limit(x)).sum())
+    assert want >= 1
+    summary = cur.report(author.name).confidential_summary()
+    assert summary["queries"][0]["units_left_out_by_budget"] == want
+    with pytest.raises(SpecError):
+        (tmp_path / "bad.toml").write_text("[datasets.d]\nsize = 1\n", encoding="utf-8")
+        tabdp.Curator.from_file(tmp_path / "bad.toml")
 
 
 # -- finding 5: streaming drift ------------------------------------------------------------------
