@@ -9,7 +9,7 @@ Usage::
                                          # words; no data
 
 ``validate`` and ``plan`` print a ``WARNING: <key path>: <problem>`` line for each setting that
-cannot publish usable cells (:func:`tabdp.planning.spec_usability_issues`: public parameters
+cannot publish usable cells (`tabdp.planning.spec_usability_issues`: public parameters
 only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
     tabdp run release.toml --form wide   # public tables one row per cell (default: the
@@ -103,7 +103,7 @@ class _Bar:
 
     On a terminal (the operator's) it is drawn live, with the elapsed time. Otherwise (a log,
     a validation server) the step lines are held back and written only when the run succeeds
-    (:meth:`flush`): they are then the same for every dataset, whereas lines written as they
+    (`flush`): they are then the same for every dataset, whereas lines written as they
     come would tell how far a failed run got, and times how long the data took.
     """
 

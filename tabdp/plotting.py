@@ -1,28 +1,29 @@
 """Plots explaining tabdp's defaults (needs matplotlib, a dependency of tabdp).
 
-:func:`plot_smooth_noise_std` reproduces [HT24]'s Figure 1: the standard deviation of each
-smooth-sensitivity noise family, per unit of smooth sensitivity (SS), against the smoothness γ at a
-fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` / ``df.dp.quantile``: at every γ
-its noise is the smallest of the families usable with smooth sensitivity, and it stays finite up to
-γ = ε/2 (Student's t stops at ε/3, the generalized Cauchy at ε/4, Laplace-with-SS at
-ε/ln(2/δ)). The numbers are those of :func:`tabdp.mechanisms.smooth.std_vs_gamma`; the plot
-only draws them.
+[`plot_smooth_noise_std`][tabdp.plotting.plot_smooth_noise_std] reproduces [HT24]'s Figure 1: the
+standard deviation of each smooth-sensitivity noise family, per unit of smooth sensitivity (SS),
+against the smoothness γ at a fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` /
+``df.dp.quantile``: at every γ its noise is the smallest of the families usable with smooth
+sensitivity, and it stays finite up to γ = ε/2 (Student's t stops at ε/3, the generalized Cauchy at
+ε/4, Laplace-with-SS at ε/ln(2/δ)). The numbers are those of
+[`std_vs_gamma`][tabdp.mechanisms.smooth.std_vs_gamma]; the plot only draws them.
 
 Figures are built on matplotlib's non-interactive Agg canvas, without pyplot: nothing is shown, no
 display is needed, no pyplot figure is left open, and the global backend of the caller (e.g. a
 notebook's) is left alone. In a notebook the returned figure displays itself; elsewhere save it
-with ``fig.savefig(...)`` or :func:`save_smooth_noise_std`.
+with ``fig.savefig(...)`` or [`save_smooth_noise_std`][tabdp.plotting.save_smooth_noise_std].
 
 The inline SVG figures of a release's HTML reports (``summary.html``, the confidential report)
-live here too (:func:`loss_curves_svg`, :func:`moe_curves_svg`, :func:`histogram_svg`,
-:func:`scatter_svg`). Each draws on a fresh :class:`matplotlib.figure.Figure` on the Agg canvas
-and returns an ``<svg ...>...</svg>`` string ready to paste into an HTML page (no XML header, no
-DOCTYPE, no external reference). The output is deterministic: text is kept as SVG ``<text>``
-(``svg.fonttype = "none"``), the creation date is left out and element ids are derived from a
-fixed salt, the plot kind and its title, so the same input gives byte-identical SVG, and two plots
-of one page (different titles) never share an element id. Colours: tables use the matplotlib
-``tab10`` palette in order (:data:`PALETTE`); a curve labelled ``"total"`` is drawn thick and
-black.
+live here too ([`loss_curves_svg`][tabdp.plotting.loss_curves_svg],
+[`moe_curves_svg`][tabdp.plotting.moe_curves_svg], [`histogram_svg`][tabdp.plotting.histogram_svg],
+[`scatter_svg`][tabdp.plotting.scatter_svg]). Each draws on a fresh `matplotlib.figure.Figure` on
+the Agg canvas and returns an ``<svg ...>...</svg>`` string ready to paste into an HTML page (no XML
+header, no DOCTYPE, no external reference). The output is deterministic: text is kept as SVG
+``<text>`` (``svg.fonttype = "none"``), the creation date is left out and element ids are derived
+from a fixed salt, the plot kind and its title, so the same input gives byte-identical SVG, and two
+plots of one page (different titles) never share an element id. Colours: tables use the matplotlib
+``tab10`` palette in order ([`PALETTE`][tabdp.plotting.PALETTE]); a curve labelled ``"total"`` is
+drawn thick and black.
 """
 
 from __future__ import annotations
@@ -130,14 +131,14 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
                           log: bool = True) -> Figure:
     """Plot the noise std per unit smooth sensitivity of each family against γ ([HT24] Fig. 1).
 
-    One line per entry of :data:`SMOOTH_NOISE_CURVES`, drawing exactly the arrays of
-    :func:`tabdp.mechanisms.smooth.std_vs_gamma`: PolyPlace, Student's t and the generalized
-    Cauchy (shape d / c chosen to minimize the std at each γ), Laplace with smooth sensitivity
-    (approximate DP at ``delta``; only where γ < ε/ln(2/δ)), and, dashed, Laplace noise √2/ε
-    calibrated to the *global* sensitivity — the γ → 0 limit of PolyPlace, which however
-    multiplies the larger global sensitivity rather than SS. A family is left out (a gap in its
-    line) where its std is infinite. The smaller the curve, the less noise a release adds for
-    the same smooth sensitivity.
+    One line per entry of [`SMOOTH_NOISE_CURVES`][tabdp.plotting.SMOOTH_NOISE_CURVES], drawing
+    exactly the arrays of [`std_vs_gamma`][tabdp.mechanisms.smooth.std_vs_gamma]: PolyPlace,
+    Student's t and the generalized Cauchy (shape d / c chosen to minimize the std at each γ),
+    Laplace with smooth sensitivity (approximate DP at ``delta``; only where γ < ε/ln(2/δ)), and,
+    dashed, Laplace noise √2/ε calibrated to the *global* sensitivity — the γ → 0 limit of
+    PolyPlace, which however multiplies the larger global sensitivity rather than SS. A family is
+    left out (a gap in its line) where its std is infinite. The smaller the curve, the less noise a
+    release adds for the same smooth sensitivity.
 
     Args:
         epsilon: Privacy budget ε of one release.
@@ -211,14 +212,14 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
 
 def save_smooth_noise_std(path: str | os.PathLike[str], *, dpi: float = 150.0,
                           **kwargs: Any) -> pathlib.Path:
-    """Draw :func:`plot_smooth_noise_std` and write it to a PNG or SVG file (by extension).
+    """Draw `plot_smooth_noise_std` and write it to a PNG or SVG file (by extension).
 
     Args:
         path: Destination ending in ``.png`` or ``.svg`` (case-insensitive); parent folders must
             exist.
         dpi: Resolution of a PNG.
-        **kwargs: Passed to :func:`plot_smooth_noise_std` (``epsilon``, ``gammas``, ``delta``,
-            ``log``; not ``ax``).
+        **kwargs: Passed to [`plot_smooth_noise_std`][tabdp.plotting.plot_smooth_noise_std]
+            (``epsilon``, ``gammas``, ``delta``, ``log``; not ``ax``).
 
     Returns:
         The path written.
@@ -535,7 +536,7 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
 
 
 def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.ndarray:
-    """Bin edges of :func:`histogram_svg` for ``n`` shown values between ``lo`` and ``hi``.
+    """Bin edges of `histogram_svg` for ``n`` shown values between ``lo`` and ``hi``.
 
     Args:
         n: Number of values shown (finite; with ``log_x`` also > 0). At least 1.
@@ -564,7 +565,7 @@ def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.n
 
 
 def histogram_bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bin of each value as :func:`numpy.histogram` counts it (last bin closed), -1 outside.
+    """Bin of each value as `numpy.histogram` counts it (last bin closed), -1 outside.
 
     Args:
         values: The values.
@@ -624,20 +625,21 @@ def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = 
 
 def histogram_counts_svg(edges: np.ndarray | None, counts: np.ndarray | None, *, left_out: int,
                          title: str, xlabel: str, log_x: bool = True) -> str:
-    """The plot of :func:`histogram_svg` from precomputed bins (e.g. counted by a Polars query).
+    """The plot of `histogram_svg` from precomputed bins (e.g. counted by a Polars query).
 
     Args:
-        edges: Bin edges (``nb + 1``, from :func:`histogram_edges`), or None when no value is
-            shown.
-        counts: Number of values in each bin (``nb``; :func:`histogram_bin_index`), or None.
+        edges: Bin edges (``nb + 1``, from [`histogram_edges`][tabdp.plotting.histogram_edges]), or
+            None when no value is shown.
+        counts: Number of values in each bin (``nb``;
+            [`histogram_bin_index`][tabdp.plotting.histogram_bin_index]), or None.
         left_out: Number of values not shown (non-finite; with ``log_x`` also ≤ 0).
         title: Plot title.
         xlabel: Label of the x axis.
         log_x: Logarithmic x axis.
 
     Returns:
-        An ``<svg ...>...</svg>`` string, identical to :func:`histogram_svg` of values with
-        these counts.
+        An ``<svg ...>...</svg>`` string, identical to
+        [`histogram_svg`][tabdp.plotting.histogram_svg] of values with these counts.
 
     Example:
         >>> import numpy as np

@@ -31,7 +31,7 @@ class DPAccessor:
     Registered on ``pandas.DataFrame`` and on ``polars.DataFrame`` / ``polars.LazyFrame`` when
     tabdp is imported, and on ``pyspark.sql.DataFrame`` when PySpark is imported (tabdp never
     imports it): on a Spark DataFrame every release runs in Spark and returns a Spark DataFrame
-    (:mod:`tabdp.frame._spark`, docs/spark.md).
+    (`tabdp.frame._spark`, docs/spark.md).
 
     Args:
         frame: The frame the accessor is attached to.
@@ -69,9 +69,9 @@ class DPAccessor:
         Args:
             columns: Measure column(s) to sum.
             by: Group-by column(s): exactly the key set's columns.
-            keys: Public :class:`tabdp.KeySet`; every key appears once in the output, empty
+            keys: Public [`tabdp.KeySet`][tabdp.KeySet]; every key appears once in the output, empty
                 cells included; rows outside it are dropped (counted in the confidential report).
-            mechanism: A mechanism from :mod:`tabdp.mechanisms`.
+            mechanism: A mechanism from [`tabdp.mechanisms`][tabdp.mechanisms].
             session: Session recording the release. ``None``: a one-off session of its own,
                 available afterwards as ``tabdp.last_session()``.
             level: Confidence level of ``_moe`` (default 0.9, the Census standard).
@@ -116,7 +116,7 @@ class DPAccessor:
             UsabilityWarning: The mechanism cannot publish usable estimates (a transformation
                 whose coefficient of variation never falls below 0.3, or noise without a
                 finite mean or variance). Decided from the mechanism's parameters only, before
-                any data is read (see :func:`tabdp.planning.usability_issues`).
+                any data is read (see [`usability_issues`][tabdp.planning.usability_issues]).
 
         Raises:
             ColumnNotFoundError: A named column is missing.
@@ -163,8 +163,8 @@ class DPAccessor:
         Args:
             by: Group-by column(s): exactly the key set's columns.
             keys: Public key set.
-            mechanism: A mechanism from :mod:`tabdp.mechanisms`. Counts are integer queries:
-                ``None`` (default) releases them with exact discrete Gaussian noise
+            mechanism: A mechanism from [`mechanisms`][tabdp.mechanisms]. Counts are integer
+                queries: ``None`` (default) releases them with exact discrete Gaussian noise
                 ``DiscreteGaussian(sigma=2.0)`` (ρ = Δ²/8), and ``Gaussian(σ)`` / ``Laplace(b)``
                 are released with their exact integer counterparts ``DiscreteGaussian(σ)`` /
                 ``DiscreteLaplace(b)`` (same guarantee, integer outputs; the session records the
@@ -179,13 +179,14 @@ class DPAccessor:
             max_rows: Public bound on the rows one unit counts in one cell (with ``unit=``):
                 its count contribution is capped there, so the count's policy is at most
                 ρ(max_rows) per cell.
-            form: ``"wide"`` (default) or ``"long"`` (see :meth:`sum`).
+            form: ``"wide"`` (default) or ``"long"`` (see [`sum`][tabdp.frame.DPAccessor.sum]).
             cv: Wide form: also return ``count_cv`` and ``count_flag``.
 
         Returns:
             Key columns, then ``count`` (Int64 on a whole-number grid, the default),
             ``count_sd``, ``count_moe``, ``count_lower``, ``count_upper`` (and ``count_cv``,
-            ``count_flag`` with ``cv=True``); ``form="long"``: see :meth:`sum`.
+            ``count_flag`` with ``cv=True``); ``form="long"``: see
+            [`sum`][tabdp.frame.DPAccessor.sum].
 
         Example:
             >>> import polars as pl, tabdp
@@ -240,8 +241,8 @@ class DPAccessor:
             session: Session recording the release (``None``: one-off, see ``tabdp.last_session``).
             level: Confidence level of the margin of error.
             gamma: Smoothness γ, fixed before seeing data (default: ε₁/3 for PolyPlace, with ε₁
-                the value's share of ε; see :func:`tabdp.mechanisms.smooth.choose_gamma` to pick
-                it from public guesses).
+                the value's share of ε; see [`choose_gamma`][tabdp.mechanisms.smooth.choose_gamma]
+                to pick it from public guesses).
             delta: δ for ``noise="laplace"`` (default 1e-5).
             nulls: Missing values: ``"error"``, ``"zero"`` or ``"drop"``.
             name: Label of the release in the session.
@@ -249,7 +250,7 @@ class DPAccessor:
                 relative grid; see docs/exact-rounding.md).
             uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd``
                 and ``_moe``, in (0, 1) (default: 2γ of ε, i.e. 40% for PolyPlace at the
-                default γ; see :func:`tabdp.mechanisms.smooth.split_epsilon`).
+                default γ; see [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
             form: ``"wide"`` (default) or ``"long"`` (``measure`` is ``{column}_median``).
             cv: Wide form: also return ``_cv`` and ``_flag`` columns.
 
@@ -290,7 +291,7 @@ class DPAccessor:
                   delta: float | None = None, nulls: str = "error", name: str | None = None,
                   grid: Any = None, uncertainty_share: float | None = None,
                   form: str = "wide", cv: bool = False) -> Any:
-        """Private q-quantile of ``column`` per cell of ``keys`` (see :meth:`median`).
+        """Private q-quantile of ``column`` per cell of ``keys`` (see `median`).
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
         (numpy's ``inverted_cdf``); output columns are ``{column}_q{100q}`` (e.g. ``payroll_q90``)
@@ -313,7 +314,7 @@ class DPAccessor:
             grid: Public rounding step of the estimates (``None``: the mechanism's default
                 relative grid; see docs/exact-rounding.md).
             uncertainty_share: Fraction of ε spent on the private noise scale (see
-                :meth:`median`).
+                [`median`][tabdp.frame.DPAccessor.median]).
             form: ``"wide"`` (default) or ``"long"``.
             cv: Wide form: also return ``_cv`` and ``_flag`` columns.
 

@@ -74,19 +74,20 @@ class Session:
         seed: ``None`` (default) for secure OS randomness. An int makes noise reproducible:
             **for tests only**; the report marks the session as not for production.
         budget: Optional public limit on each unit's PRzCDP ρ: a number, a ``{size: rho}``
-            curve, ``{currency: curve}`` or :class:`tabdp.Budget`. It is enforced as an
+            curve, ``{currency: curve}`` or [`tabdp.Budget`][tabdp.Budget]. It is enforced as an
             individual filter: a unit whose loss would pass its limit is left out of that
             query (the query runs; how many units were left out is confidential).
         mode: ``"curator"`` (default): the caller may see the data; bad values under a strict
-            rule (``nulls="error"``...) raise :class:`tabdp.DataValidationError` with a generic
-            message (details in its ``confidential`` attribute). ``"author"``: the caller may
-            not see the microdata (e.g. behind a validation server): every rule must be declared
-            (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and
-            no release raises, warns or returns anything that depends on the data except
-            through the noise. An author-mode session is bound to ONE frame, the curator's
-            (``data=``, or the frame of its first release), whose data is pinned at binding:
-            every release must pass that same object (a derived, relabelled, filtered or
-            reordered frame is refused whatever the data, so a refusal reveals nothing).
+            rule (``nulls="error"``...) raise
+            [`DataValidationError`][tabdp.exceptions.DataValidationError] with a generic message
+            (details in its ``confidential`` attribute). ``"author"``: the caller may not see the
+            microdata (e.g. behind a validation server): every rule must be declared
+            (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and no
+            release raises, warns or returns anything that depends on the data except through the
+            noise. An author-mode session is bound to ONE frame, the curator's (``data=``, or the
+            frame of its first release), whose data is pinned at binding: every release must pass
+            that same object (a derived, relabelled, filtered or reordered frame is refused whatever
+            the data, so a refusal reveals nothing).
         data: Author mode: the curator's frame the session releases (pandas, Polars DataFrame
             or LazyFrame; a LazyFrame is evaluated once, when it is bound).
         track_cells: Keep a CONFIDENTIAL per-cell audit of each release (the largest loss of
@@ -247,7 +248,7 @@ class Session:
         return name
 
     def set_as_last(self) -> None:
-        """Make this session the one :func:`tabdp.last_session` returns.
+        """Make this session the one [`tabdp.last_session`][tabdp.last_session] returns.
 
         A release without ``session=`` runs in a fresh session, which it hands over this way
         so that its report can be read afterwards.
@@ -295,7 +296,8 @@ class Session:
             key: The engine's key (frame identity, grouping, unit, rules).
 
         Returns:
-            The entry stored by :meth:`keep_snapshot` under ``key``, or ``None``.
+            The entry stored by [`keep_snapshot`][tabdp.Session.keep_snapshot] under ``key``, or
+            ``None``.
 
         Example:
             >>> s = Session()
@@ -522,7 +524,7 @@ class Session:
     def check_budget(self, losses: UnitLosses) -> None:
         """Deprecated: budgets are an individual filter now and never refuse a query.
 
-        Kept for one release; it raises nothing. Use :meth:`admit`.
+        Kept for one release; it raises nothing. Use [`admit`][tabdp.Session.admit].
 
         Args:
             losses: Ignored.
@@ -636,11 +638,12 @@ class Session:
 
         Args:
             delta: Optional δ in (0, 1) at which the report also states each record's
-                (ε, δ)-DP loss (column ``epsilon_delta`` of :attr:`Report.per_record`, and
-                the ``epsilon_delta`` entries of the public policy curve).
+                (ε, δ)-DP loss (column ``epsilon_delta`` of
+                [`Report.per_record`][tabdp.Report.per_record], and the ``epsilon_delta`` entries of
+                the public policy curve).
 
         Returns:
-            A :class:`Report`.
+            A [`Report`][tabdp.Report].
 
         Example:
             >>> Session().report().to_dict()["queries"]
@@ -724,12 +727,12 @@ def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float
 class Report:
     """Report of a session: a public summary and a CONFIDENTIAL per-record table.
 
-    * :meth:`to_dict` holds only data-independent content: mechanisms, parameters, policy
-      curves, key-set sizes, the seed policy and budget. It may be published.
-    * :attr:`per_record` holds each unit's actual losses, which reveal its values: it must
-      stay inside the agency.
-    * :meth:`confidential_summary` holds record-derived counts (rows dropped outside the key
-      set, largest loss, quantiles): confidential too.
+    * [`to_dict`][tabdp.Report.to_dict] holds only data-independent content: mechanisms, parameters,
+      policy curves, key-set sizes, the seed policy and budget. It may be published.
+    * [`per_record`][tabdp.Report.per_record] holds each unit's actual losses, which reveal its
+      values: it must stay inside the agency.
+    * [`confidential_summary`][tabdp.Report.confidential_summary] holds record-derived counts (rows
+      dropped outside the key set, largest loss, quantiles): confidential too.
 
     Args:
         session: The session to report on.
@@ -748,7 +751,7 @@ class Report:
         self.delta = None if delta is None else check_dp_delta(delta, "Report")
 
     def write_per_record(self, path: Any, rename: dict[str, str] | None = None) -> None:
-        """Write the CONFIDENTIAL :attr:`per_record` table to a Parquet file.
+        """Write the CONFIDENTIAL [`per_record`][tabdp.Report.per_record] table to a Parquet file.
 
         A streaming session (``Session(streaming=True)``) writes it with the engine, batch by
         batch, without holding it in memory; a Spark session with Spark's writer (one file,
@@ -787,7 +790,7 @@ class Report:
         identified by the unit column (or ``row``, the row position, when each row is a unit).
         ``epsilon`` is ``inf`` if any release touching the unit was not pure. ``size`` is the
         unit's largest absolute contribution to a released cell. When the report has a δ,
-        ``epsilon_delta`` is the unit's (ε, δ)-DP loss at that δ (see :class:`Report`).
+        ``epsilon_delta`` is the unit's (ε, δ)-DP loss at that δ (see [`Report`][tabdp.Report]).
 
         Example:
             >>> Session().report().per_record.columns

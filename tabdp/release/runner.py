@@ -6,17 +6,18 @@ and writes two folders *atomically*: everything is built in temporary folders ne
 targets and renamed into place at the end, so a failure leaves nothing public behind and an
 existing output is only replaced with ``overwrite=True``. The input is never modified.
 
-Records, not positions: without ``input.unit`` every row gets a row id (:data:`ROW_ID`) as the
+Records, not positions: without ``input.unit`` every row gets a row id (`ROW_ID`) as the
 input is read, before any join, filter or sort, and the session follows that id.
 
 Failures: everything checkable without data is checked first (ordinary exceptions). Once the
-data has been read, any failure becomes one :class:`DataDependentFailure` with a fixed message;
-its details go only to ``failure.json`` in the confidential folder.
+data has been read, any failure becomes one
+[`DataDependentFailure`][tabdp.release.DataDependentFailure] with a fixed message; its details go
+only to ``failure.json`` in the confidential folder.
 
 * Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
   ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
   m_sd, m_moe, m_lower, m_upper, m_cv, m_flag`` per measure; the accessor's output model,
-  :mod:`tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained
+  `tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained
   ``summary.html`` and, for a seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the
   noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in it
   depends on the confidential data or on the seed; every file has the manifest's timestamp
@@ -299,8 +300,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         spec: A validated spec.
 
     Returns:
-        A JSON-serializable dict (the layout :func:`tabdp.report.html.render_summary_html`
-        renders).
+        A JSON-serializable dict (the layout
+        [`render_summary_html`][tabdp.report.render_summary_html] renders).
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -646,7 +647,7 @@ def _set_tree(folder: Path, mtime: float | None, dir_mode: int | None,
 class _Staging:
     """Temporary sibling folders renamed onto the targets only if the block succeeds.
 
-    Staging folders are named after the run's process (see :func:`clean_stale_staging`), so a
+    Staging folders are named after the run's process (see `clean_stale_staging`), so a
     later run can tell a killed run's leftovers from a running one's.
     """
 
@@ -1189,7 +1190,7 @@ class DataDependentFailure(DataValidationError):
     Whatever the cause (a value the rules refuse, a schema problem, a budget, a bug triggered
     by a value), the message is always the same: it names no value, count, column or unit, so
     the failure tells its reader only that the run failed. The details are written to
-    ``failure.json`` in the confidential folder (:attr:`failure_file`), readable by the owner
+    ``failure.json`` in the confidential folder (`failure_file`), readable by the owner
     only. Nothing public is written.
 
     Attributes:
@@ -1297,8 +1298,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     Everything that can be checked without data is checked first (seed, output folders, stale
     staging folders of a killed run, input presence); those errors are ordinary exceptions.
     Once the data has been read, every failure, whatever its cause, becomes one
-    :class:`DataDependentFailure` with a fixed message: the details go only to
-    ``failure.json`` in the confidential folder, and nothing public is written.
+    [`DataDependentFailure`][tabdp.release.DataDependentFailure] with a fixed message: the details
+    go only to ``failure.json`` in the confidential folder, and nothing public is written.
 
     Args:
         spec: A validated spec.
@@ -1730,7 +1731,8 @@ def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]
 
     Args:
         usable: ``{table: {measure: {"cells", "publishable_share", "flagged_share",
-            "negative_share"}}}`` (:func:`tabdp.planning.published_usability` per table).
+            "negative_share"}}}`` ([`published_usability`][tabdp.planning.published_usability] per
+            table).
 
     Returns:
         The sentences (post-processing of the published flags only).
@@ -1763,7 +1765,7 @@ def summary_grid(summary: dict[str, Any], table: str) -> dict[str, Any]:
     """The public grid of each measure of ``table`` in a plan summary (numbers only).
 
     Args:
-        summary: :func:`plan_summary` output.
+        summary: [`plan_summary`][tabdp.release.plan_summary] output.
         table: Table name.
 
     Returns:

@@ -2,10 +2,10 @@
 
 A spec is parsed and validated entirely before any data is read: unknown keys are refused, and
 every error names the key path (``tables[2].mechanism.sigma``), the value received, what is
-allowed and how to fix it (:class:`tabdp.SpecError`). Relative paths are resolved against the
-folder of the spec file. Public metadata files named by the spec (hierarchies, domains, allowed
-key combinations) are read by :func:`load_spec` — they are public input, never the confidential
-data.
+allowed and how to fix it ([`SpecError`][tabdp.exceptions.SpecError]). Relative paths are resolved
+against the folder of the spec file. Public metadata files named by the spec (hierarchies, domains,
+allowed key combinations) are read by [`load_spec`][tabdp.release.load_spec] — they are public
+input, never the confidential data.
 
 The TOML schema (every key not listed is refused)::
 
@@ -297,15 +297,16 @@ class RollupSpec:
 class TableSpec:
     """``[[tables]]``: one released table.
 
-    ``mechanism`` is always a built :class:`tabdp.mechanisms.Mechanism`: the one the spec's
-    ``mechanism`` table describes, or the result of :func:`tabdp.calibrate` for a ``calibrate``
-    table (run once while parsing: it reads no data), or ``DiscreteGaussian(sigma=2.0)`` for a
-    count with neither. ``calibration`` is set only for calibrated tables: the validated
-    ``calibrate`` table as ``{"family", "targets": {size: rho} (float keys), "typical_total",
-    "fixed": {...}, "objective"}``. ``raw_mechanism`` is the mechanism as a plain dict with its
-    ``family`` (as written, the calibrated parameters, or the count default) for the manifest.
-    ``measures`` is empty for a count (its output column, and its ``grid`` key, is ``count``).
-    ``keys_file`` is the allowed-key-combinations file (absolute) when ``keys`` is given.
+    ``mechanism`` is always a built [`Mechanism`][tabdp.mechanisms.Mechanism]: the one the spec's
+    ``mechanism`` table describes, or the result of [`calibrate`][tabdp.calibrate.calibrate] for a
+    ``calibrate`` table (run once while parsing: it reads no data), or
+    ``DiscreteGaussian(sigma=2.0)`` for a count with neither. ``calibration`` is set only for
+    calibrated tables: the validated ``calibrate`` table as ``{"family", "targets": {size: rho}
+    (float keys), "typical_total", "fixed": {...}, "objective"}``. ``raw_mechanism`` is the
+    mechanism as a plain dict with its ``family`` (as written, the calibrated parameters, or the
+    count default) for the manifest. ``measures`` is empty for a count (its output column, and its
+    ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
+    ``keys`` is given.
     """
 
     name: str
@@ -364,7 +365,7 @@ class ReleaseSpec:
 
     @property
     def public_sha256(self) -> str:
-        """SHA-256 of the canonical JSON of :attr:`public_raw` (the hash outputs may publish).
+        """SHA-256 of the canonical JSON of `public_raw` (the hash outputs may publish).
 
         Two specs that differ only in ``[randomness]`` have the same public hash, so it tells
         nothing about the seed.
@@ -389,7 +390,7 @@ def redact_spec(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def public_spec_hash(raw: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical JSON of :func:`redact_spec` of ``raw``.
+    """SHA-256 (hex) of the canonical JSON of `redact_spec` of ``raw``.
 
     Canonical JSON: keys sorted, no whitespace, UTF-8, values that are not JSON (dates) as text.
 
@@ -1304,7 +1305,7 @@ def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -
     r"""The allowed key combinations of a table, typed like the domains.
 
     Args:
-        file: The keys file (validated by :func:`parse_spec`).
+        file: The keys file (validated by [`parse_spec`][tabdp.release.parse_spec]).
         by: The table's key columns (output order).
         domains: The spec's domains.
 
@@ -1474,7 +1475,7 @@ def load_spec(path: str | Path) -> ReleaseSpec:
         path: The spec file.
 
     Returns:
-        The validated :class:`ReleaseSpec`.
+        The validated [`ReleaseSpec`][tabdp.release.ReleaseSpec].
 
     Raises:
         SpecError: The file is missing, not valid TOML, or breaks the schema (the message names
@@ -1709,7 +1710,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
         sha256: Hash of the file bytes, if any (else computed from canonical JSON of ``data``).
 
     Returns:
-        The validated :class:`ReleaseSpec`.
+        The validated [`ReleaseSpec`][tabdp.release.ReleaseSpec].
 
     Raises:
         SpecError: Any schema violation, with its key path.

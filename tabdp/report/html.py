@@ -3,19 +3,19 @@
 ``summary.html`` (and a plan's ``plan.html``) may be published; ``confidential_report.html``
 must stay inside the agency.
 
-Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.plotting`), no
+Both pages are single files: inline CSS, plots as inline SVG ([`plotting`][tabdp.plotting]), no
 script, no external font, stylesheet or image, and a Content-Security-Policy that forbids the
 browser to load anything. They print cleanly (``@media print``). Every piece of text taken from
-the inputs is escaped with :func:`html.escape`. Rendering is deterministic: the same input gives
+the inputs is escaped with `html.escape`. Rendering is deterministic: the same input gives
 the same bytes.
 
-* :func:`render_summary_html` renders the public summary of a release (``summary.json``): what is
-  protected, the per-record loss curves, the expected errors, each table's mechanism and rules,
-  the flag codes, the column dictionary and the file list. It holds nothing computed from
-  records.
-* :func:`render_confidential_html` renders the confidential report: each unit's actual loss
-  (distribution, most exposed units), the worst cells and the data-handling counts. It must stay
-  inside the agency.
+* [`render_summary_html`][tabdp.report.render_summary_html] renders the public summary of a release
+  (``summary.json``): what is protected, the per-record loss curves, the expected errors, each
+  table's mechanism and rules, the flag codes, the column dictionary and the file list. It holds
+  nothing computed from records.
+* [`render_confidential_html`][tabdp.report.render_confidential_html] renders the confidential
+  report: each unit's actual loss (distribution, most exposed units), the worst cells and the
+  data-handling counts. It must stay inside the agency.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def fmt(x: Any) -> str:
 
 
 def _e(x: Any) -> str:
-    """Escaped text of any value (numbers through :func:`fmt`)."""
+    """Escaped text of any value (numbers through `fmt`)."""
     if isinstance(x, str):
         return html.escape(x)
     return html.escape(fmt(x))
@@ -463,7 +463,7 @@ def _budget_points(budget: Mapping[str, Any]) -> list[tuple[float, float]]:
 
 
 def _budget_object(budget: Any) -> Budget | None:
-    """A :class:`Budget` from its public dict (``to_dict`` form, or ``sizes`` / ``rho``)."""
+    """A `Budget` from its public dict (``to_dict`` form, or ``sizes`` / ``rho``)."""
     if budget is None:
         return None
     try:
@@ -1129,11 +1129,11 @@ def _nan_max(e: pl.Expr) -> pl.Expr:
 
 
 def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
-    """:func:`_losses_eager` with streaming queries: memory independent of the number of rows.
+    """`_losses_eager` with streaming queries: memory independent of the number of rows.
 
     Every query runs with ``collect(engine="streaming")`` and returns a bounded result: one row
     of totals, the histogram's bin counts, the order statistics of the quantiles
-    (:func:`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
+    (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
     """
     cols = lf.collect_schema().names()
     has_rho, has_size = "rho" in cols, "size" in cols
