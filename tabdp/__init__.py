@@ -1,6 +1,7 @@
 """tabdp: differentially private grouped tables with per-record (slowly scaling) guarantees.
 
-Importing tabdp registers the ``.dp`` accessor on pandas and Polars frames.
+Importing tabdp registers the ``.dp`` accessor on pandas and Polars frames; ``tabdp.dp(frame)``
+returns the same accessor typed for mypy and pyright.
 
 Example:
     >>> import polars as pl, tabdp
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checker
         calibrate,
         compare_families,
     )
-    from tabdp.frame import KeySet
+    from tabdp.frame import KeySet, dp
     from tabdp.privacy import Budget, Report, Session, last_session
     from tabdp.rng import RandomSource
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checker
 # fast: SciPy, Matplotlib, mpmath, python-flint, pandas and Polars load only when used.
 _LAZY: dict[str, str] = {
     "KeySet": "tabdp.frame",
+    "dp": "tabdp.frame",
     "Session": "tabdp.privacy",
     "Report": "tabdp.privacy",
     "Budget": "tabdp.privacy",
@@ -109,6 +111,7 @@ __all__ = [
     "mechanisms",
     "noise",
     "KeySet",
+    "dp",
     "Session",
     "Report",
     "Budget",

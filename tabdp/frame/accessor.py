@@ -1,13 +1,15 @@
 """The ``.dp`` accessor on pandas DataFrames, Polars DataFrames / LazyFrames and Spark frames.
 
 The accessor holds no state: pandas rebuilds it on every attribute access and Polars caches it
-per frame, so sessions are passed explicitly (``session=``).
+per frame, so sessions are passed explicitly (``session=``). ``tabdp.dp(frame)`` returns the same
+accessor with types a type checker can follow (``frame.dp`` is registered at run time, which
+mypy and pyright cannot see).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import pandas as pd
 import polars as pl
@@ -22,16 +24,22 @@ from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
-__all__ = ["DPAccessor"]
+__all__ = ["DPAccessor", "dp"]
+
+#: The frame type the accessor's releases return (pandas → pandas, Polars → Polars DataFrame).
+_Out = TypeVar("_Out")
 
 
-class DPAccessor:
+class DPAccessor(Generic[_Out]):
     """Differentially private grouped releases: ``df.dp.sum(...)``, ``df.dp.count(...)``.
 
     Registered on ``pandas.DataFrame`` and on ``polars.DataFrame`` / ``polars.LazyFrame`` when
     tabdp is imported, and on ``pyspark.sql.DataFrame`` when PySpark is imported (tabdp never
     imports it): on a Spark DataFrame every release runs in Spark and returns a Spark DataFrame
     (`tabdp.frame._spark`, docs/spark.md).
+
+    For type checkers use [`tabdp.dp(frame)`][tabdp.dp], which returns this accessor typed by
+    the frame's library (``DPAccessor[pandas.DataFrame]`` or ``DPAccessor[polars.DataFrame]``).
 
     Args:
         frame: The frame the accessor is attached to.
@@ -47,6 +55,13 @@ class DPAccessor:
         (['county', 'payroll', 'payroll_sd', 'payroll_moe', 'payroll_lower', 'payroll_upper'], 3)
     """
 
+    # the frame's library gives the results' type, also for ``DPAccessor(frame)`` spelled out
+    @overload
+    def __init__(self: DPAccessor[pd.DataFrame], frame: pd.DataFrame) -> None: ...
+    @overload
+    def __init__(self: DPAccessor[pl.DataFrame], frame: pl.DataFrame | pl.LazyFrame) -> None: ...
+    @overload
+    def __init__(self: DPAccessor[Any], frame: Any) -> None: ...
     def __init__(self, frame: Any) -> None:
         """Wrap a pandas, Polars or narwhals-compatible ``frame`` (done by ``frame.dp``)."""
         self._frame = frame
@@ -55,7 +70,7 @@ class DPAccessor:
             mechanism: Mechanism, session: Session | None = None,
             level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
             grid: Any = None, negatives: str | None = None, max_cells: int | None = None,
-            form: str = "wide", cv: bool = False) -> Any:
+            form: str = "wide", cv: bool = False) -> _Out:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
         A unit's per-record sensitivity Δ in a cell is the absolute sum of its rows there (each
@@ -155,7 +170,7 @@ class DPAccessor:
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
               name: str | None = None, grid: Any = None, max_cells: int | None = None,
-              max_rows: int | None = None, form: str = "wide", cv: bool = False) -> Any:
+              max_rows: int | None = None, form: str = "wide", cv: bool = False) -> _Out:
         """Noisy row counts per cell of ``keys`` (output measure ``count``).
 
         A unit's Δ in a cell is its number of rows there (1 when each row is a unit).
@@ -218,7 +233,7 @@ class DPAccessor:
                 gamma: float | None = None, delta: float | None = None, nulls: str = "error",
                 name: str | None = None, grid: Any = None,
                 uncertainty_share: float | None = None, form: str = "wide",
-                cv: bool = False) -> Any:
+                cv: bool = False) -> _Out:
         """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, [HT24]).
 
         The (lower) median of the values clipped to the public ``bounds`` is released with noise
@@ -290,7 +305,7 @@ class DPAccessor:
                   level: float = DEFAULT_LEVEL, gamma: float | None = None,
                   delta: float | None = None, nulls: str = "error", name: str | None = None,
                   grid: Any = None, uncertainty_share: float | None = None,
-                  form: str = "wide", cv: bool = False) -> Any:
+                  form: str = "wide", cv: bool = False) -> _Out:
         """Private q-quantile of ``column`` per cell of ``keys`` (see `median`).
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
@@ -345,6 +360,56 @@ class DPAccessor:
                                 delta=delta, session=session, level=level, nulls=nulls, name=name,
                                 grid=grid, uncertainty_share=uncertainty_share, form=form,
                                 cv=cv)
+
+
+@overload
+def dp(frame: pd.DataFrame) -> DPAccessor[pd.DataFrame]: ...
+@overload
+def dp(frame: pl.DataFrame | pl.LazyFrame) -> DPAccessor[pl.DataFrame]: ...
+@overload
+def dp(frame: Any) -> DPAccessor[Any]: ...
+def dp(frame: Any) -> DPAccessor[Any]:
+    """The ``.dp`` accessor of ``frame``, typed: ``tabdp.dp(df).sum(...)`` is ``df.dp.sum(...)``.
+
+    Importing tabdp registers ``.dp`` on pandas and Polars frames at run time, which type
+    checkers cannot see (mypy reports ``attr-defined`` on Polars frames, and a misleading
+    overload error on pandas ones). This function returns the same accessor with its release
+    methods typed by the frame's library: a pandas DataFrame gives pandas DataFrames, a Polars
+    DataFrame or LazyFrame gives Polars DataFrames, and a PySpark DataFrame (typed ``Any``)
+    gives Spark DataFrames.
+
+    Args:
+        frame: A pandas DataFrame, a Polars DataFrame or LazyFrame, or a PySpark DataFrame.
+
+    Returns:
+        The accessor: `sum`, `count`, `median` and `quantile` as documented on
+        [`DPAccessor`][tabdp.frame.DPAccessor].
+
+    Raises:
+        UnsupportedBackendError: ``frame`` is none of these (also a ``TypeError``).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"county": ["a", "a", "b"], "payroll": [10.0, 20.0, 5.0]})
+        >>> keys = tabdp.KeySet.from_dict(county=["a", "b"])
+        >>> out = tabdp.dp(df).sum("payroll", by="county", keys=keys,
+        ...                        mechanism=tabdp.mechanisms.Gaussian(sigma=1.0),
+        ...                        session=tabdp.Session(seed=0))
+        >>> out.columns[:3], out.height
+        (['county', 'payroll', 'payroll_sd'], 2)
+        >>> tabdp.dp({"payroll": [1.0]})
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.UnsupportedBackendError: tabdp.dp: expected a pandas DataFrame, ...
+    """
+    if isinstance(frame, (pd.DataFrame, pl.DataFrame, pl.LazyFrame)) or is_spark_frame(frame):
+        return DPAccessor(frame)
+    from tabdp.exceptions import UnsupportedBackendError
+
+    raise UnsupportedBackendError(
+        "tabdp.dp: expected a pandas DataFrame, a Polars DataFrame or LazyFrame, or a PySpark "
+        f"DataFrame; got an object of type {type(frame).__module__}.{type(frame).__qualname__}."
+        "\nHint: build a frame first, e.g. polars.DataFrame(data) or pandas.DataFrame(data).")
 
 
 def register() -> None:
