@@ -214,3 +214,15 @@ def test_readme_python_runs_from_the_installed_wheel(wheel_site: Path, tmp_path:
     assert re.search(r"payroll \$20,000,000,000: rho <= 50\.00 ", out), out
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"readme_{i}.py"
                                                            for i in range(len(outputs))]
+
+
+@pytest.mark.slow
+def test_wheel_metadata_has_the_project_urls(wheel_site: Path) -> None:
+    (meta,) = wheel_site.glob("tabdp-*.dist-info/METADATA")
+    urls = dict(line.removeprefix("Project-URL: ").split(", ", 1)
+                for line in meta.read_text(encoding="utf-8").splitlines()
+                if line.startswith("Project-URL: "))
+    assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}, urls
+    assert all(u.startswith("https://") for u in urls.values())
+    assert urls["Changelog"].startswith(urls["Source"]) and urls["Issues"].startswith(
+        urls["Source"])
