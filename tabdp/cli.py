@@ -42,6 +42,7 @@ command fails.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import threading
 import time
@@ -98,6 +99,69 @@ def exit_code(err: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+class _WorkShare:
+    """The share of a release's expected work done at each progress step, from public counts.
+
+    ``run_release`` reports ``(step, steps, what)``: step 1 releases every table (one pass over
+    the input each, reported per table as ``"<name>: reading and aggregating the input"``, then
+    ``"<name>: drawing noise ..."``), then one step per rollup, then the writing of the outputs,
+    where the confidential per-record file is one more pass over the input. Equal steps would
+    show 1/12 for most of a large run; here each table's pass weighs ``RELEASE`` (its reading
+    and aggregation ``READ`` of it), each rollup ``ROLLUP``, the public files ``PUBLIC`` and the
+    per-record file ``PER_RECORD``. The counts come from the steps' own (public) messages: the
+    number of tables from ``"releasing K tables"``, the number of rollups from ``steps``. The
+    share never decreases; messages of another form fall back to equal steps.
+
+    Example:
+        >>> share = _WorkShare()
+        >>> share(1, 4, "releasing 2 tables (10 cells)")
+        0.0
+        >>> round(share(1, 4, "a: drawing noise for 5 cells"), 3)   # table 1 of 2 read
+        0.242
+        >>> round(share(2, 4, "rolling a up to b"), 3)               # both tables done
+        0.606
+    """
+
+    READ = 0.8
+    RELEASE = 1.0
+    ROLLUP = 0.1
+    PUBLIC = 0.1
+    PER_RECORD = 1.0
+
+    def __init__(self) -> None:
+        self.tables: int | None = None
+        self.names: list[str] = []
+        self.last = 0.0
+
+    def __call__(self, i: int, n: int, what: str) -> float:
+        """The share done when step ``i`` of ``n`` reports ``what`` (in [0, 1], never less)."""
+        self.last = max(self.last, min(max(self._share(i, n, what), 0.0), 1.0))
+        return self.last
+
+    def _share(self, i: int, n: int, what: str) -> float:
+        if self.tables is None:
+            m = re.match(r"releasing (\d+) tables?\b", what)
+            if i != 1 or m is None:
+                return (i - 1) / max(n, 1)
+            self.tables = int(m.group(1))
+        k, rollups = self.tables, max(n - 2, 0)
+        total = k * self.RELEASE + rollups * self.ROLLUP + self.PUBLIC + self.PER_RECORD
+        if i <= 1:
+            name, sep, phase = what.partition(": ")
+            if not sep:
+                return 0.0
+            if name not in self.names:
+                self.names.append(name)
+            before = min(len(self.names) - 1, k - 1) * self.RELEASE
+            read = 0.0 if phase.startswith("reading") else self.READ
+            return (before + read) / total
+        done = k * self.RELEASE
+        if i < n:
+            return (done + (i - 2) * self.ROLLUP) / total
+        done += rollups * self.ROLLUP
+        return (done + (self.PUBLIC if "confidential/" in what else 0.0)) / total
+
+
 class _Bar:
     """A plain progress bar on stderr.
 
@@ -113,6 +177,7 @@ class _Bar:
         self.tty = stream.isatty()
         self.t0 = time.monotonic()
         self.held: list[str] = []
+        self.share = _WorkShare()
         self._line = ""
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -122,8 +187,9 @@ class _Bar:
         if not self.enabled:
             return
         width = 24
-        done = int(width * i / max(n, 1))
-        line = f"[{'#' * done}{'.' * (width - done)}] {i}/{n} {what}"
+        share = self.share(i, n, what)   # weighted by expected work, not by step count
+        done = int(width * share)
+        line = f"[{'#' * done}{'.' * (width - done)}] {100 * share:3.0f}% {i}/{n} {what}"
         if not self.tty:
             self.held.append(line + "\n")
             return
