@@ -423,9 +423,55 @@ def _legend(ax: Axes, n: int) -> None:
 
 
 # -- public plots ---------------------------------------------------------------------------------
+#: One plotted series: its legend label, x and y (finite, > 0, sorted by x).
+_Series = tuple[str, np.ndarray, np.ndarray]
+
+
+def _merge_identical(series: Sequence[_Series]) -> list[_Series]:
+    """Series with exactly the same points drawn once, their labels joined ("a, b")."""
+    merged: dict[bytes, tuple[list[str], np.ndarray, np.ndarray]] = {}
+    for label, x, y in series:
+        sig = np.concatenate([x, y]).tobytes() + str(x.size).encode()
+        merged.setdefault(sig, ([], x, y))[0].append(label)
+    return [(", ".join(labels), x, y) for labels, x, y in merged.values()]
+
+
+def _by_unit(labels: Sequence[str], units: Mapping[str, str] | None) -> dict[str | None, list[str]]:
+    """Labels grouped by their unit of measure (one group, ``None``, without ``units``)."""
+    groups: dict[str | None, list[str]] = {}
+    for label in labels:
+        unit = None if units is None else units.get(label)
+        groups.setdefault(unit if unit is None else str(unit), []).append(label)
+    return groups
+
+
+def _panel_figure(n: int) -> tuple[Figure, list[Axes]]:
+    return _new_figure(width=7.2 if n == 1 else max(7.2, 4.4 * n), height=4.2, ncols=n)
+
+
+def _sum_curves(rows: Sequence[Sequence[Mapping[str, Any]]], key: str) -> list[dict[str, Any]]:
+    """Pointwise sum of loss curves at the record sizes every curve has a finite value for."""
+    common: dict[float, float] | None = None
+    for curve in rows:
+        values: dict[float, float] = {}
+        for r in curve:
+            d, v = _float(r.get("delta")), _float(r.get(key))
+            if d is not None and v is not None:
+                values[d] = v
+        common = values if common is None else {d: common[d] + v for d, v in values.items()
+                                                if d in common}
+    return [{"delta": d, key: v} for d, v in sorted((common or {}).items())]
+
+
 def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], *, title: str,
-                    ylabel: str = "per-record loss ρ (PRzCDP)", key: str = "rho") -> str:
+                    ylabel: str = "per-record loss ρ (PRzCDP)", key: str = "rho",
+                    units: Mapping[str, str] | None = None) -> str:
     """Log-log plot of per-record privacy loss curves against record size Δ.
+
+    Record sizes in different units of measure (dollars of payroll, employees, rows of a count)
+    are never put on one axis: with ``units``, each unit gets a panel of its own. Curves with
+    exactly the same points are drawn once, with their labels joined in the legend, so no
+    series hides behind another.
 
     Args:
         curves: Label → rows ``{"delta": record size Δ, "rho": ..., "epsilon": ...}`` (any
@@ -435,6 +481,10 @@ def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], 
         title: Plot title.
         ylabel: Label of the y axis.
         key: Which value of the rows to plot (``"rho"``, ``"epsilon"``, ``"epsilon_delta"``...).
+        units: Label → unit of measure of its record sizes (e.g. ``"payroll"``, ``"rows"``).
+            One panel per unit, in order of first appearance. A given ``"total"`` curve is
+            drawn only when there is one panel; with several, each panel with more than one
+            curve gets the total of its own curves (losses are never added across units).
 
     Returns:
         An ``<svg ...>...</svg>`` string.
@@ -446,21 +496,56 @@ def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], 
         True
         >>> svg == loss_curves_svg({"t1": rows, "total": rows}, title="Loss")
         True
+        >>> svg = loss_curves_svg({"pay": rows, "staff": rows, "n": rows}, title="Loss",
+        ...                       units={"pay": "payroll", "staff": "employment", "n": "rows"})
+        >>> "record size Δ (payroll)" in svg and "record size Δ (rows)" in svg
+        True
     """
     with rc_context(_RC):
-        fig, (ax,) = _new_figure()
-        n = 0
-        ordered = [k for k in curves if k != "total"] + (["total"] if "total" in curves else [])
-        for i, label in enumerate(ordered):
+        return _to_svg(_loss_figure(curves, title, ylabel, key, units), "loss", title)
+
+
+def _loss_figure(curves: Mapping[str, Sequence[Mapping[str, float | None]]], title: str,
+                 ylabel: str, key: str, units: Mapping[str, str] | None) -> Figure:
+    """The figure of `loss_curves_svg` (drawn under its rc settings)."""
+    labels = [k for k in curves if k != "total"]
+    groups = _by_unit(labels, units) or {None: []}
+    fig, axes = _panel_figure(len(groups))
+    colour = 0
+    for ax, (unit, members) in zip(axes, groups.items(), strict=True):
+        series: list[_Series] = []
+        for label in members:
             rows = curves[label]
-            x, y = _positive_pairs([r.get("delta") for r in rows], [r.get(key) for r in rows])
-            if x.size == 0:
-                continue
-            if label == "total":
-                ax.plot(x, y, color=_TOTAL_COLOR, linewidth=3.0, marker="o", markersize=4.5,
-                        label=_text(label), zorder=5)
+            x, y = _positive_pairs([r.get("delta") for r in rows],
+                                   [r.get(key) for r in rows])
+            if x.size:
+                series.append((label, x, y))
+        total: Sequence[Mapping[str, Any]] | None = None
+        if len(groups) == 1:
+            total = curves.get("total")
+        elif len(members) > 1:
+            total = _sum_curves([curves[m] for m in members], key)
+        drawn = _merge_identical(series)
+        if total:
+            tx, ty = _positive_pairs([r.get("delta") for r in total],
+                                     [r.get(key) for r in total])
+            if tx.size:
+                # a total equal to one drawn series (one table): one line, both labels
+                same = [i for i, (_, x, y) in enumerate(drawn)
+                        if np.array_equal(x, tx) and np.array_equal(y, ty)]
+                if same:
+                    label, _, _ = drawn.pop(same[0])
+                    drawn.append((f"total = {label}", tx, ty))
+                else:
+                    drawn.append(("total", tx, ty))
+        n = 0
+        for label, x, y in drawn:
+            if label == "total" or label.startswith("total = "):
+                ax.plot(x, y, color=_TOTAL_COLOR, linewidth=3.0, marker="o",
+                        markersize=4.5, label=_text(label), zorder=5)
             else:
-                j = i % len(PALETTE)
+                j = colour % len(PALETTE)   # colours run on across panels
+                colour += 1
                 ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j],
                         markersize=4.5, label=_text(label), zorder=3)
             n += 1
@@ -469,15 +554,26 @@ def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], 
             _legend(ax, n)
         else:
             _no_data(ax, "no positive losses to plot")
-        ax.set_xlabel("record size Δ (largest contribution to one cell)")
+        ax.set_xlabel("record size Δ (largest contribution to one cell)" if unit is None
+                      else _text(f"record size Δ ({unit})"))
         ax.set_ylabel(_text(ylabel))
-        ax.set_title(_text(title))
-        return _to_svg(fig, "loss", title)
+        if unit is not None and len(groups) > 1:
+            ax.set_title(_text(unit), fontsize=11)
+    if len(groups) > 1:
+        fig.suptitle(_text(title))
+    else:
+        axes[0].set_title(_text(title))
+    return fig
 
 
 def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title: str,
-                   cv_line: float | None = None, cv_label: str = "CV flag") -> str:
+                   cv_line: float | None = None, cv_label: str = "CV flag",
+                   units: Mapping[str, str] | None = None) -> str:
     """Relative margin of error (moe / total) against the true cell total, log-log.
+
+    Cell totals in different units of measure (dollars, employees, counts) are never put on one
+    axis: with ``units``, each unit gets a panel of its own. Curves with exactly the same points
+    are drawn once, with their labels joined in the legend.
 
     Args:
         curves: Label → rows ``{"total": true cell total, "sd": ..., "moe": ...,
@@ -488,6 +584,8 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
             horizontal line, e.g. where the coefficient of variation reaches the CV flag
             threshold (for a symmetric noise law at level L: ``cv_flag * z_L``).
         cv_label: Text written on the reference line.
+        units: Label → unit of measure of its cell totals (e.g. ``"payroll"``, ``"rows"``):
+            one panel per unit, in order of first appearance.
 
     Returns:
         An ``<svg ...>...</svg>`` string.
@@ -499,9 +597,20 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
         True
     """
     with rc_context(_RC):
-        fig, (ax,) = _new_figure()
-        n = 0
-        for i, (label, rows) in enumerate(curves.items()):
+        return _to_svg(_moe_figure(curves, title, cv_line, cv_label, units), "moe", title)
+
+
+def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
+                cv_line: float | None, cv_label: str, units: Mapping[str, str] | None) -> Figure:
+    """The figure of `moe_curves_svg` (drawn under its rc settings)."""
+    groups = _by_unit(list(curves), units) or {None: []}
+    cv = _float(cv_line)
+    fig, axes = _panel_figure(len(groups))
+    colour = 0
+    for ax, (unit, members) in zip(axes, groups.items(), strict=True):
+        series: list[_Series] = []
+        for label in members:
+            rows = curves[label]
             rel = []
             for r in rows:
                 v = r.get("rel_moe")
@@ -510,29 +619,37 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
                     v = m / t if t and m is not None else None
                 rel.append(v)
             x, y = _positive_pairs([r.get("total") for r in rows], rel)
-            if x.size == 0:
-                continue
-            j = i % len(PALETTE)
-            ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j], markersize=4.5,
-                    label=_text(label), zorder=3)
-            n += 1
-        cv = _float(cv_line)
-        if n:
+            if x.size:
+                series.append((label, x, y))
+        drawn = _merge_identical(series)
+        for label, x, y in drawn:
+            j = colour % len(PALETTE)   # colours run on across panels
+            colour += 1
+            ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j],
+                    markersize=4.5, label=_text(label), zorder=3)
+        if drawn:
             _style_log_axes(ax)
             if cv is not None and cv > 0:
                 ax.axhline(cv, color="#444444", linestyle="--", linewidth=1.2, zorder=2)
-                ax.annotate(_text(cv_label), xy=(1.0, cv), xycoords=("axes fraction", "data"),
-                            xytext=(-4, 4), textcoords="offset points", ha="right",
-                            va="bottom", color="#333333", fontsize=9, zorder=6,
+                ax.annotate(_text(cv_label), xy=(1.0, cv),
+                            xycoords=("axes fraction", "data"), xytext=(-4, 4),
+                            textcoords="offset points", ha="right", va="bottom",
+                            color="#333333", fontsize=9, zorder=6,
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
                                   "alpha": 0.85})
-            _legend(ax, n)
+            _legend(ax, len(drawn))
         else:
             _no_data(ax, "no expected-error rows to plot")
-        ax.set_xlabel("true cell total")
+        ax.set_xlabel("true cell total" if unit is None
+                      else _text(f"true cell total ({unit})"))
         ax.set_ylabel("relative margin of error (moe / total)")
-        ax.set_title(_text(title))
-        return _to_svg(fig, "moe", title)
+        if unit is not None and len(groups) > 1:
+            ax.set_title(_text(unit), fontsize=11)
+    if len(groups) > 1:
+        fig.suptitle(_text(title))
+    else:
+        axes[0].set_title(_text(title))
+    return fig
 
 
 def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.ndarray:
