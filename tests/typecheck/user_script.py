@@ -1,4 +1,5 @@
-"""A user's script, type-checked in CI (``.ci/lint``): mypy --strict must report no error.
+# pyright: strict
+"""A user's script, type-checked in CI (``.ci/lint``): mypy --strict and pyright (strict) pass.
 
 It uses tabdp the way an analyst would, through the typed entry point ``tabdp.dp(frame)`` (the
 ``.dp`` attribute is registered at run time and invisible to type checkers). The annotations

@@ -1,7 +1,7 @@
 """Misuses the type checker must catch (``.ci/lint`` expects an error on each marked line).
 
-Each line ending in ``# error: <code>`` must get a mypy error of that code, and no other line
-any: this shows the typed entry point carries real types (not ``Any``).
+Each line ending in ``# error: <code>`` must get a mypy error of that code (and a pyright error),
+and no other line any: this shows the typed entry point carries real types (not ``Any``).
 """
 
 from __future__ import annotations
