@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast bench wheel clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,5 +32,10 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_release.py
 
+# The sdist and the wheel, into dist/ (`build` is not a runtime or test dependency: installed here)
+wheel: $(STAMP)
+	$(BIN)/python -m pip install --quiet "build>=1.2"
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf $(VENV) out tabdp-demo .pytest_cache
+	rm -rf $(VENV) out tabdp-demo .pytest_cache dist

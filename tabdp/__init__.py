@@ -1,6 +1,7 @@
 """tabdp: differentially private grouped tables with per-record (slowly scaling) guarantees.
 
-Importing tabdp registers the ``.dp`` accessor on pandas and Polars frames.
+Importing tabdp registers the ``.dp`` accessor on pandas and Polars frames; ``tabdp.dp(frame)``
+returns the same accessor typed for mypy and pyright.
 
 Example:
     >>> import polars as pl, tabdp
@@ -45,7 +46,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checker
         compare_families,
     )
     from tabdp.curator import AuthorSession, Curator
-    from tabdp.frame import KeySet
+    from tabdp.frame import KeySet, dp
     from tabdp.privacy import Budget, Report, Session, last_session
     from tabdp.rng import RandomSource
 
@@ -55,6 +56,7 @@ _LAZY: dict[str, str] = {
     "KeySet": "tabdp.frame",
     "Curator": "tabdp.curator",
     "AuthorSession": "tabdp.curator",
+    "dp": "tabdp.frame",
     "Session": "tabdp.privacy",
     "Report": "tabdp.privacy",
     "Budget": "tabdp.privacy",
@@ -115,6 +117,7 @@ __all__ = [
     "KeySet",
     "Curator",
     "AuthorSession",
+    "dp",
     "Session",
     "Report",
     "Budget",

@@ -13,8 +13,8 @@ after ``pyspark.sql.dataframe`` is imported: importing PySpark (and starting its
 to register would cost seconds on every ``import tabdp``.
 
 What is registered is a small factory: the first ``.dp`` access imports
-:mod:`tabdp.frame.accessor`, whose :func:`~tabdp.frame.accessor.register` then installs the real
-:class:`~tabdp.frame.accessor.DPAccessor` class on both libraries.
+`tabdp.frame.accessor`, whose [`register`][tabdp.frame.register] then installs the real
+[`DPAccessor`][tabdp.frame.DPAccessor] class on both libraries.
 
 Example:
     >>> import polars as pl, tabdp
@@ -37,7 +37,7 @@ __all__ = ["install"]
 
 
 class _LazyDP:
-    """Stand-in for :class:`tabdp.frame.accessor.DPAccessor` until the frame layer is imported.
+    """Stand-in for [`DPAccessor`][tabdp.frame.DPAccessor] until the frame layer is imported.
 
     Calling it (what ``df.dp`` does) imports the frame layer, installs the real class on both
     libraries and returns a real accessor bound to the frame.

@@ -1,13 +1,13 @@
 r"""On-disk cache of the exact samplers' tables (docs/exact-rounding.md §4.7).
 
 The exact samplers' tables (the Gaussian Taylor tables, the certified Arb tables of
-:mod:`tabdp.noise.rounding.certified`) take from 0.1 s to several seconds per law to build. They
+`tabdp.noise.rounding.certified`) take from 0.1 s to several seconds per law to build. They
 depend on the law's shape alone, never on data, so they are built once and kept on disk:
 
 * **Where.** ``$TABDP_CACHE_DIR`` if set (``off``, ``none`` or ``0`` disables the disk cache), else
   the platform's user cache folder: ``$XDG_CACHE_HOME/tabdp`` or ``~/.cache/tabdp`` (Linux and
   other POSIX systems), ``~/Library/Caches/tabdp`` (macOS), ``%LOCALAPPDATA%\tabdp\Cache``
-  (Windows). Tables go in a sub-folder named after the tabdp version and :data:`FORMAT_VERSION`.
+  (Windows). Tables go in a sub-folder named after the tabdp version and `FORMAT_VERSION`.
 * **What.** One ``.npz`` file of float64 arrays per table piece (e.g. one binade), holding the
   parameters it was built with (law, shape, table layout, working precision, the versions of
   tabdp, numpy, scipy, mpmath and python-flint) and a SHA-256 hash of parameters and arrays.
@@ -20,7 +20,7 @@ depend on the law's shape alone, never on data, so they are built once and kept 
   truncated, other parameters, a changed byte, a failed certificate) counts as a miss: the piece is
   rebuilt and the file replaced. Nothing here ever raises.
 
-:data:`STATS` counts what happened in this process (``hit``, ``miss``, ``reject``, ``store``,
+`STATS` counts what happened in this process (``hit``, ``miss``, ``reject``, ``store``,
 ``store_failed``), for tests and benchmarks.
 
 Example:
@@ -218,7 +218,7 @@ def load_table(kind: str, params: Mapping[str, Any],
     """The arrays stored for ``(kind, params)`` if present and valid, else None (never raises).
 
     Valid means: readable, the stored parameters equal ``params``, the stored hash equals the
-    recomputed :func:`content_hash`, and ``verify(arrays)`` returns True (the certificate check).
+    recomputed `content_hash`, and ``verify(arrays)`` returns True (the certificate check).
 
     Example:
         >>> load_table("doc-absent", {"n": 1}, lambda a: True) is None

@@ -20,14 +20,14 @@ __all__ = ["brentq", "minimize_scalar", "CubicSpline"]
 
 
 def brentq(*args: Any, **kwargs: Any) -> Any:
-    """:func:`scipy.optimize.brentq`, imported on first call.
+    """`scipy.optimize.brentq`, imported on first call.
 
     Args:
-        *args: Positional arguments of :func:`scipy.optimize.brentq`.
-        **kwargs: Keyword arguments of :func:`scipy.optimize.brentq`.
+        *args: Positional arguments of `scipy.optimize.brentq`.
+        **kwargs: Keyword arguments of `scipy.optimize.brentq`.
 
     Returns:
-        What :func:`scipy.optimize.brentq` returns.
+        What `scipy.optimize.brentq` returns.
 
     Example:
         >>> brentq(lambda x: x - 1.0, 0.0, 3.0)
@@ -39,14 +39,14 @@ def brentq(*args: Any, **kwargs: Any) -> Any:
 
 
 def minimize_scalar(*args: Any, **kwargs: Any) -> Any:
-    """:func:`scipy.optimize.minimize_scalar`, imported on first call.
+    """`scipy.optimize.minimize_scalar`, imported on first call.
 
     Args:
-        *args: Positional arguments of :func:`scipy.optimize.minimize_scalar`.
-        **kwargs: Keyword arguments of :func:`scipy.optimize.minimize_scalar`.
+        *args: Positional arguments of `scipy.optimize.minimize_scalar`.
+        **kwargs: Keyword arguments of `scipy.optimize.minimize_scalar`.
 
     Returns:
-        What :func:`scipy.optimize.minimize_scalar` returns.
+        What `scipy.optimize.minimize_scalar` returns.
 
     Example:
         >>> res = minimize_scalar(lambda x: (x - 2.0) ** 2, bounds=(0.0, 5.0), method="bounded")
@@ -59,11 +59,11 @@ def minimize_scalar(*args: Any, **kwargs: Any) -> Any:
 
 
 def CubicSpline(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - SciPy's class name
-    """A :class:`scipy.interpolate.CubicSpline`, the class imported on first call.
+    """A `scipy.interpolate.CubicSpline`, the class imported on first call.
 
     Args:
-        *args: Positional arguments of :class:`scipy.interpolate.CubicSpline`.
-        **kwargs: Keyword arguments of :class:`scipy.interpolate.CubicSpline`.
+        *args: Positional arguments of `scipy.interpolate.CubicSpline`.
+        **kwargs: Keyword arguments of `scipy.interpolate.CubicSpline`.
 
     Returns:
         The spline.

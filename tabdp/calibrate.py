@@ -2,10 +2,11 @@
 
 A planner states the largest PRzCDP loss ρ allowed for records of a few sizes Δ, e.g. "records of
 size 1,000 lose at most ρ = 0.5 and the largest plausible record (10⁷) at most ρ = 10", and the
-size of a typical cell. :func:`calibrate` then finds, within one mechanism family, the parameters
-that meet every target, ``mechanism.rho(Δ) ≤ ρ`` at each target point, while making the error of
-the typical cell as small as possible; :func:`compare_families` does it for every family and ranks
-them, so the planner sees which mechanism suits the targets.
+size of a typical cell. [`calibrate`][tabdp.calibrate.calibrate] then finds, within one mechanism
+family, the parameters that meet every target, ``mechanism.rho(Δ) ≤ ρ`` at each target point, while
+making the error of the typical cell as small as possible;
+[`compare_families`][tabdp.compare_families] does it for every family and ranks them, so the planner
+sees which mechanism suits the targets.
 
 How it works (docs/math/policies.md §4.2, docs/math/transformation.md):
 
@@ -24,10 +25,11 @@ How it works (docs/math/policies.md §4.2, docs/math/transformation.md):
   every allowed parameter (ExpPolyLog with p = 1 and a pinned d ≤ 3) the margin of error at
   ``level`` is minimized instead, and the result says so (``objective="moe"`` asks for it always).
 
-Targets can always be met by a large enough σ, so a :class:`~tabdp.exceptions.CalibrationError`
-means something else: a pinned parameter outside its valid range, an objective that is infinite or
-not representable for every allowed parameter, or targets so strict that σ leaves the range of
-floating point numbers. The message says which and how to fix it.
+Targets can always be met by a large enough σ, so a
+[`CalibrationError`][tabdp.exceptions.CalibrationError] means something else: a pinned parameter
+outside its valid range, an objective that is infinite or not representable for every allowed
+parameter, or targets so strict that σ leaves the range of floating point numbers. The message says
+which and how to fix it.
 
 Example:
     >>> from tabdp.calibrate import calibrate
@@ -117,7 +119,7 @@ class _Problem:
 
 
 def _eps_from_rho(rho: float) -> float:
-    """PRDP loss ε with ε·tanh(ε/2) = ρ (inverse of :func:`~tabdp.mechanisms.pure_to_zcdp`).
+    """PRDP loss ε with ε·tanh(ε/2) = ρ (inverse of `pure_to_zcdp`).
 
     ε ≥ max(ρ, √(2ρ)) since ε·tanh(ε/2) ≤ min(ε, ε²/2), and ε ≤ ρ + 1 since
     ε·tanh(ε/2) ≥ ε(1 − 2e^{−ε}).
@@ -205,7 +207,7 @@ def _refuse_decreasing(pairs: Sequence[tuple[float, float, Any]]) -> None:
     the noise would have to hold the largest record to the smallest ρ, far more noise than the
     targets intend, while the smaller records get far less loss than their target (the
     smaller-size target is then useless). Equal targets are accepted (the smaller one is
-    redundant), as in :class:`tabdp.planning.TargetCurve`.
+    redundant), as in `TargetCurve`.
 
     Example:
         >>> _refuse_decreasing([(1e3, 0.5, "1e3"), (1e7, 0.2, "1e7")])
@@ -762,7 +764,7 @@ class CalibrationResult:
     """The calibrated mechanism of one family, with how it meets the targets and its error.
 
     Attributes:
-        family: Canonical family name (one of :data:`FAMILIES`).
+        family: Canonical family name (one of [`FAMILIES`][tabdp.calibrate.FAMILIES]).
         mechanism: The calibrated mechanism instance, ready to release.
         params: Its public parameters (``mechanism.params()``).
         targets: The targets, record size Δ → largest PRzCDP ρ allowed.
@@ -801,7 +803,7 @@ class CalibrationResult:
 
     @property
     def error(self) -> float:
-        """The minimized error measure: ``sd`` or ``moe`` according to :attr:`objective`.
+        """The minimized error measure: ``sd`` or ``moe`` according to `objective`.
 
         Example:
             >>> calibrate("laplace", {1.0: 10.0}, typical_total=0.0).error > 0
@@ -854,7 +856,7 @@ class CalibrationResult:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        """Same as :meth:`explain`."""
+        """Same as [`explain`][tabdp.CalibrationResult.explain]."""
         return self.explain()
 
 
@@ -863,7 +865,8 @@ class FamilyComparison:
     """The best calibration of each family for the same targets, sorted by error (best first).
 
     Attributes:
-        results: One :class:`CalibrationResult` per family that could be calibrated, best first.
+        results: One [`CalibrationResult`][tabdp.CalibrationResult] per family that could be
+            calibrated, best first.
         failed: Families that could not be calibrated, with the reason.
         sort_by: ``"sd"`` (then ``moe``) or ``"moe"``: the ranking key.
         typical_total: The typical cell total the errors refer to.
@@ -943,7 +946,7 @@ class FamilyComparison:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        """Same as :meth:`to_text`."""
+        """Same as [`to_text`][tabdp.FamilyComparison.to_text]."""
         return self.to_text()
 
 
@@ -1047,8 +1050,8 @@ def calibrate(family: str, targets: Mapping[float, float], typical_total: float,
     * ``"unit_splitting"``: ``threshold`` (alias ``tau``).
 
     Args:
-        family: One of :data:`FAMILIES`, or a class name such as ``"RootTransform"``
-            (case-insensitive).
+        family: One of [`FAMILIES`][tabdp.calibrate.FAMILIES], or a class name such as
+            ``"RootTransform"`` (case-insensitive).
         targets: Record size Δ (per-record sensitivity, > 0) → largest PRzCDP loss ρ (> 0)
             allowed for records of that size, e.g. ``{1e3: 0.5, 1e7: 10.0}``.
         typical_total: True total of a typical cell (≥ 0); the error is measured there.
@@ -1058,7 +1061,7 @@ def calibrate(family: str, targets: Mapping[float, float], typical_total: float,
             ``estimator="median"``, ``threshold=10``. The scale σ cannot be pinned.
 
     Returns:
-        A :class:`CalibrationResult`; ``result.explain()`` describes it.
+        A [`CalibrationResult`][tabdp.CalibrationResult]; ``result.explain()`` describes it.
 
     Raises:
         InvalidParameterError: For malformed input: unknown family, empty targets, sizes or
@@ -1088,17 +1091,19 @@ def compare_families(targets: Mapping[float, float], typical_total: float,
     """Calibrate several families for the same targets and rank them by error.
 
     Args:
-        targets: Record size Δ → largest PRzCDP loss ρ allowed (see :func:`calibrate`).
+        targets: Record size Δ → largest PRzCDP loss ρ allowed (see
+            [`calibrate`][tabdp.calibrate.calibrate]).
         typical_total: True total of a typical cell (≥ 0).
-        families: Families to try (default: all of :data:`FAMILIES`).
+        families: Families to try (default: all of [`FAMILIES`][tabdp.calibrate.FAMILIES]).
         level: Confidence level of margins of error.
-        objective: ``"auto"``, ``"sd"`` or ``"moe"`` (see :func:`calibrate`); ``"moe"`` also
-            ranks by margin of error, otherwise results rank by sd, then margin of error.
+        objective: ``"auto"``, ``"sd"`` or ``"moe"`` (see [`calibrate`][tabdp.calibrate.calibrate]);
+            ``"moe"`` also ranks by margin of error, otherwise results rank by sd, then margin of
+            error.
         fixed: Pinned parameters per family, e.g. ``{"root": {"k": 4}}``.
 
     Returns:
-        A :class:`FamilyComparison`, best family first; families that could not be calibrated
-        are listed in ``failed`` with the reason.
+        A [`FamilyComparison`][tabdp.FamilyComparison], best family first; families that could not
+        be calibrated are listed in ``failed`` with the reason.
 
     Raises:
         InvalidParameterError: For malformed targets, an unknown family, or pinned parameters for

@@ -10,7 +10,7 @@ Usage::
                                          # words; no data
 
 ``validate`` and ``plan`` print a ``WARNING: <key path>: <problem>`` line for each setting that
-cannot publish usable cells (:func:`tabdp.planning.spec_usability_issues`: public parameters
+cannot publish usable cells (`tabdp.planning.spec_usability_issues`: public parameters
 only); the exit code stays 0.
     tabdp run release.toml [--overwrite] # the release: public and confidential folders
     tabdp run release.toml --form wide   # public tables one row per cell (default: the
@@ -23,7 +23,7 @@ only); the exit code stays 0.
     tabdp demo [--out DIR]               # the bundled example on the sample data
 
 ``validate``, ``plan`` and ``run`` take ``--curator CONFIG``: the curator's configuration
-(:mod:`tabdp.release.curator_config`: datasets, public metadata folders, output root, defaults),
+(`curator_config`: datasets, public metadata folders, output root, defaults),
 read from the environment variable ``TABDP_CURATOR`` when the flag is absent. An author-mode
 spec (``input.mode = "author"``) needs it: it names a dataset and public files by name only,
 its outputs go under the curator's output root, and the command's messages quote no server
@@ -51,6 +51,7 @@ command fails.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import threading
 import time
@@ -111,12 +112,75 @@ def exit_code(err: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+class _WorkShare:
+    """The share of a release's expected work done at each progress step, from public counts.
+
+    ``run_release`` reports ``(step, steps, what)``: step 1 releases every table (one pass over
+    the input each, reported per table as ``"<name>: reading and aggregating the input"``, then
+    ``"<name>: drawing noise ..."``), then one step per rollup, then the writing of the outputs,
+    where the confidential per-record file is one more pass over the input. Equal steps would
+    show 1/12 for most of a large run; here each table's pass weighs ``RELEASE`` (its reading
+    and aggregation ``READ`` of it), each rollup ``ROLLUP``, the public files ``PUBLIC`` and the
+    per-record file ``PER_RECORD``. The counts come from the steps' own (public) messages: the
+    number of tables from ``"releasing K tables"``, the number of rollups from ``steps``. The
+    share never decreases; messages of another form fall back to equal steps.
+
+    Example:
+        >>> share = _WorkShare()
+        >>> share(1, 4, "releasing 2 tables (10 cells)")
+        0.0
+        >>> round(share(1, 4, "a: drawing noise for 5 cells"), 3)   # table 1 of 2 read
+        0.242
+        >>> round(share(2, 4, "rolling a up to b"), 3)               # both tables done
+        0.606
+    """
+
+    READ = 0.8
+    RELEASE = 1.0
+    ROLLUP = 0.1
+    PUBLIC = 0.1
+    PER_RECORD = 1.0
+
+    def __init__(self) -> None:
+        self.tables: int | None = None
+        self.names: list[str] = []
+        self.last = 0.0
+
+    def __call__(self, i: int, n: int, what: str) -> float:
+        """The share done when step ``i`` of ``n`` reports ``what`` (in [0, 1], never less)."""
+        self.last = max(self.last, min(max(self._share(i, n, what), 0.0), 1.0))
+        return self.last
+
+    def _share(self, i: int, n: int, what: str) -> float:
+        if self.tables is None:
+            m = re.match(r"releasing (\d+) tables?\b", what)
+            if i != 1 or m is None:
+                return (i - 1) / max(n, 1)
+            self.tables = int(m.group(1))
+        k, rollups = self.tables, max(n - 2, 0)
+        total = k * self.RELEASE + rollups * self.ROLLUP + self.PUBLIC + self.PER_RECORD
+        if i <= 1:
+            name, sep, phase = what.partition(": ")
+            if not sep:
+                return 0.0
+            if name not in self.names:
+                self.names.append(name)
+            before = min(len(self.names) - 1, k - 1) * self.RELEASE
+            read = 0.0 if phase.startswith("reading") else self.READ
+            return (before + read) / total
+        done = k * self.RELEASE
+        if i < n:
+            return (done + (i - 2) * self.ROLLUP) / total
+        done += rollups * self.ROLLUP
+        return (done + (self.PUBLIC if "confidential/" in what else 0.0)) / total
+
+
 class _Bar:
     """A plain progress bar on stderr.
 
     On a terminal (the operator's) it is drawn live, with the elapsed time. Otherwise (a log,
     a validation server) the step lines are held back and written only when the run succeeds
-    (:meth:`flush`): they are then the same for every dataset, whereas lines written as they
+    (`flush`): they are then the same for every dataset, whereas lines written as they
     come would tell how far a failed run got, and times how long the data took.
     """
 
@@ -126,6 +190,7 @@ class _Bar:
         self.tty = stream.isatty()
         self.t0 = time.monotonic()
         self.held: list[str] = []
+        self.share = _WorkShare()
         self._line = ""
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -135,8 +200,9 @@ class _Bar:
         if not self.enabled:
             return
         width = 24
-        done = int(width * i / max(n, 1))
-        line = f"[{'#' * done}{'.' * (width - done)}] {i}/{n} {what}"
+        share = self.share(i, n, what)   # weighted by expected work, not by step count
+        done = int(width * share)
+        line = f"[{'#' * done}{'.' * (width - done)}] {100 * share:3.0f}% {i}/{n} {what}"
         if not self.tty:
             self.held.append(line + "\n")
             return

@@ -1,25 +1,25 @@
 """The curator's object: the datasets a query author may use, and the author's sessions.
 
-Author mode in Python is driven through a :class:`Curator`. The curator, who holds the data,
+Author mode in Python is driven through a `Curator`. The curator, who holds the data,
 declares each dataset an author may use (a name bound to a frame or a Parquet path, with a
-declared schema), and creates one :class:`AuthorSession` per author. The author holds that object
+declared schema), and creates one `AuthorSession` per author. The author holds that object
 only: it makes releases (sums, counts, medians, quantiles of the dataset) and gives the public
 summary, and nothing else: no frame, no per-record losses, no confidential counts, no
-:class:`tabdp.Session`. The curator keeps the sessions (:meth:`Curator.session`,
-:meth:`Curator.report`).
+`Session`. The curator keeps the sessions (`session()`,
+`report()`).
 
 What the curator fixes, so that nothing the author sees depends on one record except through
 the noise (docs/privacy-semantics.md, "The Python boundary"):
 
 * **pinning at creation**: the dataset is read (its declared columns only, converted to the
-  declared dtypes) when :meth:`Curator.author_session` creates the session, never inside an
+  declared dtypes) when `author_session()` creates the session, never inside an
   author's call. A value that does not convert, a file that does not parse, a pandas column of
   mixed types: the curator's own call raises, plainly (the cause chained);
 * **dtypes from declarations, never from contents**: a pandas frame or a Parquet path needs a
   declared schema; a Polars or Spark frame may use its own (typed) schema instead. A sum returns
   integer estimates only for a column declared integer (Float64 otherwise);
 * inside an author's call, a key set read from the data is refused, and any failure after the
-  data is read is the one :class:`tabdp.DataFailure` (``tabdp.frame._author``).
+  data is read is the one `DataFailure` (``tabdp.frame._author``).
 
 This is an interface boundary for a server that runs an author's release calls and returns
 what they return; it is not a sandbox for an author's own Python code in the curator's process
@@ -112,7 +112,7 @@ class Curator:
 
     Args:
         budget: Default public per-record budget of the author sessions (a number, a curve or a
-            :class:`tabdp.Budget`; ``None``: none).
+            `Budget`; ``None``: none).
         seed: Default seed of the author sessions: **for tests only** (``None``: secure OS
             randomness).
 
@@ -153,7 +153,7 @@ class Curator:
             name: The dataset's name (what authors and sessions refer to).
             data: A pandas DataFrame, a Polars DataFrame or LazyFrame, a PySpark DataFrame, or
                 the path of a Parquet file or folder (read whole).
-            schema: Column -> dtype (:func:`parse_dtype`): the only columns an author can
+            schema: Column -> dtype (`parse_dtype()`): the only columns an author can
                 release, read in these dtypes. Required for pandas frames and paths, whose
                 dtypes can follow their contents; optional for Polars and Spark frames, whose
                 own schema is then the declaration (a ``scan_csv`` LazyFrame infers it from
@@ -321,7 +321,7 @@ class Curator:
             track_cells: Keep a confidential per-cell audit of each release.
 
         Returns:
-            The :class:`AuthorSession` to hand to the author.
+            The `AuthorSession` to hand to the author.
 
         Raises:
             InvalidParameterError: An unknown dataset or a session name already used.
@@ -363,10 +363,10 @@ class Curator:
                              dataset=dataset, schema=declared, pandas=ds.kind == "pandas")
 
     def session(self, name: str) -> Session:
-        """The full :class:`tabdp.Session` behind an author session (curator only).
+        """The full `Session` behind an author session (curator only).
 
         Args:
-            name: The author session's name (:attr:`AuthorSession.name`).
+            name: The author session's name (`name`).
 
         Returns:
             The session: its report holds CONFIDENTIAL per-record losses.
@@ -389,10 +389,10 @@ class Curator:
 
         Args:
             name: The author session's name.
-            delta: Optional δ (see :meth:`tabdp.Session.report`).
+            delta: Optional δ (see `report()`).
 
         Returns:
-            The :class:`tabdp.Report` (``per_record`` and ``confidential_summary()`` are for
+            The `Report` (``per_record`` and ``confidential_summary()`` are for
             the curator only).
 
         Example:
@@ -517,11 +517,11 @@ _TOKEN = object()  # only the curator creates author sessions
 class AuthorSession:
     """What a query author holds: releases of one dataset and the public summary.
 
-    Created by :meth:`Curator.author_session`. The releases are those of the ``.dp`` accessor
+    Created by `author_session()`. The releases are those of the ``.dp`` accessor
     (same arguments, without ``session=``) on the curator's pinned dataset, in author mode:
     every data rule is declared (``nulls="zero"`` or ``"drop"``, ``negatives=`` for
     transformation mechanisms), a key set read from the data is refused, and a failure after
-    the data is read is :class:`tabdp.DataFailure`. Tables come back in the dataset's library
+    the data is read is `DataFailure`. Tables come back in the dataset's library
     (pandas for a pandas dataset, Spark for a Spark one, Polars otherwise). Per-record losses,
     confidential counts, the data and the session stay with the curator.
 
@@ -540,7 +540,7 @@ class AuthorSession:
 
     def __init__(self, *, _token: object, session: Session, frame: Any, name: str,
                  dataset: str, schema: Mapping[str, pl.DataType], pandas: bool) -> None:
-        """Created by :meth:`Curator.author_session` only."""
+        """Created by `author_session()` only."""
         if _token is not _TOKEN:
             raise InvalidParameterError(
                 "AuthorSession objects are created by the curator: "
@@ -574,7 +574,7 @@ class AuthorSession:
             mechanism: Mechanism, level: float = DEFAULT_LEVEL, nulls: str = "error",
             name: str | None = None, grid: Any = None, negatives: str | None = None,
             max_cells: int | None = None, form: str = "wide", cv: bool = False) -> Any:
-        """Noisy sums per cell (see :meth:`tabdp.frame.accessor.DPAccessor.sum`).
+        """Noisy sums per cell (see `sum()`).
 
         Estimates are Float64 unless the curator declared the column integer.
 
@@ -613,7 +613,7 @@ class AuthorSession:
               level: float = DEFAULT_LEVEL, name: str | None = None, grid: Any = None,
               max_cells: int | None = None, max_rows: int | None = None, form: str = "wide",
               cv: bool = False) -> Any:
-        """Noisy row counts per cell (see :meth:`tabdp.frame.accessor.DPAccessor.count`).
+        """Noisy row counts per cell (see `count()`).
 
         Args:
             by: Group-by column(s).
@@ -648,7 +648,7 @@ class AuthorSession:
                delta: float | None = None, nulls: str = "error", name: str | None = None,
                grid: Any = None, uncertainty_share: float | None = None, form: str = "wide",
                cv: bool = False) -> Any:
-        """Private medians per cell (see :meth:`tabdp.frame.accessor.DPAccessor.median`).
+        """Private medians per cell (see `median()`).
 
         Args:
             column: Measure column.
@@ -689,7 +689,7 @@ class AuthorSession:
                  delta: float | None = None, nulls: str = "error", name: str | None = None,
                  grid: Any = None, uncertainty_share: float | None = None,
                  form: str = "wide", cv: bool = False) -> Any:
-        """Private q-quantiles per cell (see :meth:`tabdp.frame.accessor.DPAccessor.quantile`).
+        """Private q-quantiles per cell (see `quantile()`).
 
         Args:
             column: Measure column.
@@ -726,7 +726,7 @@ class AuthorSession:
             name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
 
     def summary(self, delta: float | None = None) -> dict[str, Any]:
-        """The PUBLIC summary of the session (:meth:`tabdp.Report.to_dict`).
+        """The PUBLIC summary of the session (`to_dict()`).
 
         Args:
             delta: Optional δ at which the policy curves also state ε.

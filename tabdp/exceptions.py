@@ -1,8 +1,9 @@
 """Exception and warning classes of tabdp.
 
-Every error tabdp raises on purpose derives from :class:`TabdpError`. User-facing subclasses also
-derive from the matching builtin, so ``except ValueError`` keeps working. Messages say what is
-wrong, the value received, what is allowed, and how to fix it (``Hint:`` line).
+Every error tabdp raises on purpose derives from [`TabdpError`][tabdp.exceptions.TabdpError].
+User-facing subclasses also derive from the matching builtin, so ``except ValueError`` keeps
+working. Messages say what is wrong, the value received, what is allowed, and how to fix it
+(``Hint:`` line).
 
 Example:
     >>> import tabdp
@@ -85,7 +86,7 @@ class DataValidationError(TabdpError, ValueError):
     Raised only in the curator mode (``Session(mode="curator")``, the default), before any
     noise is drawn and before anything is recorded in a session. Whether it is raised depends
     on the data, so its message names only the columns and the rules involved: the counts and
-    any other detail are CONFIDENTIAL and kept in :attr:`confidential` (the release workflow
+    any other detail are CONFIDENTIAL and kept in `confidential` (the release workflow
     writes them to its confidential folder only). Query authors who may not see the data use
     ``Session(mode="author")``, where every rule is declared up front and nothing raises on data.
 
@@ -223,8 +224,8 @@ class TabdpWarning(UserWarning):
 class UsabilityWarning(TabdpWarning):
     """Warns that a configuration cannot publish usable estimates.
 
-    Raised (as a warning) by :func:`tabdp.planning.warn_usability` for a transformation whose
-    coefficient-of-variation floor is at or above the flag threshold (every cell would be
+    Raised (as a warning) by [`warn_usability`][tabdp.planning.warn_usability] for a transformation
+    whose coefficient-of-variation floor is at or above the flag threshold (every cell would be
     flagged), noise without a finite mean or variance where sd and margins of error are published,
     and calibrated parameters at the edge of their search range.
 
@@ -237,7 +238,7 @@ class UsabilityWarning(TabdpWarning):
 class CoverageWarning(TabdpWarning):
     """Warns the curator that the input is empty or has rows outside a table's key set.
 
-    Emitted only by a curator-mode release run (:func:`tabdp.release.runner.run_release`,
+    Emitted only by a curator-mode release run ([`run_release`][tabdp.release.run_release],
     ``tabdp run``): it depends on the data, so it is for the data's owner, never for a query
     author (author mode emits nothing) and never written to a public file. The message names
     tables, not counts; the counts are in the confidential folder.

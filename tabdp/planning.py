@@ -1,26 +1,28 @@
 """Release planning from public inputs: targets on a whole loss curve, forecasts, frontier, split.
 
-:func:`tabdp.calibrate` meets per-record loss targets at a few record sizes for one family and
-one typical cell. An agency planning a release asks more: *which* mechanism, with which
+[`calibrate`][tabdp.calibrate.calibrate] meets per-record loss targets at a few record sizes for one
+family and one typical cell. An agency planning a release asks more: *which* mechanism, with which
 parameters, publishes the most usable cells of the tables it plans, at a guarantee it can state
 in words for every record size? This module answers from **public inputs only** — nothing here
 reads confidential data:
 
 * a *target curve*: the largest loss allowed at a few record sizes (anchors), as PRzCDP ρ or as
-  pure ε, interpolated linearly in log(size) between the anchors. :func:`calibrate_to_curve`
-  meets it on the whole curve, checked on a dense grid of sizes between the anchors (not only at
-  them), raising the noise scale if a family's policy bulges above the interpolation;
+  pure ε, interpolated linearly in log(size) between the anchors.
+  [`calibrate_to_curve`][tabdp.planning.calibrate_to_curve] meets it on the whole curve, checked on
+  a dense grid of sizes between the anchors (not only at them), raising the noise scale if a
+  family's policy bulges above the interpolation;
 * a *declared distribution of cells*: the true totals of the cells a table will hold, e.g. the
   totals of a prior public release, or counts of establishments per cell times a public mean
-  record size (:func:`cells_from_counts`).
+  record size ([`cells_from_counts`][tabdp.planning.cells_from_counts]).
 
-From these, :func:`forecast` predicts the share of cells that will be flagged (published
-coefficient of variation ``cv = sd / |estimate|`` at or above the flag threshold), negative or
-without finite variance; :func:`plan_table` chooses the family and its parameters that maximise
-the share of usable cells (ties: smallest error of the table's total); :func:`frontier` traces the
-trade-off between the loss allowed at the largest record and the share of usable cells;
-:func:`split_budget` divides a release-level budget between tables; :func:`usability_issues` and
-:func:`warn_usability` say when a configuration cannot be usable.
+From these, [`forecast`][tabdp.planning.forecast] predicts the share of cells that will be flagged
+(published coefficient of variation ``cv = sd / |estimate|`` at or above the flag threshold),
+negative or without finite variance; [`plan_table`][tabdp.planning.plan_table] chooses the family
+and its parameters that maximise the share of usable cells (ties: smallest error of the table's
+total); [`frontier`][tabdp.planning.frontier] traces the trade-off between the loss allowed at the
+largest record and the share of usable cells; [`split_budget`][tabdp.planning.split_budget] divides
+a release-level budget between tables; [`usability_issues`][tabdp.planning.usability_issues] and
+[`warn_usability`][tabdp.planning.warn_usability] say when a configuration cannot be usable.
 
 The forecasts are exact expectations over the noise (closed-form CDFs for additive and discrete
 mechanisms, 256 stratified normal quantiles for transformation mechanisms), ignoring only the
@@ -199,7 +201,7 @@ class TargetCurve:
         return pure_to_zcdp(v) if self.kind == "epsilon" else v
 
     def rho_anchors(self) -> dict[float, float]:
-        """The anchors as ``{size: ρ limit}`` (what :func:`tabdp.calibrate` takes).
+        """The anchors as ``{size: ρ limit}`` (what [`calibrate`][tabdp.calibrate.calibrate] takes).
 
         Example:
             >>> TargetCurve.from_mapping({1.0: 0.5}).rho_anchors()
@@ -299,29 +301,29 @@ def calibrate_to_curve(family: str, targets: Mapping[float, float] | TargetCurve
                        grid_points: int = _GRID_POINTS, **fixed: Any) -> CalibrationResult:
     """Calibrate one family so its loss stays below the target curve at every size between anchors.
 
-    Runs :func:`tabdp.calibrate` on the anchors, then checks the policy on ``grid_points``
-    log-spaced sizes between the smallest and largest anchor; where it exceeds the log-linear
-    interpolation of the limits, the scale is raised (bisection) until it does not. Policies that
-    are convex in log(size) (all the shipped continuous families) never need it; unit splitting,
-    whose loss jumps at multiples of its threshold, may.
+    Runs [`calibrate`][tabdp.calibrate.calibrate] on the anchors, then checks the policy on
+    ``grid_points`` log-spaced sizes between the smallest and largest anchor; where it exceeds the
+    log-linear interpolation of the limits, the scale is raised (bisection) until it does not.
+    Policies that are convex in log(size) (all the shipped continuous families) never need it; unit
+    splitting, whose loss jumps at multiples of its threshold, may.
 
     Args:
-        family: A family name of :data:`tabdp.calibrate.FAMILIES`.
-        targets: Record size → largest loss, or a :class:`TargetCurve`.
+        family: A family name of [`tabdp.calibrate.FAMILIES`][tabdp.calibrate.FAMILIES].
+        targets: Record size → largest loss, or a [`TargetCurve`][tabdp.planning.TargetCurve].
         typical_total: True total of a typical cell (the error is minimized there).
         kind: ``"rho"`` or ``"epsilon"`` (pure targets: only the pure families ``exp_polylog``,
             ``generalized_gaussian`` and ``laplace`` can meet them).
         level: Confidence level of margins of error.
-        objective: As for :func:`tabdp.calibrate`.
+        objective: As for [`tabdp.calibrate`][tabdp.calibrate.calibrate].
         grid_points: Number of sizes checked between the anchors.
-        **fixed: Pinned parameters, as for :func:`tabdp.calibrate`.
+        **fixed: Pinned parameters, as for [`tabdp.calibrate`][tabdp.calibrate.calibrate].
 
     Returns:
         The calibration result; ``notes`` say if the scale had to be raised.
 
     Raises:
         CalibrationError: Pure ε targets for a family without pure DP, or as
-            :func:`tabdp.calibrate`.
+            [`tabdp.calibrate`][tabdp.calibrate.calibrate].
         InvalidParameterError: Malformed targets.
 
     Example:
@@ -381,7 +383,7 @@ def cells_from_counts(counts: ArrayLike, mean_record: float) -> np.ndarray:
 
     A planning assumption, not a fact about the data: the total of a cell of ``n`` records is
     taken as ``n × mean_record``. Better, where a prior public release published totals, pass
-    those totals to :func:`forecast` directly.
+    those totals to [`forecast`][tabdp.planning.forecast] directly.
 
     Args:
         counts: Records per cell (≥ 0), e.g. establishments per county × sector in a prior
@@ -520,12 +522,13 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
     Args:
         mechanism: The mechanism the table will use.
         cell_totals: Planned true totals of the table's cells (≥ 0; empty cells as 0), from
-            public inputs only (a prior public release, or :func:`cells_from_counts`).
+            public inputs only (a prior public release, or
+            [`cells_from_counts`][tabdp.planning.cells_from_counts]).
         cv_flag: The publication rule's flag threshold (cells with ``cv >= cv_flag`` are
             flagged).
 
     Returns:
-        A :class:`Forecast`.
+        A [`Forecast`][tabdp.planning.Forecast].
 
     Raises:
         InvalidParameterError: Malformed cell totals or threshold, or a mechanism type without
@@ -588,9 +591,10 @@ def usability_issues(mechanism: Mechanism | SmoothSensitivityRelease, *,
                      calibration: CalibrationResult | None = None) -> list[str]:
     """Reasons a configuration cannot publish usable estimates (empty list: none found).
 
-    Checked: a cv floor (:func:`cv_floor`) at or above the flag threshold (every cell flagged);
-    noise without a finite mean or variance while sd and margins of error are published;
-    calibrated parameters at the edge of their search range (from the calibration's notes).
+    Checked: a cv floor ([`cv_floor`][tabdp.planning.cv_floor]) at or above the flag threshold
+    (every cell flagged); noise without a finite mean or variance while sd and margins of error are
+    published; calibrated parameters at the edge of their search range (from the calibration's
+    notes).
 
     Args:
         mechanism: The mechanism (or a smooth-sensitivity release).
@@ -647,7 +651,7 @@ def warn_usability(mechanism: Mechanism | SmoothSensitivityRelease, *,
                    cv_flag: float | None = 0.3,
                    publishes_sd: bool = True, calibration: CalibrationResult | None = None,
                    context: str = "", stacklevel: int = 2) -> list[str]:
-    """Emit a :class:`~tabdp.exceptions.UsabilityWarning` per :func:`usability_issues` found.
+    """Emit a `UsabilityWarning` per [`usability_issues`][tabdp.planning.usability_issues] found.
 
     Meant for ``tabdp validate``/``plan`` and the ``.dp`` accessor: the messages depend only on
     public parameters, never on data.
@@ -658,7 +662,7 @@ def warn_usability(mechanism: Mechanism | SmoothSensitivityRelease, *,
         publishes_sd: Whether sd/cv are published.
         calibration: The calibration that produced the mechanism, if any.
         context: Prefix naming where the mechanism is used (e.g. ``"tables[0]"``).
-        stacklevel: Passed to :func:`warnings.warn` (plus one for this function).
+        stacklevel: Passed to `warnings.warn` (plus one for this function).
 
     Returns:
         The messages warned about.
@@ -683,7 +687,7 @@ def warn_usability(mechanism: Mechanism | SmoothSensitivityRelease, *,
 # -- choosing a family --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TablePlan:
-    """The configuration :func:`plan_table` recommends for one table, with the alternatives.
+    """The configuration `plan_table` recommends for one table, with the alternatives.
 
     Attributes:
         family: The chosen family.
@@ -692,7 +696,7 @@ class TablePlan:
         curve: The target curve met (on the whole range between anchors).
         candidates: One row per configuration tried (family, typical total, mechanism,
             usable/flagged/negative shares, total sd, or the failure), best first.
-        issues: :func:`usability_issues` of the chosen configuration.
+        issues: [`usability_issues`][tabdp.planning.usability_issues] of the chosen configuration.
 
     Example:
         >>> p = plan_table({1e3: 0.5, 1e7: 10.0}, [1e4, 1e6], families=["laplace"])
@@ -758,24 +762,24 @@ def plan_table(targets: Mapping[float, float] | TargetCurve, cell_totals: ArrayL
                fixed: Mapping[str, Mapping[str, Any]] | None = None) -> TablePlan:
     """Choose the family and parameters that publish the most usable cells within the targets.
 
-    For each family, :func:`calibrate_to_curve` is run with the typical total set to the 25th,
-    50th and 75th percentile of the positive planned totals (transformation mechanisms' error
-    depends on it), and each calibration is forecast on all the declared cells. The winner has
-    the largest expected share of usable cells (cv below ``cv_flag``), then the smallest sd of
-    the table's total.
+    For each family, [`calibrate_to_curve`][tabdp.planning.calibrate_to_curve] is run with the
+    typical total set to the 25th, 50th and 75th percentile of the positive planned totals
+    (transformation mechanisms' error depends on it), and each calibration is forecast on all the
+    declared cells. The winner has the largest expected share of usable cells (cv below
+    ``cv_flag``), then the smallest sd of the table's total.
 
     Args:
         targets: Record size → largest loss (ρ, or ε with ``kind="epsilon"``), or a curve.
         cell_totals: Planned true totals of the table's cells (public inputs).
         kind: ``"rho"`` or ``"epsilon"``.
-        families: Families to try (default :data:`PLAN_FAMILIES`; pure ε targets skip the
-            families without pure DP).
+        families: Families to try (default [`PLAN_FAMILIES`][tabdp.planning.PLAN_FAMILIES]; pure ε
+            targets skip the families without pure DP).
         cv_flag: The flag threshold.
         level: Confidence level of margins of error.
         fixed: Pinned parameters per family, e.g. ``{"exp_polylog": {"p": 1}}``.
 
     Returns:
-        A :class:`TablePlan`.
+        A [`TablePlan`][tabdp.planning.TablePlan].
 
     Raises:
         CalibrationError: If no family could be calibrated.
@@ -876,11 +880,11 @@ def frontier(targets: Mapping[float, float] | TargetCurve, cell_totals: ArrayLik
         **fixed: Pinned parameters of the family.
 
     Returns:
-        One :class:`FrontierPoint` per limit, in the order given.
+        One [`FrontierPoint`][tabdp.planning.FrontierPoint] per limit, in the order given.
 
     Raises:
         InvalidParameterError: A limit below the next anchor's, or malformed input.
-        CalibrationError: As :func:`calibrate_to_curve`.
+        CalibrationError: As [`calibrate_to_curve`][tabdp.planning.calibrate_to_curve].
 
     Example:
         >>> pts = frontier({2.5e5: 0.5, 2e10: 50.0}, [5e5, 2e6, 1e7, 1e8], [5.0, 50.0, 500.0])
@@ -908,7 +912,7 @@ def frontier(targets: Mapping[float, float] | TargetCurve, cell_totals: ArrayLik
 # -- splitting a release budget -----------------------------------------------------------------
 @dataclass(frozen=True)
 class TableInput:
-    """One table of a planned release, for :func:`split_budget`.
+    """One table of a planned release, for [`split_budget`][tabdp.planning.split_budget].
 
     Attributes:
         sizes: The table's record sizes (in its measure's units) at the release's anchor
@@ -935,7 +939,8 @@ class BudgetSplit:
 
     Attributes:
         shares: Fraction of the release budget given to each table (summing to 1).
-        plans: Each table's targets, mechanism and forecast, as a :class:`TablePlan`.
+        plans: Each table's targets, mechanism and forecast, as a
+            [`TablePlan`][tabdp.planning.TablePlan].
         objective: ``"maxmin"`` or ``"mean"``.
         value: The objective's value (smallest, or cell-weighted mean, usable share).
 
@@ -969,7 +974,8 @@ def split_budget(release_limits: Sequence[float], tables: Mapping[str, TableInpu
     Args:
         release_limits: Release-level loss limits at the anchor positions (increasing), e.g.
             ``[2.0, 200.0]`` for "median establishment ρ ≤ 2, largest ρ ≤ 200 over the release".
-        tables: Table name → :class:`TableInput` (its sizes at the same anchor positions).
+        tables: Table name → [`TableInput`][tabdp.planning.TableInput] (its sizes at the same anchor
+            positions).
         kind: ``"rho"`` or ``"epsilon"``.
         objective: ``"maxmin"`` (default) or ``"mean"``.
         cv_flag: The flag threshold.
@@ -978,7 +984,7 @@ def split_budget(release_limits: Sequence[float], tables: Mapping[str, TableInpu
         steps: Number of improvement steps (0: equal shares).
 
     Returns:
-        A :class:`BudgetSplit`.
+        A [`BudgetSplit`][tabdp.planning.BudgetSplit].
 
     Raises:
         InvalidParameterError: Malformed input (sizes of the wrong length, a fixed cost at or
@@ -1121,7 +1127,7 @@ def spec_usability_issues(spec: Any) -> list[tuple[str, str]]:
     deterministic) to recover the calibration's notes about search-range edges.
 
     Args:
-        spec: A validated :class:`tabdp.release.spec.ReleaseSpec`.
+        spec: A validated [`tabdp.release.spec.ReleaseSpec`][tabdp.release.ReleaseSpec].
 
     Returns:
         One pair per problem; empty when every table can publish usable cells.
@@ -1159,7 +1165,7 @@ def spec_usability_issues(spec: Any) -> list[tuple[str, str]]:
 
 
 def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:
-    """Emit a :class:`~tabdp.exceptions.UsabilityWarning` per :func:`spec_usability_issues`.
+    """Emit a [`UsabilityWarning`][tabdp.exceptions.UsabilityWarning] per `spec_usability_issues`.
 
     Args:
         spec: A validated release spec.
@@ -1224,9 +1230,10 @@ def spec_outlook(spec: Any) -> list[dict[str, Any]]:
 def published_usability(table: Any) -> dict[str, dict[str, float]]:
     """Share of publishable cells of a published table, per measure, from its flags only.
 
-    Post-processing of the public output (the ``flag`` column of :func:`tabdp.release.publish`):
-    a cell is publishable when it carries none of the flags ``C`` (low reliability), ``S``
-    (withheld) or ``X`` (no finite variance). Safe for the public summary.
+    Post-processing of the public output (the ``flag`` column of
+    [`publish`][tabdp.release.publish]): a cell is publishable when it carries none of the flags
+    ``C`` (low reliability), ``S`` (withheld) or ``X`` (no finite variance). Safe for the public
+    summary.
 
     Args:
         table: A published long table (Polars DataFrame with ``measure`` and ``flag``).

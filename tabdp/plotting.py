@@ -1,28 +1,29 @@
 """Plots explaining tabdp's defaults (needs matplotlib, a dependency of tabdp).
 
-:func:`plot_smooth_noise_std` reproduces [HT24]'s Figure 1: the standard deviation of each
-smooth-sensitivity noise family, per unit of smooth sensitivity (SS), against the smoothness γ at a
-fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` / ``df.dp.quantile``: at every γ
-its noise is the smallest of the families usable with smooth sensitivity, and it stays finite up to
-γ = ε/2 (Student's t stops at ε/3, the generalized Cauchy at ε/4, Laplace-with-SS at
-ε/ln(2/δ)). The numbers are those of :func:`tabdp.mechanisms.smooth.std_vs_gamma`; the plot
-only draws them.
+[`plot_smooth_noise_std`][tabdp.plotting.plot_smooth_noise_std] reproduces [HT24]'s Figure 1: the
+standard deviation of each smooth-sensitivity noise family, per unit of smooth sensitivity (SS),
+against the smoothness γ at a fixed ε. It shows why PolyPlace is the default of ``df.dp.median`` /
+``df.dp.quantile``: at every γ its noise is the smallest of the families usable with smooth
+sensitivity, and it stays finite up to γ = ε/2 (Student's t stops at ε/3, the generalized Cauchy at
+ε/4, Laplace-with-SS at ε/ln(2/δ)). The numbers are those of
+[`std_vs_gamma`][tabdp.mechanisms.smooth.std_vs_gamma]; the plot only draws them.
 
 Figures are built on matplotlib's non-interactive Agg canvas, without pyplot: nothing is shown, no
 display is needed, no pyplot figure is left open, and the global backend of the caller (e.g. a
 notebook's) is left alone. In a notebook the returned figure displays itself; elsewhere save it
-with ``fig.savefig(...)`` or :func:`save_smooth_noise_std`.
+with ``fig.savefig(...)`` or [`save_smooth_noise_std`][tabdp.plotting.save_smooth_noise_std].
 
 The inline SVG figures of a release's HTML reports (``summary.html``, the confidential report)
-live here too (:func:`loss_curves_svg`, :func:`moe_curves_svg`, :func:`histogram_svg`,
-:func:`scatter_svg`). Each draws on a fresh :class:`matplotlib.figure.Figure` on the Agg canvas
-and returns an ``<svg ...>...</svg>`` string ready to paste into an HTML page (no XML header, no
-DOCTYPE, no external reference). The output is deterministic: text is kept as SVG ``<text>``
-(``svg.fonttype = "none"``), the creation date is left out and element ids are derived from a
-fixed salt, the plot kind and its title, so the same input gives byte-identical SVG, and two plots
-of one page (different titles) never share an element id. Colours: tables use the matplotlib
-``tab10`` palette in order (:data:`PALETTE`); a curve labelled ``"total"`` is drawn thick and
-black.
+live here too ([`loss_curves_svg`][tabdp.plotting.loss_curves_svg],
+[`moe_curves_svg`][tabdp.plotting.moe_curves_svg], [`histogram_svg`][tabdp.plotting.histogram_svg],
+[`scatter_svg`][tabdp.plotting.scatter_svg]). Each draws on a fresh `matplotlib.figure.Figure` on
+the Agg canvas and returns an ``<svg ...>...</svg>`` string ready to paste into an HTML page (no XML
+header, no DOCTYPE, no external reference). The output is deterministic: text is kept as SVG
+``<text>`` (``svg.fonttype = "none"``), the creation date is left out and element ids are derived
+from a fixed salt, the plot kind and its title, so the same input gives byte-identical SVG, and two
+plots of one page (different titles) never share an element id. Colours: tables use the matplotlib
+``tab10`` palette in order ([`PALETTE`][tabdp.plotting.PALETTE]); a curve labelled ``"total"`` is
+drawn thick and black.
 """
 
 from __future__ import annotations
@@ -130,14 +131,14 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
                           log: bool = True) -> Figure:
     """Plot the noise std per unit smooth sensitivity of each family against γ ([HT24] Fig. 1).
 
-    One line per entry of :data:`SMOOTH_NOISE_CURVES`, drawing exactly the arrays of
-    :func:`tabdp.mechanisms.smooth.std_vs_gamma`: PolyPlace, Student's t and the generalized
-    Cauchy (shape d / c chosen to minimize the std at each γ), Laplace with smooth sensitivity
-    (approximate DP at ``delta``; only where γ < ε/ln(2/δ)), and, dashed, Laplace noise √2/ε
-    calibrated to the *global* sensitivity — the γ → 0 limit of PolyPlace, which however
-    multiplies the larger global sensitivity rather than SS. A family is left out (a gap in its
-    line) where its std is infinite. The smaller the curve, the less noise a release adds for
-    the same smooth sensitivity.
+    One line per entry of [`SMOOTH_NOISE_CURVES`][tabdp.plotting.SMOOTH_NOISE_CURVES], drawing
+    exactly the arrays of [`std_vs_gamma`][tabdp.mechanisms.smooth.std_vs_gamma]: PolyPlace,
+    Student's t and the generalized Cauchy (shape d / c chosen to minimize the std at each γ),
+    Laplace with smooth sensitivity (approximate DP at ``delta``; only where γ < ε/ln(2/δ)), and,
+    dashed, Laplace noise √2/ε calibrated to the *global* sensitivity — the γ → 0 limit of
+    PolyPlace, which however multiplies the larger global sensitivity rather than SS. A family is
+    left out (a gap in its line) where its std is infinite. The smaller the curve, the less noise a
+    release adds for the same smooth sensitivity.
 
     Args:
         epsilon: Privacy budget ε of one release.
@@ -211,14 +212,14 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
 
 def save_smooth_noise_std(path: str | os.PathLike[str], *, dpi: float = 150.0,
                           **kwargs: Any) -> pathlib.Path:
-    """Draw :func:`plot_smooth_noise_std` and write it to a PNG or SVG file (by extension).
+    """Draw `plot_smooth_noise_std` and write it to a PNG or SVG file (by extension).
 
     Args:
         path: Destination ending in ``.png`` or ``.svg`` (case-insensitive); parent folders must
             exist.
         dpi: Resolution of a PNG.
-        **kwargs: Passed to :func:`plot_smooth_noise_std` (``epsilon``, ``gammas``, ``delta``,
-            ``log``; not ``ax``).
+        **kwargs: Passed to [`plot_smooth_noise_std`][tabdp.plotting.plot_smooth_noise_std]
+            (``epsilon``, ``gammas``, ``delta``, ``log``; not ``ax``).
 
     Returns:
         The path written.
@@ -422,9 +423,55 @@ def _legend(ax: Axes, n: int) -> None:
 
 
 # -- public plots ---------------------------------------------------------------------------------
+#: One plotted series: its legend label, x and y (finite, > 0, sorted by x).
+_Series = tuple[str, np.ndarray, np.ndarray]
+
+
+def _merge_identical(series: Sequence[_Series]) -> list[_Series]:
+    """Series with exactly the same points drawn once, their labels joined ("a, b")."""
+    merged: dict[bytes, tuple[list[str], np.ndarray, np.ndarray]] = {}
+    for label, x, y in series:
+        sig = np.concatenate([x, y]).tobytes() + str(x.size).encode()
+        merged.setdefault(sig, ([], x, y))[0].append(label)
+    return [(", ".join(labels), x, y) for labels, x, y in merged.values()]
+
+
+def _by_unit(labels: Sequence[str], units: Mapping[str, str] | None) -> dict[str | None, list[str]]:
+    """Labels grouped by their unit of measure (one group, ``None``, without ``units``)."""
+    groups: dict[str | None, list[str]] = {}
+    for label in labels:
+        unit = None if units is None else units.get(label)
+        groups.setdefault(unit if unit is None else str(unit), []).append(label)
+    return groups
+
+
+def _panel_figure(n: int) -> tuple[Figure, list[Axes]]:
+    return _new_figure(width=7.2 if n == 1 else max(7.2, 4.4 * n), height=4.2, ncols=n)
+
+
+def _sum_curves(rows: Sequence[Sequence[Mapping[str, Any]]], key: str) -> list[dict[str, Any]]:
+    """Pointwise sum of loss curves at the record sizes every curve has a finite value for."""
+    common: dict[float, float] | None = None
+    for curve in rows:
+        values: dict[float, float] = {}
+        for r in curve:
+            d, v = _float(r.get("delta")), _float(r.get(key))
+            if d is not None and v is not None:
+                values[d] = v
+        common = values if common is None else {d: common[d] + v for d, v in values.items()
+                                                if d in common}
+    return [{"delta": d, key: v} for d, v in sorted((common or {}).items())]
+
+
 def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], *, title: str,
-                    ylabel: str = "per-record loss ρ (PRzCDP)", key: str = "rho") -> str:
+                    ylabel: str = "per-record loss ρ (PRzCDP)", key: str = "rho",
+                    units: Mapping[str, str] | None = None) -> str:
     """Log-log plot of per-record privacy loss curves against record size Δ.
+
+    Record sizes in different units of measure (dollars of payroll, employees, rows of a count)
+    are never put on one axis: with ``units``, each unit gets a panel of its own. Curves with
+    exactly the same points are drawn once, with their labels joined in the legend, so no
+    series hides behind another.
 
     Args:
         curves: Label → rows ``{"delta": record size Δ, "rho": ..., "epsilon": ...}`` (any
@@ -434,6 +481,10 @@ def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], 
         title: Plot title.
         ylabel: Label of the y axis.
         key: Which value of the rows to plot (``"rho"``, ``"epsilon"``, ``"epsilon_delta"``...).
+        units: Label → unit of measure of its record sizes (e.g. ``"payroll"``, ``"rows"``).
+            One panel per unit, in order of first appearance. A given ``"total"`` curve is
+            drawn only when there is one panel; with several, each panel with more than one
+            curve gets the total of its own curves (losses are never added across units).
 
     Returns:
         An ``<svg ...>...</svg>`` string.
@@ -445,21 +496,56 @@ def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], 
         True
         >>> svg == loss_curves_svg({"t1": rows, "total": rows}, title="Loss")
         True
+        >>> svg = loss_curves_svg({"pay": rows, "staff": rows, "n": rows}, title="Loss",
+        ...                       units={"pay": "payroll", "staff": "employment", "n": "rows"})
+        >>> "record size Δ (payroll)" in svg and "record size Δ (rows)" in svg
+        True
     """
     with rc_context(_RC):
-        fig, (ax,) = _new_figure()
-        n = 0
-        ordered = [k for k in curves if k != "total"] + (["total"] if "total" in curves else [])
-        for i, label in enumerate(ordered):
+        return _to_svg(_loss_figure(curves, title, ylabel, key, units), "loss", title)
+
+
+def _loss_figure(curves: Mapping[str, Sequence[Mapping[str, float | None]]], title: str,
+                 ylabel: str, key: str, units: Mapping[str, str] | None) -> Figure:
+    """The figure of `loss_curves_svg` (drawn under its rc settings)."""
+    labels = [k for k in curves if k != "total"]
+    groups = _by_unit(labels, units) or {None: []}
+    fig, axes = _panel_figure(len(groups))
+    colour = 0
+    for ax, (unit, members) in zip(axes, groups.items(), strict=True):
+        series: list[_Series] = []
+        for label in members:
             rows = curves[label]
-            x, y = _positive_pairs([r.get("delta") for r in rows], [r.get(key) for r in rows])
-            if x.size == 0:
-                continue
-            if label == "total":
-                ax.plot(x, y, color=_TOTAL_COLOR, linewidth=3.0, marker="o", markersize=4.5,
-                        label=_text(label), zorder=5)
+            x, y = _positive_pairs([r.get("delta") for r in rows],
+                                   [r.get(key) for r in rows])
+            if x.size:
+                series.append((label, x, y))
+        total: Sequence[Mapping[str, Any]] | None = None
+        if len(groups) == 1:
+            total = curves.get("total")
+        elif len(members) > 1:
+            total = _sum_curves([curves[m] for m in members], key)
+        drawn = _merge_identical(series)
+        if total:
+            tx, ty = _positive_pairs([r.get("delta") for r in total],
+                                     [r.get(key) for r in total])
+            if tx.size:
+                # a total equal to one drawn series (one table): one line, both labels
+                same = [i for i, (_, x, y) in enumerate(drawn)
+                        if np.array_equal(x, tx) and np.array_equal(y, ty)]
+                if same:
+                    label, _, _ = drawn.pop(same[0])
+                    drawn.append((f"total = {label}", tx, ty))
+                else:
+                    drawn.append(("total", tx, ty))
+        n = 0
+        for label, x, y in drawn:
+            if label == "total" or label.startswith("total = "):
+                ax.plot(x, y, color=_TOTAL_COLOR, linewidth=3.0, marker="o",
+                        markersize=4.5, label=_text(label), zorder=5)
             else:
-                j = i % len(PALETTE)
+                j = colour % len(PALETTE)   # colours run on across panels
+                colour += 1
                 ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j],
                         markersize=4.5, label=_text(label), zorder=3)
             n += 1
@@ -468,15 +554,26 @@ def loss_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float | None]]], 
             _legend(ax, n)
         else:
             _no_data(ax, "no positive losses to plot")
-        ax.set_xlabel("record size Δ (largest contribution to one cell)")
+        ax.set_xlabel("record size Δ (largest contribution to one cell)" if unit is None
+                      else _text(f"record size Δ ({unit})"))
         ax.set_ylabel(_text(ylabel))
-        ax.set_title(_text(title))
-        return _to_svg(fig, "loss", title)
+        if unit is not None and len(groups) > 1:
+            ax.set_title(_text(unit), fontsize=11)
+    if len(groups) > 1:
+        fig.suptitle(_text(title))
+    else:
+        axes[0].set_title(_text(title))
+    return fig
 
 
 def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title: str,
-                   cv_line: float | None = None, cv_label: str = "CV flag") -> str:
+                   cv_line: float | None = None, cv_label: str = "CV flag",
+                   units: Mapping[str, str] | None = None) -> str:
     """Relative margin of error (moe / total) against the true cell total, log-log.
+
+    Cell totals in different units of measure (dollars, employees, counts) are never put on one
+    axis: with ``units``, each unit gets a panel of its own. Curves with exactly the same points
+    are drawn once, with their labels joined in the legend.
 
     Args:
         curves: Label → rows ``{"total": true cell total, "sd": ..., "moe": ...,
@@ -487,6 +584,8 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
             horizontal line, e.g. where the coefficient of variation reaches the CV flag
             threshold (for a symmetric noise law at level L: ``cv_flag * z_L``).
         cv_label: Text written on the reference line.
+        units: Label → unit of measure of its cell totals (e.g. ``"payroll"``, ``"rows"``):
+            one panel per unit, in order of first appearance.
 
     Returns:
         An ``<svg ...>...</svg>`` string.
@@ -498,9 +597,20 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
         True
     """
     with rc_context(_RC):
-        fig, (ax,) = _new_figure()
-        n = 0
-        for i, (label, rows) in enumerate(curves.items()):
+        return _to_svg(_moe_figure(curves, title, cv_line, cv_label, units), "moe", title)
+
+
+def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
+                cv_line: float | None, cv_label: str, units: Mapping[str, str] | None) -> Figure:
+    """The figure of `moe_curves_svg` (drawn under its rc settings)."""
+    groups = _by_unit(list(curves), units) or {None: []}
+    cv = _float(cv_line)
+    fig, axes = _panel_figure(len(groups))
+    colour = 0
+    for ax, (unit, members) in zip(axes, groups.items(), strict=True):
+        series: list[_Series] = []
+        for label in members:
+            rows = curves[label]
             rel = []
             for r in rows:
                 v = r.get("rel_moe")
@@ -509,33 +619,41 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
                     v = m / t if t and m is not None else None
                 rel.append(v)
             x, y = _positive_pairs([r.get("total") for r in rows], rel)
-            if x.size == 0:
-                continue
-            j = i % len(PALETTE)
-            ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j], markersize=4.5,
-                    label=_text(label), zorder=3)
-            n += 1
-        cv = _float(cv_line)
-        if n:
+            if x.size:
+                series.append((label, x, y))
+        drawn = _merge_identical(series)
+        for label, x, y in drawn:
+            j = colour % len(PALETTE)   # colours run on across panels
+            colour += 1
+            ax.plot(x, y, color=PALETTE[j], linewidth=2.2, marker=_MARKERS[j],
+                    markersize=4.5, label=_text(label), zorder=3)
+        if drawn:
             _style_log_axes(ax)
             if cv is not None and cv > 0:
                 ax.axhline(cv, color="#444444", linestyle="--", linewidth=1.2, zorder=2)
-                ax.annotate(_text(cv_label), xy=(1.0, cv), xycoords=("axes fraction", "data"),
-                            xytext=(-4, 4), textcoords="offset points", ha="right",
-                            va="bottom", color="#333333", fontsize=9, zorder=6,
+                ax.annotate(_text(cv_label), xy=(1.0, cv),
+                            xycoords=("axes fraction", "data"), xytext=(-4, 4),
+                            textcoords="offset points", ha="right", va="bottom",
+                            color="#333333", fontsize=9, zorder=6,
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
                                   "alpha": 0.85})
-            _legend(ax, n)
+            _legend(ax, len(drawn))
         else:
             _no_data(ax, "no expected-error rows to plot")
-        ax.set_xlabel("true cell total")
+        ax.set_xlabel("true cell total" if unit is None
+                      else _text(f"true cell total ({unit})"))
         ax.set_ylabel("relative margin of error (moe / total)")
-        ax.set_title(_text(title))
-        return _to_svg(fig, "moe", title)
+        if unit is not None and len(groups) > 1:
+            ax.set_title(_text(unit), fontsize=11)
+    if len(groups) > 1:
+        fig.suptitle(_text(title))
+    else:
+        axes[0].set_title(_text(title))
+    return fig
 
 
 def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.ndarray:
-    """Bin edges of :func:`histogram_svg` for ``n`` shown values between ``lo`` and ``hi``.
+    """Bin edges of `histogram_svg` for ``n`` shown values between ``lo`` and ``hi``.
 
     Args:
         n: Number of values shown (finite; with ``log_x`` also > 0). At least 1.
@@ -564,7 +682,7 @@ def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.n
 
 
 def histogram_bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bin of each value as :func:`numpy.histogram` counts it (last bin closed), -1 outside.
+    """Bin of each value as `numpy.histogram` counts it (last bin closed), -1 outside.
 
     Args:
         values: The values.
@@ -624,20 +742,21 @@ def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = 
 
 def histogram_counts_svg(edges: np.ndarray | None, counts: np.ndarray | None, *, left_out: int,
                          title: str, xlabel: str, log_x: bool = True) -> str:
-    """The plot of :func:`histogram_svg` from precomputed bins (e.g. counted by a Polars query).
+    """The plot of `histogram_svg` from precomputed bins (e.g. counted by a Polars query).
 
     Args:
-        edges: Bin edges (``nb + 1``, from :func:`histogram_edges`), or None when no value is
-            shown.
-        counts: Number of values in each bin (``nb``; :func:`histogram_bin_index`), or None.
+        edges: Bin edges (``nb + 1``, from [`histogram_edges`][tabdp.plotting.histogram_edges]), or
+            None when no value is shown.
+        counts: Number of values in each bin (``nb``;
+            [`histogram_bin_index`][tabdp.plotting.histogram_bin_index]), or None.
         left_out: Number of values not shown (non-finite; with ``log_x`` also ≤ 0).
         title: Plot title.
         xlabel: Label of the x axis.
         log_x: Logarithmic x axis.
 
     Returns:
-        An ``<svg ...>...</svg>`` string, identical to :func:`histogram_svg` of values with
-        these counts.
+        An ``<svg ...>...</svg>`` string, identical to
+        [`histogram_svg`][tabdp.plotting.histogram_svg] of values with these counts.
 
     Example:
         >>> import numpy as np

@@ -3,10 +3,10 @@
 A *family* is the public name of a mechanism (``"log"``, ``"discrete_gaussian"``) or of a noise
 law (``"polyplace"``). Each class registers itself where it is defined, with its canonical name,
 the aliases accepted on input and tags saying where the name may be used (``"spec"``: a release
-spec's ``mechanism.family``; ``"calibrate"``: :func:`tabdp.calibrate` can search it;
-``"smooth"``: a noise law of the smooth-sensitivity mechanisms). Every public output (a
+spec's ``mechanism.family``; ``"calibrate"``: [`calibrate`][tabdp.calibrate.calibrate] can search
+it; ``"smooth"``: a noise law of the smooth-sensitivity mechanisms). Every public output (a
 mechanism's ``to_dict()``, the release manifest, reports) writes the canonical name; every input
-(the spec parser, :func:`tabdp.calibrate`) accepts the aliases too.
+(the spec parser, [`tabdp.calibrate`][tabdp.calibrate.calibrate]) accepts the aliases too.
 
 This module imports nothing from tabdp but the exceptions: the mechanism and noise modules import
 it, and a reader (the spec parser, calibration, rollups) imports the classes it needs, which
@@ -98,7 +98,7 @@ def register(name: str, kind: Kind, cls: type, *, aliases: Iterable[str] = (),
         rank: Order among the families of its kind.
 
     Returns:
-        The registered :class:`Family`.
+        The registered `Family`.
 
     Raises:
         InvalidParameterError: If the name or an alias is already taken by another class.
@@ -169,7 +169,7 @@ def noise_law(name: str, cls: type, *, aliases: Iterable[str] = (), tags: Iterab
         rank: Order among the noise laws.
 
     Returns:
-        The registered :class:`Family`.
+        The registered `Family`.
 
     Example:
         >>> import tabdp.noise
@@ -226,7 +226,7 @@ def get(name: str, kind: Kind = "mechanism") -> Family:
         kind: ``"mechanism"`` or ``"noise"``.
 
     Returns:
-        The :class:`Family`.
+        The `Family`.
 
     Raises:
         InvalidParameterError: If nothing is registered under that name.
@@ -273,7 +273,7 @@ def families(kind: Kind = "mechanism", tag: str | None = None) -> tuple[Family, 
         tag: Keep only the families with this tag.
 
     Returns:
-        The :class:`Family` entries, by rank.
+        The `Family` entries, by rank.
 
     Example:
         >>> import tabdp.mechanisms

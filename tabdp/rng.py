@@ -1,14 +1,15 @@
 """Sources of randomness.
 
-tabdp draws noise from a :class:`RandomSource`. By default it is *secure*: uniform bits come from
-the operating system's cryptographically secure generator (``os.urandom``), so noise cannot be
-predicted or replayed. A seeded source (``RandomSource(seed=...)``) is for tests and tuning only;
-sessions record its use and reports mark it as not for production.
+tabdp draws noise from a [`RandomSource`][tabdp.RandomSource]. By default it is *secure*: uniform
+bits come from the operating system's cryptographically secure generator (``os.urandom``), so noise
+cannot be predicted or replayed. A seeded source (``RandomSource(seed=...)``) is for tests and
+tuning only; sessions record its use and reports mark it as not for production.
 
-Releases use :meth:`RandomSource.bits` only: continuous noise is exactly rounded to a public grid
-from the uniform interval each 64-bit word leaves open (``tabdp.noise.exact``), and discrete
-noise for counts is sampled exactly with integer arithmetic (``tabdp.noise.discrete``).
-:meth:`RandomSource.uniform` and :meth:`RandomSource.signs` serve the plain float samplers
+Releases use [`RandomSource.bits`][tabdp.RandomSource.bits] only: continuous noise is exactly
+rounded to a public grid from the uniform interval each 64-bit word leaves open
+(``tabdp.noise.exact``), and discrete noise for counts is sampled exactly with integer arithmetic
+(``tabdp.noise.discrete``). [`RandomSource.uniform`][tabdp.RandomSource.uniform] and
+[`RandomSource.signs`][tabdp.RandomSource.signs] serve the plain float samplers
 (``NoiseDistribution.sample``), which are for simulation and tests, not for releases.
 
 Example:
@@ -169,7 +170,7 @@ class RandomSource:
 
 
 def as_random_source(rng: Any) -> RandomSource:
-    """Coerce ``rng`` into a :class:`RandomSource`.
+    """Coerce ``rng`` into a [`RandomSource`][tabdp.RandomSource].
 
     Args:
         rng: ``None`` (secure), a ``RandomSource``, an int seed (tests only) or a numpy

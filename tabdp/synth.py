@@ -1,6 +1,6 @@
-"""Deprecated path of :mod:`tabdp.datasets.synth` (the synthetic CBP-like generator).
+"""Deprecated path of [`synth`][tabdp.datasets.synth] (the synthetic CBP-like generator).
 
-Every name read from here warns and is the one of :mod:`tabdp.datasets.synth` (for one
+Every name read from here warns and is the one of [`synth`][tabdp.datasets.synth] (for one
 release).
 
 Example:

@@ -1,14 +1,21 @@
 """The docs site covers the public API, the CLI and the spec, and the code cites only the docs.
 
-These tests read the Markdown sources (no MkDocs needed); ``.ci/docs`` builds the site itself.
+Most tests read the Markdown sources (no MkDocs needed). The ``built_site`` tests build the site
+with ``mkdocs build --strict`` (skipped without the ``docs`` extra) and check the HTML: no raw
+Sphinx roles, no asset loaded from the network, and formulas typeset by the vendored KaTeX in a
+headless Chromium cut off the network (skipped without Chromium).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import os
 import re
+import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -191,3 +198,137 @@ def test_every_page_is_in_the_nav() -> None:
              if not p.relative_to(DOCS).as_posix().startswith("_gen/")]
     missing = [p for p in pages if f": {p}" not in nav]
     assert pages and not missing, f"pages missing from the mkdocs.yml nav: {missing}"
+
+
+# -- the built site ------------------------------------------------------------------------------
+
+#: A Sphinx role as it appears when mkdocstrings leaves it raw (``:meth:`x``` / ``:meth:<code>``).
+_RAW_ROLE = re.compile(r":(?:py:)?(?:meth|class|func|data|attr|mod|exc|obj|ref|doc|term):"
+                       r"(?:`|<code)")
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site as ``mkdocs build --strict`` writes it (a warning fails the build)."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def _docstring_roles() -> list[str]:
+    hits = []
+    for path in sorted((ROOT / "tabdp").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str)):
+                for m in _RAW_ROLE.finditer(node.value.value):
+                    hits.append(f"{path.relative_to(ROOT)}:{node.lineno}: {m.group(0)}")
+    return hits
+
+
+def test_docstrings_use_cross_references_not_sphinx_roles() -> None:
+    """Docstrings link with ``[`name`][tabdp.path]`` (mkdocstrings), never ``:meth:`name```."""
+    assert _RAW_ROLE.search(":meth:`Session.report`") and _RAW_ROLE.search(":class:<code>x")
+    hits = _docstring_roles()
+    assert not hits, ("Sphinx roles are not rendered by mkdocstrings; write "
+                      "[`Name`][tabdp.full.path] (documented) or `name`:\n" + "\n".join(hits))
+
+
+def test_built_site_has_no_raw_roles(built_site: Path) -> None:
+    pages = sorted(built_site.rglob("*.html"))
+    assert len(pages) > 30
+    hits = [f"{p.relative_to(built_site)}: {m.group(0)}" for p in pages
+            for m in _RAW_ROLE.finditer(p.read_text(encoding="utf-8"))]
+    assert not hits, hits[:20]
+    # the cross-references became links
+    api = (built_site / "api" / "tabdp" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../../api/tabdp/#tabdp.KeySet.from_data"' in api or \
+        'href="#tabdp.KeySet.from_data"' in api
+
+
+def test_built_site_loads_nothing_from_the_network(built_site: Path) -> None:
+    """Scripts, stylesheets and fonts are all in the site (links to papers may stay remote)."""
+    remote = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]*\"[^>]*>")
+    hits = []
+    for page in sorted(built_site.rglob("*.html")):
+        for tag in remote.findall(page.read_text(encoding="utf-8")):
+            if "<link" in tag and not re.search(r'rel="(?:stylesheet|preconnect|preload)"', tag):
+                continue  # a link to another site (rel="canonical" etc.), not an asset
+            hits.append(f"{page.relative_to(built_site)}: {tag}")
+    assert not hits, hits[:10]
+    css = (built_site / "vendor" / "katex" / "katex.min.css").read_text(encoding="utf-8")
+    fonts = re.findall(r"url\((fonts/[^)]+)\)", css)
+    assert len(fonts) == 20 and all((built_site / "vendor" / "katex" / f).is_file() for f in fonts)
+    assert "MIT" in (built_site / "vendor" / "katex" / "LICENSE").read_text(encoding="utf-8")
+
+
+class _MathText(HTMLParser):
+    """Per ``arithmatex`` element: its text (KaTeX's TeX annotation left out) and KaTeX marks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: list[dict[str, Any]] = []
+        self._depth = 0          # > 0 inside an arithmatex element
+        self._skip = 0           # > 0 inside an <annotation>
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        classes = (dict(attrs).get("class") or "").split()
+        if self._depth:
+            self._depth += 1
+            if tag == "annotation" or self._skip:
+                self._skip += 1
+            cur = self.elements[-1]
+            cur["katex"] |= "katex" in classes
+            cur["error"] |= "katex-error" in classes
+        elif "arithmatex" in classes:
+            self._depth = 1
+            self.elements.append({"text": "", "katex": False, "error": False})
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._depth:
+            self._depth -= 1
+            if self._skip:
+                self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._depth and not self._skip:
+            self.elements[-1]["text"] += data
+
+
+def _math_elements(html: str) -> list[dict[str, Any]]:
+    parser = _MathText()
+    parser.feed(html)
+    return parser.elements
+
+
+_TEX_DELIMITERS = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$")
+
+
+@pytest.mark.parametrize("page", ["math/policies/index.html", "math/stable/index.html"])
+def test_math_is_typeset_offline_in_chromium(built_site: Path, page: str) -> None:
+    """Headless Chromium, cut off the network, typesets every formula of the page with KaTeX."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import _browser as browser  # tests/_browser.py: headless Chromium, test-only
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    if browser.find_chromium() is None:
+        pytest.skip("no Chromium (apt-get install chromium, or set TABDP_CHROMIUM)")
+    path = built_site / page
+    # before the scripts run, every formula is raw TeX: what the check below must not find
+    raw = _math_elements(path.read_text(encoding="utf-8"))
+    assert len(raw) >= 10
+    assert all(_TEX_DELIMITERS.search(e["text"]) and not e["katex"] for e in raw)
+    dom = browser.dump_dom(path, offline=True)
+    shown = _math_elements(dom)
+    assert len(shown) == len(raw)
+    untypeset = [e["text"][:80] for e in shown if not e["katex"] or e["error"]
+                 or _TEX_DELIMITERS.search(e["text"])]
+    assert not untypeset, untypeset[:5]
+    assert "katex-display" in dom  # display formulas too

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import tabdp
 
@@ -149,3 +152,77 @@ def test_generator_compression_level_is_explicit(tmp_path: Path) -> None:
     proc = _generate("--rows", "50", "--out", str(tmp_path / "z.parquet"),
                      "--compression-level", "40", cwd=tmp_path)
     assert proc.returncode == 2 and "1-22" in proc.stderr
+
+
+# -- the README's code, from an installed wheel outside the checkout ------------------------------
+
+def _readme_blocks(lang: str) -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+
+
+def test_readme_keeps_the_checkout_commands() -> None:
+    shell = "\n".join(_readme_blocks("bash"))
+    for command in ("make demo", "make test", "make wheel", "tabdp demo"):
+        assert re.search(rf"^{command}\b", shell, re.MULTILINE), command
+    assert _readme_blocks("python"), "the README has no Python quickstart"
+    # the quickstart reads the packaged data, not the checkout's data/ folder
+    assert "data/" not in "\n".join(_readme_blocks("python"))
+
+
+@pytest.fixture(scope="module")
+def wheel_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the checkout, installed (without dependencies) into a folder."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                           "--no-build-isolation", "--wheel-dir", str(tmp / "dist"), str(ROOT)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = (tmp / "dist").glob("tabdp-*.whl")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--no-compile", "--target", str(tmp / "site"), str(wheel)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return tmp / "site"
+
+
+@pytest.mark.slow
+def test_readme_python_runs_from_the_installed_wheel(wheel_site: Path, tmp_path: Path) -> None:
+    """Each ```python block of the README runs as a script from an installed wheel.
+
+    The scripts run in an empty folder, tabdp imported from the wheel (its dependencies from
+    this environment), and must print what the README says they print.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(wheel_site), PYTHONNOUSERSITE="1")
+    where = subprocess.run([sys.executable, "-c", "import tabdp; print(tabdp.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(wheel_site), where.stdout
+    outputs = []
+    for i, code in enumerate(_readme_blocks("python")):
+        script = tmp_path / f"readme_{i}.py"
+        script.write_text(code, encoding="utf-8")
+        proc = subprocess.run([sys.executable, script.name], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"README python block {i} failed:\n{code}\n{proc.stderr}"
+        outputs.append(proc.stdout)
+    out = "\n".join(outputs)
+    assert "payroll_moe" in out and "count_moe" in out        # the two tables were printed
+    assert re.search(r"payroll \$250,000: rho <= 0\.50 ", out), out
+    assert re.search(r"payroll \$20,000,000,000: rho <= 50\.00 ", out), out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"readme_{i}.py"
+                                                           for i in range(len(outputs))]
+
+
+@pytest.mark.slow
+def test_wheel_metadata_has_the_project_urls(wheel_site: Path) -> None:
+    (meta,) = wheel_site.glob("tabdp-*.dist-info/METADATA")
+    urls = dict(line.removeprefix("Project-URL: ").split(", ", 1)
+                for line in meta.read_text(encoding="utf-8").splitlines()
+                if line.startswith("Project-URL: "))
+    assert set(urls) == {"Homepage", "Documentation", "Source", "Changelog", "Issues"}, urls
+    assert all(u.startswith("https://") for u in urls.values())
+    assert urls["Changelog"].startswith(urls["Source"]) and urls["Issues"].startswith(
+        urls["Source"])

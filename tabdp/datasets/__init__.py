@@ -139,7 +139,8 @@ def load_hierarchy(name: Literal["geography", "naics"]) -> pl.DataFrame:
     """Load a public hierarchy as a Polars frame of code strings (leading zeros kept).
 
     Args:
-        name: ``"geography"`` or ``"naics"`` (see :func:`hierarchy_path`).
+        name: ``"geography"`` or ``"naics"`` (see
+            [`hierarchy_path`][tabdp.datasets.hierarchy_path]).
 
     Returns:
         One row per finest code, one String column per level, coarsest first.

@@ -12,8 +12,9 @@ private tables:
   48-49 are stored under their first code: ``"31"``, ``"44"``, ``"48"``) and a fixed list of 301
   synthetic but structurally plausible 6-digit codes built on the real 3-digit subsectors. A
   6-digit code starts with its subsector, so for manufacturing it may begin ``31``, ``32`` or
-  ``33`` while its ``naics2`` is ``"31"``; use :func:`naics6_to_naics2` (or
-  :func:`naics2_of_prefix`) to roll up.
+  ``33`` while its ``naics2`` is ``"31"``; use
+  [`naics6_to_naics2`][tabdp.datasets.synth.naics6_to_naics2] (or
+  [`naics2_of_prefix`][tabdp.datasets.synth.naics2_of_prefix]) to roll up.
 * **Heavy tails** -- employment is a lognormal body spliced with a (truncated) Pareto tail, so the
   largest establishments are 10^4-10^5 times the median; a few percent have zero employment and
   zero payroll. Firms own a heavy-tailed number of establishments (chains).
@@ -21,11 +22,15 @@ private tables:
   sector-dependent receipts/payroll ratio x lognormal noise; quarterly payrolls add up exactly
   to the annual payroll.
 
-The *public domains* (:func:`state_domain`, :func:`county_domain`, :func:`naics2_domain`,
-:func:`naics6_domain`, :func:`size_class_domain`, or all at once with :func:`public_domains`)
-depend only on the generator parameters, never on the drawn rows, so they are safe to use as
-public key sets. County and industry *weights* are fixed by the structure (not by ``seed``):
-different seeds are different samples from the same population model.
+The *public domains* ([`state_domain`][tabdp.datasets.synth.state_domain],
+[`county_domain`][tabdp.datasets.synth.county_domain],
+[`naics2_domain`][tabdp.datasets.synth.naics2_domain],
+[`naics6_domain`][tabdp.datasets.synth.naics6_domain],
+[`size_class_domain`][tabdp.datasets.synth.size_class_domain], or all at once with
+[`public_domains`][tabdp.datasets.synth.public_domains]) depend only on the generator parameters,
+never on the drawn rows, so they are safe to use as public key sets. County and industry *weights*
+are fixed by the structure (not by ``seed``): different seeds are different samples from the same
+population model.
 
 Example:
     >>> df = generate_establishments(2_000, seed=1)
@@ -320,7 +325,7 @@ def state_domain(n_states: int = 10) -> list[str]:
 
     Args:
         n_states: Number of states used by the generator (1..51); the first ``n_states`` of
-            :data:`STATE_FIPS` in numeric order.
+            [`STATE_FIPS`][tabdp.datasets.synth.STATE_FIPS] in numeric order.
 
     Returns:
         Sorted 2-digit FIPS codes.
@@ -528,7 +533,7 @@ def size_class_of(employment: Any) -> np.ndarray:
         employment: Non-negative integer counts (scalar or array-like).
 
     Returns:
-        A numpy array of labels from :func:`size_class_domain`.
+        A numpy array of labels from [`size_class_domain`][tabdp.datasets.synth.size_class_domain].
 
     Raises:
         InvalidParameterError: If any count is negative.
@@ -699,8 +704,10 @@ def generate_establishments(
     * ``state`` (String): 2-digit FIPS code; ``county`` (String): 5-digit FIPS code whose first
       two digits are ``state``.
     * ``naics2`` (String): sector code (31-33 as ``"31"``, 44-45 as ``"44"``, 48-49 as ``"48"``);
-      ``naics6`` (String): 6-digit code of that sector (see :func:`naics6_to_naics2`).
-    * ``size_class`` (String): CBP size class of ``employment`` (:func:`size_class_domain`).
+      ``naics6`` (String): 6-digit code of that sector (see
+      [`naics6_to_naics2`][tabdp.datasets.synth.naics6_to_naics2]).
+    * ``size_class`` (String): CBP size class of ``employment``
+      ([`size_class_domain`][tabdp.datasets.synth.size_class_domain]).
     * ``employment`` (Int64 >= 0): reference employment (mid-March; for establishments opening
       after the first quarter, their first active quarter). Median about 5, max 10^4-10^5+.
     * ``payroll_q1`` (Float64): first-quarter payroll in whole dollars (0 if inactive in Q1).
@@ -722,7 +729,8 @@ def generate_establishments(
         n_rows: Number of establishments (privacy units) to generate, >= 0. With
             ``unit_rows=True`` the frame has between ``n_rows`` and ``4 * n_rows`` rows.
         seed: Non-negative int for reproducible output, or None for fresh OS entropy.
-        n_states: Number of states, 1..51 (the first ``n_states`` of :data:`STATE_FIPS`).
+        n_states: Number of states, 1..51 (the first ``n_states`` of
+            [`STATE_FIPS`][tabdp.datasets.synth.STATE_FIPS]).
         counties_per_state: Counties per state, 1..499, as one int or one int per state.
         unit_rows: If True, return establishment-quarter rows (see above).
         zero_share: Share of establishments with zero employment and zero payroll, in [0, 1).
@@ -733,9 +741,10 @@ def generate_establishments(
             domains (compact, fast to group); if False (default) they are ``pl.String``.
 
     Returns:
-        A Polars DataFrame with columns :data:`ESTABLISHMENT_COLUMNS` (or
-        :data:`QUARTER_COLUMNS` with ``unit_rows=True``), sorted by ``estab_id`` (then
-        ``quarter``). Call ``.to_pandas()`` for pandas.
+        A Polars DataFrame with columns
+        [`ESTABLISHMENT_COLUMNS`][tabdp.datasets.synth.ESTABLISHMENT_COLUMNS] (or
+        [`QUARTER_COLUMNS`][tabdp.datasets.synth.QUARTER_COLUMNS] with ``unit_rows=True``), sorted
+        by ``estab_id`` (then ``quarter``). Call ``.to_pandas()`` for pandas.
 
     Raises:
         InvalidParameterError: If an argument has the wrong type or is out of range.
@@ -848,11 +857,12 @@ def generate_establishment_quarters(n_establishments: int, *, seed: int | None =
     Args:
         n_establishments: Number of establishments, >= 0.
         seed: Non-negative int for reproducible output, or None.
-        **kwargs: Any other keyword argument of :func:`generate_establishments` except
+        **kwargs: Any other keyword argument of
+            [`generate_establishments`][tabdp.datasets.synth.generate_establishments] except
             ``unit_rows``.
 
     Returns:
-        A Polars DataFrame with columns :data:`QUARTER_COLUMNS`.
+        A Polars DataFrame with columns [`QUARTER_COLUMNS`][tabdp.datasets.synth.QUARTER_COLUMNS].
 
     Raises:
         InvalidParameterError: If an argument is invalid (including ``unit_rows``).

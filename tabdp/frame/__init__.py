@@ -7,7 +7,7 @@ Example:
 """
 
 from tabdp.frame._engine import count_mechanism
-from tabdp.frame.accessor import DPAccessor, register
+from tabdp.frame.accessor import DPAccessor, dp, register
 from tabdp.frame.keys import KeySet
 
-__all__ = ["DPAccessor", "KeySet", "count_mechanism", "register"]
+__all__ = ["DPAccessor", "KeySet", "count_mechanism", "dp", "register"]

@@ -1,16 +1,16 @@
 """Author mode around a release call: data-free refusals as themselves, every later failure generic.
 
 A release runs its data-free checks first (arguments, schema, key set, rules, names), then reads
-the data (the session's :meth:`~tabdp.Session.phase` marks the moment, on every engine). In an
-author-mode session (:class:`tabdp.Session` with ``mode="author"``, which a
-:class:`tabdp.Curator` creates for each :class:`tabdp.AuthorSession`), :func:`author_call`
+the data (the session's `phase()` marks the moment, on every engine). In an
+author-mode session (`Session` with ``mode="author"``, which a
+`Curator` creates for each `AuthorSession`), `author_call()`
 wraps one release so that what its caller sees depends on the data only through the noise:
 
 * a key set read from the data (``KeySet.from_data``) is refused from the argument alone,
   before anything runs;
 * an exception raised before the data phase (a data-free refusal) is raised as itself;
 * any failure after it, whatever its kind (an engine error, a Rust panic of Polars, which is a
-  ``BaseException``), becomes :class:`tabdp.DataFailure`: one fixed message, raised outside the
+  ``BaseException``), becomes `DataFailure`: one fixed message, raised outside the
   original handler and ``from None`` (no cause, no context); the details go to the session's
   confidential summary (``author_failures``). ``KeyboardInterrupt`` and ``SystemExit`` pass;
 * warnings emitted before the data phase (usability warnings on the arguments) reach the caller;
@@ -35,7 +35,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tabdp
 
 
 def is_author(session: Any) -> bool:
-    """Whether ``session`` is an author-mode :class:`tabdp.Session`.
+    """Whether ``session`` is an author-mode `Session`.
 
     Args:
         session: The ``session=`` argument of a release.
@@ -59,7 +59,7 @@ def check_author_keys(session: Any, keys: Any) -> None:
 
     Raises:
         InvalidParameterError: An author-mode session and a key set flagged ``keys_from_data``
-            (:meth:`tabdp.KeySet.from_data`, or a product with one).
+            (`from_data()`, or a product with one).
 
     Example:
         >>> import polars as pl, warnings, tabdp

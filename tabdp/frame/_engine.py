@@ -12,9 +12,9 @@ depends on one record except through the noise):
    is a unit identified by its **row id**, assigned when the input is read, and the snapshot
    holds an order-sensitive fingerprint of every column read by this or an earlier release of
    the session (the session refuses a later release over different rows).
-3. Strict rules (curator mode) raise a :class:`~tabdp.DataValidationError` whose message names
-   only columns and rules (counts are in its ``confidential`` attribute); in author mode every
-   rule is declared and nothing raises on data.
+3. Strict rules (curator mode) raise a [`DataValidationError`][tabdp.exceptions.DataValidationError]
+   whose message names only columns and rules (counts are in its ``confidential`` attribute); in
+   author mode every rule is declared and nothing raises on data.
 4. Cells: key columns are compared with the public key set after a data-free dtype alignment
    (rows outside it are not released; their number is confidential).
 5. Per-unit losses: the policy of the mechanism at each unit's contribution in each cell,
@@ -22,7 +22,7 @@ depends on one record except through the noise):
 6. **Individual filter**: the session's budget admits or leaves out each unit (per currency
    under a curve budget); contributions of units left out are dropped.
 7. Exact cell totals of the admitted contributions are placed on the key set and handed to the
-   mechanism as :class:`~tabdp.mechanisms._totals.ExactTotals`; noise is drawn in key order.
+   mechanism as [`ExactTotals`][tabdp.mechanisms.ExactTotals]; noise is drawn in key order.
 8. The session's ledger records the admitted losses, keyed by unit.
 """
 
@@ -234,8 +234,8 @@ def count_mechanism(mechanism: Any, grid: Any = None) -> Any:
     ``Laplace(b)`` → ``DiscreteLaplace(b)``, ``None`` → ``DiscreteGaussian(2.0)``. The swap is
     skipped when the caller asks for a non-integer grid (the continuous law is then rounded to
     that grid, see docs/exact-rounding.md). Each mechanism names its counterpart
-    (:meth:`~tabdp.mechanisms.Mechanism.for_counts`); others are kept as given. The default
-    is :data:`tabdp.registry.COUNT_DEFAULT`.
+    ([`for_counts`][tabdp.mechanisms.Mechanism.for_counts]); others are kept as given. The default
+    is `tabdp.registry.COUNT_DEFAULT`.
 
     Args:
         mechanism: The mechanism the caller passed (or ``None``).
@@ -553,7 +553,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     Unit mode: the cells are found inside the plan and the input is grouped by (unit, cell) —
     integer codes, not the key columns — so the snapshot holds per unit and cell only its
     contributions; the rows outside the key set are grouped by (unit, keys). Row mode (no unit,
-    or row ids assigned by the caller): one row per row id (:func:`_row_snapshot`).
+    or row ids assigned by the caller): one row per row id (`_row_snapshot`).
     """
     sess, native = op.session, op.native
     unit = sess.unit
@@ -754,12 +754,12 @@ def _check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
 
 
 def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFrame:
-    """Add ``_CELL`` to an in-memory frame, rows in their order (the rule of :func:`_cells`)."""
+    """Add ``_CELL`` to an in-memory frame, rows in their order (the rule of `_cells`)."""
     return _cells(data, data.schema, keys, by, _CELL, ordered=True)
 
 
 def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataFrame:
-    """The snapshot's rows with ``_CELL`` (:func:`_attach_cells`); in unit mode sorted by unit.
+    """The snapshot's rows with ``_CELL`` (`_attach_cells`); in unit mode sorted by unit.
 
     Unit mode: rows sorted by unit id (nulls last), then cell. Each unit's (unit, cell) rows are
     then contiguous and in key-set order, so its losses are summed in an order that depends on
@@ -802,7 +802,7 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
 
 def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
                     ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
-    """The key set against the data's schema: every refusal of :func:`_cells`, no data read.
+    """The key set against the data's schema: every refusal of `_cells`, no data read.
 
     Text against numbers, key values that cannot be converted to the comparison dtype, and
     distinct keys that become equal there are refused from the key set and the schema alone, so
@@ -954,10 +954,10 @@ def _lookup_index(keys_pl: pl.DataFrame, by: list[str], schema: pl.Schema) -> pl
 def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
     """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
 
-    Each key column is compared as text (as the join of :func:`_cells` does for text keys) by
+    Each key column is compared as text (as the join of `_cells` does for text keys) by
     a cast to an ``Enum`` of its domain, whose physical code is the value's position in the
     domain (null outside it); the codes are combined in mixed radix like
-    :meth:`KeySet.cell_index`.
+    [`KeySet.cell_index`][tabdp.KeySet.cell_index].
     """
     idx: pl.Expr = pl.lit(0, pl.Int64)
     inside: pl.Expr = pl.lit(True)
@@ -1142,7 +1142,7 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
              is_max: Callable[[str], bool]) -> tuple[pl.Series, dict[str, np.ndarray]]:
     """Per-unit totals of per-(unit, cell) ``columns`` whose rows are sorted by unit then cell.
 
-    Sums are taken left to right over a unit's cells (:class:`_Segments`), maxima where
+    Sums are taken left to right over a unit's cells (`_Segments`), maxima where
     ``is_max(name)``. Returns the units (in order) and the totals.
 
     Example:
@@ -1318,7 +1318,7 @@ def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[
 
     ``key_dtypes``: the input's schema (key columns keep their dtypes; integer measures come
     back as integers on an integral grid). Returns the output table (shaped by
-    :func:`tabdp.frame._output.assemble`), the exact-rounding fallbacks and the grids used.
+    `tabdp.frame._output.assemble`), the exact-rounding fallbacks and the grids used.
     """
     out_cols: dict[str, Any] = {}
     fallbacks: dict[str, int] = {}

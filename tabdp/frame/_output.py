@@ -101,12 +101,12 @@ def flag_codes(estimate: Any, sd: Any, cv: Any, *, cv_flag: float | None,
     """Publication flags per cell: ``C`` (cv ≥ cv_flag), ``N`` (negative), ``S``, ``X``.
 
     Codes are concatenated in the order C, N, S, X (``""`` when none); see
-    :data:`tabdp.release.publish.FLAG_CODES`.
+    [`tabdp.release.publish.FLAG_CODES`][tabdp.release.FLAG_CODES].
 
     Args:
         estimate: Noisy estimates (before any clamping).
         sd: Public standard deviations.
-        cv: Coefficients of variation (:func:`coefficient_of_variation`; NaN: undefined).
+        cv: Coefficients of variation (`coefficient_of_variation`; NaN: undefined).
         cv_flag: Flag threshold (``None``: no ``C`` flags).
         suppressed: Optional boolean mask of withheld cells (``S``).
 
@@ -184,7 +184,7 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
         form: ``"wide"`` or ``"long"``.
         cv: Wide form only: add ``m_cv`` and ``m_flag`` (the long form always has them).
         cv_flag: Threshold of the ``C`` flag (default: 0.3, the release workflow's default,
-            :data:`tabdp.planning.ACCESSOR_CV_FLAG`).
+            [`tabdp.planning.ACCESSOR_CV_FLAG`][tabdp.planning.ACCESSOR_CV_FLAG]).
         key_dtypes: Key column → dtype of the input frame's column: key columns are cast to it
             where the key set's values convert losslessly (schemas and public keys only).
         author: Author mode: an Enum key's categories are the key set's values, not the
@@ -285,7 +285,7 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
     pandas key columns get the input column's dtype back (a categorical keeps its categories,
     followed by key-set values that are not among them; in author mode its categories are the
     key set's values, as the input's may come from the data); Polars frames were cast by
-    :func:`assemble`.
+    `assemble`.
 
     Args:
         out: The assembled Polars frame.

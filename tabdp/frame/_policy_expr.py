@@ -4,7 +4,7 @@ A release charges each (unit, cell) row the mechanism's policy at the row's per-
 sensitivity Δ: ``(ρ, ε)`` and, for mechanisms accounted in approximate DP, ``(ε_a, δ_a)`` — the
 tuple of ``_engine._Policy.__call__``. This module builds those losses as engine expressions from
 public parameters only, one small expression tree per output rendered to Polars
-(:func:`policy_exprs`) or Spark (:func:`spark_policy_columns`), so both engines evaluate the same
+(`policy_exprs`) or Spark (`spark_policy_columns`), so both engines evaluate the same
 operations in the same order. Every output has one of four methods:
 
 * ``"exact"``: a closed form using only correctly rounded operations (``+ − × ÷``, ``sqrt``,
@@ -19,9 +19,9 @@ operations in the same order. Every output has one of four methods:
   Divisions by a constant are divisions by a column in Polars (which otherwise multiplies by
   the reciprocal, not a correctly rounded division).
 * ``"table"``: policies without a closed form (the SaS ε, the Subbotin (ε, δ) policy): a public
-  table over bins of Δ, :data:`BINS_PER_OCTAVE` bins per octave of ``[2**TABLE_MIN_EXP,
+  table over bins of Δ, `BINS_PER_OCTAVE` bins per octave of ``[2**TABLE_MIN_EXP,
   2**TABLE_MAX_EXP)``, each holding the numpy policy at the bin's upper end (rounded up by
-  :data:`TABLE_SLACK`); Δ = 0 gives the policy at 0, Δ below the table the first bin's value,
+  `TABLE_SLACK`); Δ = 0 gives the policy at 0, Δ below the table the first bin's value,
   Δ at or above the table ``inf``. This is an upper bound only where the policy is nondecreasing
   in Δ: the mechanism families tabulated here are (ε increasing in the shift), and every table is
   checked on a grid of points inside each bin when it is built; a table that fails the check is
@@ -29,7 +29,7 @@ operations in the same order. Every output has one of four methods:
 * ``"numpy"``: the numpy policy itself, per batch (Polars ``map_batches``, a Spark pandas UDF).
 
 Count releases know a public bound on Δ (the unit's rows in a cell: 1 in row mode,
-``max_rows`` when set): with ``max_delta`` up to :data:`COUNT_TABLE_MAX` each output is an
+``max_rows`` when set): with ``max_delta`` up to `COUNT_TABLE_MAX` each output is an
 integer table of the numpy policy at Δ = 0, 1, …, max_delta (``"exact"``), and ``inf`` above.
 
 The bin index is computed exactly (the exponent of Δ from ``log2`` corrected against exact
@@ -460,7 +460,7 @@ class PolicyExprs:
 
     Attributes:
         exprs: ρ, ε (and ε_a, δ_a for approximate-DP mechanisms) at each row's Δ: Polars
-            expressions (:func:`policy_exprs`) or Spark columns (:func:`spark_policy_columns`).
+            expressions (`policy_exprs`) or Spark columns (`spark_policy_columns`).
         exact: True when every output is bit-equal to the numpy policy (methods ``"exact"``
             and ``"numpy"``); otherwise the other outputs are upper bounds of it (never below).
         methods: Per output: ``"exact"``, ``"bound"``, ``"table"`` or ``"numpy"``.
@@ -739,12 +739,12 @@ def policy_plan(mechanism: Any, kind: str = "sum", *, max_delta: int | None = No
             approximate DP, ``dp_delta``/``approx_policy``, such as ``GroupPrivacyPolicy``).
         kind: ``"sum"`` or ``"count"``.
         max_delta: Counts only: a public bound on Δ (the unit's rows in a cell: 1 in row mode,
-            ``max_rows`` when set); up to :data:`COUNT_TABLE_MAX` every output is then an exact
+            ``max_rows`` when set); up to `COUNT_TABLE_MAX` every output is then an exact
             integer table (``inf`` above the bound).
         bins_per_octave: Bins per octave of tabulated bounds (a power of two).
 
     Returns:
-        The :class:`PolicyPlan` (cached per mechanism and arguments).
+        The `PolicyPlan` (cached per mechanism and arguments).
 
     Raises:
         InvalidParameterError: For an unknown kind or a bin count that is not a power of two.
@@ -784,11 +784,11 @@ def policy_exprs(mechanism: Any, delta: pl.Expr, kind: str = "sum", *,
         mechanism: The mechanism (or policy object) charged.
         delta: Δ per row.
         kind: ``"sum"`` or ``"count"``.
-        max_delta: Counts only: public bound on Δ (see :func:`policy_plan`).
+        max_delta: Counts only: public bound on Δ (see `policy_plan`).
         bins_per_octave: Bins per octave of tabulated bounds (a power of two).
 
     Returns:
-        :class:`PolicyExprs` with one expression per output.
+        `PolicyExprs` with one expression per output.
 
     Example:
         >>> import polars as pl
@@ -810,7 +810,7 @@ def spark_policy_columns(mechanism: Any, delta: Any, kind: str = "sum", *,
                          bins_per_octave: int = BINS_PER_OCTAVE) -> PolicyExprs:
     """Spark columns of the per-record losses (ρ, ε[, ε_a, δ_a]) at Δ = ``delta``.
 
-    The same expression trees as :func:`policy_exprs`, rendered with
+    The same expression trees as `policy_exprs`, rendered with
     ``pyspark.sql.functions``: exact outputs equal the numpy policy bit for bit; tables are
     array literals indexed with ``element_at``; ``"numpy"`` outputs are pandas UDFs.
 
@@ -818,11 +818,11 @@ def spark_policy_columns(mechanism: Any, delta: Any, kind: str = "sum", *,
         mechanism: The mechanism (or policy object) charged.
         delta: A double Spark column of Δ ≥ 0.
         kind: ``"sum"`` or ``"count"``.
-        max_delta: Counts only: public bound on Δ (see :func:`policy_plan`).
+        max_delta: Counts only: public bound on Δ (see `policy_plan`).
         bins_per_octave: Bins per octave of tabulated bounds (a power of two).
 
     Returns:
-        :class:`PolicyExprs` with Spark columns.
+        `PolicyExprs` with Spark columns.
 
     With a Spark session, ``spark_policy_columns(Gaussian(1.0), F.col("d")).exprs[0]`` is the
     column ``(0.5 * (d / 1.0)) * (d / 1.0)`` (``d`` = ``abs(Δ)``), equal to numpy's ρ.

@@ -2,11 +2,11 @@
 
 For each cell of the key set: clip the values to the public ``bounds``, take the q-quantile
 (order statistic of rank ``quantile_rank(n, q)``), compute its γ-smooth sensitivity SS
-(:func:`floored_smooth_sensitivity`) and release ``quantile + SS·Z`` with a smooth-sensitivity
+(`floored_smooth_sensitivity`) and release ``quantile + SS·Z`` with a smooth-sensitivity
 noise law (PolyPlace by default, at ε₁), together with a private estimate of the noise scale
 (``ln SS + Laplace(γ/ε₂)``, ε₂-DP) from which alone the ``_sd`` and ``_moe`` columns are computed
-(:class:`tabdp.mechanisms.smooth.SmoothSensitivityRelease`). Each release is ε = ε₁ + ε₂-DP for
-add/remove of one row; a unit with k rows in a cell pays k·ε there (group privacy).
+([`SmoothSensitivityRelease`][tabdp.mechanisms.SmoothSensitivityRelease]). Each release is ε = ε₁ +
+ε₂-DP for add/remove of one row; a unit with k rows in a cell pays k·ε there (group privacy).
 """
 
 from __future__ import annotations
@@ -89,14 +89,15 @@ def ss_floor(bounds: tuple[float, float]) -> float:
 
 def floored_smooth_sensitivity(sorted_values: np.ndarray, offsets: np.ndarray, q: float,
                                gamma: float, bounds: tuple[float, float]) -> np.ndarray:
-    """The SS a quantile release uses: the γ-smooth sensitivity, floored at :func:`ss_floor`.
+    """The SS a quantile release uses: the γ-smooth sensitivity, floored at `ss_floor`.
 
     ``max(SS, c)`` is γ-smooth like SS: between neighbouring datasets its logarithm changes by
     at most γ (what the private noise-scale estimate relies on), and it lies in
     ``[floor, max(hi − lo, floor)]`` for any data.
 
     Args:
-        sorted_values: Values sorted inside each cell (:func:`tabdp.sensitivity.group_sort`).
+        sorted_values: Values sorted inside each cell
+            ([`group_sort`][tabdp.sensitivity.group_sort]).
         offsets: Cell boundaries.
         q: Quantile level.
         gamma: Smoothness γ.
@@ -126,7 +127,7 @@ class GroupPrivacyPolicy:
     with the pure k·ε₂ of the scale).
 
     Args:
-        mechanism: The :class:`tabdp.mechanisms.smooth.SmoothSensitivityRelease`.
+        mechanism: The [`SmoothSensitivityRelease`][tabdp.mechanisms.SmoothSensitivityRelease].
 
     Example:
         >>> p = GroupPrivacyPolicy(SmoothSensitivityRelease("polyplace", 1.0))   # ε₁ 0.6, ε₂ 0.4
@@ -319,19 +320,21 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
         keys: Public key set.
         bounds: Public ``(low, high)``; values are clipped to it.
         epsilon: Total ε of the release (per cell, per row): the value's ε₁ plus the noise
-            scale's ε₂ (see :func:`tabdp.mechanisms.smooth.split_epsilon`).
+            scale's ε₂ (see [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
         noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
         grid: Public rounding step of the estimates (``None``: the mechanism's default
             relative grid, see docs/exact-rounding.md).
-        gamma: Smoothness γ (default :func:`tabdp.mechanisms.smooth.default_gamma` at ε₁).
+        gamma: Smoothness γ (default [`default_gamma`][tabdp.mechanisms.smooth.default_gamma] at
+            ε₁).
         delta: δ for ``noise="laplace"``.
         uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd`` and
-            ``_moe``, in (0, 1) (default: 2γ, see :func:`tabdp.mechanisms.smooth.split_epsilon`).
+            ``_moe``, in (0, 1) (default: 2γ, see
+            [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
         session: Session to record in.
         level: Confidence level of ``_moe``.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
-        form: ``"wide"`` (default) or ``"long"`` (:mod:`tabdp.frame._output`).
+        form: ``"wide"`` (default) or ``"long"`` (`tabdp.frame._output`).
         cv: Wide form: add ``{label}_cv`` and ``{label}_flag``.
 
     Returns:

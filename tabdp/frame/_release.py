@@ -1,8 +1,8 @@
 """The grouped release (``df.dp.sum`` / ``df.dp.count``): in-memory or streaming.
 
-The steps are in :mod:`tabdp.frame._engine` (its docstring describes the data flow); a
+The steps are in `tabdp.frame._engine` (its docstring describes the data flow); a
 streaming session (row mode without per-row state) runs them as one lazy plan in
-:mod:`tabdp.frame._stream`.
+`tabdp.frame._stream`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         by: Group-by columns (exactly the key set's columns).
         keys: The public key set.
         mechanism: The mechanism (``None``: the default count mechanism; sums need one).
-        session: Session to record in (default: a fresh one, see :func:`tabdp.last_session`).
+        session: Session to record in (default: a fresh one, see
+            [`last_session`][tabdp.last_session]).
         level: Confidence level of the margins of error.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
@@ -78,7 +79,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
             order). ``None``: unbounded. Each row is in one cell in row mode.
         max_rows: Public bound on the rows one unit counts in one cell (counts): a unit's
             count contribution is capped there. ``None``: unbounded (1 in row mode).
-        form: ``"wide"`` (default) or ``"long"`` (:mod:`tabdp.frame._output`).
+        form: ``"wide"`` (default) or ``"long"`` (`tabdp.frame._output`).
         cv: Wide form: add ``_cv`` and ``_flag`` columns (the long form always has them).
 
     Returns:
@@ -148,12 +149,12 @@ def planned_releases(native: Any, session: Session,
         native: The input (a pandas DataFrame, Polars DataFrame or LazyFrame).
         session: The session all the releases are recorded in.
         requests: One mapping per release, in release order, with the keyword arguments of
-            :func:`grouped_release` (``kind``, ``measures``, ``by``, ``keys``, ``mechanism``,
+            `grouped_release` (``kind``, ``measures``, ``by``, ``keys``, ``mechanism``,
             ``level``, ``nulls``, ``name``, ``grid``, ``negatives``, ``max_cells``,
             ``max_rows``, ``form``, ``cv``).
 
     Returns:
-        The planned releases, for :func:`execute_planned`.
+        The planned releases, for `execute_planned`.
 
     Raises:
         InvalidParameterError: A release's arguments, or two releases with one name (nothing
@@ -182,13 +183,13 @@ def execute_planned(rels: Sequence[Planned]) -> list[Any]:
     """Execute planned releases in order, each as it would run alone.
 
     A streaming session (row mode without per-row state) runs each release as one lazy plan
-    over the input (:func:`tabdp.frame._stream.streaming_releases`); other sessions take a
+    over the input (`tabdp.frame._stream.streaming_releases`); other sessions take a
     snapshot per release (a sum then a count of the same frame and key set share one). Every
     table, noise draw and per-record loss is the one the releases give one by one, in this
     order; names taken since planning are refused before anything runs.
 
     Args:
-        rels: Releases from :func:`planned_releases`, in release order.
+        rels: Releases from `planned_releases`, in release order.
 
     Returns:
         The released tables, in order.

@@ -1,7 +1,7 @@
 """The arguments of a release as the ``.dp`` accessor passes them to the engine.
 
 Output-name checks for the chosen form, the whole-number default grid of integer measures, and
-the arguments of releases planned together (:func:`tabdp.frame._release.planned_releases`), so
+the arguments of releases planned together (`tabdp.frame._release.planned_releases`), so
 that a batch gives the tables the accessor gives one by one. Schema and arguments only.
 """
 
@@ -38,7 +38,7 @@ def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
     """A release's arguments as ``frame.dp.sum`` / ``frame.dp.count`` pass them to the engine.
 
     The output names are checked for the form (and ``cv``), and integer measures (counts
-    included) get the whole-number default grid (:func:`tabdp.frame._output.integer_grid`),
+    included) get the whole-number default grid (`tabdp.frame._output.integer_grid`),
     so releases planned together give the tables the accessor gives one by one. Schema and
     arguments only, no data read.
 
@@ -98,7 +98,7 @@ def _integer_columns(frame: Any, columns: Sequence[str],
                      session: Session | None = None) -> list[str]:
     """The columns among ``columns`` of an integer dtype (schema only; missing ones skipped).
 
-    In author mode only the columns the curator declared integer (:class:`tabdp.Curator`):
+    In author mode only the columns the curator declared integer (`Curator`):
     pandas turns an integer column into float64 as soon as one record holds a missing value
     (and a Parquet file written by pandas keeps that), so a frame's dtype would tell the query
     author whether such a record exists (there the integer grid is used only when asked for,

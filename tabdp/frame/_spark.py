@@ -1,6 +1,6 @@
 """Grouped releases on PySpark DataFrames: the same release as the Polars engine, run in Spark.
 
-The steps and their order are those of :mod:`tabdp.frame._engine` (read its module docstring);
+The steps and their order are those of `tabdp.frame._engine` (read its module docstring);
 what differs is where they run. Everything per row or per unit stays in Spark; the driver
 receives only small summaries (the validation counters, the number of rows of each input
 partition) and the exact totals of the released cells (at most the key set):
@@ -17,20 +17,20 @@ partition) and the exact totals of the released cells (at most the key set):
 4. **Losses** per (unit, cell) are computed by the mechanism's own numpy policy functions in a
    pandas UDF on the executors (so each record's loss is the one the Polars engine computes),
    then summed per unit and currency in Spark.
-5. **Budget**: in unit mode the session's ledger is a Spark table (:class:`SparkUnitLedger`);
-   the individual filter runs :meth:`tabdp.Session.admit` itself, per partition of the units
-   joined with their ledger rows. In row mode the ledger holds no per-row state
-   (:class:`SparkReplayLedger`): it keeps each release's public definition, and a release under
-   a budget replays the earlier ones on its snapshot as Spark columns (:func:`_replay`), then
+5. **Budget**: in unit mode the session's ledger is a Spark table (`SparkUnitLedger`);
+   the individual filter runs [`Session.admit`][tabdp.Session.admit] itself, per partition of the
+   units joined with their ledger rows. In row mode the ledger holds no per-row state
+   (`SparkReplayLedger`): it keeps each release's public definition, and a release under
+   a budget replays the earlier ones on its snapshot as Spark columns (`_replay`), then
    filters row by row on those totals: a constant budget as a Spark expression with the
-   operations of :meth:`tabdp.Session.admit`, a curve budget by ``Session.admit`` itself in a
-   scalar pandas UDF. The per-record report replays every release over the input, after
+   operations of [`Session.admit`][tabdp.Session.admit], a curve budget by ``Session.admit`` itself
+   in a scalar pandas UDF. The per-record report replays every release over the input, after
    checking its fingerprints.
 6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.
 
-Medians and quantiles (:func:`spark_quantile_release`) sort each cell's values and compute its
+Medians and quantiles (`spark_quantile_release`) sort each cell's values and compute its
 smooth sensitivity in Spark (one group per cell), by the same numpy code as the other engines.
 
 The Python workers must run an interpreter with tabdp installed (``PYSPARK_PYTHON``).
@@ -182,7 +182,7 @@ def _is_floatlike(st: Any) -> bool:
 class SparkUnitLedger:
     """A session's per-unit running totals as a Spark table (Spark sessions).
 
-    The same role as :class:`tabdp.privacy.ledger.UnitLedger`: one row per unit (its id, or its
+    The same role as `tabdp.privacy.ledger.UnitLedger`: one row per unit (its id, or its
     row id when each row is a unit) with summed loss components, the largest size, the per-
     currency columns of curve budgets (``rho@c``, ``size@c``) and each release's ρ
     (``__release_<name>``, reported as ``rho_<name>``). The table never leaves Spark; each
@@ -345,9 +345,9 @@ def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:
 class SparkReplayLedger:
     """Row mode on Spark without per-row state: the releases' definitions, replayed in Spark.
 
-    The Spark twin of :class:`tabdp.privacy.ledger.ReplayLedger`. In row mode a record's loss
+    The Spark twin of `tabdp.privacy.ledger.ReplayLedger`. In row mode a record's loss
     in a release depends only on its own row and the release's public definition (key set,
-    rules, policy, fixed-point scale: a :class:`tabdp.frame._stream.Program`), and whether the
+    rules, policy, fixed-point scale: a `tabdp.frame._stream.Program`), and whether the
     budget admitted it only on its earlier losses. So the ledger keeps the programs, and every
     record's running totals are recomputed from the input as Spark columns when they are
     needed: by a later release under a budget (its filter reads them), by the per-record report
@@ -454,7 +454,7 @@ class SparkReplayLedger:
     def per_record(self, session: Session, delta: float | None) -> Any:
         """CONFIDENTIAL per-record report as a Spark DataFrame, replayed over the input.
 
-        The same columns as :meth:`SparkUnitLedger.per_record`: the row id (``row``), ``rho``,
+        The same columns as `SparkUnitLedger.per_record`: the row id (``row``), ``rho``,
         ``epsilon``, ``size``, ``epsilon_delta`` with a δ, and ``rho_<release>``. Refused
         (nothing computed) when the input no longer holds the rows the releases read.
 
@@ -528,8 +528,8 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
 
     For each program in release order: its cell (a broadcast join of its key set), the rows
     its rules keep and their fixed-point values, its charges (the exact Spark expressions of
-    :func:`_charge_exprs`, else the numpy policy in :func:`_charge_udf`), the budget filter on
-    the totals so far (:func:`_admit_udf`: ``Session.admit`` itself) and the admitted losses
+    `_charge_exprs`, else the numpy policy in `_charge_udf`), the budget filter on
+    the totals so far (`_admit_udf`: ``Session.admit`` itself) and the admitted losses
     added to the totals in the in-memory ledger's order, so every total is the double the
     in-memory ledger would hold.
 
@@ -799,10 +799,10 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
                   value_cols: dict[str, str] | None = None) -> list[Any] | None:
     """Per-(unit, cell) charges as Spark expressions, when they equal the numpy policy exactly.
 
-    The same columns as :func:`_charge_udf` (``r<i>``, ``e<i>``, ``s<i>`` (``ea<i>``, ``da<i>``)
+    The same columns as `_charge_udf` (``r<i>``, ``e<i>``, ``s<i>`` (``ea<i>``, ``da<i>``)
     per currency, then ``cell_rho`` and ``cell_size``), computed by the same operations in the
     same order: each measure's magnitude ``|x|·2**-bits`` (the next double up from ``2**53``,
-    as ``_engine._abs_float_up``) and the policy of :func:`tabdp.frame._policy_expr.policy_plan`
+    as ``_engine._abs_float_up``) and the policy of `tabdp.frame._policy_expr.policy_plan`
     (an exact closed form, or for counts an exact table of the numpy policy at Δ = 0, 1, … up
     to the public bound on a unit's rows: 1 in row mode, ``max_rows``). None when any output
     would only be an upper bound of the numpy value (joint mechanisms, transcendental forms,
@@ -892,10 +892,10 @@ def _led_need(budget: Any, curs: list[str]) -> list[str]:
 def _admit_exprs(budget: Any, rho: list[Any], led_rho: Any) -> Any:
     """A constant budget's filter as a Spark expression (``None`` for curve budgets).
 
-    The same operations as :meth:`tabdp.Session.admit`: the query's ρ summed over currencies
-    from 0.0 in currency order, added to the unit's earlier total, compared with the limit (a
-    NaN loss is never within it: Spark orders NaN above every number). Every currency gets the
-    same decision.
+    The same operations as [`Session.admit`][tabdp.Session.admit]: the query's ρ summed over
+    currencies from 0.0 in currency order, added to the unit's earlier total, compared with the
+    limit (a NaN loss is never within it: Spark orders NaN above every number). Every currency gets
+    the same decision.
     """
     from pyspark.sql import functions as F
 
@@ -912,7 +912,7 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
 
     Input: a struct of ``r<i>``, ``e<i>``, ``s<i>`` per currency and ``l<k>``, the unit's
     earlier total of ``need[k]``; output: a struct of ``ok<i>`` per currency. The decision is
-    :meth:`tabdp.Session.admit` itself (:func:`_admit_batch`), as :func:`_admit_fn`.
+    [`tabdp.Session.admit`][tabdp.Session.admit] itself (`_admit_batch`), as `_admit_fn`.
     """
     from pyspark.sql.functions import pandas_udf
 
@@ -1013,7 +1013,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
     """Release noisy sums or counts of a PySpark DataFrame (``spark_df.dp.sum`` / ``count``).
 
     Same arguments, checks, privacy accounting and (for one seed) the same estimates as
-    :func:`tabdp.frame._release.grouped_release`; see the module docstring for where each step
+    `tabdp.frame._release.grouped_release`; see the module docstring for where each step
     runs.
 
     Args:
@@ -1023,7 +1023,8 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         by: Group-by columns (exactly the key set's columns).
         keys: The public key set.
         mechanism: The mechanism.
-        session: Session to record in (default: a fresh one, see :func:`tabdp.last_session`).
+        session: Session to record in (default: a fresh one, see
+            [`last_session`][tabdp.last_session]).
         level: Confidence level of the margins of error.
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
@@ -1031,7 +1032,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         negatives: Rule for negative values (see ``grouped_release``).
         max_cells: Public bound on the cells one unit contributes to (unit mode).
         max_rows: Public bound on the rows one unit counts in one cell (counts).
-        form: ``"wide"`` or ``"long"`` (see :mod:`tabdp.frame._output`).
+        form: ``"wide"`` or ``"long"`` (see `tabdp.frame._output`).
         cv: Wide form: add ``_cv`` and ``_flag`` columns.
 
     Returns:
@@ -1169,7 +1170,7 @@ def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy
     """``frame`` (row ids ``__uid``) plus ``__led<k>``: each row's totals over ``prior``.
 
     ``k`` indexes the ledger columns the budget filter of a release of ``policy`` reads
-    (:func:`_led_need`).
+    (`_led_need`).
     """
     from pyspark.sql import functions as F
 
@@ -1334,7 +1335,7 @@ def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
                  guarantee: str, led: list[str]) -> Any:
     """Row mode, replayed: ``charged`` with the filter's decisions ``ok<i>`` on every row.
 
-    ``led`` are the columns of each row's earlier totals (:func:`_with_totals`; none before
+    ``led`` are the columns of each row's earlier totals (`_with_totals`; none before
     the session's first release: zeros). Under a budget the result is persisted (on disk).
     """
     from pyspark import StorageLevel
@@ -1569,7 +1570,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     """Release a private q-quantile per cell of a PySpark DataFrame (``spark_df.dp.median``).
 
     Same arguments and (for one seed) the same table, counts and per-record losses as
-    :func:`tabdp.frame._quantiles.quantile_release`. Each cell's values are sorted and its
+    `tabdp.frame._quantiles.quantile_release`. Each cell's values are sorted and its
     smooth sensitivity computed inside Spark (one group per cell, by the same numpy code);
     the driver receives one (value, smooth sensitivity) pair per released cell.
 
@@ -1591,7 +1592,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         nulls: Missing values policy.
         name: Label of the release in the session.
         grid: Public rounding step of the estimates.
-        form: ``"wide"`` or ``"long"`` (see :mod:`tabdp.frame._output`).
+        form: ``"wide"`` or ``"long"`` (see `tabdp.frame._output`).
         cv: Wide form: add ``_cv`` and ``_flag`` columns.
 
     Returns:

@@ -4,7 +4,7 @@ In row mode every record is one row, and the loss a release charges a record is 
 that row's own values and the release's public definition (key set, data rules, mechanism):
 which cell the row falls in, its contribution there, and the policy at that contribution.
 Whether the budget admits the record depends only on its own earlier losses. So a session can
-keep, instead of per-row arrays, the *definition* of each release (a :class:`Program`) and
+keep, instead of per-row arrays, the *definition* of each release (a `Program`) and
 recompute every record's running totals from the data when they are needed:
 
 * a release evaluates **one lazy plan** over its input: the cells of every earlier release and
@@ -114,7 +114,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     """The batch function: replays every program's charges and the budget filter on a batch.
 
     For each program in release order it computes the batch's charges with the in-memory
-    engine's code (:func:`tabdp.frame._engine._charges`), admits them with the session's
+    engine's code (`tabdp.frame._engine._charges`), admits them with the session's
     filter against the batch's running totals, and adds the admitted losses to those totals
     in the ledger's order: every double is the one the in-memory ledger would hold.
     ``programs`` pairs each program with the index ``j`` of its columns (``__c<j>``, ...).
@@ -366,7 +366,7 @@ def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> 
         delta: Optional δ for the ``epsilon_delta`` column.
 
     Returns:
-        The per-record report (see :func:`replay_report`).
+        The per-record report (see `replay_report`).
 
     Example:
         >>> import polars as pl, tabdp
@@ -386,7 +386,7 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
                 rename: dict[str, str] | None = None) -> None:
     """Write the CONFIDENTIAL per-record report to Parquet with the engine (never in memory).
 
-    Checked like :func:`collect_report` before anything is written; a failed write leaves no
+    Checked like `collect_report` before anything is written; a failed write leaves no
     file.
 
     Args:
@@ -428,10 +428,10 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
 def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> dict[str, Any]:
     """CONFIDENTIAL statistics of the records' total ρ, in bounded memory.
 
-    Read from the per-record file :func:`sink_report` wrote if no release was added since (the
+    Read from the per-record file `sink_report` wrote if no release was added since (the
     release workflow writes it first), else recomputed from the input (checked like
-    :func:`collect_report`). Quantiles are exact (``numpy.quantile``, linear), computed by
-    :func:`tabdp.report.streaming.exact_quantiles` without collecting the column.
+    `collect_report`). Quantiles are exact (``numpy.quantile``, linear), computed by
+    `tabdp.report.streaming.exact_quantiles` without collecting the column.
 
     Args:
         ledger: The session's ledger.

@@ -1,13 +1,15 @@
 """The ``.dp`` accessor on pandas DataFrames, Polars DataFrames / LazyFrames and Spark frames.
 
 The accessor holds no state: pandas rebuilds it on every attribute access and Polars caches it
-per frame, so sessions are passed explicitly (``session=``).
+per frame, so sessions are passed explicitly (``session=``). ``tabdp.dp(frame)`` returns the same
+accessor with types a type checker can follow (``frame.dp`` is registered at run time, which
+mypy and pyright cannot see).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import pandas as pd
 import polars as pl
@@ -23,16 +25,22 @@ from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
-__all__ = ["DPAccessor"]
+__all__ = ["DPAccessor", "dp"]
+
+#: The frame type the accessor's releases return (pandas → pandas, Polars → Polars DataFrame).
+_Out = TypeVar("_Out")
 
 
-class DPAccessor:
+class DPAccessor(Generic[_Out]):
     """Differentially private grouped releases: ``df.dp.sum(...)``, ``df.dp.count(...)``.
 
     Registered on ``pandas.DataFrame`` and on ``polars.DataFrame`` / ``polars.LazyFrame`` when
     tabdp is imported, and on ``pyspark.sql.DataFrame`` when PySpark is imported (tabdp never
     imports it): on a Spark DataFrame every release runs in Spark and returns a Spark DataFrame
-    (:mod:`tabdp.frame._spark`, docs/spark.md).
+    (`tabdp.frame._spark`, docs/spark.md).
+
+    For type checkers use [`tabdp.dp(frame)`][tabdp.dp], which returns this accessor typed by
+    the frame's library (``DPAccessor[pandas.DataFrame]`` or ``DPAccessor[polars.DataFrame]``).
 
     Args:
         frame: The frame the accessor is attached to.
@@ -48,6 +56,13 @@ class DPAccessor:
         (['county', 'payroll', 'payroll_sd', 'payroll_moe', 'payroll_lower', 'payroll_upper'], 3)
     """
 
+    # the frame's library gives the results' type, also for ``DPAccessor(frame)`` spelled out
+    @overload
+    def __init__(self: DPAccessor[pd.DataFrame], frame: pd.DataFrame) -> None: ...
+    @overload
+    def __init__(self: DPAccessor[pl.DataFrame], frame: pl.DataFrame | pl.LazyFrame) -> None: ...
+    @overload
+    def __init__(self: DPAccessor[Any], frame: Any) -> None: ...
     def __init__(self, frame: Any) -> None:
         """Wrap a pandas, Polars or narwhals-compatible ``frame`` (done by ``frame.dp``)."""
         self._frame = frame
@@ -56,7 +71,7 @@ class DPAccessor:
             mechanism: Mechanism, session: Session | None = None,
             level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
             grid: Any = None, negatives: str | None = None, max_cells: int | None = None,
-            form: str = "wide", cv: bool = False) -> Any:
+            form: str = "wide", cv: bool = False) -> _Out:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
         A unit's per-record sensitivity Δ in a cell is the absolute sum of its rows there (each
@@ -70,9 +85,9 @@ class DPAccessor:
         Args:
             columns: Measure column(s) to sum.
             by: Group-by column(s): exactly the key set's columns.
-            keys: Public :class:`tabdp.KeySet`; every key appears once in the output, empty
+            keys: Public [`tabdp.KeySet`][tabdp.KeySet]; every key appears once in the output, empty
                 cells included; rows outside it are dropped (counted in the confidential report).
-            mechanism: A mechanism from :mod:`tabdp.mechanisms`.
+            mechanism: A mechanism from [`tabdp.mechanisms`][tabdp.mechanisms].
             session: Session recording the release. ``None``: a one-off session of its own,
                 available afterwards as ``tabdp.last_session()``.
             level: Confidence level of ``_moe`` (default 0.9, the Census standard).
@@ -121,7 +136,7 @@ class DPAccessor:
             UsabilityWarning: The mechanism cannot publish usable estimates (a transformation
                 whose coefficient of variation never falls below 0.3, or noise without a
                 finite mean or variance). Decided from the mechanism's parameters only, before
-                any data is read (see :func:`tabdp.planning.usability_issues`).
+                any data is read (see [`usability_issues`][tabdp.planning.usability_issues]).
 
         Raises:
             ColumnNotFoundError: A named column is missing.
@@ -163,7 +178,7 @@ class DPAccessor:
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               session: Session | None = None, level: float = DEFAULT_LEVEL,
               name: str | None = None, grid: Any = None, max_cells: int | None = None,
-              max_rows: int | None = None, form: str = "wide", cv: bool = False) -> Any:
+              max_rows: int | None = None, form: str = "wide", cv: bool = False) -> _Out:
         """Noisy row counts per cell of ``keys`` (output measure ``count``).
 
         A unit's Δ in a cell is its number of rows there (1 when each row is a unit).
@@ -171,8 +186,8 @@ class DPAccessor:
         Args:
             by: Group-by column(s): exactly the key set's columns.
             keys: Public key set.
-            mechanism: A mechanism from :mod:`tabdp.mechanisms`. Counts are integer queries:
-                ``None`` (default) releases them with exact discrete Gaussian noise
+            mechanism: A mechanism from [`mechanisms`][tabdp.mechanisms]. Counts are integer
+                queries: ``None`` (default) releases them with exact discrete Gaussian noise
                 ``DiscreteGaussian(sigma=2.0)`` (ρ = Δ²/8), and ``Gaussian(σ)`` / ``Laplace(b)``
                 are released with their exact integer counterparts ``DiscreteGaussian(σ)`` /
                 ``DiscreteLaplace(b)`` (same guarantee, integer outputs; the session records the
@@ -187,13 +202,14 @@ class DPAccessor:
             max_rows: Public bound on the rows one unit counts in one cell (with ``unit=``):
                 its count contribution is capped there, so the count's policy is at most
                 ρ(max_rows) per cell.
-            form: ``"wide"`` (default) or ``"long"`` (see :meth:`sum`).
+            form: ``"wide"`` (default) or ``"long"`` (see [`sum`][tabdp.frame.DPAccessor.sum]).
             cv: Wide form: also return ``count_cv`` and ``count_flag``.
 
         Returns:
             Key columns, then ``count`` (Int64 on a whole-number grid, the default),
             ``count_sd``, ``count_moe``, ``count_lower``, ``count_upper`` (and ``count_cv``,
-            ``count_flag`` with ``cv=True``); ``form="long"``: see :meth:`sum`.
+            ``count_flag`` with ``cv=True``); ``form="long"``: see
+            [`sum`][tabdp.frame.DPAccessor.sum].
 
         Example:
             >>> import polars as pl, tabdp
@@ -230,7 +246,7 @@ class DPAccessor:
                 gamma: float | None = None, delta: float | None = None, nulls: str = "error",
                 name: str | None = None, grid: Any = None,
                 uncertainty_share: float | None = None, form: str = "wide",
-                cv: bool = False) -> Any:
+                cv: bool = False) -> _Out:
         """Private median of ``column`` per cell of ``keys`` (smooth sensitivity, [HT24]).
 
         The (lower) median of the values clipped to the public ``bounds`` is released with noise
@@ -253,8 +269,8 @@ class DPAccessor:
             session: Session recording the release (``None``: one-off, see ``tabdp.last_session``).
             level: Confidence level of the margin of error.
             gamma: Smoothness γ, fixed before seeing data (default: ε₁/3 for PolyPlace, with ε₁
-                the value's share of ε; see :func:`tabdp.mechanisms.smooth.choose_gamma` to pick
-                it from public guesses).
+                the value's share of ε; see [`choose_gamma`][tabdp.mechanisms.smooth.choose_gamma]
+                to pick it from public guesses).
             delta: δ for ``noise="laplace"`` (default 1e-5).
             nulls: Missing values: ``"error"``, ``"zero"`` or ``"drop"``.
             name: Label of the release in the session.
@@ -262,7 +278,7 @@ class DPAccessor:
                 relative grid; see docs/exact-rounding.md).
             uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd``
                 and ``_moe``, in (0, 1) (default: 2γ of ε, i.e. 40% for PolyPlace at the
-                default γ; see :func:`tabdp.mechanisms.smooth.split_epsilon`).
+                default γ; see [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
             form: ``"wide"`` (default) or ``"long"`` (``measure`` is ``{column}_median``).
             cv: Wide form: also return ``_cv`` and ``_flag`` columns.
 
@@ -305,8 +321,8 @@ class DPAccessor:
                   level: float = DEFAULT_LEVEL, gamma: float | None = None,
                   delta: float | None = None, nulls: str = "error", name: str | None = None,
                   grid: Any = None, uncertainty_share: float | None = None,
-                  form: str = "wide", cv: bool = False) -> Any:
-        """Private q-quantile of ``column`` per cell of ``keys`` (see :meth:`median`).
+                  form: str = "wide", cv: bool = False) -> _Out:
+        """Private q-quantile of ``column`` per cell of ``keys`` (see `median`).
 
         The quantile is the order statistic of rank ``max(1, ceil(q·n))`` of the clipped values
         (numpy's ``inverted_cdf``); output columns are ``{column}_q{100q}`` (e.g. ``payroll_q90``)
@@ -329,7 +345,7 @@ class DPAccessor:
             grid: Public rounding step of the estimates (``None``: the mechanism's default
                 relative grid; see docs/exact-rounding.md).
             uncertainty_share: Fraction of ε spent on the private noise scale (see
-                :meth:`median`).
+                [`median`][tabdp.frame.DPAccessor.median]).
             form: ``"wide"`` (default) or ``"long"``.
             cv: Wide form: also return ``_cv`` and ``_flag`` columns.
 
@@ -363,6 +379,56 @@ class DPAccessor:
                                     uncertainty_share=uncertainty_share, form=form, cv=cv)
 
         return author_call(session, keys, release)
+
+
+@overload
+def dp(frame: pd.DataFrame) -> DPAccessor[pd.DataFrame]: ...
+@overload
+def dp(frame: pl.DataFrame | pl.LazyFrame) -> DPAccessor[pl.DataFrame]: ...
+@overload
+def dp(frame: Any) -> DPAccessor[Any]: ...
+def dp(frame: Any) -> DPAccessor[Any]:
+    """The ``.dp`` accessor of ``frame``, typed: ``tabdp.dp(df).sum(...)`` is ``df.dp.sum(...)``.
+
+    Importing tabdp registers ``.dp`` on pandas and Polars frames at run time, which type
+    checkers cannot see (mypy reports ``attr-defined`` on Polars frames, and a misleading
+    overload error on pandas ones). This function returns the same accessor with its release
+    methods typed by the frame's library: a pandas DataFrame gives pandas DataFrames, a Polars
+    DataFrame or LazyFrame gives Polars DataFrames, and a PySpark DataFrame (typed ``Any``)
+    gives Spark DataFrames.
+
+    Args:
+        frame: A pandas DataFrame, a Polars DataFrame or LazyFrame, or a PySpark DataFrame.
+
+    Returns:
+        The accessor: `sum`, `count`, `median` and `quantile` as documented on
+        [`DPAccessor`][tabdp.frame.DPAccessor].
+
+    Raises:
+        UnsupportedBackendError: ``frame`` is none of these (also a ``TypeError``).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"county": ["a", "a", "b"], "payroll": [10.0, 20.0, 5.0]})
+        >>> keys = tabdp.KeySet.from_dict(county=["a", "b"])
+        >>> out = tabdp.dp(df).sum("payroll", by="county", keys=keys,
+        ...                        mechanism=tabdp.mechanisms.Gaussian(sigma=1.0),
+        ...                        session=tabdp.Session(seed=0))
+        >>> out.columns[:3], out.height
+        (['county', 'payroll', 'payroll_sd'], 2)
+        >>> tabdp.dp({"payroll": [1.0]})
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.UnsupportedBackendError: tabdp.dp: expected a pandas DataFrame, ...
+    """
+    if isinstance(frame, (pd.DataFrame, pl.DataFrame, pl.LazyFrame)) or is_spark_frame(frame):
+        return DPAccessor(frame)
+    from tabdp.exceptions import UnsupportedBackendError
+
+    raise UnsupportedBackendError(
+        "tabdp.dp: expected a pandas DataFrame, a Polars DataFrame or LazyFrame, or a PySpark "
+        f"DataFrame; got an object of type {type(frame).__module__}.{type(frame).__qualname__}."
+        "\nHint: build a frame first, e.g. polars.DataFrame(data) or pandas.DataFrame(data).")
 
 
 def register() -> None:

@@ -1,9 +1,9 @@
 """Key sets: the public list of cells a grouped release reports.
 
-A :class:`KeySet` is public input. Every key in it appears exactly once in the output, empty cells
-included; rows whose keys are outside it are dropped (and counted in the confidential report).
-Keys taken from the confidential data (:meth:`KeySet.from_data`) reveal which cells exist; such
-releases are flagged in the public summary.
+A [`KeySet`][tabdp.KeySet] is public input. Every key in it appears exactly once in the output,
+empty cells included; rows whose keys are outside it are dropped (and counted in the confidential
+report). Keys taken from the confidential data ([`KeySet.from_data`][tabdp.KeySet.from_data]) reveal
+which cells exist; such releases are flagged in the public summary.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ def _to_polars(frame: Any, what: str) -> pl.DataFrame:
 class KeySet:
     """The public set of group keys (cells) of a release.
 
-    Build one with :meth:`from_dict` (cross product of public domains), :meth:`from_frame`
-    (public list of allowed combinations) or ``ks1 * ks2`` (product).
+    Build one with [`from_dict`][tabdp.KeySet.from_dict] (cross product of public domains),
+    [`from_frame`][tabdp.KeySet.from_frame] (public list of allowed combinations) or ``ks1 * ks2``
+    (product).
 
     Example:
         >>> ks = KeySet.from_dict({"state": ["01", "02"], "naics": ["11", "21", "23"]})
@@ -136,7 +137,7 @@ class KeySet:
 
         Args:
             frame: A pandas or Polars frame of public key combinations (not the confidential
-                data: use :meth:`from_data` for that).
+                data: use [`from_data`][tabdp.KeySet.from_data] for that).
             columns: Columns to keep (default: all). Duplicate rows are merged.
 
         Returns:
@@ -165,8 +166,9 @@ class KeySet:
         """Keys read from the confidential data itself (explicit opt-in; weakens privacy).
 
         The release then does **not** protect which cells exist: an establishment alone in its
-        county × industry cell is revealed to exist. Emits a :class:`PrivacyWarning`, and the
-        public summary flags every release using these keys.
+        county × industry cell is revealed to exist. Emits a
+        [`PrivacyWarning`][tabdp.exceptions.PrivacyWarning], and the public summary flags every
+        release using these keys.
 
         Args:
             frame: The confidential frame.

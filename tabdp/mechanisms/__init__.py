@@ -1,11 +1,12 @@
 """Mechanisms with per-record guarantees: additive and transformation mechanisms.
 
 This namespace holds the mechanisms, their base classes and the types of their interface
-(:class:`ReleasedValues`, :class:`LawOfSums`, :class:`ExactTotals`, :data:`DEFAULT_LEVEL`,
-:func:`pure_to_zcdp`). Noise laws live in :mod:`tabdp.noise`; the smooth-sensitivity helpers in
-:mod:`tabdp.mechanisms.smooth`, ``sum_gamma`` in :mod:`tabdp.mechanisms.stable` and the
-(ε, δ) scale helpers in :mod:`tabdp.privacy.approx` (their old names here still work for one
-release, with a DeprecationWarning).
+([`ReleasedValues`][tabdp.mechanisms.ReleasedValues], [`LawOfSums`][tabdp.mechanisms.LawOfSums],
+[`ExactTotals`][tabdp.mechanisms.ExactTotals], [`DEFAULT_LEVEL`][tabdp.mechanisms.DEFAULT_LEVEL],
+[`pure_to_zcdp`][tabdp.mechanisms.pure_to_zcdp]). Noise laws live in [`noise`][tabdp.noise]; the
+smooth-sensitivity helpers in `tabdp.mechanisms.smooth`, ``sum_gamma`` in `tabdp.mechanisms.stable`
+and the (ε, δ) scale helpers in [`approx`][tabdp.privacy.approx] (their old names here still work
+for one release, with a DeprecationWarning).
 
 Every mechanism exposes the PRzCDP policy ``rho(sensitivity)``, the PRDP policy
 ``epsilon(sensitivity)`` (``inf`` when not pure), ``release(values, rng)`` and

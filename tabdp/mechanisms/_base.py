@@ -8,12 +8,12 @@ sensitivity Δ (the absolute contribution of a unit to a cell, docs/math/policie
 * ``epsilon(delta)``: PRDP loss ε(Δ) (max-divergence), ``inf`` where the mechanism is not pure.
 
 Both are vectorized and data-independent formulas (public); their values at actual records are
-confidential. :meth:`Mechanism.release_table` returns the estimate with its standard deviation and
-margin of error.
+confidential. [`Mechanism.release_table`][tabdp.mechanisms.Mechanism.release_table] returns the
+estimate with its standard deviation and margin of error.
 
 Floating-point safety (docs/exact-rounding.md): the continuous mechanisms release the exact
 mechanism output rounded to a public grid (``grid=``; ``None`` is each mechanism's documented
-default), drawn by :func:`tabdp.noise.exact.round_noisy`. Nothing else is ever released.
+default), drawn by `tabdp.noise.exact.round_noisy`. Nothing else is ever released.
 """
 
 from __future__ import annotations
@@ -119,9 +119,10 @@ class ReleasedValues:
 class LawOfSums:
     """The law of the error of a sum of n cells released by one additive mechanism.
 
-    What :meth:`Mechanism.sum_law` returns and :func:`tabdp.release.rollup.sum_error_law` turns
-    into margins of error: the error of a sum of n cells is the n-fold convolution of the cell
-    noise, and ``kind`` names the exact method for it.
+    What [`Mechanism.sum_law`][tabdp.mechanisms.Mechanism.sum_law] returns and
+    [`sum_error_law`][tabdp.release.sum_error_law] turns into margins of error: the error of a sum
+    of n cells is the n-fold convolution of the cell noise, and ``kind`` names the exact method for
+    it.
 
     Attributes:
         kind: ``"gaussian"`` (``z·scale·√n``), ``"stable"`` (``n^(1/alpha)`` times the one-cell
@@ -148,8 +149,10 @@ class LawOfSums:
 class Mechanism(ABC):
     """Base class of all tabdp mechanisms.
 
-    Subclasses implement :meth:`rho`, :meth:`epsilon`, :meth:`release_table`, :meth:`sd_at` and
-    :meth:`params`.
+    Subclasses implement [`rho`][tabdp.mechanisms.Mechanism.rho],
+    [`epsilon`][tabdp.mechanisms.Mechanism.epsilon],
+    [`release_table`][tabdp.mechanisms.Mechanism.release_table],
+    [`sd_at`][tabdp.mechanisms.Mechanism.sd_at] and [`params`][tabdp.mechanisms.Mechanism.params].
 
     Example:
         >>> from tabdp.mechanisms import Laplace
@@ -208,7 +211,8 @@ class Mechanism(ABC):
         """Release noisy estimates of ``values`` with sd, moe and interval.
 
         Continuous mechanisms round the exact output to a public ``grid`` (None: the mechanism's
-        default grid, see :meth:`default_grid`) and widen the interval by half a grid step.
+        default grid, see [`default_grid`][tabdp.mechanisms.Mechanism.default_grid]) and widen the
+        interval by half a grid step.
 
         Example:
             >>> from tabdp.mechanisms import Laplace
@@ -247,7 +251,7 @@ class Mechanism(ABC):
         none: a mechanism whose cell errors are not iid additive noise raises.
 
         Returns:
-            The :class:`LawOfSums` of this mechanism's noise.
+            The [`LawOfSums`][tabdp.mechanisms.LawOfSums] of this mechanism's noise.
 
         Raises:
             InvalidParameterError: If sums of this mechanism's cells have no fixed law.
@@ -285,9 +289,9 @@ class Mechanism(ABC):
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Per-record (ε, δ)-DP policy: the ε this mechanism gives a record of sensitivity Δ at δ.
 
-        The default is exact for Gaussian-shift mechanisms (:attr:`gaussian_dp`, via
-        :func:`tabdp.privacy.conversions.gdp_epsilon`) and otherwise the better of the pure ε(Δ)
-        and the zCDP conversion of ρ(Δ); mechanisms with a closed form override it.
+        The default is exact for Gaussian-shift mechanisms (`gaussian_dp`, via
+        [`gdp_epsilon`][tabdp.privacy.conversions.gdp_epsilon]) and otherwise the better of the pure
+        ε(Δ) and the zCDP conversion of ρ(Δ); mechanisms with a closed form override it.
 
         Args:
             sensitivity: Per-record sensitivities Δ ≥ 0.
@@ -319,7 +323,7 @@ class Mechanism(ABC):
 
         Returns:
             ``(epsilon, delta)`` arrays: ``approx_epsilon(Δ, dp_delta)`` and ``dp_delta`` where
-            Δ > 0 (0 and 0 at Δ = 0); both 0 when :attr:`dp_delta` is ``None``.
+            Δ > 0 (0 and 0 at Δ = 0); both 0 when `dp_delta` is ``None``.
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
@@ -339,10 +343,10 @@ class Mechanism(ABC):
 
         Args:
             values: Exact query values (cell totals), 1-D.
-            rng: A :class:`tabdp.RandomSource` (default: secure OS randomness), or an int seed /
-                numpy Generator for tests.
+            rng: A [`RandomSource`][tabdp.RandomSource] (default: secure OS randomness), or an int
+                seed / numpy Generator for tests.
             grid: Public rounding grid of the release (a positive step); None: the mechanism's
-                documented default (:meth:`default_grid`).
+                documented default ([`default_grid`][tabdp.mechanisms.Mechanism.default_grid]).
 
         Returns:
             The estimates, a float64 array shaped like ``values``.
@@ -362,7 +366,7 @@ class Mechanism(ABC):
         Continuous mechanisms override this (docs/exact-rounding.md, "Default grids").
 
         Returns:
-            A grid step, a :class:`tabdp.noise.exact.Grid`, or None.
+            A grid step, a `tabdp.noise.exact.Grid`, or None.
 
         Example:
             >>> from tabdp.mechanisms import Laplace
@@ -436,10 +440,10 @@ class Mechanism(ABC):
                                              Callable[[int, Any], Any] | None]:
         """Float64 centres, their error bounds and the exact centres for exact rounding.
 
-        An :class:`ExactTotals` gives its nearest doubles, its error bounds and its exact values
-        (``round_noisy(..., center_error=, exact_center=)`` then rounds ``T + Z`` for the exact
-        T); it is finite by construction, so nothing is refused. Float64 values are exact
-        centres (validated by :meth:`_prepare`).
+        An [`ExactTotals`][tabdp.mechanisms.ExactTotals] gives its nearest doubles, its error bounds
+        and its exact values (``round_noisy(..., center_error=, exact_center=)`` then rounds
+        ``T + Z`` for the exact T); it is finite by construction, so nothing is refused. Float64
+        values are exact centres (validated by `_prepare`).
         """
         if isinstance(values, ExactTotals):
             q = np.array(values.approx, dtype=np.float64)

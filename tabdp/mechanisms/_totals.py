@@ -3,10 +3,11 @@
 A cell total is summed exactly inside the engine, in fixed point: every value is an integer
 multiple of ``2**-scale_bits`` (integer measures with ``scale_bits = 0``), so the total is an
 integer numerator, independent of the order of summation. The mechanisms receive the totals as
-an :class:`ExactTotals`: a float64 view (``approx``, the nearest double of each total, with an
-error bound ``error``) for everything that only needs a close value, and the exact rationals
-(:meth:`ExactTotals.fraction`, :meth:`ExactTotals.mp`) for the places where the released value
-depends on the centre exactly (exact rounding of ``total + noise``).
+an [`ExactTotals`][tabdp.mechanisms.ExactTotals]: a float64 view (``approx``, the nearest double of
+each total, with an error bound ``error``) for everything that only needs a close value, and the
+exact rationals ([`ExactTotals.fraction`][tabdp.mechanisms.ExactTotals.fraction],
+[`ExactTotals.mp`][tabdp.mechanisms.ExactTotals.mp]) for the places where the released value depends
+on the centre exactly (exact rounding of ``total + noise``).
 
 Why it matters: two neighbouring datasets differ by one unit's contribution ``Δ``. If the total
 were rounded to float64 before the noise is added, the released centres could differ by

@@ -1,7 +1,7 @@
 """Additive mechanisms: release ``q + Z`` with Z from a fixed symmetric noise law.
 
 The release is ``round_grid(q + Z)``: the exact sum rounded to a public grid (ties to even), drawn
-by :func:`tabdp.noise.exact.round_noisy`, so floating point cannot leak through it
+by `tabdp.noise.exact.round_noisy`, so floating point cannot leak through it
 (docs/exact-rounding.md). Default grid (``grid=None``): the largest power of ten ``<= 0.02·sd`` of
 the noise (``0.02·1.4826·MAD`` where the sd is infinite), so rounding moves no estimate by more
 than 1% of its standard deviation. The estimate is mean- and median-unbiased up to the rounding
@@ -97,15 +97,17 @@ class AdditiveMechanism(Mechanism):
         """Release ``round_grid(values + Z)`` with sd and exact margins of error.
 
         Args:
-            values: Exact cell values: an :class:`~tabdp.mechanisms.ExactTotals` (the release is
-                then ``round_grid(T + Z)`` for the exact totals T, not their float64 values) or
+            values: Exact cell values: an [`ExactTotals`][tabdp.mechanisms.ExactTotals] (the release
+                is then ``round_grid(T + Z)`` for the exact totals T, not their float64 values) or
                 float64 values (taken as exact).
             rng: Randomness (default: secure).
             level: Confidence level of the margin of error.
             grid: Public grid step of the estimates (e.g. 1.0 for counts, 1000.0 for thousands
-                of dollars); None: :meth:`default_grid`. Estimates are the float64 nearest
-                ``k·grid`` (exactly ``k·grid`` for whole-number grids below 2**53); beyond
-                ``2**40·grid`` the grid keeps 40 significant bits (docs/exact-rounding.md §5).
+                of dollars); None:
+                [`default_grid`][tabdp.mechanisms.AdditiveMechanism.default_grid]. Estimates are the
+                float64 nearest ``k·grid`` (exactly ``k·grid`` for whole-number grids below 2**53);
+                beyond ``2**40·grid`` the grid keeps 40 significant bits (docs/exact-rounding.md
+                §5).
 
         Returns:
             Estimates with sd, moe (the exact noise quantile plus half a grid step) and interval.
@@ -153,7 +155,8 @@ class AdditiveMechanism(Mechanism):
         Args:
             values: True values (only their shape matters).
             level: Confidence level.
-            grid: The release's grid step (None: :meth:`default_grid`).
+            grid: The release's grid step (None:
+                [`default_grid`][tabdp.mechanisms.AdditiveMechanism.default_grid]).
 
         Returns:
             Half-widths.

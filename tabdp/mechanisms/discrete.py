@@ -1,18 +1,19 @@
 """Exact integer mechanisms for counts: discrete Gaussian and discrete Laplace noise.
 
 Both release ``q + Z`` for an integer query value ``q`` and integer noise ``Z`` drawn exactly with
-the samplers of Canonne, Kamath & Steinke (2020) (:mod:`tabdp.noise.discrete`): no floating point
+the samplers of Canonne, Kamath & Steinke (2020) (`tabdp.noise.discrete`): no floating point
 decides the output, which closes the precision attacks on float noise (Mironov 2012).
 
-* :class:`DiscreteGaussian` — ``Z`` discrete Gaussian with parameter σ: ρ(Δ) = Δ²/(2σ²) for
-  integer Δ (CKS Thm 4), with an exact (ε, δ) policy (CKS Thm 7);
-* :class:`DiscreteLaplace` — ``Z`` discrete Laplace with scale t: pure, ε(Δ) = Δ/t for integer Δ.
+* [`DiscreteGaussian`][tabdp.mechanisms.DiscreteGaussian] — ``Z`` discrete Gaussian with parameter
+  σ: ρ(Δ) = Δ²/(2σ²) for integer Δ (CKS Thm 4), with an exact (ε, δ) policy (CKS Thm 7);
+* [`DiscreteLaplace`][tabdp.mechanisms.DiscreteLaplace] — ``Z`` discrete Laplace with scale t: pure,
+  ε(Δ) = Δ/t for integer Δ.
 
 **Integer inputs only.** The guarantees hold for neighbouring values that differ by an integer Δ:
 the outputs of ``q`` and ``q + Δ`` then live on the same lattice. For a non-integer Δ they live on
 different lattices (``q + Z`` and ``q + Δ + Z`` never take the same value), so ρ = ε = ∞; the
 policies return ``inf`` there. Float64 values must be integers (anything else is refused before
-noise is drawn); an :class:`~tabdp.mechanisms.ExactTotals` may hold integers of any size (a
+noise is drawn); an [`ExactTotals`][tabdp.mechanisms.ExactTotals] may hold integers of any size (a
 fractional exact total is rounded half to even, a public rule that leaves integer totals unchanged).
 The estimates are ``q + Z`` computed exactly (int64 while ``|q| <= 2**61``, Python integers beyond,
 so no total is refused and nothing wraps) and returned as float64 (exact below 2**53; beyond, the
@@ -230,12 +231,14 @@ def _round_to_multiple(x: np.ndarray, k: int) -> np.ndarray:
 class DiscreteAdditiveMechanism(Mechanism):
     """Release ``q + Z`` for integer ``q`` and exact integer noise ``Z`` (symmetric).
 
-    Subclasses set :attr:`noise` and the policies. The estimate is mean- and median-unbiased; its
-    standard deviation is the noise's; the margin of error is the smallest integer ``h`` with
-    ``P(|Z| <= h) >= level``, so the interval ``[est − h, est + h]`` covers the true value with
-    probability **at least** ``level`` (a discrete law cannot hit ``level`` exactly). With a grid
-    ``k > 1`` (see :meth:`release_table`) the margin of error is ``h + k/2`` (the rounding moves
-    the estimate by at most ``k/2``) and the reported sd stays the noise's (rounding not included).
+    Subclasses set [`noise`][tabdp.noise] and the policies. The estimate is mean- and
+    median-unbiased; its standard deviation is the noise's; the margin of error is the smallest
+    integer ``h`` with ``P(|Z| <= h) >= level``, so the interval ``[est − h, est + h]`` covers the
+    true value with probability **at least** ``level`` (a discrete law cannot hit ``level``
+    exactly). With a grid ``k > 1`` (see
+    [`release_table`][tabdp.mechanisms.DiscreteAdditiveMechanism.release_table]) the margin of error
+    is ``h + k/2`` (the rounding moves the estimate by at most ``k/2``) and the reported sd stays
+    the noise's (rounding not included).
 
     Args:
         noise: The integer noise law.
@@ -281,8 +284,8 @@ class DiscreteAdditiveMechanism(Mechanism):
 
         Args:
             values: Exact cell values: float64 integers, or an
-                :class:`~tabdp.mechanisms.ExactTotals` (integers of any size; a fractional total is
-                rounded half to even first).
+                [`ExactTotals`][tabdp.mechanisms.ExactTotals] (integers of any size; a fractional
+                total is rounded half to even first).
             rng: Randomness (default: secure).
             level: Confidence level; the interval's coverage is at least ``level``.
             grid: ``None`` or ``1``: release the exact integers ``q + Z``. An integer ``k > 1``
@@ -297,7 +300,7 @@ class DiscreteAdditiveMechanism(Mechanism):
 
         Raises:
             DataValidationError: If a float64 value is NaN, infinite or not an integer (never for
-                an :class:`~tabdp.mechanisms.ExactTotals`).
+                an [`ExactTotals`][tabdp.mechanisms.ExactTotals]).
             InvalidParameterError: For an invalid level, or a grid that is not a whole number in
                 [1, 2**53] (the outputs are integers).
 
@@ -430,9 +433,10 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
 
     Guarantee (CKS 2020, Thm 4): for integer Δ, D_α(q + Z ‖ q + Δ + Z) ≤ α·Δ²/(2σ²), so
     ρ(Δ) = Δ²/(2σ²) (returned rounded up); ρ = ∞ for non-integer Δ (different lattices). Not pure
-    (ε = ∞ for Δ > 0). Its (ε, δ) profile is computed from the discrete law (:meth:`delta_at`,
-    :meth:`approx_epsilon`), never understating δ; it is *not* the continuous Gaussian's, so
-    :attr:`gaussian_dp` is False.
+    (ε = ∞ for Δ > 0). Its (ε, δ) profile is computed from the discrete law
+    ([`delta_at`][tabdp.mechanisms.DiscreteGaussian.delta_at],
+    [`approx_epsilon`][tabdp.mechanisms.DiscreteGaussian.approx_epsilon]), never understating δ; it
+    is *not* the continuous Gaussian's, so `gaussian_dp` is False.
 
     Args:
         sigma: σ in [2**-40, 2**40]; int, float (taken exactly) or ``fractions.Fraction``.
@@ -650,13 +654,14 @@ class DiscreteGaussian(DiscreteAdditiveMechanism):
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Per-record (ε, δ) policy: exact for the discrete law (CKS Thm 7), by bisection.
 
-        ε(Δ) is the smallest ε whose upper bound on δ(ε) (:meth:`delta_at`: within a relative
-        1e-6 of the exact δ(ε), never below it) is ``<= δ``, so the true δ(ε) never exceeds δ;
-        and never above the zCDP conversion of ρ(Δ) (always valid; used alone for δ < 1e-280).
-        ``inf`` for non-integer Δ, 0 at Δ = 0. The search is a bisection to the last bit; above
-        the tail table (σ > about 5.4e4, where every bound is computed in 60-digit arithmetic) a
-        float bisection gives a starting point that a bracketed Illinois search refines to a
-        relative 1e-12 (a few milliseconds per distinct Δ).
+        ε(Δ) is the smallest ε whose upper bound on δ(ε)
+        ([`delta_at`][tabdp.mechanisms.DiscreteGaussian.delta_at]: within a relative 1e-6 of the
+        exact δ(ε), never below it) is ``<= δ``, so the true δ(ε) never exceeds δ; and never above
+        the zCDP conversion of ρ(Δ) (always valid; used alone for δ < 1e-280). ``inf`` for
+        non-integer Δ, 0 at Δ = 0. The search is a bisection to the last bit; above the tail table
+        (σ > about 5.4e4, where every bound is computed in 60-digit arithmetic) a float bisection
+        gives a starting point that a bracketed Illinois search refines to a relative 1e-12 (a few
+        milliseconds per distinct Δ).
 
         Args:
             sensitivity: Per-record sensitivities Δ.

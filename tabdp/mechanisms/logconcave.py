@@ -1,17 +1,18 @@
 """Symmetric log-concave mechanisms of [Vin22]: Logistic, Subbotin_r and the vector Subbotin_r.
 
-* :class:`Logistic` — ``q + Logistic(scale)``: pure, ε(Δ) = Δ/scale (the log-density ratio
-  ``ψ(z/s) − ψ((z−Δ)/s)`` increases to Δ/s since ψ' = tanh(·/2) < 1), with the exact (ε, δ)
-  policy of [Vin22] Thm 4.
-* :class:`Subbotin` — ``q + scale·X``, X standard Subbotin_r (r ≥ 1). r = 1 is the Laplace
-  mechanism (pure, ε = Δ/scale) and r = 2 the Gaussian mechanism with σ = scale (Gaussian DP,
-  ρ = Δ²/(2 scale²)). Any other r has no pure ε and no zCDP ρ; it is accounted in approximate DP
-  only, at a per-cell δ that must be given (``delta=``): a record of sensitivity Δ loses the exact
-  ε of [Vin22] Lemma 1 (:func:`tabdp.privacy.approx.epsilon_for_scale`).
-* :class:`VectorSubbotin` — m measures released at once with iid noise, accounted at the norm of
-  a unit's (weighted) contribution vector: r = 2 (ℓ2 norm, exact by rotation invariance) and
-  r = 1 (ℓ1 norm, pure). Other r are refused: [Vin22] Thm 9, which would extend the scalar
-  condition to the ℓ_r norm for every r, is false for r ≠ 2 (see the class notes).
+* [`Logistic`][tabdp.mechanisms.Logistic] — ``q + Logistic(scale)``: pure, ε(Δ) = Δ/scale (the
+  log-density ratio ``ψ(z/s) − ψ((z−Δ)/s)`` increases to Δ/s since ψ' = tanh(·/2) < 1), with the
+  exact (ε, δ) policy of [Vin22] Thm 4.
+* [`Subbotin`][tabdp.mechanisms.Subbotin] — ``q + scale·X``, X standard Subbotin_r (r ≥ 1). r = 1 is
+  the Laplace mechanism (pure, ε = Δ/scale) and r = 2 the Gaussian mechanism with σ = scale
+  (Gaussian DP, ρ = Δ²/(2 scale²)). Any other r has no pure ε and no zCDP ρ; it is accounted in
+  approximate DP only, at a per-cell δ that must be given (``delta=``): a record of sensitivity Δ
+  loses the exact ε of [Vin22] Lemma 1
+  ([`epsilon_for_scale`][tabdp.privacy.approx.epsilon_for_scale]).
+* [`VectorSubbotin`][tabdp.mechanisms.VectorSubbotin] — m measures released at once with iid noise,
+  accounted at the norm of a unit's (weighted) contribution vector: r = 2 (ℓ2 norm, exact by
+  rotation invariance) and r = 1 (ℓ1 norm, pure). Other r are refused: [Vin22] Thm 9, which would
+  extend the scalar condition to the ℓ_r norm for every r, is false for r ≠ 2 (see the class notes).
 
 Example:
     >>> from tabdp.mechanisms.logconcave import Logistic, Subbotin
@@ -144,7 +145,7 @@ class Subbotin(AdditiveMechanism):
       ε = ∞.
     * other r ≥ 1: no pure ε and no zCDP ρ is claimed (both ``inf`` for Δ > 0, 0 at Δ = 0); the
       guarantee is (ε, δ)-DP with the exact ε(Δ) of [Vin22] Lemma 1 at the per-cell δ given as
-      ``delta`` (required), exposed as :attr:`dp_delta` for the ledger.
+      ``delta`` (required), exposed as `dp_delta` for the ledger.
 
     Args:
         r: Shape r ≥ 1.
@@ -264,7 +265,7 @@ class Subbotin(AdditiveMechanism):
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy at each sensitivity ([Vin22] Lemma 1, Thms 3 and 5).
 
-        Vectorized; evaluated by :func:`tabdp.privacy.approx.epsilon_for_scale`.
+        Vectorized; evaluated by [`epsilon_for_scale`][tabdp.privacy.approx.epsilon_for_scale].
 
         Args:
             sensitivity: Per-record sensitivities.
@@ -322,8 +323,9 @@ class VectorSubbotin(Subbotin):
     Measure j is released as ``q_j + w_j·scale·X_j`` with iid standard Subbotin_r X_j and public
     per-measure weights w_j (default 1). In scaled units (``q_j / w_j``) the noise is iid with a
     common scale; a unit whose contributions to the cell are ``c = (c_1..c_m)`` has per-record
-    sensitivity ``‖c/w‖_r`` (:meth:`norm`), and the policy functions (``rho``, ``epsilon``,
-    ``approx_epsilon``, ``approx_policy``) are evaluated at that norm:
+    sensitivity ``‖c/w‖_r`` ([`norm`][tabdp.mechanisms.VectorSubbotin.norm]), and the policy
+    functions (``rho``, ``epsilon``, ``approx_epsilon``, ``approx_policy``) are evaluated at that
+    norm:
 
     * r = 2 (vector Gaussian, ℓ2 norm): exact — the law is rotation invariant, so the release is
       a Gaussian shift of ``‖c/w‖_2 / scale`` standard deviations (Gaussian DP, ρ = Δ²/(2s²)).
@@ -344,7 +346,7 @@ class VectorSubbotin(Subbotin):
         r: Shape, 1 or 2.
         scale: Common scale in scaled units, > 0 (r = 2: the standard deviation).
         delta: Must stay ``None`` (r ∈ {1, 2} need no per-cell δ); kept for the common
-            signature with :class:`Subbotin`.
+            signature with [`Subbotin`][tabdp.mechanisms.Subbotin].
         weights: Measure → positive public scale factor; measures not listed get 1.
 
     Raises:
@@ -484,13 +486,14 @@ class VectorSubbotin(Subbotin):
         """The scalar mechanism releasing one measure: ``Subbotin(r, scale·w, delta=...)``.
 
         Its own policy functions describe a single measure released alone; the joint
-        guarantee is the one of this object evaluated at :meth:`norm`.
+        guarantee is the one of this object evaluated at
+        [`norm`][tabdp.mechanisms.VectorSubbotin.norm].
 
         Args:
             measure: Measure name.
 
         Returns:
-            A :class:`Subbotin` with scale ``scale·w_measure``.
+            A [`Subbotin`][tabdp.mechanisms.Subbotin] with scale ``scale·w_measure``.
 
         Example:
             >>> VectorSubbotin(r=2.0, scale=1.5, weights={"x": 2.0}).measure_mechanism("x").params()
@@ -527,10 +530,10 @@ class VectorSubbotin(Subbotin):
 
         A unit contributing ``sensitivity`` (in scaled units ``c_j / w_j``) to each of ``m``
         measures has ℓ_r sensitivity ``Δ_r = m^{1/r}·sensitivity`` (Thm 10); r minimizes
-        ``s_r(ε, δ, Δ_r)²·Var_r`` (:func:`tabdp.privacy.approx.choose_subbotin_r`) and the scale
-        is ``s_r(ε, δ, Δ_r)`` (min_scale), so each cell is (ε, δ)-DP for that unit. Only
-        r ∈ {1, 2} are valid for vectors (see the class notes on Thm 9), so the grid is
-        ``(1, 2)``; the search is kept in :attr:`choice`.
+        ``s_r(ε, δ, Δ_r)²·Var_r`` ([`choose_subbotin_r`][tabdp.privacy.approx.choose_subbotin_r])
+        and the scale is ``s_r(ε, δ, Δ_r)`` (min_scale), so each cell is (ε, δ)-DP for that unit.
+        Only r ∈ {1, 2} are valid for vectors (see the class notes on Thm 9), so the grid is
+        ``(1, 2)``; the search is kept in `choice`.
 
         Args:
             epsilon: Target ε ≥ 0 per cell.
@@ -541,7 +544,7 @@ class VectorSubbotin(Subbotin):
             r_grid: Shapes to try, a subset of {1, 2} (default both).
 
         Returns:
-            The calibrated :class:`VectorSubbotin`.
+            The calibrated [`VectorSubbotin`][tabdp.mechanisms.VectorSubbotin].
 
         Raises:
             InvalidParameterError: On invalid arguments, or a grid with r ∉ {1, 2}.

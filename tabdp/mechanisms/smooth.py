@@ -1,8 +1,8 @@
 """Smooth-sensitivity mechanisms ``q(D) + SS^γ(D)·Z`` for medians, quantiles (docs/math/smooth.md).
 
 A release adds to each exact value ``q`` noise proportional to its γ-smooth sensitivity ``SS``
-(:mod:`tabdp.sensitivity`). Four noise families are supported; the unit law ``Z`` (noise per unit
-of SS) and its condition on γ are:
+([`sensitivity`][tabdp.sensitivity]). Four noise families are supported; the unit law ``Z`` (noise
+per unit of SS) and its condition on γ are:
 
 ============  =====================================================  ==========================
 family        noise per unit SS                                       valid for
@@ -20,18 +20,18 @@ minimization of the standard deviation per unit SS unless given.
 
 γ itself must be fixed **before** looking at the data: smaller γ makes the noise law better (it
 tends to Laplace with scale SS/ε as γ → 0) but makes SS larger (it tends to the global
-sensitivity ``hi − lo``). :func:`choose_gamma` resolves the trade-off on a public grid using a
-public guess of the data (group size and spread); :func:`default_gamma` is the rule used when
-nothing is known.
+sensitivity ``hi − lo``). [`choose_gamma`][tabdp.mechanisms.smooth.choose_gamma] resolves the
+trade-off on a public grid using a public guess of the data (group size and spread);
+[`default_gamma`][tabdp.mechanisms.smooth.default_gamma] is the rule used when nothing is known.
 
 The guarantee holds for the neighbour relation under which ``SS`` is a γ-smooth upper bound on
-the local sensitivity; the smooth sensitivities of :mod:`tabdp.sensitivity` are, for both
+the local sensitivity; the smooth sensitivities of [`sensitivity`][tabdp.sensitivity] are, for both
 replacement and add/remove neighbours (see that module).
 
 Floating-point safety (docs/exact-rounding.md): releases are ``round_grid(q + SS·Z)``, the exact
-value rounded to a public grid by :func:`tabdp.noise.exact.round_noisy`. The noise scale SS is
+value rounded to a public grid by `tabdp.noise.exact.round_noisy`. The noise scale SS is
 data-dependent, so no uniform grid can be derived from it without leaking it: the default grid
-(``grid=None``) is a :class:`tabdp.noise.exact.RelativeGrid`, a fixed public set of numbers with
+(``grid=None``) is a `tabdp.noise.exact.RelativeGrid`, a fixed public set of numbers with
 B significant bits: B = 32 for polyplace and laplace noise (rounding moves a value by at most
 ``2**-32 ≈ 2.3e-10`` of its magnitude), B = 24 for the heavy-tailed student_t and cauchy baselines
 (``≈ 6e-8``; their float64 quantiles carry a looser error bound, and a finer relative grid would
@@ -129,7 +129,7 @@ def gamma_limit(noise: str, epsilon: float, delta: float | None = None,
     """Supremum of the smoothness γ for which ``noise`` gives a private release at ``epsilon``.
 
     Args:
-        noise: One of :data:`NOISE_FAMILIES`.
+        noise: One of [`NOISE_FAMILIES`][tabdp.mechanisms.smooth.NOISE_FAMILIES].
         epsilon: Privacy budget ε > 0.
         delta: δ for ``noise='laplace'`` (default 1e-5); must be None otherwise.
         finite_std: Limit for a finite standard deviation instead (PolyPlace ε/2, t ε/3,
@@ -224,14 +224,15 @@ def unit_noise(noise: str, epsilon: float, gamma: float, *, delta: float | None 
     """The noise law per unit of smooth sensitivity (the release adds ``SS·Z``).
 
     Args:
-        noise: One of :data:`NOISE_FAMILIES`.
+        noise: One of [`NOISE_FAMILIES`][tabdp.mechanisms.smooth.NOISE_FAMILIES].
         epsilon: Privacy budget ε > 0.
-        gamma: Smoothness γ within :func:`gamma_limit`.
+        gamma: Smoothness γ within [`gamma_limit`][tabdp.mechanisms.smooth.gamma_limit].
         delta: δ for ``noise='laplace'`` (default 1e-5).
-        shape: d (Student t) or c (Cauchy); default: :func:`optimal_shape`.
+        shape: d (Student t) or c (Cauchy); default:
+            [`optimal_shape`][tabdp.mechanisms.smooth.optimal_shape].
 
     Returns:
-        A :class:`tabdp.noise.NoiseDistribution`.
+        A [`tabdp.noise.NoiseDistribution`][tabdp.noise.NoiseDistribution].
 
     Example:
         >>> unit_noise("polyplace", 1.0, 0.1)
@@ -273,9 +274,9 @@ def std_per_unit_ss(noise: str, epsilon: float, gamma: float, *, delta: float | 
     """Standard deviation of the noise per unit of smooth sensitivity (docs/math/smooth.md §4).
 
     Args:
-        noise: One of :data:`NOISE_FAMILIES`.
+        noise: One of [`NOISE_FAMILIES`][tabdp.mechanisms.smooth.NOISE_FAMILIES].
         epsilon: Privacy budget ε > 0.
-        gamma: Smoothness γ within :func:`gamma_limit`.
+        gamma: Smoothness γ within [`gamma_limit`][tabdp.mechanisms.smooth.gamma_limit].
         delta: δ for ``noise='laplace'`` (default 1e-5).
         shape: d or c for the baselines (default: the std-optimal one).
 
@@ -298,10 +299,10 @@ def default_gamma(noise: str, epsilon: float, delta: float | None = None) -> flo
     to its best value over a panel of stand-in groups (n = 10 … 1000, spreads 0.3 % … 10 % of the
     range): small groups are dominated by the padded bounds and need a large γ, large groups gain
     from a large γ because their smooth sensitivity falls like 1/γ. With a public guess of the
-    group size and spread, :func:`choose_gamma` does better.
+    group size and spread, [`choose_gamma`][tabdp.mechanisms.smooth.choose_gamma] does better.
 
     Args:
-        noise: One of :data:`NOISE_FAMILIES`.
+        noise: One of [`NOISE_FAMILIES`][tabdp.mechanisms.smooth.NOISE_FAMILIES].
         epsilon: Privacy budget ε > 0.
         delta: δ for ``noise='laplace'`` (default 1e-5).
 
@@ -348,7 +349,7 @@ def choose_gamma(epsilon: float, noise: str = "polyplace", *, bounds: tuple[floa
 
     Args:
         epsilon: Privacy budget ε of the release.
-        noise: One of :data:`NOISE_FAMILIES`.
+        noise: One of [`NOISE_FAMILIES`][tabdp.mechanisms.smooth.NOISE_FAMILIES].
         bounds: Public range ``(lo, hi)`` of the values.
         n: Public guess of the group size (needed unless ``prototype`` is given).
         spread: Public guess of the values' standard deviation.
@@ -453,7 +454,8 @@ class SmoothSensitivityMechanism(_ByParams):
     Args:
         noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
         epsilon: Privacy budget ε of one release.
-        gamma: Smoothness γ; default :func:`default_gamma`. Must be fixed before seeing data.
+        gamma: Smoothness γ; default [`default_gamma`][tabdp.mechanisms.smooth.default_gamma]. Must
+            be fixed before seeing data.
         delta: δ of ``noise='laplace'`` (default 1e-5); not allowed for the pure families.
         shape: d (Student t) or c (Cauchy); default the std-optimal one.
 
@@ -492,7 +494,8 @@ class SmoothSensitivityMechanism(_ByParams):
     def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRDP policy: the constant ε for any per-record sensitivity Δ > 0, 0 at Δ = 0.
 
-        For ``noise='laplace'`` (only (ε, δ)-DP) it is ``inf`` for Δ > 0; see :meth:`guarantee`.
+        For ``noise='laplace'`` (only (ε, δ)-DP) it is ``inf`` for Δ > 0; see
+        [`guarantee`][tabdp.mechanisms.SmoothSensitivityMechanism.guarantee].
 
         Args:
             sensitivity: Per-record sensitivities Δ.
@@ -576,10 +579,10 @@ class SmoothSensitivityMechanism(_ByParams):
 
     # -- release --------------------------------------------------------------------------------
     def default_grid(self) -> _exact.Grid:
-        """The default public grid: a :class:`~tabdp.noise.exact.RelativeGrid`.
+        """The default public grid: a `RelativeGrid`.
 
         32 significant bits for polyplace and laplace noise, 24 for student_t and cauchy
-        (:data:`RELATIVE_GRID_BITS`). A uniform default would have to be derived from the
+        (`RELATIVE_GRID_BITS`). A uniform default would have to be derived from the
         data-dependent SS, which would leak it; the relative grid is a fixed public set.
 
         Returns:
@@ -601,8 +604,8 @@ class SmoothSensitivityMechanism(_ByParams):
             values: Exact query values (e.g. group medians), 1-D.
             ss: Their γ-smooth sensitivities at this mechanism's γ (same shape).
             rng: Randomness (default: secure).
-            grid: Public grid: a positive step, a :class:`tabdp.noise.exact.Grid`, or None for
-                :meth:`default_grid`.
+            grid: Public grid: a positive step, a `tabdp.noise.exact.Grid`, or None for
+                [`default_grid`][tabdp.mechanisms.SmoothSensitivityMechanism.default_grid].
 
         Returns:
             The noisy values.
@@ -623,10 +626,12 @@ class SmoothSensitivityMechanism(_ByParams):
             ss: Their smooth sensitivities (same shape).
             rng: Randomness (default: secure).
             level: Confidence level of the margins of error.
-            grid: Public grid (see :meth:`release`); margins are widened by half a grid step.
+            grid: Public grid (see
+                [`release`][tabdp.mechanisms.SmoothSensitivityMechanism.release]); margins are
+                widened by half a grid step.
 
         Returns:
-            :class:`tabdp.mechanisms.ReleasedValues`.
+            [`tabdp.mechanisms.ReleasedValues`][tabdp.mechanisms.ReleasedValues].
 
         Example:
             >>> m = SmoothSensitivityMechanism("polyplace", 1.0, 0.1)
@@ -709,17 +714,18 @@ def split_epsilon(noise: str, epsilon: float, gamma: float | None = None,
     Rule:
 
     * ``uncertainty_share`` given: ``ε₂ = share·ε``, ``ε₁ = ε − ε₂``; γ defaults to
-      :func:`default_gamma` at ε₁.
+      [`default_gamma`][tabdp.mechanisms.smooth.default_gamma] at ε₁.
     * otherwise ``ε₂ = 2γ`` (``b = 1/2``: the published sd is within a factor 2 of the true one
-      with probability 1 − e^{−2 ln 2} = 3/4). With the default γ (the :func:`default_gamma`
-      fraction r of ε₁) this gives ``ε₁ = ε/(1 + 2r)``: 60% of ε for PolyPlace (γ = 0.2·ε,
-      ε₂ = 0.4·ε), 77% for student_t and cauchy, 92% for laplace at δ = 1e-5. With a given γ,
-      ``ε₁ = ε − 2γ``.
+      with probability 1 − e^{−2 ln 2} = 3/4). With the default γ (the
+      [`default_gamma`][tabdp.mechanisms.smooth.default_gamma] fraction r of ε₁) this gives
+      ``ε₁ = ε/(1 + 2r)``: 60% of ε for PolyPlace (γ = 0.2·ε, ε₂ = 0.4·ε), 77% for student_t and
+      cauchy, 92% for laplace at δ = 1e-5. With a given γ, ``ε₁ = ε − 2γ``.
 
-    γ must then be valid for the value's noise family at ε₁ (:func:`gamma_limit`).
+    γ must then be valid for the value's noise family at ε₁
+    ([`gamma_limit`][tabdp.mechanisms.smooth.gamma_limit]).
 
     Args:
-        noise: One of :data:`NOISE_FAMILIES`.
+        noise: One of [`NOISE_FAMILIES`][tabdp.mechanisms.smooth.NOISE_FAMILIES].
         epsilon: Total ε of the release (per row and cell).
         gamma: Smoothness γ, fixed before seeing the data (default: see above).
         uncertainty_share: Fraction of ε for the noise scale, in (0, 1) (default: ``2γ/ε``).
@@ -873,33 +879,36 @@ def _cached_halfwidth(unit: NoiseDistribution, level: float, log_noise: float) -
 class SmoothSensitivityRelease(_ByParams):
     """A smooth-sensitivity release whose published uncertainty is private too.
 
-    Per cell it publishes the value ``round(q + SS·Z)`` (ε₁-DP: :class:`SmoothSensitivityMechanism`
-    at ε₁) and, from a second private release, its standard deviation and margin of error:
+    Per cell it publishes the value ``round(q + SS·Z)`` (ε₁-DP:
+    [`SmoothSensitivityMechanism`][tabdp.mechanisms.SmoothSensitivityMechanism] at ε₁) and, from a
+    second private release, its standard deviation and margin of error:
 
-    * ``L = round(ln SS + W)`` on the public grid :data:`LOG_SCALE_GRID`, with
+    * ``L = round(ln SS + W)`` on the public grid `LOG_SCALE_GRID`, with
       ``W ~ Laplace(b)``, ``b = (γ + LOG_SS_SLACK)/ε₂``. ``ln SS`` changes by at most γ between
       neighbouring datasets (SS is γ-smooth), so ``L`` is ε₂-DP (Laplace mechanism), drawn with
       exact rounding.
     * ``sd = std(Z)·e^L``: an estimate of the noise's standard deviation whose logarithm is off
       by ``W`` (Laplace(b), median 0: within a factor ``e^t`` with probability ``1 − e^{−t/b}``).
     * ``moe = h*·e^{L + grid/2} + (half a value-grid step)``, with ``h*`` from
-      :func:`scale_adjusted_halfwidth`: the interval ``estimate ± moe`` covers the true value
+      `scale_adjusted_halfwidth`: the interval ``estimate ± moe`` covers the true value
       with probability at least ``level`` on every dataset, over both draws (the scale's error is
       accounted for, not plugged in).
 
     Nothing else depends on SS. The release is (ε₁ + ε₂)-DP per row (pure, except for
-    ``noise='laplace'``: (ε₁ + ε₂, δ)); :func:`split_epsilon` sets ε₁, ε₂ and γ.
+    ``noise='laplace'``: (ε₁ + ε₂, δ)); [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]
+    sets ε₁, ε₂ and γ.
 
     Args:
         noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
         epsilon: Total ε of the release (value and noise scale together).
-        gamma: Smoothness γ (default: see :func:`split_epsilon`).
+        gamma: Smoothness γ (default: see [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
         uncertainty_share: Fraction of ε spent on the noise scale (default ``2γ/ε``).
         delta: δ of ``noise='laplace'``.
         shape: d (Student t) or c (Cauchy).
 
     Attributes:
-        value: The value's :class:`SmoothSensitivityMechanism` (at ε₁).
+        value: The value's
+            [`SmoothSensitivityMechanism`][tabdp.mechanisms.SmoothSensitivityMechanism] (at ε₁).
         eps: Total ε.
         eps_value: ε₁.
         eps_scale: ε₂.
@@ -953,7 +962,7 @@ class SmoothSensitivityRelease(_ByParams):
         return _cached_halfwidth(self.value.unit, check_level(level), self.log_noise)
 
     def release_log_scale(self, ss: ArrayLike, rng: Any = None) -> np.ndarray:
-        """Release ``round(ln SS + Laplace(b))`` on :data:`LOG_SCALE_GRID` (ε₂-DP per row).
+        """Release ``round(ln SS + Laplace(b))`` on `LOG_SCALE_GRID` (ε₂-DP per row).
 
         Args:
             ss: Smooth sensitivities (> 0, finite; floor them at a public constant).
@@ -1022,7 +1031,8 @@ class SmoothSensitivityRelease(_ByParams):
         data-dependent check inside the sampler can never refuse.
 
         Args:
-            grid: Public grid (None: :meth:`SmoothSensitivityMechanism.default_grid`).
+            grid: Public grid (None:
+                [`default_grid`][tabdp.mechanisms.SmoothSensitivityMechanism.default_grid]).
             bounds: Public ``(lo, hi)``.
             ss_max: Public upper bound on SS (e.g. ``max(hi − lo, floor)``).
 
@@ -1052,8 +1062,9 @@ class SmoothSensitivityRelease(_ByParams):
                       level: float = DEFAULT_LEVEL, grid: Any = None) -> ReleasedValues:
         """Release values, and sd and moe computed only from the private log scale.
 
-        The value draws come first from ``rng`` (as :meth:`SmoothSensitivityMechanism.
-        release_table`), then one log-scale draw per cell.
+        The value draws come first from ``rng`` (as the
+        base class's [`release_table`][tabdp.mechanisms.SmoothSensitivityMechanism.release_table]),
+        then one log-scale draw per cell.
 
         Args:
             values: Exact query values, 1-D.
@@ -1063,7 +1074,7 @@ class SmoothSensitivityRelease(_ByParams):
             grid: Public grid of the values.
 
         Returns:
-            :class:`tabdp.mechanisms.ReleasedValues`.
+            [`tabdp.mechanisms.ReleasedValues`][tabdp.mechanisms.ReleasedValues].
 
         Example:
             >>> r = SmoothSensitivityRelease("polyplace", 1.0)
@@ -1101,7 +1112,7 @@ class SmoothSensitivityRelease(_ByParams):
                 "delta": 0.0 if self.pure else self.delta}
 
     def params(self) -> dict[str, Any]:
-        """Public parameters (``epsilon`` is the total; the split is in :meth:`to_dict`).
+        """Public parameters (``epsilon`` is the total; the split is in `to_dict`).
 
         Example:
             >>> SmoothSensitivityRelease("polyplace", 1.0, 0.1).params()["uncertainty_share"]

@@ -1,7 +1,7 @@
 """The symmetric α-stable (SaS) mechanism: release ``q + SaS(α, γ)`` (docs/math/stable.md, [ZA25]).
 
 For 1 ≤ α < 2 the mechanism is pure DP with a per-record policy ε(Δ) = ε(α, d = Δ/γ), the
-exact sup of the privacy loss (:func:`tabdp.noise.stable.stable_loss_sup`), evaluated for
+exact sup of the privacy loss (`tabdp.noise.stable.stable_loss_sup`), evaluated for
 millions of Δ through a cached conservative table (never below the exact value; at most ~4e-10
 above it, and at most ``EPS_TABLE_RTOL`` = 1e-8 for every supported α). ε grows like d for small
 d and like (α+1)·ln d for large d, so the loss of a record grows only logarithmically in its
@@ -11,10 +11,11 @@ mechanism, ε = 2·asinh(Δ/(2γ)); α = 2 is the Gaussian ``N(0, 2γ²)``, whic
 
 Uncertainty: for α < 2 the noise has no variance, so ``sd`` is ``inf``; the margin of error is
 the exact quantile of |Z| and the typical error is the mean absolute deviation
-``E|Z| = 2γ·Γ(1 − 1/α)/π`` (:meth:`SymmetricStable.mad`). Because SaS is strictly stable, the
-noise of a sum of n released cells (or of Σ wᵢ·Zᵢ) is again SaS with
-``γ' = (Σ |wᵢ|^α)^{1/α}·γ`` (:meth:`SymmetricStable.aggregate`, :func:`sum_gamma`): margins of
-error of aggregates are exact too.
+``E|Z| = 2γ·Γ(1 − 1/α)/π`` ([`SymmetricStable.mad`][tabdp.mechanisms.SymmetricStable.mad]). Because
+SaS is strictly stable, the noise of a sum of n released cells (or of Σ wᵢ·Zᵢ) is again SaS with
+``γ' = (Σ |wᵢ|^α)^{1/α}·γ``
+([`SymmetricStable.aggregate`][tabdp.mechanisms.SymmetricStable.aggregate],
+[`sum_gamma`][tabdp.mechanisms.stable.sum_gamma]): margins of error of aggregates are exact too.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def sum_gamma(alpha: float, gammas: ArrayLike) -> float:
     weighted sum Σ wᵢ·Zᵢ of SaS(α, γ) noises has scale ``sum_gamma(α, |w|·γ)``.
 
     Args:
-        alpha: Stability index (see :func:`tabdp.noise.stable.check_alpha`).
+        alpha: Stability index (see `tabdp.noise.stable.check_alpha`).
         gammas: Scales γᵢ ≥ 0 (at least one > 0).
 
     Returns:
@@ -82,7 +83,8 @@ class SymmetricStable(AdditiveMechanism):
 
     * 1 ≤ α < 2: pure DP; PRDP policy ε(Δ) = sup_x ln p(x − Δ)/p(x) (exact numeric sup,
       served by a certified conservative table, docs/math/stable.md §2.1), PRzCDP ε·tanh(ε/2).
-      ``sd`` is ``inf`` (no variance); use :meth:`mad` and the margins of error.
+      ``sd`` is ``inf`` (no variance); use [`mad`][tabdp.mechanisms.SymmetricStable.mad] and the
+      margins of error.
     * α = 2: the Gaussian N(0, 2γ²): not pure, ρ(Δ) = Δ²/(4γ²), exact (ε, δ) via Gaussian DP.
 
     Args:
@@ -193,7 +195,8 @@ class SymmetricStable(AdditiveMechanism):
             n_or_weights: A number of cells n ≥ 1, or the weights wᵢ.
 
         Returns:
-            A :class:`SymmetricStable` with the same α and the aggregate scale.
+            A [`SymmetricStable`][tabdp.mechanisms.SymmetricStable] with the same α and the
+            aggregate scale.
 
         Raises:
             InvalidParameterError: For n < 1 or unusable weights.
@@ -276,9 +279,10 @@ class SymmetricStable(AdditiveMechanism):
         """The calibrated mechanism (α and γ) with the smallest MAD for a target ε at Δ.
 
         Bounded scalar minimization over α of MAD(α) = 2·γ(α)·Γ(1 − 1/α)/π with γ(α) from
-        :meth:`for_epsilon`. MAD → ∞ as α → 1 (Γ(1 − 1/α) blows up) and γ(α) grows fast as
-        α → 2, so the optimum is interior (α ≈ 1.76 for ε = Δ = 1, MAD ≈ 1.590; fixed α: 1.695
-        at α = 1.5, 1.592 at 1.8, 1.745 at 1.9). Each evaluation is a calibration (~20 ms).
+        [`for_epsilon`][tabdp.mechanisms.SymmetricStable.for_epsilon]. MAD → ∞ as α → 1 (Γ(1 − 1/α)
+        blows up) and γ(α) grows fast as α → 2, so the optimum is interior (α ≈ 1.76 for ε = Δ = 1,
+        MAD ≈ 1.590; fixed α: 1.695 at α = 1.5, 1.592 at 1.8, 1.745 at 1.9). Each evaluation is a
+        calibration (~20 ms).
 
         Args:
             epsilon: Target ε > 0.

@@ -10,9 +10,10 @@ sensitivity Δ moves ``v`` by at most ``f(Δ + a) − f(a)`` (the worst case is 
 
 whatever the estimator ``g`` (it is post-processing). Two families are provided:
 
-* :class:`RootTransform`, ``f(x) = x^(1/k)`` for real ``k ≥ 1``: ρ grows like Δ^(2/k)
-  (``k = 4``: like √Δ; ``k = 1`` is the Gaussian mechanism);
-* :class:`LogTransform`, ``f(x) = ln x`` with ``a > 0``: ρ grows like (ln Δ)².
+* [`RootTransform`][tabdp.mechanisms.RootTransform], ``f(x) = x^(1/k)`` for real ``k ≥ 1``: ρ grows
+  like Δ^(2/k) (``k = 4``: like √Δ; ``k = 1`` is the Gaussian mechanism);
+* [`LogTransform`][tabdp.mechanisms.LogTransform], ``f(x) = ln x`` with ``a > 0``: ρ grows like (ln
+  Δ)².
 
 Estimators (``estimator=``):
 
@@ -22,7 +23,7 @@ Estimators (``estimator=``):
 
 Floating-point safety (docs/exact-rounding.md): the noisy transformed value is released as
 ``ṽ = round_grid(f(q + a) + σZ)`` on a public grid in transformed space, drawn exactly by
-:func:`tabdp.noise.exact.round_noisy` (``f`` evaluated exactly where the float64 value could
+`tabdp.noise.exact.round_noisy` (``f`` evaluated exactly where the float64 value could
 decide the rounding), and the data-independent estimator ``g`` is applied to ``ṽ``. Default grid
 (``grid=None``): the largest power of ten ``<= 0.02·σ``, so half a step is at most 1% of the
 transformed-space standard deviation.
@@ -454,7 +455,8 @@ class TransformationMechanism(Mechanism):
         Args:
             values: Hypothetical non-negative true totals.
             level: Confidence level.
-            grid: The release's transformed-space grid (None: :meth:`default_grid`).
+            grid: The release's transformed-space grid (None:
+                [`default_grid`][tabdp.mechanisms.TransformationMechanism.default_grid]).
 
         Returns:
             Half-widths, shaped like ``values``.
@@ -486,20 +488,21 @@ class TransformationMechanism(Mechanism):
 
         Args:
             values: Exact non-negative cell totals (1-D float64), or an
-                :class:`~tabdp.mechanisms.ExactTotals`: then ``f`` is applied to the exact
+                [`ExactTotals`][tabdp.mechanisms.ExactTotals]: then ``f`` is applied to the exact
                 totals (``ṽ = round_grid(f(T + a) + σZ)`` for the exact T), and a negative total
                 is released as 0 (``max(T, 0)``: a public rule that keeps the policy, since it
                 moves neighbouring totals no further apart; nothing is refused).
             rng: Randomness (default: secure OS randomness; int seeds for tests only).
             level: Confidence level of the interval.
-            grid: Public grid step of ``ṽ`` in transformed space; None: :meth:`default_grid`.
+            grid: Public grid step of ``ṽ`` in transformed space; None:
+                [`default_grid`][tabdp.mechanisms.TransformationMechanism.default_grid].
 
         Returns:
             Estimates with sd, moe and interval (``grid`` records the transformed-space step).
 
         Raises:
             DataValidationError: If a float64 value is NaN, infinite or negative (never for an
-                :class:`~tabdp.mechanisms.ExactTotals`).
+                [`ExactTotals`][tabdp.mechanisms.ExactTotals]).
             InvalidParameterError: For an invalid grid.
 
         Example:

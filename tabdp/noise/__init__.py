@@ -1,7 +1,7 @@
 """Noise distributions: symmetric laws with density, cdf, quantiles, variance and sampling.
 
-Every law follows :class:`NoiseDistribution` (scipy-like contract) and samples by inverse CDF from
-a :class:`tabdp.RandomSource`.
+Every law follows [`NoiseDistribution`][tabdp.noise.NoiseDistribution] (scipy-like contract) and
+samples by inverse CDF from a [`tabdp.RandomSource`][tabdp.RandomSource].
 
 Example:
     >>> from tabdp.noise import Gaussian

@@ -1,15 +1,15 @@
 """The contract every noise distribution in tabdp follows (as small as scipy's).
 
-A :class:`NoiseDistribution` is a symmetric continuous law centred at 0 with
-``logpdf``/``pdf``, ``cdf``/``sf``, ``ppf``/``isf``, ``variance``/``std``, ``params`` and a
+A [`NoiseDistribution`][tabdp.noise.NoiseDistribution] is a symmetric continuous law centred at 0
+with ``logpdf``/``pdf``, ``cdf``/``sf``, ``ppf``/``isf``, ``variance``/``std``, ``params`` and a
 vectorized inverse-CDF sampler ``sample(size, rng)``. Subclasses implement five methods:
 ``logpdf``, ``_sf_pos`` (``sf`` for ``x >= 0``, accurate in the tail), ``_abs_isf`` (the
 magnitude whose two-sided tail mass is ``u``: ``P(|Z| > m) = u``), ``variance`` and ``params``;
 everything else follows by symmetry, which keeps tails accurate (no ``1 - cdf`` cancellation).
 
 Exact rounding is not part of this contract: a law that can be released is composed with a
-:class:`tabdp.noise.rounding.Rounding` (its ``rounding`` attribute), built from the strategies of
-:mod:`tabdp.noise.rounding` (docs/exact-rounding.md).
+`tabdp.noise.rounding.Rounding` (its ``rounding`` attribute), built from the strategies of
+`tabdp.noise.rounding` (docs/exact-rounding.md).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class NoiseDistribution(ABC):
         return self.sf(-x)
 
     def ppf(self, q: ArrayLike) -> np.ndarray:
-        """Quantile function (inverse of :meth:`cdf`).
+        """Quantile function (inverse of [`cdf`][tabdp.noise.NoiseDistribution.cdf]).
 
         Args:
             q: Probabilities in (0, 1).
@@ -199,12 +199,13 @@ class NoiseDistribution(ABC):
         """Draw noise by inverse CDF: a fair sign times the ``|Z|`` quantile of a uniform.
 
         These are plain float64 draws, for exploration and tests. Releases never add them to
-        data: mechanisms release exactly rounded values (:func:`tabdp.noise.exact.round_noisy`),
+        data: mechanisms release exactly rounded values (`tabdp.noise.exact.round_noisy`),
         because ``q + sample()`` in floating point can leak ``q`` (docs/exact-rounding.md).
 
         Args:
             size: Output shape.
-            rng: A :class:`tabdp.RandomSource` (default: secure), int seed or numpy Generator.
+            rng: A [`RandomSource`][tabdp.RandomSource] (default: secure), int seed or numpy
+                Generator.
 
         Returns:
             float64 array of draws.
@@ -223,7 +224,7 @@ class NoiseDistribution(ABC):
     def rounding(self) -> Rounding | None:
         """The exact-rounding strategies composed with this law (None: not releasable).
 
-        Laws that can be released override this with their :class:`tabdp.noise.rounding.Rounding`
+        Laws that can be released override this with their `tabdp.noise.rounding.Rounding`
         (float64 quantile bounds and an exact tail; docs/exact-rounding.md).
 
         Example:

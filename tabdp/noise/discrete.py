@@ -5,27 +5,28 @@ the value it is added to. For counts and other integer queries tabdp therefore a
 drawn **exactly**, with the samplers of Canonne, Kamath & Steinke (2020), "The Discrete Gaussian
 for Differential Privacy" (CKS):
 
-* :func:`bernoulli_exp` — Bernoulli(exp(−γ)) for a rational γ ≥ 0 (CKS Algorithm 1);
-* :func:`geometric` and :func:`discrete_laplace` — P(k) ∝ exp(−|k|/scale) for a rational scale
+* `bernoulli_exp` — Bernoulli(exp(−γ)) for a rational γ ≥ 0 (CKS Algorithm 1);
+* `geometric` and `discrete_laplace` — P(k) ∝ exp(−|k|/scale) for a rational scale
   (CKS Algorithm 2);
-* :func:`discrete_gaussian` — P(k) ∝ exp(−k²/(2σ²)) for a rational σ (CKS Algorithm 3);
-* :class:`DiscreteLaplaceNoise` and :class:`DiscreteGaussianNoise` — the laws with pmf, cdf/sf,
+* `discrete_gaussian` — P(k) ∝ exp(−k²/(2σ²)) for a rational σ (CKS Algorithm 3);
+* [`DiscreteLaplaceNoise`][tabdp.noise.DiscreteLaplaceNoise] and
+  [`DiscreteGaussianNoise`][tabdp.noise.DiscreteGaussianNoise] — the laws with pmf, cdf/sf,
   variance, interval half-widths and sampling.
 
-**Parameters are exact rationals.** A parameter may be an int, a :class:`fractions.Fraction` or a
+**Parameters are exact rationals.** A parameter may be an int, a `fractions.Fraction` or a
 float; a float is converted with ``Fraction(x)``, which is exact, so the law sampled is the one of
 the *exact binary value* of the float (``0.1`` means 3602879701896397/2**55). No denominator is
 ever limited. Scales and σ must lie in ``[MIN_SCALE, MAX_SCALE] = [2**-40, 2**40]``.
 
-**Law descriptions.** The floats returned by :meth:`~DiscreteGaussianNoise.sf` and friends are
+**Law descriptions.** The floats returned by `sf` and friends are
 accurate to a relative 1e-12 or better (until they underflow). Where a decision must be exact
 (the interval half-width must cover at least ``level``; the (ε, δ) accounting of
-:mod:`tabdp.mechanisms.discrete`), near-ties are settled with high-precision (mpmath) evaluations
+`tabdp.mechanisms.discrete`), near-ties are settled with high-precision (mpmath) evaluations
 of the same sums.
 
-**Exactness argument.** The only randomness is :meth:`tabdp.RandomSource.bits` (uniform 64-bit
-words; their two 32-bit halves, four 16-bit quarters and single bits are also independent and
-uniform). From it:
+**Exactness argument.** The only randomness is [`RandomSource.bits`][tabdp.RandomSource.bits]
+(uniform 64-bit words; their two 32-bit halves, four 16-bit quarters and single bits are also
+independent and uniform). From it:
 
 1. a uniform integer on ``[0, m)`` is drawn by rejection from ``w``-bit pieces: w = 16 (the four
    16-bit quarters of a word, for m ≤ 2**8 and for powers of two up to 2**16), 32 (its two halves,
@@ -44,7 +45,7 @@ uniform). From it:
 
 All quantities that decide an output are integers (numpy int64/uint64 with overflow bounds
 checked before use, Python ints otherwise); no float is involved. A draw of magnitude 2**62 or
-more (probability below exp(−2**21) for scales ≤ 2**40) raises :class:`OverflowError` on every
+more (probability below exp(−2**21) for scales ≤ 2**40) raises `OverflowError` on every
 path instead of being released. Where a numerator or denominator would not fit in int64 the
 samplers fall back to Python integers: per *distinct* candidate value for the discrete Gaussian
 acceptance step (so the cost grows with the number of distinct values, about 15σ, not with the
@@ -52,7 +53,7 @@ sample size), element by element for anything rarer. The pure-Python ``reference
 implement the three CKS algorithms literally, one draw at a time; the tests check that they and
 the vectorized samplers give the same law, and that the vectorized outputs are independent.
 
-The floats in :meth:`~DiscreteGaussianNoise.pmf`, :meth:`~DiscreteGaussianNoise.cdf` and friends
+The floats in `pmf`, `cdf` and friends
 describe the law (for accuracy reports); they never decide a draw.
 
 Example:
@@ -617,7 +618,7 @@ def bernoulli_exp(gamma: Any, size: int | tuple[int, ...], rng: Any = None) -> n
     Args:
         gamma: γ ≥ 0: int, ``Fraction`` or float (taken exactly).
         size: Output shape.
-        rng: A :class:`tabdp.RandomSource` (default: secure), int seed or numpy Generator.
+        rng: A [`RandomSource`][tabdp.RandomSource] (default: secure), int seed or numpy Generator.
 
     Returns:
         Boolean array.
@@ -886,7 +887,8 @@ class _DiscreteNoise:
 
         Args:
             size: Output shape.
-            rng: A :class:`tabdp.RandomSource` (default: secure), int seed or numpy Generator.
+            rng: A [`RandomSource`][tabdp.RandomSource] (default: secure), int seed or numpy
+                Generator.
 
         Returns:
             int64 array.
@@ -1008,7 +1010,8 @@ class DiscreteGaussianNoise(_DiscreteNoise):
     """Discrete Gaussian law on the integers: P(k) ∝ exp(−k²/(2σ²)) (CKS 2020).
 
     σ is the *parameter* of the law; its standard deviation is slightly below σ for σ < 1 and
-    equal to σ to double precision for σ ≥ 2 (:meth:`variance`).
+    equal to σ to double precision for σ ≥ 2
+    ([`variance`][tabdp.noise.DiscreteGaussianNoise.variance]).
 
     Args:
         sigma: σ in [2**-40, 2**40]: int, ``Fraction`` or float (taken exactly).

@@ -6,17 +6,17 @@ sum. Every released value is a deterministic rounding of the **exact** mechanism
 
     ``x = c + s·Z``  (centre ``c``, per-cell scale ``s >= 0``, ``Z`` drawn from the exact law)
 
-to a public :class:`Grid` (``k·g`` for a :class:`UniformGrid` up to ``2**40·g``, 40 significant
+to a public `Grid` (``k·g`` for a `UniformGrid` up to ``2**40·g``, 40 significant
 bits in units of g beyond; a fixed partition of the real line, so no magnitude is refused): the
 release is a post-processing of the exact real-valued mechanism, so it keeps its guarantee
 whatever the floating-point error of the intermediate steps, because that error never decides
 the output.
 
-How (vectorized over cells; :func:`round_noisy`):
+How (vectorized over cells; `round_noisy`):
 
 1. One 64-bit word per cell: its top bit is the sign of ``Z``, the other 63 bits locate a uniform
    ``U`` in ``[J, J + 1)·2^-63``; ``|Z| = m(U)`` with ``P(|Z| > m) = u`` (decreasing in u).
-2. The law's rounding strategy (``law.rounding``, :mod:`tabdp.noise.rounding`) bounds ``m``
+2. The law's rounding strategy (``law.rounding``, `tabdp.noise.rounding`) bounds ``m``
    over that interval in float64 with a proven error (docs §4: certified tables, Taylor tables,
    closed forms proven relative to libm): ``|m(U) − mid| <= rad`` (``Rounding.fine`` for the
    common case ``U >= 2^-10``, one quantile evaluation or a table lookup; ``Rounding.bounds``
@@ -31,11 +31,11 @@ How (vectorized over cells; :func:`round_noisy`):
    rationals once its error interval excludes ``U``; otherwise 64 more random bits
    are drawn for the cell and/or the precision is raised. A bisection over breakpoints, started
    from the float64 estimate (and verified), gives the grid index. Their number is returned
-   (:attr:`RoundedDraw.fallbacks`).
+   (`RoundedDraw.fallbacks`).
 
 Extension contract for noise laws: a law is released only when composed with a
-:class:`tabdp.noise.rounding.Rounding` (an exact tail required; float64 bounds optional:
-:class:`~tabdp.noise.rounding.NoBounds` sends every cell to the exact path).
+`tabdp.noise.rounding.Rounding` (an exact tail required; float64 bounds optional:
+`NoBounds` sends every cell to the exact path).
 
 Example:
     >>> from tabdp.noise import Laplace
@@ -228,7 +228,7 @@ class UniformGrid(Grid):
     continues the uniform part seamlessly (the spacing doubles at each binade from ``2**40·g``).
     Released values are the float64 nearest the grid value (``fl(k·g)`` in the uniform part, exactly
     ``k·g`` for whole-number steps). Every real number has a grid point (no output magnitude is
-    refused); indices stop at :attr:`cap`, the largest index whose value is a finite double.
+    refused); indices stop at `cap`, the largest index whose value is a finite double.
 
     Args:
         step: The grid step, a positive finite float.
@@ -590,10 +590,10 @@ def _check_step(step: Any, owner: str) -> float:
 
 
 def as_grid(grid: float | Grid, owner: str = "release") -> Grid:
-    """Coerce a grid argument: a positive float step becomes a :class:`UniformGrid`.
+    """Coerce a grid argument: a positive float step becomes a `UniformGrid`.
 
     Args:
-        grid: A positive finite step or a :class:`Grid`.
+        grid: A positive finite step or a `Grid`.
         owner: Name used in error messages.
 
     Returns:
@@ -615,7 +615,7 @@ def grid_magnitude(noise: NoiseDistribution, center: np.ndarray,
                    scale: np.ndarray | None = None) -> float:
     """Largest output magnitude ``max|c| + max(s)·q`` (planning only; no release reads it).
 
-    ``q`` is the |Z| quantile at two-sided tail :data:`TAIL_FOR_MAGNITUDE` (1e-9).
+    ``q`` is the |Z| quantile at two-sided tail `TAIL_FOR_MAGNITUDE` (1e-9).
 
     Args:
         noise: The noise law.
@@ -640,20 +640,20 @@ def grid_magnitude(noise: NoiseDistribution, center: np.ndarray,
 
 
 def check_grid(grid: float | Grid, magnitude: float = 0.0, owner: str = "release") -> Grid:
-    """Validate a grid on its own (positive, finite step or a :class:`Grid`); no data is read.
+    """Validate a grid on its own (positive, finite step or a `Grid`); no data is read.
 
-    Every real number has a point on every grid (a :class:`UniformGrid` turns relative beyond
+    Every real number has a point on every grid (a `UniformGrid` turns relative beyond
     ``2**40·step``), so no output magnitude is refused. ``magnitude`` is accepted for backward
     compatibility and ignored: a refusal that depended on ``max|q|`` would reveal that some cell
     is large (docs/exact-rounding.md §5).
 
     Args:
-        grid: A step or :class:`Grid`.
+        grid: A step or `Grid`.
         magnitude: Ignored.
         owner: Name used in error messages.
 
     Returns:
-        The grid as a :class:`Grid`.
+        The grid as a `Grid`.
 
     Raises:
         InvalidParameterError: For a non-positive, non-finite or non-numeric step.
@@ -693,7 +693,7 @@ def default_grid(spread: float) -> float:
     Returned as the double nearest the power of ten (``float("1e-2")``).
 
     Args:
-        spread: A positive finite spread (sd, or the MAD-based spread of :func:`noise_spread`).
+        spread: A positive finite spread (sd, or the MAD-based spread of `noise_spread`).
 
     Returns:
         The grid step.
@@ -720,7 +720,7 @@ def default_grid(spread: float) -> float:
 # -- the sampler ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RoundedDraw:
-    """Result of :func:`round_noisy`.
+    """Result of `round_noisy`.
 
     Attributes:
         values: Released float64 values (grid points).
@@ -812,7 +812,7 @@ def _uniform_fast(rnd: Rounding, g: UniformGrid, c: np.ndarray,
                   cerr: np.ndarray | None, s: np.ndarray | None, w: np.ndarray,
                   values: np.ndarray, index: np.ndarray, dec: np.ndarray,
                   fast_path: bool) -> None:
-    """Fast path on a uniform grid, in blocks of :data:`_CHUNK` cells (docs §3.2).
+    """Fast path on a uniform grid, in blocks of `_CHUNK` cells (docs §3.2).
 
     Fills ``dec`` (decided), and ``values``/``index`` for decided cells; an undecided cell gets
     its float64 index estimate (or NaN) in ``values``, as a starting guess for the exact path.
@@ -933,8 +933,9 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
     Args:
         noise: The noise law, composed with exact rounding (``noise.rounding``).
         center: Centres ``c`` (1-D float64). Exact values unless ``center_error`` is given.
-        grid: A positive step (uniform grid) or a :class:`Grid`.
-        rng: A :class:`tabdp.RandomSource` (default: secure), or an int seed / numpy Generator.
+        grid: A positive step (uniform grid) or a `Grid`.
+        rng: A [`RandomSource`][tabdp.RandomSource] (default: secure), or an int seed / numpy
+            Generator.
         scale: Per-cell scales ``s >= 0`` (default 1); ``s = 0`` releases ``round_grid(c)``.
         center_error: Absolute error bounds of ``center`` as approximations of exact centres.
         exact_center: ``exact_center(i, mp)``: the exact centre ``c`` of cell i as an mpf at the
@@ -944,7 +945,7 @@ def round_noisy(noise: NoiseDistribution, center: ArrayLike, grid: float | Grid,
         owner: Name used in error messages.
 
     Returns:
-        A :class:`RoundedDraw`.
+        A `RoundedDraw`.
 
     Raises:
         InvalidParameterError: For invalid grids, scales, or a law without an exact tail.
@@ -1141,7 +1142,7 @@ class _Cell:
         """Rational bounds on ``T(h) = P(|Z| > h)`` for ``h > 0``.
 
         Laws with an Arb tail (``Rounding.arb_tail_available``) get certified bounds from ball
-        arithmetic (:meth:`_tail_arb`). Otherwise mpmath evaluates the tail at the working
+        arithmetic (`_tail_arb`). Otherwise mpmath evaluates the tail at the working
         precision and 32 bits more; the error bound is four times their difference plus
         ``2**-(prec − 16)`` relative.
         """

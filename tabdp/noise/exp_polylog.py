@@ -15,7 +15,7 @@ keeps full relative accuracy near 0 and the large ``d·(ln a)^p`` parts cancel a
 
 Exact rounding (docs/exact-rounding.md §4.5): every p has certified quantile tables built from
 the tail in Arb ball arithmetic (closed forms for p = 1, 2; rigorous quadrature of the tail
-integral, :class:`_ArbPolyLogTail`, otherwise); the float quantiles above are only their
+integral, `_ArbPolyLogTail`, otherwise); the float quantiles above are only their
 starting guesses and the plain sampler.
 """
 
@@ -196,7 +196,7 @@ class _PolyLogQuad:
             return np.exp(self.log_tail(s, peak))
 
     def log_tail(self, s: np.ndarray, peak: float) -> np.ndarray:
-        """``ln ∫_s^∞ exp(ψ − M)`` (as :meth:`tail`, without underflow far in the tail)."""
+        """``ln ∫_s^∞ exp(ψ − M)`` (as `tail`, without underflow far in the tail)."""
         r = -self.dpsi(s)
         h = _LAG_X / r[..., None]
         with np.errstate(over="ignore", under="ignore", divide="ignore"):
@@ -212,7 +212,8 @@ class _ArbPolyLogTail:
     quadrature (``acb.integral``). Values at exact double points ("anchors") are cached per
     precision, and a new point is reached from the nearest anchor by a short integral; a ball
     argument adds ``(s − k)·e^{ψ(hull)}`` (mean value theorem). Used by the certified tables
-    and the exact path of general-p :class:`ExpPolyLog` (docs/exact-rounding.md §4.5).
+    and the exact path of general-p [`ExpPolyLog`][tabdp.noise.ExpPolyLog] (docs/exact-rounding.md
+    §4.5).
 
     Example:
         >>> from tabdp.noise.rounding.certified import arb_context
@@ -659,7 +660,7 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
 
         p = 1: ``e^{(1−d)s}``; p = 2: ``Φ(x0 − √(2d)·s)/Φ(x0)``; other p: the ratio of integrals
         ``∫_s^∞ e^{ψ} / ∫_0^∞ e^{ψ}`` with ``ψ(t) = t − d((ln a + t)^p − (ln a)^p)``, by checked
-        quadrature (:func:`tabdp.noise.rounding.mp_quad_checked`) split at the float table's nodes;
+        quadrature (`tabdp.noise.rounding.mp_quad_checked`) split at the float table's nodes;
         the float table itself is never used for values.
         """
         d = mp.mpf(self.d)
@@ -698,7 +699,7 @@ class ExpPolyLog(ArbShape, NoiseDistribution):
         return mp_quad_checked(g, points(s), mp) / cache[mp.prec]
 
     def _mp_sf(self, x: Any, mp: Any) -> Any:
-        """``P(Z > x)`` for ``x >= 0`` in mpmath (exact law; see :meth:`_mp_tail_s`).
+        """``P(Z > x)`` for ``x >= 0`` in mpmath (exact law; see `_mp_tail_s`).
 
         Example:
             >>> import mpmath

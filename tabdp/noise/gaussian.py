@@ -1,13 +1,13 @@
 """Gaussian and Laplace noise.
 
-Both laws are composed with exact rounding (:mod:`tabdp.noise.rounding`; error analysis:
+Both laws are composed with exact rounding (`tabdp.noise.rounding`; error analysis:
 ``docs/exact-rounding.md`` §4) and give closed-form tails in mpmath (``_mp_sf``) and Arb:
 
 * Gaussian: proven float64 bounds on the ``|Z|`` quantile from Taylor tables
-  (:class:`~tabdp.noise.rounding.GaussianTaylorBounds`); no special function is evaluated in
+  (`GaussianTaylorBounds`); no special function is evaluated in
   float64.
 * Laplace: ``−b·ln u``, proven relative to libm's ``log`` accuracy
-  (:class:`~tabdp.noise.rounding.LaplaceBounds`).
+  (`LaplaceBounds`).
 """
 
 from __future__ import annotations

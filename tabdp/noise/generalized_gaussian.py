@@ -1,9 +1,10 @@
 """The generalized normal law (``scipy.stats.gennorm``), one implementation, two parametrizations.
 
-* :class:`GeneralizedGaussian` ``(sigma, p)``: density ``p/(2σΓ(1/p))·exp(−(|z|/σ)^p)``. For
-  p ≤ 1 it is the noise of the per-record mechanism of [FCD+24] Cor 5.6; any p > 0 is a valid
-  noise law (p = 1 is Laplace with scale σ, p = 2 is Gaussian with standard deviation σ/√2).
-* :class:`tabdp.noise.logconcave.Subbotin` ``(r, scale)``: ``scale`` times a standard Subbotin_r
+* [`GeneralizedGaussian`][tabdp.noise.GeneralizedGaussian] ``(sigma, p)``: density
+  ``p/(2σΓ(1/p))·exp(−(|z|/σ)^p)``. For p ≤ 1 it is the noise of the per-record mechanism of
+  [FCD+24] Cor 5.6; any p > 0 is a valid noise law (p = 1 is Laplace with scale σ, p = 2 is Gaussian
+  with standard deviation σ/√2).
+* [`Subbotin`][tabdp.noise.Subbotin] ``(r, scale)``: ``scale`` times a standard Subbotin_r
   variable, density ``∝ exp(−|x/s|^r/r)``: the same law with ``p = r`` and
   ``σ = s·r^{1/r}``. It is a parametrization of this class (its constructor only), not a second
   implementation.
@@ -67,7 +68,7 @@ class GeneralizedGaussian(ArbShape, NoiseDistribution):
     """Generalized Gaussian (Subbotin / ``scipy.stats.gennorm``) noise with scale σ and shape p.
 
     Density ``p / (2 σ Γ(1/p)) · exp(-(|z|/σ)^p)``; ``|Z| = σ·G^(1/p)`` with ``G ~ Gamma(1/p)``.
-    The Subbotin parametrization ``(r, scale)`` is :class:`tabdp.noise.Subbotin`.
+    The Subbotin parametrization ``(r, scale)`` is [`tabdp.noise.Subbotin`][tabdp.noise.Subbotin].
 
     Args:
         sigma: Scale σ > 0.
@@ -139,7 +140,7 @@ class GeneralizedGaussian(ArbShape, NoiseDistribution):
     def _abs_isf(self, u: np.ndarray) -> np.ndarray:
         """``unit·(c·Q⁻¹(1/p, u))^{1/p}``; ``P⁻¹(1/p, 1 − u)`` for u > ½ (exact ``1 − u``).
 
-        The central branch goes through :func:`gennorm_center_quantile` (no underflow for
+        The central branch goes through `gennorm_center_quantile` (no underflow for
         large p).
         """
         u = np.asarray(u, dtype=np.float64)

@@ -1,8 +1,9 @@
 """Symmetric log-concave noise of [Vin22]: Logistic and Subbotin_r (docs/math/log-concave.md §1).
 
-* :class:`Logistic` — density ``e^{−x/s} / (s·(1 + e^{−x/s})²)``, variance π²s²/3. Its tails are
-  computed in log space (``log1p``/``expit``), so ``sf`` and ``isf`` stay accurate far out.
-* :class:`Subbotin` — ``scale`` times a standard Subbotin_r variable, with density
+* [`Logistic`][tabdp.noise.Logistic] — density ``e^{−x/s} / (s·(1 + e^{−x/s})²)``, variance π²s²/3.
+  Its tails are computed in log space (``log1p``/``expit``), so ``sf`` and ``isf`` stay accurate far
+  out.
+* [`Subbotin`][tabdp.noise.Subbotin] — ``scale`` times a standard Subbotin_r variable, with density
   ``exp(−|x|^r/r)/C(r)`` and ``C(r) = 2Γ(1/r)·r^{1/r−1}``, for r ≥ 1 (the log-concave range).
   ``|X|^r/r`` is Gamma(1/r, 1), so tails use the regularized upper incomplete gamma function
   ``Q = gammaincc`` (never ``1 − F``) and quantiles use ``gammainccinv``/``gammaincinv``.
@@ -284,8 +285,8 @@ class Subbotin(GeneralizedGaussian):
 
     ``C(r) = 2Γ(1/r)·r^{1/r−1}``; variance ``s²·r^{2/r}·Γ(3/r)/Γ(1/r)``. r = 1 is Laplace(s),
     r = 2 is N(0, s²). It is the Subbotin parametrization of the one generalized normal law
-    (:class:`~tabdp.noise.GeneralizedGaussian` with ``p = r`` and ``σ = s·r^{1/r}``): this class
-    only sets the parameters; density, tails, quantiles and exact rounding are shared. In
+    ([`GeneralizedGaussian`][tabdp.noise.GeneralizedGaussian] with ``p = r`` and ``σ = s·r^{1/r}``):
+    this class only sets the parameters; density, tails, quantiles and exact rounding are shared. In
     ``scipy.stats.gennorm`` terms it is ``gennorm(beta=r, scale=s·r^{1/r})``.
 
     Args:

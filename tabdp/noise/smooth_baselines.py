@@ -149,7 +149,7 @@ class _BetaTailLaw(ArbShape, NoiseDistribution):
         return self.scale
 
     def _arb_vw(self, ys: Any) -> tuple[Any, Any, Any, Any]:
-        """``(a, b, v, w)`` of :meth:`_mp_beta_args` on Arb series."""
+        """``(a, b, v, w)`` of `_mp_beta_args` on Arb series."""
         raise NotImplementedError  # pragma: no cover - overridden
 
     def _arb_tail(self, xs: Any, central: bool = False) -> Any:

@@ -4,7 +4,7 @@
 (Cauchy, closed forms), α = 2 (the Gaussian ``N(0, 2γ²)`` — note σ = √2·γ, closed forms) and
 ``ALPHA_MIN <= α <= ALPHA_MAX`` in between (1.001 ≤ α ≤ 1.9999, the range in which the numerics
 below are verified to 1e-12; the open gaps (1, 1.001) and (1.9999, 2) are refused, see
-:func:`check_alpha`).
+`check_alpha`).
 
 Density, distribution and quantiles (γ = 1; a general scale by ``p(x/γ)/γ``), for 1 < α < 2:
 
@@ -29,9 +29,9 @@ range (series and tail-series points are ~100× cheaper).
 
 Privacy loss (docs/math/stable.md §2.1): ε(α, d) = sup_x [ln p(x − d) − ln p(x)] with d = Δ/γ.
 
-* :func:`stable_loss_sup` / :func:`stable_epsilon` compute it exactly (grid, far-grid check and
+* `stable_loss_sup` / `stable_epsilon` compute it exactly (grid, far-grid check and
   bounded Brent, docs/math/stable.md §2.1), ~1e-12 relative;
-* :func:`stable_epsilon_table` builds (once per α, cached; about 1 s) a conservative
+* `stable_epsilon_table` builds (once per α, cached; about 1 s) a conservative
   interpolation table for millions of per-record sensitivities (10⁷ values in ~0.6 s): never
   below the exact ε and at most its certified ``rtol`` above it for every d > 0 (measured
   ≈ 4e-10 for α ≥ 1.003 and 3.6e-9 at α = 1.001; guaranteed ≤ ``EPS_TABLE_RTOL`` = 1e-8).
@@ -39,8 +39,8 @@ Privacy loss (docs/math/stable.md §2.1): ε(α, d) = sup_x [ln p(x − d) − l
 Derivatives of the density come from integrals with an a-fold cancellation (a = α/(α−1)), so the
 score p′/p is accurate to ~1e-13 for α ≥ 1.05 but only ~1e-10 at α = 1.001; the ε machinery
 accounts for this in its margins (``_exact_rtol``). Exact rounding of releases
-(:mod:`tabdp.noise.exact`) uses certified quantile tables built from series with proven
-remainders in Arb (:mod:`tabdp.noise.rounding.stable_series`, docs/exact-rounding.md §4.6);
+(`tabdp.noise.exact`) uses certified quantile tables built from series with proven
+remainders in Arb (`tabdp.noise.rounding.stable_series`, docs/exact-rounding.md §4.6);
 ``_mp_sf`` (Nolan's tail integral in mpmath) remains a reference and a fallback.
 """
 
@@ -460,7 +460,7 @@ _LN2 = math.log(2.0)
 
 
 def _float_estimates(alpha: float) -> tuple[Any, Any]:
-    """Float64 ``(ln g, ln T)`` of the standard law (planning estimates for :class:`StableArb`)."""
+    """Float64 ``(ln g, ln T)`` of the standard law (planning estimates for `StableArb`)."""
     core = _core(alpha)
 
     def log_g(x: float) -> float:
@@ -502,11 +502,12 @@ class SymmetricStable(ArbShape, NoiseDistribution):
     """Symmetric α-stable noise SaS(α, γ): characteristic function ``exp(−|γt|^α)``.
 
     α = 1 is the Cauchy law with scale γ; α = 2 is the Gaussian ``N(0, 2γ²)`` (standard
-    deviation √2·γ, not γ). For 1 < α < 2 the variance is infinite; use :meth:`mad`
-    (``E|X| = 2γΓ(1 − 1/α)/π``) or quantiles to describe the error.
+    deviation √2·γ, not γ). For 1 < α < 2 the variance is infinite; use
+    [`mad`][tabdp.noise.SymmetricStable.mad] (``E|X| = 2γΓ(1 − 1/α)/π``) or quantiles to describe
+    the error.
 
     Args:
-        alpha: Stability index: 1, 2, or in [1.001, 1.9999] (see :func:`check_alpha`).
+        alpha: Stability index: 1, 2, or in [1.001, 1.9999] (see `check_alpha`).
         gamma: Scale γ > 0.
 
     Example:
@@ -533,7 +534,7 @@ class SymmetricStable(ArbShape, NoiseDistribution):
         """Exact rounding: every α's tail in Arb, float64 bounds by α.
 
         Tails: closed forms at α = 1 and 2, the series of
-        :mod:`tabdp.noise.rounding.stable_series` otherwise. Bounds: certified
+        `tabdp.noise.rounding.stable_series` otherwise. Bounds: certified
         tables for 1 < α < 2 (docs/exact-rounding.md §4.6), the closed form's 64u at α = 1, and
         at α = 2 (``N(0, 2γ²)``) the Gaussian's Taylor tables for ``σ = fl(√2·γ)``, widened by
         ``2**-48`` relative for the rounding of σ (within 2.01u of √2·γ).
@@ -666,7 +667,7 @@ class SymmetricStable(ArbShape, NoiseDistribution):
         """Arb tails of ``|Z/γ|``; ``central`` gives ``1 −`` the tail.
 
         ``(2/π)·atan(1/x)`` (α = 1), ``erfc(x/2)`` (α = 2) and, for 1 < α < 2,
-        :class:`tabdp.noise.rounding.stable_series.StableArb` (Maclaurin, Bergström with its proven
+        `tabdp.noise.rounding.stable_series.StableArb` (Maclaurin, Bergström with its proven
         remainder, or an anchored Taylor series). For 1 < α < 2 the argument is a point series
         ``[x]`` or ``[x, 1]`` (``x + t``).
         """
@@ -697,7 +698,7 @@ class SymmetricStable(ArbShape, NoiseDistribution):
 
         α = 1: ``atan(γ/x)/π``; α = 2: ``erfc(x/(2γ))/2``; otherwise Nolan's integral
         ``(1/π)∫₀^{π/2} e^{−h(θ)} dθ`` in the same log variables and panels as the float64 path,
-        integrated by :func:`tabdp.noise.rounding.mp_quad_checked` (error-checked tanh-sinh), and
+        integrated by `tabdp.noise.rounding.mp_quad_checked` (error-checked tanh-sinh), and
         truncated where the neglected mass is below ``2^-(prec+20)`` of the tail.
 
         Example:
@@ -837,12 +838,14 @@ class SymmetricStable(ArbShape, NoiseDistribution):
 
         ``X = γ·sin(αU)/cos(U)^{1/α}·(cos((1−α)U)/W)^{(1−α)/α}`` with ``U = π(V₁ − ½)``
         uniform on (−π/2, π/2) and ``W = −ln(1 − V₂)`` exponential, V₁, V₂ from
-        :meth:`RandomSource.uniform`; ``cos U`` is computed as ``sin(π·min(V₁, 1 − V₁))`` so the
-        far tails keep full relative accuracy. α = 1 gives γ·tan U, α = 2 gives N(0, 2γ²).
+        [`RandomSource.uniform`][tabdp.RandomSource.uniform]; ``cos U`` is computed as
+        ``sin(π·min(V₁, 1 − V₁))`` so the far tails keep full relative accuracy. α = 1 gives γ·tan
+        U, α = 2 gives N(0, 2γ²).
 
         Args:
             size: Output shape.
-            rng: A :class:`tabdp.RandomSource` (default: secure), int seed or numpy Generator.
+            rng: A [`RandomSource`][tabdp.RandomSource] (default: secure), int seed or numpy
+                Generator.
 
         Returns:
             float64 array of draws.
@@ -867,12 +870,13 @@ class SymmetricStable(ArbShape, NoiseDistribution):
     def sample_inverse_cdf(self, size: int | tuple[int, ...], rng: Any = None) -> np.ndarray:
         """Draw noise by inverse CDF (a fair sign times the ``|Z|`` quantile of a uniform).
 
-        Slower than :meth:`sample` (each draw solves for a quantile) but driven by one uniform
-        per draw; both samplers have the same law.
+        Slower than [`sample`][tabdp.noise.SymmetricStable.sample] (each draw solves for a quantile)
+        but driven by one uniform per draw; both samplers have the same law.
 
         Args:
             size: Output shape.
-            rng: A :class:`tabdp.RandomSource` (default: secure), int seed or numpy Generator.
+            rng: A [`RandomSource`][tabdp.RandomSource] (default: secure), int seed or numpy
+                Generator.
 
         Returns:
             float64 array of draws.
@@ -948,7 +952,7 @@ def stable_loss_sup(alpha: float, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]
     = ``stable_loss_sup(α, Δ/γ)``.
 
     Args:
-        alpha: Stability index (see :func:`check_alpha`).
+        alpha: Stability index (see `check_alpha`).
         d: Shift(s) d = Δ/γ ≥ 0 (scalar or small vector; ~50 ms per value).
 
     Returns:
@@ -1006,12 +1010,12 @@ def _sup_by_grid(loss: Any, alpha: float, d: float) -> tuple[float, float]:
 
 
 def stable_epsilon(alpha: float, d: ArrayLike) -> np.ndarray | float:
-    """Exact pure-DP ε of the SaS mechanism at shift d = Δ/γ (see :func:`stable_loss_sup`).
+    """Exact pure-DP ε of the SaS mechanism at shift d = Δ/γ (see `stable_loss_sup`).
 
-    For many values use :func:`stable_epsilon_table` (conservative, vectorized).
+    For many values use `stable_epsilon_table` (conservative, vectorized).
 
     Args:
-        alpha: Stability index (see :func:`check_alpha`).
+        alpha: Stability index (see `check_alpha`).
         d: Shift(s) d = Δ/γ ≥ 0.
 
     Returns:
@@ -1043,7 +1047,7 @@ def stable_score_sup(alpha: float) -> tuple[float, float]:
     α = 1: S = 1 at x = 1; α = 2: ``inf`` (the Gaussian score is unbounded).
 
     Args:
-        alpha: Stability index (see :func:`check_alpha`).
+        alpha: Stability index (see `check_alpha`).
 
     Returns:
         ``(S, x_S)``.
@@ -1206,7 +1210,7 @@ def _log_derivs(d: np.ndarray, eps: np.ndarray, d1: np.ndarray, d2: np.ndarray
 class EpsilonTable:
     """Conservative, vectorized ε(d) of SaS(α, 1) for any number of shifts d = Δ/γ.
 
-    Built by :func:`stable_epsilon_table`. For 1 < α < 2: piecewise quintic Hermite
+    Built by `stable_epsilon_table`. For 1 < α < 2: piecewise quintic Hermite
     interpolation of ln ε in ln d on [1e-6, ~1e9] (values and two derivatives from the exact
     argmax; the first by the envelope theorem, dε/dd = −(p′/p)(x* − d)), on intervals of width
     1/4 in ln d halved where needed, raised by a margin certified at the midpoint of every
@@ -1218,7 +1222,7 @@ class EpsilonTable:
 
     Attributes:
         alpha: Stability index.
-        rtol: Certified relative tightness (≤ :data:`EPS_TABLE_RTOL`).
+        rtol: Certified relative tightness (≤ `EPS_TABLE_RTOL`).
 
     Example:
         >>> tab = stable_epsilon_table(1.0)
@@ -1379,13 +1383,13 @@ def stable_epsilon_table(alpha: float) -> EpsilonTable:
     """The cached conservative ε table of SaS(α) (built once per α, about 1 s).
 
     Args:
-        alpha: Stability index (see :func:`check_alpha`).
+        alpha: Stability index (see `check_alpha`).
 
     Returns:
-        An :class:`EpsilonTable`; call it on shifts d = Δ/γ.
+        An `EpsilonTable`; call it on shifts d = Δ/γ.
 
     Raises:
-        TabdpInternalError: If the certified tightness exceeds :data:`EPS_TABLE_RTOL`.
+        TabdpInternalError: If the certified tightness exceeds `EPS_TABLE_RTOL`.
 
     Example:
         >>> round(float(stable_epsilon_table(1.0)(2.0)), 6)   # 2 asinh(1)
@@ -1414,7 +1418,7 @@ def stable_shift_for_epsilon(alpha: float, epsilon: float, verify: bool = True) 
     falls from 1 to 0), so Newton on ln d started from the lower bound ln(ε/S) (ε(d) ≤ d·S, S =
     sup|p′/p|) converges monotonically; each step uses the exact argmax x*(d) and
     dε/dd = −(p′/p)(x* − d). α = 1: d = 2·sinh(ε/2). The result is verified with
-    :func:`stable_loss_sup` (grid + Brent, docs/math/stable.md §2.1) unless ``verify=False``.
+    `stable_loss_sup` (grid + Brent, docs/math/stable.md §2.1) unless ``verify=False``.
 
     Args:
         alpha: Stability index in [1, 2) (α = 2 is not pure DP).

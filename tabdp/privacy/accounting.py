@@ -8,10 +8,10 @@ A unit's losses over a session are kept as components that compose exactly:
 * ``rho_g``: the part of ``rho_z`` from Gaussian-shift mechanisms;
 * ``eps_a``, ``delta_a``: ε and δ summed over approximate-DP-only releases (basic composition).
 
-The per-record (ε, δ) statement at a chosen δ (:func:`epsilon_at`) composes the approximate
-part (``eps_a``, ``delta_a``) with the (ε, δ − delta_a) conversion of ``rho_z`` — exact
-Gaussian-DP when all of it comes from Gaussian-shift mechanisms (μ² = 2ρ), else the zCDP
-conversion — and, for units with a pure total, never reports more than ``epsilon``.
+The per-record (ε, δ) statement at a chosen δ ([`epsilon_at`][tabdp.privacy.accounting.epsilon_at])
+composes the approximate part (``eps_a``, ``delta_a``) with the (ε, δ − delta_a) conversion of
+``rho_z`` — exact Gaussian-DP when all of it comes from Gaussian-shift mechanisms (μ² = 2ρ), else
+the zCDP conversion — and, for units with a pure total, never reports more than ``epsilon``.
 """
 
 from __future__ import annotations

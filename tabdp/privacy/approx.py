@@ -17,25 +17,31 @@ Families (``family=``, scale parameterization as in docs/math/log-concave.md):
 
 Functions:
 
-* :func:`min_scale` — the smallest private scale for (ε, δ) at Δ;
-* :func:`epsilon_for_scale` — the exact ε(Δ) at δ of a given scale, vectorized over an array of
-  sensitivities (the per-record ledger calls it for millions of records);
-* :func:`delta_for_scale` — the exact δ(ε) (hockey-stick divergence), vectorized;
-* :func:`subbotin_mse` and :func:`choose_subbotin_r` — the choice of r of [Vin22] eq. (5):
-  ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on [Vin22] Thm 9,
-  which is false for r ≠ 2; see the warning in :func:`choose_subbotin_r`.)
+* [`min_scale`][tabdp.privacy.approx.min_scale] — the smallest private scale for (ε, δ) at Δ;
+* [`epsilon_for_scale`][tabdp.privacy.approx.epsilon_for_scale] — the exact ε(Δ) at δ of a given
+  scale, vectorized over an array of sensitivities (the per-record ledger calls it for millions of
+  records);
+* [`delta_for_scale`][tabdp.privacy.approx.delta_for_scale] — the exact δ(ε) (hockey-stick
+  divergence), vectorized;
+* `subbotin_mse` and
+  [`choose_subbotin_r`][tabdp.privacy.approx.choose_subbotin_r] — the choice of r of [Vin22] eq.
+  (5): ``r* = argmin_r s_r(ε, δ, Δ_r)²·Var_r``. (For vector releases it rests on [Vin22] Thm 9,
+  which is false for r ≠ 2; see the warning in
+  [`choose_subbotin_r`][tabdp.privacy.approx.choose_subbotin_r].)
 
 Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of floating point:
 
 * Gaussian (and Subbotin r = 2): every δ in (0, 1) a double can hold, down to 5e-324. δ(ε) is
-  evaluated as ln δ (:func:`tabdp.privacy.conversions.gdp_log_delta`, exact to ~1e-12, used
-  with a 1e-10 margin), so subnormal δ are as exact as any other.
+  evaluated as ln δ ([`gdp_log_delta`][tabdp.privacy.conversions.gdp_log_delta], exact to ~1e-12,
+  used with a 1e-10 margin), so subnormal δ are as exact as any other.
 * Laplace, Logistic: exact closed forms for every δ, rounded up by a bound on their float
   error (a few units in the last place); the pure case δ = 0 keeps the correctly rounded 1/ε.
-* Subbotin r ∉ {1, 2}: δ ≥ :data:`DELTA_FLOOR_GENERIC` = 1e-300 (below it
-  :class:`~tabdp.exceptions.InvalidParameterError` names the floor); calibrated to δ·(1 − 1e-7)
-  and δ(ε) reported ×(1 + 1e-7), covering the generic algorithm's float error (≤ ~2e-9 relative).
-* A minimal scale beyond the double range raises :class:`~tabdp.exceptions.CalibrationError`.
+* Subbotin r ∉ {1, 2}: δ ≥ [`DELTA_FLOOR_GENERIC`][tabdp.privacy.approx.DELTA_FLOOR_GENERIC] =
+  1e-300 (below it [`InvalidParameterError`][tabdp.exceptions.InvalidParameterError] names the
+  floor); calibrated to δ·(1 − 1e-7) and δ(ε) reported ×(1 + 1e-7), covering the generic algorithm's
+  float error (≤ ~2e-9 relative).
+* A minimal scale beyond the double range raises
+  [`CalibrationError`][tabdp.exceptions.CalibrationError].
 
 Example:
     >>> round(min_scale("gaussian", 1.0, 1e-4), 6), round(min_scale("subbotin", 1.0, 1e-4, r=3), 6)
@@ -317,7 +323,7 @@ def _g(u: np.ndarray, b: np.ndarray, r: float) -> np.ndarray:
 
 
 def _gprime(u: np.ndarray, b: np.ndarray, r: float) -> np.ndarray:
-    """Derivative of :func:`_g` in u: u^{r−1} − sign(u−b)|u−b|^{r−1}."""
+    """Derivative of `_g` in u: u^{r−1} − sign(u−b)|u−b|^{r−1}."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         big = u >= b
         um = u ** (r - 1.0)
@@ -602,7 +608,7 @@ def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
     """Gaussian ε at δ for distinct finite b = Δ/σ > 0, exact in log space for every δ > 0.
 
     Up to ``_DIRECT_MAX`` values (or δ < 1e-300), the safeguarded Newton solver of
-    :func:`tabdp.privacy.conversions.gdp_epsilon` on the log-space δ. Beyond, the fast
+    [`gdp_epsilon`][tabdp.privacy.conversions.gdp_epsilon] on the log-space δ. Beyond, the fast
     interpolated solution of the generic algorithm, pushed up by 2e-11 relative, is kept where
     the log-space δ verifies it; the others are solved exactly.
     """
@@ -742,7 +748,7 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
         delta: δ in [0, 1); δ = 0 (pure DP) only for laplace, logistic and subbotin with r = 1;
             every δ > 0 down to 5e-324, except subbotin r ∉ {1, 2}: δ ≥ 1e-300.
         sensitivity: Δ > 0 (for a vector release: see the Thm 9 warning in
-            :func:`choose_subbotin_r`).
+            [`choose_subbotin_r`][tabdp.privacy.approx.choose_subbotin_r]).
         r: Subbotin shape r ≥ 1, required for ``family="subbotin"`` and refused otherwise.
 
     Returns:
@@ -753,7 +759,7 @@ def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.
         InvalidParameterError: On an invalid argument, ε = δ = 0, or δ = 0 for a family without
             pure DP (Thm 6).
         InvalidParameterError: For Subbotin with r ∉ {1, 2} and δ below
-            :data:`DELTA_FLOOR_GENERIC` (1e-300).
+            [`DELTA_FLOOR_GENERIC`][tabdp.privacy.approx.DELTA_FLOOR_GENERIC] (1e-300).
         CalibrationError: If the minimal scale exceeds the double range, or the search fails
             (extreme arguments).
 
@@ -818,7 +824,8 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
 
     Raises:
         InvalidParameterError: On invalid arguments (negative or NaN sensitivities included),
-            and for Subbotin with r ∉ {1, 2} at δ < :data:`DELTA_FLOOR_GENERIC` (1e-300); the
+            and for Subbotin with r ∉ {1, 2} at δ <
+            [`DELTA_FLOOR_GENERIC`][tabdp.privacy.approx.DELTA_FLOOR_GENERIC] (1e-300); the
             Gaussian, Laplace and Logistic take every δ > 0, subnormal ones included.
 
     Example:
@@ -954,7 +961,8 @@ class SubbotinChoice:
         sensitivity: Δ_{r*}.
         epsilon: ε of the calibration.
         delta: δ of the calibration.
-        table: One :class:`SubbotinCandidate` per r of the grid, in increasing r.
+        table: One [`SubbotinCandidate`][tabdp.privacy.approx.SubbotinCandidate] per r of the grid,
+            in increasing r.
 
     Example:
         >>> c = choose_subbotin_r(1.0, 1e-4, lambda r: 100 ** (1 / r), r_grid=[4, 1, 2])
@@ -1006,7 +1014,7 @@ def choose_subbotin_r(epsilon: float, delta: float,
         For a *vector* release the calibration is only valid at r = 2 (and, conservatively, at
         r = 1 through pure DP): [Vin22] Thm 9 — iid Subbotin_r noise satisfies the scalar
         condition at the ℓ_r sensitivity — is false for r ≠ 2, since the privacy loss depends on
-        the direction of the shift (see :class:`tabdp.mechanisms.logconcave.VectorSubbotin`).
+        the direction of the shift (see [`VectorSubbotin`][tabdp.mechanisms.VectorSubbotin]).
         The seed's r* = 4 at ε = 1, δ = 1e-4, m = 100 actually has δ(1) ≈ 0.0087 for the
         mean-query shift. With a constant Δ (one scalar release) every r is valid.
 
@@ -1014,10 +1022,11 @@ def choose_subbotin_r(epsilon: float, delta: float,
         epsilon: ε ≥ 0.
         delta: δ in (0, 1) (with δ = 0 only r = 1 is private: use ``min_scale("laplace", ...)``).
         sensitivity: Either Δ (the same for every r) or a callable ``r ↦ Δ_r``.
-        r_grid: Shapes to try, each ≥ 1; default 1, 1.5, …, 14 (:data:`DEFAULT_R_GRID`).
+        r_grid: Shapes to try, each ≥ 1; default 1, 1.5, …, 14
+            ([`DEFAULT_R_GRID`][tabdp.privacy.approx.DEFAULT_R_GRID]).
 
     Returns:
-        A :class:`SubbotinChoice`.
+        A [`SubbotinChoice`][tabdp.privacy.approx.SubbotinChoice].
 
     Raises:
         InvalidParameterError: On invalid arguments or a callable returning an invalid Δ_r.

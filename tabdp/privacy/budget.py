@@ -218,7 +218,7 @@ class Budget:
 
     @staticmethod
     def coerce(value: Any) -> Budget | None:
-        """Accept ``None``, a :class:`Budget`, a number or a mapping.
+        """Accept ``None``, a [`Budget`][tabdp.Budget], a number or a mapping.
 
         Args:
             value: What the caller passed as ``budget``.

@@ -3,14 +3,15 @@
 All functions are vectorized over their first argument and data-independent (they apply to public
 policy values as well as to confidential per-record losses).
 
-* :func:`gdp_delta` / :func:`gdp_epsilon`: the exact (ε, δ) profile of a Gaussian shift of
-  μ standard deviations (Balle & Wang 2018; Dong, Roth & Su 2019). A mechanism whose output is
-  a Gaussian shifted by at most μ·σ — the Gaussian mechanism, and the transformation mechanisms
-  in transformed space — satisfies exactly these (ε, δ) pairs, and compositions of such
-  mechanisms are again a Gaussian shift with μ² = Σ μᵢ² (= 2 Σ ρᵢ).
-* :func:`zcdp_epsilon`: the (ε, δ) implied by ρ-zCDP alone, via the conversion of Canonne,
-  Kamath & Steinke (2020, Prop. 12) optimized over the Rényi order, never worse than the classic
-  ρ + 2·sqrt(ρ·ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3).
+* [`gdp_delta`][tabdp.privacy.conversions.gdp_delta] /
+  [`gdp_epsilon`][tabdp.privacy.conversions.gdp_epsilon]: the exact (ε, δ) profile of a Gaussian
+  shift of μ standard deviations (Balle & Wang 2018; Dong, Roth & Su 2019). A mechanism whose output
+  is a Gaussian shifted by at most μ·σ — the Gaussian mechanism, and the transformation mechanisms
+  in transformed space — satisfies exactly these (ε, δ) pairs, and compositions of such mechanisms
+  are again a Gaussian shift with μ² = Σ μᵢ² (= 2 Σ ρᵢ).
+* [`zcdp_epsilon`][tabdp.privacy.conversions.zcdp_epsilon]: the (ε, δ) implied by ρ-zCDP alone, via
+  the conversion of Canonne, Kamath & Steinke (2020, Prop. 12) optimized over the Rényi order, never
+  worse than the classic ρ + 2·sqrt(ρ·ln(1/δ)) (Bun & Steinke 2016, Prop. 1.3).
 """
 
 from __future__ import annotations
@@ -138,9 +139,9 @@ def _gdp_t(mu: np.ndarray, eps: np.ndarray | float) -> np.ndarray:
 def gdp_log_delta(mu: ArrayLike, epsilon: float) -> np.ndarray:
     """Upper bound on ln δ(ε) of a Gaussian shift by μ standard deviations (vectorized over μ).
 
-    The exact ln δ (see :func:`gdp_delta`), evaluated without forming δ, so it stays accurate
-    where δ underflows or is subnormal, plus a margin of 1e-10 that covers its rounding error:
-    the result is never below the true ln δ.
+    The exact ln δ (see [`gdp_delta`][tabdp.privacy.conversions.gdp_delta]), evaluated without
+    forming δ, so it stays accurate where δ underflows or is subnormal, plus a margin of 1e-10 that
+    covers its rounding error: the result is never below the true ln δ.
 
     Args:
         mu: Shifts in units of the noise standard deviation (Δ/σ), ≥ 0.
@@ -162,8 +163,8 @@ def gdp_delta(mu: ArrayLike, epsilon: float) -> np.ndarray:
     """δ(ε) of a Gaussian shift by μ standard deviations, rounded up.
 
     δ = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) (Balle & Wang 2018, Thm 8), computed in log space
-    (:func:`gdp_log_delta`) and rounded up: never below the exact δ, above it by at most
-    1e-10 relative (two units in the last place for subnormal δ).
+    ([`gdp_log_delta`][tabdp.privacy.conversions.gdp_log_delta]) and rounded up: never below the
+    exact δ, above it by at most 1e-10 relative (two units in the last place for subnormal δ).
 
     Args:
         mu: Shifts in units of the noise standard deviation (Δ/σ), ≥ 0.
@@ -240,12 +241,13 @@ def _gdp_eps_solve(mu: np.ndarray, ln_delta: float,
 
 
 def gdp_epsilon(mu: ArrayLike, delta: float) -> np.ndarray:
-    """Smallest ε with :func:`gdp_delta` (μ, ε) ≤ δ (exact (ε, δ) of a Gaussian shift).
+    """Smallest ε with `gdp_delta` (μ, ε) ≤ δ (exact (ε, δ) of a Gaussian shift).
 
-    Vectorized safeguarded Newton on ε against the log-space δ of :func:`gdp_log_delta`, so every
-    δ in (0, 1) a double can hold works, down to the smallest subnormal 5e-324. The result is a
-    verified upper end of the search: a valid guarantee, above the exact ε by about 1e-12
-    relative at most (plus the 1e-10 relative margin in δ of :func:`gdp_log_delta`).
+    Vectorized safeguarded Newton on ε against the log-space δ of
+    [`gdp_log_delta`][tabdp.privacy.conversions.gdp_log_delta], so every δ in (0, 1) a double can
+    hold works, down to the smallest subnormal 5e-324. The result is a verified upper end of the
+    search: a valid guarantee, above the exact ε by about 1e-12 relative at most (plus the 1e-10
+    relative margin in δ of [`gdp_log_delta`][tabdp.privacy.conversions.gdp_log_delta]).
 
     Args:
         mu: Shifts in standard deviations, ≥ 0 (``inf`` allowed).
@@ -297,7 +299,7 @@ def _cks_min(rr: np.ndarray, lid: float, slack: float = 0.0) -> np.ndarray:
     In t = ln x, h is increasing and convex (h' = 2ρx² + x/(1 + x), h'' = 4ρx² + x/(1 + x)²),
     so Newton's method started where h ≥ 0 (t₀ = ln sqrt(L/ρ): h(t₀) = ln(1 + x₀) ≥ 0) moves
     monotonically down to the root, quadratically near it. t is kept in [−12, 40] (the domain
-    of the earlier search); :data:`_CKS_STEPS` steps converge on every (ρ, δ) of the tests
+    of the earlier search); `_CKS_STEPS` steps converge on every (ρ, δ) of the tests
     (more steps move the answer by an ulp or two at most). Any α gives a valid bound: the
     solve only affects tightness. About 15 times faster than the golden-section search it
     replaces (about 60 steps with three transcendental functions each), with the same answers

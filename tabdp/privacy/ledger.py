@@ -1,9 +1,10 @@
 """The session ledger: what was released, and what it cost each unit.
 
-Each :class:`QueryRecord` holds the public description of one release (mechanism, parameters,
-key set size, level) and its confidential per-unit losses. Per-unit losses of independent
-releases add up (Rényi and max divergences compose additively), so a unit's total ρ is the sum
-over queries of the sum over the cells it touches of that query's policy at its Δ in the cell.
+Each [`QueryRecord`][tabdp.privacy.QueryRecord] holds the public description of one release
+(mechanism, parameters, key set size, level) and its confidential per-unit losses. Per-unit losses
+of independent releases add up (Rényi and max divergences compose additively), so a unit's total ρ
+is the sum over queries of the sum over the cells it touches of that query's policy at its Δ in the
+cell.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class UnitLosses:
 
     @staticmethod
     def guarantee_of(mechanism: Mechanism) -> str:
-        """The composition class of a mechanism's losses (see :attr:`guarantee`).
+        """The composition class of a mechanism's losses (see `guarantee`).
 
         Args:
             mechanism: The mechanism.
@@ -257,14 +258,14 @@ class Charges:
 
     A currency is what a unit's size is measured in: each summed measure (its own unit), the
     joint measures of a vector mechanism (``"a+b"``), or ``"rows"`` for counts, medians and
-    quantiles. Arrays are aligned with :attr:`units`.
+    quantiles. Arrays are aligned with `units`.
 
     Attributes:
         units: Unit ids (a Polars Series), or row ids (int64 numpy array) in row mode.
         rho: Currency → ρ per unit (summed over the cells it touches).
         epsilon: Currency → pure ε per unit.
         size: Currency → the unit's largest absolute contribution to a cell.
-        guarantee: Composition class (see :attr:`UnitLosses.guarantee`).
+        guarantee: Composition class (see `UnitLosses.guarantee`).
         eps_a: Currency → approximate-DP ε per unit (``"approx"`` only).
         delta_a: Currency → approximate-DP δ per unit (``"approx"`` only).
 
@@ -572,7 +573,7 @@ class ReplayLedger:
     In row mode a record's loss in a release is a function of its own values and the release's
     public definition (key set, rules, mechanism), and whether the budget admitted it depends
     only on its earlier losses. So the ledger keeps each release's definition (a *program*,
-    built by :mod:`tabdp.frame._stream`) and recomputes every record's running totals from the
+    built by `tabdp.frame._stream`) and recomputes every record's running totals from the
     data whenever they are needed: at the next release (for the budget filter) and for the
     per-record report. Its memory does not grow with the number of rows; the session's
     fingerprints guarantee that every release reads the same rows.

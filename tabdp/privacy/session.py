@@ -74,25 +74,25 @@ class Session:
         seed: ``None`` (default) for secure OS randomness. An int makes noise reproducible:
             **for tests only**; the report marks the session as not for production.
         budget: Optional public limit on each unit's PRzCDP ρ: a number, a ``{size: rho}``
-            curve, ``{currency: curve}`` or :class:`tabdp.Budget`. It is enforced as an
+            curve, ``{currency: curve}`` or [`tabdp.Budget`][tabdp.Budget]. It is enforced as an
             individual filter: a unit whose loss would pass its limit is left out of that
             query (the query runs; how many units were left out is confidential).
         mode: ``"curator"`` (default): the caller may see the data; bad values under a strict
-            rule (``nulls="error"``...) raise :class:`tabdp.DataValidationError` with a generic
+            rule (``nulls="error"``...) raise `DataValidationError` with a generic
             message (details in its ``confidential`` attribute). ``"author"``: the caller may
             not see the microdata (e.g. behind a validation server): every rule must be declared
             (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and
             no release raises, warns or returns anything that depends on the data except
             through the noise: a failure after a release began reading data is the one
-            :class:`tabdp.DataFailure` (details in the confidential summary), a key set read
+            `DataFailure` (details in the confidential summary), a key set read
             from the data is refused, and sums return Float64 estimates unless the curator
             declared an integer dtype. An author-mode session is bound to ONE frame, the
             curator's (``data=``, or the frame of its first release), whose data is pinned at
             binding: every release must pass that same object (a derived, relabelled,
             filtered or reordered frame is refused whatever the data, so a refusal reveals
             nothing). This session is the curator's object (its report holds per-record
-            losses): query authors get a :class:`tabdp.AuthorSession` from a
-            :class:`tabdp.Curator`, which also pins declared columns in declared dtypes.
+            losses): query authors get a `AuthorSession` from a
+            `Curator`, which also pins declared columns in declared dtypes.
         data: Author mode: the curator's frame the session releases (pandas, Polars DataFrame
             or LazyFrame, PySpark DataFrame), pinned now (a LazyFrame is evaluated, a Spark
             frame checkpointed); a failure to pin it is raised to the caller as it is.
@@ -267,7 +267,7 @@ class Session:
         return name
 
     def set_as_last(self) -> None:
-        """Make this session the one :func:`tabdp.last_session` returns.
+        """Make this session the one [`tabdp.last_session`][tabdp.last_session] returns.
 
         A release without ``session=`` runs in a fresh session, which it hands over this way
         so that its report can be read afterwards.
@@ -316,7 +316,8 @@ class Session:
             key: The engine's key (frame identity, grouping, unit, rules).
 
         Returns:
-            The entry stored by :meth:`keep_snapshot` under ``key``, or ``None``.
+            The entry stored by [`keep_snapshot`][tabdp.Session.keep_snapshot] under ``key``, or
+            ``None``.
 
         Example:
             >>> s = Session()
@@ -417,7 +418,7 @@ class Session:
 
     # -- author mode: the data phase of a release and its failures ------------------------------
     def start_release(self) -> None:
-        """Mark the start of a release call: no data read yet (see :attr:`data_read`).
+        """Mark the start of a release call: no data read yet (see `data_read`).
 
         Example:
             >>> s = Session()
@@ -428,10 +429,10 @@ class Session:
 
     @property
     def data_read(self) -> bool:
-        """Whether the current release has begun reading data (its first :meth:`phase`).
+        """Whether the current release has begun reading data (its first `phase()`).
 
         Everything before is data-free (arguments, schema, key set, rules); an author-mode
-        failure after it is the generic :class:`tabdp.DataFailure`.
+        failure after it is the generic `DataFailure`.
 
         Example:
             >>> s = Session()
@@ -446,7 +447,7 @@ class Session:
         They appear in ``report().confidential_summary()["author_failures"]``.
 
         Args:
-            details: From :func:`failure_details`.
+            details: From `failure_details()`.
 
         Example:
             >>> s = Session(mode="author")
@@ -457,7 +458,7 @@ class Session:
         self._failures.append(dict(details))
 
     def _bind_pinned(self, native: Any, pinned: Any, declared: Mapping[str, Any]) -> None:
-        """Author mode: bind ``native`` with data the curator pinned (:class:`tabdp.Curator`).
+        """Author mode: bind ``native`` with data the curator pinned (`Curator`).
 
         ``declared``: the dataset's declared schema (column -> Polars dtype), public.
         """
@@ -471,7 +472,7 @@ class Session:
         """Whether a sum of ``column`` may return integer estimates (public: never the data).
 
         In curator mode the frame's dtype decides. In author mode only a schema the curator
-        declared does (:class:`tabdp.Curator`): the dtype of a frame can follow its contents
+        declared does (`Curator`): the dtype of a frame can follow its contents
         (pandas makes an integer column float as soon as one value is missing, and a Parquet
         file written by pandas keeps that), so an undeclared sum returns Float64 estimates.
 
@@ -625,7 +626,7 @@ class Session:
     def check_budget(self, losses: UnitLosses) -> None:
         """Deprecated: budgets are an individual filter now and never refuse a query.
 
-        Kept for one release; it raises nothing. Use :meth:`admit`.
+        Kept for one release; it raises nothing. Use [`admit`][tabdp.Session.admit].
 
         Args:
             losses: Ignored.
@@ -739,11 +740,12 @@ class Session:
 
         Args:
             delta: Optional δ in (0, 1) at which the report also states each record's
-                (ε, δ)-DP loss (column ``epsilon_delta`` of :attr:`Report.per_record`, and
-                the ``epsilon_delta`` entries of the public policy curve).
+                (ε, δ)-DP loss (column ``epsilon_delta`` of
+                [`Report.per_record`][tabdp.Report.per_record], and the ``epsilon_delta`` entries of
+                the public policy curve).
 
         Returns:
-            A :class:`Report`.
+            A [`Report`][tabdp.Report].
 
         Example:
             >>> Session().report().to_dict()["queries"]
@@ -876,12 +878,12 @@ def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float
 class Report:
     """Report of a session: a public summary and a CONFIDENTIAL per-record table.
 
-    * :meth:`to_dict` holds only data-independent content: mechanisms, parameters, policy
-      curves, key-set sizes, the seed policy and budget. It may be published.
-    * :attr:`per_record` holds each unit's actual losses, which reveal its values: it must
-      stay inside the agency.
-    * :meth:`confidential_summary` holds record-derived counts (rows dropped outside the key
-      set, largest loss, quantiles): confidential too.
+    * [`to_dict`][tabdp.Report.to_dict] holds only data-independent content: mechanisms, parameters,
+      policy curves, key-set sizes, the seed policy and budget. It may be published.
+    * [`per_record`][tabdp.Report.per_record] holds each unit's actual losses, which reveal its
+      values: it must stay inside the agency.
+    * [`confidential_summary`][tabdp.Report.confidential_summary] holds record-derived counts (rows
+      dropped outside the key set, largest loss, quantiles): confidential too.
 
     Args:
         session: The session to report on.
@@ -900,7 +902,7 @@ class Report:
         self.delta = None if delta is None else check_dp_delta(delta, "Report")
 
     def write_per_record(self, path: Any, rename: dict[str, str] | None = None) -> None:
-        """Write the CONFIDENTIAL :attr:`per_record` table to a Parquet file.
+        """Write the CONFIDENTIAL [`per_record`][tabdp.Report.per_record] table to a Parquet file.
 
         A streaming session (``Session(streaming=True)``) writes it with the engine, batch by
         batch, without holding it in memory; a Spark session with Spark's writer (one file,
@@ -939,7 +941,7 @@ class Report:
         identified by the unit column (or ``row``, the row position, when each row is a unit).
         ``epsilon`` is ``inf`` if any release touching the unit was not pure. ``size`` is the
         unit's largest absolute contribution to a released cell. When the report has a δ,
-        ``epsilon_delta`` is the unit's (ε, δ)-DP loss at that δ (see :class:`Report`).
+        ``epsilon_delta`` is the unit's (ε, δ)-DP loss at that δ (see [`Report`][tabdp.Report]).
 
         Example:
             >>> Session().report().per_record.columns

@@ -1,14 +1,14 @@
 """``tabdp run --engine spark``: the runner's input steps and confidential writes on Spark.
 
-:mod:`tabdp.release.runner` runs a spec on either engine with the same steps; this module holds
+`tabdp.release.runner` runs a spec on either engine with the same steps; this module holds
 the Spark twins of the steps that touch the confidential data before the releases (reading the
 input, numbering rows, the input rules, author-mode key casts, derived keys) and the write of
 the per-record report. The releases themselves are the accessor's (``spark_df.dp``,
-:mod:`tabdp.frame._spark`).
+`tabdp.frame._spark`).
 
 What reaches the driver: the input's schema, the counters of the input rules (one aggregate),
 the number of rows of each input partition (row ids), the released tables (at most the key
-sets) and the summaries :mod:`tabdp.frame._spark` collects. The per-record report is written by
+sets) and the summaries `tabdp.frame._spark` collects. The per-record report is written by
 Spark's own writer into the staging folder and renamed like every other output.
 """
 
@@ -124,7 +124,7 @@ def _stderr_to(log: Path | None) -> Iterator[None]:
 
 
 def start_spark(master: str | None, log: Path | None = None) -> tuple[Any, Any]:
-    """A SparkSession on ``master`` (default :data:`DEFAULT_MASTER`), and whether to stop it.
+    """A SparkSession on ``master`` (default `DEFAULT_MASTER`), and whether to stop it.
 
     A SparkSession already active in this process is used as it is (its own master wins).
     The Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise. A
@@ -332,7 +332,7 @@ def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,
                 measures: Sequence[str]) -> tuple[Any, dict[str, int], list[str]]:
     """The Spark twin of the runner's input rules: the new frame, the counts, the measures.
 
-    Same rules, order and counts as :func:`tabdp.release.runner._input_rules` (one aggregate
+    Same rules, order and counts as `tabdp.release.runner._input_rules` (one aggregate
     collected: the counts). Nulls and NaN are left to the engine. The caller raises on the
     counts (``nonfinite`` / ``negatives`` = ``"error"``) before using the frame.
 
@@ -418,7 +418,7 @@ def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,
 def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, Any]) -> Any:
     """Author mode: key columns take their domain's type (a value that does not convert is null).
 
-    The twin of :func:`tabdp.release.runner._author_key_casts`: a number / text mismatch is
+    The twin of `tabdp.release.runner._author_key_casts`: a number / text mismatch is
     left alone (the engine refuses it from the schema alone).
     """
     from pyspark.sql import functions as F

@@ -46,7 +46,7 @@ The TOML schema (every key not listed is refused)::
 
 Every path is resolved against the configuration file's folder. Errors name the key path and
 may quote the configuration's own paths: the file is the curator's, and so are its messages
-(:class:`tabdp.SpecError`, exit code 2 in the CLI).
+(`SpecError`, exit code 2 in the CLI).
 
 Example:
     >>> import tempfile, pathlib
@@ -121,7 +121,7 @@ class DatasetDecl:
         path: The absolute Parquet file or folder (read whole), or ``None`` for a catalog table.
         table: The Spark catalog table (``db.name``), or ``None`` for a path.
         hive_partitioning: Whether partition folders are columns (``None``: detected).
-        schema: Declared column -> dtype name (:data:`SCHEMA_DTYPES`); empty when undeclared.
+        schema: Declared column -> dtype name (`SCHEMA_DTYPES`); empty when undeclared.
 
     Example:
         >>> d = DatasetDecl("cbp", Path("/srv/cbp"), None, None, {"payroll": "Float64"})
@@ -154,7 +154,7 @@ class CuratorConfig:
 
     Attributes:
         path: The configuration file (absolute), or ``None`` when built from a dict.
-        datasets: Name -> :class:`DatasetDecl`.
+        datasets: Name -> `DatasetDecl`.
         public_folders: Absolute folders of public metadata files, searched in order.
         output_root: Absolute folder author-mode releases are written under, or ``None``.
         defaults: Validated defaults: ``"budget"`` (a spec's ``[budget]`` table), ``"level"``,
@@ -308,7 +308,7 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
         path: The configuration file, if any.
 
     Returns:
-        The validated :class:`CuratorConfig`.
+        The validated `CuratorConfig`.
 
     Raises:
         SpecError: An unknown key or a bad value (the message names the key path).
@@ -385,7 +385,7 @@ def load_curator_config(path: str | Path) -> CuratorConfig:
         path: The file.
 
     Returns:
-        The validated :class:`CuratorConfig`.
+        The validated `CuratorConfig`.
 
     Raises:
         SpecError: The file is missing, not TOML, or breaks the format (the message names the

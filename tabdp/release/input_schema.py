@@ -9,14 +9,14 @@ with the key path and a "did you mean" suggestion, never as the generic data-dep
 Which schema:
 
 * **curator mode** (``input.mode = "curator"``, the default): the input's own schema, read by
-  :func:`read_input_schema`. The curator owns the data; the schema holds no record.
+  `read_input_schema()`. The curator owns the data; the schema holds no record.
 * **author mode**: the author may not see the input, so the check is made against the schema
   the curator *declares* for the dataset in the curator configuration (``schema = {...}`` of
   ``[datasets.<name>]``). Without a declared schema it is skipped, and a missing column is then
   the generic data-dependent failure (exit 4) like every other problem found after the data is
   read.
 
-The rules are the engine's (:mod:`tabdp.frame._engine`): measures must be numeric (not Boolean),
+The rules are the engine's (`_engine`): measures must be numeric (not Boolean),
 unit ids scalar, and key columns comparable with their domain without converting numbers to text
 or text to numbers (author mode converts other key types to the domain's type first).
 """
@@ -104,7 +104,7 @@ def check_input_schema(spec: ReleaseSpec, schema: Mapping[str, Any], *,
                        source: str = "the input") -> None:
     """Check the spec's columns against an input schema (no data is read).
 
-    Curator mode: pass :func:`read_input_schema`'s result. Author mode: pass the schema the
+    Curator mode: pass `read_input_schema()`'s result. Author mode: pass the schema the
     curator declares for the dataset (never the data's own, which the author may not see).
 
     Args:
@@ -213,7 +213,7 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
 
 
 def check_spec_input_schema(spec: ReleaseSpec) -> bool:
-    """:func:`check_input_schema` on the schema this spec's mode may use.
+    """`check_input_schema()` on the schema this spec's mode may use.
 
     Curator mode with Parquet input: the input's own schema (metadata only). Author mode: the
     schema the curator declares for the dataset (``input.dataset``), never the data's own;
@@ -222,13 +222,13 @@ def check_spec_input_schema(spec: ReleaseSpec) -> bool:
 
     Args:
         spec: A validated spec whose input exists
-            (:func:`tabdp.release.runner.check_input_present`).
+            (`check_input_present()`).
 
     Returns:
         Whether the check was made.
 
     Raises:
-        SpecError: See :func:`check_input_schema` and :func:`read_input_schema`.
+        SpecError: See `check_input_schema()` and `read_input_schema()`.
 
     Example:
         >>> from tabdp.datasets import example_spec_path

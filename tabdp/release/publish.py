@@ -19,7 +19,7 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
   ``cv`` is null; use ``moe``.
 
 * ``R`` — coarsely rounded: the table's public rounding unit (``round``) moved this estimate
-  and is more than :data:`~tabdp.release.spec.ROUND_MOE_SHARE` (0.1) times the cell's margin
+  and is more than `ROUND_MOE_SHARE` (0.1) times the cell's margin
   of error. The rounding error, up to half the unit, is then not negligible beside the noise;
   ``sd`` and ``moe`` describe the noise only (the interval's ends are rounded outward, so it
   still covers).
@@ -131,7 +131,7 @@ def _public_rounding(est: np.ndarray, sd: np.ndarray, moe: np.ndarray, lower: np
     Returns the rounded estimate, lower, upper, the cv that decides the ``C`` flag (the larger
     of the released and the published estimate's, so rounding never removes a flag) and the
     ``R`` mask: the rounding moved the estimate and the unit is more than
-    :data:`~tabdp.release.spec.ROUND_MOE_SHARE` times the cell's margin of error (the
+    `ROUND_MOE_SHARE` times the cell's margin of error (the
     rounding error, up to half the unit, is then not negligible beside the noise, and sd and
     moe do not include it).
     """

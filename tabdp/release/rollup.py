@@ -9,7 +9,8 @@ costs no privacy, and its error is the sum of the cells' independent errors.
   correctly rounded), so the result does not depend on the order of the rows.
 * Standard deviation: ``sqrt(Σ m_sd²)`` (independent errors), ``inf`` if any cell's is.
 * Margin of error at ``level``: the half-width ``h`` of the central interval of the error of the
-  sum, from the exact law of that error where it exists (:func:`sum_error_law`):
+  sum, from the exact law of that error where it exists
+  ([`sum_error_law`][tabdp.release.sum_error_law]):
 
   - additive mechanisms add iid noise, so the error of a sum of ``n`` cells is the ``n``-fold
     convolution of the noise law: Gaussian (``z·σ·√n``), symmetric α-stable (stability:
@@ -18,10 +19,11 @@ costs no privacy, and its error is the sum of the cells' independent errors.
     lattice, discrete Fourier inversion), and every other law (generalized Gaussian,
     exponential polylogarithmic, Subbotin, ...) by a numerical n-fold convolution of the density
     (characteristic function of exact cell masses on a fine lattice, by FFT, with measured
-    relative error below 1e-6; see :func:`sum_error_law`);
-  - transformation mechanisms (:class:`~tabdp.mechanisms.LogTransform`,
-    :class:`~tabdp.mechanisms.RootTransform`) have errors that are not identically distributed and
-    only a plug-in sd per cell: their margin is the normal approximation ``z·sqrt(Σ sd²)``.
+    relative error below 1e-6; see [`sum_error_law`][tabdp.release.sum_error_law]);
+  - transformation mechanisms ([`LogTransform`][tabdp.mechanisms.LogTransform],
+    [`RootTransform`][tabdp.mechanisms.RootTransform]) have errors that are not identically
+    distributed and only a plug-in sd per cell: their margin is the normal approximation
+    ``z·sqrt(Σ sd²)``.
 
 Grid rounding of the released values (a public grid step such as 1.0 or 1000.0) moves each
 estimate by at most half a step, which the default grids keep below 1% of the cell's sd; the
@@ -617,7 +619,7 @@ class _LatticeLaw(_SumLaw):
 
 
 def _law_for(mechanism: Any, owner: str) -> _SumLaw:
-    """The law of summed cell errors, from the mechanism's :meth:`~Mechanism.sum_law`."""
+    """The law of summed cell errors, from the mechanism's `sum_law`."""
     if not isinstance(mechanism, Mechanism):
         raise InvalidParameterError(
             f"{owner}: mechanism must be an additive tabdp mechanism (Gaussian, Laplace, "
@@ -665,12 +667,12 @@ def sum_error_law(mechanism: Mechanism, n: ArrayLike,
     The error of a sum of n cells released by an additive mechanism is the sum of n iid noise
     draws; this returns the half-width ``h`` of its central ``level`` interval,
     ``P(|Z₁ + … + Zₙ| <= h) = level``, for each n (0 for n = 0; for n = 1 exactly the noise's own
-    quantile, which is the mechanism's :meth:`~tabdp.mechanisms.Mechanism.moe_at` without its
+    quantile, which is the mechanism's [`moe_at`][tabdp.mechanisms.Mechanism.moe_at] without its
     half grid step). Methods, by noise law:
 
     * Gaussian (``Gaussian``, ``UnitSplitting``, ``Subbotin`` r = 2): ``z·σ·√n`` (exact);
     * symmetric α-stable: ``n^(1/α)`` times the one-cell margin (exact by stability; equals
-      :meth:`SymmetricStable.moe_of_sum`);
+      [`SymmetricStable.moe_of_sum`][tabdp.mechanisms.SymmetricStable.moe_of_sum]);
     * Laplace (also ``GeneralizedGaussian`` p = 1, ``Subbotin`` r = 1) and logistic: Fourier
       inversion of the closed-form characteristic function ``φ(t)^n`` (``1/(1 + b²t²)``,
       ``πbt/sinh(πbt)``), relative error < 1e-9;
@@ -688,7 +690,7 @@ def sum_error_law(mechanism: Mechanism, n: ArrayLike,
 
     Args:
         mechanism: The additive mechanism that released every cell (the same law in each cell).
-            For a :class:`~tabdp.mechanisms.VectorSubbotin`, pass
+            For a [`VectorSubbotin`][tabdp.mechanisms.VectorSubbotin], pass
             ``mechanism.measure_mechanism(measure)`` for a weighted measure.
         n: Number(s) of cells summed, integers >= 0 (any shape).
         level: Confidence level in (0, 1).

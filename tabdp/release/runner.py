@@ -6,17 +6,18 @@ and writes two folders *atomically*: everything is built in temporary folders ne
 targets and renamed into place at the end, so a failure leaves nothing public behind and an
 existing output is only replaced with ``overwrite=True``. The input is never modified.
 
-Records, not positions: without ``input.unit`` every row gets a row id (:data:`ROW_ID`) as the
+Records, not positions: without ``input.unit`` every row gets a row id (`ROW_ID`) as the
 input is read, before any join, filter or sort, and the session follows that id.
 
 Failures: everything checkable without data is checked first (ordinary exceptions). Once the
-data has been read, any failure becomes one :class:`DataDependentFailure` with a fixed message;
-its details go only to ``failure.json`` in the confidential folder.
+data has been read, any failure becomes one
+[`DataDependentFailure`][tabdp.release.DataDependentFailure] with a fixed message; its details go
+only to ``failure.json`` in the confidential folder.
 
 * Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
   ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
   m_sd, m_moe, m_lower, m_upper, m_cv, m_flag`` per measure; the accessor's output model,
-  :mod:`tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained
+  `tabdp.frame._output`), ``manifest.json``, ``summary.json``, a self-contained
   ``summary.html`` and, for a seeded test run, ``NOT_FOR_PUBLICATION.txt``. Apart from the
   noisy estimates (and what is computed from them: plug-in sd, moe, cv, flags), nothing in it
   depends on the confidential data or on the seed; every file has the manifest's timestamp
@@ -98,7 +99,7 @@ class ReleaseResult:
             or that rows fall outside a table's key set; they depend on the data (for the
             curator's terminal, never for a public file). Counts are in ``confidential.json``.
         left_out: CONFIDENTIAL, curator mode only (empty in author mode): per released table,
-            what the budget's individual filter left out (:func:`left_out_by_table`), as in
+            what the budget's individual filter left out (`left_out_by_table()`), as in
             ``confidential.json``.
     """
 
@@ -305,8 +306,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         spec: A validated spec.
 
     Returns:
-        A JSON-serializable dict (the layout :func:`tabdp.report.html.render_summary_html`
-        renders).
+        A JSON-serializable dict (the layout
+        [`render_summary_html`][tabdp.report.render_summary_html] renders).
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -735,7 +736,7 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
 
 def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit"
                             ) -> list[str]:
-    """Plain-language statements of :func:`left_out_sizes` (public).
+    """Plain-language statements of `left_out_sizes()` (public).
 
     Example:
         >>> got = left_out_sizes_in_words([{"table": "t", "currency": "x",
@@ -959,7 +960,7 @@ def _set_tree(folder: Path, mtime: float | None, dir_mode: int | None,
 class _Staging:
     """Temporary sibling folders renamed onto the targets only if the block succeeds.
 
-    Staging folders are named after the run's process (see :func:`clean_stale_staging`), so a
+    Staging folders are named after the run's process (see `clean_stale_staging`), so a
     later run can tell a killed run's leftovers from a running one's.
     """
 
@@ -1524,7 +1525,7 @@ class DataDependentFailure(DataValidationError):
     Whatever the cause (a value the rules refuse, a schema problem, a budget, a bug triggered
     by a value), the message is always the same: it names no value, count, column or unit, so
     the failure tells its reader only that the run failed. The details are written to
-    ``failure.json`` in the confidential folder (:attr:`failure_file`), readable by the owner
+    ``failure.json`` in the confidential folder (`failure_file`), readable by the owner
     only. Nothing public is written.
 
     Attributes:
@@ -1648,8 +1649,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     Everything that can be checked without data is checked first (seed, output folders, stale
     staging folders of a killed run, input presence); those errors are ordinary exceptions.
     Once the data has been read, every failure, whatever its cause, becomes one
-    :class:`DataDependentFailure` with a fixed message: the details go only to
-    ``failure.json`` in the confidential folder, and nothing public is written.
+    [`DataDependentFailure`][tabdp.release.DataDependentFailure] with a fixed message: the details
+    go only to ``failure.json`` in the confidential folder, and nothing public is written.
 
     Args:
         spec: A validated spec.
@@ -1809,8 +1810,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
 def _check_schema_first(spec: ReleaseSpec) -> None:
     """Curator mode: the spec's columns against the input's schema, before any data is read.
 
-    A misspelt or mistyped column is then a :class:`SpecError` (exit 2), not the generic
-    data-dependent failure (see :mod:`tabdp.release.input_schema`; author mode is checked
+    A misspelt or mistyped column is then a `SpecError` (exit 2), not the generic
+    data-dependent failure (see `input_schema`; author mode is checked
     against the curator's declared schema, where one is given).
     """
     from tabdp.release.input_schema import check_spec_input_schema
@@ -2172,7 +2173,7 @@ def left_out_in_words(left_out: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """CONFIDENTIAL: one line per table with units left out by the budget (curator only).
 
     Args:
-        left_out: From :func:`left_out_by_table`.
+        left_out: From `left_out_by_table()`.
 
     Returns:
         The lines (none when no unit was left out).
@@ -2199,7 +2200,7 @@ class LeftOutError(DataValidationError):
     """The budget left out more than ``budget.max_left_out`` of a table (curator mode).
 
     Raised inside a run after the data was read: it becomes the run's generic
-    :class:`DataDependentFailure`; its text and :attr:`confidential` details go only to
+    `DataDependentFailure`; its text and `confidential` details go only to
     ``failure.json``.
 
     Example:
@@ -2224,7 +2225,7 @@ def check_left_out(spec: Any, left_out: Mapping[str, Mapping[str, Any]]) -> None
 
     Args:
         spec: The release spec (its ``budget`` and ``input.mode`` are read).
-        left_out: From :func:`left_out_by_table`.
+        left_out: From `left_out_by_table()`.
 
     Raises:
         LeftOutError: A table's largest left-out share (rows or a measure) passed the limit.
@@ -2252,7 +2253,8 @@ def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]
 
     Args:
         usable: ``{table: {measure: {"cells", "publishable_share", "flagged_share",
-            "negative_share"}}}`` (:func:`tabdp.planning.published_usability` per table).
+            "negative_share"}}}`` ([`published_usability`][tabdp.planning.published_usability] per
+            table).
 
     Returns:
         The sentences (post-processing of the published flags only).
@@ -2285,7 +2287,7 @@ def summary_grid(summary: dict[str, Any], table: str) -> dict[str, Any]:
     """The public grid of each measure of ``table`` in a plan summary (numbers only).
 
     Args:
-        summary: :func:`plan_summary` output.
+        summary: [`plan_summary`][tabdp.release.plan_summary] output.
         table: Table name.
 
     Returns:

@@ -2,13 +2,13 @@
 
 A spec is parsed and validated entirely before any data is read: unknown keys are refused, and
 every error names the key path (``tables[2].mechanism.sigma``), the value received, what is
-allowed and how to fix it (:class:`tabdp.SpecError`). Relative paths are resolved against the
-folder of the spec file. Public metadata files named by the spec (hierarchies, domains, allowed
-key combinations) are read by :func:`load_spec` — they are public input, never the confidential
-data.
+allowed and how to fix it ([`SpecError`][tabdp.exceptions.SpecError]). Relative paths are resolved
+against the folder of the spec file. Public metadata files named by the spec (hierarchies, domains,
+allowed key combinations) are read by [`load_spec`][tabdp.release.load_spec] — they are public
+input, never the confidential data.
 
 In author mode (``input.mode = "author"``) the spec is read with the curator's configuration
-(:mod:`tabdp.release.curator_config`): it names a dataset and public metadata files by name only,
+(`curator_config`): it names a dataset and public metadata files by name only,
 names no output folder, and every path, glob or name outside the curator's public folders is
 refused from the text alone, before anything is read; messages then quote no server path.
 
@@ -338,15 +338,16 @@ class RollupSpec:
 class TableSpec:
     """``[[tables]]``: one released table.
 
-    ``mechanism`` is always a built :class:`tabdp.mechanisms.Mechanism`: the one the spec's
-    ``mechanism`` table describes, or the result of :func:`tabdp.calibrate` for a ``calibrate``
-    table (run once while parsing: it reads no data), or ``DiscreteGaussian(sigma=2.0)`` for a
-    count with neither. ``calibration`` is set only for calibrated tables: the validated
-    ``calibrate`` table as ``{"family", "targets": {size: rho} (float keys), "typical_total",
-    "fixed": {...}, "objective"}``. ``raw_mechanism`` is the mechanism as a plain dict with its
-    ``family`` (as written, the calibrated parameters, or the count default) for the manifest.
-    ``measures`` is empty for a count (its output column, and its ``grid`` key, is ``count``).
-    ``keys_file`` is the allowed-key-combinations file (absolute) when ``keys`` is given.
+    ``mechanism`` is always a built [`Mechanism`][tabdp.mechanisms.Mechanism]: the one the spec's
+    ``mechanism`` table describes, or the result of [`calibrate`][tabdp.calibrate.calibrate] for a
+    ``calibrate`` table (run once while parsing: it reads no data), or
+    ``DiscreteGaussian(sigma=2.0)`` for a count with neither. ``calibration`` is set only for
+    calibrated tables: the validated ``calibrate`` table as ``{"family", "targets": {size: rho}
+    (float keys), "typical_total", "fixed": {...}, "objective"}``. ``raw_mechanism`` is the
+    mechanism as a plain dict with its ``family`` (as written, the calibrated parameters, or the
+    count default) for the manifest. ``measures`` is empty for a count (its output column, and its
+    ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
+    ``keys`` is given.
     """
 
     name: str
@@ -405,7 +406,7 @@ class ReleaseSpec:
 
     @property
     def public_sha256(self) -> str:
-        """SHA-256 of the canonical JSON of :attr:`public_raw` (the hash outputs may publish).
+        """SHA-256 of the canonical JSON of `public_raw` (the hash outputs may publish).
 
         Two specs that differ only in ``[randomness]`` have the same public hash, so it tells
         nothing about the seed.
@@ -430,7 +431,7 @@ def redact_spec(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def public_spec_hash(raw: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical JSON of :func:`redact_spec` of ``raw``.
+    """SHA-256 (hex) of the canonical JSON of `redact_spec` of ``raw``.
 
     Canonical JSON: keys sorted, no whitespace, UTF-8, values that are not JSON (dates) as text.
 
@@ -1480,7 +1481,7 @@ def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -
     r"""The allowed key combinations of a table, typed like the domains.
 
     Args:
-        file: The keys file (validated by :func:`parse_spec`).
+        file: The keys file (validated by [`parse_spec`][tabdp.release.parse_spec]).
         by: The table's key columns (output order).
         domains: The spec's domains.
 
@@ -1645,7 +1646,7 @@ def global_round_problem(t: TableSpec, unit: float, plan: PlanSpec, level: float
                          ) -> tuple[str, float, float, float] | None:
     """Whether a global rounding ``unit`` is too coarse for table ``t`` (public quantities only).
 
-    The rule (:data:`ROUND_MOE_SHARE`): the unit must be at most 0.1 x the table's planned
+    The rule (`ROUND_MOE_SHARE`): the unit must be at most 0.1 x the table's planned
     margin of error at its typical cell total (``calibrate.typical_total`` for a calibrated
     table, else the middle value of ``[plan].cell_totals``, or ``count_totals`` for a count),
     unless rounding to it changes no estimate (a unit dividing the estimates' own grid step,
@@ -1747,11 +1748,11 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
 
     Args:
         path: The spec file.
-        curator: The curator's configuration (:func:`tabdp.release.load_curator_config`):
+        curator: The curator's configuration (`load_curator_config()`):
             required by an author-mode spec, optional otherwise (``input.dataset``).
 
     Returns:
-        The validated :class:`ReleaseSpec`.
+        The validated [`ReleaseSpec`][tabdp.release.ReleaseSpec].
 
     Raises:
         SpecError: The file is missing, not valid TOML, or breaks the schema (the message names
@@ -2087,7 +2088,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
             the curator's datasets and public files, by name), optional otherwise.
 
     Returns:
-        The validated :class:`ReleaseSpec`.
+        The validated [`ReleaseSpec`][tabdp.release.ReleaseSpec].
 
     Raises:
         SpecError: Any schema violation, with its key path.
@@ -2148,7 +2149,7 @@ def parse_spec(data: Mapping[str, Any], base_dir: str | Path, *,
 def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
                 release: ReleaseInfo, inp: InputSpec, path: Path | None, sha256: str,
                 curator: CuratorConfig | None) -> ReleaseSpec:
-    """:func:`parse_spec` after ``[release]`` and ``[input]`` (author mode: names only)."""
+    """`parse_spec()` after ``[release]`` and ``[input]`` (author mode: names only)."""
     domains = _parse_domains(d["domains"], base) if "domains" in d else {}
     hierarchies = (_parse_hierarchies(d["hierarchies"], base, domains)
                    if "hierarchies" in d else {})

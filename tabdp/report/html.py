@@ -3,19 +3,19 @@
 ``summary.html`` (and a plan's ``plan.html``) may be published; ``confidential_report.html``
 must stay inside the agency.
 
-Both pages are single files: inline CSS, plots as inline SVG (:mod:`tabdp.plotting`), no
+Both pages are single files: inline CSS, plots as inline SVG ([`plotting`][tabdp.plotting]), no
 script, no external font, stylesheet or image, and a Content-Security-Policy that forbids the
 browser to load anything. They print cleanly (``@media print``). Every piece of text taken from
-the inputs is escaped with :func:`html.escape`. Rendering is deterministic: the same input gives
+the inputs is escaped with `html.escape`. Rendering is deterministic: the same input gives
 the same bytes.
 
-* :func:`render_summary_html` renders the public summary of a release (``summary.json``): what is
-  protected, the per-record loss curves, the expected errors, each table's mechanism and rules,
-  the flag codes, the column dictionary and the file list. It holds nothing computed from
-  records.
-* :func:`render_confidential_html` renders the confidential report: each unit's actual loss
-  (distribution, most exposed units), the worst cells and the data-handling counts. It must stay
-  inside the agency.
+* [`render_summary_html`][tabdp.report.render_summary_html] renders the public summary of a release
+  (``summary.json``): what is protected, the per-record loss curves, the expected errors, each
+  table's mechanism and rules, the flag codes, the column dictionary and the file list. It holds
+  nothing computed from records.
+* [`render_confidential_html`][tabdp.report.render_confidential_html] renders the confidential
+  report: each unit's actual loss (distribution, most exposed units), the worst cells and the
+  data-handling counts. It must stay inside the agency.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def fmt(x: Any) -> str:
 
 
 def _e(x: Any) -> str:
-    """Escaped text of any value (numbers through :func:`fmt`)."""
+    """Escaped text of any value (numbers through `fmt`)."""
     if isinstance(x, str):
         return html.escape(x)
     return html.escape(fmt(x))
@@ -416,6 +416,18 @@ def _table_curve(t: Mapping[str, Any]) -> list[Mapping[str, Any]]:
                 or t.get("policy_curve") or [])
 
 
+def _curve_unit(t: Mapping[str, Any]) -> str:
+    """The unit of measure of a table's record sizes and cell totals, for the plots' panels.
+
+    Each summed measure is a currency of its own (its values' unit); a count's is ``rows``. A
+    table of several measures gets their names joined (its curve charges all of them).
+    """
+    if t.get("kind") == "count":
+        return "rows"
+    measures = [str(m) for m in (t.get("measures") or [])]
+    return " + ".join(measures) if measures else "?"
+
+
 def _has(rows: Any, key: str) -> bool:
     return bool(rows) and any(isinstance(r, Mapping) and r.get(key) is not None for r in rows)
 
@@ -466,7 +478,7 @@ def _budget_points(budget: Mapping[str, Any]) -> list[tuple[float, float]]:
 
 
 def _budget_object(budget: Any) -> Budget | None:
-    """A :class:`Budget` from its public dict (``to_dict`` form, or ``sizes`` / ``rho``)."""
+    """A `Budget` from its public dict (``to_dict`` form, or ``sizes`` / ``rho``)."""
     if budget is None:
         return None
     try:
@@ -879,20 +891,25 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     total = summary.get("total_policy_curve") or []
     if total:
         curves["total"] = total
+    # one panel per unit of measure: record sizes in dollars, employees and rows never share
+    # an axis, and the total is drawn per unit (losses are not added across units)
+    units = {str(t.get("name", "?")): _curve_unit(t) for t in tables}
     loss = [_figure("plot-loss", loss_curves_svg(
-        curves, title="Per-record privacy loss ρ by record size"),
+        curves, title="Per-record privacy loss ρ by record size", units=units),
         "<b>How to read this plot.</b> Each coloured line is one table: the privacy loss ρ of "
         "a record contributing Δ to one of its cells (every measure of the cell, and the "
-        "matching cell of each rollup released directly). The thick "
-        "black line, <b>total</b>, adds up every table: the loss of a record of size Δ over "
-        "the whole release. Both axes are logarithmic; lower is more private. A record "
-        "appearing in several cells of a table pays once per cell.")]
+        "matching cell of each rollup released directly). Record sizes are in the unit of "
+        "the measure (rows for counts), one panel per unit: losses in different units are "
+        "never added. The thick black line, <b>total</b>, adds up the tables of a panel: the "
+        "loss of a record of size Δ in that unit over those tables. Both axes are "
+        "logarithmic; lower is more private. A record appearing in several cells of a table "
+        "pays once per cell.")]
     eps_curves = {k: v for k, v in curves.items() if _has(v, "epsilon_delta")}
     if eps_curves:
         loss.append(_figure("plot-loss-eps", loss_curves_svg(
             eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
             ylabel=f"ε at δ = {fmt(_float(delta)) if delta is not None else 'δ'}",
-            key="epsilon_delta"),
+            key="epsilon_delta", units=units),
             "The same losses stated as (ε, δ)-differential privacy at the release's δ: "
             "ε is the largest change (as a log factor) the tables can make to the odds of any "
             "conclusion about a record of size Δ, except with probability δ."))
@@ -900,19 +917,18 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     body.append(_section("losses", "Privacy loss by record size", "".join(loss)))
 
     # -- plot 2: expected error
-    # Measures of one table often share a mechanism, hence identical curves that would hide
-    # each other: draw them once, labelled "table: m1, m2".
+    # One series per table and measure, one panel per unit of measure (a measure's own unit,
+    # rows for counts); the plot draws identical series once, their labels joined.
     moe: dict[str, Sequence[Mapping[str, Any]]] = {}
+    moe_units: dict[str, str] = {}
     for t in tables:
         err = t.get("expected_error")
         if isinstance(err, Mapping):
-            groups: dict[str, tuple[list[str], Sequence[Mapping[str, Any]]]] = {}
             for m, rows in err.items():
                 if rows:
-                    sig = json.dumps(list(rows), sort_keys=True, default=str)
-                    groups.setdefault(sig, ([], rows))[0].append(str(m))
-            for names, rows in groups.values():
-                moe[f"{t.get('name', '?')}: {', '.join(names)}"] = rows
+                    label = f"{t.get('name', '?')}: {m}"
+                    moe[label] = rows
+                    moe_units[label] = "rows" if t.get("kind") == "count" else str(m)
     cv = None
     cv_caption = ""
     for t in tables:
@@ -931,6 +947,7 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     body.append(_section("accuracy", "Expected accuracy", _figure(
         "plot-moe", moe_curves_svg(
             moe, title="Relative margin of error by true cell total", cv_line=cv_y,
+            units=moe_units,
             cv_label=f"CV flag (cv = {fmt(cv)})" if cv is not None else "CV flag"),
         f"<b>How to read this plot.</b> For a cell whose true total is on the horizontal axis, "
         f"the {_level_text(level)} margin of error of its published value divided by the total "
@@ -1172,11 +1189,11 @@ def _nan_max(e: pl.Expr) -> pl.Expr:
 
 
 def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
-    """:func:`_losses_eager` with streaming queries: memory independent of the number of rows.
+    """`_losses_eager` with streaming queries: memory independent of the number of rows.
 
     Every query runs with ``collect(engine="streaming")`` and returns a bounded result: one row
     of totals, the histogram's bin counts, the order statistics of the quantiles
-    (:func:`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
+    (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
     """
     cols = lf.collect_schema().names()
     has_rho, has_size = "rho" in cols, "size" in cols

@@ -1,4 +1,4 @@
-"""Deprecated home of the report figures: they moved to :mod:`tabdp.plotting` (one release).
+"""Deprecated home of the report figures: they moved to [`plotting`][tabdp.plotting] (one release).
 
 Example:
     >>> import warnings

@@ -3,11 +3,11 @@
 The confidential report summarizes one row per unit, which can be hundreds of millions of rows
 read from Parquet. These helpers compute what it needs without holding the column in memory:
 
-* :func:`sortable_key` maps a float column to int64 keys in the same order (by their bits);
-* :func:`order_statistics` finds the values of given ranks in sorted order by counting keys
+* `sortable_key` maps a float column to int64 keys in the same order (by their bits);
+* `order_statistics` finds the values of given ranks in sorted order by counting keys
   per bin (their leading bits) and narrowing to the bins that hold the ranks, collecting values
   only once a bin is small;
-* :func:`exact_quantiles` is :func:`numpy.quantile` (``method="linear"``) on those order
+* `exact_quantiles` is `numpy.quantile` (``method="linear"``) on those order
   statistics, bit for bit.
 
 Every query runs with ``collect(engine="streaming")``; its memory grows with the number of bins
@@ -80,7 +80,7 @@ def order_statistics(lf: pl.LazyFrame, column: str, ranks: Sequence[int], *,
         column: A numeric column without NaN or null (cast to Float64).
         ranks: Ranks in ``[0, n)``.
         cap: Bins with at most this many values are collected and sorted in memory
-            (default :data:`COLLECT_CAP`).
+            (default `COLLECT_CAP`).
 
     Returns:
         ``sorted(values)[r]`` for each rank (a zero as 0.0).

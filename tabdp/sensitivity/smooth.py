@@ -4,7 +4,7 @@ Neighbouring datasets here are **replacement** neighbours: the group size n is f
 is changed (Nissim–Raskhodnikova–Smith, docs/math/smooth.md §1; distance = number of changed
 values). Values are clipped to the public bounds ``[lo, hi]``, sorted as ``x₁ ≤ … ≤ xₙ`` and padded
 with ``x_i = lo`` for ``i < 1`` and ``x_i = hi`` for ``i > n``. For the order statistic of rank
-``m`` (:func:`quantile_rank`) the smooth sensitivity is
+``m`` ([`quantile_rank`][tabdp.sensitivity.quantile_rank]) the smooth sensitivity is
 
     SS = max_{k ≥ 0} e^{−kγ} · max_{t = 0..k+1} (x_{m+t} − x_{m+t−k−1})
        = max_{a ≤ m ≤ b} (x_b − x_a) · e^{−γ(b − a − 1)},      0 ≤ a, b ≤ n + 1.
@@ -225,12 +225,13 @@ class _Padded:
 
 def grouped_quantile(sorted_values: ArrayLike, offsets: ArrayLike, q: float,
                      bounds: tuple[float, float]) -> np.ndarray:
-    """The q-quantile (padded order statistic of rank :func:`quantile_rank`) of every group.
+    """The q-quantile (padded order statistic of rank `quantile_rank`) of every group.
 
     Values are clipped to ``bounds`` first; an empty group gets ``lo`` (the padded ``x₀``).
 
     Args:
-        sorted_values: Values sorted ascending inside each group (see :func:`group_sort`).
+        sorted_values: Values sorted ascending inside each group (see
+            [`group_sort`][tabdp.sensitivity.group_sort]).
         offsets: Group boundaries, length ``n_groups + 1``.
         q: Quantile level in [0, 1] (0.5: lower median).
         bounds: Public range ``(lo, hi)``.
@@ -259,9 +260,11 @@ def smooth_sensitivity_grouped(sorted_values: ArrayLike, offsets: ArrayLike, q: 
     early stop ``e^{−kγ}(hi − lo) ≤`` a lower bound on SS applied before the search).
 
     Args:
-        sorted_values: Values sorted ascending inside each group (see :func:`group_sort`).
+        sorted_values: Values sorted ascending inside each group (see
+            [`group_sort`][tabdp.sensitivity.group_sort]).
         offsets: Group boundaries, length ``n_groups + 1`` (empty groups allowed).
-        q: Quantile level in [0, 1] (0.5: lower median), see :func:`quantile_rank`.
+        q: Quantile level in [0, 1] (0.5: lower median), see
+            [`quantile_rank`][tabdp.sensitivity.quantile_rank].
         gamma: Smoothness γ > 0.
         bounds: Public range ``(lo, hi)``; values are clipped to it.
 
@@ -338,7 +341,7 @@ def smooth_sensitivity_grouped(sorted_values: ArrayLike, offsets: ArrayLike, q: 
 
 def smooth_sensitivity_quantile(values: ArrayLike, q: float, gamma: float,
                                 bounds: tuple[float, float]) -> float:
-    """γ-smooth sensitivity of the q-quantile (rank :func:`quantile_rank`) of one group.
+    """γ-smooth sensitivity of the q-quantile (rank `quantile_rank`) of one group.
 
     Args:
         values: The group's values (any order); clipped to ``bounds``.

@@ -266,14 +266,18 @@ def test_summary_page_structure(pages: dict[str, str]) -> None:
         assert s in text or s in page, s
     assert "Not for production" in text  # seeded: red warning box
     assert 'class="callout warn"' in page
-    # every table's loss curve and the total in the legend of plot 1
+    # every table's loss curve in the legend of plot 1, one panel per unit of measure (the
+    # payroll + employment table and the count): no total across units
     loss_svg = page.split('id="plot-loss"')[1].split("</figure>")[0]
-    for label in ("state_naics2", "establishments", "total"):
-        assert f">{label}<" in loss_svg
+    for label in ("state_naics2", "establishments", "record size Δ (payroll_k + employment)",
+                  "record size Δ (rows)"):
+        assert f">{label}" in loss_svg, label
+    assert ">total<" not in loss_svg.split("</svg>")[0]
     moe_svg = page.split('id="plot-moe"')[1].split("</figure>")[0]
-    # payroll and employment share the mechanism: one curve for both
-    for label in ("state_naics2: payroll_k, employment", "establishments: count"):
-        assert f">{label}<" in moe_svg
+    # payroll and employment share the mechanism but not a unit: a panel each
+    for label in ("state_naics2: payroll_k", "state_naics2: employment", "establishments: count",
+                  "true cell total (payroll_k)", "true cell total (rows)"):
+        assert f">{label}<" in moe_svg, label
     # calibration targets vs achieved, expected error numbers
     assert "target ρ" in text and "achieved ρ" in text and "2.41" in text
     assert "10⁸" in text
@@ -468,7 +472,7 @@ def test_loss_curves_skip_non_positive_values() -> None:
             {"delta": 10.0, "rho": 2.0, "epsilon": None},
             {"delta": 100.0, "rho": 3.0, "epsilon": None}]
     svg = loss_curves_svg({"t": rows, "total": rows}, title="x")
-    assert "no positive losses" not in svg and ">total<" in svg
+    assert "no positive losses" not in svg and ">total = t<" in svg   # one line, both labels
     svg = loss_curves_svg({"t": rows}, title="x", key="epsilon")
     assert "no positive losses to plot" in svg
     # text with '$' is literal, not mathtext
@@ -524,8 +528,8 @@ def test_screenshot_shows_the_summary_plots(pages: dict[str, str], tmp_path: Pat
     """In Chromium the plot lines are drawn (and absent without the plots)."""
     _need_chromium()
     page = pages["summary"]
-    # lines of the two first tab10 colours: tables 1 and 2 in the loss plot (table 2 mostly
-    # under the black total), the two curves of the accuracy plot
+    # lines of the two first tab10 colours: tables 1 and 2 in the loss plot (a panel each:
+    # their units differ), the first two curves of the accuracy plot
     colours = [PALETTE[0], PALETTE[1]]
     html_path = tmp_path / "summary.html"
     html_path.write_text(page, encoding="utf-8")
@@ -592,3 +596,61 @@ def test_screenshot_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         browser.screenshot(tmp_path / "missing.html", tmp_path / "p.png")
     with pytest.raises(InvalidParameterError, match="width"):
         browser.screenshot(page, tmp_path / "p.png", width=0)
+
+
+def _line_data(ax: Any) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    return [(tuple(map(float, ln.get_xdata())), tuple(map(float, ln.get_ydata())))
+            for ln in ax.get_lines() if ln.get_label() and not ln.get_label().startswith("_")]
+
+
+def test_loss_plot_has_one_unit_per_axis_and_no_hidden_series() -> None:
+    """Record sizes of different units get their own axes; identical curves are one line."""
+    from matplotlib import rc_context
+
+    from tabdp.plotting import _RC, _loss_figure
+
+    a = [{"delta": d, "rho": 0.01 * d**0.5} for d in SIZES]
+    b = [{"delta": d, "rho": 0.02 * d**0.5} for d in SIZES]
+    curves = {"pay_county": a, "pay_state": a, "staff": a, "n": b, "n_direct": b,
+              "total": [{"delta": d, "rho": 9.0} for d in SIZES]}
+    units = {"pay_county": "payroll", "pay_state": "payroll", "staff": "employment",
+             "n": "rows", "n_direct": "rows"}
+    with rc_context(_RC):
+        fig = _loss_figure(curves, "L", "ρ", "rho", units)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["payroll", "employment", "rows"]
+    for ax, unit in zip(axes, ["payroll", "employment", "rows"], strict=True):
+        assert ax.get_xlabel() == f"record size Δ ({unit})"
+        data = _line_data(ax)
+        assert len(data) == len(set(data)), unit          # no two lines with identical data
+    labels = [[ln.get_label() for ln in ax.get_lines()] for ax in axes]
+    # the two payroll tables are one line with both labels, plus their own total (2 × a)
+    assert labels[0] == ["pay_county, pay_state", "total"]
+    assert _line_data(axes[0])[1][1] == pytest.approx(tuple(2 * 0.01 * d**0.5 for d in SIZES))
+    assert labels[1] == ["staff"]                          # one table: no total
+    assert labels[2] == ["n, n_direct", "total"]
+    # the given cross-unit total (9.0 everywhere) is drawn nowhere
+    assert all(9.0 not in y for ax in axes for _, y in _line_data(ax))
+
+
+def test_moe_plot_has_one_unit_per_axis_and_no_hidden_series() -> None:
+    from matplotlib import rc_context
+
+    from tabdp.plotting import _RC, _moe_figure
+
+    err = [{"total": t, "moe": 3.3} for t in TOTALS]
+    other = [{"total": t, "moe": 7.0} for t in TOTALS]
+    curves = {"t: payroll": err, "u: payroll": err, "t: employment": err, "c: count": other}
+    units = {"t: payroll": "payroll", "u: payroll": "payroll", "t: employment": "employment",
+             "c: count": "rows"}
+    with rc_context(_RC):
+        fig = _moe_figure(curves, "M", 0.5, "CV flag", units)
+    axes = fig.axes
+    assert [ax.get_xlabel() for ax in axes] == ["true cell total (payroll)",
+                                                "true cell total (employment)",
+                                                "true cell total (rows)"]
+    assert [[ln.get_label() for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+            for ax in axes] == [["t: payroll, u: payroll"], ["t: employment"], ["c: count"]]
+    for ax in axes:
+        data = _line_data(ax)
+        assert len(data) == len(set(data))

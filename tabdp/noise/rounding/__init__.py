@@ -1,17 +1,17 @@
 """Exact rounding as its own layer: strategies composed with a noise law (docs/exact-rounding.md).
 
-A law (:class:`tabdp.noise.NoiseDistribution`) holds a :class:`Rounding` in ``law.rounding``:
+A law ([`NoiseDistribution`][tabdp.noise.NoiseDistribution]) holds a `Rounding` in ``law.rounding``:
 a float64 quantile-bounds strategy for the fast path and an exact tail for the few cells float64
 cannot decide. One module per strategy:
 
-* :mod:`~tabdp.noise.rounding.closed_form`: bounds from closed forms proven relative to libm
-  (Laplace, Logistic, PolyPlace, SaS α = 1; :class:`RelErrorBounds` for any law with a relative
+* `closed_form`: bounds from closed forms proven relative to libm
+  (Laplace, Logistic, PolyPlace, SaS α = 1; `RelErrorBounds` for any law with a relative
   error bound).
-* :mod:`~tabdp.noise.rounding.taylor`: the Gaussian's Taylor tables (Gaussian, SaS α = 2).
-* :mod:`~tabdp.noise.rounding.certified`: certified Arb tables (generalized Gaussian, Subbotin,
+* `taylor`: the Gaussian's Taylor tables (Gaussian, SaS α = 2).
+* `certified`: certified Arb tables (generalized Gaussian, Subbotin,
   Student t, generalized Cauchy, exponential polylogarithmic, SaS 1 < α < 2), with the SaS
-  series of :mod:`~tabdp.noise.rounding.stable_series`.
-* :mod:`~tabdp.noise.rounding.highprec`: exact tails in mpmath (closed form or quadrature of
+  series of `stable_series`.
+* `highprec`: exact tails in mpmath (closed form or quadrature of
   the exact log-density) and certified Arb tails.
 
 The layer imports no law module: laws import it (one-way dependency).

@@ -1,20 +1,20 @@
 """The exact-rounding layer's contract: float64 quantile bounds plus an exact tail, per law.
 
-A noise law (:class:`tabdp.noise.NoiseDistribution`) knows its density, tails, quantile and
-variance. To be released with exact rounding (:func:`tabdp.noise.exact.round_noisy`) it is
-composed with a :class:`Rounding`: two strategy objects, chosen by the law, never inherited.
+A noise law ([`NoiseDistribution`][tabdp.noise.NoiseDistribution]) knows its density, tails,
+quantile and variance. To be released with exact rounding (`tabdp.noise.exact.round_noisy`) it is
+composed with a `Rounding`: two strategy objects, chosen by the law, never inherited.
 
-* A :class:`QuantileBounds` (float64 side, the fast path): proven bounds ``lo <= m(u) <= hi`` on
+* A `QuantileBounds` (float64 side, the fast path): proven bounds ``lo <= m(u) <= hi`` on
   the exact ``|Z|`` quantile ``m`` (``P(|Z| > m) = u``) over intervals of u. Strategies:
-  closed-form bounds (:mod:`~tabdp.noise.rounding.closed_form`), Taylor tables
-  (:mod:`~tabdp.noise.rounding.taylor`), certified Arb tables
-  (:mod:`~tabdp.noise.rounding.certified`), or :class:`NoBounds` (every cell goes to the exact
+  closed-form bounds (`closed_form`), Taylor tables
+  (`taylor`), certified Arb tables
+  (`certified`), or `NoBounds` (every cell goes to the exact
   path, which is still exact).
 * An exact tail (high-precision side, the few undecided cells): ``P(Z > x)`` in mpmath at any
-  precision, and optionally certified Arb balls (:mod:`~tabdp.noise.rounding.highprec`).
+  precision, and optionally certified Arb balls (`highprec`).
 
-A law without a :class:`Rounding` (``law.rounding is None``) is refused by ``round_noisy``
-(:func:`tabdp.noise.rounding.rounder_for`).
+A law without a `Rounding` (``law.rounding is None``) is refused by ``round_noisy``
+(`tabdp.noise.rounding.rounder_for`).
 
 Example:
     >>> from tabdp.noise import Laplace
@@ -73,8 +73,8 @@ def mid_rad(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class QuantileBounds:
     """Float64 bounds on the exact ``|Z|`` quantile (a fast-path strategy).
 
-    Subclasses implement :meth:`bounds`; :meth:`fine` (the common case of the fast path) defaults
-    to converting :meth:`bounds` rigorously and is overridden where a cheaper proof exists.
+    Subclasses implement `bounds`; `fine` (the common case of the fast path) defaults
+    to converting `bounds` rigorously and is overridden where a cheaper proof exists.
 
     Example:
         >>> NoBounds().bounds(np.array([0.5]), np.array([0.5]))
@@ -103,7 +103,7 @@ class QuantileBounds:
     def fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
         """Fast-path bounds ``|m(u) − mid| <= rad`` for all u in ``[u_lo, u_lo + 2**-53]``.
 
-        Called by :func:`tabdp.noise.exact.round_noisy` for almost every draw, with ``u_lo`` a
+        Called by `tabdp.noise.exact.round_noisy` for almost every draw, with ``u_lo`` a
         multiple of ``2**-53`` in ``[2**-10, 1)`` (results for other ``u_lo`` are discarded).
         ``mid`` must be a new array (the caller overwrites it); ``rad`` may be an array or one
         float for all cells.
@@ -151,7 +151,7 @@ class NoBounds(QuantileBounds):
 
 
 class ExactTail(Protocol):
-    """The high-precision side of a :class:`Rounding` (see :mod:`~tabdp.noise.rounding.highprec`).
+    """The high-precision side of a `Rounding` (see `highprec`).
 
     ``mp_sf(x, mp)`` is ``P(Z > x)`` for ``x >= 0`` at the working precision ``mp.prec``;
     ``mp_abs_isf(u, mp)`` the exact ``|Z|`` quantile; ``arb`` tells whether certified Arb tails
@@ -167,14 +167,14 @@ class ExactTail(Protocol):
         """The exact ``|Z|`` quantile in mpmath."""
 
     def arb_unit(self) -> float:
-        """The scale that standardizes the law for :meth:`arb_tail`."""
+        """The scale that standardizes the law for `arb_tail`."""
 
     def arb_tail(self, xs: Any, central: bool = False) -> Any:
         """Standardized two-sided tail on an Arb series (``1 −`` it with ``central``)."""
 
 
 class Rounding:
-    """Exact rounding for one law: a :class:`QuantileBounds` strategy and an :class:`ExactTail`.
+    """Exact rounding for one law: a `QuantileBounds` strategy and an `ExactTail`.
 
     Args:
         law: The noise law (for its float64 quantile ``_abs_isf``, the exact path's guesses).
@@ -224,7 +224,7 @@ class Rounding:
         return self.quantile.bounds(u_lo, u_hi)
 
     def fine(self, u_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray | float]:
-        """The fast path's common case (see :meth:`QuantileBounds.fine`).
+        """The fast path's common case (see `QuantileBounds.fine`).
 
         Args:
             u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
@@ -288,7 +288,7 @@ class Rounding:
         return bool(self.tail.arb)
 
     def arb_unit(self) -> float:
-        """The scale that standardizes the law for :meth:`arb_tail`.
+        """The scale that standardizes the law for `arb_tail`.
 
         Example:
             >>> from tabdp.noise import Laplace

@@ -1,7 +1,7 @@
 """Certified float64 quantile tables: proven bounds from Arb ball arithmetic (exact-rounding §4.5).
 
 For a symmetric law whose standardized two-sided tail ``T(x) = P(|Z| > x)`` can be evaluated in
-Arb ball arithmetic (python-flint) as a power series, :class:`CertifiedIsf` gives float64 bounds
+Arb ball arithmetic (python-flint) as a power series, `CertifiedIsf` gives float64 bounds
 ``lo <= m(u) <= hi`` on the exact quantile ``m = T⁻¹`` that are **proven**, whatever the accuracy
 of the law's float64 special functions (which only supply starting guesses):
 
@@ -123,7 +123,7 @@ def _upper_float(b: Any) -> float:
 class NodeRegion:
     """Node coefficients on binary nodes ``2**e·(1 + j·2**-K)``, ``e_lo <= e < e_hi``, ``j < 2**K``.
 
-    One region of a :class:`CertifiedIsf` (A: variable u, B: variable v = 1 − u); also the layout
+    One region of a `CertifiedIsf` (A: variable u, B: variable v = 1 − u); also the layout
     of the Gaussian's Taylor tables (``tabdp.noise.gaussian``).
     """
 
@@ -254,7 +254,7 @@ class CertifiedIsf:
         hash, all of them when ``nodes >= 2**K``; nodes with an infinite bound are sound whatever
         their coefficients and are skipped) and at offsets ``τ = 0`` and ``τ = 1/2``: with
         ``P = Σ b̃_n τⁿ`` evaluated in Arb from the stored doubles and the stored bound ``r``, the
-        law's own tail (:func:`arb_point_tail`, as in the build, at the build's precision) proves
+        law's own tail (`arb_point_tail`, as in the build, at the build's precision) proves
         ``P − r <= m(w) <= P + r``: ``T(P − r) >= u >= T(P + r)`` in region A,
         ``C(P − r) <= v <= C(P + r)`` in region B (``C = 1 − T``); a lower end ``<= 0`` holds
         trivially.
@@ -566,10 +566,10 @@ _TABLES: dict[Hashable, CertifiedIsf] = {}
 def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable[[Any], Any],
                     guess: Callable[[np.ndarray], np.ndarray], kbits: int = 6,
                     nsub: int = 4, persist: bool = False) -> CertifiedIsf:
-    """The shared :class:`CertifiedIsf` for ``key`` (created on first use).
+    """The shared `CertifiedIsf` for ``key`` (created on first use).
 
     With ``persist`` (the laws' own tables, whose key determines tail and density) its binades go
-    through the on-disk cache of :mod:`tabdp._cache`, verified on load.
+    through the on-disk cache of `tabdp._cache`, verified on load.
 
     Example:
         >>> t1 = certified_table(("doc-laplace",), _laplace_tail, _laplace_density, _laplace_guess)
@@ -586,7 +586,7 @@ def certified_table(key: Hashable, tail: Callable[[Any], Any], density: Callable
 
 
 class ArbShape:
-    """What :class:`CertifiedBounds` needs from a law: its standardized shape in Arb.
+    """What `CertifiedBounds` needs from a law: its standardized shape in Arb.
 
     A law composed with certified tables inherits this mixin and implements ``_arb_unit`` (the
     scale that standardizes it), ``_arb_key`` (cache key of the standardized shape: law name and
@@ -637,7 +637,7 @@ class CertifiedBounds(QuantileBounds):
     cache; it is built one binade at a time on first use.
 
     Args:
-        law: A law with an :class:`ArbShape` (and the float64 quantile ``_abs_isf``).
+        law: A law with an `ArbShape` (and the float64 quantile ``_abs_isf``).
 
     Example:
         >>> from tabdp.noise import GeneralizedGaussian
@@ -650,7 +650,7 @@ class CertifiedBounds(QuantileBounds):
     certified = True
 
     def __init__(self, law: Any) -> None:
-        """Bounds for ``law`` (an :class:`ArbShape`)."""
+        """Bounds for ``law`` (an `ArbShape`)."""
         self.law = law
 
     def table(self) -> CertifiedIsf:
@@ -671,7 +671,7 @@ class CertifiedBounds(QuantileBounds):
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The table's bounds on ``[u_lo, u_hi]``, times ``unit`` and widened outwards by 4 ulps.
 
-        Arguments and result as in :meth:`QuantileBounds.bounds`.
+        Arguments and result as in `QuantileBounds.bounds`.
 
         Example:
             >>> from tabdp.noise import StudentT

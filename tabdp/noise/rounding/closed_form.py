@@ -3,12 +3,12 @@
 Strategies for laws whose ``|Z|`` quantile is a closed form with a proven relative error bound
 relative to libm:
 
-* :class:`RelErrorBounds`: the generic bound from a relative error ``ρ`` of the law's float64
+* `RelErrorBounds`: the generic bound from a relative error ``ρ`` of the law's float64
   ``_abs_isf`` (a constant, or per value) and the mean value theorem (PolyPlace, SaS α = 1,
   Logistic). ``ρ = None`` gives ``(0, inf)``: every cell goes to the exact path.
-* :class:`LaplaceBounds`: ``−b·ln u`` (one ``log`` per draw).
-* :class:`LogisticBounds`: :class:`RelErrorBounds` plus a one-constant fast path.
-* :class:`ScaledBounds`: another strategy's bounds widened by a relative margin (SaS α = 2 is
+* `LaplaceBounds`: ``−b·ln u`` (one ``log`` per draw).
+* `LogisticBounds`: `RelErrorBounds` plus a one-constant fast path.
+* `ScaledBounds`: another strategy's bounds widened by a relative margin (SaS α = 2 is
   the Gaussian ``N(0, 2γ²)`` with ``σ = fl(√2·γ)``).
 
 Example:
@@ -76,7 +76,7 @@ class RelErrorBounds(QuantileBounds):
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One float64 quantile at ``u_lo``, widened by ``rtol``, minus the mean-value decrease.
 
-        Arguments and result as in :meth:`QuantileBounds.bounds`.
+        Arguments and result as in `QuantileBounds.bounds`.
 
         Example:
             >>> from tabdp.noise import StudentT
@@ -117,7 +117,7 @@ class LaplaceBounds(QuantileBounds):
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One ``log`` per draw: ``m(u_lo) − m(u_hi) = b·ln(u_hi/u_lo) <= b·(u_hi − u_lo)/u_lo``.
 
-        Arguments and result as in :meth:`QuantileBounds.bounds`.
+        Arguments and result as in `QuantileBounds.bounds`.
 
         Example:
             >>> lo, hi = LaplaceBounds(1.0).bounds(np.array([0.5]), np.array([0.5]))
@@ -164,7 +164,7 @@ class LaplaceBounds(QuantileBounds):
 
 
 class LogisticBounds(RelErrorBounds):
-    """Logistic(s): :class:`RelErrorBounds` (ρ = 64u) and a one-constant fast path.
+    """Logistic(s): `RelErrorBounds` (ρ = 64u) and a one-constant fast path.
 
     Args:
         law: The Logistic law (its ``scale`` and float quantile are used).
@@ -234,7 +234,7 @@ class ScaledBounds(QuantileBounds):
     def bounds(self, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The inner bounds times ``(1 − margin, 1 + margin)``.
 
-        Arguments and result as in :meth:`QuantileBounds.bounds`.
+        Arguments and result as in `QuantileBounds.bounds`.
 
         Example:
             >>> ScaledBounds(LaplaceBounds(1.0), 0.5).bounds(np.ones(1), np.ones(1))[1].tolist()

@@ -1,4 +1,4 @@
-"""Which :class:`~tabdp.noise.rounding.Rounding` a law is released with.
+"""Which `Rounding` a law is released with.
 
 Example:
     >>> from tabdp.noise import Laplace
@@ -19,13 +19,13 @@ __all__ = ["rounder_for"]
 
 
 def rounder_for(law: Any) -> Rounding | None:
-    """The :class:`Rounding` composed with ``law`` (None: no exact rounding for it).
+    """The `Rounding` composed with ``law`` (None: no exact rounding for it).
 
     A law written for the previous, inherited contract (no ``rounding``, but an mpmath tail
     ``_mp_sf(x, mp)`` or log-density ``_mp_logpdf(x, mp)``, and optionally a relative error bound
     ``_isf_rtol`` / ``_isf_rel_error(u, m)``) still gets the rounding it had, with a
-    ``DeprecationWarning``: :class:`~tabdp.noise.rounding.RelErrorBounds` and
-    :class:`~tabdp.noise.rounding.MpTail`. This shim will be removed in the next release.
+    ``DeprecationWarning``: `RelErrorBounds` and
+    `MpTail`. This shim will be removed in the next release.
 
     Args:
         law: A noise law.

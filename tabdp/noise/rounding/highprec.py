@@ -1,17 +1,17 @@
 """High-precision (mpmath) tails for the exact path, and certified Arb tails (exact rounding).
 
-The exact path of :func:`tabdp.noise.exact.round_noisy` decides the few cells that float64 cannot
+The exact path of `tabdp.noise.exact.round_noisy` decides the few cells that float64 cannot
 by comparing the cell's uniform with the exact tail ``P(|Z| > h)`` at a breakpoint. A law supplies
-that tail through one of these strategies (held by its :class:`~tabdp.noise.rounding.Rounding`):
+that tail through one of these strategies (held by its `Rounding`):
 
-* :class:`MpTail`: the law's closed-form mpmath tail ``law._mp_sf(x, mp)``; or, with
+* `MpTail`: the law's closed-form mpmath tail ``law._mp_sf(x, mp)``; or, with
   ``quadrature=True``, the integral of its exact log-density ``law._mp_logpdf(x, mp)`` by
-  :func:`mp_quad_checked` (the fallback for a law with no closed form).
-* :class:`ArbTail`: as :class:`MpTail`, plus certified Arb balls of the standardized tail
+  `mp_quad_checked` (the fallback for a law with no closed form).
+* `ArbTail`: as `MpTail`, plus certified Arb balls of the standardized tail
   (``law._arb_unit()``, ``law._arb_tail(xs, central)``), which the exact path prefers.
 
 Quantiles ``m`` with ``P(|Z| > m) = u`` come from ``abs_isf`` (a closed form given by the law) or
-:func:`solve_abs_isf` (bracketed Illinois iteration on the tail).
+`solve_abs_isf` (bracketed Illinois iteration on the tail).
 
 Example:
     >>> import mpmath
@@ -42,8 +42,9 @@ def mp_quad_checked(log_f: Any, points: list[Any], mp: Any) -> Any:
     ``[a, b]`` is integrated as ``exp(L)·∫_0^{b−a} exp(log_f(a + τ) − L) dτ`` with ``L`` the
     largest of ``log_f`` at the ends and midpoint (O(1) integrand, abscissas near 0). The sum is
     recomputed with every finite piece halved until the summed error estimate is below
-    ``2**-(mp.prec - 24)`` of the value; otherwise :class:`tabdp.exceptions.TabdpInternalError`
-    is raised (never a silently inaccurate value).
+    ``2**-(mp.prec - 24)`` of the value; otherwise
+    [`TabdpInternalError`][tabdp.exceptions.TabdpInternalError] is raised (never a silently
+    inaccurate value).
 
     Args:
         log_f: Log of the integrand (mpmath function of one ``mpf``; ``-inf`` allowed).
@@ -205,7 +206,7 @@ class MpTail:
     Args:
         law: The noise law.
         quadrature: Integrate ``law._mp_logpdf(x, mp)`` (no closed-form tail).
-        abs_isf: Closed-form exact quantile ``(u, mp) -> m``; default :func:`solve_abs_isf`.
+        abs_isf: Closed-form exact quantile ``(u, mp) -> m``; default `solve_abs_isf`.
 
     Example:
         >>> import mpmath
@@ -228,7 +229,7 @@ class MpTail:
     def mp_sf(self, x: Any, mp: Any) -> Any:
         """``P(Z > x)`` for ``x >= 0`` in working precision ``mp.prec`` (mpmath).
 
-        Arguments and result as in :meth:`tabdp.noise.rounding.Rounding.mp_sf`.
+        Arguments and result as in `tabdp.noise.rounding.Rounding.mp_sf`.
 
         Example:
             >>> import mpmath
@@ -243,9 +244,9 @@ class MpTail:
         return law._mp_sf(x, mp)
 
     def mp_abs_isf(self, u: Any, mp: Any) -> Any:
-        """The exact ``|Z|`` quantile (closed form, or :func:`solve_abs_isf` on :meth:`mp_sf`).
+        """The exact ``|Z|`` quantile (closed form, or `solve_abs_isf` on `mp_sf`).
 
-        Arguments and result as in :meth:`tabdp.noise.rounding.Rounding.mp_abs_isf`.
+        Arguments and result as in `tabdp.noise.rounding.Rounding.mp_abs_isf`.
 
         Example:
             >>> import mpmath
@@ -270,7 +271,7 @@ class ArbTail(MpTail):
     """Certified Arb tails (``law._arb_unit()``, ``law._arb_tail``) plus the mpmath tail.
 
     The exact path evaluates tails in ball arithmetic (python-flint) and falls back to
-    :meth:`MpTail.mp_sf` where a ball is not finite.
+    `MpTail.mp_sf` where a ball is not finite.
 
     Example:
         >>> from tabdp.noise import Logistic

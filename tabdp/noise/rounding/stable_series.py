@@ -3,7 +3,7 @@
 Standard law (γ = 1, characteristic function ``exp(−|t|^α)``): ``g = 2f`` is the density of
 ``|Z|``, ``T(x) = P(|Z| > x)`` and ``C(x) = 1 − T(x)``. Three representations, each with a
 rigorous truncation bound, give Arb balls that contain the exact values (for every point of an
-argument ball); the certified quantile tables (:mod:`tabdp.noise.rounding.certified`) and the
+argument ball); the certified quantile tables (`tabdp.noise.rounding.certified`) and the
 exact path use them. Float64 estimates only choose the representation, the number of terms and
 the working precision; they never enter a bound.
 
@@ -59,7 +59,7 @@ def register_float_estimates(
 ) -> None:
     """Register the float64 ``(ln g, ln T)`` estimates used by default (planning only).
 
-    Called once by :mod:`tabdp.noise.stable` at import. The estimates only choose the series,
+    Called once by `tabdp.noise.stable` at import. The estimates only choose the series,
     the number of terms and the working precision; they never enter a bound.
 
     Args:

@@ -2,8 +2,8 @@
 
 The Gaussian's fast path evaluates no special function in float64: cubic Taylor expansions at
 2560 nodes for ``u >= 2**-10``, quartic at 1728 nodes below, computed once in mpmath (and kept in
-the on-disk cache of :mod:`tabdp._cache`), with the remainder bounded by the monotone next
-derivative (docs/exact-rounding.md §4.1). :class:`GaussianTaylorBounds` serves the Gaussian and
+the on-disk cache of `tabdp._cache`), with the remainder bounded by the monotone next
+derivative (docs/exact-rounding.md §4.1). `GaussianTaylorBounds` serves the Gaussian and
 (scaled) the symmetric stable law at α = 2.
 
 Example:
@@ -76,7 +76,7 @@ class _TaylorTable(NodeRegion):
     """Degree-d Taylor expansions of ``m(u) = −Φ⁻¹(u/2)`` (σ = 1) at binary nodes, with bounds.
 
     Nodes ``u0 = 2**e·(1 + j·2**-K)`` for binades ``e_lo <= e < e_hi`` and ``j < 2**K`` (the
-    layout and node lookup of :class:`tabdp.noise.rounding.certified.NodeRegion`). Per node: the
+    layout and node lookup of `tabdp.noise.rounding.certified.NodeRegion`). Per node: the
     coefficients ``a_n = m⁽ⁿ⁾(u0)/n!`` rounded to double (``coef[n]``), and ``rem``, an upper
     bound on ``|m⁽ᵈ⁺¹⁾(u0)|·hᵈ⁺¹/(d + 1)!`` (``h = 2**(e − K)``), which bounds the Taylor
     remainder on the whole node interval because ``|m⁽ᵈ⁺¹⁾|`` decreases in u. Computed in mpmath
@@ -344,10 +344,10 @@ class GaussianTaylorBounds(QuantileBounds):
         table node below u, with its remainder bounded by the monotone next derivative and the
         float64 error of the evaluation bounded a priori (docs/exact-rounding.md §4.1). No
         special function is evaluated in float64. Below ``2**-64`` (never reached by
-        :func:`tabdp.noise.exact.round_noisy`, whose uniforms are at least ``2**-63``) the upper
+        `tabdp.noise.exact.round_noisy`, whose uniforms are at least ``2**-63``) the upper
         bound is ``inf``.
 
-        Arguments and result as in :meth:`QuantileBounds.bounds`.
+        Arguments and result as in `QuantileBounds.bounds`.
 
         Example:
             >>> lo, hi = GaussianTaylorBounds(1.0).bounds(np.array([0.05]), np.array([0.05]))
@@ -374,7 +374,7 @@ class GaussianTaylorBounds(QuantileBounds):
         For ``u_lo`` a multiple of ``2**-53`` in ``[2**-10, 1)``: the σ-scaled cubic Taylor
         expansion at the node below ``u_lo`` (4 gathers and 6 arithmetic passes, no special
         function); ``rad`` is one proven constant for all cells (at most ``2.5e-11·σ``, see
-        :func:`_centre_scaled`). Other ``u_lo`` give meaningless (finite) values.
+        `_centre_scaled`). Other ``u_lo`` give meaningless (finite) values.
 
         Args:
             u_lo: Lower ends, multiples of ``2**-53`` in ``[2**-10, 1)``.
