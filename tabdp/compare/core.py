@@ -234,7 +234,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     folder_json.write_text(json.dumps(_jsonable(summary), indent=2) + "\n", encoding="utf-8")
     if all_cells.height:
         all_cells.write_parquet(folder / "sdc_cells.parquet")
-    from tabdp.compare.report import render_compare_html
+    from tabdp.report.compare import render_compare_html
 
     html_path = folder / "compare_report.html"
     html_path.write_text(render_compare_html(summary, all_cells, losses), encoding="utf-8")
@@ -245,16 +245,10 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
 # -- input -----------------------------------------------------------------------------------
 
 def _read_input(spec: Any) -> pl.LazyFrame:
-    """The input after the spec's rules, as the DP run reads it (same code)."""
-    from tabdp.release import runner as r
+    """The input after the spec's rules, as the DP run reads it (the runner's own code)."""
+    from tabdp.release.runner import read_input
 
-    lf, schema = r._scan_input(spec)
-    if spec.input.unit is None:
-        lf = lf.with_row_index(r.ROW_ID)
-    lf, _ = r._input_rules(spec, lf)
-    if spec.input.mode == "author":
-        lf = r._author_key_casts(spec, lf)
-    return r._add_derived(spec, lf, schema)
+    return read_input(spec)
 
 
 def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: list[Dim]
@@ -448,18 +442,17 @@ def _tau_audit_check(tables: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _dp_levels(t: Any) -> list[tuple[str, tuple[str, ...], dict[str, str]]]:
     """(output name, by columns, table column → rollup column) of a table and its rollups."""
-    from tabdp.release.runner import _file_name
-
-    out = [(_file_name(t).removesuffix(".parquet"), tuple(t.by), {c: c for c in t.by})]
+    out = [(t.name, tuple(t.by), {c: c for c in t.by})]
     for r in t.rollups:
         m: dict[str, str] = {}
         for rc in r.by:
             fine = rc if rc in t.by else r.maps.get(rc, (None, None))[1]
             if fine is not None:
                 m[fine] = rc
-        out.append((_file_name(t, r).removesuffix(".parquet"), tuple(r.by), m))
+        # the runner's file names: <table>__<level>[_direct]
+        out.append((f"{t.name}__{r.label}", tuple(r.by), m))
         if r.direct:
-            out.append((_file_name(t, r, direct=True).removesuffix(".parquet"), tuple(r.by), m))
+            out.append((f"{t.name}__{r.label}_direct", tuple(r.by), m))
     return out
 
 
