@@ -70,7 +70,22 @@ def _audit(wd: Path, cells: object, cols: list[str]) -> list[dict[str, object]]:
     else:
         arb = re.sub(r"<SUPPRESS>.*", "", arb)
     (wd / "tau" / "audit.arb").write_text(arb, encoding="utf-8")
-    return list(run_batch(str(wd / "tau" / "audit.arb")).audit(0))
+    eng = run_batch(str(wd / "tau" / "audit.arb"))
+    rows = list(eng.audit(0))
+    # the a-priori bounds of every cell, as the audit's JJ file gives them
+    lo, hi = eng._table_cell_bounds(0)
+    jj = wd / "tau" / "audit.jj"
+    eng._tau.write_jj_format(0, str(jj), lo, hi, False, False, False)
+    lines = jj.read_text(encoding="utf-8").splitlines()
+    n = int(lines[1])
+    bounds = {}
+    for line in lines[2:2 + n]:
+        f = line.split()
+        bounds[int(f[0])] = (float(f[4]), float(f[5]))
+    for r in rows:
+        r["apriori"] = bounds.get(int(r["cell"]))
+    rows.append({"apriori_all": sorted(bounds.items())})
+    return rows
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a subprocess

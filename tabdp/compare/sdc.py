@@ -329,7 +329,9 @@ class SdcTable:
             value, or null).
         method: ``OPT``, ``MOD``, ``RND`` or ``none`` (nothing to protect).
         base: The rounding base (RND only).
-        tau_audit: Tau-Argus' own audit rows (``cell``, ``min``, ``max``...), when asked.
+        tau_audit: Tau-Argus' own audit rows (``cell``, ``min``, ``max``...), when asked; the
+            last entry is ``{"apriori_all": [[cell, lower, upper], ...]}``, the a-priori
+            bounds of every cell in that audit.
         seconds: Time Tau-Argus took.
     """
 
@@ -498,6 +500,10 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
     cells = pl.read_parquet(job / "cells.parquet")
     rows = (json.loads((job / "audit.json").read_text(encoding="utf-8"))
             if audit else None)
+    if rows and "apriori_all" in rows[-1]:
+        # the last entry: every cell's a-priori bounds in Tau-Argus' audit
+        rows = rows[:-1] + [{"apriori_all": [[int(k), lo, hi]
+                                              for k, (lo, hi) in rows[-1]["apriori_all"]]}]
     return cells, rows
 
 
