@@ -354,7 +354,7 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     res = compare(args.spec, args.sdc, out=args.out, overwrite=args.overwrite,
                   test_seed=args.test_seed, tau_audit=not args.no_tau_audit,
-                  progress=lambda s: err.write(f"compare: {s}\n"))
+                  progress=lambda s: None if err.write(f"compare: {s}\n") else None)
     s = res.summary
     out.write(f"Comparison of release {s['release']!r} done (CONFIDENTIAL: never publish).\n")
     out.write(f"  Traditional release: {s['sdc']['described']}\n")

@@ -86,7 +86,7 @@ def hierarchical_constraints(dims: Sequence[Dim]) -> sp.csr_matrix:
             members = [(pos[parent], 1.0)] + [(pos[c], -1.0) for c in kids]
             for code_idx, coef in members:
                 full = np.insert(grid, k, code_idx, axis=1)
-                cols.append(np.ravel_multi_index(tuple(full.T), shape))
+                cols.append(np.asarray(np.ravel_multi_index(tuple(full.T), shape)))
                 rows.append(r0 + np.arange(m))
                 vals.append(np.full(m, coef))
             r0 += m
@@ -96,7 +96,7 @@ def hierarchical_constraints(dims: Sequence[Dim]) -> sp.csr_matrix:
                          shape=(r0, n))
 
 
-def audit_system(a: sp.spmatrix, values: np.ndarray, published: np.ndarray,
+def audit_system(a: Any, values: np.ndarray, published: np.ndarray,
                  targets: np.ndarray, lb: np.ndarray | float = 0.0,
                  ub: np.ndarray | float = np.inf) -> AuditResult:
     """Smallest and largest feasible value of each target cell.
@@ -107,8 +107,8 @@ def audit_system(a: sp.spmatrix, values: np.ndarray, published: np.ndarray,
     intervals as ``lb``/``ub``.
 
     Args:
-        a: Equations ``a @ x == 0`` over all cells (e.g. :func:`hierarchical_constraints`,
-            several tables stacked on shared columns).
+        a: Equations ``a @ x == 0`` over all cells, a SciPy sparse matrix (e.g.
+            :func:`hierarchical_constraints`, several tables stacked on shared columns).
         values: The published (or true) value of every cell.
         published: Which cells the intruder sees exactly.
         targets: Cells to audit (withheld ones).
@@ -127,7 +127,7 @@ def audit_system(a: sp.spmatrix, values: np.ndarray, published: np.ndarray,
         ([0.0, 0.0], [10.0, 10.0])
     """
     t0 = time.perf_counter()
-    a = sp.csr_matrix(a, dtype=np.float64)
+    a = sp.csr_matrix(a).astype(np.float64)
     n = a.shape[1]
     values = np.asarray(values, dtype=np.float64)
     published = np.asarray(published, dtype=bool)
@@ -192,7 +192,8 @@ def _components(au: sp.csr_matrix, n: int) -> tuple[int, np.ndarray]:
         return 0, np.zeros(0, dtype=np.int64)
     m = au.shape[0]
     inc = sp.csr_matrix((np.ones(au.nnz), au.indices, au.indptr), shape=(m, n))
-    graph = sp.bmat([[None, inc], [inc.T, None]], format="csr") if m else sp.csr_matrix((n, n))
+    graph: Any = (sp.bmat([[None, inc], [inc.T, None]], format="csr") if m
+                  else sp.csr_matrix((n, n)))
     k, lab = connected_components(graph, directed=False)
     lab = lab[m:] if m else lab
     # renumber to the components the unknowns use
@@ -268,14 +269,17 @@ class _Solver:
 
         c = np.zeros(self.a.shape[1])
         c[j] = 1.0
-        bounds = list(zip(self.lo, np.where(np.isfinite(self.hi), self.hi, None), strict=True))
+        bounds: Any = [(float(lo), float(hi) if np.isfinite(hi) else None)
+                       for lo, hi in zip(self.lo.tolist(), self.hi.tolist(), strict=True)]
+        a_eq: Any = self.a
         out = []
         for sign in (1.0, -1.0):
-            res = linprog(sign * c, A_eq=self.a, b_eq=self.b, bounds=bounds, method="highs")
+            res = linprog(sign * c, A_eq=a_eq, b_eq=self.b, bounds=bounds, method="highs")
             if res.status == 3:
                 out.append(-sign * np.inf)
             elif res.status != 0:
                 out.append(np.nan)
             else:
-                out.append(sign * float(res.fun))
+                fun = res.fun
+                out.append(sign * float(fun) if fun is not None else np.nan)
         return out[0], out[1]

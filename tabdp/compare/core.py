@@ -351,8 +351,8 @@ def _audit_all(tables: list[dict[str, Any]]) -> dict[str, Any]:
             else:
                 published[g[pub]] = True
                 withheld[g[~pub]] = True
-            a, row_of = _table_matrix(x)
-            a = a.tocoo()
+            a_t, row_of = _table_matrix(x)
+            a = a_t.tocoo()
             cols = g[row_of[a.col]]
             mats.append(sp.csr_matrix((a.data, (a.row, cols)), shape=(a.shape[0], n)))
         amat = sp.vstack(mats).tocsr() if mats else sp.csr_matrix((0, n))
@@ -409,13 +409,14 @@ def _tau_audit_check(tables: list[dict[str, Any]]) -> dict[str, Any]:
         if tab.tau_audit is None or tab.method == "RND":
             continue
         rows = [r for r in tab.tau_audit if "cell" in r]
-        apriori = next((r["apriori_all"] for r in tab.tau_audit if "apriori_all" in r), [])
+        apriori: list[Any] = next((r["apriori_all"] for r in tab.tau_audit
+                                   if "apriori_all" in r), [])
         c = x["cells"]
         v = c["value"].to_numpy().astype(np.float64)
         pub = c["published"].to_numpy()
-        a, row_of = _table_matrix(x)
-        a = a.tocoo()
-        a = sp.csr_matrix((a.data, (a.row, row_of[a.col])), shape=(a.shape[0], c.height))
+        a_t, row_of = _table_matrix(x)
+        a_c = a_t.tocoo()
+        a = sp.csr_matrix((a_c.data, (a_c.row, row_of[a_c.col])), shape=(a_c.shape[0], c.height))
         targets = np.flatnonzero(~pub)
         # Tau-Argus' a-priori bounds, cell by cell (its JJ file): about the table's smallest
         # and largest cell, lower for some primary cells

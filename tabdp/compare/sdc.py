@@ -348,11 +348,12 @@ def _top2(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim]
     """Largest and second largest contribution of every cell (margins included)."""
     frames = []
     # each cell of the hierarchical table is a choice of level per dimension
-    combos: list[list[tuple[str, str | None]]] = [[]]
+    combos: list[list[tuple[str, str]]] = [[]]
     for d, c in zip(dims, cols, strict=True):
-        lv = [lvl for lvl in dict.fromkeys(d.level.values())]
+        lv = list(dict.fromkeys(d.level.values()))
         combos = [x + [(c, lvl)] for x in combos for lvl in lv]
     base = micro.select([*cols, response])
+    assert all(lvl is not None for combo in combos for _, lvl in combo)
     for combo in combos:
         exprs = []
         for (c, lvl), d in zip(combo, dims, strict=True):

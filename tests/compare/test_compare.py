@@ -119,7 +119,11 @@ confidential = "out/confidential"
 name = "county_naics2_payroll"
 measures = ["payroll"]
 by = ["county", "naics2"]
-calibrate = {{ family = "exp_polylog", targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}, typical_total = 1e7, fixed = {{ p = 1 }} }}
+[tables.calibrate]
+family = "exp_polylog"
+typical_total = 1e7
+targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}
+fixed = {{ p = 1 }}
 [[tables.rollups]]
 by = ["state", "naics2"]
 [[tables.rollups]]
