@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.exceptions import InvalidParameterError, UnsupportedBackendError
+from tabdp.exceptions import DataValidationError, InvalidParameterError, UnsupportedBackendError
 
 TOTAL = "Total"
 INSTALL = 'pip install "tabdp[sdc]"'
@@ -447,6 +447,14 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         if method == "RND":
             cells = cells.with_columns(pl.lit(True).alias("published"),
                                        pl.col("tau_value").alias("released"))
+            off = (cells["released"] - cells["value"]).abs().max()
+            if base is None or not isinstance(off, (int, float)) or off >= base:
+                raise DataValidationError(
+                    f"Tau-Argus found no controlled rounding of the table by {cols} "
+                    f"({response}) with base {base} (its log in {str(wd / 'job')!r}, inside "
+                    "the confidential folder, says why; typically NO OUTPUT PATTERN EXISTS)."
+                    "\nHint: try another base (base=N, at least the one Tau-Argus requires) or "
+                    "secondary=MOD.")
         else:
             pub = ~pl.col("status").is_in(["U", "M"])
             cells = cells.with_columns(pub.alias("published"),
@@ -471,7 +479,6 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
     import sys
 
     import tabdp
-    from tabdp.exceptions import DataValidationError
 
     job = wd / "job"
     job.mkdir(parents=True, exist_ok=True)
