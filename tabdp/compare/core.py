@@ -87,7 +87,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     Args:
         spec: A spec file path or a :class:`~tabdp.release.spec.ReleaseSpec`.
         sdc: Traditional options (:func:`~tabdp.compare.sdc.parse_sdc` text or
-            :class:`~tabdp.compare.sdc.SdcOptions`; default ``p=10; secondary=OPT``).
+            :class:`~tabdp.compare.sdc.SdcOptions`; default ``p=10; secondary=MOD``).
         out: Output folder (default ``<confidential>/compare``); refused inside the public
             folder.
         overwrite: Replace an existing output folder.

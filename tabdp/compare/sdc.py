@@ -38,8 +38,8 @@ class SdcOptions:
             more than k% of the cell (``None``: no dominance rule).
         freq: Minimum number of contributors (``None``: no frequency rule). Count tables use
             only this rule (with none, counts are published in full, as CBP does).
-        secondary: ``"OPT"`` (optimal suppression), ``"MOD"`` (modular, HiTaS) or ``"RND"``
-            (controlled rounding).
+        secondary: ``"MOD"`` (modular, HiTaS; the default), ``"OPT"`` (optimal suppression)
+            or ``"RND"`` (controlled rounding).
         base: Rounding base for ``RND`` (``None``: the smallest base Tau-Argus allows).
         time: Time limit in minutes given to Tau-Argus' solver.
     """
@@ -103,7 +103,7 @@ class SdcOptions:
 
         Example:
             >>> SdcOptions(p=10, nk=(2, 85)).describe()
-            'p% rule (p = 10), (2,85) dominance rule; secondary suppression OPT'
+            'p% rule (p = 10), (2,85) dominance rule; secondary suppression MOD'
         """
         parts = []
         if self.p is not None:
@@ -125,7 +125,7 @@ class SdcOptions:
 
         Example:
             >>> SdcOptions().as_dict()["secondary"]
-            'OPT'
+            'MOD'
         """
         return {"p": self.p, "nk": list(self.nk) if self.nk else None, "freq": self.freq,
                 "secondary": self.secondary, "base": self.base, "time": self.time,
@@ -144,7 +144,7 @@ def parse_sdc(text: str | None) -> SdcOptions:
     ``key=value`` pairs separated by ``;``: ``p`` (integer percent, or ``none``), ``nk``
     (``n,k``), ``freq`` (minimum contributors), ``secondary`` (``OPT``, ``MOD`` or ``RND``),
     ``base`` (rounding base) and ``time`` (solver minutes). Unset keys keep their defaults
-    (``p=10; secondary=OPT``).
+    (``p=10; secondary=MOD``).
 
     Args:
         text: The options (``None`` or empty: the defaults).
