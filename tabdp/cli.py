@@ -270,6 +270,8 @@ def _parser() -> argparse.ArgumentParser:
     pl_.add_argument("--out", type=Path, default=None,
                      help="folder for plan.json and plan.html (default: the spec's output.plan)")
     pl_.add_argument("--overwrite", action="store_true", help="replace an existing plan folder")
+    pl_.add_argument("--compare", action="store_true",
+                     help="also forecast the DP side of `tabdp compare` (public inputs only)")
     r = sub.add_parser("run", help="run the release")
     r.add_argument("spec", type=Path)
     r.add_argument("--curator", type=Path, default=None, metavar="CONFIG", help=curator_help)
@@ -290,6 +292,22 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --engine spark: the master of the Spark session to start, e.g. "
                         "local[4], spark://host:7077 or yarn (default: local[2]; an active "
                         "session of this process is used as it is)")
+    c = sub.add_parser("compare", help="CURATOR ONLY: the DP release against cell suppression "
+                                       "or rounding (Tau-Argus) on the true data; writes to "
+                                       "the confidential folder only")
+    c.add_argument("spec", type=Path)
+    c.add_argument("--sdc", default=None, metavar="OPTIONS",
+                   help="traditional release, e.g. \"p=10; nk=2,85; freq=3; secondary=MOD\" "
+                        "(secondary OPT, MOD or RND; base=N for RND; default p=10; "
+                        "secondary=MOD). Needs pip install 'tabdp[sdc]'")
+    c.add_argument("--out", type=Path, default=None,
+                   help="comparison folder (default: <confidential>/compare; never inside the "
+                        "public folder)")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing comparison")
+    c.add_argument("--test-seed", action="store_true",
+                   help="allow a spec with [randomness] seed (tests only)")
+    c.add_argument("--no-tau-audit", action="store_true",
+                   help="skip Tau-Argus' own audit and its check against the LP audit")
     d = sub.add_parser("demo", help="run the bundled example spec on the bundled synthetic "
                                     "sample (tabdp.datasets)")
     d.add_argument("--out", type=Path, default=None,
@@ -492,6 +510,42 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     shown = (f"{spec.release.name}/plan under the curator's output root"
              if spec.input.mode == "author" else str(folder))
     out.write(f"\nPlan written to {shown} (plan.json, plan.html)\n")
+    if getattr(args, "compare", False):
+        _write_compare_plan(spec, out)
+    return EXIT_OK
+
+
+def _write_compare_plan(spec: object, out: TextIO) -> None:
+    """``tabdp plan --compare``: the DP side of a comparison, from public inputs only."""
+    from tabdp.compare.core import compare_plan
+
+    p = compare_plan(spec)
+    out.write("\nComparison forecast, DP side (no data read):\n")
+    for t in p["tables"]:
+        lim = t["smallest_usable_total"]
+        out.write(f"  {t['table']}: {t['cells']:,} cells; cells of total "
+                  + (f">= {lim:.0e} expected usable (flagged C with probability < 50%)"
+                     if lim is not None else "shown: none expected usable") + "\n")
+    pairs = [f"{r['size']:.0e}: {_fmt(r['epsilon_delta'])} -> "
+             f"{_fmt(r['posterior_odds_factor'])}" for r in p["loss"]]
+    out.write("  per-record loss over the release (record size: epsilon at delta -> "
+              "posterior-odds factor):\n    " + "  ".join(pairs) + "\n")
+    out.write(f"  traditional side: {p['traditional']}\n")
+
+
+def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from tabdp.compare import compare
+
+    res = compare(args.spec, args.sdc, out=args.out, overwrite=args.overwrite,
+                  test_seed=args.test_seed, tau_audit=not args.no_tau_audit,
+                  progress=lambda s: None if err.write(f"compare: {s}\n") else None)
+    s = res.summary
+    out.write(f"Comparison of release {s['release']!r} done (CONFIDENTIAL: never publish).\n")
+    out.write(f"  Traditional release: {s['sdc']['described']}\n")
+    pinned = s["risk"]["sdc"]["records_pinned"]
+    out.write(f"  Audit: {pinned} primary cell(s) pinned within their rule's protection.\n")
+    out.write(f"  Outputs: {res.folder}  (compare_report.html, compare.json, "
+              "sdc_cells.parquet, dp_release/)\n")
     return EXIT_OK
 
 
@@ -603,6 +657,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
             return _cmd_plan(args, out)
         if args.command == "run":
             return _cmd_run(args, out, err, args.spec, args.overwrite)
+        if args.command == "compare":
+            return _cmd_compare(args, out, err)
         if args.command == "demo":
             # The default demo folder is the demo's own and is refreshed on every run; a
             # folder given with --out is replaced only with --overwrite.

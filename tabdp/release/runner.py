@@ -1400,6 +1400,36 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any])
     return lf
 
 
+def read_input(spec: ReleaseSpec) -> pl.LazyFrame:
+    """The input as the Polars engine of `run_release()` reads it, before any release.
+
+    The same steps, in the same code: scan, row ids (without a unit), the declared data-quality
+    rules, author-mode key casts and the derived key columns. For curator tools that need the
+    confidential rows as the run sees them (``tabdp compare``); nothing is released.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        A lazy frame of the input rows.
+
+    Example:
+        >>> import tabdp, pathlib
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> lf = read_input(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> "payroll" in lf.collect_schema()
+        True
+    """
+    lf, schema = _scan_input(spec)
+    if spec.input.unit is None:
+        lf = lf.with_row_index(ROW_ID)
+    lf, _ = _input_rules(spec, lf)
+    if spec.input.mode == "author":
+        lf = _author_key_casts(spec, lf)
+    return _add_derived(spec, lf, schema)
+
+
 def _derived_needs(spec: ReleaseSpec, schema: Mapping[str, Any]
                    ) -> tuple[dict[str, tuple[str, str]], bool]:
     """Derived key columns the input lacks (column → (hierarchy, finer column)); national?"""

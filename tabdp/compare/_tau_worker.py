@@ -1,0 +1,92 @@
+"""Run one Tau-Argus engine in its own process (``python -m tabdp.compare._tau_worker DIR``).
+
+The native engine of pytauargus 0.6.0 is not safe to run twice in one process (a second run,
+or an audit right after MOD, crashes it), so `protect()` runs each
+table here: ``DIR/job.json`` and ``DIR/micro.parquet`` in, ``DIR/cells.parquet`` (every cell
+of the protected table) out; ``DIR audit`` then writes ``DIR/audit.json`` (Tau-Argus' own
+audit) from a second process. All files stay in ``DIR``, inside the
+comparison's confidential folder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job in the folder given as the only argument.
+
+    Args:
+        argv: ``[folder]`` or ``[folder, "audit"]`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        0 on success.
+
+    Example:
+        >>> callable(main)
+        True
+    """
+    import polars as pl
+    from pytauargus import protect
+
+    args = argv if argv is not None else sys.argv[1:]
+    wd = Path(args[0])
+    job = json.loads((wd / "job.json").read_text(encoding="utf-8"))
+    if args[1:] == ["audit"]:
+        # a second process: one engine run per process (a second one can crash)
+        rows = _audit(wd, pl.read_parquet(wd / "cells.parquet"), job["cols"])
+        (wd / "audit.json").write_text(json.dumps(rows), encoding="utf-8")
+        return 0
+    micro = pl.read_parquet(wd / "micro.parquet")
+    res = protect(micro.to_pandas(), job["cols"], response=job["response"],
+                  safety_rules=job["rules"], suppress=job["suppress"],
+                  hrc=job["hrc"] or None, workdir=str(wd / "tau"))
+    pl.DataFrame(res.tables[0].rows).write_parquet(wd / "cells.parquet")
+    return 0
+
+
+def _audit(wd: Path, cells: object, cols: list[str]) -> list[dict[str, object]]:
+    """Tau-Argus' audit of the suppression pattern, in a fresh engine.
+
+    The engine's audit right after MOD crashes (pytauargus 0.6.0), so the pattern is read back
+    into a new run as an a-priori file (secondary cells ``ML``) and audited there.
+    """
+    import re
+
+    import polars as pl
+    from pytauargus.engine import run_batch
+
+    assert isinstance(cells, pl.DataFrame)
+    sec = cells.filter(pl.col("status") == "M")
+    hst = wd / "secondary.hst"
+    hst.write_text("".join(";".join([*map(str, r), "ML"]) + "\n"
+                           for r in sec.select(cols).iter_rows()), encoding="utf-8")
+    arb = (wd / "tau" / "batch.arb").read_text(encoding="utf-8")
+    arb = re.sub(r"<WRITETABLE>.*", "", arb)
+    if sec.height:
+        arb = re.sub(r"<SUPPRESS>.*", f'<APRIORY> "{hst.resolve()}",1,";"', arb)
+    else:
+        arb = re.sub(r"<SUPPRESS>.*", "", arb)
+    (wd / "tau" / "audit.arb").write_text(arb, encoding="utf-8")
+    eng = run_batch(str(wd / "tau" / "audit.arb"))
+    rows = list(eng.audit(0))
+    # the a-priori bounds of every cell, as the audit's JJ file gives them
+    lo, hi = eng._table_cell_bounds(0)
+    jj = wd / "tau" / "audit.jj"
+    eng._tau.write_jj_format(0, str(jj), lo, hi, False, False, False)
+    lines = jj.read_text(encoding="utf-8").splitlines()
+    n = int(lines[1])
+    bounds = {}
+    for line in lines[2:2 + n]:
+        f = line.split()
+        bounds[int(f[0])] = (float(f[4]), float(f[5]))
+    for r in rows:
+        r["apriori"] = bounds.get(int(r["cell"]))
+    rows.append({"apriori_all": sorted(bounds.items())})
+    return rows
+
+
+if __name__ == "__main__":  # pragma: no cover - run as a subprocess
+    raise SystemExit(main())

@@ -1,0 +1,710 @@
+"""``tabdp compare``: the DP release against cell suppression or rounding, on the same data.
+
+Curator only: the comparison reads the true tables, and everything it writes goes to the
+spec's CONFIDENTIAL folder (by default ``<confidential>/compare``), never to the public one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from tabdp.compare.audit import audit_system, hierarchical_constraints
+from tabdp.compare.sdc import (
+    TOTAL,
+    Dim,
+    SdcOptions,
+    SdcTable,
+    add_levels,
+    build_dim,
+    parse_sdc,
+    protect,
+    require_pytauargus,
+)
+from tabdp.exceptions import InvalidParameterError
+
+Progress = Callable[[str], None]
+
+#: Relative tolerance of the audit checks (LP solutions are exact to about 1e-9 of the scale).
+TOL = 1e-6
+
+
+@dataclass
+class CompareResult:
+    """Where a comparison wrote its outputs, and its summary.
+
+    Attributes:
+        folder: The comparison folder (inside the spec's confidential folder).
+        json: ``compare.json``.
+        html: ``compare_report.html``.
+        summary: The content of ``compare.json``.
+        cells: Every cell of the traditional release with its status and audit interval.
+    """
+
+    folder: Path
+    json: Path
+    html: Path
+    summary: dict[str, Any]
+    cells: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path | None = None,
+            overwrite: bool = False, test_seed: bool = False, tau_audit: bool = True,
+            progress: Progress | None = None) -> CompareResult:
+    """Compare the spec's DP release with a traditional release of the same tables.
+
+    Runs the DP release as ``tabdp run`` does (its outputs go to ``<out>/dp_release``), and
+    protects every table with the Tau-Argus engine (``pytauargus``): the primary rules of
+    ``sdc``, then secondary suppression (OPT or MOD) with the spec's hierarchies as
+    hierarchical dimensions, or controlled rounding (RND). Audits every withheld cell against
+    everything the traditional release publishes (all its tables, jointly), measures the
+    utility of both releases against the truth, and writes ``compare.json``,
+    ``compare_report.html`` and ``sdc_cells.parquet`` to ``out``.
+
+    Args:
+        spec: A spec file path or a `ReleaseSpec`.
+        sdc: Traditional options (`parse_sdc()` text or
+            `SdcOptions`; default ``p=10; secondary=MOD``).
+        out: Output folder (default ``<confidential>/compare``); refused inside the public
+            folder.
+        overwrite: Replace an existing output folder.
+        test_seed: Allow a seeded spec (tests only), as ``tabdp run --test-seed``.
+        tau_audit: Also run Tau-Argus' own audit on each suppressed table and compare it
+            with the LP audit under Tau-Argus' a-priori bounds (the table's smallest and
+            largest cell).
+        progress: Optional callback receiving a line of text per step.
+
+    Returns:
+        The output locations and the summary.
+
+    Raises:
+        UnsupportedBackendError: ``pytauargus`` is not installed (``pip install
+            "tabdp[sdc]"``).
+        InvalidParameterError: Bad ``sdc`` options; the output folder is inside the public
+            folder, or exists and ``overwrite`` is false.
+
+    Example:
+        >>> import pathlib, tabdp, tempfile
+        >>> from tabdp.compare import compare
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> res = compare(root / "examples" / "cbp_release.toml",
+        ...               out=pathlib.Path(tempfile.mkdtemp()) / "cmp")  # doctest: +SKIP
+    """
+    from tabdp.release.runner import run_release
+    from tabdp.release.spec import ReleaseSpec, load_spec
+
+    say = progress or _quiet
+    opts = sdc if isinstance(sdc, SdcOptions) else parse_sdc(sdc)
+    require_pytauargus()
+    if not isinstance(spec, ReleaseSpec):
+        spec = load_spec(Path(spec))
+    folder = Path(out) if out is not None else spec.output.confidential / "compare"
+    folder = folder.absolute()
+    if _inside(folder, spec.output.public) or _inside(spec.output.public, folder):
+        raise InvalidParameterError(
+            f"the comparison folder {str(folder)!r} overlaps the public folder "
+            f"{str(spec.output.public)!r}; the comparison holds true (confidential) values.\n"
+            "Hint: leave out --out (it defaults to <confidential>/compare) or choose a folder "
+            "outside the public one.")
+    if folder.exists():
+        if not overwrite:
+            raise InvalidParameterError(
+                f"the comparison folder {str(folder)!r} already exists; tabdp never "
+                "overwrites outputs silently.\nHint: remove it, choose another --out, or pass "
+                "--overwrite.")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    timings: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    # -- the DP release, exactly as `tabdp run` (outputs inside the comparison folder) --------
+    say("DP release (as tabdp run)")
+    t0 = time.perf_counter()
+    dp_dir = folder / "dp_release"
+    dp_spec = dataclasses.replace(spec, output=dataclasses.replace(
+        spec.output, public=dp_dir / "tables", confidential=dp_dir / "confidential",
+        plan=dp_dir / "plan"))
+    dp = run_release(dp_spec, test_seed=test_seed)
+    timings["dp_release"] = time.perf_counter() - t0
+
+    # -- the traditional release ---------------------------------------------------------------
+    say(f"traditional release ({opts.describe()})")
+    t0 = time.perf_counter()
+    micro = _read_input(spec)
+    timings["read_input"] = time.perf_counter() - t0
+    axes = _axes(spec)
+    sdc_tables: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    t0 = time.perf_counter()
+    for t in spec.tables:
+        if not t.by:
+            skipped.append({"table": t.name, "reason": "no key columns (a single national "
+                            "cell): Tau-Argus needs at least one dimension"})
+            continue
+        measures = list(t.measures) if t.kind == "sum" else ["count"]
+        cols = list(t.by)
+        dims = [build_dim(c, spec.domains[c].to_list() if c in spec.domains else [], 
+                          spec.hierarchies) for c in cols]
+        data = _table_micro(spec, micro, t, cols, dims)
+        for m in measures:
+            say(f"  Tau-Argus: {t.name} / {m}")
+            tab = protect(data, cols, m, dims, opts, count=t.kind == "count",
+                          workdir=folder / "tau" / f"{t.name}__{m}", audit=tau_audit)
+            cells = add_levels(tab.cells, cols, dims)
+            cells = cells.with_columns(_canonical(cols, dims, axes).alias("cell_key"))
+            sdc_tables.append({"table": t.name, "measure": m, "kind": t.kind, "by": cols,
+                               "dims": dims, "sdc": tab, "cells": cells})
+    timings["tau_argus"] = time.perf_counter() - t0
+
+    # -- audit -------------------------------------------------------------------------------
+    say("audit (LP min/max of every withheld cell over all published tables)")
+    t0 = time.perf_counter()
+    audit_info = _audit_all(sdc_tables)
+    timings["audit"] = time.perf_counter() - t0
+    tau_check: dict[str, Any] = {}
+    if tau_audit:
+        say("Tau-Argus' own audit, and the LP audit under its a-priori bounds")
+        t0 = time.perf_counter()
+        tau_check = _tau_audit_check(sdc_tables)
+        timings["tau_audit_check"] = time.perf_counter() - t0
+
+    # -- utility and risk --------------------------------------------------------------------
+    say("utility and risk")
+    t0 = time.perf_counter()
+    utility = _utility(spec, dp.tables, sdc_tables)
+    coverage = _coverage(spec, dp.tables, sdc_tables)
+    losses = pl.read_parquet(dp.confidential / "per_record_losses.parquet")
+    risk = {"dp": _dp_risk(losses, spec.release.delta),
+            "sdc": _sdc_risk(sdc_tables)}
+    timings["utility_risk"] = time.perf_counter() - t0
+
+    all_cells = pl.concat(
+        [x["cells"].with_columns(pl.lit(x["table"]).alias("table"),
+                                 pl.lit(x["measure"]).alias("measure"))
+         .select(["table", "measure", "cell_key", "level", "value", "freq", "x1", "x2",
+                  "status", "lpl", "upl", "published", "released", "audit_lower",
+                  "audit_upper", "protected"])
+         for x in sdc_tables], how="vertical_relaxed") if sdc_tables else pl.DataFrame()
+    timings["total"] = time.perf_counter() - t_all
+    summary: dict[str, Any] = {
+        "confidential": True,
+        "note": ("CONFIDENTIAL: built from the true tables (utility against the truth, audit "
+                 "intervals, per-record losses). Never publish this file."),
+        "release": spec.release.name,
+        "sdc": opts.as_dict() | {"described": opts.describe()},
+        "tables": [{"table": x["table"], "measure": x["measure"], "kind": x["kind"],
+                    "by": x["by"], "method": x["sdc"].method, "rounding_base": x["sdc"].base,
+                    "cells": x["cells"].height, "tau_seconds": x["sdc"].seconds,
+                    "statuses": dict(x["cells"]["status"].value_counts()
+                                     .sort("status").iter_rows())}
+                   for x in sdc_tables],
+        "skipped": skipped,
+        "audit": audit_info,
+        "tau_audit_check": tau_check,
+        "utility": utility,
+        "coverage": coverage,
+        "risk": risk,
+        "timings_seconds": timings,
+        "dp_release_folder": str(dp_dir),
+    }
+    folder_json = folder / "compare.json"
+    folder_json.write_text(json.dumps(_jsonable(summary), indent=2) + "\n", encoding="utf-8")
+    if all_cells.height:
+        all_cells.write_parquet(folder / "sdc_cells.parquet")
+    from tabdp.report.compare import render_compare_html
+
+    html_path = folder / "compare_report.html"
+    html_path.write_text(render_compare_html(summary, all_cells, losses), encoding="utf-8")
+    # Tau-Argus' working files hold the microdata: keep them only inside this folder
+    return CompareResult(folder, folder_json, html_path, summary, all_cells)
+
+
+# -- input -----------------------------------------------------------------------------------
+
+def _read_input(spec: Any) -> pl.LazyFrame:
+    """The input after the spec's rules, as the DP run reads it (the runner's own code)."""
+    from tabdp.release.runner import read_input
+
+    return read_input(spec)
+
+
+def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: list[Dim]
+                 ) -> pl.DataFrame:
+    """One row per contributor (unit) and cell: its contribution to each measure (or 1)."""
+    from tabdp.release.runner import ROW_ID
+
+    unit = spec.input.unit or ROW_ID
+    keep = pl.all_horizontal([pl.col(c).cast(pl.String).is_in(
+        [k for k, v in d.level.items() if v == c]) for c, d in zip(cols, dims, strict=True)])
+    base = lf.with_columns([pl.col(c).cast(pl.String) for c in cols]).filter(keep)
+    if t.kind == "count":
+        agg = [pl.lit(1.0).alias("count")]
+        out = base.group_by([unit, *cols]).agg(pl.len()).with_columns(agg).drop("len")
+    else:
+        ms = list(t.measures)
+        out = (base.filter(pl.all_horizontal([pl.col(m).is_not_null() for m in ms]))
+               .group_by([unit, *cols]).agg([pl.col(m).cast(pl.Float64).sum() for m in ms]))
+    return out.collect().drop(unit)
+
+
+def _axes(spec: Any) -> list[str]:
+    """The axes of the canonical cell key: every hierarchy, then every flat key column."""
+    names = sorted(spec.hierarchies)
+    flat: list[str] = []
+    for t in spec.tables:
+        for c in t.by:
+            if not any(c in h.levels for h in spec.hierarchies.values()) and c not in flat:
+                flat.append(c)
+    return names + sorted(flat)
+
+
+def _canonical(cols: Sequence[str], dims: Sequence[Dim], axes: Sequence[str]) -> pl.Expr:
+    """A cell's identity across tables: ``axis=level:code`` for every axis (Total if absent).
+
+    Cells of different tables with the same key are the same statistic (e.g. payroll by
+    state × sector in a county table and in a state × 6-digit table).
+    """
+    parts: list[pl.Expr] = []
+    for ax in axes:
+        hit = [(c, d) for c, d in zip(cols, dims, strict=True) if (d.hierarchy or c) == ax]
+        if hit:
+            c, d = hit[0]
+            parts.append(pl.lit(f"{ax}=") + pl.col(c).replace_strict(
+                dict(d.level), return_dtype=pl.String) + pl.lit(":") + pl.col(c))
+        else:
+            parts.append(pl.lit(f"{ax}=total:{TOTAL}"))
+    return pl.concat_str(parts, separator="|")
+
+
+# -- audit -----------------------------------------------------------------------------------
+
+def _table_matrix(x: Mapping[str, Any]) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The table's equations and, for each equation column, the row of ``cells``."""
+    dims: list[Dim] = x["dims"]
+    cells: pl.DataFrame = x["cells"]
+    shape = tuple(len(d.codes) for d in dims)
+    idx = [cells[c].replace_strict({k: i for i, k in enumerate(d.codes)},
+                                   return_dtype=pl.Int64).to_numpy()
+           for c, d in zip(x["by"], dims, strict=True)]
+    flat = np.ravel_multi_index(tuple(idx), shape)
+    row_of = np.full(int(np.prod(shape)), -1, dtype=np.int64)
+    row_of[flat] = np.arange(cells.height)
+    return hierarchical_constraints(dims), row_of
+
+
+def _audit_all(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """Joint audit per measure: every published cell of every table, all equations."""
+    info: dict[str, Any] = {"groups": []}
+    for x in tables:
+        x["cells"] = x["cells"].with_columns(pl.lit(None, dtype=pl.Float64).alias("audit_lower"),
+                                             pl.lit(None, dtype=pl.Float64).alias("audit_upper"),
+                                             pl.lit(None, dtype=pl.Boolean).alias("protected"))
+    by_measure: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for x in tables:
+        key = (x["kind"], x["measure"])
+        by_measure.setdefault(key, []).append(x)
+    for (kind, measure), group in by_measure.items():
+        keys = pl.concat([x["cells"].select("cell_key", "value") for x in group]).unique(
+            "cell_key", keep="first", maintain_order=True)
+        gid = {k: i for i, k in enumerate(keys["cell_key"].to_list())}
+        n = len(gid)
+        values = keys["value"].to_numpy().astype(np.float64)
+        rounding = all(x["sdc"].method == "RND" for x in group)
+        published = np.zeros(n, dtype=bool)
+        withheld = np.zeros(n, dtype=bool)
+        mats = []
+        lb = np.zeros(n)
+        ub = np.full(n, np.inf)
+        cell_gids = []
+        for x in group:
+            g = np.array([gid[k] for k in x["cells"]["cell_key"].to_list()], dtype=np.int64)
+            cell_gids.append(g)
+            pub = x["cells"]["published"].to_numpy()
+            if x["sdc"].method == "RND":
+                r = x["cells"]["released"].to_numpy().astype(np.float64)
+                b = float(x["sdc"].base or 0)
+                lb[g] = np.maximum(lb[g], r - b)
+                ub[g] = np.minimum(ub[g], r + b)
+            else:
+                published[g[pub]] = True
+                withheld[g[~pub]] = True
+            a_t, row_of = _table_matrix(x)
+            a = a_t.tocoo()
+            cols = g[row_of[a.col]]
+            mats.append(sp.csr_matrix((a.data, (a.row, cols)), shape=(a.shape[0], n)))
+        amat = sp.vstack(mats).tocsr() if mats else sp.csr_matrix((0, n))
+        if rounding:
+            # every cell is unknown within its rounding interval; audit the primary cells
+            targets = np.unique(np.concatenate([
+                g[(x["cells"]["status"] == "U").to_numpy()]
+                for g, x in zip(cell_gids, group, strict=True)]))
+            res = audit_system(amat, values, np.zeros(n, dtype=bool), targets, lb, ub)
+        else:
+            targets = np.flatnonzero(withheld & ~published)
+            res = audit_system(amat, values, published, targets, 0.0, np.inf)
+        lo = np.full(n, np.nan)
+        hi = np.full(n, np.nan)
+        lo[res.targets] = res.lower
+        hi[res.targets] = res.upper
+        linked = np.flatnonzero(withheld & published)   # withheld here, published elsewhere
+        lo[linked] = values[linked]
+        hi[linked] = values[linked]
+        for g, x in zip(cell_gids, group, strict=True):
+            c = x["cells"]
+            audited = ~c["published"].to_numpy() if not rounding else (
+                c["status"] == "U").to_numpy()
+            lo_c = np.where(audited, lo[g], np.nan)
+            hi_c = np.where(audited, hi[g], np.nan)
+            v = c["value"].to_numpy()
+            scale = max(float(np.nanmax(np.abs(values), initial=1.0)), 1.0)
+            need = (c["status"] == "U").to_numpy()
+            ok = ((v - lo_c >= c["lpl"].to_numpy() - TOL * scale)
+                  & (hi_c - v >= c["upl"].to_numpy() - TOL * scale))
+            prot = np.where(audited & need, ok, np.where(audited, True, np.nan))
+            x["cells"] = c.with_columns(
+                pl.Series("audit_lower", lo_c), pl.Series("audit_upper", hi_c),
+                pl.Series("protected", [None if (isinstance(p, float) and math.isnan(p))
+                                        else bool(p) for p in prot], dtype=pl.Boolean))
+        info["groups"].append({
+            "measure": measure, "kind": kind, "tables": [x["table"] for x in group],
+            "cells": n, "equations": int(amat.shape[0]),
+            "withheld": int(withheld.sum()), "audited": int(res.targets.size),
+            "linked_disclosures": int(linked.size),
+            "pinned_by_one_equation": int(res.exact.size),
+            "linear_programmes": res.n_lp, "components": res.components,
+            "largest_component": res.largest_component, "seconds": res.seconds,
+            "bounds": ("rounding intervals (published ± base), non-negative" if rounding
+                       else "non-negative, no upper bound")})
+    return info
+
+
+def _tau_audit_check(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tau-Argus' audit of each suppressed table against the LP with the same bounds."""
+    out: dict[str, Any] = {"tables": [], "max_abs_diff": 0.0, "max_rel_diff": 0.0}
+    for x in tables:
+        tab: SdcTable = x["sdc"]
+        if tab.tau_audit is None or tab.method == "RND":
+            continue
+        rows = [r for r in tab.tau_audit if "cell" in r]
+        apriori: list[Any] = next((r["apriori_all"] for r in tab.tau_audit
+                                   if "apriori_all" in r), [])
+        c = x["cells"]
+        v = c["value"].to_numpy().astype(np.float64)
+        pub = c["published"].to_numpy()
+        a_t, row_of = _table_matrix(x)
+        a_c = a_t.tocoo()
+        a = sp.csr_matrix((a_c.data, (a_c.row, row_of[a_c.col])), shape=(a_c.shape[0], c.height))
+        targets = np.flatnonzero(~pub)
+        # Tau-Argus' a-priori bounds, cell by cell (its JJ file): about the table's smallest
+        # and largest cell, lower for some primary cells
+        tau_cell = c["tau_cell"].to_numpy()
+        where = {int(k): i for i, k in enumerate(tau_cell)}
+        lo = np.full(c.height, float(v.min()) if v.size else 0.0)
+        hi = np.full(c.height, float(v.max()) if v.size else 0.0)
+        for k, blo, bhi in apriori:
+            if int(k) in where:
+                lo[where[int(k)]], hi[where[int(k)]] = blo, bhi
+        res = audit_system(a, v, pub, targets, lo, hi)
+        tau = {int(r["cell"]): (float(r["min"]), float(r["max"])) for r in rows}
+        diffs = []
+        for k, i in enumerate(targets):
+            got = tau.get(int(tau_cell[i]))
+            if got is None:
+                continue
+            diffs.append((abs(got[0] - res.lower[k]), abs(got[1] - res.upper[k])))
+        d = np.array(diffs).reshape(-1, 2)
+        scale = max(float(np.abs(v).max(initial=1.0)), 1.0)
+        mx = float(d.max(initial=0.0))
+        out["tables"].append({"table": x["table"], "measure": x["measure"],
+                              "cells_compared": int(d.shape[0]), "tau_cells": len(rows),
+                              "apriori_bounds": "Tau-Argus' own, per cell",
+                              "max_abs_diff": mx, "max_rel_diff": mx / scale,
+                              "lp_seconds": res.seconds})
+        out["max_abs_diff"] = max(out["max_abs_diff"], mx)
+        out["max_rel_diff"] = max(out["max_rel_diff"], mx / scale)
+    return out
+
+
+# -- utility ---------------------------------------------------------------------------------
+
+def _dp_levels(t: Any) -> list[tuple[str, tuple[str, ...], dict[str, str]]]:
+    """(output name, by columns, table column → rollup column) of a table and its rollups."""
+    out = [(t.name, tuple(t.by), {c: c for c in t.by})]
+    for r in t.rollups:
+        m: dict[str, str] = {}
+        for rc in r.by:
+            fine = rc if rc in t.by else r.maps.get(rc, (None, None))[1]
+            if fine is not None:
+                m[fine] = rc
+        # the runner's file names: <table>__<level>[_direct]
+        out.append((f"{t.name}__{r.label}", tuple(r.by), m))
+        if r.direct:
+            out.append((f"{t.name}__{r.label}_direct", tuple(r.by), m))
+    return out
+
+
+def _dp_cells(spec: Any, dp_tables: Mapping[str, pl.DataFrame], x: Mapping[str, Any]
+              ) -> pl.DataFrame:
+    """The DP estimates of one table/measure at every level, joined to the true cells."""
+    t = next(t for t in spec.tables if t.name == x["table"])
+    cols = x["by"]
+    frames = []
+    for name, _by, m in _dp_levels(t):
+        df = dp_tables.get(name)
+        if df is None:
+            continue
+        meas = "count" if x["kind"] == "count" else x["measure"]
+        if "measure" in df.columns:
+            df = df.filter(pl.col("measure") == meas)
+        exprs = [(pl.col(m[c]).cast(pl.String) if c in m else pl.lit(TOTAL)).alias(c)
+                 for c in cols]
+        frames.append(df.select(exprs + [pl.col("estimate").cast(pl.Float64),
+                                         pl.col("flag").fill_null("").alias("flag")])
+                      .with_columns(pl.lit(name).alias("dp_table")))
+    if not frames:
+        return pl.DataFrame()
+    est = pl.concat(frames).unique(cols, keep="first", maintain_order=True)
+    return est.join(x["cells"].select([*cols, "level", "value", "freq", "published",
+                                       "released"]), on=cols, how="inner")
+
+
+def _rel(err: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(truth > 0, np.abs(err) / truth, np.nan)
+
+
+def _stats(est: np.ndarray, truth: np.ndarray, usable: np.ndarray) -> dict[str, Any]:
+    rel = _rel(est - truth, truth)[usable]
+    rel = rel[np.isfinite(rel)]
+    tot = float(truth[usable].sum())
+    return {"median_rel_error": float(np.median(rel)) if rel.size else None,
+            "p90_rel_error": float(np.quantile(rel, 0.9)) if rel.size else None,
+            "rel_bias": float((est[usable] - truth[usable]).sum() / tot) if tot > 0 else None}
+
+
+def _utility(spec: Any, dp_tables: Mapping[str, pl.DataFrame],
+             tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per table, measure, level and method: published, usable, errors, bias."""
+    rows: list[dict[str, Any]] = []
+    for x in tables:
+        dpc = _dp_cells(spec, dp_tables, x)
+        levels = dpc["level"].unique(maintain_order=True).to_list() if dpc.height else []
+        for lv in levels:
+            d = dpc.filter(pl.col("level") == lv)
+            truth = d["value"].to_numpy()
+            est = d["estimate"].to_numpy()
+            flag = d["flag"].to_list()
+            published = np.array([("S" not in f) for f in flag]) & np.isfinite(est)
+            usable = published & np.array([not any(ch in f for ch in "CSX") for f in flag])
+            rows.append({"table": x["table"], "measure": x["measure"], "level": lv,
+                         "method": "DP", "cells": d.height,
+                         "published_share": float(published.mean()),
+                         "usable_share": float(usable.mean())}
+                        | _stats(np.where(usable, est, 0.0), truth, usable))
+            s_pub = d["published"].to_numpy()
+            s_rel = d["released"].fill_null(0.0).to_numpy()
+            rows.append({"table": x["table"], "measure": x["measure"], "level": lv,
+                         "method": x["sdc"].method if x["sdc"].method != "none" else "none",
+                         "cells": d.height, "published_share": float(s_pub.mean()),
+                         "usable_share": float(s_pub.mean())}
+                        | _stats(s_rel, truth, s_pub))
+        # levels only the traditional table publishes (e.g. county totals)
+        c = x["cells"]
+        for lv in c["level"].unique(maintain_order=True).to_list():
+            if lv in levels:
+                continue
+            d = c.filter(pl.col("level") == lv)
+            s_pub = d["published"].to_numpy()
+            rows.append({"table": x["table"], "measure": x["measure"], "level": lv,
+                         "method": x["sdc"].method, "cells": d.height,
+                         "published_share": float(s_pub.mean()),
+                         "usable_share": float(s_pub.mean()), "not_in_dp_release": True}
+                        | _stats(d["released"].fill_null(0.0).to_numpy(),
+                                 d["value"].to_numpy(), s_pub))
+    return rows
+
+
+def _coverage(spec: Any, dp_tables: Mapping[str, pl.DataFrame],
+              tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Small areas: share of finest-geography codes with any usable, non-empty cell."""
+    out: list[dict[str, Any]] = []
+    for x in tables:
+        geo = [(c, d) for c, d in zip(x["by"], x["dims"], strict=True) if d.hierarchy]
+        if not geo:
+            continue
+        col, dim = geo[0]
+        c = x["cells"].filter(pl.col(col).is_in([k for k, v in dim.level.items() if v == col])
+                              & (pl.col("freq") > 0))
+        areas = c[col].n_unique()
+        if areas == 0:
+            continue
+        sdc_cov = c.filter(pl.col("published"))[col].n_unique() / areas
+        dpc = _dp_cells(spec, dp_tables, x)
+        dp_cov = None
+        if dpc.height:
+            dpu = dpc.filter(pl.col(col).is_in(c[col].unique().to_list())
+                             & (pl.col("freq") > 0)
+                             & ~pl.col("flag").str.contains("[CSX]"))
+            dp_cov = dpu[col].n_unique() / areas
+        out.append({"table": x["table"], "measure": x["measure"], "area_level": col,
+                    "areas_with_data": areas, "dp": dp_cov, "sdc": sdc_cov,
+                    "method": x["sdc"].method})
+    return out
+
+
+# -- risk ------------------------------------------------------------------------------------
+
+def _dp_risk(losses: pl.DataFrame, delta: float | None) -> dict[str, Any]:
+    """Per-record losses in numbers: quantiles of ρ and ε(δ), and the posterior-odds bound."""
+    out: dict[str, Any] = {"records": losses.height, "delta": delta}
+    for col in ("rho", "epsilon_delta"):
+        if col not in losses.columns or losses.height == 0:
+            continue
+        v = losses[col].to_numpy().astype(np.float64)
+        v = v[np.isfinite(v)]
+        if not v.size:
+            continue
+        out[col] = {q: float(np.quantile(v, p)) for q, p in
+                    (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
+        if col == "epsilon_delta":
+            out["posterior_odds_factor"] = {k: float(math.exp(min(e, 700.0)))
+                                            for k, e in out[col].items()}
+            out["share_epsilon_at_most"] = {str(t): float((v <= t).mean())
+                                            for t in (1.0, 3.0, 10.0)}
+    return out
+
+
+def _sdc_risk(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """Records whose contribution is pinned within the rule's protection."""
+    per: list[dict[str, Any]] = []
+    worst: list[dict[str, Any]] = []
+    for x in tables:
+        c = x["cells"]
+        prim = c.filter(pl.col("status") == "U")
+        aud = prim.filter(pl.col("audit_lower").is_not_null())
+        bad = aud.filter(pl.col("protected") == False)  # noqa: E712
+        width = (c["audit_upper"] - c["audit_lower"])
+        exact = c.filter((width <= TOL * max(float(c["value"].abs().max() or 1.0), 1.0))
+                         & pl.col("audit_lower").is_not_null())
+        per.append({"table": x["table"], "measure": x["measure"], "method": x["sdc"].method,
+                    "primary_cells": prim.height, "audited_primary": aud.height,
+                    "under_protected_primary": bad.height,
+                    "records_pinned": bad.height,
+                    "records_in_primary_cells": int(prim["freq"].sum()),
+                    "withheld_cells_recovered_exactly": exact.height})
+        if bad.height:
+            b = bad.with_columns(
+                ((pl.col("value") - pl.col("audit_lower")) / pl.col("lpl").clip(1e-300))
+                .alias("lower_ratio"),
+                ((pl.col("audit_upper") - pl.col("value")) / pl.col("upl").clip(1e-300))
+                .alias("upper_ratio"))
+            b = b.with_columns(pl.min_horizontal("lower_ratio", "upper_ratio").alias("ratio"))
+            for r in b.sort("ratio").head(10).iter_rows(named=True):
+                worst.append({"table": x["table"], "measure": x["measure"],
+                              "cell": r["cell_key"], "contributors": r["freq"],
+                              "value": r["value"], "largest": r["x1"],
+                              "interval": [r["audit_lower"], r["audit_upper"]],
+                              "required_below": r["lpl"], "required_above": r["upl"],
+                              "achieved_share_of_required": r["ratio"]})
+    worst.sort(key=lambda w: w["achieved_share_of_required"])
+    return {"tables": per, "worst": worst[:20],
+            "records_pinned": int(sum(p["records_pinned"] for p in per))}
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        f = float(x)
+        return f if math.isfinite(f) else (None if math.isnan(f) else str(f))
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+# -- planning --------------------------------------------------------------------------------
+
+def compare_plan(spec: Any) -> dict[str, Any]:
+    """The DP side of a comparison from public inputs only (no data read).
+
+    For each table: the smallest cell total expected to be published without a reliability
+    flag (flagged with probability below one half), and the expected standard deviation and
+    coefficient of variation at the plan's cell totals; over the release: the
+    planned per-record loss at the plan's record sizes and the posterior-odds factor it bounds.
+    The traditional side needs the data (which cells are sensitive) and is left to
+    ``tabdp compare``.
+
+    Args:
+        spec: A validated `ReleaseSpec`.
+
+    Returns:
+        A JSON-ready dict.
+
+    Example:
+        >>> import pathlib, tabdp
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> p = compare_plan(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> sorted(p)
+        ['loss', 'tables', 'traditional']
+    """
+    from tabdp.release.runner import plan_summary
+
+    s = plan_summary(spec)
+    tables = []
+    for t in s["tables"]:
+        cv_flag = t["publication"]["cv_flag"]
+        err: dict[str, Any] = {}
+        for m, rows in t["expected_error"].items():
+            err[m] = [{"total": r["total"], "sd": r.get("sd"),
+                       "cv": (r["sd"] / r["total"] if r.get("sd") is not None and r["total"] > 0
+                              else None)} for r in rows]
+        fc = t.get("forecast") or []
+        usable = [r["total"] for r in fc if _finite(r.get("p_flagged")) is not None
+                  and r["p_flagged"] < 0.5]
+        tables.append({"table": t["name"], "kind": t["kind"], "by": t["by"],
+                       "cells": t["cells"], "cv_flag": cv_flag,
+                       "smallest_usable_total": min(usable, default=None),
+                       "forecast": fc, "expected_error": err})
+    loss = [{"size": r["delta"], "rho": r.get("rho"), "epsilon_delta": r.get("epsilon_delta"),
+             "posterior_odds_factor": (math.exp(min(r["epsilon_delta"], 700.0))
+                                       if _finite(r.get("epsilon_delta")) is not None
+                                       else None)}
+            for r in s["total_policy_curve"]]
+    return {"tables": tables, "loss": loss,
+            "traditional": "needs the data (which cells are sensitive): run tabdp compare"}
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None

@@ -1,0 +1,89 @@
+"""The LP audit on tables whose attack intervals are known by hand, and the --sdc options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tabdp.compare import audit_system, hierarchical_constraints, parse_sdc
+from tabdp.compare.sdc import Dim, build_dim, hrc_text
+from tabdp.exceptions import InvalidParameterError
+
+
+def _one_dim(values: dict[str, float]) -> tuple[np.ndarray, object]:
+    d = build_dim("k", list(values), {})
+    v = np.array([sum(values.values()), *values.values()])
+    return v, hierarchical_constraints([d])
+
+
+def test_a_lone_suppressed_cell_is_recovered_exactly_from_its_margin() -> None:
+    # total 10 = a 5 + b 3 + c 2; only a is withheld: a = 10 - 3 - 2
+    v, a = _one_dim({"a": 5.0, "b": 3.0, "c": 2.0})
+    pub = np.array([True, False, True, True])
+    r = audit_system(a, v, pub, np.array([1]))
+    assert r.lower.tolist() == [5.0] and r.upper.tolist() == [5.0]
+    assert r.exact.tolist() == [1] and r.n_lp == 0
+
+
+def test_a_second_suppression_protects_the_first() -> None:
+    # a and b withheld: a + b = 10 - 2 = 8, each anywhere in [0, 8]
+    v, a = _one_dim({"a": 5.0, "b": 3.0, "c": 2.0})
+    pub = np.array([True, False, False, True])
+    r = audit_system(a, v, pub, np.array([1, 2]))
+    assert r.lower == pytest.approx([0.0, 0.0]) and r.upper == pytest.approx([8.0, 8.0])
+    assert r.n_lp == 4 and r.exact.size == 0
+
+
+def test_two_by_two_table_with_margins() -> None:
+    # interior 5 3 / 4 6, margins published, all four interior cells withheld:
+    # x11 = t, x12 = 8 - t, x21 = 9 - t, x22 = 1 + t with t in [0, 8]
+    rows, cols = build_dim("r", ["r1", "r2"], {}), build_dim("c", ["c1", "c2"], {})
+    grid = np.array([[18, 9, 9], [8, 5, 3], [10, 4, 6]], dtype=float)  # (Total, r1, r2) x (...)
+    a = hierarchical_constraints([rows, cols])
+    assert a.shape == (3 + 3, 9)
+    assert np.allclose(a @ grid.ravel(), 0.0)
+    interior = np.array([4, 5, 7, 8])
+    pub = np.ones(9, dtype=bool)
+    pub[interior] = False
+    r = audit_system(a, grid.ravel(), pub, interior)
+    assert r.lower == pytest.approx([0, 0, 1, 1]) and r.upper == pytest.approx([8, 8, 9, 9])
+    # an a-priori upper bound (Tau-Argus uses the largest cell) narrows nothing here, but a
+    # lower bound of 2 on every cell does: t >= 2, 8 - t >= 2, so t in [2, 6]
+    r2 = audit_system(a, grid.ravel(), pub, interior, lb=2.0, ub=18.0)
+    assert r2.lower == pytest.approx([2, 2, 3, 3]) and r2.upper == pytest.approx([6, 6, 7, 7])
+
+
+def test_hierarchy_equations_link_county_state_and_total() -> None:
+    d = Dim("county", "geo", ("Total", "01", "02", "01001", "01003", "02001"),
+            {"Total": "total", "01": "state", "02": "state", "01001": "county",
+             "01003": "county", "02001": "county"},
+            {"Total": ("01", "02"), "01": ("01001", "01003"), "02": ("02001",)})
+    a = hierarchical_constraints([d]).toarray()
+    assert a.tolist() == [[1, -1, -1, 0, 0, 0], [0, 1, 0, -1, -1, 0], [0, 0, 1, 0, 0, -1]]
+    assert hrc_text(d) == "01\n@01001\n@01003\n02\n@02001\n"
+    v = np.array([10.0, 7.0, 3.0, 4.0, 3.0, 3.0])
+    # state 02 has one county: withholding both 02 and 02001 protects nothing (01 and the
+    # total give 02 = 3, then 02001 = 3)
+    pub = np.array([True, True, False, True, True, False])
+    r = audit_system(a, v, pub, np.array([2, 5]))
+    assert r.lower == pytest.approx([3, 3]) and r.upper == pytest.approx([3, 3])
+
+
+def test_unbounded_without_a_margin() -> None:
+    v, a = _one_dim({"a": 5.0, "b": 3.0})
+    pub = np.array([False, False, True])
+    r = audit_system(a, v, pub, np.array([0, 1]))
+    assert r.lower == pytest.approx([3.0, 0.0]) and np.isinf(r.upper).all()
+
+
+def test_parse_sdc() -> None:
+    o = parse_sdc("p=10; nk=2,85; secondary=OPT")
+    assert (o.p, o.nk, o.freq, o.secondary) == (10, (2, 85), None, "OPT")
+    assert o.rules() == "P(10,1)|NK(2,85)" and o.suppress() == "OPT(1,10)"
+    assert parse_sdc(None).secondary == "MOD"
+    assert parse_sdc("secondary=rnd; base=100").suppress(100) == "RND(1,100,0,10,0,2)"
+    for bad, what in [("p=0", "positive"), ("nk=2", "nk must be"), ("secondary=GH", "GH"),
+                      ("x=1", "unknown option"), ("p=none", "no primary rule"),
+                      ("p10", "key=value")]:
+        with pytest.raises(InvalidParameterError, match=what):
+            parse_sdc(bad)

@@ -1,0 +1,224 @@
+"""``tabdp compare`` with the real Tau-Argus engine (the ``sdc`` extra; CI installs it).
+
+The audit against pytauargus' own audit, the command end to end on a small sample, and the
+rule that nothing is written into the public folder.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import cli
+from tabdp.compare import audit_system, hierarchical_constraints
+from tabdp.compare.sdc import SdcOptions, build_dim, protect, require_pytauargus
+from tabdp.datasets.synth import county_to_state, generate_establishments
+from tabdp.exceptions import UnsupportedBackendError
+
+ROOT = Path(tabdp.__file__).resolve().parents[1]
+
+
+def test_missing_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = builtins.__import__
+
+    def fake(name: str, *a: Any, **k: Any) -> Any:
+        if name.startswith("pytauargus"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(UnsupportedBackendError, match=r'pip install "tabdp\[sdc\]"'):
+        require_pytauargus()
+
+
+def _tiny() -> pl.DataFrame:
+    rng = np.random.default_rng(1)
+    n = 400
+    return pl.DataFrame({
+        "geo": rng.choice(["01001", "01003", "02001", "02003", "02005"], n),
+        "ind": rng.choice(["11", "21", "22", "23"], n),
+        "pay": np.round(rng.lognormal(10, 2, n))})
+
+
+@pytest.mark.parametrize("method", ["OPT", "MOD"])
+def test_audit_agrees_with_pytauargus(tmp_path: Path, method: str) -> None:
+    pytest.importorskip("pytauargus")
+
+    class H:
+        levels = ("state", "geo")
+        mapping = pl.DataFrame({"state": ["01", "01", "02", "02", "02"],
+                                "geo": ["01001", "01003", "02001", "02003", "02005"]})
+
+    dims = [build_dim("geo", [], {"g": H}), build_dim("ind", ["11", "21", "22", "23"], {})]
+    tab = protect(_tiny(), ["geo", "ind"], "pay", dims,
+                  SdcOptions(p=10, nk=(2, 85), secondary=method), workdir=tmp_path,
+                  audit=True)
+    c = tab.cells
+    assert c.height == 8 * 5                       # (Total, 2 states, 5 counties) x (Total, 4)
+    st = c["status"].to_list()
+    assert "U" in st and "M" in st                 # primary and secondary suppressions
+    v = c["value"].to_numpy()
+    pub = c["published"].to_numpy()
+    shape = (8, 5)
+    idx = [c[col].replace_strict({k: i for i, k in enumerate(d.codes)},
+                                 return_dtype=pl.Int64).to_numpy()
+           for col, d in zip(["geo", "ind"], dims, strict=True)]
+    order = np.ravel_multi_index(tuple(idx), shape)
+    vv = np.empty(40)
+    vv[order] = v
+    pp = np.empty(40, dtype=bool)
+    pp[order] = pub
+    a = hierarchical_constraints(dims)
+    assert np.allclose(a @ vv, 0.0)                # Tau-Argus' table adds up along both dims
+    targets = np.flatnonzero(~pp)
+    assert tab.tau_audit is not None
+    rows = [t for t in tab.tau_audit if "cell" in t]
+    assert len(rows) == targets.size
+    tau_cell = c["tau_cell"].to_numpy()
+    row_of = {int(tau_cell[i]): int(order[i]) for i in range(40)}
+    # Tau-Argus' a-priori bounds, cell by cell (about the smallest and largest cell)
+    lo, hi = np.full(40, vv.min()), np.full(40, vv.max())
+    for k, blo, bhi in tab.tau_audit[-1]["apriori_all"]:
+        lo[row_of[k]], hi[row_of[k]] = blo, bhi
+    r = audit_system(a, vv, pp, targets, lo, hi)
+    got = {row_of[int(t["cell"])]: (t["min"], t["max"]) for t in rows}
+    for k, cell in enumerate(targets):
+        assert abs(got[cell][0] - r.lower[k]) <= 1e-6
+        assert abs(got[cell][1] - r.upper[k]) <= 1e-6
+    # withheld cells really are uncertain: no interval collapses in this protected table
+    assert (r.upper - r.lower > 0).all()
+
+
+SPEC = """
+[release]
+name = "cmp"
+delta = 1e-9
+[input]
+path = "data.parquet"
+unit = "estab_id"
+[hierarchies.geo]
+file = "geo.csv"
+levels = ["state", "county"]
+[hierarchies.industry]
+file = "{naics}"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+[randomness]
+seed = 5
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "county_naics2_payroll"
+measures = ["payroll"]
+by = ["county", "naics2"]
+[tables.calibrate]
+family = "exp_polylog"
+typical_total = 1e7
+targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}
+fixed = {{ p = 1 }}
+[[tables.rollups]]
+by = ["state", "naics2"]
+[[tables.rollups]]
+by = []
+[[tables]]
+name = "state_naics2_estabs"
+kind = "count"
+by = ["state", "naics2"]
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pytest.importorskip("pytauargus")
+    d = tmp_path_factory.mktemp("cmp")
+    generate_establishments(1500, seed=3, n_states=2, counties_per_state=4
+                            ).write_parquet(d / "data.parquet")
+    county_to_state(n_states=2, counties_per_state=4).write_csv(d / "geo.csv")
+    naics = (ROOT / "data" / "hierarchies" / "naics.csv").as_posix()
+    (d / "spec.toml").write_text(SPEC.format(naics=naics), encoding="utf-8")
+    public = d / "out" / "public"
+    public.mkdir(parents=True)
+    (public / "published_before.txt").write_text("already published\n", encoding="utf-8")
+    before = {p.relative_to(public): p.read_bytes() for p in public.rglob("*") if p.is_file()}
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["compare", str(d / "spec.toml"), "--sdc", "p=10; nk=2,85; freq=3",
+                     "--test-seed"], stdout=out, stderr=err)
+    return {"dir": d, "code": code, "out": out.getvalue(), "err": err.getvalue(),
+            "before": before, "public": public}
+
+
+def test_cli_end_to_end(run: dict[str, Any]) -> None:
+    assert run["code"] == 0, run["err"]
+    folder = run["dir"] / "out" / "confidential" / "compare"
+    assert "CONFIDENTIAL" in run["out"] and str(folder) in run["out"]
+    s = json.loads((folder / "compare.json").read_text(encoding="utf-8"))
+    assert s["confidential"] is True and s["sdc"]["secondary"] == "MOD"
+    assert [t["table"] for t in s["tables"]] == ["county_naics2_payroll", "state_naics2_estabs"]
+    payroll = s["tables"][0]
+    assert payroll["cells"] == (1 + 2 + 8) * (1 + 19) and payroll["method"] == "MOD"
+    assert payroll["statuses"].get("U", 0) > 0
+    # Tau-Argus' audit and the LP agree
+    assert s["tau_audit_check"]["tables"] and s["tau_audit_check"]["max_abs_diff"] <= 1e-6
+    # utility: both methods at every level the DP release publishes
+    levels = {(u["level"], u["method"]) for u in s["utility"]
+              if u["table"] == "county_naics2_payroll"}
+    for lv in ("county × naics2", "state × naics2", "national"):
+        assert (lv, "DP") in levels and (lv, "MOD") in levels
+    nat = [u for u in s["utility"] if u["level"] == "national"
+           and u["table"] == "county_naics2_payroll" and u["method"] == "MOD"][0]
+    assert nat["usable_share"] == 1.0 and nat["median_rel_error"] == 0.0
+    # the true national total and the traditional release's cells
+    cells = pl.read_parquet(folder / "sdc_cells.parquet")
+    truth = pl.read_parquet(run["dir"] / "data.parquet")["payroll"].sum()
+    tot = cells.filter((pl.col("table") == "county_naics2_payroll")
+                       & (pl.col("level") == "national"))
+    assert tot["value"].item() == pytest.approx(truth)
+    withheld = cells.filter(~pl.col("published"))
+    assert withheld.height > 0 and withheld["audit_lower"].is_not_null().all()
+    assert ((withheld["audit_lower"] <= withheld["value"] + 1e-6)
+            & (withheld["value"] <= withheld["audit_upper"] + 1e-6)).all()
+    html = (folder / "compare_report.html").read_text(encoding="utf-8")
+    for fig in ("plot-usable", "plot-widths", "plot-loss-size"):
+        assert f'id="{fig}"' in html
+    assert s["risk"]["dp"]["records"] == 1500
+    assert (folder / "dp_release" / "confidential" / "per_record_losses.parquet").exists()
+
+
+def test_nothing_is_written_to_the_public_folder(run: dict[str, Any]) -> None:
+    assert run["code"] == 0, run["err"]
+    public: Path = run["public"]
+    after = {p.relative_to(public): p.read_bytes() for p in public.rglob("*") if p.is_file()}
+    assert after == run["before"]
+    assert sorted(p.name for p in public.iterdir()) == ["published_before.txt"]
+
+
+def test_out_inside_the_public_folder_is_refused(run: dict[str, Any]) -> None:
+    err = io.StringIO()
+    code = cli.main(["compare", str(run["dir"] / "spec.toml"), "--test-seed", "--out",
+                     str(run["public"] / "cmp")], stdout=io.StringIO(), stderr=err)
+    assert code == 2 and "overlaps the public folder" in err.getvalue()
+    assert not (run["public"] / "cmp").exists()
+
+
+def test_existing_comparison_is_not_overwritten(run: dict[str, Any]) -> None:
+    err = io.StringIO()
+    code = cli.main(["compare", str(run["dir"] / "spec.toml"), "--test-seed"],
+                    stdout=io.StringIO(), stderr=err)
+    assert code == 2 and "already exists" in err.getvalue()
+
+
+def test_plan_compare_reads_no_data(tmp_path: Path) -> None:
+    out = io.StringIO()
+    code = cli.main(["plan", str(ROOT / "examples" / "cbp_release.toml"), "--compare",
+                     "--out", str(tmp_path / "plan")], stdout=out, stderr=io.StringIO())
+    text = out.getvalue()
+    assert code == 0 and "Comparison forecast, DP side (no data read)" in text
+    assert "county_naics2_estabs: 5,700 cells; cells of total >= 1e+01 expected usable" in text
