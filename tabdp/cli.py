@@ -553,7 +553,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
 
         code = exit_code(e)
         if isinstance(e, DataDependentFailure):
-            err.write(f"tabdp {args.command}: {e}\n")  # the fixed, generic message
+            # the fixed, generic message (author mode: the confidential folder is named
+            # under the curator's output root, never by its server path)
+            err.write(_shown(args, f"tabdp {args.command}: {e}\n"))
             return code
         kind = {EXIT_USAGE: "spec/usage error", EXIT_DATA: "data error"}.get(
             code, "internal error")
