@@ -143,3 +143,37 @@ def test_the_generic_failure_names_no_server_path(tmp_path: Path,
     assert code == 4 and out == "" and "data-dependent failure" in err, err
     assert str(tmp_path) not in err
     assert "'<curator output root>/attack/confidential/failure.json'" in err, err
+
+
+@pytest.mark.parametrize("mode", ["author", "curator"])
+def test_native_stderr_goes_to_the_confidential_folder(tmp_path: Path, mode: str) -> None:
+    """Native writes to fd 2 during an author-mode run reach the confidential log only.
+
+    A Rust panic of Polars prints its message there, outside Python. Curator mode keeps
+    the terminal (the curator may see the data).
+    """
+    import os
+    import subprocess
+
+    _base().write_parquet(tmp_path / "ds.parquet")
+    write_curator(tmp_path, {"cbp": "ds.parquet"}, public=[HIER])
+    text = _spec(domain='state = ["01", "02"]', table='kind = "count"', by="state")
+    if mode == "curator":
+        text = text.replace('mode = "author"', 'mode = "curator"').replace(
+            'dataset = "cbp"', 'path = "ds.parquet"') + (
+            '\n[output]\npublic = "o/public"\nconfidential = "o/confidential"\n')
+    (tmp_path / "s.toml").write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(Path(tabdp.__file__).resolve().parents[1]))
+    env.pop("TABDP_CURATOR", None)
+    probe = Path(__file__).with_name("_panic_probe.py")
+    proc = subprocess.run([sys.executable, str(probe), "run", "s.toml", "--curator",
+                           "curator.toml"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    if mode == "curator":
+        assert "SECRET-VALUE-123" in proc.stderr
+        return
+    assert "SECRET-VALUE-123" not in proc.stderr + proc.stdout
+    assert "writing outputs" in proc.stderr  # tabdp's own lines still reach the terminal
+    log = tmp_path / "releases" / "attack" / "confidential" / "stderr.log"
+    assert "SECRET-VALUE-123" in log.read_text()
