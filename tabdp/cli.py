@@ -51,12 +51,13 @@ command fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -565,21 +566,27 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
 
         spec = dataclasses.replace(spec, output=dataclasses.replace(spec.output,
                                                                     form=args.form))
-    bar = _Bar(err, not args.quiet)
+    import contextlib
     import warnings
 
     from tabdp.exceptions import CoverageWarning
 
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", CoverageWarning)
-            res = run_release(spec, overwrite=overwrite, progress=bar,
-                              test_seed=getattr(args, "test_seed", False),
-                              engine=getattr(args, "engine", "polars"),
-                              spark_master=getattr(args, "spark_master", None))
-    finally:
-        bar.close()
-    bar.flush()
+    with contextlib.ExitStack() as stack:
+        shown = err
+        if spec.input.mode == "author" and err is sys.stderr:
+            shown = stack.enter_context(
+                _native_stderr_to_confidential(spec.output.confidential))
+        bar = _Bar(shown, not args.quiet)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", CoverageWarning)
+                res = run_release(spec, overwrite=overwrite, progress=bar,
+                                  test_seed=getattr(args, "test_seed", False),
+                                  engine=getattr(args, "engine", "polars"),
+                                  spark_master=getattr(args, "spark_master", None))
+        finally:
+            bar.close()
+        bar.flush()
     for w in caught:
         if issubclass(w.category, CoverageWarning):
             # curator mode only (run_release emits none in author mode): the data's owner
@@ -602,6 +609,44 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     if spec.budget is not None:
         _write_left_out(res.left_out, err)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _native_stderr_to_confidential(confidential: Path) -> Iterator[TextIO]:
+    """Author mode: file descriptor 2 is a confidential log while the run reads the data.
+
+    Native code writes its messages to file descriptor 2 directly, not through Python: a Rust
+    panic of Polars prints ``thread ... panicked at ...`` and its message, which may quote a
+    value or a count of the data. While the run lasts, descriptor 2 is a temporary file, moved
+    to ``stderr.log`` in the confidential folder afterwards (removed if there is no such
+    folder); tabdp's own lines go to the terminal through a copy of the original descriptor,
+    which this yields as a text stream.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    sys.stderr.flush()
+    fd, name = tempfile.mkstemp(prefix="tabdp-stderr-", suffix=".log")
+    saved = os.dup(2)
+    term = open(os.dup(saved), "w", encoding="utf-8", errors="replace",  # noqa: SIM115
+                buffering=1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        yield term
+    finally:
+        term.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        term.close()
+        log = Path(name)
+        try:
+            if confidential.is_dir() and log.stat().st_size > 0:
+                shutil.move(str(log), str(confidential / "stderr.log"))
+        finally:
+            log.unlink(missing_ok=True)
 
 
 def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO) -> None:
@@ -675,7 +720,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
 
         code = exit_code(e)
         if isinstance(e, DataDependentFailure):
-            err.write(f"tabdp {args.command}: {e}\n")  # the fixed, generic message
+            # the fixed, generic message (author mode: the confidential folder is named
+            # under the curator's output root, never by its server path)
+            err.write(_shown(args, f"tabdp {args.command}: {e}\n"))
             return code
         kind = {EXIT_USAGE: "spec/usage error", EXIT_DATA: "data error"}.get(
             code, "internal error")

@@ -1146,17 +1146,38 @@ def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     elif hive is not None:
         kwargs["hive_partitioning"] = hive
     declared = spec.input.schema if spec.input.mode == "author" else {}
-    if "hive_schema" in kwargs and declared:
-        kwargs["hive_schema"] = {c: SCHEMA_DTYPES.get(declared.get(c, ""), t)
-                                 for c, t in kwargs["hive_schema"].items()}
+    hive_types: dict[str, Any] = {}
+    if "hive_schema" in kwargs and spec.input.mode == "author":
+        # author mode: partition values are read as text, then converted leniently to the
+        # declared type (else the domain's): a folder name that does not parse as the
+        # author's domain type (``size_class=5-9`` against an integer domain) becomes null
+        # instead of failing the run, which would tell the author that some record holds
+        # such a value (issue 27 review).
+        hive_types = {c: SCHEMA_DTYPES[declared[c]] if c in declared else t
+                      for c, t in kwargs["hive_schema"].items()}
+        kwargs["hive_schema"] = dict.fromkeys(hive_types, pl.String)
+    if declared:
+        # author mode: every file is read against the declared schema, not the first file's:
+        # files written one by one (pandas, one per partition) have dtypes that follow their
+        # contents (an integer column with one missing value is stored as float), and a scan
+        # of files whose dtypes differ fails, which would tell the author that some record
+        # is missing a value (issue 27 review). Numeric widenings are allowed; columns no
+        # declaration names are not read.
+        kwargs["schema"] = {c: SCHEMA_DTYPES[t] for c, t in declared.items()
+                            if c not in hive_types}
+        kwargs["cast_options"] = pl.ScanCastOptions(
+            integer_cast=["upcast", "allow-float"], float_cast=["upcast", "downcast"])
+        kwargs["missing_columns"] = "insert"
+        kwargs["extra_columns"] = "ignore"
     try:
         lf = pl.scan_parquet(source, **kwargs)
         schema = lf.collect_schema()
-        if declared:
+        if declared or hive_types:
             # author mode: the declared types, never the files' (a value that does not
             # convert becomes null and meets the declared null rule)
-            casts = [pl.col(c).cast(SCHEMA_DTYPES[t], strict=False)
-                     for c, t in declared.items() if c in schema]
+            targets = {**hive_types, **{c: SCHEMA_DTYPES[t] for c, t in declared.items()}}
+            casts = [pl.col(c).cast(t, strict=False) for c, t in targets.items()
+                     if c in schema and schema[c] != t]
             lf = lf.with_columns(casts) if casts else lf
             schema = lf.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as err:
