@@ -25,9 +25,11 @@ WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal
 
-# Local loop: everything but the slow statistical/numerical tests and the Spark tests (CI runs all)
+# Local loop: everything but the slow statistical/numerical tests and the Spark tests (CI runs
+# all), in WORKERS processes like `make test`. Some costly parametrized tests run a subset here
+# (tests/conftest.py FAST_SUBSETS; the rest is marked slow). MEASURED_FIGURES
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not spark"
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_release.py
