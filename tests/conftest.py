@@ -68,14 +68,71 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[_CACHE_ENV] = old
     shutil.rmtree(folder, ignore_errors=True)
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Spark runs of the frame suite beyond the default set are marked ``slow`` and ``spark_full``.
+#: The local loop's (``make test-fast``) share of some costly parametrized tests: the test ids
+#: listed run in every loop; the test's other parametrizations carry ``slow`` (CI runs them all,
+#: ``make test``). Each subset keeps every code path the full set reaches (every engine, every
+#: budget form, the edge cases); the rest repeats them on other values. Keys are
+#: ``"<path under tests/>::<test name>"``; values the ids in brackets of the test's node id.
+FAST_SUBSETS: dict[str, frozenset[str]] = {
+    # 9 frames x 3 reports, each page rendered twice (plots): one row, NaN/null, no rows
+    "report/test_confidential_streaming.py::test_lazy_page_equals_eager_page":
+        frozenset({"1", "3", "7"}),
+    # the SaS certified tables: alpha = 1.5 in the loop; 1.001 and 1.9999 build their own tables
+    "noise/test_certified_tables.py::test_sas_table_internals": frozenset({"sas_a1.5"}),
+    # 120 values per delta against a 50-digit minimisation; 1e-9 also checks the tightness
+    "privacy/test_review_r7.py::test_zcdp_epsilon_is_valid_on_a_grid_around_the_zero_crossing":
+        frozenset({"1e-09"}),
+    # 2 mechanisms x 4 budgets x 4 engines: every budget on the pandas and streaming ledgers
+    "frame/test_streaming.py::test_streaming_equals_the_in_memory_ledger": frozenset(
+        f"{m}-{b}-{e}" for m in ("pure", "approx") for b in ("none", "constant", "curve",
+                                                              "curve-total")
+        for e in ("pandas", "streaming")),
+    # every engine once, each unit setting twice
+    "privacy/test_session.py::test_recorded_loss_matches_neighbouring_datasets": frozenset(
+        {"pandas-None", "polars-u", "lazy-u", "streaming-None"}),
+    # in memory: every budget; streaming (a Parquet scan per release): no budget and curve+total
+    "frame/test_batched.py::test_a_batch_equals_the_releases_one_by_one": frozenset(
+        {f"{b}-in-memory" for b in ("none", "constant", "curve", "curve-total")}
+        | {"none-streaming", "curve-total-streaming"}),
+    # author-mode neighbours: NaN payroll and null id in the loop; negative, huge, inf in CI
+    "release/test_cli.py::test_author_mode_neighbours_are_indistinguishable":
+        frozenset({"nan-null_id"}),
+}
 
-    On the ``spark`` engine the default set is the engine equality test and every frame test
+
+def _fast_subset_key(item: pytest.Item) -> str:
+    path = Path(str(item.path))
+    parts = path.parts[path.parts.index("tests") + 1:] if "tests" in path.parts else path.parts
+    return "/".join(parts) + "::" + getattr(item, "originalname", item.name)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` what the local loop leaves to CI.
+
+    The parametrizations of a test in :data:`FAST_SUBSETS` outside its subset carry ``slow``.
+
+    Spark runs of the frame suite beyond the default set are marked ``slow`` and ``spark_full``:
+    on the ``spark`` engine the default set is the engine equality test and every frame test
     that asserts a refusal (bad input: ``pytest.raises`` in its body); the other frame tests'
     Spark runs and the privacy suite's Spark runs carry ``spark_full``. CI runs them all
     (``make test``); a developer deselects them with ``-m "not spark_full"``.
     """
+    seen: dict[str, set[str]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        key = _fast_subset_key(item)
+        keep = FAST_SUBSETS.get(key) if callspec is not None else None
+        if keep is None:
+            continue
+        seen.setdefault(key, set()).add(callspec.id)
+        if callspec.id not in keep:
+            item.add_marker(pytest.mark.slow)
+    # a subset naming ids its test no longer has would silently keep nothing in the local loop
+    stale = {k: sorted(FAST_SUBSETS[k] - ids) for k, ids in seen.items() if FAST_SUBSETS[k] - ids}
+    whole = not config.getoption("-k") and not any("::" in a for a in config.args)
+    if stale and whole:  # (node ids or -k given on the command line select fewer ids)
+        raise pytest.UsageError(f"tests/conftest.py FAST_SUBSETS names test ids that are no "
+                                f"longer collected: {stale}; update it to the test's ids.")
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if params.get("engine") != "spark" or not isinstance(item, pytest.Function):

@@ -466,6 +466,7 @@ def test_simulation_discrete_gaussian() -> None:
         _check_propagation(frame, reps, kurt, cov)
 
 
+@pytest.mark.slow  # 2,500 replications (5 s); the stable moe and rollup are checked exactly above
 def test_simulation_stable_coverage() -> None:
     mech = SymmetricStable(alpha=1.5, gamma=2.0)
     reps, counties, naics = 2500, 2, 2
