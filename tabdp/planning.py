@@ -1087,6 +1087,36 @@ def flag_curve(mechanism: Mechanism, totals: Sequence[float], *,
              "p_negative": float(round(n, 6))} for t, f, n in zip(q, flag, neg, strict=True)]
 
 
+def upper_3g(x: float) -> str:
+    """An upper bound shown with 3 significant digits, rounded up (never below ``x``).
+
+    Guarantees say "at most": ``f"{1.625:.3g}"`` is ``'1.62'``, which a unit losing exactly
+    1.625 exceeds; this shows ``'1.63'``.
+
+    Args:
+        x: The bound.
+
+    Returns:
+        The text: the smallest 3-significant-digit number at least ``x`` (``x`` itself
+        when it is zero or not finite), formatted like ``:.3g``.
+
+    Example:
+        >>> upper_3g(1.625), upper_3g(0.5), upper_3g(12.55), upper_3g(0.0), upper_3g(1e-13)
+        ('1.63', '0.5', '12.6', '0', '1e-13')
+    """
+    x = float(x)
+    if x == 0.0 or not math.isfinite(x):
+        return f"{x:.3g}"
+    shown = f"{x:.3g}"
+    if float(shown) >= x:
+        return shown
+    step = 10.0 ** (math.floor(math.log10(abs(x))) - 2)
+    k = math.ceil(x / step)
+    while float(f"{k * step:.3g}") < x:
+        k += 1
+    return f"{k * step:.3g}"
+
+
 def guarantee_in_words(mechanism: Mechanism, sizes: Sequence[float], *, unit: str = "",
                        charges: int = 1) -> list[str]:
     """Plain-language statements of the per-record guarantee at a few record sizes.
@@ -1104,7 +1134,7 @@ def guarantee_in_words(mechanism: Mechanism, sizes: Sequence[float], *, unit: st
     Example:
         >>> from tabdp.mechanisms import ExpPolyLog
         >>> guarantee_in_words(ExpPolyLog(sigma=1.1e6, a=1.0, d=5.1), [2.5e5], unit="$")[0]
-        'a record of size $250,000 loses at most rho = 0.501 (pure epsilon = 1.04)'
+        'a record of size $250,000 loses at most rho = 0.501 (pure epsilon = 1.05)'
     """
     out = []
     for s in sizes:
@@ -1114,8 +1144,8 @@ def guarantee_in_words(mechanism: Mechanism, sizes: Sequence[float], *, unit: st
             eps = charges * float(mechanism.epsilon(size))
         shown = f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
         label = f"{shown}{unit}" if unit.startswith(" ") else f"{unit}{shown}"
-        tail = f" (pure epsilon = {eps:.3g})" if math.isfinite(eps) else ""
-        out.append(f"a record of size {label} loses at most rho = {rho:.3g}{tail}")
+        tail = f" (pure epsilon = {upper_3g(eps)})" if math.isfinite(eps) else ""
+        out.append(f"a record of size {label} loses at most rho = {upper_3g(rho)}{tail}")
     return out
 
 

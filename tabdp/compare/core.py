@@ -71,6 +71,16 @@ def _quiet(_: str) -> None:
     return None
 
 
+
+#: Written into ``dp_release/`` and ``dp_release/tables/`` of a comparison.
+COMPARE_COPY_NOTICE = (
+    "NOT FOR PUBLICATION\n\nThis folder is the DP side of `tabdp compare`: a second, complete "
+    "DP release of the same confidential data, made only to compare it with cell suppression. "
+    "Its per-record losses come on top of those of the release made by `tabdp run`, which its "
+    "own summary does not say: publishing it (beside or instead of the real release) would "
+    "spend more than the budget the published guarantee states. Publish only the public "
+    "folder of `tabdp run`.\n")
+
 def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path | None = None,
             overwrite: bool = False, test_seed: bool = False, tau_audit: bool = True,
             progress: Progress | None = None) -> CompareResult:
@@ -113,7 +123,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
         >>> res = compare(root / "examples" / "cbp_release.toml",
         ...               out=pathlib.Path(tempfile.mkdtemp()) / "cmp")  # doctest: +SKIP
     """
-    from tabdp.release.runner import run_release
+    from tabdp.release.runner import NOT_FOR_PUBLICATION, run_release
     from tabdp.release.spec import ReleaseSpec, load_spec
 
     say = progress or _quiet
@@ -148,6 +158,12 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
         spec.output, public=dp_dir / "tables", confidential=dp_dir / "confidential",
         plan=dp_dir / "plan"))
     dp = run_release(dp_spec, test_seed=test_seed)
+    # a complete DP release of the same data, whose losses come on top of the real release's:
+    # marked so that nobody publishes it beside (or instead of) the one from tabdp run
+    for marker in (dp_dir / NOT_FOR_PUBLICATION, dp_dir / "tables" / NOT_FOR_PUBLICATION):
+        seeded = marker.read_text(encoding="utf-8") + "\n" if marker.exists() else ""
+        marker.write_text(COMPARE_COPY_NOTICE + ("\n" + seeded if seeded else ""),
+                          encoding="utf-8")
     timings["dp_release"] = time.perf_counter() - t0
 
     # -- the traditional release ---------------------------------------------------------------

@@ -58,7 +58,7 @@ from tabdp.exceptions import (
 from tabdp.frame._output import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES, long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import Mechanism
-from tabdp.planning import published_usability, spec_outlook, spec_usability_issues
+from tabdp.planning import published_usability, spec_outlook, spec_usability_issues, upper_3g
 from tabdp.privacy.ledger import PER_RECORD_PARQUET, UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
 from tabdp.release.curator_config import SCHEMA_DTYPES
@@ -221,13 +221,13 @@ def _loss_text(row: Mapping[str, Any], delta: float | None) -> str:
     rho = row.get("rho")
     if rho is None:
         return "has no finite rho bound"
-    text = f"loses at most rho = {rho:.3g}"
+    text = f"loses at most rho = {upper_3g(rho)}"  # bounds: rounded up, never down
     pure, approx = row.get("epsilon"), row.get("epsilon_delta")
     extra = []
     if pure is not None:
-        extra.append(f"pure epsilon = {pure:.3g}")
+        extra.append(f"pure epsilon = {upper_3g(pure)}")
     if approx is not None and (pure is None or approx < 0.99 * pure):
-        extra.append(f"epsilon = {approx:.3g} at delta = {delta:g}")
+        extra.append(f"epsilon = {upper_3g(approx)} at delta = {delta:g}")
     return text + (f" ({'; '.join(extra)})" if extra else "")
 
 
@@ -489,11 +489,12 @@ def _eps_words(rho: float, eps: float | None, delta: float | None) -> str:
 
     if not math.isfinite(rho):
         return "has no finite rho bound"
-    text = f"loses at most rho = {rho:.3g}"
+    text = f"loses at most rho = {upper_3g(rho)}"  # bounds: rounded up, never down
     if eps is not None and math.isfinite(eps):
-        return text + f" (pure epsilon = {eps:.3g})"
+        return text + f" (pure epsilon = {upper_3g(eps)})"
     if delta is not None:
-        return text + f" (epsilon = {float(zcdp_epsilon(rho, delta)):.3g} at delta = {delta:g})"
+        eps_d = upper_3g(float(zcdp_epsilon(rho, delta)))
+        return text + f" (epsilon = {eps_d} at delta = {delta:g})"
     return text
 
 
@@ -551,16 +552,18 @@ def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[st
     lines = []
     sizes = {c: _measure_sizes(spec, c) for c in per if c != ROWS_CURRENCY}
     for c, rels in per.items():
-        tables = ", ".join(dict.fromkeys(n for n, _ in rels))
+        names = list(dict.fromkeys(n for n, _ in rels))
+        tables = ", ".join(names)
+        each = "this table" if len(names) == 1 else "each of these tables"
         if c == ROWS_CURRENCY:
             rho, eps = at(c, float(spec.plan.count_rows))
             lines.append(f"counts ({tables}): {a} {unit} counted {spec.plan.count_rows} row(s) "
-                         f"in a cell of each {_eps_words(rho, eps, delta)}{note}")
+                         f"in a cell of {each} {_eps_words(rho, eps, delta)}{note}")
             continue
         for s in sizes[c]:
             rho, eps = at(c, s)
             lines.append(f"{c} ({tables}): {a} {unit} contributing {_size_text(s)} of {c} to a "
-                         f"cell of each {_eps_words(rho, eps, delta)}{note}")
+                         f"cell of {each} {_eps_words(rho, eps, delta)}{note}")
     n = {len(v) for v in sizes.values()}
     calibrated = all(any(t.calibration is not None and c in _released_measures(t)
                          for t in spec.tables) for c in sizes)
@@ -1166,7 +1169,8 @@ def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
         kwargs["schema"] = {c: SCHEMA_DTYPES[t] for c, t in declared.items()
                             if c not in hive_types}
         kwargs["cast_options"] = pl.ScanCastOptions(
-            integer_cast=["upcast", "allow-float"], float_cast=["upcast", "downcast"])
+            integer_cast=["upcast", "allow-float"], float_cast=["upcast", "downcast"],
+            categorical_to_string="allow")
         kwargs["missing_columns"] = "insert"
         kwargs["extra_columns"] = "ignore"
     try:

@@ -190,6 +190,11 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
         assert f'id="{fig}"' in html
     assert s["risk"]["dp"]["records"] == 1500
     assert (folder / "dp_release" / "confidential" / "per_record_losses.parquet").exists()
+    # the comparison's DP release cannot be mistaken for a publishable one (R10 review)
+    for marker in (folder / "dp_release" / "NOT_FOR_PUBLICATION.txt",
+                   folder / "dp_release" / "tables" / "NOT_FOR_PUBLICATION.txt"):
+        text = marker.read_text(encoding="utf-8")
+        assert text.startswith("NOT FOR PUBLICATION") and "tabdp compare" in text
 
 
 def test_nothing_is_written_to_the_public_folder(run: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ import pytest
 import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
+from tabdp.planning import upper_3g
 from tabdp.release import runner as runner_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -222,8 +223,9 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
     assert all(r["p_flagged"] == 1.0 for r in fc)        # cv floor 0.307 >= 0.3: every cell
     assert plan["tables"][1]["guarantee_in_words"] == [
         f"every unit (at most 1 row(s) counted per cell) loses at most rho = "
-        f"{float(g.rho(1.0)):.3g} (epsilon = "
-        f"{est['table_policy_curve'][0]['epsilon_delta']:.3g} at delta = 1e-09) in this table"
+        f"{upper_3g(float(g.rho(1.0)))} (epsilon = "
+        f"{upper_3g(est['table_policy_curve'][0]['epsilon_delta'])} at delta = 1e-09) in this "
+        "table"
         " per cell (input.max_cells is not set: a unit in several cells of a table loses this "
         "in each)"]  # changed on purpose (issue 28): a unit in several cells loses it in each
     assert plan["usability_issues"][0]["path"] == "tables[0].mechanism"
@@ -292,7 +294,8 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
     assert 'id="publishable"' in (pub / "summary.html").read_text()
     # changed on purpose (issue 28): per currency, never added across measures at one size
     assert summary["guarantee_in_words"][0].startswith(
-        "payroll (county_naics2): a unit contributing 1 of payroll to a cell of each loses at "
+        "payroll (county_naics2): a unit contributing 1 of payroll to a cell of this table "
+        "loses at "
         "most rho")
     counts = pl.read_parquet(pub / "estabs.parquet")
     est = counts["estimate"].to_numpy()

@@ -396,3 +396,89 @@ def test_guarantee_text_against_multi_cell_units(tmp_path: Path, max_cells: str)
     assert any(w.startswith("payroll (pay)") for w in release)
     assert any(w.startswith("employment (pay)") for w in release)
     assert release[-1].startswith("Losses are never added across currencies")
+
+
+# -- guarantees in words: stated bounds are never rounded below a unit's real loss (R10) -------
+
+def test_guarantee_words_bound_the_loss_of_a_unit_of_that_type(tmp_path: Path) -> None:
+    """A unit exactly of a stated record type loses at most what the public sentence says.
+
+    Payroll (a table and its direct state rollup), employment and a count, all at ρ = 0.5,
+    0.5, 0.5 and 0.125 at the first calibration targets: the whole-release sentence's bound is
+    1.625, which ``:.3g`` showed as 1.62, below the real loss of such a unit (R10 review).
+    """
+    frame = generate_establishments(300, seed=5).with_columns(pl.col("estab_id").cast(pl.Int64))
+    one = frame.head(1).with_columns(
+        pl.lit(10**9, dtype=pl.Int64).alias("estab_id"), pl.lit(250000.0).alias("payroll"),
+        pl.lit(5, dtype=pl.Int64).alias("employment"))
+    pl.concat([frame, one]).write_parquet(tmp_path / "d.parquet")
+    polylog = "family = \"exp_polylog\", fixed = { p = 1 }"
+    (tmp_path / "s.toml").write_text(f"""
+[release]
+name = "words"
+delta = 1e-9
+[input]
+path = "d.parquet"
+unit = "estab_id"
+[hierarchies.geo]
+file = "{(HIER / 'geography.csv').as_posix()}"
+levels = ["state", "county"]
+[randomness]
+seed = 3
+{OUTPUT}
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county"]
+calibrate = {{ {polylog}, targets = {{ "2.5e5" = 0.5, "2e10" = 50.0 }}, typical_total = 1e7 }}
+[[tables.rollups]]
+by = ["state"]
+direct = true
+[[tables]]
+name = "emp"
+measures = ["employment"]
+by = ["county"]
+calibrate = {{ {polylog}, targets = {{ "5" = 0.5, "2.5e5" = 50.0 }}, typical_total = 100.0 }}
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+mechanism = {{ family = "discrete_gaussian", sigma = 2.0 }}
+""", encoding="utf-8")
+    code, _, err = run("run", "--test-seed", "--quiet", str(tmp_path / "s.toml"))
+    assert code == 0, err
+    words = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())[
+        "guarantee_in_words"]
+    (line,) = [w for w in words if w.startswith("a unit with payroll 250,000 and "
+                                                 "employment 5")]
+    stated = float(re.search(r"at most rho = ([0-9.e+-]+)", line).group(1))  # type: ignore
+    eps = float(re.search(r"epsilon = ([0-9.e+-]+) at delta", line).group(1))  # type: ignore
+    per = pl.read_parquet(tmp_path / "out" / "confidential" / "per_record_losses.parquet")
+    got = per.filter(pl.col("estab_id") == 10**9).row(0, named=True)
+    assert got["rho"] == pytest.approx(1.625, rel=1e-12)
+    assert got["rho"] <= stated and stated == 1.63
+    assert got["epsilon_delta"] <= eps
+    assert "to a cell of each of these tables" in words[0]  # pay and its direct rollup
+    assert any("to a cell of this table" in w for w in words)
+    assert "to a cell of each loses" not in " ".join(words)
+
+
+def test_author_mode_categorical_file_column_reads_as_declared_text(tmp_path: Path,
+                                                                    base: pl.DataFrame) -> None:
+    """A text key stored as Categorical (as some writers do) reads as the declared String.
+
+    Before (R10 review), the scan against the declared schema failed (exit 4) on such a file
+    and succeeded on its neighbour stored as String.
+    """
+    res = []
+    for k, frame in {"text": base, "cat": base.with_columns(
+            pl.col("state").cast(pl.Categorical))}.items():
+        spec = setup(tmp_path / k, frame, mode="author", seed=None)
+        cfg = spec.parent / "curator.toml"
+        cfg.write_text(cfg.read_text().replace(
+            '[datasets.d]\npath = "d.parquet"',
+            '[datasets.d]\npath = "d.parquet"\nschema = { estab_id = "Int64", state = "String", '
+            'payroll = "Float64" }'), encoding="utf-8")
+        code, out, err = run("run", *curator_args(spec), str(spec), "--quiet")
+        res.append((code, out, err))
+    assert res[0] == res[1] and res[0][0] == 0, res
