@@ -687,7 +687,11 @@ def _strict_checks(counts: dict[str, int], measures: list[str], unit: str | None
                     "(additive mechanisms), 'zero' to set them to 0 or 'drop' to drop those "
                     "rows (counted in the report).")
                 details[f"negative_values:{m}"] = n_neg
-    if needs_nonneg and rules.negatives in ("error", "allow"):
+    # One refusal reason per measure, the same on every engine: under "error" a negative
+    # value is refused as such (a negative unit-cell contribution needs a negative value, so
+    # it adds nothing); the contribution check is the one of signed measures ("allow") under
+    # a mechanism that needs non-negative contributions.
+    if needs_nonneg and rules.negatives == "allow":
         for m, n in neg_contrib.items():
             if n:
                 what = ("rows" if unit is None else

@@ -231,7 +231,7 @@ def _in_memory_release(rel: Planned) -> Any:
     parts = [data] if snap.outside is None else [data, snap.outside]
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
     neg_contrib = ({m: sum(int((d[m] < 0).sum()) for d in parts) for m in measure_list}
-                   if needs_nonneg and rules.negatives in ("error", "allow") else {})
+                   if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(snap.counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     if unit is None:
         sess.bind_rows(snap.rows_read, snap.fingerprints)

@@ -1203,7 +1203,7 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
              F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
     if by_list:
         aggs.append(F.count_distinct(F.when(outside, F.struct(*by_list))).alias("cells_out"))
-    check_neg = needs_nonneg and rules.negatives in ("error", "allow")
+    check_neg = needs_nonneg and rules.negatives == "allow"
     if check_neg:
         aggs += [F.sum(F.when(F.col(m) < 0, 1).otherwise(0)).alias(f"__neg{i}")
                  for i, m in enumerate(measure_list)]

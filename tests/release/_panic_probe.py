@@ -21,5 +21,6 @@ def _noisy(*args: object, **kwargs: object) -> object:
     return _real(*args, **kwargs)  # type: ignore[arg-type]
 
 
-runner._run_with_data = _noisy  # type: ignore[assignment]
-sys.exit(cli.main(sys.argv[1:]))
+if __name__ == "__main__":  # not on import (pytest's --doctest-modules imports every module)
+    runner._run_with_data = _noisy  # type: ignore[assignment]
+    sys.exit(cli.main(sys.argv[1:]))
