@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 import polars as pl
 
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame.keys import KeySet
@@ -127,7 +128,8 @@ class Curator:
         {'county': 'String', 'payroll': 'Float64'}
         >>> out = author.sum("payroll", by="county",
         ...                  keys=tabdp.KeySet.from_dict(county=["a", "b"]),
-        ...                  mechanism=tabdp.mechanisms.Gaussian(1.0), nulls="zero")
+        ...                  mechanism=tabdp.mechanisms.Gaussian(1.0), nulls="zero",
+        ...                  negatives="zero")                 # declared data rules
         >>> out.columns[:2], out["payroll"].dtype
         (['county', 'payroll'], Float64)
         >>> curator.report(author.name).per_record["rho"].to_list()   # curator only
@@ -519,9 +521,10 @@ class AuthorSession:
 
     Created by `author_session()`. The releases are those of the ``.dp`` accessor
     (same arguments, without ``session=``) on the curator's pinned dataset, in author mode:
-    every data rule is declared (``nulls="zero"`` or ``"drop"``, ``negatives=`` for
-    transformation mechanisms), a key set read from the data is refused, and a failure after
-    the data is read is `DataFailure`. Tables come back in the dataset's library
+    every data rule is declared (``nulls="zero"`` or ``"drop"``; a sum's ``negatives=``:
+    ``"allow"``, ``"zero"`` or ``"drop"``, since the default ``"error"`` is refused from the
+    arguments, before anything is read), a key set read from the data is refused, and a
+    failure after the data is read is `DataFailure`. Tables come back in the dataset's library
     (pandas for a pandas dataset, Spark for a Spark one, Polars otherwise). Per-record losses,
     confidential counts, the data and the session stay with the curator.
 
@@ -572,7 +575,7 @@ class AuthorSession:
 
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, level: float = DEFAULT_LEVEL, nulls: str = "error",
-            name: str | None = None, grid: Any = None, negatives: str | None = None,
+            name: str | None = None, grid: Any = None, negatives: str = DEFAULT_NEGATIVES,
             max_cells: int | None = None, form: str = "wide", cv: bool = False) -> Any:
         """Noisy sums per cell (see `sum()`).
 
@@ -587,7 +590,9 @@ class AuthorSession:
             nulls: ``"zero"`` or ``"drop"`` (author mode: declared).
             name: Label of the release.
             grid: Public rounding grid.
-            negatives: Rule for negative values.
+            negatives: Rule for negative values, to be declared: ``"allow"`` (a signed
+                measure, additive mechanisms), ``"zero"`` or ``"drop"``. The default
+                ``"error"`` is refused from the arguments (it would fail on the data).
             max_cells: Public bound on the cells one unit contributes to.
             form: ``"wide"`` or ``"long"``.
             cv: Wide form: add ``_cv`` and ``_flag``.
@@ -601,7 +606,7 @@ class AuthorSession:
             >>> c.add("d", pl.DataFrame({"c": ["a"], "n": [3]}), schema={"c": "str", "n": "int"})
             >>> c.author_session("d").sum("n", by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
             ...                           mechanism=tabdp.mechanisms.Gaussian(1.0),
-            ...                           nulls="zero")["n"].dtype
+            ...                           nulls="zero", negatives="allow")["n"].dtype
             Int64
         """
         return self._out(self._frame.dp.sum(

@@ -80,8 +80,9 @@ class ColumnTypeError(TabdpError, TypeError):
 class DataValidationError(TabdpError, ValueError):
     """The data holds values that a strict rule refuses.
 
-    The rules: null or NaN under ``nulls="error"``, ±inf, negatives for a transformation
-    mechanism, null unit ids.
+    The rules: null or NaN under ``nulls="error"``, ±inf, negative values under
+    ``negatives="error"`` (the default), negative unit-cell contributions for a transformation
+    mechanism under ``negatives="allow"``, null unit ids.
 
     Raised only in the curator mode (``Session(mode="curator")``, the default), before any
     noise is drawn and before anything is recorded in a session. Whether it is raised depends

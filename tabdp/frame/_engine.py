@@ -180,44 +180,41 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
 
 
 def _check_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
-                 negatives: str | None, has_measures: bool) -> str:
-    """The negatives rule of the release; author mode needs every rule declared (no data)."""
+                 negatives: str, has_measures: bool) -> str:
+    """The negatives rule of the release; author mode needs every rule declared (no data).
+
+    ``negatives`` defaults to `tabdp._defaults.NEGATIVES` (``"error"``) in every caller, as a
+    spec's ``input.negatives``: a curator-mode release refuses negative values whatever the
+    mechanism, and an author must declare another rule (refused here, from the arguments).
+    """
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
-    if negatives is not None and negatives not in NEGATIVE_POLICIES:
+    if negatives not in NEGATIVE_POLICIES:
         raise InvalidParameterError(
-            f"negatives must be one of {NEGATIVE_POLICIES} or None; got {negatives!r}.\n"
+            f"negatives must be one of {NEGATIVE_POLICIES}; got {negatives!r}.\n"
             "Hint: 'allow' keeps signed values (additive mechanisms), 'zero' sets negative "
-            "values to 0, 'drop' drops their rows, 'error' (the default) refuses them (curator "
-            "mode only).")
-    # None: DEFAULT_NEGATIVES ("error", as a spec) for a mechanism that needs non-negative
-    # contributions; for additive mechanisms still "allow" (the spec's default refuses them:
-    # not yet unified, see docs/release-workflow.md "Defaults shared with the Python API")
-    rule = negatives if negatives is not None else (
-        DEFAULT_NEGATIVES if needs_nonneg else "allow")
+            f"values to 0, 'drop' drops their rows, {DEFAULT_NEGATIVES!r} (the default, as in "
+            "a release spec) refuses them (curator mode only)"
+            + ("; None no longer picks a rule per mechanism: pass negatives='allow' for a "
+               "signed measure." if negatives is None else "."))
+    if sess.mode == "author" and nulls == "error" and has_measures:
+        raise InvalidParameterError(
+            "this session is in author mode (the caller may not see the data), where every "
+            "data rule must be declared: nulls='error' would refuse the release depending "
+            "on the data.\nHint: pass nulls='zero' (count missing values as 0) or "
+            "nulls='drop' (drop their rows).")
+    rule = negatives
     if sess.mode == "author" and kind == "sum" and has_measures and rule == "error":
         raise InvalidParameterError(
             "this session is in author mode (the caller may not see the data), where every "
             "data rule must be declared: negatives='error' (the default) would refuse the "
-            "release depending on the data.\nHint: pass negatives='zero' (set them to 0) or "
-            "negatives='drop' (drop their rows)"
+            "release depending on the data.\nHint: declare negatives= in the call: "
+            "negatives='zero' (set them to 0) or negatives='drop' (drop their rows)"
             + ("." if needs_nonneg else ", or negatives='allow' (a signed measure)."))
     if sess.mode == "author" and needs_nonneg and rule == "allow":
         raise InvalidParameterError(
             f"{type(mechanism).__name__} needs non-negative contributions, so in author mode "
             "negatives='allow' could make the release fail on the data.\nHint: pass "
             "negatives='zero' (set them to 0) or negatives='drop' (drop their rows).")
-    if sess.mode == "author":
-        if nulls == "error" and has_measures:
-            raise InvalidParameterError(
-                "this session is in author mode (the caller may not see the data), where every "
-                "data rule must be declared: nulls='error' would refuse the release depending "
-                "on the data.\nHint: pass nulls='zero' (count missing values as 0) or "
-                "nulls='drop' (drop their rows).")
-        if needs_nonneg and rule == "error":
-            raise InvalidParameterError(
-                f"{type(mechanism).__name__} needs non-negative contributions; in author mode "
-                "the rule for negative values must be declared.\nHint: pass negatives='zero' "
-                "(set them to 0) or negatives='drop' (drop their rows).")
     return rule
 
 
@@ -683,11 +680,16 @@ def _strict_checks(counts: dict[str, int], measures: list[str], unit: str | None
             if n_neg:
                 problems.append(
                     f"column {m!r} holds negative values and negatives='error' (the default, "
-                    "as in a release spec).\nHint: pass negatives='allow' for a signed measure "
-                    "(additive mechanisms), 'zero' to set them to 0 or 'drop' to drop those "
-                    "rows (counted in the report).")
+                    "as in a release spec: a negative value is never summed silently).\n"
+                    "Hint: pass negatives='allow' for a signed measure (additive mechanisms), "
+                    "'zero' to set them to 0 or 'drop' to drop those rows (counted in the "
+                    "report).")
                 details[f"negative_values:{m}"] = n_neg
-    if needs_nonneg and rules.negatives in ("error", "allow"):
+    # One refusal reason per measure, the same on every engine: under "error" a negative
+    # value is refused as such (a negative unit-cell contribution needs a negative value, so
+    # it adds nothing); the contribution check is the one of signed measures ("allow") under
+    # a mechanism that needs non-negative contributions.
+    if needs_nonneg and rules.negatives == "allow":
         for m, n in neg_contrib.items():
             if n:
                 what = ("rows" if unit is None else
@@ -1277,7 +1279,7 @@ def _prepare_release(kind: str, measures: Any, by: Any, keys: Any, mechanism: An
 
 
 def _release_rules(sess: Session, kind: str, mechanism: Mechanism, nulls: str,
-                   negatives: str | None, measure_list: list[str]) -> tuple[_Rules, _Policy]:
+                   negatives: str, measure_list: list[str]) -> tuple[_Rules, _Policy]:
     """The data rules and the policy of a release; budget currencies checked (no data read)."""
     negative_rule = _check_rules(sess, kind, mechanism, nulls, negatives, bool(measure_list))
     rules = _Rules(nulls if measure_list else "error", negative_rule, sess.mode)

@@ -365,7 +365,7 @@ def quantile_release(native: Any, *, column: str, q: float, median: bool,
     op = _open_release(native, session, name, "median" if median else "quantile", [column],
                        by_list)
     sess, one_off, qname, backend = op.session, op.one_off, op.name, op.backend
-    _check_rules(sess, "quantile", Gaussian(1.0), nulls, None, True)
+    _check_rules(sess, "quantile", Gaussian(1.0), nulls, "allow", True)  # bounded values: any sign
     unit = sess.unit
     uid = unit if unit is not None else ROW_ID
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _ALL,
@@ -51,7 +52,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
                     by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism | None,
                     session: Session | None = None, level: float = DEFAULT_LEVEL,
                     nulls: str = "error", name: str | None = None, grid: Any = None,
-                    negatives: str | None = None, max_cells: int | None = None,
+                    negatives: str = DEFAULT_NEGATIVES, max_cells: int | None = None,
                     max_rows: int | None = None, form: str = "wide", cv: bool = False) -> Any:
     """Release noisy sums or counts of ``native`` grouped by ``by`` over the key set ``keys``.
 
@@ -71,9 +72,8 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
         nulls: ``"error"``, ``"zero"`` or ``"drop"``.
         name: Label of the release in the session.
         grid: Public rounding grid: a step, ``{measure: step}``, or ``None`` (defaults).
-        negatives: Rule for negative values: ``None`` (refuse them where the mechanism needs
-            non-negative contributions, allow them otherwise), ``"error"``, ``"zero"`` or
-            ``"drop"``.
+        negatives: Rule for negative values: ``"error"`` (the default, `tabdp._defaults.NEGATIVES`,
+            as in a spec), ``"allow"``, ``"zero"`` or ``"drop"``.
         max_cells: Public bound on the cells one unit contributes to (unit mode): a unit's
             contributions to further cells are dropped, keeping its largest (ties: key-set
             order). ``None``: unbounded. Each row is in one cell in row mode.
@@ -111,7 +111,7 @@ def _plan(native: Any, session: Session | None, batch: list[Planned] | None, *, 
           measures: str | Sequence[str] | None = None, by: str | Sequence[str] | None,
           keys: KeySet, mechanism: Mechanism | None = None, level: float = DEFAULT_LEVEL,
           nulls: str = "error", name: str | None = None, grid: Any = None,
-          negatives: str | None = None, max_cells: int | None = None,
+          negatives: str = DEFAULT_NEGATIVES, max_cells: int | None = None,
           max_rows: int | None = None, form: str = "wide", cv: bool = False,
           stacklevel: int = 4) -> Planned:
     """Every check of one release (arguments, schema, name, rules): no data read, no noise.
@@ -231,7 +231,7 @@ def _in_memory_release(rel: Planned) -> Any:
     parts = [data] if snap.outside is None else [data, snap.outside]
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
     neg_contrib = ({m: sum(int((d[m] < 0).sum()) for d in parts) for m in measure_list}
-                   if needs_nonneg and rules.negatives in ("error", "allow") else {})
+                   if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(snap.counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     if unit is None:
         sess.bind_rows(snap.rows_read, snap.fingerprints)

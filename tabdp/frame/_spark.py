@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._engine import (
@@ -1007,7 +1008,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
                           mechanism: Mechanism | None, session: Session | None = None,
                           level: float = DEFAULT_LEVEL,
                           nulls: str = "error", name: str | None = None, grid: Any = None,
-                          negatives: str | None = None, max_cells: int | None = None,
+                          negatives: str = DEFAULT_NEGATIVES, max_cells: int | None = None,
                           max_rows: int | None = None, form: str = "wide",
                           cv: bool = False) -> Any:
     """Release noisy sums or counts of a PySpark DataFrame (``spark_df.dp.sum`` / ``count``).
@@ -1203,7 +1204,7 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
              F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
     if by_list:
         aggs.append(F.count_distinct(F.when(outside, F.struct(*by_list))).alias("cells_out"))
-    check_neg = needs_nonneg and rules.negatives in ("error", "allow")
+    check_neg = needs_nonneg and rules.negatives == "allow"
     if check_neg:
         aggs += [F.sum(F.when(F.col(m) < 0, 1).otherwise(0)).alias(f"__neg{i}")
                  for i, m in enumerate(measure_list)]
@@ -1622,7 +1623,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     kind = "median" if median else "quantile"
     spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind, [column],
                                                       by_list)
-    _check_rules(sess, "quantile", Gaussian(1.0), nulls, None, True)
+    _check_rules(sess, "quantile", Gaussian(1.0), nulls, "allow", True)  # bounded values: any sign
     unit = sess.unit
     row_mode = unit is None
     uid = unit if unit is not None else ROW_ID

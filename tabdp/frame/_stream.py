@@ -587,7 +587,7 @@ def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[s
     row["rows_read"] = row["__n"] or 0
     counts = {name: int(row[name] or 0) for name in counters}
     neg_contrib = ({m: int(row[f"negc:{m}"] or 0) for m in measures}
-                   if needs_nonneg and rules.negatives in ("error", "allow") else {})
+                   if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
     sess.bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
 

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar, overload
 import pandas as pd
 import polars as pl
 
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.frame._author import author_call
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._output import (
@@ -70,7 +71,7 @@ class DPAccessor(Generic[_Out]):
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, session: Session | None = None,
             level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
-            grid: Any = None, negatives: str | None = None, max_cells: int | None = None,
+            grid: Any = None, negatives: str = DEFAULT_NEGATIVES, max_cells: int | None = None,
             form: str = "wide", cv: bool = False) -> _Out:
         """Noisy sums of ``columns`` per cell of ``keys``.
 
@@ -101,14 +102,15 @@ class DPAccessor(Generic[_Out]):
                 dtype, a step of 1 where that default is finer: integer measures stay whole
                 numbers). Estimates are the exact noisy values rounded to the grid
                 (docs/exact-rounding.md).
-            negatives: Negative values of the measures, with the rules of the spec's
-                ``input.negatives``: ``"error"`` refuses them (curator mode; author mode must
-                declare another rule), ``"allow"`` keeps signed values (additive mechanisms;
-                a mechanism that needs non-negative contributions still refuses negative
+            negatives: Negative values of the measures, with the rules and the default of
+                the spec's ``input.negatives`` (`tabdp._defaults.NEGATIVES`): ``"error"``
+                (default) refuses them, whatever the mechanism, so that a data error such as
+                a negative payroll is never summed silently (curator mode; an author-mode
+                call must declare another rule and is refused from its arguments otherwise);
+                ``"allow"`` keeps signed values (signed measures, additive mechanisms; a
+                mechanism that needs non-negative contributions still refuses negative
                 unit-cell sums in curator mode), ``"zero"`` sets them to 0, ``"drop"`` drops
-                their rows. ``None``: ``"error"`` for a mechanism that needs non-negative
-                contributions, ``"allow"`` for additive ones (a spec's default is
-                ``"error"`` for both).
+                their rows (both counted in the confidential report).
             max_cells: Public bound on the cells one unit contributes to (with ``unit=``): a
                 unit's contributions to further cells are dropped, keeping its largest. Makes
                 the public total curve a bound for every unit (``None``: unbounded).
@@ -145,8 +147,10 @@ class DPAccessor(Generic[_Out]):
             InvalidParameterError: Invalid arguments; in row mode, a frame that is not row for
                 row the session's earlier frame.
             DataValidationError: Curator mode only: null/NaN (with ``nulls="error"``), ±inf,
-                null unit ids, or negative contributions for a transformation mechanism; the
-                message names columns and rules, the counts are in ``err.confidential``.
+                null unit ids, negative values (with ``negatives="error"``, the default), or
+                negative unit-cell contributions for a transformation mechanism (with
+                ``negatives="allow"``); the message names columns and rules, the counts are in
+                ``err.confidential``.
 
         Example:
             >>> import polars as pl, tabdp

@@ -81,7 +81,8 @@ class Session:
             rule (``nulls="error"``...) raise `DataValidationError` with a generic
             message (details in its ``confidential`` attribute). ``"author"``: the caller may
             not see the microdata (e.g. behind a validation server): every rule must be declared
-            (``nulls="zero"`` or ``"drop"``, ``negatives=`` for transformation mechanisms), and
+            (``nulls="zero"`` or ``"drop"``, a sum's ``negatives=``: the default ``"error"``
+            is refused from the arguments), and
             no release raises, warns or returns anything that depends on the data except
             through the noise: a failure after a release began reading data is the one
             `DataFailure` (details in the confidential summary), a key set read

@@ -32,6 +32,7 @@ import polars as pl
 from tabdp.exceptions import ColumnTypeError, DataValidationError, SpecError
 from tabdp.frame._engine import check_cell_keys
 from tabdp.frame.keys import KeySet
+from tabdp.release._input import scan_input
 from tabdp.release.spec import ReleaseSpec, read_keys
 
 __all__ = ["read_input_schema", "check_input_schema", "check_spec_input_schema"]
@@ -63,14 +64,12 @@ def read_input_schema(spec: ReleaseSpec) -> dict[str, Any]:
         >>> schema["payroll"], schema["county"]
         (Float64, String)
     """
-    from tabdp.release.runner import _scan_input
-
     if spec.input.path is None:
         raise SpecError("input.table", "the input is a Spark catalog table; its schema is read "
                                        "by tabdp run --engine spark.\nHint: set input.path to "
                                        "Parquet files to check the schema before the run.")
     try:
-        lf, _ = _scan_input(spec)
+        lf, _ = scan_input(spec)
     except DataValidationError as err:
         what, _, hint = str(err).partition("\nHint: ")
         raise SpecError("input.path", f"{what} No data was read."

@@ -61,6 +61,7 @@ from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability, spec_outlook, spec_usability_issues, upper_3g
 from tabdp.privacy.ledger import PER_RECORD_PARQUET, UnitLosses
 from tabdp.privacy.session import Session, total_policy_curve
+from tabdp.release._input import scan_input
 from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES, publish
 from tabdp.release.rollup import rollup
@@ -1129,79 +1130,6 @@ def check_input_present(spec: ReleaseSpec) -> None:
             "Hint: check the path; relative paths are resolved against the spec file's folder.")
 
 
-def _scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
-    src = spec.input.path
-    assert src is not None  # input.table: refused under the Polars engine before any read
-    kwargs: dict[str, Any] = {}
-    source: Any = spec.input.source
-    hive = spec.input.hive_partitioning
-    if src.is_dir():
-        # A folder: scan it as a dataset, so hive partition folders (state=01/...) become
-        # columns, typed like their key domains (else text): codes such as "01" stay codes.
-        source = src
-        parts = _hive_columns(src)
-        if parts and hive is not False:
-            kwargs["hive_partitioning"] = True
-            kwargs["hive_schema"] = {c: (spec.domains[c].dtype if c in spec.domains
-                                         else pl.String) for c in parts}
-        elif hive is not None:
-            kwargs["hive_partitioning"] = hive
-    elif hive is not None:
-        kwargs["hive_partitioning"] = hive
-    declared = spec.input.schema if spec.input.mode == "author" else {}
-    hive_types: dict[str, Any] = {}
-    if "hive_schema" in kwargs and spec.input.mode == "author":
-        # author mode: partition values are read as text, then converted leniently to the
-        # declared type (else the domain's): a folder name that does not parse as the
-        # author's domain type (``size_class=5-9`` against an integer domain) becomes null
-        # instead of failing the run, which would tell the author that some record holds
-        # such a value (issue 27 review).
-        hive_types = {c: SCHEMA_DTYPES[declared[c]] if c in declared else t
-                      for c, t in kwargs["hive_schema"].items()}
-        kwargs["hive_schema"] = dict.fromkeys(hive_types, pl.String)
-    if declared:
-        # author mode: every file is read against the declared schema, not the first file's:
-        # files written one by one (pandas, one per partition) have dtypes that follow their
-        # contents (an integer column with one missing value is stored as float), and a scan
-        # of files whose dtypes differ fails, which would tell the author that some record
-        # is missing a value (issue 27 review). Numeric widenings are allowed; columns no
-        # declaration names are not read.
-        kwargs["schema"] = {c: SCHEMA_DTYPES[t] for c, t in declared.items()
-                            if c not in hive_types}
-        kwargs["cast_options"] = pl.ScanCastOptions(
-            integer_cast=["upcast", "allow-float"], float_cast=["upcast", "downcast"],
-            categorical_to_string="allow")
-        kwargs["missing_columns"] = "insert"
-        kwargs["extra_columns"] = "ignore"
-    try:
-        lf = pl.scan_parquet(source, **kwargs)
-        schema = lf.collect_schema()
-        if declared or hive_types:
-            # author mode: the declared types, never the files' (a value that does not
-            # convert becomes null and meets the declared null rule)
-            targets = {**hive_types, **{c: SCHEMA_DTYPES[t] for c, t in declared.items()}}
-            casts = [pl.col(c).cast(t, strict=False) for c, t in targets.items()
-                     if c in schema and schema[c] != t]
-            lf = lf.with_columns(casts) if casts else lf
-            schema = lf.collect_schema()
-    except (pl.exceptions.PolarsError, OSError) as err:
-        raise DataValidationError(
-            f"cannot read the input {spec.input.source!r} as Parquet: {err}.\n"
-            "Hint: input.path must be a Parquet file, a folder of Parquet files or a "
-            "hive-partitioned dataset.") from err
-    return lf, {k: str(v) for k, v in schema.items()}
-
-
-def _hive_columns(folder: Path) -> list[str]:
-    """Names of the hive partition levels (``name=value`` folders) above the first data file."""
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        if any(f.endswith(".parquet") for f in files):
-            rel = Path(root).relative_to(folder)
-            return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
-    return []
-
-
 def _measures_used(spec: ReleaseSpec) -> list[str]:
     out: list[str] = []
     for t in spec.tables:
@@ -1446,7 +1374,7 @@ def read_input(spec: ReleaseSpec) -> pl.LazyFrame:
         >>> "payroll" in lf.collect_schema()
         True
     """
-    lf, schema = _scan_input(spec)
+    lf, schema = scan_input(spec)
     if spec.input.unit is None:
         lf = lf.with_row_index(ROW_ID)
     lf, _ = _input_rules(spec, lf)
@@ -1809,7 +1737,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         # data-free: mapping codes the join's conversion merges are refused before any read
         # (the schema and the spec decide it; author mode converts key columns first)
         try:
-            lf0, schema0 = _scan_input(spec)
+            lf0, schema0 = scan_input(spec)
         except DataValidationError as err:
             if spec.input.mode != "author":
                 raise
@@ -1934,7 +1862,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                    spark: Any = None) -> ReleaseResult:
     if spark is not None:
         return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark)
-    lf, input_schema = _scan_input(spec)
+    lf, input_schema = scan_input(spec)
     if spec.input.unit is None:
         # Records, not positions: each row gets its id before any join, filter or sort, and
         # the session follows that id.

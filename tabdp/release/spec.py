@@ -158,6 +158,7 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -712,7 +713,10 @@ def _public_file(text: str, path: str, what: str, config: CuratorConfig) -> Path
 
     A file found in a public folder whose real location (symbolic links resolved) is outside
     that folder or inside a dataset root is refused, with the same message as a missing file:
-    neither quotes a server path.
+    neither quotes a server path. So is a file with more than one hard link (``st_nlink >
+    1``): a hard link has no real location to resolve, and its other name may be a dataset
+    file (a confidential Parquet file linked into a public folder would otherwise be read as
+    a key list).
     """
     _plain_name(text, path, what)
     roots = config.dataset_roots()
@@ -722,7 +726,11 @@ def _public_file(text: str, path: str, what: str, config: CuratorConfig) -> Path
         top = Path(os.path.realpath(folder))
         if top not in real.parents or any(real == r or r in real.parents for r in roots):
             continue
-        if real.is_file():
+        try:
+            st = real.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
             return real
     _fail(path, f"{what} file {text!r} is not in the curator's public folders (an author-mode "
                 "spec names public metadata files only: domains, key lists, hierarchies).",

@@ -278,7 +278,7 @@ def test_accessor_hands_the_exact_totals_to_the_mechanism(to_engine: Callable[[A
     keys = tabdp.KeySet.from_dict(c=["a", "b", "z"])
     s = tabdp.Session(seed=4)
     out = to_engine(df).dp.sum(["n", "x"], by="c", keys=keys, mechanism=Spy(sigma=2.0),
-                               session=s)
+                               session=s, negatives="allow")
     n_tot, x_tot = seen["totals"]
     assert (n_tot.numer, n_tot.scale_bits) == ([2**60 + 1, 2**60 + 3, 0], 0)
     assert [Fraction(v, 2**x_tot.scale_bits) for v in x_tot.numer] == \

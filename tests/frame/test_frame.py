@@ -437,12 +437,22 @@ def test_negative_contributions_with_transformation(make_frame, snapshot, to_pl)
     frame = make_frame({"county": keys[0], "naics": keys[1], "net": [5.0, 2.0, 5.0, -2.0]})
     s = _session_with_one_release(frame)
     before = snapshot(s)
+    # a signed measure (negatives='allow'): refused for its negative contribution
     with pytest.raises(tabdp.DataValidationError) as info:
-        frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+        frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s,
+                     negatives="allow")
     assert isinstance(info.value, ValueError)
     msg = str(info.value)
     assert "'net'" in msg and "negative rows" in msg and "1 " not in msg
     assert info.value.confidential == {"negative_contributions:net": 1}
+    assert snapshot(s) == before
+    # the default (negatives='error'): one reason, the negative value (a negative contribution
+    # needs one), the same on every engine
+    with pytest.raises(tabdp.DataValidationError) as info:
+        frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+    msg = str(info.value)
+    assert "'net'" in msg and "negative values" in msg and "negative rows" not in msg
+    assert info.value.confidential == {"negative_values:net": 1}
     assert snapshot(s) == before
     # with non-negative rows, the release goes through and each row's delta is its value
     # (another frame: a session of its own, since row mode binds a session to its frame's rows)
@@ -461,13 +471,21 @@ def test_negative_unit_contributions_with_transformation(make_frame, snapshot, t
     # unit a: +5 and -2 in one cell (contribution 3, allowed); unit b: -1 (refused)
     frame = make_frame({"u": ["a", "a", "b"], "county": ["c1", "c1", "c1"],
                         "naics": ["11", "11", "11"], "net": [5.0, -2.0, 1.0]})
-    out = frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+    out = frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s,
+                       negatives="allow")
     assert len(to_pl(out)) == len(KEYS)
     before = snapshot(s)
     bad = make_frame({"u": ["a", "b"], "county": ["c1", "c1"], "naics": ["11", "11"],
                       "net": [5.0, -1.0]})
-    with pytest.raises(tabdp.DataValidationError, match="unit-cell contribution"):
-        bad.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+    with pytest.raises(tabdp.DataValidationError, match="unit-cell contribution") as info:
+        bad.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s,
+                   negatives="allow")
+    assert info.value.confidential == {"negative_contributions:net": 1}
+    assert snapshot(s) == before
+    # under the default (negatives='error') unit a's -2 is refused as a negative value
+    with pytest.raises(tabdp.DataValidationError, match="negative values") as info:
+        frame.dp.sum("net", by=["county", "naics"], keys=KEYS, mechanism=m, session=s)
+    assert info.value.confidential == {"negative_values:net": 1}
     assert snapshot(s) == before
 
 

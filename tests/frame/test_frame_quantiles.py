@@ -402,7 +402,8 @@ def test_composes_with_sums_row_mode(make_frame, to_pl):
     g = mech.Gaussian(sigma=20.0)
     s = tabdp.Session(seed=6)
     frame = make_frame(DATA)
-    frame.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, name="s")
+    frame.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, name="s",
+                 negatives="allow")
     _median(frame, s, name="m")
     frame.dp.count(by=["county", "naics"], keys=KEYS, mechanism=g, session=s, name="n")
     pr = to_pl(s.report().per_record)

@@ -34,7 +34,7 @@ def _release(make_frame: Any, mechanism: Any, unit: str | None, delta: float | N
              ) -> tuple[pl.DataFrame, pl.DataFrame, tabdp.Session]:
     s = tabdp.Session(seed=7, unit=unit)
     out = make_frame(DATA).dp.sum(["pay", "emp"], by="c", keys=KEYS, mechanism=mechanism,
-                                  session=s)
+                                  session=s, negatives="allow")
     return _pl(out), _pl(s.report(delta=delta).per_record), s
 
 
@@ -169,7 +169,7 @@ def test_accessor_grid_rounds_estimates_to_the_public_grid(make_frame):
     s = tabdp.Session(seed=9)
     f = make_frame(DATA)
     out = _pl(f.dp.sum(["pay", "emp"], by="c", keys=KEYS, mechanism=mech.Laplace(50.0),
-                       session=s, grid={"pay": 10.0}))
+                       session=s, grid={"pay": 10.0}, negatives="allow"))
     assert np.all(np.mod(out["pay"].to_numpy(), 10.0) == 0.0)
     default = float(mech.Laplace(50.0).default_grid())
     emp = out["emp"].to_numpy() / default

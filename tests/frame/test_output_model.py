@@ -27,7 +27,7 @@ def _pl(out):
 def test_long_and_wide_hold_the_same_numbers(make_frame):
     """Long and wide forms: same numbers, cv and flag from the public values."""
     frame = make_frame(DATA)
-    args = dict(by="county", keys=KEYS, mechanism=mech.Gaussian(sigma=20.0))
+    args = dict(by="county", keys=KEYS, mechanism=mech.Gaussian(sigma=20.0), negatives="allow")
     wide = _pl(frame.dp.sum(["payroll", "emp"], session=tabdp.Session(seed=3), cv=True, **args))
     long = _pl(frame.dp.sum(["payroll", "emp"], session=tabdp.Session(seed=3), form="long",
                             **args))
@@ -86,21 +86,21 @@ def test_integer_measures_stay_integer(make_frame):
     g = mech.Gaussian(sigma=5.0)
     assert g.default_grid() == 0.1  # the float default the integer measure no longer gets
     out = _pl(frame.dp.sum(["payroll", "emp"], by="county", keys=KEYS, mechanism=g,
-                           session=tabdp.Session(seed=2)))
+                           session=tabdp.Session(seed=2), negatives="allow"))
     assert out.schema["emp"] == pl.Int64 and out.schema["payroll"] == pl.Float64
     # moe: z·σ plus half the grid step of 1 (not of 0.1)
     np.testing.assert_allclose(out["emp_moe"].to_numpy(), 1.6448536269514722 * 5.0 + 0.5,
                                rtol=1e-9)
     s = tabdp.Session(seed=2)
-    frame.dp.sum("emp", by="county", keys=KEYS, mechanism=g, session=s)
+    frame.dp.sum("emp", by="county", keys=KEYS, mechanism=g, session=s, negatives="allow")
     assert s.records[-1].grid["emp"] in (1.0, "1", "1.0") or "1" in str(s.records[-1].grid)
     # an explicit grid is kept
     out = _pl(frame.dp.sum("emp", by="county", keys=KEYS, mechanism=g, grid=0.1,
-                           session=tabdp.Session(seed=2)))
+                           session=tabdp.Session(seed=2), negatives="allow"))
     assert out.schema["emp"] == pl.Float64
     # long form mixing an integer and a float measure: Float64 estimates
     out = _pl(frame.dp.sum(["payroll", "emp"], by="county", keys=KEYS, mechanism=g,
-                           form="long", session=tabdp.Session(seed=2)))
+                           form="long", session=tabdp.Session(seed=2), negatives="allow"))
     assert out.schema["estimate"] == pl.Float64
 
 
@@ -172,7 +172,7 @@ def test_negatives_allowed_are_counted_in_the_confidential_audit(make_frame):
     """Negative values under the allow rule are counted in the confidential audit."""
     s = tabdp.Session(seed=4)
     make_frame(DATA).dp.sum("emp", by="county", keys=KEYS, mechanism=mech.Gaussian(1.0),
-                            session=s)
+                            session=s, negatives="allow")
     assert s.records[-1].confidential["negative_values_allow:emp"] == 1
 
 
@@ -203,14 +203,14 @@ def test_author_mode_categories_come_from_the_key_set():
     for frame in (df, pdf):
         s = tabdp.Session(seed=0, mode="author")
         out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
-                           session=s, nulls="zero")
+                           session=s, nulls="zero", negatives="allow")
         if isinstance(out, pd.DataFrame):
             assert out["county"].cat.categories.tolist() == ["c1", "c2"]
         else:
             assert out.schema["county"] == pl.Enum(["c1", "c2"])
         # curator mode keeps the input's categories
         out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
-                           session=tabdp.Session(seed=0))
+                           session=tabdp.Session(seed=0), negatives="allow")
         cats = (out["county"].cat.categories.tolist() if isinstance(out, pd.DataFrame)
                 else out.schema["county"].categories.to_list())
         assert cats == ["c9", "c2", "c1", "c7"]

@@ -243,10 +243,19 @@ def test_negative_contributions_and_null_units_refused(spark):
     for frame in (data, sdf):
         with pytest.raises(tabdp.DataValidationError) as info:
             frame.dp.sum("net", by=["county", "sector"], keys=KEYS, mechanism=m,
-                         session=tabdp.Session(unit="u", seed=1))
+                         session=tabdp.Session(unit="u", seed=1), negatives="allow")
         errs.append(info.value)
     assert str(errs[0]) == str(errs[1]) and errs[0].confidential == errs[1].confidential
     assert errs[1].confidential == {"negative_contributions:net": 1, "null_unit_ids:u": 1}
+    # the default negatives='error': one reason, the negative values, as in Polars
+    errs = []
+    for frame in (data, sdf):
+        with pytest.raises(tabdp.DataValidationError) as info:
+            frame.dp.sum("net", by=["county", "sector"], keys=KEYS, mechanism=m,
+                         session=tabdp.Session(unit="u", seed=1))
+        errs.append(info.value)
+    assert str(errs[0]) == str(errs[1]) and errs[0].confidential == errs[1].confidential
+    assert errs[1].confidential == {"negative_values:net": 2, "null_unit_ids:u": 1}
     # author mode: declared rules, nothing raises on data; same table as Polars
     outs = []
     for frame in (data, sdf):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tabdp.calibrate import FAMILIES, calibrate, compare_families
-from tabdp.exceptions import CalibrationError
+from tabdp.exceptions import CalibrationError, InvalidParameterError
 from tabdp.mechanisms import Gaussian, Subbotin, UnitSplitting
 from tabdp.mechanisms.stable import SymmetricStable
 from tabdp.mechanisms.transformation import LogTransform, RootTransform
@@ -84,10 +84,15 @@ def test_calibrate_meets_extreme_targets_or_refuses_clearly(
 
 
 def test_compare_families_survives_extreme_targets() -> None:
-    comp = compare_families({1e3: 0.5, 1e300: 1e-10}, typical_total=1e6)
+    # extreme but not decreasing: a tiny loss at an enormous size (the same at 1e3)
+    comp = compare_families({1e3: 1e-10, 1e300: 1e-10}, typical_total=1e6)
     assert comp.results or comp.failed                   # ranks what works, lists the rest
     for r in comp.results:
         assert float(r.mechanism.rho(1e300)) <= 1e-10
+        assert float(r.mechanism.rho(1e3)) <= 1e-10
+    # decreasing targets are refused before any family is tried (issue 28)
+    with pytest.raises(InvalidParameterError, match="targets decrease with record size"):
+        compare_families({1e3: 0.5, 1e300: 1e-10}, typical_total=1e6)
 
 
 # -------------------------------------------------------------------------------------------------

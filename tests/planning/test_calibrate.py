@@ -295,13 +295,21 @@ def test_targets_where_small_records_bind() -> None:
     assert res.achieved[1e7] < 1000.0
 
 
-def test_decreasing_targets_note_implied_target() -> None:
-    targets = {1e3: 2.0, 1e5: 1.0}
+def test_equal_targets_note_implied_target() -> None:
+    # equal targets are accepted: the larger size's target implies the smaller one's
+    targets = {1e3: 1.0, 1e5: 1.0}
     res = calibrate("log", targets, 1e4)
     _check_targets(res, targets)
     assert res.binding == (1e5,)
     assert any("implied" in n for n in res.notes)
     assert "cannot bind" in res.explain()
+
+
+def test_decreasing_targets_are_refused() -> None:
+    # issue 28: a larger record allowed less loss than a smaller one gives a useless mechanism
+    with pytest.raises(InvalidParameterError, match="targets decrease with record size") as info:
+        calibrate("log", {1e3: 2.0, 1e5: 1.0}, 1e4)
+    assert "size 100000 is allowed rho = 1" in str(info.value)
 
 
 # -- objectives ---------------------------------------------------------------------------------

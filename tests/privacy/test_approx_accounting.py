@@ -170,7 +170,7 @@ ROWS = {"c": ["a", "b", "a", "z"], "x": [3.0, -4.0, 0.0, 9.0], "u": [1, 2, 1, 3]
 def test_report_epsilon_delta_for_gaussian_releases_is_exact(make_frame):
     s = tabdp.Session(seed=1)
     f = make_frame(ROWS)
-    f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(2.0), session=s)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(2.0), session=s, negatives="allow")
     # a non-integer grid keeps the continuous Gaussian (Gaussian-DP accounting)
     f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), grid=0.5, session=s)
     pr = _pl(s.report(delta=1e-6).per_record)
@@ -266,7 +266,7 @@ def test_approx_only_releases_compose_basically_with_zcdp_ones(make_frame, unit)
     s = tabdp.Session(seed=3, unit=unit)
     f = make_frame({"c": ["a", "b", "a", "z"], "x": [3.0, -4.0, 0.5, 9.0], "y": [1.0, 0, 2, 5],
                     "u": [1, 2, 1, 3]})
-    f.dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=_ApproxOnly(), session=s)
+    f.dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=_ApproxOnly(), session=s, negatives="allow")
     # a non-integer grid keeps the continuous Gaussian (Gaussian-DP accounting)
     f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), grid=0.5, session=s)
     rep = s.report(delta=1e-6)

@@ -56,7 +56,8 @@ def author_view(run: Callable[[], Any]) -> tuple[Any, ...]:
 def _releases(author: tabdp.AuthorSession) -> list[Callable[[], Any]]:
     """One of each release kind, as the author makes them."""
     return [
-        lambda: author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(5.0), nulls="zero"),
+        lambda: author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(5.0), nulls="zero",
+                           negatives="allow"),
         lambda: author.count(by="c", keys=KEYS),
         lambda: author.median("x", by="c", keys=KEYS, bounds=(0.0, 100.0), epsilon=1.0,
                               nulls="drop"),
@@ -87,7 +88,7 @@ def test_keys_from_data_refused_from_the_argument(to_engine: Callable[[Any], Any
             author.count(by="c", keys=data_keys)
         with pytest.raises(InvalidParameterError, match="read from the data"):
             author.sum("x", by="c", keys=data_keys.project(["c"]),
-                       mechanism=mech.Gaussian(1.0), nulls="zero")
+                       mechanism=mech.Gaussian(1.0), nulls="zero", negatives="allow")
         with pytest.raises(InvalidParameterError, match="read from the data"):
             author.median("x", by="c", keys=data_keys, bounds=(0, 9), epsilon=1.0,
                           nulls="zero")
@@ -199,7 +200,7 @@ def test_scan_csv_parse_failure_is_the_curators_at_creation(tmp_path: pathlib.Pa
             schema={"c": "String", "y": "Float64"})
     author = cur.author_session("d")
     assert author_view(lambda: author.sum("y", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
-                                          nulls="zero"))[0][0] == "ok"
+                                          nulls="zero", negatives="allow"))[0][0] == "ok"
 
 
 def test_pinning_inside_an_authors_call_is_the_generic_failure(
@@ -231,12 +232,13 @@ def test_sum_dtype_does_not_follow_pandas_written_parquet(tmp_path: pathlib.Path
             s = tabdp.Session(mode="author", seed=1)
             out = pl.scan_parquet(path).dp.sum("x", by="c", keys=KEYS,
                                                mechanism=mech.Gaussian(1.0), nulls="zero",
-                                               session=s)
+                                               session=s, negatives="allow")
         else:
             cur = tabdp.Curator(seed=1)
             cur.add("d", path, schema={"c": "String", "x": declared})
             out = cur.author_session("d").sum("x", by="c", keys=KEYS,
-                                              mechanism=mech.Gaussian(1.0), nulls="zero")
+                                              mechanism=mech.Gaussian(1.0), nulls="zero",
+                                              negatives="allow")
         dtypes.append(out["x"].dtype)
     assert dtypes[0] == dtypes[1] == (pl.Int64 if declared == "Int64" else pl.Float64)
 
@@ -269,7 +271,7 @@ def test_engine_failure_after_reading_is_generic(monkeypatch: pytest.MonkeyPatch
     assert "SECRET-42" in cur.report("s").confidential_summary()["author_failures"][0]["error"]
     # data-free refusals are raised as themselves; interrupts pass
     with pytest.raises(InvalidParameterError, match="nulls='error'"):
-        author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0))
+        author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), negatives="allow")
 
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
@@ -328,7 +330,8 @@ def test_from_config_takes_any_config_object(tmp_path: pathlib.Path) -> None:
     cur = tabdp.Curator.from_config(cfg)
     author = cur.author_session("d")
     assert author.schema == {"c": "String", "x": "Int32"}
-    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero")
+    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero",
+                     negatives="allow")
     assert out["x"].dtype == pl.Int64  # declared integer
     assert cur.session(author.name).budget is not None
 
@@ -348,7 +351,8 @@ def test_from_file_reads_the_cli_configuration(tmp_path: pathlib.Path) -> None:
     assert cur.datasets == ["d"] and cur.budget == {1.0: 0.5, 100.0: 3.0}
     author = cur.author_session("d", seed=3)
     assert author.schema == {"c": "String", "x": "Float64"}
-    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero")
+    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), nulls="zero",
+                     negatives="allow")
     assert out["x"].dtype == pl.Float64 and out.height == 2
     # the curve budget is the one enforced: a unit is left out where x**2 / 2 passes the curve
     # at its size (x = 40: 800 > 3), a count the curator sees and the author does not

@@ -68,7 +68,7 @@ def _releases(df: Any) -> dict[str, Any]:
         warnings.simplefilter("always")
         seen["sum"] = df.dp.sum(["payroll", "emp"], by=["county", "naics"], keys=KEYS,
                                 mechanism=mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0), session=s,
-                                nulls="zero")
+                                nulls="zero", negatives="allow")
         seen["log"] = df.dp.sum("payroll", by=["county", "naics"], keys=KEYS,
                                 mechanism=mech.LogTransform(sigma=0.2, offset=1e4), session=s,
                                 nulls="drop", negatives="zero")
@@ -78,7 +78,8 @@ def _releases(df: Any) -> dict[str, Any]:
         seen["q90"] = df.dp.quantile("emp", 0.9, by=["county", "naics"], keys=KEYS,
                                      bounds=(0.0, 500.0), epsilon=1.0, session=s, nulls="drop")
         seen["national"] = df.dp.sum("emp", by=[], keys=tabdp.KeySet.from_dict(),
-                                     mechanism=mech.Gaussian(50.0), session=s, nulls="zero") \
+                                     mechanism=mech.Gaussian(50.0), session=s, nulls="zero",
+                                     negatives="allow") \
             if _has_empty_keyset() else None
     seen = {k: as_polars(v) if v is not None else v for k, v in seen.items()}
     seen["warnings"] = sorted(str(w.message) for w in caught)
@@ -146,6 +147,11 @@ def test_author_mode_refuses_undeclared_rules_before_reading_data(to_engine):
     with pytest.raises(tabdp.InvalidParameterError, match="negatives='zero'"):
         df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, nulls="zero",
                   mechanism=mech.LogTransform(sigma=0.2, offset=1.0), session=s)
+    # the default negatives='error' of an additive mechanism too (the data has no negative)
+    with pytest.raises(tabdp.InvalidParameterError, match="declare negatives=") as info:
+        df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, nulls="zero",
+                  mechanism=mech.Gaussian(1.0), session=s)
+    assert "negatives='allow'" in str(info.value)
     assert len(s.records) == 0
     with pytest.raises(tabdp.InvalidParameterError, match="mode must be"):
         tabdp.Session(mode="public")
@@ -230,7 +236,7 @@ def _true_totals(df: Any, **kw: Any) -> Any:
             return super().release_table(np.zeros(len(values)), rng, level, grid)
 
     df.dp.sum("x", by=["c"], keys=tabdp.KeySet.from_dict(c=["a"]), mechanism=Spy(1.0),
-              session=tabdp.Session(seed=0, **kw))
+              session=tabdp.Session(seed=0, **kw), negatives="allow")
     return captured["totals"]
 
 
@@ -253,7 +259,7 @@ def test_cell_totals_are_exact_and_independent_of_row_order(to_engine):
     s = tabdp.Session(seed=0)
     df = to_engine(pl.DataFrame({"c": ["a", "a"], "x": [2.0**60, 1e-300]}))
     df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]), mechanism=mech.Gaussian(1.0),
-              session=s)
+              session=s, negatives="allow")
     assert as_polars(s.report().per_record)["rho"][1] == 0.0
     without = _true_totals(to_engine(pl.DataFrame({"c": ["a"], "x": [2.0**60]})))
     assert _true_totals(df).numer == without.numer

@@ -39,10 +39,10 @@ def _row_mode_probe(df: pl.DataFrame, derive: Callable[[pl.DataFrame], pl.DataFr
     """
     s = tabdp.Session(mode="author")
     to_engine(df).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
-                         nulls="zero")
+                         nulls="zero", negatives="allow")
     try:
         to_engine(derive(df)).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6),
-                                     session=s, nulls="zero")
+                                     session=s, nulls="zero", negatives="allow")
     except Exception as err:  # noqa: BLE001 - what the author sees
         return type(err).__name__
     return "ok"
@@ -120,12 +120,14 @@ def test_author_mode_budget_survives_relabelled_ids(to_engine: Callable[[Any], A
     df = to_engine(data)
     budget = 0.6
     s = tabdp.Session(unit="id", mode="author", budget=budget, seed=1, data=df)
-    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero",
+              negatives="allow")
     with pytest.raises(tabdp.exceptions.InvalidParameterError, match="bound to one frame"):
         (to_engine(data.with_columns(pl.col("id") + 1000))
          .dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
-                 nulls="zero"))
-    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
+                 nulls="zero", negatives="allow"))
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, nulls="zero",
+              negatives="allow")
     pr = as_polars(s.report().per_record).sort("id")
     assert pr["rho"].to_list() == [0.5, pytest.approx(0.01)]
     assert pr["rho"].max() <= budget
@@ -138,7 +140,7 @@ def test_int128_measure_total_cannot_wrap(to_engine: Callable[[Any], Any]) -> No
     df = to_engine(pl.DataFrame({"c": ["a", "a"], "x": pl.Series([big, big], dtype=pl.Int128)}))
     s = tabdp.Session(seed=1, mode="author")
     out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
-                    nulls="zero")
+                    nulls="zero", negatives="allow")
     # the total of two non-negative values is not negative (it wrapped to -2**127 before):
     # 128-bit integers are clamped to the public bound 2**64 like floats
     assert out["x"][0] > 0
@@ -146,7 +148,7 @@ def test_int128_measure_total_cannot_wrap(to_engine: Callable[[Any], Any]) -> No
     per = s.report().per_record
     one = to_engine(pl.DataFrame({"c": ["a"], "x": pl.Series([big], dtype=pl.Int128)}))
     out1 = one.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0),
-                      session=tabdp.Session(seed=1, mode="author"), nulls="zero")
+                      session=tabdp.Session(seed=1, mode="author"), nulls="zero", negatives="allow")
     moved = abs(out["x"][0] - out1["x"][0])
     assert moved <= 1.0001 * per["size"].max()
 
@@ -161,7 +163,7 @@ def test_uint128_measure_no_data_dependent_error_in_author_mode(
         df = to_engine(pl.DataFrame({"c": ["a"], "x": pl.Series([v], dtype=pl.UInt128)}))
         s = tabdp.Session(mode="author")
         out = df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s,
-                        nulls="zero")
+                        nulls="zero", negatives="allow")
         seen.append((out.columns, out.dtypes, out.height))
     assert seen[0] == seen[1]
 
@@ -171,7 +173,7 @@ def test_int128_clamp_counted_confidentially(to_engine: Callable[[Any], Any]) ->
     df = to_engine(pl.DataFrame({"c": ["a", "a", "a"],
                                  "x": pl.Series([2**70, -(2**70), 5], dtype=pl.Int128)}))
     s = tabdp.Session(seed=1)
-    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s, negatives="allow")
     q = s.report().confidential_summary()["queries"][0]
     assert q["values_clamped_to_2^64:x"] == 2
     size = s.report().per_record["size"].to_list()
@@ -246,11 +248,11 @@ def test_row_binding_message_holds_no_row_count(to_engine: Callable[[Any], Any])
     d = pl.DataFrame({"c": ["a"] * 7, "x": [10.0, 20.0, 30.0, 40.0, 50.0, 1e6, 2e6]})
     s = tabdp.Session(mode="author")
     to_engine(d).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
-                        nulls="zero")
+                        nulls="zero", negatives="allow")
     with pytest.raises(tabdp.exceptions.InvalidParameterError) as info:
         to_engine(d.filter(pl.col("x") <= 35.0)).dp.sum("x", by="c", keys=KEY1,
                                              mechanism=mech.Gaussian(1e6), session=s,
-                                             nulls="zero")
+                                             nulls="zero", negatives="allow")
     assert not any(ch.isdigit() for ch in str(info.value))
 
 
@@ -354,11 +356,11 @@ def test_bounded_curve_holds_for_every_unit(to_engine: Callable[[Any], Any]) -> 
     df = to_engine(df)
     s = tabdp.Session(unit="id", seed=2)
     df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s,
-              max_cells=2)
+              max_cells=2, negatives="allow")
     df.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(2.0), session=s, max_cells=2,
                 max_rows=3)
     df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Laplace(50.0), session=s,
-              max_cells=1)
+              max_cells=1, negatives="allow")
     rep = s.report()
     assert rep.to_dict()["total_policy_curve_holds_for"] == "every unit"
     per = as_polars(rep.per_record)

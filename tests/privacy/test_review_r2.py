@@ -90,7 +90,7 @@ def test_author_mode_categorical_key_codes_do_not_follow_the_data(secret_first: 
     df = pl.DataFrame({"c": pl.Series(vals, dtype=pl.Categorical), "x": [1.0, 2.0]})
     s = tabdp.Session(mode="author", data=df, seed=1)
     out = df.dp.sum("x", by="c", keys=KEY_A, mechanism=mech.Gaussian(1.0), session=s,
-                    nulls="zero")
+                    nulls="zero", negatives="allow")
     assert out.schema["c"] == pl.Enum(["A"])
     assert out["c"].to_physical().to_list() == [0]
 
@@ -122,7 +122,7 @@ def test_author_mode_pandas_null_does_not_change_output_dtype_or_grid() -> None:
         df = pd.DataFrame({"c": ["A"] * len(xs), "x": xs})
         s = tabdp.Session(mode="author", data=df, seed=1)
         out = df.dp.sum("x", by="c", keys=KEY_A, mechanism=mech.Gaussian(5.0), session=s,
-                        nulls="zero")
+                        nulls="zero", negatives="allow")
         seen.append((str(out["x"].dtype), s.report().to_dict()["queries"][0]["grid"]))
     assert seen[0] == seen[1]
 

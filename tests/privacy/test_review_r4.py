@@ -240,7 +240,8 @@ def test_unit_losses_at_id_edges_are_exact_and_order_free(ids: str) -> None:
     for seed in (None, 1, 2):
         df = frame if seed is None else frame.sample(fraction=1.0, shuffle=True, seed=seed)
         s = tabdp.Session(unit="u", seed=3, mode="author")
-        df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s, nulls="zero")
+        df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s, nulls="zero",
+                  negatives="allow")
         reports.append(s.report().per_record)
     per = reports[0]
     assert dict(zip(per["u"].to_list(), per["rho"].to_list(), strict=True)) == want

@@ -45,7 +45,8 @@ ROWS = {"c": ["a", "b", "a", "z", "b"], "x": [3.0, -4.0, 0.0, 9.0, 2.5], "y": [1
 def test_per_record_rows_sum_of_measures(make_frame, out_type):
     g = mech.Gaussian(sigma=2.0)
     s = tabdp.Session(seed=1)
-    make_frame(ROWS).dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=g, session=s)
+    make_frame(ROWS).dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=g, session=s,
+                            negatives="allow")
     pr = s.report().per_record
     assert type(pr) is out_type  # pandas releases → pandas report
     pr = _pl(pr)
@@ -65,7 +66,7 @@ def test_per_record_count_and_composition(make_frame):
     s = tabdp.Session(seed=2)
     f = make_frame(ROWS)
     f.dp.count(by="c", keys=KEYS, mechanism=g, session=s)
-    f.dp.sum("x", by="c", keys=KEYS, mechanism=lap, session=s, name="pay")
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=lap, session=s, name="pay", negatives="allow")
     f.dp.count(by="c", keys=KEYS, mechanism=lap, session=s)
     pr = _pl(s.report().per_record)
     assert pr.columns == ["row", "rho", "epsilon", "size", "rho_q1_count", "rho_pay",
@@ -81,7 +82,7 @@ def test_per_record_count_and_composition(make_frame):
     assert pr["epsilon"].to_list() == [math.inf, math.inf, math.inf, 0.0, math.inf]
     # pure-only session: epsilon is the sum of the epsilons
     s2 = tabdp.Session(seed=2)
-    f.dp.sum("x", by="c", keys=KEYS, mechanism=lap, session=s2)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=lap, session=s2, negatives="allow")
     f.dp.count(by="c", keys=KEYS, mechanism=lap, session=s2)
     pr2 = _pl(s2.report().per_record)
     np.testing.assert_allclose(pr2["epsilon"].to_numpy(), x / 4.0 + inside * 0.25)
@@ -106,7 +107,7 @@ def test_session_with_row_units_refuses_a_frame_of_another_length(make_frame):
 def test_custom_names(make_frame):
     s = tabdp.Session(seed=4)
     make_frame(ROWS).dp.count(by="c", keys=KEYS, mechanism=TINY, session=s, name="n_2024")
-    make_frame(ROWS).dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
+    make_frame(ROWS).dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, negatives="allow")
     assert _pl(s.report().per_record).columns[-2:] == ["rho_n_2024", "rho_q2_sum"]
     assert [q["name"] for q in s.report().to_dict()["queries"]] == ["n_2024", "q2_sum"]
 
@@ -132,11 +133,13 @@ def test_unit_losses_hand_computed(make_frame, out_type):
     lap = mech.Laplace(scale=1.0)  # eps(D) = D
     s = tabdp.Session(unit="estab_id", seed=5)
     f = make_frame(UNITS)
-    o = _pl(f.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="truth"))
+    o = _pl(f.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="truth",
+                     negatives="allow"))
     np.testing.assert_allclose(o["x"].to_numpy(), [12.0, 9.0], atol=1e-4)
-    f.dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="pay")
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="pay", negatives="allow")
     f.dp.count(by="c", keys=KEYS, mechanism=g, session=s, name="n")
-    f.dp.sum(["x", "emp"], by="c", keys=KEYS, mechanism=lap, session=s, name="lap")
+    f.dp.sum(["x", "emp"], by="c", keys=KEYS, mechanism=lap, session=s, name="lap",
+             negatives="allow")
     pr = s.report().per_record
     assert type(pr) is out_type
     assert list(_pl(pr).columns) == ["estab_id", "rho", "epsilon", "size", "rho_truth",
@@ -174,7 +177,7 @@ def test_epsilon_of_a_pure_unit_session(make_frame):
     lap = mech.Laplace(scale=2.0)
     s = tabdp.Session(unit="estab_id", seed=6)
     f = make_frame(UNITS)
-    f.dp.sum("x", by="c", keys=KEYS, mechanism=lap, session=s)
+    f.dp.sum("x", by="c", keys=KEYS, mechanism=lap, session=s, negatives="allow")
     f.dp.count(by="c", keys=KEYS, mechanism=lap, session=s)
     eps = _by_unit(s.report().per_record, "epsilon")
     assert eps["E1"] == pytest.approx((15 + 7) / 2 + (2 + 1) / 2)
@@ -185,9 +188,11 @@ def test_epsilon_of_a_pure_unit_session(make_frame):
 def test_same_unit_across_two_frames_composes_by_id(make_frame):
     g = mech.Gaussian(sigma=1.0)
     s = tabdp.Session(unit="estab_id", seed=7)
-    make_frame(UNITS).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="q1")
+    make_frame(UNITS).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="q1",
+                             negatives="allow")
     other = {"estab_id": ["E3", "E5", "E1"], "c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]}
-    make_frame(other).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="q2")
+    make_frame(other).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s, name="q2",
+                             negatives="allow")
     pr = s.report().per_record
     q1, q2, tot = _by_unit(pr, "rho_q1"), _by_unit(pr, "rho_q2"), _by_unit(pr, "rho")
     assert q1["E1"] == pytest.approx((225 + 49) / 2) and q2["E1"] == pytest.approx(4.5)
@@ -356,13 +361,14 @@ def test_units_left_out_contribute_nothing_to_the_totals(make_frame):
     """
     s = tabdp.Session(seed=13, budget=1.0)
     out = _pl(make_frame(ROWS).dp.sum("x", by="c", keys=KEYS,
-                                      mechanism=mech.Gaussian(sigma=2.0), session=s))
+                                      mechanism=mech.Gaussian(sigma=2.0), session=s,
+                                      negatives="allow"))
     pr = _pl(s.report().per_record)
     np.testing.assert_allclose(pr["rho"].to_numpy(), [0.0, 0.0, 0.0, 0.0, 6.25 / 8])
     without = {k: [v for i, v in enumerate(vals) if i not in (0, 1)] for k, vals in ROWS.items()}
     ref = _pl(make_frame(without).dp.sum("x", by="c", keys=KEYS,
                                          mechanism=mech.Gaussian(sigma=2.0),
-                                         session=tabdp.Session(seed=13)))
+                                         session=tabdp.Session(seed=13), negatives="allow"))
     assert out.equals(ref)
     assert _left_out(s) == 2
 
@@ -426,11 +432,12 @@ def test_per_currency_budget_curves(make_frame):
     s = tabdp.Session(seed=2, budget=b)
     make_frame(ROWS).dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
     assert _left_out(s) == 4  # 0.5 > 0.1 rows budget
-    make_frame(ROWS).dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s)
+    make_frame(ROWS).dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s,
+                            negatives="allow")
     assert _left_out(s) == 0
     with pytest.raises(tabdp.InvalidParameterError, match="no curve for 'y'"):
         make_frame(ROWS).dp.sum("y", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
-                                session=s)
+                                session=s, negatives="allow")
 
 
 def test_unit_budget_across_frames(make_frame):
@@ -473,7 +480,7 @@ def test_bad_session_arguments(kw):
 # ---------------------------------------------------------------------------------------------
 def test_one_off_release_and_last_session(make_frame, out_type):
     f = make_frame(ROWS)
-    out = f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0))
+    out = f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(sigma=1.0), negatives="allow")
     s1 = tabdp.last_session()
     assert isinstance(s1, tabdp.Session) and len(s1.records) == 1
     assert s1.rng.secure
@@ -492,7 +499,7 @@ def test_one_off_release_and_last_session(make_frame, out_type):
 def _release(frame, seed):
     s = tabdp.Session(seed=seed)
     a = _pl(frame.dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
-                         session=s))
+                         session=s, negatives="allow"))
     b = _pl(frame.dp.count(by="c", keys=KEYS, mechanism=mech.Laplace(1.0), session=s))
     return a, b
 
@@ -513,7 +520,7 @@ def test_seeded_noise_is_backend_independent(engine, tmp_path):
         return as_engine(pd.DataFrame(ROWS), kind, tmp_path)
 
     outs = [_pl(frame(k).dp.sum("x", by=["c"], keys=KEYS, mechanism=mech.Gaussian(1.0),
-                                session=tabdp.Session(seed=9)))
+                                session=tabdp.Session(seed=9), negatives="allow"))
             for k in (engine, "polars")]
     assert outs[0].equals(outs[1])
 
@@ -521,7 +528,7 @@ def test_seeded_noise_is_backend_independent(engine, tmp_path):
 def test_secure_sessions_differ(make_frame):
     f = make_frame(ROWS)
     outs = [_pl(f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
-                         session=tabdp.Session())) for _ in range(2)]
+                         session=tabdp.Session(), negatives="allow")) for _ in range(2)]
     assert not outs[0]["x"].equals(outs[1]["x"])
 
 
@@ -568,8 +575,10 @@ def test_recorded_loss_matches_neighbouring_datasets(make_frame, unit, engine):
     def check(data: dict) -> None:
         s = tabdp.Session(unit=unit, seed=0)
         f = make_frame(data, dtypes={"c": pl.String})
-        o = _pl(f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=TINY, session=s, name="t"))
-        f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=G3, session=s, name="g")
+        o = _pl(f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=TINY, session=s, name="t",
+                         negatives="allow"))
+        f.dp.sum(["x", "y"], by="c", keys=PKEYS, mechanism=G3, session=s, name="g",
+                 negatives="allow")
         f.dp.count(by="c", keys=PKEYS, mechanism=G3, session=s, name="n")
         full = _true_cells(data)
         np.testing.assert_allclose(o["x"].to_numpy(), full["x"].to_numpy(), atol=1e-4)

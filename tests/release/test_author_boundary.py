@@ -86,6 +86,8 @@ def _server(root: Path, with_04: bool) -> Path:
     pl.DataFrame({"naics2": ["11", "21"]}).write_csv(meta / "naics2.csv")
     # a public-looking name that is a link to the confidential data
     os.symlink(root / "data" / "input.parquet", meta / "linked.parquet")
+    # a hard link has no other real path: the realpath check alone would accept it
+    os.link(root / "data" / "input.parquet", meta / "hardlinked.parquet")
     write_curator(root, {"cbp": "data/hive", "plain": "data/plain",
                          "flat": "data/input.parquet"}, public=[meta], root="releases")
     return root
@@ -137,6 +139,11 @@ METADATA_ATTACKS = {
     "keys, a path": dict(keys='keys = { file = "../data/input.parquet" }', count_by='"county"'),
     "keys, a link to the data": dict(keys='keys = { file = "linked.parquet" }',
                                      count_by='"county"'),
+    "domain, a hard link to the data": dict(
+        domains='[domains]\npayroll = { file = "hardlinked.parquet", column = "payroll" }',
+        count_by='"payroll"'),
+    "keys, a hard link to the data": dict(keys='keys = { file = "hardlinked.parquet" }',
+                                          count_by='"county"'),
     "hierarchy, the data's file": dict(hier_file="input.parquet"),
     "hierarchy, a path": dict(hier_file="../data/input.parquet"),
     "hierarchy, a home path": dict(hier_file="~/geo.csv"),
@@ -170,6 +177,25 @@ def test_a_link_is_refused_like_a_missing_file(
     b = _cli(servers[0], monkeypatch, missing, "validate")
     assert a[0] == b[0] == 2
     assert a[2].replace("linked", "X") == b[2].replace("nosuch", "X")
+
+
+def test_a_public_name_hard_linked_to_the_data_is_a_missing_file(
+        servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hard link (st_nlink > 1) in a public folder: the message of a missing public file.
+
+    A hard link resolves to itself, so the realpath check cannot see that its other name is a
+    dataset file; every public file with more than one link is refused.
+    """
+    meta = servers[0] / "meta"
+    assert os.path.samefile(meta / "hardlinked.parquet", servers[0] / "data" / "input.parquet")
+    assert os.path.realpath(meta / "hardlinked.parquet") == str(meta / "hardlinked.parquet")
+    link = spec_text(**METADATA_ATTACKS["domain, a hard link to the data"])
+    missing = link.replace("hardlinked.parquet", "nosuch.parquet")
+    a = _cli(servers[0], monkeypatch, link, "validate")
+    b = _cli(servers[0], monkeypatch, missing, "validate")
+    assert a[0] == b[0] == 2
+    assert "not in the curator's public folders" in a[2]
+    assert a[2].replace("hardlinked", "X") == b[2].replace("nosuch", "X")
 
 
 # -- finding 2: the partition ban was bypassed by globs ---------------------------------------

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import struct
 from pathlib import Path
@@ -309,12 +310,35 @@ def test_python_and_spec_share_the_negatives_default(tmp_path: Path) -> None:
     # Python, curator mode, an additive mechanism: "error" refuses them, as a spec does
     with pytest.raises(DataValidationError, match="negative values and negatives='error'"):
         df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0), negatives="error")
+    # ... and so does the default, whatever the mechanism (one reason, the count confidential)
+    for m in (Gaussian(1.0), tabdp.mechanisms.LogTransform(sigma=0.25, offset=1000.0)):
+        with pytest.raises(DataValidationError, match="negatives='error' \\(the default") as info:
+            df.dp.sum("x", by="g", keys=keys, mechanism=m)
+        assert info.value.confidential == {"negative_values:x": 1}
+        assert "1 " not in str(info.value)
     out = df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1e-3), negatives="allow")
     assert abs(float(out["x"][0]) - 7.0) < 0.1
+    # None no longer picks a rule per mechanism
+    with pytest.raises(InvalidParameterError, match="(?s)got None.*negatives='allow'"):
+        df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0),
+                  negatives=None)  # type: ignore[arg-type]
     # author mode: "error" must not be the rule in either
     with pytest.raises(InvalidParameterError, match="negatives='error' \\(the default\\)"):
         df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0), negatives="error",
                   session=Session(mode="author", data=df), nulls="zero")
+    # ... nor the default in an author session's sum: refused from the arguments, nothing read
+    # or recorded, the same on data without any negative value
+    for data_ in (df, df.with_columns(pl.col("x").abs())):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", data_, schema={"g": "String", "x": "Float64"})
+        author = cur.author_session("d")
+        with pytest.raises(InvalidParameterError, match="declare negatives= in the call") as ie:
+            author.sum("x", by="g", keys=keys, mechanism=Gaussian(1.0), nulls="zero")
+        assert "negatives='allow'" in str(ie.value)
+        assert author.summary()["queries"] == []
+        out = author.sum("x", by="g", keys=keys, mechanism=Gaussian(1e-3), nulls="zero",
+                         negatives="allow")
+        assert abs(float(out["x"][0]) - float(data_["x"].sum())) < 0.1
     # the spec, on the same data: exit 4 (negative values) by default, 0 with "allow"
     data = tmp_path / "d.parquet"
     df.with_columns(pl.lit(1).alias("id")).write_parquet(data)
@@ -340,3 +364,54 @@ mechanism = {{{{ family = "gaussian", sigma = 1.0 }}}}
     code, _, err = run("run", "--quiet", "--overwrite",
                        str(write(tmp_path, base.format(neg='negatives = "allow"'))))
     assert code == 0, err
+
+
+def test_python_and_spec_drop_rows_outside_the_key_set_alike(tmp_path: Path) -> None:
+    """Out-of-domain keys (tabdp._defaults.OUT_OF_DOMAIN_KEYS): dropped, counted confidentially."""
+    from tabdp import _defaults
+    from tabdp.mechanisms import Gaussian
+    from tabdp.privacy.session import Session
+
+    assert _defaults.OUT_OF_DOMAIN_KEYS == "drop"
+    # one row (g = "z") outside the public key set {a, b}, with a value that would show
+    df = pl.DataFrame({"id": [1, 2, 3], "g": ["a", "a", "z"], "x": [1.0, 2.0, 1e6]})
+    keys = tabdp.KeySet.from_dict(g=["a", "b"])
+    s = Session(seed=1)
+    py = df.dp.sum("x", by="g", keys=keys, mechanism=Gaussian(1e-3), session=s)
+    assert py["g"].to_list() == ["a", "b"]
+    assert py["x"].to_list() == pytest.approx([3.0, 0.0], abs=0.05)
+    assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
+    # the spec on the same data: the same cells and estimates, the row counted confidentially
+    data = tmp_path / "d.parquet"
+    df.write_parquet(data)
+    out = tmp_path / "out"
+    text = f"""
+[release]
+name = "ood"
+[input]
+path = "{data.as_posix()}"
+unit = "id"
+[domains]
+g = ["a", "b"]
+[randomness]
+seed = 1
+[output]
+public = "{out.as_posix()}/public"
+confidential = "{out.as_posix()}/confidential"
+form = "wide"
+[[tables]]
+name = "t"
+measures = ["x"]
+by = ["g"]
+mechanism = {{ family = "gaussian", sigma = 1e-3 }}
+"""
+    code, _, err = run("run", "--quiet", "--test-seed", str(write(tmp_path, text)))
+    assert code == 0, err
+    table = pl.read_parquet(out / "public" / "t.parquet").sort("g")
+    assert table["g"].to_list() == ["a", "b"]
+    assert table["x"].to_list() == pytest.approx([3.0, 0.0], abs=0.05)
+    conf = json.loads((out / "confidential" / "confidential.json").read_text())
+    assert conf["releases"]["t"]["rows_outside_keys"] == 1
+    public = "".join(p.read_text(errors="ignore") for p in (out / "public").iterdir()
+                     if p.suffix in (".json", ".html"))
+    assert "rows_outside_keys" not in public and '"z"' not in public
