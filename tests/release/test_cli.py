@@ -1121,9 +1121,11 @@ def test_engine_hints_are_rewritten_as_spec_keys() -> None:
     """The engine's data-rule hints reach the curator (failure.json) in spec-key wording."""
     from tabdp.frame._engine import _Rules, _strict_checks
 
+    # the runner applies input.negatives itself and hands the engine negatives='allow', under
+    # which a transformation mechanism's negative contributions are checked
     with pytest.raises(tabdp.DataValidationError) as info:
         _strict_checks({"inf:x": 1, "missing:x": 2, "null:u": 1}, ["x"], "u",
-                       _Rules("error", "error", "curator"), True, {"x": 3})
+                       _Rules("error", "allow", "curator"), True, {"x": 3})
     text = runner_mod._spec_hints(str(info.value))
     for want in ('input.nulls = "zero"', 'input.nulls = "drop"', 'input.negatives = "zero"',
                  'input.nonfinite = "drop"', 'input.unit_nulls = "drop"',
