@@ -58,7 +58,7 @@ def test_gaussian_type_rho_does_not_underflow_when_delta_and_sigma_are_tiny() ->
 # -------------------------------------------------------------------------------------------------
 _EXTREME_TARGETS = [
     ({1e200: 0.5}, 1e6), ({1e300: 0.5}, 1e6), ({1.0: 1e-300}, 1.0), ({1e-300: 1.0}, 0.0),
-    ({1.0: 1e300}, 1.0), ({1e-300: 1e-300}, 0.0), ({1e3: 0.5, 1e300: 1e-10}, 1e6),
+    ({1.0: 1e300}, 1.0), ({1e-300: 1e-300}, 0.0), ({1e3: 1e-10, 1e300: 1e-10}, 1e6),
     ({1.7e308: 0.5}, 0.0), ({1.0: 5e-324}, 1.0),
 ]
 
@@ -75,7 +75,8 @@ def test_calibrate_meets_extreme_targets_or_refuses_clearly(
         except CalibrationError as exc:
             assert f"calibrate({family!r})" in str(exc) and "Hint:" in str(exc)
             return
-    for size, target in targets.items():
+    for size, target in targets.items():  # (decreasing targets are refused: issue 28,
+        # test_compare_families_survives_extreme_targets)
         got = float(res.mechanism.rho(size))
         assert got <= target, (size, got, target)
         if family == "gaussian":                 # exact: Δ²/(2σ²) in mpmath

@@ -407,7 +407,7 @@ def test_spark_curator_author_view_and_refusals(spark: Any) -> None:
         views.append([author_view(lambda a=author: a.count(by="c", keys=KEYS)),
                       author_view(lambda a=author: a.sum("x", by="c", keys=KEYS,
                                                          mechanism=mech.Gaussian(1.0),
-                                                         nulls="zero"))])
+                                                         nulls="zero", negatives="allow"))])
     assert views[0] == views[1]
     assert views[0][1][0][1][2][1] == "Float64"
     with warnings.catch_warnings():
@@ -419,5 +419,5 @@ def test_spark_curator_author_view_and_refusals(spark: Any) -> None:
     cur = tabdp.Curator(seed=1)
     cur.add("t", as_spark(pl.DataFrame({"c": ["a"], "n": [3]})))
     out = cur.author_session("t").sum("n", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
-                                      nulls="zero")
+                                      nulls="zero", negatives="allow")
     assert dict(out.dtypes)["n"] == "bigint"  # declared integer by the frame's own type

@@ -216,10 +216,10 @@ def test_spark_author_mode_bad_values_and_budget_equal_polars(spark: Any) -> Non
         f = d if engine == "polars" else spark.createDataFrame(d.to_pandas())
         s = tabdp.Session(mode="author", data=f, seed=3, budget=30.0)
         outs = [f.dp.sum("x", by="c", keys=KEY_AB, mechanism=mech.Gaussian(1.0), session=s,
-                         nulls="zero"),
+                         nulls="zero", negatives="allow"),
                 f.dp.count(by="c", keys=KEY_AB, session=s),
                 f.dp.sum("n", by="c", keys=KEY_AB, mechanism=mech.Gaussian(2.0), session=s,
-                         nulls="drop")]
+                         nulls="drop", negatives="allow")]
         pr = _to_pl(s.report().per_record)
         seen[engine] = ([_to_pl(o) for o in outs], pr.sort(pr.columns[0]))
     for a, b in zip(seen["polars"][0], seen["spark"][0], strict=True):
