@@ -7,6 +7,7 @@ imports the other.
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,14 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
         # declaration names are not read.
         kwargs["schema"] = {c: SCHEMA_DTYPES[t] for c, t in declared.items()
                             if c not in hive_types}
-        kwargs["cast_options"] = pl.ScanCastOptions(
-            integer_cast=["upcast", "allow-float"], float_cast=["upcast", "downcast"],
-            categorical_to_string="allow")
+        cast_args: dict[str, Any] = {"integer_cast": ["upcast", "allow-float"],
+                                     "float_cast": ["upcast", "downcast"]}
+        if "categorical_to_string" in inspect.signature(pl.ScanCastOptions).parameters:
+            # a Categorical file column read as the declared String (newer Polars; the floor,
+            # 1.32, lacks the option: such a file then stops the run, see
+            # docs/reference/curator.md)
+            cast_args["categorical_to_string"] = "allow"
+        kwargs["cast_options"] = pl.ScanCastOptions(**cast_args)
         kwargs["missing_columns"] = "insert"
         kwargs["extra_columns"] = "ignore"
     try:
