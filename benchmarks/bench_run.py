@@ -153,16 +153,20 @@ def floor(data: str, out: str) -> None:
 
 
 # -- measuring -------------------------------------------------------------------------------
-def _env(tmp: Path) -> dict[str, str]:
+def _env(tmp: Path, code: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its byte code
     env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
 def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
-    """Wall seconds and peak RSS (MB) of one child process; raises if it fails."""
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of one child process.
+
+    CPU seconds move less than wall seconds with the load of a shared machine. Raises
+    SystemExit if the child fails.
+    """
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -173,7 +177,8 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     if proc.returncode:
         raise SystemExit(f"bench_run: {' '.join(cmd)} failed ({proc.returncode}):\n"
                          f"{err.decode(errors='replace')[-3000:]}")
-    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 def _commands(folder: Path, spec: Path) -> dict[str, list[str]]:
@@ -181,6 +186,16 @@ def _commands(folder: Path, spec: Path) -> dict[str, list[str]]:
     return {"tabdp": [py, "-m", "tabdp.cli", "run", str(spec), "--overwrite", "--quiet"],
             "floor": [py, str(Path(__file__).resolve()), "--floor-child",
                       str(folder / "data.parquet"), str(folder / "floor")]}
+
+
+def _variants(folder: Path, spec: Path, env: dict[str, str], baseline: Path | None,
+              tmp: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Variant name -> (command, environment); ``tabdp_baseline`` runs another checkout."""
+    cmds = _commands(folder, spec)
+    out = {k: (cmd, env) for k, cmd in cmds.items()}
+    if baseline is not None:
+        out["tabdp_baseline"] = (cmds["tabdp"], _env(tmp / "baseline", baseline))
+    return out
 
 
 def stages(folder: Path, spec: Path, env: dict[str, str], top: int = 25) -> list[dict[str, Any]]:
@@ -221,6 +236,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--stages", type=int, default=None, metavar="N",
                     help="also profile one tabdp run at N rows (one of --rows)")
+    ap.add_argument("--code", type=Path, default=ROOT,
+                    help="checkout whose tabdp runs (default: this one), e.g. to compare commits")
+    ap.add_argument("--baseline-code", type=Path, default=None,
+                    help="another checkout, run as the variant tabdp_baseline, interleaved")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "run.json",
+                    help="results file (default: %(default)s)")
     ap.add_argument("--floor-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.floor_child:
@@ -230,17 +251,18 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench_run-") as name:
         tmp = Path(name)
-        env = _env(tmp)
+        env = _env(tmp, args.code.resolve())
         for n in rows:
             folder = tmp / f"n{n}"
             folder.mkdir()
             spec = write_inputs(folder, n)
-            cmds = _commands(folder, spec)
-            times: dict[str, list[dict[str, float]]] = {k: [] for k in cmds}
+            variants = _variants(folder, spec, env, args.baseline_code and
+                                 args.baseline_code.resolve(), tmp)
+            times: dict[str, list[dict[str, float]]] = {k: [] for k in variants}
             load = [os.getloadavg()[0]]
             for i in range(args.repeat + 1):  # round 0 warms up (byte code, page cache)
-                for k, cmd in cmds.items():
-                    r = _timed(cmd, env)
+                for k, (cmd, venv) in variants.items():
+                    r = _timed(cmd, venv)
                     if i:
                         times[k].append(r)
                 load.append(os.getloadavg()[0])
@@ -248,13 +270,16 @@ def main() -> None:
             for k, rs in times.items():
                 row[k] = {"median_s": statistics.median(r["seconds"] for r in rs),
                           "times_s": [round(r["seconds"], 3) for r in rs],
+                          "median_cpu_s": statistics.median(r["cpu_s"] for r in rs),
                           "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs)}
             if args.stages == n:
                 row["stages"] = stages(folder, spec, env)
             results.append(row)
+            base = (f", baseline {row['tabdp_baseline']['median_s']:.2f} s"
+                    if "tabdp_baseline" in row else "")
             print(f"{n:,} rows: tabdp {row['tabdp']['median_s']:.2f} s, floor "
-                  f"{row['floor']['median_s']:.2f} s (load {min(load):.1f}-{max(load):.1f})",
-                  file=sys.stderr, flush=True)
+                  f"{row['floor']['median_s']:.2f} s{base} (load {min(load):.1f}-"
+                  f"{max(load):.1f})", file=sys.stderr, flush=True)
     fixed = results[0]["tabdp"]["median_s"]
     for row in results:
         t, f = row["tabdp"], row["floor"]
@@ -266,19 +291,24 @@ def main() -> None:
             "workload": "tabdp run of examples/cbp_release.toml in row mode (no input.unit), "
                         "secure randomness, against a plain-Polars program writing the same "
                         "base tables and per-record report; whole processes, medians"}
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "run.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                          indent=2) + "\n")
+    meta["code"] = str(args.code.resolve())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     print(f"fixed cost (tabdp at {results[0]['rows']:,} rows): {fixed:.2f} s")
-    print("| rows | floor (s) | tabdp (s) | ratio | above fixed / floor | "
-          "peak RSS floor / tabdp (MB) | load |")
-    print("|---:|---:|---:|---:|---:|---:|---|")
+    print("| rows | floor (s) | tabdp (s) | ratio | above fixed / floor | CPU floor / tabdp (s) "
+          "| peak RSS floor / tabdp (MB) | load |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         f, t = r["floor"], r["tabdp"]
         print(f"| {r['rows']:,} | {f['median_s']:.2f} | {t['median_s']:.2f} | "
               f"{r['time_ratio']:.1f}× | {r['above_fixed_ratio']:.2f}× | "
+              f"{f['median_cpu_s']:.2f} / {t['median_cpu_s']:.2f} | "
               f"{f['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f} | "
               f"{r['load_avg_1min'][0]:.1f}–{r['load_avg_1min'][1]:.1f} |")
+        if "tabdp_baseline" in r:
+            b = r["tabdp_baseline"]
+            print(f"    baseline ({args.baseline_code}): {b['median_s']:.2f} s "
+                  f"(CPU {b['median_cpu_s']:.2f} s), {b['peak_rss_mb']:.0f} MB")
         for s in r.get("stages", []):
             print(f"    {s['cumulative_s']:8.3f} s  {s['calls']:>5}  {s['function']}")
 
