@@ -158,6 +158,7 @@ def _env(tmp: Path, code: Path) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its byte code
     env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [env.get("PYTHONPATH")])])
+    env["BENCH_RUN_CWD"] = str(tmp)
     return env
 
 
@@ -168,7 +169,10 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, float]:
     SystemExit if the child fails.
     """
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # cwd: `python -m` puts the working folder first on sys.path, ahead of PYTHONPATH; a
+    # neutral folder keeps a checkout's tabdp from shadowing the one under test
+    proc = subprocess.Popen(cmd, env=env, cwd=env["BENCH_RUN_CWD"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -194,6 +198,7 @@ def _variants(folder: Path, spec: Path, env: dict[str, str], baseline: Path | No
     cmds = _commands(folder, spec)
     out = {k: (cmd, env) for k, cmd in cmds.items()}
     if baseline is not None:
+        (tmp / "baseline").mkdir(exist_ok=True)
         out["tabdp_baseline"] = (cmds["tabdp"], _env(tmp / "baseline", baseline))
     return out
 
