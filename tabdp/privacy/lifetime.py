@@ -107,6 +107,17 @@ def budget_from_spec(spec: Any) -> Budget:
     return Budget(curves, total=spec.get("total"))
 
 
+def _deltalake() -> Any:
+    """The ``deltalake`` package, or a clear error naming the extra that installs it."""
+    try:
+        import deltalake
+    except ImportError:
+        raise InvalidParameterError(
+            "a lifetime ledger is stored as Delta tables, which need the deltalake package; "
+            "it is not installed.\nHint: pip install 'tabdp[ledger]'.") from None
+    return deltalake
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -235,7 +246,7 @@ def _read_chain(root: Path) -> list[dict[str, Any]]:
 
 
 def _delta_files(table: Path, version: int) -> set[str]:
-    from deltalake import DeltaTable
+    DeltaTable = _deltalake().DeltaTable
 
     try:
         dt = DeltaTable(str(table), version=version)
@@ -498,7 +509,7 @@ class Ledger:
         """Restore Delta tables written after the chain head (an interrupted run) to it."""
         import shutil
 
-        from deltalake import DeltaTable
+        DeltaTable = _deltalake().DeltaTable
 
         head = entries[-1]
         for name in ("state", "history"):
@@ -660,7 +671,7 @@ class Ledger:
             1
         """
         self._check_open()
-        from deltalake import write_deltalake
+        write_deltalake = _deltalake().write_deltalake
 
         from tabdp._version import __version__
 
@@ -806,14 +817,14 @@ def _merge(parts: list[pl.DataFrame]) -> pl.DataFrame:
 def _table_files(table: Path) -> set[str]:
     if not (table / "_delta_log").is_dir():
         return set()
-    from deltalake import DeltaTable
+    DeltaTable = _deltalake().DeltaTable
 
     dt = DeltaTable(str(table))
     return {os.path.relpath(u.removeprefix("file://"), table.parent) for u in dt.file_uris()}
 
 
 def _head_files(table: Path) -> tuple[int, list[list[Any]]]:
-    from deltalake import DeltaTable
+    DeltaTable = _deltalake().DeltaTable
 
     dt = DeltaTable(str(table))
     files = []
@@ -825,7 +836,7 @@ def _head_files(table: Path) -> tuple[int, list[list[Any]]]:
 
 
 def _vacuum(table: Path) -> None:
-    from deltalake import DeltaTable
+    DeltaTable = _deltalake().DeltaTable
 
     with contextlib.suppress(Exception):
         DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False,
