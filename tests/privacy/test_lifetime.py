@@ -1,10 +1,11 @@
-"""Lifetime ledgers of release series (issue 31): accounting across runs, the lifetime filter,
-tamper evidence, crashes and concurrent runs."""
+"""Lifetime ledgers of release series (issue 31).
+
+Accounting across runs, the lifetime filter, tamper evidence, crashes and concurrent runs.
+"""
 
 from __future__ import annotations
 
 import io
-import json
 import os
 import random
 import shutil
@@ -116,9 +117,11 @@ def test_units_at_their_budget_are_left_out_later(tmp_path):
 
 
 def test_neighbouring_series_differ_only_until_the_unit_is_left_out(tmp_path):
-    """D and D' (one unit removed from every year): with the same seeds the tables are the
-    same bit for bit once the unit is at its lifetime budget (it is then left out, and the
-    other units' decisions never depend on it)."""
+    """D and D': one unit removed from every year.
+
+    With the same seeds the tables are the same bit for bit once the unit is at its lifetime
+    budget (it is then left out, and the other units' decisions never depend on it).
+    """
     big = TARGET  # 1.25 a year: in 2021-22 (2.5), left out of the sums from 2023, of
     # everything from 2027 (counts bring it to 3.0 by 2026)
     outs = {}
@@ -180,7 +183,7 @@ def test_owner_only_permissions(tmp_path):
     path = tmp_path / "ledger"
     with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
         run_year(led, 2021)
-    for root, dirs, files in os.walk(path):
+    for root, _dirs, files in os.walk(path):
         assert os.stat(root).st_mode & 0o777 == 0o700
         for f in files:
             assert os.stat(os.path.join(root, f)).st_mode & 0o777 == 0o600, f
@@ -305,8 +308,8 @@ _WORKER = textwrap.dedent("""
     print("open", flush=True)
     time.sleep(hold)
     n = 20000
-    df = pl.DataFrame({"estab": np.arange(n), "county": np.array(["c1", "c2", "c3"])[np.arange(n) % 3],
-                       "payroll": np.full(n, 10.0)})
+    county = np.array(["c1", "c2", "c3"])[np.arange(n) % 3]
+    df = pl.DataFrame({"estab": np.arange(n), "county": county, "payroll": np.full(n, 10.0)})
     s = tabdp.Session(unit="estab", seed=year, ledger=led)
     keys = tabdp.KeySet.from_dict(county=["c1", "c2", "c3"])
     df.dp.sum("payroll", by="county", keys=keys, mechanism=tabdp.mechanisms.Gaussian(100.0),
@@ -367,8 +370,10 @@ def test_kill_9_leaves_the_old_or_the_new_state(tmp_path):
 
 
 def test_loser_of_a_commit_race_is_refused_never_lost(tmp_path):
-    """Without the lock (e.g. a file system where it does not hold), the chain's put-if-absent
-    entries still refuse the second commit of one release number."""
+    """Without the lock, put-if-absent chain entries still refuse a second commit.
+
+    (E.g. a file system where the lock does not hold: one release number is committed once.)
+    """
     path = tmp_path / "l"
     a = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, autocommit=False)
     a._lock.release()  # simulate a lock that did not hold
