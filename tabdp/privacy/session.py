@@ -31,7 +31,7 @@ from tabdp.privacy.ledger import (
 )
 from tabdp.rng import RandomSource
 
-__all__ = ["Session", "Report", "last_session", "total_policy_curve"]
+__all__ = ["Session", "Report", "last_session", "total_policy_curve", "individual_filter"]
 
 _LAST = threading.local()
 
