@@ -340,7 +340,7 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO) -> int:
     """``tabdp ledger verify|show PATH``: exit 0 only for an intact ledger (else LedgerError)."""
     from tabdp.privacy.lifetime import iter_show, verify_ledger
 
-    entries, _ = verify_ledger(args.path, series=args.series)
+    entries, _ = verify_ledger(args.path, series=args.series, lock=True)
     if args.ledger_command == "show":
         for line in iter_show(entries):
             out.write(line + "\n")

@@ -280,6 +280,7 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
 
 
 def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
+                  lock: bool = False,
                   _keep_state: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
     """Check a ledger: its chain, the bytes of its state and history, the Delta logs.
 
@@ -289,6 +290,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
     Args:
         path: The ledger folder.
         series: The series the ledger must belong to (``None``: any).
+        lock: Take the ledger's lock while checking (refused if a run holds it), so that a
+            run committing meanwhile cannot make an intact ledger look broken.
 
     Returns:
         The chain entries (genesis first) and, internally, the state files' bytes.
@@ -307,6 +310,12 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
     if not root.is_dir():
         raise LedgerError(f"no ledger at {root}.\nHint: check the path; a new series starts "
                           "with tabdp.Ledger.open(path, series=..., lifetime_budget=...).")
+    if lock:
+        held = _Lock(root / "lock")
+        try:
+            return verify_ledger(root, series=series, _keep_state=_keep_state)
+        finally:
+            held.release()
     entries = _read_chain(root)
     head = entries[-1]
     if series is not None and entries[0].get("series") != series:
@@ -511,10 +520,10 @@ class Ledger:
 
         DeltaTable = _deltalake().DeltaTable
 
-        head = entries[-1]
         for name in ("state", "history"):
             table = root / name
-            part = head.get(name)
+            # the last entry that wrote the table (a release that charged nobody writes none)
+            part = next((e[name] for e in reversed(entries) if e.get(name) is not None), None)
             if not (table / "_delta_log").is_dir():
                 continue
             if part is None:  # written only by a run that never committed: drop the table
@@ -539,8 +548,12 @@ class Ledger:
         """
         return len(self.entries) - 1
 
-    def public(self) -> dict[str, Any]:
+    def public(self, before: int | None = None) -> dict[str, Any]:
         """PUBLIC description: series, lifetime budget, number and labels of past releases.
+
+        Args:
+            before: Describe the series as it was after this many releases (a session passes
+                the count when it was created); ``None``: now.
 
         Example:
             >>> import tempfile, pathlib
@@ -548,10 +561,55 @@ class Ledger:
             >>> Ledger.open(p, series="s", lifetime_budget=1.0).public()["releases_before"]
             0
         """
+        n = self.releases if before is None else before
         return {"series": self.series, "lifetime_budget": self.budget.to_dict(),
-                "releases_before": self.releases,
-                "labels_before": [e.get("label") for e in self.entries[1:]],
+                "releases_before": n,
+                "guarantee_in_words": self.guarantee_in_words("unit", before=n),
+                "labels_before": [e.get("label") for e in self.entries[1:n + 1]],
                 "enforcement": "individual filter over the series' releases"}
+
+    def guarantee_in_words(self, unit: str = "establishment",
+                           sizes: Mapping[str, float] | None = None,
+                           before: int | None = None) -> str:
+        """PUBLIC: the lifetime guarantee in words, from the public budget only.
+
+        Args:
+            unit: What a unit is called.
+            sizes: Under a curve budget, a size per currency to state the bound at.
+            before: Releases before this one (``None``: those committed now).
+
+        Returns:
+            One sentence (bounds rounded up).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> text = Ledger.open(p, series="cbp", lifetime_budget=4.0).guarantee_in_words()
+            >>> text[:60]
+            "Over the releases of the series 'cbp' (this one included), e"
+            >>> "every establishment's total loss is at most rho = 4 (zCDP)" in text
+            True
+        """
+        from tabdp.planning import upper_3g
+
+        n = self.releases if before is None else before
+        done = f" ({n} before this one)" if n else ""
+        head = f"Over the releases of the series {self.series!r}{done} (this one included), "
+        tail = (": its lifetime budget, enforced by an individual filter that leaves it out of "
+                "any table that would pass it.")
+        b = self.budget
+        if b.constant is not None:
+            return (f"{head}every {unit}'s total loss is at most rho = "
+                    f"{upper_3g(b.constant)} (zCDP){tail}")
+        assert b.curves is not None
+        parts = []
+        for cur, size in (sizes or {}).items():
+            parts.append(f"rho = {upper_3g(float(b.limit([size], cur)[0]))} in {cur} at size "
+                         f"{size:,g}")
+        at = ("; ".join(parts) + " (at most, per currency)") if parts else (
+            "the lifetime budget curve of each currency at its largest size there")
+        total = "" if b.total is None else f", and at most rho = {upper_3g(b.total)} in all"
+        return f"{head}an {unit}'s total loss is bounded by {at}{total}{tail}"
 
     # -- lookups --------------------------------------------------------------------------------
     def _units(self, units: Any) -> pl.Series:

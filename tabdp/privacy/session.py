@@ -182,6 +182,8 @@ class Session:
         self.mode = mode
         #: The lifetime ledger of a release series (CONFIDENTIAL contents), or ``None``.
         self.lifetime = _check_lifetime(ledger, unit, _row_ids)
+        #: Releases of the series committed before this session (public).
+        self._lifetime_before = None if self.lifetime is None else self.lifetime.releases
         #: PUBLIC: every record is one row of the released frame (row mode, or row ids given
         #: with joins that keep one row per record), so each release bounds a record to one
         #: cell. Never decided from the data.
@@ -1189,7 +1191,8 @@ class Report:
                               "summary)",
                 "budget": None if s.budget is None else s.budget.to_dict(),
                 "delta": self.delta,
-                **({} if s.lifetime is None else {"lifetime": s.lifetime.public()}),
+                **({} if s.lifetime is None else
+                   {"lifetime": s.lifetime.public(s._lifetime_before)}),
             },
             "queries": [r.public() for r in s.records],
             "total_policy_curve": self.total_policy_curve(),

@@ -387,3 +387,66 @@ def test_loser_of_a_commit_race_is_refused_never_lost(tmp_path):
     with tabdp.Ledger.open(path) as led:
         assert led.releases == 1
         assert led.state()["unit"].to_list() == [1]
+
+
+def test_crash_at_the_commit_point_leaves_the_old_state_and_is_restored(tmp_path, monkeypatch):
+    from deltalake import DeltaTable
+
+    from tabdp.privacy import lifetime
+
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+        run_year(led, 2021)
+    with tabdp.Ledger.open(path) as led:
+        before = led.state()
+
+    def crash(*a, **k):
+        raise SystemExit("killed")
+
+    led = tabdp.Ledger.open(path, autocommit=False)
+    s, _ = run_year(led, 2022)
+    monkeypatch.setattr(lifetime.os, "link", crash)
+    with pytest.raises(SystemExit):
+        s.commit_ledger(label="2022")
+    monkeypatch.undo()
+    led.close()
+    # the Delta tables hold the uncommitted run's versions; the chain does not
+    assert DeltaTable(str(path / "state")).version() > led.entries[-1]["state"]["version"]
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 2
+        assert led.state().equals(before)
+    # restored: a Delta reader at the latest version sees the committed state
+    latest = pl.read_delta(str(path / "state")).sort("unit")
+    assert latest.select(before.columns).equals(before)
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+
+
+def test_a_release_that_charges_nobody_keeps_the_history(tmp_path):
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+        run_year(led, 2021)
+    with tabdp.Ledger.open(path) as led:
+        s = tabdp.Session(unit="estab", ledger=led)
+        empty = year_sample(2021).filter(pl.col("county") == "nowhere")
+        empty.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s)
+        assert led.entries[-1]["history"] is None
+        rows = led.history().height
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 3 and led.history().height == rows > 0
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+
+
+def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path):
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+        s1, _ = run_year(led, 2021)
+        pub1 = s1.report().to_dict()["session"]["lifetime"]
+    with tabdp.Ledger.open(path) as led:
+        s2, _ = run_year(led, 2022, drop=TARGET)
+        pub2 = s2.report().to_dict()["session"]["lifetime"]
+    assert pub1["series"] == "cbp" and pub1["releases_before"] == 0
+    assert pub2["releases_before"] == 2 and pub2["labels_before"] == ["pay", "n"]
+    assert "at most rho = 3 (zCDP)" in pub2["guarantee_in_words"]
+    # nothing computed from records in the public part
+    assert set(pub2) == {"series", "lifetime_budget", "releases_before", "labels_before",
+                         "guarantee_in_words", "enforcement"}
