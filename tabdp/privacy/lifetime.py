@@ -534,6 +534,7 @@ class Ledger:
             dt = DeltaTable(str(table))
             if dt.version() != part["version"] and _table_files(table) != recorded:
                 dt.restore(part["version"])
+                _private(root)  # the restore's log entry: owner-only like every file
 
     # -- public facts ---------------------------------------------------------------------------
     @property
