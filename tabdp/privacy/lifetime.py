@@ -394,6 +394,8 @@ class Ledger:
         self._current = state
         #: this run's uncommitted charges (the history rows of the next commit)
         self._run: pl.DataFrame | None = None
+        #: the last lookup's positions (units, table) -> (pos, hit), reused by the next column
+        self._found: tuple[Any, ...] | None = None
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -652,11 +654,16 @@ class Ledger:
         have = [c for c in cols if c in table.columns]
         out = {c: np.zeros(n) for c in cols if c not in have}
         if have and u.dtype == pl.Int64 and table["unit"].dtype == pl.Int64 and not u.null_count():
-            tu = table["unit"].to_numpy()  # sorted: binary search
-            q = u.to_numpy()
-            pos = np.searchsorted(tu, q)
-            hit = pos < tu.size
-            hit[hit] = tu[pos[hit]] == q[hit]
+            key = (id(units), id(table), n)
+            if self._found is not None and self._found[0] == key:
+                pos, hit = self._found[1], self._found[2]  # one filter asks several columns
+            else:
+                tu = table["unit"].to_numpy()  # sorted: binary search
+                q = u.to_numpy()
+                pos = np.searchsorted(tu, q)
+                hit = pos < tu.size
+                hit[hit] = tu[pos[hit]] == q[hit]
+                self._found = (key, pos, hit, units, table)  # (keeps both alive: ids stay valid)
             for c in have:
                 v = np.zeros(n)
                 v[hit] = table[c].to_numpy()[pos[hit]]
@@ -754,22 +761,24 @@ class Ledger:
         try:
             hist_rel: list[list[Any]] = []
             if run is not None:
-                rows = run.sort("unit").with_columns(pl.lit(seq, pl.Int64).alias("release"))
+                rows = (run if run["unit"].is_sorted() else run.sort("unit")).with_columns(
+                    pl.lit(seq, pl.Int64).alias("release"))
                 rows = rows.select("release", "unit", *[c for c in rows.columns
                                                         if c not in ("release", "unit")])
                 before = _table_files(self.path / "history")
                 write_deltalake(str(self.path / "history"), rows.to_arrow(), mode="append",
-                                schema_mode="merge")
-                hist_version, hist_files = _head_files(self.path / "history")
-                hist_rel = [f for f in hist_files if f[0] not in before]
+                                schema_mode="merge", writer_properties=_writer())
+                hist_version, hist_rel = _head_files(self.path / "history", skip=before)
                 hist_part = {"version": hist_version, "files": hist_rel, "units": rows.height}
             else:
                 hist_part = None
             new_state = self._current
             if new_state is not None and run is not None:
-                new_state = new_state.sort("unit")
+                if not new_state["unit"].is_sorted():
+                    new_state = new_state.sort("unit")
                 write_deltalake(str(self.path / "state"), new_state.to_arrow(),
-                                mode="overwrite", schema_mode="overwrite")
+                                mode="overwrite", schema_mode="overwrite",
+                                writer_properties=_writer())
                 st_version, st_files = _head_files(self.path / "state")
                 state_part: dict[str, Any] | None = {"version": st_version, "files": st_files,
                                                      "units": new_state.height}
@@ -931,6 +940,19 @@ def _merge(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return j.select("unit", *exprs).sort("unit")
 
 
+def _writer() -> Any:
+    """Parquet settings of the ledger's files: no dictionaries, statistics on the unit id only.
+
+    Losses are distinct doubles (dictionaries do not pay) and nothing filters on them: at
+    1M units x 15 columns this writes in 0.7 s instead of 1.6-2.0 s (delta-rs 1.6.6, loaded
+    2-core machine).
+    """
+    dl = _deltalake()
+    plain = dl.ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
+    return dl.WriterProperties(default_column_properties=plain, column_properties={
+        "unit": dl.ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")})
+
+
 def _table_files(table: Path) -> set[str]:
     if not (table / "_delta_log").is_dir():
         return set()
@@ -940,13 +962,16 @@ def _table_files(table: Path) -> set[str]:
     return {os.path.relpath(u.removeprefix("file://"), table.parent) for u in dt.file_uris()}
 
 
-def _head_files(table: Path) -> tuple[int, list[list[Any]]]:
+def _head_files(table: Path, skip: set[str] | None = None) -> tuple[int, list[list[Any]]]:
+    """The table's version and ``[path, size, sha256]`` of its files (except ``skip``)."""
     DeltaTable = _deltalake().DeltaTable
 
     dt = DeltaTable(str(table))
     files = []
     for u in sorted(dt.file_uris()):
         p = Path(u.removeprefix("file://"))
+        if skip and os.path.relpath(p, table.parent) in skip:
+            continue
         _, n, h = _read_hashed(p)
         files.append([os.path.relpath(p, table.parent), n, h])
     return int(dt.version()), files

@@ -679,21 +679,25 @@ class Session:
         losses = record.losses
         if losses is not None and losses.n:
             comps = _components(losses)
-            led.charge(losses.units, {c: comps[c] for c in COMPONENTS if c != "size"},
-                       {"size": comps["size"]})
-        if charges is not None and admitted is not None and charges.n:
-            for c in charges.currencies:
-                ok = admitted[c]
-                units = charges.units[ok] if isinstance(charges.units, np.ndarray) else \
-                    charges.units.filter(pl.Series(ok))
-                led.charge(units, {f"rho@{c}": charges.rho[c][ok]},
-                           {f"size@{c}": charges.size[c][ok]})
-        elif led.budget.per_currency and losses is not None and losses.n:
-            from tabdp.exceptions import TabdpInternalError
+            sums = {c: comps[c] for c in COMPONENTS if c != "size"}
+            maxes = {"size": comps["size"]}
+            if charges is not None and admitted is not None and charges.n:
+                # one part per release: per currency, aligned with the admitted units (a
+                # currency a unit was left out of adds 0.0 to its rho and 0 to its size max)
+                any_ok = np.zeros(charges.n, dtype=bool)
+                for ok in admitted.values():
+                    any_ok |= ok
+                for c in charges.currencies:
+                    ok = admitted[c][any_ok]
+                    sums[f"rho@{c}"] = np.where(ok, charges.rho[c][any_ok], 0.0)
+                    maxes[f"size@{c}"] = np.where(ok, charges.size[c][any_ok], 0.0)
+            elif led.budget.per_currency:
+                from tabdp.exceptions import TabdpInternalError
 
-            raise TabdpInternalError(
-                "a release recorded no per-currency charges, which a curve lifetime budget "
-                "needs; this is a bug in tabdp.")
+                raise TabdpInternalError(
+                    "a release recorded no per-currency charges, which a curve lifetime budget "
+                    "needs; this is a bug in tabdp.")
+            led.charge(losses.units, sums, maxes)
         if led.autocommit:
             led.commit(label=record.name)
 
