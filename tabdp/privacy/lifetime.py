@@ -280,7 +280,7 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
 
 
 def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
-                  lock: bool = False,
+                  lock: bool = False, history: bool = True,
                   _keep_state: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
     """Check a ledger: its chain, the bytes of its state and history, the Delta logs.
 
@@ -292,6 +292,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         series: The series the ledger must belong to (``None``: any).
         lock: Take the ledger's lock while checking (refused if a run holds it), so that a
             run committing meanwhile cannot make an intact ledger look broken.
+        history: Hash every history file too (``False``: their presence and sizes only; the
+            chain, the Delta logs and the state, which the filter reads, are always hashed).
 
     Returns:
         The chain entries (genesis first) and, internally, the state files' bytes.
@@ -313,7 +315,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
     if lock:
         held = _Lock(root / "lock")
         try:
-            return verify_ledger(root, series=series, _keep_state=_keep_state)
+            return verify_ledger(root, series=series, history=history,
+                                 _keep_state=_keep_state)
         finally:
             held.release()
     entries = _read_chain(root)
@@ -341,7 +344,15 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                 "those its chain holds (a release's history deleted or added).\nHint: restore "
                 "the ledger from a verified copy.")
         for h in hist:
-            _check_files(root, h["files"], "history")
+            if history:
+                _check_files(root, h["files"], "history")
+                continue
+            for rel, size, _ in h["files"]:
+                if not (root / rel).is_file() or (root / rel).stat().st_size != size:
+                    raise LedgerError(
+                        f"the ledger {root} does not verify: a file of its history is missing "
+                        f"or has another size than its chain records ({rel}).\nHint: restore "
+                        "the ledger from a verified copy.")
     return entries, state
 
 
@@ -402,7 +413,8 @@ class Ledger:
     def open(cls, path: str | os.PathLike[str], *, series: str | None = None,
              lifetime_budget: float | Mapping[Any, Any] | Budget | None = None,
              create: bool = True, autocommit: bool = True,
-             public: tuple[str | os.PathLike[str], ...] = ()) -> Ledger:
+             public: tuple[str | os.PathLike[str], ...] = (),
+             verify_history: bool = True) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
@@ -420,6 +432,11 @@ class Ledger:
                 a release's table is in the caller's hands as soon as it returns). The release
                 workflow passes ``False`` and commits once its outputs are written.
             public: Folders the ledger must not be in (the release's public output).
+            verify_history: Hash every history file at open (the default). ``False`` hashes
+                the chain, the Delta logs and the state (all the filter reads) and checks the
+                history files' presence and sizes only: opening then costs what the state
+                costs, however long the series (run ``tabdp ledger verify`` for the full
+                check).
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).
@@ -462,7 +479,8 @@ class Ledger:
                 f"losses and must be owner-only.\nHint: chmod -R go-rwx {root}.")
         lock = _Lock(root / "lock")
         try:
-            entries, state_bytes = verify_ledger(root, series=series, _keep_state=True)
+            entries, state_bytes = verify_ledger(root, series=series, history=verify_history,
+                                                 _keep_state=True)
             recorded = entries[0]["lifetime_budget"]
             if lifetime_budget is not None:
                 asked = budget_spec(Budget.coerce(lifetime_budget) or Budget(1.0))

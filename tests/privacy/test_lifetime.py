@@ -450,3 +450,19 @@ def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path
     # nothing computed from records in the public part
     assert set(pub2) == {"series", "lifetime_budget", "releases_before", "labels_before",
                          "guarantee_in_words", "enforcement"}
+
+
+def test_verify_history_false_still_checks_state_and_history_sizes(tmp_path):
+    path = tmp_path / "l"
+    _series(path)
+    f = sorted((path / "history").glob("*.parquet"))[0]
+    _flip(f)  # same size: only the full check sees it
+    tabdp.Ledger.open(path, verify_history=False).close()
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path)
+    f.write_bytes(f.read_bytes()[:-10])
+    with pytest.raises(LedgerError, match="another size"):
+        tabdp.Ledger.open(path, verify_history=False)
+    _flip(next((path / "state").glob("*.parquet")))
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path, verify_history=False)
