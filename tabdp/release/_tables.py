@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.frame._output import long_to_wide
+from tabdp.frame import long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability
