@@ -81,6 +81,13 @@ The TOML schema (every key not listed is refused)::
                                     # confidential/failure.json) when the budget leaves out
                                     # more than this share of a table's rows or of a measure
 
+    [ledger]                        # optional, curator mode: a release series' lifetime ledger
+    path = "ledger/cbp"             # the ledger folder, relative to the spec (created 0700 by
+                                    # the first run; never inside an output folder)
+    series = "cbp-annual"           # the series' name: a ledger of another series is refused
+    lifetime_budget = 8.0           # each unit's ρ over every release of the series: a number,
+                                    # or a curve {"1e3" = 2.0, "1e7" = 20.0}; needs input.unit
+
     [randomness]                    # optional
     seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY: `tabdp run`
                                     # refuses it without --test-seed and marks the public
@@ -170,6 +177,7 @@ from tabdp.release.spec.model import (
     BudgetSpec,
     Hierarchy,
     InputSpec,
+    LedgerSpec,
     OutputSpec,
     PlanSpec,
     Publication,
@@ -200,6 +208,7 @@ __all__ = [
     "InputSpec",
     "Hierarchy",
     "BudgetSpec",
+    "LedgerSpec",
     "OutputSpec",
     "Publication",
     "PlanSpec",

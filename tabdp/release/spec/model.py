@@ -85,6 +85,16 @@ class BudgetSpec:
     max_left_out: float | None = None
 
 
+
+@dataclass(frozen=True)
+class LedgerSpec:
+    """``[ledger]``: the lifetime ledger of a release series (`tabdp.Ledger`)."""
+
+    path: Path
+    series: str
+    #: Each unit's lifetime ρ: a number or a ``{size: rho}`` curve (float keys).
+    lifetime_budget: float | dict[float, float]
+
 @dataclass(frozen=True)
 class OutputSpec:
     """``[output]``: absolute folders and the form of the public tables."""
@@ -193,6 +203,8 @@ class ReleaseSpec:
     publication: Publication
     plan: PlanSpec
     tables: tuple[TableSpec, ...]
+    #: ``[ledger]``, or ``None``.
+    ledger: LedgerSpec | None = None
 
     @property
     def public_raw(self) -> dict[str, Any]:

@@ -53,14 +53,15 @@ _FRAME_SUFFIXES = (".csv", ".parquet", ".pq")
 #: a file. The parser refuses any other key; the docs' spec reference is generated from this table
 #: and checked against the schema above (docs/_gen/refgen.py).
 SPEC_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("release", "input", "domains", "hierarchies", "budget", "randomness", "output",
-         "publication", "plan", "tables"),
+    "": ("release", "input", "domains", "hierarchies", "budget", "ledger", "randomness",
+         "output", "publication", "plan", "tables"),
     "release": ("name", "title", "description", "level", "delta"),
     "input": ("path", "table", "dataset", "hive_partitioning", "unit", "mode", "nulls",
               "negatives", "nonfinite", "bounds", "unit_nulls", "max_cells"),
     "domains.*": ("file", "column"),
     "hierarchies.*": ("file", "levels"),
     "budget": ("rho", "max_left_out"),
+    "ledger": ("path", "series", "lifetime_budget"),
     "randomness": ("seed",),
     "output": ("public", "confidential", "plan", "form"),
     "publication": ("cv_flag", "suppress_cv", "negative", "round"),
