@@ -13,5 +13,13 @@ Example:
 
 from tabdp.hierarchy.consistent import Product, cell_weights, consistent
 from tabdp.hierarchy.gls import GLSResult, Tree, dense_gls, solve
+from tabdp.hierarchy.plan import (
+    SplitPlan,
+    calibrated_shares,
+    expected_sd,
+    gaussian_shares,
+    plan_split,
+)
 
-__all__ = ["consistent", "cell_weights", "Product", "solve", "dense_gls", "Tree", "GLSResult"]
+__all__ = ["consistent", "cell_weights", "Product", "solve", "dense_gls", "Tree", "GLSResult",
+           "expected_sd", "plan_split", "SplitPlan", "gaussian_shares", "calibrated_shares"]

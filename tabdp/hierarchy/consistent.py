@@ -270,7 +270,7 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                hierarchies: Mapping[str, pl.DataFrame],
                mechanisms: Mechanism | Mapping[Level, Mechanism],
                outputs: Sequence[Level] | None = None, level: float = DEFAULT_LEVEL,
-               grid: float | None = None, nonnegative: bool = False,
+               grid: float | Mapping[str, float] | None = None, nonnegative: bool = False,
                integer: bool = False) -> dict[Level, pl.DataFrame]:
     """The consistent (GLS) estimate of a hierarchy of released tables. Post-processing.
 
@@ -307,7 +307,8 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         mechanisms: The mechanism of every level, or level → mechanism.
         outputs: Levels to return (released or not). Default: the released levels.
         level: Confidence level of the margins.
-        grid: Optional rounding step of the finest cells (exact additivity).
+        grid: Optional rounding step of the finest cells (exact additivity), one for every
+            measure or measure → step.
         nonnegative: Clamp negative finest cells to 0.
         integer: Round finest cells to whole numbers.
 
@@ -354,15 +355,20 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         if key and f.select(key).n_unique() != f.height:
             raise InvalidParameterError(
                 f"consistent: released[{key!r}] has duplicate keys.\nHint: one row per cell.")
-    if grid is not None and not (isinstance(grid, (int, float)) and math.isfinite(grid)
-                                 and grid > 0):
-        raise InvalidParameterError(f"consistent: grid must be a number > 0; got {grid!r}.")
-    if integer:
-        grid = 1.0 if grid is None else grid
-        if grid != 1.0:
+    grids: dict[str, float | None] = {}
+    for m in meas:
+        g = grid.get(m) if isinstance(grid, Mapping) else grid
+        if g is not None and not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
             raise InvalidParameterError(
-                f"consistent: integer=True rounds to whole numbers; got grid={grid!r}.\nHint: "
-                "drop grid or set grid=1.0.")
+                f"consistent: grid must be a number > 0 (or measure -> number); got {g!r} for "
+                f"{m!r}.")
+        if integer:
+            g = 1.0 if g is None else g
+            if g != 1.0:
+                raise InvalidParameterError(
+                    f"consistent: integer=True rounds to whole numbers; got grid={g!r} for "
+                    f"{m!r}.\nHint: drop grid or set it to 1.0.")
+        grids[m] = None if g is None else float(g)
     # the finest level: the one with the most columns whose every column is the finest used
     finest_level = max(levels, key=len)
     hier = dict(hierarchies) if isinstance(hierarchies, Mapping) else {}
@@ -426,8 +432,9 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         if nonnegative:
             fin = np.maximum(fin, 0.0)
         ints: np.ndarray | None = None
-        if grid is not None:
-            ints = np.rint(fin / grid).astype(np.int64)
+        grid_m = grids[m]
+        if grid_m is not None:
+            ints = np.rint(fin / grid_m).astype(np.int64)
         stable_scale: dict[Level, np.ndarray] = {}
         if kind == "stable":
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
@@ -435,12 +442,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         one = next(iter(mech_of.values()))
         for o in outs:
             a, b = prod.pair(o)
-            q = prod.inner.tree.indicator(b)
-            po = prod.outer.tree.indicator(a)
-            if ints is not None and grid is not None:
-                est = _from_units(po.astype(np.int64) @ ints @ q.T.astype(np.int64), grid)
+            if ints is not None and grid_m is not None:
+                est = _from_units(_aggregate(prod, a, b, ints), grid_m)
             else:
-                est = po @ fin @ q.T
+                est = _aggregate(prod, a, b, fin)
             var = res.variance(a, b)
             if kind == "stable":
                 mech: Any = one
@@ -466,6 +471,18 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                      pl.Series(f"{m}_lower", e - h), pl.Series(f"{m}_upper", e + h)]
         body = pl.DataFrame(cols)
         out[o] = pl.concat([keys, body], how="horizontal") if o else body
+    return out
+
+
+def _aggregate(prod: Product, a: int, b: int, fin: np.ndarray) -> np.ndarray:
+    """Sums of the finest cells ``(outer leaves, d)`` at level (a, b): leaves are contiguous."""
+    out = fin
+    for axis, (tree, lv) in enumerate(((prod.outer.tree, a), (prod.inner.tree, b))):
+        if lv == tree.depth:
+            continue
+        anc = tree.leaf_ancestor(lv)
+        st = np.searchsorted(anc, np.arange(tree.sizes[lv]), side="left")
+        out = np.add.reduceat(out, st, axis=axis)
     return out
 
 
