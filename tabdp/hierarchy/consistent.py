@@ -111,6 +111,46 @@ class Product:
     inner: _Axis
     present: np.ndarray
 
+    @staticmethod
+    def build(levels: Sequence[Sequence[str]], keys: pl.DataFrame,
+              hierarchies: Mapping[str, pl.DataFrame]) -> Product:
+        """The product for these levels, from the finest key set and the hierarchies.
+
+        Args:
+            levels: Levels (tuples of key columns); the finest is the longest.
+            keys: The finest level's key set (exactly its columns).
+            hierarchies: Name → mapping, one column per level, coarse to fine.
+
+        Returns:
+            The product.
+
+        Example:
+            >>> import polars as pl
+            >>> p = Product.build([("c",), ()], pl.DataFrame({"c": ["a", "b"]}), {})
+            >>> p.pair(("c",)), p.pair(()), p.present.shape
+            ((1, 0), (0, 0), (2, 1))
+        """
+        lv = [_level_key(x, "a level") for x in levels]
+        return _product(lv, keys, max(lv, key=len), dict(hierarchies))
+
+    def aggregate(self, level: Sequence[str], fin: np.ndarray) -> np.ndarray:
+        """Sums of finest-cell values ``(outer leaves, inner leaves, ...)`` at a level.
+
+        Args:
+            level: The level's columns.
+            fin: Values of the finest cells in solver order (trailing axes kept).
+
+        Returns:
+            ``(n_outer nodes, n_inner nodes, ...)`` at the level (``keys(level)`` order).
+
+        Example:
+            >>> import numpy as np, polars as pl
+            >>> p = Product.build([("c",), ()], pl.DataFrame({"c": ["a", "b"]}), {})
+            >>> p.aggregate((), np.array([[1.0], [2.0]])).tolist()
+            [[3.0]]
+        """
+        return _aggregate(self, *self.pair(level), fin)
+
     def pair(self, level: Sequence[str]) -> tuple[int, int]:
         """(outer level, inner level) of a level given by its columns."""
         o = [c for c in level if c in self.outer.levels]

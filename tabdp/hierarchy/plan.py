@@ -129,12 +129,13 @@ class SplitPlan:
     """The planned split of the per-record targets across measured levels.
 
     Attributes:
-        shares: Level → share of every per-record target spent there (they sum to 1).
+        shares: Level → share of every per-record target spent there (they sum to 1; 0: the
+            level is not measured).
         usable: Level → share of its cells whose planned cv is at most the threshold.
         equal_usable: The same for the equal split.
         objective: Mean usable share over the output levels (planned split).
         equal_objective: The same for the equal split.
-        mechanisms: Level → the mechanism for its share.
+        mechanisms: Level → the mechanism for its share (measured levels only).
     """
 
     shares: dict[Level, float]
@@ -194,12 +195,14 @@ def calibrated_shares(family: str, targets: Mapping[float, float], typical_total
     return at
 
 
-def _compositions(n: int, k: int) -> list[tuple[int, ...]]:
-    """All ways to write n as an ordered sum of k positive integers."""
+def _compositions(n: int, k: int, first: int) -> list[tuple[int, ...]]:
+    """All ways to write n as an ordered sum of k integers >= 0, entry ``first`` >= 1."""
     out = []
-    for cut in itertools.combinations(range(1, n), k - 1):
+    for cut in itertools.combinations_with_replacement(range(n + 1), k - 1):
         b = (0, *cut, n)
-        out.append(tuple(b[j + 1] - b[j] for j in range(k)))
+        c = tuple(b[j + 1] - b[j] for j in range(k))
+        if c[first] >= 1:
+            out.append(c)
     return out
 
 
@@ -207,13 +210,17 @@ def plan_split(keys: pl.DataFrame, measured: Sequence[Level], *,
                hierarchies: Mapping[str, pl.DataFrame],
                mechanism_at: Callable[[float], Mechanism], expected: pl.DataFrame,
                cv: float = 0.3, step: float = 0.05, outputs: Sequence[Level] | None = None,
-               measure: str = "value") -> SplitPlan:
+               max_finest_loss: float | None = 0.05, measure: str = "value") -> SplitPlan:
     """Split per-record targets across measured levels to maximise usable cells.
 
     A cell is usable when its planned cv, the exact sd of the consistent estimate over its
     expected total, is at most ``cv``; the objective is the share of usable cells averaged over
     the output levels (each level counts equally). Every split of 1 into the measured levels in
-    multiples of ``step`` is tried.
+    multiples of ``step`` is tried, including splits that give a coarser level nothing (it is
+    then not measured, only summed). With ``max_finest_loss``, only splits whose finest level
+    keeps its accuracy are admitted: the root mean square of its planned sds at most
+    ``1 + max_finest_loss`` times the one it has when every target is spent there (the rollup
+    plan), so the coarser levels gain without the finest cells losing more than that.
 
     Args:
         keys: The finest key set.
@@ -226,10 +233,13 @@ def plan_split(keys: pl.DataFrame, measured: Sequence[Level], *,
         cv: Usability threshold.
         step: Grid of the shares.
         outputs: Levels whose usable cells count (default: the measured levels).
+        max_finest_loss: Largest relative increase of the finest level's planned RMSE over the
+            rollup plan (``None``: no constraint).
         measure: Measure name for a joint mechanism.
 
     Returns:
-        The [`SplitPlan`][tabdp.hierarchy.plan.SplitPlan].
+        The [`SplitPlan`][tabdp.hierarchy.plan.SplitPlan]. When no split on the grid meets the
+        constraint, the rollup plan itself (every target on the finest level).
 
     Raises:
         InvalidParameterError: For a bad step, cv or forecast.
@@ -239,9 +249,12 @@ def plan_split(keys: pl.DataFrame, measured: Sequence[Level], *,
         >>> keys = pl.DataFrame({"c": ["a", "b", "c", "d"]})
         >>> exp = keys.with_columns(pl.lit(4.0).alias("total"))
         >>> p = plan_split(keys, [("c",), ()], hierarchies={}, expected=exp,
-        ...                mechanism_at=gaussian_shares(1.0), step=0.1)
+        ...                mechanism_at=gaussian_shares(1.0), step=0.1, max_finest_loss=None)
         >>> p.shares[("c",)], p.usable, p.equal_usable[("c",)]
         (0.6, {('c',): 1.0, (): 1.0}, 0.0)
+        >>> plan_split(keys, [("c",), ()], hierarchies={}, expected=exp,
+        ...            mechanism_at=gaussian_shares(1.0), step=0.1).shares[("c",)]
+        0.9
     """
     if not (0.0 < step <= 0.5) or abs(1.0 / step - round(1.0 / step)) > 1e-9:
         raise InvalidParameterError(
@@ -260,11 +273,24 @@ def plan_split(keys: pl.DataFrame, measured: Sequence[Level], *,
     totals = {o: np.abs(_aggregate(prod, *prod.pair(o), fin)).reshape(-1) for o in outs}
     n = int(round(1.0 / step))
 
+    fin_ok = prod.present.reshape(-1)
+    if max_finest_loss is not None and not (max_finest_loss >= 0.0):
+        raise InvalidParameterError(
+            f"plan_split: max_finest_loss must be >= 0 or None; got {max_finest_loss!r}.")
+    ref_var = cell_weights(mechanism_at(1.0), measure)[0]
+    ref = math.sqrt(float(np.mean(_sd(prod, [finest], {finest: ref_var}, [finest])[finest][
+        fin_ok] ** 2)))
+
     def evaluate(shares: Sequence[float]) -> tuple[float, float, dict[Level, float]]:
         var = {}
         for lv, f in zip(levels, shares, strict=True):
-            var[lv] = cell_weights(mechanism_at(f), measure)[0]
-        sds = _sd(prod, levels, var, outs)
+            var[lv] = cell_weights(mechanism_at(f), measure)[0] if f > 0 else math.inf
+        sds = _sd(prod, [lv for lv in levels if var[lv] < math.inf], var,
+                  list(dict.fromkeys([*outs, finest])))
+        if max_finest_loss is not None:
+            rm = math.sqrt(float(np.mean(sds[finest][fin_ok] ** 2)))
+            if rm > (1.0 + max_finest_loss) * ref * (1.0 + 1e-12):
+                return -math.inf, -math.inf, {}
         use = {o: float(np.mean(sds[o] <= cv * totals[o])) for o in outs}
         # tie-break: the mean log cv of the cells with a positive total (smaller is better)
         logs = [float(np.mean(np.log(sds[o][totals[o] > 0] / totals[o][totals[o] > 0])))
@@ -272,14 +298,21 @@ def plan_split(keys: pl.DataFrame, measured: Sequence[Level], *,
         return float(np.mean(list(use.values()))), -float(np.mean(logs)) if logs else 0.0, use
 
     eq = [1.0 / len(levels)] * len(levels)
+    saved = max_finest_loss
+    max_finest_loss = None
     eq_obj, eq_tie, eq_use = evaluate(eq)
+    rollup = tuple(1.0 if lv == finest else 0.0 for lv in levels)
+    r_obj, r_tie, r_use = evaluate(rollup)
+    max_finest_loss = saved
     best: tuple[float, float, tuple[float, ...], dict[Level, float]] = (
-        eq_obj, eq_tie, tuple(eq), eq_use)
-    for comp in _compositions(n, len(levels)):
+        (eq_obj, eq_tie, tuple(eq), eq_use) if saved is None or
+        evaluate(eq)[0] > -math.inf else (r_obj, r_tie, rollup, r_use))
+    for comp in _compositions(n, len(levels), levels.index(finest)):
         shares = tuple(c / n for c in comp)
         obj, tie, use = evaluate(shares)
         if (obj, tie) > best[:2]:
             best = (obj, tie, shares, use)
     obj, _, shares, use = best
     return SplitPlan(dict(zip(levels, shares, strict=True)), use, eq_use, obj, eq_obj,
-                     {lv: mechanism_at(f) for lv, f in zip(levels, shares, strict=True)})
+                     {lv: mechanism_at(f) for lv, f in zip(levels, shares, strict=True)
+                      if f > 0})
