@@ -1,4 +1,4 @@
-"""Consistent hierarchical tables (issue 30): GLS vs rollup-only vs direct-only, many seeds.
+r"""Consistent hierarchical tables (issue 30): GLS vs rollup-only vs direct-only, many seeds.
 
 Establishment counts by geography × industry on a CBP-like sample (every key of the public
 domains, empty cells included). Each establishment is in one cell of every level, so a level
@@ -25,7 +25,7 @@ and solve times (entry point on the sample; the solver alone on synthetic produc
 
 Usage::
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_hierarchy.py \\
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_hierarchy.py \
         --data data/cbp_sample.parquet --seeds 200
 
 Writes ``benchmarks/results/hierarchy_<rows>.json`` and prints a Markdown table.
@@ -213,6 +213,8 @@ def run(data: Path, seeds: int, rho: float, step: float, timing_cells: list[int]
     results["entry_point_seconds"] = t_entry
     results["plan_seconds"] = t_plan
     results["timing"] = {str(n): solver_time(n) for n in timing_cells}
+    if timing_cells:
+        results["timing_worst_case_1e6"] = solver_time(1_000_000, absent=0.1)
     return {
         "data": str(data), "rows": df.height, "seeds": seeds, "rho": rho, "sigma_full": sigma0,
         "cells": {label(lv): int(true[lv].size) for lv in OUTPUTS},
@@ -248,8 +250,14 @@ def additivity(out: dict[tuple[str, ...], pl.DataFrame], geo: pl.DataFrame) -> d
     return {"pairs_checked": len(checks), "all_exact": all(checks.values()), "pairs": checks}
 
 
-def solver_time(cells: int, d: int = 20, counties_per_state: int = 60) -> dict[str, Any]:
-    """Solver alone on a synthetic product: n_small × d cells under counties, states, nation."""
+def solver_time(cells: int, d: int = 20, counties_per_state: int = 60,
+                absent: float = 0.0) -> dict[str, Any]:
+    """Solver alone on a synthetic product: n_small × d cells under counties, states, nation.
+
+    ``absent``: share of finest cells structurally absent at random (0: the key set is the
+    cross product, as with public domains; > 0: every small area has its own pattern, the
+    solver's worst case, as no two leaves share a covariance).
+    """
     n_leaf = cells // d
     n_county = max(n_leaf // 160, 1)
     n_state = max(n_county // counties_per_state, 1)
@@ -263,7 +271,7 @@ def solver_time(cells: int, d: int = 20, counties_per_state: int = 60) -> dict[s
     par3.sort()
     outer = Tree.from_parents([par1, par2, par3])
     inner = Tree.from_parents([np.zeros(d, dtype=np.int64)])
-    present = rng.random((n_leaf, d)) < 0.9
+    present = rng.random((n_leaf, d)) >= absent
     present[:, 0] = True
     meas = {}
     for a, b, s in ((3, 1, 5.0), (2, 1, 5.0), (1, 1, 4.0), (0, 1, 4.0), (3, 0, 5.0), (2, 0, 5.0)):
@@ -277,8 +285,8 @@ def solver_time(cells: int, d: int = 20, counties_per_state: int = 60) -> dict[s
         for b in range(2):
             res.variance(a, b)
     t_var = time.perf_counter() - t
-    return {"cells": n_leaf * d, "outer_leaves": n_leaf, "d": d, "solve_seconds": t_solve,
-            "variances_seconds": t_var}
+    return {"cells": n_leaf * d, "outer_leaves": n_leaf, "d": d, "absent": absent,
+            "solve_seconds": t_solve, "variances_seconds": t_var}
 
 
 def main() -> None:

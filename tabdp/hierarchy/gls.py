@@ -144,18 +144,28 @@ Measurements = Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]]
 class GLSResult:
     """Consistent estimates and exact covariances on a product of two trees.
 
+    Covariances are stored once per distinct matrix: nodes with the same presence pattern,
+    weights and parent share one (``cov_mats[a][cov_idx[a][u]]`` is node ``u``'s).
+
     Attributes:
         outer: The outer tree.
         inner: The inner tree.
         x: Per outer level, the estimates of each node's inner-leaf vector,
             shape ``(n_nodes, d, k)`` (``k`` right-hand sides).
-        cov: Per outer level, the covariance of each node's inner-leaf vector, ``(n_nodes, d, d)``.
+        cov_mats: Per outer level, the distinct covariance matrices ``(n_distinct, d, d)``.
+        cov_idx: Per outer level, each node's index into ``cov_mats``.
     """
 
     outer: Tree
     inner: Tree
     x: list[np.ndarray]
-    cov: list[np.ndarray]
+    cov_mats: list[np.ndarray]
+    cov_idx: list[np.ndarray]
+
+    @property
+    def cov(self) -> list[np.ndarray]:
+        """Per outer level, each node's covariance ``(n_nodes, d, d)`` (expanded: memory!)."""
+        return [m[i] for m, i in zip(self.cov_mats, self.cov_idx, strict=True)]
 
     def estimate(self, a: int, b: int) -> np.ndarray:
         """Estimates of the cells (outer level ``a``, inner level ``b``): ``(n_a, n_b, k)``.
@@ -163,8 +173,11 @@ class GLSResult:
         Every cell is the sum of the finest estimates under it (so parents are sums of
         children). Example: see the module docstring.
         """
-        q = self.inner.indicator(b)
-        return np.einsum("bi,aik->abk", q, self.x[a])
+        if b == self.inner.depth:
+            return self.x[a]
+        anc = self.inner.leaf_ancestor(b)
+        st = np.searchsorted(anc, np.arange(self.inner.sizes[b]), side="left")
+        return np.add.reduceat(self.x[a], st, axis=1)
 
     def variance(self, a: int, b: int) -> np.ndarray:
         """Exact variances of the cell estimates at (``a``, ``b``): ``(n_a, n_b)``.
@@ -172,7 +185,12 @@ class GLSResult:
         Example: see the module docstring.
         """
         q = self.inner.indicator(b)
-        return np.maximum(np.einsum("bi,uij,bj->ub", q, self.cov[a], q), 0.0)
+        v = np.einsum("bi,uij,bj->ub", q, self.cov_mats[a], q)
+        return np.maximum(v, 0.0)[self.cov_idx[a]]
+
+
+#: Nodes per block of the batched products (bounds the memory of gathered matrices).
+_BLOCK = 1 << 15
 
 
 def _chol_inv(m: np.ndarray, what: str) -> np.ndarray:
@@ -187,27 +205,82 @@ def _chol_inv(m: np.ndarray, what: str) -> np.ndarray:
             "must be released there.") from None
     eye = np.broadcast_to(np.eye(m.shape[-1]), m.shape)
     ci = np.linalg.solve(c, eye)
-    return np.swapaxes(ci, -1, -2) @ ci
+    out = np.swapaxes(ci, -1, -2) @ ci
+    return 0.5 * (out + np.swapaxes(out, -1, -2))
 
 
-def _own(inner: Tree, a: int, n_a: int, d: int, meas: Measurements, k: int,
-         mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """BᵀWB (n_a, d, d) and BᵀWy (n_a, d, k) of the measurements at outer level ``a``."""
-    info = np.zeros((n_a, d, d))
-    vec = np.zeros((n_a, d, k))
-    for (aa, b), (y, w) in meas.items():
-        if aa != a:
-            continue
-        anc = inner.leaf_ancestor(b)
-        # B = Q_b restricted to the present leaves: (Q_bᵀ W Q_b)_ij = w[anc_i] if anc_i == anc_j
-        same = anc[:, None] == anc[None, :]
-        wl = w[:, anc]  # (n_a, d)
-        info += np.where(same[None], wl[:, :, None], 0.0)
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of the distinct rows of ``key`` and each row's index into them."""
+    n = key.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if np.all(key == key[0]):
+        return np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    return first.astype(np.int64), inv.reshape(-1).astype(np.int64)
+
+
+def _level_meas(inner: Tree, a: int, meas: Measurements) -> list[tuple[np.ndarray, np.ndarray,
+                                                                          np.ndarray]]:
+    """(ancestor of each inner leaf, y, w) of the measurements at outer level ``a``."""
+    return [(inner.leaf_ancestor(b), y, w) for (aa, b), (y, w) in sorted(meas.items())
+            if aa == a]
+
+
+def _info(inner_anc: list[tuple[np.ndarray, np.ndarray, np.ndarray]], rows: np.ndarray, d: int,
+          mask: np.ndarray) -> np.ndarray:
+    """BᵀWB of the nodes ``rows`` (masked to their present leaves), ``(len(rows), d, d)``."""
+    info = np.zeros((rows.size, d, d))
+    for anc, _y, w in inner_anc:
+        k_mat = (anc[:, None] == anc[None, :]).reshape(-1).astype(np.float64)  # (d*d,)
+        wl = w[rows][:, anc]  # (n, d): the weight of each leaf's cell
+        info += (wl[:, :, None] * k_mat.reshape(d, d)[None])
+    m = mask[rows]
+    info *= m[:, :, None] & m[:, None, :]
+    idx = np.arange(d)
+    info[:, idx, idx] += ~m  # absent leaves: identity (their entries are zeroed after)
+    return info
+
+
+def _vec(inner_anc: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int, d: int, k: int,
+         mask: np.ndarray) -> np.ndarray:
+    """BᵀWy of every node, ``(n, d, k)`` (0 on absent leaves)."""
+    vec = np.zeros((n, d, k))
+    for anc, y, w in inner_anc:
         vec += (w[:, :, None] * y)[:, anc, :]
-    m2 = mask[:, :, None] & mask[:, None, :]
-    info = np.where(m2, info, 0.0)
-    vec = np.where(mask[:, :, None], vec, 0.0)
-    return info, vec
+    vec *= mask[:, :, None]
+    return vec
+
+
+def _apply(mats: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``mats[idx[u]] @ v[u]`` for every node, by blocks (``v``: ``(n, d, k)``)."""
+    n = idx.size
+    out = np.empty(v.shape)
+    if mats.shape[0] == 1:
+        return np.einsum("ij,ujk->uik", mats[0], v) if v.size else out
+    for s0 in range(0, n, _BLOCK):
+        s1 = min(n, s0 + _BLOCK)
+        out[s0:s1] = mats[idx[s0:s1]] @ v[s0:s1]
+    return out
+
+
+def _sum_children(mats: np.ndarray, idx: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``Σ_children mats[idx[c]]`` per parent (children contiguous, ``starts`` per parent)."""
+    n = idx.size
+    n_par = starts.size
+    d = mats.shape[-1]
+    out = np.zeros((n_par, d, d))
+    ends = np.append(starts[1:], n)
+    p0 = 0
+    while p0 < n_par:
+        # parents p0..p1-1 whose children fit in one block (at least one parent)
+        p1 = int(np.searchsorted(ends, starts[p0] + _BLOCK, side="right"))
+        p1 = max(p1, p0 + 1)
+        c0, c1 = int(starts[p0]), int(ends[p1 - 1])
+        g = mats[idx[c0:c1]]
+        out[p0:p1] = np.add.reduceat(g, starts[p0:p1] - c0, axis=0)
+        p0 = p1
+    return out
 
 
 def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> GLSResult:
@@ -218,8 +291,9 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> 
         inner: Inner tree; its leaves index the columns of ``present`` (``d`` leaves).
         present: Boolean ``(outer leaves, d)``: which finest cells exist (public key set).
         meas: ``(outer level a, inner level b) → (y, w)``: ``y`` the measured values
-            ``(n_a, n_b, k)`` (``k`` right-hand sides, e.g. simulations), ``w`` the precision
-            weights ``1/variance`` ``(n_a, n_b)``, 0 where a cell is not measured.
+            ``(n_a, n_b, k)`` (``k`` right-hand sides, e.g. simulations; ``k = 0`` for the
+            covariances alone), ``w`` the precision weights ``1/variance`` ``(n_a, n_b)``, 0
+            where a cell is not measured.
 
     Returns:
         The [`GLSResult`][tabdp.hierarchy.gls.GLSResult].
@@ -249,51 +323,67 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> 
         if not (0 <= a <= outer.depth and 0 <= b <= inner.depth):
             raise InvalidParameterError(f"solve: level pair {(a, b)} is outside the trees.")
         want = (outer.sizes[a], inner.sizes[b])
-        if y.shape[:2] != want or w.shape != want:
+        if y.shape[:2] != want or w.shape != want or y.ndim != 3:
             raise InvalidParameterError(
                 f"solve: measurement {(a, b)} must have y of shape {want} + (k,) and w of shape "
                 f"{want}; got {y.shape} and {w.shape}.")
         k = y.shape[2]
     masks = [present]
     for a in range(outer.depth, 0, -1):
-        m = np.logical_or.reduceat(masks[0], outer.starts(a), axis=0)
-        masks.insert(0, m)
-    eye = np.eye(d)
-    up_x: list[np.ndarray] = [np.empty(0)] * (outer.depth + 1)
-    up_c: list[np.ndarray] = [np.empty(0)] * (outer.depth + 1)
-    z_l: list[np.ndarray] = [np.empty(0)] * (outer.depth + 1)
-    sinv_l: list[np.ndarray] = [np.empty(0)] * (outer.depth + 1)
-    for a in range(outer.depth, -1, -1):
+        masks.insert(0, np.logical_or.reduceat(masks[0], outer.starts(a), axis=0))
+    depth = outer.depth
+    up_x: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    up_m: list[np.ndarray] = [np.empty(0)] * (depth + 1)   # distinct covariances
+    up_i: list[np.ndarray] = [np.empty(0)] * (depth + 1)   # node -> distinct index
+    z_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    sinv_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    for a in range(depth, -1, -1):
         n_a = outer.sizes[a]
         mask = masks[a]
-        absent = np.where(~mask[:, :, None] & (eye[None] > 0), 1.0, 0.0)
-        info, vec = _own(inner, a, n_a, d, meas, k, mask)
-        if a == outer.depth:
-            cov = _chol_inv(info + absent, "finest level")
-            x = cov @ vec
+        lm = _level_meas(inner, a, meas)
+        vec = _vec(lm, n_a, d, k, mask)
+        if a == depth:
+            # distinct (presence, weights) patterns share one inverse
+            key = np.concatenate([mask.astype(np.float64)] + [w[:, anc] for anc, _, w in lm],
+                                 axis=1)
+            first, inv = _distinct(key)
+            cov = _chol_inv(_info(lm, first, d, mask), "finest level")
+            cov *= mask[first][:, :, None] & mask[first][:, None, :]
+            x = _apply(cov, inv, vec)
         else:
             st = outer.starts(a + 1)
             z = np.add.reduceat(up_x[a + 1], st, axis=0)
-            s = np.add.reduceat(up_c[a + 1], st, axis=0)
-            sinv = _chol_inv(s + absent, "sum of children")
-            cov = _chol_inv(sinv + info, f"outer level {a}")
+            s = _sum_children(up_m[a + 1], up_i[a + 1], st)
+            idx = np.arange(d)
+            s[:, idx, idx] += ~mask
+            sinv = _chol_inv(s, "sum of children")
+            own = _info(lm, np.arange(n_a), d, mask)
+            own[:, idx, idx] -= ~mask
+            cov = _chol_inv(sinv + own, f"outer level {a}")
+            cov *= mask[:, :, None] & mask[:, None, :]
+            inv = np.arange(n_a)
             x = cov @ (sinv @ z + vec)
             z_l[a], sinv_l[a] = z, sinv
-        m2 = mask[:, :, None] & mask[:, None, :]
-        up_c[a] = np.where(m2, cov, 0.0)
-        up_x[a] = np.where(mask[:, :, None], x, 0.0)
+        up_m[a], up_i[a] = cov, inv
+        up_x[a] = x * mask[:, :, None]
     fx = [up_x[0]]
-    fc = [up_c[0]]
-    for a in range(1, outer.depth + 1):
+    fm = [up_m[0]]
+    fi = [up_i[0]]
+    for a in range(1, depth + 1):
         par = outer.parent[a]
         sinv = sinv_l[a - 1]
         g = sinv @ (fx[a - 1] - z_l[a - 1])
-        gm = sinv @ fc[a - 1] @ sinv - sinv
-        cu = up_c[a]
-        fx.append(up_x[a] + cu @ g[par])
-        c = cu + cu @ gm[par] @ cu
-        fc.append(0.5 * (c + np.swapaxes(c, -1, -2)))
-    return GLSResult(outer, inner, fx, fc)
+        pm = fm[a - 1][fi[a - 1]]  # the parents' final covariances
+        gm = sinv @ pm @ sinv - sinv
+        # a child's final covariance depends on its own distinct matrix and its parent only
+        pair = up_i[a] * outer.sizes[a - 1] + par
+        first, inv = _distinct(pair[:, None])
+        cu = up_m[a][up_i[a][first]]
+        c = cu + cu @ gm[par[first]] @ cu
+        fm.append(0.5 * (c + np.swapaxes(c, -1, -2)))
+        fi.append(inv)
+        fx.append(up_x[a] + _apply(up_m[a], up_i[a], g[par]))
+    return GLSResult(outer, inner, fx, fm, fi)
 
 
 def dense_gls(outer: Tree, inner: Tree, present: np.ndarray,
