@@ -172,8 +172,12 @@ class Product:
             return pl.DataFrame()
         return pl.concat(cols, how="horizontal").select(list(level))
 
-    def index(self, level: Sequence[str], frame: pl.DataFrame) -> np.ndarray:
-        """Flat cell index (outer node × n_inner + inner node) of each row of ``frame``."""
+    def index(self, level: Sequence[str], frame: pl.DataFrame,
+              missing_ok: bool = False) -> np.ndarray:
+        """Flat cell index (outer node × n_inner + inner node) of each row of ``frame``.
+
+        Rows with a code that is not in the hierarchy raise, or get -1 with ``missing_ok``.
+        """
         a, b = self.pair(level)
         ni = self.inner.tree.sizes[b]
         n = frame.height
@@ -193,13 +197,16 @@ class Product:
                     f"cast to the hierarchy's {codes.dtype}.\nHint: use the same code type in "
                     "the released tables and the hierarchy.") from None
             j = f.join(lut, on=col, how="left", maintain_order="left")["__j"]
-            if j.null_count():
+            if j.null_count() and missing_ok:
+                j = j.fill_null(-(1 << 40))
+            elif j.null_count():
                 miss = f.filter(j.is_null())[col].head(5).to_list()
                 raise InvalidParameterError(
                     f"consistent: {j.null_count()} {col!r} code(s) of a released table are not "
                     f"in hierarchy {axis.name!r}, e.g. {miss}.\nHint: complete the hierarchy.")
             out[:] = j.to_numpy()
-        return oi * ni + ii
+        flat = oi * ni + ii
+        return np.where((oi < 0) | (ii < 0), -1, flat) if missing_ok else flat
 
 
 def _product(levels: Sequence[Level], finest: pl.DataFrame, finest_level: Level,
@@ -311,7 +318,9 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                mechanisms: Mechanism | Mapping[Level, Mechanism],
                outputs: Sequence[Level] | None = None, level: float = DEFAULT_LEVEL,
                grid: float | Mapping[str, float] | None = None, nonnegative: bool = False,
-               integer: bool = False) -> dict[Level, pl.DataFrame]:
+               integer: bool = False,
+               output_keys: Mapping[Level, pl.DataFrame] | None = None
+               ) -> dict[Level, pl.DataFrame]:
     """The consistent (GLS) estimate of a hierarchy of released tables. Post-processing.
 
     Each entry of ``released`` is a table released directly at one level of a product of at
@@ -351,10 +360,14 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             measure or measure → step.
         nonnegative: Clamp negative finest cells to 0.
         integer: Round finest cells to whole numbers.
+        output_keys: Optional level → key frame: the rows of that output, in that order (a key
+            with no existing finest cell below it, or a code not in the hierarchies, gets 0
+            with sd 0).
 
     Returns:
-        Level → frame with the level's keys (a released level keeps its table's rows and order;
-        other levels list every combination of codes, sorted) and the measure columns.
+        Level → frame with the level's keys (``output_keys`` if given; else a released level
+        keeps its table's rows and order, and another level lists every combination of codes
+        with at least one existing finest cell below it, sorted) and the measure columns.
 
     Raises:
         InvalidParameterError: For levels that are not coarsenings of one finest level, a
@@ -463,9 +476,11 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 raise InvalidParameterError(
                     f"consistent: released[{key!r}] column {m!r} has null, NaN or infinite "
                     "values.\nHint: pass the released estimates unchanged (before flagging).")
-            idx = prod.index(key, f) if key else np.zeros(f.height, dtype=np.int64)
-            y[idx] = vals
-            w[idx] = 1.0 / spreads[key][0]
+            idx = prod.index(key, f, missing_ok=True) if key else \
+                np.zeros(f.height, dtype=np.int64)
+            ok = idx >= 0
+            y[idx[ok]] = vals[ok]
+            w[idx[ok]] = 1.0 / spreads[key][0]
             ms[(a, b)] = (y.reshape(*shape, 1), w.reshape(shape))
         res = solve(prod.outer.tree, prod.inner.tree, prod.present, ms)
         fin = res.x[-1][:, :, 0]
@@ -500,13 +515,24 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 moe = float(ndtri(0.5 + 0.5 * lv)) * sd
             result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1))
     out: dict[Level, pl.DataFrame] = {}
+    given = dict(output_keys or {})
     for o in outs:
-        keys = frames[o].select(o) if o in frames else prod.keys(o).sort(list(o))
-        idx = prod.index(o, keys) if o else np.zeros(1, dtype=np.int64)
+        if o in given:
+            keys = given[o].select(o) if o else pl.DataFrame()
+        elif o in frames:
+            keys = frames[o].select(o)
+        else:
+            n_fin = prod.aggregate(o, prod.present.astype(np.int64)).reshape(-1)
+            keys = prod.keys(o).filter(pl.Series(n_fin > 0)).sort(list(o)) if o else \
+                pl.DataFrame()
+        idx = prod.index(o, keys, missing_ok=True) if o else np.zeros(1, dtype=np.int64)
+        known = idx >= 0
         cols: list[pl.Series] = []
         for m in meas:
             est, sd, moe = result[o][m]
-            e, s, h = est[idx], sd[idx], moe[idx]
+            e = np.where(known, est[idx], 0.0)
+            s = np.where(known, sd[idx], 0.0)
+            h = np.where(known, moe[idx], 0.0)
             cols += [pl.Series(m, e), pl.Series(f"{m}_sd", s), pl.Series(f"{m}_moe", h),
                      pl.Series(f"{m}_lower", e - h), pl.Series(f"{m}_upper", e + h)]
         body = pl.DataFrame(cols)

@@ -277,13 +277,20 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 g = 1.0
             grid[m] = float(g) if isinstance(g, (int, float)) else g
         rollups = []
+        cons: dict[str, Any] | None = None
+        if t.consistent:
+            from tabdp.release._consistent import plan_consistent
+
+            cons = plan_consistent(spec, t, mech, measures)
         for r in t.rollups:
             rollups.append({
                 "by": list(r.by), "label": r.label, "file": _file_name(t, r),
                 "cells": _key_count(spec, r.by) if all(c in spec.domains for c in r.by) else None,
-                "moe_method": _rollup_methods(mech, measures, level),
+                "moe_method": (cons["methods"] if cons is not None
+                               else _rollup_methods(mech, measures, level)),
                 "direct": r.direct,
-                "direct_file": _file_name(t, r, direct=True) if r.direct else None,
+                "direct_file": (_file_name(t, r, direct=True) if r.direct and cons is None
+                                else None),
             })
         tables.append({
             "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),
@@ -311,6 +318,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
                 for m in measures},
             "rollups": rollups,
+            "consistent": cons,
             "guarantee_in_words": [
                 line for m in (measures if t.kind == "sum" and len(measures) > 1
                                and not getattr(mech, "joint", False) else [None])

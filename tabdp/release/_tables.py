@@ -283,6 +283,25 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
                                         rules=t.publication, grid=grid)
         mechs = {m: _measure_mechanism(mech, m) for m in measures}
+        if t.consistent:
+            # The table and its direct rollups, post-processed together (GLS): every level is
+            # published in the file it has as a rollup; no _direct files.
+            from tabdp.release._consistent import consistent_levels
+
+            step += len(t.rollups)
+            report(step, steps, f"consistent estimate of {t.name}")
+            direct_frames = {tuple(r.by): _strip_national(next(released))
+                             for r in t.rollups if r.direct}
+            levels = consistent_levels(spec, t, mech, measures, wide, direct_frames, targets,
+                                       level, grid)
+            public[_file_name(t)] = publish(levels[tuple(t.by)], keys=list(t.by),
+                                            measures=measures, rules=t.publication, grid=grid)
+            for r in t.rollups:
+                table_keys[_file_name(t, r)] = list(r.by)
+                public[_file_name(t, r)] = publish(levels[tuple(r.by)], keys=list(r.by),
+                                                   measures=measures, rules=t.publication,
+                                                   grid=grid)
+            continue
         for r in t.rollups:
             step += 1
             report(step, steps, f"rolling {t.name} up to {r.label}")

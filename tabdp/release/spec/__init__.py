@@ -143,6 +143,12 @@ The TOML schema (every key not listed is refused)::
                                     # publication.round to round their published estimates)
     nulls = "drop"                  # optional override of input.nulls
     publication = { cv_flag = 0.5 } # optional override of [publication], key by key
+    consistent = false              # true: publish the table and its rollups from the GLS
+                                    # consistent estimate of the table and its direct = true
+                                    # rollups (every parent the exact sum of its children, in
+                                    # the files they have as rollups; no _direct files). Needs
+                                    # a direct rollup and an additive mechanism; refuses
+                                    # publication.round and negative = "clamp"
 
     [[tables.rollups]]              # optional, any number
     by = ["state", "naics2"]        # coarser grouping: each column is either in the table's

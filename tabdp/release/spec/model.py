@@ -147,7 +147,8 @@ class TableSpec:
     mechanism as a plain dict with its ``family`` (as written, the calibrated parameters, or the
     count default) for the manifest. ``measures`` is empty for a count (its output column, and its
     ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
-    ``keys`` is given.
+    ``keys`` is given. ``consistent`` publishes the table and its ``direct = true`` rollups as
+    one consistent set ([`tabdp.hierarchy.consistent`][tabdp.hierarchy.consistent]).
     """
 
     name: str
@@ -162,6 +163,7 @@ class TableSpec:
     publication: Publication = Publication()
     rollups: tuple[RollupSpec, ...] = ()
     raw_mechanism: Mapping[str, Any] = field(default_factory=dict)
+    consistent: bool = False
 
 
 @dataclass(frozen=True)

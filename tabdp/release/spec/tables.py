@@ -403,6 +403,46 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
     rollups: tuple[RollupSpec, ...] = ()
     if "rollups" in d:
         rollups = _parse_rollups(d["rollups"], f"{tp}.rollups", by, hierarchies)
+    consistent = False
+    if "consistent" in d:
+        consistent = _bool(d["consistent"], f"{tp}.consistent",
+                           "true publishes the table and its direct rollups as one consistent "
+                           "set (GLS).")
+    if consistent:
+        _check_consistent(tp, mech, by, rollups, pub, hierarchies)
     return TableSpec(name=name, kind=kind, measures=measures, by=by, mechanism=mech,
                      calibration=calibration, keys_file=keys_file, grid=grid, nulls=nulls,
-                     publication=pub, rollups=rollups, raw_mechanism=raw_mech)
+                     publication=pub, rollups=rollups, raw_mechanism=raw_mech,
+                     consistent=consistent)
+
+
+def _check_consistent(tp: str, mech: Any, by: tuple[str, ...], rollups: tuple[RollupSpec, ...],
+                      pub: Publication, hierarchies: Mapping[str, Hierarchy]) -> None:
+    """What a consistent table needs: direct levels, an additive mechanism, additive rules."""
+    path = f"{tp}.consistent"
+    if not any(r.direct for r in rollups):
+        _fail(path, "consistent = true needs at least one rollup with direct = true (the "
+                    "levels released directly are what the consistent estimate combines); got "
+                    "none.", 'add direct = true to a rollup, e.g. { by = ["state"], '
+                    "direct = true }, or remove consistent.")
+    if isinstance(mech, mechanisms.TransformationMechanism):
+        _fail(path, f"a consistent table needs an additive mechanism (its noise variance is "
+                    f"public); {type(mech).__name__} has an error that depends on the true "
+                    "value.", 'use e.g. family = "gaussian", "exp_polylog" or "laplace", or '
+                    "remove consistent.")
+    if pub.round is not None:
+        _fail(f"{tp}.publication.round", "rounding each level to publication.round would "
+                                         "break the additivity of a consistent table.",
+              "remove publication.round for this table (its estimates are on the table's grid, "
+              "and every parent is the exact sum of its children).")
+    if pub.negative == "clamp":
+        _fail(f"{tp}.publication.negative", "clamping negative cells to 0 level by level would "
+                                            "break the additivity of a consistent table.",
+              'use negative = "flag" for this table.')
+    owners = {c for c in by for h in hierarchies.values() if c in h.levels}
+    flat = [c for c in by if c not in owners]
+    n_class = len({h.name for h in hierarchies.values() for c in by if c in h.levels}) + len(flat)
+    if n_class > 2:
+        _fail(f"{tp}.by", f"a consistent table has at most two classifications (e.g. geography "
+                          f"x industry); by {_show(list(by))} has {n_class}.",
+              "remove consistent, or split the table by the third column.")
