@@ -26,7 +26,9 @@ def _hierarchies(spec: ReleaseSpec) -> dict[str, pl.DataFrame]:
     return {h.name: h.mapping.select(list(h.levels)) for h in spec.hierarchies.values()}
 
 
-def consistent_levels(spec: ReleaseSpec, t: TableSpec, mech: Mechanism, measures: Sequence[str],
+def consistent_levels(spec: ReleaseSpec, t: TableSpec,
+                      mech: Mechanism | Mapping[tuple[str, ...], Mechanism],
+                      measures: Sequence[str],
                       wide: pl.DataFrame, direct: Mapping[tuple[str, ...], pl.DataFrame],
                       targets: Mapping[str, pl.DataFrame | None], level: float,
                       grid: Mapping[str, Any]) -> dict[tuple[str, ...], pl.DataFrame]:
@@ -35,7 +37,7 @@ def consistent_levels(spec: ReleaseSpec, t: TableSpec, mech: Mechanism, measures
     Args:
         spec: The spec (hierarchies).
         t: The table (``consistent = true``).
-        mech: Its mechanism (every level is released with it).
+        mech: Its mechanism (every level released with it), or level ``by`` → mechanism.
         measures: The released measures.
         wide: The table's release.
         direct: Rollup ``by`` → its direct release.
@@ -90,7 +92,8 @@ def _table_key_frame(spec: ReleaseSpec, t: TableSpec) -> pl.DataFrame:
 
 
 def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
-                    measures: Sequence[str]) -> dict[str, Any]:
+                    measures: Sequence[str],
+                    level_mechs: Mapping[str, Mechanism] | None = None) -> dict[str, Any]:
     """The plan's view of a consistent table: expected sd per level, from public inputs only.
 
     Args:
@@ -98,11 +101,13 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
         t: A table with ``consistent = true``.
         mech: Its mechanism.
         measures: Its released measures.
+        level_mechs: With ``shares``: measured level label → its mechanism.
 
     Returns:
-        ``{"measured": [labels], "methods": {measure: str}, "expected_sd": {measure: [{"level",
-        "cells", "sd_median", "sd_max", "rollup_sd_median"}]}}`` (``expected_sd`` is ``None``
-        for α-stable noise, which has no sd).
+        ``{"measured": [labels], "shares": {label: share} or None, "methods": {measure: str},
+        "expected_sd": {measure: [{"level", "cells", "sd_median", "sd_max",
+        "rollup_sd_median"}]}}`` (``expected_sd`` is ``None`` for α-stable noise, which has no
+        sd). ``rollup_sd_median`` is the rollup plan's: every target spent on the table.
 
     Example:
         >>> plan_consistent.__name__
@@ -111,19 +116,24 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
     measured = [tuple(t.by), *[tuple(r.by) for r in t.rollups if r.direct]]
     outs = [tuple(t.by), *[tuple(r.by) for r in t.rollups]]
     keys = _table_key_frame(spec, t)
+    labels = ["_".join(b) if b else "national" for b in measured]
+    mechs: Mechanism | dict[tuple[str, ...], Mechanism] = mech
+    if level_mechs:
+        mechs = {b: level_mechs[lb] for b, lb in zip(measured, labels, strict=True)}
     out: dict[str, Any] = {
-        "measured": ["_".join(b) if b else "national" for b in measured],
+        "measured": labels,
+        "shares": dict(t.shares) or None,
         "methods": {m: consistent_method(mech, m) for m in measures},
         "expected_sd": {},
     }
     for m in measures:
         try:
-            sds = expected_sd(keys, measured, hierarchies=_hierarchies(spec), mechanisms=mech,
+            sds = expected_sd(keys, measured, hierarchies=_hierarchies(spec), mechanisms=mechs,
                               outputs=outs, measure=m)
         except InvalidParameterError:
             out["expected_sd"][m] = None
             continue
-        var1 = cell_weights(mech, m)[0]
+        var1 = cell_weights(mech, m)[0]  # the rollup plan: every target on the table
         fin = sds[tuple(t.by)]
         rows = []
         for o in outs:

@@ -63,13 +63,23 @@ def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
     return mechanism
 
 
-def _table_mechanism(t: TableSpec) -> Mechanism:
-    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism)."""
+def _table_mechanism(t: TableSpec, label: str | None = None) -> Mechanism:
+    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism).
+
+    ``label``: a measured level of a consistent table with ``shares`` (the level's own
+    mechanism for its share of the targets); ``None`` or no shares: the table's.
+    """
     from tabdp.frame import count_mechanism
 
+    mech = t.level_mechanisms.get(label, t.mechanism) if label is not None else t.mechanism
     if t.kind == "count":
-        return count_mechanism(t.mechanism, t.grid)
-    return t.mechanism
+        return count_mechanism(mech, t.grid)
+    return mech
+
+
+def _measured_labels(t: TableSpec) -> list[str]:
+    """Labels of the releases of a table in run order: the table, then its direct rollups."""
+    return ["_".join(t.by) if t.by else "national", *[r.label for r in t.rollups if r.direct]]
 
 
 def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = None) -> int:
@@ -253,9 +263,18 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             entry: Any = (_AtRows(mech, rows), k)
         else:
             entry = (mech, k)
-        entries += [entry] * (1 + len(direct))
+        if t.shares:
+            # each measured level has its own mechanism (its share of the targets)
+            lvl = [_table_mechanism(t, lb) for lb in _measured_labels(t)]
+            level_entries: list[Any] = [(_AtRows(m_, rows), k) if t.kind == "count" else (m_, k)
+                                        for m_ in lvl]
+            entries += level_entries
+            per_table_all = total_policy_curve(level_entries, sizes, delta)
+        else:
+            entries += [entry] * (1 + len(direct))
+            per_table_all = total_policy_curve([(entry[0], k * (1 + len(direct)))], sizes,
+                                               delta)
         per_table = total_policy_curve([entry], sizes, delta)
-        per_table_all = total_policy_curve([(entry[0], k * (1 + len(direct)))], sizes, delta)
         cal = None
         if t.calibration is not None:
             cal = {
@@ -281,7 +300,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         if t.consistent:
             from tabdp.release._consistent import plan_consistent
 
-            cons = plan_consistent(spec, t, mech, measures)
+            cons = plan_consistent(spec, t, mech, measures, {
+                lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None)
         for r in t.rollups:
             rollups.append({
                 "by": list(r.by), "label": r.label, "file": _file_name(t, r),
@@ -537,16 +557,17 @@ def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]
     cells = spec.input.max_cells or 1
     out = []
     for t in spec.tables:
-        mech = _table_mechanism(t)
-        if t.kind == "count":
-            charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
-        elif getattr(mech, "joint", False):
-            charge = {"+".join(t.measures): _Charge(mech, cells)}
-        else:
-            charge = {m: _Charge(_measure_mechanism(mech, m), cells)
-                      for m in _released_measures(t)}
         names = [t.name, *[f"{t.name}__{r.label}" for r in t.rollups if r.direct]]
-        out += [(n, charge) for n in names]
+        for name, label in zip(names, _measured_labels(t), strict=True):
+            mech = _table_mechanism(t, label if t.shares else None)
+            if t.kind == "count":
+                charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
+            elif getattr(mech, "joint", False):
+                charge = {"+".join(t.measures): _Charge(mech, cells)}
+            else:
+                charge = {m: _Charge(_measure_mechanism(mech, m), cells)
+                          for m in _released_measures(t)}
+            out.append((name, charge))
     return out
 
 

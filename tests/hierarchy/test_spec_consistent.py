@@ -98,3 +98,37 @@ def test_plan_shows_expected_sd_per_level(tmp_path: Path) -> None:
 def test_refusals(tmp_path: Path, table: dict[str, Any], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         parse_spec(_spec(tmp_path, **table), tmp_path)
+
+
+def test_shares_split_the_targets(tmp_path: Path) -> None:
+    """shares: each measured level its own mechanism; a unit's total loss is unchanged."""
+    shares = {"county_naics2": 0.9, "state_naics2": 0.05, "county": 0.05}
+    spec = parse_spec(_spec(tmp_path, shares=shares), tmp_path)
+    t = spec.tables[0]
+    assert t.level_mechanisms["state_naics2"].sigma == pytest.approx(3.0 / 0.05 ** 0.5)
+    summary = plan_summary(spec)
+    tab = summary["tables"][0]
+    assert tab["consistent"]["shares"] == shares
+    # the table's curve with its direct levels: the whole target (1 / (2 * 9)) at any size
+    curve = tab["table_policy_curve_with_direct_rollups"]
+    assert all(p["rho"] == pytest.approx(1 / 18.0, rel=1e-9) for p in curve)
+    res = run_release(spec, test_seed=True)
+    per = pl.read_parquet(next(Path(res.confidential).glob("per_record*.parquet")))
+    row = per.row(0, named=True)
+    assert row["rho_cn"] == pytest.approx(0.9 / 18.0)
+    assert row["rho_cn__state_naics2"] == pytest.approx(0.05 / 18.0)
+    assert row["rho_cn"] + row["rho_cn__state_naics2"] + row["rho_cn__county"] == \
+        pytest.approx(1 / 18.0)
+    pub = Path(res.public)
+    cn = _estimates(pl.read_parquet(pub / "cn.parquet"), ["county", "naics2"])
+    nat = _estimates(pl.read_parquet(pub / "cn__national.parquet"), [])
+    assert nat["estimate"][0] == cn["estimate"].sum()
+
+
+@pytest.mark.parametrize(("shares", "match"), [
+    ({"county_naics2": 0.9, "state_naics2": 0.1}, "exactly the measured levels"),
+    ({"county_naics2": 0.9, "state_naics2": 0.1, "county": 0.1}, "sum to 1"),
+])
+def test_bad_shares(tmp_path: Path, shares: dict[str, float], match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        parse_spec(_spec(tmp_path, shares=shares), tmp_path)

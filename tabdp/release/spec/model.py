@@ -148,7 +148,8 @@ class TableSpec:
     count default) for the manifest. ``measures`` is empty for a count (its output column, and its
     ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
     ``keys`` is given. ``consistent`` publishes the table and its ``direct = true`` rollups as
-    one consistent set ([`tabdp.hierarchy.consistent`][tabdp.hierarchy.consistent]).
+    one consistent set ([`tabdp.hierarchy.consistent`][tabdp.hierarchy.consistent]); ``shares``
+    splits the per-record targets across those measured levels.
     """
 
     name: str
@@ -164,6 +165,11 @@ class TableSpec:
     rollups: tuple[RollupSpec, ...] = ()
     raw_mechanism: Mapping[str, Any] = field(default_factory=dict)
     consistent: bool = False
+    #: Consistent tables: level label → share of every per-record target spent there (the
+    #: table's own label and its direct rollups'), and the mechanism of each measured level
+    #: for its share (empty: every level uses ``mechanism``).
+    shares: Mapping[str, float] = field(default_factory=dict)
+    level_mechanisms: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
