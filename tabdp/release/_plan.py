@@ -338,7 +338,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
                 for m in measures},
             "rollups": rollups,
-            "consistent": cons,
+            **({"consistent": cons} if cons is not None else {}),
             "guarantee_in_words": [
                 line for m in (measures if t.kind == "sum" and len(measures) > 1
                                and not getattr(mech, "joint", False) else [None])
