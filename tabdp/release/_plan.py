@@ -252,7 +252,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     # table for row units) and counts at most plan.count_rows rows in a count cell (enforced).
     cells = spec.input.max_cells or 1
     for t in spec.tables:
-        mech = _table_mechanism(t)
+        # a consistent table with shares: the table's own release uses its level's mechanism
+        mech = _table_mechanism(t, _measured_labels(t)[0] if t.shares else None)
         k = _charges(mech, t) * cells
         measures = _released_measures(t)
         direct = [r for r in t.rollups if r.direct]
@@ -300,7 +301,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         if t.consistent:
             from tabdp.release._consistent import plan_consistent
 
-            cons = plan_consistent(spec, t, mech, measures, {
+            cons = plan_consistent(spec, t, _table_mechanism(t), measures, {
                 lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None)
         for r in t.rollups:
             rollups.append({
