@@ -503,6 +503,17 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
             cells = "  ".join(f"{r['total']:.0e}: ±{_fmt(r['moe'])}" for r in rows)
             out.write(f"  {m} margin of error ({s['release']['level']:.0%}) by cell total: "
                       f"{cells}\n")
+        cons = t.get("consistent")
+        if cons:
+            shares = cons.get("shares")
+            out.write(f"  consistent: measured levels {', '.join(cons['measured'])}"
+                      + (f"; shares {', '.join(f'{k}={v:g}' for k, v in shares.items())}"
+                         if shares else "") + "\n")
+            for m, rows in (cons.get("expected_sd") or {}).items():
+                if rows:
+                    cells = "  ".join(f"{r['level']}: {_fmt(r['sd_median'])} "
+                                      f"(rollup {_fmt(r['rollup_sd_median'])})" for r in rows)
+                    out.write(f"  {m} expected sd (median cell) by level: {cells}\n")
         if t["forecast"]:
             flag = "  ".join(f"{r['total']:.0e}: "
                              + ("-" if r["p_flagged"] is None else f"{r['p_flagged']:.0%}")

@@ -259,13 +259,16 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         keys = _table_keys(spec, t)
         targets = {r.label: _rollup_keys(spec, t, r, keys) for r in t.rollups}
         plans.append((t, mech, targets))
-        requests.append(_request(t, mech, t.by, keys, t.name, level, spec))
+        # a consistent table with shares releases each measured level with its own mechanism
+        own = _table_mechanism(t, "_".join(t.by) if t.by else "national") if t.shares else mech
+        requests.append(_request(t, own, t.by, keys, t.name, level, spec))
         for r in t.rollups:
             if r.direct:
                 target_keys = targets[r.label]
                 dkeys = _domain_keys(spec, r.by) if target_keys is None else \
                     KeySet.from_frame(target_keys)
-                requests.append(_request(t, mech, r.by, dkeys, f"{t.name}__{r.label}", level,
+                rmech = _table_mechanism(t, r.label) if t.shares else mech
+                requests.append(_request(t, rmech, r.by, dkeys, f"{t.name}__{r.label}", level,
                                          spec))
     steps = 1 + sum(len(t.rollups) for t in spec.tables) + 1
     step = 1
@@ -284,6 +287,31 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
                                         rules=t.publication, grid=grid)
         mechs = {m: _measure_mechanism(mech, m) for m in measures}
+        if t.consistent:
+            # The table and its direct rollups, post-processed together (GLS): every level is
+            # published in the file it has as a rollup; no _direct files.
+            from tabdp.release._consistent import consistent_levels
+
+            step += len(t.rollups)
+            report(step, steps, f"consistent estimate of {t.name}")
+            direct_frames = {tuple(r.by): _strip_national(next(released))
+                             for r in t.rollups if r.direct}
+            lmechs: Any = mech
+            if t.shares:
+                lmechs = {tuple(t.by): _table_mechanism(t, "_".join(t.by) if t.by else
+                                                        "national"),
+                          **{tuple(r.by): _table_mechanism(t, r.label) for r in t.rollups
+                             if r.direct}}
+            levels = consistent_levels(spec, t, lmechs, measures, wide, direct_frames, targets,
+                                       level, grid)
+            public[_file_name(t)] = publish(levels[tuple(t.by)], keys=list(t.by),
+                                            measures=measures, rules=t.publication, grid=grid)
+            for r in t.rollups:
+                table_keys[_file_name(t, r)] = list(r.by)
+                public[_file_name(t, r)] = publish(levels[tuple(r.by)], keys=list(r.by),
+                                                   measures=measures, rules=t.publication,
+                                                   grid=grid)
+            continue
         for r in t.rollups:
             step += 1
             report(step, steps, f"rolling {t.name} up to {r.label}")

@@ -150,6 +150,20 @@ The TOML schema (every key not listed is refused)::
                                     # publication.round to round their published estimates)
     nulls = "drop"                  # optional override of input.nulls
     publication = { cv_flag = 0.5 } # optional override of [publication], key by key
+    consistent = false              # true: publish the table and its rollups from the GLS
+                                    # consistent estimate of the table and its direct = true
+                                    # rollups (every parent the exact sum of its children, in
+                                    # the files they have as rollups; no _direct files). Needs
+                                    # a direct rollup and an additive mechanism; refuses
+                                    # publication.round and negative = "clamp"
+    shares = { county_naics2 = 0.9, state_naics2 = 0.1 }
+                                    # consistent tables: the share of every per-record target
+                                    # spent on each measured level (the table's own label and
+                                    # each direct rollup's; > 0, summing to 1); each level gets
+                                    # its own mechanism (sigma / sqrt(share) for a Gaussian, a
+                                    # calibration to share x targets for a calibrate table), so
+                                    # a unit's total loss is the table's. Default: every level
+                                    # uses the table's mechanism (each charged in full)
 
     [[tables.rollups]]              # optional, any number
     by = ["state", "naics2"]        # coarser grouping: each column is either in the table's

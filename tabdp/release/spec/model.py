@@ -157,7 +157,9 @@ class TableSpec:
     mechanism as a plain dict with its ``family`` (as written, the calibrated parameters, or the
     count default) for the manifest. ``measures`` is empty for a count (its output column, and its
     ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
-    ``keys`` is given.
+    ``keys`` is given. ``consistent`` publishes the table and its ``direct = true`` rollups as
+    one consistent set ([`tabdp.hierarchy.consistent`][tabdp.hierarchy.consistent]); ``shares``
+    splits the per-record targets across those measured levels.
     """
 
     name: str
@@ -172,6 +174,12 @@ class TableSpec:
     publication: Publication = Publication()
     rollups: tuple[RollupSpec, ...] = ()
     raw_mechanism: Mapping[str, Any] = field(default_factory=dict)
+    consistent: bool = False
+    #: Consistent tables: level label → share of every per-record target spent there (the
+    #: table's own label and its direct rollups'), and the mechanism of each measured level
+    #: for its share (empty: every level uses ``mechanism``).
+    shares: Mapping[str, float] = field(default_factory=dict)
+    level_mechanisms: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

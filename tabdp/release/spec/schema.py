@@ -67,7 +67,7 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "publication": ("cv_flag", "suppress_cv", "negative", "round"),
     "plan": ("cell_totals", "count_totals", "record_sizes", "count_rows"),
     "tables[]": ("name", "kind", "measures", "by", "keys", "mechanism", "calibrate", "grid",
-                 "nulls", "publication", "rollups"),
+                 "nulls", "publication", "rollups", "consistent", "shares"),
     "tables[].keys": ("file",),
     "tables[].calibrate": ("family", "targets", "typical_total", "fixed", "objective"),
     "tables[].rollups[]": ("by", "direct"),
