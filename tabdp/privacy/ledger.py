@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms._base import Mechanism
+from tabdp.mechanisms import Mechanism
 
 __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
            "loss_components"]
