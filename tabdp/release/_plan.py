@@ -118,13 +118,13 @@ def _expected_error(mech: Mechanism, totals: Sequence[float], level: float
 
 def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> dict[str, str]:
     """The public description of how rollup margins of error are computed, per measure."""
-    from tabdp.release.rollup import sum_error_law
+    from tabdp.release.rollup import sum_error_method
 
     out = {}
     for m in measures:
         mm = _measure_mechanism(mech, m)
         try:
-            _, method = sum_error_law(mm, np.array([2]), level)
+            method = sum_error_method(mm)
         except TabdpError:
             method = ("normal approximation (plug-in sd; errors of transformation mechanisms "
                       "are not identically distributed)")
