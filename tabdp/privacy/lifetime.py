@@ -166,7 +166,16 @@ class _Lock:
         import fcntl
 
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # never through a link: the lock is taken before the ledger is verified
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise LedgerError(
+                f"the ledger {path.parent} does not verify: its lock file is a symbolic link; "
+                "every file of a ledger must be inside its folder, owner-only.\nHint: remove "
+                "the link (a run recreates the lock), or restore the ledger from a verified "
+                "copy.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:

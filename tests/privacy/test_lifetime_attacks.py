@@ -275,3 +275,23 @@ def test_errors_are_tabdp_errors_without_confidential_values(tmp_path):
         tabdp.Ledger.open(path)
     msg = str(info.value)
     assert "does not verify" in msg and "0.5" not in msg and "1.0" not in msg
+
+
+def test_a_lock_file_replaced_by_a_symlink_is_refused_and_its_target_kept(tmp_path):
+    """Finding R11-5 (fixed): a lock file replaced by a symbolic link.
+
+    The lock is taken before the ledger is verified, and followed a symlink: ``lock -> some file`` truncated and overwrote that file (open, verify or
+    ``tabdp ledger verify``). The lock is opened with O_NOFOLLOW now.
+    """
+    path = tmp_path / "l"
+    _two_releases(path)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("do not truncate me")
+    (path / "lock").unlink()
+    os.symlink(victim, path / "lock")
+    with pytest.raises(LedgerError, match="symbolic link"):
+        tabdp.Ledger.open(path)
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2
+    assert "symbolic link" in err.getvalue()
+    assert victim.read_text() == "do not truncate me"
