@@ -280,7 +280,8 @@ def test_errors_are_tabdp_errors_without_confidential_values(tmp_path):
 def test_a_lock_file_replaced_by_a_symlink_is_refused_and_its_target_kept(tmp_path):
     """Finding R11-5 (fixed): a lock file replaced by a symbolic link.
 
-    The lock is taken before the ledger is verified, and followed a symlink: ``lock -> some file`` truncated and overwrote that file (open, verify or
+    The lock is taken before the ledger is verified, and followed a symlink:
+    ``lock -> some file`` truncated and overwrote that file (open, verify or
     ``tabdp ledger verify``). The lock is opened with O_NOFOLLOW now.
     """
     path = tmp_path / "l"
