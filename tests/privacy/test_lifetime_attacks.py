@@ -299,7 +299,9 @@ def test_a_lock_file_replaced_by_a_symlink_is_refused_and_its_target_kept(tmp_pa
 
 
 def test_a_huge_unit_changes_nothing_public_across_a_series(tmp_path):
-    """A unit whose charge alone passes the lifetime budget, present in some years only, is
+    """A huge unit, present in some years only.
+
+    Its charge alone passes the lifetime budget, so it is
     left out of every table: D and D' give the same tables bit for bit, every year.
     """
     rng = np.random.default_rng(1)
