@@ -344,3 +344,29 @@ def test_an_older_copy_of_the_whole_ledger_is_refused(tmp_path):
     shutil.copytree(backup, path, symlinks=True)
     with pytest.raises(LedgerError):
         tabdp.Ledger.open(path)
+
+
+def test_a_run_killed_after_the_commit_is_charged_not_published(tmp_path, monkeypatch):
+    """A run dying between the commit and the move: charged, not published.
+
+    The workflow commits, then moves the outputs into place: dying in between (here at
+    the outputs' timestamps) leaves the ledger charged and nothing published (over-charging,
+    safe); never the reverse.
+    """
+    sys.path.insert(0, str(ROOT / "tests" / "release"))
+    import test_ledger_spec as T
+
+    from tabdp.release import _tables
+    from tabdp.release.runner import run_release
+    from tabdp.release.spec import load_spec
+
+    def killed(*a: object, **k: object) -> None:
+        raise SystemExit("killed after the commit")
+
+    monkeypatch.setattr(_tables, "_set_tree", killed)
+    with pytest.raises(SystemExit):
+        run_release(load_spec(T._spec(tmp_path, 2021)), test_seed=True)
+    monkeypatch.undo()
+    assert not (tmp_path / "out" / "2021" / "public").exists()
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 1 and led.state()["rho"].max() > 0
