@@ -130,10 +130,10 @@ def _private(path: Path) -> None:
     """Owner-only permissions on ``path`` and everything under it (0700 / 0600)."""
     path.chmod(0o700)
     for root, dirs, files in os.walk(path):
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o700)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o600)
+        for name, mode in [*((d, 0o700) for d in dirs), *((f, 0o600) for f in files)]:
+            p = os.path.join(root, name)
+            if not os.path.islink(p):  # never the target of a link (refused at open anyway)
+                os.chmod(p, mode)
 
 
 def _read_hashed(path: Path) -> tuple[bytes, int, str]:
@@ -143,6 +143,12 @@ def _read_hashed(path: Path) -> tuple[bytes, int, str]:
 
 def _unit_kind(dtype: Any) -> str:
     """``"Int64"`` or ``"String"``: how unit ids of ``dtype`` are stored (else refused)."""
+    if dtype == pl.UInt64:  # by dtype, never by value: ids >= 2**63 do not fit Int64
+        raise InvalidParameterError(
+            "a lifetime ledger keys integer unit ids as Int64; the unit column has dtype "
+            "UInt64, whose ids may not fit (refused by its type, whatever the values).\n"
+            "Hint: cast the unit id column to Int64 (if every id is below 2**63) or to String, "
+            "the same type in every run of the series.")
     if dtype.is_integer():
         return "Int64"
     if dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
@@ -160,7 +166,16 @@ class _Lock:
         import fcntl
 
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # never through a link: the lock is taken before the ledger is verified
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            raise LedgerError(
+                f"the ledger {path.parent} does not verify: its lock file is a symbolic link; "
+                "every file of a ledger must be inside its folder, owner-only.\nHint: remove "
+                "the link (a run recreates the lock), or restore the ledger from a verified "
+                "copy.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -193,6 +208,18 @@ class _Lock:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None
+
+
+def _refuse_links(root: Path) -> None:
+    """Refuse a ledger holding a symbolic link (its bytes could live, or change, elsewhere)."""
+    for base, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            if os.path.islink(os.path.join(base, name)):
+                rel = os.path.relpath(os.path.join(base, name), root)
+                raise LedgerError(
+                    f"the ledger {root} does not verify: it holds a symbolic link ({rel}); "
+                    "every file of a ledger must be inside its folder, owner-only.\nHint: "
+                    "remove the link, or restore the ledger from a verified copy.")
 
 
 def _read_chain(root: Path) -> list[dict[str, Any]]:
@@ -319,6 +346,7 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                                  _keep_state=_keep_state)
         finally:
             held.release()
+    _refuse_links(root)
     entries = _read_chain(root)
     head = entries[-1]
     if series is not None and entries[0].get("series") != series:
@@ -407,6 +435,9 @@ class Ledger:
         self._run: pl.DataFrame | None = None
         #: the last lookup's positions (units, table) -> (pos, hit), reused by the next column
         self._found: tuple[Any, ...] | None = None
+        #: closing with uncommitted charges warns unless set (the release workflow sets it: it
+        #: closes without committing only when nothing was published)
+        self._discard_ok = False
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -883,6 +914,18 @@ class Ledger:
             >>> led = Ledger.open(p, series="s", lifetime_budget=1.0); led.close(); led.close()
         """
         if self._lock is not None:
+            if self._run is not None and not self._discard_ok:
+                import warnings
+
+                from tabdp.exceptions import PrivacyWarning
+
+                warnings.warn(
+                    f"the ledger {self.path} was closed with charges NOT committed: the "
+                    "releases made since its last commit are not counted in the series' "
+                    "lifetime losses. If their tables were (or will be) published, the "
+                    "lifetime guarantee does not hold for them.\nHint: call "
+                    "session.commit_ledger() before closing (or open with autocommit=True).",
+                    PrivacyWarning, stacklevel=2)
             self._lock.release()
             self._lock = None
         self._current, self._run = self._state, None

@@ -51,8 +51,11 @@ def open_ledger(spec: Any, engine: str) -> Any:
     from tabdp.privacy.lifetime import Ledger
 
     out = spec.output
-    return Ledger.open(led.path, series=led.series, lifetime_budget=led.lifetime_budget,
-                       autocommit=False, public=(out.public, out.confidential, out.plan))
+    ledger = Ledger.open(led.path, series=led.series, lifetime_budget=led.lifetime_budget,
+                         autocommit=False, public=(out.public, out.confidential, out.plan))
+    # the workflow closes without committing only when nothing was published (a failed run)
+    ledger._discard_ok = True
+    return ledger
 
 
 def public_lifetime(ledger: Any) -> dict[str, Any]:
