@@ -80,7 +80,7 @@ FAST_SUBSETS: dict[str, frozenset[str]] = {
     # the SaS certified tables: alpha = 1.5 in the loop; 1.001 and 1.9999 build their own tables
     "noise/test_certified_tables.py::test_sas_table_internals": frozenset({"sas_a1.5"}),
     # 120 values per delta against a 50-digit minimisation; 1e-9 also checks the tightness
-    "privacy/test_review_r7.py::test_zcdp_epsilon_is_valid_on_a_grid_around_the_zero_crossing":
+    "privacy/test_approx_accounting.py::test_zcdp_epsilon_is_valid_on_a_grid_around_the_zero_crossing":
         frozenset({"1e-09"}),
     # 2 mechanisms x 4 budgets x 4 engines: every budget on the pandas and streaming ledgers
     "frame/test_streaming.py::test_streaming_equals_the_in_memory_ledger": frozenset(
