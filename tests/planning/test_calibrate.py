@@ -510,3 +510,14 @@ def test_targets_beyond_floating_point_range() -> None:
         calibrate("gaussian", {1e300: 1e-300}, 0.0)
     with pytest.raises(CalibrationError, match="outside the range of floating point"):
         calibrate("laplace", {1e300: 1e-300}, 0.0)
+
+
+# -- calibration targets -----------------------------------------------------------------------
+def test_decreasing_targets_refused_python() -> None:
+    with pytest.raises(InvalidParameterError, match="targets decrease with record size"):
+        calibrate("log", {1e3: 0.5, 1e7: 0.2}, typical_total=1e6)
+    with pytest.raises(InvalidParameterError, match="targets decrease with record size"):
+        compare_families({1e3: 0.5, 1e7: 0.2}, typical_total=1e6)
+    # equal targets are accepted (the smaller one is redundant)
+    res = calibrate("gaussian", {1e3: 0.5, 1e7: 0.5}, typical_total=1e6)
+    assert res.binding == (1e7,)

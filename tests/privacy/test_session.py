@@ -649,3 +649,19 @@ def test_per_record_report_with_text_ids_and_no_unit_charged(make_frame):
     assert pr.height == 0 and pr.columns == ["u", "rho", "epsilon", "size", "rho_q1_sum"]
     if isinstance(report, pl.DataFrame):
         assert pr.schema["u"] == pl.String
+
+
+# Nearly noiseless (sigma=1e-4: its default grid 1e-6 is the finest float64 holds exactly for the
+# totals up to 1e6 released below; docs/exact-rounding.md). Estimates are checked to 100 sigma.
+NEARLY_NOISELESS = mech.Gaussian(sigma=1e-4)
+
+
+# -- the public summary published the seed (which regenerates the noise) -------------------------
+def test_public_summary_does_not_contain_the_seed():
+    s = tabdp.Session(seed=987654321)
+    pl.DataFrame({"c": ["a"], "x": [1.0]}).dp.sum("x", by="c", keys=KEYS, mechanism=NEARLY_NOISELESS,
+                                                  session=s)
+    public = json.dumps(s.report().to_dict())
+    assert "987654321" not in public
+    assert "NOT FOR PRODUCTION" in public
+    assert s.report().confidential_summary()["seed"] == 987654321

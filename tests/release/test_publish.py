@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import polars as pl
+import pytest
 
 from tabdp.release.publish import FLAG_CODES, empty_public_table, publish
 from tabdp.release.spec import Publication
@@ -117,3 +118,28 @@ def test_national_and_empty() -> None:
     empty = publish(WIDE.head(0), keys=["c"], measures=["x"], rules=Publication())
     assert empty.height == 0
     assert empty.schema == empty_public_table({"c": pl.String}).schema
+
+
+# origin: issue 28
+def test_publish_rounding_rule() -> None:
+    w = pl.DataFrame({"c": ["a", "b", "c", "d"], "x": [110.0, 1234.0, 600.0, 9.6],
+                      "x_sd": [2.0, 500.0, 2.0, 3.0], "x_moe": [3.3, 822.0, 3.3, 4.9]})
+    out = publish(w, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3, round=1000.0))
+    assert out["estimate"].to_list() == [0.0, 1000.0, 1000.0, 0.0]
+    assert out["lower"].to_list() == [0.0, 0.0, 0.0, 0.0]
+    assert out["upper"].to_list() == [1000.0, 3000.0, 1000.0, 1000.0]
+    assert out["sd"].to_list() == [2.0, 500.0, 2.0, 3.0]         # never rounded
+    assert out["cv"].to_list() == [math.inf, 0.5, 0.002, math.inf]  # of the published value
+    # C: the published 0 (or the released value) is unreliable; R: the unit moved the estimate
+    # and is > 0.1 x moe (1000 > 82.2 for b as well)
+    assert out["flag"].to_list() == ["CR", "CR", "R", "CR"]
+    assert set("".join(out["flag"].to_list())) <= set(FLAG_CODES)
+    # rounding never removes a C flag: 9.6 has cv 0.3125 >= 0.3, its rounded 10 only 0.3
+    out = publish(w.slice(3), keys=["c"], measures=["x"],
+                  rules=Publication(cv_flag=0.3, round=1.0))
+    assert out["estimate"][0] == 10.0 and out["cv"][0] == pytest.approx(0.3)
+    assert out["flag"][0] == "CR"  # the unit 1 is > 0.1 x 4.9 and moved 9.6: R too
+    # a unit <= 0.1 x moe: no R
+    out = publish(w.slice(1, 1), keys=["c"], measures=["x"],
+                  rules=Publication(cv_flag=0.3, round=10.0))
+    assert out["estimate"][0] == 1230.0 and out["flag"][0] == "C"

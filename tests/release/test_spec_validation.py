@@ -1,9 +1,11 @@
-"""Issue 28, findings 3 and 4: validation that checks what it can, footguns closed.
+"""Spec validation: checks what it can before any data is read, and closes footguns.
 
 * the spec's columns against the input's schema before any data is read (exit 2, did you mean);
 * a data file given as the spec;
 * rounding per table (a too-coarse global round refused; R flag; cv of the published value);
-* decreasing calibration targets refused (spec and Python).
+* decreasing calibration targets refused in a spec (the Python check is in
+  tests/planning/test_calibrate.py);
+* the Python API and a spec share their defaults (negatives, rows outside the key set).
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ import pytest
 
 import tabdp
 from tabdp import cli
-from tabdp.calibrate import calibrate, compare_families
 from tabdp.datasets.synth import generate_establishments
 from tabdp.exceptions import InvalidParameterError, SpecError
 from tabdp.release.input_schema import check_input_schema, read_input_schema
-from tabdp.release.publish import FLAG_CODES, publish
-from tabdp.release.spec import ROUND_MOE_SHARE, Publication, load_spec
+from tabdp.release.spec import ROUND_MOE_SHARE, load_spec
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
+
+
 HIER = ROOT / "data" / "hierarchies"
 
 
@@ -122,6 +124,7 @@ def test_schema_errors_exit_2_before_any_data(tmp_path: Path, corrupt: Path, kw:
     assert not (tmp_path / "out").exists()  # nothing written, not even failure.json
 
 
+# origin: issue 28
 def test_correct_spec_on_unreadable_rows(tmp_path: Path, corrupt: Path) -> None:
     """The same file passes validate (schema only) and fails the run once rows are read."""
     spec = write(tmp_path, spec_text(corrupt, tmp_path / "out"))
@@ -132,6 +135,7 @@ def test_correct_spec_on_unreadable_rows(tmp_path: Path, corrupt: Path) -> None:
     assert not (tmp_path / "out" / "public").exists()
 
 
+# origin: issue 28
 def test_key_type_mismatch(tmp_path: Path) -> None:
     data = tmp_path / "d.parquet"
     generate_establishments(200, seed=1).with_columns(
@@ -143,6 +147,7 @@ def test_key_type_mismatch(tmp_path: Path) -> None:
     assert "level 'county' of hierarchy 'geo'" in err and "String" in err
 
 
+# origin: issue 28
 def test_author_mode_checks_only_a_declared_schema(tmp_path: Path, corrupt: Path) -> None:
     """Author mode: no check against the data's own schema; the curator's declared one is."""
     import sys
@@ -172,6 +177,7 @@ def test_author_mode_checks_only_a_declared_schema(tmp_path: Path, corrupt: Path
     assert e.value.path == "tables[0].measures[0]" and "Did you mean 'payroll'?" in str(e.value)
 
 
+# origin: issue 28
 def test_read_input_schema_is_metadata_only(corrupt: Path, tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, spec_text(corrupt, tmp_path / "out")))
     schema = read_input_schema(spec)
@@ -213,6 +219,7 @@ def test_global_round_refused_for_counts(tmp_path: Path, corrupt: Path) -> None:
     assert run("validate", str(write(tmp_path, text)))[0] == 0
 
 
+# origin: issue 28
 def test_global_round_refused_for_a_sum_it_would_swamp(tmp_path: Path, corrupt: Path) -> None:
     text = spec_text(corrupt, tmp_path / "out", publication="[publication]\nround = 1e6",
                      count_pub="publication = { round = false }")
@@ -221,6 +228,7 @@ def test_global_round_refused_for_a_sum_it_would_swamp(tmp_path: Path, corrupt: 
     assert f"more than {ROUND_MOE_SHARE:g} x the planned margin of error" in err
 
 
+# origin: issue 28
 def test_per_table_round_applied_with_consistent_columns(tmp_path: Path) -> None:
     data = tmp_path / "d.parquet"
     generate_establishments(2000, seed=5).write_parquet(data)
@@ -247,41 +255,7 @@ def test_per_table_round_applied_with_consistent_columns(tmp_path: Path) -> None
     assert not pay["flag"].str.contains("R").any()  # 1000 << 0.1 x moe (1.6e6)
 
 
-def test_publish_rounding_rule() -> None:
-    w = pl.DataFrame({"c": ["a", "b", "c", "d"], "x": [110.0, 1234.0, 600.0, 9.6],
-                      "x_sd": [2.0, 500.0, 2.0, 3.0], "x_moe": [3.3, 822.0, 3.3, 4.9]})
-    out = publish(w, keys=["c"], measures=["x"], rules=Publication(cv_flag=0.3, round=1000.0))
-    assert out["estimate"].to_list() == [0.0, 1000.0, 1000.0, 0.0]
-    assert out["lower"].to_list() == [0.0, 0.0, 0.0, 0.0]
-    assert out["upper"].to_list() == [1000.0, 3000.0, 1000.0, 1000.0]
-    assert out["sd"].to_list() == [2.0, 500.0, 2.0, 3.0]         # never rounded
-    assert out["cv"].to_list() == [math.inf, 0.5, 0.002, math.inf]  # of the published value
-    # C: the published 0 (or the released value) is unreliable; R: the unit moved the estimate
-    # and is > 0.1 x moe (1000 > 82.2 for b as well)
-    assert out["flag"].to_list() == ["CR", "CR", "R", "CR"]
-    assert set("".join(out["flag"].to_list())) <= set(FLAG_CODES)
-    # rounding never removes a C flag: 9.6 has cv 0.3125 >= 0.3, its rounded 10 only 0.3
-    out = publish(w.slice(3), keys=["c"], measures=["x"],
-                  rules=Publication(cv_flag=0.3, round=1.0))
-    assert out["estimate"][0] == 10.0 and out["cv"][0] == pytest.approx(0.3)
-    assert out["flag"][0] == "CR"  # the unit 1 is > 0.1 x 4.9 and moved 9.6: R too
-    # a unit <= 0.1 x moe: no R
-    out = publish(w.slice(1, 1), keys=["c"], measures=["x"],
-                  rules=Publication(cv_flag=0.3, round=10.0))
-    assert out["estimate"][0] == 1230.0 and out["flag"][0] == "C"
-
-
-# -- calibration targets -----------------------------------------------------------------------
-def test_decreasing_targets_refused_python() -> None:
-    with pytest.raises(InvalidParameterError, match="targets decrease with record size"):
-        calibrate("log", {1e3: 0.5, 1e7: 0.2}, typical_total=1e6)
-    with pytest.raises(InvalidParameterError, match="targets decrease with record size"):
-        compare_families({1e3: 0.5, 1e7: 0.2}, typical_total=1e6)
-    # equal targets are accepted (the smaller one is redundant)
-    res = calibrate("gaussian", {1e3: 0.5, 1e7: 0.5}, typical_total=1e6)
-    assert res.binding == (1e7,)
-
-
+# origin: issue 28
 def test_decreasing_targets_refused_spec(tmp_path: Path, corrupt: Path) -> None:
     text = spec_text(corrupt, tmp_path / "out").replace(
         'mechanism = { family = "gaussian", sigma = 1e6 }',
@@ -367,6 +341,7 @@ mechanism = {{{{ family = "gaussian", sigma = 1.0 }}}}
     assert code == 0, err
 
 
+# origin: issue 28
 def test_python_and_spec_drop_rows_outside_the_key_set_alike(tmp_path: Path) -> None:
     """Out-of-domain keys (tabdp._defaults.OUT_OF_DOMAIN_KEYS): dropped, counted confidentially."""
     from tabdp import _defaults

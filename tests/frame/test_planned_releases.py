@@ -1,9 +1,10 @@
-"""Review R6: releases planned together (``planned_releases`` / ``execute_planned``).
+"""Releases planned together (``planned_releases`` / ``execute_planned``).
 
 The claim (docs/privacy-semantics.md, "Releases planned together"): every release of a batch is
 checked before any data is read or anything is recorded, and the batch gives what the same
-releases give one by one through the accessor. Every test below failed on the reviewed code
-except the streaming key-set cases (kept as guards: there the refusal already came first).
+releases give one by one through the accessor. Every test below failed on the code first
+reviewed except the streaming key-set cases (kept as guards: there the refusal already came
+first). The batch's equality with single releases is tests/frame/test_batched.py.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def test_a_plan_executed_twice_is_refused(streaming: bool) -> None:
     assert (per["rho"] == per["rho_x"]).all()
 
 
+# origin: review R6
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "in-memory"])
 def test_a_release_between_planning_and_executing_cannot_share_a_default_name(
         streaming: bool) -> None:
@@ -64,6 +66,7 @@ def test_a_release_between_planning_and_executing_cannot_share_a_default_name(
     assert s.report().per_record.columns.count("rho_q1_count") == 1
 
 
+# origin: review R6
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "in-memory"])
 def test_concatenated_plans_with_one_name_are_refused_before_any_release(
         streaming: bool) -> None:
@@ -86,6 +89,7 @@ BAD_KEYS = {
 }
 
 
+# origin: review R6
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "in-memory"])
 @pytest.mark.parametrize("case", sorted(BAD_KEYS))
 def test_key_set_refusals_come_before_any_release_of_the_batch(streaming: bool,
@@ -114,6 +118,7 @@ def test_long_form_key_named_like_an_output_is_refused_when_planned(streaming: b
     assert not s.records
 
 
+# origin: review R6
 @pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "in-memory"])
 def test_an_integer_measure_gets_the_accessors_whole_number_grid(streaming: bool) -> None:
     """A planned integer sum is the accessor's table.
@@ -163,6 +168,7 @@ LOOKUP_CASES: dict[str, tuple[pl.DataFrame, pl.DataFrame]] = {
 }
 
 
+# origin: review R6
 @pytest.mark.parametrize("case", sorted(LOOKUP_CASES))
 def test_cells_by_lookup_equal_the_join_on_edge_keys(case: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,6 +192,7 @@ def test_cells_by_lookup_equal_the_join_on_edge_keys(case: str,
     assert lookup == cells()
 
 
+# origin: review R6
 @pytest.mark.parametrize("kind", ["median", "foo", None])
 def test_a_planned_release_of_another_kind_is_refused(kind: Any) -> None:
     """Any other kind was released as a count (a continuous Gaussian one) labelled ``kind``."""
