@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -193,7 +192,7 @@ def main() -> None:
     old[str(rows)] = res
     out.write_text(json.dumps(old, indent=2) + "\n")
     m, ph = res["median"], res["phases_median"]
-    print(f"| units | release alone | with ledger | ratio | "
+    print("| units | release alone | with ledger | ratio | "
           + " | ".join(PHASES) + " | ledger/release | peak RSS (alone / ledger) |")
     print("|---" * (6 + len(PHASES)) + "|")
     peak = res.get("peak_rss_gb", {})
