@@ -264,7 +264,12 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
     for rel, size, digest in files:
         p = root / rel
         try:
-            data, n, h = _read_hashed(p)
+            if keep:
+                data, n, h = _read_hashed(p)
+            else:  # streamed: memory bounded whatever the file's size
+                with open(p, "rb") as fh:
+                    h = hashlib.file_digest(fh, "sha256").hexdigest()
+                    n = fh.tell()
         except FileNotFoundError:
             raise LedgerError(
                 f"the ledger {root} does not verify: a file of its {what} is missing "
@@ -733,6 +738,8 @@ class Ledger:
                 "with a null id.\nHint: drop or fill rows without a unit id before the release.")
         part = pl.DataFrame({"unit": u, **{k: pl.Series(k, v, dtype=pl.Float64)
                                            for k, v in [*sums.items(), *maxes.items()]}})
+        if not part["unit"].is_sorted():  # sorted once: both merges below need it sorted
+            part = part.sort("unit")
         self._current = part if self._current is None else _merge([self._current, part])
         self._run = part if self._run is None else _merge([self._run, part])
 
@@ -1019,7 +1026,7 @@ def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[li
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     with open(table / name, "xb") as fh:
         out = _HashingFile(fh)
-        df.write_parquet(out, compression="snappy", statistics=False)
+        df.write_parquet(out, compression="snappy", statistics=False)  # type: ignore[arg-type]
         fh.flush()
         os.fsync(fh.fileno())
     u = df["unit"]
