@@ -291,7 +291,12 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
     for rel, size, digest in files:
         p = root / rel
         try:
-            data, n, h = _read_hashed(p)
+            if keep:
+                data, n, h = _read_hashed(p)
+            else:  # streamed: memory bounded whatever the file's size
+                with open(p, "rb") as fh:
+                    h = hashlib.file_digest(fh, "sha256").hexdigest()
+                    n = fh.tell()
         except FileNotFoundError:
             raise LedgerError(
                 f"the ledger {root} does not verify: a file of its {what} is missing "
@@ -764,6 +769,8 @@ class Ledger:
                 "with a null id.\nHint: drop or fill rows without a unit id before the release.")
         part = pl.DataFrame({"unit": u, **{k: pl.Series(k, v, dtype=pl.Float64)
                                            for k, v in [*sums.items(), *maxes.items()]}})
+        if not part["unit"].is_sorted():  # sorted once: both merges below need it sorted
+            part = part.sort("unit")
         self._current = part if self._current is None else _merge([self._current, part])
         self._run = part if self._run is None else _merge([self._run, part])
 
@@ -814,10 +821,14 @@ class Ledger:
                     pl.lit(seq, pl.Int64).alias("release"))
                 rows = rows.select("release", "unit", *[c for c in rows.columns
                                                         if c not in ("release", "unit")])
-                before = _table_files(self.path / "history")
-                write_deltalake(str(self.path / "history"), rows.to_arrow(), mode="append",
-                                schema_mode="merge", writer_properties=_writer())
-                hist_version, hist_rel = _head_files(self.path / "history", skip=before)
+                fast = _write_delta(self.path / "history", rows, "append")
+                if fast is not None:
+                    hist_version, hist_rel = fast
+                else:  # a new column (another currency): delta-rs merges the schema
+                    before = _table_files(self.path / "history")
+                    write_deltalake(str(self.path / "history"), rows.to_arrow(), mode="append",
+                                    schema_mode="merge", writer_properties=_writer())
+                    hist_version, hist_rel = _head_files(self.path / "history", skip=before)
                 hist_part = {"version": hist_version, "files": hist_rel, "units": rows.height}
             else:
                 hist_part = None
@@ -825,10 +836,14 @@ class Ledger:
             if new_state is not None and run is not None:
                 if not new_state["unit"].is_sorted():
                     new_state = new_state.sort("unit")
-                write_deltalake(str(self.path / "state"), new_state.to_arrow(),
-                                mode="overwrite", schema_mode="overwrite",
-                                writer_properties=_writer())
-                st_version, st_files = _head_files(self.path / "state")
+                fast = _write_delta(self.path / "state", new_state, "overwrite")
+                if fast is not None:
+                    st_version, st_files = fast
+                else:  # another set of columns: delta-rs overwrites the schema
+                    write_deltalake(str(self.path / "state"), new_state.to_arrow(),
+                                    mode="overwrite", schema_mode="overwrite",
+                                    writer_properties=_writer())
+                    st_version, st_files = _head_files(self.path / "state")
                 state_part: dict[str, Any] | None = {"version": st_version, "files": st_files,
                                                      "units": new_state.height}
             else:
@@ -1012,6 +1027,63 @@ def _writer() -> Any:
     plain = dl.ColumnProperties(dictionary_enabled=False, statistics_enabled="NONE")
     return dl.WriterProperties(default_column_properties=plain, column_properties={
         "unit": dl.ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")})
+
+
+class _HashingFile:
+    """A file written once: its bytes are hashed as they are written (never read back)."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh = fh
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        n: int = self.fh.write(data)
+        return n
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[list[Any]]] | None:
+    """Write ``df`` as one Parquet file (Polars' writer) and commit it to the Delta table.
+
+    The file is written by Polars (snappy, no statistics: 4-5x faster than delta-rs' writer at
+    1M units x 14 columns, half the bytes), hashed while it is written, fsynced, then added to
+    the table by a Delta commit (``mode``: ``"append"`` or ``"overwrite"``; a new table is
+    created). Returns the table's new version and ``[[path, size, sha256]]`` of the file, or
+    ``None`` (nothing written) when the table's schema differs from ``df``'s: the caller then
+    writes through delta-rs, which merges or replaces the schema.
+    """
+    dl = _deltalake()
+    from deltalake.transaction import AddAction, create_table_with_add_actions
+
+    schema = dl.Schema.from_arrow(df.head(0).to_arrow().schema)
+    exists = (table / "_delta_log").is_dir()
+    dt = dl.DeltaTable(str(table)) if exists else None
+    if dt is not None and dt.schema() != schema:
+        return None
+    table.mkdir(mode=0o700, exist_ok=True)
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    with open(table / name, "xb") as fh:
+        out = _HashingFile(fh)
+        df.write_parquet(out, compression="snappy", statistics=False)  # type: ignore[arg-type]
+        fh.flush()
+        os.fsync(fh.fileno())
+    u = df["unit"]
+    stats = {"numRecords": df.height, "nullCount": {"unit": u.null_count()}}
+    if df.height > u.null_count():
+        stats |= {"minValues": {"unit": u.min()}, "maxValues": {"unit": u.max()}}
+    add = AddAction(name, out.size, {}, int(_dt.datetime.now(_dt.UTC).timestamp() * 1000),
+                    True, json.dumps(stats))
+    if dt is None:
+        create_table_with_add_actions(str(table), schema, [add], mode="error")
+    else:
+        dt.create_write_transaction([add], mode=mode, schema=schema)
+    version = int(dl.DeltaTable(str(table)).version())
+    return version, [[f"{table.name}/{name}", out.size, out.sha.hexdigest()]]
 
 
 def _table_files(table: Path) -> set[str]:

@@ -302,11 +302,16 @@ def test_second_open_is_refused_while_the_first_holds_the_ledger(tmp_path):
 
 
 _WORKER = textwrap.dedent("""
-    import sys, time, numpy as np, polars as pl, tabdp
-    path, year, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    import os, sys, time, numpy as np, polars as pl, tabdp
+    path, year, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     led = tabdp.Ledger.open(path, series="s", lifetime_budget=1e9, autocommit=False)
     print("open", flush=True)
-    time.sleep(hold)
+    if hold.replace(".", "").isdigit():
+        time.sleep(float(hold))
+    else:  # hold the ledger until the test creates this file
+        t0 = time.monotonic()
+        while not os.path.exists(hold) and time.monotonic() - t0 < 120:
+            time.sleep(0.05)
     n = 20000
     county = np.array(["c1", "c2", "c3"])[np.arange(n) % 3]
     df = pl.DataFrame({"estab": np.arange(n), "county": county, "payroll": np.full(n, 10.0)})
@@ -320,7 +325,7 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-def _worker(path: Path, year: int, hold: float = 0.0) -> subprocess.Popen:
+def _worker(path: Path, year: int, hold: float | Path = 0.0) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen([sys.executable, "-c", _WORKER, str(path), str(year), str(hold)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -329,10 +334,12 @@ def _worker(path: Path, year: int, hold: float = 0.0) -> subprocess.Popen:
 def test_two_concurrent_runs_one_is_refused(tmp_path):
     path = tmp_path / "l"
     tabdp.Ledger.open(path, series="s", lifetime_budget=1e9).close()
-    a = _worker(path, 2021, hold=3.0)
+    go = tmp_path / "go"
+    a = _worker(path, 2021, hold=go)  # holds the ledger until b has been refused
     assert a.stdout.readline().strip() == "open"
     b = _worker(path, 2022)
     _, err_b = b.communicate(timeout=120)
+    go.touch()
     out_a, err_a = a.communicate(timeout=120)
     assert b.returncode != 0 and "in use by another run" in err_b
     assert a.returncode == 0, err_a

@@ -1,0 +1,209 @@
+"""Benchmark: the cost of a lifetime ledger (issue 31) next to the release it accounts.
+
+The release: ``df.dp.sum`` of payroll and employment and ``df.dp.count`` by county x 6-digit
+NAICS in unit mode (``unit="estab_id"``), then the per-record report. It runs alternately without
+a ledger and with one (``Session(ledger=...)``, ``autocommit=False``, one commit at the end, as
+the release workflow does). The ledger already holds ``--past`` releases over the same units, so
+opening it verifies and reads a real state and history; each round works on a fresh copy of
+that ledger (the copy is not timed).
+
+* Time: medians over ``--repeat`` interleaved rounds (after a warm-up round), with the ledger's
+  phases timed apart: open (lock, verify, read the state), lookup (the lifetime filter's
+  reads), charge (adding this run's losses), commit (history, state, chain entry).
+* Memory: each variant once more in a fresh subprocess (peak ``ru_maxrss``).
+
+Figures are reported as ratios to the release alone. Usage:
+``python benchmarks/bench_ledger.py [--rows 1000000] [--big] [--repeat 3] [--past 2]``
+(``--big``: 10M units). Writes ``benchmarks/results/ledger.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+BY = ["county", "naics6"]
+PHASES = ("open", "lookup", "charge", "commit")
+
+
+def _timed(cls: Any, name: str, acc: dict[str, float], phase: str) -> None:
+    """Wrap ``cls.name`` so that its time adds to ``acc[phase]`` (outermost call only)."""
+    raw = cls.__dict__[name]
+    is_cls = isinstance(raw, classmethod)
+    orig = raw.__func__ if is_cls else raw
+    depth = [0]
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return orig(*a, **k)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t
+
+    setattr(cls, name, classmethod(wrapper) if is_cls else wrapper)
+
+
+def _setup(rows: int, path: Path) -> Any:
+    import polars as pl
+
+    from tabdp.datasets.synth import generate_establishments
+
+    if not path.exists():
+        generate_establishments(rows, seed=20261126, n_states=50,
+                                counties_per_state=63).write_parquet(path)
+    return pl.read_parquet(path)
+
+
+def _release(df: Any, ledger: Any = None) -> None:
+    import tabdp
+    from tabdp import mechanisms as mech
+    from tabdp.datasets.synth import public_domains
+
+    doms = public_domains(n_states=50, counties_per_state=63)
+    keys = tabdp.KeySet.from_dict(county=doms["county"], naics6=doms["naics6"])
+    s = tabdp.Session(unit="estab_id", seed=1, ledger=ledger)
+    df.dp.sum(["payroll", "employment"], by=BY, keys=keys,
+              mechanism=mech.LogTransform(sigma=0.5, offset=1000.0), session=s)
+    df.dp.count(by=BY, keys=keys, mechanism=mech.Gaussian(sigma=2.0), session=s)
+    s.report().per_record  # noqa: B018 - computing it is part of the workload
+    if ledger is not None:
+        s.commit_ledger(label="bench")
+        ledger.close()
+
+
+def _prepare(df: Any, base: Path, past: int) -> None:
+    import tabdp
+
+    if base.exists():
+        return
+    for i in range(past):
+        # each past release over a different 90% of the units (units enter and leave)
+        part = df.filter((df["estab_id"] % 10) != i % 10)
+        led = tabdp.Ledger.open(base, series="bench", lifetime_budget=1000.0,
+                                autocommit=False)
+        _release(part, led)
+
+
+def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
+    import tabdp
+
+    acc: dict[str, float] = {}
+    _timed(tabdp.Ledger, "open", acc, "open")
+    _timed(tabdp.Ledger, "lookup", acc, "lookup")
+    _timed(tabdp.Ledger, "charge", acc, "charge")
+    _timed(tabdp.Ledger, "commit", acc, "commit")
+    times: dict[str, list[float]] = {"release": [], "with_ledger": []}
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+
+    def alone() -> None:
+        _release(df)
+
+    def with_ledger() -> None:
+        _release(df, tabdp.Ledger.open(work, series="bench", lifetime_budget=1000.0,
+                                       autocommit=False))
+
+    fns: dict[str, Callable[[], None]] = {"release": alone, "with_ledger": with_ledger}
+    for i in range(repeat + 1):
+        for k, fn in fns.items():
+            if k == "with_ledger":
+                shutil.rmtree(work, ignore_errors=True)
+                shutil.copytree(base, work)
+                acc.clear()
+            t = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t
+            if i:
+                times[k].append(dt)
+                if k == "with_ledger":
+                    for p in PHASES:
+                        phases[p].append(acc.get(p, 0.0))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ph = {p: statistics.median(v) for p, v in phases.items()}
+    return {"seconds": times, "median": med, "phases_seconds": phases, "phases_median": ph,
+            "ratio_with_ledger": med["with_ledger"] / med["release"],
+            "ledger_over_release": sum(ph.values()) / med["release"]}
+
+
+def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
+    """Peak RSS (GB) of one variant in a fresh process."""
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_ledger as b, "
+            f"polars as pl, shutil, resource; from pathlib import Path; "
+            f"df = pl.read_parquet({str(data)!r}); ")
+    if variant == "with_ledger":
+        code += (f"import tabdp; shutil.rmtree({str(work)!r}, ignore_errors=True); "
+                 f"shutil.copytree({str(base)!r}, {str(work)!r}); "
+                 f"b._release(df, tabdp.Ledger.open(Path({str(work)!r}), series='bench', "
+                 f"lifetime_budget=1000.0, autocommit=False)); ")
+    else:
+        code += "b._release(df); "
+    code += "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env=os.environ.copy())
+    return int(out.stdout.strip().splitlines()[-1]) / 1e6
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--big", action="store_true", help="10M units")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--past", type=int, default=2, help="releases already in the ledger")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--tmp", default=None)
+    ap.add_argument("--out", default=str(HERE / "results" / "ledger.json"))
+    a = ap.parse_args()
+    rows = 10_000_000 if a.big else a.rows
+    tmp = Path(a.tmp or tempfile.mkdtemp(prefix="bench_ledger_"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    data = tmp / f"estab_{rows}.parquet"
+    base = tmp / f"ledger_{rows}_{a.past}"
+    work = tmp / "work_ledger"
+    df = _setup(rows, data)
+    _prepare(df, base, a.past)
+    res = _rounds(df, base, work, a.repeat)
+    if not a.no_memory:
+        res["peak_rss_gb"] = {v: _peak(v, data, base, work) for v in ("release", "with_ledger")}
+    res |= {"rows": rows, "past_releases": a.past, "repeat": a.repeat,
+            "ledger_bytes_before": _du(base), "load_avg": os.getloadavg(),
+            "cpus": os.cpu_count(), "python": platform.python_version(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    shutil.rmtree(work, ignore_errors=True)
+    out = Path(a.out)
+    old: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    old[str(rows)] = res
+    out.write_text(json.dumps(old, indent=2) + "\n")
+    m, ph = res["median"], res["phases_median"]
+    print("| units | release alone | with ledger | ratio | "
+          + " | ".join(PHASES) + " | ledger/release | peak RSS (alone / ledger) |")
+    print("|---" * (6 + len(PHASES)) + "|")
+    peak = res.get("peak_rss_gb", {})
+    print(f"| {rows:,} | {m['release']:.2f} s | {m['with_ledger']:.2f} s | "
+          f"{res['ratio_with_ledger']:.2f} | "
+          + " | ".join(f"{ph[p]:.2f} s" for p in PHASES)
+          + f" | {res['ledger_over_release']:.2f} | "
+          f"{peak.get('release', float('nan')):.2f} / "
+          f"{peak.get('with_ledger', float('nan')):.2f} GB |")
+    print("load average:", res["load_avg"])
+
+
+if __name__ == "__main__":
+    main()
