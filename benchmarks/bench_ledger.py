@@ -95,7 +95,7 @@ def _prepare(df: Any, base: Path, past: int) -> None:
         # each past release over a different 90% of the units (units enter and leave)
         part = df.filter((df["estab_id"] % 10) != i % 10)
         led = tabdp.Ledger.open(base, series="bench", lifetime_budget=1000.0,
-                                autocommit=False)
+                                autocommit=False, create=True)
         _release(part, led)
 
 
@@ -115,7 +115,7 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
 
     def with_ledger() -> None:
         _release(df, tabdp.Ledger.open(work, series="bench", lifetime_budget=1000.0,
-                                       autocommit=False))
+                                       autocommit=False, create=True))
 
     fns: dict[str, Callable[[], None]] = {"release": alone, "with_ledger": with_ledger}
     for i in range(repeat + 1):
@@ -148,7 +148,7 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
         code += (f"import tabdp; shutil.rmtree({str(work)!r}, ignore_errors=True); "
                  f"shutil.copytree({str(base)!r}, {str(work)!r}); "
                  f"b._release(df, tabdp.Ledger.open(Path({str(work)!r}), series='bench', "
-                 f"lifetime_budget=1000.0, autocommit=False)); ")
+                 f"lifetime_budget=1000.0, autocommit=False, create=True)); ")
     else:
         code += "b._release(df); "
     code += "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"

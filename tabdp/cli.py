@@ -21,6 +21,8 @@ only); the exit code stays 0.
                                          # read and release the input in Spark (default
                                          # master local[2]); the same outputs
     tabdp demo [--out DIR]               # the bundled example on the sample data
+    tabdp ledger init PATH --series S --lifetime-budget B
+                                         # CURATOR ONLY: start a release series' ledger
     tabdp ledger verify PATH [--series S] # CURATOR ONLY: check a lifetime ledger's hash chain
                                          # and bytes (exit 0 only for an intact ledger)
     tabdp ledger show PATH [--series S]  # CURATOR ONLY: verify, then print its releases
@@ -333,13 +335,47 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("path", type=Path, help="the ledger folder")
         a.add_argument("--series", default=None,
                        help="the release series the ledger must belong to")
+    a = lsub.add_parser("init", help="start a release series: create its ledger (a run never "
+                                     "creates one, so a vanished ledger is refused)")
+    a.add_argument("path", type=Path, help="the new ledger folder (must not exist)")
+    a.add_argument("--series", required=True, help="the release series' name")
+    a.add_argument("--lifetime-budget", required=True,
+                   help="each unit's lifetime rho: a number, or a JSON curve "
+                        "'{\"1\": 4.0, \"1e6\": 12.0}' (size: rho)")
     return p
+
+
+def _lifetime_budget_arg(text: str) -> float | dict[float, float]:
+    """``--lifetime-budget``: a number, or a JSON object ``{size: rho}``."""
+    import json
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        obj = json.loads(text)
+        if not isinstance(obj, dict):
+            raise ValueError
+        return {float(k): float(v) for k, v in obj.items()}
+    except (ValueError, TypeError):
+        raise InvalidParameterError(
+            f"--lifetime-budget must be a number or a JSON object {{size: rho}}; got {text!r}."
+            "\nHint: --lifetime-budget 4.0, or --lifetime-budget '{\"1\": 4.0, \"1e6\": "
+            "12.0}'.") from None
 
 
 def _cmd_ledger(args: argparse.Namespace, out: TextIO) -> int:
     """``tabdp ledger verify|show PATH``: exit 0 only for an intact ledger (else LedgerError)."""
-    from tabdp.privacy.lifetime import iter_show, verify_ledger
+    from tabdp.privacy.lifetime import Ledger, iter_show, verify_ledger
 
+    if args.ledger_command == "init":
+        with Ledger.create(args.path, series=args.series,
+                           lifetime_budget=_lifetime_budget_arg(args.lifetime_budget)):
+            pass
+        out.write(f"ledger {args.path}: series {args.series!r} started (0 releases); "
+                  "give its path in [ledger] of the series' spec\n")
+        return EXIT_OK
     entries, _ = verify_ledger(args.path, series=args.series, lock=True)
     if args.ledger_command == "show":
         for line in iter_show(entries):

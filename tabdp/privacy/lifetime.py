@@ -336,14 +336,15 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
     Example:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "ledger"
-        >>> Ledger.open(p, series="demo", lifetime_budget=1.0).close()
+        >>> Ledger.open(p, series="demo", lifetime_budget=1.0, create=True).close()
         >>> len(verify_ledger(p, series="demo")[0])
         1
     """
     root = Path(path)
     if not root.is_dir():
         raise LedgerError(f"no ledger at {root}.\nHint: check the path; a new series starts "
-                          "with tabdp.Ledger.open(path, series=..., lifetime_budget=...).")
+                          "with tabdp.Ledger.create(path, series=..., lifetime_budget=...) "
+                          "or `tabdp ledger init PATH`.")
     if lock:
         held = _Lock(root / "lock")
         try:
@@ -412,7 +413,7 @@ class Ledger:
         >>> keys = tabdp.KeySet.from_dict(c=["a", "b"])
         >>> life = []
         >>> for year in (2024, 2025, 2026):
-        ...     with tabdp.Ledger.open(p, series="cbp", lifetime_budget=1.0) as led:
+        ...     with tabdp.Ledger.open(p, series="cbp", lifetime_budget=1.0, create=True) as led:
         ...         s = tabdp.Session(unit="id", seed=year, ledger=led)
         ...         _ = df.dp.count(by=["c"], keys=keys, session=s,
         ...                         mechanism=tabdp.mechanisms.Gaussian(1.0))
@@ -448,7 +449,7 @@ class Ledger:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, series: str | None = None,
              lifetime_budget: float | Mapping[Any, Any] | Budget | None = None,
-             create: bool = True, autocommit: bool = True,
+             create: bool = False, autocommit: bool = True,
              public: tuple[str | os.PathLike[str], ...] = (),
              verify_history: bool = True) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
@@ -463,7 +464,11 @@ class Ledger:
             lifetime_budget: Each unit's lifetime limit on ρ: a number, a ``{size: rho}`` curve
                 or ``{currency: curve}``, like ``Session(budget=...)``. Required to create a
                 ledger; on open it must equal the recorded one (``None``: the recorded one).
-            create: Create the ledger if ``path`` does not exist.
+            create: Create the ledger if ``path`` does not exist (the first release of a
+                series). Off by default: a ledger folder that has vanished (deleted, moved,
+                unmounted, a typo in the path) is refused rather than silently restarting
+                every unit's lifetime loss at zero. [`create`][tabdp.Ledger.create] starts a
+                series explicitly.
             autocommit: Commit each release's losses when it is recorded (the Python API:
                 a release's table is in the caller's hands as soon as it returns). The release
                 workflow passes ``False`` and commits once its outputs are written.
@@ -485,7 +490,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "ledger"
-            >>> with Ledger.open(p, series="qcew", lifetime_budget=4.0) as led:
+            >>> with Ledger.open(p, series="qcew", lifetime_budget=4.0, create=True) as led:
             ...     led.series, led.releases, oct(p.stat().st_mode & 0o777)
             ('qcew', 0, '0o700')
         """
@@ -501,8 +506,14 @@ class Ledger:
                     "folder.")
         if not root.exists():
             if not create:
-                raise LedgerError(f"no ledger at {root}.\nHint: check the path, or open with "
-                                  "create=True to start a new series there.")
+                raise LedgerError(
+                    f"no ledger at {root}. A series' ledger is never created implicitly: a "
+                    "missing folder would restart every unit's lifetime loss at zero.\nHint: "
+                    "if the series already has releases, restore the ledger folder (from the "
+                    "backup whose chain head matches the last run's confidential ledger.json); "
+                    "if this is the series' first release, create it with "
+                    "tabdp.Ledger.create(path, series=..., lifetime_budget=...) or "
+                    "`tabdp ledger init PATH --series S --lifetime-budget X`.")
             cls._create(root, series, lifetime_budget)
         elif not (root / "chain").is_dir():
             raise LedgerError(
@@ -534,12 +545,49 @@ class Ledger:
             raise
         return cls(root, lock, entries, state, autocommit)
 
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], *, series: str,
+               lifetime_budget: float | Mapping[Any, Any] | Budget,
+               autocommit: bool = True,
+               public: tuple[str | os.PathLike[str], ...] = ()) -> Ledger:
+        """Start a release series: create its ledger at ``path`` (which must not exist) and open it.
+
+        Args:
+            path: The new ledger folder (created 0700); refused if anything is there.
+            series: The series' name (a later open with another name is refused).
+            lifetime_budget: Each unit's lifetime limit on ρ: a number, a ``{size: rho}``
+                curve or ``{currency: curve}``, like ``Session(budget=...)``.
+            autocommit: As in [`open`][tabdp.Ledger.open].
+            public: Folders the ledger must not be in.
+
+        Returns:
+            The open, empty ledger (close it, or use it as a context manager).
+
+        Raises:
+            LedgerError: Something already exists at ``path``.
+            InvalidParameterError: A missing series or budget, or a path in a public folder.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "ledger"
+            >>> with Ledger.create(p, series="cbp", lifetime_budget=4.0) as led:
+            ...     led.releases
+            0
+        """
+        root = Path(path).absolute()
+        if root.exists() or root.is_symlink():
+            raise LedgerError(
+                f"cannot start a series at {root}: something is already there.\nHint: open "
+                "an existing ledger with tabdp.Ledger.open(path), or give a new path.")
+        return cls.open(root, series=series, lifetime_budget=lifetime_budget, create=True,
+                        autocommit=autocommit, public=public)
+
     @staticmethod
     def _create(root: Path, series: str | None, budget: Any) -> None:
         if not isinstance(series, str) or not series.strip():
             raise InvalidParameterError(
                 f"a new lifetime ledger needs the series' name; got series={series!r}.\nHint: "
-                "Ledger.open(path, series='cbp-annual', lifetime_budget=10.0).")
+                "Ledger.create(path, series='cbp-annual', lifetime_budget=10.0).")
         b = Budget.coerce(budget)
         if b is None:
             raise InvalidParameterError(
@@ -600,7 +648,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> Ledger.open(p, series="s", lifetime_budget=1.0).releases
+            >>> Ledger.open(p, series="s", lifetime_budget=1.0, create=True).releases
             0
         """
         return len(self.entries) - 1
@@ -615,7 +663,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> Ledger.open(p, series="s", lifetime_budget=1.0).public()["releases_before"]
+            >>> Ledger.create(p, series="s", lifetime_budget=1.0).public()["releases_before"]
             0
         """
         n = self.releases if before is None else before
@@ -641,7 +689,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> text = Ledger.open(p, series="cbp", lifetime_budget=4.0).guarantee_in_words()
+            >>> text = Ledger.create(p, series="cbp", lifetime_budget=4.0).guarantee_in_words()
             >>> text[:60]
             "Over the releases of the series 'cbp' (this one included), e"
             >>> "every establishment's total loss is at most rho = 4 (zCDP)" in text
@@ -696,7 +744,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0)
+            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0, create=True)
             >>> led.lookup(pl.Series([7]), ["rho"])["rho"].tolist()
             [0.0]
         """
@@ -735,7 +783,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> look = Ledger.open(p, series="s", lifetime_budget=1.0).lookup_lifetime()
+            >>> look = Ledger.create(p, series="s", lifetime_budget=1.0).lookup_lifetime()
             >>> look(pl.Series(["a"]), ["rho"])["rho"].tolist()
             [0.0]
         """
@@ -754,7 +802,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0, autocommit=False, create=True)
             >>> led.charge(pl.Series([1]), {"rho": np.array([0.25])}, {})
             >>> led.lookup(pl.Series([1]), ["rho"])["rho"].tolist()
             [0.25]
@@ -797,7 +845,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0, autocommit=False, create=True)
             >>> led.charge(pl.Series([1]), {"rho": np.array([0.25])}, {})
             >>> led.commit(label="2026")["seq"]
             1
@@ -891,7 +939,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> Ledger.open(p, series="s", lifetime_budget=1.0).state().columns
+            >>> Ledger.open(p, series="s", lifetime_budget=1.0, create=True).state().columns
             ['unit', 'rho']
         """
         if self._state is None:
@@ -905,7 +953,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> Ledger.open(p, series="s", lifetime_budget=1.0).history().height
+            >>> Ledger.open(p, series="s", lifetime_budget=1.0, create=True).history().height
             0
         """
         files = [self.path / f[0] for e in self.entries if e.get("history")
@@ -926,7 +974,7 @@ class Ledger:
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> led = Ledger.open(p, series="s", lifetime_budget=1.0); led.close(); led.close()
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0); led.close(); led.close()
         """
         if self._lock is not None:
             if self._run is not None and not self._discard_ok:

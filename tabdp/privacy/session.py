@@ -722,7 +722,7 @@ class Session:
         Example:
             >>> import tempfile, pathlib, tabdp
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> led = tabdp.Ledger.open(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> led = tabdp.Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
             >>> Session(unit="id", ledger=led).commit_ledger(label="2026")["seq"]
             1
         """
@@ -875,7 +875,7 @@ def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
         raise InvalidParameterError(
             f"Session: ledger must be a tabdp.Ledger; got {type(ledger).__name__}.\nHint: "
             "Session(unit='estab_id', ledger=tabdp.Ledger.open(path, series=..., "
-            "lifetime_budget=...)).")
+            "lifetime_budget=..., create=True)).")
     if unit is None or (row_ids and unit == ROW_ID_COLUMN):
         raise InvalidParameterError(
             "Session: a lifetime ledger needs a unit id column (unit='<id column>'); without "

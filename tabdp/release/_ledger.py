@@ -70,7 +70,7 @@ def public_lifetime(ledger: Any) -> dict[str, Any]:
     Example:
         >>> import tempfile, pathlib, tabdp
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-        >>> public_lifetime(tabdp.Ledger.open(p, series="s", lifetime_budget=2.0))["series"]
+        >>> public_lifetime(tabdp.Ledger.create(p, series="s", lifetime_budget=2.0))["series"]
         's'
     """
     out: dict[str, Any] = ledger.public()
@@ -97,7 +97,7 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path) ->
         >>> import tempfile, pathlib, tabdp, types
         >>> d = pathlib.Path(tempfile.mkdtemp())
         >>> _ = (d / "manifest.json").write_text("{}")
-        >>> led = tabdp.Ledger.open(d / "l", series="s", lifetime_budget=2.0, autocommit=False)
+        >>> led = tabdp.Ledger.create(d / "l", series="s", lifetime_budget=2.0, autocommit=False)
         >>> s = tabdp.Session(unit="id", ledger=led)
         >>> spec = types.SimpleNamespace(sha256="0" * 64,
         ...                              release=types.SimpleNamespace(name="r2026"))

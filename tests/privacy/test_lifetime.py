@@ -66,7 +66,7 @@ def test_eight_runs_lifetime_is_sum_of_runs_and_never_passes_budget(tmp_path):
     path = tmp_path / "ledger"
     per_run: list[pl.DataFrame] = []
     for year in range(2021, 2029):
-        with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+        with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME, create=True) as led:
             s, _ = run_year(led, year)
             pr = s.report().per_record
             assert "rho_lifetime" in pr.columns
@@ -100,7 +100,7 @@ def test_units_at_their_budget_are_left_out_later(tmp_path):
     path = tmp_path / "ledger"
     left_out_seen = False
     for year in range(2021, 2029):
-        with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+        with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME, create=True) as led:
             before = led.state()
             s, _ = run_year(led, year)
             pr = s.report().per_record
@@ -129,7 +129,7 @@ def test_neighbouring_series_differ_only_until_the_unit_is_left_out(tmp_path):
         path = tmp_path / name
         tabs = []
         for year in range(2021, 2029):
-            with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+            with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True) as led:
                 s, t = run_year(led, year, seed=year, drop=drop)
                 tabs.append(t)
                 if name == "D":
@@ -149,7 +149,7 @@ def test_curve_lifetime_budget_per_currency(tmp_path):
     curve = {"payroll": {10.0: 0.5, 1e4: 2.0}, "rows": {1: 1.5}}
     path = tmp_path / "ledger"
     for year in range(2021, 2027):
-        with tabdp.Ledger.open(path, series="s", lifetime_budget=curve) as led:
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=curve, create=True) as led:
             run_year(led, year)
     with tabdp.Ledger.open(path) as led:
         st = led.state()
@@ -160,28 +160,28 @@ def test_curve_lifetime_budget_per_currency(tmp_path):
 
 
 def test_per_run_budget_and_lifetime_budget_both_apply(tmp_path):
-    with tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=100.0) as led:
+    with tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=100.0, create=True) as led:
         s, _ = run_year(led, 2021, budget=0.3)
         assert s.report().per_record["rho"].max() <= 0.3
 
 
 def test_ledger_needs_a_unit_column_and_matching_budget(tmp_path):
-    led = tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=1.0)
+    led = tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=1.0, create=True)
     with pytest.raises(InvalidParameterError, match="unit id column"):
         tabdp.Session(ledger=led)
     led.close()
     with pytest.raises(LedgerError, match="lifetime budget"):
-        tabdp.Ledger.open(tmp_path / "l", lifetime_budget=2.0)
+        tabdp.Ledger.open(tmp_path / "l", lifetime_budget=2.0, create=True)
     with pytest.raises(InvalidParameterError, match="series"):
-        tabdp.Ledger.open(tmp_path / "new")
+        tabdp.Ledger.open(tmp_path / "new", create=True)
     with pytest.raises(InvalidParameterError, match="public output"):
         tabdp.Ledger.open(tmp_path / "pub" / "ledger", series="s", lifetime_budget=1.0,
-                          public=(tmp_path / "pub",))
+                          public=(tmp_path / "pub",), create=True)
 
 
 def test_owner_only_permissions(tmp_path):
     path = tmp_path / "ledger"
-    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True) as led:
         run_year(led, 2021)
     for root, _dirs, files in os.walk(path):
         assert os.stat(root).st_mode & 0o777 == 0o700
@@ -194,7 +194,7 @@ def test_owner_only_permissions(tmp_path):
 
 def test_unit_dtype_is_kept_across_runs(tmp_path):
     path = tmp_path / "ledger"
-    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True) as led:
         run_year(led, 2021)
     with tabdp.Ledger.open(path) as led:
         s = tabdp.Session(unit="estab", ledger=led)
@@ -206,7 +206,7 @@ def test_unit_dtype_is_kept_across_runs(tmp_path):
 # -- tamper evidence -------------------------------------------------------------------------
 def _series(path: Path, years=range(2021, 2024), series="cbp") -> None:
     for year in years:
-        with tabdp.Ledger.open(path, series=series, lifetime_budget=LIFETIME) as led:
+        with tabdp.Ledger.open(path, series=series, lifetime_budget=LIFETIME, create=True) as led:
             run_year(led, year)
 
 
@@ -277,7 +277,7 @@ def test_ledger_of_another_series_is_refused(tmp_path):
     _series(tmp_path / "a", series="cbp")
     _series(tmp_path / "b", series="qcew")
     with pytest.raises(LedgerError, match="release series 'qcew', not 'cbp'"):
-        tabdp.Ledger.open(tmp_path / "b", series="cbp")
+        tabdp.Ledger.open(tmp_path / "b", series="cbp", create=True)
     assert cli_main(["ledger", "verify", str(tmp_path / "b"), "--series", "cbp"],
                     stderr=io.StringIO()) == 2
 
@@ -293,7 +293,7 @@ def test_cli_show(tmp_path, capsys):
 # -- concurrency and crashes -----------------------------------------------------------------
 def test_second_open_is_refused_while_the_first_holds_the_ledger(tmp_path):
     path = tmp_path / "l"
-    first = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME)
+    first = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True)
     with pytest.raises(LedgerError, match="in use by another run") as info:
         tabdp.Ledger.open(path)
     assert info.value.busy
@@ -304,7 +304,7 @@ def test_second_open_is_refused_while_the_first_holds_the_ledger(tmp_path):
 _WORKER = textwrap.dedent("""
     import os, sys, time, numpy as np, polars as pl, tabdp
     path, year, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    led = tabdp.Ledger.open(path, series="s", lifetime_budget=1e9, autocommit=False)
+    led = tabdp.Ledger.open(path, series="s", lifetime_budget=1e9, autocommit=False, create=True)
     print("open", flush=True)
     if hold.replace(".", "").isdigit():
         time.sleep(float(hold))
@@ -333,7 +333,7 @@ def _worker(path: Path, year: int, hold: float | Path = 0.0) -> subprocess.Popen
 
 def test_two_concurrent_runs_one_is_refused(tmp_path):
     path = tmp_path / "l"
-    tabdp.Ledger.open(path, series="s", lifetime_budget=1e9).close()
+    tabdp.Ledger.open(path, series="s", lifetime_budget=1e9, create=True).close()
     go = tmp_path / "go"
     a = _worker(path, 2021, hold=go)  # holds the ledger until b has been refused
     assert a.stdout.readline().strip() == "open"
@@ -350,7 +350,7 @@ def test_two_concurrent_runs_one_is_refused(tmp_path):
 @pytest.mark.slow
 def test_kill_9_leaves_the_old_or_the_new_state(tmp_path):
     path = tmp_path / "l"
-    tabdp.Ledger.open(path, series="s", lifetime_budget=1e9).close()
+    tabdp.Ledger.open(path, series="s", lifetime_budget=1e9, create=True).close()
     per_run = 10.0**2 / (2 * 100.0**2)  # each unit: payroll 10 in one cell, Gaussian(100)
     rnd = random.Random(31)
     committed = 0
@@ -382,7 +382,7 @@ def test_loser_of_a_commit_race_is_refused_never_lost(tmp_path):
     (E.g. a file system where the lock does not hold: one release number is committed once.)
     """
     path = tmp_path / "l"
-    a = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, autocommit=False)
+    a = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, autocommit=False, create=True)
     a._lock.release()  # simulate a lock that did not hold
     b = tabdp.Ledger.open(path, autocommit=False)
     a.charge(pl.Series([1]), {"rho": np.array([0.5])}, {})
@@ -403,7 +403,7 @@ def test_crash_at_the_commit_point_leaves_the_old_state_and_is_restored(tmp_path
     from tabdp.privacy import lifetime
 
     path = tmp_path / "l"
-    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True) as led:
         run_year(led, 2021)
     with tabdp.Ledger.open(path) as led:
         before = led.state()
@@ -432,7 +432,7 @@ def test_crash_at_the_commit_point_leaves_the_old_state_and_is_restored(tmp_path
 
 def test_a_release_that_charges_nobody_keeps_the_history(tmp_path):
     path = tmp_path / "l"
-    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True) as led:
         run_year(led, 2021)
     with tabdp.Ledger.open(path) as led:
         s = tabdp.Session(unit="estab", ledger=led)
@@ -447,7 +447,7 @@ def test_a_release_that_charges_nobody_keeps_the_history(tmp_path):
 
 def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path):
     path = tmp_path / "l"
-    with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+    with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME, create=True) as led:
         s1, _ = run_year(led, 2021)
         pub1 = s1.report().to_dict()["session"]["lifetime"]
     with tabdp.Ledger.open(path) as led:

@@ -89,7 +89,8 @@ def test_uint64_ids_are_refused_by_dtype_not_by_value(tmp_path):
     errors = []
     for big in (3, 2**63 + 5):
         df = pl.DataFrame({"id": pl.Series([1, 2, big], dtype=pl.UInt64), "c": ["a", "b", "a"]})
-        with tabdp.Ledger.open(tmp_path / f"l{big}", series="s", lifetime_budget=1.0) as led:
+        with tabdp.Ledger.open(tmp_path / f"l{big}", series="s", lifetime_budget=1.0,
+                               create=True) as led:
             s = tabdp.Session(unit="id", seed=1, ledger=led)
             with pytest.raises(InvalidParameterError) as info:
                 _count(df, s)
@@ -102,7 +103,7 @@ def test_uint64_ids_are_refused_by_dtype_not_by_value(tmp_path):
 
 def test_text_and_integer_ids_cannot_share_a_series(tmp_path):
     """'1' and 1 are never the same unit, nor silently two: the second kind is refused."""
-    with tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=1.0) as led:
+    with tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=1.0, create=True) as led:
         _count(BASE, tabdp.Session(unit="id", seed=1, ledger=led))
     text = BASE.with_columns(pl.col("id").cast(pl.String))
     with tabdp.Ledger.open(tmp_path / "l") as led, pytest.raises(InvalidParameterError,
@@ -116,7 +117,7 @@ def test_a_unit_never_passes_its_budget_by_rounding(tmp_path):
     sigma = float(np.sqrt(1 / (2 * 0.1)))  # rho = 1/(2 sigma^2) = 0.1 (to rounding)
     path = tmp_path / "l"
     for year in range(6):
-        with tabdp.Ledger.open(path, series="s", lifetime_budget=0.3) as led:
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=0.3, create=True) as led:
             s = tabdp.Session(unit="id", seed=year, ledger=led)
             df.dp.count(by=["c"], keys=KEYS, session=s, mechanism=mech.Gaussian(sigma))
     with tabdp.Ledger.open(path) as led:
@@ -139,7 +140,7 @@ def test_curve_lifetime_budget_charges_follow_units_not_positions(tmp_path):
         ids = rng.permutation(np.arange(40, dtype=np.int64))
         df = pl.DataFrame({"id": ids, "c": np.where(ids % 2 == 0, "a", "b"),
                            "payroll": rng.lognormal(3.0, 1.0 + year, 40)})
-        with tabdp.Ledger.open(path, series="s", lifetime_budget=curve) as led:
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=curve, create=True) as led:
             s = tabdp.Session(unit="id", seed=year, ledger=led)
             df.dp.sum("payroll", by="c", keys=KEYS, mechanism=mech.Gaussian(40.0), session=s)
             df.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(2.0), session=s)
@@ -160,7 +161,8 @@ def test_closing_with_uncommitted_charges_warns(tmp_path):
     """
     path = tmp_path / "l"
     for i in range(2):
-        led = tabdp.Ledger.open(path, series="s", lifetime_budget=1.0, autocommit=False)
+        led = tabdp.Ledger.open(path, series="s", lifetime_budget=1.0, autocommit=False,
+                                create=True)
         s = tabdp.Session(unit="id", seed=i, ledger=led)
         _count(BASE, s)
         with pytest.warns(tabdp.exceptions.PrivacyWarning, match="NOT committed"):
@@ -177,28 +179,30 @@ def test_closing_with_uncommitted_charges_warns(tmp_path):
         led.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Finding R11-1 (open): a series whose ledger folder was deleted, moved or not mounted "
-    "silently starts again from zero: Ledger.open (and every [ledger] run, which always "
-    "creates) makes a new genesis. Needs a 'this series already exists' anchor outside the "
-    "folder, e.g. a spec key `create = false` or a check against the chain head kept in the "
-    "confidential ledger.json of the last run."))
 def test_a_vanished_ledger_is_not_a_new_series(tmp_path):
+    """Finding R11-1 (fixed): a deleted, moved or unmounted ledger restarted the series at zero.
+
+    ``Ledger.open`` no longer creates by default (``Ledger.create`` / ``tabdp ledger init``
+    start a series), so a vanished folder is refused.
+    """
     path = tmp_path / "l"
     for i in range(2):
-        with tabdp.Ledger.open(path, series="s", lifetime_budget=1.0) as led:
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=1.0, create=i == 0) as led:
             _count(BASE, tabdp.Session(unit="id", seed=i, ledger=led))
     import shutil
 
     shutil.rmtree(path)  # or an unmounted volume, a typo'd path in next year's spec
-    with pytest.raises(LedgerError):
+    with pytest.raises(LedgerError, match="never created implicitly"):
         tabdp.Ledger.open(path, series="s", lifetime_budget=1.0)
+    assert not path.exists()
+    with pytest.raises(LedgerError, match="already there"):
+        tabdp.Ledger.create(tmp_path, series="s", lifetime_budget=1.0)
 
 
 # -- integrity ------------------------------------------------------------------------------------
 def _two_releases(path: Path) -> None:
     for i in range(2):
-        with tabdp.Ledger.open(path, series="s", lifetime_budget=5.0) as led:
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=5.0, create=True) as led:
             _count(BASE, tabdp.Session(unit="id", seed=i, ledger=led))
 
 
@@ -248,7 +252,7 @@ def test_two_series_cannot_share_a_folder_and_a_loose_ledger_is_refused(tmp_path
     path = tmp_path / "l"
     _two_releases(path)
     with pytest.raises(LedgerError, match="release series 's', not 't'"):
-        tabdp.Ledger.open(path, series="t", lifetime_budget=5.0)
+        tabdp.Ledger.open(path, series="t", lifetime_budget=5.0, create=True)
     path.chmod(0o750)
     with pytest.raises(LedgerError, match="owner-only"):
         tabdp.Ledger.open(path)
@@ -315,7 +319,8 @@ def test_a_huge_unit_changes_nothing_public_across_a_series(tmp_path):
             df = data[y]
             if name == "D" and y in (0, 2, 3):
                 df = pl.concat([df, pl.DataFrame({"id": [777], "c": ["a"], "payroll": [1e9]})])
-            with tabdp.Ledger.open(tmp_path / name, series="s", lifetime_budget=4.0) as led:
+            with tabdp.Ledger.open(tmp_path / name, series="s", lifetime_budget=4.0,
+                                   create=True) as led:
                 s = tabdp.Session(unit="id", seed=y, ledger=led)
                 outs[name].append(df.dp.sum("payroll", by="c", keys=KEYS, session=s,
                                             mechanism=mech.Gaussian(200.0)))

@@ -31,8 +31,20 @@ def _sample(year: int, n: int = 90) -> pl.DataFrame:
     return pl.concat([df, pl.DataFrame({"estab": [9999], "county": ["c1"], "payroll": [60.0]})])
 
 
-def _spec(folder: Path, year: int, ledger: str = "ledger", extra: str = "") -> Path:
+def _init(folder: Path, ledger: str = "ledger") -> None:
+    """Start the series once, as a curator would: ``tabdp ledger init`` (a run never creates)."""
+    if not (folder / ledger).exists():
+        out = io.StringIO()
+        assert cli_main(["ledger", "init", str(folder / ledger), "--series", "test-series",
+                         "--lifetime-budget", str(LIFETIME)], stdout=out) == 0
+        assert "started (0 releases)" in out.getvalue()
+
+
+def _spec(folder: Path, year: int, ledger: str = "ledger", extra: str = "",
+          init: bool = True) -> Path:
     _sample(year).write_parquet(folder / f"data_{year}.parquet")
+    if init and "out/" not in ledger:
+        _init(folder, ledger)
     text = f"""
 [release]
 name = "series_{year}"
@@ -156,3 +168,33 @@ def test_failed_run_leaves_the_ledger_unchanged(tmp_path, monkeypatch):
     with tabdp.Ledger.open(tmp_path / "ledger") as led:
         assert led.releases == before[0]
         assert led.state().equals(before[1])
+
+
+def test_a_missing_ledger_is_refused_never_recreated(tmp_path):
+    """A vanished ledger (deleted, moved, a typo) must not restart every lifetime at zero."""
+    spec = _spec(tmp_path, 2021)
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
+    import shutil
+
+    shutil.rmtree(tmp_path / "ledger")
+    spec2 = _spec(tmp_path, 2022, init=False)
+    err = io.StringIO()
+    assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stderr=err) == 2
+    assert "never created implicitly" in err.getvalue()
+    assert "tabdp ledger init" in err.getvalue()
+    assert not (tmp_path / "ledger").exists()
+    assert not (tmp_path / "out" / "2022").exists()
+    # init refuses an existing folder; a bad budget is refused with the fix
+    err = io.StringIO()
+    assert cli_main(["ledger", "init", str(tmp_path / "out"), "--series", "s",
+                     "--lifetime-budget", "4"], stderr=err) == 2
+    assert "already there" in err.getvalue()
+    err = io.StringIO()
+    assert cli_main(["ledger", "init", str(tmp_path / "l2"), "--series", "s",
+                     "--lifetime-budget", "lots"], stderr=err) == 2
+    assert "must be a number or a JSON object" in err.getvalue()
+    out = io.StringIO()
+    assert cli_main(["ledger", "init", str(tmp_path / "l3"), "--series", "s",
+                     "--lifetime-budget", '{"1": 4.0, "1e6": 12.0}'], stdout=out) == 0
+    with tabdp.Ledger.open(tmp_path / "l3", series="s") as led:
+        assert led.releases == 0
