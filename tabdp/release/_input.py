@@ -2,32 +2,43 @@
 
 Both `tabdp.release.runner` (the run) and `tabdp.release.input_schema` (``validate``'s
 metadata-only schema check) scan the input the same way; the scan lives here so that neither
-imports the other.
+imports the other. The author-mode scan against a declared schema (`scan_declared`) is also
+the one the Python `tabdp.Curator` uses for a Parquet path.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import polars as pl
 
 from tabdp.exceptions import DataValidationError
 from tabdp.release.curator_config import SCHEMA_DTYPES
-from tabdp.release.spec import ReleaseSpec
 
-__all__ = ["scan_input"]
+if TYPE_CHECKING:
+    from tabdp.release.spec import ReleaseSpec
+
+__all__ = ["scan_input", "scan_declared", "convert_leniently", "dataset_files", "hive_columns",
+           "LOST"]
+
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
+LOST = "__tabdp_lost_"
 
 
 def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     """Scan a spec's Parquet input lazily (metadata only) and return it with its schema.
 
     A folder is scanned as a dataset (hive partition folders become columns, typed like their
-    key domains, else text). In author mode every file is read against the curator's declared
-    schema and partition values are converted leniently (a value that does not convert becomes
-    null), so that nothing about the files' contents decides whether the scan succeeds.
+    key domains, else text). In author mode with a declared schema, every file is scanned on
+    its own and each declared column converted leniently to its declared type
+    (`scan_declared`: a value the type cannot represent becomes null); partition values are
+    converted leniently too. Nothing about the files' contents decides whether the scan
+    succeeds or which types it has.
 
     Args:
         spec: A release spec whose input is Parquet (``input.path``).
@@ -47,61 +58,45 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     """
     src = spec.input.path
     assert src is not None  # input.table: refused under the Polars engine before any read
-    kwargs: dict[str, Any] = {}
-    source: Any = spec.input.source
+    author = spec.input.mode == "author"
+    declared = {c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()} if author else {}
     hive = spec.input.hive_partitioning
-    if src.is_dir():
-        # A folder: scan it as a dataset, so hive partition folders (state=01/...) become
-        # columns, typed like their key domains (else text): codes such as "01" stay codes.
-        source = src
-        parts = _hive_columns(src)
-        if parts and hive is not False:
-            kwargs["hive_partitioning"] = True
-            kwargs["hive_schema"] = {c: (spec.domains[c].dtype if c in spec.domains
-                                         else pl.String) for c in parts}
+    parts = hive_columns(src) if src.is_dir() and hive is not False else []
+    domain_types = {c: (spec.domains[c].dtype if c in spec.domains else pl.String)
+                    for c in parts}
+    try:
+        if declared:
+            # author mode: each file on its own, every declared column converted leniently
+            # (issue 27: one file storing an integer column as float, because pandas writes an
+            # integer column with one missing value so, stopped the run; whether it did
+            # depended on one record)
+            lf = scan_declared(src, declared, hive=hive,
+                               hive_types={c: declared.get(c, t)
+                                           for c, t in domain_types.items()})
+            return lf, {k: str(v) for k, v in lf.collect_schema().items()}
+        kwargs: dict[str, Any] = {}
+        source: Any = spec.input.source
+        if src.is_dir():
+            # A folder: scan it as a dataset, so hive partition folders (state=01/...) become
+            # columns, typed like their key domains (else text): codes such as "01" stay codes.
+            source = src
+            if parts:
+                kwargs["hive_partitioning"] = True
+                # author mode: partition values are read as text, then converted leniently
+                # (``size_class=5-9`` against an integer domain becomes null instead of
+                # failing the run, which would tell the author that some record holds such a
+                # value; issue 27 review)
+                kwargs["hive_schema"] = (dict.fromkeys(parts, pl.String) if author
+                                         else domain_types)
+            elif hive is not None:
+                kwargs["hive_partitioning"] = hive
         elif hive is not None:
             kwargs["hive_partitioning"] = hive
-    elif hive is not None:
-        kwargs["hive_partitioning"] = hive
-    declared = spec.input.schema if spec.input.mode == "author" else {}
-    hive_types: dict[str, Any] = {}
-    if "hive_schema" in kwargs and spec.input.mode == "author":
-        # author mode: partition values are read as text, then converted leniently to the
-        # declared type (else the domain's): a folder name that does not parse as the
-        # author's domain type (``size_class=5-9`` against an integer domain) becomes null
-        # instead of failing the run, which would tell the author that some record holds
-        # such a value (issue 27 review).
-        hive_types = {c: SCHEMA_DTYPES[declared[c]] if c in declared else t
-                      for c, t in kwargs["hive_schema"].items()}
-        kwargs["hive_schema"] = dict.fromkeys(hive_types, pl.String)
-    if declared:
-        # author mode: every file is read against the declared schema, not the first file's:
-        # files written one by one (pandas, one per partition) have dtypes that follow their
-        # contents (an integer column with one missing value is stored as float), and a scan
-        # of files whose dtypes differ fails, which would tell the author that some record
-        # is missing a value (issue 27 review). Numeric widenings are allowed; columns no
-        # declaration names are not read.
-        kwargs["schema"] = {c: SCHEMA_DTYPES[t] for c, t in declared.items()
-                            if c not in hive_types}
-        cast_args: dict[str, Any] = {"integer_cast": ["upcast", "allow-float"],
-                                     "float_cast": ["upcast", "downcast"]}
-        if "categorical_to_string" in inspect.signature(pl.ScanCastOptions).parameters:
-            # a Categorical file column read as the declared String (newer Polars; the floor,
-            # 1.32, lacks the option: such a file then stops the run, see
-            # docs/reference/curator.md)
-            cast_args["categorical_to_string"] = "allow"
-        kwargs["cast_options"] = pl.ScanCastOptions(**cast_args)
-        kwargs["missing_columns"] = "insert"
-        kwargs["extra_columns"] = "ignore"
-    try:
         lf = pl.scan_parquet(source, **kwargs)
         schema = lf.collect_schema()
-        if declared or hive_types:
-            # author mode: the declared types, never the files' (a value that does not
-            # convert becomes null and meets the declared null rule)
-            targets = {**hive_types, **{c: SCHEMA_DTYPES[t] for c, t in declared.items()}}
-            casts = [pl.col(c).cast(t, strict=False) for c, t in targets.items()
-                     if c in schema and schema[c] != t]
+        if author and parts:
+            casts = [convert_leniently(pl.col(c), schema[c], t).alias(c)
+                     for c, t in domain_types.items() if c in schema and schema[c] != t]
             lf = lf.with_columns(casts) if casts else lf
             schema = lf.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as err:
@@ -112,8 +107,202 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     return lf, {k: str(v) for k, v in schema.items()}
 
 
-def _hive_columns(folder: Path) -> list[str]:
-    """Names of the hive partition levels (``name=value`` folders) above the first data file."""
+def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
+    """``expr`` (of dtype ``source``) in dtype ``target``; a value it cannot represent is null.
+
+    The author-mode conversion to a declared type. "Cannot represent" means: a fraction, NaN,
+    an infinity or an out-of-range number in an integer column (never truncated: ``2.5`` is
+    null, not ``2``; a whole float such as ``3.0`` is ``3``, and 64-bit values stay exact,
+    nothing passes through Float64), text that does not parse, an out-of-range value, a number
+    other than 0 and 1 as a Boolean, text other than an ISO date as a Date. A conversion of a dtype to another that is not supported
+    for every value (a list or bytes to a number or text, text to a date) gives a column of
+    nulls, decided from the two dtypes alone. The null then meets the declared null rule,
+    which in author mode never stops a run.
+
+    Args:
+        expr: The column.
+        source: Its dtype (in the file or frame).
+        target: The declared dtype.
+
+    Returns:
+        An expression of dtype ``target``.
+
+    Example:
+        >>> s = pl.DataFrame({"x": [3.0, 2.5, None, float("nan"), 2.0**63]})
+        >>> s.select(convert_leniently(pl.col("x"), pl.Float64, pl.Int64))["x"].to_list()
+        [3, None, None, None, None]
+        >>> big = pl.DataFrame({"x": [2**62 + 1]}, schema={"x": pl.UInt64})
+        >>> big.select(convert_leniently(pl.col("x"), pl.UInt64, pl.Int64))["x"].to_list()
+        [4611686018427387905]
+    """
+    if source == target:
+        return expr
+    if source == pl.Null:
+        return expr.cast(target)
+    if target == pl.Date and source == pl.String:  # ISO dates (the text of a partition)
+        return expr.str.strptime(pl.Date, "%Y-%m-%d", strict=False)
+    if not _supported(source, target):  # a null per row (a literal alone would be one row)
+        null = pl.lit(None, target)
+        return pl.when(expr.is_null() & expr.is_not_null()).then(null).otherwise(null)
+    cast = expr.cast(target, strict=False)
+    number = source.is_numeric()
+    if target.is_integer() and (source.is_float() or isinstance(source, pl.Decimal)):
+        # whole numbers only: the integer must convert back to the very same value
+        return pl.when(cast.cast(source, strict=False) == expr).then(cast).otherwise(
+            pl.lit(None, target))
+    if target == pl.Float32 and (source.is_float() or isinstance(source, pl.Decimal)):
+        return pl.when(cast.is_finite() | ~expr.cast(pl.Float64).is_finite()).then(cast)
+    if target == pl.Boolean and number:
+        return (pl.when(expr == 0).then(pl.lit(False)).when(expr == 1).then(pl.lit(True))
+                .otherwise(pl.lit(None, pl.Boolean)))
+    return cast
+
+
+def _supported(source: Any, target: Any) -> bool:
+    """Whether ``cast(target, strict=False)`` of ``source`` never fails, whatever the values.
+
+    Decided from the dtypes alone (a probe is not enough: Polars casts a list column of nulls
+    to an integer and refuses the same column holding a list).
+    """
+    number = source.is_numeric() or source == pl.Boolean
+    text = source in (pl.String, pl.Categorical) or isinstance(source, pl.Enum)
+    when = source in (pl.Date, pl.Datetime) or isinstance(source, pl.Datetime)
+    if target.is_numeric():
+        return number or source == pl.String
+    if target == pl.Boolean:
+        return number
+    if target == pl.String:
+        return number or text or when
+    if target in (pl.Date, pl.Datetime) or isinstance(target, pl.Datetime):
+        return when
+    if target == pl.Categorical or isinstance(target, pl.Enum):
+        return text
+    return False
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """The Parquet files of a dataset: the file itself, or a folder's ``*.parquet``, sorted.
+
+    A folder is read whole: every ``*.parquet`` file below it, at any depth, in the order of
+    their paths.
+
+    Args:
+        path: A Parquet file or a folder.
+
+    Returns:
+        The files.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "b").mkdir(); _ = (d / "b" / "x.parquet").write_bytes(b"")
+        >>> _ = (d / "a.parquet").write_bytes(b""); _ = (d / "notes.txt").write_text("")
+        >>> [p.relative_to(d).as_posix() for p in dataset_files(d)]
+        ['a.parquet', 'b/x.parquet']
+    """
+    if not path.is_dir():
+        return [path]
+    found = [Path(root) / f for root, _, files in os.walk(path) for f in files
+             if f.endswith(".parquet")]
+    return sorted(found, key=lambda p: p.relative_to(path).as_posix())
+
+
+def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
+                  hive_types: Mapping[str, Any] | None = None,
+                  flag_lost: bool = False) -> pl.LazyFrame:
+    """Scan a Parquet file or folder against a declared schema, file by file, leniently.
+
+    Each file is scanned on its own (its metadata only, here) and every declared column is
+    converted to its declared dtype with `convert_leniently` (a column a file lacks is
+    null), then the files are concatenated. So files written one by one, whose dtypes follow
+    their contents (pandas stores an integer column with one missing value as float64, an
+    empty text column as null), read as the same columns and types whatever they hold, and no
+    value can make the scan fail; a value the declared dtype cannot represent is null.
+    Columns not declared are not read. Hive partition folders (``name=value``, text,
+    percent-decoded, ``__HIVE_DEFAULT_PARTITION__`` null) become the columns named by
+    ``hive_types``, converted leniently to those dtypes; they replace a file column of that
+    name. A folder without Parquet files is an empty frame of the declared schema.
+
+    Args:
+        path: A Parquet file or a folder read whole (`dataset_files`).
+        schema: Declared column -> Polars dtype.
+        hive: ``False`` reads no partition folders.
+        hive_types: Partition column -> dtype (default: the declared dtype, else text) for
+            the partition levels found above the first file.
+        flag_lost: Add, for each column, a Boolean column ``LOST + name``: the value was
+            not null in the file and is null after the conversion (for the curator's counts).
+
+    Returns:
+        The lazy frame: the declared columns in the declared order, then partition columns
+        not declared.
+
+    Raises:
+        polars.exceptions.PolarsError, OSError: A file is not readable Parquet.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> pl.DataFrame({"id": [2**62 + 1], "emp": [3]}).write_parquet(d / "a.parquet")
+        >>> pl.DataFrame({"id": [5, 6], "emp": [None, 2.5]}).write_parquet(d / "b.parquet")
+        >>> scan_declared(d, {"id": pl.Int64, "emp": pl.Int64}).collect().rows()
+        [(4611686018427387905, 3), (5, None), (6, None)]
+    """
+    parts = [] if hive is False or not path.is_dir() else hive_columns(path)
+    types = {c: schema.get(c, pl.String) for c in parts}
+    types.update({c: t for c, t in (hive_types or {}).items() if c in types})
+    frames = []
+    for file in dataset_files(path):
+        have = pl.scan_parquet(file, hive_partitioning=False).collect_schema()
+        values = _hive_values(file.relative_to(path), parts) if parts else {}
+        cols, lost = [], []
+        for c, t in {**schema, **types}.items():
+            if c in values:
+                raw = pl.lit(values[c], pl.String)
+                e = convert_leniently(raw, pl.String, t)
+            elif c in have:
+                raw = pl.col(c)
+                e = convert_leniently(raw, have[c], t)
+            else:
+                raw = e = pl.lit(None, t)
+            cols.append(e.alias(c))
+            lost.append((raw.is_not_null() & e.is_null()).alias(LOST + c))
+        # with_columns, then select: a literal (a partition value, a missing column) is
+        # broadcast to the file's rows even when no column of the file is read
+        new = cols + (lost if flag_lost else [])
+        frames.append(pl.scan_parquet(file, hive_partitioning=False).with_columns(new)
+                      .select([e.meta.output_name() for e in new]))
+    if not frames:
+        out = {**schema, **types}
+        return pl.LazyFrame(schema={**out, **({LOST + c: pl.Boolean for c in out}
+                                              if flag_lost else {})})
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
+def _hive_values(rel: Path, parts: list[str]) -> dict[str, str | None]:
+    """The partition values on a file's relative path (null where a level is missing)."""
+    found: dict[str, str | None] = {}
+    for p in rel.parts[:-1]:
+        if "=" in p:
+            k, v = p.split("=", 1)
+            found.setdefault(k, None if v == _HIVE_NULL else unquote(v))
+    return {c: found.get(c) for c in parts}
+
+
+def hive_columns(folder: Path) -> list[str]:
+    """Names of the hive partition levels (``name=value`` folders) above the first data file.
+
+    Args:
+        folder: A dataset's folder (a file has none).
+
+    Returns:
+        The level names, outermost first.
+
+    Example:
+        >>> hive_columns(Path("no/such/folder"))
+        []
+    """
+    if not folder.is_dir():
+        return []
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         if any(f.endswith(".parquet") for f in files):

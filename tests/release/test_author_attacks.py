@@ -8,8 +8,11 @@ requires the same exit code and the same bytes on stdout and stderr
 from __future__ import annotations
 
 import io
+import re
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -177,3 +180,192 @@ def test_native_stderr_goes_to_the_confidential_folder(tmp_path: Path, mode: str
     assert "writing outputs" in proc.stderr  # tabdp's own lines still reach the terminal
     log = tmp_path / "releases" / "attack" / "confidential" / "stderr.log"
     assert "SECRET-VALUE-123" in log.read_text()
+
+
+# -- a column declared integer, stored as float by one file (issue 27, the known limit) -------
+INT_SPEC = """
+[release]
+name = "ints"
+[input]
+dataset = "cbp"
+unit = "estab_id"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { employment = [0, 1000] }
+[domains]
+state = ["01", "02"]
+[[tables]]
+name = "emp"
+measures = ["employment"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 5.0 }
+[randomness]
+seed = 7
+"""
+INT_SCHEMA = {"estab_id": "Int64", "state": "String", "employment": "Int64"}
+#: the neighbour's extra record: its employment is missing, a fraction, NaN, or out of range
+EXTRA = {"a missing value": None, "a fraction": 2.5, "NaN": float("nan"), "2**63": 2.0**63}
+
+
+def _int_servers(tmp_path: Path, extra: float | None) -> tuple[Path, Path]:
+    """D and D' (one record more, in file s02, which pandas then writes as float64)."""
+    pd = pytest.importorskip("pandas")
+    df = _base().select("estab_id", "state", "employment")
+    servers = []
+    for name, with_extra in (("with", True), ("without", False)):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        for (state,), part in sorted(df.partition_by("state", as_dict=True).items()):
+            rows = {c: part[c].to_list() for c in part.columns}
+            if with_extra and state == "02":  # pandas: [.., None] is float64 with NaN
+                for c, v in (("estab_id", 2**62 + 7), ("state", "02"), ("employment", extra)):
+                    rows[c].append(v)
+            frame = pd.DataFrame(rows)
+            frame.to_parquet(root / "ds" / f"s{state}.parquet")
+        schema = ", ".join(f'{c} = "{t}"' for c, t in INT_SCHEMA.items())
+        write_curator(root, {"cbp": "ds"}, public=[HIER])
+        cfg = root / "curator.toml"
+        cfg.write_text(cfg.read_text().replace('path = "ds"',
+                                               f'path = "ds"\nschema = {{ {schema} }}'))
+        servers.append(root)
+    with_, without = servers
+    assert pl.read_parquet(with_ / "ds" / "s02.parquet").schema["employment"] == pl.Float64
+    assert pl.read_parquet(without / "ds" / "s02.parquet").schema["employment"] == pl.Int64
+    return with_, without
+
+
+def _cli_args(server: Path, monkeypatch: pytest.MonkeyPatch, text: str, *args: str
+              ) -> tuple[int, str, str]:
+    monkeypatch.chdir(server)
+    (server / "s.toml").write_text(text, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([*args, "s.toml", "--curator", "curator.toml"], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _public_files(server: Path) -> dict[str, bytes]:
+    """The public folder's files; the manifest's creation time is the only line left out."""
+    public = server / "releases" / "ints" / "public"
+    files = {p.relative_to(public).as_posix(): p.read_bytes()
+             for p in sorted(public.rglob("*")) if p.is_file()}
+    files["manifest.json"] = re.sub(rb'"created": "[^"]*"', b"", files["manifest.json"])
+    return files
+
+
+@pytest.mark.parametrize("extra", list(EXTRA))
+def test_integer_column_stored_as_float_by_one_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str) -> None:
+    """A column declared Int64 that one file stores as float64 (pandas, one missing value).
+
+    The scan could not convert float to integer: ``tabdp run`` exited 4 on D' and 0 on D.
+    Every file is now scanned on its own and converted leniently: a value Int64 cannot
+    represent (missing, 2.5, NaN, 2**63) is null and meets ``nulls = "drop"``, so D and D'
+    (same test seed) give the same exit code, stdout, stderr and public files, byte for byte.
+    """
+    servers = _int_servers(tmp_path, EXTRA[extra])
+    for command in (["validate"], ["run", "--test-seed"]):
+        views = [_cli_args(s, monkeypatch, INT_SPEC, *command) for s in servers]
+        assert views[0] == views[1], views
+        code, out, err = views[0]
+        assert code == 0, err
+        for server in servers:
+            assert str(server) not in out + err
+    assert "Release 'ints' done." in views[0][1]
+    public = [_public_files(s) for s in servers]
+    assert public[0] == public[1] and "emp.parquet" in public[0]
+    table = pl.read_parquet(servers[0] / "releases" / "ints" / "public" / "emp.parquet")
+    assert table["state"].to_list() == ["01", "02"]
+
+
+@pytest.mark.parametrize("extra", list(EXTRA))
+def test_integer_column_stored_as_float_python_curator(tmp_path: Path, extra: str) -> None:
+    """The same two servers through ``tabdp.Curator`` (a path dataset, read file by file).
+
+    The scan of the folder failed on D' (``could not be pinned``); the author's table is now
+    the same on D and D' (a fixed seed), and the curator alone is told about values that
+    became null (a warning of its own call).
+    """
+    from tabdp import mechanisms as mech
+
+    views = []
+    for server in _int_servers(tmp_path, EXTRA[extra]):
+        cur = tabdp.Curator(seed=5)
+        cur.add("cbp", server / "ds", schema=INT_SCHEMA, unit="estab_id")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            author = cur.author_session("cbp", name="a")
+        told = [str(w.message) for w in caught]
+        # pandas writes NaN as a missing value: only the fraction and 2**63 are converted
+        assert (len(told) == 1 and "{'employment': 1}" in told[0]) == (
+            server.name == "with" and extra in ("a fraction", "2**63")), told
+        out = author.sum("employment", by="state",
+                         keys=tabdp.KeySet.from_dict(state=["01", "02"]),
+                         mechanism=mech.Gaussian(5.0), nulls="drop", negatives="zero")
+        views.append((out.rows(), out.schema, author.summary()))
+    assert views[0] == views[1]
+    assert views[0][1]["employment"] == pl.Int64
+
+
+def test_lenient_conversion_table() -> None:
+    """`convert_leniently`: exact or null, never truncated, 64-bit integers never via Float64."""
+    import datetime
+    import decimal
+
+    from tabdp.release._input import convert_leniently
+
+    def conv(values: list[Any], source: Any, target: Any) -> list[Any]:
+        frame = pl.DataFrame({"x": values}, schema={"x": source})
+        return frame.select(convert_leniently(pl.col("x"), source, target).alias("x"))[
+            "x"].to_list()
+
+    big = 2**62 + 1  # not a Float64 value
+    assert conv([3.0, 2.5, None, float("nan"), float("inf"), 2.0**63, -(2.0**63)],
+                pl.Float64, pl.Int64) == [3, None, None, None, None, None, -(2**63)]
+    assert conv([big, 2**64 - 1], pl.UInt64, pl.Int64) == [big, None]
+    assert conv([big, -1], pl.Int64, pl.UInt64) == [big, None]
+    assert conv([300, 7], pl.Int64, pl.UInt8) == [None, 7]
+    assert conv([decimal.Decimal("2.50"), decimal.Decimal("3.00")], pl.Decimal(10, 2),
+                pl.Int64) == [None, 3]
+    assert conv(["7", "2.5", "x", str(big)], pl.String, pl.Int64) == [7, None, None, big]
+    assert conv(["a", None], pl.Categorical, pl.String) == ["a", None]
+    assert conv([1, 2], pl.Int64, pl.Float64) == [1.0, 2.0]
+    assert conv([1.0, 0.0, 2.0], pl.Float64, pl.Boolean) == [True, False, None]
+    assert conv([1e300, 1.5], pl.Float64, pl.Float32) == [None, 1.5]
+    assert conv(["2020-01-02", "x"], pl.String, pl.Date) == [datetime.date(2020, 1, 2), None]
+    # pairs Polars refuses for some values only: a column of nulls, from the dtypes alone
+    assert conv([[1], None], pl.List(pl.Int64), pl.Int64) == [None, None]
+    assert conv([b"ab", b"\xff"], pl.Binary, pl.String) == [None, None]
+    assert conv(["true"], pl.String, pl.Boolean) == [None]
+
+
+def test_scan_declared_reads_every_file_against_the_declaration(tmp_path: Path) -> None:
+    """Files of one dataset with different dtypes and columns, hive folders as text."""
+    from tabdp.release._input import LOST, scan_declared
+
+    big = 2**62 + 1
+    (tmp_path / "k=a").mkdir()
+    (tmp_path / "k=b%2Fc").mkdir()
+    (tmp_path / "k=__HIVE_DEFAULT_PARTITION__").mkdir()
+    pl.DataFrame({"id": [big], "x": [1]}).write_parquet(tmp_path / "k=a" / "0.parquet")
+    pl.DataFrame({"id": [5.0], "x": [None]}, schema={"id": pl.Float64, "x": pl.Float64}
+                 ).write_parquet(tmp_path / "k=b%2Fc" / "0.parquet")
+    pl.DataFrame({"id": ["9"], "extra": [1]}).write_parquet(
+        tmp_path / "k=__HIVE_DEFAULT_PARTITION__" / "0.parquet")
+    # a file holding no declared column: its rows are still rows (of nulls)
+    (tmp_path / "k=z").mkdir()
+    pl.DataFrame({"other": [1, 2]}).write_parquet(tmp_path / "k=z" / "0.parquet")
+    lf = scan_declared(tmp_path, {"id": pl.Int64, "x": pl.Int32}, hive=None, flag_lost=True)
+    got = lf.collect()
+    assert got.columns == ["id", "x", "k", *(LOST + c for c in ("id", "x", "k"))]
+    # files in the order of their paths ("k=_..." sorts before "k=a")
+    assert got.select("id", "x", "k").rows() == [(9, None, None), (big, 1, "a"),
+                                                 (5, None, "b/c"), (None, None, "z"),
+                                                 (None, None, "z")]
+    assert got.schema["x"] == pl.Int32
+    assert not got[LOST + "x"].any()  # missing in the file is not "lost"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert scan_declared(empty, {"id": pl.Int64}).collect().schema == pl.Schema({"id": pl.Int64})
