@@ -369,3 +369,126 @@ def test_scan_declared_reads_every_file_against_the_declaration(tmp_path: Path) 
     empty = tmp_path / "empty"
     empty.mkdir()
     assert scan_declared(empty, {"id": pl.Int64}).collect().schema == pl.Schema({"id": pl.Int64})
+
+
+# -- TOML tricks and look-alike names: refused from the text, the same on both servers ---------
+BASE_INPUT = ('[input]\ndataset = "cbp"\nunit = "estab_id"\nmode = "author"\nnulls = "drop"\n'
+              'negatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+              'bounds = { employment = [0, 1000] }\n')
+TRICK_REST = ('[domains]\nstate = {{ file = "{hier}", column = "state" }}\n'
+              '[[tables]]\nname = "emp"\nmeasures = ["employment"]\nby = ["state"]\n'
+              'mechanism = {{ family = "gaussian", sigma = 5.0 }}\n')
+
+
+def _trick(*, name: str = "ints", inp: str = BASE_INPUT, hier: str = "states.csv") -> str:
+    """A valid author-mode spec (`test_the_untricked_spec_runs`) with one part replaced."""
+    return f'[release]\nname = "{name}"\n' + inp + TRICK_REST.format(hier=hier)
+
+
+def _trick_servers(tmp_path: Path) -> tuple[Path, Path]:
+    """`_int_servers` with a public folder holding ``states.csv`` (a public domain file)."""
+    servers = _int_servers(tmp_path, None)
+    for s in servers:
+        (s / "meta").mkdir()
+        pl.DataFrame({"state": ["01", "02"]}).write_csv(s / "meta" / "states.csv")
+        cfg = s / "curator.toml"
+        cfg.write_text(cfg.read_text().replace(HIER.as_posix(), (s / "meta").as_posix()))
+    return servers
+
+
+TRICKS = {
+    "duplicate key": _trick(inp=BASE_INPUT + 'dataset = "other"\n'),
+    "duplicate table": _trick(inp=BASE_INPUT + '[input]\npath = "ds"\n'),
+    "dotted keys with a path": _trick(inp=BASE_INPUT.replace("[input]\n", "").replace(
+        "\n", "\n").replace('dataset = "cbp"', 'dataset = "cbp"\npath = "ds"')),
+    "root dotted keys with a path": _trick(inp="".join(
+        f"input.{line}\n" for line in BASE_INPUT.splitlines()[1:]) + 'input.path = "ds"\n'),
+    "inline table with a path": _trick(
+        inp='input = { dataset = "cbp", path = "ds", unit = "estab_id", mode = "author", '
+            'nulls = "drop", negatives = "zero", nonfinite = "drop", unit_nulls = "drop", '
+            'bounds = { employment = [0, 1000] } }\n'),
+    "dataset and path": _trick(inp=BASE_INPUT + 'path = "ds"\n'),
+    "dataset and table": _trick(inp=BASE_INPUT + 'table = "db.cbp"\n'),
+    "mode Author": _trick(inp=BASE_INPUT.replace('mode = "author"', 'mode = "Author"')),
+    "a look-alike key (Cyrillic a in path)": _trick(inp=BASE_INPUT + '"p\u0430th" = "ds"\n'),
+    **{f"dataset {d!r}": _trick(inp=BASE_INPUT.replace('dataset = "cbp"', f'dataset = "{d}"'))
+       for d in ("CBP", "cbp.", "\u0441bp", "cbp\\u200b", "\uff43\uff42\uff50", "cbp/",
+                 "../cbp", "ds", "cbp\\u0000")},
+    **{f"public file {f!r}": _trick(hier=f)
+       for f in ("STATES.csv", "states.csv.", "states.csv\\u200b", "\uff53tates.csv",
+                 "states.csv/", "./states.csv", "states.csv\\u0000", "states.csv ",
+                 "states.CSV")},
+    **{f"release name {n!r}": _trick(name=n)
+       for n in ("..", ".", "a/b", "a\\\\b", "a\\u0000b", "\uff49nts", "caf\u00e9",
+                 "cafe\u0301", ".hidden", "", " ints")},
+    "release name 'ints\\n'": _trick(name="ints\\n"),
+    "table name 'emp\\n'": _trick().replace('name = "emp"', 'name = "emp\\n"'),
+}
+_NEWLINE = pytest.mark.xfail(
+    strict=True, reason="spec.py checks names with re.match and '$', which accepts a final "
+                        "newline: 'ints\\n' names a folder of its own, 'emp\\n' a public file "
+                        "'emp\\n.parquet' (fix: fullmatch; spec.py is being split, the diff is "
+                        "in the H53 report)")
+TRICK_IDS = [pytest.param(k, marks=_NEWLINE) if "\\n'" in k else k for k in TRICKS]
+
+
+@pytest.mark.parametrize("trick", TRICK_IDS)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_toml_tricks_and_look_alike_names_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trick: str, command: str) -> None:
+    """Each is refused (exit 2) before anything is read or written, identically on D and D'."""
+    servers = _trick_servers(tmp_path)
+    views = [_cli_args(s, monkeypatch, TRICKS[trick], command) for s in servers]
+    assert views[0] == views[1], views
+    code, out, err = views[0]
+    assert code == 2 and out == "", (code, out, err)
+    for s in servers:
+        assert str(s) not in err
+        assert not (s / "releases").exists()
+
+
+def test_the_untricked_spec_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base of the tricks is a valid spec (so each refusal is the trick's)."""
+    server = _trick_servers(tmp_path)[0]
+    for command in ("validate", "run"):
+        code, out, err = _cli_args(server, monkeypatch, _trick(), command)
+        assert code == 0, err
+
+
+# -- --overwrite between two authors' releases ------------------------------------------------
+@pytest.mark.parametrize("policy", [None, "same-spec", "any", "never"])
+def test_overwrite_between_authors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   policy: str | None) -> None:
+    """Author B's spec, same release name as author A's: --overwrite must not replace A's.
+
+    The release folder is ``<root>/<release.name>``: two authors choosing one name share it
+    (and on a case-insensitive file system, names differing in case). ``[policy] overwrite``
+    decides: ``same-spec`` (default) lets an author replace only a release of the same spec.
+    """
+    server = _int_servers(tmp_path, None)[1]
+    if policy is not None:
+        cfg = server / "curator.toml"
+        cfg.write_text(cfg.read_text() + f'\n[policy]\noverwrite = "{policy}"\n')
+    spec_a = INT_SPEC
+    spec_b = INT_SPEC.replace("sigma = 5.0", "sigma = 7.0")
+    public = server / "releases" / "ints" / "public"
+    assert _cli_args(server, monkeypatch, spec_a, "run", "--test-seed")[0] == 0
+    before = _public_files(server)
+    code_b, out_b, err_b = _cli_args(server, monkeypatch, spec_b, "run", "--test-seed",
+                                     "--overwrite")
+    code_a, _, err_a = _cli_args(server, monkeypatch, spec_a, "run", "--test-seed",
+                                 "--overwrite")
+    plan_b = _cli_args(server, monkeypatch, spec_b, "plan", "--overwrite")
+    if policy == "any":
+        assert code_b == 0 and code_a == 0 and plan_b[0] == 0, (err_b, err_a, plan_b)
+        return
+    assert code_b == 2 and out_b == "" and plan_b[0] == 2, (err_b, plan_b)
+    assert "'ints' under the curator's output root" in err_b and str(server) not in err_b
+    assert _public_files(server) == before  # A's release untouched
+    assert b"sigma" in (public / "manifest.json").read_bytes()
+    if policy == "never":
+        assert code_a == 2 and "overwrite = \"never\"" in err_a, err_a
+    else:
+        assert code_a == 0, err_a  # the same spec: its own author may re-run it
+    # without --overwrite, an existing folder is refused as before (exit 2)
+    assert _cli_args(server, monkeypatch, spec_b, "run", "--test-seed")[0] == 2
