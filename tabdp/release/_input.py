@@ -114,10 +114,10 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     an infinity or an out-of-range number in an integer column (never truncated: ``2.5`` is
     null, not ``2``; a whole float such as ``3.0`` is ``3``, and 64-bit values stay exact,
     nothing passes through Float64), text that does not parse, an out-of-range value, a number
-    other than 0 and 1 as a Boolean, text other than an ISO date as a Date. A conversion of a dtype to another that is not supported
-    for every value (a list or bytes to a number or text, text to a date) gives a column of
-    nulls, decided from the two dtypes alone. The null then meets the declared null rule,
-    which in author mode never stops a run.
+    other than 0 and 1 as a Boolean, text other than an ISO date as a Date. A conversion
+    between dtypes that Polars does not support for every value (a list or bytes to a number
+    or text, text to a datetime) gives a column of nulls, decided from the two dtypes alone.
+    The null then meets the declared null rule, which in author mode never stops a run.
 
     Args:
         expr: The column.
