@@ -520,6 +520,10 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         raise SpecError("--out", "is not allowed with an author-mode spec: the author names no "
                                  "server folder; the plan goes to the curator's output root, "
                                  "in <release.name>/plan.\nHint: remove --out.")
+    if args.overwrite:  # author mode: not another spec's release folder
+        from tabdp.release.curator_config import check_author_overwrite
+
+        check_author_overwrite(spec, args.curator_config)
     folder = write_plan(spec, args.out, overwrite=args.overwrite)
     s = plan_summary(spec)
     sizes = s["record_sizes"]
@@ -640,6 +644,10 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
 
         spec = dataclasses.replace(spec, output=dataclasses.replace(spec.output,
                                                                     form=args.form))
+    if overwrite:  # author mode: not another spec's release folder
+        from tabdp.release.curator_config import check_author_overwrite
+
+        check_author_overwrite(spec, getattr(args, "curator_config", None))
     import contextlib
     import warnings
 
@@ -740,9 +748,27 @@ def _shown(args: argparse.Namespace, text: str) -> str:
     """An error line as the command shows it: without the curator's paths for an author spec."""
     config = getattr(args, "curator_config", None)
     spec = getattr(args, "spec", None)
-    if config is not None and spec is not None and _author_spec(spec):
+    if config is not None and spec is not None and (_author_spec(spec)
+                                                    or _unreadable(spec)):
+        # an author spec, or one that does not parse (it may be one): no server path, the
+        # spec file shown as the command line names it
+        import os
+
+        for form in {os.path.abspath(spec), os.path.realpath(spec)} - {str(spec)}:
+            text = text.replace(form, str(spec))
         return _redact(text, config)
     return text
+
+
+def _unreadable(spec_path: Path) -> bool:
+    """Whether the spec file is not valid TOML (then it may be an author's)."""
+    import tomllib
+
+    try:
+        tomllib.loads(Path(spec_path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,

@@ -29,6 +29,7 @@ what they return; it is not a sandbox for an author's own Python code in the cur
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp.exceptions import DataValidationError, InvalidParameterError
+from tabdp.exceptions import DataValidationError, InvalidParameterError, TabdpWarning
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
@@ -426,7 +427,7 @@ def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     try:
         if ds.kind == "spark":
             return _pin_spark(ds)
-        frame = _pin_polars(ds)
+        frame, nulled = _pin_polars(ds)
     except (KeyboardInterrupt, SystemExit):
         raise
     except InvalidParameterError:
@@ -438,30 +439,65 @@ def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             "(CONFIDENTIAL: it may quote the data; never pass it on to an author).\nHint: fix "
             "the data or the declared schema (Curator.add(..., schema=...)).",
             confidential={"error": f"{type(err).__name__}: {err}"}) from err
+    if nulled:  # the curator's own call: CONFIDENTIAL counts
+        warnings.warn(
+            f"Curator: dataset {ds.name!r}: values its declared dtypes cannot represent are "
+            f"null (the author's null rules apply to them); count by column: {nulled} "
+            "(CONFIDENTIAL: never pass this warning on to an author).\nHint: fix the data or "
+            "the declared schema (e.g. Float64 for a column with fractions).", TabdpWarning,
+            stacklevel=3)
     return frame, frame.lazy(), dict(frame.schema)
 
 
-def _cast(col: str, dtype: pl.DataType) -> pl.Expr:
-    """A declared column in its declared dtype (strict: a value that does not convert fails)."""
-    return pl.col(col).cast(dtype, strict=True)
+def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Read and convert a pandas / Polars / path dataset now (declared columns only).
 
+    Declared columns are converted leniently (`convert_leniently`): a value its declared
+    dtype cannot represent (a fraction in an integer column, text that does not parse) is
+    null, as in ``tabdp run``, and the curator is warned with the counts. A path is read file
+    by file against the declared schema (`scan_declared`), as ``tabdp run`` reads an
+    author-mode dataset, so files whose dtypes follow their contents (pandas' float64 for an
+    integer column with one missing value) read as the declared dtypes.
 
-def _pin_polars(ds: _Dataset) -> pl.DataFrame:
-    """Read and convert a pandas / Polars / path dataset now (declared columns only)."""
+    Returns:
+        The frame, and the count of values made null by the conversion, by column.
+    """
+    from tabdp.release.declared import (
+        LOST,
+        convert_leniently,
+        dataset_files,
+        hive_columns,
+        scan_declared,
+    )
+
     data = ds.data
     if ds.kind == "path":
-        data = pl.scan_parquet(ds.data, hive_partitioning=ds.hive_partitioning)
-    elif ds.kind == "pandas":
         assert ds.schema is not None
-        missing = [c for c in ds.schema if c not in data.columns]
+        files = dataset_files(Path(data))
+        present = {c for f in files
+                   for c in pl.scan_parquet(f, hive_partitioning=False).collect_schema()}
+        lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning,
+                           hive_types=ds.schema, flag_lost=True)
+        parts = hive_columns(Path(data)) if ds.hive_partitioning else []
+        missing = [c for c in ds.schema if c not in present and c not in parts]
         if missing:
             raise InvalidParameterError(
-                f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the frame; "
-                f"it has {list(map(str, data.columns))}.")
-        data = pl.from_pandas(data[list(ds.schema)])  # only the declared columns
-    if ds.schema is None:
-        frame = data.collect() if isinstance(data, pl.LazyFrame) else data.clone()
+                f"Curator: the declared column(s) {missing} of {ds.name!r} are in none of its "
+                f"files (their columns: {sorted(present)}).")
+        lf = lf.select(*ds.schema, *(LOST + c for c in ds.schema))
     else:
+        if ds.kind == "pandas":
+            assert ds.schema is not None
+            missing = [c for c in ds.schema if c not in data.columns]
+            if missing:
+                raise InvalidParameterError(
+                    f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the "
+                    f"frame; it has {list(map(str, data.columns))}.")
+            data = pl.from_pandas(data[list(ds.schema)])  # only the declared columns
+        if ds.schema is None:
+            frame = data.collect() if isinstance(data, pl.LazyFrame) else data.clone()
+            _check_usable(ds.name, dict(frame.schema))
+            return frame, {}
         lf = data.lazy()
         have = lf.collect_schema()
         missing = [c for c in ds.schema if c not in have.names()]
@@ -469,17 +505,16 @@ def _pin_polars(ds: _Dataset) -> pl.DataFrame:
             raise InvalidParameterError(
                 f"Curator: the declared column(s) {missing} of {ds.name!r} are not in its "
                 f"schema {have.names()}.")
-        frame = lf.select(_cast(c, t) for c, t in ds.schema.items()).collect()
-        floats = [c for c, t in ds.schema.items()
-                  if t.is_integer() and (have[c].is_float() or isinstance(have[c], pl.Decimal))]
-        if floats:  # declared integer, stored as floats: whole numbers only
-            whole = lf.select((pl.col(c).is_null() | (pl.col(c) == pl.col(c).floor())).all()
-                              for c in floats).collect().row(0)
-            bad = [c for c, ok in zip(floats, whole, strict=True) if not ok]
-            if bad:
-                raise ValueError(f"column(s) {bad} are declared integer but hold fractions")
+        conv = {c: convert_leniently(pl.col(c), have[c], t) for c, t in ds.schema.items()}
+        lf = lf.select(*(e.alias(c) for c, e in conv.items()),
+                       *((pl.col(c).is_not_null() & e.is_null()).alias(LOST + c)
+                         for c, e in conv.items()))
+    frame = lf.collect()
+    lost = frame.select(pl.col(LOST + c).sum().alias(c) for c in ds.schema).row(0, named=True)
+    frame = frame.select(list(ds.schema))
+    nulled = {c: n for c, n in lost.items() if n}
     _check_usable(ds.name, dict(frame.schema))
-    return frame
+    return frame, nulled
 
 
 def _check_usable(name: str, schema: Mapping[str, Any]) -> None:

@@ -59,6 +59,54 @@ class CompareResult:
     cells: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
+def refuse_author_mode(spec: Any) -> None:
+    r"""Refuse an author-mode spec: ``tabdp compare`` is a curator-only tool.
+
+    The comparison reads the confidential data and shows unprotected values (true cell
+    values, the intervals an intruder derives, per-record losses), so no query author may run
+    it, with or without a curator configuration. Decided from the spec's text (or object)
+    alone, before anything is read; a file that is not valid TOML is left to the spec reader.
+
+    Args:
+        spec: A spec file path or a `ReleaseSpec`.
+
+    Raises:
+        SpecError: ``input.mode = "author"`` (exit 2 in the CLI).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "s.toml"
+        >>> _ = f.write_text('[release]\nname = "x"\n[input]\nmode = "author"\n')
+        >>> try:
+        ...     refuse_author_mode(f)
+        ... except ValueError as err:
+        ...     print(str(err).splitlines()[0][:60])
+        input.mode: tabdp compare is a curator-only tool: it reads t
+    """
+    import tomllib
+
+    from tabdp.exceptions import SpecError
+
+    mode = getattr(getattr(spec, "input", None), "mode", None)
+    if mode is None and isinstance(spec, (str, Path)):
+        try:
+            inp = tomllib.loads(Path(spec).read_text("utf-8")).get("input")
+        except (OSError, ValueError):
+            return
+        mode = inp.get("mode") if isinstance(inp, dict) else None
+    if mode == "author":
+        raise SpecError("input.mode", "tabdp compare is a curator-only tool: it reads the "
+                                      "confidential data and shows unprotected values (true "
+                                      "cell values, the intervals an intruder derives from "
+                                      "a traditional release, per-record losses), so it does "
+                                      "not run author-mode specs (input.mode = \"author\"), "
+                                      "with or without a curator configuration. Nothing was "
+                                      "read or written.\nHint: the curator runs the comparison "
+                                      "on a curator-mode copy of the spec (input.path, "
+                                      "mode = \"curator\"); an author can "
+                                      "forecast the DP side with tabdp plan --compare.")
+
+
 def _inside(path: Path, folder: Path) -> bool:
     try:
         path.resolve().relative_to(folder.resolve())
@@ -115,6 +163,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
             "tabdp[sdc]"``).
         InvalidParameterError: Bad ``sdc`` options; the output folder is inside the public
             folder, or exists and ``overwrite`` is false.
+        SpecError: An author-mode spec (`refuse_author_mode`): compare is for the curator.
 
     Example:
         >>> import pathlib, tabdp, tempfile
@@ -127,6 +176,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     from tabdp.release.spec import ReleaseSpec, load_spec
 
     say = progress or _quiet
+    refuse_author_mode(spec)
     opts = sdc if isinstance(sdc, SdcOptions) else parse_sdc(sdc)
     require_pytauargus()
     if not isinstance(spec, ReleaseSpec):

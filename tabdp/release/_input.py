@@ -4,15 +4,14 @@ Both `tabdp.release.runner` (the run) and `tabdp.release.input_schema` (``valida
 metadata-only schema check) scan the input the same way (`scan_input`); the scan lives here so
 that neither imports the other. The rest is the run's (Polars) input stage: the input's
 presence, the data-quality rules (nulls, negatives, non-finite values, bounds, unit ids), the
-author-mode key casts, the keys derived through hierarchies and the declared schema.
+author-mode key casts, the keys derived through hierarchies and the declared schema. The
+author-mode scan against a declared schema (`scan_declared`) is also the one the Python
+`tabdp.Curator` uses for a Parquet path.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -22,10 +21,18 @@ from tabdp.exceptions import (
     SpecError,
 )
 from tabdp.release.curator_config import SCHEMA_DTYPES
+from tabdp.release.declared import (
+    LOST,
+    convert_leniently,
+    dataset_files,
+    hive_columns,
+    scan_declared,
+)
 from tabdp.release.spec import ReleaseSpec, read_keys
 
 __all__ = ["scan_input", "check_input_present", "read_input", "declared_schema",
-           "NATIONAL", "ROW_ID", "ROW_LABEL"]
+           "NATIONAL", "ROW_ID", "ROW_LABEL", "scan_declared", "convert_leniently",
+           "dataset_files", "hive_columns", "LOST"]
 
 #: Name of the constant key column used internally for national (``by = []``) releases.
 NATIONAL = "_tabdp_national"
@@ -40,9 +47,11 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     """Scan a spec's Parquet input lazily (metadata only) and return it with its schema.
 
     A folder is scanned as a dataset (hive partition folders become columns, typed like their
-    key domains, else text). In author mode every file is read against the curator's declared
-    schema and partition values are converted leniently (a value that does not convert becomes
-    null), so that nothing about the files' contents decides whether the scan succeeds.
+    key domains, else text). In author mode with a declared schema, every file is scanned on
+    its own and each declared column converted leniently to its declared type
+    (`scan_declared`: a value the type cannot represent becomes null); partition values are
+    converted leniently too. Nothing about the files' contents decides whether the scan
+    succeeds or which types it has.
 
     Args:
         spec: A release spec whose input is Parquet (``input.path``).
@@ -62,61 +71,45 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     """
     src = spec.input.path
     assert src is not None  # input.table: refused under the Polars engine before any read
-    kwargs: dict[str, Any] = {}
-    source: Any = spec.input.source
+    author = spec.input.mode == "author"
+    declared = {c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()} if author else {}
     hive = spec.input.hive_partitioning
-    if src.is_dir():
-        # A folder: scan it as a dataset, so hive partition folders (state=01/...) become
-        # columns, typed like their key domains (else text): codes such as "01" stay codes.
-        source = src
-        parts = _hive_columns(src)
-        if parts and hive is not False:
-            kwargs["hive_partitioning"] = True
-            kwargs["hive_schema"] = {c: (spec.domains[c].dtype if c in spec.domains
-                                         else pl.String) for c in parts}
+    parts = hive_columns(src) if src.is_dir() and hive is not False else []
+    domain_types = {c: (spec.domains[c].dtype if c in spec.domains else pl.String)
+                    for c in parts}
+    try:
+        if declared:
+            # author mode: each file on its own, every declared column converted leniently
+            # (issue 27: one file storing an integer column as float, because pandas writes an
+            # integer column with one missing value so, stopped the run; whether it did
+            # depended on one record)
+            lf = scan_declared(src, declared, hive=hive,
+                               hive_types={c: declared.get(c, t)
+                                           for c, t in domain_types.items()})
+            return lf, {k: str(v) for k, v in lf.collect_schema().items()}
+        kwargs: dict[str, Any] = {}
+        source: Any = spec.input.source
+        if src.is_dir():
+            # A folder: scan it as a dataset, so hive partition folders (state=01/...) become
+            # columns, typed like their key domains (else text): codes such as "01" stay codes.
+            source = src
+            if parts:
+                kwargs["hive_partitioning"] = True
+                # author mode: partition values are read as text, then converted leniently
+                # (``size_class=5-9`` against an integer domain becomes null instead of
+                # failing the run, which would tell the author that some record holds such a
+                # value; issue 27 review)
+                kwargs["hive_schema"] = (dict.fromkeys(parts, pl.String) if author
+                                         else domain_types)
+            elif hive is not None:
+                kwargs["hive_partitioning"] = hive
         elif hive is not None:
             kwargs["hive_partitioning"] = hive
-    elif hive is not None:
-        kwargs["hive_partitioning"] = hive
-    declared = spec.input.schema if spec.input.mode == "author" else {}
-    hive_types: dict[str, Any] = {}
-    if "hive_schema" in kwargs and spec.input.mode == "author":
-        # author mode: partition values are read as text, then converted leniently to the
-        # declared type (else the domain's): a folder name that does not parse as the
-        # author's domain type (``size_class=5-9`` against an integer domain) becomes null
-        # instead of failing the run, which would tell the author that some record holds
-        # such a value (issue 27 review).
-        hive_types = {c: SCHEMA_DTYPES[declared[c]] if c in declared else t
-                      for c, t in kwargs["hive_schema"].items()}
-        kwargs["hive_schema"] = dict.fromkeys(hive_types, pl.String)
-    if declared:
-        # author mode: every file is read against the declared schema, not the first file's:
-        # files written one by one (pandas, one per partition) have dtypes that follow their
-        # contents (an integer column with one missing value is stored as float), and a scan
-        # of files whose dtypes differ fails, which would tell the author that some record
-        # is missing a value (issue 27 review). Numeric widenings are allowed; columns no
-        # declaration names are not read.
-        kwargs["schema"] = {c: SCHEMA_DTYPES[t] for c, t in declared.items()
-                            if c not in hive_types}
-        cast_args: dict[str, Any] = {"integer_cast": ["upcast", "allow-float"],
-                                     "float_cast": ["upcast", "downcast"]}
-        if "categorical_to_string" in inspect.signature(pl.ScanCastOptions).parameters:
-            # a Categorical file column read as the declared String (newer Polars; the floor,
-            # 1.32, lacks the option: such a file then stops the run, see
-            # docs/reference/curator.md)
-            cast_args["categorical_to_string"] = "allow"
-        kwargs["cast_options"] = pl.ScanCastOptions(**cast_args)
-        kwargs["missing_columns"] = "insert"
-        kwargs["extra_columns"] = "ignore"
-    try:
         lf = pl.scan_parquet(source, **kwargs)
         schema = lf.collect_schema()
-        if declared or hive_types:
-            # author mode: the declared types, never the files' (a value that does not
-            # convert becomes null and meets the declared null rule)
-            targets = {**hive_types, **{c: SCHEMA_DTYPES[t] for c, t in declared.items()}}
-            casts = [pl.col(c).cast(t, strict=False) for c, t in targets.items()
-                     if c in schema and schema[c] != t]
+        if author and parts:
+            casts = [convert_leniently(pl.col(c), schema[c], t).alias(c)
+                     for c, t in domain_types.items() if c in schema and schema[c] != t]
             lf = lf.with_columns(casts) if casts else lf
             schema = lf.collect_schema()
     except (pl.exceptions.PolarsError, OSError) as err:
@@ -125,16 +118,6 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
             "Hint: input.path must be a Parquet file, a folder of Parquet files or a "
             "hive-partitioned dataset.") from err
     return lf, {k: str(v) for k, v in schema.items()}
-
-
-def _hive_columns(folder: Path) -> list[str]:
-    """Names of the hive partition levels (``name=value`` folders) above the first data file."""
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        if any(f.endswith(".parquet") for f in files):
-            rel = Path(root).relative_to(folder)
-            return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
-    return []
 
 
 def check_input_present(spec: ReleaseSpec) -> None:

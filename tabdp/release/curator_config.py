@@ -43,6 +43,9 @@ The TOML schema (every key not listed is refused)::
     author_only = true              # every spec read with this configuration must be in author
                                     # mode (a validation server: an author cannot write
                                     # mode = "curator" to get paths back); default false
+    overwrite = "same-spec"         # what an author-mode --overwrite may replace under the
+                                    # output root: "same-spec" (default; a release whose
+                                    # manifest records this spec's hash), "any", "never"
 
 Every path is resolved against the configuration file's folder. Errors name the key path and
 may quote the configuration's own paths: the file is the curator's, and so are its messages
@@ -83,7 +86,8 @@ import polars as pl
 from tabdp.exceptions import SpecError
 
 __all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
-           "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV"]
+           "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV", "OVERWRITE_POLICIES",
+           "check_author_overwrite"]
 
 #: The environment variable the CLI reads the configuration's path from when ``--curator`` is
 #: not given.
@@ -96,8 +100,11 @@ CURATOR_KEYS: dict[str, tuple[str, ...]] = {
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
-    "policy": ("author_only",),
+    "policy": ("author_only", "overwrite"),
 }
+
+#: ``[policy] overwrite``: what an author-mode ``--overwrite`` may replace under the output root.
+OVERWRITE_POLICIES = ("same-spec", "any", "never")
 
 #: Dtype names a declared schema may use, and their Polars types.
 SCHEMA_DTYPES: dict[str, Any] = {
@@ -160,6 +167,9 @@ class CuratorConfig:
         defaults: Validated defaults: ``"budget"`` (a spec's ``[budget]`` table), ``"level"``,
             ``"delta"`` (those present only).
         author_only: Every spec read with this configuration must be in author mode.
+        overwrite: What ``--overwrite`` may replace under the output root in author mode
+            (`OVERWRITE_POLICIES`): ``"same-spec"`` (default) a release of the same spec
+            only, ``"any"`` any release, ``"never"`` none.
 
     Example:
         >>> c = parse_curator_config({"datasets": {"d": {"path": "/srv/d.parquet"}}}, "/")
@@ -173,6 +183,7 @@ class CuratorConfig:
     output_root: Path | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     author_only: bool = False
+    overwrite: str = "same-spec"
 
     def dataset_roots(self) -> tuple[Path, ...]:
         """The datasets' paths with symbolic links resolved (what no public file may be in).
@@ -220,7 +231,7 @@ def _folder(value: Any, path: str, base: Path, what: str) -> Path:
 
 def _dataset(name: Any, raw: Any, base: Path) -> DatasetDecl:
     dp = f"datasets.{name}"
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         _fail(dp, f"dataset name {name!r} is not allowed: use letters, digits, '_', '-', '.'.",
               "rename the dataset, e.g. [datasets.cbp_2026].")
     d = _table(raw, dp, CURATOR_KEYS["datasets.*"])
@@ -233,7 +244,7 @@ def _dataset(name: Any, raw: Any, base: Path) -> DatasetDecl:
         path = _folder(d["path"], f"{dp}.path", base, "the dataset path")
     else:
         table = d["table"]
-        if not isinstance(table, str) or not _TABLE_REF.match(table):
+        if not isinstance(table, str) or not _TABLE_REF.fullmatch(table):
             _fail(f"{dp}.table", f"must be one to three names (letters, digits, '_') separated "
                                  f"by dots; got {table!r}.", 'e.g. table = "lake.cbp_2026".')
     hive = None
@@ -345,14 +356,22 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
             root = _folder(o["root"], "output.root", base, "the output root")
     defaults = _defaults(d["defaults"]) if "defaults" in d else {}
     author_only = False
+    overwrite = "same-spec"
     if "policy" in d:
         pol = _table(d["policy"], "policy", CURATOR_KEYS["policy"])
         author_only = pol.get("author_only", False)
         if not isinstance(author_only, bool):
             _fail("policy.author_only", f"must be true or false; got {author_only!r}.",
                   "true on a validation server (every spec in author mode), else false.")
+        overwrite = pol.get("overwrite", overwrite)
+        if overwrite not in OVERWRITE_POLICIES:
+            _fail("policy.overwrite", f"must be one of {', '.join(map(repr, OVERWRITE_POLICIES))}"
+                                      f"; got {overwrite!r}.",
+                  '"same-spec" (default: --overwrite replaces a release of the same spec '
+                  'only), "any" or "never".')
     config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
-                           output_root=root, defaults=defaults, author_only=author_only)
+                           output_root=root, defaults=defaults, author_only=author_only,
+                           overwrite=overwrite)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):
         real = Path(os.path.realpath(f))
@@ -413,3 +432,74 @@ def load_curator_config(path: str | Path) -> CuratorConfig:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
         _fail("", f"{str(file)!r} is not valid UTF-8 TOML: {err}.", "fix the syntax.")
     return parse_curator_config(data, file.parent, path=file)
+
+
+def check_author_overwrite(spec: Any, config: CuratorConfig | None) -> None:
+    """Author mode, ``--overwrite``: refuse to replace a release of another spec.
+
+    Under the curator's output root, each author-mode release has the folder named by its
+    ``release.name``, so two authors choosing the same name (or, on a case-insensitive file
+    system, names differing in case only) share a folder, and ``--overwrite`` would let one
+    replace the other's published outputs. The rule (``[policy] overwrite``): ``"same-spec"``
+    (default) replaces a release whose public ``manifest.json`` records the same spec hash
+    (``spec.sha256_redacted``: the spec without its seed), so an author may re-run their own
+    spec; ``"any"`` replaces any; ``"never"`` none. A release folder without a public release
+    (a failed run leaves its confidential ``failure.json`` only) is no one's publication and
+    may be replaced. Decided from the release folders alone: nothing of the data is read.
+
+    Args:
+        spec: The loaded author-mode `ReleaseSpec` (``output.public`` under the root).
+        config: The curator configuration (``None``: nothing to check).
+
+    Raises:
+        SpecError: The release folder holds another spec's release (or one whose manifest
+            cannot be read) and the policy does not allow replacing it. The message names
+            the folder as ``<release.name> under the curator's output root``.
+
+    Example:
+        >>> import json, tempfile, types
+        >>> root = Path(tempfile.mkdtemp())
+        >>> cfg = parse_curator_config({"datasets": {}, "output": {"root": str(root)}}, "/")
+        >>> pub = root / "r" / "public"
+        >>> pub.mkdir(parents=True)
+        >>> _ = (pub / "manifest.json").write_text(json.dumps(
+        ...     {"spec": {"sha256_redacted": "abc"}}))
+        >>> mine = types.SimpleNamespace(public_sha256="abc", release=types.SimpleNamespace(
+        ...     name="r"), output=types.SimpleNamespace(public=pub),
+        ...     input=types.SimpleNamespace(mode="author"))
+        >>> check_author_overwrite(mine, cfg)            # the same spec: allowed
+        >>> other = types.SimpleNamespace(**{**vars(mine), "public_sha256": "def"})
+        >>> try:
+        ...     check_author_overwrite(other, cfg)
+        ... except ValueError as err:
+        ...     print(str(err).split(":")[1].strip()[:40])
+        the release folder 'r' under the curator
+    """
+    if config is None or spec.input.mode != "author" or config.overwrite == "any":
+        return
+    public = Path(spec.output.public)
+    if not public.exists():
+        return  # no release published there (a failed run's folder is no one's release)
+    where = f"{spec.release.name!r} under the curator's output root"
+    if config.overwrite == "never":
+        raise SpecError("release.name", f"the release folder {where} already holds a "
+                                        "release, and the curator's configuration allows "
+                                        "no --overwrite in author mode ([policy] overwrite = "
+                                        "\"never\"). Nothing was read or written.\nHint: "
+                                        "give the release a new name (release.name).")
+    try:
+        import json
+
+        owner = json.loads((public / "manifest.json").read_text("utf-8"))["spec"][
+            "sha256_redacted"]
+    except (OSError, ValueError, KeyError, TypeError):
+        owner = None
+    if owner != spec.public_sha256:
+        raise SpecError("release.name", f"the release folder {where} holds the release of "
+                                        "another spec (its manifest records another spec "
+                                        "hash), and --overwrite replaces only a release of "
+                                        "the same spec in author mode ([policy] overwrite = "
+                                        "\"same-spec\"): one author cannot replace another's "
+                                        "published outputs. Nothing was read or written.\n"
+                                        "Hint: give the release a new name (release.name), or "
+                                        "ask the curator to remove the old release.")

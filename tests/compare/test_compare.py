@@ -227,3 +227,43 @@ def test_plan_compare_reads_no_data(tmp_path: Path) -> None:
     text = out.getvalue()
     assert code == 0 and "Comparison forecast, DP side (no data read)" in text
     assert "county_naics2_estabs: 5,700 cells; cells of total >= 1e+01 expected usable" in text
+
+
+@pytest.mark.parametrize("curator", [False, True])
+def test_compare_refuses_author_mode_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             curator: bool) -> None:
+    """Compare is a curator-only tool: an author-mode spec is refused (exit 2), saying so.
+
+    The message used to ask for ``--curator`` (an option compare does not take), as if a
+    configuration would let an author compare.
+    """
+    from tabdp.compare import compare as compare_fn
+    from tabdp.exceptions import SpecError
+    from tabdp.release.spec import load_spec
+
+    monkeypatch.chdir(tmp_path)
+    text = ('[release]\nname = "x"\n[input]\ndataset = "cbp"\nmode = "author"\n'
+            'unit_nulls = "drop"\nunit = "estab_id"\n[domains]\nstate = ["01"]\n'
+            '[[tables]]\nname = "n"\nkind = "count"\nby = ["state"]\n'
+            'mechanism = { family = "gaussian", sigma = 1.0 }\n')
+    Path("s.toml").write_text(text)
+    if curator:  # a curator configuration in the environment changes nothing
+        generate_establishments(50, seed=1).write_parquet("d.parquet")
+        Path("c.toml").write_text('[datasets.cbp]\npath = "d.parquet"\n[output]\n'
+                                  'root = "releases"\n')
+        monkeypatch.setenv("TABDP_CURATOR", str(tmp_path / "c.toml"))
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["compare", "s.toml"], stdout=out, stderr=err)
+    assert code == 2 and out.getvalue() == "", err.getvalue()
+    msg = err.getvalue()
+    assert "curator-only tool" in msg and "unprotected values" in msg, msg
+    assert "--curator" not in msg and str(tmp_path) not in msg
+    assert not Path("releases").exists()
+    with pytest.raises(SpecError, match="curator-only tool"):
+        compare_fn(tmp_path / "s.toml")
+    if curator:  # a loaded author-mode ReleaseSpec object too
+        from tabdp.release import load_curator_config
+
+        spec = load_spec(tmp_path / "s.toml", curator=load_curator_config(tmp_path / "c.toml"))
+        with pytest.raises(SpecError, match="curator-only tool"):
+            compare_fn(spec)

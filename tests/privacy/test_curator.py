@@ -243,11 +243,25 @@ def test_sum_dtype_does_not_follow_pandas_written_parquet(tmp_path: pathlib.Path
     assert dtypes[0] == dtypes[1] == (pl.Int64 if declared == "Int64" else pl.Float64)
 
 
-def test_declared_integer_refuses_fractions_at_creation() -> None:
-    cur = tabdp.Curator()
-    cur.add("d", pl.DataFrame({"c": ["a"], "x": [1.5]}), schema={"c": "str", "x": "Int64"})
-    with pytest.raises(DataValidationError, match="could not be pinned"):
-        cur.author_session("d")
+@pytest.mark.parametrize("kind", ["pandas", "polars", "lazy"])
+def test_declared_integer_makes_fractions_null_and_tells_the_curator(kind: str) -> None:
+    """A value the declared dtype cannot represent is null (never truncated), as in tabdp run.
+
+    The curator's call warns with the counts (its own call: CONFIDENTIAL); the author's
+    tables are those of the dataset with that value missing.
+    """
+    raw = {"c": ["a", "a", "b"], "x": [1.0, 1.5, 2.0]}
+    data: Any = (pd.DataFrame(raw) if kind == "pandas" else
+                 pl.DataFrame(raw).lazy() if kind == "lazy" else pl.DataFrame(raw))
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", data, schema={"c": "str", "x": "Int64"})
+    with pytest.warns(tabdp.exceptions.TabdpWarning, match=r"\{'x': 1\}.*CONFIDENTIAL"):
+        author = cur.author_session("d", name="s")
+    out = author.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1e-9), nulls="drop",
+                     negatives="allow")
+    out = pl.from_pandas(out) if kind == "pandas" else out
+    assert out["x"].dtype == pl.Int64
+    assert dict(zip(out["c"], out["x"], strict=True)) == {"a": 1, "b": 2}
 
 
 def test_engine_failure_after_reading_is_generic(monkeypatch: pytest.MonkeyPatch) -> None:

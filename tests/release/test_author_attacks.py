@@ -8,8 +8,11 @@ requires the same exit code and the same bytes on stdout and stderr
 from __future__ import annotations
 
 import io
+import re
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -177,3 +180,311 @@ def test_native_stderr_goes_to_the_confidential_folder(tmp_path: Path, mode: str
     assert "writing outputs" in proc.stderr  # tabdp's own lines still reach the terminal
     log = tmp_path / "releases" / "attack" / "confidential" / "stderr.log"
     assert "SECRET-VALUE-123" in log.read_text()
+
+
+# -- a column declared integer, stored as float by one file (issue 27, the known limit) -------
+INT_SPEC = """
+[release]
+name = "ints"
+[input]
+dataset = "cbp"
+unit = "estab_id"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { employment = [0, 1000] }
+[domains]
+state = ["01", "02"]
+[[tables]]
+name = "emp"
+measures = ["employment"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 5.0 }
+[randomness]
+seed = 7
+"""
+INT_SCHEMA = {"estab_id": "Int64", "state": "String", "employment": "Int64"}
+#: the neighbour's extra record: its employment is missing, a fraction, NaN, or out of range
+EXTRA = {"a missing value": None, "a fraction": 2.5, "NaN": float("nan"), "2**63": 2.0**63}
+
+
+def _int_servers(tmp_path: Path, extra: float | None) -> tuple[Path, Path]:
+    """D and D' (one record more, in file s02, which pandas then writes as float64)."""
+    pd = pytest.importorskip("pandas")
+    df = _base().select("estab_id", "state", "employment")
+    servers = []
+    for name, with_extra in (("with", True), ("without", False)):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        for (state,), part in sorted(df.partition_by("state", as_dict=True).items()):
+            rows = {c: part[c].to_list() for c in part.columns}
+            if with_extra and state == "02":  # pandas: [.., None] is float64 with NaN
+                for c, v in (("estab_id", 2**62 + 7), ("state", "02"), ("employment", extra)):
+                    rows[c].append(v)
+            frame = pd.DataFrame(rows)
+            frame.to_parquet(root / "ds" / f"s{state}.parquet")
+        schema = ", ".join(f'{c} = "{t}"' for c, t in INT_SCHEMA.items())
+        write_curator(root, {"cbp": "ds"}, public=[HIER])
+        cfg = root / "curator.toml"
+        cfg.write_text(cfg.read_text().replace('path = "ds"',
+                                               f'path = "ds"\nschema = {{ {schema} }}'))
+        servers.append(root)
+    with_, without = servers
+    assert pl.read_parquet(with_ / "ds" / "s02.parquet").schema["employment"] == pl.Float64
+    assert pl.read_parquet(without / "ds" / "s02.parquet").schema["employment"] == pl.Int64
+    return with_, without
+
+
+def _cli_args(server: Path, monkeypatch: pytest.MonkeyPatch, text: str, *args: str
+              ) -> tuple[int, str, str]:
+    monkeypatch.chdir(server)
+    (server / "s.toml").write_text(text, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([*args, "s.toml", "--curator", "curator.toml"], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _public_files(server: Path) -> dict[str, bytes]:
+    """The public folder's files; the manifest's creation time is the only line left out."""
+    public = server / "releases" / "ints" / "public"
+    files = {p.relative_to(public).as_posix(): p.read_bytes()
+             for p in sorted(public.rglob("*")) if p.is_file()}
+    files["manifest.json"] = re.sub(rb'"created": "[^"]*"', b"", files["manifest.json"])
+    return files
+
+
+@pytest.mark.parametrize("extra", list(EXTRA))
+def test_integer_column_stored_as_float_by_one_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str) -> None:
+    """A column declared Int64 that one file stores as float64 (pandas, one missing value).
+
+    The scan could not convert float to integer: ``tabdp run`` exited 4 on D' and 0 on D.
+    Every file is now scanned on its own and converted leniently: a value Int64 cannot
+    represent (missing, 2.5, NaN, 2**63) is null and meets ``nulls = "drop"``, so D and D'
+    (same test seed) give the same exit code, stdout, stderr and public files, byte for byte.
+    """
+    servers = _int_servers(tmp_path, EXTRA[extra])
+    for command in (["validate"], ["run", "--test-seed"]):
+        views = [_cli_args(s, monkeypatch, INT_SPEC, *command) for s in servers]
+        assert views[0] == views[1], views
+        code, out, err = views[0]
+        assert code == 0, err
+        for server in servers:
+            assert str(server) not in out + err
+    assert "Release 'ints' done." in views[0][1]
+    public = [_public_files(s) for s in servers]
+    assert public[0] == public[1] and "emp.parquet" in public[0]
+    table = pl.read_parquet(servers[0] / "releases" / "ints" / "public" / "emp.parquet")
+    assert table["state"].to_list() == ["01", "02"]
+
+
+@pytest.mark.parametrize("extra", list(EXTRA))
+def test_integer_column_stored_as_float_python_curator(tmp_path: Path, extra: str) -> None:
+    """The same two servers through ``tabdp.Curator`` (a path dataset, read file by file).
+
+    The scan of the folder failed on D' (``could not be pinned``); the author's table is now
+    the same on D and D' (a fixed seed), and the curator alone is told about values that
+    became null (a warning of its own call).
+    """
+    from tabdp import mechanisms as mech
+
+    views = []
+    for server in _int_servers(tmp_path, EXTRA[extra]):
+        cur = tabdp.Curator(seed=5)
+        cur.add("cbp", server / "ds", schema=INT_SCHEMA, unit="estab_id")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            author = cur.author_session("cbp", name="a")
+        told = [str(w.message) for w in caught]
+        # pandas writes NaN as a missing value: only the fraction and 2**63 are converted
+        assert (len(told) == 1 and "{'employment': 1}" in told[0]) == (
+            server.name == "with" and extra in ("a fraction", "2**63")), told
+        out = author.sum("employment", by="state",
+                         keys=tabdp.KeySet.from_dict(state=["01", "02"]),
+                         mechanism=mech.Gaussian(5.0), nulls="drop", negatives="zero")
+        views.append((out.rows(), out.schema, author.summary()))
+    assert views[0] == views[1]
+    assert views[0][1]["employment"] == pl.Int64
+
+
+def test_lenient_conversion_table() -> None:
+    """`convert_leniently`: exact or null, never truncated, 64-bit integers never via Float64."""
+    import datetime
+    import decimal
+
+    from tabdp.release.declared import convert_leniently
+
+    def conv(values: list[Any], source: Any, target: Any) -> list[Any]:
+        frame = pl.DataFrame({"x": values}, schema={"x": source})
+        return frame.select(convert_leniently(pl.col("x"), source, target).alias("x"))[
+            "x"].to_list()
+
+    big = 2**62 + 1  # not a Float64 value
+    assert conv([3.0, 2.5, None, float("nan"), float("inf"), 2.0**63, -(2.0**63)],
+                pl.Float64, pl.Int64) == [3, None, None, None, None, None, -(2**63)]
+    assert conv([big, 2**64 - 1], pl.UInt64, pl.Int64) == [big, None]
+    assert conv([big, -1], pl.Int64, pl.UInt64) == [big, None]
+    assert conv([300, 7], pl.Int64, pl.UInt8) == [None, 7]
+    assert conv([decimal.Decimal("2.50"), decimal.Decimal("3.00")], pl.Decimal(10, 2),
+                pl.Int64) == [None, 3]
+    assert conv(["7", "2.5", "x", str(big)], pl.String, pl.Int64) == [7, None, None, big]
+    assert conv(["a", None], pl.Categorical, pl.String) == ["a", None]
+    assert conv([1, 2], pl.Int64, pl.Float64) == [1.0, 2.0]
+    assert conv([1.0, 0.0, 2.0], pl.Float64, pl.Boolean) == [True, False, None]
+    assert conv([1e300, 1.5], pl.Float64, pl.Float32) == [None, 1.5]
+    assert conv(["2020-01-02", "x"], pl.String, pl.Date) == [datetime.date(2020, 1, 2), None]
+    # pairs Polars refuses for some values only: a column of nulls, from the dtypes alone
+    assert conv([[1], None], pl.List(pl.Int64), pl.Int64) == [None, None]
+    assert conv([b"ab", b"\xff"], pl.Binary, pl.String) == [None, None]
+    assert conv(["true"], pl.String, pl.Boolean) == [None]
+
+
+def test_scan_declared_reads_every_file_against_the_declaration(tmp_path: Path) -> None:
+    """Files of one dataset with different dtypes and columns, hive folders as text."""
+    from tabdp.release.declared import LOST, scan_declared
+
+    big = 2**62 + 1
+    (tmp_path / "k=a").mkdir()
+    (tmp_path / "k=b%2Fc").mkdir()
+    (tmp_path / "k=__HIVE_DEFAULT_PARTITION__").mkdir()
+    pl.DataFrame({"id": [big], "x": [1]}).write_parquet(tmp_path / "k=a" / "0.parquet")
+    pl.DataFrame({"id": [5.0], "x": [None]}, schema={"id": pl.Float64, "x": pl.Float64}
+                 ).write_parquet(tmp_path / "k=b%2Fc" / "0.parquet")
+    pl.DataFrame({"id": ["9"], "extra": [1]}).write_parquet(
+        tmp_path / "k=__HIVE_DEFAULT_PARTITION__" / "0.parquet")
+    # a file holding no declared column: its rows are still rows (of nulls)
+    (tmp_path / "k=z").mkdir()
+    pl.DataFrame({"other": [1, 2]}).write_parquet(tmp_path / "k=z" / "0.parquet")
+    lf = scan_declared(tmp_path, {"id": pl.Int64, "x": pl.Int32}, hive=None, flag_lost=True)
+    got = lf.collect()
+    assert got.columns == ["id", "x", "k", *(LOST + c for c in ("id", "x", "k"))]
+    # files in the order of their paths ("k=_..." sorts before "k=a")
+    assert got.select("id", "x", "k").rows() == [(9, None, None), (big, 1, "a"),
+                                                 (5, None, "b/c"), (None, None, "z"),
+                                                 (None, None, "z")]
+    assert got.schema["x"] == pl.Int32
+    assert not got[LOST + "x"].any()  # missing in the file is not "lost"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert scan_declared(empty, {"id": pl.Int64}).collect().schema == pl.Schema({"id": pl.Int64})
+
+
+# -- TOML tricks and look-alike names: refused from the text, the same on both servers ---------
+BASE_INPUT = ('[input]\ndataset = "cbp"\nunit = "estab_id"\nmode = "author"\nnulls = "drop"\n'
+              'negatives = "zero"\nnonfinite = "drop"\nunit_nulls = "drop"\n'
+              'bounds = { employment = [0, 1000] }\n')
+TRICK_REST = ('[domains]\nstate = {{ file = "{hier}", column = "state" }}\n'
+              '[[tables]]\nname = "emp"\nmeasures = ["employment"]\nby = ["state"]\n'
+              'mechanism = {{ family = "gaussian", sigma = 5.0 }}\n')
+
+
+def _trick(*, name: str = "ints", inp: str = BASE_INPUT, hier: str = "states.csv") -> str:
+    """A valid author-mode spec (`test_the_untricked_spec_runs`) with one part replaced."""
+    return f'[release]\nname = "{name}"\n' + inp + TRICK_REST.format(hier=hier)
+
+
+def _trick_servers(tmp_path: Path) -> tuple[Path, Path]:
+    """`_int_servers` with a public folder holding ``states.csv`` (a public domain file)."""
+    servers = _int_servers(tmp_path, None)
+    for s in servers:
+        (s / "meta").mkdir()
+        pl.DataFrame({"state": ["01", "02"]}).write_csv(s / "meta" / "states.csv")
+        cfg = s / "curator.toml"
+        cfg.write_text(cfg.read_text().replace(HIER.as_posix(), (s / "meta").as_posix()))
+    return servers
+
+
+TRICKS = {
+    "duplicate key": _trick(inp=BASE_INPUT + 'dataset = "other"\n'),
+    "duplicate table": _trick(inp=BASE_INPUT + '[input]\npath = "ds"\n'),
+    "dotted keys with a path": _trick(inp=BASE_INPUT.replace("[input]\n", "").replace(
+        "\n", "\n").replace('dataset = "cbp"', 'dataset = "cbp"\npath = "ds"')),
+    "root dotted keys with a path": _trick(inp="".join(
+        f"input.{line}\n" for line in BASE_INPUT.splitlines()[1:]) + 'input.path = "ds"\n'),
+    "inline table with a path": _trick(
+        inp='input = { dataset = "cbp", path = "ds", unit = "estab_id", mode = "author", '
+            'nulls = "drop", negatives = "zero", nonfinite = "drop", unit_nulls = "drop", '
+            'bounds = { employment = [0, 1000] } }\n'),
+    "dataset and path": _trick(inp=BASE_INPUT + 'path = "ds"\n'),
+    "dataset and table": _trick(inp=BASE_INPUT + 'table = "db.cbp"\n'),
+    "mode Author": _trick(inp=BASE_INPUT.replace('mode = "author"', 'mode = "Author"')),
+    "a look-alike key (Cyrillic a in path)": _trick(inp=BASE_INPUT + '"p\u0430th" = "ds"\n'),
+    **{f"dataset {d!r}": _trick(inp=BASE_INPUT.replace('dataset = "cbp"', f'dataset = "{d}"'))
+       for d in ("CBP", "cbp.", "\u0441bp", "cbp\\u200b", "\uff43\uff42\uff50", "cbp/",
+                 "../cbp", "ds", "cbp\\u0000")},
+    **{f"public file {f!r}": _trick(hier=f)
+       for f in ("STATES.csv", "states.csv.", "states.csv\\u200b", "\uff53tates.csv",
+                 "states.csv/", "./states.csv", "states.csv\\u0000", "states.csv ",
+                 "states.CSV")},
+    **{f"release name {n!r}": _trick(name=n)
+       for n in ("..", ".", "a/b", "a\\\\b", "a\\u0000b", "\uff49nts", "caf\u00e9",
+                 "cafe\u0301", ".hidden", "", " ints")},
+    "release name 'ints\\n'": _trick(name="ints\\n"),
+    "table name 'emp\\n'": _trick().replace('name = "emp"', 'name = "emp\\n"'),
+}
+# names ending in a newline: refused since the spec checks names with fullmatch
+TRICK_IDS = list(TRICKS)
+
+
+@pytest.mark.parametrize("trick", TRICK_IDS)
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_toml_tricks_and_look_alike_names_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trick: str, command: str) -> None:
+    """Each is refused (exit 2) before anything is read or written, identically on D and D'."""
+    servers = _trick_servers(tmp_path)
+    views = [_cli_args(s, monkeypatch, TRICKS[trick], command) for s in servers]
+    assert views[0] == views[1], views
+    code, out, err = views[0]
+    assert code == 2 and out == "", (code, out, err)
+    for s in servers:
+        assert str(s) not in err
+        assert not (s / "releases").exists()
+
+
+def test_the_untricked_spec_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base of the tricks is a valid spec (so each refusal is the trick's)."""
+    server = _trick_servers(tmp_path)[0]
+    for command in ("validate", "run"):
+        code, out, err = _cli_args(server, monkeypatch, _trick(), command)
+        assert code == 0, err
+
+
+# -- --overwrite between two authors' releases ------------------------------------------------
+@pytest.mark.parametrize("policy", [None, "same-spec", "any", "never"])
+def test_overwrite_between_authors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   policy: str | None) -> None:
+    """Author B's spec, same release name as author A's: --overwrite must not replace A's.
+
+    The release folder is ``<root>/<release.name>``: two authors choosing one name share it
+    (and on a case-insensitive file system, names differing in case). ``[policy] overwrite``
+    decides: ``same-spec`` (default) lets an author replace only a release of the same spec.
+    """
+    server = _int_servers(tmp_path, None)[1]
+    if policy is not None:
+        cfg = server / "curator.toml"
+        cfg.write_text(cfg.read_text() + f'\n[policy]\noverwrite = "{policy}"\n')
+    spec_a = INT_SPEC
+    spec_b = INT_SPEC.replace("sigma = 5.0", "sigma = 7.0")
+    public = server / "releases" / "ints" / "public"
+    assert _cli_args(server, monkeypatch, spec_a, "run", "--test-seed")[0] == 0
+    before = _public_files(server)
+    code_b, out_b, err_b = _cli_args(server, monkeypatch, spec_b, "run", "--test-seed",
+                                     "--overwrite")
+    code_a, _, err_a = _cli_args(server, monkeypatch, spec_a, "run", "--test-seed",
+                                 "--overwrite")
+    plan_b = _cli_args(server, monkeypatch, spec_b, "plan", "--overwrite")
+    if policy == "any":
+        assert code_b == 0 and code_a == 0 and plan_b[0] == 0, (err_b, err_a, plan_b)
+        return
+    assert code_b == 2 and out_b == "" and plan_b[0] == 2, (err_b, plan_b)
+    assert "'ints' under the curator's output root" in err_b and str(server) not in err_b
+    assert _public_files(server) == before  # A's release untouched
+    assert b"sigma" in (public / "manifest.json").read_bytes()
+    if policy == "never":
+        assert code_a == 2 and "overwrite = \"never\"" in err_a, err_a
+    else:
+        assert code_a == 0, err_a  # the same spec: its own author may re-run it
+    # without --overwrite, an existing folder is refused as before (exit 2)
+    assert _cli_args(server, monkeypatch, spec_b, "run", "--test-seed")[0] == 2

@@ -166,7 +166,7 @@ def _string(value: Any, path: str, *, what: str, hint: str, pattern: re.Pattern[
     if not isinstance(value, str) or not value:
         _fail(path, f"{what} must be a non-empty string; got {_show(value)} ({_tname(value)}).",
               hint)
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):
         _fail(path, f"{what} {value!r} is not allowed: {rule}.", hint)
     return value
 

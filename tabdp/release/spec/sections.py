@@ -319,7 +319,7 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
     owner: dict[str, str] = {}
     for name, value in raw.items():
         hp = _join("hierarchies", name)
-        if not isinstance(name, str) or not _TABLE_NAME.match(name):
+        if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
             _fail(hp, f"hierarchy name {name!r} is not allowed: use letters, digits and '_'.",
                   "rename the hierarchy, e.g. [hierarchies.geo].")
         d = _table(value, hp, allowed=_HIERARCHY_KEYS, required=_HIERARCHY_KEYS,

@@ -1,0 +1,227 @@
+"""Reading a curator-declared dataset against its declared schema (author mode).
+
+Every file of a dataset is read on its own and each declared column converted to its declared
+type; a value that type cannot represent becomes null (then the spec's null rules apply, which
+in author mode never stop a run), so whether a run fails never depends on one record. Used by
+the release workflow's input stage and by the Python `tabdp.Curator`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import polars as pl
+
+__all__ = ["scan_declared", "convert_leniently", "dataset_files", "hive_columns", "LOST"]
+
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
+LOST = "__tabdp_lost_"
+
+
+def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
+    """``expr`` (of dtype ``source``) in dtype ``target``; a value it cannot represent is null.
+
+    The author-mode conversion to a declared type. "Cannot represent" means: a fraction, NaN,
+    an infinity or an out-of-range number in an integer column (never truncated: ``2.5`` is
+    null, not ``2``; a whole float such as ``3.0`` is ``3``, and 64-bit values stay exact,
+    nothing passes through Float64), text that does not parse, an out-of-range value, a number
+    other than 0 and 1 as a Boolean, text other than an ISO date as a Date. A conversion
+    between dtypes that Polars does not support for every value (a list or bytes to a number
+    or text, text to a datetime) gives a column of nulls, decided from the two dtypes alone.
+    The null then meets the declared null rule, which in author mode never stops a run.
+
+    Args:
+        expr: The column.
+        source: Its dtype (in the file or frame).
+        target: The declared dtype.
+
+    Returns:
+        An expression of dtype ``target``.
+
+    Example:
+        >>> s = pl.DataFrame({"x": [3.0, 2.5, None, float("nan"), 2.0**63]})
+        >>> s.select(convert_leniently(pl.col("x"), pl.Float64, pl.Int64))["x"].to_list()
+        [3, None, None, None, None]
+        >>> big = pl.DataFrame({"x": [2**62 + 1]}, schema={"x": pl.UInt64})
+        >>> big.select(convert_leniently(pl.col("x"), pl.UInt64, pl.Int64))["x"].to_list()
+        [4611686018427387905]
+    """
+    if source == target:
+        return expr
+    if source == pl.Null:
+        return expr.cast(target)
+    if target == pl.Date and source == pl.String:  # ISO dates (the text of a partition)
+        return expr.str.strptime(pl.Date, "%Y-%m-%d", strict=False)
+    if not _supported(source, target):  # a null per row (a literal alone would be one row)
+        null = pl.lit(None, target)
+        return pl.when(expr.is_null() & expr.is_not_null()).then(null).otherwise(null)
+    cast = expr.cast(target, strict=False)
+    number = source.is_numeric()
+    if target.is_integer() and (source.is_float() or isinstance(source, pl.Decimal)):
+        # whole numbers only: the integer must convert back to the very same value
+        return pl.when(cast.cast(source, strict=False) == expr).then(cast).otherwise(
+            pl.lit(None, target))
+    if target == pl.Float32 and (source.is_float() or isinstance(source, pl.Decimal)):
+        return pl.when(cast.is_finite() | ~expr.cast(pl.Float64).is_finite()).then(cast)
+    if target == pl.Boolean and number:
+        return (pl.when(expr == 0).then(pl.lit(False)).when(expr == 1).then(pl.lit(True))
+                .otherwise(pl.lit(None, pl.Boolean)))
+    return cast
+
+
+def _supported(source: Any, target: Any) -> bool:
+    """Whether ``cast(target, strict=False)`` of ``source`` never fails, whatever the values.
+
+    Decided from the dtypes alone (a probe is not enough: Polars casts a list column of nulls
+    to an integer and refuses the same column holding a list).
+    """
+    number = source.is_numeric() or source == pl.Boolean
+    text = source in (pl.String, pl.Categorical) or isinstance(source, pl.Enum)
+    when = source in (pl.Date, pl.Datetime) or isinstance(source, pl.Datetime)
+    if target.is_numeric():
+        return number or source == pl.String
+    if target == pl.Boolean:
+        return number
+    if target == pl.String:
+        return number or text or when
+    if target in (pl.Date, pl.Datetime) or isinstance(target, pl.Datetime):
+        return when
+    if target == pl.Categorical or isinstance(target, pl.Enum):
+        return text
+    return False
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """The Parquet files of a dataset: the file itself, or a folder's ``*.parquet``, sorted.
+
+    A folder is read whole: every ``*.parquet`` file below it, at any depth, in the order of
+    their paths.
+
+    Args:
+        path: A Parquet file or a folder.
+
+    Returns:
+        The files.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "b").mkdir(); _ = (d / "b" / "x.parquet").write_bytes(b"")
+        >>> _ = (d / "a.parquet").write_bytes(b""); _ = (d / "notes.txt").write_text("")
+        >>> [p.relative_to(d).as_posix() for p in dataset_files(d)]
+        ['a.parquet', 'b/x.parquet']
+    """
+    if not path.is_dir():
+        return [path]
+    found = [Path(root) / f for root, _, files in os.walk(path) for f in files
+             if f.endswith(".parquet")]
+    return sorted(found, key=lambda p: p.relative_to(path).as_posix())
+
+
+def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
+                  hive_types: Mapping[str, Any] | None = None,
+                  flag_lost: bool = False) -> pl.LazyFrame:
+    """Scan a Parquet file or folder against a declared schema, file by file, leniently.
+
+    Each file is scanned on its own (its metadata only, here) and every declared column is
+    converted to its declared dtype with `convert_leniently` (a column a file lacks is
+    null), then the files are concatenated. So files written one by one, whose dtypes follow
+    their contents (pandas stores an integer column with one missing value as float64, an
+    empty text column as null), read as the same columns and types whatever they hold, and no
+    value can make the scan fail; a value the declared dtype cannot represent is null.
+    Columns not declared are not read. Hive partition folders (``name=value``, text,
+    percent-decoded, ``__HIVE_DEFAULT_PARTITION__`` null) become the columns named by
+    ``hive_types``, converted leniently to those dtypes; they replace a file column of that
+    name. A folder without Parquet files is an empty frame of the declared schema.
+
+    Args:
+        path: A Parquet file or a folder read whole (`dataset_files`).
+        schema: Declared column -> Polars dtype.
+        hive: ``False`` reads no partition folders.
+        hive_types: Partition column -> dtype (default: the declared dtype, else text) for
+            the partition levels found above the first file.
+        flag_lost: Add, for each column, a Boolean column ``LOST + name``: the value was
+            not null in the file and is null after the conversion (for the curator's counts).
+
+    Returns:
+        The lazy frame: the declared columns in the declared order, then partition columns
+        not declared.
+
+    Raises:
+        polars.exceptions.PolarsError, OSError: A file is not readable Parquet.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> pl.DataFrame({"id": [2**62 + 1], "emp": [3]}).write_parquet(d / "a.parquet")
+        >>> pl.DataFrame({"id": [5, 6], "emp": [None, 2.5]}).write_parquet(d / "b.parquet")
+        >>> scan_declared(d, {"id": pl.Int64, "emp": pl.Int64}).collect().rows()
+        [(4611686018427387905, 3), (5, None), (6, None)]
+    """
+    parts = [] if hive is False or not path.is_dir() else hive_columns(path)
+    types = {c: schema.get(c, pl.String) for c in parts}
+    types.update({c: t for c, t in (hive_types or {}).items() if c in types})
+    frames = []
+    for file in dataset_files(path):
+        have = pl.scan_parquet(file, hive_partitioning=False).collect_schema()
+        values = _hive_values(file.relative_to(path), parts) if parts else {}
+        cols, lost = [], []
+        for c, t in {**schema, **types}.items():
+            if c in values:
+                raw = pl.lit(values[c], pl.String)
+                e = convert_leniently(raw, pl.String, t)
+            elif c in have:
+                raw = pl.col(c)
+                e = convert_leniently(raw, have[c], t)
+            else:
+                raw = e = pl.lit(None, t)
+            cols.append(e.alias(c))
+            lost.append((raw.is_not_null() & e.is_null()).alias(LOST + c))
+        # with_columns, then select: a literal (a partition value, a missing column) is
+        # broadcast to the file's rows even when no column of the file is read
+        new = cols + (lost if flag_lost else [])
+        frames.append(pl.scan_parquet(file, hive_partitioning=False).with_columns(new)
+                      .select([e.meta.output_name() for e in new]))
+    if not frames:
+        out = {**schema, **types}
+        return pl.LazyFrame(schema={**out, **({LOST + c: pl.Boolean for c in out}
+                                              if flag_lost else {})})
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
+def _hive_values(rel: Path, parts: list[str]) -> dict[str, str | None]:
+    """The partition values on a file's relative path (null where a level is missing)."""
+    found: dict[str, str | None] = {}
+    for p in rel.parts[:-1]:
+        if "=" in p:
+            k, v = p.split("=", 1)
+            found.setdefault(k, None if v == _HIVE_NULL else unquote(v))
+    return {c: found.get(c) for c in parts}
+
+
+def hive_columns(folder: Path) -> list[str]:
+    """Names of the hive partition levels (``name=value`` folders) above the first data file.
+
+    Args:
+        folder: A dataset's folder (a file has none).
+
+    Returns:
+        The level names, outermost first.
+
+    Example:
+        >>> hive_columns(Path("no/such/folder"))
+        []
+    """
+    if not folder.is_dir():
+        return []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        if any(f.endswith(".parquet") for f in files):
+            rel = Path(root).relative_to(folder)
+            return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
+    return []
