@@ -59,7 +59,41 @@ def consistent_levels(spec: ReleaseSpec, t: TableSpec,
     g = {m: float(v) for m, v in grid.items() if isinstance(v, (int, float))}
     return consistent(released, measures=list(measures), hierarchies=_hierarchies(spec),
                       mechanisms=mech, outputs=outs, level=level, grid=g or None,
-                      output_keys=keys)
+                      output_keys=keys, nonnegative=t.nonnegative, integer=t.integer)
+
+
+def biased_options(t: TableSpec) -> list[str]:
+    """The biased post-processing options of a consistent table (public, from the spec).
+
+    Args:
+        t: A table.
+
+    Returns:
+        ``"nonnegative"`` and/or ``"integer"`` where the spec asks for them.
+
+    Example:
+        >>> from tabdp.release.spec import TableSpec
+        >>> biased_options(TableSpec(name="t", kind="count", measures=(), by=("c",),
+        ...                          consistent=True, integer=True))
+        ['integer']
+    """
+    return [o for o in ("nonnegative", "integer") if getattr(t, o)]
+
+
+def flag_biased(public: pl.DataFrame) -> pl.DataFrame:
+    """Add the flag ``B`` (biased post-processing) to every cell of a published table.
+
+    Args:
+        public: A published (long) table.
+
+    Returns:
+        The table with ``B`` appended to every ``flag``.
+
+    Example:
+        >>> flag_biased(pl.DataFrame({"flag": ["", "C"]}))["flag"].to_list()
+        ['B', 'CB']
+    """
+    return public.with_columns(pl.col("flag") + pl.lit("B"))
 
 
 def consistent_method(mech: Mechanism, measure: str) -> str:
@@ -120,8 +154,17 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
     mechs: Mechanism | dict[tuple[str, ...], Mechanism] = mech
     if level_mechs:
         mechs = {b: level_mechs[lb] for b, lb in zip(measured, labels, strict=True)}
+    opts = biased_options(t)
     out: dict[str, Any] = {
         "measured": labels,
+        "options": opts,
+        "biased_post_processing": (
+            f"biased post-processing: {' and '.join(opts)} (the finest consistent cells "
+            + ("set to 0 where negative" if "nonnegative" in opts else "")
+            + (" and " if len(opts) == 2 else "")
+            + ("rounded to whole numbers" if "integer" in opts else "")
+            + "); every cell is flagged B; sd and margins are those of the unbiased estimate"
+            if opts else None),
         "shares": dict(t.shares) or None,
         "methods": {m: consistent_method(mech, m) for m in measures},
         "expected_sd": {},

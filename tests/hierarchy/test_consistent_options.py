@@ -1,0 +1,53 @@
+"""Issue 30 follow-ups: biased options in a spec, post-processing of a finished run, Spark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tabdp.exceptions import SpecError
+from tabdp.release import plan_summary
+from tabdp.release.runner import run_release
+from tabdp.release.spec import parse_spec
+from tests.hierarchy.test_spec_consistent import _estimates, _spec
+
+
+def test_nonnegative_integer_options_are_applied_and_flagged(tmp_path: Path) -> None:
+    spec = parse_spec(_spec(tmp_path, nonnegative=True, integer=True), tmp_path)
+    assert spec.tables[0].nonnegative and spec.tables[0].integer
+    res = run_release(spec, test_seed=True)
+    pub = Path(res.public)
+    cn = pl.read_parquet(pub / "cn.parquet")
+    assert cn["estimate"].min() >= 0.0
+    assert (cn["estimate"] == cn["estimate"].round(0)).all()
+    for f in ("cn", "cn__state_naics2", "cn__county", "cn__state", "cn__national"):
+        flags = pl.read_parquet(pub / f"{f}.parquet")["flag"].to_list()
+        assert flags and all(fl.endswith("B") for fl in flags), f
+    # still additive: the nation is the sum of the clamped finest cells
+    nat = _estimates(pl.read_parquet(pub / "cn__national.parquet"), [])
+    assert nat["estimate"][0] == cn["estimate"].sum()
+    summary = json.loads((pub / "summary.json").read_text())
+    cons = summary["tables"][0]["consistent"]
+    assert cons["options"] == ["nonnegative", "integer"]
+    assert cons["biased_post_processing"].startswith("biased post-processing")
+    assert "B" in summary["flag_codes"]
+    # the unbiased default has negative finest cells on this data: the option did something
+    res0 = run_release(parse_spec(_spec(tmp_path / "d"), tmp_path), test_seed=True)
+    cn0 = pl.read_parquet(Path(res0.public) / "cn.parquet")
+    assert cn0["estimate"].min() < 0.0
+    assert not any("B" in f for f in cn0["flag"].to_list())
+    assert plan_summary(parse_spec(_spec(tmp_path), tmp_path))["tables"][0][
+        "consistent"]["biased_post_processing"] is None
+
+
+@pytest.mark.parametrize(("table", "match"), [
+    ({"consistent": False, "rollups": [], "nonnegative": True}, "no consistent = true"),
+    ({"integer": True, "grid": 2.0}, "integer = true rounds to whole numbers"),
+    ({"nonnegative": "yes"}, "nonnegative"),
+])
+def test_option_refusals(tmp_path: Path, table: dict[str, object], match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        parse_spec(_spec(tmp_path, **table), tmp_path)
