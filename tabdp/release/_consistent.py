@@ -166,6 +166,10 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             + "); every cell is flagged B; sd and margins are those of the unbiased estimate"
             if opts else None),
         "shares": dict(t.shares) or None,
+        # the mechanism of each measured level (public; post-processing of a finished run
+        # reads it: tabdp.hierarchy.consistent_from_release)
+        "mechanisms": {lb: (level_mechs[lb] if level_mechs else mech).to_dict()
+                       for lb in labels},
         "methods": {m: consistent_method(mech, m) for m in measures},
         "expected_sd": {},
     }

@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tabdp.exceptions import SpecError
+from tabdp.exceptions import InvalidParameterError, SpecError
+from tabdp.hierarchy import consistent_from_release
 from tabdp.release import plan_summary
 from tabdp.release.runner import run_release
 from tabdp.release.spec import parse_spec
@@ -51,3 +52,34 @@ def test_nonnegative_integer_options_are_applied_and_flagged(tmp_path: Path) -> 
 def test_option_refusals(tmp_path: Path, table: dict[str, object], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         parse_spec(_spec(tmp_path, **table), tmp_path)
+
+
+@pytest.mark.parametrize("opts", [{}, {"shares": {"county_naics2": 0.9, "state_naics2": 0.05,
+                                                  "county": 0.05}}])
+def test_consistent_from_release_equals_the_in_run_tables(tmp_path: Path,
+                                                          opts: dict[str, object]) -> None:
+    """Post-processing of a finished run's public files = the in-run consistent tables."""
+    cons = run_release(parse_spec(_spec(tmp_path / "c", **opts), tmp_path), test_seed=True)
+    cpub = Path(cons.public)
+    if not opts:
+        # the same spec without consistent: the same releases, published with _direct files
+        plain = run_release(parse_spec(_spec(tmp_path / "p", consistent=False), tmp_path),
+                            test_seed=True)
+        direct = pl.read_parquet(Path(plain.public) / "cn__county_direct.parquet")
+        assert direct.height == 300
+        folders = [Path(plain.public), cpub]
+    else:  # shares: the level mechanisms come from the summary
+        folders = [cpub]
+    for folder in folders:
+        got = consistent_from_release(folder)
+        assert set(got) == {"cn", "cn__state_naics2", "cn__naics2", "cn__county", "cn__state",
+                            "cn__national"}
+        for name, frame in got.items():
+            want = pl.read_parquet(cpub / f"{name}.parquet")
+            assert frame.columns == want.columns
+            assert frame.equals(want), (folder, name)
+
+
+def test_consistent_from_release_refuses_unknown(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameterError, match="no summary.json"):
+        consistent_from_release(tmp_path)
