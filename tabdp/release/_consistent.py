@@ -214,3 +214,47 @@ def _finest_counts(keys: pl.DataFrame, level: tuple[str, ...], by: Sequence[str]
     if not level:
         return np.array([float(frame.height)])
     return frame.group_by(list(level)).len()["len"].cast(pl.Float64).to_numpy()
+
+
+def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
+                       cv_flag: float | None) -> dict[str, Any] | None:
+    """Flag forecasts of a consistent table's published cells, level by level (public).
+
+    A published cell of a consistent table is the GLS estimate, not one level's release: its
+    forecast uses the estimate's expected sd at that level (median over the level's cells,
+    from each measured level's own mechanism under ``shares``), as a Gaussian error of that sd
+    (exact for Gaussian mechanisms; the normal approximation otherwise).
+
+    Args:
+        spec: The spec.
+        t: A consistent table.
+        totals: Planned cell totals.
+        cv_flag: The flag threshold.
+
+    Returns:
+        ``{"flag_curve": the table's own cells', "levels": [{"level", "sd", "flag_curve"}]}``,
+        or ``None`` (no sd: α-stable noise, or a table that is not consistent).
+
+    Example:
+        >>> consistent_outlook.__name__
+        'consistent_outlook'
+    """
+    from tabdp.mechanisms import Gaussian
+    from tabdp.planning import flag_curve
+
+    if not t.consistent:
+        return None
+    from tabdp.release._plan import _measured_labels, _released_measures, _table_mechanism
+
+    measures = _released_measures(t)
+    lm = {lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None
+    plan = plan_consistent(spec, t, _table_mechanism(t), measures, lm)
+    rows = plan["expected_sd"].get(measures[0])
+    if not rows:
+        return None
+    levels = []
+    for r in rows:
+        sd = float(r["sd_median"])
+        fc = flag_curve(Gaussian(sigma=sd), totals, cv_flag=cv_flag) if sd > 0 else None
+        levels.append({"level": r["level"], "sd": sd, "flag_curve": fc})
+    return {"flag_curve": levels[0]["flag_curve"], "levels": levels}

@@ -83,3 +83,36 @@ def test_consistent_from_release_equals_the_in_run_tables(tmp_path: Path,
 def test_consistent_from_release_refuses_unknown(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError, match="no summary.json"):
         consistent_from_release(tmp_path)
+
+
+def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
+    """spec_outlook: a consistent table's forecast is its published cells' (issue 30)."""
+    from tabdp.mechanisms import Gaussian
+    from tabdp.planning import flag_curve, spec_outlook
+
+    shares = {"county_naics2": 0.9, "state_naics2": 0.05, "county": 0.05}
+    spec = parse_spec(_spec(tmp_path, shares=shares), tmp_path)
+    t = spec.tables[0]
+    out = spec_outlook(spec)[0]
+    cons = plan_summary(spec)["tables"][0]["consistent"]["expected_sd"]["count"]
+    levels = {r["level"]: r for r in out["consistent_levels"]}
+    assert set(levels) == {r["level"] for r in cons}
+    totals = spec.plan.count_totals
+    cv = t.publication.cv_flag
+    for r in cons:
+        assert levels[r["level"]]["sd"] == pytest.approx(r["sd_median"])
+        assert levels[r["level"]]["flag_curve"] == flag_curve(
+            Gaussian(sigma=r["sd_median"]), totals, cv_flag=cv)
+    assert out["flag_curve"] == levels["county_naics2"]["flag_curve"]
+    # the finest level's share (0.9) gives it a larger sd than the whole budget's sigma = 3
+    assert levels["county_naics2"]["sd"] > 3.0
+    old = flag_curve(t.mechanism, totals, cv_flag=cv)
+    assert any(n["p_flagged"] > o["p_flagged"] for n, o in zip(out["flag_curve"], old,
+                                                              strict=True))
+    # the state x sector level, measured with its own share, is far more accurate than a cell
+    assert levels["state_naics2"]["sd"] < 3.0 / 0.05 ** 0.5
+    # a table that is not consistent keeps the mechanism's curve
+    plain = parse_spec(_spec(tmp_path, consistent=False), tmp_path)
+    o2 = spec_outlook(plain)[0]
+    assert "consistent_levels" not in o2
+    assert o2["flag_curve"] == flag_curve(plain.tables[0].mechanism, totals, cv_flag=cv)
