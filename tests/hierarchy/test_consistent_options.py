@@ -94,7 +94,10 @@ def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     spec = parse_spec(_spec(tmp_path, shares=shares), tmp_path)
     t = spec.tables[0]
     out = spec_outlook(spec)[0]
-    cons = plan_summary(spec)["tables"][0]["consistent"]["expected_sd"]["count"]
+    summ = plan_summary(spec)["tables"][0]
+    cons = summ["consistent"]["expected_sd"]["count"]
+    assert summ["forecast_by_level"] == out["consistent_levels"]
+    assert summ["forecast"] == out["flag_curve"]
     levels = {r["level"]: r for r in out["consistent_levels"]}
     assert set(levels) == {r["level"] for r in cons}
     totals = spec.plan.count_totals
