@@ -119,3 +119,25 @@ def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     o2 = spec_outlook(plain)[0]
     assert "consistent_levels" not in o2
     assert o2["flag_curve"] == flag_curve(plain.tables[0].mechanism, totals, cv_flag=cv)
+
+
+def test_html_summary_states_the_consistent_estimate(tmp_path: Path) -> None:
+    from tabdp.report.html import render_summary_html
+
+    shares = {"county_naics2": 0.9, "state_naics2": 0.05, "county": 0.05}
+    spec = parse_spec(_spec(tmp_path, shares=shares, nonnegative=True), tmp_path)
+    summary = plan_summary(spec)
+    page = render_summary_html(summary)
+    assert "<h4>Consistent levels</h4>" in page
+    assert "are the <strong>consistent estimate</strong>" in page
+    assert "post-processing of the released levels, with no extra privacy cost" in page
+    section = page.split("<h4>Consistent levels</h4>")[1].split("</section>")[0]
+    for lb in shares:
+        assert f"<code>{lb}</code>" in section
+    assert "90" in section and "expected sd (median)" in section
+    rows = summary["tables"][0]["consistent"]["expected_sd"]["count"]
+    assert len(rows) == 6 and all(f"<code>{r['level']}</code>" in section for r in rows)
+    assert "biased post-processing: nonnegative" in section
+    # no longer only under "Other settings"
+    other = page.split("<h4>Other settings</h4>")
+    assert len(other) == 1 or "expected_sd" not in other[1].split("</section>")[0]
