@@ -1229,7 +1229,10 @@ def spec_outlook(spec: Any) -> list[dict[str, Any]]:
         spec: A validated release spec.
 
     Returns:
-        One ``{"table", "flag_curve", "guarantee", "issues"}`` per table.
+        One ``{"table", "flag_curve", "guarantee", "issues"}`` per table. A consistent table's
+        ``flag_curve`` is that of its published cells (the consistent estimate's expected sd
+        at the finest level, each measured level with its own mechanism under ``shares``), and
+        ``consistent_levels`` lists ``{"level", "sd", "flag_curve"}`` for every level.
 
     Example:
         >>> import pathlib, tabdp
@@ -1250,10 +1253,20 @@ def spec_outlook(spec: Any) -> list[dict[str, Any]]:
             fc = flag_curve(t.mechanism, totals, cv_flag=cv)
         except InvalidParameterError:
             fc = None
+        levels = None
+        if getattr(t, "consistent", False):
+            # published cells are the consistent estimate: each level's expected sd (from
+            # each measured level's own mechanism under shares), not the whole-budget one's
+            from tabdp.release._consistent import consistent_outlook
+
+            cons = consistent_outlook(spec, t, totals, cv)
+            if cons is not None:
+                fc, levels = cons["flag_curve"], cons["levels"]
         sizes = [1.0] if count else list(spec.plan.record_sizes)
         out.append({"table": t.name, "flag_curve": fc,
                     "guarantee": guarantee_in_words(t.mechanism, sizes),
-                    "issues": [m for p, m in issues if p.startswith(f"tables[{i}]")]})
+                    "issues": [m for p, m in issues if p.startswith(f"tables[{i}]")],
+                    **({"consistent_levels": levels} if levels is not None else {})})
     return out
 
 

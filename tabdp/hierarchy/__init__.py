@@ -20,6 +20,8 @@ from tabdp.hierarchy.plan import (
     gaussian_shares,
     plan_split,
 )
+from tabdp.hierarchy.release import consistent_from_release
 
 __all__ = ["consistent", "cell_weights", "Product", "solve", "dense_gls", "Tree", "GLSResult",
-           "expected_sd", "plan_split", "SplitPlan", "gaussian_shares", "calibrated_shares"]
+           "expected_sd", "plan_split", "SplitPlan", "gaussian_shares", "calibrated_shares",
+           "consistent_from_release"]

@@ -37,6 +37,7 @@ from tabdp._validation import check_level
 from tabdp.exceptions import InvalidParameterError
 from tabdp.hierarchy.gls import GLSResult, Tree, solve
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
 
 __all__ = ["consistent", "Product", "cell_weights", "METHOD_GAUSSIAN", "METHOD_STABLE",
@@ -342,7 +343,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     the modified values):
 
     * ``grid``: finest cells rounded to multiples of ``grid``; every level is then an exact
-      integer multiple of ``grid``, and parents equal the sums of their children exactly.
+      integer multiple of ``grid``, and parents equal the sums of their children exactly. The
+      margins include the rounding (variance ``n·grid²/12`` below a cell of ``n`` finest
+      cells); with discrete mechanisms and an integer grid they are whole numbers with
+      coverage at least ``level`` (continuity-corrected normal).
     * ``nonnegative``: finest cells below 0 set to 0 (biased upwards).
     * ``integer``: finest cells rounded to whole numbers (implies ``grid = 1``).
 
@@ -495,6 +499,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
                                           levels, outs, alphas.pop())
         one = next(iter(mech_of.values()))
+        # integer-valued noise (discrete mechanisms release integer targets) and an integer
+        # grid: every published error is a whole number (the margin is chosen on the lattice)
+        lattice = grid_m is not None and float(grid_m).is_integer() and all(
+            isinstance(mm, DiscreteAdditiveMechanism) for mm in mech_of.values())
         for o in outs:
             a, b = prod.pair(o)
             if ints is not None and grid_m is not None:
@@ -512,7 +520,8 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                     stable_scale[o]
             else:
                 sd = np.sqrt(var)
-                moe = float(ndtri(0.5 + 0.5 * lv)) * sd
+                moe = _margin(prod, a, b, var, float(ndtri(0.5 + 0.5 * lv)), grid_m,
+                              lattice and ints is not None)
             result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1))
     out: dict[Level, pl.DataFrame] = {}
     given = dict(output_keys or {})
@@ -538,6 +547,26 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         body = pl.DataFrame(cols)
         out[o] = pl.concat([keys, body], how="horizontal") if o else body
     return out
+
+
+def _margin(prod: Product, a: int, b: int, var: np.ndarray, z: float, grid: float | None,
+            lattice: bool) -> np.ndarray:
+    """Half-width of the normal interval, with the rounding of the finest cells to the grid.
+
+    Rounded finest cells add up to ``n`` rounding errors below a cell of ``n`` finest cells,
+    about uniform on ``±grid/2``: variance ``n·grid²/12`` beside the estimator's (not negligible
+    at coarse levels when the sd is a few grid steps). On the integer lattice (integer noise,
+    integer grid) the error is a whole number, and the margin is the smallest whole number
+    ``h`` with ``P(|N| ≤ h + 1/2) ≥ level`` (continuity correction: coverage at least the
+    level, as the discrete mechanisms' own margins).
+    """
+    if grid is None:
+        return z * np.sqrt(var)
+    n = _aggregate(prod, a, b, prod.present.astype(np.float64))
+    sd_t = np.sqrt(var + n * grid * grid / 12.0)
+    if not lattice:
+        return z * sd_t
+    return np.where(var > 0, np.maximum(np.ceil(z * sd_t - 0.5 - 1e-12), 0.0), 0.0)
 
 
 def _aggregate(prod: Product, a: int, b: int, fin: np.ndarray) -> np.ndarray:

@@ -59,7 +59,41 @@ def consistent_levels(spec: ReleaseSpec, t: TableSpec,
     g = {m: float(v) for m, v in grid.items() if isinstance(v, (int, float))}
     return consistent(released, measures=list(measures), hierarchies=_hierarchies(spec),
                       mechanisms=mech, outputs=outs, level=level, grid=g or None,
-                      output_keys=keys)
+                      output_keys=keys, nonnegative=t.nonnegative, integer=t.integer)
+
+
+def biased_options(t: TableSpec) -> list[str]:
+    """The biased post-processing options of a consistent table (public, from the spec).
+
+    Args:
+        t: A table.
+
+    Returns:
+        ``"nonnegative"`` and/or ``"integer"`` where the spec asks for them.
+
+    Example:
+        >>> from tabdp.release.spec import TableSpec
+        >>> biased_options(TableSpec(name="t", kind="count", measures=(), by=("c",),
+        ...                          consistent=True, integer=True))
+        ['integer']
+    """
+    return [o for o in ("nonnegative", "integer") if getattr(t, o)]
+
+
+def flag_biased(public: pl.DataFrame) -> pl.DataFrame:
+    """Add the flag ``B`` (biased post-processing) to every cell of a published table.
+
+    Args:
+        public: A published (long) table.
+
+    Returns:
+        The table with ``B`` appended to every ``flag``.
+
+    Example:
+        >>> flag_biased(pl.DataFrame({"flag": ["", "C"]}))["flag"].to_list()
+        ['B', 'CB']
+    """
+    return public.with_columns(pl.col("flag") + pl.lit("B"))
 
 
 def consistent_method(mech: Mechanism, measure: str) -> str:
@@ -120,9 +154,22 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
     mechs: Mechanism | dict[tuple[str, ...], Mechanism] = mech
     if level_mechs:
         mechs = {b: level_mechs[lb] for b, lb in zip(measured, labels, strict=True)}
+    opts = biased_options(t)
     out: dict[str, Any] = {
         "measured": labels,
+        "options": opts,
+        "biased_post_processing": (
+            f"biased post-processing: {' and '.join(opts)} (the finest consistent cells "
+            + ("set to 0 where negative" if "nonnegative" in opts else "")
+            + (" and " if len(opts) == 2 else "")
+            + ("rounded to whole numbers" if "integer" in opts else "")
+            + "); every cell is flagged B; sd and margins are those of the unbiased estimate"
+            if opts else None),
         "shares": dict(t.shares) or None,
+        # the mechanism of each measured level (public; post-processing of a finished run
+        # reads it: tabdp.hierarchy.consistent_from_release)
+        "mechanisms": {lb: (level_mechs[lb] if level_mechs else mech).to_dict()
+                       for lb in labels},
         "methods": {m: consistent_method(mech, m) for m in measures},
         "expected_sd": {},
     }
@@ -167,3 +214,47 @@ def _finest_counts(keys: pl.DataFrame, level: tuple[str, ...], by: Sequence[str]
     if not level:
         return np.array([float(frame.height)])
     return frame.group_by(list(level)).len()["len"].cast(pl.Float64).to_numpy()
+
+
+def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
+                       cv_flag: float | None) -> dict[str, Any] | None:
+    """Flag forecasts of a consistent table's published cells, level by level (public).
+
+    A published cell of a consistent table is the GLS estimate, not one level's release: its
+    forecast uses the estimate's expected sd at that level (median over the level's cells,
+    from each measured level's own mechanism under ``shares``), as a Gaussian error of that sd
+    (exact for Gaussian mechanisms; the normal approximation otherwise).
+
+    Args:
+        spec: The spec.
+        t: A consistent table.
+        totals: Planned cell totals.
+        cv_flag: The flag threshold.
+
+    Returns:
+        ``{"flag_curve": the table's own cells', "levels": [{"level", "sd", "flag_curve"}]}``,
+        or ``None`` (no sd: α-stable noise, or a table that is not consistent).
+
+    Example:
+        >>> consistent_outlook.__name__
+        'consistent_outlook'
+    """
+    from tabdp.mechanisms import Gaussian
+    from tabdp.planning import flag_curve
+
+    if not t.consistent:
+        return None
+    from tabdp.release._plan import _measured_labels, _released_measures, _table_mechanism
+
+    measures = _released_measures(t)
+    lm = {lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None
+    plan = plan_consistent(spec, t, _table_mechanism(t), measures, lm)
+    rows = plan["expected_sd"].get(measures[0])
+    if not rows:
+        return None
+    levels = []
+    for r in rows:
+        sd = float(r["sd_median"])
+        fc = flag_curve(Gaussian(sigma=sd), totals, cv_flag=cv_flag) if sd > 0 else None
+        levels.append({"level": r["level"], "sd": sd, "flag_curve": fc})
+    return {"flag_curve": levels[0]["flag_curve"], "levels": levels}

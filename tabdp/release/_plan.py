@@ -354,6 +354,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                            f"{_per_cell_note(spec)}"),
                     count_rows=spec.plan.count_rows if t.kind == "count" else None)],
             "forecast": outlook[t.name]["flag_curve"],
+            **({"forecast_by_level": outlook[t.name]["consistent_levels"]}
+               if "consistent_levels" in outlook[t.name] else {}),
             "usability_issues": outlook[t.name]["issues"],
         })
     return {

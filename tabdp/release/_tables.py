@@ -290,7 +290,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         if t.consistent:
             # The table and its direct rollups, post-processed together (GLS): every level is
             # published in the file it has as a rollup; no _direct files.
-            from tabdp.release._consistent import consistent_levels
+            from tabdp.release._consistent import biased_options, consistent_levels, flag_biased
 
             step += len(t.rollups)
             report(step, steps, f"consistent estimate of {t.name}")
@@ -311,6 +311,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                 public[_file_name(t, r)] = publish(levels[tuple(r.by)], keys=list(r.by),
                                                    measures=measures, rules=t.publication,
                                                    grid=grid)
+            if biased_options(t):  # nonnegative / integer: biased post-processing, flagged
+                for f in [_file_name(t), *[_file_name(t, r) for r in t.rollups]]:
+                    public[f] = flag_biased(public[f])
             continue
         for r in t.rollups:
             step += 1

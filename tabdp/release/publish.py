@@ -23,6 +23,8 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
   of error. The rounding error, up to half the unit, is then not negligible beside the noise;
   ``sd`` and ``moe`` describe the noise only (the interval's ends are rounded outward, so it
   still covers).
+* ``B`` — biased post-processing: every cell of a consistent table published with
+  ``nonnegative = true`` or ``integer = true`` (see the hierarchy docs).
 
 Order of the rules: suppression (``S``) is decided on the released (unbiased) estimate; then a
 negative estimate is clamped to 0 if the table asks for it; then the estimate is rounded to the
@@ -68,6 +70,9 @@ FLAG_CODES: dict[str, str] = {
          f"and is more than {ROUND_MOE_SHARE:g} x its margin of error, so the rounding error "
          "(up to half the unit) is not negligible beside the noise; sd and moe describe the "
          "noise only, and lower and upper are rounded outward so the interval still covers",
+    "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
+         "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
+         "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate",
 }
 
 #: Column dictionary of the public tables.

@@ -403,7 +403,7 @@ _TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "
                "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
                "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
                "table_policy_curve_with_direct_rollups", "guarantee_in_words", "forecast",
-               "usability_issues"}
+               "usability_issues", "consistent", "forecast_by_level"}
 
 
 def _table_curve(t: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -739,11 +739,48 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
         out.append(_table(["rollup", "grouped by", "cells", "file", "margin-of-error method",
                            "also released directly"], rollup_rows, raw=True))
 
+    if isinstance(t.get("consistent"), Mapping):
+        out.append(_consistent_section(t["consistent"]))
+
     extra = {k: v for k, v in t.items() if k not in _TABLE_KEYS}
     if extra:
         out.append("<h4>Other settings</h4>" + _kv([(str(k), _value(v))
                                                       for k, v in extra.items()]))
     out.append("</section>")
+    return "".join(out)
+
+
+def _consistent_section(c: Mapping[str, Any]) -> str:
+    """A consistent table (issue 30): measured levels, shares, expected sd per level."""
+    measured = [str(x) for x in c.get("measured") or []]
+    shares = c.get("shares") if isinstance(c.get("shares"), Mapping) else None
+    out = ["<h4>Consistent levels</h4><p>The published levels of this table (its own file and "
+           "every rollup's) are the <strong>consistent estimate</strong>: the generalized least "
+           "squares combination of the levels measured directly below, in which every parent "
+           "equals the sum of its children. It is post-processing of the released levels, "
+           "with no extra privacy cost; each measured level is charged as listed in the "
+           "losses above.</p>"]
+    out.append(_table(["measured level", "share of the per-record targets"], [
+        [(_code(lb), False), (_e(_percent(shares.get(lb))) if shares else
+                              "the table's whole mechanism", bool(shares))]
+        for lb in measured], raw=True))
+    biased = c.get("biased_post_processing")
+    if biased:
+        out.append(f"<p><strong>{_e(biased)}.</strong></p>")
+    sds = c.get("expected_sd")
+    if isinstance(sds, Mapping):
+        for m, rows in sds.items():
+            if not rows:
+                out.append(f"<p>{_code(m)}: no sd (alpha-stable noise); see the margins.</p>")
+                continue
+            out.append(_table(
+                ["level", "cells", "expected sd (median)", "expected sd (largest)",
+                 "sd as a sum of the table's cells (median)"],
+                [[(_code(r.get("level")), False), (_e(r.get("cells")), True),
+                  (_e(r.get("sd_median")), True), (_e(r.get("sd_max")), True),
+                  (_e(r.get("rollup_sd_median")), True)]
+                 for r in rows if isinstance(r, Mapping)],
+                caption=f"expected sd per level of the consistent estimate: {_e(m)}", raw=True))
     return "".join(out)
 
 

@@ -164,6 +164,12 @@ The TOML schema (every key not listed is refused)::
                                     # calibration to share x targets for a calibrate table), so
                                     # a unit's total loss is the table's. Default: every level
                                     # uses the table's mechanism (each charged in full)
+    nonnegative = false             # consistent tables: true sets negative consistent finest
+                                    # cells to 0 (every level stays the sum of its finest
+                                    # cells); biased upwards: flagged B, stated in the summary
+    integer = false                 # consistent tables: true rounds the consistent finest
+                                    # cells to whole numbers (grid must be 1 or absent);
+                                    # biased: flagged B, stated in the summary
 
     [[tables.rollups]]              # optional, any number
     by = ["state", "naics2"]        # coarser grouping: each column is either in the table's

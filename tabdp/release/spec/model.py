@@ -159,7 +159,9 @@ class TableSpec:
     ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
     ``keys`` is given. ``consistent`` publishes the table and its ``direct = true`` rollups as
     one consistent set ([`tabdp.hierarchy.consistent`][tabdp.hierarchy.consistent]); ``shares``
-    splits the per-record targets across those measured levels.
+    splits the per-record targets across those measured levels; ``nonnegative`` and ``integer``
+    (consistent tables only) clamp the consistent finest cells at 0 and round them to whole
+    numbers: biased post-processing, flagged ``B`` in the published cells.
     """
 
     name: str
@@ -180,6 +182,9 @@ class TableSpec:
     #: for its share (empty: every level uses ``mechanism``).
     shares: Mapping[str, float] = field(default_factory=dict)
     level_mechanisms: Mapping[str, Any] = field(default_factory=dict)
+    #: Consistent tables: biased post-processing options of the finest consistent cells.
+    nonnegative: bool = False
+    integer: bool = False
 
 
 @dataclass(frozen=True)

@@ -419,10 +419,32 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
                   "add consistent = true, or remove shares.")
         shares, level_mechs = _parse_shares(d["shares"], f"{tp}.shares", by, rollups, mech,
                                             calibration, release.level)
+    opts = {o: _parse_option(d, o, tp, consistent, grid) for o in ("nonnegative", "integer")}
     return TableSpec(name=name, kind=kind, measures=measures, by=by, mechanism=mech,
                      calibration=calibration, keys_file=keys_file, grid=grid, nulls=nulls,
                      publication=pub, rollups=rollups, raw_mechanism=raw_mech,
-                     consistent=consistent, shares=shares, level_mechanisms=level_mechs)
+                     consistent=consistent, shares=shares, level_mechanisms=level_mechs,
+                     nonnegative=opts["nonnegative"], integer=opts["integer"])
+
+
+def _parse_option(d: Mapping[str, Any], key: str, tp: str, consistent: bool,
+                  grid: float | Mapping[str, float] | None) -> bool:
+    """``nonnegative`` / ``integer`` on a consistent table (biased post-processing)."""
+    if key not in d:
+        return False
+    what = ("true sets negative consistent finest cells to 0" if key == "nonnegative" else
+            "true rounds the consistent finest cells to whole numbers")
+    on = _bool(d[key], f"{tp}.{key}", what + " (biased post-processing, flagged B).")
+    if on and not consistent:
+        _fail(f"{tp}.{key}", f"{key} = true post-processes the finest cells of a consistent "
+                             "table; this table has no consistent = true.",
+              f"add consistent = true, or remove {key}.")
+    if on and key == "integer" and grid is not None:
+        steps = list(grid.values()) if isinstance(grid, Mapping) else [grid]
+        if any(float(g) != 1.0 for g in steps):
+            _fail(f"{tp}.integer", f"integer = true rounds to whole numbers; the table's grid "
+                                   f"is {_show(grid)}.", "set grid = 1.0, or remove integer.")
+    return on
 
 
 def _parse_shares(raw: Any, path: str, by: tuple[str, ...], rollups: tuple[RollupSpec, ...],
