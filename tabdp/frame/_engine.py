@@ -51,6 +51,7 @@ from tabdp.frame._output import (
     integer_dtype,
     is_integral_release,
 )
+from tabdp.frame.backends import output_library, release_engine
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import Mechanism, check_level, pure_to_zcdp
 from tabdp.mechanisms._totals import ExactTotals
@@ -345,7 +346,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     sess = Session() if session is None else session
     qname = sess.release_name(name, kind)  # validate before any data pass or noise draw
     sess.use_engine("polars")
-    sess.choose_ledger(isinstance(native, pl.LazyFrame))
+    sess.choose_ledger(release_engine(native, sess) == "streaming")
     unit = sess.unit
     if unit is not None and (unit in by or unit in measures):
         raise InvalidParameterError(
@@ -355,7 +356,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     # a pandas conversion depends on the values)
     pinned = sess.bind_frame(native)
     if pinned is not None:
-        lf, backend = pinned, "pandas" if isinstance(native, pd.DataFrame) else "polars"
+        lf, backend = pinned, output_library(native)
     else:
         lf, backend = _to_lazy(native)
     schema = lf.collect_schema()

@@ -39,6 +39,7 @@ from tabdp.frame._engine import (
 from tabdp.frame._output import check_form, to_native
 from tabdp.frame._requests import accessor_request
 from tabdp.frame._stream import Planned, check_batch, streaming_releases
+from tabdp.frame.backends import polars_engine
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.ledger import QueryRecord
@@ -208,7 +209,7 @@ def execute_planned(rels: Sequence[Planned]) -> list[Any]:
     """
     rels = list(rels)
     check_batch(rels)
-    if rels and rels[0].op.session.streaming:
+    if rels and polars_engine(rels[0].op.session) == "streaming":
         return streaming_releases(rels)
     return [_in_memory_release(r) for r in rels]
 

@@ -18,14 +18,14 @@ partition) and the exact totals of the released cells (at most the key set):
    pandas UDF on the executors (so each record's loss is the one the Polars engine computes),
    then summed per unit and currency in Spark.
 5. **Budget**: in unit mode the session's ledger is a Spark table (`SparkUnitLedger`);
-   the individual filter runs [`Session.admit`][tabdp.Session.admit] itself, per partition of the
-   units joined with their ledger rows. In row mode the ledger holds no per-row state
-   (`SparkReplayLedger`): it keeps each release's public definition, and a release under
-   a budget replays the earlier ones on its snapshot as Spark columns (`_replay`), then
-   filters row by row on those totals: a constant budget as a Spark expression with the
-   operations of [`Session.admit`][tabdp.Session.admit], a curve budget by ``Session.admit`` itself
-   in a scalar pandas UDF. The per-record report replays every release over the input, after
-   checking its fingerprints.
+   the individual filter (`tabdp.privacy.filter.individual_filter`, the one every engine uses)
+   runs per partition of the units joined with their ledger rows. In row mode the ledger holds
+   no per-row state (`SparkReplayLedger`): it keeps each release's public definition, and a
+   release under a budget replays the earlier ones on its snapshot as Spark columns
+   (`_replay`), then filters row by row on those totals: a constant budget as a Spark expression
+   (`tabdp.privacy.filter.constant_admits`, the same operations), a curve budget by
+   ``individual_filter`` itself in a scalar pandas UDF. The per-record report replays every
+   release over the input, after checking its fingerprints.
 6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.
@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -50,7 +49,6 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
-from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
@@ -74,6 +72,7 @@ from tabdp.frame._engine import (
     left_out_counts,
 )
 from tabdp.frame._output import Measure, assemble, check_form
+from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
@@ -530,7 +529,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
     For each program in release order: its cell (a broadcast join of its key set), the rows
     its rules keep and their fixed-point values, its charges (the exact Spark expressions of
     `_charge_exprs`, else the numpy policy in `_charge_udf`), the budget filter on
-    the totals so far (`_admit_udf`: ``Session.admit`` itself) and the admitted losses
+    the totals so far (`_admit_udf`: ``individual_filter`` itself) and the admitted losses
     added to the totals in the in-memory ledger's order, so every total is the double the
     in-memory ledger would hold.
 
@@ -845,19 +844,10 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     return [*cols, cell_rho.alias("cell_rho"), cell_size.alias("cell_size")]
 
 
-class _BatchLedger:
-    """``lookup`` over the ledger columns joined to a batch of units (for ``Session.admit``)."""
-
-    def __init__(self, batch: pd.DataFrame) -> None:
-        self.batch = batch
-
-    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
-        return {c: self.batch[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols}
-
-
 def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
                  ) -> dict[str, np.ndarray]:
-    """The session's own individual filter on a batch of units (charges and ledger columns)."""
+    """The one individual filter on a batch of units (charges and ``__led:`` ledger columns)."""
+    from tabdp.privacy.filter import individual_filter
     from tabdp.privacy.ledger import Charges
 
     n = len(b)
@@ -866,9 +856,8 @@ def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
                  {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  guarantee)
-    view = SimpleNamespace(budget=budget, _ledger=_BatchLedger(b))
-    out: dict[str, np.ndarray] = Session.admit(view, ch)  # type: ignore[arg-type]
-    return out
+    return individual_filter(budget, ch, lambda cols: {
+        c: b[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
 
 
 def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any:
@@ -884,28 +873,27 @@ def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any
 
 
 def _led_need(budget: Any, curs: list[str]) -> list[str]:
-    """The ledger columns the individual filter reads (``Session.admit``)."""
-    if not budget.per_currency:
-        return ["rho"]
-    return [*[f"{k}@{c}" for c in curs for k in ("rho", "size")], "rho"]
+    """The ledger columns the individual filter reads (`tabdp.privacy.filter.prior_columns`)."""
+    from tabdp.privacy.filter import prior_columns
+
+    return prior_columns(budget, curs)
 
 
 def _admit_exprs(budget: Any, rho: list[Any], led_rho: Any) -> Any:
     """A constant budget's filter as a Spark expression (``None`` for curve budgets).
 
-    The same operations as [`Session.admit`][tabdp.Session.admit]: the query's ρ summed over
+    `tabdp.privacy.filter.constant_admits` itself, on columns: the query's ρ summed over
     currencies from 0.0 in currency order, added to the unit's earlier total, compared with the
-    limit (a NaN loss is never within it: Spark orders NaN above every number). Every currency gets
-    the same decision.
+    limit (a NaN loss is never within it: Spark orders NaN above every number). Every currency
+    gets the same decision.
     """
     from pyspark.sql import functions as F
 
+    from tabdp.privacy.filter import constant_admits
+
     if budget.per_currency:
         return None
-    new: Any = F.lit(0.0)
-    for r in rho:
-        new = new + r
-    return (led_rho + new) <= F.lit(float(budget.constant))
+    return constant_admits(F.lit(float(budget.constant)), rho, led_rho, F.lit(0.0))
 
 
 def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) -> Any:
@@ -913,7 +901,7 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
 
     Input: a struct of ``r<i>``, ``e<i>``, ``s<i>`` per currency and ``l<k>``, the unit's
     earlier total of ``need[k]``; output: a struct of ``ok<i>`` per currency. The decision is
-    [`tabdp.Session.admit`][tabdp.Session.admit] itself (`_admit_batch`), as `_admit_fn`.
+    `tabdp.privacy.filter.individual_filter` itself (`_admit_batch`), as `_admit_fn`.
     """
     from pyspark.sql.functions import pandas_udf
 
@@ -945,7 +933,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     if not sess.records:
         # row mode: the releases' definitions, replayed in Spark (no per-row state), unless
         # the session asks for the per-row ledger (streaming=False); unit mode: per unit
-        replay = unit is None and getattr(sess, "_streaming_choice", None) is not False
+        replay = unit is None and sess.streaming_choice is not False
         ledger = SparkReplayLedger(spark) if replay else SparkUnitLedger(spark, row_mode)
     sess.use_engine("spark", ledger)
     sdf = native
@@ -1435,7 +1423,7 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         maxes = [c for c in unit_cols if c.startswith("s")]
         per_unit = _per_unit_fold(charged, sums, maxes)
 
-    # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
+    # 4. The individual filter (individual_filter itself), per partition of units + ledger rows.
     budget = sess.budget
     ledger = sess.ledger
     replay = program is not None  # row mode, replayed: one row per unit, the filter row-wise
