@@ -355,6 +355,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     # author mode: the session's one frame, pinned (the frame itself is never converted again:
     # a pandas conversion depends on the values)
     pinned = sess.bind_frame(native)
+    backend: str
     if pinned is not None:
         lf, backend = pinned, output_library(native)
     else:
