@@ -38,6 +38,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._validation import check_level
 from tabdp.exceptions import (
     ColumnNotFoundError,
     ColumnTypeError,
@@ -53,8 +54,7 @@ from tabdp.frame._output import (
 )
 from tabdp.frame.backends import output_library, release_engine
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import Mechanism, check_level, pure_to_zcdp
-from tabdp.mechanisms._totals import ExactTotals
+from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, UnitLosses

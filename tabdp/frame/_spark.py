@@ -76,12 +76,12 @@ from tabdp.frame._stream import Planned
 from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.backends.base import Aggregated
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session
 
-__all__ = ["spark_grouped_release", "spark_quantile_release", "SparkUnitLedger",
+__all__ = ["spark_grouped_release", "spark_quantile_release", "SparkBackend", "SparkUnitLedger",
            "SparkReplayLedger", "is_spark_frame"]
 
 _DEC = "decimal(38,0)"

@@ -10,13 +10,15 @@ cell.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms._base import Mechanism
+
+if TYPE_CHECKING:  # the public name (tabdp.mechanisms); for annotations only
+    from tabdp.mechanisms import Mechanism
 
 __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
            "loss_components"]
