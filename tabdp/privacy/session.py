@@ -571,7 +571,7 @@ class Session:
               ) -> dict[str, np.ndarray]:
         """Apply the budget as an individual filter to a query's charges.
 
-        A thin wrapper over [`individual_filter`][tabdp.privacy.filter.individual_filter] (the
+        A thin wrapper over `tabdp.privacy.filter.individual_filter` (the
         one filter every engine uses) that reads the units' earlier losses from the ledger.
 
         A unit is admitted when its loss after the query stays within its limit: under a
