@@ -9,16 +9,30 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from tabdp.exceptions import DataValidationError
+from tabdp.exceptions import (
+    DataValidationError,
+    SpecError,
+)
 from tabdp.release.curator_config import SCHEMA_DTYPES
-from tabdp.release.spec import ReleaseSpec
+from tabdp.release.spec import ReleaseSpec, read_keys
 
-__all__ = ["scan_input"]
+__all__ = ["scan_input", "check_input_present", "read_input", "declared_schema",
+           "NATIONAL", "ROW_ID", "ROW_LABEL"]
+
+#: Name of the constant key column used internally for national (``by = []``) releases.
+NATIONAL = "_tabdp_national"
+#: Row id column assigned when the input is read, before any join, filter or sort; the
+#: privacy unit when the spec has no ``input.unit`` (each row is a unit).
+ROW_ID = "__tabdp_row"
+#: Name of the row id in the confidential per-record report (position in the input as read).
+ROW_LABEL = "row"
+
 
 
 def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
@@ -120,3 +134,384 @@ def _hive_columns(folder: Path) -> list[str]:
             rel = Path(root).relative_to(folder)
             return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
     return []
+
+
+def check_input_present(spec: ReleaseSpec) -> None:
+    """Check that the spec's input file, folder or glob exists (nothing is read).
+
+    A data-independent check: the CLI's ``validate`` and ``run`` exit 2 when it fails.
+
+    Args:
+        spec: The release spec.
+
+    A catalog table (``input.table``) is checked by ``tabdp run --engine spark`` once Spark
+    has started (still before any data is read).
+
+    Raises:
+        SpecError: No file matches ``input.path``.
+
+    Example:
+        >>> import dataclasses, tempfile, pathlib
+        >>> from tabdp.datasets import example_spec_path
+        >>> from tabdp.release.spec import load_spec
+        >>> spec = load_spec(example_spec_path())
+        >>> check_input_present(spec)
+        >>> missing = pathlib.Path(tempfile.gettempdir()) / "nope.parquet"
+        >>> gone = dataclasses.replace(spec.input, path=missing)
+        >>> try:
+        ...     check_input_present(dataclasses.replace(spec, input=gone))
+        ... except ValueError as err:
+        ...     print(str(err).split(":")[0])
+        input.path
+    """
+    src = spec.input.path
+    if src is None:
+        return
+    if spec.input.dataset is not None and spec.input.mode == "author":
+        # the curator's dataset: its root is there or not, whatever the records; the message
+        # names the dataset, not its server path
+        if not src.exists():
+            raise SpecError(
+                "input.dataset", f"the curator's dataset {spec.input.dataset!r} is not "
+                "available on this server. Nothing was read or written.\nHint: ask the "
+                "curator (its path in the curator configuration does not exist).")
+        return
+    if "*" in str(src):
+        import glob
+
+        if not glob.glob(str(src), recursive=True):
+            raise SpecError(
+                "input.path", f"no file matches the input pattern {str(src)!r}. Nothing was "
+                "read or written.\nHint: check the pattern; relative paths are resolved "
+                "against the spec file's folder.")
+    elif not src.exists():
+        raise SpecError(
+            "input.path", f"input not found: {str(src)!r}. Nothing was read or written.\n"
+            "Hint: check the path; relative paths are resolved against the spec file's folder.")
+
+
+def _measures_used(spec: ReleaseSpec) -> list[str]:
+    out: list[str] = []
+    for t in spec.tables:
+        for m in t.measures if t.kind == "sum" else ():
+            if m not in out:
+                out.append(m)
+    return out
+
+
+def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dict[str, Any]]:
+    """Apply the spec's declared data-quality rules (one counting pass over the input).
+
+    In order: rows without a unit id (``input.unit_nulls``), ±inf values (``input.nonfinite``),
+    public bounds (``input.bounds``: values clamped into them), negative values
+    (``input.negatives``). Nulls and NaN are left to the engine (``nulls``). The counts are
+    confidential.
+    """
+    inp = spec.input
+    schema = lf.collect_schema()
+    measures = [m for m in _measures_used(spec) if m in schema and schema[m].is_numeric()
+                and schema[m] != pl.Boolean]
+    exprs: dict[str, pl.Expr] = {m: pl.col(m) for m in measures}
+    changed: set[str] = set()
+    drop: list[pl.Expr] = []
+    stats: dict[str, pl.Expr] = {}
+    if inp.unit is not None and inp.unit_nulls == "drop" and inp.unit in schema:
+        bad = pl.col(inp.unit).is_null()
+        if schema[inp.unit].is_float():
+            bad = bad | pl.col(inp.unit).is_nan()
+        stats["unit_nulls"] = bad.sum()
+        drop.append(bad)
+    for m in measures:
+        if not schema[m].is_float():
+            continue
+        is_inf = pl.col(m).is_infinite()
+        stats[f"inf:{m}"] = is_inf.sum()
+        if inp.nonfinite == "zero":
+            exprs[m] = pl.when(is_inf).then(0.0).otherwise(exprs[m])
+            changed.add(m)
+        elif inp.nonfinite == "drop":
+            drop.append(is_inf)
+    for m, (lo, hi) in inp.bounds.items():
+        if m not in exprs:
+            continue
+        e = exprs[m]
+        if schema[m].is_integer() and float(lo).is_integer() and float(hi).is_integer() \
+                and abs(lo) < 2.0 ** 63 and abs(hi) < 2.0 ** 63:
+            low, high = int(lo), int(hi)
+        else:
+            e = e.cast(pl.Float64)
+            low, high = float(lo), float(hi)  # type: ignore[assignment]
+        number = ~pl.col(m).cast(pl.Float64).is_nan()  # Polars orders NaN above every number
+        stats[f"below:{m}"] = ((e < low) & number).sum()
+        stats[f"above:{m}"] = ((e > high) & number).sum()
+        exprs[m] = e.clip(low, high)
+        changed.add(m)
+    for m in measures:  # counted under every rule, "allow" included (confidential audit)
+        stats[f"neg:{m}"] = (exprs[m] < 0).sum()
+    if inp.negatives == "drop":
+        drop += [exprs[m] < 0 for m in measures]
+    if drop:
+        stats["dropped"] = pl.any_horizontal(*drop).fill_null(False).sum()
+    row = (lf.select(**stats).collect(engine="streaming").row(0, named=True) if stats else {})
+    row = {k: int(v or 0) for k, v in row.items()}
+    info, neg = _rules_outcome(spec, row, measures, [m for m in inp.bounds if m in exprs])
+    if inp.negatives == "zero":
+        for m in neg:
+            exprs[m] = pl.when(exprs[m] < 0).then(0).otherwise(exprs[m])
+            changed.add(m)
+    if drop:
+        lf = lf.filter(~pl.any_horizontal(*drop).fill_null(False))
+    if changed:
+        lf = lf.with_columns(exprs[m].alias(m) for m in measures if m in changed)
+    return lf, info
+
+
+def _rules_outcome(spec: ReleaseSpec, row: Mapping[str, int], measures: Sequence[str],
+                   bounded: Sequence[str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The confidential counts of the input rules, and their refusals (either engine).
+
+    ``row`` holds the counts of one pass (``inf:<m>``, ``neg:<m>``, ``below:<m>``,
+    ``above:<m>``, ``unit_nulls``, ``dropped``). Returns the counts as ``confidential.json``
+    shows them and the negative counts per measure.
+    """
+    inp = spec.input
+    inf = {m: row[f"inf:{m}"] for m in measures if row.get(f"inf:{m}")}
+    neg = {m: row[f"neg:{m}"] for m in measures if row.get(f"neg:{m}")}
+    info: dict[str, Any] = {
+        "policy": inp.negatives, "negative_values": neg, "clipped": 0, "dropped": 0,
+        "nonfinite": {"policy": inp.nonfinite, "values": inf},
+        "bounds": {m: {"below": row.get(f"below:{m}", 0), "above": row.get(f"above:{m}", 0)}
+                   for m in bounded},
+        "rows_without_unit_id_dropped": row.get("unit_nulls", 0),
+        "rows_dropped_by_input_rules": row.get("dropped", 0),
+    }
+    if inf and inp.nonfinite == "error":
+        detail = ", ".join(f"{m!r}: {n}" for m, n in inf.items())
+        err = DataValidationError(
+            "the input has +inf / -inf values in measure column(s); input.nonfinite is "
+            "'error'. Nothing was released or written.\nHint: set input.nonfinite = \"drop\", "
+            "\"zero\" or \"clamp\" (with input.bounds).")
+        err.confidential = {"infinite_values": dict(inf), "detail": detail}
+        raise err
+    if neg and inp.negatives == "error":
+        detail = ", ".join(f"{m!r}: {n}" for m, n in neg.items())
+        err = DataValidationError(
+            f"the input has negative values in measure column(s) ({detail}); input.negatives "
+            "is 'error'. Nothing was released or written.\nHint: set input.negatives = "
+            "\"allow\" for signed measures (additive mechanisms), \"zero\" to clip them to 0 or "
+            "\"drop\" to drop those rows (counted in the confidential report).")
+        err.confidential = {"negative_values": dict(neg)}
+        raise err
+    if inp.negatives == "zero":
+        info["clipped"] = int(sum(neg.values()))
+    if inp.negatives == "drop":
+        info["dropped"] = row.get("dropped", 0)
+    return info, neg
+
+
+def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Author mode: key columns take their domain's type.
+
+    A value that does not convert becomes null and so falls outside the key set (never an
+    error that depends on a value). A number / text mismatch is left alone (the engine refuses
+    it from the schema alone).
+    """
+    schema = lf.collect_schema()
+    textual = (pl.String, pl.Categorical, pl.Enum)
+    casts = []
+    for c in dict.fromkeys(c for t in spec.tables for c in t.by):
+        if c not in schema or c not in spec.domains:
+            continue
+        have, want = schema[c], spec.domains[c].dtype
+        if have == want:
+            continue
+        if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
+                (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
+            continue
+        casts.append(pl.col(c).cast(want, strict=False))
+    return lf.with_columns(casts) if casts else lf
+
+
+def _derived_mapping(spec: ReleaseSpec, h: str, fine: str, col: str) -> pl.DataFrame:
+    return spec.hierarchies[h].mapping.select(fine, col).unique(maintain_order=True)
+
+
+def _rows_kept_one_to_one(spec: ReleaseSpec, schema: Mapping[str, Any],
+                          lf: Any = None) -> bool:
+    """Whether the hierarchy joins keep one row per input row (public: the mappings only).
+
+    A fine code mapped to two coarse codes would repeat its rows; the in-memory ledger then
+    counts the repeated rows as one record (by row id), which a streaming session cannot do.
+    The fine codes are compared as the join compares them: converted to the input column's
+    dtype (``lf``'s schema, a public fact), where two codes may become one.
+    """
+    return _mapping_collision(spec, schema, lf) is None
+
+
+def _mapping_collision(spec: ReleaseSpec, schema: Mapping[str, Any], lf: Any = None,
+                       dtypes: Mapping[str, Any] | None = None
+                       ) -> tuple[str, str, pl.DataType, list[Any]] | None:
+    """The first hierarchy whose fine codes collide once converted for the join, or ``None``.
+
+    Returns (hierarchy, fine column, the input column's dtype, the colliding mapping codes).
+    Decided from the spec's mapping files and the input's schema only (public facts). The
+    spec already refuses a fine code mapped to two coarse codes; after the conversion to the
+    input column's type (``"1001"`` and ``"01001"`` for an ``Int64`` column, ``2**53`` and
+    ``2**53 + 1`` for a ``Float64`` one) two fine codes may still become one, and the join would
+    then repeat every record holding it.
+    """
+    if dtypes is None:
+        dtypes = lf.collect_schema() if isinstance(lf, pl.LazyFrame) else {}
+    for col, (h, fine) in _derived_needs(spec, schema)[0].items():
+        fine_codes = _derived_mapping(spec, h, fine, col)[fine]
+        if fine not in dtypes:
+            continue
+        converted = fine_codes.cast(dtypes[fine], strict=False)
+        dup = converted.is_duplicated() & converted.is_not_null()
+        if bool(dup.any()):
+            first = converted.filter(dup)[0]
+            codes = fine_codes.filter(converted.eq_missing(first)).to_list()
+            return h, fine, dtypes[fine], codes
+    return None
+
+
+def _refuse_mapping_collisions(spec: ReleaseSpec, schema: Mapping[str, Any], lf: Any = None,
+                               dtypes: Mapping[str, Any] | None = None) -> None:
+    """Refuse, before the data is read, mapping codes that the join's conversion merges."""
+    hit = _mapping_collision(spec, schema, lf, dtypes)
+    if hit is None:
+        return
+    h, fine, dtype, codes = hit
+    raise SpecError(
+        f"hierarchies.{h}", f"the mapping's {fine!r} codes {_show_codes(codes)} become one code "
+        f"when converted to the input column's type {dtype} for the join, so every record "
+        "with that code would be joined to several coarser codes and counted in several "
+        "cells of the rollups.\nHint: store the mapping's codes with the input column's type "
+        f"(e.g. {fine!r} as {dtype} without leading zeros), or cast the input column to the "
+        "mapping's type in the data first.")
+
+
+def _show_codes(codes: list[Any]) -> str:
+    return ", ".join(repr(c) for c in codes[:4]) + (" ..." if len(codes) > 4 else "")
+
+
+def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any]) -> pl.LazyFrame:
+    """Add the derived key columns of direct releases.
+
+    Coarse key columns come from the hierarchies when the input does not have them; national
+    releases get a constant key. The joins keep the input's row order (accounting follows the
+    row id, but the order is kept anyway).
+    """
+    need, national = _derived_needs(spec, schema)
+    for col, (h, fine) in need.items():
+        mapping = _derived_mapping(spec, h, fine, col)
+        fine_dtype = lf.collect_schema()[fine]
+        mapping = mapping.with_columns(pl.col(fine).cast(fine_dtype, strict=False))
+        lf = lf.join(mapping.lazy(), on=fine, how="left", maintain_order="left")
+    if national:
+        lf = lf.with_columns(pl.lit("all", dtype=pl.String).alias(NATIONAL))
+    return lf
+
+
+def read_input(spec: ReleaseSpec) -> pl.LazyFrame:
+    """The input as the Polars engine of `run_release()` reads it, before any release.
+
+    The same steps, in the same code: scan, row ids (without a unit), the declared data-quality
+    rules, author-mode key casts and the derived key columns. For curator tools that need the
+    confidential rows as the run sees them (``tabdp compare``); nothing is released.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        A lazy frame of the input rows.
+
+    Example:
+        >>> import tabdp, pathlib
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> lf = read_input(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> "payroll" in lf.collect_schema()
+        True
+    """
+    lf, schema = scan_input(spec)
+    if spec.input.unit is None:
+        lf = lf.with_row_index(ROW_ID)
+    lf, _ = _input_rules(spec, lf)
+    if spec.input.mode == "author":
+        lf = _author_key_casts(spec, lf)
+    return _add_derived(spec, lf, schema)
+
+
+def _derived_needs(spec: ReleaseSpec, schema: Mapping[str, Any]
+                   ) -> tuple[dict[str, tuple[str, str]], bool]:
+    """Derived key columns the input lacks (column → (hierarchy, finer column)); national?"""
+    need: dict[str, tuple[str, str]] = {}
+    national = False
+    for t in spec.tables:
+        if not t.by:
+            national = True
+        for r in t.rollups:
+            if not r.direct:
+                continue
+            if not r.by:
+                national = True
+            for col, (h, fine) in r.maps.items():
+                if col not in schema:
+                    need[col] = (h, fine)
+    return need, national
+
+
+def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:
+    """The input columns the spec reads, with their roles and declared types (no data read).
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        One ``{"name", "role", "type"}`` per column: the unit, key columns (type of their
+        public domain), derived keys of direct rollups and measures (with their bounds).
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> cols = declared_schema(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> [(c["name"], c["role"]) for c in cols][:3]
+        [('estab_id', 'unit'), ('county', 'key'), ('naics2', 'key')]
+    """
+    out: dict[str, dict[str, Any]] = {}
+    inp = spec.input
+    if inp.unit is not None:
+        out[inp.unit] = {"name": inp.unit, "role": "unit",
+                         "type": "identifier (any type)",
+                         "rows_without_id": inp.unit_nulls}
+    for t in spec.tables:
+        for c in t.by:
+            if c in out:
+                continue
+            if c in spec.domains:
+                dtype = str(spec.domains[c].dtype)
+            elif t.keys_file is not None:
+                dtype = str(read_keys(t.keys_file, t.by, spec.domains).schema[c])
+            else:  # pragma: no cover - the spec guarantees a domain or a keys file
+                dtype = "unknown"
+            out[c] = {"name": c, "role": "key", "type": dtype}
+    for t in spec.tables:
+        for r in t.rollups:
+            if not r.direct:
+                continue
+            for c, (h, fine) in r.maps.items():
+                if c not in out:
+                    out[c] = {"name": c, "role": "derived key",
+                              "type": str(spec.domains[c].dtype) if c in spec.domains else None,
+                              "derived": f"from {fine!r} through hierarchy {h!r} (an input "
+                                         "column of that name is used instead if present)"}
+    for m in _measures_used(spec):
+        if m in out:
+            continue
+        col: dict[str, Any] = {"name": m, "role": "measure", "type": "numeric"}
+        if m in inp.bounds:
+            col["bounds"] = list(inp.bounds[m])
+        out[m] = col
+    return list(out.values())

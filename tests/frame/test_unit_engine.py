@@ -152,7 +152,7 @@ def test_public_bounds_of_row_ids_do_not_depend_on_repeated_rows() -> None:
 
 def test_one_to_one_is_decided_after_the_join_conversion() -> None:
     """Fine codes '1001' and '01001' are one code once cast to the input's Int64 column."""
-    from tabdp.release import runner
+    from tabdp.release import _input
 
     mapping = pl.DataFrame({"county": ["1001", "01001", "1003"], "region": ["a", "b", "a"]})
     spec = SimpleNamespace(
@@ -162,8 +162,8 @@ def test_one_to_one_is_decided_after_the_join_conversion() -> None:
     schema = {"county": "Int64", "payroll": "Float64"}
     as_text = pl.LazyFrame(schema={"county": pl.String, "payroll": pl.Float64})
     as_int = pl.LazyFrame(schema={"county": pl.Int64, "payroll": pl.Float64})
-    assert runner._rows_kept_one_to_one(spec, schema, as_text)  # type: ignore[arg-type]
-    assert not runner._rows_kept_one_to_one(spec, schema, as_int)  # type: ignore[arg-type]
+    assert _input._rows_kept_one_to_one(spec, schema, as_text)  # type: ignore[arg-type]
+    assert not _input._rows_kept_one_to_one(spec, schema, as_int)  # type: ignore[arg-type]
 
 
 def test_segment_sums_are_plain_left_to_right_sums() -> None:

@@ -103,7 +103,7 @@ mechanism = {{ family = "gaussian", sigma = 1.0 }}
 
 def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
              monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
-    from tabdp.release import runner
+    from tabdp.release import _tables  # where the run creates its Session
 
     folder.mkdir()
     df.write_parquet(folder / "d.parquet")
@@ -115,12 +115,12 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
         '[output]\nroot = "out"\n', encoding="utf-8")
     with monkeypatch.context() as mp:
         seen: list[bool] = []
-        real = runner.Session
+        real = _tables.Session
 
         def session(*a: object, **kw: object) -> object:
             seen.append(bool(kw["streaming"]))  # the runner's own (public) decision
             return real(*a, **(kw | {"streaming": streaming}))  # type: ignore[arg-type]
-        mp.setattr(runner, "Session", session)
+        mp.setattr(_tables, "Session", session)
         code = cli.main(["run", str(folder / "s.toml"), "--quiet", "--test-seed",
                          "--curator", str(folder / "curator.toml")],
                         stdout=io.StringIO(), stderr=io.StringIO())

@@ -22,6 +22,7 @@ import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 from tabdp.planning import upper_3g
+from tabdp.release import _staging, _tables
 from tabdp.release import runner as runner_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -409,7 +410,7 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
     spec = write_spec(tmp_path, datasets[0], out)
     data_before = datasets[0].read_bytes()
     calls = {"n": 0}
-    real = runner_mod.publish
+    real = _tables.publish  # looked up where the tables are published
 
     def flaky(*args, **kwargs):  # the third table fails after two were released
         calls["n"] += 1
@@ -417,7 +418,7 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
             raise RuntimeError("injected failure")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner_mod, "publish", flaky)
+    monkeypatch.setattr(_tables, "publish", flaky)
     code, _, err = run("run", "--test-seed", str(spec), "--quiet")
     # changed on purpose (issue 13): after the data was read, even a bug is the generic exit 4
     assert code == 4 and "injected failure" not in err and "data-dependent failure" in err
@@ -429,7 +430,7 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
     shutil.rmtree(out)
 
     # a failure while writing (after the public files were staged) also leaves nothing
-    monkeypatch.setattr(runner_mod, "publish", real)
+    monkeypatch.setattr(_tables, "publish", real)
 
     def broken(*args, **kwargs):
         raise OSError("disk full (injected)")
@@ -1126,7 +1127,7 @@ def test_engine_hints_are_rewritten_as_spec_keys() -> None:
     with pytest.raises(tabdp.DataValidationError) as info:
         _strict_checks({"inf:x": 1, "missing:x": 2, "null:u": 1}, ["x"], "u",
                        _Rules("error", "allow", "curator"), True, {"x": 3})
-    text = runner_mod._spec_hints(str(info.value))
+    text = _staging._spec_hints(str(info.value))
     for want in ('input.nulls = "zero"', 'input.nulls = "drop"', 'input.negatives = "zero"',
                  'input.nonfinite = "drop"', 'input.unit_nulls = "drop"',
                  'family = "gaussian"'):

@@ -301,7 +301,8 @@ def test_python_and_spec_share_the_negatives_default(tmp_path: Path) -> None:
     from tabdp.frame.keys import KeySet
     from tabdp.mechanisms import Gaussian
     from tabdp.privacy.session import Session
-    from tabdp.release.spec import _NEGATIVES, InputSpec
+    from tabdp.release.spec import InputSpec
+    from tabdp.release.spec.schema import _NEGATIVES
 
     assert _defaults.NEGATIVES == "error" and InputSpec(path=None, source="x").negatives == "error"
     assert NEGATIVE_POLICIES == _NEGATIVES == _defaults.NEGATIVE_RULES

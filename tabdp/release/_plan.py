@@ -1,0 +1,734 @@
+"""Planning a release, before any data is read: the plan summary and ``tabdp plan``.
+
+Everything here follows from the spec and public metadata only: key counts, mechanisms,
+grids, expected errors, policy curves, the budget check and the sizes the budget leaves out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import polars as pl
+
+from tabdp.exceptions import (
+    TabdpError,
+)
+from tabdp.mechanisms import Mechanism
+from tabdp.planning import spec_outlook, spec_usability_issues, upper_3g
+from tabdp.privacy.ledger import UnitLosses
+from tabdp.privacy.session import total_policy_curve
+from tabdp.release._staging import _check_target, _finite, _json, _Staging, clean_stale_staging
+from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES
+from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec
+
+# -- planning (no data) -----------------------------------------------------------------------
+
+def _transformation(mech: Mechanism) -> bool:
+    from tabdp.mechanisms.transformation import TransformationMechanism
+
+    return isinstance(mech, TransformationMechanism)
+
+
+def _planned_grid(t: TableSpec, mech: Mechanism) -> dict[str, Any]:
+    """The grid each measure is released on: the spec's, else the mechanism's default.
+
+    This is the grid the plan and the manifest state. It is decided without the data's schema,
+    so the accessor's whole-number default for integer columns does not apply to a spec.
+    """
+    out: dict[str, Any] = {}
+    for m in _released_measures(t):
+        g = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if g is None:
+            g = _measure_mechanism(mech, m).default_grid()
+        out[m] = g if isinstance(g, (int, float)) and not isinstance(g, bool) else None
+    return out
+
+
+def _released_measures(t: TableSpec) -> list[str]:
+    return list(t.measures) if t.kind == "sum" else ["count"]
+
+
+def _charges(mechanism: Mechanism, t: TableSpec) -> int:
+    return 1 if getattr(mechanism, "joint", False) else len(_released_measures(t))
+
+
+def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
+    if getattr(mechanism, "joint", False):
+        # joint mechanisms (VectorSubbotin) have one; the base Mechanism does not declare it
+        return mechanism.measure_mechanism(m)  # type: ignore[attr-defined]
+    return mechanism
+
+
+def _table_mechanism(t: TableSpec) -> Mechanism:
+    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism)."""
+    from tabdp.frame import count_mechanism
+
+    if t.kind == "count":
+        return count_mechanism(t.mechanism, t.grid)
+    return t.mechanism
+
+
+def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = None) -> int:
+    if keys_file is not None:
+        return _read_table(keys_file).unique().height
+    n = 1
+    for c in cols:
+        n *= len(spec.domains[c])
+    return n
+
+
+def _read_table(path: Path) -> pl.DataFrame:
+    if path.suffix.lower() == ".csv":
+        return pl.read_csv(path, infer_schema=False)
+    return pl.read_parquet(path)
+
+
+def _file_name(t: TableSpec, r: RollupSpec | None = None, direct: bool = False) -> str:
+    if r is None:
+        return f"{t.name}.parquet"
+    return f"{t.name}__{r.label}{'_direct' if direct else ''}.parquet"
+
+
+def _expected_error(mech: Mechanism, totals: Sequence[float], level: float
+                    ) -> list[dict[str, float | None]]:
+    x = np.asarray(totals, dtype=np.float64)
+    sd = mech.sd_at(x)
+    moe = mech.moe_at(x, level)
+    rows = []
+    for t, s, e in zip(x, np.broadcast_to(sd, x.shape), np.broadcast_to(moe, x.shape),
+                       strict=True):
+        rows.append({"total": float(t), "sd": _finite(s), "moe": _finite(e),
+                     "rel_moe": _finite(e / t) if t > 0 else None})
+    return rows
+
+
+def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> dict[str, str]:
+    """The public description of how rollup margins of error are computed, per measure."""
+    from tabdp.release.rollup import sum_error_law
+
+    out = {}
+    for m in measures:
+        mm = _measure_mechanism(mech, m)
+        try:
+            _, method = sum_error_law(mm, np.array([2]), level)
+        except TabdpError:
+            method = ("normal approximation (plug-in sd; errors of transformation mechanisms "
+                      "are not identically distributed)")
+        out[m] = method
+    return out
+
+
+def _size_text(size: float) -> str:
+    return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
+
+
+def _loss_text(row: Mapping[str, Any], delta: float | None) -> str:
+    rho = row.get("rho")
+    if rho is None:
+        return "has no finite rho bound"
+    text = f"loses at most rho = {upper_3g(rho)}"  # bounds: rounded up, never down
+    pure, approx = row.get("epsilon"), row.get("epsilon_delta")
+    extra = []
+    if pure is not None:
+        extra.append(f"pure epsilon = {upper_3g(pure)}")
+    if approx is not None and (pure is None or approx < 0.99 * pure):
+        extra.append(f"epsilon = {upper_3g(approx)} at delta = {delta:g}")
+    return text + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _few(sizes: Sequence[float], k: int = 4) -> list[float]:
+    """At most ``k`` of ``sizes``, spread over the list (first and last included)."""
+    s = sorted(float(x) for x in sizes)
+    if len(s) <= k:
+        return s
+    return [s[i] for i in sorted({round(j * (len(s) - 1) / (k - 1)) for j in range(k)})]
+
+
+def curve_in_words(curve: Sequence[Mapping[str, Any]], delta: float | None, *,
+                   unit: str = "record", where: str = "",
+                   count_rows: int | None = None) -> list[str]:
+    """Plain-language statements of a policy curve, one per record size.
+
+    Public: a policy curve is a function of the mechanisms and record sizes only.
+
+    Args:
+        curve: Rows ``{"delta", "rho", "epsilon"[, "epsilon_delta"]}`` (a plan's
+            ``table_policy_curve`` or ``total_policy_curve``).
+        delta: The release's δ (for ``epsilon_delta``; ``None`` when the curve has none).
+        unit: What a record is called (the spec's unit column, or ``"record"``).
+        where: Words closing each sentence, e.g. ``" in this table"``.
+        count_rows: For count tables: the rows per cell the curve assumes (one sentence,
+            whatever the size).
+
+    Returns:
+        The sentences.
+
+    Example:
+        >>> curve_in_words([{"delta": 1e3, "rho": 0.5, "epsilon": None,
+        ...                  "epsilon_delta": 4.1}], 1e-9)
+        ['a record of size 1,000 loses at most rho = 0.5 (epsilon = 4.1 at delta = 1e-09)']
+    """
+    if count_rows is not None and curve:
+        return [f"every {unit} (at most {count_rows} row(s) counted per cell) "
+                f"{_loss_text(curve[0], delta)}{where}"]
+    return [f"a {unit} of size {_size_text(float(r['delta']))} {_loss_text(r, delta)}{where}"
+            for r in curve]
+
+
+class _AtRows:
+    """A count mechanism's policy evaluated at a fixed number of rows, whatever the size."""
+
+    def __init__(self, mechanism: Mechanism, rows: float) -> None:
+        self.m = mechanism
+        self.rows = rows
+        self.joint = False
+        self.dp_delta = mechanism.dp_delta
+        self.gaussian_dp = mechanism.gaussian_dp
+
+    def _at(self, d: Any) -> np.ndarray:
+        return np.full(np.shape(d), self.rows)
+
+    def rho(self, d: Any) -> np.ndarray:
+        return np.asarray(self.m.rho(self._at(d)), dtype=np.float64)
+
+    def epsilon(self, d: Any) -> np.ndarray:
+        return np.asarray(self.m.epsilon(self._at(d)), dtype=np.float64)
+
+    def approx_policy(self, d: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.m.approx_policy(self._at(d))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.m, name)
+
+
+def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
+    """The public summary of a spec: mechanisms, parameters, policy curves, expected errors.
+
+    Reads no data. ``tabdp plan`` writes it; ``tabdp run`` writes the same content (plus the
+    list of files) as ``summary.json``.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        A JSON-serializable dict (the layout
+        [`render_summary_html`][tabdp.report.render_summary_html] renders).
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> from tabdp.release.runner import plan_summary
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> s = plan_summary(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> s["tables"][0]["name"], s["total_policy_curve"][0]["delta"]
+        ('county_naics2_payroll', 1.0)
+    """
+    from tabdp._version import __version__
+
+    sizes = list(spec.plan.record_sizes)
+    level = spec.release.level
+    delta = spec.release.delta
+    tables = []
+    outlook = {o["table"]: o for o in spec_outlook(spec)}
+    issues = spec_usability_issues(spec)
+    unit = "unit" if spec.input.unit else "record"
+    entries: list[tuple[Mechanism, int]] = []
+    rows = float(spec.plan.count_rows)
+    # A unit touches at most max_cells cells of a table (enforced with a unit; one cell per
+    # table for row units) and counts at most plan.count_rows rows in a count cell (enforced).
+    cells = spec.input.max_cells or 1
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        k = _charges(mech, t) * cells
+        measures = _released_measures(t)
+        direct = [r for r in t.rollups if r.direct]
+        one = total_policy_curve([(mech, 1)], sizes, delta)
+        if t.kind == "count":
+            # A unit's sensitivity in a count cell is its number of rows there, not its size:
+            # the planned curves assume `plan.count_rows` rows whatever the unit's size.
+            entry: Any = (_AtRows(mech, rows), k)
+        else:
+            entry = (mech, k)
+        entries += [entry] * (1 + len(direct))
+        per_table = total_policy_curve([entry], sizes, delta)
+        per_table_all = total_policy_curve([(entry[0], k * (1 + len(direct)))], sizes, delta)
+        cal = None
+        if t.calibration is not None:
+            cal = {
+                "family": t.calibration["family"],
+                "targets": {str(float(s)): float(r) for s, r in
+                            t.calibration["targets"].items()},
+                "achieved": {str(float(s)): float(mech.rho(float(s))) for s in
+                             t.calibration["targets"]},
+                "typical_total": float(t.calibration["typical_total"]),
+                "fixed": dict(t.calibration.get("fixed") or {}),
+                "objective": t.calibration.get("objective", "auto"),
+            }
+        grid: dict[str, Any] = {}
+        for m in measures:
+            g = t.grid.get(m) if isinstance(t.grid, dict) else t.grid
+            if g is None:
+                g = _measure_mechanism(mech, m).default_grid()
+            if g is None:  # discrete mechanisms: exact integers
+                g = 1.0
+            grid[m] = float(g) if isinstance(g, (int, float)) else g
+        rollups = []
+        for r in t.rollups:
+            rollups.append({
+                "by": list(r.by), "label": r.label, "file": _file_name(t, r),
+                "cells": _key_count(spec, r.by) if all(c in spec.domains for c in r.by) else None,
+                "moe_method": _rollup_methods(mech, measures, level),
+                "direct": r.direct,
+                "direct_file": _file_name(t, r, direct=True) if r.direct else None,
+            })
+        tables.append({
+            "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),
+            "cells": _key_count(spec, t.by, t.keys_file),
+            "keys": "allowed combinations file" if t.keys_file else "cross product of domains",
+            "file": _file_name(t),
+            "mechanism": mech.to_dict(),
+            "guarantee": UnitLosses.guarantee_of(mech),
+            "calibration": cal,
+            "grid": grid,
+            "grid_applies_to": ("the noisy transformed value (the estimator is applied after "
+                                "rounding)" if _transformation(mech) else "the estimate"),
+            "null_policy": t.nulls,
+            "publication": {"cv_flag": t.publication.cv_flag,
+                            "suppress_cv": t.publication.suppress_cv,
+                            "negative": t.publication.negative,
+                            "round": (dict(t.publication.round)
+                                      if isinstance(t.publication.round, Mapping)
+                                      else t.publication.round)},
+            "policy_curve": one,
+            "table_policy_curve": per_table,
+            "table_policy_curve_with_direct_rollups": per_table_all,
+            "expected_error": {m: _expected_error(
+                _measure_mechanism(mech, m),
+                spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
+                for m in measures},
+            "rollups": rollups,
+            "guarantee_in_words": [
+                line for m in (measures if t.kind == "sum" and len(measures) > 1
+                               and not getattr(mech, "joint", False) else [None])
+                for line in curve_in_words(
+                    total_policy_curve(
+                        [entry if m is None else (_measure_mechanism(mech, m), cells)],
+                        sorted(float(s) for s in t.calibration["targets"])
+                        if t.calibration is not None else _few(sizes), delta),
+                    delta, unit=unit,
+                    where=(f" in this table{_per_cell_note(spec)}" if m is None else
+                           f" in this table's {m} cells (size: its {m})"
+                           f"{_per_cell_note(spec)}"),
+                    count_rows=spec.plan.count_rows if t.kind == "count" else None)],
+            "forecast": outlook[t.name]["flag_curve"],
+            "usability_issues": outlook[t.name]["issues"],
+        })
+    return {
+        "tabdp_version": __version__,
+        "release": {"name": spec.release.name, "title": spec.release.title,
+                    "description": spec.release.description, "level": level,
+                    "delta": delta},
+        "unit": spec.input.unit or "row",
+        "randomness": ("secure (OS CSPRNG)" if spec.seed is None else
+                       "seeded: NOT FOR PRODUCTION (the seed is in the confidential folder)"),
+        "not_for_publication": spec.seed is not None,
+        "budget": None if spec.budget is None else _budget_dict(spec),
+        "input_policies": {"mode": spec.input.mode, "nulls": spec.input.nulls,
+                           "negatives": spec.input.negatives,
+                           "nonfinite": spec.input.nonfinite,
+                           "bounds": {m: list(b) for m, b in spec.input.bounds.items()},
+                           "unit_nulls": spec.input.unit_nulls},
+        "record_sizes": [float(s) for s in sizes],
+        "count_rows_assumed": spec.plan.count_rows,
+        "contribution_bounds": {
+            "max_cells_per_table": 1 if spec.input.unit is None else spec.input.max_cells,
+            "max_rows_per_count_cell": 1 if spec.input.unit is None else spec.plan.count_rows},
+        "curves_hold_for": _curves_hold_for(spec),
+        "tables": tables,
+        "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
+        "budget_check": _budget_check(spec, total),
+        "left_out_sizes": (lo_sizes := left_out_sizes(spec)),
+        "left_out_in_words": ([LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(lo_sizes, unit)]
+                              if spec.budget is not None else []),
+        "guarantee_in_words": release_guarantee_in_words(spec, unit),
+        "usability_issues": [{"path": p, "message": m} for p, m in issues],
+        "flag_codes": dict(FLAG_CODES),
+        "columns": dict(COLUMN_DOCS),
+    }
+
+
+def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Planned worst-case total ρ against the budget at each record size (empty without one).
+
+    A size where the planned total is above the limit is not an error (real units rarely
+    contribute their size to every cell), but such units may reach their budget at run time.
+    """
+    if spec.budget is None:
+        return []
+    from tabdp.privacy.budget import Budget
+
+    b = Budget(spec.budget.rho)
+    rows = []
+    for row in total:
+        limit = float(b.limit(row["delta"]))
+        rho = row["rho"]
+        rows.append({"delta": row["delta"], "planned_rho": rho, "limit": limit,
+                     "exceeds": rho is None or rho > limit})
+    return rows
+
+
+def _per_cell_note(spec: ReleaseSpec) -> str:
+    """Words qualifying a one-cell statement where a unit may touch several cells of a table."""
+    if spec.input.unit is None:
+        return ""  # a row is in one cell of each table
+    if spec.input.max_cells is None:
+        return (" per cell (input.max_cells is not set: a unit in several cells of a table "
+                "loses this in each)")
+    return (f" (contributing it to each of up to {spec.input.max_cells} cells of a table: "
+            "input.max_cells)")
+
+
+def _eps_words(rho: float, eps: float | None, delta: float | None) -> str:
+    """ρ, and ε: pure where finite, else at δ (ρ-zCDP conversion, an upper bound)."""
+    from tabdp.privacy.conversions import zcdp_epsilon
+
+    if not math.isfinite(rho):
+        return "has no finite rho bound"
+    text = f"loses at most rho = {upper_3g(rho)}"  # bounds: rounded up, never down
+    if eps is not None and math.isfinite(eps):
+        return text + f" (pure epsilon = {upper_3g(eps)})"
+    if delta is not None:
+        eps_d = upper_3g(float(zcdp_epsilon(rho, delta)))
+        return text + f" (epsilon = {eps_d} at delta = {delta:g})"
+    return text
+
+
+def _measure_sizes(spec: ReleaseSpec, currency: str) -> list[float]:
+    """Sizes of a currency's statements: its tables' calibration targets, else plan sizes."""
+    pts = sorted({float(s) for t in spec.tables if t.calibration is not None
+                  and currency in _released_measures(t) for s in t.calibration["targets"]})
+    return pts or _few(spec.plan.record_sizes)
+
+
+def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[str]:
+    """Public: the whole release's guarantee per currency and per record type, never mixing sizes.
+
+    Losses add over the tables of one currency at one size (a measure's own size, ``rows``
+    for counts); across currencies they add each at its own size. Per currency: the loss of a
+    unit contributing a size to one cell of every table of that currency. Per record type
+    (where every summed measure has calibration targets, as many for each): the i-th target of
+    each measure together. Pure ε where finite, else ε at the release's δ.
+
+    Args:
+        spec: A validated spec.
+        unit: What a unit is called.
+
+    Returns:
+        The sentences.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> w = release_guarantee_in_words(load_spec(root / "examples" / "cbp_release.toml"),
+        ...                                "establishment")
+        >>> w[-3][:70]
+        'an establishment with payroll 250,000 and employment 5 (and 1 row(s) p'
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    delta = spec.release.delta
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    note = _per_cell_note(spec)
+    per: dict[str, list[tuple[str, _Charge]]] = {}
+    for name, charge in _released_charges(spec):
+        for c, ch in charge.items():
+            per.setdefault(c, []).append((name, ch))
+
+    def at(c: str, size: float) -> tuple[float, float | None]:
+        rho = sum(float(ch(np.array([size]))[0]) for _, ch in per[c])
+        eps = 0.0
+        for _, ch in per[c]:
+            at_s = size if ch.rows is None else ch.rows
+            e = float(np.asarray(ch.mechanism.epsilon(np.array([at_s])))[0]) * ch.k
+            eps += e
+        return rho, (eps if math.isfinite(eps) else None)
+
+    lines = []
+    sizes = {c: _measure_sizes(spec, c) for c in per if c != ROWS_CURRENCY}
+    for c, rels in per.items():
+        names = list(dict.fromkeys(n for n, _ in rels))
+        tables = ", ".join(names)
+        each = "this table" if len(names) == 1 else "each of these tables"
+        if c == ROWS_CURRENCY:
+            rho, eps = at(c, float(spec.plan.count_rows))
+            lines.append(f"counts ({tables}): {a} {unit} counted {spec.plan.count_rows} row(s) "
+                         f"in a cell of {each} {_eps_words(rho, eps, delta)}{note}")
+            continue
+        for s in sizes[c]:
+            rho, eps = at(c, s)
+            lines.append(f"{c} ({tables}): {a} {unit} contributing {_size_text(s)} of {c} to a "
+                         f"cell of {each} {_eps_words(rho, eps, delta)}{note}")
+    n = {len(v) for v in sizes.values()}
+    calibrated = all(any(t.calibration is not None and c in _released_measures(t)
+                         for t in spec.tables) for c in sizes)
+    if sizes and calibrated and len(n) == 1:
+        for i in range(n.pop()):
+            parts = [(c, v[i]) for c, v in sizes.items()]
+            rho = 0.0
+            eps_tot: float | None = 0.0
+            for c, s in parts:
+                r, e = at(c, s)
+                rho += r
+                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+            if ROWS_CURRENCY in per:
+                r, e = at(ROWS_CURRENCY, float(spec.plan.count_rows))
+                rho += r
+                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+            what = " and ".join(f"{c} {_size_text(s)}" for c, s in parts)
+            rows = (f" (and {spec.plan.count_rows} row(s) per count cell)"
+                    if ROWS_CURRENCY in per else "")
+            lines.append(f"{a} {unit} with {what}{rows} {_eps_words(rho, eps_tot, delta)}"
+                         f"{note} over the whole release (each measure's loss at its own size)")
+    lines.append("Losses are never added across currencies at one number: a unit's total is "
+                 "the sum of its losses in each currency, each at its size there.")
+    return lines
+
+
+#: Sizes where the plan looks for left-out units: 1 to 1e13, 40 points per decade.
+_LEFT_OUT_GRID = 10.0 ** np.linspace(0.0, 13.0, 521)
+
+
+class _Charge(NamedTuple):
+    """A release's planned ρ in one currency.
+
+    ``k`` times the policy at the size (or at ``rows`` rows for counts, whatever the size).
+    """
+
+    mechanism: Any
+    k: int
+    rows: float | None = None
+
+    def __call__(self, sizes: np.ndarray) -> np.ndarray:
+        at = sizes if self.rows is None else np.full(np.shape(sizes), self.rows)
+        return np.asarray(self.mechanism.rho(at), dtype=np.float64) * self.k
+
+
+def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]:
+    """Per release in run order (each table, then its direct rollups): currency → charge.
+
+    A unit touches at most ``max_cells`` cells of a table (1 without a bound); counts charge
+    at ``plan.count_rows`` rows.
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    cells = spec.input.max_cells or 1
+    out = []
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        if t.kind == "count":
+            charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
+        elif getattr(mech, "joint", False):
+            charge = {"+".join(t.measures): _Charge(mech, cells)}
+        else:
+            charge = {m: _Charge(_measure_mechanism(mech, m), cells)
+                      for m in _released_measures(t)}
+        names = [t.name, *[f"{t.name}__{r.label}" for r in t.rollups if r.direct]]
+        out += [(n, charge) for n in names]
+    return out
+
+
+def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
+    """Public: per released table and currency, the record sizes the budget leaves out.
+
+    From the public curves alone (no data): a unit contributing ``size`` of a measure to
+    ``max_cells`` cells (1 without a bound) of every table releasing that measure, and nothing
+    of any other measure (counts: ``plan.count_rows`` rows per cell), is followed through the
+    tables in the spec's order; each table's individual filter admits it while its loss so far
+    plus the table's stays within the budget (under a curve budget: in that measure's own
+    currency, at that size), and a unit left out of a table pays nothing there. Units that
+    contribute more elsewhere (a constant budget sums every currency) or to more cells are
+    left out at smaller sizes.
+
+    Args:
+        spec: A validated spec.
+
+    Returns:
+        Rows ``{"table", "currency", "left_out_from", "all_above", "plan_sizes_left_out"}``:
+        the smallest size left out (``None``: no size up to 1e13; counts: ``0`` when a unit
+        with ``plan.count_rows`` rows is left out), whether every larger size is left out too,
+        and the spec's ``plan.record_sizes`` that are left out. Empty without a budget.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> rows = left_out_sizes(load_spec(root / "examples" / "cbp_release.toml"))
+        >>> rows[0]["table"], rows[0]["currency"], rows[0]["left_out_from"]
+        ('county_naics2_payroll', 'payroll', None)
+    """
+    if spec.budget is None:
+        return []
+    from tabdp.privacy.budget import ROWS_CURRENCY, Budget
+
+    b = Budget(spec.budget.rho)
+    releases = _released_charges(spec)
+    plan_sizes = np.asarray(sorted(float(x) for x in spec.plan.record_sizes), dtype=np.float64)
+    grid = np.unique(np.concatenate([_LEFT_OUT_GRID, plan_sizes]))
+    rows_at = float(spec.plan.count_rows)
+    out: list[dict[str, Any]] = []
+    focus = list(dict.fromkeys(c for _, ch in releases for c in ch))
+
+    def simulate(f: str, sizes: np.ndarray) -> dict[str, np.ndarray]:
+        """Per release charging currency f: left out at ``sizes`` in f (0 elsewhere)."""
+        spent: dict[str, np.ndarray] = {}
+        left: dict[str, np.ndarray] = {}
+        zero = np.zeros_like(sizes)
+        for name, charge in releases:
+            new = {c: (fn(sizes) if c == f else fn(zero)) for c, fn in charge.items()}
+            if not b.per_currency:
+                tot = sum(new.values(), zero)
+                old = spent.get("*", zero)
+                ok = old + tot <= float(b.limit(1.0))
+                spent["*"] = np.where(ok, old + tot, old)
+                oks = dict.fromkeys(new, ok)
+            else:
+                oks = {}
+                for c, v in new.items():
+                    size = sizes if c == f else (np.full_like(sizes, rows_at)
+                                                 if c == ROWS_CURRENCY else zero)
+                    old = spent.get(c, zero)
+                    oks[c] = old + v <= b.limit(size, c)
+                    spent[c] = np.where(oks[c], old + v, old)
+            if f in oks:
+                left[name] = ~oks[f]
+        return left
+
+    found: dict[tuple[str, str], np.ndarray] = {}
+    first_out: dict[tuple[str, str], float] = {}
+    for f in focus:
+        for name, mask in simulate(f, grid).items():
+            found[(name, f)] = mask
+            idx = np.flatnonzero(mask)
+            if f == ROWS_CURRENCY or not idx.size:
+                continue
+            # the threshold between the last size kept and the first left out, by bisection
+            lo_s, hi_s = (float(grid[idx[0] - 1]) if idx[0] else 0.0), float(grid[idx[0]])
+            for _ in range(80):
+                mid = 0.5 * (lo_s + hi_s)
+                if mid in (lo_s, hi_s):
+                    break
+                if simulate(f, np.array([mid]))[name][0]:
+                    hi_s = mid
+                else:
+                    lo_s = mid
+            first_out[(name, f)] = hi_s
+    for name, charge in releases:
+        for c in charge:
+            lo = found[(name, c)]
+            if c == ROWS_CURRENCY:  # the size is the rows counted, not the measure's size
+                left = bool(lo[0])
+                out.append({"table": name, "currency": c, "left_out_from": 0.0 if left else None,
+                            "all_above": left, "count_rows": spec.plan.count_rows,
+                            "plan_sizes_left_out": []})
+                continue
+            idx = np.flatnonzero(lo)
+            first = first_out.get((name, c))
+            in_plan = [float(x) for x, bad in zip(grid, lo, strict=True)
+                       if bad and x in set(plan_sizes.tolist())]
+            out.append({"table": name, "currency": c, "left_out_from": first,
+                        "all_above": bool(idx.size and lo[idx[0]:].all()),
+                        "plan_sizes_left_out": in_plan})
+    return out
+
+
+def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit"
+                            ) -> list[str]:
+    """Plain-language statements of `left_out_sizes()` (public).
+
+    Example:
+        >>> got = left_out_sizes_in_words([{"table": "t", "currency": "x",
+        ...     "left_out_from": 1e6, "all_above": True, "plan_sizes_left_out": [1e6]}])
+        >>> got[0][:55]
+        't: a unit contributing more than about 1e+06 of x to a '
+    """
+    lines = []
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    for r in rows:
+        first = r["left_out_from"]
+        if first is None:
+            continue
+        if r["currency"] == "rows":
+            lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
+                         "cell is left out of this table by the budget")
+            continue
+        where = "" if r["all_above"] else " (and at some larger sizes)"
+        lines.append(f"{r['table']}: {a} {unit} contributing more than about {first:.3g} of "
+                     f"{r['currency']} to a cell{where} is left out of this table by the "
+                     "budget (its values are missing from the published totals)")
+    return lines
+
+
+#: The public statement of what left-out units do to the published tables.
+LEFT_OUT_BIAS_TEXT = (
+    "The budget is enforced as an individual filter: a unit whose loss would pass its budget "
+    "is left out of a table (the table is still published, without its contributions). "
+    "Left-out units bias totals downward, and the published sd and moe do not include that "
+    "bias. Which record sizes a budget can leave out follows from the public curves alone "
+    "(listed per table); how many units were left out is known only to the curator.")
+
+
+def _budget_dict(spec: ReleaseSpec) -> dict[str, Any]:
+    from tabdp.privacy.budget import Budget
+
+    assert spec.budget is not None
+    return Budget(spec.budget.rho).to_dict()
+
+
+def write_plan(spec: ReleaseSpec, out: Path | None = None, *, overwrite: bool = False
+               ) -> Path:
+    """Write ``plan.json`` and ``plan.html`` (no data is read).
+
+    Args:
+        spec: A validated spec.
+        out: Folder (default: the spec's ``output.plan``).
+        overwrite: Replace an existing plan folder.
+
+    Returns:
+        The folder written.
+
+    Example:
+        >>> import tabdp, pathlib, tempfile
+        >>> from tabdp.release.spec import load_spec
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> spec = load_spec(root / "examples" / "cbp_release.toml")
+        >>> d = write_plan(spec, pathlib.Path(tempfile.mkdtemp()) / "plan")
+        >>> sorted(p.name for p in d.iterdir())
+        ['plan.html', 'plan.json']
+    """
+    from tabdp.report.html import render_summary_html
+
+    target = Path(out) if out is not None else spec.output.plan
+    clean_stale_staging([target])
+    _check_target(target, overwrite, "plan")
+    summary = plan_summary(spec)
+    summary["kind"] = "plan"
+    with _Staging([target], overwrite) as (tmp,):
+        (tmp / "plan.json").write_text(_json(summary), encoding="utf-8")
+        (tmp / "plan.html").write_text(render_summary_html(summary), encoding="utf-8")
+    return target
+
+
+def _curves_hold_for(spec: ReleaseSpec) -> str:
+    """Which units the planned curves bound (public: it follows from the spec)."""
+    if spec.input.unit is None or spec.input.max_cells is not None:
+        return "every unit"
+    text = ("units contributing to one cell of each table (input.max_cells is not set: a unit "
+            "in k cells of a table pays up to k times that table's curve)")
+    if spec.budget is not None:
+        text += "; the budget bounds every unit's total"
+    return text

@@ -1,0 +1,411 @@
+"""Writing a run's folders atomically, and what a failed run leaves behind.
+
+Outputs are built in staging folders next to their targets and renamed into place at the end
+(`clean_stale_staging` removes those of a killed run); after a failure, only
+``failure.json`` in the confidential folder (`DataDependentFailure`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tabdp.exceptions import (
+    DataValidationError,
+    InvalidParameterError,
+)
+from tabdp.release.spec import ReleaseSpec, spec_keys_hint
+
+# -- atomic output folders -------------------------------------------------------------------
+
+#: The only file of a confidential folder written by a failed run (see :func:`run_release`).
+FAILURE_FILE = "failure.json"
+#: Marker file of the public folder of a seeded (test) run.
+NOT_FOR_PUBLICATION = "NOT_FOR_PUBLICATION.txt"
+
+
+def _failure_only(path: Path) -> bool:
+    """A folder holding nothing but the failure report of an earlier failed run."""
+    try:
+        return path.is_dir() and [p.name for p in path.iterdir()] == [FAILURE_FILE]
+    except OSError:
+        return False
+
+
+def _check_target(path: Path, overwrite: bool, what: str) -> None:
+    if path.exists() and not overwrite and not (what == "confidential" and _failure_only(path)):
+        raise InvalidParameterError(
+            f"the {what} output folder {str(path)!r} already exists; tabdp never overwrites a "
+            "release silently.\nHint: choose a new folder in the spec's [output] section, "
+            "remove the old one, or pass --overwrite.")
+    if path.exists() and not path.is_dir():
+        raise InvalidParameterError(
+            f"the {what} output path {str(path)!r} exists and is not a folder.\n"
+            "Hint: point [output] at a folder path.")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: "
+                    f"{str(parent)!r} is a file.\nHint: point [output] at a folder path.")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: "
+                    f"{str(parent)!r} is not writable.\nHint: choose a writable location.")
+            # os.access says yes to root everywhere (/proc, /sys, read-only mounts): try it
+            try:
+                probe = tempfile.mkdtemp(prefix=".tabdp-probe-", dir=parent)
+                os.rmdir(probe)
+            except OSError as err:
+                raise InvalidParameterError(
+                    f"the {what} output folder {str(path)!r} cannot be created: a folder "
+                    f"cannot be made in {str(parent)!r} ({err.strerror or type(err).__name__})."
+                    "\nHint: choose a writable location on an ordinary file system.") from None
+            break
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def _staging_name(target: Path, kind: str) -> str:
+    """Prefix of a staging (``tmp``) or set-aside (``old``) folder: names the run's process."""
+    return f".{target.name}.{kind}-{os.getpid()}-"
+
+
+def clean_stale_staging(targets: Sequence[Path]) -> list[Path]:
+    """Remove the staging folders a killed run (``kill -9``, power loss) left next to targets.
+
+    Staging folders are named ``.<target>.tmp-<pid>-<random>`` (and ``.<target>.old-<pid>-...``
+    for a previous release set aside during the final swap). A folder whose process is gone is
+    stale: a ``tmp`` one is deleted (it may hold confidential data); an ``old`` one is deleted
+    when the target exists (the swap had finished), and otherwise refused with a message: it
+    is the only copy of the previous release. A folder of a process that is still running (or
+    without a process id: older tabdp versions) is refused with a message: tabdp does not
+    remove what another run may still be writing.
+
+    Args:
+        targets: Output folders of the run.
+
+    Returns:
+        The folders removed.
+
+    Raises:
+        InvalidParameterError: A staging folder that cannot safely be removed.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> (d / ".public.tmp-999999999-abc").mkdir()
+        >>> [p.name for p in clean_stale_staging([d / "public"])]
+        ['.public.tmp-999999999-abc']
+    """
+    removed: list[Path] = []
+    for t in targets:
+        t = Path(t)
+        if not t.parent.is_dir():
+            continue
+        for kind in ("tmp", "old"):
+            for p in sorted(t.parent.glob(f".{t.name}.{kind}-*")):
+                rest = p.name[len(f".{t.name}.{kind}-"):]
+                pid_text = rest.split("-", 1)[0]
+                pid = int(pid_text) if pid_text.isdigit() and "-" in rest else None
+                if pid is not None and _pid_alive(pid):
+                    raise InvalidParameterError(
+                        f"{str(p)!r} is the staging folder of another tabdp run (process "
+                        f"{pid}), which is still running; two runs must not write the same "
+                        "outputs.\nHint: wait for the other run to finish; if no tabdp run is "
+                        "going on (the process id was reused), remove that folder by hand.")
+                if pid is None:
+                    raise InvalidParameterError(
+                        f"{str(p)!r} is a staging folder left by an earlier run that names no "
+                        "process, so tabdp cannot tell whether it is still in use.\nHint: if "
+                        "no tabdp run is going on, remove it by hand (it may hold "
+                        "confidential data).")
+                if kind == "old" and not t.exists():
+                    raise InvalidParameterError(
+                        f"{str(p)!r} holds the previous release of {str(t)!r}, set aside by a "
+                        "run that was killed while replacing it; it is now the only copy.\n"
+                        f"Hint: restore it (mv {str(p)!r} {str(t)!r}) or remove it, then rerun.")
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
+def _set_tree(folder: Path, mtime: float | None, dir_mode: int | None,
+              file_mode: int | None) -> None:
+    """Set modes and modification times of a folder and everything in it."""
+    for root, dirs, files in os.walk(folder):
+        for f in files:
+            fp = Path(root) / f
+            if file_mode is not None:
+                fp.chmod(file_mode)
+            if mtime is not None:
+                os.utime(fp, (mtime, mtime))
+        for d in dirs:
+            if dir_mode is not None:
+                (Path(root) / d).chmod(dir_mode)
+    for sub in [Path(r) for r, _, _ in os.walk(folder, topdown=False)]:
+        if mtime is not None:
+            os.utime(sub, (mtime, mtime))
+    if dir_mode is not None:
+        folder.chmod(dir_mode)
+
+
+class _Staging:
+    """Temporary sibling folders renamed onto the targets only if the block succeeds.
+
+    Staging folders are named after the run's process (see `clean_stale_staging`), so a
+    later run can tell a killed run's leftovers from a running one's.
+    """
+
+    def __init__(self, targets: Sequence[Path], overwrite: bool,
+                 private: Sequence[bool] | None = None) -> None:
+        self.targets = [Path(t) for t in targets]
+        self.overwrite = overwrite
+        self.private = list(private) if private is not None else [False] * len(self.targets)
+        self.tmps: list[Path] = []
+
+    def __enter__(self) -> list[Path]:
+        self.created: list[Path] = []
+        try:
+            for t, private in zip(self.targets, self.private, strict=True):
+                missing = [p for p in reversed(t.parents) if not p.exists()]
+                t.parent.mkdir(parents=True, exist_ok=True)
+                self.created += missing
+                tmp = Path(tempfile.mkdtemp(prefix=_staging_name(t, "tmp"), dir=t.parent))
+                self.tmps.append(tmp)
+                if not private:
+                    # mkdtemp makes a private (0700) folder: publishable outputs get the
+                    # usual permissions; confidential ones stay readable by the owner only.
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    tmp.chmod(0o777 & ~umask)
+        except BaseException:
+            self._cleanup()
+            raise
+        return self.tmps
+
+    def _cleanup(self) -> None:
+        for tmp in self.tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+        # parent folders this run created, if still empty
+        for p in sorted(set(getattr(self, "created", [])), key=lambda q: len(q.parts),
+                        reverse=True):
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self._cleanup()
+            return
+        # Swap in: move any old folder aside first, so a failure can restore it.
+        moved: list[tuple[Path, Path]] = []
+        placed: list[Path] = []
+        try:
+            for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
+                if t.exists():
+                    if not (self.overwrite or (private and _failure_only(t))):
+                        raise InvalidParameterError(
+                            f"the output folder {str(t)!r} appeared while the release was "
+                            "running; nothing was written.\nHint: rerun, or pass --overwrite.")
+                    old = Path(tempfile.mkdtemp(prefix=_staging_name(t, "old"), dir=t.parent))
+                    old.rmdir()
+                    t.rename(old)
+                    moved.append((t, old))
+                tmp.rename(t)
+                placed.append(t)
+        except BaseException:
+            for t in placed:
+                shutil.rmtree(t, ignore_errors=True)
+            for t, old in moved:
+                if not t.exists():
+                    old.rename(t)
+            self._cleanup()
+            raise
+        for _, old in moved:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# -- running ---------------------------------------------------------------------------------
+
+def _finite(x: Any) -> float | None:
+    v = float(x)
+    return v if np.isfinite(v) else None
+
+
+def _json(obj: Any) -> str:
+    """JSON text; infinite or NaN numbers are written as null (documented: null = infinite)."""
+    return json.dumps(_finite_json(obj), indent=2, sort_keys=False, default=_json_default,
+                      allow_nan=False) + "\n"
+
+
+def _finite_json(obj: Any) -> Any:
+    if isinstance(obj, float | np.floating):
+        return _finite(obj)
+    if isinstance(obj, Mapping):
+        return {k: _finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite_json(v) for v in obj]
+    return obj
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return _finite(x)
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def _timestamp() -> str:
+    """UTC time, or ``SOURCE_DATE_EPOCH`` when set (reproducible outputs)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch is not None and epoch.strip().isdigit():
+        t = _dt.datetime.fromtimestamp(int(epoch), tz=_dt.UTC)
+    else:
+        t = _dt.datetime.now(tz=_dt.UTC)
+    return t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class DataDependentFailure(DataValidationError):
+    """A run stopped after it had read the confidential data.
+
+    Whatever the cause (a value the rules refuse, a schema problem, a budget, a bug triggered
+    by a value), the message is always the same: it names no value, count, column or unit, so
+    the failure tells its reader only that the run failed. The details are written to
+    ``failure.json`` in the confidential folder (`failure_file`), readable by the owner
+    only. Nothing public is written.
+
+    Attributes:
+        failure_file: Where the details were written, or ``None`` if they could not be.
+
+    Example:
+        >>> err = DataDependentFailure(None, Path("conf"))
+        >>> isinstance(err, DataValidationError), "data-dependent failure" in str(err)
+        (True, True)
+    """
+
+    def __init__(self, failure_file: Path | None, confidential: Path) -> None:
+        """Point to the confidential ``failure_file`` (``None``: it could not be written)."""
+        self.failure_file = failure_file
+        where = (f"in {str(failure_file)!r}" if failure_file is not None else
+                 f"nowhere: they could not be written to {str(confidential)!r}")
+        super().__init__(
+            "data-dependent failure: the run stopped after reading the confidential data; "
+            "nothing public was written. The details (confidential: never publish them) are "
+            f"only {where}.\nHint: the curator reads the cause and its fix there. (Misspelt "
+            "or mistyped columns are spec errors that tabdp validate reports before any data "
+            'is read; input.mode = "author" only keeps the data\'s values, such as nulls or '
+            "negatives, from stopping a run.)")
+
+
+def _start_time() -> tuple[str, float]:
+    """The run's one timestamp: text for the manifest and POSIX seconds for file times."""
+    text = _timestamp()
+    t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return text, t.timestamp()
+
+
+def _spec_hints(text: str) -> str:
+    r"""Rewrite the engine's Python hints (``nulls='zero'``) as spec keys.
+
+    Example:
+        >>> _spec_hints("nulls='error'.\nHint: pass nulls='zero' or negatives='drop'.")
+        'input.nulls = "error".\nHint: set input.nulls = "zero" or input.negatives = "drop".'
+    """
+    import re
+
+    text = text.replace(
+        "fix or remove those rows before the release, or use Session(mode='author') where they "
+        "count as missing values under the declared nulls= rule.",
+        'set input.nonfinite = "drop", "zero" or "clamp" (with input.bounds).')
+    text = text.replace("Session(mode='author')", 'input.mode = "author"')
+    text = text.replace("the declared nulls= rule", "the declared input.nulls rule")
+    text = re.sub(r"\bpass (nulls|negatives)=", r"set \1=", text)
+    text = re.sub(r"\b(nulls|negatives|unit_nulls)='(\w+)'", r'input.\1 = "\2"', text)
+    text = text.replace("create the session with unit='<id column>'",
+                        'set input.unit = "<id column>" in the spec')
+    text = text.replace("the session's unit=", "input.unit")
+    text = text.replace("use an additive mechanism (Gaussian, ExpPolyLog)",
+                        'use an additive family (e.g. family = "gaussian" or "exp_polylog")')
+    text = text.replace("fill the ids or drop those rows first (author mode drops them by rule)",
+                        'fill the ids, or set input.unit_nulls = "drop" to drop those rows')
+    text = text.replace("by=", "the table's by")
+    return spec_keys_hint(text)
+
+
+def _failure_details(err: BaseException, phase: str) -> dict[str, Any]:
+    import traceback
+
+    return {
+        "CONFIDENTIAL": "details of a failed run: may hold values of individual records; do "
+                        "not publish",
+        "phase": phase,
+        "error": type(err).__name__,
+        "message": _spec_hints(str(err)),
+        "confidential": getattr(err, "confidential", None),
+        "traceback": traceback.format_exception(type(err), err, err.__traceback__),
+    }
+
+
+def _write_failure(spec: ReleaseSpec, details: dict[str, Any], started: str) -> Path | None:
+    """Write ``failure.json`` (0600) into the confidential folder (0700), creating it."""
+    folder = spec.output.confidential
+    try:
+        made = not folder.exists()
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if made:
+            folder.chmod(0o700)
+        target = folder / FAILURE_FILE
+        text = json.dumps(_finite_json({"release": spec.release.name, "started": started,
+                                        **details}), indent=2, default=str) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{FAILURE_FILE}.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+    except Exception:  # noqa: BLE001 - the failure itself is reported generically
+        return None
+
+
+SPARK_LOG = "spark.log"
+
+
+def _keep_spark_log(log: Path, confidential: Path) -> None:
+    """Move the JVM's log into the confidential folder (if the run made one), else drop it."""
+    try:
+        if confidential.is_dir():
+            shutil.move(log, confidential / SPARK_LOG)
+            os.chmod(confidential / SPARK_LOG, 0o600)
+        else:
+            log.unlink(missing_ok=True)
+    except OSError:
+        log.unlink(missing_ok=True)

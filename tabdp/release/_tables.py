@@ -1,0 +1,408 @@
+"""Releasing a spec's tables on an engine (Polars or Spark) and writing the outputs.
+
+The key sets and accessor arguments of every table are decided from the spec; the engine
+dispatch (`_run_with_data`, `_run_on_spark`, `_release_and_write`, `_released_tables`) is kept
+in one place so that one pipeline call can replace it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from tabdp.frame._output import long_to_wide
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms import Mechanism
+from tabdp.planning import published_usability
+from tabdp.privacy.ledger import PER_RECORD_PARQUET
+from tabdp.privacy.session import Session
+from tabdp.release._input import (
+    NATIONAL,
+    ROW_ID,
+    ROW_LABEL,
+    _add_derived,
+    _author_key_casts,
+    _derived_needs,
+    _input_rules,
+    _measures_used,
+    _refuse_mapping_collisions,
+    _rows_kept_one_to_one,
+    _rules_outcome,
+    scan_input,
+)
+from tabdp.release._outputs import (
+    ReleaseResult,
+    _confidential,
+    _coverage,
+    _manifest,
+    _sorted_cells,
+    _summary_table,
+    _worst_cells,
+    check_left_out,
+    left_out_by_table,
+    publishable_in_words,
+    summary_grid,
+)
+from tabdp.release._plan import (
+    _file_name,
+    _measure_mechanism,
+    _planned_grid,
+    _released_measures,
+    _table_mechanism,
+    _transformation,
+)
+from tabdp.release._staging import NOT_FOR_PUBLICATION, _json, _set_tree, _Staging
+from tabdp.release.curator_config import SCHEMA_DTYPES
+from tabdp.release.publish import publish
+from tabdp.release.rollup import rollup
+from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys
+
+Progress = Callable[[int, int, str], None]
+
+
+def _no_progress(i: int, n: int, what: str) -> None:
+    return None
+
+
+def _domain_keys(spec: ReleaseSpec, cols: Sequence[str]) -> KeySet:
+    if not cols:
+        return KeySet.from_dict({NATIONAL: ["all"]})
+    return KeySet.from_dict({c: spec.domains[c] for c in cols})
+
+
+def _table_keys(spec: ReleaseSpec, t: TableSpec) -> KeySet:
+    if t.keys_file is not None:
+        return KeySet.from_frame(read_keys(t.keys_file, t.by, spec.domains))
+    return _domain_keys(spec, t.by)
+
+
+def _rollup_keys(spec: ReleaseSpec, t: TableSpec, r: RollupSpec, table_keys: KeySet
+                 ) -> pl.DataFrame | None:
+    """Target keys of a rollup.
+
+    The cross product of the domains, or (allowed-combination tables) the image of the table's
+    keys.
+    """
+    if not r.by:
+        return None
+    if t.keys_file is None and all(c in spec.domains for c in r.by):
+        return _domain_keys(spec, r.by).to_polars()
+    img = table_keys.to_polars()
+    for col, (h, fine) in r.maps.items():
+        m = spec.hierarchies[h].mapping.select(fine, col).unique()
+        m = m.with_columns(pl.col(fine).cast(img.schema[fine], strict=False))
+        img = img.join(m, on=fine, how="left", maintain_order="left")
+    return img.select(list(r.by)).unique(maintain_order=True).sort(list(r.by))
+
+
+def _request(t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet, name: str,
+             level: float, spec: ReleaseSpec) -> dict[str, Any]:
+    """The accessor arguments of one table; with a unit, the plan's public bounds enforced.
+
+    The bounds: ``input.max_cells`` cells per unit; ``plan.count_rows`` rows per unit in a
+    count cell.
+    """
+    multi = spec.input.unit is not None
+    req: dict[str, Any] = dict(
+        kind=t.kind, by=list(by) if by else [NATIONAL], keys=keys, mechanism=mech, level=level,
+        name=name, grid=_planned_grid(t, mech), max_cells=spec.input.max_cells if multi else None)
+    if t.kind == "sum":
+        # input.negatives was applied by the input rules (_input_rules): what is left is
+        # allowed (a mechanism needing non-negative contributions still refuses negative ones)
+        req |= dict(measures=list(t.measures), nulls=t.nulls, negatives="allow")
+    else:
+        req["max_rows"] = spec.plan.count_rows if multi else None
+    return req
+
+
+def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]],
+                     spark: bool) -> list[pl.DataFrame]:
+    """Every table of the release, planned before any is executed.
+
+    Polars: all tables are planned (every argument and schema check) before the input is read,
+    then executed in order, one pass over the input each. Spark: one after the other. Public
+    tables take the key set's dtypes (the spec's domains), never the input's: the accessor
+    returns keys in the data's dtypes (an Enum whose categories may come from the data), which
+    a public file must not reflect.
+    """
+    if spark:
+        from tabdp.frame.accessor import DPAccessor
+        from tabdp.release._spark_run import to_polars
+
+        dp = DPAccessor(lf)  # what ``lf.dp`` gives, spelled so that type checkers see it
+        outs = []
+        for req in requests:
+            args = {k: v for k, v in req.items() if k not in ("kind", "measures")}
+            out = (dp.sum(req["measures"], session=session, **args) if req["kind"] == "sum"
+                   else dp.count(session=session, **args))
+            outs.append(to_polars(out))  # the table (at most the key set)
+    else:
+        from tabdp.frame._release import execute_planned, planned_releases
+
+        outs = execute_planned(planned_releases(lf, session, requests))
+    tables = []
+    for req, out in zip(requests, outs, strict=True):
+        key_schema = req["keys"].to_polars().schema
+        tables.append(out.with_columns(
+            pl.col(c).cast(key_schema[c]) for c in req["by"]
+            if c in out.columns and c in key_schema and out.schema[c] != key_schema[c]))
+    return tables
+
+
+def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
+    return df.drop(NATIONAL) if NATIONAL in df.columns else df
+
+
+def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
+                   overwrite: bool, report: Progress, caught: list[Any],
+                   spark: Any = None) -> ReleaseResult:
+    if spark is not None:
+        return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark)
+    lf, input_schema = scan_input(spec)
+    if spec.input.unit is None:
+        # Records, not positions: each row gets its id before any join, filter or sort, and
+        # the session follows that id.
+        lf = lf.with_row_index(ROW_ID)
+    lf, negatives = _input_rules(spec, lf)
+    if spec.input.mode == "author":
+        lf = _author_key_casts(spec, lf)
+    _refuse_mapping_collisions(spec, input_schema, lf)  # (checked before the run too)
+    lf = _add_derived(spec, lf, input_schema)
+    return _release_and_write(spec, summary, started, epoch, overwrite, report, caught, lf,
+                              input_schema, negatives)
+
+
+def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
+                  overwrite: bool, report: Progress, caught: list[Any], spark: Any
+                  ) -> ReleaseResult:
+    """The Spark engine: the same steps on a Spark DataFrame (docs/spark.md)."""
+    from tabdp.release import _spark_run as sr
+
+    inp = spec.input
+    sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
+                                      {c: d.dtype for c, d in spec.domains.items()})
+    if inp.mode == "author" and inp.schema:  # the declared types, never the files'
+        sdf = sr.declared_casts(sdf, {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()})
+        input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
+    persisted = []
+    try:
+        if inp.unit is None:
+            # Records, not positions: rows are numbered as Spark reads them, before any rule,
+            # join or filter, and the session follows that id.
+            sdf, base = sr.number_rows(sdf, ROW_ID)
+            persisted.append(base)
+        sdf, row, measures = sr.input_rules(
+            sdf, unit=inp.unit, unit_nulls=inp.unit_nulls, nonfinite=inp.nonfinite,
+            negatives=inp.negatives, bounds=dict(inp.bounds), measures=_measures_used(spec))
+        negatives, _ = _rules_outcome(spec, row, measures,
+                                      [m for m in inp.bounds if m in measures])
+        if inp.mode == "author":
+            sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
+                                      dict(spec.domains))
+        # (Polars' conversion rules: Spark's own casts may merge other codes too, e.g. text
+        # with spaces; see docs/spark.md)
+        _refuse_mapping_collisions(spec, input_schema, dtypes=sr.schema_of(sdf))
+        need, national = _derived_needs(spec, input_schema)
+        sdf = sr.add_derived(
+            spark, sdf, {col: spec.hierarchies[h].mapping.select(fine, col)
+                         .unique(maintain_order=True) for col, (h, fine) in need.items()},
+            NATIONAL if national else None)
+        return _release_and_write(spec, summary, started, epoch, overwrite, report, caught,
+                                  sdf, input_schema, negatives,
+                                  spark=(spark, row.get("rows") if inp.unit is None else None))
+    finally:
+        for p in persisted:
+            p.unpersist()
+
+
+def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
+                       overwrite: bool, report: Progress, caught: list[Any], lf: Any,
+                       input_schema: Mapping[str, str], negatives: dict[str, Any],
+                       spark: tuple[Any, int | None] | None = None) -> ReleaseResult:
+    """Release every table of ``lf`` (a Polars LazyFrame or a Spark DataFrame) and write."""
+    from tabdp._version import __version__
+    from tabdp.report.html import render_confidential_html, render_summary_html
+
+    # Row mode streams (no per-row state: the ledger is recomputed from the input) when the
+    # hierarchy joins keep one row per record; decided from the spec and public mappings only.
+    one_to_one = spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema, lf)
+    streaming = spark is None and one_to_one
+    session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
+                      _rows_one_cell=one_to_one,
+                      seed=spec.seed, streaming=streaming,
+                      budget=None if spec.budget is None else spec.budget.rho,
+                      track_cells=True,
+                      # the engine's phases inside a step (the same for every dataset)
+                      progress=lambda name, what: report(step, steps, f"{name}: {what}"))
+    if spark is not None:
+        from tabdp.frame._spark import SparkReplayLedger, SparkUnitLedger
+
+        # Row ids kept one to one by the hierarchy joins: the releases' definitions, replayed
+        # in Spark (no per-row state; the report lists the rows the releases read, as a
+        # streaming Polars run). Otherwise the ledger is a Spark table (per unit, or per row
+        # id, listing every row read).
+        if spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema):
+            session.use_engine("spark", SparkReplayLedger(spark[0]))
+        else:
+            session.use_engine("spark", SparkUnitLedger(
+                spark[0], row_mode=spec.input.unit is None, rows=spark[1]))
+    level = spec.release.level
+    # Plan: every table's public definition (key sets, mechanisms, rollup targets) first.
+    plans: list[tuple[TableSpec, Mechanism, dict[str, Any]]] = []
+    requests: list[dict[str, Any]] = []
+    for t in spec.tables:
+        mech = _table_mechanism(t)
+        keys = _table_keys(spec, t)
+        targets = {r.label: _rollup_keys(spec, t, r, keys) for r in t.rollups}
+        plans.append((t, mech, targets))
+        requests.append(_request(t, mech, t.by, keys, t.name, level, spec))
+        for r in t.rollups:
+            if r.direct:
+                target_keys = targets[r.label]
+                dkeys = _domain_keys(spec, r.by) if target_keys is None else \
+                    KeySet.from_frame(target_keys)
+                requests.append(_request(t, mech, r.by, dkeys, f"{t.name}__{r.label}", level,
+                                         spec))
+    steps = 1 + sum(len(t.rollups) for t in spec.tables) + 1
+    step = 1
+    cells = sum(len(req["keys"]) for req in requests)
+    report(step, steps, f"releasing {len(requests)} tables ({cells:,} cells)")
+    released = iter(_released_tables(lf, session, requests, spark is not None))
+    public: dict[str, pl.DataFrame] = {}
+    table_keys: dict[str, list[str]] = {}
+    for t, mech, targets in plans:
+        measures = _released_measures(t)
+        wide = _strip_national(next(released))
+        # Rollup sums of grid multiples are rounded back to the grid (additive mechanisms only:
+        # a transformation mechanism's grid is in transformed space).
+        grid = {} if _transformation(mech) else summary_grid(summary, t.name)
+        table_keys[_file_name(t)] = list(t.by)
+        public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
+                                        rules=t.publication, grid=grid)
+        mechs = {m: _measure_mechanism(mech, m) for m in measures}
+        for r in t.rollups:
+            step += 1
+            report(step, steps, f"rolling {t.name} up to {r.label}")
+            target_keys = targets[r.label]
+            maps = {col: spec.hierarchies[h].mapping.select(fine, col).unique()
+                    for col, (h, fine) in r.maps.items()}
+            with warnings.catch_warnings(record=True) as rollup_caught:
+                warnings.simplefilter("always", RuntimeWarning)
+                rolled, _methods = rollup(wide, by=list(t.by), measures=measures,
+                                          target_by=list(r.by), maps=maps, mechanisms=mechs,
+                                          level=level, target_keys=target_keys)
+            if any(issubclass(w.category, RuntimeWarning) for w in rollup_caught):
+                # The numerical law had to coarsen its grid for this level's cell counts
+                # (public: they follow from the key sets): say so next to the method.
+                entry = next(e for e in _summary_table(summary, t.name)["rollups"]
+                             if e["label"] == r.label)
+                entry["moe_method"] = {
+                    m: (v + " — at this level the FFT grid had to be coarsened, so the stated "
+                        "accuracy is not guaranteed" if v.startswith("numerical") else v)
+                    for m, v in entry["moe_method"].items()}
+            rolled = rolled.drop("cells") if "cells" in rolled.columns else rolled
+            table_keys[_file_name(t, r)] = list(r.by)
+            public[_file_name(t, r)] = publish(rolled, keys=list(r.by), measures=measures,
+                                               rules=t.publication, grid=grid)
+            if r.direct:
+                direct = _strip_national(next(released))
+                table_keys[_file_name(t, r, direct=True)] = list(r.by)
+                public[_file_name(t, r, direct=True)] = publish(
+                    direct, keys=list(r.by), measures=measures, rules=t.publication, grid=grid)
+
+    step += 1
+    report(step, steps, "writing outputs")
+    rep = session.report(delta=spec.release.delta)
+    per_record: Any = None
+    per_record_view: Any = None
+    if not streaming:
+        per_record = rep.per_record
+        if spec.input.unit is None and ROW_ID in per_record.columns:
+            per_record = (per_record.rename({ROW_ID: ROW_LABEL}) if spark is None else
+                          per_record.withColumnRenamed(ROW_ID, ROW_LABEL))
+        # Reproducible confidential files: units in id order (the engine's order of first
+        # sight depends on its parallel group-bys), so two identically seeded runs write the
+        # same bytes. (Spark: sorted by Spark as it writes the file; the driver gets a bounded
+        # view. A streaming report comes in row-id order: the input's.)
+        if spark is None and per_record.width and per_record.height:
+            per_record = per_record.sort(per_record.columns[0], nulls_last=True)
+        if spark is not None:
+            from tabdp.release._spark_run import report_view
+
+            per_record_view = report_view(per_record)
+        else:
+            per_record_view = per_record
+    seeded = spec.seed is not None
+    files = [*public, "manifest.json", "summary.json", "summary.html",
+             *([NOT_FOR_PUBLICATION] if seeded else [])]
+    summary["kind"] = "release"
+    summary["files"] = files
+    # post-processing of the published flags only (public)
+    usable = {name.removesuffix(".parquet"): published_usability(df)
+              for name, df in public.items()}
+    summary["published_usability"] = usable
+    summary["publishable_in_words"] = publishable_in_words(usable)
+    if spec.output.form == "wide":  # the same columns, one row per cell
+        public = {name: long_to_wide(df, table_keys[name]) for name, df in public.items()}
+    manifest = _manifest(spec, summary, started, __version__)
+    coverage, coverage_counts = _coverage(session)
+    left_out = left_out_by_table(session)
+    check_left_out(spec, left_out)  # before anything is written
+    worst = _worst_cells(session)
+    with _Staging([spec.output.public, spec.output.confidential], overwrite,
+                  private=[False, True]) as (pub, conf):
+        for name, df in public.items():
+            report(step, steps, f"writing outputs: public/{name}")
+            df.write_parquet(pub / name, statistics=False)
+        (pub / "manifest.json").write_text(_json(manifest), encoding="utf-8")
+        (pub / "summary.json").write_text(_json(summary), encoding="utf-8")
+        (pub / "summary.html").write_text(render_summary_html(summary), encoding="utf-8")
+        if seeded:
+            (pub / NOT_FOR_PUBLICATION).write_text(
+                "NOT FOR PUBLICATION\n\nThis folder comes from a seeded test run (tabdp run "
+                "--test-seed): its noise can be reproduced by anyone who learns the seed, so "
+                "its tables protect no one. Do not publish any file of this folder.\n",
+                encoding="utf-8")
+        report(step, steps, "writing outputs: confidential/per_record_losses.parquet")
+        if streaming:  # written by the engine, batch by batch, never held in memory
+            rep.write_per_record(conf / "per_record_losses.parquet",
+                                 rename={ROW_ID: ROW_LABEL})
+            per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
+        elif spark is None:
+            per_record.write_parquet(conf / "per_record_losses.parquet", **PER_RECORD_PARQUET)
+        else:  # by Spark's writer, from the Spark ledger, into the staging folder
+            from tabdp.release._spark_run import write_single_parquet
+
+            write_single_parquet(per_record, conf / "per_record_losses.parquet",
+                                 sort_by=per_record.columns[0])
+        # after the per-record file: a streaming session computes its loss statistics from it
+        confidential = _confidential(spec, session, negatives, input_schema, caught)
+        confidential["coverage"] = {"warnings": coverage, "counts": coverage_counts}
+        worst.write_parquet(conf / "worst_cells.parquet")
+        (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
+        (conf / "confidential_report.html").write_text(render_confidential_html({
+            "release": summary["release"],
+            "unit": spec.input.unit or ROW_LABEL,
+            "seed": spec.seed,
+            "budget": summary["budget"],
+            "per_record": per_record_view,
+            # the public curve as planned (count cells at plan.count_rows rows)
+            "total_policy_curve": summary["total_policy_curve"],
+            "worst_cells": {r.name: _sorted_cells(_strip_national(
+                r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
+            "counts": confidential["releases"],
+            "left_out": left_out,
+            "max_left_out": None if spec.budget is None else spec.budget.max_left_out,
+            "top_n": 20,
+        }), encoding="utf-8")
+        # Hygiene: every public file carries the manifest's one timestamp (no processing
+        # time leaks through mtimes); confidential files are the owner's only.
+        _set_tree(pub, epoch, None, None)
+        _set_tree(conf, None, 0o700, 0o600)
+    curator = spec.input.mode == "curator"
+    return ReleaseResult(spec.output.public, spec.output.confidential, files,
+                         {k.removesuffix(".parquet"): v for k, v in public.items()},
+                         coverage if curator else [], left_out if curator else {})

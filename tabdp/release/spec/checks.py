@@ -1,0 +1,320 @@
+"""Cross-field checks of a parsed spec: names, grids, budgets, rounding, input rules, paths."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tabdp import mechanisms
+from tabdp.release.spec.model import (
+    BudgetSpec,
+    Hierarchy,
+    InputSpec,
+    OutputSpec,
+    PlanSpec,
+    Publication,
+    TableSpec,
+)
+from tabdp.release.spec.schema import (
+    RESERVED_COLUMNS,
+    ROUND_MOE_SHARE,
+    _fail,
+    _join,
+    _maybe,
+    _names,
+    _show,
+)
+
+
+def _output_step(mech: Any, grid: Any) -> float | None:
+    """The step of a measure's published estimates, where the mechanism fixes one."""
+    if isinstance(mech, mechanisms.TransformationMechanism):
+        return None  # its grid is in transformed space
+    g = grid if grid is not None else mech.default_grid()
+    if isinstance(g, (int, float)) and not isinstance(g, bool) and g > 0:
+        return float(g)
+    if isinstance(mech, (mechanisms.DiscreteGaussian, mechanisms.DiscreteLaplace)):
+        return 1.0  # exact integers
+    return None
+
+
+def _round_is_noop(unit: float, step: float | None) -> bool:
+    """Whether rounding to ``unit`` leaves estimates on a grid of ``step`` unchanged."""
+    if step is None:
+        return False
+    q = step / unit
+    return q >= 1.0 - 1e-9 and abs(q - round(q)) <= 1e-9 * q
+
+
+def global_round_problem(t: TableSpec, unit: float, plan: PlanSpec, level: float
+                         ) -> tuple[str, float, float, float] | None:
+    """Whether a global rounding ``unit`` is too coarse for table ``t`` (public quantities only).
+
+    The rule (`ROUND_MOE_SHARE`): the unit must be at most 0.1 x the table's planned
+    margin of error at its typical cell total (``calibrate.typical_total`` for a calibrated
+    table, else the middle value of ``[plan].cell_totals``, or ``count_totals`` for a count),
+    unless rounding to it changes no estimate (a unit dividing the estimates' own grid step,
+    such as 1 for exact-integer counts).
+
+    Args:
+        t: A parsed table.
+        unit: The global rounding unit.
+        plan: The spec's ``[plan]``.
+        level: The release's confidence level.
+
+    Returns:
+        ``None`` if the unit applies; else ``(measure, typical total, moe, largest unit)``
+        for the first measure where it is too coarse.
+
+    Example:
+        >>> t = TableSpec(name="n", kind="count", measures=(), by=(),
+        ...               mechanism=mechanisms.DiscreteGaussian(sigma=2.0))
+        >>> global_round_problem(t, 1000.0, PlanSpec(), 0.9)
+        ('count', 1000.0, 3.0, 0.30000000000000004)
+        >>> global_round_problem(t, 1.0, PlanSpec(), 0.9) is None
+        True
+    """
+    from tabdp.frame import count_mechanism
+
+    totals = plan.count_totals if t.kind == "count" else plan.cell_totals
+    typical = (float(t.calibration["typical_total"]) if t.calibration is not None
+               else sorted(totals)[len(totals) // 2])
+    for m in (t.measures if t.kind == "sum" else ("count",)):
+        grid = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if t.kind == "count":
+            mech = count_mechanism(t.mechanism, t.grid)
+        elif getattr(t.mechanism, "joint", False):
+            mech = t.mechanism.measure_mechanism(m)
+        else:
+            mech = t.mechanism
+        if _round_is_noop(unit, _output_step(mech, grid)):
+            continue
+        moe = float(mech.moe_at(typical, level))
+        if math.isfinite(moe) and unit > ROUND_MOE_SHARE * moe:
+            return m, typical, moe, ROUND_MOE_SHARE * moe
+    return None
+
+
+def _check_global_round(tables: Sequence[TableSpec], raw_tables: Sequence[Any],
+                        publication: Publication, plan: PlanSpec, level: float) -> None:
+    """Refuse a global ``[publication] round`` that is too coarse for a table using it."""
+    unit = publication.round
+    if unit is None or isinstance(unit, Mapping):
+        return
+    for i, (t, raw) in enumerate(zip(tables, raw_tables, strict=True)):
+        own = raw.get("publication") if isinstance(raw, Mapping) else None
+        if isinstance(own, Mapping) and "round" in own:
+            continue  # the table sets its own rounding
+        problem = global_round_problem(t, float(unit), plan, level)
+        if problem is None:
+            continue
+        m, typical, moe, largest = problem
+        what = "a count" if t.kind == "count" else f"measure {m!r}"
+        where = ("calibrate.typical_total" if t.calibration is not None else
+                 "the middle of [plan]." + ("count_totals" if t.kind == "count"
+                                            else "cell_totals"))
+        _fail("publication.round",
+              f"the global rounding unit {unit:g} also applies to tables[{i}] ({t.name!r}, "
+              f"{what}), where it is more than {ROUND_MOE_SHARE:g} x the planned margin of "
+              f"error: moe {moe:.4g} at a typical cell total of {typical:g} ({where}). The "
+              f"rounding would swamp the noise: estimates below {unit / 2:g} would be "
+              f"published as 0, beside an sd and moe that do not include the rounding error.",
+              f"set the rounding per table: tables[{i}].publication = {{ round = false }} (no "
+              f"rounding) or a unit of at most {largest:.3g}; a global round applies only to "
+              f"tables where it is at most {ROUND_MOE_SHARE:g} x that moe (or changes no "
+              "estimate, such as 1 for counts).")
+
+
+# -- entry points -------------------------------------------------------------------------------
+def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> None:
+    """Refuse measure names that would mix currencies under a curve budget.
+
+    Under a curve budget each summed measure is a currency of its own and counts are ``rows``:
+    a measure named ``rows`` or holding ``+`` (a joint currency) would mix them.
+    """
+    if budget is None or not isinstance(budget.rho, Mapping):
+        return
+    for i, t in enumerate(tables):
+        for m in t.measures if t.kind == "sum" else ():
+            if m == "rows" or "+" in m:
+                _fail(f"tables[{i}].measures", f"measure {m!r} would share a budget currency "
+                      "with counts ('rows') or with a joint mechanism ('a+b'), mixing units of "
+                      "measurement under the curve budget.",
+                      "rename the column (e.g. with a derived measure) or use a constant "
+                      "budget.")
+
+
+def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpec | None
+                  ) -> None:
+    """Cross-field checks that need a parsed table: names, grids, budgets, output files."""
+    files: dict[str, str] = {}
+    for i, t in enumerate(tables):
+        tp = f"tables[{i}]"
+        for j, col in enumerate(t.by):
+            if col in RESERVED_COLUMNS:
+                _fail(f"{tp}.by[{j}]", f"key column {col!r} has the name of a column of the "
+                                       f"public tables ({_names(RESERVED_COLUMNS[:9])}).",
+                      "rename the column in the data and the spec (e.g. 'measure_code').")
+        for j, r in enumerate(t.rollups):
+            for k, col in enumerate(r.by):
+                if col in RESERVED_COLUMNS:
+                    _fail(f"{tp}.rollups[{j}].by[{k}]",
+                          f"key column {col!r} has the name of a column of the public tables.",
+                          "rename the column in the hierarchy (and the spec).")
+        outputs = {f"{m}{suffix}" for m in t.measures
+                   for suffix in ("_sd", "_moe", "_lower", "_upper")}
+        for j, m in enumerate(t.measures):
+            if m in outputs:
+                _fail(f"{tp}.measures[{j}]", f"measure {m!r} has the name of another "
+                                             "measure's uncertainty column (<measure>_sd, "
+                                             "<measure>_moe, <measure>_lower, <measure>_upper).",
+                      "rename the column in the data and the spec.")
+        if inp.unit is not None and (inp.unit in t.by or inp.unit in t.measures):
+            _fail(f"{tp}", f"the unit column {inp.unit!r} (input.unit) is also a key or "
+                           "measure of this table.",
+                  "group by and sum other columns; the unit column only identifies units.")
+        mech = t.mechanism
+        if isinstance(mech, (mechanisms.DiscreteGaussian, mechanisms.DiscreteLaplace)):
+            steps = (t.grid.values() if isinstance(t.grid, Mapping)
+                     else [] if t.grid is None else [t.grid])
+            for g in steps:
+                if not float(g).is_integer():
+                    _fail(f"{tp}.grid", f"{_show(g)} is not a whole number, but "
+                                        f"{type(mech).__name__} releases exact integers.",
+                          "use a whole-number grid (e.g. 10), or leave grid out.")
+        if budget is not None and mech is not None and mech.dp_delta is not None:
+            _fail(f"{tp}.mechanism", f"{type(mech).__name__} is accounted in approximate DP "
+                                     "only (its per-record ρ is infinite), so a [budget] on ρ "
+                                     "cannot bound it.",
+                  "remove [budget], or use a mechanism with a zCDP guarantee (gaussian, "
+                  "laplace, log, root, subbotin with r = 1 or 2, ...).")
+        names = [f"{t.name}.parquet"]
+        for r in t.rollups:
+            names.append(f"{t.name}__{r.label}.parquet")
+            if r.direct:
+                names.append(f"{t.name}__{r.label}_direct.parquet")
+        for j, name in enumerate(names):
+            if name in files:
+                _fail(f"{tp}.rollups", f"two outputs would both be written to {name!r} "
+                                       f"({files[name]} and this table's output #{j}).",
+                      "rollup file names join the rollup columns with '_': choose rollups "
+                      "whose names differ.")
+            files[name] = tp
+
+
+def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
+    """Bounds name summed measures; author mode declares every data-quality rule."""
+    summed = [m for t in tables if t.kind == "sum" for m in t.measures]
+    row_id = RESERVED_COLUMNS[-1]
+    if inp.unit == row_id or row_id in summed:
+        _fail("input.unit" if inp.unit == row_id else "tables",
+              f"{row_id!r} is the name of the row id tabdp assigns when each row is a unit.",
+              "rename the column in the data and the spec.")
+    for m in inp.bounds:
+        if m not in summed:
+            _fail(_join("input.bounds", m), f"{m!r} is not a measure of any sum table (measures: "
+                                           f"{_names(sorted(set(summed)))}).{_maybe(m, summed)}",
+                  "give bounds only for summed measures.")
+    if inp.nonfinite == "clamp":
+        unbounded = [m for m in dict.fromkeys(summed) if m not in inp.bounds]
+        if unbounded:
+            _fail("input.bounds", f"has no bounds for measure(s) {_names(unbounded)}, but "
+                                  "input.nonfinite = 'clamp' replaces +inf / -inf by the bounds.",
+                  "add bounds for every summed measure, or use nonfinite = \"drop\" or "
+                  "\"zero\".")
+    if inp.mode != "author":
+        return
+    if inp.unit is not None and inp.unit_nulls == "error":
+        _fail("input.unit_nulls", "is 'error' (the default), but in author mode (input.mode = "
+                                  "\"author\") every data-quality rule is declared up front, so "
+                                  "that no value in the data can stop the run.",
+              'set input.unit_nulls = "drop".')
+    if not summed:
+        return  # a release of counts only reads no measure values
+    why = ("in author mode (input.mode = \"author\") every data-quality rule is declared up "
+           "front, so that no value in the data can stop the run")
+    if inp.nulls == "error":
+        _fail("input.nulls", f"is 'error' (the default), but {why}.",
+              'set input.nulls = "zero" or "drop".')
+    for i, t in enumerate(tables):
+        if t.kind == "sum" and t.nulls == "error":
+            _fail(f"tables[{i}].nulls", f"is 'error', but {why}.",
+                  'set nulls = "zero" or "drop" (or remove it to use input.nulls).')
+    if inp.negatives == "error":
+        _fail("input.negatives", f"is 'error' (the default), but {why}.",
+              'set input.negatives = "zero", "drop" or "allow" (signed measures, additive '
+              "mechanisms only).")
+    if inp.nonfinite == "error":
+        _fail("input.nonfinite", f"is 'error' (the default), but {why}.",
+              'set input.nonfinite = "drop", "zero" or "clamp".')
+    missing = [m for m in dict.fromkeys(summed) if m not in inp.bounds]
+    if missing:
+        _fail("input.bounds", f"has no public bounds for measure(s) {_names(missing)}, but {why} "
+                              "(a huge value must not be able to stop the release).",
+              "add input.bounds = { " + ", ".join(f"{m} = [0, 1e10]" for m in missing)
+              + " } with bounds known without looking at the data.")
+    for i, t in enumerate(tables):
+        if t.kind == "sum" and getattr(t.mechanism, "requires_nonnegative", False):
+            signed = [m for m in t.measures if inp.bounds[m][0] < 0]
+            if inp.negatives == "allow" and signed:
+                _fail("input.negatives", f"is 'allow' and measure(s) {_names(signed)} may be "
+                                         f"negative (input.bounds), but tables[{i}] uses "
+                                         f"{type(t.mechanism).__name__}, which needs non-negative "
+                                         f"contributions; {why}.",
+                      'set input.negatives = "zero" or "drop", or lower bounds >= 0.')
+
+
+def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, Hierarchy],
+                 raw_domains: Mapping[str, Any], domains: Mapping[str, pl.Series],
+                 tables: Sequence[TableSpec], base: Path, spec_path: Path | None) -> None:
+    """Output folders must not hold or sit inside anything the release reads."""
+    read: list[tuple[str, Path]] = []
+    src = str(inp.path)
+    if inp.path is None:  # input.table: a catalog table, no path of ours
+        pass
+    elif "*" in src:
+        prefix = src.split("*", 1)[0]
+        read.append(("input.path", Path(prefix if prefix.endswith("/") else
+                                        os.path.dirname(prefix))))
+    else:
+        read.append(("input.path", inp.path))
+    read += [(f"hierarchies.{n}.file", h.file) for n, h in hierarchies.items()]
+    for n, v in raw_domains.items():
+        if isinstance(v, Mapping) and "file" in v:
+            read.append((f"domains.{n}.file", Path(os.path.abspath(base / str(v["file"])))))
+    read += [(f"tables[{i}].keys.file", t.keys_file) for i, t in enumerate(tables)
+             if t.keys_file is not None]
+    if spec_path is not None:
+        read.append(("the spec file", Path(spec_path)))
+    for key in ("public", "confidential", "plan"):
+        out = Path(getattr(output, key))
+        for what, p in read:
+            p = Path(os.path.abspath(p))
+            if p == out or out in p.parents or (what == "input.path" and p in out.parents):
+                _fail(f"output.{key}", f"the {key} folder {str(out)!r} overlaps {what} "
+                                       f"({str(p)!r}): writing the release (or replacing it "
+                                       "with --overwrite) would change what the release reads.",
+                      "write the outputs to a folder of their own, outside the input.")
+
+
+def _check_declared_columns(tables: Sequence[TableSpec], inp: InputSpec) -> None:
+    """Author mode with a declared schema: the spec names only declared columns (text only)."""
+    if not inp.schema:
+        return
+    known = list(inp.schema)
+    named: list[tuple[str, str]] = []
+    if inp.unit is not None:
+        named.append(("input.unit", inp.unit))
+    for i, t in enumerate(tables):
+        named += [(f"tables[{i}].by", c) for c in t.by]
+        named += [(f"tables[{i}].measures", m) for m in t.measures]
+    for where, col in named:
+        if col not in inp.schema:
+            _fail(where, f"column {col!r} is not in the declared schema of dataset "
+                         f"{inp.dataset!r} (its columns: {_names(known)}).{_maybe(col, known)}",
+                  "use a declared column, or ask the curator to declare it.")

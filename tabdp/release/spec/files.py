@@ -1,0 +1,174 @@
+"""The public files a spec names, and how they are found and read.
+
+Paths are resolved against the spec's folder; in author mode, plain names are looked up in the
+curator's public folders. Metadata files (domains, hierarchies, allowed keys) are read here.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tabdp.release.curator_config import CuratorConfig
+from tabdp.release.spec.schema import _FRAME_SUFFIXES, _fail, _maybe, _names, _string
+
+# -- files --------------------------------------------------------------------------------------
+#: Author mode: the curator's configuration, and the declared name of every public file found
+#: (messages show the name, never the server path). Set by :func:`parse_spec` for one parse.
+_AUTHOR: contextvars.ContextVar[tuple[CuratorConfig, dict[Path, str]] | None] = \
+    contextvars.ContextVar("_AUTHOR", default=None)
+_PLAIN_NAME_BAD = set("/\\*?[]{}\x00")
+
+
+def _shown(file: Path) -> str:
+    """How a message shows a metadata file: its declared name in author mode, else its path."""
+    ctx = _AUTHOR.get()
+    if ctx is not None:
+        return ctx[1].get(file, "<a file of the curator's public folders>")
+    return str(file)
+
+
+def _resolve(base: Path, text: str) -> Path:
+    p = Path(text).expanduser()
+    if not p.is_absolute():
+        p = base / p
+    return Path(os.path.normpath(p))
+
+
+def _plain_name(text: str, path: str, what: str) -> None:
+    """Author mode: a metadata file is named by its plain file name (decided from the text)."""
+    bad = (not text or text in (".", "..") or text.startswith("~") or ".." in text
+           or any(ch in _PLAIN_NAME_BAD for ch in text) or re.match(r"^[A-Za-z]:", text)
+           or any(ord(ch) < 32 for ch in text))
+    if bad:
+        _fail(path, f"in author mode (input.mode = \"author\") a {what} file is named by its "
+                    f"plain file name, looked up in the curator's public folders; got "
+                    f"{text!r}, which is a path, a pattern or not a plain name (no '/', '\\', "
+                    "'..', leading '~', drive letter, control character or glob character "
+                    "* ? [ ] { }).",
+              'write the file name only, e.g. file = "naics2.csv"; ask the curator to put '
+              "the file in a public folder of the curator configuration.")
+
+
+def _public_file(text: str, path: str, what: str, config: CuratorConfig) -> Path:
+    """Author mode: the public metadata file ``text`` (a plain name) in the public folders.
+
+    A file found in a public folder whose real location (symbolic links resolved) is outside
+    that folder or inside a dataset root is refused, with the same message as a missing file:
+    neither quotes a server path. So is a file with more than one hard link (``st_nlink >
+    1``): a hard link has no real location to resolve, and its other name may be a dataset
+    file (a confidential Parquet file linked into a public folder would otherwise be read as
+    a key list).
+    """
+    _plain_name(text, path, what)
+    roots = config.dataset_roots()
+    for folder in config.public_folders:
+        candidate = folder / text
+        real = Path(os.path.realpath(candidate))
+        top = Path(os.path.realpath(folder))
+        if top not in real.parents or any(real == r or r in real.parents for r in roots):
+            continue
+        try:
+            st = real.stat()
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return real
+    _fail(path, f"{what} file {text!r} is not in the curator's public folders (an author-mode "
+                "spec names public metadata files only: domains, key lists, hierarchies).",
+          "check the name, or ask the curator to publish the file in a public folder of the "
+          "curator configuration.")
+
+
+def _file_path(value: Any, path: str, base: Path, what: str) -> Path:
+    ctx = _AUTHOR.get()
+    if ctx is not None:
+        text = _string(value, path, what=f"the {what} file",
+                       hint=f'the plain name of a public {what} file, e.g. file = "codes.csv".')
+        file = _public_file(text, path, what, ctx[0])
+        ctx[1][file] = text
+        return file
+    text = _string(value, path, what=f"the {what} file",
+                   hint=f"give the path of a CSV or Parquet file ({what}), absolute or relative "
+                        "to the spec's folder.")
+    return _resolve(base, text)
+
+
+def _read_frame(file: Path, path: str, what: str, written: str) -> pl.DataFrame:
+    """Read a public metadata file (CSV as strings, or Parquet)."""
+    if not file.is_file():
+        _fail(path, f"{what} file not found: {written!r} (resolved to {_shown(file)!r}).",
+              "fix the path; relative paths are resolved against the folder of the spec file.")
+    suffix = file.suffix.lower()
+    if suffix not in _FRAME_SUFFIXES:
+        _fail(path, f"{what} file {_shown(file)!r} has suffix {suffix!r}; allowed: "
+                    f"{_names(_FRAME_SUFFIXES)}.",
+              "save it as CSV (read as text, so codes like '01' keep their zeros) or Parquet.")
+    try:
+        if suffix == ".csv":
+            return pl.read_csv(file, infer_schema=False)
+        return pl.read_parquet(file)
+    except (pl.exceptions.PolarsError, OSError, ValueError) as err:
+        detail = f": {err}" if _AUTHOR.get() is None else " (not a CSV file with a header " \
+            "row, nor a Parquet file)"
+        _fail(path, f"cannot read {what} file {_shown(file)!r}{detail}",
+              "fix the file (CSV with a header row, or Parquet).")
+
+
+def _frame_column(frame: pl.DataFrame, column: str, path: str, file: Path) -> pl.Series:
+    if column not in frame.columns:
+        _fail(path, f"column {column!r} is not in {_shown(file)!r}; its columns are "
+                    f"{_names(frame.columns)}.{_maybe(column, frame.columns)}",
+              "fix the column name or the file.")
+    return frame[column]
+
+
+def align_keys(frame: pl.DataFrame, domains: Mapping[str, pl.Series]) -> pl.DataFrame:
+    """Cast the columns of an allowed-keys frame to the types of their domains, if any.
+
+    Args:
+        frame: Keys read from a file (CSV columns are text).
+        domains: The spec's domains.
+
+    Returns:
+        The frame with each column that has a domain cast (strictly) to the domain's type.
+
+    Raises:
+        polars.exceptions.PolarsError: A value does not convert.
+
+    Example:
+        >>> align_keys(pl.DataFrame({"year": ["2024"]}), {"year": pl.Series([2024])}).dtypes
+        [Int64]
+    """
+    return frame.with_columns(pl.col(c).cast(domains[c].dtype, strict=True)
+                              for c in frame.columns if c in domains)
+
+
+def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -> pl.DataFrame:
+    r"""The allowed key combinations of a table, typed like the domains.
+
+    Args:
+        file: The keys file (validated by [`parse_spec`][tabdp.release.parse_spec]).
+        by: The table's key columns (output order).
+        domains: The spec's domains.
+
+    Returns:
+        The keys, columns in ``by`` order.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "k.csv"
+        >>> _ = f.write_text("year,code\n2024,01\n")
+        >>> read_keys(f, ["code", "year"], {"year": pl.Series([2024])}).row(0)
+        ('01', 2024)
+    """
+    frame = (pl.read_csv(file, infer_schema=False) if file.suffix.lower() == ".csv"
+             else pl.read_parquet(file))
+    return align_keys(frame, domains).select(list(by))

@@ -1,0 +1,408 @@
+"""Parsers of ``[[tables]]``: mechanisms, calibration, grids, rollups and allowed keys."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tabdp import mechanisms, registry
+from tabdp.calibrate import calibrate
+from tabdp.exceptions import SpecError, TabdpError
+from tabdp.release.spec.files import _file_path, _read_frame, _shown, align_keys
+from tabdp.release.spec.model import (
+    Hierarchy,
+    InputSpec,
+    Publication,
+    ReleaseInfo,
+    RollupSpec,
+    TableSpec,
+)
+from tabdp.release.spec.schema import (
+    _CALIBRATE_KEYS,
+    _KINDS,
+    _NULLS,
+    _OBJECTIVES,
+    _ROLLUP_KEYS,
+    _TABLE_KEYS,
+    _TABLE_NAME,
+    CALIBRATION_FAMILIES,
+    MECHANISM_FAMILIES,
+    SPEC_KEYS,
+    _bool,
+    _enum,
+    _fail,
+    _join,
+    _maybe,
+    _names,
+    _number,
+    _show,
+    _size_curve,
+    _str_list,
+    _string,
+    _table,
+    _tname,
+)
+from tabdp.release.spec.sections import _parse_publication
+
+
+# -- tables -------------------------------------------------------------------------------------
+def _mechanism_error_path(path: str, err: Exception, given: Sequence[str]) -> str:
+    match = re.match(r"^\w+: (\w+)", str(err))
+    if match and match.group(1) in given:
+        return _join(path, match.group(1))
+    return path
+
+
+_CALL = re.compile(r"\b([A-Z][A-Za-z0-9]*)\(((?:\s*\w+\s*=\s*[^,()]+,?)+)\)")
+_KWARG = re.compile(r"(?<![=<>!\w])(\w+)=(?!=)")
+
+
+def spec_keys_hint(text: str) -> str:
+    r"""Rewrite a Python-style hint as spec keys.
+
+    ``Cls(r=3.0, delta=1e-9)`` becomes ``{ family = "...", r = 3.0, delta = 1e-9 }``,
+    ``sigma=2.0`` becomes ``sigma = 2.0`` and "pass x" becomes "add x".
+
+    Only the ``Hint:`` line is rewritten; the rest of the message is kept as it is.
+
+    Args:
+        text: An error message.
+
+    Returns:
+        The message with its hint in spec terms.
+
+    Example:
+        >>> spec_keys_hint("bad.\nHint: pass delta, e.g. Subbotin(r=3.0, delta=1e-9).")
+        'bad.\nHint: add delta, e.g. { family = "subbotin", r = 3.0, delta = 1e-9 }.'
+        >>> spec_keys_hint("sigma must be > 0.\nHint: e.g. sigma=2.0")
+        'sigma must be > 0.\nHint: e.g. sigma = 2.0'
+    """
+    if "Hint:" not in text:
+        return text
+    head, hint = text.split("Hint:", 1)
+    families = {v: k for k, v in MECHANISM_FAMILIES.items()}
+
+    def call(m: re.Match[str]) -> str:
+        family = families.get(m.group(1))
+        if family is None:
+            return m.group(0)
+        args = ", ".join(a.strip().replace("=", " = ", 1) for a in m.group(2).split(","))
+        return f'{{ family = "{family}", {args} }}'
+
+    hint = _CALL.sub(call, hint)
+    hint = _KWARG.sub(r"\1 = ", hint)
+    hint = re.sub(r"\bpass (\w+)", r"add \1", hint)
+    return f"{head}Hint:{hint}"
+
+
+def _with_hint(err: Exception, hint: str) -> str:
+    text = str(err)
+    return spec_keys_hint(text) if "Hint" in text else f"{text}\nHint: {hint}"
+
+
+def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
+                     ) -> tuple[Any, dict[str, Any]]:
+    families = tuple(MECHANISM_FAMILIES)
+    if not isinstance(raw, Mapping):
+        _fail(path, f"must be a table with a family and its parameters; got {_show(raw)} "
+                    f"({_tname(raw)}).", 'e.g. mechanism = { family = "log", sigma = 0.3, '
+                                         'offset = 1000.0 }.')
+    if "family" not in raw:
+        _fail(path, f"missing required key 'family' in {path} (got {_show(dict(raw))}).",
+              f"add family = one of {', '.join(families)}.")
+    family = registry.canonical(raw["family"])
+    fp = _join(path, "family")
+    if family is None or family not in MECHANISM_FAMILIES:
+        family = raw["family"]
+        maybe = ""
+        if isinstance(family, str):
+            by_class = {v.lower(): k for k, v in MECHANISM_FAMILIES.items()}
+            alias = by_class.get(family.lower())
+            maybe = f" Did you mean {alias!r}?" if alias else _maybe(family, families)
+        _fail(fp, f"unknown mechanism family {_show(family)}.{maybe} Allowed: "
+                  f"{', '.join(families)}.", "use one of the allowed family names.")
+    cls = getattr(mechanisms, MECHANISM_FAMILIES[family])
+    params = [p for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    names = [p.name for p in params]
+    kwargs = {k: v for k, v in raw.items() if k != "family"}
+    for key, value in kwargs.items():
+        if key not in names:
+            _fail(_join(path, key), f"unknown parameter {key!r} (value {_show(value)}) for "
+                                    f"family {family!r} ({cls.__name__}).{_maybe(key, names)} "
+                                    f"Allowed: family, {', '.join(names)}.",
+                  f"fix the spelling or remove it; see help(tabdp.mechanisms.{cls.__name__}).")
+    missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
+    if missing:
+        _fail(path, f"family {family!r} ({cls.__name__}) needs parameter(s) {_names(missing)}; "
+                    f"got {_show(dict(raw))}.",
+              f"add {', '.join(f'{m} = ...' for m in missing)}; see "
+              f"help(tabdp.mechanisms.{cls.__name__}).")
+    if family == "vector_subbotin":
+        if kind != "sum":
+            _fail(fp, f"family 'vector_subbotin' releases the measures of a sum table jointly; "
+                      f"this table has kind {kind!r}.",
+                  "use it on a kind = \"sum\" table, or pick another family for the count.")
+        weights = kwargs.get("weights")
+        if isinstance(weights, Mapping):
+            for key in weights:
+                if key not in measures:
+                    _fail(_join(_join(path, "weights"), str(key)),
+                          f"weight given for {key!r}, which is not a measure of this table "
+                          f"(measures: {_names(measures)}).{_maybe(str(key), measures)}",
+                          "give weights only for the table's measures (others get weight 1).")
+    try:
+        mech = cls(**kwargs)
+    except (TabdpError, TypeError, ValueError) as err:
+        raise SpecError(_mechanism_error_path(path, err, list(kwargs)),
+                        f"invalid {family!r} mechanism {_show(dict(raw))}: "
+                        + _with_hint(err, f"fix the parameters of {cls.__name__}.")) from err
+    return mech, {**raw, "family": family}
+
+
+def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any], Any]:
+    d = _table(raw, path, allowed=_CALIBRATE_KEYS,
+               required=("family", "targets", "typical_total"),
+               example='{ family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }')
+    family = _enum(registry.canonical(d["family"]) or d["family"], _join(path, "family"),
+                   CALIBRATION_FAMILIES, "calibration searches one of these families.")
+    targets = _size_curve(d["targets"], _join(path, "targets"), what="targets",
+                          hint='record size -> largest rho allowed for it, e.g. '
+                               'targets = { "1e3" = 0.5, "1e7" = 10.0 }.')
+    _refuse_decreasing_targets(d["targets"], targets, _join(path, "targets"))
+    typical = _number(d["typical_total"], _join(path, "typical_total"),
+                      what="typical_total", ge=0.0,
+                      hint="the true total of a typical cell, e.g. typical_total = 1e6.")
+    fixed: dict[str, Any] = {}
+    if "fixed" in d:
+        if not isinstance(d["fixed"], Mapping):
+            _fail(_join(path, "fixed"), f"must be a table of pinned parameters; got "
+                                        f"{_show(d['fixed'])} ({_tname(d['fixed'])}).",
+                  "e.g. fixed = { offset = 1000.0 }.")
+        fixed = dict(d["fixed"])
+    objective = _enum(d.get("objective", "auto"), _join(path, "objective"), _OBJECTIVES,
+                      "'auto' minimizes the sd (or the moe where the sd is infinite), 'sd' or "
+                      "'moe' ask for one of them.")
+    try:
+        result = calibrate(family, targets, typical, level=level, objective=objective, **fixed)
+    except TabdpError as err:
+        raise SpecError(path, "calibration failed: "
+                              + _with_hint(err, "change the targets or pinned parameters.")
+                        ) from err
+    calibration = {"family": family, "targets": targets, "typical_total": typical,
+                   "fixed": fixed, "objective": objective}
+    return calibration, result.mechanism
+
+
+def _refuse_decreasing_targets(raw: Mapping[str, Any], targets: Mapping[float, float],
+                               path: str) -> None:
+    """Calibration targets must not decrease with the record size (see tabdp.calibrate)."""
+    keys = {float(k): str(k) for k in raw}
+    pts = sorted(targets.items())
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:], strict=False):
+        if r1 < r0:
+            _fail(_join(path, keys[s1]),
+                  f"the target at size {keys[s1]!r} (rho = {r1:g}) is below the target at the "
+                  f"smaller size {keys[s0]!r} (rho = {r0:g}): a larger record would be "
+                  "allowed less loss. Every mechanism's loss increases with the record size, "
+                  f"so the target at {keys[s1]!r} would bind and force noise holding records of "
+                  f"that size to rho = {r1:g}; records of size {keys[s0]!r} would lose far less "
+                  f"than {r0:g}, and typical cells would get far more noise than intended.",
+                  "give larger sizes larger (or equal) targets, e.g. targets = { \"1e3\" = 0.5, "
+                  "\"1e7\" = 10.0 }; for one limit at every size, give a single target at the "
+                  "largest plausible size.")
+
+
+def _parse_grid(raw: Any, path: str, kind: str, measures: tuple[str, ...]
+                ) -> float | dict[str, float]:
+    hint = "a rounding unit > 0 such as grid = 1000.0, or per measure grid = { payroll = 1000.0 }."
+    if isinstance(raw, Mapping):
+        names = measures if kind == "sum" else ("count",)
+        if not raw:
+            _fail(path, "must not be an empty table; got {}.", hint)
+        out = {}
+        for key, value in raw.items():
+            kp = _join(path, str(key))
+            if key not in names:
+                _fail(kp, f"{key!r} is not a measure of this table (measures: {_names(names)})."
+                          f"{_maybe(str(key), names)}", hint)
+            out[key] = _number(value, kp, what="the grid step", gt=0.0, hint=hint)
+        return out
+    return _number(raw, path, what="the grid", gt=0.0, hint=hint)
+
+
+def _parse_rollups(raw: Any, path: str, by: tuple[str, ...],
+                   hierarchies: Mapping[str, Hierarchy]) -> tuple[RollupSpec, ...]:
+    if not isinstance(raw, list):
+        _fail(path, f"must be an array of tables ([[tables.rollups]]); got {_show(raw)} "
+                    f"({_tname(raw)}).", 'e.g. rollups = [{ by = ["state"] }].')
+    derivable: dict[str, tuple[str, str]] = {}
+    for h in hierarchies.values():
+        inside = [i for i, lv in enumerate(h.levels) if lv in by]
+        if inside:
+            finest = max(inside)
+            for lv in h.levels[:finest]:
+                if lv not in by:
+                    derivable[lv] = (h.name, h.levels[finest])
+    usable = list(by) + sorted(derivable)
+    out: list[RollupSpec] = []
+    seen: dict[frozenset[str], int] = {}
+    for j, item in enumerate(raw):
+        rp = f"{path}[{j}]"
+        d = _table(item, rp, allowed=_ROLLUP_KEYS, required=("by",), example='by = ["state"]')
+        bp = _join(rp, "by")
+        rby = _str_list(d["by"], bp, what="rollup by", nonempty=False,
+                        hint=f"columns from {_names(usable)}; [] is the national total.")
+        direct = False
+        if "direct" in d:
+            direct = _bool(d["direct"], _join(rp, "direct"),
+                           "true also releases this level directly (more budget).")
+        maps: dict[str, tuple[str, str]] = {}
+        for col in rby:
+            if col in by:
+                continue
+            if col not in derivable:
+                _fail(bp, f"rollup column {col!r} is neither a by column of the table "
+                          f"({_names(by)}) nor a coarser level of a hierarchy whose finer level "
+                          f"is in by.{_maybe(col, usable)}",
+                      f"use columns from {_names(usable)}, or add a hierarchy that maps a by "
+                      f"column to {col!r}.")
+            maps[col] = derivable[col]
+        key = frozenset(rby)
+        if key == frozenset(by):
+            _fail(bp, f"rollup {_show(list(rby))} is the table's own grouping {_show(list(by))};"
+                      " a rollup must be coarser.",
+                  "remove it: the table is already released by these columns.")
+        if key in seen:
+            _fail(bp, f"rollup {_show(list(rby))} repeats rollups[{seen[key]}].",
+                  "remove the duplicate rollup.")
+        seen[key] = j
+        out.append(RollupSpec(by=rby, direct=direct, maps=maps))
+    return tuple(out)
+
+
+def _parse_keys(raw: Any, path: str, base: Path, by: tuple[str, ...],
+                domains: Mapping[str, pl.Series]) -> Path:
+    d = _table(raw, path, allowed=SPEC_KEYS["tables[].keys"], required=("file",),
+               example='{ file = "allowed.parquet" }')
+    fp = _join(path, "file")
+    file = _file_path(d["file"], fp, base, "keys")
+    frame = _read_frame(file, fp, "keys", d["file"])
+    if set(frame.columns) != set(by) or len(frame.columns) != len(by):
+        _fail(fp, f"the keys file {_shown(file)!r} has columns {_names(frame.columns)}; it must "
+                  f"have exactly the table's by columns {_names(by)}.",
+              "write one column per by column (any order) and nothing else.")
+    for col in by:
+        n = frame[col].null_count()
+        if n:
+            _fail(fp, f"column {col!r} of the keys file {_shown(file)!r} has {n} null value(s).",
+                  "every allowed key combination must be complete.")
+    dup = frame.filter(frame.is_duplicated())
+    if dup.height:
+        _fail(fp, f"the keys file {_shown(file)!r} repeats key combinations, e.g. "
+                  f"{_show(dup.row(0, named=True))} ({dup.height} duplicate rows).",
+              "list each allowed combination once (e.g. df.unique()).")
+    try:
+        frame = align_keys(frame, domains)
+    except pl.exceptions.PolarsError as err:
+        _fail(fp, f"the keys file {_shown(file)!r} has values that do not convert to the types "
+                  f"of the key domains ({err}).",
+              "use the domains' types in the keys file (CSV files are read as text; write a "
+              "Parquet keys file to keep other types).")
+    for col in by:
+        if col in domains and frame.schema[col] == domains[col].dtype:
+            bad = frame[col].filter(~frame[col].is_in(domains[col].implode()))
+            if bad.len():
+                _fail(fp, f"column {col!r} of the keys file {_shown(file)!r} holds {bad[0]!r}, "
+                          f"which is not in the domain of {col!r}.",
+                      f"fix the keys file or the domain of {col!r}.")
+    return file
+
+
+def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputSpec,
+                 domains: Mapping[str, pl.Series], hierarchies: Mapping[str, Hierarchy],
+                 publication: Publication) -> TableSpec:
+    tp = f"tables[{i}]"
+    d = _table(raw, tp, allowed=_TABLE_KEYS, required=("name", "by"),
+               example='name = "county_payroll", measures = ["payroll"], by = ["county"]')
+    name = _string(d["name"], f"{tp}.name", what="the table name", pattern=_TABLE_NAME,
+                   rule="use only letters, digits and '_'",
+                   hint='e.g. name = "county_naics2"; it names the output files.')
+    if "__" in name:
+        _fail(f"{tp}.name", f"table name {name!r} contains '__', which output file names use "
+                            "as a separator.", "use single underscores.")
+    kind = _enum(d.get("kind", "sum"), f"{tp}.kind", _KINDS,
+                 "'sum' adds up measures, 'count' counts units.")
+    measures: tuple[str, ...] = ()
+    if kind == "sum":
+        if "measures" not in d:
+            _fail(tp, f"missing required key 'measures' in {tp} (a sum table).",
+                  'add measures = ["payroll"], or set kind = "count".')
+        measures = _str_list(d["measures"], f"{tp}.measures", what="measures", nonempty=True,
+                             hint='the columns to add up, e.g. measures = ["payroll"].')
+    elif "measures" in d:
+        _fail(f"{tp}.measures", f"a count table has no measures; got {_show(d['measures'])}.",
+              "remove measures, or set kind = \"sum\".")
+    by = _str_list(d["by"], f"{tp}.by", what="by", nonempty=False,
+                   hint='key columns, e.g. by = ["county", "naics2"]; [] for one national cell.')
+    both = [m for m in measures if m in by]
+    if both:
+        _fail(f"{tp}.measures", f"column(s) {_names(both)} are both measures and by columns.",
+              "a column is either summed or grouped by, not both.")
+    keys_file = None
+    if "keys" in d:
+        keys_file = _parse_keys(d["keys"], f"{tp}.keys", base, by, domains)
+    else:
+        for col in by:
+            if col not in domains:
+                _fail(f"{tp}.by", f"by column {col!r} has no public domain (known domains: "
+                                  f"{_names(sorted(domains))}).{_maybe(col, sorted(domains))}",
+                      f"add domains.{col} = [...], make {col!r} a hierarchy level, or give "
+                      "keys = { file = ... } with the allowed combinations.")
+    calibration = None
+    if "mechanism" in d and "calibrate" in d:
+        _fail(tp, "give either mechanism or calibrate, not both; got both.",
+              "remove one: mechanism fixes the parameters, calibrate derives them from targets.")
+    if "mechanism" in d:
+        mech, raw_mech = _parse_mechanism(d["mechanism"], f"{tp}.mechanism", kind, measures)
+    elif "calibrate" in d:
+        calibration, mech = _parse_calibrate(d["calibrate"], f"{tp}.calibrate", release.level)
+        raw_mech = {"family": calibration["family"], **mech.params()}
+    elif kind == "count":
+        count_family, count_params = registry.COUNT_DEFAULT
+        mech = registry.get(count_family).cls(**count_params)
+        raw_mech = {"family": count_family, **count_params}
+    else:
+        _fail(tp, "a sum table needs a mechanism or a calibrate table; got neither.",
+              'add mechanism = { family = "log", sigma = 0.3, offset = 1000.0 } or '
+              'calibrate = { family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }.')
+    grid = _parse_grid(d["grid"], f"{tp}.grid", kind, measures) if "grid" in d else None
+    if grid is not None and isinstance(mech, mechanisms.TransformationMechanism):
+        steps = grid.values() if isinstance(grid, Mapping) else [grid]
+        limit = 0.1 * float(mech.sigma)
+        if max(steps) > limit:
+            _fail(f"{tp}.grid", f"{_show(d['grid'])} is too coarse for a transformation "
+                                f"mechanism: its grid rounds the noisy TRANSFORMED value "
+                                f"(e.g. log(total + offset)), so it must be at most sigma/10 = "
+                                f"{limit:g} (default: {mech.default_grid():g}).",
+                  "leave grid out, and round the published estimates with "
+                  "publication.round = 1000.0 (or { payroll = 1000.0 }) instead.")
+    nulls = inp.nulls
+    if "nulls" in d:
+        nulls = _enum(d["nulls"], f"{tp}.nulls", _NULLS,
+                      "'error' refuses nulls, 'zero' treats them as 0, 'drop' drops the row.")
+    pub = publication
+    if "publication" in d:
+        pub = _parse_publication(d["publication"], f"{tp}.publication", publication,
+                                 measures if kind == "sum" else ("count",))
+    rollups: tuple[RollupSpec, ...] = ()
+    if "rollups" in d:
+        rollups = _parse_rollups(d["rollups"], f"{tp}.rollups", by, hierarchies)
+    return TableSpec(name=name, kind=kind, measures=measures, by=by, mechanism=mech,
+                     calibration=calibration, keys_file=keys_file, grid=grid, nulls=nulls,
+                     publication=pub, rollups=rollups, raw_mechanism=raw_mech)
