@@ -219,3 +219,12 @@ def test_execute_all_runs_a_batch_in_order() -> None:
     conf = s.records[0].confidential
     assert conf["rows_read"] == 5 and conf["rows_outside_keys"] == 1
     assert conf["rows_in_released_cells"] == 4
+
+
+def test_the_release_workflow_releases_through_one_call() -> None:
+    """The runner neither picks the engine's release function nor installs its ledger."""
+    src = _source("release/_tables.py")
+    for name in ("DPAccessor", "execute_planned", "planned_releases", "spark_grouped_release",
+                 "SparkReplayLedger", "SparkUnitLedger", "use_engine"):
+        assert name not in src, name
+    assert src.count("release_requests(") == 1 and "bind_session_engine(" in src
