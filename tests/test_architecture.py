@@ -40,21 +40,8 @@ ALLOWED_PRIVATE_MODULES: frozenset[tuple[str, str]] = frozenset({
     # whose home the backend protocol decides
     ("tabdp.curator", "tabdp.frame._backends"),
     ("tabdp.curator", "tabdp.frame._spark"),
-    # the engines' mechanism imports: public as tabdp.mechanisms.Mechanism, DEFAULT_LEVEL,
-    # pure_to_zcdp, ExactTotals (check_level is tabdp._validation's)
-    ("tabdp.frame._engine", "tabdp.mechanisms._base"),
-    ("tabdp.frame._engine", "tabdp.mechanisms._totals"),
-    ("tabdp.frame._release", "tabdp.mechanisms._base"),
-    ("tabdp.frame._spark", "tabdp.mechanisms._base"),
-    # Session as the engines' service object: backend detection and the output model's
-    # integer_dtype (binding rows and frames moves to the frame layer)
-    ("tabdp.privacy.session", "tabdp.frame._backends"),
+    # Session's check of a declared integer dtype: the output model's integer_dtype
     ("tabdp.privacy.session", "tabdp.frame._output"),
-    # the Spark run's input steps and confidential writes on frame._spark's helpers
-    ("tabdp.release._spark_run", "tabdp.frame._spark"),
-    # the runner's engine dispatch (moved verbatim into release._tables), to become one call
-    ("tabdp.release._tables", "tabdp.frame._release"),
-    ("tabdp.release._tables", "tabdp.frame._spark"),
     # validate's schema check of the key sets (check_cell_keys, an engine check)
     ("tabdp.release.input_schema", "tabdp.frame._engine"),
 })
@@ -62,7 +49,7 @@ ALLOWED_PRIVATE_MODULES: frozenset[tuple[str, str]] = frozenset({
 #: ``SimpleNamespace`` in tabdp/'s code (docstring examples are not code), to be emptied: the
 #: Spark engine's budget filter runs on a namespace pretending to be a Session; the one
 #: pipeline's pure individual filter removes it (issue 29).
-ALLOWED_SIMPLE_NAMESPACE: frozenset[str] = frozenset({"tabdp.frame._spark"})
+ALLOWED_SIMPLE_NAMESPACE: frozenset[str] = frozenset()
 
 #: The longest a module of tabdp/release/ may be (issue 29: split by stage, not by growth).
 MAX_RELEASE_LINES = 1200

@@ -1,25 +1,7 @@
-"""Which engine a frame belongs to, decided from its class alone (no optional import)."""
+"""Deprecated location of the backend decision: see `tabdp.frame.backends` (kept as an alias)."""
 
 from __future__ import annotations
 
-from typing import Any
+from tabdp.frame.backends import is_spark_frame
 
 __all__ = ["is_spark_frame"]
-
-
-def is_spark_frame(native: Any) -> bool:
-    """Whether ``native`` is a PySpark DataFrame (checked by class name: PySpark not imported).
-
-    Args:
-        native: Any object.
-
-    Returns:
-        True for a ``pyspark.sql`` DataFrame (classic or Spark Connect).
-
-    Example:
-        >>> import polars as pl
-        >>> is_spark_frame(pl.DataFrame())
-        False
-    """
-    return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame"
-               for c in type(native).__mro__)

@@ -38,6 +38,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._validation import check_level
 from tabdp.exceptions import (
     ColumnNotFoundError,
     ColumnTypeError,
@@ -51,9 +52,9 @@ from tabdp.frame._output import (
     integer_dtype,
     is_integral_release,
 )
+from tabdp.frame.backends import output_library, release_engine
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import Mechanism, check_level, pure_to_zcdp
-from tabdp.mechanisms._totals import ExactTotals
+from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, UnitLosses
@@ -345,7 +346,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     sess = Session() if session is None else session
     qname = sess.release_name(name, kind)  # validate before any data pass or noise draw
     sess.use_engine("polars")
-    sess.choose_ledger(isinstance(native, pl.LazyFrame))
+    sess.choose_ledger(release_engine(native, sess) == "streaming")
     unit = sess.unit
     if unit is not None and (unit in by or unit in measures):
         raise InvalidParameterError(
@@ -354,8 +355,9 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     # author mode: the session's one frame, pinned (the frame itself is never converted again:
     # a pandas conversion depends on the values)
     pinned = sess.bind_frame(native)
+    backend: str
     if pinned is not None:
-        lf, backend = pinned, "pandas" if isinstance(native, pd.DataFrame) else "polars"
+        lf, backend = pinned, output_library(native)
     else:
         lf, backend = _to_lazy(native)
     schema = lf.collect_schema()

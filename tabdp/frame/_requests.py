@@ -11,10 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
-import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
-from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._output import (
     LONG_COLUMNS,
     STAT_SUFFIXES,
@@ -23,6 +21,7 @@ from tabdp.frame._output import (
     integer_dtype,
     integer_grid,
 )
+from tabdp.frame.backends import frame_kind
 from tabdp.privacy.session import Session
 
 __all__ = ["accessor_request"]
@@ -109,15 +108,16 @@ def _integer_columns(frame: Any, columns: Sequence[str],
         # integrality is declared by the curator, never read from the frame (whose dtype can
         # follow its contents)
         return [c for c in columns if session.declares_integer(c)]
-    if isinstance(frame, pd.DataFrame):
+    kind = frame_kind(frame)
+    if kind == "pandas":
         return [c for c in columns if c in frame.columns
                 and pd.api.types.is_integer_dtype(frame[c].dtype)
                 and not pd.api.types.is_bool_dtype(frame[c].dtype)
                 and str(frame[c].dtype).lower() != "uint64"]
-    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+    if kind in ("polars", "lazy"):
         schema = frame.collect_schema()
         return [c for c in columns if c in schema and integer_dtype(schema[c])]
-    if is_spark_frame(frame):
+    if kind == "spark":
         from tabdp.frame._spark import polars_schema
 
         pschema = polars_schema(frame)

@@ -18,14 +18,14 @@ partition) and the exact totals of the released cells (at most the key set):
    pandas UDF on the executors (so each record's loss is the one the Polars engine computes),
    then summed per unit and currency in Spark.
 5. **Budget**: in unit mode the session's ledger is a Spark table (`SparkUnitLedger`);
-   the individual filter runs [`Session.admit`][tabdp.Session.admit] itself, per partition of the
-   units joined with their ledger rows. In row mode the ledger holds no per-row state
-   (`SparkReplayLedger`): it keeps each release's public definition, and a release under
-   a budget replays the earlier ones on its snapshot as Spark columns (`_replay`), then
-   filters row by row on those totals: a constant budget as a Spark expression with the
-   operations of [`Session.admit`][tabdp.Session.admit], a curve budget by ``Session.admit`` itself
-   in a scalar pandas UDF. The per-record report replays every release over the input, after
-   checking its fingerprints.
+   the individual filter (`tabdp.privacy.filter.individual_filter`, the one every engine uses)
+   runs per partition of the units joined with their ledger rows. In row mode the ledger holds
+   no per-row state (`SparkReplayLedger`): it keeps each release's public definition, and a
+   release under a budget replays the earlier ones on its snapshot as Spark columns
+   (`_replay`), then filters row by row on those totals: a constant budget as a Spark expression
+   (`tabdp.privacy.filter.constant_admits`, the same operations), a curve budget by
+   ``individual_filter`` itself in a scalar pandas UDF. The per-record report replays every
+   release over the input, after checking its fingerprints.
 6. **Totals** of the admitted contributions are summed per cell in Spark and collected; noise is
    drawn on the driver in key order exactly as the Polars engine does, so for one seed both
    engines publish the same table.
@@ -41,8 +41,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator, Sequence
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,7 +49,6 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
-from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
@@ -61,7 +59,7 @@ from tabdp.frame._engine import (
     _check_keys_distinct,
     _common_dtype,
     _keep_mask,
-    _noisy_table,
+    _Opened,
     _Policy,
     _policy_values,
     _prepare_release,
@@ -74,13 +72,16 @@ from tabdp.frame._engine import (
     left_out_counts,
 )
 from tabdp.frame._output import Measure, assemble, check_form
+from tabdp.frame._stream import Planned
+from tabdp.frame.backends import is_spark_frame
+from tabdp.frame.backends.base import Aggregated
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms._base import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session
 
-__all__ = ["spark_grouped_release", "spark_quantile_release", "SparkUnitLedger",
+__all__ = ["spark_grouped_release", "spark_quantile_release", "SparkBackend", "SparkUnitLedger",
            "SparkReplayLedger", "is_spark_frame"]
 
 _DEC = "decimal(38,0)"
@@ -530,7 +531,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
     For each program in release order: its cell (a broadcast join of its key set), the rows
     its rules keep and their fixed-point values, its charges (the exact Spark expressions of
     `_charge_exprs`, else the numpy policy in `_charge_udf`), the budget filter on
-    the totals so far (`_admit_udf`: ``Session.admit`` itself) and the admitted losses
+    the totals so far (`_admit_udf`: ``individual_filter`` itself) and the admitted losses
     added to the totals in the in-memory ledger's order, so every total is the double the
     in-memory ledger would hold.
 
@@ -845,19 +846,10 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     return [*cols, cell_rho.alias("cell_rho"), cell_size.alias("cell_size")]
 
 
-class _BatchLedger:
-    """``lookup`` over the ledger columns joined to a batch of units (for ``Session.admit``)."""
-
-    def __init__(self, batch: pd.DataFrame) -> None:
-        self.batch = batch
-
-    def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
-        return {c: self.batch[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols}
-
-
 def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
                  ) -> dict[str, np.ndarray]:
-    """The session's own individual filter on a batch of units (charges and ledger columns)."""
+    """The one individual filter on a batch of units (charges and ``__led:`` ledger columns)."""
+    from tabdp.privacy.filter import individual_filter
     from tabdp.privacy.ledger import Charges
 
     n = len(b)
@@ -866,9 +858,8 @@ def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
                  {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  guarantee)
-    view = SimpleNamespace(budget=budget, _ledger=_BatchLedger(b))
-    out: dict[str, np.ndarray] = Session.admit(view, ch)  # type: ignore[arg-type]
-    return out
+    return individual_filter(budget, ch, lambda units, cols: {
+        c: b[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
 
 
 def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any:
@@ -884,28 +875,27 @@ def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any
 
 
 def _led_need(budget: Any, curs: list[str]) -> list[str]:
-    """The ledger columns the individual filter reads (``Session.admit``)."""
-    if not budget.per_currency:
-        return ["rho"]
-    return [*[f"{k}@{c}" for c in curs for k in ("rho", "size")], "rho"]
+    """The ledger columns the individual filter reads (`tabdp.privacy.filter.prior_columns`)."""
+    from tabdp.privacy.filter import prior_columns
+
+    return prior_columns(budget, curs)
 
 
 def _admit_exprs(budget: Any, rho: list[Any], led_rho: Any) -> Any:
     """A constant budget's filter as a Spark expression (``None`` for curve budgets).
 
-    The same operations as [`Session.admit`][tabdp.Session.admit]: the query's ρ summed over
+    `tabdp.privacy.filter.constant_admits` itself, on columns: the query's ρ summed over
     currencies from 0.0 in currency order, added to the unit's earlier total, compared with the
-    limit (a NaN loss is never within it: Spark orders NaN above every number). Every currency gets
-    the same decision.
+    limit (a NaN loss is never within it: Spark orders NaN above every number). Every currency
+    gets the same decision.
     """
     from pyspark.sql import functions as F
 
+    from tabdp.privacy.filter import constant_admits
+
     if budget.per_currency:
         return None
-    new: Any = F.lit(0.0)
-    for r in rho:
-        new = new + r
-    return (led_rho + new) <= F.lit(float(budget.constant))
+    return constant_admits(F.lit(float(budget.constant)), rho, led_rho, F.lit(0.0))
 
 
 def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) -> Any:
@@ -913,7 +903,7 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
 
     Input: a struct of ``r<i>``, ``e<i>``, ``s<i>`` per currency and ``l<k>``, the unit's
     earlier total of ``need[k]``; output: a struct of ``ok<i>`` per currency. The decision is
-    [`tabdp.Session.admit`][tabdp.Session.admit] itself (`_admit_batch`), as `_admit_fn`.
+    `tabdp.privacy.filter.individual_filter` itself (`_admit_batch`), as `_admit_fn`.
     """
     from pyspark.sql.functions import pandas_udf
 
@@ -945,7 +935,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     if not sess.records:
         # row mode: the releases' definitions, replayed in Spark (no per-row state), unless
         # the session asks for the per-row ledger (streaming=False); unit mode: per unit
-        replay = unit is None and getattr(sess, "_streaming_choice", None) is not False
+        replay = unit is None and sess.streaming_choice is not False
         ledger = SparkReplayLedger(spark) if replay else SparkUnitLedger(spark, row_mode)
     sess.use_engine("spark", ledger)
     sdf = native
@@ -1044,117 +1034,216 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         >>> callable(spark_grouped_release)
         True
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     if not is_spark_frame(native):
         raise UnsupportedBackendError(
             f"the Spark engine releases PySpark DataFrames; got {type(native).__name__}.")
     pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
                            max_cells, max_rows, stacklevel=6)
-    measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
-    released, grids, max_cells, max_rows = pre.released, pre.grids, pre.max_cells, pre.max_rows
+    measure_list, by_list, mechanism = pre.measures, pre.by, pre.mechanism
     spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind,
                                                       measure_list, by_list)
-    unit = sess.unit
-    row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
     rules, policy = _release_rules(sess, kind, mechanism, nulls, negatives, measure_list)
-    uid = unit if unit is not None else ROW_ID
     bits = {m: 0 if _pl_dtype(sschema[m]).is_integer() else SUM_SCALE_BITS for m in measure_list}
+    from tabdp.frame.pipeline import execute
 
-    # 1. One snapshot of the input (persisted: validation, cells and totals read it).
-    parts = {m: _measure_parts(m, sschema[m], rules) for m in measure_list}
-    unit_bad = None
-    if unit is not None:
-        unit_bad = F.col(unit).isNull()
-        if _is_floatlike(sschema[unit]):
-            unit_bad = unit_bad | F.isnan(F.col(unit).cast("double"))
-    keep = _keep_mask(parts, rules, F.lit(True), unit_bad)
-    counters: dict[str, Any] = {}
-    for m, p in parts.items():
-        counters[f"missing:{m}"] = p["missing"]
-        if _is_floatlike(sschema[m]):
-            counters[f"inf:{m}"] = p["inf"]
-            counters[f"big:{m}"] = p["big"]
-        counters[f"neg:{m}"] = p["neg"]  # counted under every rule (confidential audit)
-    if unit_bad is not None:
-        counters[f"null:{unit}"] = unit_bad
-    names = list(counters)
-    cnt = {k: f"__c{i}" for i, k in enumerate(names)}
-    zero = F.lit(0).cast(_DEC)
-    vname = {m: f"__v{i}" for i, m in enumerate(measure_list)}
-    row_values = [F.when(F.col("__keep") & ~p["bad"], p["fixed"]).otherwise(zero)
-                  .alias(vname[m]) for m, p in parts.items()]
-    flagged = sdf.select("*", keep.alias("__keep"))
-    row_cols = [*row_values, F.col("__keep").cast("long").alias(_ROWS),
-                *[F.when(e, 1).otherwise(0).cast("long").alias(cnt[k])
-                  for k, e in counters.items()]]
-    fp_cols: list[str] = []
-    ledger = sess.ledger
-    replay = isinstance(ledger, SparkReplayLedger)
-    # under a budget, the earlier releases are replayed on this snapshot: the filter reads
-    # each row's totals so far (columns led); without one every row is admitted
-    prior = list(ledger.programs) if replay and sess.budget is not None else []
-    led: list[str] = []
-    if replay and unit is None:
-        _require_bound(sess, sdf.columns)
-    if unit is None:
-        # row ids in the order the input is read: partition by partition, row by row
-        base, rid, fp_cols = _row_ids(flagged.select(*[F.col(c) for c in sdf.columns],
-                                                     *row_cols), sdf.columns)
-        src = base
-        if prior:
-            src, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
-                                    policy)
-        rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
-                          *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
-                          F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
-                          *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
-                            for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
-        snap = rows
-        persisted = [base]
-    elif unit == ROW_ID and replay:
-        # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
-        src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
-        if prior:
-            src, led = _with_totals(spark, sess, src.select("*", F.col(ROW_ID).alias("__uid")),
-                                    prior, policy)
-        snap = src.select(F.col(ROW_ID), *[F.col(c) for c in by_list],
-                          *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
-                          *[F.col(v) for v in cnt.values()], F.lit(1).cast("long").alias(_ALL),
-                          *[F.col(c) for c in led])
-        snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
-        persisted = [snap]
-    elif unit == ROW_ID:
-        snap = flagged.select(F.col(ROW_ID), *[F.col(c) for c in by_list], *row_cols,
-                              F.lit(1).cast("long").alias(_ALL)) \
-            .groupBy(ROW_ID, *by_list).agg(
-                *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
-                *[F.sum(c).alias(c) for c in [_ROWS, *cnt.values(), _ALL]])
-        snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
-        persisted = [snap]
-    else:
-        snap = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
-            .groupBy(unit, *by_list).agg(
-                *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
-                F.sum(_ROWS).alias(_ROWS), F.count(F.lit(1)).alias(_ALL),
-                *[F.sum(v).alias(v) for v in cnt.values()])
-        snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
-        persisted = [snap]
-    program = None
-    if replay:
-        from tabdp.frame._stream import Program
+    op = _Opened(sess, one_off, qname, sdf, "spark",
+                 pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), native)
+    rel = Planned(op, pre, kind, keys, rules, policy, bits, nulls, check_form(form), cv)
+    return execute(rel, SparkBackend(spark, sschema))
 
-        program = (Program(qname, kind, tuple(by_list), keys, tuple(measure_list), rules,
-                           policy, bits), sdf)
-    try:
-        return _finish(spark, sess, one_off, qname, kind, snap, sschema, measure_list, by_list,
-                       keys, mechanism, level, nulls, released, grids, max_cells, max_rows,
-                       rules, policy, uid, unit, row_mode, bits, cnt, fp_cols, form=form, cv=cv,
-                       led=led, program=program)
-    finally:
-        for p in persisted:
-            p.unpersist()
+
+class _SparkState(NamedTuple):
+    """What `SparkBackend.record` needs of a release's pass: the ledger's input."""
+
+    program: Any  # row mode, replayed: (Program, source frame) to install; else None
+    decided: Any  # per-unit charges with the filter's decisions (persisted)
+    any_ok: Any  # the admitted-unit flag (a column expression)
+    comps: dict[str, Any]  # the admitted losses' components (column expressions)
+    extra: dict[str, Any]  # the release's report column and curve-budget ledger columns
+
+
+class SparkBackend:
+    """The Spark backend of the release pipeline (`tabdp.frame.backends.base.Backend`).
+
+    Every step that touches records runs in Spark (see the module docstring); the driver
+    receives the cell totals (at most the key set) and small summaries. The session's ledger
+    is a Spark table (`SparkUnitLedger`) or the releases' definitions (`SparkReplayLedger`).
+
+    Args:
+        spark: The SparkSession.
+        sschema: The input's Spark schema (column -> Spark type).
+
+    Example:
+        >>> SparkBackend(None, {}).engine
+        'spark'
+    """
+
+    engine = "spark"
+
+    def __init__(self, spark: Any, sschema: dict[str, Any]) -> None:
+        """Hold the Spark session and the input's schema; frames persisted go to ``_hold``."""
+        self._spark = spark
+        self._sschema = sschema
+        self._hold: list[Any] = []
+
+    def aggregate(self, rel: Planned) -> Aggregated:
+        """Snapshot, checks, cells, charges, the individual filter and totals, in Spark.
+
+        Args:
+            rel: The planned release.
+
+        Returns:
+            The cell totals and the confidential summaries.
+        """
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        op, pre = rel.op, rel.pre
+        spark, sschema = self._spark, self._sschema
+        sdf: Any = op.lf  # the input: a Spark frame (pinned in author mode)
+        sess, qname, kind, keys, nulls = op.session, op.name, rel.kind, rel.keys, rel.nulls
+        rules, policy, bits, form, cv = rel.rules, rel.policy, rel.bits, rel.form, rel.cv
+        measure_list, by_list, mechanism, level = pre.measures, pre.by, pre.mechanism, pre.level
+        released, grids, max_cells, max_rows = (pre.released, pre.grids, pre.max_cells,
+                                                pre.max_rows)
+        unit = sess.unit
+        row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
+        uid = unit if unit is not None else ROW_ID
+        sess.phase(qname, "reading and aggregating the input (Spark)")
+
+        # 1. One snapshot of the input (persisted: validation, cells and totals read it).
+        parts = {m: _measure_parts(m, sschema[m], rules) for m in measure_list}
+        unit_bad = None
+        if unit is not None:
+            unit_bad = F.col(unit).isNull()
+            if _is_floatlike(sschema[unit]):
+                unit_bad = unit_bad | F.isnan(F.col(unit).cast("double"))
+        keep = _keep_mask(parts, rules, F.lit(True), unit_bad)
+        counters: dict[str, Any] = {}
+        for m, p in parts.items():
+            counters[f"missing:{m}"] = p["missing"]
+            if _is_floatlike(sschema[m]):
+                counters[f"inf:{m}"] = p["inf"]
+                counters[f"big:{m}"] = p["big"]
+            counters[f"neg:{m}"] = p["neg"]  # counted under every rule (confidential audit)
+        if unit_bad is not None:
+            counters[f"null:{unit}"] = unit_bad
+        names = list(counters)
+        cnt = {k: f"__c{i}" for i, k in enumerate(names)}
+        zero = F.lit(0).cast(_DEC)
+        vname = {m: f"__v{i}" for i, m in enumerate(measure_list)}
+        row_values = [F.when(F.col("__keep") & ~p["bad"], p["fixed"]).otherwise(zero)
+                      .alias(vname[m]) for m, p in parts.items()]
+        flagged = sdf.select("*", keep.alias("__keep"))
+        row_cols = [*row_values, F.col("__keep").cast("long").alias(_ROWS),
+                    *[F.when(e, 1).otherwise(0).cast("long").alias(cnt[k])
+                      for k, e in counters.items()]]
+        fp_cols: list[str] = []
+        ledger = sess.ledger
+        replay = isinstance(ledger, SparkReplayLedger)
+        # under a budget, the earlier releases are replayed on this snapshot: the filter reads
+        # each row's totals so far (columns led); without one every row is admitted
+        prior = list(ledger.programs) if replay and sess.budget is not None else []
+        led: list[str] = []
+        if replay and unit is None:
+            _require_bound(sess, sdf.columns)
+        if unit is None:
+            # row ids in the order the input is read: partition by partition, row by row
+            base, rid, fp_cols = _row_ids(flagged.select(*[F.col(c) for c in sdf.columns],
+                                                         *row_cols), sdf.columns)
+            src = base
+            if prior:
+                src, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
+                                        policy)
+            rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
+                              *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
+                              F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
+                              *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
+                                for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
+            snap = rows
+            persisted = [base]
+        elif unit == ROW_ID and replay:
+            # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
+            src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
+            if prior:
+                src, led = _with_totals(spark, sess, src.select("*", F.col(ROW_ID).alias("__uid")),
+                                        prior, policy)
+            snap = src.select(F.col(ROW_ID), *[F.col(c) for c in by_list],
+                              *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
+                              *[F.col(v) for v in cnt.values()], F.lit(1).cast("long").alias(_ALL),
+                              *[F.col(c) for c in led])
+            snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+            persisted = [snap]
+        elif unit == ROW_ID:
+            snap = flagged.select(F.col(ROW_ID), *[F.col(c) for c in by_list], *row_cols,
+                                  F.lit(1).cast("long").alias(_ALL)) \
+                .groupBy(ROW_ID, *by_list).agg(
+                    *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
+                    *[F.sum(c).alias(c) for c in [_ROWS, *cnt.values(), _ALL]])
+            snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+            persisted = [snap]
+        else:
+            snap = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
+                .groupBy(unit, *by_list).agg(
+                    *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
+                    F.sum(_ROWS).alias(_ROWS), F.count(F.lit(1)).alias(_ALL),
+                    *[F.sum(v).alias(v) for v in cnt.values()])
+            snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+            persisted = [snap]
+        program = None
+        if replay:
+            from tabdp.frame._stream import Program
+
+            program = (Program(qname, kind, tuple(by_list), keys, tuple(measure_list), rules,
+                               policy, bits), sdf)
+        self._hold.extend(persisted)
+        return _finish(spark, sess, self._hold, qname, kind, snap, sschema, measure_list,
+                       by_list, keys, mechanism, level, nulls, released, grids, max_cells,
+                       max_rows, rules, policy, uid, unit, row_mode, bits, cnt, fp_cols,
+                       form=form, cv=cv, led=led, program=program)
+
+    def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
+        """Add the admitted losses (or the release's definition) to the Spark ledger.
+
+        Args:
+            rel: The planned release.
+            record: The query's record.
+            agg: From `aggregate`.
+        """
+        from pyspark.sql import functions as F
+
+        st: _SparkState = agg.state
+        sess = rel.op.session
+        ledger = sess.ledger
+        if st.program is not None:  # the release's definition: its losses are replayed
+            ledger.install(*st.program)
+        else:
+            add = st.decided.filter(st.any_ok).select(
+                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in st.comps.items()],
+                *[e.alias(k) for k, e in st.extra.items()])
+            ledger.add(add)
+        sess.record_release(record, "spark")
+
+    def output(self, rel: Planned, table: pl.DataFrame) -> Any:
+        """The released table (public, at most the key set) as a Spark DataFrame.
+
+        Args:
+            rel: The planned release.
+            table: The released table.
+
+        Returns:
+            A PySpark DataFrame.
+        """
+        return _to_spark(self._spark, table)
+
+    def close(self, agg: Aggregated | None) -> None:
+        """Unpersist what the release persisted, the last persisted first.
+
+        Args:
+            agg: Unused.
+        """
+        while self._hold:
+            self._hold.pop().unpersist()
 
 
 def _require_bound(sess: Session, columns: list[str]) -> None:
@@ -1183,13 +1272,15 @@ def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy
     return out, led
 
 
-def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, snap: Any,
+def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, snap: Any,
             sschema: dict[str, Any], measure_list: list[str], by_list: list[str], keys: KeySet,
             mechanism: Mechanism, level: float, nulls: str, released: list[str],
             grids: dict[str, Any], max_cells: int | None, max_rows: int | None, rules: _Rules,
             policy: _Policy, uid: str, unit: str | None, row_mode: bool, bits: dict[str, int],
             cnt: dict[str, str], fp_cols: list[str], *, form: str = "wide",
-            cv: bool = False, led: list[str] | None = None, program: Any = None) -> Any:
+            cv: bool = False, led: list[str] | None = None, program: Any = None
+            ) -> Aggregated:
+    """Steps 2 to 5 over the snapshot (persisted frames appended to ``hold``)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -1262,15 +1353,13 @@ def _finish(spark: Any, sess: Session, one_off: bool, qname: str, kind: str, sna
         ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
         charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
             .drop("__ch").persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        return _admit_and_release(
-            spark, sess, one_off, qname, kind, charged, ch_cols, curs, measure_list, by_list,
-            keys, mechanism, level, nulls, released, grids, max_cells, max_rows, rules, policy,
-            row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
-            key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()}, led=led,
-            program=program)
-    finally:
-        charged.unpersist()
+    hold.append(charged)
+    return _admit_and_release(
+        spark, sess, hold, qname, kind, charged, ch_cols, curs, measure_list, by_list,
+        keys, mechanism, level, nulls, released, grids, max_cells, max_rows, rules, policy,
+        row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
+        key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()}, led=led,
+        program=program)
 
 
 def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], guarantee: str,
@@ -1285,8 +1374,7 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
     if budget is None:
         decided = per_unit.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
     else:
-        need = ["rho"] if not budget.per_currency else \
-            [*[f"{k}@{c}" for c, _ in curs for k in ("rho", "size")], "rho"]
+        need = _led_need(budget, [c for c, _ in curs])
         led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
         joined = per_unit.join(led.select(F.col("unit").alias("__uid"),
                                           *[F.col(c).alias(f"__led:{c}") for c in need]),
@@ -1412,7 +1500,7 @@ def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str]) -> Any:
           for c in sums])
 
 
-def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kind: str,
+def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str,
                        charged: Any, ch_cols: list[str], curs: list[tuple[str, list[str]]],
                        measure_list: list[str], by_list: list[str], keys: KeySet,
                        mechanism: Mechanism, level: float, nulls: str, released: list[str],
@@ -1421,7 +1509,11 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
                        counts: dict[str, int], rows_read: int, summary: Any,
                        cells_dropped: int, *, form: str = "wide", cv: bool = False,
                        key_dtypes: dict[str, Any] | None = None, led: list[str] | None = None,
-                       program: Any = None) -> Any:
+                       program: Any = None) -> Aggregated:
+    """Steps 4 and 5: the individual filter and the exact totals of the admitted contributions.
+
+    The frames it persists are appended to ``hold`` (the backend unpersists them).
+    """
     from pyspark.sql import functions as F
 
     ncur = len(curs)
@@ -1435,115 +1527,88 @@ def _admit_and_release(spark: Any, sess: Session, one_off: bool, qname: str, kin
         maxes = [c for c in unit_cols if c.startswith("s")]
         per_unit = _per_unit_fold(charged, sums, maxes)
 
-    # 4. The individual filter: Session.admit itself, per partition of units + ledger rows.
+    # 4. The individual filter (individual_filter itself), per partition of units + ledger rows.
     budget = sess.budget
-    ledger = sess.ledger
     replay = program is not None  # row mode, replayed: one row per unit, the filter row-wise
     if replay:
         decided = _decide_rows(sess, charged, curs, policy.guarantee, led or [])
     else:
         decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
-    try:
-        comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
-                                                        policy.approx, qname)
+    # unpersisted by SparkBackend.close, after the ledger has read it (SparkBackend.record)
+    hold.append(decided)
+    comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
+                                                    policy.approx, qname)
 
-        # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
-        # each measure's contributions before the filter, under a neutral name
-        before = [F.col(m).alias(f"__m0_{i}") for i, m in enumerate(measure_list)]
-        if budget is None:
-            work = charged.select("*", F.lit(True).alias("__allok"),
-                                  F.col(_ROWS).alias("__rows0"), *before)
-        else:
-            all_ok = F.lit(True)
-            for i in range(ncur):
-                all_ok = all_ok & F.col(f"ok{i}")
-            work = decided if replay else charged.join(
-                decided.select("__uid", *[f"ok{i}" for i in range(ncur)]), on="__uid",
-                how="inner")
-            zeroed = {}
-            for i, (_, ms) in enumerate(curs):
-                for c in (ms if ms else [_ROWS]):
-                    zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
-                        F.lit(0).cast(work.schema[c].dataType))
-            work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
-                               all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"), *before)
-        # rows released before the filter (after the contribution bounds), for the summary
-        tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, "__rows0"]]
-        # what the filter left out (confidential): measures before it, rows of left-out units
-        tot += [F.sum(F.col(f"__m0_{i}")).alias(f"__m0_{i}") for i in range(len(measure_list))]
-        tot += [F.sum(F.when(~F.col("__allok"), F.col("__rows0")).otherwise(0))
-                .alias("__rows_left")]
-        if sess.track_cells:
-            tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
-                    F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
-                    F.sum(F.when(F.col("__allok"), 1).otherwise(0)).alias("units")]
-        rows = work.groupBy(_CELL).agg(*tot).collect()
-        n_keys = len(keys) if by_list else 1
-        numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
-        rows_in = sum(int(r["__rows0"] or 0) for r in rows)
-        m_before = {m: sum(int(r[f"__m0_{i}"] or 0) for r in rows)
-                    for i, m in enumerate(measure_list)}
-        m_after = {m: sum(int(r[m] or 0) for r in rows) for m in measure_list}
-        left_out_info = left_out_counts(
-            kind, measure_list, bits, m_before,
-            {m: m_before[m] - m_after[m] for m in measure_list},
-            sum(int(r["__rows_left"] or 0) for r in rows))
-        stats: list[tuple[int, float, float, int]] = []
-        for r in rows:
-            k = int(r[_CELL])
-            for c in numer:
-                numer[c][k] = int(r[c] or 0)
-            if sess.track_cells and r["units"]:
-                stats.append((k, float(r["worst_rho"]), float(r["worst_size"]),
-                              int(r["units"])))
-        full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
-        cells = None
-        if sess.track_cells:
-            kp = keys.to_polars().select(by_list) if by_list else None
-            idx = [s[0] for s in stats]
-            cells = pl.DataFrame({"worst_rho": [s[1] for s in stats],
-                                  "worst_size": [s[2] for s in stats],
-                                  "units": [s[3] for s in stats]},
-                                 schema={"worst_rho": pl.Float64, "worst_size": pl.Float64,
-                                         "units": pl.Int64})
-            if kp is not None:
-                cells = pl.concat([kp[idx], cells], how="horizontal")
-            cells = cells.sort("worst_rho", descending=True, maintain_order=True)
-
-        # 6. Noise on the driver, in key order (the Polars engine's code), then the ledger.
-        out, fallbacks, grid_used = _noisy_table(
-            full, kind, released, bits, mechanism, policy, sess, level, grids, keys, by_list,
-            form=check_form(form), cv=cv,
-            key_dtypes=key_dtypes)
-        if replay:  # the release's definition: its losses are replayed when needed
-            ledger.install(*program)
-        else:
-            add = decided.filter(any_ok).select(
-                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
-                *[e.alias(k) for k, e in extra.items()])
-            ledger.add(add)
-    finally:
-        decided.unpersist()
-    confidential = {
-        "rows_read": rows_read,
-        "rows_outside_keys": int(summary["rows_outside"] or 0),
-        "cells_with_data_outside_keys": int(summary["cells_out"] or 0) if by_list else 0,
-        "rows_in_released_cells": rows_in,
-        "units_left_out_by_budget": n_left,
-        **left_out_info,
-        **({"unit_cells_dropped_by_max_cells": cells_dropped} if max_cells is not None else {}),
-        **_rule_counts(counts, measure_list, nulls, rules),
-    }
-    record = QueryRecord(
-        index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(released),
-        by=tuple(by_list), mechanism=mechanism, keys=keys.to_dict(), level=level, nulls=nulls,
-        losses=None, confidential=confidential, grid=grid_used, fallbacks=fallbacks,
-        cells=cells, bounds=({"max_cells": 1, "max_rows": 1} if sess.rows_one_cell else
-                             {"max_cells": max_cells, "max_rows": max_rows}))
-    sess.record_release(record, "spark")
-    if one_off:
-        sess.set_as_last()
-    return _to_spark(spark, out)
+    # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
+    # each measure's contributions before the filter, under a neutral name
+    before = [F.col(m).alias(f"__m0_{i}") for i, m in enumerate(measure_list)]
+    if budget is None:
+        work = charged.select("*", F.lit(True).alias("__allok"),
+                              F.col(_ROWS).alias("__rows0"), *before)
+    else:
+        all_ok = F.lit(True)
+        for i in range(ncur):
+            all_ok = all_ok & F.col(f"ok{i}")
+        work = decided if replay else charged.join(
+            decided.select("__uid", *[f"ok{i}" for i in range(ncur)]), on="__uid",
+            how="inner")
+        zeroed = {}
+        for i, (_, ms) in enumerate(curs):
+            for c in (ms if ms else [_ROWS]):
+                zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
+                    F.lit(0).cast(work.schema[c].dataType))
+        work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
+                           all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"), *before)
+    # rows released before the filter (after the contribution bounds), for the summary
+    tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, "__rows0"]]
+    # what the filter left out (confidential): measures before it, rows of left-out units
+    tot += [F.sum(F.col(f"__m0_{i}")).alias(f"__m0_{i}") for i in range(len(measure_list))]
+    tot += [F.sum(F.when(~F.col("__allok"), F.col("__rows0")).otherwise(0))
+            .alias("__rows_left")]
+    if sess.track_cells:
+        tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
+                F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
+                F.sum(F.when(F.col("__allok"), 1).otherwise(0)).alias("units")]
+    rows = work.groupBy(_CELL).agg(*tot).collect()
+    n_keys = len(keys) if by_list else 1
+    numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
+    rows_in = sum(int(r["__rows0"] or 0) for r in rows)
+    m_before = {m: sum(int(r[f"__m0_{i}"] or 0) for r in rows)
+                for i, m in enumerate(measure_list)}
+    m_after = {m: sum(int(r[m] or 0) for r in rows) for m in measure_list}
+    left_out_info = left_out_counts(
+        kind, measure_list, bits, m_before,
+        {m: m_before[m] - m_after[m] for m in measure_list},
+        sum(int(r["__rows_left"] or 0) for r in rows))
+    stats: list[tuple[int, float, float, int]] = []
+    for r in rows:
+        k = int(r[_CELL])
+        for c in numer:
+            numer[c][k] = int(r[c] or 0)
+        if sess.track_cells and r["units"]:
+            stats.append((k, float(r["worst_rho"]), float(r["worst_size"]),
+                          int(r["units"])))
+    full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
+    cells = None
+    if sess.track_cells:
+        kp = keys.to_polars().select(by_list) if by_list else None
+        idx = [s[0] for s in stats]
+        cells = pl.DataFrame({"worst_rho": [s[1] for s in stats],
+                              "worst_size": [s[2] for s in stats],
+                              "units": [s[3] for s in stats]},
+                             schema={"worst_rho": pl.Float64, "worst_size": pl.Float64,
+                                     "units": pl.Int64})
+        if kp is not None:
+            cells = pl.concat([kp[idx], cells], how="horizontal")
+        cells = cells.sort("worst_rho", descending=True, maintain_order=True)
+    return Aggregated(
+        full=full, key_dtypes=key_dtypes or {}, rows_read=rows_read,
+        rows_outside=int(summary["rows_outside"] or 0),
+        cells_outside=int(summary["cells_out"] or 0) if by_list else 0,
+        rows_released=rows_in, units_left_out=n_left, left_out=left_out_info,
+        cells_dropped=cells_dropped, rule_counts=_rule_counts(counts, measure_list, nulls, rules),
+        cells=cells, losses=None,
+        state=_SparkState(program, decided, any_ok, comps, extra))
 
 
 def _to_spark(spark: Any, out: pl.DataFrame) -> Any:

@@ -43,7 +43,6 @@ from tabdp.frame._engine import (
     _fp_columns,
     _keep_mask,
     _measure_parts,
-    _noisy_table,
     _Opened,
     _output_dtypes,
     _Policy,
@@ -53,18 +52,17 @@ from tabdp.frame._engine import (
     _strict_checks,
     left_out_counts,
 )
-from tabdp.frame._output import to_native
+from tabdp.frame.backends.base import Aggregated
 from tabdp.frame.keys import KeySet
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.ledger import (
     PER_RECORD_PARQUET,
-    QueryRecord,
     ReplayLedger,
     loss_components,
 )
 from tabdp.privacy.session import Session
 
-__all__ = ["Program", "Planned", "check_batch", "streaming_releases",
+__all__ = ["Program", "Planned", "check_batch", "stream_aggregate",
            "streaming_quantile_data", "replay_report", "collect_report", "sink_report",
            "summarize_report"]
 
@@ -568,14 +566,23 @@ def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
     return _fp_columns(schema, read, sess.bound_columns())
 
 
-def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]) -> Any:
-    """Checks, noise and the session's record of a release from its aggregation."""
-    op, pre, kind, keys, rules, policy = rel.op, rel.pre, rel.kind, rel.keys, rel.rules, \
-        rel.policy
-    sess, qname = op.session, op.name
+def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]
+                     ) -> Aggregated:
+    """Checks, rows bound and the cell totals of a release from its streaming aggregation.
+
+    Args:
+        rel: The planned release (program ``k`` of the replayed plan).
+        grouped: The result of `_release_query`.
+        k: The release's program index.
+        fp_cols: The fingerprinted columns.
+
+    Returns:
+        The cell totals and the confidential summaries, for the pipeline
+        (`tabdp.frame.pipeline.execute`).
+    """
+    op, pre, kind, keys, rules = rel.op, rel.pre, rel.kind, rel.keys, rel.rules
+    sess = op.session
     measures, by = pre.measures, pre.by
-    ledger = sess.ledger
-    assert isinstance(ledger, ReplayLedger)
     parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
     counters = _counter_exprs(parts, op.schema)
     needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
@@ -604,35 +611,18 @@ def _finish_release(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[s
                  .select(*by, "worst_rho", "worst_size", "units")
                  .sort(["worst_rho", *by], descending=[True, *[False] * len(by)],
                        nulls_last=True, maintain_order=True))
-
-    sess.phase(qname, f"drawing noise for {n_keys:,} cells")
-    out, fallbacks, grid_used = _noisy_table(
-        full, kind, pre.released, rel.bits, pre.mechanism, policy, sess, pre.level, pre.grids,
-        keys, by, form=rel.form, cv=rel.cv, key_dtypes=_output_dtypes(op, sess, measures))
-    confidential = {
-        "rows_read": int(row["rows_read"]),
-        "rows_outside_keys": int(outside["__n"].sum() or 0),
-        "cells_with_data_outside_keys": outside.height if by else 0,
-        "rows_in_released_cells": int(row["__released"] or 0),
-        "units_left_out_by_budget": int(row["__left"] or 0),
-        **left_out_counts(kind, measures, rel.bits,
-                          {m: int(row[f"__tot:{m}"] or 0) for m in measures},
-                          {m: int(row[f"__lo:{m}"] or 0) for m in measures},
-                          int(row["__rows_left"] or 0)),
+    return Aggregated(
+        full=full, key_dtypes=_output_dtypes(op, sess, measures),
+        rows_read=int(row["rows_read"]), rows_outside=int(outside["__n"].sum() or 0),
+        cells_outside=outside.height if by else 0,
+        rows_released=int(row["__released"] or 0), units_left_out=int(row["__left"] or 0),
+        left_out=left_out_counts(kind, measures, rel.bits,
+                                 {m: int(row[f"__tot:{m}"] or 0) for m in measures},
+                                 {m: int(row[f"__lo:{m}"] or 0) for m in measures},
+                                 int(row["__rows_left"] or 0)),
         # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
-        **({"unit_cells_dropped_by_max_cells": 0} if pre.max_cells is not None else {}),
-        **_rule_counts(counts, measures, rel.nulls, rules),
-    }
-    record = QueryRecord(
-        index=len(sess.records) + 1, name=qname, kind=kind, measures=tuple(pre.released),
-        by=tuple(by), mechanism=pre.mechanism, keys=keys.to_dict(), level=pre.level,
-        nulls=rel.nulls, losses=None, confidential=confidential, grid=grid_used,
-        fallbacks=fallbacks, cells=cells, bounds={"max_cells": 1, "max_rows": 1})
-    _install(ledger, rel.program, op.lf)
-    sess.record_release(record, op.backend)
-    if op.one_off:
-        sess.set_as_last()
-    return to_native(out, op.native, op.backend, by, author=sess.mode == "author")
+        cells_dropped=0, rule_counts=_rule_counts(counts, measures, rel.nulls, rules),
+        cells=cells)
 
 
 def check_batch(rels: list[Planned]) -> None:
@@ -656,60 +646,6 @@ def check_batch(rels: list[Planned]) -> None:
                 "planned releases (a plan is executed once, in the session it was planned "
                 "for); names label the per-record report columns.\nHint: plan the releases "
                 "again with planned_releases(...) just before executing them.")
-
-
-def streaming_releases(rels: list[Planned]) -> list[Any]:
-    """Row-mode releases of one streaming session over one input, planned together.
-
-    Every release was checked when it was planned, before any data is read. Each is then
-    executed as one lazy plan over the input (its cells and contributions and, under a budget,
-    a batch function that replays the session's earlier releases and admits it), checked,
-    noised and recorded, in order: exactly as if it had been released alone, so a failed
-    check stops the batch there (the releases before it are recorded).
-
-    The releases are not evaluated in one shared pass: ``pl.collect_all`` over plans sharing
-    the input caches the shared part in memory (measured: 2.5 GB instead of 0.7 GB for the
-    release workflow at 10M rows), which would make memory grow with the rows.
-
-    Args:
-        rels: The planned releases, in release order (one session, one input).
-
-    Returns:
-        The released tables in the callers' library, in order.
-
-    Example:
-        >>> import polars as pl, tabdp
-        >>> from tabdp.frame._release import planned_releases
-        >>> s = tabdp.Session(seed=1, streaming=True, budget=1.0)
-        >>> lf = pl.LazyFrame({"c": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
-        >>> k = tabdp.KeySet.from_dict(c=["a", "b"])
-        >>> g = tabdp.mechanisms.Gaussian(2.0)
-        >>> rels = planned_releases(lf, s, [
-        ...     dict(kind="sum", measures="x", by="c", keys=k, mechanism=g, name="s"),
-        ...     dict(kind="count", by="c", keys=k, name="n")])
-        >>> [t.height for t in streaming_releases(rels)], [r.name for r in s.records]
-        ([2, 2], ['s', 'n'])
-    """
-    if not rels:
-        return []
-    sess = rels[0].op.session
-    ledger = sess.ledger
-    assert isinstance(ledger, ReplayLedger)
-    op = rels[0].op
-    check_batch(rels)
-    fp_cols = _fingerprinted(sess, rels)
-    outs = []
-    for rel in rels:
-        programs = [*ledger.programs, rel.program]
-        k = len(programs) - 1
-        sess.phase(rel.op.name, "reading and aggregating the input (streaming)")
-        _require_bound(sess, op.schema)
-        plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, k, sess.track_cells)
-        query = _release_query(sess, plan, rel, k, fp_cols)
-        grouped = _read_input(sess, _streamed(query), report=False)
-        outs.append(_finish_release(rel, grouped, k, fp_cols))  # records the program
-    return outs
 
 
 def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySet, nulls: str,

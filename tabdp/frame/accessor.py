@@ -16,12 +16,12 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.frame._author import author_call
-from tabdp.frame._backends import is_spark_frame
 from tabdp.frame._output import (
     integer_grid,
 )
 from tabdp.frame._release import grouped_release
 from tabdp.frame._requests import _check_output_names, _integer_columns
+from tabdp.frame.backends import is_frame, release_engine
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
@@ -164,7 +164,7 @@ class DPAccessor(Generic[_Out]):
             _check_output_names(names, by, form, cv)
             grid_used = integer_grid(grid, mechanism,
                                      _integer_columns(self._frame, names, session), names)
-            if is_spark_frame(self._frame):
+            if release_engine(self._frame, session) == "spark":
                 from tabdp.frame._spark import spark_grouped_release
 
                 return spark_grouped_release(
@@ -229,7 +229,7 @@ class DPAccessor(Generic[_Out]):
 
             grid_used = integer_grid(grid, count_mechanism(mechanism, grid), ["count"],
                                      ["count"])
-            if is_spark_frame(self._frame):
+            if release_engine(self._frame, session) == "spark":
                 from tabdp.frame._spark import spark_grouped_release
 
                 return spark_grouped_release(
@@ -300,7 +300,7 @@ class DPAccessor(Generic[_Out]):
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
         def release() -> Any:
-            if is_spark_frame(self._frame):
+            if release_engine(self._frame, session) == "spark":
                 from tabdp.frame._spark import spark_quantile_release
 
                 return spark_quantile_release(
@@ -366,7 +366,7 @@ class DPAccessor(Generic[_Out]):
             ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
         def release() -> Any:
-            if is_spark_frame(self._frame):
+            if release_engine(self._frame, session) == "spark":
                 from tabdp.frame._spark import spark_quantile_release
 
                 return spark_quantile_release(
@@ -425,7 +425,7 @@ def dp(frame: Any) -> DPAccessor[Any]:
         ...
         tabdp.exceptions.UnsupportedBackendError: tabdp.dp: expected a pandas DataFrame, ...
     """
-    if isinstance(frame, (pd.DataFrame, pl.DataFrame, pl.LazyFrame)) or is_spark_frame(frame):
+    if is_frame(frame):
         return DPAccessor(frame)
     from tabdp.exceptions import UnsupportedBackendError
 

@@ -17,6 +17,7 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.conversions import check_dp_delta
+from tabdp.privacy.filter import individual_filter
 from tabdp.privacy.ledger import (
     PER_RECORD_PARQUET,
     POLICY_GRID,
@@ -579,6 +580,9 @@ class Session:
               ) -> dict[str, np.ndarray]:
         """Apply the budget as an individual filter to a query's charges.
 
+        A thin wrapper over `tabdp.privacy.filter.individual_filter` (the
+        one filter every engine uses) that reads the units' earlier losses from the ledger.
+
         A unit is admitted when its loss after the query stays within its limit: under a
         constant budget, its total ρ over all currencies (admitted or left out of the whole
         query); under a curve budget, per currency, its ρ in that currency against the curve at
@@ -603,7 +607,7 @@ class Session:
         """
         look = self._ledger.lookup if lookup is None else lookup
         out = individual_filter(self.budget, charges, look)
-        lifetime = getattr(self, "lifetime", None)  # a Spark batch view has none
+        lifetime = getattr(self, "lifetime", None)
         if lifetime is not None:  # the same filter over the series: stored + this run's losses
             life = individual_filter(lifetime.budget, charges, lifetime.lookup_lifetime())
             out = {c: out[c] & life[c] for c in out}
@@ -733,6 +737,19 @@ class Session:
         return dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
                                          label=label))
 
+    @property
+    def streaming_choice(self) -> bool | None:
+        """The ledger asked for: ``True`` streaming, ``False`` per-row, ``None`` undecided.
+
+        ``None`` until the first release decides (`choose_ledger`); always ``False`` when
+        records are not one row each (unit mode).
+
+        Example:
+            >>> Session().streaming_choice, Session(unit="id").streaming_choice
+            (None, False)
+        """
+        return self._streaming_choice
+
     def choose_ledger(self, lazy_input: bool) -> None:
         """Row mode, ``streaming=None``: the first release's input decides the ledger.
 
@@ -819,54 +836,6 @@ class Session:
                 f"mode={self.mode!r}, releases={len(self.records)})")
 
 
-def individual_filter(budget: Budget | None, charges: Charges,
-                      look: Callable[[Any, list[str]], dict[str, np.ndarray]]
-                      ) -> dict[str, np.ndarray]:
-    """The individual filter of ``budget`` on a query's charges, given earlier losses.
-
-    See [`Session.admit`][tabdp.Session.admit]; ``look(units, columns)`` gives the units'
-    earlier totals (``rho``, ``rho@<currency>``, ``size@<currency>``). Pure: the decision for a
-    unit reads only its charges and its earlier totals.
-
-    Example:
-        >>> ch = Charges(np.array([0, 1]), {"x": np.array([0.5, 2.0])},
-        ...              {"x": np.full(2, np.inf)}, {"x": np.array([1.0, 4.0])})
-        >>> zero = lambda u, cols: {c: np.zeros(len(u)) for c in cols}
-        >>> individual_filter(Budget(1.0), ch, zero)["x"].tolist()
-        [True, False]
-    """
-    n = charges.n
-    if budget is None or n == 0:
-        return {c: np.ones(n, dtype=bool) for c in charges.currencies}
-    b = budget
-    if not b.per_currency:
-        new = np.zeros(n)
-        for c in charges.currencies:
-            new = new + charges.rho[c]
-        old = look(charges.units, ["rho"])["rho"]
-        # no slack: the ledger adds exactly these doubles, so a recorded total never
-        # exceeds the budget (a NaN loss is never within it)
-        assert b.constant is not None  # not per currency: a constant budget
-        ok = (old + new) <= b.constant
-        return {c: ok for c in charges.currencies}
-    out = {}
-    for c in charges.currencies:
-        prev = look(charges.units, [f"rho@{c}", f"size@{c}"])
-        size = np.maximum(prev[f"size@{c}"], charges.size[c])
-        total = prev[f"rho@{c}"] + charges.rho[c]
-        out[c] = total <= b.limit(size, c)
-    if b.total is not None:
-        # the cap on the total over currencies, admitted currencies in query order; the
-        # ledger sums in another order, so the cap is checked 4 ulps inside (never above)
-        run = look(charges.units, ["rho"])["rho"].copy()
-        cap = b.total * (1.0 - 2.0**-50)
-        for c in charges.currencies:
-            fits = out[c] & ((run + charges.rho[c]) <= cap)
-            run = np.where(fits, run + charges.rho[c], run)
-            out[c] = fits
-    return out
-
-
 def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
     """The session's lifetime ledger, checked before any data is read (``None`` for none)."""
     if ledger is None:
@@ -887,32 +856,17 @@ def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
 
 
 def _is_frame(native: Any) -> bool:
-    """Whether ``native`` is a frame an author-mode session can pin (by its class)."""
-    import pandas as pd
+    """Whether ``native`` is a frame an author-mode session can pin (`tabdp.frame.backends`)."""
+    from tabdp.frame.backends import is_frame
 
-    from tabdp.frame._backends import is_spark_frame
-
-    return isinstance(native, (pl.LazyFrame, pl.DataFrame, pd.DataFrame)) or is_spark_frame(
-        native)
+    return is_frame(native)
 
 
 def _pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
-    """The pinned data of a frame: evaluated now, so later reads see this data.
+    """The pinned data of a frame (`tabdp.frame.backends.pin_frame`)."""
+    from tabdp.frame.backends import pin_frame
 
-    Polars frames become a LazyFrame over an in-memory copy, pandas frames are converted, a
-    Spark frame is checkpointed locally (``pin`` overrides the way).
-    """
-    from tabdp.frame._backends import is_spark_frame
-
-    if pin is None and is_spark_frame(native):
-        return native.localCheckpoint(eager=True)
-    if pin is not None:  # another engine pins its own frames
-        return pin(native)
-    if isinstance(native, pl.LazyFrame):
-        return native.collect().lazy()
-    if isinstance(native, pl.DataFrame):
-        return native.clone().lazy()
-    return pl.from_pandas(native).lazy()
+    return pin_frame(native, pin)
 
 
 def failure_details(err: BaseException, during: str) -> dict[str, str]:

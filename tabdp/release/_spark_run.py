@@ -223,7 +223,7 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import polars_schema, spark_type, try_cast
+    from tabdp.frame.backends.spark import polars_schema, spark_type, try_cast
 
     infer = "spark.sql.sources.partitionColumnTypeInference.enabled"
     try:
@@ -277,7 +277,7 @@ def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import spark_type, try_cast
+    from tabdp.frame.backends.spark import spark_type, try_cast
 
     casts = {c: try_cast(F.col(c), spark_type(t)) for c, t in schema.items()
              if c in sdf.columns}
@@ -305,14 +305,14 @@ def number_rows(sdf: Any, name: str) -> tuple[Any, Any]:
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import row_ids
+    from tabdp.frame.backends.spark import row_ids
 
     base, rid, _ = row_ids(sdf, sdf.columns)
     return base.select(rid.alias(name), *[F.col(c) for c in sdf.columns]), base
 
 
 def _pl_schema(sdf: Any) -> dict[str, Any]:
-    from tabdp.frame._spark import polars_schema
+    from tabdp.frame.backends.spark import polars_schema
 
     return polars_schema(sdf)
 
@@ -423,7 +423,7 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import spark_type, try_cast
+    from tabdp.frame.backends.spark import spark_type, try_cast
 
     schema = _pl_schema(sdf)
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -460,7 +460,7 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import quiet, try_cast
+    from tabdp.frame.backends.spark import quiet, try_cast
 
     for col, mapping in need.items():
         fine = mapping.columns[0]
@@ -492,7 +492,7 @@ def to_polars(sdf: Any) -> pl.DataFrame:
         out = pl.from_arrow(sdf.toArrow())
         assert isinstance(out, pl.DataFrame)
         return out
-    from tabdp.frame._spark import quiet
+    from tabdp.frame.backends.spark import quiet
 
     with quiet():
         return pl.from_pandas(sdf.toPandas())
@@ -510,7 +510,7 @@ def write_single_parquet(sdf: Any, target: Path, sort_by: str | None = None) -> 
         target: The file to write (its folder must exist; the caller stages it).
         sort_by: Column to sort the rows by (nulls last), or ``None``.
     """
-    from tabdp.frame._spark import write_single_parquet as write
+    from tabdp.frame.backends.spark import write_single_parquet as write
 
     write(sdf, target, sort_by)
 

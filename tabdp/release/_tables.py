@@ -118,31 +118,22 @@ def _request(t: TableSpec, mech: Mechanism, by: Sequence[str], keys: KeySet, nam
     return req
 
 
-def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]],
-                     spark: bool) -> list[pl.DataFrame]:
+def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]]
+                     ) -> list[pl.DataFrame]:
     """Every table of the release, planned before any is executed.
 
-    Polars: all tables are planned (every argument and schema check) before the input is read,
-    then executed in order, one pass over the input each. Spark: one after the other. Public
+    One call for every engine (`tabdp.frame.releases.release_requests`): on Polars all tables
+    are planned (every argument and schema check) before the input is read, then executed in
+    order, one pass over the input each; on Spark one after the other. Public
     tables take the key set's dtypes (the spec's domains), never the input's: the accessor
     returns keys in the data's dtypes (an Enum whose categories may come from the data), which
     a public file must not reflect.
     """
-    if spark:
-        from tabdp.frame.accessor import DPAccessor
-        from tabdp.release._spark_run import to_polars
+    from tabdp.frame.releases import release_requests
+    from tabdp.release._spark_run import to_polars
 
-        dp = DPAccessor(lf)  # what ``lf.dp`` gives, spelled so that type checkers see it
-        outs = []
-        for req in requests:
-            args = {k: v for k, v in req.items() if k not in ("kind", "measures")}
-            out = (dp.sum(req["measures"], session=session, **args) if req["kind"] == "sum"
-                   else dp.count(session=session, **args))
-            outs.append(to_polars(out))  # the table (at most the key set)
-    else:
-        from tabdp.frame._release import execute_planned, planned_releases
-
-        outs = execute_planned(planned_releases(lf, session, requests))
+    # the tables (at most the key set each) as Polars frames, whichever engine released them
+    outs = [to_polars(out) for out in release_requests(lf, session, requests)]
     tables = []
     for req, out in zip(requests, outs, strict=True):
         key_schema = req["keys"].to_polars().schema
@@ -238,18 +229,16 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                       track_cells=True, ledger=ledger,
                       # the engine's phases inside a step (the same for every dataset)
                       progress=lambda name, what: report(step, steps, f"{name}: {what}"))
-    if spark is not None:
-        from tabdp.frame._spark import SparkReplayLedger, SparkUnitLedger
+    from tabdp.frame.releases import bind_session_engine
 
-        # Row ids kept one to one by the hierarchy joins: the releases' definitions, replayed
-        # in Spark (no per-row state; the report lists the rows the releases read, as a
-        # streaming Polars run). Otherwise the ledger is a Spark table (per unit, or per row
-        # id, listing every row read).
-        if spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema):
-            session.use_engine("spark", SparkReplayLedger(spark[0]))
-        else:
-            session.use_engine("spark", SparkUnitLedger(
-                spark[0], row_mode=spec.input.unit is None, rows=spark[1]))
+    # On Spark the ledger lives in Spark: with row ids kept one to one by the hierarchy joins,
+    # the releases' definitions, replayed in Spark (no per-row state; the report lists the rows
+    # the releases read, as a streaming Polars run); otherwise a Spark table (per unit, or per
+    # row id, listing every row read). Polars sessions keep their own ledger.
+    bind_session_engine(session, lf, replay=spec.input.unit is None and spark is not None
+                        and _rows_kept_one_to_one(spec, input_schema),
+                        row_mode=spec.input.unit is None,
+                        rows=None if spark is None else spark[1])
     level = spec.release.level
     # Plan: every table's public definition (key sets, mechanisms, rollup targets) first.
     plans: list[tuple[TableSpec, Mechanism, dict[str, Any]]] = []
@@ -274,7 +263,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     step = 1
     cells = sum(len(req["keys"]) for req in requests)
     report(step, steps, f"releasing {len(requests)} tables ({cells:,} cells)")
-    released = iter(_released_tables(lf, session, requests, spark is not None))
+    released = iter(_released_tables(lf, session, requests))
     public: dict[str, pl.DataFrame] = {}
     table_keys: dict[str, list[str]] = {}
     for t, mech, targets in plans:

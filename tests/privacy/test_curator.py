@@ -266,7 +266,7 @@ def test_declared_integer_makes_fractions_null_and_tells_the_curator(kind: str) 
 
 def test_engine_failure_after_reading_is_generic(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Rust panic (a BaseException) or any error after the data phase: one fixed failure."""
-    import tabdp.frame._release as rel
+    import tabdp.frame.backends.polars as rel
 
     class FakePanic(BaseException):  # pyo3_runtime.PanicException derives from BaseException
         pass
@@ -296,7 +296,7 @@ def test_engine_failure_after_reading_is_generic(monkeypatch: pytest.MonkeyPatch
 
 
 def test_warnings_of_the_data_phase_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tabdp.frame._release as rel
+    import tabdp.frame.backends.polars as rel
 
     real = rel._take_snapshot
 

@@ -1,0 +1,222 @@
+"""The one place that decides which engine runs a release, from the frame's class alone.
+
+Every module that needs to know which engine a frame belongs to asks here (the accessor, the
+request checks, the session's binding of author-mode frames, the Spark engine's own guard): a
+frame's class, never its data, decides. PySpark is never imported here (a Spark frame is
+recognised by its class name), so the decision costs nothing when Spark is not installed.
+
+Engines:
+
+* ``"memory"``: Polars in memory (pandas and Polars DataFrames; a LazyFrame in a session that
+  keeps per-row state), a snapshot of the input per release (`tabdp.frame._release`);
+* ``"streaming"``: Polars streaming, a session without per-row state (row mode, a LazyFrame
+  input or ``Session(streaming=True)``): each release one lazy plan (`tabdp.frame._stream`);
+* ``"spark"``: PySpark DataFrames, released in Spark (`tabdp.frame._spark`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import pandas as pd
+import polars as pl
+
+__all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
+           "is_lazy_frame", "ledger_engine", "output_library", "polars_engine",
+           "release_engine", "pin_frame"]
+
+#: The engines a release runs on.
+Engine = Literal["memory", "streaming", "spark"]
+ENGINES: tuple[Engine, ...] = ("memory", "streaming", "spark")
+
+#: The kinds of input frame: pandas, Polars eager, Polars lazy, PySpark.
+FrameKind = Literal["pandas", "polars", "lazy", "spark"]
+
+
+def is_spark_frame(native: Any) -> bool:
+    """Whether ``native`` is a PySpark DataFrame (checked by class name: PySpark not imported).
+
+    Args:
+        native: Any object.
+
+    Returns:
+        True for a ``pyspark.sql`` DataFrame (classic or Spark Connect).
+
+    Example:
+        >>> is_spark_frame(pl.DataFrame())
+        False
+    """
+    return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame"
+               for c in type(native).__mro__)
+
+
+def frame_kind(native: Any) -> FrameKind | None:
+    """The kind of frame ``native`` is, from its class alone (``None``: not a frame).
+
+    Args:
+        native: Any object.
+
+    Returns:
+        ``"pandas"``, ``"polars"`` (a DataFrame), ``"lazy"`` (a LazyFrame), ``"spark"`` or
+        ``None``.
+
+    Example:
+        >>> frame_kind(pl.LazyFrame()), frame_kind(pd.DataFrame()), frame_kind({})
+        ('lazy', 'pandas', None)
+    """
+    if isinstance(native, pl.LazyFrame):
+        return "lazy"
+    if isinstance(native, pl.DataFrame):
+        return "polars"
+    if isinstance(native, pd.DataFrame):
+        return "pandas"
+    if is_spark_frame(native):
+        return "spark"
+    return None
+
+
+def is_frame(native: Any) -> bool:
+    """Whether ``native`` is a frame tabdp releases (pandas, Polars eager or lazy, PySpark).
+
+    Args:
+        native: Any object.
+
+    Returns:
+        True for a frame of a supported library.
+
+    Example:
+        >>> is_frame(pl.DataFrame()), is_frame([1])
+        (True, False)
+    """
+    return frame_kind(native) is not None
+
+
+def is_lazy_frame(native: Any) -> bool:
+    """Whether ``native`` is a Polars LazyFrame (an input that may be larger than memory).
+
+    Args:
+        native: Any object.
+
+    Returns:
+        True for a ``polars.LazyFrame``.
+
+    Example:
+        >>> is_lazy_frame(pl.LazyFrame()), is_lazy_frame(pl.DataFrame())
+        (True, False)
+    """
+    return isinstance(native, pl.LazyFrame)
+
+
+def ledger_engine(native: Any) -> Literal["polars", "spark"]:
+    """The engine a session's ledger lives in when it releases ``native``.
+
+    A session keeps its ledger in one engine: Spark for PySpark frames, Polars for pandas and
+    Polars frames.
+
+    Args:
+        native: The release's input frame.
+
+    Returns:
+        ``"spark"`` or ``"polars"``.
+
+    Example:
+        >>> ledger_engine(pd.DataFrame())
+        'polars'
+    """
+    return "spark" if is_spark_frame(native) else "polars"
+
+
+def output_library(native: Any) -> Literal["pandas", "polars", "spark"]:
+    """The library a release's table is returned in (the input's own).
+
+    Args:
+        native: The release's input frame.
+
+    Returns:
+        ``"pandas"`` for pandas, ``"spark"`` for PySpark, ``"polars"`` otherwise (eager and
+        lazy Polars input give a Polars DataFrame).
+
+    Example:
+        >>> output_library(pd.DataFrame()), output_library(pl.LazyFrame())
+        ('pandas', 'polars')
+    """
+    kind = frame_kind(native)
+    return "pandas" if kind == "pandas" else "spark" if kind == "spark" else "polars"
+
+
+def polars_engine(session: Any) -> Literal["memory", "streaming"]:
+    """The Polars engine of a session's releases: streaming without per-row state, else memory.
+
+    Args:
+        session: A [`Session`][tabdp.Session] whose ledger was chosen (its first release
+            decides, `tabdp.Session.choose_ledger`).
+
+    Returns:
+        ``"streaming"`` or ``"memory"``.
+
+    Example:
+        >>> import tabdp
+        >>> polars_engine(tabdp.Session(streaming=True)), polars_engine(tabdp.Session())
+        ('streaming', 'memory')
+    """
+    return "streaming" if session.streaming else "memory"
+
+
+def release_engine(native: Any, session: Any) -> Engine:
+    """The engine that runs a release of ``native`` in ``session`` (decided from classes only).
+
+    A PySpark frame runs in Spark. A pandas or Polars frame runs in Polars: streaming when the
+    session keeps no per-row state (a row-mode session whose first release was a LazyFrame, or
+    ``Session(streaming=True)``), in memory otherwise. A session whose ledger is not yet chosen
+    is decided by this input as its first release would (nothing is changed here).
+
+    Args:
+        native: The release's input frame.
+        session: The release's [`Session`][tabdp.Session] (``None``: a fresh one-off session).
+
+    Returns:
+        ``"memory"``, ``"streaming"`` or ``"spark"``.
+
+    Example:
+        >>> import tabdp
+        >>> release_engine(pl.LazyFrame(), tabdp.Session()), release_engine(pl.DataFrame(), None)
+        ('streaming', 'memory')
+    """
+    if is_spark_frame(native):
+        return "spark"
+    # (a session= that is not a Session is refused later, with the release's argument checks)
+    undecided = session is None or not hasattr(session, "streaming_choice") or (
+        session.streaming_choice is None and not session.records)
+    if undecided:
+        return "streaming" if is_lazy_frame(native) else "memory"
+    return polars_engine(session)
+
+
+def pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
+    """Pin a frame's data now (author mode binds a session to the pinned data).
+
+    A Polars LazyFrame is evaluated, a DataFrame cloned, a pandas frame converted (each as a
+    LazyFrame over the pinned data); a Spark frame is checkpointed (``localCheckpoint``), or
+    pinned by ``pin``.
+
+    Args:
+        native: The frame.
+        pin: How to pin a frame of another engine.
+
+    Returns:
+        The pinned data (a Polars LazyFrame, or the engine's pinned frame).
+
+    Example:
+        >>> pin_frame(pl.DataFrame({"x": [1]})).collect().height
+        1
+    """
+    if pin is None and is_spark_frame(native):
+        return native.localCheckpoint(eager=True)
+    if pin is not None:  # another engine pins its own frames
+        return pin(native)
+    if isinstance(native, pl.LazyFrame):
+        return native.collect().lazy()
+    if isinstance(native, pl.DataFrame):
+        return native.clone().lazy()
+    return pl.from_pandas(native).lazy()

@@ -1,0 +1,102 @@
+"""What every engine provides to the one release pipeline (`tabdp.frame.pipeline`).
+
+A release is planned once (`tabdp.frame.pipeline.plan`: arguments, schema, key set, rules; no
+data read) and executed by `tabdp.frame.pipeline.execute` over a `Backend`. The backend runs the
+part of the sequence that touches records, in whatever way its engine runs best (a snapshot and
+per-unit arrays in memory, one lazy plan per release when streaming, Spark jobs): snapshot,
+strict checks, binding rows, cells, contributions, charges, the individual filter
+(`tabdp.privacy.filter.individual_filter`), exact totals and the cell audit. It hands back an
+`Aggregated`: the cell totals on the key set and small confidential summaries, nothing as long
+as the input. The pipeline then draws the noise (numpy, on the aggregated table), writes the
+query's record, asks the backend to add it to the session's ledger (which lives in the
+backend's engine) and to return the table in the caller's library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import polars as pl
+
+from tabdp.privacy.ledger import QueryRecord, UnitLosses
+
+if TYPE_CHECKING:
+    from tabdp.frame._stream import Planned
+
+__all__ = ["Aggregated", "Backend"]
+
+
+@dataclass
+class Aggregated:
+    """What an engine hands back from one release's pass over the records.
+
+    Attributes:
+        full: The exact cell totals on the key set: ``__cell`` (key index) or one row per key
+            in key order, each released measure and ``__rows`` (nulls where no record is).
+        key_dtypes: The output dtypes of the key columns.
+        rows_read: CONFIDENTIAL: rows read.
+        rows_outside: CONFIDENTIAL: rows outside the key set.
+        cells_outside: CONFIDENTIAL: distinct cells with data outside the key set (0 with no
+            grouping).
+        rows_released: CONFIDENTIAL: rows in released cells (before the filter).
+        units_left_out: CONFIDENTIAL: units the individual filter left out.
+        left_out: CONFIDENTIAL: what the filter left out (`tabdp.frame._engine.left_out_counts`).
+        cells_dropped: CONFIDENTIAL: unit-cells dropped by ``max_cells``.
+        rule_counts: CONFIDENTIAL: the data rules' counts (`tabdp.frame._engine._rule_counts`).
+        cells: CONFIDENTIAL: the per-cell audit (worst loss per cell), or ``None``.
+        losses: The query's admitted per-unit losses, where the engine holds them in memory
+            (``None`` when its ledger keeps them in the engine).
+        state: The engine's own state for `Backend.record` (charges and filter decisions,
+            persisted tables...).
+
+    Example:
+        >>> Aggregated(pl.DataFrame(), {}, 0, 0, 0, 0, 0, {}, 0, {}).rows_read
+        0
+    """
+
+    full: pl.DataFrame
+    key_dtypes: dict[str, Any]
+    rows_read: int
+    rows_outside: int
+    cells_outside: int
+    rows_released: int
+    units_left_out: int
+    left_out: dict[str, Any]
+    cells_dropped: int
+    rule_counts: dict[str, Any]
+    cells: pl.DataFrame | None = None
+    losses: UnitLosses | None = None
+    state: Any = field(default=None, repr=False)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An engine behind the one release pipeline.
+
+    Attributes:
+        engine: ``"memory"``, ``"streaming"`` or ``"spark"`` (`tabdp.frame.backends.Engine`).
+
+    Example:
+        >>> from tabdp.frame.backends.polars import MemoryBackend
+        >>> isinstance(MemoryBackend(), Backend)
+        True
+    """
+
+    engine: str
+
+    def aggregate(self, rel: Planned) -> Aggregated:
+        """Read the records once: snapshot, checks, cells, charges, filter, totals, audit."""
+        ...  # pragma: no cover - protocol
+
+    def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
+        """Add the release to the session's ledger (in the engine) and records."""
+        ...  # pragma: no cover - protocol
+
+    def output(self, rel: Planned, table: pl.DataFrame) -> Any:
+        """The released table in the caller's library."""
+        ...  # pragma: no cover - protocol
+
+    def close(self, agg: Aggregated | None) -> None:
+        """Free what `aggregate` held in the engine (after `record`, or on a failure)."""
+        ...  # pragma: no cover - protocol

@@ -1,0 +1,258 @@
+"""The Polars backends of the release pipeline: in memory (pandas, Polars) and streaming.
+
+* `MemoryBackend`: one snapshot of the input per release (shared by a later release of the same
+  frame with the same grouping), per-unit arrays for the charges and the individual filter, the
+  session's in-memory ledger (`tabdp.privacy.ledger.DenseLedger` / ``UnitLedger``).
+* `StreamingBackend`: row mode without per-row state: each release one lazy plan over the input
+  that replays the session's earlier releases (`tabdp.frame._stream`), the ledger the releases'
+  public definitions (`tabdp.privacy.ledger.ReplayLedger`).
+
+Both implement `tabdp.frame.backends.base.Backend`; the sequence around them (noise, the
+query's record, the one-off session) is `tabdp.frame.pipeline.execute`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tabdp.frame._engine import (
+    _ALL,
+    _CELL,
+    _ROWS,
+    ROW_ID,
+    _bound_contributions,
+    _cell_stats,
+    _charges,
+    _output_dtypes,
+    _rule_counts,
+    _strict_checks,
+    _take_snapshot,
+    cells_of,
+    left_out_counts,
+)
+from tabdp.frame._output import to_native
+from tabdp.frame._stream import (
+    Planned,
+    _fingerprinted,
+    _install,
+    _read_input,
+    _release_query,
+    _replayed,
+    _require_bound,
+    _streamed,
+    _with_row_ids,
+    stream_aggregate,
+)
+from tabdp.frame.backends.base import Aggregated
+from tabdp.privacy.ledger import QueryRecord, ReplayLedger
+
+__all__ = ["MemoryBackend", "StreamingBackend"]
+
+
+class _PolarsOutput:
+    """The table in the caller's library (pandas in, pandas out; Polars otherwise)."""
+
+    def output(self, rel: Planned, table: pl.DataFrame) -> Any:
+        """The released table in the caller's library.
+
+        Args:
+            rel: The planned release.
+            table: The released table (Polars).
+
+        Returns:
+            A pandas or Polars DataFrame.
+        """
+        op = rel.op
+        return to_native(table, op.native, op.backend, rel.pre.by,
+                         author=op.session.mode == "author")
+
+    def close(self, agg: Aggregated | None) -> None:
+        """Nothing is held outside Python's memory.
+
+        Args:
+            agg: Ignored.
+        """
+
+
+class MemoryBackend(_PolarsOutput):
+    """The in-memory Polars engine: a snapshot, per-unit arrays, the in-memory ledger.
+
+    Example:
+        >>> MemoryBackend().engine
+        'memory'
+    """
+
+    engine = "memory"
+
+    def aggregate(self, rel: Planned) -> Aggregated:
+        """Snapshot, checks, cells, charges, the individual filter, exact totals and the audit.
+
+        Args:
+            rel: The planned release.
+
+        Returns:
+            The cell totals and the confidential summaries; ``state`` holds the charges and
+            the filter's decisions for `record`.
+        """
+        op, pre, kind, keys, rules, policy, bits = (rel.op, rel.pre, rel.kind, rel.keys,
+                                                    rel.rules, rel.policy, rel.bits)
+        measure_list, by_list, mechanism = pre.measures, pre.by, pre.mechanism
+        max_cells, max_rows = pre.max_cells, pre.max_rows
+        sess, qname = op.session, op.name
+        unit = sess.unit
+        uid = unit if unit is not None else ROW_ID
+
+        # 1. One snapshot of the input.
+        sess.phase(qname, "reading and aggregating the input")
+        snap = _take_snapshot(op, by_list, measure_list, rules, keys)
+        data = snap.data
+        parts = [data] if snap.outside is None else [data, snap.outside]
+        needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
+        neg_contrib = ({m: sum(int((d[m] < 0).sum()) for d in parts) for m in measure_list}
+                       if needs_nonneg and rules.negatives == "allow" else {})
+        _strict_checks(snap.counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
+        if unit is None:
+            sess.bind_rows(snap.rows_read, snap.fingerprints)
+
+        # 2. Cells of the public key set.
+        data = cells_of(snap, keys, by_list, uid)
+        if snap.outside is None:
+            inside = data.filter(pl.col(_CELL).is_not_null())
+            outside = data.filter(pl.col(_CELL).is_null())
+        else:  # unit mode: the snapshot kept the rows outside the key set apart
+            inside, outside = data, snap.outside
+        rows_outside = int(outside[_ALL].sum() or 0)
+        # units whose rows were all dropped by a rule contribute nothing and pay nothing
+        inside = inside.filter(pl.col(_ROWS) > 0)
+        inside, cells_dropped = _bound_contributions(inside, uid, not snap.per_row, kind,
+                                                     measure_list, bits, max_cells, max_rows)
+
+        # 3. Per-unit losses and the individual filter.
+        sess.phase(qname, "accounting per-record losses")
+        charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits)
+        admitted = sess.admit(charges)
+        losses = charges.losses(admitted)
+        left_out = np.zeros(charges.n, dtype=bool)
+        for ok in admitted.values():
+            left_out |= ~ok
+
+        # 4. Exact totals of the admitted contributions.
+        work = inside
+        row_ok = None  # per inside row: admitted for every currency (for the cell audit)
+        for cur, ms in policy.currencies():
+            ok = admitted[cur]
+            if ok.all():
+                continue
+            if snap.per_row:
+                out_rows = pl.Series(~ok)  # charges are aligned with the inside rows
+            else:
+                out_rows = work[uid].is_in(charges.units.filter(pl.Series(~ok)).implode(),
+                                           nulls_equal=True)
+            row_ok = ~out_rows if row_ok is None else row_ok & ~out_rows
+            work = work.with_columns(
+                pl.when(out_rows).then(pl.lit(0).cast(work.schema[c])).otherwise(pl.col(c))
+                .alias(c) for c in (ms if ms else [_ROWS]))
+        value_cols = [*measure_list, _ROWS]
+        n_keys = len(keys) if by_list else 1
+        # what the filter left out (confidential): exact totals before and after it
+        before = inside.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
+            if measure_list else {}
+        after = work.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
+            if measure_list else {}
+        rows_left = 0 if row_ok is None else int(
+            inside.filter(~row_ok)[_ROWS].sum() or 0)
+        left_out_info = left_out_counts(
+            kind, measure_list, bits, before,
+            {m: int(before[m] or 0) - int(after[m] or 0) for m in measure_list}, rows_left)
+        totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
+        full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
+            totals.with_columns(pl.col(_CELL).cast(pl.Int64)), on=_CELL, how="left",
+            maintain_order="left")
+
+        # Worst loss per cell (confidential), for the release workflow's audit report.
+        cells = None
+        if sess.track_cells:
+            keep_mask = np.ones(inside.height, dtype=bool) if row_ok is None else \
+                row_ok.to_numpy()
+            cells = _cell_stats(inside.filter(pl.Series(keep_mask)), by_list,
+                                cell_rho[keep_mask], cell_size[keep_mask], keys,
+                                {c: op.schema[c] for c in by_list})
+
+        return Aggregated(
+            full=full, key_dtypes=_output_dtypes(op, sess, measure_list),
+            rows_read=snap.rows_read, rows_outside=rows_outside,
+            cells_outside=int(outside.select(by_list).unique().height if by_list else 0),
+            rows_released=int(inside[_ROWS].sum() or 0),
+            units_left_out=int(left_out.sum()), left_out=left_out_info,
+            cells_dropped=cells_dropped,
+            rule_counts=_rule_counts(snap.counts, measure_list, rel.nulls, rules),
+            cells=cells, losses=losses, state=(charges, admitted))
+
+    def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
+        """Add the admitted losses to the in-memory ledger and the release to the records.
+
+        Args:
+            rel: The planned release.
+            record: The query's record.
+            agg: From `aggregate` (its charges and the filter's decisions).
+        """
+        charges, admitted = agg.state
+        rel.op.session.record_release(record, rel.op.backend, charges, admitted)
+
+
+class StreamingBackend(_PolarsOutput):
+    """Polars streaming, row mode without per-row state: each release one lazy plan.
+
+    Args:
+        rels: The releases executed together (one session, one input): the columns every
+            release fingerprints are those any of them reads.
+
+    Example:
+        >>> StreamingBackend([]).engine
+        'streaming'
+    """
+
+    engine = "streaming"
+
+    def __init__(self, rels: list[Planned]) -> None:
+        """Fingerprint the columns any of ``rels`` reads (checked by every release)."""
+        self._fp_cols = _fingerprinted(rels[0].op.session, rels) if rels else []
+
+    def aggregate(self, rel: Planned) -> Aggregated:
+        """One lazy plan over the input replaying the earlier releases; its one group-by.
+
+        Args:
+            rel: The planned release.
+
+        Returns:
+            The cell totals and the confidential summaries.
+        """
+        op = rel.op
+        sess = op.session
+        ledger = sess.ledger
+        assert isinstance(ledger, ReplayLedger)
+        programs = [*ledger.programs, rel.program]
+        k = len(programs) - 1
+        sess.phase(op.name, "reading and aggregating the input (streaming)")
+        _require_bound(sess, op.schema)
+        plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
+                         None, k, sess.track_cells)
+        query = _release_query(sess, plan, rel, k, self._fp_cols)
+        grouped = _read_input(sess, _streamed(query), report=False)
+        return stream_aggregate(rel, grouped, k, self._fp_cols)
+
+    def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
+        """Install the release's public definition in the replay ledger; add the record.
+
+        Args:
+            rel: The planned release.
+            record: The query's record.
+            agg: Unused (the ledger replays the release when losses are needed).
+        """
+        ledger = rel.op.session.ledger
+        assert isinstance(ledger, ReplayLedger)
+        _install(ledger, rel.program, rel.op.lf)
+        rel.op.session.record_release(record, rel.op.backend)

@@ -1,0 +1,207 @@
+"""The release sequence, written once above the engines: ``plan`` then ``execute``.
+
+``plan`` makes every check of a release that needs no data (arguments, schema, name, key set
+against the schema, data rules, fixed-point scales) and returns a `Planned` release; nothing is
+read and no noise drawn. ``execute`` runs it over a backend (`tabdp.frame.backends.base.Backend`):
+
+1. the backend reads the records once (snapshot, strict checks, row binding, cells,
+   contributions, charges, the individual filter, exact totals, cell audit) and hands back the
+   cell totals with small confidential summaries (`tabdp.frame.backends.base.Aggregated`);
+2. noise is drawn on the aggregated table, in key order (`tabdp.frame._engine._noisy_table`);
+3. the query's record is written and added to the session's ledger by the backend;
+4. the table is returned in the caller's library.
+
+Which backend runs a release is decided in one place, `tabdp.frame.backends`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp.exceptions import InvalidParameterError
+from tabdp.frame._engine import (
+    _noisy_table,
+    _open_release,
+    _prepare_release,
+    _release_rules,
+    check_cell_keys,
+    scale_bits,
+)
+from tabdp.frame._output import check_form
+from tabdp.frame._stream import Planned, check_batch
+from tabdp.frame.backends import polars_engine
+from tabdp.frame.backends.base import Aggregated, Backend
+from tabdp.frame.backends.polars import MemoryBackend, StreamingBackend
+from tabdp.frame.keys import KeySet
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
+from tabdp.privacy.ledger import QueryRecord
+from tabdp.privacy.session import Session
+
+__all__ = ["Planned", "plan", "execute", "execute_all", "polars_backend"]
+
+
+def plan(native: Any, session: Session | None, batch: list[Planned] | None = None, *,
+         kind: str, measures: str | Sequence[str] | None = None,
+         by: str | Sequence[str] | None, keys: KeySet, mechanism: Mechanism | None = None,
+         level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
+         grid: Any = None, negatives: str = DEFAULT_NEGATIVES, max_cells: int | None = None,
+         max_rows: int | None = None, form: str = "wide", cv: bool = False,
+         stacklevel: int = 4) -> Planned:
+    """Every check of one release (arguments, schema, name, rules): no data read, no noise.
+
+    Args:
+        native: The input frame.
+        session: The session (``None``: a fresh one-off session).
+        batch: The releases planned before this one in the same batch (their names are taken).
+        kind: ``"sum"`` or ``"count"``; the other keywords are ``grouped_release``'s.
+        measures: Columns to sum.
+        by: Group-by columns.
+        keys: The public key set.
+        mechanism: The mechanism.
+        level: Confidence level.
+        nulls: The nulls rule.
+        name: The release's label.
+        grid: The public rounding grid.
+        negatives: The negatives rule.
+        max_cells: Public bound on a unit's cells.
+        max_rows: Public bound on a unit's rows in a cell (counts).
+        form: ``"wide"`` or ``"long"``.
+        cv: Add ``_cv`` and ``_flag`` columns.
+        stacklevel: Where usability warnings point (the caller's frame).
+
+    Returns:
+        The planned release, for `execute`.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1)
+        >>> rel = plan(pl.DataFrame({"c": ["a"]}), s, kind="count", by="c",
+        ...            keys=tabdp.KeySet.from_dict(c=["a"]))
+        >>> rel.op.name, len(s.records)
+        ('q1_count', 0)
+    """
+    pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
+                           max_cells, max_rows, stacklevel=stacklevel)
+    form = check_form(form)
+    if batch and name is None:  # the default label after the batch's earlier releases
+        sess0 = batch[0].op.session
+        taken = {r.name for r in sess0.records} | {r.op.name for r in batch}
+        i = len(sess0.records) + len(batch) + 1
+        while f"q{i}_{kind}" in taken:
+            i += 1
+        name = f"q{i}_{kind}"
+    op = _open_release(native, session, name, kind, pre.measures, pre.by)
+    if batch and op.name in {r.op.name for r in batch}:
+        raise InvalidParameterError(
+            f"name {op.name!r} is used twice in the releases planned together; names label the "
+            "per-record report columns.\nHint: give each release its own name.")
+    if pre.by:  # the key set against the schema (refusals of the cells), no data read
+        check_cell_keys(op.schema, keys, pre.by)
+    rules, policy = _release_rules(op.session, kind, pre.mechanism, nulls, negatives,
+                                   pre.measures)
+    bits = {m: scale_bits(op.schema[m]) for m in pre.measures}
+    return Planned(op, pre, kind, keys, rules, policy, bits, nulls, form, cv)
+
+
+def _confidential(rel: Planned, agg: Aggregated) -> dict[str, Any]:
+    """The query's CONFIDENTIAL counters (curator only), in the report's order."""
+    return {
+        "rows_read": agg.rows_read,
+        "rows_outside_keys": agg.rows_outside,
+        "cells_with_data_outside_keys": agg.cells_outside,
+        "rows_in_released_cells": agg.rows_released,
+        "units_left_out_by_budget": agg.units_left_out,
+        **agg.left_out,
+        **({"unit_cells_dropped_by_max_cells": agg.cells_dropped}
+           if rel.pre.max_cells is not None else {}),
+        **agg.rule_counts,
+    }
+
+
+def execute(rel: Planned, backend: Backend) -> Any:
+    """Run one planned release over a backend: aggregate, noise, record, output.
+
+    Args:
+        rel: From `plan`.
+        backend: The engine (`tabdp.frame.backends.base.Backend`).
+
+    Returns:
+        The released table in the caller's library.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1)
+        >>> rel = plan(pl.DataFrame({"c": ["a", "a"]}), s, kind="count", by="c",
+        ...            keys=tabdp.KeySet.from_dict(c=["a", "b"]))
+        >>> execute(rel, MemoryBackend()).height, [r.name for r in s.records]
+        (2, ['q1_count'])
+    """
+    op, pre, kind, keys = rel.op, rel.pre, rel.kind, rel.keys
+    sess = op.session
+    agg = None
+    try:
+        agg = backend.aggregate(rel)
+        n_keys = len(keys) if pre.by else 1
+        # Noise: only now, after every check passed.
+        sess.phase(op.name, f"drawing noise for {n_keys:,} cells")
+        out, fallbacks, grid_used = _noisy_table(
+            agg.full, kind, pre.released, rel.bits, pre.mechanism, rel.policy, sess, pre.level,
+            pre.grids, keys, pre.by, form=rel.form, cv=rel.cv, key_dtypes=agg.key_dtypes)
+        record = QueryRecord(
+            index=len(sess.records) + 1, name=op.name, kind=kind, measures=tuple(pre.released),
+            by=tuple(pre.by), mechanism=pre.mechanism, keys=keys.to_dict(), level=pre.level,
+            nulls=rel.nulls, losses=agg.losses, confidential=_confidential(rel, agg),
+            grid=grid_used, fallbacks=fallbacks, cells=agg.cells,
+            bounds=({"max_cells": 1, "max_rows": 1} if sess.rows_one_cell else
+                    {"max_cells": pre.max_cells, "max_rows": pre.max_rows}))
+        backend.record(rel, record, agg)
+    finally:
+        backend.close(agg)
+    if op.one_off:
+        sess.set_as_last()
+    return backend.output(rel, out)
+
+
+def polars_backend(rels: list[Planned]) -> Backend:
+    """The Polars backend of releases planned together (streaming or in memory).
+
+    Args:
+        rels: The releases (one session, one input).
+
+    Returns:
+        A `StreamingBackend` for a session without per-row state, else a `MemoryBackend`.
+
+    Example:
+        >>> polars_backend([]).engine
+        'memory'
+    """
+    if rels and polars_engine(rels[0].op.session) == "streaming":
+        return StreamingBackend(rels)
+    return MemoryBackend()
+
+
+def execute_all(rels: Sequence[Planned]) -> list[Any]:
+    """Execute releases planned together, in order, each as it would run alone.
+
+    Args:
+        rels: From `plan` (one session, one input), in release order.
+
+    Returns:
+        The released tables, in order.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> k = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> lf = pl.LazyFrame({"c": ["a", "b", "b"]})
+        >>> r1 = plan(lf, s, kind="count", by="c", keys=k, name="n1")
+        >>> r2 = plan(lf, s, [r1], kind="count", by="c", keys=k, name="n2")
+        >>> [t.height for t in execute_all([r1, r2])], [r.name for r in s.records]
+        ([2, 2], ['n1', 'n2'])
+    """
+    rels = list(rels)
+    check_batch(rels)
+    backend = polars_backend(rels)
+    return [execute(r, backend) for r in rels]

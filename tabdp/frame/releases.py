@@ -1,0 +1,88 @@
+"""Releases planned together, on whichever engine the input belongs to: one call for every engine.
+
+The release workflow (`tabdp.release`) releases a spec's tables with `release_requests`, and
+binds its session to the input's engine with `bind_session_engine`; the engine is decided by
+`tabdp.frame.backends` (from the frame's class), never by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tabdp.frame.backends import release_engine
+from tabdp.privacy.session import Session
+
+__all__ = ["release_requests", "bind_session_engine"]
+
+
+def bind_session_engine(session: Session, native: Any, *, replay: bool, row_mode: bool,
+                        rows: int | None = None) -> None:
+    """Bind a fresh session to the engine of ``native`` before any release (no data read).
+
+    On Spark the session's ledger lives in Spark: the releases' definitions, replayed
+    (``replay``: row ids kept one to one, no per-row state), or a Spark table per unit (per row
+    id in row mode, listing ``rows`` rows read). On Polars the session's own ledger is kept.
+
+    Args:
+        session: The session, with no releases yet.
+        native: The input frame.
+        replay: Row mode with one row per record: keep the releases' definitions.
+        row_mode: Each row is a record (the units are row ids).
+        rows: Row mode on a per-row Spark table: the number of rows read.
+
+    Example:
+        >>> import polars as pl
+        >>> s = Session()
+        >>> bind_session_engine(s, pl.LazyFrame(), replay=True, row_mode=True)
+        >>> type(s.ledger).__name__
+        'DenseLedger'
+    """
+    if release_engine(native, session) != "spark":
+        return
+    from tabdp.frame._spark import SparkReplayLedger, SparkUnitLedger
+
+    spark = native.sparkSession
+    if replay:
+        session.use_engine("spark", SparkReplayLedger(spark))
+    else:
+        session.use_engine("spark", SparkUnitLedger(spark, row_mode=row_mode, rows=rows))
+
+
+def release_requests(native: Any, session: Session,
+                     requests: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Release several sums and counts of one input in one session, on the input's engine.
+
+    Every request is checked (the accessor's output names and integer grids, and on Polars
+    every argument and schema check) before the first is executed; they run in order, each as
+    it would alone (the same tables, noise and per-record losses as ``frame.dp.sum`` /
+    ``frame.dp.count`` one by one).
+
+    Args:
+        native: The input: a pandas or Polars frame, or a PySpark DataFrame.
+        session: The session all the releases are recorded in.
+        requests: One mapping per release (``kind``, ``measures``, ``by``, ``keys``, ...: the
+            keywords of ``frame.dp.sum`` / ``frame.dp.count``).
+
+    Returns:
+        The released tables in the input's library, in order.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1)
+        >>> k = tabdp.KeySet.from_dict(c=["a", "b"])
+        >>> outs = release_requests(pl.DataFrame({"c": ["a"]}), s,
+        ...                         [dict(kind="count", by="c", keys=k, name="n")])
+        >>> outs[0].height, [r.name for r in s.records]
+        (2, ['n'])
+    """
+    if release_engine(native, session) == "spark":
+        from tabdp.frame._requests import accessor_request
+        from tabdp.frame._spark import spark_grouped_release
+
+        checked = [accessor_request(native, session, r) for r in requests]
+        return [spark_grouped_release(native, session=session, **{"measures": None, **r})
+                for r in checked]
+    from tabdp.frame._release import execute_planned, planned_releases
+
+    return execute_planned(planned_releases(native, session, requests))
