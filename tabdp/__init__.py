@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # what the lazy attributes below resolve to, for type checker
     )
     from tabdp.curator import AuthorSession, Curator
     from tabdp.frame import KeySet, dp
-    from tabdp.privacy import Budget, Report, Session, last_session
+    from tabdp.privacy import Budget, Ledger, Report, Session, last_session
     from tabdp.rng import RandomSource
 
 # Public names loaded on first access (PEP 562), so that `import tabdp` and `tabdp --help` stay
@@ -60,6 +60,7 @@ _LAZY: dict[str, str] = {
     "Session": "tabdp.privacy",
     "Report": "tabdp.privacy",
     "Budget": "tabdp.privacy",
+    "Ledger": "tabdp.privacy",
     "last_session": "tabdp.privacy",
     "RandomSource": "tabdp.rng",
     "calibrate": "tabdp.calibrate",
@@ -121,6 +122,7 @@ __all__ = [
     "Session",
     "Report",
     "Budget",
+    "Ledger",
     "RandomSource",
     "last_session",
     "calibrate",

@@ -1,10 +1,10 @@
 """SciPy's root finders, optimizers and splines, imported on first call.
 
-``scipy.optimize`` and ``scipy.interpolate`` take about 0.3-0.9 s to import (they pull in
-``scipy.linalg`` and ``scipy.fft``), yet tabdp needs them only when it computes something: a
-noise table, a calibration, an accounting conversion. Modules that use them import these thin
-stand-ins instead, so importing the mechanisms stays fast; each stand-in forwards every argument
-to the SciPy function of the same name.
+``scipy.optimize``, ``scipy.integrate`` and ``scipy.interpolate`` take about 0.3-0.9 s to
+import (they pull in ``scipy.linalg`` and ``scipy.fft``), yet tabdp needs them only when it
+computes something: a noise table, a calibration, an accounting conversion. Modules that use them
+import these thin stand-ins instead, so importing the mechanisms stays fast; each stand-in
+forwards every argument to the SciPy function of the same name.
 
 Example:
     >>> from tabdp._lazy_scipy import brentq
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["brentq", "minimize_scalar", "CubicSpline"]
+__all__ = ["brentq", "minimize_scalar", "quad", "CubicSpline"]
 
 
 def brentq(*args: Any, **kwargs: Any) -> Any:
@@ -54,6 +54,26 @@ def minimize_scalar(*args: Any, **kwargs: Any) -> Any:
         2.0
     """
     from scipy.optimize import minimize_scalar as f
+
+    return f(*args, **kwargs)
+
+
+def quad(*args: Any, **kwargs: Any) -> Any:
+    """`scipy.integrate.quad`, imported on first call (``scipy.integrate`` loads the optimizers).
+
+    Args:
+        *args: Positional arguments of `scipy.integrate.quad`.
+        **kwargs: Keyword arguments of `scipy.integrate.quad`.
+
+    Returns:
+        What `scipy.integrate.quad` returns.
+
+    Example:
+        >>> val, err = quad(lambda x: 2.0 * x, 0.0, 1.0)
+        >>> round(val, 12)
+        1.0
+    """
+    from scipy.integrate import quad as f
 
     return f(*args, **kwargs)
 

@@ -21,6 +21,9 @@ only); the exit code stays 0.
                                          # read and release the input in Spark (default
                                          # master local[2]); the same outputs
     tabdp demo [--out DIR]               # the bundled example on the sample data
+    tabdp ledger verify PATH [--series S] # CURATOR ONLY: check a lifetime ledger's hash chain
+                                         # and bytes (exit 0 only for an intact ledger)
+    tabdp ledger show PATH [--series S]  # CURATOR ONLY: verify, then print its releases
 
 ``validate``, ``plan`` and ``run`` take ``--curator CONFIG``: the curator's configuration
 (`curator_config`: datasets, public metadata folders, output root, defaults),
@@ -68,6 +71,7 @@ from tabdp.exceptions import (
     ColumnTypeError,
     DataValidationError,
     InvalidParameterError,
+    LedgerError,
     SpecError,
     TabdpError,
     UnsupportedBackendError,
@@ -108,7 +112,7 @@ def exit_code(err: BaseException) -> int:
                         ColumnNotFoundError, ColumnTypeError)):
         return EXIT_DATA
     if isinstance(err, (SpecError, InvalidParameterError, CalibrationError,
-                        UnsupportedBackendError)):
+                        UnsupportedBackendError, LedgerError)):
         return EXIT_USAGE
     return EXIT_INTERNAL
 
@@ -319,7 +323,30 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.add_argument("--form", choices=("long", "wide"), default=None,
                    help="form of the public tables (default: long)")
+    lg = sub.add_parser("ledger", help="CURATOR ONLY: verify or show a lifetime ledger (the "
+                                       "per-unit losses of a release series)")
+    lsub = lg.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
+    for action, text in (("verify", "check the hash chain, the order of the releases and the "
+                                    "bytes of every file (exit 0 only if intact, else 2)"),
+                         ("show", "verify, then print the series and one line per release")):
+        a = lsub.add_parser(action, help=text)
+        a.add_argument("path", type=Path, help="the ledger folder")
+        a.add_argument("--series", default=None,
+                       help="the release series the ledger must belong to")
     return p
+
+
+def _cmd_ledger(args: argparse.Namespace, out: TextIO) -> int:
+    """``tabdp ledger verify|show PATH``: exit 0 only for an intact ledger (else LedgerError)."""
+    from tabdp.privacy.lifetime import iter_show, verify_ledger
+
+    entries, _ = verify_ledger(args.path, series=args.series, lock=True)
+    if args.ledger_command == "show":
+        for line in iter_show(entries):
+            out.write(line + "\n")
+    out.write(f"ledger {args.path}: intact ({len(entries) - 1} release(s) of series "
+              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']})\n")
+    return EXIT_OK
 
 
 def _example_spec() -> Path:
@@ -476,6 +503,17 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
             cells = "  ".join(f"{r['total']:.0e}: ±{_fmt(r['moe'])}" for r in rows)
             out.write(f"  {m} margin of error ({s['release']['level']:.0%}) by cell total: "
                       f"{cells}\n")
+        cons = t.get("consistent")
+        if cons:
+            shares = cons.get("shares")
+            out.write(f"  consistent: measured levels {', '.join(cons['measured'])}"
+                      + (f"; shares {', '.join(f'{k}={v:g}' for k, v in shares.items())}"
+                         if shares else "") + "\n")
+            for m, rows in (cons.get("expected_sd") or {}).items():
+                if rows:
+                    cells = "  ".join(f"{r['level']}: {_fmt(r['sd_median'])} "
+                                      f"(rollup {_fmt(r['rollup_sd_median'])})" for r in rows)
+                    out.write(f"  {m} expected sd (median cell) by level: {cells}\n")
         if t["forecast"]:
             flag = "  ".join(f"{r['total']:.0e}: "
                              + ("-" if r["p_flagged"] is None else f"{r['p_flagged']:.0%}")
@@ -704,6 +742,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
             return _cmd_run(args, out, err, args.spec, args.overwrite)
         if args.command == "compare":
             return _cmd_compare(args, out, err)
+        if args.command == "ledger":
+            return _cmd_ledger(args, out)
         if args.command == "demo":
             # The default demo folder is the demo's own and is refreshed on every run; a
             # folder given with --out is replaced only with --overwrite.

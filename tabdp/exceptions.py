@@ -30,6 +30,7 @@ __all__ = [
     "CalibrationError",
     "TabdpInternalError",
     "SpecError",
+    "LedgerError",
     "PrivacyWarning",
     "TabdpWarning",
     "UsabilityWarning",
@@ -188,6 +189,22 @@ class SpecError(TabdpError, ValueError):
     def __str__(self) -> str:
         """The message itself, ``path`` prefix included."""
         return str(self.args[0]) if self.args else ""
+
+
+class LedgerError(TabdpError, ValueError):
+    """A lifetime ledger cannot be used: in use by another run, does not verify, wrong series.
+
+    Raised before any data is read. ``busy`` is ``True`` when another run holds the ledger.
+
+    Example:
+        >>> LedgerError("in use", busy=True).busy
+        True
+    """
+
+    def __init__(self, message: str, *, busy: bool = False) -> None:
+        """The message, and whether another run holds the ledger."""
+        super().__init__(message)
+        self.busy = busy
 
 
 class TabdpInternalError(TabdpError, AssertionError):

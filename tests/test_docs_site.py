@@ -31,7 +31,7 @@ PUBLIC_MODULES = (
     "tabdp.privacy.conversions", "tabdp.privacy.accounting", "tabdp.release",
     "tabdp.release.spec", "tabdp.sensitivity", "tabdp.planning", "tabdp.calibrate",
     "tabdp.datasets", "tabdp.datasets.synth", "tabdp.plotting", "tabdp.report", "tabdp.rng",
-    "tabdp.frame", "tabdp.exceptions", "tabdp.cli", "tabdp.compare",
+    "tabdp.frame", "tabdp.exceptions", "tabdp.cli", "tabdp.compare", "tabdp.hierarchy",
 )
 _DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
 

@@ -109,7 +109,7 @@ def _check(documented: dict[str, list[tuple[str, list[str]]]]) -> None:
         if path not in SPEC_KEYS and path != "domains":
             problems.append(f"the schema documents a section [{path}] the parser does not accept")
     if problems:
-        raise ReferenceDriftError("spec reference out of date with tabdp/release/spec.py:\n"
+        raise ReferenceDriftError("spec reference out of date with tabdp/release/spec/:\n"
                                   + "\n".join(problems))
 
 

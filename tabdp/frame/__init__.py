@@ -7,7 +7,19 @@ Example:
 """
 
 from tabdp.frame._engine import count_mechanism
+from tabdp.frame._output import (
+    LONG_COLUMNS,
+    STAT_SUFFIXES,
+    WIDE_SUFFIXES,
+    coefficient_of_variation,
+    flag_codes,
+    long_to_wide,
+)
 from tabdp.frame.accessor import DPAccessor, dp, register
 from tabdp.frame.keys import KeySet
 
-__all__ = ["DPAccessor", "KeySet", "count_mechanism", "dp", "register"]
+__all__ = ["DPAccessor", "KeySet", "count_mechanism", "dp", "register",
+           # the output model of a release (columns of the long and wide forms, cv and flags),
+           # shared with tabdp.release
+           "LONG_COLUMNS", "STAT_SUFFIXES", "WIDE_SUFFIXES", "coefficient_of_variation",
+           "flag_codes", "long_to_wide"]

@@ -858,7 +858,7 @@ def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
                  {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  guarantee)
-    return individual_filter(budget, ch, lambda cols: {
+    return individual_filter(budget, ch, lambda units, cols: {
         c: b[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
 
 

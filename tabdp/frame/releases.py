@@ -81,7 +81,8 @@ def release_requests(native: Any, session: Session,
         from tabdp.frame._spark import spark_grouped_release
 
         checked = [accessor_request(native, session, r) for r in requests]
-        return [spark_grouped_release(native, session=session, **r) for r in checked]
+        return [spark_grouped_release(native, session=session, **{"measures": None, **r})
+                for r in checked]
     from tabdp.frame._release import execute_planned, planned_releases
 
     return execute_planned(planned_releases(native, session, requests))

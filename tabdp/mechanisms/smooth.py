@@ -48,12 +48,11 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.integrate import quad
 from scipy.special import ndtri
 
 from tabdp import registry
 from tabdp._deprecation import renamed_argument
-from tabdp._lazy_scipy import brentq, minimize_scalar
+from tabdp._lazy_scipy import brentq, minimize_scalar, quad
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, ReleasedValues, check_level, pure_to_zcdp

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tabdp.noise.rounding._core import Rounding
+from tabdp.noise.rounding import Rounding
 from tabdp.rng import RandomSource, as_random_source
 
 __all__ = ["NoiseDistribution"]

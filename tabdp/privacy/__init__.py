@@ -8,6 +8,7 @@ Example:
 
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.ledger import QueryRecord, UnitLosses
+from tabdp.privacy.lifetime import Ledger
 from tabdp.privacy.session import Report, Session, last_session
 
-__all__ = ["Budget", "QueryRecord", "UnitLosses", "Report", "Session", "last_session"]
+__all__ = ["Budget", "Ledger", "QueryRecord", "UnitLosses", "Report", "Session", "last_session"]

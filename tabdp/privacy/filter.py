@@ -2,8 +2,9 @@
 
 One pure function, `individual_filter`, used by every engine: the in-memory and streaming
 Polars engines call it on a release's (or a batch's) charges, Spark calls it inside its pandas
-UDFs on batches of units, and [`Session.admit`][tabdp.Session.admit] is a thin wrapper that
-reads the earlier losses from the session's ledger. A constant budget's decision is also written
+UDFs on batches of units, [`Session.admit`][tabdp.Session.admit] is a thin wrapper that
+reads the earlier losses from the session's ledger, and a lifetime budget is the same filter
+over the stored losses plus this run's. A constant budget's decision is also written
 as one generic expression (`constant_admits`) that Spark evaluates as a column expression; the
 operations (and so the doubles) are the same.
 
@@ -24,8 +25,9 @@ from tabdp.privacy.ledger import Charges
 __all__ = ["individual_filter", "constant_admits", "prior_columns", "Prior"]
 
 #: The units' earlier losses: ``{column: array aligned with charges.units}``, or a function
-#: ``columns -> that mapping`` (so a ledger is asked only for the columns the budget reads).
-Prior = Mapping[str, np.ndarray] | Callable[[list[str]], Mapping[str, np.ndarray]]
+#: ``(units, columns) -> that mapping`` (a ledger's ``lookup``: it is asked only for the
+#: columns the budget reads).
+Prior = Mapping[str, np.ndarray] | Callable[[Any, list[str]], Mapping[str, np.ndarray]]
 
 _T = TypeVar("_T")
 
@@ -96,7 +98,7 @@ def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
         budget: The public budget (``None``: every unit is admitted).
         charges: The query's charges per unit and currency.
         prior: The units' earlier losses, aligned with ``charges.units``: the columns
-            `prior_columns` names (a mapping, or a function of the column list).
+            `prior_columns` names (a mapping, or ``lookup(units, columns)``).
 
     Returns:
         Currency → boolean mask over ``charges.units`` (True: admitted).
@@ -112,7 +114,7 @@ def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
         return {c: np.ones(n, dtype=bool) for c in charges.currencies}
 
     def look(cols: list[str]) -> Mapping[str, np.ndarray]:
-        return prior(cols) if callable(prior) else prior
+        return prior(charges.units, cols) if callable(prior) else prior
 
     b = budget
     if not b.per_currency:

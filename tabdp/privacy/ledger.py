@@ -10,15 +10,13 @@ cell.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
-
-if TYPE_CHECKING:  # the public name (tabdp.mechanisms); for annotations only
-    from tabdp.mechanisms import Mechanism
+from tabdp.mechanisms import Mechanism
 
 __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
            "loss_components"]

@@ -32,7 +32,7 @@ from tabdp.privacy.ledger import (
 )
 from tabdp.rng import RandomSource
 
-__all__ = ["Session", "Report", "last_session", "total_policy_curve"]
+__all__ = ["Session", "Report", "last_session", "total_policy_curve", "individual_filter"]
 
 _LAST = threading.local()
 
@@ -115,6 +115,11 @@ class Session:
             not. Tables and losses are identical either way. On Spark (PySpark DataFrames) row
             mode replays its releases in Spark unless ``streaming=False``, which keeps a Spark
             table with one row per input row (docs/spark.md, "What is held where").
+        ledger: A lifetime ledger ([`tabdp.Ledger`][tabdp.Ledger]) of a release series: every
+            query also leaves out each unit whose lifetime loss (stored past releases plus this
+            session's) would pass the series' lifetime budget, and the session's losses are
+            committed to it. Needs ``unit=`` (row positions do not identify a record across
+            runs); pandas and Polars frames (not yet Spark).
 
     Example:
         >>> import polars as pl, tabdp
@@ -131,7 +136,7 @@ class Session:
                  budget: float | Mapping[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, track_cells: bool = False,
                  progress: bool | Callable[[str, str], None] = False,
-                 streaming: bool | None = None, _row_ids: bool = False,
+                 streaming: bool | None = None, ledger: Any = None, _row_ids: bool = False,
                  _rows_one_cell: bool = True) -> None:
         """Check the parameters.
 
@@ -176,6 +181,10 @@ class Session:
         self.unit = unit
         self.seed = seed
         self.mode = mode
+        #: The lifetime ledger of a release series (CONFIDENTIAL contents), or ``None``.
+        self.lifetime = _check_lifetime(ledger, unit, _row_ids)
+        #: Releases of the series committed before this session (public).
+        self._lifetime_before = None if self.lifetime is None else self.lifetime.releases
         #: PUBLIC: every record is one row of the released frame (row mode, or row ids given
         #: with joins that keep one row per record), so each release bounds a record to one
         #: cell. Never decided from the data.
@@ -596,11 +605,13 @@ class Session:
             >>> s.admit(ch)["x"].tolist()
             [True, False]
         """
-        def prior(cols: list[str]) -> dict[str, np.ndarray]:
-            look = self._ledger.lookup if lookup is None else lookup
-            return look(charges.units, cols)
-
-        return individual_filter(self.budget, charges, prior)
+        look = self._ledger.lookup if lookup is None else lookup
+        out = individual_filter(self.budget, charges, look)
+        lifetime = getattr(self, "lifetime", None)
+        if lifetime is not None:  # the same filter over the series: stored + this run's losses
+            life = individual_filter(lifetime.budget, charges, lifetime.lookup_lifetime())
+            out = {c: out[c] & life[c] for c in out}
+        return out
 
     def check_budget(self, losses: UnitLosses) -> None:
         """Deprecated: budgets are an individual filter now and never refuse a query.
@@ -657,6 +668,74 @@ class Session:
                 self._ledger.add(units, {f"rho@{c}": charges.rho[c][ok]},
                                  {f"size@{c}": charges.size[c][ok]})
         self.records.append(record)
+        if self.lifetime is not None:
+            self._charge_lifetime(record, charges, admitted)
+
+    def _charge_lifetime(self, record: QueryRecord, charges: Charges | None,
+                         admitted: dict[str, np.ndarray] | None) -> None:
+        """Add a release's admitted losses to the lifetime ledger (and commit if it autocommits).
+
+        The same columns as the session's ledger, and ``rho@c`` / ``size@c`` per currency
+        (the lifetime budget may be a curve whatever the per-run budget is).
+        """
+        led = self.lifetime
+        assert led is not None
+        losses = record.losses
+        if losses is not None and losses.n:
+            comps = _components(losses)
+            sums = {c: comps[c] for c in COMPONENTS if c != "size"}
+            maxes = {"size": comps["size"]}
+            if charges is not None and admitted is not None and charges.n:
+                # one part per release: per currency, aligned with the admitted units (a
+                # currency a unit was left out of adds 0.0 to its rho and 0 to its size max)
+                any_ok = np.zeros(charges.n, dtype=bool)
+                for ok in admitted.values():
+                    any_ok |= ok
+                for c in charges.currencies:
+                    ok = admitted[c][any_ok]
+                    sums[f"rho@{c}"] = np.where(ok, charges.rho[c][any_ok], 0.0)
+                    maxes[f"size@{c}"] = np.where(ok, charges.size[c][any_ok], 0.0)
+            elif led.budget.per_currency:
+                from tabdp.exceptions import TabdpInternalError
+
+                raise TabdpInternalError(
+                    "a release recorded no per-currency charges, which a curve lifetime budget "
+                    "needs; this is a bug in tabdp.")
+            led.charge(losses.units, sums, maxes)
+        if led.autocommit:
+            led.commit(label=record.name)
+
+    def commit_ledger(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
+                      label: str | None = None) -> dict[str, Any]:
+        """Commit the session's uncommitted losses to its lifetime ledger (one release entry).
+
+        The release workflow calls it once its outputs are written; a ledger opened with
+        ``autocommit=True`` (the default) commits after each release by itself.
+
+        Args:
+            spec_hash: The release spec's hash.
+            manifest_hash: SHA-256 of the release's public manifest.
+            label: A label for the release (e.g. the year).
+
+        Returns:
+            The chain entry written.
+
+        Raises:
+            InvalidParameterError: The session has no ledger.
+
+        Example:
+            >>> import tempfile, pathlib, tabdp
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = tabdp.Ledger.open(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> Session(unit="id", ledger=led).commit_ledger(label="2026")["seq"]
+            1
+        """
+        if self.lifetime is None:
+            raise InvalidParameterError(
+                "Session.commit_ledger: this session has no lifetime ledger.\nHint: "
+                "Session(unit=..., ledger=tabdp.Ledger.open(path, ...)).")
+        return dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
+                                         label=label))
 
     @property
     def streaming_choice(self) -> bool | None:
@@ -719,6 +798,11 @@ class Session:
         if current is None and engine == "spark" and ledger is not None:
             self._ledger = ledger
             return
+        if engine == "spark" and self.lifetime is not None:
+            raise InvalidParameterError(
+                "this session has a lifetime ledger, which Spark releases do not use yet; a "
+                "Spark release would not see the series' past losses.\nHint: release with "
+                "pandas or Polars frames (e.g. spark_df.toPandas()), or without ledger=.")
         if current is not None and current != engine:
             raise InvalidParameterError(
                 f"this session's releases ran on {current} frames and this one is a {engine} "
@@ -750,6 +834,25 @@ class Session:
         seed = "secure" if self.seed is None else f"seed={self.seed} (NOT FOR PRODUCTION)"
         return (f"Session(unit={self.unit!r}, {seed}, budget={self.budget!r}, "
                 f"mode={self.mode!r}, releases={len(self.records)})")
+
+
+def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
+    """The session's lifetime ledger, checked before any data is read (``None`` for none)."""
+    if ledger is None:
+        return None
+    if not all(hasattr(ledger, a) for a in ("lookup_lifetime", "charge", "commit", "budget")):
+        raise InvalidParameterError(
+            f"Session: ledger must be a tabdp.Ledger; got {type(ledger).__name__}.\nHint: "
+            "Session(unit='estab_id', ledger=tabdp.Ledger.open(path, series=..., "
+            "lifetime_budget=...)).")
+    if unit is None or (row_ids and unit == ROW_ID_COLUMN):
+        raise InvalidParameterError(
+            "Session: a lifetime ledger needs a unit id column (unit='<id column>'); without "
+            "one each row is a unit identified by its position in this run's input, which "
+            "does not identify the same record in another run.\nHint: give the stable id of "
+            "the privacy unit (e.g. unit='estab_id'; in a spec, input.unit), the same in every "
+            "run of the series.")
+    return ledger
 
 
 def _is_frame(native: Any) -> bool:
@@ -970,6 +1073,9 @@ class Report:
                 continue
             out = out.join(part, on=unit_col, how="left", maintain_order="left",
                            nulls_equal=True).with_columns(pl.col(f"rho_{r.name}").fill_null(0.0))
+        if s.lifetime is not None:  # this run included (committed or not)
+            out = out.with_columns(rho_lifetime=pl.Series(
+                s.lifetime.lookup(out[unit_col], ["rho"])["rho"], dtype=pl.Float64))
         if s.backend == "pandas":
             return out.to_pandas()
         return out
@@ -1043,6 +1149,8 @@ class Report:
                               "summary)",
                 "budget": None if s.budget is None else s.budget.to_dict(),
                 "delta": self.delta,
+                **({} if s.lifetime is None else
+                   {"lifetime": s.lifetime.public(s._lifetime_before)}),
             },
             "queries": [r.public() for r in s.records],
             "total_policy_curve": self.total_policy_curve(),

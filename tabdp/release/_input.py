@@ -1,8 +1,10 @@
-"""Reading a release spec's Parquet input lazily (shared by the runner and the schema checks).
+"""The run's input stage: reading a spec's input and applying its rules, before any release.
 
 Both `tabdp.release.runner` (the run) and `tabdp.release.input_schema` (``validate``'s
-metadata-only schema check) scan the input the same way; the scan lives here so that neither
-imports the other.
+metadata-only schema check) scan the input the same way (`scan_input`); the scan lives here so
+that neither imports the other. The rest is the run's (Polars) input stage: the input's
+presence, the data-quality rules (nulls, negatives, non-finite values, bounds, unit ids), the
+author-mode key casts, the keys derived through hierarchies and the declared schema.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ NATIONAL = "_tabdp_national"
 ROW_ID = "__tabdp_row"
 #: Name of the row id in the confidential per-record report (position in the input as read).
 ROW_LABEL = "row"
-
 
 
 def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:

@@ -17,7 +17,7 @@ import polars as pl
 from tabdp.exceptions import (
     DataValidationError,
 )
-from tabdp.frame._output import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES
+from tabdp.frame import LONG_COLUMNS, STAT_SUFFIXES, WIDE_SUFFIXES
 from tabdp.privacy.session import Session
 from tabdp.release._input import NATIONAL, declared_schema
 from tabdp.release.spec import ReleaseSpec

@@ -63,13 +63,23 @@ def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
     return mechanism
 
 
-def _table_mechanism(t: TableSpec) -> Mechanism:
-    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism)."""
+def _table_mechanism(t: TableSpec, label: str | None = None) -> Mechanism:
+    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism).
+
+    ``label``: a measured level of a consistent table with ``shares`` (the level's own
+    mechanism for its share of the targets); ``None`` or no shares: the table's.
+    """
     from tabdp.frame import count_mechanism
 
+    mech = t.level_mechanisms.get(label, t.mechanism) if label is not None else t.mechanism
     if t.kind == "count":
-        return count_mechanism(t.mechanism, t.grid)
-    return t.mechanism
+        return count_mechanism(mech, t.grid)
+    return mech
+
+
+def _measured_labels(t: TableSpec) -> list[str]:
+    """Labels of the releases of a table in run order: the table, then its direct rollups."""
+    return ["_".join(t.by) if t.by else "national", *[r.label for r in t.rollups if r.direct]]
 
 
 def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = None) -> int:
@@ -108,13 +118,13 @@ def _expected_error(mech: Mechanism, totals: Sequence[float], level: float
 
 def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> dict[str, str]:
     """The public description of how rollup margins of error are computed, per measure."""
-    from tabdp.release.rollup import sum_error_law
+    from tabdp.release.rollup import sum_error_method
 
     out = {}
     for m in measures:
         mm = _measure_mechanism(mech, m)
         try:
-            _, method = sum_error_law(mm, np.array([2]), level)
+            method = sum_error_method(mm)
         except TabdpError:
             method = ("normal approximation (plug-in sd; errors of transformation mechanisms "
                       "are not identically distributed)")
@@ -242,7 +252,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     # table for row units) and counts at most plan.count_rows rows in a count cell (enforced).
     cells = spec.input.max_cells or 1
     for t in spec.tables:
-        mech = _table_mechanism(t)
+        # a consistent table with shares: the table's own release uses its level's mechanism
+        mech = _table_mechanism(t, _measured_labels(t)[0] if t.shares else None)
         k = _charges(mech, t) * cells
         measures = _released_measures(t)
         direct = [r for r in t.rollups if r.direct]
@@ -253,9 +264,18 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             entry: Any = (_AtRows(mech, rows), k)
         else:
             entry = (mech, k)
-        entries += [entry] * (1 + len(direct))
+        if t.shares:
+            # each measured level has its own mechanism (its share of the targets)
+            lvl = [_table_mechanism(t, lb) for lb in _measured_labels(t)]
+            level_entries: list[Any] = [(_AtRows(m_, rows), k) if t.kind == "count" else (m_, k)
+                                        for m_ in lvl]
+            entries += level_entries
+            per_table_all = total_policy_curve(level_entries, sizes, delta)
+        else:
+            entries += [entry] * (1 + len(direct))
+            per_table_all = total_policy_curve([(entry[0], k * (1 + len(direct)))], sizes,
+                                               delta)
         per_table = total_policy_curve([entry], sizes, delta)
-        per_table_all = total_policy_curve([(entry[0], k * (1 + len(direct)))], sizes, delta)
         cal = None
         if t.calibration is not None:
             cal = {
@@ -277,13 +297,21 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 g = 1.0
             grid[m] = float(g) if isinstance(g, (int, float)) else g
         rollups = []
+        cons: dict[str, Any] | None = None
+        if t.consistent:
+            from tabdp.release._consistent import plan_consistent
+
+            cons = plan_consistent(spec, t, _table_mechanism(t), measures, {
+                lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None)
         for r in t.rollups:
             rollups.append({
                 "by": list(r.by), "label": r.label, "file": _file_name(t, r),
                 "cells": _key_count(spec, r.by) if all(c in spec.domains for c in r.by) else None,
-                "moe_method": _rollup_methods(mech, measures, level),
+                "moe_method": (cons["methods"] if cons is not None
+                               else _rollup_methods(mech, measures, level)),
                 "direct": r.direct,
-                "direct_file": _file_name(t, r, direct=True) if r.direct else None,
+                "direct_file": (_file_name(t, r, direct=True) if r.direct and cons is None
+                                else None),
             })
         tables.append({
             "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),
@@ -311,6 +339,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
                 for m in measures},
             "rollups": rollups,
+            **({"consistent": cons} if cons is not None else {}),
             "guarantee_in_words": [
                 line for m in (measures if t.kind == "sum" and len(measures) > 1
                                and not getattr(mech, "joint", False) else [None])
@@ -529,16 +558,17 @@ def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]
     cells = spec.input.max_cells or 1
     out = []
     for t in spec.tables:
-        mech = _table_mechanism(t)
-        if t.kind == "count":
-            charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
-        elif getattr(mech, "joint", False):
-            charge = {"+".join(t.measures): _Charge(mech, cells)}
-        else:
-            charge = {m: _Charge(_measure_mechanism(mech, m), cells)
-                      for m in _released_measures(t)}
         names = [t.name, *[f"{t.name}__{r.label}" for r in t.rollups if r.direct]]
-        out += [(n, charge) for n in names]
+        for name, label in zip(names, _measured_labels(t), strict=True):
+            mech = _table_mechanism(t, label if t.shares else None)
+            if t.kind == "count":
+                charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
+            elif getattr(mech, "joint", False):
+                charge = {"+".join(t.measures): _Charge(mech, cells)}
+            else:
+                charge = {m: _Charge(_measure_mechanism(mech, m), cells)
+                          for m in _released_measures(t)}
+            out.append((name, charge))
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.frame._output import long_to_wide
+from tabdp.frame import long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability
@@ -149,7 +149,7 @@ def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
 
 def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
                    overwrite: bool, report: Progress, caught: list[Any],
-                   spark: Any = None) -> ReleaseResult:
+                   spark: Any = None, *, ledger: Any = None) -> ReleaseResult:
     if spark is not None:
         return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark)
     lf, input_schema = scan_input(spec)
@@ -163,7 +163,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
     _refuse_mapping_collisions(spec, input_schema, lf)  # (checked before the run too)
     lf = _add_derived(spec, lf, input_schema)
     return _release_and_write(spec, summary, started, epoch, overwrite, report, caught, lf,
-                              input_schema, negatives)
+                              input_schema, negatives, ledger=ledger)
 
 
 def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
@@ -212,7 +212,8 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
 def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
                        overwrite: bool, report: Progress, caught: list[Any], lf: Any,
                        input_schema: Mapping[str, str], negatives: dict[str, Any],
-                       spark: tuple[Any, int | None] | None = None) -> ReleaseResult:
+                       spark: tuple[Any, int | None] | None = None, *,
+                       ledger: Any = None) -> ReleaseResult:
     """Release every table of ``lf`` (a Polars LazyFrame or a Spark DataFrame) and write."""
     from tabdp._version import __version__
     from tabdp.report.html import render_confidential_html, render_summary_html
@@ -225,7 +226,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                       _rows_one_cell=one_to_one,
                       seed=spec.seed, streaming=streaming,
                       budget=None if spec.budget is None else spec.budget.rho,
-                      track_cells=True,
+                      track_cells=True, ledger=ledger,
                       # the engine's phases inside a step (the same for every dataset)
                       progress=lambda name, what: report(step, steps, f"{name}: {what}"))
     from tabdp.frame.releases import bind_session_engine
@@ -247,13 +248,16 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         keys = _table_keys(spec, t)
         targets = {r.label: _rollup_keys(spec, t, r, keys) for r in t.rollups}
         plans.append((t, mech, targets))
-        requests.append(_request(t, mech, t.by, keys, t.name, level, spec))
+        # a consistent table with shares releases each measured level with its own mechanism
+        own = _table_mechanism(t, "_".join(t.by) if t.by else "national") if t.shares else mech
+        requests.append(_request(t, own, t.by, keys, t.name, level, spec))
         for r in t.rollups:
             if r.direct:
                 target_keys = targets[r.label]
                 dkeys = _domain_keys(spec, r.by) if target_keys is None else \
                     KeySet.from_frame(target_keys)
-                requests.append(_request(t, mech, r.by, dkeys, f"{t.name}__{r.label}", level,
+                rmech = _table_mechanism(t, r.label) if t.shares else mech
+                requests.append(_request(t, rmech, r.by, dkeys, f"{t.name}__{r.label}", level,
                                          spec))
     steps = 1 + sum(len(t.rollups) for t in spec.tables) + 1
     step = 1
@@ -272,6 +276,31 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         public[_file_name(t)] = publish(wide, keys=list(t.by), measures=measures,
                                         rules=t.publication, grid=grid)
         mechs = {m: _measure_mechanism(mech, m) for m in measures}
+        if t.consistent:
+            # The table and its direct rollups, post-processed together (GLS): every level is
+            # published in the file it has as a rollup; no _direct files.
+            from tabdp.release._consistent import consistent_levels
+
+            step += len(t.rollups)
+            report(step, steps, f"consistent estimate of {t.name}")
+            direct_frames = {tuple(r.by): _strip_national(next(released))
+                             for r in t.rollups if r.direct}
+            lmechs: Any = mech
+            if t.shares:
+                lmechs = {tuple(t.by): _table_mechanism(t, "_".join(t.by) if t.by else
+                                                        "national"),
+                          **{tuple(r.by): _table_mechanism(t, r.label) for r in t.rollups
+                             if r.direct}}
+            levels = consistent_levels(spec, t, lmechs, measures, wide, direct_frames, targets,
+                                       level, grid)
+            public[_file_name(t)] = publish(levels[tuple(t.by)], keys=list(t.by),
+                                            measures=measures, rules=t.publication, grid=grid)
+            for r in t.rollups:
+                table_keys[_file_name(t, r)] = list(r.by)
+                public[_file_name(t, r)] = publish(levels[tuple(r.by)], keys=list(r.by),
+                                                   measures=measures, rules=t.publication,
+                                                   grid=grid)
+            continue
         for r in t.rollups:
             step += 1
             report(step, steps, f"rolling {t.name} up to {r.label}")
@@ -329,6 +358,10 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
              *([NOT_FOR_PUBLICATION] if seeded else [])]
     summary["kind"] = "release"
     summary["files"] = files
+    if ledger is not None:  # public: the series, its budget, the releases before this one
+        from tabdp.release._ledger import public_lifetime
+
+        summary["lifetime"] = public_lifetime(ledger)
     # post-processing of the published flags only (public)
     usable = {name.removesuffix(".parquet"): published_usability(df)
               for name, df in public.items()}
@@ -389,6 +422,12 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         }), encoding="utf-8")
         # Hygiene: every public file carries the manifest's one timestamp (no processing
         # time leaks through mtimes); confidential files are the owner's only.
+        if ledger is not None:
+            # every output is written: the ledger advances now, before the outputs are moved
+            # into place (a crash between leaves it charged for an unpublished release)
+            from tabdp.release._ledger import commit_release
+
+            commit_release(session, spec, pub, conf)
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
     curator = spec.input.mode == "curator"

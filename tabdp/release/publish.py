@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from tabdp.frame._output import coefficient_of_variation, flag_codes
+from tabdp.frame import coefficient_of_variation, flag_codes
 from tabdp.release.spec import ROUND_MOE_SHARE, Publication
 
 __all__ = ["FLAG_CODES", "COLUMN_DOCS", "publish", "empty_public_table"]

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -71,7 +72,7 @@ from tabdp.mechanisms.transformation import TransformationMechanism
 from tabdp.noise import NoiseDistribution
 from tabdp.noise.discrete import DiscreteGaussianNoise, DiscreteLaplaceNoise
 
-__all__ = ["sum_error_law", "rollup"]
+__all__ = ["sum_error_law", "sum_error_method", "rollup"]
 
 # ----------------------------------------------------------------------------------------------
 # method strings (public metadata: they depend on the mechanism only, never on the data)
@@ -181,6 +182,8 @@ class _SumLaw:
     """Law of the error of a sum of n released cells (n >= 1), per family."""
 
     method = ""
+    #: The `LawOfSums` this law was built from (`_law_for`): the key of the margins' memo.
+    key: LawOfSums | None = None
 
     def moe(self, ns: np.ndarray, level: float,
             exact_one: bool = True) -> np.ndarray:  # pragma: no cover - abstract
@@ -630,7 +633,9 @@ def _law_for(mechanism: Any, owner: str) -> _SumLaw:
         law = mechanism.sum_law()
     except InvalidParameterError as err:
         raise InvalidParameterError(f"{owner}: {err}") from None
-    return _LAWS[law.kind](law)
+    out = _LAWS[law.kind](law)
+    out.key = law
+    return out
 
 
 #: The numerical method for each kind of :class:`~tabdp.mechanisms.LawOfSums`.
@@ -720,13 +725,64 @@ def sum_error_law(mechanism: Mechanism, n: ArrayLike,
     return _moe_for_counts(law, _check_counts(n, owner), lv), law.method
 
 
+#: Margins already computed in this process: (law of sums, distinct counts, level) → margins.
+#: A law's margins are a pure function of these (public parameters only: the mechanism's law
+#: and numbers of cells), and the same call recurs within a release (a spec's plan states each
+#: table's rollup method, tables share calibrated mechanisms, every rollup of a table). A hit
+#: returns the very numbers the computation would (the same call, so the same lattice and
+#: grid), so outputs do not depend on the memo. Least recently used entries beyond
+#: ``_MEMO_SIZE`` are dropped.
+_MEMO: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+_MEMO_SIZE = 256
+
+
+def sum_error_method(mechanism: Mechanism) -> str:
+    """The public description of how `sum_error_law` computes margins for ``mechanism``.
+
+    The method depends on the mechanism's law only, so it costs no computation of margins
+    (``sum_error_law(mechanism, n)[1]`` computes them first).
+
+    Args:
+        mechanism: An additive mechanism.
+
+    Returns:
+        The method string that `sum_error_law` returns with its margins.
+
+    Raises:
+        InvalidParameterError: For a mechanism that is not additive (transformation mechanisms
+            included), as `sum_error_law` does.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian, Laplace
+        >>> sum_error_method(Gaussian(sigma=2.0))
+        'exact: Gaussian'
+        >>> sum_error_method(Laplace(scale=1.0)) == sum_error_law(Laplace(scale=1.0), 2)[1]
+        True
+    """
+    return _law_for(mechanism, "sum_error_method").method
+
+
 def _moe_for_counts(law: _SumLaw, counts: np.ndarray, level: float) -> np.ndarray:
     """Margins for cell counts (0 for n = 0), computed once per distinct n."""
     out = np.zeros(counts.shape, dtype=np.float64)
     pos = counts > 0
     if np.any(pos):
         uniq, inv = np.unique(counts[pos], return_inverse=True)
-        out[pos] = law.moe(uniq, level)[inv]
+        key: tuple[Any, ...] | None = (None if law.key is None
+                                        else (law.key, uniq.tobytes(), float(level)))
+        try:
+            moe = _MEMO.get(key) if key is not None else None
+        except TypeError:  # a noise law with unhashable parameters: no memo
+            key, moe = None, None
+        if moe is None:
+            moe = law.moe(uniq, level)
+            if key is not None:
+                _MEMO[key] = moe
+                while len(_MEMO) > _MEMO_SIZE:
+                    _MEMO.popitem(last=False)
+        elif key is not None:
+            _MEMO.move_to_end(key)
+        out[pos] = moe[inv]
     return out
 
 

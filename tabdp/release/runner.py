@@ -226,7 +226,12 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         _refuse_mapping_collisions(spec, schema0, lf0)
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
+    from tabdp.release._ledger import open_ledger
+
+    ledger = None
     try:
+        # the lifetime ledger: locked and verified before any data is read
+        ledger = open_ledger(spec, engine)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # PySpark's notice about the pandas version says nothing about the data
@@ -242,13 +247,16 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                     warnings.filterwarnings("ignore", message=text)
             try:
                 result = _run_with_data(spec, summary, started, epoch, overwrite, report,
-                                        caught, spark if engine == "spark" else None)
+                                        caught, spark if engine == "spark" else None,
+                                        ledger=ledger)
             except KeyboardInterrupt:
                 raise
             except Exception as err:  # noqa: BLE001 - one generic failure once data was read
                 details = _failure_details(err, "after reading the input")
                 details["warnings"] = [str(w.message) for w in caught]
     finally:
+        if ledger is not None:
+            ledger.close()
         if owned is not None:
             owned.stop()
         if spark_log is not None:

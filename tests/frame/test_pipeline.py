@@ -75,7 +75,7 @@ def test_total_cap_admits_currencies_in_query_order() -> None:
 
 
 def test_no_budget_admits_everyone_without_reading_the_ledger() -> None:
-    def prior(cols: list[str]) -> dict[str, np.ndarray]:
+    def prior(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
         raise AssertionError("read")
 
     ch = _charges({"rows": [5.0, 7.0]}, {"rows": [1.0, 1.0]})

@@ -8,6 +8,7 @@ draws must *reject* a propagated sd or margin of error that is 30% off.
 from __future__ import annotations
 
 import math
+import sys
 import time
 import warnings
 
@@ -48,6 +49,7 @@ from tabdp.release.rollup import (
     _LatticeLaw,
     rollup,
     sum_error_law,
+    sum_error_method,
 )
 
 P_REJECT = 1e-6
@@ -602,3 +604,40 @@ def test_rollup_validation_values() -> None:
         rollup(t.lazy(), **_kw())  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="must be the tabdp mechanism"):
         rollup(t, **_kw(mechanisms={"x": object()}))  # type: ignore[arg-type]
+
+
+# -- the memo of margins and sum_error_method (issue 29: a release's fixed cost) --------------
+def test_margins_memo_returns_the_computed_values_without_recomputing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = sys.modules["tabdp.release.rollup"]  # the module (tabdp.release.rollup is rollup())
+    monkeypatch.setattr(mod, "_MEMO", type(mod._MEMO)())
+    mech = ExpPolyLog(sigma=3.0, a=1.0, d=5.0)
+    first, _ = sum_error_law(mech, [0, 2, 5, 2], level=0.9)
+    calls: list[object] = []
+    orig = mod._LatticeLaw.moe
+
+    def counting(self: object, ns: np.ndarray, level: float, exact_one: bool = True) -> object:
+        calls.append(ns.tolist())
+        return orig(self, ns, level, exact_one)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mod._LatticeLaw, "moe", counting)
+    # an equal mechanism (another object), the same distinct counts: served by the memo
+    again, _ = sum_error_law(ExpPolyLog(sigma=3.0, a=1.0, d=5.0), [5, 2, 0], level=0.9)
+    assert calls == []
+    assert again.tolist() == [first[2], first[1], 0.0]
+    # other counts, another level or another law: computed
+    sum_error_law(mech, [2, 6], level=0.9)
+    sum_error_law(mech, [2, 5], level=0.95)
+    sum_error_law(ExpPolyLog(sigma=3.5, a=1.0, d=5.0), [2, 5], level=0.9)
+    assert calls == [[2, 6], [2, 5], [2, 5]]
+    assert len(mod._MEMO) == 4
+
+
+def test_sum_error_method_matches_sum_error_law_and_refuses_the_same() -> None:
+    for mech in (Gaussian(sigma=2.0), Laplace(scale=1.0), Logistic(scale=1.0),
+                 DiscreteGaussian(sigma=2.0), DiscreteLaplace(scale=1.0),
+                 ExpPolyLog(sigma=3.0, a=1.0, d=5.0), SymmetricStable(alpha=1.5, gamma=1.0)):
+        assert sum_error_method(mech) == sum_error_law(mech, [2])[1]
+    assert sum_error_method(Gaussian(sigma=2.0)) == METHOD_GAUSSIAN
+    with pytest.raises(InvalidParameterError, match="sum_error_method"):
+        sum_error_method(LogTransform(sigma=0.1, offset=1.0))

@@ -159,3 +159,51 @@ def test_save_rejects_other_formats_and_ax(tmp_path: pathlib.Path) -> None:
     with pytest.raises(InvalidParameterError, match="dpi"):
         save_smooth_noise_std(tmp_path / "f.png", dpi=0)
     assert not list(tmp_path.iterdir())
+
+
+# -- the report figures' dry-run draw (issue 29: the fixed cost of a release) -------------------
+def _report_svgs() -> list[str]:
+    """One SVG of every report plot and its variants (panels, legends, rasterized points)."""
+    from tabdp import plotting as P
+
+    sizes = [1.0, 1e2, 1e4, 1e6, 1e8, 1e10]
+    curve = [{"delta": d, "rho": 0.05 * np.log1p(d) ** 2, "epsilon_delta": np.log1p(d)}
+             for d in sizes]
+    moe = [{"total": t, "sd": 3.0, "moe": 5.0} for t in (10.0, 1e3, 1e5)]
+    rng = np.random.default_rng(7)
+    size = 10 ** rng.uniform(0, 8, 3000)
+    values = np.concatenate([rng.lognormal(0.0, 2.0, 500), [0.0, -1.0, np.inf]])
+    return [
+        P.loss_curves_svg({"a": curve, "b": curve[:4], "total": curve}, title="one panel"),
+        P.loss_curves_svg({"pay": curve, "jobs": curve[1:], "n": curve[:3]}, title="panels",
+                          units={"pay": "dollars", "jobs": "persons", "n": "rows"},
+                          key="epsilon_delta", ylabel="ε"),
+        P.moe_curves_svg({"t: x": moe, "u: x": moe, "v: n": moe[:2]}, title="moe",
+                         cv_line=0.5, units={"t: x": "x", "u: x": "x", "v: n": "rows"}),
+        P.histogram_svg(values, title="hist", xlabel="ρ"),
+        P.histogram_svg(np.zeros(0), title="empty", xlabel="ρ"),
+        P.scatter_svg(size, 0.05 * np.log1p(size) ** 2, title="scatter", xlabel="size",
+                      ylabel="ρ", curve=curve, max_points=500),
+        P.scatter_svg(np.zeros(0), np.zeros(0), title="no points", xlabel="x", ylabel="y"),
+    ]
+
+
+def test_report_figures_draw_the_same_svg_as_plain_matplotlib(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tabdp import plotting as P
+
+    dry_runs: list[bool] = []
+    real = P._drawing_disabled
+
+    def spy(renderer: Any) -> bool:
+        dry_runs.append(real(renderer))
+        return dry_runs[-1]
+
+    monkeypatch.setattr(P, "_drawing_disabled", spy)
+    ours = _report_svgs()
+    assert dry_runs.count(True) == len(ours)  # each savefig's dry run only ran the layout
+    monkeypatch.setattr(P, "_ReportFigure", Figure)  # matplotlib's own dry-run draw
+    plain = _report_svgs()
+    assert [len(s) for s in ours] == [len(s) for s in plain]
+    for a, b in zip(ours, plain, strict=True):
+        assert a == b

@@ -81,6 +81,13 @@ The TOML schema (every key not listed is refused)::
                                     # confidential/failure.json) when the budget leaves out
                                     # more than this share of a table's rows or of a measure
 
+    [ledger]                        # optional, curator mode: a release series' lifetime ledger
+    path = "ledger/cbp"             # the ledger folder, relative to the spec (created 0700 by
+                                    # the first run; never inside an output folder)
+    series = "cbp-annual"           # the series' name: a ledger of another series is refused
+    lifetime_budget = 8.0           # each unit's ρ over every release of the series: a number,
+                                    # or a curve {"1e3" = 2.0, "1e7" = 20.0}; needs input.unit
+
     [randomness]                    # optional
     seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY: `tabdp run`
                                     # refuses it without --test-seed and marks the public
@@ -143,6 +150,20 @@ The TOML schema (every key not listed is refused)::
                                     # publication.round to round their published estimates)
     nulls = "drop"                  # optional override of input.nulls
     publication = { cv_flag = 0.5 } # optional override of [publication], key by key
+    consistent = false              # true: publish the table and its rollups from the GLS
+                                    # consistent estimate of the table and its direct = true
+                                    # rollups (every parent the exact sum of its children, in
+                                    # the files they have as rollups; no _direct files). Needs
+                                    # a direct rollup and an additive mechanism; refuses
+                                    # publication.round and negative = "clamp"
+    shares = { county_naics2 = 0.9, state_naics2 = 0.1 }
+                                    # consistent tables: the share of every per-record target
+                                    # spent on each measured level (the table's own label and
+                                    # each direct rollup's; > 0, summing to 1); each level gets
+                                    # its own mechanism (sigma / sqrt(share) for a Gaussian, a
+                                    # calibration to share x targets for a calibrate table), so
+                                    # a unit's total loss is the table's. Default: every level
+                                    # uses the table's mechanism (each charged in full)
 
     [[tables.rollups]]              # optional, any number
     by = ["state", "naics2"]        # coarser grouping: each column is either in the table's
@@ -170,6 +191,7 @@ from tabdp.release.spec.model import (
     BudgetSpec,
     Hierarchy,
     InputSpec,
+    LedgerSpec,
     OutputSpec,
     PlanSpec,
     Publication,
@@ -200,6 +222,7 @@ __all__ = [
     "InputSpec",
     "Hierarchy",
     "BudgetSpec",
+    "LedgerSpec",
     "OutputSpec",
     "Publication",
     "PlanSpec",

@@ -196,7 +196,7 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
         names = [f"{t.name}.parquet"]
         for r in t.rollups:
             names.append(f"{t.name}__{r.label}.parquet")
-            if r.direct:
+            if r.direct and not t.consistent:
                 names.append(f"{t.name}__{r.label}_direct.parquet")
         for j, name in enumerate(names):
             if name in files:

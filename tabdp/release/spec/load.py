@@ -41,6 +41,7 @@ from tabdp.release.spec.sections import (
     _parse_domains,
     _parse_hierarchies,
     _parse_input,
+    _parse_ledger,
     _parse_output,
     _parse_plan,
     _parse_publication,
@@ -250,6 +251,7 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
         output = _author_output(d.get("output"), curator, release)
     else:
         output = _parse_output(d["output"], base)
+    ledger = _parse_ledger(d["ledger"], base, output, inp) if "ledger" in d else None
     publication = (_parse_publication(d["publication"], "publication", Publication())
                    if "publication" in d else Publication())
     plan = _parse_plan(d["plan"]) if "plan" in d else PlanSpec()
@@ -278,4 +280,4 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     return ReleaseSpec(path=path, sha256=sha256, raw=copy.deepcopy(dict(data)), release=release,
                        input=inp, domains=domains, hierarchies=hierarchies, budget=budget,
                        seed=seed, output=output, publication=publication, plan=plan,
-                       tables=tuple(tables))
+                       tables=tuple(tables), ledger=ledger)

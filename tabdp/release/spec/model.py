@@ -85,6 +85,16 @@ class BudgetSpec:
     max_left_out: float | None = None
 
 
+
+@dataclass(frozen=True)
+class LedgerSpec:
+    """``[ledger]``: the lifetime ledger of a release series (`tabdp.Ledger`)."""
+
+    path: Path
+    series: str
+    #: Each unit's lifetime ρ: a number or a ``{size: rho}`` curve (float keys).
+    lifetime_budget: float | dict[float, float]
+
 @dataclass(frozen=True)
 class OutputSpec:
     """``[output]``: absolute folders and the form of the public tables."""
@@ -147,7 +157,9 @@ class TableSpec:
     mechanism as a plain dict with its ``family`` (as written, the calibrated parameters, or the
     count default) for the manifest. ``measures`` is empty for a count (its output column, and its
     ``grid`` key, is ``count``). ``keys_file`` is the allowed-key-combinations file (absolute) when
-    ``keys`` is given.
+    ``keys`` is given. ``consistent`` publishes the table and its ``direct = true`` rollups as
+    one consistent set ([`tabdp.hierarchy.consistent`][tabdp.hierarchy.consistent]); ``shares``
+    splits the per-record targets across those measured levels.
     """
 
     name: str
@@ -162,6 +174,12 @@ class TableSpec:
     publication: Publication = Publication()
     rollups: tuple[RollupSpec, ...] = ()
     raw_mechanism: Mapping[str, Any] = field(default_factory=dict)
+    consistent: bool = False
+    #: Consistent tables: level label → share of every per-record target spent there (the
+    #: table's own label and its direct rollups'), and the mechanism of each measured level
+    #: for its share (empty: every level uses ``mechanism``).
+    shares: Mapping[str, float] = field(default_factory=dict)
+    level_mechanisms: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -193,6 +211,8 @@ class ReleaseSpec:
     publication: Publication
     plan: PlanSpec
     tables: tuple[TableSpec, ...]
+    #: ``[ledger]``, or ``None``.
+    ledger: LedgerSpec | None = None
 
     @property
     def public_raw(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from tabdp.release.spec.model import (
     BudgetSpec,
     Hierarchy,
     InputSpec,
+    LedgerSpec,
     OutputSpec,
     PlanSpec,
     Publication,
@@ -392,6 +393,44 @@ def _parse_budget(raw: Any) -> BudgetSpec:
                                           hint=hint), max_left_out=max_left_out)
     return BudgetSpec(rho=_number(value, "budget.rho", what="the budget rho", gt=0.0, hint=hint),
                       max_left_out=max_left_out)
+
+
+def _parse_ledger(raw: Any, base: Path, output: OutputSpec, inp: InputSpec) -> LedgerSpec:
+    """``[ledger]``: the lifetime ledger of a release series (data-free checks only)."""
+    d = _table(raw, "ledger", allowed=SPEC_KEYS["ledger"],
+               required=("path", "series", "lifetime_budget"),
+               example='path = "ledger/cbp", series = "cbp-annual", lifetime_budget = 8.0')
+    if inp.mode == "author":
+        _fail("ledger", "an author-mode spec may not name a ledger: the author names nothing on "
+                        "the server, and a series' ledger is the curator's.",
+              "remove [ledger] (lifetime ledgers are for curator-mode specs).")
+    if inp.unit is None:
+        _fail("ledger", "a lifetime ledger needs input.unit: without it each row is a unit "
+                        "identified by its position in this run's input, which does not "
+                        "identify the same record in another run.",
+              'set input.unit = "<stable id column>" (e.g. "estab_id"), the same in every run.')
+    path = _resolve(base, _string(d["path"], "ledger.path", what="the ledger folder",
+                                  hint='a folder path relative to the spec, e.g. "ledger/cbp".'))
+    for key in _OUTPUT_FOLDERS:
+        folder = getattr(output, key)
+        if path == folder or path.is_relative_to(folder) or folder.is_relative_to(path):
+            _fail("ledger.path", f"the ledger {str(path)!r} overlaps the {key} output folder "
+                                 f"{str(folder)!r}: the ledger is confidential and lasts across "
+                                 "runs (an output folder is published or replaced).",
+                  "keep the ledger in a folder of its own, outside every output folder.")
+    series = _string(d["series"], "ledger.series", what="the series' name",
+                     hint='e.g. series = "cbp-annual" (the same in every run).')
+    hint = ('a number such as lifetime_budget = 8.0, or a curve of record size -> limit such '
+            'as lifetime_budget = { "1e3" = 2.0, "1e7" = 20.0 }.')
+    value = d["lifetime_budget"]
+    budget: float | dict[float, float]
+    if isinstance(value, Mapping):
+        budget = _size_curve(value, "ledger.lifetime_budget", what="the lifetime budget curve",
+                             hint=hint)
+    else:
+        budget = _number(value, "ledger.lifetime_budget", what="the lifetime budget", gt=0.0,
+                         hint=hint)
+    return LedgerSpec(path=path, series=series, lifetime_budget=budget)
 
 
 def _parse_seed(raw: Any) -> int | None:

@@ -403,6 +403,96 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
     rollups: tuple[RollupSpec, ...] = ()
     if "rollups" in d:
         rollups = _parse_rollups(d["rollups"], f"{tp}.rollups", by, hierarchies)
+    consistent = False
+    if "consistent" in d:
+        consistent = _bool(d["consistent"], f"{tp}.consistent",
+                           "true publishes the table and its direct rollups as one consistent "
+                           "set (GLS).")
+    if consistent:
+        _check_consistent(tp, mech, by, rollups, pub, hierarchies)
+    shares: dict[str, float] = {}
+    level_mechs: dict[str, Any] = {}
+    if "shares" in d:
+        if not consistent:
+            _fail(f"{tp}.shares", "shares split the targets across the measured levels of a "
+                                  "consistent table; this table has no consistent = true.",
+                  "add consistent = true, or remove shares.")
+        shares, level_mechs = _parse_shares(d["shares"], f"{tp}.shares", by, rollups, mech,
+                                            calibration, release.level)
     return TableSpec(name=name, kind=kind, measures=measures, by=by, mechanism=mech,
                      calibration=calibration, keys_file=keys_file, grid=grid, nulls=nulls,
-                     publication=pub, rollups=rollups, raw_mechanism=raw_mech)
+                     publication=pub, rollups=rollups, raw_mechanism=raw_mech,
+                     consistent=consistent, shares=shares, level_mechanisms=level_mechs)
+
+
+def _parse_shares(raw: Any, path: str, by: tuple[str, ...], rollups: tuple[RollupSpec, ...],
+                  mech: Any, calibration: Mapping[str, Any] | None, level: float
+                  ) -> tuple[dict[str, float], dict[str, Any]]:
+    """``shares = { level label = share }`` over the measured levels, and their mechanisms.
+
+    A level given share f gets the mechanism whose per-record loss is f times the table's at
+    every record size: ``sigma / sqrt(f)`` for the (discrete) Gaussian, or a calibration to f
+    times the targets for a calibrate table.
+    """
+    import math
+
+    labels = ["_".join(by) if by else "national"] + [r.label for r in rollups if r.direct]
+    hint = ("one share per measured level (the table's own and each direct rollup's), summing "
+            f"to 1, e.g. shares = {{ {', '.join(f'{lb} = ...' for lb in labels)} }}.")
+    if not isinstance(raw, Mapping):
+        _fail(path, f"must be a table level label -> share; got {_show(raw)}.", hint)
+    if sorted(map(str, raw)) != sorted(labels):
+        _fail(path, f"must name exactly the measured levels {_names(labels)}; got "
+                    f"{_names(sorted(map(str, raw)))}.", hint)
+    shares = {str(k): _number(v, _join(path, str(k)), what="a share", gt=0.0, hint=hint)
+              for k, v in raw.items()}
+    if any(v > 1.0 for v in shares.values()) or abs(sum(shares.values()) - 1.0) > 1e-9:
+        _fail(path, f"shares must be at most 1 and sum to 1; got {shares} (sum "
+                    f"{sum(shares.values())!r}).", hint)
+    out: dict[str, Any] = {}
+    for lb, f in shares.items():
+        if calibration is not None:
+            targets = {s: r * f for s, r in calibration["targets"].items()}
+            out[lb] = calibrate(calibration["family"], targets, calibration["typical_total"],
+                                level=level, objective=calibration.get("objective", "auto"),
+                                **dict(calibration.get("fixed") or {})).mechanism
+        elif isinstance(mech, (mechanisms.Gaussian, mechanisms.DiscreteGaussian)):
+            out[lb] = type(mech)(sigma=float(mech.params()["sigma"]) / math.sqrt(f))
+        else:
+            _fail(path, f"shares need a calibrate table or a (discrete) Gaussian mechanism, "
+                        f"whose loss scales with a share; got {type(mech).__name__}.",
+                  "use calibrate = { ... } (each level is calibrated to its share of the "
+                  "targets) or family = \"gaussian\".")
+    return shares, out
+
+
+def _check_consistent(tp: str, mech: Any, by: tuple[str, ...], rollups: tuple[RollupSpec, ...],
+                      pub: Publication, hierarchies: Mapping[str, Hierarchy]) -> None:
+    """What a consistent table needs: direct levels, an additive mechanism, additive rules."""
+    path = f"{tp}.consistent"
+    if not any(r.direct for r in rollups):
+        _fail(path, "consistent = true needs at least one rollup with direct = true (the "
+                    "levels released directly are what the consistent estimate combines); got "
+                    "none.", 'add direct = true to a rollup, e.g. { by = ["state"], '
+                    "direct = true }, or remove consistent.")
+    if isinstance(mech, mechanisms.TransformationMechanism):
+        _fail(path, f"a consistent table needs an additive mechanism (its noise variance is "
+                    f"public); {type(mech).__name__} has an error that depends on the true "
+                    "value.", 'use e.g. family = "gaussian", "exp_polylog" or "laplace", or '
+                    "remove consistent.")
+    if pub.round is not None:
+        _fail(f"{tp}.publication.round", "rounding each level to publication.round would "
+                                         "break the additivity of a consistent table.",
+              "remove publication.round for this table (its estimates are on the table's grid, "
+              "and every parent is the exact sum of its children).")
+    if pub.negative == "clamp":
+        _fail(f"{tp}.publication.negative", "clamping negative cells to 0 level by level would "
+                                            "break the additivity of a consistent table.",
+              'use negative = "flag" for this table.')
+    owners = {c for c in by for h in hierarchies.values() if c in h.levels}
+    flat = [c for c in by if c not in owners]
+    n_class = len({h.name for h in hierarchies.values() for c in by if c in h.levels}) + len(flat)
+    if n_class > 2:
+        _fail(f"{tp}.by", f"a consistent table has at most two classifications (e.g. geography "
+                          f"x industry); by {_show(list(by))} has {n_class}.",
+              "remove consistent, or split the table by the third column.")

@@ -1,0 +1,600 @@
+"""Consistent hierarchical tables from released levels: the Python entry point.
+
+[`consistent`][tabdp.hierarchy.consistent] takes released tables of one measure set at several
+levels of a geography × industry hierarchy (the table itself and its directly released
+rollups), and returns every requested level as the GLS (best linear unbiased) consistent
+estimate: every parent equals the sum of its children, and every level is at least as accurate
+as its own release alone. It reads only the released cells and public parameters (mechanisms,
+hierarchies, key sets): it is post-processing and costs no privacy.
+
+Example:
+    >>> import polars as pl
+    >>> from tabdp.mechanisms import Gaussian
+    >>> geo = pl.DataFrame({"state": ["X", "X", "Y"], "county": ["a", "b", "c"]})
+    >>> county = pl.DataFrame({"county": ["a", "b", "c"], "jobs": [10.0, 20.0, 5.0],
+    ...                        "jobs_sd": [1.0, 1.0, 1.0]})
+    >>> state = pl.DataFrame({"state": ["X", "Y"], "jobs": [33.0, 5.0], "jobs_sd": [1.0, 1.0]})
+    >>> out = consistent({("county",): county, ("state",): state}, measures=["jobs"],
+    ...                  hierarchies={"geo": geo}, mechanisms=Gaussian(sigma=1.0))
+    >>> out[("state",)]["jobs"].round(6).to_list(), out[("county",)]["jobs"].round(6).to_list()
+    ([32.0, 5.0], [11.0, 21.0, 5.0])
+    >>> round(out[("state",)]["jobs_sd"][0], 6)    # sqrt(1 / (1 + 1/2))
+    0.816497
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy.special import ndtri
+
+from tabdp._validation import check_level
+from tabdp.exceptions import InvalidParameterError
+from tabdp.hierarchy.gls import GLSResult, Tree, solve
+from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms.transformation import TransformationMechanism
+
+__all__ = ["consistent", "Product", "cell_weights", "METHOD_GAUSSIAN", "METHOD_STABLE",
+           "METHOD_NORMAL"]
+
+METHOD_GAUSSIAN = "exact: Gaussian (linear combination of Gaussian errors)"
+METHOD_STABLE = ("exact: symmetric alpha-stable (stability: scale (Σ|w_j γ_j|^α)^(1/α) of the "
+                 "estimator's weights w_j)")
+METHOD_NORMAL = ("normal approximation with the exact sd (a weighted sum of non-Gaussian "
+                 "errors)")
+
+Level = tuple[str, ...]
+
+
+@dataclass
+class _Axis:
+    """One hierarchy used by the levels: its level names (coarse→fine, root excluded)."""
+
+    name: str
+    levels: list[str]            # columns, coarse → fine (root "all" is level 0, not listed)
+    codes: list[pl.Series]       # codes per level 1.. in node order
+    tree: Tree
+
+    def level_of(self, col: str | None) -> int:
+        return 0 if col is None else self.levels.index(col) + 1
+
+
+def _build_axis(name: str, mapping: pl.DataFrame, cols: list[str]) -> _Axis:
+    """Tree of a hierarchy mapping (columns coarse → fine) truncated at ``cols[-1]``."""
+    m = mapping.select(cols).unique()
+    for j in range(1, len(cols)):
+        fine, coarse = cols[j], cols[j - 1]
+        bad = m.group_by(fine).agg(pl.col(coarse).n_unique().alias("n")).filter(pl.col("n") > 1)
+        if bad.height:
+            raise InvalidParameterError(
+                f"consistent: hierarchy {name!r} maps some {fine!r} codes to more than one "
+                f"{coarse!r} code, e.g. {bad[fine].head(5).to_list()}.\nHint: each code must "
+                "have exactly one parent.")
+    codes: list[pl.Series] = []
+    parents: list[np.ndarray] = []
+    prev: pl.DataFrame | None = None
+    for j, c in enumerate(cols):
+        lv = m.select(cols[: j + 1]).unique()
+        if prev is None:
+            lv = lv.sort(c)
+            parents.append(np.zeros(lv.height, dtype=np.int64))
+        else:
+            lv = lv.join(prev.select(cols[j - 1], "__i"), on=cols[j - 1], how="left")
+            lv = lv.sort("__i", c)
+            parents.append(lv["__i"].to_numpy().astype(np.int64))
+            lv = lv.drop("__i")
+        lv = lv.with_row_index("__i")
+        codes.append(lv[c])
+        prev = lv
+    return _Axis(name, list(cols), codes, Tree.from_parents(parents))
+
+
+@dataclass
+class Product:
+    """The product of two hierarchies that the levels of a consistent table live on.
+
+    Built by [`consistent`][tabdp.hierarchy.consistent] (and the planning functions) from the
+    public hierarchy mappings and the finest level's key set.
+
+    Attributes:
+        outer: The hierarchy with more leaves (solved as the tree).
+        inner: The other (its leaves form the vector of each outer node).
+        present: Which finest cells exist (outer leaves × inner leaves).
+    """
+
+    outer: _Axis
+    inner: _Axis
+    present: np.ndarray
+
+    @staticmethod
+    def build(levels: Sequence[Sequence[str]], keys: pl.DataFrame,
+              hierarchies: Mapping[str, pl.DataFrame]) -> Product:
+        """The product for these levels, from the finest key set and the hierarchies.
+
+        Args:
+            levels: Levels (tuples of key columns); the finest is the longest.
+            keys: The finest level's key set (exactly its columns).
+            hierarchies: Name → mapping, one column per level, coarse to fine.
+
+        Returns:
+            The product.
+
+        Example:
+            >>> import polars as pl
+            >>> p = Product.build([("c",), ()], pl.DataFrame({"c": ["a", "b"]}), {})
+            >>> p.pair(("c",)), p.pair(()), p.present.shape
+            ((1, 0), (0, 0), (2, 1))
+        """
+        lv = [_level_key(x, "a level") for x in levels]
+        return _product(lv, keys, max(lv, key=len), dict(hierarchies))
+
+    def aggregate(self, level: Sequence[str], fin: np.ndarray) -> np.ndarray:
+        """Sums of finest-cell values ``(outer leaves, inner leaves, ...)`` at a level.
+
+        Args:
+            level: The level's columns.
+            fin: Values of the finest cells in solver order (trailing axes kept).
+
+        Returns:
+            ``(n_outer nodes, n_inner nodes, ...)`` at the level (``keys(level)`` order).
+
+        Example:
+            >>> import numpy as np, polars as pl
+            >>> p = Product.build([("c",), ()], pl.DataFrame({"c": ["a", "b"]}), {})
+            >>> p.aggregate((), np.array([[1.0], [2.0]])).tolist()
+            [[3.0]]
+        """
+        return _aggregate(self, *self.pair(level), fin)
+
+    def pair(self, level: Sequence[str]) -> tuple[int, int]:
+        """(outer level, inner level) of a level given by its columns."""
+        o = [c for c in level if c in self.outer.levels]
+        i = [c for c in level if c in self.inner.levels]
+        return self.outer.level_of(o[0] if o else None), self.inner.level_of(i[0] if i else None)
+
+    def keys(self, level: Sequence[str]) -> pl.DataFrame:
+        """All cells of a level (cross product of the two trees' nodes), in solver order."""
+        a, b = self.pair(level)
+        cols: list[pl.DataFrame] = []
+        no, ni = self.outer.tree.sizes[a], self.inner.tree.sizes[b]
+        if a:
+            s = self.outer.codes[a - 1]
+            cols.append(pl.DataFrame([s.gather(np.repeat(np.arange(no), ni))]))
+        if b:
+            s = self.inner.codes[b - 1]
+            cols.append(pl.DataFrame([s.gather(np.tile(np.arange(ni), no))]))
+        if not cols:
+            return pl.DataFrame()
+        return pl.concat(cols, how="horizontal").select(list(level))
+
+    def index(self, level: Sequence[str], frame: pl.DataFrame,
+              missing_ok: bool = False) -> np.ndarray:
+        """Flat cell index (outer node × n_inner + inner node) of each row of ``frame``.
+
+        Rows with a code that is not in the hierarchy raise, or get -1 with ``missing_ok``.
+        """
+        a, b = self.pair(level)
+        ni = self.inner.tree.sizes[b]
+        n = frame.height
+        oi = np.zeros(n, dtype=np.int64)
+        ii = np.zeros(n, dtype=np.int64)
+        for axis, lv, out in ((self.outer, a, oi), (self.inner, b, ii)):
+            if lv == 0:
+                continue
+            col = axis.levels[lv - 1]
+            codes = axis.codes[lv - 1]
+            lut = pl.DataFrame({col: codes, "__j": np.arange(codes.len())})
+            try:
+                f = frame.select(pl.col(col).cast(codes.dtype, strict=True))
+            except Exception:  # noqa: BLE001 - any Polars cast failure
+                raise InvalidParameterError(
+                    f"consistent: column {col!r} has dtype {frame.schema[col]}, which cannot be "
+                    f"cast to the hierarchy's {codes.dtype}.\nHint: use the same code type in "
+                    "the released tables and the hierarchy.") from None
+            j = f.join(lut, on=col, how="left", maintain_order="left")["__j"]
+            if j.null_count() and missing_ok:
+                j = j.fill_null(-(1 << 40))
+            elif j.null_count():
+                miss = f.filter(j.is_null())[col].head(5).to_list()
+                raise InvalidParameterError(
+                    f"consistent: {j.null_count()} {col!r} code(s) of a released table are not "
+                    f"in hierarchy {axis.name!r}, e.g. {miss}.\nHint: complete the hierarchy.")
+            out[:] = j.to_numpy()
+        flat = oi * ni + ii
+        return np.where((oi < 0) | (ii < 0), -1, flat) if missing_ok else flat
+
+
+def _product(levels: Sequence[Level], finest: pl.DataFrame, finest_level: Level,
+             hierarchies: Mapping[str, pl.DataFrame]) -> Product:
+    used: dict[str, list[str]] = {}
+    owner: dict[str, str] = {}
+    for hname, mp in hierarchies.items():
+        if not isinstance(mp, pl.DataFrame):
+            raise InvalidParameterError(
+                f"consistent: hierarchies[{hname!r}] must be a Polars DataFrame with one column "
+                f"per level, coarse to fine; got {type(mp).__name__}.")
+        for c in mp.columns:
+            owner.setdefault(c, hname)
+    axes: list[_Axis] = []
+    for c in finest_level:
+        h = owner.get(c)
+        if h is None:  # a flat classification: one level under "all", codes from the key set
+            axes.append(_build_axis(c, finest.select(c).unique(), [c]))
+            continue
+        mp = hierarchies[h]
+        cols = mp.columns[: mp.columns.index(c) + 1]
+        used[h] = cols
+        axes.append(_build_axis(h, mp, cols))
+    for lv in levels:
+        for c in lv:
+            ax = [x for x in axes if c in x.levels]
+            if not ax:
+                raise InvalidParameterError(
+                    f"consistent: column {c!r} of level {list(lv)} is neither a column of the "
+                    f"finest level {list(finest_level)} nor a coarser level of its "
+                    "hierarchies.\nHint: every level must be a coarsening of the finest one.")
+        if len({x.name for c in lv for x in axes if c in x.levels}) != len(lv):
+            raise InvalidParameterError(
+                f"consistent: level {list(lv)} names two columns of one hierarchy.\nHint: one "
+                "column per hierarchy (e.g. ['state', 'naics2']).")
+    if len(axes) > 2:
+        raise InvalidParameterError(
+            f"consistent: the finest level {list(finest_level)} has {len(axes)} classifications;"
+            " at most two (e.g. geography × industry) are supported.\nHint: solve each value "
+            "of the third classification separately.")
+    while len(axes) < 2:
+        axes.append(_Axis("__all", [], [], Tree.from_parents([])))
+    if axes[0].tree.sizes[-1] < axes[1].tree.sizes[-1]:
+        axes.reverse()
+    prod = Product(axes[0], axes[1], np.zeros(0, dtype=bool))
+    idx = prod.index(finest_level, finest)
+    present = np.zeros(axes[0].tree.sizes[-1] * axes[1].tree.sizes[-1], dtype=bool)
+    present[idx] = True
+    prod.present = present.reshape(axes[0].tree.sizes[-1], axes[1].tree.sizes[-1])
+    return prod
+
+
+def cell_weights(mechanism: Mechanism, measure: str) -> tuple[float, str, float]:
+    """Public noise spread of one released cell: ``(var_or_scale², law kind, alpha)``.
+
+    Additive mechanisms only (the noise law does not depend on the data): the noise variance,
+    or for symmetric α-stable noise with α < 2 (no variance) the squared scale γ², used as the
+    GLS weight ``1/γ²``.
+
+    Args:
+        mechanism: The mechanism that released the level.
+        measure: The measure (a joint mechanism is split per measure).
+
+    Returns:
+        ``(v, kind, alpha)`` with ``kind`` one of ``"gaussian"``, ``"stable"``, ``"other"``.
+
+    Raises:
+        InvalidParameterError: For a transformation mechanism or a non-mechanism.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> cell_weights(Gaussian(sigma=2.0), "x")
+        (4.0, 'gaussian', 2.0)
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise InvalidParameterError(
+            f"consistent: mechanisms must be tabdp mechanisms; got {mechanism!r}.")
+    mech: Any = mechanism
+    if getattr(mech, "joint", False) and hasattr(mech, "measure_mechanism"):
+        mech = mech.measure_mechanism(measure)
+    if isinstance(mech, TransformationMechanism):
+        raise InvalidParameterError(
+            f"consistent: measure {measure!r} was released by {mech!r}, a transformation "
+            "mechanism whose error variance depends on the true value; the GLS weights must "
+            "come from public information only.\nHint: release the measured levels with an "
+            "additive mechanism (Gaussian, Laplace, ExpPolyLog, ...) for a consistent table.")
+    law = mech.sum_law()
+    if law.kind == "stable" and law.alpha < 2.0:
+        g = float(law.noise.gamma)
+        return g * g, "stable", float(law.alpha)
+    var = float(law.noise.variance())
+    if not (math.isfinite(var) and var > 0.0):
+        raise InvalidParameterError(
+            f"consistent: the noise of {mech!r} has variance {var!r}; GLS weights need a "
+            "finite positive variance.\nHint: use a mechanism with finite variance.")
+    return var, ("gaussian" if law.kind == "gaussian" else "other"), 2.0
+
+
+def _level_key(level: Any, what: str) -> Level:
+    if isinstance(level, str) or not isinstance(level, (tuple, list)):
+        raise InvalidParameterError(
+            f"consistent: {what} must be a tuple of column names, e.g. ('state', 'naics2') or "
+            f"() for the national total; got {level!r}.")
+    return tuple(str(c) for c in level)
+
+
+def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str],
+               hierarchies: Mapping[str, pl.DataFrame],
+               mechanisms: Mechanism | Mapping[Level, Mechanism],
+               outputs: Sequence[Level] | None = None, level: float = DEFAULT_LEVEL,
+               grid: float | Mapping[str, float] | None = None, nonnegative: bool = False,
+               integer: bool = False,
+               output_keys: Mapping[Level, pl.DataFrame] | None = None
+               ) -> dict[Level, pl.DataFrame]:
+    """The consistent (GLS) estimate of a hierarchy of released tables. Post-processing.
+
+    Each entry of ``released`` is a table released directly at one level of a product of at
+    most two hierarchies (e.g. ``("county", "naics2")``, ``("state", "naics2")``, ``()``); one
+    of them, the *finest*, has the finest column of each hierarchy used, and its rows are the
+    public key set of the finest cells. The result gives each level of ``outputs`` (default:
+    the released levels) with, per measure ``m``: ``m`` (the GLS estimate: every cell is the
+    sum of the estimated finest cells under it), ``m_sd`` (exact sd of the linear estimator;
+    ``inf`` for α-stable noise), ``m_moe`` (half-width of the central ``level`` interval, from
+    the exact law where known: Gaussian, or α-stable by stability; otherwise the normal
+    approximation with the exact sd), ``m_lower``, ``m_upper``.
+
+    The GLS weights are ``1/variance`` of each level's noise, from its mechanism alone (α-stable
+    noise: ``1/γ²``); the released ``m_sd`` columns are not read. A cell of a measured level
+    that is missing from its table is treated as not measured.
+
+    Options (post-processing of the finest cells, after which every level is again the sum of
+    its finest cells; sd and margins stay those of the unbiased estimate and do not describe
+    the modified values):
+
+    * ``grid``: finest cells rounded to multiples of ``grid``; every level is then an exact
+      integer multiple of ``grid``, and parents equal the sums of their children exactly.
+    * ``nonnegative``: finest cells below 0 set to 0 (biased upwards).
+    * ``integer``: finest cells rounded to whole numbers (implies ``grid = 1``).
+
+    Args:
+        released: Level (tuple of key columns) → released table (key columns, ``m`` and
+            ``m_sd`` per measure).
+        measures: Measures to make consistent.
+        hierarchies: Name → mapping DataFrame with one column per level, coarse to fine (e.g.
+            ``state, county``). A key column in no hierarchy is a flat classification whose
+            only coarser level is "all".
+        mechanisms: The mechanism of every level, or level → mechanism.
+        outputs: Levels to return (released or not). Default: the released levels.
+        level: Confidence level of the margins.
+        grid: Optional rounding step of the finest cells (exact additivity), one for every
+            measure or measure → step.
+        nonnegative: Clamp negative finest cells to 0.
+        integer: Round finest cells to whole numbers.
+        output_keys: Optional level → key frame: the rows of that output, in that order (a key
+            with no existing finest cell below it, or a code not in the hierarchies, gets 0
+            with sd 0).
+
+    Returns:
+        Level → frame with the level's keys (``output_keys`` if given; else a released level
+        keeps its table's rows and order, and another level lists every combination of codes
+        with at least one existing finest cell below it, sorted) and the measure columns.
+
+    Raises:
+        InvalidParameterError: For levels that are not coarsenings of one finest level, a
+            finest cell that is not measured, missing columns or mechanisms, or a
+            transformation mechanism.
+
+    Example:
+        >>> import polars as pl
+        >>> from tabdp.mechanisms import Gaussian
+        >>> t = pl.DataFrame({"c": ["a", "b"], "n": [1.4, 2.2], "n_sd": [1.0, 1.0]})
+        >>> nat = pl.DataFrame({"n": [4.0], "n_sd": [1.0]})
+        >>> out = consistent({("c",): t, (): nat}, measures=["n"], hierarchies={},
+        ...                  mechanisms=Gaussian(sigma=1.0), grid=0.1)
+        >>> out[("c",)]["n"].to_list(), out[()]["n"].to_list()
+        ([1.5, 2.3], [3.8])
+    """
+    lv = check_level(level)
+    if not isinstance(released, Mapping) or not released:
+        raise InvalidParameterError(
+            "consistent: released must be a non-empty dict level -> released table; got "
+            f"{released!r}.")
+    levels = [_level_key(k, "a key of released") for k in released]
+    frames = dict(zip(levels, released.values(), strict=True))
+    meas = list(measures)
+    if isinstance(measures, str) or not meas:
+        raise InvalidParameterError(
+            f"consistent: measures must be a non-empty list of names; got {measures!r}.")
+    for key, f in frames.items():
+        if not isinstance(f, pl.DataFrame):
+            raise InvalidParameterError(
+                f"consistent: released[{key!r}] must be a Polars DataFrame; got "
+                f"{type(f).__name__}.")
+        need = [c for c in (*key, *meas) if c not in f.columns]
+        if need:
+            raise InvalidParameterError(
+                f"consistent: released[{key!r}] lacks the column(s) {need}; it has {f.columns}."
+                "\nHint: pass released tables (key columns and one column per measure).")
+        if key and f.select(key).n_unique() != f.height:
+            raise InvalidParameterError(
+                f"consistent: released[{key!r}] has duplicate keys.\nHint: one row per cell.")
+    grids: dict[str, float | None] = {}
+    for m in meas:
+        g = grid.get(m) if isinstance(grid, Mapping) else grid
+        if g is not None and not (isinstance(g, (int, float)) and math.isfinite(g) and g > 0):
+            raise InvalidParameterError(
+                f"consistent: grid must be a number > 0 (or measure -> number); got {g!r} for "
+                f"{m!r}.")
+        if integer:
+            g = 1.0 if g is None else g
+            if g != 1.0:
+                raise InvalidParameterError(
+                    f"consistent: integer=True rounds to whole numbers; got grid={g!r} for "
+                    f"{m!r}.\nHint: drop grid or set it to 1.0.")
+        grids[m] = None if g is None else float(g)
+    # the finest level: the one with the most columns whose every column is the finest used
+    finest_level = max(levels, key=len)
+    hier = dict(hierarchies) if isinstance(hierarchies, Mapping) else {}
+    prod = _product(levels, frames[finest_level], finest_level, hier)
+    fa, fb = prod.pair(finest_level)
+    if (fa, fb) != (prod.outer.tree.depth, prod.inner.tree.depth):
+        raise InvalidParameterError(
+            f"consistent: level {list(finest_level)} is not the finest of the levels given.")
+    outs = [_level_key(o, "an output level") for o in outputs] if outputs is not None \
+        else levels
+    for o in outs:
+        _product([o], frames[finest_level], finest_level, hier)  # validates the columns
+    mech_of: dict[Level, Mechanism] = {}
+    for key in levels:
+        if isinstance(mechanisms, Mapping):
+            mm = mechanisms.get(key, mechanisms.get(tuple(sorted(key))))
+            if mm is None:
+                raise InvalidParameterError(
+                    f"consistent: no mechanism for level {key!r}; mechanisms has "
+                    f"{sorted(map(str, mechanisms))}.")
+            mech_of[key] = mm
+        else:
+            mech_of[key] = mechanisms
+    result: dict[Level, dict[str, Any]] = {o: {} for o in outs}
+    methods: dict[str, str] = {}
+    for m in meas:
+        spreads = {k: cell_weights(mech_of[k], m) for k in levels}
+        kinds = {s[1] for s in spreads.values()}
+        alphas = {s[2] for s in spreads.values()}
+        if kinds == {"stable"} and len(alphas) == 1:
+            kind = "stable"
+        elif kinds == {"gaussian"}:
+            kind = "gaussian"
+        elif "stable" in kinds:
+            raise InvalidParameterError(
+                f"consistent: measure {m!r} mixes α-stable noise with other laws (or several "
+                "α); the weighted sum has no usable law.\nHint: release every level with the "
+                "same α.")
+        else:
+            kind = "other"
+        methods[m] = {"gaussian": METHOD_GAUSSIAN, "stable": METHOD_STABLE,
+                      "other": METHOD_NORMAL}[kind]
+        ms: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for key in levels:
+            a, b = prod.pair(key)
+            shape = (prod.outer.tree.sizes[a], prod.inner.tree.sizes[b])
+            y = np.zeros(shape[0] * shape[1])
+            w = np.zeros(shape[0] * shape[1])
+            f = frames[key]
+            vals = f[m].cast(pl.Float64).to_numpy()
+            if not np.all(np.isfinite(vals)):
+                raise InvalidParameterError(
+                    f"consistent: released[{key!r}] column {m!r} has null, NaN or infinite "
+                    "values.\nHint: pass the released estimates unchanged (before flagging).")
+            idx = prod.index(key, f, missing_ok=True) if key else \
+                np.zeros(f.height, dtype=np.int64)
+            ok = idx >= 0
+            y[idx[ok]] = vals[ok]
+            w[idx[ok]] = 1.0 / spreads[key][0]
+            ms[(a, b)] = (y.reshape(*shape, 1), w.reshape(shape))
+        res = solve(prod.outer.tree, prod.inner.tree, prod.present, ms)
+        fin = res.x[-1][:, :, 0]
+        if nonnegative:
+            fin = np.maximum(fin, 0.0)
+        ints: np.ndarray | None = None
+        grid_m = grids[m]
+        if grid_m is not None:
+            ints = np.rint(fin / grid_m).astype(np.int64)
+        stable_scale: dict[Level, np.ndarray] = {}
+        if kind == "stable":
+            stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
+                                          levels, outs, alphas.pop())
+        one = next(iter(mech_of.values()))
+        for o in outs:
+            a, b = prod.pair(o)
+            if ints is not None and grid_m is not None:
+                est = _from_units(_aggregate(prod, a, b, ints), grid_m)
+            else:
+                est = _aggregate(prod, a, b, fin)
+            var = res.variance(a, b)
+            if kind == "stable":
+                mech: Any = one
+                if getattr(mech, "joint", False):
+                    mech = mech.measure_mechanism(m)
+                noise = mech.sum_law().noise
+                sd = np.full(var.shape, math.inf)
+                moe = float(noise.interval_halfwidth(lv)) / float(noise.gamma) * \
+                    stable_scale[o]
+            else:
+                sd = np.sqrt(var)
+                moe = float(ndtri(0.5 + 0.5 * lv)) * sd
+            result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1))
+    out: dict[Level, pl.DataFrame] = {}
+    given = dict(output_keys or {})
+    for o in outs:
+        if o in given:
+            keys = given[o].select(o) if o else pl.DataFrame()
+        elif o in frames:
+            keys = frames[o].select(o)
+        else:
+            n_fin = prod.aggregate(o, prod.present.astype(np.int64)).reshape(-1)
+            keys = prod.keys(o).filter(pl.Series(n_fin > 0)).sort(list(o)) if o else \
+                pl.DataFrame()
+        idx = prod.index(o, keys, missing_ok=True) if o else np.zeros(1, dtype=np.int64)
+        known = idx >= 0
+        cols: list[pl.Series] = []
+        for m in meas:
+            est, sd, moe = result[o][m]
+            e = np.where(known, est[idx], 0.0)
+            s = np.where(known, sd[idx], 0.0)
+            h = np.where(known, moe[idx], 0.0)
+            cols += [pl.Series(m, e), pl.Series(f"{m}_sd", s), pl.Series(f"{m}_moe", h),
+                     pl.Series(f"{m}_lower", e - h), pl.Series(f"{m}_upper", e + h)]
+        body = pl.DataFrame(cols)
+        out[o] = pl.concat([keys, body], how="horizontal") if o else body
+    return out
+
+
+def _aggregate(prod: Product, a: int, b: int, fin: np.ndarray) -> np.ndarray:
+    """Sums of the finest cells ``(outer leaves, d)`` at level (a, b): leaves are contiguous."""
+    out = fin
+    for axis, (tree, lv) in enumerate(((prod.outer.tree, a), (prod.inner.tree, b))):
+        if lv == tree.depth:
+            continue
+        anc = tree.leaf_ancestor(lv)
+        st = np.searchsorted(anc, np.arange(tree.sizes[lv]), side="left")
+        out = np.add.reduceat(out, st, axis=axis)
+    return out
+
+
+def _from_units(units: np.ndarray, grid: float) -> np.ndarray:
+    """Values of integer multiples of ``grid``: the double nearest to each decimal value.
+
+    A step whose reciprocal is a whole number (0.1, 0.01) divides by it (``23 / 10`` is the
+    double nearest 2.3, ``23 * 0.1`` is not); other steps multiply.
+    """
+    inv = 1.0 / grid
+    if inv >= 1.0 and abs(inv - round(inv)) < 1e-9 * inv:
+        return units.astype(np.float64) / float(round(inv))
+    return units.astype(np.float64) * grid
+
+
+def _stable_scales(prod: Product, ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+                   gammas: Mapping[Level, float], levels: Sequence[Level],
+                   outs: Sequence[Level], alpha: float, chunk: int = 256
+                   ) -> dict[Level, np.ndarray]:
+    """Scale (Σ_j |L_cj γ_j|^α)^(1/α) of each output cell's error (α-stable noise).
+
+    The estimator is linear, ``x̂_c = Σ_j L_cj y_j``; its error ``Σ_j L_cj e_j`` with independent
+    ``e_j ~ SαS(γ_j)`` is SαS with that scale (stability). ``L`` is obtained column by column by
+    solving with unit right-hand sides (cost: cells × measurements / chunk solves).
+    """
+    cols: list[tuple[tuple[int, int], int, float]] = []
+    for key in levels:
+        pair = prod.pair(key)
+        _, w = ms[pair]
+        for j in np.flatnonzero(w.reshape(-1) > 0).tolist():
+            cols.append((pair, j, gammas[key]))
+    acc = {o: np.zeros((prod.outer.tree.sizes[prod.pair(o)[0]],
+                        prod.inner.tree.sizes[prod.pair(o)[1]])) for o in outs}
+    for s0 in range(0, len(cols), chunk):
+        part = cols[s0:s0 + chunk]
+        k = len(part)
+        unit: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for pair, (_y, w) in ms.items():
+            unit[pair] = (np.zeros(w.shape + (k,)), w)
+        gam = np.empty(k)
+        for c, (pair, j, g) in enumerate(part):
+            ya = unit[pair][0].reshape(-1, k)
+            ya[j, c] = 1.0
+            gam[c] = g
+        res: GLSResult = solve(prod.outer.tree, prod.inner.tree, prod.present, unit)
+        for o in outs:
+            a, b = prod.pair(o)
+            acc[o] += np.sum(np.abs(res.estimate(a, b) * gam) ** alpha, axis=2)
+    return {o: v.reshape(-1) ** (1.0 / alpha) for o, v in acc.items()}

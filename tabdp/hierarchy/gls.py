@@ -1,0 +1,425 @@
+"""Generalized least squares on a product of two trees: the consistent (BLUE) estimate.
+
+The cells of a release are indexed by a node ``u`` of an *outer* tree (e.g. geography: nation →
+state → county) and a node ``v`` of an *inner* tree (e.g. industry: all → sector → 6-digit
+code). The unknowns are the finest cells ``x[g, i]`` (``g`` an outer leaf, ``i`` an inner leaf)
+that exist (a public presence mask: structurally absent cells are not unknowns and are 0). A
+measured cell ``(u, v)`` is ``y = Σ_{g ≤ u, i ≤ v} x[g, i] + e`` with independent noise of known
+variance (from public parameters only). The GLS estimate minimises
+``Σ w·(y − Σ x)²`` with ``w = 1 / variance``; every published cell, measured or not, is the sum of
+the estimated finest cells under it, so every parent equals the sum of its children.
+
+Algorithm (exact; Cumings-Menon and Zhuravlev, "Least Squares Estimation for Hierarchical Data",
+2024, arXiv 2404.13164, in the vector-node form): each outer node ``u`` carries the vector
+``x_u`` of its inner-leaf totals (``d`` entries), and the constraint ``x_u = Σ_children x_c`` is
+a tree. The measurements at ``u`` are inner aggregates ``B_u x_u``.
+
+* Upward pass (leaves to root): the estimate of ``x_u`` from the measurements inside the subtree
+  of ``u`` alone, with its covariance: at a leaf ``Σ↑ = (BᵀWB)⁻¹``, ``x↑ = Σ↑BᵀWy``; at an
+  inner node, the children's estimates add up to ``z = Σ x↑_c`` with covariance ``S = Σ Σ↑_c``
+  (independent subtrees), combined with the node's own measurements:
+  ``Σ↑ = (S⁻¹ + BᵀWB)⁻¹``, ``x↑ = Σ↑(S⁻¹z + BᵀWy)``.
+* Downward pass (root to leaves): the root's final estimate is its upward one; a child's final
+  estimate is ``x_c = x↑_c + Σ↑_c S⁻¹(x_u − z)`` (the parent's correction shared in proportion
+  to the children's covariances, so the children add up to the parent exactly), with covariance
+  ``Σ_c = Σ↑_c + Σ↑_c (S⁻¹ Σ_u S⁻¹ − S⁻¹) Σ↑_c``.
+
+Both passes do a fixed number of ``d × d`` products per outer node, batched per level: the cost
+is ``O(n_outer · d³)``, linear in the number of cells for a given inner tree; the inner tree is
+the one with fewer leaves. The covariance of every outer node's vector is exact, so the variance
+of any published cell ``(u, v)`` is ``q_vᵀ Σ_u q_v``.
+
+Example:
+    >>> import numpy as np
+    >>> geo = Tree.from_parents([[0, 0]])          # a root with two leaves
+    >>> ind = Tree.from_parents([])                # a single inner cell
+    >>> present = np.ones((2, 1), dtype=bool)
+    >>> y = {(1, 0): (np.array([[[10.0]], [[20.0]]]), np.ones((2, 1))),
+    ...      (0, 0): (np.array([[[33.0]]]), np.ones((1, 1)))}
+    >>> res = solve(geo, ind, present, y)
+    >>> res.estimate(1, 0)[:, 0, 0].round(6).tolist(), round(float(res.estimate(0, 0)[0, 0, 0]), 6)
+    ([11.0, 21.0], 32.0)
+    >>> res.variance(0, 0).round(6).tolist()   # 1 / (1 + 1/2)
+    [[0.666667]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tabdp.exceptions import InvalidParameterError
+
+__all__ = ["Tree", "GLSResult", "solve", "dense_gls"]
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A rooted tree with levels: level 0 is the root (one node), the last level the leaves.
+
+    Nodes of each level are numbered so that the children of a node are contiguous and in the
+    order of their parents (``parent[l]`` is non-decreasing): sums over children are then
+    ``np.add.reduceat`` over contiguous blocks.
+
+    Attributes:
+        parent: ``parent[l]`` (``l >= 1``) maps each node of level ``l`` to its parent's index in
+            level ``l - 1``; ``parent[0]`` is empty.
+
+    Example:
+        >>> t = Tree.from_parents([[0, 0], [0, 0, 1]])   # root, 2 states, 3 counties
+        >>> t.depth, t.sizes, t.leaf_ancestor(1).tolist()
+        (2, [1, 2, 3], [0, 0, 1])
+    """
+
+    parent: tuple[np.ndarray, ...]
+    _starts: tuple[np.ndarray, ...] = field(repr=False, compare=False, default=())
+
+    @staticmethod
+    def from_parents(parents: Sequence[Sequence[int] | np.ndarray]) -> Tree:
+        """Build a tree from the parent arrays of levels 1.. (each non-decreasing, onto).
+
+        Args:
+            parents: For each level below the root, the parent index of each node.
+
+        Returns:
+            The tree.
+
+        Raises:
+            InvalidParameterError: If a parent array is not non-decreasing or skips a parent.
+
+        Example:
+            >>> Tree.from_parents([[0, 0, 0]]).sizes
+            [1, 3]
+        """
+        arrs: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        starts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        n_prev = 1
+        for lv, p in enumerate(parents, start=1):
+            a = np.asarray(p, dtype=np.int64).reshape(-1)
+            if a.size == 0 or np.any(np.diff(a) < 0) or a[0] != 0 or a[-1] != n_prev - 1 \
+                    or np.any(np.diff(a) > 1):
+                raise InvalidParameterError(
+                    f"Tree: level {lv} parent array must be non-decreasing and cover every node "
+                    f"of level {lv - 1} (0..{n_prev - 1}); got {a.tolist()[:10]}.\nHint: sort "
+                    "the nodes of each level by their parent; every node needs a child.")
+            arrs.append(a)
+            starts.append(np.searchsorted(a, np.arange(n_prev), side="left"))
+            n_prev = a.size
+        return Tree(tuple(arrs), tuple(starts))
+
+    @property
+    def depth(self) -> int:
+        """Index of the leaf level (0 for a single-node tree)."""
+        return len(self.parent) - 1
+
+    @property
+    def sizes(self) -> list[int]:
+        """Number of nodes per level."""
+        return [1] + [int(p.size) for p in self.parent[1:]]
+
+    def starts(self, level: int) -> np.ndarray:
+        """First child (in level ``level``) of each node of level ``level - 1``."""
+        return self._starts[level]
+
+    def leaf_ancestor(self, level: int) -> np.ndarray:
+        """Index, in level ``level``, of the ancestor of each leaf."""
+        a = np.arange(self.sizes[-1])
+        for lv in range(self.depth, level, -1):
+            a = self.parent[lv][a]
+        return a
+
+    def indicator(self, level: int) -> np.ndarray:
+        """The 0/1 matrix (nodes of ``level`` × leaves): which leaves lie under each node."""
+        q = np.zeros((self.sizes[level], self.sizes[-1]))
+        q[self.leaf_ancestor(level), np.arange(self.sizes[-1])] = 1.0
+        return q
+
+
+Measurements = Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class GLSResult:
+    """Consistent estimates and exact covariances on a product of two trees.
+
+    Covariances are stored once per distinct matrix: nodes with the same presence pattern,
+    weights and parent share one (``cov_mats[a][cov_idx[a][u]]`` is node ``u``'s).
+
+    Attributes:
+        outer: The outer tree.
+        inner: The inner tree.
+        x: Per outer level, the estimates of each node's inner-leaf vector,
+            shape ``(n_nodes, d, k)`` (``k`` right-hand sides).
+        cov_mats: Per outer level, the distinct covariance matrices ``(n_distinct, d, d)``.
+        cov_idx: Per outer level, each node's index into ``cov_mats``.
+    """
+
+    outer: Tree
+    inner: Tree
+    x: list[np.ndarray]
+    cov_mats: list[np.ndarray]
+    cov_idx: list[np.ndarray]
+
+    @property
+    def cov(self) -> list[np.ndarray]:
+        """Per outer level, each node's covariance ``(n_nodes, d, d)`` (expanded: memory!)."""
+        return [m[i] for m, i in zip(self.cov_mats, self.cov_idx, strict=True)]
+
+    def estimate(self, a: int, b: int) -> np.ndarray:
+        """Estimates of the cells (outer level ``a``, inner level ``b``): ``(n_a, n_b, k)``.
+
+        Every cell is the sum of the finest estimates under it (so parents are sums of
+        children). Example: see the module docstring.
+        """
+        if b == self.inner.depth:
+            return self.x[a]
+        anc = self.inner.leaf_ancestor(b)
+        st = np.searchsorted(anc, np.arange(self.inner.sizes[b]), side="left")
+        return np.add.reduceat(self.x[a], st, axis=1)
+
+    def variance(self, a: int, b: int) -> np.ndarray:
+        """Exact variances of the cell estimates at (``a``, ``b``): ``(n_a, n_b)``.
+
+        Example: see the module docstring.
+        """
+        q = self.inner.indicator(b)
+        v = np.einsum("bi,uij,bj->ub", q, self.cov_mats[a], q)
+        return np.maximum(v, 0.0)[self.cov_idx[a]]
+
+
+#: Nodes per block of the batched products (bounds the memory of gathered matrices).
+_BLOCK = 1 << 15
+
+
+def _chol_inv(m: np.ndarray, what: str) -> np.ndarray:
+    """Inverse of a batch of symmetric positive definite matrices (refuses singular ones)."""
+    try:
+        c = np.linalg.cholesky(m)
+    except np.linalg.LinAlgError:
+        raise InvalidParameterError(
+            f"consistent estimate: the {what} is not identified by the measured levels (a "
+            "finest cell is not measured at the finest level and no other measurement pins it "
+            "down).\nHint: measure the table's own (finest) level; every existing finest cell "
+            "must be released there.") from None
+    eye = np.broadcast_to(np.eye(m.shape[-1]), m.shape)
+    ci = np.linalg.solve(c, eye)
+    out = np.swapaxes(ci, -1, -2) @ ci
+    return 0.5 * (out + np.swapaxes(out, -1, -2))
+
+
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of the distinct rows of ``key`` and each row's index into them."""
+    n = key.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if np.all(key == key[0]):
+        return np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    return first.astype(np.int64), inv.reshape(-1).astype(np.int64)
+
+
+def _level_meas(inner: Tree, a: int, meas: Measurements) -> list[tuple[np.ndarray, np.ndarray,
+                                                                          np.ndarray]]:
+    """(ancestor of each inner leaf, y, w) of the measurements at outer level ``a``."""
+    return [(inner.leaf_ancestor(b), y, w) for (aa, b), (y, w) in sorted(meas.items())
+            if aa == a]
+
+
+def _info(inner_anc: list[tuple[np.ndarray, np.ndarray, np.ndarray]], rows: np.ndarray, d: int,
+          mask: np.ndarray) -> np.ndarray:
+    """BᵀWB of the nodes ``rows`` (masked to their present leaves), ``(len(rows), d, d)``."""
+    info = np.zeros((rows.size, d, d))
+    for anc, _y, w in inner_anc:
+        k_mat = (anc[:, None] == anc[None, :]).reshape(-1).astype(np.float64)  # (d*d,)
+        wl = w[rows][:, anc]  # (n, d): the weight of each leaf's cell
+        info += (wl[:, :, None] * k_mat.reshape(d, d)[None])
+    m = mask[rows]
+    info *= m[:, :, None] & m[:, None, :]
+    idx = np.arange(d)
+    info[:, idx, idx] += ~m  # absent leaves: identity (their entries are zeroed after)
+    return info
+
+
+def _vec(inner_anc: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int, d: int, k: int,
+         mask: np.ndarray) -> np.ndarray:
+    """BᵀWy of every node, ``(n, d, k)`` (0 on absent leaves)."""
+    vec = np.zeros((n, d, k))
+    for anc, y, w in inner_anc:
+        vec += (w[:, :, None] * y)[:, anc, :]
+    vec *= mask[:, :, None]
+    return vec
+
+
+def _apply(mats: np.ndarray, idx: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``mats[idx[u]] @ v[u]`` for every node, by blocks (``v``: ``(n, d, k)``)."""
+    n = idx.size
+    out = np.empty(v.shape)
+    if mats.shape[0] == 1:
+        return np.einsum("ij,ujk->uik", mats[0], v) if v.size else out
+    for s0 in range(0, n, _BLOCK):
+        s1 = min(n, s0 + _BLOCK)
+        out[s0:s1] = mats[idx[s0:s1]] @ v[s0:s1]
+    return out
+
+
+def _sum_children(mats: np.ndarray, idx: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``Σ_children mats[idx[c]]`` per parent (children contiguous, ``starts`` per parent)."""
+    n = idx.size
+    n_par = starts.size
+    d = mats.shape[-1]
+    out = np.zeros((n_par, d, d))
+    ends = np.append(starts[1:], n)
+    p0 = 0
+    while p0 < n_par:
+        # parents p0..p1-1 whose children fit in one block (at least one parent)
+        p1 = int(np.searchsorted(ends, starts[p0] + _BLOCK, side="right"))
+        p1 = max(p1, p0 + 1)
+        c0, c1 = int(starts[p0]), int(ends[p1 - 1])
+        g = mats[idx[c0:c1]]
+        out[p0:p1] = np.add.reduceat(g, starts[p0:p1] - c0, axis=0)
+        p0 = p1
+    return out
+
+
+def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> GLSResult:
+    """The GLS (BLUE) consistent estimate on a product of two trees, with exact covariances.
+
+    Args:
+        outer: Outer tree (any depth); its leaves index the rows of ``present``.
+        inner: Inner tree; its leaves index the columns of ``present`` (``d`` leaves).
+        present: Boolean ``(outer leaves, d)``: which finest cells exist (public key set).
+        meas: ``(outer level a, inner level b) → (y, w)``: ``y`` the measured values
+            ``(n_a, n_b, k)`` (``k`` right-hand sides, e.g. simulations; ``k = 0`` for the
+            covariances alone), ``w`` the precision weights ``1/variance`` ``(n_a, n_b)``, 0
+            where a cell is not measured.
+
+    Returns:
+        The [`GLSResult`][tabdp.hierarchy.gls.GLSResult].
+
+    Raises:
+        InvalidParameterError: If a finest cell is not identified by the measurements, or the
+            shapes disagree.
+
+    Example:
+        >>> import numpy as np
+        >>> geo = Tree.from_parents([[0, 0]]); ind = Tree.from_parents([[0, 0]])
+        >>> present = np.ones((2, 2), dtype=bool)
+        >>> y = np.array([[[1.0], [2.0]], [[3.0], [4.0]]])
+        >>> res = solve(geo, ind, present, {(1, 1): (y, np.ones((2, 2)))})
+        >>> float(res.estimate(0, 0)[0, 0, 0])
+        10.0
+    """
+    d = inner.sizes[-1]
+    n_leaves = outer.sizes[-1]
+    present = np.asarray(present, dtype=bool)
+    if present.shape != (n_leaves, d):
+        raise InvalidParameterError(
+            f"solve: present must have shape (outer leaves, inner leaves) = {(n_leaves, d)}; "
+            f"got {present.shape}.")
+    k = 0
+    for (a, b), (y, w) in meas.items():
+        if not (0 <= a <= outer.depth and 0 <= b <= inner.depth):
+            raise InvalidParameterError(f"solve: level pair {(a, b)} is outside the trees.")
+        want = (outer.sizes[a], inner.sizes[b])
+        if y.shape[:2] != want or w.shape != want or y.ndim != 3:
+            raise InvalidParameterError(
+                f"solve: measurement {(a, b)} must have y of shape {want} + (k,) and w of shape "
+                f"{want}; got {y.shape} and {w.shape}.")
+        k = y.shape[2]
+    masks = [present]
+    for a in range(outer.depth, 0, -1):
+        masks.insert(0, np.logical_or.reduceat(masks[0], outer.starts(a), axis=0))
+    depth = outer.depth
+    up_x: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    up_m: list[np.ndarray] = [np.empty(0)] * (depth + 1)   # distinct covariances
+    up_i: list[np.ndarray] = [np.empty(0)] * (depth + 1)   # node -> distinct index
+    z_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    sinv_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    for a in range(depth, -1, -1):
+        n_a = outer.sizes[a]
+        mask = masks[a]
+        lm = _level_meas(inner, a, meas)
+        vec = _vec(lm, n_a, d, k, mask)
+        if a == depth:
+            # distinct (presence, weights) patterns share one inverse
+            key = np.concatenate([mask.astype(np.float64)] + [w[:, anc] for anc, _, w in lm],
+                                 axis=1)
+            first, inv = _distinct(key)
+            cov = _chol_inv(_info(lm, first, d, mask), "finest level")
+            cov *= mask[first][:, :, None] & mask[first][:, None, :]
+            x = _apply(cov, inv, vec)
+        else:
+            st = outer.starts(a + 1)
+            z = np.add.reduceat(up_x[a + 1], st, axis=0)
+            s = _sum_children(up_m[a + 1], up_i[a + 1], st)
+            idx = np.arange(d)
+            s[:, idx, idx] += ~mask
+            sinv = _chol_inv(s, "sum of children")
+            own = _info(lm, np.arange(n_a), d, mask)
+            own[:, idx, idx] -= ~mask
+            cov = _chol_inv(sinv + own, f"outer level {a}")
+            cov *= mask[:, :, None] & mask[:, None, :]
+            inv = np.arange(n_a)
+            x = cov @ (sinv @ z + vec)
+            z_l[a], sinv_l[a] = z, sinv
+        up_m[a], up_i[a] = cov, inv
+        up_x[a] = x * mask[:, :, None]
+    fx = [up_x[0]]
+    fm = [up_m[0]]
+    fi = [up_i[0]]
+    for a in range(1, depth + 1):
+        par = outer.parent[a]
+        sinv = sinv_l[a - 1]
+        g = sinv @ (fx[a - 1] - z_l[a - 1])
+        pm = fm[a - 1][fi[a - 1]]  # the parents' final covariances
+        gm = sinv @ pm @ sinv - sinv
+        # a child's final covariance depends on its own distinct matrix and its parent only
+        pair = up_i[a] * outer.sizes[a - 1] + par
+        first, inv = _distinct(pair[:, None])
+        cu = up_m[a][up_i[a][first]]
+        c = cu + cu @ gm[par[first]] @ cu
+        fm.append(0.5 * (c + np.swapaxes(c, -1, -2)))
+        fi.append(inv)
+        fx.append(up_x[a] + _apply(up_m[a], up_i[a], g[par]))
+    return GLSResult(outer, inner, fx, fm, fi)
+
+
+def dense_gls(outer: Tree, inner: Tree, present: np.ndarray,
+              meas: Measurements) -> tuple[np.ndarray, np.ndarray]:
+    """Reference GLS by dense linear algebra (tests only): finest estimates and covariance.
+
+    Args:
+        outer: Outer tree.
+        inner: Inner tree.
+        present: Presence mask of the finest cells.
+        meas: Measurements as for [`solve`][tabdp.hierarchy.gls.solve].
+
+    Returns:
+        ``(x, cov)``: the present finest cells in row-major order ``(n_present, k)`` and their
+        covariance ``(n_present, n_present)``.
+
+    Example:
+        >>> import numpy as np
+        >>> t = Tree.from_parents([[0, 0]]); one = Tree.from_parents([])
+        >>> x, c = dense_gls(t, one, np.ones((2, 1), bool),
+        ...                  {(1, 0): (np.array([[[1.0]], [[2.0]]]), np.ones((2, 1)))})
+        >>> x[:, 0].tolist()
+        [1.0, 2.0]
+    """
+    idx = np.flatnonzero(present.reshape(-1))
+    rows, ys, ws = [], [], []
+    for (a, b), (y, w) in meas.items():
+        po = outer.indicator(a)
+        qi = inner.indicator(b)
+        full = np.einsum("ag,bi->abgi", po, qi).reshape(po.shape[0] * qi.shape[0], -1)[:, idx]
+        rows.append(full)
+        ys.append(y.reshape(po.shape[0] * qi.shape[0], -1))
+        ws.append(w.reshape(-1))
+    a_mat = np.vstack(rows)
+    yv = np.vstack(ys)
+    wv = np.concatenate(ws)
+    h = a_mat.T @ (wv[:, None] * a_mat)
+    cov = np.linalg.inv(h)
+    return cov @ (a_mat.T @ (wv[:, None] * yv)), cov

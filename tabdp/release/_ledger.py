@@ -1,0 +1,113 @@
+"""The release workflow's lifetime ledger (``[ledger]``).
+
+Opened before any data is read; committed once every output is written, before the outputs
+are moved into place (a crash between leaves the ledger charged for a release not published,
+never the reverse).
+
+Example:
+    >>> from tabdp.release._ledger import open_ledger
+    >>> open_ledger(None, "polars") is None
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tabdp.exceptions import SpecError
+
+__all__ = ["open_ledger", "commit_release", "public_lifetime"]
+
+
+def open_ledger(spec: Any, engine: str) -> Any:
+    """The spec's lifetime ledger, locked and verified (``None`` without ``[ledger]``).
+
+    Args:
+        spec: The release spec (``None`` or a spec without ``[ledger]``: no ledger).
+        engine: ``"polars"`` or ``"spark"``.
+
+    Returns:
+        The open [`tabdp.Ledger`][tabdp.Ledger] (``autocommit=False``), or ``None``.
+
+    Raises:
+        SpecError: ``[ledger]`` with the Spark engine (not supported yet).
+        LedgerError: In use by another run, does not verify, another series or budget.
+
+    Example:
+        >>> open_ledger(None, "spark") is None
+        True
+    """
+    led = getattr(spec, "ledger", None)
+    if led is None:
+        return None
+    if engine == "spark":
+        raise SpecError(
+            "ledger", "a lifetime ledger is not supported with the Spark engine yet (its "
+            "releases would not see the series' past losses). Nothing was read or written."
+            "\nHint: run with --engine polars (the default), or remove [ledger].")
+    from tabdp.privacy.lifetime import Ledger
+
+    out = spec.output
+    return Ledger.open(led.path, series=led.series, lifetime_budget=led.lifetime_budget,
+                       autocommit=False, public=(out.public, out.confidential, out.plan))
+
+
+def public_lifetime(ledger: Any) -> dict[str, Any]:
+    """PUBLIC: the series, its lifetime budget, releases before this one, the guarantee.
+
+    Args:
+        ledger: The open ledger.
+
+    Returns:
+        ``Ledger.public()`` (nothing computed from records).
+
+    Example:
+        >>> import tempfile, pathlib, tabdp
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+        >>> public_lifetime(tabdp.Ledger.open(p, series="s", lifetime_budget=2.0))["series"]
+        's'
+    """
+    out: dict[str, Any] = ledger.public()
+    return out
+
+
+def commit_release(session: Any, spec: Any, public: Path, confidential: Path) -> dict[str, Any]:
+    """Commit the run's losses (after every output is written to the staging folders).
+
+    The chain entry holds the spec's hash and the SHA-256 of the public ``manifest.json``;
+    the confidential folder gets ``ledger.json`` (the entry's number and hash: keep the chain
+    head outside the ledger).
+
+    Args:
+        session: The run's session (its ledger open, ``autocommit=False``).
+        spec: The release spec.
+        public: The public (staging) folder, holding ``manifest.json``.
+        confidential: The confidential (staging) folder.
+
+    Returns:
+        The chain entry.
+
+    Example:
+        >>> import tempfile, pathlib, tabdp, types
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "manifest.json").write_text("{}")
+        >>> led = tabdp.Ledger.open(d / "l", series="s", lifetime_budget=2.0, autocommit=False)
+        >>> s = tabdp.Session(unit="id", ledger=led)
+        >>> spec = types.SimpleNamespace(sha256="0" * 64,
+        ...                              release=types.SimpleNamespace(name="r2026"))
+        >>> commit_release(s, spec, d, d)["label"]
+        'r2026'
+    """
+    manifest = hashlib.sha256((public / "manifest.json").read_bytes()).hexdigest()
+    entry: dict[str, Any] = session.commit_ledger(spec_hash=spec.sha256, manifest_hash=manifest,
+                                                  label=spec.release.name)
+    note = {"ledger": str(session.lifetime.path), "series": entry["series"],
+            "release": entry["seq"], "entry_hash": entry["hash"], "prev": entry["prev"],
+            "manifest_sha256": manifest,
+            "note": "CONFIDENTIAL. Keep the entry hash (the chain head) outside the ledger: "
+                    "`tabdp ledger show` must end with it."}
+    (confidential / "ledger.json").write_text(json.dumps(note, indent=2), encoding="utf-8")
+    return entry

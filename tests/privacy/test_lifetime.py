@@ -1,0 +1,468 @@
+"""Lifetime ledgers of release series (issue 31).
+
+Accounting across runs, the lifetime filter, tamper evidence, crashes and concurrent runs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+from tabdp.cli import main as cli_main
+from tabdp.exceptions import InvalidParameterError, LedgerError
+
+pytest.importorskip("deltalake")
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNTIES = ["c1", "c2", "c3"]
+KEYS = tabdp.KeySet.from_dict(county=COUNTIES)
+SUM = mech.Gaussian(sigma=40.0)
+COUNT = mech.Gaussian(sigma=2.0)
+LIFETIME = 3.0
+TARGET = 9999
+
+
+def year_sample(year: int, n: int = 120, drop: int | None = None) -> pl.DataFrame:
+    """Units 10·(year-2020) .. +n-1 (units enter and leave), one or two rows each."""
+    rng = np.random.default_rng(year)
+    first = 10 * (year - 2020)
+    ids = np.arange(first, first + n)
+    ids = np.concatenate([ids, ids[::7]])  # every 7th unit has two rows
+    county = np.array(COUNTIES)[ids % 3]
+    payroll = np.round(rng.lognormal(3.0, 1.0, ids.size), 2)
+    df = pl.DataFrame({"estab": ids.astype(np.int64), "county": county, "payroll": payroll})
+    # unit 9999 is in every year: sum charge 60²/(2·40²) = 1.125, count 1/(2·2²) = 0.125
+    df = pl.concat([df, pl.DataFrame({"estab": [TARGET], "county": ["c1"], "payroll": [60.0]})])
+    if drop is not None:
+        df = df.filter(pl.col("estab") != drop)
+    return df
+
+
+def run_year(ledger: tabdp.Ledger, year: int, seed: int | None = None,
+             drop: int | None = None, budget: float | None = None) -> tuple[tabdp.Session, list]:
+    s = tabdp.Session(unit="estab", seed=year if seed is None else seed, ledger=ledger,
+                      budget=budget)
+    df = year_sample(year, drop=drop)
+    t1 = df.dp.sum("payroll", by="county", keys=KEYS, mechanism=SUM, session=s, name="pay")
+    t2 = df.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s, name="n")
+    return s, [t1, t2]
+
+
+def test_eight_runs_lifetime_is_sum_of_runs_and_never_passes_budget(tmp_path):
+    path = tmp_path / "ledger"
+    per_run: list[pl.DataFrame] = []
+    for year in range(2021, 2029):
+        with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+            s, _ = run_year(led, year)
+            pr = s.report().per_record
+            assert "rho_lifetime" in pr.columns
+            per_run.append(pr.select("estab", "rho", "rho_lifetime").with_columns(
+                pl.lit(year).alias("year")))
+    runs = pl.concat(per_run)
+    # lifetime after each run = the sum of its per-run losses so far (to 1e-12 relative)
+    cum = runs.sort("year").with_columns(pl.col("rho").cum_sum().over("estab").alias("cum"))
+    np.testing.assert_allclose(cum["rho_lifetime"], cum["cum"], rtol=1e-12)
+    with tabdp.Ledger.open(path) as led:
+        state = led.state()
+        assert led.releases == 16  # two releases a run, each committed
+        hist = led.history()
+    totals = runs.group_by("estab").agg(pl.col("rho").sum())
+    both = totals.join(state.select("estab" if "estab" in state.columns else
+                                    pl.col("unit").alias("estab"), "rho"), on="estab",
+                       suffix="_state")
+    assert both.height == totals.height
+    np.testing.assert_allclose(both["rho_state"], both["rho"], rtol=1e-12)
+    # nobody passes the lifetime budget, and the budget binds (some units reached it)
+    assert state["rho"].max() <= LIFETIME
+    # history: one row per release and unit charged, summing to the state
+    h = hist.group_by("unit").agg(pl.col("rho").sum()).join(state.select("unit", "rho"),
+                                                             on="unit", suffix="_s")
+    np.testing.assert_allclose(h["rho"], h["rho_s"], rtol=1e-12)
+    # units entering and leaving: the first years' units are not in the last sample
+    assert state.height > year_sample(2028)["estab"].n_unique()
+
+
+def test_units_at_their_budget_are_left_out_later(tmp_path):
+    path = tmp_path / "ledger"
+    left_out_seen = False
+    for year in range(2021, 2029):
+        with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+            before = led.state()
+            s, _ = run_year(led, year)
+            pr = s.report().per_record
+            conf = s.report().confidential_summary()["queries"]
+            left = sum(q["units_left_out_by_budget"] for q in conf)
+            left_out_seen |= left > 0
+            # every unit charged this run stays within the lifetime budget
+            assert pr["rho_lifetime"].max() <= LIFETIME
+            # a unit already at the budget is charged nothing more
+            full = before.filter(pl.col("rho") + 1e-9 >= LIFETIME)["unit"]
+            charged = pr.filter(pl.col("rho") > 0)["estab"]
+            assert not set(full.to_list()) & set(charged.to_list())
+    assert left_out_seen
+
+
+def test_neighbouring_series_differ_only_until_the_unit_is_left_out(tmp_path):
+    """D and D': one unit removed from every year.
+
+    With the same seeds the tables are the same bit for bit once the unit is at its lifetime
+    budget (it is then left out, and the other units' decisions never depend on it).
+    """
+    big = TARGET  # 1.25 a year: in 2021-22 (2.5), left out of the sums from 2023, of
+    # everything from 2027 (counts bring it to 3.0 by 2026)
+    outs = {}
+    for name, drop in (("D", None), ("D'", big)):
+        path = tmp_path / name
+        tabs = []
+        for year in range(2021, 2029):
+            with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+                s, t = run_year(led, year, seed=year, drop=drop)
+                tabs.append(t)
+                if name == "D":
+                    pr = s.report().per_record
+                    row = pr.filter(pl.col("estab") == big)
+                    tabs[-1] = (t, 0.0 if row.height == 0 else float(row["rho"][0]))
+        outs[name] = tabs
+    charged = [c for _, c in outs["D"]]
+    assert charged == pytest.approx([1.25, 1.25, 0.125, 0.125, 0.125, 0.125, 0.0, 0.0])
+    last_charged = 5
+    for i in range(last_charged + 1, 8):
+        for a, b in zip(outs["D"][i][0], outs["D'"][i], strict=True):
+            assert a.equals(b)  # nothing of it beyond the noise: no difference at all
+
+
+def test_curve_lifetime_budget_per_currency(tmp_path):
+    curve = {"payroll": {10.0: 0.5, 1e4: 2.0}, "rows": {1: 1.5}}
+    path = tmp_path / "ledger"
+    for year in range(2021, 2027):
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=curve) as led:
+            run_year(led, year)
+    with tabdp.Ledger.open(path) as led:
+        st = led.state()
+        b = led.budget
+    assert (st["rho@rows"] <= b.limit(st["size@rows"].to_numpy(), "rows")).all()
+    assert (st["rho@payroll"] <= b.limit(st["size@payroll"].to_numpy(), "payroll")).all()
+    assert st["rho@rows"].max() > 1.0  # the rows curve binds
+
+
+def test_per_run_budget_and_lifetime_budget_both_apply(tmp_path):
+    with tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=100.0) as led:
+        s, _ = run_year(led, 2021, budget=0.3)
+        assert s.report().per_record["rho"].max() <= 0.3
+
+
+def test_ledger_needs_a_unit_column_and_matching_budget(tmp_path):
+    led = tabdp.Ledger.open(tmp_path / "l", series="s", lifetime_budget=1.0)
+    with pytest.raises(InvalidParameterError, match="unit id column"):
+        tabdp.Session(ledger=led)
+    led.close()
+    with pytest.raises(LedgerError, match="lifetime budget"):
+        tabdp.Ledger.open(tmp_path / "l", lifetime_budget=2.0)
+    with pytest.raises(InvalidParameterError, match="series"):
+        tabdp.Ledger.open(tmp_path / "new")
+    with pytest.raises(InvalidParameterError, match="public output"):
+        tabdp.Ledger.open(tmp_path / "pub" / "ledger", series="s", lifetime_budget=1.0,
+                          public=(tmp_path / "pub",))
+
+
+def test_owner_only_permissions(tmp_path):
+    path = tmp_path / "ledger"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+        run_year(led, 2021)
+    for root, _dirs, files in os.walk(path):
+        assert os.stat(root).st_mode & 0o777 == 0o700
+        for f in files:
+            assert os.stat(os.path.join(root, f)).st_mode & 0o777 == 0o600, f
+    path.chmod(0o755)
+    with pytest.raises(LedgerError, match="owner-only"):
+        tabdp.Ledger.open(path)
+
+
+def test_unit_dtype_is_kept_across_runs(tmp_path):
+    path = tmp_path / "ledger"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+        run_year(led, 2021)
+    with tabdp.Ledger.open(path) as led:
+        s = tabdp.Session(unit="estab", ledger=led)
+        df = year_sample(2022).with_columns(pl.col("estab").cast(pl.String))
+        with pytest.raises(InvalidParameterError, match="Int64"):
+            df.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s)
+
+
+# -- tamper evidence -------------------------------------------------------------------------
+def _series(path: Path, years=range(2021, 2024), series="cbp") -> None:
+    for year in years:
+        with tabdp.Ledger.open(path, series=series, lifetime_budget=LIFETIME) as led:
+            run_year(led, year)
+
+
+def _flip(p: Path, at: int | None = None) -> None:
+    data = bytearray(p.read_bytes())
+    i = len(data) // 2 if at is None else at
+    data[i] ^= 0x01
+    p.write_bytes(bytes(data))
+
+
+def _tamper_cases():
+    def flip_state(p):
+        _flip(next((p / "state").glob("*.parquet")))
+
+    def flip_history(p):
+        _flip(sorted((p / "history").glob("*.parquet"))[1])
+
+    def truncate_history(p):
+        f = sorted((p / "history").glob("*.parquet"))[0]
+        f.write_bytes(f.read_bytes()[:-100])
+
+    def flip_chain(p):
+        e = p / "chain" / "00000002.json"
+        e.write_text(e.read_text().replace('"label":"n"', '"label":"m"'))
+
+    def delete_middle(p):
+        (p / "chain" / "00000002.json").unlink()
+
+    def delete_last(p):
+        last = sorted((p / "chain").glob("*.json"))[-1]
+        last.unlink()
+
+    def reorder(p):
+        a, b = p / "chain" / "00000002.json", p / "chain" / "00000003.json"
+        ta, tb = a.read_bytes(), b.read_bytes()
+        a.write_bytes(tb)
+        b.write_bytes(ta)
+
+    def other_series_entry(p):
+        other = p.parent / "other"
+        _series(other, years=[2021, 2022], series="cbp")
+        shutil.copy(other / "chain" / "00000002.json", p / "chain" / "00000002.json")
+
+    def delta_log(p):
+        logs = sorted((p / "history" / "_delta_log").glob("*.json"))
+        logs[-1].unlink()
+
+    return {f.__name__: f for f in (flip_state, flip_history, truncate_history, flip_chain,
+                                    delete_middle, delete_last, reorder, other_series_entry,
+                                    delta_log)}
+
+
+@pytest.mark.parametrize("case", sorted(_tamper_cases()))
+def test_tampered_ledger_is_refused_before_data_is_read(tmp_path, case):
+    path = tmp_path / "ledger"
+    _series(path)
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+    _tamper_cases()[case](path)
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path)  # before any Session exists: no data can have been read
+
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2
+    assert "does not verify" in err.getvalue()
+
+
+def test_ledger_of_another_series_is_refused(tmp_path):
+    _series(tmp_path / "a", series="cbp")
+    _series(tmp_path / "b", series="qcew")
+    with pytest.raises(LedgerError, match="release series 'qcew', not 'cbp'"):
+        tabdp.Ledger.open(tmp_path / "b", series="cbp")
+    assert cli_main(["ledger", "verify", str(tmp_path / "b"), "--series", "cbp"],
+                    stderr=io.StringIO()) == 2
+
+
+def test_cli_show(tmp_path, capsys):
+    _series(tmp_path / "l")
+    assert cli_main(["ledger", "show", str(tmp_path / "l")]) == 0
+    out = capsys.readouterr().out
+    assert "series 'cbp'" in out and "6 release(s)" in out and "label=pay" in out
+    assert "intact" in out
+
+
+# -- concurrency and crashes -----------------------------------------------------------------
+def test_second_open_is_refused_while_the_first_holds_the_ledger(tmp_path):
+    path = tmp_path / "l"
+    first = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME)
+    with pytest.raises(LedgerError, match="in use by another run") as info:
+        tabdp.Ledger.open(path)
+    assert info.value.busy
+    first.close()
+    tabdp.Ledger.open(path).close()  # released: opens again
+
+
+_WORKER = textwrap.dedent("""
+    import sys, time, numpy as np, polars as pl, tabdp
+    path, year, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    led = tabdp.Ledger.open(path, series="s", lifetime_budget=1e9, autocommit=False)
+    print("open", flush=True)
+    time.sleep(hold)
+    n = 20000
+    county = np.array(["c1", "c2", "c3"])[np.arange(n) % 3]
+    df = pl.DataFrame({"estab": np.arange(n), "county": county, "payroll": np.full(n, 10.0)})
+    s = tabdp.Session(unit="estab", seed=year, ledger=led)
+    keys = tabdp.KeySet.from_dict(county=["c1", "c2", "c3"])
+    df.dp.sum("payroll", by="county", keys=keys, mechanism=tabdp.mechanisms.Gaussian(100.0),
+              session=s)
+    s.commit_ledger(label=str(year))
+    led.close()
+    print("done", flush=True)
+""")
+
+
+def _worker(path: Path, year: int, hold: float = 0.0) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", _WORKER, str(path), str(year), str(hold)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_concurrent_runs_one_is_refused(tmp_path):
+    path = tmp_path / "l"
+    tabdp.Ledger.open(path, series="s", lifetime_budget=1e9).close()
+    a = _worker(path, 2021, hold=3.0)
+    assert a.stdout.readline().strip() == "open"
+    b = _worker(path, 2022)
+    _, err_b = b.communicate(timeout=120)
+    out_a, err_a = a.communicate(timeout=120)
+    assert b.returncode != 0 and "in use by another run" in err_b
+    assert a.returncode == 0, err_a
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 1
+
+
+@pytest.mark.slow
+def test_kill_9_leaves_the_old_or_the_new_state(tmp_path):
+    path = tmp_path / "l"
+    tabdp.Ledger.open(path, series="s", lifetime_budget=1e9).close()
+    per_run = 10.0**2 / (2 * 100.0**2)  # each unit: payroll 10 in one cell, Gaussian(100)
+    rnd = random.Random(31)
+    committed = 0
+    killed = 0
+    for i in range(20):
+        p = _worker(path, 2000 + i)
+        assert p.stdout.readline().strip() == "open"
+        time.sleep(rnd.uniform(0.0, 2.5))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            killed += 1
+        p.communicate(timeout=120)
+        with tabdp.Ledger.open(path) as led:  # verifies; restores an interrupted run's tables
+            k = led.releases
+            assert k in (committed, committed + 1)
+            committed = k
+            st = led.state()
+            if k:
+                assert st.height == 20000
+                np.testing.assert_allclose(st["rho"], k * per_run, rtol=1e-12)
+            assert len(led.history()) == 20000 * k
+        assert cli_main(["ledger", "verify", str(path)]) == 0
+    assert killed >= 5 and committed >= 3
+
+
+def test_loser_of_a_commit_race_is_refused_never_lost(tmp_path):
+    """Without the lock, put-if-absent chain entries still refuse a second commit.
+
+    (E.g. a file system where the lock does not hold: one release number is committed once.)
+    """
+    path = tmp_path / "l"
+    a = tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, autocommit=False)
+    a._lock.release()  # simulate a lock that did not hold
+    b = tabdp.Ledger.open(path, autocommit=False)
+    a.charge(pl.Series([1]), {"rho": np.array([0.5])}, {})
+    b.charge(pl.Series([2]), {"rho": np.array([0.25])}, {})
+    a.commit(label="a")
+    with pytest.raises(LedgerError, match="NOT committed"):
+        b.commit(label="b")
+    b.close()
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 1
+        assert led.state()["unit"].to_list() == [1]
+
+
+def test_crash_at_the_commit_point_leaves_the_old_state_and_is_restored(tmp_path, monkeypatch):
+    from deltalake import DeltaTable
+
+    from tabdp.privacy import lifetime
+
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+        run_year(led, 2021)
+    with tabdp.Ledger.open(path) as led:
+        before = led.state()
+
+    def crash(*a, **k):
+        raise SystemExit("killed")
+
+    led = tabdp.Ledger.open(path, autocommit=False)
+    s, _ = run_year(led, 2022)
+    monkeypatch.setattr(lifetime.os, "link", crash)
+    with pytest.raises(SystemExit):
+        s.commit_ledger(label="2022")
+    monkeypatch.undo()
+    led.close()
+    # the Delta tables hold the uncommitted run's versions; the chain does not
+    assert DeltaTable(str(path / "state")).version() > led.entries[-1]["state"]["version"]
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 2
+        assert led.state().equals(before)
+    # restored: a Delta reader at the latest version sees the committed state
+    latest = pl.read_delta(str(path / "state")).sort("unit")
+    assert latest.select(before.columns).equals(before)
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+
+
+def test_a_release_that_charges_nobody_keeps_the_history(tmp_path):
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME) as led:
+        run_year(led, 2021)
+    with tabdp.Ledger.open(path) as led:
+        s = tabdp.Session(unit="estab", ledger=led)
+        empty = year_sample(2021).filter(pl.col("county") == "nowhere")
+        empty.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s)
+        assert led.entries[-1]["history"] is None
+        rows = led.history().height
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 3 and led.history().height == rows > 0
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+
+
+def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path):
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME) as led:
+        s1, _ = run_year(led, 2021)
+        pub1 = s1.report().to_dict()["session"]["lifetime"]
+    with tabdp.Ledger.open(path) as led:
+        s2, _ = run_year(led, 2022, drop=TARGET)
+        pub2 = s2.report().to_dict()["session"]["lifetime"]
+    assert pub1["series"] == "cbp" and pub1["releases_before"] == 0
+    assert pub2["releases_before"] == 2 and pub2["labels_before"] == ["pay", "n"]
+    assert "at most rho = 3 (zCDP)" in pub2["guarantee_in_words"]
+    # nothing computed from records in the public part
+    assert set(pub2) == {"series", "lifetime_budget", "releases_before", "labels_before",
+                         "guarantee_in_words", "enforcement"}
+
+
+def test_verify_history_false_still_checks_state_and_history_sizes(tmp_path):
+    path = tmp_path / "l"
+    _series(path)
+    f = sorted((path / "history").glob("*.parquet"))[0]
+    _flip(f)  # same size: only the full check sees it
+    tabdp.Ledger.open(path, verify_history=False).close()
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path)
+    f.write_bytes(f.read_bytes()[:-10])
+    with pytest.raises(LedgerError, match="another size"):
+        tabdp.Ledger.open(path, verify_history=False)
+    _flip(next((path / "state").glob("*.parquet")))
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path, verify_history=False)

@@ -1,0 +1,158 @@
+"""``[ledger]`` in a release spec: yearly runs of the release workflow (issue 31)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp.cli import main as cli_main
+from tabdp.exceptions import SpecError
+from tabdp.release.runner import run_release
+from tabdp.release.spec import load_spec
+
+pytest.importorskip("deltalake")
+
+COUNTIES = ["c1", "c2", "c3"]
+LIFETIME = 3.0
+
+
+def _sample(year: int, n: int = 90) -> pl.DataFrame:
+    rng = np.random.default_rng(year)
+    first = 10 * (year - 2020)
+    ids = np.arange(first, first + n, dtype=np.int64)
+    df = pl.DataFrame({"estab": ids, "county": np.array(COUNTIES)[ids % 3],
+                       "payroll": np.round(rng.lognormal(3.0, 1.0, n), 2)})
+    return pl.concat([df, pl.DataFrame({"estab": [9999], "county": ["c1"], "payroll": [60.0]})])
+
+
+def _spec(folder: Path, year: int, ledger: str = "ledger", extra: str = "") -> Path:
+    _sample(year).write_parquet(folder / f"data_{year}.parquet")
+    text = f"""
+[release]
+name = "series_{year}"
+[input]
+path = "data_{year}.parquet"
+unit = "estab"
+[domains]
+county = {json.dumps(COUNTIES)}
+[ledger]
+path = "{ledger}"
+series = "test-series"
+lifetime_budget = {LIFETIME}
+[randomness]
+seed = {year}
+[output]
+public = "out/{year}/public"
+confidential = "out/{year}/confidential"
+[[tables]]
+name = "pay"
+kind = "sum"
+measures = ["payroll"]
+by = ["county"]
+mechanism = {{ family = "gaussian", sigma = 40.0 }}
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+mechanism = {{ family = "gaussian", sigma = 2.0 }}
+{extra}
+"""
+    path = folder / f"release_{year}.toml"
+    path.write_text(text)
+    return path
+
+
+def test_eight_yearly_runs_through_the_spec(tmp_path):
+    runs = []
+    for year in range(2021, 2029):
+        res = run_release(load_spec(_spec(tmp_path, year)), test_seed=True)
+        pr = pl.read_parquet(res.confidential / "per_record_losses.parquet")
+        assert "rho_lifetime" in pr.columns
+        runs.append(pr.select("estab", "rho", "rho_lifetime").with_columns(year=pl.lit(year)))
+        summary = json.loads((res.public / "summary.json").read_text())
+        assert summary["lifetime"]["releases_before"] == year - 2021
+        assert summary["lifetime"]["series"] == "test-series"
+        note = json.loads((res.confidential / "ledger.json").read_text())
+        assert note["release"] == year - 2020
+        # the chain entry holds the public manifest's hash
+        import hashlib
+
+        digest = hashlib.sha256((res.public / "manifest.json").read_bytes()).hexdigest()
+        assert note["manifest_sha256"] == digest
+        assert not any("ledger" in p.name for p in res.public.iterdir())
+    allr = pl.concat(runs).sort("year")
+    cum = allr.with_columns(pl.col("rho").cum_sum().over("estab").alias("cum"))
+    np.testing.assert_allclose(cum["rho_lifetime"], cum["cum"], rtol=1e-12)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        st = led.state()
+        assert led.releases == 8
+        assert led.entries[-1]["manifest_hash"] == note["manifest_sha256"]
+    assert st["rho"].max() <= LIFETIME
+    # unit 9999 (1.25 a run) is charged in early years and left out later
+    u = allr.filter(pl.col("estab") == 9999)
+    assert u["rho"].to_list()[:2] == pytest.approx([1.25, 1.25])
+    assert u["rho_lifetime"].max() <= LIFETIME
+    assert u.height < 8
+    out = io.StringIO()
+    assert cli_main(["ledger", "verify", str(tmp_path / "ledger"), "--series", "test-series"],
+                    stdout=out) == 0
+    assert "8 release(s)" in out.getvalue()
+
+
+def test_ledger_spec_refusals(tmp_path):
+    with pytest.raises(SpecError, match="overlaps the public output folder"):
+        load_spec(_spec(tmp_path, 2021, ledger="out/2021/public/ledger"))
+    with pytest.raises(SpecError, match="overlaps the confidential output folder"):
+        load_spec(_spec(tmp_path, 2021, ledger="out/2021/confidential/l"))
+    p = _spec(tmp_path, 2021)
+    p.write_text(p.read_text().replace('unit = "estab"\n', ""))
+    with pytest.raises(SpecError, match="needs input.unit"):
+        load_spec(p)
+
+
+def test_cli_run_refused_before_data_when_ledger_busy_or_tampered(tmp_path):
+    spec = _spec(tmp_path, 2021)
+    err = io.StringIO()
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=err) == 0, err.getvalue()
+    spec2 = _spec(tmp_path, 2022)
+    # busy: another run holds the ledger
+    with tabdp.Ledger.open(tmp_path / "ledger"):
+        err = io.StringIO()
+        assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stderr=err) == 2
+    assert "in use by another run" in err.getvalue()
+    assert not (tmp_path / "out" / "2022").exists()
+    # tampered: a flipped byte in the state
+    f = next((tmp_path / "ledger" / "state").glob("*.parquet"))
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 1
+    f.write_bytes(bytes(data))
+    err = io.StringIO()
+    assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stderr=err) == 2
+    assert "does not verify" in err.getvalue()
+    assert not (tmp_path / "out" / "2022").exists()
+
+
+def test_failed_run_leaves_the_ledger_unchanged(tmp_path, monkeypatch):
+    run_release(load_spec(_spec(tmp_path, 2021)), test_seed=True)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        before = (led.releases, led.state())
+    from tabdp.release import _tables
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(_tables, "render_confidential_html", boom, raising=False)
+    import tabdp.report.html as html
+
+    monkeypatch.setattr(html, "render_confidential_html", boom)
+    with pytest.raises(tabdp.TabdpError):
+        run_release(load_spec(_spec(tmp_path, 2022)), test_seed=True)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == before[0]
+        assert led.state().equals(before[1])
