@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -150,6 +151,21 @@ def _memory(kind: str, path: str, out: str) -> dict[str, float]:
     return {"peak_rss_mb": _hwm_mb(), "start_rss_mb": before}
 
 
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _cpu_timed(fn: Callable[[], None], into: list[float]) -> Callable[[], None]:
+    """``fn``, appending the process CPU seconds of each call to ``into``."""
+    def run() -> None:
+        t = _cpu_s()
+        fn()
+        into.append(_cpu_s() - t)
+
+    return run
+
+
 def main() -> None:
     """Run the benchmark and print a table."""
     ap = argparse.ArgumentParser()
@@ -171,12 +187,17 @@ def main() -> None:
         for n in args.rows:
             path = write_workload(Path(tmp) / f"estab_{n}.parquet", n)
             fns = {k: _runner(k, path, tmp) for k in args.variants}
-            times = interleaved_times(fns, args.repeat)
+            cpu: dict[str, list[float]] = {k: [] for k in fns}
+            times = interleaved_times({k: _cpu_timed(f, cpu[k]) for k, f in fns.items()},
+                                      args.repeat)
             row: dict[str, Any] = {"rows": n, "randomness": "secure",
                                    "load_avg": os.getloadavg()}
             for k in fns:
                 row[k] = {"median_s": statistics.median(times[k]), "min_s": min(times[k]),
-                          "times_s": times[k]}
+                          "times_s": times[k],
+                          # process CPU seconds (every thread): steadier than wall time on a
+                          # loaded machine; the first value is the warm-up round's
+                          "cpu_median_s": statistics.median(cpu[k][1:]), "cpu_s": cpu[k][1:]}
                 if not args.no_memory:
                     cmd = [sys.executable, __file__, "--variant", k, "--path", path,
                            "--out", tmp]
@@ -186,6 +207,7 @@ def main() -> None:
                 floor = TABDP[k][2]
                 if k in row and floor in row:
                     row[k]["time_ratio"] = row[k]["median_s"] / row[floor]["median_s"]
+                    row[k]["cpu_ratio"] = row[k]["cpu_median_s"] / row[floor]["cpu_median_s"]
                     if "peak_rss_mb" in row[k]:
                         row[k]["peak_rss_ratio"] = (row[k]["peak_rss_mb"]
                                                     / row[floor]["peak_rss_mb"])
@@ -198,8 +220,9 @@ def main() -> None:
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / "floor.json").write_text(json.dumps({"meta": meta, "results": results},
                                                              indent=2))
-    print("| rows | mode | floor (s) | tabdp (s) | time ratio | peak RSS floor / tabdp (MB) |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("| rows | mode | floor (s) | tabdp (s) | time ratio | CPU ratio | "
+          "peak RSS floor / tabdp (MB) |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for r in results:
         for k, (_, _, floor) in TABDP.items():
             if k not in r or floor not in r:
@@ -208,7 +231,7 @@ def main() -> None:
             mem = (f"{f['peak_rss_mb']:.0f} / {t['peak_rss_mb']:.0f}" if "peak_rss_mb" in t
                    else "-")
             print(f"| {r['rows']:,} | {k} | {f['median_s']:.3f} | {t['median_s']:.3f} | "
-                  f"{t['time_ratio']:.2f}x | {mem} |")
+                  f"{t['time_ratio']:.2f}x | {t['cpu_ratio']:.2f}x | {mem} |")
 
 
 if __name__ == "__main__":

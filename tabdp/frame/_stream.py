@@ -543,8 +543,6 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
             .alias("__rows_left"),
             *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
               .sum().alias(f"__tot:{m}") for m in measures],
-            *[pl.when(inside & ~pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
-              .otherwise(pl.lit(0, pl.Int128)).sum().alias(f"__lo:{m}") for m in measures],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
               for m in measures]]
     if sess.track_cells:
@@ -553,7 +551,12 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
                  ok_in.cast(pl.Int64).sum().alias("units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
     # it), and the rows outside the key set are grouped by their keys (the distinct keys count)
-    return plan.group_by(f"__c{k}", *by).agg(*aggs)
+    # what the filter left out of a released cell is its total less what it admitted: exact in
+    # 128-bit integers, computed on the cells (one 128-bit sum per row and measure fewer); the
+    # rows outside the key set (the null cell) are neither released nor left out
+    return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
+        pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
+        .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in measures)
 
 
 def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:

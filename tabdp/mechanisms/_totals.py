@@ -28,6 +28,12 @@ import numpy as np
 __all__ = ["ExactTotals"]
 
 
+def pl_int64() -> Any:
+    import polars as pl
+
+    return pl.Int64
+
+
 def pl_float64() -> Any:
     import polars as pl
 
@@ -107,6 +113,33 @@ class ExactTotals:
         if self._numer_py is None:
             self._numer_py = [int(v) if v is not None else 0 for v in self._series.to_list()]
         return self._numer_py
+
+    def int64_numer(self, bound: int) -> np.ndarray | None:
+        """The numerators as an int64 array if every one lies in ``[-bound, bound]``, else None.
+
+        ``bound`` must be below ``2**63``. Read from the engine's integer column without Python
+        integers (None where they were given as Python integers, or any is out of range).
+
+        Args:
+            bound: The largest magnitude accepted.
+
+        Returns:
+            The numerators (missing ones 0, as `numer`), or None.
+
+        Example:
+            >>> import polars as pl
+            >>> ExactTotals(pl.Series([5, None, -3], dtype=pl.Int128)).int64_numer(2**61).tolist()
+            [5, 0, -3]
+            >>> ExactTotals([5]).int64_numer(2**61) is None
+            True
+        """
+        s = self._series
+        if s is None or not s.dtype.is_signed_integer():
+            return None
+        s = s.fill_null(0)
+        if len(s) and not bool(((s >= -bound) & (s <= bound)).all()):
+            return None
+        return np.asarray(s.cast(pl_int64()).to_numpy(), dtype=np.int64)
 
     @classmethod
     def from_floats(cls, values: Any) -> ExactTotals:

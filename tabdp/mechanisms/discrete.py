@@ -322,11 +322,15 @@ class DiscreteAdditiveMechanism(Mechanism):
             # integer contributions give integer totals, unchanged; a record whose contribution is
             # not an integer is charged inf by the policies anyway)
             sb = values.scale_bits
-            ints = (list(values.numer) if sb == 0
-                    else [round(Fraction(v, 1 << sb)) for v in values.numer])
-            n = len(ints)
-            small = all(-_INT64_Q <= v <= _INT64_Q for v in ints)
-            q = np.array(ints if small else [0] * n, dtype=np.int64)
+            fast = values.int64_numer(_INT64_Q) if sb == 0 else None
+            if fast is not None:  # every total an integer in [-2**61, 2**61]: no Python ints
+                n, small, q = fast.size, True, fast
+            else:
+                ints = (list(values.numer) if sb == 0
+                        else [round(Fraction(v, 1 << sb)) for v in values.numer])
+                n = len(ints)
+                small = all(-_INT64_Q <= v <= _INT64_Q for v in ints)
+                q = np.array(ints if small else [0] * n, dtype=np.int64)
         else:
             qf = self._prepare_integers(values)
             n = qf.size
