@@ -659,8 +659,8 @@ NEARLY_NOISELESS = mech.Gaussian(sigma=1e-4)
 # -- the public summary published the seed (which regenerates the noise) -------------------------
 def test_public_summary_does_not_contain_the_seed():
     s = tabdp.Session(seed=987654321)
-    pl.DataFrame({"c": ["a"], "x": [1.0]}).dp.sum("x", by="c", keys=KEYS, mechanism=NEARLY_NOISELESS,
-                                                  session=s)
+    pl.DataFrame({"c": ["a"], "x": [1.0]}).dp.sum("x", by="c", keys=KEYS,
+                                                  mechanism=NEARLY_NOISELESS, session=s)
     public = json.dumps(s.report().to_dict())
     assert "987654321" not in public
     assert "NOT FOR PRODUCTION" in public
