@@ -23,7 +23,7 @@ demo: $(STAMP)
 # in two processes, against about 40 min for its parts run one after the other
 WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal --durations=40
 
 # Local loop: everything but the slow statistical/numerical tests and the Spark tests (CI runs
 # all), in WORKERS processes like `make test`. Some costly parametrized tests run a subset here

@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -1216,7 +1216,8 @@ def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:
     return found
 
 
-def spec_outlook(spec: Any) -> list[dict[str, Any]]:
+def spec_outlook(spec: Any, consistent_outlook: Callable[..., dict[str, Any] | None] | None = None
+                 ) -> list[dict[str, Any]]:
     """Per-table forecasts for a plan summary.
 
     The flag and negative probabilities by planned cell total, and the guarantee in words at
@@ -1227,6 +1228,10 @@ def spec_outlook(spec: Any) -> list[dict[str, Any]]:
 
     Args:
         spec: A validated release spec.
+        consistent_outlook: For consistent tables, ``consistent_outlook(spec, table, totals,
+            cv_flag)`` giving ``{"flag_curve", "levels"}`` of the published (consistent) cells
+            (the release workflow passes its own; ``None``: every table is forecast from its
+            whole-budget mechanism).
 
     Returns:
         One ``{"table", "flag_curve", "guarantee", "issues"}`` per table. A consistent table's
@@ -1254,11 +1259,9 @@ def spec_outlook(spec: Any) -> list[dict[str, Any]]:
         except InvalidParameterError:
             fc = None
         levels = None
-        if getattr(t, "consistent", False):
+        if getattr(t, "consistent", False) and consistent_outlook is not None:
             # published cells are the consistent estimate: each level's expected sd (from
             # each measured level's own mechanism under shares), not the whole-budget one's
-            from tabdp.release._consistent import consistent_outlook
-
             cons = consistent_outlook(spec, t, totals, cv)
             if cons is not None:
                 fc, levels = cons["flag_curve"], cons["levels"]

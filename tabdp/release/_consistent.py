@@ -244,7 +244,7 @@ def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
 
     if not t.consistent:
         return None
-    from tabdp.release._plan import _measured_labels, _released_measures, _table_mechanism
+    from tabdp.release._levels import _measured_labels, _released_measures, _table_mechanism
 
     measures = _released_measures(t)
     lm = {lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None

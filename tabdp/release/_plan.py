@@ -21,6 +21,7 @@ from tabdp.mechanisms import Mechanism
 from tabdp.planning import spec_outlook, spec_usability_issues, upper_3g
 from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import total_policy_curve
+from tabdp.release._levels import _measured_labels, _released_measures, _table_mechanism
 from tabdp.release._staging import _check_target, _finite, _json, _Staging, clean_stale_staging
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec
@@ -48,10 +49,6 @@ def _planned_grid(t: TableSpec, mech: Mechanism) -> dict[str, Any]:
     return out
 
 
-def _released_measures(t: TableSpec) -> list[str]:
-    return list(t.measures) if t.kind == "sum" else ["count"]
-
-
 def _charges(mechanism: Mechanism, t: TableSpec) -> int:
     return 1 if getattr(mechanism, "joint", False) else len(_released_measures(t))
 
@@ -61,25 +58,6 @@ def _measure_mechanism(mechanism: Mechanism, m: str) -> Mechanism:
         # joint mechanisms (VectorSubbotin) have one; the base Mechanism does not declare it
         return mechanism.measure_mechanism(m)  # type: ignore[attr-defined]
     return mechanism
-
-
-def _table_mechanism(t: TableSpec, label: str | None = None) -> Mechanism:
-    """The mechanism actually used (counts: exact integer counterparts, see count_mechanism).
-
-    ``label``: a measured level of a consistent table with ``shares`` (the level's own
-    mechanism for its share of the targets); ``None`` or no shares: the table's.
-    """
-    from tabdp.frame import count_mechanism
-
-    mech = t.level_mechanisms.get(label, t.mechanism) if label is not None else t.mechanism
-    if t.kind == "count":
-        return count_mechanism(mech, t.grid)
-    return mech
-
-
-def _measured_labels(t: TableSpec) -> list[str]:
-    """Labels of the releases of a table in run order: the table, then its direct rollups."""
-    return ["_".join(t.by) if t.by else "national", *[r.label for r in t.rollups if r.direct]]
 
 
 def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = None) -> int:
@@ -243,7 +221,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     level = spec.release.level
     delta = spec.release.delta
     tables = []
-    outlook = {o["table"]: o for o in spec_outlook(spec)}
+    from tabdp.release._consistent import consistent_outlook
+
+    outlook = {o["table"]: o for o in spec_outlook(spec, consistent_outlook)}
     issues = spec_usability_issues(spec)
     unit = "unit" if spec.input.unit else "record"
     entries: list[tuple[Mechanism, int]] = []

@@ -33,6 +33,7 @@ from tabdp.release._input import (
     _rules_outcome,
     scan_input,
 )
+from tabdp.release._levels import _released_measures, _table_mechanism
 from tabdp.release._outputs import (
     ReleaseResult,
     _confidential,
@@ -50,8 +51,6 @@ from tabdp.release._plan import (
     _file_name,
     _measure_mechanism,
     _planned_grid,
-    _released_measures,
-    _table_mechanism,
     _transformation,
 )
 from tabdp.release._staging import NOT_FOR_PUBLICATION, _json, _set_tree, _Staging

@@ -93,7 +93,9 @@ def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     shares = {"county_naics2": 0.9, "state_naics2": 0.05, "county": 0.05}
     spec = parse_spec(_spec(tmp_path, shares=shares), tmp_path)
     t = spec.tables[0]
-    out = spec_outlook(spec)[0]
+    from tabdp.release._consistent import consistent_outlook
+
+    out = spec_outlook(spec, consistent_outlook)[0]
     summ = plan_summary(spec)["tables"][0]
     cons = summ["consistent"]["expected_sd"]["count"]
     assert summ["forecast_by_level"] == out["consistent_levels"]
@@ -116,7 +118,7 @@ def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     assert levels["state_naics2"]["sd"] < 3.0 / 0.05 ** 0.5
     # a table that is not consistent keeps the mechanism's curve
     plain = parse_spec(_spec(tmp_path, consistent=False), tmp_path)
-    o2 = spec_outlook(plain)[0]
+    o2 = spec_outlook(plain, consistent_outlook)[0]
     assert "consistent_levels" not in o2
     assert o2["flag_curve"] == flag_curve(plain.tables[0].mechanism, totals, cv_flag=cv)
 
