@@ -201,7 +201,12 @@ def test_report_figures_draw_the_same_svg_as_plain_matplotlib(
 
     monkeypatch.setattr(P, "_drawing_disabled", spy)
     ours = _report_svgs()
-    assert dry_runs.count(True) == len(ours)  # each savefig's dry run only ran the layout
+    import matplotlib
+
+    if tuple(int(p) for p in matplotlib.__version__.split(".")[:2]) >= (3, 7):
+        assert dry_runs.count(True) == len(ours)  # each savefig's dry run only ran the layout
+    else:  # the 3.6 floor: its savefig makes no detectable dry run; every draw is a full one
+        assert dry_runs.count(True) in (0, len(ours))
     monkeypatch.setattr(P, "_ReportFigure", Figure)  # matplotlib's own dry-run draw
     plain = _report_svgs()
     assert [len(s) for s in ours] == [len(s) for s in plain]
