@@ -38,6 +38,7 @@ def _count(df: pl.DataFrame, s: tabdp.Session) -> pl.DataFrame:
 
 
 # -- neighbouring series through the release workflow ----------------------------------------
+@pytest.mark.slow  # eight yearly runs through the spec (about 10-20 s); CI runs it
 def test_neighbouring_spec_series_public_files_equal_except_noise_and_time(tmp_path):
     """D and D' (unit 9999 removed from every year), eight `tabdp run`s each, same seeds.
 

@@ -80,6 +80,7 @@ mechanism = {{ family = "gaussian", sigma = 2.0 }}
     return path
 
 
+@pytest.mark.slow  # eight yearly runs through the spec (about 10-20 s); CI runs it
 def test_eight_yearly_runs_through_the_spec(tmp_path):
     runs = []
     for year in range(2021, 2029):
