@@ -488,3 +488,141 @@ def test_overwrite_between_authors(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert code_a == 0, err_a  # the same spec: its own author may re-run it
     # without --overwrite, an existing folder is refused as before (exit 2)
     assert _cli_args(server, monkeypatch, spec_b, "run", "--test-seed")[0] == 2
+
+
+# -- R12 (attack review of declared.py / overwrite): open findings, xfail(strict) ------------
+R12_SPEC = """
+[release]
+name = "r12"
+[input]
+dataset = "cbp"
+unit = "estab_id"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = {{ v = [0, 100] }}
+[domains]
+state = ["01", "02"]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 3 }}
+{extra}
+"""
+
+
+def _r12_servers(tmp_path: Path, schema: dict[str, str], extra: Any,
+                 extra_cols: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    """D: two files of 10 records; D': one more file holding one record (estab 1000, v=5).
+
+    ``extra`` (a pyarrow array of one value, or None for v=5) is that record's ``v``;
+    ``extra_cols`` adds columns to that file only. Declared schema ``schema``.
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    servers = []
+    for name, with_extra in (("with", True), ("without", False)):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        t = pa.table({"estab_id": pa.array(range(20), pa.int64()),
+                      "state": ["01"] * 10 + ["02"] * 10,
+                      "v": pa.array(range(20), pa.int64())})
+        pq.write_table(t.slice(0, 10), root / "ds" / "s01.parquet")
+        pq.write_table(t.slice(10, 10), root / "ds" / "s02.parquet")
+        if with_extra:
+            cols = {"estab_id": pa.array([1000], pa.int64()), "state": ["02"],
+                    "v": pa.array([5], pa.int64()) if extra is None else extra,
+                    **(extra_cols or {})}
+            pq.write_table(pa.table(cols), root / "ds" / "s03.parquet")
+        cfg = write_curator(root, {"cbp": "ds"}, public=[HIER])
+        decl = ", ".join(f'{c} = "{t}"' for c, t in schema.items())
+        cfg.write_text(cfg.read_text().replace('path = "ds"',
+                                               f'path = "ds"\nschema = {{ {decl} }}'))
+        servers.append(root)
+    return servers[0], servers[1]
+
+
+def _r12_run(server: Path, monkeypatch: pytest.MonkeyPatch, text: str, *flags: str
+             ) -> tuple[int, str, str]:
+    monkeypatch.chdir(server)
+    (server / "s.toml").write_text(text, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["run", "s.toml", "--curator", "curator.toml", "--overwrite", *flags],
+                    stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.xfail(strict=True, reason="R12 critical: an author-mode spec may set [randomness] "
+                   "seed and run with --test-seed; the author then regenerates the noise "
+                   "locally and subtracts it (exact confidential sums)")
+def test_r12_author_cannot_choose_the_seed(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seeded author run on D and D': the estimates differ by exactly the record's value (5)."""
+    with_, without = _r12_servers(tmp_path, {"estab_id": "Int64", "state": "String",
+                                             "v": "Int64"}, None)
+    text = R12_SPEC.format(extra="[randomness]\nseed = 7")
+    results = [_r12_run(s, monkeypatch, text, "--test-seed") for s in (with_, without)]
+    if results[0][0] == 0:
+        est = [pl.read_parquet(s / "releases" / "r12" / "public" / "t.parquet")["estimate"]
+               .to_list() for s in (with_, without)]
+        # the noise cancels: the difference is the extra record's value, exactly
+        assert round(est[0][1] - est[1][1], 6) != 5.0, est
+    assert results[0][0] == 2 and "seed" in results[0][2], results[0]
+
+
+@pytest.mark.xfail(strict=True, reason="R12 high: a file whose declared Int64 column pyarrow "
+                   "wrote as decimal256 (one Decimal value with > 38 digits of precision) "
+                   "makes convert_leniently raise (Polars decimals stop at 38): exit 4 vs 0")
+def test_r12_decimal256_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-record file in decimal256.
+
+    pyarrow infers decimal256(40, 28) from ``[Decimal('0.' + '3' * 28), Decimal(12 digits)]``.
+    """
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    arr = pa.array([decimal.Decimal("5")], pa.decimal256(40, 28))
+    servers = _r12_servers(tmp_path, {"estab_id": "Int64", "state": "String", "v": "Int64"},
+                           arr)
+    a, b = (_r12_run(s, monkeypatch, R12_SPEC.format(extra=""))[:1] for s in servers)
+    assert a == b == (0,), (a, b)
+
+
+@pytest.mark.xfail(strict=True, reason="R12 medium: a declared Datetime is pl.Datetime "
+                   "(no unit); Datetime('ms') == pl.Datetime, so convert_leniently returns the "
+                   "column unconverted and the concat of us and ms/UTC files fails: exit 4 vs 0")
+@pytest.mark.parametrize("unit,tz", [("ms", None), ("us", "UTC"), ("ns", None)])
+def test_r12_datetime_unit_or_zone_differs_in_one_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str, tz: str | None) -> None:
+    """An unused declared Datetime column, written with another unit / zone by one file."""
+    pa = pytest.importorskip("pyarrow")
+    opened = pa.array([10**9], pa.timestamp(unit, tz=tz))
+    schema = {"estab_id": "Int64", "state": "String", "v": "Int64", "opened": "Datetime"}
+    servers = _r12_servers(tmp_path, schema, None, {"opened": opened})
+    a, b = (_r12_run(s, monkeypatch, R12_SPEC.format(extra=""))[:1] for s in servers)
+    assert a == b == (0,), (a, b)
+
+
+@pytest.mark.xfail(strict=True, reason="R12 high: a declared Boolean column (not even used) "
+                   "that one file holds as decimal256 makes Polars panic in collect_schema; "
+                   "scan_input catches PolarsError/OSError only, so the PanicException "
+                   "escapes cli.main (exit 1, traceback on stderr, no failure.json) vs exit 0")
+def test_r12_rust_panic_escapes_the_cli(tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The neighbour's extra file has ``flag`` as decimal256; flag is declared Boolean."""
+    import decimal
+
+    pa = pytest.importorskip("pyarrow")
+    flag = pa.array([decimal.Decimal("2")], pa.decimal256(40, 28))
+    schema = {"estab_id": "Int64", "state": "String", "v": "Int64", "flag": "Boolean"}
+    servers = _r12_servers(tmp_path, schema, None, {"flag": flag})
+    codes = []
+    for s in servers:
+        try:
+            codes.append(_r12_run(s, monkeypatch, R12_SPEC.format(extra=""))[0])
+        except BaseException as err:  # noqa: BLE001 - a Rust panic is a BaseException
+            codes.append(f"raised {type(err).__name__}")
+    assert codes == [0, 0], codes
