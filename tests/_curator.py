@@ -8,10 +8,12 @@ from pathlib import Path
 
 def write_curator(folder: Path, datasets: Mapping[str, Path | str], *,
                   public: Sequence[Path] = (), root: Path | str = "releases",
-                  extra: str = "", name: str = "curator.toml") -> Path:
+                  extra: str = "", name: str = "curator.toml",
+                  seeded: bool = True) -> Path:
     """Write ``folder/curator.toml``: datasets (name -> path), public folders, output root.
 
-    Relative paths are relative to ``folder``. Returns the file's path.
+    Relative paths are relative to ``folder``. ``seeded``: ``[testing] seeded_author_runs``
+    (author-mode test specs set seeds to compare neighbouring runs). Returns the file's path.
     """
     lines = []
     for ds, path in datasets.items():
@@ -19,6 +21,8 @@ def write_curator(folder: Path, datasets: Mapping[str, Path | str], *,
     folders = ", ".join(f'"{Path(p).as_posix()}"' for p in public)
     lines += ["[public]", f"folders = [{folders}]", "", "[output]",
               f'root = "{Path(root).as_posix()}"', "", extra]
+    if seeded:
+        lines += ["", "[testing]", "seeded_author_runs = true", ""]
     file = folder / name
     file.write_text("\n".join(lines), encoding="utf-8")
     return file

@@ -112,7 +112,11 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
                      for c, t in domain_types.items() if c in schema and schema[c] != t]
             lf = lf.with_columns(casts) if casts else lf
             schema = lf.collect_schema()
-    except (pl.exceptions.PolarsError, OSError) as err:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # noqa: BLE001 - Polars' Rust panics are BaseExceptions
+        # (review R12: a panic escaped the CLI with a traceback); tabdp's failure, whatever the
+        # cause, so the run's failure path (failure.json in author mode) handles it
         raise DataValidationError(
             f"cannot read the input {spec.input.source!r} as Parquet: {err}.\n"
             "Hint: input.path must be a Parquet file, a folder of Parquet files or a "

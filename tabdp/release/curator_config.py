@@ -39,6 +39,8 @@ The TOML schema (every key not listed is refused)::
     level = 0.9                     # release.level of a spec without one
     delta = 1e-9                    # release.delta of a spec without one
 
+    [testing]                       # optional; never on a server authors use
+    seeded_author_runs = false      # true: author-mode specs may set [randomness] seed (tests)
     [policy]                        # optional
     author_only = true              # every spec read with this configuration must be in author
                                     # mode (a validation server: an author cannot write
@@ -95,12 +97,13 @@ CURATOR_ENV = "TABDP_CURATOR"
 
 #: Every key the configuration accepts, by key path (``datasets.*`` is each dataset).
 CURATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("datasets", "public", "output", "defaults", "policy"),
+    "": ("datasets", "public", "output", "defaults", "policy", "testing"),
     "datasets.*": ("path", "table", "hive_partitioning", "schema"),
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
     "policy": ("author_only", "overwrite"),
+    "testing": ("seeded_author_runs",),
 }
 
 #: ``[policy] overwrite``: what an author-mode ``--overwrite`` may replace under the output root.
@@ -184,6 +187,9 @@ class CuratorConfig:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     author_only: bool = False
     overwrite: str = "same-spec"
+    #: ``[testing] seeded_author_runs``: author-mode specs may set ``[randomness] seed`` (tests
+    #: of the boundary only: an author who chooses the seed can redraw the noise and remove it).
+    seeded_author_runs: bool = False
 
     def dataset_roots(self) -> tuple[Path, ...]:
         """The datasets' paths with symbolic links resolved (what no public file may be in).
@@ -369,9 +375,16 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                                       f"; got {overwrite!r}.",
                   '"same-spec" (default: --overwrite replaces a release of the same spec '
                   'only), "any" or "never".')
+    seeded = False
+    if "testing" in d:
+        tst = _table(d["testing"], "testing", CURATOR_KEYS["testing"])
+        seeded = tst.get("seeded_author_runs", False)
+        if not isinstance(seeded, bool):
+            _fail("testing.seeded_author_runs", f"must be true or false; got {seeded!r}.",
+                  "false (the default) on any server authors use; true only in tests.")
     config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
                            output_root=root, defaults=defaults, author_only=author_only,
-                           overwrite=overwrite)
+                           overwrite=overwrite, seeded_author_runs=seeded)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):
         real = Path(os.path.realpath(f))

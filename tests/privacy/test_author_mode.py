@@ -240,7 +240,8 @@ def test_spark_author_mode_bad_values_and_budget_equal_polars(spark: Any) -> Non
 def _curator(folder: Path, data: str) -> None:
     """The curator configuration: dataset ``d`` at ``data``, outputs under ``out``."""
     (folder / "curator.toml").write_text(
-        f'[datasets.d]\npath = "{data}"\n[output]\nroot = "out"\n', encoding="utf-8")
+        f'[datasets.d]\npath = "{data}"\n[output]\nroot = "out"\n'
+        '[testing]\nseeded_author_runs = true\n', encoding="utf-8")
 
 
 # origin: review R2

@@ -71,7 +71,7 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
     # author mode: the curator declares the dataset, the public folder and the output root
     (folder / "curator.toml").write_text(
         f'[datasets.d]\npath = "d.parquet"\n[public]\nfolders = ["{hier.as_posix()}"]\n'
-        '[output]\nroot = "out"\n', encoding="utf-8")
+        '[output]\nroot = "out"\n[testing]\nseeded_author_runs = true\n', encoding="utf-8")
     with monkeypatch.context() as mp:
         seen: list[bool] = []
         real = _tables.Session

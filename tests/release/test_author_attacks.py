@@ -537,7 +537,7 @@ def _r12_servers(tmp_path: Path, schema: dict[str, str], extra: Any,
                     "v": pa.array([5], pa.int64()) if extra is None else extra,
                     **(extra_cols or {})}
             pq.write_table(pa.table(cols), root / "ds" / "s03.parquet")
-        cfg = write_curator(root, {"cbp": "ds"}, public=[HIER])
+        cfg = write_curator(root, {"cbp": "ds"}, public=[HIER], seeded=False)
         decl = ", ".join(f'{c} = "{t}"' for c, t in schema.items())
         cfg.write_text(cfg.read_text().replace('path = "ds"',
                                                f'path = "ds"\nschema = {{ {decl} }}'))
@@ -555,9 +555,6 @@ def _r12_run(server: Path, monkeypatch: pytest.MonkeyPatch, text: str, *flags: s
     return code, out.getvalue(), err.getvalue()
 
 
-@pytest.mark.xfail(strict=True, reason="R12 critical: an author-mode spec may set [randomness] "
-                   "seed and run with --test-seed; the author then regenerates the noise "
-                   "locally and subtracts it (exact confidential sums)")
 def test_r12_author_cannot_choose_the_seed(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Seeded author run on D and D': the estimates differ by exactly the record's value (5)."""
@@ -607,9 +604,10 @@ def test_r12_datetime_unit_or_zone_differs_in_one_file(
 
 
 @pytest.mark.xfail(strict=True, reason="R12 high: a declared Boolean column (not even used) "
-                   "that one file holds as decimal256 makes Polars panic in collect_schema; "
-                   "scan_input catches PolarsError/OSError only, so the PanicException "
-                   "escapes cli.main (exit 1, traceback on stderr, no failure.json) vs exit 0")
+                   "that one file holds as decimal256 makes Polars panic in collect_schema. "
+                   "The panic no longer escapes (scan_input turns it into tabdp's data "
+                   "failure: exit 4, the generic message, failure.json), but the neighbour "
+                   "exits 0, as with R12's decimal256 finding")
 def test_r12_rust_panic_escapes_the_cli(tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The neighbour's extra file has ``flag`` as decimal256; flag is declared Boolean."""

@@ -246,6 +246,13 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
               'remove budget.max_left_out from an author-mode spec (the curator sets it in a '
               'curator-mode spec), or use input.mode = "curator".')
     seed = _parse_seed(d["randomness"]) if "randomness" in d else None
+    if inp.mode == "author" and "randomness" in d and not getattr(
+            curator, "seeded_author_runs", False):
+        # a seed the author chooses lets them redraw the run's noise at home and subtract it:
+        # the exact confidential sums (review R12)
+        _fail("randomness", "an author-mode spec may not set the randomness: a seed chosen by "
+                            "the author would let them reproduce the noise and remove it.",
+              "remove [randomness] (author-mode runs always use secure randomness).")
     if inp.mode == "author":
         assert curator is not None  # _parse_input refuses author mode without it
         output = _author_output(d.get("output"), curator, release)
