@@ -570,6 +570,7 @@ def test_r12_author_cannot_choose_the_seed(tmp_path: Path,
     assert results[0][0] == 2 and "seed" in results[0][2], results[0]
 
 
+@pytest.mark.slow  # a known open finding (strict xfail): CI runs it
 @pytest.mark.xfail(strict=True, reason="R12 high: a file whose declared Int64 column pyarrow "
                    "wrote as decimal256 (one Decimal value with > 38 digits of precision) "
                    "makes convert_leniently raise (Polars decimals stop at 38): exit 4 vs 0")
@@ -588,6 +589,7 @@ def test_r12_decimal256_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert a == b == (0,), (a, b)
 
 
+@pytest.mark.slow  # a known open finding (strict xfail): CI runs it
 @pytest.mark.xfail(strict=True, reason="R12 medium: a declared Datetime is pl.Datetime "
                    "(no unit); Datetime('ms') == pl.Datetime, so convert_leniently returns the "
                    "column unconverted and the concat of us and ms/UTC files fails: exit 4 vs 0")
@@ -603,6 +605,7 @@ def test_r12_datetime_unit_or_zone_differs_in_one_file(
     assert a == b == (0,), (a, b)
 
 
+@pytest.mark.slow  # a known open finding (strict xfail): CI runs it
 @pytest.mark.xfail(strict=True, reason="R12 high: a declared Boolean column (not even used) "
                    "that one file holds as decimal256 makes Polars panic in collect_schema. "
                    "The panic no longer escapes (scan_input turns it into tabdp's data "
