@@ -191,3 +191,14 @@ def replay_batch_sizes(monkeypatch: Any) -> list[int]:
 
     monkeypatch.setattr(stream, "_replay_batch", spy)
     return sizes
+
+
+def session_state(session: Any) -> tuple[int, object]:
+    """What a refused release must leave unchanged: the records kept and the noise generator.
+
+    A release refused before it ran records nothing and draws no noise, so comparing this before
+    and after shows that nothing was charged and no randomness was spent.
+    """
+    import copy
+
+    return len(session.records), copy.deepcopy(session.rng._gen.bit_generator.state)

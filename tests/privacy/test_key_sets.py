@@ -6,7 +6,6 @@ is read (every engine and mode); output names that clash with key columns are re
 
 from __future__ import annotations
 
-import copy
 import pathlib
 import sys
 
@@ -18,7 +17,7 @@ from tabdp import mechanisms as mech
 from tabdp.exceptions import ColumnTypeError
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
+from _engines import session_state  # noqa: E402
 
 # Two distinct public Int64 keys that are one Float64 (2**53 + 1 rounds to 2**53).
 KEYS_53 = tabdp.KeySet.from_dict(k=[2**53, 2**53 + 1])
@@ -77,9 +76,6 @@ def test_spark_key_set_colliding_after_conversion_is_refused(spark: object) -> N
 TINY = mech.Gaussian(sigma=1e-4)
 
 
-def _state(session: tabdp.Session) -> tuple[int, object]:
-    return len(session.records), copy.deepcopy(session.rng._gen.bit_generator.state)
-
 
 # -- an output column named like a key column overwrote the key ---------------------------------
 @pytest.mark.parametrize("kind,key", [("sum", "x_sd"), ("count", "count"), ("sum", "x_moe")])
@@ -87,10 +83,10 @@ def test_output_names_clashing_with_keys_are_refused(kind, key, to_engine):
     df = to_engine(pl.DataFrame({key: ["a", "b"], "x": [1.0, 2.0]}))
     keys = tabdp.KeySet.from_dict({key: ["a", "b"]})
     s = tabdp.Session(seed=0)
-    before = _state(s)
+    before = session_state(s)
     with pytest.raises(tabdp.InvalidParameterError, match="rename the key"):
         if kind == "sum":
             df.dp.sum("x", by=key, keys=keys, mechanism=TINY, session=s)
         else:
             df.dp.count(by=key, keys=keys, mechanism=TINY, session=s)
-    assert _state(s) == before
+    assert session_state(s) == before

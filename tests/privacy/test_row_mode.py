@@ -10,7 +10,6 @@ apply to (``tests/_engines.py``).
 
 from __future__ import annotations
 
-import copy
 import pathlib
 import sys
 from collections.abc import Callable
@@ -25,7 +24,7 @@ import tabdp
 from tabdp import mechanisms as mech
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from _engines import LAZY_ENGINES, as_polars  # noqa: E402
+from _engines import LAZY_ENGINES, as_polars, session_state  # noqa: E402
 
 KEY1 = tabdp.KeySet.from_dict(c=["a"])
 
@@ -392,9 +391,6 @@ TINY = mech.Gaussian(sigma=1e-4)
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
-def _state(session: tabdp.Session) -> tuple[int, object]:
-    return len(session.records), copy.deepcopy(session.rng._gen.bit_generator.state)
-
 
 # -- aggregation cache reused after an in-place change of a Polars DataFrame ---------------------
 def test_in_place_change_of_a_polars_frame_is_not_served_from_the_cache():
@@ -436,10 +432,10 @@ def test_row_mode_refuses_a_frame_that_is_not_row_for_row_the_sessions(change, e
         again = to_engine(data.sort("x"))
     else:
         again = to_engine(data.filter(pl.col("x") < 10))
-    before = _state(s)
+    before = session_state(s)
     with pytest.raises(tabdp.InvalidParameterError, match="unit='<id column>'"):
         again.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
-    assert _state(s) == before
+    assert session_state(s) == before
     # the same rows in the same order are accepted (a count reads only the key column)
     df0 = to_engine(pl.DataFrame({"c": ["a", "a", "b"], "x": [1e6, 1.0, 2.0]}))
     df0.dp.count(by="c", keys=KEYS, mechanism=TINY, session=s)

@@ -7,7 +7,6 @@ evaluated once per release.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import pathlib
@@ -23,7 +22,7 @@ from tabdp import cli
 from tabdp import mechanisms as mech
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
+from _engines import session_state  # noqa: E402
 
 # -- tabdp run in row mode: streaming and in-memory, on neighbouring inputs ----------------------
 _ROW_SPEC = """
@@ -164,9 +163,6 @@ TINY = mech.Gaussian(sigma=1e-4)
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
-def _state(session: tabdp.Session) -> tuple[int, object]:
-    return len(session.records), copy.deepcopy(session.rng._gen.bit_generator.state)
-
 
 # -- a LazyFrame that yields other rows on each evaluation ---------------------------------------
 def _shifty_lazy_frame() -> pl.LazyFrame:
@@ -208,9 +204,9 @@ def test_lazy_frame_is_evaluated_once_per_release(kind, streaming):
         assert len(s.records) == 1
         return
     assert s.report().per_record.height == 4
-    before = _state(s)
+    before = session_state(s)
     with pytest.raises(tabdp.InvalidParameterError, match="not the rows"):
         # other rules: not served from the first release's snapshot, so evaluated again
         lf.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, name="again",
                   nulls="zero")
-    assert _state(s) == before
+    assert session_state(s) == before

@@ -8,7 +8,6 @@ engine's speed-ups (memoized cells, streaming) give what a fresh join gives.
 
 from __future__ import annotations
 
-import copy
 import io
 import pathlib
 import sys
@@ -25,7 +24,7 @@ from tabdp import cli
 from tabdp import mechanisms as mech
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from _engines import as_polars  # noqa: E402
+from _engines import as_polars, session_state  # noqa: E402
 
 KEY1 = tabdp.KeySet.from_dict(c=["a"])
 
@@ -428,19 +427,16 @@ TINY = mech.Gaussian(sigma=1e-4)
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 
 
-def _state(session: tabdp.Session) -> tuple[int, object]:
-    return len(session.records), copy.deepcopy(session.rng._gen.bit_generator.state)
-
 
 # -- NaN unit ids (Polars float ids) silently merged distinct units ------------------------------
 def test_nan_unit_ids_are_refused_like_nulls(to_engine):
     df = to_engine(pl.DataFrame({"u": [1.0, float("nan"), float("nan")], "c": ["a", "a", "a"],
                                  "x": [1.0, 100.0, -100.0]}))
     s = tabdp.Session(unit="u", seed=0)
-    before = _state(s)
+    before = session_state(s)
     with pytest.raises(tabdp.DataValidationError, match="null or NaN ids"):
         df.dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s)
-    assert _state(s) == before
+    assert session_state(s) == before
 
 
 # -- a NaN loss passed the budget check (NaN > limit is False) -----------------------------------
