@@ -9,15 +9,19 @@ from pathlib import Path
 def write_curator(folder: Path, datasets: Mapping[str, Path | str], *,
                   public: Sequence[Path] = (), root: Path | str = "releases",
                   extra: str = "", name: str = "curator.toml",
-                  seeded: bool = True) -> Path:
+                  seeded: bool = True,
+                  dataset_extra: Mapping[str, str] | None = None) -> Path:
     """Write ``folder/curator.toml``: datasets (name -> path), public folders, output root.
 
     Relative paths are relative to ``folder``. ``seeded``: ``[testing] seeded_author_runs``
-    (author-mode test specs set seeds to compare neighbouring runs). Returns the file's path.
+    (author-mode test specs set seeds to compare neighbouring runs). ``dataset_extra``: more
+    lines of a dataset's table (e.g. ``'unit = "firm"'``, ``'ledger = "..."'``), by name.
+    Returns the file's path.
     """
     lines = []
     for ds, path in datasets.items():
-        lines += [f"[datasets.{ds}]", f"path = {Path(path).as_posix()!r}".replace("'", '"'), ""]
+        lines += [f"[datasets.{ds}]", f"path = {Path(path).as_posix()!r}".replace("'", '"'),
+                  (dataset_extra or {}).get(ds, ""), ""]
     folders = ", ".join(f'"{Path(p).as_posix()}"' for p in public)
     lines += ["[public]", f"folders = [{folders}]", "", "[output]",
               f'root = "{Path(root).as_posix()}"', "", extra]

@@ -24,6 +24,11 @@ The TOML schema (every key not listed is refused)::
                                     # Date, Datetime): an author-mode spec may name only these
                                     # columns, and their types come from here, never from the
                                     # files' contents
+    unit = "firm_id"                # optional: the privacy unit, fixed by the curator (an
+                                    # author-mode spec leaves input.unit out, inheriting it,
+                                    # or names exactly this column; anything else is refused)
+    ledger = "/srv/tabdp/ledgers/cbp"   # optional: a lifetime ledger (`tabdp ledger init`)
+                                    # charged by every run naming the dataset; needs `unit`
 
     [public]                        # required for specs that name metadata files
     folders = ["/srv/tabdp/metadata"]   # folders of public metadata files; an author spec names
@@ -48,6 +53,8 @@ The TOML schema (every key not listed is refused)::
     overwrite = "same-spec"         # what an author-mode --overwrite may replace under the
                                     # output root: "same-spec" (default; a release whose
                                     # manifest records this spec's hash), "any", "never"
+    require_ledger = false          # true: an author-mode spec on a dataset without a ledger
+                                    # is refused (recommended on a validation server)
 
 Every path is resolved against the configuration file's folder. Errors name the key path and
 may quote the configuration's own paths: the file is the curator's, and so are its messages
@@ -98,11 +105,11 @@ CURATOR_ENV = "TABDP_CURATOR"
 #: Every key the configuration accepts, by key path (``datasets.*`` is each dataset).
 CURATOR_KEYS: dict[str, tuple[str, ...]] = {
     "": ("datasets", "public", "output", "defaults", "policy", "testing"),
-    "datasets.*": ("path", "table", "hive_partitioning", "schema"),
+    "datasets.*": ("path", "table", "hive_partitioning", "schema", "unit", "ledger"),
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
-    "policy": ("author_only", "overwrite"),
+    "policy": ("author_only", "overwrite", "require_ledger"),
     "testing": ("seeded_author_runs",),
 }
 
@@ -132,6 +139,10 @@ class DatasetDecl:
         table: The Spark catalog table (``db.name``), or ``None`` for a path.
         hive_partitioning: Whether partition folders are columns (``None``: detected).
         schema: Declared column -> dtype name (`SCHEMA_DTYPES`); empty when undeclared.
+        unit: The privacy unit's column fixed by the curator (public), or ``None``: an
+            author-mode spec then chooses (each row a record unless it names a unit).
+        ledger: The lifetime ledger (absolute folder) every run naming the dataset is charged
+            to, or ``None``.
 
     Example:
         >>> d = DatasetDecl("cbp", Path("/srv/cbp"), None, None, {"payroll": "Float64"})
@@ -144,6 +155,8 @@ class DatasetDecl:
     table: str | None
     hive_partitioning: bool | None = None
     schema: Mapping[str, str] = field(default_factory=dict)
+    unit: str | None = None
+    ledger: Path | None = None
 
     def polars_schema(self) -> pl.Schema:
         """The declared schema as a Polars schema (empty when none is declared).
@@ -190,6 +203,9 @@ class CuratorConfig:
     #: ``[testing] seeded_author_runs``: author-mode specs may set ``[randomness] seed`` (tests
     #: of the boundary only: an author who chooses the seed can redraw the noise and remove it).
     seeded_author_runs: bool = False
+    #: ``[policy] require_ledger``: an author-mode spec on a dataset without a ``ledger`` is
+    #: refused (every author run is then charged to a lifetime ledger).
+    require_ledger: bool = False
 
     def dataset_roots(self) -> tuple[Path, ...]:
         """The datasets' paths with symbolic links resolved (what no public file may be in).
@@ -274,7 +290,24 @@ def _dataset(name: Any, raw: Any, base: Path) -> DatasetDecl:
                                             f"{', '.join(SCHEMA_DTYPES)}.",
                       'use a Polars dtype name, e.g. "String", "Int64" or "Float64".')
             schema[str(col)] = dtype
-    return DatasetDecl(name=name, path=path, table=table, hive_partitioning=hive, schema=schema)
+    unit = ledger = None
+    if "unit" in d:
+        unit = d["unit"]
+        if not isinstance(unit, str) or not unit.strip():
+            _fail(f"{dp}.unit", f"must be a column name; got {unit!r}.",
+                  'name the privacy-unit column, e.g. unit = "firm_id".')
+        if schema and unit not in schema:
+            _fail(f"{dp}.unit", f"the unit column {unit!r} is not in the declared schema "
+                                f"({', '.join(schema)}).",
+                  f'declare it too, e.g. schema = {{ {unit} = "Int64", ... }}.')
+    if "ledger" in d:
+        ledger = _folder(d["ledger"], f"{dp}.ledger", base, "the ledger folder")
+        if unit is None:
+            _fail(f"{dp}.ledger", "a lifetime ledger is kept per unit, but the dataset declares "
+                                  "no unit: each author's choice would decide what a unit is.",
+                  'add unit = "<stable id column>" (e.g. "estab_id") to the dataset.')
+    return DatasetDecl(name=name, path=path, table=table, hive_partitioning=hive, schema=schema,
+                       unit=unit, ledger=ledger)
 
 
 def _number(value: Any, path: str, hint: str, lo: float = 0.0, hi: float = math.inf) -> float:
@@ -375,6 +408,13 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                                       f"; got {overwrite!r}.",
                   '"same-spec" (default: --overwrite replaces a release of the same spec '
                   'only), "any" or "never".')
+    require_ledger = False
+    if "policy" in d:
+        require_ledger = d["policy"].get("require_ledger", False)
+        if not isinstance(require_ledger, bool):
+            _fail("policy.require_ledger", f"must be true or false; got {require_ledger!r}.",
+                  "true on a validation server (every author run charged to a lifetime "
+                  "ledger), else false.")
     seeded = False
     if "testing" in d:
         tst = _table(d["testing"], "testing", CURATOR_KEYS["testing"])
@@ -384,7 +424,9 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                   "false (the default) on any server authors use; true only in tests.")
     config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
                            output_root=root, defaults=defaults, author_only=author_only,
-                           overwrite=overwrite, seeded_author_runs=seeded)
+                           overwrite=overwrite, seeded_author_runs=seeded,
+                           require_ledger=require_ledger)
+    _check_ledgers(config)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):
         real = Path(os.path.realpath(f))
@@ -408,6 +450,25 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                 _fail("output.root", f"the output root {str(root)!r} overlaps dataset "
                                      f"{name!r} ({str(r)!r}).", "use separate folders.")
     return config
+
+
+def _check_ledgers(config: CuratorConfig) -> None:
+    """Each dataset's ledger: outside every dataset, public folder and the output root."""
+    others: list[tuple[str, Path]] = [(f"dataset {n!r}", Path(os.path.realpath(x.path)))
+                                      for n, x in config.datasets.items() if x.path is not None]
+    others += [("the public folder", Path(os.path.realpath(f))) for f in config.public_folders]
+    if config.output_root is not None:
+        others.append(("the output root", Path(os.path.realpath(config.output_root))))
+    for name, decl in config.datasets.items():
+        if decl.ledger is None:
+            continue
+        led = Path(os.path.realpath(decl.ledger))
+        for what, r in others:
+            if led == r or r in led.parents or led in r.parents:
+                _fail(f"datasets.{name}.ledger", f"the ledger {str(decl.ledger)!r} overlaps "
+                                                 f"{what} ({str(r)!r}).",
+                      "keep each ledger in a confidential folder of its own (a ledger holds "
+                      "per-unit losses; a dataset folder is read whole).")
 
 
 def load_curator_config(path: str | Path) -> CuratorConfig:

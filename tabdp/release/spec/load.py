@@ -37,6 +37,7 @@ from tabdp.release.spec.schema import _ROOT_KEYS, _ROOT_REQUIRED, _fail, _show, 
 from tabdp.release.spec.sections import (
     _author_mode,
     _author_output,
+    _dataset_ledger,
     _parse_budget,
     _parse_domains,
     _parse_hierarchies,
@@ -259,6 +260,7 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     else:
         output = _parse_output(d["output"], base)
     ledger = _parse_ledger(d["ledger"], base, output, inp) if "ledger" in d else None
+    ledger = _dataset_ledger(curator, inp, output, ledger)
     publication = (_parse_publication(d["publication"], "publication", Publication())
                    if "publication" in d else Publication())
     plan = _parse_plan(d["plan"]) if "plan" in d else PlanSpec()

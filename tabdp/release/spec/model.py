@@ -88,12 +88,20 @@ class BudgetSpec:
 
 @dataclass(frozen=True)
 class LedgerSpec:
-    """``[ledger]``: the lifetime ledger of a release series (`tabdp.Ledger`)."""
+    """``[ledger]``: the lifetime ledger of a release series (`tabdp.Ledger`).
+
+    Or the ledger the curator configuration gives the spec's dataset (``dataset`` set): its
+    series and lifetime budget are then the ledger's own (``None``), and messages about it
+    name the dataset, never the ledger's path (an author may read them).
+    """
 
     path: Path
-    series: str
-    #: Each unit's lifetime ρ: a number or a ``{size: rho}`` curve (float keys).
-    lifetime_budget: float | dict[float, float]
+    series: str | None
+    #: Each unit's lifetime ρ: a number or a ``{size: rho}`` curve (float keys); ``None``:
+    #: the ledger's recorded one.
+    lifetime_budget: float | dict[float, float] | None
+    #: The dataset whose curator-configured ledger this is (``None``: the spec's ``[ledger]``).
+    dataset: str | None = None
 
 @dataclass(frozen=True)
 class OutputSpec:

@@ -185,6 +185,8 @@ def _parse_input(raw: Any, base: Path, curator: CuratorConfig | None = None) -> 
         unit = _string(d["unit"], "input.unit", what="the unit column",
                        hint="name the privacy-unit column (e.g. unit = \"estab_id\"), or omit it "
                             "when each row is a unit.")
+    if dataset is not None and dataset.unit is not None:
+        unit = _dataset_unit(dataset, unit)
     nulls = _enum(d.get("nulls", "error"), "input.nulls", _NULLS,
                   "'error' refuses nulls, 'zero' treats them as 0, 'drop' drops the row.")
     negatives = _enum(d.get("negatives", DEFAULT_NEGATIVES), "input.negatives", _NEGATIVES,
@@ -220,6 +222,63 @@ def _parse_input(raw: Any, base: Path, curator: CuratorConfig | None = None) -> 
                      unit_nulls=unit_nulls, max_cells=max_cells, table=table,
                      dataset=dataset.name if dataset is not None else None,
                      schema=dict(dataset.schema) if dataset is not None else {})
+
+
+def _dataset_unit(dataset: DatasetDecl, unit: str | None) -> str:
+    """The unit of a spec naming a dataset whose privacy unit the curator fixes.
+
+    Omitted: the dataset's unit (inherited). Named: it must be exactly the dataset's: a finer
+    unit (or rows) would charge each part of a unit separately, and the unit's loss would no
+    longer be bounded by the budget the curator publishes. Decided from the text alone; the
+    unit column's name is public.
+    """
+    assert dataset.unit is not None
+    if unit is not None and unit != dataset.unit:
+        _fail("input.unit", f"the curator fixes the privacy unit of dataset {dataset.name!r} to "
+                            f"the column {dataset.unit!r}; got unit = {unit!r}. A different "
+                            "unit would charge parts of one unit separately, so the unit's "
+                            "loss would not be bounded by the budget. Nothing was read.",
+              f'remove input.unit (the dataset\'s unit is used), or write unit = '
+              f'"{dataset.unit}".')
+    return dataset.unit
+
+
+def _dataset_ledger(curator: CuratorConfig | None, inp: InputSpec, output: OutputSpec,
+                    spec_ledger: LedgerSpec | None) -> LedgerSpec | None:
+    """The ledger of a run: the spec's ``[ledger]``, or its dataset's (curator configuration).
+
+    A spec naming a dataset that the curator gives a ``ledger`` is charged to it (author and
+    curator mode alike), through the same ``[ledger]`` machinery; its series and lifetime
+    budget are the ledger's own (recorded at ``tabdp ledger init``). With ``[policy]
+    require_ledger``, an author-mode spec on a dataset without one is refused. Data-free.
+    """
+    if curator is None or inp.dataset is None:
+        return spec_ledger
+    decl = curator.datasets[inp.dataset]
+    if decl.ledger is None:
+        if inp.mode == "author" and curator.require_ledger:
+            _fail("input.dataset", f"the curator configuration charges every author-mode run "
+                                   f"to a lifetime ledger ([policy] require_ledger = true), "
+                                   f"and dataset {inp.dataset!r} has none. Nothing was read.",
+                  "ask the curator to give the dataset a ledger (ledger = \"<folder>\" in its "
+                  "[datasets] entry, created by `tabdp ledger init`).")
+        return spec_ledger
+    if spec_ledger is not None:
+        _fail("ledger", f"dataset {inp.dataset!r} has a lifetime ledger in the curator "
+                        "configuration, which every run naming it is charged to; a second "
+                        "ledger in the spec is not allowed.",
+              "remove [ledger] from the spec.")
+    for key, folder in (("public", output.public), ("confidential", output.confidential),
+                        ("plan", output.plan)):
+        if folder is None:
+            continue
+        led, out = decl.ledger, Path(folder)
+        if led == out or out in led.parents or led in out.parents:
+            _fail("output", f"the {key} output folder overlaps the lifetime ledger of dataset "
+                            f"{inp.dataset!r} (kept by the curator).",
+                  "use output folders outside the ledger's folder.")
+    return LedgerSpec(path=decl.ledger, series=None, lifetime_budget=None,
+                      dataset=inp.dataset)
 
 
 def _parse_bounds(raw: Any, path: str) -> dict[str, tuple[float, float]]:
