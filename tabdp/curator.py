@@ -19,7 +19,12 @@ the noise (docs/privacy-semantics.md, "The Python boundary"):
   declared schema; a Polars or Spark frame may use its own (typed) schema instead. A sum returns
   integer estimates only for a column declared integer (Float64 otherwise);
 * inside an author's call, a key set read from the data is refused, and any failure after the
-  data is read is the one `DataFailure` (``tabdp.frame._author``).
+  data is read is the one `DataFailure` (``tabdp.frame._author``);
+* **the privacy unit** (``add(unit=...)``): the author cannot choose it (a finer unit would
+  charge a firm's rows separately);
+* **a lifetime ledger** (``add(ledger=...)``): every author session on the dataset is charged to
+  it, so repeated sessions cannot average the noise away (docs/privacy-semantics.md,
+  "Lifetime budgets across author runs").
 
 This is an interface boundary for a server that runs an author's release calls and returns
 what they return; it is not a sandbox for an author's own Python code in the curator's process
@@ -93,12 +98,13 @@ _DEFAULT: Any = object()  # "the curator's default" (budget=None means: no budge
 
 
 class _Dataset:
-    """A declared dataset: its source, declared schema (or None: the frame's own) and unit."""
+    """A declared dataset: its source, declared schema (or None: the frame's own), unit, ledger."""
 
     def __init__(self, name: str, data: Any, schema: dict[str, pl.DataType] | None,
-                 unit: str | None, hive_partitioning: bool) -> None:
+                 unit: str | None, hive_partitioning: bool, ledger: Path | None = None) -> None:
         self.name, self.data, self.schema = name, data, schema
         self.unit, self.hive_partitioning = unit, hive_partitioning
+        self.ledger = ledger
 
     @property
     def kind(self) -> str:
@@ -117,6 +123,8 @@ class Curator:
             `Budget`; ``None``: none).
         seed: Default seed of the author sessions: **for tests only** (``None``: secure OS
             randomness).
+        require_ledger: Refuse an author session on a dataset declared without a ``ledger``
+            (recommended on a server: every author session is then charged across sessions).
 
     Example:
         >>> import polars as pl, tabdp
@@ -138,18 +146,24 @@ class Curator:
     """
 
     def __init__(self, *, budget: float | Mapping[Any, Any] | Budget | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, require_ledger: bool = False) -> None:
         """Keep the defaults (checked now, as a session would)."""
         Budget.coerce(budget)
         self.budget = budget
         self.seed = seed
+        if not isinstance(require_ledger, bool):
+            raise InvalidParameterError(
+                f"Curator: require_ledger must be True or False; got {require_ledger!r}.")
+        self.require_ledger = require_ledger
         self._datasets: dict[str, _Dataset] = {}
         self._sessions: dict[str, Session] = {}
+        self._authors: dict[str, AuthorSession] = {}
         self._count = itertools.count(1)
 
     # -- declaring ----------------------------------------------------------------------------
     def add(self, name: str, data: Any, *, schema: Mapping[str, Any] | None = None,
-            unit: str | None = None, hive_partitioning: bool = False) -> None:
+            unit: str | None = None, hive_partitioning: bool = False,
+            ledger: str | Path | None = None) -> None:
         """Declare a dataset an author may use (nothing is read now).
 
         Args:
@@ -163,12 +177,15 @@ class Curator:
                 its first rows: declare it). Sums give integer estimates only for columns
                 declared integer.
             unit: The privacy unit's column (``None``: each row is a unit); declare it in the
-                schema too when a schema is given.
+                schema too when a schema is given. The author cannot change it.
             hive_partitioning: Paths only: read ``key=value`` folders as columns.
+            ledger: The folder of a lifetime ledger (`tabdp.Ledger`, created by
+                ``tabdp ledger init`` or ``Ledger.create``): every author session on the
+                dataset is charged to it (needs ``unit``). Nothing is opened now.
 
         Raises:
             InvalidParameterError: A malformed name, a name already used, an unsupported
-                ``data``, a missing schema, or an unknown dtype.
+                ``data``, a missing schema, an unknown dtype, or a ledger without a unit.
 
         Example:
             >>> c = Curator()
@@ -193,7 +210,17 @@ class Curator:
                     f"-> dtype; got {schema!r}.")
             declared = {str(c): parse_dtype(t, f"Curator.add({name!r}) schema[{c!r}]")
                         for c, t in schema.items()}
-        ds = _Dataset(name, data, declared, unit, bool(hive_partitioning))
+        if ledger is not None and not isinstance(ledger, (str, Path)):
+            raise InvalidParameterError(
+                f"Curator.add: the ledger of {name!r} must be the path of a ledger folder; got "
+                f"{type(ledger).__name__}.\nHint: ledger='ledgers/cbp' (created by tabdp "
+                "ledger init); each author session opens it.")
+        if ledger is not None and unit is None:
+            raise InvalidParameterError(
+                f"Curator.add: dataset {name!r} has a lifetime ledger, which is kept per unit, "
+                "but no unit.\nHint: add unit='<stable id column>' (e.g. 'estab_id').")
+        ds = _Dataset(name, data, declared, unit, bool(hive_partitioning),
+                      None if ledger is None else Path(ledger).absolute())
         if declared is None and ds.kind in ("pandas", "path"):
             raise InvalidParameterError(
                 f"Curator.add: dataset {name!r} is a {ds.kind} source, whose column types can "
@@ -243,7 +270,8 @@ class Curator:
             rho = budget["rho"]
             budget = ({float(k): float(v) for k, v in rho.items()} if isinstance(rho, Mapping)
                       else rho)
-        out = cls(budget=budget, seed=default("seed"))
+        out = cls(budget=budget, seed=default("seed"),
+                  require_ledger=bool(getattr(config, "require_ledger", False)))
         for name, decl in dict(config.datasets).items():
             path, table = getattr(decl, "path", None), getattr(decl, "table", None)
             if table is not None:
@@ -260,7 +288,8 @@ class Curator:
                 data = path
             schema = getattr(decl, "schema", None) or None
             out.add(str(name), data, schema=schema, unit=getattr(decl, "unit", None),
-                    hive_partitioning=bool(getattr(decl, "hive_partitioning", False)))
+                    hive_partitioning=bool(getattr(decl, "hive_partitioning", False)),
+                    ledger=getattr(decl, "ledger", None))
         return out
 
     @classmethod
@@ -316,6 +345,11 @@ class Curator:
         evaluated, a Spark frame checkpointed): every release of the session reads this data,
         and no release of the author pins or converts anything.
 
+        On a dataset with a ``ledger``, the ledger is opened (locked and verified) first,
+        before anything is read, and held until `close()`: each release leaves out
+        the units whose lifetime loss would pass the series' lifetime budget and is committed
+        to the ledger as soon as it is made (its table is then in the author's hands).
+
         Args:
             dataset: A declared dataset's name.
             name: The session's name (default ``<dataset>-<n>``).
@@ -327,7 +361,11 @@ class Curator:
             The `AuthorSession` to hand to the author.
 
         Raises:
-            InvalidParameterError: An unknown dataset or a session name already used.
+            InvalidParameterError: An unknown dataset or a session name already used, or a
+                dataset without a ledger while ``require_ledger`` is set.
+            LedgerError: The dataset's ledger is in use by another session or run (``busy``),
+                missing, or does not verify: refused before anything is read; the message
+                names the dataset only (the ledger's own error is chained, for the curator).
             DataValidationError: The data could not be pinned (a value that does not convert
                 to its declared dtype, a file that does not parse, a column of mixed types, a
                 column without a usable dtype). The message names the dataset; the cause is
@@ -356,14 +394,59 @@ class Curator:
             raise InvalidParameterError(
                 f"Curator.author_session: the session name must be a new non-empty string; "
                 f"got {name!r} (used: {sorted(self._sessions)}).")
-        native, pinned, declared = _pin(ds)
-        session = Session(unit=ds.unit, seed=self.seed if seed is _DEFAULT else seed,
-                          budget=self.budget if budget is _DEFAULT else budget,
-                          mode="author", track_cells=track_cells)
-        session._bind_pinned(native, pinned, declared)
+        if ds.ledger is None and self.require_ledger:
+            raise InvalidParameterError(
+                f"Curator.author_session: dataset {dataset!r} has no lifetime ledger, and this "
+                "curator charges every author session to one (require_ledger=True). Nothing "
+                "was read.\nHint: declare it with Curator.add(..., unit=..., ledger=...).")
+        led = _open_ledger(ds)  # before anything is read
+        try:
+            native, pinned, declared = _pin(ds)
+            session = Session(unit=ds.unit, seed=self.seed if seed is _DEFAULT else seed,
+                              budget=self.budget if budget is _DEFAULT else budget,
+                              mode="author", track_cells=track_cells, ledger=led)
+            session._bind_pinned(native, pinned, declared)
+        except BaseException:
+            if led is not None:
+                led.close()
+            raise
         self._sessions[name] = session
-        return AuthorSession(_token=_TOKEN, session=session, frame=native, name=name,
-                             dataset=dataset, schema=declared, pandas=ds.kind == "pandas")
+        author = AuthorSession(_token=_TOKEN, session=session, frame=native, name=name,
+                               dataset=dataset, schema=declared, pandas=ds.kind == "pandas")
+        self._authors[name] = author
+        return author
+
+    def close(self, name: str) -> None:
+        """End an author session: its releases stop, its lifetime ledger is released.
+
+        Every release of a session with a ledger is already committed; closing releases the
+        ledger's lock, so that another session (or ``tabdp run``) on the dataset may open it.
+        The session's report stays available to the curator. Closing twice does nothing.
+
+        Args:
+            name: The author session's name.
+
+        Raises:
+            InvalidParameterError: An unknown session.
+
+        Example:
+            >>> import polars as pl
+            >>> c = Curator()
+            >>> c.add("d", pl.DataFrame({"x": [1.0]}))
+            >>> a = c.author_session("d", name="s")
+            >>> c.close("s")
+            >>> try:
+            ...     a.count(by="x", keys=None)
+            ... except ValueError as err:
+            ...     print(str(err).splitlines()[0])
+            this author session was closed by the curator.
+        """
+        session = self.session(name)
+        author = self._authors.get(name)
+        if author is not None:
+            author._closed = True
+        if session.lifetime is not None:
+            session.lifetime.close()
 
     def session(self, name: str) -> Session:
         """The full `Session` behind an author session (curator only).
@@ -420,6 +503,24 @@ class Curator:
     def __repr__(self) -> str:
         """Datasets and sessions (names only)."""
         return f"Curator(datasets={self.datasets}, sessions={self.sessions})"
+
+
+def _open_ledger(ds: _Dataset) -> Any:
+    """The dataset's lifetime ledger, locked and verified (``None`` without one).
+
+    Its refusal names the dataset only (the message may reach an author); the ledger's own
+    error, with its path, is chained for the curator.
+    """
+    if ds.ledger is None:
+        return None
+    from tabdp.exceptions import LedgerError
+    from tabdp.privacy.lifetime import Ledger
+    from tabdp.release._ledger import _dataset_ledger_error
+
+    try:
+        return Ledger.open(ds.ledger, autocommit=True)
+    except (LedgerError, InvalidParameterError) as err:
+        raise _dataset_ledger_error(ds.name, err) from err
 
 
 def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
@@ -574,7 +675,7 @@ class AuthorSession:
         ['median']
     """
 
-    __slots__ = ("_session", "_frame", "_pandas", "_schema", "name", "dataset")
+    __slots__ = ("_session", "_frame", "_pandas", "_schema", "_closed", "name", "dataset")
 
     def __init__(self, *, _token: object, session: Session, frame: Any, name: str,
                  dataset: str, schema: Mapping[str, pl.DataType], pandas: bool) -> None:
@@ -587,6 +688,7 @@ class AuthorSession:
         self._frame = frame
         self._pandas = pandas
         self._schema = {c: str(t) for c, t in schema.items()}
+        self._closed = False
         #: The session's name (the curator finds the session by it).
         self.name = name
         #: The dataset's name.
@@ -604,6 +706,14 @@ class AuthorSession:
             {'x': 'Int32'}
         """
         return dict(self._schema)
+
+    def _live(self) -> Any:
+        """The pinned frame, unless the curator closed the session (checked before anything)."""
+        if self._closed:
+            raise InvalidParameterError(
+                "this author session was closed by the curator.\nHint: ask the curator for a "
+                "new session.")
+        return self._frame
 
     def _out(self, table: Any) -> Any:
         return table.to_pandas() if self._pandas and isinstance(table, pl.DataFrame) else table
@@ -644,7 +754,7 @@ class AuthorSession:
             ...                           nulls="zero", negatives="allow")["n"].dtype
             Int64
         """
-        return self._out(self._frame.dp.sum(
+        return self._out(self._live().dp.sum(
             columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
             nulls=nulls, name=name, grid=grid, negatives=negatives, max_cells=max_cells,
             form=form, cv=cv))
@@ -678,7 +788,7 @@ class AuthorSession:
             ...                             keys=tabdp.KeySet.from_dict(c=["a"]))["count"].dtype
             Int64
         """
-        return self._out(self._frame.dp.count(
+        return self._out(self._live().dp.count(
             by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
             name=name, grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv))
 
@@ -718,7 +828,7 @@ class AuthorSession:
             ...                              bounds=(0, 5), epsilon=1.0, nulls="drop").height
             1
         """
-        return self._out(self._frame.dp.median(
+        return self._out(self._live().dp.median(
             column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
             session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
             name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
@@ -760,7 +870,7 @@ class AuthorSession:
             ...     keys=tabdp.KeySet.from_dict(c=["a"]), nulls="drop").columns[1]
             'x_q90'
         """
-        return self._out(self._frame.dp.quantile(
+        return self._out(self._live().dp.quantile(
             column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
             session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
             name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))

@@ -1,0 +1,150 @@
+"""Python author sessions charged to the curator's lifetime ledger, on the curator's unit.
+
+``tabdp.Curator.add(..., unit=..., ledger=...)``: every author session on the dataset is
+charged to the ledger (repeated sessions cannot average the noise away), and the unit is the
+curator's (docs/privacy-semantics.md, "Lifetime budgets across author runs").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp.exceptions import InvalidParameterError, LedgerError
+
+pytest.importorskip("deltalake")
+
+COUNTIES = ["c1", "c2", "c3"]
+KEYS = tabdp.KeySet.from_dict(county=COUNTIES)
+
+
+def _firms(extra: bool = False) -> pl.DataFrame:
+    """30 firms with 1 to 3 rows each (unit = firm), one county each."""
+    ids = np.repeat(np.arange(30, dtype=np.int64), 1 + np.arange(30) % 3)
+    df = pl.DataFrame({"firm": ids, "county": np.array(COUNTIES)[ids % 3],
+                       "payroll": np.linspace(1.0, 50.0, len(ids))})
+    if extra:
+        df = pl.concat([df, pl.DataFrame({"firm": [10**6], "county": ["c2"],
+                                          "payroll": [7.0]})])
+    return df
+
+
+def _curator(tmp_path, *, extra: bool = False, seed: int = 1, **kw) -> tabdp.Curator:
+    led = tmp_path / "ledger"
+    if not led.exists():
+        tabdp.Ledger.create(led, series="firms", lifetime_budget=1.0).close()
+    cur = tabdp.Curator(seed=seed, **kw)
+    cur.add("firms", _firms(extra), unit="firm", ledger=led)
+    return cur
+
+
+def _count(author: tabdp.AuthorSession) -> pl.DataFrame:
+    return author.count(by="county", keys=KEYS, mechanism=tabdp.mechanisms.Gaussian(1.0),
+                        max_rows=1)
+
+
+def test_repeated_author_sessions_are_charged_across_sessions(tmp_path):
+    firms = _firms()
+    n_firms = firms["firm"].n_unique()
+    rho = []
+    outs = []
+    for i in range(3):
+        cur = _curator(tmp_path, seed=i + 1)   # a fresh curator process each time
+        author = cur.author_session("firms", name=f"a{i}")
+        outs.append(_count(author))
+        per = cur.report(author.name).per_record
+        rho.append(per)
+        assert author.summary()["session"]["lifetime"]["releases_before"] == i
+        cur.close(author.name)
+    # unit = firm: one row per firm; 0.5 a session (a count, sigma 1)
+    assert rho[0].height == n_firms and rho[0]["rho"].to_list() == [0.5] * n_firms
+    assert rho[1]["rho_lifetime"].to_list() == [1.0] * n_firms
+    # the third session: every firm at its lifetime budget, left out
+    assert float(rho[2]["rho"].sum()) == 0.0
+    assert outs[0]["count"].min() > 4 and outs[2]["count"].abs().max() < 6
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 3  # the third release admitted no unit, recorded all the same
+        assert led.state()["rho"].to_list() == pytest.approx([1.0] * n_firms, rel=1e-12)
+
+
+def test_two_sessions_at_once_the_second_refused_before_reading(tmp_path):
+    cur = _curator(tmp_path)
+    first = cur.author_session("firms", name="first")
+    with pytest.raises(LedgerError) as info:
+        cur.author_session("firms", name="second")
+    assert info.value.busy
+    assert str(tmp_path) not in str(info.value) and "'firms'" in str(info.value)
+    assert "second" not in cur.sessions
+    _count(first)
+    cur.close("first")
+    with pytest.raises(InvalidParameterError, match="closed by the curator"):
+        _count(first)
+    second = cur.author_session("firms", name="second")  # the lock is free again
+    assert second.summary()["session"]["lifetime"]["releases_before"] == 1
+    cur.close("second")
+
+
+def test_neighbouring_datasets_look_alike_across_sessions(tmp_path):
+    seen = []
+    for extra in (False, True):
+        folder = tmp_path / str(extra)
+        folder.mkdir()
+        runs = []
+        for i in range(3):
+            cur = _curator(folder, extra=extra, seed=10 + i)
+            author = cur.author_session("firms", name=f"a{i}")
+            out = _count(author)
+            runs.append((out.drop("count", "count_lower", "count_upper").to_dicts(), out.columns,
+                         author.summary()["session"]["lifetime"], repr(author)))
+            cur.close(author.name)
+        seen.append(runs)
+    assert seen[0] == seen[1]
+
+
+def test_require_ledger_and_ledger_needs_a_unit(tmp_path):
+    cur = tabdp.Curator(require_ledger=True)
+    cur.add("plain", _firms(), unit="firm")
+    with pytest.raises(InvalidParameterError, match="has no lifetime ledger"):
+        cur.author_session("plain")
+    assert cur.sessions == []
+    with pytest.raises(InvalidParameterError, match="no unit"):
+        tabdp.Curator().add("x", _firms(), ledger=tmp_path / "ledger")
+    with pytest.raises(InvalidParameterError, match="require_ledger"):
+        tabdp.Curator(require_ledger="yes")  # type: ignore[arg-type]
+
+
+def test_a_missing_ledger_is_refused_without_its_path(tmp_path):
+    cur = tabdp.Curator()
+    cur.add("firms", _firms(), unit="firm", ledger=tmp_path / "nowhere")
+    with pytest.raises(LedgerError, match="cannot be used") as info:
+        cur.author_session("firms")
+    assert str(tmp_path) not in str(info.value)
+    assert str(tmp_path) in str(info.value.__cause__)  # the curator's details, chained
+
+
+def test_the_unit_is_the_curators(tmp_path):
+    cur = tabdp.Curator(seed=1)
+    cur.add("firms", _firms(), unit="firm")
+    author = cur.author_session("firms")
+    _count(author)
+    per = cur.report(author.name).per_record
+    assert "firm" in per.columns and per.height == 30 < _firms().height
+
+
+def test_from_file_carries_unit_ledger_and_policy(tmp_path):
+    _firms().write_parquet(tmp_path / "firms.parquet")
+    tabdp.Ledger.create(tmp_path / "ledger", series="firms", lifetime_budget=1.0).close()
+    (tmp_path / "curator.toml").write_text(
+        '[datasets.firms]\npath = "firms.parquet"\nunit = "firm"\nledger = "ledger"\n'
+        'schema = { firm = "Int64", county = "String", payroll = "Float64" }\n'
+        '[policy]\nrequire_ledger = true\n')
+    cur = tabdp.Curator.from_file(tmp_path / "curator.toml")
+    assert cur.require_ledger
+    author = cur.author_session("firms", seed=1)
+    _count(author)
+    assert cur.report(author.name).per_record["rho_lifetime"].to_list() == [0.5] * 30
+    cur.close(author.name)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 1
