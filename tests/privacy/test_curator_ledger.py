@@ -148,3 +148,21 @@ def test_from_file_carries_unit_ledger_and_policy(tmp_path):
     cur.close(author.name)
     with tabdp.Ledger.open(tmp_path / "ledger") as led:
         assert led.releases == 1
+
+
+def test_a_coarser_unit_does_not_bound_each_rows_loss_for_signed_measures():
+    """docs/privacy-semantics.md: rows of a signed measure cancel inside their unit.
+
+    Why the curator must fix the unit when the dataset has one (and why the docs do not say
+    that an author's coarser grouping strengthens the per-row guarantee).
+    """
+    df = pl.DataFrame({"firm": [1, 1, 2], "c": ["a", "a", "a"], "x": [100.0, -100.0, 5.0]})
+    keys = tabdp.KeySet.from_dict(c=["a"])
+    losses = {}
+    for unit in ("firm", None):
+        s = tabdp.Session(unit=unit, seed=1)
+        df.dp.sum("x", by="c", keys=keys, session=s, mechanism=tabdp.mechanisms.Gaussian(10.0),
+                  negatives="allow", nulls="zero")
+        losses[unit] = s.report().per_record["rho"].to_list()
+    assert losses["firm"] == [0.0, 0.125]          # firm 1: +100 and -100 cancel
+    assert losses[None] == [50.0, 50.0, 0.125]     # each of its rows: 100^2 / (2 * 10^2)
