@@ -437,6 +437,8 @@ def _redact(text: str, config: CuratorConfig | None) -> str:
     for name, d in config.datasets.items():
         if d.path is not None:
             names.append((str(d.path), f"<dataset {name!r}>"))
+        if d.ledger is not None:
+            names.append((str(d.ledger), f"<ledger of dataset {name!r}>"))
     for i, f in enumerate(config.public_folders):
         names.append((str(f), f"<public folder {i + 1}>"))
     if config.output_root is not None:

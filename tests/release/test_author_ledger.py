@@ -289,3 +289,16 @@ def test_curator_mode_spec_on_a_ledger_dataset_may_not_add_its_own(tmp_path):
                     '[ledger]\npath = "other"\nseries = "s"\nlifetime_budget = 1.0\n')
     with pytest.raises(SpecError, match=r"^ledger: dataset 'firms' has a lifetime ledger"):
         load_spec(spec, curator=load_curator_config(config))
+
+
+def test_curator_mode_spec_naming_the_dataset_is_charged_too(tmp_path, monkeypatch):
+    root = tmp_path / "server"
+    _server(root)
+    spec = root / "c.toml"
+    spec.write_text(SPEC.format(name="c", unit="", seed=1, counties=json.dumps(COUNTIES))
+                    .replace('mode = "author"', 'mode = "curator"')
+                    + '[output]\npublic = "out/p"\nconfidential = "out/c"\n')
+    code, _, err = _cli(root, monkeypatch, "run", spec.name, "--test-seed")
+    assert code == 0, err
+    with tabdp.Ledger.open(root / "ledgers" / "firms") as led:
+        assert led.releases == 1 and led.state().height == 30

@@ -38,6 +38,8 @@ The TOML schema (every key not listed is refused)::
                                     # where path, table and hive_partitioning are refused
     hive_partitioning = false       # optional bool; default: Polars' automatic detection
     unit = "estab_id"               # optional privacy-unit column; omitted: each row is a unit
+                                    # (a dataset whose curator fixes `unit`: omitted inherits
+                                    # it; any other column is refused)
                                     # (followed by a row id assigned when the input is read)
     mode = "curator"                # optional: "curator" (default: strict data-quality rules
                                     # may stop the run, exit 4) or "author" (every data-quality
@@ -87,6 +89,8 @@ The TOML schema (every key not listed is refused)::
     series = "cbp-annual"           # the series' name: a ledger of another series is refused
     lifetime_budget = 8.0           # each unit's ρ over every release of the series: a number,
                                     # or a curve {"1e3" = 2.0, "1e7" = 20.0}; needs input.unit
+                                    # (a dataset given a `ledger` by the curator configuration
+                                    # is charged to it instead: no [ledger] then)
 
     [randomness]                    # optional
     seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY: `tabdp run`
