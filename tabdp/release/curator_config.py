@@ -453,7 +453,30 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
 
 
 def _check_ledgers(config: CuratorConfig) -> None:
-    """Each dataset's ledger: outside every dataset, public folder and the output root."""
+    """Each dataset's ledger: outside every dataset, public folder and the output root.
+
+    Datasets over the same data (the same or nested paths, the same table) must have the same
+    unit and ledger: otherwise an author would name the one without a ledger (or with a finer
+    unit) and step around the other's.
+    """
+    def where(x: DatasetDecl) -> Path | str:
+        return Path(os.path.realpath(x.path)) if x.path is not None else str(x.table)
+
+    def ledger_of(x: DatasetDecl) -> Path | None:
+        return None if x.ledger is None else Path(os.path.realpath(x.ledger))
+
+    items = list(config.datasets.items())
+    for i, (a_name, a) in enumerate(items):
+        for b_name, b in items[i + 1:]:
+            wa, wb = where(a), where(b)
+            same = wa == wb or (isinstance(wa, Path) and isinstance(wb, Path)
+                                and (wa in wb.parents or wb in wa.parents))
+            if same and (a.unit != b.unit or ledger_of(a) != ledger_of(b)):
+                _fail(f"datasets.{b_name}", f"reads the same data as dataset {a_name!r} (the "
+                                            "same or nested path or table) with another "
+                                            f"unit or ledger (unit {b.unit!r} vs {a.unit!r}).",
+                      "give both the same unit and ledger (an author would name the dataset "
+                      "with the weaker accounting), or declare the data once.")
     others: list[tuple[str, Path]] = [(f"dataset {n!r}", Path(os.path.realpath(x.path)))
                                       for n, x in config.datasets.items() if x.path is not None]
     others += [("the public folder", Path(os.path.realpath(f))) for f in config.public_folders]

@@ -269,6 +269,17 @@ def test_configuration_refusals(tmp_path):
                       dataset_extra={"firms": f'unit = "firm"\nledger = "{where}"'})
         with pytest.raises(SpecError, match=r"datasets\.firms\.ledger: the ledger .* overlaps"):
             load_curator_config(root / "curator.toml")
+    # the same data under a second name without the ledger (or unit): refused
+    (root / "ledgers").mkdir(mode=0o700)
+    write_curator(root, {"firms": "data", "raw": "data/2026"},
+                  dataset_extra={"firms": 'unit = "firm"\nledger = "ledgers/firms"'})
+    with pytest.raises(SpecError, match=r"datasets\.raw: reads the same data as dataset "
+                                        r"'firms'"):
+        load_curator_config(root / "curator.toml")
+    write_curator(root, {"firms": "data", "raw": "data/2026"},
+                  dataset_extra={n: 'unit = "firm"\nledger = "ledgers/firms"'
+                                 for n in ("firms", "raw")})
+    assert load_curator_config(root / "curator.toml").datasets["raw"].unit == "firm"
     # the unit must be in a declared schema; require_ledger must be a bool
     write_curator(root, {"firms": "data/firms.parquet"},
                   dataset_extra={"firms": 'schema = { county = "String" }\nunit = "firm"'})
