@@ -315,11 +315,14 @@ class _InnerIndex:
 
     def block_var(self, m: np.ndarray) -> list[np.ndarray]:
         """``diag(Q_b M Q_bᵀ)`` for every inner level ``b`` of a dense ``d × d`` matrix."""
-        out = []
+        depth = self.tree.depth
+        out: list[np.ndarray] = [np.empty(0)] * (depth + 1)
         cols = np.arange(self.d)
-        for b in range(self.tree.depth + 1):
-            rows = np.add.reduceat(m, self.lst[b], axis=0)          # (n_b, d)
-            out.append(np.add.reduceat(rows[self.anc[b], cols], self.lst[b]))
+        rows = m                                                   # (n_b, d): row sums
+        for b in range(depth, -1, -1):
+            if b < depth:
+                rows = np.add.reduceat(rows, self.tree.starts(b + 1), axis=0)
+            out[b] = np.add.reduceat(rows[self.anc[b], cols], self.lst[b])
         return out
 
     def prec_dense(self, w: Sequence[np.ndarray]) -> np.ndarray:
@@ -458,15 +461,20 @@ class _FCombo(_Final):
 class _FSandwich(_Final):
     """``C + C G C`` with ``C`` a child's upward covariance, ``G`` its parent's correction."""
 
-    def __init__(self, ix: _InnerIndex, up: _Up, j: int, g: np.ndarray) -> None:
+    def __init__(self, ix: _InnerIndex, up: _Up, j: int, g: np.ndarray,
+                 c: np.ndarray | None = None) -> None:
         self.ix, self.up, self.j, self.g = ix, up, j, g
-        self._var = ix.block_var(self.dense())
+        self._var = ix.block_var(self._dense(c))
 
     def var(self) -> list[np.ndarray]:
         return self._var
 
     def dense(self) -> np.ndarray:
-        c = self.up.dense(self.j)
+        return self._dense(None)
+
+    def _dense(self, c: np.ndarray | None) -> np.ndarray:
+        if c is None:
+            c = self.up.dense(self.j)
         if self.j >= 0:
             tc = self.up.tc
             assert tc is not None
@@ -526,6 +534,7 @@ def _solve_tree(outer: Tree, inner: Tree, meas: Measurements, k: int) -> GLSResu
     m_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
     shared_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
     sinv_l: list[dict[int, np.ndarray]] = [{} for _ in range(depth + 1)]
+    cache_l: list[dict[int, np.ndarray]] = [{} for _ in range(depth + 1)]  # dense upward covs
     for a in range(depth, -1, -1):
         n_a = outer.sizes[a]
         lm = _level_meas(inner, a, meas)
@@ -560,7 +569,7 @@ def _solve_tree(outer: Tree, inner: Tree, meas: Measurements, k: int) -> GLSResu
                 up.tid[sh] = inv
                 rhs = tc.prec(z[sh], j) / m[:, None, None] + vec[sh]
                 x[sh] = up.tc.apply(rhs, inv)
-            cache: dict[int, np.ndarray] = {}
+            cache = cache_l[a + 1]
             for u in np.flatnonzero(~shared).tolist():
                 tids, counts = np.unique(child.tid[st[u]:st[u] + cnt[u]], return_counts=True)
                 s = np.zeros((d, d))
@@ -621,9 +630,10 @@ def _solve_tree(outer: Tree, inner: Tree, meas: Measurements, k: int) -> GLSResu
                 fl.append(_FCombo(1.0 - 1.0 / mc, _FTree(up.tc, t), 1.0 / (mc * mc),
                                   parent_final))
             else:
-                fl.append(_FSandwich(ix, up, t, gs[u]))
+                fl.append(_FSandwich(ix, up, t, gs[u], cache_l[a].get(t)))
         finals.append(fl)
         fidx.append(inv)
+        cache_l[a] = {}
     return GLSResult(outer, inner, fx, finals, fidx)
 
 
