@@ -52,7 +52,7 @@ def _check(o: Tree, i: Tree, meas: dict, k: int, method: str = "tree") -> float:
         for b in range(i.depth + 1):
             agg = np.kron(po, i.indicator(b))
             err = max(err, float(np.abs(res.estimate(a, b).reshape(-1, k) - agg @ x).max()))
-            full = np.einsum("ij,jk,ik->i", agg, cov, agg)
+            full = np.sum((agg @ cov) * agg, axis=1)
             err = max(err, float(np.abs(res.variance(a, b).reshape(-1) - full).max()))
         agg = np.kron(po, np.eye(d))
         node = agg @ cov @ agg.T
