@@ -48,7 +48,8 @@ METHOD_GAUSSIAN = "exact: Gaussian (linear combination of Gaussian errors)"
 METHOD_STABLE = ("exact: symmetric alpha-stable (stability: scale (Σ|w_j γ_j|^α)^(1/α) of the "
                  "estimator's weights w_j)")
 METHOD_NORMAL = ("normal approximation with the exact sd (a weighted sum of non-Gaussian "
-                 "errors)")
+                 "errors); whole numbers (integer noise and grid): continuity-corrected, the "
+                 "margin randomized between the two whole numbers around the level")
 
 Level = tuple[str, ...]
 
