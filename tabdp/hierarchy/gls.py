@@ -24,10 +24,19 @@ a tree. The measurements at ``u`` are inner aggregates ``B_u x_u``.
   to the children's covariances, so the children add up to the parent exactly), with covariance
   ``Σ_c = Σ↑_c + Σ↑_c (S⁻¹ Σ_u S⁻¹ − S⁻¹) Σ↑_c``.
 
-Both passes do a fixed number of ``d × d`` products per outer node, batched per level: the cost
-is ``O(n_outer · d³)``, linear in the number of cells for a given inner tree; the inner tree is
-the one with fewer leaves. The covariance of every outer node's vector is exact, so the variance
-of any published cell ``(u, v)`` is ``q_vᵀ Σ_u q_v``.
+Written with ``d × d`` matrices (``method="dense"``) both passes cost ``O(d³)`` per distinct
+outer node. The structured path (``method="tree"``, the default where every finest cell is
+present and measured at the finest level) uses the inner tree too: an outer leaf's precision
+``BᵀWB = Σ_b Q_bᵀ diag(w_b) Q_b`` is a *tree precision*, whose inverse is applied, and whose
+node variances are obtained, by the scalar two-pass recursion on the inner tree in ``O(d)``.
+When the ``m`` children of an outer node share one upward covariance ``P_c⁻¹`` (one mechanism
+per level, cross-product key set), ``S⁻¹ = P_c/m``, ``Σ↑ = (P_c/m + BᵀWB)⁻¹`` is again a tree
+precision's inverse, the downward correction is the equal share ``(x_u − z)/m`` and the final
+covariance is ``(1 − 1/m)P_c⁻¹ + Σ_u/m²``: ``O(d)`` per node, linear in the number of cells.
+Only a node whose children do not share a covariance forms ``S`` densely (``O(d²)`` per
+distinct child type by tree solves, two ``d × d`` inversions for the node). The covariance of
+every outer node's vector is exact, so the variance of any published cell ``(u, v)`` is
+``q_vᵀ Σ_u q_v``.
 
 Example:
     >>> import numpy as np
