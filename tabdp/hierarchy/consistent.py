@@ -494,9 +494,17 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         if nonnegative:
             fin = np.maximum(fin, 0.0)
         ints: np.ndarray | None = None
+        round_var: np.ndarray | None = None
         grid_m = grids[m]
         if grid_m is not None:
-            ints = np.rint(fin / grid_m).astype(np.int64)
+            # unbiased (stochastic) rounding with independent uniforms: the finest estimates
+            # of one parent often share their fractional part (the GLS correction is shared),
+            # so rounding each to the nearest would add up to n/2 at the parent
+            scaled = fin / grid_m
+            low = np.floor(scaled)
+            frac = scaled - low
+            ints = (low + (_released_uniforms(ms, m, fin.shape) < frac)).astype(np.int64)
+            round_var = frac * (1.0 - frac) * grid_m * grid_m
         stable_scale: dict[Level, np.ndarray] = {}
         if kind == "stable":
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
@@ -523,7 +531,7 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                     stable_scale[o]
             else:
                 sd = np.sqrt(var)
-                moe = _margin(prod, a, b, var, lv, grid_m, lattice and ints is not None,
+                moe = _margin(prod, a, b, var, lv, round_var, lattice and ints is not None,
                               _lattice_uniforms(ints, m, a, b, var.shape)
                               if lattice and ints is not None else None)
             result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1))
@@ -553,14 +561,16 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     return out
 
 
-def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float, grid: float | None,
-            lattice: bool, uniforms: np.ndarray | None = None) -> np.ndarray:
+def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float,
+            round_var: np.ndarray | None, lattice: bool,
+            uniforms: np.ndarray | None = None) -> np.ndarray:
     """Half-width of the interval, with the rounding of the finest cells to the grid.
 
-    Rounded finest cells add up to ``n`` rounding errors below a cell of ``n`` finest cells,
-    about uniform on ``±grid/2``: variance ``n·grid²/12`` beside the estimator's (not negligible
-    at coarse levels when the sd is a few grid steps); the normal margin is ``z·sd_t`` with
-    ``sd_t² = var + n·grid²/12``.
+    The finest cells are rounded to the grid stochastically (up with probability equal to the
+    fractional part ``f``, independently): each adds an error of mean 0 and variance
+    ``f(1 − f)·grid²`` (``round_var``), and a cell adds up the errors of the finest cells below
+    it, beside the estimator's (not negligible at coarse levels when the sd is a few grid
+    steps); the normal margin is ``z·sd_t`` with ``sd_t² = var + Σ f(1 − f)·grid²``.
 
     On the integer lattice (integer noise, integer grid) every error is a whole number ``E``
     and a margin ``h`` covers exactly when ``|E| ≤ h``: the coverage can only take the values
@@ -573,10 +583,9 @@ def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float, grid: 
     margin is 0 (coverage at least the level).
     """
     z = float(ndtri(0.5 + 0.5 * level))
-    if grid is None:
+    if round_var is None:
         return z * np.sqrt(var)
-    n = _aggregate(prod, a, b, prod.present.astype(np.float64))
-    sd_t = np.sqrt(var + n * grid * grid / 12.0)
+    sd_t = np.sqrt(var + _aggregate(prod, a, b, round_var))
     if not lattice:
         return z * sd_t
     hi = np.where(var > 0, np.maximum(np.ceil(z * sd_t - 0.5 - 1e-12), 0.0), 0.0)
@@ -588,6 +597,26 @@ def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float, grid: 
     gap = np.where(c_hi > c_lo, c_hi - c_lo, 1.0)
     pi = np.clip((level - c_lo) / gap, 0.0, 1.0)
     return np.where((hi >= 1) & (uniforms.reshape(hi.shape) >= pi), hi - 1.0, hi)
+
+
+def _released_uniforms(ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+                       measure: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Uniforms for the stochastic rounding of the finest cells, from the released values.
+
+    The seed is a hash of the released cells of every measured level (and the measure): the
+    rounding is post-processing, reproducible by any engine and by
+    [`consistent_from_release`][tabdp.hierarchy.consistent_from_release], and independent of
+    the fractional parts it rounds (a fresh draw of the noise gives fresh uniforms).
+    """
+    h = hashlib.blake2b(digest_size=16)
+    for key in sorted(ms):
+        y, w = ms[key]
+        h.update(f"\x00{key[0]}\x00{key[1]}\x00".encode())
+        h.update(np.ascontiguousarray(y, dtype="<f8").tobytes())
+        h.update(np.ascontiguousarray(w, dtype="<f8").tobytes())
+    h.update(f"\x00round\x00{measure}".encode())
+    seed = int.from_bytes(h.digest(), "little")
+    return np.random.Generator(np.random.PCG64(seed)).random(shape)
 
 
 def _lattice_uniforms(ints: np.ndarray, measure: str, a: int, b: int,
