@@ -504,7 +504,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             low = np.floor(scaled)
             frac = scaled - low
             ints = (low + (_released_uniforms(ms, m, fin.shape) < frac)).astype(np.int64)
-            round_var = frac * (1.0 - frac) * grid_m * grid_m
+            # its variance f(1 - f)·grid² is grid²/6 on average over the fractional part: a
+            # margin that does not depend on the fractional parts (post-processing the
+            # published consistent levels gives the same margins)
+            round_var = prod.present * (grid_m * grid_m / 6.0)
         stable_scale: dict[Level, np.ndarray] = {}
         if kind == "stable":
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
@@ -568,9 +571,10 @@ def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float,
 
     The finest cells are rounded to the grid stochastically (up with probability equal to the
     fractional part ``f``, independently): each adds an error of mean 0 and variance
-    ``f(1 − f)·grid²`` (``round_var``), and a cell adds up the errors of the finest cells below
-    it, beside the estimator's (not negligible at coarse levels when the sd is a few grid
-    steps); the normal margin is ``z·sd_t`` with ``sd_t² = var + Σ f(1 − f)·grid²``.
+    ``f(1 − f)·grid²``, ``grid²/6`` on average over ``f`` (``round_var``), and a cell adds up
+    the errors of the finest cells below it, beside the estimator's (not negligible at coarse
+    levels when the sd is a few grid steps); the normal margin is ``z·sd_t`` with
+    ``sd_t² = var + Σ round_var``.
 
     On the integer lattice (integer noise, integer grid) every error is a whole number ``E``
     and a margin ``h`` covers exactly when ``|E| ≤ h``: the coverage can only take the values
@@ -610,10 +614,10 @@ def _released_uniforms(ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray
     """
     h = hashlib.blake2b(digest_size=16)
     for key in sorted(ms):
-        y, w = ms[key]
+        y = ms[key][0]
         h.update(f"\x00{key[0]}\x00{key[1]}\x00".encode())
-        h.update(np.ascontiguousarray(y, dtype="<f8").tobytes())
-        h.update(np.ascontiguousarray(w, dtype="<f8").tobytes())
+        h.update(np.ascontiguousarray(np.asarray(y, dtype=np.float64) + 0.0,  # -0.0 -> 0.0
+                                      dtype="<f8").tobytes())
     h.update(f"\x00round\x00{measure}".encode())
     seed = int.from_bytes(h.digest(), "little")
     return np.random.Generator(np.random.PCG64(seed)).random(shape)
