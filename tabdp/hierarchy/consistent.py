@@ -344,10 +344,12 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     its finest cells; sd and margins stay those of the unbiased estimate and do not describe
     the modified values):
 
-    * ``grid``: finest cells rounded to multiples of ``grid``; every level is then an exact
-      integer multiple of ``grid``, and parents equal the sums of their children exactly. The
-      margins include the rounding (variance ``n·grid²/12`` below a cell of ``n`` finest
-      cells); with discrete mechanisms and an integer grid they are whole numbers, randomized
+    * ``grid``: finest cells rounded to multiples of ``grid``, stochastically (up with
+      probability equal to the fractional part; unbiased, independent errors); every level is
+      then an exact integer multiple of ``grid``, and parents equal the sums of their children
+      exactly. The margins include the rounding (variance ``n·grid²/6`` on average below a
+      cell of ``n`` finest cells); with discrete mechanisms and an integer grid they are whole
+      numbers, randomized
       between the two whole numbers around the level so that the coverage is ``level``
       (continuity-corrected normal; the randomness is a hash of the released values).
     * ``nonnegative``: finest cells below 0 set to 0 (biased upwards).
