@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from tabdp._validation import check_level
 from tabdp.exceptions import InvalidParameterError
@@ -47,7 +48,8 @@ METHOD_GAUSSIAN = "exact: Gaussian (linear combination of Gaussian errors)"
 METHOD_STABLE = ("exact: symmetric alpha-stable (stability: scale (Σ|w_j γ_j|^α)^(1/α) of the "
                  "estimator's weights w_j)")
 METHOD_NORMAL = ("normal approximation with the exact sd (a weighted sum of non-Gaussian "
-                 "errors)")
+                 "errors); whole numbers (integer noise and grid): continuity-corrected, the "
+                 "margin randomized between the two whole numbers around the level")
 
 Level = tuple[str, ...]
 
@@ -342,11 +344,14 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     its finest cells; sd and margins stay those of the unbiased estimate and do not describe
     the modified values):
 
-    * ``grid``: finest cells rounded to multiples of ``grid``; every level is then an exact
-      integer multiple of ``grid``, and parents equal the sums of their children exactly. The
-      margins include the rounding (variance ``n·grid²/12`` below a cell of ``n`` finest
-      cells); with discrete mechanisms and an integer grid they are whole numbers with
-      coverage at least ``level`` (continuity-corrected normal).
+    * ``grid``: finest cells rounded to multiples of ``grid``, stochastically (up with
+      probability equal to the fractional part; unbiased, independent errors); every level is
+      then an exact integer multiple of ``grid``, and parents equal the sums of their children
+      exactly. The margins include the rounding (variance ``n·grid²/6`` on average below a
+      cell of ``n`` finest cells); with discrete mechanisms and an integer grid they are whole
+      numbers, randomized
+      between the two whole numbers around the level so that the coverage is ``level``
+      (continuity-corrected normal; the randomness is a hash of the released values).
     * ``nonnegative``: finest cells below 0 set to 0 (biased upwards).
     * ``integer``: finest cells rounded to whole numbers (implies ``grid = 1``).
 
@@ -491,9 +496,20 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         if nonnegative:
             fin = np.maximum(fin, 0.0)
         ints: np.ndarray | None = None
+        round_var: np.ndarray | None = None
         grid_m = grids[m]
         if grid_m is not None:
-            ints = np.rint(fin / grid_m).astype(np.int64)
+            # unbiased (stochastic) rounding with independent uniforms: the finest estimates
+            # of one parent often share their fractional part (the GLS correction is shared),
+            # so rounding each to the nearest would add up to n/2 at the parent
+            scaled = fin / grid_m
+            low = np.floor(scaled)
+            frac = scaled - low
+            ints = (low + (_released_uniforms(ms, m, fin.shape) < frac)).astype(np.int64)
+            # its variance f(1 - f)·grid² is grid²/6 on average over the fractional part: a
+            # margin that does not depend on the fractional parts (post-processing the
+            # published consistent levels gives the same margins)
+            round_var = prod.present * (grid_m * grid_m / 6.0)
         stable_scale: dict[Level, np.ndarray] = {}
         if kind == "stable":
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
@@ -520,8 +536,9 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                     stable_scale[o]
             else:
                 sd = np.sqrt(var)
-                moe = _margin(prod, a, b, var, float(ndtri(0.5 + 0.5 * lv)), grid_m,
-                              lattice and ints is not None)
+                moe = _margin(prod, a, b, var, lv, round_var, lattice and ints is not None,
+                              _lattice_uniforms(ints, m, a, b, var.shape)
+                              if lattice and ints is not None else None)
             result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1))
     out: dict[Level, pl.DataFrame] = {}
     given = dict(output_keys or {})
@@ -549,24 +566,80 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     return out
 
 
-def _margin(prod: Product, a: int, b: int, var: np.ndarray, z: float, grid: float | None,
-            lattice: bool) -> np.ndarray:
-    """Half-width of the normal interval, with the rounding of the finest cells to the grid.
+def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float,
+            round_var: np.ndarray | None, lattice: bool,
+            uniforms: np.ndarray | None = None) -> np.ndarray:
+    """Half-width of the interval, with the rounding of the finest cells to the grid.
 
-    Rounded finest cells add up to ``n`` rounding errors below a cell of ``n`` finest cells,
-    about uniform on ``±grid/2``: variance ``n·grid²/12`` beside the estimator's (not negligible
-    at coarse levels when the sd is a few grid steps). On the integer lattice (integer noise,
-    integer grid) the error is a whole number, and the margin is the smallest whole number
-    ``h`` with ``P(|N| ≤ h + 1/2) ≥ level`` (continuity correction: coverage at least the
-    level, as the discrete mechanisms' own margins).
+    The finest cells are rounded to the grid stochastically (up with probability equal to the
+    fractional part ``f``, independently): each adds an error of mean 0 and variance
+    ``f(1 − f)·grid²``, ``grid²/6`` on average over ``f`` (``round_var``), and a cell adds up
+    the errors of the finest cells below it, beside the estimator's (not negligible at coarse
+    levels when the sd is a few grid steps); the normal margin is ``z·sd_t`` with
+    ``sd_t² = var + Σ round_var``.
+
+    On the integer lattice (integer noise, integer grid) every error is a whole number ``E``
+    and a margin ``h`` covers exactly when ``|E| ≤ h``: the coverage can only take the values
+    ``c(h) = P(|N| ≤ h + 1/2)`` (``N`` normal with sd ``sd_t``: continuity correction), which
+    are several points apart when the sd is a few units. The margin is then randomized
+    between the two whole numbers around the level: with ``h`` the smallest whole number with
+    ``c(h) ≥ level``, it is ``h`` with probability ``π = (level − c(h−1)) / (c(h) − c(h−1))``
+    and ``h − 1`` otherwise, so that the coverage is the level (``uniforms``: one uniform per
+    cell, from the released values alone; see ``_lattice_uniforms``). Where ``h = 0`` the
+    margin is 0 (coverage at least the level).
     """
-    if grid is None:
+    z = float(ndtri(0.5 + 0.5 * level))
+    if round_var is None:
         return z * np.sqrt(var)
-    n = _aggregate(prod, a, b, prod.present.astype(np.float64))
-    sd_t = np.sqrt(var + n * grid * grid / 12.0)
+    sd_t = np.sqrt(var + _aggregate(prod, a, b, round_var))
     if not lattice:
         return z * sd_t
-    return np.where(var > 0, np.maximum(np.ceil(z * sd_t - 0.5 - 1e-12), 0.0), 0.0)
+    hi = np.where(var > 0, np.maximum(np.ceil(z * sd_t - 0.5 - 1e-12), 0.0), 0.0)
+    if uniforms is None:
+        return hi
+    safe = np.where(sd_t > 0, sd_t, 1.0)
+    c_hi = 2.0 * ndtr((hi + 0.5) / safe) - 1.0
+    c_lo = np.where(hi >= 1, 2.0 * ndtr((hi - 0.5) / safe) - 1.0, 0.0)
+    gap = np.where(c_hi > c_lo, c_hi - c_lo, 1.0)
+    pi = np.clip((level - c_lo) / gap, 0.0, 1.0)
+    return np.where((hi >= 1) & (uniforms.reshape(hi.shape) >= pi), hi - 1.0, hi)
+
+
+def _released_uniforms(ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+                       measure: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Uniforms for the stochastic rounding of the finest cells, from the released values.
+
+    The seed is a hash of the released cells of every measured level (and the measure): the
+    rounding is post-processing, reproducible by any engine and by
+    [`consistent_from_release`][tabdp.hierarchy.consistent_from_release], and independent of
+    the fractional parts it rounds (a fresh draw of the noise gives fresh uniforms).
+    """
+    h = hashlib.blake2b(digest_size=16)
+    for key in sorted(ms):
+        y = ms[key][0]
+        h.update(f"\x00{key[0]}\x00{key[1]}\x00".encode())
+        h.update(np.ascontiguousarray(np.asarray(y, dtype=np.float64) + 0.0,  # -0.0 -> 0.0
+                                      dtype="<f8").tobytes())
+    h.update(f"\x00round\x00{measure}".encode())
+    seed = int.from_bytes(h.digest(), "little")
+    return np.random.Generator(np.random.PCG64(seed)).random(shape)
+
+
+def _lattice_uniforms(ints: np.ndarray, measure: str, a: int, b: int,
+                      shape: tuple[int, ...]) -> np.ndarray:
+    """Uniforms for the randomized lattice margins, from the released values alone.
+
+    The seed is a hash of the rounded finest estimates (a function of the released cells and
+    public parameters, so the margins stay post-processing and reproducible, by any engine and
+    by [`consistent_from_release`][tabdp.hierarchy.consistent_from_release]), the measure and
+    the level pair. The hash changes with every draw of the noise, so over draws each cell's
+    uniform is effectively independent of its own error.
+    """
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.ascontiguousarray(ints, dtype="<i8").tobytes())
+    h.update(f"\x00{measure}\x00{a}\x00{b}".encode())
+    seed = int.from_bytes(h.digest(), "little")
+    return np.random.Generator(np.random.PCG64(seed)).random(shape)
 
 
 def _aggregate(prod: Product, a: int, b: int, fin: np.ndarray) -> np.ndarray:

@@ -24,10 +24,19 @@ a tree. The measurements at ``u`` are inner aggregates ``B_u x_u``.
   to the children's covariances, so the children add up to the parent exactly), with covariance
   ``Σ_c = Σ↑_c + Σ↑_c (S⁻¹ Σ_u S⁻¹ − S⁻¹) Σ↑_c``.
 
-Both passes do a fixed number of ``d × d`` products per outer node, batched per level: the cost
-is ``O(n_outer · d³)``, linear in the number of cells for a given inner tree; the inner tree is
-the one with fewer leaves. The covariance of every outer node's vector is exact, so the variance
-of any published cell ``(u, v)`` is ``q_vᵀ Σ_u q_v``.
+Written with ``d × d`` matrices (``method="dense"``) both passes cost ``O(d³)`` per distinct
+outer node. The structured path (``method="tree"``, the default where every finest cell is
+present and measured at the finest level) uses the inner tree too: an outer leaf's precision
+``BᵀWB = Σ_b Q_bᵀ diag(w_b) Q_b`` is a *tree precision*, whose inverse is applied, and whose
+node variances are obtained, by the scalar two-pass recursion on the inner tree in ``O(d)``.
+When the ``m`` children of an outer node share one upward covariance ``P_c⁻¹`` (one mechanism
+per level, cross-product key set), ``S⁻¹ = P_c/m``, ``Σ↑ = (P_c/m + BᵀWB)⁻¹`` is again a tree
+precision's inverse, the downward correction is the equal share ``(x_u − z)/m`` and the final
+covariance is ``(1 − 1/m)P_c⁻¹ + Σ_u/m²``: ``O(d)`` per node, linear in the number of cells.
+Only a node whose children do not share a covariance forms ``S`` densely (``O(d²)`` per
+distinct child type by tree solves, two ``d × d`` inversions for the node). The covariance of
+every outer node's vector is exact, so the variance of any published cell ``(u, v)`` is
+``q_vᵀ Σ_u q_v``.
 
 Example:
     >>> import numpy as np
@@ -47,6 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 
@@ -145,22 +155,31 @@ class GLSResult:
     """Consistent estimates and exact covariances on a product of two trees.
 
     Covariances are stored once per distinct matrix: nodes with the same presence pattern,
-    weights and parent share one (``cov_mats[a][cov_idx[a][u]]`` is node ``u``'s).
+    weights and parent share one (``cov_idx[a][u]`` is node ``u``'s index into level ``a``'s
+    distinct covariances). They are kept in a structured form (dense matrices, or the inner
+    tree's recursion) and made dense only on request (``cov_mats``).
 
     Attributes:
         outer: The outer tree.
         inner: The inner tree.
         x: Per outer level, the estimates of each node's inner-leaf vector,
             shape ``(n_nodes, d, k)`` (``k`` right-hand sides).
-        cov_mats: Per outer level, the distinct covariance matrices ``(n_distinct, d, d)``.
-        cov_idx: Per outer level, each node's index into ``cov_mats``.
+        finals: Per outer level, the distinct covariances: a stack ``(n_distinct, d, d)`` or a
+            list of structured covariances.
+        cov_idx: Per outer level, each node's index into ``finals``.
     """
 
     outer: Tree
     inner: Tree
     x: list[np.ndarray]
-    cov_mats: list[np.ndarray]
+    finals: list[Any]
     cov_idx: list[np.ndarray]
+
+    @property
+    def cov_mats(self) -> list[np.ndarray]:
+        """Per outer level, the distinct covariance matrices ``(n_distinct, d, d)`` (dense)."""
+        return [f if isinstance(f, np.ndarray) else np.stack([c.dense() for c in f])
+                for f in self.finals]
 
     @property
     def cov(self) -> list[np.ndarray]:
@@ -184,8 +203,12 @@ class GLSResult:
 
         Example: see the module docstring.
         """
-        q = self.inner.indicator(b)
-        v = np.einsum("bi,uij,bj->ub", q, self.cov_mats[a], q)
+        f = self.finals[a]
+        if isinstance(f, np.ndarray):
+            q = self.inner.indicator(b)
+            v = np.einsum("bi,uij,bj->ub", q, f, q)
+        else:
+            v = np.stack([c.var()[b] for c in f])
         return np.maximum(v, 0.0)[self.cov_idx[a]]
 
 
@@ -283,7 +306,348 @@ def _sum_children(mats: np.ndarray, idx: np.ndarray, starts: np.ndarray) -> np.n
     return out
 
 
-def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> GLSResult:
+# --------------------------------------------------------------------------------------------
+# Structured path: the inner tree's own two-pass recursion (no d × d matrices where the
+# children of an outer node share one covariance; see the module docstring).
+# --------------------------------------------------------------------------------------------
+
+
+class _InnerIndex:
+    """Cached index arrays of the inner tree: leaf ancestors and leaf blocks per level."""
+
+    def __init__(self, inner: Tree) -> None:
+        self.tree = inner
+        self.d = inner.sizes[-1]
+        self.anc = [inner.leaf_ancestor(b) for b in range(inner.depth + 1)]
+        self.lst = [np.searchsorted(self.anc[b], np.arange(inner.sizes[b]), side="left")
+                    for b in range(inner.depth + 1)]
+
+    def block_var(self, m: np.ndarray) -> list[np.ndarray]:
+        """``diag(Q_b M Q_bᵀ)`` for every inner level ``b`` of a dense ``d × d`` matrix."""
+        depth = self.tree.depth
+        out: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+        cols = np.arange(self.d)
+        rows = m                                                   # (n_b, d): row sums
+        for b in range(depth, -1, -1):
+            if b < depth:
+                rows = np.add.reduceat(rows, self.tree.starts(b + 1), axis=0)
+            out[b] = np.add.reduceat(rows[self.anc[b], cols], self.lst[b])
+        return out
+
+    def prec_dense(self, w: Sequence[np.ndarray]) -> np.ndarray:
+        """Dense ``Σ_b Q_bᵀ diag(w_b) Q_b`` (``w[b]``: ``(n_b,)``)."""
+        p = np.zeros((self.d, self.d))
+        for b, wb in enumerate(w):
+            a = self.anc[b]
+            p += np.where(a[:, None] == a[None, :], wb[a][:, None], 0.0)
+        return p
+
+
+class _TreeCov:
+    """A batch of covariances ``P⁻¹`` of inner *tree precisions* ``P = Σ_b Q_bᵀ diag(w_b) Q_b``.
+
+    ``P`` is the information of one measurement per inner node (weight ``w_b``, leaf weights
+    positive): ``P⁻¹ r`` is the GLS estimate on the inner tree with leaf data ``r / w_D`` and
+    zero data elsewhere, computed by the scalar two-pass recursion in ``O(d)`` per vector, and
+    the variance of every inner node total under ``P⁻¹`` comes out of the same recursion.
+    Row ``j`` of every weight array is one member of the batch.
+    """
+
+    def __init__(self, ix: _InnerIndex, w: list[np.ndarray]) -> None:
+        t = ix.tree
+        depth = t.depth
+        self.ix, self.w = ix, w
+        s: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+        big_s: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+        s[depth] = 1.0 / w[depth]
+        for b in range(depth - 1, -1, -1):
+            big_s[b] = np.add.reduceat(s[b + 1], t.starts(b + 1), axis=1)
+            s[b] = big_s[b] / (1.0 + big_s[b] * w[b])
+        self.den = [1.0 + big_s[b] * w[b] for b in range(depth)]
+        self.ratio = [np.empty(0)] + [s[b] / big_s[b - 1][:, t.parent[b]]
+                                      for b in range(1, depth + 1)]
+        var = [s[0]]
+        for b in range(1, depth + 1):
+            sp = big_s[b - 1][:, t.parent[b]]
+            var.append(s[b] + s[b] ** 2 * (var[b - 1][:, t.parent[b]] / sp ** 2 - 1.0 / sp))
+        self.var = var
+
+    @property
+    def size(self) -> int:
+        return int(self.w[0].shape[0])
+
+    @staticmethod
+    def _g(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return arr[0][None, :, None] if arr.shape[0] == 1 else arr[idx][:, :, None]
+
+    def apply(self, v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """``P_{idx[u]}⁻¹ v[u]`` for every ``u`` (``v``: ``(n, d, k)``)."""
+        t = self.ix.tree
+        depth = t.depth
+        g = self._g
+        tt: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+        z: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+        tt[depth] = v / g(self.w[depth], idx)
+        for b in range(depth - 1, -1, -1):
+            z[b] = np.add.reduceat(tt[b + 1], t.starts(b + 1), axis=1)
+            tt[b] = z[b] / g(self.den[b], idx)
+        f = tt[0]
+        for b in range(1, depth + 1):
+            par = t.parent[b]
+            f = tt[b] + g(self.ratio[b], idx) * (f - z[b - 1])[:, par]
+        return f
+
+    def prec(self, v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """``P_{idx[u]} v[u]`` for every ``u``."""
+        ix = self.ix
+        depth = ix.tree.depth
+        out = self._g(self.w[depth], idx) * v
+        for b in range(depth):
+            sums = np.add.reduceat(v, ix.lst[b], axis=1)
+            out += (self._g(self.w[b], idx) * sums)[:, ix.anc[b]]
+        return out
+
+    def dense(self, j: int) -> np.ndarray:
+        """Member ``j`` as a dense ``d × d`` matrix (``O(d²)``)."""
+        m = self.apply(np.eye(self.ix.d)[None], np.array([j]))[0]
+        return 0.5 * (m + m.T)
+
+
+class _Final:
+    """The final covariance of one outer node's inner vector, in a structured form."""
+
+    def var(self) -> list[np.ndarray]:
+        """``q_vᵀ Σ q_v`` for every inner node, per inner level."""
+        raise NotImplementedError
+
+    def dense(self) -> np.ndarray:
+        """``Σ`` as a dense matrix."""
+        raise NotImplementedError
+
+
+class _FTree(_Final):
+    def __init__(self, tc: _TreeCov, j: int) -> None:
+        self.tc, self.j = tc, j
+
+    def var(self) -> list[np.ndarray]:
+        return [v[self.j] for v in self.tc.var]
+
+    def dense(self) -> np.ndarray:
+        return self.tc.dense(self.j)
+
+
+class _FDense(_Final):
+    def __init__(self, ix: _InnerIndex, m: np.ndarray) -> None:
+        self.ix, self.m = ix, m
+        self._var: list[np.ndarray] | None = None
+
+    def var(self) -> list[np.ndarray]:
+        if self._var is None:
+            self._var = self.ix.block_var(self.m)
+        return self._var
+
+    def dense(self) -> np.ndarray:
+        return self.m
+
+
+class _FCombo(_Final):
+    """``α·A + β·B`` (a child whose siblings share its covariance: ``(1 − 1/m)Σ↑ + Σ_u/m²``)."""
+
+    def __init__(self, alpha: float, fa: _Final, beta: float, fb: _Final) -> None:
+        self.alpha, self.fa, self.beta, self.fb = alpha, fa, beta, fb
+        self._var: list[np.ndarray] | None = None
+
+    def var(self) -> list[np.ndarray]:
+        if self._var is None:
+            self._var = [self.alpha * x + self.beta * y
+                         for x, y in zip(self.fa.var(), self.fb.var(), strict=True)]
+        return self._var
+
+    def dense(self) -> np.ndarray:
+        return self.alpha * self.fa.dense() + self.beta * self.fb.dense()
+
+
+class _FSandwich(_Final):
+    """``C + C G C`` with ``C`` a child's upward covariance, ``G`` its parent's correction."""
+
+    def __init__(self, ix: _InnerIndex, up: _Up, j: int, g: np.ndarray,
+                 c: np.ndarray | None = None) -> None:
+        self.ix, self.up, self.j, self.g = ix, up, j, g
+        self._var = ix.block_var(self._dense(c))
+
+    def var(self) -> list[np.ndarray]:
+        return self._var
+
+    def dense(self) -> np.ndarray:
+        return self._dense(None)
+
+    def _dense(self, c: np.ndarray | None) -> np.ndarray:
+        if c is None:
+            c = self.up.dense(self.j)
+        if self.j >= 0:
+            tc = self.up.tc
+            assert tc is not None
+            cg = tc.apply(self.g[None], np.array([self.j]))[0]
+            cgc = tc.apply(cg.T[None], np.array([self.j]))[0]
+        else:
+            cgc = c @ self.g @ c
+        m = c + cgc
+        return 0.5 * (m + m.T)
+
+
+class _Up:
+    """Upward covariances of one outer level.
+
+    Each node has a type: ``j ≥ 0`` for member ``j`` of the tree batch, ``−1 − j`` for the
+    dense matrix ``j``.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.tc: _TreeCov | None = None
+        self.mats: list[np.ndarray] = []
+        self.tid = np.zeros(n, dtype=np.int64)
+
+    def dense(self, t: int) -> np.ndarray:
+        if t >= 0:
+            assert self.tc is not None
+            return self.tc.dense(t)
+        return self.mats[-1 - t]
+
+    def apply(self, v: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        out = np.empty(v.shape)
+        tr = tid >= 0
+        if np.any(tr):
+            assert self.tc is not None
+            out[tr] = self.tc.apply(v[tr], tid[tr])
+        for t in np.unique(tid[~tr]).tolist():
+            sel = tid == t
+            out[sel] = np.einsum("ij,ujk->uik", self.mats[-1 - t], v[sel])
+        return out
+
+
+def _weights(inner: Tree, n: int, meas: Measurements, a: int) -> list[np.ndarray]:
+    """Per inner level, the weights ``(n, n_b)`` of the measurements at outer level ``a``."""
+    return [np.asarray(meas[(a, b)][1], dtype=np.float64) if (a, b) in meas
+            else np.zeros((n, inner.sizes[b])) for b in range(inner.depth + 1)]
+
+
+def _solve_tree(outer: Tree, inner: Tree, meas: Measurements, k: int) -> GLSResult:
+    """The structured solve (every finest cell present and measured at the finest level)."""
+    ix = _InnerIndex(inner)
+    d = ix.d
+    depth = outer.depth
+    full = np.ones((1, d), dtype=bool)
+    ups: list[_Up] = [_Up(0)] * (depth + 1)
+    up_x: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    z_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    m_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    shared_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    sinv_l: list[dict[int, np.ndarray]] = [{} for _ in range(depth + 1)]
+    cache_l: list[dict[int, np.ndarray]] = [{} for _ in range(depth + 1)]  # dense upward covs
+    for a in range(depth, -1, -1):
+        n_a = outer.sizes[a]
+        lm = _level_meas(inner, a, meas)
+        vec = _vec(lm, n_a, d, k, np.broadcast_to(full, (n_a, d)))
+        wa = _weights(inner, n_a, meas, a)
+        up = _Up(n_a)
+        if a == depth:
+            first, inv = _distinct(np.concatenate(wa, axis=1))
+            up.tc = _TreeCov(ix, [w[first] for w in wa])
+            up.tid = inv
+            x = up.tc.apply(vec, inv)
+        else:
+            child = ups[a + 1]
+            st = outer.starts(a + 1)
+            n_c = outer.sizes[a + 1]
+            cnt = np.diff(np.append(st, n_c))
+            tmin = np.minimum.reduceat(child.tid, st)
+            tmax = np.maximum.reduceat(child.tid, st)
+            shared = (tmin == tmax) & (tmin >= 0)
+            z = np.add.reduceat(up_x[a + 1], st, axis=0)
+            x = np.empty((n_a, d, k))
+            sh = np.flatnonzero(shared)
+            if sh.size:
+                tc = child.tc
+                assert tc is not None
+                j, m = tmin[sh], cnt[sh].astype(np.float64)
+                wn = [tc.w[b][j] / m[:, None] + wa[b][sh] for b in range(inner.depth + 1)]
+                key = np.concatenate([j[:, None].astype(np.float64), m[:, None]]
+                                     + [w[sh] for w in wa], axis=1)
+                first, inv = _distinct(key)
+                up.tc = _TreeCov(ix, [w[first] for w in wn])
+                up.tid[sh] = inv
+                rhs = tc.prec(z[sh], j) / m[:, None, None] + vec[sh]
+                x[sh] = up.tc.apply(rhs, inv)
+            cache = cache_l[a + 1]
+            for u in np.flatnonzero(~shared).tolist():
+                tids, counts = np.unique(child.tid[st[u]:st[u] + cnt[u]], return_counts=True)
+                s = np.zeros((d, d))
+                for t, c in zip(tids.tolist(), counts.tolist(), strict=True):
+                    if t not in cache:
+                        cache[t] = child.dense(t)
+                    s += c * cache[t]
+                sinv = _chol_inv(s[None], "sum of children")[0]
+                cov = _chol_inv((sinv + ix.prec_dense([w[u] for w in wa]))[None],
+                                f"outer level {a}")[0]
+                up.mats.append(cov)
+                up.tid[u] = -len(up.mats)
+                sinv_l[a][u] = sinv
+                x[u] = cov @ (sinv @ z[u] + vec[u])
+            z_l[a], m_l[a], shared_l[a] = z, cnt, shared
+        ups[a] = up
+        up_x[a] = x
+    # downward pass
+    root = ups[0]
+    t0 = int(root.tid[0])
+    finals: list[list[_Final]] = [[_FTree(root.tc, t0) if t0 >= 0 and root.tc is not None
+                                   else _FDense(ix, root.dense(t0))]]
+    fidx = [np.zeros(1, dtype=np.int64)]
+    fx = [up_x[0]]
+    for a in range(1, depth + 1):
+        par = outer.parent[a]
+        up = ups[a]
+        n_a = outer.sizes[a]
+        shared, cnt, z = shared_l[a - 1], m_l[a - 1], z_l[a - 1]
+        corr = fx[a - 1] - z
+        sh_c = shared[par]
+        x = up_x[a].copy()
+        x[sh_c] += corr[par[sh_c]] / cnt[par[sh_c]][:, None, None]
+        mx_c = np.flatnonzero(~sh_c)
+        gs: dict[int, np.ndarray] = {}
+        if mx_c.size:
+            g = np.empty((mx_c.size, d, k))
+            for u in np.unique(par[mx_c]).tolist():
+                sel = par[mx_c] == u
+                g[sel] = (sinv_l[a - 1][u] @ corr[u])[None]
+                sinv = sinv_l[a - 1][u]
+                pm = finals[a - 1][int(fidx[a - 1][u])].dense()
+                gs[u] = sinv @ pm @ sinv - sinv
+            x[mx_c] += up.apply(g, up.tid[mx_c])
+        fx.append(x)
+        # final covariances, one per distinct (own upward type, parent's final)
+        pf = fidx[a - 1][par]
+        key = np.stack([up.tid, pf, np.where(sh_c, -1, par)], axis=1)
+        first, inv = _distinct(key)
+        fl: list[_Final] = []
+        for c in first.tolist():
+            u = int(par[c])
+            t = int(up.tid[c])
+            parent_final = finals[a - 1][int(pf[c])]
+            if shared[u]:
+                assert up.tc is not None
+                mc = float(cnt[u])
+                fl.append(_FCombo(1.0 - 1.0 / mc, _FTree(up.tc, t), 1.0 / (mc * mc),
+                                  parent_final))
+            else:
+                fl.append(_FSandwich(ix, up, t, gs[u], cache_l[a].get(t)))
+        finals.append(fl)
+        fidx.append(inv)
+        cache_l[a] = {}
+    return GLSResult(outer, inner, fx, finals, fidx)
+
+
+def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements, *,
+          method: Literal["auto", "tree", "dense"] = "auto") -> GLSResult:
     """The GLS (BLUE) consistent estimate on a product of two trees, with exact covariances.
 
     Args:
@@ -294,6 +658,10 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> 
             ``(n_a, n_b, k)`` (``k`` right-hand sides, e.g. simulations; ``k = 0`` for the
             covariances alone), ``w`` the precision weights ``1/variance`` ``(n_a, n_b)``, 0
             where a cell is not measured.
+        method: ``"tree"``: the inner tree's recursion inside the outer one (needs every
+            finest cell present and measured at the finest level); ``"dense"``: ``d × d``
+            matrices per distinct outer node; ``"auto"`` (default): ``"tree"`` where it
+            applies. Both are exact.
 
     Returns:
         The [`GLSResult`][tabdp.hierarchy.gls.GLSResult].
@@ -328,6 +696,14 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> 
                 f"solve: measurement {(a, b)} must have y of shape {want} + (k,) and w of shape "
                 f"{want}; got {y.shape} and {w.shape}.")
         k = y.shape[2]
+    fin = meas.get((outer.depth, inner.depth))
+    tree_ok = bool(present.all()) and fin is not None and bool(np.all(fin[1] > 0))
+    if method == "tree" and not tree_ok:
+        raise InvalidParameterError(
+            "solve: method='tree' needs every finest cell present and measured at the finest "
+            "level.\nHint: use method='auto'.")
+    if method != "dense" and tree_ok:
+        return _solve_tree(outer, inner, meas, k)
     masks = [present]
     for a in range(outer.depth, 0, -1):
         masks.insert(0, np.logical_or.reduceat(masks[0], outer.starts(a), axis=0))
@@ -383,7 +759,7 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements) -> 
         fm.append(0.5 * (c + np.swapaxes(c, -1, -2)))
         fi.append(inv)
         fx.append(up_x[a] + _apply(up_m[a], up_i[a], g[par]))
-    return GLSResult(outer, inner, fx, fm, fi)
+    return GLSResult(outer, inner, fx, list(fm), fi)
 
 
 def dense_gls(outer: Tree, inner: Tree, present: np.ndarray,

@@ -2,8 +2,10 @@
 
 The published counts are whole numbers (grid 1), so every error is a whole number: a margin
 ``h`` covers exactly when ``|error| <= floor(h)``. Without the lattice and the finest cells'
-rounding, 90% intervals covered 0.81-0.85 at several levels (sd ~2); the margin is now the
-smallest whole ``h`` with ``P(|N| <= h + 1/2) >= 0.9`` from the sd including the rounding.
+rounding, 90% intervals covered 0.81-0.85 at several levels (sd ~2); the smallest whole ``h``
+with ``P(|N| <= h + 1/2) >= 0.9`` covered 0.89-0.96 (whole-number margins are a lattice step
+apart in coverage); the margin is now randomized between ``h - 1`` and ``h`` (from a hash of
+the released values) so that every level covers 88-92%.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from scipy.special import ndtr
 
 from tabdp.hierarchy import consistent
 from tabdp.mechanisms import DiscreteGaussian
@@ -27,20 +28,25 @@ LEVELS = [("county", "naics"), ("state", "naics"), ("sector",), ("county",), ("s
           ("county", "sector")]
 
 
-@pytest.mark.parametrize("shares", [None, (0.9, 0.05, 0.05)])
+@pytest.mark.parametrize("shares", [None, (0.9, 0.05, 0.05), (0.9, 0.1, 0.0)])
 def test_discrete_gaussian_margins_cover(shares: tuple[float, ...] | None) -> None:
     rng = np.random.default_rng(11)
     truth = GEO.join(IND, how="cross").with_columns(
         pl.Series("t", rng.poisson(3, NC * 9).astype(float)))
     measured = [("county", "naics"), ("state", "naics"), ("county",)]
     f = shares or (1.0, 1.0, 1.0)
+    # (0.9, 0.1, 0): county (all industries) not measured: the finest estimates of a state x
+    # industry then share their fractional part (the shared GLS correction), the case where
+    # rounding each finest cell to the nearest whole number added up to n/2 at the state
     mech = {lv: DiscreteGaussian(sigma=2.0 / math.sqrt(s)) for lv, s in zip(measured, f,
-                                                                             strict=True)}
+                                                                             strict=True)
+            if s > 0}
     true = {lv: (truth.group_by(list(lv)).agg(pl.col("t").sum()).sort(list(lv)) if lv
                  else truth.select(pl.col("t").sum())) for lv in LEVELS}
     n_draws, batch = 600, 150
     hits: dict[tuple[str, ...], list[np.ndarray]] = {lv: [] for lv in LEVELS}
-    predicted: dict[tuple[str, ...], np.ndarray] = {}
+    covers: dict[tuple[str, ...], float] = {}
+    cons: dict[tuple[str, ...], list[np.ndarray]] = {lv: [] for lv in LEVELS}
     for _ in range(n_draws // batch):
         names = [f"x{k}" for k in range(batch)]
         rel = {}
@@ -61,18 +67,22 @@ def test_discrete_gaussian_margins_cover(shares: tuple[float, ...] | None) -> No
                 assert np.all(err == np.round(err))  # whole numbers: the lattice
                 assert np.all(moe == np.round(moe))
                 hits[lv].append(np.abs(err) <= moe)
-            # the coverage the margin is chosen for: continuity-corrected normal, rounding
-            # variance of the finest cells below included
+            # the smallest whole-number margin covering 90% (continuity-corrected normal, the
+            # average variance 1/6 of the stochastic rounding of each finest cell below)
             n_fin = (truth.join(GEO, on=["county", "state"]).group_by(list(lv)).len()
                      .sort(list(lv))["len"].to_numpy() if lv else np.array([truth.height]))
-            sd_t = np.sqrt(o[f"{names[0]}_sd"].to_numpy() ** 2 + n_fin / 12.0)
-            predicted[lv] = 2 * ndtr((o[f"{names[0]}_moe"].to_numpy() + 0.5) / sd_t) - 1
+            sd_t = np.sqrt(o[f"{names[0]}_sd"].to_numpy() ** 2 + n_fin / 6.0)
+            hi = np.ceil(1.6448536269514722 * sd_t - 0.5)
+            for n in names:
+                cons[lv].append(np.abs((o[n] - o["t"]).to_numpy()) <= hi)
     for lv in LEVELS:
         cover = float(np.mean(hits[lv]))
-        pred = float(np.mean(predicted[lv]))
         cells = len(hits[lv][0])
-        se = math.sqrt(0.09 / (n_draws * cells))
-        assert pred >= 0.9, (lv, pred)
-        # at least the level (within the simulation error), and what the margin predicts
-        assert cover >= 0.9 - 3 * se - 0.01, (lv, cover)
-        assert abs(cover - pred) <= 3 * se + 0.015, (lv, cover, pred)
+        assert 0.88 <= cover <= 0.92, (lv, cover, cells)
+        covers[lv] = cover
+    conservative = {lv: float(np.mean(cons[lv])) for lv in LEVELS}
+    print("coverage", shares, {"_".join(k): round(v, 3) for k, v in covers.items()},
+          "whole-number margins", {"_".join(k): round(v, 3) for k, v in conservative.items()})
+    # without the randomization (the smallest whole number covering 90%) the same draws
+    # over-cover at some level
+    assert max(conservative.values()) > 0.92
