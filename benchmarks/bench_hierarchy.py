@@ -182,8 +182,15 @@ def run(data: Path, seeds: int, rho: float, step: float, timing_cells: list[int]
     res_fin = solve(prod.outer.tree, prod.inner.tree, prod.present,
                     {k: (v[0], v[1]) for k, v in ms_p.items()}).x[-1]
     opt = {}
+    round_rng = np.random.default_rng(12345)
+
+    def stochastic(x: np.ndarray) -> np.ndarray:
+        """The library's integer option: up with probability equal to the fractional part."""
+        low = np.floor(x)
+        return low + (round_rng.random(x.shape) < x - low)
+
     for name, f in (("nonnegative", lambda x: np.maximum(x, 0.0)),
-                    ("nonnegative_integer", lambda x: np.rint(np.maximum(x, 0.0)))):
+                    ("nonnegative_integer", lambda x: stochastic(np.maximum(x, 0.0)))):
         x = f(res_fin)
         est = {lv: prod.aggregate(lv, x) for lv in OUTPUTS}
         opt[name] = {label(lv): summary(est, sd_c)[label(lv)]["bias"] for lv in OUTPUTS}
