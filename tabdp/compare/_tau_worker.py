@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
     from pytauargus import protect
 
+    _java_apriori_bounds()
     args = argv if argv is not None else sys.argv[1:]
     wd = Path(args[0])
     job = json.loads((wd / "job.json").read_text(encoding="utf-8"))
@@ -45,6 +47,31 @@ def main(argv: list[str] | None = None) -> int:
                   hrc=job["hrc"] or None, workdir=str(wd / "tau"))
     pl.DataFrame(res.tables[0].rows).write_parquet(wd / "cells.parquet")
     return 0
+
+
+def _java_apriori_bounds() -> None:
+    """Give every cell τ-ARGUS' a-priori bounds: 0 (or 1.5 × a negative minimum) to 1.5 × max.
+
+    τ-ARGUS (Java, ``TableService.computeTables``) bounds every cell of the JJ file that
+    OPT, RND and the audit solve by ``minTabVal = min(0, 1.5 × smallest cell)`` and
+    ``maxTabVal = 1.5 × largest cell``; pytauargus 0.6.0 passes the smallest and largest
+    cell themselves. Those bounds forbid rounding any cell below the smallest one down to 0,
+    so RND finds no pattern on any table ("NO OUTPUT PATTERN EXISTS"), and they tell OPT and
+    the audit that the intruder knows more than τ-ARGUS assumes. Restored here, in this
+    child process only.
+    """
+    from pytauargus.engine import Engine
+
+    raw = Engine._table_cell_bounds
+    if getattr(raw, "_tabdp_java", False):
+        return
+
+    def bounds(self: Any, tab: int) -> tuple[float, float]:
+        lo, hi = raw(self, tab)
+        return (min(0.0, 1.5 * lo), max(0.0, 1.5 * hi))
+
+    bounds._tabdp_java = True  # type: ignore[attr-defined]
+    Engine._table_cell_bounds = bounds  # type: ignore[method-assign]
 
 
 def _audit(wd: Path, cells: object, cols: list[str]) -> list[dict[str, object]]:

@@ -547,8 +547,12 @@ def _untouched(micro: pl.DataFrame, cols: list[str], response: str, dims: list[D
 
 
 def _auto_base(micro: pl.DataFrame, cols: list[str], response: str) -> int:
-    """Tau-Argus' smallest rounding base: 10^(digits - 1) of the largest cell (the total)."""
-    total = float(micro[response].sum())
+    """Tau-Argus' smallest rounding base: 10^(digits - 1) of its upper a-priori bound.
+
+    That bound is 1.5 × the largest cell (the total of a non-negative table), as τ-ARGUS sets
+    it (see ``_tau_worker._java_apriori_bounds``).
+    """
+    total = 1.5 * float(micro[response].sum())
     d = 0
     t = total
     while t > 1:
