@@ -327,7 +327,8 @@ class _Solver:
         solved = 0
         for sign in (1.0, -1.0):
             bound = lo_j if sign > 0 else hi_j
-            if self.seen_lo is not None and np.isfinite(bound):
+            if (self.seen_lo is not None and self.seen_hi is not None
+                    and np.isfinite(bound)):
                 reach = self.seen_lo[j] if sign > 0 else self.seen_hi[j]
                 if abs(reach - bound) <= 1e-9 * max(1.0, abs(bound)):
                     out.append(bound)
@@ -358,7 +359,7 @@ class _Solver:
     def _saw(self, h: Any) -> None:
         """Keep the range of values the optimal solutions so far have reached."""
         x = np.asarray(h.getSolution().col_value, dtype=np.float64)
-        if self.seen_lo is None:
+        if self.seen_lo is None or self.seen_hi is None:
             self.seen_lo, self.seen_hi = x.copy(), x.copy()
         else:
             np.minimum(self.seen_lo, x, out=self.seen_lo)

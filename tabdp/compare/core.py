@@ -301,6 +301,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
         "tables": [{"table": x["table"], "measure": x["measure"], "kind": x["kind"],
                     "by": x["by"], "method": x["sdc"].method, "rounding_base": x["sdc"].base,
                     "cells": x["cells"].height, "tau_seconds": x["sdc"].seconds,
+                    "tau_steps_seconds": x["sdc"].steps,
                     "statuses": dict(x["cells"]["status"].value_counts()
                                      .sort("status").iter_rows())}
                    for x in sdc_tables],
