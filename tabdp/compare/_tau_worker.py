@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from pytauargus import protect
 
     _java_apriori_bounds()
+    _java_round_jj()
     args = argv if argv is not None else sys.argv[1:]
     wd = Path(args[0])
     job = json.loads((wd / "job.json").read_text(encoding="utf-8"))
@@ -96,6 +97,39 @@ def _java_apriori_bounds() -> None:
 
     bounds._tabdp_java = True  # type: ignore[attr-defined]
     Engine._table_cell_bounds = bounds
+
+
+def _java_round_jj() -> None:
+    """Prepare the rounder's JJ file as τ-ARGUS does (Java ``OptiSuppress.correctRoundJJ``).
+
+    τ-ARGUS gives every unsafe cell whose value is below the rounding base the protection
+    levels ``value`` and ``value`` (both below the base). pytauargus 0.6.0 widens the upper one
+    to the base itself, which the rounder rejects ("too long protection levels") and then
+    finds no pattern. Restored here, in this child process only.
+    """
+    from pytauargus.engine import Engine
+
+    raw = Engine._correct_round_jj
+    if getattr(raw, "_tabdp_java", False):
+        return
+
+    def correct(self: Any, path: str, base: int, no_partitions: bool, unit_cost: bool
+                ) -> None:
+        raw(self, path, base, no_partitions, unit_cost)
+        with open(path, encoding="utf-8", errors="replace") as fin:
+            lines = fin.read().splitlines()
+        n = int(lines[1].strip())
+        for i in range(2, 2 + n):
+            t = lines[i].split()
+            if len(t) >= 9 and t[3] == "u" and float(t[1]) < base:
+                t[6] = t[7] = t[1]
+                t[8] = "0"
+                lines[i] = " ".join(t)
+        with open(path, "w", encoding="utf-8") as fout:
+            fout.write("\n".join(lines) + "\n")
+
+    correct._tabdp_java = True  # type: ignore[attr-defined]
+    Engine._correct_round_jj = correct
 
 
 def _audit(wd: Path, cells: object, cols: list[str]) -> list[dict[str, object]]:

@@ -481,8 +481,10 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
                     f"Tau-Argus found no controlled rounding of the table by {cols} "
                     f"({response}) with base {base} (its log in {str(wd / 'job')!r}, inside "
                     "the confidential folder, says why; typically NO OUTPUT PATTERN EXISTS)."
-                    "\nHint: try another base (base=N, at least the one Tau-Argus requires) or "
-                    "secondary=MOD.")
+                    "\nHint: try a larger base (base=N, at least the one Tau-Argus requires: "
+                    "10^(digits-1) of 1.5 x the table's largest cell), fewer hierarchy levels "
+                    "(a controlled rounding always exists for a two-way table without "
+                    "sub-totals, not for every hierarchical one), or secondary=MOD.")
         else:
             pub = ~pl.col("status").is_in(["U", "M"])
             cells = cells.with_columns(pub.alias("published"),
