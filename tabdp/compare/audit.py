@@ -173,7 +173,13 @@ def audit_system(a: Any, values: np.ndarray, published: np.ndarray,
         rows = np.unique(au_csc[:, members].indices)
         sub = au[rows][:, members]
         bsub = b[rows]
-        plo, phi = propagate_bounds(sub, bsub, lo_s[members], hi_s[members])
+        # each group in its own units: HiGHS' tolerances are absolute, so a group of small
+        # cells solved in units of the largest cell of the table would lose them
+        f = float(np.max(np.abs(bsub), initial=0.0))
+        fin = np.concatenate([lo_s[members], hi_s[members]])
+        f = max(f, float(np.max(np.abs(fin[np.isfinite(fin)]), initial=0.0))) or 1.0
+        bsub = bsub / f
+        plo, phi = propagate_bounds(sub, bsub, lo_s[members] / f, hi_s[members] / f)
         solver = _Solver(sub, bsub, plo, phi)
         local = {int(v): i for i, v in enumerate(members)}
         for v in todo:
@@ -182,8 +188,8 @@ def audit_system(a: Any, values: np.ndarray, published: np.ndarray,
             n_lp += k
             n_skipped += 2 - k
             sel = tpos == v
-            lower[sel] = lo_v * scale
-            upper[sel] = hi_v * scale
+            lower[sel] = lo_v * scale * f
+            upper[sel] = hi_v * scale * f
     ex = exact_mask[np.maximum(tpos, 0)] & (tpos >= 0)
     lower[ex] = values[targets[ex]]
     upper[ex] = values[targets[ex]]
