@@ -167,6 +167,9 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
     assert payroll["statuses"].get("U", 0) > 0
     # Tau-Argus' audit and the LP agree
     assert s["tau_audit_check"]["tables"] and s["tau_audit_check"]["max_abs_diff"] <= 1e-6
+    # small tables: Tau-Argus' own audit ran on every one by default
+    assert "not_run" not in s["tau_audit_check"]
+    assert all(t["tau_steps_seconds"]["suppress"] > 0 for t in s["tables"])
     # utility: both methods at every level the DP release publishes
     levels = {(u["level"], u["method"]) for u in s["utility"]
               if u["table"] == "county_naics2_payroll"}
