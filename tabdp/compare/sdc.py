@@ -333,9 +333,9 @@ class SdcTable:
             last entry is ``{"apriori_all": [[cell, lower, upper], ...]}``, the a-priori
             bounds of every cell in that audit.
         seconds: Time Tau-Argus took.
-        steps: Wall seconds of its steps (cell statistics; the child process and, inside it,
-            writing Tau-Argus' input files, the batch without the suppression, the
-            suppression itself, reading the result).
+        steps: Wall seconds of its steps (cell statistics; the child process, and its CPU
+            seconds, and inside it writing Tau-Argus' input files, the batch without the
+            suppression, the suppression itself, reading the result).
     """
 
     dims: list[Dim]
@@ -523,6 +523,7 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
                                 else "")
     for step in (["protect"] + (["audit"] if audit else [])):
         t_step = time.perf_counter()
+        cpu0 = _children_cpu()
         with open(job / f"{step}.log", "wb") as log:
             # run inside the job folder with a relative path: the engine's MOD step has been
             # seen to crash on some longer working paths (pytauargus 0.6.0)
@@ -538,6 +539,7 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
                 "OPT can exhaust its time on large tables: try secondary=MOD; or check the log "
                 "for the engine's message.")
         steps[f"child_process_{step}"] = time.perf_counter() - t_step
+        steps[f"child_process_{step}_cpu"] = _children_cpu() - cpu0
     cells = pl.read_parquet(job / "cells.parquet")
     if (job / "timings.json").exists():
         steps.update(json.loads((job / "timings.json").read_text(encoding="utf-8")))
@@ -548,6 +550,16 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
         rows = rows[:-1] + [{"apriori_all": [[int(k), lo, hi]
                                               for k, (lo, hi) in rows[-1]["apriori_all"]]}]
     return cells, rows
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process' finished child processes (0 where not available)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return 0.0
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return float(c.ru_utime + c.ru_stime)
 
 
 def _untouched(stats: pl.DataFrame, cols: list[str], dims: list[Dim]) -> pl.DataFrame:
