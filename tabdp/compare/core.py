@@ -38,6 +38,8 @@ Progress = Callable[[str], None]
 
 #: Relative tolerance of the audit checks (LP solutions are exact to about 1e-9 of the scale).
 TOL = 1e-6
+LP_TOL = 1e-9
+"""The audit's accuracy relative to the table's largest cell (HiGHS' tolerances)."""
 
 
 @dataclass
@@ -465,8 +467,11 @@ def _audit_all(tables: list[dict[str, Any]]) -> dict[str, Any]:
             v = c["value"].to_numpy()
             scale = max(float(np.nanmax(np.abs(values), initial=1.0)), 1.0)
             need = (c["status"] == "U").to_numpy()
-            ok = ((v - lo_c >= c["lpl"].to_numpy() - TOL * scale)
-                  & (hi_c - v >= c["upl"].to_numpy() - TOL * scale))
+            # slack: relative to the cell, plus the solver's accuracy in the table's units
+            # (a slack relative to the largest cell would hide under-protected small cells)
+            slack = TOL * np.maximum(np.abs(v), 1.0) + LP_TOL * scale
+            ok = ((v - lo_c >= c["lpl"].to_numpy() - slack)
+                  & (hi_c - v >= c["upl"].to_numpy() - slack))
             prot = np.where(audited & need, ok, np.where(audited, True, np.nan))
             x["cells"] = c.with_columns(
                 pl.Series("audit_lower", lo_c), pl.Series("audit_upper", hi_c),
@@ -691,8 +696,9 @@ def _sdc_risk(tables: list[dict[str, Any]]) -> dict[str, Any]:
         aud = prim.filter(pl.col("audit_lower").is_not_null())
         bad = aud.filter(pl.col("protected") == False)  # noqa: E712
         width = (c["audit_upper"] - c["audit_lower"])
-        exact = c.filter((width <= TOL * max(float(c["value"].abs().max() or 1.0), 1.0))
-                         & pl.col("audit_lower").is_not_null())
+        top = max(float(c["value"].abs().max() or 1.0), 1.0)
+        exact = c.filter((width <= TOL * pl.max_horizontal(pl.col("value").abs(), 1.0)
+                          + LP_TOL * top) & pl.col("audit_lower").is_not_null())
         per.append({"table": x["table"], "measure": x["measure"], "method": x["sdc"].method,
                     "primary_cells": prim.height, "audited_primary": aud.height,
                     "under_protected_primary": bad.height,
