@@ -126,3 +126,30 @@ def test_skipped_programmes_change_no_interval(seed: int) -> None:
         else:
             assert r.upper[k] == pytest.approx(-hi.fun, abs=1e-6)
     assert r.n_lp + r.skipped + 2 * r.exact.size == 2 * targets.size
+
+
+def test_small_cell_beside_a_huge_one_is_judged_on_its_own_scale() -> None:
+    # total = a + b + c with a = 1e9 published, b = 300 (primary, needs 250 above) and
+    # c = 200 (secondary) withheld: b is in [0, 500], only 200 above its value. A slack of
+    # 1e-6 of the largest cell (1,000) called it protected; it is not.
+    import polars as pl
+
+    from tabdp.compare.core import _audit_all, _sdc_risk
+    from tabdp.compare.sdc import SdcTable
+
+    d = build_dim("k", ["a", "b", "c"], {})
+    cells = pl.DataFrame({
+        "k": ["Total", "a", "b", "c"], "value": [1e9 + 500.0, 1e9, 300.0, 200.0],
+        "freq": [30, 10, 5, 15], "x1": [9e8, 9e8, 200.0, 20.0], "x2": [1.0, 1.0, 50.0, 20.0],
+        "status": ["S", "S", "U", "M"], "lpl": [0.0, 0.0, 100.0, 0.0],
+        "upl": [0.0, 0.0, 250.0, 0.0], "published": [True, True, False, False],
+        "cell_key": ["k=total:Total", "k=k:a", "k=k:b", "k=k:c"]})
+    x = {"table": "t", "measure": "m", "kind": "sum", "by": ["k"], "dims": [d],
+         "sdc": SdcTable([d], cells, "MOD"), "cells": cells}
+    _audit_all([x])
+    b = x["cells"].filter(pl.col("k") == "b").row(0, named=True)
+    assert (b["audit_lower"], b["audit_upper"]) == pytest.approx((0.0, 500.0))
+    assert b["protected"] is False
+    risk = _sdc_risk([x])
+    assert risk["records_pinned"] == 1
+    assert risk["tables"][0]["withheld_cells_recovered_exactly"] == 0
