@@ -4,11 +4,14 @@ County × NAICS2 payroll with state and national margins: 51 states × 60 counti
 counties × 19 sectors, plus the state, sector and national margins of the Tau-Argus table
 (62,240 cells; two hierarchies). Runs the whole comparison (DP release, Tau-Argus primary and
 secondary suppression, the LP audit of every withheld cell, Tau-Argus' own audit and the
-check that both agree, utility and risk, report) and records wall and CPU times with the
-machine's load average (the machine may be shared).
+check that both agree where it runs, utility and risk, report) and records wall and CPU
+times, the Tau-Argus steps (its child process: writing its input files, the batch, the
+suppression alone, reading the result) and the machine's load average (the machine may be
+shared).
 
 Usage: ``python benchmarks/bench_compare.py [--rows 1000000] [--sdc "p=10; nk=2,85;
-secondary=MOD"] [--dir /tmp/tabdp-compare]``. Writes ``benchmarks/results/compare.json``.
+secondary=MOD"] [--dir /tmp/tabdp-compare] [--tau-audit auto|on|off]``. Writes
+``benchmarks/results/compare.json``.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--sdc", default="p=10; nk=2,85; secondary=MOD")
     ap.add_argument("--dir", default="/tmp/tabdp-compare")
-    ap.add_argument("--no-tau-audit", action="store_true")
+    ap.add_argument("--tau-audit", choices=["auto", "on", "off"], default="auto",
+                    help="Tau-Argus' own audit (auto: tables of at most 5,000 cells only)")
     args = ap.parse_args()
 
     import tabdp
@@ -100,7 +104,8 @@ def main() -> None:
     gen = time.perf_counter() - t0
     load0 = os.getloadavg()
     c0, w0 = _cpu(), time.perf_counter()
-    res = compare(d / "spec.toml", args.sdc, overwrite=True, tau_audit=not args.no_tau_audit,
+    tau_audit = {"auto": None, "on": True, "off": False}[args.tau_audit]
+    res = compare(d / "spec.toml", args.sdc, overwrite=True, tau_audit=tau_audit,
                   progress=lambda s: print(f"[{time.perf_counter() - w0:7.1f}s] {s}",
                                            flush=True))
     wall, cpu = time.perf_counter() - w0, _cpu() - c0
@@ -111,6 +116,7 @@ def main() -> None:
            "load_average_before": load0, "load_average_after": load1,
            "cpus": os.cpu_count(), "python": platform.python_version(),
            "timings_seconds": s["timings_seconds"], "tables": s["tables"],
+           "tau_steps_seconds": [t["tau_steps_seconds"] for t in s["tables"]],
            "audit": s["audit"], "tau_audit_check": s["tau_audit_check"],
            "utility": s["utility"], "coverage": s["coverage"],
            "risk_sdc": {k: v for k, v in s["risk"]["sdc"].items() if k != "worst"},
@@ -120,7 +126,8 @@ def main() -> None:
                                                    + "\n", encoding="utf-8")
     print(json.dumps({k: out[k] for k in ("wall_seconds", "cpu_seconds_incl_children",
                                           "load_average_before", "load_average_after",
-                                          "timings_seconds")}, indent=2))
+                                          "timings_seconds", "tau_steps_seconds")},
+                     indent=2))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
     from pytauargus import protect
 
+    _java_apriori_bounds()
+    _java_round_jj()
     args = argv if argv is not None else sys.argv[1:]
     wd = Path(args[0])
     job = json.loads((wd / "job.json").read_text(encoding="utf-8"))
@@ -39,12 +42,94 @@ def main(argv: list[str] | None = None) -> int:
         rows = _audit(wd, pl.read_parquet(wd / "cells.parquet"), job["cols"])
         (wd / "audit.json").write_text(json.dumps(rows), encoding="utf-8")
         return 0
+    import time
+
+    from pytauargus.engine import Engine, run_batch
+    from pytauargus.result import TableResult
+
+    steps: dict[str, float] = {}
+    t0 = time.perf_counter()
     micro = pl.read_parquet(wd / "micro.parquet")
     res = protect(micro.to_pandas(), job["cols"], response=job["response"],
                   safety_rules=job["rules"], suppress=job["suppress"],
-                  hrc=job["hrc"] or None, workdir=str(wd / "tau"))
-    pl.DataFrame(res.tables[0].rows).write_parquet(wd / "cells.parquet")
+                  hrc=job["hrc"] or None, workdir=str(wd / "tau"), run=False)
+    steps["write_tau_argus_files"] = time.perf_counter() - t0
+    raw_suppress = Engine.suppress
+
+    def timed(self: Any, cmd: Any) -> None:
+        t = time.perf_counter()
+        raw_suppress(self, cmd)
+        steps["suppress"] = time.perf_counter() - t
+
+    Engine.suppress = timed
+    t0 = time.perf_counter()
+    run_batch(res.files["arb"])
+    steps["batch_other_than_suppress"] = time.perf_counter() - t0 - steps.get("suppress", 0.0)
+    t0 = time.perf_counter()
+    rows = TableResult(path=res.files["tab1"], exp_vars=list(job["cols"]),
+                       response=job["response"], is_freq=False).rows
+    pl.DataFrame(rows).write_parquet(wd / "cells.parquet")
+    steps["read_result"] = time.perf_counter() - t0
+    (wd / "timings.json").write_text(json.dumps(steps), encoding="utf-8")
     return 0
+
+
+def _java_apriori_bounds() -> None:
+    """Give every cell τ-ARGUS' a-priori bounds: 0 (or 1.5 × a negative minimum) to 1.5 × max.
+
+    τ-ARGUS (Java, ``TableService.computeTables``) bounds every cell of the JJ file that
+    OPT, RND and the audit solve by ``minTabVal = min(0, 1.5 × smallest cell)`` and
+    ``maxTabVal = 1.5 × largest cell``; pytauargus 0.6.0 passes the smallest and largest
+    cell themselves. Those bounds forbid rounding any cell below the smallest one down to 0,
+    so RND finds no pattern on any table ("NO OUTPUT PATTERN EXISTS"), and they tell OPT and
+    the audit that the intruder knows more than τ-ARGUS assumes. Restored here, in this
+    child process only.
+    """
+    from pytauargus.engine import Engine
+
+    raw = Engine._table_cell_bounds
+    if getattr(raw, "_tabdp_java", False):
+        return
+
+    def bounds(self: Any, tab: int) -> tuple[float, float]:
+        lo, hi = raw(self, tab)
+        return (min(0.0, 1.5 * lo), max(0.0, 1.5 * hi))
+
+    bounds._tabdp_java = True  # type: ignore[attr-defined]
+    Engine._table_cell_bounds = bounds
+
+
+def _java_round_jj() -> None:
+    """Prepare the rounder's JJ file as τ-ARGUS does (Java ``OptiSuppress.correctRoundJJ``).
+
+    τ-ARGUS gives every unsafe cell whose value is below the rounding base the protection
+    levels ``value`` and ``value`` (both below the base). pytauargus 0.6.0 widens the upper one
+    to the base itself, which the rounder rejects ("too long protection levels") and then
+    finds no pattern. Restored here, in this child process only.
+    """
+    from pytauargus.engine import Engine
+
+    raw = Engine._correct_round_jj
+    if getattr(raw, "_tabdp_java", False):
+        return
+
+    def correct(self: Any, path: str, base: int, no_partitions: bool, unit_cost: bool
+                ) -> None:
+        raw(self, path, base, no_partitions, unit_cost)
+        with open(path, encoding="utf-8", errors="replace") as fin:
+            lines = fin.read().splitlines()
+        n = int(lines[1].strip())
+        for i in range(2, 2 + n):
+            t = lines[i].split()
+            if len(t) >= 9 and t[3] == "u" and float(t[1]) < base:
+                t[6] = t[7] = t[1]
+                t[8] = "0"
+                lines[i] = " ".join(t)
+        with open(path, "w", encoding="utf-8") as fout:
+            fout.write("\n".join(lines) + "\n")
+
+    correct._tabdp_java = True  # type: ignore[attr-defined]
+    Engine._correct_round_jj = correct
 
 
 def _audit(wd: Path, cells: object, cols: list[str]) -> list[dict[str, object]]:

@@ -37,6 +37,8 @@ class AuditResult:
         components: Independent groups of withheld cells.
         largest_component: Cells in the largest group.
         seconds: Wall time.
+        skipped: Programmes not solved: their optimum was proved by a bound (propagated
+            through the equations) that an earlier programme's solution attains.
     """
 
     targets: np.ndarray
@@ -47,6 +49,7 @@ class AuditResult:
     components: int
     largest_component: int
     seconds: float
+    skipped: int = 0
 
 
 def hierarchical_constraints(dims: Sequence[Dim]) -> sp.csr_matrix:
@@ -158,6 +161,7 @@ def audit_system(a: Any, values: np.ndarray, published: np.ndarray,
     n_comp, labels = _components(au, unk_idx.size)
     sizes = np.bincount(labels, minlength=n_comp) if unk_idx.size else np.zeros(0, int)
     n_lp = 0
+    n_skipped = 0
     au_csc = au.tocsc()
     want = np.zeros(unk_idx.size, dtype=bool)
     want[tpos[tpos >= 0]] = True
@@ -169,19 +173,92 @@ def audit_system(a: Any, values: np.ndarray, published: np.ndarray,
         rows = np.unique(au_csc[:, members].indices)
         sub = au[rows][:, members]
         bsub = b[rows]
-        solver = _Solver(sub, bsub, lo_s[members], hi_s[members])
+        # each group in its own units: HiGHS' tolerances are absolute, so a group of small
+        # cells solved in units of the largest cell of the table would lose them
+        f = float(np.max(np.abs(bsub), initial=0.0))
+        fin = np.concatenate([lo_s[members], hi_s[members]])
+        f = max(f, float(np.max(np.abs(fin[np.isfinite(fin)]), initial=0.0))) or 1.0
+        bsub = bsub / f
+        plo, phi = propagate_bounds(sub, bsub, lo_s[members] / f, hi_s[members] / f)
+        solver = _Solver(sub, bsub, plo, phi)
         local = {int(v): i for i, v in enumerate(members)}
         for v in todo:
-            lo_v, hi_v = solver.range_of(local[int(v)])
-            n_lp += 2
+            j = local[int(v)]
+            lo_v, hi_v, k = solver.range_of(j, plo[j], phi[j])
+            n_lp += k
+            n_skipped += 2 - k
             sel = tpos == v
-            lower[sel] = lo_v * scale
-            upper[sel] = hi_v * scale
+            lower[sel] = lo_v * scale * f
+            upper[sel] = hi_v * scale * f
     ex = exact_mask[np.maximum(tpos, 0)] & (tpos >= 0)
     lower[ex] = values[targets[ex]]
     upper[ex] = values[targets[ex]]
     return AuditResult(targets, lower, upper, targets[ex], n_lp, int(n_comp),
-                       int(sizes.max(initial=0)), time.perf_counter() - t0)
+                       int(sizes.max(initial=0)), time.perf_counter() - t0, n_skipped)
+
+
+def propagate_bounds(a: Any, b: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                     rounds: int = 30) -> tuple[np.ndarray, np.ndarray]:
+    """Tighten the bounds of ``{x: a x = b, lo <= x <= hi}`` by propagation along each row.
+
+    For each equation and each of its variables, the other variables' bounds bound this one;
+    repeated until nothing changes (or ``rounds``). The results are valid outer bounds of
+    every variable's feasible range (each LP optimum lies inside them): when a feasible point
+    reaches one, that side of the range is known without solving its programme.
+
+    Args:
+        a: The equations (SciPy sparse).
+        b: Their right-hand sides.
+        lo: Lower bounds (may be ``-inf``).
+        hi: Upper bounds (may be ``inf``).
+        rounds: Most passes over the equations.
+
+    Returns:
+        The tightened ``(lo, hi)``.
+
+    Example:
+        >>> import numpy as np, scipy.sparse as sp
+        >>> a = sp.csr_matrix(np.array([[1.0, 1.0]]))          # x0 + x1 = 10
+        >>> lo, hi = propagate_bounds(a, np.array([10.0]), np.zeros(2), np.full(2, np.inf))
+        >>> hi.tolist()
+        [10.0, 10.0]
+    """
+    coo = sp.coo_matrix(a)
+    r, c, d = coo.row, coo.col, coo.data.astype(np.float64)
+    lo = np.asarray(lo, dtype=np.float64).copy()
+    hi = np.asarray(hi, dtype=np.float64).copy()
+    m = coo.shape[0]
+    if m == 0 or d.size == 0:
+        return lo, hi
+    pos = d > 0
+    for _ in range(rounds):
+        with np.errstate(invalid="ignore", over="ignore"):
+            tmin = np.where(pos, d * lo[c], d * hi[c])      # each term's smallest value
+            tmax = np.where(pos, d * hi[c], d * lo[c])
+        fmin, fmax = np.isfinite(tmin), np.isfinite(tmax)
+        smin = np.bincount(r, np.where(fmin, tmin, 0.0), m)
+        smax = np.bincount(r, np.where(fmax, tmax, 0.0), m)
+        nmin = np.bincount(r, ~fmin, m)
+        nmax = np.bincount(r, ~fmax, m)
+        # the other terms of the row: sum of their smallest (largest) values
+        rmin = np.where(nmin[r] - ~fmin > 0, -np.inf, smin[r] - np.where(fmin, tmin, 0.0))
+        rmax = np.where(nmax[r] - ~fmax > 0, np.inf, smax[r] - np.where(fmax, tmax, 0.0))
+        ax_lo, ax_hi = b[r] - rmax, b[r] - rmin                # bounds of d * x
+        with np.errstate(invalid="ignore"):
+            new_lo = np.where(pos, ax_lo / d, ax_hi / d)
+            new_hi = np.where(pos, ax_hi / d, ax_lo / d)
+        lo2, hi2 = lo.copy(), hi.copy()
+        np.maximum.at(lo2, c, np.nan_to_num(new_lo, nan=-np.inf))
+        np.minimum.at(hi2, c, np.nan_to_num(new_hi, nan=np.inf))
+        hi2 = np.maximum(hi2, lo2)        # round-off on a variable pinned exactly
+        gain = np.abs(np.concatenate([lo2 - lo, hi2 - hi]))
+        gain = gain[np.isfinite(gain)]
+        changed = bool((np.isfinite(lo2) != np.isfinite(lo)).any()
+                       or (np.isfinite(hi2) != np.isfinite(hi)).any())
+        lo, hi = lo2, hi2
+        if not changed and float(gain.max(initial=0.0)) <= 1e-12:
+            break
+    return lo, hi
 
 
 def _components(au: sp.csr_matrix, n: int) -> tuple[int, np.ndarray]:
@@ -215,6 +292,8 @@ class _Solver:
         self.a, self.b, self.lo, self.hi = a, b, lo, hi
         self.prev: int | None = None
         self.h: Any = None
+        self.seen_lo: np.ndarray | None = None
+        self.seen_hi: np.ndarray | None = None
         try:
             from scipy.optimize._highspy import _core
         except ImportError:  # pragma: no cover - SciPy < 1.15
@@ -238,21 +317,38 @@ class _Solver:
         h.passModel(lp)
         self.h = h
 
-    def range_of(self, j: int) -> tuple[float, float]:
-        """The smallest and largest feasible value of variable ``j`` (``inf`` if unbounded)."""
+    def range_of(self, j: int, lo_j: float = -np.inf, hi_j: float = np.inf
+                 ) -> tuple[float, float, int]:
+        """The smallest and largest feasible value of variable ``j`` (``inf`` if unbounded).
+
+        ``lo_j``/``hi_j`` are valid outer bounds of its range (`propagate_bounds()`): a side
+        that an earlier solution already reaches is returned without solving. Also returns
+        the number of programmes solved (0 to 2).
+        """
         if self.h is None:
-            return self._linprog(j)
+            a, b = self._linprog(j)
+            return a, b, 2
         h, core = self.h, self.core
-        if self.prev is not None:
-            h.changeColCost(self.prev, 0.0)
-        self.prev = j
-        out = []
+        out: list[float] = []
+        solved = 0
         for sign in (1.0, -1.0):
+            bound = lo_j if sign > 0 else hi_j
+            if (self.seen_lo is not None and self.seen_hi is not None
+                    and np.isfinite(bound)):
+                reach = self.seen_lo[j] if sign > 0 else self.seen_hi[j]
+                if abs(reach - bound) <= 1e-9 * max(1.0, abs(bound)):
+                    out.append(bound)
+                    continue
+            if self.prev is not None:
+                h.changeColCost(self.prev, 0.0)
+            self.prev = j
             h.changeColCost(j, sign)
             h.run()
+            solved += 1
             st = h.getModelStatus()
             if st == core.HighsModelStatus.kOptimal:
                 out.append(sign * float(h.getInfo().objective_function_value))
+                self._saw(h)
             elif st in (core.HighsModelStatus.kUnbounded,
                         core.HighsModelStatus.kUnboundedOrInfeasible):
                 out.append(-sign * np.inf)
@@ -262,7 +358,18 @@ class _Solver:
                 ok = h.getModelStatus() == core.HighsModelStatus.kOptimal
                 out.append(sign * float(h.getInfo().objective_function_value) if ok
                            else np.nan)
-        return out[0], out[1]
+                if ok:
+                    self._saw(h)
+        return out[0], out[1], solved
+
+    def _saw(self, h: Any) -> None:
+        """Keep the range of values the optimal solutions so far have reached."""
+        x = np.asarray(h.getSolution().col_value, dtype=np.float64)
+        if self.seen_lo is None or self.seen_hi is None:
+            self.seen_lo, self.seen_hi = x.copy(), x.copy()
+        else:
+            np.minimum(self.seen_lo, x, out=self.seen_lo)
+            np.maximum(self.seen_hi, x, out=self.seen_hi)
 
     def _linprog(self, j: int) -> tuple[float, float]:
         from scipy.optimize import linprog

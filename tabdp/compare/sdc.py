@@ -333,6 +333,9 @@ class SdcTable:
             last entry is ``{"apriori_all": [[cell, lower, upper], ...]}``, the a-priori
             bounds of every cell in that audit.
         seconds: Time Tau-Argus took.
+        steps: Wall seconds of its steps (cell statistics; the child process, and its CPU
+            seconds, and inside it writing Tau-Argus' input files, the batch without the
+            suppression, the suppression itself, reading the result).
     """
 
     dims: list[Dim]
@@ -341,44 +344,64 @@ class SdcTable:
     base: int | None = None
     tau_audit: list[dict[str, Any]] | None = None
     seconds: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)
 
 
-def _top2(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim]
-          ) -> pl.DataFrame:
-    """Largest and second largest contribution of every cell (margins included)."""
-    frames = []
-    # each cell of the hierarchical table is a choice of level per dimension
+def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim]
+                ) -> pl.DataFrame:
+    """Every non-empty cell of the hierarchical table, margins included.
+
+    Columns: the key columns, ``value`` (sum), ``freq`` (contributors), ``x1`` and ``x2``
+    (largest and second largest contribution). The microdata are aggregated once to the
+    finest cells; each margin is then a roll-up of those (sums add, and the two largest
+    contributions of a margin are the two largest of its children's two largest).
+    """
+    base = micro.select([*cols, response]).group_by(cols).agg(
+        pl.col(response).sum().cast(pl.Float64).alias("value"),
+        pl.len().cast(pl.Int64).alias("freq"),
+        pl.col(response).max().cast(pl.Float64).alias("x1"),
+        pl.col(response).top_k(2).min().cast(pl.Float64).alias("x2_"))
+    # no second contribution: null while rolling up, 0 in the result
+    base = base.with_columns(
+        pl.when(pl.col("freq") >= 2).then(pl.col("x2_")).alias("x2")).drop("x2_")
     combos: list[list[tuple[str, str]]] = [[]]
     for d, c in zip(dims, cols, strict=True):
-        lv = list(dict.fromkeys(d.level.values()))
-        combos = [x + [(c, lvl)] for x in combos for lvl in lv]
-    base = micro.select([*cols, response])
-    assert all(lvl is not None for combo in combos for _, lvl in combo)
+        combos = [x + [(c, lvl)] for x in combos for lvl in dict.fromkeys(d.level.values())]
+    ups = [_ancestors(d, c) for d, c in zip(dims, cols, strict=True)]
+    frames = []
     for combo in combos:
+        if all(lvl == c for c, lvl in combo):
+            frames.append(base.select([*cols, "value", "freq", "x1",
+                                       pl.col("x2").fill_null(0.0)]))
+            continue
         exprs = []
-        for (c, lvl), d in zip(combo, dims, strict=True):
+        for (c, lvl), up in zip(combo, ups, strict=True):
             if lvl == "total":
                 exprs.append(pl.lit(TOTAL).alias(c))
-            elif lvl == c:
-                exprs.append(pl.col(c))
-            else:
-                up = {k: _ancestor(d, k, lvl) for k, v in d.level.items() if v == c}
-                exprs.append(pl.col(c).replace_strict(up, return_dtype=pl.String).alias(c))
+            elif lvl != c:
+                exprs.append(pl.col(c).replace_strict(up[lvl], return_dtype=pl.String).alias(c))
         g = base.with_columns(exprs).group_by(cols).agg(
-            pl.col(response).max().alias("x1"),
-            pl.col(response).top_k(2).min().alias("x2_"), pl.len().alias("n_"))
+            pl.col("value").sum(), pl.col("freq").sum(), pl.col("x1").max(),
+            pl.concat_list("x1", "x2").list.explode(keep_nulls=False, empty_as_null=False)
+            .top_k(2).min().alias("x2_"))
         frames.append(g.with_columns(
-            pl.when(pl.col("n_") >= 2).then(pl.col("x2_")).otherwise(0.0).alias("x2"))
-            .drop("x2_", "n_"))
+            pl.when(pl.col("freq") >= 2).then(pl.col("x2_")).otherwise(0.0).alias("x2"))
+            .select([*cols, "value", "freq", "x1", "x2"]))
     return pl.concat(frames)
 
 
-def _ancestor(d: Dim, code: str, level: str) -> str:
+def _ancestors(d: Dim, column: str) -> dict[str, dict[str, str]]:
+    """For each level of ``d``: the ancestor at that level of every code at ``column``."""
     parent = {ch: p for p, chs in d.children.items() for ch in chs}
-    cur = code
-    while d.level[cur] != level:
-        cur = parent[cur]
-    return cur
+    out: dict[str, dict[str, str]] = {}
+    for code, lv in d.level.items():
+        if lv != column:
+            continue
+        cur = code
+        while cur in parent:
+            out.setdefault(d.level[cur], {})[code] = cur
+            cur = parent[cur]
+    return out
 
 
 def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Sequence[Dim],
@@ -424,9 +447,13 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
             p = wd / f"{c}.hrc"
             p.write_text(hrc_text(d), encoding="utf-8")
             hrc[c] = str(p)
-    top = _top2(micro, cols, response, dims)
+    steps: dict[str, float] = {}
+    t1 = time.perf_counter()
+    stats = _cell_stats(micro, cols, response, dims)
+    steps["cell_statistics"] = time.perf_counter() - t1
+    top = stats.select([*cols, "x1", "x2"])
     if not rules:
-        cells = _untouched(micro, cols, response, dims)
+        cells = _untouched(stats, cols, dims)
         method, base, tau_audit = "none", None, None
     else:
         base = None
@@ -434,7 +461,8 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         if method == "RND":
             base = opts.base or _auto_base(micro, cols, response)
         raw, tau_audit = _run_worker(micro.select([*cols, response]), cols, response, rules,
-                                     opts.suppress(base), hrc, wd, audit and method != "RND")
+                                     opts.suppress(base), hrc, wd, audit and method != "RND",
+                                     steps)
         cells = raw.select(
             [pl.col(c).cast(pl.String) for c in cols]
             + [pl.col(response).cast(pl.Float64).alias("tau_value"),
@@ -442,7 +470,7 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
                pl.col("lower").cast(pl.Float64).alias("lpl"),
                pl.col("upper").cast(pl.Float64).alias("upl")]).with_row_index("tau_cell")
         # the true values: Tau-Argus writes the rounded value after RND
-        truth = _untouched(micro, cols, response, dims).select([*cols, "value"])
+        truth = stats.select([*cols, "value"])
         cells = cells.join(truth, on=cols, how="left").with_columns(pl.col("value").fill_null(0.0))
         if method == "RND":
             cells = cells.with_columns(pl.lit(True).alias("published"),
@@ -453,8 +481,10 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
                     f"Tau-Argus found no controlled rounding of the table by {cols} "
                     f"({response}) with base {base} (its log in {str(wd / 'job')!r}, inside "
                     "the confidential folder, says why; typically NO OUTPUT PATTERN EXISTS)."
-                    "\nHint: try another base (base=N, at least the one Tau-Argus requires) or "
-                    "secondary=MOD.")
+                    "\nHint: try a larger base (base=N, at least the one Tau-Argus requires: "
+                    "10^(digits-1) of 1.5 x the table's largest cell), fewer hierarchy levels "
+                    "(a controlled rounding always exists for a two-way table without "
+                    "sub-totals, not for every hierarchical one), or secondary=MOD.")
         else:
             pub = ~pl.col("status").is_in(["U", "M"])
             cells = cells.with_columns(pub.alias("published"),
@@ -466,17 +496,18 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         import shutil
 
         shutil.rmtree(wd, ignore_errors=True)
-    return SdcTable(dims, cells, method, base, tau_audit, time.perf_counter() - t0)
+    return SdcTable(dims, cells, method, base, tau_audit, time.perf_counter() - t0, steps)
 
 
 def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
-                suppress: str, hrc: Mapping[str, str], wd: Path, audit: bool
-                ) -> tuple[pl.DataFrame, list[dict[str, Any]] | None]:
+                suppress: str, hrc: Mapping[str, str], wd: Path, audit: bool,
+                steps: dict[str, float]) -> tuple[pl.DataFrame, list[dict[str, Any]] | None]:
     """Run Tau-Argus in a child process (the engine is not safe to reuse in-process)."""
     import json
     import os
     import subprocess
     import sys
+    import time
 
     import tabdp
 
@@ -491,6 +522,8 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                 else "")
     for step in (["protect"] + (["audit"] if audit else [])):
+        t_step = time.perf_counter()
+        cpu0 = _children_cpu()
         with open(job / f"{step}.log", "wb") as log:
             # run inside the job folder with a relative path: the engine's MOD step has been
             # seen to crash on some longer working paths (pytauargus 0.6.0)
@@ -505,7 +538,11 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
                 f"{str(job / (step + '.log'))!r} (inside the confidential folder).\nHint: "
                 "OPT can exhaust its time on large tables: try secondary=MOD; or check the log "
                 "for the engine's message.")
+        steps[f"child_process_{step}"] = time.perf_counter() - t_step
+        steps[f"child_process_{step}_cpu"] = _children_cpu() - cpu0
     cells = pl.read_parquet(job / "cells.parquet")
+    if (job / "timings.json").exists():
+        steps.update(json.loads((job / "timings.json").read_text(encoding="utf-8")))
     rows = (json.loads((job / "audit.json").read_text(encoding="utf-8"))
             if audit else None)
     if rows and "apriori_all" in rows[-1]:
@@ -515,30 +552,23 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
     return cells, rows
 
 
-def _untouched(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim]
-               ) -> pl.DataFrame:
+def _children_cpu() -> float:
+    """CPU seconds of this process' finished child processes (0 where not available)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return 0.0
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return float(c.ru_utime + c.ru_stime)
+
+
+def _untouched(stats: pl.DataFrame, cols: list[str], dims: list[Dim]) -> pl.DataFrame:
     """Every cell of the hierarchical table with its true value, all published (no rule)."""
     grids = [pl.DataFrame({c: list(d.codes)}) for d, c in zip(dims, cols, strict=True)]
     full = grids[0]
     for g in grids[1:]:
         full = full.join(g, how="cross")
-    vals = []
-    combos: list[list[tuple[str, str]]] = [[]]
-    for d, c in zip(dims, cols, strict=True):
-        combos = [x + [(c, lvl)] for x in combos for lvl in dict.fromkeys(d.level.values())]
-    for combo in combos:
-        exprs = []
-        for (c, lvl), d in zip(combo, dims, strict=True):
-            if lvl == "total":
-                exprs.append(pl.lit(TOTAL).alias(c))
-            elif lvl != c:
-                up = {k: _ancestor(d, k, lvl) for k, v in d.level.items() if v == c}
-                exprs.append(pl.col(c).replace_strict(up, return_dtype=pl.String).alias(c))
-        vals.append(micro.select([*cols, response]).with_columns(exprs).group_by(cols).agg(
-            pl.col(response).sum().cast(pl.Float64).alias("value"),
-            pl.len().cast(pl.Int64).alias("freq")))
-    agg = pl.concat(vals)
-    out = full.join(agg, on=cols, how="left").with_columns(
+    out = full.join(stats.select([*cols, "value", "freq"]), on=cols, how="left").with_columns(
         pl.col("value").fill_null(0.0), pl.col("freq").fill_null(0))
     return out.with_columns(
         pl.when(pl.col("freq") == 0).then(pl.lit("E")).otherwise(pl.lit("S")).alias("status"),
@@ -547,8 +577,12 @@ def _untouched(micro: pl.DataFrame, cols: list[str], response: str, dims: list[D
 
 
 def _auto_base(micro: pl.DataFrame, cols: list[str], response: str) -> int:
-    """Tau-Argus' smallest rounding base: 10^(digits - 1) of the largest cell (the total)."""
-    total = float(micro[response].sum())
+    """Tau-Argus' smallest rounding base: 10^(digits - 1) of its upper a-priori bound.
+
+    That bound is 1.5 × the largest cell (the total of a non-negative table), as τ-ARGUS sets
+    it (see ``_tau_worker._java_apriori_bounds``).
+    """
+    total = 1.5 * float(micro[response].sum())
     d = 0
     t = total
     while t > 1:

@@ -146,10 +146,14 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
     tc = summary.get("tau_audit_check") or {}
     tau_txt = ""
     if tc.get("tables"):
-        tau_txt = (f"<p>Tau-Argus' own audit (a-priori bounds: the table's smallest and "
+        tau_txt = (f"<p>Tau-Argus' own audit (a-priori bounds: 0 to 1.5 × the table's "
                    f"largest cell) agrees with the LP audit under the same bounds to "
                    f"{_num(tc.get('max_abs_diff'))} (absolute; {_num(tc.get('max_rel_diff'))} "
                    "of the largest cell).</p>")
+    if tc.get("not_run"):
+        nr = tc["not_run"]
+        tau_txt += (f"<p>Tau-Argus' own audit was not run on {html.escape(', '.join(nr['tables']))}"
+                    f" ({html.escape(nr['reason'])}).</p>")
     body.append(H._section("audit", "Audit of the suppression", (
         "<p>For every withheld cell, the smallest and largest value consistent with everything "
         "the traditional release publishes (all its tables, every margin, the hierarchies) and "

@@ -31,7 +31,9 @@ def test_a_second_suppression_protects_the_first() -> None:
     pub = np.array([True, False, False, True])
     r = audit_system(a, v, pub, np.array([1, 2]))
     assert r.lower == pytest.approx([0.0, 0.0]) and r.upper == pytest.approx([8.0, 8.0])
-    assert r.n_lp == 4 and r.exact.size == 0
+    # four programmes; the first two solutions reach the propagated bounds (0 and 8) of
+    # the other sides, which are then known without solving
+    assert r.n_lp + r.skipped == 4 and r.n_lp == 2 and r.exact.size == 0
 
 
 def test_two_by_two_table_with_margins() -> None:
@@ -87,3 +89,67 @@ def test_parse_sdc() -> None:
                       ("p10", "key=value")]:
         with pytest.raises(InvalidParameterError, match=what):
             parse_sdc(bad)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_skipped_programmes_change_no_interval(seed: int) -> None:
+    # the audit proves many interval ends from propagated bounds that a solution reaches;
+    # every interval must equal the one two plain linear programmes give
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(seed)
+    rows = build_dim("r", [f"r{i}" for i in range(5)], {})
+    cols = build_dim("c", [f"c{j}" for j in range(6)], {})
+    inner = rng.integers(0, 100, size=(5, 6)).astype(float)
+    full = np.zeros((6, 7))
+    full[1:, 1:] = inner
+    full[0, 1:] = inner.sum(0)
+    full[1:, 0] = inner.sum(1)
+    full[0, 0] = inner.sum()
+    v = full.ravel()
+    a = hierarchical_constraints([rows, cols])
+    pub = rng.random(v.size) > 0.45
+    pub[0] = True
+    targets = np.flatnonzero(~pub)
+    r = audit_system(a, v, pub, targets)
+    dense = a.toarray()
+    unk = np.flatnonzero(~pub)
+    a_u, b = dense[:, unk], -dense[:, pub] @ v[pub]
+    for k, t in enumerate(targets):
+        c = np.zeros(unk.size)
+        c[list(unk).index(t)] = 1.0
+        lo = linprog(c, A_eq=a_u, b_eq=b, bounds=(0, None), method="highs")
+        hi = linprog(-c, A_eq=a_u, b_eq=b, bounds=(0, None), method="highs")
+        assert r.lower[k] == pytest.approx(lo.fun, abs=1e-6)
+        if hi.status == 3:
+            assert np.isinf(r.upper[k])
+        else:
+            assert r.upper[k] == pytest.approx(-hi.fun, abs=1e-6)
+    assert r.n_lp + r.skipped + 2 * r.exact.size == 2 * targets.size
+
+
+def test_small_cell_beside_a_huge_one_is_judged_on_its_own_scale() -> None:
+    # total = a + b + c with a = 1e9 published, b = 300 (primary, needs 250 above) and
+    # c = 200 (secondary) withheld: b is in [0, 500], only 200 above its value. A slack of
+    # 1e-6 of the largest cell (1,000) called it protected; it is not.
+    import polars as pl
+
+    from tabdp.compare.core import _audit_all, _sdc_risk
+    from tabdp.compare.sdc import SdcTable
+
+    d = build_dim("k", ["a", "b", "c"], {})
+    cells = pl.DataFrame({
+        "k": ["Total", "a", "b", "c"], "value": [1e9 + 500.0, 1e9, 300.0, 200.0],
+        "freq": [30, 10, 5, 15], "x1": [9e8, 9e8, 200.0, 20.0], "x2": [1.0, 1.0, 50.0, 20.0],
+        "status": ["S", "S", "U", "M"], "lpl": [0.0, 0.0, 100.0, 0.0],
+        "upl": [0.0, 0.0, 250.0, 0.0], "published": [True, True, False, False],
+        "cell_key": ["k=total:Total", "k=k:a", "k=k:b", "k=k:c"]})
+    x = {"table": "t", "measure": "m", "kind": "sum", "by": ["k"], "dims": [d],
+         "sdc": SdcTable([d], cells, "MOD"), "cells": cells}
+    _audit_all([x])
+    b = x["cells"].filter(pl.col("k") == "b").row(0, named=True)
+    assert (b["audit_lower"], b["audit_upper"]) == pytest.approx((0.0, 500.0))
+    assert b["protected"] is False
+    risk = _sdc_risk([x])
+    assert risk["records_pinned"] == 1
+    assert risk["tables"][0]["withheld_cells_recovered_exactly"] == 0

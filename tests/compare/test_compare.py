@@ -167,6 +167,9 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
     assert payroll["statuses"].get("U", 0) > 0
     # Tau-Argus' audit and the LP agree
     assert s["tau_audit_check"]["tables"] and s["tau_audit_check"]["max_abs_diff"] <= 1e-6
+    # small tables: Tau-Argus' own audit ran on every one by default
+    assert "not_run" not in s["tau_audit_check"]
+    assert all(t["tau_steps_seconds"]["suppress"] > 0 for t in s["tables"])
     # utility: both methods at every level the DP release publishes
     levels = {(u["level"], u["method"]) for u in s["utility"]
               if u["table"] == "county_naics2_payroll"}
@@ -267,3 +270,36 @@ def test_compare_refuses_author_mode_plainly(tmp_path: Path, monkeypatch: pytest
         spec = load_spec(tmp_path / "s.toml", curator=load_curator_config(tmp_path / "c.toml"))
         with pytest.raises(SpecError, match="curator-only tool"):
             compare_fn(spec)
+
+
+def test_controlled_rounding_finds_a_pattern(tmp_path: Path) -> None:
+    # pytauargus 0.6.0 bounds every cell by the table's smallest and largest cell and widens
+    # the protection of small unsafe cells to the base: the rounder then finds no pattern on
+    # any table. With tau-ARGUS' own bounds (0 to 1.5 x max) and protection levels it finds
+    # a zero-restricted one, here on a hierarchical table with unsafe cells
+    pytest.importorskip("pytauargus")
+
+    class H:
+        levels = ("state", "geo")
+        mapping = pl.DataFrame({"state": ["01", "01", "02", "02", "02"],
+                                "geo": ["01001", "01003", "02001", "02003", "02005"]})
+
+    dims = [build_dim("geo", [], {"g": H}), build_dim("ind", ["11", "21", "22", "23"], {})]
+    data = _tiny()
+    tab = protect(data, ["geo", "ind"], "pay", dims,
+                  SdcOptions(p=10, nk=(2, 85), freq=3, secondary="RND"), workdir=tmp_path)
+    assert "U" in tab.cells["status"].to_list()                 # unsafe cells were rounded
+    c = tab.cells
+    base = tab.base
+    assert tab.method == "RND" and base is not None and base >= 1
+    total = float(data["pay"].sum())
+    assert base == 10 ** (len(str(int(1.5 * total))) - 1)     # tau-ARGUS' smallest base
+    r, v = c["released"].to_numpy(), c["value"].to_numpy()
+    assert np.allclose(r % base, 0.0)                           # multiples of the base
+    assert (np.abs(r - v) < base).all()                         # within one base of the truth
+    # the rounded table still adds up: each county's total is the sum of its sectors
+    county = pl.col("geo").str.len_chars() == 5
+    inner = c.filter(county & (pl.col("ind") != "Total"))
+    marg = c.filter(county & (pl.col("ind") == "Total"))
+    sums = inner.group_by("geo").agg(pl.col("released").sum()).sort("geo")
+    assert sums["released"].to_list() == marg.sort("geo")["released"].to_list()
