@@ -22,7 +22,7 @@ from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import schema_of, write_curator  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -93,7 +93,8 @@ def test_hive_value_that_does_not_parse_as_the_domain_type(
         root = tmp_path / name
         root.mkdir()
         df.write_parquet(root / "ds", partition_by="size_class")
-        write_curator(root, {"cbp": "ds"}, public=[HIER])
+        write_curator(root, {"cbp": "ds"}, public=[HIER],
+                      schemas={"cbp": schema_of(d0, size_class="Int64")})
         servers.append(root)
     text = _spec(domain="size_class = [0, 1, 5]", table='kind = "count"',
                        by="size_class")
@@ -123,10 +124,8 @@ def test_files_whose_dtypes_follow_their_contents(tmp_path: Path,
                                                   pl.lit(10**7, pl.Int64).alias("estab_id"))
                 part = pl.concat([part, extra])
             part.to_pandas().to_parquet(root / "ds" / f"s{state}.parquet")
-        cfg = write_curator(root, {"cbp": "ds"}, public=[HIER])
-        cfg.write_text(cfg.read_text().replace(
-            'path = "ds"', 'path = "ds"\nschema = { estab_id = "Int64", state = "String", '
-                           'payroll = "Float64" }'))
+        write_curator(root, {"cbp": "ds"}, public=[HIER], schemas={"cbp": {
+            "estab_id": "Int64", "state": "String", "payroll": "Float64"}})
         servers.append(root)
     assert pl.read_parquet(servers[0] / "ds" / "s02.parquet").schema["payroll"] == pl.Float64
     assert pl.read_parquet(servers[0] / "ds" / "s01.parquet").schema["payroll"] == pl.Int64
@@ -140,7 +139,8 @@ def test_the_generic_failure_names_no_server_path(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The data-dependent failure's message quoted failure.json's absolute server path."""
     (tmp_path / "ds.parquet").write_bytes(b"PAR1 not parquet PAR1")
-    write_curator(tmp_path, {"cbp": "ds.parquet"}, public=[HIER])
+    write_curator(tmp_path, {"cbp": "ds.parquet"}, public=[HIER],
+                  schemas={"cbp": schema_of(_base())})
     text = _spec(domain='state = ["01", "02"]', table='kind = "count"', by="state")
     code, out, err = _cli(tmp_path, monkeypatch, text, "run")
     assert code == 4 and out == "" and "data-dependent failure" in err, err
@@ -225,11 +225,7 @@ def _int_servers(tmp_path: Path, extra: float | None) -> tuple[Path, Path]:
                     rows[c].append(v)
             frame = pd.DataFrame(rows)
             frame.to_parquet(root / "ds" / f"s{state}.parquet")
-        schema = ", ".join(f'{c} = "{t}"' for c, t in INT_SCHEMA.items())
-        write_curator(root, {"cbp": "ds"}, public=[HIER])
-        cfg = root / "curator.toml"
-        cfg.write_text(cfg.read_text().replace('path = "ds"',
-                                               f'path = "ds"\nschema = {{ {schema} }}'))
+        write_curator(root, {"cbp": "ds"}, public=[HIER], schemas={"cbp": INT_SCHEMA})
         servers.append(root)
     with_, without = servers
     assert pl.read_parquet(with_ / "ds" / "s02.parquet").schema["employment"] == pl.Float64
@@ -537,10 +533,8 @@ def _r12_servers(tmp_path: Path, schema: dict[str, str], extra: Any,
                     "v": pa.array([5], pa.int64()) if extra is None else extra,
                     **(extra_cols or {})}
             pq.write_table(pa.table(cols), root / "ds" / "s03.parquet")
-        cfg = write_curator(root, {"cbp": "ds"}, public=[HIER], seeded=False)
-        decl = ", ".join(f'{c} = "{t}"' for c, t in schema.items())
-        cfg.write_text(cfg.read_text().replace('path = "ds"',
-                                               f'path = "ds"\nschema = {{ {decl} }}'))
+        write_curator(root, {"cbp": "ds"}, public=[HIER], seeded=False,
+                      schemas={"cbp": schema})
         servers.append(root)
     return servers[0], servers[1]
 
