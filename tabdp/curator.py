@@ -466,7 +466,6 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         LOST,
         convert_leniently,
         dataset_files,
-        hive_columns,
         scan_declared,
     )
 
@@ -476,9 +475,10 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         files = dataset_files(Path(data))
         present = {c for f in files
                    for c in pl.scan_parquet(f, hive_partitioning=False).collect_schema()}
-        lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning,
-                           hive_types=ds.schema, flag_lost=True)
-        parts = hive_columns(Path(data)) if ds.hive_partitioning else []
+        lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning, flag_lost=True)
+        parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
+                  if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False
+                 else set())
         missing = [c for c in ds.schema if c not in present and c not in parts]
         if missing:
             raise InvalidParameterError(

@@ -74,19 +74,17 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     author = spec.input.mode == "author"
     declared = {c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()} if author else {}
     hive = spec.input.hive_partitioning
-    parts = hive_columns(src) if src.is_dir() and hive is not False else []
-    domain_types = {c: (spec.domains[c].dtype if c in spec.domains else pl.String)
-                    for c in parts}
     try:
         if declared:
-            # author mode: each file on its own, every declared column converted leniently
-            # (issue 27: one file storing an integer column as float, because pandas writes an
-            # integer column with one missing value so, stopped the run; whether it did
-            # depended on one record)
-            lf = scan_declared(src, declared, hive=hive,
-                               hive_types={c: declared.get(c, t)
-                                           for c, t in domain_types.items()})
+            # author mode: each file on its own, every declared column converted leniently,
+            # partition folders typed by the declared schema (issue 27: one file storing an
+            # integer column as float, because pandas writes an integer column with one
+            # missing value so, stopped the run; whether it did depended on one record)
+            lf = scan_declared(src, declared, hive=hive)
             return lf, {k: str(v) for k, v in lf.collect_schema().items()}
+        parts = hive_columns(src) if src.is_dir() and hive is not False else []
+        domain_types = {c: (spec.domains[c].dtype if c in spec.domains else pl.String)
+                        for c in parts}
         kwargs: dict[str, Any] = {}
         source: Any = spec.input.source
         if src.is_dir():

@@ -114,7 +114,10 @@ SCHEMA_DTYPES: dict[str, Any] = {
     "String": pl.String, "Boolean": pl.Boolean,
     "Int8": pl.Int8, "Int16": pl.Int16, "Int32": pl.Int32, "Int64": pl.Int64,
     "UInt8": pl.UInt8, "UInt16": pl.UInt16, "UInt32": pl.UInt32, "UInt64": pl.UInt64,
-    "Float32": pl.Float32, "Float64": pl.Float64, "Date": pl.Date, "Datetime": pl.Datetime,
+    "Float32": pl.Float32, "Float64": pl.Float64, "Date": pl.Date,
+    # microseconds, no time zone: a file's other unit or zone is converted (the instant, in
+    # UTC), so files written with different units concatenate (review R12)
+    "Datetime": pl.Datetime("us"),
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
