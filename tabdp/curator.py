@@ -531,7 +531,7 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     """Select and cast the declared columns of a Spark frame, then checkpoint it now."""
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import polars_schema, spark_type
+    from tabdp.frame._spark import polars_schema
 
     sdf = ds.data
     if ds.schema is not None:
@@ -540,7 +540,12 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             raise InvalidParameterError(
                 f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the "
                 f"frame; it has {sdf.columns}.")
-        sdf = sdf.select(*[F.col(c).cast(spark_type(t)).alias(c)
+        from tabdp.release._spark_run import lenient_cast
+
+        have = {f.name: f.dataType for f in sdf.schema.fields}
+        # as tabdp run converts: a value the declared dtype cannot represent is null (2.5 in
+        # an integer column too, which Spark's cast would truncate to 2)
+        sdf = sdf.select(*[lenient_cast(F.col(c), have[c], t).alias(c)
                            for c, t in ds.schema.items()])
     declared = polars_schema(sdf)
     _check_usable(ds.name, declared)
