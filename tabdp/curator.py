@@ -540,7 +540,7 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             raise InvalidParameterError(
                 f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the "
                 f"frame; it has {sdf.columns}.")
-        from tabdp.release._spark_run import lenient_cast
+        from tabdp.release.declared import convert_leniently_spark as lenient_cast
 
         have = {f.name: f.dataType for f in sdf.schema.fields}
         # as tabdp run converts: a value the declared dtype cannot represent is null (2.5 in

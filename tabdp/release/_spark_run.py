@@ -31,7 +31,7 @@ from tabdp.exceptions import (
 )
 
 __all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
-           "number_rows", "input_rules", "author_key_casts", "lenient_cast", "declared_casts",
+           "number_rows", "input_rules", "author_key_casts", "declared_casts",
            "add_derived", "to_polars",
            "write_single_parquet", "report_view", "REPORT_UNITS", "check_table", "schema_of"]
 
@@ -278,58 +278,12 @@ def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
     """
     from pyspark.sql import functions as F
 
+    from tabdp.release.declared import convert_leniently_spark
+
     have = {f.name: f.dataType for f in sdf.schema.fields}
-    casts = {c: lenient_cast(F.col(c), have[c], t) for c, t in schema.items() if c in have}
+    casts = {c: convert_leniently_spark(F.col(c), have[c], t) for c, t in schema.items()
+             if c in have}
     return sdf.withColumns(casts) if casts else sdf
-
-
-def lenient_cast(col: Any, source: Any, target: Any) -> Any:
-    """A Spark column in the declared Polars dtype ``target``, null where it cannot represent.
-
-    The Spark twin of `tabdp.release.declared.convert_leniently`, value for value where it
-    matters: Spark's ``try_cast`` truncates a fraction to an integer (``2.5`` -> ``2``),
-    saturates a double at the integer range (``2**63`` -> ``2**63 - 1``), reads ``" 3"`` as
-    an integer and any non-zero number as ``true``; here a fraction, NaN, an infinity or an
-    out-of-range number in an integer column is null (a whole number such as ``3.0`` is
-    ``3``), text is an integer only when it is one (sign and digits), a number is a Boolean
-    only when it is 0 or 1, and a double that overflows a Float32 is null.
-
-    Args:
-        col: The column.
-        source: Its Spark type.
-        target: The declared Polars dtype.
-
-    Returns:
-        The converted column (Spark type of ``target``).
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from tabdp.frame.backends.spark import spark_type, try_cast
-
-    st = spark_type(target)
-    conv = try_cast(col, st)
-    floating = isinstance(source, (T.FloatType, T.DoubleType))
-    if isinstance(st, T.IntegralType):
-        if floating or isinstance(source, T.DecimalType):
-            # whole numbers only: the integer must convert back to the very same value
-            ok = conv.cast(source) == col
-            if floating:  # within the range (a double saturates at it in Spark)
-                half = 2.0 ** (8 * {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 4}.get(
-                    type(st), 8) - 1)
-                ok = ok & (col >= F.lit(-half)) & (col < F.lit(half))
-            return F.when(ok, conv)
-        if isinstance(source, T.StringType):
-            return F.when(col.rlike(r"^[+-]?[0-9]+$"), conv)
-        return conv
-    if isinstance(st, T.BooleanType) and isinstance(source, T.NumericType):
-        return F.when(col == 0, F.lit(False)).when(col == 1, F.lit(True))
-    if isinstance(st, T.FloatType) and (floating or isinstance(source, T.DecimalType)):
-        inf = F.lit(float("inf")).cast(T.FloatType())
-        finite = ~conv.isin(inf, -inf)
-        was = ~col.cast(T.DoubleType()).isin(float("inf"), float("-inf"))
-        return F.when(finite | ~was, conv)
-    return conv
 
 
 def _hive_parts(file: str, root: Path) -> list[str]:

@@ -19,11 +19,11 @@ The TOML schema (every key not listed is refused)::
     # table = "lake.cbp_2026"       # instead of path: a Spark catalog table (--engine spark)
     hive_partitioning = true        # optional bool (path only); default: automatic detection
     schema = { county = "String", payroll = "Float64" }
-                                    # optional declared schema, column -> dtype name (String,
+                                    # declared schema, column -> dtype name (String,
                                     # Boolean, Int8..Int64, UInt8..UInt64, Float32, Float64,
-                                    # Date, Datetime): an author-mode spec may name only these
-                                    # columns, and their types come from here, never from the
-                                    # files' contents
+                                    # Date, Datetime = microseconds, no zone): required for
+                                    # author-mode specs, which may name only these columns;
+                                    # their types come from here, never from the files
 
     [public]                        # required for specs that name metadata files
     folders = ["/srv/tabdp/metadata"]   # folders of public metadata files; an author spec names

@@ -16,8 +16,8 @@ from urllib.parse import unquote
 
 import polars as pl
 
-__all__ = ["scan_declared", "convert_leniently", "dataset_files", "hive_columns", "LOST",
-           "is_data_file"]
+__all__ = ["scan_declared", "convert_leniently", "convert_leniently_spark", "dataset_files",
+           "hive_columns", "LOST", "is_data_file"]
 
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
@@ -73,6 +73,59 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
         return (pl.when(expr == 0).then(pl.lit(False)).when(expr == 1).then(pl.lit(True))
                 .otherwise(pl.lit(None, pl.Boolean)))
     return cast
+
+
+def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
+    """A Spark column in the declared Polars dtype ``target``, null where it cannot represent.
+
+    The Spark twin of `tabdp.release.declared.convert_leniently`, value for value where it
+    matters: Spark's ``try_cast`` truncates a fraction to an integer (``2.5`` -> ``2``),
+    saturates a double at the integer range (``2**63`` -> ``2**63 - 1``), reads ``" 3"`` as
+    an integer and any non-zero number as ``true``; here a fraction, NaN, an infinity or an
+    out-of-range number in an integer column is null (a whole number such as ``3.0`` is
+    ``3``), text is an integer only when it is one (sign and digits), a number is a Boolean
+    only when it is 0 or 1, and a double that overflows a Float32 is null.
+
+    Args:
+        col: The column.
+        source: Its Spark type.
+        target: The declared Polars dtype.
+
+    Returns:
+        The converted column (Spark type of ``target``).
+
+    Example:
+        >>> convert_leniently_spark.__name__  # needs a SparkSession: see the spark tests
+        'convert_leniently_spark'
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import spark_type, try_cast
+
+    st = spark_type(target)
+    conv = try_cast(col, st)
+    floating = isinstance(source, (T.FloatType, T.DoubleType))
+    if isinstance(st, T.IntegralType):
+        if floating or isinstance(source, T.DecimalType):
+            # whole numbers only: the integer must convert back to the very same value
+            ok = conv.cast(source) == col
+            if floating:  # within the range (a double saturates at it in Spark)
+                half = 2.0 ** (8 * {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 4}.get(
+                    type(st), 8) - 1)
+                ok = ok & (col >= F.lit(-half)) & (col < F.lit(half))
+            return F.when(ok, conv)
+        if isinstance(source, T.StringType):
+            return F.when(col.rlike(r"^[+-]?[0-9]+$"), conv)
+        return conv
+    if isinstance(st, T.BooleanType) and isinstance(source, T.NumericType):
+        return F.when(col == 0, F.lit(False)).when(col == 1, F.lit(True))
+    if isinstance(st, T.FloatType) and (floating or isinstance(source, T.DecimalType)):
+        inf = F.lit(float("inf")).cast(T.FloatType())
+        finite = ~conv.isin(inf, -inf)
+        was = ~col.cast(T.DoubleType()).isin(float("inf"), float("-inf"))
+        return F.when(finite | ~was, conv)
+    return conv
 
 
 def _supported(source: Any, target: Any) -> bool:

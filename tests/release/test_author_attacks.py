@@ -364,7 +364,8 @@ def test_scan_declared_reads_every_file_against_the_declaration(tmp_path: Path) 
     # a file holding no declared column: its rows are still rows (of nulls)
     (tmp_path / "k=z").mkdir()
     pl.DataFrame({"other": [1, 2]}).write_parquet(tmp_path / "k=z" / "0.parquet")
-    lf = scan_declared(tmp_path, {"id": pl.Int64, "x": pl.Int32}, hive=None, flag_lost=True)
+    lf = scan_declared(tmp_path, {"id": pl.Int64, "x": pl.Int32, "k": pl.String}, hive=None,
+                       flag_lost=True)
     got = lf.collect()
     assert got.columns == ["id", "x", "k", *(LOST + c for c in ("id", "x", "k"))]
     # files in the order of their paths ("k=_..." sorts before "k=a")
@@ -373,6 +374,8 @@ def test_scan_declared_reads_every_file_against_the_declaration(tmp_path: Path) 
                                                  (None, None, "z")]
     assert got.schema["x"] == pl.Int32
     assert not got[LOST + "x"].any()  # missing in the file is not "lost"
+    # a partition level that is not declared is not read
+    assert scan_declared(tmp_path, {"id": pl.Int64}).collect().columns == ["id"]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert scan_declared(empty, {"id": pl.Int64}).collect().schema == pl.Schema({"id": pl.Int64})
@@ -728,8 +731,8 @@ def test_spark_lenient_cast_matches_polars(spark: Any) -> None:
     """Spark's ``try_cast`` truncates 2.5 to 2 and saturates 2**63; the declared cast does not."""
     from pyspark.sql import types as T
 
-    from tabdp.release._spark_run import lenient_cast
     from tabdp.release.declared import convert_leniently
+    from tabdp.release.declared import convert_leniently_spark as lenient_cast
 
     cases = [
         ("double", pl.Float64, [3.0, 2.5, float("nan"), float("inf"), 2.0**63, -2.0**63,
