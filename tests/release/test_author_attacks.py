@@ -797,3 +797,23 @@ def test_spark_author_run_nulls_a_fraction_in_an_integer_column(
             if engine == "polars":
                 assert conf["input_rules"]["declared_nulls"]["v"] == int(root.name == "with")
     assert all(t.equals(tables[0]) for t in tables[1:]), tables
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_dataset_without_a_declared_schema_is_refused_alike(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    """No declared schema: exit 2 from the configuration and the spec, the same on D and D'.
+
+    The neighbour's extra file stores ``v`` as float64: without a declaration the files'
+    own dtypes would decide the types (and whether the scan fails).
+    """
+    pa = pytest.importorskip("pyarrow")
+    servers = _r12_servers(tmp_path, {}, pa.array([5.0], pa.float64()), seeded=True)
+    text = R12_SPEC.format(extra="[randomness]\nseed = 7")
+    views = [_cli_args(s, monkeypatch, text, command) for s in servers]
+    assert views[0] == views[1], views
+    code, out, err = views[0]
+    assert code == 2 and out == "", views[0]
+    assert "no declared schema" in err and "[datasets.cbp] schema" in err, err
+    for s in servers:
+        assert str(s) not in err and not (s / "releases").exists()
