@@ -567,7 +567,6 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         LOST,
         convert_leniently,
         dataset_files,
-        hive_columns,
         scan_declared,
     )
 
@@ -577,9 +576,10 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         files = dataset_files(Path(data))
         present = {c for f in files
                    for c in pl.scan_parquet(f, hive_partitioning=False).collect_schema()}
-        lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning,
-                           hive_types=ds.schema, flag_lost=True)
-        parts = hive_columns(Path(data)) if ds.hive_partitioning else []
+        lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning, flag_lost=True)
+        parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
+                  if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False
+                 else set())
         missing = [c for c in ds.schema if c not in present and c not in parts]
         if missing:
             raise InvalidParameterError(
@@ -632,7 +632,7 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     """Select and cast the declared columns of a Spark frame, then checkpoint it now."""
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import polars_schema, spark_type
+    from tabdp.frame._spark import polars_schema
 
     sdf = ds.data
     if ds.schema is not None:
@@ -641,7 +641,12 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             raise InvalidParameterError(
                 f"Curator: the declared column(s) {missing} of {ds.name!r} are not in the "
                 f"frame; it has {sdf.columns}.")
-        sdf = sdf.select(*[F.col(c).cast(spark_type(t)).alias(c)
+        from tabdp.release.declared import convert_leniently_spark as lenient_cast
+
+        have = {f.name: f.dataType for f in sdf.schema.fields}
+        # as tabdp run converts: a value the declared dtype cannot represent is null (2.5 in
+        # an integer column too, which Spark's cast would truncate to 2)
+        sdf = sdf.select(*[lenient_cast(F.col(c), have[c], t).alias(c)
                            for c, t in ds.schema.items()])
     declared = polars_schema(sdf)
     _check_usable(ds.name, declared)

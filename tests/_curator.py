@@ -2,26 +2,104 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import polars as pl
+
+#: Polars dtype -> the configuration's dtype name (a test's frame decides its declared schema).
+_NAMES = {pl.String: "String", pl.Categorical: "String", pl.Boolean: "Boolean",
+          pl.Int8: "Int8", pl.Int16: "Int16", pl.Int32: "Int32", pl.Int64: "Int64",
+          pl.UInt8: "UInt8", pl.UInt16: "UInt16", pl.UInt32: "UInt32", pl.UInt64: "UInt64",
+          pl.Float32: "Float32", pl.Float64: "Float64", pl.Date: "Date"}
+_INT = re.compile(r"^-?(0|[1-9][0-9]*)$")
+
+
+def _dtype_name(dtype: pl.DataType) -> str | None:
+    if isinstance(dtype, pl.Datetime):
+        return "Datetime"
+    if isinstance(dtype, pl.Enum):
+        return "String"
+    if isinstance(dtype, pl.Decimal):
+        return "Float64"
+    return _NAMES.get(dtype.base_type() if hasattr(dtype, "base_type") else dtype)
+
+
+def schema_of(frame: pl.DataFrame, **more: str) -> dict[str, str]:
+    """A declared schema (column -> dtype name) from a test's own frame, plus ``more``."""
+    out = {c: n for c, t in frame.schema.items() if (n := _dtype_name(t)) is not None}
+    return {**out, **more}
+
+
+def derive_schema(path: Path) -> dict[str, str]:
+    """The declared schema a test's dataset implies: its files' columns, then partition levels.
+
+    File columns take the first file's dtype holding them (a column of nulls only is skipped
+    unless no file has it typed: then ``String``). Hive partition levels (``name=value``
+    folders) are ``Int64`` when every value is a plain integer, else ``String``; a level
+    also stored in the files keeps the files' dtype. Empty when ``path`` does not exist.
+    """
+    if not path.exists():
+        return {}
+    files = ([path] if not path.is_dir() else
+             sorted((Path(r) / f for r, _, fs in os.walk(path) for f in fs
+                     if f.endswith(".parquet")), key=lambda p: p.as_posix()))
+    out: dict[str, str] = {}
+    untyped: list[str] = []
+    levels: dict[str, list[str]] = {}
+    for f in files:
+        try:
+            schema = pl.scan_parquet(f, hive_partitioning=False).collect_schema()
+        except Exception:  # noqa: BLE001 - a test's deliberately broken file
+            continue
+        for c, t in schema.items():
+            name = _dtype_name(t)
+            if name is not None:
+                out.setdefault(c, name)
+            elif c not in untyped:
+                untyped.append(c)
+        if path.is_dir():
+            for part in f.relative_to(path).parts[:-1]:
+                if "=" in part:
+                    k, v = part.split("=", 1)
+                    levels.setdefault(k, []).append(v)
+    for c in untyped:
+        out.setdefault(c, "String")
+    for k, values in levels.items():
+        real = [v for v in values if v != "__HIVE_DEFAULT_PARTITION__"]
+        out.setdefault(k, "Int64" if real and all(_INT.fullmatch(v) for v in real)
+                       else "String")
+    return out
 
 
 def write_curator(folder: Path, datasets: Mapping[str, Path | str], *,
                   public: Sequence[Path] = (), root: Path | str = "releases",
                   extra: str = "", name: str = "curator.toml",
                   seeded: bool = True,
+                  schemas: Mapping[str, Mapping[str, str]] | None = None,
                   dataset_extra: Mapping[str, str] | None = None) -> Path:
     """Write ``folder/curator.toml``: datasets (name -> path), public folders, output root.
 
     Relative paths are relative to ``folder``. ``seeded``: ``[testing] seeded_author_runs``
-    (author-mode test specs set seeds to compare neighbouring runs). ``dataset_extra``: more
+    (author-mode test specs set seeds to compare neighbouring runs). ``schemas``: dataset
+    name -> declared schema (column -> dtype name); a dataset not in it gets the schema its
+    files imply (`derive_schema`, read when the helper is called: write the data first), as
+    author mode requires a declared schema. ``{}`` declares none. ``dataset_extra``: more
     lines of a dataset's table (e.g. ``'unit = "firm"'``, ``'ledger = "..."'``), by name.
     Returns the file's path.
     """
     lines = []
     for ds, path in datasets.items():
-        lines += [f"[datasets.{ds}]", f"path = {Path(path).as_posix()!r}".replace("'", '"'),
-                  (dataset_extra or {}).get(ds, ""), ""]
+        lines += [f"[datasets.{ds}]", f"path = {Path(path).as_posix()!r}".replace("'", '"')]
+        given = (schemas or {}).get(ds)
+        full = Path(path) if Path(path).is_absolute() else folder / path
+        schema = dict(given) if given is not None else derive_schema(full)
+        if schema:
+            decl = ", ".join(f'"{c}" = "{t}"' for c, t in schema.items())
+            lines.append(f"schema = {{ {decl} }}")
+        lines += [(dataset_extra or {}).get(ds, ""), ""]
     folders = ", ".join(f'"{Path(p).as_posix()}"' for p in public)
     lines += ["[public]", f"folders = [{folders}]", "", "[output]",
               f'root = "{Path(root).as_posix()}"', "", extra]

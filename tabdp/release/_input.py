@@ -43,7 +43,8 @@ ROW_ID = "__tabdp_row"
 ROW_LABEL = "row"
 
 
-def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
+def scan_input(spec: ReleaseSpec, *, flag_lost: bool = False
+               ) -> tuple[pl.LazyFrame, dict[str, str]]:
     """Scan a spec's Parquet input lazily (metadata only) and return it with its schema.
 
     A folder is scanned as a dataset (hive partition folders become columns, typed like their
@@ -55,6 +56,10 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
 
     Args:
         spec: A release spec whose input is Parquet (``input.path``).
+        flag_lost: Author mode with a declared schema: add `scan_declared`'s ``LOST``
+            columns (a value the conversion made null), which `_input_rules` counts into
+            the confidential ``input_rules.declared_nulls`` and removes. They are not in the
+            returned schema.
 
     Returns:
         The lazy frame and its schema as ``{column: dtype name}``.
@@ -74,19 +79,18 @@ def scan_input(spec: ReleaseSpec) -> tuple[pl.LazyFrame, dict[str, str]]:
     author = spec.input.mode == "author"
     declared = {c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()} if author else {}
     hive = spec.input.hive_partitioning
-    parts = hive_columns(src) if src.is_dir() and hive is not False else []
-    domain_types = {c: (spec.domains[c].dtype if c in spec.domains else pl.String)
-                    for c in parts}
     try:
         if declared:
-            # author mode: each file on its own, every declared column converted leniently
-            # (issue 27: one file storing an integer column as float, because pandas writes an
-            # integer column with one missing value so, stopped the run; whether it did
-            # depended on one record)
-            lf = scan_declared(src, declared, hive=hive,
-                               hive_types={c: declared.get(c, t)
-                                           for c, t in domain_types.items()})
-            return lf, {k: str(v) for k, v in lf.collect_schema().items()}
+            # author mode: each file on its own, every declared column converted leniently,
+            # partition folders typed by the declared schema (issue 27: one file storing an
+            # integer column as float, because pandas writes an integer column with one
+            # missing value so, stopped the run; whether it did depended on one record)
+            lf = scan_declared(src, declared, hive=hive, flag_lost=flag_lost)
+            return lf, {k: str(v) for k, v in lf.collect_schema().items()
+                        if not k.startswith(LOST)}
+        parts = hive_columns(src) if src.is_dir() and hive is not False else []
+        domain_types = {c: (spec.domains[c].dtype if c in spec.domains else pl.String)
+                        for c in parts}
         kwargs: dict[str, Any] = {}
         source: Any = spec.input.source
         if src.is_dir():
@@ -203,6 +207,11 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
     changed: set[str] = set()
     drop: list[pl.Expr] = []
     stats: dict[str, pl.Expr] = {}
+    # author mode: values the declared types could not represent (now null), counted in the
+    # same pass (confidential, curator only)
+    lost = [c for c in schema if c.startswith(LOST)]
+    for c in lost:
+        stats[f"lost:{c[len(LOST):]}"] = pl.col(c).sum()
     if inp.unit is not None and inp.unit_nulls == "drop" and inp.unit in schema:
         bad = pl.col(inp.unit).is_null()
         if schema[inp.unit].is_float():
@@ -251,6 +260,10 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         lf = lf.filter(~pl.any_horizontal(*drop).fill_null(False))
     if changed:
         lf = lf.with_columns(exprs[m].alias(m) for m in measures if m in changed)
+    if lost:
+        info["declared_nulls"] = {c[len("lost:"):]: n for c, n in row.items()
+                                  if c.startswith("lost:")}
+        lf = lf.drop(lost)
     return lf, info
 
 

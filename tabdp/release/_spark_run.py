@@ -31,7 +31,8 @@ from tabdp.exceptions import (
 )
 
 __all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
-           "number_rows", "input_rules", "author_key_casts", "add_derived", "to_polars",
+           "number_rows", "input_rules", "author_key_casts", "declared_casts",
+           "add_derived", "to_polars",
            "write_single_parquet", "report_view", "REPORT_UNITS", "check_table", "schema_of"]
 
 #: Engines ``tabdp run --engine`` accepts.
@@ -277,10 +278,11 @@ def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame.backends.spark import spark_type, try_cast
+    from tabdp.release.declared import convert_leniently_spark
 
-    casts = {c: try_cast(F.col(c), spark_type(t)) for c, t in schema.items()
-             if c in sdf.columns}
+    have = {f.name: f.dataType for f in sdf.schema.fields}
+    casts = {c: convert_leniently_spark(F.col(c), have[c], t) for c, t in schema.items()
+             if c in have}
     return sdf.withColumns(casts) if casts else sdf
 
 

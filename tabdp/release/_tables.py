@@ -151,7 +151,7 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                    spark: Any = None, *, ledger: Any = None) -> ReleaseResult:
     if spark is not None:
         return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark)
-    lf, input_schema = scan_input(spec)
+    lf, input_schema = scan_input(spec, flag_lost=True)  # declared nulls: confidential
     if spec.input.unit is None:
         # Records, not positions: each row gets its id before any join, filter or sort, and
         # the session follows that id.

@@ -19,11 +19,11 @@ The TOML schema (every key not listed is refused)::
     # table = "lake.cbp_2026"       # instead of path: a Spark catalog table (--engine spark)
     hive_partitioning = true        # optional bool (path only); default: automatic detection
     schema = { county = "String", payroll = "Float64" }
-                                    # optional declared schema, column -> dtype name (String,
+                                    # declared schema, column -> dtype name (String,
                                     # Boolean, Int8..Int64, UInt8..UInt64, Float32, Float64,
-                                    # Date, Datetime): an author-mode spec may name only these
-                                    # columns, and their types come from here, never from the
-                                    # files' contents
+                                    # Date, Datetime = microseconds, no zone): required for
+                                    # author-mode specs, which may name only these columns;
+                                    # their types come from here, never from the files
     unit = "firm_id"                # optional: the privacy unit, fixed by the curator (an
                                     # author-mode spec leaves input.unit out, inheriting it,
                                     # or names exactly this column; anything else is refused)
@@ -121,7 +121,10 @@ SCHEMA_DTYPES: dict[str, Any] = {
     "String": pl.String, "Boolean": pl.Boolean,
     "Int8": pl.Int8, "Int16": pl.Int16, "Int32": pl.Int32, "Int64": pl.Int64,
     "UInt8": pl.UInt8, "UInt16": pl.UInt16, "UInt32": pl.UInt32, "UInt64": pl.UInt64,
-    "Float32": pl.Float32, "Float64": pl.Float64, "Date": pl.Date, "Datetime": pl.Datetime,
+    "Float32": pl.Float32, "Float64": pl.Float64, "Date": pl.Date,
+    # microseconds, no time zone: a file's other unit or zone is converted (the instant, in
+    # UTC), so files written with different units concatenate (review R12)
+    "Datetime": pl.Datetime("us"),
 }
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

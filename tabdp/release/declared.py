@@ -16,7 +16,8 @@ from urllib.parse import unquote
 
 import polars as pl
 
-__all__ = ["scan_declared", "convert_leniently", "dataset_files", "hive_columns", "LOST"]
+__all__ = ["scan_declared", "convert_leniently", "convert_leniently_spark", "dataset_files",
+           "hive_columns", "LOST", "is_data_file"]
 
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
@@ -74,6 +75,59 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     return cast
 
 
+def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
+    """A Spark column in the declared Polars dtype ``target``, null where it cannot represent.
+
+    The Spark twin of `tabdp.release.declared.convert_leniently`, value for value where it
+    matters: Spark's ``try_cast`` truncates a fraction to an integer (``2.5`` -> ``2``),
+    saturates a double at the integer range (``2**63`` -> ``2**63 - 1``), reads ``" 3"`` as
+    an integer and any non-zero number as ``true``; here a fraction, NaN, an infinity or an
+    out-of-range number in an integer column is null (a whole number such as ``3.0`` is
+    ``3``), text is an integer only when it is one (sign and digits), a number is a Boolean
+    only when it is 0 or 1, and a double that overflows a Float32 is null.
+
+    Args:
+        col: The column.
+        source: Its Spark type.
+        target: The declared Polars dtype.
+
+    Returns:
+        The converted column (Spark type of ``target``).
+
+    Example:
+        >>> convert_leniently_spark.__name__  # needs a SparkSession: see the spark tests
+        'convert_leniently_spark'
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import spark_type, try_cast
+
+    st = spark_type(target)
+    conv = try_cast(col, st)
+    floating = isinstance(source, (T.FloatType, T.DoubleType))
+    if isinstance(st, T.IntegralType):
+        if floating or isinstance(source, T.DecimalType):
+            # whole numbers only: the integer must convert back to the very same value
+            ok = conv.cast(source) == col
+            if floating:  # within the range (a double saturates at it in Spark)
+                half = 2.0 ** (8 * {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 4}.get(
+                    type(st), 8) - 1)
+                ok = ok & (col >= F.lit(-half)) & (col < F.lit(half))
+            return F.when(ok, conv)
+        if isinstance(source, T.StringType):
+            return F.when(col.rlike(r"^[+-]?[0-9]+$"), conv)
+        return conv
+    if isinstance(st, T.BooleanType) and isinstance(source, T.NumericType):
+        return F.when(col == 0, F.lit(False)).when(col == 1, F.lit(True))
+    if isinstance(st, T.FloatType) and (floating or isinstance(source, T.DecimalType)):
+        inf = F.lit(float("inf")).cast(T.FloatType())
+        finite = ~conv.isin(inf, -inf)
+        was = ~col.cast(T.DoubleType()).isin(float("inf"), float("-inf"))
+        return F.when(finite | ~was, conv)
+    return conv
+
+
 def _supported(source: Any, target: Any) -> bool:
     """Whether ``cast(target, strict=False)`` of ``source`` never fails, whatever the values.
 
@@ -96,11 +150,32 @@ def _supported(source: Any, target: Any) -> bool:
     return False
 
 
-def dataset_files(path: Path) -> list[Path]:
-    """The Parquet files of a dataset: the file itself, or a folder's ``*.parquet``, sorted.
+def is_data_file(name: str) -> bool:
+    """Whether a file of a dataset folder is one of its data files (decided from its name).
 
-    A folder is read whole: every ``*.parquet`` file below it, at any depth, in the order of
-    their paths.
+    A data file's name ends in ``.parquet`` and starts with neither ``.`` nor ``_`` (the
+    hidden and bookkeeping files writers leave: ``_SUCCESS``, ``.part-0.parquet.crc``,
+    ``_metadata``). Every other file is not read: a rule on names alone, so what a file
+    holds never decides whether it is read.
+
+    Args:
+        name: The file's name (no folder).
+
+    Returns:
+        True for a data file.
+
+    Example:
+        >>> [is_data_file(n) for n in ("a.parquet", "notes.txt", "_SUCCESS", ".a.parquet")]
+        [True, False, False, False]
+    """
+    return name.endswith(".parquet") and not name.startswith((".", "_"))
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """The Parquet files of a dataset: the file itself, or a folder's data files, sorted.
+
+    A folder is read whole: every data file below it (`is_data_file`: ``*.parquet``, not
+    hidden), at any depth, in the order of their paths. Other files are skipped by name.
 
     Args:
         path: A Parquet file or a folder.
@@ -113,18 +188,35 @@ def dataset_files(path: Path) -> list[Path]:
         >>> d = Path(tempfile.mkdtemp())
         >>> (d / "b").mkdir(); _ = (d / "b" / "x.parquet").write_bytes(b"")
         >>> _ = (d / "a.parquet").write_bytes(b""); _ = (d / "notes.txt").write_text("")
+        >>> _ = (d / "_SUCCESS").write_text("")
         >>> [p.relative_to(d).as_posix() for p in dataset_files(d)]
         ['a.parquet', 'b/x.parquet']
     """
     if not path.is_dir():
         return [path]
     found = [Path(root) / f for root, _, files in os.walk(path) for f in files
-             if f.endswith(".parquet")]
+             if is_data_file(f)]
     return sorted(found, key=lambda p: p.relative_to(path).as_posix())
 
 
+def _readable(dtype: Any) -> bool:
+    """Whether Polars can read a file column of ``dtype`` at all (from the dtype alone).
+
+    Polars reports a ``decimal256`` column (precision above 38) in the schema but fails, or
+    panics, on any expression that reads it (review R12); such a column is read as nulls.
+    """
+    if isinstance(dtype, pl.Decimal):
+        return dtype.precision is None or dtype.precision <= 38
+    inner = getattr(dtype, "inner", None)
+    if inner is not None:
+        return _readable(inner)
+    fields = getattr(dtype, "fields", None)
+    if fields:
+        return all(_readable(f.dtype) for f in fields)
+    return True
+
+
 def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
-                  hive_types: Mapping[str, Any] | None = None,
                   flag_lost: bool = False) -> pl.LazyFrame:
     """Scan a Parquet file or folder against a declared schema, file by file, leniently.
 
@@ -133,24 +225,28 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
     null), then the files are concatenated. So files written one by one, whose dtypes follow
     their contents (pandas stores an integer column with one missing value as float64, an
     empty text column as null), read as the same columns and types whatever they hold, and no
-    value can make the scan fail; a value the declared dtype cannot represent is null.
-    Columns not declared are not read. Hive partition folders (``name=value``, text,
-    percent-decoded, ``__HIVE_DEFAULT_PARTITION__`` null) become the columns named by
-    ``hive_types``, converted leniently to those dtypes; they replace a file column of that
-    name. A folder without Parquet files is an empty frame of the declared schema.
+    value can make the scan fail; a value the declared dtype cannot represent is null, and a
+    file column Polars cannot read at all (a ``decimal256``) is null. The result has the
+    declared columns only, whatever the files hold.
+
+    Hive partition folders (``name=value``: text, percent-decoded,
+    ``__HIVE_DEFAULT_PARTITION__`` null) give a declared column of that name its value, for
+    the files below them, converted leniently from the text to the declared dtype; they
+    replace a file column of that name. Which columns come from folders is decided for each
+    file by the declared names on its own path: neither the first file nor any value decides
+    it. A partition level that is not declared is not read. A folder without data files
+    (`dataset_files`) is an empty frame of the declared schema.
 
     Args:
         path: A Parquet file or a folder read whole (`dataset_files`).
         schema: Declared column -> Polars dtype.
         hive: ``False`` reads no partition folders.
-        hive_types: Partition column -> dtype (default: the declared dtype, else text) for
-            the partition levels found above the first file.
         flag_lost: Add, for each column, a Boolean column ``LOST + name``: the value was
-            not null in the file and is null after the conversion (for the curator's counts).
+            not null in the file and is null after the conversion (for the curator's counts;
+            every row of a file whose column cannot be read at all).
 
     Returns:
-        The lazy frame: the declared columns in the declared order, then partition columns
-        not declared.
+        The lazy frame: the declared columns in the declared order.
 
     Raises:
         polars.exceptions.PolarsError, OSError: A file is not readable Parquet.
@@ -163,45 +259,53 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
         >>> scan_declared(d, {"id": pl.Int64, "emp": pl.Int64}).collect().rows()
         [(4611686018427387905, 3), (5, None), (6, None)]
     """
-    parts = [] if hive is False or not path.is_dir() else hive_columns(path)
-    types = {c: schema.get(c, pl.String) for c in parts}
-    types.update({c: t for c, t in (hive_types or {}).items() if c in types})
+    folder = path.is_dir()
     frames = []
     for file in dataset_files(path):
         have = pl.scan_parquet(file, hive_partitioning=False).collect_schema()
-        values = _hive_values(file.relative_to(path), parts) if parts else {}
+        values = (_hive_values(file.relative_to(path), schema)
+                  if folder and hive is not False else {})
         cols, lost = [], []
-        for c, t in {**schema, **types}.items():
+        for c, t in schema.items():
             if c in values:
                 raw = pl.lit(values[c], pl.String)
                 e = convert_leniently(raw, pl.String, t)
+                gone = raw.is_not_null() & e.is_null()
+            elif c in have and not _readable(have[c]):
+                e = pl.lit(None, t)
+                gone = pl.lit(True)
             elif c in have:
                 raw = pl.col(c)
                 e = convert_leniently(raw, have[c], t)
+                gone = raw.is_not_null() & e.is_null()
             else:
-                raw = e = pl.lit(None, t)
+                e = pl.lit(None, t)
+                gone = pl.lit(False)
             cols.append(e.alias(c))
-            lost.append((raw.is_not_null() & e.is_null()).alias(LOST + c))
+            lost.append(gone.alias(LOST + c))
         # with_columns, then select: a literal (a partition value, a missing column) is
         # broadcast to the file's rows even when no column of the file is read
         new = cols + (lost if flag_lost else [])
         frames.append(pl.scan_parquet(file, hive_partitioning=False).with_columns(new)
                       .select([e.meta.output_name() for e in new]))
     if not frames:
-        out = {**schema, **types}
-        return pl.LazyFrame(schema={**out, **({LOST + c: pl.Boolean for c in out}
-                                              if flag_lost else {})})
+        return pl.LazyFrame(schema={**schema, **({LOST + c: pl.Boolean for c in schema}
+                                                 if flag_lost else {})})
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
-def _hive_values(rel: Path, parts: list[str]) -> dict[str, str | None]:
-    """The partition values on a file's relative path (null where a level is missing)."""
+def _hive_values(rel: Path, names: Mapping[str, Any]) -> dict[str, str | None]:
+    """The partition values on a file's relative path, for the columns ``names`` only.
+
+    The outermost folder of a name wins; a name with no folder on this path is absent.
+    """
     found: dict[str, str | None] = {}
     for p in rel.parts[:-1]:
         if "=" in p:
-            k, v = p.split("=", 1)
-            found.setdefault(k, None if v == _HIVE_NULL else unquote(v))
-    return {c: found.get(c) for c in parts}
+            k, v = unquote(p.split("=", 1)[0]), p.split("=", 1)[1]
+            if k in names:
+                found.setdefault(k, None if v == _HIVE_NULL else unquote(v))
+    return found
 
 
 def hive_columns(folder: Path) -> list[str]:
@@ -221,7 +325,7 @@ def hive_columns(folder: Path) -> list[str]:
         return []
     for root, dirs, files in os.walk(folder):
         dirs.sort()
-        if any(f.endswith(".parquet") for f in files):
+        if any(is_data_file(f) for f in files):
             rel = Path(root).relative_to(folder)
             return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
     return []

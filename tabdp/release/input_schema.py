@@ -12,9 +12,8 @@ Which schema:
   `read_input_schema()`. The curator owns the data; the schema holds no record.
 * **author mode**: the author may not see the input, so the check is made against the schema
   the curator *declares* for the dataset in the curator configuration (``schema = {...}`` of
-  ``[datasets.<name>]``). Without a declared schema it is skipped, and a missing column is then
-  the generic data-dependent failure (exit 4) like every other problem found after the data is
-  read.
+  ``[datasets.<name>]``), which author mode requires (a spec on a dataset without one is
+  refused when it is loaded).
 
 The rules are the engine's (`_engine`): measures must be numeric (not Boolean),
 unit ids scalar, and key columns comparable with their domain without converting numbers to text

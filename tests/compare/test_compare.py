@@ -252,7 +252,8 @@ def test_compare_refuses_author_mode_plainly(tmp_path: Path, monkeypatch: pytest
     Path("s.toml").write_text(text)
     if curator:  # a curator configuration in the environment changes nothing
         generate_establishments(50, seed=1).write_parquet("d.parquet")
-        Path("c.toml").write_text('[datasets.cbp]\npath = "d.parquet"\n[output]\n'
+        Path("c.toml").write_text('[datasets.cbp]\npath = "d.parquet"\nschema = { estab_id = '
+                                  '"Int64", state = "String" }\n[output]\n'
                                   'root = "releases"\n')
         monkeypatch.setenv("TABDP_CURATOR", str(tmp_path / "c.toml"))
     out, err = io.StringIO(), io.StringIO()

@@ -239,9 +239,12 @@ def test_spark_author_mode_bad_values_and_budget_equal_polars(spark: Any) -> Non
 
 def _curator(folder: Path, data: str) -> None:
     """The curator configuration: dataset ``d`` at ``data``, outputs under ``out``."""
-    (folder / "curator.toml").write_text(
-        f'[datasets.d]\npath = "{data}"\n[output]\nroot = "out"\n'
-        '[testing]\nseeded_author_runs = true\n', encoding="utf-8")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from _curator import write_curator
+
+    write_curator(folder, {"d": data}, root="out")  # the schema the files imply
 
 
 # origin: review R2

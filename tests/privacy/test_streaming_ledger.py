@@ -59,6 +59,13 @@ mechanism = {{ family = "gaussian", sigma = 1.0 }}
 """
 
 
+def _declared(df: pl.DataFrame) -> str:
+    """The curator's declared schema of ``df`` (author mode requires one), as TOML."""
+    names = {pl.String: "String", pl.Int64: "Int64", pl.Float64: "Float64", pl.Int32: "Int32",
+             pl.Boolean: "Boolean", pl.Categorical: "String"}
+    return ", ".join(f'"{c}" = "{names[t.base_type()]}"' for c, t in df.schema.items())
+
+
 def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
              monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     from tabdp.release import _tables  # where the run creates its Session
@@ -69,7 +76,8 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
     (folder / "s.toml").write_text(_ROW_SPEC.format(), encoding="utf-8")
     # author mode: the curator declares the dataset, the public folder and the output root
     (folder / "curator.toml").write_text(
-        f'[datasets.d]\npath = "d.parquet"\n[public]\nfolders = ["{hier.as_posix()}"]\n'
+        f'[datasets.d]\npath = "d.parquet"\nschema = {{ {_declared(df)} }}\n[public]\n'
+        f'folders = ["{hier.as_posix()}"]\n'
         '[output]\nroot = "out"\n[testing]\nseeded_author_runs = true\n', encoding="utf-8")
     with monkeypatch.context() as mp:
         seen: list[bool] = []

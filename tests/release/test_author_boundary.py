@@ -27,7 +27,7 @@ from tabdp.release import CuratorConfig, load_curator_config, parse_curator_conf
 from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import schema_of, write_curator  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -89,7 +89,8 @@ def _server(root: Path, with_04: bool) -> Path:
     # a hard link has no other real path: the realpath check alone would accept it
     os.link(root / "data" / "input.parquet", meta / "hardlinked.parquet")
     write_curator(root, {"cbp": "data/hive", "plain": "data/plain",
-                         "flat": "data/input.parquet"}, public=[meta], root="releases")
+                         "flat": "data/input.parquet"}, public=[meta], root="releases",
+                  schemas=dict.fromkeys(("cbp", "plain", "flat"), schema_of(df)))
     return root
 
 
@@ -336,11 +337,8 @@ def test_declared_schema_columns(tmp_path: Path) -> None:
     """A declared schema: the spec may name only its columns (decided from the text)."""
     df = generate_establishments(50, seed=1)
     df.write_parquet(tmp_path / "d.parquet")
-    cfg = write_curator(tmp_path, {"d": "d.parquet"}, public=[HIER])
-    text = cfg.read_text().replace(
-        'path = "d.parquet"', 'path = "d.parquet"\nschema = { estab_id = "Int64", '
-        'state = "String", county = "String", payroll = "Float64" }')
-    cfg.write_text(text)
+    cfg = write_curator(tmp_path, {"d": "d.parquet"}, public=[HIER], schemas={"d": {
+        "estab_id": "Int64", "state": "String", "county": "String", "payroll": "Float64"}})
     config = load_curator_config(cfg)
     assert config.datasets["d"].polars_schema()["payroll"] == pl.Float64
     (tmp_path / "s.toml").write_text(spec_text(input='dataset = "d"'))
@@ -428,7 +426,7 @@ def test_declared_schema_types_are_checked_before_data(tmp_path: Path) -> None:
 
     df = generate_establishments(50, seed=1)
     df.write_parquet(tmp_path / "d.parquet")
-    cfg = write_curator(tmp_path, {"d": "d.parquet"}, public=[HIER])
+    cfg = write_curator(tmp_path, {"d": "d.parquet"}, public=[HIER], schemas={"d": {}})
     declared = ('schema = {{ estab_id = "Int64", state = "String", county = "String", '
                 'payroll = "{}" }}')
     base = cfg.read_text()

@@ -474,11 +474,9 @@ def test_author_mode_categorical_file_column_reads_as_declared_text(tmp_path: Pa
     for k, frame in {"text": base, "cat": base.with_columns(
             pl.col("state").cast(pl.Categorical))}.items():
         spec = setup(tmp_path / k, frame, mode="author", seed=None)
-        cfg = spec.parent / "curator.toml"
-        cfg.write_text(cfg.read_text().replace(
-            '[datasets.d]\npath = "d.parquet"',
-            '[datasets.d]\npath = "d.parquet"\nschema = { estab_id = "Int64", state = "String", '
-            'payroll = "Float64" }'), encoding="utf-8")
+        write_curator(spec.parent, {"d": "d.parquet"}, public=[HIER], root="releases",
+                      schemas={"d": {"estab_id": "Int64", "state": "String",
+                                     "payroll": "Float64"}})
         code, out, err = run("run", *curator_args(spec), str(spec), "--quiet")
         res.append((code, out, err))
     assert res[0] == res[1] and res[0][0] == 0, res

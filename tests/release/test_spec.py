@@ -691,7 +691,10 @@ def _author(meta: Path, **change: Any) -> tuple[dict[str, Any], CuratorConfig]:
     data.pop("output")
     data["hierarchies"]["geo"]["file"] = GEO.name
     data["hierarchies"]["industry"]["file"] = NAICS.name
-    config = parse_curator_config({"datasets": {"data": {"path": "data.parquet"}},
+    schema = {"estab_id": "Int64", "state": "String", "county": "String", "naics2": "String",
+              "payroll": "Float64", "employment": "Int64"}
+    config = parse_curator_config({"datasets": {"data": {"path": "data.parquet",
+                                                         "schema": schema}},
                                    "public": {"folders": [str(GEO.parent)]},
                                    "output": {"root": "releases"}}, meta)
     return data, config

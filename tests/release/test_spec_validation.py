@@ -164,12 +164,18 @@ def test_author_mode_checks_only_a_declared_schema(tmp_path: Path, corrupt: Path
     text = (text.replace(f'path = "{corrupt.as_posix()}"', 'dataset = "d"')
             .replace(f'file = "{HIER.as_posix()}/geography.csv"', 'file = "geography.csv"'))
     text = text[:text.index("[output]")] + text[text.index("[[tables]]"):]
-    cfg = write_curator(tmp_path, {"d": corrupt}, public=[HIER])
     spec_file = write(tmp_path, text, "a.toml")
+    cfg = write_curator(tmp_path, {"d": corrupt}, public=[HIER], schemas={"d": {}})
+    code, out, err = run("validate", "--curator", str(cfg), str(spec_file))
+    assert code == 2 and out == "", err  # no declared schema: refused before any read
+    assert "no declared schema" in err and "[datasets.d] schema" in err, err
+    assert str(tmp_path) not in err
+    cfg = write_curator(tmp_path, {"d": corrupt}, public=[HIER], schemas={"d": {
+        "estab_id": "Int64", "state": "String", "county": "String", "payrol": "Float64"}})
     code, _, err = run("validate", "--curator", str(cfg), str(spec_file))
-    assert code == 0, err  # no declared schema: the data's own schema is not consulted
+    assert code == 0, err  # the declared schema, never the data's own ('payroll')
     spec = load_spec(spec_file, curator=load_curator_config(cfg))
-    assert check_spec_input_schema(spec) is False
+    assert check_spec_input_schema(spec) is True
     declared = {"estab_id": pl.Int64, "state": pl.String, "county": pl.String,
                 "payroll": pl.Float64}
     with pytest.raises(SpecError, match="not a column of the declared dataset schema") as e:

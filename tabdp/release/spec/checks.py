@@ -303,9 +303,21 @@ def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, H
 
 
 def _check_declared_columns(tables: Sequence[TableSpec], inp: InputSpec) -> None:
-    """Author mode with a declared schema: the spec names only declared columns (text only)."""
+    """Author mode: the dataset has a declared schema and the spec names only its columns.
+
+    Decided from the configuration and the spec text alone, before anything is read. Without
+    a declared schema the files' own dtypes would decide the columns' types, and a file's
+    dtypes can follow one record (pandas writes an integer column with one missing value as
+    float64), so whether the run fails could depend on that record.
+    """
     if not inp.schema:
-        return
+        _fail("input.dataset", f"the curator's dataset {inp.dataset!r} has no declared schema, "
+                               "and author mode (input.mode = \"author\") reads only declared "
+                               "columns, in their declared types: the types of the files could "
+                               "depend on single records. Nothing was read.",
+              f"ask the curator to declare the schema of every column a release uses, in the "
+              f"curator configuration: [datasets.{inp.dataset}] schema = {{ <column> = "
+              f"\"<dtype>\", ... }}.")
     known = list(inp.schema)
     named: list[tuple[str, str]] = []
     if inp.unit is not None:
