@@ -515,12 +515,12 @@ def _open_ledger(ds: _Dataset) -> Any:
         return None
     from tabdp.exceptions import LedgerError
     from tabdp.privacy.lifetime import Ledger
-    from tabdp.release._ledger import _dataset_ledger_error
+    from tabdp.release.curator_config import dataset_ledger_error
 
     try:
         return Ledger.open(ds.ledger, autocommit=True)
     except (LedgerError, InvalidParameterError) as err:
-        raise _dataset_ledger_error(ds.name, err) from err
+        raise dataset_ledger_error(ds.name, err) from err
 
 
 def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:

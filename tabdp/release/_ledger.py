@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tabdp.exceptions import InvalidParameterError, LedgerError, SpecError
+from tabdp.release.curator_config import dataset_ledger_error
 
 __all__ = ["open_ledger", "commit_release", "public_lifetime"]
 
@@ -57,29 +58,10 @@ def open_ledger(spec: Any, engine: str) -> Any:
     except (LedgerError, InvalidParameterError) as err:
         if getattr(led, "dataset", None) is None:
             raise
-        raise _dataset_ledger_error(led.dataset, err) from None
+        raise dataset_ledger_error(led.dataset, err) from None
     # the workflow closes without committing only when nothing was published (a failed run)
     ledger._discard_ok = True
     return ledger
-
-
-def _dataset_ledger_error(dataset: str, err: Exception) -> LedgerError:
-    """A curator-configured ledger's refusal, in words an author may read (no server path).
-
-    The ledger's own message (its path, the lock's owner, what did not verify) is the
-    curator's: ``tabdp ledger verify`` gives it to them.
-    """
-    if getattr(err, "busy", False):
-        return LedgerError(
-            f"the lifetime ledger of dataset {dataset!r} is in use by another run; two runs "
-            "against one ledger at once could lose an update, so this run was refused before "
-            "reading any data. Nothing was read or written.\nHint: run again when the other "
-            "run has finished.", busy=True)
-    return LedgerError(
-        f"the lifetime ledger of dataset {dataset!r} cannot be used (it is missing or does not "
-        "verify; the details are the curator's), so this run was refused before reading any "
-        "data. Nothing was read or written.\nHint: ask the curator to check the dataset's "
-        "ledger (tabdp ledger verify).")
 
 
 def public_lifetime(ledger: Any) -> dict[str, Any]:

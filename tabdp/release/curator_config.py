@@ -92,11 +92,11 @@ from typing import Any, NoReturn
 
 import polars as pl
 
-from tabdp.exceptions import SpecError
+from tabdp.exceptions import LedgerError, SpecError
 
 __all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
            "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV", "OVERWRITE_POLICIES",
-           "check_author_overwrite"]
+           "check_author_overwrite", "dataset_ledger_error"]
 
 #: The environment variable the CLI reads the configuration's path from when ``--curator`` is
 #: not given.
@@ -603,3 +603,35 @@ def check_author_overwrite(spec: Any, config: CuratorConfig | None) -> None:
                                         "published outputs. Nothing was read or written.\n"
                                         "Hint: give the release a new name (release.name), or "
                                         "ask the curator to remove the old release.")
+
+
+def dataset_ledger_error(dataset: str, err: Exception) -> LedgerError:
+    """A curator-configured ledger's refusal, in words an author may read (no server path).
+
+    The ledger's own message (its path, the lock's owner, what did not verify) is the
+    curator's: ``tabdp ledger verify`` gives it to them.
+
+    Args:
+        dataset: The dataset's name in the curator's configuration (public to its authors).
+        err: The ledger's own error (confidential: it may quote the ledger's path).
+
+    Returns:
+        A ``LedgerError`` naming the dataset only (``busy`` kept).
+
+    Example:
+        >>> from tabdp.exceptions import LedgerError
+        >>> e = dataset_ledger_error("cbp", LedgerError("/srv/l is locked", busy=True))
+        >>> "/srv" in str(e), e.busy
+        (False, True)
+    """
+    if getattr(err, "busy", False):
+        return LedgerError(
+            f"the lifetime ledger of dataset {dataset!r} is in use by another run; two runs "
+            "against one ledger at once could lose an update, so this run was refused before "
+            "reading any data. Nothing was read or written.\nHint: run again when the other "
+            "run has finished.", busy=True)
+    return LedgerError(
+        f"the lifetime ledger of dataset {dataset!r} cannot be used (it is missing or does not "
+        "verify; the details are the curator's), so this run was refused before reading any "
+        "data. Nothing was read or written.\nHint: ask the curator to check the dataset's "
+        "ledger (tabdp ledger verify).")
