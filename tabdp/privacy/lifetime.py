@@ -935,7 +935,7 @@ class Ledger:
             >>> led = Ledger.create(p, series="s", lifetime_budget=1.0); led.close(); led.close()
         """
         if self._lock is not None:
-            if self._tot.units is not None and not self._discard_ok:
+            if self._tot.pending and not self._discard_ok:
                 import warnings
 
                 from tabdp.exceptions import PrivacyWarning
@@ -965,20 +965,23 @@ class Ledger:
                 f"releases={self.releases})")
 
 
-def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray | None, np.ndarray]:
     """Where each id of ``query`` is in ``keys`` (sorted, unique): ``(pos, hit)``.
 
+    ``pos`` is ``None`` when ``query`` is ``keys`` itself, id for id (the common case: a
+    release's queries charge the same units): callers then work on whole arrays, no gather.
     Integer ids by binary search (numpy), text ids by a hash join; a null id is never found.
     """
     n = len(query)
     if not len(keys) or not n:
         return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if len(keys) == n and not query.null_count() and query.dtype == keys.dtype and (
+            query is keys or query.equals(keys)):
+        return None, np.ones(n, dtype=bool)
     if keys.dtype == pl.Int64 and query.dtype == pl.Int64:
         k = keys.to_numpy()
         valid = None if not query.null_count() else query.is_not_null().to_numpy()
         q = query.to_numpy() if valid is None else query.fill_null(0).to_numpy()
-        if valid is None and k.size == q.size and np.array_equal(k, q):
-            return np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)
         pos = np.searchsorted(k, q)
         hit = pos < k.size
         hit[hit] = k[pos[hit]] == q[hit]
@@ -993,166 +996,135 @@ def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray, np.ndarra
     return i.fill_null(0).to_numpy().astype(np.int64), i.is_not_null().to_numpy()
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only (the state's columns: a charge copies before it adds)."""
+    a.flags.writeable = False
+    return a
+
+
 class _RunTotals:
     """This run's uncommitted charges, in memory, merged into the stored state once at commit.
 
-    Per unit charged this run (``units``: sorted, unique ids): ``life``, its lifetime totals
-    (stored plus this run's charges, added one release at a time in the order the filter
-    checked them: a recorded total is the very double the filter compared with the budget),
-    and ``run``, this run's totals (the history rows of the next commit). A charge over units
-    already charged this run updates the arrays in place (no table is rebuilt); only units new
-    to the run are inserted (one sort). Memory: a few arrays per unit of the state and of this
-    run, whatever the length of the series.
+    One index of unit ids (sorted, unique): the state's units, plus the units new to the
+    series that this run charged (inserted, one sort, when first charged). Aligned with it:
+    ``life``, each unit's lifetime totals (the state's, copied on the first charge of a
+    column, plus this run's charges added in place one release at a time, in the order the
+    filter checked them: a recorded total is the very double the filter compared with the
+    budget); ``run``, this run's totals (the history rows of the next commit); ``charged``,
+    the units this run charged. A charge is one in-place add (or maximum) per column, a
+    scatter when it charges part of the index; no table is rebuilt. At commit ``life`` is
+    the new state as it stands. Memory: a few arrays per unit of the series, whatever its
+    length in releases.
     """
 
     def __init__(self, state: pl.DataFrame | None) -> None:
         self.state = state
-        self.units: pl.Series | None = None
-        self.life: dict[str, np.ndarray] = {}
+        self.units: pl.Series | None = None if state is None else state["unit"]
+        self.life: dict[str, np.ndarray] = {} if state is None else {
+            c: _frozen(state[c].to_numpy().astype(np.float64, copy=False))
+            for c in state.columns if c != "unit"}
         self.run: dict[str, np.ndarray] = {}
-        self._st_cols: dict[str, np.ndarray] = {}
-        self._st_found: tuple[Any, ...] | None = None
+        self.charged: np.ndarray | None = None
         self._found: tuple[Any, ...] | None = None
 
-    def _state_col(self, c: str) -> np.ndarray | None:
-        if self.state is None or c not in self.state.columns:
-            return None
-        if c not in self._st_cols:
-            self._st_cols[c] = self.state[c].to_numpy()
-        return self._st_cols[c]
-
-    def stored(self, u: pl.Series, cols: list[str]) -> dict[str, np.ndarray]:
-        """The committed totals of ``cols`` for ``u`` (0 for units the series never charged)."""
-        n = len(u)
-        have = [c for c in cols if self._state_col(c) is not None]
-        out = {c: np.zeros(n) for c in cols if c not in have}
-        if not have:
-            return out
-        assert self.state is not None
-        f = self._st_found
-        if f is not None and f[0] is u:
-            pos, hit = f[1], f[2]  # one filter asks several columns of the same units
-        else:
-            pos, hit = _positions(self.state["unit"], u)
-            self._st_found = (u, pos, hit)
-        all_hit = bool(hit.all())
-        for c in have:
-            col = self._state_col(c)
-            assert col is not None
-            if all_hit:
-                out[c] = col[pos].astype(np.float64, copy=False)
-            else:
-                v = np.zeros(n)
-                v[hit] = col[pos[hit]]
-                out[c] = v
-        return out
-
-    def _where(self, u: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    def _where(self, u: pl.Series) -> tuple[np.ndarray | None, np.ndarray]:
         assert self.units is not None
         f = self._found
         if f is not None and f[0] is u and f[1] is self.units:
-            return f[2], f[3]
+            return f[2], f[3]  # one filter asks several columns of the same units
         pos, hit = _positions(self.units, u)
         self._found = (u, self.units, pos, hit)
         return pos, hit
 
     def lookup(self, u: pl.Series, cols: list[str]) -> dict[str, np.ndarray]:
-        """Lifetime totals of ``cols`` for ``u``: this run's where charged, else the state."""
-        if self.units is None:
-            return self.stored(u, cols)
+        """Lifetime totals of ``cols`` for ``u`` (0 for units the series never charged)."""
+        n = len(u)
+        if self.units is None or not len(self.units):
+            return {c: np.zeros(n) for c in cols}
         pos, hit = self._where(u)
-        all_hit = bool(hit.all())
-        miss = None if all_hit else u.filter(pl.Series(~hit))
-        past = [c for c in cols if c not in self.life]
-        out = self.stored(u, past) if past else {}
+        miss = None if pos is None or hit.all() else ~hit
+        out = {}
         for c in cols:
-            if c in out:
-                continue
-            arr = self.life[c]
-            if all_hit:
-                out[c] = arr[pos]
-                continue
-            v = np.zeros(len(u))
-            v[hit] = arr[pos[hit]]
-            assert miss is not None
-            v[~hit] = self.stored(miss, [c])[c]
-            out[c] = v
+            arr = self.life.get(c)
+            if arr is None:
+                out[c] = np.zeros(n)
+            elif pos is None:
+                out[c] = arr.copy()  # the run's arrays change in place at the next charge
+            else:
+                v = arr.take(pos)  # a miss has position 0: zeroed below (no boolean gathers)
+                if miss is not None:
+                    v[miss] = 0.0
+                out[c] = v
         return out
+
+    @property
+    def pending(self) -> bool:
+        """Whether this run charged anything not committed."""
+        return self.charged is not None and bool(self.charged.any())
 
     def charge(self, u: pl.Series, sums: Mapping[str, np.ndarray],
                maxes: Mapping[str, np.ndarray]) -> None:
         """Add a release's losses (ids unique in ``u``)."""
         if self.units is None:
-            o = None if u.is_sorted() else u.arg_sort().to_numpy()
-            self.units = u if o is None else u.gather(o)
-            base = self.stored(self.units, [*sums, *maxes])
-            for c, v in [*sums.items(), *maxes.items()]:
-                x = np.asarray(v, dtype=np.float64)
-                x = x if o is None else x[o]
-                self.life[c] = np.maximum(base[c], x) if c in maxes else base[c] + x
-                self.run[c] = x.copy()
-            return
+            self.units = u.head(0)
         pos, hit = self._where(u)
-        if not hit.all():  # units new to this run: inserted once, in id order
+        if not hit.all():  # units new to the series: inserted once, in id order
             new = u.filter(pl.Series(~hit))
             merged = pl.concat([self.units, new])
             idx = merged.arg_sort().to_numpy()
-            base = self.stored(new, list(self.life))
-            for c in self.life:
-                self.life[c] = np.concatenate([self.life[c], base[c]])[idx]
-                self.run[c] = np.concatenate([self.run[c], np.zeros(len(new))])[idx]
+            k = len(new)
+            for d in (self.life, self.run):
+                for c in d:
+                    d[c] = np.concatenate([d[c], np.zeros(k)])[idx]
+            if self.charged is not None:
+                self.charged = np.concatenate([self.charged, np.zeros(k, dtype=bool)])[idx]
             self.units = merged.gather(idx)
             pos, hit = self._where(u)
+        n = len(self.units)
+        if self.charged is None:
+            self.charged = np.zeros(n, dtype=bool)
         for c in [*sums, *maxes]:
-            if c not in self.life:  # a column new to this run (another currency)
-                self.life[c] = self.stored(self.units, [c])[c].copy()
-                self.run[c] = np.zeros(len(self.units))
-        for c, v in sums.items():
-            x = np.asarray(v, dtype=np.float64)
-            self.life[c][pos] += x
-            self.run[c][pos] += x
-        for c, v in maxes.items():
-            x = np.asarray(v, dtype=np.float64)
-            self.life[c][pos] = np.maximum(self.life[c][pos], x)
-            self.run[c][pos] = np.maximum(self.run[c][pos], x)
+            if c not in self.life:  # a column new to the series (another currency)
+                self.life[c] = np.zeros(n)
+            elif not self.life[c].flags.writeable:  # the state's column: copied once
+                self.life[c] = self.life[c].copy()
+            if c not in self.run:
+                self.run[c] = np.zeros(n)
+        for group, op in ((sums, np.add), (maxes, np.maximum)):
+            for c, v in group.items():
+                x = np.asarray(v, dtype=np.float64)
+                for a in (self.life[c], self.run[c]):  # the run's own arrays, in place
+                    if pos is None:
+                        op(a, x, out=a)
+                    else:
+                        a[pos] = op(a.take(pos), x)
+        if pos is None:
+            self.charged[:] = True
+        else:
+            self.charged[pos] = True
 
     def history_rows(self) -> pl.DataFrame | None:
         """This run's totals, one row per unit charged (sorted by unit), or ``None``."""
-        if self.units is None:
+        if not self.pending:
             return None
-        return pl.DataFrame({"unit": self.units.rename("unit"),
-                             **{c: pl.Series(c, v, dtype=pl.Float64)
+        assert self.units is not None and self.charged is not None
+        if self.charged.all():
+            return pl.DataFrame({"unit": self.units.rename("unit"),
+                                 **{c: pl.Series(c, v, dtype=pl.Float64)
+                                    for c, v in self.run.items()}})
+        m = self.charged
+        return pl.DataFrame({"unit": self.units.filter(pl.Series(m)).rename("unit"),
+                             **{c: pl.Series(c, v[m], dtype=pl.Float64)
                                 for c, v in self.run.items()}})
 
     def new_state(self) -> pl.DataFrame | None:
-        """The state after this run: the stored totals with this run's units' replaced."""
-        st = self.state
-        if self.units is None:
-            return st
-        units = self.units.rename("unit")
-        if st is None:
-            return pl.DataFrame({"unit": units, **{c: pl.Series(c, v, dtype=pl.Float64)
-                                                   for c, v in self.life.items()}})
-        cols = list(dict.fromkeys([*(c for c in st.columns if c != "unit"), *self.life]))
-        pos, hit = _positions(st["unit"], units)
-        at, n_new = pos[hit], int((~hit).sum())
-        out: dict[str, np.ndarray] = {}
-        for c in cols:
-            col = self._state_col(c)
-            x = np.zeros(st.height) if col is None else col.astype(np.float64, copy=True)
-            life = self.life.get(c)
-            if life is not None:
-                x[at] = life[hit]
-            out[c] = np.concatenate([x, life[~hit] if life is not None else np.zeros(n_new)]) \
-                if n_new else x
-        all_units = st["unit"]
-        if n_new:
-            merged = pl.concat([st["unit"], units.filter(pl.Series(~hit))])
-            order = merged.arg_sort().to_numpy()
-            all_units = merged.gather(order)
-            out = {c: v[order] for c, v in out.items()}
-        return pl.DataFrame({"unit": all_units.rename("unit"),
-                             **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
+        """The state after this run (the stored one if this run charged nothing)."""
+        if not self.pending:
+            return self.state
+        assert self.units is not None
+        return pl.DataFrame({"unit": self.units.rename("unit"),
+                             **{c: pl.Series(c, v, dtype=pl.Float64)
+                                for c, v in self.life.items()}})
 
 def _writer() -> Any:
     """Parquet settings of the ledger's files: no dictionaries, statistics on the unit id only.

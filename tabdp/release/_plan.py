@@ -366,10 +366,19 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "left_out_in_words": ([LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(lo_sizes, unit)]
                               if spec.budget is not None else []),
         "guarantee_in_words": release_guarantee_in_words(spec, unit),
+        **({"lifetime": _public_lifetime(spec, total, unit)} if spec.ledger is not None else {}),
         "usability_issues": [{"path": p, "message": m} for p, m in issues],
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
     }
+
+
+def _public_lifetime(spec: ReleaseSpec, total: list[dict[str, Any]], unit: str
+                     ) -> dict[str, Any]:
+    """``[ledger]``: the series' lifetime guarantee in words (the spec and curves only)."""
+    from tabdp.release._ledger import public_lifetime
+
+    return public_lifetime(spec, total, unit)
 
 
 def _budget_check(spec: ReleaseSpec, total: list[dict[str, Any]]) -> list[dict[str, Any]]:
