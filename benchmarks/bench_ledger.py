@@ -163,7 +163,16 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_ledger as b, "
             f"polars as pl, shutil, resource; from pathlib import Path; "
             f"df = pl.read_parquet({str(data)!r}); ")
-    if variant == "with_ledger":
+    if variant == "ledger_only":  # the ledger's own work, no release: open, charge, commit
+        code += (f"import tabdp, numpy as np; shutil.rmtree({str(work)!r}, ignore_errors=True); "
+                 f"shutil.copytree({str(base)!r}, {str(work)!r}); "
+                 f"led = tabdp.Ledger.open(Path({str(work)!r}), autocommit=False); "
+                 "u = df['estab_id'].unique().sort(); n = len(u); "
+                 "cols = ['rho', 'epsilon', 'rho_z', 'rho_g', 'eps_a', 'delta_a']; "
+                 "led.lookup(u, cols); "
+                 "led.charge(u, {c: np.full(n, 1e-3) for c in cols}, {'size': np.ones(n)}); "
+                 "led.commit(label='mem'); led.close(); ")
+    elif variant == "with_ledger":
         code += (f"import tabdp; shutil.rmtree({str(work)!r}, ignore_errors=True); "
                  f"shutil.copytree({str(base)!r}, {str(work)!r}); "
                  f"b._release(df, tabdp.Ledger.open(Path({str(work)!r}), series='bench', "
@@ -184,9 +193,15 @@ def _history_memory(df: Any, data: Path, tmp: Path, pasts: list[int]) -> dict[st
         _prepare(df, base, k)
         work = tmp / f"work_mem_{k}"
         out[str(k)] = {"peak_rss_gb": _peak("with_ledger", data, base, work),
+                       "ledger_only_peak_rss_gb": _peak("ledger_only", data, base, work),
                        "ledger_bytes": _du(base)}
         shutil.rmtree(work, ignore_errors=True)
     out["release_alone_peak_rss_gb"] = _peak("release", data, base, tmp / "unused")
+    code = (f"import polars as pl, resource; df = pl.read_parquet({str(data)!r}); "
+            "import tabdp, deltalake; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    base_rss = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                              text=True, env=os.environ.copy())
+    out["data_read_only_peak_rss_gb"] = int(base_rss.stdout.strip().splitlines()[-1]) / 1e6
     return out
 
 

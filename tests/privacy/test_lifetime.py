@@ -528,3 +528,28 @@ def test_in_memory_charges_match_a_per_unit_reference_exactly(tmp_path, kind):
                 for c, v in row.items():
                     if c not in ("unit", "release") and v is not None:
                         assert v == ref_run.get((row["unit"], c), 0.0), (row["unit"], c)
+
+
+def test_session_ledger_sorted_merge_matches_the_group_by():
+    """UnitLedger.add merges sorted Int64 tables by binary search: the group-by's doubles."""
+    from tabdp.privacy.ledger import UnitLedger, _merge_sorted
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        ta = np.unique(rng.integers(0, 300, 200))
+        tb = np.unique(rng.integers(0, 300, 150))
+        a = pl.DataFrame({"unit": ta, "rho": rng.uniform(0, 1, ta.size),
+                          "size": rng.uniform(0, 9, ta.size)})
+        b = pl.DataFrame({"unit": tb, "rho": rng.uniform(0, 1, tb.size),
+                          "rho@x": rng.uniform(0, 1, tb.size), "size": rng.uniform(0, 9, tb.size)})
+        led = UnitLedger()
+        led.table = a
+        led.add(b["unit"].cast(pl.String).cast(pl.Int64), {"rho": b["rho"].to_numpy(),
+                                                           "rho@x": b["rho@x"].to_numpy()},
+                {"size": b["size"].to_numpy()})
+        both = pl.concat([a, b], how="diagonal_relaxed")
+        ref = both.sort("unit", maintain_order=True).group_by("unit", maintain_order=True).agg(
+            pl.col("rho").fill_null(0.0).sum(), pl.col("rho@x").fill_null(0.0).sum(),
+            pl.col("size").fill_null(0.0).max())
+        assert led.table.equals(ref)
+        assert _merge_sorted(a, b, {"size"}).equals(ref)
