@@ -177,7 +177,6 @@ _BARRIER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow  # two interpreters with a 60,000-unit run (about 10-40 s on 2 shared cores)
 def test_two_real_runs_at_once_one_proceeds_the_other_is_refused(tmp_path):
     ledger = tmp_path / "ledger"
     _init(ledger)

@@ -207,7 +207,6 @@ def _html_section(page: str, anchor: str) -> str:
     return page[start:page.index("</div>", start)]
 
 
-@pytest.mark.slow  # three runs, two plans, two validations (about 20-60 s on 2 shared cores)
 def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
     """summary.json/html, plan and validate state the lifetime guarantee in words.
 
