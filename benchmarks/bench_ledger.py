@@ -39,7 +39,10 @@ PHASES = ("open", "lookup", "charge", "commit")
 
 
 def _timed(cls: Any, name: str, acc: dict[str, float], phase: str) -> None:
-    """Wrap ``cls.name`` so that its time adds to ``acc[phase]`` (outermost call only)."""
+    """Wrap ``cls.name`` so that its time adds to ``acc[phase]`` (outermost call only).
+
+    Wall time in ``acc[phase]``, CPU time of the process (all threads) in ``acc[phase+"_cpu"]``.
+    """
     raw = cls.__dict__[name]
     is_cls = isinstance(raw, classmethod)
     orig = raw.__func__ if is_cls else raw
@@ -47,13 +50,14 @@ def _timed(cls: Any, name: str, acc: dict[str, float], phase: str) -> None:
 
     def wrapper(*a: Any, **k: Any) -> Any:
         depth[0] += 1
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         try:
             return orig(*a, **k)
         finally:
             depth[0] -= 1
             if not depth[0]:
                 acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t
+                acc[phase + "_cpu"] = acc.get(phase + "_cpu", 0.0) + time.process_time() - c
 
     setattr(cls, name, classmethod(wrapper) if is_cls else wrapper)
 
@@ -108,7 +112,9 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
     _timed(tabdp.Ledger, "charge", acc, "charge")
     _timed(tabdp.Ledger, "commit", acc, "commit")
     times: dict[str, list[float]] = {"release": [], "with_ledger": []}
+    cpu: dict[str, list[float]] = {"release": [], "with_ledger": []}
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    phases_cpu: dict[str, list[float]] = {p: [] for p in PHASES}
 
     def alone() -> None:
         _release(df)
@@ -124,19 +130,32 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
                 shutil.rmtree(work, ignore_errors=True)
                 shutil.copytree(base, work)
                 acc.clear()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             fn()
-            dt = time.perf_counter() - t
+            dt, dc = time.perf_counter() - t, time.process_time() - c
             if i:
                 times[k].append(dt)
+                cpu[k].append(dc)
                 if k == "with_ledger":
                     for p in PHASES:
                         phases[p].append(acc.get(p, 0.0))
+                        phases_cpu[p].append(acc.get(p + "_cpu", 0.0))
     med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     ph = {p: statistics.median(v) for p, v in phases.items()}
+    ph_cpu = {p: statistics.median(v) for p, v in phases_cpu.items()}
+    # the ledger's CPU time over the release's own (the release with the ledger, less the
+    # ledger's phases), each round, in the same process
+    own = [sum(phases_cpu[p][j] for p in PHASES) / (cpu["with_ledger"][j]
+           - sum(phases_cpu[p][j] for p in PHASES)) for j in range(len(cpu["with_ledger"]))]
     return {"seconds": times, "median": med, "phases_seconds": phases, "phases_median": ph,
+            "cpu_seconds": cpu, "cpu_median": med_cpu, "phases_cpu_seconds": phases_cpu,
+            "phases_cpu_median": ph_cpu,
             "ratio_with_ledger": med["with_ledger"] / med["release"],
-            "ledger_over_release": sum(ph.values()) / med["release"]}
+            "ledger_over_release": sum(ph.values()) / med["release"],
+            "ledger_over_release_cpu": sum(ph_cpu.values()) / med_cpu["release"],
+            "ledger_over_own_release_cpu_rounds": own,
+            "ledger_over_own_release_cpu": statistics.median(own)}
 
 
 def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
@@ -144,7 +163,16 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
     code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_ledger as b, "
             f"polars as pl, shutil, resource; from pathlib import Path; "
             f"df = pl.read_parquet({str(data)!r}); ")
-    if variant == "with_ledger":
+    if variant == "ledger_only":  # the ledger's own work, no release: open, charge, commit
+        code += (f"import tabdp, numpy as np; shutil.rmtree({str(work)!r}, ignore_errors=True); "
+                 f"shutil.copytree({str(base)!r}, {str(work)!r}); "
+                 f"led = tabdp.Ledger.open(Path({str(work)!r}), autocommit=False); "
+                 "u = df['estab_id'].unique().sort(); n = len(u); "
+                 "cols = ['rho', 'epsilon', 'rho_z', 'rho_g', 'eps_a', 'delta_a']; "
+                 "led.lookup(u, cols); "
+                 "led.charge(u, {c: np.full(n, 1e-3) for c in cols}, {'size': np.ones(n)}); "
+                 "led.commit(label='mem'); led.close(); ")
+    elif variant == "with_ledger":
         code += (f"import tabdp; shutil.rmtree({str(work)!r}, ignore_errors=True); "
                  f"shutil.copytree({str(base)!r}, {str(work)!r}); "
                  f"b._release(df, tabdp.Ledger.open(Path({str(work)!r}), series='bench', "
@@ -155,6 +183,26 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env=os.environ.copy())
     return int(out.stdout.strip().splitlines()[-1]) / 1e6
+
+
+def _history_memory(df: Any, data: Path, tmp: Path, pasts: list[int]) -> dict[str, Any]:
+    """Peak RSS of the release with ledgers holding ``pasts`` releases (fresh processes)."""
+    out: dict[str, Any] = {}
+    for k in pasts:
+        base = tmp / f"ledger_{df.height}_{k}"
+        _prepare(df, base, k)
+        work = tmp / f"work_mem_{k}"
+        out[str(k)] = {"peak_rss_gb": _peak("with_ledger", data, base, work),
+                       "ledger_only_peak_rss_gb": _peak("ledger_only", data, base, work),
+                       "ledger_bytes": _du(base)}
+        shutil.rmtree(work, ignore_errors=True)
+    out["release_alone_peak_rss_gb"] = _peak("release", data, base, tmp / "unused")
+    code = (f"import polars as pl, resource; df = pl.read_parquet({str(data)!r}); "
+            "import tabdp, deltalake; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    base_rss = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                              text=True, env=os.environ.copy())
+    out["data_read_only_peak_rss_gb"] = int(base_rss.stdout.strip().splitlines()[-1]) / 1e6
+    return out
 
 
 def _du(path: Path) -> int:
@@ -168,6 +216,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--past", type=int, default=2, help="releases already in the ledger")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--history-memory", default="",
+                    help="e.g. 1,8: peak RSS with ledgers of that many past releases (only this)")
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--out", default=str(HERE / "results" / "ledger.json"))
     a = ap.parse_args()
@@ -178,6 +228,17 @@ def main() -> None:
     base = tmp / f"ledger_{rows}_{a.past}"
     work = tmp / "work_ledger"
     df = _setup(rows, data)
+    out = Path(a.out)
+    if a.history_memory:
+        pasts = [int(x) for x in a.history_memory.split(",")]
+        mem = _history_memory(df, data, tmp, pasts)
+        mem |= {"load_avg": os.getloadavg(),
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        old0: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+        old0[f"{rows}_history_memory"] = mem
+        out.write_text(json.dumps(old0, indent=2) + "\n")
+        print(json.dumps(mem, indent=2))
+        return
     _prepare(df, base, a.past)
     res = _rounds(df, base, work, a.repeat)
     if not a.no_memory:
@@ -187,7 +248,6 @@ def main() -> None:
             "cpus": os.cpu_count(), "python": platform.python_version(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     shutil.rmtree(work, ignore_errors=True)
-    out = Path(a.out)
     old: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     old[str(rows)] = res
     out.write_text(json.dumps(old, indent=2) + "\n")
@@ -202,6 +262,13 @@ def main() -> None:
           + f" | {res['ledger_over_release']:.2f} | "
           f"{peak.get('release', float('nan')):.2f} / "
           f"{peak.get('with_ledger', float('nan')):.2f} GB |")
+    pc = res["phases_cpu_median"]
+    cm = res["cpu_median"]
+    rounds = [round(x, 3) for x in res["ledger_over_own_release_cpu_rounds"]]
+    print(f"CPU: release alone {cm['release']:.2f} s, with ledger {cm['with_ledger']:.2f} s; "
+          + ", ".join(f"{p} {pc[p]:.2f} s" for p in PHASES)
+          + f"; ledger / release (CPU, same process) {res['ledger_over_own_release_cpu']:.2f};"
+          f" per round {rounds}")
     print("load average:", res["load_avg"])
 
 

@@ -476,7 +476,20 @@ def _cmd_validate(args: argparse.Namespace, out: TextIO) -> int:
     from tabdp.release.runner import left_out_sizes
 
     _write_left_out_sizes(left_out_sizes(spec), spec.input.unit or "record", out)
+    if spec.ledger is not None:
+        from tabdp.release.runner import plan_summary
+
+        _write_lifetime(plan_summary(spec).get("lifetime"), out)
     return EXIT_OK
+
+
+def _write_lifetime(life: dict[str, Any] | None, out: TextIO) -> None:
+    """Public: ``[ledger]``'s lifetime guarantee in words (the spec and curves only)."""
+    if not life:
+        return
+    out.write(f"Lifetime guarantee of the series {life['series']!r} in words:\n")
+    for line in life["guarantee_in_words"]:
+        out.write(f"  {line}\n")
 
 
 def _write_left_out_sizes(rows: list[dict[str, Any]], unit: str, out: TextIO) -> None:
@@ -578,6 +591,7 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     out.write("Guarantee of the whole release in words:\n")
     for line in s["guarantee_in_words"]:
         out.write(f"  {line}\n")
+    _write_lifetime(s.get("lifetime"), out)
     for issue in s["usability_issues"]:
         out.write(f"WARNING: {issue['path']}: {issue['message']}\n")
     over = [r for r in s["budget_check"] if r["exceeds"]]

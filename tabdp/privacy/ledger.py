@@ -441,6 +441,48 @@ class DenseLedger:
                                 for k, a in self.arrays.items()}})
 
 
+def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl.DataFrame:
+    """Per-unit totals of two tables sorted by distinct Int64 ids: sums added, maxima taken.
+
+    Each sum is ``table + new`` (a missing value counts 0.0), the double the group-by of
+    [`UnitLedger.add`][tabdp.privacy.ledger.UnitLedger.add] computes; maxima ignore NaN as
+    Polars' ``max`` does. Columns in the group-by's order (sums, then maxima).
+
+    Example:
+        >>> t = pl.DataFrame({"unit": [1, 3], "rho": [0.5, 1.0]})
+        >>> n = pl.DataFrame({"unit": [2, 3], "rho": [0.25, 0.25]})
+        >>> _merge_sorted(t, n, set())["rho"].to_list()
+        [0.5, 0.25, 1.25]
+    """
+    tu, nu = table["unit"].to_numpy(), new["unit"].to_numpy()
+    pos = np.searchsorted(tu, nu)
+    hit = pos < tu.size
+    hit[hit] = tu[pos[hit]] == nu[hit]
+    at, fresh = pos[hit], ~hit
+    k = int(fresh.sum())
+    names = [c for c in dict.fromkeys([*table.columns, *new.columns]) if c != "unit"]
+    is_max = [c for c in names if _is_max_col(c)]
+    cols = [*(c for c in names if not _is_max_col(c)), *is_max]
+    out: dict[str, np.ndarray] = {}
+    for c in cols:
+        x = (table[c].fill_null(0.0).to_numpy().astype(np.float64, copy=True)
+             if c in table.columns else np.zeros(tu.size))
+        if c in new.columns:
+            y = new[c].fill_null(0.0).to_numpy()
+            x[at] = (np.fmax if _is_max_col(c) else np.add)(x[at], y[hit])
+            tail = y[fresh]
+        else:
+            tail = np.zeros(k)
+        out[c] = np.concatenate([x, tail]) if k else x
+    units = np.concatenate([tu, nu[fresh]]) if k else tu
+    if k:
+        order = np.argsort(units, kind="stable")
+        units = units[order]
+        out = {c: v[order] for c, v in out.items()}
+    return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
+                         **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
+
+
 class UnitLedger:
     """Per-unit running totals for unit mode: a Polars table keyed by unit id.
 
@@ -511,6 +553,13 @@ class UnitLedger:
                 *[pl.max_horizontal(k, f"__new:{k}") if k in self.table.columns
                   else pl.col(f"__new:{k}").alias(k) for k in maxes]).drop(
                 [f"__new:{k}" for k in [*sums, *maxes]])
+            return
+        t_unit = self.table["unit"]
+        if (strict and u.dtype == pl.Int64 and t_unit.dtype == pl.Int64
+                and not u.null_count() and not t_unit.null_count()):
+            # two sorted tables of distinct integer ids (e.g. queries charging different
+            # units): a merge by binary search, the same doubles as the group-by below
+            self.table = _merge_sorted(self.table, new, set(maxes))
             return
         cols = set(self.table.columns) | set(new.columns)
         both = pl.concat([self.table, new], how="diagonal_relaxed")

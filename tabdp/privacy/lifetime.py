@@ -56,10 +56,6 @@ _GENESIS_PREV = "0" * 64
 _SUM_BASE = ("rho", "epsilon", "rho_z", "rho_g", "eps_a", "delta_a")
 
 
-def _is_max(c: str) -> bool:
-    return c == "size" or c.startswith("size@")
-
-
 def _canon(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
@@ -324,8 +320,9 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         series: The series the ledger must belong to (``None``: any).
         lock: Take the ledger's lock while checking (refused if a run holds it), so that a
             run committing meanwhile cannot make an intact ledger look broken.
-        history: Hash every history file too (``False``: their presence and sizes only; the
-            chain, the Delta logs and the state, which the filter reads, are always hashed).
+        history: Hash every history file (``False``: the newest release's history files are
+            hashed, older ones checked by presence and size; the chain, the Delta logs and the
+            state, which the filter reads, are always hashed).
 
     Returns:
         The chain entries (genesis first) and, internally, the state files' bytes.
@@ -377,8 +374,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                 f"the ledger {root} does not verify: the files of its history table are not "
                 "those its chain holds (a release's history deleted or added).\nHint: restore "
                 "the ledger from a verified copy.")
-        for h in hist:
-            if history:
+        for i, h in enumerate(hist):
+            if history or i == len(hist) - 1:  # the newest release's history: always hashed
                 _check_files(root, h["files"], "history")
                 continue
             for rel, size, _ in h["files"]:
@@ -433,14 +430,8 @@ class Ledger:
         self._state = state
         self.autocommit = autocommit
         self.unit_dtype: str | None = entries[-1].get("unit_dtype")
-        #: the state with this run's uncommitted charges applied, one release at a time (two
-        #: terms per sum, in the order the filter checked them: a recorded total never passes
-        #: the budget by a rounding)
-        self._current = state
-        #: this run's uncommitted charges (the history rows of the next commit)
-        self._run: pl.DataFrame | None = None
-        #: the last lookup's positions (units, table) -> (pos, hit), reused by the next column
-        self._found: tuple[Any, ...] | None = None
+        #: this run's uncommitted charges, in memory (merged into the state once, at commit)
+        self._tot = _RunTotals(state)
         #: closing with uncommitted charges warns unless set (the release workflow sets it: it
         #: closes without committing only when nothing was published)
         self._discard_ok = False
@@ -451,7 +442,7 @@ class Ledger:
              lifetime_budget: float | Mapping[Any, Any] | Budget | None = None,
              create: bool = False, autocommit: bool = True,
              public: tuple[str | os.PathLike[str], ...] = (),
-             verify_history: bool = True) -> Ledger:
+             verify_history: bool = False) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
@@ -473,11 +464,13 @@ class Ledger:
                 a release's table is in the caller's hands as soon as it returns). The release
                 workflow passes ``False`` and commits once its outputs are written.
             public: Folders the ledger must not be in (the release's public output).
-            verify_history: Hash every history file at open (the default). ``False`` hashes
-                the chain, the Delta logs and the state (all the filter reads) and checks the
-                history files' presence and sizes only: opening then costs what the state
-                costs, however long the series (run ``tabdp ledger verify`` for the full
-                check).
+            verify_history: Hash every history file at open. Off by default: an open hashes
+                the chain, the Delta logs, the state (all the filter reads) and the newest
+                release's history, and checks older history files by presence and size, so
+                opening costs what the state costs (it grows with units), however long the
+                series. A flipped byte inside an older release's history (an audit record
+                the filter never reads) is found by ``tabdp ledger verify`` (the full check)
+                or with ``verify_history=True``.
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).
@@ -748,34 +741,7 @@ class Ledger:
             >>> led.lookup(pl.Series([7]), ["rho"])["rho"].tolist()
             [0.0]
         """
-        u = self._units(units)
-        table = self._current
-        n = len(u)
-        if table is None:
-            return {c: np.zeros(n) for c in cols}
-        have = [c for c in cols if c in table.columns]
-        out = {c: np.zeros(n) for c in cols if c not in have}
-        if have and u.dtype == pl.Int64 and table["unit"].dtype == pl.Int64 and not u.null_count():
-            key = (id(units), id(table), n)
-            if self._found is not None and self._found[0] == key:
-                pos, hit = self._found[1], self._found[2]  # one filter asks several columns
-            else:
-                tu = table["unit"].to_numpy()  # sorted: binary search
-                q = u.to_numpy()
-                pos = np.searchsorted(tu, q)
-                hit = pos < tu.size
-                hit[hit] = tu[pos[hit]] == q[hit]
-                self._found = (key, pos, hit, units, table)  # (keeps both alive: ids stay valid)
-            for c in have:
-                v = np.zeros(n)
-                v[hit] = table[c].to_numpy()[pos[hit]]
-                out[c] = v
-        elif have:
-            got = pl.DataFrame({"unit": u}).join(
-                table.select("unit", *have), on="unit", how="left", maintain_order="left",
-                nulls_equal=True)
-            out |= {c: got[c].fill_null(0.0).to_numpy().astype(np.float64) for c in have}
-        return out
+        return self._tot.lookup(self._units(units), cols)
 
     def lookup_lifetime(self) -> Callable[[Any, list[str]], dict[str, np.ndarray]]:
         """``lookup(units, cols)`` for the lifetime filter (stored plus this run's so far).
@@ -815,12 +781,7 @@ class Ledger:
             raise InvalidParameterError(
                 "a lifetime ledger needs a unit id for every unit; this release charged a unit "
                 "with a null id.\nHint: drop or fill rows without a unit id before the release.")
-        part = pl.DataFrame({"unit": u, **{k: pl.Series(k, v, dtype=pl.Float64)
-                                           for k, v in [*sums.items(), *maxes.items()]}})
-        if not part["unit"].is_sorted():  # sorted once: both merges below need it sorted
-            part = part.sort("unit")
-        self._current = part if self._current is None else _merge([self._current, part])
-        self._run = part if self._run is None else _merge([self._run, part])
+        self._tot.charge(u, sums, maxes)
 
     def commit(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
                label: str | None = None) -> dict[str, Any]:
@@ -855,7 +816,7 @@ class Ledger:
 
         from tabdp._version import __version__
 
-        run = self._run
+        run = self._tot.history_rows()
         seq = len(self.entries)
         head = self.entries[-1]
         unit_dtype = self.unit_dtype
@@ -865,8 +826,7 @@ class Ledger:
         try:
             hist_rel: list[list[Any]] = []
             if run is not None:
-                rows = (run if run["unit"].is_sorted() else run.sort("unit")).with_columns(
-                    pl.lit(seq, pl.Int64).alias("release"))
+                rows = run.with_columns(pl.lit(seq, pl.Int64).alias("release"))
                 rows = rows.select("release", "unit", *[c for c in rows.columns
                                                         if c not in ("release", "unit")])
                 fast = _write_delta(self.path / "history", rows, "append")
@@ -880,10 +840,8 @@ class Ledger:
                 hist_part = {"version": hist_version, "files": hist_rel, "units": rows.height}
             else:
                 hist_part = None
-            new_state = self._current
+            new_state = self._tot.new_state()
             if new_state is not None and run is not None:
-                if not new_state["unit"].is_sorted():
-                    new_state = new_state.sort("unit")
                 fast = _write_delta(self.path / "state", new_state, "overwrite")
                 if fast is not None:
                     st_version, st_files = fast
@@ -926,7 +884,7 @@ class Ledger:
         self.entries.append(entry)
         self.unit_dtype = unit_dtype
         self._state = new_state
-        self._run = None
+        self._tot = _RunTotals(new_state)
         if run is not None:
             _vacuum(self.path / "state")
         _private(self.path)
@@ -977,7 +935,7 @@ class Ledger:
             >>> led = Ledger.create(p, series="s", lifetime_budget=1.0); led.close(); led.close()
         """
         if self._lock is not None:
-            if self._run is not None and not self._discard_ok:
+            if self._tot.pending and not self._discard_ok:
                 import warnings
 
                 from tabdp.exceptions import PrivacyWarning
@@ -991,7 +949,7 @@ class Ledger:
                     PrivacyWarning, stacklevel=2)
             self._lock.release()
             self._lock = None
-        self._current, self._run = self._state, None
+        self._tot = _RunTotals(self._state)
 
     def __enter__(self) -> Ledger:
         """The ledger itself."""
@@ -1007,62 +965,166 @@ class Ledger:
                 f"releases={self.releases})")
 
 
-def _merge(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """Per-unit totals of two tables (one row per unit each): sums added, sizes maximised.
+def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray | None, np.ndarray]:
+    """Where each id of ``query`` is in ``keys`` (sorted, unique): ``(pos, hit)``.
 
-    Each sum has two terms, ``a + b``: the double the filter checked. ``a`` is sorted by unit
-    (a ledger table); the result is too. Integer ids merge by binary search (numpy), text ids
-    by a join.
+    ``pos`` is ``None`` when ``query`` is ``keys`` itself, id for id (the common case: a
+    release's queries charge the same units): callers then work on whole arrays, no gather.
+    Integer ids by binary search (numpy), text ids by a hash join; a null id is never found.
     """
-    a, b = parts
-    cols = [c for c in dict.fromkeys([*a.columns, *b.columns]) if c != "unit"]
-    if a["unit"].dtype == pl.Int64 and b["unit"].dtype == pl.Int64:
-        au = a["unit"].to_numpy()
-        bs = b if b["unit"].is_sorted() else b.sort("unit")
-        bu = bs["unit"].to_numpy()
-        if au.size == bu.size and np.array_equal(au, bu):  # the same units: column by column
-            same = {c: (a[c].to_numpy() if c in a.columns else np.zeros(au.size),
-                        bs[c].to_numpy() if c in bs.columns else np.zeros(au.size))
-                    for c in cols}
-            return pl.DataFrame({"unit": a["unit"], **{
-                c: pl.Series(c, np.maximum(x, y) if _is_max(c) else x + y, dtype=pl.Float64)
-                for c, (x, y) in same.items()}})
-        pos = np.searchsorted(au, bu)
-        hit = pos < au.size
-        hit[hit] = au[pos[hit]] == bu[hit]
-        new = ~hit
-        at = pos[hit]
-        out: dict[str, np.ndarray] = {}
-        for c in cols:
-            x = a[c].to_numpy().astype(np.float64, copy=True) if c in a.columns else \
-                np.zeros(au.size)
-            if c in bs.columns:
-                y = bs[c].to_numpy()
-                yh = y[hit]
-                if _is_max(c):
-                    x[at] = np.maximum(x[at], yh)
-                else:
-                    x[at] += yh
-                out[c] = np.concatenate([x, y[new].astype(np.float64)])
-            else:
-                out[c] = np.concatenate([x, np.zeros(int(new.sum()))])
-        units = np.concatenate([au, bu[new]])
-        if new.any():
-            order = np.argsort(units, kind="stable")
-            units = units[order]
-            out = {c: v[order] for c, v in out.items()}
-        return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
-                             **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
-    j = a.join(b, on="unit", how="full", coalesce=True, suffix="__b", nulls_equal=True)
-    exprs = []
-    for c in cols:
-        if c in a.columns and c in b.columns:
-            x_, y_ = pl.col(c).fill_null(0.0), pl.col(f"{c}__b").fill_null(0.0)
-            exprs.append((pl.max_horizontal(x_, y_) if _is_max(c) else x_ + y_).alias(c))
-        else:
-            exprs.append(pl.col(c).fill_null(0.0))
-    return j.select("unit", *exprs).sort("unit")
+    n = len(query)
+    if not len(keys) or not n:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if len(keys) == n and not query.null_count() and query.dtype == keys.dtype and (
+            query is keys or query.equals(keys)):
+        return None, np.ones(n, dtype=bool)
+    if keys.dtype == pl.Int64 and query.dtype == pl.Int64:
+        k = keys.to_numpy()
+        valid = None if not query.null_count() else query.is_not_null().to_numpy()
+        q = query.to_numpy() if valid is None else query.fill_null(0).to_numpy()
+        pos = np.searchsorted(k, q)
+        hit = pos < k.size
+        hit[hit] = k[pos[hit]] == q[hit]
+        if valid is not None:
+            hit &= valid
+        pos[~hit] = 0
+        return pos, hit
+    idx = pl.DataFrame({"unit": keys.cast(query.dtype) if keys.dtype != query.dtype else keys,
+                        "__i": pl.int_range(len(keys), dtype=pl.Int64, eager=True)})
+    got = pl.DataFrame({"unit": query}).join(idx, on="unit", how="left", maintain_order="left")
+    i = got["__i"]
+    return i.fill_null(0).to_numpy().astype(np.int64), i.is_not_null().to_numpy()
 
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only (the state's columns: a charge copies before it adds)."""
+    a.flags.writeable = False
+    return a
+
+
+class _RunTotals:
+    """This run's uncommitted charges, in memory, merged into the stored state once at commit.
+
+    One index of unit ids (sorted, unique): the state's units, plus the units new to the
+    series that this run charged (inserted, one sort, when first charged). Aligned with it:
+    ``life``, each unit's lifetime totals (the state's, copied on the first charge of a
+    column, plus this run's charges added in place one release at a time, in the order the
+    filter checked them: a recorded total is the very double the filter compared with the
+    budget); ``run``, this run's totals (the history rows of the next commit); ``charged``,
+    the units this run charged. A charge is one in-place add (or maximum) per column, a
+    scatter when it charges part of the index; no table is rebuilt. At commit ``life`` is
+    the new state as it stands. Memory: a few arrays per unit of the series, whatever its
+    length in releases.
+    """
+
+    def __init__(self, state: pl.DataFrame | None) -> None:
+        self.state = state
+        self.units: pl.Series | None = None if state is None else state["unit"]
+        self.life: dict[str, np.ndarray] = {} if state is None else {
+            c: _frozen(state[c].to_numpy().astype(np.float64, copy=False))
+            for c in state.columns if c != "unit"}
+        self.run: dict[str, np.ndarray] = {}
+        self.charged: np.ndarray | None = None
+        self._found: tuple[Any, ...] | None = None
+
+    def _where(self, u: pl.Series) -> tuple[np.ndarray | None, np.ndarray]:
+        assert self.units is not None
+        f = self._found
+        if f is not None and f[0] is u and f[1] is self.units:
+            return f[2], f[3]  # one filter asks several columns of the same units
+        pos, hit = _positions(self.units, u)
+        self._found = (u, self.units, pos, hit)
+        return pos, hit
+
+    def lookup(self, u: pl.Series, cols: list[str]) -> dict[str, np.ndarray]:
+        """Lifetime totals of ``cols`` for ``u`` (0 for units the series never charged)."""
+        n = len(u)
+        if self.units is None or not len(self.units):
+            return {c: np.zeros(n) for c in cols}
+        pos, hit = self._where(u)
+        miss = None if pos is None or hit.all() else ~hit
+        out = {}
+        for c in cols:
+            arr = self.life.get(c)
+            if arr is None:
+                out[c] = np.zeros(n)
+            elif pos is None:
+                out[c] = arr.copy()  # the run's arrays change in place at the next charge
+            else:
+                v = arr.take(pos)  # a miss has position 0: zeroed below (no boolean gathers)
+                if miss is not None:
+                    v[miss] = 0.0
+                out[c] = v
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """Whether this run charged anything not committed."""
+        return self.charged is not None and bool(self.charged.any())
+
+    def charge(self, u: pl.Series, sums: Mapping[str, np.ndarray],
+               maxes: Mapping[str, np.ndarray]) -> None:
+        """Add a release's losses (ids unique in ``u``)."""
+        if self.units is None:
+            self.units = u.head(0)
+        pos, hit = self._where(u)
+        if not hit.all():  # units new to the series: inserted once, in id order
+            new = u.filter(pl.Series(~hit))
+            merged = pl.concat([self.units, new])
+            idx = merged.arg_sort().to_numpy()
+            k = len(new)
+            for d in (self.life, self.run):
+                for c in d:
+                    d[c] = np.concatenate([d[c], np.zeros(k)])[idx]
+            if self.charged is not None:
+                self.charged = np.concatenate([self.charged, np.zeros(k, dtype=bool)])[idx]
+            self.units = merged.gather(idx)
+            pos, hit = self._where(u)
+        n = len(self.units)
+        if self.charged is None:
+            self.charged = np.zeros(n, dtype=bool)
+        for c in [*sums, *maxes]:
+            if c not in self.life:  # a column new to the series (another currency)
+                self.life[c] = np.zeros(n)
+            elif not self.life[c].flags.writeable:  # the state's column: copied once
+                self.life[c] = self.life[c].copy()
+            if c not in self.run:
+                self.run[c] = np.zeros(n)
+        for group, op in ((sums, np.add), (maxes, np.maximum)):
+            for c, v in group.items():
+                x = np.asarray(v, dtype=np.float64)
+                for a in (self.life[c], self.run[c]):  # the run's own arrays, in place
+                    if pos is None:
+                        op(a, x, out=a)
+                    else:
+                        a[pos] = op(a.take(pos), x)
+        if pos is None:
+            self.charged[:] = True
+        else:
+            self.charged[pos] = True
+
+    def history_rows(self) -> pl.DataFrame | None:
+        """This run's totals, one row per unit charged (sorted by unit), or ``None``."""
+        if not self.pending:
+            return None
+        assert self.units is not None and self.charged is not None
+        if self.charged.all():
+            return pl.DataFrame({"unit": self.units.rename("unit"),
+                                 **{c: pl.Series(c, v, dtype=pl.Float64)
+                                    for c, v in self.run.items()}})
+        m = self.charged
+        return pl.DataFrame({"unit": self.units.filter(pl.Series(m)).rename("unit"),
+                             **{c: pl.Series(c, v[m], dtype=pl.Float64)
+                                for c, v in self.run.items()}})
+
+    def new_state(self) -> pl.DataFrame | None:
+        """The state after this run (the stored one if this run charged nothing)."""
+        if not self.pending:
+            return self.state
+        assert self.units is not None
+        return pl.DataFrame({"unit": self.units.rename("unit"),
+                             **{c: pl.Series(c, v, dtype=pl.Float64)
+                                for c, v in self.life.items()}})
 
 def _writer() -> Any:
     """Parquet settings of the ledger's files: no dictionaries, statistics on the unit id only.

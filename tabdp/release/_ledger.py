@@ -20,7 +20,7 @@ from typing import Any
 from tabdp.exceptions import InvalidParameterError, LedgerError, SpecError
 from tabdp.release.curator_config import dataset_ledger_error
 
-__all__ = ["open_ledger", "commit_release", "public_lifetime"]
+__all__ = ["open_ledger", "commit_release"]
 
 
 def open_ledger(spec: Any, engine: str) -> Any:
@@ -62,25 +62,6 @@ def open_ledger(spec: Any, engine: str) -> Any:
     # the workflow closes without committing only when nothing was published (a failed run)
     ledger._discard_ok = True
     return ledger
-
-
-def public_lifetime(ledger: Any) -> dict[str, Any]:
-    """PUBLIC: the series, its lifetime budget, releases before this one, the guarantee.
-
-    Args:
-        ledger: The open ledger.
-
-    Returns:
-        ``Ledger.public()`` (nothing computed from records).
-
-    Example:
-        >>> import tempfile, pathlib, tabdp
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-        >>> public_lifetime(tabdp.Ledger.create(p, series="s", lifetime_budget=2.0))["series"]
-        's'
-    """
-    out: dict[str, Any] = ledger.public()
-    return out
 
 
 def commit_release(session: Any, spec: Any, public: Path, confidential: Path) -> dict[str, Any]:

@@ -360,10 +360,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
              *([NOT_FOR_PUBLICATION] if seeded else [])]
     summary["kind"] = "release"
     summary["files"] = files
-    if ledger is not None:  # public: the series, its budget, the releases before this one
-        from tabdp.release._ledger import public_lifetime
-
-        summary["lifetime"] = public_lifetime(ledger)
+    # [ledger]: summary["lifetime"] is the plan's (the spec and public curves only, never the
+    # ledger's contents)
     # post-processing of the published flags only (public)
     usable = {name.removesuffix(".parquet"): published_usability(df)
               for name, df in public.items()}

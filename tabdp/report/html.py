@@ -398,7 +398,7 @@ _UNIT_NULLS = {
 _SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "record_sizes",
                  "tables", "total_policy_curve", "flag_codes", "columns", "files", "kind",
                  "input_policies", "not_for_publication", "guarantee_in_words",
-                 "usability_issues", "published_usability", "publishable_in_words"}
+                 "usability_issues", "published_usability", "publishable_in_words", "lifetime"}
 _TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "calibration",
                "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
                "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
@@ -1036,6 +1036,14 @@ def _plain_words(summary: Mapping[str, Any], is_plan: bool) -> str:
         parts.append("<p>What a record of a given size can lose, over every table of this "
                      "release together (the loss curves below give every size):</p><ul>"
                      + "".join(f"<li>{_e(str(w))}</li>" for w in words) + "</ul>")
+    life = summary.get("lifetime")
+    life_words = life.get("guarantee_in_words") if isinstance(life, Mapping) else None
+    if life_words:  # [ledger]: from the spec and the public curves only
+        parts.append('<div id="lifetime"><p>Over the releases of the series (a lifetime '
+                     "budget, enforced across runs):</p><ul>"
+                     + "".join(f"<li>{_e(str(w))}</li>" for w in (
+                         [life_words] if isinstance(life_words, str) else life_words))
+                     + "</ul></div>")
     usable = summary.get("publishable_in_words") or []
     if usable:
         # the only part of the page computed from the published (noisy) tables: one block

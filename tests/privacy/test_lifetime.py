@@ -6,6 +6,7 @@ Accounting across runs, the lifetime filter, tamper evidence, crashes and concur
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import shutil
@@ -217,15 +218,22 @@ def _flip(p: Path, at: int | None = None) -> None:
     p.write_bytes(bytes(data))
 
 
+def _history_file(p: Path, k: int) -> Path:
+    """The history file of the k-th release that wrote one (from the chain)."""
+    entries = [json.loads(e.read_text()) for e in sorted((p / "chain").glob("*.json"))]
+    parts = [e["history"] for e in entries if e.get("history")]
+    return p / parts[k]["files"][0][0]
+
+
 def _tamper_cases():
     def flip_state(p):
         _flip(next((p / "state").glob("*.parquet")))
 
-    def flip_history(p):
-        _flip(sorted((p / "history").glob("*.parquet"))[1])
+    def flip_history(p):  # the newest release's history: hashed at every open
+        _flip(_history_file(p, -1))
 
-    def truncate_history(p):
-        f = sorted((p / "history").glob("*.parquet"))[0]
+    def truncate_history(p):  # an older release's: its size is checked at every open
+        f = _history_file(p, 0)
         f.write_bytes(f.read_bytes()[:-100])
 
     def flip_chain(p):
@@ -461,17 +469,87 @@ def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path
                          "guarantee_in_words", "enforcement"}
 
 
-def test_verify_history_false_still_checks_state_and_history_sizes(tmp_path):
+def test_open_hashes_what_the_filter_reads_and_verify_hashes_everything(tmp_path):
     path = tmp_path / "l"
     _series(path)
-    f = sorted((path / "history").glob("*.parquet"))[0]
-    _flip(f)  # same size: only the full check sees it
-    tabdp.Ledger.open(path, verify_history=False).close()
+    f = _history_file(path, 0)
+    _flip(f)  # an older release's history, same size: only the full check sees it
+    tabdp.Ledger.open(path).close()  # open: cost independent of the series' length
     with pytest.raises(LedgerError, match="does not verify"):
-        tabdp.Ledger.open(path)
+        tabdp.Ledger.open(path, verify_history=True)
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2
+    assert "does not verify" in err.getvalue()
     f.write_bytes(f.read_bytes()[:-10])
     with pytest.raises(LedgerError, match="another size"):
-        tabdp.Ledger.open(path, verify_history=False)
+        tabdp.Ledger.open(path)
     _flip(next((path / "state").glob("*.parquet")))
     with pytest.raises(LedgerError, match="does not verify"):
-        tabdp.Ledger.open(path, verify_history=False)
+        tabdp.Ledger.open(path)
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+def test_in_memory_charges_match_a_per_unit_reference_exactly(tmp_path, kind):
+    """Charges accumulate in arrays merged into the state once, at commit: the same doubles."""
+    rng = np.random.default_rng(7)
+    ids = (lambda a: a) if kind == "int" else (lambda a: np.char.add("u", a.astype(str)))
+    ref_life: dict = {}
+    path = tmp_path / "l"
+    tabdp.Ledger.create(path, series="s", lifetime_budget=1e9).close()
+    for release in range(3):
+        ref_run: dict = {}
+        with tabdp.Ledger.open(path, autocommit=False) as led:
+            for q in range(4):
+                u = rng.choice(400, size=int(rng.integers(1, 300)), replace=False) + 50 * release
+                rho = rng.uniform(0, 1, u.size)
+                size = rng.uniform(0, 9, u.size)
+                cur = f"rho@c{q % 2}" if q else "rho"  # a column new to the run mid-way
+                units = pl.Series(ids(u))
+                before = led.lookup(units, [cur, "size"])
+                expect = np.array([ref_life.get((k, cur), 0.0) for k in units.to_list()])
+                np.testing.assert_array_equal(before[cur], expect)
+                led.charge(units, {cur: rho}, {"size": size})
+                for k, r, z in zip(units.to_list(), rho, size, strict=True):
+                    ref_life[(k, cur)] = ref_life.get((k, cur), 0.0) + r
+                    ref_life[(k, "size")] = max(ref_life.get((k, "size"), 0.0), z)
+                    ref_run[(k, cur)] = ref_run.get((k, cur), 0.0) + r
+                    ref_run[(k, "size")] = max(ref_run.get((k, "size"), 0.0), z)
+            led.commit(label=str(release))
+        with tabdp.Ledger.open(path) as led:
+            st = led.state()
+            assert st["unit"].is_sorted() and st["unit"].n_unique() == st.height
+            for row in st.iter_rows(named=True):
+                for c, v in row.items():
+                    if c != "unit":
+                        assert v == ref_life.get((row["unit"], c), 0.0), (row["unit"], c)
+            hist = led.history().filter(pl.col("release") == release + 1)
+            assert hist.height == len({k for k, _ in ref_run})
+            for row in hist.iter_rows(named=True):
+                for c, v in row.items():
+                    if c not in ("unit", "release") and v is not None:
+                        assert v == ref_run.get((row["unit"], c), 0.0), (row["unit"], c)
+
+
+def test_session_ledger_sorted_merge_matches_the_group_by():
+    """UnitLedger.add merges sorted Int64 tables by binary search: the group-by's doubles."""
+    from tabdp.privacy.ledger import UnitLedger, _merge_sorted
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        ta = np.unique(rng.integers(0, 300, 200))
+        tb = np.unique(rng.integers(0, 300, 150))
+        a = pl.DataFrame({"unit": ta, "rho": rng.uniform(0, 1, ta.size),
+                          "size": rng.uniform(0, 9, ta.size)})
+        b = pl.DataFrame({"unit": tb, "rho": rng.uniform(0, 1, tb.size),
+                          "rho@x": rng.uniform(0, 1, tb.size), "size": rng.uniform(0, 9, tb.size)})
+        led = UnitLedger()
+        led.table = a
+        led.add(b["unit"].cast(pl.String).cast(pl.Int64), {"rho": b["rho"].to_numpy(),
+                                                           "rho@x": b["rho@x"].to_numpy()},
+                {"size": b["size"].to_numpy()})
+        both = pl.concat([a, b], how="diagonal_relaxed")
+        ref = both.sort("unit", maintain_order=True).group_by("unit", maintain_order=True).agg(
+            pl.col("rho").fill_null(0.0).sum(), pl.col("rho@x").fill_null(0.0).sum(),
+            pl.col("size").fill_null(0.0).max())
+        assert led.table.equals(ref)
+        assert _merge_sorted(a, b, {"size"}).equals(ref)

@@ -75,7 +75,11 @@ def test_neighbouring_spec_series_public_files_equal_except_noise_and_time(tmp_p
         assert ma == mb
         if i >= 6:  # the unit is at its budget: left out of everything
             assert a == {**b, "manifest.json": a["manifest.json"]}
-    assert json.loads(pubs["D"][7]["summary.json"])["lifetime"]["releases_before"] == 7
+    life = json.loads(pubs["D"][7]["summary.json"])["lifetime"]
+    # from the spec and public curves only: nothing read from the ledger (not even its length)
+    assert "releases_before" not in life and life["series"] == "test-series"
+    assert life["guarantee_in_words"][0].startswith(
+        "Over the releases of the series 'test-series' (this one, 'series_2028', included)")
 
 
 # -- the filter: ids ---------------------------------------------------------------------------

@@ -89,7 +89,8 @@ def test_eight_yearly_runs_through_the_spec(tmp_path):
         assert "rho_lifetime" in pr.columns
         runs.append(pr.select("estab", "rho", "rho_lifetime").with_columns(year=pl.lit(year)))
         summary = json.loads((res.public / "summary.json").read_text())
-        assert summary["lifetime"]["releases_before"] == year - 2021
+        # public: from the spec and curves only, never the ledger's contents (no count)
+        assert "releases_before" not in summary["lifetime"]
         assert summary["lifetime"]["series"] == "test-series"
         note = json.loads((res.confidential / "ledger.json").read_text())
         assert note["release"] == year - 2020
@@ -199,3 +200,49 @@ def test_a_missing_ledger_is_refused_never_recreated(tmp_path):
                      "--lifetime-budget", '{"1": 4.0, "1e6": 12.0}'], stdout=out) == 0
     with tabdp.Ledger.open(tmp_path / "l3", series="s") as led:
         assert led.releases == 0
+
+
+def _html_section(page: str, anchor: str) -> str:
+    start = page.index(f'<div id="{anchor}">')
+    return page[start:page.index("</div>", start)]
+
+
+def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
+    """summary.json/html, plan and validate state the lifetime guarantee in words.
+
+    The same words on neighbouring datasets and whatever the ledger holds.
+    """
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    run_release(load_spec(_spec(a, 2021)), test_seed=True)  # a's ledger: one release before
+    spec_a, spec_b = _spec(a, 2022), _spec(b, 2022)  # b's ledger: none
+    # neighbouring datasets: b lacks unit 9999 (in every release of a, near its budget)
+    pl.read_parquet(a / "data_2022.parquet").filter(pl.col("estab") != 9999).write_parquet(
+        b / "data_2022.parquet")
+    got = []
+    for spec in (spec_a, spec_b):
+        validate, plan = io.StringIO(), io.StringIO()
+        assert cli_main(["validate", str(spec)], stdout=validate) == 0
+        assert cli_main(["plan", str(spec), "--out", str(spec.parent / "plan")],
+                        stdout=plan) == 0
+        res = run_release(load_spec(spec), test_seed=True)
+        summary = json.loads((res.public / "summary.json").read_text())
+        page = (res.public / "summary.html").read_text()
+        plan_json = json.loads((spec.parent / "plan" / "plan.json").read_text())
+        words = summary["lifetime"]["guarantee_in_words"]
+        assert plan_json["lifetime"] == summary["lifetime"]
+        for line in words:
+            assert line in validate.getvalue() and line in plan.getvalue()
+        got.append((summary["lifetime"], _html_section(page, "lifetime"),
+                    validate.getvalue().split("Lifetime guarantee", 1)[1]))
+    assert got[0] == got[1]
+    words = got[0][0]["guarantee_in_words"]
+    assert words[0] == ("Over the releases of the series 'test-series' (this one, 'series_2022', "
+                        "included), every unit loses at most rho = 3 in all (zCDP): the "
+                        "series' lifetime budget.")
+    # a unit of size 1: sum 1/(2*40^2) + count 1/(2*2^2) = 0.1253 per release: 23 releases
+    assert any("size 1 (at most rho = 0.126" in w and "at least 23 release(s)" in w
+               for w in words)
+    assert "Over the releases of the series" in got[0][1]
+    assert got[0][0]["lifetime_budget"]["rho"] == 3.0
