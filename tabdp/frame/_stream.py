@@ -107,7 +107,7 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
 
 
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
-                  delta: float | None, target: int | None, track: bool
+                  delta: float | None, targets: frozenset[int], track: bool
                   ) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
@@ -117,8 +117,9 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     in the ledger's order: every double is the one the in-memory ledger would hold.
     ``programs`` pairs each program with the index ``j`` of its columns (``__c<j>``, ...).
 
-    Output fields: for the released program ``j = target``, ``ok<j>:<currency>`` (admitted) and,
-    with ``track``, the row's ρ and size there (``crho<j>``, ``csize<j>``); with ``report``,
+    Output fields: for each released program ``j`` in ``targets`` (the releases of one pass),
+    ``ok<j>:<currency>`` (admitted) and, with ``track``, the row's ρ and size there (``crho<j>``,
+    ``csize<j>``); with ``report``,
     the running totals (``COMPONENTS``), ``rho_<name>`` per program and, with ``delta``,
     ``epsilon_delta``.
     """
@@ -173,7 +174,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 col = np.zeros(n)
                 col[ids] = losses.rho
                 out[f"rho_{prog.name}"] = col
-            if j == target and not report:
+            if j in targets and not report:
                 for c in ch.currencies:
                     flag = np.zeros(n, dtype=bool)
                     flag[idx] = admitted[c]
@@ -196,7 +197,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
 
 def _out_schema(programs: list[Program], report: bool, delta: float | None,
-                target: int | None, track: bool) -> pl.Struct:
+                targets: frozenset[int], track: bool) -> pl.Struct:
     fields: dict[str, Any] = {}
     if report:
         fields |= {c: pl.Float64 for c in COMPONENTS}
@@ -204,8 +205,7 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
         if delta is not None:
             fields["epsilon_delta"] = pl.Float64
     else:
-        if target is not None:
-            j = target
+        for j in sorted(targets):  # in the batch function's order (programs in release order)
             fields |= {f"ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
             if track:
                 fields |= {f"crho{j}": pl.Float64, f"csize{j}": pl.Float64}
@@ -213,18 +213,26 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
 
 
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
-              report: bool, delta: float | None = None, target: int | None = None,
-              track: bool = False) -> pl.LazyFrame:
+              report: bool, delta: float | None = None,
+              target: int | frozenset[int] | None = None, track: bool = False) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
-    (a release: the last one) gets its admission flags ``ok<j>:<currency>``; in a session
-    without a budget every record is admitted, so its outputs need neither the earlier
-    releases nor (unless ``track``) the batch function: only its own columns are computed.
+    (a release: the last one), or each program of a set of targets (the releases of one pass,
+    `StreamingBackend.prefetch`), gets its admission flags ``ok<j>:<currency>``: each program's
+    flags depend only on the programs before it, so one pass gives every target the flags it
+    would get alone. In a session without a budget every record is admitted, so the outputs need
+    neither the earlier releases nor (unless ``track``) the batch function: only the targets'
+    own columns are computed.
     """
+    targets = (frozenset() if target is None else
+               frozenset([target]) if isinstance(target, int) else target)
     indexed = list(enumerate(programs))
+    if not report and targets:
+        # programs after the last target change nothing a target reads
+        indexed = indexed[:max(targets) + 1]
     if not report and sess.budget is None:
-        indexed = [(j, p) for j, p in indexed if j == target]
+        indexed = [(j, p) for j, p in indexed if j in targets]
         if not track:
             for j, prog in indexed:
                 lf, _ = _program_columns(lf, schema, prog, j, False)
@@ -234,8 +242,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     for j, prog in indexed:
         lf, cols = _program_columns(lf, schema, prog, j, report)
         inputs += cols
-    fn = _replay_batch(sess, indexed, report, delta, target, track)
-    dtype = _out_schema(programs, report, delta, target, track)
+    fn = _replay_batch(sess, indexed, report, delta, targets, track)
+    dtype = _out_schema(programs, report, delta, targets, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
         fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
 
