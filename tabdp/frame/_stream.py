@@ -362,9 +362,10 @@ def _checked_source(ledger: ReplayLedger, sess: Session) -> None:
 def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> pl.DataFrame:
     """CONFIDENTIAL per-record report, collected, after checking the input still holds the rows.
 
-    The fingerprints of the session's bound columns are computed first (a pass over those
-    columns): if the input no longer holds the rows the releases read (a file rewritten since,
-    a plan that changes between evaluations), the report is refused.
+    The fingerprints of the session's bound columns are computed in the report's own pass
+    and checked before the report is returned: if the input no longer holds the rows the
+    releases read (a file rewritten since, a plan that changes between evaluations), the
+    report is refused.
 
     Args:
         ledger: The session's ledger.
@@ -383,17 +384,39 @@ def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> 
         >>> collect_report(s.ledger, s, None)["rho"].to_list()
         [0.125, 0.0]
     """
-    _checked_source(ledger, sess)
-    return _read_input(sess, lambda: replay_report(ledger, sess, delta).collect(
-        engine="streaming"), report=True)
+    report, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, None),
+                              report=True)
+    _check_rows(sess, row)
+    assert isinstance(report, pl.DataFrame)
+    return report
+
+
+def _report_and_check(ledger: ReplayLedger, sess: Session, delta: float | None,
+                      sink: Callable[[pl.LazyFrame], pl.LazyFrame] | None
+                      ) -> tuple[pl.DataFrame | None, dict[str, Any]]:
+    """The report (collected, or written by ``sink``) and the row check, in one pass.
+
+    The report and the row count and fingerprints that `_check_rows` checks are evaluated
+    together by the streaming engine (`polars.collect_all`): the input is scanned once. The
+    caller checks the rows before the report is used or its file is put in place.
+    """
+    schema = ledger.source.collect_schema()
+    _require_bound(sess, schema)
+    plan = replay_report(ledger, sess, delta)
+    check = _rows_check(sess, ledger.source, schema)
+    first = plan if sink is None else sink(plan)
+    report, rows = pl.collect_all([first, check], engine="streaming")
+    return (report if sink is None else None), rows.row(0, named=True)
 
 
 def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: Any,
                 rename: dict[str, str] | None = None) -> None:
     """Write the CONFIDENTIAL per-record report to Parquet with the engine (never in memory).
 
-    Checked like `collect_report` before anything is written; a failed write leaves no
-    file.
+    Checked like `collect_report` (in the same pass over the input): the file is written
+    under a temporary name in the same folder and put in place (``os.replace``) only once the
+    check passed; a failed write or check leaves no file (and an earlier file at ``path``
+    untouched).
 
     Args:
         ledger: The session's ledger.
@@ -413,22 +436,28 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
         >>> pl.read_parquet(p)["rho"].to_list()
         [0.125, 0.0]
     """
+    import os
     import pathlib
 
-    _checked_source(ledger, sess)
-    plan = replay_report(ledger, sess, delta)
-    if rename:
-        plan = plan.rename(rename)
+    # written under a temporary name in the same folder and put in place only once the rows
+    # check passed (the report and the check are one pass over the input)
+    final = pathlib.Path(path)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
 
-    def sink() -> None:
-        try:
-            plan.sink_parquet(path, **PER_RECORD_PARQUET)
-        except BaseException:
-            pathlib.Path(path).unlink(missing_ok=True)
-            raise
+    def sink(plan: pl.LazyFrame) -> pl.LazyFrame:
+        if rename:
+            plan = plan.rename(rename)
+        return plan.sink_parquet(tmp, lazy=True, **PER_RECORD_PARQUET)
 
-    _read_input(sess, sink, report=True)
-    ledger.written = (pathlib.Path(path), len(ledger.programs))
+    try:
+        _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, sink),
+                             report=True)
+        _check_rows(sess, row)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    ledger.written = (final, len(ledger.programs))
 
 
 def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> dict[str, Any]:
