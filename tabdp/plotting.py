@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import os
 import pathlib
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +68,7 @@ __all__ = [
     "histogram_edges",
     "histogram_bin_index",
     "scatter_svg",
+    "public_figure_svg",
 ]
 
 
@@ -463,6 +466,94 @@ def _style_log_axes(ax: Axes) -> None:
 def _legend(ax: Axes, n: int) -> None:
     if n:
         ax.legend(loc="best", ncols=1 if n <= 6 else 2)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.integer, np.floating, np.bool_)):
+        return o.item()
+    raise TypeError(f"not a figure argument: {type(o).__name__}")
+
+
+def _figure_key(render: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """SHA-256 of a figure's inputs, tabdp's and matplotlib's versions and rc settings."""
+    import matplotlib
+
+    from tabdp._cache import _tabdp_version
+
+    try:
+        text = json.dumps(
+            {"figure": f"{render.__module__}.{render.__qualname__}", "args": list(args),
+             "kwargs": dict(kwargs), "tabdp": _tabdp_version(),
+             "matplotlib": matplotlib.__version__,
+             # every rc setting (a matplotlibrc or rcParams change is a miss)
+             "rc": [[k, repr(v)] for k, v in sorted(dict.items(matplotlib.rcParams))
+                    if k != "backend"]},  # (the figures draw on their own canvas)
+            default=_json_default, allow_nan=True)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def public_figure_svg(render: Any, *args: Any, **kwargs: Any) -> str:
+    """``render(*args, **kwargs)`` (an SVG figure of **public** inputs), cached on disk.
+
+    The public page's figures (loss curves, margins of error) follow from the release plan
+    alone (policy curves, mechanisms, levels), not from the data, and a release run with the
+    same plan draws the same bytes again. They are kept in the samplers' cache folder
+    (``$TABDP_CACHE_DIR``, `tabdp._cache`; ``off`` disables it), under ``figures/``, keyed by
+    the SHA-256 of the inputs, the tabdp and matplotlib versions and every rc setting, each file
+    holding its key and the SHA-256 of its SVG: a file that does not match (truncated, changed,
+    another key) is drawn again and replaced. Writes are atomic (``os.replace``); a cache that
+    cannot be read or written only means the figure is drawn. Never call it with data-dependent
+    inputs: the cache folder is not the confidential output folder.
+
+    Args:
+        render: The figure function (e.g. `loss_curves_svg`).
+        *args: Its positional arguments (JSON-serialisable: mappings, sequences, numbers,
+            strings, NumPy arrays).
+        **kwargs: Its keyword arguments.
+
+    Returns:
+        The SVG, byte for byte what ``render(*args, **kwargs)`` returns.
+
+    Example:
+        >>> rows = [{"delta": 1.0, "rho": 0.1}, {"delta": 10.0, "rho": 0.5}]
+        >>> svg = public_figure_svg(loss_curves_svg, {"t": rows}, title="Loss")
+        >>> svg == loss_curves_svg({"t": rows}, title="Loss")
+        True
+    """
+    from tabdp._cache import table_dir
+
+    folder = table_dir()
+    key = None if folder is None else _figure_key(render, args, kwargs)
+    if folder is None or key is None:
+        return str(render(*args, **kwargs))
+    path = folder / "figures" / f"{getattr(render, '__name__', 'figure')}-{key[:40]}.json"
+    try:
+        got = json.loads(path.read_text(encoding="utf-8"))
+        svg = got["svg"]
+        if (got.get("key") == key and isinstance(svg, str)
+                and got.get("sha256") == hashlib.sha256(svg.encode()).hexdigest()):
+            return svg
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    svg = str(render(*args, **kwargs))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fig-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"key": key, "sha256": hashlib.sha256(svg.encode()).hexdigest(),
+                           "svg": svg}, fh)
+            os.replace(tmp, path)
+        except BaseException:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
+    return svg
 
 
 # -- public plots ---------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
-import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
@@ -52,7 +51,7 @@ from tabdp.frame._output import (
     integer_dtype,
     is_integral_release,
 )
-from tabdp.frame.backends import output_library, release_engine
+from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
@@ -300,7 +299,7 @@ def _to_lazy(native: Any) -> tuple[pl.LazyFrame, str]:
         return native, "polars"
     if isinstance(native, pl.DataFrame):
         return native.lazy(), "polars"
-    if isinstance(native, pd.DataFrame):
+    if is_pandas_frame(native):
         try:
             return pl.from_pandas(native).lazy(), "pandas"
         except Exception as err:  # pyarrow cannot convert a column (mixed object types)

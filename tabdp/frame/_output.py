@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
@@ -298,12 +297,15 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
         A pandas DataFrame or the Polars frame.
 
     Example:
+        >>> import pandas as pd
         >>> src = pd.DataFrame({"c": pd.Categorical(["a"], categories=["a", "b"])})
         >>> to_native(pl.DataFrame({"c": ["b"]}), src, "pandas", ["c"])["c"].cat.categories.tolist()
         ['a', 'b']
     """
     if backend != "pandas":
         return out
+    import pandas as pd  # a pandas input: pandas is imported already
+
     df = out.to_pandas()
     for c in keys:
         if c not in df.columns or c not in native.columns:

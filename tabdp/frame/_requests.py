@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pandas as pd
-
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._output import (
     LONG_COLUMNS,
@@ -110,6 +108,8 @@ def _integer_columns(frame: Any, columns: Sequence[str],
         return [c for c in columns if session.declares_integer(c)]
     kind = frame_kind(frame)
     if kind == "pandas":
+        import pandas as pd  # a pandas frame: pandas is imported already
+
         return [c for c in columns if c in frame.columns
                 and pd.api.types.is_integer_dtype(frame[c].dtype)
                 and not pd.api.types.is_bool_dtype(frame[c].dtype)

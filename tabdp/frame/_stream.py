@@ -107,7 +107,7 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
 
 
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
-                  delta: float | None, target: int | None, track: bool
+                  delta: float | None, targets: frozenset[int], track: bool
                   ) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
@@ -117,8 +117,9 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     in the ledger's order: every double is the one the in-memory ledger would hold.
     ``programs`` pairs each program with the index ``j`` of its columns (``__c<j>``, ...).
 
-    Output fields: for the released program ``j = target``, ``ok<j>:<currency>`` (admitted) and,
-    with ``track``, the row's ρ and size there (``crho<j>``, ``csize<j>``); with ``report``,
+    Output fields: for each released program ``j`` in ``targets`` (the releases of one pass),
+    ``ok<j>:<currency>`` (admitted) and, with ``track``, the row's ρ and size there (``crho<j>``,
+    ``csize<j>``); with ``report``,
     the running totals (``COMPONENTS``), ``rho_<name>`` per program and, with ``delta``,
     ``epsilon_delta``.
     """
@@ -173,7 +174,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 col = np.zeros(n)
                 col[ids] = losses.rho
                 out[f"rho_{prog.name}"] = col
-            if j == target and not report:
+            if j in targets and not report:
                 for c in ch.currencies:
                     flag = np.zeros(n, dtype=bool)
                     flag[idx] = admitted[c]
@@ -196,7 +197,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
 
 def _out_schema(programs: list[Program], report: bool, delta: float | None,
-                target: int | None, track: bool) -> pl.Struct:
+                targets: frozenset[int], track: bool) -> pl.Struct:
     fields: dict[str, Any] = {}
     if report:
         fields |= {c: pl.Float64 for c in COMPONENTS}
@@ -204,8 +205,7 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
         if delta is not None:
             fields["epsilon_delta"] = pl.Float64
     else:
-        if target is not None:
-            j = target
+        for j in sorted(targets):  # in the batch function's order (programs in release order)
             fields |= {f"ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
             if track:
                 fields |= {f"crho{j}": pl.Float64, f"csize{j}": pl.Float64}
@@ -213,18 +213,26 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
 
 
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
-              report: bool, delta: float | None = None, target: int | None = None,
-              track: bool = False) -> pl.LazyFrame:
+              report: bool, delta: float | None = None,
+              target: int | frozenset[int] | None = None, track: bool = False) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
-    (a release: the last one) gets its admission flags ``ok<j>:<currency>``; in a session
-    without a budget every record is admitted, so its outputs need neither the earlier
-    releases nor (unless ``track``) the batch function: only its own columns are computed.
+    (a release: the last one), or each program of a set of targets (the releases of one pass,
+    `StreamingBackend.prefetch`), gets its admission flags ``ok<j>:<currency>``: each program's
+    flags depend only on the programs before it, so one pass gives every target the flags it
+    would get alone. In a session without a budget every record is admitted, so the outputs need
+    neither the earlier releases nor (unless ``track``) the batch function: only the targets'
+    own columns are computed.
     """
+    targets = (frozenset() if target is None else
+               frozenset([target]) if isinstance(target, int) else target)
     indexed = list(enumerate(programs))
+    if not report and targets:
+        # programs after the last target change nothing a target reads
+        indexed = indexed[:max(targets) + 1]
     if not report and sess.budget is None:
-        indexed = [(j, p) for j, p in indexed if j == target]
+        indexed = [(j, p) for j, p in indexed if j in targets]
         if not track:
             for j, prog in indexed:
                 lf, _ = _program_columns(lf, schema, prog, j, False)
@@ -234,8 +242,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     for j, prog in indexed:
         lf, cols = _program_columns(lf, schema, prog, j, report)
         inputs += cols
-    fn = _replay_batch(sess, indexed, report, delta, target, track)
-    dtype = _out_schema(programs, report, delta, target, track)
+    fn = _replay_batch(sess, indexed, report, delta, targets, track)
+    dtype = _out_schema(programs, report, delta, targets, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
         fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
 
@@ -354,9 +362,10 @@ def _checked_source(ledger: ReplayLedger, sess: Session) -> None:
 def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> pl.DataFrame:
     """CONFIDENTIAL per-record report, collected, after checking the input still holds the rows.
 
-    The fingerprints of the session's bound columns are computed first (a pass over those
-    columns): if the input no longer holds the rows the releases read (a file rewritten since,
-    a plan that changes between evaluations), the report is refused.
+    The fingerprints of the session's bound columns are computed in the report's own pass
+    and checked before the report is returned: if the input no longer holds the rows the
+    releases read (a file rewritten since, a plan that changes between evaluations), the
+    report is refused.
 
     Args:
         ledger: The session's ledger.
@@ -375,17 +384,39 @@ def collect_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> 
         >>> collect_report(s.ledger, s, None)["rho"].to_list()
         [0.125, 0.0]
     """
-    _checked_source(ledger, sess)
-    return _read_input(sess, lambda: replay_report(ledger, sess, delta).collect(
-        engine="streaming"), report=True)
+    report, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, None),
+                              report=True)
+    _check_rows(sess, row)
+    assert isinstance(report, pl.DataFrame)
+    return report
+
+
+def _report_and_check(ledger: ReplayLedger, sess: Session, delta: float | None,
+                      sink: Callable[[pl.LazyFrame], pl.LazyFrame] | None
+                      ) -> tuple[pl.DataFrame | None, dict[str, Any]]:
+    """The report (collected, or written by ``sink``) and the row check, in one pass.
+
+    The report and the row count and fingerprints that `_check_rows` checks are evaluated
+    together by the streaming engine (`polars.collect_all`): the input is scanned once. The
+    caller checks the rows before the report is used or its file is put in place.
+    """
+    schema = ledger.source.collect_schema()
+    _require_bound(sess, schema)
+    plan = replay_report(ledger, sess, delta)
+    check = _rows_check(sess, ledger.source, schema)
+    first = plan if sink is None else sink(plan)
+    report, rows = pl.collect_all([first, check], engine="streaming")
+    return (report if sink is None else None), rows.row(0, named=True)
 
 
 def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: Any,
                 rename: dict[str, str] | None = None) -> None:
     """Write the CONFIDENTIAL per-record report to Parquet with the engine (never in memory).
 
-    Checked like `collect_report` before anything is written; a failed write leaves no
-    file.
+    Checked like `collect_report` (in the same pass over the input): the file is written
+    under a temporary name in the same folder and put in place (``os.replace``) only once the
+    check passed; a failed write or check leaves no file (and an earlier file at ``path``
+    untouched).
 
     Args:
         ledger: The session's ledger.
@@ -405,22 +436,28 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
         >>> pl.read_parquet(p)["rho"].to_list()
         [0.125, 0.0]
     """
+    import os
     import pathlib
 
-    _checked_source(ledger, sess)
-    plan = replay_report(ledger, sess, delta)
-    if rename:
-        plan = plan.rename(rename)
+    # written under a temporary name in the same folder and put in place only once the rows
+    # check passed (the report and the check are one pass over the input)
+    final = pathlib.Path(path)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.partial")
 
-    def sink() -> None:
-        try:
-            plan.sink_parquet(path, **PER_RECORD_PARQUET)
-        except BaseException:
-            pathlib.Path(path).unlink(missing_ok=True)
-            raise
+    def sink(plan: pl.LazyFrame) -> pl.LazyFrame:
+        if rename:
+            plan = plan.rename(rename)
+        return plan.sink_parquet(tmp, lazy=True, **PER_RECORD_PARQUET)
 
-    _read_input(sess, sink, report=True)
-    ledger.written = (pathlib.Path(path), len(ledger.programs))
+    try:
+        _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, sink),
+                             report=True)
+        _check_rows(sess, row)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    ledger.written = (final, len(ledger.programs))
 
 
 def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> dict[str, Any]:

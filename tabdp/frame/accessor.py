@@ -8,10 +8,10 @@ mypy and pyright cannot see).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
@@ -25,6 +25,9 @@ from tabdp.frame.backends import is_frame, release_engine
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["DPAccessor", "dp"]
 
@@ -445,6 +448,9 @@ def register() -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # re-registration on reload warns in both libraries
-        pd.api.extensions.register_dataframe_accessor("dp")(DPAccessor)
+        # pandas only once imported (tabdp._accessor_hook registers it on its first import)
+        pd = sys.modules.get("pandas")
+        if pd is not None and getattr(pd, "api", None) is not None:
+            pd.api.extensions.register_dataframe_accessor("dp")(DPAccessor)
         pl.api.register_dataframe_namespace("dp")(DPAccessor)
         pl.api.register_lazyframe_namespace("dp")(DPAccessor)

@@ -37,6 +37,7 @@ from tabdp.plotting import (
     histogram_edges,
     loss_curves_svg,
     moe_curves_svg,
+    public_figure_svg,
     scatter_svg,
 )
 from tabdp.privacy.budget import Budget
@@ -931,8 +932,9 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     # one panel per unit of measure: record sizes in dollars, employees and rows never share
     # an axis, and the total is drawn per unit (losses are not added across units)
     units = {str(t.get("name", "?")): _curve_unit(t) for t in tables}
-    loss = [_figure("plot-loss", loss_curves_svg(
-        curves, title="Per-record privacy loss ρ by record size", units=units),
+    # the public page's figures follow from the plan alone: cached on disk across runs
+    loss = [_figure("plot-loss", public_figure_svg(
+        loss_curves_svg, curves, title="Per-record privacy loss ρ by record size", units=units),
         "<b>How to read this plot.</b> Each coloured line is one table: the privacy loss ρ of "
         "a record contributing Δ to one of its cells (every measure of the cell, and the "
         "matching cell of each rollup released directly). Record sizes are in the unit of "
@@ -943,8 +945,8 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         "pays once per cell.")]
     eps_curves = {k: v for k, v in curves.items() if _has(v, "epsilon_delta")}
     if eps_curves:
-        loss.append(_figure("plot-loss-eps", loss_curves_svg(
-            eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
+        loss.append(_figure("plot-loss-eps", public_figure_svg(
+            loss_curves_svg, eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
             ylabel=f"ε at δ = {fmt(_float(delta)) if delta is not None else 'δ'}",
             key="epsilon_delta", units=units),
             "The same losses stated as (ε, δ)-differential privacy at the release's δ: "
@@ -982,8 +984,8 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
                       f"{_level_text(level)} level for a symmetric noise law): cells above it "
                       "are flagged C.")
     body.append(_section("accuracy", "Expected accuracy", _figure(
-        "plot-moe", moe_curves_svg(
-            moe, title="Relative margin of error by true cell total", cv_line=cv_y,
+        "plot-moe", public_figure_svg(
+            moe_curves_svg, moe, title="Relative margin of error by true cell total", cv_line=cv_y,
             units=moe_units,
             cv_label=f"CV flag (cv = {fmt(cv)})" if cv is not None else "CV flag"),
         f"<b>How to read this plot.</b> For a cell whose true total is on the horizontal axis, "

@@ -16,14 +16,14 @@ Engines:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
-import pandas as pd
 import polars as pl
 
 __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
-           "is_lazy_frame", "ledger_engine", "output_library", "polars_engine",
+           "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
            "release_engine", "pin_frame"]
 
 #: The engines a release runs on.
@@ -51,6 +51,28 @@ def is_spark_frame(native: Any) -> bool:
                for c in type(native).__mro__)
 
 
+def is_pandas_frame(native: Any) -> bool:
+    """Whether ``native`` is a pandas DataFrame, without importing pandas.
+
+    A pandas frame exists only once pandas is imported, so a process that never imports it
+    (a ``tabdp run`` of a Parquet file, a Polars program) does not pay for its import.
+
+    Args:
+        native: Any object.
+
+    Returns:
+        ``True`` for a pandas DataFrame.
+
+    Example:
+        >>> import pandas as pd
+        >>> is_pandas_frame(pd.DataFrame()), is_pandas_frame(pl.DataFrame())
+        (True, False)
+    """
+    pd = sys.modules.get("pandas")
+    frame = getattr(pd, "DataFrame", None)
+    return frame is not None and isinstance(native, frame)
+
+
 def frame_kind(native: Any) -> FrameKind | None:
     """The kind of frame ``native`` is, from its class alone (``None``: not a frame).
 
@@ -62,6 +84,7 @@ def frame_kind(native: Any) -> FrameKind | None:
         ``None``.
 
     Example:
+        >>> import pandas as pd
         >>> frame_kind(pl.LazyFrame()), frame_kind(pd.DataFrame()), frame_kind({})
         ('lazy', 'pandas', None)
     """
@@ -69,7 +92,7 @@ def frame_kind(native: Any) -> FrameKind | None:
         return "lazy"
     if isinstance(native, pl.DataFrame):
         return "polars"
-    if isinstance(native, pd.DataFrame):
+    if is_pandas_frame(native):
         return "pandas"
     if is_spark_frame(native):
         return "spark"
@@ -121,6 +144,7 @@ def ledger_engine(native: Any) -> Literal["polars", "spark"]:
         ``"spark"`` or ``"polars"``.
 
     Example:
+        >>> import pandas as pd
         >>> ledger_engine(pd.DataFrame())
         'polars'
     """
@@ -138,6 +162,7 @@ def output_library(native: Any) -> Literal["pandas", "polars", "spark"]:
         lazy Polars input give a Polars DataFrame).
 
     Example:
+        >>> import pandas as pd
         >>> output_library(pd.DataFrame()), output_library(pl.LazyFrame())
         ('pandas', 'polars')
     """

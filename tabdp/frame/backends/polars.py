@@ -204,7 +204,15 @@ class MemoryBackend(_PolarsOutput):
 
 
 class StreamingBackend(_PolarsOutput):
-    """Polars streaming, row mode without per-row state: each release one lazy plan.
+    """Polars streaming, row mode without per-row state: one pass over the input per batch.
+
+    The releases executed together are aggregated in **one pass** over the input: one lazy plan
+    with every release's cells and contributions and one batch function replaying the session's
+    earlier releases and the batch's in order (each release's admissions depend only on the
+    releases before it), then one group-by per release, evaluated together by Polars' streaming
+    engine (`polars.collect_all`: the scan and the shared plan run once). Each release's checks,
+    noise and record then follow in order, as if it ran alone: the same tables, noise and
+    per-record losses. A release run alone (or one the batch does not hold) has its own pass.
 
     Args:
         rels: The releases executed together (one session, one input): the columns every
@@ -220,9 +228,34 @@ class StreamingBackend(_PolarsOutput):
     def __init__(self, rels: list[Planned]) -> None:
         """Fingerprint the columns any of ``rels`` reads (checked by every release)."""
         self._fp_cols = _fingerprinted(rels[0].op.session, rels) if rels else []
+        self._rels = list(rels)
+        #: id(release) -> (its program index, its aggregation), from the batch's one pass
+        self._fetched: dict[int, tuple[int, pl.DataFrame]] | None = None
+
+    def _prefetch(self) -> None:
+        """Aggregate every release of the batch in one pass (before the first is executed)."""
+        rels = self._rels
+        op = rels[0].op
+        sess = op.session
+        ledger = sess.ledger
+        assert isinstance(ledger, ReplayLedger)
+        k0 = len(ledger.programs)
+        programs = [*ledger.programs, *[r.program for r in rels]]
+        ks = list(range(k0, k0 + len(rels)))
+        _require_bound(sess, op.schema)
+        plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
+                         None, frozenset(ks), sess.track_cells)
+        queries = [_release_query(sess, plan, r, k, self._fp_cols)
+                   for r, k in zip(rels, ks, strict=True)]
+        grouped = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
+                              report=False)
+        self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
-        """One lazy plan over the input replaying the earlier releases; its one group-by.
+        """The release's group-by over the input, replaying the earlier releases' filter.
+
+        From the batch's one pass when ``rel`` is one of its releases and every release before
+        it in the batch was recorded; else from a pass of its own.
 
         Args:
             rel: The planned release.
@@ -234,9 +267,17 @@ class StreamingBackend(_PolarsOutput):
         sess = op.session
         ledger = sess.ledger
         assert isinstance(ledger, ReplayLedger)
+        sess.phase(op.name, "reading and aggregating the input (streaming)")
+        if self._fetched is None and len(self._rels) > 1 and self._rels[0] is rel:
+            self._prefetch()
+        fetched = (self._fetched or {}).get(id(rel))
+        if fetched is not None and fetched[0] == len(ledger.programs):
+            # the releases before it were recorded (their programs are the ledger's last ones)
+            k, grouped = fetched
+            del self._fetched[id(rel)]  # type: ignore[union-attr]
+            return stream_aggregate(rel, grouped, k, self._fp_cols)
         programs = [*ledger.programs, rel.program]
         k = len(programs) - 1
-        sess.phase(op.name, "reading and aggregating the input (streaming)")
         _require_bound(sess, op.schema)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, k, sess.track_cells)
