@@ -391,7 +391,7 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         >>> out = consistent({("c",): t, (): nat}, measures=["n"], hierarchies={},
         ...                  mechanisms=Gaussian(sigma=1.0), grid=0.1)
         >>> out[("c",)]["n"].to_list(), out[()]["n"].to_list()
-        ([1.5, 2.3], [3.8])
+        ([1.6, 2.4], [4.0])
     """
     lv = check_level(level)
     if not isinstance(released, Mapping) or not released:

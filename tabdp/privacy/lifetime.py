@@ -48,7 +48,8 @@ import polars as pl
 from tabdp.exceptions import InvalidParameterError, LedgerError
 from tabdp.privacy.budget import Budget
 
-__all__ = ["Ledger", "LedgerError", "verify_ledger", "budget_spec", "budget_from_spec", "FORMAT"]
+__all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
+           "budget_from_spec", "FORMAT"]
 
 #: The ledger format written in every chain entry.
 FORMAT = "tabdp-ledger/1"
@@ -305,6 +306,40 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
         if keep:
             out.append(data)
     return out
+
+
+def ledger_terms(path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """PUBLIC terms of a series: its name and lifetime budget, as recorded at its creation.
+
+    Read from the chain's first entry alone, without the lock and without verifying the rest
+    (opening the ledger for a release verifies everything and checks these same terms): the
+    series and its lifetime budget are public parameters, chosen by the curator, never
+    computed from records. A release statement uses them before any run (``tabdp validate``).
+
+    Args:
+        path: The ledger folder.
+
+    Returns:
+        ``(series, lifetime_budget)``, the budget in the spec form (a number or a curve).
+
+    Raises:
+        LedgerError: No ledger there, or its first entry does not parse.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "ledger"
+        >>> Ledger.create(p, series="cbp", lifetime_budget=4.0).close()
+        >>> ledger_terms(p)
+        ('cbp', 4.0)
+    """
+    first = Path(path) / "chain" / f"{0:08d}.json"
+    try:
+        entry = json.loads(first.read_bytes())
+        return str(entry["series"]), entry["lifetime_budget"]
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise LedgerError(f"no readable ledger at {path}: its first chain entry is missing or "
+                          "does not parse.\nHint: check the path, or `tabdp ledger verify` "
+                          "it.") from err
 
 
 def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,

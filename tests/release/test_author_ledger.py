@@ -118,7 +118,10 @@ def test_repeated_author_runs_are_charged_to_the_ledger(tmp_path, monkeypatch):
         summary = json.loads((root / "releases" / f"r{i}" / "public" /
                               "summary.json").read_text())
         life = summary["lifetime"]
-        assert life["series"] == "firms-series" and life["releases_before"] == i
+        # the statement is from public terms only: the ledger's series and lifetime budget,
+        # never its contents (how many releases it holds is not stated)
+        assert life["series"] == "firms-series" and "releases_before" not in life
+        assert life["lifetime_budget"]["rho"] == LIFETIME  # the ledger's recorded budget
         assert "ledgers" not in json.dumps(summary)  # no server path in public files
         totals.append(per)
     # unit = firm (inherited from the curator): one row per firm, never per row

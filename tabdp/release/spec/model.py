@@ -11,11 +11,14 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+
+if TYPE_CHECKING:
+    from tabdp.privacy.budget import Budget
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,9 @@ class LedgerSpec:
 
     path: Path
     series: str | None
-    #: Each unit's lifetime ρ: a number or a ``{size: rho}`` curve (float keys); ``None``:
-    #: the ledger's recorded one.
-    lifetime_budget: float | dict[float, float] | None
+    #: Each unit's lifetime ρ: a number or a ``{size: rho}`` curve (float keys), or, for a
+    #: dataset's ledger, the ``Budget`` recorded in it; ``None``: the ledger's recorded one.
+    lifetime_budget: float | dict[float, float] | Budget | None
     #: The dataset whose curator-configured ledger this is (``None``: the spec's ``[ledger]``).
     dataset: str | None = None
 

@@ -277,7 +277,16 @@ def _dataset_ledger(curator: CuratorConfig | None, inp: InputSpec, output: Outpu
             _fail("output", f"the {key} output folder overlaps the lifetime ledger of dataset "
                             f"{inp.dataset!r} (kept by the curator).",
                   "use output folders outside the ledger's folder.")
-    return LedgerSpec(path=decl.ledger, series=None, lifetime_budget=None,
+    # the series' public terms (name, lifetime budget) for the statement every output gives
+    from tabdp.exceptions import LedgerError
+    from tabdp.privacy.lifetime import budget_from_spec, ledger_terms
+    from tabdp.release.curator_config import dataset_ledger_error
+
+    try:
+        series, budget = ledger_terms(decl.ledger)
+    except LedgerError as err:
+        raise dataset_ledger_error(inp.dataset, err) from None
+    return LedgerSpec(path=decl.ledger, series=series, lifetime_budget=budget_from_spec(budget),
                       dataset=inp.dataset)
 
 
