@@ -232,3 +232,31 @@ def test_cli_spark_run_refused_while_another_run_holds_the_ledger(spark: Any,
     assert not (tmp_path / "out" / "2021").exists()
     with tabdp.Ledger.open(tmp_path / "ledger") as led:
         assert led.releases == 0
+
+
+@pytest.mark.spark
+def test_medians_under_a_lifetime_budget_on_spark(spark: Any, tmp_path: Path) -> None:
+    """Quantile releases filter and charge the lifetime ledger on Spark as on Polars."""
+    pr: dict[str, list[pl.DataFrame]] = {"pl": [], "sp": []}
+    tables: dict[str, list[pl.DataFrame]] = {"pl": [], "sp": []}
+    for name in ("pl", "sp"):
+        for year in (2021, 2022):
+            df = year_sample(year)
+            frame = df if name == "pl" else spark.createDataFrame(df.to_arrow())
+            with tabdp.Ledger.open(tmp_path / name, series="s", lifetime_budget=1.0,
+                                   create=True) as led:
+                s = tabdp.Session(unit="estab", seed=year, ledger=led)
+                out = [_polars(frame.dp.median("payroll", by="county", keys=KEYS,
+                                               bounds=(0.0, 500.0), epsilon=1.0, session=s,
+                                               name=f"m{i}")) for i in range(3)]
+                pr[name].append(_polars(s.report().per_record).sort("estab"))
+                tables[name] += out
+    for x, y in zip(tables["pl"], tables["sp"], strict=True):  # the same tables (same noise)
+        assert x.equals(y), (x, y)
+    for a, b in zip(pr["pl"], pr["sp"], strict=True):
+        assert a["estab"].to_list() == b["estab"].to_list()
+        np.testing.assert_allclose(b["rho_lifetime"].to_numpy(), a["rho_lifetime"].to_numpy(),
+                                   rtol=1e-12, atol=0)
+    # epsilon = 1 a median: rho 0.5 each; the third of a year is left out, then all of 2022
+    assert pr["sp"][0]["rho_lifetime"].max() <= 1.0
+    assert pr["sp"][1].filter(pl.col("estab") == TARGET).height == 0
