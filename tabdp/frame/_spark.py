@@ -963,6 +963,11 @@ def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,
                      *[pl.col(c).alias(f"{prefix}{c}") for c in cols])
     schema = T.StructType([T.StructField("__lkey", key_type, True),
                            *[T.StructField(f"{prefix}{c}", T.DoubleType(), True) for c in cols]])
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:  # Arrow, whatever the session's settings
+        return spark.createDataFrame(tot.to_arrow(compat_level=pl.CompatLevel.oldest()),
+                                     schema)
     with _quiet():
         return spark.createDataFrame(tot.to_pandas(), schema)
 

@@ -61,11 +61,14 @@ def _polars(t: Any) -> pl.DataFrame:
 
 
 def _series(path: Path, spark: Any | None, lifetime: Any = LIFETIME, budget: Any = None,
-            years: range = range(2021, 2024)) -> tuple[list[pl.DataFrame], list[list[Any]]]:
+            years: range = range(2021, 2024), text_ids: bool = False
+            ) -> tuple[list[pl.DataFrame], list[list[Any]]]:
     """The per-record reports and tables of a series run on Polars (``spark=None``) or Spark."""
     reports, tables = [], []
     for year in years:
         df = year_sample(year)
+        if text_ids:
+            df = df.with_columns(pl.col("estab").cast(pl.String))
         frame = df if spark is None else spark.createDataFrame(df.to_arrow())
         with tabdp.Ledger.open(path, series="s", lifetime_budget=lifetime, create=True) as led:
             s, out = _run_year(frame, led, year, budget)
@@ -108,17 +111,24 @@ def test_a_three_run_series_on_spark_is_the_polars_series(spark: Any, tmp_path: 
 
 @pytest.mark.spark
 def test_curve_lifetime_budget_and_per_run_budget_on_spark(spark: Any, tmp_path: Path) -> None:
-    """A curve lifetime budget (per currency) and a per-run budget: both filters, as Polars."""
+    """A curve lifetime budget (per currency) and a per-run budget: both filters, as Polars.
+
+    With text unit ids (the ledger keys them as String).
+    """
     curve = {"payroll": {10.0: 0.5, 1e4: 2.0}, "rows": {1: 1.5}}
     years = range(2021, 2023)
-    ref, _ = _series(tmp_path / "pl", None, lifetime=curve, budget=1.2, years=years)
-    got, _ = _series(tmp_path / "sp", spark, lifetime=curve, budget=1.2, years=years)
+    ref, _ = _series(tmp_path / "pl", None, lifetime=curve, budget=1.2, years=years,
+                     text_ids=True)
+    got, _ = _series(tmp_path / "sp", spark, lifetime=curve, budget=1.2, years=years,
+                     text_ids=True)
     for a, b in zip(ref, got, strict=True):
         assert a["estab"].to_list() == b["estab"].to_list()
         np.testing.assert_allclose(b["rho_lifetime"].to_numpy(), a["rho_lifetime"].to_numpy(),
                                    rtol=1e-12, atol=0)
     with tabdp.Ledger.open(tmp_path / "sp") as led:
         st, b = led.state(), led.budget
+    assert st["unit"].dtype == pl.String and led.unit_dtype == "String"
+    assert 0 < st.height
     assert (st["rho@rows"] <= b.limit(st["size@rows"].to_numpy(), "rows")).all()
     assert (st["rho@payroll"] <= b.limit(st["size@payroll"].to_numpy(), "payroll")).all()
 
