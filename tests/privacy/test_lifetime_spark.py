@@ -270,3 +270,24 @@ def test_medians_under_a_lifetime_budget_on_spark(spark: Any, tmp_path: Path) ->
     # epsilon = 1 a median: rho 0.5 each; the third of a year is left out, then all of 2022
     assert pr["sp"][0]["rho_lifetime"].max() <= 1.0
     assert pr["sp"][1].filter(pl.col("estab") == TARGET).height == 0
+
+
+@pytest.mark.spark
+def test_a_failed_spark_run_leaves_the_ledger_unchanged(spark: Any, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run charges the ledger in memory; a failure before its outputs are written drops it."""
+    from tabdp.release.runner import run_release
+    from tabdp.release.spec import load_spec
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise RuntimeError("disk full")
+
+    import tabdp.report.html as html
+
+    monkeypatch.setattr(html, "render_confidential_html", boom)
+    with pytest.raises(tabdp.TabdpError):
+        run_release(load_spec(_spec(tmp_path, 2021)), test_seed=True, engine="spark",
+                    spark=spark)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 0 and led.state().height == 0
+    assert not (tmp_path / "out" / "2021" / "public").exists()
