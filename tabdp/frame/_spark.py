@@ -299,6 +299,9 @@ class SparkUnitLedger:
             cols.append(_eps_delta_udf(delta)(F.struct(*[F.col(c) for c in COMPONENTS]))
                         .alias("epsilon_delta"))
         cols += [F.col(_release_col(r.name)).alias(f"rho_{r.name}") for r in session.records]
+        if session.lifetime is not None:  # this run included (committed or not), as Polars
+            full = _with_lifetime(session, full, ["rho"], uid="unit", prefix="__life:")
+            cols.append(F.col("`__life:rho`").alias("rho_lifetime"))
         with _quiet():
             return full.select(*cols)
 
@@ -846,9 +849,14 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     return [*cols, cell_rho.alias("cell_rho"), cell_size.alias("cell_size")]
 
 
-def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
-                 ) -> dict[str, np.ndarray]:
-    """The one individual filter on a batch of units (charges and ``__led:`` ledger columns)."""
+def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame,
+                 lifetime: Any = None) -> dict[str, np.ndarray]:
+    """The one individual filter on a batch of units (charges and ``__led:`` ledger columns).
+
+    With a lifetime budget (``lifetime``), the same filter again over the units' lifetime
+    totals (``__life:`` columns: the series' stored losses plus this run's), ANDed, as
+    ``Session.admit`` does on the other engines.
+    """
     from tabdp.privacy.filter import individual_filter
     from tabdp.privacy.ledger import Charges
 
@@ -858,16 +866,22 @@ def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame
                  {c: b[f"e{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  guarantee)
-    return individual_filter(budget, ch, lambda units, cols: {
+    out = individual_filter(budget, ch, lambda units, cols: {
         c: b[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
+    if lifetime is not None:
+        life = individual_filter(lifetime, ch, lambda units, cols: {
+            c: b[f"__life:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
+        out = {c: out[c] & life[c] for c in out}
+    return out
 
 
-def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool) -> Any:
+def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool,
+              lifetime: Any = None) -> Any:
     """MapInPandas function: the session's own individual filter on batches of units."""
 
     def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for b in batches:
-            ok = _admit_batch(budget, curs, guarantee, b)
+            ok = _admit_batch(budget, curs, guarantee, b, lifetime)
             yield pd.DataFrame({"__uid": b["__uid"], **{f"ok{i}": ok[c]
                                                          for i, c in enumerate(curs)}})
 
@@ -915,6 +929,107 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
     return pandas_udf(admit, ", ".join(f"ok{i} boolean" for i in range(len(curs))))
 
 
+# -- the lifetime ledger of a release series (tabdp.Ledger) ------------------------------------
+def _filters(sess: Session) -> bool:
+    """Whether a release of ``sess`` runs the individual filter (a per-run or lifetime budget)."""
+    return sess.budget is not None or sess.lifetime is not None
+
+
+def _check_lifetime_units(sess: Session, sschema: dict[str, Any]) -> None:
+    """Refuse (by the unit column's type, before any data is read) ids the ledger cannot key.
+
+    The ledger's own check (`tabdp.Ledger.lookup` on no ids): integer or text ids, the type of
+    the series' earlier runs.
+    """
+    if sess.lifetime is None or sess.unit is None or sess.unit not in sschema:
+        return
+    sess.lifetime.lookup(pl.Series("unit", [], dtype=_pl_dtype(sschema[sess.unit])), ["rho"])
+
+
+def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,
+                    prefix: str) -> Any:
+    """The ledger's lifetime totals of ``cols`` as a Spark frame: ``__lkey`` plus ``prefix+c``.
+
+    Stored plus this run's uncommitted losses (`tabdp.Ledger.totals`), one row per unit the
+    series charged; the ids as ``key_type`` (``long`` or ``string``: the ledger's types).
+    """
+    from pyspark.sql import types as T
+
+    led = sess.lifetime
+    assert led is not None
+    long = isinstance(key_type, T.LongType)
+    tot = led.totals(cols)
+    tot = tot.select(pl.col("unit").cast(pl.Int64 if long else pl.String).alias("__lkey"),
+                     *[pl.col(c).alias(f"{prefix}{c}") for c in cols])
+    schema = T.StructType([T.StructField("__lkey", key_type, True),
+                           *[T.StructField(f"{prefix}{c}", T.DoubleType(), True) for c in cols]])
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:  # Arrow, whatever the session's settings
+        return spark.createDataFrame(tot.to_arrow(compat_level=pl.CompatLevel.oldest()),
+                                     schema)
+    with _quiet():
+        return spark.createDataFrame(tot.to_pandas(), schema)
+
+
+def _life_key(st: Any) -> Any:
+    """The type unit ids of Spark type ``st`` are joined to the ledger as (``long``/``string``)."""
+    from pyspark.sql import types as T
+
+    return T.LongType() if isinstance(st, T.IntegralType) else T.StringType()
+
+
+def _with_lifetime(sess: Session, frame: Any, cols: list[str], uid: str = "__uid",
+                   prefix: str = "__life:") -> Any:
+    """``frame`` plus each unit's lifetime totals of ``cols`` (``prefix+c``; 0.0: never charged).
+
+    The ledger's totals are joined to the units in Spark: nothing per unit of the data reaches
+    the driver.
+    """
+    from pyspark.sql import functions as F
+
+    key = _life_key(frame.schema[uid].dataType)
+    life = _lifetime_frame(sess, frame.sparkSession, cols, key, prefix)
+    out = frame.withColumn("__lkey", F.col(uid).cast(key)).join(life, on="__lkey", how="left")
+    return out.drop("__lkey").fillna(0.0, subset=[f"{prefix}{c}" for c in cols])
+
+
+def _lifetime_charges(sess: Session, decided: Any, any_ok: Any, comps: dict[str, Any],
+                      curs: list[tuple[str, list[str]]]
+                      ) -> tuple[pl.Series, dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """The admitted units' lifetime charges, collected for `tabdp.Ledger.charge` (or ``None``).
+
+    The columns ``Session._charge_lifetime`` builds on the other engines, in its order: the
+    loss components (sums; ``size`` a maximum), then per currency ``rho@c`` and ``size@c``
+    (0.0 where the unit was left out of that currency). The ledger lives on the driver (its
+    state is a Polars frame written by delta-rs), so each admitted unit's losses are collected
+    once per release: one row per unit, the same doubles as the Spark ledger's.
+    """
+    from pyspark.sql import functions as F
+
+    if sess.lifetime is None:
+        return None
+    sums = [c for c in COMPONENTS if c != "size"]
+    cols = [F.col("__uid").alias("unit"), *[comps[c].alias(c) for c in sums],
+            comps["size"].alias("size")]
+    for i, (c, _) in enumerate(curs):
+        cols += [F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0).alias(f"rho@{c}"),
+                 F.when(F.col(f"ok{i}"), F.col(f"s{i}")).otherwise(0.0).alias(f"size@{c}")]
+    picked = decided.filter(any_ok).select(*cols)
+    if hasattr(picked, "toArrow"):  # PySpark >= 4.0
+        got = pl.from_arrow(picked.toArrow())
+    else:
+        with _quiet():
+            got = pl.from_pandas(picked.toPandas())
+    assert isinstance(got, pl.DataFrame)
+    ns = [c for c, _ in curs]
+    out_sums = {c: got[c].to_numpy().astype(np.float64) for c in
+                [*sums, *[f"rho@{c}" for c in ns]]}
+    out_max = {c: got[c].to_numpy().astype(np.float64) for c in
+               ["size", *[f"size@{c}" for c in ns]]}
+    return got["unit"], out_sums, out_max
+
+
 # -- the release ------------------------------------------------------------------------------
 def _open(native: Any, session: Session | None, name: str | None, kind: str,
           measures: list[str], by: list[str]) -> tuple[Any, Session, bool, str, Any,
@@ -945,6 +1060,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     sschema = {f.name: f.dataType for f in sdf.schema.fields}
     _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
                    unit)
+    _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
 
 
@@ -1060,6 +1176,7 @@ class _SparkState(NamedTuple):
     any_ok: Any  # the admitted-unit flag (a column expression)
     comps: dict[str, Any]  # the admitted losses' components (column expressions)
     extra: dict[str, Any]  # the release's report column and curve-budget ledger columns
+    curs: list[tuple[str, list[str]]]  # the release's currencies (the lifetime charges)
 
 
 class SparkBackend:
@@ -1215,6 +1332,7 @@ class SparkBackend:
         st: _SparkState = agg.state
         sess = rel.op.session
         ledger = sess.ledger
+        life = None
         if st.program is not None:  # the release's definition: its losses are replayed
             ledger.install(*st.program)
         else:
@@ -1222,7 +1340,8 @@ class SparkBackend:
                 F.col("__uid").alias("unit"), *[e.alias(k) for k, e in st.comps.items()],
                 *[e.alias(k) for k, e in st.extra.items()])
             ledger.add(add)
-        sess.record_release(record, "spark")
+            life = _lifetime_charges(sess, st.decided, st.any_ok, st.comps, st.curs)
+        sess.record_release(record, "spark", lifetime=life)
 
     def output(self, rel: Planned, table: pl.DataFrame) -> Any:
         """The released table (public, at most the key set) as a Spark DataFrame.
@@ -1370,20 +1489,26 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
 
     budget = sess.budget
     ledger: SparkUnitLedger = sess.ledger
+    life = sess.lifetime
     ncur = len(curs)
-    if budget is None:
+    names = [c for c, _ in curs]
+    if budget is None and life is None:
         decided = per_unit.select("*", *[F.lit(True).alias(f"ok{i}") for i in range(ncur)])
     else:
-        need = _led_need(budget, [c for c, _ in curs])
-        led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
-        joined = per_unit.join(led.select(F.col("unit").alias("__uid"),
-                                          *[F.col(c).alias(f"__led:{c}") for c in need]),
-                               on="__uid", how="left")
+        joined = per_unit
+        if budget is not None:
+            need = _led_need(budget, names)
+            led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
+            joined = joined.join(led.select(F.col("unit").alias("__uid"),
+                                            *[F.col(c).alias(f"__led:{c}") for c in need]),
+                                 on="__uid", how="left")
+        if life is not None:  # the series' lifetime totals (stored plus this run's so far)
+            joined = _with_lifetime(sess, joined, _led_need(life.budget, names))
         schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
                             *[f"ok{i} boolean" for i in range(ncur)]])
         with _quiet():
-            oks = joined.mapInPandas(_admit_fn(budget, [c for c, _ in curs], guarantee, approx),
-                                     schema)
+            oks = joined.mapInPandas(_admit_fn(budget, names, guarantee, approx,
+                                               None if life is None else life.budget), schema)
         decided = per_unit.join(oks, on="__uid", how="inner")
     return decided.persist(StorageLevel.MEMORY_AND_DISK)
 
@@ -1467,7 +1592,7 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
     ncur = len(curs)
     comps, any_ok, left_out = _loss_exprs(ncur, guarantee, approx, F.col)
     n_left = 0
-    if budget is not None:
+    if _filters(sess):
         n_left = int(decided.agg(F.sum(F.when(left_out, 1).otherwise(0))).collect()[0][0] or 0)
     extra = {_release_col(qname): comps["rho"]}
     if budget is not None and budget.per_currency:
@@ -1528,7 +1653,6 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         per_unit = _per_unit_fold(charged, sums, maxes)
 
     # 4. The individual filter (individual_filter itself), per partition of units + ledger rows.
-    budget = sess.budget
     replay = program is not None  # row mode, replayed: one row per unit, the filter row-wise
     if replay:
         decided = _decide_rows(sess, charged, curs, policy.guarantee, led or [])
@@ -1542,7 +1666,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
     # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
     # each measure's contributions before the filter, under a neutral name
     before = [F.col(m).alias(f"__m0_{i}") for i, m in enumerate(measure_list)]
-    if budget is None:
+    if not _filters(sess):
         work = charged.select("*", F.lit(True).alias("__allok"),
                               F.col(_ROWS).alias("__rows0"), *before)
     else:
@@ -1608,7 +1732,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         rows_released=rows_in, units_left_out=n_left, left_out=left_out_info,
         cells_dropped=cells_dropped, rule_counts=_rule_counts(counts, measure_list, nulls, rules),
         cells=cells, losses=None,
-        state=_SparkState(program, decided, any_ok, comps, extra))
+        state=_SparkState(program, decided, any_ok, comps, extra, curs))
 
 
 def _to_spark(spark: Any, out: pl.DataFrame) -> Any:
@@ -1710,6 +1834,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
     replay = row_mode and isinstance(ledger, SparkReplayLedger)
     prior = list(ledger.programs) if replay and sess.budget is not None else []
     led: list[str] = []
+    life_charge = None
     if replay:
         _require_bound(sess, sdf.columns)
     if row_mode:
@@ -1785,7 +1910,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         try:
             comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, guarantee,
                                                             approx, qname)
-            if sess.budget is None:
+            if not _filters(sess):
                 kept = inside
             elif replay:
                 kept = decided.filter(F.col("ok0")).select("__uid", _CELL, "__x")
@@ -1832,6 +1957,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
                 sess.ledger.add(decided.filter(any_ok).select(
                     F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
                     *[e.alias(k) for k, e in extra.items()]))
+                life_charge = _lifetime_charges(sess, decided, any_ok, comps, curs)
         finally:
             decided.unpersist()
     finally:
@@ -1854,7 +1980,7 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
         keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
         losses=None, confidential=confidential)
-    sess.record_release(record, "spark")
+    sess.record_release(record, "spark", lifetime=life_charge)
     if one_off:
         sess.set_as_last()
     return _to_spark(spark, out)

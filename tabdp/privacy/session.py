@@ -634,7 +634,9 @@ class Session:
     # -- recording ----------------------------------------------------------------------------
     def record_release(self, record: QueryRecord, backend: str,
                        charges: Charges | None = None,
-                       admitted: dict[str, np.ndarray] | None = None) -> None:
+                       admitted: dict[str, np.ndarray] | None = None, *,
+                       lifetime: tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]
+                       | None = None) -> None:
         """Add a release to the ledger (its admitted losses) and to the records.
 
         Args:
@@ -642,6 +644,9 @@ class Session:
             backend: ``"pandas"`` or ``"polars"`` (the library reports are returned in).
             charges: The query's charges (for curve budgets' per-currency ledger columns).
             admitted: The filter's decision on ``charges``.
+            lifetime: An engine that keeps its losses outside the session (Spark): the
+                admitted units' lifetime charges, ``(units, sums, maxes)`` with the columns
+                `_charge_lifetime` builds from ``record.losses`` (collected from the engine).
 
         Example:
             >>> from tabdp.mechanisms import Gaussian
@@ -669,19 +674,25 @@ class Session:
                                  {f"size@{c}": charges.size[c][ok]})
         self.records.append(record)
         if self.lifetime is not None:
-            self._charge_lifetime(record, charges, admitted)
+            self._charge_lifetime(record, charges, admitted, lifetime)
 
     def _charge_lifetime(self, record: QueryRecord, charges: Charges | None,
-                         admitted: dict[str, np.ndarray] | None) -> None:
+                         admitted: dict[str, np.ndarray] | None,
+                         given: tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]
+                         | None = None) -> None:
         """Add a release's admitted losses to the lifetime ledger (and commit if it autocommits).
 
         The same columns as the session's ledger, and ``rho@c`` / ``size@c`` per currency
-        (the lifetime budget may be a curve whatever the per-run budget is).
+        (the lifetime budget may be a curve whatever the per-run budget is). ``given``: the
+        same columns, computed by an engine that keeps the losses (Spark).
         """
         led = self.lifetime
         assert led is not None
         losses = record.losses
-        if losses is not None and losses.n:
+        if given is not None:
+            if len(given[0]):
+                led.charge(*given)
+        elif losses is not None and losses.n:
             comps = _components(losses)
             sums = {c: comps[c] for c in COMPONENTS if c != "size"}
             maxes = {"size": comps["size"]}
@@ -798,11 +809,6 @@ class Session:
         if current is None and engine == "spark" and ledger is not None:
             self._ledger = ledger
             return
-        if engine == "spark" and self.lifetime is not None:
-            raise InvalidParameterError(
-                "this session has a lifetime ledger, which Spark releases do not use yet; a "
-                "Spark release would not see the series' past losses.\nHint: release with "
-                "pandas or Polars frames (e.g. spark_df.toPandas()), or without ledger=.")
         if current is not None and current != engine:
             raise InvalidParameterError(
                 f"this session's releases ran on {current} frames and this one is a {engine} "

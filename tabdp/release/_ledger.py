@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tabdp.exceptions import InvalidParameterError, LedgerError, SpecError
+from tabdp.exceptions import InvalidParameterError, LedgerError
 from tabdp.release.curator_config import dataset_ledger_error
 
 __all__ = ["open_ledger", "commit_release"]
@@ -28,13 +28,13 @@ def open_ledger(spec: Any, engine: str) -> Any:
 
     Args:
         spec: The release spec (``None`` or a spec without ``[ledger]``: no ledger).
-        engine: ``"polars"`` or ``"spark"``.
+        engine: ``"polars"`` or ``"spark"`` (the same ledger: Spark joins its totals to the
+            units in Spark and charges it on the driver).
 
     Returns:
         The open [`tabdp.Ledger`][tabdp.Ledger] (``autocommit=False``), or ``None``.
 
     Raises:
-        SpecError: ``[ledger]`` with the Spark engine (not supported yet).
         LedgerError: In use by another run, does not verify, another series or budget.
 
     Example:
@@ -44,11 +44,6 @@ def open_ledger(spec: Any, engine: str) -> Any:
     led = getattr(spec, "ledger", None)
     if led is None:
         return None
-    if engine == "spark":
-        raise SpecError(
-            "ledger", "a lifetime ledger is not supported with the Spark engine yet (its "
-            "releases would not see the series' past losses). Nothing was read or written."
-            "\nHint: run with --engine polars (the default), or remove [ledger].")
     from tabdp.privacy.lifetime import Ledger
 
     out = spec.output

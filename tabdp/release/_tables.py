@@ -150,7 +150,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
                    overwrite: bool, report: Progress, caught: list[Any],
                    spark: Any = None, *, ledger: Any = None) -> ReleaseResult:
     if spark is not None:
-        return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark)
+        return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark,
+                             ledger=ledger)
     lf, input_schema = scan_input(spec, flag_lost=True)  # declared nulls: confidential
     if spec.input.unit is None:
         # Records, not positions: each row gets its id before any join, filter or sort, and
@@ -166,8 +167,8 @@ def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epo
 
 
 def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
-                  overwrite: bool, report: Progress, caught: list[Any], spark: Any
-                  ) -> ReleaseResult:
+                  overwrite: bool, report: Progress, caught: list[Any], spark: Any, *,
+                  ledger: Any = None) -> ReleaseResult:
     """The Spark engine: the same steps on a Spark DataFrame (docs/spark.md)."""
     from tabdp.release import _spark_run as sr
 
@@ -202,7 +203,8 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
             NATIONAL if national else None)
         return _release_and_write(spec, summary, started, epoch, overwrite, report, caught,
                                   sdf, input_schema, negatives,
-                                  spark=(spark, row.get("rows") if inp.unit is None else None))
+                                  spark=(spark, row.get("rows") if inp.unit is None else None),
+                                  ledger=ledger)
     finally:
         for p in persisted:
             p.unpersist()
