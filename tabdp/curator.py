@@ -34,6 +34,7 @@ what they return; it is not a sandbox for an author's own Python code in the cur
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -233,6 +234,7 @@ class Curator:
                 f"Curator.add: the unit column {unit!r} of {name!r} is not in its declared "
                 f"schema {sorted(declared)}.\nHint: declare it, e.g. schema={{{unit!r}: "
                 "'Int64', ...}.")
+        _check_same_data(ds, self._datasets)
         self._datasets[name] = ds
 
     @classmethod
@@ -503,6 +505,45 @@ class Curator:
     def __repr__(self) -> str:
         """Datasets and sessions (names only)."""
         return f"Curator(datasets={self.datasets}, sessions={self.sessions})"
+
+
+def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
+    """A new dataset against the declared ones (the configuration file's rules, in Python).
+
+    Datasets over the same data (the same frame, the same or nested paths, links resolved)
+    must have the same unit and ledger: otherwise the author would be handed the name with the
+    weaker accounting. A ledger may not overlap a dataset's path (a folder is read whole).
+    """
+    def where(x: _Dataset) -> Path | None:
+        return Path(os.path.realpath(x.data)) if x.kind == "path" else None
+
+    def led(x: _Dataset) -> Path | None:
+        return None if x.ledger is None else Path(os.path.realpath(x.ledger))
+
+    def overlap(a: Path, b: Path) -> bool:
+        return a == b or a in b.parents or b in a.parents
+
+    here = where(ds)
+    for other in declared.values():
+        there = where(other)
+        same = (other.data is ds.data if here is None or there is None
+                else overlap(here, there))
+        if same and (other.unit != ds.unit or led(other) != led(ds)):
+            raise InvalidParameterError(
+                f"Curator.add: dataset {ds.name!r} reads the same data as dataset "
+                f"{other.name!r} (the same frame, or the same or nested path) with another "
+                f"unit or ledger (unit {ds.unit!r} vs {other.unit!r}).\nHint: give both the "
+                "same unit and ledger (an author would be handed the one with the weaker "
+                "accounting), or declare the data once.")
+    # the new dataset's ledger against every path, every declared ledger against its path
+    pairs = [(ds, y) for y in [*declared.values(), ds]] + [(x, ds) for x in declared.values()]
+    for x, y in pairs:
+        lx, py = led(x), where(y)
+        if lx is not None and py is not None and overlap(lx, py):
+            raise InvalidParameterError(
+                f"Curator.add: the ledger of dataset {x.name!r} overlaps dataset {y.name!r} "
+                "(a ledger holds per-unit losses; a dataset folder is read whole).\nHint: keep "
+                "each ledger in a confidential folder of its own.")
 
 
 def _open_ledger(ds: _Dataset) -> Any:
