@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -445,10 +446,14 @@ class Curator:
         """
         session = self.session(name)
         author = self._authors.get(name)
-        if author is not None:
+        if author is None:
+            if session.lifetime is not None:
+                session.lifetime.close()
+            return
+        with author._lock:  # after a release under way (its commit included)
             author._closed = True
-        if session.lifetime is not None:
-            session.lifetime.close()
+            if session.lifetime is not None:
+                session.lifetime.close()
 
     def session(self, name: str) -> Session:
         """The full `Session` behind an author session (curator only).
@@ -716,7 +721,8 @@ class AuthorSession:
         ['median']
     """
 
-    __slots__ = ("_session", "_frame", "_pandas", "_schema", "_closed", "name", "dataset")
+    __slots__ = ("_session", "_frame", "_pandas", "_schema", "_closed", "_lock", "name",
+                 "dataset")
 
     def __init__(self, *, _token: object, session: Session, frame: Any, name: str,
                  dataset: str, schema: Mapping[str, pl.DataType], pandas: bool) -> None:
@@ -730,6 +736,10 @@ class AuthorSession:
         self._pandas = pandas
         self._schema = {c: str(t) for c, t in schema.items()}
         self._closed = False
+        # one release at a time: the filter reads the units' losses so far and the release
+        # then charges them (and commits the lifetime ledger); two releases at once from two
+        # threads would both pass the filter on the same losses, and commit over each other
+        self._lock = threading.Lock()
         #: The session's name (the curator finds the session by it).
         self.name = name
         #: The dataset's name.
@@ -795,10 +805,11 @@ class AuthorSession:
             ...                           nulls="zero", negatives="allow")["n"].dtype
             Int64
         """
-        return self._out(self._live().dp.sum(
-            columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
-            nulls=nulls, name=name, grid=grid, negatives=negatives, max_cells=max_cells,
-            form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.sum(
+                columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
+                nulls=nulls, name=name, grid=grid, negatives=negatives, max_cells=max_cells,
+                form=form, cv=cv))
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               level: float = DEFAULT_LEVEL, name: str | None = None, grid: Any = None,
@@ -829,9 +840,10 @@ class AuthorSession:
             ...                             keys=tabdp.KeySet.from_dict(c=["a"]))["count"].dtype
             Int64
         """
-        return self._out(self._live().dp.count(
-            by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
-            name=name, grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.count(
+                by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
+                name=name, grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv))
 
     def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
                bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
@@ -869,10 +881,11 @@ class AuthorSession:
             ...                              bounds=(0, 5), epsilon=1.0, nulls="drop").height
             1
         """
-        return self._out(self._live().dp.median(
-            column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
-            session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
-            name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.median(
+                column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+                session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
+                name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
 
     def quantile(self, column: str, q: float, *, by: str | Sequence[str], keys: KeySet,
                  bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
@@ -911,10 +924,11 @@ class AuthorSession:
             ...     keys=tabdp.KeySet.from_dict(c=["a"]), nulls="drop").columns[1]
             'x_q90'
         """
-        return self._out(self._live().dp.quantile(
-            column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
-            session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
-            name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.quantile(
+                column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+                session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
+                name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
 
     def summary(self, delta: float | None = None) -> dict[str, Any]:
         """The PUBLIC summary of the session (`to_dict()`).

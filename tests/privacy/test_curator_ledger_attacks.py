@@ -173,3 +173,47 @@ def test_one_more_firm_in_any_ledger_state_looks_alike(tmp_path, state):
             cur.close(author.name)
         seen.append(runs)
     assert seen[0] == seen[1]
+
+
+# -- concurrent releases in one session --------------------------------------------------------
+
+
+def test_concurrent_releases_in_one_session_pass_the_filter_one_at_a_time(tmp_path):
+    """A server that runs an author's calls in threads: releases of one session at once.
+
+    Each release reads the units' losses so far, filters, then charges and commits the
+    lifetime ledger. Two at once both passed the filter on the same losses (each unit charged
+    past its lifetime budget) and committed over each other: the ledger no longer verified
+    (every later run on the dataset refused) or recorded 1.5 against a budget of 1.
+    """
+    import threading
+
+    for trial in range(3):
+        led = _new_ledger(tmp_path / f"ledger{trial}")
+        cur = tabdp.Curator()
+        cur.add("firms", _firms(), unit="firm", ledger=led)
+        author = cur.author_session("firms", name="a")
+        _count(author)                      # every unit at 0.5 of its 1.0
+        start = threading.Barrier(4)
+        got: list[pl.DataFrame] = []
+        errors: list[BaseException] = []
+
+        def release(author: tabdp.AuthorSession = author, start: threading.Barrier = start,
+                    got: list[pl.DataFrame] = got, errors: list[BaseException] = errors
+                    ) -> None:
+            start.wait()
+            try:
+                got.append(_count(author))
+            except BaseException as err:    # noqa: BLE001 - collected for the assertion
+                errors.append(err)
+
+        threads = [threading.Thread(target=release) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(got) == 4
+        cur.close("a")
+        assert _state(led) == (5, 1.0)      # verifies; no unit past its lifetime budget
+        per = cur.report("a").per_record
+        assert per["rho"].max() == 1.0
