@@ -34,6 +34,8 @@ what they return; it is not a sandbox for an author's own Python code in the cur
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -233,6 +235,7 @@ class Curator:
                 f"Curator.add: the unit column {unit!r} of {name!r} is not in its declared "
                 f"schema {sorted(declared)}.\nHint: declare it, e.g. schema={{{unit!r}: "
                 "'Int64', ...}.")
+        _check_same_data(ds, self._datasets)
         self._datasets[name] = ds
 
     @classmethod
@@ -443,10 +446,14 @@ class Curator:
         """
         session = self.session(name)
         author = self._authors.get(name)
-        if author is not None:
+        if author is None:
+            if session.lifetime is not None:
+                session.lifetime.close()
+            return
+        with author._lock:  # after a release under way (its commit included)
             author._closed = True
-        if session.lifetime is not None:
-            session.lifetime.close()
+            if session.lifetime is not None:
+                session.lifetime.close()
 
     def session(self, name: str) -> Session:
         """The full `Session` behind an author session (curator only).
@@ -503,6 +510,45 @@ class Curator:
     def __repr__(self) -> str:
         """Datasets and sessions (names only)."""
         return f"Curator(datasets={self.datasets}, sessions={self.sessions})"
+
+
+def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
+    """A new dataset against the declared ones (the configuration file's rules, in Python).
+
+    Datasets over the same data (the same frame, the same or nested paths, links resolved)
+    must have the same unit and ledger: otherwise the author would be handed the name with the
+    weaker accounting. A ledger may not overlap a dataset's path (a folder is read whole).
+    """
+    def where(x: _Dataset) -> Path | None:
+        return Path(os.path.realpath(x.data)) if x.kind == "path" else None
+
+    def led(x: _Dataset) -> Path | None:
+        return None if x.ledger is None else Path(os.path.realpath(x.ledger))
+
+    def overlap(a: Path, b: Path) -> bool:
+        return a == b or a in b.parents or b in a.parents
+
+    here = where(ds)
+    for other in declared.values():
+        there = where(other)
+        same = (other.data is ds.data if here is None or there is None
+                else overlap(here, there))
+        if same and (other.unit != ds.unit or led(other) != led(ds)):
+            raise InvalidParameterError(
+                f"Curator.add: dataset {ds.name!r} reads the same data as dataset "
+                f"{other.name!r} (the same frame, or the same or nested path) with another "
+                f"unit or ledger (unit {ds.unit!r} vs {other.unit!r}).\nHint: give both the "
+                "same unit and ledger (an author would be handed the one with the weaker "
+                "accounting), or declare the data once.")
+    # the new dataset's ledger against every path, every declared ledger against its path
+    pairs = [(ds, y) for y in [*declared.values(), ds]] + [(x, ds) for x in declared.values()]
+    for x, y in pairs:
+        lx, py = led(x), where(y)
+        if lx is not None and py is not None and overlap(lx, py):
+            raise InvalidParameterError(
+                f"Curator.add: the ledger of dataset {x.name!r} overlaps dataset {y.name!r} "
+                "(a ledger holds per-unit losses; a dataset folder is read whole).\nHint: keep "
+                "each ledger in a confidential folder of its own.")
 
 
 def _open_ledger(ds: _Dataset) -> Any:
@@ -680,7 +726,8 @@ class AuthorSession:
         ['median']
     """
 
-    __slots__ = ("_session", "_frame", "_pandas", "_schema", "_closed", "name", "dataset")
+    __slots__ = ("_session", "_frame", "_pandas", "_schema", "_closed", "_lock", "name",
+                 "dataset")
 
     def __init__(self, *, _token: object, session: Session, frame: Any, name: str,
                  dataset: str, schema: Mapping[str, pl.DataType], pandas: bool) -> None:
@@ -694,6 +741,10 @@ class AuthorSession:
         self._pandas = pandas
         self._schema = {c: str(t) for c, t in schema.items()}
         self._closed = False
+        # one release at a time: the filter reads the units' losses so far and the release
+        # then charges them (and commits the lifetime ledger); two releases at once from two
+        # threads would both pass the filter on the same losses, and commit over each other
+        self._lock = threading.Lock()
         #: The session's name (the curator finds the session by it).
         self.name = name
         #: The dataset's name.
@@ -759,10 +810,11 @@ class AuthorSession:
             ...                           nulls="zero", negatives="allow")["n"].dtype
             Int64
         """
-        return self._out(self._live().dp.sum(
-            columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
-            nulls=nulls, name=name, grid=grid, negatives=negatives, max_cells=max_cells,
-            form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.sum(
+                columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
+                nulls=nulls, name=name, grid=grid, negatives=negatives, max_cells=max_cells,
+                form=form, cv=cv))
 
     def count(self, *, by: str | Sequence[str], keys: KeySet, mechanism: Mechanism | None = None,
               level: float = DEFAULT_LEVEL, name: str | None = None, grid: Any = None,
@@ -793,9 +845,10 @@ class AuthorSession:
             ...                             keys=tabdp.KeySet.from_dict(c=["a"]))["count"].dtype
             Int64
         """
-        return self._out(self._live().dp.count(
-            by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
-            name=name, grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.count(
+                by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
+                name=name, grid=grid, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv))
 
     def median(self, column: str, *, by: str | Sequence[str], keys: KeySet,
                bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
@@ -833,10 +886,11 @@ class AuthorSession:
             ...                              bounds=(0, 5), epsilon=1.0, nulls="drop").height
             1
         """
-        return self._out(self._live().dp.median(
-            column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
-            session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
-            name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.median(
+                column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+                session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
+                name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
 
     def quantile(self, column: str, q: float, *, by: str | Sequence[str], keys: KeySet,
                  bounds: tuple[float, float], epsilon: float, noise: str = "polyplace",
@@ -875,10 +929,11 @@ class AuthorSession:
             ...     keys=tabdp.KeySet.from_dict(c=["a"]), nulls="drop").columns[1]
             'x_q90'
         """
-        return self._out(self._live().dp.quantile(
-            column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
-            session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
-            name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
+        with self._lock:
+            return self._out(self._live().dp.quantile(
+                column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
+                session=self._session, level=level, gamma=gamma, delta=delta, nulls=nulls,
+                name=name, grid=grid, uncertainty_share=uncertainty_share, form=form, cv=cv))
 
     def summary(self, delta: float | None = None) -> dict[str, Any]:
         """The PUBLIC summary of the session (`to_dict()`).

@@ -799,13 +799,16 @@ class Ledger:
             >>> led.totals(["rho", "rho@x"]).rows()
             [(3, 0.25, 0.0)]
         """
-        table = self._current
-        if table is None:
+        tot = self._tot
+        if tot.units is None or not len(tot.units):
             dt = pl.String if self.unit_dtype == "String" else pl.Int64
             return pl.DataFrame({"unit": pl.Series([], dtype=dt),
                                  **{c: pl.Series([], dtype=pl.Float64) for c in cols}})
-        return table.select("unit", *[pl.col(c).cast(pl.Float64) if c in table.columns
-                                      else pl.lit(0.0, pl.Float64).alias(c) for c in cols])
+        n = len(tot.units)
+        # copies: the run's arrays change in place at the next charge
+        vals = {c: tot.life[c].copy() if c in tot.life else np.zeros(n) for c in cols}
+        return pl.DataFrame({"unit": tot.units.rename("unit"),
+                             **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in vals.items()}})
 
     def lookup_lifetime(self) -> Callable[[Any, list[str]], dict[str, np.ndarray]]:
         """``lookup(units, cols)`` for the lifetime filter (stored plus this run's so far).

@@ -187,18 +187,17 @@ class _Staging:
     def __enter__(self) -> list[Path]:
         self.created: list[Path] = []
         try:
-            for t, private in zip(self.targets, self.private, strict=True):
+            for t in self.targets:
                 missing = [p for p in reversed(t.parents) if not p.exists()]
                 t.parent.mkdir(parents=True, exist_ok=True)
                 self.created += missing
+                # mkdtemp makes a private (0700) folder, and it stays private while the
+                # run writes: a release with a lifetime ledger is charged only at the end of
+                # the block, so its public tables must not be readable before (a run killed
+                # in between would leave them behind, uncharged). Publishable outputs get the
+                # usual permissions when they are moved into place (``__exit__``).
                 tmp = Path(tempfile.mkdtemp(prefix=_staging_name(t, "tmp"), dir=t.parent))
                 self.tmps.append(tmp)
-                if not private:
-                    # mkdtemp makes a private (0700) folder: publishable outputs get the
-                    # usual permissions; confidential ones stay readable by the owner only.
-                    umask = os.umask(0)
-                    os.umask(umask)
-                    tmp.chmod(0o777 & ~umask)
         except BaseException:
             self._cleanup()
             raise
@@ -222,8 +221,12 @@ class _Staging:
         # Swap in: move any old folder aside first, so a failure can restore it.
         moved: list[tuple[Path, Path]] = []
         placed: list[Path] = []
+        umask = os.umask(0)
+        os.umask(umask)
         try:
             for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
+                if not private:  # publishable outputs: the usual permissions, now
+                    tmp.chmod(0o777 & ~umask)
                 if t.exists():
                     if not (self.overwrite or (private and _failure_only(t))):
                         raise InvalidParameterError(

@@ -463,7 +463,12 @@ def _check_ledgers(config: CuratorConfig) -> None:
     unit) and step around the other's.
     """
     def where(x: DatasetDecl) -> Path | str:
-        return Path(os.path.realpath(x.path)) if x.path is not None else str(x.table)
+        if x.path is not None:
+            return Path(os.path.realpath(x.path))
+        # Spark's catalog names are case-insensitive, and spark_catalog is its default
+        # catalog: "lake.firms", "LAKE.Firms" and "spark_catalog.lake.firms" are one table
+        table = str(x.table).lower()
+        return table.removeprefix("spark_catalog.") if table.count(".") == 2 else table
 
     def ledger_of(x: DatasetDecl) -> Path | None:
         return None if x.ledger is None else Path(os.path.realpath(x.ledger))
