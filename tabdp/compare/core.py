@@ -360,14 +360,17 @@ def _protect_linked(tables: list[dict[str, Any]], opts: SdcOptions, folder: Path
                     axes: Sequence[str], say: Callable[[str], None]) -> dict[str, Any]:
     """Protect tables that share cells as linked tables: Tau-Argus rounds until consistent.
 
-    The modular approach for linked tables (as τ-ARGUS' and rtauargus' ``tab_multi_manager``
-    orchestrate it; no suppression solver of tabdp's own): every table was protected on its
-    own; then every cell withheld in one table of a group and published in another that has
-    it is suppressed a-priori in that other table (manual unsafe, protection levels: the
-    rule's when the cell is primary somewhere, else p% of its value) and that table is
-    protected again by Tau-Argus, with every cell forced so far; until no table publishes a
-    cell another withholds (the forced sets only grow, so this ends), at most
-    `LINKED_MAX_ROUNDS` rounds.
+    An iteration around Tau-Argus in the spirit of rtauargus' ``tab_multi_manager`` (no
+    suppression solver of tabdp's own): every table was protected on its own; then every cell
+    withheld in one table of a group and published in another that has it is suppressed
+    a-priori in that other table (manual unsafe, protection levels: the rule's when the cell
+    is primary somewhere, else p% of its value), and that table is protected again by
+    Tau-Argus with every cell forced so far; until no table publishes a cell another
+    withholds (the forced sets only grow, so this ends), at most `LINKED_MAX_ROUNDS` re-runs.
+    Each group's rounds replace ``sdc`` and ``cells`` of its tables in place.
+
+    Returns:
+        What was done (``compare.json`` → ``linked``).
     """
     info: dict[str, Any] = {"mode": opts.linked, "applied": False, "groups": []}
     if opts.linked == "off":
