@@ -486,7 +486,8 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
                                      opts.suppress(base), hrc, wd, audit and method != "RND",
                                      steps, apriori)
         cells = raw.select(
-            [pl.col(c).cast(pl.String) for c in cols]
+            # Tau-Argus pads the codes of a flat dimension to one length ("0" -> "   0")
+            [pl.col(c).cast(pl.String).str.strip_chars(" ") for c in cols]
             + [pl.col(response).cast(pl.Float64).alias("tau_value"),
                pl.col("freq").cast(pl.Int64), pl.col("status"),
                pl.col("lower").cast(pl.Float64).alias("lpl"),

@@ -117,3 +117,16 @@ def test_parse_linked() -> None:
     assert parse_sdc("p=10; linked=Off").as_dict()["linked"] == "off"
     with pytest.raises(InvalidParameterError, match="linked must be auto, on or off"):
         parse_sdc("linked=maybe")
+
+
+def test_flat_codes_of_different_lengths_come_back_unpadded(tmp_path: Path) -> None:
+    # Tau-Argus pads a flat dimension's codes to one length ("0" -> "   0"); the cells
+    # must come back with the spec's codes (they name the same cells in other tables)
+    pytest.importorskip("pytauargus")
+    rng = np.random.default_rng(2)
+    codes = ["0", "1-4", "1000+"]
+    m = pl.DataFrame({"size": rng.choice(codes, 40), "pay": rng.lognormal(5, 1, 40)})
+    dims = [build_dim("size", codes, {})]
+    tab = protect(m, ["size"], "pay", dims, SdcOptions(p=10), workdir=tmp_path)
+    assert sorted(tab.cells["size"].to_list()) == sorted(["Total", *codes])
+    assert add_levels(tab.cells, ["size"], dims)["level"].to_list().count("national") == 1
