@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     res = protect(micro.to_pandas(), job["cols"], response=job["response"],
                   safety_rules=job["rules"], suppress=job["suppress"],
                   hrc=job["hrc"] or None, workdir=str(wd / "tau"), run=False)
+    if job.get("apriori"):
+        _add_apriori(Path(res.files["arb"]), wd / "linked.hst", job["apriori"])
     steps["write_tau_argus_files"] = time.perf_counter() - t0
     raw_suppress = Engine.suppress
 
@@ -72,6 +74,25 @@ def main(argv: list[str] | None = None) -> int:
     steps["read_result"] = time.perf_counter() - t0
     (wd / "timings.json").write_text(json.dumps(steps), encoding="utf-8")
     return 0
+
+
+def _add_apriori(arb: Path, hst: Path, rows: list[list[Any]]) -> None:
+    """Suppress cells a-priori: each row is the cell's codes, then its protection below/above.
+
+    Each cell gets a ``U`` line (manual unsafe: Tau-Argus' secondary suppression protects it
+    like a primary cell) and a ``PL`` line (its protection levels), read by an ``<APRIORY>``
+    command placed before ``<SUPPRESS>``.
+    """
+    lines = []
+    for r in rows:
+        codes = [str(c) for c in r[:-2]]
+        lines.append(";".join([*codes, "U"]))
+        lines.append(";".join([*codes, "PL", repr(float(r[-2])), repr(float(r[-1]))]))
+    hst.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = arb.read_text(encoding="utf-8")
+    cmd = f'<APRIORY> "{hst.resolve()}",1,";"\n'
+    text = text.replace("<SUPPRESS>", cmd + "<SUPPRESS>", 1)
+    arb.write_text(text, encoding="utf-8")
 
 
 def _java_apriori_bounds() -> None:

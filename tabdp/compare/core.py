@@ -62,6 +62,7 @@ class CompareResult:
 
 
 TAU_AUDIT_MAX_CELLS = 5000
+LINKED_MAX_ROUNDS = 10  # Tau-Argus re-runs of a group of linked tables (then: not consistent)
 """Largest table (cells, margins included) on which Tau-Argus' own audit runs by default."""
 
 
@@ -252,8 +253,14 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
             cells = add_levels(tab.cells, cols, dims)
             cells = cells.with_columns(_canonical(cols, dims, axes).alias("cell_key"))
             sdc_tables.append({"table": t.name, "measure": m, "kind": t.kind, "by": cols,
-                               "dims": dims, "sdc": tab, "cells": cells})
+                               "dims": dims, "sdc": tab, "cells": cells, "micro": data,
+                               "audit": own_audit})
     timings["tau_argus"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    linked = _protect_linked(sdc_tables, opts, folder, axes, say)
+    for x in sdc_tables:
+        x.pop("micro", None)
+    timings["tau_argus_linked_rounds"] = time.perf_counter() - t0
 
     # -- audit -------------------------------------------------------------------------------
     say("audit (LP min/max of every withheld cell over all published tables)")
@@ -291,7 +298,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
                                  pl.lit(x["measure"]).alias("measure"))
          .select(["table", "measure", "cell_key", "level", "value", "freq", "x1", "x2",
                   "status", "lpl", "upl", "published", "released", "audit_lower",
-                  "audit_upper", "protected"])
+                  "audit_upper", "protected", "forced"])
          for x in sdc_tables], how="vertical_relaxed") if sdc_tables else pl.DataFrame()
     timings["total"] = time.perf_counter() - t_all
     summary: dict[str, Any] = {
@@ -300,6 +307,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
                  "intervals, per-record losses). Never publish this file."),
         "release": spec.release.name,
         "sdc": opts.as_dict() | {"described": opts.describe()},
+        "linked": linked,
         "tables": [{"table": x["table"], "measure": x["measure"], "kind": x["kind"],
                     "by": x["by"], "method": x["sdc"].method, "rounding_base": x["sdc"].base,
                     "cells": x["cells"].height, "tau_seconds": x["sdc"].seconds,
@@ -326,6 +334,111 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     html_path.write_text(render_compare_html(summary, all_cells, losses), encoding="utf-8")
     # Tau-Argus' working files hold the microdata: keep them only inside this folder
     return CompareResult(folder, folder_json, html_path, summary, all_cells)
+
+
+# -- linked tables ---------------------------------------------------------------------------
+
+def _shared_groups(tables: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Tables of the same measure (kind and column) that share at least one cell."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for x in tables:
+        by.setdefault((x["kind"], x["measure"]), []).append(x)
+    out = []
+    for group in by.values():
+        if len(group) < 2:
+            continue
+        seen: dict[str, int] = {}
+        for i, x in enumerate(group):
+            for k in x["cells"]["cell_key"].to_list():
+                seen[k] = seen.get(k, 0) | (1 << i)
+        if any(v & (v - 1) for v in seen.values()):
+            out.append(group)
+    return out
+
+
+def _protect_linked(tables: list[dict[str, Any]], opts: SdcOptions, folder: Path,
+                    axes: Sequence[str], say: Callable[[str], None]) -> dict[str, Any]:
+    """Protect tables that share cells as linked tables: Tau-Argus rounds until consistent.
+
+    An iteration around Tau-Argus in the spirit of rtauargus' ``tab_multi_manager`` (no
+    suppression solver of tabdp's own): every table was protected on its own; then every cell
+    withheld in one table of a group and published in another that has it is suppressed
+    a-priori in that other table (manual unsafe, protection levels: the rule's when the cell
+    is primary somewhere, else p% of its value), and that table is protected again by
+    Tau-Argus with every cell forced so far; until no table publishes a cell another
+    withholds (the forced sets only grow, so this ends), at most `LINKED_MAX_ROUNDS` re-runs.
+    Each group's rounds replace ``sdc`` and ``cells`` of its tables in place.
+
+    Returns:
+        What was done (``compare.json`` → ``linked``).
+    """
+    info: dict[str, Any] = {"mode": opts.linked, "applied": False, "groups": []}
+    if opts.linked == "off":
+        info["reason"] = "switched off (linked=off): each table protected on its own"
+        return info
+    if opts.secondary == "RND":
+        info["reason"] = ("controlled rounding publishes every cell: no suppression to carry "
+                          "between tables")
+        return info
+    groups = _shared_groups(tables)
+    if not groups:
+        info["reason"] = "no two tables of the same measure share a cell"
+        return info
+    info["applied"] = True
+    margin = float(opts.p if opts.p is not None else 10) / 100.0
+    for group in groups:
+        names = [f"{x['table']} / {x['measure']}" for x in group]
+        forced: list[dict[tuple[str, ...], tuple[float, float]]] = [{} for _ in group]
+        rounds: list[dict[str, Any]] = []
+        converged = False
+        for rnd in range(1, LINKED_MAX_ROUNDS + 2):
+            withheld: dict[str, tuple[float, float]] = {}
+            for x in group:
+                c = x["cells"].filter(~pl.col("published"))
+                for k, lpl, upl, v, st in c.select(
+                        "cell_key", "lpl", "upl", "value", "status").iter_rows():
+                    prot = ((float(lpl), float(upl)) if st == "U"
+                            else (margin * abs(float(v)), margin * abs(float(v))))
+                    old = withheld.get(k, (0.0, 0.0))
+                    withheld[k] = (max(old[0], prot[0]), max(old[1], prot[1]))
+            new_counts = []
+            for i, x in enumerate(group):
+                c = x["cells"].filter(pl.col("published")
+                                      & pl.col("cell_key").is_in(list(withheld)))
+                add = {tuple(r[:-1]): withheld[r[-1]]
+                       for r in c.select([*x["by"], "cell_key"]).iter_rows()}
+                forced[i].update(add)
+                new_counts.append(len(add))
+            if not any(new_counts):
+                converged = True
+                break
+            if rnd > LINKED_MAX_ROUNDS:
+                info.setdefault("not_consistent", {})[" + ".join(names)] = dict(
+                    zip(names, new_counts, strict=True))
+                break
+            say(f"  linked tables, round {rnd}: "
+                + ", ".join(f"{n} cells forced in {nm}"
+                            for n, nm in zip(new_counts, names, strict=True) if n))
+            rounds.append({"round": rnd, "forced_new": dict(zip(names, new_counts, strict=True))})
+            for i, x in enumerate(group):
+                if not new_counts[i]:
+                    continue
+                tab = protect(x["micro"], x["by"], x["measure"], x["dims"], opts,
+                              count=x["kind"] == "count", audit=x["audit"],
+                              workdir=folder / "tau" / f"{x['table']}__{x['measure']}__r{rnd}",
+                              forced=forced[i])
+                tab.seconds += x["sdc"].seconds
+                cells = add_levels(tab.cells, x["by"], x["dims"])
+                x["sdc"] = tab
+                x["cells"] = cells.with_columns(
+                    _canonical(x["by"], x["dims"], axes).alias("cell_key"))
+        info["groups"].append({
+            "tables": names, "measure": group[0]["measure"], "kind": group[0]["kind"],
+            "rounds": rounds, "reruns": len(rounds), "converged": converged,
+            "forced_cells": dict(zip(names, (len(f) for f in forced), strict=True))})
+        if not converged:
+            say(f"  linked tables {names}: not consistent after {LINKED_MAX_ROUNDS} rounds")
+    return info
 
 
 # -- input -----------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from tabdp.exceptions import DataValidationError, InvalidParameterError, Unsuppo
 TOTAL = "Total"
 INSTALL = 'pip install "tabdp[sdc]"'
 _METHODS = ("OPT", "MOD", "RND")
-_KEYS = ("p", "nk", "freq", "secondary", "base", "time")
+_KEYS = ("p", "nk", "freq", "secondary", "base", "time", "linked")
+_LINKED = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class SdcOptions:
             or ``"RND"`` (controlled rounding).
         base: Rounding base for ``RND`` (``None``: the smallest base Tau-Argus allows).
         time: Time limit in minutes given to Tau-Argus' solver.
+        linked: Protection of tables that share cells (same measure): ``"auto"`` (the
+            default: linked when two tables share a cell), ``"on"`` or ``"off"`` (each table
+            on its own). See `tabdp.compare.core` (the linked-tables rounds).
     """
 
     p: int | None = 10
@@ -50,6 +54,7 @@ class SdcOptions:
     secondary: str = "MOD"
     base: int | None = None
     time: int = 10
+    linked: str = "auto"
 
     def rules(self, *, count: bool = False) -> str:
         """The Tau-Argus safety-rule string of a magnitude table (or a count table).
@@ -129,13 +134,14 @@ class SdcOptions:
         """
         return {"p": self.p, "nk": list(self.nk) if self.nk else None, "freq": self.freq,
                 "secondary": self.secondary, "base": self.base, "time": self.time,
-                "rules": self.rules()}
+                "linked": self.linked, "rules": self.rules()}
 
 
 def _bad(text: str, got: str, allowed: str) -> InvalidParameterError:
     return InvalidParameterError(
         f"--sdc: {text}; got {got!r}. Allowed: {allowed}.\nHint: write the options as "
-        "'p=10; nk=2,85; freq=3; secondary=OPT' (secondary OPT, MOD or RND; base=N for RND).")
+        "'p=10; nk=2,85; freq=3; secondary=OPT' (secondary OPT, MOD or RND; base=N for RND; "
+        "linked=auto, on or off).")
 
 
 def parse_sdc(text: str | None) -> SdcOptions:
@@ -143,8 +149,9 @@ def parse_sdc(text: str | None) -> SdcOptions:
 
     ``key=value`` pairs separated by ``;``: ``p`` (integer percent, or ``none``), ``nk``
     (``n,k``), ``freq`` (minimum contributors), ``secondary`` (``OPT``, ``MOD`` or ``RND``),
-    ``base`` (rounding base) and ``time`` (solver minutes). Unset keys keep their defaults
-    (``p=10; secondary=MOD``).
+    ``base`` (rounding base), ``time`` (solver minutes) and ``linked`` (``auto``, ``on`` or
+    ``off``: protect tables that share cells as linked tables). Unset keys keep their defaults
+    (``p=10; secondary=MOD; linked=auto``).
 
     Args:
         text: The options (``None`` or empty: the defaults).
@@ -161,6 +168,8 @@ def parse_sdc(text: str | None) -> SdcOptions:
         (15, (3, 75), 'MOD')
         >>> parse_sdc("p=none; freq=3").rules()
         'FREQ(3,10)'
+        >>> parse_sdc("linked=OFF").linked
+        'off'
     """
     values: dict[str, Any] = {}
     for part in (text or "").split(";"):
@@ -178,6 +187,11 @@ def parse_sdc(text: str | None) -> SdcOptions:
             if v not in _METHODS:
                 raise _bad("secondary must be a Tau-Argus method tabdp drives", val,
                            ", ".join(_METHODS))
+            values[key] = v
+        elif key == "linked":
+            v = val.lower()
+            if v not in _LINKED:
+                raise _bad("linked must be auto, on or off", val, ", ".join(_LINKED))
             values[key] = v
         elif key == "nk":
             m = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", val)
@@ -406,7 +420,8 @@ def _ancestors(d: Dim, column: str) -> dict[str, dict[str, str]]:
 
 def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Sequence[Dim],
             opts: SdcOptions, *, count: bool = False, workdir: Path | None = None,
-            audit: bool = False) -> SdcTable:
+            audit: bool = False, forced: Mapping[tuple[str, ...], tuple[float, float]]
+            | None = None) -> SdcTable:
     """Protect one table with Tau-Argus.
 
     Args:
@@ -418,6 +433,12 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         count: A count table (frequency rule only).
         workdir: Folder for Tau-Argus' files (default: a temporary folder, removed).
         audit: Also run Tau-Argus' own audit (kept in `tau_audit`).
+        forced: Cells to suppress whatever the rules say (the codes of each dimension, in
+            ``cols`` order) → the protection (below, above) they need: given to Tau-Argus as
+            a-priori manual-unsafe cells (``U`` and ``PL`` lines of an ``<APRIORY>`` file),
+            which its secondary suppression then protects like primary cells. In the output
+            they have status ``M`` (secondary) and no required protection of their own, and
+            ``forced`` is true.
 
     Returns:
         The protected table, every cell.
@@ -460,11 +481,13 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         method = opts.secondary
         if method == "RND":
             base = opts.base or _auto_base(micro, cols, response)
+        apriori = [[*k, lo, hi] for k, (lo, hi) in (forced or {}).items()]
         raw, tau_audit = _run_worker(micro.select([*cols, response]), cols, response, rules,
                                      opts.suppress(base), hrc, wd, audit and method != "RND",
-                                     steps)
+                                     steps, apriori)
         cells = raw.select(
-            [pl.col(c).cast(pl.String) for c in cols]
+            # Tau-Argus pads the codes of a flat dimension to one length ("0" -> "   0")
+            [pl.col(c).cast(pl.String).str.strip_chars(" ") for c in cols]
             + [pl.col(response).cast(pl.Float64).alias("tau_value"),
                pl.col("freq").cast(pl.Int64), pl.col("status"),
                pl.col("lower").cast(pl.Float64).alias("lpl"),
@@ -492,6 +515,7 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         cells = cells.drop("tau_value")
     cells = cells.join(top, on=cols, how="left").with_columns(
         pl.col("x1").fill_null(0.0), pl.col("x2").fill_null(0.0))
+    cells = _mark_forced(cells, cols, forced)
     if own:
         import shutil
 
@@ -501,7 +525,8 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
 
 def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
                 suppress: str, hrc: Mapping[str, str], wd: Path, audit: bool,
-                steps: dict[str, float]) -> tuple[pl.DataFrame, list[dict[str, Any]] | None]:
+                steps: dict[str, float], apriori: list[list[Any]] | None = None
+                ) -> tuple[pl.DataFrame, list[dict[str, Any]] | None]:
     """Run Tau-Argus in a child process (the engine is not safe to reuse in-process)."""
     import json
     import os
@@ -516,7 +541,7 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
     micro.write_parquet(job / "micro.parquet")
     (job / "job.json").write_text(json.dumps(
         {"cols": cols, "response": response, "rules": rules, "suppress": suppress,
-         "hrc": dict(hrc), "audit": audit}), encoding="utf-8")
+         "hrc": dict(hrc), "audit": audit, "apriori": apriori or []}), encoding="utf-8")
     env = dict(os.environ)
     root = str(Path(tabdp.__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
@@ -550,6 +575,23 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
         rows = rows[:-1] + [{"apriori_all": [[int(k), lo, hi]
                                               for k, (lo, hi) in rows[-1]["apriori_all"]]}]
     return cells, rows
+
+
+def _mark_forced(cells: pl.DataFrame, cols: list[str],
+                 forced: Mapping[tuple[str, ...], tuple[float, float]] | None) -> pl.DataFrame:
+    """Flag the cells suppressed a-priori (``forced``): secondary, no protection of their own."""
+    keys = list(forced or {})
+    if not keys:
+        return cells.with_columns(pl.lit(False).alias("forced"))
+    f = pl.DataFrame({c: [k[i] for k in keys] for i, c in enumerate(cols)},
+                     schema=dict.fromkeys(cols, pl.String)).with_columns(
+        pl.lit(True).alias("forced"))
+    out = cells.join(f, on=cols, how="left").with_columns(pl.col("forced").fill_null(False))
+    hit = pl.col("forced") & (pl.col("status") == "U")
+    return out.with_columns(pl.when(hit).then(pl.lit("M")).otherwise(pl.col("status"))
+                            .alias("status"),
+                            pl.when(hit).then(0.0).otherwise(pl.col("lpl")).alias("lpl"),
+                            pl.when(hit).then(0.0).otherwise(pl.col("upl")).alias("upl"))
 
 
 def _children_cpu() -> float:

@@ -69,6 +69,26 @@ def _num(x: Any) -> str:
     return H.fmt(x)
 
 
+def _linked_html(linked: Mapping[str, Any]) -> str:
+    """The linked-tables rounds in a sentence per group of tables that share cells."""
+    if not linked:
+        return ""
+    if not linked.get("applied"):
+        return (f"<p>Linked tables ({html.escape(str(linked.get('mode')))}): not applied, "
+                f"{html.escape(str(linked.get('reason', '')))}.</p>")
+    out = []
+    for g in linked.get("groups") or []:
+        forced = ", ".join(f"{k}: {v}" for k, v in (g.get("forced_cells") or {}).items())
+        state = ("consistent" if g.get("converged") else
+                 "<b>not consistent</b> (round limit reached: some shared cells are still "
+                 "withheld in one table and published in another)")
+        out.append(f"<p>Linked tables {html.escape(', '.join(g['tables']))}: "
+                   f"{g.get('reruns', 0)} Tau-Argus round(s) after the first, {state}; "
+                   f"cells suppressed a-priori because another table withholds them: "
+                   f"{html.escape(forced)}.</p>")
+    return "".join(out)
+
+
 def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
                         losses: pl.DataFrame) -> str:
     """Render the comparison page.
@@ -154,6 +174,7 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
         nr = tc["not_run"]
         tau_txt += (f"<p>Tau-Argus' own audit was not run on {html.escape(', '.join(nr['tables']))}"
                     f" ({html.escape(nr['reason'])}).</p>")
+    tau_txt += _linked_html(summary.get("linked") or {})
     body.append(H._section("audit", "Audit of the suppression", (
         "<p>For every withheld cell, the smallest and largest value consistent with everything "
         "the traditional release publishes (all its tables, every margin, the hierarchies) and "

@@ -165,6 +165,11 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
     payroll = s["tables"][0]
     assert payroll["cells"] == (1 + 2 + 8) * (1 + 19) and payroll["method"] == "MOD"
     assert payroll["statuses"].get("U", 0) > 0
+    # a payroll table and a count table share no statistic: nothing to link
+    assert s["linked"]["mode"] == "auto" and s["linked"]["applied"] is False
+    assert s["linked"]["reason"] == "no two tables of the same measure share a cell"
+    assert "Linked tables (auto): not applied" in (folder / "compare_report.html").read_text(
+        encoding="utf-8")
     # Tau-Argus' audit and the LP agree
     assert s["tau_audit_check"]["tables"] and s["tau_audit_check"]["max_abs_diff"] <= 1e-6
     # small tables: Tau-Argus' own audit ran on every one by default
