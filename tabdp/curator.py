@@ -519,8 +519,10 @@ def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
     must have the same unit and ledger: otherwise the author would be handed the name with the
     weaker accounting. A ledger may not overlap a dataset's path (a folder is read whole).
     """
-    def where(x: _Dataset) -> Path | None:
-        return Path(os.path.realpath(x.data)) if x.kind == "path" else None
+    def where(x: _Dataset) -> list[Path] | None:
+        from tabdp.release.curator_config import data_locations
+
+        return data_locations(x.data) if x.kind == "path" else None
 
     def led(x: _Dataset) -> Path | None:
         return None if x.ledger is None else Path(os.path.realpath(x.ledger))
@@ -532,7 +534,7 @@ def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
     for other in declared.values():
         there = where(other)
         same = (other.data is ds.data if here is None or there is None
-                else overlap(here, there))
+                else any(overlap(a, b) for a in here for b in there))
         if same and (other.unit != ds.unit or led(other) != led(ds)):
             raise InvalidParameterError(
                 f"Curator.add: dataset {ds.name!r} reads the same data as dataset "
@@ -544,7 +546,7 @@ def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
     pairs = [(ds, y) for y in [*declared.values(), ds]] + [(x, ds) for x in declared.values()]
     for x, y in pairs:
         lx, py = led(x), where(y)
-        if lx is not None and py is not None and overlap(lx, py):
+        if lx is not None and py is not None and any(overlap(lx, q) for q in py):
             raise InvalidParameterError(
                 f"Curator.add: the ledger of dataset {x.name!r} overlaps dataset {y.name!r} "
                 "(a ledger holds per-unit losses; a dataset folder is read whole).\nHint: keep "

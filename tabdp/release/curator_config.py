@@ -96,7 +96,7 @@ from tabdp.exceptions import LedgerError, SpecError
 
 __all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
            "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV", "OVERWRITE_POLICIES",
-           "check_author_overwrite", "dataset_ledger_error"]
+           "check_author_overwrite", "dataset_ledger_error", "data_locations"]
 
 #: The environment variable the CLI reads the configuration's path from when ``--curator`` is
 #: not given.
@@ -455,6 +455,38 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
     return config
 
 
+def data_locations(path: str | os.PathLike[str]) -> list[Path]:
+    """Where a dataset's data really lies: its path and the targets of links inside it.
+
+    A folder is read whole and readers follow symbolic links, so a folder holding a link to
+    another dataset's file or folder reads that data too (review R13). Resolved real paths:
+    the dataset's own, then each link's target found below it (links are not descended).
+
+    Args:
+        path: A dataset's file or folder.
+
+    Returns:
+        Real paths, the dataset's own first.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "a").mkdir(); (d / "b").mkdir()
+        >>> (d / "b" / "x.parquet").symlink_to(d / "a")
+        >>> [p.name for p in data_locations(d / "b")]
+        ['b', 'a']
+    """
+    own = Path(os.path.realpath(path))
+    out = [own]
+    if own.is_dir():
+        for root, dirs, files in os.walk(own):
+            for name in [*dirs, *files]:
+                full = Path(root) / name
+                if full.is_symlink():
+                    out.append(Path(os.path.realpath(full)))
+    return out
+
+
 def _check_ledgers(config: CuratorConfig) -> None:
     """Each dataset's ledger: outside every dataset, public folder and the output root.
 
@@ -462,9 +494,9 @@ def _check_ledgers(config: CuratorConfig) -> None:
     unit and ledger: otherwise an author would name the one without a ledger (or with a finer
     unit) and step around the other's.
     """
-    def where(x: DatasetDecl) -> Path | str:
+    def where(x: DatasetDecl) -> list[Path] | str:
         if x.path is not None:
-            return Path(os.path.realpath(x.path))
+            return data_locations(x.path)
         # Spark's catalog names are case-insensitive, and spark_catalog is its default
         # catalog: "lake.firms", "LAKE.Firms" and "spark_catalog.lake.firms" are one table
         table = str(x.table).lower()
@@ -477,8 +509,8 @@ def _check_ledgers(config: CuratorConfig) -> None:
     for i, (a_name, a) in enumerate(items):
         for b_name, b in items[i + 1:]:
             wa, wb = where(a), where(b)
-            same = wa == wb or (isinstance(wa, Path) and isinstance(wb, Path)
-                                and (wa in wb.parents or wb in wa.parents))
+            same = wa == wb if isinstance(wa, str) or isinstance(wb, str) else any(
+                pa == pb or pa in pb.parents or pb in pa.parents for pa in wa for pb in wb)
             if same and (a.unit != b.unit or ledger_of(a) != ledger_of(b)):
                 _fail(f"datasets.{b_name}", f"reads the same data as dataset {a_name!r} (the "
                                             "same or nested path or table) with another "

@@ -136,9 +136,6 @@ table = {other}
 
 
 @pytest.mark.parametrize("link", ["file", "folder"])
-@pytest.mark.xfail(strict=True, reason="R13: a folder dataset holding a symbolic link to "
-                   "another dataset's data is read whole (links followed) but not seen as the "
-                   "same data: its own (or no) ledger steps around the other's")
 def test_a_folder_dataset_linking_to_a_ledgered_file_is_the_same_data(tmp_path, link):
     data = tmp_path / "data"
     (data / "firms").mkdir(parents=True)
