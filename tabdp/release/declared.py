@@ -462,8 +462,13 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
     for plan, files in groups.values():
         read = T.StructType([T.StructField(c, _spark_read_type(what), True)
                              for c, (how, what) in plan.items() if how == "column"])
+        # the raw local file system: Hadoop's default one reads a ``.crc`` file beside a data
+        # file (``.a.parquet.crc``) and fails when it does not match; it is not a data file
         sdf = (spark.read.schema(read).option("recursiveFileLookup", "true")
-               .option("mergeSchema", "false").parquet(*[_spark_path(f) for f in files]))
+               .option("mergeSchema", "false")
+               .option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+               .option("fs.file.impl.disable.cache", "true")
+               .parquet(*[_spark_path(f) for f in files]))
         cols, lost = [], []
         for c, t in schema.items():
             how, what = plan[c]
@@ -480,7 +485,8 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
                 gone = raw.isNotNull() & e.isNull()
             else:
                 e = F.lit(None)
-                gone = F.lit(how == "unreadable")
+                # (an all-null file column, ``Null``, is read as nulls: nothing lost)
+                gone = F.lit(how == "unreadable" and what != pl.Null)
             cols.append(e.cast(st).alias(c))
             lost.append(gone.alias(LOST + c))
         frames.append(sdf.select(*cols, *(lost if flag_lost else [])))
