@@ -215,7 +215,11 @@ def test_spark_partition_columns_come_from_each_files_own_path(
 
 
 def test_read_declared_spark_matches_scan_declared(spark: Any, tmp_path: Path) -> None:
-    """Frame for frame: mixed dtypes, a missing column, an all-null file, hive values."""
+    """Frame for frame, the engines agree.
+
+    Mixed dtypes, a missing column, an all-null file column, hive values, a ``decimal256``
+    file and a file with no declared column.
+    """
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     from tabdp.release.curator_config import SCHEMA_DTYPES
@@ -233,11 +237,14 @@ def test_read_declared_spark_matches_scan_declared(spark: Any, tmp_path: Path) -
     pq.write_table(pa.table({"id": pa.array([5], pa.int64()),
                              "v": pa.array([decimal.Decimal("6")], pa.decimal256(40, 2))}),
                    ds / "d.parquet")
+    (ds / "k=3").mkdir()  # no declared column in the file: its rows still count
+    pq.write_table(pa.table({"z": [1, 2]}), ds / "k=3" / "e.parquet")
     schema = {c: SCHEMA_DTYPES[t] for c, t in {"id": "Int64", "v": "Int64", "k": "Int64"}
               .items()}
-    want = scan_declared(ds, schema, flag_lost=True).collect().sort("id")
+    want = scan_declared(ds, schema, flag_lost=True).collect().sort("id", "k", nulls_last=True)
     got = pl.from_arrow(read_declared_spark(spark, ds, schema, flag_lost=True)
-                        .toArrow()).sort("id")
+                        .toArrow()).sort("id", "k", nulls_last=True)
     assert got.columns == ["id", "v", "k"] + [LOST + c for c in ("id", "v", "k")]
     assert got.rows() == want.rows(), (got, want)
     assert got.rows()[0] == (1, 3, 7, False, False, False)
+    assert got.filter(pl.col("k") == 3).rows() == [(None, None, 3, False, False, False)] * 2
