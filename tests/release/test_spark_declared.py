@@ -248,3 +248,39 @@ def test_read_declared_spark_matches_scan_declared(spark: Any, tmp_path: Path) -
     assert got.rows() == want.rows(), (got, want)
     assert got.rows()[0] == (1, 3, 7, False, False, False)
     assert got.filter(pl.col("k") == 3).rows() == [(None, None, 3, False, False, False)] * 2
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles"])
+def test_read_declared_spark_datetimes_are_utc_whatever_the_session_zone(
+        spark: Any, tmp_path: Path, zone: str) -> None:
+    """Declared Datetime: the instants Polars reads, in any Spark session time zone.
+
+    A timestamp without a zone is a UTC wall time (Spark's own cast would read it in the
+    session's zone), exact to the microsecond, also at a wall time the session's zone skips
+    (2021-03-14 02:30 in Los Angeles); a zoned one is its instant; a nanosecond one, which
+    Spark cannot read, is null (counted).
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tabdp.release.curator_config import SCHEMA_DTYPES
+    from tabdp.release.declared import LOST, read_declared_spark, scan_declared
+
+    gap = 1615689000123456  # 2021-03-14 02:30:00.123456 (as UTC micros)
+    files = [("ms", None, 10**12), ("us", None, gap), ("us", "UTC", gap),
+             ("s", "America/New_York", 10**9), ("ns", None, 10**18)]
+    for i, (unit, tz, value) in enumerate(files):
+        pq.write_table(pa.table({"i": [i], "t": pa.array([value], pa.timestamp(unit, tz=tz))}),
+                       tmp_path / f"f{i}.parquet")
+    schema = {"i": SCHEMA_DTYPES["Int64"], "t": SCHEMA_DTYPES["Datetime"]}
+    want = scan_declared(tmp_path, schema).collect().sort("i")
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        sdf = read_declared_spark(spark, tmp_path, schema, flag_lost=True)
+        got = sorted(sdf.selectExpr("i", "unix_micros(t)", f"`{LOST}t`").collect())
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    micros = want["t"].dt.epoch("us").to_list()
+    assert micros == [10**15, gap, gap, 10**15, 10**15]
+    assert [tuple(r) for r in got] == [(0, 10**15, False), (1, gap, False), (2, gap, False),
+                                       (3, 10**15, False), (4, None, True)]
