@@ -31,6 +31,7 @@ from tabdp.exceptions import (
 )
 
 __all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
+           "read_declared",
            "number_rows", "input_rules", "author_key_casts", "declared_casts",
            "add_derived", "to_polars",
            "write_single_parquet", "report_view", "REPORT_UNITS", "check_table", "schema_of"]
@@ -263,6 +264,39 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
     return sdf, {k: str(v) for k, v in schema.items()}
 
 
+def read_declared(spark: Any, path: Path, schema: dict[str, Any], hive: bool | None
+                  ) -> tuple[Any, dict[str, str]]:
+    """Author mode: a dataset read file by file against its declared schema, as on Polars.
+
+    `tabdp.release.declared.read_declared_spark` (the Polars engine's files, folder values,
+    per-file decisions and conversions), with the ``LOST`` columns that `input_rules` counts
+    into the confidential ``input_rules.declared_nulls`` and removes.
+
+    Args:
+        spark: The SparkSession.
+        path: The dataset (a Parquet file or a folder read whole).
+        schema: Declared column -> Polars dtype.
+        hive: ``input.hive_partitioning``.
+
+    Returns:
+        The frame and ``{column: dtype}`` (the declared columns).
+
+    Raises:
+        DataValidationError: A data file is not readable Parquet.
+    """
+    from tabdp.release.declared import LOST, read_declared_spark
+
+    try:
+        sdf = read_declared_spark(spark, path, schema, hive=hive, flag_lost=True)
+        types = {k: str(v) for k, v in _pl_schema(sdf).items() if not k.startswith(LOST)}
+    except BaseException as err:  # noqa: BLE001 - as the Polars engine (Rust panics too)
+        raise DataValidationError(
+            f"cannot read the input {str(path)!r} with Spark: {type(err).__name__}.\n"
+            "Hint: input.path must be a Parquet file, a folder of Parquet files or a "
+            "hive-partitioned dataset.") from err
+    return sdf, types
+
+
 def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
     """Author mode: the columns of a declared schema take the declared types (Polars dtypes).
 
@@ -356,6 +390,13 @@ def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,
         return F.sum(F.when(cond, 1).otherwise(0))
 
     stats["rows"] = F.count(F.lit(1))  # rows read (row ids: the rows the report lists)
+    # author mode: values the declared types could not represent (now null; read_declared),
+    # counted in the same aggregation (confidential, curator only)
+    from tabdp.release.declared import LOST
+
+    lost = [c for c in sdf.columns if c.startswith(LOST)]
+    for c in lost:
+        stats[f"lost:{c[len(LOST):]}"] = count(F.col(c))
 
     if unit is not None and unit_nulls == "drop" and unit in schema:
         bad = F.col(unit).isNull()
@@ -414,6 +455,8 @@ def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,
         sdf = sdf.filter(~any_drop)
     if changed:
         sdf = sdf.withColumns({m: exprs[m] for m in ms if m in changed})
+    if lost:
+        sdf = sdf.drop(*lost)
     return sdf, counts, ms
 
 

@@ -173,11 +173,18 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
     from tabdp.release import _spark_run as sr
 
     inp = spec.input
-    sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
-                                      {c: d.dtype for c, d in spec.domains.items()})
-    if inp.mode == "author" and inp.schema:  # the declared types, never the files'
-        sdf = sr.declared_casts(sdf, {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()})
-        input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
+    declared = {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()} \
+        if inp.mode == "author" and inp.schema else {}
+    if declared and inp.path is not None:
+        # author mode: file by file against the declared schema, as the Polars engine (the
+        # same files, folder values and per-file decisions: tabdp.release.declared)
+        sdf, input_schema = sr.read_declared(spark, inp.path, declared, inp.hive_partitioning)
+    else:
+        sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
+                                          {c: d.dtype for c, d in spec.domains.items()})
+        if declared:  # a catalog table: the declared types, never the table's
+            sdf = sr.declared_casts(sdf, declared)
+            input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
     persisted = []
     try:
         if inp.unit is None:
@@ -190,6 +197,9 @@ def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoc
             negatives=inp.negatives, bounds=dict(inp.bounds), measures=_measures_used(spec))
         negatives, _ = _rules_outcome(spec, row, measures,
                                       [m for m in inp.bounds if m in measures])
+        if any(k.startswith("lost:") for k in row):
+            negatives["declared_nulls"] = {k[len("lost:"):]: n for k, n in row.items()
+                                           if k.startswith("lost:")}
         if inp.mode == "author":
             sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
                                       dict(spec.domains))

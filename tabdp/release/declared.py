@@ -9,7 +9,7 @@ the release workflow's input stage and by the Python `tabdp.Curator`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -17,7 +17,8 @@ from urllib.parse import unquote
 import polars as pl
 
 __all__ = ["scan_declared", "convert_leniently", "convert_leniently_spark", "dataset_files",
-           "hive_columns", "LOST", "is_data_file"]
+           "hive_columns", "LOST", "is_data_file", "file_plans",
+           "read_declared_spark"]
 
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
@@ -84,7 +85,8 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     an integer and any non-zero number as ``true``; here a fraction, NaN, an infinity or an
     out-of-range number in an integer column is null (a whole number such as ``3.0`` is
     ``3``), text is an integer only when it is one (sign and digits), a number is a Boolean
-    only when it is 0 or 1, and a double that overflows a Float32 is null.
+    only when it is 0 or 1, a double that overflows a Float32 is null, and a timestamp
+    without a time zone is a UTC wall time (Spark's cast reads it in the session's zone).
 
     Args:
         col: The column.
@@ -104,6 +106,11 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     from tabdp.frame.backends.spark import spark_type, try_cast
 
     st = spark_type(target)
+    if isinstance(st, T.TimestampType) and isinstance(source, T.TimestampNTZType):
+        # a timestamp without a zone is a UTC wall time, as in Polars (Spark's cast would
+        # read it in the session's time zone); built from its fields, exact to the microsecond
+        return F.make_timestamp(F.year(col), F.month(col), F.dayofmonth(col), F.hour(col),
+                                F.minute(col), F.extract(F.lit("SECOND"), col), F.lit("UTC"))
     conv = try_cast(col, st)
     floating = isinstance(source, (T.FloatType, T.DoubleType))
     if isinstance(st, T.IntegralType):
@@ -199,6 +206,63 @@ def dataset_files(path: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(path).as_posix())
 
 
+#: How one declared column of one file is read (`file_plans`): from the file's folders
+#: (``("folder", text or None)``), from the file (``("column", file dtype)``), as nulls because
+#: the engine cannot read the file's type (``("unreadable", file dtype)``), or as nulls because
+#: the file lacks it (``("missing", None)``).
+ColumnPlan = tuple[str, Any]
+
+
+def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
+               readable: Callable[[Any], bool] | None = None
+               ) -> list[tuple[Path, dict[str, ColumnPlan]]]:
+    """Each data file of a dataset and, for each declared column, where its values come from.
+
+    The per-file decisions of an author-mode read, shared by the engines (`scan_declared` for
+    Polars, `read_declared_spark` for Spark): decided from file names, folder names and each
+    file's own Parquet footer (its schema; no value is read). A ``name=value`` folder above
+    the file gives a declared column ``name`` its value (`_hive_values`; not with ``hive``
+    ``False``); else a file column of that name is read when ``readable`` accepts its dtype
+    (a Polars dtype, from the footer), and is null otherwise; a column the file lacks is null.
+
+    Args:
+        path: A Parquet file or a folder read whole (`dataset_files`).
+        schema: Declared column -> Polars dtype.
+        hive: ``False`` reads no partition folders.
+        readable: Whether the engine reads a file column of this dtype (default: all).
+
+    Returns:
+        ``[(file, {column: (how, what)})]`` in the order of `dataset_files` (see `ColumnPlan`).
+
+    Raises:
+        polars.exceptions.PolarsError, OSError: A file is not readable Parquet.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp()); (d / "k=5-9").mkdir()
+        >>> pl.DataFrame({"v": [1.5]}).write_parquet(d / "k=5-9" / "a.parquet")
+        >>> [p for _, p in file_plans(d, {"k": pl.Int64, "v": pl.Int64, "w": pl.Int64})]
+        [{'k': ('folder', '5-9'), 'v': ('column', Float64), 'w': ('missing', None)}]
+    """
+    folder = path.is_dir()
+    plans = []
+    for file in dataset_files(path):
+        have = pl.scan_parquet(file, hive_partitioning=False).collect_schema()
+        values = (_hive_values(file.relative_to(path), schema)
+                  if folder and hive is not False else {})
+        plan: dict[str, ColumnPlan] = {}
+        for c in schema:
+            if c in values:
+                plan[c] = ("folder", values[c])
+            elif c in have:
+                ok = readable is None or readable(have[c])
+                plan[c] = ("column" if ok else "unreadable", have[c])
+            else:
+                plan[c] = ("missing", None)
+        plans.append((file, plan))
+    return plans
+
+
 def _readable(dtype: Any) -> bool:
     """Whether Polars can read a file column of ``dtype`` at all (from the dtype alone).
 
@@ -259,26 +323,23 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
         >>> scan_declared(d, {"id": pl.Int64, "emp": pl.Int64}).collect().rows()
         [(4611686018427387905, 3), (5, None), (6, None)]
     """
-    folder = path.is_dir()
     frames = []
-    for file in dataset_files(path):
-        have = pl.scan_parquet(file, hive_partitioning=False).collect_schema()
-        values = (_hive_values(file.relative_to(path), schema)
-                  if folder and hive is not False else {})
+    for file, plan in file_plans(path, schema, hive=hive, readable=_readable):
         cols, lost = [], []
         for c, t in schema.items():
-            if c in values:
-                raw = pl.lit(values[c], pl.String)
+            how, what = plan[c]
+            if how == "folder":
+                raw = pl.lit(what, pl.String)
                 e = convert_leniently(raw, pl.String, t)
                 gone = raw.is_not_null() & e.is_null()
-            elif c in have and not _readable(have[c]):
+            elif how == "unreadable":
                 e = pl.lit(None, t)
                 gone = pl.lit(True)
-            elif c in have:
+            elif how == "column":
                 raw = pl.col(c)
-                e = convert_leniently(raw, have[c], t)
+                e = convert_leniently(raw, what, t)
                 gone = raw.is_not_null() & e.is_null()
-            else:
+            else:  # missing
                 e = pl.lit(None, t)
                 gone = pl.lit(False)
             cols.append(e.alias(c))
@@ -329,3 +390,118 @@ def hive_columns(folder: Path) -> list[str]:
             rel = Path(root).relative_to(folder)
             return [p.split("=", 1)[0] for p in rel.parts if "=" in p]
     return []
+
+
+def _spark_read_type(dtype: Any) -> Any:
+    """The Spark type Spark reads a Parquet column of (Polars footer) ``dtype`` as, or None.
+
+    None: Spark cannot read it (a ``decimal256``, a nanosecond timestamp, a nested or other
+    type), or it is all-null (``Null``); that column is then null in that file, as Polars
+    reads a ``decimal256`` (decided from the dtype alone).
+    """
+    from pyspark.sql import types as T
+
+    simple = {pl.Int8: T.ByteType(), pl.Int16: T.ShortType(), pl.Int32: T.IntegerType(),
+              pl.Int64: T.LongType(), pl.UInt8: T.ShortType(), pl.UInt16: T.IntegerType(),
+              pl.UInt32: T.LongType(), pl.UInt64: T.DecimalType(20, 0),
+              pl.Float32: T.FloatType(), pl.Float64: T.DoubleType(), pl.String: T.StringType(),
+              pl.Boolean: T.BooleanType(), pl.Date: T.DateType(), pl.Binary: T.BinaryType()}
+    for k, v in simple.items():
+        if dtype == k:
+            return v
+    if dtype == pl.Categorical or isinstance(dtype, pl.Enum):
+        return T.StringType()
+    if isinstance(dtype, pl.Decimal):
+        p = 38 if dtype.precision is None else dtype.precision
+        return T.DecimalType(p, dtype.scale or 0) if p <= 38 else None
+    if isinstance(dtype, pl.Datetime) and dtype.time_unit in ("ms", "us"):
+        return T.TimestampType() if dtype.time_zone else T.TimestampNTZType()
+    return None
+
+
+def _spark_path(file: Path) -> str:
+    """A file's path as Spark reads it literally (Hadoop glob characters escaped)."""
+    return "".join("\\" + ch if ch in "\\{}[]*?" else ch for ch in str(file.resolve()))
+
+
+def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
+                        hive: bool | None = None, flag_lost: bool = False) -> Any:
+    """The Spark twin of `scan_declared`: the same files, columns, folder values and nulls.
+
+    The files and the per-file decisions are `file_plans`' (names and footers, on the
+    driver; no value is read there); each file column is read with the Spark type of its
+    own Parquet type (a column Spark cannot read, `_spark_read_type`: null in that file),
+    files with the same plan are read together, and every declared column is converted with
+    `convert_leniently_spark`; the groups are joined with ``unionByName``. Spark's own
+    partition discovery and schema merging are never used: the first file, or one file's
+    type, never decides another file's columns.
+
+    Args:
+        spark: The SparkSession.
+        path: A Parquet file or a folder read whole (`dataset_files`).
+        schema: Declared column -> Polars dtype.
+        hive: ``False`` reads no partition folders.
+        flag_lost: Add the Boolean columns ``LOST + name`` as `scan_declared` does.
+
+    Returns:
+        A Spark DataFrame: the declared columns in the declared order (Spark types of the
+        declared dtypes), then the ``LOST`` columns.
+
+    Raises:
+        polars.exceptions.PolarsError, OSError: A file's footer is not readable Parquet.
+
+    Example:
+        >>> read_declared_spark.__name__  # needs a SparkSession: see the spark tests
+        'read_declared_spark'
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import spark_type
+
+    groups: dict[tuple[Any, ...], tuple[dict[str, ColumnPlan], list[Path]]] = {}
+    for file, plan in file_plans(path, schema, hive=hive,
+                                 readable=lambda d: _spark_read_type(d) is not None):
+        key = tuple((c, how, repr(what)) for c, (how, what) in plan.items())
+        groups.setdefault(key, (plan, []))[1].append(file)
+    frames = []
+    for plan, files in groups.values():
+        read = T.StructType([T.StructField(c, _spark_read_type(what), True)
+                             for c, (how, what) in plan.items() if how == "column"])
+        # the raw local file system: Hadoop's default one reads a ``.crc`` file beside a data
+        # file (``.a.parquet.crc``) and fails when it does not match; it is not a data file
+        sdf = (spark.read.schema(read).option("recursiveFileLookup", "true")
+               .option("mergeSchema", "false")
+               .option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+               .option("fs.file.impl.disable.cache", "true")
+               .parquet(*[_spark_path(f) for f in files]))
+        cols, lost = [], []
+        for c, t in schema.items():
+            how, what = plan[c]
+            st = spark_type(t)
+            if how == "folder":
+                raw = F.lit(what).cast(T.StringType())
+                e = convert_leniently_spark(raw, T.StringType(), t)
+                if t == pl.Date:  # ISO dates only, as Polars reads a partition's text
+                    e = F.when(raw.rlike(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"), e)
+                gone = raw.isNotNull() & e.isNull()
+            elif how == "column":
+                raw = F.col(c)
+                e = convert_leniently_spark(raw, _spark_read_type(what), t)
+                gone = raw.isNotNull() & e.isNull()
+            else:
+                e = F.lit(None)
+                # (an all-null file column, ``Null``, is read as nulls: nothing lost)
+                gone = F.lit(how == "unreadable" and what != pl.Null)
+            cols.append(e.cast(st).alias(c))
+            lost.append(gone.alias(LOST + c))
+        frames.append(sdf.select(*cols, *(lost if flag_lost else [])))
+    if not frames:
+        fields = [T.StructField(c, spark_type(t), True) for c, t in schema.items()]
+        if flag_lost:
+            fields += [T.StructField(LOST + c, T.BooleanType(), True) for c in schema]
+        return spark.createDataFrame([], T.StructType(fields))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out

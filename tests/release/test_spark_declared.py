@@ -1,0 +1,286 @@
+"""Spark author mode reads a declared dataset as the Polars engine does (issue 27, review R12).
+
+``tabdp run --engine spark`` in author mode reads each data file on its own against the
+declared schema (`tabdp.release.declared.read_declared_spark`, sharing `file_plans` with the
+Polars engine): the same data files (chosen by name), the same partition values (each file's
+own folders, typed by the declaration), a column Spark cannot read (``decimal256``, a
+nanosecond timestamp) null in that file. Each test runs the Polars R12 neighbours (D and D',
+one record apart) on Spark: the same exit code, stdout, stderr and public files but the noisy
+columns, and the same public tables as the Polars engine (same test seed).
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import write_curator  # noqa: E402
+from test_author_attacks import HIER, NOISY, R12_SPEC, _r12_run, _r12_servers  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def _neighbours(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                same_counts: bool = True) -> tuple[list[pl.DataFrame], list[dict[str, Any]]]:
+    """Run R12_SPEC on both servers with each engine; Spark's views must match alike.
+
+    On Spark: exit 0, stdout and stderr byte for byte on D and D', the same public file
+    names and bytes (but tables and the manifest), the public tables equal but the noisy
+    columns. On each server the Spark tables equal the Polars ones (same test seed) and the
+    confidential ``input_rules`` are equal (``same_counts``: the ``declared_nulls`` too; a
+    column only Polars reads is null on Spark). Returns the Spark tables and Spark
+    ``input_rules`` of D and D'.
+    """
+    text = R12_SPEC.format(extra="[randomness]\nseed = 7")
+    runs: dict[str, list[Any]] = {}
+    tables: dict[str, list[pl.DataFrame]] = {}
+    rules: dict[str, list[dict[str, Any]]] = {}
+    for engine in ("polars", "spark"):
+        runs[engine], tables[engine], rules[engine] = [], [], []
+        for s in servers:
+            runs[engine].append(_r12_run(s, monkeypatch, text, "--test-seed",
+                                         "--engine", engine))
+            pub = s / "releases" / "r12" / "public"
+            tables[engine].append(pl.read_parquet(pub / "t.parquet"))
+            conf = json.loads((s / "releases" / "r12" / "confidential" / "confidential.json")
+                              .read_text())
+            rules[engine].append(conf["input_rules"])
+            if engine == "spark":
+                runs[engine][-1] += (sorted(p.relative_to(pub).as_posix()
+                                            for p in pub.rglob("*") if p.is_file()),
+                                     {p.name: p.read_bytes() for p in pub.rglob("*")
+                                      if p.is_file() and not p.name.endswith(
+                                          (".parquet", "manifest.json", ".html", ".csv"))})
+    spark = runs["spark"]
+    assert spark[0] == spark[1], spark
+    assert spark[0][0] == 0, spark[0]
+    for s in servers:
+        assert str(s) not in spark[0][1] + spark[0][2]
+    a, b = tables["spark"]
+    assert a.drop(NOISY, strict=False).equals(b.drop(NOISY, strict=False)), (a, b)
+    for i in range(2):  # the engines agree, server by server
+        assert tables["spark"][i].equals(tables["polars"][i]), (tables, i)
+        pair = [dict(rules["spark"][i]), dict(rules["polars"][i])]
+        if not same_counts:
+            for r in pair:
+                r.pop("declared_nulls")
+        assert pair[0] == pair[1], rules
+    return tables["spark"], rules["spark"]
+
+
+INTS = {"estab_id": "Int64", "state": "String", "v": "Int64"}
+
+
+def test_spark_float_file_for_an_integer_column(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' adds a pandas-written file whose ``v`` is float64 (5.0): read as the Int64 5."""
+    pd = pytest.importorskip("pandas")
+    with_, without = _r12_servers(tmp_path, INTS, None, seeded=True)
+    (with_ / "ds" / "s03.parquet").unlink()
+    pd.DataFrame({"estab_id": [1000], "state": ["02"], "v": [5.0]}).to_parquet(
+        with_ / "ds" / "s03.parquet")
+    tables, rules = _neighbours((with_, without), monkeypatch)
+    assert round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6) == 5.0
+    assert rules[0]["declared_nulls"] == {"estab_id": 0, "state": 0, "v": 0}
+
+
+def test_spark_fraction_in_a_float_file_is_null_and_counted(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' adds a file whose ``v`` is 2.5 (float64): null, dropped, counted for the curator."""
+    pa = pytest.importorskip("pyarrow")
+    servers = _r12_servers(tmp_path, INTS, pa.array([2.5], pa.float64()), seeded=True)
+    tables, rules = _neighbours(servers, monkeypatch)
+    assert tables[0].equals(tables[1])
+    assert rules[0]["declared_nulls"]["v"] == 1 and rules[1]["declared_nulls"]["v"] == 0
+
+
+def test_spark_decimal256_file(spark: Any, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' adds a file whose ``v`` is decimal256(40, 28), which Spark cannot read: null there."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    arr = pa.array([decimal.Decimal("5")], pa.decimal256(40, 28))
+    probe = tmp_path / "probe.parquet"
+    pq.write_table(pa.table({"v": arr}), probe)
+    with pytest.raises(Exception, match="(?i)precision"):  # Spark's own read fails
+        spark.read.parquet(str(probe)).collect()
+    servers = _r12_servers(tmp_path, INTS, arr, seeded=True)
+    tables, rules = _neighbours(servers, monkeypatch)
+    assert tables[0].equals(tables[1])  # the record's v is null, then dropped
+    assert rules[0]["declared_nulls"]["v"] == 1
+
+
+def test_spark_decimal256_in_an_unused_declared_column(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The neighbour's extra file has ``flag`` (declared Boolean) as decimal256."""
+    pa = pytest.importorskip("pyarrow")
+    flag = pa.array([decimal.Decimal("2")], pa.decimal256(40, 28))
+    servers = _r12_servers(tmp_path, {**INTS, "flag": "Boolean"}, None, {"flag": flag},
+                           seeded=True)
+    tables, _ = _neighbours(servers, monkeypatch)
+    assert round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6) == 5.0
+
+
+@pytest.mark.parametrize("unit,tz", [("ms", None), ("us", "UTC"), ("ns", None)])
+def test_spark_datetime_unit_or_zone_differs_in_one_file(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unit: str,
+        tz: str | None) -> None:
+    """An unused declared Datetime column, written with another unit / zone by one file.
+
+    Spark cannot read a nanosecond timestamp at all (``PARQUET_TYPE_ILLEGAL``): that column is
+    null in that file, and the run goes on.
+    """
+    pa = pytest.importorskip("pyarrow")
+    opened = pa.array([10**9], pa.timestamp(unit, tz=tz))
+    servers = _r12_servers(tmp_path, {**INTS, "opened": "Datetime"}, None, {"opened": opened},
+                           seeded=True)
+    tables, rules = _neighbours(servers, monkeypatch, same_counts=unit != "ns")
+    assert round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6) == 5.0
+    assert rules[0]["declared_nulls"]["opened"] == (unit == "ns")
+
+
+@pytest.mark.parametrize("other", ["notes.txt", "_SUCCESS", ".s03.parquet.crc", "_metadata",
+                                   "sub/.hidden.parquet", "s03.csv"])
+def test_spark_non_parquet_file_in_the_dataset_folder(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str) -> None:
+    """The neighbour's folder also holds a file that is not a data file: never read."""
+    servers = _r12_servers(tmp_path, INTS, None, seeded=True, other=other)
+    assert (servers[0] / "ds" / other).exists()
+    tables, _ = _neighbours(servers, monkeypatch)
+    assert round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6) == 5.0
+
+
+def _hive_servers(tmp_path: Path, folders: tuple[str, str], extra: str,
+                  schema: dict[str, str], key_in_files: bool = False) -> tuple[Path, Path]:
+    """D: ``ds/<folders[i]>/p.parquet`` for states 01 and 02 (10 records each).
+
+    D' adds the record (estab 1000, state 02, v 5) at ``ds/<extra>``.
+    """
+    servers = []
+    for name, with_extra in (("with", True), ("without", False)):
+        root = tmp_path / name
+        for i, (state, folder) in enumerate(zip(("01", "02"), folders, strict=True)):
+            (root / "ds" / folder).mkdir(parents=True)
+            part = pl.DataFrame({"estab_id": list(range(10 * i, 10 * i + 10)),
+                                 "v": list(range(10))})
+            part = part.with_columns(pl.lit("99" if key_in_files else state).alias("state"))
+            part.write_parquet(root / "ds" / folder / "p.parquet")
+        if with_extra:
+            (root / "ds" / extra).parent.mkdir(parents=True, exist_ok=True)
+            pl.DataFrame({"estab_id": [1000], "v": [5], "state": ["02"]}).write_parquet(
+                root / "ds" / extra)
+        write_curator(root, {"cbp": "ds"}, public=[HIER], seeded=True,
+                      schemas={"cbp": schema})
+        servers.append(root)
+    return servers[0], servers[1]
+
+
+def test_spark_size_band_folders_against_a_declared_integer(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``size=5-9`` folders against ``size`` declared Int64: null (counted), never a failure.
+
+    The first file is in ``size=1``: typing the level from it (Spark's partition discovery,
+    or the first file's levels) would make ``5-9`` fail or differ.
+    """
+    servers = _hive_servers(tmp_path, ("size=1", "size=5-9"), "size=5-9/x.parquet",
+                            {**INTS, "size": "Int64"})
+    tables, rules = _neighbours(servers, monkeypatch)
+    assert round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6) == 5.0
+    assert rules[0]["declared_nulls"]["size"] == 11  # size=5-9: 10 + the record
+    assert rules[1]["declared_nulls"]["size"] == 10
+
+
+@pytest.mark.parametrize("key_in_files", [False, True])
+def test_spark_partition_columns_come_from_each_files_own_path(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key_in_files: bool
+        ) -> None:
+    """Hive folders give ``state`` its value file by file; D' has the record at the root.
+
+    With ``key_in_files`` the partition files also store ``state`` as "99": the folder wins.
+    """
+    servers = _hive_servers(tmp_path, ("state=01", "state=02"), "0extra.parquet", INTS,
+                            key_in_files)
+    tables, _ = _neighbours(servers, monkeypatch)
+    assert tables[0]["state"].to_list() == ["01", "02"]
+    assert round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6) == 5.0
+    assert abs(tables[1]["estimate"][0] - 45) < 30 and abs(tables[1]["estimate"][1] - 45) < 30
+
+
+def test_read_declared_spark_matches_scan_declared(spark: Any, tmp_path: Path) -> None:
+    """Frame for frame, the engines agree.
+
+    Mixed dtypes, a missing column, an all-null file column, hive values, a ``decimal256``
+    file and a file with no declared column.
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tabdp.release.curator_config import SCHEMA_DTYPES
+    from tabdp.release.declared import LOST, read_declared_spark, scan_declared
+
+    ds = tmp_path / "ds"
+    (ds / "k=7").mkdir(parents=True)
+    (ds / "k=x").mkdir()
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int32()), "v": [3.0, 2.5]}),
+                   ds / "k=7" / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([3], pa.uint64()), "v": ["4"],
+                             "k": pa.array([1], pa.int64())}), ds / "k=x" / "b.parquet")
+    pq.write_table(pa.table({"id": pa.array([4], pa.int64()),
+                             "v": pa.array([None], pa.null())}), ds / "c.parquet")
+    pq.write_table(pa.table({"id": pa.array([5], pa.int64()),
+                             "v": pa.array([decimal.Decimal("6")], pa.decimal256(40, 2))}),
+                   ds / "d.parquet")
+    (ds / "k=3").mkdir()  # no declared column in the file: its rows still count
+    pq.write_table(pa.table({"z": [1, 2]}), ds / "k=3" / "e.parquet")
+    schema = {c: SCHEMA_DTYPES[t] for c, t in {"id": "Int64", "v": "Int64", "k": "Int64"}
+              .items()}
+    want = scan_declared(ds, schema, flag_lost=True).collect().sort("id", "k", nulls_last=True)
+    got = pl.from_arrow(read_declared_spark(spark, ds, schema, flag_lost=True)
+                        .toArrow()).sort("id", "k", nulls_last=True)
+    assert got.columns == ["id", "v", "k"] + [LOST + c for c in ("id", "v", "k")]
+    assert got.rows() == want.rows(), (got, want)
+    assert got.rows()[0] == (1, 3, 7, False, False, False)
+    assert got.filter(pl.col("k") == 3).rows() == [(None, None, 3, False, False, False)] * 2
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles"])
+def test_read_declared_spark_datetimes_are_utc_whatever_the_session_zone(
+        spark: Any, tmp_path: Path, zone: str) -> None:
+    """Declared Datetime: the instants Polars reads, in any Spark session time zone.
+
+    A timestamp without a zone is a UTC wall time (Spark's own cast would read it in the
+    session's zone), exact to the microsecond, also at a wall time the session's zone skips
+    (2021-03-14 02:30 in Los Angeles); a zoned one is its instant; a nanosecond one, which
+    Spark cannot read, is null (counted).
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tabdp.release.curator_config import SCHEMA_DTYPES
+    from tabdp.release.declared import LOST, read_declared_spark, scan_declared
+
+    gap = 1615689000123456  # 2021-03-14 02:30:00.123456 (as UTC micros)
+    files = [("ms", None, 10**12), ("us", None, gap), ("us", "UTC", gap),
+             ("s", "America/New_York", 10**9), ("ns", None, 10**18)]
+    for i, (unit, tz, value) in enumerate(files):
+        pq.write_table(pa.table({"i": [i], "t": pa.array([value], pa.timestamp(unit, tz=tz))}),
+                       tmp_path / f"f{i}.parquet")
+    schema = {"i": SCHEMA_DTYPES["Int64"], "t": SCHEMA_DTYPES["Datetime"]}
+    want = scan_declared(tmp_path, schema).collect().sort("i")
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        sdf = read_declared_spark(spark, tmp_path, schema, flag_lost=True)
+        got = sorted(sdf.selectExpr("i", "unix_micros(t)", f"`{LOST}t`").collect())
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+    micros = want["t"].dt.epoch("us").to_list()
+    assert micros == [10**15, gap, gap, 10**15, 10**15]
+    assert [tuple(r) for r in got] == [(0, 10**15, False), (1, gap, False), (2, gap, False),
+                                       (3, 10**15, False), (4, None, True)]
