@@ -24,7 +24,8 @@ from tabdp.cli import main as cli_main
 
 pytest.importorskip("deltalake")
 
-COUNTIES = ["c1", "c2", "c3"]
+from _ledger_specs import COUNTIES, series_spec  # noqa: E402  (tests/ is on sys.path)
+
 KEYS = tabdp.KeySet.from_dict(county=COUNTIES)
 SUM = mech.Gaussian(sigma=40.0)
 COUNT = mech.Gaussian(sigma=2.0)
@@ -153,35 +154,10 @@ def _spec(folder: Path, year: int) -> Path:
         assert cli_main(["ledger", "init", str(folder / "ledger"), "--series", "t",
                          "--lifetime-budget", str(LIFETIME)], stdout=io.StringIO()) == 0
     path = folder / f"release_{year}.toml"
-    path.write_text(f"""
-[release]
-name = "series_{year}"
-[input]
-path = "data_{year}.parquet"
-unit = "estab"
-[domains]
-county = {json.dumps(COUNTIES)}
-[ledger]
-path = "ledger"
-series = "t"
-lifetime_budget = {LIFETIME}
-[randomness]
-seed = {year}
-[output]
-public = "out/{year}/public"
-confidential = "out/{year}/confidential"
-[[tables]]
-name = "pay"
-kind = "sum"
-measures = ["payroll"]
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 40.0 }}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-""")
+    path.write_text(series_spec(name=f"series_{year}", data=f"data_{year}.parquet",
+                                ledger="ledger", series="t", lifetime=LIFETIME, seed=year,
+                                public=f"out/{year}/public",
+                                confidential=f"out/{year}/confidential"))
     return path
 
 

@@ -31,7 +31,8 @@ from tabdp.release.spec import load_spec
 pytest.importorskip("deltalake")
 
 ROOT = Path(__file__).resolve().parents[2]
-COUNTIES = ["c1", "c2", "c3"]
+from _ledger_specs import COUNTIES, series_spec  # noqa: E402  (tests/ is on sys.path)
+
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
@@ -48,35 +49,9 @@ def _data(folder: Path, year: int, n: int) -> str:
 
 
 def _spec(folder: Path, name: str, year: int, ledger: str, out: str, n: int = 5000) -> Path:
-    text = f"""
-[release]
-name = "r{year}"
-[input]
-path = "{_data(folder, year, n)}"
-unit = "estab"
-[domains]
-county = {json.dumps(COUNTIES)}
-[ledger]
-path = "{ledger}"
-series = "crash"
-lifetime_budget = 1e6
-[randomness]
-seed = {year}
-[output]
-public = "{out}/public"
-confidential = "{out}/confidential"
-[[tables]]
-name = "pay"
-kind = "sum"
-measures = ["payroll"]
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 40.0 }}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-"""
+    text = series_spec(name=f"r{year}", data=_data(folder, year, n), ledger=ledger,
+                       series="crash", lifetime="1e6", seed=year, public=f"{out}/public",
+                       confidential=f"{out}/confidential")
     path = folder / f"{name}.toml"
     path.write_text(text)
     return path

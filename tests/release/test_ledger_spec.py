@@ -18,7 +18,8 @@ from tabdp.release.spec import load_spec
 
 pytest.importorskip("deltalake")
 
-COUNTIES = ["c1", "c2", "c3"]
+from _ledger_specs import COUNTIES, series_spec  # noqa: E402  (tests/ is on sys.path)
+
 LIFETIME = 3.0
 
 
@@ -45,36 +46,10 @@ def _spec(folder: Path, year: int, ledger: str = "ledger", extra: str = "",
     _sample(year).write_parquet(folder / f"data_{year}.parquet")
     if init and "out/" not in ledger:
         _init(folder, ledger)
-    text = f"""
-[release]
-name = "series_{year}"
-[input]
-path = "data_{year}.parquet"
-unit = "estab"
-[domains]
-county = {json.dumps(COUNTIES)}
-[ledger]
-path = "{ledger}"
-series = "test-series"
-lifetime_budget = {LIFETIME}
-[randomness]
-seed = {year}
-[output]
-public = "out/{year}/public"
-confidential = "out/{year}/confidential"
-[[tables]]
-name = "pay"
-kind = "sum"
-measures = ["payroll"]
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 40.0 }}
-[[tables]]
-name = "n"
-kind = "count"
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-{extra}
-"""
+    text = series_spec(name=f"series_{year}", data=f"data_{year}.parquet", ledger=ledger,
+                       series="test-series", lifetime=LIFETIME, seed=year,
+                       public=f"out/{year}/public", confidential=f"out/{year}/confidential",
+                       extra=extra)
     path = folder / f"release_{year}.toml"
     path.write_text(text)
     return path
