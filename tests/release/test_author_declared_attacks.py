@@ -95,10 +95,10 @@ def _servers(tmp_path: Path, cols: dict[str, Any] | None, *, rel: str = "s03.par
     return servers[0], servers[1]
 
 
-def _run(server: Path, monkeypatch: pytest.MonkeyPatch, command: str = "run"
-         ) -> tuple[int, str, str]:
+def _run(server: Path, monkeypatch: pytest.MonkeyPatch, command: str = "run",
+         spec: str = SPEC) -> tuple[int, str, str]:
     monkeypatch.chdir(server)
-    (server / "s.toml").write_text(SPEC, encoding="utf-8")
+    (server / "s.toml").write_text(spec, encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     args = [command, "s.toml", "--curator", "curator.toml"]
     if command == "run":
@@ -107,11 +107,11 @@ def _run(server: Path, monkeypatch: pytest.MonkeyPatch, command: str = "run"
     return code, out.getvalue(), err.getvalue()
 
 
-def _neighbours(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-                ) -> list[pl.DataFrame]:
+def _neighbours(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                spec: str = SPEC) -> list[pl.DataFrame]:
     """Both servers: exit 0, equal stdout/stderr, public files equal but for the noise."""
     for command in ("validate", "run"):
-        views = [_run(s, monkeypatch, command) for s in servers]
+        views = [_run(s, monkeypatch, command, spec) for s in servers]
         assert views[0] == views[1], views
         assert views[0][0] == 0, views[0]
         for s in servers:
@@ -248,3 +248,94 @@ def test_invalid_utf8_in_one_record(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """
     tables = _neighbours(_servers(tmp_path, {"state": _invalid_utf8()}), monkeypatch)
     assert _diff(tables) == [0.0, 0.0]
+
+
+# -- partition folders: the one record is alone in its folder, whose name is its value -------
+HIVE = {  # the folder path of D''s extra file -> its expected contribution to state 02
+    "state=%30%32/x.parquet": 5.0,  # percent-decoded: "02"
+    "st%61te=02/x.parquet": 5.0,  # the level's name is percent-decoded too
+    "state=__HIVE_DEFAULT_PARTITION__/x.parquet": 0.0,  # null, then dropped
+    "state=02%2Fx/x.parquet": 0.0,  # "02/x": outside the domain
+    "state=/x.parquet": 0.0,  # "": outside the domain
+    "state=a=b/x.parquet": 0.0,
+    "state=%ZZ/x.parquet": 0.0,  # not an escape: kept as text
+    "state=%FF/x.parquet": 0.0,  # an escape that is not UTF-8: replaced, outside the domain
+    "state=02/state=01/x.parquet": 5.0,  # the outermost folder of a name wins
+    "other=zz/x.parquet": 5.0,  # an undeclared level is not read: the file's own column
+    "state=01/deeper/x.parquet": 0.0,  # the folder value replaces the file's "02"
+    "state=02/" + "/".join(f"l{i}=v" for i in range(40)) + "/x.parquet": 5.0,
+}
+
+
+@pytest.mark.parametrize("rel", sorted(HIVE))
+def test_one_record_alone_in_its_partition_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rel: str) -> None:
+    """D' has one more folder holding one file of one record: only the noise differs."""
+    tables = _neighbours(_servers(tmp_path, None, rel=rel, hive=True), monkeypatch)
+    assert _diff(tables) == [5.0 if rel.startswith("state=01/") else 0.0, HIVE[rel]]
+
+
+@pytest.mark.xfail(strict=True, reason="R14: a dataset path that is not UTF-8 (a partition "
+                   "value in another encoding) stops the Polars scan (exit 4 on D', 0 on D)")
+@pytest.mark.parametrize("folder", [b"state=\xff", b"l\xe9gacy"])
+def test_folder_name_not_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              folder: bytes) -> None:
+    """D' holds one more folder, named with bytes that are not UTF-8, with one record.
+
+    A hive writer names a folder after the record's value (``state=<Latin-1 bytes>``);
+    Polars cannot open a path that is not valid UTF-8 (a TypeError from its path handling),
+    so the run fails exactly when the folder is there. Reading such a file by its bytes, or
+    skipping it by a rule on names (`is_data_file`), would make both servers alike.
+    """
+    import os
+
+    servers = _servers(tmp_path, None, hive=True)
+    src = servers[1] / "ds" / "state=01" / "p.parquet"
+    one = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"estab_id": pa.array([1000], pa.int64()), "state": ["02"],
+                             "v": pa.array([5], pa.int64())}), one)
+    target = os.path.join(os.fsencode(servers[0] / "ds"), folder)
+    os.mkdir(target)
+    with open(os.path.join(target, b"x.parquet"), "wb") as f:
+        f.write(one.read_bytes())
+    (servers[0] / "ds" / "s03.parquet").unlink()  # (the helper's extra file: only this one)
+    assert src.exists()
+    tables = _neighbours(servers, monkeypatch)
+    assert _diff(tables)[0] == 0.0
+
+
+# -- keys of other declared types: the one record's key at an edge ---------------------------
+@pytest.mark.parametrize("dtype,domain,value", [
+    ("Float64", "[0, 2]", -0.0), ("Float64", "[1, 2]", float("nan")),
+    ("Float64", "[1, 2]", float("inf")), ("Float64", "[1, 2]", 5e-324),
+    ("Int64", "[1, 2]", 2**63 - 1), ("Int64", "[1, 2]", -2**63),
+    ("UInt64", "[1, 2]", 2**64 - 1), ("Date", '["2020-01-01", "2020-01-02"]', 2**31 - 1),
+    ("Date", '["2020-01-01", "2020-01-02"]', -2**31)])
+def test_a_key_at_a_type_edge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str,
+                              domain: str, value: Any) -> None:
+    """A by-column ``k`` of a declared type; D''s one record holds ``k`` at an edge value.
+
+    R14 (fixed): a Date key past year 262143 against a domain of text panicked in the
+    author-mode key cast (exit 4 on D' only); it is now null, outside the key set.
+    """
+    arrow = {"Float64": pa.float64(), "Int64": pa.int64(), "UInt64": pa.uint64(),
+             "Date": pa.date32()}[dtype]
+    col = (pa.array([value], pa.int32()).cast(arrow) if dtype == "Date"
+           else pa.array([value], arrow))
+    servers = _servers(tmp_path, {"k": col}, schema={**SCHEMA, "k": dtype})
+    spec = SPEC.replace('state = ["01", "02"]', f"k = {domain}").replace(
+        'by = ["state"]', 'by = ["k"]')
+    tables = _neighbours(servers, monkeypatch, spec)
+    # -0.0 is the key 0 (counted); everything else is outside the domain
+    want = 5.0 if (dtype == "Float64" and value == 0.0) else 0.0
+    assert _diff(tables) == [want, 0.0]
+
+
+def test_an_empty_file_of_odd_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' = D plus a file of 0 rows whose columns are of types no declaration converts."""
+    servers = _servers(tmp_path, None)
+    pq.write_table(pa.table({"estab_id": pa.array([], pa.list_(pa.null())),
+                             "state": pa.array([], pa.null()),
+                             "v": pa.array([], pa.struct([("a", pa.int8())]))}),
+                   servers[0] / "ds" / "s03.parquet")  # (replaces the helper's record)
+    assert _diff(_neighbours(servers, monkeypatch)) == [0.0, 0.0]
