@@ -339,3 +339,27 @@ def test_an_empty_file_of_odd_types(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                              "v": pa.array([], pa.struct([("a", pa.int8())]))}),
                    servers[0] / "ds" / "s03.parquet")  # (replaces the helper's record)
     assert _diff(_neighbours(servers, monkeypatch)) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("target", ["String", "Datetime", "Date", "Int64"])
+@pytest.mark.parametrize("unit,tz,value", [
+    ("us", "Asia/Kolkata", 2**63 - 1), ("us", None, -2**63 + 1), ("ms", "UTC", 2**62),
+    ("ns", "Asia/Kolkata", 2**63 - 1)])
+def test_timestamps_at_the_int64_edges_never_stop_the_scan(
+        tmp_path: Path, unit: str, tz: str | None, value: int, target: str) -> None:
+    """A timestamp at the edge of its unit's range reads, as every declared type, panic-free."""
+    from tabdp.release.curator_config import SCHEMA_DTYPES
+    from tabdp.release.declared import scan_declared
+
+    col = pa.array([value, 0], pa.int64()).cast(pa.timestamp(unit, tz=tz))
+    pq.write_table(pa.table({"x": col}), tmp_path / "a.parquet")
+    out = scan_declared(tmp_path, {"x": SCHEMA_DTYPES[target]}, flag_lost=True).collect(
+        engine="streaming")
+    assert out.schema["x"] == SCHEMA_DTYPES[target]
+    # (values compared as their physical numbers: Python cannot hold every Polars date)
+    phys = out.select(pl.all().to_physical())
+    assert phys.height == 2
+    # the epoch converts to every type but Int64 (a timestamp is never a number: null)
+    assert (phys["x"][1] is None) == (target == "Int64")
+    if target == "String" and (unit, tz) != ("ns", "Asia/Kolkata"):
+        assert phys.row(0) == (None, True)  # outside the range Polars formats: null, lost
