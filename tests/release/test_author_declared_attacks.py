@@ -363,3 +363,44 @@ def test_timestamps_at_the_int64_edges_never_stop_the_scan(
     assert (phys["x"][1] is None) == (target == "Int64")
     if target == "String" and (unit, tz) != ("ns", "Asia/Kolkata"):
         assert phys.row(0) == (None, True)  # outside the range Polars formats: null, lost
+
+
+@pytest.mark.xfail(strict=True, reason="R14: through tabdp.Curator, a Date key far outside "
+                   "the formattable range, against a key set of text, prints Polars' panic "
+                   "('out-of-range date') on the process's stderr on D' only")
+def test_python_author_date_key_against_text_keys(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """An author's ``sum(by="k")`` with a text key set; ``k`` is declared Date.
+
+    Both servers refuse the release with the same ``DataFailure`` (the key set's type does
+    not match), but on D' the key join's cast of the Date column to text panics inside
+    Polars (tabdp/frame/_engine.py, the key lookup), and Rust's panic hook writes
+    ``thread ... panicked at ...: out-of-range date`` to file descriptor 2 of the author's
+    own process: the author sees a line that exists only when the record is there.
+    """
+    from tabdp import mechanisms as mech
+
+    seen = []
+    for far in (False, True):
+        d = tmp_path / f"far{far}"
+        d.mkdir()
+        pq.write_table(pa.table({"id": pa.array(range(5), pa.int64()),
+                                 "k": pa.array([18262] * 5, pa.int32()).cast(pa.date32()),
+                                 "v": pa.array([1.0] * 5)}), d / "a.parquet")
+        if far:
+            pq.write_table(pa.table({"id": pa.array([99], pa.int64()),
+                                     "k": pa.array([2**31 - 1], pa.int32()).cast(pa.date32()),
+                                     "v": pa.array([1.0])}), d / "b.parquet")
+        cur = tabdp.Curator(seed=5)
+        cur.add("ds", d, schema={"id": "Int64", "k": "Date", "v": "Float64"}, unit="id")
+        author = cur.author_session("ds", name="a")
+        capfd.readouterr()
+        try:
+            out: Any = author.sum("v", by="k", keys=tabdp.KeySet.from_dict(k=["2020-01-01"]),
+                                  mechanism=mech.Gaussian(5.0), nulls="drop",
+                                  negatives="zero").rows()
+        except Exception as err:  # noqa: BLE001 - the author's view of a failure
+            out = (type(err).__name__, str(err))
+        captured = capfd.readouterr()
+        seen.append((out, captured.out, captured.err))
+    assert seen[0] == seen[1], seen
