@@ -329,6 +329,10 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
         if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
                 (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
             continue
+        if want == pl.String and (have == pl.Date or isinstance(have, pl.Datetime)):
+            # a date Polars cannot format is null, not a Rust panic (review R14)
+            casts.append(convert_leniently(pl.col(c), have, want).alias(c))
+            continue
         casts.append(pl.col(c).cast(want, strict=False))
     return lf.with_columns(casts) if casts else lf
 

@@ -32,7 +32,8 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     an infinity or an out-of-range number in an integer column (never truncated: ``2.5`` is
     null, not ``2``; a whole float such as ``3.0`` is ``3``, and 64-bit values stay exact,
     nothing passes through Float64), text that does not parse, an out-of-range value, a number
-    other than 0 and 1 as a Boolean, text other than an ISO date as a Date. A conversion
+    other than 0 and 1 as a Boolean, text other than an ISO date as a Date, a date or time
+    more than about 260,000 years from 1970 as text (Polars cannot format it). A conversion
     between dtypes that Polars does not support for every value (a list or bytes to a number
     or text, text to a datetime) gives a column of nulls, decided from the two dtypes alone.
     The null then meets the declared null rule, which in author mode never stops a run.
@@ -55,6 +56,17 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     """
     if source == target:
         return expr
+    if target == pl.String and (source == pl.Date or isinstance(source, pl.Datetime)):
+        # Polars holds dates it cannot format as text (a Rust panic, "out-of-range date"):
+        # such a value is null before the conversion (review R14; both branches of a
+        # when/then are evaluated, so the value itself is masked first)
+        days = 95_000_000  # about 260,000 years either side of 1970, inside chrono's range
+        per_day = {"ms": 86_400_000, "us": 86_400_000_000}.get(
+            getattr(source, "time_unit", None) or "", 1)
+        if source == pl.Date or per_day > 1:  # (nanoseconds cannot leave the range)
+            inside = expr.to_physical().is_between(-days * per_day, days * per_day)
+            expr = pl.when(inside).then(expr)
+        return expr.cast(target, strict=False)
     if source == pl.Null:
         return expr.cast(target)
     if target == pl.Date and source == pl.String:  # ISO dates (the text of a partition)

@@ -249,9 +249,11 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 result = _run_with_data(spec, summary, started, epoch, overwrite, report,
                                         caught, spark if engine == "spark" else None,
                                         ledger=ledger)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, SystemExit):
                 raise
-            except Exception as err:  # noqa: BLE001 - one generic failure once data was read
+            except BaseException as err:  # noqa: BLE001 - one generic failure once data was
+                # read, Polars' Rust panics (BaseExceptions) included (review R14: a panic in
+                # the counting pass escaped the CLI with a traceback)
                 details = _failure_details(err, "after reading the input")
                 details["warnings"] = [str(w.message) for w in caught]
     finally:
