@@ -108,3 +108,26 @@ def write_curator(folder: Path, datasets: Mapping[str, Path | str], *,
     file = folder / name
     file.write_text("\n".join(lines), encoding="utf-8")
     return file
+
+
+#: The public table columns that carry noise (everything else must match on neighbours).
+NOISY = ("estimate", "lower", "upper", "cv")
+
+
+def assert_public_alike(pubs: Sequence[Path], table: str = "t.parquet") -> list[pl.DataFrame]:
+    """Two neighbouring servers' public folders: the same files, equal but for the noise.
+
+    The same file names; ``table`` equal once the noisy columns are dropped; every other file
+    byte for byte, but Parquet tables, HTML and the manifest (times and output hashes).
+    Returns the two ``table`` frames.
+    """
+    names = [sorted(p.relative_to(pub).as_posix() for p in pub.rglob("*") if p.is_file())
+             for pub in pubs]
+    assert names[0] == names[1], names
+    tables = [pl.read_parquet(pub / table) for pub in pubs]
+    assert tables[0].drop(NOISY, strict=False).equals(tables[1].drop(NOISY, strict=False))
+    for name in names[0]:
+        if name.endswith((".parquet", "manifest.json", ".html", ".csv")):
+            continue  # tables compared above; the manifest holds times and output hashes
+        assert (pubs[0] / name).read_bytes() == (pubs[1] / name).read_bytes(), name
+    return tables

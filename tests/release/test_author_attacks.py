@@ -23,7 +23,7 @@ from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import schema_of, write_curator  # noqa: E402
+from _curator import assert_public_alike, schema_of, write_curator  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -567,7 +567,6 @@ def _r12_run(server: Path, monkeypatch: pytest.MonkeyPatch, text: str, *flags: s
     return code, out.getvalue(), err.getvalue()
 
 
-NOISY = ("estimate", "lower", "upper", "cv")
 
 
 def _r12_neighbours(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
@@ -586,16 +585,7 @@ def _r12_neighbours(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
     for s in servers:
         assert str(s) not in views[0][1] + views[0][2]
     pubs = [s / "releases" / "r12" / "public" for s in servers]
-    names = [sorted(p.relative_to(pub).as_posix() for p in pub.rglob("*") if p.is_file())
-             for pub in pubs]
-    assert names[0] == names[1], names
-    tables = [pl.read_parquet(pub / "t.parquet") for pub in pubs]
-    assert tables[0].drop(NOISY, strict=False).equals(tables[1].drop(NOISY, strict=False))
-    for name in names[0]:
-        if name.endswith((".parquet", "manifest.json", ".html", ".csv")):
-            continue  # tables compared above; the manifest holds times and output hashes
-        assert (pubs[0] / name).read_bytes() == (pubs[1] / name).read_bytes(), name
-    return tables
+    return assert_public_alike(pubs)
 
 
 def test_r12_author_cannot_choose_the_seed(tmp_path: Path,

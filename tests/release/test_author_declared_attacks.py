@@ -23,13 +23,12 @@ import tabdp
 from tabdp import cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import assert_public_alike, write_curator  # noqa: E402
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
-NOISY = ("estimate", "lower", "upper", "cv")
 SCHEMA = {"estab_id": "Int64", "state": "String", "v": "Int64"}
 
 SPEC = """
@@ -117,16 +116,7 @@ def _neighbours(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
         for s in servers:
             assert str(s) not in views[0][1] + views[0][2]
     pubs = [s / "releases" / "r14" / "public" for s in servers]
-    names = [sorted(p.relative_to(pub).as_posix() for p in pub.rglob("*") if p.is_file())
-             for pub in pubs]
-    assert names[0] == names[1], names
-    tables = [pl.read_parquet(pub / "t.parquet") for pub in pubs]
-    assert tables[0].drop(NOISY, strict=False).equals(tables[1].drop(NOISY, strict=False))
-    for name in names[0]:
-        if name.endswith((".parquet", "manifest.json", ".html", ".csv")):
-            continue  # tables compared above; the manifest holds times and output hashes
-        assert (pubs[0] / name).read_bytes() == (pubs[1] / name).read_bytes(), name
-    return tables
+    return assert_public_alike(pubs)
 
 
 def _diff(tables: list[pl.DataFrame]) -> list[float]:
