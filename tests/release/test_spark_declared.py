@@ -22,8 +22,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
-from test_author_attacks import HIER, NOISY, R12_SPEC, _r12_run, _r12_servers  # noqa: E402
+from _curator import NOISY, write_curator  # noqa: E402
+from test_author_attacks import HIER, R12_SPEC, _r12_run, _r12_servers  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
