@@ -16,6 +16,8 @@ from urllib.parse import unquote
 
 import polars as pl
 
+from tabdp._temporal import formattable
+
 __all__ = ["scan_declared", "convert_leniently", "convert_leniently_spark", "dataset_files",
            "hive_columns", "LOST", "is_data_file", "file_plans",
            "read_declared_spark"]
@@ -58,14 +60,8 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
         return expr
     if target == pl.String and (source == pl.Date or isinstance(source, pl.Datetime)):
         # Polars holds dates it cannot format as text (a Rust panic, "out-of-range date"):
-        # such a value is null before the conversion (review R14; both branches of a
-        # when/then are evaluated, so the value itself is masked first)
-        days = 95_000_000  # about 260,000 years either side of 1970, inside chrono's range
-        per_day = {"ms": 86_400_000, "us": 86_400_000_000}.get(
-            getattr(source, "time_unit", None) or "", 1)
-        if source == pl.Date or per_day > 1:  # (nanoseconds cannot leave the range)
-            inside = expr.to_physical().is_between(-days * per_day, days * per_day)
-            expr = pl.when(inside).then(expr)
+        # such a value is null before the conversion (review R14)
+        expr = formattable(expr, source)
         return expr.cast(target, strict=False)
     if source == pl.Null:
         return expr.cast(target)

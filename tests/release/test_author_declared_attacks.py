@@ -355,9 +355,6 @@ def test_timestamps_at_the_int64_edges_never_stop_the_scan(
         assert phys.row(0) == (None, True)  # outside the range Polars formats: null, lost
 
 
-@pytest.mark.xfail(strict=True, reason="R14: through tabdp.Curator, a Date key far outside "
-                   "the formattable range, against a key set of text, prints Polars' panic "
-                   "('out-of-range date') on the process's stderr on D' only")
 def test_python_author_date_key_against_text_keys(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """An author's ``sum(by="k")`` with a text key set; ``k`` is declared Date.
