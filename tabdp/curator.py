@@ -631,6 +631,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         LOST,
         convert_leniently,
         dataset_files,
+        file_schema,
         scan_declared,
     )
 
@@ -638,8 +639,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
     if ds.kind == "path":
         assert ds.schema is not None
         files = dataset_files(Path(data))
-        present = {c for f in files
-                   for c in pl.scan_parquet(f, hive_partitioning=False).collect_schema()}
+        present = {c for f in files for c in file_schema(f)}
         lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning, flag_lost=True)
         parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
                   if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False

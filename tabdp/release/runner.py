@@ -231,7 +231,7 @@ def _run_with_ledger(spec: ReleaseSpec, engine: str, ledger: Any, *, overwrite: 
         # data-free: mapping codes the join's conversion merges are refused before any read
         # (the schema and the spec decide it; author mode converts key columns first)
         try:
-            lf0, schema0 = scan_input(spec)
+            lf0, schema0 = scan_input(spec, schema_only=True)
         except DataValidationError as err:
             if spec.input.mode != "author":
                 raise
