@@ -461,8 +461,8 @@ def _has_text(dtype: Any) -> bool:
     inner = getattr(dtype, "inner", None)
     if inner is not None:
         return _has_text(inner)
-    fields = getattr(dtype, "fields", None)
-    return bool(fields) and any(_has_text(f.dtype) for f in fields)
+    fields = getattr(dtype, "fields", None) or []
+    return any(_has_text(f.dtype) for f in fields)
 
 
 def _not_utf8(plans: list[tuple[Path, dict[str, ColumnPlan]]]) -> set[Path]:
