@@ -517,7 +517,8 @@ def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
 
     Datasets over the same data (the same frame, the same or nested paths, links resolved)
     must have the same unit and ledger: otherwise the author would be handed the name with the
-    weaker accounting. A ledger may not overlap a dataset's path (a folder is read whole).
+    weaker accounting. Datasets sharing one ledger must declare the same unit column with the
+    same declared type. A ledger may not overlap a dataset's path (a folder is read whole).
     """
     def where(x: _Dataset) -> list[Path] | None:
         from tabdp.release.curator_config import data_locations
@@ -542,6 +543,21 @@ def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
                 f"unit or ledger (unit {ds.unit!r} vs {other.unit!r}).\nHint: give both the "
                 "same unit and ledger (an author would be handed the one with the weaker "
                 "accounting), or declare the data once.")
+        # one ledger keeps one account per unit value: datasets charging it must agree on
+        # the unit's column and declared type (the text "7" and the integer 7 would be two
+        # accounts, each with the whole lifetime budget)
+        if led(ds) is not None and led(other) == led(ds):
+            t_new = None if ds.schema is None else ds.schema.get(ds.unit or "")
+            t_old = None if other.schema is None else other.schema.get(other.unit or "")
+            if other.unit != ds.unit or t_new != t_old:
+                raise InvalidParameterError(
+                    f"Curator.add: datasets {other.name!r} and {ds.name!r} share one lifetime "
+                    f"ledger but declare different units (dataset {other.name!r}: unit "
+                    f"{other.unit!r} of type {t_old}; dataset {ds.name!r}: unit {ds.unit!r} "
+                    f"of type {t_new}); a ledger keeps one account per unit, so a unit would "
+                    "be charged separately through each dataset.\nHint: declare the same "
+                    "unit column with the same type in both schemas, or give each dataset a "
+                    "ledger of its own.")
     # the new dataset's ledger against every path, every declared ledger against its path
     pairs = [(ds, y) for y in [*declared.values(), ds]] + [(x, ds) for x in declared.values()]
     for x, y in pairs:
@@ -615,6 +631,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         LOST,
         convert_leniently,
         dataset_files,
+        file_schema,
         scan_declared,
     )
 
@@ -622,8 +639,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
     if ds.kind == "path":
         assert ds.schema is not None
         files = dataset_files(Path(data))
-        present = {c for f in files
-                   for c in pl.scan_parquet(f, hive_partitioning=False).collect_schema()}
+        present = {c for f in files for c in file_schema(f)}
         lf = scan_declared(Path(data), ds.schema, hive=ds.hive_partitioning, flag_lost=True)
         parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
                   if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False

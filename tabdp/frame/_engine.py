@@ -37,6 +37,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
     ColumnNotFoundError,
@@ -873,7 +874,10 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
     for c in by:
         target = targets[c]
         if target is not None and target != schema[c]:
-            conv = pl.col(c).cast(target, strict=False)
+            # a date Polars cannot format as text is null before a cast to text (a Rust
+            # panic otherwise, whose message reached the author's stderr; review R14)
+            src = formattable(pl.col(c), schema[c]) if target == pl.String else pl.col(c)
+            conv = src.cast(target, strict=False)
             back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
             frame = frame.with_columns(
                 pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)

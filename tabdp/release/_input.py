@@ -43,7 +43,7 @@ ROW_ID = "__tabdp_row"
 ROW_LABEL = "row"
 
 
-def scan_input(spec: ReleaseSpec, *, flag_lost: bool = False
+def scan_input(spec: ReleaseSpec, *, flag_lost: bool = False, schema_only: bool = False
                ) -> tuple[pl.LazyFrame, dict[str, str]]:
     """Scan a spec's Parquet input lazily (metadata only) and return it with its schema.
 
@@ -60,6 +60,8 @@ def scan_input(spec: ReleaseSpec, *, flag_lost: bool = False
             columns (a value the conversion made null), which `_input_rules` counts into
             the confidential ``input_rules.declared_nulls`` and removes. They are not in the
             returned schema.
+        schema_only: The frame is for its schema only: an author-mode scan skips its text
+            check (`scan_declared`), which reads the declared text columns.
 
     Returns:
         The lazy frame and its schema as ``{column: dtype name}``.
@@ -85,7 +87,8 @@ def scan_input(spec: ReleaseSpec, *, flag_lost: bool = False
             # partition folders typed by the declared schema (issue 27: one file storing an
             # integer column as float, because pandas writes an integer column with one
             # missing value so, stopped the run; whether it did depended on one record)
-            lf = scan_declared(src, declared, hive=hive, flag_lost=flag_lost)
+            lf = scan_declared(src, declared, hive=hive, flag_lost=flag_lost,
+                               schema_only=schema_only)
             return lf, {k: str(v) for k, v in lf.collect_schema().items()
                         if not k.startswith(LOST)}
         parts = hive_columns(src) if src.is_dir() and hive is not False else []

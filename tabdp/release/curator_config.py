@@ -492,7 +492,8 @@ def _check_ledgers(config: CuratorConfig) -> None:
 
     Datasets over the same data (the same or nested paths, the same table) must have the same
     unit and ledger: otherwise an author would name the one without a ledger (or with a finer
-    unit) and step around the other's.
+    unit) and step around the other's. Datasets sharing one ledger must declare the same unit
+    column with the same declared type.
     """
     def where(x: DatasetDecl) -> list[Path] | str:
         if x.path is not None:
@@ -517,6 +518,23 @@ def _check_ledgers(config: CuratorConfig) -> None:
                                             f"unit or ledger (unit {b.unit!r} vs {a.unit!r}).",
                       "give both the same unit and ledger (an author would name the dataset "
                       "with the weaker accounting), or declare the data once.")
+    for i, (a_name, a) in enumerate(items):
+        for b_name, b in items[i + 1:]:
+            # one ledger keeps one account per unit value: datasets charging it must agree on
+            # what a unit is, its column and its type (the text "7" and the integer 7 would
+            # be two accounts, each with the whole lifetime budget)
+            if ledger_of(a) is None or ledger_of(a) != ledger_of(b):
+                continue
+            ta, tb = a.schema.get(a.unit or ""), b.schema.get(b.unit or "")
+            if a.unit != b.unit or ta != tb:
+                _fail(f"datasets.{b_name}.ledger",
+                      f"datasets {a_name!r} and {b_name!r} share one lifetime ledger but "
+                      f"declare different units (dataset {a_name!r}: unit {a.unit!r} of "
+                      f"type {ta}; dataset {b_name!r}: unit {b.unit!r} of type {tb}); a "
+                      "ledger keeps one account per unit, so a unit would be charged "
+                      "separately through each dataset.",
+                      "declare the same unit column with the same type in their schemas, "
+                      "or give each dataset a ledger of its own.")
     others: list[tuple[str, Path]] = [(f"dataset {n!r}", Path(os.path.realpath(x.path)))
                                       for n, x in config.datasets.items() if x.path is not None]
     others += [("the public folder", Path(os.path.realpath(f))) for f in config.public_folders]

@@ -8,6 +8,7 @@ the release workflow's input stage and by the Python `tabdp.Curator`.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,9 +17,11 @@ from urllib.parse import unquote
 
 import polars as pl
 
+from tabdp._temporal import formattable
+
 __all__ = ["scan_declared", "convert_leniently", "convert_leniently_spark", "dataset_files",
-           "hive_columns", "LOST", "is_data_file", "file_plans",
-           "read_declared_spark"]
+           "hive_columns", "LOST", "is_data_file", "file_plans", "parquet_source",
+           "file_schema", "read_declared_spark"]
 
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 #: Prefix of `scan_declared`'s ``flag_lost`` columns (a value that became null).
@@ -58,14 +61,8 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
         return expr
     if target == pl.String and (source == pl.Date or isinstance(source, pl.Datetime)):
         # Polars holds dates it cannot format as text (a Rust panic, "out-of-range date"):
-        # such a value is null before the conversion (review R14; both branches of a
-        # when/then are evaluated, so the value itself is masked first)
-        days = 95_000_000  # about 260,000 years either side of 1970, inside chrono's range
-        per_day = {"ms": 86_400_000, "us": 86_400_000_000}.get(
-            getattr(source, "time_unit", None) or "", 1)
-        if source == pl.Date or per_day > 1:  # (nanoseconds cannot leave the range)
-            inside = expr.to_physical().is_between(-days * per_day, days * per_day)
-            expr = pl.when(inside).then(expr)
+        # such a value is null before the conversion (review R14)
+        expr = formattable(expr, source)
         return expr.cast(target, strict=False)
     if source == pl.Null:
         return expr.cast(target)
@@ -218,10 +215,59 @@ def dataset_files(path: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(path).as_posix())
 
 
+def parquet_source(file: Path) -> Any:
+    """What Polars reads a data file from: its path, or its bytes when the path is not UTF-8.
+
+    Polars takes paths as UTF-8 text; a file whose path on disk is not UTF-8 (a folder named
+    in another encoding, which Python holds with lone surrogates) is opened by its bytes
+    path and given to Polars in memory, so the name of a folder never stops a read.
+
+    Args:
+        file: The file.
+
+    Returns:
+        ``str(file)``, or a ``BytesIO`` of the file's contents.
+
+    Example:
+        >>> parquet_source(Path("a.parquet"))
+        'a.parquet'
+    """
+    text = str(file)
+    try:
+        text.encode("utf-8")
+    except UnicodeError:
+        with open(os.fsencode(file), "rb") as f:
+            return io.BytesIO(f.read())
+    return text
+
+
+def file_schema(file: Path) -> pl.Schema:
+    """A Parquet data file's own schema, from its footer (Polars dtypes; no value is read).
+
+    Args:
+        file: The file (any path: `parquet_source`).
+
+    Returns:
+        Its columns and dtypes.
+
+    Raises:
+        polars.exceptions.PolarsError, OSError: The file is not readable Parquet.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> pl.DataFrame({"v": [1]}).write_parquet(d / "a.parquet")
+        >>> file_schema(d / "a.parquet")
+        Schema([('v', Int64)])
+    """
+    return pl.scan_parquet(parquet_source(file), hive_partitioning=False).collect_schema()
+
+
 #: How one declared column of one file is read (`file_plans`): from the file's folders
 #: (``("folder", text or None)``), from the file (``("column", file dtype)``), as nulls because
-#: the engine cannot read the file's type (``("unreadable", file dtype)``), or as nulls because
-#: the file lacks it (``("missing", None)``).
+#: the engine cannot read the file's type (``("unreadable", file dtype)``) or the folder's
+#: value is not UTF-8 text (``("unreadable", Binary)``), or as nulls because the file lacks it
+#: (``("missing", None)``).
 ColumnPlan = tuple[str, Any]
 
 
@@ -259,12 +305,14 @@ def file_plans(path: Path, schema: Mapping[str, Any], *, hive: bool | None = Non
     folder = path.is_dir()
     plans = []
     for file in dataset_files(path):
-        have = pl.scan_parquet(file, hive_partitioning=False).collect_schema()
+        have = file_schema(file)
         values = (_hive_values(file.relative_to(path), schema)
                   if folder and hive is not False else {})
         plan: dict[str, ColumnPlan] = {}
         for c in schema:
-            if c in values:
+            if c in values and values[c] is _NOT_TEXT:
+                plan[c] = ("unreadable", pl.Binary)  # a folder value that is not UTF-8
+            elif c in values:
                 plan[c] = ("folder", values[c])
             elif c in have:
                 ok = readable is None or readable(have[c])
@@ -293,7 +341,7 @@ def _readable(dtype: Any) -> bool:
 
 
 def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = None,
-                  flag_lost: bool = False) -> pl.LazyFrame:
+                  flag_lost: bool = False, schema_only: bool = False) -> pl.LazyFrame:
     """Scan a Parquet file or folder against a declared schema, file by file, leniently.
 
     Each file is scanned on its own (its metadata only, here) and every declared column is
@@ -313,13 +361,27 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
     it. A partition level that is not declared is not read. A folder without data files
     (`dataset_files`) is an empty frame of the declared schema.
 
+    Text that is not UTF-8 is a value the declared type cannot represent: it is null. A
+    partition value that is not UTF-8 (its bytes on disk or its percent escapes) is null for
+    its column, and the file is still read (from its bytes path when Polars cannot take the
+    path, `parquet_source`; so is a file under any folder whose name is not UTF-8). A file
+    column of text holding bytes that are not UTF-8 makes Polars refuse the whole file, so
+    the declared text columns of every file are first read on their own (``null_count``,
+    all files at once; the only extra cost of the normal path); a file that fails is read
+    with pyarrow, its text columns taken as bytes and decoded value by value, a value that
+    is not UTF-8 null (and a nested column holding text null). Whichever way a file is read,
+    its values are the same wherever they are UTF-8.
+
     Args:
         path: A Parquet file or a folder read whole (`dataset_files`).
         schema: Declared column -> Polars dtype.
         hive: ``False`` reads no partition folders.
         flag_lost: Add, for each column, a Boolean column ``LOST + name``: the value was
             not null in the file and is null after the conversion (for the curator's counts;
-            every row of a file whose column cannot be read at all).
+            every row of a file whose column cannot be read at all, or whose folder value
+            is not UTF-8; a value that is not UTF-8).
+        schema_only: The frame is for its schema only (no data is read from it): skip the
+            text check (the schema is the same; collecting the frame may then fail).
 
     Returns:
         The lazy frame: the declared columns in the declared order.
@@ -336,7 +398,14 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
         [(4611686018427387905, 3), (5, None), (6, None)]
     """
     frames = []
-    for file, plan in file_plans(path, schema, hive=hive, readable=_readable):
+    plans = file_plans(path, schema, hive=hive, readable=_readable)
+    broken = set() if schema_only else _not_utf8(plans)
+    for file, plan in plans:
+        invalid: dict[str, str] = {}
+        if file in broken:  # text that is not UTF-8: read by pyarrow, such a value null
+            source, plan, invalid = _read_not_utf8(file, plan)
+        else:
+            source = pl.scan_parquet(parquet_source(file), hive_partitioning=False)
         cols, lost = [], []
         for c, t in schema.items():
             how, what = plan[c]
@@ -351,6 +420,8 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
                 raw = pl.col(c)
                 e = convert_leniently(raw, what, t)
                 gone = raw.is_not_null() & e.is_null()
+                if c in invalid:
+                    gone = gone | pl.col(invalid[c])
             else:  # missing
                 e = pl.lit(None, t)
                 gone = pl.lit(False)
@@ -359,25 +430,163 @@ def scan_declared(path: Path, schema: Mapping[str, Any], *, hive: bool | None = 
         # with_columns, then select: a literal (a partition value, a missing column) is
         # broadcast to the file's rows even when no column of the file is read
         new = cols + (lost if flag_lost else [])
-        frames.append(pl.scan_parquet(file, hive_partitioning=False).with_columns(new)
-                      .select([e.meta.output_name() for e in new]))
+        frames.append(source.with_columns(new).select([e.meta.output_name() for e in new]))
     if not frames:
         return pl.LazyFrame(schema={**schema, **({LOST + c: pl.Boolean for c in schema}
                                                  if flag_lost else {})})
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
-def _hive_values(rel: Path, names: Mapping[str, Any]) -> dict[str, str | None]:
+#: A partition folder's value that is not text (`_hive_values`): its bytes are not UTF-8.
+_NOT_TEXT: Any = object()
+
+
+def _text(name: str) -> str | None:
+    """A folder name's part percent-decoded, or None when it is not UTF-8 text.
+
+    Not text: the name's bytes on disk are not UTF-8 (Python holds them as lone surrogates),
+    or a percent escape decodes to bytes that are not UTF-8 (``%FF``).
+    """
+    try:
+        name.encode("utf-8")
+        return unquote(name, errors="strict")
+    except UnicodeError:
+        return None
+
+
+def _has_text(dtype: Any) -> bool:
+    """Whether a file column of ``dtype`` holds text (at any depth: a list of strings too)."""
+    if dtype == pl.String or dtype == pl.Categorical or isinstance(dtype, pl.Enum):
+        return True
+    inner = getattr(dtype, "inner", None)
+    if inner is not None:
+        return _has_text(inner)
+    fields = getattr(dtype, "fields", None) or []
+    return any(_has_text(f.dtype) for f in fields)
+
+
+def _not_utf8(plans: list[tuple[Path, dict[str, ColumnPlan]]]) -> set[Path]:
+    """The files Polars cannot read a declared text column of (bytes that are not UTF-8).
+
+    Each file's declared text columns are read on their own (``null_count`` decodes every
+    value), all files in one parallel pass; only when that pass fails is each file tried
+    alone, to find which. Any failure marks the file (read by `_read_not_utf8`, which fails
+    in turn when the file is not readable for another cause).
+    """
+    todo = [(f, [c for c, (how, what) in plan.items() if how == "column" and _has_text(what)])
+            for f, plan in plans]
+    todo = [(f, cols) for f, cols in todo if cols]
+
+    def probe(f: Path, cols: list[str]) -> pl.LazyFrame:
+        return pl.scan_parquet(parquet_source(f), hive_partitioning=False).select(
+            [pl.col(c).null_count() for c in cols])
+
+    if not todo:
+        return set()
+    try:
+        pl.collect_all([probe(f, cols) for f, cols in todo])
+        return set()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - Polars' Rust panics are BaseExceptions
+        pass
+    bad = set()
+    for f, cols in todo:
+        try:
+            probe(f, cols).collect()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # noqa: BLE001
+            bad.add(f)
+    return bad
+
+
+def _utf8_or_null(column: Any) -> tuple[Any, Any]:
+    """A pyarrow text column (any width, dictionary or not) as UTF-8 text, null where not.
+
+    Returns the text (``large_string``) and a Boolean array: the value was not null and is
+    not UTF-8. Chunks of 65,536 values are checked by pyarrow at once; a chunk holding a
+    value that is not UTF-8 is decoded value by value.
+    """
+    import pyarrow as pa
+
+    texts, bad = [], []
+    for chunk in column.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            chunk = chunk.dictionary_decode()
+        raw = chunk.cast(pa.large_binary())  # the bytes as stored: no check
+        for off in range(0, len(raw), 65_536):
+            part = raw.slice(off, 65_536)
+            try:
+                texts.append(part.cast(pa.large_string()))  # checks UTF-8
+                bad.append(pa.array([False] * len(part), pa.bool_()))
+            except pa.ArrowInvalid:
+                values = [_decoded(v) for v in part.to_pylist()]
+                texts.append(pa.array([v for v, _ in values], pa.large_string()))
+                bad.append(pa.array([b for _, b in values], pa.bool_()))
+    return (pa.chunked_array(texts, pa.large_string()), pa.chunked_array(bad, pa.bool_()))
+
+
+def _decoded(value: bytes | None) -> tuple[str | None, bool]:
+    if value is None:
+        return None, False
+    try:
+        return value.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return None, True
+
+
+def _read_not_utf8(file: Path, plan: dict[str, ColumnPlan]
+                   ) -> tuple[pl.LazyFrame, dict[str, ColumnPlan], dict[str, str]]:
+    """A file holding text that is not UTF-8, read with such a value null (`scan_declared`).
+
+    Its text columns are read by pyarrow as bytes and decoded (`_utf8_or_null`), then given
+    their file dtype (``String``, ``Categorical``); its other columns are read by Polars, as
+    for any file. A nested column holding text is null (no declared type converts it).
+
+    Returns:
+        The file's frame (in memory), its plan, and for each text column the name of a
+        Boolean column: the value was not UTF-8 (for the ``LOST`` counts).
+    """
+    import pyarrow.parquet as pq
+
+    cols = [c for c, (how, _) in plan.items() if how == "column"]
+    flat = [c for c in cols if not (getattr(plan[c][1], "inner", None)
+                                    or getattr(plan[c][1], "fields", None))
+            and _has_text(plan[c][1])]
+    plan = {c: (("unreadable", what) if c in cols and c not in flat and _has_text(what)
+                else (how, what)) for c, (how, what) in plan.items()}
+    plain = [c for c in cols if plan[c][0] == "column" and c not in flat]
+    frame = (pl.read_parquet(parquet_source(file), columns=plain, hive_partitioning=False)
+             if plain else None)
+    table = pq.ParquetFile(parquet_source(file)).read(columns=flat)
+    n = table.num_rows if frame is None else frame.height
+    extra: list[pl.Series] = [pl.Series("__tabdp_rows", [None] * n, pl.Null)]
+    invalid: dict[str, str] = {}
+    for c in flat:
+        text, bad = _utf8_or_null(table.column(c))
+        series = pl.Series(c, pl.from_arrow(text)).cast(plan[c][1], strict=False)
+        invalid[c] = f"__tabdp_not_utf8_{c}"
+        extra += [series, pl.Series(invalid[c], pl.from_arrow(bad), pl.Boolean)]
+    out = pl.DataFrame(extra) if frame is None else frame.hstack(extra)
+    return out.lazy(), plan, invalid
+
+
+def _hive_values(rel: Path, names: Mapping[str, Any]) -> dict[str, Any]:
     """The partition values on a file's relative path, for the columns ``names`` only.
 
-    The outermost folder of a name wins; a name with no folder on this path is absent.
+    The outermost folder of a name wins; a name with no folder on this path is absent. A
+    value that is not UTF-8 text (its bytes, or its percent escapes) is `_NOT_TEXT` (then
+    null, as a value the declared type cannot represent); a level whose name is not text is
+    no declared column's.
     """
-    found: dict[str, str | None] = {}
+    found: dict[str, Any] = {}
     for p in rel.parts[:-1]:
         if "=" in p:
-            k, v = unquote(p.split("=", 1)[0]), p.split("=", 1)[1]
-            if k in names:
-                found.setdefault(k, None if v == _HIVE_NULL else unquote(v))
+            k, v = _text(p.split("=", 1)[0]), p.split("=", 1)[1]
+            if k is not None and k in names:
+                found.setdefault(k, None if v == _HIVE_NULL else
+                                 (_NOT_TEXT if _text(v) is None else _text(v)))
     return found
 
 
@@ -432,8 +641,57 @@ def _spark_read_type(dtype: Any) -> Any:
 
 
 def _spark_path(file: Path) -> str:
-    """A file's path as Spark reads it literally (Hadoop glob characters escaped)."""
-    return "".join("\\" + ch if ch in "\\{}[]*?" else ch for ch in str(file.resolve()))
+    """A file's path as Spark reads it literally (Hadoop glob characters escaped).
+
+    A path that is not UTF-8 (a folder named in another encoding) cannot be named to Java:
+    the file is linked (or copied) into a private temporary folder under a UTF-8 name, kept
+    until the process exits (`_utf8_alias`).
+    """
+    path = str(file.resolve())
+    try:
+        path.encode("utf-8")
+    except UnicodeError:
+        path = str(_utf8_alias(file))
+    return "".join("\\" + ch if ch in "\\{}[]*?" else ch for ch in path)
+
+
+_ALIASES: dict[str, Path] = {}
+
+
+def _utf8_alias(file: Path) -> Path:
+    """A UTF-8 path of the same file: a hard link (or a copy) in a private temporary folder.
+
+    The folder (mode 0700) is removed when the process exits; Spark reads lazily, so the
+    alias must outlive the read's plan.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    if "dir" not in _ALIASES:
+        _ALIASES["dir"] = Path(tempfile.mkdtemp(prefix="tabdp-declared-"))
+        atexit.register(shutil.rmtree, _ALIASES["dir"], True)
+    alias = _ALIASES["dir"] / f"{len(_ALIASES)}.parquet"
+    src = os.fsencode(file)
+    try:
+        os.link(src, alias)
+    except OSError:
+        shutil.copyfile(src, alias)
+    _ALIASES[str(alias)] = alias
+    return alias
+
+
+def _spark_utf8(col: Any) -> Any:
+    """A Spark text column with a value that is not UTF-8 null (Spark reads text unchecked).
+
+    ``is_valid_utf8`` where Spark has it (4.0); else the value's bytes must survive a round
+    trip through Spark's UTF-8 encoder, which replaces a byte sequence that is not UTF-8.
+    """
+    from pyspark.sql import functions as F
+
+    valid = (F.is_valid_utf8(col) if hasattr(F, "is_valid_utf8")
+             else F.encode(col, "UTF-8") == col.cast("binary"))
+    return F.when(valid, col)
 
 
 def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
@@ -499,7 +757,10 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
                 gone = raw.isNotNull() & e.isNull()
             elif how == "column":
                 raw = F.col(c)
-                e = convert_leniently_spark(raw, _spark_read_type(what), t)
+                src = _spark_read_type(what)
+                # text that is not UTF-8 is null, as on Polars (`scan_declared`)
+                text = _spark_utf8(raw) if isinstance(src, T.StringType) else raw
+                e = convert_leniently_spark(text, src, t)
                 gone = raw.isNotNull() & e.isNull()
             else:
                 e = F.lit(None)

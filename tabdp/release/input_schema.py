@@ -68,7 +68,7 @@ def read_input_schema(spec: ReleaseSpec) -> dict[str, Any]:
                                        "by tabdp run --engine spark.\nHint: set input.path to "
                                        "Parquet files to check the schema before the run.")
     try:
-        lf, _ = scan_input(spec)
+        lf, _ = scan_input(spec, schema_only=True)
     except DataValidationError as err:
         what, _, hint = str(err).partition("\nHint: ")
         raise SpecError("input.path", f"{what} No data was read."

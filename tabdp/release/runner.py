@@ -184,6 +184,25 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
+    from tabdp.release._ledger import open_ledger
+
+    # the lifetime ledger: locked and verified before anything of the data is read (the
+    # schema check and the declared scan read the files' footers), so that whether a run is
+    # refused for its ledger never depends on the data
+    ledger = open_ledger(spec, engine)
+    try:
+        return _run_with_ledger(spec, engine, ledger, overwrite=overwrite, report=report,
+                                spark=spark, spark_master=spark_master, started=started,
+                                epoch=epoch, summary=summary)
+    finally:
+        if ledger is not None:
+            ledger.close()
+
+
+def _run_with_ledger(spec: ReleaseSpec, engine: str, ledger: Any, *, overwrite: bool,
+                     report: Any, spark: Any, spark_master: Any, started: str, epoch: float,
+                     summary: dict[str, Any]) -> ReleaseResult:
+    """`run_release` once its ledger (or ``None``) is open: the schema, then the data."""
     _check_schema_first(spec)
     owned = None
     spark_log: Path | None = None
@@ -212,7 +231,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         # data-free: mapping codes the join's conversion merges are refused before any read
         # (the schema and the spec decide it; author mode converts key columns first)
         try:
-            lf0, schema0 = scan_input(spec)
+            lf0, schema0 = scan_input(spec, schema_only=True)
         except DataValidationError as err:
             if spec.input.mode != "author":
                 raise
@@ -226,12 +245,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         _refuse_mapping_collisions(spec, schema0, lf0)
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
-    from tabdp.release._ledger import open_ledger
-
-    ledger = None
     try:
-        # the lifetime ledger: locked and verified before any data is read
-        ledger = open_ledger(spec, engine)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # PySpark's notice about the pandas version says nothing about the data
@@ -257,8 +271,6 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 details = _failure_details(err, "after reading the input")
                 details["warnings"] = [str(w.message) for w in caught]
     finally:
-        if ledger is not None:
-            ledger.close()
         if owned is not None:
             owned.stop()
         if spark_log is not None:

@@ -316,3 +316,76 @@ def test_curator_mode_spec_naming_the_dataset_is_charged_too(tmp_path, monkeypat
     assert code == 0, err
     with tabdp.Ledger.open(root / "ledgers" / "firms") as led:
         assert led.releases == 1 and led.state().height == 30
+
+
+def test_datasets_sharing_a_ledger_declare_one_unit(tmp_path):
+    """One ledger, one account per unit value: its datasets agree on the unit and its type.
+
+    Otherwise a unit is charged separately through each dataset (the text ``"7"`` and the
+    integer ``7`` are two accounts, each with the whole lifetime budget).
+    """
+    root = tmp_path / "server"
+    (root / "ledgers").mkdir(parents=True, mode=0o700)
+    both = 'ledger = "ledgers/firms"'
+    cases = [  # (schema of b, unit of b) -> refused?
+        ({"firm": "Int64", "county": "String"}, "firm", False),
+        ({"firm": "String", "county": "String"}, "firm", True),
+        ({"firm": "Int64", "county": "String"}, "county", True),
+    ]
+    for schema_b, unit_b, refused in cases:
+        write_curator(root, {"a": "data/a", "b": "data/b"},
+                      schemas={"a": {"firm": "Int64", "county": "String"}, "b": schema_b},
+                      dataset_extra={"a": f'unit = "firm"\n{both}',
+                                     "b": f'unit = "{unit_b}"\n{both}'})
+        if not refused:
+            assert load_curator_config(root / "curator.toml").datasets["b"].unit == "firm"
+            continue
+        with pytest.raises(SpecError, match=r"datasets\.b\.ledger: datasets 'a' and 'b' share "
+                                            r"one lifetime ledger but declare different units"):
+            load_curator_config(root / "curator.toml")
+    # the Python curator: the same rule at add()
+    cur = tabdp.Curator()
+    cur.add("a", _firms(), schema={"firm": "Int64", "county": "String"}, unit="firm",
+            ledger=root / "ledgers" / "firms")
+    cur.add("c", _firms(), schema={"firm": "Int64", "county": "String"}, unit="firm",
+            ledger=root / "ledgers" / "firms")
+    with pytest.raises(tabdp.exceptions.InvalidParameterError,
+                       match="datasets 'a' and 'b' share one lifetime ledger"):
+        cur.add("b", _firms().with_columns(pl.col("firm").cast(pl.String)),
+                schema={"firm": "String", "county": "String"}, unit="firm",
+                ledger=root / "ledgers" / "firms")
+
+
+@pytest.mark.parametrize("ledger", ["missing", "busy"])
+def test_a_ledger_refusal_never_depends_on_the_data(tmp_path, monkeypatch, ledger):
+    """The ledger is opened before anything of the data is read, footers included.
+
+    D' holds one more file named ``*.parquet`` that is not Parquet (its footer cannot be
+    read; the run then stops with the generic failure). With an unusable ledger (missing, or
+    held by another run) both servers must refuse for the ledger alike: before the fix the
+    declared scan read the footers first, so D' failed with exit 4 and D with exit 2.
+    """
+    views = []
+    for extra in (False, True):
+        root = tmp_path / ("d1" if extra else "d0")
+        config = _server(root)
+        text = config.read_text().replace('path = "data/firms.parquet"', 'path = "data"')
+        config.write_text(text)
+        if extra:
+            (root / "data" / "zz.parquet").write_bytes(b"not parquet")
+        held = None
+        if ledger == "missing":
+            import shutil
+
+            shutil.rmtree(root / "ledgers" / "firms")
+        else:
+            held = tabdp.Ledger.open(root / "ledgers" / "firms")
+        try:
+            code, out, err = _run(root, monkeypatch, "lr")
+        finally:
+            if held is not None:
+                held.close()
+        views.append((code, out.replace(str(root), "ROOT"), err.replace(str(root), "ROOT"),
+                      (root / "releases" / "lr").exists()))
+    assert views[0] == views[1], views
+    assert views[0][0] == 2 and not views[0][3], views

@@ -284,3 +284,49 @@ def test_read_declared_spark_datetimes_are_utc_whatever_the_session_zone(
     assert micros == [10**15, gap, gap, 10**15, 10**15]
     assert [tuple(r) for r in got] == [(0, 10**15, False), (1, gap, False), (2, gap, False),
                                        (3, 10**15, False), (4, None, True)]
+
+
+def _not_utf8(values: list[bytes]) -> Any:
+    """A pyarrow string array holding these bytes, UTF-8 or not (pyarrow does not check)."""
+    import numpy as np
+
+    pa = pytest.importorskip("pyarrow")
+    ends = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [None, pa.py_buffer(ends.tobytes()),
+                                  pa.py_buffer(b"".join(values))])
+
+
+def test_spark_text_not_utf8_is_null(spark: Any, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' adds a record whose ``state`` is not UTF-8: null on both engines, counted alike.
+
+    Spark reads text without checking it (the bytes would stay a value outside the
+    domain); Polars refused the whole file. Both now make it null (review R14).
+    """
+    servers = _r12_servers(tmp_path, INTS, None, {"state": _not_utf8([b"0\xff"])},
+                           seeded=True)
+    tables, rules = _neighbours(servers, monkeypatch)
+    assert tables[0].equals(tables[1])
+    assert [r["declared_nulls"]["state"] for r in rules] == [1, 0]
+
+
+@pytest.mark.parametrize("folder", [b"state=\xff", b"l\xe9gacy"])
+def test_spark_folder_name_not_utf8(spark: Any, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch, folder: bytes) -> None:
+    """D''s record is in a folder named with bytes that are not UTF-8 (review R14).
+
+    A partition value that is not UTF-8 is null; any other folder is only a name: the file
+    is read (Java cannot name the path: Spark reads it through a UTF-8 alias).
+    """
+    import os
+
+    with_, without = _r12_servers(tmp_path, INTS, None, seeded=True)
+    target = os.path.join(os.fsencode(with_ / "ds"), folder)
+    os.mkdir(target)
+    os.rename(with_ / "ds" / "s03.parquet", os.path.join(target, b"x.parquet"))
+    tables, rules = _neighbours((with_, without), monkeypatch)
+    hive = folder.startswith(b"state=")
+    diff = round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6)
+    assert diff == (0.0 if hive else 5.0)
+    assert [r["declared_nulls"]["state"] for r in rules] == [int(hive), 0]
