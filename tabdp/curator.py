@@ -235,6 +235,8 @@ class Curator:
                 f"Curator.add: the unit column {unit!r} of {name!r} is not in its declared "
                 f"schema {sorted(declared)}.\nHint: declare it, e.g. schema={{{unit!r}: "
                 "'Int64', ...}.")
+        if ledger is not None:
+            _check_ledger_unit(name, unit, declared, data, ds.kind)
         _check_same_data(ds, self._datasets)
         self._datasets[name] = ds
 
@@ -510,6 +512,30 @@ class Curator:
     def __repr__(self) -> str:
         """Datasets and sessions (names only)."""
         return f"Curator(datasets={self.datasets}, sessions={self.sessions})"
+
+
+def _check_ledger_unit(name: str, unit: Any, declared: Mapping[str, Any] | None, data: Any,
+                       kind: str) -> None:
+    """A ledger's unit column must have ids it can key (integers fitting Int64, or text).
+
+    Decided from the declared schema (or a Polars frame's own): else every release of every
+    author session failed after reading the data (review R15).
+    """
+    if declared is not None:
+        dtype = declared.get(unit)
+    elif kind == "polars":
+        schema = data.collect_schema() if isinstance(data, pl.LazyFrame) else data.schema
+        dtype = schema.get(unit)
+    else:
+        return  # a Spark frame without a declared schema: refused at its first release
+    if dtype is None:
+        return  # a missing unit column is refused elsewhere
+    text = dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+    if not text and (not dtype.is_integer() or dtype == pl.UInt64):
+        raise InvalidParameterError(
+            f"Curator.add: the unit column {unit!r} of {name!r} has dtype {dtype}, but a "
+            "lifetime ledger keys units by an integer id that fits Int64, or by text.\nHint: "
+            "declare it as 'Int64' or 'String' (the same type in every session of the series).")
 
 
 def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:

@@ -338,3 +338,30 @@ def test_r15_every_feature_on_neighbouring_servers(tmp_path: Path,
         assert "<script>alert" not in html
     assert views[0] == views[1]
     assert [v[0] for v in views[0][0]] == [0, 0, 0]
+
+
+# -- R15-2 (fixed): a ledger dataset whose declared unit the ledger cannot key --------------
+@pytest.mark.parametrize("dtype", ["Float64", "UInt64", "Boolean", "Date"])
+def test_r15_2_ledger_unit_dtype_is_refused_from_the_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
+    """R15-2 (fixed): ``[datasets.x] unit`` declared Float64 (UInt64, Boolean, Date) with a
+    ``ledger``: every author run read the data and then failed (the generic failure, exit 4,
+    "ask the curator"), and every release of a Python author session was a `DataFailure`;
+    ``validate`` said the spec was fine. The ledger keys units by Int64 or text ids, so it is
+    now a configuration error from the text (exit 2, before anything is read), and
+    ``Curator.add`` refuses it."""
+    (tmp_path / "ds").mkdir()
+    schema = {"estab_id": dtype, "state": "String", "v": "Int64"}
+    write_curator(tmp_path, {"cbp": "ds"}, public=[HIER], schemas={"cbp": schema},
+                  dataset_extra={"cbp": 'unit = "estab_id"\nledger = "ledgers/cbp"'})
+    (tmp_path / "s.toml").write_text(_SPEC, encoding="utf-8")
+    for command in ("validate", "run"):
+        code, out, err = _cli(tmp_path, monkeypatch, command)
+        assert code == 2, (code, err)
+        assert "datasets.cbp.schema.estab_id" in err and str(tmp_path) not in out + err
+    cur = tabdp.Curator()
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match="keys units by"):
+        cur.add("d", pl.DataFrame({"u": [1], "c": ["a"]}), unit="u", ledger=tmp_path / "l",
+                schema={"u": dtype, "c": "String"})
+    cur.add("ok", pl.DataFrame({"u": [1], "c": ["a"]}), unit="u", ledger=tmp_path / "l",
+            schema={"u": "Int32", "c": "String"})
