@@ -423,3 +423,33 @@ def test_r15_spark_reads_odd_names_as_polars(spark: Any, tmp_path: Path) -> None
         got = sorted(tuple(r) for r in read_declared_spark(spark, d, schema).collect())
         assert got == want, rel
         assert len(want) == (1 if rel.endswith(" ") else 2), rel
+
+
+# -- R15-4 (open): a joint release's currency follows the order of its measures -------------
+@pytest.mark.xfail(strict=True, reason="R15-4: a joint mechanism's currency is '+'.join of "
+                   "the measures in the author's order (tabdp/frame/_engine.py "
+                   "_Policy.currencies, release/_plan.py): ['y', 'x'] is a new currency with "
+                   "a fresh curve budget after ['x', 'y'] used it up")
+def test_r15_4_joint_currency_does_not_depend_on_the_measures_order() -> None:
+    """R15-4: under a curve budget (each currency its own limit), an author releases the
+    same two measures jointly in the other order and gets a fresh budget for them.
+
+    A flat curve of ρ = 1 per currency; unit 1 contributes (100, 100), charged ρ ≈ 0.6 by a
+    joint Gaussian release of (x, y). After ``["x", "y"]`` the unit has 0.6 of its 1.0 in
+    currency ``x+y``, so a second joint release of the same measures must leave it out,
+    whatever their order; ``["y", "x"]`` was currency ``y+x`` and admitted it again (its
+    total over the session: 1.2 for one pair of measures; with k measures, k! orders).
+    """
+    df = pl.DataFrame({"u": [1, 2, 3], "c": ["a"] * 3, "x": [100.0, 1.0, 1.0],
+                       "y": [100.0, 1.0, 1.0]})
+    keys = tabdp.KeySet.from_dict(c=["a"])
+    cur = tabdp.Curator(seed=1, budget={1.0: 1.0, 1e6: 1.0})
+    cur.add("d", df, schema={"u": "Int64", "c": "String", "x": "Float64", "y": "Float64"},
+            unit="u")
+    author = cur.author_session("d", name="s")
+    joint = mech.VectorSubbotin(2, 129.0)
+    for order in (["x", "y"], ["y", "x"]):
+        author.sum(order, by="c", keys=keys, mechanism=joint, nulls="zero", negatives="zero")
+    left_out = [q["units_left_out_by_budget"]
+                for q in cur.report("s").confidential_summary()["queries"]]
+    assert left_out == [0, 1]
