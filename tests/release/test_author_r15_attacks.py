@@ -84,11 +84,11 @@ def test_r15_1_declared_column_in_one_file_only(tmp_path: Path, case: str) -> No
             author = cur.author_session("d")
         told = [str(w.message) for w in caught if issubclass(w.category, TabdpWarning)]
         assert any("in none of its files" in t for t in told) == (name == "D"), told
-        views.append([_view(lambda: author.sum("w", by="c", keys=KEYS, nulls="drop",
-                                               mechanism=mech.Gaussian(3.0),
-                                               negatives="zero")),
-                      _view(lambda: author.count(by="c", keys=KEYS)),
-                      _view(lambda: repr(author))])
+        views.append([_view(lambda a=author: a.sum("w", by="c", keys=KEYS, nulls="drop",
+                                                   mechanism=mech.Gaussian(3.0),
+                                                   negatives="zero")),
+                      _view(lambda a=author: a.count(by="c", keys=KEYS)),
+                      _view(lambda a=author: repr(a))])
     assert views[0] == views[1]
     assert views[0][0][0][0] == "ok"
 
@@ -205,9 +205,12 @@ def _public(root: Path, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize("files", ["none", "zero_rows", "empty_partition_folder"])
 def test_r15_empty_dataset_against_one_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                               files: str) -> None:
-    """Held: D holds no record (an empty folder, a file of 0 rows, an empty ``state=02``
-    folder); D' one record in one file. ``validate`` and ``run``: the same exit code (0),
-    stdout and stderr, and the same public files, tables' schemas and keys."""
+    """Held: a dataset without records against one record.
+
+    D holds no record (an empty folder, a file of 0 rows, an empty ``state=02`` folder); D'
+    one record in one file. ``validate`` and ``run``: the same exit code (0), stdout and
+    stderr, and the same public files, tables' schemas and keys.
+    """
     schema = {"estab_id": "Int64", "state": "String", "v": "Int64"}
     rec = pa.table({"estab_id": pa.array([1000], pa.int64()), "state": ["02"],
                     "v": pa.array([5], pa.int64())})
@@ -312,14 +315,17 @@ def _full_extra(base: pl.DataFrame, kind: str) -> pl.DataFrame:
 def test_r15_every_feature_on_neighbouring_servers(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    kind: str) -> None:
-    """Held: hierarchies, direct and derived rollups, consistent tables with shares,
+    """Held: a spec using every release feature, on servers one record apart.
+
+    Hierarchies, direct and derived rollups, consistent tables with shares,
     ``nonnegative`` and ``integer``, a calibrated table rounded for publication, a curve
     budget, ``cv_flag`` / ``suppress_cv`` / negative flags, an HTML-like title. D' holds one
     more establishment (huge; in every county of its state; with codes outside both
     hierarchies). ``validate``, ``plan`` and ``run``: the same exit codes, stdout and stderr;
     the same public files, table schemas and keys. (Flags, suppressed cells, ``sd`` of
     consistent tables and the public summary's shares of flagged cells follow the noisy
-    estimates, so they differ: post-processing of the noise.)"""
+    estimates, so they differ: post-processing of the noise.)
+    """
     base = generate_establishments(400, seed=3).filter(pl.col("state").is_in(["01", "02"]))
     schema = {c: str(t) for c, t in base.schema.items()}
     views = []
@@ -344,12 +350,15 @@ def test_r15_every_feature_on_neighbouring_servers(tmp_path: Path,
 @pytest.mark.parametrize("dtype", ["Float64", "UInt64", "Boolean", "Date"])
 def test_r15_2_ledger_unit_dtype_is_refused_from_the_configuration(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
-    """R15-2 (fixed): ``[datasets.x] unit`` declared Float64 (UInt64, Boolean, Date) with a
+    """R15-2 (fixed): a ledger dataset's unit declared of a type the ledger cannot key.
+
+    ``[datasets.x] unit`` declared Float64 (UInt64, Boolean, Date) with a
     ``ledger``: every author run read the data and then failed (the generic failure, exit 4,
     "ask the curator"), and every release of a Python author session was a `DataFailure`;
     ``validate`` said the spec was fine. The ledger keys units by Int64 or text ids, so it is
     now a configuration error from the text (exit 2, before anything is read), and
-    ``Curator.add`` refuses it."""
+    ``Curator.add`` refuses it.
+    """
     (tmp_path / "ds").mkdir()
     schema = {"estab_id": dtype, "state": "String", "v": "Int64"}
     write_curator(tmp_path, {"cbp": "ds"}, public=[HIER], schemas={"cbp": schema},
@@ -370,11 +379,14 @@ def test_r15_2_ledger_unit_dtype_is_refused_from_the_configuration(
 # -- R15-3 (fixed): tabdp compare on a server for authors -----------------------------------
 def test_r15_3_compare_honours_author_only(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """R15-3 (fixed): ``[policy] author_only = true`` refused curator-mode specs in
+    """R15-3 (fixed): ``tabdp compare`` ignored ``[policy] author_only``.
+
+    ``[policy] author_only = true`` refused curator-mode specs in
     ``validate``, ``plan`` and ``run``, but ``tabdp compare`` never read the configuration
     (``TABDP_CURATOR``): a curator-mode spec naming any server path was read, and its
     unprotected comparison (cell suppression, audit counts on stdout) written to a folder
-    of the caller's choice. Now it is refused like the others (exit 2, nothing read)."""
+    of the caller's choice. Now it is refused like the others (exit 2, nothing read).
+    """
     monkeypatch.chdir(tmp_path)
     generate_establishments(50, seed=1).write_parquet("d.parquet")
     Path("c.toml").write_text('[datasets.cbp]\npath = "d.parquet"\nschema = { estab_id = '
@@ -404,10 +416,13 @@ _ODD_NAMES = ["state=a:b/x.parquet", "state=%3A/x.parquet", "state=a b/x.parquet
 
 @pytest.mark.spark
 def test_r15_spark_reads_odd_names_as_polars(spark: Any, tmp_path: Path) -> None:
-    """Held: one record alone in a file whose folder or name holds ``:``, ``%``, ``#``,
+    """Held: Spark reads odd folder and file names as Polars does.
+
+    One record alone in a file whose folder or name holds ``:``, ``%``, ``#``,
     glob characters, a backslash, or hidden / bookkeeping folders (a hive writer names a
     folder after a record's value): Spark's rows equal Polars' (Hadoop's path parsing and
-    globbing neither fail nor read another file)."""
+    globbing neither fail nor read another file).
+    """
     from tabdp.release.declared import read_declared_spark, scan_declared
 
     schema = {"estab_id": pl.Int64, "state": pl.String, "v": pl.Int64}
@@ -431,11 +446,11 @@ def test_r15_spark_reads_odd_names_as_polars(spark: Any, tmp_path: Path) -> None
                    "_Policy.currencies, release/_plan.py): ['y', 'x'] is a new currency with "
                    "a fresh curve budget after ['x', 'y'] used it up")
 def test_r15_4_joint_currency_does_not_depend_on_the_measures_order() -> None:
-    """R15-4: under a curve budget (each currency its own limit), an author releases the
-    same two measures jointly in the other order and gets a fresh budget for them.
+    """R15-4: the same measures released jointly in the other order get a fresh budget.
 
-    A flat curve of ρ = 1 per currency; unit 1 contributes (100, 100), charged ρ ≈ 0.6 by a
-    joint Gaussian release of (x, y). After ``["x", "y"]`` the unit has 0.6 of its 1.0 in
+    Under a curve budget each currency has its own limit. A flat curve of ρ = 1 per
+    currency; unit 1 contributes (100, 100), charged ρ ≈ 0.6 by a joint Gaussian release of
+    (x, y). After ``["x", "y"]`` the unit has 0.6 of its 1.0 in
     currency ``x+y``, so a second joint release of the same measures must leave it out,
     whatever their order; ``["y", "x"]`` was currency ``y+x`` and admitted it again (its
     total over the session: 1.2 for one pair of measures; with k measures, k! orders).
