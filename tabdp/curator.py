@@ -187,7 +187,8 @@ class Curator:
 
         Raises:
             InvalidParameterError: A malformed name, a name already used, an unsupported
-                ``data``, a missing schema, an unknown dtype, or a ledger without a unit.
+                ``data``, a missing schema, an unknown dtype, or a ledger without a unit or
+                with a unit whose dtype it cannot key (integers fitting Int64, or text).
 
         Example:
             >>> c = Curator()
