@@ -637,6 +637,23 @@ def _write_compare_plan(spec: object, out: TextIO) -> None:
 def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tabdp.compare import compare
 
+    where = _curator_path(args)  # TABDP_CURATOR: the server's configuration, if any
+    if where is not None:
+        from tabdp.release.curator_config import load_curator_config
+
+        args.curator_config = load_curator_config(where)
+        if args.curator_config.author_only:
+            # review R15: a server for authors (author_only) refused curator-mode specs in
+            # validate / plan / run, but compare read one's input.path and wrote and printed
+            # unprotected values
+            raise SpecError("policy.author_only", "the curator configuration serves query "
+                                                  "authors ([policy] author_only = true), and "
+                                                  "tabdp compare is a curator-only tool: it "
+                                                  "reads the confidential data and writes "
+                                                  "unprotected values. Nothing was read or "
+                                                  "written.\nHint: the curator runs it without "
+                                                  "that configuration (TABDP_CURATOR unset).")
+
     res = compare(args.spec, args.sdc, out=args.out, overwrite=args.overwrite,
                   test_seed=args.test_seed, tau_audit=(False if args.no_tau_audit
                                                          else True if args.tau_audit else None),

@@ -187,7 +187,8 @@ class Curator:
 
         Raises:
             InvalidParameterError: A malformed name, a name already used, an unsupported
-                ``data``, a missing schema, an unknown dtype, or a ledger without a unit.
+                ``data``, a missing schema, an unknown dtype, or a ledger without a unit or
+                with a unit whose dtype it cannot key (integers fitting Int64, or text).
 
         Example:
             >>> c = Curator()
@@ -235,6 +236,8 @@ class Curator:
                 f"Curator.add: the unit column {unit!r} of {name!r} is not in its declared "
                 f"schema {sorted(declared)}.\nHint: declare it, e.g. schema={{{unit!r}: "
                 "'Int64', ...}.")
+        if ledger is not None:
+            _check_ledger_unit(name, unit, declared, data, ds.kind)
         _check_same_data(ds, self._datasets)
         self._datasets[name] = ds
 
@@ -512,6 +515,30 @@ class Curator:
         return f"Curator(datasets={self.datasets}, sessions={self.sessions})"
 
 
+def _check_ledger_unit(name: str, unit: Any, declared: Mapping[str, Any] | None, data: Any,
+                       kind: str) -> None:
+    """A ledger's unit column must have ids it can key (integers fitting Int64, or text).
+
+    Decided from the declared schema (or a Polars frame's own): else every release of every
+    author session failed after reading the data (review R15).
+    """
+    if declared is not None:
+        dtype = declared.get(unit)
+    elif kind == "polars":
+        schema = data.collect_schema() if isinstance(data, pl.LazyFrame) else data.schema
+        dtype = schema.get(unit)
+    else:
+        return  # a Spark frame without a declared schema: refused at its first release
+    if dtype is None:
+        return  # a missing unit column is refused elsewhere
+    text = dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
+    if not text and (not dtype.is_integer() or dtype == pl.UInt64):
+        raise InvalidParameterError(
+            f"Curator.add: the unit column {unit!r} of {name!r} has dtype {dtype}, but a "
+            "lifetime ledger keys units by an integer id that fits Int64, or by text.\nHint: "
+            "declare it as 'Int64' or 'String' (the same type in every session of the series).")
+
+
 def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
     """A new dataset against the declared ones (the configuration file's rules, in Python).
 
@@ -592,7 +619,7 @@ def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     try:
         if ds.kind == "spark":
             return _pin_spark(ds)
-        frame, nulled = _pin_polars(ds)
+        frame, nulled, absent = _pin_polars(ds)
     except (KeyboardInterrupt, SystemExit):
         raise
     except InvalidParameterError:
@@ -604,6 +631,13 @@ def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
             "(CONFIDENTIAL: it may quote the data; never pass it on to an author).\nHint: fix "
             "the data or the declared schema (Curator.add(..., schema=...)).",
             confidential={"error": f"{type(err).__name__}: {err}"}) from err
+    if absent:  # the curator's own call: which columns the files hold is CONFIDENTIAL
+        warnings.warn(
+            f"Curator: dataset {ds.name!r}: the declared column(s) {absent} are in none of its "
+            "files, so every value there is null, as tabdp run reads them (CONFIDENTIAL: "
+            "which columns the files hold can depend on single records; never pass this "
+            "warning on to an author).\nHint: check the declared names (Curator.add(..., "
+            "schema=...)).", TabdpWarning, stacklevel=3)
     if nulled:  # the curator's own call: CONFIDENTIAL counts
         warnings.warn(
             f"Curator: dataset {ds.name!r}: values its declared dtypes cannot represent are "
@@ -614,7 +648,7 @@ def _pin(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     return frame, frame.lazy(), dict(frame.schema)
 
 
-def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
+def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int], list[str]]:
     """Read and convert a pandas / Polars / path dataset now (declared columns only).
 
     Declared columns are converted leniently (`convert_leniently`): a value its declared
@@ -624,8 +658,13 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
     author-mode dataset, so files whose dtypes follow their contents (pandas' float64 for an
     integer column with one missing value) read as the declared dtypes.
 
+    A declared column in none of a path's files reads as nulls, as ``tabdp run`` reads it
+    (review R15: refusing it made the curator's call fail on a dataset and succeed on its
+    neighbour whose one more file, holding one record, has the column).
+
     Returns:
-        The frame, and the count of values made null by the conversion, by column.
+        The frame, the count of values made null by the conversion, by column, and the
+        declared columns in none of a path's files.
     """
     from tabdp.release.declared import (
         LOST,
@@ -636,6 +675,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
     )
 
     data = ds.data
+    absent: list[str] = []
     if ds.kind == "path":
         assert ds.schema is not None
         files = dataset_files(Path(data))
@@ -644,11 +684,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         parts = ({p.split("=", 1)[0] for f in files for p in f.relative_to(data).parts[:-1]
                   if "=" in p} if Path(data).is_dir() and ds.hive_partitioning is not False
                  else set())
-        missing = [c for c in ds.schema if c not in present and c not in parts]
-        if missing:
-            raise InvalidParameterError(
-                f"Curator: the declared column(s) {missing} of {ds.name!r} are in none of its "
-                f"files (their columns: {sorted(present)}).")
+        absent = [c for c in ds.schema if c not in present and c not in parts]
         lf = lf.select(*ds.schema, *(LOST + c for c in ds.schema))
     else:
         if ds.kind == "pandas":
@@ -662,7 +698,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
         if ds.schema is None:
             frame = data.collect() if isinstance(data, pl.LazyFrame) else data.clone()
             _check_usable(ds.name, dict(frame.schema))
-            return frame, {}
+            return frame, {}, []
         lf = data.lazy()
         have = lf.collect_schema()
         missing = [c for c in ds.schema if c not in have.names()]
@@ -679,7 +715,7 @@ def _pin_polars(ds: _Dataset) -> tuple[pl.DataFrame, dict[str, int]]:
     frame = frame.select(list(ds.schema))
     nulled = {c: n for c, n in lost.items() if n}
     _check_usable(ds.name, dict(frame.schema))
-    return frame, nulled
+    return frame, nulled, absent
 
 
 def _check_usable(name: str, schema: Mapping[str, Any]) -> None:

@@ -127,6 +127,9 @@ SCHEMA_DTYPES: dict[str, Any] = {
     "Datetime": pl.Datetime("us"),
 }
 
+#: Declared dtypes a lifetime ledger can key units by (`tabdp.Ledger`: Int64 or String ids).
+_LEDGER_UNIT_DTYPES = ("Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "String")
+
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _TABLE_REF = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){0,2}$")
 _GLOB = set("*?[]{}")
@@ -309,6 +312,15 @@ def _dataset(name: Any, raw: Any, base: Path) -> DatasetDecl:
             _fail(f"{dp}.ledger", "a lifetime ledger is kept per unit, but the dataset declares "
                                   "no unit: each author's choice would decide what a unit is.",
                   'add unit = "<stable id column>" (e.g. "estab_id") to the dataset.')
+        kind = schema.get(unit)
+        if kind is not None and kind not in _LEDGER_UNIT_DTYPES:
+            # review R15: else every run failed after reading the data (the generic failure,
+            # exit 4), decided by the declared type alone
+            _fail(f"{dp}.schema.{unit}", f"the unit column {unit!r} is declared {kind!r}, but a "
+                                         "lifetime ledger keys units by an integer id that fits "
+                                         "Int64, or by text.",
+                  f'declare it as one of {", ".join(_LEDGER_UNIT_DTYPES)} (the same type in '
+                  "every run of the series).")
     return DatasetDecl(name=name, path=path, table=table, hive_partitioning=hive, schema=schema,
                        unit=unit, ledger=ledger)
 
