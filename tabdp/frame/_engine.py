@@ -56,7 +56,7 @@ from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
-from tabdp.privacy.budget import ROWS_CURRENCY
+from tabdp.privacy.budget import ROWS_CURRENCY, joint_currency
 from tabdp.privacy.ledger import Charges, UnitLosses
 from tabdp.privacy.session import Session
 
@@ -1037,7 +1037,7 @@ class _Policy:
         if not self.measures:
             return [(ROWS_CURRENCY, [])]
         if self.joint:
-            return [("+".join(self.measures), list(self.measures))]
+            return [(joint_currency(self.measures), list(self.measures))]
         return [(m, [m]) for m in self.measures]
 
     def __call__(self, d: np.ndarray) -> tuple[np.ndarray, ...]:

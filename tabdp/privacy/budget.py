@@ -24,7 +24,7 @@ Two kinds of limits:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,10 +33,30 @@ from numpy.typing import ArrayLike
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 
-__all__ = ["Budget", "ROWS_CURRENCY"]
+__all__ = ["Budget", "ROWS_CURRENCY", "joint_currency"]
 
 #: Currency of releases whose sensitivity is a number of rows (counts, medians, quantiles).
 ROWS_CURRENCY = "rows"
+
+
+def joint_currency(measures: Sequence[str]) -> str:
+    """The currency of a joint (vector) release of several measures: their sorted names.
+
+    The name does not depend on the order the measures are given in, so a joint release of
+    ``["y", "x"]`` is charged against the same curve as one of ``["x", "y"]`` (review R15:
+    another order used to open a fresh limit).
+
+    Args:
+        measures: The measure names released together.
+
+    Returns:
+        The names, sorted and joined by ``"+"``.
+
+    Example:
+        >>> joint_currency(["payroll", "employment"])
+        'employment+payroll'
+    """
+    return "+".join(sorted(measures))
 
 
 class _Curve:
@@ -108,13 +128,21 @@ class Budget:
         if isinstance(rho, Mapping):
             if rho and all(isinstance(k, str) for k in rho):
                 curves = {}
-                for cur, c in rho.items():
+                for key, c in rho.items():
                     if not isinstance(c, Mapping):
                         raise InvalidParameterError(
-                            f"Budget: the curve for {cur!r} must be a {{size: rho}} mapping; got "
+                            f"Budget: the curve for {key!r} must be a {{size: rho}} mapping; got "
                             f"{type(c).__name__}.\nHint: Budget({{'payroll': {{1e3: 0.5, 1e7: "
                             "10.0}, 'rows': {1: 0.5}}).")
-                    curves[cur] = _Curve(c, f"[{cur!r}]")
+                    # a joint currency 'b+a' is the same as 'a+b' (joint_currency)
+                    cur = joint_currency(key.split("+")) if "+" in key else key
+                    if cur in curves:
+                        raise InvalidParameterError(
+                            f"Budget: two curves for the joint currency {cur!r} (the order of "
+                            f"the measures in a joint currency does not matter); got "
+                            f"{sorted(k for k in rho if k != key)} and {key!r}.\nHint: give "
+                            f"one curve for {cur!r}.")
+                    curves[cur] = _Curve(c, f"[{key!r}]")
                 self.curves = curves
             else:
                 self.curves = {"*": _Curve(rho, "")}
@@ -200,7 +228,9 @@ class Budget:
         extra = {} if self.total is None else {"total": self.total}
         if list(self.curves) == ["*"]:
             return {"kind": "curve", **self.curves["*"].to_dict(),
-                    "applies_to": "each currency separately (each measure; rows for counts)",
+                    "applies_to": ("each currency separately (each measure; rows for counts; a "
+                                   "joint release of several measures: their sorted names "
+                                   "joined by '+')"),
                     **extra, "enforcement": "individual filter"}
         return {"kind": "curves", "curves": {k: c.to_dict() for k, c in self.curves.items()},
                 **extra, "enforcement": "individual filter"}

@@ -19,6 +19,7 @@ from tabdp.exceptions import (
 )
 from tabdp.mechanisms import Mechanism
 from tabdp.planning import spec_outlook, spec_usability_issues, upper_3g
+from tabdp.privacy.budget import joint_currency
 from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import total_policy_curve
 from tabdp.release._levels import _measured_labels, _released_measures, _table_mechanism
@@ -662,7 +663,7 @@ def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]
             if t.kind == "count":
                 charge = {ROWS_CURRENCY: _Charge(mech, cells, float(spec.plan.count_rows))}
             elif getattr(mech, "joint", False):
-                charge = {"+".join(t.measures): _Charge(mech, cells)}
+                charge = {joint_currency(t.measures): _Charge(mech, cells)}
             else:
                 charge = {m: _Charge(_measure_mechanism(mech, m), cells)
                           for m in _released_measures(t)}

@@ -665,3 +665,20 @@ def test_public_summary_does_not_contain_the_seed():
     assert "987654321" not in public
     assert "NOT FOR PRODUCTION" in public
     assert s.report().confidential_summary()["seed"] == 987654321
+
+
+def test_joint_currency_names_do_not_depend_on_the_order() -> None:
+    """R15-4: a joint currency's name does not depend on the order of its measures.
+
+    A curve for 'y+x' is the curve of 'x+y'; two curves for one joint currency are refused
+    (the order of the measures in a joint release used to open a fresh limit).
+    """
+    from tabdp.exceptions import InvalidParameterError
+    from tabdp.privacy.budget import Budget, joint_currency
+
+    assert joint_currency(["y", "x"]) == joint_currency(["x", "y"]) == "x+y"
+    b = Budget({"y+x": {1.0: 0.25}, "rows": {1.0: 1.0}})
+    assert b.limit([5.0], "x+y").tolist() == [0.25]
+    assert sorted(b.to_dict()["curves"]) == ["rows", "x+y"]
+    with pytest.raises(InvalidParameterError, match="two curves for the joint currency 'x\\+y'"):
+        Budget({"x+y": {1.0: 0.25}, "y+x": {1.0: 0.5}})

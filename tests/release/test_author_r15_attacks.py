@@ -440,11 +440,7 @@ def test_r15_spark_reads_odd_names_as_polars(spark: Any, tmp_path: Path) -> None
         assert len(want) == (1 if rel.endswith(" ") else 2), rel
 
 
-# -- R15-4 (open): a joint release's currency follows the order of its measures -------------
-@pytest.mark.xfail(strict=True, reason="R15-4: a joint mechanism's currency is '+'.join of "
-                   "the measures in the author's order (tabdp/frame/_engine.py "
-                   "_Policy.currencies, release/_plan.py): ['y', 'x'] is a new currency with "
-                   "a fresh curve budget after ['x', 'y'] used it up")
+# -- R15-4 (fixed): a joint release's currency was the order of its measures -------------
 def test_r15_4_joint_currency_does_not_depend_on_the_measures_order() -> None:
     """R15-4: the same measures released jointly in the other order get a fresh budget.
 
