@@ -371,10 +371,33 @@ def _lifetime_budget_arg(text: str) -> float | dict[float, float]:
             "12.0}'.") from None
 
 
+def _refuse_under_author_only(args: argparse.Namespace, tool: str, why: str) -> None:
+    """Refuse a curator-only tool under a configuration serving authors (``author_only``).
+
+    Review R15: a server for authors refused curator-mode specs in validate / plan / run, but
+    ``tabdp compare`` read one's ``input.path`` and wrote unprotected values; the ledger
+    commands name server paths too.
+    """
+    where = _curator_path(args)  # TABDP_CURATOR: the server's configuration, if any
+    if where is None:
+        return
+    from tabdp.release.curator_config import load_curator_config
+
+    args.curator_config = load_curator_config(where)
+    if args.curator_config.author_only:
+        raise SpecError("policy.author_only", "the curator configuration serves query authors "
+                        f"([policy] author_only = true), and {tool} is a curator-only tool: "
+                        f"{why}. Nothing was read or written.\nHint: the curator runs it "
+                        "without that configuration (TABDP_CURATOR unset).")
+
+
 def _cmd_ledger(args: argparse.Namespace, out: TextIO) -> int:
     """``tabdp ledger verify|show PATH``: exit 0 only for an intact ledger (else LedgerError)."""
     from tabdp.privacy.lifetime import Ledger, iter_show, verify_ledger
 
+    _refuse_under_author_only(args, f"tabdp ledger {args.ledger_command}",
+                              "it names a ledger folder on the server and shows or creates "
+                              "its confidential records")
     if args.ledger_command == "init":
         with Ledger.create(args.path, series=args.series,
                            lifetime_budget=_lifetime_budget_arg(args.lifetime_budget)):
@@ -637,22 +660,8 @@ def _write_compare_plan(spec: object, out: TextIO) -> None:
 def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tabdp.compare import compare
 
-    where = _curator_path(args)  # TABDP_CURATOR: the server's configuration, if any
-    if where is not None:
-        from tabdp.release.curator_config import load_curator_config
-
-        args.curator_config = load_curator_config(where)
-        if args.curator_config.author_only:
-            # review R15: a server for authors (author_only) refused curator-mode specs in
-            # validate / plan / run, but compare read one's input.path and wrote and printed
-            # unprotected values
-            raise SpecError("policy.author_only", "the curator configuration serves query "
-                                                  "authors ([policy] author_only = true), and "
-                                                  "tabdp compare is a curator-only tool: it "
-                                                  "reads the confidential data and writes "
-                                                  "unprotected values. Nothing was read or "
-                                                  "written.\nHint: the curator runs it without "
-                                                  "that configuration (TABDP_CURATOR unset).")
+    _refuse_under_author_only(args, "tabdp compare", "it reads the confidential data and "
+                              "writes unprotected values")
 
     res = compare(args.spec, args.sdc, out=args.out, overwrite=args.overwrite,
                   test_seed=args.test_seed, tau_audit=(False if args.no_tau_audit

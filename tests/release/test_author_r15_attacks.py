@@ -398,12 +398,15 @@ def test_r15_3_compare_honours_author_only(tmp_path: Path,
         '[domains]\nstate = ["01", "02"]\n[output]\npublic = "o/public"\n'
         'confidential = "o/confidential"\n[[tables]]\nname = "n"\nkind = "count"\n'
         'by = ["state"]\nmechanism = { family = "gaussian", sigma = 1.0 }\n', encoding="utf-8")
-    for args in (["run", "s.toml"], ["compare", "s.toml", "--out", "cmp"]):
+    for args in (["run", "s.toml"], ["compare", "s.toml", "--out", "cmp"],
+                 ["ledger", "init", "led", "--series", "s", "--lifetime-budget", "1.0"],
+                 ["ledger", "verify", "led"],
+                 ["ledger", "show", "led"]):
         out, err = io.StringIO(), io.StringIO()
         code = cli.main(args, stdout=out, stderr=err)
         assert code == 2 and out.getvalue() == "", (args, err.getvalue())
         assert "author_only" in err.getvalue()
-    assert not Path("cmp").exists() and not Path("o").exists()
+    assert not Path("cmp").exists() and not Path("o").exists() and not Path("led").exists()
 
 
 # -- held: Spark reads folder and file names with URI and glob characters as Polars does ----
