@@ -45,6 +45,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError, TabdpWarning
 from tabdp.frame._backends import is_spark_frame
 from tabdp.frame.keys import KeySet
@@ -127,6 +128,10 @@ class Curator:
             randomness).
         require_ledger: Refuse an author session on a dataset declared without a ``ledger``
             (recommended on a server: every author session is then charged across sessions).
+        max_rho: The most per-record ρ one author session may spend (``None``: no cap beyond
+            its budget). A session's budget must then be a constant at most ``max_rho``, or
+            curves with ``total`` at most ``max_rho`` (``[policy] max_rho`` of a configuration
+            file).
 
     Example:
         >>> import polars as pl, tabdp
@@ -148,9 +153,16 @@ class Curator:
     """
 
     def __init__(self, *, budget: float | Mapping[Any, Any] | Budget | None = None,
-                 seed: int | None = None, require_ledger: bool = False) -> None:
+                 seed: int | None = None, require_ledger: bool = False,
+                 max_rho: float | None = None) -> None:
         """Keep the defaults (checked now, as a session would)."""
-        Budget.coerce(budget)
+        if max_rho is not None:
+            max_rho = check_real("max_rho", max_rho, owner="Curator", gt=0.0,
+                                 hint="a per-record zCDP cap on one author session, e.g. 4.0")
+        self.max_rho = max_rho
+        coerced = Budget.coerce(budget)
+        if coerced is not None:
+            self._within_cap(coerced, "Curator")
         self.budget = budget
         self.seed = seed
         if not isinstance(require_ledger, bool):
@@ -161,6 +173,25 @@ class Curator:
         self._sessions: dict[str, Session] = {}
         self._authors: dict[str, AuthorSession] = {}
         self._count = itertools.count(1)
+
+    def _within_cap(self, budget: Budget | None, owner: str) -> None:
+        """Refuse a budget that does not keep a session within ``max_rho`` (data-free)."""
+        cap = self.max_rho
+        if cap is None:
+            return
+        if budget is None:
+            raise InvalidParameterError(
+                f"{owner}: this curator caps an author session at a per-record rho of {cap:g} "
+                "(max_rho), so the session needs a budget; got none.\nHint: pass "
+                f"budget={cap:g} (or Curator(budget=...) as the default).")
+        total = budget.constant if budget.constant is not None else budget.total
+        if total is None or total > cap:
+            got = ("curves without total= (a unit's total grows with the measures released)"
+                   if total is None else f"a total of {total:g}")
+            raise InvalidParameterError(
+                f"{owner}: the budget must keep every unit within the curator's cap of {cap:g} "
+                f"per session (max_rho); got {got}.\nHint: budget={cap:g}, or "
+                f"tabdp.Budget(curve, total={cap:g}).")
 
     # -- declaring ----------------------------------------------------------------------------
     def add(self, name: str, data: Any, *, schema: Mapping[str, Any] | None = None,
@@ -277,7 +308,8 @@ class Curator:
             budget = ({float(k): float(v) for k, v in rho.items()} if isinstance(rho, Mapping)
                       else rho)
         out = cls(budget=budget, seed=default("seed"),
-                  require_ledger=bool(getattr(config, "require_ledger", False)))
+                  require_ledger=bool(getattr(config, "require_ledger", False)),
+                  max_rho=getattr(config, "max_rho", None))
         for name, decl in dict(config.datasets).items():
             path, table = getattr(decl, "path", None), getattr(decl, "table", None)
             if table is not None:
@@ -405,11 +437,13 @@ class Curator:
                 f"Curator.author_session: dataset {dataset!r} has no lifetime ledger, and this "
                 "curator charges every author session to one (require_ledger=True). Nothing "
                 "was read.\nHint: declare it with Curator.add(..., unit=..., ledger=...).")
+        chosen = self.budget if budget is _DEFAULT else budget
+        self._within_cap(Budget.coerce(chosen), "Curator.author_session")
         led = _open_ledger(ds)  # before anything is read
         try:
             native, pinned, declared = _pin(ds)
             session = Session(unit=ds.unit, seed=self.seed if seed is _DEFAULT else seed,
-                              budget=self.budget if budget is _DEFAULT else budget,
+                              budget=chosen,
                               mode="author", track_cells=track_cells, ledger=led)
             session._bind_pinned(native, pinned, declared)
         except BaseException:

@@ -55,6 +55,9 @@ The TOML schema (every key not listed is refused)::
                                     # manifest records this spec's hash), "any", "never"
     require_ledger = false          # true: an author-mode spec on a dataset without a ledger
                                     # is refused (recommended on a validation server)
+    max_rho = 4.0                   # optional: the most per-record rho one author-mode run
+                                    # may spend, over all its tables (its [budget] must be
+                                    # given, or come from [defaults], and be within it)
 
 Every path is resolved against the configuration file's folder. Errors name the key path and
 may quote the configuration's own paths: the file is the curator's, and so are its messages
@@ -109,7 +112,7 @@ CURATOR_KEYS: dict[str, tuple[str, ...]] = {
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
-    "policy": ("author_only", "overwrite", "require_ledger"),
+    "policy": ("author_only", "overwrite", "require_ledger", "max_rho"),
     "testing": ("seeded_author_runs",),
 }
 
@@ -212,6 +215,10 @@ class CuratorConfig:
     #: ``[policy] require_ledger``: an author-mode spec on a dataset without a ``ledger`` is
     #: refused (every author run is then charged to a lifetime ledger).
     require_ledger: bool = False
+    #: ``[policy] max_rho``: the most per-record ρ one author-mode run may spend over all its
+    #: tables; an author-mode spec's budget must provably stay within it (checked from the
+    #: text, before anything is read). ``None``: no cap beyond the spec's own budget.
+    max_rho: float | None = None
 
     def dataset_roots(self) -> tuple[Path, ...]:
         """The datasets' paths with symbolic links resolved (what no public file may be in).
@@ -430,6 +437,13 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
             _fail("policy.require_ledger", f"must be true or false; got {require_ledger!r}.",
                   "true on a validation server (every author run charged to a lifetime "
                   "ledger), else false.")
+    max_rho = None
+    if "policy" in d and "max_rho" in d["policy"]:
+        max_rho = _number(d["policy"]["max_rho"], "policy.max_rho",
+                          "a per-record zCDP cap > 0 on one author-mode run, e.g. max_rho = 4.0.")
+        if not max_rho > 0.0:
+            _fail("policy.max_rho", f"must be > 0; got {max_rho!r}.",
+                  "a per-record zCDP cap > 0 on one author-mode run, e.g. max_rho = 4.0.")
     seeded = False
     if "testing" in d:
         tst = _table(d["testing"], "testing", CURATOR_KEYS["testing"])
@@ -440,7 +454,7 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
     config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
                            output_root=root, defaults=defaults, author_only=author_only,
                            overwrite=overwrite, seeded_author_runs=seeded,
-                           require_ledger=require_ledger)
+                           require_ledger=require_ledger, max_rho=max_rho)
     _check_ledgers(config)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):

@@ -149,6 +149,47 @@ def _check_currencies(tables: list[TableSpec], budget: BudgetSpec | None) -> Non
                       "budget.")
 
 
+def _currency_bound(tables: Sequence[TableSpec]) -> int:
+    """An upper bound on the number of budget currencies a spec's releases charge.
+
+    Each currency is a summed measure, a joint group of a table's measures (only a table of
+    two or more measures can be one) or ``rows`` (counts, medians, quantiles): at most the
+    distinct measure names, plus one per table of several measures, plus one.
+    """
+    measures = {m for t in tables for m in t.measures}
+    return len(measures) + sum(1 for t in tables if len(t.measures) > 1) + 1
+
+
+def _check_max_rho(tables: Sequence[TableSpec], budget: BudgetSpec | None, inp: InputSpec,
+                   max_rho: float | None) -> None:
+    """Author mode under ``[policy] max_rho``: the run's budget must provably stay within it.
+
+    The individual filter keeps every unit's total ρ within a constant budget, and within its
+    curve in each currency under a curve budget (a unit's total is then at most the number of
+    currencies times the curve's largest limit). Checked from the spec's text alone.
+    """
+    if max_rho is None or inp.mode != "author":
+        return
+    hint = (f"give a [budget] within the curator's cap, e.g. rho = {max_rho:g} (or ask the "
+            "curator for a [defaults] budget).")
+    if budget is None:
+        _fail("budget", f"the curator caps an author-mode run at a per-record rho of "
+                        f"{max_rho:g} ([policy] max_rho), so the run needs a budget; the spec "
+                        "has none and the curator gives no default.", hint)
+    if isinstance(budget.rho, Mapping):
+        top = max(budget.rho.values())
+        k = _currency_bound(tables)
+        if k * top > max_rho * (1.0 + 1e-12):
+            _fail("budget.rho", f"the curve budget lets a unit spend up to {top:g} in each of "
+                                f"up to {k} currencies of this spec ({k * top:g} in all), above "
+                                f"the curator's cap of {max_rho:g} per run ([policy] max_rho).",
+                  f"lower the curve so that its largest limit is at most {max_rho / k:g}, or "
+                  f"use a constant budget rho <= {max_rho:g}.")
+    elif budget.rho > max_rho:
+        _fail("budget.rho", f"the budget rho = {budget.rho:g} is above the curator's cap of "
+                            f"{max_rho:g} per run ([policy] max_rho).", hint)
+
+
 def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpec | None
                   ) -> None:
     """Cross-field checks that need a parsed table: names, grids, budgets, output files."""

@@ -21,6 +21,7 @@ from tabdp.release.spec.checks import (
     _check_declared_columns,
     _check_global_round,
     _check_input_rules,
+    _check_max_rho,
     _check_paths,
     _check_tables,
 )
@@ -282,6 +283,7 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     _check_tables(tables, inp, budget)
     _check_global_round(tables, raw_tables, publication, plan, release.level)
     _check_currencies(tables, budget)
+    _check_max_rho(tables, budget, inp, getattr(curator, "max_rho", None))
     _check_input_rules(tables, inp)
     if inp.mode == "author":
         _check_declared_columns(tables, inp)
