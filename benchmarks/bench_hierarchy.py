@@ -443,7 +443,8 @@ def main() -> None:
     print(json.dumps({k: rep["results"].get(k) for k in
                       ("additivity", "options_bias", "solve_seconds_100k_all_seeds",
                        "entry_point_seconds", "discrete_coverage", "timing",
-                       "timing_naics6", "timing_absent", "timing_naics6_absent")}, indent=1, default=str)[:6000])
+                       "timing_naics6", "timing_absent", "timing_naics6_absent")},
+                     indent=1, default=str)[:6000])
     print(f"wrote {out}")
 
 
