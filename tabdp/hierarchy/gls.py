@@ -25,8 +25,8 @@ a tree. The measurements at ``u`` are inner aggregates ``B_u x_u``.
   ``Σ_c = Σ↑_c + Σ↑_c (S⁻¹ Σ_u S⁻¹ − S⁻¹) Σ↑_c``.
 
 Written with ``d × d`` matrices (``method="dense"``) both passes cost ``O(d³)`` per distinct
-outer node. The structured path (``method="tree"``, the default where every finest cell is
-present and measured at the finest level) uses the inner tree too: an outer leaf's precision
+outer node. The structured path (``method="tree"``, the default where every present finest
+cell is measured at the finest level) uses the inner tree too: an outer leaf's precision
 ``BᵀWB = Σ_b Q_bᵀ diag(w_b) Q_b`` is a *tree precision*, whose inverse is applied, and whose
 node variances are obtained, by the scalar two-pass recursion on the inner tree in ``O(d)``.
 When the ``m`` children of an outer node share one upward covariance ``P_c⁻¹`` (one mechanism
@@ -34,9 +34,13 @@ per level, cross-product key set), ``S⁻¹ = P_c/m``, ``Σ↑ = (P_c/m + BᵀWB
 precision's inverse, the downward correction is the equal share ``(x_u − z)/m`` and the final
 covariance is ``(1 − 1/m)P_c⁻¹ + Σ_u/m²``: ``O(d)`` per node, linear in the number of cells.
 Only a node whose children do not share a covariance forms ``S`` densely (``O(d²)`` per
-distinct child type by tree solves, two ``d × d`` inversions for the node). The covariance of
-every outer node's vector is exact, so the variance of any published cell ``(u, v)`` is
-``q_vᵀ Σ_u q_v``.
+distinct child type by tree solves, two ``d × d`` inversions for the node). With cells absent
+from the key set (every present finest cell measured at the finest level), each outer leaf is
+still a tree precision on its present leaves (absent leaves pinned to 0, leaf variance 0):
+``O(d)`` per leaf; the levels above are dense, as their children no longer share a
+covariance (``O(d²)`` per leaf, ``O(d³)`` per node above; by elimination no better in general,
+see docs/hierarchy.md). The covariance of every outer node's vector is exact, so the variance
+of any published cell ``(u, v)`` is ``q_vᵀ Σ_u q_v``.
 
 Example:
     >>> import numpy as np
@@ -827,9 +831,10 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements, *,
             covariances alone), ``w`` the precision weights ``1/variance`` ``(n_a, n_b)``, 0
             where a cell is not measured.
         method: ``"tree"``: the inner tree's recursion inside the outer one (needs every
-            finest cell present and measured at the finest level); ``"dense"``: ``d × d``
-            matrices per distinct outer node; ``"auto"`` (default): ``"tree"`` where it
-            applies. Both are exact.
+            present finest cell measured at the finest level; with absent cells, the
+            recursion at the outer leaves and dense matrices above them); ``"dense"``:
+            ``d × d`` matrices per distinct outer node; ``"auto"`` (default): ``"tree"`` where
+            it applies. Both are exact.
 
     Returns:
         The [`GLSResult`][tabdp.hierarchy.gls.GLSResult].
