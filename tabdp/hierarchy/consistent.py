@@ -600,11 +600,16 @@ def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float,
     if not lattice:
         return z * sd_t
     safe = np.where(var > 0, sd_t, 1.0)
-    hi = np.where(var > 0, _lattice_quantile(safe, level), 0.0)
+    # the law depends on the sd alone, and cells often share one (one mechanism per level)
+    sd_u, inv = np.unique(safe.reshape(-1), return_inverse=True)
+    inv = inv.reshape(safe.shape)
+    hi_u = _lattice_quantile(sd_u, level)
+    hi = np.where(var > 0, hi_u[inv], 0.0)
     if uniforms is None:
         return hi
-    c_hi = _lattice_cover(hi, safe)
-    c_lo = np.where(hi >= 1, _lattice_cover(hi - 1.0, safe), 0.0)
+    c_hi = _lattice_cover(hi_u, sd_u)[inv]
+    c_lo = np.where(hi >= 1, np.where(hi_u >= 1, _lattice_cover(hi_u - 1.0, sd_u), 0.0)[inv],
+                    0.0)
     gap = np.where(c_hi > c_lo, c_hi - c_lo, 1.0)
     pi = np.clip((level - c_lo) / gap, 0.0, 1.0)
     if uniforms.size != hi.size:  # several draws at once: uniforms (cells..., k)
