@@ -107,13 +107,14 @@ def test_tree_and_dense_paths_agree_and_covariances_alone() -> None:
     i = _rtree(rng, 2, kids=5)
     meas = _meas(rng, o, i, 0, p=0.8)
     present = np.ones((o.sizes[-1], i.sizes[-1]), dtype=bool)
-    rt = solve(o, i, present, meas, method="tree")
-    rd = solve(o, i, present, meas, method="dense")
-    assert rt.x[-1].shape == (o.sizes[-1], i.sizes[-1], 0)
-    for a in range(o.depth + 1):
-        for b in range(i.depth + 1):
-            np.testing.assert_allclose(rt.variance(a, b), rd.variance(a, b), rtol=0,
-                                       atol=1e-10)
+    for pres in (present, _absent(rng, o, i)):
+        rt = solve(o, i, pres, meas, method="tree")
+        rd = solve(o, i, pres, meas, method="dense")
+        assert rt.x[-1].shape == (o.sizes[-1], i.sizes[-1], 0)
+        for a in range(o.depth + 1):
+            for b in range(i.depth + 1):
+                np.testing.assert_allclose(rt.variance(a, b), rd.variance(a, b), rtol=0,
+                                           atol=1e-10)
 
 
 def _absent(rng: np.random.Generator, o: Tree, i: Tree, share: float = 0.3) -> np.ndarray:
