@@ -21,7 +21,9 @@ seeds of the error; se from the seeds), coverage of the 90% intervals (exact Gau
 usable cells (published cv = sd/|estimate| < 0.3), additivity (integer grid: every parent equals
 the sum of its children in every level pair), the bias of the non-negative and integer options,
 and solve times (entry point on the sample; the solver alone on synthetic products of 1M and
-10M cells, one BLAS thread).
+10M cells, with the full key set and with ``--absent`` (30%) of the finest cells absent at
+random, and county × six-digit industry products; one BLAS thread, CPU seconds and the load
+average recorded with each).
 
 Usage::
 
@@ -86,7 +88,9 @@ def finest_counts(df: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
 
 
 def run(data: Path, seeds: int, rho: float, step: float, timing_cells: list[int],
-        naics_counties: list[int]) -> dict[str, Any]:
+        naics_counties: list[int], absent: float = 0.3,
+        naics_absent_counties: tuple[int, ...] = ()) -> dict[str, Any]:
+    load_start = os.getloadavg()
     df = pl.read_parquet(data, columns=["county", "naics2"])
     geo, keys = public()
     truth_f = finest_counts(df, keys)
@@ -222,14 +226,20 @@ def run(data: Path, seeds: int, rho: float, step: float, timing_cells: list[int]
     results["discrete_coverage"] = discrete_coverage(prod, keys, geo, true, shares, seeds)
     results["timing"] = {str(n): solver_time(n) for n in timing_cells}
     if timing_cells:
-        results["timing_worst_case_1e6"] = solver_time(1_000_000, absent=0.1)
         results["timing_naics6"] = {str(n): solver_time_naics(n) for n in naics_counties}
+    if absent > 0:
+        results["timing_absent"] = {str(n): solver_time(n, absent=absent) for n in timing_cells}
+    if naics_absent_counties:
+        results["timing_naics6_absent"] = {
+            str(n): solver_time_naics(n, n_state=max(1, n // 20), absent=absent)
+            for n in naics_absent_counties}
     return {
         "data": str(data), "rows": df.height, "seeds": seeds, "rho": rho, "sigma_full": sigma0,
         "cells": {label(lv): int(true[lv].size) for lv in OUTPUTS},
         "planned_shares": {label(k): v for k, v in shares.items()},
         "planned_usable_objective": plan.objective, "equal_usable_objective": plan.equal_objective,
         "results": results, "python": platform.python_version(),
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
 
 
@@ -336,13 +346,15 @@ def solver_time(cells: int, d: int = 20, counties_per_state: int = 60,
     res = solve(outer, inner, present, meas)
     t_solve, c_solve = time.perf_counter() - t, time.process_time() - c
     t = time.perf_counter()
+    c = time.process_time()
     for a in range(4):
         for b in range(2):
             res.variance(a, b)
-    t_var = time.perf_counter() - t
-    return {"cells": n_leaf * d, "outer_leaves": n_leaf, "d": d, "absent": absent,
-            "solve_seconds": t_solve, "solve_cpu_seconds": c_solve,
-            "variances_seconds": t_var, "load_average": os.getloadavg()}
+    t_var, c_var = time.perf_counter() - t, time.process_time() - c
+    return {"cells": n_leaf * d, "present_cells": int(present.sum()), "outer_leaves": n_leaf,
+            "d": d, "absent": absent, "solve_seconds": t_solve, "solve_cpu_seconds": c_solve,
+            "variances_seconds": t_var, "variances_cpu_seconds": c_var,
+            "load_average": os.getloadavg()}
 
 
 def _split(rng: np.random.Generator, n_par: int, n_child: int) -> np.ndarray:
@@ -353,13 +365,15 @@ def _split(rng: np.random.Generator, n_par: int, n_child: int) -> np.ndarray:
 
 
 def solver_time_naics(n_county: int, n_state: int = 52,
-                      sizes: tuple[int, ...] = (20, 96, 308, 692, 1012)) -> dict[str, Any]:
+                      sizes: tuple[int, ...] = (20, 96, 308, 692, 1012),
+                      absent: float = 0.0) -> dict[str, Any]:
     """Solver alone on a county × six-digit-industry product (a NAICS-like inner tree).
 
     Outer: nation → ``n_state`` states → ``n_county`` counties. Inner: all industries → 2-,
     3-, 4-, 5- and 6-digit codes (the 2022 NAICS counts by default: 20, 96, 308, 692, 1,012),
     random fan-outs. Measured: county × 6-digit, state × 6-digit, nation × 6-digit, county ×
-    2-digit, state × 4-digit, county × all; one mechanism per level (full key set).
+    2-digit, state × 4-digit, county × all; one mechanism per level. ``absent``: share of
+    county × 6-digit cells absent from the key set at random (0: the full cross product).
     """
     rng = np.random.default_rng(1)
     outer = Tree.from_parents([np.zeros(n_state, dtype=np.int64),
@@ -367,7 +381,8 @@ def solver_time_naics(n_county: int, n_state: int = 52,
     inner = Tree.from_parents([np.zeros(sizes[0], dtype=np.int64)]
                               + [_split(rng, sizes[i - 1], sizes[i])
                                  for i in range(1, len(sizes))])
-    present = np.ones((outer.sizes[-1], inner.sizes[-1]), dtype=bool)
+    present = rng.random((outer.sizes[-1], inner.sizes[-1])) >= absent
+    present[:, 0] = True
     dd = inner.depth
     meas = {}
     for a, b, s in ((2, dd, 5.0), (1, dd, 10.0), (0, dd, 20.0), (2, 1, 10.0), (1, 3, 10.0),
@@ -379,13 +394,15 @@ def solver_time_naics(n_county: int, n_state: int = 52,
     res = solve(outer, inner, present, meas)
     t_solve, c_solve = time.perf_counter() - t, time.process_time() - c
     t = time.perf_counter()
+    c = time.process_time()
     for a in range(outer.depth + 1):
         for b in range(dd + 1):
             res.variance(a, b)
-    t_var = time.perf_counter() - t
-    return {"cells": n_county * inner.sizes[-1], "counties": n_county, "states": n_state,
-            "inner_sizes": list(inner.sizes), "solve_seconds": t_solve,
-            "solve_cpu_seconds": c_solve, "variances_seconds": t_var,
+    t_var, c_var = time.perf_counter() - t, time.process_time() - c
+    return {"cells": n_county * inner.sizes[-1], "present_cells": int(present.sum()),
+            "counties": n_county, "states": n_state, "inner_sizes": list(inner.sizes),
+            "absent": absent, "solve_seconds": t_solve, "solve_cpu_seconds": c_solve,
+            "variances_seconds": t_var, "variances_cpu_seconds": c_var,
             "load_average": os.getloadavg()}
 
 
@@ -399,10 +416,18 @@ def main() -> None:
                     help="comma-separated cell counts for the solver timing (e.g. 1e6,1e7)")
     ap.add_argument("--naics-counties", type=str, default="3000,10000",
                     help="comma-separated county counts for the county × NAICS6 timing")
+    ap.add_argument("--absent", type=float, default=0.3,
+                    help="share of finest cells absent at random in the key-set-with-absent-"
+                         "cells timings (0: none)")
+    ap.add_argument("--naics-absent-counties", type=str, default="",
+                    help="comma-separated county counts for county × NAICS6 with absent cells "
+                         "(20 counties per state; costly: O(d³) per county for the variances)")
     args = ap.parse_args()
     cells = [int(float(x)) for x in args.timing.split(",") if x]
     naics = [int(float(x)) for x in args.naics_counties.split(",") if x]
-    rep = run(args.data, args.seeds, args.rho, args.step, cells, naics)
+    naics_absent = tuple(int(float(x)) for x in args.naics_absent_counties.split(",") if x)
+    rep = run(args.data, args.seeds, args.rho, args.step, cells, naics, args.absent,
+              naics_absent)
     out = HERE / "results" / f"hierarchy_{rep['rows']}.json"
     out.write_text(json.dumps(rep, indent=1, default=str))
     print(f"planned shares: {rep['planned_shares']}")
@@ -418,7 +443,8 @@ def main() -> None:
     print(json.dumps({k: rep["results"].get(k) for k in
                       ("additivity", "options_bias", "solve_seconds_100k_all_seeds",
                        "entry_point_seconds", "discrete_coverage", "timing",
-                       "timing_naics6")}, indent=1, default=str)[:6000])
+                       "timing_naics6", "timing_absent", "timing_naics6_absent")},
+                     indent=1, default=str)[:6000])
     print(f"wrote {out}")
 
 

@@ -25,8 +25,8 @@ a tree. The measurements at ``u`` are inner aggregates ``B_u x_u``.
   ``Σ_c = Σ↑_c + Σ↑_c (S⁻¹ Σ_u S⁻¹ − S⁻¹) Σ↑_c``.
 
 Written with ``d × d`` matrices (``method="dense"``) both passes cost ``O(d³)`` per distinct
-outer node. The structured path (``method="tree"``, the default where every finest cell is
-present and measured at the finest level) uses the inner tree too: an outer leaf's precision
+outer node. The structured path (``method="tree"``, the default where every present finest
+cell is measured at the finest level) uses the inner tree too: an outer leaf's precision
 ``BᵀWB = Σ_b Q_bᵀ diag(w_b) Q_b`` is a *tree precision*, whose inverse is applied, and whose
 node variances are obtained, by the scalar two-pass recursion on the inner tree in ``O(d)``.
 When the ``m`` children of an outer node share one upward covariance ``P_c⁻¹`` (one mechanism
@@ -34,9 +34,13 @@ per level, cross-product key set), ``S⁻¹ = P_c/m``, ``Σ↑ = (P_c/m + BᵀWB
 precision's inverse, the downward correction is the equal share ``(x_u − z)/m`` and the final
 covariance is ``(1 − 1/m)P_c⁻¹ + Σ_u/m²``: ``O(d)`` per node, linear in the number of cells.
 Only a node whose children do not share a covariance forms ``S`` densely (``O(d²)`` per
-distinct child type by tree solves, two ``d × d`` inversions for the node). The covariance of
-every outer node's vector is exact, so the variance of any published cell ``(u, v)`` is
-``q_vᵀ Σ_u q_v``.
+distinct child type by tree solves, two ``d × d`` inversions for the node). With cells absent
+from the key set (every present finest cell measured at the finest level), each outer leaf is
+still a tree precision on its present leaves (absent leaves pinned to 0, leaf variance 0):
+``O(d)`` per leaf; the levels above are dense, as their children no longer share a
+covariance (``O(d²)`` per leaf, ``O(d³)`` per node above; by elimination no better in general,
+see docs/hierarchy.md). The covariance of every outer node's vector is exact, so the variance
+of any published cell ``(u, v)`` is ``q_vᵀ Σ_u q_v``.
 
 Example:
     >>> import numpy as np
@@ -178,7 +182,8 @@ class GLSResult:
     @property
     def cov_mats(self) -> list[np.ndarray]:
         """Per outer level, the distinct covariance matrices ``(n_distinct, d, d)`` (dense)."""
-        return [f if isinstance(f, np.ndarray) else np.stack([c.dense() for c in f])
+        return [f if isinstance(f, np.ndarray) else f.dense_all()
+                if isinstance(f, _LeafFinals) else np.stack([c.dense() for c in f])
                 for f in self.finals]
 
     @property
@@ -207,6 +212,8 @@ class GLSResult:
         if isinstance(f, np.ndarray):
             q = self.inner.indicator(b)
             v = np.einsum("bi,uij,bj->ub", q, f, q)
+        elif isinstance(f, _LeafFinals):
+            v = f.batch_variance(b)
         else:
             v = np.stack([c.var()[b] for c in f])
         return np.maximum(v, 0.0)[self.cov_idx[a]]
@@ -239,7 +246,16 @@ def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if np.all(key == key[0]):
         return np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    # a 64-bit hash per row, sorted in one dimension (much faster than sorting rows), then
+    # checked exactly: a collision falls back to sorting the rows themselves
+    bits = np.ascontiguousarray(key, dtype=np.float64).view(np.uint64)
+    mult = np.random.default_rng(0x5EED).integers(1, 2**63, size=bits.shape[1],
+                                                   dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        hsh = (bits * mult).sum(axis=1, dtype=np.uint64)
+    _, first, inv = np.unique(hsh, return_index=True, return_inverse=True)
+    if not np.array_equal(key[first][inv.reshape(-1)], key):
+        _, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
     return first.astype(np.int64), inv.reshape(-1).astype(np.int64)
 
 
@@ -343,6 +359,12 @@ class _InnerIndex:
         return p
 
 
+def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``num / den``, 0 where ``den`` is 0 (a subtree without present leaves)."""
+    return np.divide(num, den, out=np.zeros(np.broadcast_shapes(num.shape, den.shape)),
+                     where=den != 0)
+
+
 class _TreeCov:
     """A batch of covariances ``P⁻¹`` of inner *tree precisions* ``P = Σ_b Q_bᵀ diag(w_b) Q_b``.
 
@@ -353,23 +375,36 @@ class _TreeCov:
     Row ``j`` of every weight array is one member of the batch.
     """
 
-    def __init__(self, ix: _InnerIndex, w: list[np.ndarray]) -> None:
+    def __init__(self, ix: _InnerIndex, w: list[np.ndarray],
+                 present: np.ndarray | None = None) -> None:
         t = ix.tree
         depth = t.depth
         self.ix, self.w = ix, w
+        # absent leaves (``present`` False) are pinned to 0: the limit of an infinite leaf
+        # weight, i.e. leaf variance 0; ``P⁻¹`` is then the inverse of ``P`` on the present
+        # leaves, padded with zeros (a subtree with no present leaf has variance 0)
+        self.present = present
+        wl = w[depth]
+        if present is None:
+            self.s_leaf = 1.0 / wl
+            self.w_leaf = wl
+        else:
+            self.s_leaf = np.divide(1.0, wl, out=np.zeros(wl.shape), where=present)
+            self.w_leaf = np.where(present, wl, 0.0)
         s: list[np.ndarray] = [np.empty(0)] * (depth + 1)
         big_s: list[np.ndarray] = [np.empty(0)] * (depth + 1)
-        s[depth] = 1.0 / w[depth]
+        s[depth] = self.s_leaf
         for b in range(depth - 1, -1, -1):
             big_s[b] = np.add.reduceat(s[b + 1], t.starts(b + 1), axis=1)
             s[b] = big_s[b] / (1.0 + big_s[b] * w[b])
         self.den = [1.0 + big_s[b] * w[b] for b in range(depth)]
-        self.ratio = [np.empty(0)] + [s[b] / big_s[b - 1][:, t.parent[b]]
+        self.ratio = [np.empty(0)] + [_safe_div(s[b], big_s[b - 1][:, t.parent[b]])
                                       for b in range(1, depth + 1)]
         var = [s[0]]
         for b in range(1, depth + 1):
             sp = big_s[b - 1][:, t.parent[b]]
-            var.append(s[b] + s[b] ** 2 * (var[b - 1][:, t.parent[b]] / sp ** 2 - 1.0 / sp))
+            inv_sp = _safe_div(np.ones(sp.shape), sp)
+            var.append(s[b] + s[b] ** 2 * (var[b - 1][:, t.parent[b]] * inv_sp ** 2 - inv_sp))
         self.var = var
 
     @property
@@ -387,7 +422,7 @@ class _TreeCov:
         g = self._g
         tt: list[np.ndarray] = [np.empty(0)] * (depth + 1)
         z: list[np.ndarray] = [np.empty(0)] * (depth + 1)
-        tt[depth] = v / g(self.w[depth], idx)
+        tt[depth] = v * g(self.s_leaf, idx)
         for b in range(depth - 1, -1, -1):
             z[b] = np.add.reduceat(tt[b + 1], t.starts(b + 1), axis=1)
             tt[b] = z[b] / g(self.den[b], idx)
@@ -401,10 +436,12 @@ class _TreeCov:
         """``P_{idx[u]} v[u]`` for every ``u``."""
         ix = self.ix
         depth = ix.tree.depth
-        out = self._g(self.w[depth], idx) * v
+        out = self._g(self.w_leaf, idx) * v
         for b in range(depth):
             sums = np.add.reduceat(v, ix.lst[b], axis=1)
             out += (self._g(self.w[b], idx) * sums)[:, ix.anc[b]]
+        if self.present is not None:
+            out *= self._g(self.present, idx)
         return out
 
     def dense(self, j: int) -> np.ndarray:
@@ -646,6 +683,141 @@ def _solve_tree(outer: Tree, inner: Tree, meas: Measurements, k: int) -> GLSResu
     return GLSResult(outer, inner, fx, finals, fidx)
 
 
+# --------------------------------------------------------------------------------------------
+# Key sets with absent cells: the inner tree's recursion at the outer leaves (one structured
+# covariance per leaf pattern), dense d × d matrices above them (see the module docstring).
+# --------------------------------------------------------------------------------------------
+
+
+def _rows_block(d: int) -> int:
+    """Nodes per block when each carries a ``d × d`` matrix (about 4M numbers per block)."""
+    return max(1, min(_BLOCK, (1 << 22) // max(d * d, 1)))
+
+
+class _LeafFinals:
+    """Final covariances of the outer leaves: ``C + C G C`` per leaf, kept structured.
+
+    ``C`` is the leaf's upward covariance (member ``tid[u]`` of a tree batch), ``G`` its
+    parent's correction ``S⁻¹ Σ_p S⁻¹ − S⁻¹`` (``g[par[u]]``, dense ``d × d``). The variance of
+    an inner node total ``q`` is ``qᵀCq + (Cq)ᵀG(Cq)``: tree recursions and ``O(d²)`` per node
+    and leaf, by blocks of leaves.
+    """
+
+    def __init__(self, ix: _InnerIndex, tc: _TreeCov, tid: np.ndarray, par: np.ndarray,
+                 g: np.ndarray) -> None:
+        self.ix, self.tc, self.tid, self.par, self.g = ix, tc, tid, par, g
+        self._var: dict[int, np.ndarray] = {}
+
+    def batch_variance(self, b: int) -> np.ndarray:
+        """``(n_leaves, n_b)``: the variance of every inner node of level ``b``, per leaf."""
+        if b not in self._var:
+            ix = self.ix
+            q = np.zeros((ix.d, ix.tree.sizes[b]))
+            q[np.arange(ix.d), ix.anc[b]] = 1.0
+            n = self.tid.size
+            out = self.tc.var[b][self.tid].copy()
+            blk = max(1, (1 << 22) // max(ix.d * q.shape[1], 1))
+            for s0 in range(0, n, blk):
+                s1 = min(n, s0 + blk)
+                cq = self.tc.apply(np.broadcast_to(q, (s1 - s0,) + q.shape),
+                                   self.tid[s0:s1])
+                gcq = _apply(self.g, self.par[s0:s1], cq)
+                out[s0:s1] += np.einsum("uin,uin->un", cq, gcq)
+            self._var[b] = out
+        return self._var[b]
+
+    def dense_all(self) -> np.ndarray:
+        """``(n_leaves, d, d)``: every leaf's covariance, dense (tests; memory!)."""
+        d = self.ix.d
+        c = self.tc.apply(np.broadcast_to(np.eye(d), (self.tid.size, d, d)), self.tid)
+        c = 0.5 * (c + np.swapaxes(c, -1, -2))
+        m = c + c @ self.g[self.par] @ c
+        return 0.5 * (m + np.swapaxes(m, -1, -2))
+
+
+def _sum_children_tree(tc: _TreeCov, tid: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``Σ_children P⁻¹_{tid[c]}`` per parent, dense, by blocks of whole parents."""
+    n = tid.size
+    d = tc.ix.d
+    out = np.zeros((starts.size, d, d))
+    blk = _rows_block(d)
+    eye = np.eye(d)
+    for s0 in range(0, n, blk):     # a parent split across two blocks adds up both parts
+        s1 = min(n, s0 + blk)
+        m = tc.apply(np.broadcast_to(eye, (s1 - s0, d, d)), tid[s0:s1])
+        owner = np.searchsorted(starts, np.arange(s0, s1), side="right") - 1
+        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        out[owner[first]] += np.add.reduceat(m, first, axis=0)
+    return 0.5 * (out + np.swapaxes(out, -1, -2))
+
+
+def _solve_leaves(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements,
+                  k: int) -> GLSResult:
+    """Absent cells: the tree recursion per outer leaf, dense matrices above the leaves.
+
+    Needs every present finest cell measured at the finest level. Every outer leaf's upward
+    covariance is the inverse of a tree precision on its present leaves (``O(d)`` per leaf);
+    a parent's sum of its children's covariances is formed densely (``O(d²)`` per child) and
+    the levels above are the dense vector-node form (``O(d³)`` per node).
+    """
+    ix = _InnerIndex(inner)
+    d = ix.d
+    depth = outer.depth
+    masks = [present]
+    for a in range(depth, 0, -1):
+        masks.insert(0, np.logical_or.reduceat(masks[0], outer.starts(a), axis=0))
+    n_leaf = outer.sizes[depth]
+    wa = _weights(inner, n_leaf, meas, depth)
+    vec = _vec(_level_meas(inner, depth, meas), n_leaf, d, k, present)
+    first, tid = _distinct(np.concatenate([present.astype(np.float64)] + wa, axis=1))
+    tc = _TreeCov(ix, [w[first] for w in wa], present[first])
+    up_x: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    up_m: list[np.ndarray] = [np.empty(0)] * (depth + 1)   # dense upward covariances
+    z_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    sinv_l: list[np.ndarray] = [np.empty(0)] * (depth + 1)
+    up_x[depth] = tc.apply(vec, tid)
+    idx = np.arange(d)
+    for a in range(depth - 1, -1, -1):
+        n_a = outer.sizes[a]
+        mask = masks[a]
+        lm = _level_meas(inner, a, meas)
+        st = outer.starts(a + 1)
+        z = np.add.reduceat(up_x[a + 1], st, axis=0)
+        if a == depth - 1:
+            s = _sum_children_tree(tc, tid, st)
+        else:
+            s = _sum_children(up_m[a + 1], np.arange(outer.sizes[a + 1]), st)
+        s[:, idx, idx] += ~mask
+        sinv = _chol_inv(s, "sum of children")
+        own = _info(lm, np.arange(n_a), d, mask)
+        own[:, idx, idx] -= ~mask
+        cov = _chol_inv(sinv + own, f"outer level {a}")
+        cov *= mask[:, :, None] & mask[:, None, :]
+        x = cov @ (sinv @ z + _vec(lm, n_a, d, k, mask))
+        z_l[a], sinv_l[a] = z, sinv
+        up_m[a] = cov
+        up_x[a] = x * mask[:, :, None]
+    fx = [up_x[0]]
+    fm: list[Any] = [up_m[0]] if depth else []
+    gm = np.zeros((1, d, d))
+    par = np.zeros(n_leaf, dtype=np.int64)
+    for a in range(1, depth + 1):
+        par = outer.parent[a]
+        sinv = sinv_l[a - 1]
+        g = sinv @ (fx[a - 1] - z_l[a - 1])
+        gm = sinv @ fm[a - 1] @ sinv - sinv
+        if a < depth:
+            c = up_m[a] + up_m[a] @ gm[par] @ up_m[a]
+            fm.append(0.5 * (c + np.swapaxes(c, -1, -2)))
+            fx.append(up_x[a] + _apply(up_m[a], np.arange(outer.sizes[a]), g[par]))
+        else:
+            fx.append(up_x[a] + tc.apply(g[par], tid))
+    fm.append(_LeafFinals(ix, tc, tid, par, gm))
+    return GLSResult(outer, inner, fx, fm,
+                     [np.arange(outer.sizes[a]) for a in range(depth)]
+                     + [np.arange(n_leaf)])
+
+
 def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements, *,
           method: Literal["auto", "tree", "dense"] = "auto") -> GLSResult:
     """The GLS (BLUE) consistent estimate on a product of two trees, with exact covariances.
@@ -659,9 +831,10 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements, *,
             covariances alone), ``w`` the precision weights ``1/variance`` ``(n_a, n_b)``, 0
             where a cell is not measured.
         method: ``"tree"``: the inner tree's recursion inside the outer one (needs every
-            finest cell present and measured at the finest level); ``"dense"``: ``d × d``
-            matrices per distinct outer node; ``"auto"`` (default): ``"tree"`` where it
-            applies. Both are exact.
+            present finest cell measured at the finest level; with absent cells, the
+            recursion at the outer leaves and dense matrices above them); ``"dense"``:
+            ``d × d`` matrices per distinct outer node; ``"auto"`` (default): ``"tree"`` where
+            it applies. Both are exact.
 
     Returns:
         The [`GLSResult`][tabdp.hierarchy.gls.GLSResult].
@@ -697,13 +870,16 @@ def solve(outer: Tree, inner: Tree, present: np.ndarray, meas: Measurements, *,
                 f"{want}; got {y.shape} and {w.shape}.")
         k = y.shape[2]
     fin = meas.get((outer.depth, inner.depth))
-    tree_ok = bool(present.all()) and fin is not None and bool(np.all(fin[1] > 0))
-    if method == "tree" and not tree_ok:
+    measured = fin is not None and bool(np.all(fin[1][present] > 0))
+    tree_ok = measured and bool(present.all())
+    if method == "tree" and not measured:
         raise InvalidParameterError(
-            "solve: method='tree' needs every finest cell present and measured at the finest "
+            "solve: method='tree' needs every present finest cell measured at the finest "
             "level.\nHint: use method='auto'.")
     if method != "dense" and tree_ok:
         return _solve_tree(outer, inner, meas, k)
+    if method != "dense" and measured:
+        return _solve_leaves(outer, inner, present, meas, k)
     masks = [present]
     for a in range(outer.depth, 0, -1):
         masks.insert(0, np.logical_or.reduceat(masks[0], outer.starts(a), axis=0))
