@@ -376,15 +376,22 @@ def _refuse_under_author_only(args: argparse.Namespace, tool: str, why: str) -> 
 
     Review R15: a server for authors refused curator-mode specs in validate / plan / run, but
     ``tabdp compare`` read one's ``input.path`` and wrote unprotected values; the ledger
-    commands name server paths too.
+    commands name server paths too, and so does ``tabdp demo --out`` (review R16).
     """
-    where = _curator_path(args)  # TABDP_CURATOR: the server's configuration, if any
+    import os
+
+    from tabdp.release.curator_config import CURATOR_ENV, load_curator_config
+
+    # TABDP_CURATOR: the server's configuration, if any (the demo reads no other: its spec is
+    # the bundled curator-mode example)
+    where = (_curator_path(args) if args.command != "demo" else
+             (Path(os.environ[CURATOR_ENV]) if os.environ.get(CURATOR_ENV) else None))
     if where is None:
         return
-    from tabdp.release.curator_config import load_curator_config
-
-    args.curator_config = load_curator_config(where)
-    if args.curator_config.author_only:
+    config = load_curator_config(where)
+    if args.command != "demo":  # the demo's own spec is read without it
+        args.curator_config = config
+    if config.author_only:
         raise SpecError("policy.author_only", "the curator configuration serves query authors "
                         f"([policy] author_only = true), and {tool} is a curator-only tool: "
                         f"{why}. Nothing was read or written.\nHint: the curator runs it "
@@ -858,6 +865,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if args.command == "demo":
             # The default demo folder is the demo's own and is refreshed on every run; a
             # folder given with --out is replaced only with --overwrite.
+            # review R16: --out names a server folder, says whether it exists and is
+            # replaced with --overwrite
+            _refuse_under_author_only(args, "tabdp demo", "it writes to a folder named on "
+                                      "the server (--out) and replaces it with --overwrite")
             default = args.out is None
             if default:
                 args.out = Path.cwd() / "tabdp-demo"

@@ -573,6 +573,23 @@ def _check_ledger_unit(name: str, unit: Any, declared: Mapping[str, Any] | None,
             "declare it as 'Int64' or 'String' (the same type in every session of the series).")
 
 
+def _unit_dtype(ds: _Dataset) -> Any:
+    """A dataset's unit dtype: declared, else a Polars frame's own (``None``: not known).
+
+    Review R16: without a declared schema, two Polars frames sharing a ledger were compared
+    as ``None`` and ``None``, so an Int64 and a String unit were accepted.
+    """
+    if ds.unit is None:
+        return None
+    if ds.schema is not None:
+        return ds.schema.get(ds.unit)
+    if ds.kind == "polars":
+        data = ds.data
+        schema = data.collect_schema() if isinstance(data, pl.LazyFrame) else data.schema
+        return schema.get(ds.unit)
+    return None
+
+
 def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
     """A new dataset against the declared ones (the configuration file's rules, in Python).
 
@@ -608,8 +625,7 @@ def _check_same_data(ds: _Dataset, declared: Mapping[str, _Dataset]) -> None:
         # the unit's column and declared type (the text "7" and the integer 7 would be two
         # accounts, each with the whole lifetime budget)
         if led(ds) is not None and led(other) == led(ds):
-            t_new = None if ds.schema is None else ds.schema.get(ds.unit or "")
-            t_old = None if other.schema is None else other.schema.get(other.unit or "")
+            t_new, t_old = _unit_dtype(ds), _unit_dtype(other)
             if other.unit != ds.unit or t_new != t_old:
                 raise InvalidParameterError(
                     f"Curator.add: datasets {other.name!r} and {ds.name!r} share one lifetime "

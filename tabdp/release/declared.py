@@ -9,7 +9,9 @@ the release workflow's input stage and by the Python `tabdp.Curator`.
 from __future__ import annotations
 
 import io
+import itertools
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -656,28 +658,36 @@ def _spark_path(file: Path) -> str:
 
 
 _ALIASES: dict[str, Path] = {}
+_ALIAS_LOCK = threading.Lock()
+_ALIAS_COUNT = itertools.count(1)
 
 
 def _utf8_alias(file: Path) -> Path:
     """A UTF-8 path of the same file: a hard link (or a copy) in a private temporary folder.
 
     The folder (mode 0700) is removed when the process exits; Spark reads lazily, so the
-    alias must outlive the read's plan.
+    alias must outlive the read's plan. One lock and a counter name each alias (review R16:
+    two reads at once took one name, and the copy fallback wrote the second file into the
+    first one's inode, overwriting the curator's file); a copy never opens an existing path.
     """
     import atexit
     import shutil
     import tempfile
 
-    if "dir" not in _ALIASES:
-        _ALIASES["dir"] = Path(tempfile.mkdtemp(prefix="tabdp-declared-"))
-        atexit.register(shutil.rmtree, _ALIASES["dir"], True)
-    alias = _ALIASES["dir"] / f"{len(_ALIASES)}.parquet"
-    src = os.fsencode(file)
-    try:
-        os.link(src, alias)
-    except OSError:
-        shutil.copyfile(src, alias)
-    _ALIASES[str(alias)] = alias
+    with _ALIAS_LOCK:
+        if "dir" not in _ALIASES:
+            _ALIASES["dir"] = Path(tempfile.mkdtemp(prefix="tabdp-declared-"))
+            atexit.register(shutil.rmtree, _ALIASES["dir"], True)
+        alias = _ALIASES["dir"] / f"{next(_ALIAS_COUNT)}.parquet"
+        src = os.fsencode(file)
+        try:
+            os.link(src, alias)
+        except FileExistsError:
+            raise
+        except OSError:  # another file system: a copy ("x": never into an existing file)
+            with open(src, "rb") as f, open(alias, "xb") as g:
+                shutil.copyfileobj(f, g)
+        _ALIASES[str(alias)] = alias
     return alias
 
 
