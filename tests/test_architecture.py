@@ -32,19 +32,11 @@ PKG = ROOT / "tabdp"
 #: listed: the lead engineer is giving Session public methods for them (issue 17).
 ALLOWED_PRIVATE: frozenset[tuple[str, str, str]] = frozenset()
 
-#: Imports of another package's private module still waiting on the engine rewrite of issue 29
-#: (one pipeline over backends), to be emptied. Each entry is (importing module, private module).
-#: Where the names already have a public home, the comment says which.
-ALLOWED_PRIVATE_MODULES: frozenset[tuple[str, str]] = frozenset({
-    # the Spark input of a curator-declared dataset: backend detection and Spark schemas,
-    # whose home the backend protocol decides
-    ("tabdp.curator", "tabdp.frame._backends"),
-    ("tabdp.curator", "tabdp.frame._spark"),
-    # Session's check of a declared integer dtype: the output model's integer_dtype
-    ("tabdp.privacy.session", "tabdp.frame._output"),
-    # validate's schema check of the key sets (check_cell_keys, an engine check)
-    ("tabdp.release.input_schema", "tabdp.frame._engine"),
-})
+#: Imports of another package's private module: none is left (issue 29 emptied the list; the
+#: names shared across packages have public homes: `tabdp.frame.backends` for the backend
+#: decision and the Spark helpers, `tabdp.frame.keys.check_cell_keys` for the key set against a
+#: schema, `tabdp._numeric.integer_dtype` for the output model's integer dtypes). Keep it empty.
+ALLOWED_PRIVATE_MODULES: frozenset[tuple[str, str]] = frozenset()
 
 #: ``SimpleNamespace`` in tabdp/'s code (docstring examples are not code), to be emptied: the
 #: Spark engine's budget filter runs on a namespace pretending to be a Session; the one

@@ -56,8 +56,6 @@ from tabdp.frame._engine import (
     MAX_ABS,
     ROW_ID,
     SUM_SCALE_BITS,
-    _check_keys_distinct,
-    _common_dtype,
     _keep_mask,
     _Opened,
     _Policy,
@@ -75,7 +73,7 @@ from tabdp.frame._output import Measure, assemble, check_form
 from tabdp.frame._stream import Planned
 from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.backends.base import Aggregated
-from tabdp.frame.keys import KeySet
+from tabdp.frame.keys import KeySet, check_keys_distinct, common_dtype
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
@@ -701,7 +699,7 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
     for i, c in enumerate(by):
         have = _pl_dtype(schema[c])
         want = keys_pl.schema[c]
-        target = _common_dtype(c, have, want)
+        target = common_dtype(c, have, want)
         if target is None:
             target = want
         if target == pl.Int128:
@@ -731,7 +729,7 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
     kframe = kframe.filter(pl.all_horizontal(
         [pl.col(k).is_not_null() | keys_pl[c].is_null() for k, c in
          zip(kcols, by, strict=True)]))
-    _check_keys_distinct(kframe.rename({k: c for k, c in zip(kcols, by, strict=True)}), by,
+    check_keys_distinct(kframe.rename({k: c for k, c in zip(kcols, by, strict=True)}), by,
                          {c: _pl_dtype(schema[c]) for c in by}, keys_pl.schema)
     fields.insert(0, T.StructField(_CELL, T.LongType(), False))
     with _quiet():

@@ -26,7 +26,6 @@ from tabdp.frame._engine import (
     _open_release,
     _prepare_release,
     _release_rules,
-    check_cell_keys,
     scale_bits,
 )
 from tabdp.frame._output import check_form
@@ -34,7 +33,7 @@ from tabdp.frame._stream import Planned, check_batch
 from tabdp.frame.backends import polars_engine
 from tabdp.frame.backends.base import Aggregated, Backend
 from tabdp.frame.backends.polars import MemoryBackend, StreamingBackend
-from tabdp.frame.keys import KeySet
+from tabdp.frame.keys import KeySet, check_cell_keys
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session

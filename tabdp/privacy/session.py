@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import integer_dtype
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -502,8 +503,6 @@ class Session:
             return True
         if self._declared is None or column not in self._declared:
             return False
-        from tabdp.frame._output import integer_dtype
-
         return bool(integer_dtype(self._declared[column]))
 
     # -- row mode -----------------------------------------------------------------------------
