@@ -7,6 +7,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 

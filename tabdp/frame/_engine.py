@@ -53,6 +53,7 @@ from tabdp.frame._output import (
     is_integral_release,
 )
 from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
+from tabdp.frame.binding import cached_snapshot, choose_ledger, keep_snapshot, use_engine
 from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
@@ -345,8 +346,8 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     one_off = session is None
     sess = Session() if session is None else session
     qname = sess.release_name(name, kind)  # validate before any data pass or noise draw
-    sess.use_engine("polars")
-    sess.choose_ledger(release_engine(native, sess) == "streaming")
+    use_engine(sess, "polars")
+    choose_ledger(sess, release_engine(native, sess) == "streaming")
     unit = sess.unit
     if unit is not None and (unit in by or unit in measures):
         raise InvalidParameterError(
@@ -560,7 +561,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     cache_key = (id(native), tuple(by), unit, rules.mode, id(keys) if unit_mode else None)
     cols = [*by, *measures, *([unit] if unit else [])]
     cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
-    cached = sess.cached_snapshot(cache_key) if cacheable else None
+    cached = cached_snapshot(sess, cache_key) if cacheable else None
     if cached is not None:
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
@@ -586,7 +587,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     else:
         snap = _row_snapshot(op, unit, by, measures, rules)
     if cacheable:
-        sess.keep_snapshot(cache_key, {
+        keep_snapshot(sess, cache_key, {
             "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
             "drops": rules.nulls == "drop" or rules.negatives == "drop",
             "keys": keys if unit_mode else None,
