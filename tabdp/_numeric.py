@@ -7,9 +7,12 @@ Example:
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-__all__ = ["ceil_snap"]
+import numpy as np
+import polars as pl
+
+__all__ = ["ceil_snap", "integer_dtype"]
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -31,3 +34,25 @@ def ceil_snap(x: np.ndarray) -> np.ndarray:
     r = np.rint(x)
     near = np.abs(x - r) <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
     return np.where(near, r, np.ceil(x))
+
+
+def integer_dtype(dtype: Any) -> bool:
+    """Whether a measure's Polars dtype gives integer estimates (Int64 output).
+
+    Integer dtypes of at most 64 bits, except UInt64: sums of wider integers (Int128, UInt64,
+    UInt128) are far more likely to pass the Int64 range, so they stay Float64 (a public choice
+    made from the schema alone). An Int64 estimate beyond ±(2**63 - 1024) is null.
+
+    Args:
+        dtype: A Polars dtype.
+
+    Returns:
+        True for Int8 ... Int64 and UInt8 ... UInt32.
+
+    Example:
+        >>> integer_dtype(pl.Int32), integer_dtype(pl.UInt64), integer_dtype(pl.Float64)
+        (True, False, False)
+    """
+    wide = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None), pl.UInt64)
+                 if t is not None)
+    return bool(dtype.is_integer()) and dtype not in wide

@@ -47,7 +47,7 @@ import polars as pl
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError, TabdpWarning
-from tabdp.frame._backends import is_spark_frame
+from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.budget import Budget
@@ -782,7 +782,7 @@ def _pin_spark(ds: _Dataset) -> tuple[Any, Any, dict[str, pl.DataType]]:
     """Select and cast the declared columns of a Spark frame, then checkpoint it now."""
     from pyspark.sql import functions as F
 
-    from tabdp.frame._spark import polars_schema
+    from tabdp.frame.backends.spark import polars_schema
 
     sdf = ds.data
     if ds.schema is not None:

@@ -32,19 +32,11 @@ PKG = ROOT / "tabdp"
 #: listed: the lead engineer is giving Session public methods for them (issue 17).
 ALLOWED_PRIVATE: frozenset[tuple[str, str, str]] = frozenset()
 
-#: Imports of another package's private module still waiting on the engine rewrite of issue 29
-#: (one pipeline over backends), to be emptied. Each entry is (importing module, private module).
-#: Where the names already have a public home, the comment says which.
-ALLOWED_PRIVATE_MODULES: frozenset[tuple[str, str]] = frozenset({
-    # the Spark input of a curator-declared dataset: backend detection and Spark schemas,
-    # whose home the backend protocol decides
-    ("tabdp.curator", "tabdp.frame._backends"),
-    ("tabdp.curator", "tabdp.frame._spark"),
-    # Session's check of a declared integer dtype: the output model's integer_dtype
-    ("tabdp.privacy.session", "tabdp.frame._output"),
-    # validate's schema check of the key sets (check_cell_keys, an engine check)
-    ("tabdp.release.input_schema", "tabdp.frame._engine"),
-})
+#: Imports of another package's private module: none is left (issue 29 emptied the list; the
+#: names shared across packages have public homes: `tabdp.frame.backends` for the backend
+#: decision and the Spark helpers, `tabdp.frame.keys.check_cell_keys` for the key set against a
+#: schema, `tabdp._numeric.integer_dtype` for the output model's integer dtypes). Keep it empty.
+ALLOWED_PRIVATE_MODULES: frozenset[tuple[str, str]] = frozenset()
 
 #: ``SimpleNamespace`` in tabdp/'s code (docstring examples are not code), to be emptied: the
 #: Spark engine's budget filter runs on a namespace pretending to be a Session; the one
@@ -350,3 +342,58 @@ def test_frame_and_release_layers_use_only_the_sessions_public_methods() -> None
         (ROOT / "tabdp" / "cli.py").read_text(encoding="utf-8").splitlines(), 1)
         if pattern.search(line.split("#", 1)[0])]
     assert not bad, "private Session attributes used outside tabdp.privacy:\n" + "\n".join(bad)
+
+
+def test_the_private_module_allow_list_stays_empty() -> None:
+    """Issue 29 emptied the allow-lists: a new crossing needs a public home, not an entry."""
+    assert not ALLOWED_PRIVATE_MODULES and not ALLOWED_PRIVATE and not ALLOWED_SIMPLE_NAMESPACE
+
+
+def _calls(path: Path) -> list[tuple[str, int]]:
+    """(called name, line) of every call in a module (``f(...)`` and ``x.f(...)``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+                else ""
+            out.append((name, node.lineno))
+    return out
+
+
+def test_the_release_sequence_is_written_once() -> None:
+    """In the frame layer only the pipeline draws a release's noise and writes its record.
+
+    Sums, counts, medians and quantiles on every engine go through `tabdp.frame.pipeline`
+    (`execute`, `execute_quantile`): the backends read records and hand back cell data; the
+    query's record (`QueryRecord`) and its noise (`release_table`, `_noisy_table`) are written
+    there only (`_engine._noisy_table` is the sums' noise itself).
+    """
+    allowed = {("QueryRecord", "tabdp/frame/pipeline.py"),
+               ("release_table", "tabdp/frame/pipeline.py"),
+               ("_noisy_table", "tabdp/frame/pipeline.py"),
+               ("release_table", "tabdp/frame/_engine.py")}
+    bad = [f"{path.relative_to(ROOT)}:{line} calls {name}"
+           for path in sorted((PKG / "frame").rglob("*.py"))
+           for name, line in _calls(path)
+           if name in {"QueryRecord", "release_table", "_noisy_table"}
+           and (name, str(path.relative_to(ROOT))) not in allowed]
+    assert not bad, "release steps written outside the pipeline:\n" + "\n".join(bad)
+
+
+def test_the_session_is_not_asked_for_engine_state() -> None:
+    """The engine, the ledger's kind and the snapshot cache are the frame layer's.
+
+    `tabdp.frame.binding` decides them; the Session's former methods for them are deprecated
+    aliases that no module of tabdp calls.
+    """
+    moved = {"use_engine", "choose_ledger", "cached_snapshot", "keep_snapshot"}
+    bad = [f"{path.relative_to(ROOT)}:{line} calls Session.{name}"
+           for path in sorted(PKG.rglob("*.py"))
+           if path != PKG / "privacy" / "session.py"
+           for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+           if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+           and (name := node.func.attr) in moved
+           and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "binding")
+           for line in [node.lineno]]
+    assert not bad, "the Session asked for engine state:\n" + "\n".join(bad)

@@ -53,7 +53,8 @@ from tabdp.frame._output import (
     is_integral_release,
 )
 from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
-from tabdp.frame.keys import KeySet
+from tabdp.frame.binding import cached_snapshot, choose_ledger, keep_snapshot, use_engine
+from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY, joint_currency
@@ -345,8 +346,8 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     one_off = session is None
     sess = Session() if session is None else session
     qname = sess.release_name(name, kind)  # validate before any data pass or noise draw
-    sess.use_engine("polars")
-    sess.choose_ledger(release_engine(native, sess) == "streaming")
+    use_engine(sess, "polars")
+    choose_ledger(sess, release_engine(native, sess) == "streaming")
     unit = sess.unit
     if unit is not None and (unit in by or unit in measures):
         raise InvalidParameterError(
@@ -560,7 +561,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     cache_key = (id(native), tuple(by), unit, rules.mode, id(keys) if unit_mode else None)
     cols = [*by, *measures, *([unit] if unit else [])]
     cacheable = isinstance(native, (pl.DataFrame, pl.LazyFrame))
-    cached = sess.cached_snapshot(cache_key) if cacheable else None
+    cached = cached_snapshot(sess, cache_key) if cacheable else None
     if cached is not None:
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
@@ -586,7 +587,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     else:
         snap = _row_snapshot(op, unit, by, measures, rules)
     if cacheable:
-        sess.keep_snapshot(cache_key, {
+        keep_snapshot(sess, cache_key, {
             "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
             "drops": rules.nulls == "drop" or rules.negatives == "drop",
             "keys": keys if unit_mode else None,
@@ -716,47 +717,6 @@ def _strict_checks(counts: dict[str, int], measures: list[str], unit: str | None
 
 
 # -- cells ------------------------------------------------------------------------------------
-_TEXT = (pl.String, pl.Categorical, pl.Enum)
-
-
-def _common_dtype(col: str, have: Any, want: Any) -> Any:
-    """The dtype in which data keys and public keys are compared (decided without data)."""
-    if have == want:
-        return None
-    if isinstance(have, _TEXT) and isinstance(want, _TEXT):
-        return pl.String
-    if have.is_numeric() and want.is_numeric():
-        if have.is_integer() and want.is_integer():
-            return pl.Int128
-        return pl.Float64
-    if (have.is_numeric() and isinstance(want, _TEXT)) or \
-            (want.is_numeric() and isinstance(have, _TEXT)):
-        raise ColumnTypeError(
-            f"key column {col!r} is {have} in the data but {want} in the key set; tabdp does "
-            "not convert between numbers and text for keys, because codes such as '06037' and "
-            "6037 would silently fall into different cells.\nHint: build the key set with "
-            "values of the data's type (e.g. strings '06037' vs integers 6037).")
-    return want
-
-
-def _check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
-                         key_schema: Any) -> None:
-    """Refuse a key set whose distinct keys become equal in the comparison dtypes (no data read).
-
-    Keys are compared with the data after a conversion decided from the two schemas; a lossy one
-    (Int64 keys 2**53 and 2**53 + 1 as Float64, long decimals as Float64) can merge two public
-    keys, and a row with that key would then fall into two cells (counted twice, charged once).
-    Depends only on the key set and the schemas.
-    """
-    if converted.height and converted.select(by).is_duplicated().any():
-        raise ColumnTypeError(
-            f"key column(s) {by} of the key set hold distinct keys that become equal when "
-            f"converted to compare them with the data ({[str(schema[c]) for c in by]} in the "
-            f"data, {[str(key_schema[c]) for c in by]} in the key set): two keys would share "
-            "one cell's rows.\nHint: build the key set with values of the data's type, or cast "
-            "the data's key column to the key set's type first.")
-
-
 def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFrame:
     """Add ``_CELL`` to an in-memory frame, rows in their order (the rule of `_cells`)."""
     return _cells(data, data.schema, keys, by, _CELL, ordered=True)
@@ -802,41 +762,6 @@ def _sort_units(data: pl.DataFrame, uid: str, n_keys: int) -> pl.DataFrame:
             key = offset * (n_keys + 1) + pl.col(_CELL).fill_null(n_keys).cast(pl.Int64)
             return data.sort(key, nulls_last=True)
     return data.sort([uid, _CELL], nulls_last=[True, True])
-
-
-def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
-                    ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
-    """The key set against the data's schema: every refusal of `_cells`, no data read.
-
-    Text against numbers, key values that cannot be converted to the comparison dtype, and
-    distinct keys that become equal there are refused from the key set and the schema alone, so
-    a release (or a batch of releases, before any of them runs) can be checked up front.
-
-    Returns:
-        The key set's ``by`` columns, the comparison dtype per column (None: the key set's
-        own) and the key columns converted to it.
-
-    Example:
-        >>> k = KeySet.from_dict(s=[1, 2])
-        >>> check_cell_keys(pl.Schema({"s": pl.Int32}), k, ["s"])[1]
-        {'s': Int128}
-    """
-    keys_pl = keys.to_polars().select(by)
-    targets = {c: _common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
-    casts = []
-    for c, target in targets.items():
-        if target is None:
-            continue
-        try:
-            casts.append(keys_pl[c].cast(target, strict=True).alias(c))
-        except Exception as err:  # the public key set does not convert: data-free error
-            raise ColumnTypeError(
-                f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
-                f"the key set, and the key set's values cannot be converted to {target}.\n"
-                "Hint: build the key set with values of the data's type.") from err
-    if casts:
-        _check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
-    return keys_pl, targets, casts
 
 
 def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: str,

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import integer_dtype
 from tabdp.exceptions import InvalidParameterError
 
 __all__ = ["FORMS", "LONG_COLUMNS", "WIDE_SUFFIXES", "STAT_SUFFIXES", "Measure", "check_form",
@@ -405,28 +406,6 @@ def integer_grid(grid: Any, mechanism: Any, integer_measures: Sequence[str],
             given[m] = 1.0
             changed = True
     return given if changed else grid
-
-
-def integer_dtype(dtype: Any) -> bool:
-    """Whether a measure's Polars dtype gives integer estimates (Int64 output).
-
-    Integer dtypes of at most 64 bits, except UInt64: sums of wider integers (Int128, UInt64,
-    UInt128) are far more likely to pass the Int64 range, so they stay Float64 (a public choice
-    made from the schema alone). An Int64 estimate beyond ±(2**63 - 1024) is null.
-
-    Args:
-        dtype: A Polars dtype.
-
-    Returns:
-        True for Int8 ... Int64 and UInt8 ... UInt32.
-
-    Example:
-        >>> integer_dtype(pl.Int32), integer_dtype(pl.UInt64), integer_dtype(pl.Float64)
-        (True, False, False)
-    """
-    wide = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None), pl.UInt64)
-                 if t is not None)
-    return bool(dtype.is_integer()) and dtype not in wide
 
 
 def is_integral_release(mechanism: Any, step: Any, integer: bool) -> bool:

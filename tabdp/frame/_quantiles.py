@@ -13,54 +13,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-import polars as pl
 
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
-    _CELL,
     OUTPUT_SUFFIXES,
-    ROW_ID,
     _as_list,
-    _attach_cells,
     _check_args,
     _check_grid,
-    _check_rules,
-    _fingerprint,
-    _fp_columns,
-    _missing_unit,
-    _open_release,
-    _Rules,
-    _sort_units,
-    _strict_checks,
-    per_unit,
-)
-from tabdp.frame._output import (
-    LONG_COLUMNS,
-    STAT_SUFFIXES,
-    Measure,
-    assemble,
-    check_form,
-    to_native,
+    _Opened,
 )
 from tabdp.frame.keys import KeySet
-from tabdp.mechanisms import DEFAULT_LEVEL, pure_to_zcdp
+from tabdp.mechanisms import pure_to_zcdp
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.mechanisms.smooth import SmoothSensitivityRelease
-from tabdp.privacy.budget import ROWS_CURRENCY
-from tabdp.privacy.ledger import Charges, QueryRecord
-from tabdp.privacy.session import Session
 from tabdp.sensitivity.smooth import (
     group_sort,
     grouped_quantile,
     smooth_sensitivity_grouped,
 )
 
-__all__ = ["quantile_release", "quantile_label", "SS_FLOOR", "GroupPrivacyPolicy",
-           "floored_smooth_sensitivity", "ss_floor"]
+__all__ = ["quantile_label", "SS_FLOOR", "GroupPrivacyPolicy", "PlannedQuantile",
+           "cell_quantiles", "floored_smooth_sensitivity", "ss_floor"]
 
 #: Smooth sensitivities are floored at SS_FLOOR·max(hi − lo, |lo|, |hi|). max(SS, c) is still a
 #: γ-smooth upper bound for a public constant c, so the guarantee is unchanged; the floor prevents
@@ -299,189 +276,74 @@ def _quantile_args(column: Any, q: Any, median: bool, by: Any, keys: Any, bounds
     return qv, lo, hi, by_list, mechanism, level, label, grid
 
 
-def quantile_release(native: Any, *, column: str, q: float, median: bool,
-                     by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
-                     noise: str = "polyplace", gamma: float | None = None,
-                     delta: float | None = None, uncertainty_share: float | None = None,
-                     session: Session | None = None,
-                     level: float = DEFAULT_LEVEL, nulls: str = "error",
-                     name: str | None = None, grid: Any = None, form: str = "wide",
-                     cv: bool = False) -> Any:
-    """Release a private q-quantile of ``column`` per cell of ``keys``.
+class PlannedQuantile(NamedTuple):
+    """A median or quantile release planned but not executed (`tabdp.frame.pipeline`).
 
-    This is the implementation behind ``df.dp.median`` and ``df.dp.quantile``.
+    Attributes:
+        op: The opened release (session, name, input, schema).
+        kind: ``"median"`` or ``"quantile"``.
+        column: The measure column.
+        q: The quantile level.
+        bounds: Public ``(lo, hi)``.
+        by: Group-by columns.
+        keys: The public key set.
+        mechanism: The smooth-sensitivity release.
+        policy: Its group-privacy policy (the per-record losses).
+        level: Confidence level.
+        label: The output column's name.
+        grid: The public rounding step of the estimates.
+        nulls: The nulls rule.
+        form: ``"wide"`` or ``"long"``.
+        cv: Add ``_cv`` and ``_flag`` columns.
+    """
+
+    op: _Opened
+    kind: str
+    column: str
+    q: float
+    bounds: tuple[float, float]
+    by: list[str]
+    keys: KeySet
+    mechanism: SmoothSensitivityRelease
+    policy: GroupPrivacyPolicy
+    level: float
+    label: str
+    grid: Any
+    nulls: str
+    form: str
+    cv: bool
+
+
+def cell_quantiles(codes: np.ndarray, values: np.ndarray, n_keys: int, q: float,
+                   gamma: float, bounds: tuple[float, float]
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Each cell's exact clipped quantile and floored smooth sensitivity (no noise).
+
+    The one computation of every engine: values clipped to the public bounds, sorted inside
+    their cell, the order statistic of rank ``quantile_rank(n, q)`` and the γ-smooth
+    sensitivity floored at `ss_floor` (an empty cell gets the empty cell's values).
 
     Args:
-        native: pandas DataFrame, Polars DataFrame or LazyFrame.
-        column: Measure column.
-        q: Quantile level in [0, 1].
-        median: Label the output ``_median`` (``dp.median``) instead of ``_q{100q}``.
-        by: Group-by columns (the key set's columns).
-        keys: Public key set.
-        bounds: Public ``(low, high)``; values are clipped to it.
-        epsilon: Total ε of the release (per cell, per row): the value's ε₁ plus the noise
-            scale's ε₂ (see [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
-        noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
-        grid: Public rounding step of the estimates (``None``: the mechanism's default
-            relative grid, see docs/exact-rounding.md).
-        gamma: Smoothness γ (default [`default_gamma`][tabdp.mechanisms.smooth.default_gamma] at
-            ε₁).
-        delta: δ for ``noise="laplace"``.
-        uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd`` and
-            ``_moe``, in (0, 1) (default: 2γ, see
-            [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
-        session: Session to record in.
-        level: Confidence level of ``_moe``.
-        nulls: ``"error"``, ``"zero"`` or ``"drop"``.
-        name: Label of the release in the session.
-        form: ``"wide"`` (default) or ``"long"`` (`tabdp.frame._output`).
-        cv: Wide form: add ``{label}_cv`` and ``{label}_flag``.
+        codes: Each value's cell (its position in the key set).
+        values: The admitted values (missing ones replaced by the nulls rule).
+        n_keys: Cells in the key set.
+        q: Quantile level.
+        gamma: Smoothness γ.
+        bounds: Public ``(lo, hi)``.
 
     Returns:
-        A frame of the caller's library: keys, ``{label}``, ``{label}_sd``, ``{label}_moe``,
-        ``{label}_lower``, ``{label}_upper`` (the ``level`` interval, estimate ∓ moe); long
-        form: keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``, ``upper``, ``cv``,
-        ``flag``.
+        ``(truth, ss, clipped)``: one quantile and one SS per cell, and the CONFIDENTIAL
+        number of values outside the bounds.
 
     Example:
-        >>> import polars as pl, tabdp
-        >>> df = pl.DataFrame({"c": ["a", "a", "a", "b"], "x": [1.0, 2.0, 3.0, 9.0]})
-        >>> out = quantile_release(df, column="x", q=0.5, median=True, by="c",
-        ...                        keys=tabdp.KeySet.from_dict(c=["a", "b"]), bounds=(0, 10),
-        ...                        epsilon=1.0, session=tabdp.Session(seed=1))
-        >>> out.columns
-        ['c', 'x_median', 'x_median_sd', 'x_median_moe', 'x_median_lower', 'x_median_upper']
+        >>> t, ss, n = cell_quantiles(np.array([0, 0, 0]), np.array([1.0, 2.0, 30.0]), 2, 0.5,
+        ...                           1.0, (0.0, 10.0))
+        >>> t.tolist(), n
+        ([2.0, 0.0], 1)
     """
-    qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
-        column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
-        session, level, nulls, grid, stacklevel=6)
-    form = check_form(form)
-    outputs = set(LONG_COLUMNS) if form == "long" else {
-        f"{label}{s}" for s in (*OUTPUT_SUFFIXES, *(STAT_SUFFIXES if cv else ()))}
-    clash = outputs & set(by_list)
-    if clash:
-        raise InvalidParameterError(
-            f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
-    op = _open_release(native, session, name, "median" if median else "quantile", [column],
-                       by_list)
-    sess, one_off, qname, backend = op.session, op.one_off, op.name, op.backend
-    _check_rules(sess, "quantile", Gaussian(1.0), nulls, "allow", True)  # bounded values: any sign
-    unit = sess.unit
-    uid = unit if unit is not None else ROW_ID
-
-    policy = GroupPrivacyPolicy(mechanism)
-    charges = admitted = None
-    commit = None
-    if sess.streaming:  # row mode, losses recomputed from the data (tabdp.frame._stream)
-        from tabdp.frame._stream import streaming_quantile_data
-
-        sess.phase(qname, "reading the input (streaming)")
-        got = streaming_quantile_data(op, column, by_list, keys, nulls, policy)
-        codes, values, n_rows, outside, n_left_out, counts, commit = got
-        losses = None
-    else:
-        # One evaluation of the input: ids, keys, the values and their flags.
-        sess.phase(qname, "reading and aggregating the input")
-        x = pl.col(column).cast(pl.Float64)
-        flags = {f"missing:{column}": x.is_null() | x.is_nan(),
-                 f"inf:{column}": x.is_infinite().fill_null(False)}
-        lf = op.lf
-        if unit is None:
-            lf = lf.with_row_index(ROW_ID)
-            fps = [_fingerprint(c, op.schema[c])
-                   for c in _fp_columns(op.schema, [*by_list, column], sess.bound_columns())]
-        else:
-            fps = []
-            flags[f"null:{unit}"] = _missing_unit(op.schema, unit)
-        data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
-                         *[e.alias(k) for k, e in flags.items()], *fps).collect()
-        counts = {k: int(data[k].sum()) for k in flags}
-        rules = _Rules(nulls, "allow", sess.mode)
-        _strict_checks(counts, [column], unit, rules, False, {})
-        n_rows = data.height
-        if unit is None:
-            fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
-            sess.bind_rows(n_rows, fp)
-        # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
-        # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id are
-        # dropped (author mode).
-        missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
-        keep = pl.lit(True)
-        if nulls == "drop":
-            keep = keep & ~missing
-        if unit is not None:
-            keep = keep & ~pl.col(f"null:{unit}")
-        data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
-                                  .alias(column))
-                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
-        data = _attach_cells(data, keys, by_list)
-        outside = int(data[_CELL].is_null().sum())
-        inside = data.filter(pl.col(_CELL).is_not_null())
-
-        # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group
-        # privacy), then the session's budget as an individual filter (units left out are
-        # dropped from their cells).
-        approx = policy.dp_delta is not None
-        # (unit, cell) pairs sorted by unit then cell: a unit's losses are summed left to
-        # right in key-set order, whatever the input's row order (as sums and counts do)
-        pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
-        if unit is not None:
-            pairs = _sort_units(pairs, uid, len(keys) if by_list else 1)
-        k = pairs["len"].cast(pl.Float64).to_numpy()
-        ea, da = policy.approx_policy(k)
-        u, per = per_unit(pairs[uid], {
-            "rho": np.asarray(policy.rho(k), dtype=np.float64),
-            "epsilon": np.asarray(policy.epsilon(k), dtype=np.float64), "size": k,
-            "eps_a": np.asarray(ea, dtype=np.float64), "delta_a": np.asarray(da, dtype=np.float64)},
-            lambda c: c == "size")
-        units = u.cast(pl.Int64).to_numpy() if unit is None else u
-        arrays = {c: {ROWS_CURRENCY: per[c]}
-                  for c in ("rho", "epsilon", "size", "eps_a", "delta_a")}
-        charges = Charges(units, arrays["rho"], arrays["epsilon"], arrays["size"],
-                          "approx" if approx else "zcdp",
-                          arrays["eps_a"] if approx else None,
-                          arrays["delta_a"] if approx else None)
-        admitted = sess.admit(charges)
-        losses = charges.losses(admitted)
-        ok = admitted[ROWS_CURRENCY]
-        n_left_out = int((~ok).sum())
-        if n_left_out:
-            gone = u.filter(pl.Series(~ok))
-            inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
-
-        codes = inside[_CELL].to_numpy()
-        values = inside[column].to_numpy()
+    lo, hi = bounds
     clipped = int(((values < lo) | (values > hi)).sum())
-    n_keys = len(keys) if by_list else 1
     sorted_vals, offsets = group_sort(np.clip(values, lo, hi), codes, n_keys)
-    truth = grouped_quantile(sorted_vals, offsets, qv, (lo, hi))
-    ss = floored_smooth_sensitivity(sorted_vals, offsets, qv, mechanism.gamma, (lo, hi))
-
-    # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter only
-    sess.phase(qname, f"drawing noise for {n_keys:,} cells")
-    rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
-    out = assemble(keys.to_polars().select(by_list) if by_list else None,
-                   [Measure(label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
-                   form=form, cv=cv, key_dtypes=dict(op.schema),
-                   author=sess.mode == "author")
-    confidential = {
-        "rows_read": n_rows,
-        "rows_outside_keys": outside,
-        "rows_in_released_cells": int(values.size),
-        "units_left_out_by_budget": n_left_out,
-        "values_clipped_to_bounds": clipped,
-        **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
-           if nulls != "error" else {}),
-    }
-    record = QueryRecord(
-        index=len(sess.records) + 1, name=qname, kind="median" if median else "quantile",
-        measures=(label,), by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
-        keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
-        losses=losses, confidential=confidential)
-    if commit is not None:
-        commit()
-    sess.record_release(record, backend, charges, admitted)
-    if one_off:
-        sess.set_as_last()
-    return to_native(out, op.native, backend, by_list, author=sess.mode == "author")
-
+    truth = grouped_quantile(sorted_vals, offsets, q, (lo, hi))
+    ss = floored_smooth_sensitivity(sorted_vals, offsets, q, gamma, (lo, hi))
+    return truth, ss, clipped

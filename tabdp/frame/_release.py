@@ -1,4 +1,6 @@
-"""The grouped release (``df.dp.sum`` / ``df.dp.count``) on the Polars engines.
+"""Sums, counts, medians and quantiles (the ``.dp`` accessor's releases) on Polars engines.
+
+``df.dp.sum`` / ``df.dp.count`` and ``df.dp.median`` / ``df.dp.quantile``.
 
 The sequence is `tabdp.frame.pipeline` (plan, then execute over a backend); the in-memory and
 streaming backends are in `tabdp.frame.backends.polars`.
@@ -14,11 +16,17 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._requests import accessor_request
 from tabdp.frame._stream import Planned
 from tabdp.frame.keys import KeySet
-from tabdp.frame.pipeline import execute_all, plan
+from tabdp.frame.pipeline import (
+    execute_all,
+    execute_quantile,
+    plan,
+    plan_quantile,
+    quantile_backend,
+)
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
-__all__ = ["grouped_release", "planned_releases", "execute_planned"]
+__all__ = ["grouped_release", "quantile_release", "planned_releases", "execute_planned"]
 
 
 # -- the release ------------------------------------------------------------------------------
@@ -148,3 +156,65 @@ def execute_planned(rels: Sequence[Planned]) -> list[Any]:
         (['count', 'x'], ['n', 'x'])
     """
     return execute_all(rels)
+
+
+def quantile_release(native: Any, *, column: str, q: float, median: bool,
+                     by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
+                     noise: str = "polyplace", gamma: float | None = None,
+                     delta: float | None = None, uncertainty_share: float | None = None,
+                     session: Session | None = None,
+                     level: float = DEFAULT_LEVEL, nulls: str = "error",
+                     name: str | None = None, grid: Any = None, form: str = "wide",
+                     cv: bool = False) -> Any:
+    """Release a private q-quantile of ``column`` per cell of ``keys`` (Polars engines).
+
+    This is the implementation behind ``df.dp.median`` and ``df.dp.quantile``
+    (`tabdp.frame._quantiles` for the method): `tabdp.frame.pipeline.plan_quantile`, then
+    `tabdp.frame.pipeline.execute_quantile` over the session's Polars backend.
+
+    Args:
+        native: pandas DataFrame, Polars DataFrame or LazyFrame.
+        column: Measure column.
+        q: Quantile level in [0, 1].
+        median: Label the output ``_median`` (``dp.median``) instead of ``_q{100q}``.
+        by: Group-by columns (the key set's columns).
+        keys: Public key set.
+        bounds: Public ``(low, high)``; values are clipped to it.
+        epsilon: Total ε of the release (per cell, per row): the value's ε₁ plus the noise
+            scale's ε₂ (see [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
+        noise: ``"polyplace"`` (default), ``"student_t"``, ``"cauchy"`` or ``"laplace"``.
+        gamma: Smoothness γ (default [`default_gamma`][tabdp.mechanisms.smooth.default_gamma] at
+            ε₁).
+        delta: δ for ``noise="laplace"``.
+        uncertainty_share: Fraction of ε spent on the private noise scale behind ``_sd`` and
+            ``_moe``, in (0, 1) (default: 2γ, see
+            [`split_epsilon`][tabdp.mechanisms.smooth.split_epsilon]).
+        session: Session to record in.
+        level: Confidence level of ``_moe``.
+        nulls: ``"error"``, ``"zero"`` or ``"drop"``.
+        name: Label of the release in the session.
+        grid: Public rounding step of the estimates (``None``: the mechanism's default
+            relative grid, see docs/exact-rounding.md).
+        form: ``"wide"`` (default) or ``"long"`` (`tabdp.frame._output`).
+        cv: Wide form: add ``{label}_cv`` and ``{label}_flag``.
+
+    Returns:
+        A frame of the caller's library: keys, ``{label}``, ``{label}_sd``, ``{label}_moe``,
+        ``{label}_lower``, ``{label}_upper`` (the ``level`` interval, estimate ∓ moe); long
+        form: keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``, ``upper``, ``cv``,
+        ``flag``.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"c": ["a", "a", "a", "b"], "x": [1.0, 2.0, 3.0, 9.0]})
+        >>> out = quantile_release(df, column="x", q=0.5, median=True, by="c",
+        ...                        keys=tabdp.KeySet.from_dict(c=["a", "b"]), bounds=(0, 10),
+        ...                        epsilon=1.0, session=tabdp.Session(seed=1))
+        >>> out.columns
+        ['c', 'x_median', 'x_median_sd', 'x_median_moe', 'x_median_lower', 'x_median_upper']
+    """
+    rel = plan_quantile(native, session, column=column, q=q, median=median, by=by, keys=keys,
+                        bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
+                        uncertainty_share=uncertainty_share, level=level, nulls=nulls,
+                        name=name, grid=grid, form=form, cv=cv)
+    return execute_quantile(rel, quantile_backend(rel))

@@ -56,8 +56,6 @@ from tabdp.frame._engine import (
     MAX_ABS,
     ROW_ID,
     SUM_SCALE_BITS,
-    _check_keys_distinct,
-    _common_dtype,
     _keep_mask,
     _Opened,
     _Policy,
@@ -71,11 +69,13 @@ from tabdp.frame._engine import (
     _strict_checks,
     left_out_counts,
 )
-from tabdp.frame._output import Measure, assemble, check_form
+from tabdp.frame._output import check_form
+from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
 from tabdp.frame._stream import Planned
 from tabdp.frame.backends import is_spark_frame
-from tabdp.frame.backends.base import Aggregated
-from tabdp.frame.keys import KeySet
+from tabdp.frame.backends.base import Aggregated, QuantileData
+from tabdp.frame.binding import use_engine
+from tabdp.frame.keys import KeySet, check_keys_distinct, common_dtype
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.accounting import COMPONENTS
 from tabdp.privacy.ledger import QueryRecord
@@ -701,7 +701,7 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
     for i, c in enumerate(by):
         have = _pl_dtype(schema[c])
         want = keys_pl.schema[c]
-        target = _common_dtype(c, have, want)
+        target = common_dtype(c, have, want)
         if target is None:
             target = want
         if target == pl.Int128:
@@ -731,7 +731,7 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
     kframe = kframe.filter(pl.all_horizontal(
         [pl.col(k).is_not_null() | keys_pl[c].is_null() for k, c in
          zip(kcols, by, strict=True)]))
-    _check_keys_distinct(kframe.rename({k: c for k, c in zip(kcols, by, strict=True)}), by,
+    check_keys_distinct(kframe.rename({k: c for k, c in zip(kcols, by, strict=True)}), by,
                          {c: _pl_dtype(schema[c]) for c in by}, keys_pl.schema)
     fields.insert(0, T.StructField(_CELL, T.LongType(), False))
     with _quiet():
@@ -1052,7 +1052,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
         # the session asks for the per-row ledger (streaming=False); unit mode: per unit
         replay = unit is None and sess.streaming_choice is not False
         ledger = SparkReplayLedger(spark) if replay else SparkUnitLedger(spark, row_mode)
-    sess.use_engine("spark", ledger)
+    use_engine(sess, "spark", ledger)
     sdf = native
     if sess.mode == "author":  # bound to one frame object, its data pinned at binding
         # (a frame other than the bound one raises the data-free refusal)
@@ -1319,6 +1319,180 @@ class SparkBackend:
                        max_rows, rules, policy, uid, unit, row_mode, bits, cnt, fp_cols,
                        form=form, cv=cv, led=led, program=program)
 
+    def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
+        """A median's pass in Spark: checks, cells, charges, the filter, per-cell quantiles.
+
+        Each cell's values are sorted and its quantile and smooth sensitivity computed inside
+        Spark (one group per cell, by `tabdp.frame._quantiles.cell_quantiles`); the driver
+        receives one (value, smooth sensitivity) pair per released cell.
+
+        Args:
+            rel: The planned median or quantile.
+
+        Returns:
+            Each cell's exact quantile and smooth sensitivity with the confidential counts;
+            ``state`` is the ledger's input for `record_quantile`.
+        """
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from tabdp.privacy.budget import ROWS_CURRENCY
+
+        op, column, by_list, keys, nulls = rel.op, rel.column, rel.by, rel.keys, rel.nulls
+        spark, sschema = self._spark, self._sschema
+        sdf: Any = op.lf
+        sess, qname, policy = op.session, op.name, rel.policy
+        qv, (lo, hi), gamma = rel.q, rel.bounds, rel.mechanism.gamma
+        unit = sess.unit
+        row_mode = unit is None
+        uid = unit if unit is not None else ROW_ID
+        x = F.col(column).cast("double")
+        flags: dict[str, Any] = {f"missing:{column}": x.isNull() | F.isnan(x),
+                                 f"inf:{column}": F.coalesce(F.abs(x) == F.lit(float("inf")),
+                                                             F.lit(False))}
+        if unit is not None:
+            bad_id = F.col(unit).isNull()
+            if _is_floatlike(sschema[unit]):
+                bad_id = bad_id | F.isnan(F.col(unit).cast("double"))
+            flags[f"null:{unit}"] = bad_id
+        fl = {k: f"__f{i}" for i, k in enumerate(flags)}
+        cols = [*[F.col(c) for c in by_list], x.alias("__x"),
+                *[e.alias(fl[k]) for k, e in flags.items()]]
+        fp_cols: list[str] = []
+        ledger = sess.ledger
+        replay = row_mode and isinstance(ledger, SparkReplayLedger)
+        prior = list(ledger.programs) if replay and sess.budget is not None else []
+        led: list[str] = []
+        if replay:
+            _require_bound(sess, sdf.columns)
+        if row_mode:
+            base, rid, fp_cols = _row_ids(sdf, sdf.columns)
+            self._hold.append(base)
+            pre = base
+            if prior:
+                pre, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
+                                        _Policy(policy, []))  # type: ignore[arg-type]
+            src = pre.select(rid.alias(ROW_ID), *cols,
+                             *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
+                               for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
+        else:
+            assert unit is not None
+            base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
+            self._hold.append(base)
+            src = base
+        data = _attach_cells(spark, src, keys, by_list, sschema)
+        missing = F.col(fl[f"missing:{column}"]) | F.col(fl[f"inf:{column}"])
+        keep = F.lit(True)
+        if nulls == "drop":
+            keep = keep & ~missing
+        if unit is not None:
+            keep = keep & ~F.col(fl[f"null:{unit}"])
+        summary = data.agg(
+            *[F.sum(F.when(F.col(v), 1).otherwise(0)).alias(v) for v in fl.values()],
+            *[F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))],
+            F.count(F.lit(1)).alias("rows_read"),
+            F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
+        ).collect()[0]
+        counts = {k: int(summary[v] or 0) for k, v in fl.items()}
+        _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
+        n_rows = int(summary["rows_read"] or 0)
+        if row_mode:
+            sess.bind_rows(n_rows, {c: int(summary[f"__fp{i}"] or 0)
+                                    for i, c in enumerate(fp_cols)})
+        inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
+            F.col(uid).alias("__uid"), F.col(_CELL),
+            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"),
+            *[F.col(c) for c in led])
+
+        # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
+        approx = policy.dp_delta is not None
+        if replay:  # one row per unit: Δ = 1 row, every column kept (the filter is row-wise)
+            pairs = inside.select("*", F.lit(1).cast("long").alias("__k"))
+        else:
+            pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
+        unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
+        # row mode: every unit has one row in its cell, so the exact table of the policy at
+        # Δ = 0, 1 applies; otherwise the policy's numpy code in a pandas UDF
+        exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
+                              rows_col="__k")
+        keep_cols = list(pairs.columns) if replay else ["__uid", _CELL]
+        if exprs is not None:
+            charged = pairs.select(*keep_cols, *exprs).select(*keep_cols, *unit_cols)
+        else:
+            udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
+            with _quiet():
+                charged = pairs.select(*keep_cols, udf(F.struct(
+                    F.col("__k").cast("double").alias("__rows"))).alias("__ch"))
+            charged = charged.select(*keep_cols,
+                                     *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+        if row_mode:
+            per_unit = charged if replay else charged.drop(_CELL)
+        else:  # a unit's losses added left to right over its cells in key-set order
+            per_unit = _per_unit_fold(charged, [c for c in unit_cols if not c.startswith("s")],
+                                      [c for c in unit_cols if c.startswith("s")])
+        curs: list[tuple[str, list[str]]] = [(ROWS_CURRENCY, [])]
+        guarantee = "approx" if approx else "zcdp"
+        if replay:
+            decided = _decide_rows(sess, charged, curs, guarantee, led)
+        else:
+            decided = _decide(sess, per_unit, curs, guarantee, approx)
+        self._hold.append(decided)
+        comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, guarantee,
+                                                        approx, qname)
+        if not _filters(sess):
+            kept = inside
+        elif replay:
+            kept = decided.filter(F.col("ok0")).select("__uid", _CELL, "__x")
+        else:
+            kept = inside.join(decided.filter(F.col("ok0")).select("__uid"), on="__uid",
+                               how="left_semi")
+
+        def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
+            v = pdf["__x"].to_numpy(dtype=np.float64)
+            t, ss, clipped = cell_quantiles(np.zeros(v.size, dtype=np.int64), v, 1, qv, gamma,
+                                            (lo, hi))
+            return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
+                                 "ss": [float(ss[0])], "n": [int(v.size)],
+                                 "clipped": [clipped]})
+
+        with _quiet():
+            rows = kept.groupBy(_CELL).applyInPandas(
+                per_cell, f"{_CELL} long, truth double, ss double, n long, clipped long"
+            ).collect()
+        n_keys = len(keys) if by_list else 1
+        t0, ss0, _ = cell_quantiles(np.zeros(0, dtype=np.int64), np.zeros(0), 1, qv, gamma,
+                                    (lo, hi))  # an empty cell's
+        truth = np.full(n_keys, float(t0[0]))
+        ss = np.full(n_keys, float(ss0[0]))
+        n_in = clipped = 0
+        for r in rows:
+            truth[int(r[_CELL])] = r["truth"]
+            ss[int(r[_CELL])] = r["ss"]
+            n_in += int(r["n"])
+            clipped += int(r["clipped"])
+        program = None
+        if replay:  # the release's definition (a count of the rows its rule keeps)
+            from tabdp.frame._stream import Program
+
+            program = (Program(qname, "count", tuple(by_list), keys, (column,),
+                               _Rules(nulls, "allow", sess.mode),
+                               _Policy(policy, []),  # type: ignore[arg-type]
+                               {}), sdf)
+        return QuantileData(truth, ss, None, n_rows, int(summary["outside"] or 0), n_in,
+                            n_left, clipped, counts[f"missing:{column}"], None,
+                            state=_SparkState(program, decided, any_ok, comps, extra, curs))
+
+    def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,
+                        data: QuantileData) -> None:
+        """Add a median's admitted losses (or its definition) to the Spark ledger.
+
+        Args:
+            rel: The planned median or quantile.
+            record: The query's record.
+            data: From `quantile_data`.
+        """
+        self._record(rel.op.session, record, data.state)
+
     def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
         """Add the admitted losses (or the release's definition) to the Spark ledger.
 
@@ -1327,10 +1501,12 @@ class SparkBackend:
             record: The query's record.
             agg: From `aggregate`.
         """
+        self._record(rel.op.session, record, agg.state)
+
+    def _record(self, sess: Session, record: QueryRecord, st: _SparkState) -> None:
+        """The ledger's input (`_SparkState`) into the Spark ledger; the record to the session."""
         from pyspark.sql import functions as F
 
-        st: _SparkState = agg.state
-        sess = rel.op.session
         ledger = sess.ledger
         life = None
         if st.program is not None:  # the release's definition: its losses are replayed
@@ -1343,7 +1519,7 @@ class SparkBackend:
             life = _lifetime_charges(sess, st.decided, st.any_ok, st.comps, st.curs)
         sess.record_release(record, "spark", lifetime=life)
 
-    def output(self, rel: Planned, table: pl.DataFrame) -> Any:
+    def output(self, rel: Planned | PlannedQuantile, table: pl.DataFrame) -> Any:
         """The released table (public, at most the key set) as a Spark DataFrame.
 
         Args:
@@ -1793,197 +1969,26 @@ def spark_quantile_release(native: Any, *, column: str, q: float, median: bool,
         >>> callable(spark_quantile_release)
         True
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+    from tabdp.frame.pipeline import execute_quantile, plan_quantile
 
-    from tabdp.frame._engine import _check_rules
-    from tabdp.frame._quantiles import (
-        GroupPrivacyPolicy,
-        _quantile_args,
-        floored_smooth_sensitivity,
-    )
-    from tabdp.mechanisms.additive import Gaussian
-    from tabdp.privacy.budget import ROWS_CURRENCY
-    from tabdp.sensitivity.smooth import group_sort, grouped_quantile
+    rel = plan_quantile(native, session, column=column, q=q, median=median, by=by, keys=keys,
+                        bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
+                        uncertainty_share=uncertainty_share, level=level, nulls=nulls,
+                        name=name, grid=grid, form=form, cv=cv, opener=_open_op)
+    sdf: Any = rel.op.lf  # the input: a Spark frame (pinned in author mode)
+    return execute_quantile(rel, SparkBackend(sdf.sparkSession,
+                                              {f.name: f.dataType for f in sdf.schema.fields}))
 
-    qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
-        column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
-        session, level, nulls, grid, stacklevel=6)
-    kind = "median" if median else "quantile"
-    spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind, [column],
-                                                      by_list)
-    _check_rules(sess, "quantile", Gaussian(1.0), nulls, "allow", True)  # bounded values: any sign
-    unit = sess.unit
-    row_mode = unit is None
-    uid = unit if unit is not None else ROW_ID
-    x = F.col(column).cast("double")
-    flags: dict[str, Any] = {f"missing:{column}": x.isNull() | F.isnan(x),
-                             f"inf:{column}": F.coalesce(F.abs(x) == F.lit(float("inf")),
-                                                         F.lit(False))}
-    if unit is not None:
-        bad_id = F.col(unit).isNull()
-        if _is_floatlike(sschema[unit]):
-            bad_id = bad_id | F.isnan(F.col(unit).cast("double"))
-        flags[f"null:{unit}"] = bad_id
-    fl = {k: f"__f{i}" for i, k in enumerate(flags)}
-    cols = [*[F.col(c) for c in by_list], x.alias("__x"),
-            *[e.alias(fl[k]) for k, e in flags.items()]]
-    fp_cols: list[str] = []
-    policy = GroupPrivacyPolicy(mechanism)
-    ledger = sess.ledger
-    replay = row_mode and isinstance(ledger, SparkReplayLedger)
-    prior = list(ledger.programs) if replay and sess.budget is not None else []
-    led: list[str] = []
-    life_charge = None
-    if replay:
-        _require_bound(sess, sdf.columns)
-    if row_mode:
-        base, rid, fp_cols = _row_ids(sdf, sdf.columns)
-        pre = base
-        if prior:
-            pre, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
-                                    _Policy(policy, []))  # type: ignore[arg-type]
-        src = pre.select(rid.alias(ROW_ID), *cols,
-                         *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
-                           for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
-    else:
-        assert unit is not None
-        base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
-        src = base
-    try:
-        data = _attach_cells(spark, src, keys, by_list, sschema)
-        missing = F.col(fl[f"missing:{column}"]) | F.col(fl[f"inf:{column}"])
-        keep = F.lit(True)
-        if nulls == "drop":
-            keep = keep & ~missing
-        if unit is not None:
-            keep = keep & ~F.col(fl[f"null:{unit}"])
-        summary = data.agg(
-            *[F.sum(F.when(F.col(v), 1).otherwise(0)).alias(v) for v in fl.values()],
-            *[F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))],
-            F.count(F.lit(1)).alias("rows_read"),
-            F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
-        ).collect()[0]
-        counts = {k: int(summary[v] or 0) for k, v in fl.items()}
-        _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
-        n_rows = int(summary["rows_read"] or 0)
-        if row_mode:
-            sess.bind_rows(n_rows, {c: int(summary[f"__fp{i}"] or 0)
-                                    for i, c in enumerate(fp_cols)})
-        inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
-            F.col(uid).alias("__uid"), F.col(_CELL),
-            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"),
-            *[F.col(c) for c in led])
 
-        # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
-        approx = policy.dp_delta is not None
-        if replay:  # one row per unit: Δ = 1 row, every column kept (the filter is row-wise)
-            pairs = inside.select("*", F.lit(1).cast("long").alias("__k"))
-        else:
-            pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
-        unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
-        # row mode: every unit has one row in its cell, so the exact table of the policy at
-        # Δ = 0, 1 applies; otherwise the policy's numpy code in a pandas UDF
-        exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
-                              rows_col="__k")
-        keep_cols = list(pairs.columns) if replay else ["__uid", _CELL]
-        if exprs is not None:
-            charged = pairs.select(*keep_cols, *exprs).select(*keep_cols, *unit_cols)
-        else:
-            udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
-            with _quiet():
-                charged = pairs.select(*keep_cols, udf(F.struct(
-                    F.col("__k").cast("double").alias("__rows"))).alias("__ch"))
-            charged = charged.select(*keep_cols,
-                                     *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
-        if row_mode:
-            per_unit = charged if replay else charged.drop(_CELL)
-        else:  # a unit's losses added left to right over its cells in key-set order
-            per_unit = _per_unit_fold(charged, [c for c in unit_cols if not c.startswith("s")],
-                                      [c for c in unit_cols if c.startswith("s")])
-        curs: list[tuple[str, list[str]]] = [(ROWS_CURRENCY, [])]
-        guarantee = "approx" if approx else "zcdp"
-        if replay:
-            decided = _decide_rows(sess, charged, curs, guarantee, led)
-        else:
-            decided = _decide(sess, per_unit, curs, guarantee, approx)
-        try:
-            comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, guarantee,
-                                                            approx, qname)
-            if not _filters(sess):
-                kept = inside
-            elif replay:
-                kept = decided.filter(F.col("ok0")).select("__uid", _CELL, "__x")
-            else:
-                kept = inside.join(decided.filter(F.col("ok0")).select("__uid"), on="__uid",
-                                   how="left_semi")
-
-            def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
-                v = pdf["__x"].to_numpy(dtype=np.float64)
-                sv, off = group_sort(np.clip(v, lo, hi), np.zeros(v.size, dtype=np.int64), 1)
-                t = grouped_quantile(sv, off, qv, (lo, hi))
-                ss = floored_smooth_sensitivity(sv, off, qv, mechanism.gamma, (lo, hi))
-                return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
-                                     "ss": [float(ss[0])], "n": [int(v.size)],
-                                     "clipped": [int(((v < lo) | (v > hi)).sum())]})
-
-            with _quiet():
-                rows = kept.groupBy(_CELL).applyInPandas(
-                    per_cell, f"{_CELL} long, truth double, ss double, n long, clipped long"
-                ).collect()
-            n_keys = len(keys) if by_list else 1
-            sv0, off0 = group_sort(np.zeros(0), np.zeros(0, dtype=np.int64), 1)
-            truth = np.full(n_keys, float(grouped_quantile(sv0, off0, qv, (lo, hi))[0]))
-            ss = np.full(n_keys, float(floored_smooth_sensitivity(sv0, off0, qv,
-                                                                  mechanism.gamma,
-                                                                  (lo, hi))[0]))
-            n_in = clipped = 0
-            for r in rows:
-                truth[int(r[_CELL])] = r["truth"]
-                ss[int(r[_CELL])] = r["ss"]
-                n_in += int(r["n"])
-                clipped += int(r["clipped"])
-
-            # the value and the private noise scale, on the driver (the Polars engine's code)
-            rv = mechanism.release_table(truth, ss, sess.rng, level, grid=grid)
-            if replay:  # the release's definition (a count of the rows its rule keeps)
-                from tabdp.frame._stream import Program
-
-                ledger.install(Program(qname, "count", tuple(by_list), keys, (column,),
-                                       _Rules(nulls, "allow", sess.mode),
-                                       _Policy(policy, []),  # type: ignore[arg-type]
-                                       {}), sdf)
-            else:
-                sess.ledger.add(decided.filter(any_ok).select(
-                    F.col("__uid").alias("unit"), *[e.alias(k) for k, e in comps.items()],
-                    *[e.alias(k) for k, e in extra.items()]))
-                life_charge = _lifetime_charges(sess, decided, any_ok, comps, curs)
-        finally:
-            decided.unpersist()
-    finally:
-        base.unpersist()
-    out = assemble(keys.to_polars().select(by_list) if by_list else None,
-                   [Measure(label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
-                   form=check_form(form), cv=cv, key_dtypes=None,
-                   author=sess.mode == "author")
-    confidential = {
-        "rows_read": n_rows,
-        "rows_outside_keys": int(summary["outside"] or 0),
-        "rows_in_released_cells": n_in,
-        "units_left_out_by_budget": n_left,
-        "values_clipped_to_bounds": clipped,
-        **({f"missing_values_{nulls}:{column}": counts[f"missing:{column}"]}
-           if nulls != "error" else {}),
-    }
-    record = QueryRecord(
-        index=len(sess.records) + 1, name=qname, kind=kind, measures=(label,),
-        by=tuple(by_list), mechanism=policy,  # type: ignore[arg-type]
-        keys={**keys.to_dict(), "bounds": [lo, hi], "q": qv}, level=level, nulls=nulls,
-        losses=None, confidential=confidential)
-    sess.record_release(record, "spark", lifetime=life_charge)
-    if one_off:
-        sess.set_as_last()
-    return _to_spark(spark, out)
+def _open_op(native: Any, session: Session | None, name: str | None, kind: str,
+             measures: list[str], by: list[str]) -> _Opened:
+    """`_open` as the pipeline's opener (`tabdp.frame.pipeline.plan_quantile`)."""
+    if not is_spark_frame(native):
+        raise UnsupportedBackendError(
+            f"the Spark engine releases PySpark DataFrames; got {type(native).__name__}.")
+    _, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind, measures, by)
+    return _Opened(sess, one_off, qname, sdf, "spark",
+                   pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), native)
 
 
 def _write_single_parquet(sdf: Any, target: Any, sort_by: str | None = None) -> None:

@@ -540,6 +540,11 @@ class Planned(NamedTuple):
     cv: bool
 
     @property
+    def by(self) -> list[str]:
+        """The group-by columns (as a median's `tabdp.frame._quantiles.PlannedQuantile`)."""
+        return self.pre.by
+
+    @property
     def program(self) -> Program:
         """The release's public definition."""
         return Program(self.op.name, self.kind, tuple(self.pre.by), self.keys,

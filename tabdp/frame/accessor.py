@@ -19,7 +19,7 @@ from tabdp.frame._author import author_call
 from tabdp.frame._output import (
     integer_grid,
 )
-from tabdp.frame._release import grouped_release
+from tabdp.frame._release import grouped_release, quantile_release
 from tabdp.frame._requests import _check_output_names, _integer_columns
 from tabdp.frame.backends import is_frame, release_engine
 from tabdp.frame.keys import KeySet
@@ -311,8 +311,6 @@ class DPAccessor(Generic[_Out]):
                     bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
                     session=session, level=level, nulls=nulls, name=name, grid=grid,
                     uncertainty_share=uncertainty_share, form=form, cv=cv)
-            from tabdp.frame._quantiles import quantile_release
-
             return quantile_release(self._frame, column=column, q=0.5, median=True, by=by,
                                     keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
                                     gamma=gamma, delta=delta, session=session, level=level,
@@ -377,8 +375,6 @@ class DPAccessor(Generic[_Out]):
                     bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
                     session=session, level=level, nulls=nulls, name=name, grid=grid,
                     uncertainty_share=uncertainty_share, form=form, cv=cv)
-            from tabdp.frame._quantiles import quantile_release
-
             return quantile_release(self._frame, column=column, q=q, median=False, by=by,
                                     keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
                                     gamma=gamma, delta=delta, session=session, level=level,

@@ -18,12 +18,13 @@ import polars as pl
 
 from tabdp.exceptions import (
     ColumnNotFoundError,
+    ColumnTypeError,
     InvalidParameterError,
     PrivacyWarning,
     UnsupportedBackendError,
 )
 
-__all__ = ["KeySet"]
+__all__ = ["KeySet", "check_cell_keys", "check_keys_distinct", "common_dtype"]
 
 
 def _cross(domains: list[pl.Series]) -> pl.DataFrame:
@@ -358,3 +359,117 @@ class KeySet:
         if missing:
             raise ColumnNotFoundError(
                 f"{what}: column(s) {missing} are not key columns; the key set has {self.columns}.")
+
+
+# -- the key set against a data schema (no data read) ------------------------------------
+_TEXT = (pl.String, pl.Categorical, pl.Enum)
+
+
+def common_dtype(col: str, have: Any, want: Any) -> Any:
+    """The dtype in which data keys and public keys are compared (decided without data).
+
+    Args:
+        col: The key column (for the message).
+        have: Its dtype in the data.
+        want: Its dtype in the key set.
+
+    Returns:
+        ``None`` when the dtypes agree, else the comparison dtype.
+
+    Raises:
+        ColumnTypeError: Numbers against text.
+
+    Example:
+        >>> common_dtype("s", pl.Int32, pl.Int64), common_dtype("s", pl.Int32, pl.Float64)
+        (Int128, Float64)
+    """
+    if have == want:
+        return None
+    if isinstance(have, _TEXT) and isinstance(want, _TEXT):
+        return pl.String
+    if have.is_numeric() and want.is_numeric():
+        if have.is_integer() and want.is_integer():
+            return pl.Int128
+        return pl.Float64
+    if (have.is_numeric() and isinstance(want, _TEXT)) or \
+            (want.is_numeric() and isinstance(have, _TEXT)):
+        raise ColumnTypeError(
+            f"key column {col!r} is {have} in the data but {want} in the key set; tabdp does "
+            "not convert between numbers and text for keys, because codes such as '06037' and "
+            "6037 would silently fall into different cells.\nHint: build the key set with "
+            "values of the data's type (e.g. strings '06037' vs integers 6037).")
+    return want
+
+
+def check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
+                         key_schema: Any) -> None:
+    """Refuse a key set whose distinct keys become equal in the comparison dtypes (no data read).
+
+    Keys are compared with the data after a conversion decided from the two schemas; a lossy one
+    (Int64 keys 2**53 and 2**53 + 1 as Float64, long decimals as Float64) can merge two public
+    keys, and a row with that key would then fall into two cells (counted twice, charged once).
+    Depends only on the key set and the schemas.
+
+    Args:
+        converted: The key set's ``by`` columns converted to the comparison dtypes.
+        by: The key columns.
+        schema: The data's schema (for the message).
+        key_schema: The key set's schema (for the message).
+
+    Raises:
+        ColumnTypeError: Two distinct keys became equal.
+
+    Example:
+        >>> check_keys_distinct(pl.DataFrame({"s": [1.0, 2.0]}), ["s"], {"s": pl.Float64},
+        ...                     {"s": pl.Int64})
+    """
+    if converted.height and converted.select(by).is_duplicated().any():
+        raise ColumnTypeError(
+            f"key column(s) {by} of the key set hold distinct keys that become equal when "
+            f"converted to compare them with the data ({[str(schema[c]) for c in by]} in the "
+            f"data, {[str(key_schema[c]) for c in by]} in the key set): two keys would share "
+            "one cell's rows.\nHint: build the key set with values of the data's type, or cast "
+            "the data's key column to the key set's type first.")
+
+
+def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
+                    ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
+    """The key set against the data's schema: every refusal of the cell matching, no data read.
+
+    Text against numbers, key values that cannot be converted to the comparison dtype, and
+    distinct keys that become equal there are refused from the key set and the schema alone, so
+    a release (or a batch of releases, before any of them runs) can be checked up front.
+
+    Args:
+        schema: The data's schema.
+        keys: The public key set.
+        by: The key columns.
+
+    Returns:
+        The key set's ``by`` columns, the comparison dtype per column (None: the key set's
+        own) and the key columns converted to it.
+
+    Raises:
+        ColumnTypeError: Key dtypes that cannot be compared with the data's.
+
+    Example:
+        >>> k = KeySet.from_dict(s=[1, 2])
+        >>> check_cell_keys(pl.Schema({"s": pl.Int32}), k, ["s"])[1]
+        {'s': Int128}
+    """
+    keys_pl = keys.to_polars().select(by)
+    targets = {c: common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
+    casts = []
+    for c, target in targets.items():
+        if target is None:
+            continue
+        try:
+            casts.append(keys_pl[c].cast(target, strict=True).alias(c))
+        except Exception as err:  # the public key set does not convert: data-free error
+            raise ColumnTypeError(
+                f"key column {c!r} is {schema[c]} in the data but {keys_pl.schema[c]} in "
+                f"the key set, and the key set's values cannot be converted to {target}.\n"
+                "Hint: build the key set with values of the data's type.") from err
+    if casts:
+        check_keys_distinct(keys_pl.with_columns(casts), by, schema, keys_pl.schema)
+    return keys_pl, targets, casts

@@ -11,35 +11,53 @@ read and no noise drawn. ``execute`` runs it over a backend (`tabdp.frame.backen
 3. the query's record is written and added to the session's ledger by the backend;
 4. the table is returned in the caller's library.
 
+Medians and quantiles take the same sequence (`plan_quantile`, `execute_quantile`): the backend
+reads the records once (snapshot, checks, row binding, cells, charges, the individual filter)
+and hands back each cell's exact clipped quantile and smooth sensitivity
+(`tabdp.frame.backends.base.QuantileData`, computed by
+`tabdp.frame._quantiles.cell_quantiles`); the pipeline draws the noise, writes the record and
+has the backend add it to the ledger.
+
 Which backend runs a release is decided in one place, `tabdp.frame.backends`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
+    OUTPUT_SUFFIXES,
+    _check_rules,
     _noisy_table,
     _open_release,
+    _Opened,
     _prepare_release,
     _release_rules,
-    check_cell_keys,
     scale_bits,
 )
-from tabdp.frame._output import check_form
+from tabdp.frame._output import (
+    LONG_COLUMNS,
+    STAT_SUFFIXES,
+    Measure,
+    assemble,
+    check_form,
+)
+from tabdp.frame._quantiles import GroupPrivacyPolicy, PlannedQuantile, _quantile_args
 from tabdp.frame._stream import Planned, check_batch
 from tabdp.frame.backends import polars_engine
-from tabdp.frame.backends.base import Aggregated, Backend
+from tabdp.frame.backends.base import Aggregated, Backend, QuantileData
 from tabdp.frame.backends.polars import MemoryBackend, StreamingBackend
-from tabdp.frame.keys import KeySet
+from tabdp.frame.keys import KeySet, check_cell_keys
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
+from tabdp.mechanisms.additive import Gaussian
 from tabdp.privacy.ledger import QueryRecord
 from tabdp.privacy.session import Session
 
-__all__ = ["Planned", "plan", "execute", "execute_all", "polars_backend"]
+__all__ = ["Planned", "PlannedQuantile", "plan", "execute", "execute_all", "polars_backend",
+           "plan_quantile", "execute_quantile", "quantile_backend"]
 
 
 def plan(native: Any, session: Session | None, batch: list[Planned] | None = None, *,
@@ -205,3 +223,145 @@ def execute_all(rels: Sequence[Planned]) -> list[Any]:
     check_batch(rels)
     backend = polars_backend(rels)
     return [execute(r, backend) for r in rels]
+
+
+# -- medians and quantiles ----------------------------------------------------------------------
+def plan_quantile(native: Any, session: Session | None, *, column: str, q: float, median: bool,
+                  by: str | Sequence[str] | None, keys: KeySet, bounds: Any, epsilon: float,
+                  noise: str = "polyplace", gamma: float | None = None,
+                  delta: float | None = None, uncertainty_share: float | None = None,
+                  level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
+                  grid: Any = None, form: str = "wide", cv: bool = False,
+                  opener: Callable[..., _Opened] = _open_release,
+                  stacklevel: int = 7) -> PlannedQuantile:
+    """Every check of one median or quantile release: no data read, no noise.
+
+    Args:
+        native: The input frame.
+        session: The session (``None``: a fresh one-off session).
+        column: The measure; the other keywords are ``df.dp.quantile``'s
+            (`tabdp.frame.DPAccessor.quantile`).
+        q: Quantile level.
+        median: Label the output ``_median``.
+        by: Group-by columns.
+        keys: The public key set.
+        bounds: Public ``(low, high)``.
+        epsilon: Total ε of the release.
+        noise: The noise family.
+        gamma: Smoothness γ.
+        delta: δ for ``noise="laplace"``.
+        uncertainty_share: Share of ε spent on the private noise scale.
+        level: Confidence level.
+        nulls: The nulls rule.
+        name: The release's label.
+        grid: Public rounding step.
+        form: ``"wide"`` or ``"long"``.
+        cv: Add ``_cv`` and ``_flag`` columns.
+        opener: How the engine opens the input (session, name, schema; no data read): the
+            Polars engines' by default, the Spark engine's for a PySpark frame.
+        stacklevel: Where usability warnings point (the caller's frame).
+
+    Returns:
+        The planned release, for `execute_quantile`.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1)
+        >>> rel = plan_quantile(pl.DataFrame({"c": ["a"], "x": [1.0]}), s, column="x", q=0.5,
+        ...                     median=True, by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                     bounds=(0, 10), epsilon=1.0)
+        >>> rel.op.name, rel.label, len(s.records)
+        ('q1_median', 'x_median', 0)
+    """
+    qv, lo, hi, by_list, mechanism, level, label, grid = _quantile_args(
+        column, q, median, by, keys, bounds, epsilon, noise, gamma, delta, uncertainty_share,
+        session, level, nulls, grid, stacklevel=stacklevel)
+    form = check_form(form)
+    outputs = set(LONG_COLUMNS) if form == "long" else {
+        f"{label}{s}" for s in (*OUTPUT_SUFFIXES, *(STAT_SUFFIXES if cv else ()))}
+    clash = outputs & set(by_list)
+    if clash:
+        raise InvalidParameterError(
+            f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
+    kind = "median" if median else "quantile"
+    op = opener(native, session, name, kind, [column], by_list)
+    _check_rules(op.session, "quantile", Gaussian(1.0), nulls, "allow", True)  # any sign
+    return PlannedQuantile(op, kind, column, qv, (lo, hi), by_list, keys, mechanism,
+                           GroupPrivacyPolicy(mechanism), level, label, grid, nulls, form, cv)
+
+
+def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
+    """Run one planned median or quantile over a backend: cell data, noise, record, output.
+
+    Args:
+        rel: From `plan_quantile`.
+        backend: The engine (`tabdp.frame.backends.base.Backend`).
+
+    Returns:
+        The released table in the caller's library.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1)
+        >>> rel = plan_quantile(pl.DataFrame({"c": ["a"], "x": [1.0]}), s, column="x", q=0.5,
+        ...                     median=True, by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                     bounds=(0, 10), epsilon=1.0)
+        >>> execute_quantile(rel, MemoryBackend()).columns[:2], [r.name for r in s.records]
+        (['c', 'x_median'], ['q1_median'])
+    """
+    op, keys, by_list = rel.op, rel.keys, rel.by
+    sess = op.session
+    data: QuantileData | None = None
+    try:
+        data = backend.quantile_data(rel)
+        n_keys = len(keys) if by_list else 1
+        # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter
+        sess.phase(op.name, f"drawing noise for {n_keys:,} cells")
+        rv = rel.mechanism.release_table(data.truth, data.ss, sess.rng, rel.level,
+                                         grid=rel.grid)
+        out = assemble(keys.to_polars().select(by_list) if by_list else None,
+                       [Measure(rel.label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
+                       form=rel.form, cv=rel.cv, key_dtypes=data.key_dtypes,
+                       author=sess.mode == "author")
+        confidential = {
+            "rows_read": data.rows_read,
+            "rows_outside_keys": data.rows_outside,
+            "rows_in_released_cells": data.rows_released,
+            "units_left_out_by_budget": data.units_left_out,
+            "values_clipped_to_bounds": data.clipped,
+            **({f"missing_values_{rel.nulls}:{rel.column}": data.missing}
+               if rel.nulls != "error" else {}),
+        }
+        lo, hi = rel.bounds
+        record = QueryRecord(
+            index=len(sess.records) + 1, name=op.name, kind=rel.kind, measures=(rel.label,),
+            by=tuple(by_list), mechanism=rel.policy,  # type: ignore[arg-type]
+            keys={**keys.to_dict(), "bounds": [lo, hi], "q": rel.q}, level=rel.level,
+            nulls=rel.nulls, losses=data.losses, confidential=confidential)
+        backend.record_quantile(rel, record, data)
+    finally:
+        backend.close(None)
+    if op.one_off:
+        sess.set_as_last()
+    return backend.output(rel, out)
+
+
+def quantile_backend(rel: PlannedQuantile) -> Backend:
+    """The Polars backend of a median or quantile (streaming or in memory).
+
+    Args:
+        rel: The planned release.
+
+    Returns:
+        A `StreamingBackend` for a session without per-row state, else a `MemoryBackend`.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> rel = plan_quantile(pl.LazyFrame({"c": ["a"], "x": [1.0]}), tabdp.Session(),
+        ...                     column="x", q=0.5, median=True, by="c",
+        ...                     keys=tabdp.KeySet.from_dict(c=["a"]), bounds=(0, 10), epsilon=1.0)
+        >>> quantile_backend(rel).engine
+        'streaming'
+    """
+    return StreamingBackend([]) if polars_engine(rel.op.session) == "streaming" \
+        else MemoryBackend()

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tabdp.frame.backends import release_engine
+from tabdp.frame.binding import use_engine
 from tabdp.privacy.session import Session
 
 __all__ = ["release_requests", "bind_session_engine"]
@@ -44,9 +45,9 @@ def bind_session_engine(session: Session, native: Any, *, replay: bool, row_mode
 
     spark = native.sparkSession
     if replay:
-        session.use_engine("spark", SparkReplayLedger(spark))
+        use_engine(session, "spark", SparkReplayLedger(spark))
     else:
-        session.use_engine("spark", SparkUnitLedger(spark, row_mode=row_mode, rows=rows))
+        use_engine(session, "spark", SparkUnitLedger(spark, row_mode=row_mode, rows=rows))
 
 
 def release_requests(native: Any, session: Session,

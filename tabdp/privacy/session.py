@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import integer_dtype
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -238,9 +239,6 @@ class Session:
         self._ledger: Any = (
             ReplayLedger() if streaming else
             DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
-        # Snapshot of the last frame released, reused by a later release of the same frame
-        # object with the same grouping (e.g. a count after a sum): one pass over records.
-        self._agg_cache: dict[Any, dict[str, Any]] = {}
 
     # -- names --------------------------------------------------------------------------------
     def release_name(self, requested: str | None, kind: str) -> str:
@@ -315,44 +313,45 @@ class Session:
             return
         self._progress(name, what)
 
-    # -- one pass over the input ----------------------------------------------------------------
+    # -- deprecated: the frame layer's state (tabdp.frame.binding) ------------------------------
     def cached_snapshot(self, key: Any) -> dict[str, Any] | None:
-        """The evaluation of an input kept from the session's last release, if it matches.
-
-        The frame engine keeps one evaluation (snapshot) of the last frame it released, so a
-        later release of the same frame object with the same grouping (a count after a sum)
-        reads the input once. The engine decides whether the entry is still usable.
+        """Deprecated: `tabdp.frame.binding.cached_snapshot` (the frame layer keeps snapshots).
 
         Args:
-            key: The engine's key (frame identity, grouping, unit, rules).
+            key: The engine's key.
 
         Returns:
-            The entry stored by [`keep_snapshot`][tabdp.Session.keep_snapshot] under ``key``, or
-            ``None``.
+            The entry kept under ``key``, or ``None``.
 
         Example:
-            >>> s = Session()
-            >>> s.keep_snapshot(("f", ("c",)), {"rows": 3})
-            >>> s.cached_snapshot(("f", ("c",))), s.cached_snapshot("other")
-            ({'rows': 3}, None)
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore", DeprecationWarning)
+            ...     Session().cached_snapshot("k") is None
+            True
         """
-        return self._agg_cache.get(key)
+        from tabdp.frame import binding
+
+        _deprecated("cached_snapshot", "tabdp.frame.binding.cached_snapshot(session, key)")
+        return binding.cached_snapshot(self, key)
 
     def keep_snapshot(self, key: Any, entry: dict[str, Any]) -> None:
-        """Keep ``entry`` as the session's one cached input evaluation (replacing any other).
+        """Deprecated: `tabdp.frame.binding.keep_snapshot` (the frame layer keeps snapshots).
 
         Args:
             key: The engine's key.
             entry: What the engine needs to reuse the evaluation.
 
         Example:
-            >>> s = Session()
-            >>> s.keep_snapshot(1, {}); s.keep_snapshot(2, {"x": 1})
-            >>> s.cached_snapshot(1) is None
-            True
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore", DeprecationWarning)
+            ...     Session().keep_snapshot("k", {})
         """
-        self._agg_cache.clear()
-        self._agg_cache[key] = entry
+        from tabdp.frame import binding
+
+        _deprecated("keep_snapshot", "tabdp.frame.binding.keep_snapshot(session, key, entry)")
+        binding.keep_snapshot(self, key, entry)
 
     # -- binding ------------------------------------------------------------------------------
     @property
@@ -502,8 +501,6 @@ class Session:
             return True
         if self._declared is None or column not in self._declared:
             return False
-        from tabdp.frame._output import integer_dtype
-
         return bool(integer_dtype(self._declared[column]))
 
     # -- row mode -----------------------------------------------------------------------------
@@ -761,60 +758,82 @@ class Session:
         """
         return self._streaming_choice
 
-    def choose_ledger(self, lazy_input: bool) -> None:
-        """Row mode, ``streaming=None``: the first release's input decides the ledger.
+    def install_ledger(self, ledger: Any, *, streaming: bool | None = None) -> None:
+        """Install the ledger the engine of the session's releases keeps (before the first).
 
-        A LazyFrame (an input that may be larger than memory) gives a streaming ledger, which
-        keeps no per-row state; an eager frame (already in memory) the in-memory ledger, which
-        lets a later release of the same frame reuse its snapshot. Decided from the input's
-        type only, before any data is read, and never changed after the first release.
+        The frame layer decides which engine and which kind of ledger a session's releases use
+        (`tabdp.frame.binding`, from the frames' classes only); the session keeps it. Nothing
+        is recorded yet, so no loss is lost.
+
+        Args:
+            ledger: The ledger (Polars: `DenseLedger`, `UnitLedger`, `ReplayLedger`; Spark:
+                its own).
+            streaming: Row mode: whether the ledger replays the releases' definitions
+                (streaming, no per-row state); ``None`` leaves the choice as it is.
+
+        Raises:
+            InvalidParameterError: The session already holds releases, or a streaming ledger
+                for records that are not one row each.
+
+        Example:
+            >>> s = Session()
+            >>> s.install_ledger(ReplayLedger(), streaming=True)
+            >>> s.streaming, s.streaming_choice
+            (True, True)
+        """
+        if self.records:
+            raise InvalidParameterError(
+                "Session.install_ledger: this session already holds releases, whose losses are "
+                "in its ledger; a ledger is installed before the first release.\nHint: start a "
+                "new session.")
+        if streaming is not None:
+            if streaming and not self.rows_one_cell:
+                raise InvalidParameterError(
+                    "Session.install_ledger: a streaming ledger charges each row as its own "
+                    "record, but this session's records are not one row each.\nHint: keep the "
+                    "session's own ledger.")
+            self._streaming_choice = streaming
+            if streaming:
+                self.streaming = True
+        self._ledger = ledger
+
+    def choose_ledger(self, lazy_input: bool) -> None:
+        """Deprecated: `tabdp.frame.binding.choose_ledger` (the frame layer decides).
 
         Args:
             lazy_input: Whether the release's input is a Polars LazyFrame.
 
         Example:
+            >>> import warnings
             >>> s = Session()
-            >>> s.choose_ledger(True)
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore", DeprecationWarning)
+            ...     s.choose_ledger(True)
             >>> s.streaming, type(s.ledger).__name__
             (True, 'ReplayLedger')
         """
-        if self._streaming_choice is None and not self.records:
-            self._streaming_choice = lazy_input
-            if lazy_input:
-                self.streaming = True
-                self._ledger = ReplayLedger()
+        from tabdp.frame import binding
 
-    # -- engines (a Spark session keeps its ledger in Spark: tabdp.frame._spark) --------------
+        _deprecated("choose_ledger", "tabdp.frame.binding.choose_ledger(session, lazy_input)")
+        binding.choose_ledger(self, lazy_input)
+
     def use_engine(self, engine: str, ledger: Any = None) -> None:
-        """Bind the session to the engine of its releases (before any data is read).
-
-        The first release decides: a Spark release installs ``ledger`` (its Spark ledger: the
-        releases' definitions replayed in Spark in row mode, a Spark table of per-unit losses
-        otherwise) in a session with no releases yet; every later release must use the same
-        engine, since the ledger lives in one engine.
+        """Deprecated: `tabdp.frame.binding.use_engine` (the frame layer binds engines).
 
         Args:
-            engine: ``"spark"`` or ``"polars"`` (pandas and Polars frames).
+            engine: ``"spark"`` or ``"polars"``.
             ledger: The Spark ledger to install (first Spark release only).
 
-        Raises:
-            InvalidParameterError: The session already holds releases of the other engine.
-
         Example:
-            >>> s = Session()
-            >>> s.use_engine("polars")
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore", DeprecationWarning)
+            ...     Session().use_engine("polars")
         """
-        current = "spark" if getattr(self._ledger, "engine", None) == "spark" else (
-            "polars" if self.records else None)
-        if current is None and engine == "spark" and ledger is not None:
-            self._ledger = ledger
-            return
-        if current is not None and current != engine:
-            raise InvalidParameterError(
-                f"this session's releases ran on {current} frames and this one is a {engine} "
-                f"frame; a session keeps its ledger in one engine, so it cannot mix them.\n"
-                "Hint: use one session per engine, or convert the frame (e.g. "
-                "spark_df.toPandas() or spark.createDataFrame(pandas_df)).")
+        from tabdp.frame import binding
+
+        _deprecated("use_engine", "tabdp.frame.binding.use_engine(session, engine, ledger)")
+        binding.use_engine(self, engine, ledger)
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, delta: float | None = None) -> Report:
@@ -859,6 +878,13 @@ def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
             "the privacy unit (e.g. unit='estab_id'; in a spec, input.unit), the same in every "
             "run of the series.")
     return ledger
+
+
+def _deprecated(name: str, new: str) -> None:
+    """Warn that ``Session.<name>`` moved to the frame layer (kept for one release)."""
+    warnings.warn(f"Session.{name} is deprecated and will be removed in the next release; use "
+                  f"{new} (the frame layer keeps a session's engine state).",
+                  DeprecationWarning, stacklevel=3)
 
 
 def _is_frame(native: Any) -> bool:

@@ -29,8 +29,7 @@ from typing import Any
 import polars as pl
 
 from tabdp.exceptions import ColumnTypeError, DataValidationError, SpecError
-from tabdp.frame._engine import check_cell_keys
-from tabdp.frame.keys import KeySet
+from tabdp.frame.keys import KeySet, check_cell_keys
 from tabdp.release._input import scan_input
 from tabdp.release.spec import ReleaseSpec, read_keys
 

@@ -27,7 +27,8 @@ from scipy import stats
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.frame._quantiles import SS_FLOOR, floored_smooth_sensitivity, quantile_release
+from tabdp.frame._quantiles import SS_FLOOR, floored_smooth_sensitivity
+from tabdp.frame._release import quantile_release
 from tabdp.mechanisms._base import pure_to_zcdp
 from tabdp.mechanisms.smooth import (
     LOG_SCALE_GRID,

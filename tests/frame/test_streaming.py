@@ -20,6 +20,7 @@ from _engines import as_engine, mixed_rows, replay_batch_sizes
 
 import tabdp
 from tabdp import mechanisms as mech
+from tabdp.frame.binding import use_engine
 from tabdp.privacy.budget import Budget
 
 KEYS = tabdp.KeySet.from_dict(c=["a", "b", "c"], s=[0, 1, 2])
@@ -166,7 +167,7 @@ def test_settings_and_engines_a_streaming_session_refuses() -> None:
     with pytest.raises(tabdp.InvalidParameterError, match="True, False or None"):
         tabdp.Session(streaming=1)  # type: ignore[arg-type]
     # a Spark release installs its own replaying ledger (tabdp.frame._spark.SparkReplayLedger)
-    tabdp.Session(streaming=True).use_engine("spark")
+    use_engine(tabdp.Session(streaming=True), "spark")
     s = tabdp.Session(streaming=True)
     assert s.ledger.lookup(np.array([0, 1]), ["rho"])["rho"].tolist() == [0.0, 0.0]
     _data(50).dp.count(by="c", keys=KEYS.project(["c"]), session=s)

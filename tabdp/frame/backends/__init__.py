@@ -175,7 +175,7 @@ def polars_engine(session: Any) -> Literal["memory", "streaming"]:
 
     Args:
         session: A [`Session`][tabdp.Session] whose ledger was chosen (its first release
-            decides, `tabdp.Session.choose_ledger`).
+            decides, `tabdp.frame.binding.choose_ledger`).
 
     Returns:
         ``"streaming"`` or ``"memory"``.

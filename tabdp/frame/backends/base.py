@@ -5,7 +5,9 @@ data read) and executed by `tabdp.frame.pipeline.execute` over a `Backend`. The 
 part of the sequence that touches records, in whatever way its engine runs best (a snapshot and
 per-unit arrays in memory, one lazy plan per release when streaming, Spark jobs): snapshot,
 strict checks, binding rows, cells, contributions, charges, the individual filter
-(`tabdp.privacy.filter.individual_filter`), exact totals and the cell audit. It hands back an
+(`tabdp.privacy.filter.individual_filter`), exact totals and the cell audit; for a median or
+quantile, the same up to the filter and then each cell's exact quantile and smooth sensitivity
+(`QuantileData`). It hands back an
 `Aggregated`: the cell totals on the key set and small confidential summaries, nothing as long
 as the input. The pipeline then draws the noise (numpy, on the aggregated table), writes the
 query's record, asks the backend to add it to the session's ledger (which lives in the
@@ -22,9 +24,12 @@ import polars as pl
 from tabdp.privacy.ledger import QueryRecord, UnitLosses
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from tabdp.frame._quantiles import PlannedQuantile
     from tabdp.frame._stream import Planned
 
-__all__ = ["Aggregated", "Backend"]
+__all__ = ["Aggregated", "Backend", "QuantileData"]
 
 
 @dataclass
@@ -70,6 +75,46 @@ class Aggregated:
     state: Any = field(default=None, repr=False)
 
 
+@dataclass
+class QuantileData:
+    """What an engine hands back from a median's or quantile's pass over the records.
+
+    The backend runs the snapshot, the checks, the row binding, the cells, the charges and the
+    individual filter, and computes each cell's exact clipped quantile and smooth sensitivity
+    by `tabdp.frame._quantiles.cell_quantiles` (no noise).
+
+    Attributes:
+        truth: CONFIDENTIAL: each cell's exact clipped quantile, in key order.
+        ss: CONFIDENTIAL: each cell's floored smooth sensitivity.
+        key_dtypes: The output dtypes of the key columns (``None``: the key set's own).
+        rows_read: CONFIDENTIAL: rows read.
+        rows_outside: CONFIDENTIAL: rows outside the key set.
+        rows_released: CONFIDENTIAL: values in released cells (after the filter).
+        units_left_out: CONFIDENTIAL: units the individual filter left out.
+        clipped: CONFIDENTIAL: values outside the bounds.
+        missing: CONFIDENTIAL: missing values (replaced or dropped by the nulls rule).
+        losses: The admitted per-unit losses, where the engine holds them in memory.
+        state: The engine's own state for `Backend.record_quantile`.
+
+    Example:
+        >>> import numpy as np
+        >>> QuantileData(np.zeros(1), np.ones(1), None, 0, 0, 0, 0, 0, 0).rows_read
+        0
+    """
+
+    truth: np.ndarray
+    ss: np.ndarray
+    key_dtypes: dict[str, Any] | None
+    rows_read: int
+    rows_outside: int
+    rows_released: int
+    units_left_out: int
+    clipped: int
+    missing: int
+    losses: UnitLosses | None = None
+    state: Any = field(default=None, repr=False)
+
+
 @runtime_checkable
 class Backend(Protocol):
     """An engine behind the one release pipeline.
@@ -93,7 +138,16 @@ class Backend(Protocol):
         """Add the release to the session's ledger (in the engine) and records."""
         ...  # pragma: no cover - protocol
 
-    def output(self, rel: Planned, table: pl.DataFrame) -> Any:
+    def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
+        """A median's pass: snapshot, checks, cells, charges, filter, per-cell quantiles."""
+        ...  # pragma: no cover - protocol
+
+    def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,
+                        data: QuantileData) -> None:
+        """Add a median's or quantile's release to the session's ledger and records."""
+        ...  # pragma: no cover - protocol
+
+    def output(self, rel: Planned | PlannedQuantile, table: pl.DataFrame) -> Any:
         """The released table in the caller's library."""
         ...  # pragma: no cover - protocol
 

@@ -23,17 +23,25 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     ROW_ID,
+    _attach_cells,
     _bound_contributions,
     _cell_stats,
     _charges,
+    _fingerprint,
+    _fp_columns,
+    _missing_unit,
     _output_dtypes,
     _rule_counts,
+    _Rules,
+    _sort_units,
     _strict_checks,
     _take_snapshot,
     cells_of,
     left_out_counts,
+    per_unit,
 )
 from tabdp.frame._output import to_native
+from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
 from tabdp.frame._stream import (
     Planned,
     _fingerprinted,
@@ -45,9 +53,11 @@ from tabdp.frame._stream import (
     _streamed,
     _with_row_ids,
     stream_aggregate,
+    streaming_quantile_data,
 )
-from tabdp.frame.backends.base import Aggregated
-from tabdp.privacy.ledger import QueryRecord, ReplayLedger
+from tabdp.frame.backends.base import Aggregated, QuantileData
+from tabdp.privacy.budget import ROWS_CURRENCY
+from tabdp.privacy.ledger import Charges, QueryRecord, ReplayLedger
 
 __all__ = ["MemoryBackend", "StreamingBackend"]
 
@@ -55,7 +65,7 @@ __all__ = ["MemoryBackend", "StreamingBackend"]
 class _PolarsOutput:
     """The table in the caller's library (pandas in, pandas out; Polars otherwise)."""
 
-    def output(self, rel: Planned, table: pl.DataFrame) -> Any:
+    def output(self, rel: Planned | PlannedQuantile, table: pl.DataFrame) -> Any:
         """The released table in the caller's library.
 
         Args:
@@ -66,7 +76,7 @@ class _PolarsOutput:
             A pandas or Polars DataFrame.
         """
         op = rel.op
-        return to_native(table, op.native, op.backend, rel.pre.by,
+        return to_native(table, op.native, op.backend, rel.by,
                          author=op.session.mode == "author")
 
     def close(self, agg: Aggregated | None) -> None:
@@ -202,6 +212,109 @@ class MemoryBackend(_PolarsOutput):
         charges, admitted = agg.state
         rel.op.session.record_release(record, rel.op.backend, charges, admitted)
 
+    def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
+        """A median's pass: one evaluation of the input, checks, cells, charges and filter.
+
+        Args:
+            rel: The planned median or quantile.
+
+        Returns:
+            Each cell's exact quantile and smooth sensitivity with the confidential counts;
+            ``state`` holds the charges and the filter's decisions for `record_quantile`.
+        """
+        op, column, by_list, keys, nulls = rel.op, rel.column, rel.by, rel.keys, rel.nulls
+        sess, policy = op.session, rel.policy
+        unit = sess.unit
+        uid = unit if unit is not None else ROW_ID
+        # One evaluation of the input: ids, keys, the values and their flags.
+        sess.phase(op.name, "reading and aggregating the input")
+        x = pl.col(column).cast(pl.Float64)
+        flags = {f"missing:{column}": x.is_null() | x.is_nan(),
+                 f"inf:{column}": x.is_infinite().fill_null(False)}
+        lf = op.lf
+        if unit is None:
+            lf = lf.with_row_index(ROW_ID)
+            fps = [_fingerprint(c, op.schema[c])
+                   for c in _fp_columns(op.schema, [*by_list, column], sess.bound_columns())]
+        else:
+            fps = []
+            flags[f"null:{unit}"] = _missing_unit(op.schema, unit)
+        data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
+                         *[e.alias(k) for k, e in flags.items()], *fps).collect()
+        counts = {k: int(data[k].sum()) for k in flags}
+        rules = _Rules(nulls, "allow", sess.mode)
+        _strict_checks(counts, [column], unit, rules, False, {})
+        n_rows = data.height
+        if unit is None:
+            fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
+            sess.bind_rows(n_rows, fp)
+        # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
+        # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id
+        # are dropped (author mode).
+        missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
+        keep = pl.lit(True)
+        if nulls == "drop":
+            keep = keep & ~missing
+        if unit is not None:
+            keep = keep & ~pl.col(f"null:{unit}")
+        data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
+                                  .alias(column))
+                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
+        data = _attach_cells(data, keys, by_list)
+        outside = int(data[_CELL].is_null().sum())
+        inside = data.filter(pl.col(_CELL).is_not_null())
+
+        # Per-unit losses: Δ = rows of the unit in the cell; ε(Δ) = Δ·(ε₁ + ε₂) (group
+        # privacy), then the session's budget as an individual filter (units left out are
+        # dropped from their cells).
+        approx = policy.dp_delta is not None
+        # (unit, cell) pairs sorted by unit then cell: a unit's losses are summed left to
+        # right in key-set order, whatever the input's row order (as sums and counts do)
+        pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
+        if unit is not None:
+            pairs = _sort_units(pairs, uid, len(keys) if by_list else 1)
+        k = pairs["len"].cast(pl.Float64).to_numpy()
+        ea, da = policy.approx_policy(k)
+        u, per = per_unit(pairs[uid], {
+            "rho": np.asarray(policy.rho(k), dtype=np.float64),
+            "epsilon": np.asarray(policy.epsilon(k), dtype=np.float64), "size": k,
+            "eps_a": np.asarray(ea, dtype=np.float64),
+            "delta_a": np.asarray(da, dtype=np.float64)},
+            lambda c: c == "size")
+        units = u.cast(pl.Int64).to_numpy() if unit is None else u
+        arrays = {c: {ROWS_CURRENCY: per[c]}
+                  for c in ("rho", "epsilon", "size", "eps_a", "delta_a")}
+        charges = Charges(units, arrays["rho"], arrays["epsilon"], arrays["size"],
+                          "approx" if approx else "zcdp",
+                          arrays["eps_a"] if approx else None,
+                          arrays["delta_a"] if approx else None)
+        admitted = sess.admit(charges)
+        losses = charges.losses(admitted)
+        ok = admitted[ROWS_CURRENCY]
+        n_left_out = int((~ok).sum())
+        if n_left_out:
+            gone = u.filter(pl.Series(~ok))
+            inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
+        values = inside[column].to_numpy()
+        truth, ss, clipped = cell_quantiles(inside[_CELL].to_numpy(), values,
+                                            len(keys) if by_list else 1, rel.q,
+                                            rel.mechanism.gamma, rel.bounds)
+        return QuantileData(truth, ss, dict(op.schema), n_rows, outside, int(values.size),
+                            n_left_out, clipped, counts[f"missing:{column}"], losses,
+                            state=(charges, admitted))
+
+    def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,
+                        data: QuantileData) -> None:
+        """Add the admitted losses to the in-memory ledger and the release to the records.
+
+        Args:
+            rel: The planned median or quantile.
+            record: The query's record.
+            data: From `quantile_data` (its charges and the filter's decisions).
+        """
+        charges, admitted = data.state
+        rel.op.session.record_release(record, rel.op.backend, charges, admitted)
+
 
 class StreamingBackend(_PolarsOutput):
     """Polars streaming, row mode without per-row state: one pass over the input per batch.
@@ -296,4 +409,39 @@ class StreamingBackend(_PolarsOutput):
         ledger = rel.op.session.ledger
         assert isinstance(ledger, ReplayLedger)
         _install(ledger, rel.program, rel.op.lf)
+        rel.op.session.record_release(record, rel.op.backend)
+
+    def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
+        """A median's pass: one lazy plan replaying the earlier releases' filter.
+
+        Its charges are a count's (each row the nulls rule keeps pays the group-privacy
+        policy at Δ = 1 row); only the admitted values of released cells come back.
+
+        Args:
+            rel: The planned median or quantile.
+
+        Returns:
+            Each cell's exact quantile and smooth sensitivity with the confidential counts;
+            ``state`` installs the release's definition in the replay ledger.
+        """
+        op = rel.op
+        op.session.phase(op.name, "reading the input (streaming)")
+        codes, values, n_rows, outside, n_left_out, counts, commit = streaming_quantile_data(
+            op, rel.column, rel.by, rel.keys, rel.nulls, rel.policy)
+        truth, ss, clipped = cell_quantiles(codes, values, len(rel.keys) if rel.by else 1,
+                                            rel.q, rel.mechanism.gamma, rel.bounds)
+        return QuantileData(truth, ss, dict(op.schema), n_rows, outside, int(values.size),
+                            n_left_out, clipped, counts[f"missing:{rel.column}"], None,
+                            state=commit)
+
+    def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,
+                        data: QuantileData) -> None:
+        """Install the release's definition in the replay ledger; add the record.
+
+        Args:
+            rel: The planned median or quantile.
+            record: The query's record.
+            data: From `quantile_data`.
+        """
+        data.state()
         rel.op.session.record_release(record, rel.op.backend)
