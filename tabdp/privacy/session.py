@@ -194,6 +194,8 @@ class Session:
         #: Unit mode: passes over the input per release, each over one part of the units
         #: (None: decided from the input's rows and the memory available). PUBLIC setting.
         self.unit_partitions = unit_partitions
+        #: CONFIDENTIAL: (input frame, its row count) for the automatic partition count.
+        self._rows_estimate: tuple[Any, int] | None = None
         if mode not in MODES:
             raise InvalidParameterError(
                 f"Session: mode must be one of {MODES}; got {mode!r}.\nHint: 'curator' when "

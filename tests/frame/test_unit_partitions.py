@@ -88,3 +88,39 @@ def test_setting_checked_and_used() -> None:
     for bad in (0, -1, 2.0, True, "4"):
         with pytest.raises(InvalidParameterError, match="unit_partitions"):
             tabdp.Session(unit="u", unit_partitions=bad)  # type: ignore[arg-type]
+
+
+def test_automatic_count_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``unit_partitions=None`` on an input judged too large for one pass: the same results."""
+    from tabdp.frame.backends import polars as backend
+
+    df = _frame("int")
+    t1, r1, _ = _run(df, 1, 2.0)
+    s = tabdp.Session(unit="u")
+    monkeypatch.setattr(backend, "BYTES_PER_ROW", 10**12)
+    assert unit_partitions(SimpleOp(df.lazy()), s) == 64
+    ta, ra, _ = _run(df.lazy(), None, 2.0)
+    assert all(a.equals(b) for a, b in zip(t1, ta, strict=True)) and r1.equals(ra)
+
+
+class SimpleOp:
+    """What `unit_partitions` reads of an opened release."""
+
+    def __init__(self, lf: pl.LazyFrame) -> None:
+        self.native = lf
+        self.lf = lf
+
+
+def test_phases_do_not_show_the_partitions() -> None:
+    """The phases reported are the same whatever the number of partitions.
+
+    (The automatic number follows the input's size.)
+    """
+    seen: dict[int, list[tuple[str, str]]] = {}
+    for k in (1, 5):
+        got: list[tuple[str, str]] = []
+        s = tabdp.Session(unit="u", seed=1, unit_partitions=k,
+                          progress=lambda n, w, got=got: got.append((n, w)))
+        _frame("int").dp.count(by="c", keys=KEYS, session=s)
+        seen[k] = got
+    assert seen[1] == seen[5]

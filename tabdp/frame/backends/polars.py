@@ -103,8 +103,14 @@ def unit_partitions(op: Any, sess: Any) -> int:
     native = op.native
     if isinstance(native, pl.DataFrame) or hasattr(native, "shape"):
         rows = int(native.shape[0])
-    else:  # a LazyFrame: Parquet and IPC scans count their rows from metadata
-        rows = int(op.lf.select(pl.len()).collect(engine="streaming").item())
+    else:  # a LazyFrame: Parquet and IPC scans count their rows from metadata; other plans
+        # are evaluated once per session (the count is kept with the frame)
+        known = getattr(sess, "_rows_estimate", None)
+        if known is not None and known[0] is native:
+            rows = known[1]
+        else:
+            rows = int(op.lf.select(pl.len()).collect(engine="streaming").item())
+            sess._rows_estimate = (native, rows)
     need = rows * BYTES_PER_ROW
     return max(1, min(64, -(-need // max(int(avail * PASS_SHARE), 1))))
 
@@ -251,7 +257,7 @@ class MemoryBackend(_PolarsOutput):
                 _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
                 if unit is None:
                     sess.bind_rows(snap.rows_read, snap.fingerprints)
-            pt = self._part(rel, snap, uid)
+            pt = self._part(rel, snap, uid, first=p == 0)
             del snap
             assert pt.charges is not None and pt.admitted is not None
             charge_parts.append(pt.charges)
@@ -294,11 +300,13 @@ class MemoryBackend(_PolarsOutput):
             cells=cells, losses=losses, state=(charges, admitted))
 
     @staticmethod
-    def _part(rel: Planned, snap: _Snapshot, uid: str) -> _Part:
+    def _part(rel: Planned, snap: _Snapshot, uid: str, first: bool) -> _Part:
         """Cells, bounds, charges, the individual filter and exact totals of one snapshot.
 
         In unit mode with partitions, ``snap`` holds some units complete; a unit's charges and
-        the filter's decision on them read only its own rows and ledger entries.
+        the filter's decision on them read only its own rows and ledger entries. The phase is
+        reported for the ``first`` partition only (the number of partitions may follow the
+        input's size: the phases shown must not).
         """
         op, pre, kind, keys, policy, bits = (rel.op, rel.pre, rel.kind, rel.keys, rel.policy,
                                              rel.bits)
@@ -322,7 +330,8 @@ class MemoryBackend(_PolarsOutput):
                                                      pre.max_rows)
 
         # Per-unit losses and the individual filter.
-        sess.phase(qname, "accounting per-record losses")
+        if first:
+            sess.phase(qname, "accounting per-record losses")
         charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits)
         admitted = sess.admit(charges)
         left_out = np.zeros(charges.n, dtype=bool)
