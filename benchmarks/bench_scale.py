@@ -194,6 +194,8 @@ def main() -> None:
                           "firm": "firms"}[kind],
                  "partitions": args.partitions if kind in TABDP else None,
                  "note": args.note, **res}
+        if file.exists():  # re-read: another run may have added its figures meanwhile
+            data["variants"] = json.loads(file.read_text()).get("variants", data["variants"])
         data["variants"] = [v for v in data["variants"]
                             if (v["rows"], v["variant"], v.get("note", ""),
                                 v.get("partitions")) !=
