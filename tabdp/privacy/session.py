@@ -195,7 +195,7 @@ class Session:
         #: (None: decided from the input's rows and the memory available). PUBLIC setting.
         self.unit_partitions = unit_partitions
         #: CONFIDENTIAL: (input frame, its row count) for the automatic partition count.
-        self._rows_estimate: tuple[Any, int] | None = None
+        self.rows_estimate: tuple[Any, int] | None = None
         if mode not in MODES:
             raise InvalidParameterError(
                 f"Session: mode must be one of {MODES}; got {mode!r}.\nHint: 'curator' when "

@@ -105,12 +105,12 @@ def unit_partitions(op: Any, sess: Any) -> int:
         rows = int(native.shape[0])
     else:  # a LazyFrame: Parquet and IPC scans count their rows from metadata; other plans
         # are evaluated once per session (the count is kept with the frame)
-        known = getattr(sess, "_rows_estimate", None)
+        known = getattr(sess, "rows_estimate", None)
         if known is not None and known[0] is native:
             rows = known[1]
         else:
             rows = int(op.lf.select(pl.len()).collect(engine="streaming").item())
-            sess._rows_estimate = (native, rows)
+            sess.rows_estimate = (native, rows)
     need = rows * BYTES_PER_ROW
     return max(1, min(64, -(-need // max(int(avail * PASS_SHARE), 1))))
 
