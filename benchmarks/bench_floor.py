@@ -77,7 +77,8 @@ def _loss(col: Any) -> Any:
     return (col.abs().log1p() ** 4) * 0.5
 
 
-def _floor(unit: str | None, path: str, out: str, keys: Any) -> Callable[[], None]:
+def _floor(unit: str | None, path: str, out: str, keys: Any,
+           engine: str = "auto") -> Callable[[], None]:
     import polars as pl
 
     report = f"{out}/floor_{unit or 'row'}.parquet"
@@ -86,7 +87,7 @@ def _floor(unit: str | None, path: str, out: str, keys: Any) -> Callable[[], Non
     def row() -> None:
         lf = pl.scan_parquet(path)
         cells = (lf.group_by(BY).agg(pl.len().alias("n"), *[pl.col(m).sum() for m in MEASURES])
-                 .collect())
+                 .collect(engine=engine))
         keys.join(cells, on=BY, how="left")
         q1 = sum((_loss(pl.col(m)) for m in MEASURES), pl.lit(0.0))
         q2 = pl.lit(0.125)
@@ -101,7 +102,8 @@ def _floor(unit: str | None, path: str, out: str, keys: Any) -> Callable[[], Non
     def units() -> None:
         assert unit is not None
         contrib = (pl.scan_parquet(path).group_by([unit, *BY])
-                   .agg(pl.len().alias("n"), *[pl.col(m).sum() for m in MEASURES]).collect())
+                   .agg(pl.len().alias("n"), *[pl.col(m).sum() for m in MEASURES])
+                   .collect(engine=engine))
         cells = contrib.group_by(BY).agg(pl.col("n").sum(), *[pl.col(m).sum() for m in MEASURES])
         keys.join(cells, on=BY, how="left")
         q1 = sum((_loss(pl.col(m)) for m in MEASURES), pl.lit(0.0))

@@ -595,16 +595,48 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     return snap
 
 
+#: The seed of the hash that assigns a unit to a partition (`unit_partition`).
+_PARTITION_SEED = 0x7AB_D9
+
+
+def unit_partition(unit: str, part: int, parts: int) -> pl.Expr:
+    """Whether a row's unit falls in partition ``part`` of ``parts`` (``hash(unit) mod parts``).
+
+    A function of the unit id alone (a null id too): every row of a unit is in one partition,
+    so a partition holds its units complete.
+
+    Args:
+        unit: The unit column.
+        part: The partition, ``0 <= part < parts``.
+        parts: The number of partitions.
+
+    Returns:
+        A boolean expression.
+
+    Example:
+        >>> df = pl.DataFrame({"u": [1, 2, 1, None]})
+        >>> a = df.filter(unit_partition("u", 0, 2))["u"].to_list()
+        >>> b = df.filter(unit_partition("u", 1, 2))["u"].to_list()
+        >>> sorted(a + b, key=str) == sorted(df["u"].to_list(), key=str), a.count(1) in (0, 2)
+        (True, True)
+    """
+    return (pl.col(unit).hash(seed=_PARTITION_SEED) % parts) == part
+
+
 def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], rules: _Rules,
-                   keys: KeySet) -> _Snapshot:
-    """Unit mode's snapshot: per (unit, cell) inside the key set, per (unit, keys) outside."""
+                   keys: KeySet, part: tuple[int, int] | None = None) -> _Snapshot:
+    """Unit mode's snapshot: per (unit, cell) inside the key set, per (unit, keys) outside.
+
+    ``part``: ``(p, k)``: only the units of partition ``p`` of ``k`` (`unit_partition`).
+    """
     keep, values, counters = _snapshot_exprs(op.schema, unit, measures, rules)
     names = list(counters)
     aggs = [*[v.sum() for v in values.values()],
             pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias(_ALL),
             *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()]]
-    base = _cells(op.lf.with_columns(keep), op.schema, keys, by, _CELL)
+    lf = op.lf if part is None else op.lf.filter(unit_partition(unit, *part))
+    base = _cells(lf.with_columns(keep), op.schema, keys, by, _CELL)
     inside, outside = pl.collect_all(
         [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),
          base.filter(pl.col(_CELL).is_null()).group_by(unit, *by).agg(aggs)],
@@ -1160,15 +1192,7 @@ def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.n
     """
     if by and not set(by) <= set(inside.columns):
         assert keys is not None and dtypes is not None
-        per = pl.DataFrame({_CELL: inside[_CELL], "worst_rho": pl.Series(rho, dtype=pl.Float64),
-                            "worst_size": pl.Series(size, dtype=pl.Float64)}).group_by(
-            _CELL).agg(pl.col("worst_rho").max(), pl.col("worst_size").max(),
-                       pl.len().cast(pl.Int64).alias("units")).sort(
-            ["worst_rho", _CELL], descending=[True, False])
-        kp = keys.to_polars()
-        return per.select(
-            *[kp[c].gather(per[_CELL]).cast(dtypes[c], strict=False).alias(c) for c in by],
-            "worst_rho", "worst_size", "units")
+        return cell_stats_keys([cell_worst(inside[_CELL], rho, size)], by, keys, dtypes)
     frame = inside.select(by).with_columns(worst_rho=pl.Series(rho, dtype=pl.Float64),
                                            worst_size=pl.Series(size, dtype=pl.Float64))
     aggs = [pl.col("worst_rho").max(), pl.col("worst_size").max(),
@@ -1180,6 +1204,58 @@ def _cell_stats(inside: pl.DataFrame, by: list[str], rho: np.ndarray, size: np.n
     # ties broken by the keys (the group-by's order is the engine's, not reproducible)
     return frame.group_by(by).agg(*aggs).sort(
         ["worst_rho", *by], descending=[True, *[False] * len(by)], nulls_last=True)
+
+
+def cell_worst(cells: pl.Series, rho: np.ndarray, size: np.ndarray) -> pl.DataFrame:
+    """Per cell index: the worst (unit, cell) loss and size there and the number of units.
+
+    Args:
+        cells: The cell index (``__cell``) of each (unit, cell) row.
+        rho: Each row's ρ.
+        size: Each row's size.
+
+    Returns:
+        ``__cell``, ``worst_rho``, ``worst_size``, ``units`` (a partial of `cell_stats_keys`).
+
+    Example:
+        >>> cell_worst(pl.Series([0, 0]), np.array([1.0, 2.0]), np.ones(2))["units"].to_list()
+        [2]
+    """
+    return pl.DataFrame({_CELL: cells, "worst_rho": pl.Series(rho, dtype=pl.Float64),
+                         "worst_size": pl.Series(size, dtype=pl.Float64)}).group_by(
+        _CELL).agg(pl.col("worst_rho").max(), pl.col("worst_size").max(),
+                   pl.len().cast(pl.Int64).alias("units"))
+
+
+def cell_stats_keys(parts: list[pl.DataFrame], by: list[str], keys: KeySet,
+                    dtypes: dict[str, Any]) -> pl.DataFrame:
+    """The per-cell audit (`_cell_stats`) from `cell_worst` partials over disjoint units.
+
+    Maxima of the maxima, sums of the unit counts (each unit is in one partial); sorted by the
+    worst loss, ties by key-set order; the key columns read from ``keys`` in ``dtypes``.
+
+    Args:
+        parts: `cell_worst` frames (one per partition of the units).
+        by: The key columns.
+        keys: The key set.
+        dtypes: The key columns' dtypes in the data.
+
+    Returns:
+        The key columns, ``worst_rho``, ``worst_size``, ``units``.
+
+    Example:
+        >>> k = KeySet.from_dict(c=["a", "b"])
+        >>> p = [cell_worst(pl.Series([1]), np.ones(1), np.ones(1))] * 2
+        >>> cell_stats_keys(p, ["c"], k, {"c": pl.String}).row(0)
+        ('b', 1.0, 1.0, 2)
+    """
+    per = pl.concat(parts).group_by(_CELL).agg(
+        pl.col("worst_rho").max(), pl.col("worst_size").max(), pl.col("units").sum()).sort(
+        ["worst_rho", _CELL], descending=[True, False])
+    kp = keys.to_polars()
+    return per.select(
+        *[kp[c].gather(per[_CELL]).cast(dtypes[c], strict=False).alias(c) for c in by],
+        "worst_rho", "worst_size", "units")
 
 
 # -- steps shared by every engine (the Spark engine, tabdp.frame._spark, calls them too) ------

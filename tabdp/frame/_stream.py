@@ -397,7 +397,9 @@ def _report_and_check(ledger: ReplayLedger, sess: Session, delta: float | None,
     """The report (collected, or written by ``sink``) and the row check, in one pass.
 
     The report and the row count and fingerprints that `_check_rows` checks are evaluated
-    together by the streaming engine (`polars.collect_all`): the input is scanned once. The
+    together by the streaming engine (`polars.collect_all`), each with its own scan of the
+    input: a scan shared by the two plans is cached whole by Polars (the input's columns in
+    memory: 2.7x a streaming group-by's peak at 20M rows, against 1.3x with two scans). The
     caller checks the rows before the report is used or its file is put in place.
     """
     schema = ledger.source.collect_schema()
@@ -405,7 +407,8 @@ def _report_and_check(ledger: ReplayLedger, sess: Session, delta: float | None,
     plan = replay_report(ledger, sess, delta)
     check = _rows_check(sess, ledger.source, schema)
     first = plan if sink is None else sink(plan)
-    report, rows = pl.collect_all([first, check], engine="streaming")
+    report, rows = pl.collect_all([first, check], engine="streaming",
+                                  optimizations=pl.QueryOptFlags(comm_subplan_elim=False))
     return (report if sink is None else None), rows.row(0, named=True)
 
 

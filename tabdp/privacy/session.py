@@ -121,6 +121,14 @@ class Session:
             session's) would pass the series' lifetime budget, and the session's losses are
             committed to it. Needs ``unit=`` (row positions do not identify a record across
             runs); pandas and Polars frames (not yet Spark).
+        unit_partitions: Unit mode, pandas and Polars frames: read each release's input in
+            this many passes, each over the units whose id hashes to it (every unit's rows in
+            one pass), so the (unit, cell) table and the charges computed from it are held for
+            one part of the units at a time. ``None`` (default): 1 unless the input's rows,
+            at about 400 bytes each, would take more than a quarter of the memory available
+            (then enough parts for each to fit). Tables, losses and reports are identical
+            for every value; only time and memory change (docs/performance.md, "Memory at
+            scale").
 
     Example:
         >>> import polars as pl, tabdp
@@ -137,7 +145,8 @@ class Session:
                  budget: float | Mapping[Any, Any] | Budget | None = None,
                  mode: str = "curator", data: Any = None, *, track_cells: bool = False,
                  progress: bool | Callable[[str, str], None] = False,
-                 streaming: bool | None = None, ledger: Any = None, _row_ids: bool = False,
+                 streaming: bool | None = None, ledger: Any = None,
+                 unit_partitions: int | None = None, _row_ids: bool = False,
                  _rows_one_cell: bool = True) -> None:
         """Check the parameters.
 
@@ -175,6 +184,19 @@ class Session:
                 f"Session: unit column names starting with '__tabdp' are reserved for tabdp's "
                 f"own row ids; got {unit!r}.\nHint: rename the column, or use unit=None for "
                 "row ids that tabdp assigns itself.")
+        if unit_partitions is not None and (
+                isinstance(unit_partitions, bool) or not isinstance(unit_partitions, int)
+                or not 1 <= unit_partitions <= 4096):
+            raise InvalidParameterError(
+                f"Session: unit_partitions must be an integer from 1 to 4096 or None; got "
+                f"{unit_partitions!r}.\nHint: Session(unit='firm_id', unit_partitions=8) reads "
+                "each release's input in 8 passes of one eighth of the units; None decides "
+                "from the input's size and the memory available.")
+        #: Unit mode: passes over the input per release, each over one part of the units
+        #: (None: decided from the input's rows and the memory available). PUBLIC setting.
+        self.unit_partitions = unit_partitions
+        #: CONFIDENTIAL: (input frame, its row count) for the automatic partition count.
+        self.rows_estimate: tuple[Any, int] | None = None
         if mode not in MODES:
             raise InvalidParameterError(
                 f"Session: mode must be one of {MODES}; got {mode!r}.\nHint: 'curator' when "

@@ -13,7 +13,7 @@ query's record, the one-off session) is `tabdp.frame.pipeline.execute`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -33,9 +33,13 @@ from tabdp.frame._engine import (
     _output_dtypes,
     _rule_counts,
     _Rules,
+    _Snapshot,
     _sort_units,
     _strict_checks,
     _take_snapshot,
+    _unit_snapshot,
+    cell_stats_keys,
+    cell_worst,
     cells_of,
     left_out_counts,
     per_unit,
@@ -59,7 +63,126 @@ from tabdp.frame.backends.base import Aggregated, QuantileData
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, QueryRecord, ReplayLedger
 
-__all__ = ["MemoryBackend", "StreamingBackend"]
+__all__ = ["MemoryBackend", "StreamingBackend", "unit_partitions"]
+
+#: Unit mode: peak bytes per input row of one pass (the (unit, cell) group-by, the charges
+#: and the work around them), measured at 20M rows (docs/performance.md, "Memory at scale").
+BYTES_PER_ROW = 400
+#: Unit mode: the share of the available memory one pass may take before the units are
+#: read in partitions (the rest: the ledger, the records and everything else on the machine).
+PASS_SHARE = 0.25
+
+
+def _available_bytes() -> int | None:
+    """The memory available to new allocations (Linux ``MemAvailable``), or ``None``."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def unit_partitions(op: Any, sess: Any) -> int:
+    """Unit mode: the passes over the input of one release (each over one part of the units).
+
+    The session's ``unit_partitions``, else 1 unless the input's rows at `BYTES_PER_ROW` each
+    would take more than `PASS_SHARE` of the memory available (then enough parts for each to
+    fit, at most 64). The number changes time and memory only, never a table, loss or report.
+
+    Args:
+        op: The opened release (``op.native``, ``op.lf``).
+        sess: The session.
+
+    Returns:
+        The number of partitions (≥ 1).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(unit="u", unit_partitions=3)
+        >>> unit_partitions(None, s)
+        3
+    """
+    if sess.unit_partitions is not None:
+        return int(sess.unit_partitions)
+    avail = _available_bytes()
+    if avail is None:
+        return 1
+    native = op.native
+    if isinstance(native, pl.DataFrame) or hasattr(native, "shape"):
+        rows = int(native.shape[0])
+    else:  # a LazyFrame: Parquet and IPC scans count their rows from metadata; other plans
+        # are evaluated once per session (the count is kept with the frame)
+        known = getattr(sess, "rows_estimate", None)
+        if known is not None and known[0] is native:
+            rows = known[1]
+        else:
+            rows = int(op.lf.select(pl.len()).collect(engine="streaming").item())
+            sess.rows_estimate = (native, rows)
+    need = rows * BYTES_PER_ROW
+    return max(1, min(64, -(-need // max(int(avail * PASS_SHARE), 1))))
+
+
+class _Part(NamedTuple):
+    """One pass's share of a release (all of it, or one partition of the units)."""
+
+    charges: Charges | None         # moved out by `MemoryBackend.aggregate`
+    admitted: dict[str, np.ndarray] | None
+    totals: pl.DataFrame            # __cell, measures, __rows: exact sums of admitted rows
+    before: dict[str, Any]          # measure -> exact total before the filter
+    after: dict[str, Any]           # measure -> exact total after it
+    rows_left: int
+    rows_outside: int
+    outside_keys: pl.DataFrame | None
+    rows_released: int
+    units_left_out: int
+    cells_dropped: int
+    cells: pl.DataFrame | None      # unit mode with keys: a cell_worst partial
+
+
+def _joined_charges(charges: list[Charges], admitted: list[dict[str, np.ndarray]]
+                    ) -> tuple[Charges, dict[str, np.ndarray]]:
+    """The partitions' charges and decisions as one pass holds them: sorted by unit, nulls last.
+
+    Each partition's units are sorted and distinct from the others', and each unit's values are
+    computed from its own rows only, so sorting the concatenation gives one pass's arrays. The
+    lists are emptied on the way (each part is freed once copied).
+    """
+    if len(charges) == 1:
+        return charges.pop(), admitted.pop()
+    first = charges[0]
+    units = pl.concat([c.units for c in charges], rechunk=True)
+    order = units.arg_sort(nulls_last=True).to_numpy()
+    units = units.gather(order)
+    fields = {k: list(getattr(first, k)) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")
+              if getattr(first, k) is not None}
+    out: dict[str, dict[str, np.ndarray]] = {k: {} for k in fields}
+    for k, curs in fields.items():
+        for cur in curs:
+            out[k][cur] = np.concatenate([getattr(c, k)[cur] for c in charges])[order]
+            for c in charges:  # free the part's array
+                del getattr(c, k)[cur]
+    guarantee = first.guarantee
+    charges.clear()
+    ok = {cur: np.concatenate([a[cur] for a in admitted])[order] for cur in admitted[0]}
+    admitted.clear()
+    joined = Charges(units, out["rho"], out["epsilon"], out["size"], guarantee,
+                     out.get("eps_a"), out.get("delta_a"))
+    return joined, ok
+
+
+def _joined_cells(parts: list[pl.DataFrame], by: list[str], keys: Any,
+                  dtypes: dict[str, Any]) -> pl.DataFrame:
+    """Unit mode: the per-cell audit from the partitions' partials (`cell_stats_keys`)."""
+    if by:
+        return cell_stats_keys(parts, by, keys, dtypes)
+    have = [p for p in parts if p.height]
+    if not have:
+        return parts[0]
+    return pl.concat(have).select(pl.col("worst_rho").max(), pl.col("worst_size").max(),
+                                  pl.col("units").sum())
 
 
 class _PolarsOutput:
@@ -107,49 +230,125 @@ class MemoryBackend(_PolarsOutput):
             The cell totals and the confidential summaries; ``state`` holds the charges and
             the filter's decisions for `record`.
         """
-        op, pre, kind, keys, rules, policy, bits = (rel.op, rel.pre, rel.kind, rel.keys,
-                                                    rel.rules, rel.policy, rel.bits)
+        op, pre, kind, keys, rules = rel.op, rel.pre, rel.kind, rel.keys, rel.rules
         measure_list, by_list, mechanism = pre.measures, pre.by, pre.mechanism
-        max_cells, max_rows = pre.max_cells, pre.max_rows
         sess, qname = op.session, op.name
         unit = sess.unit
         uid = unit if unit is not None else ROW_ID
-
-        # 1. One snapshot of the input.
-        sess.phase(qname, "reading and aggregating the input")
-        snap = _take_snapshot(op, by_list, measure_list, rules, keys)
-        data = snap.data
-        parts = [data] if snap.outside is None else [data, snap.outside]
+        unit_mode = unit is not None and unit != ROW_ID
+        n_parts = unit_partitions(op, sess) if unit_mode else 1
         needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
-        neg_contrib = ({m: sum(int((d[m] < 0).sum()) for d in parts) for m in measure_list}
-                       if needs_nonneg and rules.negatives == "allow" else {})
-        _strict_checks(snap.counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
-        if unit is None:
-            sess.bind_rows(snap.rows_read, snap.fingerprints)
+        count_neg = needs_nonneg and rules.negatives == "allow"
 
-        # 2. Cells of the public key set.
+        # 1. The input, read once (or once per partition of the units: each partition holds
+        # its units complete, so their charges, the filter's decisions and their contributions
+        # are those of one pass; cell totals are exact sums over the partitions).
+        sess.phase(qname, "reading and aggregating the input")
+        parts: list[_Part] = []
+        charge_parts: list[Charges] = []
+        admitted_parts: list[dict[str, np.ndarray]] = []
+        counts: dict[str, int] = {}
+        neg_contrib: dict[str, int] = {m: 0 for m in measure_list} if count_neg else {}
+        rows_read = 0
+        for p in range(n_parts):
+            if n_parts == 1:
+                snap = _take_snapshot(op, by_list, measure_list, rules, keys)
+            else:
+                assert unit is not None
+                snap = _unit_snapshot(op, unit, by_list, measure_list, rules, keys,
+                                      part=(p, n_parts))
+            rows_read += snap.rows_read
+            for k, v in snap.counts.items():
+                counts[k] = counts.get(k, 0) + v
+            for m in neg_contrib:
+                neg_contrib[m] += sum(int((d[m] < 0).sum())
+                                      for d in (snap.data, snap.outside) if d is not None)
+            if n_parts == 1:
+                _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
+                if unit is None:
+                    sess.bind_rows(snap.rows_read, snap.fingerprints)
+            pt = self._part(rel, snap, uid, first=p == 0)
+            del snap
+            assert pt.charges is not None and pt.admitted is not None
+            charge_parts.append(pt.charges)
+            admitted_parts.append(pt.admitted)
+            parts.append(pt._replace(charges=None, admitted=None))
+            del pt
+        if n_parts > 1:  # the same checks on the same counts, once every partition was read
+            _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
+
+        # 2. The partitions' charges and decisions as one pass would hold them (sorted by unit)
+        charges, admitted = _joined_charges(charge_parts, admitted_parts)
+        losses = charges.losses(admitted)
+        value_cols = [*measure_list, _ROWS]
+        n_keys = len(keys) if by_list else 1
+        totals = parts[0].totals if n_parts == 1 else pl.concat(
+            [pt.totals for pt in parts]).group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
+        full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
+            totals.with_columns(pl.col(_CELL).cast(pl.Int64)), on=_CELL, how="left",
+            maintain_order="left")
+        before = {m: sum(int(pt.before[m] or 0) for pt in parts) for m in measure_list}
+        left = {m: sum(int(pt.before[m] or 0) - int(pt.after[m] or 0) for pt in parts)
+                for m in measure_list}
+        left_out_info = left_out_counts(kind, measure_list, rel.bits, before, left,
+                                        sum(pt.rows_left for pt in parts))
+        cells = None
+        if sess.track_cells:
+            cells = (_joined_cells([pt.cells for pt in parts if pt.cells is not None], by_list,
+                                   keys, {c: op.schema[c] for c in by_list})
+                     if unit_mode else parts[0].cells)
+        outside_keys = [pt.outside_keys for pt in parts if pt.outside_keys is not None]
+        return Aggregated(
+            full=full, key_dtypes=_output_dtypes(op, sess, measure_list),
+            rows_read=rows_read, rows_outside=sum(pt.rows_outside for pt in parts),
+            cells_outside=(pl.concat(outside_keys).unique().height
+                           if by_list and outside_keys else 0),
+            rows_released=sum(pt.rows_released for pt in parts),
+            units_left_out=sum(pt.units_left_out for pt in parts), left_out=left_out_info,
+            cells_dropped=sum(pt.cells_dropped for pt in parts),
+            rule_counts=_rule_counts(counts, measure_list, rel.nulls, rules),
+            cells=cells, losses=losses, state=(charges, admitted))
+
+    @staticmethod
+    def _part(rel: Planned, snap: _Snapshot, uid: str, first: bool) -> _Part:
+        """Cells, bounds, charges, the individual filter and exact totals of one snapshot.
+
+        In unit mode with partitions, ``snap`` holds some units complete; a unit's charges and
+        the filter's decision on them read only its own rows and ledger entries. The phase is
+        reported for the ``first`` partition only (the number of partitions may follow the
+        input's size: the phases shown must not).
+        """
+        op, pre, kind, keys, policy, bits = (rel.op, rel.pre, rel.kind, rel.keys, rel.policy,
+                                             rel.bits)
+        measure_list, by_list = pre.measures, pre.by
+        sess, qname = op.session, op.name
+        # Cells of the public key set.
         data = cells_of(snap, keys, by_list, uid)
         if snap.outside is None:
             inside = data.filter(pl.col(_CELL).is_not_null())
             outside = data.filter(pl.col(_CELL).is_null())
         else:  # unit mode: the snapshot kept the rows outside the key set apart
             inside, outside = data, snap.outside
+        del data
         rows_outside = int(outside[_ALL].sum() or 0)
+        outside_keys = outside.select(by_list).unique() if by_list else None
+        del outside
         # units whose rows were all dropped by a rule contribute nothing and pay nothing
         inside = inside.filter(pl.col(_ROWS) > 0)
         inside, cells_dropped = _bound_contributions(inside, uid, not snap.per_row, kind,
-                                                     measure_list, bits, max_cells, max_rows)
+                                                     measure_list, bits, pre.max_cells,
+                                                     pre.max_rows)
 
-        # 3. Per-unit losses and the individual filter.
-        sess.phase(qname, "accounting per-record losses")
+        # Per-unit losses and the individual filter.
+        if first:
+            sess.phase(qname, "accounting per-record losses")
         charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits)
         admitted = sess.admit(charges)
-        losses = charges.losses(admitted)
         left_out = np.zeros(charges.n, dtype=bool)
         for ok in admitted.values():
             left_out |= ~ok
 
-        # 4. Exact totals of the admitted contributions.
+        # Exact totals of the admitted contributions.
         work = inside
         row_ok = None  # per inside row: admitted for every currency (for the cell audit)
         for cur, ms in policy.currencies():
@@ -166,7 +365,6 @@ class MemoryBackend(_PolarsOutput):
                 pl.when(out_rows).then(pl.lit(0).cast(work.schema[c])).otherwise(pl.col(c))
                 .alias(c) for c in (ms if ms else [_ROWS]))
         value_cols = [*measure_list, _ROWS]
-        n_keys = len(keys) if by_list else 1
         # what the filter left out (confidential): exact totals before and after it
         before = inside.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
             if measure_list else {}
@@ -174,32 +372,23 @@ class MemoryBackend(_PolarsOutput):
             if measure_list else {}
         rows_left = 0 if row_ok is None else int(
             inside.filter(~row_ok)[_ROWS].sum() or 0)
-        left_out_info = left_out_counts(
-            kind, measure_list, bits, before,
-            {m: int(before[m] or 0) - int(after[m] or 0) for m in measure_list}, rows_left)
         totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
-        full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
-            totals.with_columns(pl.col(_CELL).cast(pl.Int64)), on=_CELL, how="left",
-            maintain_order="left")
+        del work
 
         # Worst loss per cell (confidential), for the release workflow's audit report.
         cells = None
         if sess.track_cells:
             keep_mask = np.ones(inside.height, dtype=bool) if row_ok is None else \
                 row_ok.to_numpy()
-            cells = _cell_stats(inside.filter(pl.Series(keep_mask)), by_list,
-                                cell_rho[keep_mask], cell_size[keep_mask], keys,
-                                {c: op.schema[c] for c in by_list})
-
-        return Aggregated(
-            full=full, key_dtypes=_output_dtypes(op, sess, measure_list),
-            rows_read=snap.rows_read, rows_outside=rows_outside,
-            cells_outside=int(outside.select(by_list).unique().height if by_list else 0),
-            rows_released=int(inside[_ROWS].sum() or 0),
-            units_left_out=int(left_out.sum()), left_out=left_out_info,
-            cells_dropped=cells_dropped,
-            rule_counts=_rule_counts(snap.counts, measure_list, rel.nulls, rules),
-            cells=cells, losses=losses, state=(charges, admitted))
+            kept = inside.filter(pl.Series(keep_mask))
+            if snap.outside is not None and by_list:  # unit mode: per cell index (partial)
+                cells = cell_worst(kept[_CELL], cell_rho[keep_mask], cell_size[keep_mask])
+            else:
+                cells = _cell_stats(kept, by_list, cell_rho[keep_mask], cell_size[keep_mask],
+                                    keys, {c: op.schema[c] for c in by_list})
+        return _Part(charges, admitted, totals, before, after, rows_left, rows_outside,
+                     outside_keys, int(inside[_ROWS].sum() or 0), int(left_out.sum()),
+                     cells_dropped, cells)
 
     def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
         """Add the admitted losses to the in-memory ledger and the release to the records.
