@@ -155,7 +155,11 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
             "ledger_over_release": sum(ph.values()) / med["release"],
             "ledger_over_release_cpu": sum(ph_cpu.values()) / med_cpu["release"],
             "ledger_over_own_release_cpu_rounds": own,
-            "ledger_over_own_release_cpu": statistics.median(own)}
+            "ledger_over_own_release_cpu": statistics.median(own),
+            # everything the ledger adds, in and out of its phases (the lifetime filter, the
+            # report's rho_lifetime...), over the release alone: medians of CPU seconds
+            "with_ledger_extra_over_release_cpu": med_cpu["with_ledger"] / med_cpu["release"]
+            - 1.0}
 
 
 def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
@@ -240,7 +244,9 @@ def main() -> None:
         print(json.dumps(mem, indent=2))
         return
     _prepare(df, base, a.past)
+    load_before = os.getloadavg()
     res = _rounds(df, base, work, a.repeat)
+    res["load_avg_before"] = load_before
     if not a.no_memory:
         res["peak_rss_gb"] = {v: _peak(v, data, base, work) for v in ("release", "with_ledger")}
     res |= {"rows": rows, "past_releases": a.past, "repeat": a.repeat,
@@ -268,7 +274,8 @@ def main() -> None:
     print(f"CPU: release alone {cm['release']:.2f} s, with ledger {cm['with_ledger']:.2f} s; "
           + ", ".join(f"{p} {pc[p]:.2f} s" for p in PHASES)
           + f"; ledger / release (CPU, same process) {res['ledger_over_own_release_cpu']:.2f};"
-          f" per round {rounds}")
+          f" per round {rounds}; (with - alone) / alone "
+          f"{res['with_ledger_extra_over_release_cpu']:.2f}")
     print("load average:", res["load_avg"])
 
 
