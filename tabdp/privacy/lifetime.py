@@ -1273,18 +1273,31 @@ class _HashingFile:
     def flush(self) -> None:
         self.fh.flush()
 
+    # what a writer taking a Python file object asks of it (pyarrow's PythonFile)
+    closed = False
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing: the caller flushes, syncs and closes the underlying file."""
+
 
 def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[list[Any]]] | None:
     """Write ``df`` as one Parquet file (Polars' writer) and commit it to the Delta table.
 
-    The file is written by Polars (snappy, no statistics: 4-5x faster than delta-rs' writer at
-    1M units x 14 columns, half the bytes), hashed while it is written, fsynced, then added to
+    The file is written by pyarrow (snappy, no dictionaries, no statistics: several times
+    faster than delta-rs' writer at 1M units x 14 columns, half the bytes), hashed while it is written, fsynced, then added to
     the table by a Delta commit (``mode``: ``"append"`` or ``"overwrite"``; a new table is
     created). Returns the table's new version and ``[[path, size, sha256]]`` of the file, or
     ``None`` (nothing written) when the table's schema differs from ``df``'s: the caller then
     writes through delta-rs, which merges or replaces the schema.
     """
     dl = _deltalake()
+    import pyarrow.parquet as pq
     from deltalake.transaction import AddAction, create_table_with_add_actions
 
     schema = dl.Schema.from_arrow(df.head(0).to_arrow().schema)
@@ -1296,7 +1309,10 @@ def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[li
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     with open(table / name, "xb") as fh:
         out = _HashingFile(fh)
-        df.write_parquet(out, compression="snappy", statistics=False)  # type: ignore[arg-type]
+        # pyarrow's writer (snappy, no dictionaries, no statistics): 1M units x 14 columns in
+        # 0.15 CPU-s against 0.24 for Polars' writer (same bytes give or take 0.5%)
+        pq.write_table(df.to_arrow(), out, compression="snappy", use_dictionary=False,
+                       write_statistics=False)
         fh.flush()
         os.fsync(fh.fileno())
     u = df["unit"]
