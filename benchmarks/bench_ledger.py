@@ -155,7 +155,11 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
             "ledger_over_release": sum(ph.values()) / med["release"],
             "ledger_over_release_cpu": sum(ph_cpu.values()) / med_cpu["release"],
             "ledger_over_own_release_cpu_rounds": own,
-            "ledger_over_own_release_cpu": statistics.median(own)}
+            "ledger_over_own_release_cpu": statistics.median(own),
+            # everything the ledger adds, in and out of its phases (the lifetime filter, the
+            # report's rho_lifetime...), over the release alone: medians of CPU seconds
+            "with_ledger_extra_over_release_cpu": med_cpu["with_ledger"] / med_cpu["release"]
+            - 1.0}
 
 
 def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
@@ -179,10 +183,18 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
                  f"lifetime_budget=1000.0, autocommit=False, create=True)); ")
     else:
         code += "b._release(df); "
-    code += "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    code += f"print({_HWM})"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env=os.environ.copy())
     return int(out.stdout.strip().splitlines()[-1]) / 1e6
+
+
+#: The peak resident memory of this process in kB: VmHWM, the high-water mark of its own
+#: address space. Not ``ru_maxrss``: on Linux a child's ``ru_maxrss`` starts from the parent's
+#: resident memory when it was spawned (the address space replaced by exec counts), so every
+#: figure taken from a benchmark process holding 10M rows read as that process's size.
+_HWM = ("next(int(x.split()[1]) for x in open('/proc/self/status') "
+        "if x.startswith('VmHWM:'))")
 
 
 def _history_memory(df: Any, data: Path, tmp: Path, pasts: list[int]) -> dict[str, Any]:
@@ -198,7 +210,7 @@ def _history_memory(df: Any, data: Path, tmp: Path, pasts: list[int]) -> dict[st
         shutil.rmtree(work, ignore_errors=True)
     out["release_alone_peak_rss_gb"] = _peak("release", data, base, tmp / "unused")
     code = (f"import polars as pl, resource; df = pl.read_parquet({str(data)!r}); "
-            "import tabdp, deltalake; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            f"import tabdp, deltalake; print({_HWM})")
     base_rss = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                               text=True, env=os.environ.copy())
     out["data_read_only_peak_rss_gb"] = int(base_rss.stdout.strip().splitlines()[-1]) / 1e6
@@ -218,6 +230,8 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--history-memory", default="",
                     help="e.g. 1,8: peak RSS with ledgers of that many past releases (only this)")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="only the peak resident memory of each variant (fresh processes)")
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--out", default=str(HERE / "results" / "ledger.json"))
     a = ap.parse_args()
@@ -240,7 +254,20 @@ def main() -> None:
         print(json.dumps(mem, indent=2))
         return
     _prepare(df, base, a.past)
+    if a.memory_only:
+        peaks: dict[str, Any] = {v: _peak(v, data, base, work)
+                                 for v in ("release", "with_ledger", "ledger_only")}
+        peaks |= {"measure": "VmHWM of a fresh process per variant", "past_releases": a.past,
+                  "load_avg": os.getloadavg(),
+                  "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        old1: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+        old1[f"{rows}_peak_rss_gb"] = peaks
+        out.write_text(json.dumps(old1, indent=2) + "\n")
+        print(json.dumps(peaks, indent=2))
+        return
+    load_before = os.getloadavg()
     res = _rounds(df, base, work, a.repeat)
+    res["load_avg_before"] = load_before
     if not a.no_memory:
         res["peak_rss_gb"] = {v: _peak(v, data, base, work) for v in ("release", "with_ledger")}
     res |= {"rows": rows, "past_releases": a.past, "repeat": a.repeat,
@@ -268,7 +295,8 @@ def main() -> None:
     print(f"CPU: release alone {cm['release']:.2f} s, with ledger {cm['with_ledger']:.2f} s; "
           + ", ".join(f"{p} {pc[p]:.2f} s" for p in PHASES)
           + f"; ledger / release (CPU, same process) {res['ledger_over_own_release_cpu']:.2f};"
-          f" per round {rounds}")
+          f" per round {rounds}; (with - alone) / alone "
+          f"{res['with_ledger_extra_over_release_cpu']:.2f}")
     print("load average:", res["load_avg"])
 
 

@@ -470,6 +470,11 @@ class Ledger:
         #: closing with uncommitted charges warns unless set (the release workflow sets it: it
         #: closes without committing only when nothing was published)
         self._discard_ok = False
+        #: bumped by every change of the in-memory totals (a charge, a close dropping
+        #: uncommitted ones); an engine keeping its own copy of the totals checks it
+        self.revision = 0
+        #: an engine's copy of the totals, valid at ``revision`` (the Spark engine's frame)
+        self.engine_cache: dict[str, Any] = {}
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -810,6 +815,19 @@ class Ledger:
         return pl.DataFrame({"unit": tot.units.rename("unit"),
                              **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in vals.items()}})
 
+    def columns(self) -> list[str]:
+        """The ledger columns its totals hold so far (stored plus uncommitted), in order.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> led.charge(pl.Series([3]), {"rho": np.array([0.25])}, {"size": np.ones(1)})
+            >>> led.columns()
+            ['rho', 'size']
+        """
+        return list(self._tot.life)
+
     def lookup_lifetime(self) -> Callable[[Any, list[str]], dict[str, np.ndarray]]:
         """``lookup(units, cols)`` for the lifetime filter (stored plus this run's so far).
 
@@ -848,7 +866,12 @@ class Ledger:
             raise InvalidParameterError(
                 "a lifetime ledger needs a unit id for every unit; this release charged a unit "
                 "with a null id.\nHint: drop or fill rows without a unit id before the release.")
-        self._tot.charge(u, sums, maxes)
+        self.revision += 1
+        try:
+            self._tot.charge(u, sums, maxes)
+        except BaseException:
+            self.revision += 1  # an engine expecting this one charge must not trust its copy
+            raise
 
     def commit(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
                label: str | None = None) -> dict[str, Any]:
@@ -1017,6 +1040,8 @@ class Ledger:
             self._lock.release()
             self._lock = None
         self._tot = _RunTotals(self._state)
+        self.revision += 1
+        self.engine_cache.clear()
 
     def __enter__(self) -> Ledger:
         """The ledger itself."""
@@ -1063,9 +1088,11 @@ def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray | None, np
     return i.fill_null(0).to_numpy().astype(np.int64), i.is_not_null().to_numpy()
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    """``a`` read-only (the state's columns: a charge copies before it adds)."""
-    a.flags.writeable = False
+def _own_or_frozen(col: pl.Series) -> np.ndarray:
+    """A state column as float64: a copy of its own (writable), or a read-only view of it."""
+    a = col.to_numpy()  # Polars gives a view of its memory read-only, a copy writable
+    if a.dtype != np.float64:
+        return a.astype(np.float64)  # a new array: this run's own
     return a
 
 
@@ -1078,8 +1105,10 @@ class _RunTotals:
     column, plus this run's charges added in place one release at a time, in the order the
     filter checked them: a recorded total is the very double the filter compared with the
     budget); ``run``, this run's totals (the history rows of the next commit); ``charged``,
-    the units this run charged. A charge is one in-place add (or maximum) per column, a
-    scatter when it charges part of the index; no table is rebuilt. At commit ``life`` is
+    the units this run charged. A charge is one contiguous add (or maximum) per column and
+    array, after one scatter of the charges into a zero-filled array when it charges part
+    of the index (an uncharged unit adds 0.0, which keeps its total); a column charged 0.0
+    everywhere is skipped; no table is rebuilt. At commit ``life`` is
     the new state as it stands. Memory: a few arrays per unit of the series, whatever its
     length in releases.
     """
@@ -1087,9 +1116,11 @@ class _RunTotals:
     def __init__(self, state: pl.DataFrame | None) -> None:
         self.state = state
         self.units: pl.Series | None = None if state is None else state["unit"]
+        # a column read in several chunks comes as a copy (writable: this run's own array,
+        # charged in place); one in a single chunk as a read-only view of the state (a charge
+        # then writes a new array, once)
         self.life: dict[str, np.ndarray] = {} if state is None else {
-            c: _frozen(state[c].to_numpy().astype(np.float64, copy=False))
-            for c in state.columns if c != "unit"}
+            c: _own_or_frozen(state[c]) for c in state.columns if c != "unit"}
         self.run: dict[str, np.ndarray] = {}
         self.charged: np.ndarray | None = None
         self._found: tuple[Any, ...] | None = None
@@ -1097,8 +1128,11 @@ class _RunTotals:
     def _where(self, u: pl.Series) -> tuple[np.ndarray | None, np.ndarray]:
         assert self.units is not None
         f = self._found
-        if f is not None and f[0] is u and f[1] is self.units:
-            return f[2], f[3]  # one filter asks several columns of the same units
+        if f is not None and f[1] is self.units and (f[0] is u or (
+                len(f[0]) == len(u) and f[0].equals(u, check_dtypes=True))):
+            # the filter's lookups and the charge that follows ask the same units (a new
+            # Series each time): one comparison instead of a binary search per call
+            return f[2], f[3]
         pos, hit = _positions(self.units, u)
         self._found = (u, self.units, pos, hit)
         return pos, hit
@@ -1150,21 +1184,37 @@ class _RunTotals:
         n = len(self.units)
         if self.charged is None:
             self.charged = np.zeros(n, dtype=bool)
-        for c in [*sums, *maxes]:
-            if c not in self.life:  # a column new to the series (another currency)
-                self.life[c] = np.zeros(n)
-            elif not self.life[c].flags.writeable:  # the state's column: copied once
-                self.life[c] = self.life[c].copy()
-            if c not in self.run:
-                self.run[c] = np.zeros(n)
         for group, op in ((sums, np.add), (maxes, np.maximum)):
             for c, v in group.items():
                 x = np.asarray(v, dtype=np.float64)
-                for a in (self.life[c], self.run[c]):  # the run's own arrays, in place
-                    if pos is None:
-                        op(a, x, out=a)
-                    else:
-                        a[pos] = op(a.take(pos), x)
+                life = self.life.get(c)
+                if not x.any():
+                    # every charge 0.0 (a component this release does not use: eps_a,
+                    # delta_a, rho_g...): adding it, or the maximum with it (losses and sizes
+                    # are >= 0), changes no total; the column is kept, nothing copied
+                    if life is None:
+                        self.life[c] = np.zeros(n)
+                    if c not in self.run:
+                        self.run[c] = np.zeros(n)
+                    continue
+                if pos is None:
+                    full = x
+                else:  # the charged units' values at their index positions, 0.0 elsewhere
+                    full = np.zeros(n)
+                    full[pos] = x
+                # contiguous whole-array operations (no gather/scatter per array); an
+                # uncharged unit adds 0.0 (or takes the maximum with 0.0): its total is kept
+                r = self.run.get(c)
+                if r is None:  # the run's first charge of the column (0.0 + x, as before)
+                    self.run[c] = op(0.0, full)
+                else:
+                    op(r, full, out=r)
+                if life is None:
+                    self.life[c] = op(0.0, full)
+                elif not life.flags.writeable:  # the state's column: a new array, once
+                    self.life[c] = op(life, full)
+                else:
+                    op(life, full, out=life)
         if pos is None:
             self.charged[:] = True
         else:
@@ -1223,18 +1273,31 @@ class _HashingFile:
     def flush(self) -> None:
         self.fh.flush()
 
+    # what a writer taking a Python file object asks of it (pyarrow's PythonFile)
+    closed = False
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Nothing: the caller flushes, syncs and closes the underlying file."""
+
 
 def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[list[Any]]] | None:
     """Write ``df`` as one Parquet file (Polars' writer) and commit it to the Delta table.
 
-    The file is written by Polars (snappy, no statistics: 4-5x faster than delta-rs' writer at
-    1M units x 14 columns, half the bytes), hashed while it is written, fsynced, then added to
+    The file is written by pyarrow (snappy, no dictionaries, no statistics: several times
+    faster than delta-rs' writer at 1M units x 14 columns, half the bytes), hashed while it is written, fsynced, then added to
     the table by a Delta commit (``mode``: ``"append"`` or ``"overwrite"``; a new table is
     created). Returns the table's new version and ``[[path, size, sha256]]`` of the file, or
     ``None`` (nothing written) when the table's schema differs from ``df``'s: the caller then
     writes through delta-rs, which merges or replaces the schema.
     """
     dl = _deltalake()
+    import pyarrow.parquet as pq
     from deltalake.transaction import AddAction, create_table_with_add_actions
 
     schema = dl.Schema.from_arrow(df.head(0).to_arrow().schema)
@@ -1246,7 +1309,10 @@ def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[li
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     with open(table / name, "xb") as fh:
         out = _HashingFile(fh)
-        df.write_parquet(out, compression="snappy", statistics=False)  # type: ignore[arg-type]
+        # pyarrow's writer (snappy, no dictionaries, no statistics): 1M units x 14 columns in
+        # 0.15 CPU-s against 0.24 for Polars' writer (same bytes give or take 0.5%)
+        pq.write_table(df.to_arrow(), out, compression="snappy", use_dictionary=False,
+                       write_statistics=False)
         fh.flush()
         os.fsync(fh.fileno())
     u = df["unit"]

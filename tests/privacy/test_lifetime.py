@@ -553,3 +553,46 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
             pl.col("size").fill_null(0.0).max())
         assert led.table.equals(ref)
         assert _merge_sorted(a, b, {"size"}).equals(ref)
+
+
+def test_a_charge_never_writes_into_the_stored_state() -> None:
+    """Charges go to the run's own arrays: the state read at open is left as it was.
+
+    A state column read in several chunks comes from Polars as a writable copy (charged in
+    place), one in a single chunk as a read-only view (a charge writes a new array); either
+    way the stored frame, which a close without commit goes back to, keeps its values.
+    """
+    from tabdp.privacy.lifetime import _RunTotals
+
+    one = pl.DataFrame({"unit": [1, 2, 3], "rho": [0.5, 0.25, 1.0]})
+    parts = pl.concat([one.head(2), one.tail(1)], rechunk=False)
+    assert parts["rho"].n_chunks() == 2
+    for state in (one, parts):
+        before = state["rho"].to_list()
+        tot = _RunTotals(state)
+        tot.charge(pl.Series("unit", [2, 3]), {"rho": np.array([1.0, 2.0])}, {})
+        tot.charge(pl.Series("unit", [1, 2, 3]), {"rho": np.array([1.0, 1.0, 1.0])}, {})
+        assert state["rho"].to_list() == before
+        assert tot.life["rho"].tolist() == [1.5, 2.25, 4.0]
+        assert tot.run["rho"].tolist() == [1.0, 2.0, 3.0]
+        assert tot.new_state()["rho"].to_list() == [1.5, 2.25, 4.0]
+
+
+def test_a_column_charged_zero_everywhere_is_kept_unchanged() -> None:
+    """Skipping an all-zero charge (eps_a, delta_a of a zCDP release) keeps the column."""
+    from tabdp.privacy.lifetime import _RunTotals
+
+    state = pl.DataFrame({"unit": [1, 2], "rho": [0.5, 0.25], "eps_a": [0.0, 0.5]})
+    tot = _RunTotals(state)
+    tot.charge(pl.Series("unit", [2, 5]), {"rho": np.array([1.0, 2.0]),
+                                            "eps_a": np.zeros(2), "delta_a": np.zeros(2)},
+               {"size": np.zeros(2)})
+    new = tot.new_state()
+    assert new["unit"].to_list() == [1, 2, 5]
+    assert new["eps_a"].to_list() == [0.0, 0.5, 0.0]
+    assert new["delta_a"].to_list() == [0.0, 0.0, 0.0]
+    assert new["size"].to_list() == [0.0, 0.0, 0.0]
+    assert new["rho"].to_list() == [0.5, 1.25, 2.0]
+    hist = tot.history_rows()
+    assert hist is not None and hist["unit"].to_list() == [2, 5]
+    assert hist["rho"].to_list() == [1.0, 2.0] and hist["delta_a"].to_list() == [0.0, 0.0]
