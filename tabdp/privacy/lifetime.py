@@ -1287,14 +1287,14 @@ class _HashingFile:
 
 
 def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[list[Any]]] | None:
-    """Write ``df`` as one Parquet file (Polars' writer) and commit it to the Delta table.
+    """Write ``df`` as one Parquet file (pyarrow's writer) and commit it to the Delta table.
 
     The file is written by pyarrow (snappy, no dictionaries, no statistics: several times
-    faster than delta-rs' writer at 1M units x 14 columns, half the bytes), hashed while it is written, fsynced, then added to
-    the table by a Delta commit (``mode``: ``"append"`` or ``"overwrite"``; a new table is
-    created). Returns the table's new version and ``[[path, size, sha256]]`` of the file, or
-    ``None`` (nothing written) when the table's schema differs from ``df``'s: the caller then
-    writes through delta-rs, which merges or replaces the schema.
+    faster than delta-rs' writer at 1M units x 14 columns, half the bytes), hashed while it
+    is written, fsynced, then added to the table by a Delta commit (``mode``: ``"append"`` or
+    ``"overwrite"``; a new table is created). Returns the table's new version and ``[[path,
+    size, sha256]]`` of the file, or ``None`` (nothing written) when the table's schema differs
+    from ``df``'s: the caller then writes through delta-rs, which merges or replaces the schema.
     """
     dl = _deltalake()
     import pyarrow.parquet as pq
