@@ -951,101 +951,25 @@ def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,
     """The ledger's lifetime totals of ``cols`` as a Spark frame: ``__lkey`` plus ``prefix+c``.
 
     Stored plus this run's uncommitted losses (`tabdp.Ledger.totals`), one row per unit the
-    series charged; the ids as ``key_type`` (``long`` or ``string``: the ledger's types). The
-    totals are shipped to Spark once per opened ledger (`_life_base`) and advanced in Spark by
-    each release's charges (`_advance_life`): a release's cost does not grow with the number
-    of releases before it in the run.
+    series charged; the ids as ``key_type`` (``long`` or ``string``: the ledger's types).
     """
-    from pyspark.sql import functions as F
-
-    base = _life_base(sess, spark, key_type)
-    have = set(base.columns)
-    return base.select("__lkey", *[(F.col(f"`{c}`") if c in have else F.lit(0.0))
-                                   .alias(f"{prefix}{c}") for c in cols])
-
-
-def _life_base(sess: Session, spark: Any, key_type: Any) -> Any:
-    """Every lifetime total of the ledger as a persisted Spark frame (``__lkey`` plus columns).
-
-    Reused while the ledger's in-memory totals are those it holds (`tabdp.Ledger.revision`:
-    the frame is advanced in Spark with each release's charges, `_advance_life`); otherwise
-    (first use, another Spark application or key type, totals changed another way) the
-    totals are shipped from the driver once more.
-    """
-    from pyspark import StorageLevel
     from pyspark.sql import types as T
 
     led = sess.lifetime
     assert led is not None
-    tag = (spark.sparkContext.applicationId, key_type.simpleString())
-    c = led.engine_cache.get("spark")
-    if c is not None and c["rev"] == led.revision and c["tag"] == tag:
-        return c["frame"]
     long = isinstance(key_type, T.LongType)
-    cols = led.columns()
     tot = led.totals(cols)
     tot = tot.select(pl.col("unit").cast(pl.Int64 if long else pl.String).alias("__lkey"),
-                     *[pl.col(c) for c in cols])
+                     *[pl.col(c).alias(f"{prefix}{c}") for c in cols])
     schema = T.StructType([T.StructField("__lkey", key_type, True),
-                           *[T.StructField(c, T.DoubleType(), True) for c in cols]])
+                           *[T.StructField(f"{prefix}{c}", T.DoubleType(), True) for c in cols]])
     import pyspark
 
     if int(pyspark.__version__.split(".")[0]) >= 4:  # Arrow, whatever the session's settings
-        frame = spark.createDataFrame(tot.to_arrow(compat_level=pl.CompatLevel.oldest()),
-                                      schema)
-    else:
-        with _quiet():
-            frame = spark.createDataFrame(tot.to_pandas(), schema)
-    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-    _drop_life(led)
-    led.engine_cache["spark"] = {"rev": led.revision, "tag": tag, "frame": frame}
-    return frame
-
-
-def _drop_life(led: Any) -> None:
-    """Unpersist the ledger's Spark copy of its totals (if any)."""
-    c = led.engine_cache.pop("spark", None)
-    if c is not None:
-        with contextlib.suppress(Exception):
-            c["frame"].unpersist()
-
-
-def _advance_life(sess: Session, picked: Any, sums: list[str], maxes: list[str]) -> None:
-    """Add a release's lifetime charges (``picked``: ``unit`` plus columns) to the Spark copy.
-
-    The same doubles as `tabdp.Ledger.charge` computes on the driver: per unit and column, the
-    total so far plus the charge (0.0 for a unit not charged, or for a unit new to the
-    series: 0.0 plus its charge), the maximum for sizes; valid for the ledger's next revision
-    (the charge the release makes next). Materialized before the release's frames are
-    released. Nothing is done without a valid copy (the next lookup ships the totals).
-    """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    led = sess.lifetime
-    assert led is not None
-    c = led.engine_cache.get("spark")
-    if c is None or c["rev"] != led.revision:
-        return
-    base = c["frame"]
-    key = base.schema["__lkey"].dataType
-    charged = [*sums, *maxes]
-    p = picked.select(F.col("unit").cast(key).alias("__lkey"),
-                      *[F.col(f"`{x}`").cast("double").alias(f"__p:{x}") for x in charged])
-    joined = base.join(p, on="__lkey", how="full_outer")
-    have = [x for x in base.columns if x != "__lkey"]
-    out = [F.col("__lkey")]
-    for x in [*have, *[x for x in charged if x not in have]]:
-        old = F.coalesce(F.col(f"`{x}`"), F.lit(0.0)) if x in have else F.lit(0.0)
-        if x in charged:
-            new = F.coalesce(F.col(f"`__p:{x}`"), F.lit(0.0))
-            old = F.greatest(old, new) if x in maxes else old + new
-        out.append(old.alias(x))
-    frame = joined.select(*out).persist(StorageLevel.MEMORY_AND_DISK)
-    frame.count()  # computed now, while the release's decisions are held
-    with contextlib.suppress(Exception):
-        base.unpersist()
-    led.engine_cache["spark"] = dict(c, rev=led.revision + 1, frame=frame)
+        return spark.createDataFrame(tot.to_arrow(compat_level=pl.CompatLevel.oldest()),
+                                     schema)
+    with _quiet():
+        return spark.createDataFrame(tot.to_pandas(), schema)
 
 
 def _life_key(st: Any) -> Any:
@@ -1099,9 +1023,6 @@ def _lifetime_charges(sess: Session, decided: Any, any_ok: Any, comps: dict[str,
             got = pl.from_pandas(picked.toPandas())
     assert isinstance(got, pl.DataFrame)
     ns = [c for c, _ in curs]
-    if got.height:  # the ledger is charged next (Session._charge_lifetime): the Spark copy too
-        _advance_life(sess, picked, [*sums, *[f"rho@{c}" for c in ns]],
-                      ["size", *[f"size@{c}" for c in ns]])
     out_sums = {c: got[c].to_numpy().astype(np.float64) for c in
                 [*sums, *[f"rho@{c}" for c in ns]]}
     out_max = {c: got[c].to_numpy().astype(np.float64) for c in

@@ -111,60 +111,6 @@ def test_a_three_run_series_on_spark_is_the_polars_series(spark: Any, tmp_path: 
 
 
 @pytest.mark.spark
-def test_the_ledger_is_shipped_to_spark_once_per_run(spark: Any, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The totals go to Spark once, then advance in Spark with the very doubles of the driver.
-
-    Before, each release (and the per-record report) shipped the whole ledger from the
-    driver, so a run's cost grew with its number of releases times the series' units.
-    """
-    path = tmp_path / "led"
-    _series(path, None, years=range(2021, 2023))  # a ledger with past releases (Polars)
-    shipped: list[int] = []
-    orig = tabdp.Ledger.totals
-
-    def counting(self: tabdp.Ledger, cols: list[str]) -> pl.DataFrame:
-        shipped.append(len(cols))
-        return orig(self, cols)
-
-    monkeypatch.setattr(tabdp.Ledger, "totals", counting)
-    frame = spark.createDataFrame(year_sample(2023).to_arrow())
-    with tabdp.Ledger.open(path, autocommit=False) as led:
-        s = tabdp.Session(unit="estab", seed=7, ledger=led)
-        for i in range(4):  # four releases in one run: still one shipment
-            frame.dp.sum("payroll", by="county", keys=KEYS, mechanism=SUM, session=s,
-                          name=f"pay{i}")
-        frame.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s, name="n")
-        pr = _polars(s.report().per_record).sort("estab")
-        assert len(shipped) == 1, shipped
-        # the Spark copy holds exactly the driver's totals (same doubles, same units)
-        copy = _polars(led.engine_cache["spark"]["frame"]).sort("__lkey")
-        drv = orig(led, led.columns()).sort("unit")
-        assert copy["__lkey"].to_list() == drv["unit"].to_list()
-        for c in led.columns():
-            np.testing.assert_array_equal(copy[c].to_numpy(), drv[c].to_numpy(), err_msg=c)
-        life = led.lookup(pr["estab"], ["rho"])["rho"]
-        np.testing.assert_array_equal(pr["rho_lifetime"].to_numpy(), life)
-        assert (life <= LIFETIME).all()
-        s.commit_ledger(label="2023")
-    # the same run on Polars admits the same units and charges the same lifetimes
-    path2 = tmp_path / "led2"
-    _series(path2, None, years=range(2021, 2023))
-    with tabdp.Ledger.open(path2, autocommit=False) as led2:
-        s2 = tabdp.Session(unit="estab", seed=7, ledger=led2)
-        df = year_sample(2023)
-        for i in range(4):
-            df.dp.sum("payroll", by="county", keys=KEYS, mechanism=SUM, session=s2,
-                      name=f"pay{i}")
-        df.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s2, name="n")
-        ref = s2.report().per_record.sort("estab")
-        s2.commit_ledger(label="2023")
-    assert ref["estab"].to_list() == pr["estab"].to_list()
-    np.testing.assert_allclose(pr["rho_lifetime"].to_numpy(), ref["rho_lifetime"].to_numpy(),
-                               rtol=1e-12, atol=0)
-
-
-@pytest.mark.spark
 def test_curve_lifetime_budget_and_per_run_budget_on_spark(spark: Any, tmp_path: Path) -> None:
     """A curve lifetime budget (per currency) and a per-run budget: both filters, as Polars.
 
