@@ -28,7 +28,7 @@ test: $(STAMP)
 # Local loop: everything but the slow statistical/numerical tests and the Spark tests (CI runs
 # all), in WORKERS processes like `make test`. Some costly parametrized tests run a subset here
 # (tests/conftest.py FAST_SUBSETS; the rest is marked slow). Measured on the 2-core machine,
-# nearly idle (load about 2), 2026-12-02: 4,798 tests, 4 min 54 s wall, 535 s of CPU.
+# nearly idle (load about 3), 2026-12-02: 5,134 tests, 3 min 30 s wall, 394 s of CPU.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 
