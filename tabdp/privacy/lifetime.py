@@ -470,11 +470,6 @@ class Ledger:
         #: closing with uncommitted charges warns unless set (the release workflow sets it: it
         #: closes without committing only when nothing was published)
         self._discard_ok = False
-        #: bumped by every change of the in-memory totals (a charge, a close dropping
-        #: uncommitted ones); an engine keeping its own copy of the totals checks it
-        self.revision = 0
-        #: an engine's copy of the totals, valid at ``revision`` (the Spark engine's frame)
-        self.engine_cache: dict[str, Any] = {}
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -815,19 +810,6 @@ class Ledger:
         return pl.DataFrame({"unit": tot.units.rename("unit"),
                              **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in vals.items()}})
 
-    def columns(self) -> list[str]:
-        """The ledger columns its totals hold so far (stored plus uncommitted), in order.
-
-        Example:
-            >>> import tempfile, pathlib
-            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
-            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
-            >>> led.charge(pl.Series([3]), {"rho": np.array([0.25])}, {"size": np.ones(1)})
-            >>> led.columns()
-            ['rho', 'size']
-        """
-        return list(self._tot.life)
-
     def lookup_lifetime(self) -> Callable[[Any, list[str]], dict[str, np.ndarray]]:
         """``lookup(units, cols)`` for the lifetime filter (stored plus this run's so far).
 
@@ -866,12 +848,7 @@ class Ledger:
             raise InvalidParameterError(
                 "a lifetime ledger needs a unit id for every unit; this release charged a unit "
                 "with a null id.\nHint: drop or fill rows without a unit id before the release.")
-        self.revision += 1
-        try:
-            self._tot.charge(u, sums, maxes)
-        except BaseException:
-            self.revision += 1  # an engine expecting this one charge must not trust its copy
-            raise
+        self._tot.charge(u, sums, maxes)
 
     def commit(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
                label: str | None = None) -> dict[str, Any]:
@@ -1040,8 +1017,6 @@ class Ledger:
             self._lock.release()
             self._lock = None
         self._tot = _RunTotals(self._state)
-        self.revision += 1
-        self.engine_cache.clear()
 
     def __enter__(self) -> Ledger:
         """The ledger itself."""
