@@ -540,10 +540,16 @@ class _Snapshot(NamedTuple):
     rows_read: int
     per_row: bool             # one row per unit (row ids): charges need no group-by
     # Unit mode: ``data`` holds the (unit, cell) rows inside the key set (unit, _CELL,
-    # measures, _ROWS, _ALL; sorted by unit id, nulls last, then cell: see cells_of) and
+    # measures, _ROWS, _ALL; in the group-by's order, ``order`` sorts them) and
     # ``outside`` the (unit, key) rows outside it (unit, by, measures, _ROWS, _ALL).
     # ``None`` in row mode (``data`` then holds the key columns).
     outside: pl.DataFrame | None = None
+    # Unit mode: the order of ``data``'s rows by unit, then cell (`UnitOrder`; the rows
+    # themselves are in the group-by's order).
+    order: UnitOrder | None = None
+    # Unit mode: per-cell exact totals of ``data``'s columns, kept for the session's next
+    # release of the same snapshot (`cell_totals`).
+    totals: dict[str, pl.DataFrame] | None = None
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
@@ -580,7 +586,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             outside = None if snap.outside is None else snap.outside.select(
                 [c for c in snap.outside.columns if c not in cached["measures"] or c in measures])
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
-                             snap.per_row, outside)
+                             snap.per_row, outside, snap.order, snap.totals)
     if unit_mode:
         assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
@@ -630,23 +636,28 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
     ``part``: ``(p, k)``: only the units of partition ``p`` of ``k`` (`unit_partition`).
     """
     keep, values, counters = _snapshot_exprs(op.schema, unit, measures, rules)
-    names = list(counters)
     aggs = [*[v.sum() for v in values.values()],
             pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
-            pl.len().cast(pl.Int64).alias(_ALL),
-            *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()]]
+            pl.len().cast(pl.Int64).alias(_ALL)]
     lf = op.lf if part is None else op.lf.filter(unit_partition(unit, *part))
     base = _cells(lf.with_columns(keep), op.schema, keys, by, _CELL)
-    inside, outside = pl.collect_all(
-        [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),
-         base.filter(pl.col(_CELL).is_null()).group_by(unit, *by).agg(aggs)],
-        engine="streaming")  # bounded memory for inputs larger than RAM
-    both = [inside, outside]
-    counts = {k: sum(int(d[k].sum() or 0) for d in both) for k in names}
-    rows_read = sum(int(d[_ALL].sum() or 0) for d in both)
-    inside = _sort_units(inside.with_columns(pl.col(_CELL).cast(pl.Int64)), unit,
-                         len(keys) if by else 1).drop(names)
-    return _Snapshot(inside, counts, {}, rows_read, False, outside.drop(names))
+    # the counters are totals over all rows: one plain sum each in the same pass (the scan is
+    # shared), not one more aggregation per (unit, cell) group
+    queries = [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),
+               base.filter(pl.col(_CELL).is_null()).group_by(unit, *by).agg(aggs)]
+    if counters:
+        queries.append(base.select(e.cast(pl.Int64).sum().alias(k)
+                                   for k, e in counters.items()))
+    got = pl.collect_all(queries, engine="streaming")  # bounded memory for inputs beyond RAM
+    inside, outside = got[0], got[1]
+    counts = ({k: int(v or 0) for k, v in got[2].row(0, named=True).items()}
+              if counters else {})
+    rows_read = sum(int(d[_ALL].sum() or 0) for d in (inside, outside))
+    # the rows stay in the group-by's order: only the permutation by (unit, cell) is computed
+    # (a unit's losses are summed in key-set order through it), not a sort of every column
+    inside = inside.with_columns(pl.col(_CELL).cast(pl.Int64))
+    order = UnitOrder(inside[unit], inside[_CELL], len(keys) if by else 1)
+    return _Snapshot(inside, counts, {}, rows_read, False, outside, order, {})
 
 
 def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[str],
@@ -755,13 +766,13 @@ def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFra
 
 
 def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataFrame:
-    """The snapshot's rows with ``_CELL`` (`_attach_cells`); in unit mode sorted by unit.
+    """The snapshot's rows with ``_CELL`` (`_attach_cells`).
 
-    Unit mode: rows sorted by unit id (nulls last), then cell. Each unit's (unit, cell) rows are
-    then contiguous and in key-set order, so its losses are summed in an order that depends on
-    the ids and the key set only (reruns agree to the last bit), and merging into the ledger
-    (kept sorted by unit) needs no sort. A unit-mode snapshot has its cells already (found in
-    the plan, sorted once per snapshot); this adds them to the others.
+    A unit-mode snapshot has its cells already (found in the plan; the rows in the group-by's
+    order, with their `UnitOrder`); this adds them to the others. Row ids repeated by a join
+    (one unit in several cells) are sorted by unit, then cell. Either way each unit's losses
+    are summed over its cells in key-set order (`UnitOrder`), an order that depends on the ids
+    and the key set only (reruns agree to the last bit).
     """
     if snap.outside is not None:
         return snap.data
@@ -1079,13 +1090,18 @@ class _Segments:
     on the length (and may on the build): a unit's total would not be the plain sum in its
     cells' order. Here each segment starts at its first element and, in step k, the k-th
     element of every segment longer than k is added; the segments longer than one are visited
-    longest first, so step k touches a prefix of them (vector operations only, one step per
-    cell of the unit with most cells).
+    longest first, so step k touches a prefix of them (vector operations only). Steps stop at
+    `STEPS`: the few segments longer than that are finished one by one by NumPy's
+    ``add.accumulate`` (sequential by definition: each partial sum is the previous one plus the
+    next element), so a unit with thousands of cells costs one call, not thousands of steps.
 
     Example:
         >>> _Segments(np.array([0, 3]), 4).sum(np.array([0.1, 0.2, 0.3, 5.0])).tolist()
         [0.6000000000000001, 5.0]
     """
+
+    #: vector steps over the segments; longer segments are finished one by one
+    STEPS = 64
 
     def __init__(self, starts: np.ndarray, n: int) -> None:
         """Segments starting at ``starts`` (increasing, the first 0) of an array of ``n``."""
@@ -1097,14 +1113,25 @@ class _Segments:
         self.multi_starts = starts[order]
         sorted_counts = counts[order]
         longest = int(sorted_counts[0]) if len(order) else 1
-        # number of segments longer than k, for k = 1 .. longest - 1
-        self.active = np.searchsorted(-sorted_counts, -np.arange(1, longest), side="left")
+        # number of segments longer than k, for k = 1 .. min(longest, STEPS) - 1
+        self.active = np.searchsorted(-sorted_counts, -np.arange(1, min(longest, self.STEPS)),
+                                      side="left")
+        # segments longer than STEPS: (position in the output, first element left, end)
+        n_long = int(np.searchsorted(-sorted_counts, -self.STEPS, side="right"))
+        self.long = [(int(order[j]), int(self.multi_starts[j]) + self.STEPS,
+                      int(self.multi_starts[j] + sorted_counts[j])) for j in range(n_long)]
 
     def sum(self, v: np.ndarray) -> np.ndarray:
         """Each segment's left-to-right sum of ``v``."""
-        acc = np.asarray(v, dtype=np.float64)[self.starts]  # a new array (fancy index)
+        v = np.asarray(v, dtype=np.float64)
+        acc = v[self.starts]  # a new array (fancy index)
         for k, m in enumerate(self.active, start=1):
             acc[self.multi[:m]] += v[self.multi_starts[:m] + k]
+        for j, lo, hi in self.long:  # acc[j] holds the first STEPS elements' sum
+            run = np.empty(hi - lo + 1)
+            run[0] = acc[j]
+            run[1:] = v[lo:hi]
+            acc[j] = np.add.accumulate(run)[-1]
         return acc
 
 
@@ -1134,28 +1161,161 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
                    for c, v in columns.items()}
 
 
+class UnitOrder:
+    """The order of (unit, cell) rows by unit id (nulls last), then cell, without moving them.
+
+    Unit mode's losses are summed per unit left to right over its cells in key-set order (an
+    order that depends on the ids and the key set only: reruns agree to the bit, whatever the
+    input's row order). Rather than sorting every column of the (unit, cell) table, this holds
+    the permutation that sorts it (``perm``: row positions in sorted order), the sorted units
+    (one per unit) and the segments of each unit's rows: per-unit totals gather only the
+    per-row arrays they sum (`reduce`). The table itself keeps the group-by's order (its other
+    uses, cell totals and the audit, do not depend on it).
+
+    Args:
+        units: The unit id of each (unit, cell) row (pairs distinct).
+        cells: The cell of each row (its position in the key set; null counts last).
+        n_keys: The number of keys (cells are below it).
+
+    Example:
+        >>> o = UnitOrder(pl.Series([7, 3, 7]), pl.Series([2, 0, 1]), 3)
+        >>> o.units.to_list(), o.perm.tolist()
+        ([3, 7], [1, 2, 0])
+        >>> o.reduce({"rho": np.array([0.5, 1.0, 0.25])}, lambda c: False)["rho"].tolist()
+        [1.0, 0.75]
+    """
+
+    def __init__(self, units: pl.Series, cells: pl.Series, n_keys: int) -> None:
+        """The order of the rows ``(units, cells)``."""
+        n = len(units)
+        self.n = n
+        self.perm, codes = _unit_cell_perm(units, cells, n_keys)
+        if not n:
+            starts = np.zeros(0, dtype=np.int64)
+            self.units = units
+        elif codes is not None:  # unit - min of each sorted row (integer ids)
+            starts = np.flatnonzero(np.diff(codes)) + 1
+            starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+            lo = units.min()
+            self.units = (pl.Series(units.name, codes[starts], dtype=pl.Int64) + lo).cast(
+                units.dtype)
+        else:
+            ordered = units.gather(pl.Series(self.perm, dtype=pl.Int64))
+            starts = np.flatnonzero(
+                ordered.ne_missing(ordered.shift(1)).fill_null(True).to_numpy())
+            starts[0] = 0
+            self.units = ordered.gather(pl.Series(starts, dtype=pl.Int64))
+        #: where each unit's rows start in sorted order
+        self.starts = starts
+        self.seg = _Segments(starts, n) if n and len(starts) < n else None
+
+    def reduce(self, columns: dict[str, np.ndarray],
+               is_max: Callable[[str], bool]) -> dict[str, np.ndarray]:
+        """Per-unit totals (aligned with `units`) of per-row ``columns`` (in the rows' order).
+
+        Sums left to right over a unit's cells in key-set order (`_Segments`), maxima where
+        ``is_max(name)``: the values `per_unit` gives on the sorted rows.
+
+        Args:
+            columns: Name → per-row float64 array.
+            is_max: Whether a column is reduced by its maximum.
+
+        Returns:
+            Name → per-unit array.
+        """
+        return self.reduce_sorted({c: np.asarray(v)[self.perm] for c, v in columns.items()},
+                                  is_max)
+
+    def reduce_sorted(self, columns: dict[str, np.ndarray],
+                      is_max: Callable[[str], bool]) -> dict[str, np.ndarray]:
+        """`reduce` of per-row arrays already in sorted order (``v[perm]``).
+
+        Args:
+            columns: Name → per-row float64 array, in the order ``perm``.
+            is_max: Whether a column is reduced by its maximum.
+
+        Returns:
+            Name → per-unit array.
+        """
+        if self.seg is None:  # one cell per unit
+            return dict(columns)
+        return {c: np.maximum.reduceat(v, self.starts) if is_max(c) else self.seg.sum(v)
+                for c, v in columns.items()}
+
+
+def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Row positions of (unit, cell) pairs sorted by unit (nulls last), then cell (nulls last).
+
+    The pairs are distinct, so the order is total. Integer ids of at most 64 bits whose range
+    allows it are sorted by one Int64 key (unit - min)·(n_keys + 1) + cell; where that key and
+    the row position fit in 63 bits together they are packed into one integer and the values
+    sorted (several times cheaper than an argsort), else the key is argsorted. Other ids (text,
+    128-bit, nulls) take the multi-column argsort. Every path gives the same order. Returns
+    the permutation and, for integer ids, each sorted row's ``unit - min(unit)`` (else None).
+    """
+    n = len(units)
+    if not n:
+        return np.zeros(0, dtype=np.int64), None
+    dtype = units.dtype
+    if dtype.is_integer() and dtype not in _WIDE_INTS and not units.null_count():
+        lo: Any = units.min()
+        hi: Any = units.max()
+        span = (int(hi) - int(lo) + 1) * (n_keys + 1)
+        if -(2**63) <= int(lo) and int(hi) < 2**63 and span < 2**62:
+            key = ((units.cast(pl.Int64) - int(lo)) * (n_keys + 1)
+                   + cells.fill_null(n_keys).cast(pl.Int64))
+            bits = max(n - 1, 1).bit_length()
+            if span < 2 ** (63 - bits):  # key · 2**bits + position < 2**63
+                packed = (key * (1 << bits) + pl.int_range(n, dtype=pl.Int64, eager=True)
+                          ).sort().to_numpy()
+                perm = packed & ((1 << bits) - 1)
+                return perm, (packed >> bits) // (n_keys + 1)
+            perm = key.arg_sort().to_numpy().astype(np.int64, copy=False)
+            return perm, key.to_numpy()[perm] // (n_keys + 1)
+    frame = pl.DataFrame({"u": units, "c": cells})
+    perm = frame.select(pl.arg_sort_by(["u", "c"], nulls_last=[True, True])).to_series() \
+        .to_numpy().astype(np.int64, copy=False)
+    return perm, None
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
+             bits: dict[str, int], order: UnitOrder | None = None,
+             cell_arrays: bool = True) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
     The size of a (unit, cell) row is its largest contribution over the release's currencies.
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
-    mode they are summed per unit (sizes: the largest contribution) in one group-by.
+    mode they are summed per unit (sizes: the largest contribution) through ``order``, the
+    rows' `UnitOrder` (computed here if not given): each row's contribution is read in that
+    order, so the per-row losses come out sorted and the charges sorted by unit. The per-row
+    ρ and size are returned in the rows' order where ``cell_arrays`` (the cell audit), else
+    empty.
     """
     n = inside.height
+    perm: np.ndarray | None = None
+    if not row_mode:
+        if order is None:
+            order = UnitOrder(inside[uid], inside[_CELL], int(inside[_CELL].max() or 0) + 1)
+        perm = order.perm
+
+    def read(v: np.ndarray) -> np.ndarray:  # a per-row array in the order of the losses
+        return v if perm is None else v[perm]
+
     cell_rho = np.zeros(n)
     cell_size = np.zeros(n)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
         if kind == "count":
-            size = inside[_ROWS].cast(pl.Float64).to_numpy()
+            size = read(inside[_ROWS].cast(pl.Float64).to_numpy())
             delta = size
         else:
-            mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+            mags = {m: read(_abs_float_up(inside[m], bits[m])) for m in ms}
             size, delta = _size_and_delta(
-                policy, ms, mags, lambda m: np.sign(inside[m].cast(pl.Float64).to_numpy()))
+                policy, ms, mags,
+                lambda m: read(np.sign(inside[m].cast(pl.Float64).to_numpy())))
         vals = _policy_values(policy, kind, delta)
         cell_rho += vals[0]
         np.maximum(cell_size, size, out=cell_size)
@@ -1166,14 +1326,20 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     if row_mode:
         units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy()
     else:
-        # rows are sorted by unit, then cell (cells_of): each unit's rows are contiguous, and
-        # its losses are summed left to right in key-set order (_Segments), an order that
-        # depends on the ids and the key set only, never on the input's row order (reruns
-        # agree to the bit)
-        units, per = per_unit(inside[uid], {f"{k}\0{c}": v for k in kinds
-                                            for c, v in cols[k].items()},
-                              lambda name: name.startswith("size\0"))
+        # each unit's losses are summed left to right over its cells in key-set order
+        # (UnitOrder, _Segments), an order that depends on the ids and the key set only, never
+        # on the input's row order (reruns agree to the bit)
+        assert order is not None and perm is not None
+        units = order.units
+        per = order.reduce_sorted({f"{k}\0{c}": v for k in kinds for c, v in cols[k].items()},
+                                  lambda name: name.startswith("size\0"))
         cols = {k: {c: per[f"{k}\0{c}"] for c in cols[k]} for k in kinds}
+        if cell_arrays:  # back in the rows' order
+            rho_rows, size_rows = np.empty(n), np.empty(n)
+            rho_rows[perm], size_rows[perm] = cell_rho, cell_size
+            cell_rho, cell_size = rho_rows, size_rows
+        else:
+            cell_rho, cell_size = np.zeros(0), np.zeros(0)
     ch = Charges(units, cols["rho"], cols["epsilon"], cols["size"], policy.guarantee,
                  cols["eps_a"] if policy.approx else None,
                  cols["delta_a"] if policy.approx else None)
