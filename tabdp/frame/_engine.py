@@ -1297,7 +1297,8 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     perm: np.ndarray | None = None
     if not row_mode:
         if order is None:
-            order = UnitOrder(inside[uid], inside[_CELL], int(inside[_CELL].max() or 0) + 1)
+            top: Any = inside[_CELL].max()
+            order = UnitOrder(inside[uid], inside[_CELL], int(top or 0) + 1)
         perm = order.perm
 
     def read(v: np.ndarray) -> np.ndarray:  # a per-row array in the order of the losses

@@ -23,6 +23,7 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     ROW_ID,
+    UnitOrder,
     _attach_cells,
     _bound_contributions,
     _cell_stats,
@@ -43,7 +44,6 @@ from tabdp.frame._engine import (
     cells_of,
     left_out_counts,
     per_unit,
-    UnitOrder,
 )
 from tabdp.frame._output import to_native
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
