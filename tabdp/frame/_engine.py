@@ -1063,11 +1063,18 @@ def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
     return size, np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
 
 
+#: A count's per-row losses are read from a table of the policy at every whole Δ when every Δ
+#: is a whole number below this (`_policy_values`).
+COUNT_TABLE = 1 << 16
+
+
 def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.ndarray, ...]:
     """The policy's per-row losses (ρ, ε and, if approximate, ε_a, δ_a) at each row's Δ.
 
-    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once. Shared
-    by the Polars engine and the Spark UDF.
+    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once, or,
+    for whole Δ below `COUNT_TABLE`, every whole number from the least Δ to the largest once
+    and each row's value read from that table (no hashing of the rows). Shared by the Polars
+    engine and the Spark UDF.
     """
     n = len(delta)
     if not n:
@@ -1076,6 +1083,15 @@ def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.nd
         lo, hi = float(delta.min()), float(delta.max())
         if lo == hi:
             return tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
+        if lo >= 0 and hi < COUNT_TABLE and lo.is_integer():
+            pos = delta.astype(np.intp)
+            if bool(np.array_equal(pos, delta)):  # whole numbers
+                out = []
+                for v in policy(np.arange(int(lo), int(hi) + 1, dtype=np.float64)):
+                    table = np.zeros(int(hi) + 1)
+                    table[int(lo):] = v
+                    out.append(table[pos])
+                return tuple(out)
         # the distinct values by hashing (np.unique sorts every row), then a binary search
         uniq = np.sort(pl.Series(delta).unique().to_numpy())
         inv = np.searchsorted(uniq, delta)

@@ -316,3 +316,23 @@ def test_cells_by_lookup_equal_the_join(case: int, monkeypatch: pytest.MonkeyPat
         assert lookup[0].equals(joined[0])
         assert lookup[0]["cell"].null_count() < df.height  # some rows are in cells
         assert lookup[1]["cell"].sort().equals(joined[1]["cell"].sort())
+
+
+@pytest.mark.parametrize("mechanism", [mech.DiscreteGaussian(2.0), mech.DiscreteLaplace(3.0),
+                                       mech.Gaussian(1.5)])
+def test_count_losses_from_the_table_equal_those_of_the_distinct_values(
+        mechanism: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count's per-row losses read from a table at every whole Δ are the distinct values'."""
+    from tabdp.frame._engine import _Policy, _policy_values
+
+    rng = np.random.default_rng(2)
+    policy = _Policy(mechanism, [])
+    for delta in (np.minimum(rng.zipf(2.0, 20_000), 3000).astype(np.float64) + 2.0,
+                  np.r_[rng.integers(1, 9, 500).astype(np.float64), 2.5]):  # not whole
+        got = _policy_values(policy, "count", delta)
+        monkeypatch.setattr("tabdp.frame._engine.COUNT_TABLE", 0)  # the distinct values
+        want = _policy_values(policy, "count", delta)
+        monkeypatch.undo()
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w)
