@@ -958,6 +958,8 @@ class Ledger:
         is the commit point: it is created only if no other entry took its number (a
         concurrent writer is refused, never an update lost). A run killed before it leaves the
         ledger at its previous state (the next open restores the Delta tables to the chain).
+        Then the anchor next to the folder is rewritten to the new head (a run killed in
+        between leaves it one entry behind, which the next open accepts and brings up to date).
 
         Args:
             spec_hash: The release spec's hash (the manifest's ``config_hash``).
