@@ -1134,6 +1134,45 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
                    for c, v in columns.items()}
 
 
+#: Rows per chunk of the per-row policy evaluation: its temporaries stay small and are reused
+#: by the allocator (one array of a few million doubles is a fresh mapping, page-faulted in
+#: at every step: most of the time of a whole-column evaluation at 5M rows).
+POLICY_CHUNK = 1 << 16
+
+
+def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str, int],
+                ms: list[str]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """One currency's size and policy values (ρ, ε[, ε_a, δ_a]) for every row of ``inside``.
+
+    Evaluated in chunks of `POLICY_CHUNK` rows: every value is a function of its own row only
+    (`_size_and_delta`, `_policy_values`), so the doubles are those of one evaluation.
+    """
+    def one(part: pl.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        if kind == "count":
+            size = part[_ROWS].cast(pl.Float64).to_numpy()
+            delta = size
+        else:
+            mags = {m: _abs_float_up(part[m], bits[m]) for m in ms}
+            size, delta = _size_and_delta(
+                policy, ms, mags, lambda m: np.sign(part[m].cast(pl.Float64).to_numpy()))
+        return size, _policy_values(policy, kind, delta)
+
+    n = inside.height
+    if n <= POLICY_CHUNK:
+        return one(inside)
+    size_all = np.empty(n)
+    vals_all: list[np.ndarray] = []
+    for lo in range(0, n, POLICY_CHUNK):
+        size, vals = one(inside.slice(lo, POLICY_CHUNK))
+        if not vals_all:
+            vals_all = [np.empty(n) for _ in vals]
+        hi = lo + len(size)
+        size_all[lo:hi] = size
+        for full, v in zip(vals_all, vals, strict=True):
+            full[lo:hi] = v
+    return size_all, tuple(vals_all)
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
              bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
@@ -1149,14 +1188,7 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
-        if kind == "count":
-            size = inside[_ROWS].cast(pl.Float64).to_numpy()
-            delta = size
-        else:
-            mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
-            size, delta = _size_and_delta(
-                policy, ms, mags, lambda m: np.sign(inside[m].cast(pl.Float64).to_numpy()))
-        vals = _policy_values(policy, kind, delta)
+        size, vals = _row_policy(inside, policy, kind, bits, ms)
         cell_rho += vals[0]
         np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
