@@ -526,10 +526,11 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
         base = lf.with_columns(keep)
         fps = []
+    # the counters stay Boolean (one bit per row, summed once) rather than 64-bit columns
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
         pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
-        *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
+        *[e.alias(k) for k, e in counters.items()], *fps)
     return plan, list(counters)
 
 
@@ -657,8 +658,8 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
                                  sess.bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
     counts = {k: int(v or 0) for k, v in
-              data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
-        if names else {}
+              data.select(pl.col(k).cast(pl.Int64).sum() for k in names).row(0, named=True)
+              .items()} if names else {}
     rows_read = data.height  # one row per row read (the plan has no group-by)
     fps = {}
     per_row = unit is None
@@ -1174,23 +1175,25 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
+             bits: dict[str, int], cells: bool = True) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
-    The size of a (unit, cell) row is its largest contribution over the release's currencies.
+    The size of a (unit, cell) row is its largest contribution over the release's currencies
+    (with ``cells=False`` the two per-row arrays are left empty: the cell audit is off).
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
     mode they are summed per unit (sizes: the largest contribution) in one group-by.
     """
     n = inside.height
-    cell_rho = np.zeros(n)
-    cell_size = np.zeros(n)
+    cell_rho = np.zeros(n if cells else 0)
+    cell_size = np.zeros(n if cells else 0)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
         size, vals = _row_policy(inside, policy, kind, bits, ms)
-        cell_rho += vals[0]
-        np.maximum(cell_size, size, out=cell_size)
+        if cells:
+            cell_rho += vals[0]
+            np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:
             cols["eps_a"][cur], cols["delta_a"][cur] = vals[2], vals[3]

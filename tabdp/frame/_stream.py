@@ -185,7 +185,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
             summed = prog.measures if prog.kind == "sum" else ()
             sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
                                 **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
-            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits)
+            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits,
+                                       cells=track and j in targets)
             admitted = sess.admit(ch, lookup)
             losses = ch.losses(admitted)
             ids = np.asarray(losses.units, dtype=np.int64)
