@@ -35,7 +35,9 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _CELL,
     _ROWS,
+    MAX_ABS,
     ROW_ID,
+    SUM_SCALE_BITS,
     _cells,
     _charges,
     _counter_exprs,
@@ -92,20 +94,55 @@ class Program(NamedTuple):
     bits: dict[str, int]
 
 
+#: Measure dtypes whose fixed-point magnitude a report reads as a float (`_magnitude`).
+_FLOAT_MAGNITUDES = (pl.Float64, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16,
+                     pl.UInt32, pl.UInt64)
+
+
+def _magnitude(m: str, dt: Any, rules: _Rules) -> pl.Expr | None:
+    """|fixed-point contribution| of ``m`` as a Float64, equal to the 128-bit one cast, or None.
+
+    A Float64's fixed-point value is an integer-valued double (it is rounded as a double, then
+    cast exactly to 128 bits) and an integer's converts to the nearest double whatever its
+    sign: the charges (`tabdp.frame._engine._abs_float_up`) read the same double without
+    the 128-bit column. ``None`` for other dtypes (their 128-bit value is kept).
+    """
+    if dt not in _FLOAT_MAGNITUDES:
+        return None
+    x = pl.col(m)
+    if dt == pl.Float64:
+        v = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round()
+    else:
+        v = x.cast(pl.Float64)
+    if rules.negatives == "zero":
+        v = v.clip(lower_bound=0.0)
+    return v.abs()
+
+
 def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
-                     ordered: bool, seen: dict[tuple[Any, ...], str] | None = None
-                     ) -> tuple[pl.LazyFrame, list[str]]:
+                     ordered: bool, seen: dict[tuple[Any, ...], str] | None = None,
+                     magnitudes: bool = False) -> tuple[pl.LazyFrame, list[str]]:
     """Add program ``j``'s cell, rows kept and fixed-point contributions (names returned).
 
     ``seen`` maps (grouping, key set) to the cell column of an earlier program of the plan
-    with the same ones: its cells are copied rather than found again (updated here).
+    with the same ones: its cells are copied rather than found again (updated here). With
+    ``magnitudes`` (the report, which sums nothing) a contribution is its magnitude as a
+    Float64 where `_magnitude` gives it and the policy reads no sign (not joint).
     """
     parts = {m: _measure_parts(m, schema[m], prog.rules) for m in prog.measures}
     keep = _keep_mask(parts, prog.rules, pl.lit(True), None)
     summed = prog.measures if prog.kind == "sum" else ()  # a count's columns only filter rows
+
+    def value(m: str) -> pl.Expr:
+        mag = (_magnitude(m, schema[m], prog.rules)
+               if magnitudes and not prog.policy.joint else None)
+        if mag is not None:
+            return pl.when(keep & ~parts[m]["bad"]).then(mag).otherwise(pl.lit(0.0))
+        return (pl.when(keep & ~parts[m]["bad"]).then(parts[m]["fixed"])
+                .otherwise(pl.lit(0, pl.Int128)))
+
     lf = lf.with_columns(
-        *[pl.when(keep & ~parts[m]["bad"]).then(parts[m]["fixed"])
-          .otherwise(pl.lit(0, pl.Int128)).alias(f"__v{j}:{m}") for m in summed],
+        *[value(m).alias(f"__v{j}:{m}") for m in summed],
         keep.cast(pl.Int64).alias(f"__r{j}"))
     same = (prog.by, id(prog.keys))
     if seen is not None and same in seen:
@@ -268,7 +305,7 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     inputs: list[str] = []
     seen: dict[tuple[Any, ...], str] = {}
     for j, prog in indexed:
-        lf, cols = _program_columns(lf, schema, prog, j, report, seen)
+        lf, cols = _program_columns(lf, schema, prog, j, report, seen, magnitudes=report)
         inputs += cols
     fn = _replay_batch(sess, indexed, report, delta, targets, track)
     dtype = _out_schema(programs, report, delta, targets, track)
