@@ -526,10 +526,11 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
         base = lf.with_columns(keep)
         fps = []
+    # the counters stay Boolean (one bit per row, summed once) rather than 64-bit columns
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
         pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
-        *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
+        *[e.alias(k) for k, e in counters.items()], *fps)
     return plan, list(counters)
 
 
@@ -657,8 +658,8 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
                                  sess.bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
     counts = {k: int(v or 0) for k, v in
-              data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
-        if names else {}
+              data.select(pl.col(k).cast(pl.Int64).sum() for k in names).row(0, named=True)
+              .items()} if names else {}
     rows_read = data.height  # one row per row read (the plan has no group-by)
     fps = {}
     per_row = unit is None
@@ -1134,31 +1135,65 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
                    for c, v in columns.items()}
 
 
+#: Rows per chunk of the per-row policy evaluation: its temporaries stay small and are reused
+#: by the allocator (one array of a few million doubles is a fresh mapping, page-faulted in
+#: at every step: most of the time of a whole-column evaluation at 5M rows).
+POLICY_CHUNK = 1 << 16
+
+
+def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str, int],
+                ms: list[str]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """One currency's size and policy values (ρ, ε[, ε_a, δ_a]) for every row of ``inside``.
+
+    Evaluated in chunks of `POLICY_CHUNK` rows: every value is a function of its own row only
+    (`_size_and_delta`, `_policy_values`), so the doubles are those of one evaluation.
+    """
+    def one(part: pl.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        if kind == "count":
+            size = part[_ROWS].cast(pl.Float64).to_numpy()
+            delta = size
+        else:
+            mags = {m: _abs_float_up(part[m], bits[m]) for m in ms}
+            size, delta = _size_and_delta(
+                policy, ms, mags, lambda m: np.sign(part[m].cast(pl.Float64).to_numpy()))
+        return size, _policy_values(policy, kind, delta)
+
+    n = inside.height
+    if n <= POLICY_CHUNK:
+        return one(inside)
+    size_all = np.empty(n)
+    vals_all: list[np.ndarray] = []
+    for lo in range(0, n, POLICY_CHUNK):
+        size, vals = one(inside.slice(lo, POLICY_CHUNK))
+        if not vals_all:
+            vals_all = [np.empty(n) for _ in vals]
+        hi = lo + len(size)
+        size_all[lo:hi] = size
+        for full, v in zip(vals_all, vals, strict=True):
+            full[lo:hi] = v
+    return size_all, tuple(vals_all)
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int]) -> tuple[Charges, np.ndarray, np.ndarray]:
+             bits: dict[str, int], cells: bool = True) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
-    The size of a (unit, cell) row is its largest contribution over the release's currencies.
+    The size of a (unit, cell) row is its largest contribution over the release's currencies
+    (with ``cells=False`` the two per-row arrays are left empty: the cell audit is off).
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
     mode they are summed per unit (sizes: the largest contribution) in one group-by.
     """
     n = inside.height
-    cell_rho = np.zeros(n)
-    cell_size = np.zeros(n)
+    cell_rho = np.zeros(n if cells else 0)
+    cell_size = np.zeros(n if cells else 0)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
-        if kind == "count":
-            size = inside[_ROWS].cast(pl.Float64).to_numpy()
-            delta = size
-        else:
-            mags = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
-            size, delta = _size_and_delta(
-                policy, ms, mags, lambda m: np.sign(inside[m].cast(pl.Float64).to_numpy()))
-        vals = _policy_values(policy, kind, delta)
-        cell_rho += vals[0]
-        np.maximum(cell_size, size, out=cell_size)
+        size, vals = _row_policy(inside, policy, kind, bits, ms)
+        if cells:
+            cell_rho += vals[0]
+            np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:
             cols["eps_a"][cur], cols["delta_a"][cur] = vals[2], vals[3]
