@@ -26,6 +26,9 @@ only); the exit code stays 0.
     tabdp ledger verify PATH [--series S] # CURATOR ONLY: check a lifetime ledger's hash chain
                                          # and bytes (exit 0 only for an intact ledger)
     tabdp ledger show PATH [--series S]  # CURATOR ONLY: verify, then print its releases
+    tabdp ledger accept-restore PATH [--series S]
+                                         # CURATOR ONLY: accept a deliberately restored (older)
+                                         # copy of a ledger: its anchor takes the folder's head
 
 ``validate``, ``plan`` and ``run`` take ``--curator CONFIG``: the curator's configuration
 (`curator_config`: datasets, public metadata folders, output root, defaults),
@@ -341,6 +344,14 @@ def _parser() -> argparse.ArgumentParser:
         a.add_argument("path", type=Path, help="the ledger folder")
         a.add_argument("--series", default=None,
                        help="the release series the ledger must belong to")
+    a = lsub.add_parser("accept-restore", help=(
+        "accept the ledger folder as it is although it does not match its anchor (the chain "
+        "head kept next to it, .<name>.head.json): after a deliberate restore of an older "
+        "copy whose later releases were never published. Verifies the folder, then rewrites "
+        "the anchor to its head"))
+    a.add_argument("path", type=Path, help="the ledger folder")
+    a.add_argument("--series", default=None,
+                   help="the release series the ledger must belong to")
     a = lsub.add_parser("init", help="start a release series: create its ledger (a run never "
                                      "creates one, so a vanished ledger is refused)")
     a.add_argument("path", type=Path, help="the new ledger folder (must not exist)")
@@ -398,8 +409,16 @@ def _refuse_under_author_only(args: argparse.Namespace, tool: str, why: str) -> 
                         "without that configuration (TABDP_CURATOR unset).")
 
 
-def _cmd_ledger(args: argparse.Namespace, out: TextIO) -> int:
-    """``tabdp ledger verify|show PATH``: exit 0 only for an intact ledger (else LedgerError)."""
+def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``tabdp ledger verify|show|init|accept-restore PATH``: exit 0 only for an intact ledger.
+
+    A ledger that does not verify, or does not match its anchor, is a ``LedgerError`` (exit
+    2). The ledger's warnings (an anchor written for a ledger that had none, an accepted
+    restore) are the curator's: written to ``err`` as ``warning:`` lines.
+    """
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
     from tabdp.privacy.lifetime import Ledger, iter_show, verify_ledger
 
     _refuse_under_author_only(args, f"tabdp ledger {args.ledger_command}",
@@ -412,12 +431,29 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"ledger {args.path}: series {args.series!r} started (0 releases); "
                   "give its path in [ledger] of the series' spec\n")
         return EXIT_OK
-    entries, _ = verify_ledger(args.path, series=args.series, lock=True)
+    accept = args.ledger_command == "accept-restore"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PrivacyWarning)
+        entries, _ = verify_ledger(args.path, series=args.series, lock=True,
+                                   accept_restore=accept)
+    for w in caught:
+        if issubclass(w.category, PrivacyWarning):
+            err.write(f"tabdp ledger {args.ledger_command}: warning: {w.message}\n")
+        else:  # pragma: no cover - passed on as they came
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if args.ledger_command == "show":
         for line in iter_show(entries):
             out.write(line + "\n")
+    if accept:
+        changed = any(issubclass(w.category, PrivacyWarning) for w in caught)
+        out.write(f"ledger {args.path}: " + ("restore accepted: its anchor now records "
+                                             if changed else "its anchor already recorded ")
+                  + f"{len(entries) - 1} release(s) of series {entries[0]['series']!r} "
+                  f"(chain head {entries[-1]['hash']})\n")
+        return EXIT_OK
     out.write(f"ledger {args.path}: intact ({len(entries) - 1} release(s) of series "
-              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']})\n")
+              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']}; it matches its "
+              "anchor)\n")
     return EXIT_OK
 
 
@@ -861,7 +897,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if args.command == "compare":
             return _cmd_compare(args, out, err)
         if args.command == "ledger":
-            return _cmd_ledger(args, out)
+            return _cmd_ledger(args, out, err)
         if args.command == "demo":
             # The default demo folder is the demo's own and is refreshed on every run; a
             # folder given with --out is replaced only with --overwrite.

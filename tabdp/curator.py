@@ -656,10 +656,11 @@ def _open_ledger(ds: _Dataset) -> Any:
         return None
     from tabdp.exceptions import LedgerError
     from tabdp.privacy.lifetime import Ledger
-    from tabdp.release.curator_config import dataset_ledger_error
+    from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
     try:
-        return Ledger.open(ds.ledger, autocommit=True)
+        with dataset_ledger_warnings(ds.name):
+            return Ledger.open(ds.ledger, autocommit=True)
     except (LedgerError, InvalidParameterError) as err:
         raise dataset_ledger_error(ds.name, err) from err
 

@@ -31,6 +31,7 @@ __all__ = [
     "TabdpInternalError",
     "SpecError",
     "LedgerError",
+    "LedgerAnchorError",
     "PrivacyWarning",
     "TabdpWarning",
     "UsabilityWarning",
@@ -205,6 +206,20 @@ class LedgerError(TabdpError, ValueError):
         """The message, and whether another run holds the ledger."""
         super().__init__(message)
         self.busy = busy
+
+
+class LedgerAnchorError(LedgerError):
+    """A ledger folder does not match the anchor kept next to it: an older or another copy.
+
+    The anchor (``<parent>/.<name>.head.json``) records the series and the chain head of the
+    ledger's last commit. An intact ledger whose chain is shorter than the anchor's, does not
+    hold the anchor's head, or belongs to another series (an earlier copy of the whole folder
+    put back, or another series' ledger in its place) is refused before any data is read.
+
+    Example:
+        >>> issubclass(LedgerAnchorError, LedgerError)
+        True
+    """
 
 
 class TabdpInternalError(TabdpError, AssertionError):

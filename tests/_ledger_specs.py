@@ -55,3 +55,19 @@ by = ["county"]
 mechanism = {{ family = "gaussian", sigma = 2.0 }}
 {extra}
 """
+
+
+def copy_ledger(src, dst) -> None:  # noqa: ANN001
+    """Copy a ledger folder and its anchor (``.<name>.head.json`` next to it) to ``dst``.
+
+    A copy without its anchor opens with a warning (the anchor is written then); the anchor
+    copied under the new name keeps the copy's rollback evidence.
+    """
+    import shutil
+    from pathlib import Path
+
+    src, dst = Path(src), Path(dst)
+    shutil.copytree(src, dst)
+    anchor = src.parent / f".{src.name}.head.json"
+    if anchor.exists():
+        shutil.copy2(anchor, dst.parent / f".{dst.name}.head.json")

@@ -526,10 +526,11 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
         base = lf.with_columns(keep)
         fps = []
+    # the counters stay Boolean (one bit per row, summed once) rather than 64-bit columns
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
         pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
-        *[e.cast(pl.Int64).alias(k) for k, e in counters.items()], *fps)
+        *[e.alias(k) for k, e in counters.items()], *fps)
     return plan, list(counters)
 
 
@@ -668,8 +669,8 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
                                  sess.bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
     counts = {k: int(v or 0) for k, v in
-              data.select(pl.col(k).sum() for k in names).row(0, named=True).items()} \
-        if names else {}
+              data.select(pl.col(k).cast(pl.Int64).sum() for k in names).row(0, named=True)
+              .items()} if names else {}
     rows_read = data.height  # one row per row read (the plan has no group-by)
     fps = {}
     per_row = unit is None
@@ -1295,18 +1296,89 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
     return perm, None
 
 
+#: Rows per chunk of the per-row policy evaluation: its temporaries stay small and are reused
+#: by the allocator (one array of a few million doubles is a fresh mapping, page-faulted in
+#: at every step: most of the time of a whole-column evaluation at 5M rows).
+POLICY_CHUNK = 1 << 16
+
+
+def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str, int],
+                ms: list[str], perm: np.ndarray | None = None
+                ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """One currency's size and policy values (ρ, ε[, ε_a, δ_a]) for every row of ``inside``.
+
+    Evaluated in chunks of `POLICY_CHUNK` rows: every value is a function of its own row only
+    (`_size_and_delta`, `_policy_values`), so the doubles are those of one evaluation. With
+    ``perm`` (unit mode's `UnitOrder`) the rows are read in that order and the values come out
+    in it: each row's contribution is gathered once (a float array), not every result.
+    """
+    if perm is not None:
+        if kind == "count":
+            base = {_ROWS: inside[_ROWS].cast(pl.Float64).to_numpy()}
+        else:
+            base = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+        signs: dict[str, np.ndarray] = {}
+
+        def sign(m: str) -> np.ndarray:  # read only by a joint policy
+            if m not in signs:
+                signs[m] = np.sign(inside[m].cast(pl.Float64).to_numpy())
+            return signs[m]
+
+        def at(idx: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            if kind == "count":
+                size = base[_ROWS][idx]
+                delta = size
+            else:
+                size, delta = _size_and_delta(policy, ms, {m: base[m][idx] for m in ms},
+                                              lambda m: sign(m)[idx])
+            return size, _policy_values(policy, kind, delta)
+
+        def chunk(lo: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            assert perm is not None
+            return at(perm[lo:lo + POLICY_CHUNK])
+    else:
+        def chunk(lo: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            return one(inside.slice(lo, POLICY_CHUNK))
+
+    def one(part: pl.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+        if kind == "count":
+            size = part[_ROWS].cast(pl.Float64).to_numpy()
+            delta = size
+        else:
+            mags = {m: _abs_float_up(part[m], bits[m]) for m in ms}
+            size, delta = _size_and_delta(
+                policy, ms, mags, lambda m: np.sign(part[m].cast(pl.Float64).to_numpy()))
+        return size, _policy_values(policy, kind, delta)
+
+    n = inside.height
+    if n <= POLICY_CHUNK:
+        return chunk(0)
+    size_all = np.empty(n)
+    vals_all: list[np.ndarray] = []
+    for lo in range(0, n, POLICY_CHUNK):
+        size, vals = chunk(lo)
+        if not vals_all:
+            vals_all = [np.empty(n) for _ in vals]
+        hi = lo + len(size)
+        size_all[lo:hi] = size
+        for full, v in zip(vals_all, vals, strict=True):
+            full[lo:hi] = v
+    return size_all, tuple(vals_all)
+
+
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int], order: UnitOrder | None = None,
-             cell_arrays: bool = True) -> tuple[Charges, np.ndarray, np.ndarray]:
+             bits: dict[str, int], cells: bool = True, order: UnitOrder | None = None
+             ) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
-    The size of a (unit, cell) row is its largest contribution over the release's currencies.
+    The size of a (unit, cell) row is its largest contribution over the release's currencies
+    (with ``cells=False`` the two per-row arrays are left empty: the cell audit is off).
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
     mode they are summed per unit (sizes: the largest contribution) through ``order``, the
     rows' `UnitOrder` (computed here if not given): each row's contribution is read in that
     order, so the per-row losses come out sorted and the charges sorted by unit. The per-row
-    ρ and size are returned in the rows' order where ``cell_arrays`` (the cell audit), else
+    ρ and size are returned in the rows' order where ``cells`` (the cell audit), else
     empty.
     """
     n = inside.height
@@ -1316,26 +1388,15 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
             top: Any = inside[_CELL].max()
             order = UnitOrder(inside[uid], inside[_CELL], int(top or 0) + 1)
         perm = order.perm
-
-    def read(v: np.ndarray) -> np.ndarray:  # a per-row array in the order of the losses
-        return v if perm is None else v[perm]
-
-    cell_rho = np.zeros(n)
-    cell_size = np.zeros(n)
+    cell_rho = np.zeros(n if cells else 0)
+    cell_size = np.zeros(n if cells else 0)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
-        if kind == "count":
-            size = read(inside[_ROWS].cast(pl.Float64).to_numpy())
-            delta = size
-        else:
-            mags = {m: read(_abs_float_up(inside[m], bits[m])) for m in ms}
-            size, delta = _size_and_delta(
-                policy, ms, mags,
-                lambda m: read(np.sign(inside[m].cast(pl.Float64).to_numpy())))
-        vals = _policy_values(policy, kind, delta)
-        cell_rho += vals[0]
-        np.maximum(cell_size, size, out=cell_size)
+        size, vals = _row_policy(inside, policy, kind, bits, ms, perm)
+        if cells:
+            cell_rho += vals[0]
+            np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:
             cols["eps_a"][cur], cols["delta_a"][cur] = vals[2], vals[3]
@@ -1351,7 +1412,7 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
         per = order.reduce_sorted({f"{k}\0{c}": v for k in kinds for c, v in cols[k].items()},
                                   lambda name: name.startswith("size\0"))
         cols = {k: {c: per[f"{k}\0{c}"] for c in cols[k]} for k in kinds}
-        if cell_arrays:  # back in the rows' order
+        if cells:  # back in the rows' order
             rho_rows, size_rows = np.empty(n), np.empty(n)
             rho_rows[perm], size_rows[perm] = cell_rho, cell_size
             cell_rho, cell_size = rho_rows, size_rows

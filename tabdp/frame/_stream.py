@@ -35,7 +35,9 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
     _CELL,
     _ROWS,
+    MAX_ABS,
     ROW_ID,
+    SUM_SCALE_BITS,
     _cells,
     _charges,
     _counter_exprs,
@@ -92,18 +94,68 @@ class Program(NamedTuple):
     bits: dict[str, int]
 
 
+#: Measure dtypes whose fixed-point magnitude a report reads as a float (`_magnitude`).
+_FLOAT_MAGNITUDES = (pl.Float64, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16,
+                     pl.UInt32, pl.UInt64)
+
+
+def _magnitude(m: str, dt: Any, rules: _Rules) -> pl.Expr | None:
+    """|fixed-point contribution| of ``m`` as a Float64, equal to the 128-bit one cast, or None.
+
+    A Float64's fixed-point value is an integer-valued double (it is rounded as a double, then
+    cast exactly to 128 bits) and an integer's converts to the nearest double whatever its
+    sign: the charges (`tabdp.frame._engine._abs_float_up`) read the same double without
+    the 128-bit column. ``None`` for other dtypes (their 128-bit value is kept).
+    """
+    if dt not in _FLOAT_MAGNITUDES:
+        return None
+    x = pl.col(m)
+    if dt == pl.Float64:
+        v = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round()
+    else:
+        v = x.cast(pl.Float64)
+    if rules.negatives == "zero":
+        v = v.clip(lower_bound=0.0)
+    return v.abs()
+
+
 def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
-                     ordered: bool) -> tuple[pl.LazyFrame, list[str]]:
-    """Add program ``j``'s cell, rows kept and fixed-point contributions (names returned)."""
+                     ordered: bool, seen: dict[tuple[Any, ...], str] | None = None,
+                     magnitudes: bool = False) -> tuple[pl.LazyFrame, list[str]]:
+    """Add program ``j``'s cell, rows kept and fixed-point contributions (names returned).
+
+    ``seen`` maps (grouping, key set) to the cell column of an earlier program of the plan
+    with the same ones: its cells are copied rather than found again (updated here). With
+    ``magnitudes`` (the report, which sums nothing) a contribution is its magnitude as a
+    Float64 where `_magnitude` gives it and the policy reads no sign (not joint).
+    """
     parts = {m: _measure_parts(m, schema[m], prog.rules) for m in prog.measures}
     keep = _keep_mask(parts, prog.rules, pl.lit(True), None)
     summed = prog.measures if prog.kind == "sum" else ()  # a count's columns only filter rows
+
+    def value(m: str) -> pl.Expr:
+        mag = (_magnitude(m, schema[m], prog.rules)
+               if magnitudes and not prog.policy.joint else None)
+        if mag is not None:
+            return pl.when(keep & ~parts[m]["bad"]).then(mag).otherwise(pl.lit(0.0))
+        return (pl.when(keep & ~parts[m]["bad"]).then(parts[m]["fixed"])
+                .otherwise(pl.lit(0, pl.Int128)))
+
     lf = lf.with_columns(
-        *[pl.when(keep & ~parts[m]["bad"]).then(parts[m]["fixed"])
-          .otherwise(pl.lit(0, pl.Int128)).alias(f"__v{j}:{m}") for m in summed],
+        *[value(m).alias(f"__v{j}:{m}") for m in summed],
         keep.cast(pl.Int64).alias(f"__r{j}"))
-    lf = _cells(lf, schema, prog.keys, list(prog.by), f"__c{j}", ordered)
+    same = (prog.by, id(prog.keys))
+    if seen is not None and same in seen:
+        lf = lf.with_columns(pl.col(seen[same]).alias(f"__c{j}"))
+    else:
+        lf = _cells(lf, schema, prog.keys, list(prog.by), f"__c{j}", ordered)
+        if seen is not None:
+            seen[same] = f"__c{j}"
     return lf, [f"__c{j}", f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
+
+
+#: The running totals a report writes (ε at δ reads the other components, not written).
+_REPORTED = ("rho", "epsilon", "size")
 
 
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
@@ -120,10 +172,14 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     Output fields: for each released program ``j`` in ``targets`` (the releases of one pass),
     ``ok<j>:<currency>`` (admitted) and, with ``track``, the row's ρ and size there (``crho<j>``,
     ``csize<j>``); with ``report``,
-    the running totals (``COMPONENTS``), ``rho_<name>`` per program and, with ``delta``,
-    ``epsilon_delta``.
+    the running totals ``rho``, ``epsilon``, ``size`` (`_REPORTED`), ``rho_<name>`` per program
+    and, with ``delta``, ``epsilon_delta``.
     """
     curve = sess.budget is not None and sess.budget.per_currency
+    # the running totals kept: what the filter reads ("rho", "rho@<currency>",
+    # "size@<currency>") and what the report writes (ε at δ needs every component)
+    kept = (COMPONENTS if report and delta is not None
+            else _REPORTED if report else ("rho",))
 
     def run(s: pl.Series) -> pl.Series:
         b = s.struct.unnest()
@@ -132,6 +188,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
         def lookup(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
             ids = np.asarray(units, dtype=np.int64)
+            assert all(c in kept or c.startswith(("rho@", "size@")) for c in cols), cols
             return {c: acc[c][ids] if c in acc else np.zeros(ids.size) for c in cols}
 
         def add(ids: np.ndarray, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
@@ -140,7 +197,12 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
             # (the same doubles as the indexed update, without gathering and scattering)
             whole = ids.size == n
             for k, v in sums.items():
-                a = acc.setdefault(k, np.zeros(n))
+                a = acc.get(k)
+                if a is None and whole:
+                    acc[k] = v + 0.0  # 0.0 + v: the same doubles as a sum into zeros
+                    continue
+                if a is None:
+                    a = acc[k] = np.zeros(n)
                 if whole:
                     a += v
                 else:
@@ -160,12 +222,14 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
             summed = prog.measures if prog.kind == "sum" else ()
             sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
                                 **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
-            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits)
+            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits,
+                                       cells=track and j in targets)
             admitted = sess.admit(ch, lookup)
             losses = ch.losses(admitted)
             ids = np.asarray(losses.units, dtype=np.int64)
             comps = loss_components(losses)
-            add(ids, {c: comps[c] for c in COMPONENTS if c != "size"}, {"size": comps["size"]})
+            add(ids, {c: comps[c] for c in kept if c != "size"},
+                {"size": comps["size"]} if "size" in kept else {})
             if curve and ch.n:
                 for c in ch.currencies:
                     ok = admitted[c]
@@ -184,8 +248,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     r[idx], z[idx] = crho, csize
                     out[f"crho{j}"], out[f"csize{j}"] = r, z
         if report:
-            tot = {c: acc.get(c, np.zeros(n)) for c in COMPONENTS}
-            out = {**tot, **out}
+            tot = {c: acc.get(c, np.zeros(n)) for c in kept}
+            out = {**{c: tot[c] for c in _REPORTED}, **out}
             if delta is not None:
                 out["epsilon_delta"] = (epsilon_at(delta, tot["rho_z"], tot["rho_g"],
                                                    tot["eps_a"], tot["delta_a"], tot["epsilon"])
@@ -200,7 +264,7 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
                 targets: frozenset[int], track: bool) -> pl.Struct:
     fields: dict[str, Any] = {}
     if report:
-        fields |= {c: pl.Float64 for c in COMPONENTS}
+        fields |= {c: pl.Float64 for c in _REPORTED}
         fields |= {f"rho_{p.name}": pl.Float64 for p in programs}
         if delta is not None:
             fields["epsilon_delta"] = pl.Float64
@@ -239,8 +303,9 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
             return lf.with_columns(pl.lit(True).alias(f"ok{j}:{c}") for j, prog in indexed
                                    for c, _ in prog.policy.currencies())
     inputs: list[str] = []
+    seen: dict[tuple[Any, ...], str] = {}
     for j, prog in indexed:
-        lf, cols = _program_columns(lf, schema, prog, j, report)
+        lf, cols = _program_columns(lf, schema, prog, j, report, seen, magnitudes=report)
         inputs += cols
     fn = _replay_batch(sess, indexed, report, delta, targets, track)
     dtype = _out_schema(programs, report, delta, targets, track)
@@ -570,6 +635,10 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     currencies = rel.policy.currencies()
     ok_all = pl.all_horizontal([pl.col(f"ok{k}:{c}") for c, _ in currencies])
     cur_of = {m: c for c, ms in currencies for m in ms}
+    if sess.budget is None and not sess.track_cells:
+        # every record admitted (`_replayed` gives literal flags): a released cell's total is
+        # its admitted total and nothing is left out; one 128-bit sum per measure and row
+        return _unfiltered_query(plan, rel, k, fp_cols, counters)
     values = [pl.when(pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
               .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m in measures]
     if rel.kind == "count":
@@ -602,6 +671,32 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
         pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
         .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in measures)
+
+
+def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[str],
+                      counters: dict[str, pl.Expr]) -> pl.LazyFrame:
+    """`_release_query` of a session without a budget: the same columns, fewer sums per row.
+
+    Every record is admitted, so the admitted sums are the cells' totals (``__tot``; 0 for
+    the rows outside the key set, as there) and the filter leaves nothing out.
+    """
+    schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
+    cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
+    inside = cell.is_not_null() & (rows > 0)
+    zero = pl.lit(0, pl.Int128)
+    aggs = [*[pl.col(f"__v{k}:{m}").sum().alias(m) for m in measures],
+            pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS),
+            pl.len().cast(pl.Int64).alias("__n"),
+            *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+            *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
+            *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
+              for m in measures]]
+    return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
+        pl.col(_ROWS).cast(pl.Int64).alias("__released"),
+        pl.lit(0, pl.Int64).alias("__left"), pl.lit(0, pl.Int64).alias("__rows_left"),
+        *[pl.when(cell.is_not_null()).then(pl.col(m)).otherwise(zero).alias(f"__tot:{m}")
+          for m in measures],
+        *[zero.alias(f"__lo:{m}") for m in measures])
 
 
 def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:

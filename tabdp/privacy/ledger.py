@@ -326,17 +326,20 @@ class Charges:
             # nobody left out (no budget, or all within it): plain sums, no masking
             parts = {k: getattr(self, k) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
             tot: dict[str, np.ndarray] = {}
+            # one currency: its arrays as they are (never written in place); several: the
+            # first two added (or their maximum) into a new array, then the others into it
             for k in ("rho", "epsilon", "eps_a", "delta_a"):
                 if k in ("eps_a", "delta_a") and not approx:
                     continue
-                vals = list(parts[k].values())
-                tot[k] = np.array(vals[0], dtype=np.float64, copy=True) if vals else np.zeros(n)
-                for v in vals[1:]:
+                vals = [np.asarray(v, dtype=np.float64) for v in parts[k].values()]
+                tot[k] = np.zeros(n) if not vals else vals[0] if len(vals) == 1 else \
+                    vals[0] + vals[1]
+                for v in vals[2:]:
                     tot[k] += v
-            sizes = list(self.size.values())
-            tot["size"] = np.zeros(n) if not sizes else np.array(sizes[0], dtype=np.float64,
-                                                                  copy=True)
-            for v in sizes[1:]:
+            sizes = [np.asarray(v, dtype=np.float64) for v in self.size.values()]
+            tot["size"] = np.zeros(n) if not sizes else sizes[0] if len(sizes) == 1 else \
+                np.maximum(sizes[0], sizes[1])
+            for v in sizes[2:]:
                 np.maximum(tot["size"], v, out=tot["size"])
             return UnitLosses(self.units, tot["rho"], tot["epsilon"], tot["size"],
                               self.guarantee, tot.get("eps_a"), tot.get("delta_a"))
@@ -414,6 +417,9 @@ class DenseLedger:
         ids = np.asarray(units, dtype=np.int64)
         if ids.size:
             self._grow(int(ids.max()) + 1)
+        # a column never charged reads as 0 (`lookup`, `frame`'s callers): an all-zero sum
+        # into it (e.g. the approximate-DP parts of a zCDP release) allocates nothing
+        sums = {k: v for k, v in sums.items() if k in self.arrays or np.any(v)}
         for k in [*sums, *maxes]:
             if k not in self.arrays:
                 self.arrays[k] = np.zeros(self.n)
@@ -426,7 +432,10 @@ class DenseLedger:
         for k, v in sums.items():
             self.arrays[k][at] += v
         for k, v in maxes.items():
-            self.arrays[k][at] = np.maximum(self.arrays[k][at], v)
+            if run:
+                np.maximum(self.arrays[k][at], v, out=self.arrays[k][at])
+            else:
+                self.arrays[k][at] = np.maximum(self.arrays[k][at], v)
 
     def frame(self, n_rows: int) -> pl.DataFrame:
         """All rows 0..n_rows-1 with their totals (0 where never charged).

@@ -20,6 +20,9 @@ Layout (every file 0600, every folder 0700, CONFIDENTIAL)::
                  put-if-absent (the commit point), so two writers never both commit release n
       lock       held (``flock``) by the process that opened the ledger; released by the kernel
                  when that process ends, even on ``kill -9``
+    .<ledger>.head.json   next to the folder (0600): the anchor, the chain's head, rewritten after
+                 each commit; an older copy of the folder put back does not hold it and is
+                 refused (see `tabdp.privacy._anchor`)
 
 The ledger's totals have the columns of a session's ledger: ``rho``, ``epsilon``, ``size``,
 ``rho_z``, ``rho_g``, ``eps_a``, ``delta_a`` and, per currency ``c``, ``rho@c`` and ``size@c``
@@ -45,7 +48,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp.exceptions import InvalidParameterError, LedgerError
+from tabdp.exceptions import InvalidParameterError, LedgerError, PrivacyWarning
+from tabdp.privacy import _anchor
 from tabdp.privacy.budget import Budget
 
 __all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
@@ -343,12 +347,19 @@ def ledger_terms(path: str | os.PathLike[str]) -> tuple[str, Any]:
 
 
 def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
-                  lock: bool = False, history: bool = True,
-                  _keep_state: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Check a ledger: its chain, the bytes of its state and history, the Delta logs.
+                  lock: bool = False, history: bool = True, accept_restore: bool = False,
+                  _keep_state: bool = False,
+                  _locked: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Check a ledger: its chain, the bytes of its state and history, the Delta logs, its anchor.
 
-    Read-only and lock-free: Delta versions written after the chain's last entry (by a run that
-    was interrupted before it committed) are ignored, as every reader ignores them.
+    Without ``lock``, read-only and lock-free: Delta versions written after the chain's last
+    entry (by a run that was interrupted before it committed) are ignored, as every reader
+    ignores them. Last, the chain is compared with the ledger's anchor (the chain head kept
+    next to the folder, ``<parent>/.<name>.head.json``): an intact ledger that is an older copy
+    (a chain shorter than the anchor's, or not holding its head) or another series' is refused.
+    With ``lock``, a missing anchor (a ledger made before anchors, or the anchor deleted) is
+    written, with a `PrivacyWarning` to the curator, and one left a release behind by a run
+    killed between its commit and the anchor's update is brought up to date.
 
     Args:
         path: The ledger folder.
@@ -358,12 +369,18 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         history: Hash every history file (``False``: the newest release's history files are
             hashed, older ones checked by presence and size; the chain, the Delta logs and the
             state, which the filter reads, are always hashed).
+        accept_restore: Accept the folder as it is when it does not match its anchor (the
+            curator's deliberate restore of an older copy): the anchor is rewritten to the
+            folder's head, with a `PrivacyWarning` saying so. Needs ``lock``.
 
     Returns:
         The chain entries (genesis first) and, internally, the state files' bytes.
 
     Raises:
         LedgerError: The ledger does not verify (the message says where).
+        LedgerAnchorError: It verifies, but does not match its anchor (an older or another
+            copy of the folder).
+        InvalidParameterError: ``accept_restore`` without ``lock``.
 
     Example:
         >>> import tempfile, pathlib
@@ -377,11 +394,16 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         raise LedgerError(f"no ledger at {root}.\nHint: check the path; a new series starts "
                           "with tabdp.Ledger.create(path, series=..., lifetime_budget=...) "
                           "or `tabdp ledger init PATH`.")
+    if accept_restore and not (lock or _locked):
+        raise InvalidParameterError(
+            "verify_ledger(accept_restore=True) rewrites the ledger's anchor, which needs the "
+            "ledger's lock; got lock=False.\nHint: pass lock=True.")
     if lock:
         held = _Lock(root / "lock")
         try:
             return verify_ledger(root, series=series, history=history,
-                                 _keep_state=_keep_state)
+                                 accept_restore=accept_restore, _keep_state=_keep_state,
+                                 _locked=True)
         finally:
             held.release()
     _refuse_links(root)
@@ -419,7 +441,44 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                         f"the ledger {root} does not verify: a file of its history is missing "
                         f"or has another size than its chain records ({rel}).\nHint: restore "
                         "the ledger from a verified copy.")
+    # last: an intact ledger may still be an older (or another) copy of the folder
+    status, anchor = _anchor.check_anchor(root, entries, accept_restore=accept_restore)
+    if _locked:
+        _settle_anchor(root, entries, status, anchor)
     return entries, state
+
+
+def _settle_anchor(root: Path, entries: list[dict[str, Any]], status: str,
+                   anchor: _anchor.Anchor | None) -> None:
+    """Bring the anchor to the chain's head (the lock held), telling the curator why."""
+    import warnings
+
+    if status == _anchor.OK:
+        return
+    accepted = None
+    if status == _anchor.ACCEPTED:
+        accepted = {"at": _now(), "previous": None if anchor is None else {
+            "series_id": anchor.series_id, "entries": anchor.entries, "head": anchor.head}}
+    _anchor.write_anchor(root, entries, accepted=accepted)
+    head = f"{len(entries) - 1} release(s), chain head {entries[-1]['hash'][:16]}…"
+    if status == _anchor.MISSING:
+        warnings.warn(
+            f"the ledger {root} had no anchor (the chain head kept next to it, "
+            f"{_anchor.anchor_path(root).name}): it was made before anchors existed, or the "
+            f"anchor was deleted or not copied with the folder. One was written ({head}); from "
+            "now on an older copy of the folder put back is refused. This open could not tell "
+            "whether the folder itself is an older copy.\nHint: check that `tabdp ledger show` "
+            "ends with the chain head of the series' last release (its confidential "
+            "ledger.json); keep the anchor with the ledger when you move or copy it.",
+            PrivacyWarning, stacklevel=4)
+    elif status == _anchor.ACCEPTED:
+        was = ("an unreadable anchor" if anchor is None else
+               f"{anchor.releases} release(s), chain head {anchor.head[:16]}…")
+        warnings.warn(
+            f"the ledger {root}: restore accepted; its anchor now records the folder's "
+            f"{head} (it recorded {was}). Releases the folder lacks are no longer counted in "
+            "any unit's lifetime loss.\nHint: accept a restore only if those releases were "
+            "never published.", PrivacyWarning, stacklevel=4)
 
 
 class Ledger:
@@ -477,11 +536,14 @@ class Ledger:
              lifetime_budget: float | Mapping[Any, Any] | Budget | None = None,
              create: bool = False, autocommit: bool = True,
              public: tuple[str | os.PathLike[str], ...] = (),
-             verify_history: bool = False) -> Ledger:
+             verify_history: bool = False, accept_restore: bool = False,
+             _new: bool = False) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
-        that does not verify (bytes, order, chain) or one of another series is refused.
+        that does not verify (bytes, order, chain), one of another series, or an older copy of
+        the folder (it does not hold the chain head its anchor records: see
+        [`verify_ledger`][tabdp.privacy.lifetime.verify_ledger]) is refused.
 
         Args:
             path: The ledger folder (created 0700 when new).
@@ -506,12 +568,18 @@ class Ledger:
                 series. A flipped byte inside an older release's history (an audit record
                 the filter never reads) is found by ``tabdp ledger verify`` (the full check)
                 or with ``verify_history=True``.
+            accept_restore: Accept the folder as it is although it does not match its anchor
+                (the curator's deliberate restore of an older copy, whose later releases were
+                never published): the anchor is rewritten to the folder's chain head, with a
+                `PrivacyWarning` saying so (``tabdp ledger accept-restore PATH`` does the same).
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).
 
         Raises:
             LedgerError: In use, does not verify, another series, or a different budget.
+            LedgerAnchorError: An older or another copy of the ledger folder (it does not
+                match its anchor; ``accept_restore`` accepts it).
             InvalidParameterError: A missing series or budget for a new ledger, or a ledger
                 inside a public folder.
 
@@ -533,6 +601,8 @@ class Ledger:
                     "keep the ledger next to the confidential outputs, outside the public "
                     "folder.")
         if not root.exists():
+            if create and not _new:
+                cls._refuse_vanished(root)
             if not create:
                 raise LedgerError(
                     f"no ledger at {root}. A series' ledger is never created implicitly: a "
@@ -555,7 +625,17 @@ class Ledger:
         lock = _Lock(root / "lock")
         try:
             entries, state_bytes = verify_ledger(root, series=series, history=verify_history,
-                                                 _keep_state=True)
+                                                 accept_restore=accept_restore,
+                                                 _keep_state=True, _locked=True)
+            parent = _anchor.anchor_path(root).parent
+            if not os.access(parent, os.W_OK):
+                raise LedgerError(
+                    f"the folder {parent} holding the ledger {root} is not writable: the "
+                    f"ledger's anchor ({_anchor.anchor_path(root).name}, the chain head kept "
+                    "next to the folder) is rewritten there after each release. Refused "
+                    "before any data was read.\nHint: make the folder writable by the curator, "
+                    "or keep the ledger in a folder of its own the curator can write (e.g. "
+                    "ledgers/<series>).")
             recorded = entries[0]["lifetime_budget"]
             if lifetime_budget is not None:
                 asked = budget_spec(Budget.coerce(lifetime_budget) or Budget(1.0))
@@ -608,7 +688,24 @@ class Ledger:
                 f"cannot start a series at {root}: something is already there.\nHint: open "
                 "an existing ledger with tabdp.Ledger.open(path), or give a new path.")
         return cls.open(root, series=series, lifetime_budget=lifetime_budget, create=True,
-                        autocommit=autocommit, public=public)
+                        autocommit=autocommit, public=public, _new=True)
+
+    @staticmethod
+    def _refuse_vanished(root: Path) -> None:
+        """``open(create=True)`` of a missing folder whose anchor records releases: refused."""
+        try:
+            anchor = _anchor.read_anchor(root)
+        except LedgerError:
+            anchor = None
+        if anchor is not None and anchor.releases:
+            raise LedgerError(
+                f"no ledger at {root}, but its anchor {_anchor.anchor_path(root)} records "
+                f"{anchor.releases} release(s) of a series there: the ledger folder was "
+                "deleted, moved or not mounted, and creating it again would restart every "
+                "unit's lifetime loss at zero.\nHint: put back the ledger folder (the copy "
+                f"whose `tabdp ledger show` ends with chain head {anchor.head[:16]}…); to start "
+                "the series over deliberately, tabdp.Ledger.create(path, ...) or `tabdp ledger "
+                "init PATH`.")
 
     @staticmethod
     def _create(root: Path, series: str | None, budget: Any) -> None:
@@ -644,6 +741,9 @@ class Ledger:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         _fsync_dir(root.parent)
+        # the anchor after the folder (a crash between: a missing anchor, written at the next
+        # open); a creator that lost the race above never overwrites the winner's
+        _anchor.write_anchor(root, [entry])
 
     @staticmethod
     def _rollback(root: Path, entries: list[dict[str, Any]]) -> None:
@@ -858,6 +958,8 @@ class Ledger:
         is the commit point: it is created only if no other entry took its number (a
         concurrent writer is refused, never an update lost). A run killed before it leaves the
         ledger at its previous state (the next open restores the Delta tables to the chain).
+        Then the anchor next to the folder is rewritten to the new head (a run killed in
+        between leaves it one entry behind, which the next open accepts and brings up to date).
 
         Args:
             spec_hash: The release spec's hash (the manifest's ``config_hash``).
@@ -952,6 +1054,9 @@ class Ledger:
         self.unit_dtype = unit_dtype
         self._state = new_state
         self._tot = _RunTotals(new_state)
+        # the anchor, once the entry is durable: a crash before this line leaves it one entry
+        # behind, at the previous head, which the next open accepts and brings up to date
+        _anchor.write_anchor(self.path, self.entries)
         if run is not None:
             _vacuum(self.path / "state")
         _private(self.path)

@@ -1114,9 +1114,14 @@ class Report:
         for r in recs:
             assert r.losses is not None
             if isinstance(s._ledger, DenseLedger):  # row ids: dense columns
-                col = np.zeros(out.height)
                 ids = np.asarray(r.losses.units, dtype=np.int64)
-                col[ids[ids < out.height]] = r.losses.rho[ids < out.height]
+                if ids.size == out.height and (not ids.size or (
+                        ids[0] == 0 and ids[-1] == ids.size - 1
+                        and bool(np.all(ids[1:] > ids[:-1])))):
+                    col = np.asarray(r.losses.rho, dtype=np.float64)  # every row, in order
+                else:
+                    col = np.zeros(out.height)
+                    col[ids[ids < out.height]] = r.losses.rho[ids < out.height]
                 out = out.with_columns(pl.Series(f"rho_{r.name}", col, dtype=pl.Float64))
                 continue
             part = pl.DataFrame({unit_col: r.losses.units, f"rho_{r.name}": r.losses.rho})

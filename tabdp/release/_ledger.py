@@ -12,13 +12,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from tabdp.exceptions import InvalidParameterError, LedgerError
-from tabdp.release.curator_config import dataset_ledger_error
+from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
 __all__ = ["open_ledger", "commit_release"]
 
@@ -47,13 +48,18 @@ def open_ledger(spec: Any, engine: str) -> Any:
     from tabdp.privacy.lifetime import Ledger
 
     out = spec.output
+    dataset = getattr(led, "dataset", None)
     try:
-        ledger = Ledger.open(led.path, series=led.series, lifetime_budget=led.lifetime_budget,
-                             autocommit=False, public=(out.public, out.confidential, out.plan))
+        # an author's run: the ledger's warnings name the dataset, never the ledger's path
+        with (contextlib.nullcontext() if dataset is None else
+              dataset_ledger_warnings(dataset)):
+            ledger = Ledger.open(led.path, series=led.series,
+                                 lifetime_budget=led.lifetime_budget, autocommit=False,
+                                 public=(out.public, out.confidential, out.plan))
     except (LedgerError, InvalidParameterError) as err:
-        if getattr(led, "dataset", None) is None:
+        if dataset is None:
             raise
-        raise dataset_ledger_error(led.dataset, err) from None
+        raise dataset_ledger_error(dataset, err) from None
     # the workflow closes without committing only when nothing was published (a failed run)
     ledger._discard_ok = True
     return ledger

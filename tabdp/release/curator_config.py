@@ -84,22 +84,25 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import polars as pl
 
-from tabdp.exceptions import LedgerError, SpecError
+from tabdp.exceptions import LedgerError, PrivacyWarning, SpecError
 
 __all__ = ["CuratorConfig", "DatasetDecl", "load_curator_config", "parse_curator_config",
            "CURATOR_KEYS", "SCHEMA_DTYPES", "CURATOR_ENV", "OVERWRITE_POLICIES",
-           "check_author_overwrite", "dataset_ledger_error", "data_locations"]
+           "check_author_overwrite", "dataset_ledger_error", "dataset_ledger_warnings",
+           "data_locations"]
 
 #: The environment variable the CLI reads the configuration's path from when ``--curator`` is
 #: not given.
@@ -716,3 +719,37 @@ def dataset_ledger_error(dataset: str, err: Exception) -> LedgerError:
         "verify; the details are the curator's), so this run was refused before reading any "
         "data. Nothing was read or written.\nHint: ask the curator to check the dataset's "
         "ledger (tabdp ledger verify).")
+
+
+@contextlib.contextmanager
+def dataset_ledger_warnings(dataset: str) -> Iterator[None]:
+    """A curator-configured ledger's warnings while it opens, in words an author may read.
+
+    The ledger's own warnings (an anchor written for a ledger that had none, an accepted
+    restore) quote its server path: they are passed on naming the dataset only.
+    ``tabdp ledger verify`` gives the curator the details.
+
+    Args:
+        dataset: The dataset's name in the curator's configuration (public to its authors).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as got:
+        ...     warnings.simplefilter("always")
+        ...     with dataset_ledger_warnings("cbp"):
+        ...         warnings.warn("/srv/l had no anchor", PrivacyWarning)
+        >>> "/srv" in str(got[0].message), "'cbp'" in str(got[0].message)
+        (False, True)
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PrivacyWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, PrivacyWarning):
+            warnings.warn(
+                f"the lifetime ledger of dataset {dataset!r}: its anchor (the record of its "
+                "last release kept next to it) was missing or replaced, and was brought up to "
+                "date; the details are the curator's.\nHint: the curator checks the dataset's "
+                "ledger (tabdp ledger verify).", PrivacyWarning, stacklevel=4)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

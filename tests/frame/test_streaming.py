@@ -30,8 +30,9 @@ def _data(n: int = 3000, seed: int = 0) -> pl.DataFrame:
     return mixed_rows(n, seed)
 
 
-def _session_run(frame: Any, streaming: bool, budget: Any, delta_mech: bool) -> dict[str, Any]:
-    s = tabdp.Session(seed=7, budget=budget, streaming=streaming, track_cells=True)
+def _session_run(frame: Any, streaming: bool, budget: Any, delta_mech: bool,
+                 track_cells: bool = True) -> dict[str, Any]:
+    s = tabdp.Session(seed=7, budget=budget, streaming=streaming, track_cells=track_cells)
     out = {
         "sum": frame.dp.sum(["x", "y"], by=["c", "s"], keys=KEYS,
                             mechanism=mech.LogTransform(sigma=0.25, offset=1.0),
@@ -83,6 +84,25 @@ def test_streaming_equals_the_in_memory_ledger(engine: str, tmp_path: Path, budg
         assert a.sort(cols).equals(b.select(cols).sort(cols))
     if budget is not None:  # the filter did leave records out (the test exercises it)
         assert any(q["units_left_out_by_budget"] for q in st["queries"])
+
+
+@pytest.mark.parametrize("budget", [None, 0.4], ids=["none", "constant"])
+def test_streaming_without_the_cell_audit_equals_the_in_memory_ledger(tmp_path: Path,
+                                                                      budget: Any) -> None:
+    """Without a budget or cell audit a streaming release sums each measure once per row.
+
+    The same tables, per-record losses and confidential counts (rows outside the key set,
+    values dropped or zeroed by the rules) as the in-memory ledger, to the last bit.
+    """
+    df = _data()
+    mem = _session_run(df.lazy(), False, budget, True, track_cells=False)
+    st = _session_run(df.lazy(), True, budget, True, track_cells=False)
+    for k in ("sum", "count", "median", "joint", "by_int", "per_record"):
+        assert mem[k].equals(st[k]), k
+    assert mem["summary"] == st["summary"]
+    assert mem["queries"] == st["queries"]
+    assert any(q["rows_outside_keys"] for q in st["queries"])
+    assert all(c is None for c in st["cells"])
 
 
 def test_key_dtype_alignment_and_key_sets_from_frames(tmp_path: Path) -> None:

@@ -336,13 +336,17 @@ def test_a_huge_unit_changes_nothing_public_across_a_series(tmp_path):
         assert a.equals(b)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Finding R11-6 (open, documented): an older copy of the whole ledger folder (state, "
-    "history and the matching chain) is an intact ledger; nothing outside the folder anchors "
-    "the chain head (the confidential ledger.json of each run holds it, but no run reads it "
-    "back). docs/privacy-semantics.md tells the curator to compare the head by hand."))
 def test_an_older_copy_of_the_whole_ledger_is_refused(tmp_path):
+    """Finding R11-6 (fixed): an older copy of the whole ledger folder was an intact ledger.
+
+    State, history and the matching chain put back from a backup verified: the releases since
+    vanished from every unit's lifetime loss. The anchor kept next to the folder
+    (``.l.head.json``: the chain head of the last commit) is not in the copy's chain: refused
+    before any data is read (more cases in ``test_ledger_anchor.py``).
+    """
     import shutil
+
+    from tabdp.exceptions import LedgerAnchorError
 
     path = tmp_path / "l"
     _two_releases(path)
@@ -352,8 +356,11 @@ def test_an_older_copy_of_the_whole_ledger_is_refused(tmp_path):
         _count(BASE, tabdp.Session(unit="id", seed=7, ledger=led))
     shutil.rmtree(path)
     shutil.copytree(backup, path, symlinks=True)
-    with pytest.raises(LedgerError):
+    with pytest.raises(LedgerAnchorError, match="older copy of the ledger folder"):
         tabdp.Ledger.open(path)
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2
+    assert "older copy of the ledger folder" in err.getvalue()
 
 
 def test_a_run_killed_after_the_commit_is_charged_not_published(tmp_path, monkeypatch):

@@ -456,3 +456,49 @@ def test_row_mode_sort_then_release_charges_by_record_not_position(to_engine):
     to_engine(df.sort("x")).dp.sum("x", by="c", keys=KEYS, mechanism=g, session=s)
     pr = as_polars(s.report().per_record).sort("id")
     np.testing.assert_allclose(pr["rho"].to_numpy(), 2 * g.rho(np.array([1e6, 1.0, 2.0])))
+
+
+# -- row-mode accounting in pieces: the same doubles --------------------------------------------
+@pytest.mark.parametrize("kind", ["sum", "count"])
+def test_the_policy_evaluated_in_chunks_gives_every_double_of_one_evaluation(
+        kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-row charges evaluated chunk by chunk are bit-identical to one whole evaluation."""
+    from tabdp.frame import _engine as eng
+
+    rng = np.random.default_rng(5)
+    n = 1000
+    x = rng.standard_cauchy(n) * 1e6
+    fixed = np.round(x * 2.0**24)
+    inside = pl.DataFrame({
+        eng.ROW_ID: np.arange(n, dtype=np.int64),
+        eng._ROWS: rng.integers(1, 4, n),
+        "x": pl.Series([int(v) for v in fixed], dtype=pl.Int128),
+        "y": pl.Series(rng.integers(-5, 5, n).tolist(), dtype=pl.Int128)})
+    measures = ["x", "y"] if kind == "sum" else []
+    policy = eng._Policy(mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0) if kind == "sum"
+                         else mech.Gaussian(2.0), measures)
+    bits = {"x": 24, "y": 0}
+    whole = eng._charges(inside, eng.ROW_ID, True, policy, kind, bits)
+    monkeypatch.setattr(eng, "POLICY_CHUNK", 7)
+    parts = eng._charges(inside, eng.ROW_ID, True, policy, kind, bits)
+    for field in ("rho", "epsilon", "size"):
+        for cur in getattr(whole[0], field):
+            a, b = getattr(whole[0], field)[cur], getattr(parts[0], field)[cur]
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (field, cur)
+    assert whole[1].tobytes() == parts[1].tobytes()
+    assert whole[2].tobytes() == parts[2].tobytes()
+
+
+def test_the_dense_ledger_keeps_no_column_of_zeros() -> None:
+    """An all-zero component is not stored, reads as 0 and is stored once it is charged."""
+    from tabdp.privacy.ledger import DenseLedger
+
+    led = DenseLedger()
+    led.add(np.arange(3), {"rho": np.ones(3), "eps_a": np.zeros(3)}, {"size": np.ones(3)})
+    assert "eps_a" not in led.arrays
+    assert led.lookup(np.arange(3), ["eps_a"])["eps_a"].tolist() == [0.0, 0.0, 0.0]
+    led.add(np.array([1]), {"rho": np.ones(1), "eps_a": np.array([0.5])},
+            {"size": np.array([4.0])})
+    assert led.arrays["eps_a"].tolist() == [0.0, 0.5, 0.0]
+    assert led.arrays["rho"].tolist() == [1.0, 2.0, 1.0]
+    assert led.arrays["size"].tolist() == [1.0, 4.0, 1.0]

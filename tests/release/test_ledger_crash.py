@@ -31,7 +31,7 @@ from tabdp.release.spec import load_spec
 pytest.importorskip("deltalake")
 
 ROOT = Path(__file__).resolve().parents[2]
-from _ledger_specs import COUNTIES, series_spec  # noqa: E402  (tests/ is on sys.path)
+from _ledger_specs import COUNTIES, copy_ledger, series_spec  # noqa: E402  (tests/ is on sys.path)
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -68,6 +68,10 @@ def _state(path: Path) -> tuple[int, pl.DataFrame]:
     assert cli_main(["ledger", "verify", str(path)], stdout=out, stderr=err) == 0, \
         err.getvalue()
     with tabdp.Ledger.open(path) as led:  # restores an interrupted run's Delta tables
+        # the anchor next to the folder is at the chain's head (a run killed between its
+        # commit and the anchor's update: brought up to date by the verify above)
+        anchor = json.loads((path.parent / f".{path.name}.head.json").read_text())
+        assert (anchor["entries"], anchor["head"]) == (len(led.entries), led.entries[-1]["hash"])
         return led.releases, led.state().clone()
 
 
@@ -92,7 +96,7 @@ def test_kill_9_of_real_runs_leaves_the_old_or_the_new_state(tmp_path):
     ledger = tmp_path / "ledger"
     _init(ledger)
     # how long one whole run takes here (interpreter start included), on a scratch copy
-    shutil.copytree(ledger, tmp_path / "scratch")
+    copy_ledger(ledger, tmp_path / "scratch")
     t0 = time.monotonic()
     probe = _run(_spec(tmp_path, "probe", 2020, "scratch", "out/probe"))
     _, err = probe.communicate(timeout=300)
@@ -105,7 +109,7 @@ def test_kill_9_of_real_runs_leaves_the_old_or_the_new_state(tmp_path):
         year = 2021 + i
         # the next state, computed by a complete run on a copy of the ledger
         ref = tmp_path / f"ref{i}"
-        shutil.copytree(ledger, ref)
+        copy_ledger(ledger, ref)
         run_release(load_spec(_spec(tmp_path, f"ref{i}", year, ref.name, f"out/ref{i}")),
                     test_seed=True)
         with tabdp.Ledger.open(ref) as led:

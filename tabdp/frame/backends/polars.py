@@ -334,17 +334,16 @@ class MemoryBackend(_PolarsOutput):
         sess, qname = op.session, op.name
         # Cells of the public key set.
         data = cells_of(snap, keys, by_list, uid)
-        if snap.outside is None:
-            inside = data.filter(pl.col(_CELL).is_not_null())
+        # units whose rows were all dropped by a rule contribute nothing and pay nothing
+        if snap.outside is None:  # (one filter: the frame is copied once)
+            inside = data.filter(pl.col(_CELL).is_not_null() & (pl.col(_ROWS) > 0))
             outside = data.filter(pl.col(_CELL).is_null())
         else:  # unit mode: the snapshot kept the rows outside the key set apart
-            inside, outside = data, snap.outside
+            inside, outside = data.filter(pl.col(_ROWS) > 0), snap.outside
         del data
         rows_outside = int(outside[_ALL].sum() or 0)
         outside_keys = outside.select(by_list).unique() if by_list else None
         del outside
-        # units whose rows were all dropped by a rule contribute nothing and pay nothing
-        inside = inside.filter(pl.col(_ROWS) > 0)
         inside, cells_dropped = _bound_contributions(inside, uid, not snap.per_row, kind,
                                                      measure_list, bits, pre.max_cells,
                                                      pre.max_rows)
@@ -357,7 +356,7 @@ class MemoryBackend(_PolarsOutput):
             order = (snap.order if snap.order is not None and inside.height == snap.data.height
                      else UnitOrder(inside[uid], inside[_CELL], len(keys) if by_list else 1))
         charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits,
-                                                order, cell_arrays=sess.track_cells)
+                                                cells=sess.track_cells, order=order)
         admitted = sess.admit(charges)
         left_out = np.zeros(charges.n, dtype=bool)
         for ok in admitted.values():
@@ -383,9 +382,8 @@ class MemoryBackend(_PolarsOutput):
         # what the filter left out (confidential): exact totals before and after it
         before = inside.select(pl.col(m).sum() for m in measure_list).row(0, named=True) \
             if measure_list else {}
-        after = before if row_ok is None else (
-            work.select(pl.col(m).sum() for m in measure_list).row(0, named=True)
-            if measure_list else {})
+        after = before if work is inside else work.select(
+            pl.col(m).sum() for m in measure_list).row(0, named=True) if measure_list else {}
         rows_left = 0 if row_ok is None else int(
             inside.filter(~row_ok)[_ROWS].sum() or 0)
         # unit mode: the cell totals of the snapshot's rows as they are (no rule, bound or
