@@ -555,6 +555,35 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
         assert _merge_sorted(a, b, {"size"}).equals(ref)
 
 
+def test_per_record_places_a_partial_query_like_the_join():
+    """A query charging part of the units (sorted ids) gets the join's column: 0.0 elsewhere."""
+    from tabdp.privacy.ledger import QueryRecord, UnitLosses, sorted_positions
+    from tabdp.privacy.session import Session
+
+    rng = np.random.default_rng(11)
+    units = np.unique(rng.integers(0, 10_000, 3_000))
+    part = np.sort(rng.choice(units, 1_000, replace=False))
+    s = Session(unit="id")
+    for name, u in (("all", units), ("part", part), ("text", None)):
+        if u is None:  # not sorted: the join (the fallback) on the same units
+            u = part[::-1].copy()
+        rho = rng.uniform(0, 1, u.size)
+        s.record_release(QueryRecord(1, name, "count", ("count",), (), tabdp.mechanisms.Gaussian(
+            1.0), {}, 0.9, "error", UnitLosses(pl.Series(u), rho, np.full(u.size, np.inf),
+                                               np.ones(u.size))), "polars")
+    pr = s.report().per_record
+    assert sorted_positions(pr["id"], pl.Series(part)) is not None
+    assert sorted_positions(pr["id"], pl.Series(part[::-1].copy())) is None
+    want = dict(zip(part.tolist(), s.records[1].losses.rho.tolist(), strict=True))
+    got = pr["rho_part"].to_numpy()
+    assert got.tolist() == [want.get(u, 0.0) for u in pr["id"].to_list()]
+    # the same units unsorted (a join) give the same column
+    rev = dict(zip(part[::-1].tolist(), s.records[2].losses.rho.tolist(), strict=True))
+    assert pr["rho_text"].to_list() == [rev.get(u, 0.0) for u in pr["id"].to_list()]
+    assert np.allclose(pr["rho"].to_numpy(), pr["rho_all"].to_numpy() + got
+                       + pr["rho_text"].to_numpy(), rtol=1e-12, atol=0)
+
+
 def test_a_charge_never_writes_into_the_stored_state() -> None:
     """Charges go to the run's own arrays: the state read at open is left as it was.
 
