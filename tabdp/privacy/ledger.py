@@ -547,7 +547,7 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
     k = int(fresh.sum())
     # both sides sorted and distinct: the new units go in at their binary-search positions
     # (one linear insert per column, no sort of the merged ids)
-    ins = np.searchsorted(tu, nu[fresh]) if k else None
+    ins = np.searchsorted(tu, nu[fresh])  # empty when every unit is in the table
     names = [c for c in dict.fromkeys([*table.columns, *new.columns]) if c != "unit"]
     is_max = [c for c in names if _is_max_col(c)]
     cols = [*(c for c in names if not _is_max_col(c)), *is_max]
@@ -562,9 +562,9 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
                 x[at] = op(x[at], y)
             else:
                 x[at] = op(x[at], y[hit])
-            tail = y[fresh] if k else None
+            tail = y[fresh]
         else:
-            tail = np.zeros(k) if k else None
+            tail = np.zeros(k)
         out[c] = np.insert(x, ins, tail) if k else x
     units = np.insert(tu, ins, nu[fresh]) if k else tu
     return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
@@ -602,6 +602,9 @@ class UnitLedger:
             if pos is not None:  # both sorted by unit (unit mode): a merge join, no hash
                 at, hit = pos
                 for c in have:
+                    if not hit.any():  # (an empty table too: nothing to take from)
+                        out[c] = np.zeros(n)
+                        continue
                     v = self.table[c].fill_null(0.0).to_numpy().take(at)
                     v[~hit] = 0.0
                     out[c] = v

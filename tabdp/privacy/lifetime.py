@@ -47,7 +47,7 @@ import polars as pl
 
 from tabdp.exceptions import InvalidParameterError, LedgerError
 from tabdp.privacy.budget import Budget
-from tabdp.privacy.ledger import strictly_increasing, sorted_search
+from tabdp.privacy.ledger import sorted_search, strictly_increasing
 
 __all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
            "budget_from_spec", "FORMAT"]

@@ -555,6 +555,26 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
         assert _merge_sorted(a, b, {"size"}).equals(ref)
 
 
+def test_session_ledger_sorted_lookup_matches_the_join():
+    """UnitLedger.lookup of sorted Int64 ids (a merge join) gives the hash join's values."""
+    from tabdp.privacy.ledger import UnitLedger
+
+    rng = np.random.default_rng(9)
+    for t in range(60):
+        ta = np.unique(rng.integers(0, 80, 0 if t < 3 else rng.integers(1, 50)))
+        tb = np.unique(rng.integers(0, 90, rng.integers(0 if t else 1, 50)))
+        a = pl.DataFrame({"unit": pl.Series(ta, dtype=pl.Int64), "rho": rng.uniform(0, 1, ta.size),
+                          "size": rng.uniform(0, 9, ta.size)})
+        led = UnitLedger()
+        led.table = a
+        got = led.lookup(pl.Series(tb, dtype=pl.Int64), ["rho", "size", "rho@x"])
+        ref = pl.DataFrame({"unit": pl.Series(tb, dtype=pl.Int64)}).join(
+            a, on="unit", how="left", maintain_order="left")
+        for c in ("rho", "size"):
+            assert got[c].tolist() == ref[c].fill_null(0.0).to_list(), (t, c)
+        assert got["rho@x"].tolist() == [0.0] * tb.size
+
+
 def test_per_record_places_a_partial_query_like_the_join():
     """A query charging part of the units (sorted ids) gets the join's column: 0.0 elsewhere."""
     from tabdp.privacy.ledger import QueryRecord, UnitLosses, sorted_positions
