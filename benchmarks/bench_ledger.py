@@ -10,7 +10,7 @@ that ledger (the copy is not timed).
 * Time: medians over ``--repeat`` interleaved rounds (after a warm-up round), with the ledger's
   phases timed apart: open (lock, verify, read the state), lookup (the lifetime filter's
   reads), charge (adding this run's losses), commit (history, state, chain entry).
-* Memory: each variant once more in a fresh subprocess (peak ``ru_maxrss``).
+* Memory: each variant once more in a fresh subprocess (peak ``VmHWM``).
 
 The figure for issue 31's target is ``with_ledger_extra_over_release_cpu``: (CPU of the
 release with the ledger - CPU of the release alone) / CPU of the release alone, medians of
