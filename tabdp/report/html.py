@@ -1420,6 +1420,28 @@ def _best(y: np.ndarray, i: np.ndarray, k: int) -> np.ndarray:
     return pos[np.lexsort((i[pos], -y[pos]))[:k]]
 
 
+def _geometric_bin_index(v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """`histogram_bin_index` for positive values and geometric edges, without a binary search.
+
+    The bin is guessed from the logarithm and moved until ``edges[i] <= v < edges[i + 1]``
+    holds exactly (the largest such ``i``, as ``searchsorted``), so the result is the same.
+    """
+    e = np.asarray(edges, dtype=np.float64)
+    nb = e.size - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.floor((np.log(v) - math.log(e[0])) * (nb / (math.log(e[-1]) - math.log(e[0]))))
+    idx = np.clip(np.nan_to_num(g, nan=0.0), 0, nb - 1).astype(np.int64)
+    while True:
+        down = (v < e[idx]) & (idx > 0)
+        up = (idx < nb - 1) & (v >= e[np.minimum(idx + 1, nb)])
+        if not (down.any() or up.any()):
+            break
+        idx = idx - down + up
+    idx[(v < e[0]) | (v > e[-1]) | np.isnan(v)] = -1
+    idx[v == e[-1]] = nb - 1
+    return idx
+
+
 def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics | None:
     """`_losses_lazy` in two reads of the loss columns (three or four for the quantiles).
 
@@ -1508,7 +1530,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
             s = b["size"].to_numpy()
             shown = np.isfinite(r) & (r > 0)
             if edges is not None and counts is not None:
-                bins = histogram_bin_index(r[shown], edges)
+                bins = _geometric_bin_index(r[shown], edges)
                 counts += np.bincount(bins[bins >= 0], minlength=edges.size - 1)
             if every is None:
                 ok = shown & np.isfinite(s) & (s > 0)

@@ -259,8 +259,11 @@ def sortable_keys(values: np.ndarray) -> np.ndarray:
         True
     """
     v = np.asarray(values, dtype=np.float64)
-    bits = np.where(v == 0.0, 0.0, v).view(np.int64)
-    return np.where(bits < 0, np.int64(-1) - (bits - np.int64(_MIN)), bits)
+    bits = np.add(v, 0.0).view(np.int64)  # -0.0 + 0.0 is 0.0; every other value unchanged
+    neg = bits < 0
+    if neg.any():
+        bits[neg] = np.int64(-1) - (bits[neg] - np.int64(_MIN))
+    return bits
 
 
 def _merge_counts(a: tuple[np.ndarray, np.ndarray], g: np.ndarray, c: np.ndarray
@@ -315,9 +318,13 @@ class BatchedOrderStatistics:
         k = np.asarray(keys, dtype=np.int64)
         if self._count_shift is not None:
             self.n += k.size if self._prefixes is None else 0
-            sel = k if self._prefixes is None else \
-                k[np.isin(k >> self._prev_shift, self._prefixes)]
-            g, c = np.unique(sel >> self._count_shift, return_counts=True)
+            if self._prefixes is None:  # the first 16 bits: a count per value
+                c = np.bincount((k >> self._count_shift) + (1 << 15), minlength=1 << 16)
+                g = np.flatnonzero(c)
+                c, g = c[g], g - (1 << 15)
+            else:
+                sel = k[np.isin(k >> self._prev_shift, self._prefixes)]
+                g, c = np.unique(sel >> self._count_shift, return_counts=True)
             self._counts = _merge_counts(self._counts, g, c)
         if self._collect:
             self._vals.append(k[np.isin(k >> self._collect_shift, self._collect_bins)])

@@ -249,3 +249,16 @@ def test_batched_losses_equal_the_query_path(tmp_path: Path, monkeypatch: pytest
         assert fast == slow
         if n < 500:  # the eager page draws every point (no sample)
             assert render_confidential_html({**rep, "per_record": per}) == fast
+
+
+def test_geometric_bin_index_equals_the_binary_search() -> None:
+    """The histogram's bins from the logarithm: those of `histogram_bin_index`, edges included."""
+    rng = np.random.default_rng(3)
+    for lo, hi, n in ((1e-3, 1e3, 1000), (0.5, 0.5, 10), (1.0, 1.0 + 1e-12, 50),
+                      (1e-300, 1e300, 400), (2.0, 3.0, 100_000)):
+        edges = histogram_edges(n, lo, hi)
+        v = np.concatenate([np.exp(rng.uniform(np.log(edges[0]) - 1, np.log(edges[-1]) + 1,
+                                               size=20_000)), edges, np.nextafter(edges, 0),
+                            np.nextafter(edges, np.inf)])
+        v = v[v > 0]
+        assert np.array_equal(rh._geometric_bin_index(v, edges), histogram_bin_index(v, edges))
