@@ -51,6 +51,7 @@ import polars as pl
 from tabdp.exceptions import InvalidParameterError, LedgerError, PrivacyWarning
 from tabdp.privacy import _anchor
 from tabdp.privacy.budget import Budget
+from tabdp.privacy.ledger import sorted_search, strictly_increasing
 
 __all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
            "budget_from_spec", "FORMAT"]
@@ -1154,6 +1155,8 @@ def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray | None, np
         k = keys.to_numpy()
         valid = None if not query.null_count() else query.is_not_null().to_numpy()
         q = query.to_numpy() if valid is None else query.fill_null(0).to_numpy()
+        if valid is None and strictly_increasing(q):  # sorted ids (unit mode): a merge join
+            return sorted_search(k, q)
         pos = np.searchsorted(k, q)
         hit = pos < k.size
         hit[hit] = k[pos[hit]] == q[hit]

@@ -30,6 +30,7 @@ from tabdp.privacy.ledger import (
     UnitLosses,
     _num,
     loss_components,
+    sorted_positions,
 )
 from tabdp.rng import RandomSource
 
@@ -1129,6 +1130,14 @@ class Report:
                                                                    null_equal=True):
                 # the release charged every unit of the ledger, in its order (sorted by unit)
                 out = out.with_columns(part[f"rho_{r.name}"])
+                continue
+            pos = sorted_positions(out[unit_col], r.losses.units)
+            if pos is not None:
+                # part of the ledger's units (e.g. a filter left some out), both sorted by
+                # unit: the losses placed by binary search, 0.0 elsewhere (the join's result)
+                col = np.zeros(out.height)
+                col[pos] = part[f"rho_{r.name}"].to_numpy()
+                out = out.with_columns(pl.Series(f"rho_{r.name}", col, dtype=pl.Float64))
                 continue
             out = out.join(part, on=unit_col, how="left", maintain_order="left",
                            nulls_equal=True).with_columns(pl.col(f"rho_{r.name}").fill_null(0.0))

@@ -271,7 +271,13 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], started: str, version:
 
 
 def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any],
-                  input_schema: Mapping[str, str], caught: Sequence[Any]) -> dict[str, Any]:
+                  input_schema: Mapping[str, str], caught: Sequence[Any],
+                  rho_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """CONFIDENTIAL ``confidential.json``.
+
+    ``rho_stats``: the records' loss statistics when the caller has them
+    (``LossStatistics.rho_summary`` of the per-record file), else the session's.
+    """
     releases = {}
     for r in session.records:
         c = dict(r.confidential)
@@ -288,7 +294,8 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
         }
     for name, lo in left_out_by_table(session).items():
         releases[name]["left_out_by_budget"] = lo
-    summary = session.report(delta=spec.release.delta).confidential_summary()
+    summary = (dict(rho_stats) if rho_stats is not None else
+               session.report(delta=spec.release.delta).confidential_summary())
     return {
         "CONFIDENTIAL": "derived from individual records: do not publish",
         "seed": spec.seed,

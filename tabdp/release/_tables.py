@@ -227,7 +227,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                        ledger: Any = None) -> ReleaseResult:
     """Release every table of ``lf`` (a Polars LazyFrame or a Spark DataFrame) and write."""
     from tabdp._version import __version__
-    from tabdp.report.html import render_confidential_html, render_summary_html
+    from tabdp.report.html import loss_statistics, render_confidential_html, render_summary_html
 
     # Row mode streams (no per-row state: the ledger is recomputed from the input) when the
     # hierarchy joins keep one row per record; decided from the spec and public mappings only.
@@ -350,6 +350,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     rep = session.report(delta=spec.release.delta)
     per_record: Any = None
     per_record_view: Any = None
+    losses: Any = None  # the confidential page's statistics of a streamed report
+    top_n = 20
     if not streaming:
         per_record = rep.per_record
         if spec.input.unit is None and ROW_ID in per_record.columns:
@@ -405,6 +407,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             rep.write_per_record(conf / "per_record_losses.parquet",
                                  rename={ROW_ID: ROW_LABEL})
             per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
+            # the file read once for the page's statistics and confidential.json's
+            losses = loss_statistics(per_record_view, summary["budget"], top_n)
         elif spark is None:
             per_record.write_parquet(conf / "per_record_losses.parquet", **PER_RECORD_PARQUET)
         else:  # by Spark's writer, from the Spark ledger, into the staging folder
@@ -413,7 +417,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             write_single_parquet(per_record, conf / "per_record_losses.parquet",
                                  sort_by=per_record.columns[0])
         # after the per-record file: a streaming session computes its loss statistics from it
-        confidential = _confidential(spec, session, negatives, input_schema, caught)
+        confidential = _confidential(spec, session, negatives, input_schema, caught,
+                                     None if losses is None else losses.rho_summary())
         confidential["coverage"] = {"warnings": coverage, "counts": coverage_counts}
         worst.write_parquet(conf / "worst_cells.parquet")
         (conf / "confidential.json").write_text(_json(confidential), encoding="utf-8")
@@ -430,7 +435,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             "counts": confidential["releases"],
             "left_out": left_out,
             "max_left_out": None if spec.budget is None else spec.budget.max_left_out,
-            "top_n": 20,
+            "top_n": top_n,
+            **({} if losses is None else {"losses": losses}),
         }), encoding="utf-8")
         # Hygiene: every public file carries the manifest's one timestamp (no processing
         # time leaks through mtimes); confidential files are the owner's only.

@@ -41,9 +41,15 @@ from tabdp.plotting import (
     scatter_svg,
 )
 from tabdp.privacy.budget import Budget
-from tabdp.report.streaming import exact_quantiles
+from tabdp.report.streaming import (
+    BatchedOrderStatistics,
+    exact_quantiles,
+    quantile_ranks,
+    sortable_keys,
+)
 
-__all__ = ["render_summary_html", "render_confidential_html", "fmt"]
+__all__ = ["render_summary_html", "render_confidential_html", "fmt", "LossStatistics",
+           "loss_statistics"]
 
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 _NONE = "—"
@@ -1162,8 +1168,13 @@ _SCATTER_POINTS = 20000
 
 
 @dataclass
-class _Losses:
-    """What the confidential report shows of the per-record frame (eager or streamed)."""
+class LossStatistics:
+    """CONFIDENTIAL: what the confidential report shows of the per-record frame.
+
+    Computed by `loss_statistics` (from a frame, or with bounded memory from a LazyFrame) and
+    shown by `render_confidential_html`; `rho_summary` gives the loss statistics of the
+    release's ``confidential.json``.
+    """
 
     height: int
     n: int  # values of rho (0 without a rho column)
@@ -1184,13 +1195,62 @@ class _Losses:
     top: pl.DataFrame | None
 
 
+    def rho_summary(self) -> dict[str, Any]:
+        """CONFIDENTIAL: ``units``, ``rho_max`` and ``rho_q<q>`` (q = 0.5, 0.9, 0.99, 0.999).
+
+        The statistics ``Report.confidential_summary`` gives of the same per-record losses.
+
+        Returns:
+            The dictionary (no quantiles without units).
+
+        Example:
+            >>> per = pl.DataFrame({"row": [0, 1], "rho": [0.5, 2.0], "size": [1.0, 9.0]})
+            >>> loss_statistics(per).rho_summary()["rho_q0.5"]
+            1.25
+        """
+        out: dict[str, Any] = {"units": self.height, "rho_max": self.max_rho if self.height
+                               else None}
+        if self.height and self.quantiles is not None:
+            out |= {f"rho_q{q}": float(v) for q, v in zip(_QUANTILES, self.quantiles,
+                                                          strict=True)}
+        return out
+
+
+def loss_statistics(per_record: Any, budget: Any = None, top_n: int = 20) -> LossStatistics:
+    """CONFIDENTIAL statistics of a per-record report, as the confidential page shows them.
+
+    Computed once, they can be given to `render_confidential_html` (``report["losses"]``) and
+    their `LossStatistics.rho_summary` written to ``confidential.json``, so that a large
+    report is read once for both.
+
+    Args:
+        per_record: The per-record frame (Polars, pandas) or a ``pl.LazyFrame`` (e.g. a scan
+            of ``per_record_losses.parquet``: read batch by batch, memory independent of its
+            number of rows).
+        budget: The budget as the page takes it (``summary["budget"]``, a number, or None).
+        top_n: Number of most exposed units kept.
+
+    Returns:
+        The statistics.
+
+    Example:
+        >>> per = pl.DataFrame({"row": [0, 1], "rho": [0.5, 2.0], "size": [1.0, 9.0]})
+        >>> loss_statistics(per).max_rho
+        2.0
+    """
+    bud = _budget_object(budget)
+    if isinstance(per_record, pl.LazyFrame):
+        return _losses_lazy(per_record, bud, top_n)
+    return _losses_eager(_as_polars(per_record), bud, top_n)
+
+
 def _rho_quantiles(rho: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         qs = np.quantile(rho, list(_QUANTILES))
     return np.asarray(qs, dtype=np.float64)
 
 
-def _losses_eager(per: pl.DataFrame, bud: Budget | None, top_n: int) -> _Losses:
+def _losses_eager(per: pl.DataFrame, bud: Budget | None, top_n: int) -> LossStatistics:
     rho = _col(per, "rho")
     eps = _col(per, "epsilon")
     size = _col(per, "size")
@@ -1214,7 +1274,7 @@ def _losses_eager(per: pl.DataFrame, bud: Budget | None, top_n: int) -> _Losses:
     top = None
     if per.height and "rho" in per.columns:
         top = per.sort("rho", descending=True, nulls_last=True, maintain_order=True).head(top_n)
-    return _Losses(
+    return LossStatistics(
         height=per.height, n=int(rho.size), max_rho=_max(rho), quantiles=qs,
         zeros=int(np.sum(rho == 0)), n_inf=int(np.sum(np.isinf(rho))),
         has_eps=bool(eps.size), max_eps=_max(eps), has_epsd=epsd is not None,
@@ -1235,13 +1295,16 @@ def _nan_max(e: pl.Expr) -> pl.Expr:
     return pl.when(~e.is_nan()).then(e).max()
 
 
-def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
+def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics:
     """`_losses_eager` with streaming queries: memory independent of the number of rows.
 
     Every query runs with ``collect(engine="streaming")`` and returns a bounded result: one row
     of totals, the histogram's bin counts, the order statistics of the quantiles
     (`exact_quantiles`), at most ``_SCATTER_POINTS`` points, and ``top_n`` rows.
     """
+    fast = _losses_batched(lf, bud, top_n)
+    if fast is not None:
+        return fast
     cols = lf.collect_schema().names()
     has_rho, has_size = "rho" in cols, "size" in cols
     rho, size = _f64("rho"), _f64("size")
@@ -1306,7 +1369,7 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> _Losses:
     top = None
     if height and has_rho:
         top = _top_rows(lf, "rho", top_n)
-    return _Losses(
+    return LossStatistics(
         height=height, n=n, max_rho=_opt_float(row.get("max_rho")), quantiles=qs,
         zeros=int(row.get("zeros") or 0), n_inf=int(row.get("n_inf") or 0),
         has_eps="epsilon" in cols and height > 0, max_eps=_opt_float(row.get("max_eps")),
@@ -1335,6 +1398,172 @@ def _top_rows(lf: pl.LazyFrame, col: str, k: int) -> pl.DataFrame:
                      .collect(engine="streaming"))
     out = pl.concat(parts, how="vertical_relaxed") if len(parts) > 1 else parts[0]
     return out.sort(col, descending=True, nulls_last=True, maintain_order=True).head(k)
+
+
+def _nan_max_np(v: np.ndarray) -> float | None:
+    """The largest non-NaN value (``_nan_max``), None when there is none."""
+    v = v[~np.isnan(v)]
+    return float(v.max()) if v.size else None
+
+
+def _max_opt(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _best(y: np.ndarray, i: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest ``y``, ties to the smallest ``i`` (``top_k`` by (y, -i))."""
+    if y.size > k:
+        t = np.partition(y, y.size - k)[y.size - k]
+        pos = np.flatnonzero(y >= t)
+    else:
+        pos = np.arange(y.size)
+    return pos[np.lexsort((i[pos], -y[pos]))[:k]]
+
+
+def _geometric_bin_index(v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """`histogram_bin_index` for positive values and geometric edges, without a binary search.
+
+    The bin is guessed from the logarithm and moved until ``edges[i] <= v < edges[i + 1]``
+    holds exactly (the largest such ``i``, as ``searchsorted``), so the result is the same.
+    """
+    e = np.asarray(edges, dtype=np.float64)
+    nb = e.size - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.floor((np.log(v) - math.log(e[0])) * (nb / (math.log(e[-1]) - math.log(e[0]))))
+    idx = np.clip(np.nan_to_num(g, nan=0.0), 0, nb - 1).astype(np.int64)
+    while True:
+        down = (v < e[idx]) & (idx > 0)
+        up = (idx < nb - 1) & (v >= e[np.minimum(idx + 1, nb)])
+        if not (down.any() or up.any()):
+            break
+        idx = idx - down + up
+    idx[(v < e[0]) | (v > e[-1]) | np.isnan(v)] = -1
+    idx[v == e[-1]] = nb - 1
+    return idx
+
+
+def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics | None:
+    """`_losses_lazy` in two reads of the loss columns (three or four for the quantiles).
+
+    One streaming read of ``rho``, ``size``, ``epsilon`` and ``epsilon_delta``, batch by batch,
+    gives the totals, maxima, budget shares, the first narrowing of the quantiles'
+    `BatchedOrderStatistics`, the ``top_n`` largest ρ and the scatter plot's largest points;
+    a second read of ``rho`` and ``size`` the histogram, the scatter plot's systematic sample
+    and the quantiles' next narrowing (rarely a third or fourth read of ``rho``); then the
+    ``top_n`` rows, read by their positions (the rows of the stable sort by ρ). Memory: a
+    batch, the ``_SCATTER_POINTS`` points and the quantiles' bins. The same figures as
+    `_losses_lazy`'s queries, which remain for a frame this path does not take (no rows, a
+    column missing or not Float64, a NaN or null ρ or size): None then.
+    """
+    schema = lf.collect_schema()
+    cols = schema.names()
+    if schema.get("rho") != pl.Float64 or schema.get("size") != pl.Float64:
+        return None
+    extra = [c for c in ("epsilon", "epsilon_delta") if c in cols]
+    k_top = max(_SCATTER_POINTS // 10, top_n)
+    ranks_of = BatchedOrderStatistics()
+    height = zeros = n_inf = n_shown = n_ok = near = over = 0
+    lo, hi = math.inf, -math.inf
+    maxes: dict[str, float | None] = {"rho": None, "size": None, "epsilon": None,
+                                      "epsilon_delta": None, "share": None}
+    top = (np.zeros(0), np.zeros(0, np.int64))  # the top_n largest ρ, their rows
+    best = (np.zeros(0), np.zeros(0), np.zeros(0, np.int64))  # y, x, ok index
+    every: list[tuple[np.ndarray, np.ndarray]] | None = []  # all ok points while few
+    for b in lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)]).collect_batches():
+        r, s = b["rho"].to_numpy(), b["size"].to_numpy()
+        if np.isnan(r).any() or np.isnan(s).any():
+            return None
+        if not r.size:
+            continue
+        height += r.size
+        maxes["rho"] = _max_opt(maxes["rho"], float(r.max()))
+        maxes["size"] = _max_opt(maxes["size"], float(s.max()))
+        for c in extra:
+            maxes[c] = _max_opt(maxes[c], _nan_max_np(b[c].to_numpy()))
+        zeros += int(np.count_nonzero(r == 0))
+        n_inf += int(np.count_nonzero(np.isinf(r)))
+        shown = np.isfinite(r) & (r > 0)
+        if shown.any():
+            n_shown += int(np.count_nonzero(shown))
+            lo, hi = min(lo, float(r[shown].min())), max(hi, float(r[shown].max()))
+        if bud is not None:
+            limit = np.asarray(bud.limit(s), dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sh = np.where(~np.isnan(limit) & (limit > 0), r / limit, np.inf)
+            maxes["share"] = _max_opt(maxes["share"], _nan_max_np(sh))
+            near += int(np.count_nonzero(~np.isnan(sh) & (sh >= 0.9)))
+            over += int(np.count_nonzero(np.isnan(sh) | (sh > 1.0 + 1e-12)))
+        tv, tp = (np.concatenate([top[0], r]),
+                  np.concatenate([top[1], np.arange(height - r.size, height, dtype=np.int64)]))
+        keep = _best(tv, tp, top_n)
+        top = (tv[keep], tp[keep])
+        ranks_of.feed(sortable_keys(r))
+        ok = shown & np.isfinite(s) & (s > 0)
+        y, x = r[ok], s[ok]
+        idx = np.arange(n_ok, n_ok + y.size, dtype=np.int64)
+        n_ok += y.size
+        ys, xs, ids = (np.concatenate([best[0], y]), np.concatenate([best[1], x]),
+                       np.concatenate([best[2], idx]))
+        keep = _best(ys, ids, k_top)
+        best = (ys[keep], xs[keep], ids[keep])
+        if every is not None:
+            every = every + [(x, y)] if n_ok <= _SCATTER_POINTS else None
+    if not height:
+        return None
+    ranks, finish = quantile_ranks(height, _QUANTILES)
+    more = ranks_of.end_pass(ranks)
+    edges = counts = None
+    if n_shown:
+        edges = histogram_edges(n_shown, lo, hi)
+        counts = np.zeros(edges.size - 1, dtype=np.int64)
+    step = -(-n_ok // max(_SCATTER_POINTS - k_top, 1))
+    spread: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    first = True
+    while more or first:
+        q = lf.select(_f64("rho").alias("rho"), *([_f64("size").alias("size")] if first else []))
+        seen = 0
+        for b in q.collect_batches():
+            r = b["rho"].to_numpy()
+            ranks_of.feed(sortable_keys(r))
+            if not first:
+                continue
+            s = b["size"].to_numpy()
+            shown = np.isfinite(r) & (r > 0)
+            if edges is not None and counts is not None:
+                bins = _geometric_bin_index(r[shown], edges)
+                counts += np.bincount(bins[bins >= 0], minlength=edges.size - 1)
+            if every is None:
+                ok = shown & np.isfinite(s) & (s > 0)
+                idx = np.arange(seen, seen + int(np.count_nonzero(ok)), dtype=np.int64)
+                seen += idx.size
+                pick = idx % step == 0
+                spread.append((idx[pick], s[ok][pick], r[ok][pick]))
+        more = ranks_of.end_pass() if more else False
+        first = False
+    qs = finish(ranks_of.values(ranks))
+    qs = np.where(np.isnan(qs) & (n_inf > 0), np.inf, qs)
+    share = None
+    if bud is not None:
+        share = (maxes["share"], near, over)
+    scatter: tuple[np.ndarray, np.ndarray, tuple[int, int, int] | None]
+    if every is not None:
+        scatter = (np.concatenate([x for x, _ in every]) if every else np.zeros(0),
+                   np.concatenate([y for _, y in every]) if every else np.zeros(0), None)
+    else:
+        ids = np.concatenate([best[2], *[i for i, _, _ in spread]])
+        xs = np.concatenate([best[1], *[x for _, x, _ in spread]])
+        ys = np.concatenate([best[0], *[y for _, _, y in spread]])
+        _, first_pos = np.unique(ids, return_index=True)  # sorted by ok index, each once
+        scatter = (xs[first_pos], ys[first_pos], (n_ok, k_top, step))
+    # the top rows (largest ρ first, ties in row order), read by position
+    rows = pl.concat([lf.slice(int(p), 1) for p in np.sort(top[1])]).collect(engine="streaming")
+    return LossStatistics(
+        height=height, n=height, max_rho=maxes["rho"], quantiles=qs, zeros=zeros,
+        n_inf=n_inf, has_eps="epsilon" in cols, max_eps=maxes["epsilon"],
+        has_epsd="epsilon_delta" in cols, max_epsd=maxes["epsilon_delta"], has_size=True,
+        max_size=maxes["size"], share=share, hist=(edges, counts, height - n_shown),
+        scatter=scatter,
+        top=rows.sort("rho", descending=True, nulls_last=True, maintain_order=True))
 
 
 def _opt_float(v: Any) -> float | None:
@@ -1380,6 +1609,8 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
             per-record file): it is then summarized with streaming queries, in memory
             independent of its number of rows, with the same exact figures; only the plot of ρ
             against size is a systematic sample above 20,000 units (its caption says so).
+            ``losses``: the `loss_statistics` of ``per_record`` with this ``budget`` and
+            ``top_n``, when the caller computed them already (they are then not recomputed).
 
     Returns:
         The HTML document.
@@ -1403,10 +1634,9 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
     budget = report.get("budget")
     bud = _budget_object(budget)
     seed = report.get("seed")
-    if isinstance(frame, pl.LazyFrame):
-        los = _losses_lazy(frame, bud, top_n)
-    else:
-        los = _losses_eager(_as_polars(frame), bud, top_n)
+    los = report.get("losses")
+    if not isinstance(los, LossStatistics):
+        los = loss_statistics(frame, budget, top_n)
 
     head = ['<header class="masthead"><div class="page">'
             '<div class="kicker">Confidential report · per-record privacy losses</div>'
@@ -1458,7 +1688,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                            "a query rather than let it pass its budget. Check the run.</p></div>")
     ov = [_kv(stats), budget_note, "<h3>Budget</h3>", _budget_html(budget, public=False)]
     extra_keys = {"release", "unit", "seed", "budget", "per_record", "total_policy_curve",
-                  "worst_cells", "counts", "top_n", "left_out", "max_left_out"}
+                  "worst_cells", "counts", "top_n", "left_out", "max_left_out", "losses"}
     body.append(_section("overview", "Overview", "".join(ov)))
     if report.get("left_out") is not None:
         body.append(_section("left-out", "Left out by the budget",

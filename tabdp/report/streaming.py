@@ -16,12 +16,13 @@ Every query runs with ``collect(engine="streaming")``; its memory grows with the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
-__all__ = ["sortable_key", "order_statistics", "exact_quantiles"]
+__all__ = ["sortable_key", "sortable_keys", "order_statistics", "exact_quantiles",
+           "BatchedOrderStatistics", "quantile_ranks", "interpolate_quantiles"]
 
 _MIN = -(2 ** 63)
 _SHIFTS = (48, 32, 16, 0)
@@ -170,9 +171,32 @@ def exact_quantiles(lf: pl.LazyFrame, column: str, qs: Sequence[float]) -> np.nd
     n, n_nan = int(row["n"]), int(row["nan"] or 0)
     if n == 0:
         raise ValueError(f"exact_quantiles: the column {column!r} has no rows.")
-    q = np.asanyarray(qs, dtype=np.float64)
     if n_nan:
-        return np.full(q.shape, np.nan)
+        return np.full(np.asanyarray(qs, dtype=np.float64).shape, np.nan)
+    ranks, finish = quantile_ranks(n, qs)
+    return finish(order_statistics(lf.select(v.alias("v")), "v", ranks))
+
+
+def quantile_ranks(n: int, qs: Sequence[float]
+                   ) -> tuple[list[int], Callable[[np.ndarray], np.ndarray]]:
+    """The order statistics ``numpy.quantile`` (linear) needs, and its interpolation of them.
+
+    Args:
+        n: Number of values (at least 1, no NaN).
+        qs: Quantile levels in ``[0, 1]``.
+
+    Returns:
+        The 0-based ranks to find, and a function of their values (in the order of the ranks)
+        giving the quantiles, bit for bit those of ``numpy.quantile``.
+
+    Example:
+        >>> ranks, finish = quantile_ranks(5, [0.5, 0.7])
+        >>> ranks
+        [2, 2, 3, 3]
+        >>> finish(np.array([1.0, 1.0, 4.0, 4.0])).tolist()
+        [1.0, 3.4]
+    """
+    q = np.asanyarray(qs, dtype=np.float64)
     # numpy's _quantile / _get_indexes / _get_gamma for method="linear"
     vi = np.asanyarray((n - 1) * q)
     prev = np.floor(vi)
@@ -189,11 +213,179 @@ def exact_quantiles(lf: pl.LazyFrame, column: str, qs: Sequence[float]) -> np.nd
     prev_i, next_i = prev.astype(np.intp), nxt.astype(np.intp)
     gamma = np.asanyarray(np.asanyarray(vi - prev_i), dtype=vi.dtype)
     pr, nr = np.where(prev_i < 0, n + prev_i, prev_i), np.where(next_i < 0, n + next_i, next_i)
-    stats = order_statistics(lf.select(v.alias("v")), "v",
-                             [int(x) for x in np.concatenate([pr.ravel(), nr.ravel()])])
-    a, b = stats[:pr.size].reshape(q.shape), stats[pr.size:].reshape(q.shape)
+    ranks = [int(x) for x in np.concatenate([pr.ravel(), nr.ravel()])]
+
+    def finish(stats: np.ndarray) -> np.ndarray:
+        a, b = stats[:pr.size].reshape(q.shape), stats[pr.size:].reshape(q.shape)
+        return interpolate_quantiles(a, b, gamma)
+
+    return ranks, finish
+
+
+def interpolate_quantiles(a: np.ndarray, b: np.ndarray, gamma: np.ndarray) -> np.ndarray:
+    """Interpolate as numpy's ``_lerp``: ``a + (b - a) γ``, or ``b - (b - a)(1 - γ)`` if γ ≥ 0.5.
+
+    Args:
+        a: Lower order statistics.
+        b: Upper order statistics.
+        gamma: Weights in ``[0, 1]``.
+
+    Returns:
+        The interpolated values (NaN where an infinite difference makes them undefined).
+
+    Example:
+        >>> interpolate_quantiles(np.array([1.0]), np.array([4.0]), np.array([0.8])).tolist()
+        [3.4000000000000004]
+    """
     with np.errstate(invalid="ignore", over="ignore"):
         diff = b - a  # numpy's _lerp
         out = np.add(a, diff * gamma)
         np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
     return np.asarray(out, dtype=np.float64)
+
+
+def sortable_keys(values: np.ndarray) -> np.ndarray:
+    """`sortable_key` on a numpy array: int64 keys ordered like the (non-NaN) float values.
+
+    Args:
+        values: Float values without NaN.
+
+    Returns:
+        The keys, equal to those `sortable_key` gives in Polars.
+
+    Example:
+        >>> k = sortable_keys(np.array([-2.0, -0.0, 0.0, 3.0]))
+        >>> bool(k[1] == k[2] == 0) and list(k) == sorted(k)
+        True
+    """
+    v = np.asarray(values, dtype=np.float64)
+    bits = np.add(v, 0.0).view(np.int64)  # -0.0 + 0.0 is 0.0; every other value unchanged
+    neg = bits < 0
+    if neg.any():
+        bits[neg] = np.int64(-1) - (bits[neg] - np.int64(_MIN))
+    return bits
+
+
+def _merge_counts(a: tuple[np.ndarray, np.ndarray], g: np.ndarray, c: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    keys, inv = np.unique(np.concatenate([a[0], g]), return_inverse=True)
+    return keys, np.bincount(inv, weights=np.concatenate([a[1], c]),
+                             minlength=keys.size).astype(np.int64)
+
+
+class BatchedOrderStatistics:
+    """`order_statistics` over a column read in batches: the same values, fewer reads.
+
+    The same narrowing as `order_statistics` (counts of the keys' leading bits, then of the
+    bins that hold the ranks, collecting a bin's values once it holds at most ``cap``), but
+    each pass over the column is a loop over its batches that the caller drives, so that other
+    statistics can share the pass: a bin decided in one pass is collected in the next one,
+    together with the counts of the next narrowing. The first pass counts every key; the
+    ranks are given at its end (when the number of values is known). Memory: the bin counts
+    (at most 2¹⁶ per bin narrowed) and the collected values (at most ``cap`` per rank).
+
+    Example:
+        >>> vals = np.array([5.0, -1.0, 3.0, 3.0, 0.0])
+        >>> os_ = BatchedOrderStatistics(cap=1)
+        >>> more = True
+        >>> first = True
+        >>> while more:
+        ...     for part in (vals[:2], vals[2:]):
+        ...         os_.feed(sortable_keys(part))
+        ...     more = os_.end_pass([0, 2, 4] if first else None)
+        ...     first = False
+        >>> os_.values([0, 2, 4]).tolist()
+        [-1.0, 3.0, 5.0]
+    """
+
+    def __init__(self, cap: int | None = None) -> None:
+        """Start the first pass; ``cap`` as in `order_statistics` (default `COLLECT_CAP`)."""
+        self.cap = COLLECT_CAP if cap is None else int(cap)
+        self.n = 0
+        self._found: dict[int, float] = {}
+        self._active: dict[int, tuple[int | None, int]] = {}
+        self._count_shift: int | None = _SHIFTS[0]
+        self._prev_shift = 64
+        self._prefixes: np.ndarray | None = None  # None: count every key
+        self._counts = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._collect: dict[int, list[tuple[int, int]]] = {}
+        self._collect_shift = 0
+        self._collect_bins = np.zeros(0, np.int64)
+        self._vals: list[np.ndarray] = []
+
+    def feed(self, keys: np.ndarray) -> None:
+        """Add one batch of keys (`sortable_keys`) to the current pass."""
+        k = np.asarray(keys, dtype=np.int64)
+        if self._count_shift is not None:
+            self.n += k.size if self._prefixes is None else 0
+            if self._prefixes is None:  # the first 16 bits: a count per value
+                c = np.bincount((k >> self._count_shift) + (1 << 15), minlength=1 << 16)
+                g = np.flatnonzero(c)
+                c, g = c[g], g - (1 << 15)
+            else:
+                sel = k[np.isin(k >> self._prev_shift, self._prefixes)]
+                g, c = np.unique(sel >> self._count_shift, return_counts=True)
+            self._counts = _merge_counts(self._counts, g, c)
+        if self._collect:
+            self._vals.append(k[np.isin(k >> self._collect_shift, self._collect_bins)])
+
+    def end_pass(self, ranks: Sequence[int] | None = None) -> bool:
+        """End a pass over the column; True while another pass is needed.
+
+        Args:
+            ranks: At the end of the first pass: the 0-based ranks to find, in ``[0, n)``.
+
+        Returns:
+            Whether the caller must feed the whole column once more.
+
+        Raises:
+            ValueError: A rank is outside ``[0, n)``.
+        """
+        if self._collect:
+            vals = np.concatenate(self._vals) if self._vals else np.zeros(0, np.int64)
+            for g, items in self._collect.items():
+                inbin = np.sort(vals[(vals >> self._collect_shift) == g])
+                for r, w in items:
+                    self._found[r] = float(_decode(inbin[w:w + 1])[0])
+            self._collect, self._vals = {}, []
+        if self._count_shift is None:
+            return False
+        if ranks is not None:
+            wanted = sorted({int(r) for r in ranks})
+            if any(not 0 <= r < self.n for r in wanted):
+                raise ValueError(f"order_statistics: ranks must lie in [0, {self.n}); got "
+                                 f"{wanted}.")
+            self._active = {r: (None, r) for r in wanted}
+        shift, prev_shift = self._count_shift, self._prev_shift
+        g_all, c_all = self._counts
+        collect: dict[int, list[tuple[int, int]]] = {}
+        nxt: dict[int, tuple[int | None, int]] = {}
+        for r, (p, within) in self._active.items():
+            sel = (np.ones(g_all.size, bool) if p is None
+                   else (g_all >> (prev_shift - shift)) == p)
+            gs, cs = g_all[sel], c_all[sel]
+            cum = np.cumsum(cs)
+            i = int(np.searchsorted(cum, within, side="right"))
+            g, below = int(gs[i]), int(cum[i] - cs[i])
+            if shift == 0:
+                self._found[r] = float(_decode(np.array([g]))[0])
+            elif cs[i] <= self.cap:
+                collect.setdefault(g, []).append((r, within - below))
+            else:
+                nxt[r] = (g, within - below)
+        self._collect, self._collect_shift = collect, shift
+        self._collect_bins = np.array(sorted(collect), dtype=np.int64)
+        self._active = nxt
+        self._counts = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        if nxt:
+            self._prev_shift = shift
+            self._count_shift = _SHIFTS[_SHIFTS.index(shift) + 1]
+            self._prefixes = np.array(sorted({p for p, _ in nxt.values() if p is not None}),
+                                      dtype=np.int64)
+        else:
+            self._count_shift = None
+        return bool(self._collect) or self._count_shift is not None
+
+    def values(self, ranks: Sequence[int]) -> np.ndarray:
+        """The values of ``ranks`` (all found once `end_pass` returned False)."""
+        return np.array([self._found[int(r)] for r in ranks], dtype=np.float64)

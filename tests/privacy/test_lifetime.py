@@ -555,6 +555,55 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
         assert _merge_sorted(a, b, {"size"}).equals(ref)
 
 
+def test_session_ledger_sorted_lookup_matches_the_join():
+    """UnitLedger.lookup of sorted Int64 ids (a merge join) gives the hash join's values."""
+    from tabdp.privacy.ledger import UnitLedger
+
+    rng = np.random.default_rng(9)
+    for t in range(60):
+        ta = np.unique(rng.integers(0, 80, 0 if t < 3 else rng.integers(1, 50)))
+        tb = np.unique(rng.integers(0, 90, rng.integers(0 if t else 1, 50)))
+        a = pl.DataFrame({"unit": pl.Series(ta, dtype=pl.Int64), "rho": rng.uniform(0, 1, ta.size),
+                          "size": rng.uniform(0, 9, ta.size)})
+        led = UnitLedger()
+        led.table = a
+        got = led.lookup(pl.Series(tb, dtype=pl.Int64), ["rho", "size", "rho@x"])
+        ref = pl.DataFrame({"unit": pl.Series(tb, dtype=pl.Int64)}).join(
+            a, on="unit", how="left", maintain_order="left")
+        for c in ("rho", "size"):
+            assert got[c].tolist() == ref[c].fill_null(0.0).to_list(), (t, c)
+        assert got["rho@x"].tolist() == [0.0] * tb.size
+
+
+def test_per_record_places_a_partial_query_like_the_join():
+    """A query charging part of the units (sorted ids) gets the join's column: 0.0 elsewhere."""
+    from tabdp.privacy.ledger import QueryRecord, UnitLosses, sorted_positions
+    from tabdp.privacy.session import Session
+
+    rng = np.random.default_rng(11)
+    units = np.unique(rng.integers(0, 10_000, 3_000))
+    part = np.sort(rng.choice(units, 1_000, replace=False))
+    s = Session(unit="id")
+    for name, u in (("all", units), ("part", part), ("text", None)):
+        if u is None:  # not sorted: the join (the fallback) on the same units
+            u = part[::-1].copy()
+        rho = rng.uniform(0, 1, u.size)
+        s.record_release(QueryRecord(1, name, "count", ("count",), (), tabdp.mechanisms.Gaussian(
+            1.0), {}, 0.9, "error", UnitLosses(pl.Series(u), rho, np.full(u.size, np.inf),
+                                               np.ones(u.size))), "polars")
+    pr = s.report().per_record
+    assert sorted_positions(pr["id"], pl.Series(part)) is not None
+    assert sorted_positions(pr["id"], pl.Series(part[::-1].copy())) is None
+    want = dict(zip(part.tolist(), s.records[1].losses.rho.tolist(), strict=True))
+    got = pr["rho_part"].to_numpy()
+    assert got.tolist() == [want.get(u, 0.0) for u in pr["id"].to_list()]
+    # the same units unsorted (a join) give the same column
+    rev = dict(zip(part[::-1].tolist(), s.records[2].losses.rho.tolist(), strict=True))
+    assert pr["rho_text"].to_list() == [rev.get(u, 0.0) for u in pr["id"].to_list()]
+    assert np.allclose(pr["rho"].to_numpy(), pr["rho_all"].to_numpy() + got
+                       + pr["rho_text"].to_numpy(), rtol=1e-12, atol=0)
+
+
 def test_a_charge_never_writes_into_the_stored_state() -> None:
     """Charges go to the run's own arrays: the state read at open is left as it was.
 
