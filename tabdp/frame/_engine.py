@@ -541,10 +541,16 @@ class _Snapshot(NamedTuple):
     rows_read: int
     per_row: bool             # one row per unit (row ids): charges need no group-by
     # Unit mode: ``data`` holds the (unit, cell) rows inside the key set (unit, _CELL,
-    # measures, _ROWS, _ALL; sorted by unit id, nulls last, then cell: see cells_of) and
+    # measures, _ROWS, _ALL; in the group-by's order, ``order`` sorts them) and
     # ``outside`` the (unit, key) rows outside it (unit, by, measures, _ROWS, _ALL).
     # ``None`` in row mode (``data`` then holds the key columns).
     outside: pl.DataFrame | None = None
+    # Unit mode: the order of ``data``'s rows by unit, then cell (`UnitOrder`; the rows
+    # themselves are in the group-by's order).
+    order: UnitOrder | None = None
+    # Unit mode: per-cell exact totals of ``data``'s columns, kept for the session's next
+    # release of the same snapshot (`cell_totals`).
+    totals: dict[str, pl.DataFrame] | None = None
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
@@ -581,7 +587,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             outside = None if snap.outside is None else snap.outside.select(
                 [c for c in snap.outside.columns if c not in cached["measures"] or c in measures])
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
-                             snap.per_row, outside)
+                             snap.per_row, outside, snap.order, snap.totals)
     if unit_mode:
         assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
@@ -631,23 +637,28 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
     ``part``: ``(p, k)``: only the units of partition ``p`` of ``k`` (`unit_partition`).
     """
     keep, values, counters = _snapshot_exprs(op.schema, unit, measures, rules)
-    names = list(counters)
     aggs = [*[v.sum() for v in values.values()],
             pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
-            pl.len().cast(pl.Int64).alias(_ALL),
-            *[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()]]
+            pl.len().cast(pl.Int64).alias(_ALL)]
     lf = op.lf if part is None else op.lf.filter(unit_partition(unit, *part))
     base = _cells(lf.with_columns(keep), op.schema, keys, by, _CELL)
-    inside, outside = pl.collect_all(
-        [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),
-         base.filter(pl.col(_CELL).is_null()).group_by(unit, *by).agg(aggs)],
-        engine="streaming")  # bounded memory for inputs larger than RAM
-    both = [inside, outside]
-    counts = {k: sum(int(d[k].sum() or 0) for d in both) for k in names}
-    rows_read = sum(int(d[_ALL].sum() or 0) for d in both)
-    inside = _sort_units(inside.with_columns(pl.col(_CELL).cast(pl.Int64)), unit,
-                         len(keys) if by else 1).drop(names)
-    return _Snapshot(inside, counts, {}, rows_read, False, outside.drop(names))
+    # the counters are totals over all rows: one plain sum each in the same pass (the scan is
+    # shared), not one more aggregation per (unit, cell) group
+    queries = [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),
+               base.filter(pl.col(_CELL).is_null()).group_by(unit, *by).agg(aggs)]
+    if counters:
+        queries.append(base.select(e.cast(pl.Int64).sum().alias(k)
+                                   for k, e in counters.items()))
+    got = pl.collect_all(queries, engine="streaming")  # bounded memory for inputs beyond RAM
+    inside, outside = got[0], got[1]
+    counts = ({k: int(v or 0) for k, v in got[2].row(0, named=True).items()}
+              if counters else {})
+    rows_read = sum(int(d[_ALL].sum() or 0) for d in (inside, outside))
+    # the rows stay in the group-by's order: only the permutation by (unit, cell) is computed
+    # (a unit's losses are summed in key-set order through it), not a sort of every column
+    inside = inside.with_columns(pl.col(_CELL).cast(pl.Int64))
+    order = UnitOrder(inside[unit], inside[_CELL], len(keys) if by else 1)
+    return _Snapshot(inside, counts, {}, rows_read, False, outside, order, {})
 
 
 def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[str],
@@ -756,13 +767,13 @@ def _attach_cells(data: pl.DataFrame, keys: KeySet, by: list[str]) -> pl.DataFra
 
 
 def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataFrame:
-    """The snapshot's rows with ``_CELL`` (`_attach_cells`); in unit mode sorted by unit.
+    """The snapshot's rows with ``_CELL`` (`_attach_cells`).
 
-    Unit mode: rows sorted by unit id (nulls last), then cell. Each unit's (unit, cell) rows are
-    then contiguous and in key-set order, so its losses are summed in an order that depends on
-    the ids and the key set only (reruns agree to the last bit), and merging into the ledger
-    (kept sorted by unit) needs no sort. A unit-mode snapshot has its cells already (found in
-    the plan, sorted once per snapshot); this adds them to the others.
+    A unit-mode snapshot has its cells already (found in the plan; the rows in the group-by's
+    order, with their `UnitOrder`); this adds them to the others. Row ids repeated by a join
+    (one unit in several cells) are sorted by unit, then cell. Either way each unit's losses
+    are summed over its cells in key-set order (`UnitOrder`), an order that depends on the ids
+    and the key set only (reruns agree to the last bit).
     """
     if snap.outside is not None:
         return snap.data
@@ -1053,11 +1064,18 @@ def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
     return size, np.where(delta > 0, np.nextafter(delta * slack, np.inf), delta)
 
 
+#: A count's per-row losses are read from a table of the policy at every whole Δ when every Δ
+#: is a whole number below this (`_policy_values`).
+COUNT_TABLE = 1 << 16
+
+
 def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.ndarray, ...]:
     """The policy's per-row losses (ρ, ε and, if approximate, ε_a, δ_a) at each row's Δ.
 
-    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once. Shared
-    by the Polars engine and the Spark UDF.
+    Counts have few distinct Δ (row numbers; all 1 in row mode): each is evaluated once, or,
+    for whole Δ below `COUNT_TABLE`, every whole number from the least Δ to the largest once
+    and each row's value read from that table (no hashing of the rows). Shared by the Polars
+    engine and the Spark UDF.
     """
     n = len(delta)
     if not n:
@@ -1066,6 +1084,15 @@ def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.nd
         lo, hi = float(delta.min()), float(delta.max())
         if lo == hi:
             return tuple(np.full(n, float(np.asarray(v)[0])) for v in policy(delta[:1]))
+        if lo >= 0 and hi < COUNT_TABLE and lo.is_integer():
+            pos = delta.astype(np.intp)
+            if bool(np.array_equal(pos, delta)):  # whole numbers
+                out = []
+                for v in policy(np.arange(int(lo), int(hi) + 1, dtype=np.float64)):
+                    table = np.zeros(int(hi) + 1)
+                    table[int(lo):] = v
+                    out.append(table[pos])
+                return tuple(out)
         # the distinct values by hashing (np.unique sorts every row), then a binary search
         uniq = np.sort(pl.Series(delta).unique().to_numpy())
         inv = np.searchsorted(uniq, delta)
@@ -1080,13 +1107,18 @@ class _Segments:
     on the length (and may on the build): a unit's total would not be the plain sum in its
     cells' order. Here each segment starts at its first element and, in step k, the k-th
     element of every segment longer than k is added; the segments longer than one are visited
-    longest first, so step k touches a prefix of them (vector operations only, one step per
-    cell of the unit with most cells).
+    longest first, so step k touches a prefix of them (vector operations only). Steps stop at
+    `STEPS`: the few segments longer than that are finished one by one by NumPy's
+    ``add.accumulate`` (sequential by definition: each partial sum is the previous one plus the
+    next element), so a unit with thousands of cells costs one call, not thousands of steps.
 
     Example:
         >>> _Segments(np.array([0, 3]), 4).sum(np.array([0.1, 0.2, 0.3, 5.0])).tolist()
         [0.6000000000000001, 5.0]
     """
+
+    #: vector steps over the segments; longer segments are finished one by one
+    STEPS = 64
 
     def __init__(self, starts: np.ndarray, n: int) -> None:
         """Segments starting at ``starts`` (increasing, the first 0) of an array of ``n``."""
@@ -1098,14 +1130,25 @@ class _Segments:
         self.multi_starts = starts[order]
         sorted_counts = counts[order]
         longest = int(sorted_counts[0]) if len(order) else 1
-        # number of segments longer than k, for k = 1 .. longest - 1
-        self.active = np.searchsorted(-sorted_counts, -np.arange(1, longest), side="left")
+        # number of segments longer than k, for k = 1 .. min(longest, STEPS) - 1
+        self.active = np.searchsorted(-sorted_counts, -np.arange(1, min(longest, self.STEPS)),
+                                      side="left")
+        # segments longer than STEPS: (position in the output, first element left, end)
+        n_long = int(np.searchsorted(-sorted_counts, -self.STEPS, side="right"))
+        self.long = [(int(order[j]), int(self.multi_starts[j]) + self.STEPS,
+                      int(self.multi_starts[j] + sorted_counts[j])) for j in range(n_long)]
 
     def sum(self, v: np.ndarray) -> np.ndarray:
         """Each segment's left-to-right sum of ``v``."""
-        acc = np.asarray(v, dtype=np.float64)[self.starts]  # a new array (fancy index)
+        v = np.asarray(v, dtype=np.float64)
+        acc = v[self.starts]  # a new array (fancy index)
         for k, m in enumerate(self.active, start=1):
             acc[self.multi[:m]] += v[self.multi_starts[:m] + k]
+        for j, lo, hi in self.long:  # acc[j] holds the first STEPS elements' sum
+            run = np.empty(hi - lo + 1)
+            run[0] = acc[j]
+            run[1:] = v[lo:hi]
+            acc[j] = np.add.accumulate(run)[-1]
         return acc
 
 
@@ -1135,6 +1178,124 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
                    for c, v in columns.items()}
 
 
+class UnitOrder:
+    """The order of (unit, cell) rows by unit id (nulls last), then cell, without moving them.
+
+    Unit mode's losses are summed per unit left to right over its cells in key-set order (an
+    order that depends on the ids and the key set only: reruns agree to the bit, whatever the
+    input's row order). Rather than sorting every column of the (unit, cell) table, this holds
+    the permutation that sorts it (``perm``: row positions in sorted order), the sorted units
+    (one per unit) and the segments of each unit's rows: per-unit totals gather only the
+    per-row arrays they sum (`reduce`). The table itself keeps the group-by's order (its other
+    uses, cell totals and the audit, do not depend on it).
+
+    Args:
+        units: The unit id of each (unit, cell) row (pairs distinct).
+        cells: The cell of each row (its position in the key set; null counts last).
+        n_keys: The number of keys (cells are below it).
+
+    Example:
+        >>> o = UnitOrder(pl.Series([7, 3, 7]), pl.Series([2, 0, 1]), 3)
+        >>> o.units.to_list(), o.perm.tolist()
+        ([3, 7], [1, 2, 0])
+        >>> o.reduce({"rho": np.array([0.5, 1.0, 0.25])}, lambda c: False)["rho"].tolist()
+        [1.0, 0.75]
+    """
+
+    def __init__(self, units: pl.Series, cells: pl.Series, n_keys: int) -> None:
+        """The order of the rows ``(units, cells)``."""
+        n = len(units)
+        self.n = n
+        self.perm, codes = _unit_cell_perm(units, cells, n_keys)
+        if not n:
+            starts = np.zeros(0, dtype=np.int64)
+            self.units = units
+        elif codes is not None:  # unit - min of each sorted row (integer ids)
+            starts = np.flatnonzero(np.diff(codes)) + 1
+            starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+            lo = units.min()
+            self.units = (pl.Series(units.name, codes[starts], dtype=pl.Int64) + lo).cast(
+                units.dtype)
+        else:
+            ordered = units.gather(pl.Series(self.perm, dtype=pl.Int64))
+            starts = np.flatnonzero(
+                ordered.ne_missing(ordered.shift(1)).fill_null(True).to_numpy())
+            starts[0] = 0
+            self.units = ordered.gather(pl.Series(starts, dtype=pl.Int64))
+        #: where each unit's rows start in sorted order
+        self.starts = starts
+        self.seg = _Segments(starts, n) if n and len(starts) < n else None
+
+    def reduce(self, columns: dict[str, np.ndarray],
+               is_max: Callable[[str], bool]) -> dict[str, np.ndarray]:
+        """Per-unit totals (aligned with `units`) of per-row ``columns`` (in the rows' order).
+
+        Sums left to right over a unit's cells in key-set order (`_Segments`), maxima where
+        ``is_max(name)``: the values `per_unit` gives on the sorted rows.
+
+        Args:
+            columns: Name → per-row float64 array.
+            is_max: Whether a column is reduced by its maximum.
+
+        Returns:
+            Name → per-unit array.
+        """
+        return self.reduce_sorted({c: np.asarray(v)[self.perm] for c, v in columns.items()},
+                                  is_max)
+
+    def reduce_sorted(self, columns: dict[str, np.ndarray],
+                      is_max: Callable[[str], bool]) -> dict[str, np.ndarray]:
+        """`reduce` of per-row arrays already in sorted order (``v[perm]``).
+
+        Args:
+            columns: Name → per-row float64 array, in the order ``perm``.
+            is_max: Whether a column is reduced by its maximum.
+
+        Returns:
+            Name → per-unit array.
+        """
+        if self.seg is None:  # one cell per unit
+            return dict(columns)
+        return {c: np.maximum.reduceat(v, self.starts) if is_max(c) else self.seg.sum(v)
+                for c, v in columns.items()}
+
+
+def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Row positions of (unit, cell) pairs sorted by unit (nulls last), then cell (nulls last).
+
+    The pairs are distinct, so the order is total. Integer ids of at most 64 bits whose range
+    allows it are sorted by one Int64 key (unit - min)·(n_keys + 1) + cell; where that key and
+    the row position fit in 63 bits together they are packed into one integer and the values
+    sorted (several times cheaper than an argsort), else the key is argsorted. Other ids (text,
+    128-bit, nulls) take the multi-column argsort. Every path gives the same order. Returns
+    the permutation and, for integer ids, each sorted row's ``unit - min(unit)`` (else None).
+    """
+    n = len(units)
+    if not n:
+        return np.zeros(0, dtype=np.int64), None
+    dtype = units.dtype
+    if dtype.is_integer() and dtype not in _WIDE_INTS and not units.null_count():
+        lo: Any = units.min()
+        hi: Any = units.max()
+        span = (int(hi) - int(lo) + 1) * (n_keys + 1)
+        if -(2**63) <= int(lo) and int(hi) < 2**63 and span < 2**62:
+            key = ((units.cast(pl.Int64) - int(lo)) * (n_keys + 1)
+                   + cells.fill_null(n_keys).cast(pl.Int64))
+            bits = max(n - 1, 1).bit_length()
+            if span < 2 ** (63 - bits):  # key · 2**bits + position < 2**63
+                packed = (key * (1 << bits) + pl.int_range(n, dtype=pl.Int64, eager=True)
+                          ).sort().to_numpy()
+                perm = packed & ((1 << bits) - 1)
+                return perm, (packed >> bits) // (n_keys + 1)
+            perm = key.arg_sort().to_numpy().astype(np.int64, copy=False)
+            return perm, key.to_numpy()[perm] // (n_keys + 1)
+    frame = pl.DataFrame({"u": units, "c": cells})
+    perm = frame.select(pl.arg_sort_by(["u", "c"], nulls_last=[True, True])).to_series() \
+        .to_numpy().astype(np.int64, copy=False)
+    return perm, None
+
+
 #: Rows per chunk of the per-row policy evaluation: its temporaries stay small and are reused
 #: by the allocator (one array of a few million doubles is a fresh mapping, page-faulted in
 #: at every step: most of the time of a whole-column evaluation at 5M rows).
@@ -1142,12 +1303,43 @@ POLICY_CHUNK = 1 << 16
 
 
 def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str, int],
-                ms: list[str]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+                ms: list[str], perm: np.ndarray | None = None
+                ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """One currency's size and policy values (ρ, ε[, ε_a, δ_a]) for every row of ``inside``.
 
     Evaluated in chunks of `POLICY_CHUNK` rows: every value is a function of its own row only
-    (`_size_and_delta`, `_policy_values`), so the doubles are those of one evaluation.
+    (`_size_and_delta`, `_policy_values`), so the doubles are those of one evaluation. With
+    ``perm`` (unit mode's `UnitOrder`) the rows are read in that order and the values come out
+    in it: each row's contribution is gathered once (a float array), not every result.
     """
+    if perm is not None:
+        if kind == "count":
+            base = {_ROWS: inside[_ROWS].cast(pl.Float64).to_numpy()}
+        else:
+            base = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+        signs: dict[str, np.ndarray] = {}
+
+        def sign(m: str) -> np.ndarray:  # read only by a joint policy
+            if m not in signs:
+                signs[m] = np.sign(inside[m].cast(pl.Float64).to_numpy())
+            return signs[m]
+
+        def at(idx: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            if kind == "count":
+                size = base[_ROWS][idx]
+                delta = size
+            else:
+                size, delta = _size_and_delta(policy, ms, {m: base[m][idx] for m in ms},
+                                              lambda m: sign(m)[idx])
+            return size, _policy_values(policy, kind, delta)
+
+        def chunk(lo: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            assert perm is not None
+            return at(perm[lo:lo + POLICY_CHUNK])
+    else:
+        def chunk(lo: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+            return one(inside.slice(lo, POLICY_CHUNK))
+
     def one(part: pl.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
         if kind == "count":
             size = part[_ROWS].cast(pl.Float64).to_numpy()
@@ -1160,11 +1352,11 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
 
     n = inside.height
     if n <= POLICY_CHUNK:
-        return one(inside)
+        return chunk(0)
     size_all = np.empty(n)
     vals_all: list[np.ndarray] = []
     for lo in range(0, n, POLICY_CHUNK):
-        size, vals = one(inside.slice(lo, POLICY_CHUNK))
+        size, vals = chunk(lo)
         if not vals_all:
             vals_all = [np.empty(n) for _ in vals]
         hi = lo + len(size)
@@ -1175,22 +1367,33 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int], cells: bool = True) -> tuple[Charges, np.ndarray, np.ndarray]:
+             bits: dict[str, int], cells: bool = True, order: UnitOrder | None = None
+             ) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
     The size of a (unit, cell) row is its largest contribution over the release's currencies
     (with ``cells=False`` the two per-row arrays are left empty: the cell audit is off).
 
     In row mode every unit is one row in one cell: the per-row arrays are the charges. In unit
-    mode they are summed per unit (sizes: the largest contribution) in one group-by.
+    mode they are summed per unit (sizes: the largest contribution) through ``order``, the
+    rows' `UnitOrder` (computed here if not given): each row's contribution is read in that
+    order, so the per-row losses come out sorted and the charges sorted by unit. The per-row
+    ρ and size are returned in the rows' order where ``cells`` (the cell audit), else
+    empty.
     """
     n = inside.height
+    perm: np.ndarray | None = None
+    if not row_mode:
+        if order is None:
+            top: Any = inside[_CELL].max()
+            order = UnitOrder(inside[uid], inside[_CELL], int(top or 0) + 1)
+        perm = order.perm
     cell_rho = np.zeros(n if cells else 0)
     cell_size = np.zeros(n if cells else 0)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
     for cur, ms in policy.currencies():
-        size, vals = _row_policy(inside, policy, kind, bits, ms)
+        size, vals = _row_policy(inside, policy, kind, bits, ms, perm)
         if cells:
             cell_rho += vals[0]
             np.maximum(cell_size, size, out=cell_size)
@@ -1201,14 +1404,20 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     if row_mode:
         units: Any = inside[ROW_ID].cast(pl.Int64).to_numpy()
     else:
-        # rows are sorted by unit, then cell (cells_of): each unit's rows are contiguous, and
-        # its losses are summed left to right in key-set order (_Segments), an order that
-        # depends on the ids and the key set only, never on the input's row order (reruns
-        # agree to the bit)
-        units, per = per_unit(inside[uid], {f"{k}\0{c}": v for k in kinds
-                                            for c, v in cols[k].items()},
-                              lambda name: name.startswith("size\0"))
+        # each unit's losses are summed left to right over its cells in key-set order
+        # (UnitOrder, _Segments), an order that depends on the ids and the key set only, never
+        # on the input's row order (reruns agree to the bit)
+        assert order is not None and perm is not None
+        units = order.units
+        per = order.reduce_sorted({f"{k}\0{c}": v for k in kinds for c, v in cols[k].items()},
+                                  lambda name: name.startswith("size\0"))
         cols = {k: {c: per[f"{k}\0{c}"] for c in cols[k]} for k in kinds}
+        if cells:  # back in the rows' order
+            rho_rows, size_rows = np.empty(n), np.empty(n)
+            rho_rows[perm], size_rows[perm] = cell_rho, cell_size
+            cell_rho, cell_size = rho_rows, size_rows
+        else:
+            cell_rho, cell_size = np.zeros(0), np.zeros(0)
     ch = Charges(units, cols["rho"], cols["epsilon"], cols["size"], policy.guarantee,
                  cols["eps_a"] if policy.approx else None,
                  cols["delta_a"] if policy.approx else None)

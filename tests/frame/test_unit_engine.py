@@ -1,8 +1,9 @@
 """Unit mode's engine: losses summed per unit in key-set order, whatever the input's row order.
 
-The unit path sorts the (unit, cell) rows by unit id then cell once per snapshot and key set
-(``cells_of``), sums each unit's losses left to right over its cells and merges them into the
-ledger without a re-sort when the units are those already held. These tests pin the semantics
+The unit path orders the (unit, cell) rows by unit id then cell once per snapshot and key set
+(``UnitOrder``: a permutation, the rows are not moved), sums each unit's losses left to right
+over its cells and merges them into the ledger without a re-sort when the units are those
+already held. These tests pin the semantics
 that the faster path must keep: exact per-unit sums in key-set order (checked against the
 mechanism's policy evaluated cell by cell), bit-identical reports for any row order and for
 integer or text ids, the public contribution bounds, and the ledger's merge.
@@ -183,6 +184,60 @@ def test_segment_sums_are_plain_left_to_right_sums() -> None:
     assert (np.add.reduceat(v, starts) != got).any()
 
 
+@pytest.mark.parametrize("long", [64, 65, 300, 2000])
+def test_segment_sums_of_units_with_many_cells_are_left_to_right(long: int) -> None:
+    """Segments longer than the vector steps are finished by a sequential accumulate."""
+    from tabdp.frame._engine import _Segments
+
+    rng = np.random.default_rng(long)
+    lengths = np.r_[rng.integers(1, 4, 300), long, 3, long + 7, 1]
+    v = rng.lognormal(0.0, 3.0, int(lengths.sum())) * rng.choice([-1.0, 1.0], int(lengths.sum()))
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    got = _Segments(starts, len(v)).sum(v)
+    for i, (a, n) in enumerate(zip(starts, lengths, strict=True)):
+        total = float(v[a])
+        for x in v[a + 1:a + n]:
+            total += float(x)
+        assert got[i] == total
+
+
+@pytest.mark.parametrize("case", ["int", "narrow", "wide", "argsort", "uint64", "text", "int128",
+                                  "nulls"])
+def test_unit_order_gives_the_sums_of_the_sorted_rows(case: str) -> None:
+    """UnitOrder (a permutation, rows not moved) equals per_unit over the rows sorted."""
+    from tabdp.frame._engine import UnitOrder, _sort_units, per_unit
+
+    rng = np.random.default_rng(4)
+    n, n_keys = 5000, 97
+    ids = rng.integers(0, 900, n)
+    units: pl.Series = {
+        "int": pl.Series(ids), "narrow": pl.Series(ids % 100, dtype=pl.Int8),
+        "wide": pl.Series(ids * (1 << 50)),  # no Int64 key: multi-column argsort
+        "argsort": pl.Series(ids * (1 << 40)),  # a key, but no room for the positions
+        "uint64": pl.Series(ids.astype(np.uint64) + np.uint64(2**63 + 5)),
+        "text": pl.Series([f"u{i:04d}" for i in ids]),
+        "int128": pl.Series(ids, dtype=pl.Int128),
+        "nulls": pl.Series([None if i % 7 == 0 else i for i in ids.tolist()], dtype=pl.Int64),
+    }[case].alias("u")
+    cells = pl.Series("__tabdp_cell", rng.integers(0, n_keys, n), dtype=pl.Int64)
+    frame = pl.DataFrame([units, cells]).unique(maintain_order=True)  # distinct pairs
+    v = rng.lognormal(0.0, 3.0, frame.height)
+    size = rng.lognormal(0.0, 1.0, frame.height)
+    frame = frame.with_columns(pl.Series("v", v), pl.Series("size", size))
+    order = UnitOrder(frame["u"], frame["__tabdp_cell"], n_keys)
+    got = order.reduce({"v": v, "size": size}, lambda c: c == "size")
+    srt = frame.sort(["u", "__tabdp_cell"], nulls_last=True)
+    if case != "nulls":  # the old path (a sort of the rows) gives the same order
+        assert _sort_units(frame, "u", n_keys).equals(srt)
+    want_units, want = per_unit(srt["u"], {"v": srt["v"].to_numpy(),
+                                           "size": srt["size"].to_numpy()},
+                                lambda c: c == "size")
+    assert order.units.dtype == frame["u"].dtype
+    assert order.units.to_list() == want_units.to_list()
+    assert np.array_equal(got["v"], want["v"]) and np.array_equal(got["size"], want["size"])
+    assert frame["__tabdp_cell"].gather(pl.Series(order.perm)).equals(srt["__tabdp_cell"])
+
+
 def test_unit_median_losses_do_not_depend_on_row_order() -> None:
     df = _firms(1500)
 
@@ -261,3 +316,23 @@ def test_cells_by_lookup_equal_the_join(case: int, monkeypatch: pytest.MonkeyPat
         assert lookup[0].equals(joined[0])
         assert lookup[0]["cell"].null_count() < df.height  # some rows are in cells
         assert lookup[1]["cell"].sort().equals(joined[1]["cell"].sort())
+
+
+@pytest.mark.parametrize("mechanism", [mech.DiscreteGaussian(2.0), mech.DiscreteLaplace(3.0),
+                                       mech.Gaussian(1.5)])
+def test_count_losses_from_the_table_equal_those_of_the_distinct_values(
+        mechanism: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count's per-row losses read from a table at every whole Δ are the distinct values'."""
+    from tabdp.frame._engine import _Policy, _policy_values
+
+    rng = np.random.default_rng(2)
+    policy = _Policy(mechanism, [])
+    for delta in (np.minimum(rng.zipf(2.0, 20_000), 3000).astype(np.float64) + 2.0,
+                  np.r_[rng.integers(1, 9, 500).astype(np.float64), 2.5]):  # not whole
+        got = _policy_values(policy, "count", delta)
+        monkeypatch.setattr("tabdp.frame._engine.COUNT_TABLE", 0)  # the distinct values
+        want = _policy_values(policy, "count", delta)
+        monkeypatch.undo()
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w)

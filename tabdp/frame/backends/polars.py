@@ -23,6 +23,7 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     ROW_ID,
+    UnitOrder,
     _attach_cells,
     _bound_contributions,
     _cell_stats,
@@ -210,6 +211,15 @@ class _PolarsOutput:
         """
 
 
+def _whole_totals(memo: dict[str, pl.DataFrame] | None,
+                  cols: list[str]) -> pl.DataFrame | None:
+    """Per-cell totals of ``cols`` kept by an earlier release of the same snapshot, or None."""
+    for have in (memo or {}).values():
+        if set(cols) <= set(have.columns):
+            return have.select(_CELL, *cols)
+    return None
+
+
 class MemoryBackend(_PolarsOutput):
     """The in-memory Polars engine: a snapshot, per-unit arrays, the in-memory ledger.
 
@@ -341,8 +351,12 @@ class MemoryBackend(_PolarsOutput):
         # Per-unit losses and the individual filter.
         if first:
             sess.phase(qname, "accounting per-record losses")
+        order = None
+        if not snap.per_row:  # the snapshot's order, unless a rule or bound dropped rows
+            order = (snap.order if snap.order is not None and inside.height == snap.data.height
+                     else UnitOrder(inside[uid], inside[_CELL], len(keys) if by_list else 1))
         charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits,
-                                                cells=sess.track_cells)
+                                                cells=sess.track_cells, order=order)
         admitted = sess.admit(charges)
         left_out = np.zeros(charges.n, dtype=bool)
         for ok in admitted.values():
@@ -372,7 +386,17 @@ class MemoryBackend(_PolarsOutput):
             pl.col(m).sum() for m in measure_list).row(0, named=True) if measure_list else {}
         rows_left = 0 if row_ok is None else int(
             inside.filter(~row_ok)[_ROWS].sum() or 0)
-        totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
+        # unit mode: the cell totals of the snapshot's rows as they are (no rule, bound or
+        # filter changed them) are kept for the next release of the same snapshot
+        whole = (snap.totals is not None and row_ok is None
+                 and inside.height == snap.data.height
+                 and not (kind == "count" and pre.max_rows is not None))
+        totals = _whole_totals(snap.totals, value_cols) if whole else None
+        if totals is None:
+            totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
+            if whole:
+                assert snap.totals is not None
+                snap.totals[",".join(value_cols)] = totals
         del work
 
         # Worst loss per cell (confidential), for the release workflow's audit report.
