@@ -67,8 +67,9 @@ from tabdp.privacy.ledger import Charges, QueryRecord, ReplayLedger
 __all__ = ["MemoryBackend", "StreamingBackend", "unit_partitions"]
 
 #: Unit mode: peak bytes per input row of one pass (the (unit, cell) group-by, the charges
-#: and the work around them), measured at 20M rows (docs/performance.md, "Memory at scale").
-BYTES_PER_ROW = 400
+#: and the work around them): about 225 measured at 10M rows once the (unit, cell) table is no
+#: longer sorted (docs/performance.md, "Third pass"), with a margin.
+BYTES_PER_ROW = 250
 #: Unit mode: the share of the available memory one pass may take before the units are
 #: read in partitions (the rest: the ledger, the records and everything else on the machine).
 PASS_SHARE = 0.25
