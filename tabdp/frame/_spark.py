@@ -1093,11 +1093,12 @@ def _row_ids(flagged: Any, columns: list[str]) -> tuple[Any, Any, list[str]]:
 def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
     """A row's fingerprint of ``column``: a hash of its id and value (a signed 64-bit ``long``).
 
-    The row check sums it over the rows, exactly (`_fp_sums`, `_fp_total`). Spark's ``xxhash64`` hashes a decimal by its unscaled
-    digits only (``100`` as ``decimal(10,0)`` and ``1.00`` as ``decimal(10,2)`` hash alike), so
-    a decimal's scale is hashed with it: a column rewritten in other units is another column.
-    Likewise a date or timestamp is hashed with its type (an ``int`` and a ``date``, a
-    ``timestamp`` and a ``timestamp_ntz`` of the same integer hash alike).
+    The row check sums it over the rows, exactly (`_fp_sums`, `_fp_total`). Spark's
+    ``xxhash64`` hashes a decimal by its unscaled digits only (``100`` as ``decimal(10,0)`` and
+    ``1.00`` as ``decimal(10,2)`` hash alike), so a decimal's scale is hashed with it: a column
+    rewritten in other units is another column. Likewise a date or timestamp is hashed with its
+    type (an ``int`` and a ``date``, a ``timestamp`` and a ``timestamp_ntz`` of the same integer
+    hash alike).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
