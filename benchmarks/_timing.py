@@ -72,3 +72,41 @@ def groupby_baselines(spark: Any, path: str, by: list[str]) -> dict[str, Callabl
          .agg(F.sum("payroll"), F.sum("employment"), F.count(F.lit(1))).collect())
 
     return {"polars_groupby": polars_groupby, "spark_groupby": spark_groupby}
+
+
+def tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds (user + system) of a process and every descendant, from ``/proc``.
+
+    For Spark in local mode the work runs in the JVM (a child of the Python driver) and in
+    Python workers (children of the JVM): this counts the driver, the JVM, the live workers and
+    the workers that have exited and been reaped (their parents' ``cutime``/``cstime``).
+    Linux only.
+
+    Args:
+        root: Process id (default: this process).
+
+    Returns:
+        The summed CPU seconds.
+    """
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        f = stat[stat.rindex(")") + 2:].split()  # fields from the state (3rd) on
+        parent[int(d)] = int(f[1])
+        ticks[int(d)] = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    root = os.getpid() if root is None else root
+    tree, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    return sum(ticks.get(p, 0) for p in tree) / tick

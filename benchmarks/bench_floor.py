@@ -25,8 +25,20 @@ tabdp runs with the default secure randomness and writes its report. Every varia
 same process, interleaved, medians of ``--repeat`` rounds after a warm-up (machine load hits all
 alike); peak memory is measured once more per variant in a fresh subprocess (VmHWM).
 
-Usage: ``python benchmarks/bench_floor.py [--rows 1000000 10000000] [--repeat 3]``.
-Writes ``benchmarks/results/floor.json`` and prints a Markdown table.
+**Spark** (``--engine spark``, ``local[2]``): the same workload on a Spark DataFrame read from
+the same Parquet file. The floor is the hand-written plain-PySpark program of the same job:
+the cells by one ``groupBy`` (unit mode: the (unit, cell) ``groupBy``, persisted, then the cells
+and the per-unit sums from it), joined onto the public keys and collected to the driver; the
+report's losses are the same transcendental expression as Spark SQL (`_spark_loss`), written by
+Spark's Parquet writer (zstd, one file per partition; row ids by
+``monotonically_increasing_id``). tabdp runs the same release on the Spark DataFrame and writes
+its report by Spark (one file, sorted by id). Variants ``row``, ``id``, ``firm`` (no streaming
+flag on Spark). CPU is that of the whole process tree (the Python driver, the JVM, its Python
+workers; `_timing.tree_cpu_s`); no memory subprocess.
+
+Usage: ``python benchmarks/bench_floor.py [--rows 1000000 10000000] [--repeat 3]``
+(``--engine spark``: needs PySpark and Java; sets ``PYSPARK_PYTHON`` to this interpreter).
+Writes ``benchmarks/results/floor.json`` (``floor_spark.json``) and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _timing import interleaved_times, write_workload  # noqa: I001  (a sibling module: benchmarks run as scripts)
+from _timing import interleaved_times, tree_cpu_s, write_workload  # noqa: I001  (a sibling module: benchmarks run as scripts)
 
 HERE = Path(__file__).resolve().parent
 BY = ["county", "naics2"]
@@ -54,6 +66,9 @@ TABDP = {"row_stream": (None, True, "floor_row"), "row_memory": (None, False, "f
          "id": ("estab_id", False, "floor_id"), "firm": ("firm_id", False, "floor_firm")}
 FLOORS = {"floor_row": None, "floor_id": "estab_id", "floor_firm": "firm_id"}
 PARQUET = {"compression": "zstd", "compression_level": 1}
+#: Spark: tabdp variant -> (privacy unit column, its floor variant)
+SPARK_TABDP = {"row": (None, "floor_row"), "id": ("estab_id", "floor_id"),
+               "firm": ("firm_id", "floor_firm")}
 
 
 def _hwm_mb() -> float:
@@ -75,6 +90,98 @@ def _key_frame(path: str) -> Any:
 def _loss(col: Any) -> Any:
     """A transcendental per-record loss of the shape of ExpPolyLog's policy."""
     return (col.abs().log1p() ** 4) * 0.5
+
+
+def _spark_loss(col: Any) -> Any:
+    """`_loss` as a Spark SQL expression."""
+    from pyspark.sql import functions as F
+
+    return F.pow(F.log1p(F.abs(col)), 4) * 0.5
+
+
+def _spark_floor(spark: Any, unit: str | None, path: str, out: str,
+                 keys: Any) -> Callable[[], None]:
+    """The plain-PySpark program of the job (see the module docstring); ``keys``: Spark keys."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    report = f"{out}/spark_floor_{unit or 'row'}.parquet"
+    sums = [F.sum(m).alias(m) for m in MEASURES]
+    size = F.greatest(*[F.abs(F.col(m)).cast("double") for m in MEASURES], F.lit(1.0))
+    q1 = sum((_spark_loss(F.col(m)) for m in MEASURES), F.lit(0.0))
+
+    def write(frame: Any) -> None:
+        frame.write.mode("overwrite").option("compression", "zstd").parquet(report)
+
+    def row() -> None:
+        sdf = spark.read.parquet(path)
+        keys.join(sdf.groupBy(*BY).agg(F.count(F.lit(1)).alias("n"), *sums), on=BY,
+                  how="left").collect()
+        q2 = F.lit(0.125)
+        write(sdf.select(F.monotonically_increasing_id().alias("row"),
+                         (q1 + q2).alias("rho"), F.sqrt(q1 + q2).alias("epsilon"),
+                         size.alias("size"), q1.alias("rho_q1_sum"), q2.alias("rho_q2_count")))
+
+    def units() -> None:
+        assert unit is not None
+        contrib = (spark.read.parquet(path).groupBy(unit, *BY)
+                   .agg(F.count(F.lit(1)).alias("n"), *sums)
+                   .persist(StorageLevel.MEMORY_AND_DISK))
+        try:
+            cells = contrib.groupBy(*BY).agg(F.sum("n").alias("n"), *sums)
+            keys.join(cells, on=BY, how="left").collect()
+            n = F.col("n").cast("double")
+            per = contrib.groupBy(unit).agg(F.sum(q1).alias("rho_q1_sum"),
+                                            F.sum(n * n * 0.125).alias("rho_q2_count"),
+                                            F.max(size).alias("size"))
+            rho = F.col("rho_q1_sum") + F.col("rho_q2_count")
+            write(per.select(unit, rho.alias("rho"), F.sqrt(rho).alias("epsilon"), "size",
+                             "rho_q1_sum", "rho_q2_count"))
+        finally:
+            contrib.unpersist()
+
+    return row if unit is None else units
+
+
+def _spark_runner(spark: Any, kind: str, path: str, out: str) -> Callable[[], None]:
+    """A Spark variant: a floor (``floor_*``) or the tabdp release of a mode (`SPARK_TABDP`)."""
+    import tabdp
+    from tabdp import mechanisms as mech
+
+    counties, sectors = _key_frame(path)
+    if kind in FLOORS:
+        import itertools
+
+        import pandas as pd
+
+        pairs = pd.DataFrame(list(itertools.product(counties, sectors)), columns=BY)
+        keys = spark.createDataFrame(pairs).persist()
+        keys.count()  # the public keys, built once (as the Polars floor's)
+        return _spark_floor(spark, FLOORS[kind], path, out, keys)
+    unit = SPARK_TABDP[kind][0]
+    keyset = tabdp.KeySet.from_dict(county=counties, naics2=sectors)
+    m = mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
+
+    def release() -> None:
+        s = tabdp.Session(unit=unit)
+        sdf = spark.read.parquet(path)
+        sdf.dp.sum(MEASURES, by=BY, keys=keyset, mechanism=m, session=s)
+        sdf.dp.count(by=BY, keys=keyset, session=s)
+        s.report().write_per_record(f"{out}/spark_per_record_{kind}.parquet")
+
+    return release
+
+
+def spark_session() -> Any:
+    """The benchmarks' local Spark session (``local[2]``, as `bench_spark` and `bench_tumult`)."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("tabdp-bench-floor")
+             .config("spark.sql.shuffle.partitions", "4")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def _floor(unit: str | None, path: str, out: str, keys: Any,
@@ -158,12 +265,13 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _cpu_timed(fn: Callable[[], None], into: list[float]) -> Callable[[], None]:
-    """``fn``, appending the process CPU seconds of each call to ``into``."""
+def _cpu_timed(fn: Callable[[], None], into: list[float],
+               clock: Callable[[], float] = _cpu_s) -> Callable[[], None]:
+    """``fn``, appending the CPU seconds (``clock``) of each call to ``into``."""
     def run() -> None:
-        t = _cpu_s()
+        t = clock()
         fn()
-        into.append(_cpu_s() - t)
+        into.append(clock() - t)
 
     return run
 
@@ -173,22 +281,32 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--variants", nargs="+", default=[*FLOORS, *TABDP],
-                    help="variants to run (default: every floor and every tabdp mode)")
+    ap.add_argument("--engine", choices=["polars", "spark"], default="polars")
+    ap.add_argument("--variants", nargs="+",
+                    help="variants to run (default: every floor and every tabdp mode; Spark: "
+                         "floor_row row floor_firm firm)")
     ap.add_argument("--no-memory", action="store_true", help="skip the subprocess RSS runs")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve:
+        _serve(args.path, args.out)
+        return
     if args.variant:
         print(json.dumps(_memory(args.variant, args.path, args.out)))
         return
 
+    if args.engine == "spark":
+        _main_spark(args)
+        return
+    variants = args.variants or [*FLOORS, *TABDP]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.rows:
             path = write_workload(Path(tmp) / f"estab_{n}.parquet", n)
-            fns = {k: _runner(k, path, tmp) for k in args.variants}
+            fns = {k: _runner(k, path, tmp) for k in variants}
             cpu: dict[str, list[float]] = {k: [] for k in fns}
             times = interleaved_times({k: _cpu_timed(f, cpu[k]) for k, f in fns.items()},
                                       args.repeat)
@@ -234,6 +352,82 @@ def main() -> None:
                    else "-")
             print(f"| {r['rows']:,} | {k} | {f['median_s']:.3f} | {t['median_s']:.3f} | "
                   f"{t['time_ratio']:.2f}x | {t['cpu_ratio']:.2f}x | {mem} |")
+
+
+def _serve(path: str, out: str) -> None:
+    """Spark variants on request, for `bench_tumult` (whose environment cannot import tabdp).
+
+    Reads variant names from stdin, one a line; runs each in one Spark session and answers one
+    JSON line: wall seconds and the CPU seconds of this process tree (`tree_cpu_s`).
+    """
+    import time
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = spark_session()
+    fns: dict[str, Callable[[], None]] = {}
+    try:
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            kind = line.strip()
+            if kind not in fns:
+                fns[kind] = _spark_runner(spark, kind, path, out)
+            c, t = tree_cpu_s(), time.perf_counter()
+            fns[kind]()
+            print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": tree_cpu_s() - c}),
+                  flush=True)
+    finally:
+        spark.stop()
+
+
+def _main_spark(args: argparse.Namespace) -> None:
+    """``--engine spark``: the Spark floors and tabdp on Spark, interleaved in one session."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    variants = args.variants or ["floor_row", "row", "floor_firm", "firm"]
+    spark = spark_session()
+    results = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for n in args.rows:
+                path = write_workload(Path(tmp) / f"estab_{n}.parquet", n)
+                fns = {k: _spark_runner(spark, k, path, tmp) for k in variants}
+                cpu: dict[str, list[float]] = {k: [] for k in fns}
+                load = [os.getloadavg()]
+                times = interleaved_times(
+                    {k: _cpu_timed(f, cpu[k], tree_cpu_s) for k, f in fns.items()},
+                    args.repeat)
+                load.append(os.getloadavg())
+                row: dict[str, Any] = {"rows": n, "randomness": "secure",
+                                       "load_avg_start_end": load}
+                for k in fns:
+                    row[k] = {"median_s": statistics.median(times[k]), "times_s": times[k],
+                              "cpu_median_s": statistics.median(cpu[k][1:]),
+                              "cpu_s": cpu[k][1:]}
+                for k, (_, floor) in SPARK_TABDP.items():
+                    if k in row and floor in row:
+                        row[k]["time_ratio"] = row[k]["median_s"] / row[floor]["median_s"]
+                        row[k]["cpu_ratio"] = row[k]["cpu_median_s"] / row[floor]["cpu_median_s"]
+                results.append(row)
+    finally:
+        spark.stop()
+    import pyspark
+
+    meta = {"python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "pyspark": pyspark.__version__, "spark_master": "local[2]",
+            "cpu": "process tree: Python driver + JVM + Python workers (/proc)",
+            "workload": "count + sum(payroll, employment) by county x naics2 (59,850 keys) from "
+                        "Parquet, per-record report written by Spark (zstd); tabdp with secure "
+                        "randomness, ExpPolyLog(sigma=1, a=1, d=4) sums, default count"}
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "floor_spark.json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=2))
+    print("| rows | mode | Spark floor (s) | tabdp on Spark (s) | time ratio | CPU ratio |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for r in results:
+        for k, (_, floor) in SPARK_TABDP.items():
+            if k in r and floor in r:
+                f, t = r[floor], r[k]
+                print(f"| {r['rows']:,} | {k} | {f['median_s']:.2f} | {t['median_s']:.2f} | "
+                      f"{t['time_ratio']:.2f}x | {t['cpu_ratio']:.2f}x |")
 
 
 if __name__ == "__main__":

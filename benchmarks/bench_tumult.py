@@ -19,6 +19,12 @@ own, not the project's::
     python3.11 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics polars
     /tmp/tumult/bin/python benchmarks/bench_tumult.py --rows 1000000 --repeat 2 --check
 
+``--tabdp-python PATH`` adds tabdp's release of the same cells in row mode (the ``row``
+variant of ``bench_floor.py --engine spark``: count and sums, per-record report written) to
+the same run: PATH is an interpreter with tabdp and PySpark 4 (the project's environment); it
+serves tabdp rounds from a subprocess with its own ``local[2]`` session, alternated round by
+round with Tumult's. CPU seconds are of each side's process tree (driver, JVM, Python workers).
+
 Writes ``benchmarks/results/tumult_<rows>.json``.
 """
 from __future__ import annotations
@@ -36,7 +42,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]  # _timing (a sibling) and tabdp (the checkout)
-from _timing import groupby_baselines, interleaved_times, write_workload  # noqa: E402
+from _timing import groupby_baselines, interleaved_times, tree_cpu_s, write_workload  # noqa: E402
 
 BY = ["county", "naics2"]
 # Clamping bounds (public, from the generator's parameters, not from the data):
@@ -121,25 +127,64 @@ def variants(spark, path: str, check: bool):
     return {**base, "tumult": tumult}, info
 
 
+def _answer(server) -> dict:
+    """The next JSON line the tabdp subprocess prints (other lines are skipped)."""
+    for line in server.stdout:
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError("the tabdp subprocess ended")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--tabdp-python", help="interpreter with tabdp: time tabdp in the same run")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     load_start = os.getloadavg()
     tmp = tempfile.TemporaryDirectory(prefix="tabdp-bench-tumult-")
     path = str(Path(tmp.name) / f"estab_{args.rows}.parquet")
     write_workload(Path(path), args.rows)
+    server = None
+    cpu: dict[str, list[float]] = {"tumult": [], "tabdp_row": []}
+    if args.tabdp_python:
+        import subprocess
+
+        env = {**os.environ, "PYSPARK_PYTHON": args.tabdp_python}
+        server = subprocess.Popen(
+            [args.tabdp_python, str(HERE / "bench_floor.py"), "--engine", "spark", "--serve",
+             "--path", path, "--out", tmp.name],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        assert _answer(server)["ready"]
     spark = spark_session()
     try:
         t0 = time.perf_counter()
         fns, info = variants(spark, path, args.check)
+        tumult_fn = fns["tumult"]
+
+        def tumult_timed() -> None:
+            c = tree_cpu_s() - (tree_cpu_s(server.pid) if server else 0.0)
+            tumult_fn()
+            c2 = tree_cpu_s() - (tree_cpu_s(server.pid) if server else 0.0)
+            cpu["tumult"].append(c2 - c)
+
+        fns["tumult"] = tumult_timed
+        if server is not None:
+            def tabdp_row() -> None:
+                server.stdin.write("row\n")
+                server.stdin.flush()
+                cpu["tabdp_row"].append(_answer(server)["cpu_s"])
+
+            fns["tabdp_row"] = tabdp_row
         times = interleaved_times(fns, args.repeat)
         wall = time.perf_counter() - t0
     finally:
         spark.stop()
+        if server is not None:
+            server.stdin.close()
+            server.wait()
     med = {k: statistics.median(v) for k, v in times.items()}
     import importlib.metadata as md
     res = {
@@ -148,6 +193,8 @@ def main() -> None:
         "ratio_tumult_vs_spark_groupby": med["tumult"] / med["spark_groupby"],
         "ratio_tumult_vs_polars_groupby": med["tumult"] / med["polars_groupby"],
         "info": info, "wall_s": wall,
+        "cpu_s": {k: v[1:] for k, v in cpu.items() if v},  # the first is the warm-up's
+        "cpu_median_s": {k: statistics.median(v[1:]) for k, v in cpu.items() if len(v) > 1},
         "bounds": {"employment": EMP_BOUNDS, "payroll": PAY_BOUNDS},
         "budget": f"RhoZCDPBudget({RHO_PER_QUERY}) per query, 3 queries",
         "versions": {p: md.version(p) for p in
@@ -155,6 +202,11 @@ def main() -> None:
                       "pyarrow"]} | {"python": platform.python_version()},
         "load_avg_start": load_start, "load_avg_end": os.getloadavg(),
     }
+    if "tabdp_row" in med:
+        res["ratio_tumult_vs_tabdp_row"] = med["tumult"] / med["tabdp_row"]
+        if len(cpu["tabdp_row"]) > 1:
+            res["cpu_ratio_tumult_vs_tabdp_row"] = (res["cpu_median_s"]["tumult"]
+                                                    / res["cpu_median_s"]["tabdp_row"])
     out = json.dumps(res, indent=2)
     print(out)
     (HERE / "results").mkdir(exist_ok=True)

@@ -439,10 +439,11 @@ class SparkReplayLedger:
                 base, rid, _ = _row_ids(src.select(*[F.col(c) for c in used]), used)
                 try:
                     row = base.agg(F.count(F.lit(1)).alias("n"), *[
-                        F.sum(_fingerprint(rid, c, src.schema[c].dataType)).alias(f"__fp{i}")
-                        for i, c in enumerate(bound)]).collect()[0]
+                        a for i, c in enumerate(bound)
+                        for a in _fp_sums(_fingerprint(rid, c, src.schema[c].dataType),
+                                          f"__fp{i}")]).collect()[0]
                     try:
-                        session.bind_rows(int(row["n"] or 0), {c: int(row[f"__fp{i}"] or 0)
+                        session.bind_rows(int(row["n"] or 0), {c: _fp_total(row, f"__fp{i}")
                                                                for i, c in enumerate(bound)})
                     except InvalidParameterError:
                         _report_refused(session)
@@ -1090,13 +1091,14 @@ def _row_ids(flagged: Any, columns: list[str]) -> tuple[Any, Any, list[str]]:
 
 
 def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
-    """A row's fingerprint of ``column``: a hash of its id and value, as ``decimal(38,0)``.
+    """A row's fingerprint of ``column``: a hash of its id and value (a signed 64-bit ``long``).
 
-    The row check sums it over the rows. Spark's ``xxhash64`` hashes a decimal by its unscaled
-    digits only (``100`` as ``decimal(10,0)`` and ``1.00`` as ``decimal(10,2)`` hash alike), so
-    a decimal's scale is hashed with it: a column rewritten in other units is another column.
-    Likewise a date or timestamp is hashed with its type (an ``int`` and a ``date``, a
-    ``timestamp`` and a ``timestamp_ntz`` of the same integer hash alike).
+    The row check sums it over the rows, exactly (`_fp_sums`, `_fp_total`). Spark's
+    ``xxhash64`` hashes a decimal by its unscaled digits only (``100`` as ``decimal(10,0)`` and
+    ``1.00`` as ``decimal(10,2)`` hash alike), so a decimal's scale is hashed with it: a column
+    rewritten in other units is another column. Likewise a date or timestamp is hashed with its
+    type (an ``int`` and a ``date``, a ``timestamp`` and a ``timestamp_ntz`` of the same integer
+    hash alike).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -1106,7 +1108,30 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
         parts.append(F.lit(int(dtype.scale)))
     elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
         parts.append(F.lit(dtype.simpleString()))
-    return F.xxhash64(*parts).cast(_DEC)
+    return F.xxhash64(*parts)
+
+
+_FP_BITS = 22  # a 64-bit hash in three parts: 22 bits, 22 bits and the signed top 20
+
+
+def _fp_sums(h: Any, name: str) -> list[Any]:
+    """Aggregates of a column of 64-bit hashes whose combination is their exact sum.
+
+    Each hash is split into three parts (two unsigned 22-bit ones and its signed top 20 bits),
+    each summed as a ``long``: exact up to 2**40 rows, and codegen'd, unlike a ``decimal(38,0)``
+    sum (Java ``BigDecimal`` additions). `_fp_total` recombines them on the driver.
+    """
+    from pyspark.sql import functions as F
+
+    mask = F.lit((1 << _FP_BITS) - 1)
+    return [F.sum(h.bitwiseAND(mask)).alias(f"{name}_0"),
+            F.sum(F.shiftright(h, _FP_BITS).bitwiseAND(mask)).alias(f"{name}_1"),
+            F.sum(F.shiftright(h, 2 * _FP_BITS)).alias(f"{name}_2")]
+
+
+def _fp_total(row: Any, name: str) -> int:
+    """The exact sum of the hashes `_fp_sums` aggregated under ``name`` (0 for no rows)."""
+    return sum(int(row[f"{name}_{k}"] or 0) << (k * _FP_BITS) for k in range(3))
 
 
 def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | None,
@@ -1389,7 +1414,7 @@ class SparkBackend:
             keep = keep & ~F.col(fl[f"null:{unit}"])
         summary = data.agg(
             *[F.sum(F.when(F.col(v), 1).otherwise(0)).alias(v) for v in fl.values()],
-            *[F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))],
+            *[a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")],
             F.count(F.lit(1)).alias("rows_read"),
             F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
         ).collect()[0]
@@ -1397,7 +1422,7 @@ class SparkBackend:
         _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
         n_rows = int(summary["rows_read"] or 0)
         if row_mode:
-            sess.bind_rows(n_rows, {c: int(summary[f"__fp{i}"] or 0)
+            sess.bind_rows(n_rows, {c: _fp_total(summary, f"__fp{i}")
                                     for i, c in enumerate(fp_cols)})
         inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
             F.col(uid).alias("__uid"), F.col(_CELL),
@@ -1585,7 +1610,7 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
     outside = F.col(_CELL).isNull()
     aggs = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
-    aggs += [F.sum(F.col(f"__fp{i}")).alias(f"__fp{i}") for i in range(len(fp_cols))]
+    aggs += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")]
     aggs += [F.sum(_ALL).alias("rows_read"),
              F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
     if by_list:
@@ -1601,7 +1626,7 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     rows_read = int(summary["rows_read"] or 0)
     if unit is None:
-        fps = {c: int(summary[f"__fp{i}"] or 0) for i, c in enumerate(fp_cols)}
+        fps = {c: _fp_total(summary, f"__fp{i}") for i, c in enumerate(fp_cols)}
         sess.bind_rows(rows_read, fps)
 
     inside = data.filter(~outside & (F.col(_ROWS) > 0))

@@ -146,6 +146,26 @@ def test_fixed_point_matches_polars_bit_for_bit(spark):
     assert int(naive) != int(big)
 
 
+def test_fingerprint_sums_are_exact(spark):
+    """Row fingerprints (64-bit hashes) are summed in three long parts, recombined exactly."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame import _spark
+
+    rng = np.random.default_rng(3)
+    hashes = [-(2**63), 2**63 - 1, -1, 0, 1, 2**44, -(2**44), 2**22 - 1]
+    hashes += [int(v) for v in rng.integers(-(2**63), 2**63 - 1, 500, dtype=np.int64)]
+    schema = T.StructType([T.StructField("h", T.LongType())])
+    sdf = spark.createDataFrame([(h,) for h in hashes], schema)
+    edges = spark.createDataFrame([(h,) for h in hashes[:8]], schema)
+    for sub, part in ((edges, hashes[:8]), (sdf, hashes)):
+        row = sub.agg(*_spark._fp_sums(F.col("h"), "fp")).first()
+        assert _spark._fp_total(row, "fp") == sum(part)  # Python ints: the exact sum
+    empty = sdf.limit(0).agg(*_spark._fp_sums(F.col("h"), "fp")).first()
+    assert _spark._fp_total(empty, "fp") == 0
+
+
 # -- seeded equality, Spark vs Polars -------------------------------------------------------------
 def test_sum_and_count_row_mode_identical(spark):
     s = _compare(spark, _data(), None, [
