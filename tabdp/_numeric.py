@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["ceil_snap", "integer_dtype"]
+__all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "half_square_up", "inflate"]
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -56,3 +56,172 @@ def integer_dtype(dtype: Any) -> bool:
     wide = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None), pl.UInt64)
                  if t is not None)
     return bool(dtype.is_integer()) and dtype not in wide
+
+
+# -- rounding up (per-record losses) ------------------------------------------------------------
+# A reported per-record loss is never below the exact one (docs/privacy-semantics.md). These
+# helpers give a double >= the exact real result using only correctly rounded operations (+, −,
+# ×, comparisons, the next double up), so `tabdp.frame`'s engine expressions repeat them bit
+# for bit: a result that is exact in floating point stays as it is (Dekker's error-free product
+# or Knuth's sum decides), an inexact one moves up one place. Outside the range where the
+# error-free transformations hold (magnitudes below 2**-900 or above 2**900) the result is
+# raised by a relative 4·2**-52 plus the smallest subnormal instead.
+
+#: Safe range of the error-free transformations (no overflow of a split, no underflow of an
+#: error term).
+SAFE_LO = 2.0**-900
+SAFE_HI = 2.0**900
+_SPLIT = 134217729.0  # 2**27 + 1
+_TINY = 2.0**-1074
+_EPS = 2.0**-52
+
+
+def _two_prod_err(a: np.ndarray, b: Any, p: np.ndarray) -> np.ndarray:
+    """``a·b − p`` exactly (Dekker; ``p = fl(a·b)``) where a, b, a·b are in the safe range."""
+    ca = a * _SPLIT
+    ah = ca - (ca - a)
+    al = a - ah
+    cb = b * _SPLIT
+    bh = cb - (cb - b)
+    bl = b - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _next_up(x: np.ndarray) -> np.ndarray:
+    return np.nextafter(x, np.inf)
+
+
+def _fallback(r: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.where(pos, r * (1.0 + 4.0 * _EPS) + _TINY, r)
+
+
+def _in(x: Any) -> Any:
+    return (x >= SAFE_LO) & (x <= SAFE_HI)
+
+
+def div_up(x: Any, q: float) -> np.ndarray:
+    """A double >= x/q (exact when ``fl(x/q)`` is), for doubles x >= 0 and a double q > 0.
+
+    Args:
+        x: Numerators (≥ 0; ``inf`` allowed).
+        q: A positive double.
+
+    Returns:
+        ``fl(x/q)``, moved one place up where it is below x/q.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> third = float(div_up(np.array([1.0]), 3.0)[0])     # fl(1/3) is below 1/3
+        >>> div_up(np.array([4.0, 1.0]), 2.0).tolist(), Fraction(third) > Fraction(1, 3)
+        ([2.0, 0.5], True)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        r = x / q
+        safe = _in(x) & _in(r) & _in(np.float64(q))
+        p = r * q
+        # r·q − x has the sign of (p − x) + e; p − x is exact (Sterbenz: p ≈ x)
+        below = ((p - x) + _two_prod_err(r, q, p)) < 0.0
+        return np.where(safe, np.where(below, _next_up(r), r), _fallback(r, x > 0))
+
+
+def mul_up(x: Any, c: float) -> np.ndarray:
+    """A double >= x·c (exact when ``fl(x·c)`` is), for doubles x >= 0 and a double c > 0.
+
+    Args:
+        x: Factors (≥ 0).
+        c: A positive double.
+
+    Returns:
+        ``fl(x·c)``, moved one place up where it is below x·c.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> v = float(mul_up(np.array([3.0]), 0.1)[0])
+        >>> mul_up(np.array([3.0]), 0.5).tolist(), Fraction(v) >= 3 * Fraction(0.1)
+        ([1.5], True)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        p = x * c
+        safe = _in(x) & _in(p) & _in(np.float64(c))
+        return np.where(safe, np.where(_two_prod_err(x, c, p) > 0.0, _next_up(p), p),
+                        _fallback(p, x > 0))
+
+
+def add_up(a: Any, b: Any) -> np.ndarray:
+    """A double >= a + b (exact when ``fl(a + b)`` is), for doubles a, b >= 0 (Knuth's sum).
+
+    Args:
+        a: Addends (≥ 0, ``inf`` allowed).
+        b: Addends (≥ 0, ``inf`` allowed).
+
+    Returns:
+        ``fl(a + b)``, moved one place up where it is below a + b.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> v = float(add_up(0.1, 0.2))
+        >>> exact = Fraction(0.1) + Fraction(0.2)
+        >>> add_up(np.array([0.5]), np.array([0.25])).tolist(), Fraction(v) >= exact
+        ([0.75], True)
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        s = a + b
+        bb = s - a
+        err = (a - (s - bb)) + (b - bb)
+        fin = np.isfinite(s)
+        return np.where(fin & (err > 0.0), _next_up(s), s)
+
+
+def half_square_up(t: Any, scale: float = 0.5) -> np.ndarray:
+    """A double >= scale·t² (exact when ``fl(t²)`` is), for doubles t >= 0, scale 0.5 or 0.25.
+
+    Args:
+        t: Values (≥ 0, ``inf`` allowed).
+        scale: 0.5 (ρ = (Δ/σ)²/2) or 0.25 (the stable law at α = 2).
+
+    Returns:
+        ``scale·fl(t²)``, t² moved one place up where it is inexact.
+
+    Example:
+        >>> half_square_up(np.array([2.0, 3.0])).tolist()
+        [2.0, 4.5]
+    """
+    t = np.asarray(t, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        p = t * t
+        safe = (t >= 2.0**-440) & (t <= 2.0**440)
+        up = np.where(_two_prod_err(t, t, p) > 0.0, _next_up(p), p)
+        return np.where(safe, up * scale, _fallback((scale * t) * t, t > 0))
+
+
+def inflate(x: Any, ulps: Any, positive: Any = None) -> np.ndarray:
+    """``x`` raised by a relative ``ulps·2**-52`` (0 and ``inf`` unchanged).
+
+    This covers an error of the float evaluation of at most about ``ulps − 1`` ulps; values
+    below 2**-1000 also get the smallest subnormal added.
+
+    Args:
+        x: Float evaluations (≥ 0) of a loss.
+        ulps: A bound on their error in ulps, plus one (scalar or per value).
+        positive: Where the exact value is > 0 (default: where x > 0); a 0 there (an underflow)
+            becomes the smallest subnormal.
+
+    Returns:
+        Values never below the exact ones when the bound holds.
+
+    Example:
+        >>> v = inflate(np.array([0.0, 1.0, np.inf]), 8.0)
+        >>> v[0], v[1] == 1.0 + 8.0 * 2.0**-52, v[2]
+        (np.float64(0.0), np.True_, np.float64(inf))
+    """
+    x = np.asarray(x, dtype=np.float64)
+    pos = x > 0 if positive is None else (np.asarray(positive) | (x > 0))
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x * (1.0 + np.asarray(ulps, dtype=np.float64) * _EPS) + np.where(
+            x < 2.0**-1000, _TINY, 0.0)
+    return np.where(pos & np.isfinite(x), y, x)
