@@ -61,11 +61,11 @@ def integer_dtype(dtype: Any) -> bool:
 # -- rounding up (per-record losses) ------------------------------------------------------------
 # A reported per-record loss is never below the exact one (docs/privacy-semantics.md). These
 # helpers give a double >= the exact real result using only correctly rounded operations (+, −,
-# ×, comparisons, the next double up), so `tabdp.frame`'s engine expressions repeat them bit
-# for bit: a result that is exact in floating point stays as it is (Dekker's error-free product
-# or Knuth's sum decides), an inexact one moves up one place. Outside the range where the
-# error-free transformations hold (magnitudes below 2**-900 or above 2**900) the result is
-# raised by a relative 4·2**-52 plus the smallest subnormal instead.
+# ×, comparisons), so `tabdp.frame`'s engine expressions repeat them bit for bit: a result that
+# is exact in floating point stays as it is (Dekker's error-free product or Knuth's sum
+# decides), an inexact one moves up one or two places (a product by 1 + 2**-52). Outside the
+# range where the error-free transformations hold (magnitudes below 2**-900 or above 2**900)
+# the result is raised by a relative 4·2**-52 plus the smallest subnormal instead.
 
 #: Safe range of the error-free transformations (no overflow of a split, no underflow of an
 #: error term).
@@ -88,7 +88,9 @@ def _two_prod_err(a: np.ndarray, b: Any, p: np.ndarray) -> np.ndarray:
 
 
 def _next_up(x: np.ndarray) -> np.ndarray:
-    return np.nextafter(x, np.inf)
+    # x·(1 + 2**-52) for a positive normal x: one or two doubles up (a product, so engine
+    # expressions repeat it with a small tree)
+    return x * (1.0 + _EPS)
 
 
 def _fallback(r: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -108,7 +110,7 @@ def div_up(x: Any, q: float) -> np.ndarray:
         q: A positive double.
 
     Returns:
-        ``fl(x/q)``, moved one place up where it is below x/q.
+        ``fl(x/q)``, moved one or two places up where it is below x/q.
 
     Example:
         >>> from fractions import Fraction
@@ -134,7 +136,7 @@ def mul_up(x: Any, c: float) -> np.ndarray:
         c: A positive double.
 
     Returns:
-        ``fl(x·c)``, moved one place up where it is below x·c.
+        ``fl(x·c)``, moved one or two places up where it is below x·c.
 
     Example:
         >>> from fractions import Fraction
@@ -158,7 +160,7 @@ def add_up(a: Any, b: Any) -> np.ndarray:
         b: Addends (≥ 0, ``inf`` allowed).
 
     Returns:
-        ``fl(a + b)``, moved one place up where it is below a + b.
+        ``fl(a + b)``, moved one or two places up where it is below a + b.
 
     Example:
         >>> from fractions import Fraction
@@ -185,7 +187,7 @@ def half_square_up(t: Any, scale: float = 0.5) -> np.ndarray:
         scale: 0.5 (ρ = (Δ/σ)²/2) or 0.25 (the stable law at α = 2).
 
     Returns:
-        ``scale·fl(t²)``, t² moved one place up where it is inexact.
+        ``scale·fl(t²)``, t² moved one or two places up where it is inexact.
 
     Example:
         >>> half_square_up(np.array([2.0, 3.0])).tolist()

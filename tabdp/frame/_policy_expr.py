@@ -191,6 +191,11 @@ _SAFE_LO, _SAFE_HI = 2.0**-900, 2.0**900
 _TINY = 2.0**-1074
 
 
+def _bump(x: _N) -> _N:
+    """One or two doubles up from a positive normal x (`tabdp._numeric`'s `_next_up`)."""
+    return x * (1.0 + _U)
+
+
 def _in_safe(x: _N) -> _N:
     return (x >= _SAFE_LO) & (x <= _SAFE_HI)
 
@@ -222,7 +227,7 @@ def _div_up(x: _N, q: float) -> _N:
     below = ((p - x) + _two_prod_err(r, q, p)) < 0.0
     if not _SAFE_LO <= q <= _SAFE_HI:
         return _fallback(r, x > 0.0)
-    return _where(_in_safe(x) & _in_safe(r), _where(below, _next_up(r), r),
+    return _where(_in_safe(x) & _in_safe(r), _where(below, _bump(r), r),
                   _fallback(r, x > 0.0))
 
 
@@ -233,7 +238,7 @@ def _mul_up(x: _N, c: float) -> _N:
     if not _SAFE_LO <= c <= _SAFE_HI:
         return _fallback(p, x > 0.0)
     return _where(_in_safe(x) & _in_safe(p),
-                  _where(_two_prod_err(x, c, p) > 0.0, _next_up(p), p), _fallback(p, x > 0.0))
+                  _where(_two_prod_err(x, c, p) > 0.0, _bump(p), p), _fallback(p, x > 0.0))
 
 
 def _add_up(a: _N, b: _N) -> _N:
@@ -241,13 +246,13 @@ def _add_up(a: _N, b: _N) -> _N:
     s = a + b
     bb = s - a
     err = (a - (s - bb)) + (b - bb)
-    return _where(~_N("isinf", (s,)) & (err > 0.0), _next_up(s), s)
+    return _where(~_N("isinf", (s,)) & (err > 0.0), _bump(s), s)
 
 
 def _half_square_up(t: _N, scale: float = 0.5) -> _N:
     """`tabdp._numeric.half_square_up` (t >= 0)."""
     p = t * t
-    up = _where(_two_prod_err(t, t, p) > 0.0, _next_up(p), p)
+    up = _where(_two_prod_err(t, t, p) > 0.0, _bump(p), p)
     safe = (t >= 2.0**-440) & (t <= 2.0**440)
     return _where(safe, up * scale, _fallback((scale * t) * t, t > 0.0))
 
