@@ -7,12 +7,14 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-__all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "half_square_up", "inflate"]
+__all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "half_square_up", "inflate",
+           "safe_range", "SAFE_LO", "SAFE_HI"]
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -81,10 +83,20 @@ def _two_prod_err(a: np.ndarray, b: Any, p: np.ndarray) -> np.ndarray:
     ca = a * _SPLIT
     ah = ca - (ca - a)
     al = a - ah
-    cb = b * _SPLIT
-    bh = cb - (cb - b)
-    bl = b - bh
-    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    if np.ndim(b) == 0:  # a constant: split once
+        cbf = float(b) * _SPLIT
+        bh: Any = cbf - (cbf - float(b))
+        bl: Any = float(b) - bh
+    else:
+        cb = b * _SPLIT
+        bh = cb - (cb - b)
+        bl = b - bh
+    e = ah * bh
+    e -= p
+    e += ah * bl
+    e += al * bh
+    e += al * bl
+    return e
 
 
 def _next_up(x: np.ndarray) -> np.ndarray:
@@ -98,8 +110,43 @@ def _fallback(r: np.ndarray, pos: np.ndarray) -> np.ndarray:
         return np.where(pos, r * (1.0 + 4.0 * _EPS) + _TINY, r)
 
 
-def _in(x: Any) -> Any:
-    return (x >= SAFE_LO) & (x <= SAFE_HI)
+def safe_range(c: float) -> tuple[float, float]:
+    """The x in which ``x/c`` and ``x·1/c``-type checks hold: x and its quotient by c safe.
+
+    Example:
+        >>> safe_range(1.0) == (2.0 * SAFE_LO, SAFE_HI / 2.0)
+        True
+    """
+    return 2.0 * SAFE_LO * max(1.0, c), SAFE_HI * min(1.0, c) / 2.0
+
+
+def _rounded_up(r: np.ndarray, x: np.ndarray, below: np.ndarray, lo: float, hi: float,
+                ok: bool) -> np.ndarray:
+    """``r`` one or two places up where ``below``; the fallback where x > 0 is not in [lo, hi]."""
+    if not ok:
+        return _fallback(r, x > 0)
+    bad = np.zeros(0, dtype=np.intp)
+    if x.size and (float(x.max()) > hi or float(x.min()) < lo):
+        bad = np.flatnonzero((x > 0) & ((x < lo) | (x > hi)))
+    keep = r[bad]
+    np.multiply(r, 1.0 + _EPS, out=r, where=below)
+    if bad.size:
+        r[bad] = _fallback(keep, np.ones(bad.size, dtype=bool))
+    return r
+
+
+_CHUNK = 1 << 15
+
+
+def _chunked(fn: Any, x: np.ndarray, *args: Any) -> np.ndarray:
+    """``fn`` over cache-sized slices of a large array (the same values, less memory traffic)."""
+    flat = x.reshape(-1)
+    if flat.size <= _CHUNK:
+        return np.asarray(fn(flat, *args)).reshape(x.shape)
+    out = np.empty(flat.size, dtype=np.float64)
+    for i in range(0, flat.size, _CHUNK):
+        out[i:i + _CHUNK] = fn(flat[i:i + _CHUNK], *args)
+    return out.reshape(x.shape)
 
 
 def div_up(x: Any, q: float) -> np.ndarray:
@@ -118,14 +165,21 @@ def div_up(x: Any, q: float) -> np.ndarray:
         >>> div_up(np.array([4.0, 1.0]), 2.0).tolist(), Fraction(third) > Fraction(1, 3)
         ([2.0, 0.5], True)
     """
-    x = np.asarray(x, dtype=np.float64)
+    return _chunked(_div_up, np.asarray(x, dtype=np.float64), float(q))
+
+
+def _div_up(x: np.ndarray, q: float) -> np.ndarray:
+    lo, hi = safe_range(q)
     with np.errstate(all="ignore"):
-        r = x / q
-        safe = _in(x) & _in(r) & _in(np.float64(q))
+        r = np.atleast_1d(x / q)
+        xx = np.atleast_1d(x)
         p = r * q
         # r·q − x has the sign of (p − x) + e; p − x is exact (Sterbenz: p ≈ x)
-        below = ((p - x) + _two_prod_err(r, q, p)) < 0.0
-        return np.where(safe, np.where(below, _next_up(r), r), _fallback(r, x > 0))
+        e = _two_prod_err(r, q, p)
+        p -= xx
+        p += e
+        out = _rounded_up(r, xx, p < 0.0, lo, hi, SAFE_LO <= q <= SAFE_HI)
+    return out.reshape(x.shape)
 
 
 def mul_up(x: Any, c: float) -> np.ndarray:
@@ -144,12 +198,17 @@ def mul_up(x: Any, c: float) -> np.ndarray:
         >>> mul_up(np.array([3.0]), 0.5).tolist(), Fraction(v) >= 3 * Fraction(0.1)
         ([1.5], True)
     """
-    x = np.asarray(x, dtype=np.float64)
+    return _chunked(_mul_up, np.asarray(x, dtype=np.float64), float(c))
+
+
+def _mul_up(x: np.ndarray, c: float) -> np.ndarray:
+    lo, hi = safe_range(1.0 / c) if c > 0 else (math.inf, 0.0)
     with np.errstate(all="ignore"):
-        p = x * c
-        safe = _in(x) & _in(p) & _in(np.float64(c))
-        return np.where(safe, np.where(_two_prod_err(x, c, p) > 0.0, _next_up(p), p),
-                        _fallback(p, x > 0))
+        xx = np.atleast_1d(x)
+        p = xx * c
+        out = _rounded_up(p, xx, _two_prod_err(xx, c, p) > 0.0, lo, hi,
+                          SAFE_LO <= c <= SAFE_HI)
+    return out.reshape(x.shape)
 
 
 def add_up(a: Any, b: Any) -> np.ndarray:
@@ -193,12 +252,21 @@ def half_square_up(t: Any, scale: float = 0.5) -> np.ndarray:
         >>> half_square_up(np.array([2.0, 3.0])).tolist()
         [2.0, 4.5]
     """
-    t = np.asarray(t, dtype=np.float64)
+    return _chunked(_half_square_up, np.asarray(t, dtype=np.float64), float(scale))
+
+
+def _half_square_up(t: np.ndarray, scale: float) -> np.ndarray:
     with np.errstate(all="ignore"):
-        p = t * t
-        safe = (t >= 2.0**-440) & (t <= 2.0**440)
-        up = np.where(_two_prod_err(t, t, p) > 0.0, _next_up(p), p)
-        return np.where(safe, up * scale, _fallback((scale * t) * t, t > 0))
+        tt = np.atleast_1d(t)
+        p = tt * tt
+        np.multiply(p, 1.0 + _EPS, out=p, where=_two_prod_err(tt, tt, p) > 0.0)
+        p *= scale
+        if tt.size and (float(tt.max()) > 2.0**440 or float(tt.min()) < 2.0**-440):
+            bad = np.flatnonzero((tt > 0) & ((tt < 2.0**-440) | (tt > 2.0**440)))
+            if bad.size:
+                tb = tt[bad]
+                p[bad] = _fallback((scale * tb) * tb, np.ones(bad.size, dtype=bool))
+    return p.reshape(t.shape)
 
 
 def inflate(x: Any, ulps: Any, positive: Any = None) -> np.ndarray:
@@ -222,8 +290,16 @@ def inflate(x: Any, ulps: Any, positive: Any = None) -> np.ndarray:
         (np.float64(0.0), np.True_, np.float64(inf))
     """
     x = np.asarray(x, dtype=np.float64)
-    pos = x > 0 if positive is None else (np.asarray(positive) | (x > 0))
+    xx = np.atleast_1d(x)
     with np.errstate(over="ignore", invalid="ignore"):
-        y = x * (1.0 + np.asarray(ulps, dtype=np.float64) * _EPS) + np.where(
-            x < 2.0**-1000, _TINY, 0.0)
-    return np.where(pos & np.isfinite(x), y, x)
+        y = xx * (1.0 + np.asarray(ulps, dtype=np.float64) * _EPS)
+        y = np.atleast_1d(np.asarray(y, dtype=np.float64))
+        if y.shape != xx.shape:
+            y = np.broadcast_to(y, xx.shape).copy()
+        small = np.flatnonzero(xx < 2.0**-1000)   # 0 and tiny values (inf and NaN: unchanged)
+        if small.size:
+            xs = xx[small]
+            pos = (xs > 0) if positive is None else (
+                np.atleast_1d(np.broadcast_to(np.asarray(positive), xx.shape))[small] | (xs > 0))
+            y[small] = np.where(pos, y[small] + _TINY, xs)
+    return y.reshape(x.shape)

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import div_up
+from tabdp._numeric import div_up, safe_range
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms import ZCDP_ULPS as _ZCDP_ULPS
 
@@ -196,10 +196,6 @@ def _bump(x: _N) -> _N:
     return x * (1.0 + _U)
 
 
-def _in_safe(x: _N) -> _N:
-    return (x >= _SAFE_LO) & (x <= _SAFE_HI)
-
-
 def _two_prod_err(a: _N, b: Any, p: _N) -> _N:
     ca = a * 134217729.0
     ah = ca - (ca - a)
@@ -227,8 +223,8 @@ def _div_up(x: _N, q: float) -> _N:
     below = ((p - x) + _two_prod_err(r, q, p)) < 0.0
     if not _SAFE_LO <= q <= _SAFE_HI:
         return _fallback(r, x > 0.0)
-    return _where(_in_safe(x) & _in_safe(r), _where(below, _bump(r), r),
-                  _fallback(r, x > 0.0))
+    lo, hi = safe_range(q)
+    return _where((x >= lo) & (x <= hi), _where(below, _bump(r), r), _fallback(r, x > 0.0))
 
 
 def _mul_up(x: _N, c: float) -> _N:
@@ -237,7 +233,8 @@ def _mul_up(x: _N, c: float) -> _N:
     p = x * c
     if not _SAFE_LO <= c <= _SAFE_HI:
         return _fallback(p, x > 0.0)
-    return _where(_in_safe(x) & _in_safe(p),
+    lo, hi = safe_range(1.0 / c)
+    return _where((x >= lo) & (x <= hi),
                   _where(_two_prod_err(x, c, p) > 0.0, _bump(p), p), _fallback(p, x > 0.0))
 
 

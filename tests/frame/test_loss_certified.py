@@ -338,6 +338,11 @@ def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
             assert math.isinf(g) or Fraction(g) >= e, (a, s, g)
             if math.isfinite(g) and e > 2.0**-1000:
                 assert Fraction(g) <= e * (1 + Fraction(1, 2**49))
+    # large arrays are evaluated in slices: the same values as element by element
+    big = np.concatenate([x] * 200)
+    for fn in (div_up, mul_up):
+        assert np.array_equal(fn(big, 0.7), np.concatenate([fn(x, 0.7)] * 200))
+    assert np.array_equal(half_square_up(big), np.concatenate([half_square_up(x)] * 200))
     # exact results stay exact
     assert div_up(np.array([6.0]), 3.0)[0] == 2.0 and half_square_up(np.array([2.0]))[0] == 2.0
     assert inflate(np.array([0.0]), 8.0)[0] == 0.0
