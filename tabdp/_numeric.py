@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 __all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "half_square_up", "inflate",
-           "safe_range", "SAFE_LO", "SAFE_HI"]
+           "safe_range", "SAFE_LO", "SAFE_HI", "ZCDP_ULPS"]
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -69,6 +69,9 @@ def integer_dtype(dtype: Any) -> bool:
 # range where the error-free transformations hold (magnitudes below 2**-900 or above 2**900)
 # the result is raised by a relative 4·2**-52 plus the smallest subnormal instead.
 
+#: Ulps (plus one) by which `tabdp.mechanisms.pure_to_zcdp` raises ε·tanh(ε/2): tanh is within
+#: 2 ulps, the products add one each (`tabdp.frame`'s engine expressions use the same constant).
+ZCDP_ULPS = 8.0
 #: Safe range of the error-free transformations (no overflow of a split, no underflow of an
 #: error term).
 SAFE_LO = 2.0**-900

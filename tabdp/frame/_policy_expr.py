@@ -57,9 +57,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import ZCDP_ULPS as _ZCDP_ULPS
 from tabdp._numeric import div_up, safe_range
 from tabdp.exceptions import InvalidParameterError
-from tabdp.mechanisms import ZCDP_ULPS as _ZCDP_ULPS
 
 __all__ = ["PolicyExprs", "PolicyPlan", "policy_plan", "policy_exprs", "spark_policy_columns",
            "next_up_expr", "magnitude_expr", "BINS_PER_OCTAVE", "TABLE_MIN_EXP", "TABLE_MAX_EXP",

@@ -24,7 +24,6 @@ from typing import Any
 from tabdp._deprecation import moved_name
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
-    ZCDP_ULPS,
     LawOfSums,
     Mechanism,
     ReleasedValues,
@@ -53,7 +52,6 @@ __all__ = [
     "ExactTotals",
     "DEFAULT_LEVEL",
     "pure_to_zcdp",
-    "ZCDP_ULPS",
     # families of mechanisms
     "AdditiveMechanism",
     "DiscreteAdditiveMechanism",

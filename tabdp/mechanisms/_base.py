@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp._deprecation import wrap_sensitivity_methods
-from tabdp._numeric import inflate
+from tabdp._numeric import ZCDP_ULPS, inflate
 from tabdp._validation import check_level
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
@@ -35,10 +35,6 @@ from tabdp.rng import as_random_source
 
 __all__ = ["Mechanism", "ReleasedValues", "LawOfSums", "pure_to_zcdp", "not_pure", "DEFAULT_LEVEL",
            "check_level"]
-
-#: Ulps (plus one) by which `pure_to_zcdp` raises ε·tanh(ε/2): tanh is within 2 ulps, the
-#: products add one each (`tabdp.frame`'s engine expressions use the same constant).
-ZCDP_ULPS = 8.0
 
 #: Default confidence level of margins of error (the US Census standard of 90%).
 DEFAULT_LEVEL = 0.9
