@@ -7,12 +7,14 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-__all__ = ["ceil_snap", "integer_dtype"]
+__all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "half_square_up", "inflate",
+           "safe_range", "SAFE_LO", "SAFE_HI", "ZCDP_ULPS"]
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -56,3 +58,251 @@ def integer_dtype(dtype: Any) -> bool:
     wide = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None), pl.UInt64)
                  if t is not None)
     return bool(dtype.is_integer()) and dtype not in wide
+
+
+# -- rounding up (per-record losses) ------------------------------------------------------------
+# A reported per-record loss is never below the exact one (docs/privacy-semantics.md). These
+# helpers give a double >= the exact real result using only correctly rounded operations (+, −,
+# ×, comparisons), so `tabdp.frame`'s engine expressions repeat them bit for bit: a result that
+# is exact in floating point stays as it is (Dekker's error-free product or Knuth's sum
+# decides), an inexact one moves up one or two places (a product by 1 + 2**-52). Outside the
+# range where the error-free transformations hold (magnitudes below 2**-900 or above 2**900)
+# the result is raised by a relative 4·2**-52 plus the smallest subnormal instead.
+
+#: Ulps (plus one) by which `tabdp.mechanisms.pure_to_zcdp` raises ε·tanh(ε/2): tanh is within
+#: 2 ulps, the products add one each (`tabdp.frame`'s engine expressions use the same constant).
+ZCDP_ULPS = 8.0
+#: Safe range of the error-free transformations (no overflow of a split, no underflow of an
+#: error term).
+SAFE_LO = 2.0**-900
+SAFE_HI = 2.0**900
+_SPLIT = 134217729.0  # 2**27 + 1
+_TINY = 2.0**-1074
+_EPS = 2.0**-52
+
+
+def _two_prod_err(a: np.ndarray, b: Any, p: np.ndarray) -> np.ndarray:
+    """``a·b − p`` exactly (Dekker; ``p = fl(a·b)``) where a, b, a·b are in the safe range."""
+    ca = a * _SPLIT
+    ah = ca - (ca - a)
+    al = a - ah
+    if np.ndim(b) == 0:  # a constant: split once
+        cbf = float(b) * _SPLIT
+        bh: Any = cbf - (cbf - float(b))
+        bl: Any = float(b) - bh
+    else:
+        cb = b * _SPLIT
+        bh = cb - (cb - b)
+        bl = b - bh
+    e = ah * bh
+    e -= p
+    e += ah * bl
+    e += al * bh
+    e += al * bl
+    return e
+
+
+def _next_up(x: np.ndarray) -> np.ndarray:
+    # x·(1 + 2**-52) for a positive normal x: one or two doubles up (a product, so engine
+    # expressions repeat it with a small tree)
+    return x * (1.0 + _EPS)
+
+
+def _fallback(r: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.where(pos, r * (1.0 + 4.0 * _EPS) + _TINY, r)
+
+
+def safe_range(c: float) -> tuple[float, float]:
+    """The x in which ``x/c`` and ``x·1/c``-type checks hold: x and its quotient by c safe.
+
+    Example:
+        >>> safe_range(1.0) == (2.0 * SAFE_LO, SAFE_HI / 2.0)
+        True
+    """
+    return 2.0 * SAFE_LO * max(1.0, c), SAFE_HI * min(1.0, c) / 2.0
+
+
+def _rounded_up(r: np.ndarray, x: np.ndarray, below: np.ndarray, lo: float, hi: float,
+                ok: bool) -> np.ndarray:
+    """``r`` one or two places up where ``below``; the fallback where x > 0 is not in [lo, hi]."""
+    if not ok:
+        return _fallback(r, x > 0)
+    bad = np.zeros(0, dtype=np.intp)
+    if x.size and (float(x.max()) > hi or float(x.min()) < lo):
+        bad = np.flatnonzero((x > 0) & ((x < lo) | (x > hi)))
+    keep = r[bad]
+    np.multiply(r, 1.0 + _EPS, out=r, where=below)
+    if bad.size:
+        r[bad] = _fallback(keep, np.ones(bad.size, dtype=bool))
+    return r
+
+
+_CHUNK = 1 << 15
+
+
+def _chunked(fn: Any, x: np.ndarray, *args: Any) -> np.ndarray:
+    """``fn`` over cache-sized slices of a large array (the same values, less memory traffic)."""
+    flat = x.reshape(-1)
+    if flat.size <= _CHUNK:
+        return np.asarray(fn(flat, *args)).reshape(x.shape)
+    out = np.empty(flat.size, dtype=np.float64)
+    for i in range(0, flat.size, _CHUNK):
+        out[i:i + _CHUNK] = fn(flat[i:i + _CHUNK], *args)
+    return out.reshape(x.shape)
+
+
+def div_up(x: Any, q: float) -> np.ndarray:
+    """A double >= x/q (exact when ``fl(x/q)`` is), for doubles x >= 0 and a double q > 0.
+
+    Args:
+        x: Numerators (≥ 0; ``inf`` allowed).
+        q: A positive double.
+
+    Returns:
+        ``fl(x/q)``, moved one or two places up where it is below x/q.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> third = float(div_up(np.array([1.0]), 3.0)[0])     # fl(1/3) is below 1/3
+        >>> div_up(np.array([4.0, 1.0]), 2.0).tolist(), Fraction(third) > Fraction(1, 3)
+        ([2.0, 0.5], True)
+    """
+    return _chunked(_div_up, np.asarray(x, dtype=np.float64), float(q))
+
+
+def _div_up(x: np.ndarray, q: float) -> np.ndarray:
+    lo, hi = safe_range(q)
+    with np.errstate(all="ignore"):
+        r = np.atleast_1d(x / q)
+        xx = np.atleast_1d(x)
+        p = r * q
+        # r·q − x has the sign of (p − x) + e; p − x is exact (Sterbenz: p ≈ x)
+        e = _two_prod_err(r, q, p)
+        p -= xx
+        p += e
+        out = _rounded_up(r, xx, p < 0.0, lo, hi, SAFE_LO <= q <= SAFE_HI)
+    return out.reshape(x.shape)
+
+
+def mul_up(x: Any, c: float) -> np.ndarray:
+    """A double >= x·c (exact when ``fl(x·c)`` is), for doubles x >= 0 and a double c > 0.
+
+    Args:
+        x: Factors (≥ 0).
+        c: A positive double.
+
+    Returns:
+        ``fl(x·c)``, moved one or two places up where it is below x·c.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> v = float(mul_up(np.array([3.0]), 0.1)[0])
+        >>> mul_up(np.array([3.0]), 0.5).tolist(), Fraction(v) >= 3 * Fraction(0.1)
+        ([1.5], True)
+    """
+    return _chunked(_mul_up, np.asarray(x, dtype=np.float64), float(c))
+
+
+def _mul_up(x: np.ndarray, c: float) -> np.ndarray:
+    lo, hi = safe_range(1.0 / c) if c > 0 else (math.inf, 0.0)
+    with np.errstate(all="ignore"):
+        xx = np.atleast_1d(x)
+        p = xx * c
+        out = _rounded_up(p, xx, _two_prod_err(xx, c, p) > 0.0, lo, hi,
+                          SAFE_LO <= c <= SAFE_HI)
+    return out.reshape(x.shape)
+
+
+def add_up(a: Any, b: Any) -> np.ndarray:
+    """A double >= a + b (exact when ``fl(a + b)`` is), for doubles a, b >= 0 (Knuth's sum).
+
+    Args:
+        a: Addends (≥ 0, ``inf`` allowed).
+        b: Addends (≥ 0, ``inf`` allowed).
+
+    Returns:
+        ``fl(a + b)``, moved one or two places up where it is below a + b.
+
+    Example:
+        >>> from fractions import Fraction
+        >>> v = float(add_up(0.1, 0.2))
+        >>> exact = Fraction(0.1) + Fraction(0.2)
+        >>> add_up(np.array([0.5]), np.array([0.25])).tolist(), Fraction(v) >= exact
+        ([0.75], True)
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        s = a + b
+        bb = s - a
+        err = (a - (s - bb)) + (b - bb)
+        fin = np.isfinite(s)
+        return np.where(fin & (err > 0.0), _next_up(s), s)
+
+
+def half_square_up(t: Any, scale: float = 0.5) -> np.ndarray:
+    """A double >= scale·t² (exact when ``fl(t²)`` is), for doubles t >= 0, scale 0.5 or 0.25.
+
+    Args:
+        t: Values (≥ 0, ``inf`` allowed).
+        scale: 0.5 (ρ = (Δ/σ)²/2) or 0.25 (the stable law at α = 2).
+
+    Returns:
+        ``scale·fl(t²)``, t² moved one or two places up where it is inexact.
+
+    Example:
+        >>> half_square_up(np.array([2.0, 3.0])).tolist()
+        [2.0, 4.5]
+    """
+    return _chunked(_half_square_up, np.asarray(t, dtype=np.float64), float(scale))
+
+
+def _half_square_up(t: np.ndarray, scale: float) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        tt = np.atleast_1d(t)
+        p = tt * tt
+        np.multiply(p, 1.0 + _EPS, out=p, where=_two_prod_err(tt, tt, p) > 0.0)
+        p *= scale
+        if tt.size and (float(tt.max()) > 2.0**440 or float(tt.min()) < 2.0**-440):
+            bad = np.flatnonzero((tt > 0) & ((tt < 2.0**-440) | (tt > 2.0**440)))
+            if bad.size:
+                tb = tt[bad]
+                p[bad] = _fallback((scale * tb) * tb, np.ones(bad.size, dtype=bool))
+    return p.reshape(t.shape)
+
+
+def inflate(x: Any, ulps: Any, positive: Any = None) -> np.ndarray:
+    """``x`` raised by a relative ``ulps·2**-52`` (0 and ``inf`` unchanged).
+
+    This covers an error of the float evaluation of at most about ``ulps − 1`` ulps; values
+    below 2**-1000 also get the smallest subnormal added.
+
+    Args:
+        x: Float evaluations (≥ 0) of a loss.
+        ulps: A bound on their error in ulps, plus one (scalar or per value).
+        positive: Where the exact value is > 0 (default: where x > 0); a 0 there (an underflow)
+            becomes the smallest subnormal.
+
+    Returns:
+        Values never below the exact ones when the bound holds.
+
+    Example:
+        >>> v = inflate(np.array([0.0, 1.0, np.inf]), 8.0)
+        >>> v[0], v[1] == 1.0 + 8.0 * 2.0**-52, v[2]
+        (np.float64(0.0), np.True_, np.float64(inf))
+    """
+    x = np.asarray(x, dtype=np.float64)
+    xx = np.atleast_1d(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = xx * (1.0 + np.asarray(ulps, dtype=np.float64) * _EPS)
+        y = np.atleast_1d(np.asarray(y, dtype=np.float64))
+        if y.shape != xx.shape:
+            y = np.broadcast_to(y, xx.shape).copy()
+        small = np.flatnonzero(xx < 2.0**-1000)   # 0 and tiny values (inf and NaN: unchanged)
+        if small.size:
+            xs = xx[small]
+            pos = (xs > 0) if positive is None else (
+                np.atleast_1d(np.broadcast_to(np.asarray(positive), xx.shape))[small] | (xs > 0))
+            y[small] = np.where(pos, y[small] + _TINY, xs)
+    return y.reshape(x.shape)

@@ -57,6 +57,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import ZCDP_ULPS as _ZCDP_ULPS
+from tabdp._numeric import div_up, safe_range
 from tabdp.exceptions import InvalidParameterError
 
 __all__ = ["PolicyExprs", "PolicyPlan", "policy_plan", "policy_exprs", "spark_policy_columns",
@@ -159,8 +161,12 @@ _D = _N("d")
 
 
 def _up(x: _N, k: Any) -> _N:
-    """``x·(1 + k·2**-52)``: a bound form rounded up (0 and inf unchanged)."""
-    return x * (1.0 + _c(k) * _U) if isinstance(k, _N) else x * (1.0 + float(k) * _U)
+    """``x·(1 + k·2**-52)``: a bound form rounded up (inf unchanged).
+
+    Below 2**-1000 (and Δ > 0) a few subnormals are added, above numpy's `inflate`.
+    """
+    y = x * (1.0 + _c(k) * _U) if isinstance(k, _N) else x * (1.0 + float(k) * _U)
+    return y + _where((x < 2.0**-1000) & (_f("abs", _D) > 0.0), 8.0 * 2.0**-1074, 0.0)
 
 
 def _not_pure(d: _N) -> _N:
@@ -168,12 +174,92 @@ def _not_pure(d: _N) -> _N:
 
 
 def _to_zcdp_up(eps: _N) -> _N:
-    """``ε·tanh(ε/2)`` (``inf`` at ε = inf) rounded up; ε must already be >= numpy's ε."""
-    return _where(_N("isinf", (eps,)), _INF, _up(eps * _f("tanh", 0.5 * eps), _K))
+    """``ε·tanh(ε/2)`` (``inf`` at ε = inf) rounded up; ε must already be >= numpy's ε.
+
+    numpy's `pure_to_zcdp` raises its value by ``ZCDP_ULPS`` ulps: this bound by ``_K`` more.
+    """
+    return _where(_N("isinf", (eps,)), _INF,
+                  _up(eps * _f("tanh", 0.5 * eps), _K + _ZCDP_ULPS) + _where(eps > 0.0, _TINY, 0.0))
 
 
 def _ceil(x: _N) -> _N:
     return _f("ceil", x)
+
+
+# -- rounding up, operation for operation as tabdp._numeric (bit-equal to the numpy policy) ------
+_SAFE_LO, _SAFE_HI = 2.0**-900, 2.0**900
+_TINY = 2.0**-1074
+
+
+def _bump(x: _N) -> _N:
+    """One or two doubles up from a positive normal x (`tabdp._numeric`'s `_next_up`)."""
+    return x * (1.0 + _U)
+
+
+def _two_prod_err(a: _N, b: Any, p: _N) -> _N:
+    ca = a * 134217729.0
+    ah = ca - (ca - a)
+    al = a - ah
+    if isinstance(b, _N):
+        cb = b * 134217729.0
+        bh: Any = cb - (cb - b)
+        bl: Any = b - bh
+    else:  # a constant: its split in Python (the same correctly rounded operations)
+        cbf = float(b) * 134217729.0
+        bh = cbf - (cbf - float(b))
+        bl = float(b) - bh
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _fallback(r: _N, pos: _N) -> _N:
+    return _where(pos, r * (1.0 + 4.0 * _U) + _TINY, r)
+
+
+def _div_up(x: _N, q: float) -> _N:
+    """`tabdp._numeric.div_up` (x >= 0, a constant q > 0)."""
+    q = float(q)
+    r = x / q
+    p = r * q
+    below = ((p - x) + _two_prod_err(r, q, p)) < 0.0
+    if not _SAFE_LO <= q <= _SAFE_HI:
+        return _fallback(r, x > 0.0)
+    lo, hi = safe_range(q)
+    return _where((x >= lo) & (x <= hi), _where(below, _bump(r), r), _fallback(r, x > 0.0))
+
+
+def _mul_up(x: _N, c: float) -> _N:
+    """`tabdp._numeric.mul_up` (x >= 0, a constant c > 0)."""
+    c = float(c)
+    p = x * c
+    if not _SAFE_LO <= c <= _SAFE_HI:
+        return _fallback(p, x > 0.0)
+    lo, hi = safe_range(1.0 / c)
+    return _where((x >= lo) & (x <= hi),
+                  _where(_two_prod_err(x, c, p) > 0.0, _bump(p), p), _fallback(p, x > 0.0))
+
+
+def _add_up(a: _N, b: _N) -> _N:
+    """`tabdp._numeric.add_up` (a, b >= 0)."""
+    s = a + b
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    return _where(~_N("isinf", (s,)) & (err > 0.0), _bump(s), s)
+
+
+def _half_square_up(t: _N, scale: float = 0.5) -> _N:
+    """`tabdp._numeric.half_square_up` (t >= 0)."""
+    p = t * t
+    up = _where(_two_prod_err(t, t, p) > 0.0, _bump(p), p)
+    safe = (t >= 2.0**-440) & (t <= 2.0**440)
+    return _where(safe, up * scale, _fallback((scale * t) * t, t > 0.0))
+
+
+def _inflate(x: _N, ulps: Any, pos: _N | None = None) -> _N:
+    """`tabdp._numeric.inflate`."""
+    k = (1.0 + _c(ulps) * _U) if isinstance(ulps, _N) else 1.0 + float(ulps) * _U
+    y = x * k + _where(x < 2.0**-1000, _TINY, 0.0)
+    p = (x > 0.0) if pos is None else (pos | (x > 0.0))
+    return _where(p & ~_N("isinf", (x,)), y, x)
 
 
 # -- rendering -----------------------------------------------------------------------------------
@@ -529,16 +615,16 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
         return (0.5 * x) * x
 
     if t is Gaussian:
-        return [("exact", half_sq(d / mech.sigma)), ("exact", _not_pure(d))]
+        return [("exact", _half_square_up(_div_up(d, mech.sigma))), ("exact", _not_pure(d))]
     if t in (Laplace, Logistic):
-        e = d / float(mech.scale)
+        e = _div_up(d, mech.scale)
         return [("bound", _to_zcdp_up(e)), ("exact", e)]
     if t is GeneralizedGaussian:
-        x = d / mech.sigma
+        x = _div_up(d, mech.sigma)
         if mech.p in (1.0, 0.5):  # numpy's ** takes these exactly (x, sqrt x)
-            e = x if mech.p == 1.0 else _f("sqrt", x)
+            e = x if mech.p == 1.0 else _inflate(_f("sqrt", x), 4.0)
             return [("bound", _to_zcdp_up(e)), ("exact", e)]
-        e = _up(_f("pow", x, mech.p), 2.0 * _K)
+        e = _up(_f("pow", x, mech.p), 2.0 * _K + 4.0)
         return [("bound", _to_zcdp_up(e)), ("bound", e)]
     if t is ExpPolyLog:
         h = _f("log1p", d / (mech.sigma * mech.a))
@@ -553,9 +639,11 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
         a = float(mech.offset)
         k = float(getattr(mech, "k", 1.0))
         exact = False
+        if t is RootTransform and a == 0.0 and k == 1.0:
+            return [("exact", _half_square_up(_div_up(d, mech.sigma))), ("exact", _not_pure(d))]
         if t is RootTransform and a == 0.0:
-            if k in (1.0, 2.0):
-                gap, exact = (d if k == 1.0 else _f("sqrt", d)), True
+            if k == 2.0:
+                gap, exact = _f("sqrt", d), True
             else:
                 gap = _up(_f("pow", d, 1.0 / k), 2.0 * _K)
         else:
@@ -572,8 +660,12 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
                              _up(_f("exp", big) - ak, _K * (3.0 + _f("abs", big))))
         g = gap / mech.sigma
         rho = (g * g) * 0.5
-        return [("exact" if exact else "bound", rho if exact else _up(rho, _K)),
-                ("exact", _not_pure(d))]
+        if exact:  # numpy: ρ raised by 16 ulps (`_gap_ulps`), the same operations
+            return [("exact", _inflate(rho, 16.0, d > 0.0)), ("exact", _not_pure(d))]
+        ulps = (16.0 * (3.0 + lr / k + abs(math.log(a)) / k) if a > 0.0 and t is RootTransform
+                else 16.0)  # numpy's `_gap_ulps`
+        return [("bound", _up(_inflate(rho, 16.0, d > 0.0), _K) if a == 0.0
+                 else _up(rho, _K + ulps)), ("exact", _not_pure(d))]
     if t is UnitSplitting:
         x = d / mech.threshold
         r = _f("rint", x)
@@ -581,23 +673,27 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
         tol = (8.0 * float(np.finfo(np.float64).eps)) * _where(ax > 1.0, ax, 1.0)
         cs = _where(_f("abs", x - r) <= tol, r, _ceil(x))
         rows = _where(cs > 1.0, cs, 1.0)  # np.maximum(1, ·): cs is never NaN here
-        y = (mech.threshold / mech.sigma) * rows
-        return [("exact", half_sq(y)), ("exact", _where(d >= 0.0, _INF, _INF))]
+        c = float(np.asarray(div_up(mech.threshold, mech.sigma)))
+        split = _half_square_up(_mul_up(rows, c))
+        gauss = _half_square_up(_div_up(d, mech.sigma))
+        return [("exact", _where(split >= gauss, split, gauss)),
+                ("exact", _where(d >= 0.0, _INF, _INF))]
     if t is SymmetricStable:
         if mech.alpha == 2.0:
-            return [("exact", (0.25 * (d / mech.gamma)) * (d / mech.gamma)),
+            return [("exact", _half_square_up(_div_up(d, mech.gamma), 0.25)),
                     ("exact", _not_pure(d))]
         if mech.alpha == 1.0:
-            e = _up(2.0 * _f("asinh", 0.5 * (d / mech.gamma)), 2.0 * _K)
+            g = _div_up(d, mech.gamma)
+            e = _up(2.0 * _f("asinh", 0.5 * g), 2.0 * _K + 8.0)
             return [("bound", _to_zcdp_up(e)), ("bound", e)]
         return None  # tabulated
     if t is Subbotin:  # (VectorSubbotin: joint; the engine evaluates it at the norm Δ)
         base: list[tuple[str, _N] | None]
         if mech.r == 1.0:
-            e = d / mech.scale
+            e = _div_up(d, mech.scale)
             base = [("bound", _to_zcdp_up(e)), ("exact", e)]
         elif mech.r == 2.0:
-            base = [("exact", half_sq(d / mech.scale)), ("exact", _not_pure(d))]
+            base = [("exact", _half_square_up(_div_up(d, mech.scale))), ("exact", _not_pure(d))]
         else:
             base = [("exact", _not_pure(d)), ("exact", _not_pure(d))]
         if mech.dp_delta is not None:
@@ -605,9 +701,9 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
         return base
     if type(mech).__name__ == "VectorSubbotin":
         if mech.r == 1.0:
-            e = d / mech.scale
+            e = _div_up(d, mech.scale)
             return [("bound", _to_zcdp_up(e)), ("exact", e)]
-        return [("exact", half_sq(d / mech.scale)), ("exact", _not_pure(d))]
+        return [("exact", _half_square_up(_div_up(d, mech.scale))), ("exact", _not_pure(d))]
     if t is DiscreteGaussian:
         # numpy: RU(RU(Δ/σ)²)/2 for integer Δ (≤ (Δ/σ)²/2·(1 + 6.1u)); here fl-based, raised
         is_int = ~_N("isinf", (d,)) & _eq(d, _f("floor", d))
@@ -625,17 +721,18 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
         rel = mech.mechanism
         kk = _ceil(d)
         e1, e2 = float(rel.eps_value), float(rel.eps_scale)
+        eps = _add_up(_mul_up(kk, e1), _mul_up(kk, e2))
         if mech.pure:
             out: list[tuple[str, _N] | None] = [
-                ("bound", _up(_to_zcdp_up(kk * e1) + _to_zcdp_up(kk * e2), 4.0)),
-                ("exact", (kk * e1) + (kk * e2))]
+                ("bound", _up(_to_zcdp_up(_mul_up(kk, e1)) + _to_zcdp_up(_mul_up(kk, e2)), 4.0)),
+                ("exact", eps)]
         else:
             out = [("exact", _where(kk > 0.0, _INF, 0.0)), ("exact", _where(kk > 0.0, _INF, 0.0))]
         if mech.dp_delta is not None:
             arg = (kk - 1.0) * e1
-            dl = _up((kk * _f("exp", arg)) * float(mech.dp_delta), _K * (3.0 + arg))
+            dl = _up((kk * _f("exp", arg)) * float(mech.dp_delta), (_K + 8.0) * (3.0 + arg))
             dl = _where(kk > 0.0, dl, 0.0)
-            out += [("exact", (kk * e1) + (kk * e2)), ("bound", _where(dl < 1.0, dl, 1.0))]
+            out += [("exact", eps), ("bound", _where(dl < 1.0, dl, 1.0))]
         return out
     return None
 

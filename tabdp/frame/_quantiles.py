@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tabdp._numeric import add_up, inflate, mul_up
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame._engine import (
@@ -152,8 +153,15 @@ class GroupPrivacyPolicy:
             return z, z.copy()
         e1 = self.mechanism.eps_value
         with np.errstate(over="ignore"):
-            d = np.where(k > 0, k * np.exp((k - 1.0) * e1) * self.dp_delta, 0.0)
-        return k * e1 + k * self.mechanism.eps_scale, np.minimum(d, 1.0)
+            arg = (k - 1.0) * e1
+            d = np.where(k > 0, k * np.exp(arg) * self.dp_delta, 0.0)
+        # rounded up: exp's argument is inexact, its error amplified by the argument
+        d = inflate(d, 8.0 * (3.0 + arg), k > 0)
+        return self._eps_sum(k), np.minimum(d, 1.0)
+
+    def _eps_sum(self, k: np.ndarray) -> np.ndarray:
+        """k·ε₁ + k·ε₂, never below the exact sum (exact when the doubles are)."""
+        return add_up(mul_up(k, self.mechanism.eps_value), mul_up(k, self.mechanism.eps_scale))
 
     def epsilon(self, sensitivity: Any) -> np.ndarray:
         """ε(Δ) = ⌈Δ⌉·(ε₁ + ε₂) (``inf`` for Δ > 0 when not pure).
@@ -172,7 +180,7 @@ class GroupPrivacyPolicy:
         k = self._k(sensitivity)
         if not self.pure:
             return np.where(k > 0, np.inf, 0.0)
-        return k * self.mechanism.eps_value + k * self.mechanism.eps_scale
+        return self._eps_sum(k)
 
     def rho(self, sensitivity: Any) -> np.ndarray:
         """ρ(Δ) = ρ(k·ε₁) + ρ(k·ε₂) with ρ(e) = e·tanh(e/2), k = ⌈Δ⌉ (``inf`` when not pure).
@@ -191,8 +199,8 @@ class GroupPrivacyPolicy:
         k = self._k(sensitivity)
         if not self.pure:
             return np.where(k > 0, np.inf, 0.0)
-        return (pure_to_zcdp(k * self.mechanism.eps_value)
-                + pure_to_zcdp(k * self.mechanism.eps_scale))
+        return add_up(pure_to_zcdp(mul_up(k, self.mechanism.eps_value)),
+                      pure_to_zcdp(mul_up(k, self.mechanism.eps_scale)))
 
     def to_dict(self) -> dict[str, Any]:
         """Public description (release and the group-privacy policy).

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp._deprecation import wrap_sensitivity_methods
+from tabdp._numeric import ZCDP_ULPS, inflate
 from tabdp._validation import check_level
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._totals import ExactTotals
@@ -55,7 +56,8 @@ def pure_to_zcdp(epsilon: ArrayLike) -> np.ndarray:
     e = np.asarray(epsilon, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         out = e * np.tanh(0.5 * e)
-    return np.where(np.isinf(e), np.inf, out)
+    # rounded up (tanh within 2 ulps, one product): never below the exact ε·tanh(ε/2)
+    return np.where(np.isinf(e), np.inf, inflate(out, ZCDP_ULPS, e > 0))
 
 
 def not_pure(sensitivity: ArrayLike) -> np.ndarray:

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from tabdp import noise as _noise
 from tabdp import registry
-from tabdp._numeric import ceil_snap
+from tabdp._numeric import ceil_snap, div_up, half_square_up, inflate, mul_up
 from tabdp._validation import check_real
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
@@ -262,10 +262,8 @@ class Gaussian(AdditiveMechanism):
             >>> float(Gaussian(sigma=1.0).rho(1.0))
             0.5
         """
-        d = _delta(sensitivity)
-        with np.errstate(over="ignore"):
-            x = d / self.sigma   # (Δ/σ)²/2: Δ² and σ² under/overflow where Δ/σ does not
-            return 0.5 * x * x
+        # (Δ/σ)²/2 rounded up (Δ² and σ² under/overflow where Δ/σ does not); exact stays exact
+        return half_square_up(div_up(_delta(sensitivity), self.sigma))
 
     def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (the Gaussian mechanism has no pure guarantee), 0 at Δ = 0.
@@ -346,7 +344,7 @@ class Laplace(AdditiveMechanism):
             >>> float(Laplace(scale=1.0).epsilon(3.0))
             3.0
         """
-        return _delta(sensitivity) / self.scale
+        return div_up(_delta(sensitivity), self.scale)
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy: ε = max(Δ/b + 2·ln(1−δ), 0), docs/math/log-concave.md §3.
@@ -430,7 +428,11 @@ class GeneralizedGaussian(AdditiveMechanism):
             >>> float(GeneralizedGaussian(sigma=4.0, p=0.5).epsilon(16.0))
             2.0
         """
-        return (_delta(sensitivity) / self.sigma) ** self.p
+        x = div_up(_delta(sensitivity), self.sigma)
+        if self.p == 1.0:
+            return x
+        with np.errstate(over="ignore"):
+            return inflate(x ** self.p, 4.0)   # pow within 1 ulp, increasing in x
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -487,11 +489,15 @@ class ExpPolyLog(AdditiveMechanism):
             >>> abs(e / (2 * math.log(3.0) * 1e-12 / 3.0) - 1.0) < 1e-9   # ~ 2 d ln(a) D/(sigma a)
             True
         """
-        h = np.log1p(_delta(sensitivity) / (self.sigma * self.a))
-        if self.p == 1.0:
-            return self.d * h
+        dd = _delta(sensitivity)
+        h = np.log1p(dd / (self.sigma * self.a))
+        if self.p == 1.0:   # rounded up: a few roundings, log1p's condition number <= 1
+            return inflate(self.d * h, 16.0, dd > 0)
         l0 = math.log(self.a)
-        return self.d * l0**self.p * np.expm1(self.p * np.log1p(h / l0))
+        y = self.p * np.log1p(h / l0)
+        # expm1 of y amplifies the error of y by about y: rounded up accordingly
+        with np.errstate(over="ignore"):
+            return inflate(self.d * l0**self.p * np.expm1(y), 16.0 * (3.0 + y), dd > 0)
 
     def params(self) -> dict[str, Any]:
         """Public parameters.
@@ -569,10 +575,13 @@ class UnitSplitting(AdditiveMechanism):
             >>> float(UnitSplitting(threshold=1.0, sigma=1.0).rho(2.5))
             4.5
         """
-        a = self.rows(sensitivity)
-        with np.errstate(over="ignore"):
-            x = self.threshold / self.sigma * a   # (τ/σ)² a²/2, no under/overflow of τ², σ²
-            return 0.5 * x * x
+        d = _delta(sensitivity)
+        a = self.rows(d)
+        # (τ/σ)² a²/2 rounded up (no under/overflow of τ², σ²); exact stays exact
+        split = half_square_up(mul_up(a, float(div_up(self.threshold, self.sigma))))
+        # never below the Gaussian's own loss Δ²/(2σ²) (the snapped ceiling may count a few
+        # ulps less than Δ/τ rows)
+        return np.maximum(split, half_square_up(div_up(d, self.sigma)))
 
     def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` (Gaussian noise is not pure).

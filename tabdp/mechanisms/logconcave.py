@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tabdp import registry
+from tabdp._numeric import div_up, half_square_up
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import LawOfSums, not_pure
@@ -107,7 +108,7 @@ class Logistic(AdditiveMechanism):
             >>> Logistic(scale=4.0).epsilon([0.0, 2.0]).tolist()
             [0.0, 0.5]
         """
-        return _abs(sensitivity) / self.scale
+        return div_up(_abs(sensitivity), self.scale)
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
         """Exact (ε, δ) policy ([Vin22] Thm 4 inverted; docs/math/log-concave.md §3).
@@ -238,9 +239,8 @@ class Subbotin(AdditiveMechanism):
         if self.r == 1.0:
             return super().rho(sensitivity)
         if self.r == 2.0:
-            with np.errstate(over="ignore"):
-                x = _abs(sensitivity) / self.scale   # (Δ/s)²/2, no under/overflow of Δ², s²
-                return 0.5 * x * x
+            # (Δ/s)²/2 rounded up (no under/overflow of Δ², s²); exact stays exact
+            return half_square_up(div_up(_abs(sensitivity), self.scale))
         return not_pure(sensitivity)
 
     def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
@@ -259,7 +259,7 @@ class Subbotin(AdditiveMechanism):
             [0.0, inf]
         """
         if self.r == 1.0:
-            return _abs(sensitivity) / self.scale
+            return div_up(_abs(sensitivity), self.scale)
         return not_pure(sensitivity)
 
     def approx_epsilon(self, sensitivity: ArrayLike, delta: float) -> np.ndarray:
@@ -404,7 +404,7 @@ class VectorSubbotin(Subbotin):
         """
         dd = check_dp_delta(delta, f"{type(self).__name__}.approx_epsilon")
         if self.r == 1.0:
-            return _abs(sensitivity) / self.scale
+            return div_up(_abs(sensitivity), self.scale)
         return super().approx_epsilon(sensitivity, dd)
 
     def weight(self, measure: str) -> float:

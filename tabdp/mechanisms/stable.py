@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike
 from tabdp import registry
 from tabdp._deprecation import renamed_argument
 from tabdp._lazy_scipy import minimize_scalar
+from tabdp._numeric import div_up, half_square_up, inflate
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import DEFAULT_LEVEL, LawOfSums, check_level, not_pure
@@ -144,7 +145,10 @@ class SymmetricStable(AdditiveMechanism):
         d = np.abs(np.asarray(sensitivity, dtype=np.float64))
         if self.alpha == 2.0:
             return not_pure(d)
-        return stable_epsilon_table(self.alpha)(d / self.gamma)
+        # the table is increasing in the shift: at a shift rounded up it is never below ε
+        e = stable_epsilon_table(self.alpha)(div_up(d, self.gamma))
+        # α = 1 is the closed form 2·asinh(Δ/(2γ)) (a few ulps): rounded up too
+        return inflate(e, 8.0, d > 0) if self.alpha == 1.0 else e
 
     def rho(self, sensitivity: ArrayLike) -> np.ndarray:
         """PRzCDP policy: ε·tanh(ε/2) for α < 2; Δ²/(4γ²) for the Gaussian α = 2.
@@ -161,9 +165,8 @@ class SymmetricStable(AdditiveMechanism):
         """
         d = np.abs(np.asarray(sensitivity, dtype=np.float64))
         if self.alpha == 2.0:
-            with np.errstate(over="ignore"):
-                x = d / self.gamma   # (Δ/γ)²/4, no under/overflow of Δ², γ²
-                return 0.25 * x * x
+            # (Δ/γ)²/4 rounded up (no under/overflow of Δ², γ²); exact stays exact
+            return half_square_up(div_up(d, self.gamma), 0.25)
         return super().rho(d)
 
     def params(self) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from numpy.typing import ArrayLike
 from scipy.special import gammaln, log_ndtr, logsumexp, ndtri
 
 from tabdp import registry
+from tabdp._numeric import div_up, half_square_up, inflate
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import (
@@ -402,12 +403,25 @@ class TransformationMechanism(Mechanism):
             >>> float(LogTransform(sigma=1.0, offset=1.0).rho(math.e - 1.0))
             0.5
         """
-        gap = self._policy_gap(_abs_delta(sensitivity))
+        d = _abs_delta(sensitivity)
+        if self._gap_is_delta():   # f(Δ) − f(0) = Δ: (Δ/σ)²/2 rounded up, exact stays exact
+            return half_square_up(div_up(d, self.sigma))
+        gap = self._policy_gap(d)
         with np.errstate(over="ignore"):
             gap /= self.sigma   # (gap/σ)²/2: gap² and σ² under/overflow where gap/σ does not
             gap *= gap
             gap *= 0.5
-            return gap
+        # rounded up by a bound on the float error of the gap (a few ulps, more where expm1
+        # amplifies it), so a reported loss is never below the exact one
+        return inflate(gap, self._gap_ulps(d), d > 0)
+
+    def _gap_is_delta(self) -> bool:
+        """Whether f(Δ + a) − f(a) = Δ (the identity transformation at a = 0)."""
+        return False
+
+    def _gap_ulps(self, sensitivity: np.ndarray) -> Any:
+        """Ulps (plus one) covering the float error of ρ computed from `_policy_gap`."""
+        return 16.0
 
     def epsilon(self, sensitivity: ArrayLike) -> np.ndarray:
         """``inf`` for Δ > 0 (Gaussian noise has no pure guarantee), 0 at Δ = 0.
@@ -655,6 +669,18 @@ class RootTransform(TransformationMechanism):
             for j in range(1, self._kint):
                 h, h_prev = y * h - j * s2 * h_prev, h
         return h - self.offset
+
+    def _gap_is_delta(self) -> bool:
+        return self.k == 1.0 and self.offset == 0.0
+
+    def _gap_ulps(self, sensitivity: np.ndarray) -> Any:
+        if self.offset == 0.0:
+            return 16.0
+        # a^(1/k)·expm1(lk) (or e^(lk + ln a/k) − a^(1/k)): the error of lk is amplified by lk
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            lk = _log1p_ratio(sensitivity, self.offset) / self.k
+        # beyond lk = 700 the gap is e^(lk + ln a/k) − a^(1/k): ln a's error adds in
+        return 16.0 * (3.0 + lk + np.where(lk < 700.0, 0.0, abs(math.log(self.offset)) / self.k))
 
     def _policy_gap(self, sensitivity: np.ndarray) -> np.ndarray:
         k, a = self.k, self.offset

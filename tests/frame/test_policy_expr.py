@@ -121,6 +121,10 @@ def test_never_below_numpy_and_exact_where_claimed(fam: str, i: int, mech: Any) 
                               np.isfinite(r[(GRID < 2.0**72) | ~fin]))
         assert np.all(v[r == 0] == 0) or how == "table"
         if how == "bound":
+            # below 2**-1000 a bound is a few subnormals above numpy's (rounded up) value
+            tiny = fin & (r < 2.0**-1000)
+            assert np.all(v[tiny] <= r[tiny] * (1.0 + 2.0**-38) + 16 * 2.0**-1074)
+            fin &= ~tiny
             # the slack grows with the form's condition number (≈ ln Δ for expm1 chains)
             small = fin & (GRID <= 2.0**65)
             assert np.all(v[small] <= r[small] * (1.0 + 2.0**-38))

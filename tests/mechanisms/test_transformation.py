@@ -86,7 +86,8 @@ def test_example_4_6_fourth_root(estimator):
     assert rho.round(4).tolist() == [0.2795, 0.2795, 0.3953, 0.5590, 0.6847, 12.5]
     assert rho.round(1).tolist() == [0.3, 0.3, 0.4, 0.6, 0.7, 12.5]
     np.testing.assert_allclose(rho, np.sqrt(EMPLOYEES) / 8.0, rtol=1e-14)
-    assert rho[-1] == 12.5
+    # 10000^(1/4)/8 = 12.5, reported rounded up (pow within an ulp): never below, 1e-13 above
+    assert 12.5 <= rho[-1] <= 12.5 * (1 + 1e-13)
 
 
 @pytest.mark.parametrize("estimator", ["mean", "median"])
@@ -157,9 +158,10 @@ def test_policy_of_identity_root_is_gaussian():
 def test_policy_extreme_inputs_stay_finite_and_accurate():
     # Δ/a overflows, and (k = 1) expm1(ln(1 + Δ/a)/k) overflows although the gap does not
     m = RootTransform(k=1, sigma=1.0, offset=1e-310)
-    assert float(m.rho(1e150)) == pytest.approx(1e300 / 2, rel=1e-12)
+    # rounded up by the error bound of e^(lk + ln a/k) with |ln a| = 714: ~6e-12 relative
+    assert float(m.rho(1e150)) == pytest.approx(1e300 / 2, rel=2e-11)
     m = RootTransform(k=2, sigma=1.0, offset=1e-300)
-    assert float(m.rho(1e300)) == pytest.approx(1e300 / 2, rel=1e-12)
+    assert float(m.rho(1e300)) == pytest.approx(1e300 / 2, rel=2e-11)
     m = LogTransform(sigma=1.0, offset=1e-300)
     assert float(m.rho(1e300)) == pytest.approx((600 * math.log(10)) ** 2 / 2, rel=1e-12)
 

@@ -1,0 +1,393 @@
+"""Reported per-record losses are never below the exact ones, and within 1e-9 of them (issue 29).
+
+For every mechanism family of the registry (and the quantiles' group-privacy policy), the losses
+a release charges (ρ, ε and, for mechanisms accounted in approximate DP, ε_a and δ_a) are
+compared with the exact loss computed in mpmath (300 bits) at adversarial per-record
+sensitivities Δ: 0, the smallest fixed-point step and its small multiples, 1, integers, huge
+values (2**53 and neighbours, 2**64, 1e20), the edges of the tabulated bounds' bins (2**k·(1 +
+j/64) and their neighbouring doubles), the unit-splitting thresholds and their neighbours, and
+log-uniform values. Every reported value must satisfy ``exact <= reported <=
+exact·(1 + 1e-9)`` (values below 2**-1000 may exceed the exact one by a few subnormals).
+
+The loss that every backend reports is computed by one numpy policy (``_engine._Policy``: the
+in-memory and streaming Polars engines and Spark's pandas UDF) or by the engine expressions of
+``tabdp.frame._policy_expr`` where they are bit-equal to it (Spark's charges of exact plans,
+tests/frame/test_policy_expr.py). End-to-end releases on the Polars eager, lazy and streaming
+inputs (and Spark, marked ``spark``) report bit-identical per-record losses, and those losses
+also pass the bounds above.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+from fractions import Fraction
+from typing import Any
+
+import mpmath as mp
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+import tabdp.mechanisms as M
+from tabdp import registry
+from tabdp._numeric import add_up, div_up, half_square_up, inflate, mul_up
+from tabdp.frame._engine import _Policy
+from tabdp.frame._quantiles import GroupPrivacyPolicy
+from tabdp.mechanisms.smooth import SmoothSensitivityMechanism, SmoothSensitivityRelease
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from _engines import as_engine, as_polars  # noqa: E402
+from _mp_refs import subbotin_delta  # noqa: E402
+
+RTOL = 1e-9
+_PREC = 300
+_INF = mp.inf
+
+#: Instances per registered family (a new family fails test_every_family_is_covered).
+CASES: dict[str, list[Any]] = {
+    "gaussian": [M.Gaussian(2.0), M.Gaussian(0.3), M.Gaussian(1e5)],
+    "laplace": [M.Laplace(3.0), M.Laplace(0.7)],
+    "generalized_gaussian": [M.GeneralizedGaussian(1.5, 0.5), M.GeneralizedGaussian(1.5, 0.3),
+                             M.GeneralizedGaussian(0.7, 1.0)],
+    "exp_polylog": [M.ExpPolyLog(1.0, 1.0, 4.0), M.ExpPolyLog(2.0, 3.0, 1.0, 2.0),
+                    M.ExpPolyLog(1.0, 20.0, 0.5, 3.0)],
+    "root": [M.RootTransform(2, 1.0), M.RootTransform(1, 3.0), M.RootTransform(4, 2.0),
+             M.RootTransform(2, 1.0, 5.0), M.RootTransform(3.5, 0.5, 0.1, estimator="median")],
+    "log": [M.LogTransform(2.0, 1.0), M.LogTransform(0.25, 1e5), M.LogTransform(1.0, 1e-300)],
+    "unit_splitting": [M.UnitSplitting(10.0, 50**0.5), M.UnitSplitting(0.7, 1.0)],
+    "symmetric_stable": [M.SymmetricStable(2.0, 1.0), M.SymmetricStable(1.0, 0.5),
+                         M.SymmetricStable(1.5, 2.0)],
+    "logistic": [M.Logistic(0.9)],
+    "subbotin": [M.Subbotin(1.0, 2.0), M.Subbotin(2.0, 2.0), M.Subbotin(3.0, 2.0, delta=1e-6)],
+    "vector_subbotin": [M.VectorSubbotin(2.0, 3.0), M.VectorSubbotin(1.0, 3.0)],
+    "discrete_gaussian": [M.DiscreteGaussian(2.0), M.DiscreteGaussian(0.3),
+                          M.DiscreteGaussian(Fraction(1, 31))],
+    "discrete_laplace": [M.DiscreteLaplace(3.0), M.DiscreteLaplace(Fraction(1, 3))],
+    "smooth_sensitivity": [
+        SmoothSensitivityMechanism("polyplace", 1.0),
+        GroupPrivacyPolicy(SmoothSensitivityRelease("polyplace", 1.0)),
+        GroupPrivacyPolicy(SmoothSensitivityRelease("laplace", 1.0, uncertainty_share=0.5,
+                                                    delta=1e-6))],
+}
+_IDS = [(f, i) for f, ms in CASES.items() for i in range(len(ms))]
+
+
+def _grid() -> np.ndarray:
+    g = [2.0**-24, 3 * 2.0**-24, 1e-6, 0.1, 0.3, 0.7, 1.0, 2.0, 2.1, 3.0, 7.0, 10.0, 1e3,
+         12345.678, 1e6, 2.0**40, 2.0**53, 2.0**53 + 2, 2.0**60, 2.0**64, 1e20]
+    for k in (-40, -20, -3, 0, 1, 5, 20, 50, 63):   # bins of the tabulated bounds and neighbours
+        for j in (0, 1, 17, 63):
+            x = 2.0**k * (1 + j / 64)
+            g += [x, float(np.nextafter(x, 0)), float(np.nextafter(x, np.inf))]
+    rng = np.random.default_rng(20261202)
+    g += list(np.exp(rng.uniform(-15, 45, 150)))
+    g += list(np.floor(np.exp(rng.uniform(0, 20, 40))))
+    return np.array(sorted(set(g)))
+
+
+GRID = _grid()
+
+
+def _splitting_edges(m: Any) -> list[float]:
+    out: list[float] = []
+    for n in (1, 2, 3, 10, 1000):
+        x = m.threshold * n
+        up = float(np.nextafter(x, np.inf))
+        out += [x, float(np.nextafter(x, 0)), up, float(np.nextafter(up, np.inf))]
+    return out
+
+
+def _zcdp(e: Any) -> Any:
+    return _INF if e == _INF else e * mp.tanh(e / 2)
+
+
+def _frac(q: Fraction) -> Any:
+    return mp.mpf(q.numerator) / q.denominator
+
+
+def _approx_eps(m: Any, d: Any) -> Any:
+    """The exact ε at δ = dp_delta of Subbotin_r noise at shift b = Δ/scale (bisection)."""
+    b = float(d / mp.mpf(m.scale))
+    target = mp.mpf(m.dp_delta)
+    lo, hi = mp.mpf(0), mp.mpf(1)
+    if subbotin_delta(b, 0.0, m.r) <= target:
+        return mp.mpf(0)
+    while subbotin_delta(b, float(hi), m.r) > target:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if subbotin_delta(b, float(mid), m.r) <= target else (mid, hi)
+    return hi
+
+
+def exact_losses(m: Any, d: float) -> dict[str, Any]:
+    """The exact per-record losses of ``m`` at Δ = ``d`` > 0 (mpmath; ``None``: no reference)."""
+    t = type(m)
+    with mp.workprec(_PREC):
+        dd = mp.mpf(d)
+        if t is M.Gaussian:
+            return {"rho": dd**2 / (2 * mp.mpf(m.sigma) ** 2), "epsilon": _INF}
+        if t in (M.Laplace, M.Logistic):
+            e = dd / mp.mpf(m.scale)
+            return {"rho": _zcdp(e), "epsilon": e}
+        if t is M.GeneralizedGaussian:
+            e = (dd / mp.mpf(m.sigma)) ** mp.mpf(m.p)
+            return {"rho": _zcdp(e), "epsilon": e}
+        if t is M.ExpPolyLog:
+            a, p = mp.mpf(m.a), mp.mpf(m.p)
+            e = mp.mpf(m.d) * (mp.log(dd / mp.mpf(m.sigma) + a) ** p - mp.log(a) ** p)
+            return {"rho": _zcdp(e), "epsilon": e}
+        if t in (M.RootTransform, M.LogTransform):
+            a = mp.mpf(m.offset)
+            g = m._mp_f(dd + a, mp) - m._mp_f(a, mp)
+            return {"rho": g**2 / (2 * mp.mpf(m.sigma) ** 2), "epsilon": _INF}
+        if t is M.UnitSplitting:
+            # the documented row count snaps float ratios within 8 ulps of an integer (tabdp.
+            # _numeric.ceil_snap: 2.1/0.7 counts 3 rows); the loss is never below the
+            # Gaussian's own Δ²/(2σ²)
+            a = mp.mpf(float(m.rows(np.array([d]))[0]))
+            split = (mp.mpf(m.threshold) * a / mp.mpf(m.sigma)) ** 2 / 2
+            return {"rho": max(split, dd**2 / (2 * mp.mpf(m.sigma) ** 2)), "epsilon": _INF}
+        if t is M.SymmetricStable:
+            g = mp.mpf(m.gamma)
+            if m.alpha == 2.0:
+                return {"rho": dd**2 / (4 * g**2), "epsilon": _INF}
+            if m.alpha == 1.0:
+                e = 2 * mp.asinh(dd / (2 * g))
+                return {"rho": _zcdp(e), "epsilon": e}
+            return {}  # no closed form: test_stable_table_against_the_numeric_sup
+        if t in (M.Subbotin, M.VectorSubbotin):
+            s = mp.mpf(m.scale)
+            if m.r == 1.0:
+                e = dd / s
+                out = {"rho": _zcdp(e), "epsilon": e}
+            elif m.r == 2.0:
+                out = {"rho": dd**2 / (2 * s**2), "epsilon": _INF}
+            else:
+                out = {"rho": _INF, "epsilon": _INF}
+            if m.dp_delta is not None:
+                out["delta_a"] = mp.mpf(m.dp_delta)
+            return out
+        if t is M.DiscreteGaussian:
+            if dd != mp.floor(dd):
+                return {"rho": _INF, "epsilon": _INF}
+            return {"rho": dd**2 / (2 * _frac(m.noise.sigma_exact) ** 2), "epsilon": _INF}
+        if t is M.DiscreteLaplace:
+            if dd != mp.floor(dd):
+                return {"rho": _INF, "epsilon": _INF}
+            e = dd / _frac(m.noise.scale_exact)
+            return {"rho": _zcdp(e), "epsilon": e}
+        if t is SmoothSensitivityMechanism:
+            e = mp.mpf(m.eps) if m.pure else _INF
+            return {"rho": _zcdp(e), "epsilon": e}
+        if t is GroupPrivacyPolicy:
+            k, rel = mp.ceil(dd), m.mechanism
+            e1, e2 = mp.mpf(rel.eps_value), mp.mpf(rel.eps_scale)
+            out = ({"rho": _zcdp(k * e1) + _zcdp(k * e2), "epsilon": k * e1 + k * e2}
+                   if m.pure else {"rho": _INF, "epsilon": _INF})
+            if m.dp_delta is not None:
+                out["eps_a"] = k * e1 + k * e2
+                out["delta_a"] = min(mp.mpf(1), k * mp.exp((k - 1) * e1) * mp.mpf(m.dp_delta))
+            return out
+    raise AssertionError(f"no reference for {t.__name__}")  # pragma: no cover
+
+
+def _outputs(m: Any) -> list[str]:
+    approx = getattr(m, "dp_delta", None) is not None
+    return ["rho", "epsilon", *(["eps_a", "delta_a"] if approx else [])]
+
+
+def _values(m: Any, d: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The per-record losses every backend charges (the engines' one numpy policy)."""
+    if isinstance(m, SmoothSensitivityMechanism):  # charged through the group-privacy policy
+        return np.asarray(m.rho(d)), np.asarray(m.epsilon(d))
+    return _Policy(m, []).__call__(d)
+
+
+def check_bounds(m: Any, d: np.ndarray, vals: dict[str, np.ndarray]) -> None:
+    """Exact <= reported <= exact·(1 + RTOL) for every output with a reference."""
+    bad: list[tuple[str, float, float, str]] = []
+    for i, x in enumerate(d.tolist()):
+        if x == 0.0:  # no loss without a contribution (unit splitting: one row)
+            ref0 = {o: float(np.asarray(v)[i]) for o, v in vals.items()}
+            if isinstance(m, M.UnitSplitting):
+                assert ref0["rho"] >= float(exact_losses(m, 1e-300)["rho"])
+            else:
+                assert all(v == 0.0 for v in ref0.values()), (m, ref0)
+            continue
+        ref = exact_losses(m, x)
+        for o, v in vals.items():
+            if o not in ref:
+                continue
+            got, ex = float(v[i]), ref[o]
+            if ex == _INF or math.isinf(got):
+                if not (ex == _INF and math.isinf(got)):
+                    bad.append((o, x, got, str(ex)))
+                continue
+            with mp.workprec(_PREC):
+                g = mp.mpf(got)
+                over = ex * (1 + mp.mpf(RTOL)) + (mp.mpf(2) ** -1066 if ex < 2.0**-1000 else 0)
+                if g < ex or g > over:
+                    bad.append((o, x, got, mp.nstr(ex, 20)))
+    assert not bad, (m, bad[:8], len(bad))
+
+
+@pytest.mark.parametrize("family, i", _IDS, ids=[f"{f}-{i}" for f, i in _IDS])
+def test_reported_losses_are_certified_upper_bounds(family: str, i: int) -> None:
+    """Every output at every adversarial Δ: never below the exact loss, within 1e-9 of it."""
+    m = CASES[family][i]
+    d = GRID
+    if isinstance(m, M.UnitSplitting):
+        d = np.array(sorted({*GRID.tolist(), *_splitting_edges(m)}))
+    vals = dict(zip(_outputs(m), _values(m, d), strict=False))
+    if family == "subbotin" and m.dp_delta is not None:
+        vals.pop("eps_a")  # test_subbotin_approx_epsilon (bisection per value: a few Δ)
+    check_bounds(m, d, vals)
+
+
+def test_unit_splitting_never_below_the_gaussian_loss() -> None:
+    """The snapped row count never takes unit splitting below the Gaussian's own Δ²/(2σ²)."""
+    for m in CASES["unit_splitting"]:
+        d = np.array(sorted({*GRID.tolist(), *_splitting_edges(m)}))
+        rho = m.rho(d)
+        with mp.workprec(_PREC):
+            for x, r in zip(d.tolist(), rho.tolist(), strict=True):
+                assert mp.mpf(r) >= mp.mpf(x) ** 2 / (2 * mp.mpf(m.sigma) ** 2), (m, x)
+
+
+_SUBBOTIN_APPROX = [M.Subbotin(3.0, 2.0, delta=1e-6), M.Subbotin(1.5, 1.0, delta=1e-9)]
+_SUBBOTIN_D = np.array([2.0**-20, 0.3, 1.0, 7.0, 1000.0])
+
+
+def _subbotin_approx(m: Any, rtol: float) -> None:
+    ea = _Policy(m, [])(_SUBBOTIN_D)[2]
+    for x, e in zip(_SUBBOTIN_D.tolist(), ea.tolist(), strict=True):
+        assert subbotin_delta(x / m.scale, e, m.r) <= m.dp_delta, (x, e)   # never below
+        if e > 0:
+            ex = _approx_eps(m, mp.mpf(x))
+            assert e <= ex * (1 + rtol), (x, e, ex)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m", _SUBBOTIN_APPROX, ids=["r3", "r1.5"])
+def test_subbotin_approx_epsilon_is_valid_and_within_1e_7(m: Any) -> None:
+    """The Subbotin (ε, δ) policy's ε (r ∉ {1, 2}): δ(reported ε) <= δ, and within 1e-7.
+
+    The generic algorithm calibrates ε to δ·(1 − 1e-7) (tabdp.privacy.approx._GENERIC_MARGIN,
+    which covers its float evaluation's ~2e-9 relative error in δ): its ε is a certified upper
+    bound, about 1e-8 relative above the exact one.
+    """
+    _subbotin_approx(m, 1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the generic (ε, δ) solver's margin (δ·(1 − 1e-7)) puts "
+                   "ε about 1e-8 above the exact one: 1e-9 is not met (issue 29 item 6, open)")
+@pytest.mark.parametrize("m", _SUBBOTIN_APPROX, ids=["r3", "r1.5"])
+def test_subbotin_approx_epsilon_within_1e_9(m: Any) -> None:
+    """The issue's target, 1e-9 relative, for the Subbotin (ε, δ) policy (not met yet)."""
+    _subbotin_approx(m, RTOL)
+
+
+@pytest.mark.slow
+def test_stable_table_against_the_numeric_sup() -> None:
+    """SaS(1.5): the table's ε against the numeric sup (relative accuracy ~1e-12)."""
+    from tabdp.noise.stable import stable_loss_sup
+
+    m = M.SymmetricStable(1.5, 2.0)
+    d = np.array([2.0**-20, 0.3, 1.0, 2.0, 7.0, 1000.0])
+    got = m.epsilon(d)
+    ref, _ = stable_loss_sup(1.5, d / m.gamma)
+    assert np.all(got >= ref * (1 - 1e-11)), (got, ref)
+    assert np.all(got <= ref * (1 + RTOL)), (got / ref - 1)
+
+
+def test_every_family_is_covered() -> None:
+    """A new registered mechanism family must be added to CASES."""
+    assert set(CASES) == set(registry.names("mechanism"))
+
+
+# -- the rounding helpers against exact rationals -----------------------------------------------
+def _doubles(rng: np.random.Generator, n: int, lo: int, hi: int) -> np.ndarray:
+    return np.ldexp(rng.random(n) + 0.5, rng.integers(lo, hi, n))
+
+
+@pytest.mark.parametrize("lo, hi", [(-60, 60), (-1070, -900), (880, 1020)],
+                         ids=["normal", "tiny", "huge"])
+def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
+    """div_up, mul_up, add_up, half_square_up: >= the exact result, at most one place above."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([_doubles(rng, 400, lo, hi), [1.0, 2.0, 3.0, 0.0]])
+    for q in (3.0, 0.7, 1e-5, 2.0**-1000, 1e300):
+        for fn in (div_up, mul_up):
+            got = fn(x, q)
+            for a, g in zip(x.tolist(), got.tolist(), strict=True):
+                e = Fraction(a) / Fraction(q) if fn is div_up else Fraction(a) * Fraction(q)
+                assert math.isinf(g) or Fraction(g) >= e, (fn.__name__, a, q, g)
+                if math.isfinite(g) and e > 2.0**-1000 and g < 2.0**1000:
+                    assert Fraction(g) <= e * (1 + Fraction(1, 2**49)), (fn.__name__, a, q)
+    y = _doubles(rng, x.size, lo, hi)
+    for a, b, g in zip(x.tolist(), y.tolist(), add_up(x, y).tolist(), strict=True):
+        assert math.isinf(g) or Fraction(g) >= Fraction(a) + Fraction(b)
+    for s in (0.5, 0.25):
+        for a, g in zip(x.tolist(), half_square_up(x, s).tolist(), strict=True):
+            e = Fraction(s) * Fraction(a) ** 2
+            assert math.isinf(g) or Fraction(g) >= e, (a, s, g)
+            if math.isfinite(g) and e > 2.0**-1000:
+                assert Fraction(g) <= e * (1 + Fraction(1, 2**49))
+    # large arrays are evaluated in slices: the same values as element by element
+    big = np.concatenate([x] * 200)
+    for fn in (div_up, mul_up):
+        assert np.array_equal(fn(big, 0.7), np.concatenate([fn(x, 0.7)] * 200))
+    assert np.array_equal(half_square_up(big), np.concatenate([half_square_up(x)] * 200))
+    # exact results stay exact
+    assert div_up(np.array([6.0]), 3.0)[0] == 2.0 and half_square_up(np.array([2.0]))[0] == 2.0
+    assert inflate(np.array([0.0]), 8.0)[0] == 0.0
+    assert inflate(np.array([0.0]), 8.0, np.array([True]))[0] == 2.0**-1074
+
+
+# -- end to end: every backend reports the same, certified losses -------------------------------
+_E2E = [M.Gaussian(0.3), M.Laplace(0.7), M.GeneralizedGaussian(1.5, 0.5), M.LogTransform(2.0, 1.0),
+        M.RootTransform(2, 1.0, 5.0), M.UnitSplitting(0.7, 1.0), M.SymmetricStable(1.0, 0.5),
+        M.Subbotin(2.0, 2.0), M.ExpPolyLog(2.0, 3.0, 1.0, 2.0), M.Logistic(0.9)]
+#: Contributions exactly representable in fixed point (the Δ the engines see is the value).
+_XS = [0.0, 2.0**-20, 3 * 2.0**-20, 0.5, 0.75, 1.0, 3.0, 7.0, 1.5 * 2.0**20 + 2.0**-20,
+       2.0**30 + 2.0**-10, 12345.0 + 0.125, 1e9]
+
+
+def _release(m: Any, engine: str, tmp_path: pathlib.Path) -> pl.DataFrame:
+    df = pl.DataFrame({"k": ["a"] * len(_XS), "x": _XS})
+    keys = tabdp.KeySet.from_dict(k=["a"])
+    s = tabdp.Session(seed=3, budget=1e300)
+    frame = as_engine(df, engine, tmp_path)
+    frame.dp.sum("x", by=["k"], keys=keys, mechanism=m, session=s, name="q")
+    return as_polars(s.report().per_record).sort("row")
+
+
+def _e2e(engine: str, tmp_path: pathlib.Path) -> None:
+    for m in _E2E:
+        got = _release(m, engine, tmp_path)
+        ref = _release(m, "polars", tmp_path)
+        for col in ("rho", "epsilon"):
+            assert got[col].to_list() == ref[col].to_list(), (m, engine, col)
+        d = np.array(_XS)
+        vals = {"rho": got["rho"].to_numpy(), "epsilon": got["epsilon"].to_numpy()}
+        check_bounds(m, d, vals)
+
+
+@pytest.mark.filterwarnings("ignore::tabdp.exceptions.UsabilityWarning")
+@pytest.mark.parametrize("engine", ["polars", "lazy", "streaming"])
+def test_every_polars_backend_reports_the_same_certified_losses(engine: str,
+                                                                tmp_path: pathlib.Path) -> None:
+    """Polars eager, lazy and streaming: bit-identical per-record losses, within the bounds."""
+    _e2e(engine, tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore::tabdp.exceptions.UsabilityWarning")
+@pytest.mark.spark
+def test_spark_reports_the_same_certified_losses(spark: Any, tmp_path: pathlib.Path) -> None:
+    """Spark (exact engine expressions or the numpy policy in a pandas UDF): the same losses."""
+    _e2e("spark", tmp_path)
