@@ -268,27 +268,24 @@ def test_spark_columns_equal_polars(spark: Any) -> None:
     sdf = spark.createDataFrame([(float(x),) for x in d], "d double").coalesce(1)
     from pyspark.sql import functions as F
 
+    # Only what the Spark engine renders as columns (counts' exact tables): since the losses
+    # are rounded up, the sums' trees (Gaussian, unit splitting, ...) outgrow the JVM heap of
+    # a local session, and the engine charges sums through the numpy policy in a pandas UDF
+    # (`test_spark_engine_uses_expressions_only_where_exact`); their Polars renderings are
+    # checked against numpy above.
     cases: list[tuple[Any, dict[str, Any]]] = [
-        (M.Gaussian(2.0), {}), (M.UnitSplitting(0.7, 1.0), {}),
-        (M.RootTransform(2, 1.0), {}), (M.Laplace(3.0), {}), (M.LogTransform(0.25, 1e5), {}),
-        (M.ExpPolyLog(2.0, 3.0, 1.0, 2.0), {}),
-        (M.SymmetricStable(1.5, 2.0), {"bins_per_octave": 4}),
         (M.DiscreteGaussian(2.0), {"kind": "count", "max_delta": 60})]
-    cols = []
-    for j, (m, kw) in enumerate(cases):
+    for m, kw in cases:
         sp = pe.spark_policy_columns(m, F.col("d"), **kw)
-        cols += [c.alias(f"m{j}_{i}") for i, c in enumerate(sp.exprs)]
-    names = ["d", *[f"m{j}_{i}" for j, (m, kw) in enumerate(cases)
-                    for i in range(len(pe.policy_plan(m, **kw).outputs))]]
-    got = sdf.select("d", *cols).collect()
-    rows = {n: np.array([r[n] for r in got], dtype=np.float64) for n in names}
-    order = np.argsort(rows["d"], kind="stable")
-    dd = rows["d"][order]
-    for j, (m, kw) in enumerate(cases):
+        names = [f"o{i}" for i in range(len(sp.exprs))]
+        got = sdf.select("d", *[c.alias(n) for c, n in zip(sp.exprs, names, strict=True)]).collect()
+        dv = np.array([r["d"] for r in got], dtype=np.float64)
+        order = np.argsort(dv, kind="stable")
+        dd = dv[order]
         pv, p = _polars(m, dd, **kw)
         ref = _reference(m, dd)
         for i, how in enumerate(p.methods):
-            sv = rows[f"m{j}_{i}"][order]
+            sv = np.array([r[names[i]] for r in got], dtype=np.float64)[order]
             if how == "exact" or how == "table":
                 assert np.array_equal(sv, pv[i]), (m, i)
             assert np.all(sv >= ref[i]), (m, i, dd[sv < ref[i]][:3])
@@ -303,7 +300,8 @@ def test_spark_engine_uses_expressions_only_where_exact(spark: Any) -> None:
     from tabdp.frame._spark import _charge_exprs
 
     bits = {"x": 24, "y": 24}
-    assert _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None) is not None
+    # sums: the rounded-up trees outgrow a local JVM's heap, so the numpy policy runs in a UDF
+    assert _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None) is None
     assert _charge_exprs(M.LogTransform(1.0, 1.0), ["x"], "sum", bits, True, None) is None
     assert _charge_exprs(M.VectorSubbotin(2.0, 1.0), ["x", "y"], "sum", bits, True,
                          None) is None                     # joint: the norm stays in numpy
@@ -311,5 +309,3 @@ def test_spark_engine_uses_expressions_only_where_exact(spark: Any) -> None:
     assert _charge_exprs(dg, [], "count", {}, True, None) is not None      # rows = 1
     assert _charge_exprs(dg, [], "count", {}, False, 5) is not None        # max_rows = 5
     assert _charge_exprs(dg, [], "count", {}, False, None) is None         # no public bound
-    cols = _charge_exprs(M.Gaussian(2.0), ["x", "y"], "sum", bits, False, None)
-    assert cols is not None and len(cols) == 8             # r, e, s per measure + cell totals
