@@ -211,6 +211,21 @@ def test_h72_count_after_sum_has_the_totals_of_a_fresh_count(budget: float | Non
         assert x.equals(y)
 
 
+@pytest.mark.parametrize("ids", [[5, 5, 9], ["x", "x", "y"], [2**63 + 1, 2**63 + 1, 3]])
+def test_h72_empty_unit_partitions_change_nothing(ids: list[Any]) -> None:
+    """Eight partitions of two units: most passes are empty (an empty permutation)."""
+    keys = tabdp.KeySet.from_dict(k=["a", "b"])
+    df = pl.DataFrame({"u": ids, "k": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+    got = []
+    for parts in (1, 8):
+        s = tabdp.Session(unit="u", seed=1, budget=3.0, unit_partitions=parts)
+        t = df.dp.sum("x", by="k", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+        c = df.dp.count(by="k", keys=keys, session=s)
+        got.append((t, c, s.report().per_record))
+    for x, y in zip(*got, strict=True):
+        assert x.equals(y)
+
+
 # -- h71: row mode, eager and streaming, 64-bit integers beyond 2**53 ---------------------------
 _BIG = [2**53 + 1, -(2**53 + 1), 2**63 - 1, -(2**63), 2**62 + 3, 7, 2**53, -5, 2**53 - 1,
         2**53 + 3, None]
@@ -310,8 +325,10 @@ def test_h72_author_view_of_sum_then_count_is_the_same_on_neighbours() -> None:
     extra = pl.DataFrame({"u": [999] * 4, "k": ["a", "b", "a", "zz"],
                           "x": [1e9, -3.0, None, 7.0]})
     keys = tabdp.KeySet.from_dict(k=["a", "b", "c"])
+    no_id = pl.DataFrame({"u": pl.Series([None, None], dtype=pl.Int64), "k": ["a", "c"],
+                          "x": [1e12, -4.0]})     # rows without a unit id: dropped
     views = []
-    for df in (base, pl.concat([base, extra])):
+    for df in (base, pl.concat([base, extra]), pl.concat([no_id, base, no_id])):
         cur = tabdp.Curator(budget=2.0, seed=4)
         cur.add("d", df, unit="u")
         author = cur.author_session("d")
@@ -328,7 +345,7 @@ def test_h72_author_view_of_sum_then_count_is_the_same_on_neighbours() -> None:
             views.append([author_view(c) for c in calls[:3]])
             summary = author.summary()
         views[-1].append(_public_summary(summary))
-    assert views[0] == views[1]
+    assert views[0] == views[1] == views[2]
 
 
 def _public_summary(summary: dict[str, Any]) -> Any:
