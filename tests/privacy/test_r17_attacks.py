@@ -403,6 +403,7 @@ def test_r17_2_spark_sum_charges_the_polars_losses(spark: Any, m: Any) -> None:
         s = tabdp.Session(seed=3, budget=1e300)
         frame.dp.sum("x", by=["k"], keys=keys, mechanism=m, session=s, name="q")
         per = s.report().per_record
-        got.append(list(per.toPandas()["rho"]) if hasattr(per, "toPandas")
-                   else per["rho"].to_list())
+        rows = per.collect() if hasattr(per, "collect") and not isinstance(
+            per, pl.DataFrame) else per.iter_rows(named=True)
+        got.append(sorted((r["row"], r["rho"]) for r in rows))
     assert got[0] == got[1]
