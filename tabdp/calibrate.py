@@ -315,9 +315,13 @@ def _finalize(make: Callable[[float], Mechanism], sigma: float, prob: _Problem,
         if np.all(achieved <= prob.rhos):
             return mech
         sigma = sigma * (1.0 + 2.0 ** (-52 + min(step, 40)))
-    raise CalibrationError(  # pragma: no cover - would be a bug in a policy formula
-        f"calibrate({family!r}): could not meet the targets by increasing σ; the policy "
-        "is not decreasing in σ.")
+    wanted = dict(zip(prob.deltas.tolist(), prob.rhos.tolist(), strict=True))
+    raise CalibrationError(
+        f"calibrate({family!r}): could not meet the targets {wanted!r} "
+        f"by increasing σ: the losses reached {achieved.tolist()!r}. Reported losses are "
+        "rounded up (never below the exact loss, and never 0 when it is positive), so a "
+        "target within a few units in the last place of 0 cannot be met.\n"
+        "Hint: ask for targets of at least 1e-300, or check the units of the sizes and targets.")
 
 
 def _min1d(f: Callable[[float], float], lo: float, hi: float,

@@ -717,7 +717,7 @@ class TablePlan:
 
         Example:
             >>> plan_table({1.0: 1.0}, [10.0], families=["gaussian"]).mechanism
-            Gaussian(sigma=0.7071067811865476)
+            Gaussian(sigma=0.7071067811865479)
         """
         return self.calibration.mechanism
 
