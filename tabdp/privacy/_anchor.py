@@ -90,7 +90,8 @@ def anchor_path(root: Path) -> Path:
     return root.parent / f".{root.name}.head.json"
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a folder's entries (a rename into it) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -270,7 +271,7 @@ def write_anchor(root: Path, entries: list[dict[str, Any]],
         finally:
             os.close(fd)
         os.replace(tmp, p)  # a link at p is replaced, never followed
-        _fsync_dir(p.parent)
+        fsync_dir(p.parent)
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise LedgerError(

@@ -120,12 +120,7 @@ def _deltalake() -> Any:
     return deltalake
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = _anchor.fsync_dir
 
 
 def _private(path: Path) -> None:
