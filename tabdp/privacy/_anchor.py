@@ -38,7 +38,7 @@ from typing import Any
 
 from tabdp.exceptions import LedgerAnchorError, LedgerError
 
-__all__ = ["ANCHOR_FORMAT", "Anchor", "anchor_path", "read_anchor", "check_anchor",
+__all__ = ["ANCHOR_FORMAT", "Anchor", "anchor_path", "read_anchor", "check_anchor", "fsync_dir",
            "write_anchor"]
 
 #: The format written in every anchor.
