@@ -1661,7 +1661,8 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
                    if c not in ("__uid", _CELL, *measure_list, _ROWS, *(led or []))]
         charged = charged.persist(StorageLevel.MEMORY_AND_DISK)
     else:
-        udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
+        with _quiet():
+            udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
         if kind == "count":
             udf_in = [F.col(_ROWS).cast("double").alias("__rows")]
         else:
@@ -1675,8 +1676,10 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
                                     udf(F.struct(*udf_in)).alias("__ch"),
                                     *[F.col(c) for c in led or []])
         ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
+        # on disk only: a partition of the charges read back from disk into memory whole
+        # (MEMORY_AND_DISK) ran a 1 GB driver out of heap at 10M rows
         charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
-            .drop("__ch").persist(StorageLevel.MEMORY_AND_DISK)
+            .drop("__ch").persist(StorageLevel.DISK_ONLY)
     hold.append(charged)
     return _admit_and_release(
         spark, sess, hold, qname, kind, charged, ch_cols, curs, measure_list, by_list,
