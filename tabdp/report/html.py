@@ -1442,6 +1442,29 @@ def _geometric_bin_index(v: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return idx
 
 
+
+#: Rows per slice where Polars has no ``LazyFrame.collect_batches`` (before 1.34).
+_SLICE_ROWS = 1_000_000
+
+
+def _batches(lf: pl.LazyFrame) -> Any:
+    """The frame's rows in bounded batches, in order (``collect_batches`` where Polars has it).
+
+    Older Polars: consecutive slices of `_SLICE_ROWS` rows, each collected by the streaming
+    engine (a scan of Parquet skips the row groups before the slice).
+    """
+    if hasattr(pl.LazyFrame, "collect_batches"):
+        yield from lf.collect_batches()
+        return
+    off = 0
+    while True:
+        b = lf.slice(off, _SLICE_ROWS).collect(engine="streaming")
+        if b.height:
+            yield b
+        if b.height < _SLICE_ROWS:
+            return
+        off += _SLICE_ROWS
+
 def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics | None:
     """`_losses_lazy` in two reads of the loss columns (three or four for the quantiles).
 
@@ -1469,7 +1492,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     top = (np.zeros(0), np.zeros(0, np.int64))  # the top_n largest ρ, their rows
     best = (np.zeros(0), np.zeros(0), np.zeros(0, np.int64))  # y, x, ok index
     every: list[tuple[np.ndarray, np.ndarray]] | None = []  # all ok points while few
-    for b in lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)]).collect_batches():
+    for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)])):
         r, s = b["rho"].to_numpy(), b["size"].to_numpy()
         if np.isnan(r).any() or np.isnan(s).any():
             return None
@@ -1522,7 +1545,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     while more or first:
         q = lf.select(_f64("rho").alias("rho"), *([_f64("size").alias("size")] if first else []))
         seen = 0
-        for b in q.collect_batches():
+        for b in _batches(q):
             r = b["rho"].to_numpy()
             ranks_of.feed(sortable_keys(r))
             if not first:
