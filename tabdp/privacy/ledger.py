@@ -379,6 +379,21 @@ class DenseLedger:
         """An empty ledger."""
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
+        #: Row mode: the rows the session's releases read (set by the frame layer when it
+        #: binds them), all of which the report lists; ``None``: the rows charged so far.
+        self.rows: int | None = None
+
+    @property
+    def covered(self) -> int:
+        """The rows the report lists: those the releases read, else those charged so far.
+
+        Example:
+            >>> led = DenseLedger()
+            >>> led.add(np.array([1]), {"rho": np.ones(1)}, {})
+            >>> led.covered, (setattr(led, "rows", 5), led.covered)[1]
+            (2, 5)
+        """
+        return self.rows if self.rows is not None else self.n
 
     def _grow(self, n: int) -> None:
         if n > self.n:

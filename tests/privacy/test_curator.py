@@ -22,6 +22,7 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.exceptions import DataFailure, DataValidationError, InvalidParameterError, SpecError
+from tabdp.frame import binding
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import as_polars  # noqa: E402
@@ -98,7 +99,7 @@ def test_keys_from_data_refused_from_the_argument(to_engine: Callable[[Any], Any
     frame = to_engine(df)
     with pytest.raises(InvalidParameterError, match="read from the data"):
         frame.dp.count(by="c", keys=data_keys, session=s)
-    assert s._bound is None and s.records == []
+    assert binding.of(s).bound is None and s.records == []
 
 
 # -- finding 4: pinning at creation, declared dtypes -------------------------------------------
