@@ -447,3 +447,58 @@ def test_no_module_asks_the_session_for_engine_state() -> None:
            and ((isinstance(node.value, ast.Name) and node.value.id in names)
                 or (isinstance(node.value, ast.Attribute) and node.value.attr == "session"))]
     assert not bad, "the Session asked for engine state:\n" + "\n".join(bad)
+
+
+#: The frame-class predicates and engine decisions of `tabdp.frame.backends`.
+_ENGINE_CALLS = frozenset({"is_spark_frame", "is_pandas_frame", "is_lazy_frame", "frame_kind",
+                           "release_engine", "polars_engine", "output_library"})
+_ENGINE_NAMES = frozenset({"spark", "streaming", "memory"})
+
+#: Modules that ask `tabdp.frame.backends` for a frame's engine or compare against an engine's
+#: name, each for a stated reason. `tabdp.frame.backends` decides; the others consult its
+#: answer. A new module on this list needs a reason here (issue 29: one module decides).
+ENGINE_DECISIONS_ALLOWED: dict[str, str] = {
+    "tabdp.frame.backends": "decides the engine from the frame's class and the session's ledger",
+    "tabdp.frame.releases": "the one call for every engine (accessor and release workflow)",
+    "tabdp.frame.pipeline": "picks the Polars backend (memory or streaming) for a planned release",
+    "tabdp.frame._engine": "the Polars opener: the ledger's kind, pandas output of a pandas frame",
+    "tabdp.frame._requests": "checks a request's columns in the input's own library",
+    "tabdp.frame._spark": "refuses a frame that is not Spark's before any Spark call",
+    "tabdp.frame.binding": "binds a session to the engine its ledger lives in",
+    "tabdp.curator": "pins a Spark dataset with Spark (checkpoint), others with Polars",
+    "tabdp.release.runner": "the user's --engine choice (start Spark, read the input with it)",
+}
+
+
+def _engine_decisions() -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for name, mod in MODULES.items():
+        for node in ast.walk(ast.parse(mod.path.read_text(encoding="utf-8"))):
+            hit = False
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else \
+                    f.attr if isinstance(f, ast.Attribute) else ""
+                hit = called in _ENGINE_CALLS
+            elif isinstance(node, ast.Compare):
+                hit = any(isinstance(c, ast.Constant) and c.value in _ENGINE_NAMES
+                          for c in [node.left, *node.comparators])
+            if hit:
+                found.setdefault(name, []).append(node.lineno)
+    return found
+
+
+def test_one_module_decides_the_engine() -> None:
+    """Engine decisions stay in the listed modules; the accountant and the accessor make none.
+
+    `tabdp.privacy` (the Session and its Report) asks its ledger for the report
+    (``reports_itself``) instead of testing for Spark, and the ``.dp`` accessor releases
+    through `tabdp.frame.releases` (one call for every engine).
+    """
+    found = _engine_decisions()
+    bad = {m: lines for m, lines in found.items() if m not in ENGINE_DECISIONS_ALLOWED}
+    assert not bad, f"engine decisions outside the allowed modules (module: lines): {bad}"
+    stale = set(ENGINE_DECISIONS_ALLOWED) - set(found)
+    assert not stale, f"allow-list entries no longer needed (remove them): {sorted(stale)}"
+    assert "tabdp.frame.accessor" not in found
+    assert not any(m.startswith("tabdp.privacy") for m in found)

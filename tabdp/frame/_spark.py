@@ -203,6 +203,8 @@ class SparkUnitLedger:
     """
 
     engine = "spark"
+    #: The report is built by Spark from the losses it holds (`tabdp.Report` asks it).
+    reports_itself = True
 
     def __init__(self, spark: Any, row_mode: bool, rows: int | None = None) -> None:
         self.spark = spark
@@ -373,6 +375,8 @@ class SparkReplayLedger:
     """
 
     engine = "spark"
+    #: The report is built by Spark from the losses it holds (`tabdp.Report` asks it).
+    reports_itself = True
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark

@@ -698,10 +698,7 @@ class Report:
             ['row', 'rho', 'epsilon', 'size']
         """
         s = self.session
-        if isinstance(s._ledger, ReplayLedger) and s._ledger.programs:
-            s._ledger.sink(s._ledger, s, self.delta, path, rename)
-            return
-        if getattr(s._ledger, "engine", None) == "spark":  # by Spark's writer, sorted by id
+        if getattr(s._ledger, "reports_itself", False):  # the engine holding the losses writes
             s._ledger.write_per_record(s, self.delta, path, rename)
             return
         table = self.per_record
@@ -727,11 +724,12 @@ class Report:
             ['row', 'rho', 'epsilon', 'size', 'epsilon_delta']
         """
         s = self.session
-        if isinstance(s._ledger, ReplayLedger):  # recomputed from the data
+        if getattr(s._ledger, "reports_itself", False):
+            # built by the engine that holds the losses: recomputed from the data (streaming),
+            # or a Spark DataFrame built by Spark
             out = s._ledger.per_record(s, self.delta)
-            return out.to_pandas() if s.backend == "pandas" else out
-        if getattr(s._ledger, "engine", None) == "spark":  # a Spark DataFrame, built by Spark
-            return s._ledger.per_record(s, self.delta)
+            return out.to_pandas() if s.backend == "pandas" and isinstance(
+                out, pl.DataFrame) else out
         unit_col = s.unit or "row"
         recs = [r for r in s.records if r.losses is not None]
         shown = ("rho", "epsilon", "size")
@@ -883,7 +881,7 @@ class Report:
         qs = [0.5, 0.9, 0.99, 0.999]
         failures = ({"author_failures": [dict(f) for f in s._failures]} if s._failures
                     else {})
-        if getattr(s._ledger, "engine", None) == "spark" or isinstance(s._ledger, ReplayLedger):
+        if getattr(s._ledger, "reports_itself", False):
             spark_stats = s._ledger.rho_summary(s, qs)  # computed in Spark or from the data
             return {"seed": s.seed, **spark_stats,
                     "queries": [{"name": r.name, **r.confidential,
