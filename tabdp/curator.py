@@ -47,6 +47,7 @@ import polars as pl
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError, TabdpWarning
+from tabdp.frame import binding
 from tabdp.frame.backends import is_spark_frame
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
@@ -445,7 +446,7 @@ class Curator:
             session = Session(unit=ds.unit, seed=self.seed if seed is _DEFAULT else seed,
                               budget=chosen,
                               mode="author", track_cells=track_cells, ledger=led)
-            session._bind_pinned(native, pinned, declared)
+            binding.bind_pinned(session, native, pinned, declared)
         except BaseException:
             if led is not None:
                 led.close()

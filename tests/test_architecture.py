@@ -381,19 +381,124 @@ def test_the_release_sequence_is_written_once() -> None:
     assert not bad, "release steps written outside the pipeline:\n" + "\n".join(bad)
 
 
-def test_the_session_is_not_asked_for_engine_state() -> None:
-    """The engine, the ledger's kind and the snapshot cache are the frame layer's.
+#: The Session's public members: the accountant's (issue 29). Settings (the constructor's
+#: arguments, read back), the randomness, the budgets, the ledger and the lifetime ledger, the
+#: records, admitting charges and recording releases (and author-mode failures, which the
+#: confidential report lists), names, reports and commits. Everything the engines keep about a
+#: session (its engine, the ledger's kind, bound rows, author mode's one frame, the data phase,
+#: snapshots) is `tabdp.frame.binding.FrameBinding`'s.
+ACCOUNTANT_MEMBERS = frozenset({
+    # settings
+    "unit", "seed", "mode", "budget", "track_cells", "progress", "streaming",
+    "unit_partitions", "rows_one_cell", "lifetime",
+    # randomness, records, the ledger
+    "rng", "records", "backend", "ledger",
+    # admitting charges, checking budgets, recording releases
+    "admit", "check_budget", "record_release", "record_failure", "release_name", "set_as_last",
+    # reports and commits
+    "report", "commit_ledger",
+})
 
-    `tabdp.frame.binding` decides them; the Session's former methods for them are deprecated
-    aliases that no module of tabdp calls.
+#: The engine plumbing that left the Session for the frame layer (issue 29, item 1).
+MOVED_TO_THE_FRAME_LAYER = frozenset({
+    "bind_frame", "bind_rows", "bound_columns", "declares_integer", "rows_bound",
+    "cached_snapshot", "keep_snapshot", "phase", "start_release", "data_read",
+    "streaming_choice", "install_ledger", "choose_ledger", "use_engine", "rows_estimate",
+})
+
+
+def test_the_session_is_the_accountant() -> None:
+    """`Session`'s public members are the accountant's list: engine plumbing cannot creep back.
+
+    Checked on live sessions of every kind (row mode, streaming, unit mode, author mode with
+    pinned data), so instance attributes count as well as methods and properties.
     """
-    moved = {"use_engine", "choose_ledger", "cached_snapshot", "keep_snapshot"}
-    bad = [f"{path.relative_to(ROOT)}:{line} calls Session.{name}"
+    import polars as pl
+
+    import tabdp
+
+    sessions = [tabdp.Session(), tabdp.Session(streaming=True), tabdp.Session(unit="id"),
+                tabdp.Session(mode="author", data=pl.DataFrame({"x": [1]})),
+                tabdp.Session(unit="id", seed=1, budget=1.0, track_cells=True,
+                              progress=True, unit_partitions=2)]
+    for s in sessions:
+        public = {n for n in dir(s) if not n.startswith("_")}
+        assert public == ACCOUNTANT_MEMBERS, (
+            f"Session's public members changed: added {sorted(public - ACCOUNTANT_MEMBERS)}, "
+            f"gone {sorted(ACCOUNTANT_MEMBERS - public)}; engine state belongs in "
+            "tabdp.frame.binding (see docs/architecture.md)")
+    assert not MOVED_TO_THE_FRAME_LAYER & ACCOUNTANT_MEMBERS
+
+
+def test_no_module_asks_the_session_for_engine_state() -> None:
+    """No module of tabdp calls or reads the moved plumbing on a session object.
+
+    ``sess.bind_rows(...)``, ``session.phase(...)``, ``s.streaming_choice`` and the like would
+    fail at run time only on the path that reaches them; this finds them in the source.
+    `tabdp.frame.binding` (``binding.of(session).bind_rows``) and ``FrameBinding`` itself are the
+    frame layer's own.
+    """
+    names = {"sess", "session", "s", "self"}
+    bad = [f"{path.relative_to(ROOT)}:{node.lineno} reads Session.{node.attr}"
            for path in sorted(PKG.rglob("*.py"))
-           if path != PKG / "privacy" / "session.py"
+           if path not in {PKG / "frame" / "binding.py"}
            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-           if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-           and (name := node.func.attr) in moved
-           and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "binding")
-           for line in [node.lineno]]
+           if isinstance(node, ast.Attribute) and node.attr in MOVED_TO_THE_FRAME_LAYER
+           and ((isinstance(node.value, ast.Name) and node.value.id in names)
+                or (isinstance(node.value, ast.Attribute) and node.value.attr == "session"))]
     assert not bad, "the Session asked for engine state:\n" + "\n".join(bad)
+
+
+#: The frame-class predicates and engine decisions of `tabdp.frame.backends`.
+_ENGINE_CALLS = frozenset({"is_spark_frame", "is_pandas_frame", "is_lazy_frame", "frame_kind",
+                           "release_engine", "polars_engine", "output_library"})
+_ENGINE_NAMES = frozenset({"spark", "streaming", "memory"})
+
+#: Modules that ask `tabdp.frame.backends` for a frame's engine or compare against an engine's
+#: name, each for a stated reason. `tabdp.frame.backends` decides; the others consult its
+#: answer. A new module on this list needs a reason here (issue 29: one module decides).
+ENGINE_DECISIONS_ALLOWED: dict[str, str] = {
+    "tabdp.frame.backends": "decides the engine from the frame's class and the session's ledger",
+    "tabdp.frame.releases": "the one call for every engine (accessor and release workflow)",
+    "tabdp.frame.pipeline": "picks the Polars backend (memory or streaming) for a planned release",
+    "tabdp.frame._engine": "the Polars opener: the ledger's kind, pandas output of a pandas frame",
+    "tabdp.frame._requests": "checks a request's columns in the input's own library",
+    "tabdp.frame._spark": "refuses a frame that is not Spark's before any Spark call",
+    "tabdp.frame.binding": "binds a session to the engine its ledger lives in",
+    "tabdp.curator": "pins a Spark dataset with Spark (checkpoint), others with Polars",
+    "tabdp.release.runner": "the user's --engine choice (start Spark, read the input with it)",
+}
+
+
+def _engine_decisions() -> dict[str, list[int]]:
+    found: dict[str, list[int]] = {}
+    for name, mod in MODULES.items():
+        for node in ast.walk(ast.parse(mod.path.read_text(encoding="utf-8"))):
+            hit = False
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else \
+                    f.attr if isinstance(f, ast.Attribute) else ""
+                hit = called in _ENGINE_CALLS
+            elif isinstance(node, ast.Compare):
+                hit = any(isinstance(c, ast.Constant) and c.value in _ENGINE_NAMES
+                          for c in [node.left, *node.comparators])
+            if hit:
+                found.setdefault(name, []).append(node.lineno)
+    return found
+
+
+def test_one_module_decides_the_engine() -> None:
+    """Engine decisions stay in the listed modules; the accountant and the accessor make none.
+
+    `tabdp.privacy` (the Session and its Report) asks its ledger for the report
+    (``reports_itself``) instead of testing for Spark, and the ``.dp`` accessor releases
+    through `tabdp.frame.releases` (one call for every engine).
+    """
+    found = _engine_decisions()
+    bad = {m: lines for m, lines in found.items() if m not in ENGINE_DECISIONS_ALLOWED}
+    assert not bad, f"engine decisions outside the allowed modules (module: lines): {bad}"
+    stale = set(ENGINE_DECISIONS_ALLOWED) - set(found)
+    assert not stale, f"allow-list entries no longer needed (remove them): {sorted(stale)}"
+    assert "tabdp.frame.accessor" not in found
+    assert not any(m.startswith("tabdp.privacy") for m in found)

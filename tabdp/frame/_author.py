@@ -1,7 +1,7 @@
 """Author mode around a release call: data-free refusals as themselves, every later failure generic.
 
 A release runs its data-free checks first (arguments, schema, key set, rules, names), then reads
-the data (the session's `phase()` marks the moment, on every engine). In an
+the data (`tabdp.frame.binding.phase` marks the moment, on every engine). In an
 author-mode session (`Session` with ``mode="author"``, which a
 `Curator` creates for each `AuthorSession`), `author_call()`
 wraps one release so that what its caller sees depends on the data only through the noise:
@@ -26,9 +26,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tabdp.exceptions import DataFailure, InvalidParameterError
-from tabdp.privacy.session import Session, failure_details
+from tabdp.frame import binding
+from tabdp.frame.backends import is_frame, pin_frame
+from tabdp.privacy.session import Session
 
-__all__ = ["author_call", "check_author_keys", "is_author"]
+__all__ = ["author_call", "check_author_keys", "is_author", "bind_frame", "failure_details"]
 
 _T = TypeVar("_T")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tabdp package
@@ -108,7 +110,7 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
         >>> import polars as pl, tabdp
         >>> s = tabdp.Session(mode="author", seed=1)
         >>> def boom() -> None:
-        ...     s.phase("q1_sum", "reading and aggregating the input")
+        ...     binding.phase(s, "q1_sum", "reading and aggregating the input")
         ...     raise RuntimeError("value SECRET-7 cannot be parsed")
         >>> try:
         ...     author_call(s, None, boom)
@@ -121,14 +123,15 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     if not is_author(session):
         return call()
     check_author_keys(session, keys)
-    session.start_release()
+    state = binding.of(session)
+    state.start_release()
     early: BaseException | None = None
     failed: dict[str, str] | None = None
     shown: list[Warning] = []
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
-        if not session.data_read:  # before any read: about the arguments only
+        if not state.data_read:  # before any read: about the arguments only
             shown.append(message if isinstance(message, Warning) else category(message))
 
     result: Any = None
@@ -140,7 +143,7 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
-            if session.data_read:
+            if state.data_read:
                 failed = failure_details(err, "a release, after it began reading the data")
             else:
                 early = err  # a data-free refusal: raised as itself
@@ -153,3 +156,78 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
         session.record_failure(failed)
         raise DataFailure() from None  # outside the handler: nothing chained
     return result
+
+
+def failure_details(err: BaseException, during: str) -> dict[str, str]:
+    """CONFIDENTIAL details of a failure in an author-mode call, for the curator.
+
+    Args:
+        err: The exception (any engine's, a Rust panic included).
+        during: What the call was doing.
+
+    Returns:
+        ``{"during", "error", "traceback"}`` (the error's text may quote the data).
+
+    Example:
+        >>> failure_details(ValueError("bad 7"), "reading")["error"]
+        'ValueError: bad 7'
+    """
+    import traceback
+
+    return {"during": during, "error": f"{type(err).__name__}: {err}",
+            "traceback": "".join(traceback.format_exception(err))}
+
+
+def bind_frame(session: Session, native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
+    """Author mode: the pinned data of the session's one frame (binding it if first).
+
+    Args:
+        session: The release's session.
+        native: The frame a release was called on.
+        pin: How to pin a frame of another engine (e.g. a Spark checkpoint); pandas and
+            Polars frames are pinned by tabdp itself.
+
+    Returns:
+        A Polars LazyFrame over the pinned data (author mode), or ``None`` (curator mode:
+        releases read the frame they are given).
+
+    Raises:
+        InvalidParameterError: Author mode, and ``native`` is not the bound frame object
+            (decided by identity, never by the data).
+        DataFailure: Author mode, pinning the first frame failed (details in the session's
+            confidential summary).
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> df = pl.DataFrame({"x": [1.0]})
+        >>> s = tabdp.Session(mode="author", data=df)
+        >>> bind_frame(s, df).collect().height
+        1
+    """
+    if session.mode != "author":
+        return None
+    state = binding.of(session)
+    if state.bound is None:
+        if not is_frame(native):
+            return None  # not a frame: the release's own checks refuse it
+        failed = None
+        try:  # pinned inside a release: any failure is the generic one
+            pinned = pin_frame(native, pin)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
+            failed = failure_details(err, "pinning the session's frame")
+        if failed is not None:
+            # raised outside the handler: the author's exception chains nothing
+            session.record_failure(failed)
+            raise DataFailure() from None
+        state.bound, state.pinned = native, pinned
+    elif native is not state.bound:
+        raise InvalidParameterError(
+            "this session is in author mode and is bound to one frame, the curator's "
+            "(data= or the frame of its first release); a release on any other frame "
+            "object (derived, relabelled, filtered or reordered) is refused, whatever its "
+            "data.\nHint: release the session's frame (its columns, keys, rules and "
+            "mechanisms are yours to choose), or ask the curator for a session on another "
+            "frame.")
+    return state.pinned

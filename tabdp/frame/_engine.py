@@ -46,6 +46,8 @@ from tabdp.exceptions import (
     InvalidParameterError,
     UnsupportedBackendError,
 )
+from tabdp.frame import binding
+from tabdp.frame._author import bind_frame
 from tabdp.frame._output import (
     Measure,
     assemble,
@@ -355,7 +357,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
             "Hint: the unit identifies who contributes; group and measure other columns.")
     # author mode: the session's one frame, pinned (the frame itself is never converted again:
     # a pandas conversion depends on the values)
-    pinned = sess.bind_frame(native)
+    pinned = bind_frame(sess, native)
     backend: str
     if pinned is not None:
         lf, backend = pinned, output_library(native)
@@ -575,7 +577,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
                   and (not measures or cached["rules"] == rules)
                   and (measures or not cached["drops"])
                   # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
-                  and set(sess.bound_columns()) <= set(cached["snapshot"].fingerprints)
+                  and set(binding.of(sess).bound_columns()) <= set(cached["snapshot"].fingerprints)
                   and cached.get("keys") is (keys if unit_mode else None))
         if usable:
             snap: _Snapshot = cached["snapshot"]
@@ -666,7 +668,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
     """The snapshot of row mode: one row per row id (``unit`` None or ``ROW_ID``)."""
     sess = op.session
     plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
-                                 sess.bound_columns())
+                                 binding.of(sess).bound_columns())
     data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
     counts = {k: int(v or 0) for k, v in
               data.select(pl.col(k).cast(pl.Int64).sum() for k in names).row(0, named=True)
@@ -1604,7 +1606,7 @@ def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[
                     mechanism.measure_mechanism(m) if joint  # type: ignore[attr-defined]
                     else mechanism, grids[m],
                     kind == "count" or (m in dtypes and integer_dtype(dtypes[m])
-                                        and sess.declares_integer(m))))
+                                        and binding.of(sess).declares_integer(m))))
         for m in released], form=form, cv=cv, key_dtypes=dtypes,
         author=sess.mode == "author")
     return out, fallbacks, grid_used

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame import binding
 from tabdp.frame._output import (
     LONG_COLUMNS,
     STAT_SUFFIXES,
@@ -105,7 +106,7 @@ def _integer_columns(frame: Any, columns: Sequence[str],
     if isinstance(session, Session) and session.mode == "author":
         # integrality is declared by the curator, never read from the frame (whose dtype can
         # follow its contents)
-        return [c for c in columns if session.declares_integer(c)]
+        return [c for c in columns if binding.of(session).declares_integer(c)]
     kind = frame_kind(frame)
     if kind == "pandas":
         import pandas as pd  # a pandas frame: pandas is imported already

@@ -49,6 +49,8 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
+from tabdp.frame import binding
+from tabdp.frame._author import bind_frame
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
@@ -201,6 +203,8 @@ class SparkUnitLedger:
     """
 
     engine = "spark"
+    #: The report is built by Spark from the losses it holds (`tabdp.Report` asks it).
+    reports_itself = True
 
     def __init__(self, spark: Any, row_mode: bool, rows: int | None = None) -> None:
         self.spark = spark
@@ -273,7 +277,8 @@ class SparkUnitLedger:
         want = list(dict.fromkeys(want))
         table = self.table
         if self.row_mode:
-            n = session.rows_bound if session.rows_bound is not None else (self.rows or 0)
+            bound = binding.of(session).rows_bound
+            n = bound if bound is not None else (self.rows or 0)
             base = self.spark.range(n).withColumnRenamed("id", "unit")
             table = base if table is None else base.join(table, on="unit", how="left")
         elif table is None:
@@ -370,6 +375,8 @@ class SparkReplayLedger:
     """
 
     engine = "spark"
+    #: The report is built by Spark from the losses it holds (`tabdp.Report` asks it).
+    reports_itself = True
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
@@ -425,7 +432,7 @@ class SparkReplayLedger:
         from pyspark.sql import functions as F
 
         src = self.source
-        bound = session.bound_columns()
+        bound = binding.of(session).bound_columns()
         missing = [c for c in bound if c not in src.columns]
         if session.unit is None and missing:
             _report_refused(session)
@@ -443,8 +450,9 @@ class SparkReplayLedger:
                         for a in _fp_sums(_fingerprint(rid, c, src.schema[c].dataType),
                                           f"__fp{i}")]).collect()[0]
                     try:
-                        session.bind_rows(int(row["n"] or 0), {c: _fp_total(row, f"__fp{i}")
-                                                               for i, c in enumerate(bound)})
+                        binding.of(session).bind_rows(
+                            int(row["n"] or 0),
+                            {c: _fp_total(row, f"__fp{i}") for i, c in enumerate(bound)})
                     except InvalidParameterError:
                         _report_refused(session)
                 except BaseException:
@@ -1055,13 +1063,13 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     if not sess.records:
         # row mode: the releases' definitions, replayed in Spark (no per-row state), unless
         # the session asks for the per-row ledger (streaming=False); unit mode: per unit
-        replay = unit is None and sess.streaming_choice is not False
+        replay = unit is None and binding.of(sess).streaming_choice is not False
         ledger = SparkReplayLedger(spark) if replay else SparkUnitLedger(spark, row_mode)
     use_engine(sess, "spark", ledger)
     sdf = native
     if sess.mode == "author":  # bound to one frame object, its data pinned at binding
         # (a frame other than the bound one raises the data-free refusal)
-        sdf = sess.bind_frame(native, pin=lambda f: f.localCheckpoint(eager=True))
+        sdf = bind_frame(sess, native, pin=lambda f: f.localCheckpoint(eager=True))
     sschema = {f.name: f.dataType for f in sdf.schema.fields}
     _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
                    unit)
@@ -1255,7 +1263,7 @@ class SparkBackend:
         unit = sess.unit
         row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
         uid = unit if unit is not None else ROW_ID
-        sess.phase(qname, "reading and aggregating the input (Spark)")
+        binding.phase(sess, qname, "reading and aggregating the input (Spark)")
 
         # 1. One snapshot of the input (persisted: validation, cells and totals read it).
         parts = {m: _measure_parts(m, sschema[m], rules) for m in measure_list}
@@ -1426,7 +1434,7 @@ class SparkBackend:
         _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
         n_rows = int(summary["rows_read"] or 0)
         if row_mode:
-            sess.bind_rows(n_rows, {c: _fp_total(summary, f"__fp{i}")
+            binding.of(sess).bind_rows(n_rows, {c: _fp_total(summary, f"__fp{i}")
                                     for i, c in enumerate(fp_cols)})
         inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
             F.col(uid).alias("__uid"), F.col(_CELL),
@@ -1575,8 +1583,9 @@ def _require_bound(sess: Session, columns: list[str]) -> None:
 
     A replayed release reads the earlier releases' columns, so this is checked before any plan.
     """
-    if any(c not in columns for c in sess.bound_columns()):
-        sess.bind_rows(sess.rows_bound or 0, {})  # raises: the bound columns are absent
+    state = binding.of(sess)
+    if any(c not in columns for c in state.bound_columns()):
+        state.bind_rows(state.rows_bound or 0, {})  # raises: the bound columns are absent
 
 
 def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy: _Policy
@@ -1631,7 +1640,7 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     rows_read = int(summary["rows_read"] or 0)
     if unit is None:
         fps = {c: _fp_total(summary, f"__fp{i}") for i, c in enumerate(fp_cols)}
-        sess.bind_rows(rows_read, fps)
+        binding.of(sess).bind_rows(rows_read, fps)
 
     inside = data.filter(~outside & (F.col(_ROWS) > 0))
     cells_dropped = 0

@@ -32,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame import binding
 from tabdp.frame._engine import (
     _CELL,
     _ROWS,
@@ -356,7 +357,7 @@ def _with_row_ids(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
 
 def _rows_check(sess: Session, lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
     """The row count and fingerprints of the session's bound columns (checked by bind_rows)."""
-    fp_cols = sess.bound_columns()
+    fp_cols = binding.of(sess).bound_columns()
     return _with_row_ids(lf, schema).select(
         pl.len().cast(pl.Int64).alias("rows_read"),
         *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols])
@@ -399,7 +400,7 @@ def _read_input(sess: Session, read: Callable[[], _T], report: bool) -> _T:
     except InvalidParameterError:
         raise  # tabdp's own refusal (the row check)
     except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
-        if not report and sess.rows_bound is None:
+        if not report and binding.of(sess).rows_bound is None:
             raise
         raise InvalidParameterError(_REPORT_REFUSED if report else _RELEASE_REFUSED) from err
 
@@ -407,8 +408,8 @@ def _read_input(sess: Session, read: Callable[[], _T], report: bool) -> _T:
 def _check_rows(sess: Session, row: dict[str, Any]) -> None:
     """A report's row check: the input must still hold the rows the releases read."""
     try:
-        sess.bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0)
-                                               for c in sess.bound_columns()})
+        binding.of(sess).bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0)
+                                               for c in binding.of(sess).bound_columns()})
     except InvalidParameterError as err:
         raise InvalidParameterError(_REPORT_REFUSED) from err
 
@@ -580,9 +581,10 @@ def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> di
 
 def _require_bound(sess: Session, schema: pl.Schema) -> None:
     """Refuse (as the row check does) an input that lacks a column the session bound."""
-    missing = [c for c in sess.bound_columns() if c not in schema.names()]
+    state = binding.of(sess)
+    missing = [c for c in state.bound_columns() if c not in schema.names()]
     if missing:
-        sess.bind_rows(sess.rows_bound or 0, {})  # raises: the bound columns are absent
+        state.bind_rows(state.rows_bound or 0, {})  # raises: the bound columns are absent
 
 
 def _install(ledger: ReplayLedger, prog: Program, source: pl.LazyFrame) -> None:
@@ -706,7 +708,7 @@ def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
     """
     schema = rels[0].op.schema
     read = [c for r in rels for c in (*r.pre.by, *r.pre.measures)]
-    return _fp_columns(schema, read, sess.bound_columns())
+    return _fp_columns(schema, read, binding.of(sess).bound_columns())
 
 
 def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]
@@ -739,7 +741,8 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
     neg_contrib = ({m: int(row[f"negc:{m}"] or 0) for m in measures}
                    if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
-    sess.bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
+    binding.of(sess).bind_rows(int(row["rows_read"]),
+                               {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
 
     n_keys = len(keys) if by else 1
     released = grouped.filter(pl.col(f"__c{k}").is_not_null())
@@ -834,7 +837,7 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     parts = {column: _measure_parts(column, schema[column], rules)}
     counters = {f"missing:{column}": parts[column]["missing"],
                 f"inf:{column}": parts[column]["inf"]}
-    fp_cols = _fp_columns(schema, [*by, column], sess.bound_columns())
+    fp_cols = _fp_columns(schema, [*by, column], binding.of(sess).bound_columns())
     _require_bound(sess, schema)
     plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False, None, k)
     cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
@@ -854,7 +857,7 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
                          *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
     counts = {name: int(row[name] or 0) for name in counters}
     _strict_checks(counts, [column], None, rules, False, {})
-    sess.bind_rows(int(row["__n"] or 0), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
+    binding.of(sess).bind_rows(int(row["__n"] or 0), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
     outside = int(grouped.filter(pl.col(f"__c{k}").is_null())["__kept"].sum() or 0)
     kept = (grouped.filter(pl.col(f"__c{k}").is_not_null())
             .select(pl.col(f"__c{k}").cast(pl.Int64).alias("cell"), "__values")

@@ -19,10 +19,10 @@ from tabdp.frame._author import author_call
 from tabdp.frame._output import (
     integer_grid,
 )
-from tabdp.frame._release import grouped_release, quantile_release
 from tabdp.frame._requests import _check_output_names, _integer_columns
-from tabdp.frame.backends import is_frame, release_engine
+from tabdp.frame.backends import is_frame
 from tabdp.frame.keys import KeySet
+from tabdp.frame.releases import release_grouped, release_quantile
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.session import Session
 
@@ -167,15 +167,7 @@ class DPAccessor(Generic[_Out]):
             _check_output_names(names, by, form, cv)
             grid_used = integer_grid(grid, mechanism,
                                      _integer_columns(self._frame, names, session), names)
-            if release_engine(self._frame, session) == "spark":
-                from tabdp.frame._spark import spark_grouped_release
-
-                return spark_grouped_release(
-                    self._frame, kind="sum", measures=columns, by=by, keys=keys,
-                    mechanism=mechanism, session=session, level=level, nulls=nulls, name=name,
-                    grid=grid_used, negatives=negatives, max_cells=max_cells, form=form,
-                    cv=cv)
-            return grouped_release(self._frame, kind="sum", measures=columns, by=by,
+            return release_grouped(self._frame, kind="sum", measures=columns, by=by,
                                    keys=keys, mechanism=mechanism, session=session,
                                    level=level, nulls=nulls, name=name, grid=grid_used,
                                    negatives=negatives, max_cells=max_cells, form=form, cv=cv)
@@ -232,15 +224,7 @@ class DPAccessor(Generic[_Out]):
 
             grid_used = integer_grid(grid, count_mechanism(mechanism, grid), ["count"],
                                      ["count"])
-            if release_engine(self._frame, session) == "spark":
-                from tabdp.frame._spark import spark_grouped_release
-
-                return spark_grouped_release(
-                    self._frame, kind="count", measures=None, by=by, keys=keys,
-                    mechanism=mechanism, session=session, level=level, nulls="error",
-                    name=name, grid=grid_used, max_cells=max_cells, max_rows=max_rows,
-                    form=form, cv=cv)
-            return grouped_release(self._frame, kind="count", measures=None, by=by, keys=keys,
+            return release_grouped(self._frame, kind="count", measures=None, by=by, keys=keys,
                                    mechanism=mechanism, session=session, level=level,
                                    nulls="error", name=name, grid=grid_used,
                                    max_cells=max_cells, max_rows=max_rows, form=form, cv=cv)
@@ -303,15 +287,7 @@ class DPAccessor(Generic[_Out]):
             ['c', 'pay_median', 'pay_median_sd', 'pay_median_moe']
         """
         def release() -> Any:
-            if release_engine(self._frame, session) == "spark":
-                from tabdp.frame._spark import spark_quantile_release
-
-                return spark_quantile_release(
-                    self._frame, column=column, q=0.5, median=True, by=by, keys=keys,
-                    bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
-                    session=session, level=level, nulls=nulls, name=name, grid=grid,
-                    uncertainty_share=uncertainty_share, form=form, cv=cv)
-            return quantile_release(self._frame, column=column, q=0.5, median=True, by=by,
+            return release_quantile(self._frame, column=column, q=0.5, median=True, by=by,
                                     keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
                                     gamma=gamma, delta=delta, session=session, level=level,
                                     nulls=nulls, name=name, grid=grid,
@@ -367,15 +343,7 @@ class DPAccessor(Generic[_Out]):
             ['c', 'pay_q90', 'pay_q90_sd', 'pay_q90_moe', 'pay_q90_lower', 'pay_q90_upper']
         """
         def release() -> Any:
-            if release_engine(self._frame, session) == "spark":
-                from tabdp.frame._spark import spark_quantile_release
-
-                return spark_quantile_release(
-                    self._frame, column=column, q=q, median=False, by=by, keys=keys,
-                    bounds=bounds, epsilon=epsilon, noise=noise, gamma=gamma, delta=delta,
-                    session=session, level=level, nulls=nulls, name=name, grid=grid,
-                    uncertainty_share=uncertainty_share, form=form, cv=cv)
-            return quantile_release(self._frame, column=column, q=q, median=False, by=by,
+            return release_quantile(self._frame, column=column, q=q, median=False, by=by,
                                     keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
                                     gamma=gamma, delta=delta, session=session, level=level,
                                     nulls=nulls, name=name, grid=grid,

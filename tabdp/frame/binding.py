@@ -1,41 +1,336 @@
-"""What the frame layer keeps about a session: its engine, its ledger's kind, its snapshot.
+"""What the frame layer keeps about a session: engine, ledger kind, bound rows and frame.
 
 A [`Session`][tabdp.Session] is the accountant: the privacy unit, the randomness, the budgets,
-the ledger of per-record losses, the records and the reports. Which engine its releases run
-on, which kind of ledger that engine keeps and the snapshot a later release of the same frame
-may reuse are the frame layer's business, decided here from the frames' classes (never their
-data) and handed to the session through its one public hook,
-[`Session.install_ledger`][tabdp.Session.install_ledger].
+the ledger of per-record losses, the records and the reports. Everything the engines keep about
+a session's releases lives here, in one `FrameBinding` per session (`of(session)`), decided
+from the frames' classes and the public arguments (never their data):
 
 * `use_engine`: the first release binds the session to its engine (Polars, or Spark with its
   own ledger); a later release of another engine is refused before any data is read.
 * `choose_ledger`: row mode with ``streaming=None``: the first release's input decides the
-  ledger (a LazyFrame: streaming, no per-row state; an eager frame: in memory).
+  ledger (a LazyFrame: streaming, no per-row state; an eager frame: in memory). The session
+  receives the ledger chosen through its ``ledger`` (settable before its first release only).
 * `cached_snapshot` / `keep_snapshot`: the one evaluation of the last frame released, reused
   by a later release of the same frame object with the same grouping (a count after a sum).
-  It lives as long as the session (a weak reference to the session keys it).
+* `FrameBinding.bind_rows` / `bound_columns` / `rows_bound`: row mode, the rows every release
+  must read (their number and per-column fingerprints).
+* `FrameBinding.bound` / `pinned` / `declared`, `bind_pinned`, `FrameBinding.declares_integer`:
+  author mode, the one frame a session releases (bound by `tabdp.frame._author.bind_frame`),
+  its pinned data and the schema the curator declared.
+* `phase` / `FrameBinding.start_release` / `FrameBinding.data_read`: the phases of a release
+  (the session's ``progress=``) and whether it has begun reading data (an author-mode failure
+  after that is the generic `DataFailure`).
+
+A session's binding lives as long as the session (a weak reference to the session keys it).
 
 Example:
     >>> import tabdp
     >>> s = tabdp.Session()
     >>> choose_ledger(s, lazy_input=True)
-    >>> s.streaming, type(s.ledger).__name__
-    (True, 'ReplayLedger')
+    >>> s.streaming, type(s.ledger).__name__, of(s).streaming_choice
+    (True, 'ReplayLedger', True)
 """
 
 from __future__ import annotations
 
+import sys
+import time
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
+from tabdp._numeric import integer_dtype
 from tabdp.exceptions import InvalidParameterError
-from tabdp.privacy.ledger import ReplayLedger
+from tabdp.privacy.ledger import DenseLedger, ReplayLedger
 
-__all__ = ["use_engine", "choose_ledger", "cached_snapshot", "keep_snapshot", "session_engine"]
+__all__ = ["FrameBinding", "of", "attach", "use_engine", "choose_ledger", "cached_snapshot",
+           "keep_snapshot", "session_engine", "bind_pinned", "phase"]
 
-#: Session -> its one cached snapshot ({key: entry}); an entry dies with its session.
-_SNAPSHOTS: weakref.WeakKeyDictionary[Any, dict[Any, dict[str, Any]]] = (
-    weakref.WeakKeyDictionary())
+
+class FrameBinding:
+    """The frame layer's state of one session (see the module's docstring).
+
+    Created with the session (`attach`) and found again with `of`. Nothing in it is shown to
+    a query author: the row count and fingerprints, the pinned data and the failures' details
+    are CONFIDENTIAL; the engine, the ledger's kind and the declared schema are public.
+
+    Args:
+        session: The [`Session`][tabdp.Session].
+        streaming: The session's ``streaming=`` argument (``None``: decided by the first
+            release's input).
+
+    Example:
+        >>> import tabdp
+        >>> b = of(tabdp.Session(streaming=False))
+        >>> b.streaming_choice, b.rows_bound, b.bound_columns()
+        (False, None, [])
+    """
+
+    def __init__(self, session: Any, streaming: bool | None = None) -> None:
+        """The state of a session that has read no data yet."""
+        self._session = weakref.ref(session)
+        #: The ledger asked for: True streaming, False per-row, None undecided (a streaming
+        #: ledger needs one row per record: never chosen otherwise). PUBLIC.
+        self.streaming_choice: bool | None = streaming if session.rows_one_cell else False
+        #: The cached evaluation of the last frame released ({key: entry}).
+        self.snapshot: dict[Any, dict[str, Any]] = {}
+        # Row mode: the rows every release must read (count and per-column fingerprints).
+        self._n_rows: int | None = None
+        self._fingerprints: dict[str, int] = {}
+        # Author mode: the one frame the session releases, its pinned data, the declared schema.
+        self.bound: Any = None
+        self.pinned: Any = None
+        self.declared: dict[str, Any] | None = None
+        #: Whether the current release has begun reading data (set by `phase`).
+        self.data_read = False
+        #: CONFIDENTIAL: (input frame, its row count) for the automatic partition count.
+        self.rows_estimate: tuple[Any, int] | None = None
+        self.t0 = time.monotonic()
+
+    # -- row mode -----------------------------------------------------------------------------
+    @property
+    def rows_bound(self) -> int | None:
+        """Row mode: the number of rows the session's releases read (``None`` before the first).
+
+        Example:
+            >>> import tabdp
+            >>> of(tabdp.Session()).rows_bound is None
+            True
+        """
+        return self._n_rows
+
+    def bind_rows(self, n_rows: int, fingerprints: dict[str, int]) -> None:
+        """Row mode: check that a release reads the session's rows, row for row.
+
+        The first release binds the session to its rows: their number and, for every column it
+        reads, an order-sensitive fingerprint (a hash of each row id with its value, summed).
+        A later release fingerprints the columns it reads and every bound column again: it
+        must read the same number of rows from a frame that holds every bound column with the
+        same fingerprint (columns read for the first time are bound in turn). Losses are
+        accounted by row id, so a reordered, filtered or changed frame would charge one
+        record's loss to another: it is refused before any noise is drawn. (Two rows that agree
+        on every bound column have been charged identically so far, so a frame that exchanges
+        them is accepted: no loss can be misattributed.)
+
+        Args:
+            n_rows: Rows read by the release.
+            fingerprints: Column name → fingerprint.
+
+        Raises:
+            InvalidParameterError: The rows differ from the session's.
+
+        Example:
+            >>> import tabdp
+            >>> s = tabdp.Session()
+            >>> b = of(s)
+            >>> b.bind_rows(3, {"x": 42})
+            >>> b.bind_rows(3, {"x": 42, "y": 7})
+            >>> try:
+            ...     b.bind_rows(3, {"x": 43, "y": 7})
+            ... except ValueError as err:
+            ...     print(str(err).splitlines()[0][:60])
+            This session counts each row as a unit (row ids), but this f
+        """
+        session = self._session()
+        if session is None or session.unit is not None:
+            return
+        changed = sorted(c for c, f in fingerprints.items()
+                         if c in self._fingerprints and self._fingerprints[c] != f)
+        changed += sorted(c for c in self._fingerprints if c not in fingerprints)
+        if (self._n_rows is not None and n_rows != self._n_rows) or changed:
+            # no row counts: they are confidential (a filtered frame's count is a noiseless
+            # counting query)
+            what = ("it does not have the number of rows the session's earlier releases read"
+                    if self._n_rows is not None and n_rows != self._n_rows
+                    else f"column(s) {changed} do not hold the same values in the same rows")
+            raise InvalidParameterError(
+                "This session counts each row as a unit (row ids), but this frame's rows are "
+                f"not the rows its earlier releases read: {what}. A reordered, filtered or "
+                "changed frame would charge one record's loss to another, so nothing was "
+                "drawn or recorded.\nHint: release the same frame in every call of the "
+                "session, or create the session with unit='<id column>' to follow records "
+                "across different frames.")
+        if self._n_rows is None:
+            self._n_rows = n_rows
+            _cover(session.ledger, n_rows)
+        for c, f in fingerprints.items():
+            self._fingerprints.setdefault(c, f)
+
+    def bound_columns(self) -> list[str]:
+        """Row mode: the columns earlier releases read (a release fingerprints them again).
+
+        Returns:
+            Column names in the order they were first bound (empty in unit mode).
+
+        Example:
+            >>> import tabdp
+            >>> s = tabdp.Session()
+            >>> b = of(s)
+            >>> b.bind_rows(2, {"x": 1, "c": 2})
+            >>> b.bound_columns()
+            ['x', 'c']
+        """
+        return list(self._fingerprints)
+
+    # -- author mode ----------------------------------------------------------------------------
+    def declares_integer(self, column: str) -> bool:
+        """Whether a sum of ``column`` may return integer estimates (public: never the data).
+
+        In curator mode the frame's dtype decides. In author mode only a schema the curator
+        declared does (`Curator`): the dtype of a frame can follow its contents
+        (pandas makes an integer column float as soon as one value is missing, and a Parquet
+        file written by pandas keeps that), so an undeclared sum returns Float64 estimates.
+
+        Args:
+            column: A measure column.
+
+        Returns:
+            ``True`` in curator mode (the frame's dtype decides), else whether the declared
+            schema gives ``column`` an integer dtype.
+
+        Example:
+            >>> import tabdp
+            >>> curator, author = tabdp.Session(), tabdp.Session(mode="author")
+            >>> of(curator).declares_integer("x"), of(author).declares_integer("x")
+            (True, False)
+        """
+        session = self._session()
+        if session is None or session.mode != "author":
+            return True
+        if self.declared is None or column not in self.declared:
+            return False
+        return bool(integer_dtype(self.declared[column]))
+
+    # -- the data phase of a release ----------------------------------------------------------
+    def start_release(self) -> None:
+        """Mark the start of a release call: no data read yet (see `data_read`).
+
+        Everything before the release's first `phase` is data-free (arguments, schema, key
+        set, rules); an author-mode failure after it is the generic `DataFailure`.
+
+        Example:
+            >>> import tabdp
+            >>> s = tabdp.Session()
+            >>> phase(s, "q1_sum", "reading"); of(s).start_release(); of(s).data_read
+            False
+        """
+        self.data_read = False
+
+
+#: Session -> its binding; an entry dies with its session.
+_BINDINGS: weakref.WeakKeyDictionary[Any, FrameBinding] = weakref.WeakKeyDictionary()
+
+
+def attach(session: Any, *, streaming: bool | None = None, frame: Any = None,
+           pinned: Any = None) -> FrameBinding:
+    """Give a new session its binding (the Session's constructor calls it).
+
+    Args:
+        session: The new [`Session`][tabdp.Session].
+        streaming: Its ``streaming=`` argument.
+        frame: Author mode: the curator's frame (``data=``), or ``None``.
+        pinned: Its data, pinned by the constructor.
+
+    Returns:
+        The session's binding.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(mode="author", data=pl.DataFrame({"x": [1]}))
+        >>> of(s).pinned.collect().height
+        1
+    """
+    out = FrameBinding(session, streaming)
+    if frame is not None:
+        out.bound, out.pinned = frame, pinned
+    _BINDINGS[session] = out
+    return out
+
+
+def of(session: Any) -> FrameBinding:
+    """The frame layer's state of ``session`` (a fresh one for a session that has none).
+
+    Args:
+        session: A [`Session`][tabdp.Session].
+
+    Returns:
+        Its `FrameBinding`.
+
+    Example:
+        >>> import tabdp
+        >>> s = tabdp.Session()
+        >>> of(s) is of(s)
+        True
+    """
+    found = _BINDINGS.get(session)
+    if found is None:
+        found = _BINDINGS[session] = FrameBinding(session, None)
+    return found
+
+
+def _cover(ledger: Any, n_rows: int) -> None:
+    """A row-mode ledger reports every row read, charged or not (0.0 for the others)."""
+    if isinstance(ledger, DenseLedger) and ledger.rows is None:
+        ledger.rows = n_rows
+
+
+def phase(session: Any, name: str, what: str) -> None:
+    """Report that release ``name`` enters phase ``what`` (the session's ``progress=``).
+
+    Every phase reads (or follows the reading of) the data: the release's binding is marked
+    as having read data (`FrameBinding.data_read`).
+
+    Args:
+        session: The release's [`Session`][tabdp.Session].
+        name: The release's label.
+        what: The phase, e.g. ``"reading and aggregating the input"``.
+
+    Example:
+        >>> import tabdp
+        >>> seen = []
+        >>> s = tabdp.Session(progress=lambda name, what: seen.append((name, what)))
+        >>> phase(s, "q1_sum", "drawing noise")
+        >>> seen, of(s).data_read
+        ([('q1_sum', 'drawing noise')], True)
+    """
+    b = of(session)
+    b.data_read = True
+    progress = session.progress
+    if progress is False:
+        return
+    if progress is True:
+        sys.stderr.write(f"[tabdp {time.monotonic() - b.t0:7.1f}s] {name}: {what}\n")
+        sys.stderr.flush()
+        return
+    progress(name, what)
+
+
+def bind_pinned(session: Any, native: Any, pinned: Any, declared: Mapping[str, Any]) -> None:
+    """Author mode: bind ``native`` with data the curator pinned (`Curator`).
+
+    Args:
+        session: An author-mode [`Session`][tabdp.Session] bound to no frame yet.
+        native: The curator's frame.
+        pinned: Its pinned data.
+        declared: The dataset's declared schema (column -> Polars dtype), public.
+
+    Raises:
+        InvalidParameterError: The session is not in author mode, or already bound.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(mode="author")
+        >>> df = pl.DataFrame({"x": [1]})
+        >>> bind_pinned(s, df, df.lazy(), {"x": pl.Int64})
+        >>> of(s).declares_integer("x")
+        True
+    """
+    b = of(session)
+    if session.mode != "author" or b.bound is not None:
+        raise InvalidParameterError(
+            "bind_pinned: only an unbound author-mode session takes pinned data.")
+    b.bound, b.pinned = native, pinned
+    b.declared = dict(declared)
 
 
 def session_engine(session: Any) -> str | None:
@@ -85,7 +380,7 @@ def use_engine(session: Any, engine: str, ledger: Any = None) -> None:
     """
     current = session_engine(session)
     if current is None and engine == "spark" and ledger is not None:
-        session.install_ledger(ledger)
+        session.ledger = ledger
         return
     if current is not None and current != engine:
         raise InvalidParameterError(
@@ -111,12 +406,14 @@ def choose_ledger(session: Any, lazy_input: bool) -> None:
         >>> import tabdp
         >>> s = tabdp.Session()
         >>> choose_ledger(s, False)
-        >>> s.streaming, s.streaming_choice
+        >>> s.streaming, of(s).streaming_choice
         (False, False)
     """
-    if session.streaming_choice is None and not session.records:
-        session.install_ledger(ReplayLedger() if lazy_input else session.ledger,
-                               streaming=lazy_input)
+    b = of(session)
+    if b.streaming_choice is None and not session.records:
+        if lazy_input:
+            session.ledger = ReplayLedger()
+        b.streaming_choice = lazy_input
 
 
 def cached_snapshot(session: Any, key: Any) -> dict[str, Any] | None:
@@ -140,7 +437,7 @@ def cached_snapshot(session: Any, key: Any) -> dict[str, Any] | None:
         >>> cached_snapshot(s, ("f", ("c",))), cached_snapshot(s, "other")
         ({'rows': 3}, None)
     """
-    return _SNAPSHOTS.get(session, {}).get(key)
+    return of(session).snapshot.get(key)
 
 
 def keep_snapshot(session: Any, key: Any, entry: dict[str, Any]) -> None:
@@ -158,4 +455,4 @@ def keep_snapshot(session: Any, key: Any, entry: dict[str, Any]) -> None:
         >>> cached_snapshot(s, 1) is None
         True
     """
-    _SNAPSHOTS[session] = {key: entry}
+    of(session).snapshot = {key: entry}

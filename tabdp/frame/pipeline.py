@@ -28,6 +28,7 @@ from typing import Any
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame import binding
 from tabdp.frame._engine import (
     OUTPUT_SUFFIXES,
     _check_rules,
@@ -163,7 +164,7 @@ def execute(rel: Planned, backend: Backend) -> Any:
         agg = backend.aggregate(rel)
         n_keys = len(keys) if pre.by else 1
         # Noise: only now, after every check passed.
-        sess.phase(op.name, f"drawing noise for {n_keys:,} cells")
+        binding.phase(sess, op.name, f"drawing noise for {n_keys:,} cells")
         out, fallbacks, grid_used = _noisy_table(
             agg.full, kind, pre.released, rel.bits, pre.mechanism, rel.policy, sess, pre.level,
             pre.grids, keys, pre.by, form=rel.form, cv=rel.cv, key_dtypes=agg.key_dtypes)
@@ -316,7 +317,7 @@ def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
         data = backend.quantile_data(rel)
         n_keys = len(keys) if by_list else 1
         # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter
-        sess.phase(op.name, f"drawing noise for {n_keys:,} cells")
+        binding.phase(sess, op.name, f"drawing noise for {n_keys:,} cells")
         rv = rel.mechanism.release_table(data.truth, data.ss, sess.rng, rel.level,
                                          grid=rel.grid)
         out = assemble(keys.to_polars().select(by_list) if by_list else None,

@@ -1,8 +1,10 @@
-"""Releases planned together, on whichever engine the input belongs to: one call for every engine.
+"""Releases on whichever engine the input belongs to: one call for every engine.
 
-The release workflow (`tabdp.release`) releases a spec's tables with `release_requests`, and
-binds its session to the input's engine with `bind_session_engine`; the engine is decided by
-`tabdp.frame.backends` (from the frame's class), never by the caller.
+The accessor (``frame.dp.sum`` / ``count`` / ``median`` / ``quantile``) releases through
+`release_grouped` and `release_quantile`. The release workflow (`tabdp.release`) releases a
+spec's tables with `release_requests`, and binds its session to the input's engine with
+`bind_session_engine`. The engine is decided by `tabdp.frame.backends` (from the frame's
+class), never by the caller.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from tabdp.frame.backends import release_engine
 from tabdp.frame.binding import use_engine
 from tabdp.privacy.session import Session
 
-__all__ = ["release_requests", "bind_session_engine"]
+__all__ = ["release_requests", "bind_session_engine", "release_grouped", "release_quantile"]
 
 
 def bind_session_engine(session: Session, native: Any, *, replay: bool, row_mode: bool,
@@ -87,3 +89,61 @@ def release_requests(native: Any, session: Session,
     from tabdp.frame._release import execute_planned, planned_releases
 
     return execute_planned(planned_releases(native, session, requests))
+
+
+def release_grouped(native: Any, **kwargs: Any) -> Any:
+    """A sum or count of ``native``, on the engine `tabdp.frame.backends` decides for it.
+
+    Args:
+        native: The input: a pandas or Polars frame, or a PySpark DataFrame.
+        **kwargs: The release's checked arguments (``kind``, ``measures``, ``by``, ``keys``,
+            ``mechanism``, ``session``, ...: those of the accessor's ``sum`` / ``count``).
+
+    Returns:
+        The released table in the input's library.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> out = release_grouped(pl.DataFrame({"c": ["a"]}), kind="count", measures=None,
+        ...                       by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+        ...                       mechanism=None, session=tabdp.Session(seed=1))
+        >>> out.height
+        2
+    """
+    if release_engine(native, kwargs.get("session")) == "spark":
+        from tabdp.frame._spark import spark_grouped_release
+
+        return spark_grouped_release(native, **kwargs)
+    from tabdp.frame._release import grouped_release
+
+    return grouped_release(native, **kwargs)
+
+
+def release_quantile(native: Any, **kwargs: Any) -> Any:
+    """A median or quantile of ``native``, on the engine `tabdp.frame.backends` decides for it.
+
+    Args:
+        native: The input: a pandas or Polars frame, or a PySpark DataFrame.
+        **kwargs: The release's arguments (``column``, ``q``, ``median``, ``by``, ``keys``,
+            ``bounds``, ``epsilon``, ``session``, ...: those of the accessor's ``median`` /
+            ``quantile``).
+
+    Returns:
+        The released table in the input's library.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> out = release_quantile(pl.DataFrame({"c": ["a"], "x": [1.0]}), column="x", q=0.5,
+        ...                        median=True, by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...                        bounds=(0.0, 2.0), epsilon=1.0,
+        ...                        session=tabdp.Session(seed=1))
+        >>> out.height
+        1
+    """
+    if release_engine(native, kwargs.get("session")) == "spark":
+        from tabdp.frame._spark import spark_quantile_release
+
+        return spark_quantile_release(native, **kwargs)
+    from tabdp.frame._release import quantile_release
+
+    return quantile_release(native, **kwargs)

@@ -379,6 +379,21 @@ class DenseLedger:
         """An empty ledger."""
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
+        #: Row mode: the rows the session's releases read (set by the frame layer when it
+        #: binds them), all of which the report lists; ``None``: the rows charged so far.
+        self.rows: int | None = None
+
+    @property
+    def covered(self) -> int:
+        """The rows the report lists: those the releases read, else those charged so far.
+
+        Example:
+            >>> led = DenseLedger()
+            >>> led.add(np.array([1]), {"rho": np.ones(1)}, {})
+            >>> led.covered, (setattr(led, "rows", 5), led.covered)[1]
+            (2, 5)
+        """
+        return self.rows if self.rows is not None else self.n
 
     def _grow(self, n: int) -> None:
         if n > self.n:
@@ -750,6 +765,8 @@ class ReplayLedger:
     """
 
     engine = "polars"
+    #: The report is recomputed from the data (`tabdp.Report` asks the ledger for it).
+    reports_itself = True
 
     def __init__(self) -> None:
         """An empty ledger."""
@@ -795,6 +812,23 @@ class ReplayLedger:
             return pl.DataFrame({c: pl.Series(c, [], dtype=pl.Int64 if c == "row"
                                               else pl.Float64) for c in cols})
         return self.collect(self, session, delta)
+
+    def write_per_record(self, session: Any, delta: float | None, path: Any,
+                         rename: dict[str, str] | None = None) -> None:
+        """Write the CONFIDENTIAL per-record report to Parquet, batch by batch from the data.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.parquet"
+            >>> ReplayLedger().write_per_record(None, None, p)
+            >>> pl.read_parquet(p).columns
+            ['row', 'rho', 'epsilon', 'size']
+        """
+        if self.programs and self.sink is not None:
+            self.sink(self, session, delta, path, rename)
+            return
+        frame = self.per_record(session, delta)
+        frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
 
     def rho_summary(self, session: Any, qs: list[float]) -> dict[str, Any]:
         """CONFIDENTIAL statistics of the records' total ρ (units, max, quantiles).

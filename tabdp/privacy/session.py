@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,7 +11,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import integer_dtype
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -196,8 +193,6 @@ class Session:
         #: Unit mode: passes over the input per release, each over one part of the units
         #: (None: decided from the input's rows and the memory available). PUBLIC setting.
         self.unit_partitions = unit_partitions
-        #: CONFIDENTIAL: (input frame, its row count) for the automatic partition count.
-        self.rows_estimate: tuple[Any, int] | None = None
         if mode not in MODES:
             raise InvalidParameterError(
                 f"Session: mode must be one of {MODES}; got {mode!r}.\nHint: 'curator' when "
@@ -222,23 +217,23 @@ class Session:
             raise InvalidParameterError(
                 f"Session: progress must be True, False or a callable (name, phase); got "
                 f"{progress!r}.\nHint: Session(progress=True) prints each release's phases.")
-        self._progress = progress
-        self._t0 = time.monotonic()
+        #: The ``progress=`` setting: False, True (stderr) or a callable (name, phase).
+        self.progress = progress
         self.records: list[QueryRecord] = []
         self.backend = "polars"
-        # Row mode: the rows every release must read (count and per-column fingerprints).
-        self._n_rows: int | None = None
-        self._fingerprints: dict[str, int] = {}
-        # Author mode: the one frame the session releases, and its pinned data.
-        self._bound: Any = None
-        self._pinned: Any = None
-        #: Author mode: the schema the curator declared (column -> Polars dtype), or None. Only
-        #: a declared integer dtype makes a sum's estimates integers (never the data's dtype).
-        self._declared: dict[str, Any] | None = None
         #: CONFIDENTIAL: author-mode calls that failed after reading data (curator only).
         self._failures: list[dict[str, str]] = []
-        #: Whether the current release has begun reading data (set by :meth:`phase`).
-        self._data_phase = False
+        # The ledger: per unit (row id in row mode), its loss components and, under a curve
+        # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
+        #: Row mode without per-row state: the ledger holds each release's public definition
+        #: and recomputes every record's losses from the data (tabdp.frame._stream).
+        self.streaming = bool(streaming)
+        self._ledger: Any = (
+            ReplayLedger() if streaming else
+            DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
+        # What the frame layer keeps about the session's releases (engine, ledger kind, bound
+        # rows, author mode's one frame): tabdp.frame.binding; data= is pinned now.
+        pinned = None
         if data is not None:
             if mode != "author":
                 raise InvalidParameterError(
@@ -251,17 +246,10 @@ class Session:
                     f"LazyFrame); got {type(data).__name__}.\nHint: pass the curator's frame, "
                     "or use tabdp.Curator, which also reads Parquet paths.")
             # pinned by the curator's own call: a failure is raised plainly, to the curator
-            self._bound, self._pinned = data, _pin_frame(data)
-        # The ledger: per unit (row id in row mode), its loss components and, under a curve
-        # budget, its spent rho and size per currency ("rho@<currency>", "size@<currency>").
-        #: Row mode without per-row state: the ledger holds each release's public definition
-        #: and recomputes every record's losses from the data (tabdp.frame._stream).
-        self.streaming = bool(streaming)
-        # a streaming ledger needs one row per record: never chosen otherwise
-        self._streaming_choice = streaming if rows_one_cell else False
-        self._ledger: Any = (
-            ReplayLedger() if streaming else
-            DenseLedger() if unit is None or unit == ROW_ID_COLUMN else UnitLedger())
+            pinned = _pin_frame(data)
+        from tabdp.frame import binding
+
+        binding.attach(self, streaming=streaming, frame=data, pinned=pinned)
 
     # -- names --------------------------------------------------------------------------------
     def release_name(self, requested: str | None, kind: str) -> str:
@@ -312,175 +300,14 @@ class Session:
         """
         _set_last(self)
 
-    # -- progress -------------------------------------------------------------------------------
-    def phase(self, name: str, what: str) -> None:
-        """Report that release ``name`` enters phase ``what`` (see ``progress=``).
-
-        Args:
-            name: The release's label.
-            what: The phase, e.g. ``"reading and aggregating the input"``.
-
-        Example:
-            >>> seen = []
-            >>> s = Session(progress=lambda name, what: seen.append((name, what)))
-            >>> s.phase("q1_sum", "drawing noise")
-            >>> seen
-            [('q1_sum', 'drawing noise')]
-        """
-        self._data_phase = True  # every phase reads (or follows the reading of) the data
-        if self._progress is False:
-            return
-        if self._progress is True:
-            sys.stderr.write(f"[tabdp {time.monotonic() - self._t0:7.1f}s] {name}: {what}\n")
-            sys.stderr.flush()
-            return
-        self._progress(name, what)
-
-    # -- deprecated: the frame layer's state (tabdp.frame.binding) ------------------------------
-    def cached_snapshot(self, key: Any) -> dict[str, Any] | None:
-        """Deprecated: `tabdp.frame.binding.cached_snapshot` (the frame layer keeps snapshots).
-
-        Args:
-            key: The engine's key.
-
-        Returns:
-            The entry kept under ``key``, or ``None``.
-
-        Example:
-            >>> import warnings
-            >>> with warnings.catch_warnings():
-            ...     warnings.simplefilter("ignore", DeprecationWarning)
-            ...     Session().cached_snapshot("k") is None
-            True
-        """
-        from tabdp.frame import binding
-
-        _deprecated("cached_snapshot", "tabdp.frame.binding.cached_snapshot(session, key)")
-        return binding.cached_snapshot(self, key)
-
-    def keep_snapshot(self, key: Any, entry: dict[str, Any]) -> None:
-        """Deprecated: `tabdp.frame.binding.keep_snapshot` (the frame layer keeps snapshots).
-
-        Args:
-            key: The engine's key.
-            entry: What the engine needs to reuse the evaluation.
-
-        Example:
-            >>> import warnings
-            >>> with warnings.catch_warnings():
-            ...     warnings.simplefilter("ignore", DeprecationWarning)
-            ...     Session().keep_snapshot("k", {})
-        """
-        from tabdp.frame import binding
-
-        _deprecated("keep_snapshot", "tabdp.frame.binding.keep_snapshot(session, key, entry)")
-        binding.keep_snapshot(self, key, entry)
-
-    # -- binding ------------------------------------------------------------------------------
-    @property
-    def ledger(self) -> Any:
-        """The per-unit ledger (CONFIDENTIAL losses): a Polars-backed ledger, or the Spark one.
-
-        Example:
-            >>> type(Session(unit="id").ledger).__name__
-            'UnitLedger'
-        """
-        return self._ledger
-
-    @property
-    def rows_bound(self) -> int | None:
-        """Row mode: the number of rows the session's releases read (``None`` before the first).
-
-        Example:
-            >>> Session().rows_bound is None
-            True
-        """
-        return self._n_rows
-
-    def bind_frame(self, native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
-        """Author mode: the pinned data of the session's one frame (binding it if first).
-
-        Args:
-            native: The frame a release was called on.
-            pin: How to pin a frame of another engine (e.g. a Spark checkpoint); pandas and
-                Polars frames are pinned by tabdp itself.
-
-        Returns:
-            A Polars LazyFrame over the pinned data (author mode), or ``None`` (curator mode:
-            releases read the frame they are given).
-
-        Raises:
-            InvalidParameterError: Author mode, and ``native`` is not the bound frame object
-                (decided by identity, never by the data).
-
-        Example:
-            >>> import polars as pl
-            >>> df = pl.DataFrame({"x": [1.0]})
-            >>> s = Session(mode="author", data=df)
-            >>> s.bind_frame(df).collect().height
-            1
-        """
-        if self.mode != "author":
-            return None
-        if self._bound is None:
-            if not _is_frame(native):
-                return None  # not a frame: the release's own checks refuse it
-            failed = None
-            try:  # pinned inside a release: any failure is the generic one
-                pinned = _pin_frame(native, pin)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
-                failed = failure_details(err, "pinning the session's frame")
-            if failed is not None:
-                # raised outside the handler: the author's exception chains nothing
-                self._failures.append(failed)
-                from tabdp.exceptions import DataFailure
-
-                raise DataFailure() from None
-            self._bound, self._pinned = native, pinned
-        elif native is not self._bound:
-            raise InvalidParameterError(
-                "this session is in author mode and is bound to one frame, the curator's "
-                "(data= or the frame of its first release); a release on any other frame "
-                "object (derived, relabelled, filtered or reordered) is refused, whatever its "
-                "data.\nHint: release the session's frame (its columns, keys, rules and "
-                "mechanisms are yours to choose), or ask the curator for a session on another "
-                "frame.")
-        return self._pinned
-
-    # -- author mode: the data phase of a release and its failures ------------------------------
-    def start_release(self) -> None:
-        """Mark the start of a release call: no data read yet (see `data_read`).
-
-        Example:
-            >>> s = Session()
-            >>> s.phase("q1_sum", "reading"); s.start_release(); s.data_read
-            False
-        """
-        self._data_phase = False
-
-    @property
-    def data_read(self) -> bool:
-        """Whether the current release has begun reading data (its first `phase()`).
-
-        Everything before is data-free (arguments, schema, key set, rules); an author-mode
-        failure after it is the generic `DataFailure`.
-
-        Example:
-            >>> s = Session()
-            >>> s.start_release(); s.phase("q1_sum", "reading"); s.data_read
-            True
-        """
-        return self._data_phase
-
+    # -- author mode: failures ------------------------------------------------------------------
     def record_failure(self, details: Mapping[str, str]) -> None:
         """Keep the CONFIDENTIAL details of a failed author-mode call (for the curator).
 
         They appear in ``report().confidential_summary()["author_failures"]``.
 
         Args:
-            details: From `failure_details()`.
+            details: ``{"during", "error", "traceback"}`` (the frame layer's author mode).
 
         Example:
             >>> s = Session(mode="author")
@@ -490,109 +317,41 @@ class Session:
         """
         self._failures.append(dict(details))
 
-    def _bind_pinned(self, native: Any, pinned: Any, declared: Mapping[str, Any]) -> None:
-        """Author mode: bind ``native`` with data the curator pinned (`Curator`).
+    # -- the ledger ---------------------------------------------------------------------------
+    @property
+    def ledger(self) -> Any:
+        """The per-unit ledger (CONFIDENTIAL losses): a Polars-backed ledger, or the Spark one.
 
-        ``declared``: the dataset's declared schema (column -> Polars dtype), public.
-        """
-        if self.mode != "author" or self._bound is not None:
-            raise InvalidParameterError(
-                "Session._bind_pinned: only an unbound author-mode session takes pinned data.")
-        self._bound, self._pinned = native, pinned
-        self._declared = dict(declared)
-
-    def declares_integer(self, column: str) -> bool:
-        """Whether a sum of ``column`` may return integer estimates (public: never the data).
-
-        In curator mode the frame's dtype decides. In author mode only a schema the curator
-        declared does (`Curator`): the dtype of a frame can follow its contents
-        (pandas makes an integer column float as soon as one value is missing, and a Parquet
-        file written by pandas keeps that), so an undeclared sum returns Float64 estimates.
-
-        Args:
-            column: A measure column.
-
-        Returns:
-            ``True`` in curator mode (the frame's dtype decides), else whether the declared
-            schema gives ``column`` an integer dtype.
+        The frame layer decides which kind of ledger the engine of the session's releases keeps
+        (`tabdp.frame.binding`, from the frames' classes only) and sets it here before the
+        first release; the session refuses a new ledger once it holds releases (their losses
+        are in the old one), and a streaming ledger (`ReplayLedger`, one row per record) for
+        records that are not one row each.
 
         Example:
-            >>> Session().declares_integer("x"), Session(mode="author").declares_integer("x")
-            (True, False)
-        """
-        if self.mode != "author":
-            return True
-        if self._declared is None or column not in self._declared:
-            return False
-        return bool(integer_dtype(self._declared[column]))
-
-    # -- row mode -----------------------------------------------------------------------------
-    def bind_rows(self, n_rows: int, fingerprints: dict[str, int]) -> None:
-        """Row mode: check that a release reads the session's rows, row for row.
-
-        The first release binds the session to its rows: their number and, for every column it
-        reads, an order-sensitive fingerprint (a hash of each row id with its value, summed).
-        A later release fingerprints the columns it reads and every bound column again: it
-        must read the same number of rows from a frame that holds every bound column with the
-        same fingerprint (columns read for the first time are bound in turn). Losses are
-        accounted by row id, so a reordered, filtered or changed frame would charge one
-        record's loss to another: it is refused before any noise is drawn. (Two rows that agree
-        on every bound column have been charged identically so far, so a frame that exchanges
-        them is accepted: no loss can be misattributed.)
-
-        Args:
-            n_rows: Rows read by the release.
-            fingerprints: Column name → fingerprint.
-
-        Raises:
-            InvalidParameterError: The rows differ from the session's.
-
-        Example:
+            >>> type(Session(unit="id").ledger).__name__
+            'UnitLedger'
             >>> s = Session()
-            >>> s.bind_rows(3, {"x": 42})
-            >>> s.bind_rows(3, {"x": 42, "y": 7})
-            >>> try:
-            ...     s.bind_rows(3, {"x": 43, "y": 7})
-            ... except ValueError as err:
-            ...     print(str(err).splitlines()[0][:60])
-            This session counts each row as a unit (row ids), but this f
+            >>> s.ledger = ReplayLedger()
+            >>> s.streaming
+            True
         """
-        if self.unit is not None:
-            return
-        changed = sorted(c for c, f in fingerprints.items()
-                         if c in self._fingerprints and self._fingerprints[c] != f)
-        changed += sorted(c for c in self._fingerprints if c not in fingerprints)
-        if (self._n_rows is not None and n_rows != self._n_rows) or changed:
-            # no row counts: they are confidential (a filtered frame's count is a noiseless
-            # counting query)
-            what = ("it does not have the number of rows the session's earlier releases read"
-                    if self._n_rows is not None and n_rows != self._n_rows
-                    else f"column(s) {changed} do not hold the same values in the same rows")
+        return self._ledger
+
+    @ledger.setter
+    def ledger(self, ledger: Any) -> None:
+        if self.records:
             raise InvalidParameterError(
-                "This session counts each row as a unit (row ids), but this frame's rows are "
-                f"not the rows its earlier releases read: {what}. A reordered, filtered or "
-                "changed frame would charge one record's loss to another, so nothing was "
-                "drawn or recorded.\nHint: release the same frame in every call of the "
-                "session, or create the session with unit='<id column>' to follow records "
-                "across different frames.")
-        if self._n_rows is None:
-            self._n_rows = n_rows
-        for c, f in fingerprints.items():
-            self._fingerprints.setdefault(c, f)
-
-    def bound_columns(self) -> list[str]:
-        """Row mode: the columns earlier releases read (a release fingerprints them again).
-
-        Returns:
-            Column names in the order they were first bound (empty in unit mode).
-
-        Example:
-            >>> s = Session()
-            >>> s.bind_rows(2, {"x": 1, "c": 2})
-            >>> s.bound_columns()
-            ['x', 'c']
-        """
-        return list(self._fingerprints)
+                "Session.ledger: this session already holds releases, whose losses are in its "
+                "ledger; a ledger is set before the first release.\nHint: start a new session.")
+        if isinstance(ledger, ReplayLedger):
+            if not self.rows_one_cell:
+                raise InvalidParameterError(
+                    "Session.ledger: a streaming ledger charges each row as its own record, but "
+                    "this session's records are not one row each.\nHint: keep the session's "
+                    "own ledger.")
+            self.streaming = True
+        self._ledger = ledger
 
     # -- the filter ---------------------------------------------------------------------------
     def admit(self, charges: Charges,
@@ -768,96 +527,6 @@ class Session:
         return dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
                                          label=label))
 
-    @property
-    def streaming_choice(self) -> bool | None:
-        """The ledger asked for: ``True`` streaming, ``False`` per-row, ``None`` undecided.
-
-        ``None`` until the first release decides (`choose_ledger`); always ``False`` when
-        records are not one row each (unit mode).
-
-        Example:
-            >>> Session().streaming_choice, Session(unit="id").streaming_choice
-            (None, False)
-        """
-        return self._streaming_choice
-
-    def install_ledger(self, ledger: Any, *, streaming: bool | None = None) -> None:
-        """Install the ledger the engine of the session's releases keeps (before the first).
-
-        The frame layer decides which engine and which kind of ledger a session's releases use
-        (`tabdp.frame.binding`, from the frames' classes only); the session keeps it. Nothing
-        is recorded yet, so no loss is lost.
-
-        Args:
-            ledger: The ledger (Polars: `DenseLedger`, `UnitLedger`, `ReplayLedger`; Spark:
-                its own).
-            streaming: Row mode: whether the ledger replays the releases' definitions
-                (streaming, no per-row state); ``None`` leaves the choice as it is.
-
-        Raises:
-            InvalidParameterError: The session already holds releases, or a streaming ledger
-                for records that are not one row each.
-
-        Example:
-            >>> s = Session()
-            >>> s.install_ledger(ReplayLedger(), streaming=True)
-            >>> s.streaming, s.streaming_choice
-            (True, True)
-        """
-        if self.records:
-            raise InvalidParameterError(
-                "Session.install_ledger: this session already holds releases, whose losses are "
-                "in its ledger; a ledger is installed before the first release.\nHint: start a "
-                "new session.")
-        if streaming is not None:
-            if streaming and not self.rows_one_cell:
-                raise InvalidParameterError(
-                    "Session.install_ledger: a streaming ledger charges each row as its own "
-                    "record, but this session's records are not one row each.\nHint: keep the "
-                    "session's own ledger.")
-            self._streaming_choice = streaming
-            if streaming:
-                self.streaming = True
-        self._ledger = ledger
-
-    def choose_ledger(self, lazy_input: bool) -> None:
-        """Deprecated: `tabdp.frame.binding.choose_ledger` (the frame layer decides).
-
-        Args:
-            lazy_input: Whether the release's input is a Polars LazyFrame.
-
-        Example:
-            >>> import warnings
-            >>> s = Session()
-            >>> with warnings.catch_warnings():
-            ...     warnings.simplefilter("ignore", DeprecationWarning)
-            ...     s.choose_ledger(True)
-            >>> s.streaming, type(s.ledger).__name__
-            (True, 'ReplayLedger')
-        """
-        from tabdp.frame import binding
-
-        _deprecated("choose_ledger", "tabdp.frame.binding.choose_ledger(session, lazy_input)")
-        binding.choose_ledger(self, lazy_input)
-
-    def use_engine(self, engine: str, ledger: Any = None) -> None:
-        """Deprecated: `tabdp.frame.binding.use_engine` (the frame layer binds engines).
-
-        Args:
-            engine: ``"spark"`` or ``"polars"``.
-            ledger: The Spark ledger to install (first Spark release only).
-
-        Example:
-            >>> import warnings
-            >>> with warnings.catch_warnings():
-            ...     warnings.simplefilter("ignore", DeprecationWarning)
-            ...     Session().use_engine("polars")
-        """
-        from tabdp.frame import binding
-
-        _deprecated("use_engine", "tabdp.frame.binding.use_engine(session, engine, ledger)")
-        binding.use_engine(self, engine, ledger)
-
     # -- reporting ----------------------------------------------------------------------------
     def report(self, delta: float | None = None) -> Report:
         """The session's report: public part (``to_dict``) and confidential ``per_record``.
@@ -903,13 +572,6 @@ def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
     return ledger
 
 
-def _deprecated(name: str, new: str) -> None:
-    """Warn that ``Session.<name>`` moved to the frame layer (kept for one release)."""
-    warnings.warn(f"Session.{name} is deprecated and will be removed in the next release; use "
-                  f"{new} (the frame layer keeps a session's engine state).",
-                  DeprecationWarning, stacklevel=3)
-
-
 def _is_frame(native: Any) -> bool:
     """Whether ``native`` is a frame an author-mode session can pin (`tabdp.frame.backends`)."""
     from tabdp.frame.backends import is_frame
@@ -917,31 +579,11 @@ def _is_frame(native: Any) -> bool:
     return is_frame(native)
 
 
-def _pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
+def _pin_frame(native: Any) -> Any:
     """The pinned data of a frame (`tabdp.frame.backends.pin_frame`)."""
     from tabdp.frame.backends import pin_frame
 
-    return pin_frame(native, pin)
-
-
-def failure_details(err: BaseException, during: str) -> dict[str, str]:
-    """CONFIDENTIAL details of a failure in an author-mode call, for the curator.
-
-    Args:
-        err: The exception (any engine's, a Rust panic included).
-        during: What the call was doing.
-
-    Returns:
-        ``{"during", "error", "traceback"}`` (the error's text may quote the data).
-
-    Example:
-        >>> failure_details(ValueError("bad 7"), "reading")["error"]
-        'ValueError: bad 7'
-    """
-    import traceback
-
-    return {"during": during, "error": f"{type(err).__name__}: {err}",
-            "traceback": "".join(traceback.format_exception(err))}
+    return pin_frame(native)
 
 
 #: Row ids assigned by a caller that read the input itself (the release workflow): a session
@@ -1056,10 +698,7 @@ class Report:
             ['row', 'rho', 'epsilon', 'size']
         """
         s = self.session
-        if isinstance(s._ledger, ReplayLedger) and s._ledger.programs:
-            s._ledger.sink(s._ledger, s, self.delta, path, rename)
-            return
-        if getattr(s._ledger, "engine", None) == "spark":  # by Spark's writer, sorted by id
+        if getattr(s._ledger, "reports_itself", False):  # the engine holding the losses writes
             s._ledger.write_per_record(s, self.delta, path, rename)
             return
         table = self.per_record
@@ -1085,16 +724,17 @@ class Report:
             ['row', 'rho', 'epsilon', 'size', 'epsilon_delta']
         """
         s = self.session
-        if isinstance(s._ledger, ReplayLedger):  # recomputed from the data
+        if getattr(s._ledger, "reports_itself", False):
+            # built by the engine that holds the losses: recomputed from the data (streaming),
+            # or a Spark DataFrame built by Spark
             out = s._ledger.per_record(s, self.delta)
-            return out.to_pandas() if s.backend == "pandas" else out
-        if getattr(s._ledger, "engine", None) == "spark":  # a Spark DataFrame, built by Spark
-            return s._ledger.per_record(s, self.delta)
+            return out.to_pandas() if s.backend == "pandas" and isinstance(
+                out, pl.DataFrame) else out
         unit_col = s.unit or "row"
         recs = [r for r in s.records if r.losses is not None]
         shown = ("rho", "epsilon", "size")
         if isinstance(s._ledger, DenseLedger):
-            ledger = s._ledger.frame(s._n_rows if s._n_rows is not None else s._ledger.n)
+            ledger = s._ledger.frame(s._ledger.covered)
         else:
             ledger = s._ledger.frame()
         for c in ("rho", "epsilon", "size", *COMPONENTS):
@@ -1241,14 +881,14 @@ class Report:
         qs = [0.5, 0.9, 0.99, 0.999]
         failures = ({"author_failures": [dict(f) for f in s._failures]} if s._failures
                     else {})
-        if getattr(s._ledger, "engine", None) == "spark" or isinstance(s._ledger, ReplayLedger):
+        if getattr(s._ledger, "reports_itself", False):
             spark_stats = s._ledger.rho_summary(s, qs)  # computed in Spark or from the data
             return {"seed": s.seed, **spark_stats,
                     "queries": [{"name": r.name, **r.confidential,
                                  "exact_rounding_fallbacks": dict(r.fallbacks)}
                                 for r in s.records], **failures}
         if isinstance(s._ledger, DenseLedger):
-            frame = s._ledger.frame(s._n_rows if s._n_rows is not None else s._ledger.n)
+            frame = s._ledger.frame(s._ledger.covered)
         else:
             frame = s._ledger.frame()
         rho = frame["rho"].to_numpy() if "rho" in frame.columns else np.zeros(frame.height)

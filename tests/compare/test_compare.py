@@ -309,3 +309,37 @@ def test_controlled_rounding_finds_a_pattern(tmp_path: Path) -> None:
     marg = c.filter(county & (pl.col("ind") == "Total"))
     sums = inner.group_by("geo").agg(pl.col("released").sum()).sort("geo")
     assert sums["released"].to_list() == marg.sort("geo")["released"].to_list()
+
+
+# origin: review R15
+# -- R15-3 (fixed): tabdp compare on a server for authors -----------------------------------
+def test_r15_3_compare_honours_author_only(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """R15-3 (fixed): ``tabdp compare`` ignored ``[policy] author_only``.
+
+    ``[policy] author_only = true`` refused curator-mode specs in
+    ``validate``, ``plan`` and ``run``, but ``tabdp compare`` never read the configuration
+    (``TABDP_CURATOR``): a curator-mode spec naming any server path was read, and its
+    unprotected comparison (cell suppression, audit counts on stdout) written to a folder
+    of the caller's choice. Now it is refused like the others (exit 2, nothing read).
+    """
+    monkeypatch.chdir(tmp_path)
+    generate_establishments(50, seed=1).write_parquet("d.parquet")
+    Path("c.toml").write_text('[datasets.cbp]\npath = "d.parquet"\nschema = { estab_id = '
+                              '"Int64", state = "String" }\n[output]\nroot = "releases"\n'
+                              '[policy]\nauthor_only = true\n', encoding="utf-8")
+    monkeypatch.setenv("TABDP_CURATOR", str(tmp_path / "c.toml"))
+    Path("s.toml").write_text(
+        '[release]\nname = "x"\n[input]\npath = "d.parquet"\nunit = "estab_id"\n'
+        '[domains]\nstate = ["01", "02"]\n[output]\npublic = "o/public"\n'
+        'confidential = "o/confidential"\n[[tables]]\nname = "n"\nkind = "count"\n'
+        'by = ["state"]\nmechanism = { family = "gaussian", sigma = 1.0 }\n', encoding="utf-8")
+    for args in (["run", "s.toml"], ["compare", "s.toml", "--out", "cmp"],
+                 ["ledger", "init", "led", "--series", "s", "--lifetime-budget", "1.0"],
+                 ["ledger", "verify", "led"],
+                 ["ledger", "show", "led"]):
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(args, stdout=out, stderr=err)
+        assert code == 2 and out.getvalue() == "", (args, err.getvalue())
+        assert "author_only" in err.getvalue()
+    assert not Path("cmp").exists() and not Path("o").exists() and not Path("led").exists()

@@ -22,9 +22,14 @@ import pytest
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.exceptions import DataFailure, DataValidationError, InvalidParameterError, SpecError
+from tabdp.frame import binding
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from pathlib import Path
+
 from _engines import as_polars  # noqa: E402
+
+from tabdp.exceptions import TabdpWarning
 
 KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
 SCHEMA = {"c": "String", "x": "Float64"}
@@ -98,7 +103,7 @@ def test_keys_from_data_refused_from_the_argument(to_engine: Callable[[Any], Any
     frame = to_engine(df)
     with pytest.raises(InvalidParameterError, match="read from the data"):
         frame.dp.count(by="c", keys=data_keys, session=s)
-    assert s._bound is None and s.records == []
+    assert binding.of(s).bound is None and s.records == []
 
 
 # -- finding 4: pinning at creation, declared dtypes -------------------------------------------
@@ -435,3 +440,156 @@ def test_spark_curator_author_view_and_refusals(spark: Any) -> None:
     out = cur.author_session("t").sum("n", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0),
                                       nulls="zero", negatives="allow")
     assert dict(out.dtypes)["n"] == "bigint"  # declared integer by the frame's own type
+
+
+R15_KEYS = tabdp.KeySet.from_dict(c=["a", "b"])
+
+
+pa = pytest.importorskip("pyarrow")
+
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+# -- R15-1 (fixed): the curator's pinning of a path dataset -----------------------------------
+def _folder(root: Path, *, base: bool, extra: dict[str, Any] | None) -> Path:
+    """A dataset folder: two records (file a) unless not ``base``, plus one file of one record."""
+    root.mkdir(parents=True)
+    if base:
+        pq.write_table(pa.table({"u": pa.array([1, 2], pa.int64()), "c": ["a", "b"]}),
+                       root / "a.parquet")
+    if extra is not None:
+        pq.write_table(pa.table({"u": pa.array([3], pa.int64()), "c": ["b"], **extra}),
+                       root / "b.parquet")
+    return root
+
+
+def _view(run: Callable[[], Any]) -> tuple[Any, ...]:
+    """What the author sees of one call: the table's non-noise part (or the error), warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = run()
+            got: Any = ("ok", out if isinstance(out, (dict, str)) else
+                        (tuple(out.columns), tuple(map(str, out.dtypes)),
+                         out.select(out.columns[0]).rows(), out.height))
+        except Exception as err:  # noqa: BLE001 - what the author sees
+            got = ("raised", type(err).__name__, str(err), err.__cause__, err.__context__)
+    return got, tuple((w.category.__name__, str(w.message)) for w in caught)
+
+
+# origin: review R15
+@pytest.mark.parametrize("case", ["column_in_one_file", "empty_folder"])
+def test_r15_1_declared_column_in_one_file_only(tmp_path: Path, case: str) -> None:
+    """R15-1 (fixed): a declared column that only D''s one more file holds.
+
+    ``Curator.author_session`` on a Parquet folder refused a declared column found in none
+    of the files (``InvalidParameterError``), so on D (no file with ``w``, or an empty folder)
+    the author got no session and on D' (one more file, one record, with ``w``) got one:
+    whether the server could serve the author at all depended on one record, and the
+    Python curator read the dataset unlike ``tabdp run`` (where such a column is nulls). Now
+    the column reads as nulls on both, and the curator (only) is warned.
+    """
+    base = case == "column_in_one_file"
+    views = []
+    for name, extra in (("D", None), ("Dp", {"w": pa.array([7.0])})):
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", _folder(tmp_path / name, base=base, extra=extra),
+                schema={"u": "Int64", "c": "String", "w": "Float64"}, unit="u")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            author = cur.author_session("d")
+        told = [str(w.message) for w in caught if issubclass(w.category, TabdpWarning)]
+        assert any("in none of its files" in t for t in told) == (name == "D"), told
+        views.append([_view(lambda a=author: a.sum("w", by="c", keys=R15_KEYS, nulls="drop",
+                                                   mechanism=mech.Gaussian(3.0),
+                                                   negatives="zero")),
+                      _view(lambda a=author: a.count(by="c", keys=R15_KEYS)),
+                      _view(lambda a=author: repr(a))])
+    assert views[0] == views[1]
+    assert views[0][0][0][0] == "ok"
+
+
+# -- held: one record at a value edge, through tabdp.Curator and the release kinds ----------
+_BASE = pl.DataFrame({"u": list(range(10)), "c": ["a"] * 5 + ["b"] * 5,
+                      "x": [float(i) for i in range(10)], "n": list(range(10))},
+                     schema={"u": pl.Int64, "c": pl.String, "x": pl.Float64, "n": pl.Int64})
+
+
+_EDGES = {"x_1e308": {"x": 1e308}, "x_inf": {"x": float("inf")}, "x_nan": {"x": float("nan")},
+          "n_max": {"n": 2**63 - 1}, "n_min": {"n": -2**63}, "u_null": {"u": None},
+          "c_null": {"c": None}, "u_dup": {"u": 3}}
+
+
+def _calls(a: tabdp.AuthorSession) -> list[Callable[[], Any]]:
+    g = mech.Gaussian(5.0)
+    return [
+        lambda: a.sum(["x", "n"], by="c", keys=R15_KEYS, mechanism=g, nulls="drop",
+                      negatives="allow", cv=True, form="long"),
+        lambda: a.sum("n", by="c", keys=R15_KEYS, mechanism=mech.DiscreteGaussian(5.0),
+                      nulls="zero", negatives="zero", max_cells=1),
+        lambda: a.sum("x", by="c", keys=R15_KEYS, mechanism=mech.LogTransform(1.0, 1.0),
+                      nulls="zero", negatives="zero"),
+        lambda: a.sum("x", by="c", keys=R15_KEYS, mechanism=mech.SymmetricStable(1.5, 3.0),
+                      nulls="zero", negatives="allow", grid=1.0),
+        lambda: a.count(by="c", keys=R15_KEYS, max_rows=1, cv=True),
+        lambda: a.median("x", by="c", keys=R15_KEYS, bounds=(0.0, 100.0), epsilon=1.0,
+                         nulls="drop", cv=True),
+        lambda: a.quantile("n", 1.0, by="c", keys=R15_KEYS, bounds=(-1e19, 1e19), epsilon=1.0,
+                           noise="laplace", delta=1e-6, nulls="zero"),
+        lambda: a.summary(),
+    ]
+
+
+def _python_views(frame: pl.DataFrame, budget: float | None) -> list[Any]:
+    cur = tabdp.Curator(seed=5, budget=budget)
+    cur.add("d", frame, schema={"u": "Int64", "c": "String", "x": "Float64", "n": "Int64"},
+            unit="u")
+    author = cur.author_session("d", name="s")
+    return [_view(call) for call in _calls(author)]
+
+
+# origin: review R15
+@pytest.mark.parametrize("budget", [None, 2.0])
+def test_r15_python_value_edges_change_only_the_noise(budget: float | None) -> None:
+    """Held: D' = D plus one record at a value edge; every release kind and the summary.
+
+    Sums (Gaussian with ``cv`` and long form, discrete Gaussian with ``max_cells``, a
+    transformation mechanism, symmetric stable with a grid), counts with ``max_rows``,
+    medians and quantiles (±2**63 with bounds of ±1e19, 1e308, ±inf, NaN, a null unit, a
+    null key, a unit id shared with a record of D): the same columns, dtypes, keys, rows,
+    warnings, errors and public summary on both (under a budget too).
+    """
+    d = _python_views(_BASE, budget)
+    assert all(v[0][0] == "ok" for v in d), d
+    for label, rec in _EDGES.items():
+        row = {"u": 100, "c": "b", "x": 5.0, "n": 5, **rec}
+        extra = pl.DataFrame([row], schema=_BASE.schema)
+        assert _python_views(pl.concat([_BASE, extra]), budget) == d, label
+
+
+# origin: review R15
+# -- R15-4 (fixed): a joint release's currency was the order of its measures -------------
+def test_r15_4_joint_currency_does_not_depend_on_the_measures_order() -> None:
+    """R15-4: the same measures released jointly in the other order get a fresh budget.
+
+    Under a curve budget each currency has its own limit. A flat curve of ρ = 1 per
+    currency; unit 1 contributes (100, 100), charged ρ ≈ 0.6 by a joint Gaussian release of
+    (x, y). After ``["x", "y"]`` the unit has 0.6 of its 1.0 in
+    currency ``x+y``, so a second joint release of the same measures must leave it out,
+    whatever their order; ``["y", "x"]`` was currency ``y+x`` and admitted it again (its
+    total over the session: 1.2 for one pair of measures; with k measures, k! orders).
+    """
+    df = pl.DataFrame({"u": [1, 2, 3], "c": ["a"] * 3, "x": [100.0, 1.0, 1.0],
+                       "y": [100.0, 1.0, 1.0]})
+    keys = tabdp.KeySet.from_dict(c=["a"])
+    cur = tabdp.Curator(seed=1, budget={1.0: 1.0, 1e6: 1.0})
+    cur.add("d", df, schema={"u": "Int64", "c": "String", "x": "Float64", "y": "Float64"},
+            unit="u")
+    author = cur.author_session("d", name="s")
+    joint = mech.VectorSubbotin(2, 129.0)
+    for order in (["x", "y"], ["y", "x"]):
+        author.sum(order, by="c", keys=keys, mechanism=joint, nulls="zero", negatives="zero")
+    left_out = [q["units_left_out_by_budget"]
+                for q in cur.report("s").confidential_summary()["queries"]]
+    assert left_out == [0, 1]

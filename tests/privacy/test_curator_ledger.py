@@ -7,12 +7,20 @@ curator's (docs/privacy-semantics.md, "Lifetime budgets across author runs").
 
 from __future__ import annotations
 
+import io
+import sys
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
 
 import tabdp
+from tabdp import cli
 from tabdp.exceptions import InvalidParameterError, LedgerError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import write_curator  # noqa: E402
 
 pytest.importorskip("deltalake")
 
@@ -166,3 +174,102 @@ def test_a_coarser_unit_does_not_bound_each_rows_loss_for_signed_measures():
         losses[unit] = s.report().per_record["rho"].to_list()
     assert losses["firm"] == [0.0, 0.125]          # firm 1: +100 and -100 cancel
     assert losses[None] == [50.0, 50.0, 0.125]     # each of its rows: 100^2 / (2 * 10^2)
+
+
+HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
+
+
+# the spec of review R15's server runs (a county table and a count over one dataset)
+_SPEC = """
+[release]
+name = "r15"
+[input]
+dataset = "cbp"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { v = [0, 100] }
+[domains]
+state = ["01", "02"]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 3 }
+[[tables]]
+name = "n"
+kind = "count"
+by = ["state"]
+[randomness]
+seed = 7
+"""
+
+
+def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> tuple[int, str, str]:
+    monkeypatch.chdir(root)
+    out, err = io.StringIO(), io.StringIO()
+    args = [command, "s.toml", "--curator", "curator.toml"]
+    if command == "run":
+        args += ["--overwrite", "--test-seed"]
+    code = cli.main(args, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+# origin: review R15
+# -- R15-2 (fixed): a ledger dataset whose declared unit the ledger cannot key --------------
+@pytest.mark.parametrize("dtype", ["Float64", "UInt64", "Boolean", "Date"])
+def test_r15_2_ledger_unit_dtype_is_refused_from_the_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
+    """R15-2 (fixed): a ledger dataset's unit declared of a type the ledger cannot key.
+
+    ``[datasets.x] unit`` declared Float64 (UInt64, Boolean, Date) with a
+    ``ledger``: every author run read the data and then failed (the generic failure, exit 4,
+    "ask the curator"), and every release of a Python author session was a `DataFailure`;
+    ``validate`` said the spec was fine. The ledger keys units by Int64 or text ids, so it is
+    now a configuration error from the text (exit 2, before anything is read), and
+    ``Curator.add`` refuses it.
+    """
+    (tmp_path / "ds").mkdir()
+    schema = {"estab_id": dtype, "state": "String", "v": "Int64"}
+    write_curator(tmp_path, {"cbp": "ds"}, public=[HIER], schemas={"cbp": schema},
+                  dataset_extra={"cbp": 'unit = "estab_id"\nledger = "ledgers/cbp"'})
+    (tmp_path / "s.toml").write_text(_SPEC, encoding="utf-8")
+    for command in ("validate", "run"):
+        code, out, err = _cli(tmp_path, monkeypatch, command)
+        assert code == 2, (code, err)
+        assert "datasets.cbp.schema.estab_id" in err and str(tmp_path) not in out + err
+    cur = tabdp.Curator()
+    with pytest.raises(tabdp.exceptions.InvalidParameterError, match="keys units by"):
+        cur.add("d", pl.DataFrame({"u": [1], "c": ["a"]}), unit="u", ledger=tmp_path / "l",
+                schema={"u": dtype, "c": "String"})
+    cur.add("ok", pl.DataFrame({"u": [1], "c": ["a"]}), unit="u", ledger=tmp_path / "l",
+            schema={"u": "Int32", "c": "String"})
+
+
+# origin: review R16
+# -- R16-2 (fixed): a shared ledger, units of two types, no declared schema --------------------
+def test_r16_2_shared_ledger_unit_types_compared_without_a_schema(tmp_path: Path) -> None:
+    """R16-2 (fixed, low): the unit types were compared only when both schemas were declared.
+
+    Two Polars frames without ``schema=`` sharing one ledger, unit ``u`` Int64 in one and
+    String in the other, were accepted; every release of the second then failed (the ledger
+    refused the other key type after the data was read: the generic `DataFailure`, the same
+    on every server, so no leak, but an unusable dataset that `Curator.add` should refuse
+    from the frames' schemas, as it does for declared ones).
+    """
+    from tabdp.privacy.lifetime import Ledger
+
+    Ledger.create(tmp_path / "led", series="s", lifetime_budget=1.0).close()
+    cur = tabdp.Curator(seed=1, budget=1.0)
+    cur.add("a", pl.DataFrame({"u": [7, 8], "c": ["x", "x"]}), unit="u",
+            ledger=tmp_path / "led")
+    with pytest.raises(InvalidParameterError, match="share one lifetime ledger"):
+        cur.add("b", pl.DataFrame({"u": ["7", "8"], "c": ["x", "x"]}), unit="u",
+                ledger=tmp_path / "led")
+    # the same type in a frame and in a declared schema: one account per unit, accepted
+    cur.add("c", pl.DataFrame({"u": [9], "c": ["x"]}).lazy(), unit="u",
+            ledger=tmp_path / "led")
+    cur.add("d", pl.DataFrame({"u": [1], "c": ["y"]}), unit="u", ledger=tmp_path / "led",
+            schema={"u": "Int64", "c": "String"})

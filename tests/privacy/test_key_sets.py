@@ -17,7 +17,11 @@ from tabdp import mechanisms as mech
 from tabdp.exceptions import ColumnTypeError
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import warnings
+
 from _engines import session_state  # noqa: E402
+
+from tabdp.mechanisms import Gaussian
 
 # Two distinct public Int64 keys that are one Float64 (2**53 + 1 rounds to 2**53).
 KEYS_53 = tabdp.KeySet.from_dict(k=[2**53, 2**53 + 1])
@@ -90,3 +94,39 @@ def test_output_names_clashing_with_keys_are_refused(kind, key, to_engine):
         else:
             df.dp.count(by=key, keys=keys, mechanism=TINY, session=s)
     assert session_state(s) == before
+
+
+# origin: review R16
+# -- R16-4 (fixed): a date key column against a key set of text ----------------------------
+def test_r16_4_date_keys_against_text_keys_release_on_neighbours() -> None:
+    """R16-4 (fixed, low): a Date (or Datetime) key column and a key set of text never released.
+
+    The key join casts the column to text (`formattable` first: review R14) and checked the
+    cast by casting the text back to the date type, which Polars 2 no longer does: every
+    such release failed after reading the data (the generic `DataFailure`, alike on both
+    servers, so no leak; the R14 test took it for a type refusal). A date or time as text is
+    exact wherever it can be formatted, so that is now the check. Held: a neighbour with one
+    date Polars cannot format (and a zoned millisecond Datetime) gives the same table.
+    """
+    import datetime as dt
+
+    keys = tabdp.KeySet.from_dict(d=["2020-01-02", "2021-03-04"])
+    for far, dtype in ((2**31 - 1, pl.Date), (2**62, pl.Datetime("ms", "Europe/Paris"))):
+        near = (pl.Series([dt.date(2020, 1, 2)]).cast(dtype) if dtype == pl.Date else
+                pl.Series([dt.datetime(2020, 1, 2)]).cast(pl.Datetime("ms"))
+                .dt.replace_time_zone("Europe/Paris"))
+        seen = []
+        for extra in ([], [far]):
+            col = pl.concat([near, pl.Series(extra, dtype=pl.Int64).cast(
+                pl.Int32 if dtype == pl.Date else pl.Int64).cast(dtype)]).alias("d")
+            frame = pl.DataFrame({"u": range(len(col)), "d": col, "v": [1.0] * len(col)})
+            cur = tabdp.Curator(seed=1, budget=10.0)
+            cur.add("x", frame, unit="u")
+            s = cur.author_session("x")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = s.sum("v", by="d", keys=keys, mechanism=Gaussian(sigma=1.0), nulls="drop",
+                          negatives="zero")
+            seen.append((t.columns, t.dtypes, t["d"].to_list(), t["v"].to_list()))
+        assert seen[0] == seen[1]  # the same seed: the far record is outside, as on D
+    assert seen[0][2] == ["2020-01-02", "2021-03-04"]

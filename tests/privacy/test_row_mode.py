@@ -22,6 +22,7 @@ import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
+from tabdp.frame import binding
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from _engines import LAZY_ENGINES, as_polars, session_state  # noqa: E402
@@ -144,12 +145,12 @@ def test_row_mode_binds_the_columns_read_and_rechecks_them() -> None:
                        "note": ["p", "q", "r"]})
     s = tabdp.Session(seed=1)
     df.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
-    assert s.bound_columns() == ["c", "x"]
+    assert binding.of(s).bound_columns() == ["c", "x"]
     # rows 0 and 1 agree on every bound column (c, x): a frame that exchanges them and drops
     # the never-read column is accepted; the new column w is charged to the rows as read now
     swapped = df[[1, 0, 2]].drop("note")
     swapped.dp.sum("w", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
-    assert s.bound_columns() == ["c", "x", "w"]
+    assert binding.of(s).bound_columns() == ["c", "x", "w"]
     rho = s.report().per_record["rho"].to_list()
     # row 0 now holds w = 1 (x = 2): 2 + 0.5; row 1 holds w = 9: 2 + 40.5; row 2: 0.125 + 0.5
     assert rho == pytest.approx([2.5, 42.5, 0.625])

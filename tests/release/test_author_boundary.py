@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -27,7 +28,7 @@ from tabdp.release import CuratorConfig, load_curator_config, parse_curator_conf
 from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import schema_of, write_curator  # noqa: E402
+from _curator import NOISY, schema_of, write_curator  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -443,3 +444,209 @@ def test_declared_schema_types_are_checked_before_data(tmp_path: Path) -> None:
         assert info.value.path == "tables[0].measures[0]", info.value.path
         assert "declared dataset schema" in str(info.value)
         assert str(tmp_path) not in str(info.value)
+
+
+# -- held: an empty dataset folder against one holding one record (the CLI) -----------------
+_SPEC = """
+[release]
+name = "r15"
+[input]
+dataset = "cbp"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { v = [0, 100] }
+[domains]
+state = ["01", "02"]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 3 }
+[[tables]]
+name = "n"
+kind = "count"
+by = ["state"]
+[randomness]
+seed = 7
+"""
+
+
+def _r15_cli(root: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> tuple[int, str, str]:
+    monkeypatch.chdir(root)
+    out, err = io.StringIO(), io.StringIO()
+    args = [command, "s.toml", "--curator", "curator.toml"]
+    if command == "run":
+        args += ["--overwrite", "--test-seed"]
+    code = cli.main(args, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _public(root: Path, name: str) -> dict[str, Any]:
+    """The public folder: file names, each table's schema and key columns, summary.json."""
+    pub = root / "releases" / name / "public"
+    seen: dict[str, Any] = {}
+    for f in sorted(pub.rglob("*")):
+        rel = f.relative_to(pub).as_posix()
+        if f.suffix == ".parquet":
+            t = pl.read_parquet(f)
+            keys = [c for c, dt in t.schema.items() if dt == pl.String and c != "flag"
+                    and not c.endswith("_flag") and c not in NOISY]
+            seen[rel] = (t.schema, t.select(keys).rows())
+        else:
+            seen[rel] = None
+    return seen
+
+
+pa = pytest.importorskip("pyarrow")
+
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+# origin: review R15
+@pytest.mark.parametrize("files", ["none", "zero_rows", "empty_partition_folder"])
+def test_r15_empty_dataset_against_one_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              files: str) -> None:
+    """Held: a dataset without records against one record.
+
+    D holds no record (an empty folder, a file of 0 rows, an empty ``state=02`` folder); D'
+    one record in one file. ``validate`` and ``run``: the same exit code (0), stdout and
+    stderr, and the same public files, tables' schemas and keys.
+    """
+    schema = {"estab_id": "Int64", "state": "String", "v": "Int64"}
+    rec = pa.table({"estab_id": pa.array([1000], pa.int64()), "state": ["02"],
+                    "v": pa.array([5], pa.int64())})
+    views = []
+    for name in ("D", "Dp"):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        if name == "Dp":
+            pq.write_table(rec, root / "ds" / "x.parquet")
+        elif files == "zero_rows":
+            pq.write_table(rec.slice(0, 0), root / "ds" / "x.parquet")
+        elif files == "empty_partition_folder":
+            (root / "ds" / "state=02").mkdir()
+        write_curator(root, {"cbp": "ds"}, public=[HIER], schemas={"cbp": schema},
+                      dataset_extra={"cbp": 'unit = "estab_id"'})
+        (root / "s.toml").write_text(_SPEC, encoding="utf-8")
+        views.append(([_r15_cli(root, monkeypatch, c) for c in ("validate", "run")],
+                      _public(root, "r15")))
+    assert views[0] == views[1]
+    assert [v[0] for v in views[0][0]] == [0, 0]
+
+
+# -- held: a spec using every release feature, on neighbouring servers ----------------------
+_FULL = """
+[release]
+name = "full"
+title = "<script>alert(1)</script>"
+[input]
+dataset = "cbp"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { payroll = [0, 1e8], employment = [0, 1e4] }
+[hierarchies.geo]
+file = "geography.csv"
+levels = ["state", "county"]
+[hierarchies.industry]
+file = "naics.csv"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+[budget.rho]
+"1" = 0.2
+"1e4" = 2.0
+"1e8" = 5.0
+[publication]
+cv_flag = 0.3
+suppress_cv = 2.0
+negative = "flag"
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county", "naics2"]
+mechanism = { family = "gaussian", sigma = 1e5 }
+consistent = true
+shares = { county_naics2 = 0.8, state_naics2 = 0.2 }
+nonnegative = true
+[[tables.rollups]]
+by = ["state", "naics2"]
+direct = true
+[[tables.rollups]]
+by = []
+[[tables]]
+name = "emp"
+measures = ["employment"]
+by = ["state", "naics6"]
+calibrate = { family = "exp_polylog", targets = { "5" = 0.5, "2.5e5" = 5.0 }, \
+typical_total = 100.0, fixed = { p = 1 } }
+publication = { round = 1.0 }
+[[tables.rollups]]
+by = ["state", "naics2"]
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+mechanism = { family = "discrete_gaussian", sigma = 2.0 }
+consistent = true
+integer = true
+[[tables.rollups]]
+by = ["state"]
+direct = true
+[randomness]
+seed = 11
+"""
+
+
+def _full_extra(base: pl.DataFrame, kind: str) -> pl.DataFrame:
+    one = base.filter(pl.col("state") == "02").head(1).with_columns(
+        pl.lit(10**6).alias("estab_id"))
+    if kind == "huge":  # far above the bounds: clipped, then left out by the budget
+        return one.with_columns(pl.lit(1e15).alias("payroll"))
+    if kind == "unit_in_every_county":  # one unit, many cells of every table
+        counties = base.filter(pl.col("state") == "02")["county"].unique().sort().to_list()
+        return pl.concat([one.with_columns(pl.lit(c).alias("county")) for c in counties])
+    assert kind == "codes_outside_the_hierarchies"
+    return one.with_columns(pl.lit("02999").alias("county"), pl.lit("999999").alias("naics6"))
+
+
+# origin: review R15
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["huge", "unit_in_every_county",
+                                  "codes_outside_the_hierarchies"])
+def test_r15_every_feature_on_neighbouring_servers(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   kind: str) -> None:
+    """Held: a spec using every release feature, on servers one record apart.
+
+    Hierarchies, direct and derived rollups, consistent tables with shares,
+    ``nonnegative`` and ``integer``, a calibrated table rounded for publication, a curve
+    budget, ``cv_flag`` / ``suppress_cv`` / negative flags, an HTML-like title. D' holds one
+    more establishment (huge; in every county of its state; with codes outside both
+    hierarchies). ``validate``, ``plan`` and ``run``: the same exit codes, stdout and stderr;
+    the same public files, table schemas and keys. (Flags, suppressed cells, ``sd`` of
+    consistent tables and the public summary's shares of flagged cells follow the noisy
+    estimates, so they differ: post-processing of the noise.)
+    """
+    base = generate_establishments(400, seed=3).filter(pl.col("state").is_in(["01", "02"]))
+    schema = {c: str(t) for c, t in base.schema.items()}
+    views = []
+    for name in ("D", "Dp"):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        base.write_parquet(root / "ds" / "a.parquet")
+        if name == "Dp":
+            _full_extra(base, kind).write_parquet(root / "ds" / "b.parquet")
+        write_curator(root, {"cbp": "ds"}, public=[HIER], schemas={"cbp": schema},
+                      dataset_extra={"cbp": 'unit = "estab_id"'})
+        (root / "s.toml").write_text(_FULL, encoding="utf-8")
+        views.append(([_r15_cli(root, monkeypatch, c) for c in ("validate", "plan", "run")],
+                      _public(root, "full")))
+        html = (root / "releases" / "full" / "public" / "summary.html").read_text("utf-8")
+        assert "<script>alert" not in html
+    assert views[0] == views[1]
+    assert [v[0] for v in views[0][0]] == [0, 0, 0]

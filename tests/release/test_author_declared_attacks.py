@@ -12,7 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import os
 import sys
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,8 @@ import pytest
 
 import tabdp
 from tabdp import cli
+from tabdp.release import declared
+from tabdp.release.declared import scan_declared
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import NOISY, assert_public_alike, write_curator  # noqa: E402
@@ -512,3 +518,130 @@ def test_python_author_date_key_against_text_keys(
         captured = capfd.readouterr()
         seen.append((out, captured.out, captured.err))
     assert seen[0] == seen[1], seen
+
+
+def _not_utf8_text(values: Sequence[bytes | None]) -> Any:
+    """A pyarrow string array holding the given bytes unchecked (some not UTF-8)."""
+    import pyarrow as pa
+
+    return pa.array(values, pa.binary()).view(pa.string())
+
+
+# origin: review R16
+# -- held: lenient reads of text that is not UTF-8 ------------------------------------------
+@pytest.mark.parametrize("encoding", ["plain", "dictionary", "no_statistics", "arrow_dict"])
+def test_one_value_not_utf8_changes_no_other_record(tmp_path: Path, encoding: str) -> None:
+    """Held: one value that is not UTF-8 in a file changes no other value of the file.
+
+    Plain or dictionary pages, no statistics, an Arrow dictionary column: every other value
+    reads as in the file without it.
+
+    The probe (``null_count``) decodes every value under each encoding, so the file is read
+    by pyarrow; only the bad value is null, and the file's other columns are Polars' own.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = [b"a", b"b", b"b", b"a", b"c"]
+    for name, values in (("D", good), ("Dp", [*good[:1], b"\xff", *good[1:]])):
+        n = len(values)
+        text = _not_utf8_text(values)
+        if encoding == "arrow_dict":
+            text = text.dictionary_encode()
+        table = pa.table({"u": pa.array(range(n), pa.int64()), "c": text,
+                          "v": pa.array([1.5] * n), "d": pa.array([2] * n, pa.int32())})
+        kw = {"plain": {"use_dictionary": False}, "no_statistics": {"write_statistics": False}
+              }.get(encoding, {})
+        (tmp_path / name).mkdir()
+        pq.write_table(table, tmp_path / name / "a.parquet", **kw)
+    schema = {"u": pl.Int64, "c": pl.String, "v": pl.Float64, "d": pl.Int64}
+    d = scan_declared(tmp_path / "D", schema, flag_lost=True).collect()
+    dp = scan_declared(tmp_path / "Dp", schema, flag_lost=True).collect()
+    assert dp.schema == d.schema
+    extra = dp.filter(pl.col("c").is_null())
+    assert extra.height == 1 and extra["__tabdp_lost_c"].to_list() == [True]
+    assert dp.filter(pl.col("c").is_not_null()).drop("u").equals(d.drop("u"))
+
+
+# origin: review R16
+def test_a_nested_text_column_null_in_its_file_leaves_the_release_columns(
+        tmp_path: Path) -> None:
+    """Held: a nested text column with one bad element is null in its file, nothing else.
+
+    A list of text with one element that is not UTF-8 makes that column null in its file
+    (counted for the curator); the file's key and measure values are unchanged.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lt = pa.array([[b"a"], [b"\xff"], [b"c"]], pa.list_(pa.binary()))
+    tags = pa.ListArray.from_arrays(lt.offsets, lt.values.view(pa.string()))
+    (tmp_path / "state=01").mkdir()
+    pq.write_table(pa.table({"tags": tags, "c": _not_utf8_text([b"x", b"y", b"x"]),
+                             "v": pa.array([1.0, 2.0, 3.0])}),
+                   tmp_path / "state=01" / "a.parquet")
+    out = scan_declared(tmp_path, {"state": pl.String, "tags": pl.String, "c": pl.String,
+                                   "v": pl.Float64}, flag_lost=True).collect()
+    assert out.select("state", "c", "v").rows() == [("01", "x", 1.0), ("01", "y", 2.0),
+                                                    ("01", "x", 3.0)]
+    assert out["tags"].null_count() == 3 and out["__tabdp_lost_tags"].all()
+
+
+# origin: review R16
+# -- R16-1 (fixed): the Spark alias folder under concurrent reads ------------------------------
+def test_r16_1_two_aliases_at_once_never_write_into_a_dataset_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R16-1 (fixed, medium): two reads at once took the same alias name.
+
+    `_utf8_alias` (Spark reads a file under a folder whose name is not UTF-8 through a hard
+    link in a private folder) named the link after ``len(_ALIASES)``, which grows only once
+    the link exists: two threads (two author sessions pinning Spark datasets at once) took the
+    same name, the second ``os.link`` failed (the name existed) and fell back to
+    ``shutil.copyfile`` onto the first link, writing the second dataset's file into the
+    first one's inode: the curator's file on disk was overwritten, and the first session
+    read the other dataset. Now one lock, a counter, and a copy never opens an existing path.
+    """
+    odd = tmp_path / os.fsdecode(b"caf\xe9")
+    odd.mkdir()
+    a, b = odd / "a.parquet", odd / "b.parquet"
+    a.write_bytes(b"A" * 1000)
+    b.write_bytes(b"B" * 1000)
+    real_link = os.link
+
+    def slow_link(src: object, dst: object, **kw: object) -> None:
+        real_link(src, dst, **kw)  # type: ignore[arg-type]
+        time.sleep(0.3)  # the first link exists; its name is not yet taken in _ALIASES
+
+    monkeypatch.setattr(os, "link", slow_link)
+    gate = threading.Barrier(2)
+    got: dict[str, Path] = {}
+
+    def alias(f: Path) -> None:
+        gate.wait()
+        got[f.name] = declared._utf8_alias(f)
+
+    threads = [threading.Thread(target=alias, args=(f,)) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert a.read_bytes() == b"A" * 1000 and b.read_bytes() == b"B" * 1000
+    assert got["a.parquet"] != got["b.parquet"]
+    assert got["a.parquet"].read_bytes() == b"A" * 1000
+    assert got["b.parquet"].read_bytes() == b"B" * 1000
+    assert oct(got["a.parquet"].parent.stat().st_mode & 0o777) == "0o700"
+
+
+# origin: review R16
+def test_spark_alias_folder_is_private_and_named_by_number(tmp_path: Path) -> None:
+    """Held: a Spark alias is a hard link named by a number in a 0700 folder of its own.
+
+    No part of the server's path is in its name.
+    """
+    odd = tmp_path / os.fsdecode(b"st\xe9=1")
+    odd.mkdir()
+    (odd / "secret-name.parquet").write_bytes(b"x")
+    alias = declared._utf8_alias(odd / "secret-name.parquet")
+    assert alias.name.split(".")[0].isdigit() and "secret" not in str(alias)
+    assert (alias.parent.stat().st_mode & 0o777) == 0o700
+    assert alias.stat().st_ino == (odd / "secret-name.parquet").stat().st_ino

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import io
 import sys
+import warnings
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -22,6 +24,7 @@ import tabdp  # noqa: E402
 from tabdp import cli  # noqa: E402
 from tabdp.datasets.synth import generate_establishments  # noqa: E402
 from tabdp.exceptions import InvalidParameterError  # noqa: E402
+from tabdp.mechanisms import Gaussian, Subbotin, VectorSubbotin  # noqa: E402
 
 SPEC = """
 [release]
@@ -119,3 +122,180 @@ def test_curator_object_caps_author_sessions() -> None:
     c2 = tabdp.Curator(budget=1.0, max_rho=2.0, seed=1)
     c2.add("d", df, schema=schema)
     c2.author_session("d")
+
+
+HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
+
+
+# -- held: max_rho is what a unit spends, checked on real runs --------------------------------
+_CAPPED = """
+[release]
+name = "capped"
+[input]
+dataset = "cbp"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = {{ payroll = [0, 1e8], employment = [0, 1e4], revenue = [0, 1e9] }}
+[hierarchies.geo]
+file = "geography.csv"
+levels = ["state", "county"]
+[hierarchies.industry]
+file = "naics.csv"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+{budget}
+[[tables]]
+name = "pay"
+measures = ["payroll"]
+by = ["county", "naics2"]
+mechanism = {{ family = "gaussian", sigma = 1e6 }}
+consistent = true
+shares = {{ county_naics2 = 0.8, state_naics2 = 0.2 }}
+nonnegative = true
+[[tables.rollups]]
+by = ["state", "naics2"]
+direct = true
+[[tables.rollups]]
+by = []
+[[tables]]
+name = "pay2"
+measures = ["payroll"]
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 1e6 }}
+[[tables.rollups]]
+by = []
+direct = true
+[[tables]]
+name = "emp"
+measures = ["employment"]
+by = ["state", "naics6"]
+calibrate = {{ family = "exp_polylog", targets = {{ "5" = 0.5, "2.5e5" = 5.0 }}, \
+typical_total = 100.0, fixed = {{ p = 1 }} }}
+[[tables.rollups]]
+by = ["state", "naics2"]
+direct = true
+[[tables]]
+name = "joint"
+measures = ["payroll", "revenue"]
+by = ["state"]
+mechanism = {{ family = "vector_subbotin", r = 2, scale = 1.0, \
+weights = {{ payroll = 1e6, revenue = 1e7 }} }}
+[[tables.rollups]]
+by = []
+direct = true
+[[tables]]
+name = "joint2"
+measures = ["revenue", "payroll"]
+by = ["county"]
+mechanism = {{ family = "vector_subbotin", r = 2, scale = 1.0, \
+weights = {{ payroll = 1e6, revenue = 1e7 }} }}
+[[tables]]
+name = "n"
+kind = "count"
+by = ["county"]
+mechanism = {{ family = "discrete_gaussian", sigma = 3.0 }}
+consistent = true
+integer = true
+[[tables.rollups]]
+by = ["state"]
+direct = true
+[[tables]]
+name = "n2"
+kind = "count"
+by = ["naics6"]
+mechanism = {{ family = "laplace", scale = 3.0 }}
+[[tables.rollups]]
+by = []
+direct = true
+"""
+
+
+# origin: review R16
+@pytest.mark.slow
+@pytest.mark.parametrize(("budget", "cap", "most"), [
+    # a constant budget at the cap: every table, rollup and joint release counts in it
+    ("[budget]\nrho = 1.0", 1.0, 1.0),
+    # a curve: currencies payroll, employment, payroll+revenue, rows (the text bound says up
+    # to 3 measures + 2 tables of two measures + rows = 6), each at most the curve's top 1.0
+    ('[budget.rho]\n"1" = 0.3\n"1e9" = 1.0', 6.0, 4.0),
+])
+def test_max_rho_holds_on_a_run_of_every_release_feature(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: str, cap: float,
+        most: float) -> None:
+    """Held: no unit's per-record ρ in ``per_record_losses.parquet`` passes ``max_rho``.
+
+    Consistent tables with shares and direct rollups (extra releases), a calibrated table,
+    joint (vector) releases in both measure orders, counts (a consistent one), and units of
+    many rows in many cells; noise small enough that most units would pass the cap without
+    the filter. Under a curve, each currency stays within the curve's top as well.
+    """
+    base = generate_establishments(600, seed=3)
+    many = pl.concat([base.head(40).with_columns(
+        pl.lit(10**6 + (i % 5), dtype=pl.Int64).alias("estab_id")) for i in range(4)])
+    (tmp_path / "ds").mkdir()
+    pl.concat([base, many]).write_parquet(tmp_path / "ds" / "a.parquet")
+    write_curator(tmp_path, {"cbp": "ds"}, public=[HIER],
+                  schemas={"cbp": {c: str(t) for c, t in base.schema.items()}},
+                  dataset_extra={"cbp": 'unit = "estab_id"'},
+                  extra=f"[policy]\nmax_rho = {cap}\n")
+    (tmp_path / "s.toml").write_text(_CAPPED.format(budget=budget), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for command in ("validate", "run"):
+        out, err = io.StringIO(), io.StringIO()
+        args = [command, "s.toml", "--curator", "curator.toml"]
+        code = cli.main(args + (["--overwrite", "--quiet"] if command == "run" else []),
+                        stdout=out, stderr=err)
+        assert code == 0, err.getvalue()
+    losses = pl.read_parquet(tmp_path / "releases" / "capped" / "confidential"
+                             / "per_record_losses.parquet")
+    per_release = [c for c in losses.columns if c.startswith("rho_")]
+    assert len(per_release) == 13  # 7 tables + 6 direct or consistent rollup releases
+    assert losses["rho"].max() <= cap
+    assert losses["rho"].max() <= most * (1 + 1e-12)
+    assert float(losses["rho"].max()) > 0.4 * most  # the filter was needed
+    summed = losses.select(pl.sum_horizontal(per_release))[:, 0]
+    assert np.allclose(summed, losses["rho"])
+
+
+# origin: review R16
+@pytest.mark.slow
+def test_max_rho_holds_in_a_python_author_session() -> None:
+    """Held: ``Curator(max_rho=1, budget=1)``: no unit passes 1.0 in a Python session.
+
+    Approximate-DP releases, medians, quantiles, a joint sum, ``max_cells`` and repeated sums
+    and counts.
+
+    Approximate-DP mechanisms (Subbotin r = 3, Laplace smooth-sensitivity medians with δ)
+    have an infinite per-record ρ: the filter leaves every unit out of them (0 charged).
+    """
+    rng = np.random.default_rng(0)
+    n = 300
+    df = pl.DataFrame({"u": np.repeat(np.arange(100), 3), "c": rng.choice(["a", "b"], n),
+                       "pay": rng.uniform(0, 100, n), "pay2": rng.uniform(0, 100, n)})
+    cur = tabdp.Curator(seed=1, max_rho=1.0, budget=1.0)
+    cur.add("d", df, unit="u", schema={"u": "Int64", "c": "String", "pay": "Float64",
+                                       "pay2": "Float64"})
+    s = cur.author_session("d")
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    rules = {"nulls": "drop", "negatives": "zero"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s.sum("pay", by="c", keys=keys, mechanism=Subbotin(r=3.0, scale=10.0, delta=1e-6),
+              **rules)
+        s.median("pay", by="c", keys=keys, bounds=(0.0, 100.0), epsilon=0.3, nulls="drop")
+        s.median("pay", by="c", keys=keys, bounds=(0.0, 100.0), epsilon=1.0,
+                 noise="laplace", delta=1e-6, nulls="drop")
+        s.quantile("pay", 0.3, by="c", keys=keys, bounds=(0.0, 100.0), epsilon=0.1,
+                   nulls="drop")
+        s.sum(["pay", "pay2"], by="c", keys=keys, mechanism=VectorSubbotin(r=2.0, scale=80.0),
+              **rules)
+        s.sum("pay", by="c", keys=keys, mechanism=Gaussian(sigma=80.0), max_cells=1, **rules)
+        for _ in range(5):
+            s.sum("pay", by="c", keys=keys, mechanism=Gaussian(sigma=60.0), **rules)
+            s.count(by="c", keys=keys, mechanism=Gaussian(sigma=2.0))
+    per = cur.report(s.name).per_record
+    assert per["rho"].max() <= 1.0
+    assert per["rho"].max() > 0.9
+    assert per["rho_q1_sum"].max() == 0.0 and per["rho_q3_median"].max() == 0.0

@@ -13,12 +13,14 @@ secure randomness). The flagged share moves by well under 1 percentage point bet
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 
+from tabdp import cli
 from tabdp.planning import forecast, published_usability
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
@@ -77,3 +79,36 @@ def test_demo_per_record_losses(demo: Path) -> None:
         assert 0.4 <= float(p[col].median()) <= 0.502, col
         assert float(p[col].max()) <= 50.0, col
     assert float(p["rho_county_naics2_estabs"].max()) == pytest.approx(0.125)
+
+
+# origin: review R16
+# -- R16-3 (fixed): tabdp demo under author_only --------------------------------------------
+def test_r16_3_demo_refuses_under_author_only(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """R16-3 (fixed, low): ``tabdp demo --out FOLDER`` ran under an author_only server.
+
+    ``tabdp demo`` ignores the curator configuration (its spec is the bundled curator-mode
+    example), so on a server for authors ``--out`` named any server folder: it said whether
+    ``FOLDER/public`` existed (exit 2, "already exists") and with ``--overwrite`` replaced
+    ``public``, ``confidential`` and ``plan`` there (a published release, say) with the
+    demo's. Like ``compare`` and ``ledger``, it now refuses under ``author_only``.
+    """
+    victim = tmp_path / "victim"
+    (victim / "public").mkdir(parents=True)
+    (victim / "public" / "t.parquet").write_bytes(b"published")
+    cfg = tmp_path / "cur.toml"
+    cfg.write_text('[datasets.d]\npath = "/nonexistent"\nschema = { a = "Int64" }\n'
+                   f'[output]\nroot = "{(tmp_path / "rel").as_posix()}"\n'
+                   "[policy]\nauthor_only = true\n", encoding="utf-8")
+    monkeypatch.setenv("TABDP_CURATOR", str(cfg))
+    for extra in ([], ["--overwrite"]):
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(["demo", "--out", str(victim), "--quiet", *extra], stdout=out,
+                        stderr=err)
+        assert code == 2 and "author_only" in err.getvalue(), (code, err.getvalue())
+        assert str(victim) not in err.getvalue() and "exists" not in err.getvalue()
+        assert (victim / "public" / "t.parquet").read_bytes() == b"published"
+    monkeypatch.delenv("TABDP_CURATOR")  # the curator's own shell: the demo runs
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["demo", "--out", str(victim), "--quiet"], stdout=out, stderr=err)
+    assert code == 2 and "already exists" in err.getvalue()  # its ordinary refusal

@@ -330,3 +330,44 @@ def test_spark_folder_name_not_utf8(spark: Any, tmp_path: Path,
     diff = round(tables[0]["estimate"][1] - tables[1]["estimate"][1], 6)
     assert diff == (0.0 if hive else 5.0)
     assert [r["declared_nulls"]["state"] for r in rules] == [int(hive), 0]
+
+
+# -- held: Spark reads folder and file names with URI and glob characters as Polars does ----
+_ODD_NAMES = ["state=a:b/x.parquet", "state=%3A/x.parquet", "state=a b/x.parquet",
+              "state=a#b/x.parquet", "state=a{b/x.parquet", "state=a?b/x.parquet",
+              "state=a]b/x.parquet", "state=a\\b/x.parquet", "state=a%/x.parquet",
+              "state=a%2Fb/x.parquet", "state=02/x:y.parquet", "state=02/x%20y.parquet",
+              "_temporary/0/part-0.parquet", ".hidden/x.parquet", "state=02/x.parquet "]
+
+
+pa = pytest.importorskip("pyarrow")
+
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+# origin: review R15
+@pytest.mark.spark
+def test_r15_spark_reads_odd_names_as_polars(spark: Any, tmp_path: Path) -> None:
+    """Held: Spark reads odd folder and file names as Polars does.
+
+    One record alone in a file whose folder or name holds ``:``, ``%``, ``#``,
+    glob characters, a backslash, or hidden / bookkeeping folders (a hive writer names a
+    folder after a record's value): Spark's rows equal Polars' (Hadoop's path parsing and
+    globbing neither fail nor read another file).
+    """
+    from tabdp.release.declared import read_declared_spark, scan_declared
+
+    schema = {"estab_id": pl.Int64, "state": pl.String, "v": pl.Int64}
+    for i, rel in enumerate(_ODD_NAMES):
+        d = tmp_path / f"d{i}"
+        d.mkdir()
+        pq.write_table(pa.table({"estab_id": pa.array([1], pa.int64()), "state": ["01"],
+                                 "v": pa.array([1], pa.int64())}), d / "base.parquet")
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"estab_id": pa.array([1000], pa.int64()), "state": ["02"],
+                                 "v": pa.array([5], pa.int64())}), d / rel)
+        want = scan_declared(d, schema).sort("estab_id").collect().rows()
+        got = sorted(tuple(r) for r in read_declared_spark(spark, d, schema).collect())
+        assert got == want, rel
+        assert len(want) == (1 if rel.endswith(" ") else 2), rel

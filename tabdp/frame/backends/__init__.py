@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 import polars as pl
 
+from tabdp.frame import binding
+
 __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
            "release_engine", "pin_frame"]
@@ -211,8 +213,8 @@ def release_engine(native: Any, session: Any) -> Engine:
     if is_spark_frame(native):
         return "spark"
     # (a session= that is not a Session is refused later, with the release's argument checks)
-    undecided = session is None or not hasattr(session, "streaming_choice") or (
-        session.streaming_choice is None and not session.records)
+    undecided = session is None or not hasattr(session, "records") or (
+        binding.of(session).streaming_choice is None and not session.records)
     if undecided:
         return "streaming" if is_lazy_frame(native) else "memory"
     return polars_engine(session)

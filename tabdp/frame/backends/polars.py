@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from tabdp.frame import binding
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
@@ -117,12 +118,13 @@ def unit_partitions(op: Any, sess: Any) -> int:
         rows = int(native.shape[0])
     else:  # a LazyFrame: Parquet and IPC scans count their rows from metadata; other plans
         # are evaluated once per session (the count is kept with the frame)
-        known = getattr(sess, "rows_estimate", None)
+        state = binding.of(sess)
+        known = state.rows_estimate
         if known is not None and known[0] is native:
             rows = known[1]
         else:
             rows = int(op.lf.select(pl.len()).collect(engine="streaming").item())
-            sess.rows_estimate = (native, rows)
+            state.rows_estimate = (native, rows)
     need = rows * BYTES_PER_ROW
     return max(1, min(64, -(-need // max(int(avail * PASS_SHARE), 1))))
 
@@ -254,7 +256,7 @@ class MemoryBackend(_PolarsOutput):
         # 1. The input, read once (or once per partition of the units: each partition holds
         # its units complete, so their charges, the filter's decisions and their contributions
         # are those of one pass; cell totals are exact sums over the partitions).
-        sess.phase(qname, "reading and aggregating the input")
+        binding.phase(sess, qname, "reading and aggregating the input")
         parts: list[_Part] = []
         charge_parts: list[Charges] = []
         admitted_parts: list[dict[str, np.ndarray]] = []
@@ -277,7 +279,7 @@ class MemoryBackend(_PolarsOutput):
             if n_parts == 1:
                 _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
                 if unit is None:
-                    sess.bind_rows(snap.rows_read, snap.fingerprints)
+                    binding.of(sess).bind_rows(snap.rows_read, snap.fingerprints)
             pt = self._part(rel, snap, uid, first=p == 0)
             del snap
             assert pt.charges is not None and pt.admitted is not None
@@ -351,7 +353,7 @@ class MemoryBackend(_PolarsOutput):
 
         # Per-unit losses and the individual filter.
         if first:
-            sess.phase(qname, "accounting per-record losses")
+            binding.phase(sess, qname, "accounting per-record losses")
         order = None
         if not snap.per_row:  # the snapshot's order, unless a rule or bound dropped rows
             order = (snap.order if snap.order is not None and inside.height == snap.data.height
@@ -441,7 +443,7 @@ class MemoryBackend(_PolarsOutput):
         unit = sess.unit
         uid = unit if unit is not None else ROW_ID
         # One evaluation of the input: ids, keys, the values and their flags.
-        sess.phase(op.name, "reading and aggregating the input")
+        binding.phase(sess, op.name, "reading and aggregating the input")
         x = pl.col(column).cast(pl.Float64)
         flags = {f"missing:{column}": x.is_null() | x.is_nan(),
                  f"inf:{column}": x.is_infinite().fill_null(False)}
@@ -449,7 +451,8 @@ class MemoryBackend(_PolarsOutput):
         if unit is None:
             lf = lf.with_row_index(ROW_ID)
             fps = [_fingerprint(c, op.schema[c])
-                   for c in _fp_columns(op.schema, [*by_list, column], sess.bound_columns())]
+                   for c in _fp_columns(op.schema, [*by_list, column],
+                                        binding.of(sess).bound_columns())]
         else:
             fps = []
             flags[f"null:{unit}"] = _missing_unit(op.schema, unit)
@@ -461,7 +464,7 @@ class MemoryBackend(_PolarsOutput):
         n_rows = data.height
         if unit is None:
             fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
-            sess.bind_rows(n_rows, fp)
+            binding.of(sess).bind_rows(n_rows, fp)
         # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
         # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id
         # are dropped (author mode).
@@ -594,7 +597,7 @@ class StreamingBackend(_PolarsOutput):
         sess = op.session
         ledger = sess.ledger
         assert isinstance(ledger, ReplayLedger)
-        sess.phase(op.name, "reading and aggregating the input (streaming)")
+        binding.phase(sess, op.name, "reading and aggregating the input (streaming)")
         if self._fetched is None and len(self._rels) > 1 and self._rels[0] is rel:
             self._prefetch()
         fetched = (self._fetched or {}).get(id(rel))
@@ -639,7 +642,7 @@ class StreamingBackend(_PolarsOutput):
             ``state`` installs the release's definition in the replay ledger.
         """
         op = rel.op
-        op.session.phase(op.name, "reading the input (streaming)")
+        binding.phase(op.session, op.name, "reading the input (streaming)")
         codes, values, n_rows, outside, n_left_out, counts, commit = streaming_quantile_data(
             op, rel.column, rel.by, rel.keys, rel.nulls, rel.policy)
         truth, ss, clipped = cell_quantiles(codes, values, len(rel.keys) if rel.by else 1,
