@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import add_up, add_up_into
 from tabdp.exceptions import InvalidParameterError, LedgerError, PrivacyWarning
 from tabdp.privacy import _anchor
 from tabdp.privacy.budget import Budget
@@ -154,6 +155,14 @@ def _unit_kind(dtype: Any) -> str:
         f"a lifetime ledger keys units by their id, which must be integer or text; the unit "
         f"column has dtype {dtype}.\nHint: cast the unit id column to Int64 or String before "
         "the release (the same type in every run of the series).")
+
+
+def _add_up(a: Any, b: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """`tabdp._numeric.add_up` with numpy's ``out=`` (written in place)."""
+    if out is None:
+        return add_up(a, b)
+    add_up_into(out, b)
+    return out
 
 
 class _Lock:
@@ -1262,7 +1271,9 @@ class _RunTotals:
         n = len(self.units)
         if self.charged is None:
             self.charged = np.zeros(n, dtype=bool)
-        for group, op in ((sums, np.add), (maxes, np.maximum)):
+        # sums rounded up (`add_up`): a lifetime total is never below the exact sum of its
+        # runs' losses; the first charge of a column (0.0 + x) is exact either way
+        for group, op in ((sums, _add_up), (maxes, np.maximum)):
             for c, v in group.items():
                 x = np.asarray(v, dtype=np.float64)
                 life = self.life.get(c)
