@@ -245,23 +245,28 @@ def add_up(a: Any, b: Any) -> np.ndarray:
         a, b = np.broadcast_arrays(a, b)
     shape = a.shape
     a, b = a.reshape(-1), b.reshape(-1)
-    if a.size <= _CHUNK:
-        return _add_up(a, b).reshape(shape)
-    out = np.empty(a.size, dtype=np.float64)
-    for i in range(0, a.size, _CHUNK):
-        out[i:i + _CHUNK] = _add_up(a[i:i + _CHUNK], b[i:i + _CHUNK])
+    with np.errstate(all="ignore"):
+        out = a + b
+    for i in range(0, out.size, _CHUNK):  # the error in cache-sized slices, in place
+        _round_up(out[i:i + _CHUNK], a[i:i + _CHUNK], b[i:i + _CHUNK])
     return out.reshape(shape)
 
 
-def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _round_up(s: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """``s = fl(a + b)`` times ``1 + 2**-52`` (in place) where it is below ``a + b``."""
     with np.errstate(all="ignore"):
-        s = a + b
         bb = s - a
         t = s - bb
         np.subtract(a, t, out=t)
         np.subtract(b, bb, out=bb)
         t += bb  # the exact error a + b - s (NaN where s is not finite)
         np.multiply(s, _UP, out=s, where=t > 0.0)
+
+
+def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        s = a + b
+    _round_up(s, a, b)
     return s
 
 

@@ -325,6 +325,46 @@ def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
     assert inflate(np.array([0.0]), 8.0, np.array([True]))[0] == 2.0**-1074
 
 
+def test_add_up_is_tight_and_every_form_gives_the_same_doubles() -> None:
+    """add_up: >= the exact sum, exact sums kept, one or two places up otherwise; the in-place,
+    sliced, Polars-expression and Python-float forms give the same doubles (the totals' sums).
+    """
+    from tabdp._numeric import add_up_any, add_up_into
+    from tabdp.frame._engine import _fold_up
+
+    rng = np.random.default_rng(29)
+    n = 3 * (1 << 15) + 17  # more than one slice
+    a = np.concatenate([_doubles(rng, n, -80, 80), [0.5, 0.0, 1.0, np.inf, 2.0**1023]])
+    b = np.concatenate([_doubles(rng, n, -80, 80) * rng.choice([1.0, 2.0**-60, 0.0], n),
+                        [2.0**-69, 0.0, 2.0**-53, 1.0, 2.0**1023]])
+    got = add_up(a, b)
+    for x, y, g in zip(a[::97].tolist(), b[::97].tolist(), got[::97].tolist(), strict=True):
+        e = Fraction(x) + Fraction(y)
+        if x + y == e:   # exact: unchanged
+            assert g == x + y
+        else:            # never below, at most 2**-51 relative above
+            assert Fraction(g) >= e and Fraction(g) <= e * (1 + Fraction(1, 2**51))
+    assert got[n] > 0.5 and got[n + 1] == 0.0 and got[n + 2] > 1.0
+    assert got[n + 3] == np.inf and got[n + 4] == np.inf  # overflow: an upper bound
+    acc = a.copy()
+    add_up_into(acc, b)
+    assert np.array_equal(acc, got)
+    at = np.arange(0, a.size, 3)
+    part = a.copy()
+    add_up_into(part, b[at], at)
+    assert np.array_equal(part[at], got[at]) and np.array_equal(np.delete(part, at),
+                                                                np.delete(a, at))
+    assert np.array_equal(add_up(b, a), got)  # symmetric in its operands
+    frame = pl.DataFrame({"a": a, "b": b})
+    expr = add_up_any(pl.col("a"), pl.col("b"), lambda c, x, y: pl.when(c).then(x).otherwise(y))
+    assert np.array_equal(frame.select(expr.alias("s"))["s"].to_numpy(), got)
+    terms = b[:500].tolist()
+    running = np.array([a[0]])
+    for t in terms:
+        running = add_up(running, np.array([t]))
+    assert _fold_up(float(a[0]), terms) == running[0]
+
+
 # -- end to end: every backend reports the same, certified losses -------------------------------
 _E2E = [M.Gaussian(0.3), M.Laplace(0.7), M.GeneralizedGaussian(1.5, 0.5), M.LogTransform(2.0, 1.0),
         M.RootTransform(2, 1.0, 5.0), M.UnitSplitting(0.7, 1.0), M.SymmetricStable(1.0, 0.5),
