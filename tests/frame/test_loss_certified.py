@@ -326,8 +326,10 @@ def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
 
 
 def test_add_up_is_tight_and_every_form_gives_the_same_doubles() -> None:
-    """add_up: >= the exact sum, exact sums kept, one or two places up otherwise; the in-place,
-    sliced, Polars-expression and Python-float forms give the same doubles (the totals' sums).
+    """add_up: >= the exact sum, exact sums kept, else one or two places up; one value per form.
+
+    The in-place, indexed, sliced, Polars-expression and Python-float forms (the totals' sums)
+    give the same doubles.
     """
     from tabdp._numeric import add_up_any, add_up_into
     from tabdp.frame._engine import _fold_up
