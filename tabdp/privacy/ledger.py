@@ -434,11 +434,22 @@ class DenseLedger:
         run = bool(ids.size) and int(ids[-1]) - lo + 1 == ids.size and bool(
             np.all(ids[1:] > ids[:-1]))
         at: Any = slice(lo, lo + ids.size) if run else ids
+        # rounded up (`add_up`): a total is never below the exact sum of its losses; an
+        # all-zero column adds nothing, and a column whose values and totals are another's
+        # (ρ_z is ρ in a zCDP release) takes that one's result
+        shared = [k for k, v in sums.items() if any(v is w for j, w in sums.items() if j != k)]
+        old = {k: self.arrays[k][at] for k in shared}
+        done: dict[str, np.ndarray] = {}
         for k, v in sums.items():
             if k in fresh:  # 0.0 + v: exact
                 self.arrays[k][at] += v
-            else:  # rounded up: a total is never below the exact sum of its losses
+                continue
+            twin = _twin(done, sums, old, k)
+            if twin is not None:
+                self.arrays[k][at] = self.arrays[twin][at]
+            elif v.any():
                 add_up_into(self.arrays[k], v, at)
+            done[k] = v
         for k, v in maxes.items():
             if run:
                 np.maximum(self.arrays[k][at], v, out=self.arrays[k][at])
@@ -586,6 +597,16 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
                          **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
 
 
+def _twin(done: dict[str, np.ndarray], sums: dict[str, Any], old: dict[str, np.ndarray],
+          k: str) -> str | None:
+    """A column already added whose new values are ``sums[k]`` and whose totals equal k's."""
+    v = sums[k]
+    for j in done:
+        if sums[j] is v and j in old and k in old and np.array_equal(old[j], old[k]):
+            return j
+    return None
+
+
 def _add_up_expr(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     """`tabdp._numeric.add_up` as a Polars expression (the same doubles)."""
     expr: pl.Expr = add_up_any(a, b, lambda c, x, y: pl.when(c).then(x).otherwise(y))
@@ -682,14 +703,22 @@ class UnitLedger:
                 and u.equals(self.table["unit"], null_equal=True)):
             # the same units in the same (sorted) order, e.g. a second release of the same
             # input: add and take maxima column by column (a merge would sort both again)
-            both = self.table.hstack(new.drop("unit").rename(lambda c: f"__new:{c}"))
+            # sums rounded up in numpy (`add_up`; zero columns and twins as in DenseLedger)
+            old = {k: self.table[k].to_numpy() for k in sums if k in self.table.columns}
+            added: dict[str, np.ndarray] = {}
+            for k, v in sums.items():
+                if k not in old:
+                    added[k] = np.asarray(v, dtype=np.float64)
+                    continue
+                twin = _twin(added, sums, old, k)
+                added[k] = (added[twin] if twin is not None
+                            else add_up(old[k], v) if v.any() else old[k])
+            both = self.table.hstack(new.select(*maxes).rename(lambda c: f"__new:{c}"))
             self.table = both.with_columns(
-                *[_add_up_expr(pl.col(k), pl.col(f"__new:{k}")).alias(k)
-                  if k in self.table.columns
-                  else pl.col(f"__new:{k}").alias(k) for k in sums],
+                *[pl.Series(k, v, dtype=pl.Float64) for k, v in added.items()],
                 *[pl.max_horizontal(k, f"__new:{k}") if k in self.table.columns
                   else pl.col(f"__new:{k}").alias(k) for k in maxes]).drop(
-                [f"__new:{k}" for k in [*sums, *maxes]])
+                [f"__new:{k}" for k in maxes])
             return
         t_unit = self.table["unit"]
         if (strict and u.dtype == pl.Int64 and t_unit.dtype == pl.Int64
