@@ -409,3 +409,63 @@ def test_every_polars_backend_reports_the_same_certified_losses(engine: str,
 def test_spark_reports_the_same_certified_losses(spark: Any, tmp_path: pathlib.Path) -> None:
     """Spark (exact engine expressions or the numpy policy in a pandas UDF): the same losses."""
     _e2e("spark", tmp_path)
+
+
+# -- totals: never below the exact sum of their terms (review R17-1) --------------------------
+def _exact_gauss_rho(delta: Fraction, sigma: float) -> Fraction:
+    return delta * delta / (2 * Fraction(sigma) ** 2)
+
+
+
+SIGMA = 1024.0       # ρ(1024) = 1/2 exactly; ρ(2**-24) = 2**-69, below half an ulp of 1/2
+TINY = 2.0**-24      # one fixed-point step of a Float64 measure: Δ is exact
+
+
+# origin: review R17
+@pytest.mark.parametrize("streaming", [False, True])
+def test_row_total_is_never_below_the_exact_sum_of_its_losses(streaming: bool) -> None:
+    """One row, two measures under a Gaussian: its total ρ is ρ(x) + ρ(y), exactly > 1/2."""
+    df = pl.DataFrame({"k": ["a"], "x": [1024.0], "y": [TINY]})
+    s = tabdp.Session(seed=1, budget=0.5, streaming=streaming)
+    df.dp.sum(["x", "y"], by="k", keys=tabdp.KeySet.from_dict(k=["a"]),
+              mechanism=M.Gaussian(SIGMA), session=s)
+    per = s.report().per_record
+    exact = _exact_gauss_rho(Fraction(1024), SIGMA) + _exact_gauss_rho(Fraction(TINY), SIGMA)
+    assert exact > Fraction(1, 2)          # the exact loss passes the budget of 1/2 ...
+    charged = Fraction(float(per["rho"][0]))
+    # ... so the row must be left out (charged 0), or its reported loss must be >= the exact one
+    assert charged == 0 or charged >= exact, (float(charged), float(exact))
+
+
+# origin: review R17
+def test_unit_total_over_cells_is_never_below_the_exact_sum() -> None:
+    """Unit mode: one big cell first in key-set order, then 50 cells of one fixed-point step."""
+    cells = [f"c{i}" for i in range(51)]
+    df = pl.DataFrame({"u": [7] * 51, "k": cells, "x": [1024.0] + [TINY] * 50})
+    s = tabdp.Session(unit="u", seed=1)
+    df.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=cells), mechanism=M.Gaussian(SIGMA),
+              session=s)
+    per = s.report().per_record
+    exact = _exact_gauss_rho(Fraction(1024), SIGMA) + 50 * _exact_gauss_rho(Fraction(TINY), SIGMA)
+    assert Fraction(float(per["rho"][0])) >= exact
+
+
+# origin: review R17
+def test_filter_admits_no_unit_past_its_budget_in_exact_arithmetic() -> None:
+    """Release 1 charges 1/2 = the budget; release 2 charges 2**-69 more: it must be left out."""
+    df = pl.DataFrame({"k": ["a"], "x": [1024.0], "y": [TINY]})
+    keys = tabdp.KeySet.from_dict(k=["a"])
+    s = tabdp.Session(seed=1, budget=0.5)
+    df.dp.sum("x", by="k", keys=keys, mechanism=M.Gaussian(SIGMA), session=s)
+    df.dp.sum("y", by="k", keys=keys, mechanism=M.Gaussian(SIGMA), session=s)
+    per = s.report().per_record
+    total = sum((Fraction(float(v)) for v in (per["rho_q1_sum"][0], per["rho_q2_sum"][0])),
+                Fraction(0))
+    # what the row was charged, exactly: ρ of every release it was admitted to
+    exact = Fraction(0)
+    if per["rho_q1_sum"][0] > 0:
+        exact += _exact_gauss_rho(Fraction(1024), SIGMA)
+    if per["rho_q2_sum"][0] > 0:
+        exact += _exact_gauss_rho(Fraction(TINY), SIGMA)
+    assert total == exact                   # each release's own column is exact ...
+    assert exact <= Fraction(1, 2)          # ... and the filter keeps the exact total in budget
