@@ -20,8 +20,11 @@ __all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "add_up_i
 def ceil_snap(x: np.ndarray) -> np.ndarray:
     """``ceil`` that snaps ratios within a few ulps of an integer to it (2.1/0.7 → 3).
 
-    The tolerance is kept at 8 ulps (not 1e-9 relative) so that a real fraction of a large ratio
-    (1e7/0.37 = 27027027.027) is never snapped down: that would under-count the loss.
+    A ratio is snapped down to an integer only when it is within 8 ulps of it **and** less
+    than 2**-20 above it: a real fraction of a large ratio (1e7/0.37 = 27027027.027) is never
+    snapped down, however large the ratio (above about 2**40, 8 ulps are 2**-9 or more of a
+    row: such ratios are rounded up as ``ceil`` does). Snapping down under-counts, so only
+    float noise of a ratio of decimals is snapped.
 
     Args:
         x: Ratios.
@@ -30,12 +33,17 @@ def ceil_snap(x: np.ndarray) -> np.ndarray:
         Their ceilings, with near-integers snapped.
 
     Example:
-        >>> ceil_snap(np.array([0.5, 2.0000000000000004])).tolist()
-        [1.0, 2.0]
+        >>> ceil_snap(np.array([0.5, 2.0000000000000004, 2.0**47 + 0.25])).tolist()
+        [1.0, 2.0, 140737488355329.0]
     """
     r = np.rint(x)
-    near = np.abs(x - r) <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
+    d = np.abs(x - r)
+    near = (d <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))) & (d < _SNAP_MAX)
     return np.where(near, r, np.ceil(x))
+
+
+#: The largest distance below which `ceil_snap` snaps to an integer (a fraction of a row).
+_SNAP_MAX = 2.0**-20
 
 
 def integer_dtype(dtype: Any) -> bool:

@@ -325,6 +325,28 @@ def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
     assert inflate(np.array([0.0]), 8.0, np.array([True]))[0] == 2.0**-1074
 
 
+@pytest.mark.parametrize("e", [20, 35, 44, 47, 49, 51])
+def test_ceil_snap_never_rounds_a_real_fraction_down_at_large_ratios(e: int) -> None:
+    """ceil_snap at 2**e + f: a fraction f >= 2**-20 of a row is counted (ceil), never snapped.
+
+    Before, the tolerance was 8 ulps of the ratio: from about 2**47 on (8 ulps = 0.25 of a row)
+    2**47 + 0.25 counted 2**47 rows.
+    """
+    from tabdp._numeric import ceil_snap
+
+    base = 2.0**e
+    ulp = math.ulp(base)
+    fracs = sorted({f for f in (ulp, 2 * ulp, 4 * ulp, 8 * ulp, 2.0**-21, 2.0**-20, 2.0**-12,
+                                0.25, 0.5) if f >= ulp and (base + f) - base == f and f < 1})
+    x = np.array([base + f for f in fracs])
+    got = ceil_snap(x)
+    for f, g in zip(fracs, got.tolist(), strict=True):
+        assert Fraction(g) >= Fraction(base) + Fraction(f) or f < 2.0**-20, (e, f, g)
+        assert g in (base, base + 1.0), (e, f, g)
+    # float noise of a ratio of decimals is still snapped
+    assert ceil_snap(np.array([2.1 / 0.7, 1e7 / 0.37])).tolist() == [3.0, 27027028.0]
+
+
 def test_add_up_is_tight_and_every_form_gives_the_same_doubles() -> None:
     """add_up: >= the exact sum, exact sums kept, else one or two places up; one value per form.
 
