@@ -13,15 +13,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "half_square_up", "inflate",
-           "safe_range", "SAFE_LO", "SAFE_HI", "ZCDP_ULPS"]
+__all__ = ["ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up", "add_up_into", "add_up_any",
+           "half_square_up", "inflate", "safe_range", "SAFE_LO", "SAFE_HI", "ZCDP_ULPS"]
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
     """``ceil`` that snaps ratios within a few ulps of an integer to it (2.1/0.7 → 3).
 
-    The tolerance is kept at 8 ulps (not 1e-9 relative) so that a real fraction of a large ratio
-    (1e7/0.37 = 27027027.027) is never snapped down: that would under-count the loss.
+    A ratio is snapped down to an integer only when it is within 8 ulps of it **and** less
+    than 2**-20 above it: a real fraction of a large ratio (1e7/0.37 = 27027027.027) is never
+    snapped down, however large the ratio (above about 2**40, 8 ulps are 2**-9 or more of a
+    row: such ratios are rounded up as ``ceil`` does). Snapping down under-counts, so only
+    float noise of a ratio of decimals is snapped.
 
     Args:
         x: Ratios.
@@ -30,12 +33,17 @@ def ceil_snap(x: np.ndarray) -> np.ndarray:
         Their ceilings, with near-integers snapped.
 
     Example:
-        >>> ceil_snap(np.array([0.5, 2.0000000000000004])).tolist()
-        [1.0, 2.0]
+        >>> ceil_snap(np.array([0.5, 2.0000000000000004, 2.0**47 + 0.25])).tolist()
+        [1.0, 2.0, 140737488355329.0]
     """
     r = np.rint(x)
-    near = np.abs(x - r) <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
+    d = np.abs(x - r)
+    near = (d <= 8.0 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))) & (d < _SNAP_MAX)
     return np.where(near, r, np.ceil(x))
+
+
+#: The largest distance below which `ceil_snap` snaps to an integer (a fraction of a row).
+_SNAP_MAX = 2.0**-20
 
 
 def integer_dtype(dtype: Any) -> bool:
@@ -79,6 +87,7 @@ SAFE_HI = 2.0**900
 _SPLIT = 134217729.0  # 2**27 + 1
 _TINY = 2.0**-1074
 _EPS = 2.0**-52
+_UP = 1.0 + _EPS
 
 
 def _two_prod_err(a: np.ndarray, b: Any, p: np.ndarray) -> np.ndarray:
@@ -217,6 +226,13 @@ def _mul_up(x: np.ndarray, c: float) -> np.ndarray:
 def add_up(a: Any, b: Any) -> np.ndarray:
     """A double >= a + b (exact when ``fl(a + b)`` is), for doubles a, b >= 0 (Knuth's sum).
 
+    The error of ``s = fl(a + b)`` is computed exactly (Knuth's TwoSum: six additions, no
+    branch, valid in any order of a and b); where it is positive, ``s`` is multiplied by
+    ``1 + 2**-52`` (one or two doubles up, at least the half unit in the last place that
+    ``s`` can be below ``a + b``). ``inf`` and NaN stay as they are. Every total of losses
+    (over currencies, cells, releases and runs) is added this way: a certified upper bound of
+    the exact sum of its terms, the same doubles on every backend (`add_up_any`).
+
     Args:
         a: Addends (≥ 0, ``inf`` allowed).
         b: Addends (≥ 0, ``inf`` allowed).
@@ -233,12 +249,85 @@ def add_up(a: Any, b: Any) -> np.ndarray:
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        a, b = np.broadcast_arrays(a, b)
+    shape = a.shape
+    a, b = a.reshape(-1), b.reshape(-1)
+    with np.errstate(all="ignore"):
+        out = a + b
+    for i in range(0, out.size, _CHUNK):  # the error in cache-sized slices, in place
+        _round_up(out[i:i + _CHUNK], a[i:i + _CHUNK], b[i:i + _CHUNK])
+    return out.reshape(shape)
+
+
+def _round_up(s: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """``s = fl(a + b)`` times ``1 + 2**-52`` (in place) where it is below ``a + b``."""
+    with np.errstate(all="ignore"):
+        bb = s - a
+        t = s - bb
+        np.subtract(a, t, out=t)
+        np.subtract(b, bb, out=bb)
+        t += bb  # the exact error a + b - s (NaN where s is not finite)
+        np.multiply(s, _UP, out=s, where=t > 0.0)
+
+
+def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         s = a + b
-        bb = s - a
-        err = (a - (s - bb)) + (b - bb)
-        fin = np.isfinite(s)
-        return np.where(fin & (err > 0.0), _next_up(s), s)
+    _round_up(s, a, b)
+    return s
+
+
+def add_up_into(acc: np.ndarray, v: Any, at: Any = None) -> None:
+    """``acc[at] = add_up(acc[at], v)`` in place (``at`` None: the whole array).
+
+    Args:
+        acc: Running totals (a 1-d float64 array, written).
+        v: The terms to add (≥ 0).
+        at: A slice or index array into ``acc`` (distinct positions), or None.
+
+    Example:
+        >>> acc = np.array([0.5, 1.0])
+        >>> add_up_into(acc, np.array([2.0**-60]), np.array([1]))
+        >>> acc[0], acc[1] > 1.0
+        (np.float64(0.5), np.True_)
+    """
+    if at is None:  # a 1-d array: in cache-sized slices
+        vv = np.broadcast_to(np.asarray(v, dtype=np.float64), acc.shape)
+        for i in range(0, acc.size, _CHUNK):
+            acc[i:i + _CHUNK] = _add_up(acc[i:i + _CHUNK], vv[i:i + _CHUNK])
+        return
+    if isinstance(at, slice):
+        add_up_into(acc[at], v)  # a view: written in place
+        return
+    acc[at] = add_up(acc[at], v)
+
+
+def add_up_any(a: Any, b: Any, where: Any) -> Any:
+    """`add_up` for any array or column type with ``+``, ``-``, ``*``, ``>`` (Polars, Spark).
+
+    The same operations as `add_up`, so the same doubles (IEEE arithmetic, round to nearest):
+    a Polars expression or a Spark column gives the values numpy does. Where the error is NaN
+    (a non-finite sum) some engines order NaN above 0 and multiply: ``inf`` or NaN either way.
+
+    Args:
+        a: Addends (≥ 0).
+        b: Addends (≥ 0).
+        where: ``where(condition, x, y)`` for the type (``np.where``;
+            ``lambda c, x, y: pl.when(c).then(x).otherwise(y)``; the same with ``F.when``).
+
+    Returns:
+        The rounded-up sum, of the addends' type.
+
+    Example:
+        >>> add_up_any(np.array([1.0]), np.array([2.0**-60]), np.where).tolist() == [
+        ...     1.0 + 2.0**-52]
+        True
+    """
+    s = a + b
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    return where(err > 0.0, s * _UP, s)
 
 
 def half_square_up(t: Any, scale: float = 0.5) -> np.ndarray:

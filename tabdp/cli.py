@@ -359,6 +359,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--lifetime-budget", required=True,
                    help="each unit's lifetime rho: a number, or a JSON curve "
                         "'{\"1\": 4.0, \"1e6\": 12.0}' (size: rho)")
+    a.add_argument("--start-over", action="store_true",
+                   help="start a new series although the anchor next to PATH records releases "
+                        "of an earlier one whose folder is gone (their losses no longer count)")
     return p
 
 
@@ -426,7 +429,8 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                               "its confidential records")
     if args.ledger_command == "init":
         with Ledger.create(args.path, series=args.series,
-                           lifetime_budget=_lifetime_budget_arg(args.lifetime_budget)):
+                           lifetime_budget=_lifetime_budget_arg(args.lifetime_budget),
+                           start_over=args.start_over):
             pass
         out.write(f"ledger {args.path}: series {args.series!r} started (0 releases); "
                   "give its path in [ledger] of the series' spec\n")

@@ -37,6 +37,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._numeric import add_up
 from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
@@ -1105,14 +1106,16 @@ def _policy_values(policy: _Policy, kind: str, delta: np.ndarray) -> tuple[np.nd
 class _Segments:
     """Sums over contiguous segments, each strictly left to right (``((v0 + v1) + v2) + ...``).
 
+    Each addition rounds up where it is inexact (`tabdp._numeric.add_up`): a unit's total is
+    never below the exact sum of its cells' losses (at most 2**-52 relative above per addition).
+
     NumPy's ``add.reduce``/``reduceat`` sum with several partial sums whose grouping depends
     on the length (and may on the build): a unit's total would not be the plain sum in its
     cells' order. Here each segment starts at its first element and, in step k, the k-th
     element of every segment longer than k is added; the segments longer than one are visited
     longest first, so step k touches a prefix of them (vector operations only). Steps stop at
-    `STEPS`: the few segments longer than that are finished one by one by NumPy's
-    ``add.accumulate`` (sequential by definition: each partial sum is the previous one plus the
-    next element), so a unit with thousands of cells costs one call, not thousands of steps.
+    `STEPS`: the few segments longer than that are finished one by one by a loop over Python
+    doubles (the same operations), so a unit with thousands of cells costs no numpy steps.
 
     Example:
         >>> _Segments(np.array([0, 3]), 4).sum(np.array([0.1, 0.2, 0.3, 5.0])).tolist()
@@ -1145,13 +1148,22 @@ class _Segments:
         v = np.asarray(v, dtype=np.float64)
         acc = v[self.starts]  # a new array (fancy index)
         for k, m in enumerate(self.active, start=1):
-            acc[self.multi[:m]] += v[self.multi_starts[:m] + k]
+            at = self.multi[:m]
+            acc[at] = add_up(acc[at], v[self.multi_starts[:m] + k])
         for j, lo, hi in self.long:  # acc[j] holds the first STEPS elements' sum
-            run = np.empty(hi - lo + 1)
-            run[0] = acc[j]
-            run[1:] = v[lo:hi]
-            acc[j] = np.add.accumulate(run)[-1]
+            acc[j] = _fold_up(float(acc[j]), v[lo:hi].tolist())
         return acc
+
+
+def _fold_up(total: float, terms: list[float]) -> float:
+    """``total`` plus ``terms`` left to right, each addition `add_up`'s (Python doubles)."""
+    up = 1.0 + 2.0**-52
+    for b in terms:
+        s = total + b
+        bb = s - total
+        err = (total - (s - bb)) + (b - bb)
+        total = s * up if err > 0.0 else s
+    return total
 
 
 def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
@@ -1394,10 +1406,11 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     cell_size = np.zeros(n if cells else 0)
     cols: dict[str, dict[str, np.ndarray]] = {k: {} for k in
                                               ("rho", "epsilon", "size", "eps_a", "delta_a")}
-    for cur, ms in policy.currencies():
+    for i, (cur, ms) in enumerate(policy.currencies()):
         size, vals = _row_policy(inside, policy, kind, bits, ms, perm)
-        if cells:
-            cell_rho += vals[0]
+        if cells:  # a (unit, cell)'s ρ over currencies, rounded up (never below the exact sum)
+            cell_rho = np.array(vals[0], dtype=np.float64) if i == 0 else add_up(cell_rho,
+                                                                                 vals[0])
             np.maximum(cell_size, size, out=cell_size)
         cols["rho"][cur], cols["epsilon"][cur], cols["size"][cur] = vals[0], vals[1], size
         if policy.approx:

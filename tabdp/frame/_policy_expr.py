@@ -671,7 +671,8 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
         r = _f("rint", x)
         ax = _f("abs", x)
         tol = (8.0 * float(np.finfo(np.float64).eps)) * _where(ax > 1.0, ax, 1.0)
-        cs = _where(_f("abs", x - r) <= tol, r, _ceil(x))
+        dist = _f("abs", x - r)
+        cs = _where((dist <= tol) & (dist < 2.0**-20), r, _ceil(x))  # `ceil_snap`
         rows = _where(cs > 1.0, cs, 1.0)  # np.maximum(1, ·): cs is never NaN here
         c = float(np.asarray(div_up(mech.threshold, mech.sigma)))
         split = _half_square_up(_mul_up(rows, c))

@@ -48,6 +48,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._numeric import add_up_any
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
 from tabdp.frame import binding
 from tabdp.frame._author import bind_frame
@@ -183,6 +184,17 @@ def _is_floatlike(st: Any) -> bool:
 
 
 # -- the ledger -------------------------------------------------------------------------------
+def _spark_where(cond: Any, x: Any, y: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.when(cond, x).otherwise(y)
+
+
+def _add_up_col(a: Any, b: Any) -> Any:
+    """`tabdp._numeric.add_up` on Spark columns (the same operations: the same doubles)."""
+    return add_up_any(a, b, _spark_where)
+
+
 class SparkUnitLedger:
     """A session's per-unit running totals as a Spark table (Spark sessions).
 
@@ -237,9 +249,16 @@ class SparkUnitLedger:
             return
         both = self.table.unionByName(frame, allowMissingColumns=True)
         cols = [c for c in both.columns if c != "unit"]
-        agg = [(F.max if self._is_max(c) else F.sum)(F.coalesce(F.col(c), F.lit(0.0))).alias(c)
-               for c in cols]
-        self.table = both.groupBy("unit").agg(*agg).localCheckpoint(eager=True)
+        # at most two rows per unit (its total, the release's losses): sums by `add_up`
+        # (symmetric in its operands: the double the Polars ledger adds), maxima by max
+        agg = [F.max(F.coalesce(F.col(c), F.lit(0.0))).alias(c) for c in cols]
+        agg += [F.min(F.coalesce(F.col(c), F.lit(0.0))).alias(f"__lo:{c}") for c in cols
+                if not self._is_max(c)]
+        grouped = both.groupBy("unit").agg(F.count(F.lit(1)).alias("__n"), *agg)
+        self.table = grouped.select("unit", *[
+            F.col(c) if self._is_max(c) else
+            F.when(F.col("__n") > 1, _add_up_col(F.col(f"`__lo:{c}`"), F.col(c)))
+            .otherwise(F.col(c)).alias(c) for c in cols]).localCheckpoint(eager=True)
 
     def lookup(self, units: Any, cols: list[str]) -> Any:
         """Current totals of ``cols`` for a Spark DataFrame of ``unit`` ids (0: never charged).
@@ -620,11 +639,12 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
         upd: dict[str, Any] = {}
         for k in COMPONENTS:
             v = F.when(inside, comps[k]).otherwise(F.lit(0.0))
-            upd[k] = F.greatest(total(k), v) if k == "size" else total(k) + v
+            upd[k] = F.greatest(total(k), v) if k == "size" else _add_up_col(total(k), v)
         if curve:
             for i, c in enumerate(curs):
                 ok = inside & col(f"ok{i}")
-                upd[f"rho@{c}"] = total(f"rho@{c}") + F.when(ok, col(f"r{i}")).otherwise(0.0)
+                upd[f"rho@{c}"] = _add_up_col(total(f"rho@{c}"),
+                                              F.when(ok, col(f"r{i}")).otherwise(0.0))
                 upd[f"size@{c}"] = F.greatest(total(f"size@{c}"),
                                               F.when(ok, col(f"s{i}")).otherwise(0.0))
         out = {}
@@ -922,7 +942,8 @@ def _admit_exprs(budget: Any, rho: list[Any], led_rho: Any) -> Any:
 
     if budget.per_currency:
         return None
-    return constant_admits(F.lit(float(budget.constant)), rho, led_rho, F.lit(0.0))
+    return constant_admits(F.lit(float(budget.constant)), rho, led_rho, F.lit(0.0),
+                           where=_spark_where)
 
 
 def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) -> Any:
@@ -1748,12 +1769,12 @@ def _loss_exprs(ncur: int, guarantee: str, approx: bool, col: Any
         ok = col(f"ok{i}")
         any_ok = any_ok | ok
         left_out = left_out | ~ok
-        acc["rho"] = acc["rho"] + F.when(ok, col(f"r{i}")).otherwise(0.0)
-        acc["epsilon"] = acc["epsilon"] + F.when(ok, col(f"e{i}")).otherwise(0.0)
+        for k, f in (("rho", "r"), ("epsilon", "e"),
+                     *((("eps_a", "ea"), ("delta_a", "da")) if approx else ())):
+            term = F.when(ok, col(f"{f}{i}")).otherwise(0.0)
+            # 0.0 + term is exact; later terms added rounded up (`add_up`)
+            acc[k] = term if i == 0 else _add_up_col(acc[k], term)
         size = F.greatest(size, F.when(ok, col(f"s{i}")).otherwise(0.0))
-        if approx:
-            acc["eps_a"] = acc["eps_a"] + F.when(ok, col(f"ea{i}")).otherwise(0.0)
-            acc["delta_a"] = acc["delta_a"] + F.when(ok, col(f"da{i}")).otherwise(0.0)
     g = guarantee
     comps = {"rho": acc["rho"], "epsilon": acc["epsilon"], "size": size,
              "rho_z": F.lit(0.0) if g == "approx" else acc["rho"],
@@ -1820,8 +1841,8 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
 
 
 def _add_field(name: str) -> Any:
-    """``(acc, x) -> acc + x[name]``: a left fold step for ``F.aggregate``."""
-    return lambda acc, x: acc + x[name]
+    """``(acc, x) -> add_up(acc, x[name])``: a left fold step for ``F.aggregate``."""
+    return lambda acc, x: _add_up_col(acc, x[name])
 
 
 def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str]) -> Any:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import add_up_into
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame._engine import (
@@ -204,10 +205,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     continue
                 if a is None:
                     a = acc[k] = np.zeros(n)
-                if whole:
-                    a += v
-                else:
-                    a[ids] += v
+                # rounded up, as the in-memory ledger adds (`add_up`): the same doubles
+                add_up_into(a, v, None if whole else ids)
             for k, v in maxes.items():
                 a = acc.setdefault(k, np.zeros(n))
                 if whole:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tabdp._numeric import add_up, add_up_any
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.ledger import Charges
 
@@ -56,19 +57,24 @@ def prior_columns(budget: Budget | None, currencies: Sequence[str]) -> list[str]
     return [*[f"{k}@{c}" for c in currencies for k in ("rho", "size")], "rho"]
 
 
-def constant_admits(limit: Any, rho: Sequence[_T], prior_rho: _T, zero: _T) -> Any:
+def constant_admits(limit: Any, rho: Sequence[_T], prior_rho: _T, zero: _T,
+                    where: Any = np.where) -> Any:
     """A constant budget's decision, for any array or column type with ``+`` and ``<=``.
 
-    The query's ρ summed over currencies from ``zero`` in currency order, added to the unit's
-    earlier total, compared with the limit. There is no slack: a ledger adds exactly these
-    doubles, so a recorded total never exceeds the budget; a NaN loss is never within it.
+    The query's ρ summed over currencies in currency order, added to the unit's earlier total,
+    compared with the limit. Each addition rounds up where it is inexact
+    (`tabdp._numeric.add_up_any`), so the total compared is never below the exact sum of the
+    losses; a ledger adds exactly these doubles, so a recorded total never exceeds the budget,
+    in exact arithmetic too. A NaN loss is never within it.
     Numpy arrays and Spark columns (where NaN orders above every number) give the same decision.
 
     Args:
         limit: The budget's constant ρ (a float, or a literal column).
         rho: The query's ρ per currency, aligned with the units.
         prior_rho: The units' earlier total ρ.
-        zero: The starting value of the sum (``np.zeros(n)``, ``F.lit(0.0)``).
+        zero: The sum of no currency (``np.zeros(n)``, ``F.lit(0.0)``).
+        where: ``where(condition, x, y)`` for the type (``np.where`` for arrays; Spark:
+            ``lambda c, x, y: F.when(c, x).otherwise(y)``).
 
     Returns:
         The admitted mask (or boolean column).
@@ -78,10 +84,13 @@ def constant_admits(limit: Any, rho: Sequence[_T], prior_rho: _T, zero: _T) -> A
         ...                 np.zeros(2)).tolist()
         [True, False]
     """
-    new = zero
-    for r in rho:
-        new = new + r  # type: ignore[operator]
-    return (prior_rho + new) <= limit  # type: ignore[operator]
+    def add(a: Any, b: Any) -> Any:
+        return add_up(a, b) if isinstance(a, np.ndarray) else add_up_any(a, b, where)
+
+    new: Any = zero
+    for i, r in enumerate(rho):
+        new = r if i == 0 else add(new, r)  # 0 + r is r: exact
+    return add(prior_rho, new) <= limit
 
 
 def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
@@ -127,7 +136,7 @@ def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
     for c in charges.currencies:
         prev = look([f"rho@{c}", f"size@{c}"])
         size = np.maximum(prev[f"size@{c}"], charges.size[c])
-        total = prev[f"rho@{c}"] + charges.rho[c]
+        total = add_up(prev[f"rho@{c}"], charges.rho[c])
         out[c] = total <= b.limit(size, c)
     if b.total is not None:
         # the cap on the total over currencies, admitted currencies in query order; the
@@ -135,7 +144,8 @@ def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
         run = np.array(look(["rho"])["rho"], dtype=np.float64, copy=True)
         cap = b.total * (1.0 - 2.0**-50)
         for c in charges.currencies:
-            fits = out[c] & ((run + charges.rho[c]) <= cap)
-            run = np.where(fits, run + charges.rho[c], run)
+            after = add_up(run, charges.rho[c])
+            fits = out[c] & (after <= cap)
+            run = np.where(fits, after, run)
             out[c] = fits
     return out

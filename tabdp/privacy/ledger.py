@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import add_up, add_up_any, add_up_into
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
@@ -334,10 +335,11 @@ class Charges:
                 if k in ("eps_a", "delta_a") and not approx:
                     continue
                 vals = [np.asarray(v, dtype=np.float64) for v in parts[k].values()]
+                # each addition rounded up: never below the exact sum (`add_up`)
                 tot[k] = np.zeros(n) if not vals else vals[0] if len(vals) == 1 else \
-                    vals[0] + vals[1]
+                    add_up(vals[0], vals[1])
                 for v in vals[2:]:
-                    tot[k] += v
+                    add_up_into(tot[k], v)
             sizes = [np.asarray(v, dtype=np.float64) for v in self.size.values()]
             tot["size"] = np.zeros(n) if not sizes else sizes[0] if len(sizes) == 1 else \
                 np.maximum(sizes[0], sizes[1])
@@ -350,13 +352,13 @@ class Charges:
         for c in self.currencies:
             ok = admitted[c]
             any_ok |= ok
-            acc["rho"] += np.where(ok, self.rho[c], 0.0)
-            acc["epsilon"] += np.where(ok, self.epsilon[c], 0.0)
+            add_up_into(acc["rho"], np.where(ok, self.rho[c], 0.0))
+            add_up_into(acc["epsilon"], np.where(ok, self.epsilon[c], 0.0))
             acc["size"] = np.maximum(acc["size"], np.where(ok, self.size[c], 0.0))
             if self.guarantee == "approx":
                 assert self.eps_a is not None and self.delta_a is not None
-                acc["eps_a"] += np.where(ok, self.eps_a[c], 0.0)
-                acc["delta_a"] += np.where(ok, self.delta_a[c], 0.0)
+                add_up_into(acc["eps_a"], np.where(ok, self.eps_a[c], 0.0))
+                add_up_into(acc["delta_a"], np.where(ok, self.delta_a[c], 0.0))
         units = self.units[any_ok] if isinstance(self.units, np.ndarray) else \
             self.units.filter(pl.Series(any_ok))
         return UnitLosses(units, acc["rho"][any_ok], acc["epsilon"][any_ok],
@@ -437,6 +439,7 @@ class DenseLedger:
         # a column never charged reads as 0 (`lookup`, `frame`'s callers): an all-zero sum
         # into it (e.g. the approximate-DP parts of a zCDP release) allocates nothing
         sums = {k: v for k, v in sums.items() if k in self.arrays or np.any(v)}
+        fresh = {k for k in sums if k not in self.arrays}  # 0.0 + v: exact, no rounding
         for k in [*sums, *maxes]:
             if k not in self.arrays:
                 self.arrays[k] = np.zeros(self.n)
@@ -446,8 +449,22 @@ class DenseLedger:
         run = bool(ids.size) and int(ids[-1]) - lo + 1 == ids.size and bool(
             np.all(ids[1:] > ids[:-1]))
         at: Any = slice(lo, lo + ids.size) if run else ids
+        # rounded up (`add_up`): a total is never below the exact sum of its losses; an
+        # all-zero column adds nothing, and a column whose values and totals are another's
+        # (ρ_z is ρ in a zCDP release) takes that one's result
+        shared = [k for k, v in sums.items() if any(v is w for j, w in sums.items() if j != k)]
+        old = {k: self.arrays[k][at] for k in shared}
+        done: dict[str, np.ndarray] = {}
         for k, v in sums.items():
-            self.arrays[k][at] += v
+            if k in fresh:  # 0.0 + v: exact
+                self.arrays[k][at] += v
+                continue
+            twin = _twin(done, sums, old, k)
+            if twin is not None:
+                self.arrays[k][at] = self.arrays[twin][at]
+            elif v.any():
+                add_up_into(self.arrays[k], v, at)
+            done[k] = v
         for k, v in maxes.items():
             if run:
                 np.maximum(self.arrays[k][at], v, out=self.arrays[k][at])
@@ -581,7 +598,7 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
              if c in table.columns else np.zeros(tu.size))
         if c in new.columns:
             y = new[c].fill_null(0.0).to_numpy()
-            op = np.fmax if _is_max_col(c) else np.add
+            op = np.fmax if _is_max_col(c) else add_up
             if every:
                 x[at] = op(x[at], y)
             else:
@@ -593,6 +610,39 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
     units = np.insert(tu, ins, nu[fresh]) if k else tu
     return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
                          **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
+
+
+def _twin(done: dict[str, np.ndarray], sums: dict[str, Any], old: dict[str, np.ndarray],
+          k: str) -> str | None:
+    """A column already added whose new values are ``sums[k]`` and whose totals equal k's."""
+    v = sums[k]
+    for j in done:
+        if sums[j] is v and j in old and k in old and np.array_equal(old[j], old[k]):
+            return j
+    return None
+
+
+def _add_up_expr(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """`tabdp._numeric.add_up` as a Polars expression (the same doubles)."""
+    expr: pl.Expr = add_up_any(a, b, lambda c, x, y: pl.when(c).then(x).otherwise(y))
+    return expr
+
+
+def _group_totals(frame: pl.DataFrame, sums: list[str], maxes: list[str]) -> pl.DataFrame:
+    """Per unit of ``frame`` (sorted by unit; at most two rows per unit): sums and maxima.
+
+    A unit's two rows (its total so far and a release's losses) are added with `add_up`
+    (symmetric: the same double in either order); nulls count 0.0.
+    """
+    g = frame.group_by("unit", maintain_order=True).agg(
+        pl.len().alias("__n"),
+        *[pl.col(c).fill_null(0.0).min().alias(f"__lo:{c}") for c in sums],
+        *[pl.col(c).fill_null(0.0).max().alias(c) for c in [*sums, *maxes]])
+    if bool((g["__n"] > 2).any()):  # pragma: no cover - ids are unique per release
+        raise AssertionError("a ledger merge saw a unit more than twice")
+    return g.select("unit", *[
+        pl.when(pl.col("__n") > 1).then(_add_up_expr(pl.col(f"__lo:{c}"), pl.col(c)))
+        .otherwise(pl.col(c)).alias(c) for c in sums], *maxes)
 
 
 class UnitLedger:
@@ -661,21 +711,29 @@ class UnitLedger:
             self.table = new
             return
         if self.table is None:
-            self.table = new.sort("unit", nulls_last=True, maintain_order=True).group_by(
-                "unit", maintain_order=True).agg(
-                *[pl.col(k).sum() for k in sums], *[pl.col(k).max() for k in maxes])
+            self.table = _group_totals(new.sort("unit", nulls_last=True, maintain_order=True),
+                                       list(sums), list(maxes))
             return
         if (strict and new.height == self.table.height
                 and u.equals(self.table["unit"], null_equal=True)):
             # the same units in the same (sorted) order, e.g. a second release of the same
             # input: add and take maxima column by column (a merge would sort both again)
-            both = self.table.hstack(new.drop("unit").rename(lambda c: f"__new:{c}"))
+            # sums rounded up in numpy (`add_up`; zero columns and twins as in DenseLedger)
+            old = {k: self.table[k].to_numpy() for k in sums if k in self.table.columns}
+            added: dict[str, np.ndarray] = {}
+            for k, v in sums.items():
+                if k not in old:
+                    added[k] = np.asarray(v, dtype=np.float64)
+                    continue
+                twin = _twin(added, sums, old, k)
+                added[k] = (added[twin] if twin is not None
+                            else add_up(old[k], v) if v.any() else old[k])
+            both = self.table.hstack(new.select(*maxes).rename(lambda c: f"__new:{c}"))
             self.table = both.with_columns(
-                *[(pl.col(k) + pl.col(f"__new:{k}")) if k in self.table.columns
-                  else pl.col(f"__new:{k}").alias(k) for k in sums],
+                *[pl.Series(k, v, dtype=pl.Float64) for k, v in added.items()],
                 *[pl.max_horizontal(k, f"__new:{k}") if k in self.table.columns
                   else pl.col(f"__new:{k}").alias(k) for k in maxes]).drop(
-                [f"__new:{k}" for k in [*sums, *maxes]])
+                [f"__new:{k}" for k in maxes])
             return
         t_unit = self.table["unit"]
         if (strict and u.dtype == pl.Int64 and t_unit.dtype == pl.Int64
@@ -689,10 +747,8 @@ class UnitLedger:
         sum_cols = [c for c in both.columns if c != "unit" and not _is_max_col(c)]
         max_cols = [c for c in both.columns if _is_max_col(c)]
         assert set(sum_cols) | set(max_cols) | {"unit"} == cols
-        self.table = both.sort("unit", nulls_last=True, maintain_order=True).group_by(
-            "unit", maintain_order=True).agg(
-            *[pl.col(c).fill_null(0.0).sum() for c in sum_cols],
-            *[pl.col(c).fill_null(0.0).max() for c in max_cols])
+        self.table = _group_totals(both.sort("unit", nulls_last=True, maintain_order=True),
+                                   sum_cols, max_cols)
 
     def frame(self) -> pl.DataFrame:
         """The table (unit first).

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import add_up, add_up_into
 from tabdp.exceptions import InvalidParameterError, LedgerError, PrivacyWarning
 from tabdp.privacy import _anchor
 from tabdp.privacy.budget import Budget
@@ -154,6 +155,14 @@ def _unit_kind(dtype: Any) -> str:
         f"a lifetime ledger keys units by their id, which must be integer or text; the unit "
         f"column has dtype {dtype}.\nHint: cast the unit id column to Int64 or String before "
         "the release (the same type in every run of the series).")
+
+
+def _add_up(a: Any, b: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """`tabdp._numeric.add_up` with numpy's ``out=`` (written in place)."""
+    if out is None:
+        return add_up(a, b)
+    add_up_into(out, b)
+    return out
 
 
 class _Lock:
@@ -653,8 +662,14 @@ class Ledger:
     def create(cls, path: str | os.PathLike[str], *, series: str,
                lifetime_budget: float | Mapping[Any, Any] | Budget,
                autocommit: bool = True,
-               public: tuple[str | os.PathLike[str], ...] = ()) -> Ledger:
+               public: tuple[str | os.PathLike[str], ...] = (),
+               start_over: bool = False) -> Ledger:
         """Start a release series: create its ledger at ``path`` (which must not exist) and open it.
+
+        The ledger's anchor (``<parent>/.<name>.head.json``, see `verify_ledger`) is written
+        with it. If an anchor is already there and records releases, the path held a series
+        whose folder is gone (deleted, moved, not mounted): creating a ledger there would
+        restart every unit's lifetime loss at zero, so it is refused unless ``start_over``.
 
         Args:
             path: The new ledger folder (created 0700); refused if anything is there.
@@ -663,12 +678,16 @@ class Ledger:
                 curve or ``{currency: curve}``, like ``Session(budget=...)``.
             autocommit: As in [`open`][tabdp.Ledger.open].
             public: Folders the ledger must not be in.
+            start_over: Start a new series although the anchor at ``path`` records releases
+                of an earlier one (the curator's deliberate decision: the earlier series'
+                losses no longer count); its anchor is replaced.
 
         Returns:
             The open, empty ledger (close it, or use it as a context manager).
 
         Raises:
-            LedgerError: Something already exists at ``path``.
+            LedgerError: Something already exists at ``path``, or its anchor records
+                releases (without ``start_over``).
             InvalidParameterError: A missing series or budget, or a path in a public folder.
 
         Example:
@@ -683,16 +702,42 @@ class Ledger:
             raise LedgerError(
                 f"cannot start a series at {root}: something is already there.\nHint: open "
                 "an existing ledger with tabdp.Ledger.open(path), or give a new path.")
+        if not start_over:
+            cls._refuse_vanished(root, create=True)
         return cls.open(root, series=series, lifetime_budget=lifetime_budget, create=True,
                         autocommit=autocommit, public=public, _new=True)
 
     @staticmethod
-    def _refuse_vanished(root: Path) -> None:
-        """``open(create=True)`` of a missing folder whose anchor records releases: refused."""
+    def _refuse_vanished(root: Path, create: bool = False) -> None:
+        """A new ledger at a missing folder whose anchor records releases: refused.
+
+        ``open(create=True)`` (each year's script) and ``create`` (starting a series) alike;
+        ``create(start_over=True)`` skips this check.
+        """
         try:
             anchor = _anchor.read_anchor(root)
         except LedgerError:
-            anchor = None
+            if not create:
+                anchor = None
+            else:  # an anchor that does not parse: not overwritten without a decision
+                raise LedgerError(
+                    f"cannot start a series at {root}: the anchor "
+                    f"{_anchor.anchor_path(root)} is there but is not a valid anchor file, "
+                    "so whether it records releases is unknown.\nHint: put back the ledger "
+                    "folder it belongs to; to start a new series there deliberately, "
+                    "tabdp.Ledger.create(path, ..., start_over=True) or `tabdp ledger init "
+                    "PATH ... --start-over`.") from None
+        if anchor is not None and anchor.releases and create:
+            raise LedgerError(
+                f"cannot start a series at {root}: its anchor {_anchor.anchor_path(root)} "
+                f"records {anchor.releases} release(s) of a series there (chain head "
+                f"{anchor.head[:16]}…), whose ledger folder is gone (deleted, moved or not "
+                "mounted). A new ledger would restart every unit's lifetime loss at zero.\n"
+                "Hint: put back the ledger folder (the copy whose `tabdp ledger show` ends "
+                "with that chain head) and open it; to start a new series there deliberately "
+                "(the earlier releases' losses no longer count), "
+                "tabdp.Ledger.create(path, ..., start_over=True) or `tabdp ledger init PATH "
+                "... --start-over`.")
         if anchor is not None and anchor.releases:
             raise LedgerError(
                 f"no ledger at {root}, but its anchor {_anchor.anchor_path(root)} records "
@@ -700,8 +745,8 @@ class Ledger:
                 "deleted, moved or not mounted, and creating it again would restart every "
                 "unit's lifetime loss at zero.\nHint: put back the ledger folder (the copy "
                 f"whose `tabdp ledger show` ends with chain head {anchor.head[:16]}…); to start "
-                "the series over deliberately, tabdp.Ledger.create(path, ...) or `tabdp ledger "
-                "init PATH`.")
+                "the series over deliberately, tabdp.Ledger.create(path, ..., start_over=True) "
+                "or `tabdp ledger init PATH ... --start-over`.")
 
     @staticmethod
     def _create(root: Path, series: str | None, budget: Any) -> None:
@@ -1262,7 +1307,9 @@ class _RunTotals:
         n = len(self.units)
         if self.charged is None:
             self.charged = np.zeros(n, dtype=bool)
-        for group, op in ((sums, np.add), (maxes, np.maximum)):
+        # sums rounded up (`add_up`): a lifetime total is never below the exact sum of its
+        # runs' losses; the first charge of a column (0.0 + x) is exact either way
+        for group, op in ((sums, _add_up), (maxes, np.maximum)):
             for c, v in group.items():
                 x = np.asarray(v, dtype=np.float64)
                 life = self.life.get(c)

@@ -325,6 +325,70 @@ def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
     assert inflate(np.array([0.0]), 8.0, np.array([True]))[0] == 2.0**-1074
 
 
+@pytest.mark.parametrize("e", [20, 35, 44, 47, 49, 51])
+def test_ceil_snap_never_rounds_a_real_fraction_down_at_large_ratios(e: int) -> None:
+    """ceil_snap at 2**e + f: a fraction f >= 2**-20 of a row is counted (ceil), never snapped.
+
+    Before, the tolerance was 8 ulps of the ratio: from about 2**47 on (8 ulps = 0.25 of a row)
+    2**47 + 0.25 counted 2**47 rows.
+    """
+    from tabdp._numeric import ceil_snap
+
+    base = 2.0**e
+    ulp = math.ulp(base)
+    fracs = sorted({f for f in (ulp, 2 * ulp, 4 * ulp, 8 * ulp, 2.0**-21, 2.0**-20, 2.0**-12,
+                                0.25, 0.5) if f >= ulp and (base + f) - base == f and f < 1})
+    x = np.array([base + f for f in fracs])
+    got = ceil_snap(x)
+    for f, g in zip(fracs, got.tolist(), strict=True):
+        assert Fraction(g) >= Fraction(base) + Fraction(f) or f < 2.0**-20, (e, f, g)
+        assert g in (base, base + 1.0), (e, f, g)
+    # float noise of a ratio of decimals is still snapped
+    assert ceil_snap(np.array([2.1 / 0.7, 1e7 / 0.37])).tolist() == [3.0, 27027028.0]
+
+
+def test_add_up_is_tight_and_every_form_gives_the_same_doubles() -> None:
+    """add_up: >= the exact sum, exact sums kept, else one or two places up; one value per form.
+
+    The in-place, indexed, sliced, Polars-expression and Python-float forms (the totals' sums)
+    give the same doubles.
+    """
+    from tabdp._numeric import add_up_any, add_up_into
+    from tabdp.frame._engine import _fold_up
+
+    rng = np.random.default_rng(29)
+    n = 3 * (1 << 15) + 17  # more than one slice
+    a = np.concatenate([_doubles(rng, n, -80, 80), [0.5, 0.0, 1.0, np.inf, 2.0**1023]])
+    b = np.concatenate([_doubles(rng, n, -80, 80) * rng.choice([1.0, 2.0**-60, 0.0], n),
+                        [2.0**-69, 0.0, 2.0**-53, 1.0, 2.0**1023]])
+    got = add_up(a, b)
+    for x, y, g in zip(a[::97].tolist(), b[::97].tolist(), got[::97].tolist(), strict=True):
+        e = Fraction(x) + Fraction(y)
+        if x + y == e:   # exact: unchanged
+            assert g == x + y
+        else:            # never below, at most 2**-51 relative above
+            assert Fraction(g) >= e and Fraction(g) <= e * (1 + Fraction(1, 2**51))
+    assert got[n] > 0.5 and got[n + 1] == 0.0 and got[n + 2] > 1.0
+    assert got[n + 3] == np.inf and got[n + 4] == np.inf  # overflow: an upper bound
+    acc = a.copy()
+    add_up_into(acc, b)
+    assert np.array_equal(acc, got)
+    at = np.arange(0, a.size, 3)
+    part = a.copy()
+    add_up_into(part, b[at], at)
+    assert np.array_equal(part[at], got[at]) and np.array_equal(np.delete(part, at),
+                                                                np.delete(a, at))
+    assert np.array_equal(add_up(b, a), got)  # symmetric in its operands
+    frame = pl.DataFrame({"a": a, "b": b})
+    expr = add_up_any(pl.col("a"), pl.col("b"), lambda c, x, y: pl.when(c).then(x).otherwise(y))
+    assert np.array_equal(frame.select(expr.alias("s"))["s"].to_numpy(), got)
+    terms = b[:500].tolist()
+    running = np.array([a[0]])
+    for t in terms:
+        running = add_up(running, np.array([t]))
+    assert _fold_up(float(a[0]), terms) == running[0]
+
+
 # -- end to end: every backend reports the same, certified losses -------------------------------
 _E2E = [M.Gaussian(0.3), M.Laplace(0.7), M.GeneralizedGaussian(1.5, 0.5), M.LogTransform(2.0, 1.0),
         M.RootTransform(2, 1.0, 5.0), M.UnitSplitting(0.7, 1.0), M.SymmetricStable(1.0, 0.5),
@@ -367,3 +431,63 @@ def test_every_polars_backend_reports_the_same_certified_losses(engine: str,
 def test_spark_reports_the_same_certified_losses(spark: Any, tmp_path: pathlib.Path) -> None:
     """Spark (exact engine expressions or the numpy policy in a pandas UDF): the same losses."""
     _e2e("spark", tmp_path)
+
+
+# -- totals: never below the exact sum of their terms (review R17-1) --------------------------
+def _exact_gauss_rho(delta: Fraction, sigma: float) -> Fraction:
+    return delta * delta / (2 * Fraction(sigma) ** 2)
+
+
+
+SIGMA = 1024.0       # ρ(1024) = 1/2 exactly; ρ(2**-24) = 2**-69, below half an ulp of 1/2
+TINY = 2.0**-24      # one fixed-point step of a Float64 measure: Δ is exact
+
+
+# origin: review R17
+@pytest.mark.parametrize("streaming", [False, True])
+def test_row_total_is_never_below_the_exact_sum_of_its_losses(streaming: bool) -> None:
+    """One row, two measures under a Gaussian: its total ρ is ρ(x) + ρ(y), exactly > 1/2."""
+    df = pl.DataFrame({"k": ["a"], "x": [1024.0], "y": [TINY]})
+    s = tabdp.Session(seed=1, budget=0.5, streaming=streaming)
+    df.dp.sum(["x", "y"], by="k", keys=tabdp.KeySet.from_dict(k=["a"]),
+              mechanism=M.Gaussian(SIGMA), session=s)
+    per = s.report().per_record
+    exact = _exact_gauss_rho(Fraction(1024), SIGMA) + _exact_gauss_rho(Fraction(TINY), SIGMA)
+    assert exact > Fraction(1, 2)          # the exact loss passes the budget of 1/2 ...
+    charged = Fraction(float(per["rho"][0]))
+    # ... so the row must be left out (charged 0), or its reported loss must be >= the exact one
+    assert charged == 0 or charged >= exact, (float(charged), float(exact))
+
+
+# origin: review R17
+def test_unit_total_over_cells_is_never_below_the_exact_sum() -> None:
+    """Unit mode: one big cell first in key-set order, then 50 cells of one fixed-point step."""
+    cells = [f"c{i}" for i in range(51)]
+    df = pl.DataFrame({"u": [7] * 51, "k": cells, "x": [1024.0] + [TINY] * 50})
+    s = tabdp.Session(unit="u", seed=1)
+    df.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=cells), mechanism=M.Gaussian(SIGMA),
+              session=s)
+    per = s.report().per_record
+    exact = _exact_gauss_rho(Fraction(1024), SIGMA) + 50 * _exact_gauss_rho(Fraction(TINY), SIGMA)
+    assert Fraction(float(per["rho"][0])) >= exact
+
+
+# origin: review R17
+def test_filter_admits_no_unit_past_its_budget_in_exact_arithmetic() -> None:
+    """Release 1 charges 1/2 = the budget; release 2 charges 2**-69 more: it must be left out."""
+    df = pl.DataFrame({"k": ["a"], "x": [1024.0], "y": [TINY]})
+    keys = tabdp.KeySet.from_dict(k=["a"])
+    s = tabdp.Session(seed=1, budget=0.5)
+    df.dp.sum("x", by="k", keys=keys, mechanism=M.Gaussian(SIGMA), session=s)
+    df.dp.sum("y", by="k", keys=keys, mechanism=M.Gaussian(SIGMA), session=s)
+    per = s.report().per_record
+    total = sum((Fraction(float(v)) for v in (per["rho_q1_sum"][0], per["rho_q2_sum"][0])),
+                Fraction(0))
+    # what the row was charged, exactly: ρ of every release it was admitted to
+    exact = Fraction(0)
+    if per["rho_q1_sum"][0] > 0:
+        exact += _exact_gauss_rho(Fraction(1024), SIGMA)
+    if per["rho_q2_sum"][0] > 0:
+        exact += _exact_gauss_rho(Fraction(TINY), SIGMA)
+    assert total == exact                   # each release's own column is exact ...
+    assert exact <= Fraction(1, 2)          # ... and the filter keeps the exact total in budget

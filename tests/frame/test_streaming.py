@@ -9,6 +9,7 @@ row mode refuses.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,58 @@ def test_the_first_input_decides_the_ledger_unless_chosen(
     other.dp.count(by="c", keys=KEYS.project(["c"]), session=s)  # the ledger stays
     assert s.streaming is expected
     assert tabdp.Session(unit="id").streaming is False
+
+
+def _exact_gauss_rho(delta: Fraction, sigma: float) -> Fraction:
+    return delta * delta / (2 * Fraction(sigma) ** 2)
+
+
+
+_BIG = [2**53 + 1, -(2**53 + 1), 2**63 - 1, -(2**63), 2**62 + 3, 7, 2**53, -5, 2**53 - 1,
+        2**53 + 3, None]
+
+
+# origin: review R17
+@pytest.mark.parametrize("negatives", ["allow", "zero"])
+# 2**45 = ρ of Gaussian(2**30) at exactly 2**53: 2**53 - 1 and 2**53 fit, 2**53 + 1 (read as
+# 2**53 rounded, then up) does not
+@pytest.mark.parametrize("budget", [None, 2.0**45, "curve"])
+def test_streaming_report_of_64_bit_integers_equals_the_in_memory_one(
+        negatives: str, budget: Any) -> None:
+    if budget == "curve":  # per currency, limits by size, a cap on the total
+        budget = tabdp.Budget({1.0: 2.0**-40, 2.0**53: 2.0**45, 2.0**62: 2.0**60},
+                              total=2.0**61)
+    df = pl.DataFrame({"k": ["a", "b", "c", "a", "b", "c", "a", "b", "c", "zz", "a"],
+                       "x": pl.Series(_BIG, dtype=pl.Int64),
+                       "y": pl.Series([2**64 - 1, 2**63 + 1, 2**53 + 1, 3, 0, 2**64 - 2049, 5,
+                                       6, 7, 8, 9], dtype=pl.UInt64)})
+    keys = tabdp.KeySet.from_dict(k=["a", "b", "c"])
+
+    def run(streaming: bool) -> list[Any]:
+        s = tabdp.Session(seed=3, budget=budget, streaming=streaming)
+        src = df.lazy() if streaming else df
+        out = []
+        for m in (mech.Gaussian(2.0**30), mech.Laplace(2.0**40)):
+            out.append(src.dp.sum("x", by="k", keys=keys, mechanism=m, session=s, nulls="zero",
+                                  negatives=negatives))
+        if negatives == "zero":  # UInt64: no negatives to allow
+            out.append(src.dp.sum("y", by="k", keys=keys, mechanism=mech.Gaussian(2.0**31),
+                                  session=s))
+        out.append(src.dp.count(by="k", keys=keys, session=s))
+        out = [o.collect() if isinstance(o, pl.LazyFrame) else o for o in out]
+        per = s.report(delta=1e-9).per_record
+        return [*out, per]
+
+    eager, streaming = run(False), run(True)
+    for x, y in zip(eager, streaming, strict=True):
+        assert x.equals(y)
+    first = eager[-1]["rho_q1_sum"].to_list()
+    assert any(v > 0 for v in first[:10])
+    assert budget is None or any(v == 0 for v in first[:10])  # the filter decides both ways
+    # h75: the losses are charged at Δ rounded up: never below the exact (|x| / σ)² / 2
+    per = eager[-1]
+    for i, v in enumerate(_BIG):
+        if v is None or per["rho_q1_sum"][i] == 0:
+            continue
+        d = Fraction(max(v, 0) if negatives == "zero" else abs(v))
+        assert Fraction(float(per["rho_q1_sum"][i])) >= _exact_gauss_rho(d, 2.0**30), i

@@ -13,10 +13,12 @@ import json
 import pathlib
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
@@ -274,3 +276,60 @@ def test_author_mode_input_path_existence_is_no_oracle(
             codes.append((path, code, out.getvalue(), err.getvalue()))
     assert codes[:3] == codes[3:]
     assert {c[1] for c in codes} == {2}
+
+
+def author_view(run: Any) -> tuple[Any, ...]:
+    """What the author sees of ``run()``: the table's non-noise part or the error, warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            out = run()
+            got: Any = ("ok", tuple(out.columns), tuple(str(t) for t in out.dtypes),
+                        out.select("k").rows(), out.height)
+        except Exception as err:  # noqa: BLE001 - what the author sees
+            got = ("raised", type(err).__name__, str(err))
+    return got, tuple((w.category.__name__, str(w.message)) for w in caught)
+
+
+# origin: review R17
+def test_author_view_of_sum_then_count_is_the_same_on_neighbours() -> None:
+    rng = np.random.default_rng(8)
+    n = 300
+    base = pl.DataFrame({"u": rng.integers(0, 40, n), "k": rng.choice(["a", "b", "c"], n),
+                         "x": rng.normal(0, 5, n)})
+    extra = pl.DataFrame({"u": [999] * 4, "k": ["a", "b", "a", "zz"],
+                          "x": [1e9, -3.0, None, 7.0]})
+    keys = tabdp.KeySet.from_dict(k=["a", "b", "c"])
+    no_id = pl.DataFrame({"u": pl.Series([None, None], dtype=pl.Int64), "k": ["a", "c"],
+                          "x": [1e12, -4.0]})     # rows without a unit id: dropped
+    views = []
+    for df in (base, pl.concat([base, extra]), pl.concat([no_id, base, no_id])):
+        cur = tabdp.Curator(budget=2.0, seed=4)
+        cur.add("d", df, unit="u")
+        author = cur.author_session("d")
+        calls = [
+            lambda a=author: a.sum("x", by="k", keys=keys, mechanism=mech.Gaussian(3.0),
+                                   nulls="zero", negatives="allow", max_cells=2),
+            lambda a=author: a.count(by="k", keys=keys),
+            lambda a=author: a.sum("x", by="k", keys=keys, mechanism=mech.Gaussian(3.0),
+                                   nulls="zero", negatives="allow"),
+            lambda a=author: a.summary(),
+        ]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            views.append([author_view(c) for c in calls[:3]])
+            summary = author.summary()
+        views[-1].append(_public_summary(summary))
+    assert views[0] == views[1] == views[2]
+
+
+def _public_summary(summary: dict[str, Any]) -> Any:
+    """The summary without times (timing is outside the guarantee)."""
+    def strip(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items()
+                    if "time" not in k and "seconds" not in k and k not in ("created", "id")}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+    return strip(summary)

@@ -238,7 +238,47 @@ def test_a_vanished_folder_with_an_anchor_is_not_recreated_by_create_true(tmp_pa
         tabdp.Ledger.open(path, series="s", lifetime_budget=50.0, create=True)
     assert not path.exists()
     # starting the series over is explicit
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0, start_over=True).close()
+    assert _anchor_of(path)["entries"] == 1
+
+
+def test_create_over_an_anchor_that_records_releases_is_refused(tmp_path):
+    """``Ledger.create`` / ``tabdp ledger init`` where a vanished series' anchor is: refused."""
+    path = tmp_path / "l"
+    _series(path)
+    before = _anchor_of(path)
+    shutil.rmtree(path)
+    with pytest.raises(LedgerError, match=r"its anchor .* records 2 release\(s\)") as got:
+        tabdp.Ledger.create(path, series="s", lifetime_budget=50.0)
+    assert "start_over=True" in str(got.value) and "--start-over" in str(got.value)
+    assert not path.exists() and _anchor_of(path) == before  # nothing written
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["ledger", "init", str(path), "--series", "s", "--lifetime-budget", "9"],
+                    stdout=out, stderr=err)
+    assert code == 2 and "records 2 release(s)" in err.getvalue(), err.getvalue()
+    assert not path.exists() and _anchor_of(path) == before
+    # the documented way on: a deliberate new series, with a new anchor
+    assert cli_main(["ledger", "init", str(path), "--series", "s", "--lifetime-budget", "9",
+                     "--start-over"], stdout=io.StringIO()) == 0
+    after = _anchor_of(path)
+    assert after["entries"] == 1 and after["series_id"] != before["series_id"]
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 0
+
+
+def test_create_next_to_an_anchor_of_no_release_or_a_garbled_one(tmp_path):
+    """An anchor of a series with no release is replaced; one that does not parse is not."""
+    path = tmp_path / "l"
     tabdp.Ledger.create(path, series="s", lifetime_budget=50.0).close()
+    shutil.rmtree(path)
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0).close()  # nothing lost
+    shutil.rmtree(path)
+    where = tmp_path / ".l.head.json"
+    where.write_text("{not json")
+    with pytest.raises(LedgerError, match="not a valid anchor file"):
+        tabdp.Ledger.create(path, series="s", lifetime_budget=50.0)
+    assert where.read_text() == "{not json" and not path.exists()
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0, start_over=True).close()
     assert _anchor_of(path)["entries"] == 1
 
 

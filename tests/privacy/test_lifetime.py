@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from _sums import add_up_ref, sum_up_ref
 
 import tabdp
 from tabdp import mechanisms as mech
@@ -516,9 +517,10 @@ def test_in_memory_charges_match_a_per_unit_reference_exactly(tmp_path, kind):
                 np.testing.assert_array_equal(before[cur], expect)
                 led.charge(units, {cur: rho}, {"size": size})
                 for k, r, z in zip(units.to_list(), rho, size, strict=True):
-                    ref_life[(k, cur)] = ref_life.get((k, cur), 0.0) + r
+                    # sums rounded up where inexact (never below the exact sum)
+                    ref_life[(k, cur)] = add_up_ref(ref_life.get((k, cur), 0.0), r)
                     ref_life[(k, "size")] = max(ref_life.get((k, "size"), 0.0), z)
-                    ref_run[(k, cur)] = ref_run.get((k, cur), 0.0) + r
+                    ref_run[(k, cur)] = add_up_ref(ref_run.get((k, cur), 0.0), r)
                     ref_run[(k, "size")] = max(ref_run.get((k, "size"), 0.0), z)
             led.commit(label=str(release))
         with tabdp.Ledger.open(path) as led:
@@ -537,7 +539,10 @@ def test_in_memory_charges_match_a_per_unit_reference_exactly(tmp_path, kind):
 
 
 def test_session_ledger_sorted_merge_matches_the_group_by():
-    """UnitLedger.add merges sorted Int64 tables by binary search: the group-by's doubles."""
+    """UnitLedger.add merges sorted Int64 tables by binary search: the group-by's doubles.
+
+    Both add a unit's two values rounded up where inexact (`add_up_ref`).
+    """
     from tabdp.privacy.ledger import UnitLedger, _merge_sorted
 
     rng = np.random.default_rng(5)
@@ -555,8 +560,10 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
                 {"size": b["size"].to_numpy()})
         both = pl.concat([a, b], how="diagonal_relaxed")
         ref = both.sort("unit", maintain_order=True).group_by("unit", maintain_order=True).agg(
-            pl.col("rho").fill_null(0.0).sum(), pl.col("rho@x").fill_null(0.0).sum(),
+            pl.col("rho").fill_null(0.0), pl.col("rho@x").fill_null(0.0),
             pl.col("size").fill_null(0.0).max())
+        ref = ref.with_columns(*[pl.Series(c, [sum_up_ref(v) for v in ref[c].to_list()],
+                                           dtype=pl.Float64) for c in ("rho", "rho@x")])
         assert led.table.equals(ref)
         assert _merge_sorted(a, b, {"size"}).equals(ref)
 
@@ -651,3 +658,41 @@ def test_a_column_charged_zero_everywhere_is_kept_unchanged() -> None:
     hist = tot.history_rows()
     assert hist is not None and hist["unit"].to_list() == [2, 5]
     assert hist["rho"].to_list() == [1.0, 2.0] and hist["delta_a"].to_list() == [0.0, 0.0]
+
+
+# origin: review R17
+def test_report_and_lifetime_follow_ids_with_subsets_and_new_ids(tmp_path: Path
+                                                                     ) -> None:
+    keys = tabdp.KeySet.from_dict(k=["a", "b"])
+    rng = np.random.default_rng(70)
+    runs = []
+    for year in range(3):
+        ids = np.sort(rng.choice(np.arange(-40, 400, 3), 60, replace=False))
+        if year == 1:
+            ids = ids[::-1].copy()                         # unsorted input
+        n = ids.size
+        runs.append(pl.DataFrame({"u": pl.Series(ids, dtype=pl.Int64),
+                                  "k": rng.choice(["a", "b", "c"], n),
+                                  "x": rng.integers(0, 40, n).astype(np.float64)}))
+    path = tmp_path / "ledger"
+    expected: dict[int, float] = {}
+    for year, df in enumerate(runs):
+        create = year == 0
+        with tabdp.Ledger.open(path, series="s", lifetime_budget=40.0, create=create) as led:
+            s = tabdp.Session(unit="u", seed=year, ledger=led, budget=20.0)
+            df.dp.sum("x", by="k", keys=keys, mechanism=mech.Gaussian(4.0), session=s)
+            df.dp.count(by="k", keys=keys, session=s, max_rows=1)
+            per = s.report().per_record
+            # each query's column from the exact policy, by id
+            cells = df.filter(pl.col("k").is_in(["a", "b"]))
+            want_sum = {int(u): float(np.asarray(mech.Gaussian(4.0).rho(np.array([x])))[0])
+                        for u, x in cells.select("u", "x").iter_rows()}
+            got_sum = dict(zip(per["u"].to_list(), per["rho_q1_sum"].to_list(), strict=True))
+            for u, v in got_sum.items():
+                assert v in (0.0, want_sum.get(u, 0.0)), (year, u)
+            for u, r1, r2 in per.select("u", "rho_q1_sum", "rho_q2_count").iter_rows():
+                expected[u] = expected.get(u, 0.0) + (r1 + r2)
+            life = dict(zip(per["u"].to_list(), per["rho_lifetime"].to_list(), strict=True))
+            for u in life:
+                assert life[u] == pytest.approx(expected[u], rel=1e-12, abs=0.0), (year, u)
+                assert life[u] <= 40.0
