@@ -909,6 +909,11 @@ class Ledger:
     def lookup_lifetime(self) -> Callable[[Any, list[str]], dict[str, np.ndarray]]:
         """``lookup(units, cols)`` for the lifetime filter (stored plus this run's so far).
 
+        The same values as [`lookup`][tabdp.Ledger.lookup], but where ``units`` are the
+        ledger's own units, id for id (the common case in unit mode), a column comes as a
+        read-only view of the run's totals instead of a copy: valid until the next charge,
+        which the filter (it reads them at once, to decide) never outlives.
+
         Example:
             >>> import tempfile, pathlib
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
@@ -916,7 +921,10 @@ class Ledger:
             >>> look(pl.Series(["a"]), ["rho"])["rho"].tolist()
             [0.0]
         """
-        return self.lookup
+        def look(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
+            return self._tot.lookup(self._units(units), cols, copy=False)
+
+        return look
 
     # -- charging and committing ------------------------------------------------------------------
     def charge(self, units: Any, sums: Mapping[str, np.ndarray],
@@ -1215,8 +1223,12 @@ class _RunTotals:
         self._found = (u, self.units, pos, hit)
         return pos, hit
 
-    def lookup(self, u: pl.Series, cols: list[str]) -> dict[str, np.ndarray]:
-        """Lifetime totals of ``cols`` for ``u`` (0 for units the series never charged)."""
+    def lookup(self, u: pl.Series, cols: list[str], copy: bool = True) -> dict[str, np.ndarray]:
+        """Lifetime totals of ``cols`` for ``u`` (0 for units the series never charged).
+
+        ``copy=False``: where ``u`` is the index itself, read-only views of the run's arrays
+        (valid until the next charge, which changes them in place) instead of copies.
+        """
         n = len(u)
         if self.units is None or not len(self.units):
             return {c: np.zeros(n) for c in cols}
@@ -1228,7 +1240,11 @@ class _RunTotals:
             if arr is None:
                 out[c] = np.zeros(n)
             elif pos is None:
-                out[c] = arr.copy()  # the run's arrays change in place at the next charge
+                if copy:  # the run's arrays change in place at the next charge
+                    out[c] = arr.copy()
+                else:
+                    out[c] = arr.view()
+                    out[c].flags.writeable = False
             else:
                 v = arr.take(pos)  # a miss has position 0: zeroed below (no boolean gathers)
                 if miss is not None:
@@ -1262,6 +1278,7 @@ class _RunTotals:
         n = len(self.units)
         if self.charged is None:
             self.charged = np.zeros(n, dtype=bool)
+        scratch: np.ndarray | None = None  # one scatter buffer for every column of the charge
         for group, op in ((sums, np.add), (maxes, np.maximum)):
             for c, v in group.items():
                 x = np.asarray(v, dtype=np.float64)
@@ -1278,7 +1295,12 @@ class _RunTotals:
                 if pos is None:
                     full = x
                 else:  # the charged units' values at their index positions, 0.0 elsewhere
-                    full = np.zeros(n)
+                    # (one buffer, refilled per column: no results below alias it)
+                    if scratch is None:
+                        scratch = np.zeros(n)
+                    else:
+                        scratch.fill(0.0)
+                    full = scratch
                     full[pos] = x
                 # contiguous whole-array operations (no gather/scatter per array); an
                 # uncharged unit adds 0.0 (or takes the maximum with 0.0): its total is kept

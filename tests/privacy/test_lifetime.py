@@ -651,3 +651,35 @@ def test_a_column_charged_zero_everywhere_is_kept_unchanged() -> None:
     hist = tot.history_rows()
     assert hist is not None and hist["unit"].to_list() == [2, 5]
     assert hist["rho"].to_list() == [1.0, 2.0] and hist["delta_a"].to_list() == [0.0, 0.0]
+
+
+def test_the_filters_lookup_reads_views_and_lookup_returns_copies(tmp_path) -> None:
+    """The lifetime filter's lookup (the ledger's own units) reads the run's totals in place.
+
+    Its arrays are read-only views (the filter decides at once); `Ledger.lookup`, which the
+    report keeps, still returns copies that a later charge leaves as they were. A charge of
+    part of the units scatters every column through one buffer: each column gets its own
+    values, never another's.
+    """
+    path = tmp_path / "l"
+    with tabdp.Ledger.create(path, series="s", lifetime_budget=1e9, autocommit=False) as led:
+        units = pl.Series("unit", [1, 2, 3, 4])
+        led.charge(units, {"rho": np.array([0.5, 0.25, 1.0, 2.0])},
+                   {"size": np.array([1.0, 2.0, 3.0, 4.0])})
+        look = led.lookup_lifetime()
+        seen = look(units, ["rho", "size"])
+        kept = led.lookup(units, ["rho", "size"])
+        assert seen["rho"].tolist() == kept["rho"].tolist() == [0.5, 0.25, 1.0, 2.0]
+        with pytest.raises(ValueError, match="read-only"):
+            seen["rho"][0] = 9.0
+        # part of the units, three columns (sums and a maximum) through one scatter buffer
+        led.charge(pl.Series("unit", [2, 4]), {"rho": np.array([1.0, 3.0]),
+                                                "rho@x": np.array([7.0, 8.0])},
+                   {"size": np.array([5.0, 0.5])})
+        assert kept["rho"].tolist() == [0.5, 0.25, 1.0, 2.0]  # the copy kept its values
+        now = led.lookup(units, ["rho", "rho@x", "size"])
+        assert now["rho"].tolist() == [0.5, 1.25, 1.0, 5.0]
+        assert now["rho@x"].tolist() == [0.0, 7.0, 0.0, 8.0]
+        assert now["size"].tolist() == [1.0, 5.0, 3.0, 4.0]
+        assert look(pl.Series("unit", [4, 9]), ["rho"])["rho"].tolist() == [5.0, 0.0]
+        led.commit(label="t")
