@@ -683,3 +683,36 @@ def test_the_filters_lookup_reads_views_and_lookup_returns_copies(tmp_path) -> N
         assert now["size"].tolist() == [1.0, 5.0, 3.0, 4.0]
         assert look(pl.Series("unit", [4, 9]), ["rho"])["rho"].tolist() == [5.0, 0.0]
         led.commit(label="t")
+
+
+def test_files_written_with_snappy_everywhere_still_open(tmp_path, monkeypatch) -> None:
+    """A ledger written with snappy on every column (before the per-column codecs) opens.
+
+    It verifies, and the next commit writes its files with the new codecs, the same values.
+    """
+    import pyarrow.parquet as pq
+
+    from tabdp.privacy import lifetime
+
+    path = tmp_path / "l"
+    units = pl.Series("unit", [1, 2, 3])
+    with monkeypatch.context() as m:
+        m.setattr(lifetime, "_codecs", lambda df: "snappy")  # as written before
+        with tabdp.Ledger.create(path, series="s", lifetime_budget=10.0) as led:
+            led.charge(units, {"rho": np.array([0.5, 0.25, 1.0]), "eps_a": np.zeros(3)}, {})
+            led.commit(label="old")
+    old = next((path / "state").glob("*.parquet"))
+    meta = pq.ParquetFile(old).metadata.row_group(0)
+    assert {meta.column(i).compression for i in range(meta.num_columns)} == {"SNAPPY"}
+    with tabdp.Ledger.open(path, series="s") as led:  # verifies and reads the old files
+        assert led.lookup(units, ["rho"])["rho"].tolist() == [0.5, 0.25, 1.0]
+        led.charge(units, {"rho": np.array([1.0, 1.0, 1.0]), "eps_a": np.zeros(3)}, {})
+        led.commit(label="new")
+    new = next((path / "state").glob("*.parquet"))
+    meta = pq.ParquetFile(new).metadata.row_group(0)
+    codec = {meta.column(i).path_in_schema: meta.column(i).compression
+             for i in range(meta.num_columns)}
+    assert codec == {"unit": "SNAPPY", "rho": "UNCOMPRESSED", "eps_a": "SNAPPY"}
+    assert lifetime.verify_ledger(path, series="s", history=True)[0][-1]["seq"] == 2
+    with tabdp.Ledger.open(path) as led:
+        assert led.state()["rho"].to_list() == [1.5, 1.25, 2.0]
