@@ -78,6 +78,19 @@ def _setup(rows: int, path: Path) -> Any:
     return pl.read_parquet(path)
 
 
+def _copy_ledger(base: Path, work: Path) -> None:
+    """A fresh copy of the ledger ``base`` at ``work``, its anchor included.
+
+    The anchor is the chain head kept next to the folder (``.<name>.head.json``): a copy
+    without it, or beside the anchor of an earlier round's copy, is refused as an older copy.
+    """
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(base, work)
+    anchor = base.parent / f".{base.name}.head.json"
+    if anchor.exists():
+        shutil.copy2(anchor, work.parent / f".{work.name}.head.json")
+
+
 def _release(df: Any, ledger: Any = None) -> None:
     import tabdp
     from tabdp import mechanisms as mech
@@ -132,8 +145,7 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
     for i in range(repeat + 1):
         for k, fn in fns.items():
             if k == "with_ledger":
-                shutil.rmtree(work, ignore_errors=True)
-                shutil.copytree(base, work)
+                _copy_ledger(base, work)
                 acc.clear()
             t, c = time.perf_counter(), time.process_time()
             fn()
@@ -183,8 +195,8 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
             f"polars as pl, shutil, resource; from pathlib import Path; "
             f"df = pl.read_parquet({str(data)!r}); ")
     if variant == "ledger_only":  # the ledger's own work, no release: open, charge, commit
-        code += (f"import tabdp, numpy as np; shutil.rmtree({str(work)!r}, ignore_errors=True); "
-                 f"shutil.copytree({str(base)!r}, {str(work)!r}); "
+        code += (f"import tabdp, numpy as np; b._copy_ledger(Path({str(base)!r}), "
+                 f"Path({str(work)!r})); "
                  f"led = tabdp.Ledger.open(Path({str(work)!r}), autocommit=False); "
                  "u = df['estab_id'].unique().sort(); n = len(u); "
                  "cols = ['rho', 'epsilon', 'rho_z', 'rho_g', 'eps_a', 'delta_a']; "
@@ -192,8 +204,7 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
                  "led.charge(u, {c: np.full(n, 1e-3) for c in cols}, {'size': np.ones(n)}); "
                  "led.commit(label='mem'); led.close(); ")
     elif variant == "with_ledger":
-        code += (f"import tabdp; shutil.rmtree({str(work)!r}, ignore_errors=True); "
-                 f"shutil.copytree({str(base)!r}, {str(work)!r}); "
+        code += (f"import tabdp; b._copy_ledger(Path({str(base)!r}), Path({str(work)!r})); "
                  f"b._release(df, tabdp.Ledger.open(Path({str(work)!r}), series='bench', "
                  f"lifetime_budget=1000.0, autocommit=False, create=True)); ")
     else:

@@ -481,7 +481,13 @@ class Session:
                 any_ok = np.zeros(charges.n, dtype=bool)
                 for ok in admitted.values():
                     any_ok |= ok
+                every = bool(any_ok.all())
                 for c in charges.currencies:
+                    if every and bool(admitted[c].all()):  # nobody left out: the charges
+                        # themselves (the same doubles; no gather, no copy)
+                        sums[f"rho@{c}"] = charges.rho[c]
+                        maxes[f"size@{c}"] = charges.size[c]
+                        continue
                     ok = admitted[c][any_ok]
                     sums[f"rho@{c}"] = np.where(ok, charges.rho[c][any_ok], 0.0)
                     maxes[f"size@{c}"] = np.where(ok, charges.size[c][any_ok], 0.0)

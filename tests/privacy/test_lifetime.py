@@ -696,3 +696,66 @@ def test_report_and_lifetime_follow_ids_with_subsets_and_new_ids(tmp_path: Path
             for u in life:
                 assert life[u] == pytest.approx(expected[u], rel=1e-12, abs=0.0), (year, u)
                 assert life[u] <= 40.0
+def test_the_filters_lookup_reads_views_and_lookup_returns_copies(tmp_path) -> None:
+    """The lifetime filter's lookup (the ledger's own units) reads the run's totals in place.
+
+    Its arrays are read-only views (the filter decides at once); `Ledger.lookup`, which the
+    report keeps, still returns copies that a later charge leaves as they were. A charge of
+    part of the units scatters every column through one buffer: each column gets its own
+    values, never another's.
+    """
+    path = tmp_path / "l"
+    with tabdp.Ledger.create(path, series="s", lifetime_budget=1e9, autocommit=False) as led:
+        units = pl.Series("unit", [1, 2, 3, 4])
+        led.charge(units, {"rho": np.array([0.5, 0.25, 1.0, 2.0])},
+                   {"size": np.array([1.0, 2.0, 3.0, 4.0])})
+        look = led.lookup_lifetime()
+        seen = look(units, ["rho", "size"])
+        kept = led.lookup(units, ["rho", "size"])
+        assert seen["rho"].tolist() == kept["rho"].tolist() == [0.5, 0.25, 1.0, 2.0]
+        with pytest.raises(ValueError, match="read-only"):
+            seen["rho"][0] = 9.0
+        # part of the units, three columns (sums and a maximum) through one scatter buffer
+        led.charge(pl.Series("unit", [2, 4]), {"rho": np.array([1.0, 3.0]),
+                                                "rho@x": np.array([7.0, 8.0])},
+                   {"size": np.array([5.0, 0.5])})
+        assert kept["rho"].tolist() == [0.5, 0.25, 1.0, 2.0]  # the copy kept its values
+        now = led.lookup(units, ["rho", "rho@x", "size"])
+        assert now["rho"].tolist() == [0.5, 1.25, 1.0, 5.0]
+        assert now["rho@x"].tolist() == [0.0, 7.0, 0.0, 8.0]
+        assert now["size"].tolist() == [1.0, 5.0, 3.0, 4.0]
+        assert look(pl.Series("unit", [4, 9]), ["rho"])["rho"].tolist() == [5.0, 0.0]
+        led.commit(label="t")
+
+
+def test_files_written_with_snappy_everywhere_still_open(tmp_path, monkeypatch) -> None:
+    """A ledger written with snappy on every column (before the per-column codecs) opens.
+
+    It verifies, and the next commit writes its files with the new codecs, the same values.
+    """
+    import pyarrow.parquet as pq
+
+    from tabdp.privacy import lifetime
+
+    path = tmp_path / "l"
+    units = pl.Series("unit", [1, 2, 3])
+    with monkeypatch.context() as m:
+        m.setattr(lifetime, "_codecs", lambda df: "snappy")  # as written before
+        with tabdp.Ledger.create(path, series="s", lifetime_budget=10.0) as led:
+            led.charge(units, {"rho": np.array([0.5, 0.25, 1.0]), "eps_a": np.zeros(3)}, {})
+            led.commit(label="old")
+    old = next((path / "state").glob("*.parquet"))
+    meta = pq.ParquetFile(old).metadata.row_group(0)
+    assert {meta.column(i).compression for i in range(meta.num_columns)} == {"SNAPPY"}
+    with tabdp.Ledger.open(path, series="s") as led:  # verifies and reads the old files
+        assert led.lookup(units, ["rho"])["rho"].tolist() == [0.5, 0.25, 1.0]
+        led.charge(units, {"rho": np.array([1.0, 1.0, 1.0]), "eps_a": np.zeros(3)}, {})
+        led.commit(label="new")
+    new = next((path / "state").glob("*.parquet"))
+    meta = pq.ParquetFile(new).metadata.row_group(0)
+    codec = {meta.column(i).path_in_schema: meta.column(i).compression
+             for i in range(meta.num_columns)}
+    assert codec == {"unit": "SNAPPY", "rho": "UNCOMPRESSED", "eps_a": "SNAPPY"}
+    assert lifetime.verify_ledger(path, series="s", history=True)[0][-1]["seq"] == 2
+    with tabdp.Ledger.open(path) as led:
+        assert led.state()["rho"].to_list() == [1.5, 1.25, 2.0]
