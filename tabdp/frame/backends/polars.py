@@ -55,6 +55,7 @@ from tabdp.frame._stream import (
     _release_query,
     _replayed,
     _require_bound,
+    _Spill,
     _streamed,
     _with_row_ids,
     stream_aggregate,
@@ -570,12 +571,25 @@ class StreamingBackend(_PolarsOutput):
         programs = [*ledger.programs, *[r.program for r in rels]]
         ks = list(range(k0, k0 + len(rels)))
         _require_bound(sess, op.schema)
+        # the same replay gives every record's running totals: written as it goes, for the
+        # per-record report (`_Spill`; no second replay of every program for it)
+        spill = _Spill()
+        spill.source = op.lf
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, frozenset(ks), sess.track_cells)
+                         None, frozenset(ks), sess.track_cells, spill)
         queries = [_release_query(sess, plan, r, k, self._fp_cols)
                    for r, k in zip(rels, ks, strict=True)]
-        grouped = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
-                              report=False)
+        try:
+            grouped = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
+                                  report=False)
+        except BaseException:
+            spill.close()
+            raise
+        old = getattr(ledger, "spill", None)
+        if old is not None:
+            old.close()
+        spill.rows = int(grouped[0]["__n"].sum() or 0) if grouped else 0
+        ledger.spill = spill
         self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
