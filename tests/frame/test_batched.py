@@ -190,17 +190,17 @@ def test_a_batch_writes_its_report_in_its_own_pass(tmp_path: Path,
                    for q in s.report().confidential_summary()["queries"][1:])
 
 
-def test_a_batch_report_after_another_release_is_replayed(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
-    """A release after the batch: its pass's report rows lack it, so the report is replayed."""
+def test_a_batch_report_after_a_median_is_replayed(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A median after the batch (its pass writes no report rows): the report is replayed."""
     path = tmp_path / "d.parquet"
     mixed_rows(3000, 2).write_parquet(path, row_group_size=500)
     s = tabdp.Session(seed=3, budget=0.5, streaming=True)
     lf = pl.scan_parquet(path)
     execute_planned(planned_releases(lf, s, _requests()))
     folder = Path(s.ledger.spill.folder)
-    lf.dp.count(by="c", keys=KEYS.project(["c"]), session=s, name="after")
+    lf.dp.median("x", by="c", keys=KEYS.project(["c"]), bounds=(0, 10), epsilon=1.0,
+                 nulls="drop", session=s, name="after")
     rows = replay_batch_sizes(monkeypatch)
     s.report().write_per_record(tmp_path / "r.parquet")
     assert sum(rows) == 3000
@@ -224,3 +224,27 @@ def test_a_batch_report_is_refused_when_the_input_changed(tmp_path: Path) -> Non
     with pytest.raises(InvalidParameterError, match="no longer holds the rows"):
         s.report().write_per_record(tmp_path / "r.parquet")
     assert not (tmp_path / "r.parquet").exists()
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["no-audit", "audit"])
+@pytest.mark.parametrize("budget", [None, {1e2: 0.3, 1e4: 0.8}], ids=["none", "curve"])
+def test_releases_one_by_one_write_the_report_in_the_last_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any, track: bool) -> None:
+    """Releases one by one: the last one's pass writes the report rows (all releases' losses).
+
+    Without a budget or cell audit a release's pass replays nothing, and the report replays.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=400)
+    s = tabdp.Session(seed=5, budget=budget, streaming=True, track_cells=track)
+    _one_by_one(pl.scan_parquet(path), s)
+    spilled = budget is not None or track
+    assert (s.ledger.spill is not None) == spilled
+    rows = replay_batch_sizes(monkeypatch)
+    s.report(delta=1e-9).write_per_record(tmp_path / "a.parquet")
+    assert sum(rows) == (0 if spilled else 3000)
+    s.report(delta=1e-9).write_per_record(tmp_path / "b.parquet")
+    assert sum(rows) == (3000 if spilled else 6000)  # the second one replayed
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert pl.read_parquet(tmp_path / "a.parquet").columns[-5:] == [
+        f"rho_{r['name']}" for r in _requests()]
