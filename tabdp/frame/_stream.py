@@ -15,7 +15,10 @@ recompute every record's running totals from the data when they are needed:
   confidential counters and the row fingerprints. Polars' streaming engine runs it batch by
   batch: memory follows the key set and the batch size, not the number of rows;
 * the per-record report is the same plan with the running totals as output, which the caller
-  collects or sinks to Parquet (``sink_parquet``) without holding it in memory.
+  collects or sinks to Parquet (``sink_parquet``) without holding it in memory. A release's
+  pass that runs the batch function writes those running totals as it goes (`_Spill`), and
+  `sink_report` writes the report from them when no release was added since: one replay
+  gives both the admission flags and the losses.
 
 The session's fingerprints (an order-sensitive hash of every column a release read) guarantee
 that every release, and the report, read the same rows in the same order: a release over other
