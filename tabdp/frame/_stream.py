@@ -15,7 +15,10 @@ recompute every record's running totals from the data when they are needed:
   confidential counters and the row fingerprints. Polars' streaming engine runs it batch by
   batch: memory follows the key set and the batch size, not the number of rows;
 * the per-record report is the same plan with the running totals as output, which the caller
-  collects or sinks to Parquet (``sink_parquet``) without holding it in memory.
+  collects or sinks to Parquet (``sink_parquet``) without holding it in memory. A release's
+  pass that runs the batch function writes those running totals as it goes (`_Spill`), and
+  `sink_report` writes the report from them when no release was added since: one replay
+  gives both the admission flags and the losses.
 
 The session's fingerprints (an order-sensitive hash of every column a release read) guarantee
 that every release, and the report, read the same rows in the same order: a release over other
@@ -160,9 +163,75 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
 _REPORTED = ("rho", "epsilon", "size")
 
 
+class _Spill:
+    """CONFIDENTIAL: the per-record report's rows, written by a releases' pass batch by batch.
+
+    A releases' pass (`StreamingBackend`) replays every program's charges and the budget
+    filter for the admission flags; the same replay gives every record's running totals. They
+    are written here (one Arrow IPC file per batch, in a private temporary folder removed with
+    the object or once the report is written), so that the report (`sink_report`) reads them
+    instead of replaying every program over the input again. Each batch's rows are stored in
+    row-id order; the files are read in row-id order, and only if they hold every row of the
+    input exactly once in contiguous batches (else the report is replayed as before).
+
+    Attributes:
+        names: The programs replayed, in release order (set by `_replayed`).
+        source: The input the pass read (set by the backend).
+        rows: The rows the pass read (set by the backend once it ended).
+    """
+
+    def __init__(self) -> None:
+        """A new private folder (mode 0700); nothing written yet."""
+        import shutil
+        import tempfile
+        import weakref
+
+        self.folder = tempfile.mkdtemp(prefix="tabdp-report-")
+        self.names: list[str] = []
+        self.source: Any = None
+        self.rows = 0
+        self.parts: list[tuple[int, int, str]] = []  # (first row id, rows, file)
+        self.usable = True
+        self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+
+    def add(self, ids: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+        """Write one batch's report rows (``ids``: their row ids; ``cols``: aligned columns)."""
+        n = ids.size
+        if not n or not self.usable:
+            return
+        ids = ids.astype(np.int64, copy=False)
+        if n > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            order = np.argsort(ids, kind="stable")
+            ids = ids[order]
+            cols = {k: v[order] for k, v in cols.items()}
+        if int(ids[-1]) - int(ids[0]) + 1 != n:  # not one contiguous run of rows
+            self.usable = False
+            return
+        path = f"{self.folder}/{int(ids[0]):020d}.arrow"
+        pl.DataFrame({ROW_ID: ids, **cols}).write_ipc(path, compression="uncompressed")
+        self.parts.append((int(ids[0]), n, path))
+
+    def files(self) -> list[str] | None:
+        """The files in row order if they hold rows ``0 .. rows - 1`` exactly once, else None."""
+        rows = self.rows
+        if not self.usable or not rows:
+            return None
+        parts = sorted(self.parts)
+        at = 0
+        for first, n, _ in parts:
+            if first != at:
+                return None
+            at += n
+        return [f for _, _, f in parts] if at == rows else None
+
+    def close(self) -> None:
+        """Remove the folder and its files."""
+        self._remove()
+
+
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
-                  delta: float | None, targets: frozenset[int], track: bool
-                  ) -> Callable[[pl.Series], pl.Series]:
+                  delta: float | None, targets: frozenset[int], track: bool,
+                  spill: _Spill | None = None) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
     For each program in release order it computes the batch's charges with the in-memory
@@ -175,12 +244,16 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     ``ok<j>:<currency>`` (admitted) and, with ``track``, the row's ρ and size there (``crho<j>``,
     ``csize<j>``); with ``report``,
     the running totals ``rho``, ``epsilon``, ``size`` (`_REPORTED`), ``rho_<name>`` per program
-    and, with ``delta``, ``epsilon_delta``.
+    and, with ``delta``, ``epsilon_delta``. With a ``spill`` (a releases' pass, not a report),
+    the batch's report rows (row ids, every running total of `COMPONENTS` and ``rho_<name>``
+    per program) are also handed to it: the report then needs no replay of its own.
     """
     curve = sess.budget is not None and sess.budget.per_currency
     # the running totals kept: what the filter reads ("rho", "rho@<currency>",
-    # "size@<currency>") and what the report writes (ε at δ needs every component)
-    kept = (COMPONENTS if report and delta is not None
+    # "size@<currency>") and what the report writes (ε at δ needs every component; a spill
+    # keeps them all, the report's δ being chosen later)
+    rep = report or spill is not None
+    kept = (COMPONENTS if spill is not None or (report and delta is not None)
             else _REPORTED if report else ("rho",))
 
     def run(s: pl.Series) -> pl.Series:
@@ -215,6 +288,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     a[ids] = np.maximum(a[ids], v)
 
         out: dict[str, Any] = {}
+        per_prog: dict[str, np.ndarray] = {}
         for j, prog in programs:
             inside = (b[f"__c{j}"].is_not_null() & (b[f"__r{j}"] > 0)).to_numpy()
             idx = np.flatnonzero(inside)
@@ -234,10 +308,10 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 for c in ch.currencies:
                     ok = admitted[c]
                     add(idx[ok], {f"rho@{c}": ch.rho[c][ok]}, {f"size@{c}": ch.size[c][ok]})
-            if report:
+            if rep:
                 col = np.zeros(n)
                 col[ids] = losses.rho
-                out[f"rho_{prog.name}"] = col
+                per_prog[f"rho_{prog.name}"] = col
             if j in targets and not report:
                 for c in ch.currencies:
                     flag = np.zeros(n, dtype=bool)
@@ -247,9 +321,12 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
                     out[f"crho{j}"], out[f"csize{j}"] = r, z
+        if spill is not None:
+            spill.add(b[ROW_ID].to_numpy(),
+                      {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog})
         if report:
             tot = {c: acc.get(c, np.zeros(n)) for c in kept}
-            out = {**{c: tot[c] for c in _REPORTED}, **out}
+            out = {**{c: tot[c] for c in _REPORTED}, **per_prog}
             if delta is not None:
                 out["epsilon_delta"] = (epsilon_at(delta, tot["rho_z"], tot["rho_g"],
                                                    tot["eps_a"], tot["delta_a"], tot["epsilon"])
@@ -278,7 +355,8 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
 
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
               report: bool, delta: float | None = None,
-              target: int | frozenset[int] | None = None, track: bool = False) -> pl.LazyFrame:
+              target: int | frozenset[int] | None = None, track: bool = False,
+              spill: _Spill | None = None) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
@@ -287,7 +365,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     flags depend only on the programs before it, so one pass gives every target the flags it
     would get alone. In a session without a budget every record is admitted, so the outputs need
     neither the earlier releases nor (unless ``track``) the batch function: only the targets'
-    own columns are computed.
+    own columns are computed. A ``spill`` (releases, not a report) is handed every batch's
+    report rows: every program is then replayed, and the batch function always runs.
     """
     targets = (frozenset() if target is None else
                frozenset([target]) if isinstance(target, int) else target)
@@ -295,7 +374,7 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     if not report and targets:
         # programs after the last target change nothing a target reads
         indexed = indexed[:max(targets) + 1]
-    if not report and sess.budget is None:
+    if not report and sess.budget is None and spill is None:
         indexed = [(j, p) for j, p in indexed if j in targets]
         if not track:
             for j, prog in indexed:
@@ -307,7 +386,10 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     for j, prog in indexed:
         lf, cols = _program_columns(lf, schema, prog, j, report, seen, magnitudes=report)
         inputs += cols
-    fn = _replay_batch(sess, indexed, report, delta, targets, track)
+    if spill is not None:
+        inputs.append(ROW_ID)
+        spill.names = [p.name for _, p in indexed]
+    fn = _replay_batch(sess, indexed, report, delta, targets, track, spill)
     dtype = _out_schema(programs, report, delta, targets, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
         fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
@@ -517,15 +599,58 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
             plan = plan.rename(rename)
         return plan.sink_parquet(tmp, lazy=True, **PER_RECORD_PARQUET)
 
+    # the report rows the releases' pass wrote (`_Spill`), if it replayed exactly the ledger's
+    # programs over this input and they hold every row once
+    spill: _Spill | None = getattr(ledger, "spill", None)
+    files = (spill.files() if spill is not None and spill.source is ledger.source
+             and spill.names == [p.name for p in ledger.programs] else None)
     try:
-        _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, sink),
-                             report=True)
-        _check_rows(sess, row)
+        if files is not None:
+            # the input must still hold the rows the releases read (the same check and refusal
+            # as the replayed report's); the losses are those the releases' pass computed
+            _checked_source(ledger, sess)
+            _read_input(sess, lambda: sink(_spilled_report(files, sess, delta, ledger))
+                        .collect(engine="streaming"), report=True)
+        else:
+            _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, sink),
+                                 report=True)
+            _check_rows(sess, row)
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        if spill is not None:  # used, or stale: its files are removed
+            spill.close()
+            ledger.spill = None
     ledger.written = (final, len(ledger.programs))
+
+
+def _spilled_report(files: list[str], sess: Session, delta: float | None,
+                    ledger: ReplayLedger) -> pl.LazyFrame:
+    """The per-record report (columns as `replay_report`) from a releases' pass's `_Spill`.
+
+    ε at δ is computed from the spilled components by the report's own function, value by
+    value (the same doubles as the replayed report's).
+    """
+    lf = pl.scan_ipc(files)
+    extra: list[pl.Expr] = []
+    if delta is not None:
+        def eps_at(s: pl.Series) -> pl.Series:
+            b = s.struct.unnest()
+            out = (epsilon_at(delta, *(b[c].to_numpy() for c in _DELTA_PARTS))
+                   if b.height else np.zeros(0))
+            return pl.Series("epsilon_delta", out, dtype=pl.Float64)
+
+        extra = [pl.struct(list(_DELTA_PARTS)).map_batches(
+            eps_at, return_dtype=pl.Float64, is_elementwise=True).alias("epsilon_delta")]
+    return lf.select(pl.col(ROW_ID).cast(pl.Int64).alias(sess.unit or "row"),
+                     "rho", "epsilon", "size", *extra,
+                     *[f"rho_{p.name}" for p in ledger.programs])
+
+
+#: `epsilon_at`'s arguments after δ, in order.
+_DELTA_PARTS = ("rho_z", "rho_g", "eps_a", "delta_a", "epsilon")
 
 
 def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> dict[str, Any]:

@@ -834,6 +834,8 @@ class ReplayLedger:
         self.summary: Any = None
         #: (file, releases) of the last per-record report written (reused by ``rho_summary``)
         self.written: tuple[Any, int] | None = None
+        #: the report rows a releases' pass wrote (the engine's; used once by ``sink``)
+        self.spill: Any = None
 
     def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
         """Totals of ``cols`` for ``units``: zeros before any release (nothing is charged).

@@ -152,3 +152,99 @@ def test_a_batch_needs_one_session_and_one_input() -> None:
         execute_planned([*one, *two])
     with pytest.raises(InvalidParameterError, match="need a session"):
         planned_releases(pl.LazyFrame({"c": ["a"]}), None, [])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("delta", [None, 1e-9], ids=["no-delta", "delta"])
+@pytest.mark.parametrize("budget", [None, 0.5, {1e2: 0.3, 1e4: 0.8},
+                                    Budget({1e2: 0.3, 1e4: 0.8}, total=0.9)],
+                         ids=["none", "constant", "curve", "curve-total"])
+def test_a_batch_writes_its_report_in_its_own_pass(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   budget: Any, delta: float | None) -> None:
+    """The report file of a streaming batch comes from the batch's pass: no replay, same bytes.
+
+    The batch's one replay gives the admission flags and every record's running totals; the
+    report written afterwards reads those (no row goes through the replay again) and is the
+    replayed report's file byte for byte, under every kind of budget, with and without δ.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(4000, 3).write_parquet(path, row_group_size=700)
+    s = tabdp.Session(seed=11, budget=budget, streaming=True, track_cells=True)
+    lf = pl.scan_parquet(path)
+    lf.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]), session=s, name="before")
+    execute_planned(planned_releases(lf, s, _requests()))
+    folder = Path(s.ledger.spill.folder)
+    assert folder.is_dir()
+    rows = replay_batch_sizes(monkeypatch)
+    s.report(delta=delta).write_per_record(tmp_path / "spilled.parquet")
+    assert rows == []  # written from the batch's pass
+    assert not folder.exists() and s.ledger.spill is None  # its files removed once used
+    s.report(delta=delta).write_per_record(tmp_path / "replayed.parquet")
+    assert sum(rows) == 4000  # the report replayed, as before
+    spilled = (tmp_path / "spilled.parquet").read_bytes()
+    assert spilled == (tmp_path / "replayed.parquet").read_bytes()
+    assert pl.read_parquet(tmp_path / "spilled.parquet").equals(
+        s.report(delta=delta).per_record)
+    if budget is not None:  # the filter left records out (the test exercises it)
+        assert any(q["units_left_out_by_budget"]
+                   for q in s.report().confidential_summary()["queries"][1:])
+
+
+def test_a_batch_report_after_a_median_is_replayed(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A median after the batch (its pass writes no report rows): the report is replayed."""
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=500)
+    s = tabdp.Session(seed=3, budget=0.5, streaming=True)
+    lf = pl.scan_parquet(path)
+    execute_planned(planned_releases(lf, s, _requests()))
+    folder = Path(s.ledger.spill.folder)
+    lf.dp.median("x", by="c", keys=KEYS.project(["c"]), bounds=(0, 10), epsilon=1.0,
+                 nulls="drop", session=s, name="after")
+    rows = replay_batch_sizes(monkeypatch)
+    s.report().write_per_record(tmp_path / "r.parquet")
+    assert sum(rows) == 3000
+    assert not folder.exists()
+    got = pl.read_parquet(tmp_path / "r.parquet")
+    assert got.columns[-1] == "rho_after"
+    assert got.equals(s.report().per_record)
+
+
+def test_a_batch_report_is_refused_when_the_input_changed(tmp_path: Path) -> None:
+    """The input rewritten after the batch: the report is refused, as a replayed one is."""
+    path = tmp_path / "d.parquet"
+    data = mixed_rows(2000, 2)
+    data.write_parquet(path, row_group_size=500)
+    s = tabdp.Session(seed=3, budget=0.5, streaming=True)
+    execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+    assert s.ledger.spill is not None
+    data.with_columns(pl.col("x") + 1).write_parquet(path, row_group_size=500)
+    s.ledger.source = pl.scan_parquet(path)  # as a re-created scan of the rewritten file
+    s.ledger.spill.source = s.ledger.source
+    with pytest.raises(InvalidParameterError, match="no longer holds the rows"):
+        s.report().write_per_record(tmp_path / "r.parquet")
+    assert not (tmp_path / "r.parquet").exists()
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["no-audit", "audit"])
+@pytest.mark.parametrize("budget", [None, {1e2: 0.3, 1e4: 0.8}], ids=["none", "curve"])
+def test_releases_one_by_one_write_the_report_in_the_last_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any, track: bool) -> None:
+    """Releases one by one: the last one's pass writes the report rows (all releases' losses).
+
+    Without a budget or cell audit a release's pass replays nothing, and the report replays.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=400)
+    s = tabdp.Session(seed=5, budget=budget, streaming=True, track_cells=track)
+    _one_by_one(pl.scan_parquet(path), s)
+    spilled = budget is not None or track
+    assert (s.ledger.spill is not None) == spilled
+    rows = replay_batch_sizes(monkeypatch)
+    s.report(delta=1e-9).write_per_record(tmp_path / "a.parquet")
+    assert sum(rows) == (0 if spilled else 3000)
+    s.report(delta=1e-9).write_per_record(tmp_path / "b.parquet")
+    assert sum(rows) == (3000 if spilled else 6000)  # the second one replayed
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert pl.read_parquet(tmp_path / "a.parquet").columns[-5:] == [
+        f"rho_{r['name']}" for r in _requests()]

@@ -56,6 +56,7 @@ from tabdp.frame._stream import (
     _release_query,
     _replayed,
     _require_bound,
+    _Spill,
     _streamed,
     _with_row_ids,
     stream_aggregate,
@@ -533,6 +534,38 @@ class MemoryBackend(_PolarsOutput):
         rel.op.session.record_release(record, rel.op.backend, charges, admitted)
 
 
+def _new_spill(op: Any) -> _Spill | None:
+    """A `_Spill` for a releases' pass whose replay runs anyway (a budget or a cell audit).
+
+    The replay that gives the admission flags gives every record's running totals too: they
+    are written as it goes, for the per-record report (no second replay of every program). A
+    session without a budget or cell audit runs no replay in its passes: none then.
+    """
+    sess = op.session
+    if sess.budget is None and not sess.track_cells:
+        return None
+    spill = _Spill()
+    spill.source = op.lf
+    return spill
+
+
+def _spilled_read(ledger: ReplayLedger, spill: _Spill | None,
+                  read: Any) -> list[pl.DataFrame]:
+    """Run a pass (``read()``: its aggregations) and keep its `_Spill` as the ledger's."""
+    try:
+        grouped = read()
+    except BaseException:
+        if spill is not None:
+            spill.close()
+        raise
+    if spill is not None:
+        if ledger.spill is not None:
+            ledger.spill.close()
+        spill.rows = int(grouped[0]["__n"].sum() or 0) if grouped else 0
+        ledger.spill = spill
+    return list(grouped)
+
+
 class StreamingBackend(_PolarsOutput):
     """Polars streaming, row mode without per-row state: one pass over the input per batch.
 
@@ -573,12 +606,13 @@ class StreamingBackend(_PolarsOutput):
         programs = [*ledger.programs, *[r.program for r in rels]]
         ks = list(range(k0, k0 + len(rels)))
         _require_bound(sess, op.schema)
+        spill = _new_spill(op)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, frozenset(ks), sess.track_cells)
+                         None, frozenset(ks), sess.track_cells, spill)
         queries = [_release_query(sess, plan, r, k, self._fp_cols)
                    for r, k in zip(rels, ks, strict=True)]
-        grouped = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
-                              report=False)
+        grouped = _spilled_read(ledger, spill, lambda: _read_input(
+            sess, lambda: pl.collect_all(queries, engine="streaming"), report=False))
         self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
@@ -609,10 +643,12 @@ class StreamingBackend(_PolarsOutput):
         programs = [*ledger.programs, rel.program]
         k = len(programs) - 1
         _require_bound(sess, op.schema)
+        spill = _new_spill(op)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, k, sess.track_cells)
+                         None, k, sess.track_cells, spill)
         query = _release_query(sess, plan, rel, k, self._fp_cols)
-        grouped = _read_input(sess, _streamed(query), report=False)
+        grouped = _spilled_read(ledger, spill,
+                                lambda: [_read_input(sess, _streamed(query), report=False)])[0]
         return stream_aggregate(rel, grouped, k, self._fp_cols)
 
     def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
