@@ -692,7 +692,11 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
               for m in measures]]
-    return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
+    # grouped by cell, and by the keys only outside the key set (where they are the groups:
+    # the distinct keys count); a released cell is one group either way, and its keys are
+    # not read (hashing the key columns of every row of a cell would be)
+    outside = [pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
+    return plan.group_by(f"__c{k}", *outside).agg(*aggs).with_columns(
         pl.col(_ROWS).cast(pl.Int64).alias("__released"),
         pl.lit(0, pl.Int64).alias("__left"), pl.lit(0, pl.Int64).alias("__rows_left"),
         *[pl.when(cell.is_not_null()).then(pl.col(m)).otherwise(zero).alias(f"__tot:{m}")
