@@ -65,9 +65,9 @@ from tabdp.privacy.ledger import (
 )
 from tabdp.privacy.session import Session
 
-__all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation", "count_from_kept",
-           "streaming_quantile_data", "replay_report", "collect_report", "sink_report",
-           "summarize_report"]
+__all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
+           "count_from_kept", "streaming_quantile_data", "replay_report", "collect_report",
+           "sink_report", "summarize_report"]
 
 
 class Program(NamedTuple):
