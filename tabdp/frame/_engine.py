@@ -554,6 +554,9 @@ class _Snapshot(NamedTuple):
     # Unit mode: per-cell exact totals of ``data``'s columns, kept for the session's next
     # release of the same snapshot (`cell_totals`).
     totals: dict[str, pl.DataFrame] | None = None
+    # Row mode: each row's cell for a (key set, grouping) (`cells_of`), kept for the
+    # session's next release of the same snapshot: (id(keys), by) -> (keys, the cell column).
+    cells: dict[Any, tuple[KeySet, pl.Series]] | None = None
 
 
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
@@ -590,7 +593,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
             outside = None if snap.outside is None else snap.outside.select(
                 [c for c in snap.outside.columns if c not in cached["measures"] or c in measures])
             return _Snapshot(snap.data.select(keep_cols), counts, fps, snap.rows_read,
-                             snap.per_row, outside, snap.order, snap.totals)
+                             snap.per_row, outside, snap.order, snap.totals, snap.cells)
     if unit_mode:
         assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
@@ -688,7 +691,7 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
             data = data.group_by(ROW_ID, *by, maintain_order=True).agg(
                 pl.exclude(ROW_ID, *by).sum())
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
-    return _Snapshot(data, counts, fps, rows_read, per_row)
+    return _Snapshot(data, counts, fps, rows_read, per_row, cells={})
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -780,7 +783,16 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
     """
     if snap.outside is not None:
         return snap.data
-    data = _attach_cells(snap.data, keys, by)
+    # row mode: the cells of the same rows for the same key set and grouping (a count after
+    # a sum of the same snapshot) are found once; a copy of the snapshot shares its cache
+    known = None if snap.cells is None else snap.cells.get((id(keys), tuple(by)))
+    if known is not None and known[0] is keys:
+        data = snap.data.with_columns(known[1])
+    else:
+        data = _attach_cells(snap.data, keys, by)
+        if snap.cells is not None:
+            snap.cells.clear()  # one grouping kept: the last one
+            snap.cells[(id(keys), tuple(by))] = (keys, data[_CELL])
     if not snap.per_row:  # row ids repeated by a join: one unit in several cells
         data = _sort_units(data, uid, len(keys) if by else 1)
     return data

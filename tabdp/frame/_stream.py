@@ -60,6 +60,7 @@ from tabdp.frame._engine import (
     left_out_counts,
 )
 from tabdp.frame.backends.base import Aggregated
+from tabdp.frame.binding import cached_snapshot, keep_snapshot
 from tabdp.frame.keys import KeySet
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.ledger import (
@@ -69,9 +70,9 @@ from tabdp.privacy.ledger import (
 )
 from tabdp.privacy.session import Session
 
-__all__ = ["Program", "Planned", "check_batch", "stream_aggregate",
-           "streaming_quantile_data", "replay_report", "collect_report", "sink_report",
-           "summarize_report"]
+__all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
+           "count_from_kept", "streaming_quantile_data", "replay_report", "collect_report",
+           "sink_report", "summarize_report"]
 
 
 class Program(NamedTuple):
@@ -817,12 +818,84 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
               for m in measures]]
-    return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
+    # grouped by cell, and by the keys only outside the key set (where they are the groups:
+    # the distinct keys count); a released cell is one group either way, and its keys are
+    # not read (hashing the key columns of every row of a cell would be)
+    outside = [pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
+    return plan.group_by(f"__c{k}", *outside).agg(*aggs).with_columns(
         pl.col(_ROWS).cast(pl.Int64).alias("__released"),
         pl.lit(0, pl.Int64).alias("__left"), pl.lit(0, pl.Int64).alias("__rows_left"),
         *[pl.when(cell.is_not_null()).then(pl.col(m)).otherwise(zero).alias(f"__tot:{m}")
           for m in measures],
         *[zero.alias(f"__lo:{m}") for m in measures])
+
+
+#: The key under which a streaming release keeps its aggregation for a count of the same cells.
+_CELLS_KEPT = "streaming cells"
+
+
+def _unfiltered(sess: Session) -> bool:
+    """Whether every record is admitted and no cell is audited (`_unfiltered_query`'s case)."""
+    return sess.budget is None and not sess.track_cells
+
+
+def keep_aggregation(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]) -> None:
+    """Keep a release's aggregation (its own pass) for a later count of the same cells.
+
+    Kept for a LazyFrame input (a plan, unchanged by anyone) in a session that admits every
+    record without auditing cells: `count_from_kept` then reads a count of the same frame
+    object, grouping and key-set object from it instead of reading the input again. The
+    aggregation holds one row per cell and key (the key set's size), the session's one kept
+    evaluation (`tabdp.frame.binding.keep_snapshot`).
+
+    Args:
+        rel: The release, aggregated by `_unfiltered_query`.
+        grouped: Its aggregation.
+        k: Its program index.
+        fp_cols: The columns fingerprinted in the pass.
+    """
+    sess, native = rel.op.session, rel.op.native
+    if not (_unfiltered(sess) and isinstance(native, pl.LazyFrame)):
+        return
+    keep_snapshot(sess, _CELLS_KEPT, {
+        "native": native, "by": tuple(rel.pre.by), "keys": rel.keys, "grouped": grouped,
+        "cell": f"__c{k}", "fp": frozenset(fp_cols), "after": k + 1})
+
+
+def count_from_kept(rel: Planned, k: int, fp_cols: list[str]) -> pl.DataFrame | None:
+    """A count's aggregation from the last release's pass over the same cells, or ``None``.
+
+    A count without columns keeps every row (Δ = 1 row), so its aggregation by cell and keys is
+    the row count of each group of an aggregation of the same rows by the same cells: the
+    previous release's (`keep_aggregation`), when it was the session's last release, of the
+    same LazyFrame object, grouping and key-set object, in a session that admits every record
+    (no budget) and audits no cell, and it fingerprinted every column this count must. The
+    result has the columns `_unfiltered_query` gives the count (program ``k``), with the same
+    values: the rows read, the same fingerprints (the same rows), no counters.
+
+    Args:
+        rel: The count.
+        k: Its program index.
+        fp_cols: The columns it fingerprints.
+
+    Returns:
+        Its aggregation, or ``None`` when it needs a pass of its own.
+    """
+    sess, native = rel.op.session, rel.op.native
+    if rel.kind != "count" or rel.pre.measures or not _unfiltered(sess):
+        return None
+    kept = cached_snapshot(sess, _CELLS_KEPT)
+    if (kept is None or kept["native"] is not native or kept["keys"] is not rel.keys
+            or kept["by"] != tuple(rel.pre.by) or kept["after"] != k
+            or not set(fp_cols) <= kept["fp"]):
+        return None
+    grouped: pl.DataFrame = kept["grouped"]
+    cell = pl.col(kept["cell"])
+    rows = pl.when(cell.is_not_null()).then(pl.col("__n")).otherwise(0).cast(pl.Int64)
+    return grouped.select(
+        cell.alias(f"__c{k}"), *rel.pre.by, rows.alias(_ROWS), pl.col("__n"),
+        *[pl.col(f"fp:{c}") for c in fp_cols], rows.alias("__released"),
+        pl.lit(0, pl.Int64).alias("__left"), pl.lit(0, pl.Int64).alias("__rows_left"))
 
 
 def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:

@@ -106,6 +106,52 @@ def test_streaming_without_the_cell_audit_equals_the_in_memory_ledger(tmp_path: 
     assert all(c is None for c in st["cells"])
 
 
+@pytest.mark.parametrize("budget", [None, 0.4], ids=["none", "constant"])
+@pytest.mark.parametrize("audit", [False, True], ids=["no-audit", "audit"])
+def test_a_count_after_a_sum_of_the_same_cells_reads_the_input_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any, audit: bool) -> None:
+    """A count of the cells the last release aggregated takes its row counts: no pass of its own.
+
+    Only for the same LazyFrame object, grouping and key-set object, in a session without a
+    budget or cell audit (the flags of a budget depend on the sum's losses). The tables,
+    per-record losses and confidential counts are those of a count reading the input itself
+    (a new LazyFrame of the same file), the sum dropping rows the count keeps (nulls="drop").
+    """
+    from tabdp.frame.backends import polars as backend
+
+    path = tmp_path / "in.parquet"
+    _data(2000).write_parquet(path)
+    passes: list[str] = []
+    read = backend._read_input
+
+    def counted(sess: Any, fn: Any, report: bool) -> Any:
+        passes.append("read")
+        return read(sess, fn, report)
+
+    monkeypatch.setattr(backend, "_read_input", counted)
+    runs = []
+    for same in (True, False):
+        s = tabdp.Session(seed=3, streaming=True, budget=budget, track_cells=audit)
+        lf = pl.scan_parquet(path)
+        total = lf.dp.sum(["x", "y"], by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(50.0),
+                          session=s, nulls="drop", negatives="allow")
+        passes.clear()
+        count = (lf if same else pl.scan_parquet(path)).dp.count(by=["c", "s"], keys=KEYS,
+                                                                  session=s)
+        reused = not passes
+        other = lf.dp.count(by="c", keys=KEYS.project(["c"]), session=s)  # other cells
+        rep = s.report(delta=1e-9)
+        summary = rep.confidential_summary()
+        runs.append((total, count, other, rep.per_record, summary, reused))
+    assert runs[0][5] is (budget is None and not audit)
+    assert runs[1][5] is False
+    for a, b in zip(runs[0][:4], runs[1][:4], strict=True):
+        assert a.equals(b)
+    assert runs[0][4] == runs[1][4]
+    # the count kept the rows the sum dropped (missing x)
+    assert runs[0][1]["count"].sum() > 0 and runs[0][4]["queries"][1]["rows_read"] == 2000
+
+
 def test_key_dtype_alignment_and_key_sets_from_frames(tmp_path: Path) -> None:
     """Categorical / Int32 data keys against String / Int64 key sets, and a non-product set."""
     df = _data(800).with_columns(pl.col("c").cast(pl.Categorical), pl.col("s").cast(pl.Int32))

@@ -244,6 +244,47 @@ def test_row_mode_cached_snapshot_after_a_median_is_not_refused() -> None:
                                                  4.5 + med[0] + 0.125])
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+def test_a_count_after_a_sum_of_the_same_snapshot_finds_the_cells_once(
+        monkeypatch: pytest.MonkeyPatch, lazy: bool) -> None:
+    """In memory, a count of the same frame, key set and grouping reuses the sum's cells.
+
+    The cells are found once for the snapshot (a row-wise lookup over every row); the tables
+    and per-record losses are those of a count of a copy of the frame, which finds them again.
+    Another grouping or key set finds its own.
+    """
+    from tabdp.frame import _engine
+
+    rng = np.random.default_rng(3)
+    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], 500), "k": rng.integers(0, 3, 500),
+                       "x": rng.lognormal(1.0, 1.0, 500)})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"], k=[0, 1])
+    calls: list[int] = []
+    found = _engine._attach_cells
+
+    def counted(data: pl.DataFrame, *args: Any) -> pl.DataFrame:
+        calls.append(data.height)
+        return found(data, *args)
+
+    monkeypatch.setattr(_engine, "_attach_cells", counted)
+    runs = []
+    for same in (True, False):
+        s = tabdp.Session(seed=5, streaming=False)
+        frame: Any = df.lazy() if lazy else df
+        out = [frame.dp.sum("x", by=["c", "k"], keys=keys, mechanism=mech.Gaussian(4.0),
+                            session=s)]
+        calls.clear()
+        out.append((frame if same else df.clone()).dp.count(by=["c", "k"], keys=keys,
+                                                           session=s))
+        out.append(len(calls))
+        out.append(frame.dp.count(by="c", keys=keys.project(["c"]), session=s))
+        out.append(s.report().per_record)
+        runs.append(out)
+    assert runs[0][2] == 0 and runs[1][2] == 1
+    for i in (0, 1, 3, 4):
+        assert runs[0][i].equals(runs[1][i])
+
+
 # origin: review R3
 @pytest.mark.parametrize("streaming", [False, True])
 def test_a_column_named_like_the_row_ids_is_refused_in_row_mode(streaming: bool) -> None:

@@ -59,6 +59,8 @@ from tabdp.frame._stream import (
     _Spill,
     _streamed,
     _with_row_ids,
+    count_from_kept,
+    keep_aggregation,
     stream_aggregate,
     streaming_quantile_data,
 )
@@ -643,12 +645,17 @@ class StreamingBackend(_PolarsOutput):
         programs = [*ledger.programs, rel.program]
         k = len(programs) - 1
         _require_bound(sess, op.schema)
+        # a count of the cells the last release aggregated: its row counts (no pass)
+        kept = count_from_kept(rel, k, self._fp_cols)
+        if kept is not None:
+            return stream_aggregate(rel, kept, k, self._fp_cols)
         spill = _new_spill(op)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, k, sess.track_cells, spill)
         query = _release_query(sess, plan, rel, k, self._fp_cols)
         grouped = _spilled_read(ledger, spill,
                                 lambda: [_read_input(sess, _streamed(query), report=False)])[0]
+        keep_aggregation(rel, grouped, k, self._fp_cols)
         return stream_aggregate(rel, grouped, k, self._fp_cols)
 
     def record(self, rel: Planned, record: QueryRecord, agg: Aggregated) -> None:
