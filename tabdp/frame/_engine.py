@@ -1212,8 +1212,7 @@ class UnitOrder:
             starts = np.zeros(0, dtype=np.int64)
             self.units = units
         elif codes is not None:  # unit - min of each sorted row (integer ids)
-            starts = np.flatnonzero(np.diff(codes)) + 1
-            starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+            starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
             lo = units.min()
             self.units = (pl.Series(units.name, codes[starts], dtype=pl.Int64) + lo).cast(
                 units.dtype)
@@ -1257,8 +1256,20 @@ class UnitOrder:
         """
         if self.seg is None:  # one cell per unit
             return dict(columns)
-        return {c: np.maximum.reduceat(v, self.starts) if is_max(c) else self.seg.sum(v)
-                for c, v in columns.items()}
+        seg = self.seg
+
+        def one(c: str) -> np.ndarray:
+            v = columns[c]
+            return np.maximum.reduceat(v, self.starts) if is_max(c) else seg.sum(v)
+
+        # the columns are independent and NumPy's ufuncs and indexing release the GIL: the
+        # engine's threads reduce them side by side (each column's sums as one thread's)
+        names = list(columns)
+        workers = min(policy_threads(), len(names))
+        if workers <= 1:
+            return {c: one(c) for c in names}
+        with ThreadPoolExecutor(workers) as pool:
+            return dict(zip(names, pool.map(one, names), strict=True))
 
 
 def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
