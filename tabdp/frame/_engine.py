@@ -1256,20 +1256,8 @@ class UnitOrder:
         """
         if self.seg is None:  # one cell per unit
             return dict(columns)
-        seg = self.seg
-
-        def one(c: str) -> np.ndarray:
-            v = columns[c]
-            return np.maximum.reduceat(v, self.starts) if is_max(c) else seg.sum(v)
-
-        # the columns are independent and NumPy's ufuncs and indexing release the GIL: the
-        # engine's threads reduce them side by side (each column's sums as one thread's)
-        names = list(columns)
-        workers = min(policy_threads(), len(names))
-        if workers <= 1:
-            return {c: one(c) for c in names}
-        with ThreadPoolExecutor(workers) as pool:
-            return dict(zip(names, pool.map(one, names), strict=True))
+        return {c: np.maximum.reduceat(v, self.starts) if is_max(c) else self.seg.sum(v)
+                for c, v in columns.items()}
 
 
 def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int

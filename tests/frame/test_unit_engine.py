@@ -356,7 +356,7 @@ def test_unit_cell_perm_with_null_cells(n_keys: int) -> None:
 
 
 def test_threads_give_the_doubles_of_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The policy's chunks and the per-unit sums on several threads: the same arrays as one."""
+    """The policy's chunks on several threads: the same losses and report as on one."""
     from tabdp.frame import _engine
 
     rng = np.random.default_rng(12)
