@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -1237,8 +1238,7 @@ class UnitOrder:
             starts = np.zeros(0, dtype=np.int64)
             self.units = units
         elif codes is not None:  # unit - min of each sorted row (integer ids)
-            starts = np.flatnonzero(np.diff(codes)) + 1
-            starts = np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
+            starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
             lo = units.min()
             self.units = (pl.Series(units.name, codes[starts], dtype=pl.Int64) + lo).cast(
                 units.dtype)
@@ -1291,11 +1291,13 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
     """Row positions of (unit, cell) pairs sorted by unit (nulls last), then cell (nulls last).
 
     The pairs are distinct, so the order is total. Integer ids of at most 64 bits whose range
-    allows it are sorted by one Int64 key (unit - min)·(n_keys + 1) + cell; where that key and
-    the row position fit in 63 bits together they are packed into one integer and the values
-    sorted (several times cheaper than an argsort), else the key is argsorted. Other ids (text,
-    128-bit, nulls) take the multi-column argsort. Every path gives the same order. Returns
-    the permutation and, for integer ids, each sorted row's ``unit - min(unit)`` (else None).
+    allows it are sorted by one Int64 key ((unit - min) << c) | cell, with c the bits of
+    ``n_keys`` (a null cell counts as ``n_keys``); where that key and the row position fit in
+    63 bits together they are packed into one integer and the values sorted (several times
+    cheaper than an argsort), else the key is argsorted. A unit's code is the key shifted
+    right (no division). Other ids (text, 128-bit, nulls) take the multi-column argsort. Every
+    path gives the same order. Returns the permutation and, for integer ids, each sorted row's
+    ``unit - min(unit)`` (else None).
     """
     n = len(units)
     if not n:
@@ -1304,18 +1306,19 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
     if dtype.is_integer() and dtype not in _WIDE_INTS and not units.null_count():
         lo: Any = units.min()
         hi: Any = units.max()
-        span = (int(hi) - int(lo) + 1) * (n_keys + 1)
+        cbits = max(n_keys, 1).bit_length()  # cells (and the null cell, n_keys) < 2**cbits
+        span = (int(hi) - int(lo) + 1) << cbits
         if -(2**63) <= int(lo) and int(hi) < 2**63 and span < 2**62:
-            key = ((units.cast(pl.Int64) - int(lo)) * (n_keys + 1)
+            key = (((units.cast(pl.Int64) - int(lo)) * (1 << cbits))
                    + cells.fill_null(n_keys).cast(pl.Int64))
             bits = max(n - 1, 1).bit_length()
             if span < 2 ** (63 - bits):  # key · 2**bits + position < 2**63
                 packed = (key * (1 << bits) + pl.int_range(n, dtype=pl.Int64, eager=True)
                           ).sort().to_numpy()
                 perm = packed & ((1 << bits) - 1)
-                return perm, (packed >> bits) // (n_keys + 1)
+                return perm, packed >> (bits + cbits)
             perm = key.arg_sort().to_numpy().astype(np.int64, copy=False)
-            return perm, key.to_numpy()[perm] // (n_keys + 1)
+            return perm, key.to_numpy()[perm] >> cbits
     frame = pl.DataFrame({"u": units, "c": cells})
     perm = frame.select(pl.arg_sort_by(["u", "c"], nulls_last=[True, True])).to_series() \
         .to_numpy().astype(np.int64, copy=False)
@@ -1380,16 +1383,45 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
     if n <= POLICY_CHUNK:
         return chunk(0)
     size_all = np.empty(n)
-    vals_all: list[np.ndarray] = []
-    for lo in range(0, n, POLICY_CHUNK):
-        size, vals = chunk(lo)
-        if not vals_all:
-            vals_all = [np.empty(n) for _ in vals]
+    size0, vals0 = chunk(0)
+    vals_all = [np.empty(n) for _ in vals0]
+
+    def put(lo: int, size: np.ndarray, vals: tuple[np.ndarray, ...]) -> None:
         hi = lo + len(size)
         size_all[lo:hi] = size
         for full, v in zip(vals_all, vals, strict=True):
             full[lo:hi] = v
+
+    def run(lo: int) -> None:
+        put(lo, *chunk(lo))
+
+    put(0, size0, vals0)
+    rest = range(POLICY_CHUNK, n, POLICY_CHUNK)
+    # the chunks are independent (each value a function of its own row) and NumPy's
+    # ufuncs release the GIL: the engine's threads evaluate them side by side, each
+    # writing its own slice (the doubles are those of one sequential evaluation)
+    workers = min(policy_threads(), len(rest))
+    if workers <= 1:
+        for lo in rest:
+            run(lo)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            for _ in pool.map(run, rest):
+                pass
     return size_all, tuple(vals_all)
+
+
+def policy_threads() -> int:
+    """Threads evaluating the per-row policy's chunks: Polars' thread pool size (its cores).
+
+    Returns:
+        The number of threads (≥ 1).
+
+    Example:
+        >>> policy_threads() >= 1
+        True
+    """
+    return max(1, int(pl.thread_pool_size()))
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,

@@ -461,3 +461,45 @@ def test_empty_unit_partitions_change_nothing(ids: list[Any]) -> None:
         got.append((t, c, s.report().per_record))
     for x, y in zip(*got, strict=True):
         assert x.equals(y)
+@pytest.mark.parametrize("n_keys", [1, 63, 64, 97])
+def test_unit_cell_perm_with_null_cells(n_keys: int) -> None:
+    """Packed (unit, cell) keys sort null cells (the key count) last, for any key count."""
+    from tabdp.frame._engine import UnitOrder
+
+    rng = np.random.default_rng(9)
+    n = 4000
+    units = pl.Series("u", rng.integers(-50, 700, n))
+    cells = pl.Series("c", [None if i % 11 == 0 else int(c) for i, c in
+                            enumerate(rng.integers(0, n_keys, n))], dtype=pl.Int64)
+    frame = pl.DataFrame([units, cells]).unique(maintain_order=True)
+    order = UnitOrder(frame["u"], frame["c"], n_keys)
+    want = frame.with_row_index("i").sort(["u", "c"], nulls_last=True)
+    assert order.perm.tolist() == want["i"].to_list()
+    assert order.units.to_list() == want["u"].unique(maintain_order=True).to_list()
+
+
+def test_threads_give_the_doubles_of_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy's chunks on several threads: the same losses and report as on one."""
+    from tabdp.frame import _engine
+
+    rng = np.random.default_rng(12)
+    n = 3 * _engine.POLICY_CHUNK + 123  # several chunks
+    df = pl.DataFrame({"u": rng.integers(0, n // 3, n), "c": rng.integers(0, 40, n),
+                       "x": rng.lognormal(3.0, 2.0, n).round(2), "y": rng.integers(0, 90, n)})
+    keys = tabdp.KeySet.from_dict(c=list(range(40)))
+
+    def run() -> tuple[pl.DataFrame, list[Any]]:
+        s = tabdp.Session(unit="u", seed=3, unit_partitions=1)
+        df.dp.sum(["x", "y"], by="c", keys=keys,
+                  mechanism=mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0), session=s)
+        df.dp.count(by="c", keys=keys, session=s)
+        return s.report().per_record, [r.losses for r in s.records]
+
+    monkeypatch.setattr(_engine, "policy_threads", lambda: 4)
+    many, many_losses = run()
+    monkeypatch.setattr(_engine, "policy_threads", lambda: 1)
+    one, one_losses = run()
+    assert many.equals(one)
+    for a, b in zip(many_losses, one_losses, strict=True):
+        for f in ("rho", "epsilon", "size"):
+            assert np.array_equal(getattr(a, f), getattr(b, f))

@@ -345,7 +345,9 @@ class MemoryBackend(_PolarsOutput):
             inside = data.filter(pl.col(_CELL).is_not_null() & (pl.col(_ROWS) > 0))
             outside = data.filter(pl.col(_CELL).is_null())
         else:  # unit mode: the snapshot kept the rows outside the key set apart
-            inside, outside = data.filter(pl.col(_ROWS) > 0), snap.outside
+            some = data[_ROWS] > 0  # (a copy of the table only if a rule dropped rows)
+            inside = data if some.all(ignore_nulls=False) is True else data.filter(some)
+            outside = snap.outside
         del data
         rows_outside = int(outside[_ALL].sum() or 0)
         outside_keys = outside.select(by_list).unique() if by_list else None
