@@ -167,7 +167,12 @@ def test_a_changed_frame_is_refused_before_anything_is_drawn(spark: Any) -> None
 
 
 def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
-    """An input that gives other rows on each evaluation: the report is refused, no count."""
+    """An input that gives other rows on each evaluation: the report is refused, no count.
+
+    The release's numbered snapshot is the rows it read: the next release over the same frame
+    and the report read it, not the input again. Without it (dropped), the report numbers the
+    input anew and refuses the other rows; so does a release over another evaluation.
+    """
     import random
 
     from pyspark.sql import functions as F
@@ -175,9 +180,18 @@ def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
     noisy = F.udf(lambda: random.random(), "double").asNondeterministic()
     sdf = spark.range(0, 300, numPartitions=2).select(
         F.when(F.col("id") % 2 == 0, "a").otherwise("b").alias("c"), noisy().alias("w"))
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
     s = tabdp.Session(seed=2)
-    sdf.dp.sum("w", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
-               mechanism=mech.Gaussian(1.0), session=s)
+    sdf.dp.sum("w", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    sdf.dp.sum("w", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    per = _pl(s.report().per_record)
+    assert per["row"].to_list() == list(range(300))
+    assert per["rho_q1_sum"].to_list() == per["rho_q2_sum"].to_list()  # the same rows' values
+    with pytest.raises(tabdp.InvalidParameterError, match="not the rows") as info:
+        sdf.select("*").dp.sum("w", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
+                               session=s)
+    assert "300" not in str(info.value)
+    s.ledger.drop_snapshot()
     with pytest.raises(tabdp.InvalidParameterError, match="report was not produced") as info:
         _ = s.report().per_record
     assert "300" not in str(info.value)
