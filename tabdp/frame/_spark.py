@@ -359,6 +359,12 @@ class _Numbered:
         self.base = base
         self.rid = rid
         self.fps: dict[str, int] | None = None
+        #: (key set, by) -> the rows of an unfiltered release's aggregation (`_unfiltered_rows`)
+        self.cells: list[tuple[Any, tuple[str, ...], list[dict[str, Any]]]] = []
+
+    def rows_per_cell(self, keys: Any, by: list[str]) -> list[dict[str, Any]] | None:
+        """The per-cell rows aggregated over this snapshot for ``keys`` and ``by``, if any."""
+        return next((rows for ks, b, rows in self.cells if ks is keys and b == tuple(by)), None)
 
 
 class SparkReplayLedger:
@@ -607,6 +613,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
     sschema = {f.name: f.dataType for f in frame.schema.fields}
     names: dict[str, str] = {}
     rels: list[str] = []
+    cells_of: list[tuple[tuple[Any, Any], str]] = []  # (key set, by) -> its cell column
 
     def total(c: str) -> Any:
         return F.col(names[c]) if c in names else F.lit(0.0)
@@ -624,8 +631,13 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
                                            _fixed_double(m, sschema[m], rules))
                                     .otherwise(F.lit(0.0)).alias(vcol[m]) for m in summed],
                              keep.cast("long").alias(rcol))
-        frame = _attach_cells(spark, frame, prog.keys, list(prog.by), sschema) \
-            .withColumnRenamed(_CELL, ccol)
+        same = next((c for (ks, by), c in cells_of if ks is prog.keys and by == prog.by), None)
+        if same is not None:  # the cells of an earlier program: the same keys, the same join
+            frame = frame.withColumn(ccol, F.col(same))
+        else:
+            frame = _attach_cells(spark, frame, prog.keys, list(prog.by), sschema) \
+                .withColumnRenamed(_CELL, ccol)
+            cells_of.append(((prog.keys, prog.by), ccol))
         inside = F.col(ccol).isNotNull() & (F.col(rcol) > 0)
         mech = prog.policy.mechanism
         exprs = _charge_exprs(mech, summed, prog.kind, prog.bits, True, None, rows_col=rcol,
@@ -1867,11 +1879,21 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
     grouping = [F.col(_CELL)]
     if by_list:
         grouping.append(F.when(outside, F.struct(*by_list)).alias("__out"))
-    per_key = data.groupBy(*grouping).agg(*first)
-    second = [F.sum(F.col(c)).alias(c) for c in longs]
-    if by_list:
-        second.append(F.count(F.col("__out")).alias("cells_out"))
-    rows = per_key.groupBy(_CELL).agg(*second).collect()
+    known = None
+    if kind == "count" and not cnt and numbered is not None and numbered.fps is not None:
+        # a count after an unfiltered release over the same snapshot, keys and grouping: its
+        # rows per cell (a count keeps every row: its rows are all the rows) were aggregated
+        known = numbered.rows_per_cell(keys, by_list)
+    if known is not None:
+        rows: list[Any] = [{**r, _ROWS: r[_ALL]} for r in known]
+    else:
+        per_key = data.groupBy(*grouping).agg(*first)
+        second = [F.sum(F.col(c)).alias(c) for c in longs]
+        if by_list:
+            second.append(F.count(F.col("__out")).alias("cells_out"))
+        rows = [r.asDict() for r in per_key.groupBy(_CELL).agg(*second).collect()]
+        if numbered is not None:
+            numbered.cells.append((keys, tuple(by_list), rows))
 
     def total(c: str) -> int:
         return sum(int(r[c] or 0) for r in rows)
