@@ -371,6 +371,26 @@ def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:
     return {"units": n, "rho_max": float(row["mx"]) if n else None, **stats}
 
 
+class _Numbered:
+    """A persisted, numbered snapshot of a row-mode input (`SparkReplayLedger.numbered`).
+
+    ``base`` holds the input's columns and ``__mono``; ``rid`` is the row-id expression;
+    ``fps`` the row fingerprints of every column, once a release has bound them.
+    """
+
+    def __init__(self, source: Any, base: Any, rid: Any) -> None:
+        self.source = source
+        self.base = base
+        self.rid = rid
+        self.fps: dict[str, int] | None = None
+        #: (key set, by) -> the rows of an unfiltered release's aggregation (`_unfiltered_rows`)
+        self.cells: list[tuple[Any, tuple[str, ...], list[dict[str, Any]]]] = []
+
+    def rows_per_cell(self, keys: Any, by: list[str]) -> list[dict[str, Any]] | None:
+        """The per-cell rows aggregated over this snapshot for ``keys`` and ``by``, if any."""
+        return next((rows for ks, b, rows in self.cells if ks is keys and b == tuple(by)), None)
+
+
 class SparkReplayLedger:
     """Row mode on Spark without per-row state: the releases' definitions, replayed in Spark.
 
@@ -405,6 +425,43 @@ class SparkReplayLedger:
         self.source: Any = None
         # the checked, persisted snapshot of the report's input, for len(programs) releases
         self._held: tuple[int, Any, Any] | None = None
+        # the numbered snapshot of the last input released (`numbered`)
+        self._snap: _Numbered | None = None
+
+    def numbered(self, source: Any) -> _Numbered:
+        """The persisted, numbered snapshot of ``source``, shared by its releases and the report.
+
+        The first release over a DataFrame numbers its rows (`_row_ids`) and persists a copy of
+        every column; later releases over the same DataFrame object, and the report, read that
+        copy instead of the input: the rows the first release read and fingerprinted, with the
+        same row ids, so they neither number nor fingerprint them again. A release over
+        another DataFrame drops it.
+
+        Example:
+            >>> callable(SparkReplayLedger.numbered)
+            True
+        """
+        from pyspark.sql import functions as F
+
+        snap = self._snap
+        if snap is not None and snap.source is source:
+            return snap
+        self.drop_snapshot()
+        base, rid, _ = _row_ids(source.select(*[F.col(c) for c in source.columns]),
+                                source.columns)
+        self._snap = _Numbered(source, base, rid)
+        return self._snap
+
+    def drop_snapshot(self) -> None:
+        """Unpersist the numbered snapshot, if one is held (the next release numbers anew).
+
+        Example:
+            >>> SparkReplayLedger(None).drop_snapshot()
+        """
+        if self._snap is not None:
+            self.release()
+            self._snap.base.unpersist()
+        self._snap = None
 
     def install(self, program: Any, source: Any) -> None:
         """Record a release's definition and its input (after the release is drawn).
@@ -456,10 +513,15 @@ class SparkReplayLedger:
         if session.unit is None and missing:
             _report_refused(session)
         held = self._held
+        snap = self._snap
         if held is None or held[0] != len(self.programs):
             self.release()
             base = None
-            if session.unit is None:
+            if session.unit is None and snap is not None and snap.source is src \
+                    and snap.fps is not None:
+                # the rows the last release read, numbered and fingerprinted by it
+                frame = snap.base.select("*", snap.rid.alias("__uid"))
+            elif session.unit is None:
                 used = list(dict.fromkeys(
                     [*bound, *[c for p in self.programs for c in (*p.by, *p.measures)]]))
                 base, rid, _ = _row_ids(src.select(*[F.col(c) for c in used]), used)
@@ -578,7 +640,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
     sschema = {f.name: f.dataType for f in frame.schema.fields}
     names: dict[str, str] = {}
     rels: list[str] = []
-    zero = F.lit(0).cast(_DEC)
+    cells_of: list[tuple[tuple[Any, Any], str]] = []  # (key set, by) -> its cell column
 
     def total(c: str) -> Any:
         return F.col(names[c]) if c in names else F.lit(0.0)
@@ -590,11 +652,19 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
         summed = list(prog.measures) if prog.kind == "sum" else []
         vcol = {m: f"__pv{j}_{i}" for i, m in enumerate(summed)}
         rcol, ccol, chcol = f"__pr{j}", f"__pc{j}", f"__pch{j}"
-        frame = frame.select("*", *[F.when(keep & ~parts[m]["bad"], parts[m]["fixed"])
-                                    .otherwise(zero).alias(vcol[m]) for m in summed],
+        # the fixed-point values as doubles: a charge reads |value| as a double only, and
+        # this double is the one the exact decimal converts to (`_fixed_double`)
+        frame = frame.select("*", *[F.when(keep & ~parts[m]["bad"],
+                                           _fixed_double(m, sschema[m], rules))
+                                    .otherwise(F.lit(0.0)).alias(vcol[m]) for m in summed],
                              keep.cast("long").alias(rcol))
-        frame = _attach_cells(spark, frame, prog.keys, list(prog.by), sschema) \
-            .withColumnRenamed(_CELL, ccol)
+        same = next((c for (ks, by), c in cells_of if ks is prog.keys and by == prog.by), None)
+        if same is not None:  # the cells of an earlier program: the same keys, the same join
+            frame = frame.withColumn(ccol, F.col(same))
+        else:
+            frame = _attach_cells(spark, frame, prog.keys, list(prog.by), sschema) \
+                .withColumnRenamed(_CELL, ccol)
+            cells_of.append(((prog.keys, prog.by), ccol))
         inside = F.col(ccol).isNotNull() & (F.col(rcol) > 0)
         mech = prog.policy.mechanism
         exprs = _charge_exprs(mech, summed, prog.kind, prog.bits, True, None, rows_col=rcol,
@@ -687,6 +757,61 @@ def _exact_fixed(xd: Any) -> Any:
     lo = v - hi.cast("double") * F.lit(_SPLIT)  # exact: the low 44 bits of an integer
     return (hi.cast(_DEC) * F.lit(int(_SPLIT)).cast(_DEC) + lo.cast("long").cast(_DEC)) \
         .cast(_DEC)
+
+
+_PART_BITS = 22  # an exact fixed-point value in long parts: 22-bit ones and a signed top part
+
+
+def _fixed_longs(m: str, st: Any, rules: _Rules, use: Any) -> list[Any]:
+    """``_measure_parts(m)["fixed"]`` where ``use`` holds, else 0, as ``long`` parts.
+
+    Part ``k`` weighs ``2**(22·k)``: every part but the last is in ``[0, 2**22)``, the last is
+    signed (so the value is negative exactly when it is). Each part summed as a ``long`` is
+    exact up to 2**40 rows, and a ``long`` sum is code-generated, unlike a ``decimal(38,0)``
+    one (Java ``BigDecimal`` additions); `_sum_longs` recombines them on the driver. A float
+    value is split from the same double ``round_half_even(x·2**24)`` as `_exact_fixed`.
+    """
+    from pyspark.sql import functions as F
+
+    mask = F.lit((1 << _PART_BITS) - 1)
+    x = F.col(m)
+    if _is_floatlike(st):
+        xd = x.cast("double")
+        clipped = F.least(F.greatest(xd, F.lit(-MAX_ABS)), F.lit(MAX_ABS))
+        v = F.bround(clipped * F.lit(float(2**SUM_SCALE_BITS)), 0)
+        if rules.negatives == "zero":
+            v = F.greatest(v, F.lit(0.0))
+        v = F.when(use, v).otherwise(F.lit(0.0))
+        hi = F.floor(v / F.lit(_SPLIT))             # exact, |hi| <= 2**44 (a long)
+        lo = (v - hi.cast("double") * F.lit(_SPLIT)).cast("long")  # exact, in [0, 2**44)
+        return [lo.bitwiseAND(mask), F.shiftright(lo, _PART_BITS), hi.bitwiseAND(mask),
+                F.shiftright(hi, _PART_BITS)]
+    xl = x.cast("long")
+    if rules.negatives == "zero":
+        xl = F.greatest(xl, F.lit(0).cast("long"))
+    xl = F.when(use, xl).otherwise(F.lit(0).cast("long"))
+    return [xl.bitwiseAND(mask), F.shiftright(xl, _PART_BITS).bitwiseAND(mask),
+            F.shiftright(xl, 2 * _PART_BITS)]
+
+
+def _fixed_double(m: str, st: Any, rules: _Rules) -> Any:
+    """``_measure_parts(m)["fixed"]`` cast to a double, without the decimal.
+
+    A float value's fixed point is the double ``round_half_even(x·2**24)`` itself (an integer
+    a double holds exactly, which the decimal holds exactly too); an integer's is the integer
+    rounded to the nearest double, as ``cast(decimal(38,0) as double)`` rounds it.
+    """
+    from pyspark.sql import functions as F
+
+    x = F.col(m)
+    if _is_floatlike(st):
+        clipped = F.least(F.greatest(x.cast("double"), F.lit(-MAX_ABS)), F.lit(MAX_ABS))
+        v = F.bround(clipped * F.lit(float(2**SUM_SCALE_BITS)), 0)
+    else:
+        v = x.cast("long").cast("double")
+    if rules.negatives == "zero":
+        v = F.greatest(v, F.lit(0.0))
+    return v
 
 
 def _measure_parts(m: str, st: Any, rules: _Rules) -> dict[str, Any]:
@@ -1322,21 +1447,38 @@ class SparkBackend:
         led: list[str] = []
         if replay and unit is None:
             _require_bound(sess, sdf.columns)
+        numbered = None
         if unit is None:
             # row ids in the order the input is read: partition by partition, row by row
-            base, rid, fp_cols = _row_ids(flagged.select(*[F.col(c) for c in sdf.columns],
-                                                         *row_cols), sdf.columns)
-            src = base
+            if replay:
+                # one numbered snapshot per input, held by the ledger across its releases and
+                # the report: a later release over it neither re-reads nor re-numbers the input
+                numbered = ledger.numbered(sdf)
+                base, rid = numbered.base, numbered.rid
+                fp_cols = [] if numbered.fps is not None else list(sdf.columns)
+                persisted = []
+            else:
+                base, rid, fp_cols = _row_ids(sdf.select(*[F.col(c) for c in sdf.columns]),
+                                              sdf.columns)
+                persisted = [base]
+            src = base.select("*", keep.alias("__keep")).select(
+                *[F.col(c) for c in base.columns], *row_cols)
             if prior:
-                src, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
+                src, led = _with_totals(spark, sess, src.select("*", rid.alias("__uid")), prior,
                                         policy)
-            rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list],
-                              *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
-                              F.lit(1).cast("long").alias(_ALL), *[F.col(v) for v in cnt.values()],
+            if replay and not _filters(sess) and not sess.track_cells:
+                # `_unfiltered_rows`: the exact values as long parts (no decimal arithmetic)
+                values = [e.alias(f"__v{i}_{k}") for i, m in enumerate(measure_list)
+                          for k, e in enumerate(_fixed_longs(
+                              m, sschema[m], rules, (F.col(_ROWS) == 1) & ~parts[m]["bad"]))]
+            else:
+                values = [F.col(vname[m]).alias(m) for m in measure_list]
+            rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list], *values,
+                              F.col(_ROWS), F.lit(1).cast("long").alias(_ALL),
+                              *[F.col(v) for v in cnt.values()],
                               *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
                                 for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
             snap = rows
-            persisted = [base]
         elif unit == ROW_ID and replay:
             # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
             src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
@@ -1375,7 +1517,7 @@ class SparkBackend:
         return _finish(spark, sess, self._hold, qname, kind, snap, sschema, measure_list,
                        by_list, keys, mechanism, level, nulls, released, grids, max_cells,
                        max_rows, rules, policy, uid, unit, row_mode, bits, cnt, fp_cols,
-                       form=form, cv=cv, led=led, program=program)
+                       form=form, cv=cv, led=led, program=program, numbered=numbered)
 
     def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
         """A median's pass in Spark: checks, cells, charges, the filter, per-cell quantiles.
@@ -1632,8 +1774,8 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
             grids: dict[str, Any], max_cells: int | None, max_rows: int | None, rules: _Rules,
             policy: _Policy, uid: str, unit: str | None, row_mode: bool, bits: dict[str, int],
             cnt: dict[str, str], fp_cols: list[str], *, form: str = "wide",
-            cv: bool = False, led: list[str] | None = None, program: Any = None
-            ) -> Aggregated:
+            cv: bool = False, led: list[str] | None = None, program: Any = None,
+            numbered: _Numbered | None = None) -> Aggregated:
     """Steps 2 to 5 over the snapshot (persisted frames appended to ``hold``)."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
@@ -1642,6 +1784,10 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     # 2. Cells, counters and summaries: one aggregate over the snapshot.
     data = _attach_cells(spark, snap, keys, by_list, sschema)
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
+    if numbered is not None and not _filters(sess) and not sess.track_cells:
+        return _unfiltered_rows(sess, qname, kind, data, measure_list, by_list, keys,
+                                mechanism, nulls, rules, policy, unit, bits, cnt, fp_cols,
+                                sschema, program, numbered)
     outside = F.col(_CELL).isNull()
     aggs = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
     aggs += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")]
@@ -1660,8 +1806,8 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     rows_read = int(summary["rows_read"] or 0)
     if unit is None:
-        fps = {c: _fp_total(summary, f"__fp{i}") for i, c in enumerate(fp_cols)}
-        binding.of(sess).bind_rows(rows_read, fps)
+        _bind(sess, rows_read, {c: _fp_total(summary, f"__fp{i}") for i, c in enumerate(fp_cols)},
+              numbered)
 
     inside = data.filter(~outside & (F.col(_ROWS) > 0))
     cells_dropped = 0
@@ -1717,6 +1863,103 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
         row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
         key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()}, led=led,
         program=program)
+
+
+def _bind(sess: Session, rows: int, fps: dict[str, int], numbered: _Numbered | None) -> None:
+    """Row mode: check (or bind) the session's rows; a snapshot already bound is not hashed."""
+    if numbered is not None and numbered.fps is not None:
+        fps = numbered.fps  # the snapshot's rows: those its first release fingerprinted
+    binding.of(sess).bind_rows(rows, fps)
+    if numbered is not None:
+        numbered.fps = fps
+
+
+def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_list: list[str],
+                     by_list: list[str], keys: KeySet, mechanism: Mechanism, nulls: str,
+                     rules: _Rules, policy: _Policy, unit: str | None, bits: dict[str, int],
+                     cnt: dict[str, str], fp_cols: list[str], sschema: dict[str, Any],
+                     program: Any, numbered: _Numbered | None) -> Aggregated:
+    """Row mode, replayed, no budget and no cell audit: every step in one aggregation.
+
+    Every row is admitted, so a release needs no per-row charges (the report replays them):
+    the counters, the row fingerprints, the rows outside the key set and the exact totals of
+    each cell are one group-by over the cells (the rows outside the key set form the null cell
+    and are grouped by their keys too, which counts their distinct keys), collected (at most
+    the key set and one row). The same checks, in the same order, as `_finish`.
+    """
+    from pyspark.sql import functions as F
+
+    outside = F.col(_CELL).isNull()
+    needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
+    check_neg = needs_nonneg and rules.negatives == "allow"
+    vparts = {m: [f"__v{i}_{k}" for k in range(4 if _is_floatlike(sschema[m]) else 3)]
+              for i, m in enumerate(measure_list)}  # `_fixed_longs`
+    longs = [*cnt.values(), *[f"__fp{i}_{k}" for i in range(len(fp_cols)) for k in range(3)],
+             _ALL, _ROWS, *[c for m in measure_list for c in vparts[m]]]
+    first = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
+    first += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")]
+    first += [F.sum(_ALL).alias(_ALL), F.sum(_ROWS).alias(_ROWS)]
+    # each measure's exact total, part by part (the rows outside the key set: not needed)
+    first += [F.sum(F.when(~outside, F.col(c))).alias(c) for m in measure_list
+              for c in vparts[m]]
+    if check_neg:  # a value is negative exactly when its signed top part is
+        first += [F.sum(F.when(F.col(vparts[m][-1]) < 0, 1).otherwise(0)).alias(f"__neg{i}")
+                  for i, m in enumerate(measure_list)]
+        longs += [f"__neg{i}" for i in range(len(measure_list))]
+    grouping = [F.col(_CELL)]
+    if by_list:
+        grouping.append(F.when(outside, F.struct(*by_list)).alias("__out"))
+    known = None
+    if kind == "count" and not cnt and numbered is not None and numbered.fps is not None:
+        # a count after an unfiltered release over the same snapshot, keys and grouping: its
+        # rows per cell (a count keeps every row: its rows are all the rows) were aggregated
+        known = numbered.rows_per_cell(keys, by_list)
+    if known is not None:
+        rows: list[Any] = [{**r, _ROWS: r[_ALL]} for r in known]
+    else:
+        per_key = data.groupBy(*grouping).agg(*first)
+        second = [F.sum(F.col(c)).alias(c) for c in longs]
+        if by_list:
+            second.append(F.count(F.col("__out")).alias("cells_out"))
+        rows = [r.asDict() for r in per_key.groupBy(_CELL).agg(*second).collect()]
+        if numbered is not None:
+            numbered.cells.append((keys, tuple(by_list), rows))
+
+    def total(c: str) -> int:
+        return sum(int(r[c] or 0) for r in rows)
+
+    counts = {k: total(v) for k, v in cnt.items()}
+    neg_contrib = ({m: total(f"__neg{i}") for i, m in enumerate(measure_list)}
+                   if check_neg else {})
+    _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
+    rows_read = total(_ALL)
+    fps = {c: sum(total(f"__fp{i}_{k}") << (k * _FP_BITS) for k in range(3))
+           for i, c in enumerate(fp_cols)}
+    if unit is None:
+        _bind(sess, rows_read, fps, numbered)
+    out_row = next((r for r in rows if r[_CELL] is None), None)
+    n_keys = len(keys) if by_list else 1
+    numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
+    for r in rows:
+        if r[_CELL] is not None:
+            k = int(r[_CELL])
+            numer[_ROWS][k] = int(r[_ROWS] or 0)
+            for m in measure_list:
+                numer[m][k] = sum(int(r[c] or 0) << (_PART_BITS * j)
+                                  for j, c in enumerate(vparts[m]))
+    rows_in = sum(numer[_ROWS])
+    m_before = {m: sum(numer[m]) for m in measure_list}
+    left_out_info = left_out_counts(kind, measure_list, bits, m_before,
+                                    dict.fromkeys(measure_list, 0), 0)
+    full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
+    return Aggregated(
+        full=full, key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()},
+        rows_read=rows_read,
+        rows_outside=int(out_row[_ALL] or 0) if out_row is not None else 0,
+        cells_outside=int(out_row["cells_out"] or 0) if out_row is not None and by_list else 0,
+        rows_released=rows_in, units_left_out=0, left_out=left_out_info, cells_dropped=0,
+        rule_counts=_rule_counts(counts, measure_list, nulls, rules), cells=None, losses=None,
+        state=_SparkState(program, None, None, {}, {}, policy.currencies()))
 
 
 def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], guarantee: str,
