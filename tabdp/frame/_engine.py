@@ -49,7 +49,7 @@ from tabdp.exceptions import (
     UnsupportedBackendError,
 )
 from tabdp.frame import binding
-from tabdp.frame._author import bind_frame
+from tabdp.frame._author import _caller_stacklevel, bind_frame
 from tabdp.frame._output import (
     Measure,
     assemble,
@@ -1575,7 +1575,7 @@ class _Prepared(NamedTuple):
 
 def _prepare_release(kind: str, measures: Any, by: Any, keys: Any, mechanism: Any,
                      session: Any, level: float, nulls: str, grid: Any, max_cells: Any,
-                     max_rows: Any, stacklevel: int = 3) -> _Prepared:
+                     max_rows: Any, stacklevel: int | None = None) -> _Prepared:
     """Argument checks of a release (no data read, no session touched)."""
     measure_list = _as_list(measures, "columns") if kind == "sum" else []
     by_list = _as_list(by, "by")
@@ -1586,7 +1586,7 @@ def _prepare_release(kind: str, measures: Any, by: Any, keys: Any, mechanism: An
     from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
 
     warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG, context=f"dp.{kind}",
-                   stacklevel=stacklevel)
+                   stacklevel=_caller_stacklevel() if stacklevel is None else stacklevel)
     released = measure_list if kind == "sum" else ["count"]
     grids = _check_grid(grid, released)
     return _Prepared(measure_list, by_list, mechanism, level, released, grids,

@@ -20,6 +20,7 @@ import numpy as np
 from tabdp._numeric import add_up, inflate, mul_up
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame._author import _caller_stacklevel
 from tabdp.frame._engine import (
     OUTPUT_SUFFIXES,
     _as_list,
@@ -253,7 +254,8 @@ def _check_bounds(bounds: Any) -> tuple[float, float]:
 
 def _quantile_args(column: Any, q: Any, median: bool, by: Any, keys: Any, bounds: Any,
                    epsilon: Any, noise: str, gamma: Any, delta: Any, uncertainty_share: Any,
-                   session: Any, level: float, nulls: str, grid: Any, stacklevel: int = 3
+                   session: Any, level: float, nulls: str, grid: Any,
+                   stacklevel: int | None = None
                    ) -> tuple[float, float, float, list[str], SmoothSensitivityRelease, float,
                               str, Any]:
     """Argument checks of a quantile release (no data read); shared with the Spark engine."""
@@ -272,7 +274,8 @@ def _quantile_args(column: Any, q: Any, median: bool, by: Any, keys: Any, bounds
     from tabdp.planning import ACCESSOR_CV_FLAG, warn_usability
 
     warn_usability(mechanism, cv_flag=ACCESSOR_CV_FLAG,
-                   context="dp.median" if median else "dp.quantile", stacklevel=stacklevel)
+                   context="dp.median" if median else "dp.quantile",
+                   stacklevel=_caller_stacklevel() if stacklevel is None else stacklevel)
     label = quantile_label(column, qv, median)
     grid = _check_grid(grid, [label])[label]
     # fineness against public magnitudes only: the sampler's own check can then never refuse

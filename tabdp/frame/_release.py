@@ -85,7 +85,7 @@ def grouped_release(native: Any, *, kind: str, measures: str | Sequence[str] | N
     rel = plan(native, session, None, kind=kind, measures=measures, by=by, keys=keys,
                mechanism=mechanism, level=level, nulls=nulls, name=name, grid=grid,
                negatives=negatives, max_cells=max_cells, max_rows=max_rows, form=form, cv=cv,
-               stacklevel=7)  # accessor method, author_call, its closure
+               )  # usability warnings point at the first caller outside tabdp
     return execute_all([rel])[0]
 
 

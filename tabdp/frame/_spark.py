@@ -1337,7 +1337,7 @@ def spark_grouped_release(native: Any, *, kind: str, measures: str | Sequence[st
         raise UnsupportedBackendError(
             f"the Spark engine releases PySpark DataFrames; got {type(native).__name__}.")
     pre = _prepare_release(kind, measures, by, keys, mechanism, session, level, nulls, grid,
-                           max_cells, max_rows, stacklevel=6)
+                           max_cells, max_rows)
     measure_list, by_list, mechanism = pre.measures, pre.by, pre.mechanism
     spark, sess, one_off, qname, sdf, sschema = _open(native, session, name, kind,
                                                       measure_list, by_list)

@@ -67,7 +67,7 @@ def plan(native: Any, session: Session | None, batch: list[Planned] | None = Non
          level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
          grid: Any = None, negatives: str = DEFAULT_NEGATIVES, max_cells: int | None = None,
          max_rows: int | None = None, form: str = "wide", cv: bool = False,
-         stacklevel: int = 4) -> Planned:
+         stacklevel: int | None = None) -> Planned:
     """Every check of one release (arguments, schema, name, rules): no data read, no noise.
 
     Args:
@@ -88,7 +88,8 @@ def plan(native: Any, session: Session | None, batch: list[Planned] | None = Non
         max_rows: Public bound on a unit's rows in a cell (counts).
         form: ``"wide"`` or ``"long"``.
         cv: Add ``_cv`` and ``_flag`` columns.
-        stacklevel: Where usability warnings point (the caller's frame).
+        stacklevel: Where usability warnings point (``warnings.warn``'s, from this call);
+            None: the first caller outside tabdp.
 
     Returns:
         The planned release, for `execute`.
@@ -234,7 +235,7 @@ def plan_quantile(native: Any, session: Session | None, *, column: str, q: float
                   level: float = DEFAULT_LEVEL, nulls: str = "error", name: str | None = None,
                   grid: Any = None, form: str = "wide", cv: bool = False,
                   opener: Callable[..., _Opened] = _open_release,
-                  stacklevel: int = 7) -> PlannedQuantile:
+                  stacklevel: int | None = None) -> PlannedQuantile:
     """Every check of one median or quantile release: no data read, no noise.
 
     Args:
@@ -260,7 +261,8 @@ def plan_quantile(native: Any, session: Session | None, *, column: str, q: float
         cv: Add ``_cv`` and ``_flag`` columns.
         opener: How the engine opens the input (session, name, schema; no data read): the
             Polars engines' by default, the Spark engine's for a PySpark frame.
-        stacklevel: Where usability warnings point (the caller's frame).
+        stacklevel: Where usability warnings point (``warnings.warn``'s, from this call);
+            None: the first caller outside tabdp.
 
     Returns:
         The planned release, for `execute_quantile`.

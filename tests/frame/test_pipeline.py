@@ -106,18 +106,37 @@ def test_session_admit_is_the_filter_over_its_ledger() -> None:
 
 
 def test_constant_admits_is_generic() -> None:
-    class Col:  # any type with + and <= (a Spark column, here a recorder)
-        def __init__(self, text: str) -> None:
-            self.text = text
+    class Col:  # any type with + - * > <= and a `where` (a Spark column; here a boxed float)
+        def __init__(self, v: float) -> None:
+            self.v = v
 
         def __add__(self, other: Col) -> Col:
-            return Col(f"({self.text} + {other.text})")
+            return Col(self.v + other.v)
 
-        def __le__(self, other: Col) -> str:
-            return f"{self.text} <= {other.text}"
+        def __sub__(self, other: Col) -> Col:
+            return Col(self.v - other.v)
 
-    got = constant_admits(Col("1.0"), [Col("r0"), Col("r1")], Col("led"), Col("0.0"))
-    assert got == "(led + ((0.0 + r0) + r1)) <= 1.0"
+        def __mul__(self, other: float) -> Col:
+            return Col(self.v * other)
+
+        def __gt__(self, other: float) -> bool:
+            return self.v > other
+
+        def __le__(self, other: float) -> bool:
+            return self.v <= other
+
+    def where(c: bool, x: Col, y: Col) -> Col:
+        return x if c else y
+
+    # inexact additions (rounded up) at the limit: the boxed type decides as numpy does
+    for r0, r1, led, limit in [(0.5, 2.0**-60, 0.5, 1.0), (0.25, 0.25, 0.5, 1.0),
+                               (0.1, 0.2, 0.7, 1.0), (0.5, 0.25, 0.5, 1.0)]:
+        got = constant_admits(limit, [Col(r0), Col(r1)], Col(led), Col(0.0), where)
+        want = constant_admits(limit, [np.array([r0]), np.array([r1])], np.array([led]),
+                               np.zeros(1))
+        assert got == bool(want[0]), (r0, r1, led)
+    # 0.5 + 2**-60 + 0.5 is above 1 exactly: refused although fl() gives 1.0
+    assert not constant_admits(1.0, [Col(0.5), Col(2.0**-60)], Col(0.5), Col(0.0), where)
 
 
 # -- one module decides the backend ----------------------------------------------------------------
