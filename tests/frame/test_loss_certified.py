@@ -494,9 +494,7 @@ def test_filter_admits_no_unit_past_its_budget_in_exact_arithmetic() -> None:
 
 
 # -- totals the R17-1 fix left with plain float arithmetic (review R18) -----------------------
-# origin: review R18
-@pytest.mark.xfail(strict=True, reason="R18-1: the public total policy curve adds releases "
-                   "and multiplies by k in plain floats: below the exact sum")
+# origin: review R18 (R18-1: the curve added releases and multiplied by k in plain floats)
 def test_public_total_curve_is_never_below_the_exact_sum_of_its_releases() -> None:
     """ρ(1024) = 1/2 under σ = 1024, 2**-69 under σ = 2**44: the curve states their sum."""
     from tabdp.privacy.session import total_policy_curve
@@ -512,9 +510,7 @@ def test_public_total_curve_is_never_below_the_exact_sum_of_its_releases() -> No
     assert Fraction(row["rho"]) >= 3 * rho, (row["rho"], float(3 * rho))
 
 
-# origin: review R18
-@pytest.mark.xfail(strict=True, reason="R18-2: epsilon_at adds eps_a and the zCDP conversion "
-                   "in plain floats, and rounds delta - delta_a to nearest (up)")
+# origin: review R18 (R18-2: ε_a + conversion in plain floats; δ − δ_a rounded to nearest)
 def test_epsilon_at_delta_adds_its_parts_rounded_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """ε(δ) = ε_a + conversion of ρ at δ − δ_a: never below the exact sum, never at more δ."""
     import tabdp.privacy.accounting as acc
@@ -534,11 +530,9 @@ def test_epsilon_at_delta_adds_its_parts_rounded_up(monkeypatch: pytest.MonkeyPa
     assert Fraction(seen[-1]) <= Fraction(d) - Fraction(da), (seen[-1], d - da)
 
 
-# origin: review R18
+# origin: review R18 (R18-3: twins decided on views of totals already updated)
 @pytest.mark.parametrize("ids", [
-    pytest.param(np.arange(3), id="run", marks=pytest.mark.xfail(
-        strict=True, reason="R18-3: DenseLedger.add decides a column's twin from views of "
-        "totals it already updated (contiguous ids)")),
+    pytest.param(np.arange(3), id="run"),  # R18-3: failed before the fix
     pytest.param(np.array([0, 2, 4]), id="scattered")])
 def test_dense_ledger_twins_are_decided_on_the_totals_before_the_release(
         ids: np.ndarray) -> None:
