@@ -282,9 +282,7 @@ def test_create_next_to_an_anchor_of_no_release_or_a_garbled_one(tmp_path):
     assert _anchor_of(path)["entries"] == 1
 
 
-# origin: review R18
-@pytest.mark.xfail(strict=True, reason="R18-4: open(create=True) of a vanished folder whose "
-                   "anchor does not parse starts a new series (create refuses it)")
+# origin: review R18 (R18-4: open(create=True) started a new series over a damaged anchor)
 @pytest.mark.parametrize("damage", ["truncated", "symlink"])
 def test_a_vanished_folder_with_a_damaged_anchor_is_not_recreated_by_create_true(
         tmp_path, damage):
