@@ -48,7 +48,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up_any
+from tabdp._numeric import add_up, add_up_any
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
 from tabdp.frame import binding
 from tabdp.frame._author import bind_frame
@@ -447,8 +447,15 @@ class SparkReplayLedger:
         if snap is not None and snap.source is source:
             return snap
         self.drop_snapshot()
-        base, rid, _ = _row_ids(source.select(*[F.col(c) for c in source.columns]),
-                                source.columns)
+        cached, rid, _ = _row_ids(source.select(*[F.col(c) for c in source.columns]),
+                                  source.columns)
+        # a checkpoint, not a cache: the snapshot is trusted without fingerprints by later
+        # releases and the report, so blocks lost with an executor must fail the job rather
+        # than be recomputed from the input, which may give other rows (review R18-5)
+        try:
+            base = cached.localCheckpoint(eager=True)
+        finally:
+            cached.unpersist()
         self._snap = _Numbered(source, base, rid)
         return self._snap
 
@@ -942,7 +949,10 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                 size, delta = _size_and_delta(
                     pol, ms, mags, lambda m: inp[f"__s:{m}"].to_numpy(dtype=np.float64))
             vals = _policy_values(pol, kind, delta)
-            cell_rho += vals[0]
+            # a (unit, cell)'s ρ over currencies, rounded up as the Polars engine's (`add_up`;
+            # review R18-6: a plain sum was below it)
+            cell_rho = np.array(vals[0], dtype=np.float64) if i == 0 else add_up(cell_rho,
+                                                                                 vals[0])
             np.maximum(cell_size, size, out=cell_size)
             out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
             if pol.approx:
@@ -1002,7 +1012,7 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
         cols += [vals[0].alias(f"r{i}"), vals[1].alias(f"e{i}"), size.alias(f"s{i}")]
         if policy.approx:
             cols += [vals[2].alias(f"ea{i}"), vals[3].alias(f"da{i}")]
-        cell_rho = cell_rho + vals[0]
+        cell_rho = vals[0] if i == 0 else _add_up_col(cell_rho, vals[0])  # as `add_up`
         cell_size = F.greatest(cell_size, size)
     return [*cols, cell_rho.alias("cell_rho"), cell_size.alias("cell_size")]
 

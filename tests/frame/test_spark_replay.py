@@ -235,10 +235,8 @@ def test_unfiltered_releases_equal_polars(spark: Any) -> None:
     assert ref["per_record"].equals(got["per_record"])
 
 
-# origin: review R18
-@pytest.mark.xfail(strict=True, reason="R18-5: the numbered snapshot is a persist(), which "
-                   "Spark recomputes from the input when its blocks are lost; the rows it then "
-                   "holds are trusted (fingerprints not checked again)")
+# origin: review R18 (R18-5: the snapshot was a persist(), recomputed from the input when its
+# blocks were lost, and trusted without fingerprints)
 def test_a_numbered_snapshot_recomputed_from_a_changed_input_is_refused(spark: Any) -> None:
     """The snapshot's cached blocks lost (an executor gone): the next release must not trust it.
 
@@ -270,9 +268,7 @@ def test_a_numbered_snapshot_recomputed_from_a_changed_input_is_refused(spark: A
 
 # origin: review R18
 @pytest.mark.parametrize("budget", [
-    pytest.param(None, id="none", marks=pytest.mark.xfail(
-        strict=True, reason="R18-6: Spark's cell audit adds a cell's currencies in plain "
-        "floats")),
+    pytest.param(None, id="none"),  # R18-6: failed before the fix
     pytest.param(0.4, id="constant")])
 def test_the_cell_audit_adds_a_cells_currencies_rounded_up(spark: Any, budget: Any) -> None:
     """A (unit, cell)'s ρ over two currencies in the cell audit: Polars' double (`add_up`).
