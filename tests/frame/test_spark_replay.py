@@ -264,6 +264,12 @@ def test_a_numbered_snapshot_recomputed_from_a_changed_input_is_refused(spark: A
         sdf.dp.sum("w", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
     assert "not the rows" in str(info.value) or "heckpoint" in str(info.value), info.value
     assert len(s.records) == 1
+    # dropping a snapshot frees its blocks at once (not left to Spark's cleaner)
+    s2 = tabdp.Session(seed=2)
+    sdf.dp.sum("w", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s2)
+    held = set(spark.sparkContext._jsc.getPersistentRDDs().keys())
+    s2.ledger.drop_snapshot()
+    assert len(set(spark.sparkContext._jsc.getPersistentRDDs().keys())) < len(held)
 
 
 # origin: review R18
