@@ -508,6 +508,11 @@ def test_public_total_curve_is_never_below_the_exact_sum_of_its_releases() -> No
     rho = Fraction(float(m.rho(np.array([1.0]))[0]))
     row = total_policy_curve([(m, 3)], [1.0])[0]
     assert Fraction(row["rho"]) >= 3 * rho, (row["rho"], float(3 * rho))
+    # the release plan's charge of a table (k cells) and its guarantee in words alike
+    from tabdp.release._plan import _Charge, _up
+
+    assert Fraction(float(_Charge(m, 3)(np.array([1.0]))[0])) >= 3 * rho
+    assert Fraction(_up(0.5, 2.0**-69)) > Fraction(1, 2)
 
 
 # origin: review R18 (R18-2: ε_a + conversion in plain floats; δ − δ_a rounded to nearest)
