@@ -48,7 +48,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up_any
+from tabdp._numeric import add_up, add_up_any
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
 from tabdp.frame import binding
 from tabdp.frame._author import bind_frame
@@ -391,6 +391,19 @@ class _Numbered:
         return next((rows for ks, b, rows in self.cells if ks is keys and b == tuple(by)), None)
 
 
+def _free_checkpoint(frame: Any) -> None:
+    """Free a local checkpoint's blocks now (``unpersist`` leaves them to Spark's cleaner).
+
+    A locally checkpointed DataFrame reads an RDD that holds the blocks; ``unpersist`` of the
+    DataFrame only drops a cache entry, which it does not have. Where the plan gives that RDD
+    (classic PySpark), it is unpersisted; otherwise the DataFrame is, as before.
+    """
+    try:
+        frame._jdf.queryExecution().logical().rdd().unpersist(False)
+    except Exception:  # noqa: BLE001 - not a checkpoint, or no JVM handle: the frame itself
+        frame.unpersist()
+
+
 class SparkReplayLedger:
     """Row mode on Spark without per-row state: the releases' definitions, replayed in Spark.
 
@@ -447,8 +460,11 @@ class SparkReplayLedger:
         if snap is not None and snap.source is source:
             return snap
         self.drop_snapshot()
+        # a checkpoint, not a cache: the snapshot is trusted without fingerprints by later
+        # releases and the report, so blocks lost with an executor must fail the job rather
+        # than be recomputed from the input, which may give other rows (review R18-5)
         base, rid, _ = _row_ids(source.select(*[F.col(c) for c in source.columns]),
-                                source.columns)
+                                source.columns, checkpoint=True)
         self._snap = _Numbered(source, base, rid)
         return self._snap
 
@@ -460,7 +476,7 @@ class SparkReplayLedger:
         """
         if self._snap is not None:
             self.release()
-            self._snap.base.unpersist()
+            _free_checkpoint(self._snap.base)
         self._snap = None
 
     def install(self, program: Any, source: Any) -> None:
@@ -942,7 +958,10 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
                 size, delta = _size_and_delta(
                     pol, ms, mags, lambda m: inp[f"__s:{m}"].to_numpy(dtype=np.float64))
             vals = _policy_values(pol, kind, delta)
-            cell_rho += vals[0]
+            # a (unit, cell)'s ρ over currencies, rounded up as the Polars engine's (`add_up`;
+            # review R18-6: a plain sum was below it)
+            cell_rho = np.array(vals[0], dtype=np.float64) if i == 0 else add_up(cell_rho,
+                                                                                 vals[0])
             np.maximum(cell_size, size, out=cell_size)
             out[f"r{i}"], out[f"e{i}"], out[f"s{i}"] = vals[0], vals[1], size
             if pol.approx:
@@ -1002,7 +1021,7 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
         cols += [vals[0].alias(f"r{i}"), vals[1].alias(f"e{i}"), size.alias(f"s{i}")]
         if policy.approx:
             cols += [vals[2].alias(f"ea{i}"), vals[3].alias(f"da{i}")]
-        cell_rho = cell_rho + vals[0]
+        cell_rho = vals[0] if i == 0 else _add_up_col(cell_rho, vals[0])  # as `add_up`
         cell_size = F.greatest(cell_size, size)
     return [*cols, cell_rho.alias("cell_rho"), cell_size.alias("cell_size")]
 
@@ -1223,17 +1242,21 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     return spark, sess, one_off, qname, sdf, sschema
 
 
-def _row_ids(flagged: Any, columns: list[str]) -> tuple[Any, Any, list[str]]:
+def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
+             ) -> tuple[Any, Any, list[str]]:
     """Row ids in the order the input is read (partition by partition, row by row).
 
     Returns the persisted frame (with ``__mono``), the row-id expression and the columns to
-    fingerprint. Only the number of rows of each partition reaches the driver.
+    fingerprint. Only the number of rows of each partition reaches the driver. With
+    ``checkpoint`` the frame is a local checkpoint (a lost block fails the job; it is never
+    recomputed from the input) instead of a persisted cache.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     base = flagged.select("*", F.monotonically_increasing_id().alias("__mono"))
-    base = base.persist(StorageLevel.MEMORY_AND_DISK)
+    base = (base.localCheckpoint(eager=True) if checkpoint
+            else base.persist(StorageLevel.MEMORY_AND_DISK))
     per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
         .agg(F.count(F.lit(1)).alias("n")).collect()
     n_parts = 1 + max((int(r["p"]) for r in per_part), default=-1)

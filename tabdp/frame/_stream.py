@@ -28,6 +28,8 @@ it was charged to.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
@@ -209,7 +211,16 @@ class _Spill:
             self.usable = False
             return
         path = f"{self.folder}/{int(ids[0]):020d}.arrow"
-        pl.DataFrame({ROW_ID: ids, **cols}).write_ipc(path, compression="uncompressed")
+        try:
+            pl.DataFrame({ROW_ID: ids, **cols}).write_ipc(path, compression="uncompressed")
+        except OSError:
+            # the files only spare the report a replay: a write refused (the temporary
+            # folder full or gone) makes the report replay, never fails the release
+            # (review R18-7)
+            self.usable = False
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return
         self.parts.append((int(ids[0]), n, path))
 
     def files(self) -> list[str] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tabdp._numeric import add_up
 from tabdp.privacy.conversions import check_dp_delta, gdp_epsilon, zcdp_epsilon
 
 
@@ -32,7 +33,18 @@ def _gauss_eps(mu: np.ndarray, delta: float) -> np.ndarray:
         out[~pos & (mu > 0)] = gdp_epsilon(mu[~pos & (mu > 0)], delta)
     return out
 
+
 __all__ = ["COMPONENTS", "epsilon_at"]
+
+
+def _sub_down(d: float, a: np.ndarray) -> np.ndarray:
+    """``d − a`` rounded down (a double <= the exact difference; Knuth's TwoSum decides)."""
+    with np.errstate(all="ignore"):
+        s = d - a
+        bb = s - d
+        err = (d - (s - bb)) + (-a - bb)  # the exact (d − a) − s where finite
+        return np.where(err < 0.0, np.nextafter(s, -np.inf), s)
+
 
 #: Columns of the per-unit totals.
 COMPONENTS = ("rho", "epsilon", "size", "rho_z", "rho_g", "eps_a", "delta_a")
@@ -65,7 +77,7 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
     rho_g = np.asarray(rho_g, dtype=np.float64)
     eps_a = np.asarray(eps_a, dtype=np.float64)
     delta_a = np.asarray(delta_a, dtype=np.float64)
-    rest = d - delta_a
+    rest = _sub_down(d, delta_a)  # the δ left to the conversion: never above d − delta_a
     out = np.full(rho_z.shape, np.inf)
     ok = rest > 0
     if np.any(ok):
@@ -83,6 +95,6 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
                 conv[gauss] = np.where(np.isfinite(mu), _gauss_eps(mu, float(value)), np.inf)
             if np.any(other):
                 conv[other] = zcdp_epsilon(rz[other], float(value))
-        out[ok] = eps_a[ok] + conv
+        out[ok] = add_up(eps_a[ok], conv)  # never below the exact sum (review R18-2)
     pure = np.asarray(epsilon, dtype=np.float64)
     return np.minimum(out, pure)

@@ -454,17 +454,24 @@ class DenseLedger:
         # (ρ_z is ρ in a zCDP release) takes that one's result
         shared = [k for k, v in sums.items() if any(v is w for j, w in sums.items() if j != k)]
         old = {k: self.arrays[k][at] for k in shared}
+        # twins decided before any total changes: over a run, ``old`` holds views of the
+        # totals, which the additions below update in place (review R18-3)
+        twins: dict[str, str] = {}
         done: dict[str, np.ndarray] = {}
         for k, v in sums.items():
-            if k in fresh:  # 0.0 + v: exact
-                self.arrays[k][at] += v
+            if k in fresh:
                 continue
             twin = _twin(done, sums, old, k)
             if twin is not None:
-                self.arrays[k][at] = self.arrays[twin][at]
+                twins[k] = twin
+            done[k] = v
+        for k, v in sums.items():
+            if k in fresh:  # 0.0 + v: exact
+                self.arrays[k][at] += v
+            elif k in twins:
+                self.arrays[k][at] = self.arrays[twins[k]][at]
             elif v.any():
                 add_up_into(self.arrays[k], v, at)
-            done[k] = v
         for k, v in maxes.items():
             if run:
                 np.maximum(self.arrays[k][at], v, out=self.arrays[k][at])

@@ -717,9 +717,19 @@ class Ledger:
         try:
             anchor = _anchor.read_anchor(root)
         except LedgerError:
+            # an anchor that does not parse (or is a link): whether it records releases is
+            # unknown, so it is not replaced without a decision, by ``create`` or by each
+            # year's ``open(create=True)`` alike (review R18-4)
             if not create:
-                anchor = None
-            else:  # an anchor that does not parse: not overwritten without a decision
+                raise LedgerError(
+                    f"no ledger at {root}, and its anchor {_anchor.anchor_path(root)} is there "
+                    "but is not a valid anchor file, so whether the series there recorded "
+                    "releases is unknown; creating the ledger again could restart every "
+                    "unit's lifetime loss at zero.\nHint: put back the ledger folder it "
+                    "belongs to; to start the series over deliberately, "
+                    "tabdp.Ledger.create(path, ..., start_over=True) or `tabdp ledger init "
+                    "PATH ... --start-over`.") from None
+            else:
                 raise LedgerError(
                     f"cannot start a series at {root}: the anchor "
                     f"{_anchor.anchor_path(root)} is there but is not a valid anchor file, "

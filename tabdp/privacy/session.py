@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import add_up, mul_up
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -605,6 +606,16 @@ def _components(losses: UnitLosses) -> dict[str, np.ndarray]:
     return loss_components(losses)
 
 
+def _times(k: Any, v: Any) -> np.ndarray:
+    """``k·v`` rounded up (`tabdp._numeric.mul_up`) for a count ``k`` >= 0 and losses ``v``."""
+    v = np.asarray(v, dtype=np.float64)
+    if k == 1:
+        return v
+    if k == 0:
+        return np.zeros_like(v)
+    return mul_up(v, float(k))
+
+
 def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float],
                        delta: float | None = None) -> list[dict[str, float | None]]:
     """Public worst-case curve of several releases.
@@ -635,18 +646,20 @@ def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float
         mechanism, k = entry[0], entry[1]
         cap = entry[2] if len(entry) > 2 else None
         dd = d if cap is None else np.minimum(d, cap)
-        rho = mechanism.rho(dd)
-        comps["rho"] += k * rho
-        comps["epsilon"] += k * mechanism.epsilon(dd)
+        # k times each loss and the sum over releases, rounded up (`add_up`, `mul_up`): the
+        # curve is never below the exact total of the releases' losses (review R18-1)
+        rho = _times(k, mechanism.rho(dd))
+        add = {"rho": rho, "epsilon": _times(k, mechanism.epsilon(dd))}
         guarantee = UnitLosses.guarantee_of(mechanism)
         if guarantee == "approx":
             ea, da = mechanism.approx_policy(dd)
-            comps["eps_a"] += k * ea
-            comps["delta_a"] += k * da
+            add["eps_a"], add["delta_a"] = _times(k, ea), _times(k, da)
         else:
-            comps["rho_z"] += k * rho
+            add["rho_z"] = rho
             if guarantee == "gaussian":
-                comps["rho_g"] += k * rho
+                add["rho_g"] = rho
+        for c, v in add.items():
+            comps[c] = add_up(comps[c], v)
     rows: list[dict[str, float | None]] = [
         {"delta": float(x), "rho": _num(a), "epsilon": _num(b)}
         for x, a, b in zip(d, comps["rho"], comps["epsilon"], strict=True)]

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import add_up, mul_up
 from tabdp.exceptions import (
     TabdpError,
 )
@@ -542,6 +543,11 @@ def _measure_sizes(spec: ReleaseSpec, currency: str) -> list[float]:
     return pts or _few(spec.plan.record_sizes)
 
 
+def _up(a: float, b: float) -> float:
+    """``a + b`` rounded up (`tabdp._numeric.add_up` on two floats)."""
+    return float(add_up(np.array([a]), np.array([b]))[0])
+
+
 def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[str]:
     """Public: the whole release's guarantee per currency and per record type, never mixing sizes.
 
@@ -578,12 +584,17 @@ def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[st
             per.setdefault(c, []).append((name, ch))
 
     def at(c: str, size: float) -> tuple[float, float | None]:
-        rho = sum(float(ch(np.array([size]))[0]) for _, ch in per[c])
+        # totals over tables rounded up (`add_up`, `mul_up`): never below the exact sum
+        # (review R18-1)
+        rho = 0.0
+        for _, ch in per[c]:
+            rho = _up(rho, float(ch(np.array([size]))[0]))
         eps = 0.0
         for _, ch in per[c]:
             at_s = size if ch.rows is None else ch.rows
-            e = float(np.asarray(ch.mechanism.epsilon(np.array([at_s])))[0]) * ch.k
-            eps += e
+            e = float(np.asarray(ch.mechanism.epsilon(np.array([at_s])))[0])
+            eps = _up(eps, e if ch.k == 1 else 0.0 if ch.k == 0 else float(
+                mul_up(np.array([e]), float(ch.k))[0]))
         return rho, (eps if math.isfinite(eps) else None)
 
     lines = []
@@ -611,12 +622,12 @@ def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[st
             eps_tot: float | None = 0.0
             for c, s in parts:
                 r, e = at(c, s)
-                rho += r
-                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+                rho = _up(rho, r)
+                eps_tot = _up(eps_tot, e) if e is not None and eps_tot is not None else None
             if ROWS_CURRENCY in per:
                 r, e = at(ROWS_CURRENCY, float(spec.plan.count_rows))
-                rho += r
-                eps_tot = eps_tot + e if e is not None and eps_tot is not None else None
+                rho = _up(rho, r)
+                eps_tot = _up(eps_tot, e) if e is not None and eps_tot is not None else None
             what = " and ".join(f"{c} {_size_text(s)}" for c, s in parts)
             rows = (f" (and {spec.plan.count_rows} row(s) per count cell)"
                     if ROWS_CURRENCY in per else "")
@@ -643,7 +654,10 @@ class _Charge(NamedTuple):
 
     def __call__(self, sizes: np.ndarray) -> np.ndarray:
         at = sizes if self.rows is None else np.full(np.shape(sizes), self.rows)
-        return np.asarray(self.mechanism.rho(at), dtype=np.float64) * self.k
+        rho = np.asarray(self.mechanism.rho(at), dtype=np.float64)
+        # k times, rounded up (`mul_up`; review R18-1): never below the exact product
+        return rho if self.k == 1 else np.zeros_like(rho) if self.k == 0 else mul_up(
+            rho, float(self.k))
 
 
 def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]:

@@ -248,3 +248,36 @@ def test_releases_one_by_one_write_the_report_in_the_last_pass(
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
     assert pl.read_parquet(tmp_path / "a.parquet").columns[-5:] == [
         f"rho_{r['name']}" for r in _requests()]
+
+
+# origin: review R18 (R18-7: a spill file that could not be written failed the release)
+@pytest.mark.parametrize("what", ["write", "folder"])
+def test_a_spill_that_cannot_be_written_does_not_fail_the_release(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> None:
+    """The report's temporary files are an optimisation: a failed write changes no release.
+
+    With the temporary folder full (every IPC write refused) or missing (no folder made), the
+    release gives the same table and losses as one that wrote them, and the report is replayed
+    from the input.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(2000, 2).write_parquet(path, row_group_size=500)
+
+    def run(full: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+        s = tabdp.Session(seed=3, budget=0.5, streaming=True)
+        with monkeypatch.context() as m:
+            if full:
+                def refuse(*a: Any, **k: Any) -> None:
+                    raise OSError(28, "No space left on device")
+
+                if what == "write":
+                    m.setattr(pl.DataFrame, "write_ipc", refuse)
+                else:
+                    m.setattr("tempfile.mkdtemp", refuse)
+            out = pl.scan_parquet(path).dp.count(by="c", keys=KEYS.project(["c"]), session=s,
+                                                 mechanism=mech.Gaussian(3.0))
+        s.report().write_per_record(tmp_path / f"{full}.parquet")
+        return out, pl.read_parquet(tmp_path / f"{full}.parquet")
+
+    assert run(True)[0].equals(run(False)[0])
+    assert (tmp_path / "True.parquet").read_bytes() == (tmp_path / "False.parquet").read_bytes()

@@ -491,3 +491,68 @@ def test_filter_admits_no_unit_past_its_budget_in_exact_arithmetic() -> None:
         exact += _exact_gauss_rho(Fraction(TINY), SIGMA)
     assert total == exact                   # each release's own column is exact ...
     assert exact <= Fraction(1, 2)          # ... and the filter keeps the exact total in budget
+
+
+# -- totals the R17-1 fix left with plain float arithmetic (review R18) -----------------------
+# origin: review R18 (R18-1: the curve added releases and multiplied by k in plain floats)
+def test_public_total_curve_is_never_below_the_exact_sum_of_its_releases() -> None:
+    """ρ(1024) = 1/2 under σ = 1024, 2**-69 under σ = 2**44: the curve states their sum."""
+    from tabdp.privacy.session import total_policy_curve
+
+    big, small = M.Gaussian(SIGMA), M.Gaussian(2.0**44)
+    row = total_policy_curve([(big, 1), (small, 1)], [1024.0])[0]
+    exact = _exact_gauss_rho(Fraction(1024), SIGMA) + _exact_gauss_rho(Fraction(1024), 2.0**44)
+    assert Fraction(row["rho"]) >= exact, (row["rho"], float(exact))
+    # k releases of one mechanism: k·ρ (σ = 0.7: fl(3·ρ) is below 3·ρ)
+    m = M.Gaussian(0.7)
+    rho = Fraction(float(m.rho(np.array([1.0]))[0]))
+    row = total_policy_curve([(m, 3)], [1.0])[0]
+    assert Fraction(row["rho"]) >= 3 * rho, (row["rho"], float(3 * rho))
+    # the release plan's charge of a table (k cells) and its guarantee in words alike
+    from tabdp.release._plan import _Charge, _up
+
+    assert Fraction(float(_Charge(m, 3)(np.array([1.0]))[0])) >= 3 * rho
+    assert Fraction(_up(0.5, 2.0**-69)) > Fraction(1, 2)
+
+
+# origin: review R18 (R18-2: ε_a + conversion in plain floats; δ − δ_a rounded to nearest)
+def test_epsilon_at_delta_adds_its_parts_rounded_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ε(δ) = ε_a + conversion of ρ at δ − δ_a: never below the exact sum, never at more δ."""
+    import tabdp.privacy.accounting as acc
+
+    seen: list[float] = []
+
+    def conv(rho: Any, d: float) -> np.ndarray:  # a conversion giving 2**-60 at any δ
+        seen.append(d)
+        return np.full(np.shape(rho), 2.0**-60)
+
+    monkeypatch.setattr(acc, "zcdp_epsilon", conv)
+    one, inf = np.ones(1), np.array([np.inf])
+    d, da = 3.7283522110637683e-07, 5.540977507963289e-08  # fl(d − da) > d − da
+    got = acc.epsilon_at(d, one, np.zeros(1), one, np.array([da]), inf)
+    assert Fraction(float(got[0])) >= 1 + Fraction(2.0**-60), float(got[0])
+    # the δ left to the conversion is at most the exact δ − δ_a
+    assert Fraction(seen[-1]) <= Fraction(d) - Fraction(da), (seen[-1], d - da)
+
+
+# origin: review R18 (R18-3: twins decided on views of totals already updated)
+@pytest.mark.parametrize("ids", [
+    pytest.param(np.arange(3), id="run"),  # R18-3: failed before the fix
+    pytest.param(np.array([0, 2, 4]), id="scattered")])
+def test_dense_ledger_twins_are_decided_on_the_totals_before_the_release(
+        ids: np.ndarray) -> None:
+    """Two columns charged the same array: one takes the other's total only if they were equal.
+
+    Column ``a`` totals 1, ``b`` totals 2; both are charged 1 (one array): ``b`` must be 3.
+    Over a contiguous run of ids the ledger compared ``a``'s updated total (2) with ``b``'s
+    earlier one (2) and gave ``b`` 2: a total below the exact sum of its losses.
+    """
+    from tabdp.privacy.ledger import DenseLedger
+
+    led = DenseLedger()
+    n = ids.size
+    led.add(ids, {"a": np.ones(n), "b": np.full(n, 2.0)}, {})
+    v = np.ones(n)
+    led.add(ids, {"a": v, "b": v}, {})
+    assert led.arrays["a"][ids].tolist() == [2.0] * n
+    assert led.arrays["b"][ids].tolist() == [3.0] * n

@@ -282,6 +282,34 @@ def test_create_next_to_an_anchor_of_no_release_or_a_garbled_one(tmp_path):
     assert _anchor_of(path)["entries"] == 1
 
 
+# origin: review R18 (R18-4: open(create=True) started a new series over a damaged anchor)
+@pytest.mark.parametrize("damage", ["truncated", "symlink"])
+def test_a_vanished_folder_with_a_damaged_anchor_is_not_recreated_by_create_true(
+        tmp_path, damage):
+    """Each year's ``open(create=True)``: a folder gone and its anchor damaged is refused too.
+
+    Whether the anchor recorded releases is unknown: starting a new series there would restart
+    every unit's lifetime loss at zero without the curator's decision (``Ledger.create``
+    refuses the same anchor; ``start_over=True`` is the decision).
+    """
+    path = tmp_path / "l"
+    _series(path)
+    shutil.rmtree(path)
+    where = tmp_path / ".l.head.json"
+    if damage == "truncated":
+        where.write_text(where.read_text()[:-5])
+    else:
+        victim = tmp_path / "victim.json"
+        where.rename(victim)
+        where.symlink_to(victim)
+    before = where.read_text()
+    with pytest.raises(LedgerError, match="anchor"):
+        tabdp.Ledger.open(path, series="s", lifetime_budget=50.0, create=True)
+    assert not path.exists() and where.read_text() == before
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0, start_over=True).close()
+    assert _anchor_of(path)["entries"] == 1
+
+
 def test_a_symlinked_or_garbled_anchor_is_refused(tmp_path):
     path = tmp_path / "l"
     _series(path, releases=1)

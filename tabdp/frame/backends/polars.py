@@ -548,7 +548,10 @@ def _new_spill(op: Any) -> _Spill | None:
     sess = op.session
     if sess.budget is None and not sess.track_cells:
         return None
-    spill = _Spill()
+    try:
+        spill = _Spill()
+    except OSError:  # no temporary folder: the report replays (review R18-7)
+        return None
     spill.source = op.lf
     return spill
 
