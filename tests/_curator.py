@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -131,3 +132,48 @@ def assert_public_alike(pubs: Sequence[Path], table: str = "t.parquet") -> list[
             continue  # tables compared above; the manifest holds times and output hashes
         assert (pubs[0] / name).read_bytes() == (pubs[1] / name).read_bytes(), name
     return tables
+
+
+#: The spec of review R15's server runs (author mode: a county table and a count, one dataset
+#: ``cbp``, read from ``s.toml`` beside ``curator.toml``).
+R15_SPEC = """
+[release]
+name = "r15"
+[input]
+dataset = "cbp"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { v = [0, 100] }
+[domains]
+state = ["01", "02"]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 3 }
+[[tables]]
+name = "n"
+kind = "count"
+by = ["state"]
+[randomness]
+seed = 7
+"""
+
+
+def run_cli(root: Path, command: str) -> tuple[int, str, str]:
+    """``tabdp <command> s.toml --curator curator.toml`` run in ``root`` (the working folder).
+
+    ``run`` adds ``--overwrite --test-seed``. Returns the exit code, stdout and stderr. The
+    caller changes into ``root`` first (``monkeypatch.chdir``).
+    """
+    from tabdp import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    args = [command, "s.toml", "--curator", "curator.toml"]
+    if command == "run":
+        args += ["--overwrite", "--test-seed"]
+    code = cli.main(args, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()

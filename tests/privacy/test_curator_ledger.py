@@ -7,7 +7,6 @@ curator's (docs/privacy-semantics.md, "Lifetime budgets across author runs").
 
 from __future__ import annotations
 
-import io
 import sys
 from pathlib import Path
 
@@ -16,11 +15,10 @@ import polars as pl
 import pytest
 
 import tabdp
-from tabdp import cli
 from tabdp.exceptions import InvalidParameterError, LedgerError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import write_curator  # noqa: E402
+from _curator import R15_SPEC, run_cli, write_curator  # noqa: E402
 
 pytest.importorskip("deltalake")
 
@@ -179,42 +177,12 @@ def test_a_coarser_unit_does_not_bound_each_rows_loss_for_signed_measures():
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 
-# the spec of review R15's server runs (a county table and a count over one dataset)
-_SPEC = """
-[release]
-name = "r15"
-[input]
-dataset = "cbp"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { v = [0, 100] }
-[domains]
-state = ["01", "02"]
-[[tables]]
-name = "t"
-measures = ["v"]
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 3 }
-[[tables]]
-name = "n"
-kind = "count"
-by = ["state"]
-[randomness]
-seed = 7
-"""
+_SPEC = R15_SPEC
 
 
 def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> tuple[int, str, str]:
     monkeypatch.chdir(root)
-    out, err = io.StringIO(), io.StringIO()
-    args = [command, "s.toml", "--curator", "curator.toml"]
-    if command == "run":
-        args += ["--overwrite", "--test-seed"]
-    code = cli.main(args, stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli(root, command)
 
 
 # origin: review R15

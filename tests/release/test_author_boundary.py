@@ -28,7 +28,7 @@ from tabdp.release import CuratorConfig, load_curator_config, parse_curator_conf
 from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import NOISY, schema_of, write_curator  # noqa: E402
+from _curator import NOISY, R15_SPEC, run_cli, schema_of, write_curator  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -447,41 +447,12 @@ def test_declared_schema_types_are_checked_before_data(tmp_path: Path) -> None:
 
 
 # -- held: an empty dataset folder against one holding one record (the CLI) -----------------
-_SPEC = """
-[release]
-name = "r15"
-[input]
-dataset = "cbp"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { v = [0, 100] }
-[domains]
-state = ["01", "02"]
-[[tables]]
-name = "t"
-measures = ["v"]
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 3 }
-[[tables]]
-name = "n"
-kind = "count"
-by = ["state"]
-[randomness]
-seed = 7
-"""
+_SPEC = R15_SPEC
 
 
 def _r15_cli(root: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> tuple[int, str, str]:
     monkeypatch.chdir(root)
-    out, err = io.StringIO(), io.StringIO()
-    args = [command, "s.toml", "--curator", "curator.toml"]
-    if command == "run":
-        args += ["--overwrite", "--test-seed"]
-    code = cli.main(args, stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+    return run_cli(root, command)
 
 
 def _public(root: Path, name: str) -> dict[str, Any]:
