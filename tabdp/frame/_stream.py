@@ -166,6 +166,70 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
 _REPORTED = ("rho", "epsilon", "size")
 
 
+#: The name of a spill folder: this prefix, the writing process's id, a dash, random letters.
+_SPILL_PREFIX = "tabdp-report-"
+_swept = False
+
+
+def _sweep_stale_spills(folder: str | None = None) -> int:
+    """Remove the spill folders that killed processes left (once per process).
+
+    A `_Spill` folder is removed at a normal exit, not after ``SIGKILL``; its files are
+    confidential (every record's running losses). The first spill of a process removes, in the
+    temporary directory, every folder named ``tabdp-report-<pid>-*`` that this user owns, that
+    is a folder and not a link, and whose process no longer exists. A folder of a live process
+    (or of another user, or whose process cannot be checked) is left alone. Best effort: a
+    folder that cannot be removed stays.
+
+    Args:
+        folder: Where to look (default: `tempfile.gettempdir()`); a given folder is swept
+            every time.
+
+    Returns:
+        How many folders were removed.
+
+    Example:
+        >>> import tempfile
+        >>> _sweep_stale_spills(tempfile.mkdtemp())
+        0
+    """
+    import shutil
+    import stat
+    import tempfile
+
+    global _swept
+    if folder is None:
+        if _swept:
+            return 0
+        _swept = True
+    root = folder or tempfile.gettempdir()
+    removed = 0
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return 0
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(_SPILL_PREFIX):
+            continue
+        pid_text = name[len(_SPILL_PREFIX):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)  # the process exists (or is not ours to signal)
+            continue
+        except ProcessLookupError:
+            pass
+        except (OSError, OverflowError, ValueError):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed += not os.path.exists(entry.path)
+    return removed
+
+
 class _Spill:
     """CONFIDENTIAL: the per-record report's rows, written by a releases' pass batch by batch.
 
@@ -189,7 +253,8 @@ class _Spill:
         import tempfile
         import weakref
 
-        self.folder = tempfile.mkdtemp(prefix="tabdp-report-")
+        _sweep_stale_spills()
+        self.folder = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-")
         self.names: list[str] = []
         self.source: Any = None
         self.rows = 0

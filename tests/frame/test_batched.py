@@ -281,3 +281,55 @@ def test_a_spill_that_cannot_be_written_does_not_fail_the_release(
 
     assert run(True)[0].equals(run(False)[0])
     assert (tmp_path / "True.parquet").read_bytes() == (tmp_path / "False.parquet").read_bytes()
+
+
+# origin: review R18 (N2: a killed process's spill folder stayed in the temporary directory)
+def test_stale_spill_folders_of_dead_processes_are_swept(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first spill of a process removes the spill folders that killed processes left.
+
+    Only folders named ``tabdp-report-<pid>-*``, owned by this user, not links, whose process
+    is gone; a live process's folder (this one's, pid 1's), a link and a plain file stay.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from tabdp.frame import _stream
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    dead = proc.pid
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    stale = tmp / f"tabdp-report-{dead}-abc"
+    stale.mkdir(mode=0o700)
+    (stale / "00000000000000000000.arrow").write_bytes(b"losses")
+    mine = tmp / f"tabdp-report-{os.getpid()}-x"
+    mine.mkdir()
+    init = tmp / "tabdp-report-1-x"
+    init.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_bytes(b"k")
+    (tmp / f"tabdp-report-{dead}-link").symlink_to(target, target_is_directory=True)
+    (tmp / f"tabdp-report-{dead}-file").write_bytes(b"f")
+    other = tmp / "tabdp-report-notapid"
+    other.mkdir()
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp))
+    monkeypatch.setattr(_stream, "_swept", False)
+    spill = _stream._Spill()
+    try:
+        assert not stale.exists()
+        assert mine.exists() and init.exists() and other.exists()
+        assert (target / "keep").exists() and (tmp / f"tabdp-report-{dead}-file").exists()
+        assert Path(spill.folder).name.startswith(f"tabdp-report-{os.getpid()}-")
+        assert Path(spill.folder).parent == tmp
+        # once per process: a later stale folder waits for the next process
+        stale.mkdir()
+        _stream._Spill().close()
+        assert stale.exists()
+        assert _stream._sweep_stale_spills(str(tmp)) == 1 and not stale.exists()
+    finally:
+        spill.close()
