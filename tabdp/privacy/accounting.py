@@ -90,8 +90,11 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
             other = sel & ~gauss
             if np.any(gauss):
                 # exact Gaussian-DP profile (vectorized solver of tabdp.privacy.approx, rounded
-                # up); μ = sqrt(2ρ) is the shift in noise standard deviations
+                # up); μ = sqrt(2ρ) is the shift in noise standard deviations, taken one double
+                # up (a correctly rounded square root can be half a unit in the last place
+                # below the exact one; ε at δ grows with μ, so a larger μ is never optimistic)
                 mu = np.sqrt(2.0 * rz[gauss])
+                mu = np.where(mu > 0.0, np.nextafter(mu, np.inf), mu)
                 conv[gauss] = np.where(np.isfinite(mu), _gauss_eps(mu, float(value)), np.inf)
             if np.any(other):
                 conv[other] = zcdp_epsilon(rz[other], float(value))

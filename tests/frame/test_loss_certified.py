@@ -556,3 +556,32 @@ def test_dense_ledger_twins_are_decided_on_the_totals_before_the_release(
     led.add(ids, {"a": v, "b": v}, {})
     assert led.arrays["a"][ids].tolist() == [2.0] * n
     assert led.arrays["b"][ids].tolist() == [3.0] * n
+
+
+# origin: review R18 (N1: the Gaussian shift sqrt(2 rho) could be half an ulp below the exact one)
+def test_epsilon_at_takes_the_gaussian_shift_never_below_the_exact_root(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ε at δ of a Gaussian-shift loss is computed at a μ whose square is >= 2ρ exactly."""
+    from tabdp.privacy import accounting
+
+    rng = np.random.default_rng(18)
+    rho = rng.uniform(1e-6, 50.0, 4000)
+    seen: list[np.ndarray] = []
+    real = accounting._gauss_eps
+
+    def spy(mu: np.ndarray, delta: float) -> np.ndarray:
+        seen.append(mu.copy())
+        return real(mu, delta)
+
+    monkeypatch.setattr(accounting, "_gauss_eps", spy)
+    z = np.zeros(rho.size)
+    accounting.epsilon_at(1e-6, rho, rho, z, z, np.full(rho.size, np.inf))
+    mu = np.concatenate(seen)
+    assert mu.size == rho.size
+    def low(m: float, r: float) -> bool:
+        return Fraction(float(m)) ** 2 < 2 * Fraction(float(r))
+
+    assert not any(low(m, r) for m, r in zip(mu, rho, strict=True))
+    # the rounded root alone is below the exact one for some of these (the case fixed)
+    plain = np.sqrt(2.0 * rho)
+    assert any(low(m, r) for m, r in zip(plain, rho, strict=True))
