@@ -190,6 +190,20 @@ def _spark_where(cond: Any, x: Any, y: Any) -> Any:
     return F.when(cond, x).otherwise(y)
 
 
+def _no_inline(e: Any) -> Any:
+    """``e`` itself, as an expression Spark's optimizer does not copy into its uses.
+
+    `add_up_any` reads each operand several times; Spark's CollapseProject inlines a
+    deterministic producer into every use when it counts as cheap (a struct's fields), so a
+    replay's totals over several releases became expressions that grew exponentially (the
+    optimizer ran a 1 GB driver out of heap on nine rows). A non-deterministic producer is never
+    inlined: ``rand() >= 0`` always holds, so the value is ``e``, computed once per row.
+    """
+    from pyspark.sql import functions as F
+
+    return F.when(F.rand(0) >= F.lit(0.0), e).otherwise(e)
+
+
 def _add_up_col(a: Any, b: Any) -> Any:
     """`tabdp._numeric.add_up` on Spark columns (the same operations: the same doubles)."""
     return add_up_any(a, b, _spark_where)
@@ -699,18 +713,27 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
             charge = udf(F.struct(*inp))
         with _quiet():
             frame = frame.select("*", charge.alias(chcol))
+        # the charge's fields as columns of their own (``__pch<j>_<field>``): the totals add
+        # them rounded up (`add_up_any` reads each operand several times), and a struct whose
+        # fields are only extracted counts as cheap to inline in Spark's CollapseProject, which
+        # then copied every charge expression into every use: plans grew exponentially with
+        # the programs and currencies (a four-release replay ran the 1 GB driver out of heap)
+        fields = frame.schema[chcol].dataType.fieldNames()
+        frame = frame.select(*[F.col(f"`{c}`") for c in frame.columns if c != chcol],
+                             *[_no_inline(F.col(f"{chcol}.{f}")).alias(f"{chcol}_{f}")
+                               for f in fields])
         curs = [c for c, _ in prog.policy.currencies()]
         if budget is None:
             oks: dict[str, Any] = {f"ok{i}": F.lit(True) for i in range(len(curs))}
         else:
             need = _led_need(budget, curs)
-            ok = _admit_exprs(budget, [F.col(f"{chcol}.r{i}") for i in range(len(curs))],
+            ok = _admit_exprs(budget, [F.col(f"{chcol}_r{i}") for i in range(len(curs))],
                               total("rho"))
             if ok is not None:  # a constant budget: a Spark expression
                 frame = frame.withColumn(f"__pok{j}", ok)
                 oks = {f"ok{i}": F.col(f"__pok{j}") for i in range(len(curs))}
             else:
-                fields = [F.col(f"{chcol}.{k}{i}").alias(f"{k}{i}")
+                fields = [F.col(f"{chcol}_{k}{i}").alias(f"{k}{i}")
                           for i in range(len(curs)) for k in ("r", "e", "s")]
                 fields += [total(c).alias(f"l{k}") for k, c in enumerate(need)]
                 admit = _admit_udf(budget, curs, prog.policy.guarantee, need)
@@ -719,7 +742,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
                 oks = {f"ok{i}": F.col(f"__pok{j}.ok{i}") for i in range(len(curs))}
 
         def col(name: str, _ch: str = chcol, _oks: dict[str, Any] = oks) -> Any:
-            return _oks[name] if name in _oks else F.col(f"{_ch}.{name}")
+            return _oks[name] if name in _oks else F.col(f"{_ch}_{name}")
 
         comps, _, _ = _loss_exprs(len(curs), prog.policy.guarantee, prog.policy.approx, col)
         upd: dict[str, Any] = {}
@@ -736,7 +759,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
         out = {}
         for k, e in upd.items():
             names.setdefault(k, f"__acc{len(names)}")
-            out[names[k]] = e
+            out[names[k]] = _no_inline(e)
         if report:
             rels.append(f"__rel{j}")
             out[f"__rel{j}"] = F.when(inside, comps["rho"]).otherwise(F.lit(0.0))
