@@ -73,8 +73,8 @@ from tabdp.privacy.ledger import (
 from tabdp.privacy.session import Session
 
 __all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
-           "count_from_kept", "streaming_quantile_data", "replay_report", "collect_report",
-           "sink_report", "summarize_report"]
+           "count_from_kept", "pass_fingerprints", "streaming_quantile_data", "replay_report",
+           "collect_report", "sink_report", "summarize_report"]
 
 
 class Program(NamedTuple):
@@ -341,7 +341,11 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
         def lookup(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
             ids = np.asarray(units, dtype=np.int64)
             assert all(c in kept or c.startswith(("rho@", "size@")) for c in cols), cols
-            return {c: acc[c][ids] if c in acc else np.zeros(ids.size) for c in cols}
+            # n increasing positions are every row in order: the totals as they are (read,
+            # never written, by the filter), not a gathered copy
+            whole = ids.size == n
+            return {c: (acc[c] if whole else acc[c][ids]) if c in acc else np.zeros(ids.size)
+                    for c in cols}
 
         def add(ids: np.ndarray, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
                 ) -> None:
@@ -366,15 +370,24 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
         out: dict[str, Any] = {}
         per_prog: dict[str, np.ndarray] = {}
+        done: list[tuple[int, Program, np.ndarray, bool, Any]] = []  # charges computed
         for j, prog in programs:
             inside = (b[f"__c{j}"].is_not_null() & (b[f"__r{j}"] > 0)).to_numpy()
             idx = np.flatnonzero(inside)
-            mask = pl.Series(inside)
             summed = prog.measures if prog.kind == "sum" else ()
-            sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
-                                **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
-            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits,
-                                       cells=track and j in targets)
+            cells = track and j in targets
+            same = _same_charges(b, done, j, prog, inside, cells)
+            if same is not None:
+                # an earlier program's charges of the same rows, values and policy: the
+                # same arrays (`_charges` is a function of them alone; nothing writes them)
+                ch, crho, csize = same
+            else:
+                mask = pl.Series(inside)
+                sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
+                                    **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
+                ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind,
+                                           prog.bits, cells=cells)
+                done.append((j, prog, inside, cells, (ch, crho, csize)))
             admitted = sess.admit(ch, lookup)
             losses = ch.losses(admitted)
             ids = np.asarray(losses.units, dtype=np.int64)
@@ -412,6 +425,28 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                                           else pl.Float64) for k, v in out.items()}).to_struct()
 
     return run
+
+
+def _same_charges(b: pl.DataFrame, done: list[tuple[int, Program, np.ndarray, bool, Any]],
+                  j: int, prog: Program, inside: np.ndarray, cells: bool) -> Any:
+    """The charges of an earlier program of the batch equal to program ``j``'s, or None.
+
+    Equal when both have the same kind, measures, fixed-point scales and mechanism (equal
+    parameters), the same cell audit, and the batch's rows in cells, row counts and
+    contributions are the same values: `_charges` reads nothing else (e.g. one column
+    released by two groupings, whose cells differ only in which key a row falls in).
+    """
+    summed = prog.measures if prog.kind == "sum" else ()
+    for i, other, was_inside, was_cells, result in done:
+        if (other.kind != prog.kind or other.measures != prog.measures
+                or other.bits != prog.bits or other.policy.measures != prog.policy.measures
+                or was_cells != cells or other.policy.mechanism != prog.policy.mechanism
+                or not np.array_equal(was_inside, inside)):
+            continue
+        if all(b[f"__{x}{i}{m}"].equals(b[f"__{x}{j}{m}"], check_names=False)
+               for x, m in [("r", ""), *[("v", f":{m}") for m in summed]]):
+            return result
+    return None
 
 
 def _out_schema(programs: list[Program], report: bool, delta: float | None,
@@ -870,10 +905,27 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     # it), and the rows outside the key set are grouped by their keys (the distinct keys count)
     # what the filter left out of a released cell is its total less what it admitted: exact in
     # 128-bit integers, computed on the cells (one 128-bit sum per row and measure fewer); the
-    # rows outside the key set (the null cell) are neither released nor left out
-    return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
+    # rows outside the key set (the null cell) are neither released nor left out. Where a
+    # released cell's key is the key set's own value (`_keys_from_cells`), the keys are grouped
+    # only outside the key set (hashing every row's keys costs more than the cell's integer)
+    # and `stream_aggregate` takes a released cell's keys from the key set
+    groups = ([pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
+              if _keys_from_cells(rel) else by)
+    return plan.group_by(f"__c{k}", *groups).agg(*aggs).with_columns(
         pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
         .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in measures)
+
+
+def _keys_from_cells(rel: Planned) -> bool:
+    """Whether a released cell's keys are the key set's row of that cell, value for value.
+
+    True where every key column has the same text or integer dtype in the data and in the key
+    set: a row is in a cell only if its keys equal the cell's (`tabdp.frame._engine._cells`),
+    so the cell's keys are the rows' keys (no conversion, no float zero's sign to lose).
+    """
+    schema, ks = rel.op.schema, rel.keys.to_polars().schema
+    return all(c in ks and schema[c] == ks[c]
+               and (schema[c] == pl.String or schema[c].is_integer()) for c in rel.pre.by)
 
 
 def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[str],
@@ -984,8 +1036,8 @@ def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
     return _fp_columns(schema, read, binding.of(sess).bound_columns())
 
 
-def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]
-                     ) -> Aggregated:
+def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str],
+                     fingerprints: dict[str, int] | None = None) -> Aggregated:
     """Checks, rows bound and the cell totals of a release from its streaming aggregation.
 
     Args:
@@ -993,6 +1045,8 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         grouped: The result of `_release_query`.
         k: The release's program index.
         fp_cols: The fingerprinted columns.
+        fingerprints: Their sums over the rows, when the pass computed them in another
+            release's aggregation (`pass_fingerprints`); else read from ``grouped``.
 
     Returns:
         The cell totals and the confidential summaries, for the pipeline
@@ -1007,15 +1061,15 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
     sums = [*counters, "__n", "__released", "__left", "__rows_left",
             *[f"negc:{m}" for m in measures], *[f"__tot:{m}" for m in measures],
             *[f"__lo:{m}" for m in measures]]
-    row = grouped.select(*[pl.col(c).sum() for c in sums],
-                         *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
+    row = grouped.select(*[pl.col(c).sum() for c in sums]).row(0, named=True)
+    fps = (pass_fingerprints(grouped, fp_cols) if fingerprints is None else fingerprints)
     row["rows_read"] = row["__n"] or 0
     counts = {name: int(row[name] or 0) for name in counters}
     neg_contrib = ({m: int(row[f"negc:{m}"] or 0) for m in measures}
                    if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
     binding.of(sess).bind_rows(int(row["rows_read"]),
-                               {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
+                               {c: fps[c] for c in fp_cols})
 
     n_keys = len(keys) if by else 1
     released = grouped.filter(pl.col(f"__c{k}").is_not_null())
@@ -1026,8 +1080,11 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         on=_CELL, how="left", maintain_order="left")
     cells = None
     if sess.track_cells:
-        cells = (released.filter(pl.col("units") > 0)
-                 .select(*by, "worst_rho", "worst_size", "units")
+        audited = released.filter(pl.col("units") > 0)
+        if by and _keys_from_cells(rel):  # grouped by cell alone (`_release_query`)
+            audited = audited.drop(by).hstack(
+                keys.to_polars().select(by)[audited[f"__c{k}"].cast(pl.Int64).to_numpy()])
+        cells = (audited.select(*by, "worst_rho", "worst_size", "units")
                  .sort(["worst_rho", *by], descending=[True, *[False] * len(by)],
                        nulls_last=True, maintain_order=True))
     return Aggregated(
@@ -1042,6 +1099,15 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
         cells_dropped=0, rule_counts=_rule_counts(counts, measures, rel.nulls, rules),
         cells=cells)
+
+
+def pass_fingerprints(grouped: pl.DataFrame, fp_cols: list[str]) -> dict[str, int]:
+    """The fingerprints of a pass's rows from one of its aggregations (`_release_query`).
+
+    Every release of one pass reads the same rows, so one aggregation holds them for all.
+    """
+    row = grouped.select(pl.col(f"fp:{c}").sum() for c in fp_cols).row(0, named=True)
+    return {c: int(row[f"fp:{c}"] or 0) for c in fp_cols}
 
 
 def check_batch(rels: list[Planned]) -> None:
