@@ -359,6 +359,11 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     continue
                 if a is None:
                     a = acc[k] = np.zeros(n)
+                if whole and not v.any():
+                    # zeros (a pure release's approximate parts): fl(a + 0) is exact, so
+                    # add_up leaves it as is; the same doubles without its error terms
+                    np.add(a, v, out=a)
+                    continue
                 # rounded up, as the in-memory ledger adds (`add_up`): the same doubles
                 add_up_into(a, v, None if whole else ids)
             for k, v in maxes.items():
@@ -896,7 +901,7 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
             *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
               .sum().alias(f"__tot:{m}") for m in measures],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
-              for m in measures]]
+              for m in _negatives_counted(rel)]]
     if sess.track_cells:
         aggs += [pl.when(ok_in).then(pl.col(f"crho{k}")).max().alias("worst_rho"),
                  pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
@@ -914,6 +919,18 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     return plan.group_by(f"__c{k}", *groups).agg(*aggs).with_columns(
         pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
         .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in measures)
+
+
+def _negatives_counted(rel: Planned) -> list[str]:
+    """The measures whose negative contributions `stream_aggregate` reads (``negc:<m>``).
+
+    Only a sum by a mechanism that needs non-negative totals, whose rules allow negative
+    values, checks them; other releases do not count them.
+    """
+    if (rel.kind == "sum" and bool(rel.pre.mechanism.requires_nonnegative)
+            and rel.rules.negatives == "allow"):
+        return list(rel.pre.measures)
+    return []
 
 
 def _keys_from_cells(rel: Planned) -> bool:
@@ -945,7 +962,7 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
             *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
-              for m in measures]]
+              for m in _negatives_counted(rel)]]
     # grouped by cell, and by the keys only outside the key set (where they are the groups:
     # the distinct keys count); a released cell is one group either way, and its keys are
     # not read (hashing the key columns of every row of a cell would be)
@@ -1059,7 +1076,7 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
     counters = _counter_exprs(parts, op.schema)
     needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
     sums = [*counters, "__n", "__released", "__left", "__rows_left",
-            *[f"negc:{m}" for m in measures], *[f"__tot:{m}" for m in measures],
+            *[f"negc:{m}" for m in _negatives_counted(rel)], *[f"__tot:{m}" for m in measures],
             *[f"__lo:{m}" for m in measures]]
     row = grouped.select(*[pl.col(c).sum() for c in sums]).row(0, named=True)
     fps = (pass_fingerprints(grouped, fp_cols) if fingerprints is None else fingerprints)
