@@ -73,7 +73,8 @@ from tabdp.privacy.ledger import (
 from tabdp.privacy.session import Session
 
 __all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
-           "count_from_kept", "pass_fingerprints", "streaming_quantile_data", "replay_report",
+           "count_from_kept", "pass_fingerprints", "release_queries", "streaming_quantile_data",
+           "replay_report",
            "collect_report", "sink_report", "summarize_report"]
 
 
@@ -870,6 +871,21 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     aggregate: exact totals of the admitted contributions, the confidential counters, the row
     fingerprints and, with cell tracking, each cell's worst loss.
     """
+    if _unfiltered(sess):
+        # every record admitted (`_replayed` gives literal flags): a released cell's total is
+        # its admitted total and nothing is left out; one 128-bit sum per measure and row
+        parts = {m: _measure_parts(m, rel.op.schema[m], rel.rules) for m in rel.pre.measures}
+        return _unfiltered_query(plan, rel, k, fp_cols, _counter_exprs(parts, rel.op.schema))
+    groups, aggs = _release_aggs(sess, rel, k, fp_cols)
+    return plan.group_by(f"__c{k}", *groups).agg(*aggs).with_columns(_after_aggs(rel, k))
+
+
+def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: str = ""
+                  ) -> tuple[list[Any], list[pl.Expr]]:
+    """`_release_query`'s group-by columns (after the cell) and aggregations (``tag``: suffix).
+
+    The aggregations are named as `stream_aggregate` reads them, each followed by ``tag``.
+    """
     schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
     parts = {m: _measure_parts(m, schema[m], rel.rules) for m in measures}
     counters = _counter_exprs(parts, schema)
@@ -878,22 +894,20 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     currencies = rel.policy.currencies()
     ok_all = pl.all_horizontal([pl.col(f"ok{k}:{c}") for c, _ in currencies])
     cur_of = {m: c for c, ms in currencies for m in ms}
-    if sess.budget is None and not sess.track_cells:
-        # every record admitted (`_replayed` gives literal flags): a released cell's total is
-        # its admitted total and nothing is left out; one 128-bit sum per measure and row
-        return _unfiltered_query(plan, rel, k, fp_cols, counters)
     values = [pl.when(pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
               .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m in measures]
+    released = pl.when(inside).then(rows).otherwise(0).sum()
     if rel.kind == "count":
         counted = pl.when(pl.col(f"ok{k}:{currencies[0][0]}")).then(rows).otherwise(0)
-    else:
-        counted = rows
+        rows_released = [released.cast(pl.Int64).alias("__released"),
+                         pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS)]
+    else:  # the rows counted are the rows released (`_after_aggs` copies them)
+        rows_released = [released.alias(_ROWS)]
     ok_in = inside & ok_all
-    aggs = [*values, pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS),
+    aggs = [*values, *rows_released,
             pl.len().cast(pl.Int64).alias("__n"),
             *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            pl.when(inside).then(rows).otherwise(0).sum().cast(pl.Int64).alias("__released"),
             (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
             # what the filter left out (confidential): rows, and each measure's exact parts
             pl.when(inside & ~ok_all).then(rows).otherwise(0).sum().cast(pl.Int64)
@@ -907,18 +921,104 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
                  pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
                  ok_in.cast(pl.Int64).sum().alias("units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
-    # it), and the rows outside the key set are grouped by their keys (the distinct keys count)
-    # what the filter left out of a released cell is its total less what it admitted: exact in
-    # 128-bit integers, computed on the cells (one 128-bit sum per row and measure fewer); the
-    # rows outside the key set (the null cell) are neither released nor left out. Where a
-    # released cell's key is the key set's own value (`_keys_from_cells`), the keys are grouped
-    # only outside the key set (hashing every row's keys costs more than the cell's integer)
-    # and `stream_aggregate` takes a released cell's keys from the key set
-    groups = ([pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
-              if _keys_from_cells(rel) else by)
-    return plan.group_by(f"__c{k}", *groups).agg(*aggs).with_columns(
-        pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
-        .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in measures)
+    # it), and the rows outside the key set are grouped by their keys (the distinct keys count).
+    # Where a released cell's key is the key set's own value (`_keys_from_cells`), the keys
+    # are grouped only outside the key set (hashing every row's keys costs more than the
+    # cell's integer) and `stream_aggregate` takes a released cell's keys from the key set
+    groups: list[Any] = ([pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
+                         if _keys_from_cells(rel) else list(by))
+    if tag:
+        aggs = [e.alias(f"{e.meta.output_name()}{tag}") for e in aggs]
+    return groups, aggs
+
+
+def _after_aggs(rel: Planned, k: int) -> list[pl.Expr]:
+    """Columns `_release_query` derives from its aggregations (on the cells, not the rows).
+
+    What the filter left out of a released cell is its total less what it admitted: exact in
+    128-bit integers (one 128-bit sum per row and measure fewer); the rows outside the key set
+    (the null cell) are neither released nor left out. A sum's rows released are its rows.
+    """
+    cell = pl.col(f"__c{k}")
+    return [*([pl.col(_ROWS).cast(pl.Int64).alias("__released")] if rel.kind != "count"
+              else []),
+            *[pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
+              .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in rel.pre.measures]]
+
+
+def _same_cells(a: Planned, b: Planned) -> bool:
+    """Whether two releases of a pass put every row in the same cell (`_cells` alike)."""
+    if tuple(a.pre.by) != tuple(b.pre.by) or a.op.schema != b.op.schema:
+        return False
+    if a.keys is b.keys:
+        return True
+    da, db = a.keys.domains, b.keys.domains
+    same_domains = (da is None and db is None) or (
+        da is not None and db is not None and len(da) == len(db)
+        and all(x.equals(y) and x.name == y.name for x, y in zip(da, db, strict=True)))
+    return same_domains and a.keys == b.keys
+
+
+def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: list[int],
+                    fp_cols: list[str]
+                    ) -> tuple[list[pl.LazyFrame], Callable[[list[pl.DataFrame]],
+                                                             list[pl.DataFrame]]]:
+    """The aggregations of a pass's releases, one group-by per distinct set of cells.
+
+    Releases over the same cells (same grouping and key set: e.g. a payroll, an employment and
+    a count table by county × sector) are aggregated by one group-by, each release's
+    aggregations under its own names; the split function gives every release the frame
+    `_release_query` would give it alone (the same groups, columns and values), from the
+    collected results. The first release fingerprints the rows for all (``fp_cols``); the
+    others' frames have no fingerprints (`pass_fingerprints` of the first).
+
+    Args:
+        sess: The session.
+        plan: The pass's replayed plan (`_replayed`).
+        rels: The releases, in order.
+        ks: Their program indices in ``plan``.
+        fp_cols: The columns fingerprinted.
+
+    Returns:
+        The queries to collect together, and the function splitting their results per
+        release (in the order of ``rels``).
+    """
+    if _unfiltered(sess):
+        queries = [_release_query(sess, plan, r, k, fp_cols if not i else [])
+                   for i, (r, k) in enumerate(zip(rels, ks, strict=True))]
+        return queries, lambda got: list(got)
+    sets: list[list[int]] = []
+    for i, r in enumerate(rels):
+        for group in sets:
+            if _same_cells(rels[group[0]], r):
+                group.append(i)
+                break
+        else:
+            sets.append([i])
+    queries = []
+    for group in sets:
+        k0 = ks[group[0]]
+        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols if group[0] == 0 else [],
+                                     f"#{group[0]}")
+        for i in group[1:]:
+            aggs += _release_aggs(sess, rels[i], ks[i], fp_cols if i == 0 else [], f"#{i}")[1]
+        queries.append(plan.group_by(f"__c{k0}", *groups).agg(*aggs))
+
+    def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
+        out: list[pl.DataFrame | None] = [None] * len(rels)
+        for group, frame in zip(sets, got, strict=True):
+            k0 = ks[group[0]]
+            for i in group:
+                tag = f"#{i}"
+                own = [c for c in frame.columns
+                       if c.endswith(tag) and c != f"__c{k0}" and c not in rels[i].pre.by]
+                out[i] = frame.select(
+                    pl.col(f"__c{k0}").alias(f"__c{ks[i]}"), *rels[i].pre.by,
+                    *[pl.col(c).alias(c[:-len(tag)]) for c in own]
+                ).with_columns(_after_aggs(rels[i], ks[i]))
+        return [f for f in out if f is not None]
+
+    return queries, split
 
 
 def _negatives_counted(rel: Planned) -> list[str]:

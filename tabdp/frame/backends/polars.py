@@ -62,6 +62,7 @@ from tabdp.frame._stream import (
     count_from_kept,
     keep_aggregation,
     pass_fingerprints,
+    release_queries,
     stream_aggregate,
     streaming_quantile_data,
 )
@@ -620,11 +621,11 @@ class StreamingBackend(_PolarsOutput):
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, frozenset(ks), sess.track_cells, spill)
         # the releases of the pass read the same rows: the first one's aggregation
-        # fingerprints them for all (one hash per row and column, not one per release)
-        queries = [_release_query(sess, plan, r, k, self._fp_cols if not i else [])
-                   for i, (r, k) in enumerate(zip(rels, ks, strict=True))]
+        # fingerprints them for all (one hash per row and column, not one per release), and
+        # releases over the same cells share one group-by
+        queries, split = release_queries(sess, plan, rels, ks, self._fp_cols)
         grouped = _spilled_read(ledger, spill, lambda: _read_input(
-            sess, lambda: pl.collect_all(queries, engine="streaming"), report=False))
+            sess, lambda: split(pl.collect_all(queries, engine="streaming")), report=False))
         self._fps = pass_fingerprints(grouped[0], self._fp_cols)
         self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
 
