@@ -388,9 +388,13 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 # same arrays (`_charges` is a function of them alone; nothing writes them)
                 ch, crho, csize = same
             else:
-                mask = pl.Series(inside)
-                sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
-                                    **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
+                mask = None if idx.size == n else pl.Series(inside)
+
+                def rows_in(col: str) -> pl.Series:
+                    return b[col] if mask is None else b[col].filter(mask)
+
+                sub = pl.DataFrame({ROW_ID: idx, _ROWS: rows_in(f"__r{j}"),
+                                    **{m: rows_in(f"__v{j}:{m}") for m in summed}})
                 ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind,
                                            prog.bits, cells=cells)
                 done.append((j, prog, inside, cells, (ch, crho, csize)))
@@ -400,20 +404,35 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
             comps = loss_components(losses)
             add(ids, {c: comps[c] for c in kept if c != "size"},
                 {"size": comps["size"]} if "size" in kept else {})
+            # every row of the batch in a cell: the arrays as they are (read, never written),
+            # not scattered into new ones
+            every = idx.size == n
             if curve and ch.n:
                 for c in ch.currencies:
                     ok = admitted[c]
-                    add(idx[ok], {f"rho@{c}": ch.rho[c][ok]}, {f"size@{c}": ch.size[c][ok]})
+                    if every and ok.all():
+                        add(idx, {f"rho@{c}": ch.rho[c]}, {f"size@{c}": ch.size[c]})
+                    else:
+                        add(idx[ok], {f"rho@{c}": ch.rho[c][ok]},
+                            {f"size@{c}": ch.size[c][ok]})
             if rep:
-                col = np.zeros(n)
-                col[ids] = losses.rho
+                if ids.size == n:
+                    col = np.asarray(losses.rho, dtype=np.float64)
+                else:
+                    col = np.zeros(n)
+                    col[ids] = losses.rho
                 per_prog[f"rho_{prog.name}"] = col
             if j in targets and not report:
                 for c in ch.currencies:
-                    flag = np.zeros(n, dtype=bool)
-                    flag[idx] = admitted[c]
+                    if every:
+                        flag = np.asarray(admitted[c], dtype=bool)
+                    else:
+                        flag = np.zeros(n, dtype=bool)
+                        flag[idx] = admitted[c]
                     out[f"ok{j}:{c}"] = flag
-                if track:
+                if track and every:
+                    out[f"crho{j}"], out[f"csize{j}"] = crho, csize
+                elif track:
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
                     out[f"crho{j}"], out[f"csize{j}"] = r, z
