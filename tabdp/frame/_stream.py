@@ -388,13 +388,13 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 # same arrays (`_charges` is a function of them alone; nothing writes them)
                 ch, crho, csize = same
             else:
-                mask = None if idx.size == n else pl.Series(inside)
-
-                def rows_in(col: str) -> pl.Series:
-                    return b[col] if mask is None else b[col].filter(mask)
-
-                sub = pl.DataFrame({ROW_ID: idx, _ROWS: rows_in(f"__r{j}"),
-                                    **{m: rows_in(f"__v{j}:{m}") for m in summed}})
+                cols = [f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
+                part = b.select(cols)
+                if idx.size != n:
+                    part = part.filter(pl.Series(inside))
+                sub = pl.DataFrame({ROW_ID: idx, _ROWS: part[cols[0]],
+                                    **{m: part[c] for m, c in zip(summed, cols[1:],
+                                                                  strict=True)}})
                 ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind,
                                            prog.bits, cells=cells)
                 done.append((j, prog, inside, cells, (ch, crho, csize)))
