@@ -465,13 +465,21 @@ def _same_charges(b: pl.DataFrame, done: list[tuple[int, Program, np.ndarray, bo
     for i, other, was_inside, was_cells, result in done:
         if (other.kind != prog.kind or other.measures != prog.measures
                 or other.bits != prog.bits or other.policy.measures != prog.policy.measures
-                or was_cells != cells or other.policy.mechanism != prog.policy.mechanism
+                or was_cells != cells or not _equal_mechanisms(other, prog)
                 or not np.array_equal(was_inside, inside)):
             continue
         if all(b[f"__{x}{i}{m}"].equals(b[f"__{x}{j}{m}"], check_names=False)
                for x, m in [("r", ""), *[("v", f":{m}") for m in summed]]):
             return result
     return None
+
+
+def _equal_mechanisms(a: Program, b: Program) -> bool:
+    """Same mechanism class and parameters (False where the parameters do not compare)."""
+    try:
+        return bool(a.policy.mechanism == b.policy.mechanism)
+    except (TypeError, ValueError):  # e.g. array-valued parameters
+        return False
 
 
 def _out_schema(programs: list[Program], report: bool, delta: float | None,
