@@ -73,8 +73,9 @@ from tabdp.privacy.ledger import (
 from tabdp.privacy.session import Session
 
 __all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
-           "count_from_kept", "streaming_quantile_data", "replay_report", "collect_report",
-           "sink_report", "summarize_report"]
+           "count_from_kept", "pass_fingerprints", "release_queries", "streaming_quantile_data",
+           "replay_report",
+           "collect_report", "sink_report", "summarize_report"]
 
 
 class Program(NamedTuple):
@@ -341,7 +342,11 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
         def lookup(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
             ids = np.asarray(units, dtype=np.int64)
             assert all(c in kept or c.startswith(("rho@", "size@")) for c in cols), cols
-            return {c: acc[c][ids] if c in acc else np.zeros(ids.size) for c in cols}
+            # n increasing positions are every row in order: the totals as they are (read,
+            # never written, by the filter), not a gathered copy
+            whole = ids.size == n
+            return {c: (acc[c] if whole else acc[c][ids]) if c in acc else np.zeros(ids.size)
+                    for c in cols}
 
         def add(ids: np.ndarray, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
                 ) -> None:
@@ -355,6 +360,11 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     continue
                 if a is None:
                     a = acc[k] = np.zeros(n)
+                if whole and not v.any():
+                    # zeros (a pure release's approximate parts): fl(a + 0) is exact, so
+                    # add_up leaves it as is; the same doubles without its error terms
+                    np.add(a, v, out=a)
+                    continue
                 # rounded up, as the in-memory ledger adds (`add_up`): the same doubles
                 add_up_into(a, v, None if whole else ids)
             for k, v in maxes.items():
@@ -366,35 +376,63 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
 
         out: dict[str, Any] = {}
         per_prog: dict[str, np.ndarray] = {}
+        done: list[tuple[int, Program, np.ndarray, bool, Any]] = []  # charges computed
         for j, prog in programs:
             inside = (b[f"__c{j}"].is_not_null() & (b[f"__r{j}"] > 0)).to_numpy()
             idx = np.flatnonzero(inside)
-            mask = pl.Series(inside)
             summed = prog.measures if prog.kind == "sum" else ()
-            sub = pl.DataFrame({ROW_ID: idx, _ROWS: b[f"__r{j}"].filter(mask),
-                                **{m: b[f"__v{j}:{m}"].filter(mask) for m in summed}})
-            ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind, prog.bits,
-                                       cells=track and j in targets)
+            cells = track and j in targets
+            same = _same_charges(b, done, j, prog, inside, cells)
+            if same is not None:
+                # an earlier program's charges of the same rows, values and policy: the
+                # same arrays (`_charges` is a function of them alone; nothing writes them)
+                ch, crho, csize = same
+            else:
+                cols = [f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
+                part = b.select(cols)
+                if idx.size != n:
+                    part = part.filter(pl.Series(inside))
+                sub = pl.DataFrame({ROW_ID: idx, _ROWS: part[cols[0]],
+                                    **{m: part[c] for m, c in zip(summed, cols[1:],
+                                                                  strict=True)}})
+                ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind,
+                                           prog.bits, cells=cells)
+                done.append((j, prog, inside, cells, (ch, crho, csize)))
             admitted = sess.admit(ch, lookup)
             losses = ch.losses(admitted)
             ids = np.asarray(losses.units, dtype=np.int64)
             comps = loss_components(losses)
             add(ids, {c: comps[c] for c in kept if c != "size"},
                 {"size": comps["size"]} if "size" in kept else {})
+            # every row of the batch in a cell: the arrays as they are (read, never written),
+            # not scattered into new ones
+            every = idx.size == n
             if curve and ch.n:
                 for c in ch.currencies:
                     ok = admitted[c]
-                    add(idx[ok], {f"rho@{c}": ch.rho[c][ok]}, {f"size@{c}": ch.size[c][ok]})
+                    if every and ok.all():
+                        add(idx, {f"rho@{c}": ch.rho[c]}, {f"size@{c}": ch.size[c]})
+                    else:
+                        add(idx[ok], {f"rho@{c}": ch.rho[c][ok]},
+                            {f"size@{c}": ch.size[c][ok]})
             if rep:
-                col = np.zeros(n)
-                col[ids] = losses.rho
+                if ids.size == n:
+                    col = np.asarray(losses.rho, dtype=np.float64)
+                else:
+                    col = np.zeros(n)
+                    col[ids] = losses.rho
                 per_prog[f"rho_{prog.name}"] = col
             if j in targets and not report:
                 for c in ch.currencies:
-                    flag = np.zeros(n, dtype=bool)
-                    flag[idx] = admitted[c]
+                    if every:
+                        flag = np.asarray(admitted[c], dtype=bool)
+                    else:
+                        flag = np.zeros(n, dtype=bool)
+                        flag[idx] = admitted[c]
                     out[f"ok{j}:{c}"] = flag
-                if track:
+                if track and every:
+                    out[f"crho{j}"], out[f"csize{j}"] = crho, csize
+                elif track:
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
                     out[f"crho{j}"], out[f"csize{j}"] = r, z
@@ -412,6 +450,36 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                                           else pl.Float64) for k, v in out.items()}).to_struct()
 
     return run
+
+
+def _same_charges(b: pl.DataFrame, done: list[tuple[int, Program, np.ndarray, bool, Any]],
+                  j: int, prog: Program, inside: np.ndarray, cells: bool) -> Any:
+    """The charges of an earlier program of the batch equal to program ``j``'s, or None.
+
+    Equal when both have the same kind, measures, fixed-point scales and mechanism (equal
+    parameters), the same cell audit, and the batch's rows in cells, row counts and
+    contributions are the same values: `_charges` reads nothing else (e.g. one column
+    released by two groupings, whose cells differ only in which key a row falls in).
+    """
+    summed = prog.measures if prog.kind == "sum" else ()
+    for i, other, was_inside, was_cells, result in done:
+        if (other.kind != prog.kind or other.measures != prog.measures
+                or other.bits != prog.bits or other.policy.measures != prog.policy.measures
+                or was_cells != cells or not _equal_mechanisms(other, prog)
+                or not np.array_equal(was_inside, inside)):
+            continue
+        if all(b[f"__{x}{i}{m}"].equals(b[f"__{x}{j}{m}"], check_names=False)
+               for x, m in [("r", ""), *[("v", f":{m}") for m in summed]]):
+            return result
+    return None
+
+
+def _equal_mechanisms(a: Program, b: Program) -> bool:
+    """Same mechanism class and parameters (False where the parameters do not compare)."""
+    try:
+        return bool(a.policy.mechanism == b.policy.mechanism)
+    except (TypeError, ValueError):  # e.g. array-valued parameters
+        return False
 
 
 def _out_schema(programs: list[Program], report: bool, delta: float | None,
@@ -830,6 +898,21 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     aggregate: exact totals of the admitted contributions, the confidential counters, the row
     fingerprints and, with cell tracking, each cell's worst loss.
     """
+    if _unfiltered(sess):
+        # every record admitted (`_replayed` gives literal flags): a released cell's total is
+        # its admitted total and nothing is left out; one 128-bit sum per measure and row
+        parts = {m: _measure_parts(m, rel.op.schema[m], rel.rules) for m in rel.pre.measures}
+        return _unfiltered_query(plan, rel, k, fp_cols, _counter_exprs(parts, rel.op.schema))
+    groups, aggs = _release_aggs(sess, rel, k, fp_cols)
+    return plan.group_by(f"__c{k}", *groups).agg(*aggs).with_columns(_after_aggs(rel, k))
+
+
+def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: str = ""
+                  ) -> tuple[list[Any], list[pl.Expr]]:
+    """`_release_query`'s group-by columns (after the cell) and aggregations (``tag``: suffix).
+
+    The aggregations are named as `stream_aggregate` reads them, each followed by ``tag``.
+    """
     schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
     parts = {m: _measure_parts(m, schema[m], rel.rules) for m in measures}
     counters = _counter_exprs(parts, schema)
@@ -838,22 +921,20 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
     currencies = rel.policy.currencies()
     ok_all = pl.all_horizontal([pl.col(f"ok{k}:{c}") for c, _ in currencies])
     cur_of = {m: c for c, ms in currencies for m in ms}
-    if sess.budget is None and not sess.track_cells:
-        # every record admitted (`_replayed` gives literal flags): a released cell's total is
-        # its admitted total and nothing is left out; one 128-bit sum per measure and row
-        return _unfiltered_query(plan, rel, k, fp_cols, counters)
     values = [pl.when(pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
               .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m in measures]
+    released = pl.when(inside).then(rows).otherwise(0).sum()
     if rel.kind == "count":
         counted = pl.when(pl.col(f"ok{k}:{currencies[0][0]}")).then(rows).otherwise(0)
-    else:
-        counted = rows
+        rows_released = [released.cast(pl.Int64).alias("__released"),
+                         pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS)]
+    else:  # the rows counted are the rows released (`_after_aggs` copies them)
+        rows_released = [released.alias(_ROWS)]
     ok_in = inside & ok_all
-    aggs = [*values, pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS),
+    aggs = [*values, *rows_released,
             pl.len().cast(pl.Int64).alias("__n"),
             *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            pl.when(inside).then(rows).otherwise(0).sum().cast(pl.Int64).alias("__released"),
             (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
             # what the filter left out (confidential): rows, and each measure's exact parts
             pl.when(inside & ~ok_all).then(rows).otherwise(0).sum().cast(pl.Int64)
@@ -861,19 +942,134 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
             *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
               .sum().alias(f"__tot:{m}") for m in measures],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
-              for m in measures]]
+              for m in _negatives_counted(rel)]]
     if sess.track_cells:
         aggs += [pl.when(ok_in).then(pl.col(f"crho{k}")).max().alias("worst_rho"),
                  pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
                  ok_in.cast(pl.Int64).sum().alias("units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
-    # it), and the rows outside the key set are grouped by their keys (the distinct keys count)
-    # what the filter left out of a released cell is its total less what it admitted: exact in
-    # 128-bit integers, computed on the cells (one 128-bit sum per row and measure fewer); the
-    # rows outside the key set (the null cell) are neither released nor left out
-    return plan.group_by(f"__c{k}", *by).agg(*aggs).with_columns(
-        pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
-        .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in measures)
+    # it), and the rows outside the key set are grouped by their keys (the distinct keys count).
+    # Where a released cell's key is the key set's own value (`_keys_from_cells`), the keys
+    # are grouped only outside the key set (hashing every row's keys costs more than the
+    # cell's integer) and `stream_aggregate` takes a released cell's keys from the key set
+    groups: list[Any] = ([pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
+                         if _keys_from_cells(rel) else list(by))
+    if tag:
+        aggs = [e.alias(f"{e.meta.output_name()}{tag}") for e in aggs]
+    return groups, aggs
+
+
+def _after_aggs(rel: Planned, k: int) -> list[pl.Expr]:
+    """Columns `_release_query` derives from its aggregations (on the cells, not the rows).
+
+    What the filter left out of a released cell is its total less what it admitted: exact in
+    128-bit integers (one 128-bit sum per row and measure fewer); the rows outside the key set
+    (the null cell) are neither released nor left out. A sum's rows released are its rows.
+    """
+    cell = pl.col(f"__c{k}")
+    return [*([pl.col(_ROWS).cast(pl.Int64).alias("__released")] if rel.kind != "count"
+              else []),
+            *[pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
+              .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in rel.pre.measures]]
+
+
+def _same_cells(a: Planned, b: Planned) -> bool:
+    """Whether two releases of a pass put every row in the same cell (`_cells` alike)."""
+    if tuple(a.pre.by) != tuple(b.pre.by) or a.op.schema != b.op.schema:
+        return False
+    if a.keys is b.keys:
+        return True
+    da, db = a.keys.domains, b.keys.domains
+    same_domains = (da is None and db is None) or (
+        da is not None and db is not None and len(da) == len(db)
+        and all(x.equals(y) and x.name == y.name for x, y in zip(da, db, strict=True)))
+    return same_domains and a.keys == b.keys
+
+
+def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: list[int],
+                    fp_cols: list[str]
+                    ) -> tuple[list[pl.LazyFrame], Callable[[list[pl.DataFrame]],
+                                                             list[pl.DataFrame]]]:
+    """The aggregations of a pass's releases, one group-by per distinct set of cells.
+
+    Releases over the same cells (same grouping and key set: e.g. a payroll, an employment and
+    a count table by county × sector) are aggregated by one group-by, each release's
+    aggregations under its own names; the split function gives every release the frame
+    `_release_query` would give it alone (the same groups, columns and values), from the
+    collected results. The first release fingerprints the rows for all (``fp_cols``); the
+    others' frames have no fingerprints (`pass_fingerprints` of the first).
+
+    Args:
+        sess: The session.
+        plan: The pass's replayed plan (`_replayed`).
+        rels: The releases, in order.
+        ks: Their program indices in ``plan``.
+        fp_cols: The columns fingerprinted.
+
+    Returns:
+        The queries to collect together, and the function splitting their results per
+        release (in the order of ``rels``).
+    """
+    if _unfiltered(sess):
+        queries = [_release_query(sess, plan, r, k, fp_cols if not i else [])
+                   for i, (r, k) in enumerate(zip(rels, ks, strict=True))]
+        return queries, lambda got: list(got)
+    sets: list[list[int]] = []
+    for i, r in enumerate(rels):
+        for group in sets:
+            if _same_cells(rels[group[0]], r):
+                group.append(i)
+                break
+        else:
+            sets.append([i])
+    queries = []
+    for group in sets:
+        k0 = ks[group[0]]
+        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols if group[0] == 0 else [],
+                                     f"#{group[0]}")
+        for i in group[1:]:
+            aggs += _release_aggs(sess, rels[i], ks[i], fp_cols if i == 0 else [], f"#{i}")[1]
+        queries.append(plan.group_by(f"__c{k0}", *groups).agg(*aggs))
+
+    def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
+        out: list[pl.DataFrame | None] = [None] * len(rels)
+        for group, frame in zip(sets, got, strict=True):
+            k0 = ks[group[0]]
+            for i in group:
+                tag = f"#{i}"
+                own = [c for c in frame.columns
+                       if c.endswith(tag) and c != f"__c{k0}" and c not in rels[i].pre.by]
+                out[i] = frame.select(
+                    pl.col(f"__c{k0}").alias(f"__c{ks[i]}"), *rels[i].pre.by,
+                    *[pl.col(c).alias(c[:-len(tag)]) for c in own]
+                ).with_columns(_after_aggs(rels[i], ks[i]))
+        return [f for f in out if f is not None]
+
+    return queries, split
+
+
+def _negatives_counted(rel: Planned) -> list[str]:
+    """The measures whose negative contributions `stream_aggregate` reads (``negc:<m>``).
+
+    Only a sum by a mechanism that needs non-negative totals, whose rules allow negative
+    values, checks them; other releases do not count them.
+    """
+    if (rel.kind == "sum" and bool(rel.pre.mechanism.requires_nonnegative)
+            and rel.rules.negatives == "allow"):
+        return list(rel.pre.measures)
+    return []
+
+
+def _keys_from_cells(rel: Planned) -> bool:
+    """Whether a released cell's keys are the key set's row of that cell, value for value.
+
+    True where every key column has the same text or integer dtype in the data and in the key
+    set: a row is in a cell only if its keys equal the cell's (`tabdp.frame._engine._cells`),
+    so the cell's keys are the rows' keys (no conversion, no float zero's sign to lose).
+    """
+    schema, ks = rel.op.schema, rel.keys.to_polars().schema
+    return all(c in ks and schema[c] == ks[c]
+               and (schema[c] == pl.String or schema[c].is_integer()) for c in rel.pre.by)
 
 
 def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[str],
@@ -893,7 +1089,7 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
             *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
             *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
-              for m in measures]]
+              for m in _negatives_counted(rel)]]
     # grouped by cell, and by the keys only outside the key set (where they are the groups:
     # the distinct keys count); a released cell is one group either way, and its keys are
     # not read (hashing the key columns of every row of a cell would be)
@@ -984,8 +1180,8 @@ def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
     return _fp_columns(schema, read, binding.of(sess).bound_columns())
 
 
-def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str]
-                     ) -> Aggregated:
+def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[str],
+                     fingerprints: dict[str, int] | None = None) -> Aggregated:
     """Checks, rows bound and the cell totals of a release from its streaming aggregation.
 
     Args:
@@ -993,6 +1189,8 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         grouped: The result of `_release_query`.
         k: The release's program index.
         fp_cols: The fingerprinted columns.
+        fingerprints: Their sums over the rows, when the pass computed them in another
+            release's aggregation (`pass_fingerprints`); else read from ``grouped``.
 
     Returns:
         The cell totals and the confidential summaries, for the pipeline
@@ -1005,17 +1203,17 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
     counters = _counter_exprs(parts, op.schema)
     needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
     sums = [*counters, "__n", "__released", "__left", "__rows_left",
-            *[f"negc:{m}" for m in measures], *[f"__tot:{m}" for m in measures],
+            *[f"negc:{m}" for m in _negatives_counted(rel)], *[f"__tot:{m}" for m in measures],
             *[f"__lo:{m}" for m in measures]]
-    row = grouped.select(*[pl.col(c).sum() for c in sums],
-                         *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
+    row = grouped.select(*[pl.col(c).sum() for c in sums]).row(0, named=True)
+    fps = (pass_fingerprints(grouped, fp_cols) if fingerprints is None else fingerprints)
     row["rows_read"] = row["__n"] or 0
     counts = {name: int(row[name] or 0) for name in counters}
     neg_contrib = ({m: int(row[f"negc:{m}"] or 0) for m in measures}
                    if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
     binding.of(sess).bind_rows(int(row["rows_read"]),
-                               {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
+                               {c: fps[c] for c in fp_cols})
 
     n_keys = len(keys) if by else 1
     released = grouped.filter(pl.col(f"__c{k}").is_not_null())
@@ -1026,8 +1224,11 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         on=_CELL, how="left", maintain_order="left")
     cells = None
     if sess.track_cells:
-        cells = (released.filter(pl.col("units") > 0)
-                 .select(*by, "worst_rho", "worst_size", "units")
+        audited = released.filter(pl.col("units") > 0)
+        if by and _keys_from_cells(rel):  # grouped by cell alone (`_release_query`)
+            audited = audited.drop(by).hstack(
+                keys.to_polars().select(by)[audited[f"__c{k}"].cast(pl.Int64).to_numpy()])
+        cells = (audited.select(*by, "worst_rho", "worst_size", "units")
                  .sort(["worst_rho", *by], descending=[True, *[False] * len(by)],
                        nulls_last=True, maintain_order=True))
     return Aggregated(
@@ -1042,6 +1243,15 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
         cells_dropped=0, rule_counts=_rule_counts(counts, measures, rel.nulls, rules),
         cells=cells)
+
+
+def pass_fingerprints(grouped: pl.DataFrame, fp_cols: list[str]) -> dict[str, int]:
+    """The fingerprints of a pass's rows from one of its aggregations (`_release_query`).
+
+    Every release of one pass reads the same rows, so one aggregation holds them for all.
+    """
+    row = grouped.select(pl.col(f"fp:{c}").sum() for c in fp_cols).row(0, named=True)
+    return {c: int(row[f"fp:{c}"] or 0) for c in fp_cols}
 
 
 def check_batch(rels: list[Planned]) -> None:

@@ -333,3 +333,51 @@ def test_stale_spill_folders_of_dead_processes_are_swept(tmp_path: Path,
         assert _stream._sweep_stale_spills(str(tmp)) == 1 and not stale.exists()
     finally:
         spill.close()
+
+
+def test_a_column_released_twice_is_charged_once_per_batch_with_the_same_losses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two releases of ``x`` by equal mechanisms (other cells) and a count over the same cells.
+
+    The streaming batch computes the equal charges once per batch (`_same_charges`) and
+    aggregates the releases over the same cells in one group-by (`release_queries`); the
+    tables, per-record losses, counts and cell audits are the in-memory engine's, with a curve
+    budget that leaves records out.
+    """
+    import tabdp.frame._stream as st
+
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 5).write_parquet(path, row_group_size=500)
+    # every row in a cell of both groupings (the charges are shared where the same rows are)
+    cells = tabdp.KeySet.from_dict(c=["a", "b", "c", "d"], s=[0, 1, 2, 3])
+    reqs = [dict(kind="sum", measures=["x"], by=["c", "s"], keys=cells, name="x_cs",
+                 mechanism=mech.ExpPolyLog(sigma=5.0, a=1.0, d=3.5), nulls="zero"),
+            dict(kind="count", by=["c", "s"], keys=cells, name="n_cs",
+                 mechanism=mech.Gaussian(3.0)),
+            dict(kind="sum", measures=["x"], by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1, 2, 3]),
+                 name="x_s", mechanism=mech.ExpPolyLog(sigma=5.0, a=1.0, d=3.5), nulls="zero")]
+    calls: list[int] = []
+    charges = st._charges
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return charges(*args, **kwargs)
+
+    monkeypatch.setattr(st, "_charges", counted)
+    sizes = replay_batch_sizes(monkeypatch)
+    results = []
+    for streaming in (True, False):
+        s = tabdp.Session(seed=3, budget={1.0: 0.2, 1e3: 1.2}, streaming=streaming,
+                          track_cells=True)
+        outs = execute_planned(planned_releases(pl.scan_parquet(path), s, reqs))
+        results.append((outs, _state(s)))
+    (t0, a), (t1, b) = results
+    for x, y in zip(t0, t1, strict=True):
+        assert x.equals(y)
+    assert a["per_record"].equals(b["per_record"])
+    assert a["queries"] == b["queries"]
+    for x, y in zip(a["cells"], b["cells"], strict=True):
+        assert (x is None and y is None) or x.equals(y)
+    assert any(q["units_left_out_by_budget"] for q in b["queries"])
+    # the batch's pass: two programs charged per batch, not three
+    assert sizes and len(calls) == 2 * len(sizes)

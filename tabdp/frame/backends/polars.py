@@ -61,6 +61,8 @@ from tabdp.frame._stream import (
     _with_row_ids,
     count_from_kept,
     keep_aggregation,
+    pass_fingerprints,
+    release_queries,
     stream_aggregate,
     streaming_quantile_data,
 )
@@ -601,6 +603,8 @@ class StreamingBackend(_PolarsOutput):
         self._rels = list(rels)
         #: id(release) -> (its program index, its aggregation), from the batch's one pass
         self._fetched: dict[int, tuple[int, pl.DataFrame]] | None = None
+        #: the fingerprints of the rows the batch's pass read (its first aggregation's)
+        self._fps: dict[str, int] | None = None
 
     def _prefetch(self) -> None:
         """Aggregate every release of the batch in one pass (before the first is executed)."""
@@ -616,10 +620,13 @@ class StreamingBackend(_PolarsOutput):
         spill = _new_spill(op)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, frozenset(ks), sess.track_cells, spill)
-        queries = [_release_query(sess, plan, r, k, self._fp_cols)
-                   for r, k in zip(rels, ks, strict=True)]
+        # the releases of the pass read the same rows: the first one's aggregation
+        # fingerprints them for all (one hash per row and column, not one per release), and
+        # releases over the same cells share one group-by
+        queries, split = release_queries(sess, plan, rels, ks, self._fp_cols)
         grouped = _spilled_read(ledger, spill, lambda: _read_input(
-            sess, lambda: pl.collect_all(queries, engine="streaming"), report=False))
+            sess, lambda: split(pl.collect_all(queries, engine="streaming")), report=False))
+        self._fps = pass_fingerprints(grouped[0], self._fp_cols)
         self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
@@ -646,7 +653,7 @@ class StreamingBackend(_PolarsOutput):
             # the releases before it were recorded (their programs are the ledger's last ones)
             k, grouped = fetched
             del self._fetched[id(rel)]  # type: ignore[union-attr]
-            return stream_aggregate(rel, grouped, k, self._fp_cols)
+            return stream_aggregate(rel, grouped, k, self._fp_cols, self._fps)
         programs = [*ledger.programs, rel.program]
         k = len(programs) - 1
         _require_bound(sess, op.schema)
