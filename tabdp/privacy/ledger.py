@@ -386,7 +386,7 @@ class DenseLedger:
         """An empty ledger."""
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
-        #: Row mode: the rows the session's releases read (set by the frame layer when it
+        #: Row mode: the rows the session's releases read (`cover`: the frame layer, when it
         #: binds them), all of which the report lists; ``None``: the rows charged so far.
         self.rows: int | None = None
 
@@ -401,6 +401,20 @@ class DenseLedger:
             (2, 5)
         """
         return self.rows if self.rows is not None else self.n
+
+    def cover(self, n_rows: int) -> None:
+        """Row mode: the report lists the ``n_rows`` rows the releases read (set once).
+
+        Args:
+            n_rows: The rows bound by the session's first release.
+
+        Example:
+            >>> led = DenseLedger()
+            >>> led.cover(5); led.cover(7); led.covered
+            5
+        """
+        if self.rows is None:
+            self.rows = n_rows
 
     def _grow(self, n: int) -> None:
         if n > self.n:
