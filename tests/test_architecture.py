@@ -12,7 +12,13 @@
   is spelt (``import tabdp.frame._spark``, ``from tabdp.frame import _spark``,
   ``from tabdp.frame._spark import x``); the owning package gives the names a public home.
 * No ``types.SimpleNamespace`` stand-ins in tabdp/'s code (issue 29).
-* No module of tabdp/release/ is longer than `MAX_RELEASE_LINES` lines.
+* No module of tabdp/release/ is longer than `MAX_RELEASE_LINES` lines; the runner and the
+  spec are split by stage.
+* One module decides the engine (`tabdp.frame.backends`); the release workflow compares no
+  engine name and asks for its run's engine once (`run_engine`).
+* No attribute is planted on a ledger from another package; a replay ledger's report comes
+  from one declared, typed `ReportSource`.
+* The individual filter is one pure function (`tabdp.privacy.filter`) that every engine uses.
 """
 
 from __future__ import annotations
@@ -452,13 +458,14 @@ def test_no_module_asks_the_session_for_engine_state() -> None:
 #: The frame-class predicates and engine decisions of `tabdp.frame.backends`.
 _ENGINE_CALLS = frozenset({"is_spark_frame", "is_pandas_frame", "is_lazy_frame", "frame_kind",
                            "release_engine", "polars_engine", "output_library"})
-_ENGINE_NAMES = frozenset({"spark", "streaming", "memory"})
+_ENGINE_NAMES = frozenset({"spark", "polars", "streaming", "memory"})
 
 #: Modules that ask `tabdp.frame.backends` for a frame's engine or compare against an engine's
 #: name, each for a stated reason. `tabdp.frame.backends` decides; the others consult its
 #: answer. A new module on this list needs a reason here (issue 29: one module decides).
 ENGINE_DECISIONS_ALLOWED: dict[str, str] = {
-    "tabdp.frame.backends": "decides the engine from the frame's class and the session's ledger",
+    "tabdp.frame.backends": "decides the engine from the frame's class and the session's ledger, "
+                            "and a run's engine from --engine (run_engine)",
     "tabdp.frame.releases": "the one call for every engine (accessor and release workflow)",
     "tabdp.frame.pipeline": "picks the Polars backend (memory or streaming) for a planned release",
     "tabdp.frame._engine": "the Polars opener: the ledger's kind, pandas output of a pandas frame",
@@ -466,7 +473,6 @@ ENGINE_DECISIONS_ALLOWED: dict[str, str] = {
     "tabdp.frame._spark": "refuses a frame that is not Spark's before any Spark call",
     "tabdp.frame.binding": "binds a session to the engine its ledger lives in",
     "tabdp.curator": "pins a Spark dataset with Spark (checkpoint), others with Polars",
-    "tabdp.release.runner": "the user's --engine choice (start Spark, read the input with it)",
 }
 
 
@@ -502,3 +508,132 @@ def test_one_module_decides_the_engine() -> None:
     assert not stale, f"allow-list entries no longer needed (remove them): {sorted(stale)}"
     assert "tabdp.frame.accessor" not in found
     assert not any(m.startswith("tabdp.privacy") for m in found)
+
+
+def test_the_release_workflow_makes_no_engine_decision() -> None:
+    """tabdp/release compares no engine name; the runner asks `run_engine` once (issue 29).
+
+    Starting Spark and its log, the catalog table, the schema checks made before any data,
+    PySpark's warnings and the session handle are the run engine's
+    (`tabdp.frame.backends.run.RunEngine`): the runner makes the same calls for every engine.
+    """
+    found = {m: lines for m, lines in _engine_decisions().items()
+             if m == "tabdp.release" or m.startswith("tabdp.release.")}
+    assert not found, f"engine decisions in tabdp/release (module: lines): {found}"
+    runner = PKG / "release" / "runner.py"
+    asked = [line for name, line in _calls(runner) if name == "run_engine"]
+    assert len(asked) == 1, f"the runner asks for its engine once, not at lines {asked}"
+    # every engine is driven through the protocol's calls, none through a per-engine helper
+    called = {name for name, _ in _calls(runner)}
+    assert {"check_source", "open", "before_data", "quiet_warnings", "close"} <= called
+    assert not called & {"start_spark", "check_table", "check_engine"}
+
+
+def _ledger_targets(tree: ast.AST) -> list[tuple[str, int]]:
+    """(target, line) of every assignment to an attribute of something named a ledger."""
+    out = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for t in targets:
+            for sub in ast.walk(t):
+                if not isinstance(sub, ast.Attribute):
+                    continue
+                base = sub.value
+                named = (base.id if isinstance(base, ast.Name)
+                         else base.attr if isinstance(base, ast.Attribute) else "")
+                if named in {"led", "lifetime"} or "ledger" in named.lower():
+                    out.append((ast.unparse(sub), node.lineno))
+    return out
+
+
+def test_no_attribute_is_planted_on_a_ledger_from_another_package() -> None:
+    """A ledger of tabdp.privacy is changed through its methods only, never from outside.
+
+    The streaming engine used to plant four callbacks on a `ReplayLedger`
+    (``ledger.replay, ledger.collect, ledger.sink = ...``); the release workflow set a private
+    flag on the lifetime ledger. Both are methods now (`ReplayLedger.install`,
+    `tabdp.Ledger.allow_discard`).
+    """
+    bad = [f"{name}:{line} assigns {target}"
+           for name, mod in MODULES.items() if not name.startswith("tabdp.privacy")
+           for target, line in _ledger_targets(ast.parse(mod.path.read_text(encoding="utf-8")))]
+    assert not bad, "attributes planted on a ledger from another package:\n" + "\n".join(bad)
+    probe = ast.parse("ledger.replay, ledger.collect = f, g\nsess.ledger.spill = None\n")
+    assert [t for t, _ in _ledger_targets(probe)] == [
+        "ledger.replay", "ledger.collect", "sess.ledger.spill"]  # guards the scan
+
+
+def test_the_replay_ledger_asks_a_declared_report_source() -> None:
+    """`ReplayLedger` holds one `ReportSource` (a `Protocol`, typed without ``Any``)."""
+    from typing import Protocol
+
+    from tabdp.privacy.ledger import ReplayLedger, ReportSource
+
+    assert Protocol in ReportSource.__mro__
+    methods = {"replay", "collect", "sink", "summary"}
+    tree = ast.parse((PKG / "privacy" / "ledger.py").read_text(encoding="utf-8"))
+    source = next(n for n in tree.body
+                  if isinstance(n, ast.ClassDef) and n.name == "ReportSource")
+    defs = {n.name: n for n in source.body if isinstance(n, ast.FunctionDef)}
+    assert set(defs) == methods
+    for f in defs.values():
+        hints = [a.annotation for a in f.args.args[1:]] + [f.returns]
+        assert all(h is not None for h in hints), f"ReportSource.{f.name} is not fully typed"
+        assert not any("Any" in ast.unparse(h) for h in hints if h is not None), \
+            f"ReportSource.{f.name} is typed with Any"
+    led = ReplayLedger()
+    assert led.reports is None and not methods & set(vars(led))
+    reader = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ReplayLedger")
+    assert any(isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "self.reports"
+               and "ReportSource" in ast.unparse(n.annotation) for n in ast.walk(reader))
+
+
+#: The engines' modules and the filter calls each must make (issue 29: one pure filter).
+_FILTER_USERS = {
+    "tabdp/frame/_stream.py": {"admit"},
+    "tabdp/frame/backends/polars.py": {"admit"},
+    "tabdp/frame/_spark.py": {"individual_filter", "constant_admits"},
+    "tabdp/privacy/session.py": {"individual_filter"},
+}
+
+
+def test_the_individual_filter_is_one_pure_function() -> None:
+    """`individual_filter` is defined once, in tabdp.privacy.filter, and every engine uses it.
+
+    The Polars engines admit through `Session.admit` (a thin wrapper reading the ledger),
+    Spark calls the function in its pandas UDFs and `constant_admits` as a column expression.
+    No other module defines a filter of its own.
+    """
+    defined = sorted((node.name, name) for name, mod in MODULES.items()
+                     for node in ast.walk(ast.parse(mod.path.read_text(encoding="utf-8")))
+                     if isinstance(node, ast.FunctionDef)
+                     and node.name in {"individual_filter", "constant_admits"})
+    assert defined == [("constant_admits", "tabdp.privacy.filter"),
+                       ("individual_filter", "tabdp.privacy.filter")], defined
+    for path, needs in _FILTER_USERS.items():
+        called = {name for name, _ in _calls(ROOT / path)}
+        assert needs <= called, f"{path} does not filter through {sorted(needs - called)}"
+
+
+#: The stages the release workflow is split into (issue 29): the runner keeps the sequence.
+RUN_STAGES = ("_plan", "_input", "_tables", "_outputs", "_staging", "_ledger")
+SPEC_STAGES = ("model", "schema", "files", "checks", "sections", "tables", "load")
+
+
+def test_the_runner_and_the_spec_are_split_by_stage() -> None:
+    """`release/runner.py` holds the run's sequence only; the spec is a package of stages."""
+    for stage in RUN_STAGES:
+        assert f"tabdp.release.{stage}" in MODULES, f"release stage {stage} is missing"
+    assert MODULES["tabdp.release.spec"].is_package
+    for stage in SPEC_STAGES:
+        assert f"tabdp.release.spec.{stage}" in MODULES, f"spec stage {stage} is missing"
+    runner = PKG / "release" / "runner.py"
+    assert len(runner.read_text(encoding="utf-8").splitlines()) <= 400
+    tree = ast.parse(runner.read_text(encoding="utf-8"))
+    functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
+    assert functions == ["_check_input_first", "_check_schema_first", "_run_with_ledger",
+                         "run_release"], functions

@@ -767,8 +767,8 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     finally:
         if spill is not None:  # used, or stale: its files are removed
             spill.close()
-            ledger.spill = None
-    ledger.written = (final, len(ledger.programs))
+            ledger.keep_spill(None)
+    ledger.note_written(final, len(ledger.programs))
 
 
 def _spilled_report(files: list[str], sess: Session, delta: float | None,
@@ -856,12 +856,46 @@ def _require_bound(sess: Session, schema: pl.Schema) -> None:
         state.bind_rows(state.rows_bound or 0, {})  # raises: the bound columns are absent
 
 
+class StreamReports:
+    """The streaming engine's `tabdp.privacy.ledger.ReportSource`: the report from the input.
+
+    Example:
+        >>> import polars as pl, tabdp
+        >>> s = tabdp.Session(seed=1, streaming=True)
+        >>> _ = pl.DataFrame({"c": ["a"]}).dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a"]),
+        ...     mechanism=tabdp.mechanisms.Gaussian(2.0), session=s)
+        >>> s.ledger.reports is STREAM_REPORTS
+        True
+    """
+
+    def replay(self, ledger: ReplayLedger, session: Session,
+               delta: float | None) -> pl.LazyFrame:
+        """The report as a lazy plan (`replay_report`)."""
+        return replay_report(ledger, session, delta)
+
+    def collect(self, ledger: ReplayLedger, session: Session,
+                delta: float | None) -> pl.DataFrame:
+        """The report, collected after the rows check (`collect_report`)."""
+        return collect_report(ledger, session, delta)
+
+    def sink(self, ledger: ReplayLedger, session: Session, delta: float | None,
+             path: str | os.PathLike[str], rename: dict[str, str] | None = None) -> None:
+        """The report written to Parquet after the rows check (`sink_report`)."""
+        sink_report(ledger, session, delta, path, rename)
+
+    def summary(self, ledger: ReplayLedger, session: Session,
+                qs: list[float]) -> dict[str, int | float | None]:
+        """The report's ρ statistics (`summarize_report`)."""
+        return summarize_report(ledger, session, qs)
+
+
+#: The report source every streaming release installs in its session's replay ledger.
+STREAM_REPORTS = StreamReports()
+
+
 def _install(ledger: ReplayLedger, prog: Program, source: pl.LazyFrame) -> None:
-    """Record a release's definition, the input the report is computed from, and the hooks."""
-    ledger.programs.append(prog)
-    ledger.source = source
-    ledger.replay, ledger.collect, ledger.sink = replay_report, collect_report, sink_report
-    ledger.summary = summarize_report
+    """Record a release's definition and the input the report is computed from."""
+    ledger.install(prog, source, STREAM_REPORTS)
 
 
 class Planned(NamedTuple):

@@ -270,8 +270,8 @@ def of(session: Any) -> FrameBinding:
 
 def _cover(ledger: Any, n_rows: int) -> None:
     """A row-mode ledger reports every row read, charged or not (0.0 for the others)."""
-    if isinstance(ledger, DenseLedger) and ledger.rows is None:
-        ledger.rows = n_rows
+    if isinstance(ledger, DenseLedger):
+        ledger.cover(n_rows)
 
 
 def phase(session: Any, name: str, what: str) -> None:

@@ -10,7 +10,8 @@ cell.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -19,7 +20,11 @@ from tabdp._numeric import add_up, add_up_any, add_up_into
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
+if TYPE_CHECKING:
+    from tabdp.privacy.session import Session
+
 __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
+           "ReportSource",
            "loss_components", "sorted_positions", "sorted_search",
            "sorted_positions_or_misses",
            "strictly_increasing"]
@@ -381,7 +386,7 @@ class DenseLedger:
         """An empty ledger."""
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
-        #: Row mode: the rows the session's releases read (set by the frame layer when it
+        #: Row mode: the rows the session's releases read (`cover`: the frame layer, when it
         #: binds them), all of which the report lists; ``None``: the rows charged so far.
         self.rows: int | None = None
 
@@ -396,6 +401,20 @@ class DenseLedger:
             (2, 5)
         """
         return self.rows if self.rows is not None else self.n
+
+    def cover(self, n_rows: int) -> None:
+        """Row mode: the report lists the ``n_rows`` rows the releases read (set once).
+
+        Args:
+            n_rows: The rows bound by the session's first release.
+
+        Example:
+            >>> led = DenseLedger()
+            >>> led.cover(5); led.cover(7); led.covered
+            5
+        """
+        if self.rows is None:
+            self.rows = n_rows
 
     def _grow(self, n: int) -> None:
         if n > self.n:
@@ -802,6 +821,47 @@ def loss_components(losses: UnitLosses) -> dict[str, np.ndarray]:
     }
 
 
+class ReportSource(Protocol):
+    """The engine's side of a `ReplayLedger`: the per-record report, recomputed from the data.
+
+    A replay ledger keeps the releases' definitions; the engine that ran them (streaming
+    Polars, `tabdp.frame._stream`) computes the report from the input. The ledger holds one
+    `ReportSource` (given with each release, `ReplayLedger.install`) and asks it for the
+    report: nothing is planted on the ledger from outside.
+
+    Example:
+        >>> class Empty:
+        ...     def replay(self, ledger, session, delta): return pl.LazyFrame()
+        ...     def collect(self, ledger, session, delta): return pl.DataFrame()
+        ...     def sink(self, ledger, session, delta, path, rename=None): pass
+        ...     def summary(self, ledger, session, qs): return {"units": 0, "rho_max": None}
+        >>> led = ReplayLedger()
+        >>> led.install("program", None, Empty())
+        >>> led.rho_summary(None, [0.5])
+        {'units': 0, 'rho_max': None}
+    """
+
+    def replay(self, ledger: ReplayLedger, session: Session,
+               delta: float | None) -> pl.LazyFrame:
+        """The CONFIDENTIAL per-record report as a lazy plan over the session's rows."""
+        ...  # pragma: no cover - protocol
+
+    def collect(self, ledger: ReplayLedger, session: Session,
+                delta: float | None) -> pl.DataFrame:
+        """The report, collected, after checking the input still holds the releases' rows."""
+        ...  # pragma: no cover - protocol
+
+    def sink(self, ledger: ReplayLedger, session: Session, delta: float | None,
+             path: str | PathLike[str], rename: dict[str, str] | None = None) -> None:
+        """Write the report to Parquet (checked like `collect`), never whole in memory."""
+        ...  # pragma: no cover - protocol
+
+    def summary(self, ledger: ReplayLedger, session: Session,
+                qs: list[float]) -> dict[str, int | float | None]:
+        """CONFIDENTIAL statistics of the records' total ρ (units, max, quantiles ``qs``)."""
+        ...  # pragma: no cover - protocol
+
+
 class ReplayLedger:
     """Row mode without per-row state (``Session(streaming=True)``): a ledger of definitions.
 
@@ -816,10 +876,7 @@ class ReplayLedger:
     Attributes:
         programs: The releases' definitions, in release order.
         source: The lazy input of the last release (the rows the report is computed from).
-        replay: The function giving the report as a lazy plan (set by the engine).
-        collect: The function collecting it after checking the rows (set by the engine).
-        sink: The function writing it to Parquet after the same check (set by the engine).
-        summary: The function computing the report's ρ statistics (set by the engine).
+        reports: The engine's `ReportSource` (``None`` before the first release).
 
     Example:
         >>> led = ReplayLedger()
@@ -835,14 +892,51 @@ class ReplayLedger:
         """An empty ledger."""
         self.programs: list[Any] = []
         self.source: Any = None
-        self.replay: Any = None
-        self.collect: Any = None
-        self.sink: Any = None
-        self.summary: Any = None
+        self.reports: ReportSource | None = None
         #: (file, releases) of the last per-record report written (reused by ``rho_summary``)
         self.written: tuple[Any, int] | None = None
         #: the report rows a releases' pass wrote (the engine's; used once by ``sink``)
         self.spill: Any = None
+
+    def install(self, program: Any, source: Any, reports: ReportSource) -> None:
+        """Record a release: its definition, the input the report is computed from, the engine.
+
+        Args:
+            program: The release's public definition (the engine's program).
+            source: The release's lazy input (the rows the report is computed from).
+            reports: The engine's report source.
+
+        Example:
+            >>> led = ReplayLedger()
+            >>> led.install("p", None, None)  # an engine passes its ReportSource
+            >>> led.programs
+            ['p']
+        """
+        self.programs.append(program)
+        self.source = source
+        self.reports = reports
+
+    def keep_spill(self, spill: Any) -> None:
+        """Keep the report rows a releases' pass wrote (the engine's; ``None``: none kept).
+
+        Example:
+            >>> led = ReplayLedger()
+            >>> led.keep_spill(None)
+            >>> led.spill is None
+            True
+        """
+        self.spill = spill
+
+    def note_written(self, path: Any, releases: int) -> None:
+        """Note the per-record report file the engine wrote after ``releases`` releases.
+
+        Example:
+            >>> led = ReplayLedger()
+            >>> led.note_written("r.parquet", 0)
+            >>> led.written
+            ('r.parquet', 0)
+        """
+        self.written = (path, releases)
 
     def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
         """Totals of ``cols`` for ``units``: zeros before any release (nothing is charged).
@@ -872,11 +966,11 @@ class ReplayLedger:
             >>> ReplayLedger().per_record(None, 1e-9).columns[-1]
             'epsilon_delta'
         """
-        if not self.programs or self.collect is None:
+        if not self.programs or self.reports is None:
             cols = ["row", "rho", "epsilon", "size", *(["epsilon_delta"] if delta else [])]
             return pl.DataFrame({c: pl.Series(c, [], dtype=pl.Int64 if c == "row"
                                               else pl.Float64) for c in cols})
-        return self.collect(self, session, delta)
+        return self.reports.collect(self, session, delta)
 
     def write_per_record(self, session: Any, delta: float | None, path: Any,
                          rename: dict[str, str] | None = None) -> None:
@@ -889,8 +983,8 @@ class ReplayLedger:
             >>> pl.read_parquet(p).columns
             ['row', 'rho', 'epsilon', 'size']
         """
-        if self.programs and self.sink is not None:
-            self.sink(self, session, delta, path, rename)
+        if self.programs and self.reports is not None:
+            self.reports.sink(self, session, delta, path, rename)
             return
         frame = self.per_record(session, delta)
         frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
@@ -902,10 +996,9 @@ class ReplayLedger:
             >>> ReplayLedger().rho_summary(None, [0.5])["units"]
             0
         """
-        if not self.programs or self.summary is None:
+        if not self.programs or self.reports is None:
             return {"units": 0, "rho_max": None}
-        out: dict[str, Any] = self.summary(self, session, qs)
-        return out
+        return dict(self.reports.summary(self, session, qs))
 
 
 def _is_max_col(c: str) -> bool:

@@ -531,8 +531,8 @@ class Ledger:
         self.unit_dtype: str | None = entries[-1].get("unit_dtype")
         #: this run's uncommitted charges, in memory (merged into the state once, at commit)
         self._tot = _RunTotals(state)
-        #: closing with uncommitted charges warns unless set (the release workflow sets it: it
-        #: closes without committing only when nothing was published)
+        #: closing with uncommitted charges warns unless set (`allow_discard`: the release
+        #: workflow closes without committing only when nothing was published)
         self._discard_ok = False
 
     # -- opening ------------------------------------------------------------------------------
@@ -1156,6 +1156,20 @@ class Ledger:
         if self._lock is None:
             raise LedgerError(f"the ledger {self.path} is closed.\nHint: open it again with "
                               "tabdp.Ledger.open.")
+
+    def allow_discard(self) -> None:
+        """Let `close` drop uncommitted charges without a warning.
+
+        The release workflow opens its ledger with ``autocommit=False`` and closes it without
+        committing only when nothing was published (a failed run).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> led.allow_discard(); led.close()
+        """
+        self._discard_ok = True
 
     def close(self) -> None:
         """Release the lock (uncommitted losses are dropped).

@@ -6,7 +6,7 @@ never the reverse).
 
 Example:
     >>> from tabdp.release._ledger import open_ledger
-    >>> open_ledger(None, "polars") is None
+    >>> open_ledger(None) is None
     True
 """
 
@@ -24,13 +24,13 @@ from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_wa
 __all__ = ["open_ledger", "commit_release"]
 
 
-def open_ledger(spec: Any, engine: str) -> Any:
+def open_ledger(spec: Any) -> Any:
     """The spec's lifetime ledger, locked and verified (``None`` without ``[ledger]``).
 
     Args:
-        spec: The release spec (``None`` or a spec without ``[ledger]``: no ledger).
-        engine: ``"polars"`` or ``"spark"`` (the same ledger: Spark joins its totals to the
-            units in Spark and charges it on the driver).
+        spec: The release spec (``None`` or a spec without ``[ledger]``: no ledger). Every
+            engine uses the same ledger (Spark joins its totals to the units in Spark and
+            charges it on the driver).
 
     Returns:
         The open [`tabdp.Ledger`][tabdp.Ledger] (``autocommit=False``), or ``None``.
@@ -39,7 +39,7 @@ def open_ledger(spec: Any, engine: str) -> Any:
         LedgerError: In use by another run, does not verify, another series or budget.
 
     Example:
-        >>> open_ledger(None, "spark") is None
+        >>> open_ledger(None) is None
         True
     """
     led = getattr(spec, "ledger", None)
@@ -61,7 +61,7 @@ def open_ledger(spec: Any, engine: str) -> Any:
             raise
         raise dataset_ledger_error(dataset, err) from None
     # the workflow closes without committing only when nothing was published (a failed run)
-    ledger._discard_ok = True
+    ledger.allow_discard()
     return ledger
 
 

@@ -1,6 +1,7 @@
 """``tabdp run --engine spark``: the runner's input steps and confidential writes on Spark.
 
-`tabdp.release.runner` runs a spec on either engine with the same steps; this module holds
+`tabdp.release.runner` runs a spec on either engine with the same steps (the engine itself,
+started and stopped, is `tabdp.frame.backends.run_engine`'s); this module holds
 the Spark twins of the steps that touch the confidential data before the releases (reading the
 input, numbering rows, the input rules, author-mode key casts, derived keys) and the write of
 the per-record report. The releases themselves are the accessor's (``spark_df.dp``,
@@ -14,192 +15,17 @@ Spark's own writer into the staging folder and renamed like every other output.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from tabdp.exceptions import (
-    DataValidationError,
-    InvalidParameterError,
-    SpecError,
-    UnsupportedBackendError,
-)
+from tabdp.exceptions import DataValidationError
 
-__all__ = ["ENGINES", "DEFAULT_MASTER", "check_engine", "start_spark", "read_input",
-           "read_declared",
-           "number_rows", "input_rules", "author_key_casts", "declared_casts",
-           "add_derived", "to_polars",
-           "write_single_parquet", "report_view", "REPORT_UNITS", "check_table", "schema_of"]
-
-#: Engines ``tabdp run --engine`` accepts.
-ENGINES = ("polars", "spark")
-#: Master of the local SparkSession ``tabdp run --engine spark`` starts without ``--spark-master``.
-DEFAULT_MASTER = "local[2]"
-
-
-def check_engine(engine: str, spark: Any = None, master: str | None = None) -> None:
-    """Check the engine options (no data read, PySpark not started).
-
-    Args:
-        engine: ``"polars"`` or ``"spark"``.
-        spark: An existing SparkSession (Spark engine only).
-        master: A Spark master URL (Spark engine only; not with ``spark``).
-
-    Raises:
-        InvalidParameterError: An unknown engine, Spark options with the Polars engine, or
-            both an existing session and a master.
-        UnsupportedBackendError: The Spark engine without PySpark installed.
-
-    Example:
-        >>> check_engine("polars")
-        >>> try:
-        ...     check_engine("duckdb")
-        ... except ValueError as err:
-        ...     print(str(err).split(";")[0])
-        unknown engine 'duckdb'
-    """
-    if engine not in ENGINES:
-        raise InvalidParameterError(
-            f"unknown engine {engine!r}; the engines are {', '.join(map(repr, ENGINES))}. "
-            "Nothing was read or written.\nHint: --engine polars (the default, one machine) or "
-            "--engine spark (pip install 'tabdp[spark]').")
-    if engine == "polars":
-        if spark is not None or master is not None:
-            raise InvalidParameterError(
-                "a Spark session or master was given, but the engine is 'polars'. Nothing was "
-                "read or written.\nHint: add --engine spark (run_release(..., engine='spark')),"
-                " or leave out the Spark options.")
-        return
-    if spark is not None and master is not None:
-        raise InvalidParameterError(
-            "both an existing Spark session and a Spark master were given; a session already "
-            "has its master. Nothing was read or written.\nHint: pass one of them.")
-    if spark is not None:
-        return
-    try:
-        with _quiet_pyspark():
-            import pyspark.sql  # noqa: F401
-    except ImportError:
-        raise UnsupportedBackendError(
-            "the Spark engine needs PySpark, which is not installed (or does not import). "
-            "Nothing was read or written.\nHint: pip install 'tabdp[spark]' (PySpark 3.5 to "
-            "4.x) and a Java runtime, or run with --engine polars.") from None
-
-
-@contextlib.contextmanager
-def _quiet_pyspark() -> Iterator[None]:
-    """PySpark's notice about the pandas version (it quotes a path of the server) is not shown."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="PySpark does not yet fully support",
-                                category=FutureWarning)
-        yield
-
-
-@contextlib.contextmanager
-def _stderr_to(log: Path | None) -> Iterator[None]:
-    """While the JVM starts: file descriptor 2 (inherited by the JVM for its life) is ``log``.
-
-    The JVM's own start-up lines and log4j's console lines (times, host name, IP address)
-    then go to the log, never to the terminal.
-    """
-    if log is None:
-        yield
-        return
-    sys.stderr.flush()
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    saved = os.dup(2)
-    try:
-        os.dup2(fd, 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
-
-
-def start_spark(master: str | None, log: Path | None = None) -> tuple[Any, Any]:
-    """A SparkSession on ``master`` (default `DEFAULT_MASTER`), and whether to stop it.
-
-    A SparkSession already active in this process is used as it is (its own master wins).
-    The Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise. A
-    session created here logs nothing (Spark's log lines could quote data values) and does not
-    record Python call sites in its plans; a local master gets 8 shuffle partitions. Other
-    settings come from Spark's own configuration (``spark-defaults.conf``, ``SPARK_CONF_DIR``).
-
-    Args:
-        master: A Spark master URL (``local[4]``, ``spark://host:7077``, ``yarn``...).
-        log: A file for everything the JVM writes to its standard error (start-up lines,
-            log4j's console output), created 0600; ``None``: the process's own stderr. It has
-            an effect only when this call starts the JVM.
-
-    Returns:
-        The session, and the same session if this call created it (the caller stops it at the
-        end), else ``None``.
-
-    Raises:
-        UnsupportedBackendError: Spark could not start (no Java runtime, a bad master URL).
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    with _quiet_pyspark():
-        from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, None
-    builder = SparkSession.builder.master(master or DEFAULT_MASTER).appName("tabdp-run") \
-        .config("spark.ui.showConsoleProgress", "false") \
-        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-    # (PySpark's record of the Python call site of every Column function, for its error
-    # messages: four JVM round trips per call, most of a release's round trips; a run's
-    # failures are reported in failure.json without Spark's call sites)
-    if (master or DEFAULT_MASTER).startswith("local"):
-        # one machine: a few shuffle partitions (Spark's default of 200 is meant for clusters)
-        builder = builder.config("spark.sql.shuffle.partitions", "8")
-    try:
-        with _stderr_to(log), _quiet_pyspark():
-            spark = builder.getOrCreate()
-    except Exception as err:  # noqa: BLE001 - the JVM's many ways of not starting
-        raise UnsupportedBackendError(
-            f"Spark could not start on master {master or DEFAULT_MASTER!r}: "
-            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-            ". Nothing was read or written.\nHint: check the master URL (--spark-master) and "
-            "that a Java runtime is installed (java on PATH or JAVA_HOME).") from None
-    # Spark's own log lines could quote values of the data (a failed task's traceback): the
-    # terminal gets none; the details of a failure go to failure.json like every other one
-    spark.sparkContext.setLogLevel("OFF")
-    return spark, spark
-
-
-def _table_exists(spark: Any, name: str) -> bool:
-    try:
-        return bool(spark.catalog.tableExists(name))
-    except Exception:  # noqa: BLE001 - an unparsable name or an unreachable catalog
-        return False
-
-
-def check_table(spark: Any, name: str) -> None:
-    """Check that the spec's ``input.table`` is a table of the session's catalog (no data read).
-
-    Args:
-        spark: The SparkSession.
-        name: The table name (``db.name`` or ``catalog.db.name``).
-
-    Raises:
-        SpecError: The catalog has no such table.
-    """
-    if not _table_exists(spark, name):
-        raise SpecError(
-            "input.table", f"the Spark catalog has no table {name!r}. Nothing was read or "
-            "written.\nHint: check the name (db.table or catalog.db.table) and the session's "
-            "catalog configuration (--spark-master, or pass an existing session).")
+__all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
+           "declared_casts", "add_derived", "to_polars", "write_single_parquet", "report_view",
+           "REPORT_UNITS", "schema_of"]
 
 
 def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | None,

@@ -32,11 +32,8 @@ only to ``failure.json`` in the confidential folder.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tabdp.exceptions import (
     CoverageWarning,
@@ -86,6 +83,9 @@ from tabdp.release._staging import (
 )
 from tabdp.release._tables import Progress, _no_progress, _run_with_data
 from tabdp.release.spec import ReleaseSpec
+
+if TYPE_CHECKING:
+    from tabdp.frame.backends import RunEngine
 
 #: The public names of the run, whichever stage module holds them (the stages: `_plan`,
 #: `_input`, `_tables`, `_outputs`, `_staging`).
@@ -159,16 +159,12 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
         >>> (res.confidential / "per_record_losses.parquet").exists()
         True
     """
-    from tabdp.release._spark_run import check_engine
+    from tabdp.frame.backends import run_engine
 
     report = progress or _no_progress
-    check_engine(engine, spark, spark_master)
-    if spec.input.table is not None and engine != "spark":
-        raise SpecError(
-            "input.table", f"the input is the Spark catalog table {spec.input.table!r}, which "
-            "only the Spark engine reads. Nothing was read or written.\nHint: run with "
-            "--engine spark (run_release(..., engine='spark')), or set input.path to Parquet "
-            "files.")
+    # the one engine decision (tabdp.frame.backends): the same calls below for every engine
+    eng = run_engine(engine, spark, spark_master)
+    eng.check_source(spec.input.table)
     if spec.seed is not None and not test_seed:
         raise SpecError(
             "randomness.seed",
@@ -189,80 +185,36 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     # the lifetime ledger: locked and verified before anything of the data is read (the
     # schema check and the declared scan read the files' footers), so that whether a run is
     # refused for its ledger never depends on the data
-    ledger = open_ledger(spec, engine)
+    ledger = open_ledger(spec)
     try:
-        return _run_with_ledger(spec, engine, ledger, overwrite=overwrite, report=report,
-                                spark=spark, spark_master=spark_master, started=started,
-                                epoch=epoch, summary=summary)
+        return _run_with_ledger(spec, eng, ledger, overwrite=overwrite, report=report,
+                                started=started, epoch=epoch, summary=summary)
     finally:
         if ledger is not None:
             ledger.close()
 
 
-def _run_with_ledger(spec: ReleaseSpec, engine: str, ledger: Any, *, overwrite: bool,
-                     report: Any, spark: Any, spark_master: Any, started: str, epoch: float,
+def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrite: bool,
+                     report: Any, started: str, epoch: float,
                      summary: dict[str, Any]) -> ReleaseResult:
     """`run_release` once its ledger (or ``None``) is open: the schema, then the data."""
     _check_schema_first(spec)
-    owned = None
-    spark_log: Path | None = None
-    if engine == "spark":
-        from tabdp.release._spark_run import check_table, start_spark
-
-        if spark is None:
-            # the JVM's start-up and log lines (times, host, IP) are the curator's: a log
-            # file, moved into the confidential folder at the end (never the terminal)
-            fd, name = tempfile.mkstemp(prefix="tabdp-spark-", suffix=".log")
-            os.close(fd)
-            spark_log = Path(name)
-        try:
-            if spark is None:
-                spark, owned = start_spark(spark_master, log=spark_log)
-            if spec.input.table is not None:
-                check_table(spark, spec.input.table)
-        except BaseException:
-            if owned is not None:
-                owned.stop()
-            if spark_log is not None:
-                spark_log.unlink(missing_ok=True)
-            raise
-
-    if engine != "spark":
-        # data-free: mapping codes the join's conversion merges are refused before any read
-        # (the schema and the spec decide it; author mode converts key columns first)
-        try:
-            lf0, schema0 = scan_input(spec, schema_only=True)
-        except DataValidationError as err:
-            if spec.input.mode != "author":
-                raise
-            # author mode: the curator's files (their schema, or none matching) are not the
-            # author's to see: the generic failure, details in the confidential folder
-            fail = _failure_details(err, "reading the input's schema")
-            raise DataDependentFailure(_write_failure(spec, fail, started),
-                                       spec.output.confidential) from None
-        if spec.input.mode == "author":
-            lf0 = _author_key_casts(spec, lf0)
-        _refuse_mapping_collisions(spec, schema0, lf0)
+    eng.open(spec.input.table)  # Spark: started (its log kept privately), the table checked
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
     try:
+        # data-free: mapping codes the join's conversion merges are refused before any read
+        # where the engine reads the input's schema first (Polars)
+        eng.before_data(lambda: _check_input_first(spec, started))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             # PySpark's notice about the pandas version says nothing about the data
             warnings.filterwarnings("ignore", message="PySpark does not yet fully support",
                                     category=FutureWarning)
-            if engine == "spark":
-                # PySpark 3.5's own notices (py4j sockets left to the garbage collector, the
-                # deprecated APIs of distutils and pandas 2 it calls): nothing about the data
-                warnings.filterwarnings("ignore", category=ResourceWarning)
-                for text in ("distutils Version classes are deprecated",
-                             "is_categorical_dtype is deprecated",
-                             "The copy keyword is deprecated"):
-                    warnings.filterwarnings("ignore", message=text)
+            eng.quiet_warnings()  # the engine's own notices (nothing about the data)
             try:
                 result = _run_with_data(spec, summary, started, epoch, overwrite, report,
-                                        caught, spark if engine == "spark" else None,
-                                        ledger=ledger)
+                                        caught, eng.handle, ledger=ledger)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as err:  # noqa: BLE001 - one generic failure once data was
@@ -271,10 +223,9 @@ def _run_with_ledger(spec: ReleaseSpec, engine: str, ledger: Any, *, overwrite: 
                 details = _failure_details(err, "after reading the input")
                 details["warnings"] = [str(w.message) for w in caught]
     finally:
-        if owned is not None:
-            owned.stop()
-        if spark_log is not None:
-            _keep_spark_log(spark_log, spec.output.confidential)
+        log = eng.close()
+        if log is not None:  # the JVM's start-up and log lines: the curator's
+            _keep_spark_log(log, spec.output.confidential)
     if details is not None:
         # raised outside the except block: the exception carries no chained details
         raise DataDependentFailure(_write_failure(spec, details, started),
@@ -285,6 +236,26 @@ def _run_with_ledger(spec: ReleaseSpec, engine: str, ledger: Any, *, overwrite: 
     for text in result.coverage:
         warnings.warn(text, CoverageWarning, stacklevel=2)
     return result
+
+
+def _check_input_first(spec: ReleaseSpec, started: str) -> None:
+    """The input's schema, read before any data: mapping codes the conversions would merge.
+
+    The schema and the spec decide it (author mode converts key columns first). In author
+    mode the curator's files (their schema, or none matching) are not the author's to see: a
+    failure to read them is the generic failure, details in the confidential folder.
+    """
+    try:
+        lf0, schema0 = scan_input(spec, schema_only=True)
+    except DataValidationError as err:
+        if spec.input.mode != "author":
+            raise
+        fail = _failure_details(err, "reading the input's schema")
+        raise DataDependentFailure(_write_failure(spec, fail, started),
+                                   spec.output.confidential) from None
+    if spec.input.mode == "author":
+        lf0 = _author_key_casts(spec, lf0)
+    _refuse_mapping_collisions(spec, schema0, lf0)
 
 
 def _check_schema_first(spec: ReleaseSpec) -> None:

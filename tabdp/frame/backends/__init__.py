@@ -12,6 +12,10 @@ Engines:
 * ``"streaming"``: Polars streaming, a session without per-row state (row mode, a LazyFrame
   input or ``Session(streaming=True)``): each release one lazy plan (`tabdp.frame._stream`);
 * ``"spark"``: PySpark DataFrames, released in Spark (`tabdp.frame._spark`).
+
+A whole release run (``tabdp run --engine polars|spark``) gets its engine here too
+(`run_engine`: a `tabdp.frame.backends.run.RunEngine` the release workflow calls the same way
+for every engine).
 """
 
 from __future__ import annotations
@@ -22,15 +26,20 @@ from typing import Any, Literal
 
 import polars as pl
 
+from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
+from tabdp.frame.backends.run import PolarsRun, RunEngine, SparkRun, require_pyspark
 
 __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
-           "release_engine", "pin_frame"]
+           "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine"]
 
 #: The engines a release runs on.
 Engine = Literal["memory", "streaming", "spark"]
 ENGINES: tuple[Engine, ...] = ("memory", "streaming", "spark")
+
+#: The engines a whole release run (``tabdp run --engine``) works in.
+RUN_ENGINES: tuple[str, ...] = ("polars", "spark")
 
 #: The kinds of input frame: pandas, Polars eager, Polars lazy, PySpark.
 FrameKind = Literal["pandas", "polars", "lazy", "spark"]
@@ -247,3 +256,49 @@ def pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
     if isinstance(native, pl.DataFrame):
         return native.clone().lazy()
     return pl.from_pandas(native).lazy()
+
+
+def run_engine(engine: str, spark: Any = None, master: str | None = None) -> RunEngine:
+    """The engine of a release run, from the user's choice (checked; nothing started, no data).
+
+    Args:
+        engine: ``"polars"`` or ``"spark"`` (`RUN_ENGINES`).
+        spark: An existing SparkSession (Spark engine only).
+        master: A Spark master URL (Spark engine only; not with ``spark``).
+
+    Returns:
+        The run's engine (`tabdp.frame.backends.run.PolarsRun` or ``SparkRun``), not started.
+
+    Raises:
+        InvalidParameterError: An unknown engine, Spark options with the Polars engine, or
+            both an existing session and a master.
+        UnsupportedBackendError: The Spark engine without PySpark installed.
+
+    Example:
+        >>> run_engine("polars").name
+        'polars'
+        >>> try:
+        ...     run_engine("duckdb")
+        ... except ValueError as err:
+        ...     print(str(err).split(";")[0])
+        unknown engine 'duckdb'
+    """
+    if engine not in RUN_ENGINES:
+        raise InvalidParameterError(
+            f"unknown engine {engine!r}; the engines are {', '.join(map(repr, RUN_ENGINES))}. "
+            "Nothing was read or written.\nHint: --engine polars (the default, one machine) or "
+            "--engine spark (pip install 'tabdp[spark]').")
+    if engine == "polars":
+        if spark is not None or master is not None:
+            raise InvalidParameterError(
+                "a Spark session or master was given, but the engine is 'polars'. Nothing was "
+                "read or written.\nHint: add --engine spark (run_release(..., engine='spark')),"
+                " or leave out the Spark options.")
+        return PolarsRun()
+    if spark is not None and master is not None:
+        raise InvalidParameterError(
+            "both an existing Spark session and a Spark master were given; a session already "
+            "has its master. Nothing was read or written.\nHint: pass one of them.")
+    if spark is None:
+        require_pyspark()
+    return SparkRun(spark, master)

@@ -571,7 +571,7 @@ def _spilled_read(ledger: ReplayLedger, spill: _Spill | None,
         if ledger.spill is not None:
             ledger.spill.close()
         spill.rows = int(grouped[0]["__n"].sum() or 0) if grouped else 0
-        ledger.spill = spill
+        ledger.keep_spill(spill)
     return list(grouped)
 
 
