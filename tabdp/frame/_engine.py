@@ -553,7 +553,8 @@ class _Snapshot(NamedTuple):
     # themselves are in the group-by's order).
     order: UnitOrder | None = None
     # Unit mode: per-cell exact totals of ``data``'s columns, kept for the session's next
-    # release of the same snapshot (`cell_totals`).
+    # release of the same snapshot (`cell_totals`). Row mode (one row per row id): the same
+    # for the cells kept in ``cells`` (cleared when those change).
     totals: dict[str, pl.DataFrame] | None = None
     # Row mode: each row's cell for a (key set, grouping) (`cells_of`), kept for the
     # session's next release of the same snapshot: (id(keys), by) -> (keys, the cell column).
@@ -692,7 +693,10 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
             data = data.group_by(ROW_ID, *by, maintain_order=True).agg(
                 pl.exclude(ROW_ID, *by).sum())
     data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
-    return _Snapshot(data, counts, fps, rows_read, per_row, cells={})
+    # one row per unit: the cell totals of the rows as they are, for the cells kept in
+    # ``cells``, are kept for the next release of the same snapshot and cells (`cells_of`)
+    return _Snapshot(data, counts, fps, rows_read, per_row, totals={} if per_row else None,
+                     cells={})
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -794,6 +798,8 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
         if snap.cells is not None:
             snap.cells.clear()  # one grouping kept: the last one
             snap.cells[(id(keys), tuple(by))] = (keys, data[_CELL])
+            if snap.totals is not None:  # row mode: totals of the previous cells
+                snap.totals.clear()
     if not snap.per_row:  # row ids repeated by a join: one unit in several cells
         data = _sort_units(data, uid, len(keys) if by else 1)
     return data
