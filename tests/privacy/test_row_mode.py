@@ -591,3 +591,45 @@ def test_the_dense_ledger_keeps_no_column_of_zeros() -> None:
     assert led.arrays["eps_a"].tolist() == [0.0, 0.5, 0.0]
     assert led.arrays["rho"].tolist() == [1.0, 2.0, 1.0]
     assert led.arrays["size"].tolist() == [1.0, 4.0, 1.0]
+
+
+def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-memory engine's arrays are allocated without huge pages; NumPy's setting returns.
+
+    `small_pages` switches NumPy's advice off while a release aggregates and records (blocks
+    nest) and restores the setting when the last block ends; the release is the same either
+    way.
+    """
+    from tabdp import _numeric
+    from tabdp.frame.backends import polars as backend
+
+    state = {"hp": True}
+    seen: list[bool] = []
+
+    def setter(on: bool) -> bool:
+        old, state["hp"] = state["hp"], bool(on)
+        return old
+
+    monkeypatch.setattr(np._core.multiarray, "_set_madvise_hugepage", setter)
+    df = pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    aggregate = backend.MemoryBackend._aggregate
+
+    def spied(self: Any, rel: Any) -> Any:
+        seen.append(state["hp"])
+        return aggregate(self, rel)
+
+    monkeypatch.setattr(backend.MemoryBackend, "_aggregate", spied)
+    s = tabdp.Session(seed=2, streaming=False)
+    got = df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    assert seen == [False] and state["hp"] is True
+    with _numeric.small_pages():
+        with _numeric.small_pages():
+            assert state["hp"] is False
+        assert state["hp"] is False  # the outer block is still open
+    assert state["hp"] is True
+    monkeypatch.undo()
+    s2 = tabdp.Session(seed=2, streaming=False)
+    assert got.equals(df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
+                                session=s2))

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import small_pages
 from tabdp.frame import binding
 from tabdp.frame._engine import (
     _ALL,
@@ -239,6 +240,8 @@ class MemoryBackend(_PolarsOutput):
     def aggregate(self, rel: Planned) -> Aggregated:
         """Snapshot, checks, cells, charges, the individual filter, exact totals and the audit.
 
+        NumPy's per-row arrays are allocated without huge pages (`tabdp._numeric.small_pages`).
+
         Args:
             rel: The planned release.
 
@@ -246,6 +249,10 @@ class MemoryBackend(_PolarsOutput):
             The cell totals and the confidential summaries; ``state`` holds the charges and
             the filter's decisions for `record`.
         """
+        with small_pages():
+            return self._aggregate(rel)
+
+    def _aggregate(self, rel: Planned) -> Aggregated:
         op, pre, kind, keys, rules = rel.op, rel.pre, rel.kind, rel.keys, rel.rules
         measure_list, by_list, mechanism = pre.measures, pre.by, pre.mechanism
         sess, qname = op.session, op.name
@@ -435,7 +442,8 @@ class MemoryBackend(_PolarsOutput):
             agg: From `aggregate` (its charges and the filter's decisions).
         """
         charges, admitted = agg.state
-        rel.op.session.record_release(record, rel.op.backend, charges, admitted)
+        with small_pages():  # the ledger's per-row arrays (`aggregate`)
+            rel.op.session.record_release(record, rel.op.backend, charges, admitted)
 
     def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
         """A median's pass: one evaluation of the input, checks, cells, charges and filter.
