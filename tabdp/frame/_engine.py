@@ -847,10 +847,6 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
     if doms is not None and all(
             d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
             and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
-        if isinstance(frame, pl.DataFrame):
-            # as a plan (the same row-wise expression, the row order kept): on the snapshot's
-            # many chunks about half the CPU of the eager `with_columns` at 10M rows
-            return _cells_by_codes(frame.lazy(), doms, name).collect()
         return _cells_by_codes(frame, doms, name)
     if not casts and isinstance(frame, pl.DataFrame):
         # in memory, keys of the key set's dtypes: KeySet.cell_index (per-column lookups of a
