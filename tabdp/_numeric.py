@@ -8,6 +8,9 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -395,3 +398,43 @@ def inflate(x: Any, ulps: Any, positive: Any = None) -> np.ndarray:
                 np.atleast_1d(np.broadcast_to(np.asarray(positive), xx.shape))[small] | (xs > 0))
             y[small] = np.where(pos, y[small] + _TINY, xs)
     return y.reshape(x.shape)
+
+
+_PAGES_LOCK = threading.Lock()
+_PAGES_DEPTH = [0, True]  # blocks inside `small_pages`, NumPy's setting before the first
+
+
+@contextmanager
+def small_pages() -> Iterator[None]:
+    """NumPy's new large arrays without transparent huge pages while the block runs.
+
+    NumPy advises the kernel to back each array of 4 MiB or more with 2 MiB pages
+    (``madvise(MADV_HUGEPAGE)``). Where the kernel compacts memory to find such pages when they
+    are first touched (``/sys/kernel/mm/transparent_hugepage/defrag`` = ``madvise``, as on the
+    project's benchmark VM), the in-memory engine's fresh per-row arrays of millions of rows
+    spent more system time in that compaction than in ordinary page faults: at 10M rows in
+    row mode about 2 of 7.6 CPU-s (docs/performance.md). The advice is switched off for the
+    block and restored when the last block open in the process ends (blocks may nest and run
+    in several threads). It changes where memory comes from, never a value.
+
+    Example:
+        >>> with small_pages():
+        ...     float(np.ones(4).sum())
+        4.0
+    """
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None),
+                     "_set_madvise_hugepage", None)
+    if setter is None:  # another NumPy: its own default
+        yield
+        return
+    with _PAGES_LOCK:
+        if _PAGES_DEPTH[0] == 0:
+            _PAGES_DEPTH[1] = bool(setter(False))
+        _PAGES_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _PAGES_LOCK:
+            _PAGES_DEPTH[0] -= 1
+            if _PAGES_DEPTH[0] == 0:
+                setter(_PAGES_DEPTH[1])

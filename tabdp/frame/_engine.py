@@ -515,8 +515,11 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
 
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
                    measures: list[str], rules: _Rules, bound: Sequence[str] = ()
-                   ) -> tuple[pl.LazyFrame, list[str]]:
-    """The lazy plan of a row-mode snapshot (one row per row id) and its counter columns.
+                   ) -> tuple[pl.LazyFrame, pl.LazyFrame | None]:
+    """The lazy plan of a row-mode snapshot (one row per row id) and its totals over all rows.
+
+    The totals (the counters, named by flag, and ``fp:<column>``, the fingerprints: one row,
+    None without any) are a plan over the same input, collected with it (`_row_snapshot`).
 
     Row ids are assigned here (``unit=None``), or were assigned by the caller when it read the
     input (``unit=ROW_ID``, the release workflow). ``bound``: the columns the session's earlier
@@ -530,12 +533,14 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
         base = lf.with_columns(keep)
         fps = []
-    # the counters stay Boolean (one bit per row, summed once) rather than 64-bit columns
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
-        *[e.alias(k) for k, e in counters.items()], *fps)
-    return plan, list(counters)
+        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL))
+    # the counters and fingerprints are totals over all rows: summed in the same pass (the
+    # scan is shared, `collect_all`), not kept as per-row columns
+    sums = [*[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()],
+            *[f.sum() for f in fps]]
+    return plan, base.select(sums) if sums else None
 
 
 class _Snapshot(NamedTuple):
@@ -553,7 +558,8 @@ class _Snapshot(NamedTuple):
     # themselves are in the group-by's order).
     order: UnitOrder | None = None
     # Unit mode: per-cell exact totals of ``data``'s columns, kept for the session's next
-    # release of the same snapshot (`cell_totals`).
+    # release of the same snapshot (`cell_totals`). Row mode (one row per row id): the same
+    # for the cells kept in ``cells`` (cleared when those change).
     totals: dict[str, pl.DataFrame] | None = None
     # Row mode: each row's cell for a (key set, grouping) (`cells_of`), kept for the
     # session's next release of the same snapshot: (id(keys), by) -> (keys, the cell column).
@@ -672,27 +678,26 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
                   rules: _Rules) -> _Snapshot:
     """The snapshot of row mode: one row per row id (``unit`` None or ``ROW_ID``)."""
     sess = op.session
-    plan, names = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
-                                 binding.of(sess).bound_columns())
-    data = plan.collect(engine="streaming")  # bounded memory for inputs larger than RAM
-    counts = {k: int(v or 0) for k, v in
-              data.select(pl.col(k).cast(pl.Int64).sum() for k in names).row(0, named=True)
-              .items()} if names else {}
+    plan, sums = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
+                                binding.of(sess).bound_columns())
+    if sums is not None:  # bounded memory for inputs larger than RAM; one scan for both
+        data, totals = pl.collect_all([plan, sums], engine="streaming")
+        total = totals.row(0, named=True)
+    else:
+        data, total = plan.collect(engine="streaming"), {}
+    counts = {k: int(v or 0) for k, v in total.items() if not k.startswith("fp:")}
     rows_read = data.height  # one row per row read (the plan has no group-by)
-    fps = {}
+    fps = {k[3:]: int(v or 0) for k, v in total.items() if k.startswith("fp:")}
     per_row = unit is None
-    if unit is None:
-        fp_cols = [c for c in data.columns if c.startswith("fp:")]
-        if fp_cols:
-            row = data.select(pl.col(c).sum() for c in fp_cols).row(0, named=True)
-            fps = {c[3:]: int(v or 0) for c, v in row.items()}
-    else:  # unit == ROW_ID (_snapshot_plan)
+    if unit is not None:  # unit == ROW_ID (_snapshot_plan)
         per_row = not bool(data[ROW_ID].is_duplicated().any())
         if not per_row:  # a join repeated rows: they are one unit (same result, group-by)
             data = data.group_by(ROW_ID, *by, maintain_order=True).agg(
                 pl.exclude(ROW_ID, *by).sum())
-    data = data.drop([*names, *[c for c in data.columns if c.startswith("fp:")]])
-    return _Snapshot(data, counts, fps, rows_read, per_row, cells={})
+    # one row per unit: the cell totals of the rows as they are, for the cells kept in
+    # ``cells``, are kept for the next release of the same snapshot and cells (`cells_of`)
+    return _Snapshot(data, counts, fps, rows_read, per_row, totals={} if per_row else None,
+                     cells={})
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -794,6 +799,8 @@ def cells_of(snap: _Snapshot, keys: KeySet, by: list[str], uid: str) -> pl.DataF
         if snap.cells is not None:
             snap.cells.clear()  # one grouping kept: the last one
             snap.cells[(id(keys), tuple(by))] = (keys, data[_CELL])
+            if snap.totals is not None:  # row mode: totals of the previous cells
+                snap.totals.clear()
     if not snap.per_row:  # row ids repeated by a join: one unit in several cells
         data = _sort_units(data, uid, len(keys) if by else 1)
     return data

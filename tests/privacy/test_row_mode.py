@@ -285,6 +285,53 @@ def test_a_count_after_a_sum_of_the_same_snapshot_finds_the_cells_once(
         assert runs[0][i].equals(runs[1][i])
 
 
+@pytest.mark.parametrize("budget", [None, 3.0], ids=["no-budget", "budget"])
+def test_a_count_after_a_sum_of_the_same_cells_takes_the_sums_totals(
+        monkeypatch: pytest.MonkeyPatch, budget: float | None) -> None:
+    """In memory, a count of the same snapshot and cells takes the sum's exact cell totals.
+
+    The count's rows per cell are those the sum grouped (every row kept, none left out by the
+    budget filter): they are not grouped again. Another grouping clears them, and a budget
+    that leaves rows out of the sum keeps none. Tables and per-record losses are those of a
+    count of a copy of the frame, which groups its own rows.
+    """
+    from tabdp.frame.backends import polars as backend
+
+    rng = np.random.default_rng(4)
+    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], 400), "k": rng.integers(0, 3, 400),
+                       "x": rng.lognormal(1.0, 1.5, 400)})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"], k=[0, 1])
+    reused: list[bool] = []
+    whole = backend._whole_totals
+
+    def spied(memo: Any, cols: list[str]) -> Any:
+        got = whole(memo, cols)
+        reused.append(got is not None)
+        return got
+
+    monkeypatch.setattr(backend, "_whole_totals", spied)
+    runs = []
+    for same in (True, False):
+        s = tabdp.Session(seed=5, streaming=False, budget=budget)
+        out: list[Any] = [df.dp.sum("x", by=["c", "k"], keys=keys, mechanism=mech.Gaussian(4.0),
+                                    session=s)]
+        reused.clear()
+        other = df if same else df.clone()
+        out.append(other.dp.count(by=["c", "k"], keys=keys, session=s))
+        out.append(list(reused))
+        out.append(df.dp.count(by="c", keys=keys.project(["c"]), session=s))
+        reused.clear()
+        out.append(df.dp.count(by=["c", "k"], keys=keys, session=s))
+        out.append(list(reused))
+        out.append(s.report().per_record)
+        runs.append(out)
+    left_out = budget is not None
+    assert runs[0][2] == [not left_out] and runs[1][2] == [False]
+    assert True not in runs[0][5]  # the cells were found again for the other grouping
+    for i in (0, 1, 3, 4, 6):
+        assert runs[0][i].equals(runs[1][i])
+
+
 # origin: review R3
 @pytest.mark.parametrize("streaming", [False, True])
 def test_a_column_named_like_the_row_ids_is_refused_in_row_mode(streaming: bool) -> None:
@@ -544,3 +591,45 @@ def test_the_dense_ledger_keeps_no_column_of_zeros() -> None:
     assert led.arrays["eps_a"].tolist() == [0.0, 0.5, 0.0]
     assert led.arrays["rho"].tolist() == [1.0, 2.0, 1.0]
     assert led.arrays["size"].tolist() == [1.0, 4.0, 1.0]
+
+
+def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-memory engine's arrays are allocated without huge pages; NumPy's setting returns.
+
+    `small_pages` switches NumPy's advice off while a release aggregates and records (blocks
+    nest) and restores the setting when the last block ends; the release is the same either
+    way.
+    """
+    from tabdp import _numeric
+    from tabdp.frame.backends import polars as backend
+
+    state = {"hp": True}
+    seen: list[bool] = []
+
+    def setter(on: bool) -> bool:
+        old, state["hp"] = state["hp"], bool(on)
+        return old
+
+    monkeypatch.setattr(np._core.multiarray, "_set_madvise_hugepage", setter)
+    df = pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    aggregate = backend.MemoryBackend._aggregate
+
+    def spied(self: Any, rel: Any) -> Any:
+        seen.append(state["hp"])
+        return aggregate(self, rel)
+
+    monkeypatch.setattr(backend.MemoryBackend, "_aggregate", spied)
+    s = tabdp.Session(seed=2, streaming=False)
+    got = df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    assert seen == [False] and state["hp"] is True
+    with _numeric.small_pages():
+        with _numeric.small_pages():
+            assert state["hp"] is False
+        assert state["hp"] is False  # the outer block is still open
+    assert state["hp"] is True
+    monkeypatch.undo()
+    s2 = tabdp.Session(seed=2, streaming=False)
+    assert got.equals(df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
+                                session=s2))

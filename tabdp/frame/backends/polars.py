@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import small_pages
 from tabdp.frame import binding
 from tabdp.frame._engine import (
     _ALL,
@@ -241,6 +242,8 @@ class MemoryBackend(_PolarsOutput):
     def aggregate(self, rel: Planned) -> Aggregated:
         """Snapshot, checks, cells, charges, the individual filter, exact totals and the audit.
 
+        NumPy's per-row arrays are allocated without huge pages (`tabdp._numeric.small_pages`).
+
         Args:
             rel: The planned release.
 
@@ -248,6 +251,10 @@ class MemoryBackend(_PolarsOutput):
             The cell totals and the confidential summaries; ``state`` holds the charges and
             the filter's decisions for `record`.
         """
+        with small_pages():
+            return self._aggregate(rel)
+
+    def _aggregate(self, rel: Planned) -> Aggregated:
         op, pre, kind, keys, rules = rel.op, rel.pre, rel.kind, rel.keys, rel.rules
         measure_list, by_list, mechanism = pre.measures, pre.by, pre.mechanism
         sess, qname = op.session, op.name
@@ -396,14 +403,18 @@ class MemoryBackend(_PolarsOutput):
             pl.col(m).sum() for m in measure_list).row(0, named=True) if measure_list else {}
         rows_left = 0 if row_ok is None else int(
             inside.filter(~row_ok)[_ROWS].sum() or 0)
-        # unit mode: the cell totals of the snapshot's rows as they are (no rule, bound or
-        # filter changed them) are kept for the next release of the same snapshot
+        # the cell totals of the snapshot's rows as they are (no rule, bound or filter changed
+        # them) are kept for the next release of the same snapshot (row mode: of the same
+        # cells, `cells_of`; its rows inside the key set are a function of those cells)
         whole = (snap.totals is not None and row_ok is None
-                 and inside.height == snap.data.height
+                 and (snap.per_row or inside.height == snap.data.height)
                  and not (kind == "count" and pre.max_rows is not None))
         totals = _whole_totals(snap.totals, value_cols) if whole else None
         if totals is None:
-            totals = work.group_by(_CELL).agg(pl.col(c).sum() for c in value_cols)
+            # (a lazy plan: Polars' eager group-by of a frame of many chunks copies them,
+            # about three times the CPU at 10M rows; the sums are exact either way)
+            totals = work.lazy().group_by(_CELL).agg(pl.col(c).sum() for c in value_cols) \
+                .collect(engine="streaming")
             if whole:
                 assert snap.totals is not None
                 snap.totals[",".join(value_cols)] = totals
@@ -433,7 +444,8 @@ class MemoryBackend(_PolarsOutput):
             agg: From `aggregate` (its charges and the filter's decisions).
         """
         charges, admitted = agg.state
-        rel.op.session.record_release(record, rel.op.backend, charges, admitted)
+        with small_pages():  # the ledger's per-row arrays (`aggregate`)
+            rel.op.session.record_release(record, rel.op.backend, charges, admitted)
 
     def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
         """A median's pass: one evaluation of the input, checks, cells, charges and filter.
