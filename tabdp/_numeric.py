@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -415,7 +416,8 @@ def small_pages() -> Iterator[None]:
     spent more system time in that compaction than in ordinary page faults: at 10M rows in
     row mode about 2 of 7.6 CPU-s (docs/performance.md). The advice is switched off for the
     block and restored when the last block open in the process ends (blocks may nest and run
-    in several threads). It changes where memory comes from, never a value.
+    in several threads). It changes where memory comes from, never a value. A process started
+    with ``NUMPY_MADVISE_HUGEPAGE`` set keeps NumPy's setting: its owner chose it.
 
     Example:
         >>> with small_pages():
@@ -424,7 +426,8 @@ def small_pages() -> Iterator[None]:
     """
     setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None),
                      "_set_madvise_hugepage", None)
-    if setter is None:  # another NumPy: its own default
+    if setter is None or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        # another NumPy (its own default), or the process's owner chose the advice
         yield
         return
     with _PAGES_LOCK:

@@ -612,6 +612,7 @@ def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
         return old
 
     monkeypatch.setattr(np._core.multiarray, "_set_madvise_hugepage", setter)
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
     df = pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
     keys = tabdp.KeySet.from_dict(c=["a", "b"])
     aggregate = backend.MemoryBackend._aggregate
@@ -629,6 +630,10 @@ def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
             assert state["hp"] is False
         assert state["hp"] is False  # the outer block is still open
     assert state["hp"] is True
+    # a process started with NUMPY_MADVISE_HUGEPAGE keeps its owner's choice
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    with _numeric.small_pages():
+        assert state["hp"] is True
     monkeypatch.undo()
     s2 = tabdp.Session(seed=2, streaming=False)
     assert got.equals(df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
