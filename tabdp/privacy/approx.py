@@ -685,15 +685,28 @@ class _ArbHockey:
                 return (u**ra - ad**ra) / ra, u ** (ra - 1) - sign * ad ** (ra - 1)
 
             # Newton in ball arithmetic (on midpoints) on g(u) = ε from the float crossing point
+            half0 = arb(b / 2.0)
             if eps == 0.0:
                 lo = hi = arb(b / 2.0)
             else:
                 if not math.isfinite(u0):
                     return None
+                gu0, _ = g_and_gp(arb(max(u0, b / 2.0)))
+                if abs(float(gu0.mid()) - eps) > 1e-6 * eps:   # a far start: the float solve
+                    u0 = float(_u_for_eps_arr(np.array([b]), np.array([eps]), self.r)[0])
+                    if not math.isfinite(u0):
+                        return None
                 uu = arb(max(u0, b / 2.0))
-                for _ in range(5):
+                tol = arb(2.0) ** (16 - flint.ctx.prec)
+                for _ in range(60):
                     gu, gp = g_and_gp(uu)
-                    uu = arb((uu - (gu - ee) / gp).mid())
+                    step = ((gu - ee) / gp).mid()
+                    nxt = arb((uu - step).mid())
+                    if nxt < half0:
+                        nxt = arb(((uu + half0) / 2).mid())
+                    uu = nxt
+                    if abs(step) <= tol * uu:
+                        break
                 # bracket the crossing point at relative width 2^-k, decided in ball arithmetic
                 half = arb(b / 2.0)
                 k = prec - 16
@@ -749,6 +762,8 @@ class _ArbHockey:
         best = math.inf
         up = _CERT_UP
         prec = self.bits_delta + int(math.log2(1.0 + eps0)) + 8
+        if eps0 > 0.0:          # a tiny ε is resolved against δ's own bits
+            prec += max(0, -math.frexp(eps0)[1])
         for _ in range(60):
             res = self.upper(eps, u, prec)
             if res is None:
@@ -781,7 +796,8 @@ class _ArbHockey:
         return best
 
 
-def _eps_certified(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
+def _eps_certified(b: np.ndarray, delta: float, law: _Law,
+                   b_cert: np.ndarray | None = None) -> np.ndarray:
     """Certified ε at δ for distinct finite b > 0 (r ∉ {1, 2}): never below the exact ε.
 
     The float solver (`_eps_generic`, calibrated to δ·(1 − 1e-8)) gives a start within ~1e-8
@@ -794,7 +810,7 @@ def _eps_certified(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
     """
     eps_f = _eps_generic(b, delta * (1.0 - _START_MARGIN), law)
     out = eps_f.copy()
-    b_up = np.nextafter(b, np.inf)
+    b_up = np.nextafter(b, np.inf) if b_cert is None else b_cert
     zero = eps_f == 0.0
     todo = np.flatnonzero(~zero & np.isfinite(eps_f))
     if np.any(zero):
@@ -808,8 +824,34 @@ def _eps_certified(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
     return out
 
 
-def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.ndarray:
-    """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm)."""
+def _quotient_above(d: np.ndarray, s: float, b: np.ndarray) -> np.ndarray:
+    """Whether the exact quotient d/s exceeds its rounding b = fl(d/s) (b finite, > 0).
+
+    Dekker's exact product b·s = p + e (Veltkamp splitting; no overflow for b·s ≈ d finite
+    below ~1e300): d − b·s = (d − p) − e, where d − p is exact (Sterbenz) and the sign of the
+    final subtraction is exact. Values too large for the split are reported as above (safe).
+    """
+    split = 134217729.0  # 2^27 + 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = b * s
+        bh = b * split
+        bh = bh - (bh - b)
+        bl = b - bh
+        sh = s * split
+        sh = sh - (sh - s)
+        sl = s - sh
+        e = ((bh * sh - p) + bh * sl + bl * sh) + bl * sl
+        out = (d - p) - e > 0.0
+    return out | ~(np.abs(d) < 1e290) | ~(b * split < 1e300)
+
+
+def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None,
+              b_cert: np.ndarray | None = None) -> np.ndarray:
+    """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm).
+
+    ``b_cert`` (generic algorithm): the shifts certified (each ≥ its exact Δ/scale); default
+    ``nextafter(b, ∞)``.
+    """
     if kind == "laplace":
         # ε = b + 2·ln(1 − δ), plus a bound on its rounding error (b included: it is Δ/s rounded)
         t2 = 2.0 * math.log1p(-delta)
@@ -827,7 +869,7 @@ def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.nda
     if kind == "gaussian":
         return _eps_gauss(b, delta)
     law = _law(float(r))  # type: ignore[arg-type]
-    return _eps_certified(b, delta, law)
+    return _eps_certified(b, delta, law, b_cert)
 
 
 def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
@@ -1107,7 +1149,14 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
         flat_o[pos[~ok]] = np.inf
         pos, b = pos[ok], b[ok]
         ub, inv = np.unique(b, return_inverse=True)
-        flat_o[pos] = _unit_eps(kind, ub, dlt, rr)[inv.reshape(-1)]
+        b_cert = None
+        if kind == "generic" and dlt > 0.0:
+            # the shift certified for each distinct b: b itself where every Δ/scale rounded to
+            # it is ≤ b exactly, else the next double (δ(ε) increases in the shift)
+            above = np.zeros(ub.shape, dtype=bool)
+            np.logical_or.at(above, inv.reshape(-1), _quotient_above(flat_d[pos], s, b))
+            b_cert = np.where(above, np.nextafter(ub, np.inf), ub)
+        flat_o[pos] = _unit_eps(kind, ub, dlt, rr, b_cert)[inv.reshape(-1)]
     return out
 
 
