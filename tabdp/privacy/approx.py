@@ -38,8 +38,10 @@ Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of flo
   error (a few units in the last place); the pure case δ = 0 keeps the correctly rounded 1/ε.
 * Subbotin r ∉ {1, 2}: δ ≥ [`DELTA_FLOOR_GENERIC`][tabdp.privacy.approx.DELTA_FLOOR_GENERIC] =
   1e-300 (below it [`InvalidParameterError`][tabdp.exceptions.InvalidParameterError] names the
-  floor); calibrated to δ·(1 − 1e-7) and δ(ε) reported ×(1 + 1e-7), covering the generic algorithm's
-  float error (≤ ~2e-9 relative).
+  floor). ε, the minimal scale and δ(ε) (above 1e-290) are *certified* in Arb ball arithmetic
+  (python-flint): the float algorithm gives a start, Newton steps on the exact δ(ε) refine it,
+  and a value is kept only where Arb proves δ(ε) ≤ δ (``_ArbHockey``, ``_eps_certified``):
+  never below the exact ε, within ~3e-10 of it.
 * A minimal scale beyond the double range raises
   [`CalibrationError`][tabdp.exceptions.CalibrationError].
 
@@ -115,9 +117,6 @@ _EPS_HUGE = 1e6
 #: whose tails lose their relative accuracy as they approach the subnormal range ~2.2e-308).
 #: Laplace, Logistic and the Gaussian have no floor: every δ > 0 a double can hold works.
 DELTA_FLOOR_GENERIC = 1e-300
-#: The generic algorithm calibrates to δ·(1 − margin) and reports δ(ε)·(1 + margin): its float
-#: evaluation errs by up to ~2e-9 relative in δ (checked against 80-digit arithmetic).
-_GENERIC_MARGIN = 1e-7
 
 
 # -------------------------------------------------------------------------------------------------
@@ -800,13 +799,14 @@ def _eps_certified(b: np.ndarray, delta: float, law: _Law,
                    b_cert: np.ndarray | None = None) -> np.ndarray:
     """Certified ε at δ for distinct finite b > 0 (r ∉ {1, 2}): never below the exact ε.
 
-    The float solver (`_eps_generic`, calibrated to δ·(1 − 1e-8)) gives a start within ~1e-8
-    of the exact ε. Each value is then refined and verified in Arb ball arithmetic
-    ([`_ArbHockey`][]) at the shift ``b⁺ = nextafter(b, ∞) ≥ Δ/scale`` (b is the rounded
-    quotient; δ(ε) increases in the shift): a Newton step on ε (``∂δ/∂ε = −e^ε·S(u_ε)``) from
-    the ball value of δ(ε), the estimate raised by 2^-42 relative, and ``δ(ε) ≤ δ`` decided
-    rigorously (the step doubled until it is). Values whose float ε is 0 (total variation ≤ δ)
-    are certified at once by the largest of them (the total variation increases in b).
+    The float solver (`_eps_generic`, calibrated to δ·(1 − ``_START_MARGIN``)) gives a start,
+    usually within ~1e-9 of the exact ε (its float error reaches ~1e-8 relative in δ). Each
+    value is then refined and verified in Arb ball arithmetic (`_ArbHockey`) at the shift
+    ``b_cert`` (≥ the exact Δ/scale; default ``nextafter(b, ∞)``; δ(ε) increases in the
+    shift): Newton steps on ε (``∂δ/∂ε = −e^ε·S(u_ε)``) from the ball value of δ(ε), the
+    estimate raised by 2^-42 relative, and ``δ(ε) ≤ δ`` decided rigorously (the step doubled
+    until it is). Values whose float ε is 0 (total variation ≤ δ) are certified at once by the
+    largest of them (the total variation increases in b); if that fails, one by one.
     """
     eps_f = _eps_generic(b, delta * (1.0 - _START_MARGIN), law)
     out = eps_f.copy()
@@ -1179,7 +1179,8 @@ def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: Arra
     Returns:
         δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``, rounded up: never
         below the exact δ (Gaussian: by at most 1e-10 relative, or one subnormal unit; Laplace and
-        Logistic: a few units in the last place; Subbotin r ∉ {1, 2}: 1e-7 relative, and where
+        Logistic: a few units in the last place; Subbotin r ∉ {1, 2}: certified in Arb ball
+        arithmetic, within ~1e-14 relative, and where
         its δ(ε) falls below 1e-290 the larger bound S(u − Δ/scale)).
 
     Raises:
