@@ -678,10 +678,12 @@ class _ArbHockey:
                 d = u - bb                     # exact: both are short exact binary numbers
                 flint.ctx.prec = old2
                 ad = abs(d)
+                um = u ** (ra - 1)
                 if d == 0:
-                    return u**ra / ra, u ** (ra - 1)
+                    return u * um / ra, um
                 sign = 1 if d > 0 else -1
-                return (u**ra - ad**ra) / ra, u ** (ra - 1) - sign * ad ** (ra - 1)
+                am = ad ** (ra - 1)
+                return (u * um - ad * am) / ra, um - sign * am
 
             # Newton in ball arithmetic (on midpoints) on g(u) = ε from the float crossing point
             half0 = arb(b / 2.0)
@@ -758,12 +760,13 @@ class _ArbHockey:
         delta = self.delta
         dball = arb(delta)
         eps, u = eps0, u0
-        best = math.inf
+        best, lo_fail = math.inf, -1.0
+        grow = 2.0**-36
         up = _CERT_UP
         prec = self.bits_delta + int(math.log2(1.0 + eps0)) + 8
         if eps0 > 0.0:          # a tiny ε is resolved against δ's own bits
             prec += max(0, -math.frexp(eps0)[1])
-        for _ in range(60):
+        for _ in range(100):
             res = self.upper(eps, u, prec)
             if res is None:
                 prec *= 2
@@ -782,15 +785,29 @@ class _ArbHockey:
                     return 0.0
                 best = min(best, eps)
             else:
+                lo_fail = max(lo_fail, eps)
                 up *= 2.0
-            if not (slope > 0.0 and math.isfinite(slope)):
-                break
-            est = eps + float((dup - dball).mid()) / slope
+            if best < math.inf and best - lo_fail <= _CERT_TOL * best:
+                return best                    # the exact ε lies in (lo_fail, best]
+            est = math.nan
+            if slope > 0.0 and math.isfinite(slope):
+                est = eps + float((dup - dball).mid()) / slope
+                if best < math.inf and best <= est * (1.0 + _CERT_TOL):
+                    return best                # verified, and within 2.5e-10 of the estimate
             cand = est * (1.0 + up) if est > 0.0 else (0.0 if eps > 0.0 else 2.0**-1074)
-            if best < math.inf and best <= est * (1.0 + _CERT_TOL):
-                return best                    # verified, and within 2.5e-10 of the estimate
-            if not ok and cand <= eps:
-                cand = eps * (1.0 + up) if eps > 0.0 else 2.0**-1074
+            if not ok and eps > 0.0:
+                # growth capped (Newton overshoots where D(ε) is far above δ), cap ×8 per failure
+                cand = min(cand, eps * (1.0 + grow))
+                grow *= 8.0
+            # safeguard: stay strictly inside (lo_fail, best); else bisect, or grow from lo_fail
+            if not (lo_fail < cand < best) or math.isnan(est):
+                if best < math.inf and lo_fail >= 0.0:
+                    cand = 0.5 * (lo_fail + best)
+                elif best < math.inf:
+                    cand = 0.0 if eps > 0.0 else 0.5 * best
+                else:
+                    base = max(lo_fail, eps)
+                    cand = base * (1.0 + up) if base > 0.0 else 2.0**-1074
             eps = cand
         return best
 
@@ -829,7 +846,8 @@ def _quotient_above(d: np.ndarray, s: float, b: np.ndarray) -> np.ndarray:
 
     Dekker's exact product b·s = p + e (Veltkamp splitting; no overflow for b·s ≈ d finite
     below ~1e300): d − b·s = (d − p) − e, where d − p is exact (Sterbenz) and the sign of the
-    final subtraction is exact. Values too large for the split are reported as above (safe).
+    final subtraction is exact. Values outside the split's range (huge, or products below
+    1e-250 where the error term may underflow) are reported as above (safe).
     """
     split = 134217729.0  # 2^27 + 1
     with np.errstate(over="ignore", invalid="ignore"):
@@ -842,7 +860,7 @@ def _quotient_above(d: np.ndarray, s: float, b: np.ndarray) -> np.ndarray:
         sl = s - sh
         e = ((bh * sh - p) + bh * sl + bl * sh) + bl * sl
         out = (d - p) - e > 0.0
-    return out | ~(np.abs(d) < 1e290) | ~(b * split < 1e300)
+        return out | ~(np.abs(d) < 1e290) | ~(np.abs(b) < 1e290) | ~(np.abs(p) > 1e-250)
 
 
 def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None,

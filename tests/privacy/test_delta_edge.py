@@ -239,6 +239,22 @@ def test_subbotin_epsilon_is_safe_for_tiny_sensitivity_over_scale(r: float) -> N
         assert subbotin_delta(b, e * (1 - 1e-9), r) > 1e-20
 
 
+def test_quotient_above_is_exact() -> None:
+    """The exact sign of Δ/scale − fl(Δ/scale) (Dekker), against exact rationals."""
+    from fractions import Fraction
+
+    from tabdp.privacy.approx import _quotient_above
+
+    rng = np.random.default_rng(11)
+    d = np.concatenate([np.exp(rng.uniform(-40, 40, 3000)), [1.0, 3.0, 2.0**-24, 1e-300]])
+    for s in (1.0, 3.0, 0.7, 1e-5, 7.123456789e12, 2.0**-30):
+        b = d / s
+        got = _quotient_above(d, s, b)
+        for x, bq, g in zip(d.tolist(), b.tolist(), got.tolist(), strict=True):
+            exact_above = Fraction(x) / Fraction(s) > Fraction(bq)
+            assert g == exact_above or (g and abs(bq * s) <= 1e-250), (x, s, bq)
+
+
 def _subbotin_certified(b: float, e: float, r: float, delta: float) -> None:
     """ε = e at b = Δ/scale is valid (exact δ(e) ≤ δ, 80 digits) and within 1e-9 of exact."""
     if e == 0.0:
