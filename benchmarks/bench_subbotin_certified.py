@@ -46,9 +46,11 @@ def _run(n: int, r: float, repeat: int) -> None:
     f = np.median([c for c, _ in rows["float"]])
     c = np.median([c for c, _ in rows["certified"]])
     cw = np.median([w for _, w in rows["certified"]])
-    print(f"distinct={n:>8} r={r:g} load={load[0]:.1f}/{load[1]:.1f}: float {f:.2f} CPU-s, "
-          f"certified {c:.2f} CPU-s ({cw:.1f} s wall), {1e6 * c / n:.0f} us CPU per value, "
-          f"ratio {c / max(f, 1e-9):.0f}x")
+    print(
+        f"distinct={n:>8} r={r:g} load={load[0]:.1f}/{load[1]:.1f}: float {f:.2f} CPU-s, "
+        f"certified {c:.2f} CPU-s ({cw:.1f} s wall), {1e6 * c / n:.0f} us CPU per value, "
+        f"ratio {c / max(f, 1e-9):.0f}x"
+    )
 
 
 def main() -> None:
