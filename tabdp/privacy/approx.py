@@ -38,8 +38,10 @@ Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of flo
   error (a few units in the last place); the pure case δ = 0 keeps the correctly rounded 1/ε.
 * Subbotin r ∉ {1, 2}: δ ≥ [`DELTA_FLOOR_GENERIC`][tabdp.privacy.approx.DELTA_FLOOR_GENERIC] =
   1e-300 (below it [`InvalidParameterError`][tabdp.exceptions.InvalidParameterError] names the
-  floor); calibrated to δ·(1 − 1e-7) and δ(ε) reported ×(1 + 1e-7), covering the generic algorithm's
-  float error (≤ ~2e-9 relative).
+  floor). ε, the minimal scale and δ(ε) (above 1e-290) are *certified* in Arb ball arithmetic
+  (python-flint): the float algorithm gives a start, Newton steps on the exact δ(ε) refine it,
+  and a value is kept only where Arb proves δ(ε) ≤ δ (``_ArbHockey``, ``_eps_certified``):
+  never below the exact ε, within ~3e-10 of it.
 * A minimal scale beyond the double range raises
   [`CalibrationError`][tabdp.exceptions.CalibrationError].
 
@@ -115,9 +117,6 @@ _EPS_HUGE = 1e6
 #: whose tails lose their relative accuracy as they approach the subnormal range ~2.2e-308).
 #: Laplace, Logistic and the Gaussian have no floor: every δ > 0 a double can hold works.
 DELTA_FLOOR_GENERIC = 1e-300
-#: The generic algorithm calibrates to δ·(1 − margin) and reports δ(ε)·(1 + margin): its float
-#: evaluation errs by up to ~2e-9 relative in δ (checked against 80-digit arithmetic).
-_GENERIC_MARGIN = 1e-7
 
 
 # -------------------------------------------------------------------------------------------------
@@ -582,8 +581,295 @@ def _eps_generic(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
     return eps
 
 
-def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.ndarray:
-    """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm)."""
+# -------------------------------------------------------------------------------------------------
+# certified ε (Arb ball arithmetic): the reported ε is verified, never below the exact one
+# -------------------------------------------------------------------------------------------------
+#: Working bits of the Arb evaluation beyond those δ and ε themselves need (doubled on demand).
+_ARB_GUARD = 80
+#: The certified ε is the Newton estimate of the exact one raised by this relative step (and by
+#: growing multiples of it until Arb verifies it): about 2e-13 relative, far inside 1e-9.
+_CERT_UP = 2.0**-42
+#: A verified ε within this relative distance of the Newton estimate of the exact ε is kept
+#: (one Arb evaluation per value where the float start is that close).
+_CERT_TOL = 2.5e-10
+#: The float solver that gives the Arb refinement its start calibrates to δ·(1 − margin).
+_START_MARGIN = 1e-9
+
+
+def _u_for_eps_arr(b: np.ndarray, eps: np.ndarray, r: float) -> np.ndarray:
+    """`_u_for_eps` for an array of ε (one per b): float crossing points, starts for Arb."""
+    with np.errstate(over="ignore", divide="ignore"):
+        c = np.exp((np.log(eps) - np.log(b)) / (r - 1.0))
+    lo = np.maximum(b / 2.0, c)
+    hi = b + c
+    with np.errstate(invalid="ignore"):
+        x = lo + 0.5 * (hi - lo)
+    out = np.full(b.shape, np.inf)
+    idx = np.flatnonzero(np.isfinite(c))
+    lo, hi, x, bb, ee = lo[idx], hi[idx], x[idx], b[idx], eps[idx]
+    act = np.arange(idx.size)
+    for _ in range(200):
+        if act.size == 0:
+            break
+        xa, ba = x[act], bb[act]
+        ga = _g(xa, ba, r) - ee[act]
+        gp = _gprime(xa, ba, r)
+        above = ga >= 0.0
+        lo_a = np.where(above, lo[act], xa)
+        hi_a = np.where(above, xa, hi[act])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = -ga / gp
+        xn = xa + step
+        done = (np.abs(step) <= 1e-15 * xa) | (hi_a - lo_a <= 4e-16 * hi_a) | (ga == 0.0)
+        outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a)
+        xn = np.where(outside, lo_a + 0.5 * (hi_a - lo_a), xn)
+        lo[act], hi[act] = lo_a, hi_a
+        x[act] = np.where(done, xa, xn)
+        act = act[~done]
+    out[idx] = x
+    return out
+
+
+class _ArbHockey:
+    """Ball-arithmetic (Arb, python-flint) bounds on δ(ε) of Subbotin_r noise at one b (internal).
+
+    ``upper(ε, u0)`` returns a ball containing an upper bound of the exact
+    ``δ(ε) = S(u_ε − b) − e^ε·S(u_ε)`` ([Vin22] Lemma 1, u_ε the crossing point ``g(u_ε) = ε``):
+    the crossing point is bracketed, ``g(U⁻) < ε < g(U⁺)`` decided in ball arithmetic (g
+    increases on [b/2, ∞)), and since S decreases, ``δ(ε) ≤ S(U⁻ − b) − e^ε·S(U⁺)``. S is
+    ``½·Q(1/r, x^r/r)`` (Arb's regularized upper incomplete gamma function, with rigorous error
+    bounds). Every argument of S is an exact double difference (evaluated at enough bits to be
+    exact), so no rounding escapes the balls.
+    """
+
+    def __init__(self, b: float, r: float, delta: float) -> None:
+        self.b, self.r, self.delta = b, r, delta
+        self.bits_delta = max(0, -math.frexp(delta)[1]) + _ARB_GUARD
+
+    def _sf(self, x: Any, ra: Any, aa: Any) -> Any:
+        """S at the exact point x (an Arb ball of radius 0)."""
+        from flint import arb
+
+        if x == 0:
+            return arb(0.5)
+        if x > 0:
+            return (x**ra / ra).gamma_upper(aa, regularized=1) / 2
+        return 1 - ((-x) ** ra / ra).gamma_upper(aa, regularized=1) / 2
+
+    def upper(self, eps: float, u0: float, prec: int) -> tuple[Any, float, float] | None:
+        """(ball ⊇ upper bound of δ(ε), e^ε·S(u_ε) as a float, crossing u) or None (undecided)."""
+        import flint
+        from flint import arb
+
+        b = self.b
+        old = flint.ctx.prec
+        try:
+            # exact differences of doubles need at most ~2,200 bits
+            flint.ctx.prec = 2200
+            bb = arb(b)
+            flint.ctx.prec = prec + max(0, int(math.log2(max(u0, b) / b)) + 1)
+            ra, ee = arb(self.r), arb(eps)
+            aa = 1 / ra
+
+            def g_and_gp(u: Any) -> tuple[Any, Any]:
+                """g(u) and g'(u) at the exact point u (an Arb ball of radius 0)."""
+                old2 = flint.ctx.prec
+                flint.ctx.prec = 2200
+                d = u - bb                     # exact: both are short exact binary numbers
+                flint.ctx.prec = old2
+                ad = abs(d)
+                um = u ** (ra - 1)
+                if d == 0:
+                    return u * um / ra, um
+                sign = 1 if d > 0 else -1
+                am = ad ** (ra - 1)
+                return (u * um - ad * am) / ra, um - sign * am
+
+            # Newton in ball arithmetic (on midpoints) on g(u) = ε from the float crossing point
+            half0 = arb(b / 2.0)
+            if eps == 0.0:
+                lo = hi = arb(b / 2.0)
+            else:
+                if not math.isfinite(u0):
+                    return None
+                gu0, _ = g_and_gp(arb(max(u0, b / 2.0)))
+                if abs(float(gu0.mid()) - eps) > 1e-6 * eps:   # a far start: the float solve
+                    u0 = float(_u_for_eps_arr(np.array([b]), np.array([eps]), self.r)[0])
+                    if not math.isfinite(u0):
+                        return None
+                uu = arb(max(u0, b / 2.0))
+                tol = arb(2.0) ** (16 - flint.ctx.prec)
+                for _ in range(60):
+                    gu, gp = g_and_gp(uu)
+                    step = ((gu - ee) / gp).mid()
+                    nxt = arb((uu - step).mid())
+                    if nxt < half0:
+                        nxt = arb(((uu + half0) / 2).mid())
+                    uu = nxt
+                    if abs(step) <= tol * uu:
+                        break
+                # bracket the crossing point at relative width 2^-k, decided in ball arithmetic
+                half = arb(b / 2.0)
+                k = prec - 16
+                for _ in range(12):
+                    w = arb(2.0) ** (-k)
+                    lo = arb((uu * (1 - w)).mid())
+                    hi = arb((uu * (1 + w)).mid())
+                    if lo < half:
+                        lo = half
+                    glo, _ = g_and_gp(lo)
+                    ghi, _ = g_and_gp(hi)
+                    if (lo == half or glo < ee) and ghi > ee:
+                        break
+                    k -= 8
+                else:
+                    return None
+            flint.ctx.prec = 2200
+            x_lo = arb(lo) - bb
+            flint.ctx.prec = prec
+            s_lo = self._sf(x_lo, ra, aa)
+            s_hi = self._sf(arb(hi), ra, aa)
+            term = ee.exp() * s_hi
+            return s_lo - term, float(term.mid()), float(lo.mid())
+        finally:
+            flint.ctx.prec = old
+
+    def delta_upper(self, eps: float, u0: float) -> float:
+        """A double ≥ the exact δ(ε) (within ~1e-14 of it), or 1.0 if Arb cannot decide."""
+        prec = self.bits_delta + int(math.log2(1.0 + eps)) + 8
+        while prec <= 20000:
+            res = self.upper(eps, u0, prec)
+            if res is not None and res[0].rad() <= 1e-15 * abs(float(res[0].mid())):
+                hi = res[0].upper()
+                val = float(hi)
+                while val < hi:
+                    val = float(np.nextafter(val, np.inf))
+                return max(val, 0.0)
+            prec *= 2
+        return 1.0  # pragma: no cover - numerical safety net
+
+    def certified(self, eps0: float, u0: float) -> float:
+        """The smallest ε verified from the start ε0 (``inf`` if none): within ~1e-12 of exact.
+
+        Newton on ε from the ball value of δ(ε) (``∂δ/∂ε = −e^ε·S(u_ε)``); each candidate is
+        the estimate raised by ``_CERT_UP`` relative (doubled after every failed verification)
+        and is kept only where Arb decides ``δ(ε) ≤ δ``.
+        """
+        from flint import arb
+
+        delta = self.delta
+        dball = arb(delta)
+        eps, u = eps0, u0
+        best, lo_fail = math.inf, -1.0
+        grow = 2.0**-36
+        up = _CERT_UP
+        prec = self.bits_delta + int(math.log2(1.0 + eps0)) + 8
+        if eps0 > 0.0:          # a tiny ε is resolved against δ's own bits
+            prec += max(0, -math.frexp(eps0)[1])
+        for _ in range(100):
+            res = self.upper(eps, u, prec)
+            if res is None:
+                prec *= 2
+                if prec > 20000:
+                    break
+                continue
+            dup, slope, u = res
+            ok = bool(dup <= dball)
+            if not ok and not bool(dup > dball) and dup.rad() > 1e-14 * delta:
+                prec *= 2                      # undecided: more bits
+                if prec > 20000:
+                    break
+                continue
+            if ok:
+                if eps == 0.0:
+                    return 0.0
+                best = min(best, eps)
+            else:
+                lo_fail = max(lo_fail, eps)
+                up *= 2.0
+            if best < math.inf and best - lo_fail <= _CERT_TOL * best:
+                return best                    # the exact ε lies in (lo_fail, best]
+            est = math.nan
+            if slope > 0.0 and math.isfinite(slope):
+                est = eps + float((dup - dball).mid()) / slope
+                if best < math.inf and best <= est * (1.0 + _CERT_TOL):
+                    return best                # verified, and within 2.5e-10 of the estimate
+            cand = est * (1.0 + up) if est > 0.0 else (0.0 if eps > 0.0 else 2.0**-1074)
+            if not ok and eps > 0.0:
+                # growth capped (Newton overshoots where D(ε) is far above δ), cap ×8 per failure
+                cand = min(cand, eps * (1.0 + grow))
+                grow *= 8.0
+            # safeguard: stay strictly inside (lo_fail, best); else bisect, or grow from lo_fail
+            if not (lo_fail < cand < best) or math.isnan(est):
+                if best < math.inf and lo_fail >= 0.0:
+                    cand = 0.5 * (lo_fail + best)
+                elif best < math.inf:
+                    cand = 0.0 if eps > 0.0 else 0.5 * best
+                else:
+                    base = max(lo_fail, eps)
+                    cand = base * (1.0 + up) if base > 0.0 else 2.0**-1074
+            eps = cand
+        return best
+
+
+def _eps_certified(b: np.ndarray, delta: float, law: _Law,
+                   b_cert: np.ndarray | None = None) -> np.ndarray:
+    """Certified ε at δ for distinct finite b > 0 (r ∉ {1, 2}): never below the exact ε.
+
+    The float solver (`_eps_generic`, calibrated to δ·(1 − ``_START_MARGIN``)) gives a start,
+    usually within ~1e-9 of the exact ε (its float error reaches ~1e-8 relative in δ). Each
+    value is then refined and verified in Arb ball arithmetic (`_ArbHockey`) at the shift
+    ``b_cert`` (≥ the exact Δ/scale; default ``nextafter(b, ∞)``; δ(ε) increases in the
+    shift): Newton steps on ε (``∂δ/∂ε = −e^ε·S(u_ε)``) from the ball value of δ(ε), the
+    estimate raised by 2^-42 relative, and ``δ(ε) ≤ δ`` decided rigorously (the step doubled
+    until it is). Values whose float ε is 0 (total variation ≤ δ) are certified at once by the
+    largest of them (the total variation increases in b); if that fails, one by one.
+    """
+    eps_f = _eps_generic(b, delta * (1.0 - _START_MARGIN), law)
+    out = eps_f.copy()
+    b_up = np.nextafter(b, np.inf) if b_cert is None else b_cert
+    zero = eps_f == 0.0
+    todo = np.flatnonzero(~zero & np.isfinite(eps_f))
+    if np.any(zero):
+        bz = float(b_up[zero].max())
+        if _ArbHockey(bz, law.r, delta).certified(0.0, bz / 2.0) != 0.0:
+            todo = np.sort(np.concatenate([todo, np.flatnonzero(zero)]))
+    if todo.size:
+        u0 = _u_for_eps_arr(b_up[todo], eps_f[todo], law.r)
+        for i, u in zip(todo.tolist(), u0.tolist(), strict=True):
+            out[i] = _ArbHockey(float(b_up[i]), law.r, delta).certified(float(eps_f[i]), u)
+    return out
+
+
+def _quotient_above(d: np.ndarray, s: float, b: np.ndarray) -> np.ndarray:
+    """Whether the exact quotient d/s exceeds its rounding b = fl(d/s) (b finite, > 0).
+
+    Dekker's exact product b·s = p + e (Veltkamp splitting; no overflow for b·s ≈ d finite
+    below ~1e300): d − b·s = (d − p) − e, where d − p is exact (Sterbenz) and the sign of the
+    final subtraction is exact. Values outside the split's range (huge, or products below
+    1e-250 where the error term may underflow) are reported as above (safe).
+    """
+    split = 134217729.0  # 2^27 + 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = b * s
+        bh = b * split
+        bh = bh - (bh - b)
+        bl = b - bh
+        sh = s * split
+        sh = sh - (sh - s)
+        sl = s - sh
+        e = ((bh * sh - p) + bh * sl + bl * sh) + bl * sl
+        out = (d - p) - e > 0.0
+        return out | ~(np.abs(d) < 1e290) | ~(np.abs(b) < 1e290) | ~(np.abs(p) > 1e-250)
+
+
+def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None,
+              b_cert: np.ndarray | None = None) -> np.ndarray:
+    """ε at δ for distinct finite b > 0 (closed forms or the generic algorithm).
+
+    ``b_cert`` (generic algorithm): the shifts certified (each ≥ its exact Δ/scale); default
+    ``nextafter(b, ∞)``.
+    """
     if kind == "laplace":
         # ε = b + 2·ln(1 − δ), plus a bound on its rounding error (b included: it is Δ/s rounded)
         t2 = 2.0 * math.log1p(-delta)
@@ -601,7 +887,7 @@ def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None) -> np.nda
     if kind == "gaussian":
         return _eps_gauss(b, delta)
     law = _law(float(r))  # type: ignore[arg-type]
-    return _eps_generic(b, delta * (1.0 - _GENERIC_MARGIN), law)
+    return _eps_certified(b, delta, law, b_cert)
 
 
 def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
@@ -643,8 +929,15 @@ def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.nda
     if kind == "gaussian":
         return gdp_delta(b, eps)
     law = _law(float(r))  # type: ignore[arg-type]
-    d = _delta_generic(b, eps, law) * (1.0 + _GENERIC_MARGIN)
+    d = _delta_generic(b, eps, law)
     low = d < 1e-290
+    arb_idx = np.flatnonzero(~low & (d < 1.0))
+    if arb_idx.size:
+        # the certified value: an Arb upper bound of δ(ε) at b⁺ = nextafter(b, ∞) ≥ Δ/scale
+        bu = np.nextafter(b[arb_idx], np.inf)
+        u0 = _u_for_eps(bu, eps, law.r) if eps > 0.0 else bu / 2.0
+        for i, bi, ui in zip(arb_idx.tolist(), bu.tolist(), u0.tolist(), strict=True):
+            d[i] = _ArbHockey(bi, law.r, float(d[i])).delta_upper(eps, ui)
     if np.any(low):
         # δ(ε) ≤ S(u − b) (the first term of the hockey stick), from the log tail: an upper bound
         # where δ itself nears the subnormal range (see DELTA_FLOOR_GENERIC)
@@ -720,17 +1013,39 @@ def _unit_scale(kind: str, eps: float, delta: float, r: float | None) -> float:
     law = _law(float(r))  # type: ignore[arg-type]
     if eps == 0.0:
         # u = b/2: the total variation P(1/r, (b/2)^r/r) = δ in closed form.
-        b0 = law.b_zero(delta * (1.0 - _GENERIC_MARGIN))
-        s = 1.0 / b0
-        return s * (1.0 + 1e-12)
+        b0 = law.b_zero(delta)
+        for _ in range(3):     # Newton on TV(b) = δ with the Arb value (TV'(b) = f(b/2))
+            res = _ArbHockey(b0, law.r, delta).upper(0.0, b0 / 2.0, _ARB_GUARD + 1100)
+            if res is None:
+                break
+            dens = math.exp(-((b0 / 2.0) ** law.r) / law.r - law.logc)
+            b0 = b0 - (float(res[0].mid()) - delta) / dens
+        return _certify_scale(1.0 / b0 * (1.0 + 1e-12), eps, delta, law)
+
     def log_delta(s: float) -> float:
         d = float(_delta_generic(np.array([1.0 / s]), eps, law)[0])
         return math.log(d) if d > 0.0 else -math.inf
 
-    return _search_log_scale(
-        log_delta,
-        delta * (1.0 - _GENERIC_MARGIN),
-        f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})")
+    what = f"subbotin r={r!r} (eps={eps!r}, delta={delta!r})"
+    s = _search_log_scale(log_delta, delta * (1.0 - _START_MARGIN), what)
+    # the certified scale of ε = 0 is private at every ε ≥ 0 (monotone in ε)
+    return min(_certify_scale(s, eps, delta, law), _unit_scale(kind, 0.0, delta, r))
+
+
+def _certify_scale(s: float, eps: float, delta: float, law: _Law) -> float:
+    """Raise the scale s until the certified ε at b = 1/s (`_eps_certified`) is ≤ ε."""
+    bump = 1e-12
+    for _ in range(200):
+        e = float(_eps_certified(np.array([1.0 / s]), delta, law)[0])
+        if e <= eps:
+            return s
+        step = (e - eps) / eps if eps > 0.0 else 0.0
+        s *= 1.0 + min(max(step, bump), 1.0)
+        bump *= 2.0
+    raise CalibrationError(  # pragma: no cover - numerical safety net
+        f"min_scale: the Subbotin r={law.r!r} scale for eps={eps!r}, delta={delta!r} could not "
+        "be verified in ball arithmetic.\nHint: this should not happen; please report it with "
+        "the arguments.")
 
 
 def min_scale(family: str, epsilon: float, delta: float, sensitivity: float = 1.0,
@@ -852,7 +1167,14 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
         flat_o[pos[~ok]] = np.inf
         pos, b = pos[ok], b[ok]
         ub, inv = np.unique(b, return_inverse=True)
-        flat_o[pos] = _unit_eps(kind, ub, dlt, rr)[inv.reshape(-1)]
+        b_cert = None
+        if kind == "generic" and dlt > 0.0:
+            # the shift certified for each distinct b: b itself where every Δ/scale rounded to
+            # it is ≤ b exactly, else the next double (δ(ε) increases in the shift)
+            above = np.zeros(ub.shape, dtype=bool)
+            np.logical_or.at(above, inv.reshape(-1), _quotient_above(flat_d[pos], s, b))
+            b_cert = np.where(above, np.nextafter(ub, np.inf), ub)
+        flat_o[pos] = _unit_eps(kind, ub, dlt, rr, b_cert)[inv.reshape(-1)]
     return out
 
 
@@ -875,7 +1197,8 @@ def delta_for_scale(family: str, scale: float, epsilon: float, sensitivity: Arra
     Returns:
         δ for each Δ (0 at Δ = 0, 1 at Δ = ∞), shaped like ``sensitivity``, rounded up: never
         below the exact δ (Gaussian: by at most 1e-10 relative, or one subnormal unit; Laplace and
-        Logistic: a few units in the last place; Subbotin r ∉ {1, 2}: 1e-7 relative, and where
+        Logistic: a few units in the last place; Subbotin r ∉ {1, 2}: certified in Arb ball
+        arithmetic, within ~1e-14 relative, and where
         its δ(ε) falls below 1e-290 the larger bound S(u − Δ/scale)).
 
     Raises:

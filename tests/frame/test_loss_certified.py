@@ -249,22 +249,13 @@ def _subbotin_approx(m: Any, rtol: float) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("m", _SUBBOTIN_APPROX, ids=["r3", "r1.5"])
-def test_subbotin_approx_epsilon_is_valid_and_within_1e_7(m: Any) -> None:
-    """The Subbotin (ε, δ) policy's ε (r ∉ {1, 2}): δ(reported ε) <= δ, and within 1e-7.
-
-    The generic algorithm calibrates ε to δ·(1 − 1e-7) (tabdp.privacy.approx._GENERIC_MARGIN,
-    which covers its float evaluation's ~2e-9 relative error in δ): its ε is a certified upper
-    bound, about 1e-8 relative above the exact one.
-    """
-    _subbotin_approx(m, 1e-7)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the generic (ε, δ) solver's margin (δ·(1 − 1e-7)) puts "
-                   "ε about 1e-8 above the exact one: 1e-9 is not met (issue 29 item 6, open)")
-@pytest.mark.parametrize("m", _SUBBOTIN_APPROX, ids=["r3", "r1.5"])
 def test_subbotin_approx_epsilon_within_1e_9(m: Any) -> None:
-    """The issue's target, 1e-9 relative, for the Subbotin (ε, δ) policy (not met yet)."""
+    """The Subbotin (ε, δ) policy's ε (r ∉ {1, 2}): δ(reported ε) <= δ, and within 1e-9.
+
+    The generic solver's float answer is refined and verified in Arb ball arithmetic
+    (tabdp.privacy.approx._eps_certified): a certified upper bound within ~1e-12 of the exact ε.
+    (The old float margin δ·(1 − 1e-7) put ε about 1e-8 above the exact one: this failed.)
+    """
     _subbotin_approx(m, RTOL)
 
 
