@@ -590,31 +590,68 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
     """
     tu, nu = table["unit"].to_numpy(), new["unit"].to_numpy()
     pos, hit = sorted_search(tu, nu)
-    every = bool(hit.all())
-    at, fresh = pos[hit], ~hit
+    fresh = ~hit
     k = int(fresh.sum())
-    # both sides sorted and distinct: the new units go in at their binary-search positions
-    # (one linear insert per column, no sort of the merged ids)
-    ins = np.searchsorted(tu, nu[fresh])  # empty when every unit is in the table
+    # both sides sorted and distinct: the merged ids are the table's with the new units
+    # inserted at their binary-search positions (no sort of the merged ids); each side's
+    # rows have known positions in it, so a column is one contiguous operation over the
+    # merged units (each side scattered onto them, 0.0 where it has no row), then the few
+    # units on one side only get that side's value as it is (as a merge would give them)
+    n_t = tu.size
+    if k:
+        ins = np.searchsorted(tu, nu[fresh])
+        units = np.insert(tu, ins, nu[fresh])
+        tpos: np.ndarray | None = np.arange(n_t) + np.searchsorted(ins, np.arange(n_t),
+                                                                     side="right")
+        fpos = ins + np.arange(k)
+    else:
+        units, tpos, fpos = tu, None, np.zeros(0, dtype=np.int64)
+    n = units.size
+    hpos = pos[hit] if tpos is None else tpos[pos[hit]]  # the shared units' positions
+    if n == nu.size:  # every merged unit is one of new's, in order
+        npos: np.ndarray | None = None
+    else:
+        npos = np.empty(nu.size, dtype=np.int64)
+        npos[hit] = hpos
+        npos[fresh] = fpos
+    only_t = np.ones(n_t, dtype=bool)
+    only_t[pos[hit]] = False
+    only = np.flatnonzero(only_t)  # the table's units new did not charge
+    only_at = only if tpos is None else tpos[only]
     names = [c for c in dict.fromkeys([*table.columns, *new.columns]) if c != "unit"]
     is_max = [c for c in names if _is_max_col(c)]
     cols = [*(c for c in names if not _is_max_col(c)), *is_max]
     out: dict[str, np.ndarray] = {}
     for c in cols:
-        x = (table[c].fill_null(0.0).to_numpy().astype(np.float64, copy=True)
-             if c in table.columns else np.zeros(tu.size))
-        if c in new.columns:
-            y = new[c].fill_null(0.0).to_numpy()
-            op = np.fmax if _is_max_col(c) else add_up
-            if every:
-                x[at] = op(x[at], y)
+        x = (table[c].fill_null(0.0).to_numpy().astype(np.float64, copy=False)
+             if c in table.columns else None)
+        y = new[c].fill_null(0.0).to_numpy() if c in new.columns else None
+        if y is None:
+            assert x is not None
+            if tpos is None:
+                out[c] = np.array(x, dtype=np.float64)
             else:
-                x[at] = op(x[at], y[hit])
-            tail = y[fresh]
+                out[c] = np.zeros(n)
+                out[c][tpos] = x
+            continue
+        if x is None:
+            xe = np.zeros(n)
+        elif tpos is None:
+            xe = x
         else:
-            tail = np.zeros(k)
-        out[c] = np.insert(x, ins, tail) if k else x
-    units = np.insert(tu, ins, nu[fresh]) if k else tu
+            xe = np.zeros(n)
+            xe[tpos] = x
+        if npos is None:
+            ye = y
+        else:
+            ye = np.zeros(n)
+            ye[npos] = y
+        v = (np.fmax if _is_max_col(c) else add_up)(xe, ye)
+        if k:
+            v[fpos] = y[fresh]
+        if only.size:
+            v[only_at] = 0.0 if x is None else x[only]
+        out[c] = v
     return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
                          **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
 

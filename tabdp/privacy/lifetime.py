@@ -1229,6 +1229,18 @@ def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray | None, np
     return i.fill_null(0).to_numpy().astype(np.int64), i.is_not_null().to_numpy()
 
 
+def _first(op: Any, x: np.ndarray) -> np.ndarray:
+    """``op(0.0, x)`` as a new array: for `_add_up`, the plain ``0.0 + x``.
+
+    Adding to 0.0 is exact (no rounding error: ``add_up`` never moves it), so the sum is one
+    pass instead of `add_up`'s error check (the same doubles, ``-0.0`` made ``0.0`` alike).
+    """
+    if op is _add_up:
+        return np.add(0.0, x)
+    out: np.ndarray = op(0.0, x)
+    return out
+
+
 def _own_or_frozen(col: pl.Series) -> np.ndarray:
     """A state column as float64: a copy of its own (writable), or a read-only view of it."""
     a = col.to_numpy()  # Polars gives a view of its memory read-only, a copy writable
@@ -1362,12 +1374,13 @@ class _RunTotals:
                 # contiguous whole-array operations (no gather/scatter per array); an
                 # uncharged unit adds 0.0 (or takes the maximum with 0.0): its total is kept
                 r = self.run.get(c)
-                if r is None:  # the run's first charge of the column (0.0 + x, as before)
-                    self.run[c] = op(0.0, full)
+                if r is None:  # the run's first charge of the column: 0.0 + x, which is
+                    # exact (the double `add_up` returns: a plain add, not its six-pass check)
+                    self.run[c] = _first(op, full)
                 else:
                     op(r, full, out=r)
                 if life is None:
-                    self.life[c] = op(0.0, full)
+                    self.life[c] = _first(op, full)
                 elif not life.flags.writeable:  # the state's column: a new array, once
                     self.life[c] = op(life, full)
                 else:
