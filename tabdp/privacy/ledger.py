@@ -644,7 +644,15 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
         else:
             ye = np.zeros(n)
             ye[in_n] = y
-        v = (np.fmax if _is_max_col(c) else add_up)(xe, ye)
+        if xe is x:  # the table's own column: a new array
+            v = (np.fmax if _is_max_col(c) else add_up)(xe, ye)
+        else:  # an array of this merge's own: added in place (no second fresh array; on a
+            # loaded machine a fresh 10M-double array costs more in page faults than the add)
+            v = xe
+            if _is_max_col(c):
+                np.fmax(v, ye, out=v)
+            else:
+                add_up_into(v, ye)
         if k:
             v[fpos] = y[fresh]
         if only.size:
