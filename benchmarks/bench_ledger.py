@@ -9,7 +9,8 @@ that ledger (the copy is not timed).
 
 * Time: medians over ``--repeat`` interleaved rounds (after a warm-up round), with the ledger's
   phases timed apart: open (lock, verify, read the state), lookup (every read of the
-  lifetime totals: the filter's and the report's ``rho_lifetime``), charge (adding this run's losses), commit (history, state, chain entry).
+  lifetime totals: the filter's and the report's ``rho_lifetime``), charge (adding this run's
+  losses), commit (history, state, chain entry).
 * Memory: each variant once more in a fresh subprocess (peak ``VmHWM``).
 
 The figure for issue 31's target is ``with_ledger_extra_over_release_cpu``: (CPU of the
