@@ -8,8 +8,9 @@ opening it verifies and reads a real state and history; each round works on a fr
 that ledger (the copy is not timed).
 
 * Time: medians over ``--repeat`` interleaved rounds (after a warm-up round), with the ledger's
-  phases timed apart: open (lock, verify, read the state), lookup (the lifetime filter's
-  reads), charge (adding this run's losses), commit (history, state, chain entry).
+  phases timed apart: open (lock, verify, read the state), lookup (every read of the
+  lifetime totals: the filter's and the report's ``rho_lifetime``), charge (adding this run's
+  losses), commit (history, state, chain entry).
 * Memory: each variant once more in a fresh subprocess (peak ``VmHWM``).
 
 The figure for issue 31's target is ``with_ledger_extra_over_release_cpu``: (CPU of the
@@ -25,9 +26,11 @@ is the part of it outside the four timed phases. Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,10 +46,19 @@ BY = ["county", "naics6"]
 PHASES = ("open", "lookup", "charge", "commit")
 
 
+def _usage() -> tuple[float, float, float, int]:
+    """Wall time, user and system CPU seconds (all threads), minor page faults, of now."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), r.ru_utime, r.ru_stime, r.ru_minflt
+
+
 def _timed(cls: Any, name: str, acc: dict[str, float], phase: str) -> None:
     """Wrap ``cls.name`` so that its time adds to ``acc[phase]`` (outermost call only).
 
-    Wall time in ``acc[phase]``, CPU time of the process (all threads) in ``acc[phase+"_cpu"]``.
+    Wall time in ``acc[phase]``, CPU time of the process (all threads) in ``acc[phase+"_cpu"]``,
+    its system part in ``acc[phase+"_sys"]`` and the minor page faults in ``acc[phase+"_flt"]``
+    (``getrusage``: on this machine a fresh page's fault, zeroing and any compaction for a
+    huge page are system time, often a third or more of a phase's CPU at 10M units).
     """
     raw = cls.__dict__[name]
     is_cls = isinstance(raw, classmethod)
@@ -55,14 +67,17 @@ def _timed(cls: Any, name: str, acc: dict[str, float], phase: str) -> None:
 
     def wrapper(*a: Any, **k: Any) -> Any:
         depth[0] += 1
-        t, c = time.perf_counter(), time.process_time()
+        u0 = _usage()
         try:
             return orig(*a, **k)
         finally:
             depth[0] -= 1
             if not depth[0]:
-                acc[phase] = acc.get(phase, 0.0) + time.perf_counter() - t
-                acc[phase + "_cpu"] = acc.get(phase + "_cpu", 0.0) + time.process_time() - c
+                u1 = _usage()
+                for key, d in ((phase, u1[0] - u0[0]), (phase + "_cpu", u1[1] + u1[2] - u0[1]
+                               - u0[2]), (phase + "_sys", u1[2] - u0[2]),
+                               (phase + "_flt", u1[3] - u0[3])):
+                    acc[key] = acc.get(key, 0.0) + d
 
     setattr(cls, name, classmethod(wrapper) if is_cls else wrapper)
 
@@ -91,7 +106,7 @@ def _copy_ledger(base: Path, work: Path) -> None:
         shutil.copy2(anchor, work.parent / f".{work.name}.head.json")
 
 
-def _release(df: Any, ledger: Any = None) -> None:
+def _release(df: Any, ledger: Any = None) -> list[int]:
     import tabdp
     from tabdp import mechanisms as mech
     from tabdp.datasets.synth import public_domains
@@ -106,9 +121,11 @@ def _release(df: Any, ledger: Any = None) -> None:
     if ledger is not None:
         s.commit_ledger(label="bench")
         ledger.close()
+    # the units each query charged (with a ledger, the lifetime filter may leave some out)
+    return [r.losses.n for r in s.records if r.losses is not None]
 
 
-def _prepare(df: Any, base: Path, past: int) -> None:
+def _prepare(df: Any, base: Path, past: int, budget: float = 1000.0) -> None:
     import tabdp
 
     if base.exists():
@@ -116,47 +133,65 @@ def _prepare(df: Any, base: Path, past: int) -> None:
     for i in range(past):
         # each past release over a different 90% of the units (units enter and leave)
         part = df.filter((df["estab_id"] % 10) != i % 10)
-        led = tabdp.Ledger.open(base, series="bench", lifetime_budget=1000.0,
+        led = tabdp.Ledger.open(base, series="bench", lifetime_budget=budget,
                                 autocommit=False, create=True)
         _release(part, led)
 
 
-def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
+def _rounds(df: Any, base: Path, work: Path, repeat: int,
+            budget: float = 1000.0) -> dict[str, Any]:
     import tabdp
 
     acc: dict[str, float] = {}
     _timed(tabdp.Ledger, "open", acc, "open")
-    _timed(tabdp.Ledger, "lookup", acc, "lookup")
+    # every read of the lifetime totals: the filter's (`Ledger.lookup_lifetime`) and the
+    # report's `rho_lifetime` (`Ledger.lookup`) alike (timing `Ledger.lookup` alone missed the
+    # filter's, which call the run's totals directly)
+    from tabdp.privacy import lifetime
+
+    _timed(lifetime._RunTotals, "lookup", acc, "lookup")
     _timed(tabdp.Ledger, "charge", acc, "charge")
     _timed(tabdp.Ledger, "commit", acc, "commit")
     times: dict[str, list[float]] = {"release": [], "with_ledger": []}
     cpu: dict[str, list[float]] = {"release": [], "with_ledger": []}
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     phases_cpu: dict[str, list[float]] = {p: [] for p in PHASES}
+    phases_sys: dict[str, list[float]] = {p: [] for p in PHASES}
+    phases_flt: dict[str, list[float]] = {p: [] for p in PHASES}
+    sys_cpu: dict[str, list[float]] = {"release": [], "with_ledger": []}
+    faults: dict[str, list[int]] = {"release": [], "with_ledger": []}
+    charged: dict[str, list[int]] = {}
+    loads: list[float] = []
 
-    def alone() -> None:
-        _release(df)
+    def alone() -> list[int]:
+        return _release(df)
 
-    def with_ledger() -> None:
-        _release(df, tabdp.Ledger.open(work, series="bench", lifetime_budget=1000.0,
-                                       autocommit=False, create=True))
+    def with_ledger() -> list[int]:
+        return _release(df, tabdp.Ledger.open(work, series="bench", lifetime_budget=budget,
+                                              autocommit=False, create=True))
 
-    fns: dict[str, Callable[[], None]] = {"release": alone, "with_ledger": with_ledger}
+    fns: dict[str, Callable[[], list[int]]] = {"release": alone, "with_ledger": with_ledger}
     for i in range(repeat + 1):
         for k, fn in fns.items():
             if k == "with_ledger":
                 _copy_ledger(base, work)
                 acc.clear()
-            t, c = time.perf_counter(), time.process_time()
-            fn()
-            dt, dc = time.perf_counter() - t, time.process_time() - c
+            gc.collect()
+            u0 = _usage()
+            charged[k] = fn()
+            u1 = _usage()
+            loads.append(os.getloadavg()[0])
             if i:
-                times[k].append(dt)
-                cpu[k].append(dc)
+                times[k].append(u1[0] - u0[0])
+                cpu[k].append(u1[1] + u1[2] - u0[1] - u0[2])
+                sys_cpu[k].append(u1[2] - u0[2])
+                faults[k].append(u1[3] - u0[3])
                 if k == "with_ledger":
                     for p in PHASES:
                         phases[p].append(acc.get(p, 0.0))
                         phases_cpu[p].append(acc.get(p + "_cpu", 0.0))
+                        phases_sys[p].append(acc.get(p + "_sys", 0.0))
+                        phases_flt[p].append(acc.get(p + "_flt", 0.0))
     med = {k: statistics.median(v) for k, v in times.items()}
     med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
     ph = {p: statistics.median(v) for p, v in phases.items()}
@@ -169,6 +204,12 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int) -> dict[str, Any]:
     # back to back in this process (the honest ratio: all the ledger costs, phases or not)
     extra = [cpu["with_ledger"][j] / cpu["release"][j] - 1.0 for j in range(len(cpu["release"]))]
     return {"seconds": times, "median": med, "phases_seconds": phases, "phases_median": ph,
+            "sys_cpu_seconds": sys_cpu, "minor_faults": faults,
+            "phases_sys_cpu_seconds": phases_sys, "phases_minor_faults": phases_flt,
+            # units each query charged: with a binding lifetime filter the ledger run charges
+            # fewer, and the release then does work the release alone does not (its totals
+            # without the units left out, the session's merge of two different unit sets)
+            "units_charged": charged, "load_1m_per_variant": loads, "lifetime_budget": budget,
             "cpu_seconds": cpu, "cpu_median": med_cpu, "phases_cpu_seconds": phases_cpu,
             "phases_cpu_median": ph_cpu,
             "ratio_with_ledger": med["with_ledger"] / med["release"],
@@ -206,7 +247,7 @@ def _peak(variant: str, data: Path, base: Path, work: Path) -> float:
     elif variant == "with_ledger":
         code += (f"import tabdp; b._copy_ledger(Path({str(base)!r}), Path({str(work)!r})); "
                  f"b._release(df, tabdp.Ledger.open(Path({str(work)!r}), series='bench', "
-                 f"lifetime_budget=1000.0, autocommit=False, create=True)); ")
+                 f"autocommit=False, create=True)); ")
     else:
         code += "b._release(df); "
     code += f"print({_HWM})"
@@ -253,6 +294,9 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="10M units")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--past", type=int, default=2, help="releases already in the ledger")
+    ap.add_argument("--lifetime-budget", type=float, default=1000.0,
+                    help="the series' lifetime budget (1000: the filter leaves out the few "
+                    "units whose third release would pass it, 76 per 1M; 1e9: nobody)")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--history-memory", default="",
                     help="e.g. 1,8: peak RSS with ledgers of that many past releases (only this)")
@@ -265,7 +309,8 @@ def main() -> None:
     tmp = Path(a.tmp or tempfile.mkdtemp(prefix="bench_ledger_"))
     tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / f"estab_{rows}.parquet"
-    base = tmp / f"ledger_{rows}_{a.past}"
+    base = tmp / (f"ledger_{rows}_{a.past}" + ("" if a.lifetime_budget == 1000.0
+                                                else f"_b{a.lifetime_budget:g}"))
     work = tmp / "work_ledger"
     df = _setup(rows, data)
     out = Path(a.out)
@@ -279,7 +324,7 @@ def main() -> None:
         out.write_text(json.dumps(old0, indent=2) + "\n")
         print(json.dumps(mem, indent=2))
         return
-    _prepare(df, base, a.past)
+    _prepare(df, base, a.past, a.lifetime_budget)
     if a.memory_only:
         peaks: dict[str, Any] = {v: _peak(v, data, base, work)
                                  for v in ("release", "with_ledger", "ledger_only")}
@@ -292,7 +337,7 @@ def main() -> None:
         print(json.dumps(peaks, indent=2))
         return
     load_before = os.getloadavg()
-    res = _rounds(df, base, work, a.repeat)
+    res = _rounds(df, base, work, a.repeat, a.lifetime_budget)
     res["load_avg_before"] = load_before
     if not a.no_memory:
         res["peak_rss_gb"] = {v: _peak(v, data, base, work) for v in ("release", "with_ledger")}
@@ -302,7 +347,7 @@ def main() -> None:
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     shutil.rmtree(work, ignore_errors=True)
     old: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
-    old[str(rows)] = res
+    old[str(rows) + ("" if a.lifetime_budget == 1000.0 else f"_b{a.lifetime_budget:g}")] = res
     out.write_text(json.dumps(old, indent=2) + "\n")
     m, ph = res["median"], res["phases_median"]
     print("| units | release alone | with ledger | ratio | "
@@ -324,6 +369,16 @@ def main() -> None:
     print(f"the ledger's cost, (with - alone) / alone (CPU, same process): "
           f"{res['with_ledger_extra_over_release_cpu']:.2f}, per round {rounds}; phases only, "
           f"over the release's own CPU: {res['ledger_over_own_release_cpu']:.2f}")
+    ps, pf = res["phases_sys_cpu_seconds"], res["phases_minor_faults"]
+    print("system CPU (median): release alone "
+          f"{statistics.median(res['sys_cpu_seconds']['release']):.2f} s, with ledger "
+          f"{statistics.median(res['sys_cpu_seconds']['with_ledger']):.2f} s; "
+          + ", ".join(f"{p} {statistics.median(ps[p]):.2f} s" for p in PHASES)
+          + "; minor faults: alone "
+          f"{statistics.median(res['minor_faults']['release']):,.0f}, with ledger "
+          f"{statistics.median(res['minor_faults']['with_ledger']):,.0f} ("
+          + ", ".join(f"{p} {statistics.median(pf[p]):,.0f}" for p in PHASES) + ")")
+    print("units charged per query:", res["units_charged"])
     print("load average:", res["load_avg"])
 
 

@@ -609,31 +609,74 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
     """
     tu, nu = table["unit"].to_numpy(), new["unit"].to_numpy()
     pos, hit = sorted_search(tu, nu)
-    every = bool(hit.all())
-    at, fresh = pos[hit], ~hit
+    fresh = ~hit
     k = int(fresh.sum())
-    # both sides sorted and distinct: the new units go in at their binary-search positions
-    # (one linear insert per column, no sort of the merged ids)
+    # both sides sorted and distinct: the merged ids are the table's with the new units
+    # inserted at their binary-search positions (no sort of the merged ids); each side is
+    # laid onto the merged ids (0.0 where it has no row) and a column is one contiguous
+    # add (or maximum) over them, then the few units on one side only get that side's
+    # value as it is (as a merge gives them). No gather or scatter per column by positions.
+    n_t = tu.size
     ins = np.searchsorted(tu, nu[fresh])  # empty when every unit is in the table
+    units = np.insert(tu, ins, nu[fresh]) if k else tu
+    fpos = ins + np.arange(k)  # new's units not in the table, in the merged ids
+    n = units.size
+    # which merged positions hold a row of each side (boolean masks: filling a column
+    # through one is a linear pass, several times cheaper than a scatter by positions)
+    in_t: np.ndarray | None = None
+    if k:
+        in_t = np.ones(n, dtype=bool)
+        in_t[fpos] = False
+    only_t = np.ones(n_t, dtype=bool)
+    only_t[pos[hit]] = False
+    only = np.flatnonzero(only_t)  # the table's units new did not charge
+    only_at = only + np.searchsorted(ins, only, side="right")  # shifted by the inserts
+    in_n: np.ndarray | None = None
+    if n != nu.size:  # some merged units are not new's
+        in_n = np.ones(n, dtype=bool)
+        in_n[only_at] = False
     names = [c for c in dict.fromkeys([*table.columns, *new.columns]) if c != "unit"]
     is_max = [c for c in names if _is_max_col(c)]
     cols = [*(c for c in names if not _is_max_col(c)), *is_max]
     out: dict[str, np.ndarray] = {}
     for c in cols:
-        x = (table[c].fill_null(0.0).to_numpy().astype(np.float64, copy=True)
-             if c in table.columns else np.zeros(tu.size))
-        if c in new.columns:
-            y = new[c].fill_null(0.0).to_numpy()
-            op = np.fmax if _is_max_col(c) else add_up
-            if every:
-                x[at] = op(x[at], y)
+        x = (table[c].fill_null(0.0).to_numpy().astype(np.float64, copy=False)
+             if c in table.columns else None)
+        y = new[c].fill_null(0.0).to_numpy() if c in new.columns else None
+        if y is None:
+            assert x is not None
+            if in_t is None:
+                out[c] = np.array(x, dtype=np.float64)
             else:
-                x[at] = op(x[at], y[hit])
-            tail = y[fresh]
+                out[c] = np.zeros(n)
+                out[c][in_t] = x
+            continue
+        if x is None:
+            xe = np.zeros(n)
+        elif in_t is None:
+            xe = x
         else:
-            tail = np.zeros(k)
-        out[c] = np.insert(x, ins, tail) if k else x
-    units = np.insert(tu, ins, nu[fresh]) if k else tu
+            xe = np.zeros(n)
+            xe[in_t] = x
+        if in_n is None:
+            ye = y
+        else:
+            ye = np.zeros(n)
+            ye[in_n] = y
+        if xe is x:  # the table's own column: a new array
+            v = (np.fmax if _is_max_col(c) else add_up)(xe, ye)
+        else:  # an array of this merge's own: added in place (no second fresh array; on a
+            # loaded machine a fresh 10M-double array costs more in page faults than the add)
+            v = xe
+            if _is_max_col(c):
+                np.fmax(v, ye, out=v)
+            else:
+                add_up_into(v, ye)
+        if k:
+            v[fpos] = y[fresh]
+        if only.size:
+            v[only_at] = 0.0 if x is None else x[only]
+        out[c] = v
     return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
                          **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
 

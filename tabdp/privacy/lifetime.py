@@ -1243,6 +1243,18 @@ def _positions(keys: pl.Series, query: pl.Series) -> tuple[np.ndarray | None, np
     return i.fill_null(0).to_numpy().astype(np.int64), i.is_not_null().to_numpy()
 
 
+def _first(op: Any, x: np.ndarray) -> np.ndarray:
+    """``op(0.0, x)`` as a new array: for `_add_up`, the plain ``0.0 + x``.
+
+    Adding to 0.0 is exact (no rounding error: ``add_up`` never moves it), so the sum is one
+    pass instead of `add_up`'s error check (the same doubles, ``-0.0`` made ``0.0`` alike).
+    """
+    if op is _add_up:
+        return np.add(0.0, x)
+    out: np.ndarray = op(0.0, x)
+    return out
+
+
 def _own_or_frozen(col: pl.Series) -> np.ndarray:
     """A state column as float64: a copy of its own (writable), or a read-only view of it."""
     a = col.to_numpy()  # Polars gives a view of its memory read-only, a copy writable
@@ -1363,8 +1375,16 @@ class _RunTotals:
                     if c not in self.run:
                         self.run[c] = np.zeros(n)
                     continue
+                r = self.run.get(c)
+                own = False  # ``full`` is a new array that becomes the run's column
                 if pos is None:
                     full = x
+                elif r is None:  # the run's first charge of the column: laid out in a new
+                    # array that becomes the run's own below (no scratch copy: on a loaded
+                    # machine a fresh array's page faults cost more than the arithmetic)
+                    full = np.zeros(n)
+                    full[pos] = x
+                    own = True
                 else:  # the charged units' values at their index positions, 0.0 elsewhere
                     # (one buffer, refilled per column: no results below alias it)
                     if scratch is None:
@@ -1375,17 +1395,24 @@ class _RunTotals:
                     full[pos] = x
                 # contiguous whole-array operations (no gather/scatter per array); an
                 # uncharged unit adds 0.0 (or takes the maximum with 0.0): its total is kept
-                r = self.run.get(c)
-                if r is None:  # the run's first charge of the column (0.0 + x, as before)
-                    self.run[c] = op(0.0, full)
-                else:
+                if r is not None:
                     op(r, full, out=r)
+                elif not own:  # the run's first charge of the column: 0.0 + x, which is
+                    # exact (the double `add_up` returns: a plain add, not its six-pass check)
+                    self.run[c] = _first(op, full)
                 if life is None:
-                    self.life[c] = op(0.0, full)
+                    self.life[c] = _first(op, full)
                 elif not life.flags.writeable:  # the state's column: a new array, once
                     self.life[c] = op(life, full)
                 else:
                     op(life, full, out=life)
+                if own:  # now the run's column: 0.0 + x (or max(0.0, x)) in place, the
+                    # doubles `_first` gives (after the lifetime totals took x as it is)
+                    if op is _add_up:
+                        np.add(0.0, full, out=full)
+                    else:
+                        op(0.0, full, out=full)
+                    self.run[c] = full
         if pos is None:
             self.charged[:] = True
         else:

@@ -546,11 +546,18 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
     from tabdp.privacy.ledger import UnitLedger, _merge_sorted
 
     rng = np.random.default_rng(5)
-    for _ in range(20):
+    for i in range(40):
         ta = np.unique(rng.integers(0, 300, 200))
         tb = np.unique(rng.integers(0, 300, 150))
+        if i % 4 == 1:  # new charges the table's units and a few more (the filter's case)
+            tb = np.union1d(ta, rng.integers(0, 300, 3))
+        elif i % 4 == 2:  # new charges part of the table's units
+            tb = ta[rng.random(ta.size) < 0.9]
+        elif i % 4 == 3:  # the table has a few units new does not charge, new a few others
+            tb = np.union1d(ta[rng.random(ta.size) < 0.98], rng.integers(0, 300, 2))
         a = pl.DataFrame({"unit": ta, "rho": rng.uniform(0, 1, ta.size),
-                          "size": rng.uniform(0, 9, ta.size)})
+                          "size": rng.uniform(0, 9, ta.size),
+                          "rho_z": rng.uniform(0, 1, ta.size)})  # a column new lacks
         b = pl.DataFrame({"unit": tb, "rho": rng.uniform(0, 1, tb.size),
                           "rho@x": rng.uniform(0, 1, tb.size), "size": rng.uniform(0, 9, tb.size)})
         led = UnitLedger()
@@ -560,12 +567,12 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
                 {"size": b["size"].to_numpy()})
         both = pl.concat([a, b], how="diagonal_relaxed")
         ref = both.sort("unit", maintain_order=True).group_by("unit", maintain_order=True).agg(
-            pl.col("rho").fill_null(0.0), pl.col("rho@x").fill_null(0.0),
-            pl.col("size").fill_null(0.0).max())
+            pl.col("rho").fill_null(0.0), pl.col("rho_z").fill_null(0.0),
+            pl.col("rho@x").fill_null(0.0), pl.col("size").fill_null(0.0).max())
         ref = ref.with_columns(*[pl.Series(c, [sum_up_ref(v) for v in ref[c].to_list()],
-                                           dtype=pl.Float64) for c in ("rho", "rho@x")])
-        assert led.table.equals(ref)
-        assert _merge_sorted(a, b, {"size"}).equals(ref)
+                                           dtype=pl.Float64) for c in ("rho", "rho_z", "rho@x")])
+        assert led.table.select(ref.columns).equals(ref)
+        assert _merge_sorted(a, b, {"size"}).select(ref.columns).equals(ref)
 
 
 def test_session_ledger_sorted_lookup_matches_the_join():
