@@ -42,6 +42,8 @@ Every answer is rounded toward privacy: scales up, ε up, δ(ε) up. Edge of flo
   (python-flint): the float algorithm gives a start, Newton steps on the exact δ(ε) refine it,
   and a value is kept only where Arb proves δ(ε) ≤ δ (``_ArbHockey``, ``_eps_certified``):
   never below the exact ε, within ~3e-10 of it.
+* Every ε is a function of its own Δ/scale and the public parameters only, never of the other
+  values computed with it.
 * A minimal scale beyond the double range raises
   [`CalibrationError`][tabdp.exceptions.CalibrationError].
 
@@ -65,7 +67,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import erf, erfc, gammaincc, gammainccinv, log_ndtr
 
-from tabdp._lazy_scipy import CubicSpline, brentq
+from tabdp._lazy_scipy import brentq
 from tabdp._validation import check_real
 from tabdp.exceptions import CalibrationError, InvalidParameterError
 from tabdp.noise.logconcave import (
@@ -80,7 +82,6 @@ from tabdp.privacy.conversions import (
     gdp_delta,
     gdp_log_delta,
 )
-from tabdp.privacy.conversions import _gdp_log_delta_vec as gdp_log_delta_at
 
 __all__ = [
     "FAMILIES",
@@ -107,10 +108,6 @@ _LN_SCALE_MAX = 709.0
 #: Unit roundoff bound used to round closed forms toward privacy (2^-52).
 _U = 2.0**-52
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(12)
-#: Up to this many distinct values of Δ/scale, epsilon_for_scale solves each one directly.
-_DIRECT_MAX = 4096
-#: Node spacing in ln(Δ/scale − b0) of the interpolation used above _DIRECT_MAX values.
-_NODE_STEP = 0.005
 #: Above this ε the bracket bound b + S⁻¹(δ) is returned (valid, within ~0.1 %; see _eps_bound).
 _EPS_HUGE = 1e6
 #: Smallest δ accepted for Subbotin_r with r ∉ {1, 2} (the generic algorithm works with δ itself,
@@ -500,87 +497,6 @@ def _eps_direct(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
     return eps
 
 
-def _eps_generic(b: np.ndarray, delta: float, law: _Law) -> np.ndarray:
-    """Exact ε at δ for an array of distinct b > 0 (finite), r > 1.
-
-    Up to ``_DIRECT_MAX`` values are solved one by one (vectorized safeguarded Newton). Beyond,
-    the crossing point u*(b) is solved exactly on a grid of x = ln(b − b0) (spacing
-    ``_NODE_STEP``; b0 is the threshold below which ε = 0) and at the grid midpoints,
-    interpolated by a cubic spline in (x, ln u) and pushed up (the safe side: D decreases in
-    u) by a local margin of 8 × the interpolation error seen at the midpoints. Grid intervals
-    where that margin would cost more than 1e-9 relative (plus 1e-12 absolute) in ε are solved
-    directly instead. Every interpolated value is then *verified*: ``D(u) = S(u − b) −
-    e^{g(u)}·S(u) ≤ δ`` is evaluated exactly, so ε = g(u) is a valid (ε, δ) pair; values that
-    fail verification are solved directly.
-    """
-    if b.size <= _DIRECT_MAX:
-        return _eps_direct(b, delta, law)
-    r = law.r
-    eps = np.zeros(b.shape)
-    b0 = law.b_zero(delta)
-    cand = np.flatnonzero(b > b0 * (1.0 - 1e-9))      # below: TV < δ, ε = 0 exactly
-    if cand.size == 0:
-        return eps
-    _, e_hi, any_huge = _eps_bound(b[cand], law, delta)
-    if any_huge:
-        huge = e_hi > _EPS_HUGE
-        eps[cand[huge]] = e_hi[huge]
-        cand = cand[~huge]
-    bc = b[cand]
-    if cand.size <= _DIRECT_MAX:
-        eps[cand] = _eps_direct(bc, delta, law)
-        return eps
-    # Coordinate x = ln(b − b0): near the threshold b0, u* ~ (b − b0)^{1/(r−1)}, so ln u* is
-    # smooth in x (it is not in ln b).
-    near = bc - b0 <= 1e-6 * b0
-    xb = np.log(np.where(near, b0, bc - b0))
-    far = ~near
-    x_min = math.log(1e-6 * b0)
-    x_lo = max(float(xb[far].min()) - 4.0 * _NODE_STEP, x_min) if far.any() else x_min
-    x_hi = float(xb[far].max()) + 4.0 * _NODE_STEP if far.any() else x_min + 1.0
-    k = max(16, int(math.ceil((x_hi - x_lo) / _NODE_STEP)) + 1)
-    if bc.size <= 2 * k + _DIRECT_MAX:                 # the grid would cost as much
-        eps[cand] = _eps_direct(bc, delta, law)
-        return eps
-    nodes = np.linspace(x_lo, x_hi, k)
-    mids = 0.5 * (nodes[1:] + nodes[:-1])
-    both = b0 + np.exp(np.concatenate([nodes, mids]))
-    s_inv = law.isf(delta)
-    u_all = _newton_u(both, both / 2.0, both + s_inv, both + s_inv, delta, law)
-    lu_nodes, lu_mids = np.log(u_all[:k]), np.log(u_all[k:])
-    spline = CubicSpline(nodes, lu_nodes)
-    # Local margin: 8 × the interpolation error at the midpoints of the interval and neighbours.
-    sp_mids = spline(mids)
-    err = np.abs(sp_mids - lu_mids)
-    err = np.maximum(err, np.maximum(np.r_[err[1:], 0.0], np.r_[0.0, err[:-1]]))
-    margin = 8.0 * err + 1e-13
-    b_mid = both[k:]
-    with np.errstate(over="ignore", invalid="ignore"):
-        e_exact = _g(u_all[k:], b_mid, r)
-        e_pad = _g(np.exp(sp_mids + margin), b_mid, r)
-        loose = ~(e_pad <= e_exact * (1.0 + 1e-9) + 1e-12)
-    loose = loose | np.r_[loose[1:], False] | np.r_[False, loose[:-1]]
-    seg = np.clip(np.searchsorted(nodes, xb) - 1, 0, k - 2)
-    direct = loose[seg] | near
-    res = np.empty(bc.shape)
-    interp = np.flatnonzero(~direct)
-    fail = np.flatnonzero(direct)
-    if interp.size:
-        bi = bc[interp]
-        with np.errstate(over="ignore"):
-            u = np.exp(spline(xb[interp]) + margin[seg[interp]])
-        u = np.clip(u, bi / 2.0, bi + s_inv)
-        gu = _g(u, bi, r)
-        d, _ = _hockey(u, bi, gu, law)
-        ok = d <= delta
-        res[interp] = gu
-        fail = np.concatenate([fail, interp[~ok]])
-    if fail.size:
-        res[fail] = _eps_direct(bc[fail], delta, law)
-    eps[cand] = np.maximum(res, 0.0)
-    return eps
-
-
 # -------------------------------------------------------------------------------------------------
 # certified ε (Arb ball arithmetic): the reported ε is verified, never below the exact one
 # -------------------------------------------------------------------------------------------------
@@ -812,11 +728,25 @@ class _ArbHockey:
         return best
 
 
+@functools.lru_cache(maxsize=256)
+def _zero_point(delta: float, r: float) -> float:
+    """A public b below which ε = 0 is certified at δ (Arb: total variation ≤ δ there); 0 if none.
+
+    The float threshold `_Law.b_zero` lowered by 1e-9 relative, certified once per (δ, r): the
+    total variation increases in b, so every b at or below it has ε = 0. Values between it and
+    the float threshold are certified one by one.
+    """
+    bz = _law(r).b_zero(delta) * (1.0 - 1e-9)
+    if not (math.isfinite(bz) and bz > 0.0):
+        return 0.0
+    return bz if _ArbHockey(bz, r, delta).certified(0.0, bz / 2.0) == 0.0 else 0.0
+
+
 def _eps_certified(b: np.ndarray, delta: float, law: _Law,
                    b_cert: np.ndarray | None = None) -> np.ndarray:
     """Certified ε at δ for distinct finite b > 0 (r ∉ {1, 2}): never below the exact ε.
 
-    The float solver (`_eps_generic`, calibrated to δ·(1 − ``_START_MARGIN``)) gives a start,
+    The float solver (`_eps_direct`, calibrated to δ·(1 − ``_START_MARGIN``)) gives a start,
     usually within ~1e-9 of the exact ε (its float error reaches ~1e-8 relative in δ). Each
     value is then refined and verified in Arb ball arithmetic (`_ArbHockey`) at the shift
     ``b_cert`` (≥ the exact Δ/scale; default ``nextafter(b, ∞)``; δ(ε) increases in the
@@ -825,15 +755,21 @@ def _eps_certified(b: np.ndarray, delta: float, law: _Law,
     until it is). Values whose float ε is 0 (total variation ≤ δ) are certified at once by the
     largest of them (the total variation increases in b); if that fails, one by one.
     """
-    eps_f = _eps_generic(b, delta * (1.0 - _START_MARGIN), law)
+    # Every step is a function of each value alone (and of the public δ and r): the start is
+    # the per-value Newton solve (never the interpolated grid, whose nodes follow the other
+    # values), and ε = 0 is certified once at a public point, not at the largest value present.
+    # So a record's ε never depends on the other records' values, and every backend (whole
+    # arrays, streaming batches, Spark's pandas batches) reports the same doubles.
+    eps_f = _eps_direct(b, delta * (1.0 - _START_MARGIN), law)
     out = eps_f.copy()
     b_up = np.nextafter(b, np.inf) if b_cert is None else b_cert
     zero = eps_f == 0.0
     todo = np.flatnonzero(~zero & np.isfinite(eps_f))
     if np.any(zero):
-        bz = float(b_up[zero].max())
-        if _ArbHockey(bz, law.r, delta).certified(0.0, bz / 2.0) != 0.0:
-            todo = np.sort(np.concatenate([todo, np.flatnonzero(zero)]))
+        bz = _zero_point(delta, law.r)
+        below = b_up <= bz
+        one_by_one = zero & ~below if bz > 0.0 else zero
+        todo = np.sort(np.concatenate([todo, np.flatnonzero(one_by_one)]))
     if todo.size:
         u0 = _u_for_eps_arr(b_up[todo], eps_f[todo], law.r)
         for i, u in zip(todo.tolist(), u0.tolist(), strict=True):
@@ -893,23 +829,14 @@ def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None,
 def _eps_gauss(b: np.ndarray, delta: float) -> np.ndarray:
     """Gaussian ε at δ for distinct finite b = Δ/σ > 0, exact in log space for every δ > 0.
 
-    Up to ``_DIRECT_MAX`` values (or δ < 1e-300), the safeguarded Newton solver of
-    [`gdp_epsilon`][tabdp.privacy.conversions.gdp_epsilon] on the log-space δ. Beyond, the fast
-    interpolated solution of the generic algorithm, pushed up by 2e-11 relative, is kept where
-    the log-space δ verifies it; the others are solved exactly.
+    The safeguarded Newton solver of [`gdp_epsilon`][tabdp.privacy.conversions.gdp_epsilon] on
+    the log-space δ, value by value: each ε is a function of its own b.
     """
-    ln_delta = math.log(delta)
-    if b.size <= _DIRECT_MAX or delta < 1e-300:
-        return _gdp_eps_solve(b, ln_delta)
-    with np.errstate(all="ignore"):
-        guess = _eps_generic(b, delta, _law(2.0)) * (1.0 + 2e-11) + 1e-300
-    out = np.asarray(guess, dtype=np.float64).copy()
-    with np.errstate(all="ignore"):
-        ok = np.isfinite(guess) & (gdp_log_delta_at(b, guess) <= ln_delta)
-    bad = np.flatnonzero(~ok)
-    if bad.size:
-        out[bad] = _gdp_eps_solve(b[bad], ln_delta)
-    return out
+    # One solve per value, however many there are: the interpolated grid this once used above
+    # a few thousand values made a value's ε follow the other values present (by ~1e-11; and
+    # the streaming report's batches differ from a whole array), and cost as much (1.0 against
+    # 1.2 CPU-s per million values).
+    return _gdp_eps_solve(b, math.log(delta))
 
 
 def _unit_delta(kind: str, b: np.ndarray, eps: float, r: float | None) -> np.ndarray:
@@ -1121,9 +1048,9 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
     Subbotin_r use the exact criterion of [Vin22] Lemma 1, solved as one vectorized safeguarded
     Newton iteration on the crossing point u (the condition is ``S(u − b) − e^{g(u)}·S(u) ≤ δ``
     with ``g(u) = ε``, so ε is read off at the solution; no nested root-finding). Distinct values
-    of Δ/scale are solved once; beyond a few thousand distinct values the solutions are
-    interpolated from an exact grid and each one is then verified exactly (log-concave.md §2).
-    The result is a valid ε, rounded up.
+    of Δ/scale are solved once, each on its own: a value's ε never depends on the other values
+    passed with it (so a per-record loss is the same whether computed over a whole table, in
+    streaming batches or on Spark). The result is a valid ε, rounded up.
 
     Args:
         family: ``"laplace"``, ``"logistic"``, ``"gaussian"`` or ``"subbotin"``.
@@ -1166,14 +1093,15 @@ def epsilon_for_scale(family: str, scale: float, delta: float, sensitivity: Arra
             ok = np.isfinite(b)
         flat_o[pos[~ok]] = np.inf
         pos, b = pos[ok], b[ok]
-        ub, inv = np.unique(b, return_inverse=True)
         b_cert = None
         if kind == "generic" and dlt > 0.0:
-            # the shift certified for each distinct b: b itself where every Δ/scale rounded to
-            # it is ≤ b exactly, else the next double (δ(ε) increases in the shift)
-            above = np.zeros(ub.shape, dtype=bool)
-            np.logical_or.at(above, inv.reshape(-1), _quotient_above(flat_d[pos], s, b))
-            b_cert = np.where(above, np.nextafter(ub, np.inf), ub)
+            # the shift certified for each value: Δ/scale rounded, where the exact quotient is
+            # not above it, else the next double (δ(ε) increases in the shift). Decided per
+            # value, never per group of equal roundings: a record's ε follows its own Δ alone.
+            b = np.where(_quotient_above(flat_d[pos], s, b), np.nextafter(b, np.inf), b)
+        ub, inv = np.unique(b, return_inverse=True)
+        if kind == "generic" and dlt > 0.0:
+            b_cert = ub
         flat_o[pos] = _unit_eps(kind, ub, dlt, rr, b_cert)[inv.reshape(-1)]
     return out
 

@@ -316,3 +316,48 @@ def test_smooth_laplace_gamma_limit_at_a_subnormal_delta() -> None:
     # ε/ln(2/δ), where 2/δ overflowed
     assert gamma_limit("laplace", 1.0, delta=TINY) == pytest.approx(
         1.0 / (math.log(2.0) - math.log(TINY)), rel=1e-15)
+
+
+@pytest.mark.parametrize("family, r", [("gaussian", None), ("subbotin", 3.0), ("laplace", None),
+                                       ("logistic", None)])
+def test_a_values_epsilon_does_not_depend_on_the_other_values(family: str, r: float | None
+                                                              ) -> None:
+    """ε at δ of one sensitivity is the same double alone and among thousands of others.
+
+    A per-record loss must be a function of the record's own values (and the public
+    parameters): the same in a whole table, in a streaming batch or a Spark batch. The Gaussian
+    path once interpolated a grid whose nodes followed the values present above 4,096 distinct
+    values (1.6e-11 relative apart), and the certified Subbotin path took its start from that
+    grid and certified ε = 0 at the largest value present (1.3e-12 apart).
+    """
+    rng = np.random.default_rng(1)
+    # the draws that showed the Subbotin start's dependence (the fourth array of this stream)
+    others = [rng.uniform(0.5, hi, 5000) for hi in (3.0, 8.0, 13.0, 3.0)]
+    x = np.array([1.2345678, 0.0123, 3.0000001])
+    alone = [float(epsilon_for_scale(family, 1.0, 1e-6, x[i:i + 1], r=r)[0])
+             for i in range(x.size)]
+    for i, xi in enumerate(x.tolist()):
+        for other in others:
+            got = float(epsilon_for_scale(family, 1.0, 1e-6, np.r_[xi, other], r=r)[0])
+            assert got == alone[i], (family, xi, got, alone[i])
+
+
+def test_a_records_certified_shift_follows_its_own_sensitivity() -> None:
+    """Two sensitivities whose quotients round to the same double keep their own ε.
+
+    The shift certified for Subbotin r ∉ {1, 2} is Δ/scale rounded, or the next double where
+    the exact quotient lies above it; it was decided per distinct rounded value, so one record
+    whose quotient rounds down moved another record's ε.
+    """
+    from tabdp.privacy.approx import _quotient_above
+
+    s, d0 = 3.0, 7.0
+    d1 = float(np.nextafter(d0, np.inf))
+    assert d0 / s == d1 / s  # both quotients round to the same double
+    # d1's exact quotient lies above the rounding, d0's does not
+    assert _quotient_above(np.array([d0, d1]), s, np.array([d0 / s] * 2)).tolist() == [
+        False, True]
+    e0, e1 = (float(epsilon_for_scale("subbotin", s, 1e-6, [d], r=3.0)[0]) for d in (d0, d1))
+    e_both = epsilon_for_scale("subbotin", s, 1e-6, [d0, d1], r=3.0)
+    assert e_both.tolist() == [e0, e1]
+    assert e0 <= e1
