@@ -568,7 +568,7 @@ def sorted_positions_or_misses(keys: pl.Series,
 
 
 def sorted_positions(keys: pl.Series, units: Any) -> np.ndarray | None:
-    """Where each of ``units`` is in ``keys``, when a binary search can tell; else ``None``.
+    """Where each of ``units`` is in ``keys``, when a merge of sorted ids can tell; else ``None``.
 
     Both Int64 without nulls, ``keys`` and ``units`` strictly increasing (sorted, distinct)
     and every unit found: then ``keys[pos] == units``. Otherwise ``None`` (the caller joins).
