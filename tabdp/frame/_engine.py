@@ -586,7 +586,9 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
                   and (not measures or cached["rules"] == rules)
-                  and (measures or not cached["drops"])
+                  # a rule that drops rows reads every measure of the snapshot's release: its
+                  # rows kept are this release's only for the same measures
+                  and (not cached["drops"] or set(measures) == set(cached["measures"]))
                   # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
                   and set(binding.of(sess).bound_columns()) <= set(cached["snapshot"].fingerprints)
                   and cached.get("keys") is (keys if unit_mode else None))

@@ -638,3 +638,41 @@ def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
     s2 = tabdp.Session(seed=2, streaming=False)
     assert got.equals(df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
                                 session=s2))
+
+
+@pytest.mark.parametrize("rule", ["nulls", "negatives"])
+@pytest.mark.parametrize("unit", [None, "u"], ids=["row-mode", "unit-mode"])
+def test_a_sum_of_fewer_measures_keeps_the_rows_the_other_measures_dropped(
+        rule: str, unit: str | None) -> None:
+    """Review r19: a snapshot cached by a sum of ``[x, y]`` that drops rows is not reused.
+
+    Under ``nulls="drop"`` or ``negatives="drop"`` the rows kept depend on every measure of
+    the release: a later sum of ``x`` alone keeps the rows that only ``y`` would drop. Before
+    the fix the in-memory engine reused the ``[x, y]`` snapshot (its measures include ``x``)
+    and released ``x``'s totals without those rows. The tables, per-record losses and
+    confidential counts are those of the sum of ``x`` on a copy of the frame.
+    """
+    rng = np.random.default_rng(7)
+    n = 300
+    bad = np.flatnonzero(rng.random(n) < 0.3)
+    y = pl.Series("y", rng.lognormal(1.0, 1.0, n))
+    y = y.scatter(bad, None) if rule == "nulls" else y.scatter(bad, -1.0)
+    df = pl.DataFrame({"u": rng.integers(0, 60, n), "c": rng.choice(["A", "B"], n),
+                       "x": rng.lognormal(1.0, 1.0, n), "y": y})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"])
+    rules = {"nulls": "drop", "negatives": "zero"} if rule == "nulls" else {
+        "nulls": "zero", "negatives": "drop"}
+    runs = []
+    for same in (True, False):
+        s = tabdp.Session(seed=5, streaming=False, unit=unit)
+        df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                  **rules)
+        other = df if same else df.clone()
+        out = other.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                           **rules)
+        rep = s.report()
+        runs.append((out, rep.per_record, rep.confidential_summary()["queries"][1]))
+    assert runs[0][0].equals(runs[1][0])
+    assert runs[0][1].equals(runs[1][1])
+    assert runs[0][2] == runs[1][2]
+    assert runs[1][2]["rows_in_released_cells"] == n  # every row released by the sum of x
