@@ -1013,6 +1013,11 @@ def _same_cells(a: Planned, b: Planned) -> bool:
         return False
     if a.keys is b.keys:
         return True
+    # key sets equal by value may differ in dtype (Int32 and Int64, Categorical and String:
+    # `KeySet.__eq__` reads values), and the grouping of the first (`_keys_from_cells`)
+    # follows its dtypes: only key sets of the same dtypes share it
+    if a.keys.to_polars().schema != b.keys.to_polars().schema:
+        return False
     da, db = a.keys.domains, b.keys.domains
     same_domains = (da is None and db is None) or (
         da is not None and db is not None and len(da) == len(db)
