@@ -417,3 +417,26 @@ def test_key_sets_equal_by_value_but_not_dtype_keep_their_own_cell_audit(
     for x, y in zip(a["cells"], b["cells"], strict=True):
         assert x.equals(y)
     assert a["cells"][1][by].null_count() == 0
+
+
+@pytest.mark.parametrize("budget", [None, 5.0], ids=["no-budget", "budget"])
+def test_every_query_of_a_pass_checks_the_rows_it_read(tmp_path: Path,
+                                                       budget: float | None) -> None:
+    """Review r19: an input whose rows differ between evaluations is refused in a batch.
+
+    The releases of a pass over other cells are other queries, and Polars evaluates an
+    unseeded shuffle once per query (each query reads other rows). The replayed charges
+    follow row positions, so a query that read other rows than the bound ones must be
+    refused, as before h83 (which fingerprinted the first query only and released the batch).
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 5).write_parquet(path, row_group_size=500)
+    lf = pl.scan_parquet(path).select("c", "s", "x").with_columns(pl.col("x").shuffle())
+    reqs = [dict(kind="sum", measures=["x"], by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1, 2, 3]),
+                 name="x_s", mechanism=mech.Gaussian(5.0), nulls="zero"),
+            dict(kind="sum", measures=["x"], by=["c"],
+                 keys=tabdp.KeySet.from_dict(c=["a", "b", "c", "d"]), name="x_c",
+                 mechanism=mech.Gaussian(5.0), nulls="zero")]
+    s = tabdp.Session(seed=3, budget=budget, streaming=True)
+    with pytest.raises(InvalidParameterError, match="not the rows its earlier releases read"):
+        execute_planned(planned_releases(lf, s, reqs))
