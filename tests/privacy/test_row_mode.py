@@ -676,3 +676,36 @@ def test_a_sum_of_fewer_measures_keeps_the_rows_the_other_measures_dropped(
     assert runs[0][1].equals(runs[1][1])
     assert runs[0][2] == runs[1][2]
     assert runs[1][2]["rows_in_released_cells"] == n  # every row released by the sum of x
+
+
+@pytest.mark.parametrize("unit", [None, "u"], ids=["row-mode", "unit-mode"])
+def test_an_input_evaluated_once_for_its_rows_and_their_checks(unit: str | None) -> None:
+    """Review r19: the rows released and their counters come from one evaluation of the input.
+
+    The in-memory snapshot collects the rows and the counters (row mode: and fingerprints;
+    unit mode: the rows inside and outside the key set) as several queries of one
+    ``collect_all``. An input whose rows differ between evaluations (here five rows drawn by an
+    unseeded shuffle) was read once per query: a missing value released as 0 under
+    ``nulls="error"`` (its counter read other rows), and in unit mode rows counted twice or
+    never (5 rows read as 2 to 7). With one evaluation a release either refuses the missing
+    value or reads five rows without it.
+    """
+    df = pl.DataFrame({"u": list(range(10)), "c": ["A"] * 10 if unit is None else
+                       ["A"] * 5 + ["B"] * 5, "x": [None] + [1.0] * 9})
+    keys = tabdp.KeySet.from_dict(c=["A"])
+    seen = set()
+    for t in range(60):
+        lf = df.lazy().filter(pl.int_range(pl.len()).shuffle() < 5)
+        s = tabdp.Session(seed=t, streaming=False, unit=unit)
+        try:
+            lf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                      nulls="error", negatives="zero")
+        except tabdp.exceptions.DataValidationError:
+            seen.add("refused")
+            continue
+        q = s.report().confidential_summary()["queries"][0]
+        seen.add("released")
+        assert q["rows_read"] == 5
+        if unit is None:  # every row in the released cell, none of them the missing value
+            assert q["left_out_by_budget"]["x"]["total"] == 5.0
+    assert seen == {"refused", "released"}
