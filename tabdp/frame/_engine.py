@@ -533,6 +533,11 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
         assert unit == ROW_ID  # unit mode has its own plan (_unit_snapshot)
         base = lf.with_columns(keep)
         fps = []
+    # one evaluation of the input for the rows and their totals (`cache`: the two queries of
+    # `collect_all` share it): an input whose rows differ between evaluations (a shuffle, a
+    # sample, a file rewritten) would otherwise be checked and fingerprinted on other rows
+    # than those released (review r19)
+    base = base.cache()
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
         pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL))
@@ -586,7 +591,9 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
                   and (set(measures) <= set(cached["measures"]))
                   and (not measures or cached["rules"] == rules)
-                  and (measures or not cached["drops"])
+                  # a rule that drops rows reads every measure of the snapshot's release: its
+                  # rows kept are this release's only for the same measures
+                  and (not cached["drops"] or set(measures) == set(cached["measures"]))
                   # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
                   and set(binding.of(sess).bound_columns()) <= set(cached["snapshot"].fingerprints)
                   and cached.get("keys") is (keys if unit_mode else None))
@@ -654,7 +661,10 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
             pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias(_ALL)]
     lf = op.lf if part is None else op.lf.filter(unit_partition(unit, *part))
-    base = _cells(lf.with_columns(keep), op.schema, keys, by, _CELL)
+    # one evaluation of the input for the rows inside and outside the key set and the counters
+    # (`cache`: the queries of `collect_all` share it; an input whose rows differ between
+    # evaluations would otherwise put a row in both or neither: review r19)
+    base = _cells(lf.with_columns(keep), op.schema, keys, by, _CELL).cache()
     # the counters are totals over all rows: one plain sum each in the same pass (the scan is
     # shared), not one more aggregation per (unit, cell) group
     queries = [base.filter(pl.col(_CELL).is_not_null()).group_by(unit, _CELL).agg(aggs),

@@ -1013,6 +1013,11 @@ def _same_cells(a: Planned, b: Planned) -> bool:
         return False
     if a.keys is b.keys:
         return True
+    # key sets equal by value may differ in dtype (Int32 and Int64, Categorical and String:
+    # `KeySet.__eq__` reads values), and the grouping of the first (`_keys_from_cells`)
+    # follows its dtypes: only key sets of the same dtypes share it
+    if a.keys.to_polars().schema != b.keys.to_polars().schema:
+        return False
     da, db = a.keys.domains, b.keys.domains
     same_domains = (da is None and db is None) or (
         da is not None and db is not None and len(da) == len(db)
@@ -1030,8 +1035,11 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
     a count table by county × sector) are aggregated by one group-by, each release's
     aggregations under its own names; the split function gives every release the frame
     `_release_query` would give it alone (the same groups, columns and values), from the
-    collected results. The first release fingerprints the rows for all (``fp_cols``); the
-    others' frames have no fingerprints (`pass_fingerprints` of the first).
+    collected results. Every query fingerprints the rows it read (``fp_cols``), and each
+    release's frame holds its query's fingerprints: the queries of one pass may evaluate the
+    input once each (a plan whose rows differ between evaluations, e.g. a group-by without
+    ``maintain_order``, a shuffle or a file rewritten), so each must be checked against the
+    rows the session bound.
 
     Args:
         sess: The session.
@@ -1045,8 +1053,8 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
         release (in the order of ``rels``).
     """
     if _unfiltered(sess):
-        queries = [_release_query(sess, plan, r, k, fp_cols if not i else [])
-                   for i, (r, k) in enumerate(zip(rels, ks, strict=True))]
+        queries = [_release_query(sess, plan, r, k, fp_cols)
+                   for r, k in zip(rels, ks, strict=True)]
         return queries, lambda got: list(got)
     sets: list[list[int]] = []
     for i, r in enumerate(rels):
@@ -1059,23 +1067,26 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
     queries = []
     for group in sets:
         k0 = ks[group[0]]
-        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols if group[0] == 0 else [],
-                                     f"#{group[0]}")
+        # (tags "#<i>#": no tag is the end of another's, e.g. "#1" of "#11")
+        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, f"#{group[0]}#")
         for i in group[1:]:
-            aggs += _release_aggs(sess, rels[i], ks[i], fp_cols if i == 0 else [], f"#{i}")[1]
+            aggs += _release_aggs(sess, rels[i], ks[i], [], f"#{i}#")[1]
         queries.append(plan.group_by(f"__c{k0}", *groups).agg(*aggs))
 
     def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
         out: list[pl.DataFrame | None] = [None] * len(rels)
         for group, frame in zip(sets, got, strict=True):
-            k0 = ks[group[0]]
+            k0, tag0 = ks[group[0]], f"#{group[0]}#"
+            # the fingerprints of the rows this query read, for each release of the group
+            fps = [pl.col(f"fp:{c}{tag0}").alias(f"fp:{c}") for c in fp_cols]
             for i in group:
-                tag = f"#{i}"
+                tag = f"#{i}#"
                 own = [c for c in frame.columns
-                       if c.endswith(tag) and c != f"__c{k0}" and c not in rels[i].pre.by]
+                       if c.endswith(tag) and c != f"__c{k0}" and c not in rels[i].pre.by
+                       and not (c.startswith("fp:") and c[3:-len(tag)] in fp_cols)]
                 out[i] = frame.select(
                     pl.col(f"__c{k0}").alias(f"__c{ks[i]}"), *rels[i].pre.by,
-                    *[pl.col(c).alias(c[:-len(tag)]) for c in own]
+                    *[pl.col(c).alias(c[:-len(tag)]) for c in own], *fps
                 ).with_columns(_after_aggs(rels[i], ks[i]))
         return [f for f in out if f is not None]
 

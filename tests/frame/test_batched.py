@@ -381,3 +381,62 @@ def test_a_column_released_twice_is_charged_once_per_batch_with_the_same_losses(
     assert any(q["units_left_out_by_budget"] for q in b["queries"])
     # the batch's pass: two programs charged per batch, not three
     assert sizes and len(calls) == 2 * len(sizes)
+
+
+@pytest.mark.parametrize("by", ["s", "c"])
+def test_key_sets_equal_by_value_but_not_dtype_keep_their_own_cell_audit(
+        tmp_path: Path, by: str) -> None:
+    """Review r19: a pass shares a group-by only between key sets of the same dtypes.
+
+    ``KeySet.__eq__`` reads values (Int64 and Int32 keys, String and Categorical keys are
+    equal); a release whose key dtypes differ from the data's groups by its keys, and its cell
+    audit reads them. Before the fix the second release shared the first's group-by (cells
+    alone: no keys inside the key set) and its audit's keys were null. Tables, losses, counts
+    and audits are the in-memory engine's.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(2000, 5).write_parquet(path, row_group_size=500)
+    values: Any = [0, 1, 2, 3] if by == "s" else ["a", "b", "c", "d"]
+    other = pl.Int32 if by == "s" else pl.Categorical
+    same = tabdp.KeySet.from_dict(**{by: values})
+    cast = tabdp.KeySet.from_dict(**{by: pl.Series(values, dtype=other)})
+    assert same == cast
+    reqs = [dict(kind="sum", measures=["x"], by=[by], keys=same, name="x_by",
+                 mechanism=mech.Gaussian(5.0), nulls="zero"),
+            dict(kind="count", by=[by], keys=cast, name="n_by", mechanism=mech.Gaussian(3.0))]
+    results = []
+    for streaming in (True, False):
+        s = tabdp.Session(seed=3, budget=5.0, streaming=streaming, track_cells=True)
+        outs = execute_planned(planned_releases(pl.scan_parquet(path), s, reqs))
+        results.append((outs, _state(s)))
+    (t0, a), (t1, b) = results
+    for x, y in zip(t0, t1, strict=True):
+        assert x.equals(y)
+    assert a["per_record"].equals(b["per_record"])
+    assert a["queries"] == b["queries"]
+    for x, y in zip(a["cells"], b["cells"], strict=True):
+        assert x.equals(y)
+    assert a["cells"][1][by].null_count() == 0
+
+
+@pytest.mark.parametrize("budget", [None, 5.0], ids=["no-budget", "budget"])
+def test_every_query_of_a_pass_checks_the_rows_it_read(tmp_path: Path,
+                                                       budget: float | None) -> None:
+    """Review r19: an input whose rows differ between evaluations is refused in a batch.
+
+    The releases of a pass over other cells are other queries, and Polars evaluates an
+    unseeded shuffle once per query (each query reads other rows). The replayed charges
+    follow row positions, so a query that read other rows than the bound ones must be
+    refused, as before h83 (which fingerprinted the first query only and released the batch).
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 5).write_parquet(path, row_group_size=500)
+    lf = pl.scan_parquet(path).select("c", "s", "x").with_columns(pl.col("x").shuffle())
+    reqs = [dict(kind="sum", measures=["x"], by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1, 2, 3]),
+                 name="x_s", mechanism=mech.Gaussian(5.0), nulls="zero"),
+            dict(kind="sum", measures=["x"], by=["c"],
+                 keys=tabdp.KeySet.from_dict(c=["a", "b", "c", "d"]), name="x_c",
+                 mechanism=mech.Gaussian(5.0), nulls="zero")]
+    s = tabdp.Session(seed=3, budget=budget, streaming=True)
+    with pytest.raises(InvalidParameterError, match="not the rows its earlier releases read"):
+        execute_planned(planned_releases(lf, s, reqs))

@@ -638,3 +638,74 @@ def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
     s2 = tabdp.Session(seed=2, streaming=False)
     assert got.equals(df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
                                 session=s2))
+
+
+@pytest.mark.parametrize("rule", ["nulls", "negatives"])
+@pytest.mark.parametrize("unit", [None, "u"], ids=["row-mode", "unit-mode"])
+def test_a_sum_of_fewer_measures_keeps_the_rows_the_other_measures_dropped(
+        rule: str, unit: str | None) -> None:
+    """Review r19: a snapshot cached by a sum of ``[x, y]`` that drops rows is not reused.
+
+    Under ``nulls="drop"`` or ``negatives="drop"`` the rows kept depend on every measure of
+    the release: a later sum of ``x`` alone keeps the rows that only ``y`` would drop. Before
+    the fix the in-memory engine reused the ``[x, y]`` snapshot (its measures include ``x``)
+    and released ``x``'s totals without those rows. The tables, per-record losses and
+    confidential counts are those of the sum of ``x`` on a copy of the frame.
+    """
+    rng = np.random.default_rng(7)
+    n = 300
+    bad = np.flatnonzero(rng.random(n) < 0.3)
+    y = pl.Series("y", rng.lognormal(1.0, 1.0, n))
+    y = y.scatter(bad, None) if rule == "nulls" else y.scatter(bad, -1.0)
+    df = pl.DataFrame({"u": rng.integers(0, 60, n), "c": rng.choice(["A", "B"], n),
+                       "x": rng.lognormal(1.0, 1.0, n), "y": y})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"])
+    rules = {"nulls": "drop", "negatives": "zero"} if rule == "nulls" else {
+        "nulls": "zero", "negatives": "drop"}
+    runs = []
+    for same in (True, False):
+        s = tabdp.Session(seed=5, streaming=False, unit=unit)
+        df.dp.sum(["x", "y"], by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                  **rules)
+        other = df if same else df.clone()
+        out = other.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                           **rules)
+        rep = s.report()
+        runs.append((out, rep.per_record, rep.confidential_summary()["queries"][1]))
+    assert runs[0][0].equals(runs[1][0])
+    assert runs[0][1].equals(runs[1][1])
+    assert runs[0][2] == runs[1][2]
+    assert runs[1][2]["rows_in_released_cells"] == n  # every row released by the sum of x
+
+
+@pytest.mark.parametrize("unit", [None, "u"], ids=["row-mode", "unit-mode"])
+def test_an_input_evaluated_once_for_its_rows_and_their_checks(unit: str | None) -> None:
+    """Review r19: the rows released and their counters come from one evaluation of the input.
+
+    The in-memory snapshot collects the rows and the counters (row mode: and fingerprints;
+    unit mode: the rows inside and outside the key set) as several queries of one
+    ``collect_all``. An input whose rows differ between evaluations (here five rows drawn by an
+    unseeded shuffle) was read once per query: a missing value released as 0 under
+    ``nulls="error"`` (its counter read other rows), and in unit mode rows counted twice or
+    never (5 rows read as 2 to 7). With one evaluation a release either refuses the missing
+    value or reads five rows without it.
+    """
+    df = pl.DataFrame({"u": list(range(10)), "c": ["A"] * 10 if unit is None else
+                       ["A"] * 5 + ["B"] * 5, "x": [None] + [1.0] * 9})
+    keys = tabdp.KeySet.from_dict(c=["A"])
+    seen = set()
+    for t in range(60):
+        lf = df.lazy().filter(pl.int_range(pl.len()).shuffle() < 5)
+        s = tabdp.Session(seed=t, streaming=False, unit=unit)
+        try:
+            lf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                      nulls="error", negatives="zero")
+        except tabdp.exceptions.DataValidationError:
+            seen.add("refused")
+            continue
+        q = s.report().confidential_summary()["queries"][0]
+        seen.add("released")
+        assert q["rows_read"] == 5
+        if unit is None:  # every row in the released cell, none of them the missing value
+            assert q["left_out_by_budget"]["x"]["total"] == 5.0
+    assert seen == {"refused", "released"}

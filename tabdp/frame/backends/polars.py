@@ -62,7 +62,6 @@ from tabdp.frame._stream import (
     _with_row_ids,
     count_from_kept,
     keep_aggregation,
-    pass_fingerprints,
     release_queries,
     stream_aggregate,
     streaming_quantile_data,
@@ -615,8 +614,6 @@ class StreamingBackend(_PolarsOutput):
         self._rels = list(rels)
         #: id(release) -> (its program index, its aggregation), from the batch's one pass
         self._fetched: dict[int, tuple[int, pl.DataFrame]] | None = None
-        #: the fingerprints of the rows the batch's pass read (its first aggregation's)
-        self._fps: dict[str, int] | None = None
 
     def _prefetch(self) -> None:
         """Aggregate every release of the batch in one pass (before the first is executed)."""
@@ -632,13 +629,11 @@ class StreamingBackend(_PolarsOutput):
         spill = _new_spill(op)
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, frozenset(ks), sess.track_cells, spill)
-        # the releases of the pass read the same rows: the first one's aggregation
-        # fingerprints them for all (one hash per row and column, not one per release), and
-        # releases over the same cells share one group-by
+        # releases over the same cells share one group-by; each query fingerprints the rows
+        # it read (an input evaluated once per query may differ between evaluations)
         queries, split = release_queries(sess, plan, rels, ks, self._fp_cols)
         grouped = _spilled_read(ledger, spill, lambda: _read_input(
             sess, lambda: split(pl.collect_all(queries, engine="streaming")), report=False))
-        self._fps = pass_fingerprints(grouped[0], self._fp_cols)
         self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
@@ -665,7 +660,7 @@ class StreamingBackend(_PolarsOutput):
             # the releases before it were recorded (their programs are the ledger's last ones)
             k, grouped = fetched
             del self._fetched[id(rel)]  # type: ignore[union-attr]
-            return stream_aggregate(rel, grouped, k, self._fp_cols, self._fps)
+            return stream_aggregate(rel, grouped, k, self._fp_cols)
         programs = [*ledger.programs, rel.program]
         k = len(programs) - 1
         _require_bound(sess, op.schema)
