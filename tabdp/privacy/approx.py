@@ -375,22 +375,26 @@ def _u_for_eps(b: np.ndarray, eps: float, r: float) -> np.ndarray:
     """
     if eps == 0.0:
         return b / 2.0
+    return _crossing(b, np.full(b.shape, eps), math.log(eps), r)
+
+
+def _crossing(b: np.ndarray, eps: np.ndarray, log_eps: Any, r: float) -> np.ndarray:
+    """The crossing points g(u) = ε of `_u_for_eps` (``log_eps``: ln ε, a scalar or per b)."""
     with np.errstate(over="ignore", divide="ignore"):
-        c = np.exp((math.log(eps) - np.log(b)) / (r - 1.0))
+        c = np.exp((log_eps - np.log(b)) / (r - 1.0))
     lo = np.maximum(b / 2.0, c)
     hi = b + c
     with np.errstate(invalid="ignore"):
         x = lo + 0.5 * (hi - lo)      # no overflow near the top of the double range
-    fin = np.isfinite(c)
     out = np.full(b.shape, np.inf)
-    idx = np.flatnonzero(fin)
-    lo, hi, x, bb = lo[idx], hi[idx], x[idx], b[idx]
+    idx = np.flatnonzero(np.isfinite(c))
+    lo, hi, x, bb, ee = lo[idx], hi[idx], x[idx], b[idx], eps[idx]
     act = np.arange(idx.size)
     for _ in range(200):
         if act.size == 0:
             break
         xa, ba = x[act], bb[act]
-        ga = _g(xa, ba, r) - eps
+        ga = _g(xa, ba, r) - ee[act]
         gp = _gprime(xa, ba, r)
         above = ga >= 0.0
         lo_a = np.where(above, lo[act], xa)
@@ -514,36 +518,8 @@ _START_MARGIN = 1e-9
 
 def _u_for_eps_arr(b: np.ndarray, eps: np.ndarray, r: float) -> np.ndarray:
     """`_u_for_eps` for an array of ε (one per b): float crossing points, starts for Arb."""
-    with np.errstate(over="ignore", divide="ignore"):
-        c = np.exp((np.log(eps) - np.log(b)) / (r - 1.0))
-    lo = np.maximum(b / 2.0, c)
-    hi = b + c
-    with np.errstate(invalid="ignore"):
-        x = lo + 0.5 * (hi - lo)
-    out = np.full(b.shape, np.inf)
-    idx = np.flatnonzero(np.isfinite(c))
-    lo, hi, x, bb, ee = lo[idx], hi[idx], x[idx], b[idx], eps[idx]
-    act = np.arange(idx.size)
-    for _ in range(200):
-        if act.size == 0:
-            break
-        xa, ba = x[act], bb[act]
-        ga = _g(xa, ba, r) - ee[act]
-        gp = _gprime(xa, ba, r)
-        above = ga >= 0.0
-        lo_a = np.where(above, lo[act], xa)
-        hi_a = np.where(above, xa, hi[act])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = -ga / gp
-        xn = xa + step
-        done = (np.abs(step) <= 1e-15 * xa) | (hi_a - lo_a <= 4e-16 * hi_a) | (ga == 0.0)
-        outside = ~np.isfinite(xn) | (xn <= lo_a) | (xn >= hi_a)
-        xn = np.where(outside, lo_a + 0.5 * (hi_a - lo_a), xn)
-        lo[act], hi[act] = lo_a, hi_a
-        x[act] = np.where(done, xa, xn)
-        act = act[~done]
-    out[idx] = x
-    return out
+    with np.errstate(divide="ignore"):
+        return _crossing(b, eps, np.log(eps), r)
 
 
 class _ArbHockey:
