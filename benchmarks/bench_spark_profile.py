@@ -82,6 +82,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--event-log", help="folder for Spark's event log (job and stage times)")
+    ap.add_argument(
+        "--snapshot-levels",
+        nargs="+",
+        default=None,
+        choices=["default", "serialized", "disk"],
+        help="storage levels of the row-mode snapshot, taken in turn round by round (A/B)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import polars as pl
@@ -118,7 +125,13 @@ def main() -> None:
         keys = tabdp.KeySet.from_dict(**{c: sorted(k[c].unique().to_list()) for c in BY})
         m = mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
         mark("start")
+        from tabdp.frame import _spark as tspark
+
         for r in range(args.rounds):
+            if args.snapshot_levels:
+                lv = args.snapshot_levels[r % len(args.snapshot_levels)]
+                tspark.SNAPSHOT_LEVEL = None if lv == "default" else lv
+                print(f"round {r}: snapshot level {lv}", flush=True)
             s = tabdp.Session()
             sdf = spark.read.parquet(path)
             sdf.dp.sum(MEASURES, by=BY, keys=keys, mechanism=m, session=s)
@@ -127,6 +140,14 @@ def main() -> None:
             mark(f"round {r}: count")
             s.report().write_per_record(f"{tmp}/per_record_{r}.parquet")
             mark(f"round {r}: report")
+            if args.snapshot_levels:
+                info = spark.sparkContext._jsc.sc().getRDDStorageInfo()
+                print(
+                    f"round {r}: held MB, memory "
+                    f"{sum(i.memSize() for i in info) / 2**20:.0f}, disk "
+                    f"{sum(i.diskSize() for i in info) / 2**20:.0f}",
+                    flush=True,
+                )
     load.append(os.getloadavg())
     spark.stop()
     print(

@@ -1274,6 +1274,30 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     return spark, sess, one_off, qname, sdf, sschema
 
 
+# the numbered snapshot's storage level (None: Spark's default for a local checkpoint, rows
+# kept deserialized in the JVM heap); PySpark 3.5's localCheckpoint takes no level
+SNAPSHOT_LEVEL: Any = "disk"
+
+
+def _local_checkpoint(frame: Any) -> Any:
+    """An eager local checkpoint of ``frame`` at ``SNAPSHOT_LEVEL`` where PySpark takes one.
+
+    A local checkpoint truncates the lineage at any storage level: a lost block fails the job
+    ("Checkpoint block ... not found"), it is never recomputed from the input (review R18-5).
+    """
+    import inspect
+
+    from pyspark import StorageLevel
+
+    # PySpark's MEMORY_AND_DISK is serialized in the JVM (Scala's MEMORY_AND_DISK_SER)
+    level = {"serialized": StorageLevel.MEMORY_AND_DISK, "disk": StorageLevel.DISK_ONLY,
+             None: None}[SNAPSHOT_LEVEL]
+    if level is None or "storageLevel" not in inspect.signature(
+            type(frame).localCheckpoint).parameters:  # PySpark 3.5: the default level only
+        return frame.localCheckpoint(eager=True)
+    return frame.localCheckpoint(eager=True, storageLevel=level)
+
+
 def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
              ) -> tuple[Any, Any, list[str]]:
     """Row ids in the order the input is read (partition by partition, row by row).
@@ -1287,7 +1311,7 @@ def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
     from pyspark.sql import functions as F
 
     base = flagged.select("*", F.monotonically_increasing_id().alias("__mono"))
-    base = (base.localCheckpoint(eager=True) if checkpoint
+    base = (_local_checkpoint(base) if checkpoint
             else base.persist(StorageLevel.MEMORY_AND_DISK))
     per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
         .agg(F.count(F.lit(1)).alias("n")).collect()

@@ -236,8 +236,10 @@ def test_unfiltered_releases_equal_polars(spark: Any) -> None:
 
 
 # origin: review R18 (R18-5: the snapshot was a persist(), recomputed from the input when its
-# blocks were lost, and trusted without fingerprints)
-def test_a_numbered_snapshot_recomputed_from_a_changed_input_is_refused(spark: Any) -> None:
+# blocks were lost, and trusted without fingerprints); every storage level of the snapshot
+@pytest.mark.parametrize("level", [None, "serialized", "disk"])
+def test_a_numbered_snapshot_recomputed_from_a_changed_input_is_refused(
+        spark: Any, level: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The snapshot's cached blocks lost (an executor gone): the next release must not trust it.
 
     A persisted DataFrame is a cache: Spark recomputes lost blocks from the lineage, i.e. reads
@@ -250,6 +252,9 @@ def test_a_numbered_snapshot_recomputed_from_a_changed_input_is_refused(spark: A
 
     from pyspark.sql import functions as F
 
+    from tabdp.frame import _spark as tspark
+
+    monkeypatch.setattr(tspark, "SNAPSHOT_LEVEL", level)
     noisy = F.udf(lambda: random.random(), "double").asNondeterministic()
     sdf = spark.range(0, 300, numPartitions=2).select(
         F.when(F.col("id") % 2 == 0, "a").otherwise("b").alias("c"), noisy().alias("w"))
