@@ -405,6 +405,22 @@ _PAGES_LOCK = threading.Lock()
 _PAGES_DEPTH = [0, True]  # blocks inside `small_pages`, NumPy's setting before the first
 
 
+def hugepage_setter() -> Any:
+    """NumPy's switch of its huge-page advice (``_set_madvise_hugepage``), or ``None``.
+
+    ``numpy._core.multiarray`` from NumPy 2, ``numpy.core.multiarray`` before (read without
+    touching NumPy 2's deprecated ``numpy.core``).
+
+    Example:
+        >>> hugepage_setter() is None or callable(hugepage_setter())
+        True
+    """
+    core = np.__dict__.get("_core")
+    if core is None and int(np.__version__.split(".")[0]) < 2:
+        core = getattr(np, "core", None)
+    return getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
+
+
 @contextmanager
 def small_pages() -> Iterator[None]:
     """NumPy's new large arrays without transparent huge pages while the block runs.
@@ -424,8 +440,7 @@ def small_pages() -> Iterator[None]:
         ...     float(np.ones(4).sum())
         4.0
     """
-    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None),
-                     "_set_madvise_hugepage", None)
+    setter = hugepage_setter()
     if setter is None or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         # another NumPy (its own default), or the process's owner chose the advice
         yield
