@@ -872,7 +872,9 @@ def test_secure_runs_publish_different_uncertainty(to_engine, to_pl):
     for col in ("x_median_sd", "x_median_moe"):
         a, b = (o[col].to_numpy() for o in outs)
         assert np.all(a != b)
-        assert np.unique(a[50:]).size == 50           # the empty cells too
+        # the empty cells too: drawn, not one constant (the published sd is exactly rounded to
+        # a grid, so two of 50 draws may coincide: CI saw 49 distinct once)
+        assert np.unique(a[50:]).size >= 45
     rel = SmoothSensitivityRelease("polyplace", 1.0)
     span_sd = (STAT_BOUNDS[1] - STAT_BOUNDS[0]) * rel.value.unit.std()
     assert not np.any(outs[0]["x_median_sd"].to_numpy() == span_sd)
