@@ -74,23 +74,14 @@ def groupby_baselines(spark: Any, path: str, by: list[str]) -> dict[str, Callabl
     return {"polars_groupby": polars_groupby, "spark_groupby": spark_groupby}
 
 
-def tree_cpu_s(root: int | None = None) -> float:
-    """CPU seconds (user + system) of a process and every descendant, from ``/proc``.
+def process_tree(root: int | None = None) -> tuple[set[int], dict[int, int]]:
+    """``root`` (default: this process) and its descendants, and every process's CPU ticks.
 
-    For Spark in local mode the work runs in the JVM (a child of the Python driver) and in
-    Python workers (children of the JVM): this counts the driver, the JVM, the live workers and
-    the workers that have exited and been reaped (their parents' ``cutime``/``cstime``).
-    Linux only.
-
-    Args:
-        root: Process id (default: this process).
-
-    Returns:
-        The summed CPU seconds.
+    Read from /proc (Linux): the tree's process ids, and user + system ticks of each process
+    with its waited-for children.
     """
     import os
 
-    tick = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     ticks: dict[int, int] = {}
     for d in os.listdir("/proc"):
@@ -109,4 +100,25 @@ def tree_cpu_s(root: int | None = None) -> float:
         p = todo.pop()
         tree.add(p)
         todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    return tree, ticks
+
+
+def tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds (user + system) of a process and every descendant, from ``/proc``.
+
+    For Spark in local mode the work runs in the JVM (a child of the Python driver) and in
+    Python workers (children of the JVM): this counts the driver, the JVM, the live workers and
+    the workers that have exited and been reaped (their parents' ``cutime``/``cstime``).
+    Linux only.
+
+    Args:
+        root: Process id (default: this process).
+
+    Returns:
+        The summed CPU seconds.
+    """
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    tree, ticks = process_tree(root)
     return sum(ticks.get(p, 0) for p in tree) / tick

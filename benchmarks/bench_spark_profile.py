@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _timing import tree_cpu_s, write_workload  # noqa: I001  (a sibling module)
+from _timing import process_tree, tree_cpu_s, write_workload  # noqa: I001  (a sibling module)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tabdp of this checkout
@@ -44,20 +44,7 @@ def thread_cpu(root: int | None = None) -> collections.Counter[str]:
     together); each group is prefixed by the first six letters of its process's name.
     """
     tick = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                st = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            parent[int(d)] = int(st[st.rindex(")") + 2 :].split()[1])
-    root = os.getpid() if root is None else root
-    tree, todo = set(), [root]
-    while todo:
-        p = todo.pop()
-        tree.add(p)
-        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    tree, _ = process_tree(root)
     out: collections.Counter[str] = collections.Counter()
     for pid in tree:
         try:
