@@ -124,3 +124,38 @@ def test_phases_do_not_show_the_partitions() -> None:
         _frame("int").dp.count(by="c", keys=KEYS, session=s)
         seen[k] = got
     assert seen[1] == seen[5]
+
+
+def test_a_source_changing_between_passes_is_read_whole_per_unit() -> None:
+    """Each of the K passes evaluates the input again; each unit is read in one pass only.
+
+    An input whose rows differ between evaluations (half the rows drawn by an unseeded shuffle,
+    one missing value) read in 3 passes: the release is the one of the rows its passes read.
+    A unit's contribution, its loss and the counters come from the same rows (every value is
+    1, so the units' contributions add up to the rows counted in the released cells), the
+    missing value is refused whenever a pass read it, and never released as 0. Each unit's
+    rows are in one cell, so its largest contribution to a cell is its rows read there.
+    """
+    n = 600
+    u = np.random.default_rng(5).integers(0, 150, n)
+    df = pl.DataFrame({"u": u, "c": np.array(["a", "b", "z"])[u % 3],
+                       "x": [None, *([1.0] * (n - 1))]})
+    seen = set()
+    for t in range(40):
+        lf = df.lazy().filter(pl.int_range(pl.len()).shuffle() < n // 2)
+        s = tabdp.Session(unit="u", seed=t, unit_partitions=3, track_cells=True)
+        try:
+            lf.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), session=s,
+                      nulls="error")
+        except tabdp.exceptions.DataValidationError:
+            seen.add("refused")
+            continue
+        seen.add("released")
+        rec = s.records[0]
+        q = s.report().confidential_summary()["queries"][0]
+        rows_in = q["rows_in_released_cells"]
+        assert q["rows_read"] == q["rows_outside_keys"] + rows_in
+        assert float(np.sum(rec.losses.size)) == rows_in == q["left_out_by_budget"]["x"]["total"]
+        assert rec.cells is not None and rec.cells["units"].sum() == len(rec.losses.units)
+        assert rec.losses.units.n_unique() == len(rec.losses.units)
+    assert seen == {"refused", "released"}
