@@ -1474,7 +1474,9 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     a second read of ``rho`` and ``size`` the histogram, the scatter plot's systematic sample
     and the quantiles' next narrowing (rarely a third or fourth read of ``rho``); then the
     ``top_n`` rows, read by their positions (the rows of the stable sort by ρ). Memory: a
-    batch, the ``_SCATTER_POINTS`` points and the quantiles' bins. The same figures as
+    batch, the ``_SCATTER_POINTS`` points and the quantiles' bins, and for a report of at most
+    `_KEEP_ROWS` rows its ``rho`` and ``size`` columns: the passes after the first then use
+    them instead of reading the file again (the same values in the same order). The same figures as
     `_losses_lazy`'s queries, which remain for a frame this path does not take (no rows, a
     column missing or not Float64, a NaN or null ρ or size): None then.
     """
@@ -1492,6 +1494,9 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     top = (np.zeros(0), np.zeros(0, np.int64))  # the top_n largest ρ, their rows
     best = (np.zeros(0), np.zeros(0), np.zeros(0, np.int64))  # y, x, ok index
     every: list[tuple[np.ndarray, np.ndarray]] | None = []  # all ok points while few
+    # the ρ and size columns of a report of at most `_KEEP_ROWS` rows, for the later passes
+    # (the same values in the same order as a new read of the file, which they then replace)
+    kept: list[tuple[np.ndarray, np.ndarray]] | None = []
     for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)])):
         r, s = b["rho"].to_numpy(), b["size"].to_numpy()
         if np.isnan(r).any() or np.isnan(s).any():
@@ -1499,6 +1504,10 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         if not r.size:
             continue
         height += r.size
+        if kept is not None and height <= _KEEP_ROWS:
+            kept.append((r, s))
+        else:
+            kept = None
         maxes["rho"] = _max_opt(maxes["rho"], float(r.max()))
         maxes["size"] = _max_opt(maxes["size"], float(s.max()))
         for c in extra:
@@ -1543,14 +1552,11 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     spread: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     first = True
     while more or first:
-        q = lf.select(_f64("rho").alias("rho"), *([_f64("size").alias("size")] if first else []))
         seen = 0
-        for b in _batches(q):
-            r = b["rho"].to_numpy()
+        for r, s in (kept if kept is not None else _reread(lf, first)):
             ranks_of.feed(sortable_keys(r))
             if not first:
                 continue
-            s = b["size"].to_numpy()
             shown = np.isfinite(r) & (r > 0)
             if edges is not None and counts is not None:
                 bins = _geometric_bin_index(r[shown], edges)
@@ -1587,6 +1593,19 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         max_size=maxes["size"], share=share, hist=(edges, counts, height - n_shown),
         scatter=scatter,
         top=rows.sort("rho", descending=True, nulls_last=True, maintain_order=True))
+
+
+#: Rows up to which `_losses_batched` keeps the ρ and size columns of its first read for its
+#: later passes (16 bytes a row: at most 256 MiB) instead of reading the file again.
+_KEEP_ROWS = 1 << 24
+
+
+def _reread(lf: pl.LazyFrame, first: bool) -> Any:
+    """Another read of ``rho`` (with ``size`` on the first of them), as ``(rho, size)`` pairs."""
+    q = lf.select(_f64("rho").alias("rho"), *([_f64("size").alias("size")] if first else []))
+    for b in _batches(q):
+        r = b["rho"].to_numpy()
+        yield r, (b["size"].to_numpy() if first else r)
 
 
 def _opt_float(v: Any) -> float | None:

@@ -196,9 +196,16 @@ def test_lazy_path_never_collects_the_whole_frame(tmp_path: Path,
     page = render_confidential_html(_report(pl.scan_parquet(tmp_path / "p.parquet")))
     assert "Units: <b>2,000,000</b>" in page or "Units: <b>2000000</b>" in page
     assert all(streaming) and max(heights) <= max(st.COLLECT_CAP, rh._SCATTER_POINTS)
-    # the loss columns are read batch by batch (two to four reads), never whole
-    assert sum(batches) in (2 * n, 3 * n, 4 * n) and max(batches) < n // 2
+    # the loss columns are read batch by batch, never whole: once, the later passes using the
+    # rho and size columns kept from it (at most `_KEEP_ROWS` rows)
+    assert sum(batches) == n and max(batches) < n // 2
     assert "a systematic sample of" in page
+    # above `_KEEP_ROWS` rows nothing is kept: two to four reads, the same page
+    batches.clear()
+    monkeypatch.setattr(rh, "_KEEP_ROWS", n // 3)
+    again = render_confidential_html(_report(pl.scan_parquet(tmp_path / "p.parquet")))
+    assert sum(batches) in (2 * n, 3 * n, 4 * n) and max(batches) < n // 2
+    assert again == page
 
 
 @pytest.mark.parametrize("cap", [None, 1, 3])
@@ -249,6 +256,9 @@ def test_batched_losses_equal_the_query_path(tmp_path: Path, monkeypatch: pytest
             m.setattr(rh, "_losses_batched", lambda *a: None)
             slow = render_confidential_html(rep)
         assert fast == slow
+        with monkeypatch.context() as m:  # rho and size not kept: the file read again
+            m.setattr(rh, "_KEEP_ROWS", max(0, n // 3))
+            assert render_confidential_html(rep) == fast
         with monkeypatch.context() as m:  # Polars without collect_batches: sliced reads
             m.setattr(rh, "_SLICE_ROWS", 97)
             if hasattr(pl.LazyFrame, "collect_batches"):
