@@ -924,6 +924,16 @@ class Planned(NamedTuple):
                        tuple(self.pre.measures), self.rules, self.policy, self.bits)
 
 
+def _count_true(flag: pl.Expr) -> pl.Expr:
+    """The number of rows where the Boolean ``flag`` holds (nulls not counted), as an Int64.
+
+    Summed as Booleans and cast once per group: the same counts as casting every row to Int64
+    before the sum, for about half the CPU of a counter in a streaming group-by (a Boolean
+    sum counts in Polars' row-index type, which holds any frame's number of rows).
+    """
+    return flag.sum().cast(pl.Int64)
+
+
 def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
                    fp_cols: list[str]) -> pl.LazyFrame:
     """The aggregation of release ``rel`` (program ``k`` of ``plan``): one group-by over cells.
@@ -967,20 +977,20 @@ def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: 
     ok_in = inside & ok_all
     aggs = [*values, *rows_released,
             pl.len().cast(pl.Int64).alias("__n"),
-            *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+            *[_count_true(e).alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
+            _count_true(inside & ~ok_all).alias("__left"),
             # what the filter left out (confidential): rows, and each measure's exact parts
             pl.when(inside & ~ok_all).then(rows).otherwise(0).sum().cast(pl.Int64)
             .alias("__rows_left"),
             *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
               .sum().alias(f"__tot:{m}") for m in measures],
-            *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
+            *[_count_true(pl.col(f"__v{k}:{m}") < 0).alias(f"negc:{m}")
               for m in _negatives_counted(rel)]]
     if sess.track_cells:
         aggs += [pl.when(ok_in).then(pl.col(f"crho{k}")).max().alias("worst_rho"),
                  pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
-                 ok_in.cast(pl.Int64).sum().alias("units")]
+                 _count_true(ok_in).alias("units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
     # it), and the rows outside the key set are grouped by their keys (the distinct keys count).
     # Where a released cell's key is the key set's own value (`_keys_from_cells`), the keys
@@ -1131,9 +1141,9 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
     aggs = [*[pl.col(f"__v{k}:{m}").sum().alias(m) for m in measures],
             pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias("__n"),
-            *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+            *[_count_true(e).alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
+            *[_count_true(pl.col(f"__v{k}:{m}") < 0).alias(f"negc:{m}")
               for m in _negatives_counted(rel)]]
     # grouped by cell, and by the keys only outside the key set (where they are the groups:
     # the distinct keys count); a released cell is one group either way, and its keys are
@@ -1375,10 +1385,10 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
     query = plan.group_by(f"__c{k}").agg(
         pl.len().cast(pl.Int64).alias("__n"),
-        *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+        *[_count_true(e).alias(name) for name, e in counters.items()],
         *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-        (rows > 0).cast(pl.Int64).sum().alias("__kept"),
-        (inside & ~ok).cast(pl.Int64).sum().alias("__left"),
+        _count_true(rows > 0).alias("__kept"),
+        _count_true(inside & ~ok).alias("__left"),
         value.filter(inside & ok).alias("__values"))
     grouped = _read_input(sess, _streamed(query), report=False)
     row = grouped.select(*[pl.col(c).sum() for c in ["__n", "__left", *counters]],
