@@ -307,9 +307,51 @@ class _Spill:
         self._remove()
 
 
+#: The prefix of a report's per-row fingerprint columns (`_RowsSeen`), never a user's column.
+_SEEN_FP = "__tabdp_fp:"
+
+
+class _RowsSeen:
+    """CONFIDENTIAL: the row count and fingerprints of the rows a report's pass replayed.
+
+    The report's batch function (`_replay_batch`) adds every batch's rows and per-row
+    fingerprints (`tabdp.frame._engine._fingerprint`, the hashes the releases summed) as it
+    computes their losses: the row check (`_check_rows`) then reads the rows the report was
+    computed from, in the same evaluation of the input and without a second scan of it.
+    UInt64 sums wrap modulo 2**64, as the engine's sums of the releases' passes do.
+
+    Attributes:
+        columns: The fingerprinted columns (the session's bound columns).
+    """
+
+    def __init__(self, columns: list[str]) -> None:
+        """Nothing seen yet."""
+        import threading
+
+        self.columns = list(columns)
+        self._rows = 0
+        self._sums = dict.fromkeys(self.columns, 0)
+        self._lock = threading.Lock()  # the engine may call the batch function from threads
+
+    def add(self, b: pl.DataFrame) -> None:
+        """Add one batch's rows and their fingerprints (columns `_SEEN_FP` ``<column>``)."""
+        sums = {c: int(np.add.reduce(b[f"{_SEEN_FP}{c}"].to_numpy(), dtype=np.uint64))
+                if b.height else 0 for c in self.columns}
+        with self._lock:
+            self._rows += b.height
+            for c, v in sums.items():
+                self._sums[c] = (self._sums[c] + v) % (1 << 64)
+
+    def row(self) -> dict[str, Any]:
+        """What `_check_rows` reads: ``rows_read`` and ``fp:<column>``."""
+        with self._lock:
+            return {"rows_read": self._rows, **{f"fp:{c}": v for c, v in self._sums.items()}}
+
+
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
                   delta: float | None, targets: frozenset[int], track: bool,
-                  spill: _Spill | None = None) -> Callable[[pl.Series], pl.Series]:
+                  spill: _Spill | None = None, seen: _RowsSeen | None = None
+                  ) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
     For each program in release order it computes the batch's charges with the in-memory
@@ -324,7 +366,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     the running totals ``rho``, ``epsilon``, ``size`` (`_REPORTED`), ``rho_<name>`` per program
     and, with ``delta``, ``epsilon_delta``. With a ``spill`` (a releases' pass, not a report),
     the batch's report rows (row ids, every running total of `COMPONENTS` and ``rho_<name>``
-    per program) are also handed to it: the report then needs no replay of its own.
+    per program) are also handed to it: the report then needs no replay of its own. With
+    ``seen`` (a report), the batch's rows and fingerprints are added to it (the row check).
     """
     curve = sess.budget is not None and sess.budget.per_currency
     # the running totals kept: what the filter reads ("rho", "rho@<currency>",
@@ -337,6 +380,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     def run(s: pl.Series) -> pl.Series:
         b = s.struct.unnest()
         n = b.height
+        if seen is not None:
+            seen.add(b)
         acc: dict[str, np.ndarray] = {}
 
         def lookup(units: Any, cols: list[str]) -> dict[str, np.ndarray]:
@@ -501,7 +546,8 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
               report: bool, delta: float | None = None,
               target: int | frozenset[int] | None = None, track: bool = False,
-              spill: _Spill | None = None) -> pl.LazyFrame:
+              spill: _Spill | None = None, rows_seen: _RowsSeen | None = None
+              ) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
@@ -511,7 +557,9 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     would get alone. In a session without a budget every record is admitted, so the outputs need
     neither the earlier releases nor (unless ``track``) the batch function: only the targets'
     own columns are computed. A ``spill`` (releases, not a report) is handed every batch's
-    report rows: every program is then replayed, and the batch function always runs.
+    report rows: every program is then replayed, and the batch function always runs. With
+    ``rows_seen`` (a report) the batch function also reads each row's fingerprints of
+    ``rows_seen.columns`` and adds them to it.
     """
     targets = (frozenset() if target is None else
                frozenset([target]) if isinstance(target, int) else target)
@@ -534,13 +582,19 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     if spill is not None:
         inputs.append(ROW_ID)
         spill.names = [p.name for _, p in indexed]
-    fn = _replay_batch(sess, indexed, report, delta, targets, track, spill)
+    if rows_seen is not None:
+        assert report
+        lf = lf.with_columns(_fingerprint(c, schema[c]).alias(f"{_SEEN_FP}{c}")
+                             for c in rows_seen.columns)
+        inputs += [f"{_SEEN_FP}{c}" for c in rows_seen.columns]
+    fn = _replay_batch(sess, indexed, report, delta, targets, track, spill, rows_seen)
     dtype = _out_schema(programs, report, delta, targets, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
         fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
 
 
-def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> pl.LazyFrame:
+def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
+                  seen: _RowsSeen | None = None) -> pl.LazyFrame:
     """CONFIDENTIAL per-record report of a streaming session, as a lazy plan over its rows.
 
     Columns as ``Report.per_record``: ``row``, ``rho``, ``epsilon``, ``size``, then
@@ -551,6 +605,8 @@ def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> p
         ledger: The session's ledger.
         sess: The session.
         delta: Optional δ for the ``epsilon_delta`` column.
+        seen: Where the batch function adds the rows it reads and their fingerprints (the
+            report's row check, `_report_and_check`), if given.
 
     Returns:
         A LazyFrame, one row per input row in input order.
@@ -567,7 +623,8 @@ def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None) -> p
     lf = ledger.source
     schema = lf.collect_schema()
     names = [f"rho_{p.name}" for p in ledger.programs]
-    plan = _replayed(sess, _with_row_ids(lf, schema), schema, ledger.programs, True, delta)
+    plan = _replayed(sess, _with_row_ids(lf, schema), schema, ledger.programs, True, delta,
+                     rows_seen=seen)
     return plan.select(pl.col(ROW_ID).cast(pl.Int64).alias(sess.unit or "row"),
                        "rho", "epsilon", "size",
                        *(["epsilon_delta"] if delta is not None else []), *names)
@@ -688,20 +745,21 @@ def _report_and_check(ledger: ReplayLedger, sess: Session, delta: float | None,
                       ) -> tuple[pl.DataFrame | None, dict[str, Any]]:
     """The report (collected, or written by ``sink``) and the row check, in one pass.
 
-    The report and the row count and fingerprints that `_check_rows` checks are evaluated
-    together by the streaming engine (`polars.collect_all`), each with its own scan of the
-    input: a scan shared by the two plans is cached whole by Polars (the input's columns in
-    memory: 2.7x a streaming group-by's peak at 20M rows, against 1.3x with two scans). The
-    caller checks the rows before the report is used or its file is put in place.
+    The row count and fingerprints that `_check_rows` checks are those of the rows the report
+    was computed from: the report's batch function adds each batch's rows and fingerprints
+    (`_RowsSeen`) as it replays their losses, in the one evaluation of the input that gives
+    the report (an input whose rows differ between evaluations is checked on the rows
+    reported; no second scan). The caller checks the rows before the report is used or its
+    file is put in place.
     """
     schema = ledger.source.collect_schema()
     _require_bound(sess, schema)
-    plan = replay_report(ledger, sess, delta)
-    check = _rows_check(sess, ledger.source, schema)
-    first = plan if sink is None else sink(plan)
-    report, rows = pl.collect_all([first, check], engine="streaming",
-                                  optimizations=pl.QueryOptFlags(comm_subplan_elim=False))
-    return (report if sink is None else None), rows.row(0, named=True)
+    seen = _RowsSeen(binding.of(sess).bound_columns())
+    plan = replay_report(ledger, sess, delta, seen)
+    if sink is None:
+        return plan.collect(engine="streaming"), seen.row()
+    sink(plan).collect(engine="streaming")
+    return None, seen.row()
 
 
 def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: Any,
@@ -924,6 +982,16 @@ class Planned(NamedTuple):
                        tuple(self.pre.measures), self.rules, self.policy, self.bits)
 
 
+def _count_true(flag: pl.Expr) -> pl.Expr:
+    """The number of rows where the Boolean ``flag`` holds (nulls not counted), as an Int64.
+
+    Summed as Booleans and cast once per group: the same counts as casting every row to Int64
+    before the sum, for about half the CPU of a counter in a streaming group-by (a Boolean
+    sum counts in Polars' row-index type, which holds any frame's number of rows).
+    """
+    return flag.sum().cast(pl.Int64)
+
+
 def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
                    fp_cols: list[str]) -> pl.LazyFrame:
     """The aggregation of release ``rel`` (program ``k`` of ``plan``): one group-by over cells.
@@ -967,20 +1035,20 @@ def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: 
     ok_in = inside & ok_all
     aggs = [*values, *rows_released,
             pl.len().cast(pl.Int64).alias("__n"),
-            *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+            *[_count_true(e).alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            (inside & ~ok_all).cast(pl.Int64).sum().alias("__left"),
+            _count_true(inside & ~ok_all).alias("__left"),
             # what the filter left out (confidential): rows, and each measure's exact parts
             pl.when(inside & ~ok_all).then(rows).otherwise(0).sum().cast(pl.Int64)
             .alias("__rows_left"),
             *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
               .sum().alias(f"__tot:{m}") for m in measures],
-            *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
+            *[_count_true(pl.col(f"__v{k}:{m}") < 0).alias(f"negc:{m}")
               for m in _negatives_counted(rel)]]
     if sess.track_cells:
         aggs += [pl.when(ok_in).then(pl.col(f"crho{k}")).max().alias("worst_rho"),
                  pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
-                 ok_in.cast(pl.Int64).sum().alias("units")]
+                 _count_true(ok_in).alias("units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
     # it), and the rows outside the key set are grouped by their keys (the distinct keys count).
     # Where a released cell's key is the key set's own value (`_keys_from_cells`), the keys
@@ -1131,9 +1199,9 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
     aggs = [*[pl.col(f"__v{k}:{m}").sum().alias(m) for m in measures],
             pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias("__n"),
-            *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+            *[_count_true(e).alias(name) for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            *[(pl.col(f"__v{k}:{m}") < 0).cast(pl.Int64).sum().alias(f"negc:{m}")
+            *[_count_true(pl.col(f"__v{k}:{m}") < 0).alias(f"negc:{m}")
               for m in _negatives_counted(rel)]]
     # grouped by cell, and by the keys only outside the key set (where they are the groups:
     # the distinct keys count); a released cell is one group either way, and its keys are
@@ -1375,10 +1443,10 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
     query = plan.group_by(f"__c{k}").agg(
         pl.len().cast(pl.Int64).alias("__n"),
-        *[e.cast(pl.Int64).sum().alias(name) for name, e in counters.items()],
+        *[_count_true(e).alias(name) for name, e in counters.items()],
         *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-        (rows > 0).cast(pl.Int64).sum().alias("__kept"),
-        (inside & ~ok).cast(pl.Int64).sum().alias("__left"),
+        _count_true(rows > 0).alias("__kept"),
+        _count_true(inside & ~ok).alias("__left"),
         value.filter(inside & ok).alias("__values"))
     grouped = _read_input(sess, _streamed(query), report=False)
     row = grouped.select(*[pl.col(c).sum() for c in ["__n", "__left", *counters]],

@@ -196,6 +196,53 @@ def test_report_of_an_input_that_changed_is_refused(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize("sink", [False, True], ids=["collected", "sunk"])
+def test_the_report_checks_the_rows_it_reports_in_one_evaluation(tmp_path: Path,
+                                                                 sink: bool) -> None:
+    """The report's row check reads the rows the report was computed from: one evaluation.
+
+    The input is a plan with a Python step that counts its evaluations; a session without a
+    budget writes its report by replaying the releases, and the row count and fingerprints
+    it checks come from that same pass (the check's own scan made it two). An input whose
+    rows differ between evaluations is still refused, on the rows the report read.
+    """
+    df = _data(3000)
+    evaluations: list[int] = []
+
+    def tap(frame: pl.DataFrame) -> pl.DataFrame:
+        evaluations.append(frame.height)
+        return frame
+
+    lf = df.lazy().map_batches(tap, schema=df.schema)
+    s = tabdp.Session(seed=1, streaming=True)
+    lf.dp.sum(["x"], by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(50.0), session=s,
+              nulls="drop")
+    lf.dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    expected = tabdp.Session(seed=1, streaming=False)
+    df.dp.sum(["x"], by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(50.0),
+              session=expected, nulls="drop")
+    df.dp.count(by="c", keys=KEYS.project(["c"]), session=expected)
+    evaluations.clear()
+    if sink:
+        s.report().write_per_record(tmp_path / "pr.parquet")
+        report = pl.read_parquet(tmp_path / "pr.parquet")
+    else:
+        report = s.report().per_record
+    assert evaluations == [3000]
+    assert report.equals(expected.report().per_record)
+    # rows that differ between evaluations (a new shuffle each time): refused, no file
+    moved = df.lazy().filter(pl.int_range(pl.len()).shuffle() < 2990)
+    s = tabdp.Session(seed=1, streaming=True)
+    moved.dp.count(by="c", keys=KEYS.project(["c"]), session=s)
+    out = tmp_path / "moved.parquet"
+    with pytest.raises(tabdp.InvalidParameterError, match="no longer holds the rows"):
+        if sink:
+            s.report().write_per_record(out)
+        else:
+            _ = s.report().per_record
+    assert not out.exists()
+
+
 def test_write_per_record_sinks_the_same_table(tmp_path: Path) -> None:
     df = _data(2000)
     tables = []
