@@ -10,6 +10,7 @@ apply to (``tests/_engines.py``).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 from collections.abc import Callable
@@ -712,3 +713,49 @@ def test_an_input_evaluated_once_for_its_rows_and_their_checks(unit: str | None)
         if unit is None:  # every row in the released cell, none of them the missing value
             assert q["left_out_by_budget"]["x"]["total"] == 5.0
     assert seen == {"refused", "released"}
+
+
+def test_the_memory_engine_reuses_freed_memory_and_gives_it_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With glibc, `small_pages` keeps large arrays in the heap and trims it when it ends.
+
+    A release opens the block in `aggregate` and `close` ends it (the ledger's additions run
+    inside); glibc's defaults are set again and the heap trimmed once, after the release. An
+    environment that tunes the allocator is left alone. The release is the same either way.
+    """
+    from tabdp import _numeric
+
+    calls: list[tuple[Any, ...]] = []
+
+    class FakeLibc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append(("mallopt", param, value))
+            return 1
+
+        def malloc_trim(self, pad: int) -> int:
+            calls.append(("trim", pad))
+            return 1
+
+    for k in [k for k in os.environ if k.startswith("MALLOC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setattr(_numeric, "_LIBC", [FakeLibc()])
+    df = pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    s = tabdp.Session(seed=2, streaming=False)
+    got = df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s)
+    assert calls == [("mallopt", -4, 0), ("mallopt", -1, 2**31 - 1),
+                     ("mallopt", -1, 128 * 1024), ("mallopt", -4, 65536), ("trim", 0)]
+    assert _numeric._PAGES_DEPTH[0] == 0
+    calls.clear()
+    with _numeric.small_pages():
+        with _numeric.small_pages():
+            pass
+        assert calls == [("mallopt", -4, 0), ("mallopt", -1, 2**31 - 1)]
+    assert calls[-1] == ("trim", 0) and len(calls) == 5
+    calls.clear()
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # the owner tuned the allocator
+    s2 = tabdp.Session(seed=2, streaming=False)
+    assert got.equals(df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0),
+                                session=s2))
+    assert calls == []

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import small_pages
+from tabdp._numeric import close_small_pages, open_small_pages, small_pages
 from tabdp.frame import binding
 from tabdp.frame._engine import (
     _ALL,
@@ -241,7 +241,9 @@ class MemoryBackend(_PolarsOutput):
     def aggregate(self, rel: Planned) -> Aggregated:
         """Snapshot, checks, cells, charges, the individual filter, exact totals and the audit.
 
-        NumPy's per-row arrays are allocated without huge pages (`tabdp._numeric.small_pages`).
+        NumPy's per-row arrays are allocated without huge pages, freed ones reused
+        (`tabdp._numeric.small_pages`), from here until `close` (the release's noise and
+        `record`: the ledger's additions reuse the memory the aggregation freed).
 
         Args:
             rel: The planned release.
@@ -250,8 +252,19 @@ class MemoryBackend(_PolarsOutput):
             The cell totals and the confidential summaries; ``state`` holds the charges and
             the filter's decisions for `record`.
         """
-        with small_pages():
-            return self._aggregate(rel)
+        open_small_pages()
+        self._pages_open = getattr(self, "_pages_open", 0) + 1
+        return self._aggregate(rel)
+
+    def close(self, agg: Aggregated | None) -> None:
+        """End the allocation block `aggregate` opened (its free memory goes back).
+
+        Args:
+            agg: Ignored.
+        """
+        while getattr(self, "_pages_open", 0):
+            self._pages_open -= 1
+            close_small_pages()
 
     def _aggregate(self, rel: Planned) -> Aggregated:
         op, pre, kind, keys, rules = rel.op, rel.pre, rel.kind, rel.keys, rel.rules
