@@ -422,9 +422,13 @@ def hugepage_setter() -> Any:
     return getattr(getattr(core, "multiarray", None), "_set_madvise_hugepage", None)
 
 
-#: glibc's ``mallopt`` parameters and their defaults (`reused_memory`)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_GLIBC_DEFAULTS = {_M_TRIM_THRESHOLD: 128 * 1024, _M_MMAP_MAX: 65536}
+#: glibc's ``mallopt`` parameters, and their values after a `small_pages` block: ``mmap`` allowed
+#: again (glibc's default count) at the ceiling of glibc's dynamic thresholds (32 MiB, trimming
+#: above twice that), which any ``mallopt`` call turns off; a static 128 KiB threshold (glibc's
+#: initial value) would map and fault in every array above it afresh (docs/performance.md)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_GLIBC_AFTER = {_M_MMAP_THRESHOLD: 32 * 1024 * 1024, _M_TRIM_THRESHOLD: 64 * 1024 * 1024,
+                _M_MMAP_MAX: 65536}
 _LIBC: list[Any] = []  # [the C library, or None where it is not glibc's]
 
 
@@ -481,7 +485,7 @@ def _pages_exit() -> None:
                 setter(_PAGES_DEPTH[1])
             if _PAGES_DEPTH[2]:
                 lib = _glibc()
-                for param, value in _GLIBC_DEFAULTS.items():
+                for param, value in _GLIBC_AFTER.items():
                     lib.mallopt(param, value)
                 lib.malloc_trim(0)  # the memory the block freed, back to the system
                 _PAGES_DEPTH[2] = False
@@ -504,9 +508,10 @@ def small_pages() -> Iterator[None]:
     With glibc's allocator, large arrays are also taken from the heap rather than mapped one by
     one (``mallopt``: no ``mmap`` for allocations, no trimming of the heap): an array freed in
     the block is reused by the next one without new page faults (each fresh 80 MB array of
-    a 10M-row release was about 20,000 faults on that VM). When the last block ends glibc's
-    defaults are set again (its dynamic mmap threshold stays off for the process) and the
-    free memory is returned to the system (``malloc_trim``). A process whose environment tunes
+    a 10M-row release was about 20,000 faults on that VM). When the last block ends ``mmap``
+    is allowed again, at the ceiling of glibc's dynamic thresholds (32 MiB; any ``mallopt``
+    turns the dynamic adjustment off for the process), and the free memory is returned to the
+    system (``malloc_trim``). A process whose environment tunes
     the allocator (``MALLOC_*`` variables, ``GLIBC_TUNABLES`` naming malloc) keeps its setting.
     Either change is to where memory comes from, never to a value.
 
