@@ -520,7 +520,8 @@ def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], ru
 
 
 def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: list[str],
-                   measures: list[str], rules: _Rules, bound: Sequence[str] = ()
+                   measures: list[str], rules: _Rules, bound: Sequence[str] = (),
+                   cell: pl.Expr | None = None
                    ) -> tuple[pl.LazyFrame, pl.LazyFrame | None]:
     """The lazy plan of a row-mode snapshot (one row per row id) and its totals over all rows.
 
@@ -530,6 +531,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     Row ids are assigned here (``unit=None``), or were assigned by the caller when it read the
     input (``unit=ROW_ID``, the release workflow). ``bound``: the columns the session's earlier
     releases bound (fingerprinted again with the columns this release reads; unit=None).
+    ``cell``: each row's cell (`_row_cell_expr`), a column ``_CELL`` of the rows' plan.
     """
     keep, values, counters = _snapshot_exprs(schema, unit, measures, rules)
     if unit is None:
@@ -546,7 +548,8 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     base = base.cache()
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL))
+        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
+        *([] if cell is None else [cell.alias(_CELL)]))
     # the counters and fingerprints are totals over all rows: summed in the same pass (the
     # scan is shared, `collect_all`), not kept as per-row columns
     sums = [*[e.cast(pl.Int64).sum().alias(k) for k, e in counters.items()],
@@ -618,7 +621,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
         assert unit is not None
         snap = _unit_snapshot(op, unit, by, measures, rules, keys)
     else:
-        snap = _row_snapshot(op, unit, by, measures, rules)
+        snap = _row_snapshot(op, unit, by, measures, rules, keys)
     if cacheable:
         keep_snapshot(sess, cache_key, {
             "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
@@ -691,11 +694,18 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
 
 
 def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[str],
-                  rules: _Rules) -> _Snapshot:
-    """The snapshot of row mode: one row per row id (``unit`` None or ``ROW_ID``)."""
+                  rules: _Rules, keys: KeySet | None = None) -> _Snapshot:
+    """The snapshot of row mode: one row per row id (``unit`` None or ``ROW_ID``).
+
+    Each row's cell of ``keys`` is computed in the same pass where it is a row-wise expression
+    (`_row_cell_expr`; each row a unit): kept as the snapshot's cells (`cells_of`), not found
+    again in the collected frame (a copy of its many chunks).
+    """
     sess = op.session
+    cell = (_row_cell_expr(op.schema, keys, by)
+            if unit is None and keys is not None else None)
     plan, sums = _snapshot_plan(op.lf, op.schema, unit, by, measures, rules,
-                                binding.of(sess).bound_columns())
+                                binding.of(sess).bound_columns(), cell)
     if sums is not None:  # bounded memory for inputs larger than RAM; one scan for both
         data, totals = pl.collect_all([plan, sums], engine="streaming")
         total = totals.row(0, named=True)
@@ -712,8 +722,13 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
                 pl.exclude(ROW_ID, *by).sum())
     # one row per unit: the cell totals of the rows as they are, for the cells kept in
     # ``cells``, are kept for the next release of the same snapshot and cells (`cells_of`)
+    cells: dict[Any, tuple[KeySet, pl.Series]] = {}
+    if cell is not None:
+        assert keys is not None
+        cells[(id(keys), tuple(by))] = (keys, data[_CELL])
+        data = data.drop(_CELL)
     return _Snapshot(data, counts, fps, rows_read, per_row, totals={} if per_row else None,
-                     cells={})
+                     cells=cells)
 
 
 def _unchanged(native: Any, columns: pl.DataFrame | None, cols: list[str]) -> bool:
@@ -859,10 +874,8 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
     if not by:
         return frame.with_columns(pl.lit(0, pl.Int64).alias(name))
     keys_pl, targets, casts = check_cell_keys(schema, keys, by)
-    doms = keys.domains
-    if doms is not None and all(
-            d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
-            and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
+    doms = _code_domains(schema, keys, keys_pl)
+    if doms is not None:
         return _cells_by_codes(frame, doms, name)
     if not casts and isinstance(frame, pl.DataFrame):
         # in memory, keys of the key set's dtypes: KeySet.cell_index (per-column lookups of a
@@ -972,6 +985,33 @@ def _lookup_index(keys_pl: pl.DataFrame, by: list[str], schema: pl.Schema) -> pl
                                              return_dtype=pl.Int64)
 
 
+def _code_domains(schema: pl.Schema, keys: KeySet, keys_pl: pl.DataFrame
+                  ) -> list[pl.Series] | None:
+    """The key set's domains if its cells are a cross product of text domains, else None.
+
+    ``keys_pl``: the key set's columns (`check_cell_keys`); the data's (``schema``) are text too.
+    """
+    doms = keys.domains
+    if doms is not None and all(
+            d.null_count() == 0 and isinstance(schema[d.name], _TEXT)
+            and isinstance(keys_pl.schema[d.name], _TEXT) for d in doms):
+        return doms
+    return None
+
+
+def _row_cell_expr(schema: pl.Schema, keys: KeySet, by: list[str]) -> pl.Expr | None:
+    """Each row's cell as a row-wise expression (`_cells_by_codes`), or None where it is not one.
+
+    Text keys whose key set is a cross product of domains: the expression a snapshot's plan
+    computes in its pass (row mode), the same values `_cells` adds afterwards.
+    """
+    if not by or not all(isinstance(schema[c], _TEXT) for c in by):
+        return None
+    keys_pl, _, _ = check_cell_keys(schema, keys, by)
+    doms = _code_domains(schema, keys, keys_pl)
+    return None if doms is None else _cell_codes(doms)
+
+
 def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
     """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
 
@@ -980,6 +1020,11 @@ def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
     domain (null outside it); the codes are combined in mixed radix like
     [`KeySet.cell_index`][tabdp.KeySet.cell_index].
     """
+    return frame.with_columns(_cell_codes(doms).alias(name))
+
+
+def _cell_codes(doms: list[pl.Series]) -> pl.Expr:
+    """The expression of `_cells_by_codes`: the cell's index, null outside the key set."""
     idx: pl.Expr = pl.lit(0, pl.Int64)
     inside: pl.Expr = pl.lit(True)
     for dom in doms:
@@ -988,7 +1033,7 @@ def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
                 .to_physical().cast(pl.Int64))
         inside = inside & code.is_not_null()
         idx = idx * len(dom) + code.fill_null(0)
-    return frame.with_columns(pl.when(inside).then(idx).otherwise(None).alias(name))
+    return pl.when(inside).then(idx).otherwise(None)
 
 
 def _check_bound(name: str, value: Any) -> int | None:

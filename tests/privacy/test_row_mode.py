@@ -10,6 +10,7 @@ apply to (``tests/_engines.py``).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 from collections.abc import Callable
@@ -712,3 +713,42 @@ def test_an_input_evaluated_once_for_its_rows_and_their_checks(unit: str | None)
         if unit is None:  # every row in the released cell, none of them the missing value
             assert q["left_out_by_budget"]["x"]["total"] == 5.0
     assert seen == {"refused", "released"}
+@pytest.mark.parametrize("lazy", [True, False])
+def test_the_row_snapshot_finds_text_cells_in_its_pass(monkeypatch: pytest.MonkeyPatch,
+                                                       lazy: bool) -> None:
+    """Row mode: the cells of a cross product of text domains come with the snapshot.
+
+    The snapshot's pass computes each row's cell (`_row_cell_expr`): no release finds them
+    again in the collected frame (`_attach_cells`). Tables and reports are those of the path
+    that finds them afterwards, the rows outside the key set included.
+    """
+    from tabdp.frame import _engine as eng
+
+    rng = np.random.default_rng(9)
+    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], 300),
+                       "k": rng.choice(["p", "q"], 300), "x": rng.lognormal(1.0, 1.0, 300)})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"], k=["p", "q"])
+    attached: list[int] = []
+    attach = eng._attach_cells
+
+    def spied(*a: Any, **k: Any) -> Any:
+        attached.append(1)
+        return attach(*a, **k)
+
+    def run() -> list[Any]:
+        s = tabdp.Session(seed=4, streaming=False, budget=30.0)
+        frame: Any = df.lazy() if lazy else df
+        out = [frame.dp.sum("x", by=["c", "k"], keys=keys, mechanism=mech.Gaussian(3.0),
+                            session=s),
+               frame.dp.count(by=["c", "k"], keys=keys, session=s)]
+        rep = s.report()
+        return [*out, rep.per_record, rep.confidential_summary()]
+
+    monkeypatch.setattr(eng, "_attach_cells", spied)
+    got = run()
+    assert attached == []
+    monkeypatch.setattr(eng, "_row_cell_expr", lambda *a: None)
+    want = run()
+    assert len(attached) == 1  # the sum found them; the count took the sum's
+    for g, w in zip(got, want, strict=True):
+        assert g.equals(w) if isinstance(g, pl.DataFrame) else g == w
