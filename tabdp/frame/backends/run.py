@@ -115,7 +115,7 @@ class RunEngine(Protocol):
         ...  # pragma: no cover - protocol
 
     def read_input(self, steps: InputSteps[_T]) -> AbstractContextManager[_T]:
-        """The input, read and prepared by this engine's steps (``steps.polars()`` or ``.spark``)."""
+        """The input, read and prepared by this engine's own steps (``steps.polars()`` etc.)."""
         ...  # pragma: no cover - protocol
 
     def close(self) -> Path | None:
