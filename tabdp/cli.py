@@ -67,7 +67,7 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, overload
 
 from tabdp.exceptions import (
     BudgetExceededError,
@@ -255,6 +255,35 @@ class _Bar:
             self.held = []
 
 
+class _RunEngines(Sequence[str]):
+    """The choices of ``tabdp run --engine``: `tabdp.frame.backends.RUN_ENGINES`, the one list.
+
+    Read when first needed (``--engine`` parsed, or the help printed), so that the CLI's
+    start-up imports no engine.
+
+    Example:
+        >>> list(_RunEngines())
+        ['polars', 'spark']
+    """
+
+    def _names(self) -> tuple[str, ...]:
+        from tabdp.frame.backends import RUN_ENGINES
+
+        return RUN_ENGINES
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        """The ``i``-th engine."""
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        """How many engines."""
+        return len(self._names())
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tabdp",
@@ -294,10 +323,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--test-seed", action="store_true",
                    help="allow a spec with [randomness] seed (tests only): the public folder "
                         "is marked NOT FOR PUBLICATION")
-    r.add_argument("--engine", choices=("polars", "spark"), default="polars",
-                   help="where the input is read and released: polars (default, this machine) "
-                        "or spark (pip install 'tabdp[spark]' and Java; the same outputs, "
-                        "per-record data stays in Spark; input.table needs it)")
+    r.add_argument("--engine", choices=_RunEngines(), default=None, metavar="ENGINE",
+                   help="where the input is read and released, one of %(choices)s: polars "
+                        "(default, this machine) or spark (pip install 'tabdp[spark]' and Java; "
+                        "the same outputs, per-record data stays in Spark; input.table needs it)")
     r.add_argument("--spark-master", default=None, metavar="URL",
                    help="with --engine spark: the master of the Spark session to start, e.g. "
                         "local[4], spark://host:7077 or yarn (default: local[2]; an active "
@@ -758,9 +787,10 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", CoverageWarning)
+                engine = getattr(args, "engine", None)  # None: run_release's default
                 res = run_release(spec, overwrite=overwrite, progress=bar,
                                   test_seed=getattr(args, "test_seed", False),
-                                  engine=getattr(args, "engine", "polars"),
+                                  **({} if engine is None else {"engine": engine}),
                                   spark_master=getattr(args, "spark_master", None))
         finally:
             bar.close()

@@ -15,9 +15,10 @@
 * No module of tabdp/release/ is longer than `MAX_RELEASE_LINES` lines; the runner and the
   spec are split by stage.
 * One module decides the engine (`tabdp.frame.backends`); the release workflow compares no
-  engine name and asks for its run's engine once (`run_engine`).
+  engine name, tests no engine handle (``spark is None``) and asks for its run's engine once
+  (`run_engine`); the CLI takes its list of engines from `tabdp.frame.backends`.
 * No attribute is planted on a ledger from another package; a replay ledger's report comes
-  from one declared, typed `ReportSource`.
+  from one declared, typed `ReportSource`, and its report methods and kept values are typed.
 * The individual filter is one pure function (`tabdp.privacy.filter`) that every engine uses.
 """
 
@@ -529,6 +530,80 @@ def test_the_release_workflow_makes_no_engine_decision() -> None:
     assert not called & {"start_spark", "check_table", "check_engine"}
 
 
+def _engine_handle_tests(tree: ast.AST) -> list[tuple[str, int]]:
+    """(expression, line) of every test of an engine's handle and every read of ``.handle``.
+
+    ``spark is None``, ``if spark:``, ``x if spark else y``, ``not spark`` where the name holds
+    "spark", and ``eng.handle``: the release workflow branching on which engine it has.
+    """
+    def spark_named(node: ast.AST) -> bool:
+        name = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else ""
+        return "spark" in name.lower()
+
+    out = []
+    for node in ast.walk(tree):
+        tested: list[ast.expr] = []
+        if isinstance(node, ast.Compare):
+            tested = [node.left, *node.comparators]
+        elif isinstance(node, ast.If | ast.IfExp | ast.While | ast.Assert):
+            tested = [node.test]
+        elif isinstance(node, ast.BoolOp):
+            tested = list(node.values)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            tested = [node.operand]
+        if any(spark_named(t) for t in tested):
+            out.append((ast.unparse(node)[:60], node.lineno))
+        if isinstance(node, ast.Attribute) and node.attr == "handle":
+            out.append((ast.unparse(node), node.lineno))
+    return out
+
+
+def test_the_release_workflow_tests_no_engine_handle() -> None:
+    """tabdp/release makes one call for every engine: no ``spark is None`` branch (issue 29).
+
+    The input is read by the run engine's own steps (``eng.read_input``: `_tables._SpecInput`'s
+    ``polars`` or ``spark``), the released tables and the per-record report go through
+    `tabdp.frame.releases`: nothing in the release workflow branches on an engine's handle.
+    """
+    bad = [f"{name}:{line} {expr}" for name, mod in MODULES.items()
+           if name == "tabdp.release" or name.startswith("tabdp.release.")
+           for expr, line in _engine_handle_tests(ast.parse(mod.path.read_text(encoding="utf-8")))]
+    assert not bad, "engine handles tested in tabdp/release:\n" + "\n".join(bad)
+    tables = PKG / "release" / "_tables.py"
+    engine_calls = [ast.unparse(n.func) for n in ast.walk(ast.parse(tables.read_text("utf-8")))
+                    if isinstance(n, ast.Call) and ast.unparse(n.func).startswith("eng.")]
+    assert engine_calls == ["eng.read_input"], f"one call reads the input: {engine_calls}"
+    called = {name for name, _ in _calls(tables)}
+    assert {"released_table", "report_frames", "write_report"} <= called
+    probe = ast.parse("if spark is None:\n    pass\nx = a if self._spark else b\neng.handle\n")
+    assert [line for _, line in _engine_handle_tests(probe)] == [1, 3, 4]  # guards the scan
+
+
+def test_the_cli_lists_no_engine() -> None:
+    """The CLI's ``--engine`` choices are `tabdp.frame.backends.RUN_ENGINES`, not a list of its own.
+
+    No engine name stands in a tuple, list or set of ``tabdp/cli.py``, nor as an argument's
+    ``choices=`` or ``default=``; the parser's choices are the backends' list.
+    """
+    from tabdp import cli
+    from tabdp.frame.backends import RUN_ENGINES
+
+    def engine_names(node: ast.AST) -> bool:
+        return any(isinstance(c, ast.Constant) and c.value in RUN_ENGINES for c in ast.walk(node))
+
+    tree = ast.parse((PKG / "cli.py").read_text(encoding="utf-8"))
+    bad = [f"cli.py:{n.lineno} {ast.unparse(n)[:60]}" for n in ast.walk(tree)
+           if isinstance(n, ast.Tuple | ast.List | ast.Set) and engine_names(n)]
+    bad += [f"cli.py:{n.value.lineno} {n.arg}={ast.unparse(n.value)}" for n in ast.walk(tree)
+            if isinstance(n, ast.keyword) and n.arg in {"choices", "default"}
+            and engine_names(n.value)]
+    assert not bad, "the CLI names engines itself:\n" + "\n".join(bad)
+    run = next(a for a in cli._parser()._subparsers._group_actions[0].choices["run"]._actions
+               if "--engine" in a.option_strings)
+    assert run.choices is not None and tuple(run.choices) == RUN_ENGINES
+
+
 def _ledger_targets(tree: ast.AST) -> list[tuple[str, int]]:
     """(target, line) of every assignment to an attribute of something named a ledger."""
     out = []
@@ -590,6 +665,34 @@ def test_the_replay_ledger_asks_a_declared_report_source() -> None:
     reader = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ReplayLedger")
     assert any(isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "self.reports"
                and "ReportSource" in ast.unparse(n.annotation) for n in ast.walk(reader))
+
+
+def test_the_replay_ledger_is_typed() -> None:
+    """`ReplayLedger`'s report methods take a `Session`; its kept values have declared types.
+
+    ``session``, the spill (a `ReportSpill` protocol: the engine's class is private to
+    `tabdp.frame`) and the file written are typed without ``Any``.
+    """
+    tree = ast.parse((PKG / "privacy" / "ledger.py").read_text(encoding="utf-8"))
+    led = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ReplayLedger")
+    defs = {n.name: n for n in led.body if isinstance(n, ast.FunctionDef)}
+    for name in ("per_record", "write_per_record", "rho_summary", "keep_spill", "note_written"):
+        f = defs[name]
+        hints = [a.annotation for a in f.args.args[1:]] + [f.returns]
+        assert all(h is not None for h in hints), f"ReplayLedger.{name} is not fully typed"
+        assert not any("Any" in ast.unparse(h) for h in hints if h is not None), \
+            f"ReplayLedger.{name} is typed with Any"
+        session = next((a for a in f.args.args if a.arg == "session"), None)
+        assert session is None or ast.unparse(session.annotation) == "Session", name
+    kept = {ast.unparse(n.target): ast.unparse(n.annotation) for n in ast.walk(defs["__init__"])
+            if isinstance(n, ast.AnnAssign)}
+    for attr in ("self.spill", "self.written"):
+        assert attr in kept and "Any" not in kept[attr], f"{attr} is typed {kept.get(attr)}"
+    from typing import Protocol
+
+    from tabdp.privacy.ledger import ReportSpill
+
+    assert Protocol in ReportSpill.__mro__
 
 
 #: The engines' modules and the filter calls each must make (issue 29: one pure filter).

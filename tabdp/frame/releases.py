@@ -2,21 +2,27 @@
 
 The accessor (``frame.dp.sum`` / ``count`` / ``median`` / ``quantile``) releases through
 `release_grouped` and `release_quantile`. The release workflow (`tabdp.release`) releases a
-spec's tables with `release_requests`, and binds its session to the input's engine with
-`bind_session_engine`. The engine is decided by `tabdp.frame.backends` (from the frame's
-class), never by the caller.
+spec's tables with `release_requests`, binds its session to the input's engine with
+`bind_session_engine`, brings the released tables to the driver with `released_table` and
+writes the per-record report with `report_frames` and `write_report`. The engine is decided
+by `tabdp.frame.backends` (from the frame's class), never by the caller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from tabdp.frame.backends import release_engine
+import polars as pl
+
+from tabdp.frame.backends import is_spark_frame, release_engine
 from tabdp.frame.binding import use_engine
+from tabdp.privacy.ledger import PER_RECORD_PARQUET
 from tabdp.privacy.session import Session
 
-__all__ = ["release_requests", "bind_session_engine", "release_grouped", "release_quantile"]
+__all__ = ["release_requests", "bind_session_engine", "release_grouped", "release_quantile",
+           "released_table", "report_frames", "write_report"]
 
 
 def bind_session_engine(session: Session, native: Any, *, replay: bool, row_mode: bool,
@@ -147,3 +153,84 @@ def release_quantile(native: Any, **kwargs: Any) -> Any:
     from tabdp.frame._release import quantile_release
 
     return quantile_release(native, **kwargs)
+
+
+def released_table(native: Any) -> pl.DataFrame:
+    """A released table (at most its key set) as a Polars frame on the driver.
+
+    Args:
+        native: A table `release_requests` returned (Polars, or Spark: collected).
+
+    Returns:
+        The table as a Polars frame.
+
+    Example:
+        >>> released_table(pl.DataFrame({"a": [1]})).height
+        1
+    """
+    if is_spark_frame(native):
+        from tabdp.frame.backends.spark import to_polars
+
+        return to_polars(native)
+    assert isinstance(native, pl.DataFrame)
+    return native
+
+
+def report_frames(per_record: Any, rename: Mapping[str, str]) -> tuple[Any, pl.DataFrame]:
+    """The CONFIDENTIAL per-record report to write (renamed) and the driver's view of it.
+
+    A Polars report is sorted by its first column (the unit id, nulls last): the engine's order
+    of first sight depends on its parallel group-bys, so two identically seeded runs then write
+    the same bytes; the view is the report. A Spark report stays in Spark (`write_report`
+    sorts it as it writes); the view is at most `tabdp.frame.backends.spark.REPORT_UNITS`
+    units (the largest ρ), collected.
+
+    Args:
+        per_record: ``Report.per_record`` (a Polars or a Spark frame).
+        rename: Columns to rename (``{old: new}``).
+
+    Returns:
+        The report to write, and the rows the confidential page shows.
+
+    Example:
+        >>> rep = pl.DataFrame({"__row": [2, 0], "rho": [0.1, 0.2]})
+        >>> out, view = report_frames(rep, {"__row": "row"})
+        >>> out["row"].to_list(), view is out
+        ([0, 2], True)
+    """
+    if is_spark_frame(per_record):
+        from tabdp.frame.backends.spark import report_view
+
+        for old, new in rename.items():
+            per_record = per_record.withColumnRenamed(old, new)
+        return per_record, report_view(per_record)
+    assert isinstance(per_record, pl.DataFrame)
+    out = per_record.rename(dict(rename))
+    if out.width and out.height:
+        out = out.sort(out.columns[0], nulls_last=True)
+    return out, out
+
+
+def write_report(per_record: Any, path: Path) -> None:
+    """Write a report of `report_frames` to one Parquet file (units in id order).
+
+    Polars writes it with `tabdp.privacy.ledger.PER_RECORD_PARQUET`'s options; a Spark report
+    is written by Spark's writer (sorted by its first column; nothing through the driver).
+
+    Args:
+        per_record: The report (Polars or Spark).
+        path: The file to write (its folder exists).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.parquet"
+        >>> write_report(pl.DataFrame({"row": [0], "rho": [0.1]}), p)
+        >>> pl.read_parquet(p).height
+        1
+    """
+    if is_spark_frame(per_record):
+        from tabdp.frame.backends import spark
+
+        spark.write_single_parquet(per_record, path, sort_by=per_record.columns[0])
+        return
+    per_record.write_parquet(path, **PER_RECORD_PARQUET)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from os import PathLike
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from tabdp.privacy.session import Session
 
 __all__ = ["QueryRecord", "UnitLosses", "Charges", "DenseLedger", "UnitLedger", "ReplayLedger",
-           "ReportSource",
+           "ReportSource", "ReportSpill",
            "loss_components", "sorted_positions", "sorted_search",
            "sorted_positions_or_misses",
            "strictly_increasing"]
@@ -880,7 +881,8 @@ class ReportSource(Protocol):
         ...     def summary(self, ledger, session, qs): return {"units": 0, "rho_max": None}
         >>> led = ReplayLedger()
         >>> led.install("program", None, Empty())
-        >>> led.rho_summary(None, [0.5])
+        >>> from tabdp.privacy.session import Session
+        >>> led.rho_summary(Session(), [0.5])
         {'units': 0, 'rho_max': None}
     """
 
@@ -905,6 +907,26 @@ class ReportSource(Protocol):
         ...  # pragma: no cover - protocol
 
 
+class ReportSpill(Protocol):
+    """CONFIDENTIAL report rows a releases' pass wrote to disk (the engine's), kept for the report.
+
+    The ledger keeps one at a time and closes the one it replaces; the engine reads it
+    (`tabdp.frame._stream`'s ``_Spill``).
+
+    Example:
+        >>> class Spill:
+        ...     def close(self): print("removed")
+        >>> led = ReplayLedger()
+        >>> led.keep_spill(Spill())
+        >>> led.spill.close()
+        removed
+    """
+
+    def close(self) -> None:
+        """Remove the rows written (idempotent)."""
+        ...  # pragma: no cover - protocol
+
+
 class ReplayLedger:
     """Row mode without per-row state (``Session(streaming=True)``): a ledger of definitions.
 
@@ -922,8 +944,9 @@ class ReplayLedger:
         reports: The engine's `ReportSource` (``None`` before the first release).
 
     Example:
+        >>> from tabdp.privacy.session import Session
         >>> led = ReplayLedger()
-        >>> led.per_record(None, None).columns
+        >>> led.per_record(Session(), None).columns
         ['row', 'rho', 'epsilon', 'size']
     """
 
@@ -937,9 +960,9 @@ class ReplayLedger:
         self.source: Any = None
         self.reports: ReportSource | None = None
         #: (file, releases) of the last per-record report written (reused by ``rho_summary``)
-        self.written: tuple[Any, int] | None = None
+        self.written: tuple[Path, int] | None = None
         #: the report rows a releases' pass wrote (the engine's; used once by ``sink``)
-        self.spill: Any = None
+        self.spill: ReportSpill | None = None
 
     def install(self, program: Any, source: Any, reports: ReportSource) -> None:
         """Record a release: its definition, the input the report is computed from, the engine.
@@ -959,7 +982,7 @@ class ReplayLedger:
         self.source = source
         self.reports = reports
 
-    def keep_spill(self, spill: Any) -> None:
+    def keep_spill(self, spill: ReportSpill | None) -> None:
         """Keep the report rows a releases' pass wrote (the engine's; ``None``: none kept).
 
         Example:
@@ -970,13 +993,14 @@ class ReplayLedger:
         """
         self.spill = spill
 
-    def note_written(self, path: Any, releases: int) -> None:
+    def note_written(self, path: Path, releases: int) -> None:
         """Note the per-record report file the engine wrote after ``releases`` releases.
 
         Example:
+            >>> from pathlib import Path
             >>> led = ReplayLedger()
-            >>> led.note_written("r.parquet", 0)
-            >>> led.written
+            >>> led.note_written(Path("r.parquet"), 0)
+            >>> led.written[0].name, led.written[1]
             ('r.parquet', 0)
         """
         self.written = (path, releases)
@@ -1002,11 +1026,12 @@ class ReplayLedger:
         n = len(units)
         return {c: np.zeros(n) for c in cols}
 
-    def per_record(self, session: Any, delta: float | None) -> pl.DataFrame:
+    def per_record(self, session: Session, delta: float | None) -> pl.DataFrame:
         """CONFIDENTIAL per-record report, recomputed from the data (see ``Report.per_record``).
 
         Example:
-            >>> ReplayLedger().per_record(None, 1e-9).columns[-1]
+            >>> from tabdp.privacy.session import Session
+            >>> ReplayLedger().per_record(Session(), 1e-9).columns[-1]
             'epsilon_delta'
         """
         if not self.programs or self.reports is None:
@@ -1015,14 +1040,16 @@ class ReplayLedger:
                                               else pl.Float64) for c in cols})
         return self.reports.collect(self, session, delta)
 
-    def write_per_record(self, session: Any, delta: float | None, path: Any,
+    def write_per_record(self, session: Session, delta: float | None,
+                         path: str | PathLike[str],
                          rename: dict[str, str] | None = None) -> None:
         """Write the CONFIDENTIAL per-record report to Parquet, batch by batch from the data.
 
         Example:
             >>> import tempfile, pathlib
+            >>> from tabdp.privacy.session import Session
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "r.parquet"
-            >>> ReplayLedger().write_per_record(None, None, p)
+            >>> ReplayLedger().write_per_record(Session(), None, p)
             >>> pl.read_parquet(p).columns
             ['row', 'rho', 'epsilon', 'size']
         """
@@ -1030,13 +1057,15 @@ class ReplayLedger:
             self.reports.sink(self, session, delta, path, rename)
             return
         frame = self.per_record(session, delta)
-        frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
+        frame.rename(rename or {}).write_parquet(Path(path), **PER_RECORD_PARQUET)
 
-    def rho_summary(self, session: Any, qs: list[float]) -> dict[str, Any]:
+    def rho_summary(self, session: Session, qs: list[float]
+                    ) -> dict[str, int | float | None]:
         """CONFIDENTIAL statistics of the records' total ρ (units, max, quantiles).
 
         Example:
-            >>> ReplayLedger().rho_summary(None, [0.5])["units"]
+            >>> from tabdp.privacy.session import Session
+            >>> ReplayLedger().rho_summary(Session(), [0.5])["units"]
             0
         """
         if not self.programs or self.reports is None:

@@ -3,9 +3,10 @@
 `tabdp.release.runner` runs a spec on either engine with the same steps (the engine itself,
 started and stopped, is `tabdp.frame.backends.run_engine`'s); this module holds
 the Spark twins of the steps that touch the confidential data before the releases (reading the
-input, numbering rows, the input rules, author-mode key casts, derived keys) and the write of
-the per-record report. The releases themselves are the accessor's (``spark_df.dp``,
-`tabdp.frame._spark`).
+input, numbering rows, the input rules, author-mode key casts, derived keys). The releases
+themselves are the accessor's (``spark_df.dp``, `tabdp.frame._spark`); the released tables'
+collection and the per-record report's write are the run engine's
+(`tabdp.frame.backends.run.SparkRun`).
 
 What reaches the driver: the input's schema, the counters of the input rules (one aggregate),
 the number of rows of each input partition (row ids), the released tables (at most the key
@@ -24,8 +25,7 @@ import polars as pl
 from tabdp.exceptions import DataValidationError
 
 __all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
-           "declared_casts", "add_derived", "to_polars", "write_single_parquet", "report_view",
-           "REPORT_UNITS", "schema_of"]
+           "declared_casts", "add_derived", "schema_of"]
 
 
 def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | None,
@@ -348,66 +348,3 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     if national is not None:
         sdf = sdf.withColumn(national, F.lit("all"))
     return sdf
-
-
-def to_polars(sdf: Any) -> pl.DataFrame:
-    """A small Spark DataFrame (a released table: at most the key set) as a Polars frame.
-
-    Example:
-        >>> to_polars(pl.DataFrame({"a": [1]})).height
-        1
-    """
-    if isinstance(sdf, pl.DataFrame):
-        return sdf
-    if hasattr(sdf, "toArrow"):  # PySpark >= 4.0
-        out = pl.from_arrow(sdf.toArrow())
-        assert isinstance(out, pl.DataFrame)
-        return out
-    from tabdp.frame.backends.spark import quiet
-
-    with quiet():
-        return pl.from_pandas(sdf.toPandas())
-
-
-def write_single_parquet(sdf: Any, target: Path, sort_by: str | None = None) -> None:
-    """Write a Spark DataFrame as ONE Parquet file at ``target``, by Spark's writer.
-
-    The rows are gathered into one partition on the executors (sorted by ``sort_by``), written
-    to a scratch folder next to ``target`` and the single part file renamed to ``target``;
-    nothing passes through the driver.
-
-    Args:
-        sdf: The frame.
-        target: The file to write (its folder must exist; the caller stages it).
-        sort_by: Column to sort the rows by (nulls last), or ``None``.
-    """
-    from tabdp.frame.backends.spark import write_single_parquet as write
-
-    write(sdf, target, sort_by)
-
-
-#: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
-#: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
-REPORT_UNITS = 10_000
-
-
-def report_view(per_record: Any, limit: int = REPORT_UNITS) -> pl.DataFrame:
-    """The per-record rows ``confidential_report.html`` is rendered from: at most ``limit``.
-
-    All of them when the release has at most ``limit`` units; else the ``limit`` units with
-    the largest ρ (ties by id), sorted and cut by Spark.
-
-    Args:
-        per_record: The Spark per-record report (first column: the unit id).
-        limit: Most rows collected.
-
-    Returns:
-        A Polars frame in unit order.
-    """
-    from pyspark.sql import functions as F
-
-    unit = per_record.columns[0]
-    top = per_record.orderBy(F.col("rho").desc_nulls_last(), F.col(unit).asc_nulls_last()) \
-        .limit(limit)
-    out = to_polars(top)
-    return out.sort(unit, nulls_last=True) if out.height else out

@@ -1,15 +1,19 @@
 """Releasing a spec's tables on an engine (Polars or Spark) and writing the outputs.
 
-The key sets and accessor arguments of every table are decided from the spec; the engine
-dispatch (`_run_with_data`, `_run_on_spark`, `_release_and_write`, `_released_tables`) is kept
-in one place so that one pipeline call can replace it.
+The key sets and accessor arguments of every table are decided from the spec. Whatever the
+engine, the same calls: the run engine (`tabdp.frame.backends.RunEngine`) reads the input with
+its own steps (`_SpecInput`: the spec's steps written once per engine); the released tables
+and the per-record report go through `tabdp.frame.releases` (the frame's engine decides);
+nothing here tests which engine it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -17,7 +21,6 @@ from tabdp.frame import long_to_wide
 from tabdp.frame.keys import KeySet
 from tabdp.mechanisms import Mechanism
 from tabdp.planning import published_usability
-from tabdp.privacy.ledger import PER_RECORD_PARQUET
 from tabdp.privacy.session import Session
 from tabdp.release._input import (
     NATIONAL,
@@ -58,6 +61,10 @@ from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.publish import publish
 from tabdp.release.rollup import rollup
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec, read_keys
+
+if TYPE_CHECKING:
+    from tabdp.frame.backends import RunEngine
+    from tabdp.privacy import Ledger
 
 Progress = Callable[[int, int, str], None]
 
@@ -128,11 +135,10 @@ def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]]
     returns keys in the data's dtypes (an Enum whose categories may come from the data), which
     a public file must not reflect.
     """
-    from tabdp.frame.releases import release_requests
-    from tabdp.release._spark_run import to_polars
+    from tabdp.frame.releases import release_requests, released_table
 
     # the tables (at most the key set each) as Polars frames, whichever engine released them
-    outs = [to_polars(out) for out in release_requests(lf, session, requests)]
+    outs = [released_table(out) for out in release_requests(lf, session, requests)]
     tables = []
     for req, out in zip(requests, outs, strict=True):
         key_schema = req["keys"].to_polars().schema
@@ -146,93 +152,126 @@ def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
     return df.drop(NATIONAL) if NATIONAL in df.columns else df
 
 
+@dataclass(frozen=True)
+class _Input:
+    """The input as an engine read it, ready for the releases.
+
+    Attributes:
+        frame: A Polars LazyFrame or a Spark DataFrame.
+        schema: The input's schema as read (dtype names).
+        negatives: The input rules' counters (CONFIDENTIAL).
+        rows: Row mode on Spark: the rows read (the per-row ledger's size); else ``None``.
+    """
+
+    frame: Any
+    schema: Mapping[str, str]
+    negatives: dict[str, Any]
+    rows: int | None = None
+
+
+class _SpecInput:
+    """The spec's input steps, written once for each engine (`InputSteps`).
+
+    The run engine picks its own (``eng.read_input(_SpecInput(spec))``): the release workflow
+    makes one call for every engine.
+    """
+
+    def __init__(self, spec: ReleaseSpec) -> None:
+        """The steps of ``spec``'s input."""
+        self.spec = spec
+
+    @contextlib.contextmanager
+    def polars(self) -> Iterator[_Input]:
+        """The Polars engine: a lazy scan and the input's steps as a lazy plan."""
+        spec = self.spec
+        lf, input_schema = scan_input(spec, flag_lost=True)  # declared nulls: confidential
+        if spec.input.unit is None:
+            # Records, not positions: each row gets its id before any join, filter or sort,
+            # and the session follows that id.
+            lf = lf.with_row_index(ROW_ID)
+        lf, negatives = _input_rules(spec, lf)
+        if spec.input.mode == "author":
+            lf = _author_key_casts(spec, lf)
+        _refuse_mapping_collisions(spec, input_schema, lf)  # (checked before the run too)
+        lf = _add_derived(spec, lf, input_schema)
+        yield _Input(lf, input_schema, negatives)
+
+    @contextlib.contextmanager
+    def spark(self, spark: Any) -> Iterator[_Input]:
+        """The Spark engine: the same steps on a Spark DataFrame (docs/spark.md)."""
+        from tabdp.release import _spark_run as sr
+
+        spec = self.spec
+        inp = spec.input
+        declared = {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()} \
+            if inp.mode == "author" and inp.schema else {}
+        if declared and inp.path is not None:
+            # author mode: file by file against the declared schema, as the Polars engine (the
+            # same files, folder values and per-file decisions: tabdp.release.declared)
+            sdf, input_schema = sr.read_declared(spark, inp.path, declared,
+                                                 inp.hive_partitioning)
+        else:
+            sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
+                                              {c: d.dtype for c, d in spec.domains.items()})
+            if declared:  # a catalog table: the declared types, never the table's
+                sdf = sr.declared_casts(sdf, declared)
+                input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
+        persisted = []
+        try:
+            if inp.unit is None:
+                # Records, not positions: rows are numbered as Spark reads them, before any
+                # rule, join or filter, and the session follows that id.
+                sdf, base = sr.number_rows(sdf, ROW_ID)
+                persisted.append(base)
+            sdf, row, measures = sr.input_rules(
+                sdf, unit=inp.unit, unit_nulls=inp.unit_nulls, nonfinite=inp.nonfinite,
+                negatives=inp.negatives, bounds=dict(inp.bounds),
+                measures=_measures_used(spec))
+            negatives, _ = _rules_outcome(spec, row, measures,
+                                          [m for m in inp.bounds if m in measures])
+            if any(k.startswith("lost:") for k in row):
+                negatives["declared_nulls"] = {k[len("lost:"):]: n for k, n in row.items()
+                                               if k.startswith("lost:")}
+            if inp.mode == "author":
+                sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
+                                          dict(spec.domains))
+            # (Polars' conversion rules: Spark's own casts may merge other codes too, e.g.
+            # text with spaces; see docs/spark.md)
+            _refuse_mapping_collisions(spec, input_schema, dtypes=sr.schema_of(sdf))
+            need, national = _derived_needs(spec, input_schema)
+            sdf = sr.add_derived(
+                spark, sdf, {col: spec.hierarchies[h].mapping.select(fine, col)
+                             .unique(maintain_order=True) for col, (h, fine) in need.items()},
+                NATIONAL if national else None)
+            yield _Input(sdf, input_schema, negatives,
+                         row.get("rows") if inp.unit is None else None)
+        finally:
+            for p in persisted:
+                p.unpersist()
+
+
 def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
-                   overwrite: bool, report: Progress, caught: list[Any],
-                   spark: Any = None, *, ledger: Any = None) -> ReleaseResult:
-    if spark is not None:
-        return _run_on_spark(spec, summary, started, epoch, overwrite, report, caught, spark,
-                             ledger=ledger)
-    lf, input_schema = scan_input(spec, flag_lost=True)  # declared nulls: confidential
-    if spec.input.unit is None:
-        # Records, not positions: each row gets its id before any join, filter or sort, and
-        # the session follows that id.
-        lf = lf.with_row_index(ROW_ID)
-    lf, negatives = _input_rules(spec, lf)
-    if spec.input.mode == "author":
-        lf = _author_key_casts(spec, lf)
-    _refuse_mapping_collisions(spec, input_schema, lf)  # (checked before the run too)
-    lf = _add_derived(spec, lf, input_schema)
-    return _release_and_write(spec, summary, started, epoch, overwrite, report, caught, lf,
-                              input_schema, negatives, ledger=ledger)
-
-
-def _run_on_spark(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
-                  overwrite: bool, report: Progress, caught: list[Any], spark: Any, *,
-                  ledger: Any = None) -> ReleaseResult:
-    """The Spark engine: the same steps on a Spark DataFrame (docs/spark.md)."""
-    from tabdp.release import _spark_run as sr
-
-    inp = spec.input
-    declared = {c: SCHEMA_DTYPES[t] for c, t in inp.schema.items()} \
-        if inp.mode == "author" and inp.schema else {}
-    if declared and inp.path is not None:
-        # author mode: file by file against the declared schema, as the Polars engine (the
-        # same files, folder values and per-file decisions: tabdp.release.declared)
-        sdf, input_schema = sr.read_declared(spark, inp.path, declared, inp.hive_partitioning)
-    else:
-        sdf, input_schema = sr.read_input(spark, inp.table, inp.path, inp.hive_partitioning,
-                                          {c: d.dtype for c, d in spec.domains.items()})
-        if declared:  # a catalog table: the declared types, never the table's
-            sdf = sr.declared_casts(sdf, declared)
-            input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
-    persisted = []
-    try:
-        if inp.unit is None:
-            # Records, not positions: rows are numbered as Spark reads them, before any rule,
-            # join or filter, and the session follows that id.
-            sdf, base = sr.number_rows(sdf, ROW_ID)
-            persisted.append(base)
-        sdf, row, measures = sr.input_rules(
-            sdf, unit=inp.unit, unit_nulls=inp.unit_nulls, nonfinite=inp.nonfinite,
-            negatives=inp.negatives, bounds=dict(inp.bounds), measures=_measures_used(spec))
-        negatives, _ = _rules_outcome(spec, row, measures,
-                                      [m for m in inp.bounds if m in measures])
-        if any(k.startswith("lost:") for k in row):
-            negatives["declared_nulls"] = {k[len("lost:"):]: n for k, n in row.items()
-                                           if k.startswith("lost:")}
-        if inp.mode == "author":
-            sdf = sr.author_key_casts(sdf, [c for t in spec.tables for c in t.by],
-                                      dict(spec.domains))
-        # (Polars' conversion rules: Spark's own casts may merge other codes too, e.g. text
-        # with spaces; see docs/spark.md)
-        _refuse_mapping_collisions(spec, input_schema, dtypes=sr.schema_of(sdf))
-        need, national = _derived_needs(spec, input_schema)
-        sdf = sr.add_derived(
-            spark, sdf, {col: spec.hierarchies[h].mapping.select(fine, col)
-                         .unique(maintain_order=True) for col, (h, fine) in need.items()},
-            NATIONAL if national else None)
+                   overwrite: bool, report: Progress, caught: list[Any], eng: RunEngine, *,
+                   ledger: Ledger | None = None) -> ReleaseResult:
+    """Read the input with the engine's steps, release every table and write both folders."""
+    with eng.read_input(_SpecInput(spec)) as inp:
         return _release_and_write(spec, summary, started, epoch, overwrite, report, caught,
-                                  sdf, input_schema, negatives,
-                                  spark=(spark, row.get("rows") if inp.unit is None else None),
-                                  ledger=ledger)
-    finally:
-        for p in persisted:
-            p.unpersist()
+                                  inp, eng, ledger=ledger)
 
 
 def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,
-                       overwrite: bool, report: Progress, caught: list[Any], lf: Any,
-                       input_schema: Mapping[str, str], negatives: dict[str, Any],
-                       spark: tuple[Any, int | None] | None = None, *,
-                       ledger: Any = None) -> ReleaseResult:
-    """Release every table of ``lf`` (a Polars LazyFrame or a Spark DataFrame) and write."""
+                       overwrite: bool, report: Progress, caught: list[Any], inp: _Input,
+                       eng: RunEngine, *, ledger: Ledger | None = None) -> ReleaseResult:
+    """Release every table of the input (a Polars LazyFrame or a Spark DataFrame) and write."""
     from tabdp._version import __version__
     from tabdp.report.html import loss_statistics, render_confidential_html, render_summary_html
 
     # Row mode streams (no per-row state: the ledger is recomputed from the input) when the
     # hierarchy joins keep one row per record; decided from the spec and public mappings only.
+    lf, input_schema, negatives = inp.frame, inp.schema, inp.negatives
     one_to_one = spec.input.unit is None and _rows_kept_one_to_one(spec, input_schema, lf)
-    streaming = spark is None and one_to_one
+    # (an engine with its own ledger replays the releases' definitions there instead)
+    streaming = eng.streams_rows and one_to_one
     session = Session(unit=spec.input.unit or ROW_ID, _row_ids=spec.input.unit is None,
                       _rows_one_cell=one_to_one,
                       seed=spec.seed, streaming=streaming,
@@ -240,16 +279,14 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                       track_cells=True, ledger=ledger,
                       # the engine's phases inside a step (the same for every dataset)
                       progress=lambda name, what: report(step, steps, f"{name}: {what}"))
-    from tabdp.frame.releases import bind_session_engine
+    from tabdp.frame.releases import bind_session_engine, report_frames, write_report
 
     # On Spark the ledger lives in Spark: with row ids kept one to one by the hierarchy joins,
     # the releases' definitions, replayed in Spark (no per-row state; the report lists the rows
     # the releases read, as a streaming Polars run); otherwise a Spark table (per unit, or per
     # row id, listing every row read). Polars sessions keep their own ledger.
-    bind_session_engine(session, lf, replay=spec.input.unit is None and spark is not None
-                        and _rows_kept_one_to_one(spec, input_schema),
-                        row_mode=spec.input.unit is None,
-                        rows=None if spark is None else spark[1])
+    bind_session_engine(session, lf, replay=one_to_one, row_mode=spec.input.unit is None,
+                        rows=inp.rows)
     level = spec.release.level
     # Plan: every table's public definition (key sets, mechanisms, rollup targets) first.
     plans: list[tuple[TableSpec, Mechanism, dict[str, Any]]] = []
@@ -353,22 +390,13 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     losses: Any = None  # the confidential page's statistics of a streamed report
     top_n = 20
     if not streaming:
+        # Reproducible confidential files: units in id order, so two identically seeded runs
+        # write the same bytes (Polars sorts in memory; Spark as it writes the file, the driver
+        # getting a bounded view; a streaming report comes in row-id order: the input's)
         per_record = rep.per_record
-        if spec.input.unit is None and ROW_ID in per_record.columns:
-            per_record = (per_record.rename({ROW_ID: ROW_LABEL}) if spark is None else
-                          per_record.withColumnRenamed(ROW_ID, ROW_LABEL))
-        # Reproducible confidential files: units in id order (the engine's order of first
-        # sight depends on its parallel group-bys), so two identically seeded runs write the
-        # same bytes. (Spark: sorted by Spark as it writes the file; the driver gets a bounded
-        # view. A streaming report comes in row-id order: the input's.)
-        if spark is None and per_record.width and per_record.height:
-            per_record = per_record.sort(per_record.columns[0], nulls_last=True)
-        if spark is not None:
-            from tabdp.release._spark_run import report_view
-
-            per_record_view = report_view(per_record)
-        else:
-            per_record_view = per_record
+        rename = ({ROW_ID: ROW_LABEL} if spec.input.unit is None
+                  and ROW_ID in per_record.columns else {})
+        per_record, per_record_view = report_frames(per_record, rename)
     seeded = spec.seed is not None
     files = [*public, "manifest.json", "summary.json", "summary.html",
              *([NOT_FOR_PUBLICATION] if seeded else [])]
@@ -409,13 +437,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             per_record_view = pl.scan_parquet(conf / "per_record_losses.parquet")
             # the file read once for the page's statistics and confidential.json's
             losses = loss_statistics(per_record_view, summary["budget"], top_n)
-        elif spark is None:
-            per_record.write_parquet(conf / "per_record_losses.parquet", **PER_RECORD_PARQUET)
-        else:  # by Spark's writer, from the Spark ledger, into the staging folder
-            from tabdp.release._spark_run import write_single_parquet
-
-            write_single_parquet(per_record, conf / "per_record_losses.parquet",
-                                 sort_by=per_record.columns[0])
+        else:  # by the engine's writer (Spark's: from the Spark ledger) into staging
+            write_report(per_record, conf / "per_record_losses.parquet")
         # after the per-record file: a streaming session computes its loss statistics from it
         confidential = _confidential(spec, session, negatives, input_schema, caught,
                                      None if losses is None else losses.rho_summary())

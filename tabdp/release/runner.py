@@ -214,7 +214,7 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
             eng.quiet_warnings()  # the engine's own notices (nothing about the data)
             try:
                 result = _run_with_data(spec, summary, started, epoch, overwrite, report,
-                                        caught, eng.handle, ledger=ledger)
+                                        caught, eng, ledger=ledger)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except BaseException as err:  # noqa: BLE001 - one generic failure once data was

@@ -22,6 +22,7 @@ from _engines import mixed_rows
 import tabdp
 from tabdp import mechanisms as mech
 from tabdp.frame._spark import SparkReplayLedger, SparkUnitLedger
+from tabdp.frame.backends.spark import to_polars
 from tabdp.privacy.budget import Budget
 
 pytestmark = pytest.mark.spark
@@ -33,14 +34,8 @@ def _data(n: int = 400, seed: int = 0) -> pl.DataFrame:
     return mixed_rows(n, seed)
 
 
-def _pl(out: Any) -> pl.DataFrame:
-    if isinstance(out, pl.DataFrame):
-        return out
-    if hasattr(out, "toArrow"):  # PySpark >= 4.0
-        frame = pl.from_arrow(out.toArrow())
-        assert isinstance(frame, pl.DataFrame)
-        return frame
-    return pl.from_pandas(out.toPandas())
+#: A released Spark table (or report) on the driver: the engine's own conversion.
+_pl = to_polars
 
 
 def _session_run(frame: Any, budget: Any, delta_mech: bool, streaming: bool | None = None,

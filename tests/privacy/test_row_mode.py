@@ -245,6 +245,17 @@ def test_row_mode_cached_snapshot_after_a_median_is_not_refused() -> None:
                                                  4.5 + med[0] + 0.125])
 
 
+def _cells_frame(seed: int, n: int, sigma: float) -> tuple[pl.DataFrame, tabdp.KeySet]:
+    """Rows in ``c`` × ``k`` cells (some outside the key set) and a lognormal ``x``; the key set.
+
+    The same draws as the tests wrote out before (``c``, then ``k``, then ``x``).
+    """
+    rng = np.random.default_rng(seed)
+    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], n), "k": rng.integers(0, 3, n),
+                       "x": rng.lognormal(1.0, sigma, n)})
+    return df, tabdp.KeySet.from_dict(c=["A", "B"], k=[0, 1])
+
+
 @pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
 def test_a_count_after_a_sum_of_the_same_snapshot_finds_the_cells_once(
         monkeypatch: pytest.MonkeyPatch, lazy: bool) -> None:
@@ -256,10 +267,7 @@ def test_a_count_after_a_sum_of_the_same_snapshot_finds_the_cells_once(
     """
     from tabdp.frame import _engine
 
-    rng = np.random.default_rng(3)
-    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], 500), "k": rng.integers(0, 3, 500),
-                       "x": rng.lognormal(1.0, 1.0, 500)})
-    keys = tabdp.KeySet.from_dict(c=["A", "B"], k=[0, 1])
+    df, keys = _cells_frame(3, 500, 1.0)
     calls: list[int] = []
     found = _engine._attach_cells
 
@@ -298,10 +306,7 @@ def test_a_count_after_a_sum_of_the_same_cells_takes_the_sums_totals(
     """
     from tabdp.frame.backends import polars as backend
 
-    rng = np.random.default_rng(4)
-    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], 400), "k": rng.integers(0, 3, 400),
-                       "x": rng.lognormal(1.0, 1.5, 400)})
-    keys = tabdp.KeySet.from_dict(c=["A", "B"], k=[0, 1])
+    df, keys = _cells_frame(4, 400, 1.5)
     reused: list[bool] = []
     whole = backend._whole_totals
 

@@ -23,7 +23,7 @@ import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 from tabdp.exceptions import SpecError
-from tabdp.release import _spark_run
+from tabdp.frame.backends import spark as spark_backend
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
 
@@ -245,14 +245,14 @@ def test_a_failure_while_writing_leaves_nothing(spark: Any, tmp_path: Path,
     generate_establishments(40, seed=5).write_parquet(tmp_path / "data.parquet")
     spec = _spec(tmp_path, source='path = "data.parquet"', unit='unit = "estab_id"',
                  tables='[[tables]]\nname = "n"\nkind = "count"\nby = ["state"]\n')
-    real = _spark_run.write_single_parquet
+    real = spark_backend.write_single_parquet
 
     def written_then_fails(sdf: Any, target: Path, sort_by: str | None = None) -> None:
         real(sdf, target, sort_by)  # Spark has written the per-record file into staging
         assert target.is_file() and ".tmp-" in target.parent.name
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(_spark_run, "write_single_parquet", written_then_fails)
+    monkeypatch.setattr(spark_backend, "write_single_parquet", written_then_fails)
     code, out, err = _run("run", str(spec), "--test-seed", "--engine", "spark")
     assert code == cli.EXIT_DATA and out == ""
     assert "data-dependent failure" in err and "No space" not in err

@@ -1,11 +1,14 @@
 """The engine a whole release run (``tabdp run``) works in, behind one protocol (`RunEngine`).
 
 `tabdp.frame.backends.run_engine` decides it from the user's ``--engine`` choice; the release
-workflow (`tabdp.release.runner`) then makes the same calls whatever the engine: check that
-the engine can read the spec's input (data-free), open the engine (Spark: start it, its log in
-a private file, and check the catalog table), run the checks of the input's schema that the
-engine makes before any data is read, silence the engine's own warnings, hand its session
-handle to the releases, and close it (handing back the log to keep in the confidential folder).
+workflow (`tabdp.release.runner`, `tabdp.release._tables`) then makes the same calls whatever
+the engine: check that the engine can read the spec's input (data-free), open the engine
+(Spark: start it, its log in a private file, and check the catalog table), run the checks of
+the input's schema that the engine makes before any data is read, silence the engine's own
+warnings, read the input with the engine's steps (`RunEngine.read_input`: the release workflow
+writes the steps of each engine, the engine picks its own), hand its session handle to the
+releases, and close it (handing back the log to keep in the confidential folder). The released
+tables and the per-record report are the frame's (`tabdp.frame.releases`).
 
 * `PolarsRun`: one machine. The input's schema is read from the files' footers before any
   data (the spec's mapping collisions are refused then); catalog tables are refused.
@@ -31,16 +34,46 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tabdp.exceptions import SpecError, UnsupportedBackendError
 
-__all__ = ["RunEngine", "PolarsRun", "SparkRun", "DEFAULT_MASTER", "start_spark",
+__all__ = ["RunEngine", "PolarsRun", "SparkRun", "InputSteps", "DEFAULT_MASTER", "start_spark",
            "check_table", "require_pyspark"]
 
 #: Master of the local SparkSession ``tabdp run --engine spark`` starts without ``--spark-master``.
 DEFAULT_MASTER = "local[2]"
+
+_In = TypeVar("_In", covariant=True)
+_T = TypeVar("_T")
+
+
+class InputSteps(Protocol[_In]):
+    """The release workflow's input steps, written once per engine; the engine picks its own.
+
+    The steps (read the input, number the rows, the input rules, key casts, derived keys) follow
+    the spec, so the release workflow writes them (`tabdp.release._tables`); which of them run
+    is the engine's choice (`RunEngine.read_input`), never a test of the engine's name.
+
+    Example:
+        >>> import contextlib
+        >>> class Steps:
+        ...     def polars(self): return contextlib.nullcontext("polars steps")
+        ...     def spark(self, spark): return contextlib.nullcontext("spark steps")
+        >>> with PolarsRun().read_input(Steps()) as read:
+        ...     read
+        'polars steps'
+    """
+
+    def polars(self) -> AbstractContextManager[_In]:
+        """The input read and prepared by Polars (lazily)."""
+        ...  # pragma: no cover - protocol
+
+    def spark(self, spark: Any) -> AbstractContextManager[_In]:
+        """The input read and prepared by the SparkSession ``spark`` (released on exit)."""
+        ...  # pragma: no cover - protocol
 
 
 class RunEngine(Protocol):
@@ -48,6 +81,9 @@ class RunEngine(Protocol):
 
     Attributes:
         name: ``"polars"`` or ``"spark"`` (the ``--engine`` value).
+        streams_rows: Row mode without per-row state runs in this process
+            (``Session(streaming=True)``: the report recomputed from the input and written
+            batch by batch); ``False``: the engine keeps its own ledger (Spark).
 
     Example:
         >>> eng: RunEngine = PolarsRun()
@@ -55,6 +91,7 @@ class RunEngine(Protocol):
     """
 
     name: str
+    streams_rows: bool
 
     @property
     def handle(self) -> Any:
@@ -77,6 +114,10 @@ class RunEngine(Protocol):
         """Inside ``warnings.catch_warnings``: ignore the engine's own notices (no data)."""
         ...  # pragma: no cover - protocol
 
+    def read_input(self, steps: InputSteps[_T]) -> AbstractContextManager[_T]:
+        """The input, read and prepared by this engine's own steps (``steps.polars()`` etc.)."""
+        ...  # pragma: no cover - protocol
+
     def close(self) -> Path | None:
         """Stop what `open` started; the engine's log file to keep (``None``: none)."""
         ...  # pragma: no cover - protocol
@@ -93,6 +134,7 @@ class PolarsRun:
     """
 
     name = "polars"
+    streams_rows = True
 
     @property
     def handle(self) -> None:
@@ -131,6 +173,10 @@ class PolarsRun:
     def quiet_warnings(self) -> None:
         """Polars adds no notices of its own."""
 
+    def read_input(self, steps: InputSteps[_T]) -> AbstractContextManager[_T]:
+        """The Polars steps (``steps.polars()``): a lazy scan of the input."""
+        return steps.polars()
+
     def close(self) -> None:
         """Nothing to stop, no log."""
         return None
@@ -150,6 +196,7 @@ class SparkRun:
     """
 
     name = "spark"
+    streams_rows = False
 
     def __init__(self, spark: Any, master: str | None) -> None:
         """A Spark run, not started."""
@@ -211,6 +258,10 @@ class SparkRun:
                      "is_categorical_dtype is deprecated",
                      "The copy keyword is deprecated"):
             warnings.filterwarnings("ignore", message=text)
+
+    def read_input(self, steps: InputSteps[_T]) -> AbstractContextManager[_T]:
+        """The Spark steps (``steps.spark(session)``), in the session `open` started or got."""
+        return steps.spark(self._spark)
 
     def close(self) -> Path | None:
         """Stop the session if `open` started it; the JVM's log file, if one was made."""

@@ -12,6 +12,10 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
+import polars as pl
+
 from tabdp.frame._spark import (
     SparkBackend,
     SparkReplayLedger,
@@ -28,4 +32,51 @@ from tabdp.frame._spark import (
 
 __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_grouped_release",
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "spark_type",
-           "try_cast", "write_single_parquet"]
+           "try_cast", "write_single_parquet", "to_polars", "report_view", "REPORT_UNITS"]
+
+#: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
+#: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
+REPORT_UNITS = 10_000
+
+
+def to_polars(sdf: Any) -> pl.DataFrame:
+    """A small Spark DataFrame (a released table: at most the key set) as a Polars frame.
+
+    Example:
+        >>> to_polars(pl.DataFrame({"a": [1]})).height
+        1
+    """
+    if isinstance(sdf, pl.DataFrame):
+        return sdf
+    if hasattr(sdf, "toArrow"):  # PySpark >= 4.0
+        out = pl.from_arrow(sdf.toArrow())
+        assert isinstance(out, pl.DataFrame)
+        return out
+    with quiet():
+        return pl.from_pandas(sdf.toPandas())
+
+
+def report_view(per_record: Any, limit: int = REPORT_UNITS) -> pl.DataFrame:
+    """The per-record rows ``confidential_report.html`` is rendered from: at most ``limit``.
+
+    All of them when the release has at most ``limit`` units; else the ``limit`` units with
+    the largest ρ (ties by id), sorted and cut by Spark.
+
+    Args:
+        per_record: The Spark per-record report (first column: the unit id).
+        limit: Most rows collected.
+
+    Returns:
+        A Polars frame in unit order.
+
+    Example:
+        >>> report_view.__name__  # needs a SparkSession: see tests/release/test_spark_run.py
+        'report_view'
+    """
+    from pyspark.sql import functions as F
+
+    unit = per_record.columns[0]
+    top = per_record.orderBy(F.col("rho").desc_nulls_last(), F.col(unit).asc_nulls_last()) \
+        .limit(limit)
+    out = to_polars(top)
+    return out.sort(unit, nulls_last=True) if out.height else out
