@@ -38,7 +38,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up
+from tabdp._numeric import add_up, add_up_into
 from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
@@ -1168,20 +1168,51 @@ class _Segments:
         # number of segments longer than k, for k = 1 .. min(longest, STEPS) - 1
         self.active = np.searchsorted(-sorted_counts, -np.arange(1, min(longest, self.STEPS)),
                                       side="left")
-        # segments longer than STEPS: (position in the output, first element left, end)
+        # the k-th elements of the segments longer than k, step after step, in one gather
+        # index: each step then reads a contiguous slice of one gathered array and updates a
+        # prefix of the multi-element segments' running totals (no fancy index per step)
+        self.step_index = (np.concatenate([self.multi_starts[:m] + k for k, m in
+                                           enumerate(self.active, start=1)])
+                           if len(self.active) else np.zeros(0, dtype=np.int64))
+        self.step_at = np.concatenate([[0], np.cumsum(self.active)]).astype(np.int64)
+        # segments longer than STEPS: (position among the multi-element segments, first
+        # element left, end)
         n_long = int(np.searchsorted(-sorted_counts, -self.STEPS, side="right"))
-        self.long = [(int(order[j]), int(self.multi_starts[j]) + self.STEPS,
+        self.long = [(j, int(self.multi_starts[j]) + self.STEPS,
                       int(self.multi_starts[j] + sorted_counts[j])) for j in range(n_long)]
 
     def sum(self, v: np.ndarray) -> np.ndarray:
         """Each segment's left-to-right sum of ``v``."""
         v = np.asarray(v, dtype=np.float64)
         acc = v[self.starts]  # a new array (fancy index)
-        for k, m in enumerate(self.active, start=1):
-            at = self.multi[:m]
-            acc[at] = add_up(acc[at], v[self.multi_starts[:m] + k])
-        for j, lo, hi in self.long:  # acc[j] holds the first STEPS elements' sum
-            acc[j] = _fold_up(float(acc[j]), v[lo:hi].tolist())
+        if not len(self.multi):
+            return acc
+        run = v[self.multi_starts]  # the multi-element segments' totals, longest first
+        terms = v[self.step_index]
+        for k, m in enumerate(self.active):
+            add_up_into(run, terms[self.step_at[k]:self.step_at[k + 1]], slice(0, int(m)))
+        for j, lo, hi in self.long:  # run[j] holds the first STEPS elements' sum
+            run[j] = _fold_up(float(run[j]), v[lo:hi].tolist())
+        acc[self.multi] = run
+        return acc
+
+    def max(self, v: np.ndarray) -> np.ndarray:
+        """Each segment's largest element of ``v`` (``numpy.maximum``: NaN propagates).
+
+        The values of ``numpy.maximum.reduceat(v, starts)``, by the same steps as `sum`.
+        """
+        v = np.asarray(v, dtype=np.float64)
+        acc = v[self.starts]
+        if not len(self.multi):
+            return acc
+        run = v[self.multi_starts]
+        terms = v[self.step_index]
+        for k, m in enumerate(self.active):
+            np.maximum(run[:m], terms[self.step_at[k]:self.step_at[k + 1]], out=run[:m])
+        for j, lo, hi in self.long:
+            if hi > lo:
+                run[j] = np.maximum(run[j], np.maximum.reduce(v[lo:hi]))
+        acc[self.multi] = run
         return acc
 
 
@@ -1218,7 +1249,7 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
     if len(starts) == n:  # one cell per unit
         return first, dict(columns)
     seg = _Segments(starts, n)
-    return first, {c: np.maximum.reduceat(v, starts) if is_max(c) else seg.sum(v)
+    return first, {c: seg.max(v) if is_max(c) else seg.sum(v)
                    for c, v in columns.items()}
 
 
@@ -1299,8 +1330,20 @@ class UnitOrder:
         """
         if self.seg is None:  # one cell per unit
             return dict(columns)
-        return {c: np.maximum.reduceat(v, self.starts) if is_max(c) else self.seg.sum(v)
-                for c, v in columns.items()}
+        seg = self.seg
+
+        def one(item: tuple[str, np.ndarray]) -> np.ndarray:
+            return seg.max(item[1]) if is_max(item[0]) else seg.sum(item[1])
+
+        items = list(columns.items())
+        # the columns are independent and each one's steps are whole-array NumPy operations
+        # on contiguous slices (which release the GIL): on the engine's threads side by side,
+        # each giving the doubles of a sequential evaluation
+        workers = min(policy_threads(), len(items)) if self.n >= POLICY_CHUNK else 1
+        if workers <= 1:
+            return {c: one((c, v)) for c, v in items}
+        with ThreadPoolExecutor(workers) as pool:
+            return {c: r for (c, _), r in zip(items, pool.map(one, items), strict=True)}
 
 
 def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
