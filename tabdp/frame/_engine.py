@@ -1074,6 +1074,28 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     return f
 
 
+def _abs_float_up_threads(values: pl.Series, bits: int) -> np.ndarray:
+    """`_abs_float_up` of a long column, its slices on the engine's threads (same doubles).
+
+    Each value is a function of its own row: slices converted side by side (Polars' casts and
+    NumPy's ufuncs release the GIL) give the array one call gives.
+    """
+    n = len(values)
+    workers = min(policy_threads(), n // POLICY_CHUNK)
+    if workers <= 1:
+        return _abs_float_up(values, bits)
+    out = np.empty(n)
+    step = -(-n // workers)
+
+    def run(lo: int) -> None:
+        out[lo:lo + step] = _abs_float_up(values.slice(lo, step), bits)
+
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(run, range(0, n, step)):
+            pass
+    return out
+
+
 def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
                     sign: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a sum currency: its size (largest magnitude) and the Δ its loss is charged at.
@@ -1286,7 +1308,15 @@ class UnitOrder:
             starts = np.zeros(0, dtype=np.int64)
             self.units = units
         elif codes is not None:  # unit - min of each sorted row (integer ids)
-            starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+            new = np.empty(n, dtype=bool)
+            new[0] = True
+
+            def cmp(lo: int, hi: int) -> None:
+                lo = max(lo, 1)
+                np.not_equal(codes[lo:hi], codes[lo - 1:hi - 1], out=new[lo:hi])
+
+            on_slices(n, cmp)
+            starts = np.flatnonzero(new)
             lo = units.min()
             self.units = (pl.Series(units.name, codes[starts], dtype=pl.Int64) + lo).cast(
                 units.dtype)
@@ -1375,8 +1405,14 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
             if span < 2 ** (63 - bits):  # key · 2**bits + position < 2**63
                 packed = (key * (1 << bits) + pl.int_range(n, dtype=pl.Int64, eager=True)
                           ).sort().to_numpy()
-                perm = packed & ((1 << bits) - 1)
-                return perm, packed >> (bits + cbits)
+                perm, codes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+
+                def split(lo: int, hi: int) -> None:  # position and unit code of each row
+                    np.bitwise_and(packed[lo:hi], (1 << bits) - 1, out=perm[lo:hi])
+                    np.right_shift(packed[lo:hi], bits + cbits, out=codes[lo:hi])
+
+                on_slices(n, split)
+                return perm, codes
             perm = key.arg_sort().to_numpy().astype(np.int64, copy=False)
             return perm, key.to_numpy()[perm] >> cbits
     frame = pl.DataFrame({"u": units, "c": cells})
@@ -1405,7 +1441,7 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
         if kind == "count":
             base = {_ROWS: inside[_ROWS].cast(pl.Float64).to_numpy()}
         else:
-            base = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+            base = {m: _abs_float_up_threads(inside[m], bits[m]) for m in ms}
         signs: dict[str, np.ndarray] = {}
 
         def sign(m: str) -> np.ndarray:  # read only by a joint policy
@@ -1469,6 +1505,33 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
             for _ in pool.map(run, rest):
                 pass
     return size_all, tuple(vals_all)
+
+
+def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
+    """``fn(lo, hi)`` over consecutive slices covering ``range(n)``, on the engine's threads.
+
+    For elementwise NumPy work on long arrays (ufuncs release the GIL): each call writes its
+    own slice, so the result is that of one call ``fn(0, n)``. Short arrays: one call.
+
+    Args:
+        n: The length covered.
+        fn: Called with each slice's bounds (``0 <= lo < hi <= n``).
+
+    Example:
+        >>> out = np.zeros(5)
+        >>> def f(lo, hi): out[lo:hi] = np.arange(lo, hi)
+        >>> on_slices(5, f); out.tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+    """
+    workers = min(policy_threads(), n // POLICY_CHUNK)
+    if workers <= 1:
+        if n:
+            fn(0, n)
+        return
+    step = -(-n // workers)
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(lambda lo: fn(lo, min(lo + step, n)), range(0, n, step)):
+            pass
 
 
 def policy_threads() -> int:
