@@ -1399,12 +1399,25 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
         cbits = max(n_keys, 1).bit_length()  # cells (and the null cell, n_keys) < 2**cbits
         span = (int(hi) - int(lo) + 1) << cbits
         if -(2**63) <= int(lo) and int(hi) < 2**63 and span < 2**62:
-            key = (((units.cast(pl.Int64) - int(lo)) * (1 << cbits))
-                   + cells.fill_null(n_keys).cast(pl.Int64))
             bits = max(n - 1, 1).bit_length()
             if span < 2 ** (63 - bits):  # key · 2**bits + position < 2**63
-                packed = (key * (1 << bits) + pl.int_range(n, dtype=pl.Int64, eager=True)
-                          ).sort().to_numpy()
+                # ((unit - min) << cbits | cell) << bits | position, built by slices on the
+                # engine's threads (integer NumPy arithmetic, exact), then sorted by Polars
+                u = units.cast(pl.Int64).to_numpy()
+                c = cells.fill_null(n_keys).cast(pl.Int64).to_numpy()
+                packed = np.empty(n, dtype=np.int64)
+                base = int(lo)
+
+                def pack(a: int, z: int) -> None:
+                    out = packed[a:z]
+                    np.subtract(u[a:z], base, out=out)
+                    np.left_shift(out, cbits, out=out)
+                    np.bitwise_or(out, c[a:z], out=out)
+                    np.left_shift(out, bits, out=out)
+                    np.bitwise_or(out, np.arange(a, z, dtype=np.int64), out=out)
+
+                on_slices(n, pack)
+                packed = pl.Series(packed).sort().to_numpy()
                 perm, codes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
 
                 def split(lo: int, hi: int) -> None:  # position and unit code of each row
@@ -1413,6 +1426,8 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
 
                 on_slices(n, split)
                 return perm, codes
+            key = (((units.cast(pl.Int64) - int(lo)) * (1 << cbits))
+                   + cells.fill_null(n_keys).cast(pl.Int64))
             perm = key.arg_sort().to_numpy().astype(np.int64, copy=False)
             return perm, key.to_numpy()[perm] >> cbits
     frame = pl.DataFrame({"u": units, "c": cells})
