@@ -38,7 +38,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up
+from tabdp._numeric import add_up, add_up_into
 from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
@@ -1125,6 +1125,28 @@ def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     return f
 
 
+def _abs_float_up_threads(values: pl.Series, bits: int) -> np.ndarray:
+    """`_abs_float_up` of a long column, its slices on the engine's threads (same doubles).
+
+    Each value is a function of its own row: slices converted side by side (Polars' casts and
+    NumPy's ufuncs release the GIL) give the array one call gives.
+    """
+    n = len(values)
+    workers = min(policy_threads(), n // POLICY_CHUNK)
+    if workers <= 1:
+        return _abs_float_up(values, bits)
+    out = np.empty(n)
+    step = -(-n // workers)
+
+    def run(lo: int) -> None:
+        out[lo:lo + step] = _abs_float_up(values.slice(lo, step), bits)
+
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(run, range(0, n, step)):
+            pass
+    return out
+
+
 def _size_and_delta(policy: _Policy, ms: list[str], mags: dict[str, np.ndarray],
                     sign: Callable[[str], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per row of a sum currency: its size (largest magnitude) and the Δ its loss is charged at.
@@ -1219,20 +1241,51 @@ class _Segments:
         # number of segments longer than k, for k = 1 .. min(longest, STEPS) - 1
         self.active = np.searchsorted(-sorted_counts, -np.arange(1, min(longest, self.STEPS)),
                                       side="left")
-        # segments longer than STEPS: (position in the output, first element left, end)
+        # the k-th elements of the segments longer than k, step after step, in one gather
+        # index: each step then reads a contiguous slice of one gathered array and updates a
+        # prefix of the multi-element segments' running totals (no fancy index per step)
+        self.step_index = (np.concatenate([self.multi_starts[:m] + k for k, m in
+                                           enumerate(self.active, start=1)])
+                           if len(self.active) else np.zeros(0, dtype=np.int64))
+        self.step_at = np.concatenate([[0], np.cumsum(self.active)]).astype(np.int64)
+        # segments longer than STEPS: (position among the multi-element segments, first
+        # element left, end)
         n_long = int(np.searchsorted(-sorted_counts, -self.STEPS, side="right"))
-        self.long = [(int(order[j]), int(self.multi_starts[j]) + self.STEPS,
+        self.long = [(j, int(self.multi_starts[j]) + self.STEPS,
                       int(self.multi_starts[j] + sorted_counts[j])) for j in range(n_long)]
 
     def sum(self, v: np.ndarray) -> np.ndarray:
         """Each segment's left-to-right sum of ``v``."""
         v = np.asarray(v, dtype=np.float64)
         acc = v[self.starts]  # a new array (fancy index)
-        for k, m in enumerate(self.active, start=1):
-            at = self.multi[:m]
-            acc[at] = add_up(acc[at], v[self.multi_starts[:m] + k])
-        for j, lo, hi in self.long:  # acc[j] holds the first STEPS elements' sum
-            acc[j] = _fold_up(float(acc[j]), v[lo:hi].tolist())
+        if not len(self.multi):
+            return acc
+        run = v[self.multi_starts]  # the multi-element segments' totals, longest first
+        terms = v[self.step_index]
+        for k, m in enumerate(self.active):
+            add_up_into(run, terms[self.step_at[k]:self.step_at[k + 1]], slice(0, int(m)))
+        for j, lo, hi in self.long:  # run[j] holds the first STEPS elements' sum
+            run[j] = _fold_up(float(run[j]), v[lo:hi].tolist())
+        acc[self.multi] = run
+        return acc
+
+    def max(self, v: np.ndarray) -> np.ndarray:
+        """Each segment's largest element of ``v`` (``numpy.maximum``: NaN propagates).
+
+        The values of ``numpy.maximum.reduceat(v, starts)``, by the same steps as `sum`.
+        """
+        v = np.asarray(v, dtype=np.float64)
+        acc = v[self.starts]
+        if not len(self.multi):
+            return acc
+        run = v[self.multi_starts]
+        terms = v[self.step_index]
+        for k, m in enumerate(self.active):
+            np.maximum(run[:m], terms[self.step_at[k]:self.step_at[k + 1]], out=run[:m])
+        for j, lo, hi in self.long:
+            if hi > lo:
+                run[j] = np.maximum(run[j], np.maximum.reduce(v[lo:hi]))
+        acc[self.multi] = run
         return acc
 
 
@@ -1269,7 +1322,7 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
     if len(starts) == n:  # one cell per unit
         return first, dict(columns)
     seg = _Segments(starts, n)
-    return first, {c: np.maximum.reduceat(v, starts) if is_max(c) else seg.sum(v)
+    return first, {c: seg.max(v) if is_max(c) else seg.sum(v)
                    for c, v in columns.items()}
 
 
@@ -1306,7 +1359,15 @@ class UnitOrder:
             starts = np.zeros(0, dtype=np.int64)
             self.units = units
         elif codes is not None:  # unit - min of each sorted row (integer ids)
-            starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+            new = np.empty(n, dtype=bool)
+            new[0] = True
+
+            def cmp(lo: int, hi: int) -> None:
+                lo = max(lo, 1)
+                np.not_equal(codes[lo:hi], codes[lo - 1:hi - 1], out=new[lo:hi])
+
+            on_slices(n, cmp)
+            starts = np.flatnonzero(new)
             lo = units.min()
             self.units = (pl.Series(units.name, codes[starts], dtype=pl.Int64) + lo).cast(
                 units.dtype)
@@ -1350,8 +1411,20 @@ class UnitOrder:
         """
         if self.seg is None:  # one cell per unit
             return dict(columns)
-        return {c: np.maximum.reduceat(v, self.starts) if is_max(c) else self.seg.sum(v)
-                for c, v in columns.items()}
+        seg = self.seg
+
+        def one(item: tuple[str, np.ndarray]) -> np.ndarray:
+            return seg.max(item[1]) if is_max(item[0]) else seg.sum(item[1])
+
+        items = list(columns.items())
+        # the columns are independent and each one's steps are whole-array NumPy operations
+        # on contiguous slices (which release the GIL): on the engine's threads side by side,
+        # each giving the doubles of a sequential evaluation
+        workers = min(policy_threads(), len(items)) if self.n >= POLICY_CHUNK else 1
+        if workers <= 1:
+            return {c: one((c, v)) for c, v in items}
+        with ThreadPoolExecutor(workers) as pool:
+            return {c: r for (c, _), r in zip(items, pool.map(one, items), strict=True)}
 
 
 def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
@@ -1377,14 +1450,35 @@ def _unit_cell_perm(units: pl.Series, cells: pl.Series, n_keys: int
         cbits = max(n_keys, 1).bit_length()  # cells (and the null cell, n_keys) < 2**cbits
         span = (int(hi) - int(lo) + 1) << cbits
         if -(2**63) <= int(lo) and int(hi) < 2**63 and span < 2**62:
-            key = (((units.cast(pl.Int64) - int(lo)) * (1 << cbits))
-                   + cells.fill_null(n_keys).cast(pl.Int64))
             bits = max(n - 1, 1).bit_length()
             if span < 2 ** (63 - bits):  # key · 2**bits + position < 2**63
-                packed = (key * (1 << bits) + pl.int_range(n, dtype=pl.Int64, eager=True)
-                          ).sort().to_numpy()
-                perm = packed & ((1 << bits) - 1)
-                return perm, packed >> (bits + cbits)
+                # ((unit - min) << cbits | cell) << bits | position, built by slices on the
+                # engine's threads (integer NumPy arithmetic, exact), then sorted by Polars
+                u = units.cast(pl.Int64).to_numpy()
+                c = cells.fill_null(n_keys).cast(pl.Int64).to_numpy()
+                packed = np.empty(n, dtype=np.int64)
+                base = int(lo)
+
+                def pack(a: int, z: int) -> None:
+                    out = packed[a:z]
+                    np.subtract(u[a:z], base, out=out)
+                    np.left_shift(out, cbits, out=out)
+                    np.bitwise_or(out, c[a:z], out=out)
+                    np.left_shift(out, bits, out=out)
+                    np.bitwise_or(out, np.arange(a, z, dtype=np.int64), out=out)
+
+                on_slices(n, pack)
+                packed = pl.Series(packed).sort().to_numpy()
+                perm, codes = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+
+                def split(lo: int, hi: int) -> None:  # position and unit code of each row
+                    np.bitwise_and(packed[lo:hi], (1 << bits) - 1, out=perm[lo:hi])
+                    np.right_shift(packed[lo:hi], bits + cbits, out=codes[lo:hi])
+
+                on_slices(n, split)
+                return perm, codes
+            key = (((units.cast(pl.Int64) - int(lo)) * (1 << cbits))
+                   + cells.fill_null(n_keys).cast(pl.Int64))
             perm = key.arg_sort().to_numpy().astype(np.int64, copy=False)
             return perm, key.to_numpy()[perm] >> cbits
     frame = pl.DataFrame({"u": units, "c": cells})
@@ -1413,7 +1507,7 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
         if kind == "count":
             base = {_ROWS: inside[_ROWS].cast(pl.Float64).to_numpy()}
         else:
-            base = {m: _abs_float_up(inside[m], bits[m]) for m in ms}
+            base = {m: _abs_float_up_threads(inside[m], bits[m]) for m in ms}
         signs: dict[str, np.ndarray] = {}
 
         def sign(m: str) -> np.ndarray:  # read only by a joint policy
@@ -1477,6 +1571,33 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
             for _ in pool.map(run, rest):
                 pass
     return size_all, tuple(vals_all)
+
+
+def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
+    """``fn(lo, hi)`` over consecutive slices covering ``range(n)``, on the engine's threads.
+
+    For elementwise NumPy work on long arrays (ufuncs release the GIL): each call writes its
+    own slice, so the result is that of one call ``fn(0, n)``. Short arrays: one call.
+
+    Args:
+        n: The length covered.
+        fn: Called with each slice's bounds (``0 <= lo < hi <= n``).
+
+    Example:
+        >>> out = np.zeros(5)
+        >>> def f(lo, hi): out[lo:hi] = np.arange(lo, hi)
+        >>> on_slices(5, f); out.tolist()
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+    """
+    workers = min(policy_threads(), n // POLICY_CHUNK)
+    if workers <= 1:
+        if n:
+            fn(0, n)
+        return
+    step = -(-n // workers)
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(lambda lo: fn(lo, min(lo + step, n)), range(0, n, step)):
+            pass
 
 
 def policy_threads() -> int:

@@ -9,6 +9,7 @@ cell.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -334,23 +335,35 @@ class Charges:
         if all(bool(admitted[c].all()) for c in self.currencies):
             # nobody left out (no budget, or all within it): plain sums, no masking
             parts = {k: getattr(self, k) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
-            tot: dict[str, np.ndarray] = {}
             # one currency: its arrays as they are (never written in place); several: the
             # first two added (or their maximum) into a new array, then the others into it
-            for k in ("rho", "epsilon", "eps_a", "delta_a"):
-                if k in ("eps_a", "delta_a") and not approx:
-                    continue
+
+            def total(k: str) -> np.ndarray:
                 vals = [np.asarray(v, dtype=np.float64) for v in parts[k].values()]
+                if k == "size":
+                    out = np.zeros(n) if not vals else vals[0] if len(vals) == 1 else \
+                        np.maximum(vals[0], vals[1])
+                    for v in vals[2:]:
+                        np.maximum(out, v, out=out)
+                    return out
                 # each addition rounded up: never below the exact sum (`add_up`)
-                tot[k] = np.zeros(n) if not vals else vals[0] if len(vals) == 1 else \
+                out = np.zeros(n) if not vals else vals[0] if len(vals) == 1 else \
                     add_up(vals[0], vals[1])
                 for v in vals[2:]:
-                    add_up_into(tot[k], v)
-            sizes = [np.asarray(v, dtype=np.float64) for v in self.size.values()]
-            tot["size"] = np.zeros(n) if not sizes else sizes[0] if len(sizes) == 1 else \
-                np.maximum(sizes[0], sizes[1])
-            for v in sizes[2:]:
-                np.maximum(tot["size"], v, out=tot["size"])
+                    add_up_into(out, v)
+                return out
+
+            kinds = ["rho", "epsilon", "size", *(["eps_a", "delta_a"] if approx else [])]
+            # the totals are independent whole-array NumPy work (which releases the GIL): with
+            # several currencies of many units they are added side by side on the engine's
+            # threads, each giving the doubles of a sequential evaluation
+            workers = (min(max(1, pl.thread_pool_size()), len(kinds))
+                       if len(self.currencies) > 1 and n >= 1 << 16 else 1)
+            if workers > 1:
+                with ThreadPoolExecutor(workers) as pool:
+                    tot = dict(zip(kinds, pool.map(total, kinds), strict=True))
+            else:
+                tot = {k: total(k) for k in kinds}
             return UnitLosses(self.units, tot["rho"], tot["epsilon"], tot["size"],
                               self.guarantee, tot.get("eps_a"), tot.get("delta_a"))
         any_ok = np.zeros(n, dtype=bool)

@@ -503,3 +503,39 @@ def test_threads_give_the_doubles_of_one_thread(monkeypatch: pytest.MonkeyPatch)
     for a, b in zip(many_losses, one_losses, strict=True):
         for f in ("rho", "epsilon", "size"):
             assert np.array_equal(getattr(a, f), getattr(b, f))
+
+
+def test_segments_sum_and_max_match_references() -> None:
+    """`_Segments`: each segment's left-to-right rounded-up sum and its maximum.
+
+    Segments of 1 to 200 elements (64, the last vector step, and 65, the first with a Python
+    tail, included): the sums equal `sum_up_ref` per segment, the maxima (with infinities and
+    a NaN in a long segment's tail) ``numpy.maximum.reduceat``, bit for bit.
+    """
+    rng = np.random.default_rng(29)
+    counts = np.concatenate([rng.integers(1, 4, 3000), [64, 65, 63, 200, 1, 2, 130]])
+    rng.shuffle(counts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    n = int(counts.sum())
+    v = rng.lognormal(0.0, 6.0, n)
+    seg = engine._Segments(starts, n)
+    ends = np.append(starts[1:], n)
+    want_sum = np.array([sum_up_ref(v[a:b].tolist()) for a, b in zip(starts, ends, strict=True)])
+    assert seg.sum(v).tobytes() == want_sum.tobytes()
+    v[rng.integers(0, n, 5)] = np.inf  # (the exact reference takes finite terms only)
+    v[int(starts[np.flatnonzero(counts == 200)[0]]) + 100] = np.nan
+    assert seg.max(v).tobytes() == np.maximum.reduceat(v, starts).tobytes()
+    assert np.isnan(seg.sum(v)).sum() == 1
+
+
+def test_on_slices_covers_the_range_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`on_slices` on several threads calls ``fn`` on disjoint slices covering ``range(n)``."""
+    monkeypatch.setattr(engine, "policy_threads", lambda: 3)
+    n = 3 * engine.POLICY_CHUNK + 7
+    hits = np.zeros(n, dtype=np.int64)
+
+    def mark(lo: int, hi: int) -> None:
+        hits[lo:hi] += 1
+
+    engine.on_slices(n, mark)
+    assert (hits == 1).all()
