@@ -16,7 +16,9 @@ Layout (every file 0600, every folder 0700, CONFIDENTIAL)::
       history/   Delta table: append-only, one row per (release, unit charged) with its losses
       chain/     00000000.json (genesis), 00000001.json, ...: one entry per release, holding the
                  hash of the previous entry, the spec and public-manifest hashes, the Delta
-                 versions and the SHA-256 of every data file; an entry is created with
+                 versions and the hash of every data file (BLAKE3 when the blake3
+                 package is installed, ``blake3:<hex>``; SHA-256 before, and without it, bare
+                 hex: both are verified); an entry is created with
                  put-if-absent (the commit point), so two writers never both commit release n
       lock       held (``flock``) by the process that opened the ledger; released by the kernel
                  when that process ends, even on ``kill -9``
@@ -177,6 +179,11 @@ def _hasher_for(recorded: str, root: Path) -> Any:
             "it is not installed, so the ledger cannot be verified here.\nHint: pip install "
             "'tabdp[ledger]'.")
     return b3()
+
+
+def _once(h: Any) -> Callable[[], Any]:
+    """``h`` as the hash constructor `hashlib.file_digest` asks for (called once)."""
+    return lambda: h
 
 
 def _read_hashed(path: Path, recorded: str, root: Path) -> tuple[bytes, int, str]:
@@ -350,7 +357,8 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
                 data, n, h = _read_hashed(p, digest, root)
             else:  # streamed: memory bounded whatever the file's size
                 with open(p, "rb") as fh:
-                    h = _digest(hashlib.file_digest(fh, lambda: _hasher_for(digest, root)))
+                    algo = _hasher_for(digest, root)  # refused here if it cannot be checked
+                    h = _digest(hashlib.file_digest(fh, _once(algo)))
                     n = fh.tell()
         except FileNotFoundError:
             raise LedgerError(
@@ -1114,7 +1122,8 @@ class Ledger:
                     write_deltalake(str(self.path / "history"), rows.to_arrow(), mode="append",
                                     schema_mode="merge", writer_properties=_writer())
                     hist_version, hist_rel = _head_files(self.path / "history", skip=before)
-                hist_part = {"version": hist_version, "files": hist_rel, "units": rows.height}
+                hist_part: dict[str, Any] | None = {"version": hist_version, "files": hist_rel,
+                                                    "units": rows.height}
             else:
                 hist_part = None
             new_state = self._tot.new_state()
