@@ -1574,12 +1574,13 @@ def _parquet_layout(df: pl.DataFrame) -> dict[str, Any]:
                 compression[c] = "snappy"
         elif not col.dtype.is_float() or not len(col):
             continue
-        elif col.null_count() == 0 and col.min() == col.max():
-            compression[c] = "snappy"
-        else:
+        else:  # decided on a sample: a whole-column pass only for a column that looks constant
             a = col.to_numpy()
             sample = a[::max(1, a.size // 65536)]
-            if np.unique(sample).size * 100 < sample.size:
+            distinct = np.unique(sample).size
+            if distinct == 1 and not col.null_count() and bool((a == sample[0]).all()):
+                compression[c] = "snappy"
+            elif distinct * 100 < sample.size:
                 dictionary.append(c)
     return {"compression": compression, "use_dictionary": dictionary,
             "column_encoding": encoding, "write_statistics": False}
