@@ -1552,7 +1552,7 @@ def _parquet_layout(df: pl.DataFrame) -> dict[str, Any]:
     * constant columns (``eps_a``, ``delta_a`` of a zCDP series, ``epsilon`` all ``inf``):
       snappy, which shrinks them to almost nothing;
     * columns of few distinct values (``rho@rows``, a currency whose units all have one of a
-      few sizes: fewer than 1 in 100 distinct in a sample of 65,536): a dictionary;
+      few sizes: at most 1 in 16 distinct in a sample of 65,536): a dictionary;
     * every other column (distinct doubles, which neither snappy nor a dictionary shrinks,
       but both cost CPU): plain, uncompressed.
 
@@ -1580,7 +1580,7 @@ def _parquet_layout(df: pl.DataFrame) -> dict[str, Any]:
             distinct = np.unique(sample).size
             if distinct == 1 and not col.null_count() and bool((a == sample[0]).all()):
                 compression[c] = "snappy"
-            elif distinct * 100 < sample.size:
+            elif distinct * 16 <= sample.size:  # indices of 12 bits or fewer, not 64
                 dictionary.append(c)
     return {"compression": compression, "use_dictionary": dictionary,
             "column_encoding": encoding, "write_statistics": False}
