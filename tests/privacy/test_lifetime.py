@@ -736,9 +736,9 @@ def test_the_filters_lookup_reads_views_and_lookup_returns_copies(tmp_path) -> N
 
 
 def test_files_written_with_snappy_everywhere_still_open(tmp_path, monkeypatch) -> None:
-    """A ledger written with snappy on every column (before the per-column codecs) opens.
+    """A ledger written with snappy on every column (before the per-column layout) opens.
 
-    It verifies, and the next commit writes its files with the new codecs, the same values.
+    It verifies, and the next commit writes its files with the new layout, the same values.
     """
     import pyarrow.parquet as pq
 
@@ -747,7 +747,8 @@ def test_files_written_with_snappy_everywhere_still_open(tmp_path, monkeypatch) 
     path = tmp_path / "l"
     units = pl.Series("unit", [1, 2, 3])
     with monkeypatch.context() as m:
-        m.setattr(lifetime, "_codecs", lambda df: "snappy")  # as written before
+        m.setattr(lifetime, "_parquet_layout", lambda df: {  # as written before
+            "compression": "snappy", "use_dictionary": False, "write_statistics": False})
         with tabdp.Ledger.create(path, series="s", lifetime_budget=10.0) as led:
             led.charge(units, {"rho": np.array([0.5, 0.25, 1.0]), "eps_a": np.zeros(3)}, {})
             led.commit(label="old")
@@ -762,7 +763,42 @@ def test_files_written_with_snappy_everywhere_still_open(tmp_path, monkeypatch) 
     meta = pq.ParquetFile(new).metadata.row_group(0)
     codec = {meta.column(i).path_in_schema: meta.column(i).compression
              for i in range(meta.num_columns)}
-    assert codec == {"unit": "SNAPPY", "rho": "UNCOMPRESSED", "eps_a": "SNAPPY"}
+    assert codec == {"unit": "UNCOMPRESSED", "rho": "UNCOMPRESSED", "eps_a": "SNAPPY"}
+    assert "DELTA_BINARY_PACKED" in meta.column(0).encodings
     assert lifetime.verify_ledger(path, series="s", history=True)[0][-1]["seq"] == 2
     with tabdp.Ledger.open(path) as led:
         assert led.state()["rho"].to_list() == [1.5, 1.25, 2.0]
+
+
+def test_file_layout_per_column_keeps_every_double(tmp_path) -> None:
+    """Sorted integer ids delta-packed, few distinct values in a dictionary, the rest plain.
+
+    The state read back (Polars, and pyarrow as any other Parquet reader) holds the very
+    doubles charged, -0.0, inf and subnormals included.
+    """
+    import pyarrow.parquet as pq
+
+    n = 20_000
+    rng = np.random.default_rng(5)
+    units = pl.Series("unit", np.sort(rng.choice(10**12, n, replace=False)).astype(np.int64))
+    dense = rng.random(n) * 1e3
+    dense[:4] = [np.inf, 5e-324, 1e308, 0.0]
+    few = np.where(rng.random(n) < 0.5, 0.125, 0.25)  # like rho@rows
+    sums = {"rho": dense, "rho@rows": few, "eps_a": np.zeros(n)}
+    path = tmp_path / "l"
+    with tabdp.Ledger.create(path, series="s", lifetime_budget=1e9) as led:
+        led.charge(units, sums, {"size": np.full(n, 3.0)})
+        led.commit(label="a")
+    f = next((path / "state").glob("*.parquet"))
+    meta = pq.ParquetFile(f).metadata.row_group(0)
+    enc = {meta.column(i).path_in_schema: set(meta.column(i).encodings)
+           for i in range(meta.num_columns)}
+    assert "DELTA_BINARY_PACKED" in enc["unit"]
+    assert "RLE_DICTIONARY" in enc["rho@rows"]
+    assert "RLE_DICTIONARY" not in enc["rho"]
+    for back in (pl.read_parquet(f), pl.from_arrow(pq.read_table(f))):
+        assert back["unit"].to_list() == units.to_list()
+        for c, v in sums.items():
+            assert back[c].to_numpy().tobytes() == (0.0 + v).tobytes()
+    with tabdp.Ledger.open(path) as led:
+        assert led.state()["rho"].to_numpy().tobytes() == (0.0 + dense).tobytes()

@@ -1,0 +1,129 @@
+"""The hash of a ledger's data files: BLAKE3 where installed, SHA-256 before and without it.
+
+A chain entry names each file's algorithm by its digest (``blake3:<hex>`` or bare SHA-256 hex)
+and by its format (``tabdp-ledger/2`` or ``/1``): ledgers written before BLAKE3 open, a series
+goes on across the change, and tampering is refused under either hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp.cli import main as cli_main
+from tabdp.exceptions import InvalidParameterError, LedgerError
+from tabdp.privacy import lifetime
+
+pytest.importorskip("deltalake")
+
+
+class _FakeBlake3:
+    """blake3's interface (``name``, ``update``, ``hexdigest``), where the package is missing."""
+
+    name = "blake3"
+
+    def __init__(self, data: bytes = b"") -> None:
+        self._h = hashlib.blake2b(data, digest_size=32)
+
+    def update(self, data: bytes) -> _FakeBlake3:
+        self._h.update(data)
+        return self
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def _blake3_or_fake():
+    try:
+        from blake3 import blake3
+    except ImportError:
+        return _FakeBlake3
+    return blake3
+
+
+@pytest.fixture(params=["sha256", "blake3"])
+def algo(request, monkeypatch):
+    hasher = None if request.param == "sha256" else _blake3_or_fake()
+    monkeypatch.setattr(lifetime, "_blake3", lambda: hasher)
+    return request.param
+
+
+def _release(path: Path, k: int, create: bool = True) -> None:
+    units = pl.Series("unit", np.arange(k, k + 50, dtype=np.int64))
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=100.0, create=create) as led:
+        led.charge(units, {"rho": np.full(50, 0.5), "rho@rows": np.full(50, 0.125)},
+                   {"size": np.arange(50, dtype=np.float64)})
+        led.commit(label=str(k))
+
+
+def _entries(path: Path) -> list[dict]:
+    return [json.loads(p.read_bytes()) for p in sorted((path / "chain").glob("*.json"))]
+
+
+def _flip(p: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    p.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["state", "history"])
+def test_each_file_names_its_hash_and_a_flipped_byte_is_refused(tmp_path, algo, where):
+    path = tmp_path / "l"
+    for k in range(3):
+        _release(path, k)
+    entries = _entries(path)
+    digests = [f[2] for e in entries[1:] for part in ("state", "history") for f in e[part]["files"]]
+    if algo == "blake3":
+        assert all(d.startswith("blake3:") and len(d) == 71 for d in digests)
+        assert [e["format"] for e in entries] == ["tabdp-ledger/1"] + ["tabdp-ledger/2"] * 3
+    else:
+        assert all(len(d) == 64 and ":" not in d for d in digests)
+        assert {e["format"] for e in entries} == {"tabdp-ledger/1"}
+    rel = entries[-1][where]["files"][0][0]
+    if algo == "blake3" and lifetime._blake3() is not _FakeBlake3:  # the real BLAKE3 of the bytes
+        assert entries[-1][where]["files"][0][2] == "blake3:" + lifetime._blake3()(
+            (path / rel).read_bytes()).hexdigest()
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+    _flip(path / rel)
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path)
+    assert cli_main(["ledger", "verify", str(path)], stderr=io.StringIO()) == 2
+
+
+def test_a_sha256_series_goes_on_with_blake3(tmp_path, monkeypatch):
+    """Releases hashed with SHA-256 (before BLAKE3), then BLAKE3: every file verifies."""
+    path = tmp_path / "l"
+    monkeypatch.setattr(lifetime, "_blake3", lambda: None)
+    _release(path, 0)
+    _release(path, 10)
+    monkeypatch.setattr(lifetime, "_blake3", _blake3_or_fake)
+    _release(path, 20)
+    entries = _entries(path)
+    assert [e["format"] for e in entries] == ["tabdp-ledger/1"] * 3 + ["tabdp-ledger/2"]
+    assert lifetime.verify_ledger(path, history=True)[0][-1]["seq"] == 3
+    with tabdp.Ledger.open(path) as led:
+        got = led.lookup(pl.Series("unit", [0, 10, 25, 69]), ["rho"])["rho"].tolist()
+    assert got == [0.5, 1.0, 1.5, 0.5]
+    _flip(path / entries[1]["history"]["files"][0][0])  # the oldest, SHA-256-hashed history
+    with pytest.raises(LedgerError, match="does not verify"):
+        lifetime.verify_ledger(path, history=True)
+
+
+def test_a_blake3_ledger_without_the_package_is_refused_clearly(tmp_path, monkeypatch):
+    path = tmp_path / "l"
+    monkeypatch.setattr(lifetime, "_blake3", _blake3_or_fake)
+    _release(path, 0)
+    monkeypatch.setattr(lifetime, "_blake3", lambda: None)
+    with pytest.raises(InvalidParameterError, match=r"(?s)BLAKE3.*blake3 package.*tabdp\[ledger\]"):
+        tabdp.Ledger.open(path)
+    # and an older tabdp, which knows tabdp-ledger/1 only, refuses it by its format
+    monkeypatch.setattr(lifetime, "_FORMATS", ("tabdp-ledger/1",))
+    with pytest.raises(LedgerError, match="(?s)tabdp-ledger/1 entry.*version that wrote it"):
+        tabdp.Ledger.open(path)
