@@ -87,11 +87,15 @@ def main() -> None:
     del df
     pl.DataFrame()  # keep the import used
 
-    spark = (SparkSession.builder.master("local[2]").appName("tabdp-bench-ledger-spark")
-             .config("spark.driver.memory", "4g")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("tabdp-bench-ledger-spark")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     fns: collections.Counter[str] = collections.Counter()
     for name in ("_lifetime_frame", "_lifetime_charges", "_decide", "_with_lifetime"):
@@ -111,13 +115,19 @@ def main() -> None:
         if ledger:
             bl._copy_ledger(base, work)
             mark("copy")
-            led = tabdp.Ledger.open(work, series="bench", lifetime_budget=args.lifetime_budget,
-                                    autocommit=False)
+            led = tabdp.Ledger.open(
+                work, series="bench", lifetime_budget=args.lifetime_budget, autocommit=False
+            )
             mark("open")
         s = tabdp.Session(unit="estab_id", seed=1, ledger=led)
         sdf = spark.read.parquet(str(data))
-        sdf.dp.sum(["payroll", "employment"], by=BY, keys=keys,
-                   mechanism=mech.LogTransform(sigma=0.5, offset=1000.0), session=s)
+        sdf.dp.sum(
+            ["payroll", "employment"],
+            by=BY,
+            keys=keys,
+            mechanism=mech.LogTransform(sigma=0.5, offset=1000.0),
+            session=s,
+        )
         mark("sum")
         sdf.dp.count(by=BY, keys=keys, mechanism=mech.Gaussian(sigma=2.0), session=s)
         mark("count")
@@ -135,36 +145,48 @@ def main() -> None:
             out[name + "_wall"] = t1 - t0
             groups = {g: th1[g] - th0.get(g, 0.0) for g in th1}
             top = sorted(((v, g) for g, v in groups.items() if v >= 0.1), reverse=True)[:6]
-            print(f"  {name:8s} wall {t1 - t0:7.2f} s  CPU {c1 - c0:7.2f} s   "
-                  + ", ".join(f"{g} {v:.2f}" for v, g in top), flush=True)
+            print(
+                f"  {name:8s} wall {t1 - t0:7.2f} s  CPU {c1 - c0:7.2f} s   "
+                + ", ".join(f"{g} {v:.2f}" for v, g in top),
+                flush=True,
+            )
         out["total"] = sum(v for k, v in out.items() if not k.endswith("_wall"))
         for k, v in fns.items():
             out["fn:" + k] = v
-        print("  total CPU %.2f s; functions: %s" % (out["total"], dict(
-            (k, round(v, 2)) for k, v in fns.items())), flush=True)
+        rounded = {k: round(v, 2) for k, v in fns.items()}
+        print(f"  total CPU {out['total']:.2f} s; functions: {rounded}", flush=True)
         return out
 
     for r in range(args.rounds):
-        for variant in (("ledger",) if args.only_ledger else ("alone", "ledger")):
+        for variant in ("ledger",) if args.only_ledger else ("alone", "ledger"):
             print(f"round {r} {variant} (load {os.getloadavg()[0]:.1f})", flush=True)
             res = release(variant == "ledger")
             if r:
                 results[variant].append(res)
     loads.append(os.getloadavg())
     spark.stop()
-    print(f"units {args.rows:,}, unit mode, {args.past} past releases, local[2]; load at start "
-          f"{loads[0]}, at end {loads[1]}")
+    print(
+        f"units {args.rows:,}, unit mode, {args.past} past releases, local[2]; load at start "
+        f"{loads[0]}, at end {loads[1]}"
+    )
     for variant, rs in results.items():
         if not rs:
             continue
         keys_ = [k for k in rs[0] if not k.endswith("_wall")]
-        print(variant + ": " + ", ".join(
-            f"{k} {statistics.median(x.get(k, 0.0) for x in rs):.2f}" for k in keys_))
+        print(
+            variant
+            + ": "
+            + ", ".join(f"{k} {statistics.median(x.get(k, 0.0) for x in rs):.2f}" for k in keys_)
+        )
     if results["alone"] and results["ledger"]:
-        extra = [b["total"] - (b.get("open", 0.0) + b.get("commit", 0.0)) - a["total"]
-                 for a, b in zip(results["alone"], results["ledger"], strict=False)]
-        ratio = [(b["total"] - a["total"]) / a["total"]
-                 for a, b in zip(results["alone"], results["ledger"], strict=False)]
+        extra = [
+            b["total"] - (b.get("open", 0.0) + b.get("commit", 0.0)) - a["total"]
+            for a, b in zip(results["alone"], results["ledger"], strict=False)
+        ]
+        ratio = [
+            (b["total"] - a["total"]) / a["total"]
+            for a, b in zip(results["alone"], results["ledger"], strict=False)
+        ]
         print("extra CPU outside open/commit per round:", [round(x, 2) for x in extra])
         print("(with - alone) / alone per round:", [round(x, 3) for x in ratio])
 
