@@ -65,6 +65,11 @@ def main() -> None:
     ap.add_argument("--lifetime-budget", type=float, default=1000.0)
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--only-ledger", action="store_true", help="skip the release alone")
+    ap.add_argument(
+        "--ab",
+        action="store_true",
+        help="also the ledger with the Python-worker filter of before h96 (ledger_workers)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import polars as pl
@@ -100,7 +105,8 @@ def main() -> None:
     fns: collections.Counter[str] = collections.Counter()
     for name in ("_lifetime_frame", "_lifetime_charges", "_decide", "_with_lifetime"):
         _wrap(tspark, name, fns)
-    results: dict[str, list[dict[str, float]]] = {"alone": [], "ledger": []}
+    results: dict[str, list[dict[str, float]]] = {"alone": [], "ledger": [], "ledger_workers": []}
+    const_col = tspark._constant_admits_col
     loads = [os.getloadavg()]
 
     def release(ledger: Any) -> dict[str, float]:
@@ -158,9 +164,17 @@ def main() -> None:
         return out
 
     for r in range(args.rounds):
-        for variant in ("ledger",) if args.only_ledger else ("alone", "ledger"):
+        variants = ("ledger",) if args.only_ledger else ("alone", "ledger")
+        if args.ab:
+            variants = (*variants, "ledger_workers")
+        for variant in variants:
             print(f"round {r} {variant} (load {os.getloadavg()[0]:.1f})", flush=True)
-            res = release(variant == "ledger")
+            # before h96: every filter through the Python workers (the code path kept for
+            # curve budgets), its decisions joined back to the units
+            tspark._constant_admits_col = (
+                (lambda *a: None) if variant == "ledger_workers" else const_col
+            )
+            res = release(variant != "alone")
             if r:
                 results[variant].append(res)
     loads.append(os.getloadavg())
@@ -178,17 +192,19 @@ def main() -> None:
             + ": "
             + ", ".join(f"{k} {statistics.median(x.get(k, 0.0) for x in rs):.2f}" for k in keys_)
         )
-    if results["alone"] and results["ledger"]:
+    for v in ("ledger", "ledger_workers"):
+        if not (results["alone"] and results[v]):
+            continue
         extra = [
             b["total"] - (b.get("open", 0.0) + b.get("commit", 0.0)) - a["total"]
-            for a, b in zip(results["alone"], results["ledger"], strict=False)
+            for a, b in zip(results["alone"], results[v], strict=False)
         ]
         ratio = [
             (b["total"] - a["total"]) / a["total"]
-            for a, b in zip(results["alone"], results["ledger"], strict=False)
+            for a, b in zip(results["alone"], results[v], strict=False)
         ]
-        print("extra CPU outside open/commit per round:", [round(x, 2) for x in extra])
-        print("(with - alone) / alone per round:", [round(x, 3) for x in ratio])
+        print(v, "extra CPU outside open/commit per round:", [round(x, 2) for x in extra])
+        print(v, "(with - alone) / alone per round:", [round(x, 3) for x in ratio])
 
 
 if __name__ == "__main__":
