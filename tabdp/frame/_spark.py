@@ -2064,13 +2064,44 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
                                  on="__uid", how="left")
         if life is not None:  # the series' lifetime totals (stored plus this run's so far)
             joined = _with_lifetime(sess, joined, _led_need(life.budget, names))
-        schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
-                            *[f"ok{i} boolean" for i in range(ncur)]])
-        with _quiet():
-            oks = joined.mapInPandas(_admit_fn(budget, names, guarantee, approx,
-                                               None if life is None else life.budget), schema)
-        decided = per_unit.join(oks, on="__uid", how="inner")
+        ok = _constant_admits_col(budget, life, ncur)
+        if ok is not None:  # constant budgets only: Spark expressions, no Python worker
+            decided = joined.select(*[F.col(f"`{c}`") for c in per_unit.columns],
+                                    *[ok.alias(f"ok{i}") for i in range(ncur)])
+        else:
+            schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
+                                *[f"ok{i} boolean" for i in range(ncur)]])
+            with _quiet():
+                oks = joined.mapInPandas(_admit_fn(budget, names, guarantee, approx,
+                                                   None if life is None else life.budget),
+                                         schema)
+            decided = per_unit.join(oks, on="__uid", how="inner")
     return decided.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def _constant_admits_col(budget: Any, life: Any, ncur: int) -> Any:
+    """The unit-mode filter as one Spark column when every budget is constant (else ``None``).
+
+    The per-run budget against the session's ledger (``__led:rho``) and the lifetime budget
+    against the series' totals (``__life:rho``), ANDed: `_admit_batch`'s decision
+    (`tabdp.privacy.filter.constant_admits`, the same float operations; a NaN or missing loss
+    is never within a limit), without sending every unit through a Python worker and joining
+    the decisions back.
+    """
+    from pyspark.sql import functions as F
+
+    rho = [F.col(f"r{i}") for i in range(ncur)]
+    oks = []
+    for b, prior in ((budget, "`__led:rho`"), (None if life is None else life.budget,
+                                               "`__life:rho`")):
+        if b is None:
+            continue
+        ok = _admit_exprs(b, rho, F.col(prior))
+        if ok is None:  # a curve budget: the Python filter
+            return None
+        oks.append(ok)
+    out = oks[0] if len(oks) == 1 else oks[0] & oks[1]
+    return F.coalesce(out, F.lit(False))
 
 
 def _loss_exprs(ncur: int, guarantee: str, approx: bool, col: Any

@@ -135,6 +135,61 @@ def test_curve_lifetime_budget_and_per_run_budget_on_spark(spark: Any, tmp_path:
 
 
 @pytest.mark.spark
+def test_constant_lifetime_and_per_run_budgets_on_spark(spark: Any, tmp_path: Path) -> None:
+    """Constant lifetime and per-run budgets: Spark's filter (a Spark column) is Polars'.
+
+    The per-run budget (1.2) leaves the sum's units out of the count; the lifetime budget
+    (3.0) leaves unit 9999 out of the third year's sum, as above.
+    """
+    years = range(2021, 2024)
+    ref, ref_t = _series(tmp_path / "pl", None, budget=1.2, years=years)
+    got, got_t = _series(tmp_path / "sp", spark, budget=1.2, years=years)
+    for a, b in zip(ref_t, got_t, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert x.equals(y), (x, y)
+    for a, b in zip(ref, got, strict=True):
+        assert a["estab"].to_list() == b["estab"].to_list()
+        for c in ("rho", "rho_pay", "rho_n", "rho_lifetime"):
+            np.testing.assert_allclose(b[c].to_numpy(), a[c].to_numpy(), rtol=1e-12, atol=0)
+    assert (got[-1].filter(pl.col("estab") == TARGET)["rho_pay"] == 0.0).all()
+
+
+@pytest.mark.spark
+def test_constant_filter_column_is_the_python_filter(spark: Any) -> None:
+    """`_constant_admits_col` decides as `_admit_batch` (the Python workers' filter) does.
+
+    Losses and totals at the limit, one ulp either side, NaN, infinities, zeros of both
+    signs, two currencies; the per-run budget, the lifetime budget and both.
+    """
+    from tabdp.frame._spark import _admit_batch, _constant_admits_col
+    from tabdp.privacy.budget import Budget
+
+    lim = 1.0
+    vals = [0.0, -0.0, 0.5, 0.25, np.nextafter(0.5, 1.0), np.nextafter(0.5, 0.0), lim,
+            np.nextafter(lim, 2.0), np.inf, np.nan, 1e-300, 0.1, 0.2, 0.7]
+    rng = np.random.default_rng(7)
+    n = 600
+    pdf = pl.DataFrame({"__uid": np.arange(n),
+                        **{f"{k}{i}": rng.choice(vals, n) for i in range(2)
+                           for k in ("r", "e", "s")},
+                        "__led:rho": rng.choice(vals, n), "__life:rho": rng.choice(vals, n)})
+    sdf = spark.createDataFrame(pdf.to_arrow())
+    for budget, life in ((Budget(lim), None), (None, Budget(0.75)), (Budget(lim), Budget(0.9))):
+        col = _constant_admits_col(budget, None if life is None else _Life(life), 2)
+        got = pl.from_arrow(sdf.select("__uid", col.alias("ok")).toArrow()).sort("__uid")
+        want = _admit_batch(budget, ["a", "b"], "zcdp", pdf.to_pandas(), life)
+        assert got["ok"].to_list() == want["a"].tolist() == want["b"].tolist()
+        assert 0 < sum(want["a"]) < n
+
+
+class _Life:
+    """A stand-in for a `tabdp.Ledger` with a lifetime budget (only ``budget`` is read)."""
+
+    def __init__(self, budget: Any) -> None:
+        self.budget = budget
+
+
+@pytest.mark.spark
 def test_unit_ids_of_another_type_are_refused_before_data(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "l"
     with tabdp.Ledger.open(path, series="s", lifetime_budget=LIFETIME, create=True) as led:
