@@ -166,6 +166,57 @@ def test_fingerprint_sums_are_exact(spark):
     assert _spark._fp_total(empty, "fp") == 0
 
 
+def test_half_even_is_bround_with_a_positive_zero(spark):
+    """``_half_even`` (``rint(x) + 0.0``) gives ``bround(x, 0)``'s doubles, zeros' sign too."""
+    from pyspark.sql import functions as F
+
+    from tabdp.frame import _spark
+
+    vals = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, -0.3, -0.0, 0.0, 0.49999999999999994,
+            2.0**51 + 0.5, -(2.0**51 + 0.5), 2.0**52 - 0.5, 2.0**52 + 1, 2.0**53 + 2, 1e19,
+            -1e19, 2.0**64 * 2.0**24, 3.0000000000000004, 123456790.5, 5e-324, float("inf"),
+            float("-inf")]
+    rng = np.random.default_rng(4)
+    vals += list(rng.normal(0, 1, 200) * 10.0 ** rng.integers(-3, 20, 200))
+    vals += [float(v) + 0.5 for v in rng.integers(-(2**40), 2**40, 100)]
+    sdf = spark.createDataFrame([(float(v),) for v in vals], "x double")
+    rows = sdf.select(F.bround("x", 0).alias("b"), _spark._half_even(F.col("x")).alias("r"),
+                      F.rint("x").alias("plain")).collect()
+    for v, r in zip(vals, rows, strict=True):
+        assert r["r"] == r["b"] and math.copysign(1, r["r"]) == math.copysign(1, r["b"]), v
+    assert any(math.copysign(1, r["plain"]) < 0 and r["plain"] == 0 for r in rows)  # why + 0.0
+
+
+def test_jit_sized_methods_sets_and_restores_the_limit(spark):
+    """Spark's huge-method limit is lowered while tabdp's jobs run, then restored."""
+    from tabdp.frame import _spark
+
+    key = "spark.sql.codegen.hugeMethodLimit"
+    before = spark.conf.get(key, None)
+    try:
+        spark.conf.unset(key)
+        with _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == str(_spark.CODEGEN_METHOD_LIMIT)
+            with _spark._jit_sized_methods(spark):  # nested: one setting
+                assert spark.conf.get(key) == str(_spark.CODEGEN_METHOD_LIMIT)
+            assert spark.conf.get(key) == str(_spark.CODEGEN_METHOD_LIMIT)
+        assert spark.conf.get(key, None) is None
+        spark.conf.set(key, "4000")  # a lower limit of the user's is kept
+        with _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == "4000"
+        assert spark.conf.get(key) == "4000"
+        spark.conf.set(key, "20000")
+        with pytest.raises(RuntimeError), _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == str(_spark.CODEGEN_METHOD_LIMIT)
+            raise RuntimeError("a failed job")
+        assert spark.conf.get(key) == "20000"
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
 # -- seeded equality, Spark vs Polars -------------------------------------------------------------
 def test_sum_and_count_row_mode_identical(spark):
     s = _compare(spark, _data(), None, [
