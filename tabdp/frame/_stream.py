@@ -891,7 +891,9 @@ def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> di
     import shutil
     import tempfile
 
-    scratch = tempfile.mkdtemp(prefix=".tabdp-rho-")  # 0700: confidential losses
+    # 0700, named like a `_Spill` folder: removed below, or swept if this process is killed
+    _sweep_stale_spills()
+    scratch = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-")
     try:
         path = os.path.join(scratch, "rho.parquet")
 
