@@ -127,3 +127,29 @@ def test_a_blake3_ledger_without_the_package_is_refused_clearly(tmp_path, monkey
     monkeypatch.setattr(lifetime, "_FORMATS", ("tabdp-ledger/1",))
     with pytest.raises(LedgerError, match="(?s)tabdp-ledger/1 entry.*version that wrote it"):
         tabdp.Ledger.open(path)
+
+
+@pytest.mark.parametrize("rehash_entry", [False, True], ids=["entry-as-is", "entry-rehashed"])
+def test_a_digest_downgraded_to_sha256_is_refused(tmp_path, monkeypatch, rehash_entry):
+    """A BLAKE3 file altered and its entry's digest rewritten as the SHA-256 of the new bytes.
+
+    The algorithm is named inside the hashed entry: rewriting it changes the entry, refused by
+    the entry's hash, or (the entry rehashed too) by the anchor's chain head.
+    """
+    monkeypatch.setattr(lifetime, "_blake3", _blake3_or_fake)
+    path = tmp_path / "l"
+    for k in range(2):
+        _release(path, k)
+    head = sorted((path / "chain").glob("*.json"))[-1]
+    entry = json.loads(head.read_bytes())
+    rel = entry["state"]["files"][0][0]
+    assert entry["state"]["files"][0][2].startswith("blake3:")
+    _flip(path / rel)
+    entry["state"]["files"][0][2] = hashlib.sha256((path / rel).read_bytes()).hexdigest()
+    entry["format"] = lifetime.FORMAT
+    if rehash_entry:
+        entry["hash"] = lifetime._entry_hash(entry)
+    head.write_bytes(json.dumps(entry).encode())
+    with pytest.raises(LedgerError, match="does not verify|anchor"):
+        tabdp.Ledger.open(path)
+    assert cli_main(["ledger", "verify", str(path)], stderr=io.StringIO()) == 2
