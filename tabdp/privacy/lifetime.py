@@ -168,9 +168,13 @@ def _digest(h: Any) -> str:
     return h.hexdigest() if h.name == "sha256" else _BLAKE3 + h.hexdigest()
 
 
-def _hasher_for(recorded: str, root: Path) -> Any:
-    """A new hasher of the algorithm ``recorded`` (a digest from a chain entry) was made with."""
-    if not recorded.startswith(_BLAKE3):
+def _hasher_for(recorded: Any, root: Path) -> Any:
+    """A new hasher of the algorithm ``recorded`` (a digest from a chain entry) was made with.
+
+    A recorded digest that is not text (an altered entry) gets SHA-256, whose hex digest never
+    equals it: the caller refuses the file as not matching its chain (`LedgerError`).
+    """
+    if not isinstance(recorded, str) or not recorded.startswith(_BLAKE3):
         return hashlib.sha256()
     b3 = _blake3()
     if b3 is None:
@@ -186,7 +190,7 @@ def _once(h: Any) -> Callable[[], Any]:
     return lambda: h
 
 
-def _read_hashed(path: Path, recorded: str, root: Path) -> tuple[bytes, int, str]:
+def _read_hashed(path: Path, recorded: Any, root: Path) -> tuple[bytes, int, str]:
     """The bytes of ``path``, their size and digest (in the algorithm of ``recorded``)."""
     data = path.read_bytes()
     h = _hasher_for(recorded, root)

@@ -153,3 +153,25 @@ def test_a_digest_downgraded_to_sha256_is_refused(tmp_path, monkeypatch, rehash_
     with pytest.raises(LedgerError, match="does not verify|anchor"):
         tabdp.Ledger.open(path)
     assert cli_main(["ledger", "verify", str(path)], stderr=io.StringIO()) == 2
+
+
+@pytest.mark.parametrize("digest", [123, None, ["blake3:00"]], ids=["number", "null", "list"])
+def test_a_digest_that_is_not_text_is_refused_as_altered(tmp_path, algo, digest):
+    """A head entry (rehashed) whose file digest is not text: refused as altered (exit 2).
+
+    The algorithm is read from the digest's text (``blake3:`` or bare hex); a number, null or
+    list there is an altered ledger like any other digest that does not match, never an
+    internal error (exit 70).
+    """
+    path = tmp_path / "l"
+    for k in range(2):
+        _release(path, k)
+    head = sorted((path / "chain").glob("*.json"))[-1]
+    entry = json.loads(head.read_bytes())
+    entry["state"]["files"][0][2] = digest
+    entry["hash"] = lifetime._entry_hash(entry)
+    head.write_bytes(json.dumps(entry).encode())
+    with pytest.raises(LedgerError, match="does not match the hash its chain holds"):
+        tabdp.Ledger.open(path)
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2, err.getvalue()
