@@ -321,6 +321,11 @@ def _read_chain(root: Path) -> list[dict[str, Any]]:
                 f"the ledger {root} does not verify: chain entry {name}'s content does not "
                 "match its hash (the entry was altered).\nHint: restore the ledger from a "
                 "verified copy.")
+        if not all(_part_ok(entry.get(part)) for part in ("state", "history")):
+            raise LedgerError(
+                f"the ledger {root} does not verify: chain entry {name} does not list its "
+                "state or history files as a ledger does (the entry was altered).\nHint: "
+                "restore the ledger from a verified copy.")
         prev = entries[-1]["hash"] if entries else _GENESIS_PREV
         if entry.get("seq") != i or entry.get("prev") != prev:
             raise LedgerError(
@@ -336,6 +341,25 @@ def _read_chain(root: Path) -> list[dict[str, Any]]:
         raise LedgerError(f"the ledger {root} does not verify: its chain is empty.\nHint: "
                           "restore the ledger from a verified copy.")
     return entries
+
+
+def _part_ok(part: Any) -> bool:
+    """Whether a chain entry's ``state`` or ``history`` has the shape the ledger writes.
+
+    ``None`` (nothing written), or ``{"version": int, "files": [[path, size, digest], ...]}``
+    with text paths and digests and integer sizes: anything else is an altered entry, refused
+    as such (a `LedgerError`) rather than failing on its use.
+    """
+    if part is None:
+        return True
+    if not isinstance(part, dict):
+        return False
+    files, version = part.get("files"), part.get("version")
+    return (isinstance(version, int) and not isinstance(version, bool)
+            and isinstance(files, list)
+            and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)
+                    and isinstance(f[1], int) and not isinstance(f[1], bool)
+                    and isinstance(f[2], str) for f in files))
 
 
 def _delta_files(table: Path, version: int) -> set[str]:
