@@ -163,18 +163,9 @@ def test_a_digest_that_is_not_text_is_refused_as_altered(tmp_path, algo, digest)
     list there is an altered ledger like any other digest that does not match, never an
     internal error (exit 70).
     """
-    path = tmp_path / "l"
-    for k in range(2):
-        _release(path, k)
-    head = sorted((path / "chain").glob("*.json"))[-1]
-    entry = json.loads(head.read_bytes())
+    entry = _two_releases_head(tmp_path)
     entry["state"]["files"][0][2] = digest
-    entry["hash"] = lifetime._entry_hash(entry)
-    head.write_bytes(json.dumps(entry).encode())
-    with pytest.raises(LedgerError, match="does not verify"):
-        tabdp.Ledger.open(path)
-    err = io.StringIO()
-    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2, err.getvalue()
+    _rehash_and_assert_refused(tmp_path, entry)
 
 
 @pytest.mark.parametrize("alter", ["two-fields", "state-text", "history-text", "files-null",
@@ -185,11 +176,7 @@ def test_a_malformed_head_entry_is_refused_as_altered(tmp_path, alter):
     Not an internal error (exit 70) while the files are checked: a ledger whose entry does not
     list its files as tabdp writes them was altered.
     """
-    path = tmp_path / "l"
-    for k in range(2):
-        _release(path, k)
-    head = sorted((path / "chain").glob("*.json"))[-1]
-    entry = json.loads(head.read_bytes())
+    entry = _two_releases_head(tmp_path)
     if alter == "two-fields":
         entry["state"]["files"] = [entry["state"]["files"][0][:2]]
     elif alter == "state-text":
@@ -202,6 +189,21 @@ def test_a_malformed_head_entry_is_refused_as_altered(tmp_path, alter):
         entry["state"]["version"] = "1"
     else:
         entry["state"]["files"][0][1] = str(entry["state"]["files"][0][1])
+    _rehash_and_assert_refused(tmp_path, entry)
+
+
+def _two_releases_head(tmp_path):
+    """The head entry (parsed) of a ledger ``tmp_path / "l"`` of two releases."""
+    path = tmp_path / "l"
+    for k in range(2):
+        _release(path, k)
+    return json.loads(sorted((path / "chain").glob("*.json"))[-1].read_bytes())
+
+
+def _rehash_and_assert_refused(tmp_path, entry):
+    """Write ``entry`` rehashed as the head of ``tmp_path / "l"``: open and verify refuse it."""
+    path = tmp_path / "l"
+    head = sorted((path / "chain").glob("*.json"))[-1]
     entry["hash"] = lifetime._entry_hash(entry)
     head.write_bytes(json.dumps(entry).encode())
     with pytest.raises(LedgerError, match="does not verify"):
