@@ -66,6 +66,7 @@ from tabdp.release._plan import (
     left_out_sizes,
     left_out_sizes_in_words,
     plan_summary,
+    public_lifetime,
     release_guarantee_in_words,
     write_plan,
 )
@@ -186,6 +187,12 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     # schema check and the declared scan read the files' footers), so that whether a run is
     # refused for its ledger never depends on the data
     ledger = open_ledger(spec)
+    if ledger is not None:
+        # the bound over the series' releases: the past entries' names and public curves
+        # (read from the chain, verified at open; never the per-unit state) and this one's
+        summary["lifetime"] = public_lifetime(
+            spec, summary["total_policy_curve"], "unit" if spec.input.unit else "record",
+            history=ledger.releases_public())
     try:
         return _run_with_ledger(spec, eng, ledger, overwrite=overwrite, report=report,
                                 started=started, epoch=epoch, summary=summary)
