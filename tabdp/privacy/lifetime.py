@@ -43,7 +43,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -472,8 +472,8 @@ def _up2(a: float, b: float) -> float:
     return float(add_up(np.array([a]), np.array([b]))[0])
 
 
-def series_bound(budget: Budget, curves: list[dict[str, Any] | None],
-                 sizes: list[float]) -> list[dict[str, Any]]:
+def series_bound(budget: Budget, curves: Sequence[Mapping[str, Any] | None],
+                 sizes: Sequence[float]) -> list[dict[str, Any]]:
     """PUBLIC: the most a unit of each size can have lost over releases with these curves.
 
     At each size: the smaller of the sum of the releases' worst-case ρ there (each sum
@@ -552,9 +552,10 @@ def _size_words(size: float) -> str:
     return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
 
 
-def history_in_words(series: str, budget: Budget, releases: list[Mapping[str, Any]],
+def history_in_words(series: str, budget: Budget, releases: Sequence[Mapping[str, Any]],
                      unit: str = "unit", *, current: bool = True,
-                     sizes: list[float] | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+                     sizes: Sequence[float] | None = None
+                     ) -> tuple[list[str], list[dict[str, Any]]]:
     """PUBLIC: what a unit of a few sizes has lost at most over the series' releases, in words.
 
     From the releases' names and recorded public curves and the lifetime budget only (see

@@ -456,8 +456,8 @@ def lifetime_curve(spec: ReleaseSpec, total_curve: list[dict[str, Any]]) -> dict
         >>> root = pathlib.Path(tabdp.__file__).parents[1]
         >>> spec = load_spec(root / "examples" / "cbp_release.toml")
         >>> c = lifetime_curve(spec, plan_summary(spec)["total_policy_curve"])
-        >>> sorted(c["currencies"])[:2], c["holds_for"]
-        (['employment', 'payroll'], 'every unit')
+        >>> sorted(c["currencies"])[:2], c["holds_for"][:38]
+        (['employment', 'payroll'], 'units contributing to one cell of each')
     """
     from tabdp.privacy.lifetime import release_curve
 

@@ -314,8 +314,11 @@ def test_run_bound_under_a_curve_lifetime_budget(tmp_path):
 
 
 def test_run_lifetime_blocks_identical_on_neighbouring_ledgers(tmp_path):
-    """Two series on neighbouring datasets (a unit more; a unit's size changed): the same
-    public lifetime block, the same html block and the same Ledger.public()."""
+    """Three series on neighbouring datasets: the same public lifetime statements.
+
+    D, D with a unit less, D with a unit's size changed: the same summary.json ``lifetime``
+    block, the same html block and the same ``Ledger.public()``.
+    """
     folders = [tmp_path / n for n in ("a", "b", "c")]
     blocks = []
     for k, folder in enumerate(folders):
