@@ -523,13 +523,14 @@ def _curve(total, payroll, rows):
 
 #: one release (dyadic values: sums exact): payroll 1/16, 5/16, 13/16 at sizes 1, 10, 100;
 #: counts 1/16 (one row)
-ONE = _curve([0.125, 0.375, 0.875], [0.0625, 0.3125, 0.8125], 0.0625)
+def _one() -> dict:
+    return _curve([0.125, 0.375, 0.875], [0.0625, 0.3125, 0.8125], 0.0625)
 
 
-def _three_releases(path: Path, budget, curves=(ONE, ONE)) -> tabdp.Ledger:
+def _three_releases(path: Path, budget, curves=None) -> tabdp.Ledger:
     """A series with two committed releases ('cbp_2024', 'cbp_2025'), left open."""
     led = tabdp.Ledger.create(path, series="cbp", lifetime_budget=budget, autocommit=False)
-    for year, c in zip((2024, 2025), curves, strict=True):
+    for year, c in zip((2024, 2025), curves or (_one(), _one()), strict=True):
         led.charge(pl.Series([1, 2]), {"rho": np.array([0.01, 0.02])}, {})
         led.commit(label=str(year), release=f"cbp_{year}", public_curve=c)
     return led
@@ -542,7 +543,7 @@ def _x(pub: dict) -> list:
 def test_bound_over_three_releases_under_a_constant_budget(tmp_path):
     """X = min(3 x 0.125, 2) at size 1, min(3 x 0.375, 2) at 10, min(2.625, 2) = 2 at 100."""
     with _three_releases(tmp_path / "l", 2.0) as led:
-        pub = led.public(current={"release": "cbp_2026", "curve": ONE})
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
     x = _x(pub)
     assert x[:2] == [0.375, 1.125]  # exact sums
     assert x[2] == 2.0  # the cap binds
@@ -569,10 +570,10 @@ def test_bound_over_three_releases_under_a_curve_budget(tmp_path):
     """
     budget = {1.0: 0.125, 100.0: 1.0}
     with _three_releases(tmp_path / "l", budget) as led:
-        x = _x(led.public(current={"release": "cbp_2026", "curve": ONE}))
+        x = _x(led.public(current={"release": "cbp_2026", "curve": _one()}))
     assert x == pytest.approx([0.25, 0.6875, 1.125], rel=1e-15)
     with _three_releases(tmp_path / "t", tabdp.Budget(budget, total=0.5)) as led:
-        x = _x(led.public(current={"release": "cbp_2026", "curve": ONE}))
+        x = _x(led.public(current={"release": "cbp_2026", "curve": _one()}))
     assert x == pytest.approx([0.25, 0.5, 0.5], rel=1e-15)
     # a budget curve above the releases' sums: the curves bind (3 x 0.0625 at every size)
     low = _curve([0.0625] * 3, [0.015625] * 3, 0.046875)
@@ -609,9 +610,9 @@ def test_legacy_entries_are_read_and_bounded_by_the_budget_alone(tmp_path):
     assert cli_main(["ledger", "verify", str(path)]) == 0
     with tabdp.Ledger.open(path) as led:
         rels = led.releases_public()
-        pub = led.public(current={"release": "cbp_2026", "curve": ONE})
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
     assert rels[0]["release"] == "2024" and rels[0]["curve"] is None
-    assert rels[1]["curve"] == ONE
+    assert rels[1]["curve"] == _one()
     assert _x(pub) == [2.0, 2.0, 2.0]  # unbounded past release: the cap alone
     words = pub["over_releases_in_words"]
     assert words[0] == ("Over the releases '2024', 'cbp_2025' and 'cbp_2026' (this one) of "
@@ -623,7 +624,7 @@ def test_legacy_entries_are_read_and_bounded_by_the_budget_alone(tmp_path):
     _three_releases(path2, {1.0: 0.1, 100.0: 1.0}).close()
     _as_legacy(path2, 2)
     with tabdp.Ledger.open(path2) as led:
-        pub = led.public(current={"release": "cbp_2026", "curve": ONE})
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
     assert _x(pub) == [None, None, None]
     assert "has lost at most the lifetime budget curve at its size in each currency" in \
         pub["over_releases_in_words"][0]
