@@ -881,14 +881,36 @@ def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> di
         >>> summarize_report(s.ledger, s, [0.5])
         {'units': 2, 'rho_max': 0.125, 'rho_q0.5': 0.0625}
     """
-    from tabdp.report.streaming import exact_quantiles
-
     written = getattr(ledger, "written", None)
     if written is not None and written[1] == len(ledger.programs) and written[0].exists():
-        lf = pl.scan_parquet(written[0]).select("rho")
-    else:
-        _checked_source(ledger, sess)
-        lf = replay_report(ledger, sess, None).select("rho")
+        return _rho_stats(sess, pl.scan_parquet(written[0]).select("rho"), qs)
+    # recomputed from the input: the losses are replayed once into a private scratch file,
+    # checked on the rows that pass replayed (`_report_and_check`), and the statistics read
+    # from that file (they take several passes: each pass over the input itself could read
+    # rows other than the checked ones, a plan that changes between evaluations)
+    import shutil
+    import tempfile
+
+    # 0700, named like a `_Spill` folder: removed below, or swept if this process is killed
+    _sweep_stale_spills()
+    scratch = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-")
+    try:
+        path = os.path.join(scratch, "rho.parquet")
+
+        def sink(plan: pl.LazyFrame) -> pl.LazyFrame:
+            return plan.select("rho").sink_parquet(path, lazy=True, **PER_RECORD_PARQUET)
+
+        _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, None, sink),
+                             report=True)
+        _check_rows(sess, row)
+        return _rho_stats(sess, pl.scan_parquet(path), qs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _rho_stats(sess: Session, lf: pl.LazyFrame, qs: list[float]) -> dict[str, Any]:
+    """`summarize_report`'s statistics of the ``rho`` column of ``lf`` (a checked file)."""
+    from tabdp.report.streaming import exact_quantiles
 
     def stats_of() -> dict[str, Any]:
         row = lf.select(pl.len().alias("n"), pl.col("rho").max().alias("max")).collect(

@@ -168,9 +168,13 @@ def _digest(h: Any) -> str:
     return h.hexdigest() if h.name == "sha256" else _BLAKE3 + h.hexdigest()
 
 
-def _hasher_for(recorded: str, root: Path) -> Any:
-    """A new hasher of the algorithm ``recorded`` (a digest from a chain entry) was made with."""
-    if not recorded.startswith(_BLAKE3):
+def _hasher_for(recorded: Any, root: Path) -> Any:
+    """A new hasher of the algorithm ``recorded`` (a digest from a chain entry) was made with.
+
+    A recorded digest that is not text (an altered entry) gets SHA-256, whose hex digest never
+    equals it: the caller refuses the file as not matching its chain (`LedgerError`).
+    """
+    if not isinstance(recorded, str) or not recorded.startswith(_BLAKE3):
         return hashlib.sha256()
     b3 = _blake3()
     if b3 is None:
@@ -186,7 +190,7 @@ def _once(h: Any) -> Callable[[], Any]:
     return lambda: h
 
 
-def _read_hashed(path: Path, recorded: str, root: Path) -> tuple[bytes, int, str]:
+def _read_hashed(path: Path, recorded: Any, root: Path) -> tuple[bytes, int, str]:
     """The bytes of ``path``, their size and digest (in the algorithm of ``recorded``)."""
     data = path.read_bytes()
     h = _hasher_for(recorded, root)
@@ -317,6 +321,11 @@ def _read_chain(root: Path) -> list[dict[str, Any]]:
                 f"the ledger {root} does not verify: chain entry {name}'s content does not "
                 "match its hash (the entry was altered).\nHint: restore the ledger from a "
                 "verified copy.")
+        if not all(_part_ok(entry.get(part)) for part in ("state", "history")):
+            raise LedgerError(
+                f"the ledger {root} does not verify: chain entry {name} does not list its "
+                "state or history files as a ledger does (the entry was altered).\nHint: "
+                "restore the ledger from a verified copy.")
         bad = _check_public_fields(entry)
         if bad is not None:
             raise LedgerError(
@@ -338,6 +347,25 @@ def _read_chain(root: Path) -> list[dict[str, Any]]:
         raise LedgerError(f"the ledger {root} does not verify: its chain is empty.\nHint: "
                           "restore the ledger from a verified copy.")
     return entries
+
+
+def _part_ok(part: Any) -> bool:
+    """Whether a chain entry's ``state`` or ``history`` has the shape the ledger writes.
+
+    ``None`` (nothing written), or ``{"version": int, "files": [[path, size, digest], ...]}``
+    with text paths and digests and integer sizes: anything else is an altered entry, refused
+    as such (a `LedgerError`) rather than failing on its use.
+    """
+    if part is None:
+        return True
+    if not isinstance(part, dict):
+        return False
+    files, version = part.get("files"), part.get("version")
+    return (isinstance(version, int) and not isinstance(version, bool)
+            and isinstance(files, list)
+            and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)
+                    and isinstance(f[1], int) and not isinstance(f[1], bool)
+                    and isinstance(f[2], str) for f in files))
 
 
 # -- public release curves (what each release entry records beside its label) ---------------

@@ -243,6 +243,45 @@ def test_the_report_checks_the_rows_it_reports_in_one_evaluation(tmp_path: Path,
     assert not out.exists()
 
 
+def test_the_loss_statistics_check_the_rows_they_are_computed_from() -> None:
+    """The report's ρ statistics (`rho_summary`) are read from rows checked as they are read.
+
+    The input is a plan that gives the releases' rows on the first evaluations after the
+    releases and other rows afterwards: statistics computed from a later evaluation than the
+    one checked would describe rows no release read. Refused (the report's refusal), never
+    statistics of other rows.
+    """
+    df = _data(3000)
+    calls = {"after": None}
+
+    def tap(frame: pl.DataFrame) -> pl.DataFrame:
+        if calls["after"] is None:
+            return frame
+        calls["after"] += 1
+        if calls["after"] == 1:  # the first evaluation after the releases: the same rows
+            return frame
+        return frame.with_columns(pl.col("x") * 1000.0)  # other rows from then on
+
+    lf = df.lazy().map_batches(tap, schema=df.schema)
+    s = tabdp.Session(seed=1, streaming=True)
+    lf.dp.sum(["x"], by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(50.0), session=s,
+              nulls="drop")
+    # the statistics of the releases' rows (an unchanged input)
+    fixed = tabdp.Session(seed=1, streaming=True)
+    df.lazy().dp.sum(["x"], by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(50.0),
+                     session=fixed, nulls="drop")
+    want = fixed.ledger.rho_summary(fixed, [0.5, 0.9])
+    rho = fixed.report().per_record["rho"].to_numpy()
+    assert want["units"] == 3000 and want["rho_max"] == rho.max()
+    calls["after"] = 0
+    try:
+        got = s.ledger.rho_summary(s, [0.5, 0.9])
+    except tabdp.InvalidParameterError as err:
+        assert "no longer holds the rows" in str(err)
+    else:
+        assert got == want
+
+
 def test_write_per_record_sinks_the_same_table(tmp_path: Path) -> None:
     df = _data(2000)
     tables = []

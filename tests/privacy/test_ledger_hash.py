@@ -127,3 +127,84 @@ def test_a_blake3_ledger_without_the_package_is_refused_clearly(tmp_path, monkey
     monkeypatch.setattr(lifetime, "_FORMATS", ("tabdp-ledger/1",))
     with pytest.raises(LedgerError, match="(?s)tabdp-ledger/1 entry.*version that wrote it"):
         tabdp.Ledger.open(path)
+
+
+@pytest.mark.parametrize("rehash_entry", [False, True], ids=["entry-as-is", "entry-rehashed"])
+def test_a_digest_downgraded_to_sha256_is_refused(tmp_path, monkeypatch, rehash_entry):
+    """A BLAKE3 file altered and its entry's digest rewritten as the SHA-256 of the new bytes.
+
+    The algorithm is named inside the hashed entry: rewriting it changes the entry, refused by
+    the entry's hash, or (the entry rehashed too) by the anchor's chain head.
+    """
+    monkeypatch.setattr(lifetime, "_blake3", _blake3_or_fake)
+    path = tmp_path / "l"
+    for k in range(2):
+        _release(path, k)
+    head = sorted((path / "chain").glob("*.json"))[-1]
+    entry = json.loads(head.read_bytes())
+    rel = entry["state"]["files"][0][0]
+    assert entry["state"]["files"][0][2].startswith("blake3:")
+    _flip(path / rel)
+    entry["state"]["files"][0][2] = hashlib.sha256((path / rel).read_bytes()).hexdigest()
+    entry["format"] = lifetime.FORMAT
+    if rehash_entry:
+        entry["hash"] = lifetime._entry_hash(entry)
+    head.write_bytes(json.dumps(entry).encode())
+    with pytest.raises(LedgerError, match="does not verify|anchor"):
+        tabdp.Ledger.open(path)
+    assert cli_main(["ledger", "verify", str(path)], stderr=io.StringIO()) == 2
+
+
+@pytest.mark.parametrize("digest", [123, None, ["blake3:00"]], ids=["number", "null", "list"])
+def test_a_digest_that_is_not_text_is_refused_as_altered(tmp_path, algo, digest):
+    """A head entry (rehashed) whose file digest is not text: refused as altered (exit 2).
+
+    The algorithm is read from the digest's text (``blake3:`` or bare hex); a number, null or
+    list there is an altered ledger like any other digest that does not match, never an
+    internal error (exit 70).
+    """
+    path = tmp_path / "l"
+    for k in range(2):
+        _release(path, k)
+    head = sorted((path / "chain").glob("*.json"))[-1]
+    entry = json.loads(head.read_bytes())
+    entry["state"]["files"][0][2] = digest
+    entry["hash"] = lifetime._entry_hash(entry)
+    head.write_bytes(json.dumps(entry).encode())
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path)
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2, err.getvalue()
+
+
+@pytest.mark.parametrize("alter", ["two-fields", "state-text", "history-text", "files-null",
+                                   "version-text", "size-text"])
+def test_a_malformed_head_entry_is_refused_as_altered(tmp_path, alter):
+    """A head entry rehashed with its state or history in another shape: refused (exit 2).
+
+    Not an internal error (exit 70) while the files are checked: a ledger whose entry does not
+    list its files as tabdp writes them was altered.
+    """
+    path = tmp_path / "l"
+    for k in range(2):
+        _release(path, k)
+    head = sorted((path / "chain").glob("*.json"))[-1]
+    entry = json.loads(head.read_bytes())
+    if alter == "two-fields":
+        entry["state"]["files"] = [entry["state"]["files"][0][:2]]
+    elif alter == "state-text":
+        entry["state"] = "x"
+    elif alter == "history-text":
+        entry["history"] = "x"
+    elif alter == "files-null":
+        entry["history"]["files"] = None
+    elif alter == "version-text":
+        entry["state"]["version"] = "1"
+    else:
+        entry["state"]["files"][0][1] = str(entry["state"]["files"][0][1])
+    entry["hash"] = lifetime._entry_hash(entry)
+    head.write_bytes(json.dumps(entry).encode())
+    with pytest.raises(LedgerError, match="does not verify"):
+        tabdp.Ledger.open(path)
+    err = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2, err.getvalue()
