@@ -43,7 +43,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ from tabdp.privacy.budget import Budget
 from tabdp.privacy.ledger import sorted_search, strictly_increasing
 
 __all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
-           "budget_from_spec", "FORMAT"]
+           "budget_from_spec", "FORMAT", "release_curve", "series_bound", "history_in_words"]
 
 #: The ledger format written in every chain entry whose data files are hashed with SHA-256
 #: (bare hex digests): every ledger before BLAKE3, and one written where ``blake3`` is missing.
@@ -326,6 +326,12 @@ def _read_chain(root: Path) -> list[dict[str, Any]]:
                 f"the ledger {root} does not verify: chain entry {name} does not list its "
                 "state or history files as a ledger does (the entry was altered).\nHint: "
                 "restore the ledger from a verified copy.")
+        bad = _check_public_fields(entry)
+        if bad is not None:
+            raise LedgerError(
+                f"the ledger {root} does not verify: chain entry {name}: {bad}; a release's "
+                "public curve is written by tabdp itself and states the series' lifetime "
+                "bound.\nHint: restore the ledger from a verified copy.")
         prev = entries[-1]["hash"] if entries else _GENESIS_PREV
         if entry.get("seq") != i or entry.get("prev") != prev:
             raise LedgerError(
@@ -360,6 +366,305 @@ def _part_ok(part: Any) -> bool:
             and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)
                     and isinstance(f[1], int) and not isinstance(f[1], bool)
                     and isinstance(f[2], str) for f in files))
+
+
+# -- public release curves (what each release entry records beside its label) ---------------
+
+#: How a release entry's ``public_curve`` is laid out (PUBLIC: from the spec and the policy
+#: curves, never from records): ``total``, the worst-case total ρ of a unit per record size
+#: over the release's tables (rows ``{"delta": size, "rho": ...}``, ``rho`` ``None`` where
+#: unbounded); ``currencies``, the same per currency (``rows``: the rows per count cell the
+#: curve assumes, whatever the size; ``None``: evaluated at the size); ``holds_for``, which
+#: units the curves bound (``"every unit"``, or the words of a release whose contributions
+#: are bounded per cell only). Entries written before these fields existed (formats 1 and 2
+#: alike) lack it, and ``release``: read and verified, their releases bounded by the lifetime
+#: budget alone. No new format string: the fields are additive, inside the hashed entry, and a
+#: tabdp without them reads such an entry correctly (it verifies the hash over every field and
+#: uses none of the new ones), so nothing is misread.
+_CURVE_FIELDS = ("total", "currencies", "holds_for")
+
+
+def _curve_rows(rows: Any, where: str) -> list[dict[str, float | None]]:
+    """``rows`` as ``[{"delta": size, "rho": rho or None}]`` sorted by size (else ValueError)."""
+    if not isinstance(rows, (list, tuple)):
+        raise ValueError(f"{where} must be a list of {{'delta': size, 'rho': rho}} rows; got "
+                         f"{type(rows).__name__}")
+    out: dict[float, float | None] = {}
+    for r in rows:
+        if not isinstance(r, Mapping) or "delta" not in r or "rho" not in r:
+            raise ValueError(f"{where}: every row needs 'delta' and 'rho'; got {r!r}")
+        d, rho = r["delta"], r["rho"]
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not (
+                math.isfinite(d) and d >= 0):
+            raise ValueError(f"{where}: a size must be a finite number >= 0; got {d!r}")
+        if rho is not None and (isinstance(rho, bool) or not isinstance(rho, (int, float))
+                                or math.isnan(rho) or rho < 0):
+            raise ValueError(f"{where}: rho must be a number >= 0 or None (unbounded); got "
+                             f"{rho!r}")
+        if float(d) in out:
+            raise ValueError(f"{where}: the size {d!r} appears twice")
+        out[float(d)] = None if rho is None or math.isinf(rho) else float(rho)
+    return [{"delta": d, "rho": out[d]} for d in sorted(out)]
+
+
+def _checked_curve(curve: Any) -> dict[str, Any]:
+    """A release's public curve in its recorded form (see `_CURVE_FIELDS`), else ValueError."""
+    if not isinstance(curve, Mapping) or set(curve) - set(_CURVE_FIELDS) or "total" not in curve:
+        raise ValueError(f"a release's public curve is a mapping with the keys "
+                         f"{list(_CURVE_FIELDS)} ('total' required); got "
+                         f"{sorted(curve) if isinstance(curve, Mapping) else type(curve).__name__}")
+    total = _curve_rows(curve["total"], "public_curve['total']")
+    currencies: dict[str, Any] = {}
+    raw = curve.get("currencies") or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"public_curve['currencies'] must map currency -> curve; got "
+                         f"{type(raw).__name__}")
+    for c, part in raw.items():
+        if not isinstance(c, str) or not isinstance(part, Mapping) or "curve" not in part:
+            raise ValueError(f"public_curve['currencies'][{c!r}] must be {{'rows': ..., "
+                             f"'curve': [...]}}; got {part!r}")
+        rows = part.get("rows")
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, float))
+                                 or not (math.isfinite(rows) and rows > 0)):
+            raise ValueError(f"public_curve['currencies'][{c!r}]['rows'] must be a number > 0 "
+                             f"or None; got {rows!r}")
+        currencies[c] = {"rows": None if rows is None else float(rows),
+                         "curve": _curve_rows(part["curve"], f"public_curve[{c!r}]")}
+    holds = curve.get("holds_for", "every unit")
+    if not isinstance(holds, str):
+        raise ValueError(f"public_curve['holds_for'] must be text; got {holds!r}")
+    return {"total": total, "currencies": currencies, "holds_for": holds}
+
+
+def _check_public_fields(entry: Mapping[str, Any]) -> str | None:
+    """What is wrong with an entry's ``release`` / ``public_curve`` (``None``: nothing)."""
+    name = entry.get("release")
+    if name is not None and not isinstance(name, str):
+        return f"its release name is not text ({name!r})"
+    curve = entry.get("public_curve")
+    if curve is None:
+        return None
+    try:
+        if _checked_curve(curve) != curve:
+            return "its public curve is not in its recorded form (unsorted or not plain floats)"
+    except ValueError as err:
+        return f"its public curve is malformed ({err})"
+    return None
+
+
+def release_curve(total: Any, currencies: Mapping[str, Any] | None = None,
+                  holds_for: str = "every unit") -> dict[str, Any]:
+    """PUBLIC: a release's worst-case curves, as its ledger entry records them.
+
+    Args:
+        total: The release's total policy curve: rows ``{"delta": size, "rho": ...}`` (a
+            unit's worst-case ρ in the release at that record size; other keys are dropped).
+        currencies: The same per currency: ``{currency: {"rows": r, "curve": rows}}``
+            (``rows``: the rows per count cell the curve assumes, ``None``: at the size);
+            ``None``: not known (a curve lifetime budget then bounds the release by the
+            budget alone).
+        holds_for: Which units the curves bound (``"every unit"``, or words saying which).
+
+    Returns:
+        ``{"total", "currencies", "holds_for"}`` with plain floats, sorted by size.
+
+    Raises:
+        InvalidParameterError: A malformed curve (the message says which part).
+
+    Example:
+        >>> release_curve([{"delta": 1e3, "rho": 0.5, "epsilon": None}])["total"]
+        [{'delta': 1000.0, 'rho': 0.5}]
+    """
+    try:
+        return _checked_curve({"total": total, "currencies": dict(currencies or {}),
+                               "holds_for": holds_for})
+    except ValueError as err:
+        raise InvalidParameterError(
+            f"release_curve: {err}.\nHint: pass a policy curve as the plan or "
+            "Report.total_policy_curve() gives it (rows {'delta': size, 'rho': rho}).") \
+            from None
+
+
+def _rho_at(rows: list[dict[str, Any]], size: float) -> float:
+    """A recorded curve's ρ at exactly ``size`` (``inf``: unbounded, or the size not recorded)."""
+    for r in rows:
+        if r["delta"] == size:
+            return math.inf if r["rho"] is None else float(r["rho"])
+    return math.inf
+
+
+def _up2(a: float, b: float) -> float:
+    """``a + b`` rounded up (never below the exact sum)."""
+    if math.isinf(a) or math.isinf(b):
+        return math.inf
+    return float(add_up(np.array([a]), np.array([b]))[0])
+
+
+def series_bound(budget: Budget, curves: Sequence[Mapping[str, Any] | None],
+                 sizes: Sequence[float]) -> list[dict[str, Any]]:
+    """PUBLIC: the most a unit of each size can have lost over releases with these curves.
+
+    At each size: the smaller of the sum of the releases' worst-case ρ there (each sum
+    rounded up) and the lifetime budget there: a constant budget bounds a unit's total; a
+    curve budget bounds each currency at the unit's size there (the rows a count curve
+    assumes), so each currency contributes the smaller of its releases' sum and its limit,
+    and ``total`` caps the sum. A release whose curves were not recorded (``None``), or that
+    did not record the size, counts as unbounded there: the budget alone bounds it.
+
+    Args:
+        budget: The series' lifetime budget.
+        curves: Each release's recorded curve (`release_curve`'s form) or ``None``.
+        sizes: The record sizes to state.
+
+    Returns:
+        Rows ``{"delta", "rho", "bound_by"}``: ``rho`` the bound (``None``: no single number,
+        a curve budget without ``total`` over releases of unknown currencies), ``bound_by``
+        ``"curves"`` or ``"lifetime budget"``.
+
+    Example:
+        >>> c = release_curve([{"delta": 1e3, "rho": 0.5}])
+        >>> series_bound(Budget(1.25), [c, c], [1e3])
+        [{'delta': 1000.0, 'rho': 1.0, 'bound_by': 'curves'}]
+        >>> series_bound(Budget(1.25), [c, c, c], [1e3])[0]["rho"]
+        1.25
+    """
+    out = []
+    for s in sizes:
+        s = float(s)
+        summed = 0.0
+        for c in curves:
+            summed = _up2(summed, math.inf if c is None else _rho_at(c["total"], s))
+        if budget.constant is not None:
+            cap = float(budget.constant)
+        else:
+            cap = math.inf
+            if all(c is not None and c["currencies"] for c in curves):
+                cap = 0.0
+                names = dict.fromkeys(n for c in curves if c for n in c["currencies"])
+                for name in names:
+                    parts = [c["currencies"][name] for c in curves if c and name in c["currencies"]]
+                    got = 0.0
+                    for p in parts:
+                        got = _up2(got, _rho_at(p["curve"], s))
+                    at = max(s if p["rows"] is None else p["rows"] for p in parts)
+                    try:
+                        limit = float(budget.limit([at], name)[0])
+                    except InvalidParameterError:  # no curve for it: refused at run time
+                        limit = math.inf
+                    cap = _up2(cap, min(got, limit))
+            if budget.total is not None:
+                cap = min(cap, float(budget.total))
+        x = min(summed, cap)
+        out.append({"delta": s, "rho": None if math.isinf(x) else x,
+                    "bound_by": "curves" if summed <= cap and math.isfinite(summed)
+                    else "lifetime budget"})
+    return out
+
+
+def _spread(sizes: list[float], k: int = 4) -> list[float]:
+    """At most ``k`` of ``sizes``, spread over the list (the plan's ``_few``)."""
+    s = sorted(sizes)
+    if len(s) <= k:
+        return s
+    return [s[i] for i in sorted({round(j * (len(s) - 1) / (k - 1)) for j in range(k)})]
+
+
+def _names(names: list[str]) -> str:
+    """``'a', 'b' and 'c'`` (at most six names: the first three, an ellipsis, the last two)."""
+    if len(names) > 6:
+        names = [*names[:3], "…", *names[-2:]]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _size_words(size: float) -> str:
+    return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
+
+
+def history_in_words(series: str, budget: Budget, releases: Sequence[Mapping[str, Any]],
+                     unit: str = "unit", *, current: bool = True,
+                     sizes: Sequence[float] | None = None
+                     ) -> tuple[list[str], list[dict[str, Any]]]:
+    """PUBLIC: what a unit of a few sizes has lost at most over the series' releases, in words.
+
+    From the releases' names and recorded public curves and the lifetime budget only (see
+    [`series_bound`][tabdp.privacy.lifetime.series_bound]; bounds rounded up): nothing here
+    depends on records.
+
+    Args:
+        series: The series' name.
+        budget: Its lifetime budget.
+        releases: In order, ``{"release": name, "curve": recorded curve or None}`` (the
+            entries' `Ledger.releases_public`, then this release); a name ``None``: this
+            session's releases (the Python API).
+        unit: What a unit is called.
+        current: Whether the last of ``releases`` is this one (said so).
+        sizes: The record sizes to state (``None``: four of the last recorded curve's sizes
+            with a positive finite ρ).
+
+    Returns:
+        The sentences, and the rows of `series_bound` they state.
+
+    Example:
+        >>> c = release_curve([{"delta": 1e3, "rho": 0.5}])
+        >>> rel = [{"release": f"cbp_{y}", "curve": c} for y in (2024, 2025, 2026)]
+        >>> words, rows = history_in_words("cbp", Budget(4.0), rel, "establishment")
+        >>> words[0]
+        "Over the releases 'cbp_2024', 'cbp_2025' and 'cbp_2026' (this one) of series 'cbp', \
+an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
+    """
+    from tabdp.planning import upper_3g
+
+    if not releases:
+        return [], []
+    shown = [("this session's releases" if r.get("release") is None else repr(r["release"]))
+             for r in releases]
+    if current and releases[-1].get("release") is not None:
+        shown[-1] += " (this one)"
+    if shown == ["this session's releases"]:
+        head = "Over this session's releases"
+    else:
+        head = (f"Over the releases {_names(shown)}" if len(shown) <= 6 else
+                f"Over the {len(shown)} releases {_names(shown)}")
+    head += f" of series {series!r}, "
+    curves = [r.get("curve") for r in releases]
+    if sizes is None:
+        last = next((c for c in reversed(curves) if c is not None), None)
+        sizes = _spread([r["delta"] for r in (last or {}).get("total", [])
+                         if r["rho"] is not None and r["rho"] > 0])
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    rows = series_bound(budget, curves, sizes)
+    lines = []
+    for r in rows:
+        what = f"{a} {unit} of size {_size_words(r['delta'])}"
+        if r["rho"] is None:
+            lines.append(f"{head}{what} has lost at most the lifetime budget curve at its size "
+                         "in each currency it contributes to (zCDP).")
+        else:
+            lines.append(f"{head}{what} has lost at most rho = {upper_3g(r['rho'])} (zCDP).")
+    if not rows:  # no curve recorded at all
+        if budget.constant is not None:
+            lines.append(f"{head}every {unit} has lost at most rho = "
+                         f"{upper_3g(float(budget.constant))} (zCDP): the lifetime budget.")
+        else:
+            lines.append(f"{head}{a} {unit} has lost at most the lifetime budget curve at its "
+                         "size in each currency it contributes to (zCDP).")
+    missing = [shown[i] for i, c in enumerate(curves) if c is None]
+    if missing:
+        lines.append(f"The curves of {_names(missing)} were not recorded (written by an "
+                     "earlier tabdp, or not given): their loss is bounded by the lifetime "
+                     "budget alone.")
+    loose = [shown[i] for i, c in enumerate(curves) if c is not None
+             and c["holds_for"] != "every unit"]
+    if loose and rows:
+        lines.append(f"The curves of {_names(loose)} bound {unit}s contributing to one cell "
+                     f"of each table; {a} {unit} in more cells is bounded by the lifetime "
+                     "budget alone.")
+    if rows:
+        lines.append("Each bound is the smaller of the sum of those releases' public "
+                     "worst-case rho at that size (their total policy curves, recorded in the "
+                     "series' ledger) and the lifetime budget there; computed from public "
+                     "curves only, rounded up.")
+    return lines, rows
 
 
 def _delta_files(table: Path, version: int) -> set[str]:
@@ -917,12 +1222,54 @@ class Ledger:
         """
         return len(self.entries) - 1
 
-    def public(self, before: int | None = None) -> dict[str, Any]:
-        """PUBLIC description: series, lifetime budget, number and labels of past releases.
+    def releases_public(self, before: int | None = None) -> list[dict[str, Any]]:
+        """PUBLIC: each committed release's number, label, name and recorded public curves.
+
+        Read from the chain entries (verified at open): never the state, the history, the
+        data files' digests or the counts of units charged.
+
+        Args:
+            before: The first this many releases (``None``: every committed one).
+
+        Returns:
+            ``[{"seq", "label", "release", "curve"}]``: ``release`` the name (the label for an
+            entry written before names were recorded), ``curve`` the recorded
+            [`release_curve`][tabdp.privacy.lifetime.release_curve] or ``None`` (not
+            recorded).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> _ = led.commit(label="2026", release="s_2026",
+            ...                public_curve=release_curve([{"delta": 1.0, "rho": 0.25}]))
+            >>> r = led.releases_public()[0]
+            >>> r["release"], r["curve"]["total"]
+            ('s_2026', [{'delta': 1.0, 'rho': 0.25}])
+        """
+        n = self.releases if before is None else before
+        return [{"seq": e["seq"], "label": e.get("label"),
+                 "release": e.get("release", e.get("label")),
+                 "curve": e.get("public_curve")} for e in self.entries[1:n + 1]]
+
+    def public(self, before: int | None = None,
+               current: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """PUBLIC description: series, lifetime budget, past releases and the bound over them.
 
         Args:
             before: Describe the series as it was after this many releases (a session passes
                 the count when it was created); ``None``: now.
+            current: This release, ``{"release": name or None, "curve": recorded curve}``
+                (a session passes its releases' curve, name ``None``); ``None``: the bound
+                over the committed releases alone.
+
+        Returns:
+            ``series``, ``lifetime_budget``, ``releases_before``, ``labels_before``,
+            ``releases_before_names``, ``guarantee_in_words`` (the cap), ``over_releases_in_words``
+            and ``bound_over_releases`` (rows ``{"delta", "rho", "bound_by"}``: see
+            [`history_in_words`][tabdp.privacy.lifetime.history_in_words]) and
+            ``enforcement``: from the budget, the entries' labels, names and public curves,
+            and ``current`` only.
 
         Example:
             >>> import tempfile, pathlib
@@ -931,10 +1278,20 @@ class Ledger:
             0
         """
         n = self.releases if before is None else before
+        past = self.releases_public(n)
+        rels = [{"release": r["release"] if r["release"] is not None else f"#{r['seq']}",
+                 "curve": r["curve"]} for r in past]
+        if current is not None:
+            rels.append({"release": current.get("release"), "curve": current.get("curve")})
+        words, bound = history_in_words(self.series, self.budget, rels, "unit",
+                                        current=current is not None)
         return {"series": self.series, "lifetime_budget": self.budget.to_dict(),
                 "releases_before": n,
                 "guarantee_in_words": self.guarantee_in_words("unit", before=n),
-                "labels_before": [e.get("label") for e in self.entries[1:n + 1]],
+                "labels_before": [r["label"] for r in past],
+                "releases_before_names": [r["release"] for r in past],
+                "over_releases_in_words": words,
+                "bound_over_releases": bound,
                 "enforcement": "individual filter over the series' releases"}
 
     def guarantee_in_words(self, unit: str = "establishment",
@@ -1095,7 +1452,8 @@ class Ledger:
         self._tot.charge(u, sums, maxes)
 
     def commit(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
-               label: str | None = None) -> dict[str, Any]:
+               label: str | None = None, release: str | None = None,
+               public_curve: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Commit the uncommitted losses as one release of the series (atomically).
 
         Writes the history rows and the new state (Delta commits), then the chain entry, which
@@ -1109,12 +1467,19 @@ class Ledger:
             spec_hash: The release spec's hash (the manifest's ``config_hash``).
             manifest_hash: SHA-256 of the release's public ``manifest.json``.
             label: A label for the release (e.g. ``"2026"``).
+            release: The release's name (PUBLIC; ``None``: the label).
+            public_curve: The release's public worst-case curves
+                ([`release_curve`][tabdp.privacy.lifetime.release_curve]'s form: from the
+                spec and policy curves, never from records); ``None``: not recorded (the
+                series' statements then bound this release by the lifetime budget alone).
 
         Returns:
             The chain entry written.
 
         Raises:
             LedgerError: Another writer committed this release number first.
+            InvalidParameterError: A malformed ``public_curve`` or a release name that is not
+                text (refused before anything is written).
 
         Example:
             >>> import tempfile, pathlib
@@ -1125,6 +1490,19 @@ class Ledger:
             1
         """
         self._check_open()
+        name = label if release is None else release
+        if name is not None and not isinstance(name, str):
+            raise InvalidParameterError(
+                f"Ledger.commit: release must be text (the release's public name); got "
+                f"{type(name).__name__} {name!r}.\nHint: release='cbp_2026'.")
+        curve = None
+        if public_curve is not None:
+            try:
+                curve = _checked_curve(public_curve)
+            except ValueError as err:
+                raise InvalidParameterError(
+                    f"Ledger.commit: {err}.\nHint: build it with "
+                    "tabdp.privacy.lifetime.release_curve(total_policy_curve, ...).") from None
         write_deltalake = _deltalake().write_deltalake
 
         from tabdp._version import __version__
@@ -1173,7 +1551,8 @@ class Ledger:
                 "format": FORMAT_BLAKE3 if any(d.startswith(_BLAKE3) for d in digests)
                 else FORMAT, "seq": seq, "prev": head["hash"], "kind": "release",
                 "series": self.series, "series_id": head["series_id"], "created": _now(),
-                "label": label, "spec_hash": spec_hash, "manifest_hash": manifest_hash,
+                "label": label, "release": name, "public_curve": curve,
+                "spec_hash": spec_hash, "manifest_hash": manifest_hash,
                 "lifetime_budget": self.entries[0]["lifetime_budget"],
                 "unit_dtype": unit_dtype, "state": state_part, "history": hist_part,
                 "tabdp_version": __version__}
@@ -1698,16 +2077,30 @@ def iter_show(entries: list[dict[str, Any]]) -> Iterator[str]:
         >>> next(iter_show([e]))
         "series 's' (id ab), lifetime budget 1.0, 0 release(s)"
     """
+    from tabdp.planning import upper_3g
+
     g = entries[0]
     yield (f"series {g['series']!r} (id {g['series_id']}), lifetime budget "
            f"{g['lifetime_budget']}, {len(entries) - 1} release(s)")
     for e in entries[1:]:
         units = (e.get("history") or {}).get("units", 0)
         total = (e.get("state") or {}).get("units", 0)
+        curve = ("not recorded" if e.get("public_curve") is None else
+                 "recorded (" + ", ".join(
+                     f"{r['delta']:g}: {upper_3g(r['rho'])}" if r["rho"] is not None
+                     else f"{r['delta']:g}: inf" for r in _spread_rows(
+                         e["public_curve"]["total"])) + ")")
         yield (f"  #{e['seq']:<4} {e['created']}  label={e.get('label')!s:<12} "
+               f"release={e.get('release', e.get('label'))!s:<12} curve={curve} "
                f"units charged={units:<10} units in ledger={total:<10} "
                f"spec={str(e.get('spec_hash'))[:12]} manifest="
                f"{str(e.get('manifest_hash'))[:12]} entry={e['hash'][:16]}")
+
+
+def _spread_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """At most four of a curve's rows (``tabdp ledger show``), spread over its sizes."""
+    keep = set(_spread([r["delta"] for r in rows]))
+    return [r for r in rows if r["delta"] in keep]
 
 
 def _finite(x: float) -> bool:

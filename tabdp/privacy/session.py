@@ -205,6 +205,9 @@ class Session:
         self.lifetime = _check_lifetime(ledger, unit, _row_ids)
         #: Releases of the series committed before this session (public).
         self._lifetime_before = None if self.lifetime is None else self.lifetime.releases
+        #: The session's releases committed to its lifetime ledger so far (their curves are
+        #: recorded with each commit).
+        self._lifetime_committed = 0
         #: PUBLIC: every record is one row of the released frame (row mode, or row ids given
         #: with joins that keep one row per record), so each release bounds a record to one
         #: cell. Never decided from the data.
@@ -500,10 +503,13 @@ class Session:
                     "needs; this is a bug in tabdp.")
             led.charge(losses.units, sums, maxes)
         if led.autocommit:
-            led.commit(label=record.name)
+            led.commit(label=record.name, release=record.name,
+                       public_curve=records_curve([record]))
+            self._lifetime_committed = len(self.records)
 
     def commit_ledger(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
-                      label: str | None = None) -> dict[str, Any]:
+                      label: str | None = None, release: str | None = None,
+                      public_curve: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Commit the session's uncommitted losses to its lifetime ledger (one release entry).
 
         The release workflow calls it once its outputs are written; a ledger opened with
@@ -513,6 +519,10 @@ class Session:
             spec_hash: The release spec's hash.
             manifest_hash: SHA-256 of the release's public manifest.
             label: A label for the release (e.g. the year).
+            release: The release's public name (``None``: the label).
+            public_curve: The release's public worst-case curves (the release workflow passes
+                its plan's); ``None``: those of the session's releases since its last commit
+                ([`records_curve`][tabdp.privacy.session.records_curve]).
 
         Returns:
             The chain entry written.
@@ -531,8 +541,13 @@ class Session:
             raise InvalidParameterError(
                 "Session.commit_ledger: this session has no lifetime ledger.\nHint: "
                 "Session(unit=..., ledger=tabdp.Ledger.open(path, ...)).")
-        return dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
-                                         label=label))
+        if public_curve is None:
+            public_curve = records_curve(self.records[self._lifetime_committed:])
+        entry = dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
+                                          label=label, release=release,
+                                          public_curve=public_curve))
+        self._lifetime_committed = len(self.records)
+        return entry
 
     # -- reporting ----------------------------------------------------------------------------
     def report(self, delta: float | None = None) -> Report:
@@ -669,6 +684,49 @@ def total_policy_curve(entries: Sequence[tuple[Any, ...]], sizes: Sequence[float
         for row, v in zip(rows, eps, strict=True):
             row["epsilon_delta"] = _num(v)
     return rows
+
+
+def records_curve(records: Sequence[QueryRecord]) -> dict[str, Any]:
+    """PUBLIC: the worst-case curves of a session's releases, as a ledger entry records them.
+
+    The total policy curve of ``records`` (sizes 0, 1, 10, ..., 1e8), the same per currency
+    (a sum's measures, each its own; a joint release's measures joined by ``+``; ``rows`` for
+    counts, medians and quantiles) and which units it bounds: from the mechanisms and the
+    public contribution bounds only.
+
+    Args:
+        records: The releases (e.g. a session's ``records`` since its last commit).
+
+    Returns:
+        [`release_curve`][tabdp.privacy.lifetime.release_curve]'s form.
+
+    Example:
+        >>> from tabdp.mechanisms import Gaussian
+        >>> r = QueryRecord(1, "q1", "count", ("count",), ("c",), Gaussian(1.0), {}, 0.9,
+        ...                 "error", None, bounds={"max_cells": 1, "max_rows": 1})
+        >>> c = records_curve([r])
+        >>> c["total"][2], sorted(c["currencies"]), c["holds_for"]
+        ({'delta': 10.0, 'rho': 0.5}, ['rows'], 'every unit')
+    """
+    from tabdp.privacy.budget import ROWS_CURRENCY, joint_currency
+    from tabdp.privacy.lifetime import release_curve
+
+    per: dict[str, list[tuple[Any, int, float | None]]] = {}
+    for r in records:
+        mech, k, cap = r.curve_entry()
+        if r.kind != "sum":
+            per.setdefault(ROWS_CURRENCY, []).append((mech, k, cap))
+        elif getattr(mech, "joint", False):
+            per.setdefault(joint_currency(r.measures), []).append((mech, k, cap))
+        else:
+            cells = k // max(1, len(r.measures))
+            for m in r.measures:
+                per.setdefault(m, []).append((mech, cells, cap))
+    total = total_policy_curve([r.curve_entry() for r in records], POLICY_GRID)
+    holds = "every unit" if all(r.bounded for r in records) else (
+        "units contributing to one cell per measure of each release")
+    return release_curve(total, {c: {"rows": None, "curve": total_policy_curve(e, POLICY_GRID)}
+                                 for c, e in per.items()}, holds)
 
 
 class Report:
@@ -877,7 +935,8 @@ class Report:
                 "budget": None if s.budget is None else s.budget.to_dict(),
                 "delta": self.delta,
                 **({} if s.lifetime is None else
-                   {"lifetime": s.lifetime.public(s._lifetime_before)}),
+                   {"lifetime": s.lifetime.public(s._lifetime_before, current={
+                       "release": None, "curve": records_curve(s.records)})}),
             },
             "queries": [r.public() for r in s.records],
             "total_policy_curve": self.total_policy_curve(),

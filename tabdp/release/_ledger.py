@@ -65,7 +65,8 @@ def open_ledger(spec: Any) -> Any:
     return ledger
 
 
-def commit_release(session: Any, spec: Any, public: Path, confidential: Path) -> dict[str, Any]:
+def commit_release(session: Any, spec: Any, public: Path, confidential: Path,
+                   public_curve: dict[str, Any] | None = None) -> dict[str, Any]:
     """Commit the run's losses (after every output is written to the staging folders).
 
     The chain entry holds the spec's hash and the SHA-256 of the public ``manifest.json``;
@@ -77,6 +78,8 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path) ->
         spec: The release spec.
         public: The public (staging) folder, holding ``manifest.json``.
         confidential: The confidential (staging) folder.
+        public_curve: The release's public curves (the plan's, `lifetime_curve`), recorded in
+            the entry with the release's name; ``None``: the session's releases'.
 
     Returns:
         The chain entry.
@@ -94,7 +97,9 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path) ->
     """
     manifest = hashlib.sha256((public / "manifest.json").read_bytes()).hexdigest()
     entry: dict[str, Any] = session.commit_ledger(spec_hash=spec.sha256, manifest_hash=manifest,
-                                                  label=spec.release.name)
+                                                  label=spec.release.name,
+                                                  release=spec.release.name,
+                                                  public_curve=public_curve)
     note = {"ledger": str(session.lifetime.path), "series": entry["series"],
             "release": entry["seq"], "entry_hash": entry["hash"], "prev": entry["prev"],
             "manifest_sha256": manifest,

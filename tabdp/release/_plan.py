@@ -376,22 +376,32 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
 
 
 def public_lifetime(spec: Any, total_curve: list[dict[str, Any]] | None = None,
-                    unit: str = "unit") -> dict[str, Any]:
+                    unit: str = "unit", history: list[dict[str, Any]] | None = None,
+                    this_curve: dict[str, Any] | None = None) -> dict[str, Any]:
     """PUBLIC: the series, its lifetime budget and the lifetime guarantee in words.
 
-    Computed from the spec alone (``[ledger]``'s series and lifetime budget, the release's
-    public policy curves), never from the ledger's contents: ``tabdp validate`` and
-    ``tabdp plan`` state it before any run, and a release's ``summary.json`` /
-    ``summary.html`` state the same words whatever the records and the ledger hold.
+    Computed from the spec (``[ledger]``'s series and lifetime budget, the release's public
+    policy curves) and, given ``history``, the past releases' names and public curves as
+    their ledger entries record them — never from the ledger's per-unit contents:
+    ``tabdp validate`` and ``tabdp plan`` (no ledger opened) state the cap and the filter; a
+    release's ``summary.json`` / ``summary.html`` state the same, and how much a unit of a
+    few sizes has lost at most over the past releases and this one, identical on
+    neighbouring datasets.
 
     Args:
         spec: The release spec (with ``[ledger]``).
         total_curve: The release's total policy curve (rows ``{"delta": size, "rho": ...}``:
             a unit's worst-case ρ in one release like this one); ``None``: computed.
         unit: What a unit is called.
+        history: The ledger's past releases (`tabdp.Ledger.releases_public`); ``None``: not
+            stated (no ledger opened).
+        this_curve: This release's recorded curves (`lifetime_curve`); ``None``: computed.
 
     Returns:
-        ``{"series", "lifetime_budget", "guarantee_in_words", "enforcement"}``.
+        ``{"series", "lifetime_budget", "guarantee_in_words", "enforcement"}``, and with
+        ``history`` ``"releases"`` (the names, this one last) and ``"bound_over_releases"``
+        (rows ``{"delta", "rho", "bound_by"}``); the history's sentences are in
+        ``guarantee_in_words``, after the first.
 
     Example:
         >>> import types
@@ -409,9 +419,62 @@ def public_lifetime(spec: Any, total_curve: list[dict[str, Any]] | None = None,
     assert budget is not None
     if total_curve is None:
         total_curve = plan_summary(spec)["total_policy_curve"]
-    return {"series": led.series, "lifetime_budget": budget.to_dict(),
-            "guarantee_in_words": lifetime_in_words(spec, total_curve, unit),
+    words = lifetime_in_words(spec, total_curve, unit)
+    out: dict[str, Any] = {"series": led.series, "lifetime_budget": budget.to_dict()}
+    if history is not None:
+        from tabdp.privacy.lifetime import history_in_words
+
+        rels = [{"release": r["release"] if r.get("release") is not None else f"#{r['seq']}",
+                 "curve": r.get("curve")} for r in history]
+        rels.append({"release": spec.release.name,
+                     "curve": this_curve if this_curve is not None
+                     else lifetime_curve(spec, total_curve)})
+        said, bound = history_in_words(led.series, budget, rels, unit, current=True)
+        words = [words[0], *said, *words[1:]]
+        out |= {"releases": [r["release"] for r in rels], "bound_over_releases": bound}
+    return {**out, "guarantee_in_words": words,
             "enforcement": "individual filter over the series' releases"}
+
+
+def lifetime_curve(spec: ReleaseSpec, total_curve: list[dict[str, Any]]) -> dict[str, Any]:
+    """PUBLIC: the curves a release's ledger entry records (the plan's, from the spec alone).
+
+    The plan's total policy curve and, per currency, the same sum over the release's tables
+    (`_released_charges`: each measure at its size, counts at ``plan.count_rows`` rows), at
+    the plan's record sizes, and which units they bound.
+
+    Args:
+        spec: The release spec.
+        total_curve: The plan's ``total_policy_curve``.
+
+    Returns:
+        [`release_curve`][tabdp.privacy.lifetime.release_curve]'s form.
+
+    Example:
+        >>> from tabdp.release.spec import load_spec
+        >>> import tabdp, pathlib
+        >>> root = pathlib.Path(tabdp.__file__).parents[1]
+        >>> spec = load_spec(root / "examples" / "cbp_release.toml")
+        >>> c = lifetime_curve(spec, plan_summary(spec)["total_policy_curve"])
+        >>> sorted(c["currencies"])[:2], c["holds_for"][:38]
+        (['employment', 'payroll'], 'units contributing to one cell of each')
+    """
+    from tabdp.privacy.lifetime import release_curve
+
+    sizes = np.array([float(s) for s in spec.plan.record_sizes])
+    per: dict[str, dict[str, Any]] = {}
+    for _, charge in _released_charges(spec):
+        for c, ch in charge.items():
+            got = per.setdefault(c, {"rows": ch.rows, "rho": np.zeros_like(sizes)})
+            got["rho"] = add_up(got["rho"], ch(sizes))
+            if ch.rows is not None:
+                got["rows"] = max(got["rows"] or 0.0, ch.rows)
+    return release_curve(
+        total_curve,
+        {c: {"rows": v["rows"], "curve": [
+            {"delta": float(d), "rho": float(r) if math.isfinite(r) else None}
+            for d, r in zip(sizes, v["rho"], strict=True)]} for c, v in per.items()},
+        _curves_hold_for(spec))
 
 
 def lifetime_in_words(spec: Any, total_curve: list[dict[str, Any]],

@@ -402,8 +402,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
              *([NOT_FOR_PUBLICATION] if seeded else [])]
     summary["kind"] = "release"
     summary["files"] = files
-    # [ledger]: summary["lifetime"] is the plan's (the spec and public curves only, never the
-    # ledger's contents)
+    # [ledger]: summary["lifetime"] is the plan's plus the bound over the series' releases
+    # (run_release: the spec, the past entries' names and public curves; never per-unit state)
     # post-processing of the published flags only (public)
     usable = {name.removesuffix(".parquet"): published_usability(df)
               for name, df in public.items()}
@@ -467,8 +467,10 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
             # every output is written: the ledger advances now, before the outputs are moved
             # into place (a crash between leaves it charged for an unpublished release)
             from tabdp.release._ledger import commit_release
+            from tabdp.release._plan import lifetime_curve
 
-            commit_release(session, spec, pub, conf)
+            commit_release(session, spec, pub, conf,
+                           public_curve=lifetime_curve(spec, summary["total_policy_curve"]))
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
     curator = spec.input.mode == "curator"

@@ -66,6 +66,7 @@ from tabdp.release._plan import (
     left_out_sizes,
     left_out_sizes_in_words,
     plan_summary,
+    public_lifetime,
     release_guarantee_in_words,
     write_plan,
 )
@@ -186,6 +187,15 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     # schema check and the declared scan read the files' footers), so that whether a run is
     # refused for its ledger never depends on the data
     ledger = open_ledger(spec)
+    if ledger is not None and spec.ledger is not None and spec.ledger.dataset is None:
+        # the spec's own series ([ledger]): the bound over its releases, from the past
+        # entries' names and public curves (read from the chain, verified at open; never the
+        # per-unit state) and this one's. A dataset's ledger (the curator configuration's,
+        # shared by authors) keeps the plan's words: its earlier releases are other authors'
+        # and how many there were is not stated (review R13)
+        summary["lifetime"] = public_lifetime(
+            spec, summary["total_policy_curve"], "unit" if spec.input.unit else "record",
+            history=ledger.releases_public())
     try:
         return _run_with_ledger(spec, eng, ledger, overwrite=overwrite, report=report,
                                 started=started, epoch=epoch, summary=summary)

@@ -263,9 +263,35 @@ def _tamper_cases():
         logs = sorted((p / "history" / "_delta_log").glob("*.json"))
         logs[-1].unlink()
 
+    def edit_public_curve(p):  # a release's recorded curve lowered (its hash kept)
+        e = p / "chain" / "00000002.json"
+        entry = json.loads(e.read_text())
+        entry["public_curve"]["total"][2]["rho"] /= 2
+        e.write_text(json.dumps(entry, sort_keys=True, separators=(",", ":")))
+
+    def edit_release_name(p):
+        e = p / "chain" / "00000002.json"
+        e.write_text(e.read_text().replace('"release":"n"', '"release":"m"'))
+
+    def drop_public_curve(p):  # made to look like an entry of an earlier tabdp
+        e = p / "chain" / "00000003.json"
+        entry = json.loads(e.read_text())
+        del entry["public_curve"], entry["release"]
+        e.write_text(json.dumps(entry, sort_keys=True, separators=(",", ":")))
+
+    def malformed_curve_rehashed(p):  # the hash recomputed: the curve itself is refused
+        from tabdp.privacy.lifetime import _entry_hash
+
+        e = sorted((p / "chain").glob("*.json"))[-1]
+        entry = json.loads(e.read_text())
+        entry["public_curve"]["total"][2]["rho"] = -1.0
+        entry["hash"] = _entry_hash(entry)
+        e.write_text(json.dumps(entry, sort_keys=True, separators=(",", ":")))
+
     return {f.__name__: f for f in (flip_state, flip_history, truncate_history, flip_chain,
                                     delete_middle, delete_last, reorder, other_series_entry,
-                                    delta_log)}
+                                    delta_log, edit_public_curve, edit_release_name,
+                                    drop_public_curve, malformed_curve_rehashed)}
 
 
 @pytest.mark.parametrize("case", sorted(_tamper_cases()))
@@ -473,7 +499,174 @@ def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path
     assert "at most rho = 3 (zCDP)" in pub2["guarantee_in_words"]
     # nothing computed from records in the public part
     assert set(pub2) == {"series", "lifetime_budget", "releases_before", "labels_before",
-                         "guarantee_in_words", "enforcement"}
+                         "releases_before_names", "guarantee_in_words",
+                         "over_releases_in_words", "bound_over_releases", "enforcement"}
+    # the bound over the releases: the two committed before, then this session's (count
+    # curve at size 1: 1/(2*2^2) = 0.125 per release; sum sigma 40: 1/3200)
+    assert pub2["over_releases_in_words"][0] == (
+        "Over the releases 'pay', 'n' and this session's releases of series 'cbp', a unit of "
+        "size 1 has lost at most rho = 0.251 (zCDP).")
+    assert pub2["bound_over_releases"][0]["rho"] >= 2 * (1 / 3200 + 0.125)
+
+
+# -- the bound over the series' releases (public curves recorded in the chain) ---------------
+def _curve(total, payroll, rows):
+    from tabdp.privacy.lifetime import release_curve
+
+    sizes = [1.0, 10.0, 100.0]
+    return release_curve([{"delta": s, "rho": r} for s, r in zip(sizes, total, strict=True)],
+                         {"payroll": {"rows": None, "curve": [
+                             {"delta": s, "rho": r} for s, r in zip(sizes, payroll, strict=True)]},
+                          "rows": {"rows": 1.0, "curve": [
+                              {"delta": s, "rho": rows} for s in sizes]}})
+
+
+#: one release (dyadic values: sums exact): payroll 1/16, 5/16, 13/16 at sizes 1, 10, 100;
+#: counts 1/16 (one row)
+def _one() -> dict:
+    return _curve([0.125, 0.375, 0.875], [0.0625, 0.3125, 0.8125], 0.0625)
+
+
+def _three_releases(path: Path, budget, curves=None) -> tabdp.Ledger:
+    """A series with two committed releases ('cbp_2024', 'cbp_2025'), left open."""
+    led = tabdp.Ledger.create(path, series="cbp", lifetime_budget=budget, autocommit=False)
+    for year, c in zip((2024, 2025), curves or (_one(), _one()), strict=True):
+        led.charge(pl.Series([1, 2]), {"rho": np.array([0.01, 0.02])}, {})
+        led.commit(label=str(year), release=f"cbp_{year}", public_curve=c)
+    return led
+
+
+def _x(pub: dict) -> list:
+    return [r["rho"] for r in pub["bound_over_releases"]]
+
+
+def test_bound_over_three_releases_under_a_constant_budget(tmp_path):
+    """X = min(3 x 0.125, 2) at size 1, min(3 x 0.375, 2) at 10, min(2.625, 2) = 2 at 100."""
+    with _three_releases(tmp_path / "l", 2.0) as led:
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
+    x = _x(pub)
+    assert x[:2] == [0.375, 1.125]  # exact sums
+    assert x[2] == 2.0  # the cap binds
+    assert [r["bound_by"] for r in pub["bound_over_releases"]] == ["curves", "curves",
+                                                                   "lifetime budget"]
+    head = ("Over the releases 'cbp_2024', 'cbp_2025' and 'cbp_2026' (this one) of series "
+            "'cbp', a unit of size ")
+    assert pub["over_releases_in_words"][:3] == [
+        head + "1 has lost at most rho = 0.375 (zCDP).",
+        head + "10 has lost at most rho = 1.13 (zCDP).",  # 1.125 rounded up, never down
+        head + "100 has lost at most rho = 2 (zCDP)."]
+    assert pub["releases_before_names"] == ["cbp_2024", "cbp_2025"]
+    assert pub["labels_before"] == ["2024", "2025"]
+    # the existing sentence about the cap is kept
+    assert "at most rho = 2 (zCDP)" in pub["guarantee_in_words"]
+
+
+def test_bound_over_three_releases_under_a_curve_budget(tmp_path):
+    """Curve {1: 0.125, 100: 1.0}: per currency min(sum of the curves, the curve at its size).
+
+    payroll: sums 0.1875, 0.9375, 2.4375 against 0.125, 0.5625, 1.0 (linear in log size);
+    rows: sum 0.1875 against the curve at 1 row, 0.125. X = 0.25, 0.6875, 1.125; with
+    total=0.5: 0.25, 0.5, 0.5.
+    """
+    budget = {1.0: 0.125, 100.0: 1.0}
+    with _three_releases(tmp_path / "l", budget) as led:
+        x = _x(led.public(current={"release": "cbp_2026", "curve": _one()}))
+    assert x == pytest.approx([0.25, 0.6875, 1.125], rel=1e-15)
+    with _three_releases(tmp_path / "t", tabdp.Budget(budget, total=0.5)) as led:
+        x = _x(led.public(current={"release": "cbp_2026", "curve": _one()}))
+    assert x == pytest.approx([0.25, 0.5, 0.5], rel=1e-15)
+    # a budget curve above the releases' sums: the curves bind (3 x 0.0625 at every size)
+    low = _curve([0.0625] * 3, [0.015625] * 3, 0.046875)
+    with _three_releases(tmp_path / "c", {1.0: 10.0}, curves=(low, low)) as led:
+        x = _x(led.public(current={"release": "cbp_2026", "curve": low}))
+    assert x == [0.1875] * 3
+
+
+def _as_legacy(path: Path, upto: int) -> None:
+    """Rewrite entries 1..upto as an earlier tabdp wrote them (no name, no curve), rehashed.
+
+    The chain is relinked and the anchor rewritten, as an intact ledger of that version.
+    """
+    from tabdp.privacy import _anchor
+    from tabdp.privacy.lifetime import _canon, _entry_hash
+
+    files = sorted((path / "chain").glob("*.json"))
+    entries = [json.loads(f.read_bytes()) for f in files]
+    for i, e in enumerate(entries):
+        if 1 <= i <= upto:
+            e.pop("release"), e.pop("public_curve")
+        if i:
+            e["prev"] = entries[i - 1]["hash"]
+        e["hash"] = _entry_hash(e)
+    for f, e in zip(files, entries, strict=True):
+        f.write_bytes(_canon(e))
+    _anchor.write_anchor(path, entries)
+
+
+def test_legacy_entries_are_read_and_bounded_by_the_budget_alone(tmp_path):
+    path = tmp_path / "l"
+    _three_releases(path, 2.0).close()
+    _as_legacy(path, 1)  # 'cbp_2024' written without its name and curve (label '2024')
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+    with tabdp.Ledger.open(path) as led:
+        rels = led.releases_public()
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
+    assert rels[0]["release"] == "2024" and rels[0]["curve"] is None
+    assert rels[1]["curve"] == _one()
+    assert _x(pub) == [2.0, 2.0, 2.0]  # unbounded past release: the cap alone
+    words = pub["over_releases_in_words"]
+    assert words[0] == ("Over the releases '2024', 'cbp_2025' and 'cbp_2026' (this one) of "
+                        "series 'cbp', a unit of size 1 has lost at most rho = 2 (zCDP).")
+    assert ("The curves of '2024' were not recorded (written by an earlier tabdp, or not "
+            "given): their loss is bounded by the lifetime budget alone.") in words
+    # a curve budget without a total: no single number, said in words
+    path2 = tmp_path / "c"
+    _three_releases(path2, {1.0: 0.1, 100.0: 1.0}).close()
+    _as_legacy(path2, 2)
+    with tabdp.Ledger.open(path2) as led:
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
+    assert _x(pub) == [None, None, None]
+    assert "has lost at most the lifetime budget curve at its size in each currency" in \
+        pub["over_releases_in_words"][0]
+    out = io.StringIO()
+    assert cli_main(["ledger", "show", str(path2)], stdout=out) == 0
+    assert out.getvalue().count("curve=not recorded") == 2
+
+
+def test_commit_refuses_a_malformed_curve_before_writing(tmp_path):
+    with tabdp.Ledger.create(tmp_path / "l", series="s", lifetime_budget=1.0,
+                             autocommit=False) as led:
+        led.charge(pl.Series([1]), {"rho": np.array([0.1])}, {})
+        for bad in ({"total": [{"delta": 1.0, "rho": -0.5}]}, {"total": "x"},
+                    {"total": [], "extra": 1}):
+            with pytest.raises(InvalidParameterError, match="Ledger.commit"):
+                led.commit(label="x", public_curve=bad)
+        assert led.releases == 0
+        led.allow_discard()
+
+
+def test_neighbouring_series_give_identical_public_lifetime_statements(tmp_path):
+    """Three yearly sessions on D, on D minus unit 9999 and on D with 9999's size changed."""
+    pubs = []
+    for name, change in (("D", None), ("less", "drop"), ("size", "size")):
+        path = tmp_path / name
+        for year in (2021, 2022, 2023):
+            with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME,
+                                   create=True) as led:
+                s = tabdp.Session(unit="estab", seed=year, ledger=led)
+                df = year_sample(year, drop=TARGET if change == "drop" else None)
+                if change == "size":
+                    df = df.with_columns(payroll=pl.when(pl.col("estab") == TARGET)
+                                         .then(7.0).otherwise(pl.col("payroll")))
+                df.dp.sum("payroll", by="county", keys=KEYS, mechanism=SUM, session=s,
+                          name="pay")
+                df.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s, name="n")
+                rep = s.report().to_dict()["session"]["lifetime"]
+        with tabdp.Ledger.open(path) as led:
+            assert led.state().height
+            pubs.append((rep, led.public(), led.public(before=2)))
+    assert pubs[0] == pubs[1] == pubs[2]
+    assert pubs[0][1]["releases_before_names"] == ["pay", "n"] * 3
 
 
 def test_open_hashes_what_the_filter_reads_and_verify_hashes_everything(tmp_path):

@@ -76,10 +76,16 @@ def test_neighbouring_spec_series_public_files_equal_except_noise_and_time(tmp_p
         if i >= 6:  # the unit is at its budget: left out of everything
             assert a == {**b, "manifest.json": a["manifest.json"]}
     life = json.loads(pubs["D"][7]["summary.json"])["lifetime"]
-    # from the spec and public curves only: nothing read from the ledger (not even its length)
+    # from the spec and the ledger's public entries only (release names and public curves):
+    # identical on D and D' above, nothing from the per-unit state
     assert "releases_before" not in life and life["series"] == "test-series"
     assert life["guarantee_in_words"][0].startswith(
         "Over the releases of the series 'test-series' (this one, 'series_2028', included)")
+    assert life["releases"] == [f"series_{y}" for y in range(2021, 2029)]
+    assert life["guarantee_in_words"][1].startswith(
+        "Over the 8 releases 'series_2021', 'series_2022', 'series_2023', …, 'series_2027' "
+        "and 'series_2028' (this one) of series 'test-series', a unit of size 1 has lost at "
+        "most rho = ")
 
 
 # -- the filter: ids ---------------------------------------------------------------------------

@@ -108,6 +108,9 @@ def test_a_three_run_series_on_spark_is_the_polars_series(spark: Any, tmp_path: 
                                        err_msg=c)
         assert sb["rho"].max() <= LIFETIME
         assert la.history().height == lb.history().height
+        # the same public entries (names and curves: one ledger code for every engine)
+        assert la.releases_public() == lb.releases_public()
+        assert la.public() == lb.public()
 
 
 @pytest.mark.spark
@@ -254,6 +257,8 @@ def test_cli_run_engine_spark_advances_the_ledger(spark: Any, tmp_path: Path,
                                    rtol=1e-12, atol=0, err_msg=str(year))
         pa = (tmp_path / "polars" / "out" / str(year) / "public")
         pb = (tmp_path / "spark" / "out" / str(year) / "public")
+        la, lb = (json.loads((p / "summary.json").read_text())["lifetime"] for p in (pa, pb))
+        assert la == lb and len(la["releases"]) == year - 2020  # the bound over the series
         for f in ("pay.parquet", "n.parquet"):
             assert pl.read_parquet(pa / f).equals(pl.read_parquet(pb / f)), (year, f)
     # at its lifetime budget: left out of the 2023 sum on Spark

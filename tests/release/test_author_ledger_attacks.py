@@ -88,10 +88,10 @@ def test_public_staging_is_private_until_the_ledger_commits(tmp_path, monkeypatc
     seen: dict[str, int] = {}
     real = ledger_mod.commit_release
 
-    def spy(session, spec, public, confidential):  # type: ignore[no-untyped-def]
+    def spy(session, spec, public, confidential, **kw):  # type: ignore[no-untyped-def]
         seen["public"] = stat.S_IMODE(public.stat().st_mode)
         seen["tables"] = sum(p.suffix == ".parquet" for p in public.iterdir())
-        return real(session, spec, public, confidential)
+        return real(session, spec, public, confidential, **kw)
 
     monkeypatch.setattr(ledger_mod, "commit_release", spy)
     code, _, err = _run(root, monkeypatch, "st", seed=1)

@@ -185,13 +185,20 @@ def _html_section(page: str, anchor: str) -> str:
 def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
     """summary.json/html, plan and validate state the lifetime guarantee in words.
 
-    The same words on neighbouring datasets and whatever the ledger holds.
+    ``tabdp plan`` and ``validate`` (no ledger opened) state the cap and the filter; the run
+    adds the bound over the series' releases, from the ledger's public entries: the same words
+    on neighbouring datasets, whatever per-unit state the ledgers hold.
     """
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    run_release(load_spec(_spec(a, 2021)), test_seed=True)  # a's ledger: one release before
-    spec_a, spec_b = _spec(a, 2022), _spec(b, 2022)  # b's ledger: none
+    for folder in (a, b):  # one release before, on neighbouring datasets (b lacks unit 9999)
+        spec = _spec(folder, 2021)
+        if folder == b:
+            pl.read_parquet(a / "data_2021.parquet").filter(pl.col("estab") != 9999) \
+                .write_parquet(b / "data_2021.parquet")
+        run_release(load_spec(spec), test_seed=True)
+    spec_a, spec_b = _spec(a, 2022), _spec(b, 2022)
     # neighbouring datasets: b lacks unit 9999 (in every release of a, near its budget)
     pl.read_parquet(a / "data_2022.parquet").filter(pl.col("estab") != 9999).write_parquet(
         b / "data_2022.parquet")
@@ -206,8 +213,10 @@ def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
         page = (res.public / "summary.html").read_text()
         plan_json = json.loads((spec.parent / "plan" / "plan.json").read_text())
         words = summary["lifetime"]["guarantee_in_words"]
-        assert plan_json["lifetime"] == summary["lifetime"]
-        for line in words:
+        # the plan's sentences (the cap, the filter) are all in the run's, in order
+        assert [w for w in words if w in plan_json["lifetime"]["guarantee_in_words"]] == \
+            plan_json["lifetime"]["guarantee_in_words"]
+        for line in plan_json["lifetime"]["guarantee_in_words"]:
             assert line in validate.getvalue() and line in plan.getvalue()
         got.append((summary["lifetime"], _html_section(page, "lifetime"),
                     validate.getvalue().split("Lifetime guarantee", 1)[1]))
@@ -219,5 +228,117 @@ def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
     # a unit of size 1: sum 1/(2*40^2) + count 1/(2*2^2) = 0.1253 per release: 23 releases
     assert any("size 1 (at most rho = 0.126" in w and "at least 23 release(s)" in w
                for w in words)
+    # over the two releases: 2 x 0.1253125 = 0.250625, rounded up
+    assert ("Over the releases 'series_2021' and 'series_2022' (this one) of series "
+            "'test-series', a unit of size 1 has lost at most rho = 0.251 (zCDP).") in words
     assert "Over the releases of the series" in got[0][1]
+    assert "has lost at most rho = 0.251" in got[0][1]
     assert got[0][0]["lifetime_budget"]["rho"] == 3.0
+    assert got[0][0]["releases"] == ["series_2021", "series_2022"]
+
+
+def _bound(summary: dict, size: float) -> float:
+    return next(r["rho"] for r in summary["lifetime"]["bound_over_releases"]
+                if r["delta"] == size)
+
+
+def test_run_states_the_bound_over_three_releases(tmp_path):
+    """The third release's summary: min(sum of the three public curves, lifetime budget).
+
+    Tables: a payroll sum (Gaussian sigma 40: rho = s^2/3200) and a count (sigma 2, one row:
+    0.125 whatever the size). Constant budget 3: at size 1 the curves bind (3 x 0.1253125),
+    at 100 the budget does (3 x 3.25 > 3). Each entry records its name and curves.
+    """
+    for year in (2021, 2022, 2023):
+        res = run_release(load_spec(_spec(tmp_path, year, extra=_SIZES)), test_seed=True)
+    summary = json.loads((res.public / "summary.json").read_text())
+    life = summary["lifetime"]
+    assert life["releases"] == ["series_2021", "series_2022", "series_2023"]
+    assert _bound(summary, 1.0) == pytest.approx(3 * (1 / 3200 + 0.125), rel=1e-12)
+    assert _bound(summary, 1.0) >= 3 * (1 / 3200 + 0.125)  # never below the exact sum
+    assert _bound(summary, 10.0) == pytest.approx(3 * (100 / 3200 + 0.125), rel=1e-12)
+    assert _bound(summary, 100.0) == 3.0  # 3 x 3.25 = 9.75: the lifetime budget binds
+    words = life["guarantee_in_words"]
+    head = ("Over the releases 'series_2021', 'series_2022' and 'series_2023' (this one) of "
+            "series 'test-series', ")
+    assert head + "a unit of size 1 has lost at most rho = 0.376 (zCDP)." in words
+    assert head + "a unit of size 10 has lost at most rho = 0.469 (zCDP)." in words
+    assert head + "a unit of size 100 has lost at most rho = 3 (zCDP)." in words
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        rels = led.releases_public()
+    assert [r["release"] for r in rels] == ["series_2021", "series_2022", "series_2023"]
+    cur = rels[0]["curve"]["currencies"]
+    assert sorted(cur) == ["payroll", "rows"] and cur["rows"]["rows"] == 1.0
+    # no input.max_cells: the curves bound units in one cell of each table, and say so
+    assert rels[0]["curve"]["holds_for"].startswith("units contributing to one cell")
+    assert any(w.startswith("The curves of 'series_2021', 'series_2022' and 'series_2023' "
+                            "(this one) bound units contributing to one cell") for w in words)
+    out = io.StringIO()
+    assert cli_main(["ledger", "show", str(tmp_path / "ledger")], stdout=out) == 0
+    assert "release=series_2023" in out.getvalue() and "curve=recorded (1: 0.126" in \
+        out.getvalue()
+
+
+_SIZES = """
+[plan]
+record_sizes = [1.0, 10.0, 100.0]
+"""
+
+
+def test_run_bound_under_a_curve_lifetime_budget(tmp_path):
+    """Curve budget {1: 0.2, 100: 5}: per currency min(sum of curves, the curve at the size).
+
+    payroll (sigma 40): 3 x s^2/3200; rows (count, 1 row): 3 x 0.125 = 0.375, its limit the
+    curve at 1 row, 0.2. At size 1: payroll 3/3200 (below 0.2) + rows 0.2. At 100: payroll
+    min(9.375, 5) + 0.2.
+    """
+    curve = '{ "1" = 0.2, "100" = 5.0 }'
+    out = io.StringIO()
+    assert cli_main(["ledger", "init", str(tmp_path / "ledger"), "--series", "test-series",
+                     "--lifetime-budget", '{"1": 0.2, "100": 5.0}'], stdout=out) == 0
+    for year in (2021, 2022, 2023):
+        _sample(year).write_parquet(tmp_path / f"data_{year}.parquet")
+        text = series_spec(name=f"series_{year}", data=f"data_{year}.parquet", ledger="ledger",
+                           series="test-series", lifetime=curve, seed=year,
+                           public=f"out/{year}/public",
+                           confidential=f"out/{year}/confidential", extra=_SIZES)
+        (tmp_path / f"r{year}.toml").write_text(text)
+        res = run_release(load_spec(tmp_path / f"r{year}.toml"), test_seed=True)
+    summary = json.loads((res.public / "summary.json").read_text())
+    assert _bound(summary, 1.0) == pytest.approx(3 / 3200 + 0.2, rel=1e-12)
+    assert _bound(summary, 100.0) == pytest.approx(5.0 + 0.2, rel=1e-12)
+    # at 10: payroll limit = 0.2 + (5 - 0.2)/2 = 2.6 (linear in log size), sum 3 x 1/32
+    assert _bound(summary, 10.0) == pytest.approx(3 * 100 / 3200 + 0.2, rel=1e-12)
+    assert any("a unit of size 100 has lost at most rho = 5.2 (zCDP)." in w
+               for w in summary["lifetime"]["guarantee_in_words"])
+
+
+def test_run_lifetime_blocks_identical_on_neighbouring_ledgers(tmp_path):
+    """Three series on neighbouring datasets: the same public lifetime statements.
+
+    D, D with a unit less, D with a unit's size changed: the same summary.json ``lifetime``
+    block, the same html block and the same ``Ledger.public()``.
+    """
+    folders = [tmp_path / n for n in ("a", "b", "c")]
+    blocks = []
+    for k, folder in enumerate(folders):
+        folder.mkdir()
+        for year in (2021, 2022, 2023):
+            spec = _spec(folder, year)
+            df = pl.read_parquet(folder / f"data_{year}.parquet")
+            if k == 1:  # one unit less
+                df = df.filter(pl.col("estab") != 9999)
+            elif k == 2:  # one unit's size changed
+                df = df.with_columns(payroll=pl.when(pl.col("estab") == 9999).then(7.5e4)
+                                     .otherwise(pl.col("payroll")))
+            df.write_parquet(folder / f"data_{year}.parquet")
+            res = run_release(load_spec(spec), test_seed=True)
+        summary = json.loads((res.public / "summary.json").read_text())
+        with tabdp.Ledger.open(folder / "ledger") as led:
+            assert led.state().height != 0
+            pub = led.public()
+        blocks.append((summary["lifetime"],
+                       _html_section((res.public / "summary.html").read_text(), "lifetime"),
+                       pub))
+    assert blocks[0] == blocks[1] == blocks[2]
+    assert "series_2021" in blocks[0][0]["guarantee_in_words"][1]
