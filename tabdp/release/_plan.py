@@ -16,6 +16,7 @@ import polars as pl
 
 from tabdp._numeric import add_up, mul_up
 from tabdp.exceptions import (
+    InvalidParameterError,
     TabdpError,
 )
 from tabdp.mechanisms import Mechanism
@@ -477,6 +478,48 @@ def lifetime_curve(spec: ReleaseSpec, total_curve: list[dict[str, Any]]) -> dict
         _curves_hold_for(spec))
 
 
+def _curve_cap(b: Any, per: dict[str, Any], s: float, rho: float) -> tuple[float, int]:
+    """The lifetime cap on a unit's total ρ at size ``s`` and the releases charged in full.
+
+    A constant budget caps the total (``k·rho <= cap``). A curve budget caps each currency
+    ``c`` at its limit at the unit's size there, and the filter decides per currency: the cap
+    is the sum of the limits of the release's currencies (rounded up; at most ``total``), and
+    a release like this one is charged in full while every currency stays within its limit
+    (``k = min_c floor(limit_c / rho_c)``, and ``floor(total / rho)`` with a ``total``).
+    Without per-currency curves (none recorded), the generic curve at ``s``.
+
+    Example:
+        >>> from tabdp.privacy.budget import Budget
+        >>> _curve_cap(Budget(2.0), {}, 1e3, 0.5)
+        (2.0, 3)
+    """
+    def at_size(rows: list[dict[str, Any]]) -> float:  # a recorded curve's rho at s
+        got = [r["rho"] for r in rows if r["delta"] == s]
+        return math.inf if not got or got[0] is None else float(got[0])
+
+    def full(cap: float, r: float) -> int:  # rounded down, with room for rounding
+        return math.floor(cap / r * (1 - 1e-12))
+
+    if b.constant is not None or not per:
+        cap = float(b.constant) if b.constant is not None else float(b.limit([s])[0])
+        return cap, full(cap, rho)
+    cap, ks = 0.0, []
+    for name, part in per.items():
+        at = s if part["rows"] is None else float(part["rows"])
+        try:
+            limit = float(b.limit([at], name)[0])
+        except InvalidParameterError:  # no curve for this currency: refused at run time
+            limit = math.inf
+        cap = float(add_up(np.array([cap]), np.array([limit]))[0])
+        r_c = at_size(part["curve"])
+        if math.isfinite(r_c) and r_c > 0:
+            ks.append(full(limit, r_c))
+    if b.total is not None:
+        cap = min(cap, float(b.total))
+        ks.append(full(float(b.total), rho))
+    return cap, min(ks) if ks else full(cap, rho)
+
+
 def lifetime_in_words(spec: Any, total_curve: list[dict[str, Any]],
                       unit: str = "unit") -> list[str]:
     """PUBLIC: the lifetime guarantee of the spec's release series, in sentences.
@@ -523,27 +566,31 @@ establishment loses at most rho = 2 in all (zCDP): the series' lifetime budget."
     else:
         lines.append(f"{head}{a} {unit} of a given size loses at most the lifetime budget "
                      "curve at that size (zCDP):")
+    # a curve budget bounds each currency at the unit's size there (the rows a count curve
+    # assumes): the cap on a unit's total is the sum over the release's currencies of their
+    # limits (and ``total``), never the generic curve at one size
+    per = lifetime_curve(spec, total_curve)["currencies"] if b.constant is None else {}
     for r in rows:
         s, rho = float(r["delta"]), float(r["rho"])
         if s not in sizes:
             continue
-        cap = float(b.constant) if b.constant is not None else float(b.limit([s])[0])
         if not (math.isfinite(rho) and rho > 0):
             continue
-        # releases charged in full: k·rho <= cap (rounded down, with room for rounding)
-        k = math.floor(cap / rho * (1 - 1e-12))
+        cap, k = _curve_cap(b, per, s, rho)
         what = (f"{a} {unit} of size {_size_text(s)} (at most rho = {upper_3g(rho)} in one "
                 "release like this one, contributing that size to a cell of every table)")
         over = "" if b.constant is not None else (
             f" loses at most rho = {upper_3g(cap)} over the series, and")
+        past = (f"rho = {upper_3g(cap)}" if b.constant is not None or not per
+                else "its lifetime budget in a currency")
         if k >= 1:
             lines.append(f"{what}{over} is charged in full in at least {k} release(s) like "
                          "this one; after that, the filter leaves it out of the tables that "
-                         f"would take it past rho = {upper_3g(cap)}.")
+                         f"would take it past {past}.")
         else:
             lines.append(f"{what}{over} would pass its lifetime budget in one such release: "
-                         "the filter leaves it out of the tables that would take it past "
-                         f"rho = {upper_3g(cap)}.")
+                         f"the filter leaves it out of the tables that would take it past "
+                         f"{past}.")
     if b.total is not None:
         lines.append(f"and every {unit} loses at most rho = {upper_3g(b.total)} in all.")
     lines.append(f"An individual filter (Feldman and Zrnic, arXiv:2008.11193) enforces it: a "

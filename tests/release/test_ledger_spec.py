@@ -13,6 +13,7 @@ import pytest
 import tabdp
 from tabdp.cli import main as cli_main
 from tabdp.exceptions import SpecError
+from tabdp.release._plan import plan_summary
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
 
@@ -342,3 +343,27 @@ def test_run_lifetime_blocks_identical_on_neighbouring_ledgers(tmp_path):
                        pub))
     assert blocks[0] == blocks[1] == blocks[2]
     assert "series_2021" in blocks[0][0]["guarantee_in_words"][1]
+
+
+def test_run_cap_sentences_add_the_currencies_limits(tmp_path):
+    """Under a curve budget the per-size cap is the sum of the currencies' limits.
+
+    Budget {1: 0.2, 100: 5} per currency; the release charges payroll (at the unit's size)
+    and rows (a count cell of 1 row): a unit of size 1 may lose 0.2 in payroll and 0.2 in rows
+    over the series (0.4 in all), not the generic curve at size 1 (0.2); at size 100,
+    5 + 0.2. Releases charged in full: the fewest over the currencies (rows: 0.125 a release
+    against 0.2: one).
+    """
+    curve = '{ "1" = 0.2, "100" = 5.0 }'
+    _sample(2021).write_parquet(tmp_path / "data_2021.parquet")
+    text = series_spec(name="series_2021", data="data_2021.parquet", ledger="ledger",
+                       series="test-series", lifetime=curve, seed=1, public="out/public",
+                       confidential="out/confidential", extra=_SIZES)
+    (tmp_path / "r.toml").write_text(text)
+    words = plan_summary(load_spec(tmp_path / "r.toml"))["lifetime"]["guarantee_in_words"]
+    at1 = next(w for w in words if w.startswith("a unit of size 1 "))
+    at100 = next(w for w in words if w.startswith("a unit of size 100 "))
+    assert "loses at most rho = 0.4 over the series" in at1, at1
+    assert "loses at most rho = 5.2 over the series" in at100, at100
+    assert "charged in full in at least 1 release(s)" in at1, at1
+    assert "past its lifetime budget in a currency" in at1, at1
