@@ -10,7 +10,6 @@ apply to (``tests/_engines.py``).
 
 from __future__ import annotations
 
-import os
 import pathlib
 import sys
 from collections.abc import Callable
