@@ -29,8 +29,8 @@ test: $(STAMP)
 # all), in WORKERS processes like `make test`. Some costly parametrized tests run a subset here
 # (tests/conftest.py FAST_SUBSETS; the rest is marked slow). Measured on the 2-core machine,
 # nearly idle (load about 3), 2026-12-02: 5,134 tests, 3 min 30 s wall, 394 s of CPU.
-# On 2026-12-03 a slower machine of the same kind (a plain Python loop about 1.5x slower, the
-# floor benchmarks 1.5x) took 9 min 31 s for 5,441 tests, quiet; 4 min 12 s on the morning's.
+# On 2026-12-03 a slower machine of the same kind (the floor benchmarks took 1.5x as long there)
+# took 9 min 31 s for 5,441 tests, quiet; 4 min 12 s on the morning's machine.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 
