@@ -57,7 +57,8 @@ from tabdp.privacy.budget import Budget
 from tabdp.privacy.ledger import sorted_search, strictly_increasing
 
 __all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
-           "budget_from_spec", "FORMAT", "release_curve", "series_bound", "history_in_words"]
+           "budget_from_spec", "FORMAT", "release_curve", "series_bound", "history_in_words",
+           "currency_limit"]
 
 #: The ledger format written in every chain entry whose data files are hashed with SHA-256
 #: (bare hex digests): every ledger before BLAKE3, and one written where ``blake3`` is missing.
@@ -493,6 +494,37 @@ def _rho_at(rows: list[dict[str, Any]], size: float) -> float:
     return math.inf
 
 
+def currency_limit(budget: Budget, name: str, part: Mapping[str, Any],
+                   size: float) -> tuple[float, float]:
+    """PUBLIC: a curve budget's limit for one currency of a recorded curve, and its ρ there.
+
+    The currency is charged at the unit's size, or at the rows a count curve assumes
+    (``part["rows"]``); a currency the budget has no curve for is unbounded (``inf``: such a
+    release is refused at run time).
+
+    Args:
+        budget: A curve lifetime budget.
+        name: The currency (a measure, or ``"rows"``).
+        part: Its recorded curve (`release_curve`'s ``currencies[name]``).
+        size: The unit's record size.
+
+    Returns:
+        ``(limit, rho)``: the budget's limit there and the curve's ρ at ``size`` (``inf``
+        where not recorded).
+
+    Example:
+        >>> part = {"rows": None, "curve": [{"delta": 10.0, "rho": 0.5}]}
+        >>> currency_limit(Budget({1: 0.2, 100: 5.0}), "payroll", part, 10.0)
+        (2.6, 0.5)
+    """
+    at = float(size) if part["rows"] is None else float(part["rows"])
+    try:
+        limit = float(budget.limit([at], name)[0])
+    except InvalidParameterError:  # no curve for it: refused at run time
+        limit = math.inf
+    return limit, _rho_at(part["curve"], float(size))
+
+
 def _up2(a: float, b: float) -> float:
     """``a + b`` rounded up (never below the exact sum)."""
     if math.isinf(a) or math.isinf(b):
@@ -547,10 +579,7 @@ def series_bound(budget: Budget, curves: Sequence[Mapping[str, Any] | None],
                     for p in parts:
                         got = _up2(got, _rho_at(p["curve"], s))
                     at = max(s if p["rows"] is None else p["rows"] for p in parts)
-                    try:
-                        limit = float(budget.limit([at], name)[0])
-                    except InvalidParameterError:  # no curve for it: refused at run time
-                        limit = math.inf
+                    limit, _ = currency_limit(budget, name, {"rows": at, "curve": []}, s)
                     cap = _up2(cap, min(got, limit))
             if budget.total is not None:
                 cap = min(cap, float(budget.total))

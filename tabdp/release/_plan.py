@@ -16,7 +16,6 @@ import polars as pl
 
 from tabdp._numeric import add_up, mul_up
 from tabdp.exceptions import (
-    InvalidParameterError,
     TabdpError,
 )
 from tabdp.mechanisms import Mechanism
@@ -493,9 +492,7 @@ def _curve_cap(b: Any, per: dict[str, Any], s: float, rho: float) -> tuple[float
         >>> _curve_cap(Budget(2.0), {}, 1e3, 0.5)
         (2.0, 3)
     """
-    def at_size(rows: list[dict[str, Any]]) -> float:  # a recorded curve's rho at s
-        got = [r["rho"] for r in rows if r["delta"] == s]
-        return math.inf if not got or got[0] is None else float(got[0])
+    from tabdp.privacy.lifetime import currency_limit
 
     def full(cap: float, r: float) -> int:  # rounded down, with room for rounding
         return math.floor(cap / r * (1 - 1e-12))
@@ -505,19 +502,14 @@ def _curve_cap(b: Any, per: dict[str, Any], s: float, rho: float) -> tuple[float
         return cap, full(cap, rho)
     cap, ks = 0.0, []
     for name, part in per.items():
-        at = s if part["rows"] is None else float(part["rows"])
-        try:
-            limit = float(b.limit([at], name)[0])
-        except InvalidParameterError:  # no curve for this currency: refused at run time
-            limit = math.inf
+        limit, r_c = currency_limit(b, name, part, s)
         cap = float(add_up(np.array([cap]), np.array([limit]))[0])
-        r_c = at_size(part["curve"])
-        if math.isfinite(r_c) and r_c > 0:
+        if math.isfinite(r_c) and r_c > 0 and math.isfinite(limit):
             ks.append(full(limit, r_c))
     if b.total is not None:
         cap = min(cap, float(b.total))
         ks.append(full(float(b.total), rho))
-    return cap, min(ks) if ks else full(cap, rho)
+    return cap, min(ks) if ks else (full(cap, rho) if math.isfinite(cap) else 0)
 
 
 def lifetime_in_words(spec: Any, total_curve: list[dict[str, Any]],
