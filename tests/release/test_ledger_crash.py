@@ -25,8 +25,6 @@ import pytest
 
 import tabdp
 from tabdp.cli import main as cli_main
-from tabdp.release.runner import run_release
-from tabdp.release.spec import load_spec
 
 pytest.importorskip("deltalake")
 
@@ -91,34 +89,38 @@ def _uncommitted_writes(path: Path) -> bool:
     return False
 
 
-@pytest.mark.slow  # 20 interpreters plus 20 reference runs (about 1-2 minutes on 2 cores)
+@pytest.mark.slow  # 20 interpreters plus 20 timed reference runs (about 2 minutes on 2 cores)
 def test_kill_9_of_real_runs_leaves_the_old_or_the_new_state(tmp_path):
     ledger = tmp_path / "ledger"
     _init(ledger)
-    # how long one whole run takes here (interpreter start included), on a scratch copy
-    copy_ledger(ledger, tmp_path / "scratch")
-    t0 = time.monotonic()
-    probe = _run(_spec(tmp_path, "probe", 2020, "scratch", "out/probe"))
-    _, err = probe.communicate(timeout=300)
-    assert probe.returncode == 0, err
-    whole = time.monotonic() - t0
-    rnd = random.Random(3131)
     releases, state = _state(ledger)
     outcomes = {"old": 0, "new": 0, "killed": 0, "killed_mid_commit": 0}
+    rnd = random.Random(3131)
+    # kill points as fractions of the same run's measured length: the even runs anywhere in the
+    # run, the odd ones spread evenly from 60% to 150% (around the commit and past the end).
+    # The run's length is measured on the same ledger's copy just before (the ledger grows with
+    # each release and the machine's speed varies: one probe at the start was too early for
+    # later runs and left almost every kill before the commit)
+    late = [0.6 + 0.9 * k / 9 for k in range(10)]
+    rnd.shuffle(late)
     for i in range(20):
         year = 2021 + i
-        # the next state, computed by a complete run on a copy of the ledger
+        # the next state, computed by a complete, timed run of the same interpreter command on a
+        # copy of the ledger
         ref = tmp_path / f"ref{i}"
         copy_ledger(ledger, ref)
-        run_release(load_spec(_spec(tmp_path, f"ref{i}", year, ref.name, f"out/ref{i}")),
-                    test_seed=True)
+        t0 = time.monotonic()
+        probe = _run(_spec(tmp_path, f"ref{i}", year, ref.name, f"out/ref{i}"))
+        _, err = probe.communicate(timeout=300)
+        whole = time.monotonic() - t0
+        assert probe.returncode == 0, err
         with tabdp.Ledger.open(ref) as led:
             new_state = led.state().clone()
             assert led.releases == releases + 1
         shutil.rmtree(ref)
-        # the real run, killed after a random delay (half of them late: around the commit)
+        # the real run, killed after a delay
         spec = _spec(tmp_path, f"run{i}", year, ledger.name, f"out/run{i}")
-        delay = rnd.uniform(0.0, whole) if i % 2 else rnd.uniform(0.6 * whole, 1.1 * whole)
+        delay = whole * (late[i // 2] if i % 2 else rnd.uniform(0.0, 1.0))
         p = _run(spec)
         time.sleep(delay)
         if p.poll() is None:
