@@ -31,6 +31,10 @@ test: $(STAMP)
 # nearly idle (load about 3), 2026-12-02: 5,134 tests, 3 min 30 s wall, 394 s of CPU.
 # On 2026-12-03 a slower machine of the same kind (the floor benchmarks took 1.5x as long there)
 # took 9 min 31 s for 5,441 tests, quiet; 4 min 12 s on the morning's machine.
+# Collection alone (`pytest --collect-only`, one process, as each worker does it), that machine
+# under load 12-17 from other jobs, 2026-12-03: 26.1 s of CPU, 21.8 s once test_architecture
+# stopped parsing tabdp/ at import. With PYTHONDONTWRITEBYTECODE set, pytest keeps no rewritten
+# test modules: a profile put about half of collection in assertion rewriting.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,12 @@ def _modules() -> dict[str, _Module]:
 MODULES = _modules()
 
 
+@functools.cache
+def _parse(source: str) -> ast.Module:
+    """``ast.parse`` of a source text, parsed once per text (the checks only read the trees)."""
+    return ast.parse(source)
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -106,7 +113,7 @@ class _Import:
 
 
 def _imports(mod: _Module) -> list[_Import]:
-    tree = ast.parse(mod.path.read_text(encoding="utf-8"))
+    tree = _parse(mod.path.read_text(encoding="utf-8"))
     skip = _type_checking_nodes(tree)
     out = []
     for node in ast.walk(tree):
@@ -129,7 +136,10 @@ def _imports(mod: _Module) -> list[_Import]:
     return out
 
 
-IMPORTS = {name: _imports(mod) for name, mod in MODULES.items()}
+@functools.cache
+def _all_imports() -> dict[str, list[_Import]]:
+    """Module -> its imports of tabdp, read when a test first asks (not when pytest collects)."""
+    return {name: _imports(mod) for name, mod in MODULES.items()}
 
 
 def _target(imp: _Import) -> str:
@@ -154,7 +164,7 @@ def _crosses(importer: str, owner_module: str) -> bool:
 
 def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for m, imps in IMPORTS.items():
+    for m, imps in _all_imports().items():
         for imp in imps:
             t = _target(imp)
             if t in MODULES and t != m:
@@ -203,7 +213,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def _private_uses() -> set[tuple[str, str, str, int]]:
     """(importer, owning module, private name, line) for every use across a package boundary."""
     found = set()
-    for m, imps in IMPORTS.items():
+    for m, imps in _all_imports().items():
         module_aliases: dict[str, str] = {}
         for imp in imps:
             t = _target(imp)
@@ -214,7 +224,7 @@ def _private_uses() -> set[tuple[str, str, str, int]]:
                 module_aliases[imp.alias] = t
         if not module_aliases:
             continue
-        for node in ast.walk(ast.parse(MODULES[m].path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(MODULES[m].path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and _private(node.attr) \
                     and isinstance(node.value, ast.Name) and node.value.id in module_aliases:
                 owner = module_aliases[node.value.id]
@@ -231,7 +241,7 @@ def _private_module(name: str) -> bool:
 def _private_module_imports() -> set[tuple[str, str, int]]:
     """(importer, private module of another package, line) for every such import."""
     found = set()
-    for m, imps in IMPORTS.items():
+    for m, imps in _all_imports().items():
         for imp in imps:
             t = _target(imp)
             if t in MODULES and _private_module(t) and _crosses(m, t):
@@ -243,7 +253,7 @@ def _simple_namespaces() -> dict[str, list[int]]:
     """Module -> lines where its code (not its docstrings) names ``SimpleNamespace``."""
     found: dict[str, list[int]] = {}
     for name, mod in MODULES.items():
-        for node in ast.walk(ast.parse(mod.path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(mod.path.read_text(encoding="utf-8"))):
             hit = ((isinstance(node, ast.Name) and node.id == "SimpleNamespace")
                    or (isinstance(node, ast.Attribute) and node.attr == "SimpleNamespace")
                    or (isinstance(node, ast.alias) and node.name == "SimpleNamespace"))
@@ -256,7 +266,7 @@ def test_the_parser_sees_the_package() -> None:
     """The scan covers every module and finds the imports it should (guards the test itself)."""
     assert {"tabdp", "tabdp.registry", "tabdp.mechanisms._base", "tabdp.frame._engine"} \
         <= set(MODULES)
-    targets = {_target(i) for i in IMPORTS["tabdp.release.spec.tables"]}
+    targets = {_target(i) for i in _all_imports()["tabdp.release.spec.tables"]}
     assert {"tabdp.registry", "tabdp.mechanisms", "tabdp.calibrate"} <= targets
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -359,7 +369,7 @@ def test_the_private_module_allow_list_stays_empty() -> None:
 def _calls(path: Path) -> list[tuple[str, int]]:
     """(called name, line) of every call in a module (``f(...)`` and ``x.f(...)``)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call):
             f = node.func
             name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
@@ -449,7 +459,7 @@ def test_no_module_asks_the_session_for_engine_state() -> None:
     bad = [f"{path.relative_to(ROOT)}:{node.lineno} reads Session.{node.attr}"
            for path in sorted(PKG.rglob("*.py"))
            if path not in {PKG / "frame" / "binding.py"}
-           for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+           for node in ast.walk(_parse(path.read_text(encoding="utf-8")))
            if isinstance(node, ast.Attribute) and node.attr in MOVED_TO_THE_FRAME_LAYER
            and ((isinstance(node.value, ast.Name) and node.value.id in names)
                 or (isinstance(node.value, ast.Attribute) and node.value.attr == "session"))]
@@ -480,7 +490,7 @@ ENGINE_DECISIONS_ALLOWED: dict[str, str] = {
 def _engine_decisions() -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for name, mod in MODULES.items():
-        for node in ast.walk(ast.parse(mod.path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(mod.path.read_text(encoding="utf-8"))):
             hit = False
             if isinstance(node, ast.Call):
                 f = node.func
@@ -568,10 +578,10 @@ def test_the_release_workflow_tests_no_engine_handle() -> None:
     """
     bad = [f"{name}:{line} {expr}" for name, mod in MODULES.items()
            if name == "tabdp.release" or name.startswith("tabdp.release.")
-           for expr, line in _engine_handle_tests(ast.parse(mod.path.read_text(encoding="utf-8")))]
+           for expr, line in _engine_handle_tests(_parse(mod.path.read_text(encoding="utf-8")))]
     assert not bad, "engine handles tested in tabdp/release:\n" + "\n".join(bad)
     tables = PKG / "release" / "_tables.py"
-    engine_calls = [ast.unparse(n.func) for n in ast.walk(ast.parse(tables.read_text("utf-8")))
+    engine_calls = [ast.unparse(n.func) for n in ast.walk(_parse(tables.read_text("utf-8")))
                     if isinstance(n, ast.Call) and ast.unparse(n.func).startswith("eng.")]
     assert engine_calls == ["eng.read_input"], f"one call reads the input: {engine_calls}"
     called = {name for name, _ in _calls(tables)}
@@ -635,7 +645,7 @@ def test_no_attribute_is_planted_on_a_ledger_from_another_package() -> None:
     """
     bad = [f"{name}:{line} assigns {target}"
            for name, mod in MODULES.items() if not name.startswith("tabdp.privacy")
-           for target, line in _ledger_targets(ast.parse(mod.path.read_text(encoding="utf-8")))]
+           for target, line in _ledger_targets(_parse(mod.path.read_text(encoding="utf-8")))]
     assert not bad, "attributes planted on a ledger from another package:\n" + "\n".join(bad)
     probe = ast.parse("ledger.replay, ledger.collect = f, g\nsess.ledger.spill = None\n")
     assert [t for t, _ in _ledger_targets(probe)] == [
@@ -712,7 +722,7 @@ def test_the_individual_filter_is_one_pure_function() -> None:
     No other module defines a filter of its own.
     """
     defined = sorted((node.name, name) for name, mod in MODULES.items()
-                     for node in ast.walk(ast.parse(mod.path.read_text(encoding="utf-8")))
+                     for node in ast.walk(_parse(mod.path.read_text(encoding="utf-8")))
                      if isinstance(node, ast.FunctionDef)
                      and node.name in {"individual_filter", "constant_admits"})
     assert defined == [("constant_admits", "tabdp.privacy.filter"),
@@ -736,7 +746,7 @@ def test_the_runner_and_the_spec_are_split_by_stage() -> None:
         assert f"tabdp.release.spec.{stage}" in MODULES, f"spec stage {stage} is missing"
     runner = PKG / "release" / "runner.py"
     assert len(runner.read_text(encoding="utf-8").splitlines()) <= 400
-    tree = ast.parse(runner.read_text(encoding="utf-8"))
+    tree = _parse(runner.read_text(encoding="utf-8"))
     functions = sorted(n.name for n in tree.body if isinstance(n, ast.FunctionDef))
     assert functions == ["_check_input_first", "_check_schema_first", "_run_with_ledger",
                          "run_release"], functions
