@@ -1012,6 +1012,25 @@ def _row_cell_expr(schema: pl.Schema, keys: KeySet, by: list[str]) -> pl.Expr | 
     return None if doms is None else _cell_codes(doms)
 
 
+def _row_inside_expr(schema: pl.Schema, keys: KeySet, by: list[str]) -> pl.Expr | None:
+    """Whether each row is in a cell of the key set, as a row-wise Boolean, or None.
+
+    For the key sets whose cells `_row_cell_expr` finds (text keys, a cross product of
+    domains): a row is in a cell iff each key, compared as text, is in its column's domain
+    (null, a null key, where it is not: the rows the cell index leaves null). For a pass that
+    needs only whether a row is in a cell, not which one (the streaming report): one lookup
+    per column, without the codes' casts and arithmetic (about half the CPU per row).
+    """
+    if not by or not all(isinstance(schema[c], _TEXT) for c in by):
+        return None
+    keys_pl, _, _ = check_cell_keys(schema, keys, by)
+    doms = _code_domains(schema, keys, keys_pl)
+    if doms is None:
+        return None
+    return pl.all_horizontal([pl.col(d.name).cast(pl.String).is_in(d.cast(pl.String).implode())
+                              for d in doms])
+
+
 def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
     """Cells of a cross product of text domains as a row-wise expression (no join; order kept).
 
@@ -1024,16 +1043,21 @@ def _cells_by_codes(frame: _Frame, doms: list[pl.Series], name: str) -> _Frame:
 
 
 def _cell_codes(doms: list[pl.Series]) -> pl.Expr:
-    """The expression of `_cells_by_codes`: the cell's index, null outside the key set."""
-    idx: pl.Expr = pl.lit(0, pl.Int64)
-    inside: pl.Expr = pl.lit(True)
+    """The expression of `_cells_by_codes`: the cell's index, null outside the key set.
+
+    A value outside its column's domain has a null code, and Polars' arithmetic propagates
+    the null: the index is null exactly where some code is (no mask, no ``fill_null``, no
+    ``when``: about half the CPU of those per row; the index is below the key set's size,
+    which is materialised, so the mixed radix never overflows an Int64).
+    """
+    idx: pl.Expr | None = None
     for dom in doms:
         code = (pl.col(dom.name).cast(pl.String)
                 .cast(pl.Enum(dom.cast(pl.String).to_list()), strict=False)
                 .to_physical().cast(pl.Int64))
-        inside = inside & code.is_not_null()
-        idx = idx * len(dom) + code.fill_null(0)
-    return pl.when(inside).then(idx).otherwise(None)
+        idx = code if idx is None else idx * len(dom) + code
+    assert idx is not None  # a key set has at least one column
+    return idx
 
 
 def _check_bound(name: str, value: Any) -> int | None:

@@ -56,6 +56,7 @@ from tabdp.frame._engine import (
     _output_dtypes,
     _Policy,
     _Prepared,
+    _row_inside_expr,
     _rule_counts,
     _Rules,
     _strict_checks,
@@ -136,7 +137,9 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
     ``seen`` maps (grouping, key set) to the cell column of an earlier program of the plan
     with the same ones: its cells are copied rather than found again (updated here). With
     ``magnitudes`` (the report, which sums nothing) a contribution is its magnitude as a
-    Float64 where `_magnitude` gives it and the policy reads no sign (not joint).
+    Float64 where `_magnitude` gives it and the policy reads no sign (not joint), and the
+    cell column, where `_row_inside_expr` applies, is 0 in a cell and null outside (the
+    report reads only that; the same rows are null).
     """
     parts = {m: _measure_parts(m, schema[m], prog.rules) for m in prog.measures}
     keep = _keep_mask(parts, prog.rules, pl.lit(True), None)
@@ -154,8 +157,14 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
         *[value(m).alias(f"__v{j}:{m}") for m in summed],
         keep.cast(pl.Int64).alias(f"__r{j}"))
     same = (prog.by, id(prog.keys))
+    # the report reads only whether a row is in a cell (``__c<j>`` not null), not which one
+    inside = _row_inside_expr(schema, prog.keys, list(prog.by)) if magnitudes else None
     if seen is not None and same in seen:
         lf = lf.with_columns(pl.col(seen[same]).alias(f"__c{j}"))
+    elif inside is not None:
+        lf = lf.with_columns(pl.when(inside).then(pl.lit(0, pl.Int64)).alias(f"__c{j}"))
+        if seen is not None:
+            seen[same] = f"__c{j}"
     else:
         lf = _cells(lf, schema, prog.keys, list(prog.by), f"__c{j}", ordered)
         if seen is not None:
