@@ -8,6 +8,7 @@ which cells exist; such releases are flagged in the public summary.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -27,10 +28,25 @@ from tabdp.exceptions import (
 __all__ = ["KeySet", "check_cell_keys", "check_keys_distinct", "common_dtype"]
 
 
+#: The largest key set a cross product may have: every cell index (mixed radix, first column
+#: slowest) and every partial product of the radix fit an Int64 with room to spare.
+_MAX_CELLS = 2**62
+
+
 def _cross(domains: list[pl.Series]) -> pl.DataFrame:
-    """Cross product of domains, first column slowest (mixed-radix order)."""
+    """Cross product of domains, first column slowest (mixed-radix order).
+
+    The size is a Python integer (numpy's int64 product wraps silently: 64 domains of 2 values
+    made an empty key set whose domains still spanned 2**64 cells); a product of more than
+    `_MAX_CELLS` cells is refused.
+    """
     sizes = [len(d) for d in domains]
-    total = int(np.prod(sizes)) if sizes else 0
+    total = math.prod(sizes) if sizes else 0
+    if total > _MAX_CELLS:
+        raise InvalidParameterError(
+            f"a key set of {total:.3g} cells (the cross product of domains of sizes {sizes}) is "
+            "too large to enumerate or index.\nHint: release by fewer key columns, or give "
+            "the public list of combinations that occur (KeySet.from_frame).")
     cols = []
     inner = total
     for d, n in zip(domains, sizes, strict=True):

@@ -42,6 +42,7 @@ import json
 import math
 import os
 import socket
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -1950,19 +1951,20 @@ def _writer() -> Any:
         "unit": dl.ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")})
 
 
-def _hash_file(path: Path) -> tuple[int, str]:
-    """``(size, digest)`` of a data file just written, in the algorithm of `_file_hasher`.
+def _hash_fd(fd: int) -> tuple[int, str]:
+    """``(size, digest)`` of the file open as ``fd`` (readable), in the algorithm of `_file_hasher`.
 
-    BLAKE3 hashes the file through a memory map (no copy of its bytes into this process);
-    SHA-256 (without the blake3 package) reads it in blocks.
+    Hashed through a memory map of the descriptor (no copy of its bytes into this process, and
+    the file hashed is the one created, whatever its name points to now).
     """
+    import mmap
+
     h = _file_hasher()
-    if hasattr(h, "update_mmap"):
-        h.update_mmap(str(path))
-    else:
-        with open(path, "rb") as fh:
-            h = hashlib.file_digest(fh, _once(h))
-    return path.stat().st_size, _digest(h)
+    size = os.fstat(fd).st_size
+    if size:
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+            h.update(mm)
+    return size, _digest(h)
 
 
 def _parquet_layout(df: pl.DataFrame) -> dict[str, Any]:
@@ -2012,7 +2014,7 @@ def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[li
 
     The file is written by pyarrow (no statistics, an encoding per column, `_parquet_layout`:
     several times faster than delta-rs' writer at 1M units x 14 columns), fsynced, hashed
-    as stored (`_hash_file`), then added to the table by a Delta commit
+    as stored (`_hash_fd`), then added to the table by a Delta commit
     (``mode``: ``"append"`` or ``"overwrite"``; a new table is created). Returns the table's
     new version and ``[[path, size, digest]]`` of the file, or ``None`` (nothing written) when
     the table's schema differs from ``df``'s: the caller then writes through delta-rs, which
@@ -2034,7 +2036,7 @@ def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[li
     # created here (never an existing file), then written by pyarrow's own file writer: at
     # 10M units x 14 columns a Python file object took about 30,000 calls per file, each
     # copying a page into a new bytes object (0.3-0.5 CPU-s per file)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
         # the columns without nulls written as required fields: no definition levels to
         # encode (or decode), 0.07 CPU-s per column at 10M units; the same values, and the
@@ -2042,12 +2044,24 @@ def _write_delta(table: Path, df: pl.DataFrame, mode: str) -> tuple[int, list[li
         data = df.to_arrow()
         data = data.cast(pa.schema([f.with_nullable(df[f.name].null_count() > 0)
                                     for f in data.schema]))
-        pq.write_table(data, str(path), **_parquet_layout(df))
+        # written through this descriptor's own file (Linux: its /proc link opens the same
+        # file whatever the name points to now), so the bytes never go anywhere else
+        proc = f"/proc/self/fd/{fd}"
+        pq.write_table(data, proc if os.path.exists(proc) else str(path), **_parquet_layout(df))
         os.fsync(fd)
+        # the Delta commit names the file: the name must still be the file created above (not
+        # a link or another file put there meanwhile; elsewhere than Linux pyarrow also wrote
+        # by that name), or what was written, synced and hashed is not what the name reads
+        mine, now = os.fstat(fd), os.lstat(path)
+        if (mine.st_dev, mine.st_ino) != (now.st_dev, now.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise LedgerError(
+                f"the ledger file {path} was replaced while this run wrote it (another process "
+                "writes in the ledger's folder); nothing was committed.\nHint: make sure only "
+                "the curator's runs can write the ledger's folder, then run again.")
+        # hashed as stored (the bytes every later open hashes), after the fsync
+        size, digest = _hash_fd(fd)
     finally:
         os.close(fd)
-    # hashed as stored (the bytes every later open hashes), after the fsync
-    size, digest = _hash_file(path)
     u = df["unit"]
     stats = {"numRecords": df.height, "nullCount": {"unit": u.null_count()}}
     if df.height > u.null_count():
