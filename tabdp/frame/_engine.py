@@ -1005,11 +1005,16 @@ def _row_cell_expr(schema: pl.Schema, keys: KeySet, by: list[str]) -> pl.Expr | 
     Text keys whose key set is a cross product of domains: the expression a snapshot's plan
     computes in its pass (row mode), the same values `_cells` adds afterwards.
     """
+    doms = _row_domains(schema, keys, by)
+    return None if doms is None else _cell_codes(doms)
+
+
+def _row_domains(schema: pl.Schema, keys: KeySet, by: list[str]) -> list[pl.Series] | None:
+    """The text domains whose cross product is the key set (`_code_domains`), or None."""
     if not by or not all(isinstance(schema[c], _TEXT) for c in by):
         return None
     keys_pl, _, _ = check_cell_keys(schema, keys, by)
-    doms = _code_domains(schema, keys, keys_pl)
-    return None if doms is None else _cell_codes(doms)
+    return _code_domains(schema, keys, keys_pl)
 
 
 def _row_inside_expr(schema: pl.Schema, keys: KeySet, by: list[str]) -> pl.Expr | None:
@@ -1021,10 +1026,7 @@ def _row_inside_expr(schema: pl.Schema, keys: KeySet, by: list[str]) -> pl.Expr 
     needs only whether a row is in a cell, not which one (the streaming report): one lookup
     per column, without the codes' casts and arithmetic (about half the CPU per row).
     """
-    if not by or not all(isinstance(schema[c], _TEXT) for c in by):
-        return None
-    keys_pl, _, _ = check_cell_keys(schema, keys, by)
-    doms = _code_domains(schema, keys, keys_pl)
+    doms = _row_domains(schema, keys, by)
     if doms is None:
         return None
     return pl.all_horizontal([pl.col(d.name).cast(pl.String).is_in(d.cast(pl.String).implode())
