@@ -116,14 +116,33 @@ def _quiet() -> Iterator[None]:
 #: interpreted on every row. Spark's own default (65,535) lets such methods through.
 CODEGEN_METHOD_LIMIT = 8000
 _HUGE_METHOD_KEY = "spark.sql.codegen.hugeMethodLimit"
+_EXCLUDED_RULES_KEY = "spark.sql.optimizer.excludedRules"
+#: The optimizer rule left out of tabdp's own jobs (`_jit_sized_methods`).
+COLLAPSE_PROJECT = "org.apache.spark.sql.catalyst.optimizer.CollapseProject"
 _held_lock = threading.Lock()
-#: id(SparkSession) -> (nesting depth, the value it had before: None when it was not set)
-_held_limits: dict[int, tuple[int, str | None]] = {}
+#: id(SparkSession) -> (nesting depth, {key: the value it had before, None when not set})
+_held_limits: dict[int, tuple[int, dict[str, str | None]]] = {}
+
+
+def _job_settings(prev: dict[str, str | None]) -> dict[str, str]:
+    """The settings tabdp's jobs run with, given the session's own (``None``: not set)."""
+    out: dict[str, str] = {}
+    limit = prev.get(_HUGE_METHOD_KEY)
+    try:
+        lower = limit is not None and int(limit) <= CODEGEN_METHOD_LIMIT
+    except ValueError:
+        lower = False
+    if not lower:
+        out[_HUGE_METHOD_KEY] = str(CODEGEN_METHOD_LIMIT)
+    rules = [r.strip() for r in (prev.get(_EXCLUDED_RULES_KEY) or "").split(",") if r.strip()]
+    if COLLAPSE_PROJECT not in rules:
+        out[_EXCLUDED_RULES_KEY] = ",".join([*rules, COLLAPSE_PROJECT])
+    return out
 
 
 @contextlib.contextmanager
 def _jit_sized_methods(spark: Any) -> Iterator[None]:
-    """Run tabdp's Spark jobs with whole-stage code generation limited to JIT-sized methods.
+    """Run tabdp's Spark jobs with JIT-sized generated methods and without CollapseProject.
 
     The replay of a row-mode report and the releases' aggregations are wide expressions (the
     losses' rounded-up sums, the exact fixed-point parts, the fingerprints); whole-stage code
@@ -131,9 +150,19 @@ def _jit_sized_methods(spark: Any) -> Iterator[None]:
     JVM never compiles. With ``spark.sql.codegen.hugeMethodLimit`` at `CODEGEN_METHOD_LIMIT`,
     Spark runs such a stage's operators with their own generated code instead (expressions
     split into small methods, which the JIT compiles); smaller stages keep whole-stage code.
-    The same expressions give the same values either way. A lower limit set by the user is
-    kept; the previous value is restored when the outermost use ends (nested and concurrent
-    uses on one session share one setting). No-op for ``spark=None``.
+    A lower limit set by the user is kept.
+
+    The optimizer rule CollapseProject (`COLLAPSE_PROJECT`) is added to
+    ``spark.sql.optimizer.excludedRules`` (after the user's own): a replay is a chain of
+    projections per release (values, cells, charges, the filter, the running totals) whose
+    producers `_no_inline` keeps from being merged anyway, and the rule's checks on such a
+    chain grew much faster than the chain (measured on PySpark 4.x, four releases of nine rows
+    under a curve budget: the report's summary took 104 s of optimizer time with the rule,
+    10.6 s without; whole-stage code generation still fuses the projections into one stage).
+
+    Optimizer rules and code generation do not change values: the same expressions give the
+    same values either way. The previous settings are restored when the outermost use ends
+    (nested and concurrent uses on one session share one setting). No-op for ``spark=None``.
 
     Example:
         >>> with _jit_sized_methods(None):
@@ -144,15 +173,11 @@ def _jit_sized_methods(spark: Any) -> Iterator[None]:
         return
     key = id(spark)
     with _held_lock:
-        depth, prev = _held_limits.get(key, (0, None))
+        depth, prev = _held_limits.get(key, (0, {}))
         if depth == 0:
-            prev = spark.conf.get(_HUGE_METHOD_KEY, None)
-            try:
-                lower = prev is not None and int(prev) <= CODEGEN_METHOD_LIMIT
-            except ValueError:
-                lower = False
-            if not lower:
-                spark.conf.set(_HUGE_METHOD_KEY, str(CODEGEN_METHOD_LIMIT))
+            prev = {k: spark.conf.get(k, None) for k in (_HUGE_METHOD_KEY, _EXCLUDED_RULES_KEY)}
+            for k, v in _job_settings(prev).items():
+                spark.conf.set(k, v)
         _held_limits[key] = (depth + 1, prev)
     try:
         yield
@@ -161,10 +186,12 @@ def _jit_sized_methods(spark: Any) -> Iterator[None]:
             depth, prev = _held_limits.pop(key)
             if depth > 1:
                 _held_limits[key] = (depth - 1, prev)
-            elif prev is None:
-                spark.conf.unset(_HUGE_METHOD_KEY)
             else:
-                spark.conf.set(_HUGE_METHOD_KEY, prev)
+                for k in _job_settings(prev):
+                    if prev.get(k) is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, prev[k])
 
 
 def _try_cast(col: Any, st: Any) -> Any:

@@ -217,6 +217,37 @@ def test_jit_sized_methods_sets_and_restores_the_limit(spark):
             spark.conf.set(key, before)
 
 
+def test_jit_sized_methods_leaves_collapse_project_out_and_restores_the_rules(spark):
+    """CollapseProject is left out of tabdp's jobs after the user's exclusions, then restored."""
+    from tabdp.frame import _spark
+
+    key = "spark.sql.optimizer.excludedRules"
+    rule = _spark.COLLAPSE_PROJECT
+    before = spark.conf.get(key, None)
+    try:
+        spark.conf.unset(key)
+        with _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == rule
+            with _spark._jit_sized_methods(spark):
+                assert spark.conf.get(key) == rule
+        assert spark.conf.get(key, None) in (None, "")
+        user = "org.apache.spark.sql.catalyst.optimizer.ConstantFolding"
+        spark.conf.set(key, user)
+        with _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == f"{user},{rule}"
+        assert spark.conf.get(key) == user
+        spark.conf.set(key, f"{rule}, {user}")  # already left out by the user: kept as it is
+        with pytest.raises(RuntimeError), _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == f"{rule}, {user}"
+            raise RuntimeError("a failed job")
+        assert spark.conf.get(key) == f"{rule}, {user}"
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
 # -- seeded equality, Spark vs Polars -------------------------------------------------------------
 def test_sum_and_count_row_mode_identical(spark):
     s = _compare(spark, _data(), None, [
