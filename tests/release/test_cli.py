@@ -787,6 +787,7 @@ def _public_text(pub: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in pub.iterdir()}
 
 
+@pytest.mark.slow  # 15 s of the local loop (2026-12-03): CI only
 def test_seed_cannot_be_recovered_from_the_public_folder(
         tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib

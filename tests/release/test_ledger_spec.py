@@ -314,6 +314,7 @@ def test_run_bound_under_a_curve_lifetime_budget(tmp_path):
                for w in summary["lifetime"]["guarantee_in_words"])
 
 
+@pytest.mark.slow  # 20 s of the local loop (2026-12-03): CI only
 def test_run_lifetime_blocks_identical_on_neighbouring_ledgers(tmp_path):
     """Three series on neighbouring datasets: the same public lifetime statements.
 
