@@ -183,6 +183,7 @@ def _html_section(page: str, anchor: str) -> str:
     return page[start:page.index("</div>", start)]
 
 
+@pytest.mark.slow  # 8 s of the local loop (2026-12-03): CI only
 def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
     """summary.json/html, plan and validate state the lifetime guarantee in words.
 
