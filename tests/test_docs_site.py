@@ -207,6 +207,11 @@ _RAW_ROLE = re.compile(r":(?:py:)?(?:meth|class|func|data|attr|mod|exc|obj|ref|d
                        r"(?:`|<code)")
 
 
+#: ``mkdocs build --strict`` takes about 40 s of CPU: the tests of the built site run in CI
+#: (``make test``, marker ``slow``); the local loop keeps the checks of the sources above
+SITE = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site as ``mkdocs build --strict`` writes it (a warning fails the build)."""
@@ -240,6 +245,7 @@ def test_docstrings_use_cross_references_not_sphinx_roles() -> None:
                       "[`Name`][tabdp.full.path] (documented) or `name`:\n" + "\n".join(hits))
 
 
+@SITE
 def test_built_site_has_no_raw_roles(built_site: Path) -> None:
     pages = sorted(built_site.rglob("*.html"))
     assert len(pages) > 30
@@ -252,6 +258,7 @@ def test_built_site_has_no_raw_roles(built_site: Path) -> None:
         'href="#tabdp.KeySet.from_data"' in api
 
 
+@SITE
 def test_built_site_loads_nothing_from_the_network(built_site: Path) -> None:
     """Scripts, stylesheets and fonts are all in the site (links to papers may stay remote)."""
     remote = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]*\"[^>]*>")
@@ -310,6 +317,7 @@ def _math_elements(html: str) -> list[dict[str, Any]]:
 _TEX_DELIMITERS = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$")
 
 
+@SITE
 @pytest.mark.parametrize("page", ["math/policies/index.html", "math/stable/index.html"])
 def test_math_is_typeset_offline_in_chromium(built_site: Path, page: str) -> None:
     """Headless Chromium, cut off the network, typesets every formula of the page with KaTeX."""

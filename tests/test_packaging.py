@@ -88,6 +88,7 @@ def test_calibrate_stays_the_function_when_its_module_loads_first() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow  # 11 s of the local loop (2026-12-03): CI only
 def test_accessor_works_whatever_the_import_order() -> None:
     body = """
 df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})

@@ -135,6 +135,11 @@ by = ["state", "naics2"]
 """
 
 
+#: The module's end-to-end ``tabdp compare`` run (the fixture below: 25 s of the local loop on
+#: 2026-12-03) is CI's: its four tests carry ``slow``
+END_TO_END = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pytest.importorskip("pytauargus")
@@ -155,6 +160,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "before": before, "public": public}
 
 
+@END_TO_END
 def test_cli_end_to_end(run: dict[str, Any]) -> None:
     assert run["code"] == 0, run["err"]
     folder = run["dir"] / "out" / "confidential" / "compare"
@@ -205,6 +211,7 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
         assert text.startswith("NOT FOR PUBLICATION") and "tabdp compare" in text
 
 
+@END_TO_END
 def test_nothing_is_written_to_the_public_folder(run: dict[str, Any]) -> None:
     assert run["code"] == 0, run["err"]
     public: Path = run["public"]
@@ -213,6 +220,7 @@ def test_nothing_is_written_to_the_public_folder(run: dict[str, Any]) -> None:
     assert sorted(p.name for p in public.iterdir()) == ["published_before.txt"]
 
 
+@END_TO_END
 def test_out_inside_the_public_folder_is_refused(run: dict[str, Any]) -> None:
     err = io.StringIO()
     code = cli.main(["compare", str(run["dir"] / "spec.toml"), "--test-seed", "--out",
@@ -221,6 +229,7 @@ def test_out_inside_the_public_folder_is_refused(run: dict[str, Any]) -> None:
     assert not (run["public"] / "cmp").exists()
 
 
+@END_TO_END
 def test_existing_comparison_is_not_overwritten(run: dict[str, Any]) -> None:
     err = io.StringIO()
     code = cli.main(["compare", str(run["dir"] / "spec.toml"), "--test-seed"],

@@ -69,6 +69,7 @@ def _withheld_published(tables: list[dict[str, Any]]) -> int:
     return len(w & p)
 
 
+@pytest.mark.slow  # 19 s of the local loop (2026-12-03): CI only
 def test_linked_rounds_protect_what_independent_protection_leaves_pinned(
         tmp_path: Path) -> None:
     pytest.importorskip("pytauargus")

@@ -107,6 +107,7 @@ def _row_run(folder: Path, df: pl.DataFrame, streaming: bool,
 
 
 # origin: review R3
+@pytest.mark.slow  # 18 s of the local loop (2026-12-03): CI only
 def test_row_mode_run_streams_like_in_memory_on_neighbouring_inputs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row-mode `tabdp run`: the streaming and the in-memory ledger write the same folders.

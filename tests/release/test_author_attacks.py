@@ -78,6 +78,7 @@ def _both(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, text: str
     return a
 
 
+@pytest.mark.slow  # 6 s of the local loop (2026-12-03): CI only
 def test_hive_value_that_does_not_parse_as_the_domain_type(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A partition folder ``size_class=5-9`` against the author's integer domain.
@@ -105,6 +106,7 @@ def test_hive_value_that_does_not_parse_as_the_domain_type(
     assert table["size_class"].to_list() == [0, 1, 5]
 
 
+@pytest.mark.slow  # 8 s of the local loop (2026-12-03): CI only
 def test_files_whose_dtypes_follow_their_contents(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A dataset folder of files written one by one by pandas, with a declared schema.
@@ -603,6 +605,7 @@ def test_r12_author_cannot_choose_the_seed(tmp_path: Path,
     assert results[0][0] == 2 and "seed" in results[0][2], results[0]
 
 
+@pytest.mark.slow  # 5 s of the local loop (2026-12-03): CI only
 def test_r12_decimal256_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A one-record file in decimal256.
 

@@ -191,6 +191,7 @@ def test_one_record_at_a_type_edge_changes_only_the_noise(
 
 
 # -- leaks: one record's value stops the scan ------------------------------------------------
+@pytest.mark.slow  # 5 s of the local loop (2026-12-03): CI only
 def test_date_out_of_text_range_declared_string(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """R14 (fixed): one record's ``state`` stored as a Date past year 262143, declared String.
@@ -366,6 +367,7 @@ def test_a_file_read_either_way_gives_the_same_frame(tmp_path: Path) -> None:
     assert got.equals(want), (got, want)
 
 
+@pytest.mark.slow  # 4 s of the local loop (2026-12-03): CI only
 def test_not_utf8_in_a_file_with_other_records(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """D' has one record more, in a file of ten, its ``state`` not UTF-8: the ten count."""

@@ -533,6 +533,7 @@ def test_public_folder_is_bit_for_bit_data_independent(
 
 # -- demo and the installed command --------------------------------------------------------------
 
+@pytest.mark.slow  # 9 s of the local loop (2026-12-03): CI only
 def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
     code, out, err = run("demo", "--out", str(tmp_path / "demo"), "--quiet")
     assert code == 0, err
@@ -540,6 +541,7 @@ def test_demo_runs_the_bundled_example(tmp_path: Path) -> None:
     assert "Confidential outputs" in out
 
 
+@pytest.mark.slow  # 5 s of the local loop (2026-12-03): CI only
 def test_console_script_is_installed(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "tabdp"
     assert exe.exists(), "pyproject's [project.scripts] entry point is not installed"
@@ -637,6 +639,7 @@ def test_input_inside_an_output_folder_is_refused(tmp_path: Path,
     assert data.read_bytes() == datasets[0].read_bytes()
 
 
+@pytest.mark.slow  # 6 s of the local loop (2026-12-03): CI only
 def test_approx_only_mechanism_runs_and_writes_valid_json(tmp_path: Path,
                                                           datasets: tuple[Path, Path]) -> None:
     data = tmp_path / "d.parquet"
@@ -659,6 +662,7 @@ by = []
     assert summary["total_policy_curve"][1]["epsilon_delta"] is not None
 
 
+@pytest.mark.slow  # 5 s of the local loop (2026-12-03): CI only
 def test_hive_partition_column_as_key(tmp_path: Path) -> None:
     generate_establishments(1500, seed=4).write_parquet(tmp_path / "hive",
                                                          partition_by=["state"])
@@ -787,6 +791,7 @@ def _public_text(pub: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in pub.iterdir()}
 
 
+@pytest.mark.slow  # 15 s of the local loop (2026-12-03): CI only
 def test_seed_cannot_be_recovered_from_the_public_folder(
         tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     import hashlib
@@ -1000,6 +1005,7 @@ def test_author_mode_neighbours_are_indistinguishable(
         assert conf["input_rules"]["bounds"]["payroll"]["above"] == 1
 
 
+@pytest.mark.slow  # 6 s of the local loop (2026-12-03): CI only
 def test_curator_mode_failures_all_look_the_same(tmp_path: Path) -> None:
     """Curator mode (strict rules).
 
@@ -1037,6 +1043,7 @@ def test_author_mode_requires_every_rule(tmp_path: Path) -> None:
         assert code == 2 and key in err and "author" in err, key
 
 
+@pytest.mark.slow  # 7 s of the local loop (2026-12-03): CI only
 def test_public_files_share_the_manifest_timestamp(tmp_path: Path, datasets: tuple[Path, Path],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import datetime as dt
@@ -1280,6 +1287,7 @@ def test_empty_input_warns_the_curator(tmp_path: Path) -> None:
     assert "WARNING (curator, do not publish): the input has no rows" in err
 
 
+@pytest.mark.slow  # 6 s of the local loop (2026-12-03): CI only
 def test_wide_form_of_the_public_tables(tmp_path: Path) -> None:
     """output.form = "wide" and --form: the same numbers, one row per cell."""
     generate_establishments(500, seed=6).write_parquet(tmp_path / "d.parquet")

@@ -183,6 +183,7 @@ def _html_section(page: str, anchor: str) -> str:
     return page[start:page.index("</div>", start)]
 
 
+@pytest.mark.slow  # 8 s of the local loop (2026-12-03): CI only
 def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
     """summary.json/html, plan and validate state the lifetime guarantee in words.
 
@@ -314,6 +315,7 @@ def test_run_bound_under_a_curve_lifetime_budget(tmp_path):
                for w in summary["lifetime"]["guarantee_in_words"])
 
 
+@pytest.mark.slow  # 20 s of the local loop (2026-12-03): CI only
 def test_run_lifetime_blocks_identical_on_neighbouring_ledgers(tmp_path):
     """Three series on neighbouring datasets: the same public lifetime statements.
 

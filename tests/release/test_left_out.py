@@ -400,6 +400,7 @@ def test_guarantee_text_against_multi_cell_units(tmp_path: Path, max_cells: str)
 
 # -- guarantees in words: stated bounds are never rounded below a unit's real loss (R10) -------
 
+@pytest.mark.slow  # 13 s of the local loop (2026-12-03): CI only
 def test_guarantee_words_bound_the_loss_of_a_unit_of_that_type(tmp_path: Path) -> None:
     """A unit exactly of a stated record type loses at most what the public sentence says.
 

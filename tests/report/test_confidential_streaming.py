@@ -163,6 +163,7 @@ def test_large_scatter_is_a_systematic_sample(monkeypatch: pytest.MonkeyPatch) -
     assert f"a systematic sample of {x.size:,} of {n_ok:,} units" in page
 
 
+@pytest.mark.slow  # 11 s of the local loop (2026-12-03): CI only
 def test_lazy_path_never_collects_the_whole_frame(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Every collected result of the lazy path is small, with 2M rows in the input."""

@@ -188,6 +188,7 @@ def _report_svgs() -> list[str]:
     ]
 
 
+@pytest.mark.slow  # 12 s of the local loop (2026-12-03): CI only
 def test_report_figures_draw_the_same_svg_as_plain_matplotlib(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from tabdp import plotting as P

@@ -444,6 +444,7 @@ def test_fmt() -> None:
 
 
 # -- plots ----------------------------------------------------------------------------------------
+@pytest.mark.slow  # 13 s of the local loop (2026-12-03): CI only
 def test_plots_are_deterministic_svg_without_headers() -> None:
     """Each plot is a bare, deterministic <svg> element; plots share no ids."""
     rows = [{"delta": d, "rho": 0.01 * d**0.5, "epsilon": None} for d in [0.0, *SIZES]]
@@ -524,6 +525,7 @@ def _strip_plots(page: str) -> str:
     return re.sub(r"<svg\b.*?</svg>", "", page, flags=re.S)
 
 
+@pytest.mark.slow  # 9 s of the local loop (2026-12-03): CI only
 def test_screenshot_shows_the_summary_plots(pages: dict[str, str], tmp_path: Path) -> None:
     """In Chromium the plot lines are drawn (and absent without the plots)."""
     _need_chromium()
