@@ -70,13 +70,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 #: The local loop's (``make test-fast``) share of some costly parametrized tests: the test ids
 #: listed run in every loop; the test's other parametrizations carry ``slow`` (CI runs them all,
-#: ``make test``). Each subset keeps every code path the full set reaches (every engine, every
-#: budget form, the edge cases); the rest repeats them on other values. Keys are
+#: ``make test``). Each subset keeps representative cases of the test (engines, budget forms,
+#: edge cases); some paths the full set reaches run in CI only (named in the comments). Keys are
 #: ``"<path under tests/>::<test name>"``; values the ids in brackets of the test's node id.
 FAST_SUBSETS: dict[str, frozenset[str]] = {
     # review R14's neighbouring type edges and partition folders: one of each kind stays fast
-    # (a float, a text, a nested type, a unit id; an escaped and a default partition)
-    # (2026-12-03: a float, a nested type and a unit id; an escaped partition folder)
+    # (a float, a nested type and a unit id; an escaped partition folder: the text edges and
+    # the default partition folder run in CI only)
     "release/test_author_declared_attacks.py::test_one_record_at_a_type_edge_changes_only_the_noise":
         frozenset({"float_nan", "struct", "unit_null"}),
     "release/test_author_declared_attacks.py::test_one_record_alone_in_its_partition_folder":
@@ -186,7 +186,7 @@ FAST_SUBSETS: dict[str, frozenset[str]] = {
     # the Subbotin case (29 s: a certified root per value among 20 000) runs in CI
     "privacy/test_delta_edge.py::test_a_values_epsilon_does_not_depend_on_the_other_values":
         frozenset({"gaussian-None", "laplace-None", "logistic-None"}),
-    # a normal, a tiny, the smallest normal and the smallest subnormal delta
+    # a normal, a tiny, a subnormal near the smallest normal and the smallest subnormal delta
     "privacy/test_delta_edge.py::test_gaussian_epsilon_for_scale_and_gdp_epsilon_are_safe_and_tight":
         frozenset({"0.01", "1e-06", "1e-300", "2e-308", "5e-324"}),
     # each engine once, each budget twice

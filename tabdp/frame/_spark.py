@@ -120,7 +120,7 @@ _EXCLUDED_RULES_KEY = "spark.sql.optimizer.excludedRules"
 #: The optimizer rule left out of tabdp's own jobs (`_jit_sized_methods`).
 COLLAPSE_PROJECT = "org.apache.spark.sql.catalyst.optimizer.CollapseProject"
 _held_lock = threading.Lock()
-#: id(SparkSession) -> (nesting depth, {key: the value it had before, None when not set})
+#: id(SparkSession) -> (nesting depth, {key set by tabdp: its value before, None: unset})
 _held_limits: dict[int, tuple[int, dict[str, str | None]]] = {}
 
 
@@ -154,15 +154,22 @@ def _jit_sized_methods(spark: Any) -> Iterator[None]:
 
     The optimizer rule CollapseProject (`COLLAPSE_PROJECT`) is added to
     ``spark.sql.optimizer.excludedRules`` (after the user's own): a replay is a chain of
-    projections per release (values, cells, charges, the filter, the running totals) whose
-    producers `_no_inline` keeps from being merged anyway, and the rule's checks on such a
-    chain grew much faster than the chain (measured on PySpark 4.x, four releases of nine rows
-    under a curve budget: the report's summary took 104 s of optimizer time with the rule,
-    10.6 s without; whole-stage code generation still fuses the projections into one stage).
+    projections per release (values, cells, charges, the filter, the running totals; the
+    charges' fields and the totals wrapped by `_no_inline`, which the rule may not merge), and
+    the rule's checks on such a chain grew much faster than the chain (measured on PySpark 4.3,
+    four releases of nine rows under a curve budget: the report's summary took 104 s with the
+    rule, 8-17 s without; whole-stage code generation still fuses the projections into one
+    stage). A service that refuses the setting runs the jobs with the rule. With the rule off, a
+    column of an earlier projection is computed for every row even where a later ``when``
+    reads it only under a guard: keep a guard in the same expression as what it guards.
 
     Optimizer rules and code generation do not change values: the same expressions give the
-    same values either way. The previous settings are restored when the outermost use ends
-    (nested and concurrent uses on one session share one setting). No-op for ``spark=None``.
+    same values either way. These are settings of the SparkSession: other jobs that run on it
+    at the same time get them too, and a change the user makes to these two keys while a
+    tabdp job runs is overwritten when it ends. Only the keys set here are restored, to their
+    values before the outermost use (nested and concurrent uses on one session share one
+    setting); a failure while setting them restores those already set. No-op for
+    ``spark=None``.
 
     Example:
         >>> with _jit_sized_methods(None):
@@ -176,8 +183,20 @@ def _jit_sized_methods(spark: Any) -> Iterator[None]:
         depth, prev = _held_limits.get(key, (0, {}))
         if depth == 0:
             prev = {k: spark.conf.get(k, None) for k in (_HUGE_METHOD_KEY, _EXCLUDED_RULES_KEY)}
-            for k, v in _job_settings(prev).items():
-                spark.conf.set(k, v)
+            applied: dict[str, str | None] = {}  # only the keys set here are restored
+            try:
+                for k, v in _job_settings(prev).items():
+                    try:
+                        spark.conf.set(k, v)
+                    except Exception:  # noqa: BLE001 - a service that refuses the setting
+                        if k == _EXCLUDED_RULES_KEY:
+                            continue  # a speed-up only: the job runs with the rule
+                        raise
+                    applied[k] = prev[k]
+            except BaseException:
+                _restore(spark, applied)
+                raise
+            prev = applied
         _held_limits[key] = (depth + 1, prev)
     try:
         yield
@@ -187,11 +206,16 @@ def _jit_sized_methods(spark: Any) -> Iterator[None]:
             if depth > 1:
                 _held_limits[key] = (depth - 1, prev)
             else:
-                for k in _job_settings(prev):
-                    if prev.get(k) is None:
-                        spark.conf.unset(k)
-                    else:
-                        spark.conf.set(k, prev[k])
+                _restore(spark, prev)
+
+
+def _restore(spark: Any, before: dict[str, str | None]) -> None:
+    """Give each key of ``before`` its value back (``None``: unset it)."""
+    for k, v in before.items():
+        if v is None:
+            spark.conf.unset(k)
+        else:
+            spark.conf.set(k, v)
 
 
 def _try_cast(col: Any, st: Any) -> Any:
@@ -287,7 +311,9 @@ def _no_inline(e: Any) -> Any:
     What it costs (measured on PySpark 4.3): nothing per row in the report of
     ``bench_floor.py --engine spark``: the analyzed plan holds ``CASE WHEN rand(0) >= 0.0``, the
     optimized plan none (Spark's SimplifyConditionals drops a CASE WHEN whose branches are
-    equal, once CollapseProject has run without inlining through it). Removing it (``e``
+    equal, once CollapseProject has run without inlining through it; with CollapseProject left
+    out of tabdp's jobs (`_jit_sized_methods`) the physical plan of two chained uses holds no
+    ``rand`` either, checked on PySpark 4.3). Removing it (``e``
     itself), or projecting each release's losses as columns and adding the totals from columns
     only, still ran a 1 GB driver out of heap in the analyzer on the nine rows of
     ``test_public_summary_does_not_depend_on_the_data[spark-None]`` (four releases under a curve
@@ -729,7 +755,8 @@ class SparkReplayLedger:
         """
         if not self.programs:
             return {"units": 0, "rho_max": None}
-        return _rho_stats(self.per_record(session, None), qs)
+        with _jit_sized_methods(self.spark):  # the replay's checks (row ids, fingerprints)
+            return _rho_stats(self.per_record(session, None), qs)
 
 
 def _report_refused(session: Session) -> None:
@@ -2541,10 +2568,11 @@ def _write_single_parquet(sdf: Any, target: Any, sort_by: str | None = None) -> 
 def _write_report(ledger: Any, session: Session, delta: float | None, path: Any,
                   rename: dict[str, str] | None) -> None:
     """Write a Spark ledger's per-record report to one Parquet file, by Spark (sorted by id)."""
-    table = ledger.per_record(session, delta)
-    for a, b in (rename or {}).items():
-        table = table.withColumnRenamed(a, b)
-    _write_single_parquet(table, path, sort_by=table.columns[0])
+    with _jit_sized_methods(ledger.spark):  # the report's own checks run with the settings too
+        table = ledger.per_record(session, delta)
+        for a, b in (rename or {}).items():
+            table = table.withColumnRenamed(a, b)
+        _write_single_parquet(table, path, sort_by=table.columns[0])
 
 
 # Names the release workflow's Spark glue (tabdp.release._spark_run) shares with this engine.

@@ -230,11 +230,15 @@ def test_jit_sized_methods_leaves_collapse_project_out_and_restores_the_rules(sp
             assert spark.conf.get(key) == rule
             with _spark._jit_sized_methods(spark):
                 assert spark.conf.get(key) == rule
-        assert spark.conf.get(key, None) in (None, "")
+        assert spark.conf.get(key, None) is None
         user = "org.apache.spark.sql.catalyst.optimizer.ConstantFolding"
         spark.conf.set(key, user)
         with _spark._jit_sized_methods(spark):
             assert spark.conf.get(key) == f"{user},{rule}"
+        assert spark.conf.get(key) == user
+        with pytest.raises(RuntimeError), _spark._jit_sized_methods(spark):
+            assert spark.conf.get(key) == f"{user},{rule}"
+            raise RuntimeError("a failed job")
         assert spark.conf.get(key) == user
         spark.conf.set(key, f"{rule}, {user}")  # already left out by the user: kept as it is
         with pytest.raises(RuntimeError), _spark._jit_sized_methods(spark):
@@ -246,6 +250,78 @@ def test_jit_sized_methods_leaves_collapse_project_out_and_restores_the_rules(sp
             spark.conf.unset(key)
         else:
             spark.conf.set(key, before)
+
+
+def test_no_inline_leaves_no_rand_in_the_physical_plan_of_tabdps_jobs(spark):
+    """`_no_inline`'s ``rand() >= 0`` guard is planned away, with CollapseProject left out too."""
+    from pyspark.sql import functions as F
+
+    from tabdp.frame import _spark
+
+    df = spark.range(10).select(F.col("id").cast("double").alias("x"))
+    df = df.select("*", _spark._no_inline(F.col("x") * 2).alias("y"))
+    df = df.select("*", _spark._no_inline(F.col("y") + F.col("x")).alias("z"))
+    with _spark._jit_sized_methods(spark):
+        plan = df.select("*")._jdf.queryExecution().executedPlan().toString()
+        assert "rand(" not in plan.lower(), plan
+        assert [r["z"] for r in df.collect()] == [3.0 * i for i in range(10)]
+    analyzed = df._jdf.queryExecution().analyzed().toString()
+    assert "rand(" in analyzed.lower()  # the guard is there before planning
+
+
+class _Conf:
+    """A session's runtime conf that refuses to set some keys (a managed service)."""
+
+    def __init__(self, values: dict, refused: set) -> None:
+        self.values, self.refused = dict(values), refused
+
+    def get(self, k, default=None):
+        return self.values.get(k, default)
+
+    def set(self, k, v):
+        if k in self.refused:
+            raise PermissionError(f"{k} cannot be set here")
+        self.values[k] = v
+
+    def unset(self, k):
+        self.values.pop(k, None)
+
+
+class _Session:
+    def __init__(self, conf: _Conf) -> None:
+        self.conf = conf
+
+
+@pytest.mark.parametrize("refused", ["rules", "limit", "interrupted"])
+def test_jit_sized_methods_refused_setting_leaves_the_session_as_it_was(refused):
+    """A refused rule exclusion is skipped; a failed setting leaves nothing changed."""
+    from tabdp.frame import _spark
+
+    limit, rules = "spark.sql.codegen.hugeMethodLimit", "spark.sql.optimizer.excludedRules"
+    before = {rules: "a.B", limit: "20000"}
+    assert list(_spark._job_settings(before)) == [limit, rules]  # the order set
+    conf = _Conf(before, {rules} if refused == "rules" else {limit} if refused == "limit"
+                 else set())
+    fake = _Session(conf)
+    if refused == "rules":
+        with _spark._jit_sized_methods(fake):
+            assert conf.values == {rules: "a.B", limit: str(_spark.CODEGEN_METHOD_LIMIT)}
+    elif refused == "limit":
+        with pytest.raises(PermissionError), _spark._jit_sized_methods(fake):
+            pass  # pragma: no cover - never entered
+    else:  # interrupted while setting the second key: the first is given back
+        real_set = conf.set
+
+        def interrupted(k, v):
+            if k == rules:
+                raise KeyboardInterrupt
+            real_set(k, v)
+
+        conf.set = interrupted
+        with pytest.raises(KeyboardInterrupt), _spark._jit_sized_methods(fake):
+            pass  # pragma: no cover - never entered
+    assert conf.values == before
+    assert id(fake) not in _spark._held_limits
 
 
 # -- seeded equality, Spark vs Polars -------------------------------------------------------------
