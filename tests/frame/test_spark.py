@@ -7,6 +7,7 @@ and the per-record reports must be those of the Polars engine on the same data.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -187,13 +188,25 @@ def test_half_even_is_bround_with_a_positive_zero(spark):
     assert any(math.copysign(1, r["plain"]) < 0 and r["plain"] == 0 for r in rows)  # why + 0.0
 
 
+@contextlib.contextmanager
+def _conf_kept(spark, key):
+    """The session's value of ``key`` (or its absence) given back when the block ends."""
+    before = spark.conf.get(key, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
 def test_jit_sized_methods_sets_and_restores_the_limit(spark):
     """Spark's huge-method limit is lowered while tabdp's jobs run, then restored."""
     from tabdp.frame import _spark
 
     key = "spark.sql.codegen.hugeMethodLimit"
-    before = spark.conf.get(key, None)
-    try:
+    with _conf_kept(spark, key):
         spark.conf.unset(key)
         with _spark._jit_sized_methods(spark):
             assert spark.conf.get(key) == str(_spark.CODEGEN_METHOD_LIMIT)
@@ -210,11 +223,6 @@ def test_jit_sized_methods_sets_and_restores_the_limit(spark):
             assert spark.conf.get(key) == str(_spark.CODEGEN_METHOD_LIMIT)
             raise RuntimeError("a failed job")
         assert spark.conf.get(key) == "20000"
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
 
 
 def test_jit_sized_methods_leaves_collapse_project_out_and_restores_the_rules(spark):
@@ -223,8 +231,7 @@ def test_jit_sized_methods_leaves_collapse_project_out_and_restores_the_rules(sp
 
     key = "spark.sql.optimizer.excludedRules"
     rule = _spark.COLLAPSE_PROJECT
-    before = spark.conf.get(key, None)
-    try:
+    with _conf_kept(spark, key):
         spark.conf.unset(key)
         with _spark._jit_sized_methods(spark):
             assert spark.conf.get(key) == rule
@@ -245,11 +252,6 @@ def test_jit_sized_methods_leaves_collapse_project_out_and_restores_the_rules(sp
             assert spark.conf.get(key) == f"{rule}, {user}"
             raise RuntimeError("a failed job")
         assert spark.conf.get(key) == f"{rule}, {user}"
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
 
 
 def test_no_inline_leaves_no_rand_in_the_physical_plan_of_tabdps_jobs(spark):
