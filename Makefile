@@ -1,4 +1,8 @@
 # tabdp developer commands. `make demo` and `make test` work from a fresh clone.
+# The install includes the `ledger` extra (deltalake, blake3): the lifetime ledger's doctests
+# and tests need it (a fresh clone's `make test-fast` failed 20 ledger doctests without it).
+# Spark (`spark`, plus Java: .ci/java) and Tau-Argus (`sdc`) tests skip without their extras;
+# .ci/run installs them.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +13,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test,ledger]"
 	touch $(STAMP)
 
 install: $(STAMP)
