@@ -738,9 +738,14 @@ def _closed_forms(mech: Any) -> list[tuple[str, _N] | None] | None:
     return None
 
 
-def _table_node(fn: Callable[[np.ndarray], np.ndarray], bins: int) -> _N | None:
-    """A certified tabulated upper bound of ``fn`` over Δ ≥ 0, or None if not certified."""
-    vals = _table_values(fn, bins)
+def _table_node(fn: Callable[[np.ndarray], np.ndarray], bins: int,
+                monotone: bool = False) -> _N | None:
+    """A certified tabulated upper bound of ``fn`` over Δ ≥ 0, or None if not certified.
+
+    ``monotone``: ``fn`` is known to bound a loss that is nondecreasing in Δ (see
+    `_table_values`).
+    """
+    vals = _table_values(fn, bins, monotone)
     if vals is None:
         return None
     v0, vlow, table = vals
@@ -762,8 +767,18 @@ def _table_index(bins: int) -> tuple[_N, _N]:
     return d, (e - float(TABLE_MIN_EXP)) * float(bins) + j
 
 
-def _table_values(fn: Callable[[np.ndarray], np.ndarray],
-                  bins: int) -> tuple[float, float, np.ndarray] | None:
+def _table_values(fn: Callable[[np.ndarray], np.ndarray], bins: int,
+                  monotone: bool = False) -> tuple[float, float, np.ndarray] | None:
+    """(value at 0, value below the first bin, one value per bin) or None if not certified.
+
+    Each bin holds ``fn`` at the bin's upper end, raised by `TABLE_SLACK`. In general the table
+    is certified by evaluating ``fn`` at `_CHECK_POINTS` points inside each bin and at every
+    power of two below the first bin. With ``monotone`` (``fn`` is a certified upper bound,
+    point by point, of an exact loss that is nondecreasing in Δ) the value at the upper end
+    already bounds the exact loss at every Δ of the bin, so only the table's own order is
+    checked: 1 + 1/_CHECK_POINTS of the evaluations, for policies whose every value costs an
+    Arb evaluation (the Subbotin (ε, δ) policy).
+    """
     octs = np.arange(TABLE_MIN_EXP, TABLE_MAX_EXP, dtype=np.float64)
     j = np.arange(bins, dtype=np.float64)
     lower = (np.ldexp(1.0, octs.astype(int))[:, None] * (1.0 + j[None, :] / bins)).ravel()
@@ -771,13 +786,18 @@ def _table_values(fn: Callable[[np.ndarray], np.ndarray],
     with np.errstate(all="ignore"):
         top = np.asarray(fn(upper), dtype=np.float64)
         table = np.where(np.isfinite(top) & (top > 0), top * (1.0 + TABLE_SLACK), top)
-        # certification: the numpy policy at points inside each bin never exceeds its value
-        tau = np.linspace(0.0, 1.0, _CHECK_POINTS, endpoint=False)
-        pts = lower[:, None] + (upper - lower)[:, None] * tau[None, :]
-        inside = np.asarray(fn(pts.ravel()), dtype=np.float64).reshape(pts.shape)
         below = np.asarray(fn(np.array([0.0, 2.0**TABLE_MIN_EXP])), dtype=np.float64)
-        sub = np.asarray(fn(np.ldexp(1.0, np.arange(-1074, TABLE_MIN_EXP))), dtype=np.float64)
-    if np.any(np.isnan(inside)) or np.any(np.isnan(table)):
+        if monotone:
+            inside = np.zeros((table.size, 0))
+            sub = below[:0]
+        else:
+            # certification: the numpy policy at points inside each bin never exceeds its value
+            tau = np.linspace(0.0, 1.0, _CHECK_POINTS, endpoint=False)
+            pts = lower[:, None] + (upper - lower)[:, None] * tau[None, :]
+            inside = np.asarray(fn(pts.ravel()), dtype=np.float64).reshape(pts.shape)
+            sub = np.asarray(fn(np.ldexp(1.0, np.arange(-1074, TABLE_MIN_EXP))),
+                             dtype=np.float64)
+    if np.any(np.isnan(inside)) or np.any(np.isnan(table)) or np.any(np.isnan(below)):
         return None
     if np.any(inside > table[:, None]):
         return None
@@ -793,6 +813,23 @@ def _count_table_node(fn: Callable[[np.ndarray], np.ndarray], max_delta: int) ->
     ok = _eq(d, _f("floor", d)) & (d <= float(max_delta))
     safe = _where(ok, d, 0.0)
     return _where(ok, _N("lookup", (safe,), tuple(vals.tolist())), _INF)
+
+
+def _monotone_certified(mech: Any, output: str) -> bool:
+    """Whether the numpy ``output`` of ``mech`` bounds, point by point, a loss nondecreasing in Δ.
+
+    The Subbotin (ε, δ) policy for r ∉ {1, 2}: each value is certified in Arb ball arithmetic
+    (never below the exact ε at δ, `tabdp.privacy.approx`), and the exact ε at δ is
+    nondecreasing in Δ. For a symmetric log-concave density f, the likelihood ratio of the
+    shifted pair is monotone, so the hockey-stick divergence δ_b(ε) = sup_A P(X + b ∈ A) −
+    e^ε·P(X ∈ A) is attained on a half-line A = (c, ∞), and by the envelope theorem its
+    derivative in the shift b is f(c − b) ≥ 0; ε(δ) = min{ε : δ_b(ε) ≤ δ} then cannot decrease
+    as b grows. (The certified policy already relies on this to certify at a shift rounded up.)
+    """
+    from tabdp.mechanisms import Subbotin
+
+    return (output == "eps_a" and type(mech) is Subbotin and mech.r not in (1.0, 2.0)
+            and mech.dp_delta is not None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -811,7 +848,7 @@ def _plan_cached(mech: Any, kind: str, max_delta: int | None, bins: int) -> Poli
             methods.append(form[0])
             nodes_l.append(form[1])
             continue
-        node = _table_node(fn, bins)
+        node = _table_node(fn, bins, _monotone_certified(mech, outputs[i]))
         if node is not None:
             methods.append("table")
             nodes_l.append(node)

@@ -37,7 +37,8 @@ METHODS = {
 _ALL = [(fam, i, m) for fam, ms in CASES.items() for i, m in enumerate(ms)]
 _IDS = [f"{fam}-{i}" for fam, i, _ in _ALL]
 # The table of the Subbotin (ε, δ) policy (r ∉ {1, 2}) evaluates the certified policy (Arb,
-# ~100 µs per distinct Δ) at ~150,000 points: ~40 CPU-s, so its plan is tested as slow.
+# ~1 ms per distinct Δ) at its ~8,700 bin ends (~6 CPU-s; monotone, so no inner points), and
+# this test's numpy reference at ~50,000 more (~45 CPU-s): tested as slow.
 _SLOW = pytest.mark.slow
 _ALL_P = [pytest.param(*c, marks=_SLOW, id=i)
           if isinstance(c[2], M.Subbotin) and c[2].dp_delta is not None and c[2].r not in (1.0, 2.0)
@@ -152,6 +153,42 @@ def test_subbotin_approx_policy_is_tabulated() -> None:
     """The certified Subbotin (ε, δ) policy is monotone and finite: its table certifies."""
     s = M.Subbotin(3.0, 2.0, delta=1e-6)
     assert pe.policy_plan(s).methods == ("exact", "exact", "table", "exact")
+
+
+def test_monotone_shortcut_only_for_the_certified_subbotin_policy() -> None:
+    """Only the Arb-certified Subbotin ε at δ skips the points inside each bin."""
+    taken = {(fam, i, out) for fam, ms in CASES.items() for i, m in enumerate(ms)
+             for out in pe._outputs(m) if pe._monotone_certified(m, out)}
+    assert taken == {("subbotin", 2, "eps_a")}
+    assert not pe._monotone_certified(M.Subbotin(2.0, 2.0), "eps_a")
+    assert not pe._monotone_certified(M.Subbotin(3.0, 2.0, delta=1e-6), "epsilon")
+
+
+@pytest.mark.slow
+def test_subbotin_table_bounds_the_policy_inside_its_bins() -> None:
+    """The check the monotone table skips, on bins across its range: it would have passed.
+
+    Each bin's value (the certified ε at δ at the bin's upper end, raised by TABLE_SLACK) is
+    at least the certified ε at points inside the bin, and the certified ε never decreases
+    along them beyond its certification tolerance (the exact ε is nondecreasing in Δ).
+    """
+    m = M.Subbotin(3.0, 2.0, delta=1e-6)
+    bins = pe.BINS_PER_OCTAVE
+    rng = np.random.default_rng(7)
+    # where ε at δ passes from 0 through O(1) to large: Δ/scale from 2**-6 to 2**12
+    k = np.sort(rng.choice(np.arange((1 + 6 - pe.TABLE_MIN_EXP) * bins,
+                                     (1 + 12 - pe.TABLE_MIN_EXP) * bins), 24, replace=False))
+    lower = np.ldexp(1.0 + (k % bins) / bins, (k // bins + pe.TABLE_MIN_EXP).astype(int))
+    width = np.ldexp(1.0 / bins, (k // bins + pe.TABLE_MIN_EXP).astype(int))
+    tau = np.linspace(0.0, 1.0, 9)[None, :]
+    pts = (lower[:, None] + width[:, None] * tau).ravel()
+    got, p = _polars(m, pts)
+    assert p.methods[2] == "table"
+    ea = np.asarray(m.approx_policy(pts)[0]).reshape(k.size, -1)
+    tab = got[2].reshape(k.size, -1)[:, :-1]          # Δ inside the bin (the last is its end)
+    assert np.all(tab >= ea[:, :-1])
+    assert np.all(ea[:, 1:] >= ea[:, :-1] * (1.0 - 1e-9))
+    assert np.any(ea[:, -1] > 0.0) and np.all(np.isfinite(ea))
 
 
 def test_table_edges_zero_below_and_beyond() -> None:
