@@ -262,6 +262,7 @@ def _simple_namespaces() -> dict[str, list[int]]:
     return found
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-4 s)
 def test_the_parser_sees_the_package() -> None:
     """The scan covers every module and finds the imports it should (guards the test itself)."""
     assert {"tabdp", "tabdp.registry", "tabdp.mechanisms._base", "tabdp.frame._engine"} \

@@ -237,6 +237,7 @@ def _docstring_roles() -> list[str]:
     return hits
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_docstrings_use_cross_references_not_sphinx_roles() -> None:
     """Docstrings link with ``[`name`][tabdp.path]`` (mkdocstrings), never ``:meth:`name```."""
     assert _RAW_ROLE.search(":meth:`Session.report`") and _RAW_ROLE.search(":class:<code>x")

@@ -58,6 +58,7 @@ def test_cli_help_loads_no_heavy_module() -> None:
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_public_names_and_submodules_are_reachable_lazily() -> None:
     code = """
 import tabdp, types
@@ -119,6 +120,7 @@ def _generate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_generator_never_overwrites_by_default(tmp_path: Path) -> None:
     sample = ROOT / "data" / "cbp_sample.parquet"
     before = sample.stat().st_mtime_ns, sample.read_bytes()

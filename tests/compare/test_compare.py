@@ -237,6 +237,7 @@ def test_existing_comparison_is_not_overwritten(run: dict[str, Any]) -> None:
     assert code == 2 and "already exists" in err.getvalue()
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_plan_compare_reads_no_data(tmp_path: Path) -> None:
     out = io.StringIO()
     code = cli.main(["plan", str(ROOT / "examples" / "cbp_release.toml"), "--compare",

@@ -100,6 +100,7 @@ def test_linked_rounds_protect_what_independent_protection_leaves_pinned(
     assert ";U\n" in hst and ";PL;" in hst
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_linked_off_and_rounding_leave_tables_alone(tmp_path: Path) -> None:
     pytest.importorskip("pytauargus")
     opts = SdcOptions(p=10, secondary="MOD", linked="off")

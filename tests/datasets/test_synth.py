@@ -217,6 +217,7 @@ def test_heavy_tail_200k(df: pl.DataFrame) -> None:
     assert emp.max() / median >= 1e3
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_heavy_tail_1m() -> None:
     emp = generate_establishments(1_000_000, seed=2)["employment"]
     ratio = emp.max() / emp.median()

@@ -16,6 +16,7 @@ from tabdp.release.spec import parse_spec
 from tests.hierarchy.test_spec_consistent import _estimates, _spec
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_nonnegative_integer_options_are_applied_and_flagged(tmp_path: Path) -> None:
     spec = parse_spec(_spec(tmp_path, nonnegative=True, integer=True), tmp_path)
     assert spec.tables[0].nonnegative and spec.tables[0].integer

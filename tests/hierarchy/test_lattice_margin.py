@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+import pytest
 from scipy.special import ndtr, ndtri
 from scipy.stats import binomtest
 
@@ -79,6 +80,7 @@ def _worst_p(errs: dict, margin_of) -> float:
     return worst
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_randomized_lattice_margin_covers_the_level_cell_by_cell() -> None:
     n = 40_000
     _prod, margins, errs, _ = _draws(n, 1.0, 3)

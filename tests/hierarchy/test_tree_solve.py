@@ -81,6 +81,7 @@ def test_tree_solve_equals_dense_gls(seed: int) -> None:
     assert _check(o, i, meas, 3) < 1e-9
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_deep_wide_inner_tree_equals_dense_gls() -> None:
     rng = np.random.default_rng(7)
     # industries: all -> 8 sectors -> 40 subsectors -> 320 six-digit codes

@@ -394,6 +394,7 @@ def test_log_scale_release_is_eps2_dp_on_real_neighbours(q, eps, share) -> None:
     assert worst_shift / (b / 2) > 1.5 * eps2
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_scale_adjusted_coverage_matches_independent_integral_and_monte_carlo() -> None:
     from tabdp.mechanisms.smooth import scale_adjusted_coverage, scale_adjusted_halfwidth
 

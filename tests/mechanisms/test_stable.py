@@ -357,6 +357,7 @@ def test_generic_sup_algorithm_reproduces_cauchy_closed_form() -> None:
     np.testing.assert_allclose(e, 2 * np.arcsinh([0.25, 1.0]), rtol=1e-15)
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_epsilon_strictly_increasing_in_d() -> None:
     d = np.geomspace(0.01, 100, 60)
     eps = st.stable_epsilon(1.5, d)

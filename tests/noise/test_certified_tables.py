@@ -814,6 +814,7 @@ def test_general_p_exp_polylog_arb_tail_and_density_match_mpmath() -> None:
             assert not float(wrong.lower()) <= float(ref) <= float(wrong.upper())
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_general_p_exp_polylog_fast_and_exact_paths_agree() -> None:
     """200 cells: the certified table's fast path and the Arb-quadrature exact path agree."""
     law = ExpPolyLog(sigma=2.0, a=3.0, d=1.0, p=1.5)
@@ -889,6 +890,7 @@ def test_certified_bounds_broadcast() -> None:
     assert lo.shape == hi.shape == (3,) and np.all(lo == lo1[0]) and hi[1] == hi2[0]
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_very_heavy_tails_get_denser_nodes() -> None:
     """Review finding: very heavy tails use 256 nodes per binade and are tight again.
 

@@ -412,6 +412,7 @@ def test_fallback_path_agrees_with_the_fast_path_cell_by_cell(name: str) -> None
     np.testing.assert_array_equal(fast.index, slow.index)
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-4 s)
 def test_forced_fallbacks_follow_the_exact_law_and_are_counted(monkeypatch) -> None:
     # a deliberately useless error bound (10%) sends most cells to the high-precision path
     monkeypatch.setattr("tabdp.noise.rounding.closed_form.LAPLACE_ISF_RTOL", 0.1)

@@ -197,6 +197,7 @@ def test_bergstrom_remainder_bound_holds_and_is_not_vacuous(alpha: float) -> Non
             assert min(ratios) < 2.0**40, (x, min(ratios))
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_a_wrong_coefficient_is_caught() -> None:
     """Power: one Bergström coefficient 1e-10 off makes the tail ball miss Nolan's integral.
 

@@ -185,6 +185,7 @@ def test_forecast_of_heavy_tails_and_counts() -> None:
 
 
 # -- family choice, frontier, budget split -----------------------------------------------------
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_plan_table_prefers_exp_polylog_on_cbp_like_cells() -> None:
     q = _cbp_like_cells(400, seed=9)
     plan = plan_table(CBP_TARGETS, q, families=["exp_polylog", "log", "gaussian"])

@@ -322,6 +322,7 @@ def test_run_writes_the_release(tmp_path: Path, datasets: tuple[Path, Path]) -> 
     assert str(per["rho"].max()) not in summary
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_existing_output_needs_overwrite(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     out = tmp_path / "out"
     spec = write_spec(tmp_path, datasets[0], out)
@@ -566,6 +567,7 @@ def _load_example(name: str):
     return mod
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_method_call_examples_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import pandas as pd
 

@@ -170,6 +170,7 @@ _BARRIER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_two_real_runs_at_once_one_proceeds_the_other_is_refused(tmp_path):
     ledger = tmp_path / "ledger"
     _init(ledger)

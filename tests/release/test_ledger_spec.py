@@ -244,6 +244,7 @@ def _bound(summary: dict, size: float) -> float:
                 if r["delta"] == size)
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-4 s)
 def test_run_states_the_bound_over_three_releases(tmp_path):
     """The third release's summary: min(sum of the three public curves, lifetime budget).
 

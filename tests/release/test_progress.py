@@ -73,6 +73,7 @@ def _calls(spec_path: Path) -> list[tuple[int, int, str]]:
     return calls
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_share_is_monotone_and_weighted_by_passes_over_the_input(spec_path: Path) -> None:
     calls = _calls(spec_path)
     n = calls[0][1]

@@ -274,6 +274,7 @@ def test_decreasing_targets_refused_spec(tmp_path: Path, corrupt: Path) -> None:
 
 
 # -- one set of defaults -----------------------------------------------------------------------
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_python_and_spec_share_the_negatives_default(tmp_path: Path) -> None:
     from tabdp import _defaults
     from tabdp.exceptions import DataValidationError

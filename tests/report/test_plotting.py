@@ -124,6 +124,7 @@ def test_leaves_no_pyplot_figures_open() -> None:
     assert buf.getvalue().startswith(PNG_MAGIC)
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_save_png_and_svg(tmp_path: pathlib.Path) -> None:
     png = save_smooth_noise_std(tmp_path / "fig1.png", epsilon=1.0, dpi=80)
     assert png == tmp_path / "fig1.png"

@@ -550,6 +550,7 @@ def test_screenshot_shows_the_summary_plots(pages: dict[str, str], tmp_path: Pat
     assert all(n < 20 for n in got0.values()), got0
 
 
+@pytest.mark.slow  # CI only: a costly case the local loop leaves out (3-6 s)
 def test_screenshot_shows_the_confidential_plots(pages: dict[str, str], tmp_path: Path) -> None:
     """In Chromium the histogram bars are drawn (and absent without plots)."""
     _need_chromium()
