@@ -57,7 +57,7 @@ test: $(STAMP)
 # 8 min: still over the 5 min aimed at. Collection, warm byte-code (one process): 7.5 s user.
 # 2026-12-03 22:00-22:50, the same machine nearly idle (load below 1 at the start): 5,286 tests
 # in 6 min 22 s and 6 min 30 s (pytest's figure), 724 s of CPU. A third pass (pytest
-# --durations=0: the Subbotin policy table no longer costs 11 s, 60 more costly cases to CI,
+# --durations=0: 87 more costly cases to CI,
 # tests/conftest.py FAST_SUBSETS and `slow` marks) left 5,199 tests: 5 min 15 s, 5 min 36 s
 # and 5 min 21 s in three runs, about 605 s of CPU. The same tests ran 20-50% slower in the
 # last run than in the first (the machine's speed varies by the hour), so the figure moves
