@@ -776,7 +776,7 @@ def _table_values(fn: Callable[[np.ndarray], np.ndarray], bins: int,
     power of two below the first bin. With ``monotone`` (``fn`` is a certified upper bound,
     point by point, of an exact loss that is nondecreasing in Δ) the value at the upper end
     already bounds the exact loss at every Δ of the bin, so only the table's own order is
-    checked: 1 + 1/_CHECK_POINTS of the evaluations, for policies whose every value costs an
+    checked: 1/(1 + _CHECK_POINTS) of the evaluations, for policies whose every value costs an
     Arb evaluation (the Subbotin (ε, δ) policy).
     """
     octs = np.arange(TABLE_MIN_EXP, TABLE_MAX_EXP, dtype=np.float64)
@@ -822,9 +822,10 @@ def _monotone_certified(mech: Any, output: str) -> bool:
     (never below the exact ε at δ, `tabdp.privacy.approx`), and the exact ε at δ is
     nondecreasing in Δ. For a symmetric log-concave density f, the likelihood ratio of the
     shifted pair is monotone, so the hockey-stick divergence δ_b(ε) = sup_A P(X + b ∈ A) −
-    e^ε·P(X ∈ A) is attained on a half-line A = (c, ∞), and by the envelope theorem its
-    derivative in the shift b is f(c − b) ≥ 0; ε(δ) = min{ε : δ_b(ε) ≤ δ} then cannot decrease
-    as b grows. (The certified policy already relies on this to certify at a shift rounded up.)
+    e^ε·P(X ∈ A) is attained on a half-line A = (c_b, ∞). For b′ ≥ b the same half-line gives
+    δ_b′(ε) ≥ S(c_b − b′) − e^ε·S(c_b) ≥ S(c_b − b) − e^ε·S(c_b) = δ_b(ε) (S, the tail,
+    decreases), so ε(δ) = min{ε : δ_b(ε) ≤ δ} cannot decrease as b grows. (The certified
+    policy already relies on this to certify at a shift rounded up.)
     """
     from tabdp.mechanisms import Subbotin
 

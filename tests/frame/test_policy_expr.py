@@ -175,9 +175,14 @@ def test_subbotin_table_bounds_the_policy_inside_its_bins() -> None:
     m = M.Subbotin(3.0, 2.0, delta=1e-6)
     bins = pe.BINS_PER_OCTAVE
     rng = np.random.default_rng(7)
-    # where ε at δ passes from 0 through O(1) to large: Δ/scale from 2**-6 to 2**12
-    k = np.sort(rng.choice(np.arange((1 + 6 - pe.TABLE_MIN_EXP) * bins,
-                                     (1 + 12 - pe.TABLE_MIN_EXP) * bins), 24, replace=False))
+    # where ε at δ passes from 0 (Δ below about 3.8e-6) through O(1) to large: 40 bins of
+    # Δ in [2**-22, 2**13), and the bins on both sides of the first positive ε
+    k = rng.choice(np.arange((-22 - pe.TABLE_MIN_EXP) * bins, (13 - pe.TABLE_MIN_EXP) * bins),
+                   40, replace=False)
+    ends = np.arange((-22 - pe.TABLE_MIN_EXP) * bins, (-12 - pe.TABLE_MIN_EXP) * bins)
+    top = np.ldexp(1.0 + (ends % bins + 1) / bins, (ends // bins + pe.TABLE_MIN_EXP).astype(int))
+    first = int(ends[np.argmax(np.asarray(m.approx_policy(top)[0]) > 0.0)])
+    k = np.unique(np.concatenate([k, [first - 1, first, first + 1]]))
     lower = np.ldexp(1.0 + (k % bins) / bins, (k // bins + pe.TABLE_MIN_EXP).astype(int))
     width = np.ldexp(1.0 / bins, (k // bins + pe.TABLE_MIN_EXP).astype(int))
     tau = np.linspace(0.0, 1.0, 9)[None, :]
@@ -188,7 +193,8 @@ def test_subbotin_table_bounds_the_policy_inside_its_bins() -> None:
     tab = got[2].reshape(k.size, -1)[:, :-1]          # Δ inside the bin (the last is its end)
     assert np.all(tab >= ea[:, :-1])
     assert np.all(ea[:, 1:] >= ea[:, :-1] * (1.0 - 1e-9))
-    assert np.any(ea[:, -1] > 0.0) and np.all(np.isfinite(ea))
+    assert np.any(ea[:, -1] == 0.0) and np.any((ea > 0.0) & (ea < 1.0))
+    assert np.any(ea > 1e6) and np.all(np.isfinite(ea))
 
 
 def test_table_edges_zero_below_and_beyond() -> None:

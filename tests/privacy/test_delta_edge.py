@@ -253,6 +253,11 @@ def test_quotient_above_is_exact() -> None:
         for x, bq, g in zip(d.tolist(), b.tolist(), got.tolist(), strict=True):
             exact_above = Fraction(x) / Fraction(s) > Fraction(bq)
             assert g == exact_above or (g and abs(bq * s) <= 1e-250), (x, s, bq)
+    # a scale whose split overflows (s·(2**27 + 1) > 1.8e308): every value is reported above
+    # (safe); before, NaN in the error term reported none of them (review r23)
+    for s in (1.5e300, 1e301):
+        dd = np.exp(rng.uniform(600.0, 660.0, 200))  # below 1e290: not caught by |d|
+        assert np.all(_quotient_above(dd, s, dd / s))
 
 
 def _subbotin_certified(b: float, e: float, r: float, delta: float) -> None:
