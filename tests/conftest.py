@@ -268,6 +268,12 @@ FAST_SUBSETS: dict[str, frozenset[str]] = {
 }
 
 
+#: Doctests of whole releases (the example spec end to end, about 4-6 s each): CI only. Their
+#: modules' other examples and the CLI and runner tests cover the same calls in the local loop.
+CI_ONLY_DOCTESTS = frozenset({"tabdp.release.runner.run_release",
+                              "tabdp.release._plan.write_plan"})
+
+
 def _fast_subset_key(item: pytest.Item) -> str:
     path = Path(str(item.path))
     parts = path.parts[path.parts.index("tests") + 1:] if "tests" in path.parts else path.parts
@@ -277,7 +283,8 @@ def _fast_subset_key(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``slow`` what the local loop leaves to CI.
 
-    The parametrizations of a test in :data:`FAST_SUBSETS` outside its subset carry ``slow``.
+    The parametrizations of a test in :data:`FAST_SUBSETS` outside its subset carry ``slow``, and
+    so do the doctests in :data:`CI_ONLY_DOCTESTS`.
 
     Spark runs of the frame suite beyond the default set are marked ``slow`` and ``spark_full``:
     on the ``spark`` engine the default set is the engine equality test and every frame test
@@ -287,6 +294,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """
     seen: dict[str, set[str]] = {}
     for item in items:
+        if item.name in CI_ONLY_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
         callspec = getattr(item, "callspec", None)
         key = _fast_subset_key(item)
         keep = FAST_SUBSETS.get(key) if callspec is not None else None
