@@ -25,7 +25,10 @@ operations in the same order. Every output has one of four methods:
   Δ at or above the table ``inf``. This is an upper bound only where the policy is nondecreasing
   in Δ: the mechanism families tabulated here are (ε increasing in the shift), and every table is
   checked on a grid of points inside each bin when it is built; a table that fails the check is
-  not used (the output falls back to ``"numpy"``).
+  not used (the output falls back to ``"numpy"``). One exception: the Subbotin (ε, δ) policy
+  (r > 1, r ≠ 2), whose values are certified in Arb at the bin's upper end and whose exact loss
+  is nondecreasing in Δ (`_monotone_certified`), is built from its bin ends only: its table is
+  never below the exact loss, but is not checked against numpy's value inside a bin.
 * ``"numpy"``: the numpy policy itself, per batch (Polars ``map_batches``, a Spark pandas UDF).
 
 Count releases know a public bound on Δ (the unit's rows in a cell: 1 in row mode,
@@ -548,7 +551,8 @@ class PolicyExprs:
         exprs: ρ, ε (and ε_a, δ_a for approximate-DP mechanisms) at each row's Δ: Polars
             expressions (`policy_exprs`) or Spark columns (`spark_policy_columns`).
         exact: True when every output is bit-equal to the numpy policy (methods ``"exact"``
-            and ``"numpy"``); otherwise the other outputs are upper bounds of it (never below).
+            and ``"numpy"``); otherwise the other outputs are upper bounds of it (never below;
+            the Subbotin (ε, δ) table: never below the exact loss, see the module notes).
         methods: Per output: ``"exact"``, ``"bound"``, ``"table"`` or ``"numpy"``.
 
     Example:
@@ -818,9 +822,11 @@ def _count_table_node(fn: Callable[[np.ndarray], np.ndarray], max_delta: int) ->
 def _monotone_certified(mech: Any, output: str) -> bool:
     """Whether the numpy ``output`` of ``mech`` bounds, point by point, a loss nondecreasing in Δ.
 
-    The Subbotin (ε, δ) policy for r ∉ {1, 2}: each value is certified in Arb ball arithmetic
+    The Subbotin (ε, δ) policy for r > 1, r ≠ 2: each value is certified in Arb ball arithmetic
     (never below the exact ε at δ, `tabdp.privacy.approx`), and the exact ε at δ is
-    nondecreasing in Δ. For a symmetric log-concave density f, the likelihood ratio of the
+    nondecreasing in Δ. The argument needs a log-concave density (r ≥ 1; for r < 1, which the
+    constructor refuses, the set below is an interval, not a half-line, so the guard asks for
+    r > 1 itself). For a symmetric log-concave density f, the likelihood ratio of the
     shifted pair is monotone, so the hockey-stick divergence δ_b(ε) = sup_A P(X + b ∈ A) −
     e^ε·P(X ∈ A) is attained on a half-line A = (c_b, ∞). For b′ ≥ b the same half-line gives
     δ_b′(ε) ≥ S(c_b − b′) − e^ε·S(c_b) ≥ S(c_b − b) − e^ε·S(c_b) = δ_b(ε) (S, the tail,
@@ -829,7 +835,7 @@ def _monotone_certified(mech: Any, output: str) -> bool:
     """
     from tabdp.mechanisms import Subbotin
 
-    return (output == "eps_a" and type(mech) is Subbotin and mech.r not in (1.0, 2.0)
+    return (output == "eps_a" and type(mech) is Subbotin and mech.r > 1.0 and mech.r != 2.0
             and mech.dp_delta is not None)
 
 
@@ -913,8 +919,9 @@ def policy_exprs(mechanism: Any, delta: pl.Expr, kind: str = "sum", *,
 
     ``delta`` must be a Float64 expression of values ≥ 0 that are already upper bounds of the
     true per-record sensitivities. Each output is bit-equal to the numpy policy (``"exact"``)
-    or never below it (``"bound"``, ``"table"``); ``"numpy"`` outputs call the numpy policy per
-    batch (``map_batches``, elementwise).
+    or never below it (``"bound"``, ``"table"``; the Subbotin (ε, δ) table is never below the
+    exact loss, see the module notes); ``"numpy"`` outputs call the numpy policy per batch
+    (``map_batches``, elementwise).
 
     Args:
         mechanism: The mechanism (or policy object) charged.

@@ -760,7 +760,8 @@ def _quotient_above(d: np.ndarray, s: float, b: np.ndarray) -> np.ndarray:
     below ~1e300): d − b·s = (d − p) − e, where d − p is exact (Sterbenz) and the sign of the
     final subtraction is exact. Values outside the split's range (huge, or products below
     1e-250 where the error term may underflow, or a scale from 1e290 on, whose split would
-    overflow) are reported as above (safe).
+    overflow, or a scale that is not positive, which no mechanism has) are reported as above
+    (safe).
     """
     split = 134217729.0  # 2^27 + 1
     with np.errstate(over="ignore", invalid="ignore"):
@@ -774,7 +775,7 @@ def _quotient_above(d: np.ndarray, s: float, b: np.ndarray) -> np.ndarray:
         e = ((bh * sh - p) + bh * sl + bl * sh) + bl * sl
         out = (d - p) - e > 0.0
         return (out | ~(np.abs(d) < 1e290) | ~(np.abs(b) < 1e290) | ~(np.abs(p) > 1e-250)
-                | ~(np.abs(s) < 1e290))
+                | ~(np.abs(s) < 1e290) | ~np.greater(s, 0.0))
 
 
 def _unit_eps(kind: str, b: np.ndarray, delta: float, r: float | None,
