@@ -18,7 +18,9 @@ release with the ledger - CPU of the release alone) / CPU of the release alone, 
 interleaved rounds in one process. It counts everything the ledger causes, in its phases or
 not (the lifetime filter, the session's per-unit merge when the filter leaves different units
 in two queries, the per-record report's joins and ``rho_lifetime``); ``outside_phases_cpu``
-is the part of it outside the four timed phases. Usage:
+is the part of it outside the four timed phases. ``floor_over_release_cpu`` is the floor
+program's CPU over the release alone's (`_floor`: only the file work of a ledger that reads
+every unit's totals and writes a history file and a new state per release, in Parquet). Usage:
 ``python benchmarks/bench_ledger.py [--rows 1000000] [--big] [--repeat 3] [--past 2]``
 (``--big``: 10M units). Writes ``benchmarks/results/ledger.json``.
 """
@@ -104,6 +106,9 @@ def _copy_ledger(base: Path, work: Path) -> None:
     anchor = base.parent / f".{base.name}.head.json"
     if anchor.exists():
         shutil.copy2(anchor, work.parent / f".{work.name}.head.json")
+    # the copy's dirty pages written out now, not by the timed release's fsyncs (the commit
+    # fsyncs its files: on ext4 that waited on the copy's 1.6 GB at 10M units)
+    os.sync()
 
 
 def _release(df: Any, ledger: Any = None) -> list[int]:
@@ -123,6 +128,74 @@ def _release(df: Any, ledger: Any = None) -> list[int]:
         ledger.close()
     # the units each query charged (with a ledger, the lifetime filter may leave some out)
     return [r.losses.n for r in s.records if r.losses is not None]
+
+
+def _floor(work: Path) -> Callable[[], dict[str, float]]:
+    """The ledger's floor: the file work any per-unit ledger in Parquet does per release.
+
+    A plain program over the same ledger copy, with none of tabdp's checks: BLAKE3 of the
+    state file and of the newest history file (what an open hashes), the state read by
+    Polars into one float64 array per column, this run's charges (one array per column,
+    made before the clock starts: the release computes them) added into them, then the run's
+    history rows and the new state written as one Parquet file each (pyarrow, plain
+    encoding, no compression, required fields, the unit ids ``DELTA_BINARY_PACKED``),
+    fsynced and hashed. No lock, chain entry, Delta log, filter or report. Returns the timed
+    part (which returns the CPU seconds of its three parts); the charges are built when
+    called.
+    """
+    import mmap
+
+    import numpy as np
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tabdp.privacy.lifetime import _file_hasher
+
+    def newest(table: Path) -> Path:
+        return max(table.glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns)
+
+    def hashed(path: Path) -> None:
+        h = _file_hasher()
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            h.update(mm)
+
+    def write(path: Path, units: Any, cols: dict[str, Any]) -> None:
+        t = pa.table({"unit": units, **{c: pa.array(v) for c, v in cols.items()}})
+        t = t.cast(pa.schema([f.with_nullable(False) for f in t.schema]))
+        pq.write_table(t, path, compression="none", use_dictionary=False,
+                       write_statistics=False, column_encoding={"unit": "DELTA_BINARY_PACKED"})
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        hashed(path)
+
+    state_file = newest(work / "state")
+    history_file = newest(work / "history")
+    cols = [c for c in pl.read_parquet_schema(state_file) if c != "unit"]
+    n = pl.scan_parquet(state_file).select(pl.len()).collect().item()
+    rng = np.random.default_rng(1)
+    charges = {c: rng.random(n) for c in cols}
+
+    def run() -> dict[str, float]:
+        u0 = _usage()
+        hashed(state_file)
+        hashed(history_file)
+        state = pl.read_parquet(state_file)
+        units = state["unit"].to_arrow()
+        life = {c: state[c].to_numpy() + charges[c] for c in cols}
+        u1 = _usage()
+        write(work / "floor_history.parquet", units, charges)
+        u2 = _usage()
+        write(work / "floor_state.parquet", units, life)
+        u3 = _usage()
+        # CPU-s of each part: read (hash, parse, add), the history file, the state file
+        return {part: b[1] + b[2] - a[1] - a[2] for part, a, b in
+                (("read", u0, u1), ("history", u1, u2), ("state", u2, u3))}
+
+    return run
 
 
 def _prepare(df: Any, base: Path, past: int, budget: float = 1000.0) -> None:
@@ -171,6 +244,8 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int,
                                               autocommit=False, create=True))
 
     fns: dict[str, Callable[[], list[int]]] = {"release": alone, "with_ledger": with_ledger}
+    floor_cpu: list[float] = []
+    floor_parts: list[dict[str, float]] = []
     for i in range(repeat + 1):
         for k, fn in fns.items():
             if k == "with_ledger":
@@ -180,6 +255,17 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int,
             u0 = _usage()
             charged[k] = fn()
             u1 = _usage()
+            if k == "with_ledger":  # then the floor program, on a fresh copy of the ledger
+                _copy_ledger(base, work)
+                floor = _floor(work)
+                gc.collect()
+                f0 = _usage()
+                parts = floor()
+                f1 = _usage()
+                if i:
+                    floor_cpu.append(f1[1] + f1[2] - f0[1] - f0[2])
+                    floor_parts.append(parts)
+                del floor
             loads.append(os.getloadavg()[0])
             if i:
                 times[k].append(u1[0] - u0[0])
@@ -224,6 +310,15 @@ def _rounds(df: Any, base: Path, work: Path, repeat: int,
             "with_ledger_extra_over_release_cpu": med_cpu["with_ledger"] / med_cpu["release"]
             - 1.0,
             "with_ledger_extra_over_release_cpu_rounds": extra,
+            # the floor program (`_floor`): CPU-s per round, and its median over the release
+            # alone's (what a ledger that reads and rewrites every unit's totals in Parquet
+            # costs at least, next to the release)
+            "floor_cpu_seconds": floor_cpu,
+            "floor_over_release_cpu": statistics.median(floor_cpu) / med_cpu["release"],
+            "floor_parts_cpu_seconds": floor_parts,
+            # a ledger that rewrote no state (only reads it and appends a history file)
+            "floor_without_state_write_over_release_cpu": statistics.median(
+                p["read"] + p["history"] for p in floor_parts) / med_cpu["release"],
             # the ledger's cost outside its four timed phases (CPU-s, median over rounds)
             "outside_phases_cpu": statistics.median(
                 cpu["with_ledger"][j] - cpu["release"][j]
@@ -378,6 +473,11 @@ def main() -> None:
           f"{statistics.median(res['minor_faults']['release']):,.0f}, with ledger "
           f"{statistics.median(res['minor_faults']['with_ledger']):,.0f} ("
           + ", ".join(f"{p} {statistics.median(pf[p]):,.0f}" for p in PHASES) + ")")
+    print(f"the floor program (read, add, write and hash the state and a history file): "
+          f"{statistics.median(res['floor_cpu_seconds']):.2f} CPU-s, "
+          f"{res['floor_over_release_cpu']:.2f} of the release alone (without writing the "
+          f"state: {res['floor_without_state_write_over_release_cpu']:.2f}); parts per round: "
+          + str([{k: round(v, 2) for k, v in p.items()} for p in res['floor_parts_cpu_seconds']]))
     print("units charged per query:", res["units_charged"])
     print("load average:", res["load_avg"])
 

@@ -366,18 +366,35 @@ class Charges:
                 tot = {k: total(k) for k in kinds}
             return UnitLosses(self.units, tot["rho"], tot["epsilon"], tot["size"],
                               self.guarantee, tot.get("eps_a"), tot.get("delta_a"))
+        # some units left out of some currency: each total adds a currency's charge where it
+        # was admitted and 0.0 where it was not (`add_up(t, 0.0)`; sizes: the maximum with
+        # 0.0). Computed as the whole-array add (or maximum) of the charges themselves, then
+        # the few left-out positions set to what adding 0.0 to their earlier totals gives:
+        # the same doubles as adding ``np.where(ok, charge, 0.0)``, without a fresh array of
+        # every unit per currency and kind (page faults cost more than the arithmetic here)
+        if approx:
+            assert self.eps_a is not None and self.delta_a is not None
+        summed = ["rho", "epsilon", *(["eps_a", "delta_a"] if approx else [])]
         any_ok = np.zeros(n, dtype=bool)
-        acc = {k: np.zeros(n) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
+        acc = {k: np.zeros(n) for k in (*summed, "size")}
         for c in self.currencies:
-            ok = admitted[c]
+            ok = np.asarray(admitted[c], dtype=bool)
             any_ok |= ok
-            add_up_into(acc["rho"], np.where(ok, self.rho[c], 0.0))
-            add_up_into(acc["epsilon"], np.where(ok, self.epsilon[c], 0.0))
-            acc["size"] = np.maximum(acc["size"], np.where(ok, self.size[c], 0.0))
-            if self.guarantee == "approx":
-                assert self.eps_a is not None and self.delta_a is not None
-                add_up_into(acc["eps_a"], np.where(ok, self.eps_a[c], 0.0))
-                add_up_into(acc["delta_a"], np.where(ok, self.delta_a[c], 0.0))
+            out = None if bool(ok.all()) else np.flatnonzero(~ok)
+            for k in summed:
+                part: dict[str, np.ndarray] = getattr(self, k)
+                kept = None if out is None else acc[k][out]
+                add_up_into(acc[k], part[c])
+                if kept is not None:
+                    acc[k][out] = add_up(kept, np.zeros(kept.size))
+            kept = None if out is None else acc["size"][out]
+            np.maximum(acc["size"], np.asarray(self.size[c], dtype=np.float64),
+                       out=acc["size"])
+            if kept is not None:
+                acc["size"][out] = np.maximum(kept, 0.0)
+        if bool(any_ok.all()):  # every unit kept in some currency: no gather
+            return UnitLosses(self.units, acc["rho"], acc["epsilon"], acc["size"],
+                              self.guarantee, acc.get("eps_a"), acc.get("delta_a"))
         units = self.units[any_ok] if isinstance(self.units, np.ndarray) else \
             self.units.filter(pl.Series(any_ok))
         return UnitLosses(units, acc["rho"][any_ok], acc["epsilon"][any_ok],

@@ -492,9 +492,18 @@ class Session:
                         sums[f"rho@{c}"] = charges.rho[c]
                         maxes[f"size@{c}"] = charges.size[c]
                         continue
-                    ok = admitted[c][any_ok]
-                    sums[f"rho@{c}"] = np.where(ok, charges.rho[c][any_ok], 0.0)
-                    maxes[f"size@{c}"] = np.where(ok, charges.size[c][any_ok], 0.0)
+                    # the kept units' charges (a new array each), 0.0 where this currency
+                    # left the unit out: ``np.where(ok, charge, 0.0)`` without a second array
+                    ok = np.asarray(admitted[c], dtype=bool)[any_ok]
+                    src_r = np.asarray(charges.rho[c], dtype=np.float64)
+                    src_s = np.asarray(charges.size[c], dtype=np.float64)
+                    rho_c = src_r.copy() if every else src_r[any_ok]
+                    size_c = src_s.copy() if every else src_s[any_ok]
+                    out = np.flatnonzero(~ok)
+                    rho_c[out] = 0.0
+                    size_c[out] = 0.0
+                    sums[f"rho@{c}"] = rho_c
+                    maxes[f"size@{c}"] = size_c
             elif led.budget.per_currency:
                 from tabdp.exceptions import TabdpInternalError
 

@@ -449,3 +449,62 @@ def test_budget_filter_treats_a_nan_loss_as_over_the_budget():
     assert s.admit(charges)["x"].tolist() == [True, False]
     s2 = tabdp.Session(budget={1.0: 1.0})
     assert s2.admit(charges)["x"].tolist() == [True, False]
+
+
+# -- a query's losses when the filter leaves units out of some currencies -----------------------
+def _masked_losses(ch: Any, admitted: dict[str, np.ndarray]) -> tuple[Any, ...]:
+    """The definition: per currency, add the admitted charges and 0.0 elsewhere."""
+    from tabdp._numeric import add_up_into
+
+    approx = ch.guarantee == "approx"
+    kinds = ["rho", "epsilon", *(["eps_a", "delta_a"] if approx else [])]
+    acc = {k: np.zeros(ch.n) for k in (*kinds, "size")}
+    any_ok = np.zeros(ch.n, dtype=bool)
+    for c in ch.currencies:
+        ok = admitted[c]
+        any_ok |= ok
+        for k in kinds:
+            add_up_into(acc[k], np.where(ok, getattr(ch, k)[c], 0.0))
+        acc["size"] = np.maximum(acc["size"], np.where(ok, ch.size[c], 0.0))
+    return (ch.units[any_ok], *(acc[k][any_ok] for k in ("rho", "epsilon", "size", *kinds[2:])))
+
+
+@pytest.mark.parametrize("guarantee", ["zcdp", "approx"])
+def test_losses_of_units_left_out_of_some_currencies_are_the_masked_sums(guarantee):
+    """`Charges.losses` adds a left-out charge as 0.0: the same doubles as the masked sums.
+
+    Charges over 0, subnormal, tiny, huge and infinite values, units left out of one, several
+    or every currency (and so dropped), 1 to 3 currencies: every array equal bit for bit to
+    the definition, which adds ``np.where(admitted, charge, 0.0)`` per currency.
+    """
+    from tabdp.privacy.ledger import Charges
+
+    rng = np.random.default_rng(31)
+
+    def values(n: int) -> np.ndarray:
+        v = np.exp(rng.uniform(-745.0, 709.0, n)) * (rng.random(n) < 0.9)
+        v[rng.random(n) < 0.05] = np.inf
+        v[rng.random(n) < 0.05] = 5e-324
+        return v
+
+    cases = 0
+    for _ in range(60):
+        n = int(rng.integers(1, 2000))
+        curs = [f"c{i}" for i in range(int(rng.integers(1, 4)))]
+        ch = Charges(np.arange(n) * 7, {c: values(n) for c in curs}, {c: values(n) for c in curs},
+                     {c: values(n) for c in curs}, guarantee,
+                     {c: values(n) for c in curs} if guarantee == "approx" else None,
+                     {c: values(n) for c in curs} if guarantee == "approx" else None)
+        left_out = rng.choice([0.001, 0.3, 0.999])
+        admitted = {c: rng.random(n) >= left_out for c in curs}
+        if all(a.all() for a in admitted.values()):
+            continue
+        got = ch.losses(admitted)
+        want = _masked_losses(ch, admitted)
+        arrays = [got.units, got.rho, got.epsilon, got.size,
+                  *([got.eps_a, got.delta_a] if guarantee == "approx" else [])]
+        for a, b in zip(arrays, want, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert a.tobytes() == b.tobytes()
+        cases += 1
+    assert cases > 40
