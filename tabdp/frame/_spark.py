@@ -1149,7 +1149,13 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     from pyspark.sql import functions as F
 
     from tabdp.frame._policy_expr import _D as _DELTA
-    from tabdp.frame._policy_expr import _next_up, _render_spark, policy_plan
+    from tabdp.frame._policy_expr import (
+        COUNT_TABLE_MAX,
+        _closed_forms,
+        _next_up,
+        _render_spark,
+        policy_plan,
+    )
 
     policy = _Policy(mechanism, measures if kind == "sum" else [])
     if policy.joint:
@@ -1158,6 +1164,12 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
     if max_delta is None:
         # only counts' exact tables: the closed forms round up with error-free checks whose
         # Spark trees ran the driver out of heap (h75); the pandas UDF gives the same doubles
+        return None
+    if max_delta > COUNT_TABLE_MAX and any(
+            f is None or f[0] != "exact" for f in (_closed_forms(mechanism) or [None])):
+        # above the counts' integer tables only an exact closed form is used: a policy
+        # without one would get a table of bounds (or the numpy policy), built here for
+        # nothing (the certified Subbotin (ε, δ) table costs several CPU-seconds)
         return None
     plan = policy_plan(mechanism, kind, max_delta=max_delta)
     if not all(m == "exact" for m in plan.methods):

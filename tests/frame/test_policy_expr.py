@@ -343,6 +343,30 @@ def test_spark_engine_uses_expressions_only_where_exact(spark: Any) -> None:
     assert _charge_exprs(dg, [], "count", {}, False, None) is None         # no public bound
 
 
+def test_spark_count_above_the_tables_builds_no_table_it_would_not_use(monkeypatch) -> None:
+    """A count whose rows bound is above the integer tables: the closed form or the UDF.
+
+    Gaussian's closed form is exact: Spark expressions. A Subbotin (ε, δ) policy has none:
+    the pandas UDF, decided before any table of bounds is built (it would be discarded).
+    """
+    pytest.importorskip("pyspark")
+    from tabdp.frame import _policy_expr
+    from tabdp.frame._spark import _charge_exprs
+
+    def no_table(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a table was built")
+
+    monkeypatch.setattr(_policy_expr, "_table_node", no_table)
+    _policy_expr._plan_cached.cache_clear()
+    big = _policy_expr.COUNT_TABLE_MAX + 1
+    sub = M.Subbotin(3.0, 2.0, delta=1e-6)
+    assert _charge_exprs(sub, [], "count", {}, False, big) is None
+    assert _policy_expr.policy_plan(M.Gaussian(2.0), "count", max_delta=big).methods == (
+        "exact", "exact")
+    with pytest.raises(AssertionError, match="a table was built"):  # what was skipped
+        _policy_expr.policy_plan(sub, "count", max_delta=big)
+
+
 _SPARK_MECHS = [M.Gaussian(0.3), M.Laplace(0.7), M.GeneralizedGaussian(1.5, 0.5),
                 M.LogTransform(2.0, 1.0), M.RootTransform(2, 1.0, 5.0),
                 M.UnitSplitting(0.7, 1.0), M.SymmetricStable(1.0, 0.5),
