@@ -371,16 +371,24 @@ class Charges:
         # 0.0). Computed as the whole-array add (or maximum) of the charges themselves, then
         # the few left-out positions set to what adding 0.0 to their earlier totals gives:
         # the same doubles as adding ``np.where(ok, charge, 0.0)``, without a fresh array of
-        # every unit per currency and kind (page faults cost more than the arithmetic here)
+        # every unit per currency and kind (page faults cost more than the arithmetic here);
+        # a currency that left out more than an eighth of the units adds the masked charges
         if approx:
             assert self.eps_a is not None and self.delta_a is not None
         summed = ["rho", "epsilon", *(["eps_a", "delta_a"] if approx else [])]
         any_ok = np.zeros(n, dtype=bool)
         acc = {k: np.zeros(n) for k in (*summed, "size")}
         for c in self.currencies:
-            ok = np.asarray(admitted[c], dtype=bool)
+            ok = np.broadcast_to(np.asarray(admitted[c], dtype=bool), (n,))
             any_ok |= ok
             out = None if bool(ok.all()) else np.flatnonzero(~ok)
+            if out is not None and out.size > n // 8:
+                # many left out: the masked charges themselves (gathering and resetting that
+                # many positions would cost more than one masked array per kind)
+                for k in summed:
+                    add_up_into(acc[k], np.where(ok, getattr(self, k)[c], 0.0))
+                np.maximum(acc["size"], np.where(ok, self.size[c], 0.0), out=acc["size"])
+                continue
             for k in summed:
                 part: dict[str, np.ndarray] = getattr(self, k)
                 kept = None if out is None else acc[k][out]

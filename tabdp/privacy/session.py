@@ -494,7 +494,8 @@ class Session:
                         continue
                     # the kept units' charges (a new array each), 0.0 where this currency
                     # left the unit out: ``np.where(ok, charge, 0.0)`` without a second array
-                    ok = np.asarray(admitted[c], dtype=bool)[any_ok]
+                    ok = np.broadcast_to(np.asarray(admitted[c], dtype=bool),
+                                         (charges.n,))[any_ok]
                     src_r = np.asarray(charges.rho[c], dtype=np.float64)
                     src_s = np.asarray(charges.size[c], dtype=np.float64)
                     rho_c = src_r.copy() if every else src_r[any_ok]

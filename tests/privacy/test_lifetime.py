@@ -995,3 +995,53 @@ def test_file_layout_per_column_keeps_every_double(tmp_path) -> None:
             assert back[c].to_numpy().tobytes() == (0.0 + v).tobytes()
     with tabdp.Ledger.open(path) as led:
         assert led.state()["rho"].to_numpy().tobytes() == (0.0 + dense).tobytes()
+
+
+def test_a_currency_left_out_charges_nothing_to_its_lifetime_column(tmp_path):
+    """Per-currency lifetime columns: a unit left out of one currency adds 0 there, not its charge.
+
+    A curve lifetime budget of 1.0 per currency: unit b's charge in x (2.0) and unit c's in y
+    (3.0) pass it, so each is left out of that currency only and keeps the other's charge;
+    the state holds exactly the admitted charges (and every total within its budget), both
+    when some units are left out of some currency only and when every unit is kept somewhere.
+    """
+    from tabdp.privacy.ledger import Charges, QueryRecord
+
+    curve = {"x": {1.0: 1.0}, "y": {1.0: 1.0}}
+    path = tmp_path / "ledger"
+    with tabdp.Ledger.open(path, series="s", lifetime_budget=curve, create=True) as led:
+        s = tabdp.Session(unit="id", ledger=led)
+        ch = Charges(pl.Series("id", ["a", "b", "c", "d"]),
+                     {"x": np.array([0.5, 2.0, 0.25, 4.0]), "y": np.array([0.5, 0.5, 3.0, 5.0])},
+                     {"x": np.full(4, np.inf), "y": np.full(4, np.inf)},
+                     {"x": np.ones(4), "y": np.ones(4)})
+        adm = s.admit(ch)
+        assert {k: v.tolist() for k, v in adm.items()} == {
+            "x": [True, False, True, False], "y": [True, True, False, False]}
+        record = QueryRecord(1, "q1", "sum", ("v",), (), mech.Gaussian(1.0), {}, 0.9, "error",
+                             ch.losses(adm))
+        s.record_release(record, "polars", ch, adm)
+    with tabdp.Ledger.open(path) as led:
+        state = led.state().sort("unit")
+    assert state["unit"].to_list() == ["a", "b", "c"]  # d: left out of every currency
+    assert state["rho@x"].to_list() == [0.5, 0.0, 0.25]
+    assert state["rho@y"].to_list() == [0.5, 0.5, 0.0]
+    assert state["rho"].to_list() == [1.0, 0.5, 0.25]
+    # every unit kept in some currency, b left out of y (0.5 + 0.75 would pass 1.0)
+    with tabdp.Ledger.open(path) as led:
+        s = tabdp.Session(unit="id", ledger=led)
+        ch = Charges(pl.Series("id", ["a", "b", "c"]),
+                     {"x": np.array([0.25, 0.5, 0.5]), "y": np.array([0.25, 0.75, 0.5])},
+                     {"x": np.full(3, np.inf), "y": np.full(3, np.inf)},
+                     {"x": np.ones(3), "y": np.ones(3)})
+        adm = s.admit(ch)
+        assert {k: v.tolist() for k, v in adm.items()} == {
+            "x": [True, True, True], "y": [True, False, True]}
+        record = QueryRecord(1, "q2", "sum", ("v",), (), mech.Gaussian(1.0), {}, 0.9, "error",
+                             ch.losses(adm))
+        s.record_release(record, "polars", ch, adm)
+    with tabdp.Ledger.open(path) as led:
+        state = led.state().sort("unit")
+    assert state["rho@x"].to_list() == [0.75, 0.5, 0.75]
+    assert state["rho@y"].to_list() == [0.75, 0.5, 0.5]
+    assert state["rho"].to_list() == [1.5, 1.0, 1.25]

@@ -473,9 +473,10 @@ def _masked_losses(ch: Any, admitted: dict[str, np.ndarray]) -> tuple[Any, ...]:
 def test_losses_of_units_left_out_of_some_currencies_are_the_masked_sums(guarantee):
     """`Charges.losses` adds a left-out charge as 0.0: the same doubles as the masked sums.
 
-    Charges over 0, subnormal, tiny, huge and infinite values, units left out of one, several
-    or every currency (and so dropped), 1 to 3 currencies: every array equal bit for bit to
-    the definition, which adds ``np.where(admitted, charge, 0.0)`` per currency.
+    Charges over ±0, subnormal, tiny, huge and infinite values, units left out of one, several
+    or every currency (and so dropped), few or most of them (the two ways it adds), 1 to 3
+    currencies: every array equal bit for bit to the definition, which adds
+    ``np.where(admitted, charge, 0.0)`` per currency.
     """
     from tabdp.privacy.ledger import Charges
 
@@ -485,6 +486,7 @@ def test_losses_of_units_left_out_of_some_currencies_are_the_masked_sums(guarant
         v = np.exp(rng.uniform(-745.0, 709.0, n)) * (rng.random(n) < 0.9)
         v[rng.random(n) < 0.05] = np.inf
         v[rng.random(n) < 0.05] = 5e-324
+        v[rng.random(n) < 0.05] = -0.0
         return v
 
     cases = 0
