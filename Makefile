@@ -61,7 +61,9 @@ test: $(STAMP)
 # tests/conftest.py FAST_SUBSETS and `slow` marks) left 5,199 tests: 5 min 15 s, 5 min 36 s
 # and 5 min 21 s in three runs, about 605 s of CPU. The same tests ran 20-50% slower in the
 # last run than in the first (the machine's speed varies by the hour), so the figure moves
-# around 5 min.
+# around 5 min. 2026-12-04 11:07, load 1-3: 5,200 tests in 5 min 15 s (522 s of CPU); then 9
+# more cases to CI (the demo's whole release, the costlier large-scale law shapes, an import
+# graph, two fresh interpreters and a CLI run): 5,191 tests in 4 min 40 s (514 s of CPU).
 test-fast: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not slow and not spark"
 

@@ -272,6 +272,7 @@ def test_the_parser_sees_the_package() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+@pytest.mark.slow  # import cycles: a whole-package import graph (3.5 s), in CI
 def test_no_import_cycles() -> None:
     """No two modules of tabdp/ import each other, directly or through others."""
     cycles = _cycles(_graph())

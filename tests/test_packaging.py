@@ -79,6 +79,7 @@ else:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter (1.9 s), in CI
 def test_calibrate_stays_the_function_when_its_module_loads_first() -> None:
     # tabdp.release.spec imports the tabdp.calibrate module; the import system then binds the
     # submodule on the package, which must not shadow the public function.

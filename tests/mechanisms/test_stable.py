@@ -454,6 +454,7 @@ def test_calibration_gamma_table_and_round_trip() -> None:
         4.0 / (2 * math.sinh(1.0)), rel=1e-15)
 
 
+@pytest.mark.slow  # 1.5 s, in CI
 def test_min_mad_beats_the_math_md_values() -> None:
     mads = {1.5: 1.695, 1.8: 1.592, 1.9: 1.745}
     for alpha, mad in mads.items():

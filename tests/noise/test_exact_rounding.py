@@ -703,6 +703,7 @@ def test_bounds_against_fifty_digit_quantiles() -> None:
                 assert mpmath.mpf(float(lo[0])) <= m <= mpmath.mpf(float(hi[0])), (law, u)
 
 
+@pytest.mark.slow  # 2.3 s, in CI
 def test_general_p_exp_polylog_bounds_against_the_exact_law() -> None:
     """The tabulated numerics are not the exact law; the (certified) bound covers the exact one.
 

@@ -40,6 +40,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
+@pytest.mark.slow  # the demo's whole release (9 s, shared with the next test), in CI
 def test_demo_payroll_cells_mostly_usable(demo: Path) -> None:
     t = pl.read_parquet(demo / "public" / "county_naics2_payroll.parquet")
     assert len(t) == 300 * 19
@@ -67,6 +68,7 @@ def test_demo_payroll_cells_mostly_usable(demo: Path) -> None:
     assert float(st["flag"].fill_null("").str.contains("C").mean()) <= 0.10
 
 
+@pytest.mark.slow  # the demo's whole release, in CI
 def test_demo_per_record_losses(demo: Path) -> None:
     p = pl.read_parquet(demo / "confidential" / "per_record_losses.parquet")
     assert len(p) == 100_000

@@ -106,6 +106,7 @@ def test_unknown_messages_fall_back_to_equal_steps() -> None:
     assert share(3, 4, "x") == 0.5 and share(1, 4, "releasing 2 tables") == 0.5
 
 
+@pytest.mark.slow  # a whole CLI run (2.7 s), in CI
 def test_cli_bar_lines_show_the_weighted_share(spec_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(["run", str(spec_path), "--overwrite", "--test-seed"], stdout=out,
