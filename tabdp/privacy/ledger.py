@@ -382,24 +382,21 @@ class Charges:
             ok = np.broadcast_to(np.asarray(admitted[c], dtype=bool), (n,))
             any_ok |= ok
             out = None if bool(ok.all()) else np.flatnonzero(~ok)
-            if out is not None and out.size > n // 8:
-                # many left out: the masked charges themselves (gathering and resetting that
-                # many positions would cost more than one masked array per kind)
-                for k in summed:
-                    add_up_into(acc[k], np.where(ok, getattr(self, k)[c], 0.0))
-                np.maximum(acc["size"], np.where(ok, self.size[c], 0.0), out=acc["size"])
-                continue
-            for k in summed:
-                part: dict[str, np.ndarray] = getattr(self, k)
-                kept = None if out is None else acc[k][out]
-                add_up_into(acc[k], part[c])
-                if kept is not None:
-                    acc[k][out] = add_up(kept, np.zeros(kept.size))
-            kept = None if out is None else acc["size"][out]
-            np.maximum(acc["size"], np.asarray(self.size[c], dtype=np.float64),
-                       out=acc["size"])
-            if kept is not None:
-                acc["size"][out] = np.maximum(kept, 0.0)
+            # many left out: the masked charges themselves (gathering and resetting that many
+            # positions would cost more than one masked array per kind)
+            masked = out is not None and out.size > n // 8
+            for k in (*summed, "size"):
+                v = np.asarray(getattr(self, k)[c], dtype=np.float64)
+                if masked:
+                    v = np.where(ok, v, 0.0)
+                kept = None if out is None or masked else acc[k][out]
+                if k == "size":
+                    np.maximum(acc[k], v, out=acc[k])
+                else:
+                    add_up_into(acc[k], v)
+                if kept is not None:  # a left-out unit adds 0.0 (the maximum with 0.0)
+                    acc[k][out] = (np.maximum(kept, 0.0) if k == "size"
+                                   else add_up(kept, np.zeros(kept.size)))
         if bool(any_ok.all()):  # every unit kept in some currency: no gather
             return UnitLosses(self.units, acc["rho"], acc["epsilon"], acc["size"],
                               self.guarantee, acc.get("eps_a"), acc.get("delta_a"))
