@@ -535,6 +535,8 @@ class _Numbered:
         self.cells: list[tuple[Any, tuple[str, ...], list[dict[str, Any]]]] = []
         #: the last replay over this snapshot (`replayed`): a plan, no rows
         self.chain: _Replayed | None = None
+        #: the session's budget when ``chain`` was built
+        self.budget: Any = None
 
     def replayed(self, spark: Any, sess: Session, programs: list[Any]
                  ) -> tuple[Any, dict[str, str], list[str]]:
@@ -548,13 +550,17 @@ class _Numbered:
         Only the plan is kept, no rows; the same plan as a replay from the start.
         """
         st = self.chain
-        if st is None or st.session is not sess or st.done > len(programs) \
+        # the plan reads the session's budget (the filter of each program): a budget assigned
+        # since, or another session, or other programs, start the replay again (review r26)
+        if st is None or st.session is not sess or self.budget is not sess.budget \
+                or st.done > len(programs) \
                 or any(a is not b for a, b in zip(self.programs, programs[:st.done],
                                                    strict=False)):
             st = _Replayed(sess, self.base.select("*", self.rid.alias("__uid")), {}, [], [], 0)
         if st.done < len(programs):
             st = _replay_from(spark, sess, st, programs, report=True)
         self.chain = st
+        self.budget = sess.budget
         self.programs = list(programs)
         return st.frame, dict(st.names), list(st.rels)
 
@@ -1497,11 +1503,12 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
 SNAPSHOT_LEVEL: Any = "disk"
 
 
-def _local_checkpoint(frame: Any) -> Any:
-    """An eager local checkpoint of ``frame`` at ``SNAPSHOT_LEVEL`` where PySpark takes one.
+def _local_checkpoint(frame: Any, eager: bool = True) -> Any:
+    """A local checkpoint of ``frame`` at ``SNAPSHOT_LEVEL`` where PySpark takes one.
 
     A local checkpoint truncates the lineage at any storage level: a lost block fails the job
     ("Checkpoint block ... not found"), it is never recomputed from the input (review R18-5).
+    Eager by default; lazy (``eager=False``), its blocks are written by the first job over it.
     """
     import inspect
 
@@ -1512,8 +1519,21 @@ def _local_checkpoint(frame: Any) -> Any:
              None: None}[SNAPSHOT_LEVEL]
     if level is None or "storageLevel" not in inspect.signature(
             type(frame).localCheckpoint).parameters:  # PySpark 3.5: the default level only
-        return frame.localCheckpoint(eager=True)
-    return frame.localCheckpoint(eager=True, storageLevel=level)
+        return frame.localCheckpoint(eager=eager)
+    return frame.localCheckpoint(eager=eager, storageLevel=level)
+
+
+def _held_checkpoint(frame: Any, hold: list[Any]) -> Any:
+    """A local checkpoint of ``frame``, held in ``hold`` before its blocks are written.
+
+    Lazy, appended to ``hold``, then written by one job: if that job fails, the blocks it
+    wrote are still freed with the release's other held frames (`SparkBackend.close`); an
+    eager checkpoint that fails returns nothing to free (review r26).
+    """
+    cp = _local_checkpoint(frame, eager=False)
+    hold.append(_Checkpoint(cp))
+    cp.count()
+    return cp
 
 
 def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
@@ -1780,14 +1800,18 @@ class SparkBackend:
                               *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
                                 for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
             snap = rows
-            if prior:
+            if prior and numbered is not None and numbered.fps is not None:
                 # a local checkpoint cuts the replay's lineage: the summary, the charges and
                 # the filter each ran the replay again, and each of their DataFrame operations
                 # and jobs analysed and optimised its whole plan (a five-release session of
                 # 400 rows: 16.2 s -> 14.6 s with this alone, on PySpark 4.3); on disk, as the
-                # numbered snapshot, freed when the release ends (`SparkBackend.close`)
-                snap = _local_checkpoint(rows)
-                persisted = [_Checkpoint(snap)]
+                # numbered snapshot, freed when the release ends (`SparkBackend.close`).
+                # Only over rows an earlier release has checked (``numbered.fps``): writing
+                # the checkpoint evaluates the replay on every row, which over unchecked rows
+                # would run before the row check's data-free refusal (`_bind`), and a row the
+                # replay cannot evaluate (a text value cast to a number) would fail with an
+                # error naming it (review r26)
+                snap = _held_checkpoint(rows, self._hold)
         elif unit == ROW_ID and replay:
             # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
             src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
@@ -1884,9 +1908,9 @@ class SparkBackend:
             src = pre.select(rid.alias(ROW_ID), *cols,
                              *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
                                for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
-            if prior:  # the replay's lineage cut, as in `aggregate`
-                src = _local_checkpoint(src)
-                self._hold.append(_Checkpoint(src))
+            # no checkpoint here, unlike `aggregate`: these rows are checked by this release's
+            # summary (`bind_rows` below), and writing a checkpoint would evaluate the replay
+            # on them first (review r26)
         else:
             assert unit is not None
             base = sdf.select(F.col(unit), *cols).persist(StorageLevel.MEMORY_AND_DISK)
