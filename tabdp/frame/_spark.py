@@ -412,6 +412,39 @@ class SparkUnitLedger:
         return out.select("*", *[F.lit(0.0).alias(c) for c in cols if c not in have]) \
             .fillna(0.0, subset=have)
 
+    def attach(self, frame: Any, cols: list[str]) -> Any:
+        """``frame`` (unit ids ``__uid``, unique) plus ``__led:<c>``: `lookup`'s totals of ``cols``.
+
+        The table is joined to ``frame`` directly: `lookup` on ``frame``'s ids, joined back to
+        ``frame``, joined ``frame`` to itself (a shuffle more, and Spark jobs more, per release).
+        The same values as `lookup`: a unit never charged, or a null or NaN total, gives 0.0
+        (``fillna`` is ``coalesce(nanvl(c, null), 0.0)`` on a double column).
+
+        Example:
+            >>> callable(SparkUnitLedger.attach)
+            True
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        have = [c for c in cols if self.table is not None and c in self.table.columns]
+        out = frame
+        if have:
+            out = out.join(self.table.select(F.col("unit").alias("__uid"),
+                                             *[F.col(c).alias(f"__have:{c}") for c in have]),
+                           on="__uid", how="left")
+
+        def filled(c: str) -> Any:
+            col = F.col(f"`__have:{c}`")
+            st = self.table.schema[c].dataType
+            if isinstance(st, (T.DoubleType, T.FloatType)):
+                col = F.nanvl(col, F.lit(None))
+            return F.coalesce(col, F.lit(0.0).cast(st))
+
+        return out.select(*[F.col(f"`{c}`") for c in frame.columns],
+                          *[(filled(c) if c in have else F.lit(0.0)).alias(f"__led:{c}")
+                            for c in cols])
+
     def frame(self) -> Any:
         """The table (a Spark DataFrame, ``None`` before the first release).
 
@@ -619,6 +652,26 @@ class SparkReplayLedger:
         # the numbered snapshot of the last input released (`numbered`)
         self._snap: _Numbered | None = None
         self._replay_of: tuple[Session, tuple[Any, dict[str, str], list[str]]] | None = None
+        # row ids numbered by the caller (tabdp run): the last replay over its input (`run`)
+        self._run: _Numbered | None = None
+
+    def run(self, source: Any) -> _Numbered:
+        """The replays over ``source``, whose rows the caller numbered (``ROW_ID``; tabdp run).
+
+        As over a numbered snapshot (`_Numbered.replayed`): each release under a budget, and
+        the report, extend the plan of the last replay over the same DataFrame instead of
+        building the replay of every earlier release again. Nothing is persisted: the input
+        itself is the base (row ids in ``ROW_ID``).
+
+        Example:
+            >>> callable(SparkReplayLedger.run)
+            True
+        """
+        from pyspark.sql import functions as F
+
+        if self._run is None or self._run.source is not source:
+            self._run = _Numbered(source, source, F.col(ROW_ID))
+        return self._run
 
     def numbered(self, source: Any) -> _Numbered:
         """The persisted, numbered snapshot of ``source``, shared by its releases and the report.
@@ -710,6 +763,9 @@ class SparkReplayLedger:
             _report_refused(session)
         held = self._held
         snap = self._snap
+        # tabdp run: the replay over the input extends the releases' (`run`)
+        run = self._run if session.unit is not None and self._run is not None \
+            and self._run.source is src else None
         if held is not None and held[0] == len(self.programs) and self._replay_of is not None \
                 and self._replay_of[0] is session:
             # the per-record report and the loss summary read one replay (a plan, no rows):
@@ -748,6 +804,8 @@ class SparkReplayLedger:
         if frame is None:  # over the numbered snapshot: the releases' replay, extended
             assert snap is not None
             out = snap.replayed(self.spark, session, self.programs)
+        elif run is not None:
+            out = run.replayed(self.spark, session, self.programs)
         else:
             out = _replay(self.spark, session, frame, self.programs, report=True)
         self._replay_of = (session, out)
@@ -1816,8 +1874,13 @@ class SparkBackend:
             # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
             src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
             if prior:
-                src, led = _with_totals(spark, sess, src.select("*", F.col(ROW_ID).alias("__uid")),
-                                        prior, policy)
+                # the earlier releases replayed over the input itself, extending the plan of
+                # the last replay over it (`SparkReplayLedger.run`); the release's keep flags
+                # and row values added above the replay (independent columns), as in row mode
+                pre, led = _with_totals(spark, sess, None, prior, policy,
+                                        numbered=ledger.run(sdf))
+                src = pre.select("*", keep.alias("__keep")).select(
+                    *[F.col(c) for c in pre.columns], *row_cols)
             snap = src.select(F.col(ROW_ID), *[F.col(c) for c in by_list],
                               *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
                               *[F.col(v) for v in cnt.values()], F.lit(1).cast("long").alias(_ALL),
@@ -2318,11 +2381,7 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
     else:
         joined = per_unit
         if budget is not None:
-            need = _led_need(budget, names)
-            led = ledger.lookup(per_unit.select(F.col("__uid").alias("unit")), need)
-            joined = joined.join(led.select(F.col("unit").alias("__uid"),
-                                            *[F.col(c).alias(f"__led:{c}") for c in need]),
-                                 on="__uid", how="left")
+            joined = ledger.attach(joined, _led_need(budget, names))
         if life is not None:  # the series' lifetime totals (stored plus this run's so far)
             joined = _with_lifetime(sess, joined, _led_need(life.budget, names))
         ok = _constant_admits_col(budget, life, ncur)
@@ -2431,12 +2490,13 @@ def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
 
 
 def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str]]],
-                     guarantee: str, approx: bool, qname: str
+                     guarantee: str, approx: bool, qname: str, count_left: bool = True
                      ) -> tuple[dict[str, Any], dict[str, Any], Any, int]:
     """Ledger columns of the admitted losses, the admitted-unit flag and the units left out.
 
     The losses are summed in the order of ``Charges.losses``: the same float operations, the
-    same doubles.
+    same doubles. Without ``count_left`` the units left out are not counted (0: the caller
+    counts them in its own aggregation, `_admit_and_release`).
     """
     from pyspark.sql import functions as F
 
@@ -2444,7 +2504,7 @@ def _admitted_losses(sess: Session, decided: Any, curs: list[tuple[str, list[str
     ncur = len(curs)
     comps, any_ok, left_out = _loss_exprs(ncur, guarantee, approx, F.col)
     n_left = 0
-    if _filters(sess):
+    if _filters(sess) and count_left:
         n_left = int(decided.agg(F.sum(F.when(left_out, 1).otherwise(0))).collect()[0][0] or 0)
     extra = {_release_col(qname): comps["rho"]}
     if budget is not None and budget.per_currency:
@@ -2459,20 +2519,24 @@ def _add_field(name: str) -> Any:
     return lambda acc, x: _add_up_col(acc, x[name])
 
 
-def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str]) -> Any:
+def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str],
+                   first_cell: bool = False) -> Any:
     """Per ``__uid``: ``sums`` added left to right over its cells in key-set order, ``maxes``.
 
     The Polars engine's order (``tabdp.frame._engine.per_unit``); ``F.sum`` would add them in
-    shuffle order, and per-record reports would differ in the last bits.
+    shuffle order, and per-record reports would differ in the last bits. With ``first_cell``,
+    also ``__cell0``: the unit's first cell (a unit has one row per cell in ``charged``), which
+    marks one row per unit for counting units in an aggregation over the cells.
     """
     from pyspark.sql import functions as F
 
     per = charged.groupBy("__uid").agg(
         *[F.max(c).alias(c) for c in maxes],
+        *([F.min(_CELL).alias("__cell0")] if first_cell else []),
         F.array_sort(F.collect_list(F.struct(F.col(_CELL).alias("__cell"),
                                              *[F.col(c) for c in sums]))).alias("__cells"))
     return per.select(
-        "__uid", *maxes,
+        "__uid", *maxes, *(["__cell0"] if first_cell else []),
         *[F.aggregate("__cells", F.lit(0.0).cast("double"), _add_field(c)).alias(c)
           for c in sums])
 
@@ -2502,7 +2566,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         # engine does (F.sum would add them in shuffle order): bit-identical per-record reports
         sums = [c for c in unit_cols if not c.startswith("s")]
         maxes = [c for c in unit_cols if c.startswith("s")]
-        per_unit = _per_unit_fold(charged, sums, maxes)
+        per_unit = _per_unit_fold(charged, sums, maxes, first_cell=_filters(sess))
 
     # 4. The individual filter (individual_filter itself), per partition of units + ledger rows.
     replay = program is not None  # row mode, replayed: one row per unit, the filter row-wise
@@ -2512,8 +2576,10 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         decided = _decide(sess, per_unit, curs, policy.guarantee, policy.approx)
     # unpersisted by SparkBackend.close, after the ledger has read it (SparkBackend.record)
     hold.append(decided)
+    # the units left out are counted by the totals' aggregation below, not by a job of their
+    # own (which was the first to read the decisions, and so ran the filter)
     comps, extra, any_ok, n_left = _admitted_losses(sess, decided, curs, policy.guarantee,
-                                                    policy.approx, qname)
+                                                    policy.approx, qname, count_left=False)
 
     # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
     # each measure's contributions before the filter, under a neutral name
@@ -2526,8 +2592,8 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         for i in range(ncur):
             all_ok = all_ok & F.col(f"ok{i}")
         work = decided if replay else charged.join(
-            decided.select("__uid", *[f"ok{i}" for i in range(ncur)]), on="__uid",
-            how="inner")
+            decided.select("__uid", *([] if row_mode else ["__cell0"]),
+                           *[f"ok{i}" for i in range(ncur)]), on="__uid", how="inner")
         zeroed = {}
         for i, (_, ms) in enumerate(curs):
             for c in (ms if ms else [_ROWS]):
@@ -2541,11 +2607,18 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
     tot += [F.sum(F.col(f"__m0_{i}")).alias(f"__m0_{i}") for i in range(len(measure_list))]
     tot += [F.sum(F.when(~F.col("__allok"), F.col("__rows0")).otherwise(0))
             .alias("__rows_left")]
+    if _filters(sess):
+        # the units left out, one row per unit (row mode's rows, a unit's first cell): the
+        # filter's left-out flag, ``~ok0 | ~ok1 ...``, is ``~__allok``
+        first = F.lit(True) if row_mode else F.col(_CELL) == F.col("__cell0")
+        tot += [F.sum(F.when(~F.col("__allok") & first, 1).otherwise(0)).alias("__units_left")]
     if sess.track_cells:
         tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
                 F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
                 F.sum(F.when(F.col("__allok"), 1).otherwise(0)).alias("units")]
     rows = work.groupBy(_CELL).agg(*tot).collect()
+    if _filters(sess):
+        n_left = sum(int(r["__units_left"] or 0) for r in rows)
     n_keys = len(keys) if by_list else 1
     numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
     rows_in = sum(int(r["__rows0"] or 0) for r in rows)
