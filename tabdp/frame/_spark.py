@@ -1821,6 +1821,8 @@ class SparkBackend:
         # each row's totals so far (columns led); without one every row is admitted
         prior = list(ledger.programs) if replay and sess.budget is not None else []
         led: list[str] = []
+        if replay:
+            _refuse_replay_names([*measure_list, *by_list])
         if replay and unit is None:
             _require_bound(sess, sdf.columns)
         numbered = None
@@ -1838,13 +1840,22 @@ class SparkBackend:
                                               sdf.columns)
                 persisted = [base]
             pre = base
-            if prior:
+            # the release's own columns are read above the replay, whose columns (``__acc<n>``,
+            # ``__pc<j>``, ``__led<k>``, ``__uid``...) replace input columns of the same name: a
+            # measure, key or fingerprinted column named like one would be read from a replay
+            # total. An input with such names (``__`` first) takes the replay from the start,
+            # below the release's columns, as before the replay was extended (review r27)
+            extend = bool(prior) and not _underscored(list(sdf.columns))
+            if extend:
                 # the earlier releases replayed over the snapshot itself (row ids ``__uid``):
                 # the ledger extends the plan of the last replay over it (`_Numbered.replayed`)
                 assert numbered is not None
                 pre, led = _with_totals(spark, sess, None, prior, policy, numbered=numbered)
             src = pre.select("*", keep.alias("__keep")).select(
                 *[F.col(c) for c in pre.columns], *row_cols)
+            if prior and not extend:
+                src, led = _with_totals(spark, sess, src.select("*", rid.alias("__uid")), prior,
+                                        policy)
             if replay and not _filters(sess) and not sess.track_cells:
                 # `_unfiltered_rows`: the exact values as long parts (no decimal arithmetic)
                 values = [e.alias(f"__v{i}_{k}") for i, m in enumerate(measure_list)
@@ -1858,7 +1869,7 @@ class SparkBackend:
                               *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
                                 for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
             snap = rows
-            if prior and numbered is not None and numbered.fps is not None:
+            if extend and numbered is not None and numbered.fps is not None:
                 # a local checkpoint cuts the replay's lineage: the summary, the charges and
                 # the filter each ran the replay again, and each of their DataFrame operations
                 # and jobs analysed and optimised its whole plan (a five-release session of
@@ -1873,7 +1884,11 @@ class SparkBackend:
         elif unit == ROW_ID and replay:
             # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
             src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
-            if prior:
+            if prior and _underscored(list(sdf.columns)):  # as in row mode (review r27)
+                src, led = _with_totals(spark, sess,
+                                        src.select("*", F.col(ROW_ID).alias("__uid")), prior,
+                                        policy)
+            elif prior:
                 # the earlier releases replayed over the input itself, extending the plan of
                 # the last replay over it (`SparkReplayLedger.run`); the release's keep flags
                 # and row values added above the replay (independent columns), as in row mode
@@ -1960,6 +1975,7 @@ class SparkBackend:
         prior = list(ledger.programs) if replay and sess.budget is not None else []
         led: list[str] = []
         if replay:
+            _refuse_replay_names([column, *by_list])
             _require_bound(sess, sdf.columns)
         if row_mode:
             base, rid, fp_cols = _row_ids(sdf, sdf.columns)
@@ -2148,6 +2164,33 @@ def _require_bound(sess: Session, columns: list[str]) -> None:
     state = binding.of(sess)
     if any(c not in columns for c in state.bound_columns()):
         state.bind_rows(state.rows_bound or 0, {})  # raises: the bound columns are absent
+
+
+def _refuse_replay_names(columns: list[str]) -> None:
+    """Refuse measures and keys named like the replay's columns (``__`` first), before reading.
+
+    A Spark row-mode session keeps no per-row losses: later releases and the report replay
+    each release over the rows, adding columns (``__acc<n>``, ``__pv<j>_<i>``, ``__pc<j>``...)
+    that replace input columns of the same name, so a measure or key named like one would be
+    read from a replayed total: wrong losses, a wrong filter (review r27). The names are the
+    query's, public; nothing about the data is read.
+    """
+    clash = sorted(c for c in columns if c.startswith("__"))
+    if clash:
+        raise InvalidParameterError(
+            f"column name(s) {clash} start with '__', which a Spark row-mode session uses for "
+            "the columns of its replayed releases.\nHint: rename the column(s) before the "
+            "release (e.g. spark_df.withColumnRenamed(old, new)), or release in unit mode.")
+
+
+def _underscored(columns: list[str]) -> bool:
+    """Whether an input column's name starts like the replay's columns (``__``, not ``__tabdp``).
+
+    A release over a numbered snapshot reads its measures, keys and fingerprinted columns
+    above the replay of the earlier releases (`_Numbered.replayed`), whose columns replace
+    input columns of the same name; with such a column the replay is built below them instead.
+    """
+    return any(c.startswith("__") and not c.startswith("__tabdp") for c in columns)
 
 
 def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy: _Policy,

@@ -217,6 +217,44 @@ def test_a_changed_frame_the_replay_cannot_evaluate_is_refused_alike(spark: Any,
     assert seen[0] == seen[1]
 
 
+def test_columns_named_like_the_replays_are_read_from_the_data(spark: Any) -> None:
+    """Input columns named like the replay's columns: Polars' answer, or a data-free refusal.
+
+    Later releases and the report replay each release next to the input's columns, adding
+    columns (``__acc<n>``, ``__rel<j>``...) that replace input columns of the same name (review
+    r27: a measure named ``__acc0`` was summed from a replayed total). A measure or key so
+    named is refused before anything is read; other columns so named change nothing.
+    """
+    df = pl.DataFrame({"c": ["a", "b"] * 10, "x": [float(i) for i in range(20)],
+                       "__acc0": [float(3 * i) for i in range(20)],
+                       "__rel0": [float(i % 3) for i in range(20)]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+
+    def run(frame: Any) -> list[pl.DataFrame]:
+        s = tabdp.Session(seed=3, budget=5.0)
+        out = [frame.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(50.0), session=s),
+               frame.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s),
+               frame.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(40.0), session=s)]
+        pr = _pl(s.report().per_record)
+        return [_pl(o) for o in out] + [pr.sort(pr.columns[0])]
+
+    sdf = spark.createDataFrame(df.to_arrow())
+    for a, b in zip(run(df), run(sdf), strict=True):
+        assert a.equals(b), (a, b)
+    s = tabdp.Session(seed=3, budget=5.0)
+    sdf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(50.0), session=s)
+    state = s.rng._gen.bit_generator.state
+    for call in (lambda: sdf.dp.sum("__acc0", by="c", keys=keys, session=s,
+                                    mechanism=mech.Gaussian(50.0)),
+                 lambda: sdf.withColumnRenamed("c", "__pc1").dp.count(
+                     by="__pc1", keys=tabdp.KeySet.from_dict(__pc1=["a", "b"]), session=s),
+                 lambda: sdf.dp.median("__acc0", by="c", keys=keys, bounds=(0, 60),
+                                       epsilon=1.0, session=s)):
+        with pytest.raises(tabdp.InvalidParameterError, match="start with '__'"):
+            call()
+    assert len(s.records) == 1 and s.rng._gen.bit_generator.state == state
+
+
 def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
     """An input that gives other rows on each evaluation: the report is refused, no count.
 
