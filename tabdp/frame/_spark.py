@@ -1607,10 +1607,18 @@ def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
     from pyspark.sql import functions as F
 
     base = flagged.select("*", F.monotonically_increasing_id().alias("__mono"))
-    base = (_local_checkpoint(base) if checkpoint
+    # a lazy checkpoint: its blocks are written by the job that counts the partitions' rows
+    # below (one job over the input, not two: the eager checkpoint's count, then this count
+    # over the blocks); if that job fails, the blocks it wrote are freed here
+    base = (_local_checkpoint(base, eager=False) if checkpoint
             else base.persist(StorageLevel.MEMORY_AND_DISK))
-    per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
-        .agg(F.count(F.lit(1)).alias("n")).collect()
+    try:
+        per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
+            .agg(F.count(F.lit(1)).alias("n")).collect()
+    except BaseException:
+        if checkpoint:
+            _free_checkpoint(base)
+        raise
     n_parts = 1 + max((int(r["p"]) for r in per_part), default=-1)
     sizes = [0] * n_parts
     for r in per_part:
