@@ -565,7 +565,7 @@ class _Numbered:
         #: the programs of ``chain``, in release order
         self.programs: list[Any] = []
         #: (key set, by) -> the rows of an unfiltered release's aggregation (`_unfiltered_rows`)
-        self.cells: list[tuple[Any, tuple[str, ...], list[dict[str, Any]]]] = []
+        self.cells: list[tuple[Any, tuple[str, ...], dict[str, list[Any]]]] = []
         #: the last replay over this snapshot (`replayed`): a plan, no rows
         self.chain: _Replayed | None = None
         #: the session's budget when ``chain`` was built
@@ -597,8 +597,11 @@ class _Numbered:
         self.programs = list(programs)
         return st.frame, dict(st.names), list(st.rels)
 
-    def rows_per_cell(self, keys: Any, by: list[str]) -> list[dict[str, Any]] | None:
-        """The per-cell rows aggregated over this snapshot for ``keys`` and ``by``, if any."""
+    def rows_per_cell(self, keys: Any, by: list[str]) -> dict[str, list[Any]] | None:
+        """The per-cell rows aggregated over this snapshot for ``keys`` and ``by``, if any.
+
+        As columns: name -> one value per cell row (``None`` for a null).
+        """
         return next((rows for ks, b, rows in self.cells if ks is keys and b == tuple(by)), None)
 
 
@@ -2369,18 +2372,28 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
         # rows per cell (a count keeps every row: its rows are all the rows) were aggregated
         known = numbered.rows_per_cell(keys, by_list)
     if known is not None:
-        rows: list[Any] = [{**r, _ROWS: r[_ALL]} for r in known]
+        cols = {**known, _ROWS: known[_ALL]}
     else:
         per_key = data.groupBy(*grouping).agg(*first)
         second = [F.sum(F.col(c)).alias(c) for c in longs]
         if by_list:
             second.append(F.count(F.col("__out")).alias("cells_out"))
-        rows = [r.asDict() for r in per_key.groupBy(_CELL).agg(*second).collect()]
+        agg = per_key.groupBy(_CELL).agg(*second)
+        # as columns of Python ints (exact) and None: a Row read by name searches its fields,
+        # and 59,850 cells x 30-40 columns as Rows were about a second of the driver's CPU per
+        # release; Arrow (PySpark >= 4.0) also skips building the Rows
+        if hasattr(agg, "toArrow"):
+            tbl = agg.toArrow()
+            cols = {c: tbl.column(c).to_pylist() for c in tbl.column_names}
+        else:  # pragma: no cover - PySpark 3.5 (the minimum-versions job)
+            got = agg.collect()
+            by_col = zip(*got, strict=True) if got else ([] for _ in agg.columns)
+            cols = {c: list(v) for c, v in zip(agg.columns, by_col, strict=True)}
         if numbered is not None:
-            numbered.cells.append((keys, tuple(by_list), rows))
+            numbered.cells.append((keys, tuple(by_list), cols))
 
     def total(c: str) -> int:
-        return sum(int(r[c] or 0) for r in rows)
+        return sum(filter(None, cols[c]))  # exact: Python ints, nulls and zeros skipped
 
     counts = {k: total(v) for k, v in cnt.items()}
     neg_contrib = ({m: total(f"__neg{i}") for i, m in enumerate(measure_list)}
@@ -2391,16 +2404,19 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
            for i, c in enumerate(fp_cols)}
     if unit is None:
         _bind(sess, rows_read, fps, numbered)
-    out_row = next((r for r in rows if r[_CELL] is None), None)
+    cells = cols[_CELL]
+    out_at = next((i for i, c in enumerate(cells) if c is None), None)
+    out_row = ({c: v[out_at] for c, v in cols.items()} if out_at is not None else None)
     n_keys = len(keys) if by_list else 1
     numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
-    for r in rows:
-        if r[_CELL] is not None:
-            k = int(r[_CELL])
-            numer[_ROWS][k] = int(r[_ROWS] or 0)
+    parts_of = {m: [cols[c] for c in vparts[m]] for m in measure_list}
+    for i, cell in enumerate(cells):
+        if cell is not None:
+            k = int(cell)
+            numer[_ROWS][k] = int(cols[_ROWS][i] or 0)
             for m in measure_list:
-                numer[m][k] = sum(int(r[c] or 0) << (_PART_BITS * j)
-                                  for j, c in enumerate(vparts[m]))
+                numer[m][k] = sum(int(p[i] or 0) << (_PART_BITS * j)
+                                  for j, p in enumerate(parts_of[m]))
     rows_in = sum(numer[_ROWS])
     m_before = {m: sum(numer[m]) for m in measure_list}
     left_out_info = left_out_counts(kind, measure_list, bits, m_before,
