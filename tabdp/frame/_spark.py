@@ -2331,6 +2331,21 @@ def _bind(sess: Session, rows: int, fps: dict[str, int], numbered: _Numbered | N
         numbered.fps = fps
 
 
+def _collect_columns(sdf: Any) -> dict[str, list[Any]]:
+    """A small Spark DataFrame (at most the key set's rows) collected as columns of Python values.
+
+    Integers stay Python ints (exact) and nulls ``None``. Read by name, a ``Row`` searches its
+    fields: 59,850 cells x 30-40 columns as Rows were about a second of the driver's CPU per
+    release; Arrow (PySpark >= 4.0) also skips building the Rows.
+    """
+    if hasattr(sdf, "toArrow"):
+        tbl = sdf.toArrow()
+        return {c: tbl.column(c).to_pylist() for c in tbl.column_names}
+    got = sdf.collect()  # pragma: no cover - PySpark 3.5 (the minimum-versions job)
+    by_col = zip(*got, strict=True) if got else ([] for _ in sdf.columns)  # pragma: no cover
+    return {c: list(v) for c, v in zip(sdf.columns, by_col, strict=True)}  # pragma: no cover
+
+
 def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_list: list[str],
                      by_list: list[str], keys: KeySet, mechanism: Mechanism, nulls: str,
                      rules: _Rules, policy: _Policy, unit: str | None, bits: dict[str, int],
@@ -2378,17 +2393,7 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
         second = [F.sum(F.col(c)).alias(c) for c in longs]
         if by_list:
             second.append(F.count(F.col("__out")).alias("cells_out"))
-        agg = per_key.groupBy(_CELL).agg(*second)
-        # as columns of Python ints (exact) and None: a Row read by name searches its fields,
-        # and 59,850 cells x 30-40 columns as Rows were about a second of the driver's CPU per
-        # release; Arrow (PySpark >= 4.0) also skips building the Rows
-        if hasattr(agg, "toArrow"):
-            tbl = agg.toArrow()
-            cols = {c: tbl.column(c).to_pylist() for c in tbl.column_names}
-        else:  # pragma: no cover - PySpark 3.5 (the minimum-versions job)
-            got = agg.collect()
-            by_col = zip(*got, strict=True) if got else ([] for _ in agg.columns)
-            cols = {c: list(v) for c, v in zip(agg.columns, by_col, strict=True)}
+        cols = _collect_columns(per_key.groupBy(_CELL).agg(*second))
         if numbered is not None:
             numbered.cells.append((keys, tuple(by_list), cols))
 
@@ -2683,27 +2688,29 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
                 F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
                 F.sum(F.when(F.col("__allok"), 1).otherwise(0)).alias("units")]
-    rows = work.groupBy(_CELL).agg(*tot).collect()
+    cols = _collect_columns(work.groupBy(_CELL).agg(*tot))
+
+    def total(c: str) -> int:
+        return sum(int(v) for v in cols[c] if v)  # exact: Python ints, nulls and zeros skipped
+
     if _filters(sess):
-        n_left = sum(int(r["__units_left"] or 0) for r in rows)
+        n_left = total("__units_left")
     n_keys = len(keys) if by_list else 1
     numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
-    rows_in = sum(int(r["__rows0"] or 0) for r in rows)
-    m_before = {m: sum(int(r[f"__m0_{i}"] or 0) for r in rows)
-                for i, m in enumerate(measure_list)}
-    m_after = {m: sum(int(r[m] or 0) for r in rows) for m in measure_list}
+    rows_in = total("__rows0")
+    m_before = {m: total(f"__m0_{i}") for i, m in enumerate(measure_list)}
+    m_after = {m: total(m) for m in measure_list}
     left_out_info = left_out_counts(
         kind, measure_list, bits, m_before,
-        {m: m_before[m] - m_after[m] for m in measure_list},
-        sum(int(r["__rows_left"] or 0) for r in rows))
+        {m: m_before[m] - m_after[m] for m in measure_list}, total("__rows_left"))
     stats: list[tuple[int, float, float, int]] = []
-    for r in rows:
-        k = int(r[_CELL])
+    for i, cell in enumerate(cols[_CELL]):
+        k = int(cell)
         for c in numer:
-            numer[c][k] = int(r[c] or 0)
-        if sess.track_cells and r["units"]:
-            stats.append((k, float(r["worst_rho"]), float(r["worst_size"]),
-                          int(r["units"])))
+            numer[c][k] = int(cols[c][i] or 0)
+        if sess.track_cells and cols["units"][i]:
+            stats.append((k, float(cols["worst_rho"][i]), float(cols["worst_size"][i]),
+                          int(cols["units"][i])))
     full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
     cells = None
     if sess.track_cells:
