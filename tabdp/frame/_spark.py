@@ -92,7 +92,7 @@ __all__ = ["spark_grouped_release", "spark_quantile_release", "SparkBackend", "S
 _DEC = "decimal(38,0)"
 #: The first characters of every column the Spark engine adds to a frame (``__tabdp_uid``,
 #: ``__tabdp_acc0``, ``__tabdp_led:rho``...): the prefix tabdp reserves on every engine
-#: (`tabdp.frame._engine.RESERVED`): no measure, key or unit may take one's name.
+#: (`tabdp.frame._engine.RESERVED`), so no measure, key, unit or input column takes one's name.
 _IN = f"{RESERVED}_"
 _UID = f"{_IN}uid"    # a replay's or the filter's unit (row) ids
 _KEEP = f"{_IN}keep"  # the rows the release's rules keep
@@ -1545,6 +1545,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
         raise InvalidParameterError(
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
+    _refuse_reserved(list(native.columns), unit)
     # row ids that a join may have repeated (Session(_rows_one_cell=False)) are units: grouped
     row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
     ledger: Any = None
@@ -1563,6 +1564,32 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
                    unit)
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
+
+
+def _refuse_reserved(columns: list[str], unit: str | None) -> None:
+    """Refuse (from the schema alone) an input with columns named with tabdp's prefix.
+
+    Every column the Spark engine adds next to the input's (the rules' flags, row ids, the
+    replayed releases' totals, the ledger's totals...) is named ``__tabdp_...`` (`_IN`), and
+    a measure, key or unit so named is refused (`tabdp.frame._engine._check_args`, `Session`);
+    an input column so named is refused here, so no added column can replace an input column
+    (the Polars engine reads only the query's columns and refuses ``__tabdp_row`` in row
+    mode). The row ids a caller numbered itself (``unit=ROW_ID``, tabdp run) are the exception.
+
+    Example:
+        >>> _refuse_reserved(["x", "__acc0", "__tabdp_row"], "__tabdp_row")
+        >>> _refuse_reserved(["x", "__tabdp_cell"], None)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.InvalidParameterError: the frame has column(s) ['__tabdp_cell'] ...
+    """
+    clash = sorted(c for c in columns if c.startswith(RESERVED) and c != unit)
+    if clash:
+        raise InvalidParameterError(
+            f"the frame has column(s) {clash} starting with {RESERVED!r}, which tabdp reserves "
+            "for its own columns: the Spark engine adds them next to the input's, where a "
+            "column of the same name would be replaced.\nHint: drop or rename those columns "
+            "before the release (e.g. spark_df.drop(*names)); they are not read by any release.")
 
 
 # the numbered snapshot's storage level (None: Spark's default for a local checkpoint, rows
@@ -1830,8 +1857,6 @@ class SparkBackend:
         # each row's totals so far (columns led); without one every row is admitted
         prior = list(ledger.programs) if replay and sess.budget is not None else []
         led: list[str] = []
-        if replay:
-            _refuse_replay_names([*measure_list, *by_list])
         if replay and unit is None:
             _require_bound(sess, sdf.columns)
         numbered = None
@@ -1849,23 +1874,16 @@ class SparkBackend:
                                               sdf.columns)
                 persisted = [base]
             pre = base
-            # the release's own columns are read above the replay, whose columns
-            # (``__tabdp_acc<n>``, ``__tabdp_pc<j>``, ``__tabdp_led<k>``, ``__tabdp_uid``...)
-            # replace input columns of the same name: a measure, key or fingerprinted column
-            # named like one would be read from a replay total. An input with such names
-            # (``__`` first) takes the replay from the start,
-            # below the release's columns, as before the replay was extended (review r27)
-            extend = bool(prior) and not _underscored(list(sdf.columns))
-            if extend:
+            # the release's own columns are read above the replay: the replay's columns all
+            # start with ``__tabdp_``, a prefix no input column has (`_open`), so none replaces
+            # an input column (review r27)
+            if prior:
                 # the earlier releases replayed over the snapshot itself (row ids ``__tabdp_uid``):
                 # the ledger extends the plan of the last replay over it (`_Numbered.replayed`)
                 assert numbered is not None
                 pre, led = _with_totals(spark, sess, None, prior, policy, numbered=numbered)
             src = pre.select("*", keep.alias(_KEEP)).select(
                 *[F.col(c) for c in pre.columns], *row_cols)
-            if prior and not extend:
-                src, led = _with_totals(spark, sess, src.select("*", rid.alias(_UID)), prior,
-                                        policy)
             if replay and not _filters(sess) and not sess.track_cells:
                 # `_unfiltered_rows`: the exact values as long parts (no decimal arithmetic)
                 values = [e.alias(f"{_IN}v{i}_{k}") for i, m in enumerate(measure_list)
@@ -1879,7 +1897,7 @@ class SparkBackend:
                               *[_fingerprint(rid, c, sschema[c]).alias(f"{_IN}fp{i}")
                                 for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
             snap = rows
-            if extend and numbered is not None and numbered.fps is not None:
+            if prior and numbered is not None and numbered.fps is not None:
                 # a local checkpoint cuts the replay's lineage: the summary, the charges and
                 # the filter each ran the replay again, and each of their DataFrame operations
                 # and jobs analysed and optimised its whole plan (a five-release session of
@@ -1894,11 +1912,7 @@ class SparkBackend:
         elif unit == ROW_ID and replay:
             # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
             src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
-            if prior and _underscored(list(sdf.columns)):  # as in row mode (review r27)
-                src, led = _with_totals(spark, sess,
-                                        src.select("*", F.col(ROW_ID).alias(_UID)), prior,
-                                        policy)
-            elif prior:
+            if prior:
                 # the earlier releases replayed over the input itself, extending the plan of
                 # the last replay over it (`SparkReplayLedger.run`); the release's keep flags
                 # and row values added above the replay (independent columns), as in row mode
@@ -1985,7 +1999,6 @@ class SparkBackend:
         prior = list(ledger.programs) if replay and sess.budget is not None else []
         led: list[str] = []
         if replay:
-            _refuse_replay_names([column, *by_list])
             _require_bound(sess, sdf.columns)
         if row_mode:
             base, rid, fp_cols = _row_ids(sdf, sdf.columns)
@@ -2175,33 +2188,6 @@ def _require_bound(sess: Session, columns: list[str]) -> None:
     state = binding.of(sess)
     if any(c not in columns for c in state.bound_columns()):
         state.bind_rows(state.rows_bound or 0, {})  # raises: the bound columns are absent
-
-
-def _refuse_replay_names(columns: list[str]) -> None:
-    """Refuse measures and keys named like the replay's columns (``__`` first), before reading.
-
-    A Spark row-mode session keeps no per-row losses: later releases and the report replay
-    each release over the rows, adding columns (``__acc<n>``, ``__pv<j>_<i>``, ``__pc<j>``...)
-    that replace input columns of the same name, so a measure or key named like one would be
-    read from a replayed total: wrong losses, a wrong filter (review r27). The names are the
-    query's, public; nothing about the data is read.
-    """
-    clash = sorted(c for c in columns if c.startswith("__"))
-    if clash:
-        raise InvalidParameterError(
-            f"column name(s) {clash} start with '__', which a Spark row-mode session uses for "
-            "the columns of its replayed releases.\nHint: rename the column(s) before the "
-            "release (e.g. spark_df.withColumnRenamed(old, new)), or release in unit mode.")
-
-
-def _underscored(columns: list[str]) -> bool:
-    """Whether an input column's name starts like the replay's columns (``__``, not ``__tabdp``).
-
-    A release over a numbered snapshot reads its measures, keys and fingerprinted columns
-    above the replay of the earlier releases (`_Numbered.replayed`), whose columns replace
-    input columns of the same name; with such a column the replay is built below them instead.
-    """
-    return any(c.startswith("__") and not c.startswith("__tabdp") for c in columns)
 
 
 def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy: _Policy,
