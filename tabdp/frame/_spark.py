@@ -417,23 +417,22 @@ class SparkUnitLedger:
         out = units
         if have:
             out = out.join(self.table.select("unit", *have), on="unit", how="left")
-        return out.select("*", *[F.lit(0.0).alias(c) for c in cols if c not in have]) \
-            .fillna(0.0, subset=have)
+            out = out.withColumns({c: self._filled(F.col(f"`{c}`"), c) for c in have})
+        return out.select("*", *[F.lit(0.0).alias(c) for c in cols if c not in have])
 
     def attach(self, frame: Any, cols: list[str]) -> Any:
         """``frame`` (unit ids ``__tabdp_uid``, unique) plus ``__tabdp_led:<c>``: `lookup`'s totals.
 
         The table is joined to ``frame`` directly: `lookup` on ``frame``'s ids, joined back to
         ``frame``, joined ``frame`` to itself (a shuffle more, and Spark jobs more, per release).
-        The same values as `lookup`: a unit never charged, or a null or NaN total, gives 0.0
-        (``fillna`` is ``coalesce(nanvl(c, null), 0.0)`` on a double column).
+        The same values as `lookup` (`_filled`, its rule): a unit never charged, or a null or
+        NaN total, gives 0.0.
 
         Example:
             >>> callable(SparkUnitLedger.attach)
             True
         """
         from pyspark.sql import functions as F
-        from pyspark.sql import types as T
 
         have = [c for c in cols if self.table is not None and c in self.table.columns]
         out = frame
@@ -441,17 +440,24 @@ class SparkUnitLedger:
             out = out.join(self.table.select(F.col("unit").alias(_UID),
                                              *[F.col(c).alias(f"{_IN}have:{c}") for c in have]),
                            on=_UID, how="left")
-
-        def filled(c: str) -> Any:
-            col = F.col(f"`{_IN}have:{c}`")
-            st = self.table.schema[c].dataType
-            if isinstance(st, (T.DoubleType, T.FloatType)):
-                col = F.nanvl(col, F.lit(None))
-            return F.coalesce(col, F.lit(0.0).cast(st))
-
         return out.select(*[F.col(f"`{c}`") for c in frame.columns],
-                          *[(filled(c) if c in have else F.lit(0.0)).alias(f"{_IN}led:{c}")
-                            for c in cols])
+                          *[(self._filled(F.col(f"`{_IN}have:{c}`"), c) if c in have
+                             else F.lit(0.0)).alias(f"{_IN}led:{c}") for c in cols])
+
+    def _filled(self, col: Any, c: str) -> Any:
+        """``col``, the table's total ``c`` after a left join: 0 for a null or NaN (never charged).
+
+        Spark's own ``fillna(0.0)`` on the column's type: ``nanvl`` (NaN to null) on a float or
+        double column only, then ``coalesce`` with 0.0 cast to the type. The one rule of
+        `lookup` and `attach`.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        st = self.table.schema[c].dataType
+        if isinstance(st, (T.DoubleType, T.FloatType)):
+            col = F.nanvl(col, F.lit(None))
+        return F.coalesce(col, F.lit(0.0).cast(st))
 
     def frame(self) -> Any:
         """The table (a Spark DataFrame, ``None`` before the first release).

@@ -447,3 +447,32 @@ def test_the_cell_audit_adds_a_cells_currencies_rounded_up(spark: Any, budget: A
 
     ref, got = run(df), run(spark.createDataFrame(df.to_arrow()))
     assert ref.equals(got.select(ref.columns))
+
+
+def test_the_unit_ledgers_lookup_and_attach_fill_alike(spark: Any) -> None:
+    """`SparkUnitLedger.lookup` and ``attach``: one rule for a unit never charged, null, NaN.
+
+    Both give 0 (of the column's type) where the table has no row for the unit, a null or a
+    NaN total, and keep every other value (``-0.0`` included): Spark's own ``fillna(0.0)``,
+    which ``lookup`` used, ``nanvl`` only on float and double columns (`SparkUnitLedger._filled`).
+    """
+    from pyspark.sql import types as T
+
+    led = SparkUnitLedger(spark, row_mode=False)
+    led.table = spark.createDataFrame(
+        [(1, 0.5, 2.0, 3), (2, float("nan"), float("nan"), None), (3, None, None, 4),
+         (4, -0.0, 1.5, 0)],
+        T.StructType([T.StructField("unit", T.LongType()), T.StructField("rho", T.DoubleType()),
+                      T.StructField("size", T.FloatType()), T.StructField("n", T.LongType())]))
+    units = spark.createDataFrame([(u,) for u in (1, 2, 3, 4, 5)], "unit long")
+    cols = ["rho", "size", "n", "epsilon"]  # epsilon: not in the table
+    have = ["rho", "size", "n"]
+    old = units.join(led.table.select("unit", *have), on="unit", how="left") \
+        .fillna(0.0, subset=have)
+    want = {r["unit"]: (r["rho"], r["size"], r["n"], 0.0) for r in old.collect()}
+    got = {r["unit"]: tuple(r[c] for c in cols) for r in led.lookup(units, cols).collect()}
+    att = led.attach(units.withColumnRenamed("unit", "__tabdp_uid"), cols).collect()
+    attached = {r["__tabdp_uid"]: tuple(r[f"__tabdp_led:{c}"] for c in cols) for r in att}
+    assert repr(sorted(got.items())) == repr(sorted(attached.items())) \
+        == repr(sorted(want.items()))
+    assert want[2] == want[5] == (0.0, 0.0, 0, 0.0) and repr(want[4][0]) == "-0.0"
