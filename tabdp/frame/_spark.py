@@ -2277,13 +2277,16 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     # 3. Per-(unit, cell) losses: Spark expressions where they equal the mechanism's numpy
     # policy bit for bit, else the numpy policy in a pandas UDF; summed per unit.
     exprs = _charge_exprs(mechanism, measure_list, kind, bits, row_mode, max_rows)
+    # the charges' columns (``r<i>``, ``ok<i>``, ``cell_rho``...) are added next to the
+    # measures': these are kept under tabdp's names (`_value_col`), never the input's
+    vals = [F.col(m).alias(_value_col(i)) for i, m in enumerate(measure_list)]
     if exprs is not None:
         curs = policy.currencies()
-        charged = inside.select(F.col(uid).alias(_UID), F.col(_CELL),
-                                *[F.col(c) for c in [*measure_list, _ROWS]], *exprs,
-                                *[F.col(c) for c in led or []])
-        ch_cols = [c for c in charged.columns
-                   if c not in (_UID, _CELL, *measure_list, _ROWS, *(led or []))]
+        charged = inside.select(F.col(uid).alias(_UID), F.col(_CELL), *vals, F.col(_ROWS),
+                                *exprs, *[F.col(c) for c in led or []])
+        ch_cols = [c for c in charged.columns if c not in (
+            _UID, _CELL, *[_value_col(i) for i in range(len(measure_list))], _ROWS,
+            *(led or []))]
         charged = charged.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         with _quiet():
@@ -2296,8 +2299,7 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
                 udf_in += [F.signum(F.col(m).cast("double")).alias(f"{_IN}s:{m}")
                            for m in measure_list]
         with _quiet():
-            charged = inside.select(F.col(uid).alias(_UID), F.col(_CELL),
-                                    *[F.col(c) for c in [*measure_list, _ROWS]],
+            charged = inside.select(F.col(uid).alias(_UID), F.col(_CELL), *vals, F.col(_ROWS),
                                     udf(F.struct(*udf_in)).alias(f"{_IN}ch"),
                                     *[F.col(c) for c in led or []])
         ch_cols = [f.name for f in charged.schema[f"{_IN}ch"].dataType.fields]
@@ -2587,6 +2589,11 @@ def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str],
           for c in sums])
 
 
+def _value_col(i: int) -> str:
+    """The column of measure ``i``'s exact values in the charges' frames (`_finish`)."""
+    return f"{_IN}val{i}"
+
+
 def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str,
                        charged: Any, ch_cols: list[str], curs: list[tuple[str, list[str]]],
                        measure_list: list[str], by_list: list[str], keys: KeySet,
@@ -2628,8 +2635,10 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
                                                     policy.approx, qname, count_left=False)
 
     # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
-    # each measure's contributions before the filter, under a neutral name
-    before = [F.col(m).alias(f"{_IN}m0_{i}") for i, m in enumerate(measure_list)]
+    # each measure's contributions (``charged`` holds them as `_value_col`), and before the
+    # filter under another name
+    vcol = {m: _value_col(i) for i, m in enumerate(measure_list)}
+    before = [F.col(vcol[m]).alias(f"{_IN}m0_{i}") for i, m in enumerate(measure_list)]
     if not _filters(sess):
         work = charged.select("*", F.lit(True).alias(f"{_IN}allok"),
                               F.col(_ROWS).alias(f"{_IN}rows0"), *before)
@@ -2642,13 +2651,13 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
                            *[f"ok{i}" for i in range(ncur)]), on=_UID, how="inner")
         zeroed = {}
         for i, (_, ms) in enumerate(curs):
-            for c in (ms if ms else [_ROWS]):
+            for c in ([vcol[m] for m in ms] if ms else [_ROWS]):
                 zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
                     F.lit(0).cast(work.schema[c].dataType))
         work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
                            all_ok.alias(f"{_IN}allok"), F.col(_ROWS).alias(f"{_IN}rows0"), *before)
     # rows released before the filter (after the contribution bounds), for the summary
-    tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, f"{_IN}rows0"]]
+    tot = [F.sum(F.col(c)).alias(c) for c in [*vcol.values(), _ROWS, f"{_IN}rows0"]]
     # what the filter left out (confidential): measures before it, rows of left-out units
     tot += [F.sum(F.col(f"{_IN}m0_{i}")).alias(f"{_IN}m0_{i}") for i in range(len(measure_list))]
     tot += [F.sum(F.when(~F.col(f"{_IN}allok"), F.col(f"{_IN}rows0")).otherwise(0))
@@ -2671,7 +2680,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
     rows_in = sum(int(r[f"{_IN}rows0"] or 0) for r in rows)
     m_before = {m: sum(int(r[f"{_IN}m0_{i}"] or 0) for r in rows)
                 for i, m in enumerate(measure_list)}
-    m_after = {m: sum(int(r[m] or 0) for r in rows) for m in measure_list}
+    m_after = {m: sum(int(r[vcol[m]] or 0) for r in rows) for m in measure_list}
     left_out_info = left_out_counts(
         kind, measure_list, bits, m_before,
         {m: m_before[m] - m_after[m] for m in measure_list},
@@ -2680,7 +2689,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
     for r in rows:
         k = int(r[_CELL])
         for c in numer:
-            numer[c][k] = int(r[c] or 0)
+            numer[c][k] = int(r[vcol.get(c, c)] or 0)
         if sess.track_cells and r["units"]:
             stats.append((k, float(r["worst_rho"]), float(r["worst_size"]),
                           int(r["units"])))

@@ -449,6 +449,38 @@ def test_the_cell_audit_adds_a_cells_currencies_rounded_up(spark: Any, budget: A
     assert ref.equals(got.select(ref.columns))
 
 
+@pytest.mark.parametrize("unit", [None, "u"])
+def test_measures_named_like_the_charges_columns_are_read_from_the_data(spark: Any,
+                                                                        unit: Any) -> None:
+    """Measures named like the charges' columns (``r0``, ``ok0``, ``cell_rho``): Polars' answer.
+
+    A release's charges (``r<i>``, ``e<i>``, ``s<i>``, ``cell_rho``, ``cell_size``) and the
+    filter's decisions (``ok<i>``) were added next to the measures' columns, and a measure so
+    named made Spark fail (an ambiguous reference) where Polars released it. The measures'
+    values are kept under tabdp's names there now: the same tables, cell audit and report.
+    """
+    n = 24
+    df = pl.DataFrame({"c": ["a", "b"] * (n // 2), "u": [i // 2 for i in range(n)],
+                       **{m: [float((k + 3) * i % 97) for i in range(n)]
+                          for k, m in enumerate(["r0", "ok0", "cell_rho", "units"])}})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+
+    def run(frame: Any) -> list[Any]:
+        s = tabdp.Session(seed=5, budget=4.0, unit=unit, track_cells=True)
+        out = [frame.dp.sum(["r0", "ok0"], by="c", keys=keys, mechanism=mech.Gaussian(60.0),
+                            session=s),
+               frame.dp.sum(["cell_rho", "units"], by="c", keys=keys,
+                            mechanism=mech.Gaussian(40.0), session=s)]
+        pr = _pl(s.report().per_record)
+        cells = [s.records[i].cells for i in range(2)]
+        return [_pl(o) for o in out] + [pr.sort(pr.columns[0])] + cells
+
+    want = run(df)
+    got = run(spark.createDataFrame(df.to_arrow()))
+    for a, b in zip(want, got, strict=True):
+        assert (a.equals(b) if isinstance(a, pl.DataFrame) else a == b), (a, b)
+
+
 def test_the_unit_ledgers_lookup_and_attach_fill_alike(spark: Any) -> None:
     """`SparkUnitLedger.lookup` and ``attach``: one rule for a unit never charged, null, NaN.
 
