@@ -331,8 +331,7 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame._engine import RESERVED
-    from tabdp.frame.backends.spark import quiet, try_cast
+    from tabdp.frame.backends.spark import RESERVED, quiet, try_cast
 
     for col, mapping in need.items():
         fine = mapping.columns[0]
