@@ -73,6 +73,8 @@ NULL_POLICIES = ("error", "zero", "drop")
 #: and the same default, tabdp._defaults.NEGATIVES): refuse them (curator mode), allow them
 #: (signed measures), set them to 0, or drop the row.
 NEGATIVE_POLICIES = NEGATIVE_RULES
+#: The prefix of tabdp's own column names (refused for measures, keys and the unit column).
+RESERVED = "__tabdp"
 #: Row id column assigned when the input is read (row mode: each row is a unit).
 ROW_ID = "__tabdp_row"
 #: Fixed-point scale of float measures: values are summed exactly as multiples of 2**-24.
@@ -159,11 +161,11 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"group-by column(s) {clash} have the name of an output column of this {kind} "
             f"(outputs: {outputs}); the key would be overwritten in the result.\n"
             "Hint: rename the key column(s) (and the key set's) before the release.")
-    reserved = sorted(c for c in [*measures, *by] if c.startswith("__tabdp"))
+    reserved = sorted(c for c in [*measures, *by] if c.startswith(RESERVED))
     if reserved:
         raise InvalidParameterError(
-            f"column name(s) {reserved} start with '__tabdp', which tabdp reserves for its own "
-            "columns.\nHint: rename them before the release.")
+            f"column name(s) {reserved} start with {RESERVED!r}, which tabdp reserves for its "
+            "own columns.\nHint: rename them before the release.")
     if kind == "sum" and getattr(mechanism, "joint", False):
         extra = sorted(set(getattr(mechanism, "weights", {}) or {}) - set(measures))
         if extra:

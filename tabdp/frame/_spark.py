@@ -58,6 +58,7 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     MAX_ABS,
+    RESERVED,
     ROW_ID,
     SUM_SCALE_BITS,
     _keep_mask,
@@ -89,6 +90,13 @@ __all__ = ["spark_grouped_release", "spark_quantile_release", "SparkBackend", "S
            "SparkReplayLedger", "is_spark_frame"]
 
 _DEC = "decimal(38,0)"
+#: The first characters of every column the Spark engine adds to a frame (``__tabdp_uid``,
+#: ``__tabdp_acc0``, ``__tabdp_led:rho``...): the prefix tabdp reserves on every engine
+#: (`tabdp.frame._engine.RESERVED`), so no measure, key, unit or input column takes one's name.
+_IN = f"{RESERVED}_"
+_UID = f"{_IN}uid"    # a replay's or the filter's unit (row) ids
+_KEEP = f"{_IN}keep"  # the rows the release's rules keep
+_MONO = f"{_IN}mono"  # the numbered snapshot's monotonically increasing ids
 _SPLIT = 2.0**44  # fixed-point values are split in two parts below 2**53 to cast exactly
 
 
@@ -409,41 +417,47 @@ class SparkUnitLedger:
         out = units
         if have:
             out = out.join(self.table.select("unit", *have), on="unit", how="left")
-        return out.select("*", *[F.lit(0.0).alias(c) for c in cols if c not in have]) \
-            .fillna(0.0, subset=have)
+            out = out.withColumns({c: self._filled(F.col(f"`{c}`"), c) for c in have})
+        return out.select("*", *[F.lit(0.0).alias(c) for c in cols if c not in have])
 
     def attach(self, frame: Any, cols: list[str]) -> Any:
-        """``frame`` (unit ids ``__uid``, unique) plus ``__led:<c>``: `lookup`'s totals of ``cols``.
+        """``frame`` (unit ids ``__tabdp_uid``, unique) plus ``__tabdp_led:<c>``: `lookup`'s totals.
 
         The table is joined to ``frame`` directly: `lookup` on ``frame``'s ids, joined back to
         ``frame``, joined ``frame`` to itself (a shuffle more, and Spark jobs more, per release).
-        The same values as `lookup`: a unit never charged, or a null or NaN total, gives 0.0
-        (``fillna`` is ``coalesce(nanvl(c, null), 0.0)`` on a double column).
+        The same values as `lookup` (`_filled`, its rule): a unit never charged, or a null or
+        NaN total, gives 0.0.
 
         Example:
             >>> callable(SparkUnitLedger.attach)
             True
         """
         from pyspark.sql import functions as F
-        from pyspark.sql import types as T
 
         have = [c for c in cols if self.table is not None and c in self.table.columns]
         out = frame
         if have:
-            out = out.join(self.table.select(F.col("unit").alias("__uid"),
-                                             *[F.col(c).alias(f"__have:{c}") for c in have]),
-                           on="__uid", how="left")
-
-        def filled(c: str) -> Any:
-            col = F.col(f"`__have:{c}`")
-            st = self.table.schema[c].dataType
-            if isinstance(st, (T.DoubleType, T.FloatType)):
-                col = F.nanvl(col, F.lit(None))
-            return F.coalesce(col, F.lit(0.0).cast(st))
-
+            out = out.join(self.table.select(F.col("unit").alias(_UID),
+                                             *[F.col(c).alias(f"{_IN}have:{c}") for c in have]),
+                           on=_UID, how="left")
         return out.select(*[F.col(f"`{c}`") for c in frame.columns],
-                          *[(filled(c) if c in have else F.lit(0.0)).alias(f"__led:{c}")
-                            for c in cols])
+                          *[(self._filled(F.col(f"`{_IN}have:{c}`"), c) if c in have
+                             else F.lit(0.0)).alias(f"{_IN}led:{c}") for c in cols])
+
+    def _filled(self, col: Any, c: str) -> Any:
+        """``col``, the table's total ``c`` after a left join: 0 for a null or NaN (never charged).
+
+        Spark's own ``fillna(0.0)`` on the column's type: ``nanvl`` (NaN to null) on a float or
+        double column only, then ``coalesce`` with 0.0 cast to the type. The one rule of
+        `lookup` and `attach`.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        st = self.table.schema[c].dataType
+        if isinstance(st, (T.DoubleType, T.FloatType)):
+            col = F.nanvl(col, F.lit(None))
+        return F.coalesce(col, F.lit(0.0).cast(st))
 
     def frame(self) -> Any:
         """The table (a Spark DataFrame, ``None`` before the first release).
@@ -491,8 +505,8 @@ class SparkUnitLedger:
                         .alias("epsilon_delta"))
         cols += [F.col(_release_col(r.name)).alias(f"rho_{r.name}") for r in session.records]
         if session.lifetime is not None:  # this run included (committed or not), as Polars
-            full = _with_lifetime(session, full, ["rho"], uid="unit", prefix="__life:")
-            cols.append(F.col("`__life:rho`").alias("rho_lifetime"))
+            full = _with_lifetime(session, full, ["rho"], uid="unit", prefix=f"{_IN}life:")
+            cols.append(F.col(f"`{_IN}life:rho`").alias("rho_lifetime"))
         with _quiet():
             return full.select(*cols)
 
@@ -553,7 +567,7 @@ class _Checkpoint:
 class _Numbered:
     """A persisted, numbered snapshot of a row-mode input (`SparkReplayLedger.numbered`).
 
-    ``base`` holds the input's columns and ``__mono``; ``rid`` is the row-id expression;
+    ``base`` holds the input's columns and ``__tabdp_mono``; ``rid`` is the row-id expression;
     ``fps`` the row fingerprints of every column, once a release has bound them.
     """
 
@@ -573,7 +587,7 @@ class _Numbered:
 
     def replayed(self, spark: Any, sess: Session, programs: list[Any]
                  ) -> tuple[Any, dict[str, str], list[str]]:
-        """``programs`` replayed over this snapshot (row ids ``__uid``), as `_replay` with a report.
+        """``programs`` replayed over this snapshot (row ids ``__tabdp_uid``), as `_replay`.
 
         Each release under a budget replays the earlier ones, and the report all of them: the
         plan of the programs replayed before is extended by the new ones instead of built
@@ -589,7 +603,7 @@ class _Numbered:
                 or st.done > len(programs) \
                 or any(a is not b for a, b in zip(self.programs, programs[:st.done],
                                                    strict=False)):
-            st = _Replayed(sess, self.base.select("*", self.rid.alias("__uid")), {}, [], [], 0)
+            st = _Replayed(sess, self.base.select("*", self.rid.alias(_UID)), {}, [], [], 0)
         if st.done < len(programs):
             st = _replay_from(spark, sess, st, programs, report=True)
         self.chain = st
@@ -756,7 +770,7 @@ class SparkReplayLedger:
         return {c: np.zeros(len(units)) for c in cols}
 
     def _replayed(self, session: Session) -> tuple[Any, dict[str, str], list[str]]:
-        """The input with every program replayed (row ids ``__uid``), after the row check."""
+        """The input with every program replayed (row ids ``__tabdp_uid``), after the row check."""
         from pyspark.sql import functions as F
 
         src = self.source
@@ -789,19 +803,19 @@ class SparkReplayLedger:
                     row = base.agg(F.count(F.lit(1)).alias("n"), *[
                         a for i, c in enumerate(bound)
                         for a in _fp_sums(_fingerprint(rid, c, src.schema[c].dataType),
-                                          f"__fp{i}")]).collect()[0]
+                                          f"{_IN}fp{i}")]).collect()[0]
                     try:
                         binding.of(session).bind_rows(
                             int(row["n"] or 0),
-                            {c: _fp_total(row, f"__fp{i}") for i, c in enumerate(bound)})
+                            {c: _fp_total(row, f"{_IN}fp{i}") for i, c in enumerate(bound)})
                     except InvalidParameterError:
                         _report_refused(session)
                 except BaseException:
                     base.unpersist()
                     raise
-                frame = base.select("*", rid.alias("__uid"))
+                frame = base.select("*", rid.alias(_UID))
             else:
-                frame = src.select("*", F.col(session.unit).alias("__uid"))
+                frame = src.select("*", F.col(session.unit).alias(_UID))
             held = self._held = (len(self.programs), frame, base)
         frame = held[1]
         if frame is None:  # over the numbered snapshot: the releases' replay, extended
@@ -839,7 +853,7 @@ class SparkReplayLedger:
         def total(c: str) -> Any:
             return F.col(names[c]) if c in names else F.lit(0.0)
 
-        cols = [F.col("__uid").cast("long").alias(unit_col),
+        cols = [F.col(_UID).cast("long").alias(unit_col),
                 *[total(c).cast("double").alias(c) for c in ("rho", "epsilon", "size")]]
         if delta is not None:
             with _quiet():
@@ -905,7 +919,7 @@ class _Replayed(NamedTuple):
 
 def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
             report: bool = False) -> tuple[Any, dict[str, str], list[str]]:
-    """Replay ``programs`` over ``frame`` (row ids in ``__uid``): running totals as columns.
+    """Replay ``programs`` over ``frame`` (row ids in ``__tabdp_uid``): running totals as columns.
 
     `_replay_from` from the start; see it.
     """
@@ -916,7 +930,7 @@ def _replay(spark: Any, sess: Session, frame: Any, programs: list[Any], *,
 
 def _replay_from(spark: Any, sess: Session, start: _Replayed, programs: list[Any], *,
                  report: bool = False) -> _Replayed:
-    """Replay ``programs[start.done:]`` after ``start``'s (row ids in ``__uid``).
+    """Replay ``programs[start.done:]`` after ``start``'s (row ids in ``__tabdp_uid``).
 
     For each program in release order: its cell (a broadcast join of its key set), the rows
     its rules keep and their fixed-point values, its charges (the exact Spark expressions of
@@ -949,8 +963,8 @@ def _replay_from(spark: Any, sess: Session, start: _Replayed, programs: list[Any
         parts = {m: _measure_parts(m, sschema[m], rules) for m in prog.measures}
         keep = _keep_mask(parts, rules, F.lit(True), None)
         summed = list(prog.measures) if prog.kind == "sum" else []
-        vcol = {m: f"__pv{j}_{i}" for i, m in enumerate(summed)}
-        rcol, ccol, chcol = f"__pr{j}", f"__pc{j}", f"__pch{j}"
+        vcol = {m: f"{_IN}pv{j}_{i}" for i, m in enumerate(summed)}
+        rcol, ccol, chcol = f"{_IN}pr{j}", f"{_IN}pc{j}", f"{_IN}pch{j}"
         # the fixed-point values as doubles: a charge reads |value| as a double only, and
         # this double is the one the exact decimal converts to (`_fixed_double`)
         frame = frame.select("*", *[F.when(keep & ~parts[m]["bad"],
@@ -973,16 +987,16 @@ def _replay_from(spark: Any, sess: Session, start: _Replayed, programs: list[Any
         else:
             udf, _ = _charge_udf(mech, summed, prog.kind, prog.bits)
             if prog.kind == "count":
-                inp = [F.col(rcol).cast("double").alias("__rows")]
+                inp = [F.col(rcol).cast("double").alias(f"{_IN}rows_in")]
             else:
-                inp = [F.abs(F.col(vcol[m])).cast("double").alias(f"__a:{m}") for m in summed]
+                inp = [F.abs(F.col(vcol[m])).cast("double").alias(f"{_IN}a:{m}") for m in summed]
                 if prog.policy.joint:
-                    inp += [F.signum(F.col(vcol[m]).cast("double")).alias(f"__s:{m}")
+                    inp += [F.signum(F.col(vcol[m]).cast("double")).alias(f"{_IN}s:{m}")
                             for m in summed]
             charge = udf(F.struct(*inp))
         with _quiet():
             frame = frame.select("*", charge.alias(chcol))
-        # the charge's fields as columns of their own (``__pch<j>_<field>``): the totals add
+        # the charge's fields as columns of their own (``__tabdp_pch<j>_<field>``): the totals add
         # them rounded up (`add_up_any` reads each operand several times), and a struct whose
         # fields are only extracted counts as cheap to inline in Spark's CollapseProject, which
         # then copied every charge expression into every use: plans grew exponentially with
@@ -999,16 +1013,16 @@ def _replay_from(spark: Any, sess: Session, start: _Replayed, programs: list[Any
             ok = _admit_exprs(budget, [F.col(f"{chcol}_r{i}") for i in range(len(curs))],
                               total("rho"))
             if ok is not None:  # a constant budget: a Spark expression
-                frame = frame.withColumn(f"__pok{j}", ok)
-                oks = {f"ok{i}": F.col(f"__pok{j}") for i in range(len(curs))}
+                frame = frame.withColumn(f"{_IN}pok{j}", ok)
+                oks = {f"ok{i}": F.col(f"{_IN}pok{j}") for i in range(len(curs))}
             else:
                 fields = [F.col(f"{chcol}_{k}{i}").alias(f"{k}{i}")
                           for i in range(len(curs)) for k in ("r", "e", "s")]
                 fields += [total(c).alias(f"l{k}") for k, c in enumerate(need)]
                 admit = _admit_udf(budget, curs, prog.policy.guarantee, need)
                 with _quiet():
-                    frame = frame.select("*", admit(F.struct(*fields)).alias(f"__pok{j}"))
-                oks = {f"ok{i}": F.col(f"__pok{j}.ok{i}") for i in range(len(curs))}
+                    frame = frame.select("*", admit(F.struct(*fields)).alias(f"{_IN}pok{j}"))
+                oks = {f"ok{i}": F.col(f"{_IN}pok{j}.ok{i}") for i in range(len(curs))}
 
         def col(name: str, _ch: str = chcol, _oks: dict[str, Any] = oks) -> Any:
             return _oks[name] if name in _oks else F.col(f"{_ch}_{name}")
@@ -1027,11 +1041,11 @@ def _replay_from(spark: Any, sess: Session, start: _Replayed, programs: list[Any
                                               F.when(ok, col(f"s{i}")).otherwise(0.0))
         out = {}
         for k, e in upd.items():
-            names.setdefault(k, f"__acc{len(names)}")
+            names.setdefault(k, f"{_IN}acc{len(names)}")
             out[names[k]] = _no_inline(e)
         if report:
-            rels.append(f"__rel{j}")
-            out[f"__rel{j}"] = F.when(inside, comps["rho"]).otherwise(F.lit(0.0))
+            rels.append(f"{_IN}rel{j}")
+            out[f"{_IN}rel{j}"] = F.when(inside, comps["rho"]).otherwise(F.lit(0.0))
         frame = frame.withColumns(out)
     return _Replayed(sess, frame, names, rels, cells_of, len(programs))
 
@@ -1190,9 +1204,9 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
                 "Hint: build the key set with values of the data's type.") from err
         if isinstance(kc.dtype, (pl.Categorical, pl.Enum)):
             kc = kc.cast(pl.String)
-        kcols[f"__key{i}"] = kc
+        kcols[f"{_IN}key{i}"] = kc
         st = _spark_type(kc.dtype)
-        fields.append(T.StructField(f"__key{i}", st, True))
+        fields.append(T.StructField(f"{_IN}key{i}", st, True))
         if st == schema[c]:
             on_data[c] = F.col(c)
         else:
@@ -1211,14 +1225,14 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
     fields.insert(0, T.StructField(_CELL, T.LongType(), False))
     with _quiet():
         kdf = spark.createDataFrame(kframe.to_pandas(), T.StructType(fields))
-    work = data.select("*", *[e.alias(f"__dk{i}") for i, e in enumerate(on_data.values())],
-                       bad.alias("__badkey"))
+    work = data.select("*", *[e.alias(f"{_IN}dk{i}") for i, e in enumerate(on_data.values())],
+                       bad.alias(f"{_IN}badkey"))
     cond = None
     for i in range(len(by)):
-        e = work[f"__dk{i}"].eqNullSafe(kdf[f"__key{i}"])
+        e = work[f"{_IN}dk{i}"].eqNullSafe(kdf[f"{_IN}key{i}"])
         cond = e if cond is None else cond & e
     joined = work.join(F.broadcast(kdf), on=cond, how="left")
-    cell = F.when(F.col("__badkey"), F.lit(None).cast("long")).otherwise(F.col(_CELL))
+    cell = F.when(F.col(f"{_IN}badkey"), F.lit(None).cast("long")).otherwise(F.col(_CELL))
     return joined.select(*[F.col(c) for c in data.columns], cell.alias(_CELL))
 
 
@@ -1249,19 +1263,19 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
         cell_size = np.zeros(n)
         for i, (_, ms) in enumerate(curs):
             if kind == "count":
-                size = inp["__rows"].to_numpy(dtype=np.float64)
+                size = inp[f"{_IN}rows_in"].to_numpy(dtype=np.float64)
                 delta = size
             else:
                 mags = {}
                 for m in ms:
-                    a = inp[f"__a:{m}"].to_numpy(dtype=np.float64)
+                    a = inp[f"{_IN}a:{m}"].to_numpy(dtype=np.float64)
                     f = a * (2.0 ** -bits[m])
                     big = a >= float(1 << 53)
                     if np.any(big):
                         f = np.where(big, np.nextafter(f, np.inf), f)
                     mags[m] = f
                 size, delta = _size_and_delta(
-                    pol, ms, mags, lambda m: inp[f"__s:{m}"].to_numpy(dtype=np.float64))
+                    pol, ms, mags, lambda m: inp[f"{_IN}s:{m}"].to_numpy(dtype=np.float64))
             vals = _policy_values(pol, kind, delta)
             # a (unit, cell)'s ρ over currencies, rounded up as the Polars engine's (`add_up`;
             # review R18-6: a plain sum was below it)
@@ -1345,10 +1359,10 @@ def _charge_exprs(mechanism: Mechanism, measures: list[str], kind: str, bits: di
 
 def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame,
                  lifetime: Any = None) -> dict[str, np.ndarray]:
-    """The one individual filter on a batch of units (charges and ``__led:`` ledger columns).
+    """The one individual filter on a batch of units (charges and ``__tabdp_led:`` ledger columns).
 
     With a lifetime budget (``lifetime``), the same filter again over the units' lifetime
-    totals (``__life:`` columns: the series' stored losses plus this run's), ANDed, as
+    totals (``__tabdp_life:`` columns: the series' stored losses plus this run's), ANDed, as
     ``Session.admit`` does on the other engines.
     """
     from tabdp.privacy.filter import individual_filter
@@ -1361,10 +1375,10 @@ def _admit_batch(budget: Any, curs: list[str], guarantee: str, b: pd.DataFrame,
                  {c: b[f"s{i}"].to_numpy(dtype=np.float64) for i, c in enumerate(curs)},
                  guarantee)
     out = individual_filter(budget, ch, lambda units, cols: {
-        c: b[f"__led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
+        c: b[f"{_IN}led:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
     if lifetime is not None:
         life = individual_filter(lifetime, ch, lambda units, cols: {
-            c: b[f"__life:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
+            c: b[f"{_IN}life:{c}"].to_numpy(dtype=np.float64).copy() for c in cols})
         out = {c: out[c] & life[c] for c in out}
     return out
 
@@ -1376,7 +1390,7 @@ def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool,
     def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for b in batches:
             ok = _admit_batch(budget, curs, guarantee, b, lifetime)
-            yield pd.DataFrame({"__uid": b["__uid"], **{f"ok{i}": ok[c]
+            yield pd.DataFrame({_UID: b[_UID], **{f"ok{i}": ok[c]
                                                          for i, c in enumerate(curs)}})
 
     return admit
@@ -1417,7 +1431,7 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
     from pyspark.sql.functions import pandas_udf
 
     def admit(b: pd.DataFrame) -> pd.DataFrame:
-        b = b.rename(columns={f"l{k}": f"__led:{c}" for k, c in enumerate(need)})
+        b = b.rename(columns={f"l{k}": f"{_IN}led:{c}" for k, c in enumerate(need)})
         ok = _admit_batch(budget, curs, guarantee, b)
         return pd.DataFrame({f"ok{i}": ok[c] for i, c in enumerate(curs)})
 
@@ -1443,7 +1457,7 @@ def _check_lifetime_units(sess: Session, sschema: dict[str, Any]) -> None:
 
 def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,
                     prefix: str) -> Any:
-    """The ledger's lifetime totals of ``cols`` as a Spark frame: ``__lkey`` plus ``prefix+c``.
+    """The ledger's lifetime totals of ``cols`` as a Spark frame: ``__tabdp_lkey``, ``prefix+c``.
 
     Stored plus this run's uncommitted losses (`tabdp.Ledger.totals`), one row per unit the
     series charged; the ids as ``key_type`` (``long`` or ``string``: the ledger's types).
@@ -1454,9 +1468,9 @@ def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,
     assert led is not None
     long = isinstance(key_type, T.LongType)
     tot = led.totals(cols)
-    tot = tot.select(pl.col("unit").cast(pl.Int64 if long else pl.String).alias("__lkey"),
+    tot = tot.select(pl.col("unit").cast(pl.Int64 if long else pl.String).alias(f"{_IN}lkey"),
                      *[pl.col(c).alias(f"{prefix}{c}") for c in cols])
-    schema = T.StructType([T.StructField("__lkey", key_type, True),
+    schema = T.StructType([T.StructField(f"{_IN}lkey", key_type, True),
                            *[T.StructField(f"{prefix}{c}", T.DoubleType(), True) for c in cols]])
     import pyspark
 
@@ -1474,8 +1488,8 @@ def _life_key(st: Any) -> Any:
     return T.LongType() if isinstance(st, T.IntegralType) else T.StringType()
 
 
-def _with_lifetime(sess: Session, frame: Any, cols: list[str], uid: str = "__uid",
-                   prefix: str = "__life:") -> Any:
+def _with_lifetime(sess: Session, frame: Any, cols: list[str], uid: str = _UID,
+                   prefix: str = f"{_IN}life:") -> Any:
     """``frame`` plus each unit's lifetime totals of ``cols`` (``prefix+c``; 0.0: never charged).
 
     The ledger's totals are joined to the units in Spark: nothing per unit of the data reaches
@@ -1485,8 +1499,9 @@ def _with_lifetime(sess: Session, frame: Any, cols: list[str], uid: str = "__uid
 
     key = _life_key(frame.schema[uid].dataType)
     life = _lifetime_frame(sess, frame.sparkSession, cols, key, prefix)
-    out = frame.withColumn("__lkey", F.col(uid).cast(key)).join(life, on="__lkey", how="left")
-    return out.drop("__lkey").fillna(0.0, subset=[f"{prefix}{c}" for c in cols])
+    lkey = f"{_IN}lkey"
+    out = frame.withColumn(lkey, F.col(uid).cast(key)).join(life, on=lkey, how="left")
+    return out.drop(lkey).fillna(0.0, subset=[f"{prefix}{c}" for c in cols])
 
 
 def _lifetime_charges(sess: Session, decided: Any, any_ok: Any, comps: dict[str, Any],
@@ -1505,7 +1520,7 @@ def _lifetime_charges(sess: Session, decided: Any, any_ok: Any, comps: dict[str,
     if sess.lifetime is None:
         return None
     sums = [c for c in COMPONENTS if c != "size"]
-    cols = [F.col("__uid").alias("unit"), *[comps[c].alias(c) for c in sums],
+    cols = [F.col(_UID).alias("unit"), *[comps[c].alias(c) for c in sums],
             comps["size"].alias("size")]
     for i, (c, _) in enumerate(curs):
         cols += [F.when(F.col(f"ok{i}"), F.col(f"r{i}")).otherwise(0.0).alias(f"rho@{c}"),
@@ -1539,6 +1554,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
         raise InvalidParameterError(
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
+    _refuse_reserved(list(native.columns), unit)
     # row ids that a join may have repeated (Session(_rows_one_cell=False)) are units: grouped
     row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
     ledger: Any = None
@@ -1557,6 +1573,32 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
                    unit)
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
+
+
+def _refuse_reserved(columns: list[str], unit: str | None) -> None:
+    """Refuse (from the schema alone) an input with columns named with tabdp's prefix.
+
+    Every column the Spark engine adds next to the input's (the rules' flags, row ids, the
+    replayed releases' totals, the ledger's totals...) is named ``__tabdp_...`` (`_IN`), and
+    a measure, key or unit so named is refused (`tabdp.frame._engine._check_args`, `Session`);
+    an input column so named is refused here, so no added column can replace an input column
+    (the Polars engine reads only the query's columns and refuses ``__tabdp_row`` in row
+    mode). The row ids a caller numbered itself (``unit=ROW_ID``, tabdp run) are the exception.
+
+    Example:
+        >>> _refuse_reserved(["x", "__acc0", "__tabdp_row"], "__tabdp_row")
+        >>> _refuse_reserved(["x", "__tabdp_cell"], None)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.InvalidParameterError: the frame has column(s) ['__tabdp_cell'] ...
+    """
+    clash = sorted(c for c in columns if c.startswith(RESERVED) and c != unit)
+    if clash:
+        raise InvalidParameterError(
+            f"the frame has column(s) {clash} starting with {RESERVED!r}, which tabdp reserves "
+            "for its own columns: the Spark engine adds them next to the input's, where a "
+            "column of the same name would be replaced.\nHint: drop or rename those columns "
+            "before the release (e.g. spark_df.drop(*names)); they are not read by any release.")
 
 
 # the numbered snapshot's storage level (None: Spark's default for a local checkpoint, rows
@@ -1601,7 +1643,7 @@ def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
              ) -> tuple[Any, Any, list[str]]:
     """Row ids in the order the input is read (partition by partition, row by row).
 
-    Returns the persisted frame (with ``__mono``), the row-id expression and the columns to
+    Returns the persisted frame (with ``__tabdp_mono``), the row-id expression and the columns to
     fingerprint. Only the number of rows of each partition reaches the driver. With
     ``checkpoint`` the frame is a local checkpoint (a lost block fails the job; it is never
     recomputed from the input) instead of a persisted cache.
@@ -1609,14 +1651,14 @@ def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    base = flagged.select("*", F.monotonically_increasing_id().alias("__mono"))
+    base = flagged.select("*", F.monotonically_increasing_id().alias(_MONO))
     # a lazy checkpoint: its blocks are written by the job that counts the partitions' rows
     # below (one job over the input, not two: the eager checkpoint's count, then this count
     # over the blocks); if that job fails, the blocks it wrote are freed here
     base = (_local_checkpoint(base, eager=False) if checkpoint
             else base.persist(StorageLevel.MEMORY_AND_DISK))
     try:
-        per_part = base.groupBy(F.shiftright(F.col("__mono"), 33).alias("p")) \
+        per_part = base.groupBy(F.shiftright(F.col(_MONO), 33).alias("p")) \
             .agg(F.count(F.lit(1)).alias("n")).collect()
     except BaseException:
         if checkpoint:
@@ -1628,9 +1670,9 @@ def _row_ids(flagged: Any, columns: list[str], checkpoint: bool = False
         sizes[int(r["p"])] = int(r["n"])
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist() \
         if n_parts else [0]
-    pid = F.shiftright(F.col("__mono"), 33).cast("int")
+    pid = F.shiftright(F.col(_MONO), 33).cast("int")
     offset = F.element_at(F.array(*[F.lit(int(o)) for o in offsets]), pid + 1)
-    rid = (offset + F.col("__mono").bitwiseAND(F.lit((1 << 33) - 1))).cast("long")
+    rid = (offset + F.col(_MONO).bitwiseAND(F.lit((1 << 33) - 1))).cast("long")
     return base, rid, list(columns)
 
 
@@ -1816,13 +1858,13 @@ class SparkBackend:
         if unit_bad is not None:
             counters[f"null:{unit}"] = unit_bad
         names = list(counters)
-        cnt = {k: f"__c{i}" for i, k in enumerate(names)}
+        cnt = {k: f"{_IN}c{i}" for i, k in enumerate(names)}
         zero = F.lit(0).cast(_DEC)
-        vname = {m: f"__v{i}" for i, m in enumerate(measure_list)}
-        row_values = [F.when(F.col("__keep") & ~p["bad"], p["fixed"]).otherwise(zero)
+        vname = {m: f"{_IN}v{i}" for i, m in enumerate(measure_list)}
+        row_values = [F.when(F.col(_KEEP) & ~p["bad"], p["fixed"]).otherwise(zero)
                       .alias(vname[m]) for m, p in parts.items()]
-        flagged = sdf.select("*", keep.alias("__keep"))
-        row_cols = [*row_values, F.col("__keep").cast("long").alias(_ROWS),
+        flagged = sdf.select("*", keep.alias(_KEEP))
+        row_cols = [*row_values, F.col(_KEEP).cast("long").alias(_ROWS),
                     *[F.when(e, 1).otherwise(0).cast("long").alias(cnt[k])
                       for k, e in counters.items()]]
         fp_cols: list[str] = []
@@ -1832,8 +1874,6 @@ class SparkBackend:
         # each row's totals so far (columns led); without one every row is admitted
         prior = list(ledger.programs) if replay and sess.budget is not None else []
         led: list[str] = []
-        if replay:
-            _refuse_replay_names([*measure_list, *by_list])
         if replay and unit is None:
             _require_bound(sess, sdf.columns)
         numbered = None
@@ -1851,25 +1891,19 @@ class SparkBackend:
                                               sdf.columns)
                 persisted = [base]
             pre = base
-            # the release's own columns are read above the replay, whose columns (``__acc<n>``,
-            # ``__pc<j>``, ``__led<k>``, ``__uid``...) replace input columns of the same name: a
-            # measure, key or fingerprinted column named like one would be read from a replay
-            # total. An input with such names (``__`` first) takes the replay from the start,
-            # below the release's columns, as before the replay was extended (review r27)
-            extend = bool(prior) and not _underscored(list(sdf.columns))
-            if extend:
-                # the earlier releases replayed over the snapshot itself (row ids ``__uid``):
+            # the release's own columns are read above the replay: the replay's columns all
+            # start with ``__tabdp_``, a prefix no input column has (`_open`), so none replaces
+            # an input column (review r27)
+            if prior:
+                # the earlier releases replayed over the snapshot itself (row ids ``__tabdp_uid``):
                 # the ledger extends the plan of the last replay over it (`_Numbered.replayed`)
                 assert numbered is not None
                 pre, led = _with_totals(spark, sess, None, prior, policy, numbered=numbered)
-            src = pre.select("*", keep.alias("__keep")).select(
+            src = pre.select("*", keep.alias(_KEEP)).select(
                 *[F.col(c) for c in pre.columns], *row_cols)
-            if prior and not extend:
-                src, led = _with_totals(spark, sess, src.select("*", rid.alias("__uid")), prior,
-                                        policy)
             if replay and not _filters(sess) and not sess.track_cells:
                 # `_unfiltered_rows`: the exact values as long parts (no decimal arithmetic)
-                values = [e.alias(f"__v{i}_{k}") for i, m in enumerate(measure_list)
+                values = [e.alias(f"{_IN}v{i}_{k}") for i, m in enumerate(measure_list)
                           for k, e in enumerate(_fixed_longs(
                               m, sschema[m], rules, (F.col(_ROWS) == 1) & ~parts[m]["bad"]))]
             else:
@@ -1877,10 +1911,10 @@ class SparkBackend:
             rows = src.select(rid.alias(ROW_ID), *[F.col(c) for c in by_list], *values,
                               F.col(_ROWS), F.lit(1).cast("long").alias(_ALL),
                               *[F.col(v) for v in cnt.values()],
-                              *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
+                              *[_fingerprint(rid, c, sschema[c]).alias(f"{_IN}fp{i}")
                                 for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
             snap = rows
-            if extend and numbered is not None and numbered.fps is not None:
+            if prior and numbered is not None and numbered.fps is not None:
                 # a local checkpoint cuts the replay's lineage: the summary, the charges and
                 # the filter each ran the replay again, and each of their DataFrame operations
                 # and jobs analysed and optimised its whole plan (a five-release session of
@@ -1895,17 +1929,13 @@ class SparkBackend:
         elif unit == ROW_ID and replay:
             # row ids numbered by the caller, one row per record (tabdp run): no group-by needed
             src = flagged.select(*[F.col(c) for c in sdf.columns], *row_cols)
-            if prior and _underscored(list(sdf.columns)):  # as in row mode (review r27)
-                src, led = _with_totals(spark, sess,
-                                        src.select("*", F.col(ROW_ID).alias("__uid")), prior,
-                                        policy)
-            elif prior:
+            if prior:
                 # the earlier releases replayed over the input itself, extending the plan of
                 # the last replay over it (`SparkReplayLedger.run`); the release's keep flags
                 # and row values added above the replay (independent columns), as in row mode
                 pre, led = _with_totals(spark, sess, None, prior, policy,
                                         numbered=ledger.run(sdf))
-                src = pre.select("*", keep.alias("__keep")).select(
+                src = pre.select("*", keep.alias(_KEEP)).select(
                     *[F.col(c) for c in pre.columns], *row_cols)
             snap = src.select(F.col(ROW_ID), *[F.col(c) for c in by_list],
                               *[F.col(vname[m]).alias(m) for m in measure_list], F.col(_ROWS),
@@ -1977,8 +2007,8 @@ class SparkBackend:
             if _is_floatlike(sschema[unit]):
                 bad_id = bad_id | F.isnan(F.col(unit).cast("double"))
             flags[f"null:{unit}"] = bad_id
-        fl = {k: f"__f{i}" for i, k in enumerate(flags)}
-        cols = [*[F.col(c) for c in by_list], x.alias("__x"),
+        fl = {k: f"{_IN}f{i}" for i, k in enumerate(flags)}
+        cols = [*[F.col(c) for c in by_list], x.alias(f"{_IN}x"),
                 *[e.alias(fl[k]) for k, e in flags.items()]]
         fp_cols: list[str] = []
         ledger = sess.ledger
@@ -1986,17 +2016,16 @@ class SparkBackend:
         prior = list(ledger.programs) if replay and sess.budget is not None else []
         led: list[str] = []
         if replay:
-            _refuse_replay_names([column, *by_list])
             _require_bound(sess, sdf.columns)
         if row_mode:
             base, rid, fp_cols = _row_ids(sdf, sdf.columns)
             self._hold.append(base)
             pre = base
             if prior:
-                pre, led = _with_totals(spark, sess, base.select("*", rid.alias("__uid")), prior,
+                pre, led = _with_totals(spark, sess, base.select("*", rid.alias(_UID)), prior,
                                         _Policy(policy, []))  # type: ignore[arg-type]
             src = pre.select(rid.alias(ROW_ID), *cols,
-                             *[_fingerprint(rid, c, sschema[c]).alias(f"__fp{i}")
+                             *[_fingerprint(rid, c, sschema[c]).alias(f"{_IN}fp{i}")
                                for i, c in enumerate(fp_cols)], *[F.col(c) for c in led])
             # no checkpoint here, unlike `aggregate`: these rows are checked by this release's
             # summary (`bind_rows` below), and writing a checkpoint would evaluate the replay
@@ -2015,7 +2044,8 @@ class SparkBackend:
             keep = keep & ~F.col(fl[f"null:{unit}"])
         summary = data.agg(
             *[F.sum(F.when(F.col(v), 1).otherwise(0)).alias(v) for v in fl.values()],
-            *[a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")],
+            *[a for i in range(len(fp_cols))
+              for a in _fp_sums(F.col(f"{_IN}fp{i}"), f"{_IN}fp{i}")],
             F.count(F.lit(1)).alias("rows_read"),
             F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
         ).collect()[0]
@@ -2023,34 +2053,34 @@ class SparkBackend:
         _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
         n_rows = int(summary["rows_read"] or 0)
         if row_mode:
-            binding.of(sess).bind_rows(n_rows, {c: _fp_total(summary, f"__fp{i}")
+            binding.of(sess).bind_rows(n_rows, {c: _fp_total(summary, f"{_IN}fp{i}")
                                     for i, c in enumerate(fp_cols)})
         inside = data.filter(keep & F.col(_CELL).isNotNull()).select(
-            F.col(uid).alias("__uid"), F.col(_CELL),
-            F.when(missing, F.lit(0.0)).otherwise(F.col("__x")).alias("__x"),
+            F.col(uid).alias(_UID), F.col(_CELL),
+            F.when(missing, F.lit(0.0)).otherwise(F.col(f"{_IN}x")).alias(f"{_IN}x"),
             *[F.col(c) for c in led])
 
         # Per-unit losses: Δ = the unit's rows in the cell, the group-privacy policy.
         approx = policy.dp_delta is not None
         if replay:  # one row per unit: Δ = 1 row, every column kept (the filter is row-wise)
-            pairs = inside.select("*", F.lit(1).cast("long").alias("__k"))
+            pairs = inside.select("*", F.lit(1).cast("long").alias(f"{_IN}k"))
         else:
-            pairs = inside.groupBy("__uid", _CELL).agg(F.count(F.lit(1)).alias("__k"))
+            pairs = inside.groupBy(_UID, _CELL).agg(F.count(F.lit(1)).alias(f"{_IN}k"))
         unit_cols = ["r0", "e0", "s0", *(["ea0", "da0"] if approx else [])]
         # row mode: every unit has one row in its cell, so the exact table of the policy at
         # Δ = 0, 1 applies; otherwise the policy's numpy code in a pandas UDF
         exprs = _charge_exprs(policy, [], "count", {}, row_mode, None,  # type: ignore[arg-type]
-                              rows_col="__k")
-        keep_cols = list(pairs.columns) if replay else ["__uid", _CELL]
+                              rows_col=f"{_IN}k")
+        keep_cols = list(pairs.columns) if replay else [_UID, _CELL]
         if exprs is not None:
             charged = pairs.select(*keep_cols, *exprs).select(*keep_cols, *unit_cols)
         else:
             udf, _ = _charge_udf(policy, [], "count", {})  # type: ignore[arg-type]
             with _quiet():
                 charged = pairs.select(*keep_cols, udf(F.struct(
-                    F.col("__k").cast("double").alias("__rows"))).alias("__ch"))
+                    F.col(f"{_IN}k").cast("double").alias(f"{_IN}rows_in"))).alias(f"{_IN}ch"))
             charged = charged.select(*keep_cols,
-                                     *[F.col(f"__ch.{c}").alias(c) for c in unit_cols])
+                                     *[F.col(f"{_IN}ch.{c}").alias(c) for c in unit_cols])
         if row_mode:
             per_unit = charged if replay else charged.drop(_CELL)
         else:  # a unit's losses added left to right over its cells in key-set order
@@ -2068,13 +2098,13 @@ class SparkBackend:
         if not _filters(sess):
             kept = inside
         elif replay:
-            kept = decided.filter(F.col("ok0")).select("__uid", _CELL, "__x")
+            kept = decided.filter(F.col("ok0")).select(_UID, _CELL, f"{_IN}x")
         else:
-            kept = inside.join(decided.filter(F.col("ok0")).select("__uid"), on="__uid",
+            kept = inside.join(decided.filter(F.col("ok0")).select(_UID), on=_UID,
                                how="left_semi")
 
         def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
-            v = pdf["__x"].to_numpy(dtype=np.float64)
+            v = pdf[f"{_IN}x"].to_numpy(dtype=np.float64)
             t, ss, clipped = cell_quantiles(np.zeros(v.size, dtype=np.int64), v, 1, qv, gamma,
                                             (lo, hi))
             return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
@@ -2139,7 +2169,7 @@ class SparkBackend:
             ledger.install(*st.program)
         else:
             add = st.decided.filter(st.any_ok).select(
-                F.col("__uid").alias("unit"), *[e.alias(k) for k, e in st.comps.items()],
+                F.col(_UID).alias("unit"), *[e.alias(k) for k, e in st.comps.items()],
                 *[e.alias(k) for k, e in st.extra.items()])
             ledger.add(add)
             life = _lifetime_charges(sess, st.decided, st.any_ok, st.comps, st.curs)
@@ -2177,36 +2207,9 @@ def _require_bound(sess: Session, columns: list[str]) -> None:
         state.bind_rows(state.rows_bound or 0, {})  # raises: the bound columns are absent
 
 
-def _refuse_replay_names(columns: list[str]) -> None:
-    """Refuse measures and keys named like the replay's columns (``__`` first), before reading.
-
-    A Spark row-mode session keeps no per-row losses: later releases and the report replay
-    each release over the rows, adding columns (``__acc<n>``, ``__pv<j>_<i>``, ``__pc<j>``...)
-    that replace input columns of the same name, so a measure or key named like one would be
-    read from a replayed total: wrong losses, a wrong filter (review r27). The names are the
-    query's, public; nothing about the data is read.
-    """
-    clash = sorted(c for c in columns if c.startswith("__"))
-    if clash:
-        raise InvalidParameterError(
-            f"column name(s) {clash} start with '__', which a Spark row-mode session uses for "
-            "the columns of its replayed releases.\nHint: rename the column(s) before the "
-            "release (e.g. spark_df.withColumnRenamed(old, new)), or release in unit mode.")
-
-
-def _underscored(columns: list[str]) -> bool:
-    """Whether an input column's name starts like the replay's columns (``__``, not ``__tabdp``).
-
-    A release over a numbered snapshot reads its measures, keys and fingerprinted columns
-    above the replay of the earlier releases (`_Numbered.replayed`), whose columns replace
-    input columns of the same name; with such a column the replay is built below them instead.
-    """
-    return any(c.startswith("__") and not c.startswith("__tabdp") for c in columns)
-
-
 def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy: _Policy,
                  numbered: _Numbered | None = None) -> tuple[Any, list[str]]:
-    """``frame`` (row ids ``__uid``) plus ``__led<k>``: each row's totals over ``prior``.
+    """``frame`` (row ids ``__tabdp_uid``) plus ``__tabdp_led<k>``: its totals over ``prior``.
 
     ``k`` indexes the ledger columns the budget filter of a release of ``policy`` reads
     (`_led_need`). With ``numbered``, ``frame`` is unused: the replay runs over the numbered
@@ -2219,7 +2222,7 @@ def _with_totals(spark: Any, sess: Session, frame: Any, prior: list[Any], policy
     else:
         out, names, _ = _replay(spark, sess, frame, prior)
     need = _led_need(sess.budget, [c for c, _ in policy.currencies()])
-    led = [f"__led{k}" for k in range(len(need))]
+    led = [f"{_IN}led{k}" for k in range(len(need))]
     out = out.withColumns({led[k]: (F.col(names[c]) if c in names else F.lit(0.0))
                            for k, c in enumerate(need)})
     return out, led
@@ -2247,24 +2250,24 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
                                 sschema, program, numbered)
     outside = F.col(_CELL).isNull()
     aggs = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
-    aggs += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")]
+    aggs += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"{_IN}fp{i}"), f"{_IN}fp{i}")]
     aggs += [F.sum(_ALL).alias("rows_read"),
              F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
     if by_list:
         aggs.append(F.count_distinct(F.when(outside, F.struct(*by_list))).alias("cells_out"))
     check_neg = needs_nonneg and rules.negatives == "allow"
     if check_neg:
-        aggs += [F.sum(F.when(F.col(m) < 0, 1).otherwise(0)).alias(f"__neg{i}")
+        aggs += [F.sum(F.when(F.col(m) < 0, 1).otherwise(0)).alias(f"{_IN}neg{i}")
                  for i, m in enumerate(measure_list)]
     summary = data.agg(*aggs).collect()[0]
     counts = {k: int(summary[v] or 0) for k, v in cnt.items()}
-    neg_contrib = ({m: int(summary[f"__neg{i}"] or 0) for i, m in enumerate(measure_list)}
+    neg_contrib = ({m: int(summary[f"{_IN}neg{i}"] or 0) for i, m in enumerate(measure_list)}
                    if check_neg else {})
     _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     rows_read = int(summary["rows_read"] or 0)
     if unit is None:
-        _bind(sess, rows_read, {c: _fp_total(summary, f"__fp{i}") for i, c in enumerate(fp_cols)},
-              numbered)
+        _bind(sess, rows_read,
+              {c: _fp_total(summary, f"{_IN}fp{i}") for i, c in enumerate(fp_cols)}, numbered)
 
     inside = data.filter(~outside & (F.col(_ROWS) > 0))
     cells_dropped = 0
@@ -2278,41 +2281,43 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
                     F.abs(F.col(measure_list[0])).cast("double") * F.lit(2.0 ** -bits[
                         measure_list[0]]))
             w = Window.partitionBy(uid).orderBy(size.desc(), F.col(_CELL).asc())
-            ranked = inside.withColumn("__rank", F.row_number().over(w))
-            cells_dropped = ranked.filter(F.col("__rank") > max_cells).count()
-            inside = ranked.filter(F.col("__rank") <= max_cells).drop("__rank")
+            ranked = inside.withColumn(f"{_IN}rank", F.row_number().over(w))
+            cells_dropped = ranked.filter(F.col(f"{_IN}rank") > max_cells).count()
+            inside = ranked.filter(F.col(f"{_IN}rank") <= max_cells).drop(f"{_IN}rank")
 
     # 3. Per-(unit, cell) losses: Spark expressions where they equal the mechanism's numpy
     # policy bit for bit, else the numpy policy in a pandas UDF; summed per unit.
     exprs = _charge_exprs(mechanism, measure_list, kind, bits, row_mode, max_rows)
+    # the charges' columns (``r<i>``, ``ok<i>``, ``cell_rho``...) are added next to the
+    # measures': these are kept under tabdp's names (`_value_col`), never the input's
+    vals = [F.col(m).alias(_value_col(i)) for i, m in enumerate(measure_list)]
     if exprs is not None:
         curs = policy.currencies()
-        charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
-                                *[F.col(c) for c in [*measure_list, _ROWS]], *exprs,
-                                *[F.col(c) for c in led or []])
-        ch_cols = [c for c in charged.columns
-                   if c not in ("__uid", _CELL, *measure_list, _ROWS, *(led or []))]
+        charged = inside.select(F.col(uid).alias(_UID), F.col(_CELL), *vals, F.col(_ROWS),
+                                *exprs, *[F.col(c) for c in led or []])
+        ch_cols = [c for c in charged.columns if c not in (
+            _UID, _CELL, *[_value_col(i) for i in range(len(measure_list))], _ROWS,
+            *(led or []))]
         charged = charged.persist(StorageLevel.MEMORY_AND_DISK)
     else:
         with _quiet():
             udf, curs = _charge_udf(mechanism, measure_list, kind, bits)
         if kind == "count":
-            udf_in = [F.col(_ROWS).cast("double").alias("__rows")]
+            udf_in = [F.col(_ROWS).cast("double").alias(f"{_IN}rows_in")]
         else:
-            udf_in = [F.abs(F.col(m)).cast("double").alias(f"__a:{m}") for m in measure_list]
+            udf_in = [F.abs(F.col(m)).cast("double").alias(f"{_IN}a:{m}") for m in measure_list]
             if policy.joint:
-                udf_in += [F.signum(F.col(m).cast("double")).alias(f"__s:{m}")
+                udf_in += [F.signum(F.col(m).cast("double")).alias(f"{_IN}s:{m}")
                            for m in measure_list]
         with _quiet():
-            charged = inside.select(F.col(uid).alias("__uid"), F.col(_CELL),
-                                    *[F.col(c) for c in [*measure_list, _ROWS]],
-                                    udf(F.struct(*udf_in)).alias("__ch"),
+            charged = inside.select(F.col(uid).alias(_UID), F.col(_CELL), *vals, F.col(_ROWS),
+                                    udf(F.struct(*udf_in)).alias(f"{_IN}ch"),
                                     *[F.col(c) for c in led or []])
-        ch_cols = [f.name for f in charged.schema["__ch"].dataType.fields]
+        ch_cols = [f.name for f in charged.schema[f"{_IN}ch"].dataType.fields]
         # on disk only: a partition of the charges read back from disk into memory whole
         # (MEMORY_AND_DISK) ran a 1 GB driver out of heap at 10M rows
-        charged = charged.select("*", *[F.col(f"__ch.{c}").alias(c) for c in ch_cols]) \
-            .drop("__ch").persist(StorageLevel.DISK_ONLY)
+        charged = charged.select("*", *[F.col(f"{_IN}ch.{c}").alias(c) for c in ch_cols]) \
+            .drop(f"{_IN}ch").persist(StorageLevel.DISK_ONLY)
     hold.append(charged)
     return _admit_and_release(
         spark, sess, hold, qname, kind, charged, ch_cols, curs, measure_list, by_list,
@@ -2364,23 +2369,23 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
     outside = F.col(_CELL).isNull()
     needs_nonneg = bool(mechanism.requires_nonnegative) and kind == "sum"
     check_neg = needs_nonneg and rules.negatives == "allow"
-    vparts = {m: [f"__v{i}_{k}" for k in range(4 if _is_floatlike(sschema[m]) else 3)]
+    vparts = {m: [f"{_IN}v{i}_{k}" for k in range(4 if _is_floatlike(sschema[m]) else 3)]
               for i, m in enumerate(measure_list)}  # `_fixed_longs`
-    longs = [*cnt.values(), *[f"__fp{i}_{k}" for i in range(len(fp_cols)) for k in range(3)],
+    longs = [*cnt.values(), *[f"{_IN}fp{i}_{k}" for i in range(len(fp_cols)) for k in range(3)],
              _ALL, _ROWS, *[c for m in measure_list for c in vparts[m]]]
     first = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
-    first += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"__fp{i}"), f"__fp{i}")]
+    first += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"{_IN}fp{i}"), f"{_IN}fp{i}")]
     first += [F.sum(_ALL).alias(_ALL), F.sum(_ROWS).alias(_ROWS)]
     # each measure's exact total, part by part (the rows outside the key set: not needed)
     first += [F.sum(F.when(~outside, F.col(c))).alias(c) for m in measure_list
               for c in vparts[m]]
     if check_neg:  # a value is negative exactly when its signed top part is
-        first += [F.sum(F.when(F.col(vparts[m][-1]) < 0, 1).otherwise(0)).alias(f"__neg{i}")
+        first += [F.sum(F.when(F.col(vparts[m][-1]) < 0, 1).otherwise(0)).alias(f"{_IN}neg{i}")
                   for i, m in enumerate(measure_list)]
-        longs += [f"__neg{i}" for i in range(len(measure_list))]
+        longs += [f"{_IN}neg{i}" for i in range(len(measure_list))]
     grouping = [F.col(_CELL)]
     if by_list:
-        grouping.append(F.when(outside, F.struct(*by_list)).alias("__out"))
+        grouping.append(F.when(outside, F.struct(*by_list)).alias(f"{_IN}out"))
     known = None
     if kind == "count" and not cnt and numbered is not None and numbered.fps is not None:
         # a count after an unfiltered release over the same snapshot, keys and grouping: its
@@ -2392,7 +2397,7 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
         per_key = data.groupBy(*grouping).agg(*first)
         second = [F.sum(F.col(c)).alias(c) for c in longs]
         if by_list:
-            second.append(F.count(F.col("__out")).alias("cells_out"))
+            second.append(F.count(F.col(f"{_IN}out")).alias("cells_out"))
         cols = _collect_columns(per_key.groupBy(_CELL).agg(*second))
         if numbered is not None:
             numbered.cells.append((keys, tuple(by_list), cols))
@@ -2401,11 +2406,11 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
         return sum(filter(None, cols[c]))  # exact: Python ints, nulls and zeros skipped
 
     counts = {k: total(v) for k, v in cnt.items()}
-    neg_contrib = ({m: total(f"__neg{i}") for i, m in enumerate(measure_list)}
+    neg_contrib = ({m: total(f"{_IN}neg{i}") for i, m in enumerate(measure_list)}
                    if check_neg else {})
     _strict_checks(counts, measure_list, unit, rules, needs_nonneg, neg_contrib)
     rows_read = total(_ALL)
-    fps = {c: sum(total(f"__fp{i}_{k}") << (k * _FP_BITS) for k in range(3))
+    fps = {c: sum(total(f"{_IN}fp{i}_{k}") << (k * _FP_BITS) for k in range(3))
            for i, c in enumerate(fp_cols)}
     if unit is None:
         _bind(sess, rows_read, fps, numbered)
@@ -2461,21 +2466,21 @@ def _decide(sess: Session, per_unit: Any, curs: list[tuple[str, list[str]]], gua
             decided = joined.select(*[F.col(f"`{c}`") for c in per_unit.columns],
                                     *[ok.alias(f"ok{i}") for i in range(ncur)])
         else:
-            schema = ", ".join(["__uid " + per_unit.schema["__uid"].dataType.simpleString(),
+            schema = ", ".join([f"{_UID} " + per_unit.schema[_UID].dataType.simpleString(),
                                 *[f"ok{i} boolean" for i in range(ncur)]])
             with _quiet():
                 oks = joined.mapInPandas(_admit_fn(budget, names, guarantee, approx,
                                                    None if life is None else life.budget),
                                          schema)
-            decided = per_unit.join(oks, on="__uid", how="inner")
+            decided = per_unit.join(oks, on=_UID, how="inner")
     return decided.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _constant_admits_col(budget: Any, life: Any, ncur: int) -> Any:
     """The unit-mode filter as one Spark column when every budget is constant (else ``None``).
 
-    The per-run budget against the session's ledger (``__led:rho``) and the lifetime budget
-    against the series' totals (``__life:rho``), ANDed: `_admit_batch`'s decision
+    The per-run budget against the session's ledger (``__tabdp_led:rho``) and the lifetime budget
+    against the series' totals (``__tabdp_life:rho``), ANDed: `_admit_batch`'s decision
     (`tabdp.privacy.filter.constant_admits`, the same float operations; a NaN or missing loss
     is never within a limit), without sending every unit through a Python worker and joining
     the decisions back.
@@ -2484,8 +2489,8 @@ def _constant_admits_col(budget: Any, life: Any, ncur: int) -> Any:
 
     rho = [F.col(f"r{i}") for i in range(ncur)]
     oks = []
-    for b, prior in ((budget, "`__led:rho`"), (None if life is None else life.budget,
-                                               "`__life:rho`")):
+    for b, prior in ((budget, f"`{_IN}led:rho`"), (None if life is None else life.budget,
+                                               f"`{_IN}life:rho`")):
         if b is None:
             continue
         ok = _admit_exprs(b, rho, F.col(prior))
@@ -2553,9 +2558,9 @@ def _decide_rows(sess: Session, charged: Any, curs: list[tuple[str, list[str]]],
     fields += [(F.col(led[k]) if led else F.lit(0.0)).alias(f"l{k}") for k in range(len(need))]
     admit = _admit_udf(budget, names, guarantee, need)
     with _quiet():
-        out = charged.select("*", admit(F.struct(*fields)).alias("__ok"))
-    out = out.select("*", *[F.col(f"__ok.ok{i}").alias(f"ok{i}") for i in range(ncur)]) \
-        .drop("__ok")
+        out = charged.select("*", admit(F.struct(*fields)).alias(f"{_IN}ok"))
+    out = out.select("*", *[F.col(f"{_IN}ok.ok{i}").alias(f"ok{i}") for i in range(ncur)]) \
+        .drop(f"{_IN}ok")
     # on disk: a copy of every charged row (the charges themselves are cached in memory); with
     # MEMORY_AND_DISK a 1 GB local[2] JVM ran out of heap at 10M rows
     return out.persist(StorageLevel.DISK_ONLY)
@@ -2593,24 +2598,29 @@ def _add_field(name: str) -> Any:
 
 def _per_unit_fold(charged: Any, sums: list[str], maxes: list[str],
                    first_cell: bool = False) -> Any:
-    """Per ``__uid``: ``sums`` added left to right over its cells in key-set order, ``maxes``.
+    """Per ``__tabdp_uid``: ``sums`` added left to right over its cells in key-set order, ``maxes``.
 
     The Polars engine's order (``tabdp.frame._engine.per_unit``); ``F.sum`` would add them in
     shuffle order, and per-record reports would differ in the last bits. With ``first_cell``,
-    also ``__cell0``: the unit's first cell (a unit has one row per cell in ``charged``), which
-    marks one row per unit for counting units in an aggregation over the cells.
+    also ``__tabdp_cell0``: the unit's first cell (a unit has one row per cell in ``charged``),
+    which marks one row per unit for counting units in an aggregation over the cells.
     """
     from pyspark.sql import functions as F
 
-    per = charged.groupBy("__uid").agg(
+    per = charged.groupBy(_UID).agg(
         *[F.max(c).alias(c) for c in maxes],
-        *([F.min(_CELL).alias("__cell0")] if first_cell else []),
-        F.array_sort(F.collect_list(F.struct(F.col(_CELL).alias("__cell"),
-                                             *[F.col(c) for c in sums]))).alias("__cells"))
+        *([F.min(_CELL).alias(f"{_IN}cell0")] if first_cell else []),
+        F.array_sort(F.collect_list(F.struct(F.col(_CELL).alias(f"{_IN}cellpos"),
+                                             *[F.col(c) for c in sums]))).alias(f"{_IN}cells"))
     return per.select(
-        "__uid", *maxes, *(["__cell0"] if first_cell else []),
-        *[F.aggregate("__cells", F.lit(0.0).cast("double"), _add_field(c)).alias(c)
+        _UID, *maxes, *([f"{_IN}cell0"] if first_cell else []),
+        *[F.aggregate(f"{_IN}cells", F.lit(0.0).cast("double"), _add_field(c)).alias(c)
           for c in sums])
+
+
+def _value_col(i: int) -> str:
+    """The column of measure ``i``'s exact values in the charges' frames (`_finish`)."""
+    return f"{_IN}val{i}"
 
 
 def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str,
@@ -2632,7 +2642,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
     ncur = len(curs)
     unit_cols = [c for c in ch_cols if c not in ("cell_rho", "cell_size")]
     if row_mode:
-        per_unit = charged.select("__uid", *unit_cols)
+        per_unit = charged.select(_UID, *unit_cols)
     else:
         # a unit's losses summed left to right over its cells in key-set order, as the Polars
         # engine does (F.sum would add them in shuffle order): bit-identical per-record reports
@@ -2654,60 +2664,63 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
                                                     policy.approx, qname, count_left=False)
 
     # 5. Exact totals of the admitted contributions, per cell (collected: ≤ the key set).
-    # each measure's contributions before the filter, under a neutral name
-    before = [F.col(m).alias(f"__m0_{i}") for i, m in enumerate(measure_list)]
+    # each measure's contributions (``charged`` holds them as `_value_col`), and before the
+    # filter under another name
+    vcol = {m: _value_col(i) for i, m in enumerate(measure_list)}
+    before = [F.col(vcol[m]).alias(f"{_IN}m0_{i}") for i, m in enumerate(measure_list)]
     if not _filters(sess):
-        work = charged.select("*", F.lit(True).alias("__allok"),
-                              F.col(_ROWS).alias("__rows0"), *before)
+        work = charged.select("*", F.lit(True).alias(f"{_IN}allok"),
+                              F.col(_ROWS).alias(f"{_IN}rows0"), *before)
     else:
         all_ok = F.lit(True)
         for i in range(ncur):
             all_ok = all_ok & F.col(f"ok{i}")
         work = decided if replay else charged.join(
-            decided.select("__uid", *([] if row_mode else ["__cell0"]),
-                           *[f"ok{i}" for i in range(ncur)]), on="__uid", how="inner")
+            decided.select(_UID, *([] if row_mode else [f"{_IN}cell0"]),
+                           *[f"ok{i}" for i in range(ncur)]), on=_UID, how="inner")
         zeroed = {}
         for i, (_, ms) in enumerate(curs):
-            for c in (ms if ms else [_ROWS]):
+            for c in ([vcol[m] for m in ms] if ms else [_ROWS]):
                 zeroed[c] = F.when(F.col(f"ok{i}"), F.col(c)).otherwise(
                     F.lit(0).cast(work.schema[c].dataType))
         work = work.select(*[zeroed.get(c, F.col(c)).alias(c) for c in work.columns],
-                           all_ok.alias("__allok"), F.col(_ROWS).alias("__rows0"), *before)
+                           all_ok.alias(f"{_IN}allok"), F.col(_ROWS).alias(f"{_IN}rows0"), *before)
     # rows released before the filter (after the contribution bounds), for the summary
-    tot = [F.sum(F.col(c)).alias(c) for c in [*measure_list, _ROWS, "__rows0"]]
+    tot = [F.sum(F.col(c)).alias(c) for c in [*vcol.values(), _ROWS, f"{_IN}rows0"]]
     # what the filter left out (confidential): measures before it, rows of left-out units
-    tot += [F.sum(F.col(f"__m0_{i}")).alias(f"__m0_{i}") for i in range(len(measure_list))]
-    tot += [F.sum(F.when(~F.col("__allok"), F.col("__rows0")).otherwise(0))
-            .alias("__rows_left")]
+    tot += [F.sum(F.col(f"{_IN}m0_{i}")).alias(f"{_IN}m0_{i}") for i in range(len(measure_list))]
+    tot += [F.sum(F.when(~F.col(f"{_IN}allok"), F.col(f"{_IN}rows0")).otherwise(0))
+            .alias(f"{_IN}rows_left")]
     if _filters(sess):
         # the units left out, one row per unit (row mode's rows, a unit's first cell): the
-        # filter's left-out flag, ``~ok0 | ~ok1 ...``, is ``~__allok``
-        first = F.lit(True) if row_mode else F.col(_CELL) == F.col("__cell0")
-        tot += [F.sum(F.when(~F.col("__allok") & first, 1).otherwise(0)).alias("__units_left")]
+        # filter's left-out flag, ``~ok0 | ~ok1 ...``, is ``~__tabdp_allok``
+        first = F.lit(True) if row_mode else F.col(_CELL) == F.col(f"{_IN}cell0")
+        tot += [F.sum(F.when(~F.col(f"{_IN}allok") & first, 1).otherwise(0))
+                .alias(f"{_IN}units_left")]
     if sess.track_cells:
-        tot += [F.max(F.when(F.col("__allok"), F.col("cell_rho"))).alias("worst_rho"),
-                F.max(F.when(F.col("__allok"), F.col("cell_size"))).alias("worst_size"),
-                F.sum(F.when(F.col("__allok"), 1).otherwise(0)).alias("units")]
+        tot += [F.max(F.when(F.col(f"{_IN}allok"), F.col("cell_rho"))).alias("worst_rho"),
+                F.max(F.when(F.col(f"{_IN}allok"), F.col("cell_size"))).alias("worst_size"),
+                F.sum(F.when(F.col(f"{_IN}allok"), 1).otherwise(0)).alias("units")]
     cols = _collect_columns(work.groupBy(_CELL).agg(*tot))
 
     def total(c: str) -> int:
         return sum(int(v) for v in cols[c] if v)  # exact: Python ints, nulls and zeros skipped
 
     if _filters(sess):
-        n_left = total("__units_left")
+        n_left = total(f"{_IN}units_left")
     n_keys = len(keys) if by_list else 1
     numer: dict[str, list[int]] = {c: [0] * n_keys for c in [*measure_list, _ROWS]}
-    rows_in = total("__rows0")
-    m_before = {m: total(f"__m0_{i}") for i, m in enumerate(measure_list)}
-    m_after = {m: total(m) for m in measure_list}
+    rows_in = total(f"{_IN}rows0")
+    m_before = {m: total(f"{_IN}m0_{i}") for i, m in enumerate(measure_list)}
+    m_after = {m: total(vcol[m]) for m in measure_list}
     left_out_info = left_out_counts(
         kind, measure_list, bits, m_before,
-        {m: m_before[m] - m_after[m] for m in measure_list}, total("__rows_left"))
+        {m: m_before[m] - m_after[m] for m in measure_list}, total(f"{_IN}rows_left"))
     stats: list[tuple[int, float, float, int]] = []
     for i, cell in enumerate(cols[_CELL]):
         k = int(cell)
         for c in numer:
-            numer[c][k] = int(cols[c][i] or 0)
+            numer[c][k] = int(cols[vcol.get(c, c)][i] or 0)
         if sess.track_cells and cols["units"][i]:
             stats.append((k, float(cols["worst_rho"][i]), float(cols["worst_size"][i]),
                           int(cols["units"][i])))

@@ -331,7 +331,7 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame.backends.spark import quiet, try_cast
+    from tabdp.frame.backends.spark import RESERVED, quiet, try_cast
 
     for col, mapping in need.items():
         fine = mapping.columns[0]
@@ -343,8 +343,10 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
             mdf = spark.createDataFrame(frame.to_pandas())
         key = F.col(fine)
         conv = try_cast(key, have)
-        mdf = mdf.select(conv.alias("__fine"), F.col(col))
-        sdf = sdf.join(F.broadcast(mdf), sdf[fine] == mdf["__fine"], "left").drop("__fine")
+        # tabdp's prefix: the join column is dropped by name, with any input column so named
+        tmp = f"{RESERVED}_fine"
+        mdf = mdf.select(conv.alias(tmp), F.col(col))
+        sdf = sdf.join(F.broadcast(mdf), sdf[fine] == mdf[tmp], "left").drop(tmp)
     if national is not None:
         sdf = sdf.withColumn(national, F.lit("all"))
     return sdf

@@ -218,41 +218,100 @@ def test_a_changed_frame_the_replay_cannot_evaluate_is_refused_alike(spark: Any,
 
 
 def test_columns_named_like_the_replays_are_read_from_the_data(spark: Any) -> None:
-    """Input columns named like the replay's columns: Polars' answer, or a data-free refusal.
+    """Measures, keys and columns named like the replay's columns were: Polars' answer.
 
     Later releases and the report replay each release next to the input's columns, adding
-    columns (``__acc<n>``, ``__rel<j>``...) that replace input columns of the same name (review
-    r27: a measure named ``__acc0`` was summed from a replayed total). A measure or key so
-    named is refused before anything is read; other columns so named change nothing.
+    columns of their own. Named ``__acc<n>``, ``__pv<j>_<i>``, ``__pc<j>``, ``__uid``... they
+    replaced input columns of the same name (review r27: a measure named ``__acc0`` was summed
+    from a replayed total), and db7da7b refused such measures and keys on Spark row mode. They
+    all start with ``__tabdp_`` now, a prefix no input column may have, so these names are read
+    from the data as on Polars: the same tables (one seed), through a second and third release
+    that extend the replay over the numbered snapshot and its checkpoint, a median (replayed
+    from the start), and the same per-record report (the report's replay).
     """
-    df = pl.DataFrame({"c": ["a", "b"] * 10, "x": [float(i) for i in range(20)],
-                       "__acc0": [float(3 * i) for i in range(20)],
-                       "__rel0": [float(i % 3) for i in range(20)]})
-    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    n = 24
+    df = pl.DataFrame({"__pc1": ["a", "b", "c"] * (n // 3),
+                       "__acc0": [float(9 * i) for i in range(n)],
+                       "__pv0_0": [float((5 * i) % 7) for i in range(n)],
+                       "x": [float(i % 4) for i in range(n)],
+                       # not read by any release: named like the replay's columns were
+                       "__uid": [-1] * n, "__keep": [False] * n, "__rel0": [9.0] * n,
+                       "__led0": [1e9] * n, "__mono": list(range(n, 0, -1))})
+    keys = tabdp.KeySet.from_dict(__pc1=["a", "b", "c"])
 
     def run(frame: Any) -> list[pl.DataFrame]:
+        # the first release leaves the largest __acc0 out of the budget, later ones more rows
         s = tabdp.Session(seed=3, budget=5.0)
-        out = [frame.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(50.0), session=s),
-               frame.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s),
-               frame.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(40.0), session=s)]
+        out = [frame.dp.sum("__acc0", by="__pc1", keys=keys, mechanism=mech.Gaussian(50.0),
+                            session=s),
+               frame.dp.count(by="__pc1", keys=keys, mechanism=mech.Gaussian(2.0), session=s),
+               frame.dp.sum(["__pv0_0", "x"], by="__pc1", keys=keys,
+                            mechanism=mech.Gaussian(3.0), session=s),
+               frame.dp.median("__acc0", by="__pc1", keys=keys, bounds=(0, 250), epsilon=1.0,
+                               session=s)]
         pr = _pl(s.report().per_record)
         return [_pl(o) for o in out] + [pr.sort(pr.columns[0])]
 
-    sdf = spark.createDataFrame(df.to_arrow())
-    for a, b in zip(run(df), run(sdf), strict=True):
+    want = run(df)
+    got = run(spark.createDataFrame(df.to_arrow()))
+    for a, b in zip(want, got, strict=True):
         assert a.equals(b), (a, b)
-    s = tabdp.Session(seed=3, budget=5.0)
-    sdf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(50.0), session=s)
-    state = s.rng._gen.bit_generator.state
-    for call in (lambda: sdf.dp.sum("__acc0", by="c", keys=keys, session=s,
-                                    mechanism=mech.Gaussian(50.0)),
-                 lambda: sdf.withColumnRenamed("c", "__pc1").dp.count(
-                     by="__pc1", keys=tabdp.KeySet.from_dict(__pc1=["a", "b"]), session=s),
-                 lambda: sdf.dp.median("__acc0", by="c", keys=keys, bounds=(0, 60),
-                                       epsilon=1.0, session=s)):
-        with pytest.raises(tabdp.InvalidParameterError, match="start with '__'"):
-            call()
-    assert len(s.records) == 1 and s.rng._gen.bit_generator.state == state
+
+    def left(c: str) -> set[int]:
+        return set(want[-1].filter(pl.col(c) == 0)["row"].to_list())
+
+    # the budget left rows out: of the first release alone (row 0 is charged 0: its value is
+    # 0), and of the later ones on the replayed totals of the earlier ones
+    assert left("rho_q1_sum") == {0, *range(18, n)}
+    assert left("rho_q3_sum") == {0, 15} and left("rho_q4_median") == {16, 17}
+
+
+@pytest.mark.parametrize("streaming", [None, False])
+def test_the_reserved_prefix_is_refused_as_on_polars(spark: Any, streaming: Any) -> None:
+    """A measure or key named ``__tabdp...``: refused before anything is read, as on Polars.
+
+    tabdp's own columns (on Spark every column a release or a replay adds) start with
+    ``__tabdp``; a query's measure or key so named is refused with the Polars engine's message,
+    in row mode (replayed, or the per-row ledger) and unit mode alike. An input that merely has
+    such a column is refused on Spark (Polars reads only the query's columns): the added
+    columns would replace it.
+    """
+    df = pl.DataFrame({"c": ["a", "b"] * 5, "x": [float(i) for i in range(10)],
+                       "u": list(range(10)), "__tabdp_x": [1.0] * 10})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    tkeys = tabdp.KeySet.from_dict(__tabdp_x=[1.0])
+    sdf = spark.createDataFrame(df.to_arrow())
+    for unit in (None, "u"):
+        msgs = []
+        for frame in (df, sdf):
+            s = tabdp.Session(seed=1, budget=5.0, unit=unit,
+                              streaming=streaming if unit is None else None)
+            for call in (lambda f=frame, s=s: f.dp.sum("__tabdp_x", by="c", keys=keys,
+                                                        mechanism=mech.Gaussian(5.0), session=s),
+                         lambda f=frame, s=s: f.dp.count(by="__tabdp_x", keys=tkeys,
+                                                         mechanism=mech.Gaussian(5.0),
+                                                         session=s),
+                         lambda f=frame, s=s: f.dp.median("__tabdp_x", by="c", keys=keys,
+                                                          bounds=(0, 5), epsilon=1.0,
+                                                          session=s)):
+                with pytest.raises(tabdp.InvalidParameterError) as info:
+                    call()
+                msgs.append(str(info.value))
+            assert s.records == []
+        assert msgs[:3] == msgs[3:]
+        assert msgs[0] == ("column name(s) ['__tabdp_x'] start with '__tabdp', which tabdp "
+                           "reserves for its own columns.\nHint: rename them before the "
+                           "release.")
+        # an input column so named, read by no release: Polars ignores it, Spark refuses it
+        s = tabdp.Session(seed=1, budget=5.0, unit=unit)
+        df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s)
+        s = tabdp.Session(seed=1, budget=5.0, unit=unit)
+        with pytest.raises(tabdp.InvalidParameterError,
+                           match=re.escape("the frame has column(s) ['__tabdp_x'] starting "
+                                           "with '__tabdp'")) as info:
+            sdf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s)
+        assert "Hint: drop or rename" in str(info.value) and s.records == []
+    sdf.drop("__tabdp_x").dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0))
 
 
 def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
@@ -388,3 +447,64 @@ def test_the_cell_audit_adds_a_cells_currencies_rounded_up(spark: Any, budget: A
 
     ref, got = run(df), run(spark.createDataFrame(df.to_arrow()))
     assert ref.equals(got.select(ref.columns))
+
+
+@pytest.mark.parametrize("unit", [None, "u"])
+def test_measures_named_like_the_charges_columns_are_read_from_the_data(spark: Any,
+                                                                        unit: Any) -> None:
+    """Measures named like the charges' columns (``r0``, ``ok0``, ``cell_rho``): Polars' answer.
+
+    A release's charges (``r<i>``, ``e<i>``, ``s<i>``, ``cell_rho``, ``cell_size``) and the
+    filter's decisions (``ok<i>``) were added next to the measures' columns, and a measure so
+    named made Spark fail (an ambiguous reference) where Polars released it. The measures'
+    values are kept under tabdp's names there now: the same tables, cell audit and report.
+    """
+    n = 24
+    df = pl.DataFrame({"c": ["a", "b"] * (n // 2), "u": [i // 2 for i in range(n)],
+                       **{m: [float((k + 3) * i % 97) for i in range(n)]
+                          for k, m in enumerate(["r0", "ok0", "cell_rho", "units"])}})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+
+    def run(frame: Any) -> list[Any]:
+        s = tabdp.Session(seed=5, budget=4.0, unit=unit, track_cells=True)
+        out = [frame.dp.sum(["r0", "ok0"], by="c", keys=keys, mechanism=mech.Gaussian(60.0),
+                            session=s),
+               frame.dp.sum(["cell_rho", "units"], by="c", keys=keys,
+                            mechanism=mech.Gaussian(40.0), session=s)]
+        pr = _pl(s.report().per_record)
+        cells = [s.records[i].cells for i in range(2)]
+        return [_pl(o) for o in out] + [pr.sort(pr.columns[0])] + cells
+
+    want = run(df)
+    got = run(spark.createDataFrame(df.to_arrow()))
+    for a, b in zip(want, got, strict=True):
+        assert (a.equals(b) if isinstance(a, pl.DataFrame) else a == b), (a, b)
+
+
+def test_the_unit_ledgers_lookup_and_attach_fill_alike(spark: Any) -> None:
+    """`SparkUnitLedger.lookup` and ``attach``: one rule for a unit never charged, null, NaN.
+
+    Both give 0 (of the column's type) where the table has no row for the unit, a null or a
+    NaN total, and keep every other value (``-0.0`` included): Spark's own ``fillna(0.0)``,
+    which ``lookup`` used, ``nanvl`` only on float and double columns (`SparkUnitLedger._filled`).
+    """
+    from pyspark.sql import types as T
+
+    led = SparkUnitLedger(spark, row_mode=False)
+    led.table = spark.createDataFrame(
+        [(1, 0.5, 2.0, 3), (2, float("nan"), float("nan"), None), (3, None, None, 4),
+         (4, -0.0, 1.5, 0)],
+        T.StructType([T.StructField("unit", T.LongType()), T.StructField("rho", T.DoubleType()),
+                      T.StructField("size", T.FloatType()), T.StructField("n", T.LongType())]))
+    units = spark.createDataFrame([(u,) for u in (1, 2, 3, 4, 5)], "unit long")
+    cols = ["rho", "size", "n", "epsilon"]  # epsilon: not in the table
+    have = ["rho", "size", "n"]
+    old = units.join(led.table.select("unit", *have), on="unit", how="left") \
+        .fillna(0.0, subset=have)
+    want = {r["unit"]: (r["rho"], r["size"], r["n"], 0.0) for r in old.collect()}
+    got = {r["unit"]: tuple(r[c] for c in cols) for r in led.lookup(units, cols).collect()}
+    att = led.attach(units.withColumnRenamed("unit", "__tabdp_uid"), cols).collect()
+    attached = {r["__tabdp_uid"]: tuple(r[f"__tabdp_led:{c}"] for c in cols) for r in att}
+    assert repr(sorted(got.items())) == repr(sorted(attached.items())) \
+        == repr(sorted(want.items()))
+    assert want[2] == want[5] == (0.0, 0.0, 0, 0.0) and repr(want[4][0]) == "-0.0"

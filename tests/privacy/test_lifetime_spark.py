@@ -172,14 +172,16 @@ def test_constant_filter_column_is_the_python_filter(spark: Any) -> None:
             np.nextafter(lim, 2.0), np.inf, np.nan, 1e-300, 0.1, 0.2, 0.7]
     rng = np.random.default_rng(7)
     n = 600
-    pdf = pl.DataFrame({"__uid": np.arange(n),
+    pdf = pl.DataFrame({"__tabdp_uid": np.arange(n),
                         **{f"{k}{i}": rng.choice(vals, n) for i in range(2)
                            for k in ("r", "e", "s")},
-                        "__led:rho": rng.choice(vals, n), "__life:rho": rng.choice(vals, n)})
+                        "__tabdp_led:rho": rng.choice(vals, n),
+                        "__tabdp_life:rho": rng.choice(vals, n)})
     sdf = spark.createDataFrame(pdf.to_arrow())
     for budget, life in ((Budget(lim), None), (None, Budget(0.75)), (Budget(lim), Budget(0.9))):
         col = _constant_admits_col(budget, None if life is None else _Life(life), 2)
-        got = pl.from_arrow(sdf.select("__uid", col.alias("ok")).toArrow()).sort("__uid")
+        got = pl.from_arrow(sdf.select("__tabdp_uid", col.alias("ok")).toArrow()).sort(
+            "__tabdp_uid")
         want = _admit_batch(budget, ["a", "b"], "zcdp", pdf.to_pandas(), life)
         assert got["ok"].to_list() == want["a"].tolist() == want["b"].tolist()
         assert 0 < sum(want["a"]) < n

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from tabdp.frame._engine import RESERVED
 from tabdp.frame._spark import (
     SparkBackend,
     SparkReplayLedger,
@@ -32,7 +33,8 @@ from tabdp.frame._spark import (
 
 __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_grouped_release",
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "spark_type",
-           "try_cast", "write_single_parquet", "to_polars", "report_view", "REPORT_UNITS"]
+           "try_cast", "write_single_parquet", "to_polars", "report_view", "REPORT_UNITS",
+           "RESERVED"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
