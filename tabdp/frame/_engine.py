@@ -75,6 +75,20 @@ NULL_POLICIES = ("error", "zero", "drop")
 NEGATIVE_POLICIES = NEGATIVE_RULES
 #: The prefix of tabdp's own column names (refused for measures, keys and the unit column).
 RESERVED = "__tabdp"
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a column name starts with tabdp's reserved prefix, in any letter case.
+
+    In any case because Spark resolves column names without regard to case by default
+    (``spark.sql.caseSensitive=false``): ``__TABDP_ACC0`` would be replaced by, or read as, an
+    added ``__tabdp_acc0`` (review r28).
+
+    Example:
+        >>> is_reserved("__tabdp_row"), is_reserved("__TABDP_x"), is_reserved("__acc0")
+        (True, True, False)
+    """
+    return name.lower().startswith(RESERVED)
 #: Row id column assigned when the input is read (row mode: each row is a unit).
 ROW_ID = "__tabdp_row"
 #: Fixed-point scale of float measures: values are summed exactly as multiples of 2**-24.
@@ -161,11 +175,11 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"group-by column(s) {clash} have the name of an output column of this {kind} "
             f"(outputs: {outputs}); the key would be overwritten in the result.\n"
             "Hint: rename the key column(s) (and the key set's) before the release.")
-    reserved = sorted(c for c in [*measures, *by] if c.startswith(RESERVED))
+    reserved = sorted(c for c in [*measures, *by] if is_reserved(c))
     if reserved:
         raise InvalidParameterError(
-            f"column name(s) {reserved} start with {RESERVED!r}, which tabdp reserves for its "
-            "own columns.\nHint: rename them before the release.")
+            f"column name(s) {reserved} start with {RESERVED!r} (in any letter case), which "
+            "tabdp reserves for its own columns.\nHint: rename them before the release.")
     if kind == "sum" and getattr(mechanism, "joint", False):
         extra = sorted(set(getattr(mechanism, "weights", {}) or {}) - set(measures))
         if extra:

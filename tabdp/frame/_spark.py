@@ -72,6 +72,7 @@ from tabdp.frame._engine import (
     _schema_checks,
     _size_and_delta,
     _strict_checks,
+    is_reserved,
     left_out_counts,
 )
 from tabdp.frame._output import check_form
@@ -1592,10 +1593,11 @@ def _refuse_reserved(columns: list[str], unit: str | None) -> None:
         ...
         tabdp.exceptions.InvalidParameterError: the frame has column(s) ['__tabdp_cell'] ...
     """
-    clash = sorted(c for c in columns if c.startswith(RESERVED) and c != unit)
+    clash = sorted(c for c in columns if is_reserved(c) and c != unit)
     if clash:
         raise InvalidParameterError(
-            f"the frame has column(s) {clash} starting with {RESERVED!r}, which tabdp reserves "
+            f"the frame has column(s) {clash} starting with {RESERVED!r} (in any letter case: "
+            "Spark resolves names without regard to case), which tabdp reserves "
             "for its own columns: the Spark engine adds them next to the input's, where a "
             "column of the same name would be replaced.\nHint: drop or rename those columns "
             "before the release (e.g. spark_df.drop(*names)); they are not read by any release.")
@@ -2343,6 +2345,8 @@ def _collect_columns(sdf: Any) -> dict[str, list[Any]]:
     fields: 59,850 cells x 30-40 columns as Rows were about a second of the driver's CPU per
     release; Arrow (PySpark >= 4.0) also skips building the Rows.
     """
+    if len(set(sdf.columns)) != len(sdf.columns):  # pragma: no cover - tabdp's own aggregates
+        raise RuntimeError(f"duplicate column names in an aggregate: {sdf.columns}")
     if hasattr(sdf, "toArrow"):
         tbl = sdf.toArrow()
         return {c: tbl.column(c).to_pylist() for c in tbl.column_names}
@@ -2736,7 +2740,9 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
                                      "units": pl.Int64})
         if kp is not None:
             cells = pl.concat([kp[idx], cells], how="horizontal")
-        cells = cells.sort("worst_rho", descending=True, maintain_order=True)
+        # ties in the order of the key columns, as the Polars engines (review r28)
+        cells = cells.sort(["worst_rho", *by_list], descending=[True, *[False] * len(by_list)],
+                           nulls_last=True, maintain_order=True)
     return Aggregated(
         full=full, key_dtypes=key_dtypes or {}, rows_read=rows_read,
         rows_outside=int(summary["rows_outside"] or 0),

@@ -177,12 +177,13 @@ class Session:
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
                 "Hint: Session(unit='estab_id') groups all rows of an establishment.")
-        if unit is not None and unit.startswith("__tabdp") and not (
+        # in any letter case: Spark resolves column names without regard to case (review r28)
+        if unit is not None and unit.lower().startswith("__tabdp") and not (
                 _row_ids and unit == ROW_ID_COLUMN):
             raise InvalidParameterError(
-                f"Session: unit column names starting with '__tabdp' are reserved for tabdp's "
-                f"own row ids; got {unit!r}.\nHint: rename the column, or use unit=None for "
-                "row ids that tabdp assigns itself.")
+                "Session: unit column names starting with '__tabdp' (in any letter case) are "
+                f"reserved for tabdp's own row ids; got {unit!r}.\nHint: rename the column, or "
+                "use unit=None for row ids that tabdp assigns itself.")
         if unit_partitions is not None and (
                 isinstance(unit_partitions, bool) or not isinstance(unit_partitions, int)
                 or not 1 <= unit_partitions <= 4096):

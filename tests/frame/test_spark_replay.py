@@ -299,9 +299,9 @@ def test_the_reserved_prefix_is_refused_as_on_polars(spark: Any, streaming: Any)
                 msgs.append(str(info.value))
             assert s.records == []
         assert msgs[:3] == msgs[3:]
-        assert msgs[0] == ("column name(s) ['__tabdp_x'] start with '__tabdp', which tabdp "
-                           "reserves for its own columns.\nHint: rename them before the "
-                           "release.")
+        assert msgs[0] == ("column name(s) ['__tabdp_x'] start with '__tabdp' (in any letter "
+                           "case), which tabdp reserves for its own columns.\nHint: rename "
+                           "them before the release.")
         # an input column so named, read by no release: Polars ignores it, Spark refuses it
         s = tabdp.Session(seed=1, budget=5.0, unit=unit)
         df.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s)
@@ -312,6 +312,67 @@ def test_the_reserved_prefix_is_refused_as_on_polars(spark: Any, streaming: Any)
             sdf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s)
         assert "Hint: drop or rename" in str(info.value) and s.records == []
     sdf.drop("__tabdp_x").dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0))
+
+
+@pytest.mark.parametrize("unit", [None, "u"])
+def test_the_reserved_prefix_in_another_letter_case_is_refused(spark: Any, unit: Any) -> None:
+    """``__TABDP_ACC0``, ``__Tabdp_x``: refused as ``__tabdp...`` on both engines (review r28).
+
+    Spark resolves column names without regard to case by default, so a measure named
+    ``__TABDP_REL0`` was replaced by the replay's ``__tabdp_rel0`` (a later release summed
+    release 0's per-row losses) and a key ``__TABDP_PC1`` grouped by the replay's cell
+    positions: wrong tables. The prefix is checked in any letter case now, on both engines
+    alike, and an input column so named is refused on Spark.
+    """
+    df = pl.DataFrame({"c": ["a", "b"] * 5, "x": [float(i) for i in range(10)],
+                       "u": list(range(10)), "__TABDP_REL0": [1.0] * 10,
+                       "__TABDP_PC1": ["a", "b"] * 5})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    pkeys = tabdp.KeySet.from_dict(__TABDP_PC1=["a", "b"])
+    sdf = spark.createDataFrame(df.to_arrow())
+    msgs = []
+    for frame in (df, sdf):
+        s = tabdp.Session(seed=1, budget=5.0, unit=unit)
+        for call in (lambda f=frame, s=s: f.dp.sum("__TABDP_REL0", by="c", keys=keys,
+                                                    mechanism=mech.Gaussian(5.0), session=s),
+                     lambda f=frame, s=s: f.dp.count(by="__TABDP_PC1", keys=pkeys,
+                                                     mechanism=mech.Gaussian(5.0), session=s)):
+            with pytest.raises(tabdp.InvalidParameterError) as info:
+                call()
+            msgs.append(str(info.value))
+        assert s.records == []
+    assert msgs[:2] == msgs[2:]
+    assert msgs[0].startswith("column name(s) ['__TABDP_REL0'] start with '__tabdp' (in any "
+                              "letter case)")
+    s = tabdp.Session(seed=1, budget=5.0, unit=unit)
+    with pytest.raises(tabdp.InvalidParameterError,
+                       match=re.escape("the frame has column(s) ['__TABDP_PC1', '__TABDP_REL0'] "
+                                       "starting with '__tabdp' (in any letter case")):
+        sdf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(5.0), session=s)
+    with pytest.raises(tabdp.InvalidParameterError, match="in any letter case"):
+        tabdp.Session(unit="__Tabdp_id")
+
+
+def test_the_cell_audits_ties_come_in_key_order_as_on_polars(spark: Any) -> None:
+    """Cells of equal worst ρ in the cell audit: in the key columns' order, as on Polars (r28).
+
+    Spark sorted the audit by worst ρ only, keeping the order its group-by returned the cells
+    in, so tied cells came out in another order than the Polars engines' (worst ρ, then keys).
+    """
+    df = pl.DataFrame({"c": [c for c in "cba" for _ in range(4)],
+                       "s": [s for _ in range(3) for s in (1, 0, 1, 0)],
+                       "x": [1.0] * 12})
+    keys = tabdp.KeySet.from_dict(c=["a", "b", "c"], s=[0, 1])
+
+    def run(frame: Any) -> pl.DataFrame:
+        s = tabdp.Session(seed=2, track_cells=True)
+        frame.dp.sum("x", by=["c", "s"], keys=keys, mechanism=mech.Gaussian(2.0), session=s)
+        return s.records[0].cells
+
+    want, got = run(df), run(spark.createDataFrame(df.to_arrow()))
+    assert want["worst_rho"].n_unique() == 1 and want.height == 6  # all tied
+    assert want.equals(got.select(want.columns)), (want, got)
+    assert want.select("c", "s").rows() == [(c, s) for c in "abc" for s in (0, 1)]
 
 
 def test_a_report_over_changed_rows_is_refused(spark: Any) -> None:
