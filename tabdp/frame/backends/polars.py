@@ -24,6 +24,7 @@ from tabdp.frame._engine import (
     _ALL,
     _CELL,
     _ROWS,
+    FP,
     ROW_ID,
     UnitOrder,
     _attach_cells,
@@ -50,6 +51,7 @@ from tabdp.frame._engine import (
 from tabdp.frame._output import to_native
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
 from tabdp.frame._stream import (
+    _P,
     Planned,
     _fingerprinted,
     _install,
@@ -481,7 +483,7 @@ class MemoryBackend(_PolarsOutput):
         _strict_checks(counts, [column], unit, rules, False, {})
         n_rows = data.height
         if unit is None:
-            fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
+            fp = {c[len(FP):]: int(data[c].sum() or 0) for c in data.columns if c.startswith(FP)}
             binding.of(sess).bind_rows(n_rows, fp)
         # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
         # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id
@@ -494,7 +496,7 @@ class MemoryBackend(_PolarsOutput):
             keep = keep & ~pl.col(f"null:{unit}")
         data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
                                   .alias(column))
-                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
+                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith(FP)]]))
         data = _attach_cells(data, keys, by_list)
         outside = int(data[_CELL].is_null().sum())
         inside = data.filter(pl.col(_CELL).is_not_null())
@@ -581,7 +583,7 @@ def _spilled_read(ledger: ReplayLedger, spill: _Spill | None,
     if spill is not None:
         if ledger.spill is not None:
             ledger.spill.close()
-        spill.rows = int(grouped[0]["__n"].sum() or 0) if grouped else 0
+        spill.rows = int(grouped[0][f"{_P}n"].sum() or 0) if grouped else 0
         ledger.keep_spill(spill)
     return list(grouped)
 
