@@ -650,8 +650,12 @@ def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
 def _with_row_ids(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
     """The input with its row ids: assigned now, or by the caller when it read the input.
 
-    (The release workflow numbers rows before its joins and filters.)
+    (The release workflow numbers rows before its joins and filters.) The input's other columns
+    starting with ``RESERVED`` are dropped: no release reads one (refused for measures, keys and
+    units), and the engine's own columns, added next to the input's, take such names.
     """
+    unused = [c for c in schema.names() if c.startswith(RESERVED) and c != ROW_ID]
+    lf = lf.drop(unused) if unused else lf
     return lf if ROW_ID in schema.names() else lf.with_row_index(ROW_ID)
 
 
@@ -1074,7 +1078,7 @@ def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: 
     ok_in = inside & ok_all
     aggs = [*values, *rows_released,
             pl.len().cast(pl.Int64).alias(f"{_P}n"),
-            *[_count_true(e).alias(name) for name, e in counters.items()],
+            *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
             _count_true(inside & ~ok_all).alias(f"{_P}left"),
             # what the filter left out (confidential): rows, and each measure's exact parts
@@ -1238,7 +1242,7 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
     aggs = [*[pl.col(f"{_P}v{k}:{m}").sum().alias(m) for m in measures],
             pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias(f"{_P}n"),
-            *[_count_true(e).alias(name) for name, e in counters.items()],
+            *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
             *[_count_true(pl.col(f"{_P}v{k}:{m}") < 0).alias(f"{_P}negc:{m}")
               for m in _negatives_counted(rel)]]
@@ -1354,14 +1358,15 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
     parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
     counters = _counter_exprs(parts, op.schema)
     needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
-    sums = [*counters, f"{_P}n", f"{_P}released", f"{_P}left", f"{_P}rows_left",
+    sums = [*[f"{_P}{c}" for c in counters],
+            f"{_P}n", f"{_P}released", f"{_P}left", f"{_P}rows_left",
             *[f"{_P}negc:{m}" for m in _negatives_counted(rel)],
             *[f"{_P}tot:{m}" for m in measures],
             *[f"{_P}lo:{m}" for m in measures]]
     row = grouped.select(*[pl.col(c).sum() for c in sums]).row(0, named=True)
     fps = (pass_fingerprints(grouped, fp_cols) if fingerprints is None else fingerprints)
     row["rows_read"] = row[f"{_P}n"] or 0
-    counts = {name: int(row[name] or 0) for name in counters}
+    counts = {name: int(row[f"{_P}{name}"] or 0) for name in counters}
     neg_contrib = ({m: int(row[f"{_P}negc:{m}"] or 0) for m in measures}
                    if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
@@ -1485,15 +1490,16 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
     query = plan.group_by(f"{_P}c{k}").agg(
         pl.len().cast(pl.Int64).alias(f"{_P}n"),
-        *[_count_true(e).alias(name) for name, e in counters.items()],
+        *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
         *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
         _count_true(rows > 0).alias(f"{_P}kept"),
         _count_true(inside & ~ok).alias(f"{_P}left"),
         value.filter(inside & ok).alias(f"{_P}values"))
     grouped = _read_input(sess, _streamed(query), report=False)
-    row = grouped.select(*[pl.col(c).sum() for c in [f"{_P}n", f"{_P}left", *counters]],
+    summed = [f"{_P}n", f"{_P}left", *[f"{_P}{c}" for c in counters]]
+    row = grouped.select(*[pl.col(c).sum() for c in summed],
                          *[pl.col(f"{FP}{c}").sum() for c in fp_cols]).row(0, named=True)
-    counts = {name: int(row[name] or 0) for name in counters}
+    counts = {name: int(row[f"{_P}{name}"] or 0) for name in counters}
     _strict_checks(counts, [column], None, rules, False, {})
     binding.of(sess).bind_rows(int(row[f"{_P}n"] or 0),
                                {c: int(row[f"{FP}{c}"] or 0) for c in fp_cols})

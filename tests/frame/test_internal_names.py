@@ -5,7 +5,8 @@ The in-memory engine added the rules' keep flag (``__keep``), key positions (``_
 program's cell, rows and contributions (``__c<j>``, ``__r<j>``, ``__v<j>:<m>``), admission
 flags (``ok<j>:<currency>``), charges (``crho<j>``, ``csize<j>``), the batch outputs
 (``__replay``) and aggregates (``__n``, ``__released``, ``__tot:<m>``, ``fp:<column>``,
-``worst_rho``, ``units``...) next to the user's columns, which a column so named lost to or
+``worst_rho``, ``units``...), the confidential counters (``missing:<m>``, ``neg:<m>``...) and
+the median's value flags next to the user's columns, which a column so named lost to or
 clashed with: an integer measure ``__keep`` was summed from the keep flag, a float one raised.
 They all start with ``tabdp.frame._engine.RESERVED`` now (refused for measures, keys and units).
 """
@@ -28,6 +29,8 @@ _NAME_SETS = {
     "replay": {"g": "r0", "a": "__replay", "b": "crho0", "u": "__rank"},
     "charges": {"g": "__released", "a": "ok0", "b": "cell_rho", "u": "csize1"},
     "audit": {"g": "__combo", "a": "worst_rho", "b": "__tot:worst_rho", "u": "__pos"},
+    "counters": {"g": "neg:cnt", "a": "cnt", "b": "missing:cnt", "u": "big:cnt"},
+    "flags": {"g": "missing:v", "a": "inf:v", "b": "v", "u": "null:u"},
 }
 
 
@@ -48,7 +51,8 @@ def _run(df: pl.DataFrame, names: dict[str, str], mode: str, budget: float | Non
     frame: Any = df.lazy() if mode == "streaming" else df
     out = [frame.dp.sum([a, b], by=g, keys=keys, mechanism=mech.Gaussian(30.0), session=s),
            frame.dp.count(by=g, keys=keys, mechanism=mech.Gaussian(2.0), session=s),
-           frame.dp.sum(b, by=g, keys=keys, mechanism=mech.Gaussian(4.0), session=s)]
+           frame.dp.sum(b, by=g, keys=keys, mechanism=mech.Gaussian(4.0), session=s),
+           frame.dp.median(b, by=g, keys=keys, bounds=(0, 4), epsilon=1.0, session=s)]
     pr = pl.DataFrame(s.report().per_record)
     cells = [s.records[i].cells for i in range(len(out))]
     # compared by position: the output's names follow the input's
@@ -73,7 +77,7 @@ def test_columns_named_like_internal_ones_are_read_from_the_data(which: str, mod
 def test_the_budget_filters_some_records(mode: str) -> None:
     """The budgeted runs above filter (the replayed admission flags are read)."""
     df, names = _data(), {c: c for c in "gabu"}
-    for i in range(3):  # every release: different tables
+    for i in range(3):  # every sum and count: different tables
         assert _run(df, names, mode, 0.6)[i] != _run(df, names, mode, None)[i]
 
 
@@ -100,3 +104,19 @@ def test_max_cells_reads_measures_and_keys_named_like_its_columns(names: dict[st
         return [out.rows(), pr.sort(pr.columns[0]).rows(), pl.DataFrame(s.records[0].cells).rows()]
 
     assert run(names) == run({})
+
+
+@pytest.mark.parametrize("mode", ["row", "unit", "streaming"])
+def test_unread_columns_under_the_reserved_prefix_are_ignored(mode: str) -> None:
+    """An input column named like an engine's own (``__tabdp_...``), read by no release.
+
+    The engines' columns now take such names; the streaming engine drops these input columns
+    first (its batch outputs were unnested next to them: a duplicate column before).
+    """
+    df = _data()
+    n = df.height
+    extra = df.with_columns(**{c: pl.Series([v] * n) for c, v in [
+        ("__tabdp_keep", False), ("__tabdp_ok0:a", False), ("__tabdp_c0", 5),
+        ("__tabdp_replay", 1), ("__tabdp_pos", 0), ("__tabdp_fp:a", 1), ("__tabdp_v0:a", 9)]})
+    names = {c: c for c in "gabu"}
+    assert _run(extra, names, mode, 0.6) == _run(df, names, mode, 0.6)

@@ -25,6 +25,7 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     FP,
+    RESERVED,
     ROW_ID,
     UnitOrder,
     _attach_cells,
@@ -477,8 +478,9 @@ class MemoryBackend(_PolarsOutput):
             fps = []
             flags[f"null:{unit}"] = _missing_unit(op.schema, unit)
         data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
-                         *[e.alias(k) for k, e in flags.items()], *fps).collect()
-        counts = {k: int(data[k].sum()) for k in flags}
+                         *[e.alias(f"{RESERVED}_{k}") for k, e in flags.items()],
+                         *fps).collect()
+        counts = {k: int(data[f"{RESERVED}_{k}"].sum()) for k in flags}
         rules = _Rules(nulls, "allow", sess.mode)
         _strict_checks(counts, [column], unit, rules, False, {})
         n_rows = data.height
@@ -488,15 +490,16 @@ class MemoryBackend(_PolarsOutput):
         # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
         # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id
         # are dropped (author mode).
-        missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
+        missing = pl.col(f"{RESERVED}_missing:{column}") | pl.col(f"{RESERVED}_inf:{column}")
         keep = pl.lit(True)
         if nulls == "drop":
             keep = keep & ~missing
         if unit is not None:
-            keep = keep & ~pl.col(f"null:{unit}")
+            keep = keep & ~pl.col(f"{RESERVED}_null:{unit}")
         data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
                                   .alias(column))
-                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith(FP)]]))
+                .filter(keep).drop([*[f"{RESERVED}_{k}" for k in flags],
+                                    *[c for c in data.columns if c.startswith(FP)]]))
         data = _attach_cells(data, keys, by_list)
         outside = int(data[_CELL].is_null().sum())
         inside = data.filter(pl.col(_CELL).is_not_null())
