@@ -100,6 +100,15 @@ OUTPUT_SUFFIXES = ("", "_sd", "_moe", "_lower", "_upper")
 _ROWS = "__tabdp_rows"   # rows released (kept by the rules) per unit and cell
 _ALL = "__tabdp_all"     # rows read per unit and cell
 _CELL = "__tabdp_cell"   # position of the cell in the key set (null: outside it)
+#: Internal columns added to frames that still carry the user's columns: under ``RESERVED``
+#: (refused for measures, keys and the unit), so none takes a measure's or key's place.
+_KEEP = f"{RESERVED}_keep"   # the rules keep the row
+_POS = f"{RESERVED}_pos"     # position of a key (or a row) before a sort
+_COMBO = f"{RESERVED}_combo"  # a key's combined code
+_SIZE = f"{RESERVED}_size"   # a (unit, cell)'s contribution size (max_cells)
+_RANK = f"{RESERVED}_rank"   # its rank among the unit's cells (max_cells)
+#: A column's fingerprint (`_fingerprint`): ``FP + <column>``, summed next to the user's keys.
+FP = f"{RESERVED}_fp:"
 _FP_SEED = 0x7ab0D9
 _FP_ROW_SEED = 0x51F0E3
 #: A Polars frame, in memory or lazy (functions that take either return the same kind).
@@ -129,7 +138,7 @@ def _fingerprint(col: str, dtype: pl.DataType) -> pl.Expr:
     # the value's hash mixed with the row id's (one hash per row, shared by every column of a
     # plan), hashed again: a third less CPU than hashing a struct of the two per column
     row = pl.col(ROW_ID).hash(seed=_FP_ROW_SEED)
-    return (value.hash(seed=_FP_SEED) ^ row).hash(seed=_FP_SEED).alias(f"fp:{col}")
+    return (value.hash(seed=_FP_SEED) ^ row).hash(seed=_FP_SEED).alias(f"{FP}{col}")
 #: 128-bit integer dtypes (UInt128 exists only in newer Polars)
 _WIDE_INTS = tuple(t for t in (getattr(pl, "Int128", None), getattr(pl, "UInt128", None))
                    if t is not None)
@@ -519,15 +528,15 @@ def _fp_columns(schema: pl.Schema, read: Sequence[str], bound: Sequence[str]) ->
 
 def _snapshot_exprs(schema: pl.Schema, unit: str | None, measures: list[str], rules: _Rules
                     ) -> tuple[pl.Expr, dict[str, pl.Expr], dict[str, pl.Expr]]:
-    """A snapshot's row expressions: ``__keep``, the fixed-point values and the counters.
+    """A snapshot's row expressions: ``_KEEP``, the fixed-point values and the counters.
 
     Values are a measure's exact fixed-point contribution (0 where the row is not kept or the
     value is bad); counters flag each row (``null:<unit>`` for a missing unit id).
     """
     parts = {m: _measure_parts(m, schema[m], rules) for m in measures}
     unit_bad = None if unit is None else _missing_unit(schema, unit)
-    keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias("__keep")
-    values = {m: pl.when(pl.col("__keep") & ~p["bad"]).then(p["fixed"])
+    keep = _keep_mask(parts, rules, pl.lit(True), unit_bad).alias(_KEEP)
+    values = {m: pl.when(pl.col(_KEEP) & ~p["bad"]).then(p["fixed"])
               .otherwise(pl.lit(0, pl.Int128)).alias(m) for m, p in parts.items()}
     counters = _counter_exprs(parts, schema)
     if unit_bad is not None:
@@ -541,7 +550,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
                    ) -> tuple[pl.LazyFrame, pl.LazyFrame | None]:
     """The lazy plan of a row-mode snapshot (one row per row id) and its totals over all rows.
 
-    The totals (the counters, named by flag, and ``fp:<column>``, the fingerprints: one row,
+    The totals (the counters, named by flag, and ``FP<column>``, the fingerprints: one row,
     None without any) are a plan over the same input, collected with it (`_row_snapshot`).
 
     Row ids are assigned here (``unit=None``), or were assigned by the caller when it read the
@@ -564,7 +573,7 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     base = base.cache()
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-        pl.col("__keep").cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
+        pl.col(_KEEP).cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
         *([] if cell is None else [cell.alias(_CELL)]))
     # the counters and fingerprints are totals over all rows: summed in the same pass (the
     # scan is shared, `collect_all`), not kept as per-row columns
@@ -683,7 +692,7 @@ def _unit_snapshot(op: _Opened, unit: str, by: list[str], measures: list[str], r
     """
     keep, values, counters = _snapshot_exprs(op.schema, unit, measures, rules)
     aggs = [*[v.sum() for v in values.values()],
-            pl.col("__keep").cast(pl.Int64).sum().alias(_ROWS),
+            pl.col(_KEEP).cast(pl.Int64).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias(_ALL)]
     lf = op.lf if part is None else op.lf.filter(unit_partition(unit, *part))
     # one evaluation of the input for the rows inside and outside the key set and the counters
@@ -727,9 +736,9 @@ def _row_snapshot(op: _Opened, unit: str | None, by: list[str], measures: list[s
         total = totals.row(0, named=True)
     else:
         data, total = plan.collect(engine="streaming"), {}
-    counts = {k: int(v or 0) for k, v in total.items() if not k.startswith("fp:")}
+    counts = {k: int(v or 0) for k, v in total.items() if not k.startswith(FP)}
     rows_read = data.height  # one row per row read (the plan has no group-by)
-    fps = {k[3:]: int(v or 0) for k, v in total.items() if k.startswith("fp:")}
+    fps = {k[len(FP):]: int(v or 0) for k, v in total.items() if k.startswith(FP)}
     per_row = unit is None
     if unit is not None:  # unit == ROW_ID (_snapshot_plan)
         per_row = not bool(data[ROW_ID].is_duplicated().any())
@@ -995,9 +1004,9 @@ def _lookup_index(keys_pl: pl.DataFrame, by: list[str], schema: pl.Schema) -> pl
         return idx
 
     kf = pl.DataFrame(key_cols).with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("__pos")).filter(valid)
-    combos = kf.select(combine([pl.col(k.name) for k in key_cols]).alias("__combo"), "__pos")
-    return combine(data_cols).replace_strict(combos["__combo"], combos["__pos"], default=None,
+        pl.int_range(pl.len(), dtype=pl.Int64).alias(_POS)).filter(valid)
+    combos = kf.select(combine([pl.col(k.name) for k in key_cols]).alias(_COMBO), _POS)
+    return combine(data_cols).replace_strict(combos[_COMBO], combos[_POS], default=None,
                                              return_dtype=pl.Int64)
 
 
@@ -1107,12 +1116,12 @@ def _bound_contributions(inside: pl.DataFrame, uid: str, unit_mode: bool, kind: 
     else:
         size = pl.max_horizontal(*[pl.col(m).abs().cast(pl.Float64) * (2.0 ** -bits[m])
                                    for m in measures])
-    ranked = (inside.with_row_index("__pos").with_columns(size.alias("__size"))
-              .sort(["__size", _CELL], descending=[True, False], maintain_order=True)
-              .with_columns(pl.int_range(pl.len()).over(uid).alias("__rank")))
+    ranked = (inside.with_row_index(_POS).with_columns(size.alias(_SIZE))
+              .sort([_SIZE, _CELL], descending=[True, False], maintain_order=True)
+              .with_columns(pl.int_range(pl.len()).over(uid).alias(_RANK)))
     # back in the input's order (sorted by unit, then cell: see cells_of)
-    kept = ranked.filter(pl.col("__rank") < max_cells).sort("__pos").drop(
-        "__pos", "__size", "__rank")
+    kept = ranked.filter(pl.col(_RANK) < max_cells).sort(_POS).drop(
+        _POS, _SIZE, _RANK)
     return kept, inside.height - kept.height
 
 

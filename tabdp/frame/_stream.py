@@ -42,7 +42,9 @@ from tabdp.frame import binding
 from tabdp.frame._engine import (
     _CELL,
     _ROWS,
+    FP,
     MAX_ABS,
+    RESERVED,
     ROW_ID,
     SUM_SCALE_BITS,
     _cells,
@@ -77,6 +79,12 @@ __all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggreg
            "count_from_kept", "pass_fingerprints", "release_queries", "streaming_quantile_data",
            "replay_report",
            "collect_report", "sink_report", "summarize_report"]
+
+#: The prefix of this engine's internal columns (per program ``j``: its cell ``c<j>``, rows kept
+#: ``r<j>``, contributions ``v<j>:<m>``, admission flags ``ok<j>:<currency>``, the aggregates'
+#: ``n``, ``tot:<m>``...): under ``RESERVED``, which no measure, key or unit column takes, so
+#: none is read in place of a user's column nor clashes with one.
+_P = f"{RESERVED}_"
 
 
 class Program(NamedTuple):
@@ -154,22 +162,22 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
                 .otherwise(pl.lit(0, pl.Int128)))
 
     lf = lf.with_columns(
-        *[value(m).alias(f"__v{j}:{m}") for m in summed],
-        keep.cast(pl.Int64).alias(f"__r{j}"))
+        *[value(m).alias(f"{_P}v{j}:{m}") for m in summed],
+        keep.cast(pl.Int64).alias(f"{_P}r{j}"))
     same = (prog.by, id(prog.keys))
-    # the report reads only whether a row is in a cell (``__c<j>`` not null), not which one
+    # the report reads only whether a row is in a cell (``_P c<j>`` not null), not which one
     inside = _row_inside_expr(schema, prog.keys, list(prog.by)) if magnitudes else None
     if seen is not None and same in seen:
-        lf = lf.with_columns(pl.col(seen[same]).alias(f"__c{j}"))
+        lf = lf.with_columns(pl.col(seen[same]).alias(f"{_P}c{j}"))
     elif inside is not None:
-        lf = lf.with_columns(pl.when(inside).then(pl.lit(0, pl.Int64)).alias(f"__c{j}"))
+        lf = lf.with_columns(pl.when(inside).then(pl.lit(0, pl.Int64)).alias(f"{_P}c{j}"))
         if seen is not None:
-            seen[same] = f"__c{j}"
+            seen[same] = f"{_P}c{j}"
     else:
-        lf = _cells(lf, schema, prog.keys, list(prog.by), f"__c{j}", ordered)
+        lf = _cells(lf, schema, prog.keys, list(prog.by), f"{_P}c{j}", ordered)
         if seen is not None:
-            seen[same] = f"__c{j}"
-    return lf, [f"__c{j}", f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
+            seen[same] = f"{_P}c{j}"
+    return lf, [f"{_P}c{j}", f"{_P}r{j}", *[f"{_P}v{j}:{m}" for m in summed]]
 
 
 #: The running totals a report writes (ε at δ reads the other components, not written).
@@ -317,7 +325,7 @@ class _Spill:
 
 
 #: The prefix of a report's per-row fingerprint columns (`_RowsSeen`), never a user's column.
-_SEEN_FP = "__tabdp_fp:"
+_SEEN_FP = f"{_P}seen_fp:"
 
 
 class _RowsSeen:
@@ -352,9 +360,9 @@ class _RowsSeen:
                 self._sums[c] = (self._sums[c] + v) % (1 << 64)
 
     def row(self) -> dict[str, Any]:
-        """What `_check_rows` reads: ``rows_read`` and ``fp:<column>``."""
+        """What `_check_rows` reads: ``rows_read`` and ``FP<column>``."""
         with self._lock:
-            return {"rows_read": self._rows, **{f"fp:{c}": v for c, v in self._sums.items()}}
+            return {"rows_read": self._rows, **{f"{FP}{c}": v for c, v in self._sums.items()}}
 
 
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
@@ -367,11 +375,11 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     engine's code (`tabdp.frame._engine._charges`), admits them with the session's
     filter against the batch's running totals, and adds the admitted losses to those totals
     in the ledger's order: every double is the one the in-memory ledger would hold.
-    ``programs`` pairs each program with the index ``j`` of its columns (``__c<j>``, ...).
+    ``programs`` pairs each program with the index ``j`` of its columns (``_P c<j>``, ...).
 
     Output fields: for each released program ``j`` in ``targets`` (the releases of one pass),
-    ``ok<j>:<currency>`` (admitted) and, with ``track``, the row's ρ and size there (``crho<j>``,
-    ``csize<j>``); with ``report``,
+    ``_P ok<j>:<currency>`` (admitted) and, with ``track``, the row's ρ and size there
+    (``_P crho<j>``, ``_P csize<j>``); with ``report``,
     the running totals ``rho``, ``epsilon``, ``size`` (`_REPORTED`), ``rho_<name>`` per program
     and, with ``delta``, ``epsilon_delta``. With a ``spill`` (a releases' pass, not a report),
     the batch's report rows (row ids, every running total of `COMPONENTS` and ``rho_<name>``
@@ -432,7 +440,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
         per_prog: dict[str, np.ndarray] = {}
         done: list[tuple[int, Program, np.ndarray, bool, Any]] = []  # charges computed
         for j, prog in programs:
-            inside = (b[f"__c{j}"].is_not_null() & (b[f"__r{j}"] > 0)).to_numpy()
+            inside = (b[f"{_P}c{j}"].is_not_null() & (b[f"{_P}r{j}"] > 0)).to_numpy()
             idx = np.flatnonzero(inside)
             summed = prog.measures if prog.kind == "sum" else ()
             cells = track and j in targets
@@ -442,7 +450,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 # same arrays (`_charges` is a function of them alone; nothing writes them)
                 ch, crho, csize = same
             else:
-                cols = [f"__r{j}", *[f"__v{j}:{m}" for m in summed]]
+                cols = [f"{_P}r{j}", *[f"{_P}v{j}:{m}" for m in summed]]
                 part = b.select(cols)
                 if idx.size != n:
                     part = part.filter(pl.Series(inside))
@@ -483,13 +491,13 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     else:
                         flag = np.zeros(n, dtype=bool)
                         flag[idx] = admitted[c]
-                    out[f"ok{j}:{c}"] = flag
+                    out[f"{_P}ok{j}:{c}"] = flag
                 if track and every:
-                    out[f"crho{j}"], out[f"csize{j}"] = crho, csize
+                    out[f"{_P}crho{j}"], out[f"{_P}csize{j}"] = crho, csize
                 elif track:
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
-                    out[f"crho{j}"], out[f"csize{j}"] = r, z
+                    out[f"{_P}crho{j}"], out[f"{_P}csize{j}"] = r, z
         if spill is not None:
             spill.add(b[ROW_ID].to_numpy(),
                       {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog})
@@ -500,7 +508,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 out["epsilon_delta"] = (epsilon_at(delta, tot["rho_z"], tot["rho_g"],
                                                    tot["eps_a"], tot["delta_a"], tot["epsilon"])
                                         if n else np.zeros(0))
-        return pl.DataFrame({k: pl.Series(k, v, dtype=pl.Boolean if k.startswith("ok")
+        return pl.DataFrame({k: pl.Series(k, v, dtype=pl.Boolean if k.startswith(f"{_P}ok")
                                           else pl.Float64) for k, v in out.items()}).to_struct()
 
     return run
@@ -522,7 +530,7 @@ def _same_charges(b: pl.DataFrame, done: list[tuple[int, Program, np.ndarray, bo
                 or was_cells != cells or not _equal_mechanisms(other, prog)
                 or not np.array_equal(was_inside, inside)):
             continue
-        if all(b[f"__{x}{i}{m}"].equals(b[f"__{x}{j}{m}"], check_names=False)
+        if all(b[f"{_P}{x}{i}{m}"].equals(b[f"{_P}{x}{j}{m}"], check_names=False)
                for x, m in [("r", ""), *[("v", f":{m}") for m in summed]]):
             return result
     return None
@@ -546,9 +554,9 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
             fields["epsilon_delta"] = pl.Float64
     else:
         for j in sorted(targets):  # in the batch function's order (programs in release order)
-            fields |= {f"ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
+            fields |= {f"{_P}ok{j}:{c}": pl.Boolean for c, _ in programs[j].policy.currencies()}
             if track:
-                fields |= {f"crho{j}": pl.Float64, f"csize{j}": pl.Float64}
+                fields |= {f"{_P}crho{j}": pl.Float64, f"{_P}csize{j}": pl.Float64}
     return pl.Struct(fields)
 
 
@@ -561,7 +569,7 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
     (a release: the last one), or each program of a set of targets (the releases of one pass,
-    `StreamingBackend.prefetch`), gets its admission flags ``ok<j>:<currency>``: each program's
+    `StreamingBackend.prefetch`), gets its admission flags ``_P ok<j>:<currency>``: each program's
     flags depend only on the programs before it, so one pass gives every target the flags it
     would get alone. In a session without a budget every record is admitted, so the outputs need
     neither the earlier releases nor (unless ``track``) the batch function: only the targets'
@@ -581,7 +589,7 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
         if not track:
             for j, prog in indexed:
                 lf, _ = _program_columns(lf, schema, prog, j, False)
-            return lf.with_columns(pl.lit(True).alias(f"ok{j}:{c}") for j, prog in indexed
+            return lf.with_columns(pl.lit(True).alias(f"{_P}ok{j}:{c}") for j, prog in indexed
                                    for c, _ in prog.policy.currencies())
     inputs: list[str] = []
     seen: dict[tuple[Any, ...], str] = {}
@@ -599,7 +607,7 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     fn = _replay_batch(sess, indexed, report, delta, targets, track, spill, rows_seen)
     dtype = _out_schema(programs, report, delta, targets, track)
     return lf.with_columns(pl.struct(inputs).map_batches(
-        fn, return_dtype=dtype, is_elementwise=True).alias("__replay")).unnest("__replay")
+        fn, return_dtype=dtype, is_elementwise=True).alias(f"{_P}replay")).unnest(f"{_P}replay")
 
 
 def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
@@ -642,8 +650,12 @@ def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
 def _with_row_ids(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
     """The input with its row ids: assigned now, or by the caller when it read the input.
 
-    (The release workflow numbers rows before its joins and filters.)
+    (The release workflow numbers rows before its joins and filters.) The input's other columns
+    starting with ``RESERVED`` are dropped: no release reads one (refused for measures, keys and
+    units), and the engine's own columns, added next to the input's, take such names.
     """
+    unused = [c for c in schema.names() if c.startswith(RESERVED) and c != ROW_ID]
+    lf = lf.drop(unused) if unused else lf
     return lf if ROW_ID in schema.names() else lf.with_row_index(ROW_ID)
 
 
@@ -652,7 +664,7 @@ def _rows_check(sess: Session, lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFr
     fp_cols = binding.of(sess).bound_columns()
     return _with_row_ids(lf, schema).select(
         pl.len().cast(pl.Int64).alias("rows_read"),
-        *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols])
+        *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols])
 
 
 _REPORT_REFUSED = (
@@ -700,7 +712,7 @@ def _read_input(sess: Session, read: Callable[[], _T], report: bool) -> _T:
 def _check_rows(sess: Session, row: dict[str, Any]) -> None:
     """A report's row check: the input must still hold the rows the releases read."""
     try:
-        binding.of(sess).bind_rows(int(row["rows_read"]), {c: int(row[f"fp:{c}"] or 0)
+        binding.of(sess).bind_rows(int(row["rows_read"]), {c: int(row[f"{FP}{c}"] or 0)
                                                for c in binding.of(sess).bound_columns()})
     except InvalidParameterError as err:
         raise InvalidParameterError(_REPORT_REFUSED) from err
@@ -1037,7 +1049,7 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
         parts = {m: _measure_parts(m, rel.op.schema[m], rel.rules) for m in rel.pre.measures}
         return _unfiltered_query(plan, rel, k, fp_cols, _counter_exprs(parts, rel.op.schema))
     groups, aggs = _release_aggs(sess, rel, k, fp_cols)
-    return plan.group_by(f"__c{k}", *groups).agg(*aggs).with_columns(_after_aggs(rel, k))
+    return plan.group_by(f"{_P}c{k}", *groups).agg(*aggs).with_columns(_after_aggs(rel, k))
 
 
 def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: str = ""
@@ -1049,37 +1061,37 @@ def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: 
     schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
     parts = {m: _measure_parts(m, schema[m], rel.rules) for m in measures}
     counters = _counter_exprs(parts, schema)
-    cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
+    cell, rows = pl.col(f"{_P}c{k}"), pl.col(f"{_P}r{k}")
     inside = cell.is_not_null() & (rows > 0)
     currencies = rel.policy.currencies()
-    ok_all = pl.all_horizontal([pl.col(f"ok{k}:{c}") for c, _ in currencies])
+    ok_all = pl.all_horizontal([pl.col(f"{_P}ok{k}:{c}") for c, _ in currencies])
     cur_of = {m: c for c, ms in currencies for m in ms}
-    values = [pl.when(pl.col(f"ok{k}:{cur_of[m]}")).then(pl.col(f"__v{k}:{m}"))
+    values = [pl.when(pl.col(f"{_P}ok{k}:{cur_of[m]}")).then(pl.col(f"{_P}v{k}:{m}"))
               .otherwise(pl.lit(0, pl.Int128)).sum().alias(m) for m in measures]
     released = pl.when(inside).then(rows).otherwise(0).sum()
     if rel.kind == "count":
-        counted = pl.when(pl.col(f"ok{k}:{currencies[0][0]}")).then(rows).otherwise(0)
-        rows_released = [released.cast(pl.Int64).alias("__released"),
+        counted = pl.when(pl.col(f"{_P}ok{k}:{currencies[0][0]}")).then(rows).otherwise(0)
+        rows_released = [released.cast(pl.Int64).alias(f"{_P}released"),
                          pl.when(inside).then(counted).otherwise(0).sum().alias(_ROWS)]
     else:  # the rows counted are the rows released (`_after_aggs` copies them)
         rows_released = [released.alias(_ROWS)]
     ok_in = inside & ok_all
     aggs = [*values, *rows_released,
-            pl.len().cast(pl.Int64).alias("__n"),
-            *[_count_true(e).alias(name) for name, e in counters.items()],
-            *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            _count_true(inside & ~ok_all).alias("__left"),
+            pl.len().cast(pl.Int64).alias(f"{_P}n"),
+            *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
+            *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
+            _count_true(inside & ~ok_all).alias(f"{_P}left"),
             # what the filter left out (confidential): rows, and each measure's exact parts
             pl.when(inside & ~ok_all).then(rows).otherwise(0).sum().cast(pl.Int64)
-            .alias("__rows_left"),
-            *[pl.when(inside).then(pl.col(f"__v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
-              .sum().alias(f"__tot:{m}") for m in measures],
-            *[_count_true(pl.col(f"__v{k}:{m}") < 0).alias(f"negc:{m}")
+            .alias(f"{_P}rows_left"),
+            *[pl.when(inside).then(pl.col(f"{_P}v{k}:{m}")).otherwise(pl.lit(0, pl.Int128))
+              .sum().alias(f"{_P}tot:{m}") for m in measures],
+            *[_count_true(pl.col(f"{_P}v{k}:{m}") < 0).alias(f"{_P}negc:{m}")
               for m in _negatives_counted(rel)]]
     if sess.track_cells:
-        aggs += [pl.when(ok_in).then(pl.col(f"crho{k}")).max().alias("worst_rho"),
-                 pl.when(ok_in).then(pl.col(f"csize{k}")).max().alias("worst_size"),
-                 _count_true(ok_in).alias("units")]
+        aggs += [pl.when(ok_in).then(pl.col(f"{_P}crho{k}")).max().alias(f"{_P}worst_rho"),
+                 pl.when(ok_in).then(pl.col(f"{_P}csize{k}")).max().alias(f"{_P}worst_size"),
+                 _count_true(ok_in).alias(f"{_P}units")]
     # grouped by cell and keys: a released cell holds one key (its rows' keys convert exactly to
     # it), and the rows outside the key set are grouped by their keys (the distinct keys count).
     # Where a released cell's key is the key set's own value (`_keys_from_cells`), the keys
@@ -1099,11 +1111,11 @@ def _after_aggs(rel: Planned, k: int) -> list[pl.Expr]:
     128-bit integers (one 128-bit sum per row and measure fewer); the rows outside the key set
     (the null cell) are neither released nor left out. A sum's rows released are its rows.
     """
-    cell = pl.col(f"__c{k}")
-    return [*([pl.col(_ROWS).cast(pl.Int64).alias("__released")] if rel.kind != "count"
+    cell = pl.col(f"{_P}c{k}")
+    return [*([pl.col(_ROWS).cast(pl.Int64).alias(f"{_P}released")] if rel.kind != "count"
               else []),
-            *[pl.when(cell.is_not_null()).then(pl.col(f"__tot:{m}") - pl.col(m))
-              .otherwise(pl.lit(0, pl.Int128)).alias(f"__lo:{m}") for m in rel.pre.measures]]
+            *[pl.when(cell.is_not_null()).then(pl.col(f"{_P}tot:{m}") - pl.col(m))
+              .otherwise(pl.lit(0, pl.Int128)).alias(f"{_P}lo:{m}") for m in rel.pre.measures]]
 
 
 def _same_cells(a: Planned, b: Planned) -> bool:
@@ -1170,21 +1182,21 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
         groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, f"#{group[0]}#")
         for i in group[1:]:
             aggs += _release_aggs(sess, rels[i], ks[i], [], f"#{i}#")[1]
-        queries.append(plan.group_by(f"__c{k0}", *groups).agg(*aggs))
+        queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs))
 
     def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
         out: list[pl.DataFrame | None] = [None] * len(rels)
         for group, frame in zip(sets, got, strict=True):
             k0, tag0 = ks[group[0]], f"#{group[0]}#"
             # the fingerprints of the rows this query read, for each release of the group
-            fps = [pl.col(f"fp:{c}{tag0}").alias(f"fp:{c}") for c in fp_cols]
+            fps = [pl.col(f"{FP}{c}{tag0}").alias(f"{FP}{c}") for c in fp_cols]
             for i in group:
                 tag = f"#{i}#"
                 own = [c for c in frame.columns
-                       if c.endswith(tag) and c != f"__c{k0}" and c not in rels[i].pre.by
-                       and not (c.startswith("fp:") and c[3:-len(tag)] in fp_cols)]
+                       if c.endswith(tag) and c != f"{_P}c{k0}" and c not in rels[i].pre.by
+                       and not (c.startswith(FP) and c[len(FP):-len(tag)] in fp_cols)]
                 out[i] = frame.select(
-                    pl.col(f"__c{k0}").alias(f"__c{ks[i]}"), *rels[i].pre.by,
+                    pl.col(f"{_P}c{k0}").alias(f"{_P}c{ks[i]}"), *rels[i].pre.by,
                     *[pl.col(c).alias(c[:-len(tag)]) for c in own], *fps
                 ).with_columns(_after_aggs(rels[i], ks[i]))
         return [f for f in out if f is not None]
@@ -1193,7 +1205,7 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
 
 
 def _negatives_counted(rel: Planned) -> list[str]:
-    """The measures whose negative contributions `stream_aggregate` reads (``negc:<m>``).
+    """The measures whose negative contributions `stream_aggregate` reads (``_P negc:<m>``).
 
     Only a sum by a mechanism that needs non-negative totals, whose rules allow negative
     values, checks them; other releases do not count them.
@@ -1220,30 +1232,30 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
                       counters: dict[str, pl.Expr]) -> pl.LazyFrame:
     """`_release_query` of a session without a budget: the same columns, fewer sums per row.
 
-    Every record is admitted, so the admitted sums are the cells' totals (``__tot``; 0 for
+    Every record is admitted, so the admitted sums are the cells' totals (``_P tot``; 0 for
     the rows outside the key set, as there) and the filter leaves nothing out.
     """
     schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
-    cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
+    cell, rows = pl.col(f"{_P}c{k}"), pl.col(f"{_P}r{k}")
     inside = cell.is_not_null() & (rows > 0)
     zero = pl.lit(0, pl.Int128)
-    aggs = [*[pl.col(f"__v{k}:{m}").sum().alias(m) for m in measures],
+    aggs = [*[pl.col(f"{_P}v{k}:{m}").sum().alias(m) for m in measures],
             pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS),
-            pl.len().cast(pl.Int64).alias("__n"),
-            *[_count_true(e).alias(name) for name, e in counters.items()],
-            *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-            *[_count_true(pl.col(f"__v{k}:{m}") < 0).alias(f"negc:{m}")
+            pl.len().cast(pl.Int64).alias(f"{_P}n"),
+            *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
+            *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
+            *[_count_true(pl.col(f"{_P}v{k}:{m}") < 0).alias(f"{_P}negc:{m}")
               for m in _negatives_counted(rel)]]
     # grouped by cell, and by the keys only outside the key set (where they are the groups:
     # the distinct keys count); a released cell is one group either way, and its keys are
     # not read (hashing the key columns of every row of a cell would be)
     outside = [pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
-    return plan.group_by(f"__c{k}", *outside).agg(*aggs).with_columns(
-        pl.col(_ROWS).cast(pl.Int64).alias("__released"),
-        pl.lit(0, pl.Int64).alias("__left"), pl.lit(0, pl.Int64).alias("__rows_left"),
-        *[pl.when(cell.is_not_null()).then(pl.col(m)).otherwise(zero).alias(f"__tot:{m}")
+    return plan.group_by(f"{_P}c{k}", *outside).agg(*aggs).with_columns(
+        pl.col(_ROWS).cast(pl.Int64).alias(f"{_P}released"),
+        pl.lit(0, pl.Int64).alias(f"{_P}left"), pl.lit(0, pl.Int64).alias(f"{_P}rows_left"),
+        *[pl.when(cell.is_not_null()).then(pl.col(m)).otherwise(zero).alias(f"{_P}tot:{m}")
           for m in measures],
-        *[zero.alias(f"__lo:{m}") for m in measures])
+        *[zero.alias(f"{_P}lo:{m}") for m in measures])
 
 
 #: The key under which a streaming release keeps its aggregation for a count of the same cells.
@@ -1275,7 +1287,7 @@ def keep_aggregation(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
         return
     keep_snapshot(sess, _CELLS_KEPT, {
         "native": native, "by": tuple(rel.pre.by), "keys": rel.keys, "grouped": grouped,
-        "cell": f"__c{k}", "fp": frozenset(fp_cols), "after": k + 1})
+        "cell": f"{_P}c{k}", "fp": frozenset(fp_cols), "after": k + 1})
 
 
 def count_from_kept(rel: Planned, k: int, fp_cols: list[str]) -> pl.DataFrame | None:
@@ -1307,11 +1319,11 @@ def count_from_kept(rel: Planned, k: int, fp_cols: list[str]) -> pl.DataFrame | 
         return None
     grouped: pl.DataFrame = kept["grouped"]
     cell = pl.col(kept["cell"])
-    rows = pl.when(cell.is_not_null()).then(pl.col("__n")).otherwise(0).cast(pl.Int64)
+    rows = pl.when(cell.is_not_null()).then(pl.col(f"{_P}n")).otherwise(0).cast(pl.Int64)
     return grouped.select(
-        cell.alias(f"__c{k}"), *rel.pre.by, rows.alias(_ROWS), pl.col("__n"),
-        *[pl.col(f"fp:{c}") for c in fp_cols], rows.alias("__released"),
-        pl.lit(0, pl.Int64).alias("__left"), pl.lit(0, pl.Int64).alias("__rows_left"))
+        cell.alias(f"{_P}c{k}"), *rel.pre.by, rows.alias(_ROWS), pl.col(f"{_P}n"),
+        *[pl.col(f"{FP}{c}") for c in fp_cols], rows.alias(f"{_P}released"),
+        pl.lit(0, pl.Int64).alias(f"{_P}left"), pl.lit(0, pl.Int64).alias(f"{_P}rows_left"))
 
 
 def _fingerprinted(sess: Session, rels: list[Planned]) -> list[str]:
@@ -1346,44 +1358,48 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
     parts = {m: _measure_parts(m, op.schema[m], rules) for m in measures}
     counters = _counter_exprs(parts, op.schema)
     needs_nonneg = bool(pre.mechanism.requires_nonnegative) and kind == "sum"
-    sums = [*counters, "__n", "__released", "__left", "__rows_left",
-            *[f"negc:{m}" for m in _negatives_counted(rel)], *[f"__tot:{m}" for m in measures],
-            *[f"__lo:{m}" for m in measures]]
+    sums = [*[f"{_P}{c}" for c in counters],
+            f"{_P}n", f"{_P}released", f"{_P}left", f"{_P}rows_left",
+            *[f"{_P}negc:{m}" for m in _negatives_counted(rel)],
+            *[f"{_P}tot:{m}" for m in measures],
+            *[f"{_P}lo:{m}" for m in measures]]
     row = grouped.select(*[pl.col(c).sum() for c in sums]).row(0, named=True)
     fps = (pass_fingerprints(grouped, fp_cols) if fingerprints is None else fingerprints)
-    row["rows_read"] = row["__n"] or 0
-    counts = {name: int(row[name] or 0) for name in counters}
-    neg_contrib = ({m: int(row[f"negc:{m}"] or 0) for m in measures}
+    row["rows_read"] = row[f"{_P}n"] or 0
+    counts = {name: int(row[f"{_P}{name}"] or 0) for name in counters}
+    neg_contrib = ({m: int(row[f"{_P}negc:{m}"] or 0) for m in measures}
                    if needs_nonneg and rules.negatives == "allow" else {})
     _strict_checks(counts, measures, None, rules, needs_nonneg, neg_contrib)
     binding.of(sess).bind_rows(int(row["rows_read"]),
                                {c: fps[c] for c in fp_cols})
 
     n_keys = len(keys) if by else 1
-    released = grouped.filter(pl.col(f"__c{k}").is_not_null())
-    outside = grouped.filter(pl.col(f"__c{k}").is_null())
-    per_cell = released.group_by(f"__c{k}").agg(pl.col(*measures, _ROWS).sum())
+    released = grouped.filter(pl.col(f"{_P}c{k}").is_not_null())
+    outside = grouped.filter(pl.col(f"{_P}c{k}").is_null())
+    per_cell = released.group_by(f"{_P}c{k}").agg(pl.col(*measures, _ROWS).sum())
     full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
-        per_cell.select(pl.col(f"__c{k}").cast(pl.Int64).alias(_CELL), *measures, _ROWS),
+        per_cell.select(pl.col(f"{_P}c{k}").cast(pl.Int64).alias(_CELL), *measures, _ROWS),
         on=_CELL, how="left", maintain_order="left")
     cells = None
     if sess.track_cells:
-        audited = released.filter(pl.col("units") > 0)
+        audited = released.filter(pl.col(f"{_P}units") > 0)
         if by and _keys_from_cells(rel):  # grouped by cell alone (`_release_query`)
             audited = audited.drop(by).hstack(
-                keys.to_polars().select(by)[audited[f"__c{k}"].cast(pl.Int64).to_numpy()])
-        cells = (audited.select(*by, "worst_rho", "worst_size", "units")
+                keys.to_polars().select(by)[audited[f"{_P}c{k}"].cast(pl.Int64).to_numpy()])
+        # the audit's public names, once the measures (one may be named ``units``) are gone
+        cells = (audited.select(*by, *[pl.col(f"{_P}{c}").alias(c)
+                                       for c in ("worst_rho", "worst_size", "units")])
                  .sort(["worst_rho", *by], descending=[True, *[False] * len(by)],
                        nulls_last=True, maintain_order=True))
     return Aggregated(
         full=full, key_dtypes=_output_dtypes(op, sess, measures),
-        rows_read=int(row["rows_read"]), rows_outside=int(outside["__n"].sum() or 0),
+        rows_read=int(row["rows_read"]), rows_outside=int(outside[f"{_P}n"].sum() or 0),
         cells_outside=outside.height if by else 0,
-        rows_released=int(row["__released"] or 0), units_left_out=int(row["__left"] or 0),
+        rows_released=int(row[f"{_P}released"] or 0), units_left_out=int(row[f"{_P}left"] or 0),
         left_out=left_out_counts(kind, measures, rel.bits,
-                                 {m: int(row[f"__tot:{m}"] or 0) for m in measures},
-                                 {m: int(row[f"__lo:{m}"] or 0) for m in measures},
-                                 int(row["__rows_left"] or 0)),
+                                 {m: int(row[f"{_P}tot:{m}"] or 0) for m in measures},
+                                 {m: int(row[f"{_P}lo:{m}"] or 0) for m in measures},
+                                 int(row[f"{_P}rows_left"] or 0)),
         # as the in-memory ledger: each row is in one cell, so max_cells drops nothing
         cells_dropped=0, rule_counts=_rule_counts(counts, measures, rel.nulls, rules),
         cells=cells)
@@ -1394,8 +1410,8 @@ def pass_fingerprints(grouped: pl.DataFrame, fp_cols: list[str]) -> dict[str, in
 
     Every release of one pass reads the same rows, so one aggregation holds them for all.
     """
-    row = grouped.select(pl.col(f"fp:{c}").sum() for c in fp_cols).row(0, named=True)
-    return {c: int(row[f"fp:{c}"] or 0) for c in fp_cols}
+    row = grouped.select(pl.col(f"{FP}{c}").sum() for c in fp_cols).row(0, named=True)
+    return {c: int(row[f"{FP}{c}"] or 0) for c in fp_cols}
 
 
 def check_batch(rels: list[Planned]) -> None:
@@ -1467,32 +1483,34 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
     fp_cols = _fp_columns(schema, [*by, column], binding.of(sess).bound_columns())
     _require_bound(sess, schema)
     plan = _replayed(sess, _with_row_ids(op.lf, schema), schema, programs, False, None, k)
-    cell, rows = pl.col(f"__c{k}"), pl.col(f"__r{k}")
+    cell, rows = pl.col(f"{_P}c{k}"), pl.col(f"{_P}r{k}")
     inside = cell.is_not_null() & (rows > 0)
-    ok = pl.col(f"ok{k}:{prog.policy.currencies()[0][0]}")
+    ok = pl.col(f"{_P}ok{k}:{prog.policy.currencies()[0][0]}")
     x = pl.col(column).cast(pl.Float64)
     value = pl.when(parts[column]["bad"]).then(0.0).otherwise(x)
-    query = plan.group_by(f"__c{k}").agg(
-        pl.len().cast(pl.Int64).alias("__n"),
-        *[_count_true(e).alias(name) for name, e in counters.items()],
-        *[_fingerprint(c, schema[c]).sum().alias(f"fp:{c}") for c in fp_cols],
-        _count_true(rows > 0).alias("__kept"),
-        _count_true(inside & ~ok).alias("__left"),
-        value.filter(inside & ok).alias("__values"))
+    query = plan.group_by(f"{_P}c{k}").agg(
+        pl.len().cast(pl.Int64).alias(f"{_P}n"),
+        *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
+        *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
+        _count_true(rows > 0).alias(f"{_P}kept"),
+        _count_true(inside & ~ok).alias(f"{_P}left"),
+        value.filter(inside & ok).alias(f"{_P}values"))
     grouped = _read_input(sess, _streamed(query), report=False)
-    row = grouped.select(*[pl.col(c).sum() for c in ["__n", "__left", *counters]],
-                         *[pl.col(f"fp:{c}").sum() for c in fp_cols]).row(0, named=True)
-    counts = {name: int(row[name] or 0) for name in counters}
+    summed = [f"{_P}n", f"{_P}left", *[f"{_P}{c}" for c in counters]]
+    row = grouped.select(*[pl.col(c).sum() for c in summed],
+                         *[pl.col(f"{FP}{c}").sum() for c in fp_cols]).row(0, named=True)
+    counts = {name: int(row[f"{_P}{name}"] or 0) for name in counters}
     _strict_checks(counts, [column], None, rules, False, {})
-    binding.of(sess).bind_rows(int(row["__n"] or 0), {c: int(row[f"fp:{c}"] or 0) for c in fp_cols})
-    outside = int(grouped.filter(pl.col(f"__c{k}").is_null())["__kept"].sum() or 0)
-    kept = (grouped.filter(pl.col(f"__c{k}").is_not_null())
-            .select(pl.col(f"__c{k}").cast(pl.Int64).alias("cell"), "__values")
-            .explode("__values"))
-    kept = kept.filter(pl.col("__values").is_not_null())
+    binding.of(sess).bind_rows(int(row[f"{_P}n"] or 0),
+                               {c: int(row[f"{FP}{c}"] or 0) for c in fp_cols})
+    outside = int(grouped.filter(pl.col(f"{_P}c{k}").is_null())[f"{_P}kept"].sum() or 0)
+    kept = (grouped.filter(pl.col(f"{_P}c{k}").is_not_null())
+            .select(pl.col(f"{_P}c{k}").cast(pl.Int64).alias("cell"), f"{_P}values")
+            .explode(f"{_P}values"))
+    kept = kept.filter(pl.col(f"{_P}values").is_not_null())
 
     def commit() -> None:
         _install(ledger, prog, op.lf)
 
-    return (kept["cell"].to_numpy(), kept["__values"].to_numpy(), int(row["__n"] or 0),
-            outside, int(row["__left"] or 0), counts, commit)
+    return (kept["cell"].to_numpy(), kept[f"{_P}values"].to_numpy(), int(row[f"{_P}n"] or 0),
+            outside, int(row[f"{_P}left"] or 0), counts, commit)

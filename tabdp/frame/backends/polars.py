@@ -24,6 +24,8 @@ from tabdp.frame._engine import (
     _ALL,
     _CELL,
     _ROWS,
+    FP,
+    RESERVED,
     ROW_ID,
     UnitOrder,
     _attach_cells,
@@ -50,6 +52,7 @@ from tabdp.frame._engine import (
 from tabdp.frame._output import to_native
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
 from tabdp.frame._stream import (
+    _P,
     Planned,
     _fingerprinted,
     _install,
@@ -475,26 +478,28 @@ class MemoryBackend(_PolarsOutput):
             fps = []
             flags[f"null:{unit}"] = _missing_unit(op.schema, unit)
         data = lf.select(pl.col(uid), *[pl.col(c) for c in by_list], x.alias(column),
-                         *[e.alias(k) for k, e in flags.items()], *fps).collect()
-        counts = {k: int(data[k].sum()) for k in flags}
+                         *[e.alias(f"{RESERVED}_{k}") for k, e in flags.items()],
+                         *fps).collect()
+        counts = {k: int(data[f"{RESERVED}_{k}"].sum()) for k in flags}
         rules = _Rules(nulls, "allow", sess.mode)
         _strict_checks(counts, [column], unit, rules, False, {})
         n_rows = data.height
         if unit is None:
-            fp = {c[3:]: int(data[c].sum() or 0) for c in data.columns if c.startswith("fp:")}
+            fp = {c[len(FP):]: int(data[c].sum() or 0) for c in data.columns if c.startswith(FP)}
             binding.of(sess).bind_rows(n_rows, fp)
         # Declared rules: ±inf counts as missing (author mode; curator mode refused it above),
         # missing values are 0 ("zero") or their rows dropped ("drop"); rows without a unit id
         # are dropped (author mode).
-        missing = pl.col(f"missing:{column}") | pl.col(f"inf:{column}")
+        missing = pl.col(f"{RESERVED}_missing:{column}") | pl.col(f"{RESERVED}_inf:{column}")
         keep = pl.lit(True)
         if nulls == "drop":
             keep = keep & ~missing
         if unit is not None:
-            keep = keep & ~pl.col(f"null:{unit}")
+            keep = keep & ~pl.col(f"{RESERVED}_null:{unit}")
         data = (data.with_columns(pl.when(missing).then(0.0).otherwise(pl.col(column))
                                   .alias(column))
-                .filter(keep).drop([*flags, *[c for c in data.columns if c.startswith("fp:")]]))
+                .filter(keep).drop([*[f"{RESERVED}_{k}" for k in flags],
+                                    *[c for c in data.columns if c.startswith(FP)]]))
         data = _attach_cells(data, keys, by_list)
         outside = int(data[_CELL].is_null().sum())
         inside = data.filter(pl.col(_CELL).is_not_null())
@@ -581,7 +586,7 @@ def _spilled_read(ledger: ReplayLedger, spill: _Spill | None,
     if spill is not None:
         if ledger.spill is not None:
             ledger.spill.close()
-        spill.rows = int(grouped[0]["__n"].sum() or 0) if grouped else 0
+        spill.rows = int(grouped[0][f"{_P}n"].sum() or 0) if grouped else 0
         ledger.keep_spill(spill)
     return list(grouped)
 

@@ -1,0 +1,122 @@
+"""Measures, keys and units named like the Polars engines' internal columns were.
+
+The in-memory engine added the rules' keep flag (``__keep``), key positions (``__pos``,
+``__combo``) and max_cells ranks (``__size``, ``__rank``), and the streaming engine each
+program's cell, rows and contributions (``__c<j>``, ``__r<j>``, ``__v<j>:<m>``), admission
+flags (``ok<j>:<currency>``), charges (``crho<j>``, ``csize<j>``), the batch outputs
+(``__replay``) and aggregates (``__n``, ``__released``, ``__tot:<m>``, ``fp:<column>``,
+``worst_rho``, ``units``...), the confidential counters (``missing:<m>``, ``neg:<m>``...) and
+the median's value flags next to the user's columns, which a column so named lost to or
+clashed with: an integer measure ``__keep`` was summed from the keep flag, a float one raised.
+They all start with ``tabdp.frame._engine.RESERVED`` now (refused for measures, keys and units).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+import pytest
+
+import tabdp
+from tabdp import mechanisms as mech
+
+# ordinary names: key g, integer measure a, float measure b, unit u
+_NAME_SETS = {
+    "keep-int": {"g": "__c0", "a": "__keep", "b": "__v0:__keep", "u": "__r0"},
+    "keep-float": {"g": "__pos", "a": "__n", "b": "__keep", "u": "__combo"},
+    "fp-units": {"g": "fp:units", "a": "units", "b": "ok1:rows", "u": "__size"},
+    "replay": {"g": "r0", "a": "__replay", "b": "crho0", "u": "__rank"},
+    "charges": {"g": "__released", "a": "ok0", "b": "cell_rho", "u": "csize1"},
+    "audit": {"g": "__combo", "a": "worst_rho", "b": "__tot:worst_rho", "u": "__pos"},
+    "counters": {"g": "neg:cnt", "a": "cnt", "b": "missing:cnt", "u": "big:cnt"},
+    "flags": {"g": "missing:v", "a": "inf:v", "b": "v", "u": "null:u"},
+}
+
+
+def _data() -> pl.DataFrame:
+    n = 60
+    return pl.DataFrame({"g": ["x", "y", "z", "w"] * (n // 4),
+                         "a": [(7 * i) % 41 for i in range(n)],
+                         "b": [float((5 * i) % 13) / 4 for i in range(n)],
+                         "u": [i // 3 for i in range(n)]})
+
+
+def _run(df: pl.DataFrame, names: dict[str, str], mode: str, budget: float | None
+         ) -> list[Any]:
+    g, a, b, u = (names[c] for c in "gabu")
+    keys = tabdp.KeySet.from_dict(**{g: ["x", "y", "z"]})
+    s = tabdp.Session(seed=7, budget=budget, track_cells=True,
+                      unit=u if mode == "unit" else None, streaming=mode == "streaming")
+    frame: Any = df.lazy() if mode == "streaming" else df
+    out = [frame.dp.sum([a, b], by=g, keys=keys, mechanism=mech.Gaussian(30.0), session=s),
+           frame.dp.count(by=g, keys=keys, mechanism=mech.Gaussian(2.0), session=s),
+           frame.dp.sum(b, by=g, keys=keys, mechanism=mech.Gaussian(4.0), session=s),
+           frame.dp.median(b, by=g, keys=keys, bounds=(0, 4), epsilon=1.0, session=s)]
+    pr = pl.DataFrame(s.report().per_record)
+    cells = [s.records[i].cells for i in range(len(out))]
+    # compared by position: the output's names follow the input's
+    return ([o.rows() for o in out] + [pr.sort(pr.columns[0]).rows()]
+            + [None if c is None else pl.DataFrame(c).rows() for c in cells])
+
+
+@pytest.mark.parametrize("budget", [None, 0.6], ids=["no-budget", "budget"])
+@pytest.mark.parametrize("mode", ["row", "unit", "streaming"])
+@pytest.mark.parametrize("which", list(_NAME_SETS))
+def test_columns_named_like_internal_ones_are_read_from_the_data(which: str, mode: str,
+                                                                 budget: float | None) -> None:
+    """The same tables, per-record losses and cell audits as under ordinary names (one seed)."""
+    df = _data()
+    names = _NAME_SETS[which]
+    want = _run(df, {c: c for c in names}, mode, budget)
+    got = _run(df.rename(names), names, mode, budget)
+    assert got == want
+
+
+@pytest.mark.parametrize("mode", ["row", "unit", "streaming"])
+def test_the_budget_filters_some_records(mode: str) -> None:
+    """The budgeted runs above filter (the replayed admission flags are read)."""
+    df, names = _data(), {c: c for c in "gabu"}
+    for i in range(3):  # every sum and count: different tables
+        assert _run(df, names, mode, 0.6)[i] != _run(df, names, mode, None)[i]
+
+
+@pytest.mark.parametrize("names", [{"h": "__pos"}, {"a": "__size", "b": "__rank"},
+                                   {"a": "__pos", "g": "__combo"},
+                                   {"a": "__size", "b": "__rank", "h": "__pos"}],
+                         ids=["key-pos", "size-rank", "measure-pos", "all"])
+def test_max_cells_reads_measures_and_keys_named_like_its_columns(names: dict[str, str]
+                                                                  ) -> None:
+    """Unit mode's max_cells (cells ranked by size) and two keys' codes, under such names."""
+    n = 60
+    df = pl.DataFrame({"g": ["x", "y", "z", "w"] * (n // 4), "h": [i % 2 for i in range(n)],
+                       "a": [(7 * i) % 41 for i in range(n)],
+                       "b": [float((5 * i) % 13) / 4 for i in range(n)],
+                       "u": [i // 5 for i in range(n)]})
+
+    def run(names: dict[str, str]) -> list[Any]:
+        g, h, a, b = (names.get(c, c) for c in "ghab")
+        keys = tabdp.KeySet.from_dict(**{g: ["x", "y", "z"], h: [0, 1]})
+        s = tabdp.Session(seed=7, unit="u", track_cells=True)
+        out = df.rename(names).dp.sum([a, b], by=[g, h], keys=keys, max_cells=2,
+                                      mechanism=mech.Gaussian(30.0), session=s)
+        pr = pl.DataFrame(s.report().per_record)
+        return [out.rows(), pr.sort(pr.columns[0]).rows(), pl.DataFrame(s.records[0].cells).rows()]
+
+    assert run(names) == run({})
+
+
+@pytest.mark.parametrize("mode", ["row", "unit", "streaming"])
+def test_unread_columns_under_the_reserved_prefix_are_ignored(mode: str) -> None:
+    """An input column named like an engine's own (``__tabdp_...``), read by no release.
+
+    The engines' columns now take such names; the streaming engine drops these input columns
+    first (its batch outputs were unnested next to them: a duplicate column before).
+    """
+    df = _data()
+    n = df.height
+    extra = df.with_columns(**{c: pl.Series([v] * n) for c, v in [
+        ("__tabdp_keep", False), ("__tabdp_ok0:a", False), ("__tabdp_c0", 5),
+        ("__tabdp_replay", 1), ("__tabdp_pos", 0), ("__tabdp_fp:a", 1), ("__tabdp_v0:a", 9)]})
+    names = {c: c for c in "gabu"}
+    assert _run(extra, names, mode, 0.6) == _run(df, names, mode, 0.6)
