@@ -87,11 +87,11 @@ def _build_axis(name: str, mapping: pl.DataFrame, cols: list[str]) -> _Axis:
             lv = lv.sort(c)
             parents.append(np.zeros(lv.height, dtype=np.int64))
         else:
-            lv = lv.join(prev.select(cols[j - 1], "__i"), on=cols[j - 1], how="left")
-            lv = lv.sort("__i", c)
-            parents.append(lv["__i"].to_numpy().astype(np.int64))
-            lv = lv.drop("__i")
-        lv = lv.with_row_index("__i")
+            lv = lv.join(prev.select(cols[j - 1], "__tabdp_i"), on=cols[j - 1], how="left")
+            lv = lv.sort("__tabdp_i", c)
+            parents.append(lv["__tabdp_i"].to_numpy().astype(np.int64))
+            lv = lv.drop("__tabdp_i")
+        lv = lv.with_row_index("__tabdp_i")
         codes.append(lv[c])
         prev = lv
     return _Axis(name, list(cols), codes, Tree.from_parents(parents))
@@ -191,7 +191,7 @@ class Product:
                 continue
             col = axis.levels[lv - 1]
             codes = axis.codes[lv - 1]
-            lut = pl.DataFrame({col: codes, "__j": np.arange(codes.len())})
+            lut = pl.DataFrame({col: codes, "__tabdp_j": np.arange(codes.len())})
             try:
                 f = frame.select(pl.col(col).cast(codes.dtype, strict=True))
             except Exception:  # noqa: BLE001 - any Polars cast failure
@@ -199,7 +199,7 @@ class Product:
                     f"consistent: column {col!r} has dtype {frame.schema[col]}, which cannot be "
                     f"cast to the hierarchy's {codes.dtype}.\nHint: use the same code type in "
                     "the released tables and the hierarchy.") from None
-            j = f.join(lut, on=col, how="left", maintain_order="left")["__j"]
+            j = f.join(lut, on=col, how="left", maintain_order="left")["__tabdp_j"]
             if j.null_count() and missing_ok:
                 j = j.fill_null(-(1 << 40))
             elif j.null_count():
@@ -251,7 +251,7 @@ def _product(levels: Sequence[Level], finest: pl.DataFrame, finest_level: Level,
             " at most two (e.g. geography × industry) are supported.\nHint: solve each value "
             "of the third classification separately.")
     while len(axes) < 2:
-        axes.append(_Axis("__all", [], [], Tree.from_parents([])))
+        axes.append(_Axis("__tabdp_all", [], [], Tree.from_parents([])))
     if axes[0].tree.sizes[-1] < axes[1].tree.sizes[-1]:
         axes.reverse()
     prod = Product(axes[0], axes[1], np.zeros(0, dtype=bool))

@@ -1185,8 +1185,8 @@ def _group_ids(target_frame: pl.DataFrame, tgt: list[str], target_keys: pl.DataF
             raise InvalidParameterError(
                 f"{owner}: target_keys has duplicate rows, e.g. {dup}.\nHint: list each target "
                 "key once.")
-    idx = keys.with_row_index("__gid")
+    idx = keys.with_row_index("__tabdp_gid")
     joined = target_frame.join(idx, on=tgt, how="left", nulls_equal=True,
                                maintain_order="left")
-    gid = joined.get_column("__gid").fill_null(-1).cast(pl.Int64).to_numpy()
+    gid = joined.get_column("__tabdp_gid").fill_null(-1).cast(pl.Int64).to_numpy()
     return gid, keys

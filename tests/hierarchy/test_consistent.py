@@ -157,6 +157,34 @@ def test_entry_point_matches_dense_gls_and_adds_up() -> None:
     assert (out[()]["x_sd"] <= 1.0 + 1e-12).all()
 
 
+def test_levels_named_like_the_solvers_columns_give_the_same_tables() -> None:
+    """Classification columns named ``__i``, ``__j``, ``__all``: the same tables as ordinary names.
+
+    The solver's own columns (a level's row index, a code lookup) are named with tabdp's
+    reserved prefix, which no released key may have, so no key column can meet them.
+    """
+    rng = np.random.default_rng(11)
+    truth = _truth(rng)
+    sig = {LEVELS[0]: 3.0, LEVELS[1]: 2.0, LEVELS[3]: 2.5, (): 1.0}
+    rel = {lv: _release(truth, lv, s, rng) for lv, s in sig.items()}
+    names = {"state": "__i", "county": "__j", "sector": "__all"}
+
+    def ren(df: pl.DataFrame) -> pl.DataFrame:
+        return df.rename({k: v for k, v in names.items() if k in df.columns})
+
+    def lv2(lv: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(names.get(c, c) for c in lv)
+
+    out = consistent(rel, measures=["x"], hierarchies={"geo": GEO, "ind": IND},
+                     mechanisms={lv: Gaussian(sigma=s) for lv, s in sig.items()}, outputs=LEVELS)
+    got = consistent({lv2(lv): ren(f) for lv, f in rel.items()}, measures=["x"],
+                     hierarchies={"geo": ren(GEO), "ind": ren(IND)},
+                     mechanisms={lv2(lv): Gaussian(sigma=s) for lv, s in sig.items()},
+                     outputs=[lv2(lv) for lv in LEVELS])
+    for lv in LEVELS:
+        assert ren(out[lv]).equals(got[lv2(lv)]), lv
+
+
 def _sums_to(parent: pl.DataFrame, child: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     s = (child.join(GEO, on="county") if "county" in child.columns and "state" in keys
          and "state" not in child.columns else child)
