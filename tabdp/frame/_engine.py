@@ -184,6 +184,12 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"group-by column(s) {clash} have the name of an output column of this {kind} "
             f"(outputs: {outputs}); the key would be overwritten in the result.\n"
             "Hint: rename the key column(s) (and the key set's) before the release.")
+    audit = sorted(set(by) & {"worst_rho", "worst_size", "units"})
+    if audit and session is not None and getattr(session, "track_cells", False):
+        raise InvalidParameterError(
+            f"group-by column(s) {audit} have the name of a column of the cell audit "
+            "(track_cells=True lists each cell's keys with worst_rho, worst_size and units).\n"
+            "Hint: rename the key column(s) (and the key set's) before the release.")
     reserved = sorted(c for c in [*measures, *by] if is_reserved(c))
     if reserved:
         raise InvalidParameterError(

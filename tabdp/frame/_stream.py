@@ -606,8 +606,20 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
         inputs += [f"{_SEEN_FP}{c}" for c in rows_seen.columns]
     fn = _replay_batch(sess, indexed, report, delta, targets, track, spill, rows_seen)
     dtype = _out_schema(programs, report, delta, targets, track)
-    return lf.with_columns(pl.struct(inputs).map_batches(
-        fn, return_dtype=dtype, is_elementwise=True).alias(f"{_P}replay")).unnest(f"{_P}replay")
+    out = pl.struct(inputs).map_batches(fn, return_dtype=dtype, is_elementwise=True)
+    if report:  # the report's fields (``rho``, ``size``...) next to the input's columns
+        out = out.struct.rename_fields([_reported(f.name) for f in dtype.fields])
+    return lf.with_columns(out.alias(f"{_P}replay")).unnest(f"{_P}replay")
+
+
+def _reported(name: str) -> str:
+    """The column a report's field (``rho``, ``rho_<release>``...) takes next to the input's.
+
+    Example:
+        >>> _reported("rho")
+        '__tabdp_out:rho'
+    """
+    return f"{_P}out:{name}"
 
 
 def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
@@ -643,8 +655,9 @@ def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
     plan = _replayed(sess, _with_row_ids(lf, schema), schema, ledger.programs, True, delta,
                      rows_seen=seen)
     return plan.select(pl.col(ROW_ID).cast(pl.Int64).alias(sess.unit or "row"),
-                       "rho", "epsilon", "size",
-                       *(["epsilon_delta"] if delta is not None else []), *names)
+                       *[pl.col(_reported(c)).alias(c) for c in [
+                           "rho", "epsilon", "size",
+                           *(["epsilon_delta"] if delta is not None else []), *names]])
 
 
 def _with_row_ids(lf: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
@@ -1054,9 +1067,10 @@ def _release_query(sess: Session, plan: pl.LazyFrame, rel: Planned, k: int,
 
 def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: str = ""
                   ) -> tuple[list[Any], list[pl.Expr]]:
-    """`_release_query`'s group-by columns (after the cell) and aggregations (``tag``: suffix).
+    """`_release_query`'s group-by columns (after the cell) and aggregations (``tag``: prefix).
 
-    The aggregations are named as `stream_aggregate` reads them, each followed by ``tag``.
+    The aggregations are named as `stream_aggregate` reads them, each preceded by ``tag``
+    (a tag starts with tabdp's reserved prefix, so no key column takes a tagged name).
     """
     schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
     parts = {m: _measure_parts(m, schema[m], rel.rules) for m in measures}
@@ -1100,7 +1114,7 @@ def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: 
     groups: list[Any] = ([pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
                          if _keys_from_cells(rel) else list(by))
     if tag:
-        aggs = [e.alias(f"{e.meta.output_name()}{tag}") for e in aggs]
+        aggs = [e.alias(f"{tag}{e.meta.output_name()}") for e in aggs]
     return groups, aggs
 
 
@@ -1178,30 +1192,41 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
     queries = []
     for group in sets:
         k0 = ks[group[0]]
-        # (tags "#<i>#": no tag is the end of another's, e.g. "#1" of "#11")
-        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, f"#{group[0]}#")
+        # (tags "__tabdp_t<i>#": no tag is the start of another's, e.g. "t1#" of "t11#"; under
+        # the reserved prefix, so no key column takes a tagged name (review r29)
+        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, _tag(group[0]))
         for i in group[1:]:
-            aggs += _release_aggs(sess, rels[i], ks[i], [], f"#{i}#")[1]
+            aggs += _release_aggs(sess, rels[i], ks[i], [], _tag(i))[1]
         queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs))
 
     def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
         out: list[pl.DataFrame | None] = [None] * len(rels)
         for group, frame in zip(sets, got, strict=True):
-            k0, tag0 = ks[group[0]], f"#{group[0]}#"
+            k0, tag0 = ks[group[0]], _tag(group[0])
             # the fingerprints of the rows this query read, for each release of the group
-            fps = [pl.col(f"{FP}{c}{tag0}").alias(f"{FP}{c}") for c in fp_cols]
+            fps = [pl.col(f"{tag0}{FP}{c}").alias(f"{FP}{c}") for c in fp_cols]
             for i in group:
-                tag = f"#{i}#"
+                tag = _tag(i)
                 own = [c for c in frame.columns
-                       if c.endswith(tag) and c != f"{_P}c{k0}" and c not in rels[i].pre.by
-                       and not (c.startswith(FP) and c[len(FP):-len(tag)] in fp_cols)]
+                       if c.startswith(tag) and not (c[len(tag):].startswith(FP)
+                                                     and c[len(tag) + len(FP):] in fp_cols)]
                 out[i] = frame.select(
                     pl.col(f"{_P}c{k0}").alias(f"{_P}c{ks[i]}"), *rels[i].pre.by,
-                    *[pl.col(c).alias(c[:-len(tag)]) for c in own], *fps
+                    *[pl.col(c).alias(c[len(tag):]) for c in own], *fps
                 ).with_columns(_after_aggs(rels[i], ks[i]))
         return [f for f in out if f is not None]
 
     return queries, split
+
+
+def _tag(i: int) -> str:
+    """The prefix of release ``i``'s aggregations in a query shared by several releases.
+
+    Example:
+        >>> _tag(3)
+        '__tabdp_t3#'
+    """
+    return f"{_P}t{i}#"
 
 
 def _negatives_counted(rel: Planned) -> list[str]:

@@ -184,6 +184,12 @@ class Session:
                 "Session: unit column names starting with '__tabdp' (in any letter case) are "
                 f"reserved for tabdp's own row ids; got {unit!r}.\nHint: rename the column, or "
                 "use unit=None for row ids that tabdp assigns itself.")
+        if unit in ("rho", "epsilon", "size", "epsilon_delta", "rho_lifetime"):
+            raise InvalidParameterError(
+                f"Session: the unit column's name {unit!r} is the name of a column of the "
+                "per-record report (rho, epsilon, size, epsilon_delta, rho_lifetime), which "
+                "lists each unit's id under its column's name.\nHint: rename the unit column "
+                "before the release (e.g. to 'unit_id').")
         if unit_partitions is not None and (
                 isinstance(unit_partitions, bool) or not isinstance(unit_partitions, int)
                 or not 1 <= unit_partitions <= 4096):

@@ -510,10 +510,11 @@ class MemoryBackend(_PolarsOutput):
         approx = policy.dp_delta is not None
         # (unit, cell) pairs sorted by unit then cell: a unit's losses are summed left to
         # right in key-set order, whatever the input's row order (as sums and counts do)
-        pairs = inside.group_by(uid, _CELL, maintain_order=True).len()
+        pairs = inside.group_by(uid, _CELL, maintain_order=True).agg(
+            pl.len().alias(f"{RESERVED}_len"))  # not "len": a unit column may have that name
         if unit is not None:
             pairs = _sort_units(pairs, uid, len(keys) if by_list else 1)
-        k = pairs["len"].cast(pl.Float64).to_numpy()
+        k = pairs[f"{RESERVED}_len"].cast(pl.Float64).to_numpy()
         ea, da = policy.approx_policy(k)
         u, per = per_unit(pairs[uid], {
             "rho": np.asarray(policy.rho(k), dtype=np.float64),
