@@ -39,6 +39,7 @@ import polars as pl
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_into
+from tabdp._reserved import RESERVED, is_reserved
 from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
@@ -73,22 +74,6 @@ NULL_POLICIES = ("error", "zero", "drop")
 #: and the same default, tabdp._defaults.NEGATIVES): refuse them (curator mode), allow them
 #: (signed measures), set them to 0, or drop the row.
 NEGATIVE_POLICIES = NEGATIVE_RULES
-#: The prefix of tabdp's own column names (refused for measures, keys and the unit column).
-RESERVED = "__tabdp"
-
-
-def is_reserved(name: str) -> bool:
-    """Whether a column name starts with tabdp's reserved prefix, in any letter case.
-
-    In any case because Spark resolves column names without regard to case by default
-    (``spark.sql.caseSensitive=false``): ``__TABDP_ACC0`` would be replaced by, or read as, an
-    added ``__tabdp_acc0`` (review r28).
-
-    Example:
-        >>> is_reserved("__tabdp_row"), is_reserved("__TABDP_x"), is_reserved("__acc0")
-        (True, True, False)
-    """
-    return name.lower().startswith(RESERVED)
 #: Row id column assigned when the input is read (row mode: each row is a unit).
 ROW_ID = "__tabdp_row"
 #: Fixed-point scale of float measures: values are summed exactly as multiples of 2**-24.

@@ -2355,6 +2355,17 @@ def _collect_columns(sdf: Any) -> dict[str, list[Any]]:
     return {c: list(v) for c, v in zip(sdf.columns, by_col, strict=True)}  # pragma: no cover
 
 
+def _column_total(values: list[Any]) -> int:
+    """The exact sum of a collected column (Python ints or Decimals; nulls count as 0).
+
+    Example:
+        >>> from decimal import Decimal
+        >>> _column_total([3, None, Decimal(4), 0])
+        7
+    """
+    return sum(int(v) for v in values if v)
+
+
 def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_list: list[str],
                      by_list: list[str], keys: KeySet, mechanism: Mechanism, nulls: str,
                      rules: _Rules, policy: _Policy, unit: str | None, bits: dict[str, int],
@@ -2407,7 +2418,7 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
             numbered.cells.append((keys, tuple(by_list), cols))
 
     def total(c: str) -> int:
-        return sum(filter(None, cols[c]))  # exact: Python ints, nulls and zeros skipped
+        return _column_total(cols[c])
 
     counts = {k: total(v) for k, v in cnt.items()}
     neg_contrib = ({m: total(f"{_IN}neg{i}") for i, m in enumerate(measure_list)}
@@ -2708,7 +2719,7 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
     cols = _collect_columns(work.groupBy(_CELL).agg(*tot))
 
     def total(c: str) -> int:
-        return sum(int(v) for v in cols[c] if v)  # exact: Python ints, nulls and zeros skipped
+        return _column_total(cols[c])
 
     if _filters(sess):
         n_left = total(f"{_IN}units_left")

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up, mul_up
+from tabdp._reserved import is_reserved
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -177,8 +178,7 @@ class Session:
             raise InvalidParameterError(
                 f"Session: unit must be a column name or None; got {unit!r}.\n"
                 "Hint: Session(unit='estab_id') groups all rows of an establishment.")
-        # in any letter case: Spark resolves column names without regard to case (review r28)
-        if unit is not None and unit.lower().startswith("__tabdp") and not (
+        if unit is not None and is_reserved(unit) and not (
                 _row_ids and unit == ROW_ID_COLUMN):
             raise InvalidParameterError(
                 "Session: unit column names starting with '__tabdp' (in any letter case) are "
