@@ -50,6 +50,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_any
+from tabdp._reserved import RESERVED, is_reserved
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
 from tabdp.frame import binding
 from tabdp.frame._author import bind_frame
@@ -58,7 +59,6 @@ from tabdp.frame._engine import (
     _CELL,
     _ROWS,
     MAX_ABS,
-    RESERVED,
     ROW_ID,
     SUM_SCALE_BITS,
     _keep_mask,
@@ -72,7 +72,6 @@ from tabdp.frame._engine import (
     _schema_checks,
     _size_and_delta,
     _strict_checks,
-    is_reserved,
     left_out_counts,
 )
 from tabdp.frame._output import check_form

@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up_into
+from tabdp._reserved import RESERVED
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame._engine import (
@@ -44,7 +45,6 @@ from tabdp.frame._engine import (
     _ROWS,
     FP,
     MAX_ABS,
-    RESERVED,
     ROW_ID,
     SUM_SCALE_BITS,
     _cells,

@@ -19,13 +19,13 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import small_pages
+from tabdp._reserved import RESERVED
 from tabdp.frame import binding
 from tabdp.frame._engine import (
     _ALL,
     _CELL,
     _ROWS,
     FP,
-    RESERVED,
     ROW_ID,
     UnitOrder,
     _attach_cells,

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.frame._engine import RESERVED
+from tabdp._reserved import RESERVED
 from tabdp.frame._spark import (
     SparkBackend,
     SparkReplayLedger,
