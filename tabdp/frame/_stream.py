@@ -1452,14 +1452,16 @@ def check_batch(rels: list[Planned]) -> None:
             "Hint: release other frames or sessions in separate calls.")
     if rels:
         names = [r.op.name for r in rels]
-        taken = {r.name for r in rels[0].op.session.records}
-        clash = sorted({n for n in names if n in taken or names.count(n) > 1})
+        low = [n.lower() for n in names]  # in any letter case, as `Session.release_name`
+        taken = {r.name.lower() for r in rels[0].op.session.records}
+        clash = sorted({n for n, n_low in zip(names, low, strict=True)
+                        if n_low in taken or low.count(n_low) > 1})
         if clash:
             raise InvalidParameterError(
                 f"release name(s) {clash} are already used in this session or twice in these "
-                "planned releases (a plan is executed once, in the session it was planned "
-                "for); names label the per-record report columns.\nHint: plan the releases "
-                "again with planned_releases(...) just before executing them.")
+                "planned releases (in any letter case; a plan is executed once, in the session "
+                "it was planned for); names label the per-record report columns.\nHint: plan "
+                "the releases again with planned_releases(...) just before executing them.")
 
 
 def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySet, nulls: str,

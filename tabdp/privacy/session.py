@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up, mul_up
-from tabdp._reserved import is_reserved
+from tabdp._reserved import REPORT_COLUMNS, is_reserved, report_column
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -184,12 +184,13 @@ class Session:
                 "Session: unit column names starting with '__tabdp' (in any letter case) are "
                 f"reserved for tabdp's own row ids; got {unit!r}.\nHint: rename the column, or "
                 "use unit=None for row ids that tabdp assigns itself.")
-        if unit in ("rho", "epsilon", "size", "epsilon_delta", "rho_lifetime"):
+        if unit is not None and unit.lower() in REPORT_COLUMNS:
             raise InvalidParameterError(
                 f"Session: the unit column's name {unit!r} is the name of a column of the "
-                "per-record report (rho, epsilon, size, epsilon_delta, rho_lifetime), which "
-                "lists each unit's id under its column's name.\nHint: rename the unit column "
-                "before the release (e.g. to 'unit_id').")
+                "per-record report (rho, epsilon, size, epsilon_delta, rho_lifetime; in any "
+                "letter case, as Spark resolves names), which lists each unit's id under its "
+                "column's name.\nHint: rename the unit column before the release (e.g. to "
+                "'unit_id').")
         if unit_partitions is not None and (
                 isinstance(unit_partitions, bool) or not isinstance(unit_partitions, int)
                 or not 1 <= unit_partitions <= 4096):
@@ -280,22 +281,48 @@ class Session:
             >>> Session().release_name(None, "sum")
             'q1_sum'
         """
-        taken = {r.name for r in self.records}
+        used = sorted(r.name for r in self.records)
+        taken = {n.lower() for n in used}
         if requested is not None:
             if not isinstance(requested, str) or not re.fullmatch(r"[A-Za-z0-9_]+", requested):
                 raise InvalidParameterError(
                     f"name must be letters, digits and '_'; got {requested!r}.")
-            if requested in taken:
+            if requested.lower() in taken:
                 raise InvalidParameterError(
-                    f"name {requested!r} is already used in this session; names label the "
-                    f"per-record report columns. Used: {sorted(taken)}.")
+                    f"name {requested!r} is already used in this session (names are compared "
+                    "in any letter case, as Spark resolves column names); names label the "
+                    f"per-record report columns. Used: {used}.\nHint: give the release "
+                    "another name (name=...).")
+            clash = self._report_clash(requested)
+            if clash is not None:
+                raise InvalidParameterError(clash)
             return requested
         i = len(self.records) + 1
         name = f"q{i}_{kind}"
-        while name in taken:
+        while name.lower() in taken or self._report_clash(name) is not None:
             i += 1
             name = f"q{i}_{kind}"
         return name
+
+    def _report_clash(self, name: str) -> str | None:
+        """Why release ``name``'s column of the per-record report meets another, or ``None``.
+
+        The report lists each unit's id under the unit column's name, the release's per-unit
+        ρ under ``rho_<name>`` (`report_column`) and, with a lifetime ledger, each unit's
+        lifetime ρ under ``rho_lifetime``: names compared in any letter case (Spark resolves
+        column names without regard to case). Public names only.
+        """
+        col = report_column(name)
+        if self.unit is not None and col.lower() == self.unit.lower():
+            return (f"name {name!r}: the per-record report would list this release's losses in "
+                    f"column {col!r}, the name (in any letter case) of the unit column "
+                    f"{self.unit!r}, under which it lists each unit's id.\nHint: rename the "
+                    "release (name=...) or the unit column.")
+        if self.lifetime is not None and col.lower() == "rho_lifetime":
+            return (f"name {name!r}: the per-record report would list this release's losses in "
+                    f"column {col!r}, where a session with a lifetime ledger lists each unit's "
+                    "lifetime loss.\nHint: rename the release (name=...).")
+        return None
 
     def set_as_last(self) -> None:
         """Make this session the one [`tabdp.last_session`][tabdp.last_session] returns.

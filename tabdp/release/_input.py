@@ -29,16 +29,17 @@ from tabdp.release.declared import (
     scan_declared,
 )
 from tabdp.release.spec import ReleaseSpec, read_keys
+from tabdp.release.spec.schema import NATIONAL, ROW_ID
 
 __all__ = ["scan_input", "check_input_present", "read_input", "declared_schema",
            "NATIONAL", "ROW_ID", "ROW_LABEL", "scan_declared", "convert_leniently",
            "dataset_files", "hive_columns", "LOST"]
 
-#: Name of the constant key column used internally for national (``by = []``) releases.
-NATIONAL = "_tabdp_national"
-#: Row id column assigned when the input is read, before any join, filter or sort; the
-#: privacy unit when the spec has no ``input.unit`` (each row is a unit).
-ROW_ID = "__tabdp_row"
+# NATIONAL: the constant key column of national (``by = []``) releases; ROW_ID: the row id
+# assigned when the input is read, before any join, filter or sort, the privacy unit when the
+# spec has no ``input.unit`` (each row is a unit). Both are defined with the spec's reserved
+# names (`tabdp.release.spec.schema`), which refuse a unit, measure or key column so named
+# before any data is read.
 #: Name of the row id in the confidential per-record report (position in the input as read).
 ROW_LABEL = "row"
 

@@ -197,8 +197,105 @@ def test_a_median_by_a_unit_named_len() -> None:
     assert got[0] == got[1]
 
 
-@pytest.mark.parametrize("unit", ["rho", "epsilon", "size", "epsilon_delta", "rho_lifetime"])
+@pytest.mark.parametrize("unit", ["rho", "epsilon", "size", "epsilon_delta", "rho_lifetime",
+                                  "Rho", "EPSILON_DELTA"])
 def test_a_unit_named_like_a_report_column_is_refused(unit: str) -> None:
     """The per-record report lists each unit's id under its column's name next to ``rho``..."""
     with pytest.raises(tabdp.InvalidParameterError, match="name of a column of the per-record"):
         tabdp.Session(unit=unit)
+
+
+@pytest.mark.parametrize(("unit", "name"), [("rho_pay", "pay"), ("RHO_PAY", "pay"),
+                                            ("rho_pay", "PAY")])
+@pytest.mark.parametrize("mode", ["memory", "lazy"])
+def test_a_release_named_like_the_units_report_column_is_refused(mode: str, unit: str,
+                                                                 name: str) -> None:
+    """A release whose report column ``rho_<name>`` is the unit column's name: refused.
+
+    The per-record report lists each unit's id under the unit column's name and the release's
+    losses under ``rho_<name>``: with unit ``rho_pay`` and a release named ``pay`` the report's
+    unit column held the release's losses (the units' ids lost, silently); refused before
+    anything is read, in any letter case (Spark resolves names without regard to case).
+    """
+    df = _data().rename({"u": unit})
+    frame: Any = df.lazy() if mode == "lazy" else df
+    keys = tabdp.KeySet.from_dict(g=["x", "y", "z"])
+    s = tabdp.Session(seed=1, unit=unit)
+    with pytest.raises(tabdp.InvalidParameterError,
+                       match=rf"name '{name}': the per-record report would list this "
+                             rf"release's losses in column 'rho_{name}'.*unit column "
+                             rf"'{unit}'.*\nHint: rename the release"):
+        frame.dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s, name=name)
+    assert s.records == []
+    # another name: the report lists the units' ids
+    frame.dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s, name="pay2")
+    pr = pl.DataFrame(s.report().per_record)
+    assert pr.columns == [unit, "rho", "epsilon", "size", "rho_pay2"]
+    assert sorted(pr[unit].to_list()) == sorted(set(_data()["u"].to_list()))
+
+
+def test_a_default_name_skips_the_units_report_column() -> None:
+    """A release without a name never takes the unit column's report column (``q1_sum``)."""
+    df = _data().rename({"u": "rho_q1_sum"})
+    keys = tabdp.KeySet.from_dict(g=["x", "y", "z"])
+    s = tabdp.Session(seed=1, unit="rho_q1_sum")
+    df.dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s)
+    assert [r.name for r in s.records] == ["q2_sum"]
+    pr = pl.DataFrame(s.report().per_record)
+    assert pr.columns == ["rho_q1_sum", "rho", "epsilon", "size", "rho_q2_sum"]
+    assert sorted(pr["rho_q1_sum"].to_list()) == sorted(set(_data()["u"].to_list()))
+
+
+@pytest.mark.parametrize("mode", ["row", "unit", "streaming"])
+def test_release_names_differing_only_in_case_are_refused(mode: str) -> None:
+    """``Pay`` then ``pay``: report columns ``rho_Pay`` and ``rho_pay``, ambiguous on Spark.
+
+    Spark's report of such a session failed (an ambiguous reference) and its per-record file
+    could not be written; the names are compared in any letter case on every engine.
+    """
+    keys = tabdp.KeySet.from_dict(g=["x", "y", "z"])
+    s = tabdp.Session(seed=1, unit="u" if mode == "unit" else None,
+                      streaming=mode == "streaming")
+    frame: Any = _data().lazy() if mode == "streaming" else _data()
+    frame.dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s, name="Pay")
+    with pytest.raises(tabdp.InvalidParameterError,
+                       match=r"name 'pay' is already used in this session \(names are "
+                             r"compared in any letter case"):
+        frame.dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s,
+                     name="pay")
+    assert [r.name for r in s.records] == ["Pay"]
+
+
+def test_planned_releases_differing_only_in_case_are_refused() -> None:
+    """Planned together (streaming): ``Pay`` and ``pay`` refused before anything is read."""
+    from tabdp.frame._release import execute_planned, planned_releases
+
+    keys = tabdp.KeySet.from_dict(g=["x", "y", "z"])
+    s = tabdp.Session(seed=1, streaming=True)
+    plan = planned_releases(_data().lazy(), s, [
+        {"kind": "sum", "measures": "a", "by": "g", "keys": keys, "name": n,
+         "mechanism": mech.Gaussian(5.0)} for n in ("Pay", "pay")])
+    with pytest.raises(tabdp.InvalidParameterError,
+                       match=r"\['Pay', 'pay'\] are already used .* \(in any letter case"):
+        execute_planned(plan)
+    assert s.records == []
+
+
+def test_a_release_named_lifetime_in_a_session_with_a_ledger_is_refused(tmp_path: Any) -> None:
+    """Its report column ``rho_lifetime`` was replaced by the units' lifetime losses."""
+    pytest.importorskip("deltalake")
+    keys = tabdp.KeySet.from_dict(g=["x", "y", "z"])
+    with tabdp.Ledger.open(tmp_path / "led", series="s", lifetime_budget=100.0,
+                           create=True) as led:
+        s = tabdp.Session(seed=1, unit="u", ledger=led)
+        with pytest.raises(tabdp.InvalidParameterError,
+                           match=r"name 'Lifetime': .* column 'rho_Lifetime', where a session "
+                                 "with a lifetime ledger lists each unit's lifetime loss"):
+            _data().dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s,
+                           name="Lifetime")
+        assert s.records == []
+    # without a ledger the name is an ordinary one
+    s = tabdp.Session(seed=1, unit="u")
+    _data().dp.sum("a", by="g", keys=keys, mechanism=mech.Gaussian(5.0), session=s,
+                   name="lifetime")
+    assert "rho_lifetime" in pl.DataFrame(s.report().per_record).columns

@@ -488,3 +488,36 @@ def test_releases_named_like_loss_components(spark):
         ("sum", {"columns": "payroll", "mechanism": mech.Gaussian(sigma=50.0), "name": "g"}),
         ("count", {"name": "z"}),
     ])
+
+
+@pytest.mark.parametrize("unit", ["firm", None])
+def test_report_columns_that_would_meet_are_refused_before_reading(spark, unit, tmp_path):
+    """Unit ``rho_pay`` and a release ``pay``; releases ``Emp`` and ``emp`` (review r29).
+
+    The per-record report had two columns named ``rho_pay`` (the units' ids and the release's
+    losses: ambiguous; its file could not be written), or ``rho_Emp`` and ``rho_emp``, which
+    Spark does not tell apart (the report failed on an ambiguous reference, or its file could
+    not be written). Both are refused by the session, before anything is read.
+    """
+    data = _data(40)
+    if unit is not None:
+        data = data.rename({"firm": "rho_pay"})
+    sdf = _spark_frame(spark, data)
+    s = tabdp.Session(unit=None if unit is None else "rho_pay", seed=1)
+    if unit is not None:
+        with pytest.raises(tabdp.InvalidParameterError,
+                           match="column 'rho_pay', the name .* of the unit column 'rho_pay'"):
+            sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s, name="pay")
+        assert not s.records
+    sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s, name="Emp")
+    with pytest.raises(tabdp.InvalidParameterError, match="compared in any letter case"):
+        sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s, name="emp")
+    assert [r.name for r in s.records] == ["Emp"]
+    s.report().write_per_record(tmp_path / "per_record.parquet")
+    pr = pl.read_parquet(tmp_path / "per_record.parquet")
+    first = "row" if unit is None else "rho_pay"
+    assert pr.columns == [first, "rho", "epsilon", "size", "rho_Emp"]
+    if unit is not None:
+        # the units' ids (those charged: rows in the key set), not losses
+        assert pr[first].dtype.is_integer() and pr.height > 0
+        assert set(pr[first].to_list()) <= set(data["rho_pay"].to_list())

@@ -1163,6 +1163,41 @@ def test_validate_checks_that_the_input_exists(tmp_path: Path) -> None:
     assert run("validate", str(pattern))[0] == 0
 
 
+@pytest.mark.parametrize(("unit", "measure", "key", "hint"), [
+    ("_tabdp_national", "payroll", "input.unit", "rename the column"),
+    ("estab_id", "_tabdp_national", "tables[0].measures[0]", "rename the column"),
+    ("__TABDP_u", "payroll", "input.unit", "rename the column"),
+    ("estab_id", "__Tabdp_pay", "tables[0].measures[0]", "rename the column"),
+    ("rho_nat", "payroll", "tables[0].name", "rename the table"),
+    ("Epsilon", "payroll", "input.unit", "rename the column"),
+])
+def test_tabdp_column_names_are_spec_errors(tmp_path: Path, unit: str, measure: str,
+                                            key: str, hint: str) -> None:
+    """A unit or measure named like a column tabdp adds: validate and run refuse it (exit 2).
+
+    Before any data is read (review r29): all passed `tabdp validate`, and `tabdp run` stopped
+    after reading the data (a data-dependent failure, exit 4, with a confidential failure.json),
+    or (unit ``rho_nat``, the per-record report's column of table ``nat``) wrote a per-record
+    report whose unit column held the table's losses instead of the units' ids.
+    """
+    df = generate_establishments(50, seed=1).rename({"estab_id": unit, "payroll": measure})
+    df.write_parquet(tmp_path / "d.parquet")
+    spec = small_spec(tmp_path, "d.parquet", body=f"""
+[[tables]]
+name = "nat"
+measures = ["{measure}"]
+by = []
+mechanism = {{ family = "gaussian", sigma = 1e6 }}
+""")
+    spec.write_text(spec.read_text().replace('unit = "estab_id"', f'unit = "{unit}"'))
+    for command in ("validate", "run"):
+        code, out, err = run(command, str(spec))
+        assert code == 2, (command, out, err)
+        assert f"{key}: " in err and repr(measure if "measures" in key else unit) in err
+        assert f"Hint: {hint}" in err and "valid" not in out
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs a /proc file system")
 def test_uncreatable_output_exits_2(tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     """An output under /proc cannot be created (even by root): exit 2 before any data is read.

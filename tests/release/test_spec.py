@@ -758,6 +758,113 @@ def test_row_id_name_is_reserved(meta: Path) -> None:
         parse_spec(data, meta)
 
 
+def _national_by(name: str) -> Mutation:
+    def apply(data: dict[str, Any]) -> None:
+        data["domains"][name] = ["a", "b"]
+        data["tables"][1]["by"] = ["state", name]
+    return apply
+
+
+def _national_rollup(name: str, meta: Path) -> Mutation:
+    """A rollup to a coarser hierarchy level named ``name`` (not a key of the table)."""
+    def apply(data: dict[str, Any]) -> None:
+        (meta / "hier_region.csv").write_text(f"{name},state,county\nr1,01,01001\n"
+                                              "r1,01,01003\nr2,02,02013\n")
+        data["hierarchies"]["geo"] = {"file": "hier_region.csv",
+                                      "levels": [name, "state", "county"]}
+        data["tables"][1]["rollups"] = [{"by": [name]}]
+    return apply
+
+
+@pytest.mark.parametrize("name", ["_tabdp_national", "_TABDP_National", "__tabdp_row",
+                                  "__TABDP_x", "__Tabdp_acc0", "__tabdp"])
+@pytest.mark.parametrize("where", ["unit", "measure", "by", "rollup"])
+def test_tabdp_column_names_are_refused_before_any_data_is_read(
+        meta: Path, where: str, name: str) -> None:
+    """A unit, measure or key named like a column tabdp adds is a spec error (review r29).
+
+    The national rollup's constant key (`_tabdp_national`) and any name starting with tabdp's
+    reserved prefix (`__tabdp`, in any letter case) passed `tabdp validate` and were refused
+    only after `tabdp run` had read the data (a data-dependent failure, exit 4).
+    """
+    data = _base()
+    if where == "unit":
+        data["input"]["unit"] = name
+        path = "input.unit"
+    elif where == "measure":
+        data["tables"][2]["measures"] = [name]
+        path = "tables[2].measures[0]"
+    elif where == "by":
+        _national_by(name)(data)
+        path = "tables[1].by[1]"
+    else:
+        _national_rollup(name, meta)(data)
+        path = "tables[1].rollups[0].by[0]"
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta)
+    err = info.value
+    assert err.path == path, str(err)
+    text = str(err)
+    assert repr(name) in text and "'__tabdp'" in text and "'_tabdp_national'" in text
+    assert "any letter case" in text and "Hint: rename the column" in text
+    want = ("row id" if name.lower() == "__tabdp_row" else
+            "national" if name.lower() == "_tabdp_national" else "prefix")
+    assert want in text
+
+
+@pytest.mark.parametrize(("change", "path", "needle"), [
+    ({"unit": "rho_pay"}, "tables[0].name", "column 'rho_pay'"),
+    ({"unit": "RHO_CAL"}, "tables[2].name", "unit column 'RHO_CAL'"),
+    ({"unit": "rho_pay__state_naics2", "direct": True}, "tables[0].rollups[0]",
+     "release 'pay__state_naics2'"),
+    ({"unit": "Epsilon"}, "input.unit", "per-record report"),
+    ({"unit": "rho_lifetime"}, "input.unit", "per-record report"),
+    ({"unit": "estab_id", "name": "Lifetime", "ledger": True}, "tables[1].name",
+     "lifetime loss"),
+    ({"name": "PAY"}, "tables[1].name", "in another letter case"),
+])
+def test_per_record_report_columns_do_not_meet(meta: Path, change: dict[str, Any], path: str,
+                                               needle: str) -> None:
+    """The unit column and each release's ``rho_<name>`` column of the per-record report.
+
+    A unit column named ``rho_<table>`` was replaced by that table's losses in the report (the
+    units' ids lost, silently); a table named ``lifetime`` in a run with a ledger had its
+    column replaced by the lifetime totals. Refused from the spec, in any letter case.
+    """
+    data = _base()
+    if "unit" in change:
+        data["input"]["unit"] = change["unit"]
+    if change.get("direct"):
+        data["tables"][0]["rollups"][0]["direct"] = True
+    if "name" in change:
+        data["tables"][1]["name"] = change["name"]
+    if change.get("ledger"):
+        data["ledger"] = {"path": "ledger", "series": "s", "lifetime_budget": 5.0}
+    with pytest.raises(SpecError) as info:
+        parse_spec(data, meta)
+    assert info.value.path == path, str(info.value)
+    assert needle in str(info.value) and "Hint: " in str(info.value)
+
+
+def test_report_names_that_do_not_meet_are_accepted(meta: Path) -> None:
+    """``rho_<table>__<rollup>`` of a rollup that is not released directly; ``lifetime``."""
+    data = _base()
+    data["input"]["unit"] = "rho_pay__state_naics2"
+    data["tables"][1]["name"] = "lifetime"  # no ledger: no rho_lifetime column
+    assert parse_spec(data, meta).input.unit == "rho_pay__state_naics2"
+
+
+@pytest.mark.parametrize("name", ["_tabdp", "tabdp_national", "_tabdp_national_x", "x__tabdp",
+                                  "_tabdp_row"])
+def test_names_near_tabdp_columns_are_accepted(meta: Path, name: str) -> None:
+    """Only the exact national key and the `__tabdp` prefix are tabdp's own."""
+    data = _base()
+    data["input"]["unit"] = name
+    data["tables"][2]["measures"] = [f"{name}_m"]
+    _national_by(f"{name}_k")(data)
+    assert parse_spec(data, meta).input.unit == name
+
+
 def test_seed_is_redacted_from_the_public_hash(meta: Path) -> None:
     from tabdp.release.spec import public_spec_hash, redact_spec
 

@@ -11,18 +11,22 @@ from typing import Any
 import polars as pl
 
 from tabdp import mechanisms
+from tabdp._reserved import REPORT_COLUMNS, RESERVED, is_reserved, report_column
 from tabdp.release.spec.model import (
     BudgetSpec,
     Hierarchy,
     InputSpec,
+    LedgerSpec,
     OutputSpec,
     PlanSpec,
     Publication,
     TableSpec,
 )
 from tabdp.release.spec.schema import (
+    NATIONAL,
     RESERVED_COLUMNS,
     ROUND_MOE_SHARE,
+    ROW_ID,
     _fail,
     _join,
     _maybe,
@@ -190,6 +194,37 @@ def _check_max_rho(tables: Sequence[TableSpec], budget: BudgetSpec | None, inp: 
                             f"{max_rho:g} per run ([policy] max_rho).", hint)
 
 
+def _internal_name(col: str) -> str | None:
+    """Why ``col`` may not name a unit, measure or key column (one tabdp adds), or ``None``.
+
+    Refused from the spec's text, before any data is read: the engines would refuse these names
+    (or the run's columns would clash with them) only after reading the input. In any letter
+    case, as Spark resolves column names without regard to case by default.
+    """
+    low = col.lower()
+    if low == ROW_ID:
+        return "is the name of the row id tabdp assigns when each row is a unit"
+    if low == NATIONAL:
+        return ("is the name of the constant key column tabdp adds for a national (by = []) "
+                "table or rollup")
+    if is_reserved(col):
+        return (f"starts with {RESERVED!r}, the prefix of the columns tabdp adds next to the "
+                "input's")
+    return None
+
+
+_INTERNAL_RULE = (f"any name is allowed but {NATIONAL!r} and those starting with {RESERVED!r}, "
+                  "in any letter case: tabdp's own")
+
+
+def _refuse_internal(path: str, what: str, col: str, example: str) -> None:
+    """`_fail` when ``col`` (the ``what`` at ``path``) is one of tabdp's own column names."""
+    why = _internal_name(col)
+    if why is not None:
+        _fail(path, f"{what} {col!r} {why} ({_INTERNAL_RULE}).",
+              f"rename the column in the data and the spec (e.g. {example!r}).")
+
+
 def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpec | None
                   ) -> None:
     """Cross-field checks that need a parsed table: names, grids, budgets, output files."""
@@ -197,12 +232,14 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
     for i, t in enumerate(tables):
         tp = f"tables[{i}]"
         for j, col in enumerate(t.by):
+            _refuse_internal(f"{tp}.by[{j}]", "key column", col, "county")
             if col in RESERVED_COLUMNS:
                 _fail(f"{tp}.by[{j}]", f"key column {col!r} has the name of a column of the "
                                        f"public tables ({_names(RESERVED_COLUMNS[:9])}).",
                       "rename the column in the data and the spec (e.g. 'measure_code').")
         for j, r in enumerate(t.rollups):
             for k, col in enumerate(r.by):
+                _refuse_internal(f"{tp}.rollups[{j}].by[{k}]", "key column", col, "state")
                 if col in RESERVED_COLUMNS:
                     _fail(f"{tp}.rollups[{j}].by[{k}]",
                           f"key column {col!r} has the name of a column of the public tables.",
@@ -248,14 +285,49 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
             files[name] = tp
 
 
+def _check_report_names(tables: Sequence[TableSpec], inp: InputSpec,
+                        ledger: LedgerSpec | None) -> None:
+    """The confidential per-record report's columns must not meet (names only, any case).
+
+    The report lists each unit's id under the unit column's name next to ``rho``,
+    ``epsilon``, ``size``, ``epsilon_delta``, ``rho_lifetime`` (with a ledger) and one
+    ``rho_<release>`` per release: a table's name, ``<table>__<rollup>`` for a direct rollup.
+    The run's session refuses such names too, but only once the input is read.
+    """
+    unit = inp.unit
+    if unit is not None and unit.lower() in REPORT_COLUMNS:
+        _fail("input.unit", f"the unit column {unit!r} has the name (in any letter case) of a "
+                            "column of the confidential per-record report "
+                            f"({_names(REPORT_COLUMNS)}), which lists each unit's id under the "
+                            "unit column's name.",
+              "rename the column in the data and the spec (e.g. 'unit_id').")
+    for i, t in enumerate(tables):
+        releases = [(f"tables[{i}].name", t.name)] + [
+            (f"tables[{i}].rollups[{j}]", f"{t.name}__{r.label}")
+            for j, r in enumerate(t.rollups) if r.direct]
+        for path, name in releases:
+            col = report_column(name)
+            if unit is not None and col.lower() == unit.lower():
+                _fail(path, f"the per-record report would list the losses of release {name!r} "
+                            f"in column {col!r}, the name (in any letter case) of the unit "
+                            f"column {unit!r} (input.unit), under which it lists each unit's "
+                            "id.",
+                      "rename the table, or the unit column in the data and the spec.")
+            if ledger is not None and col.lower() == "rho_lifetime":
+                _fail(path, f"the per-record report would list the losses of release {name!r} "
+                            f"in column {col!r}, where a run with a lifetime ledger lists each "
+                            "unit's lifetime loss.",
+                      'rename the table (e.g. name = "lifetime_totals").')
+
+
 def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
     """Bounds name summed measures; author mode declares every data-quality rule."""
     summed = [m for t in tables if t.kind == "sum" for m in t.measures]
-    row_id = RESERVED_COLUMNS[-1]
-    if inp.unit == row_id or row_id in summed:
-        _fail("input.unit" if inp.unit == row_id else "tables",
-              f"{row_id!r} is the name of the row id tabdp assigns when each row is a unit.",
-              "rename the column in the data and the spec.")
+    if inp.unit is not None:
+        _refuse_internal("input.unit", "the unit column", inp.unit, "estab_id")
+    for i, t in enumerate(tables):
+        for j, m in enumerate(t.measures):
+            _refuse_internal(f"tables[{i}].measures[{j}]", "measure", m, "payroll")
     for m in inp.bounds:
         if m not in summed:
             _fail(_join("input.bounds", m), f"{m!r} is not a measure of any sum table (measures: "

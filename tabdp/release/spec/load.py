@@ -23,6 +23,7 @@ from tabdp.release.spec.checks import (
     _check_input_rules,
     _check_max_rho,
     _check_paths,
+    _check_report_names,
     _check_tables,
 )
 from tabdp.release.spec.files import _AUTHOR
@@ -274,17 +275,23 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     names: dict[str, int] = {}
     for i, raw in enumerate(raw_tables):
         table = _parse_table(raw, i, base, release, inp, domains, hierarchies, publication)
-        if table.name in names:
+        if table.name.lower() in names:
+            k = names[table.name.lower()]
+            case = ("" if tables[k].name == table.name else
+                    f" ({tables[k].name!r}, in another letter case: table names name the "
+                    "output files and the per-record report's columns, which case-insensitive "
+                    "file systems and Spark do not tell apart)")
             _fail(f"tables[{i}].name", f"table name {table.name!r} is already used by "
-                                       f"tables[{names[table.name]}].",
+                                       f"tables[{k}]{case}.",
                   "give every table a unique name (it names the output files).")
-        names[table.name] = i
+        names[table.name.lower()] = i
         tables.append(table)
     _check_tables(tables, inp, budget)
     _check_global_round(tables, raw_tables, publication, plan, release.level)
     _check_currencies(tables, budget)
     _check_max_rho(tables, budget, inp, getattr(curator, "max_rho", None))
     _check_input_rules(tables, inp)
+    _check_report_names(tables, inp, ledger)
     if inp.mode == "author":
         _check_declared_columns(tables, inp)
     _check_paths(output, inp, hierarchies, d.get("domains") or {}, domains, tables, base, path)

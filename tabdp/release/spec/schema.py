@@ -256,6 +256,14 @@ def _cv(value: Any, path: str) -> float | None:
     return _number(value, path, what="the cv threshold", gt=0.0, hint=hint)
 
 
-#: Columns of the public tables: no key column may have these names.
+#: The constant key column the run adds for a national (``by = []``) table or rollup
+#: (`tabdp.release._input.NATIONAL`): no unit, measure or key column may have this name, in any
+#: letter case (Spark resolves column names without regard to case).
+NATIONAL = "_tabdp_national"
+#: The row id the run assigns when each row is a unit (`tabdp.release._input.ROW_ID`).
+ROW_ID = "__tabdp_row"
+
+#: Columns of the public tables: no key column may have these names (nor the run's own columns,
+#: the last two).
 RESERVED_COLUMNS = ("measure", "estimate", "sd", "moe", "lower", "upper", "cv", "flag", "cells",
-                    "_tabdp_national", "__tabdp_row")
+                    NATIONAL, ROW_ID)
