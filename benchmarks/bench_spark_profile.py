@@ -1,6 +1,7 @@
 """Profile: where tabdp-on-Spark's CPU goes, phase by phase and JVM thread by thread.
 
-Runs the row-mode release of ``bench_floor.py --engine spark`` (the ``row`` variant: a sum of
+Runs the release of ``bench_floor.py --engine spark`` (the ``row`` variant, or with ``--unit`` the
+``firm`` or ``id`` one: a sum of
 payroll and employment with ExpPolyLog, a count, by county x sector, 59,850 keys; the per-record
 report written by Spark) ``--rounds`` times in one ``local[2]`` session and prints, per phase
 (the sum, the count, the report), the wall time, the CPU seconds of the whole process tree
@@ -69,6 +70,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--event-log", help="folder for Spark's event log (job and stage times)")
+    ap.add_argument("--unit", default=None,
+                    help="privacy unit column (firm_id: firms of several rows; estab_id: an "
+                         "id per row); default: each row a unit")
     ap.add_argument(
         "--snapshot-levels",
         nargs="+",
@@ -119,7 +123,7 @@ def main() -> None:
                 lv = args.snapshot_levels[r % len(args.snapshot_levels)]
                 tspark.SNAPSHOT_LEVEL = None if lv == "default" else lv
                 print(f"round {r}: snapshot level {lv}", flush=True)
-            s = tabdp.Session()
+            s = tabdp.Session(unit=args.unit)
             sdf = spark.read.parquet(path)
             sdf.dp.sum(MEASURES, by=BY, keys=keys, mechanism=m, session=s)
             mark(f"round {r}: sum")
@@ -138,7 +142,7 @@ def main() -> None:
     load.append(os.getloadavg())
     spark.stop()
     print(
-        f"rows {args.rows:,}, local[2], load average (1, 5, 15 min) at start {load[0]}, "
+        f"rows {args.rows:,}, unit {args.unit or 'each row'}, local[2], load average (1, 5, 15 min) at start {load[0]}, "
         f"at end {load[1]}"
     )
     for (_, t0, c0, th0), (name, t1, c1, th1) in zip(marks, marks[1:], strict=False):

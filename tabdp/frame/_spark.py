@@ -1953,13 +1953,10 @@ class SparkBackend:
             snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
             persisted = [snap]
         else:
-            snap = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
-                .groupBy(unit, *by_list).agg(
-                    *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
-                    F.sum(_ROWS).alias(_ROWS), F.count(F.lit(1)).alias(_ALL),
-                    *[F.sum(v).alias(v) for v in cnt.values()])
-            snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
-            persisted = [snap]
+            snap = _unit_snapshot(sess, sdf, unit, by_list, measure_list, rules, flagged,
+                                  row_cols, vname, cnt, keep=not op.one_off)
+            # held by the session's snapshot cache (`_unit_snapshot`), or by this release
+            persisted = [] if not op.one_off else [snap]
         program = None
         if replay:
             from tabdp.frame._stream import Program
@@ -2196,6 +2193,74 @@ class SparkBackend:
         """
         while self._hold:
             self._hold.pop().unpersist()
+
+
+class _HeldSnapshot:
+    """A persisted Spark frame kept in a session's snapshot cache, unpersisted when dropped.
+
+    The cache (`tabdp.frame.binding.keep_snapshot`) holds one entry and replaces it at the
+    next release of another frame or grouping; the entry's holder is then collected and the
+    frame unpersisted (also when the session itself is collected).
+    """
+
+    def __init__(self, frame: Any) -> None:
+        import weakref
+
+        self.frame = frame
+        fin = weakref.finalize(self, _unpersist_quietly, frame)
+        fin.atexit = False  # at exit the Spark context may be gone: nothing to free
+
+    def __repr__(self) -> str:
+        return "_HeldSnapshot(<persisted Spark frame>)"
+
+
+def _unpersist_quietly(frame: Any) -> None:
+    """``frame.unpersist()``, ignoring a stopped Spark context (a finalizer must not raise)."""
+    with contextlib.suppress(Exception):
+        frame.unpersist()
+
+
+def _unit_snapshot(sess: Session, sdf: Any, unit: str, by_list: list[str],
+                   measure_list: list[str], rules: _Rules, flagged: Any, row_cols: list[Any],
+                   vname: dict[str, str], cnt: dict[str, str], keep: bool = True) -> Any:
+    """Unit mode's snapshot: the input grouped by (unit, keys), persisted, kept for reuse.
+
+    A later release of the same frame object in the same session, with the same grouping,
+    unit and mode, whose measures are among the snapshot's (a count after a sum), reads the
+    snapshot instead of aggregating the input again, as the Polars engine does
+    (`tabdp.frame._engine._take_snapshot`): its rows kept, row counts and counters are those
+    the release would compute. Not when a rule drops rows for a measure (``nulls="drop"``,
+    ``negatives="drop"``) and the measures differ: the rows kept then depend on them.
+    ``keep=False`` (a one-off session, which no later release uses): nothing is cached.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    key = ("spark", id(sdf), tuple(by_list), unit, rules.mode)
+    cached = binding.cached_snapshot(sess, key)
+    drops = rules.nulls == "drop" or rules.negatives == "drop"
+    if cached is not None:
+        usable = (cached["native"] is sdf and set(measure_list) <= set(cached["measures"])
+                  and (not measure_list or cached["rules"] == rules)
+                  and (not cached["drops"] or set(measure_list) == set(cached["measures"]))
+                  and set(cnt) <= set(cached["cnt"]))
+        if usable:
+            frame = cached["held"].frame
+            return frame.select(F.col(unit), *[F.col(c) for c in by_list],
+                                *[F.col(m) for m in measure_list], F.col(_ROWS), F.col(_ALL),
+                                *[F.col(cached["cnt"][k]).alias(v) for k, v in cnt.items()])
+    snap = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
+        .groupBy(unit, *by_list).agg(
+            *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
+            F.sum(_ROWS).alias(_ROWS), F.count(F.lit(1)).alias(_ALL),
+            *[F.sum(v).alias(v) for v in cnt.values()])
+    snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
+    if not keep:
+        return snap
+    binding.keep_snapshot(sess, key, {
+        "native": sdf, "held": _HeldSnapshot(snap), "measures": tuple(measure_list),
+        "rules": rules, "drops": drops, "cnt": dict(cnt)})
+    return snap
 
 
 def _require_bound(sess: Session, columns: list[str]) -> None:

@@ -521,3 +521,65 @@ def test_report_columns_that_would_meet_are_refused_before_reading(spark, unit, 
         # the units' ids (those charged: rows in the key set), not losses
         assert pr[first].dtype.is_integer() and pr.height > 0
         assert set(pr[first].to_list()) <= set(data["rho_pay"].to_list())
+
+
+# -- unit mode: a count reuses the sum's (unit, keys) snapshot ---------------------------------
+def _with_nulls(n: int = 120) -> pl.DataFrame:
+    data = _data(n)
+    pay = data["payroll"].to_list()
+    for i in range(0, n, 7):
+        pay[i] = None
+    return data.with_columns(pl.Series("payroll", pay, pl.Float64))
+
+
+def test_count_after_sum_reuses_the_snapshot_and_equals_polars(spark):
+    from tabdp.frame import binding
+
+    sdf = _spark_frame(spark, _data())
+    s = tabdp.Session(unit="firm", seed=3)
+    sdf.dp.sum(["payroll", "emp"], by=["county", "sector"], keys=KEYS,
+               mechanism=mech.Gaussian(sigma=1e5), session=s)
+    (entry,) = binding.of(s).snapshot.values()
+    held = entry["held"]
+    assert held.frame.is_cached
+    sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    sdf.dp.sum("emp", by=["county", "sector"], keys=KEYS, mechanism=mech.Gaussian(sigma=30.0),
+               session=s)
+    (after,) = binding.of(s).snapshot.values()
+    assert after["held"] is held  # one aggregation of the input for the three releases
+    # and the answers are the Polars engine's (which reuses its own snapshot alike)
+    _compare(spark, _data(), "firm", [
+        ("sum", {"columns": ["payroll", "emp"], "mechanism": mech.Gaussian(sigma=1e5)}),
+        ("count", {}),
+        ("sum", {"columns": "emp", "mechanism": mech.Gaussian(sigma=30.0)}),
+    ], budget=3.0)
+
+
+def test_count_after_a_sum_that_drops_rows_reads_every_row(spark):
+    # nulls="drop" leaves the rows with a missing payroll out of the sum, not of the count: the
+    # count must not reuse the sum's row counts
+    data = _with_nulls()
+    s = _compare(spark, data, "firm", [
+        ("sum", {"columns": "payroll", "mechanism": mech.Gaussian(sigma=1e5), "nulls": "drop"}),
+        ("count", {}),
+    ])
+    q = s.report().confidential_summary()["queries"]
+    assert q[0]["rows_read"] == q[1]["rows_read"] == 120, q
+
+
+def test_a_replaced_snapshot_is_unpersisted(spark):
+    import gc
+
+    from tabdp.frame import binding
+
+    s = tabdp.Session(unit="firm", seed=3)
+    sdf = _spark_frame(spark, _data())
+    sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    (entry,) = binding.of(s).snapshot.values()
+    first = entry["held"].frame
+    assert first.is_cached
+    del entry
+    _spark_frame(spark, _data(60)).dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    gc.collect()
+    assert not first.is_cached and str(first.storageLevel) == str(first.storageLevel.__class__(
+        False, False, False, False, 1))
