@@ -1953,10 +1953,10 @@ class SparkBackend:
             snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
             persisted = [snap]
         else:
+            # held by the session's snapshot cache, not by the release (`_unit_snapshot`)
             snap = _unit_snapshot(sess, sdf, unit, by_list, measure_list, rules, flagged,
-                                  row_cols, vname, cnt, keep=not op.one_off)
-            # held by the session's snapshot cache (`_unit_snapshot`), or by this release
-            persisted = [] if not op.one_off else [snap]
+                                  row_cols, vname, cnt)
+            persisted = []
         program = None
         if replay:
             from tabdp.frame._stream import Program
@@ -2196,44 +2196,53 @@ class SparkBackend:
 
 
 class _HeldSnapshot:
-    """A persisted Spark frame kept in a session's snapshot cache, unpersisted when dropped.
+    """A local checkpoint kept in a session's snapshot cache, its blocks freed when dropped.
 
     The cache (`tabdp.frame.binding.keep_snapshot`) holds one entry and replaces it at the
     next release of another frame or grouping; the entry's holder is then collected and the
-    frame unpersisted (also when the session itself is collected).
+    checkpoint's blocks freed (`_free_checkpoint`; also when the session itself is collected,
+    or by `free`). A local checkpoint, not a cache entry (review r30): Spark keeps one cache
+    entry per plan, so a persisted frame would share its entry with any other frame of the
+    same plan (the same files read again, another session's snapshot), and the first to be
+    unpersisted would leave the others to be recomputed from the input; a checkpoint's lost
+    block fails the job instead of reading the input again (review R18-5).
     """
 
     def __init__(self, frame: Any) -> None:
         import weakref
 
         self.frame = frame
-        fin = weakref.finalize(self, _unpersist_quietly, frame)
-        fin.atexit = False  # at exit the Spark context may be gone: nothing to free
+        self._fin = weakref.finalize(self, _free_quietly, frame)
+        self._fin.atexit = False  # at exit the Spark context may be gone: nothing to free
+
+    def free(self) -> None:
+        """Free the checkpoint's blocks now (once)."""
+        self._fin()
 
     def __repr__(self) -> str:
-        return "_HeldSnapshot(<persisted Spark frame>)"
+        return "_HeldSnapshot(<local checkpoint>)"
 
 
-def _unpersist_quietly(frame: Any) -> None:
-    """``frame.unpersist()``, ignoring a stopped Spark context (a finalizer must not raise)."""
+def _free_quietly(frame: Any) -> None:
+    """`_free_checkpoint`, ignoring a stopped Spark context (a finalizer must not raise)."""
     with contextlib.suppress(Exception):
-        frame.unpersist()
+        _free_checkpoint(frame)
 
 
 def _unit_snapshot(sess: Session, sdf: Any, unit: str, by_list: list[str],
                    measure_list: list[str], rules: _Rules, flagged: Any, row_cols: list[Any],
-                   vname: dict[str, str], cnt: dict[str, str], keep: bool = True) -> Any:
-    """Unit mode's snapshot: the input grouped by (unit, keys), persisted, kept for reuse.
+                   vname: dict[str, str], cnt: dict[str, str]) -> Any:
+    """Unit mode's snapshot: the input grouped by (unit, keys), checkpointed, kept for reuse.
 
     A later release of the same frame object in the same session, with the same grouping,
     unit and mode, whose measures are among the snapshot's (a count after a sum), reads the
     snapshot instead of aggregating the input again, as the Polars engine does
     (`tabdp.frame._engine._take_snapshot`): its rows kept, row counts and counters are those
     the release would compute. Not when a rule drops rows for a measure (``nulls="drop"``,
-    ``negatives="drop"``) and the measures differ: the rows kept then depend on them.
-    ``keep=False`` (a one-off session, which no later release uses): nothing is cached.
+    ``negatives="drop"``) and the measures differ: the rows kept then depend on them. The
+    snapshot is written by its own job and kept only once written: a snapshot whose job
+    failed is freed and never reused (review r30).
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     key = ("spark", id(sdf), tuple(by_list), unit, rules.mode)
@@ -2249,16 +2258,22 @@ def _unit_snapshot(sess: Session, sdf: Any, unit: str, by_list: list[str],
             return frame.select(F.col(unit), *[F.col(c) for c in by_list],
                                 *[F.col(m) for m in measure_list], F.col(_ROWS), F.col(_ALL),
                                 *[F.col(cached["cnt"][k]).alias(v) for k, v in cnt.items()])
-    snap = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
+    plan = flagged.select(F.col(unit), *[F.col(c) for c in by_list], *row_cols) \
         .groupBy(unit, *by_list).agg(
             *[F.sum(vname[m]).cast(_DEC).alias(m) for m in measure_list],
             F.sum(_ROWS).alias(_ROWS), F.count(F.lit(1)).alias(_ALL),
             *[F.sum(v).alias(v) for v in cnt.values()])
-    snap = snap.persist(StorageLevel.MEMORY_AND_DISK)
-    if not keep:
-        return snap
+    # lazy, held before its blocks are written, then written by one job: if that job fails,
+    # the blocks it wrote are freed and nothing is kept (as `_held_checkpoint`)
+    snap = _local_checkpoint(plan, eager=False)
+    held = _HeldSnapshot(snap)
+    try:
+        snap.count()
+    except BaseException:
+        held.free()
+        raise
     binding.keep_snapshot(sess, key, {
-        "native": sdf, "held": _HeldSnapshot(snap), "measures": tuple(measure_list),
+        "native": sdf, "held": held, "measures": tuple(measure_list),
         "rules": rules, "drops": drops, "cnt": dict(cnt)})
     return snap
 

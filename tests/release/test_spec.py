@@ -502,6 +502,12 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
                                    _set(f"{T0}.rollups", [{"by": ["state", "naics2"]},
                                                           {"by": ["state_naics2"]}])),
      f"{T0}.rollups", "pay__state_naics2.parquet"),
+    # one file on a case-insensitive file system (review r30)
+    ("rollup-file-collision-case", _all(_set("domains.State_naics2", ["a"]),
+                                        _set(f"{T0}.by", ["county", "naics2", "State_naics2"]),
+                                        _set(f"{T0}.rollups", [{"by": ["state", "naics2"]},
+                                                               {"by": ["State_naics2"]}])),
+     f"{T0}.rollups", "pay__State_naics2.parquet"),
     ("output-inside-input", _set("output.public", "data.parquet/public"), "output.public",
      "overlaps"),
     ("output-is-input-folder", _set("input.path", "out/public"), "output.public", "overlaps"),

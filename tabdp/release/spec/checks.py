@@ -277,12 +277,15 @@ def _check_tables(tables: Sequence[TableSpec], inp: InputSpec, budget: BudgetSpe
             if r.direct and not t.consistent:
                 names.append(f"{t.name}__{r.label}_direct.parquet")
         for j, name in enumerate(names):
-            if name in files:
+            # in any letter case: on a case-insensitive file system (macOS, Windows) the two
+            # would be one file (review r30)
+            if name.lower() in files:
                 _fail(f"{tp}.rollups", f"two outputs would both be written to {name!r} "
-                                       f"({files[name]} and this table's output #{j}).",
+                                       f"({files[name.lower()]} and this table's output #{j}; "
+                                       "file names are compared in any letter case).",
                       "rollup file names join the rollup columns with '_': choose rollups "
-                      "whose names differ.")
-            files[name] = tp
+                      "whose names differ in more than letter case.")
+            files[name.lower()] = tp
 
 
 def _check_report_names(tables: Sequence[TableSpec], inp: InputSpec,
