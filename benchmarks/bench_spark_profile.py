@@ -1,9 +1,9 @@
 """Profile: where tabdp-on-Spark's CPU goes, phase by phase and JVM thread by thread.
 
 Runs the release of ``bench_floor.py --engine spark`` (the ``row`` variant, or with ``--unit`` the
-``firm`` or ``id`` one: a sum of
-payroll and employment with ExpPolyLog, a count, by county x sector, 59,850 keys; the per-record
-report written by Spark) ``--rounds`` times in one ``local[2]`` session and prints, per phase
+``firm`` or ``id`` one: a sum of payroll and employment with ExpPolyLog, a count, by county x
+sector, 59,850 keys; the per-record report written by Spark) ``--rounds`` times in one
+``local[2]`` session and prints, per phase
 (the sum, the count, the report), the wall time, the CPU seconds of the whole process tree
 (Python driver, JVM, Python workers) and, from ``/proc``, the CPU of the driver's and the JVM's
 threads grouped by name: ``Executor task`` (the Spark tasks), ``C# CompilerThre`` (the JIT
@@ -142,7 +142,8 @@ def main() -> None:
     load.append(os.getloadavg())
     spark.stop()
     print(
-        f"rows {args.rows:,}, unit {args.unit or 'each row'}, local[2], load average (1, 5, 15 min) at start {load[0]}, "
+        f"rows {args.rows:,}, unit {args.unit or 'each row'}, local[2], "
+        f"load average (1, 5, 15 min) at start {load[0]}, "
         f"at end {load[1]}"
     )
     for (_, t0, c0, th0), (name, t1, c1, th1) in zip(marks, marks[1:], strict=False):
