@@ -51,7 +51,12 @@ import polars as pl
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_any
 from tabdp._reserved import RESERVED, is_reserved
-from tabdp.exceptions import ColumnTypeError, InvalidParameterError, UnsupportedBackendError
+from tabdp.exceptions import (
+    ColumnTypeError,
+    InvalidParameterError,
+    TabdpError,
+    UnsupportedBackendError,
+)
 from tabdp.frame import binding
 from tabdp.frame._author import bind_frame
 from tabdp.frame._engine import (
@@ -1964,10 +1969,17 @@ class SparkBackend:
             program = (Program(qname, kind, tuple(by_list), keys, tuple(measure_list), rules,
                                policy, bits), sdf)
         self._hold.extend(persisted)
-        return _finish(spark, sess, self._hold, qname, kind, snap, sschema, measure_list,
-                       by_list, keys, mechanism, level, nulls, released, grids, max_cells,
-                       max_rows, rules, policy, uid, unit, row_mode, bits, cnt, fp_cols,
-                       form=form, cv=cv, led=led, program=program, numbered=numbered)
+        try:
+            return _finish(spark, sess, self._hold, qname, kind, snap, sschema, measure_list,
+                           by_list, keys, mechanism, level, nulls, released, grids, max_cells,
+                           max_rows, rules, policy, uid, unit, row_mode, bits, cnt, fp_cols,
+                           form=form, cv=cv, led=led, program=program, numbered=numbered)
+        except Exception as err:
+            if not row_mode and not isinstance(err, TabdpError):
+                # Spark failed over the kept snapshot (e.g. its blocks lost with an executor):
+                # not kept for the next release, which would fail alike (review r31)
+                _drop_unit_snapshot(sess)
+            raise
 
     def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
         """A median's pass in Spark: checks, cells, charges, the filter, per-cell quantiles.
@@ -2223,6 +2235,17 @@ class _HeldSnapshot:
         return "_HeldSnapshot(<local checkpoint>)"
 
 
+def _drop_unit_snapshot(sess: Session) -> None:
+    """Drop (and free) the session's kept unit-mode Spark snapshot, if it holds one."""
+    state = binding.of(sess)
+    held = [e["held"] for k, e in state.snapshot.items()
+            if isinstance(k, tuple) and k and k[0] == "spark"]
+    if held:
+        state.snapshot = {}
+        for h in held:
+            h.free()
+
+
 def _free_quietly(frame: Any) -> None:
     """`_free_checkpoint`, ignoring a stopped Spark context (a finalizer must not raise)."""
     with contextlib.suppress(Exception):
@@ -2240,8 +2263,10 @@ def _unit_snapshot(sess: Session, sdf: Any, unit: str, by_list: list[str],
     (`tabdp.frame._engine._take_snapshot`): its rows kept, row counts and counters are those
     the release would compute. Not when a rule drops rows for a measure (``nulls="drop"``,
     ``negatives="drop"``) and the measures differ: the rows kept then depend on them. The
-    snapshot is written by its own job and kept only once written: a snapshot whose job
-    failed is freed and never reused (review r30).
+    snapshot is written before anything else reads it (its shuffle stage runs when the
+    checkpoint is made, under adaptive execution, and its blocks by `count`) and kept only
+    once written: a snapshot whose job failed is freed and never reused (review r30), and one
+    over which Spark later fails is dropped (`SparkBackend.aggregate`, review r31).
     """
     from pyspark.sql import functions as F
 

@@ -619,11 +619,14 @@ def test_one_evaluation_of_the_input_per_snapshot_even_with_equal_plans(spark):
         assert q["rows_read"] - q["rows_outside_keys"] == q["rows_in_released_cells"], q
 
 
-def test_a_snapshot_whose_job_failed_is_not_kept(spark, tmp_path):
+@pytest.mark.parametrize("aqe", ["true", "false"])
+def test_a_snapshot_whose_job_failed_is_not_kept(spark, tmp_path, aqe):
     """Review r30: a sum whose snapshot job failed left its entry, and the count re-ran it.
 
     A text column cast to a number fails (ANSI) only in the sum, which reads it; the count
-    does not read it and succeeds, as in a fresh session and on the Polars engine.
+    does not read it and succeeds, as in a fresh session and on the Polars engine. With
+    adaptive execution the shuffle stage fails as the checkpoint is made; without it, in the
+    job that writes the blocks, whose blocks are then freed (review r31).
     """
     import pandas as pd
     from pyspark.sql import functions as F
@@ -632,7 +635,9 @@ def test_a_snapshot_whose_job_failed_is_not_kept(spark, tmp_path):
     rows.loc[7, "payroll"] = "not-a-number"
     spark.createDataFrame(pd.DataFrame(rows)).write.parquet(str(tmp_path / "bad.parquet"))
     before = spark.conf.get("spark.sql.ansi.enabled")
+    before_aqe = spark.conf.get("spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true")
+    spark.conf.set("spark.sql.adaptive.enabled", aqe)
     try:
         bad = spark.read.parquet(str(tmp_path / "bad.parquet")) \
             .withColumn("payroll", F.col("payroll").cast("double"))
@@ -647,3 +652,27 @@ def test_a_snapshot_whose_job_failed_is_not_kept(spark, tmp_path):
         assert out.count() == len(KEYS)
     finally:
         spark.conf.set("spark.sql.ansi.enabled", before)
+        spark.conf.set("spark.sql.adaptive.enabled", before_aqe)
+
+
+def test_a_snapshot_whose_blocks_are_lost_is_dropped(spark):
+    """Review r31: a kept snapshot whose blocks are lost is dropped by the release that fails.
+
+    Before, every later release that reused it failed alike (an executor gone); now the next
+    one aggregates the input again.
+    """
+    from tabdp.frame import _spark, binding
+
+    sdf = _spark_frame(spark, _data())
+    s = tabdp.Session(unit="firm", seed=3)
+    sdf.dp.sum("emp", by=["county", "sector"], keys=KEYS, mechanism=mech.Gaussian(sigma=30.0),
+               session=s)
+    (entry,) = binding.of(s).snapshot.values()
+    _spark._free_checkpoint(entry["held"].frame)  # the blocks are gone
+    del entry
+    with pytest.raises(Exception, match="(?i)checkpoint"):  # noqa: PT011 - Spark's own error
+        sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    assert not binding.of(s).snapshot
+    out = sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    assert out.count() == len(KEYS)
+    assert [r.name for r in s.records] == ["q1_sum", "q2_count"]
