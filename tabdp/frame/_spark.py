@@ -349,7 +349,10 @@ class SparkUnitLedger:
     row id when each row is a unit) with summed loss components, the largest size, the per-
     currency columns of curve budgets (``rho@c``, ``size@c``) and each release's ρ
     (``__release_<name>``, reported as ``rho_<name>``). The table never leaves Spark; each
-    update is checkpointed locally so the plans of a long session stay short.
+    update is checkpointed locally so the plans of a long session stay short. A superseded
+    table's checkpoint is freed at the update after the next (the release that read it has
+    ended by then), and the rest when the ledger is garbage-collected, except tables handed
+    out (`per_record`, `frame`), which a caller may still read (review r31).
 
     Args:
         spark: The SparkSession.
@@ -366,9 +369,16 @@ class SparkUnitLedger:
     reports_itself = True
 
     def __init__(self, spark: Any, row_mode: bool, rows: int | None = None) -> None:
+        import weakref
+
         self.spark = spark
         self.row_mode = row_mode
         self.table: Any = None
+        #: The checkpoints this ledger made and has not freed; the ids of those handed out.
+        self._owned: list[Any] = []
+        self._shown: set[int] = set()
+        fin = weakref.finalize(self, _free_unshown, self._owned, self._shown, 0)
+        fin.atexit = False  # at exit the Spark context may be gone: nothing to free
         #: Row mode with row ids numbered by the caller (``tabdp run``): the rows read, which
         #: the report lists when the session has not bound its rows itself.
         self.rows = rows
@@ -393,6 +403,7 @@ class SparkUnitLedger:
 
         if self.table is None:  # ids are unique in one release's charges
             self.table = frame.localCheckpoint(eager=True)
+            self._owned.append(self.table)
             return
         both = self.table.unionByName(frame, allowMissingColumns=True)
         cols = [c for c in both.columns if c != "unit"]
@@ -406,6 +417,9 @@ class SparkUnitLedger:
             F.col(c) if self._is_max(c) else
             F.when(F.col("__n") > 1, _add_up_col(F.col(f"`__lo:{c}`"), F.col(c)))
             .otherwise(F.col(c)).alias(c) for c in cols]).localCheckpoint(eager=True)
+        self._owned.append(self.table)
+        # the table before the one this release read: no frame of a running release reads it
+        _free_unshown(self._owned, self._shown, 2)
 
     def lookup(self, units: Any, cols: list[str]) -> Any:
         """Current totals of ``cols`` for a Spark DataFrame of ``unit`` ids (0: never charged).
@@ -471,7 +485,13 @@ class SparkUnitLedger:
             >>> SparkUnitLedger(None, True).frame() is None
             True
         """
-        return self.table
+        return self._show(self.table)
+
+    def _show(self, table: Any) -> Any:
+        """``table``, marked as handed out: never freed by the ledger (a caller may read it)."""
+        if table is not None:
+            self._shown.add(id(table))
+        return table
 
     def _full(self, session: Session) -> Any:
         from pyspark.sql import functions as F
@@ -503,6 +523,7 @@ class SparkUnitLedger:
         from pyspark.sql import functions as F
 
         full = self._full(session)
+        self._show(self.table)  # the report frame reads the table when the caller evaluates it
         unit_col = session.unit or "row"
         cols = [F.col("unit").alias(unit_col), "rho", "epsilon", "size"]
         if delta is not None:
@@ -535,6 +556,19 @@ class SparkUnitLedger:
             True
         """
         return _rho_stats(self._full(session), qs)
+
+
+def _free_unshown(owned: list[Any], shown: set[int], keep: int) -> None:
+    """Free the local checkpoints in ``owned`` but its last ``keep``, except those ``shown``.
+
+    A ledger's superseded tables (`SparkUnitLedger.add`), or all of them when the ledger is
+    collected (``keep=0``); a stopped Spark context is ignored (a finalizer must not raise).
+    """
+    while len(owned) > keep:
+        t = owned.pop(0)
+        if id(t) not in shown:
+            with contextlib.suppress(Exception):
+                _free_checkpoint(t)
 
 
 def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:

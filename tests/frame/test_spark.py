@@ -676,3 +676,27 @@ def test_a_snapshot_whose_blocks_are_lost_is_dropped(spark):
     out = sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
     assert out.count() == len(KEYS)
     assert [r.name for r in s.records] == ["q1_sum", "q2_count"]
+
+
+def test_superseded_ledger_tables_are_freed(spark):
+    """Review r31: each unit-mode release checkpointed the ledger's table and none was freed."""
+    import gc
+
+    s = tabdp.Session(unit="firm", seed=3, budget=50.0)
+    sdf = _spark_frame(spark, _data())
+    tables = []
+    for _ in range(4):
+        sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+        tables.append(s.ledger.table)
+    # freed at the update after the next: the last two are kept
+    assert [_blocks_on_disk(t) for t in tables] == [False, False, True, True]
+    pr = s.report().per_record  # hands the current table out: a caller may read it later
+    ledger = s.ledger
+    del s
+    gc.collect()
+    assert ledger is not None
+    del ledger
+    gc.collect()
+    assert not _blocks_on_disk(tables[2])  # freed with the ledger
+    assert _blocks_on_disk(tables[3])  # handed out: kept
+    assert pr.count() > 0
