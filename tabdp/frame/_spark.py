@@ -424,7 +424,8 @@ class SparkUnitLedger:
     def lookup(self, units: Any, cols: list[str]) -> Any:
         """Current totals of ``cols`` for a Spark DataFrame of ``unit`` ids (0: never charged).
 
-        Returns a Spark DataFrame.
+        Returns a lazy Spark DataFrame over the current table: evaluate (or checkpoint) it
+        before the ledger's second update from now, which frees this table (`add`).
 
         Example:
             >>> SparkUnitLedger(None, False).frame() is None
@@ -445,7 +446,7 @@ class SparkUnitLedger:
         The table is joined to ``frame`` directly: `lookup` on ``frame``'s ids, joined back to
         ``frame``, joined ``frame`` to itself (a shuffle more, and Spark jobs more, per release).
         The same values as `lookup` (`_filled`, its rule): a unit never charged, or a null or
-        NaN total, gives 0.0.
+        NaN total, gives 0.0. Lazy, over the current table, as `lookup`'s.
 
         Example:
             >>> callable(SparkUnitLedger.attach)
@@ -520,10 +521,15 @@ class SparkUnitLedger:
             >>> callable(SparkUnitLedger.per_record)
             True
         """
+        # the report frame reads the table when the caller evaluates it: never freed
+        self._show(self.table)
+        return self._report_frame(session, delta)
+
+    def _report_frame(self, session: Session, delta: float | None) -> Any:
+        """`per_record`'s frame, the table not marked as handed out (used up by the caller)."""
         from pyspark.sql import functions as F
 
         full = self._full(session)
-        self._show(self.table)  # the report frame reads the table when the caller evaluates it
         unit_col = session.unit or "row"
         cols = [F.col("unit").alias(unit_col), "rho", "epsilon", "size"]
         if delta is not None:
@@ -546,7 +552,8 @@ class SparkUnitLedger:
             >>> callable(SparkUnitLedger.write_per_record)
             True
         """
-        _write_report(self, session, delta, path, rename)
+        # written before this returns: the table is not handed out (`per_record`)
+        _write_report(self, session, delta, path, rename, frame_of=self._report_frame)
 
     def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
         """Units, largest ρ and ρ quantiles (linear interpolation, as numpy), computed in Spark.
@@ -3015,10 +3022,13 @@ def _write_single_parquet(sdf: Any, target: Any, sort_by: str | None = None) -> 
 
 
 def _write_report(ledger: Any, session: Session, delta: float | None, path: Any,
-                  rename: dict[str, str] | None) -> None:
-    """Write a Spark ledger's per-record report to one Parquet file, by Spark (sorted by id)."""
+                  rename: dict[str, str] | None, frame_of: Any = None) -> None:
+    """Write a Spark ledger's per-record report to one Parquet file, by Spark (sorted by id).
+
+    ``frame_of``: what builds the report frame (default: ``ledger.per_record``).
+    """
     with _jit_sized_methods(ledger.spark):  # the report's own checks run with the settings too
-        table = ledger.per_record(session, delta)
+        table = (frame_of or ledger.per_record)(session, delta)
         for a, b in (rename or {}).items():
             table = table.withColumnRenamed(a, b)
         _write_single_parquet(table, path, sort_by=table.columns[0])

@@ -678,7 +678,7 @@ def test_a_snapshot_whose_blocks_are_lost_is_dropped(spark):
     assert [r.name for r in s.records] == ["q1_sum", "q2_count"]
 
 
-def test_superseded_ledger_tables_are_freed(spark):
+def test_superseded_ledger_tables_are_freed(spark, tmp_path):
     """Review r31: each unit-mode release checkpointed the ledger's table and none was freed."""
     import gc
 
@@ -690,6 +690,12 @@ def test_superseded_ledger_tables_are_freed(spark):
         tables.append(s.ledger.table)
     # freed at the update after the next: the last two are kept
     assert [_blocks_on_disk(t) for t in tables] == [False, False, True, True]
+    # a written report is used up: its table is freed as any other
+    s.report().write_per_record(tmp_path / "per_record.parquet")
+    for _ in range(2):
+        sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+        tables.append(s.ledger.table)
+    assert [_blocks_on_disk(t) for t in tables] == [False] * 4 + [True, True]
     pr = s.report().per_record  # hands the current table out: a caller may read it later
     ledger = s.ledger
     del s
@@ -697,6 +703,6 @@ def test_superseded_ledger_tables_are_freed(spark):
     assert ledger is not None
     del ledger
     gc.collect()
-    assert not _blocks_on_disk(tables[2])  # freed with the ledger
-    assert _blocks_on_disk(tables[3])  # handed out: kept
+    assert not _blocks_on_disk(tables[-2])  # freed with the ledger
+    assert _blocks_on_disk(tables[-1])  # handed out: kept
     assert pr.count() > 0
