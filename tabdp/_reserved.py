@@ -11,10 +11,13 @@ would meet one of them, in any letter case, is refused before anything is read.
 
 from __future__ import annotations
 
-__all__ = ["RESERVED", "is_reserved", "REPORT_COLUMNS", "report_column"]
+__all__ = ["RESERVED", "ROW_ID", "is_reserved", "REPORT_COLUMNS", "report_column",
+           "report_clash"]
 
 #: The prefix of every column tabdp adds next to the input's.
 RESERVED = "__tabdp"
+#: The row id column tabdp assigns when each row is a unit (row mode; ``tabdp run``).
+ROW_ID = f"{RESERVED}_row"
 
 
 def is_reserved(name: str) -> bool:
@@ -60,3 +63,38 @@ def report_column(release: str) -> str:
         'rho_payroll'
     """
     return f"rho_{release}"
+
+
+def report_clash(release: str, unit: str | None, lifetime: bool,
+                 losses: str | None = None) -> str | None:
+    """Why ``release``'s column of the per-record report meets another one, or ``None``.
+
+    The one rule of the session (`tabdp.Session.release_name`) and of the spec's checks: the
+    report lists each unit's id under the unit column's name and, with a lifetime ledger, each
+    unit's lifetime ρ under ``rho_lifetime``; names compared in any letter case. Public names
+    only.
+
+    Args:
+        release: The release's name.
+        unit: The unit column (``None``: each row is a unit, listed as ``row``).
+        lifetime: Whether the session has a lifetime ledger.
+        losses: How the reason names the release's losses (default: by the release's name).
+
+    Returns:
+        The reason, a phrase without a final period, or ``None``.
+
+    Example:
+        >>> report_clash("pay", "RHO_PAY", False)[:60]
+        "the per-record report would list the losses of release 'pay'"
+        >>> report_clash("pay", "estab_id", True) is None
+        True
+    """
+    col = report_column(release)
+    what = losses or f"the losses of release {release!r}"
+    if unit is not None and col.lower() == unit.lower():
+        return (f"the per-record report would list {what} in column {col!r}, the name (in any "
+                f"letter case) of the unit column {unit!r}, under which it lists each unit's id")
+    if lifetime and col.lower() == "rho_lifetime":
+        return (f"the per-record report would list {what} in column {col!r}, where a session "
+                "with a lifetime ledger lists each unit's lifetime loss")
+    return None

@@ -40,6 +40,7 @@ from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_into
 from tabdp._reserved import RESERVED, is_reserved
+from tabdp._reserved import ROW_ID as _ROW_ID
 from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
@@ -75,7 +76,7 @@ NULL_POLICIES = ("error", "zero", "drop")
 #: (signed measures), set them to 0, or drop the row.
 NEGATIVE_POLICIES = NEGATIVE_RULES
 #: Row id column assigned when the input is read (row mode: each row is a unit).
-ROW_ID = "__tabdp_row"
+ROW_ID = _ROW_ID
 #: Fixed-point scale of float measures: values are summed exactly as multiples of 2**-24.
 SUM_SCALE_BITS = 24
 #: Public magnitude bound of a single value: larger |values| are clamped to it (declared rule).
@@ -596,6 +597,36 @@ class _Snapshot(NamedTuple):
     cells: dict[Any, tuple[KeySet, pl.Series]] | None = None
 
 
+def drops_rows(rules: _Rules) -> bool:
+    """Whether ``rules`` drop rows for a measure's value (the rows kept depend on the measures).
+
+    Example:
+        >>> r = _Rules("drop", "error", "curator")
+        >>> drops_rows(r), drops_rows(r._replace(nulls="zero"))
+        (True, False)
+    """
+    return rules.nulls == "drop" or rules.negatives == "drop"
+
+
+def serves_measures(cached: dict[str, Any], measures: list[str], rules: _Rules) -> bool:
+    """Whether a kept snapshot (its ``measures``, ``rules``, ``drops``) serves this release.
+
+    Its measures must include the release's, under the same rules when the release sums any
+    (a count reads none of them); and when the snapshot's rules dropped rows for a measure,
+    its rows kept are this release's only for the same measures. The rule of every engine's
+    snapshot reuse (`_take_snapshot`, the Spark engine's `_unit_snapshot`).
+
+    Example:
+        >>> r = _Rules("error", "error", "curator")
+        >>> kept = {"measures": ("a", "b"), "rules": r, "drops": False}
+        >>> serves_measures(kept, [], r), serves_measures(kept, ["c"], r)
+        (True, False)
+    """
+    return (set(measures) <= set(cached["measures"])
+            and (not measures or cached["rules"] == rules)
+            and (not cached["drops"] or set(measures) == set(cached["measures"])))
+
+
 def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rules,
                    keys: KeySet) -> _Snapshot:
     """One evaluation of the input (cached for a later release of the same Polars frame).
@@ -614,11 +645,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     cached = cached_snapshot(sess, cache_key) if cacheable else None
     if cached is not None:
         usable = (cached["native"] is native and _unchanged(native, cached["columns"], cols)
-                  and (set(measures) <= set(cached["measures"]))
-                  and (not measures or cached["rules"] == rules)
-                  # a rule that drops rows reads every measure of the snapshot's release: its
-                  # rows kept are this release's only for the same measures
-                  and (not cached["drops"] or set(measures) == set(cached["measures"]))
+                  and serves_measures(cached, measures, rules)
                   # row mode: columns bound since (e.g. by a median) are fingerprinted afresh
                   and set(binding.of(sess).bound_columns()) <= set(cached["snapshot"].fingerprints)
                   and cached.get("keys") is (keys if unit_mode else None))
@@ -641,7 +668,7 @@ def _take_snapshot(op: _Opened, by: list[str], measures: list[str], rules: _Rule
     if cacheable:
         keep_snapshot(sess, cache_key, {
             "native": native, "snapshot": snap, "measures": tuple(measures), "rules": rules,
-            "drops": rules.nulls == "drop" or rules.negatives == "drop",
+            "drops": drops_rows(rules),
             "keys": keys if unit_mode else None,
             "columns": native.select(cols) if isinstance(native, pl.DataFrame) else None})
     return snap

@@ -77,7 +77,9 @@ from tabdp.frame._engine import (
     _schema_checks,
     _size_and_delta,
     _strict_checks,
+    drops_rows,
     left_out_counts,
+    serves_measures,
 )
 from tabdp.frame._output import check_form
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
@@ -574,8 +576,7 @@ def _free_unshown(owned: list[Any], shown: set[int], keep: int) -> None:
     while len(owned) > keep:
         t = owned.pop(0)
         if id(t) not in shown:
-            with contextlib.suppress(Exception):
-                _free_checkpoint(t)
+            _free_quietly(t)
 
 
 def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:
@@ -2313,13 +2314,9 @@ def _unit_snapshot(sess: Session, sdf: Any, unit: str, by_list: list[str],
 
     key = ("spark", id(sdf), tuple(by_list), unit, rules.mode)
     cached = binding.cached_snapshot(sess, key)
-    drops = rules.nulls == "drop" or rules.negatives == "drop"
     if cached is not None:
-        usable = (cached["native"] is sdf and set(measure_list) <= set(cached["measures"])
-                  and (not measure_list or cached["rules"] == rules)
-                  and (not cached["drops"] or set(measure_list) == set(cached["measures"]))
-                  and set(cnt) <= set(cached["cnt"]))
-        if usable:
+        if (cached["native"] is sdf and serves_measures(cached, measure_list, rules)
+                and set(cnt) <= set(cached["cnt"])):
             frame = cached["held"].frame
             return frame.select(F.col(unit), *[F.col(c) for c in by_list],
                                 *[F.col(m) for m in measure_list], F.col(_ROWS), F.col(_ALL),
@@ -2340,7 +2337,7 @@ def _unit_snapshot(sess: Session, sdf: Any, unit: str, by_list: list[str],
         raise
     binding.keep_snapshot(sess, key, {
         "native": sdf, "held": held, "measures": tuple(measure_list),
-        "rules": rules, "drops": drops, "cnt": dict(cnt)})
+        "rules": rules, "drops": drops_rows(rules), "cnt": dict(cnt)})
     return snap
 
 

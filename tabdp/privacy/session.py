@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up, mul_up
-from tabdp._reserved import REPORT_COLUMNS, is_reserved, report_column
+from tabdp._reserved import REPORT_COLUMNS, ROW_ID, is_reserved, report_clash
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
@@ -295,7 +295,9 @@ class Session:
                     "another name (name=...).")
             clash = self._report_clash(requested)
             if clash is not None:
-                raise InvalidParameterError(clash)
+                raise InvalidParameterError(
+                    f"name {requested!r}: {clash}.\nHint: rename the release (name=...), or "
+                    "the unit column if the two meet.")
             return requested
         i = len(self.records) + 1
         name = f"q{i}_{kind}"
@@ -307,22 +309,10 @@ class Session:
     def _report_clash(self, name: str) -> str | None:
         """Why release ``name``'s column of the per-record report meets another, or ``None``.
 
-        The report lists each unit's id under the unit column's name, the release's per-unit
-        ρ under ``rho_<name>`` (`report_column`) and, with a lifetime ledger, each unit's
-        lifetime ρ under ``rho_lifetime``: names compared in any letter case (Spark resolves
-        column names without regard to case). Public names only.
+        `tabdp._reserved.report_clash`, the rule the spec's checks apply too.
         """
-        col = report_column(name)
-        if self.unit is not None and col.lower() == self.unit.lower():
-            return (f"name {name!r}: the per-record report would list this release's losses in "
-                    f"column {col!r}, the name (in any letter case) of the unit column "
-                    f"{self.unit!r}, under which it lists each unit's id.\nHint: rename the "
-                    "release (name=...) or the unit column.")
-        if self.lifetime is not None and col.lower() == "rho_lifetime":
-            return (f"name {name!r}: the per-record report would list this release's losses in "
-                    f"column {col!r}, where a session with a lifetime ledger lists each unit's "
-                    "lifetime loss.\nHint: rename the release (name=...).")
-        return None
+        return report_clash(name, self.unit, self.lifetime is not None,
+                            losses="this release's losses")
 
     def set_as_last(self) -> None:
         """Make this session the one [`tabdp.last_session`][tabdp.last_session] returns.
@@ -654,7 +644,7 @@ def _pin_frame(native: Any) -> Any:
 
 #: Row ids assigned by a caller that read the input itself (the release workflow): a session
 #: with this unit keeps a dense ledger by row id.
-ROW_ID_COLUMN = "__tabdp_row"
+ROW_ID_COLUMN = ROW_ID
 
 #: Session modes (see :class:`Session`).
 MODES = ("curator", "author")

@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 
 from tabdp import mechanisms
-from tabdp._reserved import REPORT_COLUMNS, RESERVED, is_reserved, report_column
+from tabdp._reserved import REPORT_COLUMNS, RESERVED, is_reserved, report_clash
 from tabdp.release.spec.model import (
     BudgetSpec,
     Hierarchy,
@@ -309,18 +309,10 @@ def _check_report_names(tables: Sequence[TableSpec], inp: InputSpec,
             (f"tables[{i}].rollups[{j}]", f"{t.name}__{r.label}")
             for j, r in enumerate(t.rollups) if r.direct]
         for path, name in releases:
-            col = report_column(name)
-            if unit is not None and col.lower() == unit.lower():
-                _fail(path, f"the per-record report would list the losses of release {name!r} "
-                            f"in column {col!r}, the name (in any letter case) of the unit "
-                            f"column {unit!r} (input.unit), under which it lists each unit's "
-                            "id.",
-                      "rename the table, or the unit column in the data and the spec.")
-            if ledger is not None and col.lower() == "rho_lifetime":
-                _fail(path, f"the per-record report would list the losses of release {name!r} "
-                            f"in column {col!r}, where a run with a lifetime ledger lists each "
-                            "unit's lifetime loss.",
-                      'rename the table (e.g. name = "lifetime_totals").')
+            clash = report_clash(name, unit, ledger is not None)
+            if clash is not None:
+                _fail(path, f"{clash}.", "rename the table (or, if the two meet, the unit "
+                                         "column in the data and the spec).")
 
 
 def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from tabdp import registry
 from tabdp._defaults import NEGATIVE_RULES
+from tabdp._reserved import ROW_ID as _ROW_ID
 from tabdp._validation import bounds_text
 from tabdp.exceptions import SpecError
 
@@ -261,7 +262,7 @@ def _cv(value: Any, path: str) -> float | None:
 #: letter case (Spark resolves column names without regard to case).
 NATIONAL = "_tabdp_national"
 #: The row id the run assigns when each row is a unit (`tabdp.release._input.ROW_ID`).
-ROW_ID = "__tabdp_row"
+ROW_ID = _ROW_ID
 
 #: Columns of the public tables: no key column may have these names (nor the run's own columns,
 #: the last two).
