@@ -921,6 +921,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    if argv is None and args.command in ("run", "compare"):
+        # the program itself (not a caller's process): a one-shot run keeps freed memory
+        from tabdp._alloc import keep_freed_memory
+
+        keep_freed_memory()
     try:
         if args.command == "validate":
             return _cmd_validate(args, out)

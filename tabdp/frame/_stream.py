@@ -76,7 +76,8 @@ from tabdp.privacy.ledger import (
 from tabdp.privacy.session import Session
 
 __all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
-           "count_from_kept", "pass_fingerprints", "release_queries", "streaming_quantile_data",
+           "count_from_kept", "pass_fingerprints", "release_queries", "cell_sets",
+           "deferred_plan", "MISALIGNED", "streaming_quantile_data",
            "replay_report",
            "collect_report", "sink_report", "summarize_report"]
 
@@ -278,6 +279,10 @@ class _Spill:
         self.rows = 0
         self.parts: list[tuple[int, int, str]] = []  # (first row id, rows, file)
         self.usable = True
+        #: Whether every batch held one contiguous run of row ids (the report needs it).
+        self.gapless = True
+        #: Keep writing batches whose row ids are not contiguous (`ordered_files` reads them).
+        self.keep_gaps = False
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
     def add(self, ids: np.ndarray, cols: dict[str, np.ndarray]) -> None:
@@ -291,8 +296,10 @@ class _Spill:
             ids = ids[order]
             cols = {k: v[order] for k, v in cols.items()}
         if int(ids[-1]) - int(ids[0]) + 1 != n:  # not one contiguous run of rows
-            self.usable = False
-            return
+            self.gapless = False
+            if not self.keep_gaps:
+                self.usable = False
+                return
         path = f"{self.folder}/{int(ids[0]):020d}.arrow"
         try:
             pl.DataFrame({ROW_ID: ids, **cols}).write_ipc(path, compression="uncompressed")
@@ -309,7 +316,7 @@ class _Spill:
     def files(self) -> list[str] | None:
         """The files in row order if they hold rows ``0 .. rows - 1`` exactly once, else None."""
         rows = self.rows
-        if not self.usable or not rows:
+        if not self.usable or not self.gapless or not rows:
             return None
         parts = sorted(self.parts)
         at = 0
@@ -318,6 +325,14 @@ class _Spill:
                 return None
             at += n
         return [f for _, _, f in parts] if at == rows else None
+
+    def ordered_files(self) -> list[str] | None:
+        """Every batch's file in row-id order, None if a batch was not written.
+
+        Not checked to hold each row once (`files` is): a reader zipping them with the input
+        checks each row's id (`deferred_plan`).
+        """
+        return [f for _, _, f in sorted(self.parts)] if self.usable else None
 
     def close(self) -> None:
         """Remove the folder and its files."""
@@ -367,7 +382,8 @@ class _RowsSeen:
 
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
                   delta: float | None, targets: frozenset[int], track: bool,
-                  spill: _Spill | None = None, seen: _RowsSeen | None = None
+                  spill: _Spill | None = None, seen: _RowsSeen | None = None,
+                  deferred: frozenset[int] = frozenset()
                   ) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
@@ -385,6 +401,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     the batch's report rows (row ids, every running total of `COMPONENTS` and ``rho_<name>``
     per program) are also handed to it: the report then needs no replay of its own. With
     ``seen`` (a report), the batch's rows and fingerprints are added to it (the row check).
+    The fields of the targets in ``deferred`` are handed to the spill with the report rows
+    instead of being returned.
     """
     curve = sess.budget is not None and sess.budget.per_currency
     # the running totals kept: what the filter reads ("rho", "rho@<currency>",
@@ -437,6 +455,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     a[ids] = np.maximum(a[ids], v)
 
         out: dict[str, Any] = {}
+        later: dict[str, Any] = {}  # the deferred targets' fields, for the spill
         per_prog: dict[str, np.ndarray] = {}
         done: list[tuple[int, Program, np.ndarray, bool, Any]] = []  # charges computed
         for j, prog in programs:
@@ -485,22 +504,23 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     col[ids] = losses.rho
                 per_prog[f"rho_{prog.name}"] = col
             if j in targets and not report:
+                dest = later if j in deferred else out
                 for c in ch.currencies:
                     if every:
                         flag = np.asarray(admitted[c], dtype=bool)
                     else:
                         flag = np.zeros(n, dtype=bool)
                         flag[idx] = admitted[c]
-                    out[f"{_P}ok{j}:{c}"] = flag
+                    dest[f"{_P}ok{j}:{c}"] = flag
                 if track and every:
-                    out[f"{_P}crho{j}"], out[f"{_P}csize{j}"] = crho, csize
+                    dest[f"{_P}crho{j}"], dest[f"{_P}csize{j}"] = crho, csize
                 elif track:
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
-                    out[f"{_P}crho{j}"], out[f"{_P}csize{j}"] = r, z
+                    dest[f"{_P}crho{j}"], dest[f"{_P}csize{j}"] = r, z
         if spill is not None:
             spill.add(b[ROW_ID].to_numpy(),
-                      {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog})
+                      {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog, **later})
         if report:
             tot = {c: acc.get(c, np.zeros(n)) for c in kept}
             out = {**{c: tot[c] for c in _REPORTED}, **per_prog}
@@ -563,8 +583,8 @@ def _out_schema(programs: list[Program], report: bool, delta: float | None,
 def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program],
               report: bool, delta: float | None = None,
               target: int | frozenset[int] | None = None, track: bool = False,
-              spill: _Spill | None = None, rows_seen: _RowsSeen | None = None
-              ) -> pl.LazyFrame:
+              spill: _Spill | None = None, rows_seen: _RowsSeen | None = None,
+              deferred: frozenset[int] = frozenset()) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
@@ -576,7 +596,9 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     own columns are computed. A ``spill`` (releases, not a report) is handed every batch's
     report rows: every program is then replayed, and the batch function always runs. With
     ``rows_seen`` (a report) the batch function also reads each row's fingerprints of
-    ``rows_seen.columns`` and adds them to it.
+    ``rows_seen.columns`` and adds them to it. The targets in ``deferred`` (a subset of the
+    targets, with a ``spill``) have their flags (and cell audits) written to the spill's files
+    instead of the plan's columns, for a later pass (`deferred_plan`).
     """
     targets = (frozenset() if target is None else
                frozenset([target]) if isinstance(target, int) else target)
@@ -604,8 +626,10 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
         lf = lf.with_columns(_fingerprint(c, schema[c]).alias(f"{_SEEN_FP}{c}")
                              for c in rows_seen.columns)
         inputs += [f"{_SEEN_FP}{c}" for c in rows_seen.columns]
-    fn = _replay_batch(sess, indexed, report, delta, targets, track, spill, rows_seen)
-    dtype = _out_schema(programs, report, delta, targets, track)
+    assert not deferred or (spill is not None and deferred < targets)
+    fn = _replay_batch(sess, indexed, report, delta, targets, track, spill, rows_seen,
+                       deferred)
+    dtype = _out_schema(programs, report, delta, targets - deferred, track)
     out = pl.struct(inputs).map_batches(fn, return_dtype=dtype, is_elementwise=True)
     if report:  # the report's fields (``rho``, ``size``...) next to the input's columns
         out = out.struct.rename_fields([_reported(f.name) for f in dtype.fields])
@@ -1150,8 +1174,69 @@ def _same_cells(a: Planned, b: Planned) -> bool:
     return same_domains and a.keys == b.keys
 
 
+def cell_sets(rels: list[Planned]) -> list[list[int]]:
+    """The releases (positions in ``rels``) grouped by their cells (`_same_cells`), in order.
+
+    Example:
+        >>> cell_sets([])
+        []
+    """
+    sets: list[list[int]] = []
+    for i, r in enumerate(rels):
+        for group in sets:
+            if _same_cells(rels[group[0]], r):
+                group.append(i)
+                break
+        else:
+            sets.append([i])
+    return sets
+
+
+#: The name, in a deferred pass, of the row id read from the spilled flags' files.
+_SPILL_ROW = f"{_P}spill_row"
+#: The aggregation counting a deferred pass's rows whose spilled flags are another row's.
+MISALIGNED = f"{_P}misaligned"
+
+
+def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], ks: list[int],
+                  track: bool, files: list[str]) -> tuple[pl.LazyFrame, pl.Expr]:
+    """The input, row by row beside the admission flags a releases' pass spilled for ``ks``.
+
+    A pass over releases of several sets of cells (`tabdp.frame.backends.polars`) replays
+    the filter once and aggregates the first set; the flags (and cell audits) of the others'
+    releases are written to its `_Spill` (``deferred`` in `_replayed`). Their aggregation
+    reads the input again with those releases' own columns (cells, rows kept, contributions:
+    no replay) and the flags from the spill's files, zipped row by row: Polars' streaming
+    engine runs one group-by at a time, so aggregating every set in the replaying pass would
+    hold every row of the shared plan (about 200 bytes a row) for the later group-bys.
+
+    Args:
+        lf: The pass's input (before row ids).
+        schema: Its schema.
+        programs: The programs of the pass, by index.
+        ks: The indices of the releases aggregated here.
+        track: Whether the flags include the cell audits (``crho``, ``csize``).
+        files: The spill's files in row-id order (`_Spill.ordered_files`).
+
+    Returns:
+        The plan, and the aggregation counting its rows whose spilled row id is not their own
+        (the files and the input not in the same order, or not the same rows): its flags are
+        those of the releases' pass only where it is 0.
+    """
+    plan = _with_row_ids(lf, schema)
+    seen: dict[tuple[Any, ...], str] = {}
+    for j in ks:
+        plan, _ = _program_columns(plan, schema, programs[j], j, False, seen)
+    flags = [f"{_P}ok{j}:{c}" for j in ks for c, _ in programs[j].policy.currencies()]
+    if track:
+        flags += [f"{_P}{x}{j}" for j in ks for x in ("crho", "csize")]
+    spilled = pl.scan_ipc(files).select(pl.col(ROW_ID).alias(_SPILL_ROW), *flags)
+    zipped = pl.concat([spilled, plan], how="horizontal")
+    return zipped, pl.col(ROW_ID).ne_missing(pl.col(_SPILL_ROW)).sum().alias(MISALIGNED)
+
+
 def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: list[int],
-                    fp_cols: list[str]
+                    fp_cols: list[str], extra: list[pl.Expr] | None = None
                     ) -> tuple[list[pl.LazyFrame], Callable[[list[pl.DataFrame]],
                                                              list[pl.DataFrame]]]:
     """The aggregations of a pass's releases, one group-by per distinct set of cells.
@@ -1172,32 +1257,30 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
         rels: The releases, in order.
         ks: Their program indices in ``plan``.
         fp_cols: The columns fingerprinted.
+        extra: Aggregations added to the first query (read from the results before they are
+            split; the split frames do not hold them).
 
     Returns:
         The queries to collect together, and the function splitting their results per
         release (in the order of ``rels``).
     """
+    extra = extra or []
     if _unfiltered(sess):
+        assert not extra
         queries = [_release_query(sess, plan, r, k, fp_cols)
                    for r, k in zip(rels, ks, strict=True)]
         return queries, lambda got: list(got)
-    sets: list[list[int]] = []
-    for i, r in enumerate(rels):
-        for group in sets:
-            if _same_cells(rels[group[0]], r):
-                group.append(i)
-                break
-        else:
-            sets.append([i])
+    sets = cell_sets(rels)
     queries = []
-    for group in sets:
+    for n, group in enumerate(sets):
         k0 = ks[group[0]]
         # (tags "__tabdp_t<i>#": no tag is the start of another's, e.g. "t1#" of "t11#"; under
         # the reserved prefix, so no key column takes a tagged name (review r29)
         groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, _tag(group[0]))
         for i in group[1:]:
             aggs += _release_aggs(sess, rels[i], ks[i], [], _tag(i))[1]
-        queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs))
+        queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs, *(extra if n == 0
+                                                                           else [])))
 
     def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
         out: list[pl.DataFrame | None] = [None] * len(rels)

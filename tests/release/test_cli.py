@@ -1402,3 +1402,39 @@ def test_public_key_dtypes_follow_the_domains_not_the_data(tmp_path: Path) -> No
     pub = tmp_path / "out" / "public"
     assert pl.read_parquet_schema(pub / "by_state.parquet")["state"] == pl.String
     assert pl.read_parquet_schema(pub / "by_naics.parquet")["naics2"] == pl.String
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_allocator_keeps_freed_memory_only_when_the_user_set_nothing() -> None:
+    """``keep_freed_memory`` sets glibc's thresholds unless a ``MALLOC_*`` tunable is set.
+
+    (Run in fresh processes: the settings are process-wide.)
+    """
+    code = "from tabdp._alloc import keep_freed_memory as k; print(k())"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True)
+    libc = subprocess.run([sys.executable, "-c", "import platform; print(platform.libc_ver())"],
+                          capture_output=True, text=True, check=True).stdout
+    assert plain.stdout.strip() == ("True" if "glibc" in libc else "False")
+    for var in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES"):
+        user = subprocess.run([sys.executable, "-c", code], env={**env, var: "2"},
+                              capture_output=True, text=True, check=True)
+        assert user.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("argv", [None, ["run", "spec.toml"]], ids=["program", "caller"])
+def test_only_the_program_itself_tunes_the_allocator(monkeypatch: pytest.MonkeyPatch,
+                                                     argv: list[str] | None) -> None:
+    """``tabdp run`` as a program keeps freed memory; ``cli.main([...])`` in a caller does not.
+
+    (The setting is process-wide: a library call must not change its caller's allocator.)
+    """
+    import tabdp._alloc as alloc
+
+    called: list[bool] = []
+    monkeypatch.setattr(alloc, "keep_freed_memory", lambda: called.append(True) or True)
+    monkeypatch.setattr(sys, "argv", ["tabdp", "run", "no-such-spec.toml"])
+    assert cli.main(argv, stderr=io.StringIO()) != 0  # the spec is missing: exit 2
+    assert called == ([True] if argv is None else [])

@@ -53,7 +53,9 @@ from tabdp.frame._output import to_native
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
 from tabdp.frame._stream import (
     _P,
+    MISALIGNED,
     Planned,
+    Program,
     _fingerprinted,
     _install,
     _read_input,
@@ -63,7 +65,9 @@ from tabdp.frame._stream import (
     _Spill,
     _streamed,
     _with_row_ids,
+    cell_sets,
     count_from_kept,
+    deferred_plan,
     keep_aggregation,
     release_queries,
     stream_aggregate,
@@ -593,15 +597,21 @@ def _spilled_read(ledger: ReplayLedger, spill: _Spill | None,
 
 
 class StreamingBackend(_PolarsOutput):
-    """Polars streaming, row mode without per-row state: one pass over the input per batch.
+    """Polars streaming, row mode without per-row state: one replaying pass per batch.
 
-    The releases executed together are aggregated in **one pass** over the input: one lazy plan
+    The releases executed together are replayed in **one pass** over the input: one lazy plan
     with every release's cells and contributions and one batch function replaying the session's
     earlier releases and the batch's in order (each release's admissions depend only on the
-    releases before it), then one group-by per release, evaluated together by Polars' streaming
-    engine (`polars.collect_all`: the scan and the shared plan run once). Each release's checks,
-    noise and record then follow in order, as if it ran alone: the same tables, noise and
-    per-record losses. A release run alone (or one the batch does not hold) has its own pass.
+    releases before it). Releases over the same cells share one group-by. Polars' streaming
+    engine runs one group-by of a query at a time, and would hold every row of the shared plan
+    (about 200 bytes a row) for the later ones; so the replaying pass aggregates the first set
+    of cells, and writes the admission flags of the others' releases to its spill (beside the
+    report's rows), and each other set is aggregated by a pass over the input, zipped row by row
+    with those flags (`tabdp.frame._stream.deferred_plan`: no replay; each row's id checked,
+    every query fingerprinting the rows it read). Each release's checks, noise and record then
+    follow in order, as if it ran alone: the same tables, noise and per-record losses. A release
+    run alone (or one the batch does not hold, or whose set cannot read the spill beside the
+    input) has its own pass.
 
     Args:
         rels: The releases executed together (one session, one input): the columns every
@@ -633,14 +643,51 @@ class StreamingBackend(_PolarsOutput):
         ks = list(range(k0, k0 + len(rels)))
         _require_bound(sess, op.schema)
         spill = _new_spill(op)
+        # Polars' streaming engine runs one group-by at a time: with several sets of cells
+        # the replaying pass aggregates the first and spills the others' flags, each then
+        # aggregated by a pass of its own over the input and the spill (`deferred_plan`)
+        sets = cell_sets(rels) if spill is not None else [list(range(len(rels)))]
+        deferred = frozenset(ks[i] for group in sets[1:] for i in group)
+        if spill is not None and deferred:
+            spill.keep_gaps = True
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, frozenset(ks), sess.track_cells, spill)
+                         None, frozenset(ks), sess.track_cells, spill, deferred=deferred)
         # releases over the same cells share one group-by; each query fingerprints the rows
         # it read (an input evaluated once per query may differ between evaluations)
-        queries, split = release_queries(sess, plan, rels, ks, self._fp_cols)
+        first = [rels[i] for i in sets[0]]
+        ks0 = [ks[i] for i in sets[0]]
+        queries, split = release_queries(sess, plan, first, ks0, self._fp_cols)
         grouped = _spilled_read(ledger, spill, lambda: _read_input(
             sess, lambda: split(pl.collect_all(queries, engine="streaming")), report=False))
-        self._fetched = {id(r): (k, g) for r, k, g in zip(rels, ks, grouped, strict=True)}
+        self._fetched = {id(r): (k, g) for r, k, g in zip(first, ks0, grouped, strict=True)}
+        for group in sets[1:]:
+            got = self._deferred_pass(programs, [rels[i] for i in group],
+                                      [ks[i] for i in group], spill)
+            # (None: the spill cannot be read beside the input; each release then has a pass
+            # of its own, replaying the filter)
+            if got is not None:
+                self._fetched.update(got)
+
+    def _deferred_pass(self, programs: list[Program], rels: list[Planned], ks: list[int],
+                       spill: _Spill | None) -> dict[int, tuple[int, pl.DataFrame]] | None:
+        """Aggregate releases of one set of cells from the input and the spilled flags.
+
+        None where the spill holds no file list (a batch not written) or its rows are not
+        the input's, row by row (`deferred_plan`): nothing is kept from the pass then.
+        """
+        files = None if spill is None else spill.ordered_files()
+        if files is None:
+            return None
+        op = rels[0].op
+        sess = op.session
+        plan, misaligned = deferred_plan(op.lf, op.schema, programs, ks, sess.track_cells,
+                                         files)
+        queries, split = release_queries(sess, plan, rels, ks, self._fp_cols, [misaligned])
+        raw = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
+                          report=False)
+        if int(raw[0][MISALIGNED].sum() or 0):
+            return None
+        return {id(r): (k, g) for r, k, g in zip(rels, ks, split(raw), strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
         """The release's group-by over the input, replaying the earlier releases' filter.
