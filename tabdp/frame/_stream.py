@@ -281,7 +281,7 @@ class _Spill:
         self.usable = True
         #: Whether every batch held one contiguous run of row ids (the report needs it).
         self.gapless = True
-        #: Keep writing batches whose row ids are not contiguous (`ordered_files` reads them).
+        #: Keep writing batches whose row ids are not contiguous (`batches` lists them).
         self.keep_gaps = False
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
@@ -326,13 +326,13 @@ class _Spill:
             at += n
         return [f for _, _, f in parts] if at == rows else None
 
-    def ordered_files(self) -> list[str] | None:
-        """Every batch's file in row-id order, None if a batch was not written.
+    def batches(self) -> list[tuple[int, int, str]] | None:
+        """Every batch's (first row id, rows, file), None if a batch was not written.
 
-        Not checked to hold each row once (`files` is): a reader zipping them with the input
-        checks each row's id (`deferred_plan`).
+        Not checked to hold each row once (`files` is): a reader looks each row up by its id
+        (`deferred_plan`).
         """
-        return [f for _, _, f in sorted(self.parts)] if self.usable else None
+        return list(self.parts) if self.usable else None
 
     def close(self) -> None:
         """Remove the folder and its files."""
@@ -1192,23 +1192,91 @@ def cell_sets(rels: list[Planned]) -> list[list[int]]:
     return sets
 
 
-#: The name, in a deferred pass, of the row id read from the spilled flags' files.
-_SPILL_ROW = f"{_P}spill_row"
-#: The aggregation counting a deferred pass's rows whose spilled flags are another row's.
+#: The column, in a deferred pass, marking rows whose spilled flags were not found.
+_UNFOUND = f"{_P}unfound"
+#: The aggregation counting a deferred pass's rows whose spilled flags were not found.
 MISALIGNED = f"{_P}misaligned"
 
 
+class _SpilledFlags:
+    """The flags a releases' pass spilled (`_Spill`), looked up by row id, batch by batch.
+
+    The spill's files hold each batch's rows sorted by row id; their first ids, sorted, say
+    which file a row id falls in. A row's flags are found only where its id is in that file,
+    and a file is read only if its ids strictly increase and stay below the next file's first
+    id (each id at most once in the spill). A few files are kept read at a time: a pass reads
+    them nearly in order. Thread-safe (Polars may run the batch function on several threads).
+    """
+
+    _KEEP = 4
+
+    def __init__(self, parts: list[tuple[int, int, str]], cols: list[str]) -> None:
+        """``parts``: the spill's (first row id, rows, file), any order; ``cols``: the flags."""
+        import threading
+
+        parts = sorted(parts)
+        self.firsts = np.array([p[0] for p in parts], dtype=np.int64)
+        self.files = [p[2] for p in parts]
+        self.cols = cols
+        self._lock = threading.Lock()
+        self._read: dict[int, tuple[np.ndarray, dict[str, np.ndarray]] | None] = {}
+
+    def _file(self, f: int) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        with self._lock:
+            if f in self._read:
+                return self._read[f]
+        got = pl.read_ipc(self.files[f], columns=[ROW_ID, *self.cols])
+        ids = got[ROW_ID].to_numpy().astype(np.int64, copy=False)
+        nxt = int(self.firsts[f + 1]) if f + 1 < self.firsts.size else None
+        usable = bool(ids.size) and bool(np.all(ids[1:] > ids[:-1])) and (
+            nxt is None or int(ids[-1]) < nxt)
+        entry = (ids, {c: got[c].to_numpy() for c in self.cols}) if usable else None
+        with self._lock:
+            self._read[f] = entry
+            while len(self._read) > self._KEEP:
+                del self._read[next(iter(self._read))]
+        return entry
+
+    def batch(self, s: pl.Series) -> pl.Series:
+        """The flags of the rows whose ids are ``s``, and where none was found (``_UNFOUND``)."""
+        ids = s.cast(pl.Int64).fill_null(-1).to_numpy()
+        n = ids.size
+        unfound = np.ones(n, dtype=bool)
+        out: dict[str, np.ndarray] = {}
+        f_of = np.searchsorted(self.firsts, ids, side="right") - 1
+        for f in np.unique(f_of[(f_of >= 0) & (ids >= 0)]):
+            rows = np.flatnonzero(f_of == f)
+            entry = self._file(int(f))
+            if entry is None:
+                continue
+            fids, cols = entry
+            pos = np.minimum(np.searchsorted(fids, ids[rows]), fids.size - 1)
+            hit = fids[pos] == ids[rows]
+            rows, pos = rows[hit], pos[hit]
+            unfound[rows] = False
+            for c, v in cols.items():
+                if c not in out:
+                    out[c] = np.zeros(n, dtype=v.dtype)
+                out[c][rows] = v[pos]
+        fields = {c: pl.Series(c, out[c] if c in out else np.zeros(n, dtype=bool
+                                                                   if ":" in c else float))
+                  for c in self.cols}
+        return pl.DataFrame({**fields, _UNFOUND: unfound}).to_struct()
+
+
 def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], ks: list[int],
-                  track: bool, files: list[str]) -> tuple[pl.LazyFrame, pl.Expr]:
-    """The input, row by row beside the admission flags a releases' pass spilled for ``ks``.
+                  track: bool, parts: list[tuple[int, int, str]]
+                  ) -> tuple[pl.LazyFrame, pl.Expr]:
+    """The input, each row with the admission flags a releases' pass spilled for it.
 
     A pass over releases of several sets of cells (`tabdp.frame.backends.polars`) replays
     the filter once and aggregates the first set; the flags (and cell audits) of the others'
     releases are written to its `_Spill` (``deferred`` in `_replayed`). Their aggregation
     reads the input again with those releases' own columns (cells, rows kept, contributions:
-    no replay) and the flags from the spill's files, zipped row by row: Polars' streaming
-    engine runs one group-by at a time, so aggregating every set in the replaying pass would
-    hold every row of the shared plan (about 200 bytes a row) for the later group-bys.
+    no replay) and each row's flags looked up by its id in the spill's files
+    (`_SpilledFlags`): Polars' streaming engine runs one group-by at a time, so aggregating
+    every set in the replaying pass would hold every row of the shared plan (about 200 bytes
+    a row) for the later group-bys.
 
     Args:
         lf: The pass's input (before row ids).
@@ -1216,23 +1284,27 @@ def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], 
         programs: The programs of the pass, by index.
         ks: The indices of the releases aggregated here.
         track: Whether the flags include the cell audits (``crho``, ``csize``).
-        files: The spill's files in row-id order (`_Spill.ordered_files`).
+        parts: The spill's batches: (first row id, rows, file).
 
     Returns:
-        The plan, and the aggregation counting its rows whose spilled row id is not their own
-        (the files and the input not in the same order, or not the same rows): its flags are
-        those of the releases' pass only where it is 0.
+        The plan, and the aggregation counting its rows whose flags the spill does not hold
+        (another input, or ids not each once in the spill): the flags are the replaying
+        pass's only where it is 0.
     """
     plan = _with_row_ids(lf, schema)
     seen: dict[tuple[Any, ...], str] = {}
     for j in ks:
         plan, _ = _program_columns(plan, schema, programs[j], j, False, seen)
-    flags = [f"{_P}ok{j}:{c}" for j in ks for c, _ in programs[j].policy.currencies()]
+    flags: dict[str, Any] = {f"{_P}ok{j}:{c}": pl.Boolean
+                             for j in ks for c, _ in programs[j].policy.currencies()}
     if track:
-        flags += [f"{_P}{x}{j}" for j in ks for x in ("crho", "csize")]
-    spilled = pl.scan_ipc(files).select(pl.col(ROW_ID).alias(_SPILL_ROW), *flags)
-    zipped = pl.concat([spilled, plan], how="horizontal")
-    return zipped, pl.col(ROW_ID).ne_missing(pl.col(_SPILL_ROW)).sum().alias(MISALIGNED)
+        flags |= {f"{_P}{x}{j}": pl.Float64 for j in ks for x in ("crho", "csize")}
+    spilled = _SpilledFlags(parts, list(flags))
+    dtype = pl.Struct({**flags, _UNFOUND: pl.Boolean})
+    plan = plan.with_columns(pl.col(ROW_ID).map_batches(
+        spilled.batch, return_dtype=dtype, is_elementwise=True).alias(f"{_P}spilled")
+                             ).unnest(f"{_P}spilled")
+    return plan, pl.col(_UNFOUND).sum().cast(pl.Int64).alias(MISALIGNED)
 
 
 def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: list[int],

@@ -479,33 +479,50 @@ def test_a_pass_over_several_sets_of_cells_runs_one_group_by_at_a_time(
     assert any(q["units_left_out_by_budget"] for q in a["queries"])
 
 
-@pytest.mark.parametrize("ids", ["decreasing", "with-gaps"])
-def test_a_deferred_set_reads_the_spill_only_beside_the_same_rows(
+@pytest.mark.parametrize("ids", ["decreasing", "with-gaps", "interleaved", "unwritten"])
+def test_a_deferred_set_reads_each_rows_own_spilled_flags(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: str) -> None:
-    """The spilled flags are zipped with the input row by row, each row's id checked.
+    """A deferred set looks each row's flags up by its id, or falls back to a replay.
 
-    Row ids given with the input (as the release workflow numbers its rows): increasing with
-    gaps (rows filtered after numbering), the spill's files are in the input's order and the
-    deferred sets read them; decreasing, the files (in row-id order) are not, and the
-    deferred releases fall back to passes of their own, replaying the filter. Either way the
-    results are the in-memory engine's (whose report lists every id up to the largest, those
-    of no row with no loss).
+    Row ids given with the input (as the release workflow numbers its rows): decreasing, or
+    increasing with gaps (rows filtered after numbering), each id is found once in the spill
+    and the deferred sets read it; interleaved (each batch's ids from two far apart ranges, so
+    the spill's files overlap) or a batch of the spill not written, a row's flags cannot be
+    told apart, and the deferred releases fall back to passes of their own, replaying the
+    filter. Either way the results are the in-memory engine's (whose report lists every id up
+    to the largest, those of no row with no loss).
     """
+    from tabdp.frame import _stream
     from tabdp.frame._stream import ROW_ID
 
     path = tmp_path / "d.parquet"
     frame = mixed_rows(5000, 9)
     if ids == "decreasing":
         frame = frame.with_columns(pl.int_range(5000, 0, -1, dtype=pl.Int64).alias(ROW_ID))
+    elif ids == "interleaved":
+        i = pl.int_range(0, 5000, dtype=pl.Int64)
+        frame = frame.with_columns(((i % 2) * 1_000_000 + i // 2).alias(ROW_ID))
     else:
         frame = (frame.with_row_index(ROW_ID).filter(pl.col(ROW_ID) % 7 != 3)
                  .with_columns(pl.col(ROW_ID).cast(pl.Int64)))
     frame.write_parquet(path, row_group_size=800)
+    if ids == "unwritten":
+        real = _stream._Spill.add
+        written: list[int] = []
+
+        def add(self: Any, ids_: Any, cols: Any) -> None:
+            written.append(1)
+            if len(written) == 3:  # the third batch's file cannot be written
+                self.usable = False
+                return
+            real(self, ids_, cols)
+
+        monkeypatch.setattr(_stream._Spill, "add", add)
     rows = replay_batch_sizes(monkeypatch)
     numbered = dict(unit=ROW_ID, _row_ids=True, budget=5.0)  # as `tabdp run` numbers rows
     s = tabdp.Session(seed=1, streaming=True, track_cells=True, **numbered)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
-    if ids == "decreasing":  # replayed again for each release of the sets after the first
+    if ids in ("interleaved", "unwritten"):  # replayed again for each later set's releases
         assert sum(rows) == 4 * frame.height
     else:
         assert sum(rows) == frame.height
@@ -523,3 +540,52 @@ def test_a_deferred_set_reads_the_spill_only_beside_the_same_rows(
     read = b["per_record"].join(frame.select(ROW_ID), on=ROW_ID, how="semi")
     assert a["per_record"].sort(ROW_ID).equals(read.sort(ROW_ID))
     assert any(q["units_left_out_by_budget"] for q in a["queries"])
+
+
+def test_spilled_flags_are_found_by_row_id_once_or_not_at_all(tmp_path: Path) -> None:
+    """`_SpilledFlags`: any batch of ids, any order, gets each id's own flags or "unfound".
+
+    Files of sorted ids (as `_Spill` writes them), read in any order through a cache of a few
+    files; an id in no file, a null id, a file whose ids repeat and a file reaching past the
+    next file's first id are unfound (their flags could be another row's).
+    """
+    import numpy as np
+
+    from tabdp.frame._stream import _UNFOUND, ROW_ID, _SpilledFlags
+
+    rng = np.random.default_rng(5)
+    parts, truth = [], {}
+    starts = [0, 100, 250, 400, 520, 700, 900]  # files of ids [start, next start), some gaps
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        ids = np.arange(a, b - 3, dtype=np.int64)  # the last 3 ids of each range are absent
+        ok = rng.random(ids.size) < 0.5
+        rho = rng.random(ids.size)
+        path = tmp_path / f"{a:020d}.arrow"
+        pl.DataFrame({ROW_ID: ids, "__tabdp_ok3:rho": ok, "__tabdp_crho3": rho}).write_ipc(path)
+        parts.append((a, ids.size, str(path)))
+        truth |= {int(i): (bool(o), float(r)) for i, o, r in zip(ids, ok, rho, strict=True)}
+    look = _SpilledFlags(list(reversed(parts)), ["__tabdp_ok3:rho", "__tabdp_crho3"])
+    for _ in range(20):  # random batches: every file read, more than the cache holds
+        q = rng.integers(-5, 905, 300)
+        got = look.batch(pl.Series(q)).struct.unnest()
+        for i, o, r, un in zip(q, got["__tabdp_ok3:rho"], got["__tabdp_crho3"], got[_UNFOUND],
+                               strict=True):
+            assert un == (int(i) not in truth)
+            if not un:
+                assert (o, r) == truth[int(i)]
+    nulls = look.batch(pl.Series([None, 5], dtype=pl.Int64)).struct.unnest()
+    assert nulls[_UNFOUND].to_list() == [True, False]
+    # a file whose ids repeat, and one that reaches past the next file's first id: unfound
+    bad = tmp_path / "bad.arrow"
+    pl.DataFrame({ROW_ID: np.array([1000, 1001, 1001, 1002]), "__tabdp_ok3:rho": [True] * 4,
+                  "__tabdp_crho3": [1.0] * 4}).write_ipc(bad)
+    over = tmp_path / "over.arrow"
+    pl.DataFrame({ROW_ID: np.array([2000, 2500]), "__tabdp_ok3:rho": [True] * 2,
+                  "__tabdp_crho3": [1.0] * 2}).write_ipc(over)
+    last = tmp_path / "last.arrow"
+    pl.DataFrame({ROW_ID: np.array([2100]), "__tabdp_ok3:rho": [True],
+                  "__tabdp_crho3": [1.0]}).write_ipc(last)
+    look = _SpilledFlags([(1000, 4, str(bad)), (2000, 2, str(over)), (2100, 1, str(last))],
+                         ["__tabdp_ok3:rho", "__tabdp_crho3"])
+    got = look.batch(pl.Series([1000, 1002, 2000, 2500, 2100])).struct.unnest()
+    assert got[_UNFOUND].to_list() == [True, True, True, True, False]

@@ -606,9 +606,10 @@ class StreamingBackend(_PolarsOutput):
     engine runs one group-by of a query at a time, and would hold every row of the shared plan
     (about 200 bytes a row) for the later ones; so the replaying pass aggregates the first set
     of cells, and writes the admission flags of the others' releases to its spill (beside the
-    report's rows), and each other set is aggregated by a pass over the input, zipped row by row
-    with those flags (`tabdp.frame._stream.deferred_plan`: no replay; each row's id checked,
-    every query fingerprinting the rows it read). Each release's checks, noise and record then
+    report's rows), and each other set is aggregated by a pass over the input, each row with
+    the flags spilled for its id (`tabdp.frame._stream.deferred_plan`: no replay; a row whose
+    flags are not found once sends the set to a replaying pass; every query fingerprints the
+    rows it read). Each release's checks, noise and record then
     follow in order, as if it ran alone: the same tables, noise and per-record losses. A release
     run alone (or one the batch does not hold, or whose set cannot read the spill beside the
     input) has its own pass.
@@ -672,16 +673,16 @@ class StreamingBackend(_PolarsOutput):
                        spill: _Spill | None) -> dict[int, tuple[int, pl.DataFrame]] | None:
         """Aggregate releases of one set of cells from the input and the spilled flags.
 
-        None where the spill holds no file list (a batch not written) or its rows are not
-        the input's, row by row (`deferred_plan`): nothing is kept from the pass then.
+        None where a batch of the spill was not written or a row's flags are not in it
+        (`deferred_plan`): nothing is kept from the pass then.
         """
-        files = None if spill is None else spill.ordered_files()
-        if files is None:
+        parts = None if spill is None else spill.batches()
+        if parts is None:
             return None
         op = rels[0].op
         sess = op.session
         plan, misaligned = deferred_plan(op.lf, op.schema, programs, ks, sess.track_cells,
-                                         files)
+                                         parts)
         queries, split = release_queries(sess, plan, rels, ks, self._fp_cols, [misaligned])
         raw = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
                           report=False)
