@@ -29,6 +29,7 @@ it was charged to.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
@@ -279,6 +280,7 @@ class _Spill:
         self.rows = 0
         self.parts: list[tuple[int, int, str]] = []  # (first row id, rows, file)
         self.usable = True
+        self._seq = itertools.count()
         #: Whether every batch held one contiguous run of row ids (the report needs it).
         self.gapless = True
         #: Keep writing batches whose row ids are not contiguous (`batches` lists them).
@@ -300,7 +302,9 @@ class _Spill:
             if not self.keep_gaps:
                 self.usable = False
                 return
-        path = f"{self.folder}/{int(ids[0]):020d}.arrow"
+        # named by its first row id and a number of its own (review r33: two batches of
+        # repeated ids starting alike must not overwrite one file)
+        path = f"{self.folder}/{int(ids[0]):020d}-{next(self._seq)}.arrow"
         try:
             pl.DataFrame({ROW_ID: ids, **cols}).write_ipc(path, compression="uncompressed")
         except OSError:

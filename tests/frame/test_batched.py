@@ -589,3 +589,112 @@ def test_spilled_flags_are_found_by_row_id_once_or_not_at_all(tmp_path: Path) ->
                          ["__tabdp_ok3:rho", "__tabdp_crho3"])
     got = look.batch(pl.Series([1000, 1002, 2000, 2500, 2100])).struct.unnest()
     assert got[_UNFOUND].to_list() == [True, True, True, True, False]
+
+
+def _changing_input(n: int, first: Any, later: Any) -> tuple[pl.LazyFrame, dict[str, int]]:
+    """A plan over ``n`` rows whose column ``x`` is ``first(x)`` on its first evaluation and
+    ``later(x)`` on every later one (an input that changes between reads)."""
+    import numpy as np
+
+    seen = {"rows": 0}
+
+    def f(s: pl.Series) -> pl.Series:
+        v = s.to_numpy().copy()
+        v = first(v) if seen["rows"] < n else later(v)
+        seen["rows"] += len(s)
+        return pl.Series(v)
+
+    base = pl.DataFrame({"c": ["a", "b"] * (n // 2), "s": [0, 1, 2, 3] * (n // 4),
+                         "x": np.ones(n)})
+    return base.lazy().with_columns(pl.col("x").map_batches(f, return_dtype=pl.Float64)), seen
+
+
+def test_a_deferred_set_never_mixes_two_reads_of_a_changing_input() -> None:
+    """Review r33: flags spilled from one read are never applied to the values of another.
+
+    A session numbered as ``tabdp run`` numbers its rows binds no rows (its records are
+    followed by id), so no later check would see that the deferred set's pass read other
+    values. The pass's row count and fingerprints are compared with the replaying pass's; here
+    they differ (a 10^6 value moves from row 0 to row 1), the set falls back to a replaying
+    pass of its own, and every released total is consistent with its own admissions: the large
+    value is left out of both tables (budget 1), not released in the second with row 1's flag.
+    """
+    import tabdp.frame.backends.polars as backend
+    from tabdp.frame._stream import ROW_ID
+
+    def move(at: int) -> Any:
+        def put(v: Any) -> Any:
+            v[at] = 1e6
+            return v
+        return put
+
+    lf, seen = _changing_input(1000, move(0), move(1))
+    totals: dict[str, float] = {}
+    real = backend.stream_aggregate
+
+    def spy(rel: Any, grouped: Any, *args: Any, **kwargs: Any) -> Any:
+        agg = real(rel, grouped, *args, **kwargs)
+        totals[rel.op.name] = float(agg.full["x"].sum()) / 2**24
+        return agg
+
+    reqs = [dict(kind="sum", measures=["x"], by=["c"], name="x_c", mechanism=mech.Gaussian(10.0),
+                 keys=tabdp.KeySet.from_dict(c=["a", "b"])),
+            dict(kind="sum", measures=["x"], by=["s"], name="x_s", mechanism=mech.Gaussian(10.0),
+                 keys=tabdp.KeySet.from_dict(s=[0, 1, 2, 3]))]
+    s = tabdp.Session(seed=1, streaming=True, budget=1.0, unit=ROW_ID, _row_ids=True)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(backend, "stream_aggregate", spy)
+    try:
+        execute_planned(planned_releases(lf.with_row_index(ROW_ID), s, reqs))
+    finally:
+        mp.undo()
+    assert totals == {"x_c": 999.0, "x_s": 999.0}
+    assert seen["rows"] == 3000  # the replaying pass, the deferred pass, the set's own pass
+
+
+def test_a_row_less_in_the_deferred_pass_is_the_documented_refusal() -> None:
+    """Review r33: an input that loses a row between reads is refused, not a raw error.
+
+    (The zipped first version raised Polars' ShapeError.) The deferred set falls back to its
+    own pass, whose rows the session's bound rows refuse; the first set was released.
+    """
+    import numpy as np
+
+    n, seen = 1000, {"rows": 0}
+
+    def keep(s: pl.Series) -> pl.Series:
+        m = np.ones(len(s), dtype=bool)
+        if seen["rows"] >= n:
+            m[0] = False
+        seen["rows"] += len(s)
+        return pl.Series(m)
+
+    base = pl.DataFrame({"c": ["a", "b"] * (n // 2), "s": [0, 1, 2, 3] * (n // 4)})
+    lf = base.lazy().filter(pl.col("c").map_batches(keep, return_dtype=pl.Boolean))
+    reqs = [dict(kind="count", by=["c"], keys=tabdp.KeySet.from_dict(c=["a", "b"]), name="n_c",
+                 mechanism=mech.Gaussian(3.0)),
+            dict(kind="count", by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1, 2]), name="n_s",
+                 mechanism=mech.Gaussian(3.0))]
+    s = tabdp.Session(seed=1, streaming=True, budget=5.0)
+    with pytest.raises(InvalidParameterError, match="not the rows its earlier releases read"):
+        execute_planned(planned_releases(lf, s, reqs))
+    assert [r.name for r in s.records] == ["n_c"]
+
+
+@pytest.mark.parametrize("session", [dict(budget=5.0), dict(track_cells=True)],
+                         ids=["budget", "audit"])
+def test_no_row_and_one_row_are_released_alike(session: dict[str, Any]) -> None:
+    """Review r33: neighbouring inputs (no row, one row) both release (no data-dependent error).
+
+    With no row no spill batch is written; the first version then failed (an empty file list).
+    """
+    df = pl.DataFrame({"c": ["a"], "s": [0], "x": [5.0]})
+    reqs = [dict(kind="count", by=["c"], keys=tabdp.KeySet.from_dict(c=["a", "b"]), name="n_c",
+                 mechanism=mech.Gaussian(3.0)),
+            dict(kind="count", by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1]), name="n_s",
+                 mechanism=mech.Gaussian(3.0))]
+    for threshold in (10.0, 1.0):  # no row, one row
+        s = tabdp.Session(seed=1, streaming=True, **session)
+        out = execute_planned(planned_releases(df.lazy().filter(pl.col("x") > threshold), s,
+                                               reqs))
+        assert [t.height for t in out] == [2, 2]

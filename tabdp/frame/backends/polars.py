@@ -69,6 +69,7 @@ from tabdp.frame._stream import (
     count_from_kept,
     deferred_plan,
     keep_aggregation,
+    pass_fingerprints,
     release_queries,
     stream_aggregate,
     streaming_quantile_data,
@@ -661,20 +662,29 @@ class StreamingBackend(_PolarsOutput):
         grouped = _spilled_read(ledger, spill, lambda: _read_input(
             sess, lambda: split(pl.collect_all(queries, engine="streaming")), report=False))
         self._fetched = {id(r): (k, g) for r, k, g in zip(first, ks0, grouped, strict=True)}
+        # the rows the replaying pass read: a deferred set's pass must read the same (review
+        # r33: a `tabdp run` session binds no rows, so no later check would see other rows)
+        read = (int(grouped[0][f"{_P}n"].sum() or 0),
+                pass_fingerprints(grouped[0], self._fp_cols))
         for group in sets[1:]:
             got = self._deferred_pass(programs, [rels[i] for i in group],
-                                      [ks[i] for i in group], spill)
+                                      [ks[i] for i in group], spill, read)
             # (None: the spill cannot be read beside the input; each release then has a pass
             # of its own, replaying the filter)
             if got is not None:
                 self._fetched.update(got)
 
     def _deferred_pass(self, programs: list[Program], rels: list[Planned], ks: list[int],
-                       spill: _Spill | None) -> dict[int, tuple[int, pl.DataFrame]] | None:
+                       spill: _Spill | None, read: tuple[int, dict[str, int]]
+                       ) -> dict[int, tuple[int, pl.DataFrame]] | None:
         """Aggregate releases of one set of cells from the input and the spilled flags.
 
-        None where a batch of the spill was not written or a row's flags are not in it
-        (`deferred_plan`): nothing is kept from the pass then.
+        None, and nothing kept from the pass, where it cannot stand for the replaying pass: a
+        batch of the spill not written, a row's flags not in it (`deferred_plan`), other rows
+        read than ``read`` (the replaying pass's row count and fingerprints: an input that
+        changed between the passes, whose flags would be applied to other values), or the
+        pass failing. Each release then has a replaying pass of its own, which checks the rows
+        (or refuses) as any release's does, and whose flags and values come from one read.
         """
         parts = None if spill is None else spill.batches()
         if parts is None:
@@ -684,11 +694,18 @@ class StreamingBackend(_PolarsOutput):
         plan, misaligned = deferred_plan(op.lf, op.schema, programs, ks, sess.track_cells,
                                          parts)
         queries, split = release_queries(sess, plan, rels, ks, self._fp_cols, [misaligned])
-        raw = _read_input(sess, lambda: pl.collect_all(queries, engine="streaming"),
-                          report=False)
+        try:
+            raw = pl.collect_all(queries, engine="streaming")
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # noqa: BLE001 - Rust panics too; the own passes decide
+            return None
         if int(raw[0][MISALIGNED].sum() or 0):
             return None
-        return {id(r): (k, g) for r, k, g in zip(rels, ks, split(raw), strict=True)}
+        got = split(raw)
+        if (int(got[0][f"{_P}n"].sum() or 0), pass_fingerprints(got[0], self._fp_cols)) != read:
+            return None
+        return {id(r): (k, g) for r, k, g in zip(rels, ks, got, strict=True)}
 
     def aggregate(self, rel: Planned) -> Aggregated:
         """The release's group-by over the input, replaying the earlier releases' filter.
