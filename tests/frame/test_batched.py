@@ -698,3 +698,27 @@ def test_no_row_and_one_row_are_released_alike(session: dict[str, Any]) -> None:
         out = execute_planned(planned_releases(df.lazy().filter(pl.col("x") > threshold), s,
                                                reqs))
         assert [t.height for t in out] == [2, 2]
+
+
+def test_a_batch_without_replay_collects_one_query_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No budget, no cell audit: each release's query is its own evaluation of the input.
+
+    Collected together, Polars held every row of the shared plan for all group-bys but one
+    (1.5 GB at 10M rows). Tables, noise, losses and counts are still the in-memory engine's.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(6000, 12).write_parquet(path, row_group_size=1000)
+    calls = _group_bys_per_collect(monkeypatch)
+    s = tabdp.Session(seed=1, streaming=True)
+    execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+    assert calls == [1] * 5
+    results = []
+    for streaming in (True, False):
+        s = tabdp.Session(seed=3, streaming=streaming)
+        outs = execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+        results.append((outs, _state(s)))
+    (t0, a), (t1, b) = results
+    assert all(x.equals(y) for x, y in zip(t0, t1, strict=True))
+    assert a["per_record"].equals(b["per_record"])
+    assert a["queries"] == b["queries"]

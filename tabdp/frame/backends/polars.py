@@ -610,7 +610,9 @@ class StreamingBackend(_PolarsOutput):
     report's rows), and each other set is aggregated by a pass over the input, each row with
     the flags spilled for its id (`tabdp.frame._stream.deferred_plan`: no replay; a row whose
     flags are not found once sends the set to a replaying pass; every query fingerprints the
-    rows it read). Each release's checks, noise and record then
+    rows it read). A batch without a replay (no budget or cell audit) runs one query per
+    release, each its own evaluation of the input, for the same reason. Each release's checks,
+    noise and record then
     follow in order, as if it ran alone: the same tables, noise and per-record losses. A release
     run alone (or one the batch does not hold, or whose set cannot read the spill beside the
     input) has its own pass.
@@ -659,8 +661,17 @@ class StreamingBackend(_PolarsOutput):
         first = [rels[i] for i in sets[0]]
         ks0 = [ks[i] for i in sets[0]]
         queries, split = release_queries(sess, plan, first, ks0, self._fp_cols)
-        grouped = _spilled_read(ledger, spill, lambda: _read_input(
-            sess, lambda: split(pl.collect_all(queries, engine="streaming")), report=False))
+
+        def collect() -> list[pl.DataFrame]:
+            if spill is not None or len(queries) == 1:
+                return split(pl.collect_all(queries, engine="streaming"))
+            # without a spill (no budget or cell audit: a query per release), each query is
+            # its own evaluation of the input: collected together, every row of the shared plan
+            # would be held for all group-bys but one (1.5 GB at 10M rows, for 0.3 s saved)
+            return split([pl.collect_all([q], engine="streaming")[0] for q in queries])
+
+        grouped = _spilled_read(ledger, spill,
+                                lambda: _read_input(sess, collect, report=False))
         self._fetched = {id(r): (k, g) for r, k, g in zip(first, ks0, grouped, strict=True)}
         # the rows the replaying pass read: a deferred set's pass must read the same (review
         # r33: a `tabdp run` session binds no rows, so no later check would see other rows)
