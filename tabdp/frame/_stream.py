@@ -292,6 +292,9 @@ class _Spill:
         n = ids.size
         if not n or not self.usable:
             return
+        if ids.dtype.kind not in "iu":  # null ids (a caller's): no row can be found by id
+            self.usable = False
+            return
         ids = ids.astype(np.int64, copy=False)
         if n > 1 and not bool(np.all(ids[1:] > ids[:-1])):
             order = np.argsort(ids, kind="stable")
@@ -1222,10 +1225,20 @@ class _SpilledFlags:
         self.firsts = np.array([p[0] for p in parts], dtype=np.int64)
         self.files = [p[2] for p in parts]
         self.cols = cols
+        # files starting at the same id (ids held twice): a lookup would see only the later
+        # one, so neither is read (review r34)
+        tied = np.zeros(self.firsts.size, dtype=bool)
+        if self.firsts.size > 1:
+            same = np.diff(self.firsts) == 0
+            tied[1:] |= same
+            tied[:-1] |= same
+        self._tied = tied
         self._lock = threading.Lock()
         self._read: dict[int, tuple[np.ndarray, dict[str, np.ndarray]] | None] = {}
 
     def _file(self, f: int) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+        if self._tied[f]:
+            return None
         with self._lock:
             if f in self._read:
                 return self._read[f]
@@ -1243,12 +1256,14 @@ class _SpilledFlags:
 
     def batch(self, s: pl.Series) -> pl.Series:
         """The flags of the rows whose ids are ``s``, and where none was found (``_UNFOUND``)."""
-        ids = s.cast(pl.Int64).fill_null(-1).to_numpy()
+        valid = s.is_not_null().to_numpy()
+        ids = s.cast(pl.Int64).fill_null(0).to_numpy()
         n = ids.size
         unfound = np.ones(n, dtype=bool)
         out: dict[str, np.ndarray] = {}
-        f_of = np.searchsorted(self.firsts, ids, side="right") - 1
-        for f in np.unique(f_of[(f_of >= 0) & (ids >= 0)]):
+        # a null id is never found (review r34: mapped to -1, it took a row -1's flags)
+        f_of = np.where(valid, np.searchsorted(self.firsts, ids, side="right") - 1, -1)
+        for f in np.unique(f_of[f_of >= 0]):
             rows = np.flatnonzero(f_of == f)
             entry = self._file(int(f))
             if entry is None:

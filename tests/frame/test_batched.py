@@ -589,6 +589,18 @@ def test_spilled_flags_are_found_by_row_id_once_or_not_at_all(tmp_path: Path) ->
                          ["__tabdp_ok3:rho", "__tabdp_crho3"])
     got = look.batch(pl.Series([1000, 1002, 2000, 2500, 2100])).struct.unnest()
     assert got[_UNFOUND].to_list() == [True, True, True, True, False]
+    # review r34: two files starting at the same id (ids held twice) are neither read; a null
+    # id is never found, whatever the files hold (it took a row -1's flags)
+    twice = [tmp_path / "t0.arrow", tmp_path / "t1.arrow"]
+    for i, path in enumerate(twice):
+        pl.DataFrame({ROW_ID: np.array([-1, 0, 1]), "__tabdp_ok3:rho": [i == 0] * 3,
+                      "__tabdp_crho3": [float(i)] * 3}).write_ipc(path)
+    look = _SpilledFlags([(-1, 3, str(twice[0])), (-1, 3, str(twice[1]))],
+                         ["__tabdp_ok3:rho", "__tabdp_crho3"])
+    assert look.batch(pl.Series([-1, 0, 1])).struct.unnest()[_UNFOUND].to_list() == [True] * 3
+    look = _SpilledFlags([(-1, 3, str(twice[0]))], ["__tabdp_ok3:rho", "__tabdp_crho3"])
+    got = look.batch(pl.Series([None, -1, 1], dtype=pl.Int64)).struct.unnest()
+    assert got[_UNFOUND].to_list() == [True, False, False]
 
 
 def _changing_input(n: int, first: Any, later: Any) -> tuple[pl.LazyFrame, dict[str, int]]:
