@@ -1363,15 +1363,16 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
         return queries, lambda got: list(got)
     sets = cell_sets(rels)
     queries = []
-    for n, group in enumerate(sets):
+    for group in sets:
         k0 = ks[group[0]]
         # (tags "__tabdp_t<i>#": no tag is the start of another's, e.g. "t1#" of "t11#"; under
         # the reserved prefix, so no key column takes a tagged name (review r29)
         groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, _tag(group[0]))
         for i in group[1:]:
             aggs += _release_aggs(sess, rels[i], ks[i], [], _tag(i))[1]
-        queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs, *(extra if n == 0
-                                                                           else [])))
+        if not queries:
+            aggs += extra
+        queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs))
 
     def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
         out: list[pl.DataFrame | None] = [None] * len(rels)

@@ -612,10 +612,9 @@ class StreamingBackend(_PolarsOutput):
     flags are not found once sends the set to a replaying pass; every query fingerprints the
     rows it read). A batch without a replay (no budget or cell audit) runs one query per
     release, each its own evaluation of the input, for the same reason. Each release's checks,
-    noise and record then
-    follow in order, as if it ran alone: the same tables, noise and per-record losses. A release
-    run alone (or one the batch does not hold, or whose set cannot read the spill beside the
-    input) has its own pass.
+    noise and record then follow in order, as if it ran alone: the same tables, noise and
+    per-record losses. A release run alone (or one the batch does not hold, or one of a set
+    whose pass cannot stand for the replaying one) has its own pass.
 
     Args:
         rels: The releases executed together (one session, one input): the columns every
@@ -673,6 +672,8 @@ class StreamingBackend(_PolarsOutput):
         grouped = _spilled_read(ledger, spill,
                                 lambda: _read_input(sess, collect, report=False))
         self._fetched = {id(r): (k, g) for r, k, g in zip(first, ks0, grouped, strict=True)}
+        if len(sets) == 1:
+            return
         # the rows the replaying pass read: a deferred set's pass must read the same (review
         # r33: a `tabdp run` session binds no rows, so no later check would see other rows)
         read = (int(grouped[0][f"{_P}n"].sum() or 0),
@@ -680,8 +681,8 @@ class StreamingBackend(_PolarsOutput):
         for group in sets[1:]:
             got = self._deferred_pass(programs, [rels[i] for i in group],
                                       [ks[i] for i in group], spill, read)
-            # (None: the spill cannot be read beside the input; each release then has a pass
-            # of its own, replaying the filter)
+            # (None: the pass cannot stand for the replaying one; each release of the set then
+            # has a pass of its own, replaying the filter)
             if got is not None:
                 self._fetched.update(got)
 
