@@ -604,8 +604,10 @@ def test_spilled_flags_are_found_by_row_id_once_or_not_at_all(tmp_path: Path) ->
 
 
 def _changing_input(n: int, first: Any, later: Any) -> tuple[pl.LazyFrame, dict[str, int]]:
-    """A plan over ``n`` rows whose column ``x`` is ``first(x)`` on its first evaluation and
-    ``later(x)`` on every later one (an input that changes between reads)."""
+    """A plan over ``n`` rows whose column ``x`` changes between evaluations.
+
+    ``x`` is ``first(x)`` on the first evaluation and ``later(x)`` on every later one.
+    """
     import numpy as np
 
     seen = {"rows": 0}
