@@ -906,6 +906,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         stdout: Stream for results (default ``sys.stdout``).
         stderr: Stream for errors and progress (default ``sys.stderr``).
 
+    Called without ``argv`` (as the ``tabdp`` program, reading ``sys.argv``), ``run`` and
+    ``compare`` also tell glibc's allocator to keep freed memory for the rest of the process
+    (`tabdp._alloc.keep_freed_memory`; not when a ``MALLOC_*`` tunable is set); called with
+    ``argv``, the caller's process is left as it is.
+
     Returns:
         The exit code (see the module docstring).
 
