@@ -47,6 +47,7 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.ticker import LogFormatter
 from numpy.typing import ArrayLike
 
+from tabdp._histogram import histogram_bin_index, histogram_edges
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms.smooth import DEFAULT_DELTA, std_vs_gamma
@@ -784,59 +785,6 @@ def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
     else:
         axes[0].set_title(_text(title))
     return fig
-
-
-def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.ndarray:
-    """Bin edges of `histogram_svg` for ``n`` shown values between ``lo`` and ``hi``.
-
-    Args:
-        n: Number of values shown (finite; with ``log_x`` also > 0). At least 1.
-        lo: Smallest shown value.
-        hi: Largest shown value.
-        log_x: Logarithmic bins.
-
-    Returns:
-        The ``nb + 1`` edges, ``nb = min(60, max(10, round(2 √n)))``: geometric with ``log_x``
-        (widened by a factor 1.5 each side when all values are equal), else linear (widened by
-        0.5).
-
-    Example:
-        >>> e = histogram_edges(100, 1.0, 1e4)
-        >>> e.size, float(e[0]), float(e[-1])
-        (21, 1.0, 10000.0)
-    """
-    nb = int(min(60, max(10, round(2 * math.sqrt(n)))))
-    if log_x:
-        if hi <= lo:
-            lo, hi = lo / 1.5, hi * 1.5
-        return np.geomspace(lo, hi, nb + 1)
-    if hi <= lo:
-        lo, hi = lo - 0.5, hi + 0.5
-    return np.linspace(lo, hi, nb + 1)
-
-
-def histogram_bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bin of each value as `numpy.histogram` counts it (last bin closed), -1 outside.
-
-    Args:
-        values: The values.
-        edges: Increasing bin edges.
-
-    Returns:
-        One int64 index per value: ``i`` with ``edges[i] <= v < edges[i + 1]`` (``v ==
-        edges[-1]`` in the last bin); -1 for values outside the edges or NaN.
-
-    Example:
-        >>> histogram_bin_index(np.array([0.5, 1.0, 1.5, 2.0, 3.0]), np.array([1.0, 2.0])
-        ...                     ).tolist()
-        [-1, 0, 0, 0, -1]
-    """
-    v = np.asarray(values, dtype=np.float64)
-    e = np.asarray(edges, dtype=np.float64)
-    idx = np.searchsorted(e, v, side="right").astype(np.int64) - 1
-    idx[v == e[-1]] = e.size - 2
-    idx[(idx < 0) | (idx > e.size - 2) | np.isnan(v)] = -1
-    return idx
 
 
 def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = True) -> str:

@@ -31,15 +31,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp.plotting import (
-    histogram_bin_index,
-    histogram_counts_svg,
-    histogram_edges,
-    loss_curves_svg,
-    moe_curves_svg,
-    public_figure_svg,
-    scatter_svg,
-)
+from tabdp._histogram import histogram_bin_index, histogram_edges
 from tabdp.privacy.budget import Budget
 from tabdp.report.streaming import (
     BatchedOrderStatistics,
@@ -816,6 +808,8 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         >>> 'id="plot-loss"' in page and 'id="plot-moe"' in page
         True
     """
+    from tabdp.plotting import loss_curves_svg, moe_curves_svg, public_figure_svg
+
     release = summary.get("release") or {}
     version = str(summary.get("tabdp_version", ""))
     title = _release_title(release)
@@ -1666,6 +1660,8 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         >>> "CONFIDENTIAL" in page and 'id="plot-loss-size"' in page
         True
     """
+    from tabdp.plotting import histogram_counts_svg, scatter_svg
+
     release = report.get("release") or {}
     title = _release_title(release)
     unit = str(report.get("unit") or "row")

@@ -1438,3 +1438,30 @@ def test_only_the_program_itself_tunes_the_allocator(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(sys, "argv", ["tabdp", "run", "no-such-spec.toml"])
     assert cli.main(argv, stderr=io.StringIO()) != 0  # the spec is missing: exit 2
     assert called == ([True] if argv is None else [])
+
+
+def test_a_run_holds_no_figure_library_while_it_reads_the_data(
+        tmp_path: Path, datasets: tuple[Path, Path]) -> None:
+    """matplotlib is imported to draw the HTML pages, after the data's pass, not before it.
+
+    (Its 35–40 MB would be resident while the release holds the data: the run's peak.) A fresh
+    process: the test session has imported matplotlib long ago.
+    """
+    spec = write_spec(tmp_path, datasets[0], tmp_path / "out")
+    code = (
+        "import sys\n"
+        "import tabdp.release._tables as T\n"
+        "from tabdp import cli\n"
+        "seen = []\n"
+        "f = T._released_tables\n"
+        "def g(*a, **k):\n"
+        "    seen.append('matplotlib' in sys.modules)\n"
+        "    return f(*a, **k)\n"
+        "T._released_tables = g\n"
+        f"rc = cli.main(['run', {str(spec)!r}, '--quiet', '--test-seed'])\n"
+        "print(seen, 'matplotlib' in sys.modules, rc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split("\n")[-2] == "[False] True 0", done.stdout + done.stderr
+    page = (tmp_path / "out" / "public" / "summary.html").read_text(encoding="utf-8")
+    assert 'id="plot-loss"' in page and "<svg" in page
