@@ -1444,8 +1444,8 @@ def test_a_run_holds_no_figure_library_while_it_reads_the_data(
         tmp_path: Path, datasets: tuple[Path, Path]) -> None:
     """The figure library (matplotlib) is imported to draw the HTML pages, after the data's pass.
 
-    Not before it: its 35–40 MB would be resident while the release holds the data (the run's peak). A fresh
-    process: the test session has imported matplotlib long ago.
+    Not before it: its 35–40 MB would be resident while the release holds the data (the run's
+    peak). A fresh process: the test session has imported matplotlib long ago.
     """
     spec = write_spec(tmp_path, datasets[0], tmp_path / "out")
     code = (
