@@ -40,7 +40,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tabdp._numeric import integer_dtype
-from tabdp.exceptions import InvalidParameterError
+from tabdp._reserved import ROW_ID
+from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.privacy.ledger import DenseLedger, ReplayLedger
 
 __all__ = ["FrameBinding", "of", "attach", "use_engine", "choose_ledger", "cached_snapshot",
@@ -132,7 +133,12 @@ class FrameBinding:
             This session counts each row as a unit (row ids), but this f
         """
         session = self._session()
-        if session is None or session.unit is not None:
+        if session is None:
+            return
+        # the release workflow's streaming sessions number the rows themselves (``ROW_ID``,
+        # one record per row) and read the input once per pass: bound like row mode
+        numbered = (session.unit == ROW_ID and session.streaming and session.rows_one_cell)
+        if session.unit is not None and not numbered:
             return
         changed = sorted(c for c, f in fingerprints.items()
                          if c in self._fingerprints and self._fingerprints[c] != f)
@@ -143,6 +149,14 @@ class FrameBinding:
             what = ("it does not have the number of rows the session's earlier releases read"
                     if self._n_rows is not None and n_rows != self._n_rows
                     else f"column(s) {changed} do not hold the same values in the same rows")
+            if numbered:
+                raise DataValidationError(
+                    "The release's input changed while the release read it: a pass over the "
+                    f"input did not read the rows the earlier passes read ({what}). Each row "
+                    "is a record numbered by its position, so a rewritten, replaced or "
+                    "reordered input would charge one record's loss to another; nothing was "
+                    "written.\nHint: leave the input unchanged until the run ends (write a "
+                    "new release's data to a new file or folder), then run again.")
             raise InvalidParameterError(
                 "This session counts each row as a unit (row ids), but this frame's rows are "
                 f"not the rows its earlier releases read: {what}. A reordered, filtered or "
@@ -152,7 +166,8 @@ class FrameBinding:
                 "across different frames.")
         if self._n_rows is None:
             self._n_rows = n_rows
-            _cover(session.ledger, n_rows)
+            if not numbered:  # the workflow's replayed ledger lists the rows it reads
+                _cover(session.ledger, n_rows)
         for c, f in fingerprints.items():
             self._fingerprints.setdefault(c, f)
 

@@ -17,7 +17,7 @@ from _engines import mixed_rows, replay_batch_sizes
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.exceptions import ColumnNotFoundError, InvalidParameterError
+from tabdp.exceptions import ColumnNotFoundError, DataValidationError, InvalidParameterError
 from tabdp.frame._release import execute_planned, planned_releases
 from tabdp.privacy.budget import Budget
 
@@ -626,12 +626,12 @@ def _changing_input(n: int, first: Any, later: Any) -> tuple[pl.LazyFrame, dict[
 def test_a_deferred_set_never_mixes_two_reads_of_a_changing_input() -> None:
     """Review r33: flags spilled from one read are never applied to the values of another.
 
-    A session numbered as ``tabdp run`` numbers its rows binds no rows (its records are
-    followed by id), so no later check would see that the deferred set's pass read other
-    values. The pass's row count and fingerprints are compared with the replaying pass's; here
-    they differ (a 10^6 value moves from row 0 to row 1), the set falls back to a replaying
-    pass of its own, and every released total is consistent with its own admissions: the large
-    value is left out of both tables (budget 1), not released in the second with row 1's flag.
+    The deferred set's pass row count and fingerprints are compared with the replaying pass's;
+    here they differ (a 10^6 value moves from row 0 to row 1), so the set falls back to a
+    replaying pass of its own, not releasing the large value with row 1's flag. A session
+    numbered as ``tabdp run`` numbers its rows (records by position) then binds its rows as
+    row mode does: that pass read other rows than the first, so the second set is refused
+    (the first was released, consistent with its own admissions: the large value left out).
     """
     import tabdp.frame.backends.polars as backend
     from tabdp.frame._stream import ROW_ID
@@ -659,11 +659,13 @@ def test_a_deferred_set_never_mixes_two_reads_of_a_changing_input() -> None:
     mp = pytest.MonkeyPatch()
     mp.setattr(backend, "stream_aggregate", spy)
     try:
-        execute_planned(planned_releases(lf.with_row_index(ROW_ID), s, reqs))
+        with pytest.raises(DataValidationError, match="input changed while the release read"):
+            execute_planned(planned_releases(lf.with_row_index(ROW_ID), s, reqs))
     finally:
         mp.undo()
-    assert totals == {"x_c": 999.0, "x_s": 999.0}
+    assert totals == {"x_c": 999.0}
     assert seen["rows"] == 3000  # the replaying pass, the deferred pass, the set's own pass
+    assert [r.name for r in s.records] == ["x_c"]
 
 
 def test_a_row_less_in_the_deferred_pass_is_the_documented_refusal() -> None:

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -1465,3 +1466,81 @@ def test_a_run_holds_no_figure_library_while_it_reads_the_data(
     assert done.stdout.split("\n")[-2] == "[False] True 0", done.stdout + done.stderr
     page = (tmp_path / "out" / "public" / "summary.html").read_text(encoding="utf-8")
     assert 'id="plot-loss"' in page and "<svg" in page
+
+
+ROW_MODE_SPEC = """
+[release]
+name = "rows"
+[input]
+path = "data.parquet"
+[hierarchies.geo]
+file = "{hier}/geography.csv"
+levels = ["state", "county"]
+[hierarchies.industry]
+file = "{hier}/naics.csv"
+levels = ["naics2", "naics3", "naics4", "naics6"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "county_naics2"
+measures = ["payroll"]
+by = ["county", "naics2"]
+mechanism = {{ family = "log", sigma = 0.3, offset = 1000.0 }}
+[[tables]]
+name = "state_naics6"
+measures = ["payroll"]
+by = ["state", "naics6"]
+mechanism = {{ family = "log", sigma = 0.3, offset = 1000.0 }}
+"""
+
+
+@pytest.mark.parametrize("when", ["between-passes", "before-the-report"])
+def test_an_input_rewritten_during_a_row_mode_run_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """A row-mode run numbers its rows by position, and a pass reads the input again.
+
+    The input is rewritten with the same rows in reverse order (the same bytes' length and
+    footer, so the reader's cached metadata still reads it) before the second set of cells'
+    pass, or before the report's: that pass would charge one row's loss to another's record.
+    Every pass and the report's read check the row count and fingerprints of the first pass's
+    rows, so the run is refused (exit 4, the data's failure) and nothing public is written.
+    """
+    import pyarrow.parquet as pq
+
+    import tabdp.frame.backends.polars as backend
+
+    data = tmp_path / "data.parquet"
+    df = generate_establishments(3000, seed=5)
+
+    def write(frame: pl.DataFrame) -> None:  # plain pages: a permutation keeps every offset
+        pq.write_table(frame.to_arrow(), data, compression="NONE", use_dictionary=False,
+                       write_statistics=False)
+
+    write(df)
+    size = data.stat().st_size
+    spec = tmp_path / "s.toml"
+    spec.write_text(ROW_MODE_SPEC.format(hier=HIER.as_posix()))
+    calls = {"n": 0}
+    name = "_deferred_pass" if when == "between-passes" else "write_report"
+    owner: Any = backend.StreamingBackend
+    if name == "write_report":
+        import tabdp.frame._stream as owner
+        name = "sink_report"
+    real = getattr(owner, name)
+
+    def rewrite(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        write(df.reverse())
+        assert data.stat().st_size == size
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, rewrite)
+    code, _, err = run("run", str(spec), "--quiet")
+    assert calls["n"] == 1
+    assert code == 4, err
+    detail = json.dumps(failure(tmp_path / "out"))
+    assert ("input changed while the release read it" in detail if when == "between-passes"
+            else "no longer holds the rows its releases read" in detail), detail
+    assert "Invalid thrift" not in detail and "ComputeError" not in detail, detail
+    assert not (tmp_path / "out" / "public").exists()
