@@ -3034,6 +3034,7 @@ def _write_report(ledger: Any, session: Session, delta: float | None, path: Any,
 # Names the release workflow's Spark glue (tabdp.release._spark_run) shares with this engine.
 quiet = _quiet
 row_ids = _row_ids
+free_checkpoint = _free_checkpoint
 spark_type = _spark_type
 try_cast = _try_cast
 write_single_parquet = _write_single_parquet

@@ -743,8 +743,8 @@ def _read_input(sess: Session, read: Callable[[], _T], report: bool) -> _T:
     """
     try:
         return read()
-    except (KeyboardInterrupt, SystemExit):
-        raise
+    except (KeyboardInterrupt, SystemExit, MemoryError):
+        raise  # (running out of memory is not a changed input; review r35)
     except InvalidParameterError:
         raise  # tabdp's own refusal (the row check)
     except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions

@@ -41,7 +41,7 @@ from typing import Any
 
 from tabdp._numeric import integer_dtype
 from tabdp._reserved import ROW_ID
-from tabdp.exceptions import DataValidationError, InvalidParameterError
+from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.ledger import DenseLedger, ReplayLedger
 
 __all__ = ["FrameBinding", "of", "attach", "use_engine", "choose_ledger", "cached_snapshot",
@@ -149,8 +149,8 @@ class FrameBinding:
             what = ("it does not have the number of rows the session's earlier releases read"
                     if self._n_rows is not None and n_rows != self._n_rows
                     else f"column(s) {changed} do not hold the same values in the same rows")
-            if numbered:
-                raise DataValidationError(
+            if numbered:  # (tabdp's own refusal, as every streaming session's; review r35)
+                raise InvalidParameterError(
                     "The release's input changed while the release read it: a pass over the "
                     f"input did not read the rows the earlier passes read ({what}). Each row "
                     "is a record numbered by its position, so a rewritten, replaced or "

@@ -156,21 +156,36 @@ def number_rows(sdf: Any, name: str) -> tuple[Any, Any]:
     """Add the row id column ``name`` in the order Spark reads the input.
 
     Rows are numbered partition by partition, row by row (only the number of rows of each
-    partition reaches the driver), before any rule, join or filter.
+    partition reaches the driver), before any rule, join or filter. The numbered rows are a
+    local checkpoint, not a cache: every table's pass reads the rows the first one numbered,
+    and a lost block fails the job instead of being recomputed from an input that may have
+    changed since (the ids are positions: a changed input would charge one row's loss to
+    another's record; review r35).
 
     Args:
         sdf: The input.
         name: The row id column.
 
     Returns:
-        The numbered frame and the persisted frame it reads (unpersist it after the run).
+        The numbered frame and the checkpointed frame it reads (`free_rows` after the run).
     """
     from pyspark.sql import functions as F
 
     from tabdp.frame.backends.spark import row_ids
 
-    base, rid, _ = row_ids(sdf, sdf.columns)
+    base, rid, _ = row_ids(sdf, sdf.columns, checkpoint=True)
     return base.select(rid.alias(name), *[F.col(c) for c in sdf.columns]), base
+
+
+def free_rows(base: Any) -> None:
+    """Free the blocks of `number_rows`' checkpoint now (``unpersist`` leaves them to Spark).
+
+    Args:
+        base: The checkpointed frame `number_rows` returned.
+    """
+    from tabdp.frame.backends.spark import free_checkpoint
+
+    free_checkpoint(base)
 
 
 def _pl_schema(sdf: Any) -> dict[str, Any]:

@@ -247,7 +247,7 @@ class _SpecInput:
                          row.get("rows") if inp.unit is None else None)
         finally:
             for p in persisted:
-                p.unpersist()
+                sr.free_rows(p)
 
 
 def _run_with_data(spec: ReleaseSpec, summary: dict[str, Any], started: str, epoch: float,

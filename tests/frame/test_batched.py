@@ -17,7 +17,7 @@ from _engines import mixed_rows, replay_batch_sizes
 
 import tabdp
 from tabdp import mechanisms as mech
-from tabdp.exceptions import ColumnNotFoundError, DataValidationError, InvalidParameterError
+from tabdp.exceptions import ColumnNotFoundError, InvalidParameterError
 from tabdp.frame._release import execute_planned, planned_releases
 from tabdp.privacy.budget import Budget
 
@@ -659,7 +659,7 @@ def test_a_deferred_set_never_mixes_two_reads_of_a_changing_input() -> None:
     mp = pytest.MonkeyPatch()
     mp.setattr(backend, "stream_aggregate", spy)
     try:
-        with pytest.raises(DataValidationError, match="input changed while the release read"):
+        with pytest.raises(InvalidParameterError, match="input changed while the release read"):
             execute_planned(planned_releases(lf.with_row_index(ROW_ID), s, reqs))
     finally:
         mp.undo()
@@ -738,3 +738,27 @@ def test_a_batch_without_replay_collects_one_query_at_a_time(
     assert all(x.equals(y) for x, y in zip(t0, t1, strict=True))
     assert a["per_record"].equals(b["per_record"])
     assert a["queries"] == b["queries"]
+
+
+def test_running_out_of_memory_in_a_later_pass_is_not_called_a_changed_input() -> None:
+    """Review r35: a failed pass of a bound session is a refusal, unless memory ran out.
+
+    Once a streaming session has bound its rows, a pass that fails is refused as an input that
+    no longer reads as its rows; running out of memory is raised as it is.
+    """
+    from tabdp.frame import _stream
+
+    s = tabdp.Session(seed=1, streaming=True)
+    lf = pl.DataFrame({"c": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]}).lazy()
+    lf.dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                mechanism=mech.Gaussian(3.0), session=s)
+
+    def fails(err: BaseException) -> Any:
+        def read() -> Any:
+            raise err
+        return read
+
+    with pytest.raises(MemoryError):
+        _stream._read_input(s, fails(MemoryError()), report=False)
+    with pytest.raises(InvalidParameterError, match="could not be read as the rows"):
+        _stream._read_input(s, fails(pl.exceptions.ComputeError("x")), report=False)

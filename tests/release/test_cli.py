@@ -1495,9 +1495,10 @@ mechanism = {{ family = "log", sigma = 0.3, offset = 1000.0 }}
 """
 
 
+@pytest.mark.parametrize("dropped", [False, True], ids=["all-rows", "rows-dropped"])
 @pytest.mark.parametrize("when", ["between-passes", "before-the-report"])
 def test_an_input_rewritten_during_a_row_mode_run_is_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str, dropped: bool) -> None:
     """A row-mode run numbers its rows by position, and a pass reads the input again.
 
     The input is rewritten with the same rows in reverse order (the same bytes' length and
@@ -1505,6 +1506,8 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     pass, or before the report's: that pass would charge one row's loss to another's record.
     Every pass and the report's read check the row count and fingerprints of the first pass's
     rows, so the run is refused (exit 4, the data's failure) and nothing public is written.
+    With rows dropped by a rule (negative payroll), the ids have gaps and the report is
+    replayed from the input rather than read from the spill: the same refusal (review r35).
     """
     import pyarrow.parquet as pq
 
@@ -1512,6 +1515,9 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
 
     data = tmp_path / "data.parquet"
     df = generate_establishments(3000, seed=5)
+    if dropped:
+        df = df.with_columns(pl.when(pl.int_range(pl.len()) % 10 == 3).then(-pl.col("payroll"))
+                             .otherwise(pl.col("payroll")).alias("payroll"))
 
     def write(frame: pl.DataFrame) -> None:  # plain pages: a permutation keeps every offset
         pq.write_table(frame.to_arrow(), data, compression="NONE", use_dictionary=False,
@@ -1520,7 +1526,9 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     write(df)
     size = data.stat().st_size
     spec = tmp_path / "s.toml"
-    spec.write_text(ROW_MODE_SPEC.format(hier=HIER.as_posix()))
+    text = ROW_MODE_SPEC.format(hier=HIER.as_posix())
+    spec.write_text(text.replace('path = "data.parquet"', 'path = "data.parquet"\n'
+                                 'negatives = "drop"') if dropped else text)
     calls = {"n": 0}
     name = "_deferred_pass" if when == "between-passes" else "write_report"
     owner: Any = backend.StreamingBackend
@@ -1539,7 +1547,9 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     code, _, err = run("run", str(spec), "--quiet")
     assert calls["n"] == 1
     assert code == 4, err
-    detail = json.dumps(failure(tmp_path / "out"))
+    found = failure(tmp_path / "out")
+    assert found["error"] == "InvalidParameterError", found
+    detail = json.dumps(found)
     assert ("input changed while the release read it" in detail if when == "between-passes"
             else "no longer holds the rows its releases read" in detail), detail
     assert "Invalid thrift" not in detail and "ComputeError" not in detail, detail

@@ -316,3 +316,26 @@ by = ["c"]
     assert spec.input.table == "lake.db.t" and spec.input.path is None
     code, out, err = _run("validate", str(path))  # nothing to check without Spark
     assert code == 0, err
+
+
+def test_numbered_rows_are_not_recomputed_from_a_changed_input(spark: Any,
+                                                               tmp_path: Path) -> None:
+    """Review r35: a run's row ids are positions, and every table reads the numbered rows.
+
+    They are a local checkpoint, not a cache: when Spark drops its cached blocks (here
+    ``clearCache``, standing in for a lost executor) and the input file has changed since,
+    the numbered rows still hold what the first pass read (a cache would be recomputed from the
+    new file, and the later tables would charge one row's loss to another's record).
+    """
+    from tabdp.release import _spark_run as sr
+
+    path = tmp_path / "in.parquet"
+    pl.DataFrame({"x": [1.0, 2.0, 3.0]}).write_parquet(path)
+    numbered, base = sr.number_rows(spark.read.parquet(str(path)), "__tabdp_row")
+    try:
+        first = sorted(r["x"] for r in numbered.collect())
+        pl.DataFrame({"x": [10.0, 20.0, 30.0]}).write_parquet(path)
+        spark.catalog.clearCache()
+        assert sorted(r["x"] for r in numbered.collect()) == first == [1.0, 2.0, 3.0]
+    finally:
+        sr.free_rows(base)

@@ -21,6 +21,7 @@ from tabdp.frame._spark import (
     SparkBackend,
     SparkReplayLedger,
     SparkUnitLedger,
+    free_checkpoint,
     polars_schema,
     quiet,
     row_ids,
@@ -32,9 +33,9 @@ from tabdp.frame._spark import (
 )
 
 __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_grouped_release",
-           "spark_quantile_release", "polars_schema", "quiet", "row_ids", "spark_type",
-           "try_cast", "write_single_parquet", "to_polars", "report_view", "REPORT_UNITS",
-           "RESERVED"]
+           "spark_quantile_release", "polars_schema", "quiet", "row_ids", "free_checkpoint",
+           "spark_type", "try_cast", "write_single_parquet", "to_polars", "report_view",
+           "REPORT_UNITS", "RESERVED"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
