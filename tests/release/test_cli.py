@@ -28,19 +28,10 @@ from tabdp.release import runner as runner_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import write_curator  # noqa: E402
+from _specs import hierarchies  # noqa: E402
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"
-
-HIERARCHIES = """
-[hierarchies.geo]
-file = "{hier}/geography.csv"
-levels = ["state", "county"]
-
-[hierarchies.industry]
-file = "{hier}/naics.csv"
-levels = ["naics2", "naics3", "naics4", "naics6"]
-"""
 
 SPEC = """
 [release]
@@ -107,7 +98,7 @@ def write_spec(tmp: Path, data: Path, out: Path, *, negatives: str = "error",
                budget: str = "", seed: int = 7, name: str = "release.toml") -> Path:
     text = SPEC.format(data=data.as_posix(), out=out.as_posix(), negatives=negatives,
                        budget=budget, seed=seed,
-                       hierarchies=HIERARCHIES.format(hier=HIER.as_posix()))
+                       hierarchies=hierarchies())
     path = tmp / name
     path.write_text(text, encoding="utf-8")
     return path
@@ -1525,7 +1516,7 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     write(df)
     size = data.stat().st_size
     spec = tmp_path / "s.toml"
-    text = ROW_MODE_SPEC.format(hierarchies=HIERARCHIES.format(hier=HIER.as_posix()))
+    text = ROW_MODE_SPEC.format(hierarchies=hierarchies())
     spec.write_text(text.replace('path = "data.parquet"', 'path = "data.parquet"\n'
                                  'negatives = "drop"') if dropped else text)
     calls = {"n": 0}

@@ -12,26 +12,19 @@ import re
 from pathlib import Path
 
 import pytest
+from _specs import hierarchies
 
-import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
 from tabdp.release.runner import run_release
 from tabdp.release.spec import load_spec
-
-HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
 SPEC = """
 [release]
 name = "progress"
 [input]
 path = "d.parquet"
-[hierarchies.geo]
-file = "{hier}/geography.csv"
-levels = ["state", "county"]
-[hierarchies.industry]
-file = "{hier}/naics.csv"
-levels = ["naics2", "naics3", "naics4", "naics6"]
+{hierarchies}
 [randomness]
 seed = 3
 [output]
@@ -62,7 +55,7 @@ def spec_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("progress")
     generate_establishments(2000, seed=5).write_parquet(folder / "d.parquet")
     path = folder / "release.toml"
-    path.write_text(SPEC.format(hier=HIER.as_posix()), encoding="utf-8")
+    path.write_text(SPEC.format(hierarchies=hierarchies()), encoding="utf-8")
     return path
 
 
