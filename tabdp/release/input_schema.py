@@ -30,7 +30,7 @@ import polars as pl
 
 from tabdp.exceptions import ColumnTypeError, DataValidationError, SpecError
 from tabdp.frame.keys import KeySet, check_cell_keys
-from tabdp.release._input import scan_input
+from tabdp.release._input import ROW_ID, scan_input
 from tabdp.release.spec import ReleaseSpec, read_keys
 
 __all__ = ["read_input_schema", "check_input_schema", "check_spec_input_schema"]
@@ -133,6 +133,11 @@ def check_input_schema(spec: ReleaseSpec, schema: Mapping[str, Any], *,
     names = list(schema)
     listed = f"{source}'s columns are {_columns(names)}"
     unit = spec.input.unit
+    if unit is None and ROW_ID in schema:
+        raise SpecError("input.path", f"{source} has a column named {ROW_ID!r}, the name of the "
+                                      "row ids a row-mode run gives each row (no input.unit). "
+                                      f"{_NO_DATA}\nHint: drop or rename that column in the "
+                                      "input, or set input.unit to a column of record ids.")
     if unit is not None:
         if unit not in schema:
             raise SpecError("input.unit", f"the unit column {unit!r} is not a column of "

@@ -1544,3 +1544,20 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
             else "no longer holds the rows its releases read" in detail), detail
     assert "Invalid thrift" not in detail and "ComputeError" not in detail, detail
     assert not (tmp_path / "out" / "public").exists()
+
+
+def test_an_input_column_named_like_the_row_ids_is_a_spec_error(tmp_path: Path) -> None:
+    """A row-mode input with a column named ``__tabdp_row`` is refused before any data is read.
+
+    (It failed with Polars' ``DuplicateError`` after the run had read the data: exit 4 and a
+    raw message; r35.)
+    """
+    df = generate_establishments(200, seed=3).with_row_index("__tabdp_row")
+    df.write_parquet(tmp_path / "data.parquet")
+    spec = tmp_path / "s.toml"
+    spec.write_text(ROW_MODE_SPEC.format(hierarchies=hierarchies()))
+    for args in (("validate",), ("run", "--quiet")):
+        code, _, err = run(args[0], str(spec), *args[1:])
+        assert code == 2, err
+        assert "input.path" in err and "'__tabdp_row'" in err and "no data was read" in err
+    assert not (tmp_path / "out").exists()
