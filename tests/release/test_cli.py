@@ -1501,6 +1501,7 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     """
     import pyarrow.parquet as pq
 
+    import tabdp.frame._stream as stream
     import tabdp.frame.backends.polars as backend
 
     data = tmp_path / "data.parquet"
@@ -1520,11 +1521,9 @@ def test_an_input_rewritten_during_a_row_mode_run_is_refused(
     spec.write_text(text.replace('path = "data.parquet"', 'path = "data.parquet"\n'
                                  'negatives = "drop"') if dropped else text)
     calls = {"n": 0}
-    name = "_deferred_pass" if when == "between-passes" else "write_report"
-    owner: Any = backend.StreamingBackend
-    if name == "write_report":
-        import tabdp.frame._stream as owner
-        name = "sink_report"
+    # the second set of cells' pass, or the per-record report's read
+    owner, name = ((backend.StreamingBackend, "_deferred_pass") if when == "between-passes"
+                   else (stream, "sink_report"))
     real = getattr(owner, name)
 
     def rewrite(*args: Any, **kwargs: Any) -> Any:
