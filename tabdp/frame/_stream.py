@@ -259,7 +259,9 @@ class _Spill:
     the object or once the report is written), so that the report (`sink_report`) reads them
     instead of replaying every program over the input again. Each batch's rows are stored in
     row-id order; the files are read in row-id order, and only if they hold every row of the
-    input exactly once in contiguous batches (else the report is replayed as before).
+    input exactly once in contiguous batches (else the report is replayed as before). A
+    column that is one value over a batch, or a copy of another, is not written (`_compact`)
+    and is restored as it was when read (`read`, `scan`): about half the bytes on disk.
 
     Attributes:
         names: The programs replayed, in release order (set by `_replayed`).
@@ -285,6 +287,8 @@ class _Spill:
         self.gapless = True
         #: Keep writing batches whose row ids are not contiguous (`batches` lists them).
         self.keep_gaps = False
+        #: Per file, the columns not written to it (`_compact`): constants and copies.
+        self.layout: dict[str, _Layout] = {}
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
     def add(self, ids: np.ndarray, cols: dict[str, np.ndarray]) -> None:
@@ -308,8 +312,9 @@ class _Spill:
         # named by its first row id and a number of its own (review r33: two batches of
         # repeated ids starting alike must not overwrite one file)
         path = f"{self.folder}/{int(ids[0]):020d}-{next(self._seq)}.arrow"
+        stored, layout = _compact(cols)
         try:
-            pl.DataFrame({ROW_ID: ids, **cols}).write_ipc(path, compression="uncompressed")
+            pl.DataFrame({ROW_ID: ids, **stored}).write_ipc(path, compression="uncompressed")
         except OSError:
             # the files only spare the report a replay: a write refused (the temporary
             # folder full or gone) makes the report replay, never fails the release
@@ -318,6 +323,7 @@ class _Spill:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return
+        self.layout[path] = layout
         self.parts.append((int(ids[0]), n, path))
 
     def files(self) -> list[str] | None:
@@ -341,9 +347,109 @@ class _Spill:
         """
         return list(self.parts) if self.usable else None
 
+    def read(self, path: str, columns: list[str]) -> pl.DataFrame:
+        """``columns`` of one file (row ids first), its constants and copies restored."""
+        consts, copies, names = self.layout[path]
+        want = [c for c in columns if c not in consts and c not in copies]
+        want += [copies[c] for c in columns if c in copies and copies[c] not in want]
+        got = pl.read_ipc(path, columns=want)
+        return got.select(_restored(columns, consts, copies))
+
+    def scan(self, files: list[str]) -> pl.LazyFrame:
+        """Every column of ``files`` (`files`'s order), constants and copies restored.
+
+        Files of one layout are scanned together; the scans are concatenated in order.
+        """
+        groups: list[tuple[_Layout, list[str]]] = []
+        for f in files:
+            lay = self.layout[f]
+            if groups and groups[-1][0] == lay:
+                groups[-1][1].append(f)
+            else:
+                groups.append((lay, [f]))
+        scans = [pl.scan_ipc(fs).select(_restored([ROW_ID, *lay[2]], lay[0], lay[1]))
+                 for lay, fs in groups]
+        return scans[0] if len(scans) == 1 else pl.concat(scans, how="vertical")
+
     def close(self) -> None:
         """Remove the folder and its files."""
         self._remove()
+
+
+class _Layout(NamedTuple):
+    """The columns of a spill file not written to it, and every column's name in order."""
+
+    consts: dict[str, tuple[Any, pl.DataType]]  # column: (its one value, its dtype)
+    copies: dict[str, str]                      # column: the written column it equals
+    names: tuple[str, ...]                      # every column (row ids aside), in order
+
+
+#: Batches shorter than this are written as they are (`_compact`).
+_COMPACT_MIN = 64
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same bytes (so ``-0.0`` differs from ``0.0``)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype == np.float64:
+        return bool(np.array_equal(a.view(np.int64), b.view(np.int64)))
+    return bool(np.array_equal(a, b))
+
+
+def _compact(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], _Layout]:
+    """The columns a spill file holds, and the layout that restores the others.
+
+    A float64 or boolean column whose values are all the same bits (a loss component a
+    release never charged, a count's ρ, a pure release's ε = ∞) is kept as its one value; a
+    column with the same bits as an earlier written one (ρ_z equal to ρ, two releases of one
+    policy over the same measure) as that column's name. Both are restored exactly
+    (`_restored`): the report reads the same doubles; the files hold about half the bytes.
+
+    Example:
+        >>> cols = {"a": np.arange(64.0), "b": np.zeros(64), "c": np.arange(64.0)}
+        >>> stored, lay = _compact(cols)
+        >>> list(stored), lay.consts["b"][0], lay.copies
+        (['a'], 0.0, {'c': 'a'})
+    """
+    names = tuple(cols)
+    consts: dict[str, tuple[Any, pl.DataType]] = {}
+    copies: dict[str, str] = {}
+    stored: dict[str, np.ndarray] = {}
+    for k, v in cols.items():
+        n = v.size
+        if n >= _COMPACT_MIN and v.ndim == 1 and v.dtype in (np.float64, np.bool_):
+            first = v[0]
+            if v.dtype == np.float64:
+                bits = v.view(np.int64)
+                if not np.isnan(first) and bool(np.all(bits == bits[0])):
+                    consts[k] = (float(first), pl.Float64())
+                    continue
+            elif bool(v.all()) or not bool(v.any()):
+                consts[k] = (bool(first), pl.Boolean())
+                continue
+            twin = next((j for j, w in stored.items() if w.dtype == v.dtype
+                         and _same_bits(w[:1], v[:1]) and _same_bits(w, v)), None)
+            if twin is not None:
+                copies[k] = twin
+                continue
+        stored[k] = v
+    return stored, _Layout(consts, copies, names)
+
+
+def _restored(columns: list[str], consts: dict[str, tuple[Any, pl.DataType]],
+              copies: dict[str, str]) -> list[pl.Expr]:
+    """``columns`` as expressions over a spill file: constants and copies put back."""
+    out: list[pl.Expr] = []
+    for c in columns:
+        if c in consts:
+            value, dtype = consts[c]
+            out.append(pl.lit(value, dtype=dtype).alias(c))
+        elif c in copies:
+            out.append(pl.col(copies[c]).alias(c))
+        else:
+            out.append(pl.col(c))
+    return out
 
 
 #: The prefix of a report's per-row fingerprint columns (`_RowsSeen`), never a user's column.
@@ -873,11 +979,11 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     files = (spill.files() if spill is not None and spill.source is ledger.source
              and spill.names == [p.name for p in ledger.programs] else None)
     try:
-        if files is not None:
+        if files is not None and spill is not None:
             # the input must still hold the rows the releases read (the same check and refusal
             # as the replayed report's); the losses are those the releases' pass computed
             _checked_source(ledger, sess)
-            _read_input(sess, lambda: sink(_spilled_report(files, sess, delta, ledger))
+            _read_input(sess, lambda: sink(_spilled_report(spill, files, sess, delta, ledger))
                         .collect(engine="streaming"), report=True)
         else:
             _, row = _read_input(sess, lambda: _report_and_check(ledger, sess, delta, sink),
@@ -894,14 +1000,14 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
     ledger.note_written(final, len(ledger.programs))
 
 
-def _spilled_report(files: list[str], sess: Session, delta: float | None,
+def _spilled_report(spill: _Spill, files: list[str], sess: Session, delta: float | None,
                     ledger: ReplayLedger) -> pl.LazyFrame:
     """The per-record report (columns as `replay_report`) from a releases' pass's `_Spill`.
 
     ε at δ is computed from the spilled components by the report's own function, value by
     value (the same doubles as the replayed report's).
     """
-    lf = pl.scan_ipc(files)
+    lf = spill.scan(files)
     extra: list[pl.Expr] = []
     if delta is not None:
         def eps_at(s: pl.Series) -> pl.Series:
@@ -1217,14 +1323,21 @@ class _SpilledFlags:
 
     _KEEP = 4
 
-    def __init__(self, parts: list[tuple[int, int, str]], cols: list[str]) -> None:
-        """``parts``: the spill's (first row id, rows, file), any order; ``cols``: the flags."""
+    def __init__(self, parts: list[tuple[int, int, str]], cols: list[str],
+                 read: Callable[[str, list[str]], pl.DataFrame] | None = None) -> None:
+        """``parts``: the spill's (first row id, rows, file), any order; ``cols``: the flags.
+
+        ``read`` reads columns of a file (`_Spill.read`: its constants and copies restored);
+        by default the file's own columns.
+        """
         import threading
 
         parts = sorted(parts)
         self.firsts = np.array([p[0] for p in parts], dtype=np.int64)
         self.files = [p[2] for p in parts]
         self.cols = cols
+        self._reader = read if read is not None else (
+            lambda path, columns: pl.read_ipc(path, columns=columns))
         # files starting at the same id (ids held twice): a lookup would see only the later
         # one, so neither is read (review r34)
         tied = np.zeros(self.firsts.size, dtype=bool)
@@ -1242,7 +1355,7 @@ class _SpilledFlags:
         with self._lock:
             if f in self._read:
                 return self._read[f]
-        got = pl.read_ipc(self.files[f], columns=[ROW_ID, *self.cols])
+        got = self._reader(self.files[f], [ROW_ID, *self.cols])
         ids = got[ROW_ID].to_numpy().astype(np.int64, copy=False)
         nxt = int(self.firsts[f + 1]) if f + 1 < self.firsts.size else None
         usable = bool(ids.size) and bool(np.all(ids[1:] > ids[:-1])) and (
@@ -1284,7 +1397,8 @@ class _SpilledFlags:
 
 
 def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], ks: list[int],
-                  track: bool, parts: list[tuple[int, int, str]]
+                  track: bool, parts: list[tuple[int, int, str]],
+                  read: Callable[[str, list[str]], pl.DataFrame] | None = None
                   ) -> tuple[pl.LazyFrame, pl.Expr]:
     """The input, each row with the admission flags a releases' pass spilled for it.
 
@@ -1304,6 +1418,7 @@ def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], 
         ks: The indices of the releases aggregated here.
         track: Whether the flags include the cell audits (``crho``, ``csize``).
         parts: The spill's batches: (first row id, rows, file).
+        read: How to read columns of one of them (`_Spill.read`).
 
     Returns:
         The plan, and the aggregation counting its rows whose flags the spill does not hold
@@ -1318,7 +1433,7 @@ def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], 
                              for j in ks for c, _ in programs[j].policy.currencies()}
     if track:
         flags |= {f"{_P}{x}{j}": pl.Float64 for j in ks for x in ("crho", "csize")}
-    spilled = _SpilledFlags(parts, list(flags))
+    spilled = _SpilledFlags(parts, list(flags), read)
     dtype = pl.Struct({**flags, _UNFOUND: pl.Boolean})
     plan = plan.with_columns(pl.col(ROW_ID).map_batches(
         spilled.batch, return_dtype=dtype, is_elementwise=True).alias(f"{_P}spilled")

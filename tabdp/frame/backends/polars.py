@@ -699,12 +699,12 @@ class StreamingBackend(_PolarsOutput):
         (or refuses) as any release's does, and whose flags and values come from one read.
         """
         parts = None if spill is None else spill.batches()
-        if parts is None:
+        if parts is None or spill is None:
             return None
         op = rels[0].op
         sess = op.session
         plan, misaligned = deferred_plan(op.lf, op.schema, programs, ks, sess.track_cells,
-                                         parts)
+                                         parts, spill.read)
         queries, split = release_queries(sess, plan, rels, ks, self._fp_cols, [misaligned])
         try:
             raw = pl.collect_all(queries, engine="streaming")
