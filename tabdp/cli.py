@@ -484,9 +484,11 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   + f"{len(entries) - 1} release(s) of series {entries[0]['series']!r} "
                   f"(chain head {entries[-1]['hash']})\n")
         return EXIT_OK
+    # a warning: the anchor was missing (no release yet) and written now, never "matched"
+    anchored = ("its anchor was written now (see the warning)" if any(
+        issubclass(w.category, PrivacyWarning) for w in caught) else "it matches its anchor")
     out.write(f"ledger {args.path}: intact ({len(entries) - 1} release(s) of series "
-              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']}; it matches its "
-              "anchor)\n")
+              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']}; {anchored})\n")
     return EXIT_OK
 
 

@@ -11,8 +11,10 @@ does not hold the anchor's head at the anchor's position, or is of another serie
 
 Crash ordering: the chain entry is committed (and synced) first, the anchor second. A process
 killed between the two leaves the anchor one entry behind, its head equal to the chain's
-previous entry: that state is accepted and the anchor brought up to date. Anything else that
-does not match is refused, until the curator accepts the folder as it is
+previous entry: that state is accepted and the anchor brought up to date. A missing anchor is
+written only for a chain without releases; with a release, the folder could be an older copy
+and is refused like one. Anything else that does not match is refused, until the curator
+accepts the folder as it is
 (``tabdp ledger accept-restore``, ``Ledger.open(path, accept_restore=True)``).
 
 The anchor is evidence against accidental or naive restores (a backup of the ledger folder put
@@ -158,14 +160,16 @@ def check_anchor(root: Path, entries: list[dict[str, Any]], *,
 
     Returns:
         ``(status, anchor)``: ``"ok"`` (the anchor records this chain's head), ``"missing"``
-        (no anchor), ``"behind"`` (one entry behind, at the chain's previous entry: a run
-        killed between its commit and the anchor's write) or ``"accepted"``; and the anchor
+        (no anchor, and no release in the chain), ``"behind"`` (one entry behind, at the
+        chain's previous entry: a run killed between its commit and the anchor's write) or
+        ``"accepted"``; and the anchor
         read (``None`` if missing or unreadable and accepted).
 
     Raises:
         LedgerAnchorError: The chain is shorter than the anchor's, does not hold the
-            anchor's head where the anchor records it, is of another series, or the anchor is
-            more than one entry behind (and ``accept_restore`` is off).
+            anchor's head where the anchor records it, is of another series, the anchor is
+            more than one entry behind, or missing while the chain holds a release (and
+            ``accept_restore`` is off).
 
     Example:
         >>> import tempfile
@@ -178,6 +182,11 @@ def check_anchor(root: Path, entries: list[dict[str, Any]], *,
         'ok'
         >>> check_anchor(root, [*chain, {"series_id": "ab", "hash": "2" * 64}])[0]
         'behind'
+        >>> anchor_path(root).unlink()                       # lost, with a release in the chain
+        >>> check_anchor(root, [*chain, {"series_id": "ab", "hash": "2" * 64}])
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.LedgerAnchorError: the ledger ... has no anchor ...
     """
     try:
         anchor = read_anchor(root)
@@ -185,9 +194,21 @@ def check_anchor(root: Path, entries: list[dict[str, Any]], *,
         if accept_restore:
             return ACCEPTED, None
         raise
-    if anchor is None:
-        return MISSING, None
     n = len(entries)
+    if anchor is None:
+        if n <= 1:  # no release yet: no older copy can erase one
+            return MISSING, None
+        if accept_restore:
+            return ACCEPTED, None
+        raise LedgerAnchorError(
+            f"the ledger {root} has no anchor ({anchor_path(root)}, the chain head kept next "
+            f"to the folder) although it holds {n - 1} release(s): it was deleted or not "
+            "copied with the folder, or the ledger was made by a version of tabdp that did "
+            "not keep one. Without it, an older copy of the folder put back cannot be told "
+            "from the newest one (it would erase the releases since from every unit's "
+            "lifetime loss). It was refused before any data was read.\nHint: put back the "
+            "anchor file; or check that `tabdp ledger show` ends with the chain head of the "
+            f"series' last release (its confidential ledger.json), then {_fix(root)}.")
     sid = entries[0]["series_id"]
     a = anchor
     if a.series_id == sid:

@@ -44,6 +44,7 @@ import os
 import socket
 import stat
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -697,6 +698,50 @@ an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
     return lines, rows
 
 
+def _uri_path(uri: str) -> str:
+    """The local path of a Delta table's file URI (percent-decoded, links resolved).
+
+    delta-rs gives ``file://`` URIs, percent-encoded (a space is ``%20``), with links resolved.
+
+    Example:
+        >>> _uri_path("file:///tmp/My%20Ledgers/l/state/part-0.parquet")
+        '/tmp/My Ledgers/l/state/part-0.parquet'
+    """
+    from urllib.parse import unquote
+
+    return os.path.realpath(unquote(uri.removeprefix("file://")))
+
+
+def _rel_files(table: Path, uris: list[str]) -> set[str]:
+    """The table's files as the chain names them: relative to the ledger folder."""
+    base = os.path.realpath(table.parent)
+    return {os.path.relpath(_uri_path(u), base) for u in uris}
+
+
+def _ledger_root(path: str | os.PathLike[str]) -> Path:
+    """A ledger folder's absolute path, links resolved; a path with ``%`` refused.
+
+    Resolved, so that the anchor is the one next to the real folder whichever path (a link
+    to the folder, or through a linked parent) names it.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> (d / "real").mkdir()
+        >>> (d / "link").symlink_to(d / "real")
+        >>> _ledger_root(d / "link") == _ledger_root(d / "real")
+        True
+    """
+    root = Path(os.path.realpath(Path(path).absolute()))
+    if "%" in str(root):
+        raise LedgerError(
+            f"the ledger path {root} holds a '%': the Delta Lake library tabdp stores the "
+            "ledger with reads it as an escape (\"%20\" as a space) and would not find the "
+            "ledger's tables.\nHint: give the ledger a path without '%' (rename or move the "
+            "folder, with its anchor).")
+    return root
+
+
 def _delta_files(table: Path, version: int) -> set[str]:
     DeltaTable = _deltalake().DeltaTable
 
@@ -707,7 +752,7 @@ def _delta_files(table: Path, version: int) -> set[str]:
             f"the ledger {table.parent} does not verify: its Delta table {table.name}/ cannot "
             f"be read at version {version} ({type(err).__name__}).\nHint: restore the ledger "
             "from a verified copy.") from None
-    return {os.path.relpath(u.removeprefix("file://"), table.parent) for u in dt.file_uris()}
+    return _rel_files(table, dt.file_uris())
 
 
 def _check_files(root: Path, files: list[list[Any]], what: str,
@@ -814,7 +859,7 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         >>> len(verify_ledger(p, series="demo")[0])
         1
     """
-    root = Path(path)
+    root = _ledger_root(path)
     if not root.is_dir():
         raise LedgerError(f"no ledger at {root}.\nHint: check the path; a new series starts "
                           "with tabdp.Ledger.create(path, series=..., lifetime_budget=...) "
@@ -897,7 +942,7 @@ def _settle_anchor(root: Path, entries: list[dict[str, Any]], status: str,
             "ledger.json); keep the anchor with the ledger when you move or copy it.",
             PrivacyWarning, stacklevel=4)
     elif status == _anchor.ACCEPTED:
-        was = ("an unreadable anchor" if anchor is None else
+        was = ("no readable anchor" if anchor is None else
                f"{anchor.releases} release(s), chain head {anchor.head[:16]}…")
         warnings.warn(
             f"the ledger {root}: restore accepted; its anchor now records the folder's "
@@ -954,6 +999,9 @@ class Ledger:
         #: closing with uncommitted charges warns unless set (`allow_discard`: the release
         #: workflow closes without committing only when nothing was published)
         self._discard_ok = False
+        #: the warnings its opening gave (a missing anchor written, a restore accepted), for
+        #: the curator: the release workflow lists them in the run's confidential files
+        self.open_warnings: list[str] = []
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -1015,7 +1063,7 @@ class Ledger:
             ...     led.series, led.releases, oct(p.stat().st_mode & 0o777)
             ('qcew', 0, '0o700')
         """
-        root = Path(path).absolute()
+        root = _ledger_root(path)
         for pub in public:
             pub_r = Path(pub).resolve()
             led_r = root.resolve()
@@ -1048,10 +1096,17 @@ class Ledger:
                 f"{oct(root.stat().st_mode & 0o777)}); a ledger holds confidential per-unit "
                 f"losses and must be owner-only.\nHint: chmod -R go-rwx {root}.")
         lock = _Lock(root / "lock")
+        notes: list[warnings.WarningMessage] = []
         try:
-            entries, state_bytes = verify_ledger(root, series=series, history=verify_history,
-                                                 accept_restore=accept_restore,
-                                                 _keep_state=True, _locked=True)
+            try:
+                with warnings.catch_warnings(record=True) as notes:
+                    warnings.simplefilter("always", PrivacyWarning)
+                    entries, state_bytes = verify_ledger(
+                        root, series=series, history=verify_history,
+                        accept_restore=accept_restore, _keep_state=True, _locked=True)
+            finally:  # passed on as they came; kept for the run's confidential files
+                for w in notes:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             parent = _anchor.anchor_path(root).parent
             if not os.access(parent, os.W_OK):
                 raise LedgerError(
@@ -1076,7 +1131,10 @@ class Ledger:
         except BaseException:
             lock.release()
             raise
-        return cls(root, lock, entries, state, autocommit)
+        led = cls(root, lock, entries, state, autocommit)
+        led.open_warnings = [str(w.message) for w in notes
+                             if issubclass(w.category, PrivacyWarning)]
+        return led
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], *, series: str,
@@ -1117,11 +1175,12 @@ class Ledger:
             ...     led.releases
             0
         """
-        root = Path(path).absolute()
-        if root.exists() or root.is_symlink():
+        given = Path(path).absolute()
+        if given.exists() or given.is_symlink():
             raise LedgerError(
-                f"cannot start a series at {root}: something is already there.\nHint: open "
+                f"cannot start a series at {given}: something is already there.\nHint: open "
                 "an existing ledger with tabdp.Ledger.open(path), or give a new path.")
+        root = _ledger_root(given)
         if not start_over:
             cls._refuse_vanished(root, create=True)
         return cls.open(root, series=series, lifetime_budget=lifetime_budget, create=True,
@@ -1494,7 +1553,9 @@ class Ledger:
         between leaves it one entry behind, which the next open accepts and brings up to date).
 
         Args:
-            spec_hash: The release spec's hash (the manifest's ``config_hash``).
+            spec_hash: The release spec's hash: the SHA-256 of the spec file's bytes (the
+                run's confidential ``spec_sha256``; the public manifest's hash is
+                ``manifest_hash``, which ties an entry to a published release).
             manifest_hash: SHA-256 of the release's public ``manifest.json``.
             label: A label for the release (e.g. ``"2026"``).
             release: The release's name (PUBLIC; ``None``: the label).
@@ -2082,7 +2143,7 @@ def _table_files(table: Path) -> set[str]:
     DeltaTable = _deltalake().DeltaTable
 
     dt = DeltaTable(str(table))
-    return {os.path.relpath(u.removeprefix("file://"), table.parent) for u in dt.file_uris()}
+    return _rel_files(table, dt.file_uris())
 
 
 def _head_files(table: Path, skip: set[str] | None = None) -> tuple[int, list[list[Any]]]:
@@ -2091,12 +2152,14 @@ def _head_files(table: Path, skip: set[str] | None = None) -> tuple[int, list[li
 
     dt = DeltaTable(str(table))
     files = []
+    base = os.path.realpath(table.parent)
     for u in sorted(dt.file_uris()):
-        p = Path(u.removeprefix("file://"))
-        if skip and os.path.relpath(p, table.parent) in skip:
+        p = Path(_uri_path(u))
+        rel = os.path.relpath(p, base)
+        if skip and rel in skip:
             continue
         _, n, h = _read_hashed(p, "" if _blake3() is None else _BLAKE3, table.parent)
-        files.append([os.path.relpath(p, table.parent), n, h])
+        files.append([rel, n, h])
     return int(dt.version()), files
 
 

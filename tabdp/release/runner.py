@@ -231,7 +231,8 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
                 # read, Polars' Rust panics (BaseExceptions) included (review R14: a panic in
                 # the counting pass escaped the CLI with a traceback)
                 details = _failure_details(err, "after reading the input")
-                details["warnings"] = [str(w.message) for w in caught]
+                details["warnings"] = [*getattr(ledger, "open_warnings", []),
+                                       *[str(w.message) for w in caught]]
     finally:
         log = eng.close()
         if log is not None:  # the JVM's start-up and log lines: the curator's

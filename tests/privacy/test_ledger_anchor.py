@@ -110,8 +110,10 @@ def test_a_copy_that_went_on_from_an_earlier_release_is_refused(tmp_path):
     fork.parent.mkdir()
     shutil.copytree(path, fork, symlinks=True)
     _release(path, 7)
-    with pytest.warns(PrivacyWarning, match="had no anchor"):  # the copy has none of its own
+    with pytest.raises(LedgerAnchorError, match="has no anchor"):  # the copy has none
         _release(fork, 8)
+    with pytest.warns(PrivacyWarning, match="restore accepted"):  # taken on deliberately
+        _release(fork, 8, accept_restore=True)
     _put_back(fork, path)
     with pytest.raises(LedgerAnchorError, match="entry 3 is another one"):
         tabdp.Ledger.open(path)
@@ -155,26 +157,105 @@ def test_a_run_killed_between_its_commit_and_the_anchor_opens(tmp_path, monkeypa
         tabdp.Ledger.open(path)
 
 
-def test_a_missing_anchor_is_written_with_a_warning(tmp_path):
+# origin: review r36 (a backup of the folder put back without its anchor was accepted with a
+# warning, which an author's run showed only to the author; verify then said "it matches")
+def test_a_missing_anchor_is_refused_once_the_series_has_a_release(tmp_path):
+    """Without its anchor, an older copy cannot be told from the newest: refused, not written.
+
+    Python, ``tabdp ledger verify`` (exit 2, the anchor not written) and a read-only verify
+    alike; an older copy put back without its anchor is refused as well; the curator accepts
+    the folder explicitly (``accept_restore``), which writes the anchor with a warning.
+    """
     path = tmp_path / "l"
     _series(path)
+    backup = tmp_path / "backup"
+    shutil.copytree(path, backup, symlinks=True)
+    _release(path, 7)
     where = tmp_path / ".l.head.json"
-    where.unlink()  # a ledger made before anchors existed, or the anchor deleted
-    with pytest.warns(PrivacyWarning, match="had no anchor") as got:
-        tabdp.Ledger.open(path).close()
-    msg = str(got[0].message)
-    assert "2 release(s)" in msg and "0.5" not in msg  # no per-unit loss in it
+    _put_back(backup, path)
+    where.unlink()  # the older folder put back, and the anchor lost with it
+    with pytest.raises(LedgerAnchorError, match="has no anchor") as info:
+        tabdp.Ledger.open(path)
+    msg = str(info.value)
+    assert "holds 2 release(s)" in msg and "before any data" in msg
+    assert "tabdp ledger accept-restore" in msg and "0.5" not in msg  # no per-unit loss
+    code, out, err = _verify(path)
+    assert code == 2 and "has no anchor" in err and not out
+    assert not where.exists()
+    with pytest.raises(LedgerAnchorError, match="has no anchor"):
+        tabdp.privacy.lifetime.verify_ledger(path)  # read-only: refused too
+    assert not where.exists()
+    with pytest.warns(PrivacyWarning, match="restore accepted") as got:
+        led = tabdp.Ledger.open(path, accept_restore=True)
+    assert "no readable anchor" in str(got[0].message)
+    assert led.open_warnings == [str(got[0].message)]
+    led.close()
     assert stat.S_IMODE(where.stat().st_mode) == 0o600
     assert _anchor_of(path)["entries"] == 3
-    tabdp.Ledger.open(path).close()  # written: no warning now
+    assert _anchor_of(path)["accepted_restore"]["previous"] is None
+    with tabdp.Ledger.open(path) as led:  # accepted: no warning now
+        assert led.open_warnings == []
+    code, out, err = _verify(path)
+    assert code == 0 and "it matches its anchor" in out and not err
+
+
+def test_a_missing_anchor_of_a_series_without_releases_is_written_with_a_warning(tmp_path):
+    path = tmp_path / "l"
+    tabdp.Ledger.create(path, series="s", lifetime_budget=50.0).close()
+    where = tmp_path / ".l.head.json"
     where.unlink()
     code, out, err = _verify(path)
-    assert code == 0 and "warning:" in err and "had no anchor" in err
+    assert code == 0 and "had no anchor" in err
+    assert "its anchor was written now" in out and "matches" not in out
     assert where.exists()
-    # a read-only verify (no lock) refuses a mismatch but writes nothing
     where.unlink()
-    tabdp.privacy.lifetime.verify_ledger(path)
-    assert not where.exists()
+    with pytest.warns(PrivacyWarning, match="had no anchor"):
+        tabdp.Ledger.open(path).close()
+    assert _anchor_of(path)["entries"] == 1
+
+
+# origin: review r36 (delta-rs gives percent-encoded URIs with links resolved: an intact
+# ledger under a path with a space, a non-ASCII letter, '#' or a link was "Delta log altered")
+@pytest.mark.parametrize("where", ["My Ledgers/l", "ü-led/l", "hash#x/l", "link/l",
+                                   "via/l"])
+def test_a_ledger_under_any_path_verifies(tmp_path, where):
+    """Spaces, non-ASCII letters, '#', a linked folder or a linked parent: one ledger, one anchor.
+
+    A link to the ledger folder names the same ledger (the same anchor, next to the real
+    folder); '%' (which the Delta Lake library decodes) is refused with a clear message.
+    """
+    if where == "link/l":
+        real = tmp_path / "real" / "l"
+        real.parent.mkdir()
+        _series(real)
+        (tmp_path / "link").mkdir()
+        (tmp_path / "link" / "l").symlink_to(real)
+    elif where == "via/l":
+        (tmp_path / "real").mkdir()
+        (tmp_path / "via").symlink_to(tmp_path / "real")
+        real = tmp_path / "real" / "l"
+        _series(tmp_path / "via" / "l")
+    else:
+        (tmp_path / where).parent.mkdir()
+        real = tmp_path / where
+        _series(real)
+    path = tmp_path / where
+    _release(path, 5)
+    _release(path, 6)
+    with tabdp.Ledger.open(path) as led:
+        assert led.releases == 4 and led.open_warnings == []
+    assert _anchor_of(real)["entries"] == 5
+    assert _verify(path)[0] == 0 and _verify(real)[0] == 0
+    assert sorted(p.name for p in real.parent.iterdir() if p.name.startswith(".")) == [
+        ".l.head.json"]
+
+
+def test_a_ledger_path_with_a_percent_sign_is_refused(tmp_path):
+    path = tmp_path / "pct%20x" / "l"
+    path.parent.mkdir()
+    with pytest.raises(LedgerError, match="holds a '%'"):
+        tabdp.Ledger.create(path, series="s", lifetime_budget=1.0)
+    assert not path.exists()
 
 
 def test_accept_restore_python_and_cli(tmp_path):
@@ -416,3 +497,27 @@ def test_a_ledger_in_a_folder_the_curator_cannot_write_is_refused_before_data(tm
         assert _verify(path)[0] == 0  # a check needs no write when the anchor matches
     finally:
         parent.chmod(0o700)
+
+
+# origin: review r36 (the ledger's warnings at open reached a terminal only, never the run's
+# confidential record)
+def test_a_runs_confidential_record_lists_the_ledgers_warnings_at_open(tmp_path):
+    from _ledger_specs import COUNTIES, series_spec
+
+    from tabdp.release.runner import run_release
+    from tabdp.release.spec import load_spec
+
+    pl.DataFrame({"estab": [1, 2, 3], "county": COUNTIES, "payroll": [5.0, 6.0, 7.0]}
+                 ).write_parquet(tmp_path / "d.parquet")
+    tabdp.Ledger.create(tmp_path / "led", series="s", lifetime_budget=9.0).close()
+    (tmp_path / ".led.head.json").unlink()  # a series without releases: written, with a warning
+    spec = tmp_path / "r.toml"
+    spec.write_text(series_spec(name="r1", data="d.parquet", ledger="led", series="s",
+                                lifetime=9.0, seed=1, public="out/public",
+                                confidential="out/confidential"))
+    with pytest.warns(PrivacyWarning, match="had no anchor"):
+        res = run_release(load_spec(spec), test_seed=True)
+    conf = json.loads((res.confidential / "confidential.json").read_text())
+    assert any("had no anchor" in w for w in conf["warnings"])
+    public = "".join(p.read_text(errors="ignore") for p in res.public.iterdir())
+    assert "had no anchor" not in public and ".led.head.json" not in public
