@@ -6,9 +6,11 @@ spec's CONFIDENTIAL folder (by default ``<confidential>/compare``), never to the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -181,7 +183,6 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
         >>> res = compare(root / "examples" / "cbp_release.toml",
         ...               out=pathlib.Path(tempfile.mkdtemp()) / "cmp")  # doctest: +SKIP
     """
-    from tabdp.release.runner import NOT_FOR_PUBLICATION, run_release
     from tabdp.release.spec import ReleaseSpec, load_spec
 
     say = progress or _quiet
@@ -205,7 +206,44 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
                 "overwrites outputs silently.\nHint: remove it, choose another --out, or pass "
                 "--overwrite.")
         shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    # owner-only from the start (whatever the umask): nothing inside can be reached by others
+    # while it is written; every file and folder made 0600 / 0700 at the end (`_owner_only`)
+    folder.mkdir(parents=True, mode=0o700)
+    folder.chmod(0o700)
+    try:
+        return _compare_into(spec, opts, folder, say, test_seed=test_seed, tau_audit=tau_audit)
+    finally:
+        _owner_only(folder)
+
+
+def _owner_only(folder: Path) -> None:
+    """Make every folder under ``folder`` (itself included) 0700 and every file 0600.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "sub").mkdir(mode=0o755)
+        >>> _ = (d / "sub" / "f.txt").write_text("x")
+        >>> _owner_only(d)
+        >>> mode = lambda p: oct(p.stat().st_mode & 0o777)
+        >>> mode(d / "sub"), mode(d / "sub" / "f.txt")
+        ('0o700', '0o600')
+    """
+    for base, _, files in os.walk(folder):
+        with contextlib.suppress(OSError):
+            os.chmod(base, 0o700)
+        for name in files:
+            p = os.path.join(base, name)
+            if not os.path.islink(p):
+                with contextlib.suppress(OSError):
+                    os.chmod(p, 0o600)
+
+
+def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str], None], *,
+                  test_seed: bool, tau_audit: bool | None) -> CompareResult:
+    """`compare`'s work, once its (owner-only) folder is made."""
+    from tabdp.release.runner import NOT_FOR_PUBLICATION, run_release
+
     timings: dict[str, float] = {}
     t_all = time.perf_counter()
 

@@ -32,12 +32,34 @@ FAILURE_FILE = "failure.json"
 NOT_FOR_PUBLICATION = "NOT_FOR_PUBLICATION.txt"
 
 
+#: What a failed run may leave in its confidential folder besides `FAILURE_FILE`: the native
+#: error stream of an author's run (``tabdp.cli``) and Spark's log.
+FAILURE_LOGS = frozenset({"stderr.log", "spark.log"})
+
+
 def _failure_only(path: Path) -> bool:
-    """A folder holding nothing but the failure report of an earlier failed run."""
+    """A folder holding nothing but what an earlier failed run left: its failure report, logs.
+
+    Whether a log was written (native code's messages, Spark's log) never decides whether the
+    next run may replace the folder (review r36: it did, and a log's presence could follow the
+    data).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / FAILURE_FILE).write_text("{}")
+        >>> _ = (d / "stderr.log").write_text("panicked")
+        >>> _failure_only(d)
+        True
+        >>> (d / FAILURE_FILE).unlink()
+        >>> _failure_only(d)
+        False
+    """
     try:
-        return path.is_dir() and [p.name for p in path.iterdir()] == [FAILURE_FILE]
+        names = {p.name for p in path.iterdir()} if path.is_dir() else set()
     except OSError:
         return False
+    return FAILURE_FILE in names and names <= {FAILURE_FILE, *FAILURE_LOGS}
 
 
 def _check_target(path: Path, overwrite: bool, what: str) -> None:

@@ -160,6 +160,27 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "before": before, "public": public}
 
 
+# origin: review r36 (compare's folders and files, true totals and a microdata copy among
+# them, were made with the process's umask: 0755 / 0644 under --out)
+@END_TO_END
+def test_every_file_compare_writes_is_owner_only(run: dict[str, Any]) -> None:
+    assert run["code"] == 0, run["err"]
+    folder = run["dir"] / "out" / "confidential" / "compare"
+    seen = {"dirs": 0, "files": 0}
+    for p in [folder, *folder.rglob("*")]:
+        if p.is_symlink():
+            continue
+        mode = p.stat().st_mode & 0o777
+        if p.is_dir():
+            assert mode == 0o700, (p, oct(mode))
+            seen["dirs"] += 1
+        else:
+            assert mode == 0o600, (p, oct(mode))
+            seen["files"] += 1
+    assert seen["dirs"] > 3 and seen["files"] > 5
+    assert any(p.name == "micro.parquet" for p in folder.rglob("*"))
+
+
 @END_TO_END
 def test_cli_end_to_end(run: dict[str, Any]) -> None:
     assert run["code"] == 0, run["err"]

@@ -387,7 +387,11 @@ def test_data_errors_exit_4(tmp_path: Path, datasets: tuple[Path, Path]) -> None
     assert (out / "confidential").stat().st_mode & 0o777 == 0o700
     # the on-screen hint no longer sends a schema problem to author mode
     assert "tabdp validate reports" in err1
-    # the confidential folder holding only failure.json is replaced without --overwrite
+    # the confidential folder holding only failure.json is replaced without --overwrite, and
+    # so is one that also holds a failed run's logs (review r36: a native stderr.log or a
+    # spark.log blocked the next run, so a log's presence decided its exit code)
+    for log in ("stderr.log", "spark.log"):
+        (out / "confidential" / log).write_text("thread panicked\n")
     code, _, err2 = run("run", "--test-seed", str(write_spec(tmp_path, p, out)), "--quiet")
     assert code == 4 and err2 == err1
     assert "negative" in failure(out)["message"]
