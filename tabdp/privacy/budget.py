@@ -212,6 +212,30 @@ class Budget:
             return np.full(s.shape, self.constant)
         return self.curve_for(currency).limit(s)
 
+    def least_limit(self, currency: str = "*") -> float:
+        """The smallest limit `limit` gives in ``currency`` at any size (not NaN).
+
+        A curve's limits do not decrease with size and are constant beyond its end points, so
+        its first point's limit is at most its limit at every size: a loss within it is within
+        the limit whatever the unit's size (the individual filter decides most units without
+        evaluating the curve).
+
+        Args:
+            currency: A measure name or ``"rows"`` (ignored for constant budgets).
+
+        Returns:
+            The least limit.
+
+        Example:
+            >>> Budget({1e3: 0.5, 1e7: 10.0}).least_limit("payroll")
+            0.5
+            >>> Budget(2.0).least_limit()
+            2.0
+        """
+        if self.constant is not None:
+            return float(self.constant)
+        return float(self.curve_for(currency).limits[0])
+
     def to_dict(self) -> dict[str, Any]:
         """Public description of the budget.
 

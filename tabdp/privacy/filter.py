@@ -93,6 +93,27 @@ def constant_admits(limit: Any, rho: Sequence[_T], prior_rho: _T, zero: _T,
     return add(prior_rho, new) <= limit
 
 
+def _within_curve(b: Budget, currency: str, total: np.ndarray, size: np.ndarray
+                  ) -> np.ndarray:
+    """``total <= b.limit(size, currency)``, the curve evaluated only where it can decide.
+
+    No limit is below the curve's least (`Budget.least_limit`): a unit whose total is within it
+    is within its limit at any size that is not NaN (whose limit is NaN: never within). The
+    same booleans as evaluating the curve for every unit.
+
+    Example:
+        >>> b = Budget({1.0: 0.5, 100.0: 2.0})
+        >>> _within_curve(b, "x", np.array([0.4, 1.0, 1.0, 0.4]),
+        ...               np.array([5.0, 100.0, 1.0, np.nan])).tolist()
+        [True, True, False, False]
+    """
+    ok = (total <= b.least_limit(currency)) & ~np.isnan(size)
+    rest = np.flatnonzero(~ok)
+    if rest.size:
+        ok[rest] = total[rest] <= b.limit(size[rest], currency)
+    return ok
+
+
 def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
                       ) -> dict[str, np.ndarray]:
     """Apply a budget as an individual filter to a query's charges (a pure function).
@@ -137,7 +158,7 @@ def individual_filter(budget: Budget | None, charges: Charges, prior: Prior
         prev = look([f"rho@{c}", f"size@{c}"])
         size = np.maximum(prev[f"size@{c}"], charges.size[c])
         total = add_up(prev[f"rho@{c}"], charges.rho[c])
-        out[c] = total <= b.limit(size, c)
+        out[c] = _within_curve(b, c, total, size)
     if b.total is not None:
         # the cap on the total over currencies, admitted currencies in query order; the
         # ledger sums in another order, so the cap is checked 4 ulps inside (never above)
