@@ -47,6 +47,7 @@ from tabdp.release._outputs import (
     _worst_cells,
     check_left_out,
     left_out_by_table,
+    max_left_out,
     publishable_in_words,
     summary_grid,
 )
@@ -457,7 +458,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                 r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
             "counts": confidential["releases"],
             "left_out": left_out,
-            "max_left_out": None if spec.budget is None else spec.budget.max_left_out,
+            **({"lifetime": summary["lifetime"]} if "lifetime" in summary else {}),
+            "max_left_out": max_left_out(spec)[0],
+            "max_left_out_key": max_left_out(spec)[1],
             "top_n": top_n,
             **({} if losses is None else {"losses": losses}),
         }), encoding="utf-8")

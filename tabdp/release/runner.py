@@ -56,13 +56,16 @@ from tabdp.release._outputs import (
     ReleaseResult,
     check_left_out,
     left_out_by_table,
+    left_out_filters,
     left_out_in_words,
     publishable_in_words,
     summary_grid,
 )
 from tabdp.release._plan import (
     LEFT_OUT_BIAS_TEXT,
+    LIFETIME_LEFT_OUT_BIAS_TEXT,
     curve_in_words,
+    left_out_bias_in_words,
     left_out_sizes,
     left_out_sizes_in_words,
     plan_summary,
@@ -96,7 +99,8 @@ __all__ = ["ReleaseResult", "plan_summary", "curve_in_words", "publishable_in_wo
            "ROW_LABEL", "Progress", "release_guarantee_in_words", "left_out_sizes",
            "left_out_sizes_in_words", "LEFT_OUT_BIAS_TEXT", "check_input_present", "read_input",
            "SPARK_LOG", "left_out_by_table", "left_out_in_words", "LeftOutError",
-           "check_left_out", "summary_grid"]
+           "check_left_out", "summary_grid", "LIFETIME_LEFT_OUT_BIAS_TEXT",
+           "left_out_bias_in_words", "left_out_filters"]
 
 
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,

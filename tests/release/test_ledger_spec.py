@@ -370,3 +370,110 @@ def test_run_cap_sentences_add_the_currencies_limits(tmp_path):
     assert "loses at most rho = 5.2 over the series" in at100, at100
     assert "charged in full in at least 1 release(s)" in at1, at1
     assert "past its lifetime budget in a currency" in at1, at1
+
+
+def _html_block(page: str, tag: str, sec_id: str) -> str:
+    start = page.index(f'<{tag} id="{sec_id}">')
+    return page[start:page.index(f"</{tag}>", start)]
+
+
+def _ledger_only(folder: Path, *, big: bool, extra_ledger: str = "", extra: str = "") -> Path:
+    """A series' first release (the ledger started, lifetime budget 1.0): the spec's path.
+
+    60 small units, each within the lifetime budget, and with ``big`` one more (payroll 60:
+    60^2/3200 + 0.125 = 1.25 > 1 in one release, so the lifetime budget leaves it out of
+    ``pay``).
+    """
+    rng = np.random.default_rng(5)
+    ids = np.arange(60, dtype=np.int64)
+    frame = pl.DataFrame({"estab": ids, "county": np.array(COUNTIES)[ids % 3],
+                          "payroll": np.round(np.minimum(rng.lognormal(2.0, 1.0, 60), 30.0),
+                                              2)})
+    if big:
+        frame = pl.concat([frame, pl.DataFrame({"estab": [9999], "county": ["c1"],
+                                                "payroll": [60.0]})])
+    folder.mkdir(parents=True)
+    frame.write_parquet(folder / "data.parquet")
+    assert cli_main(["ledger", "init", str(folder / "ledger"), "--series", "test-series",
+                     "--lifetime-budget", "1.0"], stdout=io.StringIO()) == 0
+    text = series_spec(name="series_2021", data="data.parquet", ledger="ledger",
+                       series="test-series", lifetime=1.0, seed=7, public="out/public",
+                       confidential="out/confidential", extra=extra)
+    text = text.replace("lifetime_budget = 1.0\n", "lifetime_budget = 1.0\n" + extra_ledger)
+    (folder / "r.toml").write_text(text)
+    return folder / "r.toml"
+
+
+def test_ledger_only_spec_states_left_out_bias_whatever_the_data(tmp_path):
+    """A ledger alone is an individual filter: the left-out bias text, from the spec alone.
+
+    Review (A): a ``[ledger]`` spec without ``[budget]`` whose lifetime filter left units out
+    published ``left_out_in_words: []`` and "No per-record budget was set", and the curator's
+    terminal said nothing. Neighbouring datasets: ``b`` (every unit within the lifetime
+    budget) and ``a`` = ``b`` plus one unit that the lifetime budget leaves out of ``pay``.
+    The public sentences are the same; only the curator's terminal tells them apart.
+    """
+    from tabdp.release.runner import LIFETIME_LEFT_OUT_BIAS_TEXT
+
+    got = {}
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        spec = _ledger_only(folder, big=name == "a")
+        out, err = io.StringIO(), io.StringIO()
+        code = cli_main(["run", str(spec), "--test-seed", "--quiet"], stdout=out, stderr=err)
+        assert code == 0, err.getvalue()
+        public = folder / "out" / "public"
+        summary = json.loads((public / "summary.json").read_text())
+        page = (public / "summary.html").read_text()
+        conf = json.loads((folder / "out" / "confidential" / "confidential.json").read_text())
+        got[name] = (summary["left_out_in_words"], _html_block(page, "section", "budget"),
+                     err.getvalue(),
+                     {t: r["left_out_by_budget"]["units"] for t, r in conf["releases"].items()})
+    (words_a, html_a, err_a, lo_a), (words_b, html_b, err_b, lo_b) = got["a"], got["b"]
+    assert lo_a == {"pay": 1, "n": 0} and lo_b == {"pay": 0, "n": 0}
+    # public: the same words whether or not a unit was left out
+    assert words_a == words_b == [LIFETIME_LEFT_OUT_BIAS_TEXT]
+    assert "bias totals downward" in words_a[0] and "sd and moe do not include" in words_a[0]
+    assert html_a == html_b
+    assert "No per-record budget was set" not in html_a
+    assert "Lifetime budget of the series" in html_a and "ρ ≤ <b>1" in html_a
+    assert "Units left out by the lifetime budget" in html_a
+    # the curator's terminal: what was left out (confidential), or that nothing was
+    assert ("WARNING (curator, do not publish): pay: 1 units (1 rows, " in err_a
+            and "left out by the lifetime budget" in err_a), err_a
+    assert "no unit was left out" in err_b and "WARNING (curator" not in err_b, err_b
+
+
+def test_ledger_max_left_out(tmp_path):
+    """``[ledger] max_left_out`` fails a curator run above the share, uncharged.
+
+    Set in both ``[budget]`` and ``[ledger]``, the spec is refused (exit 2).
+    """
+    spec = _ledger_only(tmp_path / "a", big=True, extra_ledger="max_left_out = 0.01\n")
+    assert load_spec(spec).ledger.max_left_out == 0.01  # type: ignore[union-attr]
+    err = io.StringIO()
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=err) == 4
+    assert "data-dependent failure" in err.getvalue()
+    conf = tmp_path / "a" / "out" / "confidential"
+    failure = json.loads((conf / "failure.json").read_text())
+    assert failure["error"] == "LeftOutError"
+    assert "the lifetime budget left out more than ledger.max_left_out = 0.01" in \
+        failure["message"]
+    assert set(failure["confidential"]["tables_over_limit"]) == {"pay"}
+    assert not (tmp_path / "a" / "out" / "public").exists()
+    with tabdp.Ledger.open(tmp_path / "a" / "ledger") as led:
+        assert led.releases == 0
+    # within the limit (no unit left out): the run goes through
+    spec = _ledger_only(tmp_path / "b", big=False, extra_ledger="max_left_out = 0.01\n")
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
+    # set twice: refused from the spec
+    spec = _ledger_only(tmp_path / "c", big=False, extra_ledger="max_left_out = 0.01\n",
+                        extra="[budget]\nrho = 5.0\nmax_left_out = 0.02\n")
+    err = io.StringIO()
+    assert cli_main(["validate", str(spec)], stdout=io.StringIO(), stderr=err) == 2
+    assert "ledger.max_left_out" in err.getvalue() and "in both" in err.getvalue()
+    spec.write_text(spec.read_text().replace("max_left_out = 1.5", "").replace(
+        "max_left_out = 0.01", "max_left_out = 1.5"))
+    err = io.StringIO()
+    assert cli_main(["validate", str(spec)], stdout=io.StringIO(), stderr=err) == 2
+    assert "ledger.max_left_out" in err.getvalue() and "1.5" in err.getvalue()
