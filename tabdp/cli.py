@@ -972,6 +972,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
             # the fixed, generic message (author mode: the confidential folder is named
             # under the curator's output root, never by its server path)
             err.write(_shown(args, f"tabdp {args.command}: {e}\n"))
+            if e.ledger_release is not None:  # curator mode only (run_release)
+                err.write(f"WARNING (curator, do not publish): the lifetime ledger was charged "
+                          f"for this run as release {e.ledger_release} of its series although "
+                          "nothing was published (the run failed after its commit; the chain "
+                          "head is in failure.json). A rerun is charged again.\n")
             return code
         kind = {EXIT_USAGE: "spec/usage error", EXIT_DATA: "data error"}.get(
             code, "internal error")

@@ -417,8 +417,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     left_out = left_out_by_table(session)
     check_left_out(spec, left_out)  # before anything is written
     worst = _worst_cells(session)
-    with _Staging([spec.output.public, spec.output.confidential], overwrite,
-                  private=[False, True]) as (pub, conf):
+    staging = _Staging([spec.output.public, spec.output.confidential], overwrite,
+                       private=[False, True])
+    with staging as (pub, conf):
         for name, df in public.items():
             report(step, steps, f"writing outputs: public/{name}")
             df.write_parquet(pub / name, statistics=False)
@@ -466,16 +467,22 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         }), encoding="utf-8")
         # Hygiene: every public file carries the manifest's one timestamp (no processing
         # time leaks through mtimes); confidential files are the owner's only.
+        _set_tree(pub, epoch, None, None)
+        _set_tree(conf, None, 0o700, 0o600)
         if ledger is not None:
-            # every output is written: the ledger advances now, before the outputs are moved
-            # into place (a crash between leaves it charged for an unpublished release)
+            # every output is written: the ledger advances when the staging's checks have
+            # passed (the output folders free, old ones moved aside), just before the renames
+            # into place (a crash between leaves it charged for an unpublished release, never
+            # the reverse; a failure after it is reported in failure.json by run_release)
             from tabdp.release._ledger import commit_release
             from tabdp.release._plan import lifetime_curve
 
-            commit_release(session, spec, pub, conf,
-                           public_curve=lifetime_curve(spec, summary["total_policy_curve"]))
-        _set_tree(pub, epoch, None, None)
-        _set_tree(conf, None, 0o700, 0o600)
+            curve = lifetime_curve(spec, summary["total_policy_curve"])
+
+            def commit() -> None:
+                commit_release(session, spec, pub, conf, public_curve=curve)
+
+            staging.commit = commit
     curator = spec.input.mode == "curator"
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()},

@@ -12,7 +12,9 @@ input is read, before any join, filter or sort, and the session follows that id.
 Failures: everything checkable without data is checked first (ordinary exceptions). Once the
 data has been read, any failure becomes one
 [`DataDependentFailure`][tabdp.release.DataDependentFailure] with a fixed message; its details go
-only to ``failure.json`` in the confidential folder.
+only to ``failure.json`` in the confidential folder. With a lifetime ledger, the commit comes
+after every check of the move into place, just before the renames; a failure after it (the
+ledger charged, nothing published) is stated in ``failure.json`` (``ledger``).
 
 * Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
   ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
@@ -216,6 +218,7 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
     eng.open(spec.input.table)  # Spark: started (its log kept privately), the table checked
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
+    releases = None if ledger is None else ledger.releases
     try:
         # data-free: mapping codes the join's conversion merges are refused before any read
         # where the engine reads the input's schema first (Polars)
@@ -236,14 +239,22 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
                 # the counting pass escaped the CLI with a traceback)
                 details = _failure_details(err, "after reading the input")
                 details["warnings"] = [str(w.message) for w in caught]
+                if ledger is not None and releases is not None:
+                    from tabdp.release._ledger import charged_failure
+
+                    charged_failure(details, ledger, releases, spec.sha256)
     finally:
         log = eng.close()
         if log is not None:  # the JVM's start-up and log lines: the curator's
             _keep_spark_log(log, spec.output.confidential)
     if details is not None:
         # raised outside the except block: the exception carries no chained details
-        raise DataDependentFailure(_write_failure(spec, details, started),
-                                   spec.output.confidential)
+        failure = DataDependentFailure(_write_failure(spec, details, started),
+                                       spec.output.confidential)
+        if "ledger" in details and spec.input.mode == "curator":
+            # the curator's terminal (never an author's: the message stays the fixed one)
+            failure.ledger_release = details["ledger"]["release"]
+        raise failure
     assert result is not None
     # Curator mode: the data's owner is told (terminal / Python warning, never a public file)
     # when the input is empty or rows miss a key set. Author mode: nothing (an oracle).

@@ -477,3 +477,111 @@ def test_ledger_max_left_out(tmp_path):
     err = io.StringIO()
     assert cli_main(["validate", str(spec)], stdout=io.StringIO(), stderr=err) == 2
     assert "ledger.max_left_out" in err.getvalue() and "1.5" in err.getvalue()
+
+
+def test_output_folder_appearing_fails_before_the_ledger_is_charged(tmp_path):
+    """Review (B): a check of the move into place that fails comes before the ledger commit.
+
+    The public output folder appears while the run writes its outputs (here: made by the
+    progress callback). The run fails ("nothing was written") and the ledger is not charged:
+    before the fix it was committed first, and ``tabdp ledger show`` listed the release.
+    """
+    from tabdp.release.runner import DataDependentFailure
+
+    spec = load_spec(_spec(tmp_path, 2021))
+
+    def progress(step: int, steps: int, what: str) -> None:
+        if what.startswith("writing outputs"):
+            spec.output.public.mkdir(parents=True, exist_ok=True)
+
+    with pytest.raises(DataDependentFailure) as got:
+        run_release(spec, test_seed=True, progress=progress)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 0
+    out = io.StringIO()
+    assert cli_main(["ledger", "show", str(tmp_path / "ledger")], stdout=out) == 0
+    assert "series_2021" not in out.getvalue()
+    failure = json.loads((spec.output.confidential / "failure.json").read_text())
+    assert "appeared while the release was running; nothing was written" in failure["message"]
+    assert "ledger" not in failure and "WAS charged" not in failure["message"]
+    assert list(spec.output.public.iterdir()) == []
+    assert got.value.ledger_release is None
+
+
+def test_failure_after_the_ledger_commit_is_reported_and_a_rerun_warned(tmp_path, monkeypatch):
+    """Review (B): a run failing after its ledger commit says so (curator only).
+
+    The commit goes through, then writing the confidential ``ledger.json`` fails (a full
+    disk). Nothing public is written; ``failure.json`` says the ledger was charged as release
+    1 with its chain head, and the curator's terminal says so. Opening the ledger for the same
+    release again (the same name and spec hash as the chain's last entry) warns the curator:
+    the rerun is charged again.
+    """
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+    from tabdp.release import _ledger
+
+    spec = _spec(tmp_path, 2021)
+    real = _ledger.commit_release
+
+    def commit_then_fail(*args, **kwargs):
+        real(*args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_ledger, "commit_release", commit_then_fail)
+    err = io.StringIO()
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=err) == 4
+    monkeypatch.setattr(_ledger, "commit_release", real)
+    assert "data-dependent failure" in err.getvalue()
+    assert ("WARNING (curator, do not publish): the lifetime ledger was charged for this run as "
+            "release 1 of its series") in err.getvalue()
+    out_dir = tmp_path / "out" / "2021"
+    assert not (out_dir / "public").exists()
+    assert [p.name for p in (out_dir / "confidential").iterdir()] == ["failure.json"]
+    failure = json.loads((out_dir / "confidential" / "failure.json").read_text())
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 1
+        head = led.entries[-1]["hash"]
+    assert failure["ledger"]["committed"] is True
+    assert failure["ledger"]["release"] == 1 and failure["ledger"]["entry_hash"] == head
+    assert f"as release 1 of series 'test-series' (chain head {head})" in \
+        failure["ledger"]["note"]
+    assert "the lifetime ledger WAS charged" in failure["message"]
+    # the rerun: the curator is warned at open (before any data), and it is charged again
+    with pytest.warns(PrivacyWarning, match="looks like a rerun of the series' last release"):
+        res = run_release(load_spec(spec), test_seed=True)
+    assert json.loads((res.confidential / "ledger.json").read_text())["release"] == 2
+    # the next release of the series: no such warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_release(load_spec(_spec(tmp_path, 2022)), test_seed=True)
+    assert not [w for w in caught if "rerun" in str(w.message)]
+
+
+def test_rerun_of_the_last_release_warns_the_curator(tmp_path):
+    """Review (B): the same release (name and spec hash) run again is charged again: warned.
+
+    The warning (curator mode: the chain is the curator's) comes at open, before any data;
+    the next year's release, or the same spec under another name, is not warned.
+    """
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+
+    spec = _spec(tmp_path, 2021)
+    run_release(load_spec(spec), test_seed=True)
+    with pytest.warns(PrivacyWarning, match="looks like a rerun") as got:
+        res = run_release(load_spec(spec), test_seed=True, overwrite=True)
+    msg = next(str(w.message) for w in got if "rerun" in str(w.message))
+    assert "release 1 of series 'test-series'" in msg and "'series_2021'" in msg
+    assert "charged again" in msg and "accept-restore" in msg
+    assert json.loads((res.confidential / "ledger.json").read_text())["release"] == 2
+    renamed = tmp_path / "renamed.toml"
+    renamed.write_text(spec.read_text().replace('name = "series_2021"', 'name = "other"')
+                       .replace("out/2021", "out/other"))
+    for path in (_spec(tmp_path, 2022), renamed):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_release(load_spec(path), test_seed=True)
+        assert not [w for w in caught if "rerun" in str(w.message)], path
