@@ -214,7 +214,7 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
                      report: Any, started: str, epoch: float,
                      summary: dict[str, Any]) -> ReleaseResult:
     """`run_release` once its ledger (or ``None``) is open: the schema, then the data."""
-    _check_schema_first(spec)
+    _check_schema_first(spec, ledger)
     eng.open(spec.input.table)  # Spark: started (its log kept privately), the table checked
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
@@ -283,15 +283,25 @@ def _check_input_first(spec: ReleaseSpec, started: str) -> None:
     _refuse_mapping_collisions(spec, schema0, lf0)
 
 
-def _check_schema_first(spec: ReleaseSpec) -> None:
+def _check_schema_first(spec: ReleaseSpec, ledger: Any = None) -> None:
     """Curator mode: the spec's columns against the input's schema, before any data is read.
 
     A misspelt or mistyped column is then a `SpecError` (exit 2), not the generic
     data-dependent failure (see `input_schema`; author mode is checked
-    against the curator's declared schema, where one is given).
+    against the curator's declared schema, where one is given). With a lifetime ledger, the
+    unit column's type against the one the ledger keys units by (a `LedgerError`, exit 2).
     """
-    from tabdp.release.input_schema import check_spec_input_schema
+    from tabdp.release.input_schema import (
+        check_input_schema,
+        check_ledger_unit_type,
+        spec_input_schema,
+    )
 
-    check_spec_input_schema(spec)
+    got = spec_input_schema(spec)
+    if got is None:
+        return
+    check_input_schema(spec, got[0], source=got[1])
+    if ledger is not None:
+        check_ledger_unit_type(spec, got[0], ledger.unit_dtype, source=got[1])
 
 

@@ -585,3 +585,38 @@ def test_rerun_of_the_last_release_warns_the_curator(tmp_path):
             warnings.simplefilter("always")
             run_release(load_spec(path), test_seed=True)
         assert not [w for w in caught if "rerun" in str(w.message)], path
+
+
+def test_unit_ids_of_another_type_refused_from_the_schema(tmp_path, monkeypatch):
+    """Review (C): Int64 unit ids in year 1, String in year 2: exit 2 before any data is read.
+
+    The chain records the ids' type; the input's unit column type is in its schema. Before,
+    the run read the data and failed with the generic data-dependent failure (exit 4).
+    """
+    spec = _spec(tmp_path, 2021)
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
+    spec2 = _spec(tmp_path, 2022)
+    data = tmp_path / "data_2022.parquet"
+    pl.read_parquet(data).with_columns(pl.col("estab").cast(pl.String)).write_parquet(data)
+    from tabdp.release import runner
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(runner, "_run_with_data", no_data)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stdout=out,
+                    stderr=err) == 2, err.getvalue()
+    text = err.getvalue()
+    assert "spec/usage error" in text and "data-dependent" not in text
+    assert ("the lifetime ledger of series 'test-series' keys units by Int64 ids" in text
+            and "the unit column 'estab' has type String in the input" in text), text
+    assert "no data was read" in text.lower() or "before any data was read" in text
+    assert "Hint: store the unit column as Int64" in text
+    assert not (tmp_path / "out" / "2022").exists()
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 1 and led.unit_dtype == "Int64"
+    # an integer of another width is the same kind of id: no refusal from the schema
+    pl.read_parquet(data).with_columns(pl.col("estab").cast(pl.Int32)).write_parquet(data)
+    monkeypatch.undo()
+    assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
