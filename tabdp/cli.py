@@ -816,8 +816,13 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
               f"{n_tables} table(s))\n")
     out.write(f"  Confidential outputs: {confidential}  (per_record_losses.parquet, "
               "confidential_report.html: never publish)\n")
-    if spec.budget is not None:
-        _write_left_out(res.left_out, err)
+    from tabdp.release.runner import left_out_filters
+
+    # a lifetime ledger is an individual filter too (review: a ledger-only spec told the
+    # curator nothing of the units its lifetime budget left out)
+    by = left_out_filters(spec)
+    if by is not None:
+        _write_left_out(res.left_out, err, by)
     return EXIT_OK
 
 
@@ -859,13 +864,15 @@ def _native_stderr_to_confidential(confidential: Path) -> Iterator[TextIO]:
             log.unlink(missing_ok=True)
 
 
-def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO) -> None:
-    """Curator mode: what the budget left out of each table (empty in author mode)."""
+def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO,
+                    by: str = "the budget") -> None:
+    """Curator mode: what the filters (``by``) left out of each table (empty in author mode)."""
     from tabdp.release.runner import left_out_in_words
 
-    lines = left_out_in_words(left_out)
+    lines = left_out_in_words(left_out, by=by)
     if left_out and not lines:
-        err.write("Budget (curator, do not publish): no unit was left out of any table.\n")
+        what = "Budget" if by == "the budget" else by[4].upper() + by[5:]
+        err.write(f"{what} (curator, do not publish): no unit was left out of any table.\n")
     for line in lines:
         err.write(f"WARNING (curator, do not publish): {line}; totals there are biased "
                   "downward and sd/moe do not include it (confidential.json, "
@@ -967,6 +974,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
             # the fixed, generic message (author mode: the confidential folder is named
             # under the curator's output root, never by its server path)
             err.write(_shown(args, f"tabdp {args.command}: {e}\n"))
+            if e.ledger_release is not None:  # curator mode only (run_release)
+                err.write(f"WARNING (curator, do not publish): the lifetime ledger was charged "
+                          f"for this run as release {e.ledger_release} of its series although "
+                          "nothing was published (the run failed after its commit; the chain "
+                          "head is in failure.json). A rerun is charged again.\n")
             return code
         kind = {EXIT_USAGE: "spec/usage error", EXIT_DATA: "data error"}.get(
             code, "internal error")

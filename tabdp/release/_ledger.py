@@ -1,8 +1,11 @@
 """The release workflow's lifetime ledger (``[ledger]``).
 
-Opened before any data is read; committed once every output is written, before the outputs
-are moved into place (a crash between leaves the ledger charged for a release not published,
-never the reverse).
+Opened before any data is read; committed once every output is written and every check of the
+move into place has passed (the output folders free, old ones moved aside), just before the
+renames (a crash between leaves the ledger charged for a release not published, never the
+reverse; a failure there is reported in the confidential ``failure.json``,
+`committed_since`). Opening warns the curator when the last release of the chain has this
+run's name and spec hash (a probable rerun, charged again).
 
 Example:
     >>> from tabdp.release._ledger import open_ledger
@@ -15,13 +18,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from tabdp.exceptions import InvalidParameterError, LedgerError
 from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
-__all__ = ["open_ledger", "commit_release"]
+__all__ = ["open_ledger", "commit_release", "committed_since", "charged_failure", "RERUN_TEXT"]
+
+#: The start of the curator's warning of a probable rerun (`open_ledger`).
+RERUN_TEXT = "this run looks like a rerun of the series' last release"
 
 
 def open_ledger(spec: Any) -> Any:
@@ -62,7 +70,73 @@ def open_ledger(spec: Any) -> Any:
         raise dataset_ledger_error(dataset, err) from None
     # the workflow closes without committing only when nothing was published (a failed run)
     ledger.allow_discard()
+    if spec.input.mode == "curator":
+        _warn_rerun(ledger, spec)
     return ledger
+
+
+def _warn_rerun(ledger: Any, spec: Any) -> None:
+    """Warn the curator when the chain's last release has this run's name and spec hash.
+
+    A probable rerun (of a run that failed or was killed after its commit, or of a published
+    release): it is charged again, as a release of its own. Curator mode only: the chain's
+    contents are the curator's.
+    """
+    last = ledger.entries[-1]
+    if (last.get("kind") != "release" or last.get("spec_hash") != spec.sha256
+            or last.get("release") != spec.release.name):
+        return
+    from tabdp.exceptions import PrivacyWarning
+
+    warnings.warn(
+        f"{RERUN_TEXT}: release {last['seq']} of series {ledger.series!r} in the lifetime "
+        f"ledger {ledger.path} is {spec.release.name!r}, committed {last.get('created')} with "
+        "this spec's hash. If this run goes through it is charged again, as a release of its "
+        "own: every unit it admits is charged its losses a second time against the series' "
+        "lifetime budget (an over-charge: safe, but spent). CONFIDENTIAL (the curator's): do "
+        "not publish.\nHint: if that release was published, do not rerun it (a new release "
+        "gets a new release.name). If its run failed after the commit (its confidential "
+        "failure.json says the ledger was committed) or was killed before its outputs were "
+        "moved into place, it was charged but never published: rerunning is safe and spends "
+        "its losses again; to avoid that, put back a copy of the ledger folder taken before "
+        "that run and accept it (tabdp ledger accept-restore PATH), only if that release was "
+        "never published.", PrivacyWarning, stacklevel=3)
+
+
+def committed_since(ledger: Any, releases: int,
+                    spec_hash: str | None = None) -> dict[str, Any] | None:
+    """The chain entry this run committed since the ledger held ``releases`` releases.
+
+    Read from the ledger's chain folder too: a commit whose entry is on disk counts even if
+    the commit failed after its commit point (before the ledger recorded it in memory); such
+    an entry counts only if it holds ``spec_hash`` (given), not another writer's.
+
+    Args:
+        ledger: The run's open ledger.
+        releases: Its number of releases at open.
+        spec_hash: The run's spec hash (``None``: not checked).
+
+    Returns:
+        The entry of release ``releases + 1``, or ``None`` if it was not committed.
+
+    Example:
+        >>> import tempfile, pathlib, tabdp
+        >>> led = tabdp.Ledger.create(pathlib.Path(tempfile.mkdtemp()) / "l", series="s",
+        ...                           lifetime_budget=1.0)
+        >>> committed_since(led, 0) is None
+        True
+    """
+    if len(ledger.entries) - 1 > releases:
+        entry: dict[str, Any] = ledger.entries[releases + 1]
+        return entry
+    path = Path(ledger.path) / "chain" / f"{releases + 1:08d}.json"
+    try:
+        found: dict[str, Any] = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if spec_hash is not None and found.get("spec_hash") != spec_hash:
+        return None
+    return found
 
 
 def commit_release(session: Any, spec: Any, public: Path, confidential: Path,
@@ -105,5 +179,57 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path,
             "manifest_sha256": manifest,
             "note": "CONFIDENTIAL. Keep the entry hash (the chain head) outside the ledger: "
                     "`tabdp ledger show` must end with it."}
-    (confidential / "ledger.json").write_text(json.dumps(note, indent=2), encoding="utf-8")
+    target = confidential / "ledger.json"
+    with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+              encoding="utf-8") as fh:  # the owner's only, like every confidential file
+        fh.write(json.dumps(note, indent=2))
+    os.chmod(target, 0o600)
     return entry
+
+
+def charged_failure(details: dict[str, Any], ledger: Any, releases: int,
+                    spec_hash: str | None = None) -> dict[str, Any] | None:
+    """A run that failed after its ledger commit: say so in its ``failure.json`` details.
+
+    The commit comes only once every check of the move into place has passed, so what fails
+    after it is a rename (or writing ``ledger.json``): the ledger was charged for a release
+    that was not published. The charge stands (an over-charge, which is safe); a rerun is
+    charged again. CONFIDENTIAL: the curator's (``failure.json``).
+
+    Args:
+        details: The failure's details (``failure.json``): given a ``ledger`` entry and a
+            sentence added to ``message`` when the ledger was charged.
+        ledger: The run's open ledger.
+        releases: Its number of releases at open.
+        spec_hash: The run's spec hash (`committed_since`).
+
+    Returns:
+        The ``ledger`` entry added, or ``None`` (not charged: ``details`` unchanged).
+
+    Example:
+        >>> import tempfile, pathlib, tabdp
+        >>> led = tabdp.Ledger.create(pathlib.Path(tempfile.mkdtemp()) / "l", series="s",
+        ...                           lifetime_budget=1.0)
+        >>> d = {"message": "boom"}
+        >>> charged_failure(d, led, 0) is None, d
+        (True, {'message': 'boom'})
+    """
+    entry = committed_since(ledger, releases, spec_hash)
+    if entry is None:
+        return None
+    seq, series, head = entry.get("seq"), entry.get("series"), entry.get("hash")
+    note: dict[str, Any] = {
+        "committed": True, "ledger": str(ledger.path), "series": series, "release": seq,
+        "entry_hash": head, "prev": entry.get("prev"),
+        "note": (f"CONFIDENTIAL. The run failed AFTER its losses were committed to the "
+                 f"lifetime ledger: the ledger was charged for this run as release {seq} of "
+                 f"series {series!r} (chain head {head}), although nothing public was "
+                 "written. The charge stands: an over-charge, which is safe. Keep this chain "
+                 "head outside the ledger (`tabdp ledger show` ends with it). A rerun of this "
+                 "release is charged again; to avoid that, put back a copy of the ledger "
+                 "folder taken before this run and accept it (tabdp ledger accept-restore "
+                 "PATH): this release was never published.")}
+    details["ledger"] = note
+    details["message"] = (f"{details.get('message', '')}\n(Nothing public was written, but "
+                          "the lifetime ledger WAS charged for this run: see 'ledger'.)")
+    return note

@@ -92,11 +92,14 @@ def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
     return out
 
 
-def left_out_in_words(left_out: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def left_out_in_words(left_out: Mapping[str, Mapping[str, Any]], *,
+                      by: str = "the budget") -> list[str]:
     """CONFIDENTIAL: one line per table with units left out by the budget (curator only).
 
     Args:
         left_out: From `left_out_by_table()`.
+        by: What left them out (`left_out_filters`: ``"the lifetime budget"`` with a
+            ledger alone).
 
     Returns:
         The lines (none when no unit was left out).
@@ -114,9 +117,38 @@ def left_out_in_words(left_out: Mapping[str, Mapping[str, Any]]) -> list[str]:
         rows_txt = "" if rows is None else (
             f" ({rows:,} rows, {100 * (v.get('rows_share') or 0.0):.2f}% of its rows)")
         meas = ", ".join(f"{m} {100 * x['share']:.2f}%" for m, x in v.get("measures", {}).items())
-        lines.append(f"{name}: {v['units']:,} units{rows_txt} left out by the budget"
+        lines.append(f"{name}: {v['units']:,} units{rows_txt} left out by {by}"
                      + (f"; left out: {meas}" if meas else ""))
     return lines
+
+
+def left_out_filters(spec: Any) -> str | None:
+    """What a spec's individual filters are called (``None``: the spec has none).
+
+    A ``[budget]`` and a lifetime ledger (``[ledger]``, or the dataset's) are both individual
+    filters: a unit whose loss would pass either is left out of a table.
+
+    Args:
+        spec: The release spec (its ``budget`` and ``ledger`` are read).
+
+    Returns:
+        ``"the budget"``, ``"the lifetime budget"``, ``"the budget or the lifetime budget"``
+        or ``None``.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> left_out_filters(NS(budget=None, ledger=NS()))
+        'the lifetime budget'
+        >>> left_out_filters(NS(budget=None, ledger=None)) is None
+        True
+    """
+    budget = spec.budget is not None
+    ledger = getattr(spec, "ledger", None) is not None
+    if budget and ledger:
+        return "the budget or the lifetime budget"
+    if ledger:
+        return "the lifetime budget"
+    return "the budget" if budget else None
 
 
 class LeftOutError(DataValidationError):
@@ -132,19 +164,23 @@ class LeftOutError(DataValidationError):
         {'t': 0.5}
     """
 
-    def __init__(self, over: Mapping[str, float], limit: float) -> None:
-        """Name the tables whose largest left-out share passed ``limit``."""
+    def __init__(self, over: Mapping[str, float], limit: float,
+                 key: str = "budget.max_left_out", by: str = "the budget") -> None:
+        """Name the tables whose largest left-out share passed ``limit`` (set at ``key``)."""
         shown = ", ".join(f"{k} ({v:.2%})" for k, v in over.items())
         super().__init__(
-            f"the budget left out more than budget.max_left_out = {limit:g} of the rows or of "
-            f"a measure of: {shown}. Nothing was written.\nHint: raise the budget for the "
-            "record sizes left out (tabdp plan lists them), lower the tables' losses, or raise "
-            "budget.max_left_out.",
+            f"{by} left out more than {key} = {limit:g} of the rows or of a measure of: "
+            f"{shown}. Nothing was written.\nHint: raise the budget for the record sizes left "
+            "out (tabdp plan lists them), lower the tables' losses, or raise "
+            f"{key}.",
             confidential={"tables_over_limit": dict(over), "max_left_out": limit})
 
 
 def check_left_out(spec: Any, left_out: Mapping[str, Mapping[str, Any]]) -> None:
-    """Refuse a curator run whose budget left out more than ``budget.max_left_out``.
+    """Refuse a curator run whose filters left out more than ``max_left_out``.
+
+    ``budget.max_left_out``, or ``ledger.max_left_out`` (`max_left_out`): the share of a
+    table's rows or of any measure left out by the budget and the lifetime budget.
 
     Args:
         spec: The release spec (its ``budget`` and ``input.mode`` are read).
@@ -155,20 +191,45 @@ def check_left_out(spec: Any, left_out: Mapping[str, Mapping[str, Any]]) -> None
 
     Example:
         >>> from types import SimpleNamespace as NS
-        >>> spec = NS(budget=NS(max_left_out=0.1), input=NS(mode="curator"))
+        >>> spec = NS(budget=NS(max_left_out=0.1), input=NS(mode="curator"), ledger=None)
         >>> check_left_out(spec, {"t": {"max_share": 0.05}})
         >>> check_left_out(spec, {"t": {"max_share": 0.5}})
         Traceback (most recent call last):
         ...
         tabdp.release._outputs.LeftOutError: the budget left out more ...
     """
-    limit = None if spec.budget is None else spec.budget.max_left_out
+    limit, key = max_left_out(spec)
     if limit is None or spec.input.mode != "curator":
         return
     over = {k: float(v["max_share"]) for k, v in left_out.items()
             if v.get("max_share") is not None and v["max_share"] > limit}
     if over:
-        raise LeftOutError(over, limit)
+        raise LeftOutError(over, limit, key, left_out_filters(spec) or "the budget")
+
+
+def max_left_out(spec: Any) -> tuple[float | None, str]:
+    """The spec's limit on the share its filters leave out, and the key that sets it.
+
+    ``budget.max_left_out``, else ``ledger.max_left_out`` (a spec sets it in one section
+    only); the limit applies to what the budget and the lifetime budget leave out together.
+
+    Args:
+        spec: The release spec (its ``budget`` and ``ledger`` are read).
+
+    Returns:
+        ``(limit, key)``; ``(None, "budget.max_left_out")`` when neither is set.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> max_left_out(NS(budget=None, ledger=NS(max_left_out=0.1)))
+        (0.1, 'ledger.max_left_out')
+    """
+    if spec.budget is not None and spec.budget.max_left_out is not None:
+        return float(spec.budget.max_left_out), "budget.max_left_out"
+    led = getattr(spec, "ledger", None)
+    if led is not None and getattr(led, "max_left_out", None) is not None:
+        return float(led.max_left_out), "ledger.max_left_out"
+    return None, "budget.max_left_out"
 
 
 def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:

@@ -365,8 +365,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
         "budget_check": _budget_check(spec, total),
         "left_out_sizes": (lo_sizes := left_out_sizes(spec)),
-        "left_out_in_words": ([LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(lo_sizes, unit)]
-                              if spec.budget is not None else []),
+        "left_out_in_words": left_out_bias_in_words(spec, lo_sizes, unit),
         "guarantee_in_words": release_guarantee_in_words(spec, unit),
         **({"lifetime": public_lifetime(spec, total, unit)} if spec.ledger is not None else {}),
         "usability_issues": [{"path": p, "message": m} for p, m in issues],
@@ -925,6 +924,53 @@ LEFT_OUT_BIAS_TEXT = (
     "Left-out units bias totals downward, and the published sd and moe do not include that "
     "bias. Which record sizes a budget can leave out follows from the public curves alone "
     "(listed per table); how many units were left out is known only to the curator.")
+
+
+#: The public statement of what units left out by a lifetime ledger (``[ledger]``, or a
+#: dataset's ledger) do to the published tables: the same words whether or not any unit was
+#: left out (it follows from the spec alone).
+LIFETIME_LEFT_OUT_BIAS_TEXT = (
+    "The series' lifetime budget is enforced as an individual filter too: a unit whose loss "
+    "over the series' releases (its losses in earlier releases, kept in the confidential "
+    "ledger, plus this release's) would pass the lifetime budget is left out of a table (the "
+    "table is still published, without its contributions). Left-out units bias totals "
+    "downward, and the published sd and moe do not include that bias. Which units the "
+    "lifetime budget leaves out depends on their confidential losses in earlier releases; how "
+    "many units were left out is known only to the curator.")
+
+
+def left_out_bias_in_words(spec: Any, sizes: list[dict[str, Any]] | None = None,
+                           unit: str = "unit") -> list[str]:
+    """PUBLIC: what the spec's individual filters can leave out, and the bias, in words.
+
+    From the spec alone, never from data: the same sentences whether or not a unit was left
+    out. A ``[budget]`` gives `LEFT_OUT_BIAS_TEXT` and the record sizes it leaves out (from the
+    public curves); a lifetime ledger (``[ledger]``, or the dataset's) gives
+    `LIFETIME_LEFT_OUT_BIAS_TEXT`. Neither: no sentence.
+
+    Args:
+        spec: The release spec (its ``budget`` and ``ledger`` are read).
+        sizes: `left_out_sizes` of the spec (``None``: computed).
+        unit: What a unit is called.
+
+    Returns:
+        The sentences (``summary.json`` ``left_out_in_words``).
+
+    Example:
+        >>> import types
+        >>> spec = types.SimpleNamespace(budget=None, ledger=types.SimpleNamespace())
+        >>> left_out_bias_in_words(spec, []) == [LIFETIME_LEFT_OUT_BIAS_TEXT]
+        True
+        >>> left_out_bias_in_words(types.SimpleNamespace(budget=None, ledger=None), [])
+        []
+    """
+    lines: list[str] = []
+    if spec.budget is not None:
+        rows = left_out_sizes(spec) if sizes is None else sizes
+        lines += [LEFT_OUT_BIAS_TEXT, *left_out_sizes_in_words(rows, unit)]
+    if getattr(spec, "ledger", None) is not None:
+        lines.append(LIFETIME_LEFT_OUT_BIAS_TEXT)
+    return lines
 
 
 def _budget_dict(spec: ReleaseSpec) -> dict[str, Any]:

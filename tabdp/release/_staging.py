@@ -2,7 +2,8 @@
 
 Outputs are built in staging folders next to their targets and renamed into place at the end
 (`clean_stale_staging` removes those of a killed run); after a failure, only
-``failure.json`` in the confidential folder (`DataDependentFailure`).
+``failure.json`` in the confidential folder (`DataDependentFailure`). A run with a lifetime
+ledger commits it after every check of the swap and before the renames (`_Staging.commit`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,12 @@ class _Staging:
 
     Staging folders are named after the run's process (see `clean_stale_staging`), so a
     later run can tell a killed run's leftovers from a running one's.
+
+    At the end of a successful block, in this order: every check that can refuse the swap (a
+    target that appeared meanwhile) and any old target moved aside (put back if anything
+    later fails); then `commit` (set in the block: a lifetime ledger's commit point); then only
+    the renames into place. A failure after `commit` returned is the caller's to report (its
+    commit stands).
     """
 
     def __init__(self, targets: Sequence[Path], overwrite: bool,
@@ -205,6 +212,8 @@ class _Staging:
         self.overwrite = overwrite
         self.private = list(private) if private is not None else [False] * len(self.targets)
         self.tmps: list[Path] = []
+        #: Called once the swap's checks passed, just before the renames (``None``: nothing).
+        self.commit: Callable[[], None] | None = None
 
     def __enter__(self) -> list[Path]:
         self.created: list[Path] = []
@@ -214,10 +223,11 @@ class _Staging:
                 t.parent.mkdir(parents=True, exist_ok=True)
                 self.created += missing
                 # mkdtemp makes a private (0700) folder, and it stays private while the
-                # run writes: a release with a lifetime ledger is charged only at the end of
-                # the block, so its public tables must not be readable before (a run killed
-                # in between would leave them behind, uncharged). Publishable outputs get the
-                # usual permissions when they are moved into place (``__exit__``).
+                # run writes: a release with a lifetime ledger is charged only when the block
+                # ends (``__exit__``, `commit`), so its public tables must not be readable
+                # before (a run killed in between would leave them behind, uncharged).
+                # Publishable outputs get the usual permissions after the commit, as they are
+                # moved into place.
                 tmp = Path(tempfile.mkdtemp(prefix=_staging_name(t, "tmp"), dir=t.parent))
                 self.tmps.append(tmp)
         except BaseException:
@@ -240,24 +250,30 @@ class _Staging:
         if exc_type is not None:
             self._cleanup()
             return
-        # Swap in: move any old folder aside first, so a failure can restore it.
+        # Swap in: every check first, and any old folder moved aside (a failure restores it);
+        # then the commit (a lifetime ledger's: review B, a check failing after it left the
+        # ledger charged for a run that said "nothing was written"); then only the renames.
         moved: list[tuple[Path, Path]] = []
         placed: list[Path] = []
         umask = os.umask(0)
         os.umask(umask)
         try:
-            for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
-                if not private:  # publishable outputs: the usual permissions, now
-                    tmp.chmod(0o777 & ~umask)
+            for t, private in zip(self.targets, self.private, strict=True):
+                if t.exists() and not (self.overwrite or (private and _failure_only(t))):
+                    raise InvalidParameterError(
+                        f"the output folder {str(t)!r} appeared while the release was "
+                        "running; nothing was written.\nHint: rerun, or pass --overwrite.")
+            for t in self.targets:
                 if t.exists():
-                    if not (self.overwrite or (private and _failure_only(t))):
-                        raise InvalidParameterError(
-                            f"the output folder {str(t)!r} appeared while the release was "
-                            "running; nothing was written.\nHint: rerun, or pass --overwrite.")
                     old = Path(tempfile.mkdtemp(prefix=_staging_name(t, "old"), dir=t.parent))
                     old.rmdir()
                     t.rename(old)
                     moved.append((t, old))
+            if self.commit is not None:
+                self.commit()
+            for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
+                if not private:  # publishable outputs: the usual permissions, now (after the
+                    tmp.chmod(0o777 & ~umask)  # commit: never readable uncharged)
                 tmp.rename(t)
                 placed.append(t)
         except BaseException:
@@ -326,6 +342,8 @@ class DataDependentFailure(DataValidationError):
 
     Attributes:
         failure_file: Where the details were written, or ``None`` if they could not be.
+        ledger_release: Curator mode: the release number a lifetime ledger was charged as
+            although the run failed (after its commit: an over-charge, safe); else ``None``.
 
     Example:
         >>> err = DataDependentFailure(None, Path("conf"))
@@ -336,6 +354,9 @@ class DataDependentFailure(DataValidationError):
     def __init__(self, failure_file: Path | None, confidential: Path) -> None:
         """Point to the confidential ``failure_file`` (``None``: it could not be written)."""
         self.failure_file = failure_file
+        #: Curator mode: the release number the lifetime ledger was charged as, when the run
+        #: failed after its commit (details in ``failure_file``); else ``None``.
+        self.ledger_release: int | None = None
         where = (f"in {str(failure_file)!r}" if failure_file is not None else
                  f"nowhere: they could not be written to {str(confidential)!r}")
         super().__init__(

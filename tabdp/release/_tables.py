@@ -47,6 +47,7 @@ from tabdp.release._outputs import (
     _worst_cells,
     check_left_out,
     left_out_by_table,
+    max_left_out,
     publishable_in_words,
     summary_grid,
 )
@@ -416,8 +417,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     left_out = left_out_by_table(session)
     check_left_out(spec, left_out)  # before anything is written
     worst = _worst_cells(session)
-    with _Staging([spec.output.public, spec.output.confidential], overwrite,
-                  private=[False, True]) as (pub, conf):
+    staging = _Staging([spec.output.public, spec.output.confidential], overwrite,
+                       private=[False, True])
+    with staging as (pub, conf):
         for name, df in public.items():
             report(step, steps, f"writing outputs: public/{name}")
             df.write_parquet(pub / name, statistics=False)
@@ -457,22 +459,30 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                 r.cells if r.cells is not None else pl.DataFrame())) for r in session.records},
             "counts": confidential["releases"],
             "left_out": left_out,
-            "max_left_out": None if spec.budget is None else spec.budget.max_left_out,
+            **({"lifetime": summary["lifetime"]} if "lifetime" in summary else {}),
+            "max_left_out": max_left_out(spec)[0],
+            "max_left_out_key": max_left_out(spec)[1],
             "top_n": top_n,
             **({} if losses is None else {"losses": losses}),
         }), encoding="utf-8")
         # Hygiene: every public file carries the manifest's one timestamp (no processing
         # time leaks through mtimes); confidential files are the owner's only.
+        _set_tree(pub, epoch, None, None)
+        _set_tree(conf, None, 0o700, 0o600)
         if ledger is not None:
-            # every output is written: the ledger advances now, before the outputs are moved
-            # into place (a crash between leaves it charged for an unpublished release)
+            # every output is written: the ledger advances when the staging's checks have
+            # passed (the output folders free, old ones moved aside), just before the renames
+            # into place (a crash between leaves it charged for an unpublished release, never
+            # the reverse; a failure after it is reported in failure.json by run_release)
             from tabdp.release._ledger import commit_release
             from tabdp.release._plan import lifetime_curve
 
-            commit_release(session, spec, pub, conf,
-                           public_curve=lifetime_curve(spec, summary["total_policy_curve"]))
-        _set_tree(pub, epoch, None, None)
-        _set_tree(conf, None, 0o700, 0o600)
+            curve = lifetime_curve(spec, summary["total_policy_curve"])
+
+            def commit() -> None:
+                commit_release(session, spec, pub, conf, public_curve=curve)
+
+            staging.commit = commit
     curator = spec.input.mode == "curator"
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()},

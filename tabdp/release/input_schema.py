@@ -28,12 +28,13 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.exceptions import ColumnTypeError, DataValidationError, SpecError
+from tabdp.exceptions import ColumnTypeError, DataValidationError, LedgerError, SpecError
 from tabdp.frame.keys import KeySet, check_cell_keys
 from tabdp.release._input import ROW_ID, scan_input
 from tabdp.release.spec import ReleaseSpec, read_keys
 
-__all__ = ["read_input_schema", "check_input_schema", "check_spec_input_schema"]
+__all__ = ["read_input_schema", "check_input_schema", "check_spec_input_schema",
+           "spec_input_schema", "check_ledger_unit_type"]
 
 _TEXT = (pl.String, pl.Categorical, pl.Enum)
 _NO_DATA = "Checked from the input's schema (metadata); no data was read."
@@ -214,6 +215,118 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
                             f"{source}'s key columns: {err} {_NO_DATA}") from None
 
 
+def spec_input_schema(spec: ReleaseSpec) -> tuple[dict[str, Any], str] | None:
+    """The input schema this spec's mode may use, read before any data, and its name.
+
+    Curator mode with Parquet input: the input's own schema (metadata only). Author mode: the
+    schema the curator declares for the dataset (``input.dataset``), never the data's own.
+
+    Args:
+        spec: A validated spec whose input exists (`check_input_present()`).
+
+    Returns:
+        ``(schema, source)`` (column -> Polars dtype, and how messages name it), or ``None``:
+        author mode without a declared schema, or a catalog table in curator mode (read by
+        Spark only).
+
+    Raises:
+        SpecError: See `read_input_schema()`.
+
+    Example:
+        >>> from tabdp.datasets import example_spec_path
+        >>> from tabdp.release.spec import load_spec
+        >>> schema, source = spec_input_schema(load_spec(example_spec_path()))
+        >>> source, str(schema["payroll"])
+        ('the input', 'Float64')
+    """
+    if spec.input.mode != "curator":
+        if not spec.input.schema:  # author mode without a declared schema: nothing to check
+            return None
+        from tabdp.release.curator_config import SCHEMA_DTYPES
+
+        return ({c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()},
+                "the declared dataset schema")
+    if spec.input.path is None:
+        return None
+    return read_input_schema(spec), "the input"
+
+
+def _ledger_kind(dtype: Any) -> str | None:
+    """How a lifetime ledger keys ids of ``dtype`` (`tabdp.Ledger`), or ``None``: it refuses them.
+
+    ``"Int64"`` for integers (not UInt64, refused by the ledger whatever the values),
+    ``"String"`` for text.
+    """
+    if dtype == pl.UInt64:
+        return None
+    if dtype.is_integer():
+        return "Int64"
+    if dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum):
+        return "String"
+    return None
+
+
+def check_ledger_unit_type(spec: ReleaseSpec, schema: Mapping[str, Any],
+                           ledger_dtype: str | None, *, source: str = "the input") -> None:
+    """The input's unit id type against the one the series' ledger keys units by (no data).
+
+    A series' ledger records the type of its unit ids (``Int64`` or ``String``) at its first
+    charged release; ids of the other type would be accounts of their own (the text ``"7"``
+    and the integer 7), so the ledger refuses them. Decided from the schema alone, before any
+    data is read (review C: it was refused only after the data was read, as the generic
+    data-dependent failure, exit 4).
+
+    Args:
+        spec: A validated spec with a unit and a ledger.
+        schema: The input schema (`spec_input_schema`).
+        ledger_dtype: The ledger's unit type (`tabdp.Ledger.unit_dtype`; ``None``: no unit
+            charged yet, nothing to compare).
+        source: How the schema is named in the message.
+
+    Raises:
+        LedgerError: The unit column's type is integer against a ``String`` ledger, or text
+            against an ``Int64`` one (the message names both and the fix; for a dataset's
+            ledger it names the dataset, never the ledger's path).
+
+    Example:
+        >>> import types, polars as pl
+        >>> spec = types.SimpleNamespace(input=types.SimpleNamespace(unit="id"),
+        ...                              ledger=types.SimpleNamespace(series="s", dataset=None))
+        >>> check_ledger_unit_type(spec, {"id": pl.Int32}, "Int64")
+        >>> try:
+        ...     check_ledger_unit_type(spec, {"id": pl.String}, "Int64")
+        ... except LedgerError as err:
+        ...     print(str(err)[:72])
+        the lifetime ledger of series 's' keys units by Int64 ids (the type of t
+    """
+    unit = spec.input.unit
+    led = spec.ledger
+    if unit is None or led is None or ledger_dtype is None or unit not in schema:
+        return
+    dtype = schema[unit]
+    kind = _ledger_kind(dtype)
+    if kind is None or kind == ledger_dtype:
+        return  # another type the ledger refuses by itself; or the same kind
+    cast = "pl.Int64" if ledger_dtype == "Int64" else "pl.String"
+    if led.dataset is not None:  # a curator-configured ledger: no server path in the message
+        raise LedgerError(
+            f"the lifetime ledger of dataset {led.dataset!r} keys units by {ledger_dtype} ids "
+            f"(the type of the unit column in its earlier releases); the unit column {unit!r} "
+            f"has type {dtype} in {source}, so every unit would be a new account, starting at "
+            "zero. Refused before any data was read; nothing was read or written.\nHint: ask "
+            f"the curator to declare the unit column as {ledger_dtype} again (the same type in "
+            "every release charged to the dataset's ledger).")
+    raise LedgerError(
+        f"the lifetime ledger of series {led.series!r} keys units by {ledger_dtype} ids (the "
+        f"type of the unit column in the series' earlier releases); the unit column {unit!r} "
+        f"has type {dtype} in {source}, so every unit would be a new account, starting at "
+        "zero (the text '7' and the integer 7 are different ids). Refused before any data was "
+        "read; nothing was read or written.\nHint: store the unit column as "
+        f"{ledger_dtype} in this release's input (e.g. pl.col({unit!r}).cast({cast}) when "
+        "writing it), the same type in every release of the series; or start a new series "
+        "for ids of the new type.")
+
+
 def check_spec_input_schema(spec: ReleaseSpec) -> bool:
     """`check_input_schema()` on the schema this spec's mode may use.
 
@@ -238,15 +351,8 @@ def check_spec_input_schema(spec: ReleaseSpec) -> bool:
         >>> check_spec_input_schema(load_spec(example_spec_path()))
         True
     """
-    if spec.input.mode != "curator":
-        if not spec.input.schema:  # author mode without a declared schema: nothing to check
-            return False
-        from tabdp.release.curator_config import SCHEMA_DTYPES
-
-        declared = {c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()}
-        check_input_schema(spec, declared, source="the declared dataset schema")
-        return True
-    if spec.input.path is None:
+    got = spec_input_schema(spec)
+    if got is None:
         return False
-    check_input_schema(spec, read_input_schema(spec))
+    check_input_schema(spec, got[0], source=got[1])
     return True

@@ -12,7 +12,9 @@ input is read, before any join, filter or sort, and the session follows that id.
 Failures: everything checkable without data is checked first (ordinary exceptions). Once the
 data has been read, any failure becomes one
 [`DataDependentFailure`][tabdp.release.DataDependentFailure] with a fixed message; its details go
-only to ``failure.json`` in the confidential folder.
+only to ``failure.json`` in the confidential folder. With a lifetime ledger, the commit comes
+after every check of the move into place, just before the renames; a failure after it (the
+ledger charged, nothing published) is stated in ``failure.json`` (``ledger``).
 
 * Public folder: one Parquet per table and rollup (``output.form = "long"``, the default:
   ``keys, measure, estimate, sd, moe, lower, upper, cv, flag``; ``"wide"``: keys, then ``m,
@@ -56,13 +58,16 @@ from tabdp.release._outputs import (
     ReleaseResult,
     check_left_out,
     left_out_by_table,
+    left_out_filters,
     left_out_in_words,
     publishable_in_words,
     summary_grid,
 )
 from tabdp.release._plan import (
     LEFT_OUT_BIAS_TEXT,
+    LIFETIME_LEFT_OUT_BIAS_TEXT,
     curve_in_words,
+    left_out_bias_in_words,
     left_out_sizes,
     left_out_sizes_in_words,
     plan_summary,
@@ -96,7 +101,8 @@ __all__ = ["ReleaseResult", "plan_summary", "curve_in_words", "publishable_in_wo
            "ROW_LABEL", "Progress", "release_guarantee_in_words", "left_out_sizes",
            "left_out_sizes_in_words", "LEFT_OUT_BIAS_TEXT", "check_input_present", "read_input",
            "SPARK_LOG", "left_out_by_table", "left_out_in_words", "LeftOutError",
-           "check_left_out", "summary_grid"]
+           "check_left_out", "summary_grid", "LIFETIME_LEFT_OUT_BIAS_TEXT",
+           "left_out_bias_in_words", "left_out_filters"]
 
 
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
@@ -208,10 +214,11 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
                      report: Any, started: str, epoch: float,
                      summary: dict[str, Any]) -> ReleaseResult:
     """`run_release` once its ledger (or ``None``) is open: the schema, then the data."""
-    _check_schema_first(spec)
+    _check_schema_first(spec, ledger)
     eng.open(spec.input.table)  # Spark: started (its log kept privately), the table checked
     details: dict[str, Any] | None = None
     result: ReleaseResult | None = None
+    releases = None if ledger is None else ledger.releases
     try:
         # data-free: mapping codes the join's conversion merges are refused before any read
         # where the engine reads the input's schema first (Polars)
@@ -233,14 +240,22 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
                 details = _failure_details(err, "after reading the input")
                 details["warnings"] = [*getattr(ledger, "open_warnings", []),
                                        *[str(w.message) for w in caught]]
+                if ledger is not None and releases is not None:
+                    from tabdp.release._ledger import charged_failure
+
+                    charged_failure(details, ledger, releases, spec.sha256)
     finally:
         log = eng.close()
         if log is not None:  # the JVM's start-up and log lines: the curator's
             _keep_spark_log(log, spec.output.confidential)
     if details is not None:
         # raised outside the except block: the exception carries no chained details
-        raise DataDependentFailure(_write_failure(spec, details, started),
-                                   spec.output.confidential)
+        failure = DataDependentFailure(_write_failure(spec, details, started),
+                                       spec.output.confidential)
+        if "ledger" in details and spec.input.mode == "curator":
+            # the curator's terminal (never an author's: the message stays the fixed one)
+            failure.ledger_release = details["ledger"]["release"]
+        raise failure
     assert result is not None
     # Curator mode: the data's owner is told (terminal / Python warning, never a public file)
     # when the input is empty or rows miss a key set. Author mode: nothing (an oracle).
@@ -269,15 +284,25 @@ def _check_input_first(spec: ReleaseSpec, started: str) -> None:
     _refuse_mapping_collisions(spec, schema0, lf0)
 
 
-def _check_schema_first(spec: ReleaseSpec) -> None:
+def _check_schema_first(spec: ReleaseSpec, ledger: Any = None) -> None:
     """Curator mode: the spec's columns against the input's schema, before any data is read.
 
     A misspelt or mistyped column is then a `SpecError` (exit 2), not the generic
     data-dependent failure (see `input_schema`; author mode is checked
-    against the curator's declared schema, where one is given).
+    against the curator's declared schema, where one is given). With a lifetime ledger, the
+    unit column's type against the one the ledger keys units by (a `LedgerError`, exit 2).
     """
-    from tabdp.release.input_schema import check_spec_input_schema
+    from tabdp.release.input_schema import (
+        check_input_schema,
+        check_ledger_unit_type,
+        spec_input_schema,
+    )
 
-    check_spec_input_schema(spec)
+    got = spec_input_schema(spec)
+    if got is None:
+        return
+    check_input_schema(spec, got[0], source=got[1])
+    if ledger is not None:
+        check_ledger_unit_type(spec, got[0], ledger.unit_dtype, source=got[1])
 
 

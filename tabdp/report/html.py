@@ -438,7 +438,49 @@ def _at_sizes(rows: Sequence[Mapping[str, Any]], sizes: Sequence[Any]) -> list[M
     return picked or list(rows)
 
 
-def _budget_html(budget: Any, *, public: bool = True) -> str:
+def _budget_html(budget: Any, *, public: bool = True, lifetime: Any = None) -> str:
+    """The Budget section: the per-release budget and, with a ledger, the lifetime budget."""
+    if not isinstance(lifetime, Mapping) or lifetime.get("lifetime_budget") is None:
+        return _release_budget_html(budget, public=public)
+    if budget is None:
+        head = ("<p>No per-release budget was set (<code>[budget]</code>): within this "
+                "release the losses are those of the curves below. The series' lifetime "
+                "budget limits each unit's loss over the series.</p>")
+    else:
+        head = _release_budget_html(budget, public=public)
+    return head + _lifetime_budget_html(lifetime)
+
+
+def _lifetime_budget_html(life: Mapping[str, Any]) -> str:
+    """The lifetime budget of a ledger's series (public: from the spec and the ledger's terms)."""
+    budget = life.get("lifetime_budget")
+    series = life.get("series")
+    of = f" {_e(repr(series))}" if series is not None else ""
+    pts = _budget_points(budget) if isinstance(budget, Mapping) else []
+    rho = _float(budget.get("rho")) if isinstance(budget, Mapping) else None
+    filt = ("It is enforced as an individual filter over the series: a unit whose loss over "
+            "the series would pass it is left out of that table (the table is still released, "
+            "without its contributions).")
+    if isinstance(budget, Mapping) and budget.get("kind") == "constant" and rho is not None:
+        return (f"<h3>Lifetime budget of the series{of}</h3><p>The lifetime budget of the "
+                f"series' ledger limits each unit's total loss over every release of the "
+                f"series, this one included, to ρ ≤ <b>{_e(budget.get('rho'))}</b>, whatever "
+                f"its size, over every currency. {filt}</p>")
+    if pts:
+        total = _float(budget.get("total")) if isinstance(budget, Mapping) else None
+        cap = ("" if total is None else
+               f" In all, over every currency, at most ρ ≤ <b>{_e(total)}</b>.")
+        return (f"<h3>Lifetime budget of the series{of}</h3><p>The lifetime budget curve of "
+                "the series' ledger (below: record size → ρ limit) limits each unit's loss "
+                "over every release of the series, this one included, at its size, in each "
+                f"currency (each measure, and rows for counts) separately.{cap} {filt}</p>"
+                + _table(["record size", "lifetime ρ limit"], [[s, r] for s, r in pts]))
+    return (f"<h3>Lifetime budget of the series{of}</h3><p>The lifetime budget of the series' "
+            "ledger (below) limits each unit's loss over every release of the series, this "
+            f"one included. {filt}</p>" + _value(budget))
+
+
+def _release_budget_html(budget: Any, *, public: bool = True) -> str:
     if budget is None:
         return ("<p>No per-record budget was set: the losses are those of the curves "
                 "below, with no additional limit.</p>" if public else
@@ -916,8 +958,14 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     body.append(_section("protected", "What is protected", "".join(prot)))
     body.append(words_html)
     left_words = summary.get("left_out_in_words") or []
-    body.append(_section("budget", "Budget", _budget_html(summary.get("budget")) + (
-        "<h3>Units left out by the budget</h3>"
+    life = summary.get("lifetime")
+    # a lifetime ledger is an individual filter too: its sentence (from the spec alone) is
+    # among the left-out words whether or not a unit was left out
+    by = ("the budget" if not isinstance(life, Mapping) else "the lifetime budget"
+          if summary.get("budget") is None else "the budget and the lifetime budget")
+    body.append(_section("budget", "Budget", _budget_html(summary.get("budget"),
+                                                          lifetime=life) + (
+        f"<h3>Units left out by {by}</h3>"
         + "".join(f"<p>{_e(w.rstrip('.'))}.</p>" for w in left_words) if left_words else "")))
 
     # -- plot 1: loss curves
@@ -1113,7 +1161,8 @@ def _frame_table(df: pl.DataFrame, *, caption: str | None = None,
     return _table(headers, rows, caption=caption, raw=True)
 
 
-def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any) -> str:
+def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any,
+                   key: Any = None) -> str:
     """CONFIDENTIAL: per table, the units, rows and share of each measure the filter left out."""
     measures = sorted({m for v in left_out.values() for m in (v.get("measures") or {})})
     rows = []
@@ -1127,7 +1176,8 @@ def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any) -> str
     table = _frame_table(pl.DataFrame(rows, strict=False), percent=pct) if rows else \
         "<p>No tables.</p>"
     lim = ("" if limit is None else
-           f" The spec allows at most {_e(_percent(limit))} (<code>budget.max_left_out</code>) "
+           f" The spec allows at most {_e(_percent(limit))} "
+           f"(<code>{_e(key or 'budget.max_left_out')}</code>) "
            "of a table's rows or of any measure to be left out; a run above it fails.")
     any_left = any(v.get("units") for v in left_out.values())
     head = ('<div class="callout warn"><p><b>The budget left units out.</b> Their rows and '
@@ -1647,6 +1697,8 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
             against size is a systematic sample above 20,000 units (its caption says so).
             ``losses``: the `loss_statistics` of ``per_record`` with this ``budget`` and
             ``top_n``, when the caller computed them already (they are then not recomputed).
+            ``lifetime``: the summary's ``lifetime`` (a lifetime ledger: its budget is shown
+            with the run's).
 
     Returns:
         The HTML document.
@@ -1724,13 +1776,17 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
             budget_note = ('<div class="callout warn"><p><b>Some units are over the budget.</b> '
                            "This should not happen: the individual filter leaves a unit out of "
                            "a query rather than let it pass its budget. Check the run.</p></div>")
-    ov = [_kv(stats), budget_note, "<h3>Budget</h3>", _budget_html(budget, public=False)]
+    ov = [_kv(stats), budget_note, "<h3>Budget</h3>",
+          _budget_html(budget, public=False, lifetime=report.get("lifetime"))]
     extra_keys = {"release", "unit", "seed", "budget", "per_record", "total_policy_curve",
-                  "worst_cells", "counts", "top_n", "left_out", "max_left_out", "losses"}
+                  "worst_cells", "counts", "top_n", "left_out", "max_left_out", "losses",
+                  "max_left_out_key",
+                  "lifetime"}
     body.append(_section("overview", "Overview", "".join(ov)))
     if report.get("left_out") is not None:
         body.append(_section("left-out", "Left out by the budget",
-                             _left_out_html(report["left_out"], report.get("max_left_out"))))
+                             _left_out_html(report["left_out"], report.get("max_left_out"),
+                                            report.get("max_left_out_key"))))
 
     # -- plots
     h_edges, h_counts, left_out = los.hist

@@ -372,21 +372,24 @@ def test_an_older_copy_of_the_whole_ledger_is_refused(tmp_path):
 def test_a_run_killed_after_the_commit_is_charged_not_published(tmp_path, monkeypatch):
     """A run dying between the commit and the move: charged, not published.
 
-    The workflow commits, then moves the outputs into place: dying in between (here at
-    the outputs' timestamps) leaves the ledger charged and nothing published (over-charging,
-    safe); never the reverse.
+    The workflow commits, then moves the outputs into place: dying in between (here right
+    after the commit, before the renames) leaves the ledger charged and nothing published
+    (over-charging, safe); never the reverse.
     """
     sys.path.insert(0, str(ROOT / "tests" / "release"))
     import test_ledger_spec as T
 
-    from tabdp.release import _tables
+    from tabdp.release import _ledger
     from tabdp.release.runner import run_release
     from tabdp.release.spec import load_spec
 
+    real = _ledger.commit_release
+
     def killed(*a: object, **k: object) -> None:
+        real(*a, **k)  # type: ignore[arg-type]
         raise SystemExit("killed after the commit")
 
-    monkeypatch.setattr(_tables, "_set_tree", killed)
+    monkeypatch.setattr(_ledger, "commit_release", killed)
     with pytest.raises(SystemExit):
         run_release(load_spec(T._spec(tmp_path, 2021)), test_seed=True)
     monkeypatch.undo()

@@ -389,3 +389,36 @@ def test_a_ledger_refusal_never_depends_on_the_data(tmp_path, monkeypatch, ledge
                       (root / "releases" / "lr").exists()))
     assert views[0] == views[1], views
     assert views[0][0] == 2 and not views[0][3], views
+
+
+def test_author_run_with_unit_ids_of_another_type_refused_from_the_schema(tmp_path,
+                                                                          monkeypatch):
+    """Review (C), author mode: the declared unit type against the dataset ledger's, no data.
+
+    The curator's dataset had Int64 firm ids (one author run charged); its declared schema
+    now says String. The next author run is refused before any data is read (exit 2), naming
+    the dataset and both types, never the ledger's server path.
+    """
+    root = tmp_path / "server"
+    _server(root)
+    code, _, err = _run(root, monkeypatch, "r0")
+    assert code == 0, err
+    _firms().with_columns(pl.col("firm").cast(pl.String)).write_parquet(
+        root / "data" / "firms.parquet")
+    write_curator(root, {"firms": "data/firms.parquet"},
+                  dataset_extra={"firms": 'unit = "firm"\nledger = "ledgers/firms"'})
+    from tabdp.release import runner
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(runner, "_run_with_data", no_data)
+    code, out, err = _run(root, monkeypatch, "r1")
+    assert code == 2, err
+    assert ("the lifetime ledger of dataset 'firms' keys units by Int64 ids" in err
+            and "the unit column 'firm' has type String in the declared dataset schema" in err)
+    assert "Refused before any data was read" in err and "data-dependent" not in err
+    assert str(tmp_path) not in out + err and "ledgers" not in out + err
+    assert not (root / "releases" / "r1" / "public").exists()
+    with tabdp.Ledger.open(root / "ledgers" / "firms") as led:
+        assert led.releases == 1

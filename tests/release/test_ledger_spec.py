@@ -370,3 +370,253 @@ def test_run_cap_sentences_add_the_currencies_limits(tmp_path):
     assert "loses at most rho = 5.2 over the series" in at100, at100
     assert "charged in full in at least 1 release(s)" in at1, at1
     assert "past its lifetime budget in a currency" in at1, at1
+
+
+def _html_block(page: str, tag: str, sec_id: str) -> str:
+    start = page.index(f'<{tag} id="{sec_id}">')
+    return page[start:page.index(f"</{tag}>", start)]
+
+
+def _ledger_only(folder: Path, *, big: bool, extra_ledger: str = "", extra: str = "") -> Path:
+    """A series' first release (the ledger started, lifetime budget 1.0): the spec's path.
+
+    60 small units, each within the lifetime budget, and with ``big`` one more (payroll 60:
+    60^2/3200 + 0.125 = 1.25 > 1 in one release, so the lifetime budget leaves it out of
+    ``pay``).
+    """
+    rng = np.random.default_rng(5)
+    ids = np.arange(60, dtype=np.int64)
+    frame = pl.DataFrame({"estab": ids, "county": np.array(COUNTIES)[ids % 3],
+                          "payroll": np.round(np.minimum(rng.lognormal(2.0, 1.0, 60), 30.0),
+                                              2)})
+    if big:
+        frame = pl.concat([frame, pl.DataFrame({"estab": [9999], "county": ["c1"],
+                                                "payroll": [60.0]})])
+    folder.mkdir(parents=True)
+    frame.write_parquet(folder / "data.parquet")
+    assert cli_main(["ledger", "init", str(folder / "ledger"), "--series", "test-series",
+                     "--lifetime-budget", "1.0"], stdout=io.StringIO()) == 0
+    text = series_spec(name="series_2021", data="data.parquet", ledger="ledger",
+                       series="test-series", lifetime=1.0, seed=7, public="out/public",
+                       confidential="out/confidential", extra=extra)
+    text = text.replace("lifetime_budget = 1.0\n", "lifetime_budget = 1.0\n" + extra_ledger)
+    (folder / "r.toml").write_text(text)
+    return folder / "r.toml"
+
+
+def test_ledger_only_spec_states_left_out_bias_whatever_the_data(tmp_path):
+    """A ledger alone is an individual filter: the left-out bias text, from the spec alone.
+
+    Review (A): a ``[ledger]`` spec without ``[budget]`` whose lifetime filter left units out
+    published ``left_out_in_words: []`` and "No per-record budget was set", and the curator's
+    terminal said nothing. Neighbouring datasets: ``b`` (every unit within the lifetime
+    budget) and ``a`` = ``b`` plus one unit that the lifetime budget leaves out of ``pay``.
+    The public sentences are the same; only the curator's terminal tells them apart.
+    """
+    from tabdp.release.runner import LIFETIME_LEFT_OUT_BIAS_TEXT
+
+    got = {}
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        spec = _ledger_only(folder, big=name == "a")
+        out, err = io.StringIO(), io.StringIO()
+        code = cli_main(["run", str(spec), "--test-seed", "--quiet"], stdout=out, stderr=err)
+        assert code == 0, err.getvalue()
+        public = folder / "out" / "public"
+        summary = json.loads((public / "summary.json").read_text())
+        page = (public / "summary.html").read_text()
+        conf = json.loads((folder / "out" / "confidential" / "confidential.json").read_text())
+        got[name] = (summary["left_out_in_words"], _html_block(page, "section", "budget"),
+                     err.getvalue(),
+                     {t: r["left_out_by_budget"]["units"] for t, r in conf["releases"].items()})
+    (words_a, html_a, err_a, lo_a), (words_b, html_b, err_b, lo_b) = got["a"], got["b"]
+    assert lo_a == {"pay": 1, "n": 0} and lo_b == {"pay": 0, "n": 0}
+    # public: the same words whether or not a unit was left out
+    assert words_a == words_b == [LIFETIME_LEFT_OUT_BIAS_TEXT]
+    assert "bias totals downward" in words_a[0] and "sd and moe do not include" in words_a[0]
+    assert html_a == html_b
+    assert "No per-record budget was set" not in html_a
+    assert "Lifetime budget of the series" in html_a and "ρ ≤ <b>1" in html_a
+    assert "Units left out by the lifetime budget" in html_a
+    # the curator's terminal: what was left out (confidential), or that nothing was
+    assert ("WARNING (curator, do not publish): pay: 1 units (1 rows, " in err_a
+            and "left out by the lifetime budget" in err_a), err_a
+    assert "no unit was left out" in err_b and "WARNING (curator" not in err_b, err_b
+
+
+def test_ledger_max_left_out(tmp_path):
+    """``[ledger] max_left_out`` fails a curator run above the share, uncharged.
+
+    Set in both ``[budget]`` and ``[ledger]``, the spec is refused (exit 2).
+    """
+    spec = _ledger_only(tmp_path / "a", big=True, extra_ledger="max_left_out = 0.01\n")
+    assert load_spec(spec).ledger.max_left_out == 0.01  # type: ignore[union-attr]
+    err = io.StringIO()
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=err) == 4
+    assert "data-dependent failure" in err.getvalue()
+    conf = tmp_path / "a" / "out" / "confidential"
+    failure = json.loads((conf / "failure.json").read_text())
+    assert failure["error"] == "LeftOutError"
+    assert "the lifetime budget left out more than ledger.max_left_out = 0.01" in \
+        failure["message"]
+    assert set(failure["confidential"]["tables_over_limit"]) == {"pay"}
+    assert not (tmp_path / "a" / "out" / "public").exists()
+    with tabdp.Ledger.open(tmp_path / "a" / "ledger") as led:
+        assert led.releases == 0
+    # within the limit (no unit left out): the run goes through
+    spec = _ledger_only(tmp_path / "b", big=False, extra_ledger="max_left_out = 0.01\n")
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
+    # set twice: refused from the spec
+    spec = _ledger_only(tmp_path / "c", big=False, extra_ledger="max_left_out = 0.01\n",
+                        extra="[budget]\nrho = 5.0\nmax_left_out = 0.02\n")
+    err = io.StringIO()
+    assert cli_main(["validate", str(spec)], stdout=io.StringIO(), stderr=err) == 2
+    assert "ledger.max_left_out" in err.getvalue() and "in both" in err.getvalue()
+    spec.write_text(spec.read_text().replace("max_left_out = 1.5", "").replace(
+        "max_left_out = 0.01", "max_left_out = 1.5"))
+    err = io.StringIO()
+    assert cli_main(["validate", str(spec)], stdout=io.StringIO(), stderr=err) == 2
+    assert "ledger.max_left_out" in err.getvalue() and "1.5" in err.getvalue()
+
+
+def test_output_folder_appearing_fails_before_the_ledger_is_charged(tmp_path):
+    """Review (B): a check of the move into place that fails comes before the ledger commit.
+
+    The public output folder appears while the run writes its outputs (here: made by the
+    progress callback). The run fails ("nothing was written") and the ledger is not charged:
+    before the fix it was committed first, and ``tabdp ledger show`` listed the release.
+    """
+    from tabdp.release.runner import DataDependentFailure
+
+    spec = load_spec(_spec(tmp_path, 2021))
+
+    def progress(step: int, steps: int, what: str) -> None:
+        if what.startswith("writing outputs"):
+            spec.output.public.mkdir(parents=True, exist_ok=True)
+
+    with pytest.raises(DataDependentFailure) as got:
+        run_release(spec, test_seed=True, progress=progress)
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 0
+    out = io.StringIO()
+    assert cli_main(["ledger", "show", str(tmp_path / "ledger")], stdout=out) == 0
+    assert "series_2021" not in out.getvalue()
+    failure = json.loads((spec.output.confidential / "failure.json").read_text())
+    assert "appeared while the release was running; nothing was written" in failure["message"]
+    assert "ledger" not in failure and "WAS charged" not in failure["message"]
+    assert list(spec.output.public.iterdir()) == []
+    assert got.value.ledger_release is None
+
+
+def test_failure_after_the_ledger_commit_is_reported_and_a_rerun_warned(tmp_path, monkeypatch):
+    """Review (B): a run failing after its ledger commit says so (curator only).
+
+    The commit goes through, then writing the confidential ``ledger.json`` fails (a full
+    disk). Nothing public is written; ``failure.json`` says the ledger was charged as release
+    1 with its chain head, and the curator's terminal says so. Opening the ledger for the same
+    release again (the same name and spec hash as the chain's last entry) warns the curator:
+    the rerun is charged again.
+    """
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+    from tabdp.release import _ledger
+
+    spec = _spec(tmp_path, 2021)
+    real = _ledger.commit_release
+
+    def commit_then_fail(*args, **kwargs):
+        real(*args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_ledger, "commit_release", commit_then_fail)
+    err = io.StringIO()
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=err) == 4
+    monkeypatch.setattr(_ledger, "commit_release", real)
+    assert "data-dependent failure" in err.getvalue()
+    assert ("WARNING (curator, do not publish): the lifetime ledger was charged for this run as "
+            "release 1 of its series") in err.getvalue()
+    out_dir = tmp_path / "out" / "2021"
+    assert not (out_dir / "public").exists()
+    assert [p.name for p in (out_dir / "confidential").iterdir()] == ["failure.json"]
+    failure = json.loads((out_dir / "confidential" / "failure.json").read_text())
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 1
+        head = led.entries[-1]["hash"]
+    assert failure["ledger"]["committed"] is True
+    assert failure["ledger"]["release"] == 1 and failure["ledger"]["entry_hash"] == head
+    assert f"as release 1 of series 'test-series' (chain head {head})" in \
+        failure["ledger"]["note"]
+    assert "the lifetime ledger WAS charged" in failure["message"]
+    # the rerun: the curator is warned at open (before any data), and it is charged again
+    with pytest.warns(PrivacyWarning, match="looks like a rerun of the series' last release"):
+        res = run_release(load_spec(spec), test_seed=True)
+    assert json.loads((res.confidential / "ledger.json").read_text())["release"] == 2
+    # the next release of the series: no such warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_release(load_spec(_spec(tmp_path, 2022)), test_seed=True)
+    assert not [w for w in caught if "rerun" in str(w.message)]
+
+
+def test_rerun_of_the_last_release_warns_the_curator(tmp_path):
+    """Review (B): the same release (name and spec hash) run again is charged again: warned.
+
+    The warning (curator mode: the chain is the curator's) comes at open, before any data;
+    the next year's release, or the same spec under another name, is not warned.
+    """
+    import warnings
+
+    from tabdp.exceptions import PrivacyWarning
+
+    spec = _spec(tmp_path, 2021)
+    run_release(load_spec(spec), test_seed=True)
+    with pytest.warns(PrivacyWarning, match="looks like a rerun") as got:
+        res = run_release(load_spec(spec), test_seed=True, overwrite=True)
+    msg = next(str(w.message) for w in got if "rerun" in str(w.message))
+    assert "release 1 of series 'test-series'" in msg and "'series_2021'" in msg
+    assert "charged again" in msg and "accept-restore" in msg
+    assert json.loads((res.confidential / "ledger.json").read_text())["release"] == 2
+    renamed = tmp_path / "renamed.toml"
+    renamed.write_text(spec.read_text().replace('name = "series_2021"', 'name = "other"')
+                       .replace("out/2021", "out/other"))
+    for path in (_spec(tmp_path, 2022), renamed):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run_release(load_spec(path), test_seed=True)
+        assert not [w for w in caught if "rerun" in str(w.message)], path
+
+
+def test_unit_ids_of_another_type_refused_from_the_schema(tmp_path, monkeypatch):
+    """Review (C): Int64 unit ids in year 1, String in year 2: exit 2 before any data is read.
+
+    The chain records the ids' type; the input's unit column type is in its schema. Before,
+    the run read the data and failed with the generic data-dependent failure (exit 4).
+    """
+    spec = _spec(tmp_path, 2021)
+    assert cli_main(["run", str(spec), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
+    spec2 = _spec(tmp_path, 2022)
+    data = tmp_path / "data_2022.parquet"
+    pl.read_parquet(data).with_columns(pl.col("estab").cast(pl.String)).write_parquet(data)
+    from tabdp.release import runner
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(runner, "_run_with_data", no_data)
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stdout=out,
+                    stderr=err) == 2, err.getvalue()
+    text = err.getvalue()
+    assert "spec/usage error" in text and "data-dependent" not in text
+    assert ("the lifetime ledger of series 'test-series' keys units by Int64 ids" in text
+            and "the unit column 'estab' has type String in the input" in text), text
+    assert "no data was read" in text.lower() or "before any data was read" in text
+    assert "Hint: store the unit column as Int64" in text
+    assert not (tmp_path / "out" / "2022").exists()
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 1 and led.unit_dtype == "Int64"
+    # an integer of another width is the same kind of id: no refusal from the schema
+    pl.read_parquet(data).with_columns(pl.col("estab").cast(pl.Int32)).write_parquet(data)
+    monkeypatch.undo()
+    assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0

@@ -91,6 +91,9 @@ The TOML schema (every key not listed is refused)::
                                     # or a curve {"1e3" = 2.0, "1e7" = 20.0}; needs input.unit
                                     # (a dataset given a `ledger` by the curator configuration
                                     # is charged to it instead: no [ledger] then)
+    max_left_out = 0.05             # optional: as budget.max_left_out, for what the budget and
+                                    # the lifetime budget leave out (a spec without [budget];
+                                    # with one, set it in one section only)
 
     [randomness]                    # optional
     seed = 12345                    # integer: reproducible noise, FOR TESTS ONLY: `tabdp run`

@@ -262,6 +262,12 @@ def _parse_rest(data: Mapping[str, Any], d: Mapping[str, Any], base: Path,
     else:
         output = _parse_output(d["output"], base)
     ledger = _parse_ledger(d["ledger"], base, output, inp) if "ledger" in d else None
+    if ledger is not None and ledger.max_left_out is not None and budget is not None \
+            and budget.max_left_out is not None:
+        _fail("ledger.max_left_out", "max_left_out is set in both [budget] and [ledger]; it "
+              "limits one share (what the budget and the lifetime budget leave out together), "
+              f"so it is set once (got {budget.max_left_out:g} and {ledger.max_left_out:g}).",
+              "keep max_left_out in one of the two sections.")
     ledger = _dataset_ledger(curator, inp, output, ledger)
     publication = (_parse_publication(d["publication"], "publication", Publication())
                    if "publication" in d else Publication())

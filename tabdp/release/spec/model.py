@@ -105,6 +105,10 @@ class LedgerSpec:
     lifetime_budget: float | dict[float, float] | Budget | None
     #: The dataset whose curator-configured ledger this is (``None``: the spec's ``[ledger]``).
     dataset: str | None = None
+    #: ``[ledger] max_left_out``: as ``budget.max_left_out``, the largest share of a table's
+    #: rows or of any of its measures the filters (the lifetime budget, and the budget if any)
+    #: may leave out; above it the run fails. ``None``: no limit.
+    max_left_out: float | None = None
 
 @dataclass(frozen=True)
 class OutputSpec:

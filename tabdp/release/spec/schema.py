@@ -62,7 +62,7 @@ SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "domains.*": ("file", "column"),
     "hierarchies.*": ("file", "levels"),
     "budget": ("rho", "max_left_out"),
-    "ledger": ("path", "series", "lifetime_budget"),
+    "ledger": ("path", "series", "lifetime_budget", "max_left_out"),
     "randomness": ("seed",),
     "output": ("public", "confidential", "plan", "form"),
     "publication": ("cv_flag", "suppress_cv", "negative", "round"),

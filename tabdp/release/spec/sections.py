@@ -498,7 +498,15 @@ def _parse_ledger(raw: Any, base: Path, output: OutputSpec, inp: InputSpec) -> L
     else:
         budget = _number(value, "ledger.lifetime_budget", what="the lifetime budget", gt=0.0,
                          hint=hint)
-    return LedgerSpec(path=path, series=series, lifetime_budget=budget)
+    max_left_out = None
+    if "max_left_out" in d:
+        max_left_out = _number(
+            d["max_left_out"], "ledger.max_left_out", what="the largest share left out",
+            ge=0.0, lt=1.0, hint="a share such as max_left_out = 0.05 (at most 5% of a table's "
+            "rows or of any measure left out by the lifetime budget), or remove it for no "
+            "limit.")
+    return LedgerSpec(path=path, series=series, lifetime_budget=budget,
+                      max_left_out=max_left_out)
 
 
 def _parse_seed(raw: Any) -> int | None:
