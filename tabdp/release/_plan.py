@@ -860,17 +860,19 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     row mode the measure's declared bound (``input.bounds``), else ``2**64`` (the engine clamps
     every value to ``±2**64``); with a unit, whose rows in a cell add up, ``2**127`` (the
     engine's 128-bit exact sums). A grid of 40 points per decade locates the sizes left out and
-    bisection refines the smallest one.
+    bisection refines both ends of every range of them.
 
     Args:
         spec: A validated spec.
 
     Returns:
-        Rows ``{"table", "currency", "left_out_from", "all_above", "plan_sizes_left_out",
-        "searched_from", "searched_up_to"}``: the smallest size left out (``None``: no size up
-        to ``searched_up_to``; counts: ``0`` when a unit with ``plan.count_rows`` rows is left
-        out, and no ``searched_*`` keys), whether every larger size up to ``searched_up_to`` is
-        left out too, and the spec's ``plan.record_sizes`` that are left out. Empty without a
+        Rows ``{"table", "currency", "left_out_from", "all_above", "left_out_at",
+        "plan_sizes_left_out", "searched_from", "searched_up_to"}``: the smallest size left out
+        (``None``: no size up to ``searched_up_to``; counts: ``0`` when a unit with
+        ``plan.count_rows`` rows is left out, and no ``left_out_at`` / ``searched_*`` keys),
+        whether every larger size up to ``searched_up_to`` is left out too, the ranges
+        ``[first, last]`` of sizes left out (``last`` is ``searched_up_to`` for a range open
+        upward), and the spec's ``plan.record_sizes`` that are left out. Empty without a
         budget.
 
     Example:
@@ -920,30 +922,42 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         return left
 
     found: dict[tuple[str, str], np.ndarray] = {}
-    first_out: dict[tuple[str, str], float] = {}
+    spans: dict[tuple[str, str], list[list[float]]] = {}
     grids: dict[str, np.ndarray] = {}
+
+    def edge(f: str, name: str, lo_s: float, hi_s: float) -> tuple[float, float]:
+        """Bisection between two grid sizes on either side of a change: (last, first) size."""
+        was = bool(simulate(f, np.array([lo_s]))[name][0])
+        for _ in range(80):
+            mid = 0.5 * (lo_s + hi_s)
+            if mid in (lo_s, hi_s):
+                break
+            if bool(simulate(f, np.array([mid]))[name][0]) == was:
+                lo_s = mid
+            else:
+                hi_s = mid
+        return lo_s, hi_s
+
     for f in focus:
         grid = grids[f] = (_size_grid(tops[f], plan_sizes) if f != ROWS_CURRENCY
                            else np.array([rows_at]))
         for name, mask in simulate(f, grid).items():
             found[(name, f)] = mask
-            idx = np.flatnonzero(mask)
-            if f == ROWS_CURRENCY or not idx.size:
+            if f == ROWS_CURRENCY:
                 continue
-            if not idx[0]:  # left out at the smallest positive size a unit can contribute
-                first_out[(name, f)] = float(grid[0])
-                continue
-            # the threshold between the last size kept and the first left out, by bisection
-            lo_s, hi_s = float(grid[idx[0] - 1]), float(grid[idx[0]])
-            for _ in range(80):
-                mid = 0.5 * (lo_s + hi_s)
-                if mid in (lo_s, hi_s):
-                    break
-                if simulate(f, np.array([mid]))[name][0]:
-                    hi_s = mid
-                else:
-                    lo_s = mid
-            first_out[(name, f)] = hi_s
+            # runs of sizes left out on the grid; each end refined by bisection (the first
+            # size left out, the last size left out before sizes are kept again)
+            runs = []
+            flips = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
+            for i0, i1 in zip(np.r_[0, flips], np.r_[flips, mask.size], strict=True):
+                if not mask[i0]:
+                    continue
+                start = float(grid[0]) if i0 == 0 else edge(f, name, float(grid[i0 - 1]),
+                                                            float(grid[i0]))[1]
+                end = tops[f] if i1 == mask.size else edge(f, name, float(grid[i1 - 1]),
+                                                           float(grid[i1]))[0]
+                runs.append([start, end])
+            spans[(name, f)] = runs
     for name, charge in releases:
         for c in charge:
             lo = found[(name, c)]
@@ -953,13 +967,13 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                             "all_above": left, "count_rows": spec.plan.count_rows,
                             "plan_sizes_left_out": []})
                 continue
-            idx = np.flatnonzero(lo)
-            first = first_out.get((name, c))
+            runs = spans[(name, c)]
             in_plan = [float(x) for x, bad in zip(grids[c], lo, strict=True)
                        if bad and x in set(plan_sizes.tolist())]
-            out.append({"table": name, "currency": c, "left_out_from": first,
-                        "all_above": bool(idx.size and lo[idx[0]:].all()),
-                        "plan_sizes_left_out": in_plan,
+            out.append({"table": name, "currency": c,
+                        "left_out_from": runs[0][0] if runs else None,
+                        "all_above": len(runs) == 1 and bool(lo[-1]),
+                        "left_out_at": runs, "plan_sizes_left_out": in_plan,
                         "searched_from": _SEARCH_FROM, "searched_up_to": tops[c]})
     return out
 
@@ -969,7 +983,9 @@ def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit
     """Plain-language statements of `left_out_sizes()` (public).
 
     A table from which no size is left out is stated with the largest size searched
-    (``searched_up_to``: the most a unit can contribute to a cell).
+    (``searched_up_to``: the most a unit can contribute to a cell). Where the sizes left out
+    are not every size from a threshold up (``all_above`` false), the statement lists the
+    ranges left out (``left_out_at``) and says that the other sizes are kept.
 
     Args:
         rows: Rows of `left_out_sizes()`.
@@ -988,6 +1004,12 @@ def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit
         >>> got[1]
         'u: no unit contributing up to 1.84e+19 of x to a cell (the most it can contribute) \
 is left out of this table by the budget'
+        >>> left_out_sizes_in_words([{"table": "t", "currency": "x", "left_out_from": 0.3,
+        ...     "all_above": False, "left_out_at": [[0.3, 1.5], [7e10, 1e12]],
+        ...     "plan_sizes_left_out": [], "searched_from": 2**-24, "searched_up_to": 1e12}])[0]
+        't: a unit contributing about 0.3 to 1.5 or more than about 7e+10 of x to a cell is \
+left out of this table by the budget (its values are missing from the published totals); other \
+sizes are kept'
     """
     lines = []
     a = "an" if unit[:1].lower() in "aeio" else "a"
@@ -1004,10 +1026,32 @@ is left out of this table by the budget'
             lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
                          "cell is left out of this table by the budget")
             continue
-        where = "" if r["all_above"] else " (and at some larger sizes)"
-        lines.append(f"{r['table']}: {a} {unit} contributing more than about {first:.3g} of "
-                     f"{r['currency']} to a cell{where} is left out of this table by the "
-                     "budget (its values are missing from the published totals)")
+        floor = float(r.get("searched_from") or 0.0)
+        runs = r.get("left_out_at")
+        if r["all_above"] or not runs:
+            runs = [[first, top]]
+        parts = []
+        for lo, hi in runs:
+            open_end = r["all_above"] or top is None or hi >= top
+            if lo <= floor:
+                parts.append("any positive amount" if open_end
+                             else f"any positive amount up to about {hi:.3g}")
+            elif open_end:
+                parts.append(f"more than about {lo:.3g}")
+            else:
+                parts.append(f"about {lo:.3g} to {hi:.3g}")
+        what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+        if r["all_above"]:
+            kept = ""
+        elif r.get("left_out_at") is None:  # no intervals given: say only what is known
+            kept = "; not every larger size is left out"
+        elif top is not None and runs[-1][1] < top:
+            kept = f"; other sizes up to {top:.3g} (the most it can contribute) are kept"
+        else:
+            kept = "; other sizes are kept"
+        lines.append(f"{r['table']}: {a} {unit} contributing {what} of {r['currency']} to a "
+                     "cell is left out of this table by the budget (its values are missing "
+                     f"from the published totals){kept}")
     return lines
 
 

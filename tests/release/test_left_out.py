@@ -535,3 +535,34 @@ def test_left_out_search_range_follows_declared_bounds(tmp_path: Path,
     assert code == 0
     assert "pay: no record contributing up to 1e+12 of payroll to a cell (the most it can " \
         "contribute) is left out of this table by the budget" in out
+
+
+def test_left_out_words_name_the_ranges_left_out(tmp_path: Path, base: pl.DataFrame) -> None:
+    """Review r36 F3: sizes left out, then kept, then left out again are stated as ranges.
+
+    The words said "more than about X ... (and at some larger sizes) is left out" while sizes
+    above X were kept. An exp_polylog loss (growing like log D) against a curve rising from 0.5
+    at 1 to 100 at 1e3: left out from about 0.3 to about 1.4, kept, left out above about 7e10.
+    """
+    spec = setup(tmp_path, base, budget='rho = { "1" = 0.5, "1e3" = 100.0 }')
+    spec.write_text(spec.read_text().replace(
+        f'{{ family = "gaussian", sigma = {SIGMA} }}',
+        '{ family = "exp_polylog", sigma = 1.0, a = 1.0, d = 4.0, p = 1.0 }'))
+    (row,) = [r for r in left_out_sizes(load_spec(spec)) if r["table"] == "pay"]
+    b = Budget({1.0: 0.5, 1e3: 100.0})
+    mech = load_spec(spec).tables[0].mechanism
+    assert not row["all_above"] and len(row["left_out_at"]) == 2
+    (a0, b0), (a1, b1) = row["left_out_at"]
+    assert b1 == row["searched_up_to"] == 2.0**127 and row["left_out_from"] == a0
+    for lo_s, hi_s in ((a0, b0), (a1, b1)):  # the ends: left out inside, kept just outside
+        for x in (lo_s, hi_s):
+            assert mech.rho(x) > b.limit(x)
+        assert mech.rho(lo_s * (1 - 1e-9)) <= b.limit(lo_s * (1 - 1e-9))
+    assert mech.rho(b0 * (1 + 1e-9)) <= b.limit(b0 * (1 + 1e-9))
+    assert 0.2 < a0 < 0.5 and 1.0 < b0 < 2.0 and 1e10 < a1 < 1e11
+    code, out, _ = run("validate", str(spec))
+    assert code == 0 and "at some larger sizes" not in out
+    want = (f"pay: an estab_id contributing about {a0:.3g} to {b0:.3g} or more than about "
+            f"{a1:.3g} of payroll to a cell is left out of this table by the budget (its values "
+            "are missing from the published totals); other sizes are kept")
+    assert want in out.replace("\n", " "), out
