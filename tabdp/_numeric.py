@@ -55,7 +55,8 @@ def integer_dtype(dtype: Any) -> bool:
 
     Integer dtypes of at most 64 bits, except UInt64: sums of wider integers (Int128, UInt64,
     UInt128) are far more likely to pass the Int64 range, so they stay Float64 (a public choice
-    made from the schema alone). An Int64 estimate beyond ±(2**63 - 1024) is null.
+    made from the schema alone). An Int64 estimate beyond ±(2**63 - 1024) is clamped to it
+    (flag ``L``).
 
     Args:
         dtype: A Polars dtype.

@@ -601,12 +601,12 @@ def _write_left_out_sizes(rows: list[dict[str, Any]], unit: str, out: TextIO) ->
     lines = left_out_sizes_in_words(rows, unit)
     if not rows:
         return
-    if not lines:
-        out.write("Budget: no record size up to 1e13 is left out of any table (planned "
-                  "curves, one cell per table).\n")
-        return
-    out.write("Budget: record sizes left out (from the public curves; left-out units bias "
-              "totals downward and sd/moe do not include it):\n")
+    if all(r["left_out_from"] is None for r in rows):
+        out.write("Budget: no record size is left out of any table (planned curves, one cell "
+                  "per table; sizes up to the most a record can contribute):\n")
+    else:
+        out.write("Budget: record sizes left out (from the public curves; left-out units bias "
+                  "totals downward and sd/moe do not include it):\n")
     for line in lines:
         out.write(f"  {line}\n")
     for r in rows:

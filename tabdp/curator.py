@@ -886,7 +886,9 @@ class AuthorSession:
             max_cells: int | None = None, form: str = "wide", cv: bool = False) -> Any:
         """Noisy sums per cell (see `sum()`).
 
-        Estimates are Float64 unless the curator declared the column integer.
+        Estimates are Float64 unless the curator declared the column integer (then Int64,
+        whatever the values: a noisy estimate outside the Int64 range is clamped to it, flag
+        ``L``).
 
         Args:
             columns: Measure column(s).

@@ -148,6 +148,9 @@ def _check_args(kind: str, measures: list[str], by: list[str], keys: Any, mechan
             f"mechanism must be a tabdp mechanism instance; got {mechanism!r}.\n"
             "Hint: e.g. mechanism=tabdp.mechanisms.LogTransform(sigma=0.25, offset=1000.0) or "
             "tabdp.mechanisms.Gaussian(sigma=2.0); see tabdp.mechanisms.__all__.")
+    # a noise scale the release cannot draw at is refused here, before the data is read (as
+    # itself, not as a failure on the data)
+    mechanism.check_releasable()
     if kind == "sum" and not measures:
         raise InvalidParameterError("dp.sum needs at least one measure column; got none.")
     for what, cols in (("measure", measures), ("by", by)):

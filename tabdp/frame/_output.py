@@ -11,13 +11,17 @@ model"):
 
 ``cv = sd / |estimate|`` (``inf`` for an estimate of 0 with a positive sd; null where ``sd`` is
 not finite) and ``flag`` (codes ``C``: ``cv >= cv_flag``, ``N``: negative estimate, ``X``: no
-finite variance; the release workflow adds ``S`` for withheld cells) are computed from the
-noisy estimate and the public sd only: post-processing, no privacy cost.
+finite variance, ``L``: an Int64 estimate clamped to the Int64 range; the release workflow adds
+``S`` for withheld cells) are computed from the noisy estimate and the public sd only:
+post-processing, no privacy cost.
 
 Dtypes: key columns take the dtype of the input frame's key columns (decided from the two
 schemas and the public key set, never from data values); an estimate is ``Int64`` when the
 release is on a whole-number grid of an integer query (counts, integer measures), ``Float64``
 otherwise; ``sd``, ``moe``, ``lower``, ``upper``, ``cv`` are ``Float64`` and ``flag`` String.
+The dtype never follows the values: a noisy Int64 estimate beyond ``±(2**63 - 1024)`` is
+published clamped to that bound with flag ``L`` (``cv``, ``lower`` and ``upper`` are those of the
+unclamped estimate); a NaN estimate is null, flagged ``L`` too.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ LONG_COLUMNS = ("measure", "estimate", "sd", "moe", "lower", "upper", "cv", "fla
 WIDE_SUFFIXES = ("", "_sd", "_moe", "_lower", "_upper")
 #: Wide-form suffixes of the reliability columns (accessor: with ``cv=True``).
 STAT_SUFFIXES = ("_cv", "_flag")
-#: Largest whole number an Int64 estimate holds; beyond it (sums near 2**63) the estimate is null.
+#: Largest whole number an Int64 estimate holds (the largest double below 2**63); an estimate
+#: beyond ±_INT64_MAX is clamped to it and flagged ``L``.
 _INT64_MAX = float(2**63 - 1024)
 
 
@@ -97,11 +102,13 @@ def coefficient_of_variation(estimate: Any, sd: Any) -> np.ndarray:
 
 
 def flag_codes(estimate: Any, sd: Any, cv: Any, *, cv_flag: float | None,
-               suppressed: Any = None) -> np.ndarray:
-    """Publication flags per cell: ``C`` (cv ≥ cv_flag), ``N`` (negative), ``S``, ``X``.
+               suppressed: Any = None, clamped: Any = None) -> np.ndarray:
+    """Publication flags per cell: ``C`` (cv ≥ cv_flag), ``N`` (negative), ``S``, ``X``, ``L``.
 
-    Codes are concatenated in the order C, N, S, X (``""`` when none); see
-    [`tabdp.release.publish.FLAG_CODES`][tabdp.release.FLAG_CODES].
+    Codes are concatenated in the order C, N, S, X, L (``""`` when none); see
+    [`tabdp.release.publish.FLAG_CODES`][tabdp.release.FLAG_CODES]. ``L`` (an Int64 estimate
+    outside the Int64 range, published clamped to it) comes from the ``.dp`` accessor and
+    sessions only.
 
     Args:
         estimate: Noisy estimates (before any clamping).
@@ -109,6 +116,7 @@ def flag_codes(estimate: Any, sd: Any, cv: Any, *, cv_flag: float | None,
         cv: Coefficients of variation (`coefficient_of_variation`; NaN: undefined).
         cv_flag: Flag threshold (``None``: no ``C`` flags).
         suppressed: Optional boolean mask of withheld cells (``S``).
+        clamped: Optional boolean mask of Int64 estimates outside the Int64 range (``L``).
 
     Returns:
         An array of strings.
@@ -117,6 +125,8 @@ def flag_codes(estimate: Any, sd: Any, cv: Any, *, cv_flag: float | None,
         >>> flag_codes([10.0, -1.0, 3.0], [1.0, 1.0, float("inf")],
         ...            [0.1, 1.0, float("nan")], cv_flag=0.3).tolist()
         ['', 'CN', 'X']
+        >>> flag_codes([1e19], [1.0], [1e-19], cv_flag=0.3, clamped=[True]).tolist()
+        ['L']
     """
     est = np.asarray(estimate, dtype=np.float64)
     c = np.asarray(cv, dtype=np.float64)
@@ -126,8 +136,10 @@ def flag_codes(estimate: Any, sd: Any, cv: Any, *, cv_flag: float | None,
                   else finite_sd & ~np.isnan(c) & (c >= cv_flag))
         flag_n = est < 0.0
     flag_s = np.zeros(est.shape, bool) if suppressed is None else np.asarray(suppressed, bool)
+    flag_l = np.zeros(est.shape, bool) if clamped is None else np.asarray(clamped, bool)
     codes = np.full(est.shape, "", dtype=object)
-    for code, mask in (("C", flag_c), ("N", flag_n), ("S", flag_s), ("X", ~finite_sd)):
+    for code, mask in (("C", flag_c), ("N", flag_n), ("S", flag_s), ("X", ~finite_sd),
+                       ("L", flag_l)):
         codes = np.where(mask, codes + code, codes)
     return codes.astype(str)
 
@@ -144,7 +156,8 @@ class Measure:
         lower: Lower interval ends.
         upper: Upper interval ends.
         integral: The estimate is a whole number by construction (public: an integer query on
-            a whole-number grid); it is returned as Int64.
+            a whole-number grid); it is returned as Int64, clamped to ``±(2**63 - 1024)``
+            (flag ``L``).
     """
 
     name: str
@@ -156,20 +169,33 @@ class Measure:
     integral: bool = False
 
 
+def _clamped(m: Measure) -> np.ndarray | None:
+    """Cells of an Int64 estimate outside the Int64 range (or NaN): flag ``L``; None: none."""
+    if not m.integral:
+        return None
+    est = np.asarray(m.estimate, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out = ~(np.abs(est) <= _INT64_MAX)  # NaN included
+    return out if out.any() else None
+
+
 def _estimate_series(name: str, m: Measure) -> pl.Series:
     est = np.asarray(m.estimate, dtype=np.float64)
     if not m.integral:
         return pl.Series(name, est, dtype=pl.Float64)
-    # whole numbers by construction; beyond the Int64 range (public bound) the value is null
-    ok = np.isfinite(est) & (np.abs(est) <= _INT64_MAX)
-    return pl.Series(name, np.where(ok, est, 0.0), dtype=pl.Float64).cast(pl.Int64).scatter(
-        np.flatnonzero(~ok), None) if (~ok).any() else pl.Series(
-        name, est, dtype=pl.Float64).cast(pl.Int64)
+    # whole numbers by construction, in the declared Int64 whatever the values: beyond the Int64
+    # range (a public bound) the noisy value is clamped to it (flag L), a NaN is null
+    if _clamped(m) is None:
+        return pl.Series(name, est, dtype=pl.Float64).cast(pl.Int64)
+    nan = np.isnan(est)
+    fit = np.clip(np.where(nan, 0.0, est), -_INT64_MAX, _INT64_MAX)
+    out = pl.Series(name, fit, dtype=pl.Float64).cast(pl.Int64)
+    return out.scatter(np.flatnonzero(nan), None) if nan.any() else out
 
 
 def _stats(m: Measure, cv_flag: float | None) -> tuple[np.ndarray, np.ndarray]:
     cv = coefficient_of_variation(m.estimate, m.sd)
-    return cv, flag_codes(m.estimate, m.sd, cv, cv_flag=cv_flag)
+    return cv, flag_codes(m.estimate, m.sd, cv, cv_flag=cv_flag, clamped=_clamped(m))
 
 
 def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, form: str = "wide",

@@ -131,8 +131,9 @@ class DPAccessor(Generic[_Out]):
             whose symmetric ``estimate ± moe`` would mis-cover; ``{m} ∓ {m}_moe`` for additive
             ones), with ``cv=True`` then ``{m}_cv`` (``sd / |estimate|``, null where the sd is
             not finite) and ``{m}_flag`` (``C``: cv ≥ 0.3, ``N``: negative, ``X``: no finite
-            variance). Long: keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``,
-            ``upper``, ``cv``, ``flag``. Key columns keep the input's dtypes (categorical,
+            variance, ``L``: an Int64 estimate outside the Int64 range, clamped to it). Long:
+            keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``, ``upper``, ``cv``,
+            ``flag``. Key columns keep the input's dtypes (categorical,
             Enum, Int32); an integer measure's estimate is an integer (Int64) when its grid
             step is a whole number, which is the default for additive mechanisms (see
             ``grid``).

@@ -246,6 +246,23 @@ class Mechanism(ABC):
         """
 
     # -- shared behaviour ---------------------------------------------------------------------
+    def check_releasable(self) -> None:
+        """Check, from the public parameters alone, that this mechanism can draw its noise.
+
+        Releases call it before any data is read, so that a parameter outside the range the
+        noise can be drawn in is refused as such (never as a failure on the data). The base
+        class accepts every mechanism; additive mechanisms check their noise scale
+        ([`AdditiveMechanism.check_releasable`][tabdp.mechanisms.AdditiveMechanism.check_releasable]).
+
+        Raises:
+            InvalidParameterError: If the noise cannot be drawn with these parameters.
+
+        Example:
+            >>> from tabdp.mechanisms import LogTransform
+            >>> LogTransform(sigma=0.5, offset=1.0).check_releasable()
+        """
+        return None
+
     def sum_law(self) -> LawOfSums:
         """The law of the error of a sum of released cells (additive mechanisms only).
 

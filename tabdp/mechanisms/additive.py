@@ -22,6 +22,7 @@ from tabdp import noise as _noise
 from tabdp import registry
 from tabdp._numeric import ceil_snap, div_up, half_square_up, inflate, mul_up
 from tabdp._validation import check_real
+from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms._base import (
     DEFAULT_LEVEL,
     LawOfSums,
@@ -35,6 +36,8 @@ from tabdp.noise import NoiseDistribution
 from tabdp.noise import exact as _exact
 
 __all__ = [
+    "NOISE_QUARTILE_RANGE",
+    "check_noise_range",
     "AdditiveMechanism",
     "Gaussian",
     "Laplace",
@@ -42,6 +45,71 @@ __all__ = [
     "ExpPolyLog",
     "UnitSplitting",
 ]
+
+
+#: The typical size of the noise (its upper quartile) a release can draw: from 2**-960 (below
+#: it, the exact rounding's relative error budgets meet subnormal intermediates,
+#: `tabdp.noise.exact`) to 2**500 (above it, the variance and the tails computed for the sd,
+#: the margin of error and the grid overflow a double).
+NOISE_QUARTILE_RANGE = (2.0**-960, 2.0**500)
+
+
+def check_noise_range(noise: NoiseDistribution, owner: str, name: str, value: float,
+                      what: str = "") -> None:
+    """Refuse noise whose typical size is outside `NOISE_QUARTILE_RANGE` (public parameters).
+
+    Every noise law of an additive mechanism scales with its scale parameter, so the allowed
+    range of the parameter follows from the law's upper quartile: it is stated in the message.
+
+    Args:
+        noise: The noise law.
+        owner: The mechanism's name, for the message.
+        name: Its scale parameter (``sigma``, ``scale``, ``gamma``).
+        value: The parameter's value (the noise law's scale: ``scale * weight`` for a weighted
+            measure).
+        what: Extra words after the parameter (e.g. ``" x weights['x'] = 1e-300"``).
+
+    Raises:
+        InvalidParameterError: If the noise's upper quartile is below 2**-960 or above 2**500,
+            or its standard deviation overflows a double.
+
+    Example:
+        >>> from tabdp import noise
+        >>> check_noise_range(noise.Gaussian(1.0), "Gaussian", "sigma", 1.0)
+        >>> try:
+        ...     check_noise_range(noise.Gaussian(1e-300), "Gaussian", "sigma", 1e-300)
+        ... except Exception as e:
+        ...     print(str(e)[:60])
+        Gaussian: sigma=1e-300 is too small to draw noise with: the
+    """
+    lo, hi = NOISE_QUARTILE_RANGE
+    try:
+        typical = float(noise.isf(0.25))
+    except (OverflowError, ZeroDivisionError, FloatingPointError):
+        typical = math.inf
+    sd_overflows = False
+    if lo <= typical <= hi:
+        try:
+            _exact.noise_spread(noise)  # the sd (or MAD) behind the default grid and the sd
+            return
+        except (OverflowError, ZeroDivisionError, FloatingPointError):
+            sd_overflows = True
+    small = typical < lo
+    ratio = typical / value if math.isfinite(typical) and typical > 0 else math.nan
+    allowed = (f"{name} between about {lo / ratio:.3g} and {hi / ratio:.3g}"
+               if math.isfinite(ratio) and ratio > 0 and not sd_overflows else
+               f"a smaller {name}" if not small else f"a larger {name}")
+    size = f"{typical:.3g}" if math.isfinite(typical) else "beyond the double range"
+    why = ("its standard deviation overflows a double (above 1.8e308)" if sd_overflows else
+           f"the noise's typical size (its upper quartile) is {size}, "
+           f"{'below' if small else 'above'} what exact rounding supports (an upper quartile "
+           f"between 2**-960 ~ {lo:.3g} and 2**500 ~ {hi:.3g})")
+    raise InvalidParameterError(
+        f"{owner}: {name}={value!r}{what} is too {'small' if small else 'large'} to draw noise "
+        f"with: {why}; allowed here: {allowed}.\n"
+        f"Hint: choose {name} of an ordinary magnitude for the measure; to release a measure of "
+        "extreme magnitude, rescale it (e.g. thousands of dollars) and give the noise in those "
+        "units.")
 
 
 def _delta(sensitivity: ArrayLike) -> np.ndarray:
@@ -66,6 +134,27 @@ class AdditiveMechanism(Mechanism):
     def __init__(self, noise: NoiseDistribution) -> None:
         """Add ``noise`` (a public noise law) to each released value."""
         self.noise = noise
+
+    def check_releasable(self) -> None:
+        """Refuse a noise scale the release cannot draw with (public parameters only).
+
+        The noise's upper quartile must lie in `NOISE_QUARTILE_RANGE` (2**-960 to 2**500) and
+        its standard deviation must be a double; releases call this before any data is read.
+
+        Raises:
+            InvalidParameterError: With the scale parameter, its value and its allowed range.
+
+        Example:
+            >>> Gaussian(sigma=2.0).check_releasable()
+            >>> try:
+            ...     Gaussian(sigma=1e300).check_releasable()
+            ... except Exception as e:
+            ...     print(str(e)[:58])
+            Gaussian: sigma=1e+300 is too large to draw noise with: th
+        """
+        params = self.noise.params()
+        name = next((k for k in ("sigma", "scale", "gamma") if k in params), "scale")
+        check_noise_range(self.noise, type(self).__name__, name, float(params.get(name, 1.0)))
 
     def sum_law(self) -> LawOfSums:
         """The law of a sum of released cells: numerical n-fold convolution of the noise density.
@@ -121,6 +210,7 @@ class AdditiveMechanism(Mechanism):
             (4.42, True)
         """
         level = check_level(level)
+        self.check_releasable()
         q, cerr, exact = self._centres(values)
         g = self.default_grid() if grid is None else grid
         draw = _exact.round_noisy(self.noise, q, g, rng, center_error=cerr, exact_center=exact,

@@ -36,7 +36,7 @@ from tabdp._numeric import div_up, half_square_up
 from tabdp._validation import check_int, check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError
 from tabdp.mechanisms._base import LawOfSums, not_pure
-from tabdp.mechanisms.additive import AdditiveMechanism
+from tabdp.mechanisms.additive import AdditiveMechanism, check_noise_range
 from tabdp.noise.logconcave import Logistic as _LogisticNoise
 from tabdp.noise.logconcave import Subbotin as _SubbotinNoise
 from tabdp.noise.logconcave import check_subbotin_r
@@ -481,6 +481,26 @@ class VectorSubbotin(Subbotin):
                 acc += np.where(fin, a / safe, 0.0) ** self.r
             out = safe * acc ** (1.0 / self.r)
         return np.where(fin, out, big)
+
+    def check_releasable(self) -> None:
+        """Refuse a scale, or a weighted measure's scale ``scale·w``, the noise cannot be drawn at.
+
+        Raises:
+            InvalidParameterError: With the scale (and weight), its value and the allowed range.
+
+        Example:
+            >>> VectorSubbotin(r=2.0, scale=1.0, weights={"x": 1e3}).check_releasable()
+            >>> try:
+            ...     VectorSubbotin(r=2.0, scale=1.0, weights={"x": 1e-300}).check_releasable()
+            ... except Exception as e:
+            ...     print(str(e)[:70])
+            VectorSubbotin: scale=1e-300 (scale=1.0 x weights['x']=1e-300) is too 
+        """
+        super().check_releasable()
+        for m, w in self.weights.items():
+            s = self.scale * w
+            check_noise_range(_SubbotinNoise(self.r, s), type(self).__name__, "scale", s,
+                              f" (scale={self.scale!r} x weights[{m!r}]={w!r})")
 
     def measure_mechanism(self, measure: str) -> Subbotin:
         """The scalar mechanism releasing one measure: ``Subbotin(r, scale·w, delta=...)``.

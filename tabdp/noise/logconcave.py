@@ -314,7 +314,9 @@ class Subbotin(GeneralizedGaussian):
         self.sigma = self.scale * self.r ** (1.0 / self.r)
         self._shape_law(unit=self.scale, c=self.r,
                         logc=subbotin_log_norm(self.r) + math.log(self.scale),
-                        variance=self.scale**2 * subbotin_variance(self.r),
+                        # a product, not ** (which raises OverflowError on a huge scale: the
+                        # release refuses that scale, check_noise_range)
+                        variance=self.scale * self.scale * subbotin_variance(self.r),
                         key=("subbotin", self.r))
 
     def params(self) -> dict[str, Any]:

@@ -739,8 +739,64 @@ def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[st
     return lines
 
 
-#: Sizes where the plan looks for left-out units: 1 to 1e13, 40 points per decade.
-_LEFT_OUT_GRID = 10.0 ** np.linspace(0.0, 13.0, 521)
+#: Points per decade of the grid of sizes where the plan looks for left-out units.
+_LEFT_OUT_PER_DECADE = 40
+#: The smallest positive size searched: the engine's fixed-point step (a float measure's values
+#: are summed on the ``2**-24`` grid, an integer measure's are whole), so no unit contributes a
+#: positive amount below it.
+_SEARCH_FROM = 2.0**-24
+#: The largest size a unit can contribute to one cell when no public bound limits it: the engine
+#: sums a unit's rows exactly in 128-bit fixed point, so a sum stays below ``2**127``.
+_ENGINE_MAX_SIZE = 2.0**127
+#: The engine's clamp of every measure value (``tabdp.frame._engine.MAX_ABS``: ``±2**64``).
+_VALUE_CLAMP = 2.0**64
+
+
+def _largest_sizes(spec: ReleaseSpec, releases: Sequence[tuple[str, Mapping[str, Any]]]
+                   ) -> dict[str, float]:
+    """Per summed currency: the largest size a unit can contribute to a cell (public).
+
+    From the spec alone. Row mode (no ``input.unit``: each row is a unit): the measure's declared
+    bound ``max(|low|, |high|)`` (``input.bounds``), else the engine's clamp of every value to
+    ``±2**64``. With a unit, its rows in a cell add up (their number is not public): the engine's
+    128-bit sums, `_ENGINE_MAX_SIZE`. A joint currency: the weighted norm of its measures' largest
+    sizes.
+    """
+    def one(m: str) -> float:
+        if spec.input.unit is not None:
+            return _ENGINE_MAX_SIZE
+        b = spec.input.bounds.get(m)
+        return _VALUE_CLAMP if b is None else min(max(abs(float(b[0])), abs(float(b[1]))),
+                                                  _VALUE_CLAMP)
+
+    from tabdp.privacy.budget import ROWS_CURRENCY
+
+    out: dict[str, float] = {}
+    for _, charge in releases:
+        for c, ch in charge.items():
+            if c == ROWS_CURRENCY:  # counts: the size is the rows counted (plan.count_rows)
+                continue
+            mech = ch.mechanism
+            if not getattr(mech, "joint", False):
+                out[c] = one(c)
+                continue
+            ms = c.split("+")
+            r = float(mech.r)
+            big = [one(m) / float(mech.weight(m)) for m in ms]
+            with np.errstate(over="ignore"):
+                top = float(np.sum(np.abs(big) ** r) ** (1.0 / r)) if r != 1.0 else float(
+                    np.sum(big))
+            out[c] = min(top, float(np.finfo(np.float64).max))
+    return out
+
+
+def _size_grid(top: float, plan_sizes: np.ndarray) -> np.ndarray:
+    """Sizes from `_SEARCH_FROM` to ``top`` (both included) and the plan's, up to top."""
+    lo, hi = math.log10(_SEARCH_FROM), math.log10(top)
+    n = max(2, math.ceil((hi - lo) * _LEFT_OUT_PER_DECADE) + 1)
+    pts = np.minimum(10.0 ** np.linspace(lo, hi, n), top)
+    return np.unique(np.concatenate([pts, [_SEARCH_FROM, top],
+                                     plan_sizes[plan_sizes <= top]]))
 
 
 class _Charge(NamedTuple):
@@ -789,31 +845,43 @@ def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]
 def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     """Public: per released table and currency, the record sizes the budget leaves out.
 
-    From the public curves alone (no data): a unit contributing ``size`` of a measure to
-    ``max_cells`` cells (1 without a bound) of every table releasing that measure, and nothing
-    of any other measure (counts: ``plan.count_rows`` rows per cell), is followed through the
-    tables in the spec's order; each table's individual filter admits it while its loss so far
-    plus the table's stays within the budget (under a curve budget: in that measure's own
-    currency, at that size), and a unit left out of a table pays nothing there. Units that
-    contribute more elsewhere (a constant budget sums every currency) or to more cells are
-    left out at smaller sizes.
+    From the spec and the public curves alone (no data): a unit contributing ``size`` of a
+    measure to ``max_cells`` cells (1 without a bound) of every table releasing that measure,
+    and nothing of any other measure (counts: ``plan.count_rows`` rows per cell), is followed
+    through the tables in the spec's order; each table's individual filter admits it while its
+    loss so far plus the table's stays within the budget (under a curve budget: in that
+    measure's own currency, at that size), and a unit left out of a table pays nothing there.
+    Units that contribute more elsewhere (a constant budget sums every currency) or to more
+    cells are left out at smaller sizes.
+
+    Sizes are searched from `_SEARCH_FROM` (the engine's smallest positive
+    contribution) to the largest size a unit can contribute to a cell (``searched_up_to``): in
+    row mode the measure's declared bound (``input.bounds``), else ``2**64`` (the engine clamps
+    every value to ``±2**64``); with a unit, whose rows in a cell add up, ``2**127`` (the
+    engine's 128-bit exact sums). A grid of 40 points per decade locates the sizes left out and
+    bisection refines both ends of every range of them.
 
     Args:
         spec: A validated spec.
 
     Returns:
-        Rows ``{"table", "currency", "left_out_from", "all_above", "plan_sizes_left_out"}``:
-        the smallest size left out (``None``: no size up to 1e13; counts: ``0`` when a unit
-        with ``plan.count_rows`` rows is left out), whether every larger size is left out too,
-        and the spec's ``plan.record_sizes`` that are left out. Empty without a budget.
+        Rows ``{"table", "currency", "left_out_from", "all_above", "left_out_at",
+        "plan_sizes_left_out", "searched_from", "searched_up_to"}``: the smallest size left out
+        (``None``: no size up to ``searched_up_to``; counts: ``0`` when a unit with
+        ``plan.count_rows`` rows is left out, and no ``left_out_at`` / ``searched_*`` keys),
+        whether every larger size up to ``searched_up_to`` is left out too, the ranges
+        ``[first, last]`` of sizes left out (``last`` is ``searched_up_to`` for a range open
+        upward), and the spec's ``plan.record_sizes`` that are left out. Empty without a
+        budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
         >>> import tabdp, pathlib
         >>> root = pathlib.Path(tabdp.__file__).parents[1]
         >>> rows = left_out_sizes(load_spec(root / "examples" / "cbp_release.toml"))
-        >>> rows[0]["table"], rows[0]["currency"], rows[0]["left_out_from"]
-        ('county_naics2_payroll', 'payroll', None)
+        >>> r = rows[-1]
+        >>> r["table"], f"{r['left_out_from']:.2g}", r["all_above"], r["searched_up_to"] == 2**127
+        ('state_naics6_payroll', '5.4e+16', True, True)
     """
     if spec.budget is None:
         return []
@@ -822,7 +890,7 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     b = Budget(spec.budget.rho)
     releases = _released_charges(spec)
     plan_sizes = np.asarray(sorted(float(x) for x in spec.plan.record_sizes), dtype=np.float64)
-    grid = np.unique(np.concatenate([_LEFT_OUT_GRID, plan_sizes]))
+    tops = _largest_sizes(spec, releases)
     rows_at = float(spec.plan.count_rows)
     out: list[dict[str, Any]] = []
     focus = list(dict.fromkeys(c for _, ch in releases for c in ch))
@@ -853,24 +921,42 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         return left
 
     found: dict[tuple[str, str], np.ndarray] = {}
-    first_out: dict[tuple[str, str], float] = {}
+    spans: dict[tuple[str, str], list[list[float]]] = {}
+    grids: dict[str, np.ndarray] = {}
+
+    def edge(f: str, name: str, lo_s: float, hi_s: float) -> tuple[float, float]:
+        """Bisection between two grid sizes on either side of a change: (last, first) size."""
+        was = bool(simulate(f, np.array([lo_s]))[name][0])
+        for _ in range(80):
+            mid = 0.5 * (lo_s + hi_s)
+            if mid in (lo_s, hi_s):
+                break
+            if bool(simulate(f, np.array([mid]))[name][0]) == was:
+                lo_s = mid
+            else:
+                hi_s = mid
+        return lo_s, hi_s
+
     for f in focus:
+        grid = grids[f] = (_size_grid(tops[f], plan_sizes) if f != ROWS_CURRENCY
+                           else np.array([rows_at]))
         for name, mask in simulate(f, grid).items():
             found[(name, f)] = mask
-            idx = np.flatnonzero(mask)
-            if f == ROWS_CURRENCY or not idx.size:
+            if f == ROWS_CURRENCY:
                 continue
-            # the threshold between the last size kept and the first left out, by bisection
-            lo_s, hi_s = (float(grid[idx[0] - 1]) if idx[0] else 0.0), float(grid[idx[0]])
-            for _ in range(80):
-                mid = 0.5 * (lo_s + hi_s)
-                if mid in (lo_s, hi_s):
-                    break
-                if simulate(f, np.array([mid]))[name][0]:
-                    hi_s = mid
-                else:
-                    lo_s = mid
-            first_out[(name, f)] = hi_s
+            # runs of sizes left out on the grid; each end refined by bisection (the first
+            # size left out, the last size left out before sizes are kept again)
+            runs = []
+            flips = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
+            for i0, i1 in zip(np.r_[0, flips], np.r_[flips, mask.size], strict=True):
+                if not mask[i0]:
+                    continue
+                start = float(grid[0]) if i0 == 0 else edge(f, name, float(grid[i0 - 1]),
+                                                            float(grid[i0]))[1]
+                end = tops[f] if i1 == mask.size else edge(f, name, float(grid[i1 - 1]),
+                                                           float(grid[i1]))[0]
+                runs.append([start, end])
+            spans[(name, f)] = runs
     for name, charge in releases:
         for c in charge:
             lo = found[(name, c)]
@@ -880,13 +966,14 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                             "all_above": left, "count_rows": spec.plan.count_rows,
                             "plan_sizes_left_out": []})
                 continue
-            idx = np.flatnonzero(lo)
-            first = first_out.get((name, c))
-            in_plan = [float(x) for x, bad in zip(grid, lo, strict=True)
+            runs = spans[(name, c)]
+            in_plan = [float(x) for x, bad in zip(grids[c], lo, strict=True)
                        if bad and x in set(plan_sizes.tolist())]
-            out.append({"table": name, "currency": c, "left_out_from": first,
-                        "all_above": bool(idx.size and lo[idx[0]:].all()),
-                        "plan_sizes_left_out": in_plan})
+            out.append({"table": name, "currency": c,
+                        "left_out_from": runs[0][0] if runs else None,
+                        "all_above": len(runs) == 1 and bool(lo[-1]),
+                        "left_out_at": runs, "plan_sizes_left_out": in_plan,
+                        "searched_from": _SEARCH_FROM, "searched_up_to": tops[c]})
     return out
 
 
@@ -894,26 +981,76 @@ def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit
                             ) -> list[str]:
     """Plain-language statements of `left_out_sizes()` (public).
 
+    A table from which no size is left out is stated with the largest size searched
+    (``searched_up_to``: the most a unit can contribute to a cell). Where the sizes left out
+    are not every size from a threshold up (``all_above`` false), the statement lists the
+    ranges left out (``left_out_at``) and says that the other sizes are kept.
+
+    Args:
+        rows: Rows of `left_out_sizes()`.
+        unit: The privacy unit's name, as the statements call it.
+
+    Returns:
+        One statement per table and currency (counts: only when a unit is left out).
+
     Example:
         >>> got = left_out_sizes_in_words([{"table": "t", "currency": "x",
-        ...     "left_out_from": 1e6, "all_above": True, "plan_sizes_left_out": [1e6]}])
+        ...     "left_out_from": 1e6, "all_above": True, "plan_sizes_left_out": [1e6]},
+        ...     {"table": "u", "currency": "x", "left_out_from": None, "all_above": False,
+        ...      "plan_sizes_left_out": [], "searched_up_to": 2.0**64}])
         >>> got[0][:55]
         't: a unit contributing more than about 1e+06 of x to a '
+        >>> got[1]
+        'u: no unit contributing up to 1.84e+19 of x to a cell (the most it can contribute) \
+is left out of this table by the budget'
+        >>> left_out_sizes_in_words([{"table": "t", "currency": "x", "left_out_from": 0.3,
+        ...     "all_above": False, "left_out_at": [[0.3, 1.5], [7e10, 1e12]],
+        ...     "plan_sizes_left_out": [], "searched_from": 2**-24, "searched_up_to": 1e12}])[0]
+        't: a unit contributing about 0.3 to 1.5 or more than about 7e+10 of x to a cell is \
+left out of this table by the budget (its values are missing from the published totals); other \
+sizes are kept'
     """
     lines = []
     a = "an" if unit[:1].lower() in "aeio" else "a"
     for r in rows:
         first = r["left_out_from"]
+        top = r.get("searched_up_to")
         if first is None:
+            if r["currency"] != "rows" and top is not None:
+                lines.append(f"{r['table']}: no {unit} contributing up to {top:.3g} of "
+                             f"{r['currency']} to a cell (the most it can contribute) is left "
+                             "out of this table by the budget")
             continue
         if r["currency"] == "rows":
             lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
                          "cell is left out of this table by the budget")
             continue
-        where = "" if r["all_above"] else " (and at some larger sizes)"
-        lines.append(f"{r['table']}: {a} {unit} contributing more than about {first:.3g} of "
-                     f"{r['currency']} to a cell{where} is left out of this table by the "
-                     "budget (its values are missing from the published totals)")
+        floor = float(r.get("searched_from") or 0.0)
+        runs = r.get("left_out_at")
+        if r["all_above"] or not runs:
+            runs = [[first, top]]
+        parts = []
+        for lo, hi in runs:
+            open_end = r["all_above"] or top is None or hi >= top
+            if lo <= floor:
+                parts.append("any positive amount" if open_end
+                             else f"any positive amount up to about {hi:.3g}")
+            elif open_end:
+                parts.append(f"more than about {lo:.3g}")
+            else:
+                parts.append(f"about {lo:.3g} to {hi:.3g}")
+        what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+        if r["all_above"]:
+            kept = ""
+        elif r.get("left_out_at") is None:  # no intervals given: say only what is known
+            kept = "; not every larger size is left out"
+        elif top is not None and runs[-1][1] < top:
+            kept = f"; other sizes up to {top:.3g} (the most it can contribute) are kept"
+        else:
+            kept = "; other sizes are kept"
+        lines.append(f"{r['table']}: {a} {unit} contributing {what} of {r['currency']} to a "
+                     "cell is left out of this table by the budget (its values are missing "
+                     f"from the published totals){kept}")
     return lines
 
 

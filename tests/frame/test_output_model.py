@@ -214,3 +214,38 @@ def test_author_mode_categories_come_from_the_key_set():
         cats = (out["county"].cat.categories.tolist() if isinstance(out, pd.DataFrame)
                 else out.schema["county"].categories.to_list())
         assert cats == ["c9", "c2", "c1", "c7"]
+
+
+def test_int64_estimate_beyond_the_range_is_clamped_and_flagged():
+    """Review r36 F4: an Int64 estimate outside the Int64 range stays Int64, clamped, flag L.
+
+    It was null without a flag (the pandas column silently became float64) while lower, upper,
+    moe and cv stayed numbers. The dtype follows the curator's declaration only.
+    """
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    top = 2**63 - 1024
+
+    def run(emp: list[int], form: str = "wide") -> pd.DataFrame:
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", pd.DataFrame({"id": [1, 2, 3], "c": ["a", "a", "b"], "emp": emp}),
+                schema={"id": "Int64", "c": "String", "emp": "Int64"}, unit="id")
+        return cur.author_session("d").sum("emp", by="c", keys=keys,
+                                           mechanism=mech.Laplace(scale=1.0), nulls="zero",
+                                           negatives="allow", cv=True, form=form)
+
+    small, big = run([5, 7, 3]), run([5, 2**63 - 1, 3])   # a: 2**63 + 4, past Int64
+    assert str(small["emp"].dtype) == str(big["emp"].dtype) == "int64"
+    assert big["emp"].tolist()[0] == top and big["emp_flag"].tolist()[0].endswith("L")
+    assert big["emp_upper"].iloc[0] > top and big["emp"].iloc[1] == small["emp"].iloc[1]
+    assert "L" not in "".join(small["emp_flag"]) and "L" not in big["emp_flag"].iloc[1]
+    long = run([5, 2**63 - 1, 3], form="long")
+    assert str(long["estimate"].dtype) == "int64" and long["estimate"].iloc[0] == top
+    assert long["flag"].iloc[0].endswith("L")
+    # below the range too; a NaN is null, flagged L
+    from tabdp.frame._output import Measure, assemble
+
+    m = Measure("x", [-1e19, float("nan"), 4.0], [1.0] * 3, [1.6] * 3, [-1e19, 0.0, 2.4],
+                [-1e19, 0.0, 5.6], integral=True)
+    out = assemble(pl.DataFrame({"k": ["a", "b", "c"]}), [m], cv=True)
+    assert out.schema["x"] == pl.Int64 and out["x"].to_list() == [-top, None, 4]
+    assert out["x_flag"].to_list() == ["NL", "L", ""]

@@ -22,6 +22,7 @@ import pytest
 import tabdp
 from tabdp import cli
 from tabdp.datasets.synth import generate_establishments
+from tabdp.frame._engine import MAX_ABS
 from tabdp.privacy.budget import Budget
 from tabdp.release.runner import left_out_sizes
 from tabdp.release.spec import load_spec
@@ -481,3 +482,87 @@ def test_author_mode_categorical_file_column_reads_as_declared_text(tmp_path: Pa
         code, out, err = run("run", *curator_args(spec), str(spec), "--quiet")
         res.append((code, out, err))
     assert res[0] == res[1] and res[0][0] == 0, res
+
+
+def test_left_out_sizes_beyond_1e13_are_stated(tmp_path: Path, base: pl.DataFrame) -> None:
+    """Review r36 F2: a threshold above 1e13 is stated, with the range searched.
+
+    Sizes were searched only up to 1e13, so a table whose budget leaves out only larger units
+    stated nothing (``left_out_from: null``, no words). The statement names the threshold above
+    1e13 and the range searched (with a unit: the engine's 128-bit sums), from the spec alone:
+    the same whether or not the data holds a record that large (the curator alone is told one
+    was left out).
+    """
+    sigma = 1e13  # Gaussian alone under rho = 1: left out above sigma * sqrt(2) = 1.41e13
+    huge = base.head(1).with_columns(pl.lit(10**9, dtype=pl.Int64).alias("estab_id"),
+                                     pl.lit(1e15).alias("payroll"))
+    stated = {}
+    for k, frame in {"base": base, "plus": pl.concat([base, huge])}.items():
+        spec = setup(tmp_path / k, frame)
+        spec.write_text(spec.read_text().replace(f"sigma = {SIGMA}", f"sigma = {sigma:g}"))
+        (row,) = [r for r in left_out_sizes(load_spec(spec)) if r["table"] == "pay"]
+        assert row["left_out_from"] == pytest.approx(sigma * np.sqrt(2.0), rel=1e-12)
+        assert row["all_above"] and row["searched_up_to"] == 2.0**127
+        code, out, err = run("run", "--test-seed", str(spec), "--quiet")
+        assert code == 0, err
+        summary = json.loads((tmp_path / k / "out" / "public" / "summary.json").read_text())
+        stated[k] = (summary["left_out_sizes"], summary["left_out_in_words"])
+        assert "a unit contributing more than about 1.41e+13 of payroll" in " ".join(
+            summary["left_out_in_words"])
+        conf = json.loads((tmp_path / k / "out" / "confidential" / "confidential.json")
+                          .read_text())
+        assert conf["releases"]["pay"]["left_out_by_budget"]["units"] == (k == "plus")
+    assert stated["base"] == stated["plus"]
+
+
+def test_left_out_search_range_follows_declared_bounds(tmp_path: Path,
+                                                       base: pl.DataFrame) -> None:
+    """Row mode: sizes are searched up to the declared bound, else the engine's 2**64 clamp.
+
+    A table that leaves nothing out says so, with the range searched.
+    """
+    spec = setup(tmp_path, base)
+    text = spec.read_text().replace('unit = "estab_id"\n', "").replace(
+        f"sigma = {SIGMA}", "sigma = 1e13")
+    spec.write_text(text)
+    (row,) = left_out_sizes(load_spec(spec))
+    assert row["searched_up_to"] == 2.0**64 == MAX_ABS and row["all_above"]
+    spec.write_text(text.replace('mode = "curator"\n',
+                                 'mode = "curator"\nbounds = { payroll = [-1, 1e12] }\n'))
+    (row,) = left_out_sizes(load_spec(spec))
+    assert row["left_out_from"] is None and row["searched_up_to"] == 1e12
+    code, out, _ = run("validate", str(spec))
+    assert code == 0
+    assert "pay: no record contributing up to 1e+12 of payroll to a cell (the most it can " \
+        "contribute) is left out of this table by the budget" in out
+
+
+def test_left_out_words_name_the_ranges_left_out(tmp_path: Path, base: pl.DataFrame) -> None:
+    """Review r36 F3: sizes left out, then kept, then left out again are stated as ranges.
+
+    The words said "more than about X ... (and at some larger sizes) is left out" while sizes
+    above X were kept. An exp_polylog loss (growing like log D) against a curve rising from 0.5
+    at 1 to 100 at 1e3: left out from about 0.3 to about 1.4, kept, left out above about 7e10.
+    """
+    spec = setup(tmp_path, base, budget='rho = { "1" = 0.5, "1e3" = 100.0 }')
+    spec.write_text(spec.read_text().replace(
+        f'{{ family = "gaussian", sigma = {SIGMA} }}',
+        '{ family = "exp_polylog", sigma = 1.0, a = 1.0, d = 4.0, p = 1.0 }'))
+    (row,) = [r for r in left_out_sizes(load_spec(spec)) if r["table"] == "pay"]
+    b = Budget({1.0: 0.5, 1e3: 100.0})
+    mech = load_spec(spec).tables[0].mechanism
+    assert not row["all_above"] and len(row["left_out_at"]) == 2
+    (a0, b0), (a1, b1) = row["left_out_at"]
+    assert b1 == row["searched_up_to"] == 2.0**127 and row["left_out_from"] == a0
+    for lo_s, hi_s in ((a0, b0), (a1, b1)):  # the ends: left out inside, kept just outside
+        for x in (lo_s, hi_s):
+            assert mech.rho(x) > b.limit(x)
+        assert mech.rho(lo_s * (1 - 1e-9)) <= b.limit(lo_s * (1 - 1e-9))
+    assert mech.rho(b0 * (1 + 1e-9)) <= b.limit(b0 * (1 + 1e-9))
+    assert 0.2 < a0 < 0.5 and 1.0 < b0 < 2.0 and 1e10 < a1 < 1e11
+    code, out, _ = run("validate", str(spec))
+    assert code == 0 and "at some larger sizes" not in out
+    want = (f"pay: an estab_id contributing about {a0:.3g} to {b0:.3g} or more than about "
+            f"{a1:.3g} of payroll to a cell is left out of this table by the budget (its values "
+            "are missing from the published totals); other sizes are kept")
+    assert want in out.replace("\n", " "), out

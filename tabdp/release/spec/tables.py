@@ -165,6 +165,19 @@ def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
     return mech, {**raw, "family": family}
 
 
+def _check_releasable(mech: Any, path: str, raw: Mapping[str, Any]) -> None:
+    """A noise scale the run cannot draw at is a spec error (before any data is read)."""
+    try:
+        mech.check_releasable()
+    except TabdpError as err:
+        given = [k for k in raw if k != "family"] if path.endswith(".mechanism") else []
+        raise SpecError(_mechanism_error_path(path, err, given),
+                        f"invalid {raw.get('family', type(mech).__name__)!r} mechanism "
+                        f"{_show(dict(raw))}: "
+                        + _with_hint(err, f"fix the parameters of {type(mech).__name__}.")
+                        ) from err
+
+
 def _parse_calibrate(raw: Any, path: str, level: float) -> tuple[dict[str, Any], Any]:
     d = _table(raw, path, allowed=_CALIBRATE_KEYS,
                required=("family", "targets", "typical_total"),
@@ -381,6 +394,8 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
         _fail(tp, "a sum table needs a mechanism or a calibrate table; got neither.",
               'add mechanism = { family = "log", sigma = 0.3, offset = 1000.0 } or '
               'calibrate = { family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }.')
+    _check_releasable(mech, f"{tp}.mechanism" if "mechanism" in d else f"{tp}.calibrate",
+                      raw_mech)
     grid = _parse_grid(d["grid"], f"{tp}.grid", kind, measures) if "grid" in d else None
     if grid is not None and isinstance(mech, mechanisms.TransformationMechanism):
         steps = grid.values() if isinstance(grid, Mapping) else [grid]
@@ -419,6 +434,9 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
                   "add consistent = true, or remove shares.")
         shares, level_mechs = _parse_shares(d["shares"], f"{tp}.shares", by, rollups, mech,
                                             calibration, release.level)
+        for lb, m in level_mechs.items():
+            _check_releasable(m, _join(f"{tp}.shares", lb), {"family": raw_mech["family"],
+                                                              **m.params()})
     opts = {o: _parse_option(d, o, tp, consistent, grid) for o in ("nonnegative", "integer")}
     return TableSpec(name=name, kind=kind, measures=measures, by=by, mechanism=mech,
                      calibration=calibration, keys_file=keys_file, grid=grid, nulls=nulls,
