@@ -1279,19 +1279,23 @@ def published_usability(table: Any) -> dict[str, dict[str, float]]:
     Post-processing of the public output (the ``flag`` column of
     [`publish`][tabdp.release.publish]): a cell is publishable when it carries none of the flags
     ``C`` (low reliability), ``S`` (withheld) or ``X`` (no finite variance). Safe for the public
-    summary.
+    summary. Shares are of all the measure's cells; a withheld cell (``S``) counts as withheld
+    only, never as flagged ``C`` or negative ``N`` (a withheld estimate reveals nothing of its
+    value; tables published before withheld cells lost those flags are counted the same way).
 
     Args:
         table: A published long table (Polars DataFrame with ``measure`` and ``flag``).
 
     Returns:
-        ``{measure: {"cells", "publishable_share", "flagged_share", "negative_share"}}``.
+        ``{measure: {"cells", "publishable_share", "flagged_share", "withheld_share",
+        "negative_share"}}``.
 
     Example:
         >>> import polars as pl
-        >>> t = pl.DataFrame({"measure": ["x", "x", "x", "x"], "flag": ["", "C", "CN", None]})
-        >>> published_usability(t)["x"]["publishable_share"]
-        0.5
+        >>> t = pl.DataFrame({"measure": ["x", "x", "x", "x"], "flag": ["", "C", "S", None]})
+        >>> u = published_usability(t)["x"]
+        >>> u["publishable_share"], u["flagged_share"], u["withheld_share"]
+        (0.5, 0.25, 0.25)
     """
     import polars as pl
 
@@ -1301,9 +1305,12 @@ def published_usability(table: Any) -> dict[str, dict[str, float]]:
         fl = part["flag"].fill_null("")
         n = part.height
         bad = fl.str.contains("[CSX]")
+        withheld = fl.str.contains("S")
         # shares as sum / n: the mean of a boolean Series, typed as a number
-        out[str(m)] = {"cells": float(n),
-                       "publishable_share": 1.0 - int(bad.sum()) / n if n else math.nan,
-                       "flagged_share": int(fl.str.contains("C").sum()) / n if n else math.nan,
-                       "negative_share": int(fl.str.contains("N").sum()) / n if n else math.nan}
+        out[str(m)] = {
+            "cells": float(n),
+            "publishable_share": 1.0 - int(bad.sum()) / n if n else math.nan,
+            "flagged_share": int((fl.str.contains("C") & ~withheld).sum()) / n if n else math.nan,
+            "withheld_share": int(withheld.sum()) / n if n else math.nan,
+            "negative_share": int((fl.str.contains("N") & ~withheld).sum()) / n if n else math.nan}
     return out

@@ -699,16 +699,22 @@ def _dp_levels(t: Any) -> list[tuple[str, tuple[str, ...], dict[str, str]]]:
             fine = rc if rc in t.by else r.maps.get(rc, (None, None))[1]
             if fine is not None:
                 m[fine] = rc
-        # the runner's file names: <table>__<level>[_direct]
-        out.append((f"{t.name}__{r.label}", tuple(r.by), m))
+        # the runner's file names: <table>__<level>[_direct]; the direct release first, so a
+        # level released direct = true is scored on what its user publishes (the one-draw
+        # direct estimate), not on the rollup of the finer cells
         if r.direct:
             out.append((f"{t.name}__{r.label}_direct", tuple(r.by), m))
+        out.append((f"{t.name}__{r.label}", tuple(r.by), m))
     return out
 
 
 def _dp_cells(spec: Any, dp_tables: Mapping[str, pl.DataFrame], x: Mapping[str, Any]
               ) -> pl.DataFrame:
-    """The DP estimates of one table/measure at every level, joined to the true cells."""
+    """The DP estimates of one table/measure at every level, joined to the true cells.
+
+    A cell present in several DP files keeps the first in `_dp_levels` order: the table, then
+    per rollup its ``_direct`` release where the level has one, else the rollup.
+    """
     t = next(t for t in spec.tables if t.name == x["table"])
     cols = x["by"]
     frames = []

@@ -237,17 +237,21 @@ def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]
 
     Args:
         usable: ``{table: {measure: {"cells", "publishable_share", "flagged_share",
-            "negative_share"}}}`` ([`published_usability`][tabdp.planning.published_usability] per
-            table).
+            "withheld_share", "negative_share"}}}``
+            ([`published_usability`][tabdp.planning.published_usability] per table; a missing
+            ``withheld_share`` counts as 0).
 
     Returns:
-        The sentences (post-processing of the published flags only).
+        The sentences (post-processing of the published flags only): publishable, flagged
+        ``C``, withheld ``S`` and negative ``N`` shares, each of all the cells (withheld cells
+        are counted as withheld only).
 
     Example:
-        >>> publishable_in_words({"pay": {"payroll": {"cells": 4.0, "publishable_share": 0.75,
+        >>> publishable_in_words({"pay": {"payroll": {"cells": 4.0, "publishable_share": 0.5,
         ...                                           "flagged_share": 0.25,
-        ...                                           "negative_share": 0.0}}})[0][:58]
-        'pay, payroll: 3 of 4 cells (75%) are publishable (no flag '
+        ...                                           "withheld_share": 0.25,
+        ...                                           "negative_share": 0.0}}})[0][58:]
+        'C, S or X); 25% are flagged low reliability (C), 25% withheld (S), 0% negative (N)'
     """
     out = []
     for table, measures in usable.items():
@@ -259,7 +263,8 @@ def publishable_in_words(usable: Mapping[str, Mapping[str, Mapping[str, float]]]
             k = int(round(u["publishable_share"] * n))
             out.append(f"{table}, {m}: {k:,} of {n:,} cells ({u['publishable_share']:.0%}) are "
                        f"publishable (no flag C, S or X); {u['flagged_share']:.0%} are flagged "
-                       f"low reliability (C), {u['negative_share']:.0%} negative (N)")
+                       f"low reliability (C), {u.get('withheld_share', 0.0):.0%} withheld (S), "
+                       f"{u['negative_share']:.0%} negative (N)")
     return out
 
 

@@ -11,10 +11,16 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
 * ``C`` — low reliability: the coefficient of variation ``cv = sd / |estimate|`` is at least the
   table's ``cv_flag`` threshold (an estimate of 0 has ``cv = inf``).
 * ``N`` — the noisy estimate is negative. With ``negative = "clamp"`` it is published as 0
-  (clamping is post-processing but biases the estimate upward; the unclamped value is what
-  rollups sum).
+  (clamping is post-processing but biases the estimate upward: for an empty cell by
+  ``E[max(0, Z)]``, half the noise's mean absolute error, about 0.40 sd for Gaussian noise and
+  0.35 sd for Laplace noise, at most 0.5 sd for any symmetric noise; less for larger cells;
+  the unclamped value is what rollups sum).
 * ``S`` — withheld: ``cv`` is at least ``suppress_cv``; estimate, sd, moe, lower, upper and cv
-  are null.
+  are null, and the flag is ``S`` alone (no ``C`` or ``N``: a withheld estimate reveals
+  nothing of its value, not even its sign, beyond ``cv >= suppress_cv``). The intervals of
+  the cells left published are unconditional: conditional on being published (chosen because
+  ``|estimate|`` is large beside ``sd``), small cells' intervals cover less than the level
+  (see the release-workflow docs).
 * ``X`` — the noise has no finite variance (heavy-tailed stable noise): ``sd`` is ``inf`` and
   ``cv`` is null; use ``moe``.
 
@@ -41,7 +47,9 @@ to them too, always so that the interval can only grow: a withheld cell (``S``) 
 with ``negative = "clamp"`` both ends are raised to 0 where negative (the true value of a
 non-negative measure is ≥ 0, so coverage is kept); with a rounding unit, ``lower`` is rounded
 down and ``upper`` up to it. Rollups have only a sd and a symmetric margin, so their interval is
-``estimate ∓ moe``.
+``estimate ∓ moe``: central from the exact law of the sum's error for additive mechanisms; for
+rollups of transformation-mechanism cells a symmetric interval from a normal approximation
+with the plug-in sd, whose coverage is approximate and whose misses are not balanced.
 """
 
 from __future__ import annotations
@@ -60,10 +68,14 @@ __all__ = ["FLAG_CODES", "COLUMN_DOCS", "publish", "empty_public_table"]
 FLAG_CODES: dict[str, str] = {
     "C": "low reliability: coefficient of variation (sd / |estimate|) at or above the table's "
          "cv_flag threshold",
-    "N": "the noisy estimate is negative (published as 0 when the table clamps negatives; "
-         "rollups always sum the unclamped, unbiased values)",
+    "N": "the noisy estimate is negative (published as 0 when the table clamps negatives, "
+         "which biases the estimate upward, for an empty cell by about 0.4 sd with Gaussian "
+         "noise; rollups always sum the unclamped, unbiased values); never on a withheld cell",
     "S": "withheld: coefficient of variation at or above the table's suppress_cv threshold "
-         "(estimate, sd, moe, lower, upper and cv are null)",
+         "(estimate, sd, moe, lower, upper and cv are null; the flag is S alone, so nothing "
+         "of the withheld value, not even its sign, is shown). The intervals of the published "
+         "cells are unconditional: among the cells left published, small ones (true value "
+         "under about 1 sd) cover less than the level",
     "X": "the noise has no finite variance (heavy-tailed stable noise): sd is inf and cv is "
          "null; use the margin of error",
     "R": "coarsely rounded: the table's rounding unit (publication.round) moved this estimate "
@@ -84,15 +96,22 @@ COLUMN_DOCS: dict[str, str] = {
                 "(unbiased for every mechanism's default estimator)",
     "sd": "standard deviation of the estimate (plug-in from the estimate for transformation "
           "mechanisms; inf where it does not exist)",
-    "moe": "margin of error: half-width of the central confidence interval at the release's "
-           "level (90% by default)",
+    "moe": "margin of error: half-width of the confidence interval at the release's level "
+           "(90% by default): the central interval of the error for additive mechanisms and "
+           "their rollups; (upper - lower) / 2 of the exact asymmetric interval for a cell of "
+           "a transformation mechanism; z x sd for a rollup of transformation-mechanism cells "
+           "(a symmetric interval from a normal approximation with the plug-in sd: "
+           "approximate coverage, not central). "
+           "Unconditional: with suppress_cv, the published small cells cover less",
     "lower": "lower end of the confidence interval at the release's level: exact and possibly "
              "asymmetric for transformation mechanisms, estimate - moe for additive ones and "
-             "rollups; raised to 0 where the table clamps negatives, rounded down to the "
-             "table's rounding unit, null when the cell is withheld",
+             "rollups (for rollups of transformation-mechanism cells a symmetric interval from "
+             "a normal approximation); raised to 0 where the table clamps negatives, rounded "
+             "down to the table's rounding unit, null when the cell is withheld",
     "upper": "upper end of the same interval (estimate + moe for additive mechanisms and "
-             "rollups; raised to 0 where the table clamps negatives, rounded up to the "
-             "rounding unit, null when withheld)",
+             "rollups, symmetric from a normal approximation for rollups of "
+             "transformation-mechanism cells; raised to 0 where the table clamps negatives, "
+             "rounded up to the rounding unit, null when withheld)",
     "cv": "coefficient of variation sd / |estimate| (inf for an estimate of 0; null where sd "
           "is inf or the cell is withheld)",
     "flag": "publication flags, concatenated codes (see flag_codes); '' when none",
@@ -210,6 +229,9 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         codes = flag_codes(raw, sd, cv, cv_flag=rules.cv_flag, suppressed=flag_s)
         if flag_r.any():
             codes = np.where(flag_r & ~flag_s, np.char.add(codes, "R"), codes)
+        # a withheld estimate reveals nothing of its value beyond S itself: no N (its sign) and
+        # no C (cv >= cv_flag, which says more than S when cv_flag > suppress_cv)
+        codes = np.where(flag_s, "S", codes)
         cv = coefficient_of_variation(est, sd)  # the published estimate's
         withheld = flag_s
         values = pl.DataFrame([

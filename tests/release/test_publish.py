@@ -49,10 +49,26 @@ def test_thresholds_and_off() -> None:
 def test_suppression_withholds_values() -> None:
     out = publish(WIDE, keys=["c"], measures=["x"],
                   rules=Publication(cv_flag=0.3, suppress_cv=1.0))
-    assert out["flag"].to_list() == ["", "C", "CNS", "CS", "X"]
+    # changed on purpose (review r36 F8b): a withheld cell is flagged S alone (was CNS, CS)
+    assert out["flag"].to_list() == ["", "C", "S", "S", "X"]
     for col in ("estimate", "sd", "moe", "lower", "upper", "cv"):
         assert out[col][2] is None and out[col][3] is None
     assert out["estimate"][0] == 100.0
+
+
+@pytest.mark.parametrize("negative", ["flag", "clamp"])
+@pytest.mark.parametrize("cv_flag", [0.3, 2.0, None])
+def test_a_withheld_cell_reveals_nothing_of_its_value(negative: str, cv_flag: float | None
+                                                      ) -> None:
+    # review r36 F8b: N told the sign of a withheld estimate, and C (with cv_flag above
+    # suppress_cv) told that its cv passed cv_flag too; withheld cells of +4 and -4, of 0.5
+    # and -3 (cv 1.25, 10 and 1.67 all >= suppress_cv) must look the same
+    w = pl.DataFrame({"c": ["p", "n", "s", "t"], "x": [4.0, -4.0, 0.5, -3.0],
+                      "x_sd": [5.0] * 4, "x_moe": [8.0] * 4})
+    out = publish(w, keys=["c"], measures=["x"],
+                  rules=Publication(cv_flag=cv_flag, suppress_cv=1.0, negative=negative))
+    assert out["flag"].to_list() == ["S"] * 4
+    assert out.drop("c").unique().height == 1
 
 
 def test_clamp_publishes_zero_and_flags() -> None:
@@ -143,3 +159,26 @@ def test_publish_rounding_rule() -> None:
     out = publish(w.slice(1, 1), keys=["c"], measures=["x"],
                   rules=Publication(cv_flag=0.3, round=10.0))
     assert out["estimate"][0] == 1230.0 and out["flag"][0] == "C"
+
+
+def test_usability_states_the_withheld_share_and_leaves_withheld_cells_out_of_n() -> None:
+    # review r36 F8a/b: the words never stated the withheld share, and withheld cells counted
+    # as negative (and flagged) from their hidden estimates
+    from tabdp.planning import published_usability
+    from tabdp.release.runner import publishable_in_words
+
+    w = pl.DataFrame({"c": list("abcdef"), "x": [100.0, 10.0, -4.0, 0.5, -20.0, 0.0],
+                      "x_sd": [5.0] * 6, "x_moe": [8.0] * 6})
+    out = publish(w, keys=["c"], measures=["x"],
+                  rules=Publication(cv_flag=0.3, suppress_cv=1.0))
+    u = published_usability(out)["x"]
+    assert u["withheld_share"] == pytest.approx(3 / 6)      # -4, 0.5 and 0 are withheld
+    assert u["flagged_share"] == pytest.approx(1 / 6)       # 10 only (cv 0.5)
+    assert u["negative_share"] == pytest.approx(1 / 6)      # -20 only (cv 0.25: published)
+    assert u["publishable_share"] == pytest.approx(2 / 6)
+    # a table written before withheld cells lost C and N is counted the same way
+    old = pl.DataFrame({"measure": ["x"] * 4, "flag": ["", "CNS", "CS", "CN"]})
+    uo = published_usability(old)["x"]
+    assert (uo["flagged_share"], uo["withheld_share"], uo["negative_share"]) == (0.25, 0.5, 0.25)
+    words = publishable_in_words({"t": {"x": u}})[0]
+    assert "50% withheld (S)" in words and "17% negative (N)" in words

@@ -115,9 +115,12 @@ The TOML schema (every key not listed is refused)::
 
     [publication]                   # optional defaults for every table (a table may override)
     cv_flag = 0.3                   # flag "C" where cv >= this; false disables (default 0.3)
-    suppress_cv = 1.0               # optional: withhold (null) estimates where cv >= this ("S")
+    suppress_cv = 1.0               # optional: withhold (null) estimates where cv >= this ("S"
+                                    # alone: no C or N); the published intervals stay
+                                    # unconditional, so published small cells cover less
     negative = "flag"               # "flag": flag "N", keep the signed estimate (default);
-                                    # "clamp": flag "N" and publish 0 (documented post-processing)
+                                    # "clamp": flag "N" and publish 0 (post-processing, biased
+                                    # upward: about 0.4 sd for an empty cell, Gaussian noise)
     round = 1000.0                  # optional: publish estimates rounded to this unit (a table
                                     # may give { measure = unit }, or false for none); lower /
                                     # upper rounded outward, sd / moe never, cv from the

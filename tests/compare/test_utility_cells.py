@@ -1,0 +1,45 @@
+"""``tabdp compare``'s utility side: which DP file scores a level (no Tau-Argus needed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import polars as pl
+
+from tabdp.compare.core import _dp_cells, _utility
+
+
+def _case() -> tuple[NS, dict[str, pl.DataFrame], dict[str, object]]:
+    roll = NS(by=["state"], maps={"state": (None, "county")}, label="state", direct=True)
+    spec = NS(tables=[NS(name="pay", by=["county"], rollups=[roll])])
+
+    def pub(col: str, keys: list[str], est: list[float], flag: list[str]) -> pl.DataFrame:
+        return pl.DataFrame({col: keys, "measure": ["payroll"] * len(keys), "estimate": est,
+                             "flag": flag})
+
+    dp = {"pay": pub("county", ["a1", "a2"], [10.0, 20.0], ["", ""]),
+          # the rollup of the two noisy counties, and the level's own (direct) release
+          "pay__state": pub("state", ["A"], [30.0], [""]),
+          "pay__state_direct": pub("state", ["A"], [31.0], [""])}
+    # the traditional table's hierarchical dimension: the state's code in the county column
+    cells = pl.DataFrame({"county": ["a1", "a2", "A"], "level": ["county", "county", "state"],
+                          "value": [10.0, 20.0, 32.0], "freq": [1, 1, 2],
+                          "published": [True, True, True], "released": [10.0, 20.0, 32.0]})
+    x = {"table": "pay", "by": ["county"], "kind": "sum", "measure": "payroll", "cells": cells,
+         "sdc": NS(method="OPT")}
+    return spec, dp, x
+
+
+def test_a_direct_level_is_scored_on_its_direct_release() -> None:
+    # review r36 F9: keep="first" took the rollup file, not what a direct level publishes
+    spec, dp, x = _case()
+    d = _dp_cells(spec, dp, x)
+    row = d.filter(pl.col("level") == "state")
+    assert row["dp_table"].to_list() == ["pay__state_direct"]
+    assert row["estimate"].to_list() == [31.0]
+
+
+def test_utility_of_a_direct_level_uses_the_direct_estimate() -> None:
+    spec, dp, x = _case()
+    rows = [r for r in _utility(spec, dp, [x]) if r["level"] == "state" and r["method"] == "DP"]
+    assert rows and abs(rows[0]["median_rel_error"] - 1.0 / 32.0) < 1e-12
