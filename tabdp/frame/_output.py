@@ -108,7 +108,7 @@ def flag_codes(estimate: Any, sd: Any, cv: Any, *, cv_flag: float | None,
     Codes are concatenated in the order C, N, S, X, L (``""`` when none); see
     [`tabdp.release.publish.FLAG_CODES`][tabdp.release.FLAG_CODES]. ``L`` (an Int64 estimate
     outside the Int64 range, published clamped to it) comes from the ``.dp`` accessor and
-    sessions only.
+    sessions; the release workflow finds it in the estimate column (`tabdp.release.publish`).
 
     Args:
         estimate: Noisy estimates (before any clamping).

@@ -360,15 +360,16 @@ class _Spill:
 
         Files of one layout are scanned together; the scans are concatenated in order.
         """
-        groups: list[tuple[_Layout, list[str]]] = []
+        groups: list[tuple[Any, _Layout, list[str]]] = []
         for f in files:
             lay = self.layout[f]
-            if groups and groups[-1][0] == lay:
-                groups[-1][1].append(f)
+            key = _layout_key(lay)
+            if groups and groups[-1][0] == key:
+                groups[-1][2].append(f)
             else:
-                groups.append((lay, [f]))
+                groups.append((key, lay, [f]))
         scans = [pl.scan_ipc(fs).select(_restored([ROW_ID, *lay[2]], lay[0], lay[1]))
-                 for lay, fs in groups]
+                 for _, lay, fs in groups]
         return scans[0] if len(scans) == 1 else pl.concat(scans, how="vertical")
 
     def close(self) -> None:
@@ -382,6 +383,22 @@ class _Layout(NamedTuple):
     consts: dict[str, tuple[Any, pl.DataType]]  # column: (its one value, its dtype)
     copies: dict[str, str]                      # column: the written column it equals
     names: tuple[str, ...]                      # every column (row ids aside), in order
+
+
+def _layout_key(lay: _Layout) -> tuple[Any, ...]:
+    """A layout compared by its constants' bits (``0.0 == -0.0``, but they restore apart).
+
+    Example:
+        >>> a = _Layout({"x": (0.0, pl.Float64())}, {}, ("x",))
+        >>> b = _Layout({"x": (-0.0, pl.Float64())}, {}, ("x",))
+        >>> a == b, _layout_key(a) == _layout_key(b)
+        (True, False)
+    """
+    import struct
+
+    consts = tuple(sorted((k, struct.pack("<d", v) if isinstance(v, float) else v, str(t))
+                          for k, (v, t) in lay.consts.items()))
+    return consts, tuple(sorted(lay.copies.items())), lay.names
 
 
 #: Batches shorter than this are written as they are (`_compact`).
@@ -401,7 +418,8 @@ def _compact(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], _Layou
     """The columns a spill file holds, and the layout that restores the others.
 
     A float64 or boolean column whose values are all the same bits (a loss component a
-    release never charged, a count's ρ, a pure release's ε = ∞) is kept as its one value; a
+    release never charged, a count's ρ, a pure release's ε = ∞; never NaN or ``-0.0``) is kept
+    as its one value; a
     column with the same bits as an earlier written one (ρ_z equal to ρ, two releases of one
     policy over the same measure) as that column's name. Both are restored exactly
     (`_restored`): the report reads the same doubles; the files hold about half the bytes.
@@ -422,7 +440,10 @@ def _compact(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], _Layou
             first = v[0]
             if v.dtype == np.float64:
                 bits = v.view(np.int64)
-                if not np.isnan(first) and bool(np.all(bits == bits[0])):
+                # never -0.0: Polars takes a literal -0.0 for 0.0 (equal values), and merges
+                # the scans of two files whose only difference is that sign (review r37)
+                if (not np.isnan(first) and not (first == 0.0 and np.signbit(first))
+                        and bool(np.all(bits == bits[0]))):
                     consts[k] = (float(first), pl.Float64())
                     continue
             elif bool(v.all()) or not bool(v.any()):

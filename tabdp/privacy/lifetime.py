@@ -733,6 +733,14 @@ def _ledger_root(path: str | os.PathLike[str]) -> Path:
         True
     """
     root = Path(os.path.realpath(Path(path).absolute()))
+    bad = sorted({c for c in str(root) if c == "\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise LedgerError(
+            f"the ledger path {str(root)!r} holds {', '.join(map(repr, bad))}: the Delta Lake "
+            "library tabdp stores the ledger with reads a backslash as a folder separator and "
+            "refuses control characters, so the ledger's tables would not be found (a run "
+            "would fail after reading the data).\nHint: give the ledger a path without "
+            "backslashes or control characters (rename or move the folder, with its anchor).")
     if "%" in str(root):
         raise LedgerError(
             f"the ledger path {root} holds a '%': the Delta Lake library tabdp stores the "

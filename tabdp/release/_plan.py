@@ -792,10 +792,11 @@ def _largest_sizes(spec: ReleaseSpec, releases: Sequence[tuple[str, Mapping[str,
 
 def _size_grid(top: float, plan_sizes: np.ndarray) -> np.ndarray:
     """Sizes from `_SEARCH_FROM` to ``top`` (both included) and the plan's, up to top."""
-    lo, hi = math.log10(_SEARCH_FROM), math.log10(top)
+    start = min(_SEARCH_FROM, top)  # a declared bound below 2**-24: searched up to it only
+    lo, hi = math.log10(start), math.log10(top)
     n = max(2, math.ceil((hi - lo) * _LEFT_OUT_PER_DECADE) + 1)
     pts = np.minimum(10.0 ** np.linspace(lo, hi, n), top)
-    return np.unique(np.concatenate([pts, [_SEARCH_FROM, top],
+    return np.unique(np.concatenate([pts, [start, top],
                                      plan_sizes[plan_sizes <= top]]))
 
 
@@ -973,8 +974,17 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                         "left_out_from": runs[0][0] if runs else None,
                         "all_above": len(runs) == 1 and bool(lo[-1]),
                         "left_out_at": runs, "plan_sizes_left_out": in_plan,
-                        "searched_from": _SEARCH_FROM, "searched_up_to": tops[c]})
+                        "searched_from": min(_SEARCH_FROM, tops[c]),
+                        "searched_up_to": tops[c]})
     return out
+
+
+#: What a statement that sizes are kept assumes (review r37: "no unit ... is left out" was
+#: stated of a table that left out a unit contributing to two of its cells).
+_AS_PLANNED = (" (as planned: contributing to one cell of each table releasing it, or "
+               "max_cells cells where bounded, and to nothing else; a unit contributing to more "
+               "cells, or also to other tables under a budget that adds their losses, can be "
+               "left out at smaller sizes)")
 
 
 def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit"
@@ -1000,15 +1010,17 @@ def left_out_sizes_in_words(rows: Sequence[Mapping[str, Any]], unit: str = "unit
         ...      "plan_sizes_left_out": [], "searched_up_to": 2.0**64}])
         >>> got[0][:55]
         't: a unit contributing more than about 1e+06 of x to a '
-        >>> got[1]
+        >>> got[1][:97]
         'u: no unit contributing up to 1.84e+19 of x to a cell (the most it can contribute) \
-is left out of this table by the budget'
+is left out of'
+        >>> got[1][97:]
+        ' this table by the budget (as planned: contributing to one cell of each table ...)'
         >>> left_out_sizes_in_words([{"table": "t", "currency": "x", "left_out_from": 0.3,
         ...     "all_above": False, "left_out_at": [[0.3, 1.5], [7e10, 1e12]],
         ...     "plan_sizes_left_out": [], "searched_from": 2**-24, "searched_up_to": 1e12}])[0]
         't: a unit contributing about 0.3 to 1.5 or more than about 7e+10 of x to a cell is \
 left out of this table by the budget (its values are missing from the published totals); other \
-sizes are kept'
+sizes are kept (as planned: ...)'
     """
     lines = []
     a = "an" if unit[:1].lower() in "aeio" else "a"
@@ -1019,7 +1031,7 @@ sizes are kept'
             if r["currency"] != "rows" and top is not None:
                 lines.append(f"{r['table']}: no {unit} contributing up to {top:.3g} of "
                              f"{r['currency']} to a cell (the most it can contribute) is left "
-                             "out of this table by the budget")
+                             f"out of this table by the budget{_AS_PLANNED}")
             continue
         if r["currency"] == "rows":
             lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
@@ -1045,9 +1057,10 @@ sizes are kept'
         elif r.get("left_out_at") is None:  # no intervals given: say only what is known
             kept = "; not every larger size is left out"
         elif top is not None and runs[-1][1] < top:
-            kept = f"; other sizes up to {top:.3g} (the most it can contribute) are kept"
+            kept = (f"; other sizes up to {top:.3g} (the most it can contribute) are kept"
+                    f"{_AS_PLANNED}")
         else:
-            kept = "; other sizes are kept"
+            kept = f"; other sizes are kept{_AS_PLANNED}"
         lines.append(f"{r['table']}: {a} {unit} contributing {what} of {r['currency']} to a "
                      "cell is left out of this table by the budget (its values are missing "
                      f"from the published totals){kept}")

@@ -82,6 +82,10 @@ FLAG_CODES: dict[str, str] = {
          f"and is more than {ROUND_MOE_SHARE:g} x its margin of error, so the rounding error "
          "(up to half the unit) is not negligible beside the noise; sd and moe describe the "
          "noise only, and lower and upper are rounded outward so the interval still covers",
+    "L": "at the Int64 limit: the column is declared integer and the noisy estimate lay "
+         "outside the Int64 range (or was not a number), so it is published clamped to "
+         "±(2^63 − 1024) (null where not a number); lower and upper describe the unclamped "
+         "estimate, cv the published one",
     "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
          "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
          "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate",
@@ -170,6 +174,27 @@ def _public_rounding(est: np.ndarray, sd: np.ndarray, moe: np.ndarray, lower: np
     return published, lower, upper, cv_flag, flag_r
 
 
+#: The bound an integer-declared estimate is clamped to (the ``.dp`` accessor's clamp: a
+#: double that converts to Int64 exactly; tests/frame/test_output_model.py checks they agree).
+INT64_CLAMP = 2**63 - 1024
+
+
+def _at_int64_limit(col: pl.Series) -> np.ndarray | None:
+    """Cells of an integer estimate column at the Int64 clamp (`tabdp.frame._output`): ``L``.
+
+    Example:
+        >>> _at_int64_limit(pl.Series([1, 2**63 - 1024, None], dtype=pl.Int64)).tolist()
+        [False, True, True]
+        >>> _at_int64_limit(pl.Series([1.0])) is None
+        True
+    """
+    if not col.dtype.is_integer():
+        return None
+    out = (col.is_null() | (col.cast(pl.Int64, strict=False).abs() >= INT64_CLAMP)
+           ).fill_null(True)
+    return out.to_numpy()
+
+
 def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             rules: Publication, grid: Mapping[str, object] | None = None) -> pl.DataFrame:
     """Apply publication rules to a released (or rolled-up) wide table; return the long form.
@@ -205,6 +230,9 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
             upper = wide[f"{m}_upper"].cast(pl.Float64).to_numpy().astype(np.float64, copy=True)
         else:
             lower, upper = est - moe, est + moe
+        # an Int64 estimate the accessor clamped to the Int64 range (at the limit, or null:
+        # NaN): flag L (a function of the noisy estimate only; review r37)
+        clamped = _at_int64_limit(wide[m])
         est = _round_to(est, grid.get(m))
         raw = est
         # cv and flags: the accessor's definitions (tabdp.frame._output), from the noisy
@@ -226,7 +254,8 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         if unit is not None:
             est, lower, upper, cv, flag_r = _public_rounding(est, sd, moe, lower, upper, cv,
                                                              float(unit))
-        codes = flag_codes(raw, sd, cv, cv_flag=rules.cv_flag, suppressed=flag_s)
+        codes = flag_codes(raw, sd, cv, cv_flag=rules.cv_flag, suppressed=flag_s,
+                           clamped=clamped)
         if flag_r.any():
             codes = np.where(flag_r & ~flag_s, np.char.add(codes, "R"), codes)
         # a withheld estimate reveals nothing of its value beyond S itself: no N (its sign) and

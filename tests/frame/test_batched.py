@@ -786,7 +786,7 @@ def test_a_spill_restores_every_column_it_did_not_write_bit_for_bit() -> None:
             cols = {
                 "rho": r,
                 "rho_z": r.copy() if i != 1 else r + 1.0,   # a copy of rho but in batch 1
-                "zero": np.full(n, -0.0 if i == 0 else 0.0),
+                "zero": np.full(n, -0.0 if i == 0 else 0.0),  # -0.0: written
                 "eps": np.full(n, np.inf) if i != 3 else rng.random(n),
                 "nan": np.full(n, np.nan),
                 "ok": np.full(n, i != 2) if i != 1 else rng.random(n) < 0.5,
@@ -799,7 +799,7 @@ def test_a_spill_restores_every_column_it_did_not_write_bit_for_bit() -> None:
         files = spill.files()
         assert files is not None
         written = [pl.read_ipc(f).columns for f in files]
-        assert written[0] == [ROW_ID, "rho", "nan"]            # the rest: constants or copies
+        assert written[0] == [ROW_ID, "rho", "zero", "nan"]    # the rest: constants or copies
         assert "rho_z" in written[1] and "ok" in written[1]
         assert written[2] == [ROW_ID, *batches[2].columns[1:]]  # 10 rows: written as they are
         want = pl.concat(batches)
@@ -814,5 +814,26 @@ def test_a_spill_restores_every_column_it_did_not_write_bit_for_bit() -> None:
         assert one["zero"].to_numpy().tobytes() == np.full(200, -0.0).tobytes()
         assert one["dup"].to_numpy().tobytes() == batches[0]["rho"].to_numpy().tobytes()
         assert one["ok"].to_list() == [True] * 200
+    finally:
+        spill.close()
+
+
+def test_a_spill_scans_files_whose_constants_differ_only_in_the_sign_of_zero_apart() -> None:
+    """Review r37: layouts compared with ``==`` put a ``-0.0`` file with a ``0.0`` one."""
+    import numpy as np
+
+    from tabdp.frame._stream import ROW_ID, _Spill
+
+    spill = _Spill()
+    try:
+        for at, z in ((0, 0.0), (100, -0.0)):
+            spill.add(np.arange(at, at + 100, dtype=np.int64),
+                      {"r": np.arange(100.0) + at, "z": np.full(100, z)})
+        spill.rows = 200
+        files = spill.files()
+        assert files is not None
+        got = spill.scan(files).collect()
+        assert got[ROW_ID].to_list() == list(range(200))
+        assert np.signbit(got["z"].to_numpy()).tolist() == [False] * 100 + [True] * 100
     finally:
         spill.close()

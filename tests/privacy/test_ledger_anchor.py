@@ -250,12 +250,21 @@ def test_a_ledger_under_any_path_verifies(tmp_path, where):
         ".l.head.json"]
 
 
-def test_a_ledger_path_with_a_percent_sign_is_refused(tmp_path):
-    path = tmp_path / "pct%20x" / "l"
+@pytest.mark.parametrize("name", ["pct%20x", "back\\slash", "new\nline", "tab\tx"])
+def test_a_ledger_path_the_delta_library_misreads_is_refused(tmp_path, name):
+    """'%' (decoded), a backslash (a separator to delta-rs), control characters (refused by it).
+
+    Review r37: a backslash let `tabdp ledger init` succeed and every charged run fail after
+    reading the data.
+    """
+    path = tmp_path / name / "l"
     path.parent.mkdir()
-    with pytest.raises(LedgerError, match="holds a '%'"):
+    with pytest.raises(LedgerError, match="holds .*(%|backslash|control)"):
         tabdp.Ledger.create(path, series="s", lifetime_budget=1.0)
     assert not path.exists()
+    code = cli_main(["ledger", "init", str(path), "--series", "s", "--lifetime-budget", "1"],
+                    stdout=io.StringIO(), stderr=io.StringIO())
+    assert code == 2 and not path.exists()
 
 
 def test_accept_restore_python_and_cli(tmp_path):

@@ -534,7 +534,14 @@ def test_left_out_search_range_follows_declared_bounds(tmp_path: Path,
     code, out, _ = run("validate", str(spec))
     assert code == 0
     assert "pay: no record contributing up to 1e+12 of payroll to a cell (the most it can " \
-        "contribute) is left out of this table by the budget" in out
+        "contribute) is left out of this table by the budget (as planned:" in out.replace(
+            "\n", " ")
+    # review r37: a bound below the engine's smallest contribution is searched up to itself
+    spec.write_text(text.replace('mode = "curator"\n',
+                                 'mode = "curator"\nbounds = { payroll = [0, 1e-9] }\n'))
+    (row,) = left_out_sizes(load_spec(spec))
+    assert row["searched_from"] <= row["searched_up_to"] == 1e-9
+    assert row["left_out_from"] is None
 
 
 def test_left_out_words_name_the_ranges_left_out(tmp_path: Path, base: pl.DataFrame) -> None:
@@ -564,5 +571,6 @@ def test_left_out_words_name_the_ranges_left_out(tmp_path: Path, base: pl.DataFr
     assert code == 0 and "at some larger sizes" not in out
     want = (f"pay: an estab_id contributing about {a0:.3g} to {b0:.3g} or more than about "
             f"{a1:.3g} of payroll to a cell is left out of this table by the budget (its values "
-            "are missing from the published totals); other sizes are kept")
+            "are missing from the published totals); other sizes are kept (as planned: "
+            "contributing to one cell of each table releasing it")
     assert want in out.replace("\n", " "), out

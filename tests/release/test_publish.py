@@ -182,3 +182,47 @@ def test_usability_states_the_withheld_share_and_leaves_withheld_cells_out_of_n(
     assert (uo["flagged_share"], uo["withheld_share"], uo["negative_share"]) == (0.25, 0.5, 0.25)
     words = publishable_in_words({"t": {"x": u}})[0]
     assert "50% withheld (S)" in words and "17% negative (N)" in words
+
+
+# origin: review r37 (a release's Int64 estimate clamped by the accessor was published with
+# no L flag: the release workflow recomputes the flags from the estimate column)
+def test_a_release_of_an_integer_measure_flags_estimates_clamped_at_the_int64_limit(
+        tmp_path) -> None:  # noqa: ANN001
+    import io
+    import json
+
+    from tabdp import cli
+    from tabdp.frame._output import _INT64_MAX
+    from tabdp.release.publish import INT64_CLAMP
+
+    assert float(INT64_CLAMP) == _INT64_MAX  # the accessor's clamp and the flag's agree
+    pl.DataFrame({"c": ["a", "b"] * 10, "x": list(range(20))}).write_parquet(tmp_path / "d.parquet")
+    (tmp_path / "s.toml").write_text("""
+[release]
+name = "bigint"
+[input]
+path = "d.parquet"
+[domains]
+c = ["a", "b"]
+[randomness]
+seed = 7
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "t"
+measures = ["x"]
+by = ["c"]
+mechanism = { family = "gaussian", sigma = 1e20 }
+grid = 1.0
+""")
+    code = cli.main(["run", str(tmp_path / "s.toml"), "--test-seed"], stdout=io.StringIO(),
+                    stderr=io.StringIO())
+    assert code == 0
+    t = pl.read_parquet(tmp_path / "out" / "public" / "t.parquet")
+    at = t["estimate"].cast(pl.Float64).abs() >= _INT64_MAX
+    assert at.any()  # sigma 1e20: the noise passes the Int64 range at this seed
+    for lim, flag in zip(at.to_list(), t["flag"].to_list(), strict=True):
+        assert ("L" in flag) == lim
+    summary = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())
+    assert "L" in summary["flag_codes"]
