@@ -294,9 +294,10 @@ class DiscreteAdditiveMechanism(Mechanism):
                 margin of error then grows by ``k/2``.
 
         Returns:
-            Estimates with sd (the noise's; rounding to the grid not included), moe (``h``, plus
-            ``k/2`` with a grid ``k > 1``) and interval; ``grid`` is ``None`` for the exact
-            integers, else ``float(k)``.
+            Estimates with sd (the noise's; rounding to the grid not included: negligible for
+            ``k`` up to a tenth of the sd, the coarsest grid a release spec accepts), moe
+            (``h``, plus ``k/2`` with a grid ``k > 1``) and interval; ``grid`` is ``None`` for
+            the exact integers, else ``float(k)``.
 
         Raises:
             DataValidationError: If a float64 value is NaN, infinite or not an integer (never for

@@ -83,11 +83,19 @@ def _file_name(t: TableSpec, r: RollupSpec | None = None, direct: bool = False) 
     return f"{t.name}__{r.label}{'_direct' if direct else ''}.parquet"
 
 
-def _expected_error(mech: Mechanism, totals: Sequence[float], level: float
-                    ) -> list[dict[str, float | None]]:
+def _expected_error(mech: Mechanism, totals: Sequence[float], level: float,
+                    grid: float | None = None) -> list[dict[str, float | None]]:
+    """Expected sd and margin of error at hypothetical totals, on the table's own grid.
+
+    ``grid`` is the step the run rounds to (`_planned_grid`): the margin of error includes half
+    of it exactly as the run's does (``None``: the mechanism's default grid, or a grid that is
+    not a step, such as a relative grid).
+    """
     x = np.asarray(totals, dtype=np.float64)
     sd = mech.sd_at(x)
-    moe = mech.moe_at(x, level)
+    # the base moe_at takes no grid (mechanisms without a step grid)
+    moe = mech.moe_at(x, level) if grid is None else mech.moe_at(  # type: ignore[call-arg]
+        x, level, grid=grid)
     rows = []
     for t, s, e in zip(x, np.broadcast_to(sd, x.shape), np.broadcast_to(moe, x.shape),
                        strict=True):
@@ -318,8 +326,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             "table_policy_curve_with_direct_rollups": per_table_all,
             "expected_error": {m: _expected_error(
                 _measure_mechanism(mech, m),
-                spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level)
-                for m in measures},
+                spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level,
+                grid[m] if isinstance(grid[m], float) else None) for m in measures},
             "rollups": rollups,
             **({"consistent": cons} if cons is not None else {}),
             "guarantee_in_words": [

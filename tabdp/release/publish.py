@@ -96,10 +96,15 @@ COLUMN_DOCS: dict[str, str] = {
     "<keys>": "the cell's key columns (every key of the public key set appears, empty cells "
               "included)",
     "measure": "the measure released (a sum's column name, or 'count')",
-    "estimate": "the released estimate: the exact noisy value rounded to the public grid "
-                "(unbiased for every mechanism's default estimator)",
-    "sd": "standard deviation of the estimate (plug-in from the estimate for transformation "
-          "mechanisms; inf where it does not exist)",
+    "estimate": "the released estimate: the exact noisy value rounded to the public grid. "
+                "Before rounding it is unbiased for every mechanism's default estimator; the "
+                "rounding moves it by at most half a grid step, and a table's grid is at most "
+                "a tenth of its noise's sd (coarser grids are refused), so the rounding's bias "
+                "is negligible beside the sd. Clamping (flag N) and publication.round "
+                "(flag R) may move it further",
+    "sd": "standard deviation of the estimate: the noise's (plug-in from the estimate for "
+          "transformation mechanisms; inf where it does not exist). The grid rounding is not "
+          "included: at a grid of at most a tenth of the sd it adds under 0.05% to it",
     "moe": "margin of error: half-width of the confidence interval at the release's level "
            "(90% by default): the central interval of the error for additive mechanisms and "
            "their rollups; (upper - lower) / 2 of the exact asymmetric interval for a cell of "

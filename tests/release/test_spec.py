@@ -95,7 +95,7 @@ direct = true
 name = "estabs"
 kind = "count"
 by = ["state", "size_class"]
-grid = {{ count = 5 }}
+grid = {{ count = 1 }}
 
 [[tables]]
 name = "payroll_naics6"
@@ -110,7 +110,7 @@ measures = ["payroll", "employment"]
 by = ["code", "year"]
 keys = {{ file = "keys.csv" }}
 mechanism = {{ family = "vector_subbotin", r = 2, scale = 3.0, weights = {{ payroll = 1000.0 }} }}
-grid = 10
+grid = 0.25
 
 [[tables.rollups]]
 by = ["code"]
@@ -213,7 +213,7 @@ def test_tables(valid_spec: ReleaseSpec, meta: Path) -> None:
     assert (cnt.kind, cnt.measures, cnt.by) == ("count", (), ("state", "size_class"))
     assert cnt.mechanism == DiscreteGaussian(sigma=2.0)
     assert cnt.raw_mechanism == {"family": "discrete_gaussian", "sigma": 2.0}
-    assert cnt.grid == {"count": 5.0} and cnt.rollups == ()
+    assert cnt.grid == {"count": 1.0} and cnt.rollups == ()
 
     assert cal.nulls == "drop" and cal.calibration is not None
     assert cal.calibration == {"family": "log", "targets": {1e4: 0.5, 1e8: 20.0},
@@ -227,7 +227,7 @@ def test_tables(valid_spec: ReleaseSpec, meta: Path) -> None:
     assert allowed.keys_file == meta / "keys.csv"
     assert isinstance(allowed.mechanism, VectorSubbotin)
     assert allowed.mechanism.weights == {"payroll": 1000.0}
-    assert allowed.grid == 10.0
+    assert allowed.grid == 0.25
     assert allowed.rollups[0].by == ("code",) and dict(allowed.rollups[0].maps) == {}
 
 
@@ -580,6 +580,17 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
      f"{T2}.calibrate.objective", "'best'"),
     # grid
     ("grid-too-coarse-for-transformation", _set(f"{T0}.grid", 1000.0), f"{T0}.grid", "1000"),
+    # review r36 F2/F3: a table's grid coarser than a tenth of its noise's sd is refused
+    ("grid-too-coarse-for-count-noise", _set(f"{T1}.grid", 5), f"{T1}.grid",
+     "at most 0.1 x the noise's sd (2), i.e. 0.2"),
+    ("grid-too-coarse-for-a-vector-measure", _all(
+        _set(f"{T0}.mechanism", {"family": "vector_subbotin", "r": 2, "scale": 3.0,
+                                 "weights": {"payroll": 1000.0}}),
+        _set(f"{T0}.grid", {"payroll": 300.0, "employment": 0.5})),
+     f"{T0}.grid", "Subbotin(r=2.0, scale=3.0"),
+    ("grid-too-coarse-for-gaussian-count", _all(
+        _set(f"{T1}.mechanism", {"family": "gaussian", "sigma": 3.0}), _set(f"{T1}.grid", 0.5)),
+     f"{T1}.grid", "publication.round = 0.5"),
     ("round-not-measure", _set(f"{T0}.publication", {"round": {"revenue": 1.0}}),
      f"{T0}.publication.round.revenue", "revenue"),
     ("round-zero", _set(f"{T0}.publication", {"round": 0}), f"{T0}.publication.round", "0"),

@@ -98,7 +98,9 @@ def global_round_problem(t: TableSpec, unit: float, plan: PlanSpec, level: float
             mech = t.mechanism
         if _round_is_noop(unit, _output_step(mech, grid)):
             continue
-        moe = float(mech.moe_at(typical, level))
+        # the plan's margin of error: on the table's own grid when it sets one (review r36 F2)
+        moe = float(mech.moe_at(typical, level) if grid is None else
+                    mech.moe_at(typical, level, grid=grid))
         if math.isfinite(moe) and unit > ROUND_MOE_SHARE * moe:
             return m, typical, moe, ROUND_MOE_SHARE * moe
     return None
