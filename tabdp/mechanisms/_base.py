@@ -252,14 +252,15 @@ class Mechanism(ABC):
         Releases call it before any data is read, so that a parameter outside the range the
         noise can be drawn in is refused as such (never as a failure on the data). The base
         class accepts every mechanism; additive mechanisms check their noise scale
-        ([`AdditiveMechanism.check_releasable`][tabdp.mechanisms.AdditiveMechanism.check_releasable]).
+        ([`AdditiveMechanism.check_releasable`][tabdp.mechanisms.AdditiveMechanism.check_releasable]),
+        transformation mechanisms their σ.
 
         Raises:
             InvalidParameterError: If the noise cannot be drawn with these parameters.
 
         Example:
-            >>> from tabdp.mechanisms import LogTransform
-            >>> LogTransform(sigma=0.5, offset=1.0).check_releasable()
+            >>> from tabdp.mechanisms import UnitSplitting
+            >>> UnitSplitting(threshold=10.0, sigma=1.0).check_releasable()
         """
         return None
 

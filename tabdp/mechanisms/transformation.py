@@ -219,6 +219,11 @@ def _log_sd_frac_median(t: np.ndarray, log_t: np.ndarray, k: float) -> np.ndarra
     return out
 
 
+#: The σ (transformed space) a transformation mechanism can release with
+#: (`TransformationMechanism.check_releasable`).
+SIGMA_RANGE = (1e-150, 1e100)
+
+
 class TransformationMechanism(Mechanism):
     """Release ``g(f(q + a) + N(0, σ²))`` for a concave, strictly increasing ``f`` (001 Alg. 1).
 
@@ -250,6 +255,37 @@ class TransformationMechanism(Mechanism):
         self.offset = float(offset)
         self.estimator = estimator
         self.unbiased = estimator
+
+    def check_releasable(self) -> None:
+        """Refuse a σ the release cannot compute with (public parameters only).
+
+        σ must lie in `SIGMA_RANGE` (1e-150 to 1e100), far beyond any useful value on either
+        side: below it the interval's and sd's formulas underflow (σ² is 0 in doubles), above
+        it the back-transformed noise overflows a double. Releases (and spec checks) call
+        this before any data is read.
+
+        Raises:
+            InvalidParameterError: With σ, the allowed range and the fix.
+
+        Example:
+            >>> from tabdp.mechanisms import LogTransform
+            >>> LogTransform(sigma=0.5, offset=1.0).check_releasable()
+            >>> try:
+            ...     LogTransform(sigma=1e-200, offset=1.0).check_releasable()
+            ... except Exception as e:
+            ...     print(str(e)[:45])
+            LogTransform: sigma=1e-200 is outside the ran
+        """
+        lo, hi = SIGMA_RANGE
+        if not lo <= self.sigma <= hi:
+            raise InvalidParameterError(
+                f"{type(self).__name__}: sigma={self.sigma:g} is outside the range the release "
+                f"can compute with ({lo:g} to {hi:g}): "
+                + ("its variance underflows to 0" if self.sigma < lo else
+                   "the back-transformed noise overflows a double")
+                + ".\nHint: sigma is the noise's standard deviation in transformed space "
+                "(useful values are about 0.01 to 2); calibrate it from loss targets "
+                "(tabdp.calibrate) or choose one in that range.")
 
     # -- hooks --------------------------------------------------------------------------------
     def sum_law(self) -> LawOfSums:

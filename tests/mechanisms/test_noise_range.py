@@ -11,6 +11,7 @@ scales (a mechanism object is also a policy: ``tests/noise/test_extreme_paramete
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,42 @@ mechanism = {{ family = "gaussian", sigma = {sigma} }}
     out, errs = io.StringIO(), io.StringIO()
     assert cli.main(["validate", str(spec)], stdout=out, stderr=errs) == 2
     assert "too " in errs.getvalue() and "allowed here" in errs.getvalue()
+
+
+# origin: review r37 (F6: a transformation mechanism's extreme sigma failed with a raw
+# ValueError or OverflowError: after the data in the accessor, exit 70 with a traceback in a run)
+@pytest.mark.parametrize("sigma", [1e-200, 1e200])
+@pytest.mark.parametrize("family", ["log", "root"])
+def test_a_transformation_mechanisms_extreme_sigma_is_refused_before_data(
+        tmp_path: Path, family: str, sigma: float) -> None:
+    mech = (M.LogTransform(sigma=sigma, offset=1.0) if family == "log"
+            else M.RootTransform(k=2, sigma=sigma, offset=1.0))
+    with pytest.raises(InvalidParameterError, match=re.escape(f"sigma={sigma:g} is outside")):
+        _unreadable().dp.sum("x", by="c", keys=KEYS, mechanism=mech, negatives="allow",
+                             session=tabdp.Session(seed=0, unit="id"))
+    ok = (M.LogTransform(sigma=0.1, offset=1.0) if family == "log"
+          else M.RootTransform(k=2, sigma=0.5, offset=1.0))
+    with pytest.raises(RuntimeError, match="the data was read"):
+        _unreadable().dp.sum("x", by="c", keys=KEYS, mechanism=ok, negatives="allow",
+                             session=tabdp.Session(seed=0, unit="id"))
+    extra = ", k = 2" if family == "root" else ""
+    spec = tmp_path / "s.toml"
+    spec.write_text(f"""
+[release]
+name = "r"
+[input]
+path = "d.parquet"
+[domains]
+c = ["a", "b"]
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "t"
+measures = ["x"]
+by = ["c"]
+mechanism = {{ family = "{family}", sigma = {sigma:g}, offset = 1.0{extra} }}
+""", encoding="utf-8")
+    out, errs = io.StringIO(), io.StringIO()
+    assert cli.main(["validate", str(spec)], stdout=out, stderr=errs) == 2
+    assert "outside the range" in errs.getvalue() and "Traceback" not in errs.getvalue()
