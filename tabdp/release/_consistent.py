@@ -163,7 +163,11 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             + ("set to 0 where negative" if "nonnegative" in opts else "")
             + (" and " if len(opts) == 2 else "")
             + ("rounded to whole numbers" if "integer" in opts else "")
-            + "); every cell is flagged B; sd and margins are those of the unbiased estimate"
+            + "); every cell is flagged B; sd, moe, lower and upper are those of the "
+            "unbiased consistent estimate (the rounding's variance included"
+            + ("; the same table without nonnegative, ends raised to 0 where negative: an "
+               "interval need not contain the clamped estimate" if "nonnegative" in opts
+               else "") + ")"
             if opts else None),
         "shares": dict(t.shares) or None,
         # the mechanism of each measured level (public; post-processing of a finished run

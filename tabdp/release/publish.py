@@ -24,7 +24,11 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
   ``sd`` and ``moe`` describe the noise only (the interval's ends are rounded outward, so it
   still covers).
 * ``B`` — biased post-processing: every cell of a consistent table published with
-  ``nonnegative = true`` or ``integer = true`` (see the hierarchy docs).
+  ``nonnegative = true`` or ``integer = true`` (see the hierarchy docs). ``sd``, ``moe``,
+  ``lower`` and ``upper`` are those of the unbiased consistent estimate: the same table
+  without ``nonnegative`` (the rounding to whole numbers is unbiased and its variance is in
+  ``sd`` and ``moe``); with ``nonnegative`` the interval's ends are raised to 0 where negative,
+  and the interval need not contain the clamped estimate.
 
 Order of the rules: suppression (``S``) is decided on the released (unbiased) estimate; then a
 negative estimate is clamped to 0 if the table asks for it; then the estimate is rounded to the
@@ -72,7 +76,10 @@ FLAG_CODES: dict[str, str] = {
          "noise only, and lower and upper are rounded outward so the interval still covers",
     "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
          "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
-         "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate",
+         "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate, "
+         "i.e. of the same table without nonnegative (the rounding's variance included), with "
+         "ends raised to 0 where negative: the interval need not contain the clamped "
+         "estimate",
 }
 
 #: Column dictionary of the public tables.
@@ -83,16 +90,20 @@ COLUMN_DOCS: dict[str, str] = {
     "estimate": "the released estimate: the exact noisy value rounded to the public grid "
                 "(unbiased for every mechanism's default estimator)",
     "sd": "standard deviation of the estimate (plug-in from the estimate for transformation "
-          "mechanisms; inf where it does not exist)",
+          "mechanisms; inf where it does not exist; for a consistent table on a grid it "
+          "includes the variance of the rounding to the grid, as the moe does; for a table "
+          "flagged B, that of the unbiased consistent estimate)",
     "moe": "margin of error: half-width of the central confidence interval at the release's "
            "level (90% by default)",
     "lower": "lower end of the confidence interval at the release's level: exact and possibly "
              "asymmetric for transformation mechanisms, estimate - moe for additive ones and "
-             "rollups; raised to 0 where the table clamps negatives, rounded down to the "
-             "table's rounding unit, null when the cell is withheld",
+             "rollups (for a consistent table with nonnegative = true, flag B: the unbiased "
+             "consistent estimate - moe); raised to 0 where the table clamps negatives, rounded "
+             "down to the table's rounding unit, null when the cell is withheld",
     "upper": "upper end of the same interval (estimate + moe for additive mechanisms and "
-             "rollups; raised to 0 where the table clamps negatives, rounded up to the "
-             "rounding unit, null when withheld)",
+             "rollups, the unbiased consistent estimate + moe under flag B; raised to 0 where "
+             "the table clamps negatives, rounded up to the rounding unit, null when "
+             "withheld)",
     "cv": "coefficient of variation sd / |estimate| (inf for an estimate of 0; null where sd "
           "is inf or the cell is withheld)",
     "flag": "publication flags, concatenated codes (see flag_codes); '' when none",
