@@ -77,9 +77,9 @@ FLAG_CODES: dict[str, str] = {
     "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
          "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
          "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate, "
-         "i.e. of the same table without nonnegative (the rounding's variance included), with "
-         "ends raised to 0 where negative: the interval need not contain the clamped "
-         "estimate",
+         "i.e. of the same table without nonnegative (the rounding's variance included); "
+         "with nonnegative, ends raised to 0 where negative, and the interval need not "
+         "contain the clamped estimate",
 }
 
 #: Column dictionary of the public tables.
