@@ -278,9 +278,10 @@ def discrete_coverage(prod: Product, keys: pl.DataFrame, geo: pl.DataFrame,
         tr = true[lv].reshape(-1)
         err = np.stack([o[n].to_numpy() - tr for n in names])
         moe = np.stack([o[f"{n}_moe"].to_numpy() for n in names])
-        sd = o[f"{names[0]}_sd"].to_numpy()
-        # average variance 1/6 of the stochastic rounding of each finest cell below
-        sd_t = np.sqrt(sd**2 + n_cells[lv].reshape(-1) / 6.0)
+        # the published sd includes the average variance 1/6 of the stochastic rounding of
+        # each finest cell below; "sd" reports the estimator's
+        sd_t = o[f"{names[0]}_sd"].to_numpy()
+        sd = np.sqrt(np.maximum(sd_t**2 - n_cells[lv].reshape(-1) / 6.0, 0.0))
         hi = np.ceil(Z90 * sd_t - 0.5)
         res[label(lv)] = {"coverage90": float(np.mean(np.abs(err) <= moe)),
                           "coverage90_whole_number_margin": float(np.mean(np.abs(err) <= hi)),

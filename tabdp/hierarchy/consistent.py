@@ -20,6 +20,16 @@ Example:
     ([32.0, 5.0], [11.0, 21.0, 5.0])
     >>> round(out[("state",)]["jobs_sd"][0], 6)    # sqrt(1 / (1 + 1/2))
     0.816497
+
+    With ``nonnegative=True`` the estimate is clamped, while the interval stays the unbiased
+    estimate's (county c: -2.5 ∓ 1.16, raised to 0):
+
+    >>> neg = {("county",): county.with_columns(jobs=pl.Series([10.0, 20.0, -2.5])),
+    ...        ("state",): state.with_columns(jobs=pl.Series([33.0, -2.5]))}
+    >>> nn = consistent(neg, measures=["jobs"], hierarchies={"geo": geo},
+    ...                 mechanisms=Gaussian(sigma=1.0), nonnegative=True)[("county",)]
+    >>> nn["jobs"][2], nn["jobs_lower"][2], nn["jobs_upper"][2]
+    (0.0, 0.0, 0.0)
 """
 
 from __future__ import annotations
@@ -331,28 +341,35 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     of them, the *finest*, has the finest column of each hierarchy used, and its rows are the
     public key set of the finest cells. The result gives each level of ``outputs`` (default:
     the released levels) with, per measure ``m``: ``m`` (the GLS estimate: every cell is the
-    sum of the estimated finest cells under it), ``m_sd`` (exact sd of the linear estimator;
+    sum of the estimated finest cells under it), ``m_sd`` (exact sd of the estimate: the
+    linear estimator's, plus the variance of the rounding to ``grid`` where there is one;
     ``inf`` for α-stable noise), ``m_moe`` (half-width of the central ``level`` interval, from
     the exact law where known: Gaussian, or α-stable by stability; otherwise the normal
-    approximation with the exact sd), ``m_lower``, ``m_upper``.
+    approximation with the exact sd), ``m_lower``, ``m_upper`` (``m ∓ m_moe``; see
+    ``nonnegative``).
 
     The GLS weights are ``1/variance`` of each level's noise, from its mechanism alone (α-stable
     noise: ``1/γ²``); the released ``m_sd`` columns are not read. A cell of a measured level
     that is missing from its table is treated as not measured.
 
     Options (post-processing of the finest cells, after which every level is again the sum of
-    its finest cells; sd and margins stay those of the unbiased estimate and do not describe
-    the modified values):
+    its finest cells):
 
     * ``grid``: finest cells rounded to multiples of ``grid``, stochastically (up with
       probability equal to the fractional part; unbiased, independent errors); every level is
       then an exact integer multiple of ``grid``, and parents equal the sums of their children
-      exactly. The margins include the rounding (variance ``n·grid²/6`` on average below a
-      cell of ``n`` finest cells); with discrete mechanisms and an integer grid they are whole
+      exactly. The sd and the margins include the rounding (variance ``n·grid²/6`` on average
+      below a cell of ``n`` finest cells); with discrete mechanisms and an integer grid the
+      margins are whole
       numbers, randomized
       between the two whole numbers around the level so that the coverage is ``level``
       (continuity-corrected normal; the randomness is a hash of the released values).
-    * ``nonnegative``: finest cells below 0 set to 0 (biased upwards).
+    * ``nonnegative``: finest cells below 0 set to 0 (biased upwards: the bias adds up at
+      coarse levels). ``m_sd``, ``m_moe``, ``m_lower`` and ``m_upper`` stay those of the
+      unbiased consistent estimate, i.e. of the same call without ``nonnegative``, so the
+      interval does not contain the (clamped) estimate where the bias exceeds the margin;
+      its ends are raised to 0 where negative (the option says the true values are ``≥ 0``,
+      so this keeps the coverage).
     * ``integer``: finest cells rounded to whole numbers (implies ``grid = 1``).
 
     Args:
@@ -367,7 +384,8 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         level: Confidence level of the margins.
         grid: Optional rounding step of the finest cells (exact additivity), one for every
             measure or measure → step.
-        nonnegative: Clamp negative finest cells to 0.
+        nonnegative: Clamp negative finest cells to 0 (sd and interval: the unbiased
+            estimate's, ends raised to 0).
         integer: Round finest cells to whole numbers.
         output_keys: Optional level → key frame: the rows of that output, in that order (a key
             with no existing finest cell below it, or a code not in the hierarchies, gets 0
@@ -492,20 +510,22 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             w[idx[ok]] = 1.0 / spreads[key][0]
             ms[(a, b)] = (y.reshape(*shape, 1), w.reshape(shape))
         res = solve(prod.outer.tree, prod.inner.tree, prod.present, ms)
-        fin = res.x[-1][:, :, 0]
-        if nonnegative:
-            fin = np.maximum(fin, 0.0)
+        # fin_u: the unbiased GLS finest cells; fin: the published ones (clamped with
+        # nonnegative). The intervals are centred on the unbiased estimate (rounded like the
+        # published one, with the same uniforms): those of the table without nonnegative
+        fin_u = res.x[-1][:, :, 0]
+        fin = np.maximum(fin_u, 0.0) if nonnegative else fin_u
         ints: np.ndarray | None = None
+        ints_u: np.ndarray | None = None
         round_var: np.ndarray | None = None
         grid_m = grids[m]
         if grid_m is not None:
             # unbiased (stochastic) rounding with independent uniforms: the finest estimates
             # of one parent often share their fractional part (the GLS correction is shared),
             # so rounding each to the nearest would add up to n/2 at the parent
-            scaled = fin / grid_m
-            low = np.floor(scaled)
-            frac = scaled - low
-            ints = (low + (_released_uniforms(ms, m, fin.shape) < frac)).astype(np.int64)
+            uni = _released_uniforms(ms, m, fin.shape)
+            ints = _stochastic_round(fin / grid_m, uni)
+            ints_u = _stochastic_round(fin_u / grid_m, uni) if nonnegative else ints
             # its variance f(1 - f)·grid² is grid²/6 on average over the fractional part: a
             # margin that does not depend on the fractional parts (post-processing the
             # published consistent levels gives the same margins)
@@ -521,10 +541,13 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             isinstance(mm, DiscreteAdditiveMechanism) for mm in mech_of.values())
         for o in outs:
             a, b = prod.pair(o)
-            if ints is not None and grid_m is not None:
+            if ints is not None and ints_u is not None and grid_m is not None:
                 est = _from_units(_aggregate(prod, a, b, ints), grid_m)
+                centre = _from_units(_aggregate(prod, a, b, ints_u), grid_m) \
+                    if nonnegative else est
             else:
                 est = _aggregate(prod, a, b, fin)
+                centre = _aggregate(prod, a, b, fin_u) if nonnegative else est
             var = res.variance(a, b)
             if kind == "stable":
                 mech: Any = one
@@ -535,11 +558,22 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 moe = float(noise.interval_halfwidth(lv)) / float(noise.gamma) * \
                     stable_scale[o]
             else:
-                sd = np.sqrt(var)
-                moe = _margin(prod, a, b, var, lv, round_var, lattice and ints is not None,
-                              _lattice_uniforms(ints, m, a, b, var.shape)
-                              if lattice and ints is not None else None)
-            result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1))
+                # the sd of the published estimate: the estimator's variance and that of the
+                # stochastic rounding of the finest cells below the cell (as in the margin)
+                sd = np.sqrt(var if round_var is None
+                             else var + _aggregate(prod, a, b, round_var))
+                moe = _margin(prod, a, b, var, lv, round_var, lattice and ints_u is not None,
+                              _lattice_uniforms(ints_u, m, a, b, var.shape)
+                              if lattice and ints_u is not None else None)
+            moe = np.asarray(moe).reshape(var.shape)
+            lower = centre - moe
+            upper = centre + moe
+            if nonnegative:
+                # the true value is >= 0: raising negative ends to 0 keeps the coverage
+                lower = np.maximum(lower, 0.0)
+                upper = np.maximum(upper, 0.0)
+            result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1),
+                            lower.reshape(-1), upper.reshape(-1))
     out: dict[Level, pl.DataFrame] = {}
     given = dict(output_keys or {})
     for o in outs:
@@ -555,12 +589,13 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         known = idx >= 0
         cols: list[pl.Series] = []
         for m in meas:
-            est, sd, moe = result[o][m]
+            est, sd, moe, lo, hi = result[o][m]
             e = np.where(known, est[idx], 0.0)
             s = np.where(known, sd[idx], 0.0)
             h = np.where(known, moe[idx], 0.0)
             cols += [pl.Series(m, e), pl.Series(f"{m}_sd", s), pl.Series(f"{m}_moe", h),
-                     pl.Series(f"{m}_lower", e - h), pl.Series(f"{m}_upper", e + h)]
+                     pl.Series(f"{m}_lower", np.where(known, lo[idx], 0.0)),
+                     pl.Series(f"{m}_upper", np.where(known, hi[idx], 0.0))]
         body = pl.DataFrame(cols)
         out[o] = pl.concat([keys, body], how="horizontal") if o else body
     return out
@@ -688,6 +723,12 @@ def _released_uniforms(ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray
     h.update(f"\x00round\x00{measure}".encode())
     seed = int.from_bytes(h.digest(), "little")
     return np.random.Generator(np.random.PCG64(seed)).random(shape)
+
+
+def _stochastic_round(scaled: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Round up with probability equal to the fractional part (``uniforms`` < it), as int64."""
+    low = np.floor(scaled)
+    return (low + (uniforms < scaled - low)).astype(np.int64)
 
 
 def _lattice_uniforms(ints: np.ndarray, measure: str, a: int, b: int,

@@ -79,8 +79,13 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
                 hierarchies: Mapping[str, pl.DataFrame],
                 mechanisms: Mechanism | Mapping[Level, Mechanism],
                 outputs: Sequence[Level] | None = None,
-                measure: str = "value") -> dict[Level, pl.DataFrame]:
+                measure: str = "value", grid: float | None = None
+                ) -> dict[Level, pl.DataFrame]:
     """Exact sd of every cell of the consistent estimate, from public inputs only.
+
+    With ``grid``, the sd of the published estimate on that grid: the estimator's variance
+    plus that of the stochastic rounding of the ``n`` finest cells below the cell,
+    ``n·grid²/6`` (as [`consistent`][tabdp.hierarchy.consistent] publishes it).
 
     Args:
         keys: The finest level's key set (its columns are the finest level).
@@ -89,6 +94,7 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
         mechanisms: Mechanism of every measured level, or level → mechanism (finite variance).
         outputs: Levels to report (default: the measured ones).
         measure: Measure name for a joint mechanism.
+        grid: Optional rounding step of the finest cells (``consistent``'s ``grid``).
 
     Returns:
         Level → frame of its keys (every combination of codes) and ``sd``.
@@ -104,7 +110,13 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
         >>> expected_sd(keys, [("c",), ()], hierarchies={},
         ...             mechanisms=Gaussian(sigma=1.0))[()]["sd"].round(4).to_list()
         [0.8165]
+        >>> expected_sd(keys, [("c",), ()], hierarchies={}, mechanisms=Gaussian(sigma=1.0),
+        ...             grid=1.0)[()]["sd"].round(4).to_list()    # sqrt(2/3 + 2/6)
+        [1.0]
     """
+    if grid is not None and not (isinstance(grid, (int, float)) and math.isfinite(grid)
+                                 and grid > 0):
+        raise InvalidParameterError(f"expected_sd: grid must be a number > 0; got {grid!r}.")
     prod, levels, outs = _setup(keys, measured, outputs, hierarchies)
     var: dict[Level, float] = {}
     for lv in levels:
@@ -119,7 +131,11 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
     out = {}
     for o in outs:
         k = prod.keys(o)
-        body = pl.DataFrame({"sd": sds[o]})
+        sd = sds[o]
+        if grid is not None:
+            n_fin = prod.aggregate(o, prod.present.astype(np.float64)).reshape(-1)
+            sd = np.sqrt(sd * sd + n_fin * (float(grid) ** 2 / 6.0))
+        body = pl.DataFrame({"sd": sd})
         out[o] = (pl.concat([k, body], how="horizontal") if o else body)
     return out
 

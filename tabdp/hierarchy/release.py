@@ -74,6 +74,9 @@ def consistent_from_release(output_folder: str | Path, table: str | None = None,
     of the same spec and seed without ``consistent = true``, the result equals the files a run
     with ``consistent = true`` publishes, provided no cell of a measured level was withheld
     (``suppress_cv``): a withheld cell is not measured here, while the run used its value.
+    A consistent run with ``nonnegative = true`` is refused: its published levels hold the
+    clamped estimates, from which the unbiased estimate that the intervals are centred on
+    cannot be recovered (use the run without ``consistent``).
 
     Args:
         output_folder: The run's public folder.
@@ -91,7 +94,8 @@ def consistent_from_release(output_folder: str | Path, table: str | None = None,
 
     Raises:
         InvalidParameterError: The folder is not a run's public folder, the table is unknown
-            or has no direct rollup, or a finest cell is withheld.
+            or has no direct rollup, a finest cell is withheld, or the table is consistent
+            with ``nonnegative = true`` in the run.
 
     Example:
         >>> consistent_from_release.__name__
@@ -141,6 +145,15 @@ def consistent_from_release(output_folder: str | Path, table: str | None = None,
     else:
         mechs = _mechanism(t["mechanism"])
     opts = (cons or {}).get("options") or []
+    if cons is not None and "nonnegative" in opts:
+        # the published levels hold the clamped estimates; the unbiased consistent estimate
+        # (the intervals' centre) cannot be recovered from them
+        raise InvalidParameterError(
+            f"consistent_from_release: table {t['name']!r} of this run is consistent with "
+            "nonnegative = true; its published levels hold the clamped (biased) estimates, "
+            "not the released values, and re-solving from them would centre the intervals on "
+            "the clamped values.\nHint: use the public folder of a run of the same spec and "
+            "seed without consistent = true (its _direct files hold the released levels).")
     nonneg = ("nonnegative" in opts) if nonnegative is None else nonnegative
     integ = ("integer" in opts) if integer is None else integer
     outs = {tuple(by): stem, **{tuple(r["by"]): r["file"].removesuffix(".parquet")

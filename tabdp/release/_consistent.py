@@ -115,6 +115,40 @@ def consistent_method(mech: Mechanism, measure: str) -> str:
     return {"gaussian": METHOD_GAUSSIAN, "stable": METHOD_STABLE, "other": METHOD_NORMAL}[kind]
 
 
+def table_grid(t: TableSpec, mech: Mechanism, measures: Sequence[str]) -> dict[str, Any]:
+    """The public grid step of each measure of a table (the summary's ``grid``).
+
+    The table's ``grid``, else the mechanism's default grid, else 1 (discrete mechanisms).
+
+    Args:
+        t: A table.
+        mech: Its mechanism.
+        measures: Its released measures.
+
+    Returns:
+        Measure → grid step (a number, or a label such as a relative grid).
+
+    Example:
+        >>> from tabdp.mechanisms import DiscreteGaussian
+        >>> from tabdp.release.spec import TableSpec
+        >>> table_grid(TableSpec(name="t", kind="count", measures=(), by=("c",)),
+        ...            DiscreteGaussian(sigma=2.0), ["count"])
+        {'count': 1.0}
+    """
+    out: dict[str, Any] = {}
+    for m in measures:
+        g = t.grid.get(m) if isinstance(t.grid, Mapping) else t.grid
+        if g is None:
+            mm: Any = mech
+            if getattr(mm, "joint", False):
+                mm = mm.measure_mechanism(m)
+            g = mm.default_grid()
+        if g is None:  # discrete mechanisms: exact integers
+            g = 1.0
+        out[m] = float(g) if isinstance(g, (int, float)) else g
+    return out
+
+
 def _table_key_frame(spec: ReleaseSpec, t: TableSpec) -> pl.DataFrame:
     if t.keys_file is not None:
         return read_keys(t.keys_file, t.by, spec.domains)
@@ -127,8 +161,12 @@ def _table_key_frame(spec: ReleaseSpec, t: TableSpec) -> pl.DataFrame:
 
 def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
                     measures: Sequence[str],
-                    level_mechs: Mapping[str, Mechanism] | None = None) -> dict[str, Any]:
+                    level_mechs: Mapping[str, Mechanism] | None = None,
+                    grid: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The plan's view of a consistent table: expected sd per level, from public inputs only.
+
+    The expected sd is the published estimate's: on a grid, it includes the variance of the
+    stochastic rounding of the finest cells (as the published ``sd`` does).
 
     Args:
         spec: The spec.
@@ -136,6 +174,7 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
         mech: Its mechanism.
         measures: Its released measures.
         level_mechs: With ``shares``: measured level label → its mechanism.
+        grid: Measure → the table's public grid step (default: `table_grid`).
 
     Returns:
         ``{"measured": [labels], "shares": {label: share} or None, "methods": {measure: str},
@@ -163,7 +202,11 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             + ("set to 0 where negative" if "nonnegative" in opts else "")
             + (" and " if len(opts) == 2 else "")
             + ("rounded to whole numbers" if "integer" in opts else "")
-            + "); every cell is flagged B; sd and margins are those of the unbiased estimate"
+            + "); every cell is flagged B; sd, moe, lower and upper are those of the "
+            "unbiased consistent estimate (the rounding's variance included"
+            + ("; the same table without nonnegative, ends raised to 0 where negative: an "
+               "interval need not contain the clamped estimate" if "nonnegative" in opts
+               else "") + ")"
             if opts else None),
         "shares": dict(t.shares) or None,
         # the mechanism of each measured level (public; post-processing of a finished run
@@ -173,10 +216,13 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
         "methods": {m: consistent_method(mech, m) for m in measures},
         "expected_sd": {},
     }
+    grids = table_grid(t, mech, measures) if grid is None else dict(grid)
     for m in measures:
+        g = grids.get(m)
         try:
             sds = expected_sd(keys, measured, hierarchies=_hierarchies(spec), mechanisms=mechs,
-                              outputs=outs, measure=m)
+                              outputs=outs, measure=m,
+                              grid=float(g) if isinstance(g, (int, float)) else None)
         except InvalidParameterError:
             out["expected_sd"][m] = None
             continue

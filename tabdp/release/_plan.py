@@ -292,7 +292,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             from tabdp.release._consistent import plan_consistent
 
             cons = plan_consistent(spec, t, _table_mechanism(t), measures, {
-                lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None)
+                lb: _table_mechanism(t, lb) for lb in _measured_labels(t)} if t.shares else None,
+                grid=grid)
         for r in t.rollups:
             rollups.append({
                 "by": list(r.by), "label": r.label, "file": _file_name(t, r),

@@ -30,7 +30,11 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
   ``sd`` and ``moe`` describe the noise only (the interval's ends are rounded outward, so it
   still covers).
 * ``B`` — biased post-processing: every cell of a consistent table published with
-  ``nonnegative = true`` or ``integer = true`` (see the hierarchy docs).
+  ``nonnegative = true`` or ``integer = true`` (see the hierarchy docs). ``sd``, ``moe``,
+  ``lower`` and ``upper`` are those of the unbiased consistent estimate: the same table
+  without ``nonnegative`` (the rounding to whole numbers is unbiased and its variance is in
+  ``sd`` and ``moe``); with ``nonnegative`` the interval's ends are raised to 0 where negative,
+  and the interval need not contain the clamped estimate.
 
 Order of the rules: suppression (``S``) is decided on the released (unbiased) estimate; then a
 negative estimate is clamped to 0 if the table asks for it; then the estimate is rounded to the
@@ -88,7 +92,10 @@ FLAG_CODES: dict[str, str] = {
          "estimate, cv the published one",
     "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
          "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
-         "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate",
+         "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate, "
+         "i.e. of the same table without nonnegative (the rounding's variance included); "
+         "with nonnegative, ends raised to 0 where negative, and the interval need not "
+         "contain the clamped estimate",
 }
 
 #: Column dictionary of the public tables.
@@ -100,11 +107,14 @@ COLUMN_DOCS: dict[str, str] = {
                 "Before rounding it is unbiased for every mechanism's default estimator; the "
                 "rounding moves it by at most half a grid step, and a table's grid is at most "
                 "a tenth of its noise's sd (coarser grids are refused), so the rounding's bias "
-                "is negligible beside the sd. Clamping (flag N) and publication.round "
-                "(flag R) may move it further",
+                "is negligible beside the sd. Clamping (flag N), publication.round (flag R) "
+                "and a consistent table's nonnegative (flag B) may move it further",
     "sd": "standard deviation of the estimate: the noise's (plug-in from the estimate for "
-          "transformation mechanisms; inf where it does not exist). The grid rounding is not "
-          "included: at a grid of at most a tenth of the sd it adds under 0.05% to it",
+          "transformation mechanisms; inf where it does not exist). The grid rounding of a "
+          "table's cells is not included: at a grid of at most a tenth of the sd it adds under "
+          "0.05% to it; for a consistent table on a grid (whose stochastic rounding of sums "
+          "of cells is larger) it is included, as in the moe; under flag B, that of the "
+          "unbiased consistent estimate",
     "moe": "margin of error: half-width of the confidence interval at the release's level "
            "(90% by default): the central interval of the error for additive mechanisms and "
            "their rollups; (upper - lower) / 2 of the exact asymmetric interval for a cell of "
@@ -115,12 +125,15 @@ COLUMN_DOCS: dict[str, str] = {
     "lower": "lower end of the confidence interval at the release's level: exact and possibly "
              "asymmetric for transformation mechanisms, estimate - moe for additive ones and "
              "rollups (for rollups of transformation-mechanism cells a symmetric interval from "
-             "a normal approximation); raised to 0 where the table clamps negatives, rounded "
-             "down to the table's rounding unit, null when the cell is withheld",
+             "a normal approximation; for a consistent table with nonnegative = true, flag B: "
+             "the unbiased consistent estimate - moe); raised to 0 where the table clamps "
+             "negatives, rounded down to the table's rounding unit, null when the cell is "
+             "withheld",
     "upper": "upper end of the same interval (estimate + moe for additive mechanisms and "
              "rollups, symmetric from a normal approximation for rollups of "
-             "transformation-mechanism cells; raised to 0 where the table clamps negatives, "
-             "rounded up to the rounding unit, null when withheld)",
+             "transformation-mechanism cells, the unbiased consistent estimate + moe under "
+             "flag B; raised to 0 where the table clamps negatives, rounded up to the rounding "
+             "unit, null when withheld)",
     "cv": "coefficient of variation sd / |estimate| (inf for an estimate of 0; null where sd "
           "is inf or the cell is withheld)",
     "flag": "publication flags, concatenated codes (see flag_codes); '' when none",
