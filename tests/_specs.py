@@ -1,4 +1,4 @@
-"""TOML blocks shared by the release specs of the CLI and progress suites.
+"""TOML blocks shared by the release specs of the CLI, progress, noise-range and publish suites.
 
 ``from _specs import hierarchies`` (the tests folder is on ``sys.path``, see conftest.py).
 """
@@ -26,4 +26,38 @@ levels = ["state", "county"]
 [hierarchies.industry]
 file = "{HIER.as_posix()}/naics.csv"
 levels = ["naics2", "naics3", "naics4", "naics6"]
+"""
+
+
+def one_table_spec(mechanism: str, *, name: str = "r", seed: int | None = None,
+                   table_extra: str = "") -> str:
+    """A release of one sum table ``t`` of ``x`` by ``c`` (domain a, b) from ``d.parquet``.
+
+    Args:
+        mechanism: The table's ``mechanism`` inline table, e.g. ``{ family = "gaussian",
+            sigma = 1.0 }``.
+        name: ``release.name``.
+        seed: ``[randomness] seed`` (None: no such section).
+        table_extra: More lines of the table (e.g. ``grid = 1.0``).
+
+    Returns:
+        TOML text (outputs under ``out/``).
+    """
+    randomness = "" if seed is None else f"[randomness]\nseed = {seed}\n"
+    return f"""
+[release]
+name = "{name}"
+[input]
+path = "d.parquet"
+[domains]
+c = ["a", "b"]
+{randomness}[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "t"
+measures = ["x"]
+by = ["c"]
+mechanism = {mechanism}
+{table_extra}
 """

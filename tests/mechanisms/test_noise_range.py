@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import polars as pl
 import pytest
+from _specs import one_table_spec
 
 import tabdp
 from tabdp import cli
@@ -112,22 +113,8 @@ def test_standard_deviation_overflow_is_refused() -> None:
 @pytest.mark.parametrize("sigma", ["1e-300", "1e300"])
 def test_spec_refuses_the_scale_when_it_is_loaded(tmp_path: Path, sigma: str) -> None:
     spec = tmp_path / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "r"
-[input]
-path = "d.parquet"
-[domains]
-c = ["a", "b"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "t"
-measures = ["x"]
-by = ["c"]
-mechanism = {{ family = "gaussian", sigma = {sigma} }}
-""", encoding="utf-8")
+    spec.write_text(one_table_spec(f'{{ family = "gaussian", sigma = {sigma} }}'),
+                    encoding="utf-8")
     with pytest.raises(SpecError) as err:
         load_spec(spec)
     assert "tables[0].mechanism.sigma" in str(err.value) and "to draw noise with" in str(err.value)
@@ -154,22 +141,8 @@ def test_a_transformation_mechanisms_extreme_sigma_is_refused_before_data(
                              session=tabdp.Session(seed=0, unit="id"))
     extra = ", k = 2" if family == "root" else ""
     spec = tmp_path / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "r"
-[input]
-path = "d.parquet"
-[domains]
-c = ["a", "b"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "t"
-measures = ["x"]
-by = ["c"]
-mechanism = {{ family = "{family}", sigma = {sigma:g}, offset = 1.0{extra} }}
-""", encoding="utf-8")
+    spec.write_text(one_table_spec(
+        f'{{ family = "{family}", sigma = {sigma:g}, offset = 1.0{extra} }}'), encoding="utf-8")
     out, errs = io.StringIO(), io.StringIO()
     assert cli.main(["validate", str(spec)], stdout=out, stderr=errs) == 2
     assert "outside the range" in errs.getvalue() and "Traceback" not in errs.getvalue()

@@ -191,31 +191,16 @@ def test_a_release_of_an_integer_measure_flags_estimates_clamped_at_the_int64_li
     import io
     import json
 
+    from _specs import one_table_spec
+
     from tabdp import cli
     from tabdp.frame._output import _INT64_MAX
     from tabdp.release.publish import INT64_CLAMP
 
     assert float(INT64_CLAMP) == _INT64_MAX  # the accessor's clamp and the flag's agree
     pl.DataFrame({"c": ["a", "b"] * 10, "x": list(range(20))}).write_parquet(tmp_path / "d.parquet")
-    (tmp_path / "s.toml").write_text("""
-[release]
-name = "bigint"
-[input]
-path = "d.parquet"
-[domains]
-c = ["a", "b"]
-[randomness]
-seed = 7
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "t"
-measures = ["x"]
-by = ["c"]
-mechanism = { family = "gaussian", sigma = 1e20 }
-grid = 1.0
-""")
+    (tmp_path / "s.toml").write_text(one_table_spec(
+        '{ family = "gaussian", sigma = 1e20 }', name="bigint", seed=7, table_extra="grid = 1.0"))
     code = cli.main(["run", str(tmp_path / "s.toml"), "--test-seed"], stdout=io.StringIO(),
                     stderr=io.StringIO())
     assert code == 0
