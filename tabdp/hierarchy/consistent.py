@@ -346,7 +346,8 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     ``inf`` for α-stable noise), ``m_moe`` (half-width of the central ``level`` interval, from
     the exact law where known: Gaussian, or α-stable by stability; otherwise the normal
     approximation with the exact sd), ``m_lower``, ``m_upper`` (``m ∓ m_moe``; see
-    ``nonnegative``).
+    ``nonnegative``), and with ``nonnegative`` ``m_centre`` (the unbiased estimate the interval
+    is centred on; the publication rules judge cv, C and S on it).
 
     The GLS weights are ``1/variance`` of each level's noise, from its mechanism alone (α-stable
     noise: ``1/γ²``); the released ``m_sd`` columns are not read. A cell of a measured level
@@ -573,7 +574,7 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 lower = np.maximum(lower, 0.0)
                 upper = np.maximum(upper, 0.0)
             result[o][m] = (est.reshape(-1), sd.reshape(-1), moe.reshape(-1),
-                            lower.reshape(-1), upper.reshape(-1))
+                            lower.reshape(-1), upper.reshape(-1), centre.reshape(-1))
     out: dict[Level, pl.DataFrame] = {}
     given = dict(output_keys or {})
     for o in outs:
@@ -589,13 +590,15 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         known = idx >= 0
         cols: list[pl.Series] = []
         for m in meas:
-            est, sd, moe, lo, hi = result[o][m]
+            est, sd, moe, lo, hi, ctr = result[o][m]
             e = np.where(known, est[idx], 0.0)
             s = np.where(known, sd[idx], 0.0)
             h = np.where(known, moe[idx], 0.0)
             cols += [pl.Series(m, e), pl.Series(f"{m}_sd", s), pl.Series(f"{m}_moe", h),
                      pl.Series(f"{m}_lower", np.where(known, lo[idx], 0.0)),
                      pl.Series(f"{m}_upper", np.where(known, hi[idx], 0.0))]
+            if nonnegative:  # the unbiased estimate the reliability is judged on (publish)
+                cols.append(pl.Series(f"{m}_centre", np.where(known, ctr[idx], 0.0)))
         body = pl.DataFrame(cols)
         out[o] = pl.concat([keys, body], how="horizontal") if o else body
     return out

@@ -76,10 +76,10 @@ FLAG_CODES: dict[str, str] = {
          "which biases the estimate upward, for an empty cell by about 0.4 sd with Gaussian "
          "noise; rollups always sum the unclamped, unbiased values); never on a withheld cell",
     "S": "withheld: coefficient of variation at or above the table's suppress_cv threshold "
-         "(estimate, sd, moe, lower, upper and cv are null; the flag is S alone, so nothing "
-         "of the withheld value, not even its sign, is shown). The intervals of the published "
-         "cells are unconditional: among the cells left published, small ones (true value "
-         "under about 1 sd) cover less than the level",
+         "(estimate, sd, moe, lower, upper and cv are null; the flag is S alone, B aside, so "
+         "nothing of the withheld value, not even its sign, is shown). The intervals of the "
+         "published cells are unconditional: among the cells left published, small ones "
+         "(true value under about 1 sd) cover less than the level",
     "X": "the noise has no finite variance (heavy-tailed stable noise): sd is inf and cv is "
          "null; use the margin of error",
     "R": "coarsely rounded: the table's rounding unit (publication.round) moved this estimate "
@@ -92,7 +92,8 @@ FLAG_CODES: dict[str, str] = {
          "estimate, cv the published one",
     "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
          "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
-         "numbers); sd, moe, lower and upper are those of the unbiased consistent estimate, "
+         "numbers); sd, moe, lower, upper and cv (so the C and S flags) are those of the "
+         "unbiased consistent estimate, "
          "i.e. of the same table without nonnegative (the rounding's variance included); "
          "with nonnegative, ends raised to 0 where negative, and the interval need not "
          "contain the clamped estimate",
@@ -135,7 +136,8 @@ COLUMN_DOCS: dict[str, str] = {
              "flag B; raised to 0 where the table clamps negatives, rounded up to the rounding "
              "unit, null when withheld)",
     "cv": "coefficient of variation sd / |estimate| (inf for an estimate of 0; null where sd "
-          "is inf or the cell is withheld)",
+          "is inf or the cell is withheld; under flag B with nonnegative = true, of the "
+          "unbiased consistent estimate, as are the C and S flags)",
     "flag": "publication flags, concatenated codes (see flag_codes); '' when none",
 }
 
@@ -253,9 +255,14 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         clamped = _at_int64_limit(wide[m])
         est = _round_to(est, grid.get(m))
         raw = est
+        # a consistent table with nonnegative (flag B): its sd and interval are those of the
+        # unbiased estimate (``m_centre``), and so are its cv, C and S: the clamped estimate
+        # can be mostly bias (an empty state published at about 50 sd: review r38)
+        centre = (wide[f"{m}_centre"].cast(pl.Float64).to_numpy()
+                  if f"{m}_centre" in wide.columns else None)
         # cv and flags: the accessor's definitions (tabdp.frame._output), from the noisy
         # estimate and the public sd only
-        cv = coefficient_of_variation(est, sd)  # NaN where sd is not finite
+        cv = coefficient_of_variation(est if centre is None else centre, sd)
         cv_valid = np.isfinite(sd)
         with np.errstate(invalid="ignore"):
             flag_s = np.zeros(est.shape, bool) if rules.suppress_cv is None else (
@@ -263,7 +270,7 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         if rules.negative == "clamp":
             est = np.where(raw < 0.0, 0.0, est)
             # the published 0 has an infinite cv: low reliability (flag C)
-            cv = coefficient_of_variation(est, sd)
+            cv = coefficient_of_variation(est if centre is None else centre, sd)
             # the true value is >= 0: raising negative ends to 0 keeps the coverage
             lower = np.maximum(lower, 0.0)
             upper = np.maximum(upper, 0.0)
@@ -279,7 +286,8 @@ def publish(wide: pl.DataFrame, *, keys: Sequence[str], measures: Sequence[str],
         # a withheld estimate reveals nothing of its value beyond S itself: no N (its sign) and
         # no C (cv >= cv_flag, which says more than S when cv_flag > suppress_cv)
         codes = np.where(flag_s, "S", codes)
-        cv = coefficient_of_variation(est, sd)  # the published estimate's
+        # the published estimate's (under flag B with nonnegative: the unbiased estimate's)
+        cv = coefficient_of_variation(est if centre is None else centre, sd)
         withheld = flag_s
         values = pl.DataFrame([
             pl.Series("measure", [m] * len(est), dtype=pl.String),

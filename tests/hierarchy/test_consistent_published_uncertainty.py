@@ -58,6 +58,35 @@ def test_nonnegative_interval_is_the_unbiased_estimates() -> None:
     assert (fin["x_lower"] >= 0).all()
 
 
+# origin: review r38 (the cv, C and S of a nonnegative table came from the clamped estimate:
+# an empty state published at about 50 sd of bias had cv 0.018 and counted as publishable)
+def test_nonnegative_reliability_is_judged_on_the_unbiased_estimate() -> None:
+    """cv, C and S of a flag-B cell are its unbiased estimate's, like its sd and interval."""
+    from tabdp.release.publish import publish
+    from tabdp.release.spec import Publication
+
+    rel = _clamp_case()
+    kw = {"measures": ["x"], "hierarchies": {}, "mechanisms": Gaussian(sigma=1.0)}
+    nn = consistent(rel, nonnegative=True, **kw)
+    ub = consistent(rel, **kw)
+    for lv in ((), ("c",)):
+        keys = list(lv)
+        got = publish(nn[lv], keys=keys, measures=["x"], rules=Publication(cv_flag=0.05))
+        want = publish(ub[lv], keys=keys, measures=["x"], rules=Publication(cv_flag=0.05))
+        assert got["cv"].to_list() == pytest.approx(want["cv"].to_list())
+        # C from the unbiased cv (N stays the published estimate's: never negative here)
+        assert got["flag"].to_list() == [f.replace("N", "") for f in want["flag"].to_list()]
+        assert got["estimate"].to_list() == pytest.approx(nn[lv]["x"].to_list())  # clamped
+    # the nation: sd / 20 (unbiased), not sd / 40 (clamped)
+    nat = publish(nn[()], keys=[], measures=["x"], rules=Publication(cv_flag=0.05))
+    assert nat["cv"][0] == pytest.approx(nn[()]["x_sd"][0] / 20.0)
+    # withheld on the unbiased cv: a threshold between the two cvs withholds the nation
+    sd = nn[()]["x_sd"][0]
+    mid = (sd / 20.0 + sd / 40.0) / 2
+    held = publish(nn[()], keys=[], measures=["x"], rules=Publication(suppress_cv=mid))
+    assert held["flag"][0] == "S" and held["estimate"][0] is None
+
+
 def _seeded(seed: int) -> tuple[dict[tuple[str, ...], pl.DataFrame], pl.DataFrame]:
     """Small true counts (most cells 0) released with whole-number noise of sd about 2."""
     rng = np.random.default_rng(seed)
