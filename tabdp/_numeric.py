@@ -50,6 +50,12 @@ def ceil_snap(x: np.ndarray) -> np.ndarray:
 _SNAP_MAX = 2.0**-20
 
 
+#: The bound an integer-declared estimate is clamped to (flag ``L``): the largest double below
+#: 2**63, which converts to Int64 exactly. The ``.dp`` accessor clamps to it
+#: (`tabdp.frame._output`) and the release workflow flags estimates at it (`tabdp.release.publish`).
+INT64_CLAMP = 2**63 - 1024
+
+
 def integer_dtype(dtype: Any) -> bool:
     """Whether a measure's Polars dtype gives integer estimates (Int64 output).
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import integer_dtype
+from tabdp._numeric import INT64_CLAMP, integer_dtype
 from tabdp.exceptions import InvalidParameterError
 
 __all__ = ["FORMS", "LONG_COLUMNS", "WIDE_SUFFIXES", "STAT_SUFFIXES", "Measure", "check_form",
@@ -50,7 +50,7 @@ WIDE_SUFFIXES = ("", "_sd", "_moe", "_lower", "_upper")
 STAT_SUFFIXES = ("_cv", "_flag")
 #: Largest whole number an Int64 estimate holds (the largest double below 2**63); an estimate
 #: beyond ±_INT64_MAX is clamped to it and flagged ``L``.
-_INT64_MAX = float(2**63 - 1024)
+_INT64_MAX = float(INT64_CLAMP)
 
 
 def check_form(form: Any, owner: str = "form") -> str:

@@ -360,16 +360,17 @@ class _Spill:
 
         Files of one layout are scanned together; the scans are concatenated in order.
         """
-        groups: list[tuple[Any, _Layout, list[str]]] = []
+        # layouts compare equal only when their constants have the same bits: a constant is
+        # never NaN or -0.0 (`_compact`)
+        groups: list[tuple[_Layout, list[str]]] = []
         for f in files:
             lay = self.layout[f]
-            key = _layout_key(lay)
-            if groups and groups[-1][0] == key:
-                groups[-1][2].append(f)
+            if groups and groups[-1][0] == lay:
+                groups[-1][1].append(f)
             else:
-                groups.append((key, lay, [f]))
+                groups.append((lay, [f]))
         scans = [pl.scan_ipc(fs).select(_restored([ROW_ID, *lay[2]], lay[0], lay[1]))
-                 for _, lay, fs in groups]
+                 for lay, fs in groups]
         return scans[0] if len(scans) == 1 else pl.concat(scans, how="vertical")
 
     def close(self) -> None:
@@ -383,22 +384,6 @@ class _Layout(NamedTuple):
     consts: dict[str, tuple[Any, pl.DataType]]  # column: (its one value, its dtype)
     copies: dict[str, str]                      # column: the written column it equals
     names: tuple[str, ...]                      # every column (row ids aside), in order
-
-
-def _layout_key(lay: _Layout) -> tuple[Any, ...]:
-    """A layout compared by its constants' bits (``0.0 == -0.0``, but they restore apart).
-
-    Example:
-        >>> a = _Layout({"x": (0.0, pl.Float64())}, {}, ("x",))
-        >>> b = _Layout({"x": (-0.0, pl.Float64())}, {}, ("x",))
-        >>> a == b, _layout_key(a) == _layout_key(b)
-        (True, False)
-    """
-    import struct
-
-    consts = tuple(sorted((k, struct.pack("<d", v) if isinstance(v, float) else v, str(t))
-                          for k, (v, t) in lay.consts.items()))
-    return consts, tuple(sorted(lay.copies.items())), lay.names
 
 
 #: Batches shorter than this are written as they are (`_compact`).

@@ -63,6 +63,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from tabdp._numeric import INT64_CLAMP
 from tabdp.frame import coefficient_of_variation, flag_codes
 from tabdp.release.spec import ROUND_MOE_SHARE, Publication
 
@@ -192,11 +193,6 @@ def _public_rounding(est: np.ndarray, sd: np.ndarray, moe: np.ndarray, lower: np
     lower = np.floor(lower / unit) * unit + 0.0
     upper = np.ceil(upper / unit) * unit + 0.0
     return published, lower, upper, cv_flag, flag_r
-
-
-#: The bound an integer-declared estimate is clamped to (the ``.dp`` accessor's clamp: a
-#: double that converts to Int64 exactly; tests/frame/test_output_model.py checks they agree).
-INT64_CLAMP = 2**63 - 1024
 
 
 def _at_int64_limit(col: pl.Series) -> np.ndarray | None:
