@@ -116,6 +116,31 @@ def refuse_author_mode(spec: Any) -> None:
                                       "forecast the DP side with tabdp plan --compare.")
 
 
+def _refuse_alternatives(spec: Any) -> None:
+    """Refuse alternative hierarchies (sharing a level): the traditional side has one per column.
+
+    Tau-Argus protects each key column through one hierarchy; a second grouping of the same
+    codes would be published beside it unprotected against differencing (the classic
+    disclosure of alternative hierarchies), so the comparison would understate the traditional
+    release's risk. Decided from the spec alone.
+    """
+    from tabdp.exceptions import SpecError
+
+    seen: dict[str, str] = {}
+    for name, h in spec.hierarchies.items():
+        for lv in h.levels:
+            if lv in seen:
+                raise SpecError(
+                    f"hierarchies.{name}",
+                    f"tabdp compare does not support alternative hierarchies: level {lv!r} is "
+                    f"in hierarchies {seen[lv]!r} and {name!r}. Its traditional side protects "
+                    "each key column through one hierarchy, and would leave the other grouping "
+                    "open to differencing. Nothing was read or written.\nHint: compare on a "
+                    "copy of the spec holding one of the two hierarchies (and the tables and "
+                    "rollups that use it).")
+            seen[lv] = name
+
+
 def _inside(path: Path, folder: Path) -> bool:
     try:
         path.resolve().relative_to(folder.resolve())
@@ -191,6 +216,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     require_pytauargus()
     if not isinstance(spec, ReleaseSpec):
         spec = load_spec(Path(spec))
+    _refuse_alternatives(spec)
     folder = Path(out) if out is not None else spec.output.confidential / "compare"
     folder = folder.absolute()
     if _inside(folder, spec.output.public) or _inside(spec.output.public, folder):

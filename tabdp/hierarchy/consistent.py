@@ -225,17 +225,14 @@ class Product:
 def _product(levels: Sequence[Level], finest: pl.DataFrame, finest_level: Level,
              hierarchies: Mapping[str, pl.DataFrame]) -> Product:
     used: dict[str, list[str]] = {}
-    owner: dict[str, str] = {}
     for hname, mp in hierarchies.items():
         if not isinstance(mp, pl.DataFrame):
             raise InvalidParameterError(
                 f"consistent: hierarchies[{hname!r}] must be a Polars DataFrame with one column "
                 f"per level, coarse to fine; got {type(mp).__name__}.")
-        for c in mp.columns:
-            owner.setdefault(c, hname)
     axes: list[_Axis] = []
     for c in finest_level:
-        h = owner.get(c)
+        h = _owner(c, levels, hierarchies)
         if h is None:  # a flat classification: one level under "all", codes from the key set
             axes.append(_build_axis(c, finest.select(c).unique(), [c]))
             continue
@@ -270,6 +267,27 @@ def _product(levels: Sequence[Level], finest: pl.DataFrame, finest_level: Level,
     present[idx] = True
     prod.present = present.reshape(axes[0].tree.sizes[-1], axes[1].tree.sizes[-1])
     return prod
+
+
+def _owner(col: str, levels: Sequence[Level], hierarchies: Mapping[str, pl.DataFrame]
+           ) -> str | None:
+    """The hierarchy whose tree the finest column ``col`` is solved on (None: a flat one).
+
+    Alternative hierarchies may share ``col`` (two groupings of the same codes): the first
+    that holds, at or above ``col``, every column of ``levels`` that one of them holds.
+    """
+    cands = [h for h, mp in hierarchies.items() if col in mp.columns]
+    if len(cands) <= 1:
+        return cands[0] if cands else None
+    used = {c for lv in levels for c in lv if any(c in hierarchies[h].columns for h in cands)}
+    for h in cands:
+        cols = hierarchies[h].columns
+        if used <= set(cols[: cols.index(col) + 1]):
+            return h
+    raise InvalidParameterError(
+        f"consistent: the levels {sorted(used)} over {col!r} are spread over the alternative "
+        f"hierarchies {cands}, which share {col!r}; a consistent estimate is solved on one "
+        "tree per classification.\nHint: solve the levels of each hierarchy separately.")
 
 
 def cell_weights(mechanism: Mechanism, measure: str) -> tuple[float, str, float]:
@@ -453,15 +471,15 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     # the finest level: the one with the most columns whose every column is the finest used
     finest_level = max(levels, key=len)
     hier = dict(hierarchies) if isinstance(hierarchies, Mapping) else {}
-    prod = _product(levels, frames[finest_level], finest_level, hier)
+    outs = [_level_key(o, "an output level") for o in outputs] if outputs is not None \
+        else levels
+    for o in outs:  # validates the columns (the trees: of the measured and output levels)
+        _product([*levels, o], frames[finest_level], finest_level, hier)
+    prod = _product([*levels, *outs], frames[finest_level], finest_level, hier)
     fa, fb = prod.pair(finest_level)
     if (fa, fb) != (prod.outer.tree.depth, prod.inner.tree.depth):
         raise InvalidParameterError(
             f"consistent: level {list(finest_level)} is not the finest of the levels given.")
-    outs = [_level_key(o, "an output level") for o in outputs] if outputs is not None \
-        else levels
-    for o in outs:
-        _product([o], frames[finest_level], finest_level, hier)  # validates the columns
     mech_of: dict[Level, Mechanism] = {}
     for key in levels:
         if isinstance(mechanisms, Mapping):

@@ -128,6 +128,7 @@ def _write_metadata(folder: Path) -> None:
     (folder / "hier_null.csv").write_text("state,county\n01,01001\n,01003\n")
     (folder / "hier_empty.csv").write_text("state,county\n")
     (folder / "codes.txt").write_text("code\n01\n")
+    (folder / "state_part.csv").write_text("state\n01\n")
 
 
 @pytest.fixture(scope="module")
@@ -443,8 +444,10 @@ ERROR_CASES: list[tuple[str, Mutation, str, str]] = [
      "[]"),
     ("hierarchy-level-in-domains", _set("domains.state", ["01"]), "hierarchies.geo.levels",
      "'state'"),
-    ("hierarchy-level-twice", _set("hierarchies.geo2", {"file": str(GEO), "levels": ["state"]}),
-     "hierarchies.geo2.levels", "'state'"),
+    # a level shared by two hierarchies (an alternative grouping) must have the same codes
+    ("hierarchy-level-twice", _set("hierarchies.geo2", {"file": "state_part.csv",
+                                                        "levels": ["state"]}),
+     "hierarchies.geo2.file", "'state'"),
     ("hierarchy-name", _set("hierarchies.geo-x", {"file": str(GEO), "levels": ["state"]}),
      "hierarchies.geo-x", "'geo-x'"),
     ("hierarchy-missing-levels", _set("hierarchies.geo", {"file": str(GEO)}),

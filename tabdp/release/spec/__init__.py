@@ -76,6 +76,13 @@ The TOML schema (every key not listed is refused)::
                                     # the domain of the key column of that name (distinct values)
                                     # and rollups may map a finer level to any coarser one
 
+    [hierarchies.grouping]          # optional: an ALTERNATIVE hierarchy sharing levels with
+    file = "sector_groups.csv"      # another (e.g. a custom grouping of the same naics6
+    levels = ["group", "naics6"]    # codes): each shared level must have the same codes, of
+                                    # the same type, in both files, and shared levels map alike;
+                                    # rollups reach the levels of both; a consistent table
+                                    # uses one of them per classification
+
     [budget]                        # optional: per-record limit on the total PRzCDP ρ
     rho = 2.0                       # a number, or a curve {"1e3" = 0.5, "1e7" = 10.0}
                                     # (author mode: the curator's default budget when omitted)

@@ -398,15 +398,10 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
                            hint='columns of the mapping file, coarsest first, e.g. '
                                 'levels = ["state", "county"].')
         for level in levels:
-            if level in owner:
-                _fail(lp, f"level {level!r} is also a level of hierarchy {owner[level]!r}.",
-                      "a key column can belong to one hierarchy only; merge the hierarchies "
-                      "or rename the column.")
-            if level in domains:
+            if level in domains and level not in owner:
                 _fail(lp, f"level {level!r} also has a domain in [domains].",
                       f"remove domains.{level}: a hierarchy level's domain is the distinct "
                       "codes of the mapping file.")
-            owner[level] = name
         frame = _read_frame(file, fp, "hierarchy", d["file"])
         missing = [lv for lv in levels if lv not in frame.columns]
         if missing:
@@ -439,10 +434,55 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
                           "each finer code must map to exactly one coarser code.",
                       f"fix the mapping file, or list the levels coarsest first "
                       f"(got {_show(list(levels))}).")
+        for other in {owner[lv] for lv in levels if lv in owner}:
+            _check_alternative(out[other], name, levels, mapping, fp)
         for level in levels:
+            owner.setdefault(level, name)
             domains[level] = mapping[level].unique(maintain_order=True).sort()
         out[name] = Hierarchy(name=name, file=file, levels=levels, mapping=mapping)
     return out
+
+
+def _check_alternative(first: Hierarchy, name: str, levels: Sequence[str],
+                       mapping: pl.DataFrame, fp: str) -> None:
+    """An alternative hierarchy sharing levels with ``first``: the same codes, the same maps.
+
+    Two hierarchies may share levels (e.g. NAICS sectors and a custom grouping of the same
+    6-digit codes): each shared level must have the same codes, of the same type, in both
+    mapping files (its public domain), and two shared levels must be in the same order and
+    map the same way in both, so that a rollup between them means one thing.
+    """
+    shared = [lv for lv in levels if lv in first.levels]
+    where = f"hierarchies {first.name!r} and {name!r}"
+    for lv in shared:
+        a, b = first.mapping[lv], mapping[lv]
+        if a.dtype != b.dtype:
+            _fail(fp, f"level {lv!r} is in {where} with codes of type {a.dtype} and "
+                      f"{b.dtype}.", "store the shared level's codes with one type in both "
+                      "mapping files.")
+        sa, sb = set(a.unique().to_list()), set(b.unique().to_list())
+        if sa != sb:
+            only = sorted(sa ^ sb, key=str)
+            side = first.name if only[0] in sa else name
+            _fail(fp, f"level {lv!r} is in {where} with different codes: {len(only)} code(s) "
+                      f"in one only, e.g. {only[0]!r} (only in {side!r}).",
+                  "a shared level is one public domain: give it the same codes in both "
+                  "mapping files, or rename the level in one of them.")
+    order = [lv for lv in first.levels if lv in shared]
+    if order != list(shared):
+        _fail(fp, f"levels {_show(list(shared))} are in {where} in another order "
+                  f"({_show(order)} in {first.name!r}).",
+              "list shared levels in the same order, coarsest first, in both hierarchies.")
+    for coarse, fine in zip(shared, shared[1:], strict=False):
+        mine = mapping.select(fine, coarse).unique().sort(fine)
+        theirs = first.mapping.select(fine, coarse).unique().sort(fine)
+        if not mine.equals(theirs):
+            diff = mine.join(theirs, on=fine, suffix="_other").filter(
+                pl.col(coarse) != pl.col(f"{coarse}_other"))
+            code = diff[fine][0] if diff.height else mine[fine][0]
+            _fail(fp, f"{where} map {fine!r} to {coarse!r} differently (e.g. {fine!r} code "
+                      f"{code!r}).", "shared levels must map the same way in both "
+                      "hierarchies; fix one mapping file or rename the level in one of them.")
 
 
 def _parse_budget(raw: Any) -> BudgetSpec:

@@ -260,8 +260,9 @@ def _parse_rollups(raw: Any, path: str, by: tuple[str, ...],
         if inside:
             finest = max(inside)
             for lv in h.levels[:finest]:
-                if lv not in by:
-                    derivable[lv] = (h.name, h.levels[finest])
+                if lv not in by:  # a level shared by alternative hierarchies: the first
+                    # (shared levels map alike in every hierarchy holding them)
+                    derivable.setdefault(lv, (h.name, h.levels[finest]))
     usable = list(by) + sorted(derivable)
     out: list[RollupSpec] = []
     seen: dict[frozenset[str], int] = {}
@@ -586,8 +587,55 @@ def _check_consistent(tp: str, mech: Any, by: tuple[str, ...], rollups: tuple[Ro
               'use negative = "flag" for this table.')
     owners = {c for c in by for h in hierarchies.values() if c in h.levels}
     flat = [c for c in by if c not in owners]
-    n_class = len({h.name for h in hierarchies.values() for c in by if c in h.levels}) + len(flat)
+    # a classification: the hierarchies linked by shared levels (alternatives of one another)
+    group = _classifications(hierarchies)
+    classes = {group[h.name] for h in hierarchies.values() for c in by if c in h.levels}
+    n_class = len(classes) + len(flat)
     if n_class > 2:
         _fail(f"{tp}.by", f"a consistent table has at most two classifications (e.g. geography "
                           f"x industry); by {_show(list(by))} has {n_class}.",
               "remove consistent, or split the table by the third column.")
+    levels = {c for lv in (by, *[r.by for r in rollups]) for c in lv}
+    for cls in sorted(classes):
+        members = [h for h in hierarchies.values() if group[h.name] == cls]
+        used = {c for c in levels if any(c in h.levels for h in members)}
+        if len(members) > 1 and not any(used <= set(h.levels) for h in members):
+            _fail(f"{tp}.rollups", f"a consistent table's levels of one classification must "
+                                   f"all be in one hierarchy (its GLS estimate is on one tree); "
+                                   f"levels {_show(sorted(used))} are spread over the "
+                                   f"alternative hierarchies "
+                                   f"{_show(sorted(h.name for h in members))}.",
+                  "remove consistent, or release the levels of each alternative hierarchy "
+                  "in a consistent table of its own.")
+
+
+def _classifications(hierarchies: Mapping[str, Hierarchy]) -> dict[str, str]:
+    """Hierarchy name -> its classification: the first of the hierarchies sharing levels with it.
+
+    Alternative hierarchies (sharing a level, e.g. two groupings of the same 6-digit codes) are
+    one classification; the others are one each.
+
+    Example:
+        >>> import polars as pl
+        >>> from pathlib import Path
+        >>> m = pl.DataFrame({"a": ["1"], "b": ["2"]})
+        >>> hs = {"x": Hierarchy("x", Path("x.csv"), ("a", "b"), m),
+        ...       "y": Hierarchy("y", Path("y.csv"), ("b",), m.select("b"))}
+        >>> _classifications(hs)
+        {'x': 'x', 'y': 'x'}
+    """
+    root = {n: n for n in hierarchies}
+
+    def find(n: str) -> str:
+        while root[n] != n:
+            n = root[n]
+        return n
+
+    names = list(hierarchies)
+    for i, n in enumerate(names):
+        for other in names[i + 1:]:
+            if set(hierarchies[n].levels) & set(hierarchies[other].levels):
+                a, b = find(n), find(other)
+                if a != b:  # the earlier name of the two classes names the joined one
+                    root[max(a, b, key=names.index)] = min(a, b, key=names.index)
+    return {n: find(n) for n in names}
