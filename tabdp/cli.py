@@ -54,6 +54,10 @@ Exit codes:
 Exit code 3 (budget exceeded) is no longer used: a failure that depends on the data, budgets
 included, is exit 4 with the same message as every other. Nothing public is written when a
 command fails.
+
+A reader that closes stdout or stderr early (``tabdp run spec | head -1``) only ends the
+printing to that stream (pointed at ``os.devnull`` from then on); the command goes on and exits
+with its own code, 0 for a release whose outputs were all written (141 is never used).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, overload
+from typing import TYPE_CHECKING, Any, TextIO, cast, overload
 
 from tabdp.exceptions import (
     BudgetExceededError,
@@ -120,6 +124,67 @@ def exit_code(err: BaseException) -> int:
                         UnsupportedBackendError, LedgerError)):
         return EXIT_USAGE
     return EXIT_INTERNAL
+
+
+class _ReaderMayLeave:
+    """A text stream whose reader may stop reading early (``tabdp run spec | head -1``).
+
+    The first ``BrokenPipeError`` (EPIPE) on a write or a flush ends the printing to that
+    stream quietly: later writes are dropped, and a stream on a file descriptor (the process's
+    stdout or stderr) has that descriptor pointed at ``os.devnull``, so that the interpreter's
+    flush at exit does not raise either (the Python docs' "Note on SIGPIPE"). Nothing else
+    changes: the command goes on, writes the rest to the other stream, and keeps its exit
+    code. A closed pipe is the reader's doing, never the data's, and it is never reported as
+    a path that cannot be used.
+
+    Example:
+        >>> import io
+        >>> class Gone(io.StringIO):
+        ...     def write(self, text):
+        ...         raise BrokenPipeError(32, "Broken pipe")
+        >>> s = _ReaderMayLeave(Gone())
+        >>> s.write("done"), s.broken
+        (4, True)
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def _leave(self) -> None:
+        import os
+
+        self.broken = True
+        try:
+            fd = self.stream.fileno()
+        except (OSError, ValueError):  # not on a descriptor (a StringIO): nothing to redirect
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 class _WorkShare:
@@ -782,9 +847,9 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
 
     with contextlib.ExitStack() as stack:
         shown = err
-        if spec.input.mode == "author" and err is sys.stderr:
-            shown = stack.enter_context(
-                _native_stderr_to_confidential(spec.output.confidential))
+        if spec.input.mode == "author" and getattr(err, "stream", err) is sys.stderr:
+            shown = cast("TextIO", _ReaderMayLeave(stack.enter_context(
+                _native_stderr_to_confidential(spec.output.confidential))))
         bar = _Bar(shown, not args.quiet)
         try:
             with warnings.catch_warnings(record=True) as caught:
@@ -928,8 +993,18 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         >>> main(["validate", "no-such-spec.toml"], stderr=io.StringIO())
         2
     """
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
+    # a reader that stops early (`tabdp run spec | head -1`) ends the printing, nothing else
+    out = cast("TextIO", _ReaderMayLeave(stdout or sys.stdout))
+    err = cast("TextIO", _ReaderMayLeave(stderr or sys.stderr))
+    try:
+        return _main(argv, out, err)
+    finally:
+        out.flush()  # a buffered stdout meets its closed pipe here, not at the exit's flush
+        err.flush()
+
+
+def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
+    """`main` once its streams are set."""
     parser = _parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)

@@ -12,6 +12,7 @@ from typing import Any
 
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
+from tabdp.frame._grid import check_api_grid
 from tabdp.frame._output import (
     LONG_COLUMNS,
     STAT_SUFFIXES,
@@ -79,6 +80,7 @@ def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
         if names is None or not isinstance(by, (str, Sequence)):
             return out  # malformed: the engine's argument checks refuse it
         _check_output_names(names, by, form, cv)
+        check_api_grid(grid, out.get("mechanism"), "sum", names)
         out["grid"] = integer_grid(grid, out.get("mechanism"),
                                    _integer_columns(frame, names, session), names)
     elif kind == "count":
@@ -87,6 +89,7 @@ def accessor_request(frame: Any, session: Session | None, req: Mapping[str, Any]
         from tabdp.frame._engine import count_mechanism
 
         _check_output_names(["count"], by, form, cv)
+        check_api_grid(grid, out.get("mechanism"), "count", ["count"])
         out["grid"] = integer_grid(grid, count_mechanism(out.get("mechanism"), grid),
                                    ["count"], ["count"])
     return out

@@ -16,6 +16,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.frame._author import author_call
+from tabdp.frame._grid import check_api_grid
 from tabdp.frame._output import (
     integer_grid,
 )
@@ -99,12 +100,17 @@ class DPAccessor(Generic[_Out]):
                 only) refuses them, ``"zero"`` counts them as 0, ``"drop"`` drops the row from
                 this release. In author mode ±inf counts as missing too.
             name: Label of the release in the session's report (default ``q<i>_sum``).
-            grid: Public rounding grid of the estimates: a step (e.g. ``1.0`` dollar, ``1000.0``
-                for payroll in dollars published in thousands), a dict ``{measure: step}``, or
-                ``None`` for each mechanism's documented default (for a measure of an integer
-                dtype, a step of 1 where that default is finer: integer measures stay whole
-                numbers). Estimates are the exact noisy values rounded to the grid
-                (docs/exact-rounding.md).
+            grid: Public rounding grid of the estimates: a step (e.g. ``1.0`` dollar), a dict
+                ``{measure: step}``, or ``None`` for each mechanism's documented default (for a
+                measure of an integer dtype, a step of 1 where that default is finer: integer
+                measures stay whole numbers). Estimates are the exact noisy values rounded to
+                the grid (docs/exact-rounding.md). A step may be at most a tenth of the noise's
+                sd (σ/10 in transformed space for transformation mechanisms; a discrete
+                mechanism's exact integers, step 1, are always allowed), as for a spec table's
+                ``grid``: coarser, the estimate would be biased and the ``_sd`` (the noise's)
+                untrue, so it is refused before any data is read. Round for publication
+                instead (``publication.round``, ``Publication(round=...)``), which flags the
+                cells it moves.
             negatives: Negative values of the measures, with the rules and the default of
                 the spec's ``input.negatives`` (`tabdp._defaults.NEGATIVES`): ``"error"``
                 (default) refuses them, whatever the mechanism, so that a data error such as
@@ -148,8 +154,9 @@ class DPAccessor(Generic[_Out]):
             ColumnNotFoundError: A named column is missing.
             ColumnTypeError: A measure is not numeric, or key dtypes cannot be compared (numbers
                 against text).
-            InvalidParameterError: Invalid arguments; in row mode, a frame that is not row for
-                row the session's earlier frame.
+            InvalidParameterError: Invalid arguments (a ``grid`` coarser than a tenth of the
+                noise's sd included); in row mode, a frame that is not row for row the
+                session's earlier frame.
             DataValidationError: Curator mode only: null/NaN (with ``nulls="error"``), ±inf,
                 null unit ids, negative values (with ``negatives="error"``, the default), or
                 negative unit-cell contributions for a transformation mechanism (with
@@ -166,6 +173,7 @@ class DPAccessor(Generic[_Out]):
         def release() -> Any:
             names = [columns] if isinstance(columns, str) else list(columns)
             _check_output_names(names, by, form, cv)
+            check_api_grid(grid, mechanism, "sum", names)
             grid_used = integer_grid(grid, mechanism,
                                      _integer_columns(self._frame, names, session), names)
             return release_grouped(self._frame, kind="sum", measures=columns, by=by,
@@ -197,7 +205,9 @@ class DPAccessor(Generic[_Out]):
             level: Confidence level of ``count_moe``.
             name: Label of the release in the session's report.
             grid: Public rounding grid (``None``: the mechanism's default; discrete mechanisms
-                release exact integers).
+                release exact integers). At most a tenth of the noise's sd, step 1 of a
+                discrete mechanism always allowed (see [`sum`][tabdp.frame.DPAccessor.sum]):
+                a coarser grid is refused before any data is read.
             max_cells: Public bound on the cells one unit contributes to (with ``unit=``).
             max_rows: Public bound on the rows one unit counts in one cell (with ``unit=``):
                 its count contribution is capped there, so the count's policy is at most
@@ -223,6 +233,7 @@ class DPAccessor(Generic[_Out]):
             _check_output_names(["count"], by, form, cv)
             from tabdp.frame._engine import count_mechanism
 
+            check_api_grid(grid, mechanism, "count", ["count"])
             grid_used = integer_grid(grid, count_mechanism(mechanism, grid), ["count"],
                                      ["count"])
             return release_grouped(self._frame, kind="count", measures=None, by=by, keys=keys,

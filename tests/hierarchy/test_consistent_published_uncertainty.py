@@ -182,3 +182,27 @@ def test_plan_summary_sd_includes_the_rounding(tmp_path: Path) -> None:
     s1, n = nat_sd(0.1)
     s2, _ = nat_sd(0.3)
     assert s2 ** 2 - s1 ** 2 == pytest.approx(n * (0.3**2 - 0.1**2) / 6.0, rel=1e-6)
+
+
+def test_rounding_can_make_a_measured_level_worse_than_its_direct_release() -> None:
+    """docs/hierarchy.md, "When the direct release is better": the documented example.
+
+    30 counties at sd 2 under a state released at sd 3: the GLS state (no rounding) has sd
+    1/sqrt(1/9 + 1/120) = 2.89 < 3; with integer=True its published sd adds 30/6 for the
+    rounding of the 30 counties, 3.66 > 3 (the published sd states it).
+    """
+    n = 30
+    counties = [f"c{i:02d}" for i in range(n)]
+    geo = pl.DataFrame({"state": ["X"] * n, "county": counties})
+    rel = {("county",): pl.DataFrame({"county": counties, "n": [float(i) for i in range(n)]}),
+           ("state",): pl.DataFrame({"state": ["X"], "n": [440.0]})}
+    mechs = {("county",): DiscreteGaussian(2.0), ("state",): DiscreteGaussian(3.0)}
+    sd = {}
+    for integer in (False, True):
+        out = consistent(rel, measures=["n"], hierarchies={"geo": geo}, mechanisms=mechs,
+                         integer=integer)
+        sd[integer] = out[("state",)]["n_sd"][0]
+    gls = 1.0 / np.sqrt(1.0 / 9.0 + 1.0 / (n * 4.0))
+    assert sd[False] == pytest.approx(gls, rel=1e-9) and sd[False] < 3.0
+    assert sd[True] == pytest.approx(np.sqrt(gls**2 + n / 6.0), rel=1e-9)
+    assert round(sd[False], 2) == 2.89 and round(sd[True], 2) == 3.66 and sd[True] > 3.0

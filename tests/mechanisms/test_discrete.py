@@ -1002,8 +1002,8 @@ def test_release_adds_huge_draws_exactly(monkeypatch: pytest.MonkeyPatch) -> Non
     (None, None, mech.DiscreteGaussian(2.0)),
     (mech.Gaussian(3.0), None, mech.DiscreteGaussian(3.0)),
     (mech.Laplace(2.5), None, mech.DiscreteLaplace(2.5)),
-    (mech.Gaussian(3.0), 10, mech.DiscreteGaussian(3.0)),
-    (mech.Gaussian(3.0), 0.5, mech.Gaussian(3.0)),
+    (mech.Gaussian(30.0), 3, mech.DiscreteGaussian(30.0)),  # at most a tenth of the sd
+    (mech.Gaussian(3.0), 0.25, mech.Gaussian(3.0)),
     (mech.Laplace(2.5), {"count": 0.25}, mech.Laplace(2.5)),
 ])
 def test_counts_use_exact_integer_noise(given, grid, want):

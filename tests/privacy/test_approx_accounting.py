@@ -174,7 +174,7 @@ def test_report_epsilon_delta_for_gaussian_releases_is_exact(make_frame):
     f = make_frame(ROWS)
     f.dp.sum("x", by="c", keys=KEYS, mechanism=mech.Gaussian(2.0), session=s, negatives="allow")
     # a non-integer grid keeps the continuous Gaussian (Gaussian-DP accounting)
-    f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), grid=0.5, session=s)
+    f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), grid=0.1, session=s)
     pr = _pl(s.report(delta=1e-6).per_record)
     assert pr.columns == ["row", "rho", "epsilon", "size", "epsilon_delta", "rho_q1_sum",
                           "rho_q2_count"]
@@ -270,7 +270,7 @@ def test_approx_only_releases_compose_basically_with_zcdp_ones(make_frame, unit)
                     "u": [1, 2, 1, 3]})
     f.dp.sum(["x", "y"], by="c", keys=KEYS, mechanism=_ApproxOnly(), session=s, negatives="allow")
     # a non-integer grid keeps the continuous Gaussian (Gaussian-DP accounting)
-    f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), grid=0.5, session=s)
+    f.dp.count(by="c", keys=KEYS, mechanism=mech.Gaussian(1.0), grid=0.1, session=s)
     rep = s.report(delta=1e-6)
     pr = _pl(rep.per_record)
     key = "row" if unit is None else "u"

@@ -531,7 +531,7 @@ def _calls(a: tabdp.AuthorSession) -> list[Callable[[], Any]]:
         lambda: a.sum("x", by="c", keys=R15_KEYS, mechanism=mech.LogTransform(1.0, 1.0),
                       nulls="zero", negatives="zero"),
         lambda: a.sum("x", by="c", keys=R15_KEYS, mechanism=mech.SymmetricStable(1.5, 3.0),
-                      nulls="zero", negatives="allow", grid=1.0),
+                      nulls="zero", negatives="allow", grid=0.25),
         lambda: a.count(by="c", keys=R15_KEYS, max_rows=1, cv=True),
         lambda: a.median("x", by="c", keys=R15_KEYS, bounds=(0.0, 100.0), epsilon=1.0,
                          nulls="drop", cv=True),

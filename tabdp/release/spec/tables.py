@@ -398,16 +398,6 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
     _check_releasable(mech, f"{tp}.mechanism" if "mechanism" in d else f"{tp}.calibrate",
                       raw_mech)
     grid = _parse_grid(d["grid"], f"{tp}.grid", kind, measures) if "grid" in d else None
-    if grid is not None and isinstance(mech, mechanisms.TransformationMechanism):
-        steps = grid.values() if isinstance(grid, Mapping) else [grid]
-        limit = 0.1 * float(mech.sigma)
-        if max(steps) > limit:
-            _fail(f"{tp}.grid", f"{_show(d['grid'])} is too coarse for a transformation "
-                                f"mechanism: its grid rounds the noisy TRANSFORMED value "
-                                f"(e.g. log(total + offset)), so it must be at most sigma/10 = "
-                                f"{limit:g} (default: {mech.default_grid():g}).",
-                  "leave grid out, and round the published estimates with "
-                  "publication.round = 1000.0 (or { payroll = 1000.0 }) instead.")
     nulls = inp.nulls
     if "nulls" in d:
         nulls = _enum(d["nulls"], f"{tp}.nulls", _NULLS,
@@ -439,7 +429,7 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
             _check_releasable(m, _join(f"{tp}.shares", lb), {"family": raw_mech["family"],
                                                               **m.params()})
     opts = {o: _parse_option(d, o, tp, consistent, grid) for o in ("nonnegative", "integer")}
-    if grid is not None and not isinstance(mech, mechanisms.TransformationMechanism):
+    if grid is not None:
         checked: list[tuple[str | None, Any]] = [(None, mech), *level_mechs.items()]
         for level_label, level_mech in checked:
             _check_grid_fineness(grid, f"{tp}.grid", level_mech, kind, measures, d["grid"],
@@ -451,54 +441,18 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
                      nonnegative=opts["nonnegative"], integer=opts["integer"])
 
 
-#: A table's own grid may be at most this fraction of its noise's spread (sd; 1.4826·MAD where
-#: the variance is infinite); transformation mechanisms have the same limit in transformed space.
-GRID_SPREAD_SHARE = 0.1
-
-
 def _check_grid_fineness(grid: float | Mapping[str, float], path: str, mech: Any, kind: str,
                          measures: Sequence[str], raw: Any, level: str | None) -> None:
     """Refuse a table grid coarser than a tenth of the noise's spread (review r36 F2/F3).
 
-    The grid is the set the exact noisy value is sampled on (docs/exact-rounding.md), not a
-    presentation unit: a table's sd, cv, flags and margins are the noise's, and the estimate is
-    the noise's unbiased estimate only up to the rounding to the grid. At most a tenth of the
-    spread, that rounding adds about g²/12 <= sd²/1200 to the variance (under 0.05% of the sd)
-    and its mean is negligible; coarser, it would bias the estimate and make the published sd
-    understate the error, so such a grid is refused and the coarse rounding is left to
-    ``publication.round``, which flags it (R) and rounds the interval outward. A discrete
-    mechanism's grid 1 (its exact integers) is no rounding and always allowed.
+    The one check (`tabdp.frame.coarse_grid`, also the Python API's), in the spec's words.
     """
-    from tabdp.frame import count_mechanism
-    from tabdp.noise.exact import noise_spread
+    from tabdp.frame import coarse_grid
 
-    used = count_mechanism(mech, grid) if kind == "count" else mech
-    for m in (("count",) if kind == "count" else measures):
-        step = grid.get(m) if isinstance(grid, Mapping) else grid
-        if step is None:
-            continue
-        mm = used.measure_mechanism(m) if getattr(used, "joint", False) else used
-        noise = getattr(mm, "noise", None)
-        if noise is None:
-            continue
-        if isinstance(mm, mechanisms.DiscreteAdditiveMechanism) and float(step) == 1.0:
-            continue
-        spread = noise_spread(noise)
-        limit = GRID_SPREAD_SHARE * spread
-        # a grid of exactly a tenth is allowed despite the spread's last-bit rounding
-        if float(step) > limit * (1.0 + 1e-9):
-            where = "".join([f" (measure {m})" if isinstance(grid, Mapping) else "",
-                             f" (level {level})" if level is not None else ""])
-            what = "sd" if spread == float(noise.std()) else "spread (1.4826 x MAD)"
-            _fail(path, f"{_show(raw)} is too coarse for {mm!r}{where}: a table's grid is the "
-                        f"set the noisy value is sampled on, and at most {GRID_SPREAD_SHARE:g} x "
-                        f"the noise's {what} ({spread:.6g}), i.e. {limit:.6g}, keeps the "
-                        f"published sd, cv and margins of error true and the estimate unbiased "
-                        f"(a coarser grid biases the estimate by up to half a step and adds "
-                        f"its rounding error to every cell, unstated).",
-                  "leave grid out (or set a finer one), and round the published estimates with "
-                  f"publication.round = {float(step):g} instead: it flags the cells it moves "
-                  f"by a non-negligible amount (R) and rounds their intervals outward.")
+    problem = coarse_grid(grid, mech, kind, measures, shown=_show(raw), level=level,
+                          leave="leave grid out", round_with="publication.round = {step}")
+    if problem is not None:
+        _fail(path, *problem)
 
 
 def _parse_option(d: Mapping[str, Any], key: str, tp: str, consistent: bool,
