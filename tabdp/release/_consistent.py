@@ -251,7 +251,9 @@ def _finest_counts(keys: pl.DataFrame, level: tuple[str, ...], by: Sequence[str]
         if col in frame.columns:
             continue
         for h in spec.hierarchies.values():
-            if col in h.levels:
+            # the hierarchy that maps a by column to col (alternative hierarchies may share
+            # col and hold different finer levels; shared levels map alike in each)
+            if col in h.levels and any(c in h.levels for c in by):
                 fine = next(c for c in by if c in h.levels)
                 m = h.mapping.select(fine, col).unique()
                 m = m.with_columns(pl.col(fine).cast(frame.schema[fine], strict=False))

@@ -208,3 +208,22 @@ def test_compare_refuses_alternative_hierarchies(tmp_path: Path) -> None:
                                        "levels": ["group", "naics6"]}, _count_table()), tmp_path)
     with pytest.raises(SpecError, match="alternative hierarchies: level 'naics6'"):
         _refuse_alternatives(spec)
+
+
+def test_plan_of_a_consistent_table_on_a_grouping_sharing_a_coarse_level(tmp_path: Path) -> None:
+    """A consistent table on a grouping sharing a coarse level with another hierarchy: planned.
+
+    naics2 is in both hierarchies, the table's group2 only in the grouping (the plan looked for
+    the by column in the first hierarchy holding naics2).
+    """
+    from tabdp.release import plan_summary
+
+    alt = {"file": str(_alt_file(tmp_path, mid=True)), "levels": ["naics2", "group2", "naics6"]}
+    t = _count_table(by=["state", "group2"], consistent=True, grid=1.0,
+                     rollups=[{"by": ["naics2"], "direct": True}, {"by": ["state", "naics2"]},
+                              {"by": []}])
+    summary = plan_summary(parse_spec(_spec(tmp_path, alt, t), tmp_path))
+    cons = summary["tables"][0]["consistent"]
+    assert cons["measured"] == ["state_group2", "naics2"]
+    levels = [row["level"] for row in cons["expected_sd"]["count"]]
+    assert levels == ["state_group2", "naics2", "state_naics2", "national"]
