@@ -23,9 +23,12 @@ only); the exit code stays 0.
     tabdp demo [--out DIR]               # the bundled example on the sample data
     tabdp ledger init PATH --series S --lifetime-budget B
                                          # CURATOR ONLY: start a release series' ledger
-    tabdp ledger verify PATH [--series S] # CURATOR ONLY: check a lifetime ledger's hash chain
-                                         # and bytes (exit 0 only for an intact ledger)
-    tabdp ledger show PATH [--series S]  # CURATOR ONLY: verify, then print its releases
+    tabdp ledger verify PATH [--series S] [--bytes-only]
+                                         # CURATOR ONLY: check a lifetime ledger's hash chain,
+                                         # bytes, anchor, and that its state is the sum of its
+                                         # history (exit 0 only for an intact ledger)
+    tabdp ledger show PATH [--series S] [--bytes-only]
+                                         # CURATOR ONLY: verify, then print its releases
     tabdp ledger accept-restore PATH [--series S]
                                          # CURATOR ONLY: accept a deliberately restored (older)
                                          # copy of a ledger: its anchor takes the folder's head
@@ -431,18 +434,26 @@ def _parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("ledger", help="CURATOR ONLY: verify or show a lifetime ledger (the "
                                        "per-unit losses of a release series)")
     lsub = lg.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-    for action, text in (("verify", "check the hash chain, the order of the releases and the "
-                                    "bytes of every file (exit 0 only if intact, else 2)"),
+    for action, text in (("verify", "check the hash chain, the order of the releases, the "
+                                    "bytes of every file, the anchor, and that each unit's "
+                                    "lifetime totals are the sum of its releases' losses in "
+                                    "the history (exit 0 only if intact, else 2)"),
                          ("show", "verify, then print the series and one line per release")):
         a = lsub.add_parser(action, help=text)
         a.add_argument("path", type=Path, help="the ledger folder")
         a.add_argument("--series", default=None,
                        help="the release series the ledger must belong to")
+        a.add_argument("--bytes-only", action="store_true",
+                       help="check the chain, the anchor and every file's bytes but do not "
+                            "recompute the state from the history (faster: reads no table; "
+                            "a state rewritten with its hash in the chain and the anchor is "
+                            "then not found)")
     a = lsub.add_parser("accept-restore", help=(
         "accept the ledger folder as it is although it does not match its anchor (the chain "
         "head kept next to it, .<name>.head.json): after a deliberate restore of an older "
-        "copy whose later releases were never published. Verifies the folder, then rewrites "
-        "the anchor to its head"))
+        "copy whose later releases were never published. Verifies the folder (its bytes, "
+        "and its state against its history, as verify does), then rewrites the anchor to its "
+        "head"))
     a.add_argument("path", type=Path, help="the ledger folder")
     a.add_argument("--series", default=None,
                    help="the release series the ledger must belong to")
@@ -510,8 +521,11 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``tabdp ledger verify|show|init|accept-restore PATH``: exit 0 only for an intact ledger.
 
     A ledger that does not verify, or does not match its anchor, is a ``LedgerError`` (exit
-    2). The ledger's warnings (an anchor written for a ledger that had none, an accepted
-    restore) are the curator's: written to ``err`` as ``warning:`` lines.
+    2). ``verify``, ``show`` (without ``--bytes-only``) and ``accept-restore`` also recompute
+    every unit's lifetime totals from the history and refuse a state that is not their sum
+    (`verify_ledger`'s ``recompute``); the message gives counts and release numbers, never a
+    unit id or a loss. The ledger's warnings (an anchor written for a ledger that had none,
+    an accepted restore) are the curator's: written to ``err`` as ``warning:`` lines.
     """
     import warnings
 
@@ -530,10 +544,11 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   "give its path in [ledger] of the series' spec\n")
         return EXIT_OK
     accept = args.ledger_command == "accept-restore"
+    recompute = not getattr(args, "bytes_only", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PrivacyWarning)
         entries, _ = verify_ledger(args.path, series=args.series, lock=True,
-                                   accept_restore=accept)
+                                   accept_restore=accept, recompute=recompute)
     for w in caught:
         if issubclass(w.category, PrivacyWarning):
             err.write(f"tabdp ledger {args.ledger_command}: warning: {w.message}\n")
@@ -552,8 +567,11 @@ def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # a warning: the anchor was missing (no release yet) and written now, never "matched"
     anchored = ("its anchor was written now (see the warning)" if any(
         issubclass(w.category, PrivacyWarning) for w in caught) else "it matches its anchor")
+    summed = ("its state is the sum of its history" if recompute else
+              "bytes only: the state was not recomputed from the history")
     out.write(f"ledger {args.path}: intact ({len(entries) - 1} release(s) of series "
-              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']}; {anchored})\n")
+              f"{entries[0]['series']!r}; chain head {entries[-1]['hash']}; {anchored}; "
+              f"{summed})\n")
     return EXIT_OK
 
 

@@ -29,6 +29,11 @@ Layout (every file 0600, every folder 0700, CONFIDENTIAL)::
 The ledger's totals have the columns of a session's ledger: ``rho``, ``epsilon``, ``size``,
 ``rho_z``, ``rho_g``, ``eps_a``, ``delta_a`` and, per currency ``c``, ``rho@c`` and ``size@c``
 (sizes and ``size@c`` are maxima, the others sums).
+
+The state is implied by the history (each release's per-unit losses, pinned by the chain):
+``tabdp ledger verify`` (`verify_ledger` with ``recompute``) adds them up per unit and refuses
+a state that is not their sum (`tabdp.privacy._recompute`); an open does not, since that reads
+every release's history.
 """
 
 from __future__ import annotations
@@ -826,7 +831,7 @@ def ledger_terms(path: str | os.PathLike[str]) -> tuple[str, Any]:
 
 def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                   lock: bool = False, history: bool = True, accept_restore: bool = False,
-                  _keep_state: bool = False,
+                  recompute: bool = False, _keep_state: bool = False,
                   _locked: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
     """Check a ledger: its chain, the bytes of its state and history, the Delta logs, its anchor.
 
@@ -850,12 +855,21 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         accept_restore: Accept the folder as it is when it does not match its anchor (the
             curator's deliberate restore of an older copy): the anchor is rewritten to the
             folder's head, with a `PrivacyWarning` saying so. Needs ``lock``.
+        recompute: Also recompute every unit's lifetime totals from the history (each
+            release's per-unit losses, summed in release order and rounded up like a commit;
+            sizes as maxima) and refuse a state that is not what they add up to (within
+            `tabdp.privacy._recompute.SUM_TOLERANCE` for sums; see
+            `tabdp.privacy._recompute.check_state`), before the anchor is checked. Reads and
+            hashes every history file once, whatever ``history``: its cost grows with the
+            series' length (``tabdp ledger verify`` does it; an open does not).
 
     Returns:
         The chain entries (genesis first) and, internally, the state files' bytes.
 
     Raises:
-        LedgerError: The ledger does not verify (the message says where).
+        LedgerError: The ledger does not verify (the message says where; with
+            ``recompute``, a state that is not its history's sum: how many units disagree,
+            in which columns, and the first release the state does not count).
         LedgerAnchorError: It verifies, but does not match its anchor (an older or another
             copy of the folder).
         InvalidParameterError: ``accept_restore`` without ``lock``.
@@ -865,6 +879,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "ledger"
         >>> Ledger.open(p, series="demo", lifetime_budget=1.0, create=True).close()
         >>> len(verify_ledger(p, series="demo")[0])
+        1
+        >>> len(verify_ledger(p, series="demo", recompute=True)[0])
         1
     """
     root = _ledger_root(path)
@@ -880,8 +896,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         held = _Lock(root / "lock")
         try:
             return verify_ledger(root, series=series, history=history,
-                                 accept_restore=accept_restore, _keep_state=_keep_state,
-                                 _locked=True)
+                                 accept_restore=accept_restore, recompute=recompute,
+                                 _keep_state=_keep_state, _locked=True)
         finally:
             held.release()
     _refuse_links(root)
@@ -900,7 +916,7 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                 f"the ledger {root} does not verify: the files of its state table at version "
                 f"{st['version']} are not those its chain holds (Delta log altered).\nHint: "
                 "restore the ledger from a verified copy.")
-        state = _check_files(root, st["files"], "state", keep=_keep_state)
+        state = _check_files(root, st["files"], "state", keep=_keep_state or recompute)
     hist = [e["history"] for e in entries if e.get("history") is not None]
     if hist:
         recorded = {f[0] for h in hist for f in h["files"]}
@@ -910,6 +926,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                 "those its chain holds (a release's history deleted or added).\nHint: restore "
                 "the ledger from a verified copy.")
         for i, h in enumerate(hist):
+            if recompute:  # every file hashed below, parsed from the bytes it hashes
+                break
             if history or i == len(hist) - 1:  # the newest release's history: always hashed
                 _check_files(root, h["files"], "history")
                 continue
@@ -919,6 +937,13 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                         f"the ledger {root} does not verify: a file of its history is missing "
                         f"or has another size than its chain records ({rel}).\nHint: restore "
                         "the ledger from a verified copy.")
+    if recompute:
+        from tabdp.privacy._recompute import check_state
+
+        check_state(root, entries, state,
+                    read=lambda f: _check_files(root, [f], "history", keep=True)[0])
+    if recompute and not _keep_state:
+        state = []
     # last: an intact ledger may still be an older (or another) copy of the folder
     status, anchor = _anchor.check_anchor(root, entries, accept_restore=accept_restore)
     if _locked:
@@ -1042,13 +1067,17 @@ class Ledger:
                 a release's table is in the caller's hands as soon as it returns). The release
                 workflow passes ``False`` and commits once its outputs are written.
             public: Folders the ledger must not be in (the release's public output).
-            verify_history: Hash every history file at open. Off by default: an open hashes
-                the chain, the Delta logs, the state (all the filter reads) and the newest
-                release's history, and checks older history files by presence and size, so
-                opening costs what the state costs (it grows with units), however long the
-                series. A flipped byte inside an older release's history (an audit record
-                the filter never reads) is found by ``tabdp ledger verify`` (the full check)
-                or with ``verify_history=True``.
+            verify_history: The full check at open, as ``tabdp ledger verify`` does it:
+                hash every history file and recompute every unit's lifetime totals from it,
+                refusing a state that is not their sum (`verify_ledger`'s ``recompute``).
+                Off by default: an open hashes the chain, the Delta logs, the state (all the
+                filter reads) and the newest release's history, and checks older history
+                files by presence and size, so opening costs what the state costs (it grows
+                with units), however long the series. A flipped byte inside an older
+                release's history (an audit record the filter never reads), or a state
+                rewritten together with its hash in the chain and the anchor, is found by
+                ``tabdp ledger verify`` or with ``verify_history=True``, whose cost grows
+                with the series' length.
             accept_restore: Accept the folder as it is although it does not match its anchor
                 (the curator's deliberate restore of an older copy, whose later releases were
                 never published): the anchor is rewritten to the folder's chain head, with a
@@ -1111,7 +1140,8 @@ class Ledger:
                     warnings.simplefilter("always", PrivacyWarning)
                     entries, state_bytes = verify_ledger(
                         root, series=series, history=verify_history,
-                        accept_restore=accept_restore, _keep_state=True, _locked=True)
+                        accept_restore=accept_restore, recompute=verify_history,
+                        _keep_state=True, _locked=True)
             finally:  # passed on as they came; kept for the run's confidential files
                 for w in notes:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
