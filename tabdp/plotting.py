@@ -703,7 +703,8 @@ def _loss_figure(curves: Mapping[str, Sequence[Mapping[str, float | None]]], tit
 
 def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title: str,
                    cv_line: float | None = None, cv_label: str = "CV flag",
-                   units: Mapping[str, str] | None = None) -> str:
+                   units: Mapping[str, str] | None = None,
+                   cv_lines: Mapping[str, Sequence[Mapping[str, float]]] | None = None) -> str:
     """Relative margin of error (moe / total) against the true cell total, log-log.
 
     Cell totals in different units of measure (dollars, employees, counts) are never put on one
@@ -716,11 +717,16 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
             missing; rows with total ≤ 0 or a non-positive / missing value are skipped.
         title: Plot title.
         cv_line: Optional reference level on the y axis (moe / total) drawn as a dashed
-            horizontal line, e.g. where the coefficient of variation reaches the CV flag
-            threshold (for a symmetric noise law at level L: ``cv_flag * z_L``).
-        cv_label: Text written on the reference line.
+            horizontal line in every panel (ignored for the series ``cv_lines`` gives).
+        cv_label: Text written on the ``cv_line`` line.
         units: Label → unit of measure of its cell totals (e.g. ``"payroll"``, ``"rows"``):
             one panel per unit, in order of first appearance.
+        cv_lines: Label → rows ``{"total", "rel_moe", "cv_flag"}``: where that series' cells
+            reach its table's CV flag threshold (``cv_flag`` times the moe / sd of the table's
+            own mechanism, which depends on the noise law and, for transformations, on the
+            total: see `tabdp.report.html.cv_flag_lines`), drawn dashed in the series' panel:
+            a horizontal line where it is the same at every total, else a dashed curve.
+            Identical thresholds in a panel are drawn once.
 
     Returns:
         An ``<svg ...>...</svg>`` string.
@@ -732,11 +738,49 @@ def moe_curves_svg(curves: Mapping[str, Sequence[Mapping[str, float]]], *, title
         True
     """
     with rc_context(_RC):
-        return _to_svg(_moe_figure(curves, title, cv_line, cv_label, units), "moe", title)
+        return _to_svg(_moe_figure(curves, title, cv_line, cv_label, units, cv_lines), "moe",
+                       title)
+
+
+def _cv_thresholds(members: Sequence[str], cv_line: float | None, cv_label: str,
+                   cv_lines: Mapping[str, Sequence[Mapping[str, float]]] | None
+                   ) -> list[tuple[str, np.ndarray | None, np.ndarray]]:
+    """The CV-flag thresholds of one panel's series: ``(label, x or None, y)``.
+
+    ``x`` is ``None`` for a horizontal line (one ``y``). Series with the same threshold share
+    one line, labelled with their names when the panel has several different ones.
+    """
+    lines: dict[bytes, tuple[list[str], float, np.ndarray | None, np.ndarray]] = {}
+    for label in members:
+        pts = (cv_lines or {}).get(label)
+        if pts:
+            x, y = _positive_pairs([p.get("total") for p in pts],
+                                   [p.get("rel_moe") for p in pts])
+            if not y.size:
+                continue
+            cv = _float(pts[0].get("cv_flag"))
+            flat = bool(np.allclose(y, y[0], rtol=1e-6, atol=0.0))
+            xs: np.ndarray | None = None if flat else x
+            ys = y[:1] if flat else y
+        elif cv_lines is None and cv_line is not None and cv_line > 0:
+            cv, xs, ys = None, None, np.array([float(cv_line)])
+        else:
+            continue
+        sig = (b"h" if xs is None else xs.tobytes()) + ys.tobytes() + repr(cv).encode()
+        lines.setdefault(sig, ([], cv if cv is not None else math.nan, xs, ys))[0].append(label)
+    out = []
+    for names, cv, xs, ys in lines.values():
+        text = cv_label if math.isnan(cv) else f"CV flag (cv = {cv:g})"
+        if len(lines) > 1 and not math.isnan(cv):
+            text = f"{', '.join(names)}: {text}"
+        out.append((text, xs, ys))
+    return out
 
 
 def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
-                cv_line: float | None, cv_label: str, units: Mapping[str, str] | None) -> Figure:
+                cv_line: float | None, cv_label: str, units: Mapping[str, str] | None,
+                cv_lines: Mapping[str, Sequence[Mapping[str, float]]] | None = None
+                ) -> Figure:
     """The figure of `moe_curves_svg` (drawn under its rc settings)."""
     groups = _by_unit(list(curves), units) or {None: []}
     cv = _float(cv_line)
@@ -764,12 +808,19 @@ def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
                     markersize=4.5, label=_text(label), zorder=3)
         if drawn:
             _style_log_axes(ax)
-            if cv is not None and cv > 0:
-                ax.axhline(cv, color="#444444", linestyle="--", linewidth=1.2, zorder=2)
-                ax.annotate(_text(cv_label), xy=(1.0, cv),
-                            xycoords=("axes fraction", "data"), xytext=(-4, 4),
-                            textcoords="offset points", ha="right", va="bottom",
-                            color="#333333", fontsize=9, zorder=6,
+            for i, (text, xs, ys) in enumerate(_cv_thresholds(members, cv, cv_label,
+                                                               cv_lines)):
+                if xs is None:
+                    ax.axhline(ys[0], color="#444444", linestyle="--", linewidth=1.2, zorder=2)
+                else:
+                    ax.plot(xs, ys, color="#444444", linestyle="--", linewidth=1.2, zorder=2)
+                # labels alternate between the right and the left end of their lines
+                right = i % 2 == 0
+                at_y = float(ys[-1] if right else ys[0])
+                ax.annotate(_text(text), xy=(1.0 if right else 0.0, at_y),
+                            xycoords=("axes fraction", "data"), xytext=(-4 if right else 4, 4),
+                            textcoords="offset points", ha="right" if right else "left",
+                            va="bottom", color="#333333", fontsize=9, zorder=6,
                             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none",
                                   "alpha": 0.85})
             _legend(ax, len(drawn))

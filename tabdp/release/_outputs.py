@@ -319,7 +319,8 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], started: str, version:
         "randomness": summary["randomness"],
         "budget": summary["budget"],
         "level": spec.release.level,
-        "tables": [{k: t[k] for k in ("name", "kind", "measures", "by", "cells", "keys", "file",
+        "tables": [{k: t[k] for k in ("name", "kind", "statistic", "measures", "by", "cells",
+                                      "keys", "file",
                                       "mechanism", "guarantee", "calibration", "grid",
                                       "grid_applies_to", "null_policy", "publication",
                                       "rollups")}

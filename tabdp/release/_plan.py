@@ -120,6 +120,43 @@ def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> d
     return out
 
 
+def statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
+                       count_rows: int) -> str:
+    """PUBLIC: what a table's cells count or add up, from the spec alone.
+
+    A count with a unit (``input.unit``) counts at most ``plan.count_rows`` rows per unit in a
+    cell (the engine caps each unit's rows there; the Python API's ``df.dp.count`` counts
+    every row unless ``max_rows=`` is given): with ``count_rows = 1`` it is the number of
+    distinct units.
+
+    Args:
+        kind: ``"count"`` or ``"sum"``.
+        measures: The summed measures (sums).
+        unit: The spec's ``input.unit`` column (``None``: each row is a unit).
+        count_rows: The spec's ``plan.count_rows``.
+
+    Returns:
+        The definition (``summary.json`` / ``manifest.json`` tables' ``statistic``).
+
+    Example:
+        >>> statistic_in_words("count", [], "id", 1)
+        'number of distinct id units per cell'
+        >>> statistic_in_words("count", [], "id", 2)
+        'number of rows, at most 2 per id per cell'
+        >>> statistic_in_words("count", [], None, 2)
+        'number of rows'
+        >>> statistic_in_words("sum", ["payroll", "employment"], "id", 1)
+        'sum of payroll, employment'
+    """
+    if kind != "count":
+        return "sum of " + ", ".join(measures)
+    if unit is None:
+        return "number of rows"
+    if count_rows == 1:
+        return f"number of distinct {unit} units per cell"
+    return f"number of rows, at most {count_rows} per {unit} per cell"
+
+
 def _size_text(size: float) -> str:
     return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
 
@@ -306,6 +343,8 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             })
         tables.append({
             "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),
+            "statistic": statistic_in_words(t.kind, measures, spec.input.unit,
+                                            spec.plan.count_rows),
             "cells": _key_count(spec, t.by, t.keys_file),
             "keys": "allowed combinations file" if t.keys_file else "cross product of domains",
             "file": _file_name(t),
@@ -852,6 +891,18 @@ def _released_charges(spec: ReleaseSpec) -> list[tuple[str, dict[str, _Charge]]]
     return out
 
 
+def _several_cells(spec: ReleaseSpec) -> dict[str, bool]:
+    """Per release of `_released_charges`: whether it has more than one cell (public)."""
+    out = {}
+    for t in spec.tables:
+        out[t.name] = _key_count(spec, t.by, t.keys_file) > 1
+        for r in t.rollups:
+            if r.direct:  # a level not in the domains (a hierarchy's): several, to be safe
+                out[f"{t.name}__{r.label}"] = (not all(c in spec.domains for c in r.by)
+                                               or _key_count(spec, r.by) > 1)
+    return out
+
+
 def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     """Public: per released table and currency, the record sizes the budget leaves out.
 
@@ -881,8 +932,12 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         ``plan.count_rows`` rows is left out, and no ``left_out_at`` / ``searched_*`` keys),
         whether every larger size up to ``searched_up_to`` is left out too, the ranges
         ``[first, last]`` of sizes left out (``last`` is ``searched_up_to`` for a range open
-        upward), and the spec's ``plan.record_sizes`` that are left out. Empty without a
-        budget.
+        upward), and the spec's ``plan.record_sizes`` that are left out; for sizes (not
+        counts), also ``limit_shared_with``: under a constant budget, the other currencies
+        this release or an earlier one charges (a unit also charged there is left out at
+        smaller sizes; ``[]`` under a curve budget), and ``cells_unbounded``: a unit may
+        contribute to more cells than the one assumed (``input.unit`` without
+        ``input.max_cells``). Empty without a budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -967,9 +1022,20 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                                                            float(grid[i1]))[0]
                 runs.append([start, end])
             spans[(name, f)] = runs
+    # under a constant budget every currency counts against one limit: the currencies other
+    # than c charged by this release or an earlier one (units also charged there are left out
+    # at smaller sizes than the rows state); under a curve budget none
+    before: set[str] = set()
+    unbounded = spec.input.unit is not None and spec.input.max_cells is None
+    many = _several_cells(spec)
+    cells_unbounded = False
     for name, charge in releases:
+        before |= set(charge)
+        # a unit in several cells of this table or an earlier one pays more than planned
+        cells_unbounded = cells_unbounded or (unbounded and many.get(name, True))
         for c in charge:
             lo = found[(name, c)]
+            shared = [] if b.per_currency else sorted(before - {c})
             if c == ROWS_CURRENCY:  # the size is the rows counted, not the measure's size
                 left = bool(lo[0])
                 out.append({"table": name, "currency": c, "left_out_from": 0.0 if left else None,
@@ -984,7 +1050,8 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                         "all_above": len(runs) == 1 and bool(lo[-1]),
                         "left_out_at": runs, "plan_sizes_left_out": in_plan,
                         "searched_from": min(_SEARCH_FROM, tops[c]),
-                        "searched_up_to": tops[c]})
+                        "searched_up_to": tops[c],
+                        "limit_shared_with": shared, "cells_unbounded": cells_unbounded})
     return out
 
 
@@ -1040,7 +1107,8 @@ sizes are kept (as planned: ...)'
             if r["currency"] != "rows" and top is not None:
                 lines.append(f"{r['table']}: no {unit} contributing up to {top:.3g} of "
                              f"{r['currency']} to a cell (the most it can contribute) is left "
-                             f"out of this table by the budget{_AS_PLANNED}")
+                             f"out of this table by the budget{_AS_PLANNED}"
+                             f"{_elsewhere(r, unit, cells=False)}")
             continue
         if r["currency"] == "rows":
             lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
@@ -1072,8 +1140,32 @@ sizes are kept (as planned: ...)'
             kept = f"; other sizes are kept{_AS_PLANNED}"
         lines.append(f"{r['table']}: {a} {unit} contributing {what} of {r['currency']} to a "
                      "cell is left out of this table by the budget (its values are missing "
-                     f"from the published totals){kept}")
+                     f"from the published totals){kept}"
+                     f"{_elsewhere(r, unit, cells=_AS_PLANNED not in kept)}")
     return lines
+
+
+def _elsewhere(row: Mapping[str, Any], unit: str, *, cells: bool) -> str:
+    """The caveat of a `left_out_sizes` row on units charged beyond the planned one (public).
+
+    From the row's spec-derived fields alone: under a constant budget, the other currencies
+    charged by this table or an earlier one (``limit_shared_with``); with ``cells``, a unit in
+    more cells of a table than assumed (``cells_unbounded``: no ``input.max_cells``). Empty
+    when neither applies (a single-currency release, a curve budget, bounded cells).
+    """
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    parts = []
+    shared = list(row.get("limit_shared_with") or [])
+    if shared:
+        names = ", ".join(shared)
+        parts.append(f"also charged in {names} by this table or an earlier one (the constant "
+                     "budget adds its losses in every currency)")
+    if cells and row.get("cells_unbounded"):
+        parts.append("contributing to more than one cell of a table (input.max_cells is not "
+                     "set)")
+    if not parts:
+        return ""
+    return f"; {a} {unit} " + " or ".join(parts) + " is left out at smaller sizes"
 
 
 #: The public statement of what left-out units do to the published tables.

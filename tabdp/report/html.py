@@ -25,7 +25,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -598,8 +597,12 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
     by = list(t.get("by") or [])
     out = [f'<section id="{_anchor("table", name)}" class="table-section">'
            f"<h3>Table {_code(name)}<span class=\"badge\">{_e(kind or '?')}</span></h3>"]
+    # the statistic's definition from the spec (a count with a unit counts at most
+    # plan.count_rows rows per unit in a cell); older summaries have none
+    stat = t.get("statistic")
     what = (f"sum of {_codes(measures)}" if kind == "sum" else
-            "count of records" if kind == "count" else _codes(measures))
+            (f"count: {_e(str(stat))}" if stat else "count of rows") if kind == "count"
+            else _codes(measures))
     facts = [
         ("Statistic", what),
         ("Grouped by", _codes(by, " × ") if by else "<em>nothing: one national total</em>"),
@@ -1021,30 +1024,17 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
                     label = f"{t.get('name', '?')}: {m}"
                     moe[label] = rows
                     moe_units[label] = "rows" if t.get("kind") == "count" else str(m)
-    cv = None
-    cv_caption = ""
-    for t in tables:
-        pub = t.get("publication")
-        flag = pub.get("cv_flag") if isinstance(pub, Mapping) else None
-        if _float(flag) and flag is not True:
-            cv = _float(flag)
-            break
-    z = _z(level)
-    cv_y = cv * z if cv is not None and z is not None else None
-    if cv_y is not None:
-        cv_caption = (f" The dashed line is where the coefficient of variation reaches the CV "
-                      f"flag threshold {_e(cv)} (moe / total ≈ {fmt(cv_y)} at the "
-                      f"{_level_text(level)} level for a symmetric noise law): cells above it "
-                      "are flagged C.")
+    # the CV-flag threshold of each series, from its own table's cv_flag and the moe / sd of
+    # its own mechanism at the plan's level (per planned total: a transformation's varies)
+    cv_lines = cv_flag_lines(tables)
     body.append(_section("accuracy", "Expected accuracy", _figure(
         "plot-moe", public_figure_svg(
-            moe_curves_svg, moe, title="Relative margin of error by true cell total", cv_line=cv_y,
-            units=moe_units,
-            cv_label=f"CV flag (cv = {fmt(cv)})" if cv is not None else "CV flag"),
+            moe_curves_svg, moe, title="Relative margin of error by true cell total",
+            units=moe_units, cv_lines=cv_lines),
         f"<b>How to read this plot.</b> For a cell whose true total is on the horizontal axis, "
         f"the {_level_text(level)} margin of error of its published value divided by the total "
         "(0.1 means ± 10%). Larger cells are relatively more accurate. These curves follow from "
-        "the mechanisms alone, not from the data." + cv_caption)))
+        "the mechanisms alone, not from the data." + _cv_caption(cv_lines, level))))
 
     # -- tables
     if tables:
@@ -1121,11 +1111,72 @@ def _plain_words(summary: Mapping[str, Any], is_plan: bool) -> str:
     return _section("words", "In plain words", "".join(parts))
 
 
-def _z(level: Any) -> float | None:
-    lv = _float(level)
-    if lv is None or not 0 < lv < 1:
-        lv = 0.9
-    return NormalDist().inv_cdf((1 + lv) / 2)
+def cv_flag_lines(tables: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, float]]]:
+    """Where each expected-error series reaches its table's CV flag threshold (public).
+
+    A cell is flagged C where ``sd / estimate >= cv_flag``; at a true total T that is
+    ``moe(T) / T >= cv_flag * moe(T) / sd(T)``, with the moe and sd the plan computes for the
+    table's own mechanism at the release's level (``expected_error`` rows): ``cv_flag * z`` for
+    Gaussian noise, another multiple for other noise laws, and a value per planned total where
+    the ratio varies (transformation mechanisms). Tables without a CV flag have no line.
+
+    Args:
+        tables: The summary's tables (``publication.cv_flag`` and ``expected_error`` read).
+
+    Returns:
+        Series label (``"<table>: <measure>"``, as plotted) → rows ``{"total", "rel_moe",
+        "cv_flag", "moe_per_sd"}`` (``rel_moe`` is the threshold on the plot's y axis).
+
+    Example:
+        >>> rows = [{"total": 10.0, "sd": 2.0, "moe": 3.0}]
+        >>> cv_flag_lines([{"name": "n", "publication": {"cv_flag": 0.3},
+        ...                 "expected_error": {"count": rows}}])["n: count"][0]["rel_moe"]
+        0.45
+    """
+    out: dict[str, list[dict[str, float]]] = {}
+    for t in tables:
+        pub = t.get("publication")
+        flag = pub.get("cv_flag") if isinstance(pub, Mapping) else None
+        cv = None if flag is True or isinstance(flag, bool) else _float(flag)
+        err = t.get("expected_error")
+        if cv is None or cv <= 0 or not isinstance(err, Mapping):
+            continue
+        for m, rows in err.items():
+            pts = []
+            for r in rows or []:
+                total, sd, moe = _float(r.get("total")), _float(r.get("sd")), _float(r.get("moe"))
+                if total is None or total <= 0 or not sd or sd <= 0 or moe is None or moe <= 0:
+                    continue
+                ratio = moe / sd
+                pts.append({"total": total, "rel_moe": cv * ratio, "cv_flag": cv,
+                            "moe_per_sd": ratio})
+            if pts:
+                out[f"{t.get('name', '?')}: {m}"] = pts
+    return out
+
+
+def _cv_caption(lines: Mapping[str, Sequence[Mapping[str, float]]], level: Any) -> str:
+    """The caption's sentence on the CV-flag lines, from `cv_flag_lines`."""
+    if not lines:
+        return ""
+    parts = []
+    for label, pts in lines.items():
+        ys = [p["rel_moe"] for p in pts]
+        cv = pts[0]["cv_flag"]
+        lo, hi = min(ys), max(ys)
+        if math.isclose(lo, hi, rel_tol=1e-6):
+            parts.append(f"{_e(label)}: {fmt(lo)} (cv flag {fmt(cv)} × moe / sd "
+                         f"{fmt(pts[0]['moe_per_sd'])})")
+        else:
+            parts.append(f"{_e(label)}: from {fmt(lo)} to {fmt(hi)} across the planned totals "
+                         f"(cv flag {fmt(cv)} × moe / sd of its noise there)")
+    return (" A dashed line marks where a series' coefficient of variation (sd / estimate) "
+            "reaches its table's CV flag threshold, for a cell published at its true total: "
+            "moe / total = cv flag × the moe / sd of that table's mechanism at the "
+            f"{_level_text(level)} level (the normal quantile for Gaussian noise, e.g. 1.645 at "
+            "90%; other values for other noise laws; drawn per planned total where it varies). "
+            "Cells above it are "
+            "flagged C. Thresholds: " + "; ".join(parts) + ".")
 
 
 # -- confidential report --------------------------------------------------------------------------

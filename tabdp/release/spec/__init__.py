@@ -140,9 +140,14 @@ The TOML schema (every key not listed is refused)::
     cell_totals = [10, 100, 1000]   # cell sizes for the expected-error tables (default 1..1e8)
     count_totals = [1, 10, 100]     # the same for count tables (default 1, 10, ..., 1e5)
     record_sizes = [1, 10, 100]     # record sizes of the policy curves (default 1, 10, ..., 1e8)
-    count_rows = 1                  # rows one unit contributes to a count cell, assumed by the
-                                    # planned curves (default 1: one row per unit); the
-                                    # per-record report always uses the actual contributions
+    count_rows = 1                  # with input.unit: an enforced cap, not only an assumption:
+                                    # the run counts at most this many rows of a unit in a
+                                    # count cell, so it defines the published count (default
+                                    # 1: distinct units per cell; k: rows, at most k per unit
+                                    # per cell; no effect without a unit). The planned curves
+                                    # use it; the per-record report uses the actual (capped)
+                                    # contributions. Python's df.dp.count counts every row
+                                    # unless max_rows= is given
 
     [[tables]]                      # at least one
     name = "county_naics2"          # required: letters, digits, '_'; unique; no "__"
