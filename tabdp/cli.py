@@ -315,7 +315,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("spec", type=Path)
     r.add_argument("--curator", type=Path, default=None, metavar="CONFIG", help=curator_help)
     r.add_argument("--overwrite", action="store_true",
-                   help="replace existing output folders (default: refuse)")
+                   help="replace an existing release (default: refuse); what the "
+                        "confidential folder holds besides a release's files (a tabdp "
+                        "compare comparison, say) is kept")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--form", choices=("long", "wide"), default=None,
                    help="form of the public tables: long (one row per cell and measure) or "
