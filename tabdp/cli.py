@@ -383,7 +383,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("spec", type=Path)
     r.add_argument("--curator", type=Path, default=None, metavar="CONFIG", help=curator_help)
     r.add_argument("--overwrite", action="store_true",
-                   help="replace existing output folders (default: refuse)")
+                   help="replace an existing release (default: refuse); what the "
+                        "confidential folder holds besides a release's files (a tabdp "
+                        "compare comparison, say) is kept")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--form", choices=("long", "wide"), default=None,
                    help="form of the public tables: long (one row per cell and measure) or "
@@ -424,10 +426,12 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run the bundled example spec on the bundled synthetic "
                                     "sample (tabdp.datasets)")
     d.add_argument("--out", type=Path, default=None,
-                   help="folder for the demo outputs (default: ./tabdp-demo, replaced on each "
-                        "run)")
+                   help="folder for the demo outputs (default: ./tabdp-demo); a folder an "
+                        "earlier tabdp demo made (it holds TABDP_DEMO.txt) is replaced, any "
+                        "other existing, non-empty folder is refused and left untouched")
     d.add_argument("--overwrite", action="store_true",
-                   help="replace existing outputs in the --out folder")
+                   help="accepted for compatibility: a folder tabdp demo made is always "
+                        "replaced, and any other never")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.add_argument("--form", choices=("long", "wide"), default=None,
                    help="form of the public tables (default: long)")
@@ -579,6 +583,67 @@ def _example_spec() -> Path:
     from tabdp.datasets import example_spec_path
 
     return example_spec_path()
+
+
+#: The file ``tabdp demo`` writes into its --out folder: the demo replaces only such a folder.
+DEMO_MARKER = "TABDP_DEMO.txt"
+
+
+def _unmarked_demo_folder(folder: Path) -> bool:
+    """A demo folder of a tabdp without `DEMO_MARKER`: nothing in it but a run's own files.
+
+    ``public/`` holds only files its ``summary.json`` lists, ``confidential/`` only files a
+    run writes (``RUN_FILES``), and there is nothing else.
+    """
+    import json
+
+    from tabdp.release._staging import NOT_FOR_PUBLICATION, RUN_FILES
+
+    try:
+        entries = {p.name: p for p in folder.iterdir()}
+        if not entries or not set(entries) <= {"public", "confidential"}:
+            return False
+        pub, conf = entries.get("public"), entries.get("confidential")
+        if pub is not None:
+            listed = json.loads((pub / "summary.json").read_text(encoding="utf-8"))["files"]
+            if not all(p.is_file() and (p.name in listed or p.name == NOT_FOR_PUBLICATION)
+                       for p in pub.iterdir()):
+                return False
+        return conf is None or all(p.is_file() and p.name in RUN_FILES
+                                   for p in conf.iterdir())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _claim_demo_folder(folder: Path) -> None:
+    """Make ``folder`` the demo's (marker file), or refuse one the demo did not make.
+
+    A missing or empty folder becomes the demo's; one holding `DEMO_MARKER` (an earlier
+    demo's) is the demo's already, and its outputs are replaced, and so is one that holds
+    nothing but what a run wrote (`_unmarked_demo_folder`: a demo of a version without the
+    marker). Any other existing folder is refused, untouched: the demo never deletes files it
+    did not create (review r51: it replaced ``public/`` and ``confidential/`` of any folder,
+    a user's files in them included).
+
+    Raises:
+        InvalidParameterError: ``folder`` exists and is not the demo's (or is a file).
+    """
+    if folder.exists() and not folder.is_dir():
+        raise InvalidParameterError(
+            f"the demo folder {str(folder)!r} exists and is not a folder.\nHint: pass "
+            "another --out (a new folder), or remove that file.")
+    if (folder.is_dir() and not (folder / DEMO_MARKER).is_file() and any(folder.iterdir())
+            and not _unmarked_demo_folder(folder)):
+        raise InvalidParameterError(
+            f"the demo folder {str(folder)!r} already exists and was not made by tabdp demo "
+            f"(it has no {DEMO_MARKER}); the demo replaces only folders it made itself, so "
+            "nothing was written or deleted.\nHint: pass another --out (a new folder), or "
+            "remove that folder if nothing in it is yours.")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / DEMO_MARKER).write_text(
+        "This folder was made by `tabdp demo` (the bundled example spec on the bundled "
+        "synthetic sample).\nThe next `tabdp demo` writing here replaces its public/ and "
+        "confidential/ folders: keep no files of yours in it.\n", encoding="utf-8")
 
 
 def _curator_path(args: argparse.Namespace) -> Path | None:
@@ -1045,16 +1110,15 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         if args.command == "ledger":
             return _cmd_ledger(args, out, err)
         if args.command == "demo":
-            # The default demo folder is the demo's own and is refreshed on every run; a
-            # folder given with --out is replaced only with --overwrite.
-            # review R16: --out names a server folder, says whether it exists and is
-            # replaced with --overwrite
+            # review R16: --out names a server folder, says whether it exists and writes
+            # there
             _refuse_under_author_only(args, "tabdp demo", "it writes to a folder named on "
-                                      "the server (--out) and replaces it with --overwrite")
-            default = args.out is None
-            if default:
+                                      "the server (--out) and tells whether it is in use")
+            if args.out is None:
                 args.out = Path.cwd() / "tabdp-demo"
-            return _cmd_run(args, out, err, _example_spec(), default or args.overwrite)
+            # review r51: the demo replaces only a folder it made itself (its marker file)
+            _claim_demo_folder(args.out)
+            return _cmd_run(args, out, err, _example_spec(), True)
         raise AssertionError(args.command)  # pragma: no cover
     except KeyboardInterrupt:
         err.write("tabdp: interrupted; nothing was written.\n")

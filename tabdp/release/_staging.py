@@ -4,6 +4,9 @@ Outputs are built in staging folders next to their targets and renamed into plac
 (`clean_stale_staging` removes those of a killed run); after a failure, only
 ``failure.json`` in the confidential folder (`DataDependentFailure`). A run with a lifetime
 ledger commits it after every check of the swap and before the renames (`_Staging.commit`).
+A run replaces only its own files (`RUN_FILES`) in the confidential folder: a comparison
+(``tabdp compare``'s ``compare/``) and anything else there is carried over into the new
+folder, never deleted (review r51).
 """
 
 from __future__ import annotations
@@ -38,37 +41,149 @@ NOT_FOR_PUBLICATION = "NOT_FOR_PUBLICATION.txt"
 FAILURE_LOGS = frozenset({"stderr.log", "spark.log"})
 
 
-def _failure_only(path: Path) -> bool:
-    """A folder holding nothing but what an earlier failed run left: its failure report, logs.
+#: The confidential files of a release (`tabdp.release._tables`; ``ledger.json`` with a
+#: lifetime ledger).
+RELEASE_FILES = frozenset({"per_record_losses.parquet", "worst_cells.parquet",
+                           "confidential.json", "confidential_report.html", "ledger.json"})
+#: Every file a run writes into its confidential folder: the only entries a later run replaces
+#: or removes there. Everything else (a comparison's ``compare/``, the curator's own files) is
+#: carried over into the new folder (`_kept_entries`; review r51: ``run --overwrite`` deleted
+#: a comparison without a word).
+RUN_FILES = RELEASE_FILES | {FAILURE_FILE} | FAILURE_LOGS
 
-    Whether a log was written (native code's messages, Spark's log) never decides whether the
-    next run may replace the folder (review r36: it did, and a log's presence could follow the
+
+def _kept_entries(path: Path) -> list[Path]:
+    """The entries of a confidential folder that no run wrote: a run keeps them.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "compare").mkdir()
+        >>> _ = (d / "confidential.json").write_text("{}")
+        >>> [p.name for p in _kept_entries(d)]
+        ['compare']
+    """
+    try:
+        return sorted(p for p in path.iterdir() if p.name not in RUN_FILES)
+    except OSError:
+        return []
+
+
+def _is_comparison(path: Path) -> bool:
+    """A folder ``tabdp compare`` wrote: its default ``compare/``, or one holding its outputs."""
+    return path.is_dir() and (path.name == "compare" or (path / "compare.json").exists()
+                              or (path / "dp_release").is_dir())
+
+
+def _named(paths: Sequence[Path], limit: int = 6) -> str:
+    """Entry names for a message: folders with a trailing slash, at most ``limit`` of them.
+
+    Example:
+        >>> _named([Path("a.txt")] * 8, limit=2)
+        'a.txt, a.txt and 6 more'
+    """
+    names = [p.name + ("/" if p.is_dir() else "") for p in paths]
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (f" and {more} more" if more > 0 else "")
+
+
+def _confidential_blockers(path: Path) -> tuple[list[Path], list[Path], list[Path]]:
+    """An existing confidential folder's release files, comparisons and other entries.
+
+    A failed run's ``failure.json`` and logs are none of them: the next run replaces them.
+    Whether a log was written (native code's messages, Spark's log) never decides whether
+    the next run may write there (review r36: it did, and a log's presence could follow the
     data).
 
     Example:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / FAILURE_FILE).write_text("{}")
-        >>> _ = (d / "stderr.log").write_text("panicked")
-        >>> _failure_only(d)
-        True
-        >>> (d / FAILURE_FILE).unlink()
-        >>> _failure_only(d)
-        False
+        >>> for name in (FAILURE_FILE, "stderr.log", "spark.log", "confidential.json"):
+        ...     _ = (d / name).write_text("x")
+        >>> (d / "compare").mkdir()
+        >>> [[p.name for p in group] for group in _confidential_blockers(d)]
+        [['confidential.json'], ['compare'], []]
     """
     try:
-        names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+        entries = sorted(path.iterdir())
     except OSError:
-        return False
-    return FAILURE_FILE in names and names <= {FAILURE_FILE, *FAILURE_LOGS}
+        return [], [], []
+    release = [p for p in entries if p.name in RELEASE_FILES]
+    kept = [p for p in entries if p.name not in RUN_FILES]
+    comparisons = [p for p in kept if _is_comparison(p)]
+    return release, comparisons, [p for p in kept if p not in comparisons]
 
 
-def _check_target(path: Path, overwrite: bool, what: str) -> None:
-    if path.exists() and not overwrite and not (what == "confidential" and _failure_only(path)):
+def _confidential_free(path: Path) -> bool:
+    """Whether a run may write into this confidential folder without ``--overwrite``.
+
+    It holds no release and nothing but comparisons and what a failed run left.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> (d / "compare").mkdir()
+        >>> _ = (d / FAILURE_FILE).write_text("{}")
+        >>> _confidential_free(d)
+        True
+        >>> _ = (d / "notes.txt").write_text("mine")
+        >>> _confidential_free(d)
+        False
+    """
+    release, _, other = _confidential_blockers(path)
+    return path.is_dir() and not release and not other
+
+
+def _confidential_refusal(path: Path) -> str:
+    """Why an existing confidential folder needs ``--overwrite``: what it holds, exactly."""
+    release, comparisons, other = _confidential_blockers(path)
+    compared = f"the comparison {_named(comparisons)} (tabdp compare)" if comparisons else ""
+    if release:
+        parts = [x for x in (compared, f"{_named(other)}, which no tabdp run wrote" if other
+                             else "") if x]
+        kept = (f" It also holds {' and '.join(parts)}: a run keeps "
+                f"{'it' if len(comparisons) + len(other) == 1 else 'them'}, with or without "
+                "--overwrite." if parts else "")
+        return (f"the confidential output folder {str(path)!r} already exists and holds the "
+                f"confidential files of an earlier release ({_named(release)}); tabdp never "
+                f"overwrites a release silently.{kept}\nHint: choose a new folder in the spec's "
+                "[output] section, remove the old one, or pass --overwrite (it replaces only "
+                "the release's files).")
+    return (f"the confidential output folder {str(path)!r} already exists and holds no "
+            f"release, but {_named(other)}, which no tabdp run wrote: the spec's [output] "
+            f"section may name the wrong folder.{f' It also holds {compared}.' if compared else ''}"
+            "\nHint: choose a new folder in the "
+            "spec's [output] section, or pass --overwrite to write the release beside them (a "
+            "run replaces only its own files and keeps these).")
+
+
+def _check_target(path: Path, overwrite: bool, what: str,
+                  confidential: Path | None = None) -> None:
+    """Refuse an output folder a run must not write (``confidential``: the run's, if any).
+
+    Args:
+        path: The output folder.
+        overwrite: ``--overwrite`` was given.
+        what: ``"public"``, ``"confidential"`` or ``"plan"``.
+        confidential: For the public folder, the run's confidential folder: a refusal names
+            what a run keeps there (a comparison, say).
+    """
+    if what == "confidential" and path.is_dir():
+        # the run replaces only its own files there (`RUN_FILES`): a folder holding nothing
+        # but comparisons (tabdp compare's compare/) and a failed run's report needs no
+        # --overwrite, and one that does is described (review r51)
+        if not overwrite and not _confidential_free(path):
+            raise InvalidParameterError(_confidential_refusal(path))
+    elif path.exists() and not overwrite:
+        kept = _kept_entries(confidential) if confidential is not None else []
+        note = (f" The confidential folder {str(confidential)!r} also holds {_named(kept)}, "
+                "which no tabdp run wrote (a comparison of tabdp compare, say): a run keeps "
+                f"{'it' if len(kept) == 1 else 'them'}, with or without --overwrite."
+                if kept else "")
         raise InvalidParameterError(
             f"the {what} output folder {str(path)!r} already exists; tabdp never overwrites a "
-            "release silently.\nHint: choose a new folder in the spec's [output] section, "
-            "remove the old one, or pass --overwrite.")
+            f"release silently.{note}\nHint: choose a new folder in the spec's [output] "
+            "section, remove the old one, or pass --overwrite.")
     if path.exists() and not path.is_dir():
         raise InvalidParameterError(
             f"the {what} output path {str(path)!r} exists and is not a folder.\n"
@@ -114,7 +229,8 @@ def _staging_name(target: Path, kind: str) -> str:
     return f".{target.name}.{kind}-{os.getpid()}-"
 
 
-def clean_stale_staging(targets: Sequence[Path]) -> list[Path]:
+def clean_stale_staging(targets: Sequence[Path],
+                        private: Sequence[bool] | None = None) -> list[Path]:
     """Remove the staging folders a killed run (``kill -9``, power loss) left next to targets.
 
     Staging folders are named ``.<target>.tmp-<pid>-<random>`` (and ``.<target>.old-<pid>-...``
@@ -123,10 +239,14 @@ def clean_stale_staging(targets: Sequence[Path]) -> list[Path]:
     when the target exists (the swap had finished), and otherwise refused with a message: it
     is the only copy of the previous release. A folder of a process that is still running (or
     without a process id: older tabdp versions) is refused with a message: tabdp does not
-    remove what another run may still be writing.
+    remove what another run may still be writing. A stale folder of a confidential target
+    (``private``) that holds entries the killed run was carrying over (`_kept_entries`: a
+    comparison, say) first gives them back to the target, or is refused with a message when
+    it cannot: they are never deleted.
 
     Args:
         targets: Output folders of the run.
+        private: Per target, whether it is a confidential folder (default: none is).
 
     Returns:
         The folders removed.
@@ -142,7 +262,8 @@ def clean_stale_staging(targets: Sequence[Path]) -> list[Path]:
         ['.public.tmp-999999999-abc']
     """
     removed: list[Path] = []
-    for t in targets:
+    privacy = list(private) if private is not None else [False] * len(targets)
+    for t, conf in zip(targets, privacy, strict=True):
         t = Path(t)
         if not t.parent.is_dir():
             continue
@@ -168,9 +289,28 @@ def clean_stale_staging(targets: Sequence[Path]) -> list[Path]:
                         f"{str(p)!r} holds the previous release of {str(t)!r}, set aside by a "
                         "run that was killed while replacing it; it is now the only copy.\n"
                         f"Hint: restore it (mv {str(p)!r} {str(t)!r}) or remove it, then rerun.")
+                if conf:
+                    _give_back(p, t)
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
     return removed
+
+
+def _give_back(stale: Path, target: Path) -> None:
+    """Move what a killed run was carrying over (a comparison, say) back into its target."""
+    entries = _kept_entries(stale)
+    if not entries:
+        return
+    if not target.is_dir() or any((target / e.name).exists() for e in entries):
+        raise InvalidParameterError(
+            f"{str(stale)!r}, a staging folder of a run that was killed while replacing "
+            f"{str(target)!r}, holds {_named(entries)}, which that run was carrying over from "
+            "the confidential folder (a comparison or files of yours); tabdp does not delete "
+            f"them.\nHint: move them back into {str(target)!r} (if that folder is missing, "
+            f"first restore it from the .{target.name}.old-* folder next to it), remove "
+            f"{str(stale)!r}, then rerun.")
+    for e in entries:
+        e.rename(target / e.name)
 
 
 def _set_tree(folder: Path, mtime: float | None, dir_mode: int | None,
@@ -204,6 +344,11 @@ class _Staging:
     later fails); then `commit` (set in the block: a lifetime ledger's commit point); then only
     the renames into place. A failure after `commit` returned is the caller's to report (its
     commit stands).
+
+    A ``private`` (confidential) target's entries that no run wrote (`_kept_entries`: a
+    comparison, the curator's files) are moved into its staging folder just before the old
+    folder is moved aside, so they come out in the new folder; if anything fails, they are
+    moved back into the old folder before anything is deleted (review r51).
     """
 
     def __init__(self, targets: Sequence[Path], overwrite: bool,
@@ -255,14 +400,20 @@ class _Staging:
         # ledger charged for a run that said "nothing was written"); then only the renames.
         moved: list[tuple[Path, Path]] = []
         placed: list[Path] = []
+        carried: list[tuple[Path, Path, str]] = []  # (target, its staging folder, entry name)
         umask = os.umask(0)
         os.umask(umask)
         try:
             for t, private in zip(self.targets, self.private, strict=True):
-                if t.exists() and not (self.overwrite or (private and _failure_only(t))):
+                if t.exists() and not (self.overwrite or (private and _confidential_free(t))):
                     raise InvalidParameterError(
                         f"the output folder {str(t)!r} appeared while the release was "
                         "running; nothing was written.\nHint: rerun, or pass --overwrite.")
+            for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
+                if private and t.is_dir():  # a comparison, the curator's files: kept
+                    for entry in _kept_entries(t):
+                        entry.rename(tmp / entry.name)
+                        carried.append((t, tmp, entry.name))
             for t in self.targets:
                 if t.exists():
                     old = Path(tempfile.mkdtemp(prefix=_staging_name(t, "old"), dir=t.parent))
@@ -277,11 +428,24 @@ class _Staging:
                 tmp.rename(t)
                 placed.append(t)
         except BaseException:
+            # what was carried over goes back first, to where the old folder now is: nothing
+            # of it is deleted (a folder it could not leave is left in place, for
+            # `clean_stale_staging` to give back)
+            aside = dict(moved)
+            stuck: set[Path] = set()
+            for t, tmp, name in reversed(carried):
+                holder = t if t in placed else tmp
+                try:
+                    (holder / name).rename(aside.get(t, t) / name)
+                except OSError:
+                    stuck.add(holder)
             for t in placed:
-                shutil.rmtree(t, ignore_errors=True)
+                if t not in stuck:
+                    shutil.rmtree(t, ignore_errors=True)
             for t, old in moved:
                 if not t.exists():
                     old.rename(t)
+            self.tmps = [tmp for tmp in self.tmps if tmp not in stuck]
             self._cleanup()
             raise
         for _, old in moved:
