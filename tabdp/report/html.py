@@ -1835,7 +1835,9 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
     dist.append(_figure("plot-loss-size", sc,
                         "<b>How to read this plot.</b> Each dot is a unit: its size and its "
                         "total loss ρ. The black line is the public total policy curve: the "
-                        "loss of a unit of that size contributing to one cell of every table. "
+                        "loss of a unit contributing that size to one cell of every table, in "
+                        "every currency (with several currencies a pessimistic total: each "
+                        "currency's loss at the same number). "
                         "Dots lie below it when a unit contributes less to some tables, and "
                         "can lie above it when a unit contributes to several cells of a table."
                         + sample_note))
