@@ -835,8 +835,9 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         for line in t["guarantee_in_words"]:
             out.write(f"    {line}\n")
     out.write(f"\n{'Total: record size':<38}{head}\n")
-    out.write(f"{'Total rho per unit':<38}" + "".join(
+    out.write(f"{'Total rho per unit (pessimistic)*':<38}" + "".join(
         f"{_fmt(r['rho']):>10}" for r in s["total_policy_curve"]) + "\n")
+    out.write(f"* {s['total_policy_curve_description']}.\n")
     out.write(f"These curves bound the loss of {s['curves_hold_for']}.\n")
     out.write("Guarantee of the whole release in words:\n")
     for line in s["guarantee_in_words"]:
@@ -879,7 +880,8 @@ def _write_compare_plan(spec: object, out: TextIO) -> None:
     pairs = [f"{r['size']:.0e}: {_fmt(r['epsilon_delta'])} -> "
              f"{_fmt(r['posterior_odds_factor'])}" for r in p["loss"]]
     out.write("  per-record loss over the release (record size: epsilon at delta -> "
-              "posterior-odds factor):\n    " + "  ".join(pairs) + "\n")
+              "e^epsilon, the factor of the (epsilon, delta) bound, which adds delta):\n    "
+              + "  ".join(pairs) + "\n")
     out.write(f"  traditional side: {p['traditional']}\n")
 
 

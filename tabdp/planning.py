@@ -617,9 +617,9 @@ def usability_issues(mechanism: Mechanism | SmoothSensitivityRelease, *,
         out.append(
             f"the log transform with sigma = {sig:g} has a coefficient of variation floor "
             f"sqrt(exp(sigma^2) - 1) = {floor:.3g} >= the flag threshold {cv_flag:g}: every cell "
-            "will be flagged, however large. Fix: lower sigma below "
-            f"{math.sqrt(math.log1p(cv_flag**2)):.3g}, or use a family whose relative error "
-            "vanishes for large cells (exp_polylog, root).")
+            f"will be flagged, however large. Fix: lower sigma to {_sigma_below(cv_flag)} or "
+            "less, or use a family whose relative error vanishes for large cells (exp_polylog, "
+            "root).")
     p = mechanism.params()
     name = type(mechanism).__name__
     no_mean = no_var = False
@@ -1087,28 +1087,54 @@ def flag_curve(mechanism: Mechanism, totals: Sequence[float], *,
              "p_negative": float(round(n, 6))} for t, f, n in zip(q, flag, neg, strict=True)]
 
 
+#: Relative float noise `upper_3g` tolerates: a bound at most this far above its nearest
+#: 3-significant-digit number is shown as that number. The accounting rounds every loss up by
+#: a few units in the last place (``add_up``, ``mul_up``), so an exact 0.02 is computed as
+#: 0.02000000000000001; rounding that up to 3 digits would print 0.0201.
+UPPER_3G_RTOL = 1e-9
+
+
+def _sigma_below(cv_flag: float) -> str:
+    """A log-transform sigma, rounded DOWN to 4 significant digits, whose cv floor is below.
+
+    The threshold is ``sqrt(ln(1 + cv_flag**2))`` (0.29356... for 0.3): the printed value
+    must itself work, so it is rounded down, never to nearest (0.294 would still be flagged).
+    """
+    t = math.sqrt(math.log1p(cv_flag**2))
+    step = 10.0 ** (math.floor(math.log10(t)) - 3)
+    k = math.floor(t / step)
+    while k > 0 and math.sqrt(math.expm1(float(f"{k * step:.4g}") ** 2)) >= cv_flag:
+        k -= 1
+    return f"{k * step:.4g}"
+
+
 def upper_3g(x: float) -> str:
-    """An upper bound shown with 3 significant digits, rounded up (never below ``x``).
+    """An upper bound shown with 3 significant digits, rounded up (never below ``x``/(1+1e-9)).
 
     Guarantees say "at most": ``f"{1.625:.3g}"`` is ``'1.62'``, which a unit losing exactly
-    1.625 exceeds; this shows ``'1.63'``.
+    1.625 exceeds; this shows ``'1.63'``. A bound exceeding its nearest 3-digit number only by
+    float noise (at most `UPPER_3G_RTOL` = 1e-9 relative, the accounting's own rounding up) is
+    shown as that number: an exact 0.02 computed as 0.02000000000000001 shows ``'0.02'``, not
+    ``'0.0201'``. The shown number is thus never below the bound by more than a relative 1e-9.
 
     Args:
         x: The bound.
 
     Returns:
-        The text: the smallest 3-significant-digit number at least ``x`` (``x`` itself
-        when it is zero or not finite), formatted like ``:.3g``.
+        The text: the smallest 3-significant-digit number at least ``x / (1 + 1e-9)`` (``x``
+        itself when it is zero or not finite), formatted like ``:.3g``.
 
     Example:
         >>> upper_3g(1.625), upper_3g(0.5), upper_3g(12.55), upper_3g(0.0), upper_3g(1e-13)
         ('1.63', '0.5', '12.6', '0', '1e-13')
+        >>> upper_3g(0.020000000000000004), upper_3g(5.000000000000001e-07), upper_3g(150.125)
+        ('0.02', '5e-07', '151')
     """
     x = float(x)
     if x == 0.0 or not math.isfinite(x):
         return f"{x:.3g}"
     shown = f"{x:.3g}"
-    if float(shown) >= x:
+    if float(shown) >= x or (x > 0 and float(shown) * (1.0 + UPPER_3G_RTOL) >= x):
         return shown
     step = 10.0 ** (math.floor(math.log10(abs(x))) - 2)
     k = math.ceil(x / step)

@@ -177,7 +177,7 @@ def plot_smooth_noise_std(epsilon: float = 1.0, gammas: ArrayLike | None = None,
     eps = check_real("epsilon", epsilon, owner=_OWNER, gt=0.0,
                      hint="epsilon is the privacy budget of one release, e.g. epsilon=1.0")
     dl = check_real("delta", delta, owner=_OWNER, gt=0.0, lt=1.0,
-                    hint="delta is the failure probability of Laplace with SS, e.g. 1e-5")
+                    hint="delta is the additive δ of (ε, δ)-DP of Laplace with SS, e.g. 1e-5")
     if not isinstance(log, (bool, np.bool_)):
         raise InvalidParameterError(f"{_OWNER}: log must be True or False; got {log!r}.")
     if ax is not None and not isinstance(ax, Axes):

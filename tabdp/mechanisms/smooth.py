@@ -120,7 +120,7 @@ def _check_delta(noise: str, delta: Any) -> float | None:
         return None
     d = DEFAULT_DELTA if delta is None else delta
     return check_real("delta", d, owner="Laplace smooth-sensitivity mechanism", gt=0.0, lt=1.0,
-                      hint="delta is the failure probability of (ε, δ)-DP, e.g. delta=1e-5")
+                      hint="delta is the additive δ of (ε, δ)-DP, e.g. delta=1e-5")
 
 
 def gamma_limit(noise: str, epsilon: float, delta: float | None = None,

@@ -26,7 +26,35 @@ from scipy.special import erf, erfcx, log_ndtr
 
 from tabdp._validation import check_real
 
-__all__ = ["gdp_delta", "gdp_log_delta", "gdp_epsilon", "zcdp_epsilon", "check_dp_delta"]
+__all__ = ["gdp_delta", "gdp_log_delta", "gdp_epsilon", "zcdp_epsilon", "check_dp_delta",
+           "MAX_STATEMENT_DELTA", "statement_delta_problem"]
+
+#: The largest δ of a release's (ε, δ) statements (`release.delta` of a spec, refused above;
+#: ``Report(delta=...)``, warned above). An (ε, δ) guarantee allows, for example, publishing a
+#: record's data outright with probability δ, so a statement at a larger δ protects little.
+MAX_STATEMENT_DELTA = 1e-3
+
+
+def statement_delta_problem(delta: float) -> str | None:
+    """Why ``delta`` is too large for the (ε, δ) statements of a release, or ``None``.
+
+    Args:
+        delta: The δ (already checked to be in (0, 1)).
+
+    Returns:
+        A sentence giving the value and the allowed range, or ``None`` when δ ≤
+        `MAX_STATEMENT_DELTA`.
+
+    Example:
+        >>> statement_delta_problem(1e-9) is None, statement_delta_problem(0.5)[:24]
+        (True, 'delta = 0.5 is above 1e-0')
+    """
+    if delta <= MAX_STATEMENT_DELTA:
+        return None
+    return (f"delta = {delta:g} is above {MAX_STATEMENT_DELTA:g}: the (ε, δ) statements need δ "
+            f"in (0, {MAX_STATEMENT_DELTA:g}]. An (ε, δ) guarantee allows, for example, "
+            "publishing a record's data outright with probability δ, so at this δ it protects "
+            "little")
 
 
 def check_dp_delta(delta: float, owner: str) -> float:
@@ -44,7 +72,8 @@ def check_dp_delta(delta: float, owner: str) -> float:
         1e-06
     """
     return check_real("delta", delta, owner=owner, gt=0.0, lt=1.0,
-                      hint="δ is the probability mass allowed to escape the ε bound; agencies "
+                      hint="δ is the additive allowance of the (ε, δ) bound (every outcome's "
+                           "probability changes at most by the factor e^ε, plus δ); agencies "
                            "use values far below 1/n, e.g. delta=1e-9")
 
 

@@ -907,7 +907,9 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         raise LedgerError(
             f"the ledger {root} belongs to the release series {entries[0].get('series')!r}, "
             f"not {series!r}; a ledger from another series would account other units' losses."
-            "\nHint: give this series' ledger, or a new path to start the series.")
+            "\nHint: give this series' ledger; to start the series, create its ledger first "
+            f"with `tabdp ledger init NEW_PATH --series {series} --lifetime-budget B` (a run "
+            "never creates one) and give that path.")
     state: list[bytes] = []
     if head.get("state") is not None:
         st = head["state"]

@@ -13,10 +13,10 @@ import polars as pl
 
 from tabdp._numeric import add_up, mul_up
 from tabdp._reserved import REPORT_COLUMNS, ROW_ID, is_reserved, report_clash
-from tabdp.exceptions import InvalidParameterError
+from tabdp.exceptions import InvalidParameterError, PrivacyWarning
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
 from tabdp.privacy.budget import Budget
-from tabdp.privacy.conversions import check_dp_delta
+from tabdp.privacy.conversions import check_dp_delta, statement_delta_problem
 from tabdp.privacy.filter import individual_filter
 from tabdp.privacy.ledger import (
     PER_RECORD_PARQUET,
@@ -788,6 +788,9 @@ class Report:
         """Report on ``session``, with ε at ``delta`` where given."""
         self.session = session
         self.delta = None if delta is None else check_dp_delta(delta, "Report")
+        if self.delta is not None and (why := statement_delta_problem(self.delta)) is not None:
+            warnings.warn(f"Report: {why}. A release spec refuses it (release.delta); use e.g. "
+                          "delta=1e-9.", PrivacyWarning, stacklevel=2)
 
     def write_per_record(self, path: Any, rename: dict[str, str] | None = None) -> None:
         """Write the CONFIDENTIAL [`per_record`][tabdp.Report.per_record] table to a Parquet file.

@@ -23,7 +23,12 @@ from tabdp.planning import spec_outlook, spec_usability_issues, upper_3g
 from tabdp.privacy.budget import joint_currency
 from tabdp.privacy.ledger import UnitLosses
 from tabdp.privacy.session import total_policy_curve
-from tabdp.release._levels import _measured_labels, _released_measures, _table_mechanism
+from tabdp.release._levels import (
+    _measured_labels,
+    _released_measures,
+    _table_mechanism,
+    total_curve_description,
+)
 from tabdp.release._staging import _check_target, _finite, _json, _Staging, clean_stale_staging
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec
@@ -411,6 +416,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "curves_hold_for": _curves_hold_for(spec),
         "tables": tables,
         "total_policy_curve": (total := total_policy_curve(entries, sizes, delta)),
+        "total_policy_curve_description": total_curve_description(spec),
         "budget_check": _budget_check(spec, total),
         "left_out_sizes": (lo_sizes := left_out_sizes(spec)),
         "left_out_in_words": left_out_bias_in_words(spec, lo_sizes, unit),
@@ -782,8 +788,12 @@ def release_guarantee_in_words(spec: ReleaseSpec, unit: str = "unit") -> list[st
                     if ROWS_CURRENCY in per else "")
             lines.append(f"{a} {unit} with {what}{rows} {_eps_words(rho, eps_tot, delta)}"
                          f"{note} over the whole release (each measure's loss at its own size)")
-    lines.append("Losses are never added across currencies at one number: a unit's total is "
-                 "the sum of its losses in each currency, each at its size there.")
+    lines.append("In these sentences losses in different currencies are never added at one "
+                 "number: a unit's total is the sum of its losses in each currency, each at its "
+                 "size there. Only the plan's pessimistic total (the \"total\" curve and the "
+                 "budget check) adds every currency's loss at the same number: a bound for a "
+                 "unit whose contribution is that number in every currency, so the budget check "
+                 "is conservative; the budget itself is enforced on each unit's actual losses.")
     return lines
 
 

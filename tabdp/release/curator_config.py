@@ -368,6 +368,11 @@ def _defaults(raw: Any) -> dict[str, Any]:
         out["level"] = _number(d["level"], "defaults.level", "e.g. level = 0.9.", 0.0, 1.0)
     if "delta" in d:
         out["delta"] = _number(d["delta"], "defaults.delta", "e.g. delta = 1e-9.", 0.0, 1.0)
+        from tabdp.privacy.conversions import statement_delta_problem
+
+        if (why := statement_delta_problem(out["delta"])) is not None:
+            _fail("defaults.delta", f"{why}.", "use a δ far below 1 / (the number of units), "
+                                               "e.g. delta = 1e-9.")
     return out
 
 

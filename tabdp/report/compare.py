@@ -202,7 +202,7 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
                        " / ".join(_num(q[k]) for k in ("median", "p90", "p99", "max"))))
     if "posterior_odds_factor" in dp:
         po = dp["posterior_odds_factor"]
-        kv.append(("DP: posterior odds can grow at most by a factor (median / max record)",
+        kv.append(("DP: e^ε, the factor of that bound (median / max record)",
                    f"{_num(po['median'])} / {_num(po['max'])}"))
     kv.append(("Traditional: records pinned within their rule's protection",
                H._e(sd.get("records_pinned"))))
@@ -218,8 +218,9 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
                         title="DP: per-record loss against size", xlabel="record size",
                         ylabel="ρ (total over the release)")
     body.append(H._section("risk", "Risk side by side", (
-        "<p>DP bounds every record's loss: an intruder's odds on any statement about one "
-        "record can grow at most by the factor e<sup>ε</sup> (with probability 1 − δ). "
+        "<p>DP bounds every record's loss: for every set of possible published tables, the "
+        "probability of that set with the record in the data is at most e<sup>ε</sup> times "
+        "its probability without the record, plus δ (and the same with the two swapped). "
         "Suppression gives no bound: a record is exposed when the audit pins its cell "
         "within the protection the rule requires (the p% rule protects the largest "
         "contributor against the second largest).</p>"

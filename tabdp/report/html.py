@@ -398,7 +398,8 @@ _UNIT_NULLS = {
 _SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "record_sizes",
                  "tables", "total_policy_curve", "flag_codes", "columns", "files", "kind",
                  "input_policies", "not_for_publication", "guarantee_in_words",
-                 "usability_issues", "published_usability", "publishable_in_words", "lifetime"}
+                 "usability_issues", "published_usability", "publishable_in_words", "lifetime",
+                 "total_policy_curve_description"}
 _TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "calibration",
                "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
                "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
@@ -574,8 +575,10 @@ def _policy_overview(summary: Mapping[str, Any], tables: Sequence[Mapping[str, A
         per_table.append((str(t.get("name", "?")),
                           {_float(r.get("delta")): _loss(r.get("rho")) for r in curve}))
     headers = ["record size Δ"] + [f"ρ: {_code(n)}" for n, _ in per_table]
+    # with several currencies the total adds them at one number: say so in its header
+    multi = len({m for t in tables for m in _curve_unit(t).split(" + ")}) > 1
     cols = _loss_columns(total, delta)
-    headers += [f"<b>total</b> {label}" for _, label in cols]
+    headers += [f"<b>{'pessimistic ' if multi else ''}total</b> {label}" for _, label in cols]
     rows = []
     for r in base:
         d = _float(r.get("delta"))
@@ -585,8 +588,11 @@ def _policy_overview(summary: Mapping[str, Any], tables: Sequence[Mapping[str, A
         rows.append(row)
     why = (" Pure ε is not shown: Gaussian-type noise has no finite pure-ε guarantee, so ε is "
            "given at the release's δ." if _pure_eps_infinite(total) else "")
+    what = summary.get("total_policy_curve_description")
+    what = (f" The total: {html.escape(str(what))}." if what else
+            " The total adds every table's loss at the same size Δ.")
     return _table(headers, rows, caption="Privacy loss of a record of size Δ (ρ per table "
-                  "cell, and in total over the whole release)" + why)
+                  "cell, and in total over the whole release)." + what + why)
 
 
 def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
@@ -940,9 +946,12 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     ]
     if delta is not None:
         prot.append(f"<p>Losses are also stated as (ε, δ)-differential privacy at δ = "
-                    f"{_e(delta)}: with probability at least 1 − δ, the published tables "
-                    "change the odds of any conclusion about the record by at most a factor "
-                    "e<sup>ε</sup>.</p>")
+                    f"{_e(delta)}: for every set of possible published tables, the probability "
+                    "that the release falls in that set with the record in the data is at most "
+                    "e<sup>ε</sup> times the probability without it, plus δ; and the same "
+                    "holds with the roles of “with” and “without” swapped. δ is a small "
+                    "additive allowance in this bound, not the probability that the loss "
+                    "exceeds ε.</p>")
     pol = summary.get("input_policies")
     if isinstance(pol, Mapping) and pol:
         pairs = []
@@ -1005,9 +1014,10 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
             loss_curves_svg, eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
             ylabel=f"ε at δ = {fmt(_float(delta)) if delta is not None else 'δ'}",
             key="epsilon_delta", units=units),
-            "The same losses stated as (ε, δ)-differential privacy at the release's δ: "
-            "ε is the largest change (as a log factor) the tables can make to the odds of any "
-            "conclusion about a record of size Δ, except with probability δ."))
+            "The same losses stated as (ε, δ)-differential privacy at the release's δ: for a "
+            "record of size Δ and every set of possible published tables, the probability of "
+            "that set with the record is at most e<sup>ε</sup> times its probability without "
+            "the record, plus δ (and the same with the two swapped)."))
     loss.append(_policy_overview(summary, tables))
     body.append(_section("losses", "Privacy loss by record size", "".join(loss)))
 
@@ -1876,7 +1886,9 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
     dist.append(_figure("plot-loss-size", sc,
                         "<b>How to read this plot.</b> Each dot is a unit: its size and its "
                         "total loss ρ. The black line is the public total policy curve: the "
-                        "loss of a unit of that size contributing to one cell of every table. "
+                        "loss of a unit contributing that size to one cell of every table, in "
+                        "every currency (with several currencies a pessimistic total: each "
+                        "currency's loss at the same number). "
                         "Dots lie below it when a unit contributes less to some tables, and "
                         "can lie above it when a unit contributes to several cells of a table."
                         + sample_note))

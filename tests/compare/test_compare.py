@@ -223,6 +223,9 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
     html = (folder / "compare_report.html").read_text(encoding="utf-8")
     for fig in ("plot-usable", "plot-widths", "plot-loss-size"):
         assert f'id="{fig}"' in html
+    # (ε, δ) stated as its definition, never as "with probability 1 − δ" (r39)
+    assert "with probability 1 − δ" not in html and "posterior odds can grow" not in html
+    assert "at most e<sup>ε</sup> times its probability without the record, plus δ" in html
     assert s["risk"]["dp"]["records"] == 1500
     assert (folder / "dp_release" / "confidential" / "per_record_losses.parquet").exists()
     # the comparison's DP release cannot be mistaken for a publishable one (R10 review)

@@ -322,3 +322,44 @@ def test_accessor_warnings_come_from_the_arguments_only() -> None:
         frames["one"].dp.count(by="c", keys=keys, session=tabdp.Session(seed=0))
         frames["one"].dp.median("x", by="c", keys=keys, bounds=(0.0, 10.0), epsilon=1.0,
                                 session=tabdp.Session(seed=0))
+
+
+# -- displayed losses: rounded up to 3 digits, float noise of the accounting tolerated (r39) ---
+
+def test_upper_3g_tolerates_float_noise_and_never_understates() -> None:
+    from tabdp.mechanisms import Gaussian
+    from tabdp.planning import UPPER_3G_RTOL, guarantee_in_words, upper_3g
+
+    # exact values the accounting computes a few ulps high: shown as themselves
+    assert upper_3g(math.nextafter(0.02, 1.0)) == "0.02"
+    assert upper_3g(math.nextafter(5e-07, 1.0)) == "5e-07"
+    assert guarantee_in_words(Gaussian(1000.0), [1.0]) == [
+        "a record of size 1 loses at most rho = 5e-07"]  # ρ = 1/(2·1000²), computed 5e-07+
+    # a real excess is still rounded up
+    assert upper_3g(150.125) == "151" and upper_3g(1.625) == "1.63"
+    assert upper_3g(0.02 * (1 + 1e-6)) == "0.0201"
+    rng = np.random.default_rng(39)
+    xs = np.concatenate([10.0 ** rng.uniform(-12, 6, 4000),
+                         np.round(10.0 ** rng.uniform(-3, 3, 2000), 2) * (1 + 1e-12)])
+    for x in xs:
+        shown = float(upper_3g(float(x)))
+        assert shown * (1 + UPPER_3G_RTOL) >= x, x   # never below by more than 1e-9
+        assert shown <= x * (1 + 1e-2) + 1e-300, x   # and not a digit too high
+
+
+def test_log_sigma_fix_printed_actually_works() -> None:
+    """The fix names a sigma that is not flagged: rounded down, never to nearest (r39)."""
+    import re
+
+    from tabdp.mechanisms import LogTransform
+    from tabdp.planning import usability_issues
+
+    # threshold sqrt(ln 1.09) = 0.293560...: 0.2937 is still flagged (0.294 was printed)
+    msg = usability_issues(LogTransform(sigma=0.2937, offset=1e5))
+    assert msg and "lower sigma to 0.2935 or less" in msg[0]
+    for flag in (0.3, 0.1, 0.5, 1.0, 0.01):
+        text = usability_issues(LogTransform(sigma=5.0, offset=1e5), cv_flag=flag)[0]
+        fix = float(re.search(r"lower sigma to ([0-9.e-]+) or less", text).group(1))
+        assert not [m for m in usability_issues(LogTransform(sigma=fix, offset=1e5),
+                                                cv_flag=flag) if "floor" in m], flag
+        assert fix >= 0.999 * math.sqrt(math.log1p(flag**2))  # and not needlessly low

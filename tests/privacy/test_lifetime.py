@@ -311,8 +311,11 @@ def test_tampered_ledger_is_refused_before_data_is_read(tmp_path, case):
 def test_ledger_of_another_series_is_refused(tmp_path):
     _series(tmp_path / "a", series="cbp")
     _series(tmp_path / "b", series="qcew")
-    with pytest.raises(LedgerError, match="release series 'qcew', not 'cbp'"):
+    with pytest.raises(LedgerError, match="release series 'qcew', not 'cbp'") as info:
         tabdp.Ledger.open(tmp_path / "b", series="cbp", create=True)
+    # a run never creates a ledger: the hint says how to start the series (r39)
+    assert "tabdp ledger init NEW_PATH --series cbp --lifetime-budget B" in str(info.value)
+    assert "or a new path to start the series" not in str(info.value)
     assert cli_main(["ledger", "verify", str(tmp_path / "b"), "--series", "cbp"],
                     stderr=io.StringIO()) == 2
 

@@ -368,6 +368,7 @@ def test_declared_schema_columns(tmp_path: Path) -> None:
     ({"defaults": {"budget": {"rho": {"x": 1.0}}}}, "defaults.budget.rho"),
     ({"defaults": {"budget": {"limit": 1.0}}}, "defaults.budget.limit"),
     ({"defaults": {"level": 2}}, "defaults.level"),
+    ({"defaults": {"delta": 0.5}}, "defaults.delta"),  # r39: δ of statements <= 1e-3
     ({"extra": 1}, "extra"),
 ])
 def test_config_errors_name_the_key(data: dict[str, object], path: str) -> None:

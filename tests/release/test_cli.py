@@ -240,6 +240,14 @@ def test_plan_reads_no_data_and_writes_plan(tmp_path: Path) -> None:
     assert big["rho"] == pytest.approx(want, rel=1e-9)
     assert "<figure id=\"plot-loss\"" in (tmp_path / "out" / "plan" / "plan.html").read_text()
     assert "Total rho per unit" in out
+    # the total adds every currency at one number Δ: labelled so wherever it is shown (r39)
+    what = plan["total_policy_curve_description"]
+    assert what.startswith("pessimistic total: every currency's loss at the same number Δ")
+    assert "a bound for a unit whose contribution is Δ in every currency" in what
+    assert "Total rho per unit (pessimistic)*" in out and f"* {what}." in out
+    html_page = (tmp_path / "out" / "plan" / "plan.html").read_text()
+    assert "<b>pessimistic total</b> ρ" in html_page
+    assert "pessimistic total: every currency&#x27;s loss at the same number Δ" in html_page
     # a second plan into the same folder needs --overwrite
     assert run("plan", str(spec))[0] == 2
     assert run("plan", str(spec), "--overwrite")[0] == 0

@@ -273,6 +273,57 @@ def test_decreasing_targets_refused_spec(tmp_path: Path, corrupt: Path) -> None:
     assert "a larger record would be allowed less loss" in err
 
 
+def test_missing_mechanism_hint_suggests_a_usable_configuration(tmp_path: Path,
+                                                                 corrupt: Path) -> None:
+    """The hint's configurations validate and are usable (r39: sigma = 0.3 flags every cell)."""
+    import re
+
+    text = spec_text(corrupt, tmp_path / "out")
+    code, _, err = run("validate", str(write(tmp_path, text.replace(
+        'mechanism = { family = "gaussian", sigma = 1e6 }', ""))))
+    assert code == 2 and "a sum table needs a mechanism or a calibrate table" in err
+    assert 'sigma = 0.3' not in err
+    hint = re.search(r"add (calibrate = \{.*?\} \}) \(", err.replace("\n", " "))
+    assert hint is not None, err
+    code, out, err = run("validate", str(write(tmp_path, text.replace(
+        'mechanism = { family = "gaussian", sigma = 1e6 }', hint.group(1)), "h.toml")))
+    assert code == 0, err
+    assert "WARNING: tables[0]" not in out + err
+    # the example of a mechanism (not a table) is usable too
+    code, _, err = run("validate", str(write(tmp_path, text.replace(
+        'mechanism = { family = "gaussian", sigma = 1e6 }', 'mechanism = "log"'), "m.toml")))
+    example = re.search(r"e\.g\. (mechanism = \{.*?\})", err).group(1)
+    assert "sigma = 0.3" not in example
+    code, out, err = run("validate", str(write(tmp_path, text.replace(
+        'mechanism = { family = "gaussian", sigma = 1e6 }', example), "e.toml")))
+    assert code == 0, err
+    assert "WARNING: tables[0]" not in out + err
+
+
+@pytest.mark.parametrize("delta", ["0.99", "0.5", "0.0011"])
+def test_large_release_delta_refused_before_data(tmp_path: Path, corrupt: Path,
+                                                 delta: str) -> None:
+    """δ of the (ε, δ) statements above 1e-3 is refused from the spec alone (r39)."""
+    text = spec_text(corrupt, tmp_path / "out").replace('name = "t28"',
+                                                         f'name = "t28"\ndelta = {delta}')
+    code, _, err = run("validate", str(write(tmp_path, text)))
+    assert code == 2, err
+    assert f"release.delta: delta = {float(delta):g} is above 0.001" in err
+    assert "need δ in (0, 0.001]" in err and "Hint:" in err and "delta = 1e-9" in err
+    ok = spec_text(corrupt, tmp_path / "out").replace('name = "t28"', 'name = "t28"\ndelta = 1e-3')
+    assert run("validate", str(write(tmp_path, ok, "ok.toml")))[0] == 0
+
+
+def test_large_report_delta_warns_in_python() -> None:
+    """The Python API keeps accepting δ in (0, 1) for a Report, with a PrivacyWarning (r39)."""
+    from tabdp.exceptions import PrivacyWarning
+
+    with pytest.warns(PrivacyWarning, match=r"delta = 0.5 is above 0.001"):
+        rep = tabdp.Session().report(delta=0.5)
+    assert rep.delta == 0.5
+    tabdp.Session().report(delta=1e-3)  # no warning (warnings are errors in the suite)
+
+
 # -- one set of defaults -----------------------------------------------------------------------
 @pytest.mark.slow  # CI only: a costly case the local loop leaves out (2-4 s)
 def test_python_and_spec_share_the_negatives_default(tmp_path: Path) -> None:

@@ -283,6 +283,25 @@ def test_summary_page_structure(pages: dict[str, str]) -> None:
     assert "10⁸" in text
 
 
+def test_epsilon_delta_is_stated_as_its_definition(pages: dict[str, str]) -> None:
+    """(ε, δ) in words is the definition, never "loss <= ε with probability 1 − δ" (r39).
+
+    The ε values come from the zCDP → (ε, δ) conversion, which gives (ε, δ)-DP and not a
+    bound on the loss holding with probability 1 − δ (Gaussian noise at ρ = 0.125: ε = 3.058
+    at δ = 1e-9, yet P[L > 3.058] = 2.2e-9).
+    """
+    page = pages["summary"]
+    for wrong in ("with probability at least 1 − δ", "except with probability δ",
+                  "with probability 1 − δ"):
+        assert wrong not in page, wrong
+    assert ("for every set of possible published tables, the probability that the release "
+            "falls in that set with the record in the data is at most e<sup>ε</sup> times "
+            "the probability without it, plus δ") in page
+    assert "not the probability that the loss exceeds ε" in page
+    eps_fig = page.split('id="plot-loss-eps"')[1].split("</figure>")[0]
+    assert "at most e<sup>ε</sup> times its probability without the record, plus δ" in eps_fig
+
+
 def test_plan_page(sample: dict[str, Any]) -> None:
     """A plan (kind 'plan'): says no data was read; input rules, direct-rollup losses."""
     plan = copy.deepcopy(sample["summary"])

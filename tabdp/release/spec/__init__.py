@@ -24,7 +24,8 @@ The TOML schema (every key not listed is refused)::
     title = "County Business Patterns (sample)"        # optional
     description = "..."             # optional
     level = 0.9                     # optional: confidence level of margins of error, in (0, 1)
-    delta = 1e-9                    # optional: δ of the (ε, δ) statements in the reports
+    delta = 1e-9                    # optional: δ of the (ε, δ) statements in the reports, in
+                                    # (0, 1e-3] (larger is refused)
 
     [input]                         # required
     path = "../data/cbp_sample.parquet"   # a Parquet file, a folder of Parquet files (recursive),
@@ -158,12 +159,12 @@ The TOML schema (every key not listed is refused)::
     keys = { file = "allowed.parquet" }     # optional: allowed key combinations (CSV/Parquet with
                                     # exactly the `by` columns, no duplicate rows) instead of the
                                     # cross product of the domains
-    mechanism = { family = "log", sigma = 0.3, offset = 1000.0 }
+    mechanism = { family = "exp_polylog", sigma = 1.1e6, a = 1.0, d = 5.1, p = 1.0 }
                                     # family (see MECHANISM_FAMILIES) and its constructor
                                     # arguments; exactly one of `mechanism` / `calibrate`
                                     # (a count may omit both: discrete Gaussian with sigma = 2)
-    calibrate = { family = "log", targets = { "1e3" = 0.5, "1e7" = 10.0 },
-                  typical_total = 1e6, fixed = { offset = 1000.0 }, objective = "auto" }
+    calibrate = { family = "exp_polylog", targets = { "2.5e5" = 0.5, "2e10" = 50.0 },
+                  typical_total = 1e7, fixed = { p = 1 }, objective = "auto" }
     grid = 1.0                      # optional exact-rounding grid of the noisy output: a
                                     # number > 0 or {measure = step}; default: each mechanism's
                                     # default. Additive mechanisms: the estimate's grid (e.g.

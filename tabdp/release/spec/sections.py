@@ -86,6 +86,11 @@ def _parse_release(raw: Any) -> ReleaseInfo:
     if "delta" in d:
         delta = _number(d["delta"], "release.delta", what="delta", gt=0.0, lt=1.0,
                         hint="δ of the (ε, δ) statements, e.g. delta = 1e-9.")
+        from tabdp.privacy.conversions import statement_delta_problem
+
+        if (why := statement_delta_problem(delta)) is not None:
+            _fail("release.delta", f"{why}.", "use a δ far below 1 / (the number of units), "
+                                              "e.g. delta = 1e-9, or remove delta.")
     return ReleaseInfo(name=name, level=level, delta=delta, **texts)
 
 

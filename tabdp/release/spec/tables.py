@@ -110,8 +110,8 @@ def _parse_mechanism(raw: Any, path: str, kind: str, measures: tuple[str, ...]
     families = tuple(MECHANISM_FAMILIES)
     if not isinstance(raw, Mapping):
         _fail(path, f"must be a table with a family and its parameters; got {_show(raw)} "
-                    f"({_tname(raw)}).", 'e.g. mechanism = { family = "log", sigma = 0.3, '
-                                         'offset = 1000.0 }.')
+                    f"({_tname(raw)}).", 'e.g. mechanism = { family = "exp_polylog", '
+                                         'sigma = 1.1e6, a = 1.0, d = 5.1, p = 1.0 }.')
     if "family" not in raw:
         _fail(path, f"missing required key 'family' in {path} (got {_show(dict(raw))}).",
               f"add family = one of {', '.join(families)}.")
@@ -393,8 +393,11 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
         raw_mech = {"family": count_family, **count_params}
     else:
         _fail(tp, "a sum table needs a mechanism or a calibrate table; got neither.",
-              'add mechanism = { family = "log", sigma = 0.3, offset = 1000.0 } or '
-              'calibrate = { family = "log", targets = { "1e3" = 0.5 }, typical_total = 1e6 }.')
+              'add calibrate = { family = "exp_polylog", targets = { "2.5e5" = 0.5, '
+              '"2e10" = 50.0 }, typical_total = 1e7, fixed = { p = 1 } } (rho 0.5 for a unit '
+              'contributing 250,000 to a cell, 50 at 2e10, as in examples/cbp_release.toml), '
+              'or a mechanism = { family = ..., ... }; `tabdp plan` shows the losses and '
+              'errors of either.')
     _check_releasable(mech, f"{tp}.mechanism" if "mechanism" in d else f"{tp}.calibrate",
                       raw_mech)
     grid = _parse_grid(d["grid"], f"{tp}.grid", kind, measures) if "grid" in d else None
