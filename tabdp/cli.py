@@ -597,7 +597,7 @@ def _unmarked_demo_folder(folder: Path) -> bool:
     """
     import json
 
-    from tabdp.release._staging import NOT_FOR_PUBLICATION, RUN_FILES
+    from tabdp.release.runner import NOT_FOR_PUBLICATION, RUN_FILES
 
     try:
         entries = {p.name: p for p in folder.iterdir()}

@@ -36,6 +36,7 @@ from tabdp.release._input import (
     _rules_outcome,
     scan_input,
 )
+from tabdp.release._left_out import _measure_mechanism
 from tabdp.release._levels import _released_measures, _table_mechanism
 from tabdp.release._outputs import (
     ReleaseResult,
@@ -53,7 +54,6 @@ from tabdp.release._outputs import (
 )
 from tabdp.release._plan import (
     _file_name,
-    _measure_mechanism,
     _planned_grid,
     _transformation,
 )

@@ -53,6 +53,13 @@ from tabdp.release._input import (
     read_input,
     scan_input,
 )
+from tabdp.release._left_out import (
+    LEFT_OUT_BIAS_TEXT,
+    LIFETIME_LEFT_OUT_BIAS_TEXT,
+    left_out_bias_in_words,
+    left_out_sizes,
+    left_out_sizes_in_words,
+)
 from tabdp.release._outputs import (
     LeftOutError,
     ReleaseResult,
@@ -64,12 +71,7 @@ from tabdp.release._outputs import (
     summary_grid,
 )
 from tabdp.release._plan import (
-    LEFT_OUT_BIAS_TEXT,
-    LIFETIME_LEFT_OUT_BIAS_TEXT,
     curve_in_words,
-    left_out_bias_in_words,
-    left_out_sizes,
-    left_out_sizes_in_words,
     plan_summary,
     public_lifetime,
     release_guarantee_in_words,
@@ -78,6 +80,7 @@ from tabdp.release._plan import (
 from tabdp.release._staging import (
     FAILURE_FILE,
     NOT_FOR_PUBLICATION,
+    RUN_FILES,
     SPARK_LOG,
     DataDependentFailure,
     _check_target,
@@ -102,7 +105,7 @@ __all__ = ["ReleaseResult", "plan_summary", "curve_in_words", "publishable_in_wo
            "left_out_sizes_in_words", "LEFT_OUT_BIAS_TEXT", "check_input_present", "read_input",
            "SPARK_LOG", "left_out_by_table", "left_out_in_words", "LeftOutError",
            "check_left_out", "summary_grid", "LIFETIME_LEFT_OUT_BIAS_TEXT",
-           "left_out_bias_in_words", "left_out_filters"]
+           "left_out_bias_in_words", "left_out_filters", "RUN_FILES"]
 
 
 def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
