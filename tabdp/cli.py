@@ -801,7 +801,9 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
     head = "".join(f"{x:>10.0e}" for x in sizes)
     for t in s["tables"]:
         params = ", ".join(f"{k}={v}" for k, v in t["mechanism"]["params"].items())
-        what = ("count" if t["kind"] == "count" else f"sum of {', '.join(t['measures'])}")
+        # the count's definition from the spec (distinct units, or rows capped per unit)
+        what = (f"count ({t['statistic']})" if t["kind"] == "count" and t.get("statistic")
+                else "count" if t["kind"] == "count" else f"sum of {', '.join(t['measures'])}")
         out.write(f"\n{t['name']}: {what} by {', '.join(t['by']) or '(national)'}; "
                   f"{t['cells']:,} cells\n")
         out.write(f"  mechanism {t['mechanism']['class']}({params}); guarantee "

@@ -211,7 +211,10 @@ class DPAccessor(Generic[_Out]):
             max_cells: Public bound on the cells one unit contributes to (with ``unit=``).
             max_rows: Public bound on the rows one unit counts in one cell (with ``unit=``):
                 its count contribution is capped there, so the count's policy is at most
-                ρ(max_rows) per cell.
+                ρ(max_rows) per cell, and the statistic is then the number of rows counting
+                at most ``max_rows`` per unit and cell (``max_rows=1``: distinct units per
+                cell). ``None`` (default) counts every row. A spec's count table with
+                ``input.unit`` always has this cap, ``plan.count_rows`` (default 1).
             form: ``"wide"`` (default) or ``"long"`` (see [`sum`][tabdp.frame.DPAccessor.sum]).
             cv: Wide form: also return ``count_cv`` and ``count_flag``.
 

@@ -89,3 +89,10 @@ def test_published_count_counts_capped_rows(tmp_path: Path) -> None:
     assert manifest["tables"][0]["statistic"] == want
     assert summary["tables"][0]["statistic"] == want
     assert want in (pub / "summary.html").read_text()
+
+
+def test_tabdp_plan_prints_the_count_statistic(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, unit=True, count_rows=2)
+    out = io.StringIO()
+    assert cli.main(["plan", str(spec)], stdout=out, stderr=io.StringIO()) == 0
+    assert "n: count (number of rows, at most 2 per id per cell) by county" in out.getvalue()
