@@ -8,9 +8,8 @@ sector (every key of the public domains), the measured levels released with
 20,000) go through the public entry point in batches of measures; per level the coverage of
 the published 90% intervals (mean over cells and draws), and at the national cell (one cell:
 its coverage is a single binomial proportion) also: the empirical variance of the error against
-the margin's ``sd² + n/6`` (``n`` finest cells below, the average variance of the stochastic
-rounding of each), the mean of the realised rounding variance ``Σ f(1 − f)`` of the finest
-estimates' fractional parts, and a binomial test of coverage = 0.90.
+the margin's ``sd² + r/6`` (``r`` rounding ranges below: one per column of the finest cells,
+the average variance of their systematic rounding), and a binomial test of coverage = 0.90.
 
 Usage::
 
@@ -43,6 +42,7 @@ import bench_hierarchy as bh  # noqa: E402
 
 from tabdp.datasets.synth import generate_establishments  # noqa: E402
 from tabdp.hierarchy import Product, consistent, gaussian_shares, plan_split  # noqa: E402
+from tabdp.hierarchy.consistent import _round_variance  # noqa: E402
 from tabdp.mechanisms import DiscreteGaussian  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -100,6 +100,7 @@ def run(data: Path, draws: int, rho: float, batch: int, sigma: float = 2.0) -> d
     e = np.concatenate(nat_err)
     h = np.concatenate(nat_moe)
     n_fin = int(prod.present.sum())
+    nat_rvar = float(_round_variance(prod, *prod.pair(()), 1.0).item())
     k_hit = int(np.sum(np.abs(e) <= h))
     test = binomtest(k_hit, e.size, 0.9)
     return {
@@ -111,8 +112,10 @@ def run(data: Path, draws: int, rho: float, batch: int, sigma: float = 2.0) -> d
             "coverage90": k_hit / e.size, "binomial_se": math.sqrt(0.09 / e.size),
             "p_value_coverage_0.90": test.pvalue,
             "ci_99": list(test.proportion_ci(0.99)),
-            # the published sd includes the rounding variance n_fin/6
-            "sd_estimator": math.sqrt(max(nat_sd**2 - n_fin / 6.0, 0.0)),
+            # the published sd includes the rounding variance: 1/6 per rounding range
+            # (one per column of the finest cells, `_block_round`)
+            "sd_estimator": math.sqrt(max(nat_sd**2 - nat_rvar, 0.0)),
+            "rounding_variance": nat_rvar,
             "finest_cells": n_fin, "margin_sd_t": nat_sd,
             "empirical_sd_error": float(e.std()), "mean_error": float(e.mean()),
             "margins_seen": sorted({float(x) for x in np.unique(h)}),

@@ -135,10 +135,13 @@ class _ReaderMayLeave:
     The first ``BrokenPipeError`` (EPIPE) on a write or a flush ends the printing to that
     stream quietly: later writes are dropped, and a stream on a file descriptor (the process's
     stdout or stderr) has that descriptor pointed at ``os.devnull``, so that the interpreter's
-    flush at exit does not raise either (the Python docs' "Note on SIGPIPE"). Nothing else
-    changes: the command goes on, writes the rest to the other stream, and keeps its exit
-    code. A closed pipe is the reader's doing, never the data's, and it is never reported as
-    a path that cannot be used.
+    flush at exit does not raise either (the Python docs' "Note on SIGPIPE"). Any other
+    ``OSError`` of the stream itself (a full disk behind ``> file``, an I/O error) ends it the
+    same way, and so does a stream that does not exist (``sys.stdout`` is None when the
+    process started with that descriptor closed, ``>&-``). Nothing else changes: the command
+    goes on, writes the rest to the other stream, and keeps its exit code. A stream that cannot
+    take the printing is the caller's doing, never the data's, and it is never reported as a
+    path that cannot be used.
 
     Example:
         >>> import io
@@ -150,15 +153,18 @@ class _ReaderMayLeave:
         (4, True)
     """
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.broken = False
+    def __init__(self, stream: TextIO | None) -> None:
+        import io
+
+        # no stream at all (a descriptor closed at start-up): nothing is printed
+        self.broken = stream is None
+        self.stream: TextIO = io.StringIO() if stream is None else stream
 
     def write(self, text: str) -> int:
         if not self.broken:
             try:
                 return self.stream.write(text)
-            except BrokenPipeError:
+            except OSError:  # EPIPE, ENOSPC, EIO...: the stream, not the run, failed
                 self._leave()
         return len(text)
 
@@ -166,7 +172,7 @@ class _ReaderMayLeave:
         if not self.broken:
             try:
                 self.stream.flush()
-            except BrokenPipeError:
+            except OSError:
                 self._leave()
 
     def isatty(self) -> bool:
@@ -180,11 +186,14 @@ class _ReaderMayLeave:
             fd = self.stream.fileno()
         except (OSError, ValueError):  # not on a descriptor (a StringIO): nothing to redirect
             return
-        null = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(null, fd)
-        finally:
-            os.close(null)
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, fd)
+            finally:
+                os.close(null)
+        except OSError:  # the interpreter's flush at exit may then complain: nothing else
+            pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)

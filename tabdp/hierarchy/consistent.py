@@ -5,9 +5,11 @@ levels of a geography × industry hierarchy (the table itself and its directly r
 rollups), and returns every requested level as the GLS (best linear unbiased) consistent
 estimate: every parent equals the sum of its children, and, unrounded, every level is at least
 as accurate as its own release alone and as the rollup. Rounded to a ``grid`` (or ``integer``),
-a cell also carries the rounding variance of the finest cells below it (about ``n·grid²/6``
-for ``n`` of them), so a measured level with many finest cells can then be less accurate than
-its direct release (docs/hierarchy.md, "When the direct release is better"). It reads only the
+a cell also carries the rounding error of the finest cells below it: unbiased, and off by less
+than one step along each rounding block, it adds ``grid²/6`` per block range below the cell
+on average (one range for a cell of one classification; docs/hierarchy.md, "Rounding and
+additivity to the last digit"), which can make a cross-classified level slightly less
+accurate than its direct release ("When the direct release is better"). It reads only the
 released cells and public parameters (mechanisms, hierarchies, key sets): it is
 post-processing and costs no privacy.
 
@@ -378,14 +380,15 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     Options (post-processing of the finest cells, after which every level is again the sum of
     its finest cells):
 
-    * ``grid``: finest cells rounded to multiples of ``grid``, stochastically (up with
-      probability equal to the fractional part; unbiased, independent errors); every level is
-      then an exact integer multiple of ``grid``, and parents equal the sums of their children
-      exactly. The sd and the margins include the rounding (variance ``n·grid²/6`` on average
-      below a cell of ``n`` finest cells), so a coarse cell's sd can exceed its direct
-      release's (e.g. 30 counties at sd 2 under a state released at sd 3: 3.66 on grid 1,
-      2.89 without); with discrete mechanisms and an integer grid the
-      margins are whole
+    * ``grid``: finest cells rounded to multiples of ``grid`` without bias (up with
+      probability equal to the fractional part), systematically along each block (one code of
+      the classification with fewer codes, down the other's leaves in tree order): every range
+      of a block is off by less than one step; every level is then an exact integer multiple
+      of ``grid``, and parents equal the sums of their children exactly. The sd and the
+      margins include the rounding (variance ``grid²/6`` on average per block range below a
+      cell: e.g. 30 counties at sd 2 under a state released at sd 3: 2.92 on grid 1, 2.89
+      without, 3.0 for the state's direct release; independent rounding of the 30 counties
+      gave 3.66); with discrete mechanisms and an integer grid the margins are whole
       numbers, randomized
       between the two whole numbers around the level so that the coverage is ``level``
       (continuity-corrected normal; the randomness is a hash of the released values).
@@ -434,7 +437,7 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         >>> out = consistent({("c",): t, (): nat}, measures=["n"], hierarchies={},
         ...                  mechanisms=Gaussian(sigma=1.0), grid=0.1)
         >>> out[("c",)]["n"].to_list(), out[()]["n"].to_list()
-        ([1.6, 2.4], [4.0])
+        ([1.5, 2.3], [3.8])
     """
     lv = check_level(level)
     if not isinstance(released, Mapping) or not released:
@@ -542,19 +545,16 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         fin = np.maximum(fin_u, 0.0) if nonnegative else fin_u
         ints: np.ndarray | None = None
         ints_u: np.ndarray | None = None
-        round_var: np.ndarray | None = None
         grid_m = grids[m]
         if grid_m is not None:
-            # unbiased (stochastic) rounding with independent uniforms: the finest estimates
-            # of one parent often share their fractional part (the GLS correction is shared),
-            # so rounding each to the nearest would add up to n/2 at the parent
-            uni = _released_uniforms(ms, m, fin.shape)
-            ints = _stochastic_round(fin / grid_m, uni)
-            ints_u = _stochastic_round(fin_u / grid_m, uni) if nonnegative else ints
-            # its variance f(1 - f)·grid² is grid²/6 on average over the fractional part: a
-            # margin that does not depend on the fractional parts (post-processing the
-            # published consistent levels gives the same margins)
-            round_var = prod.present * (grid_m * grid_m / 6.0)
+            # unbiased rounding, systematic along each block (`_block_round`): the finest
+            # estimates of one parent often share their fractional part (the GLS correction
+            # is shared), so rounding each to the nearest would add up to n/2 at the parent,
+            # and rounding them independently adds n/6 grid² of variance to a cell of n
+            # finest cells; along a block, every range of cells is off by less than one step
+            uni = _released_uniforms(ms, m, (fin.shape[1],))
+            ints = _block_round(fin / grid_m, uni, prod.present)
+            ints_u = _block_round(fin_u / grid_m, uni, prod.present) if nonnegative else ints
         stable_scale: dict[Level, np.ndarray] = {}
         if kind == "stable":
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
@@ -585,9 +585,9 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             else:
                 # the sd of the published estimate: the estimator's variance and that of the
                 # stochastic rounding of the finest cells below the cell (as in the margin)
-                sd = np.sqrt(var if round_var is None
-                             else var + _aggregate(prod, a, b, round_var))
-                moe = _margin(prod, a, b, var, lv, round_var, lattice and ints_u is not None,
+                rvar = None if grid_m is None else _round_variance(prod, a, b, grid_m)
+                sd = np.sqrt(var if rvar is None else var + rvar)
+                moe = _margin(prod, a, b, var, lv, rvar, lattice and ints_u is not None,
                               _lattice_uniforms(ints_u, m, a, b, var.shape)
                               if lattice and ints_u is not None else None)
             moe = np.asarray(moe).reshape(var.shape)
@@ -629,16 +629,16 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
 
 
 def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float,
-            round_var: np.ndarray | None, lattice: bool,
+            rvar: np.ndarray | None, lattice: bool,
             uniforms: np.ndarray | None = None) -> np.ndarray:
     """Half-width of the interval, with the rounding of the finest cells to the grid.
 
-    The finest cells are rounded to the grid stochastically (up with probability equal to the
-    fractional part ``f``, independently): each adds an error of mean 0 and variance
-    ``f(1 − f)·grid²``, ``grid²/6`` on average over ``f`` (``round_var``), and a cell adds up
-    the errors of the finest cells below it, beside the estimator's (not negligible at coarse
+    The finest cells are rounded to the grid without bias (`_block_round`: up with
+    probability equal to the fractional part, systematically along each block): a cell's
+    rounding error has mean 0 and variance ``rvar`` (`_round_variance`, ``grid²/6`` per block
+    range below it on average), beside the estimator's ``var`` (not negligible at coarse
     levels when the sd is a few grid steps); the normal margin is ``z·sd_t`` with
-    ``sd_t² = var + Σ round_var``.
+    ``sd_t² = var + rvar``.
 
     On the integer lattice (integer noise, integer grid) every error is a whole number ``E``
     and a margin ``h`` covers exactly when ``|E| ≤ h``: the coverage can only take the values
@@ -656,9 +656,9 @@ def _margin(prod: Product, a: int, b: int, var: np.ndarray, level: float,
     ``k`` draws at once). Where ``h = 0`` the margin is 0 (coverage at least the level).
     """
     z = float(ndtri(0.5 + 0.5 * level))
-    if round_var is None:
+    if rvar is None:
         return z * np.sqrt(var)
-    sd_t = np.sqrt(var + _aggregate(prod, a, b, round_var))
+    sd_t = np.sqrt(var + rvar)
     if not lattice:
         return z * sd_t
     safe = np.where(var > 0, sd_t, 1.0)
@@ -752,10 +752,59 @@ def _released_uniforms(ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray
     return np.random.Generator(np.random.PCG64(seed)).random(shape)
 
 
-def _stochastic_round(scaled: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
-    """Round up with probability equal to the fractional part (``uniforms`` < it), as int64."""
+def _block_round(scaled: np.ndarray, uniforms: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Unbiased rounding of the finest cells, systematic along each block, as int64.
+
+    A block is one column of ``scaled`` (one leaf of the inner classification, the one with
+    fewer leaves), read down the outer classification's leaves in tree order, where every
+    node's leaves are contiguous. With ``f`` the fractional parts (0 for absent cells),
+    ``S`` their running sum down the column and ``u`` the column's uniform, a cell is rounded up
+    by ``⌊S + u⌋ − ⌊S − f + u⌋`` (0 or 1): up with probability ``f`` (unbiased), and the cells
+    of any contiguous range of a column are rounded up ``⌊S_end + u⌋ − ⌊S_start + u⌋`` times,
+    off from their fractional mass by less than one (systematic sampling). A cell of the
+    table (outer node A, inner node B) is a union of one such range per inner leaf of B, the
+    blocks' uniforms independent: its rounding error has variance ``{M}(1 − {M})`` summed
+    over those ranges (``M`` a range's fractional mass), at most what independent rounding
+    of its cells gives and ``grid²/6`` per range on average over ``{M}`` (`_round_variance`).
+
+    Example:
+        >>> x = np.array([[0.5], [0.5], [0.25], [0.75]])
+        >>> _block_round(x, np.array([0.6]), np.ones((4, 1), dtype=bool)).ravel().tolist()
+        [1, 0, 0, 1]
+    """
     low = np.floor(scaled)
-    return (low + (uniforms < scaled - low)).astype(np.int64)
+    f = np.where(present, scaled - low, 0.0)
+    # running sums down each column in extended precision (where the platform has it): a
+    # range's count telescopes exactly whatever the rounding of the sums
+    run = np.cumsum(f.astype(np.longdouble), axis=0)
+    u = np.asarray(uniforms, dtype=np.longdouble).reshape(1, -1)
+    top = np.floor(run + u)
+    before = np.vstack([np.floor(u), top[:-1]])
+    up = (top - before).astype(np.int64)
+    return np.where(present, low.astype(np.int64) + up, 0)
+
+
+def _round_variance(prod: Product, a: int, b: int, grid: float) -> np.ndarray:
+    """Variance of the rounding error of the cells of level ``(a, b)`` (`_block_round`).
+
+    ``grid²/6`` per inner leaf below the cell whose range of outer leaves holds a present
+    finest cell: the average of ``{M}(1 − {M})`` over a range's fractional mass ``M`` (a
+    margin that does not depend on the fractional parts, as before: post-processing the
+    published consistent levels gives the same margins).
+    """
+    out = prod.present.astype(np.float64)
+    tree = prod.outer.tree
+    if a != tree.depth:
+        anc = tree.leaf_ancestor(a)
+        st = np.searchsorted(anc, np.arange(tree.sizes[a]), side="left")
+        out = np.add.reduceat(out, st, axis=0)
+    ranges = (out > 0).astype(np.float64)   # (outer nodes at a) × (inner leaves)
+    inner = prod.inner.tree
+    if b != inner.depth:
+        anc = inner.leaf_ancestor(b)
+        st = np.searchsorted(anc, np.arange(inner.sizes[b]), side="left")
+        ranges = np.add.reduceat(ranges, st, axis=1)
+    return ranges * (grid * grid / 6.0)
 
 
 def _lattice_uniforms(ints: np.ndarray, measure: str, a: int, b: int,

@@ -39,6 +39,7 @@ from tabdp.hierarchy.consistent import (
     _aggregate,
     _level_key,
     _product,
+    _round_variance,
     cell_weights,
 )
 from tabdp.hierarchy.gls import solve
@@ -84,8 +85,10 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
     """Exact sd of every cell of the consistent estimate, from public inputs only.
 
     With ``grid``, the sd of the published estimate on that grid: the estimator's variance
-    plus that of the stochastic rounding of the ``n`` finest cells below the cell,
-    ``n·grid²/6`` (as [`consistent`][tabdp.hierarchy.consistent] publishes it).
+    plus that of the unbiased rounding of the finest cells below the cell, ``grid²/6`` per
+    range of finest cells it sums along a rounding block (one range for a cell of one
+    classification, one per finest code of the other classification below it otherwise; as
+    [`consistent`][tabdp.hierarchy.consistent] publishes it).
 
     Args:
         keys: The finest level's key set (its columns are the finest level).
@@ -111,8 +114,8 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
         ...             mechanisms=Gaussian(sigma=1.0))[()]["sd"].round(4).to_list()
         [0.8165]
         >>> expected_sd(keys, [("c",), ()], hierarchies={}, mechanisms=Gaussian(sigma=1.0),
-        ...             grid=1.0)[()]["sd"].round(4).to_list()    # sqrt(2/3 + 2/6)
-        [1.0]
+        ...             grid=1.0)[()]["sd"].round(4).to_list()    # sqrt(2/3 + 1/6)
+        [0.9129]
     """
     if grid is not None and not (isinstance(grid, (int, float)) and math.isfinite(grid)
                                  and grid > 0):
@@ -133,8 +136,8 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
         k = prod.keys(o)
         sd = sds[o]
         if grid is not None:
-            n_fin = prod.aggregate(o, prod.present.astype(np.float64)).reshape(-1)
-            sd = np.sqrt(sd * sd + n_fin * (float(grid) ** 2 / 6.0))
+            rvar = _round_variance(prod, *prod.pair(o), float(grid)).reshape(-1)
+            sd = np.sqrt(sd * sd + rvar)
         body = pl.DataFrame({"sd": sd})
         out[o] = (pl.concat([k, body], how="horizontal") if o else body)
     return out

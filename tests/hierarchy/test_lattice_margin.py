@@ -67,7 +67,7 @@ def _draws(n: int, sigma: float, seed: int) -> tuple[Product, dict, np.ndarray, 
         u = rng.random(err.shape)
         errs[lv] = err
         margins[lv] = (var, prod.aggregate(lv, rv), u,
-                       _margin(prod, a, b, var, 0.9, rv, True, u))
+                       _margin(prod, a, b, var, 0.9, prod.aggregate(lv, rv), True, u))
     return prod, margins, errs, fin
 
 

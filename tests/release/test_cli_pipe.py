@@ -103,3 +103,28 @@ def test_in_process_streams_that_break() -> None:
     assert cli.main(["validate", "no-such-spec.toml"], stdout=Gone(), stderr=err) == 2
     assert cli.main(["validate", "no-such-spec.toml"], stdout=io.StringIO(),
                     stderr=Gone()) == 2
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_on_a_full_disk_is_not_a_failed_release(tmp_path: Path, buffered: bool) -> None:
+    """A stdout on a full file system (review r52): the release is written, exit 0."""
+    folder = _folder(tmp_path)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([*PROGRAM, "run", "s.toml"], cwd=folder, stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=_env(buffered), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (folder / "out" / "public").iterdir()) == RELEASE
+    assert "Nothing was written" not in proc.stderr
+    assert "cannot use the path" not in proc.stderr
+
+
+def test_stdout_closed_at_start_is_not_an_internal_error(tmp_path: Path) -> None:
+    """``tabdp run spec >&-`` (review r52): sys.stdout is None; the release is written, exit 0."""
+    folder = _folder(tmp_path)
+    proc = subprocess.run(["bash", "-c", f"{' '.join(map(repr, PROGRAM))} run s.toml >&-"],
+                          cwd=folder, stderr=subprocess.PIPE, text=True, env=_env(True),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (folder / "out" / "public").iterdir()) == RELEASE
+    assert "internal error" not in proc.stderr
