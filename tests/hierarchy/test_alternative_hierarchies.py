@@ -227,3 +227,32 @@ def test_plan_of_a_consistent_table_on_a_grouping_sharing_a_coarse_level(tmp_pat
     assert cons["measured"] == ["state_group2", "naics2"]
     levels = [row["level"] for row in cons["expected_sd"]["count"]]
     assert levels == ["state_group2", "naics2", "state_naics2", "national"]
+
+
+def _chain(tmp_path: Path, *, agree: bool) -> dict[str, Any]:
+    """A chain: industry (naics2 … naics6), grp (group > naics2) and alt (group > naics6).
+
+    Each pair shares one level at most; only the paths naics6 → naics2 → group (industry, grp)
+    and naics6 → group (alt) can disagree (review r52: the 11 codes moved to services in alt).
+    """
+    m = pl.read_csv(NAICS, infer_schema=False).with_columns(
+        pl.col("naics2").map_elements(_group, return_dtype=pl.String).alias("group"))
+    m.select("group", "naics2").unique().write_csv(tmp_path / "grp.csv")
+    alt = m if agree else m.with_columns(
+        pl.when(pl.col("naics2") == "11").then(pl.lit("services")).otherwise(pl.col("group"))
+        .alias("group"))
+    alt.select("group", "naics6").write_csv(tmp_path / "alt.csv")
+    spec = _spec(tmp_path, {"file": str(tmp_path / "grp.csv"), "levels": ["group", "naics2"]},
+                 _count_table(by=["naics6"], rollups=[{"by": ["group"]}]))
+    spec["hierarchies"]["alt"] = {"file": str(tmp_path / "alt.csv"),
+                                  "levels": ["group", "naics6"]}
+    return spec
+
+
+def test_a_chain_of_groupings_must_agree_on_every_path(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="two meanings") as err:
+        parse_spec(_chain(tmp_path, agree=False), tmp_path)
+    msg = str(err.value)
+    assert "'group'" in msg and "'11" in msg and "hierarchies.alt.file" in msg
+    spec = parse_spec(_chain(tmp_path, agree=True), tmp_path)
+    assert [dict(r.maps) for r in spec.tables[0].rollups] == [{"group": ("alt", "naics6")}]

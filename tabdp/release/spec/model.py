@@ -78,6 +78,38 @@ class Hierarchy:
     mapping: pl.DataFrame
 
 
+def classifications(hierarchies: Mapping[str, Hierarchy]) -> dict[str, str]:
+    """Hierarchy name -> its classification: the first of the hierarchies sharing levels with it.
+
+    Alternative hierarchies (sharing a level, e.g. two groupings of the same 6-digit codes) are
+    one classification; the others are one each.
+
+    Example:
+        >>> import polars as pl
+        >>> from pathlib import Path
+        >>> m = pl.DataFrame({"a": ["1"], "b": ["2"]})
+        >>> hs = {"x": Hierarchy("x", Path("x.csv"), ("a", "b"), m),
+        ...       "y": Hierarchy("y", Path("y.csv"), ("b",), m.select("b"))}
+        >>> classifications(hs)
+        {'x': 'x', 'y': 'x'}
+    """
+    root = {n: n for n in hierarchies}
+
+    def find(n: str) -> str:
+        while root[n] != n:
+            n = root[n]
+        return n
+
+    names = list(hierarchies)
+    for i, n in enumerate(names):
+        for other in names[i + 1:]:
+            if set(hierarchies[n].levels) & set(hierarchies[other].levels):
+                a, b = find(n), find(other)
+                if a != b:  # the earlier name of the two classes names the joined one
+                    root[max(a, b, key=names.index)] = min(a, b, key=names.index)
+    return {n: find(n) for n in names}
+
+
 @dataclass(frozen=True)
 class BudgetSpec:
     """``[budget]``: a constant ρ or a ``{size: rho}`` curve (float keys)."""

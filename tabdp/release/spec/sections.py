@@ -26,6 +26,7 @@ from tabdp.release.spec.model import (
     PlanSpec,
     Publication,
     ReleaseInfo,
+    classifications,
 )
 from tabdp.release.spec.schema import (
     _DOMAIN_FILE_KEYS,
@@ -445,7 +446,58 @@ def _parse_hierarchies(raw: Any, base: Path, domains: dict[str, pl.Series]
             owner.setdefault(level, name)
             domains[level] = mapping[level].unique(maintain_order=True).sort()
         out[name] = Hierarchy(name=name, file=file, levels=levels, mapping=mapping)
+    _check_classifications(out)
     return out
+
+
+def _check_classifications(hierarchies: Mapping[str, Hierarchy]) -> None:
+    """Alternative hierarchies linked through others: every level still means one thing.
+
+    Two hierarchies sharing levels are checked pairwise (`_check_alternative`); three or more
+    linked in a chain (industry: naics2 … naics6; a grouping of naics2; a grouping of naics6)
+    can still give one level two meanings through different paths. From each level, every
+    coarser level reachable through the hierarchies' maps (each a function, finer to coarser)
+    is followed along every path, and the paths must agree code by code (the frame keyed by
+    the level's codes never grows: each step is a join with a function).
+    """
+    group = classifications(hierarchies)
+    for cls in dict.fromkeys(group.values()):
+        members = [h for h in hierarchies.values() if group[h.name] == cls]
+        if len(members) < 3:
+            continue
+        for start in dict.fromkeys(lv for h in members for lv in h.levels):
+            reached = pl.DataFrame({start: next(
+                h.mapping[start] for h in members if start in h.levels).unique()})
+            via: dict[str, str] = {}
+            grew = True
+            while grew:
+                grew = False
+                for h in members:
+                    for k, fine in enumerate(h.levels):
+                        if fine not in reached.columns:
+                            continue
+                        for coarse in h.levels[:k]:
+                            step = h.mapping.select(fine, coarse).unique()
+                            if coarse not in reached.columns:
+                                reached = reached.join(step, on=fine, how="left")
+                                via[coarse] = h.name
+                                grew = True
+                                continue
+                            got = reached.join(step, on=fine, how="left", suffix="__other")
+                            bad = got.filter(pl.col(coarse).ne_missing(pl.col(f"{coarse}__other")))
+                            if bad.height:
+                                code, one = bad[start][0], bad[coarse][0]
+                                two, path = bad[f"{coarse}__other"][0], via.get(coarse, start)
+                                _fail(f"hierarchies.{h.name}.file",
+                                      f"the alternative hierarchies "
+                                      f"{_show(sorted(x.name for x in members))} give level "
+                                      f"{coarse!r} two meanings: {start!r} code {code!r} maps "
+                                      f"to {coarse!r} {one!r} through {path!r} and {two!r} "
+                                      f"through {h.name!r} ({bad.height} such code(s)).",
+                                      "make every path between two levels map alike (e.g. a "
+                                      "6-digit code under the same group whether reached "
+                                      "directly or through its sector), or rename a level in "
+                                      "one of the hierarchies.")
 
 
 def _check_alternative(first: Hierarchy, name: str, levels: Sequence[str],

@@ -21,6 +21,7 @@ from tabdp.release.spec.model import (
     ReleaseInfo,
     RollupSpec,
     TableSpec,
+    classifications,
 )
 from tabdp.release.spec.schema import (
     _CALIBRATE_KEYS,
@@ -545,7 +546,7 @@ def _check_consistent(tp: str, mech: Any, by: tuple[str, ...], rollups: tuple[Ro
     owners = {c for c in by for h in hierarchies.values() if c in h.levels}
     flat = [c for c in by if c not in owners]
     # a classification: the hierarchies linked by shared levels (alternatives of one another)
-    group = _classifications(hierarchies)
+    group = classifications(hierarchies)
     classes = {group[h.name] for h in hierarchies.values() for c in by if c in h.levels}
     n_class = len(classes) + len(flat)
     if n_class > 2:
@@ -565,34 +566,3 @@ def _check_consistent(tp: str, mech: Any, by: tuple[str, ...], rollups: tuple[Ro
                   "remove consistent, or release the levels of each alternative hierarchy "
                   "in a consistent table of its own.")
 
-
-def _classifications(hierarchies: Mapping[str, Hierarchy]) -> dict[str, str]:
-    """Hierarchy name -> its classification: the first of the hierarchies sharing levels with it.
-
-    Alternative hierarchies (sharing a level, e.g. two groupings of the same 6-digit codes) are
-    one classification; the others are one each.
-
-    Example:
-        >>> import polars as pl
-        >>> from pathlib import Path
-        >>> m = pl.DataFrame({"a": ["1"], "b": ["2"]})
-        >>> hs = {"x": Hierarchy("x", Path("x.csv"), ("a", "b"), m),
-        ...       "y": Hierarchy("y", Path("y.csv"), ("b",), m.select("b"))}
-        >>> _classifications(hs)
-        {'x': 'x', 'y': 'x'}
-    """
-    root = {n: n for n in hierarchies}
-
-    def find(n: str) -> str:
-        while root[n] != n:
-            n = root[n]
-        return n
-
-    names = list(hierarchies)
-    for i, n in enumerate(names):
-        for other in names[i + 1:]:
-            if set(hierarchies[n].levels) & set(hierarchies[other].levels):
-                a, b = find(n), find(other)
-                if a != b:  # the earlier name of the two classes names the joined one
-                    root[max(a, b, key=names.index)] = min(a, b, key=names.index)
-    return {n: find(n) for n in names}
