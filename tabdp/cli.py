@@ -598,41 +598,17 @@ def _example_spec() -> Path:
 DEMO_MARKER = "TABDP_DEMO.txt"
 
 
-def _unmarked_demo_folder(folder: Path) -> bool:
-    """A demo folder of a tabdp without `DEMO_MARKER`: nothing in it but a run's own files.
-
-    ``public/`` holds only files its ``summary.json`` lists, ``confidential/`` only files a
-    run writes (``RUN_FILES``), and there is nothing else.
-    """
-    import json
-
-    from tabdp.release.runner import NOT_FOR_PUBLICATION, RUN_FILES
-
-    try:
-        entries = {p.name: p for p in folder.iterdir()}
-        if not entries or not set(entries) <= {"public", "confidential"}:
-            return False
-        pub, conf = entries.get("public"), entries.get("confidential")
-        if pub is not None:
-            listed = json.loads((pub / "summary.json").read_text(encoding="utf-8"))["files"]
-            if not all(p.is_file() and (p.name in listed or p.name == NOT_FOR_PUBLICATION)
-                       for p in pub.iterdir()):
-                return False
-        return conf is None or all(p.is_file() and p.name in RUN_FILES
-                                   for p in conf.iterdir())
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
 def _claim_demo_folder(folder: Path) -> None:
     """Make ``folder`` the demo's (marker file), or refuse one the demo did not make.
 
     A missing or empty folder becomes the demo's; one holding `DEMO_MARKER` (an earlier
-    demo's) is the demo's already, and its outputs are replaced, and so is one that holds
-    nothing but what a run wrote (`_unmarked_demo_folder`: a demo of a version without the
-    marker). Any other existing folder is refused, untouched: the demo never deletes files it
-    did not create (review r51: it replaced ``public/`` and ``confidential/`` of any folder,
-    a user's files in them included).
+    demo's) is the demo's already, and its outputs are replaced. Any other existing folder is
+    refused, untouched: the demo never deletes files it did not create (review r51: it
+    replaced ``public/`` and ``confidential/`` of any folder, a user's files in them
+    included). A folder holding only ``public/`` and ``confidential/`` is refused too: that is
+    also the shape of a real release (``<output root>/<release name>/``; review r52: the
+    demo replaced one, its ledger.json and per-record losses included), so the folder of a
+    demo made before the marker existed must be removed by hand.
 
     Raises:
         InvalidParameterError: ``folder`` exists and is not the demo's (or is a file).
@@ -641,13 +617,13 @@ def _claim_demo_folder(folder: Path) -> None:
         raise InvalidParameterError(
             f"the demo folder {str(folder)!r} exists and is not a folder.\nHint: pass "
             "another --out (a new folder), or remove that file.")
-    if (folder.is_dir() and not (folder / DEMO_MARKER).is_file() and any(folder.iterdir())
-            and not _unmarked_demo_folder(folder)):
+    if folder.is_dir() and not (folder / DEMO_MARKER).is_file() and any(folder.iterdir()):
         raise InvalidParameterError(
             f"the demo folder {str(folder)!r} already exists and was not made by tabdp demo "
             f"(it has no {DEMO_MARKER}); the demo replaces only folders it made itself, so "
             "nothing was written or deleted.\nHint: pass another --out (a new folder), or "
-            "remove that folder if nothing in it is yours.")
+            f"remove that folder if nothing in it is yours (an older tabdp's demo folder has no "
+            f"{DEMO_MARKER}: remove it).")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / DEMO_MARKER).write_text(
         "This folder was made by `tabdp demo` (the bundled example spec on the bundled "

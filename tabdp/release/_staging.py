@@ -6,7 +6,8 @@ Outputs are built in staging folders next to their targets and renamed into plac
 ledger commits it after every check of the swap and before the renames (`_Staging.commit`).
 A run replaces only its own files (`RUN_FILES`) in the confidential folder: a comparison
 (``tabdp compare``'s ``compare/``) and anything else there is carried over into the new
-folder, never deleted (review r51).
+folder, never deleted (review r51); tabdp's own temporary files there are not (`_run_scratch`),
+and an author-mode refusal names nothing in that folder (review r52).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -52,21 +54,78 @@ RELEASE_FILES = frozenset({"per_record_losses.parquet", "worst_cells.parquet",
 RUN_FILES = RELEASE_FILES | {FAILURE_FILE} | FAILURE_LOGS
 
 
+#: Written into a confidential target's staging folder, before anything is carried over into
+#: it, with the names of what is (`_Staging`): after a killed run, `clean_stale_staging` gives
+#: back only those and deletes the rest of the folder (the run's own files and scratch). Removed
+#: once the new folder is in place; tabdp's own name, never a user's (`_run_scratch`).
+CARRIED_MANIFEST = ".tabdp-carried.json"
+
+#: The temporary names tabdp's writers give files inside a confidential (staging) folder, next
+#: to the run file they become: ``_write_failure``'s ``.failure.json.<mkstemp>``, the streaming
+#: report's ``.per_record_losses.parquet.<pid>.partial`` (`tabdp.frame._stream`) and Spark's
+#: scratch folder ``.<file>.spark-<uuid>`` (`tabdp.frame._spark`): partial copies of run files.
+_SCRATCH = re.compile(r"\.(?P<file>.+)\.(?:\d+\.partial|spark-[0-9a-f]+)")
+_FAILURE_TMP = re.compile(rf"\.{re.escape(FAILURE_FILE)}\.[a-z0-9_]{{8}}")  # mkstemp's suffix
+
+
+def _run_scratch(name: str) -> bool:
+    """Whether a name in a confidential (staging) folder is tabdp's own temporary file.
+
+    Such an entry is never the user's: a run deletes it with its old folder, and neither
+    carries it over nor describes it as a file no run wrote (review r52).
+
+    Example:
+        >>> [_run_scratch(n) for n in (".per_record_losses.parquet.4242.partial",
+        ...  ".per_record_losses.parquet.spark-" + "0" * 32, ".failure.json.k3j_x9a0",
+        ...  CARRIED_MANIFEST, ".notes.txt.4242.partial", "compare")]
+        [True, True, True, True, False, False]
+    """
+    if name == CARRIED_MANIFEST or _FAILURE_TMP.fullmatch(name):
+        return True
+    m = _SCRATCH.fullmatch(name)
+    return m is not None and m["file"] in RUN_FILES
+
+
 def _kept_entries(path: Path) -> list[Path]:
     """The entries of a confidential folder that no run wrote: a run keeps them.
+
+    A run's files (`RUN_FILES`) and tabdp's temporary files (`_run_scratch`) are not among
+    them.
 
     Example:
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> (d / "compare").mkdir()
         >>> _ = (d / "confidential.json").write_text("{}")
+        >>> _ = (d / ".failure.json.abcd1234").write_text("{}")
         >>> [p.name for p in _kept_entries(d)]
         ['compare']
     """
     try:
-        return sorted(p for p in path.iterdir() if p.name not in RUN_FILES)
+        return sorted(p for p in path.iterdir()
+                      if p.name not in RUN_FILES and not _run_scratch(p.name))
     except OSError:
         return []
+
+
+def _carried_names(staging: Path) -> list[str] | None:
+    """The names a staging folder's `CARRIED_MANIFEST` lists (``None``: none readable)."""
+    try:
+        names = json.loads((staging / CARRIED_MANIFEST).read_text(encoding="utf-8"))["carried"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return None
+    return names
+
+
+def _write_carried(staging: Path, names: Sequence[str]) -> None:
+    """Write `CARRIED_MANIFEST` into a staging folder, on disk before anything is moved."""
+    fd = os.open(staging / CARRIED_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"carried": list(names)}) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _is_comparison(path: Path) -> bool:
@@ -109,7 +168,7 @@ def _confidential_blockers(path: Path) -> tuple[list[Path], list[Path], list[Pat
     except OSError:
         return [], [], []
     release = [p for p in entries if p.name in RELEASE_FILES]
-    kept = [p for p in entries if p.name not in RUN_FILES]
+    kept = [p for p in entries if p.name not in RUN_FILES and not _run_scratch(p.name)]
     comparisons = [p for p in kept if _is_comparison(p)]
     return release, comparisons, [p for p in kept if p not in comparisons]
 
@@ -134,8 +193,26 @@ def _confidential_free(path: Path) -> bool:
     return path.is_dir() and not release and not other
 
 
-def _confidential_refusal(path: Path) -> str:
-    """Why an existing confidential folder needs ``--overwrite``: what it holds, exactly."""
+#: Author mode: what a refusal says of the confidential folder's other entries, always the
+#: same (review r52: the author was shown the names of the curator's files and folders there).
+_AUTHOR_KEPT = ("A run replaces only its own files in the confidential folder and keeps any "
+                "others there (a comparison, the curator's files: the curator can see them), "
+                "with or without --overwrite.")
+#: Author mode: the hint of a refusal (the author names no output folder, only the release).
+_AUTHOR_HINT = ("Hint: choose another release name (its folder under the curator's output "
+                "root), or pass --overwrite.")
+
+
+def _confidential_refusal(path: Path, author: bool = False) -> str:
+    """Why an existing confidential folder needs ``--overwrite``: what it holds, exactly.
+
+    ``author`` (an author-mode run): one fixed text that names nothing in the folder; the
+    curator sees the folder itself.
+    """
+    if author:
+        return (f"the confidential output folder {str(path)!r} already exists and holds "
+                f"files; tabdp never overwrites a release silently. {_AUTHOR_KEPT}\n"
+                f"{_AUTHOR_HINT}")
     release, comparisons, other = _confidential_blockers(path)
     compared = f"the comparison {_named(comparisons)} (tabdp compare)" if comparisons else ""
     if release:
@@ -158,7 +235,7 @@ def _confidential_refusal(path: Path) -> str:
 
 
 def _check_target(path: Path, overwrite: bool, what: str,
-                  confidential: Path | None = None) -> None:
+                  confidential: Path | None = None, author: bool = False) -> None:
     """Refuse an output folder a run must not write (``confidential``: the run's, if any).
 
     Args:
@@ -167,23 +244,37 @@ def _check_target(path: Path, overwrite: bool, what: str,
         what: ``"public"``, ``"confidential"`` or ``"plan"``.
         confidential: For the public folder, the run's confidential folder: a refusal names
             what a run keeps there (a comparison, say).
+        author: An author-mode run: a refusal names nothing in the confidential folder
+            (review r52).
     """
+    if what == "confidential" and path.is_symlink():
+        # review r52: a run renames the folder aside, so it moved the curator's entries out of
+        # the link's target into a new, local folder and left a .old-* link behind every run
+        raise InvalidParameterError(
+            f"the confidential output folder {str(path)!r} is not a plain folder"
+            + ("; the curator must make it one.\nHint: ask the curator." if author
+               else " but a symbolic link; a run replaces the folder itself, not what a link "
+                    "points to.\nHint: name the link's target in the spec's [output] section "
+                    "(or replace the link by a folder)."))
     if what == "confidential" and path.is_dir():
         # the run replaces only its own files there (`RUN_FILES`): a folder holding nothing
         # but comparisons (tabdp compare's compare/) and a failed run's report needs no
-        # --overwrite, and one that does is described (review r51)
+        # --overwrite, and one that does is described (review r51), to the curator only
+        # (review r52)
         if not overwrite and not _confidential_free(path):
-            raise InvalidParameterError(_confidential_refusal(path))
+            raise InvalidParameterError(_confidential_refusal(path, author))
     elif path.exists() and not overwrite:
         kept = _kept_entries(confidential) if confidential is not None else []
-        note = (f" The confidential folder {str(confidential)!r} also holds {_named(kept)}, "
+        note = (f" {_AUTHOR_KEPT}" if author and confidential is not None else
+                f" The confidential folder {str(confidential)!r} also holds {_named(kept)}, "
                 "which no tabdp run wrote (a comparison of tabdp compare, say): a run keeps "
                 f"{'it' if len(kept) == 1 else 'them'}, with or without --overwrite."
                 if kept else "")
+        hint = (_AUTHOR_HINT if author else "Hint: choose a new folder in the spec's [output] "
+                "section, remove the old one, or pass --overwrite.")
         raise InvalidParameterError(
             f"the {what} output folder {str(path)!r} already exists; tabdp never overwrites a "
-            f"release silently.{note}\nHint: choose a new folder in the spec's [output] "
-            "section, remove the old one, or pass --overwrite.")
+            f"release silently.{note}\n{hint}")
     if path.exists() and not path.is_dir():
         raise InvalidParameterError(
             f"the {what} output path {str(path)!r} exists and is not a folder.\n"
@@ -229,8 +320,8 @@ def _staging_name(target: Path, kind: str) -> str:
     return f".{target.name}.{kind}-{os.getpid()}-"
 
 
-def clean_stale_staging(targets: Sequence[Path],
-                        private: Sequence[bool] | None = None) -> list[Path]:
+def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None = None,
+                        author: bool = False) -> list[Path]:
     """Remove the staging folders a killed run (``kill -9``, power loss) left next to targets.
 
     Staging folders are named ``.<target>.tmp-<pid>-<random>`` (and ``.<target>.old-<pid>-...``
@@ -240,13 +331,15 @@ def clean_stale_staging(targets: Sequence[Path],
     is the only copy of the previous release. A folder of a process that is still running (or
     without a process id: older tabdp versions) is refused with a message: tabdp does not
     remove what another run may still be writing. A stale folder of a confidential target
-    (``private``) that holds entries the killed run was carrying over (`_kept_entries`: a
+    (``private``) that holds entries the killed run was carrying over (`_give_back`: a
     comparison, say) first gives them back to the target, or is refused with a message when
-    it cannot: they are never deleted.
+    it cannot: they are never deleted. A stale ``old`` symbolic link (a confidential folder
+    that was a link, before review r52) is removed, never what it points to.
 
     Args:
         targets: Output folders of the run.
         private: Per target, whether it is a confidential folder (default: none is).
+        author: An author-mode run: a refusal names nothing in the confidential folder.
 
     Returns:
         The folders removed.
@@ -289,26 +382,62 @@ def clean_stale_staging(targets: Sequence[Path],
                         f"{str(p)!r} holds the previous release of {str(t)!r}, set aside by a "
                         "run that was killed while replacing it; it is now the only copy.\n"
                         f"Hint: restore it (mv {str(p)!r} {str(t)!r}) or remove it, then rerun.")
+                if p.is_symlink():  # only the link goes
+                    p.unlink()
+                    removed.append(p)
+                    continue
                 if conf:
-                    _give_back(p, t)
+                    _give_back(p, t, author)
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
     return removed
 
 
-def _give_back(stale: Path, target: Path) -> None:
-    """Move what a killed run was carrying over (a comparison, say) back into its target."""
-    entries = _kept_entries(stale)
+def _given_back(stale: Path) -> list[Path]:
+    """What of a killed run's staging (or set-aside) folder is the curator's, not the run's.
+
+    The names its `CARRIED_MANIFEST` lists (those still there): the run wrote that file before
+    carrying anything over, so everything else in the folder is the run's own (its files,
+    its scratch: Spark's, a partial report). Without a readable manifest (a folder set aside,
+    or a run killed before it carried anything), every entry that is neither a run file nor
+    tabdp's scratch (`_kept_entries`): what is not known to be the run's is kept.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for name in ("compare", "per_record_losses.parquet.x", "notes"):
+        ...     (d / name).mkdir()
+        >>> [p.name for p in _given_back(d)]
+        ['compare', 'notes', 'per_record_losses.parquet.x']
+        >>> _write_carried(d, ["compare", "gone"])
+        >>> [p.name for p in _given_back(d)]
+        ['compare']
+    """
+    names = _carried_names(stale)
+    if names is None:
+        return _kept_entries(stale)
+    return sorted(stale / n for n in set(names)
+                  if n and "/" not in n and n not in (".", "..") and n not in RUN_FILES
+                  and not _run_scratch(n) and (stale / n).exists())
+
+
+def _give_back(stale: Path, target: Path, author: bool = False) -> None:
+    """Move what a killed run was carrying over (a comparison, say) back into its target.
+
+    ``author``: an author-mode run; a refusal names nothing in the folder (review r52).
+    """
+    entries = _given_back(stale)
     if not entries:
         return
     if not target.is_dir() or any((target / e.name).exists() for e in entries):
+        what = ("entries" if author else _named(entries))
         raise InvalidParameterError(
             f"{str(stale)!r}, a staging folder of a run that was killed while replacing "
-            f"{str(target)!r}, holds {_named(entries)}, which that run was carrying over from "
-            "the confidential folder (a comparison or files of yours); tabdp does not delete "
-            f"them.\nHint: move them back into {str(target)!r} (if that folder is missing, "
-            f"first restore it from the .{target.name}.old-* folder next to it), remove "
-            f"{str(stale)!r}, then rerun.")
+            f"{str(target)!r}, holds {what}, which that run was carrying over from the "
+            "confidential folder (a comparison or the curator's files); tabdp does not delete "
+            f"them.\nHint: {'the curator must ' if author else ''}move them back into "
+            f"{str(target)!r} (if that folder is missing, first restore it from the "
+            f".{target.name}.old-* folder next to it), remove {str(stale)!r}, then rerun.")
     for e in entries:
         e.rename(target / e.name)
 
@@ -348,7 +477,10 @@ class _Staging:
     A ``private`` (confidential) target's entries that no run wrote (`_kept_entries`: a
     comparison, the curator's files) are moved into its staging folder just before the old
     folder is moved aside, so they come out in the new folder; if anything fails, they are
-    moved back into the old folder before anything is deleted (review r51).
+    moved back into the old folder before anything is deleted (review r51). Their names are
+    written into the staging folder first (`CARRIED_MANIFEST`, removed once the folder is in
+    place): after a kill, only they are given back, and the rest (the run's files and
+    scratch) deleted (review r52).
     """
 
     def __init__(self, targets: Sequence[Path], overwrite: bool,
@@ -411,7 +543,10 @@ class _Staging:
                         "running; nothing was written.\nHint: rerun, or pass --overwrite.")
             for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
                 if private and t.is_dir():  # a comparison, the curator's files: kept
-                    for entry in _kept_entries(t):
+                    entries = _kept_entries(t)
+                    if entries:  # what is carried, on disk first: after a kill, only that
+                        _write_carried(tmp, [e.name for e in entries])  # is given back
+                    for entry in entries:
                         entry.rename(tmp / entry.name)
                         carried.append((t, tmp, entry.name))
             for t in self.targets:
@@ -450,6 +585,12 @@ class _Staging:
             raise
         for _, old in moved:
             shutil.rmtree(old, ignore_errors=True)
+        for t, private in zip(self.targets, self.private, strict=True):
+            if private:  # its work is done (left behind, it is a run file: `_run_scratch`)
+                try:
+                    (t / CARRIED_MANIFEST).unlink(missing_ok=True)
+                except OSError:
+                    pass
 
 
 # -- running ---------------------------------------------------------------------------------

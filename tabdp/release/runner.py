@@ -184,9 +184,11 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             "for a release (secure randomness), or pass --test-seed (run_release(..., "
             "test_seed=True)) for a test: its public folder is marked NOT FOR PUBLICATION.")
     targets = [spec.output.public, spec.output.confidential]
-    clean_stale_staging(targets, private=[False, True])
-    _check_target(spec.output.public, overwrite, "public", spec.output.confidential)
-    _check_target(spec.output.confidential, overwrite, "confidential")
+    # author mode: a refusal names nothing in the curator's confidential folder (review r52)
+    author = spec.input.mode == "author"
+    clean_stale_staging(targets, private=[False, True], author=author)
+    _check_target(spec.output.public, overwrite, "public", spec.output.confidential, author)
+    _check_target(spec.output.confidential, overwrite, "confidential", author=author)
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
     check_input_present(spec)
