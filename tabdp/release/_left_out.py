@@ -160,6 +160,51 @@ def _several_cells(spec: ReleaseSpec) -> dict[str, bool]:
     return out
 
 
+def _cell_counts(spec: ReleaseSpec) -> dict[str, float]:
+    """Per release of `_released_charges`: its number of cells (public; ``inf``: not known)."""
+    out: dict[str, float] = {}
+    for t in spec.tables:
+        out[t.name] = float(_key_count(spec, t.by, t.keys_file))
+        for r in t.rollups:
+            if r.direct:
+                out[f"{t.name}__{r.label}"] = (float(_key_count(spec, r.by))
+                                               if all(c in spec.domains for c in r.by)
+                                               else math.inf)
+    return out
+
+
+def _cells_reached(spec: ReleaseSpec) -> dict[str, float]:
+    """Per release: the most cells of it a unit can reach (public; ``inf``: not known).
+
+    Row mode: 1; ``input.max_cells`` where set; else every cell of the release.
+    """
+    cells = _cell_counts(spec)
+    if spec.input.unit is None:
+        return dict.fromkeys(cells, 1.0)
+    if spec.input.max_cells is not None:
+        return {k: min(float(spec.input.max_cells), v) for k, v in cells.items()}
+    return cells
+
+
+def _worst_charges(spec: ReleaseSpec, releases: Sequence[tuple[str, Mapping[str, _Charge]]],
+                   tops: Mapping[str, float]) -> list[dict[str, float]]:
+    """Per release: currency → the most ρ a unit can be charged there (public, spec alone).
+
+    In every cell it can reach (`_cells_reached`) at the largest size it can contribute
+    (`_largest_sizes`; counts: ``plan.count_rows`` rows).
+    """
+    reach = _cells_reached(spec)
+    out = []
+    for name, charge in releases:
+        one = {}
+        for c, ch in charge.items():
+            at = np.array([ch.rows if ch.rows is not None else tops[c]])
+            rho = float(_Charge(ch.mechanism, 1, ch.rows)(at)[0])
+            one[c] = rho * reach[name] if rho > 0 else 0.0
+        out.append(one)
+    return out
+
+
 def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     """Public: per released table and currency, the record sizes the budget leaves out.
 
@@ -194,7 +239,11 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         this release or an earlier one charges (a unit also charged there is left out at
         smaller sizes; ``[]`` under a curve budget), and ``cells_unbounded``: a unit may
         contribute to more cells than the one assumed (``input.unit`` without
-        ``input.max_cells``). Empty without a budget.
+        ``input.max_cells``). Counts kept as planned have them too, set only where such a unit
+        can be left out: the most it can be charged (every cell it can reach, at the largest
+        size it can contribute) by this release and the earlier ones passes the budget (a
+        constant budget: in every currency; a curve: in ``rows``, at each number of rows up to
+        ``plan.count_rows``). Empty without a budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -286,18 +335,42 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     unbounded = spec.input.unit is not None and spec.input.max_cells is None
     many = _several_cells(spec)
     cells_unbounded = False
-    for name, charge in releases:
+    # counts (review r52): a unit beyond the plan (in more cells, or charged in other
+    # currencies under a constant budget) can be left out only if the most it can be charged
+    # by this release and the earlier ones (in the budget's scope) passes the limit
+    worst = _worst_charges(spec, releases, tops)
+    reach = _cells_reached(spec)
+    worst_all = 0.0                      # constant budget: every currency
+    rows_n = np.arange(1.0, float(spec.plan.count_rows) + 1.0)
+    worst_rows = np.zeros_like(rows_n)   # curve budget: the rows currency, per rows counted
+    rows_many = False                    # a rows-charging release so far has several cells
+    for (name, charge), most in zip(releases, worst, strict=True):
         before |= set(charge)
         # a unit in several cells of this table or an earlier one pays more than planned
         cells_unbounded = cells_unbounded or (unbounded and many.get(name, True))
+        worst_all += sum(most.values())
+        if ROWS_CURRENCY in charge:
+            rows_many = rows_many or (unbounded and many.get(name, True))
+            per_cell = np.asarray(_Charge(charge[ROWS_CURRENCY].mechanism, 1)(rows_n),
+                                  dtype=np.float64)
+            with np.errstate(over="ignore", invalid="ignore"):
+                worst_rows = worst_rows + np.where(per_cell > 0, per_cell * reach[name], 0.0)
         for c in charge:
             lo = found[(name, c)]
             shared = [] if b.per_currency else sorted(before - {c})
             if c == ROWS_CURRENCY:  # the size is the rows counted, not the measure's size
                 left = bool(lo[0])
+                cells_c = cells_unbounded if not b.per_currency else rows_many
+                if b.per_currency:
+                    can = bool(np.any(worst_rows > b.limit(rows_n, c)))
+                else:
+                    can = worst_all > float(b.limit(1.0))
+                beyond = not left and (bool(shared) or cells_c) and can
                 out.append({"table": name, "currency": c, "left_out_from": 0.0 if left else None,
                             "all_above": left, "count_rows": spec.plan.count_rows,
-                            "plan_sizes_left_out": []})
+                            "plan_sizes_left_out": [],
+                            "limit_shared_with": shared if beyond else [],
+                            "cells_unbounded": cells_c and beyond})
                 continue
             runs = spans[(name, c)]
             in_plan = [float(x) for x, bad in zip(grids[c], lo, strict=True)
@@ -361,7 +434,9 @@ sizes are kept (as planned: ...)'
         first = r["left_out_from"]
         top = r.get("searched_up_to")
         if first is None:
-            if r["currency"] != "rows" and top is not None:
+            if r["currency"] == "rows":
+                lines += _count_beyond_plan(r, unit)
+            elif top is not None:
                 lines.append(f"{r['table']}: no {unit} contributing up to {top:.3g} of "
                              f"{r['currency']} to a cell (the most it can contribute) is left "
                              f"out of this table by the budget{_AS_PLANNED}"
@@ -400,6 +475,32 @@ sizes are kept (as planned: ...)'
                      f"from the published totals){kept}"
                      f"{_elsewhere(r, unit, cells=_AS_PLANNED not in kept)}")
     return lines
+
+
+def _count_beyond_plan(row: Mapping[str, Any], unit: str) -> list[str]:
+    """A count table's caveat: units beyond the plan it can leave out (public; review r52).
+
+    From the row's spec-derived fields alone (`left_out_sizes`: set only when the most such a
+    unit can be charged passes the budget): a unit counted in more cells than planned
+    (``cells_unbounded``), or also charged in other currencies under a constant budget
+    (``limit_shared_with``). Empty when neither can leave a unit out.
+    """
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    parts = []
+    if row.get("cells_unbounded"):
+        parts.append("in more than one cell of a table (input.max_cells is not set)")
+    shared = list(row.get("limit_shared_with") or [])
+    if shared:
+        parts.append(f"also charged in {', '.join(shared)} by this table or an earlier one (the "
+                     "constant budget adds its losses in every currency)")
+    if not parts:
+        return []
+    k = row.get("count_rows", 1)
+    return [f"{row['table']}: no {unit} counted at most {k} row(s) in a cell is left out of this "
+            "count table by the budget as planned (counted in one cell of each table, or "
+            f"max_cells cells where bounded, and charged nothing else); {a} {unit} "
+            + ", or ".join(parts) + ("," if len(parts) > 1 else "")
+            + " can be left out (it is then missing from the published counts)"]
 
 
 def _elsewhere(row: Mapping[str, Any], unit: str, *, cells: bool) -> str:

@@ -146,6 +146,56 @@ def statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
     return f"number of rows, at most {count_rows} per {unit} per cell"
 
 
+def rollup_statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
+                              count_rows: int, *, direct: bool = False,
+                              consistent: bool = False) -> str:
+    """PUBLIC: what a rollup's cells add up, from the spec alone (review r52).
+
+    A rollup adds the table's cells: a sum, or a count of rows, is the same statistic at the
+    coarser level, but a count with a unit counts a unit once in each of the table's cells it
+    is in (not once in the rollup's cell). A directly released rollup (``direct``, not
+    consistent) is its own release by its own keys: the table's statistic at its level.
+
+    Args:
+        kind: ``"count"`` or ``"sum"``.
+        measures: The summed measures (sums).
+        unit: The spec's ``input.unit`` column (``None``: each row is a unit).
+        count_rows: The spec's ``plan.count_rows``.
+        direct: The ``_direct`` file of a ``direct = true`` rollup.
+        consistent: The table is ``consistent = true`` with direct rollups (every level adds
+            up its finest cells, estimated with the direct releases, which count at most
+            ``count_rows`` rows of a unit per cell of their own level).
+
+    Returns:
+        The definition (``rollups``' ``statistic`` / ``direct_statistic``).
+
+    Example:
+        >>> rollup_statistic_in_words("count", [], "id", 1)[:70]
+        "sum over the table's cells of the number of distinct id units per cell"
+        >>> rollup_statistic_in_words("count", [], "id", 2)
+        "sum over the table's cells of the number of rows, at most 2 per id per cell of the table"
+        >>> rollup_statistic_in_words("count", [], "id", 1, direct=True)
+        'number of distinct id units per cell'
+        >>> rollup_statistic_in_words("sum", ["payroll"], "id", 1)
+        'sum of payroll'
+    """
+    base = statistic_in_words(kind, measures, unit, count_rows)
+    if kind != "count" or unit is None or (direct and not consistent):
+        return base
+    a = "an" if unit[:1].lower() in "aeiou" else "a"
+    if count_rows == 1:
+        words = (f"sum over the table's cells of the number of distinct {unit} units per cell: "
+                 f"{a} {unit} in several of the table's cells counts once in each")
+    else:
+        words = (f"sum over the table's cells of the number of rows, at most {count_rows} per "
+                 f"{unit} per cell of the table")
+    if consistent:
+        words += (" (the consistent estimate also uses the table's direct releases, which "
+                  f"count at most {count_rows} row(s) of {a} {unit} per cell of their own level: "
+                  f"where {a} {unit} is in several of the table's cells, it lies between the two)")
+    return words
+
+
 def _size_text(size: float) -> str:
     return f"{size:,.0f}" if size >= 1 and size == round(size) else f"{size:g}"
 
@@ -326,9 +376,15 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                 "cells": _key_count(spec, r.by) if all(c in spec.domains for c in r.by) else None,
                 "moe_method": (cons["methods"] if cons is not None
                                else _rollup_methods(mech, measures, level)),
+                "statistic": rollup_statistic_in_words(
+                    t.kind, measures, spec.input.unit, spec.plan.count_rows,
+                    consistent=cons is not None and any(x.direct for x in t.rollups)),
                 "direct": r.direct,
                 "direct_file": (_file_name(t, r, direct=True) if r.direct and cons is None
                                 else None),
+                "direct_statistic": (rollup_statistic_in_words(
+                    t.kind, measures, spec.input.unit, spec.plan.count_rows, direct=True)
+                    if r.direct and cons is None else None),
             })
         tables.append({
             "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),

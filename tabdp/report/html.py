@@ -400,9 +400,10 @@ _SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "re
                  "input_policies", "not_for_publication", "guarantee_in_words",
                  "usability_issues", "published_usability", "publishable_in_words", "lifetime",
                  "total_policy_curve_description"}
-_TABLE_KEYS = {"name", "kind", "measures", "by", "cells", "file", "mechanism", "calibration",
-               "guarantee", "grid", "publication", "policy_curve", "table_policy_curve",
-               "expected_error", "rollups", "keys", "grid_applies_to", "null_policy",
+_TABLE_KEYS = {"name", "kind", "statistic", "measures", "by", "cells", "file", "mechanism",
+               "calibration", "guarantee", "grid", "publication", "policy_curve",
+               "table_policy_curve", "expected_error", "rollups", "keys", "grid_applies_to",
+               "null_policy",
                "table_policy_curve_with_direct_rollups", "guarantee_in_words", "forecast",
                "usability_issues", "consistent", "forecast_by_level"}
 
@@ -776,7 +777,7 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
         rollup_rows: list[list[tuple[str, bool]]] = []
         for r in rollups:
             if not isinstance(r, Mapping):
-                rollup_rows.append([(_value(r), False)] + [("", False)] * 5)
+                rollup_rows.append([(_value(r), False)] + [("", False)] * 6)
                 continue
             rby = list(r.get("by") or [])
             mm = r.get("moe_method")
@@ -785,14 +786,21 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
             moe_html = (_value(mm) if mm is not None else _NONE)
             direct = r.get("direct")
             dfile = r.get("direct_file")
-            direct_html = ("yes" + (f": {_file(dfile)}" if dfile else "")) if direct else "no"
+            dstat = r.get("direct_statistic")
+            direct_html = ("yes" + (f": {_file(dfile)}" if dfile else "")
+                           + (f" ({_e(str(dstat))})" if dstat else "")) if direct else "no"
+            # what the rollup's cells add up (a count with a unit: once per table cell; review
+            # r52); older summaries have none
+            rstat = r.get("statistic")
             rollup_rows.append([(_code(r.get("label", "")), False),
                                 (_codes(rby, " × ") if rby else "<em>national total</em>", False),
+                                (_e(str(rstat)) if rstat else _NONE, False),
                                 (_e(r.get("cells")), True),
                                 (_file(r["file"]) if r.get("file") else _NONE, False),
                                 (moe_html, False), (direct_html, False)])
-        out.append(_table(["rollup", "grouped by", "cells", "file", "margin-of-error method",
-                           "also released directly"], rollup_rows, raw=True))
+        out.append(_table(["rollup", "grouped by", "statistic", "cells", "file",
+                           "margin-of-error method", "also released directly"], rollup_rows,
+                          raw=True))
 
     if isinstance(t.get("consistent"), Mapping):
         out.append(_consistent_section(t["consistent"]))
