@@ -1217,7 +1217,22 @@ def spec_usability_issues(spec: Any) -> list[tuple[str, str]]:
         path = f"tables[{i}]" + (".calibrate" if t.calibration is not None else ".mechanism")
         for msg in usability_issues(mech, cv_flag=cv, publishes_sd=True, calibration=cal):
             out.append((path, msg))
+        if (t.kind == "count" and getattr(t, "consistent", False) and spec.input.unit
+                and any(r.direct for r in t.rollups)):
+            out.append((f"tables[{i}].consistent", CONSISTENT_UNIT_COUNT.format(
+                unit=spec.input.unit)))
     return out
+
+
+#: A consistent count table with a privacy unit and direct rollups (from the spec alone).
+CONSISTENT_UNIT_COUNT = (
+    "a consistent count with a unit ({unit}) counts a unit once in each finest cell it has "
+    "rows in, and a direct rollup counts it once in its own coarser cell: where a unit has rows "
+    "in several finest cells of one rollup cell (a firm in several counties of a state), the "
+    "two count different things and the consistent estimate mixes them (its finest cells and "
+    "levels then estimate neither exactly). It is exact when every unit is in one finest cell "
+    "(establishment data keyed by establishment). Fix: key the unit so that each is in one "
+    "finest cell, or drop consistent (or the direct rollups) for this table.")
 
 
 def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:

@@ -132,3 +132,23 @@ def test_shares_split_the_targets(tmp_path: Path) -> None:
 def test_bad_shares(tmp_path: Path, shares: dict[str, float], match: str) -> None:
     with pytest.raises(SpecError, match=match):
         parse_spec(_spec(tmp_path, shares=shares), tmp_path)
+
+
+def test_consistent_unit_count_with_direct_rollups_is_flagged(tmp_path: Path) -> None:
+    """A unit counted once per finest cell and once per direct rollup cell (review r52).
+
+    Stated from the spec alone (validate, plan, run), only for a count with a unit and a
+    direct rollup.
+    """
+    from tabdp.planning import CONSISTENT_UNIT_COUNT, spec_usability_issues
+
+    found = dict(spec_usability_issues(parse_spec(_spec(tmp_path), tmp_path)))
+    assert found["tables[0].consistent"] == CONSISTENT_UNIT_COUNT.format(unit="estab_id")
+    row_mode = _spec(tmp_path)
+    del row_mode["input"]["unit"]
+    assert "tables[0].consistent" not in dict(spec_usability_issues(parse_spec(row_mode,
+                                                                               tmp_path)))
+    no_direct = _spec(tmp_path, rollups=[{"by": ["state", "naics2"]}, {"by": []}],
+                      consistent=False)
+    assert "tables[0].consistent" not in dict(spec_usability_issues(parse_spec(no_direct,
+                                                                               tmp_path)))
