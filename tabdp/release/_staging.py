@@ -315,6 +315,32 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+#: Suffix of the file a run writes next to each staging folder once its commit is done (the
+#: ledger's, or none): the folder is then the release, to be put in place by a later run's
+#: clean-up if the run is killed before its own renames (`clean_stale_staging`).
+COMMITTED = ".committed"
+
+
+def _mark_committed(tmp: Path) -> None:
+    """Write ``<tmp>.committed`` next to a staging folder, on disk (the file and its folder)."""
+    mark = tmp.with_name(tmp.name + COMMITTED)
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        dfd = os.open(tmp.parent, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a folder that cannot be opened (not POSIX)
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(dfd)
+
+
 def _staging_name(target: Path, kind: str) -> str:
     """Prefix of a staging (``tmp``) or set-aside (``old``) folder: names the run's process."""
     return f".{target.name}.{kind}-{os.getpid()}-"
@@ -334,7 +360,12 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
     (``private``) that holds entries the killed run was carrying over (`_give_back`: a
     comparison, say) first gives them back to the target, or is refused with a message when
     it cannot: they are never deleted. A stale ``old`` symbolic link (a confidential folder
-    that was a link, before review r52) is removed, never what it points to.
+    that was a link, before review r52) is removed, never what it points to. A stale ``tmp``
+    folder marked committed (``<tmp>.committed``: its run had done its commit, the lifetime
+    ledger's if any, and was killed before putting the folder in place) whose target is
+    missing is the release itself: it is rolled forward (renamed into place, publishable
+    outputs given the usual permissions), never deleted, and the set-aside ``old`` folder is
+    then removed.
 
     Args:
         targets: Output folders of the run.
@@ -355,6 +386,7 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
         ['.public.tmp-999999999-abc']
     """
     removed: list[Path] = []
+    rolled: list[Path] = []
     privacy = list(private) if private is not None else [False] * len(targets)
     for t, conf in zip(targets, privacy, strict=True):
         t = Path(t)
@@ -362,6 +394,10 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
             continue
         for kind in ("tmp", "old"):
             for p in sorted(t.parent.glob(f".{t.name}.{kind}-*")):
+                if p.name.endswith(COMMITTED) and not p.is_dir():
+                    if not p.with_name(p.name[:-len(COMMITTED)]).exists():
+                        p.unlink(missing_ok=True)  # its folder is gone: nothing to roll forward
+                    continue
                 rest = p.name[len(f".{t.name}.{kind}-"):]
                 pid_text = rest.split("-", 1)[0]
                 pid = int(pid_text) if pid_text.isdigit() and "-" in rest else None
@@ -382,6 +418,20 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
                         f"{str(p)!r} holds the previous release of {str(t)!r}, set aside by a "
                         "run that was killed while replacing it; it is now the only copy.\n"
                         f"Hint: restore it (mv {str(p)!r} {str(t)!r}) or remove it, then rerun.")
+                mark = p.with_name(p.name + COMMITTED)
+                if kind == "tmp" and mark.exists() and not t.exists() and not p.is_symlink():
+                    # the run was killed after its commit and before this rename: the folder
+                    # is the committed release (its ledger charged), so it is put in place
+                    # (rolled forward), never deleted; its set-aside old folder goes next
+                    if not conf:
+                        umask = os.umask(0)
+                        os.umask(umask)
+                        p.chmod(0o777 & ~umask)
+                    p.rename(t)
+                    mark.unlink(missing_ok=True)
+                    rolled.append(t)
+                    continue
+                mark.unlink(missing_ok=True)
                 if p.is_symlink():  # only the link goes
                     p.unlink()
                     removed.append(p)
@@ -523,6 +573,11 @@ class _Staging:
             except OSError:
                 pass
 
+    def _unmark(self) -> None:
+        """Remove the staging folders' commit marks (`COMMITTED`): the swap is over."""
+        for tmp in self.tmps:
+            tmp.with_name(tmp.name + COMMITTED).unlink(missing_ok=True)
+
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self._cleanup()
@@ -557,9 +612,12 @@ class _Staging:
                     moved.append((t, old))
             if self.commit is not None:
                 self.commit()
-            for t, tmp, private in zip(self.targets, self.tmps, self.private, strict=True):
+            for tmp, private in zip(self.tmps, self.private, strict=True):
                 if not private:  # publishable outputs: the usual permissions, now (after the
                     tmp.chmod(0o777 & ~umask)  # commit: never readable uncharged)
+            for tmp in self.tmps:  # committed: a kill from here on is rolled forward
+                _mark_committed(tmp)
+            for t, tmp in zip(self.targets, self.tmps, strict=True):
                 tmp.rename(t)
                 placed.append(t)
         except BaseException:
@@ -581,8 +639,10 @@ class _Staging:
                 if not t.exists():
                     old.rename(t)
             self.tmps = [tmp for tmp in self.tmps if tmp not in stuck]
+            self._unmark()
             self._cleanup()
             raise
+        self._unmark()
         for _, old in moved:
             shutil.rmtree(old, ignore_errors=True)
         for t, private in zip(self.targets, self.private, strict=True):
