@@ -61,3 +61,27 @@ by = ["c"]
 mechanism = {mechanism}
 {table_extra}
 """
+
+
+#: A one-table count release by state with a unit (format with ``data`` and ``hier``, the
+#: folder of the bundled code lists): the comparison-kept and staging suites.
+STATE_COUNT_SPEC = """
+[release]
+name = "kept"
+[input]
+path = "{data}"
+unit = "estab_id"
+[hierarchies.geo]
+file = "{hier}/geography.csv"
+levels = ["state", "county"]
+[randomness]
+seed = 3
+[output]
+public = "out/public"
+confidential = "out/confidential"
+[[tables]]
+name = "estabs"
+kind = "count"
+by = ["state"]
+mechanism = {{ family = "gaussian", sigma = 2.0 }}
+"""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import os
 import pathlib
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -25,26 +26,10 @@ from tabdp.datasets.synth import generate_establishments
 from tabdp.exceptions import InvalidParameterError
 from tabdp.release import _staging
 
-SPEC = """
-[release]
-name = "kept"
-[input]
-path = "{data}"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{hier}/geography.csv"
-levels = ["state", "county"]
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "estabs"
-kind = "count"
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _specs import STATE_COUNT_SPEC  # noqa: E402
+
+SPEC = STATE_COUNT_SPEC
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 RELEASE = {"per_record_losses.parquet", "worst_cells.parquet", "confidential.json",

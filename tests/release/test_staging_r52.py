@@ -36,6 +36,7 @@ from tabdp.release import _staging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import schema_of, write_curator  # noqa: E402
+from _specs import STATE_COUNT_SPEC  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 RELEASE = {"per_record_losses.parquet", "worst_cells.parquet", "confidential.json",
@@ -44,26 +45,7 @@ RELEASE = {"per_record_losses.parquet", "worst_cells.parquet", "confidential.jso
 CURATOR_NAMES = ("compare", "secret_curator_notes_2026", "cmp_p15", "ledger.json",
                  "per_record_losses", "worst_cells", "confidential.json")
 
-CURATOR_SPEC = """
-[release]
-name = "kept"
-[input]
-path = "{data}"
-unit = "estab_id"
-[hierarchies.geo]
-file = "{hier}/geography.csv"
-levels = ["state", "county"]
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "estabs"
-kind = "count"
-by = ["state"]
-mechanism = {{ family = "gaussian", sigma = 2.0 }}
-"""
+CURATOR_SPEC = STATE_COUNT_SPEC
 
 AUTHOR_SPEC = """
 [release]
