@@ -110,7 +110,7 @@ def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> d
 
 
 def statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
-                       count_rows: int) -> str:
+                       count_rows: int, max_cells: int | None = None) -> str:
     """PUBLIC: what a table's cells count or add up, from the spec alone.
 
     A count with a unit (``input.unit``) counts at most ``plan.count_rows`` rows per unit in a
@@ -123,6 +123,8 @@ def statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
         measures: The summed measures (sums).
         unit: The spec's ``input.unit`` column (``None``: each row is a unit).
         count_rows: The spec's ``plan.count_rows``.
+        max_cells: The spec's ``input.max_cells`` (with a unit: each unit's contributions to
+            at most that many cells of a table are kept, its largest; the rest are left out).
 
     Returns:
         The definition (``summary.json`` / ``manifest.json`` tables' ``statistic``).
@@ -136,19 +138,23 @@ def statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
         'number of rows'
         >>> statistic_in_words("sum", ["payroll", "employment"], "id", 1)
         'sum of payroll, employment'
+        >>> statistic_in_words("sum", ["payroll"], "id", 1, max_cells=2)
+        'sum of payroll; each id counted in at most 2 cell(s) of the table (its largest)'
     """
+    cap = (f"; each {unit} counted in at most {max_cells} cell(s) of the table (its largest)"
+           if unit is not None and max_cells is not None else "")
     if kind != "count":
-        return "sum of " + ", ".join(measures)
+        return "sum of " + ", ".join(measures) + cap
     if unit is None:
         return "number of rows"
     if count_rows == 1:
-        return f"number of distinct {unit} units per cell"
-    return f"number of rows, at most {count_rows} per {unit} per cell"
+        return f"number of distinct {unit} units per cell" + cap
+    return f"number of rows, at most {count_rows} per {unit} per cell" + cap
 
 
 def rollup_statistic_in_words(kind: str, measures: Sequence[str], unit: str | None,
                               count_rows: int, *, direct: bool = False,
-                              consistent: bool = False) -> str:
+                              consistent: bool = False, max_cells: int | None = None) -> str:
     """PUBLIC: what a rollup's cells add up, from the spec alone (review r52).
 
     A rollup adds the table's cells: a sum, or a count of rows, is the same statistic at the
@@ -165,6 +171,7 @@ def rollup_statistic_in_words(kind: str, measures: Sequence[str], unit: str | No
         consistent: The table is ``consistent = true`` with direct rollups (every level adds
             up its finest cells, estimated with the direct releases, which count at most
             ``count_rows`` rows of a unit per cell of their own level).
+        max_cells: The spec's ``input.max_cells`` (as `statistic_in_words`).
 
     Returns:
         The definition (``rollups``' ``statistic`` / ``direct_statistic``).
@@ -179,9 +186,10 @@ def rollup_statistic_in_words(kind: str, measures: Sequence[str], unit: str | No
         >>> rollup_statistic_in_words("sum", ["payroll"], "id", 1)
         'sum of payroll'
     """
-    base = statistic_in_words(kind, measures, unit, count_rows)
+    base = statistic_in_words(kind, measures, unit, count_rows, max_cells)
     if kind != "count" or unit is None or (direct and not consistent):
         return base
+    cap = base[base.index(";"):] if ";" in base else ""
     a = "an" if unit[:1].lower() in "aeiou" else "a"
     if count_rows == 1:
         words = (f"sum over the table's cells of the number of distinct {unit} units per cell: "
@@ -193,7 +201,7 @@ def rollup_statistic_in_words(kind: str, measures: Sequence[str], unit: str | No
         words += (" (the consistent estimate also uses the table's direct releases, which "
                   f"count at most {count_rows} row(s) of {a} {unit} per cell of their own level: "
                   f"where {a} {unit} is in several of the table's cells, it lies between the two)")
-    return words
+    return words + cap
 
 
 def _size_text(size: float) -> str:
@@ -378,18 +386,20 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                                else _rollup_methods(mech, measures, level)),
                 "statistic": rollup_statistic_in_words(
                     t.kind, measures, spec.input.unit, spec.plan.count_rows,
-                    consistent=cons is not None and any(x.direct for x in t.rollups)),
+                    consistent=cons is not None and any(x.direct for x in t.rollups),
+                    max_cells=spec.input.max_cells),
                 "direct": r.direct,
                 "direct_file": (_file_name(t, r, direct=True) if r.direct and cons is None
                                 else None),
                 "direct_statistic": (rollup_statistic_in_words(
-                    t.kind, measures, spec.input.unit, spec.plan.count_rows, direct=True)
+                    t.kind, measures, spec.input.unit, spec.plan.count_rows, direct=True,
+                    max_cells=spec.input.max_cells)
                     if r.direct and cons is None else None),
             })
         tables.append({
             "name": t.name, "kind": t.kind, "measures": measures, "by": list(t.by),
             "statistic": statistic_in_words(t.kind, measures, spec.input.unit,
-                                            spec.plan.count_rows),
+                                            spec.plan.count_rows, spec.input.max_cells),
             "cells": _key_count(spec, t.by, t.keys_file),
             "keys": "allowed combinations file" if t.keys_file else "cross product of domains",
             "file": _file_name(t),

@@ -96,3 +96,12 @@ def test_tabdp_plan_prints_the_count_statistic(tmp_path: Path) -> None:
     out = io.StringIO()
     assert cli.main(["plan", str(spec)], stdout=out, stderr=io.StringIO()) == 0
     assert "n: count (number of rows, at most 2 per id per cell) by county" in out.getvalue()
+
+
+def test_max_cells_is_part_of_the_statistic(tmp_path: Path) -> None:
+    """With a unit and ``input.max_cells`` a unit counts in at most that many cells (its largest)."""
+    spec = _spec(tmp_path, unit=True, count_rows=None)
+    spec.write_text(spec.read_text().replace('unit = "id"', 'unit = "id"\nmax_cells = 1'))
+    t = plan_summary(load_spec(spec))["tables"][0]
+    assert t["statistic"] == ("number of distinct id units per cell; each id counted in at "
+                              "most 1 cell(s) of the table (its largest)")
