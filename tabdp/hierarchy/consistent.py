@@ -388,8 +388,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
       margins include the rounding (variance ``grid²/6`` on average per block range below a
       cell: e.g. 30 counties at sd 2 under a state released at sd 3: 2.92 on grid 1, 2.89
       without, 3.0 for the state's direct release; independent rounding of the 30 counties
-      gave 3.66); with discrete mechanisms and an integer grid the margins are whole
-      numbers, randomized
+      gave 3.66). A grid coarser than about a tenth of the noise's sd (refused in a release
+      spec) leaves the errors on a coarse lattice and makes the coverage uneven from cell to
+      cell (a level's average stays near ``level``); with discrete mechanisms and an integer
+      grid the margins are whole numbers, randomized
       between the two whole numbers around the level so that the coverage is ``level``
       (continuity-corrected normal; the randomness is a hash of the released values).
     * ``nonnegative``: finest cells below 0 set to 0 (biased upwards: the bias adds up at
@@ -773,6 +775,11 @@ def _block_round(scaled: np.ndarray, uniforms: np.ndarray, present: np.ndarray) 
         [1, 0, 0, 1]
     """
     low = np.floor(scaled)
+    if np.any(present & ~(np.abs(low) < 2.0**62)):
+        raise InvalidParameterError(
+            "consistent: a finest estimate is 2**62 grid steps or more (or not finite), beyond "
+            "the whole numbers the rounding counts in.\nHint: use a coarser grid (within a "
+            "tenth of the noise's sd) or no grid.")
     f = np.where(present, scaled - low, 0.0)
     # running sums down each column in extended precision (where the platform has it): a
     # range's count telescopes exactly whatever the rounding of the sums

@@ -200,7 +200,8 @@ def rollup_statistic_in_words(kind: str, measures: Sequence[str], unit: str | No
     if consistent:
         words += (" (the consistent estimate also uses the table's direct releases, which "
                   f"count at most {count_rows} row(s) of {a} {unit} per cell of their own level: "
-                  f"where {a} {unit} is in several of the table's cells, it lies between the two)")
+                  f"where {a} {unit} is in several of the table's cells, it mixes the two "
+                  "counts and can fall outside both)")
     return words + cap
 
 

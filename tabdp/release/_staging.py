@@ -315,22 +315,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-#: Suffix of the file a run writes next to each staging folder once its commit is done (the
-#: ledger's, or none): the folder is then the release, to be put in place by a later run's
-#: clean-up if the run is killed before its own renames (`clean_stale_staging`).
-COMMITTED = ".committed"
+#: Suffix of the swap record a run writes next to each of its staging folders just before its
+#: commit (fsynced): the run's staging folders and targets, and how to tell whether its commit
+#: happened (the lifetime ledger's chain entry it would write, or none). A run killed after
+#: its commit is rolled forward by a later run's clean-up, as a whole (`clean_stale_staging`).
+COMMITTED = ".swap"
 
 
-def _mark_committed(tmp: Path) -> None:
-    """Write ``<tmp>.committed`` next to a staging folder, on disk (the file and its folder)."""
-    mark = tmp.with_name(tmp.name + COMMITTED)
-    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _fsync_dir(path: Path) -> None:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        dfd = os.open(tmp.parent, os.O_RDONLY)
+        dfd = os.open(path, os.O_RDONLY)
     except OSError:  # pragma: no cover - a folder that cannot be opened (not POSIX)
         return
     try:
@@ -339,6 +333,34 @@ def _mark_committed(tmp: Path) -> None:
         pass
     finally:
         os.close(dfd)
+
+
+def _write_swap(tmp: Path, record: Mapping[str, Any]) -> None:
+    """Write ``<tmp>.swap`` (the run's swap record) next to a staging folder, on disk."""
+    mark = tmp.with_name(tmp.name + COMMITTED)
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(dict(record)) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    _fsync_dir(tmp.parent)
+
+
+def _swap_committed(record: Mapping[str, Any]) -> bool:
+    """Whether the run of a swap record did its commit (then its staging folders are the release).
+
+    Without a ledger there is no commit to wait for: the record itself, written when every
+    check had passed, says the folders are complete. With one, the chain entry the run would
+    write must be on disk and hold the run's spec hash.
+    """
+    entry = record.get("entry")
+    if entry is None:
+        return True
+    try:
+        found = json.loads(Path(entry).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and found.get("spec_hash") == record.get("spec_hash")
 
 
 def _staging_name(target: Path, kind: str) -> str:
@@ -361,11 +383,12 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
     comparison, say) first gives them back to the target, or is refused with a message when
     it cannot: they are never deleted. A stale ``old`` symbolic link (a confidential folder
     that was a link, before review r52) is removed, never what it points to. A stale ``tmp``
-    folder marked committed (``<tmp>.committed``: its run had done its commit, the lifetime
-    ledger's if any, and was killed before putting the folder in place) whose target is
-    missing is the release itself: it is rolled forward (renamed into place, publishable
-    outputs given the usual permissions), never deleted, and the set-aside ``old`` folder is
-    then removed.
+    folder with its run's swap record (``<tmp>.swap``, written before the run set anything
+    aside) is decided for the run as a whole: if its commit happened (`_swap_committed`), every
+    staging folder of the run whose target is missing is put in place (rolled forward,
+    publishable outputs given the usual permissions) and the set-aside folders are then
+    removed; if not, the set-aside previous release is put back where its target is missing,
+    and the staging folders are removed as above.
 
     Args:
         targets: Output folders of the run.
@@ -419,18 +442,20 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
                         "run that was killed while replacing it; it is now the only copy.\n"
                         f"Hint: restore it (mv {str(p)!r} {str(t)!r}) or remove it, then rerun.")
                 mark = p.with_name(p.name + COMMITTED)
-                if kind == "tmp" and mark.exists() and not t.exists() and not p.is_symlink():
-                    # the run was killed after its commit and before this rename: the folder
-                    # is the committed release (its ledger charged), so it is put in place
-                    # (rolled forward), never deleted; its set-aside old folder goes next
-                    if not conf:
-                        umask = os.umask(0)
-                        os.umask(umask)
-                        p.chmod(0o777 & ~umask)
-                    p.rename(t)
-                    mark.unlink(missing_ok=True)
-                    rolled.append(t)
-                    continue
+                if kind == "tmp" and mark.exists() and not p.is_symlink():
+                    record = _read_swap(mark)
+                    if record is not None and _swap_committed(record):
+                        # killed after its commit: its staging folders are the release (its
+                        # ledger charged), put in place together (rolled forward), never
+                        # deleted; the set-aside old folders go next
+                        rolled += _roll_forward(record)
+                        if not p.exists():
+                            continue
+                    elif record is not None:
+                        # killed before its commit (the ledger as it was): the previous
+                        # release goes back in place, as a failed run's swap restores it
+                        _restore_olds(record)
+                    _unmark_run(record, mark)
                 mark.unlink(missing_ok=True)
                 if p.is_symlink():  # only the link goes
                     p.unlink()
@@ -441,6 +466,50 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
                 shutil.rmtree(p, ignore_errors=True)
                 removed.append(p)
     return removed
+
+
+def _read_swap(mark: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads(mark.read_bytes())
+    except (OSError, ValueError):
+        return None
+    ok = (isinstance(found, dict) and isinstance(found.get("tmps"), list)
+          and isinstance(found.get("targets"), list)
+          and len(found["tmps"]) == len(found["targets"]))
+    return found if ok else None
+
+
+def _roll_forward(record: Mapping[str, Any]) -> list[Path]:
+    """Put a committed run's staging folders in place (those whose target is missing)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    placed: list[Path] = []
+    private = record.get("private") or [True] * len(record["tmps"])
+    for tmp_name, target_name, conf in zip(record["tmps"], record["targets"], private,
+                                           strict=False):
+        tmp, target = Path(tmp_name), Path(target_name)
+        if tmp.is_dir() and not tmp.is_symlink() and not target.exists():
+            if not conf:  # publishable outputs: the usual permissions
+                tmp.chmod(0o777 & ~umask)
+            tmp.rename(target)
+            placed.append(target)
+        tmp.with_name(tmp.name + COMMITTED).unlink(missing_ok=True)
+    return placed
+
+
+def _restore_olds(record: Mapping[str, Any]) -> None:
+    """Put back the previous release a run that did not commit had set aside (target missing)."""
+    for pair in record.get("olds") or []:
+        target, old = Path(pair[0]), Path(pair[1])
+        if not target.exists() and old.is_dir() and not old.is_symlink():
+            old.rename(target)
+
+
+def _unmark_run(record: Mapping[str, Any] | None, mark: Path) -> None:
+    """Remove the swap records of a run that did not commit (all of them, with ``mark``)."""
+    for tmp_name in (record or {}).get("tmps", []):
+        Path(tmp_name).with_name(Path(tmp_name).name + COMMITTED).unlink(missing_ok=True)
+    mark.unlink(missing_ok=True)
 
 
 def _given_back(stale: Path) -> list[Path]:
@@ -541,6 +610,9 @@ class _Staging:
         self.tmps: list[Path] = []
         #: Called once the swap's checks passed, just before the renames (``None``: nothing).
         self.commit: Callable[[], None] | None = None
+        #: How a later clean-up tells that the commit happened (`_swap_committed`): the chain
+        #: entry the run's ledger commit writes and the spec hash it holds; None: no ledger.
+        self.swap_check: dict[str, Any] | None = None
 
     def __enter__(self) -> list[Path]:
         self.created: list[Path] = []
@@ -604,19 +676,29 @@ class _Staging:
                     for entry in entries:
                         entry.rename(tmp / entry.name)
                         carried.append((t, tmp, entry.name))
+            set_aside: list[tuple[Path, Path]] = []
             for t in self.targets:
                 if t.exists():
                     old = Path(tempfile.mkdtemp(prefix=_staging_name(t, "old"), dir=t.parent))
                     old.rmdir()
-                    t.rename(old)
-                    moved.append((t, old))
+                    set_aside.append((t, old))
+            # the run's swap record next to each staging folder, on disk before anything is
+            # set aside and before the commit: a run killed before its commit gets its previous
+            # release put back, one killed after it is rolled forward, all its folders together
+            record = {"tmps": [str(x) for x in self.tmps],
+                      "targets": [str(x) for x in self.targets],
+                      "olds": [[str(t), str(old)] for t, old in set_aside],
+                      "private": list(self.private), **(self.swap_check or {"entry": None})}
+            for tmp in self.tmps:
+                _write_swap(tmp, record)
+            for t, old in set_aside:
+                t.rename(old)
+                moved.append((t, old))
             if self.commit is not None:
                 self.commit()
             for tmp, private in zip(self.tmps, self.private, strict=True):
                 if not private:  # publishable outputs: the usual permissions, now (after the
                     tmp.chmod(0o777 & ~umask)  # commit: never readable uncharged)
-            for tmp in self.tmps:  # committed: a kill from here on is rolled forward
-                _mark_committed(tmp)
             for t, tmp in zip(self.targets, self.tmps, strict=True):
                 tmp.rename(t)
                 placed.append(t)

@@ -99,7 +99,7 @@ def test_tabdp_plan_prints_the_count_statistic(tmp_path: Path) -> None:
 
 
 def test_max_cells_is_part_of_the_statistic(tmp_path: Path) -> None:
-    """With a unit and ``input.max_cells`` a unit counts in at most that many cells (its largest)."""
+    """With a unit and ``input.max_cells`` a unit counts in at most that many cells."""
     spec = _spec(tmp_path, unit=True, count_rows=None)
     spec.write_text(spec.read_text().replace('unit = "id"', 'unit = "id"\nmax_cells = 1'))
     t = plan_summary(load_spec(spec))["tables"][0]

@@ -267,5 +267,5 @@ def test_consistent_rollups_name_the_direct_definition(tmp_path: Path) -> None:
         assert r["statistic"].endswith(
             "(the consistent estimate also uses the table's direct releases, which count at "
             "most 1 row(s) of an id per cell of their own level: where an id is in several of "
-            "the table's cells, it lies between the two)")
+            "the table's cells, it mixes the two counts and can fall outside both)")
         assert r["direct_statistic"] is None and r["direct_file"] is None

@@ -10,7 +10,9 @@ release whose ledger was already charged, and asked to restore the old one).
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,17 @@ def _folder(path: Path, files: dict[str, str], mode: int = 0o700) -> Path:
     return path
 
 
-def _killed(tmp_path: Path, *, public_placed: bool, marked: bool) -> tuple[Path, Path]:
+def _record(tmp_path: Path, entry: str | None = None) -> str:
+    tmps = [str(tmp_path / f".public.tmp-{DEAD}-c"), str(tmp_path / f".confidential.tmp-{DEAD}-d")]
+    targets = [str(tmp_path / "public"), str(tmp_path / "confidential")]
+    olds = [str(tmp_path / f".public.old-{DEAD}-a"), str(tmp_path / f".confidential.old-{DEAD}-b")]
+    return json.dumps({"tmps": tmps, "targets": targets,
+                       "olds": [[t, o] for t, o in zip(targets, olds, strict=True)],
+                       "private": [False, True], "entry": entry, "spec_hash": "h"})
+
+
+def _killed(tmp_path: Path, *, public_placed: bool, marked: bool,
+            entry: str | None = None) -> tuple[Path, Path]:
     pub, conf = tmp_path / "public", tmp_path / "confidential"
     _folder(tmp_path / f".public.old-{DEAD}-a", {"summary.json": "old"}, 0o755)
     _folder(tmp_path / f".confidential.old-{DEAD}-b", {"per_record_losses.parquet": "old"})
@@ -39,11 +51,11 @@ def _killed(tmp_path: Path, *, public_placed: bool, marked: bool) -> tuple[Path,
     else:
         _folder(tmp_path / f".public.tmp-{DEAD}-c", new_pub)
         if marked:
-            (tmp_path / f".public.tmp-{DEAD}-c{COMMITTED}").write_text("")
+            (tmp_path / f".public.tmp-{DEAD}-c{COMMITTED}").write_text(_record(tmp_path, entry))
     _folder(tmp_path / f".confidential.tmp-{DEAD}-d",
             {"per_record_losses.parquet": "new", "ledger.json": "new"})
-    if marked:
-        (tmp_path / f".confidential.tmp-{DEAD}-d{COMMITTED}").write_text("")
+    if marked and public_placed is not None:
+        (tmp_path / f".confidential.tmp-{DEAD}-d{COMMITTED}").write_text(_record(tmp_path, entry))
     return pub, conf
 
 
@@ -67,6 +79,35 @@ def test_an_uncommitted_release_is_still_deleted_and_the_old_one_kept(tmp_path: 
         clean_stale_staging([pub, conf], private=[False, True])
     assert not pub.exists()
     assert (tmp_path / f".public.old-{DEAD}-a" / "summary.json").read_text() == "old"
+
+
+def test_one_record_rolls_the_whole_run_forward(tmp_path: Path) -> None:
+    """Killed between the two records (review r53): the public one alone rolls both forward."""
+    pub, conf = _killed(tmp_path, public_placed=False, marked=True)
+    (tmp_path / f".confidential.tmp-{DEAD}-d{COMMITTED}").unlink()
+    clean_stale_staging([pub, conf], private=[False, True])
+    assert (pub / "summary.json").read_text() == "new"
+    assert (conf / "ledger.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["confidential", "public"]
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_with_a_ledger_the_chain_entry_decides(tmp_path: Path, committed: bool) -> None:
+    """Records are written before the ledger's commit: its chain entry says whether it happened."""
+    entry = tmp_path / "ledger" / "chain" / "00000002.json"
+    entry.parent.mkdir(parents=True)
+    if committed:
+        entry.write_text(json.dumps({"spec_hash": "h", "seq": 2}))
+    pub, conf = _killed(tmp_path, public_placed=False, marked=True, entry=str(entry))
+    if committed:
+        clean_stale_staging([pub, conf], private=[False, True])
+        assert (conf / "ledger.json").read_text() == "new"
+        assert (pub / "summary.json").read_text() == "new"
+    else:  # killed before the commit: the previous release is put back, the ledger uncharged
+        clean_stale_staging([pub, conf], private=[False, True])
+        assert (pub / "summary.json").read_text() == "old"
+        assert (conf / "per_record_losses.parquet").read_text() == "old"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["confidential", "ledger", "public"]
 
 
 def test_a_stray_mark_without_its_folder_is_removed(tmp_path: Path) -> None:
@@ -123,3 +164,90 @@ def test_a_real_run_killed_before_its_confidential_rename(tmp_path: Path) -> Non
     clean_stale_staging([out / "public", out / "confidential"], private=[False, True])
     assert (out / "confidential" / "per_record_losses.parquet").exists()
     assert sorted(p.name for p in out.iterdir()) == ["confidential", "public"]
+
+
+def _series(folder: Path, year: int) -> None:
+    import numpy as np
+    import polars as pl
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from _ledger_specs import COUNTIES, series_spec
+
+    rng = np.random.default_rng(year)
+    ids = np.arange(300, dtype=np.int64)
+    pl.DataFrame({"estab": ids, "county": np.array(COUNTIES)[ids % 3],
+                  "payroll": np.round(rng.lognormal(3.0, 1.0, 300), 2)}).write_parquet(
+        folder / f"d{year}.parquet")
+    (folder / f"s{year}.toml").write_text(series_spec(
+        name=f"r{year}", data=f"d{year}.parquet", ledger="ledger", series="s", lifetime="1e6",
+        seed=year, public="out/public", confidential="out/confidential"))
+
+
+KILLER_EVENTS = KILLER.replace("""pathlib.Path.rename = rename
+""", """pathlib.Path.rename = rename
+import tabdp.release._staging as st
+write = st._write_swap
+def write_swap(tmp, record):
+    count()
+    write(tmp, record)
+st._write_swap = write_swap
+exit_ = st._Staging.__exit__
+def staged_exit(self, *a):
+    if self.commit is not None:
+        commit = self.commit
+        def counted():
+            count()
+            commit()
+            count()
+        self.commit = counted
+    return exit_(self, *a)
+st._Staging.__exit__ = staged_exit
+""").replace("""        n[0] += 1
+        if n[0] == K:
+            os._exit(137)
+    return orig(self, target)""", """        count()
+    return orig(self, target)
+def count():
+    n[0] += 1
+    if n[0] == K:
+        os._exit(137)""")
+
+
+@pytest.mark.slow  # CI only: 9 real runs against a ledger (about 20 s)
+@pytest.mark.parametrize("kill_at", range(1, 10))  # the swap's 9 events
+def test_a_ledger_run_killed_anywhere_in_its_swap_is_old_or_new(tmp_path: Path,
+                                                                kill_at: int) -> None:
+    """Every event of the swap (review r53): the clean-up leaves the old or the new release."""
+    import io
+    import subprocess
+    import sys
+
+    import tabdp
+    from tabdp.cli import main
+
+    _series(tmp_path, 2021)
+    _series(tmp_path, 2022)
+    assert main(["ledger", "init", str(tmp_path / "ledger"), "--series", "s",
+                 "--lifetime-budget", "1e6"], stdout=io.StringIO()) == 0
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    (tmp_path / "kill.py").write_text(KILLER_EVENTS)
+    first = subprocess.run([sys.executable, "kill.py", "run", "s2021.toml", "--test-seed",
+                            "--quiet"], cwd=tmp_path, env={**env, "KILL_AT": "0"},
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    out = tmp_path / "out"
+    (out / "confidential" / "notes.txt").write_text("curator")
+    killed = subprocess.run([sys.executable, "kill.py", "run", "s2022.toml", "--test-seed",
+                             "--quiet", "--overwrite"], cwd=tmp_path,
+                            env={**env, "KILL_AT": str(kill_at)}, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == 137, killed.stderr
+    clean_stale_staging([out / "public", out / "confidential"], private=[False, True])
+    assert sorted(p.name for p in out.iterdir()) == ["confidential", "public"]
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        releases = led.releases
+    name = json.loads((out / "public" / "summary.json").read_text())["release"]
+    name = name["name"] if isinstance(name, dict) else name
+    seq = json.loads((out / "confidential" / "ledger.json").read_text())["release"]
+    assert (name, seq, releases) in {("r2021", 1, 1), ("r2022", 2, 2)}
+    assert (out / "confidential" / "notes.txt").read_text() == "curator"
