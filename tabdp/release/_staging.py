@@ -338,7 +338,9 @@ def _fsync_dir(path: Path) -> None:
 def _write_swap(tmp: Path, record: Mapping[str, Any]) -> None:
     """Write ``<tmp>.swap`` (the run's swap record) next to a staging folder, on disk."""
     mark = tmp.with_name(tmp.name + COMMITTED)
-    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # a new file, never through a link planted at its name (review r54)
+    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(dict(record)) + "\n")
         fh.flush()
@@ -350,8 +352,12 @@ def _swap_committed(record: Mapping[str, Any]) -> bool:
     """Whether the run of a swap record did its commit (then its staging folders are the release).
 
     Without a ledger there is no commit to wait for: the record itself, written when every
-    check had passed, says the folders are complete. With one, the chain entry the run would
-    write must be on disk and hold the run's spec hash.
+    check had passed, says the folders are complete. With one, the run's own commit must be on
+    disk: the chain entry at the record's position, and the ``ledger.json`` the commit wrote
+    into the run's confidential staging folder naming that entry's hash (another run of the
+    same spec committing that position is not this run's commit: review r54). A kill between
+    the entry and ``ledger.json`` reads as not committed: the previous release is put back,
+    the ledger over-charged (the safe side).
     """
     entry = record.get("entry")
     if entry is None:
@@ -360,7 +366,50 @@ def _swap_committed(record: Mapping[str, Any]) -> bool:
         found = json.loads(Path(entry).read_bytes())
     except (OSError, ValueError):
         return False
-    return isinstance(found, dict) and found.get("spec_hash") == record.get("spec_hash")
+    if not (isinstance(found, dict) and found.get("spec_hash") == record.get("spec_hash")):
+        return False
+    private = record.get("private") or []
+    for tmp_name, conf in zip(record["tmps"], private, strict=False):
+        if not conf:
+            continue
+        try:
+            note = json.loads((Path(tmp_name) / "ledger.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if isinstance(note, dict) and note.get("entry_hash") == found.get("hash") \
+                and note.get("release") == found.get("seq"):
+            return True
+    return False
+
+
+def _valid_swap(record: Mapping[str, Any], mark: Path) -> bool:
+    """A swap record whose paths are the staging names of its targets, this record's among them.
+
+    Every staging folder is ``.<target>.tmp-…`` and every set-aside one ``.<target>.old-…``
+    next to its target, the record is next to one of its staging folders, and the ledger entry
+    is a ``chain/<8 digits>.json``: a record copied or planted elsewhere acts on nothing.
+    """
+    try:
+        tmps = [Path(x) for x in record["tmps"]]
+        targets = [Path(x) for x in record["targets"]]
+        olds = [(Path(a), Path(b)) for a, b in record.get("olds") or []]
+    except (TypeError, ValueError):
+        return False
+    if mark.with_name(mark.name[:-len(COMMITTED)]) not in tmps:
+        return False
+    for tmp, target in zip(tmps, targets, strict=False):
+        if tmp.parent != target.parent or not tmp.name.startswith(f".{target.name}.tmp-"):
+            return False
+    for target, old in olds:
+        if target not in targets or old.parent != target.parent \
+                or not old.name.startswith(f".{target.name}.old-"):
+            return False
+    entry = record.get("entry")
+    if entry is not None:
+        e = Path(str(entry))
+        if e.parent.name != "chain" or not re.fullmatch(r"\d{8}\.json", e.name):
+            return False
+    return True
 
 
 def _staging_name(target: Path, kind: str) -> str:
@@ -444,11 +493,13 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
                 mark = p.with_name(p.name + COMMITTED)
                 if kind == "tmp" and mark.exists() and not p.is_symlink():
                     record = _read_swap(mark)
+                    if record is not None and not _valid_swap(record, mark):
+                        record = None  # acts on nothing but its own staging folder
                     if record is not None and _swap_committed(record):
                         # killed after its commit: its staging folders are the release (its
                         # ledger charged), put in place together (rolled forward), never
                         # deleted; the set-aside old folders go next
-                        rolled += _roll_forward(record)
+                        rolled += _roll_forward(record, author)
                         if not p.exists():
                             continue
                     elif record is not None:
@@ -479,19 +530,35 @@ def _read_swap(mark: Path) -> dict[str, Any] | None:
     return found if ok else None
 
 
-def _roll_forward(record: Mapping[str, Any]) -> list[Path]:
-    """Put a committed run's staging folders in place (those whose target is missing)."""
+def _roll_forward(record: Mapping[str, Any], author: bool = False) -> list[Path]:
+    """Put a committed run's staging folders in place, all of them, or refuse and keep all.
+
+    A staging folder whose target exists again (``tabdp compare`` made the confidential
+    folder, say) is not put in place half-way: the clean-up refuses with a message, and
+    nothing is moved or deleted (review r54).
+    """
     umask = os.umask(0)
     os.umask(umask)
+    pairs = [(Path(a), Path(b)) for a, b in zip(record["tmps"], record["targets"],
+                                                 strict=False)]
+    private = record.get("private") or [True] * len(pairs)
+    for tmp, target in pairs:
+        if tmp.is_dir() and not tmp.is_symlink() and target.exists():
+            where = ("the release folder" if author else repr(str(target)))
+            raise InvalidParameterError(
+                f"a run killed after its commit left its release in a staging folder, but "
+                f"{where} exists again, so it was not put in place; nothing was moved or "
+                "deleted.\nHint: " + ("ask the curator to finish the killed run's release."
+                                      if author else
+                                      f"move what is in {str(target)!r} aside, then rerun (the "
+                                      f"release is {str(tmp)!r})."))
     placed: list[Path] = []
-    private = record.get("private") or [True] * len(record["tmps"])
-    for tmp_name, target_name, conf in zip(record["tmps"], record["targets"], private,
-                                           strict=False):
-        tmp, target = Path(tmp_name), Path(target_name)
-        if tmp.is_dir() and not tmp.is_symlink() and not target.exists():
+    for (tmp, target), conf in zip(pairs, private, strict=False):
+        if tmp.is_dir() and not tmp.is_symlink():
             if not conf:  # publishable outputs: the usual permissions
                 tmp.chmod(0o777 & ~umask)
             tmp.rename(target)
+            (target / CARRIED_MANIFEST).unlink(missing_ok=True)
             placed.append(target)
         tmp.with_name(tmp.name + COMMITTED).unlink(missing_ok=True)
     return placed
@@ -703,6 +770,7 @@ class _Staging:
                 tmp.rename(t)
                 placed.append(t)
         except BaseException:
+            self._unmark()  # first: a kill in this handler leaves the old release (review r54)
             # what was carried over goes back first, to where the old folder now is: nothing
             # of it is deleted (a folder it could not leave is left in place, for
             # `clean_stale_staging` to give back)
@@ -721,7 +789,6 @@ class _Staging:
                 if not t.exists():
                     old.rename(t)
             self.tmps = [tmp for tmp in self.tmps if tmp not in stuck]
-            self._unmark()
             self._cleanup()
             raise
         self._unmark()

@@ -21,6 +21,8 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.release._staging import COMMITTED, clean_stale_staging
 
 DEAD = 999_999_999  # a process id that is not running
+#: The ``ledger.json`` a run's commit writes into its confidential staging folder (entry 2).
+LEDGER_NOTE = json.dumps({"release": 2, "entry_hash": "e2"})
 
 
 def _folder(path: Path, files: dict[str, str], mode: int = 0o700) -> Path:
@@ -53,7 +55,7 @@ def _killed(tmp_path: Path, *, public_placed: bool, marked: bool,
         if marked:
             (tmp_path / f".public.tmp-{DEAD}-c{COMMITTED}").write_text(_record(tmp_path, entry))
     _folder(tmp_path / f".confidential.tmp-{DEAD}-d",
-            {"per_record_losses.parquet": "new", "ledger.json": "new"})
+            {"per_record_losses.parquet": "new", "ledger.json": LEDGER_NOTE})
     if marked and public_placed is not None:
         (tmp_path / f".confidential.tmp-{DEAD}-d{COMMITTED}").write_text(_record(tmp_path, entry))
     return pub, conf
@@ -65,7 +67,7 @@ def test_a_committed_release_is_rolled_forward(tmp_path: Path, public_placed: bo
     clean_stale_staging([pub, conf], private=[False, True])
     assert (pub / "summary.json").read_text() == "new"
     assert (conf / "per_record_losses.parquet").read_text() == "new"
-    assert (conf / "ledger.json").read_text() == "new"
+    assert (conf / "ledger.json").read_text() == LEDGER_NOTE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["confidential", "public"]
     umask = os.umask(0)
     os.umask(umask)
@@ -87,7 +89,7 @@ def test_one_record_rolls_the_whole_run_forward(tmp_path: Path) -> None:
     (tmp_path / f".confidential.tmp-{DEAD}-d{COMMITTED}").unlink()
     clean_stale_staging([pub, conf], private=[False, True])
     assert (pub / "summary.json").read_text() == "new"
-    assert (conf / "ledger.json").read_text() == "new"
+    assert (conf / "ledger.json").read_text() == LEDGER_NOTE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["confidential", "public"]
 
 
@@ -97,17 +99,56 @@ def test_with_a_ledger_the_chain_entry_decides(tmp_path: Path, committed: bool) 
     entry = tmp_path / "ledger" / "chain" / "00000002.json"
     entry.parent.mkdir(parents=True)
     if committed:
-        entry.write_text(json.dumps({"spec_hash": "h", "seq": 2}))
+        entry.write_text(json.dumps({"spec_hash": "h", "seq": 2, "hash": "e2"}))
     pub, conf = _killed(tmp_path, public_placed=False, marked=True, entry=str(entry))
     if committed:
         clean_stale_staging([pub, conf], private=[False, True])
-        assert (conf / "ledger.json").read_text() == "new"
+        assert (conf / "ledger.json").read_text() == LEDGER_NOTE
         assert (pub / "summary.json").read_text() == "new"
     else:  # killed before the commit: the previous release is put back, the ledger uncharged
         clean_stale_staging([pub, conf], private=[False, True])
         assert (pub / "summary.json").read_text() == "old"
         assert (conf / "per_record_losses.parquet").read_text() == "old"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["confidential", "ledger", "public"]
+
+
+def test_another_runs_entry_at_the_same_position_is_not_this_commit(tmp_path: Path) -> None:
+    """The same spec run elsewhere committed that position (review r54): not this run's commit."""
+    entry = tmp_path / "ledger" / "chain" / "00000002.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(json.dumps({"spec_hash": "h", "seq": 2, "hash": "other"}))
+    pub, conf = _killed(tmp_path, public_placed=False, marked=True, entry=str(entry))
+    (tmp_path / f".confidential.tmp-{DEAD}-d" / "ledger.json").unlink()  # never committed
+    clean_stale_staging([pub, conf], private=[False, True])
+    assert (pub / "summary.json").read_text() == "old"
+    assert (conf / "per_record_losses.parquet").read_text() == "old"
+
+
+def test_a_committed_release_whose_target_exists_again_is_kept_whole(tmp_path: Path) -> None:
+    """Tabdp compare made the confidential folder after the kill (review r54): refused, kept."""
+    pub, conf = _killed(tmp_path, public_placed=False, marked=True)
+    (conf / "compare").mkdir(parents=True)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(InvalidParameterError, match="exists again"):
+        clean_stale_staging([pub, conf], private=[False, True])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert (tmp_path / f".confidential.tmp-{DEAD}-d" / "ledger.json").exists()
+
+
+def test_a_record_naming_other_paths_acts_on_nothing_else(tmp_path: Path) -> None:
+    """A record planted or copied next to the outputs (review r54) moves no foreign folder."""
+    out = tmp_path / "out"
+    out.mkdir()
+    elsewhere = _folder(tmp_path / "elsewhere" / "secret", {"x": "1"})
+    staging = _folder(out / f".public.tmp-{DEAD}-c", {"summary.json": "new"})
+    (out / f".public.tmp-{DEAD}-c{COMMITTED}").write_text(json.dumps({
+        "tmps": [str(staging), str(elsewhere)],
+        "targets": [str(out / "public"), str(tmp_path / "www" / "published")],
+        "olds": [], "private": [False, False], "entry": None}))
+    (tmp_path / "www").mkdir()
+    clean_stale_staging([out / "public"])
+    assert (elsewhere / "x").exists() and not (tmp_path / "www" / "published").exists()
+    assert not (out / "public").exists() and not staging.exists()
 
 
 def test_a_stray_mark_without_its_folder_is_removed(tmp_path: Path) -> None:
