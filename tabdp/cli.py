@@ -23,12 +23,13 @@ only); the exit code stays 0.
     tabdp demo [--out DIR]               # the bundled example on the sample data
     tabdp ledger init PATH --series S --lifetime-budget B
                                          # CURATOR ONLY: start a release series' ledger
-    tabdp ledger verify PATH [--series S] [--bytes-only]
+    tabdp ledger verify PATH [--series S]
                                          # CURATOR ONLY: check a lifetime ledger's hash chain,
                                          # bytes, anchor, and that its state is the sum of its
-                                         # history (exit 0 only for an intact ledger)
-    tabdp ledger show PATH [--series S] [--bytes-only]
-                                         # CURATOR ONLY: verify, then print its releases
+                                         # history (exit 0 only for an intact ledger;
+                                         # --bytes-only: without that last check)
+    tabdp ledger show PATH [--series S]  # CURATOR ONLY: verify, then print its releases
+                                         # (--bytes-only as for verify)
     tabdp ledger accept-restore PATH [--series S]
                                          # CURATOR ONLY: accept a deliberately restored (older)
                                          # copy of a ledger: its anchor takes the folder's head
