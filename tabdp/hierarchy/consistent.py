@@ -799,18 +799,10 @@ def _round_variance(prod: Product, a: int, b: int, grid: float) -> np.ndarray:
     margin that does not depend on the fractional parts, as before: post-processing the
     published consistent levels gives the same margins).
     """
-    out = prod.present.astype(np.float64)
-    tree = prod.outer.tree
-    if a != tree.depth:
-        anc = tree.leaf_ancestor(a)
-        st = np.searchsorted(anc, np.arange(tree.sizes[a]), side="left")
-        out = np.add.reduceat(out, st, axis=0)
-    ranges = (out > 0).astype(np.float64)   # (outer nodes at a) × (inner leaves)
-    inner = prod.inner.tree
-    if b != inner.depth:
-        anc = inner.leaf_ancestor(b)
-        st = np.searchsorted(anc, np.arange(inner.sizes[b]), side="left")
-        ranges = np.add.reduceat(ranges, st, axis=1)
+    # present finest cells per (outer node at a, inner leaf): a range holding one is counted
+    per_range = _aggregate(prod, a, prod.inner.tree.depth, prod.present.astype(np.float64))
+    # then summed over the inner leaves below each cell (the outer axis is already at a)
+    ranges = _aggregate(prod, prod.outer.tree.depth, b, (per_range > 0).astype(np.float64))
     return ranges * (grid * grid / 6.0)
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tabdp._durable import fsync_dir
 from tabdp.exceptions import LedgerAnchorError, LedgerError
 
 __all__ = ["ANCHOR_FORMAT", "Anchor", "anchor_path", "read_anchor", "check_anchor", "fsync_dir",
@@ -90,15 +91,6 @@ def anchor_path(root: Path) -> Path:
     """
     root = Path(os.path.abspath(root))  # "l", "./l" and "a/../l" alike
     return root.parent / f".{root.name}.head.json"
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a folder's entries (a rename into it) durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fix(root: Path) -> str:

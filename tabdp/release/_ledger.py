@@ -103,6 +103,17 @@ def _warn_rerun(ledger: Any, spec: Any) -> None:
         "never published.", PrivacyWarning, stacklevel=3)
 
 
+def chain_entry(ledger: Any, seq: int) -> Path:
+    """The file of the ledger's chain entry ``seq`` (written by the commit of release ``seq``).
+
+    Example:
+        >>> import types
+        >>> chain_entry(types.SimpleNamespace(path="/l"), 2).as_posix()
+        '/l/chain/00000002.json'
+    """
+    return Path(ledger.path) / "chain" / f"{seq:08d}.json"
+
+
 def committed_since(ledger: Any, releases: int,
                     spec_hash: str | None = None) -> dict[str, Any] | None:
     """The chain entry this run committed since the ledger held ``releases`` releases.
@@ -129,7 +140,7 @@ def committed_since(ledger: Any, releases: int,
     if len(ledger.entries) - 1 > releases:
         entry: dict[str, Any] = ledger.entries[releases + 1]
         return entry
-    path = Path(ledger.path) / "chain" / f"{releases + 1:08d}.json"
+    path = chain_entry(ledger, releases + 1)
     try:
         found: dict[str, Any] = json.loads(path.read_bytes())
     except (OSError, ValueError):

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tabdp._durable import fsync_dir, write_synced
 from tabdp.exceptions import (
     DataValidationError,
     InvalidParameterError,
@@ -121,11 +122,7 @@ def _carried_names(staging: Path) -> list[str] | None:
 
 def _write_carried(staging: Path, names: Sequence[str]) -> None:
     """Write `CARRIED_MANIFEST` into a staging folder, on disk before anything is moved."""
-    fd = os.open(staging / CARRIED_MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"carried": list(names)}) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    write_synced(staging / CARRIED_MANIFEST, json.dumps({"carried": list(names)}) + "\n")
 
 
 def _is_comparison(path: Path) -> bool:
@@ -322,30 +319,12 @@ def _pid_alive(pid: int) -> bool:
 COMMITTED = ".swap"
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        dfd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a folder that cannot be opened (not POSIX)
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(dfd)
-
-
 def _write_swap(tmp: Path, record: Mapping[str, Any]) -> None:
     """Write ``<tmp>.swap`` (the run's swap record) next to a staging folder, on disk."""
-    mark = tmp.with_name(tmp.name + COMMITTED)
     # a new file, never through a link planted at its name (review r54)
-    fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(dict(record)) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    _fsync_dir(tmp.parent)
+    write_synced(tmp.with_name(tmp.name + COMMITTED), json.dumps(dict(record)) + "\n",
+                 exclusive=True)
+    fsync_dir(tmp.parent, strict=False)
 
 
 def _swap_committed(record: Mapping[str, Any]) -> bool:

@@ -10,7 +10,6 @@ nothing here tests which engine it is.
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -485,10 +484,10 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
 
             staging.commit = commit
             # how a later clean-up tells this commit happened: the chain entry it writes
-            staging.swap_check = {
-                "entry": os.path.join(str(ledger.path), "chain",
-                                      f"{len(ledger.entries):08d}.json"),
-                "spec_hash": spec.sha256}
+            from tabdp.release._ledger import chain_entry
+
+            staging.swap_check = {"entry": str(chain_entry(ledger, len(ledger.entries))),
+                                  "spec_hash": spec.sha256}
     curator = spec.input.mode == "curator"
     return ReleaseResult(spec.output.public, spec.output.confidential, files,
                          {k.removesuffix(".parquet"): v for k, v in public.items()},
