@@ -73,6 +73,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast, overload
@@ -768,7 +769,7 @@ def _fmt(x: float | None) -> str:
     return "inf" if x is None else f"{x:.4g}"
 
 
-def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
+def _cmd_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tabdp.release.runner import plan_summary, write_plan
 
     spec = _load(args, args.spec)
@@ -780,7 +781,8 @@ def _cmd_plan(args: argparse.Namespace, out: TextIO) -> int:
         from tabdp.release.curator_config import check_author_overwrite
 
         check_author_overwrite(spec, args.curator_config)
-    folder = write_plan(spec, args.out, overwrite=args.overwrite)
+    with _rolled_forward_notices(err):
+        folder = write_plan(spec, args.out, overwrite=args.overwrite)
     s = plan_summary(spec)
     sizes = s["record_sizes"]
     out.write(f"Plan of release {spec.release.name!r} (no data read)\n")
@@ -916,26 +918,35 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     import contextlib
     import warnings
 
-    from tabdp.exceptions import CoverageWarning
+    from tabdp.exceptions import CoverageWarning, RolledForwardWarning
 
-    with contextlib.ExitStack() as stack:
-        shown = err
-        if spec.input.mode == "author" and getattr(err, "stream", err) is sys.stderr:
-            shown = cast("TextIO", _ReaderMayLeave(stack.enter_context(
-                _native_stderr_to_confidential(spec.output.confidential))))
-        bar = _Bar(shown, not args.quiet)
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", CoverageWarning)
-                engine = getattr(args, "engine", None)  # None: run_release's default
-                res = run_release(spec, overwrite=overwrite, progress=bar,
-                                  test_seed=getattr(args, "test_seed", False),
-                                  **({} if engine is None else {"engine": engine}),
-                                  spark_master=getattr(args, "spark_master", None))
-        finally:
-            bar.close()
-        bar.flush()
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            shown = err
+            if spec.input.mode == "author" and getattr(err, "stream", err) is sys.stderr:
+                shown = cast("TextIO", _ReaderMayLeave(stack.enter_context(
+                    _native_stderr_to_confidential(spec.output.confidential))))
+            bar = _Bar(shown, not args.quiet)
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", CoverageWarning)
+                    warnings.simplefilter("always", RolledForwardWarning)
+                    engine = getattr(args, "engine", None)  # None: run_release's default
+                    res = run_release(spec, overwrite=overwrite, progress=bar,
+                                      test_seed=getattr(args, "test_seed", False),
+                                      **({} if engine is None else {"engine": engine}),
+                                      spark_master=getattr(args, "spark_master", None))
+            finally:
+                bar.close()
+            bar.flush()
+    finally:
+        # the clean-up put a killed run's release in place: said also when the run then stops
+        # (its folders now exist); curator mode only (run_release emits none in author mode)
+        _write_rolled_forward(caught, err)
     for w in caught:
+        if issubclass(w.category, RolledForwardWarning):
+            continue
         if issubclass(w.category, CoverageWarning):
             # curator mode only (run_release emits none in author mode): the data's owner
             err.write(f"WARNING (curator, do not publish): {w.message}\n")
@@ -1000,6 +1011,37 @@ def _native_stderr_to_confidential(confidential: Path) -> Iterator[TextIO]:
                 shutil.move(str(log), str(confidential / "stderr.log"))
         finally:
             log.unlink(missing_ok=True)
+
+
+def _write_rolled_forward(caught: Sequence[warnings.WarningMessage], err: TextIO) -> None:
+    """Curator mode: the clean-up's notices of a killed run's release put in place (stop 52)."""
+    from tabdp.exceptions import RolledForwardWarning
+
+    for w in caught:
+        if issubclass(w.category, RolledForwardWarning):
+            err.write(f"WARNING (curator, do not publish): {w.message}\n")
+
+
+@contextlib.contextmanager
+def _rolled_forward_notices(err: TextIO) -> Iterator[None]:
+    """Print the roll-forward notices of the block's clean-up, also when the block fails.
+
+    Other warnings of the block are passed on as they came.
+    """
+    import warnings
+
+    from tabdp.exceptions import RolledForwardWarning
+
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RolledForwardWarning)
+            yield
+    finally:
+        _write_rolled_forward(caught, err)
+        for w in caught:
+            if not issubclass(w.category, RolledForwardWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO,
@@ -1092,7 +1134,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         if args.command == "validate":
             return _cmd_validate(args, out)
         if args.command == "plan":
-            return _cmd_plan(args, out)
+            return _cmd_plan(args, out, err)
         if args.command == "run":
             return _cmd_run(args, out, err, args.spec, args.overwrite)
         if args.command == "compare":

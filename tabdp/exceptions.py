@@ -36,6 +36,7 @@ __all__ = [
     "TabdpWarning",
     "UsabilityWarning",
     "CoverageWarning",
+    "RolledForwardWarning",
 ]
 
 
@@ -280,3 +281,35 @@ class CoverageWarning(TabdpWarning):
         >>> issubclass(CoverageWarning, TabdpWarning)
         True
     """
+
+
+class RolledForwardWarning(TabdpWarning):
+    """Tells the curator that a killed run's committed release was put in place (rolled forward).
+
+    A run killed after its commit (with a lifetime ledger: after the ledger was charged) and
+    before it renamed its outputs into place left a complete release in its staging folders;
+    the next run's clean-up ([`run_release`][tabdp.release.run_release], ``tabdp run``,
+    ``tabdp plan``) puts those folders in place and says so with this warning. Emitted only in
+    curator mode (it names server folders): an author-mode run says nothing to the author, and
+    the curator finds the same record in ``rolled_forward.jsonl`` in the rolled-forward
+    confidential folder (written in both modes).
+
+    Attributes:
+        folders: The target folders that were put in place.
+        at: When (UTC, ISO 8601).
+        process: The process id of the killed run.
+
+    Example:
+        >>> w = RolledForwardWarning("rolled forward", folders=("out/public",), at="now",
+        ...                          process=4242)
+        >>> issubclass(RolledForwardWarning, TabdpWarning), w.folders, w.process
+        (True, ('out/public',), 4242)
+    """
+
+    def __init__(self, message: str, *, folders: tuple[str, ...] = (), at: str = "",
+                 process: int | None = None) -> None:
+        """Keep the ``message`` and what it is about (``folders``, ``at``, ``process``)."""
+        super().__init__(message)
+        self.folders = folders
+        self.at = at
+        self.process = process

@@ -867,6 +867,14 @@ def write_plan(spec: ReleaseSpec, out: Path | None = None, *, overwrite: bool = 
     Returns:
         The folder written.
 
+    Raises:
+        InvalidParameterError: The folder exists without ``overwrite``, is a symbolic link,
+            or cannot be created, or a staging folder next to it cannot safely be removed.
+
+    Warns:
+        RolledForwardWarning: Curator mode: the clean-up put a killed run's complete plan
+            folder in place (see `clean_stale_staging`).
+
     Example:
         >>> import tabdp, pathlib, tempfile
         >>> from tabdp.release.spec import load_spec
@@ -879,8 +887,9 @@ def write_plan(spec: ReleaseSpec, out: Path | None = None, *, overwrite: bool = 
     from tabdp.report.html import render_summary_html
 
     target = Path(out) if out is not None else spec.output.plan
-    clean_stale_staging([target])
-    _check_target(target, overwrite, "plan")
+    author = spec.input.mode == "author"  # a roll-forward's notice names server folders
+    clean_stale_staging([target], author=author)
+    _check_target(target, overwrite, "plan", author=author)
     summary = plan_summary(spec)
     summary["kind"] = "plan"
     with _Staging([target], overwrite) as (tmp,):

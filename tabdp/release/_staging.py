@@ -1,8 +1,10 @@
 """Writing a run's folders atomically, and what a failed run leaves behind.
 
 Outputs are built in staging folders next to their targets and renamed into place at the end
-(`clean_stale_staging` removes those of a killed run); after a failure, only
-``failure.json`` in the confidential folder (`DataDependentFailure`). A run with a lifetime
+(`clean_stale_staging` removes those of a killed run, or puts them in place when that run had
+committed, and then tells the curator: `RolledForwardWarning`, `ROLLED_FORWARD_LOG`); after a
+failure, only ``failure.json`` in the confidential folder (`DataDependentFailure`). Output
+folders that are symbolic links are refused (`_check_target`). A run with a lifetime
 ledger commits it after every check of the swap and before the renames (`_Staging.commit`).
 A run replaces only its own files (`RUN_FILES`) in the confidential folder: a comparison
 (``tabdp compare``'s ``compare/``) and anything else there is carried over into the new
@@ -17,7 +19,9 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from tabdp._durable import fsync_dir, write_synced
 from tabdp.exceptions import (
     DataValidationError,
     InvalidParameterError,
+    RolledForwardWarning,
 )
 from tabdp.release.spec import ReleaseSpec, spec_keys_hint
 
@@ -61,6 +66,14 @@ RUN_FILES = RELEASE_FILES | {FAILURE_FILE} | FAILURE_LOGS
 #: once the new folder is in place; tabdp's own name, never a user's (`_run_scratch`).
 CARRIED_MANIFEST = ".tabdp-carried.json"
 
+#: The curator's record of the releases of killed runs that a later run's clean-up put in place
+#: (`_roll_forward`): one JSON object a line (when, the folders, the killed run's process and
+#: its ledger entry), appended (0600) in each rolled-forward confidential folder, in curator
+#: and author mode (an author-mode run tells the author nothing of it). A run neither replaces
+#: nor removes it: like the curator's entries it is carried over into the new folder, but it
+#: never needs ``--overwrite`` and is never called a file no tabdp run wrote.
+ROLLED_FORWARD_LOG = "rolled_forward.jsonl"
+
 #: The temporary names tabdp's writers give files inside a confidential (staging) folder, next
 #: to the run file they become: ``_write_failure``'s ``.failure.json.<mkstemp>``, the streaming
 #: report's ``.per_record_losses.parquet.<pid>.partial`` (`tabdp.frame._stream`) and Spark's
@@ -91,7 +104,7 @@ def _kept_entries(path: Path) -> list[Path]:
     """The entries of a confidential folder that no run wrote: a run keeps them.
 
     A run's files (`RUN_FILES`) and tabdp's temporary files (`_run_scratch`) are not among
-    them.
+    them; the clean-up's `ROLLED_FORWARD_LOG` is (a run keeps it too: see `_curators`).
 
     Example:
         >>> import tempfile
@@ -107,6 +120,11 @@ def _kept_entries(path: Path) -> list[Path]:
                       if p.name not in RUN_FILES and not _run_scratch(p.name))
     except OSError:
         return []
+
+
+def _curators(path: Path) -> list[Path]:
+    """`_kept_entries` without the clean-up's `ROLLED_FORWARD_LOG`: what is the curator's own."""
+    return [p for p in _kept_entries(path) if p.name != ROLLED_FORWARD_LOG]
 
 
 def _carried_names(staging: Path) -> list[str] | None:
@@ -165,7 +183,8 @@ def _confidential_blockers(path: Path) -> tuple[list[Path], list[Path], list[Pat
     except OSError:
         return [], [], []
     release = [p for p in entries if p.name in RELEASE_FILES]
-    kept = [p for p in entries if p.name not in RUN_FILES and not _run_scratch(p.name)]
+    kept = [p for p in entries if p.name not in RUN_FILES and not _run_scratch(p.name)
+            and p.name != ROLLED_FORWARD_LOG]  # tabdp's record, kept: never a blocker
     comparisons = [p for p in kept if _is_comparison(p)]
     return release, comparisons, [p for p in kept if p not in comparisons]
 
@@ -244,15 +263,19 @@ def _check_target(path: Path, overwrite: bool, what: str,
         author: An author-mode run: a refusal names nothing in the confidential folder
             (review r52).
     """
-    if what == "confidential" and path.is_symlink():
+    if path.is_symlink():
         # review r52: a run renames the folder aside, so it moved the curator's entries out of
-        # the link's target into a new, local folder and left a .old-* link behind every run
+        # the link's target into a new, local folder and left a .old-* link behind every run;
+        # stop 52: a public (or plan) folder that is a link was replaced, under --overwrite, by
+        # a new local folder, the link gone and the publication it pointed to left as it was
         raise InvalidParameterError(
-            f"the confidential output folder {str(path)!r} is not a plain folder"
+            f"the {what} output folder {str(path)!r} is not a plain folder"
             + ("; the curator must make it one.\nHint: ask the curator." if author
-               else " but a symbolic link; a run replaces the folder itself, not what a link "
-                    "points to.\nHint: name the link's target in the spec's [output] section "
-                    "(or replace the link by a folder)."))
+               else " but a symbolic link; a run (with or without --overwrite) replaces the "
+                    "folder itself, never what a link points to, so tabdp refuses it.\nHint: "
+                    "name the link's target in the spec's [output] section"
+                    + (" (or --out)" if what != "confidential" else "")
+                    + ", or replace the link by a folder."))
     if what == "confidential" and path.is_dir():
         # the run replaces only its own files there (`RUN_FILES`): a folder holding nothing
         # but comparisons (tabdp compare's compare/) and a failed run's report needs no
@@ -261,7 +284,7 @@ def _check_target(path: Path, overwrite: bool, what: str,
         if not overwrite and not _confidential_free(path):
             raise InvalidParameterError(_confidential_refusal(path, author))
     elif path.exists() and not overwrite:
-        kept = _kept_entries(confidential) if confidential is not None else []
+        kept = _curators(confidential) if confidential is not None else []
         note = (f" {_AUTHOR_KEPT}" if author and confidential is not None else
                 f" The confidential folder {str(confidential)!r} also holds {_named(kept)}, "
                 "which no tabdp run wrote (a comparison of tabdp compare, say): a run keeps "
@@ -299,17 +322,92 @@ def _check_target(path: Path, overwrite: bool, what: str,
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` may still be running: ``True`` whenever that cannot be told.
+
+    POSIX: signal 0 (``os.kill(pid, 0)``), which only checks. Windows: ``os.kill`` would *end*
+    the process (Python maps every signal but CTRL_C / CTRL_BREAK to ``TerminateProcess``), so
+    the process is opened for a query and its exit code read (`_windows_pid_alive`). A
+    process counted alive keeps its staging folder: the clean-up refuses it with a message
+    (to remove it by hand if no run is going on), never deletes it.
+
+    Example:
+        >>> _pid_alive(os.getpid())
+        True
+    """
     if pid == os.getpid():
         return True
+    if sys.platform == "win32":
+        return _windows_pid_alive(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # a process of another user
-        return True
-    except OSError:
+    except OSError:  # PermissionError: a process of another user
         return True
     return True
+
+
+#: Windows: the access right `_windows_pid_alive` asks for, the exit code of a running process
+#: and the error of ``OpenProcess`` for a process id no process has.
+_QUERY_LIMITED_INFORMATION = 0x1000
+_STILL_ACTIVE = 259
+_ERROR_INVALID_PARAMETER = 87
+
+
+def _kernel32() -> Any:
+    """Windows' ``kernel32`` through ctypes, its three calls typed (``None``: not there)."""
+    try:
+        import ctypes
+    except ImportError:  # pragma: no cover - a Python without ctypes
+        return None
+    win_dll = getattr(ctypes, "WinDLL", None)
+    if win_dll is None:
+        return None
+    try:
+        k = win_dll("kernel32", use_last_error=True)
+    except OSError:
+        return None
+    k.OpenProcess.argtypes = [ctypes.c_uint32, ctypes.c_int, ctypes.c_uint32]
+    k.OpenProcess.restype = ctypes.c_void_p  # a HANDLE: pointer-sized
+    k.GetExitCodeProcess.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+    k.GetExitCodeProcess.restype = ctypes.c_int
+    k.CloseHandle.argtypes = [ctypes.c_void_p]
+    k.CloseHandle.restype = ctypes.c_int
+    return k
+
+
+def _last_error() -> int:
+    """Windows: the error code of the last ctypes call (``ctypes.get_last_error``)."""
+    import ctypes
+
+    get = getattr(ctypes, "get_last_error", None)
+    return int(get()) if get is not None else 0
+
+
+def _windows_pid_alive(pid: int) -> bool:
+    """Windows: whether process ``pid`` runs, without touching it (``True``: cannot tell).
+
+    ``OpenProcess`` with the least query right, then ``GetExitCodeProcess``: ``STILL_ACTIVE``
+    (259) is running. No such process (``ERROR_INVALID_PARAMETER``) is gone; access denied (a
+    process of another user, a protected one) and any other failure count as running. A
+    process that ended with exit code 259 also counts as running: its staging folder is then
+    refused, never deleted.
+    """
+    import ctypes
+
+    k = _kernel32()
+    if k is None:
+        return True
+    handle = k.OpenProcess(_QUERY_LIMITED_INFORMATION, 0, pid)
+    if not handle:
+        return _last_error() != _ERROR_INVALID_PARAMETER
+    try:
+        code = ctypes.c_uint32()
+        if not k.GetExitCodeProcess(handle, ctypes.byref(code)):
+            return True
+        return int(code.value) == _STILL_ACTIVE
+    finally:
+        k.CloseHandle(handle)
 
 
 #: Suffix of the swap record a run writes next to each of its staging folders just before its
@@ -416,18 +514,25 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
     staging folder of the run whose target is missing is put in place (rolled forward,
     publishable outputs given the usual permissions) and the set-aside folders are then
     removed; if not, the set-aside previous release is put back where its target is missing,
-    and the staging folders are removed as above.
+    and the staging folders are removed as above. A roll-forward is never silent: an entry
+    (when, the folders, the killed run's process and ledger entry) is appended to
+    ``rolled_forward.jsonl`` (`ROLLED_FORWARD_LOG`) in each rolled-forward confidential folder,
+    and in curator mode a `RolledForwardWarning` names the folders put in place and when.
 
     Args:
         targets: Output folders of the run.
         private: Per target, whether it is a confidential folder (default: none is).
-        author: An author-mode run: a refusal names nothing in the confidential folder.
+        author: An author-mode run: a refusal names nothing in the confidential folder, and
+            a roll-forward is recorded only in the confidential folder (no warning).
 
     Returns:
         The folders removed.
 
     Raises:
         InvalidParameterError: A staging folder that cannot safely be removed.
+
+    Warns:
+        RolledForwardWarning: Curator mode: a killed run's committed release was put in place.
 
     Example:
         >>> import tempfile, pathlib
@@ -477,8 +582,15 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
                     if record is not None and _swap_committed(record):
                         # killed after its commit: its staging folders are the release (its
                         # ledger charged), put in place together (rolled forward), never
-                        # deleted; the set-aside old folders go next
-                        rolled += _roll_forward(record, author)
+                        # deleted; the set-aside old folders go next. Never silently (stop
+                        # 52): the curator is told what was put in place, and when
+                        try:
+                            marked_at: float | None = mark.stat().st_mtime
+                        except OSError:
+                            marked_at = None
+                        placed = _roll_forward(record, author)
+                        rolled += placed
+                        _report_rolled(record, placed, pid, marked_at, author)
                         if not p.exists():
                             continue
                     elif record is not None:
@@ -541,6 +653,82 @@ def _roll_forward(record: Mapping[str, Any], author: bool = False) -> list[Path]
             placed.append(target)
         tmp.with_name(tmp.name + COMMITTED).unlink(missing_ok=True)
     return placed
+
+
+def _utc(t: float | None = None) -> str:
+    """A time (POSIX seconds; default now) as UTC ISO 8601 text, to the second."""
+    when = _dt.datetime.now(tz=_dt.UTC) if t is None else _dt.datetime.fromtimestamp(t, _dt.UTC)
+    return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _append_log(folder: Path, entry: Mapping[str, Any]) -> bool:
+    """Append one line to a folder's `ROLLED_FORWARD_LOG` (0600, on disk); ``False``: failed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(folder / ROLLED_FORWARD_LOG, flags, 0o600)  # never through a link
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), 0o600)
+            f.write(json.dumps(dict(entry)) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True
+
+
+def _report_rolled(record: Mapping[str, Any], placed: Sequence[Path], pid: int,
+                   marked_at: float | None, author: bool) -> None:
+    """Tell the curator that `_roll_forward` put a killed run's release in place (stop 52).
+
+    Both modes: one entry appended to `ROLLED_FORWARD_LOG` in each rolled-forward
+    confidential folder. Curator mode also warns (`RolledForwardWarning`, printed by ``tabdp
+    run`` as a ``WARNING (curator, do not publish)`` line) naming the folders; an author-mode
+    run tells the author nothing (the folders are server paths, the curator's).
+    """
+    if not placed:
+        return
+    now = _utc()
+    entry = record.get("entry")
+    seq: int | None = None
+    if entry is not None:
+        try:
+            found = json.loads(Path(str(entry)).read_bytes())
+            seq = found.get("seq") if isinstance(found.get("seq"), int) else None
+        except (OSError, ValueError, AttributeError):
+            seq = None
+    private = record.get("private") or [True] * len(record["targets"])
+    confidential = {Path(t) for t, c in zip(record["targets"], private, strict=False) if c}
+    charged = ("; its lifetime ledger was charged" + (f" as release {seq} of its series"
+                                                      if seq is not None else "")
+               if entry is not None else "")
+    line = {"event": "rolled_forward", "at": now, "folders": [str(t) for t in placed],
+            "killed_process": pid,
+            "killed_run_swap_started_at": None if marked_at is None else _utc(marked_at),
+            "ledger_entry": None if entry is None else str(entry), "ledger_release": seq,
+            "by_process": os.getpid(), "mode": "author" if author else "curator",
+            "note": f"a run killed after its commit point (every check passed{charged}) "
+                    "left its complete release in staging folders; this clean-up put them in "
+                    "place (rolled forward). Check that release before publishing it."}
+    logged = [t for t in placed if t in confidential and _append_log(t, line)]
+    if author:  # the curator reads the log; the author is told nothing
+        return
+    unlogged = [t for t in placed if t in confidential and t not in logged]
+    where = (f" The record is in {', '.join(repr(str(t / ROLLED_FORWARD_LOG)) for t in logged)}."
+             if logged else "")
+    if unlogged:
+        where += (f" It could not be written to {', '.join(repr(str(t)) for t in unlogged)}.")
+    warnings.warn(RolledForwardWarning(
+        f"a tabdp run (process {pid}) was killed after its commit point (every check of its "
+        f"move into place passed{charged}) and before it had renamed all its output folders "
+        f"into place; this run's clean-up put the staged folder{'s' if len(placed) > 1 else ''}"
+        f" in place at {now} (rolled forward, not deleted): "
+        f"{', '.join(repr(str(t)) for t in placed)}, completing that run's release.{where}"
+        "\nHint: check that release before publishing it. A run without --overwrite now stops "
+        "because its folders exist; one with --overwrite replaces it"
+        + (" (the killed run's ledger charge stands)." if entry is not None else "."),
+        folders=tuple(str(t) for t in placed), at=now,
+        process=pid), stacklevel=3)
 
 
 def _restore_olds(record: Mapping[str, Any]) -> None:

@@ -143,8 +143,9 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             (curator mode, ``input.path``) a column of the spec is missing from the input's
             schema or has a type the release cannot use (read from the Parquet metadata,
             before any data).
-        InvalidParameterError: An output folder exists and ``overwrite`` is false, or a
-            staging folder of another (or a killed) run cannot safely be removed.
+        InvalidParameterError: An output folder exists and ``overwrite`` is false, or is a
+            symbolic link, or a staging folder of another (or a killed) run cannot safely be
+            removed.
         InvalidParameterError: Also: an unknown engine, or Spark options without the Spark
             engine (or both ``spark`` and ``spark_master``).
         UnsupportedBackendError: The Spark engine without PySpark, or Spark could not start.
@@ -153,6 +154,10 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     Warns:
         CoverageWarning: Curator mode only: the input is empty, or rows fall outside a
             table's key set (the tables are named; counts only in ``confidential.json``).
+        RolledForwardWarning: Curator mode only: the clean-up put the outputs of a run killed
+            after its commit in place (rolled forward), before this run's own checks; they
+            are named with the time, and recorded in ``rolled_forward.jsonl`` in the
+            confidential folder (author mode: only there).
 
     Example:
         >>> import tabdp, pathlib, tempfile

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tabdp.exceptions import InvalidParameterError
-from tabdp.release._staging import COMMITTED, clean_stale_staging
+from tabdp.exceptions import InvalidParameterError, RolledForwardWarning
+from tabdp.release._staging import COMMITTED, ROLLED_FORWARD_LOG, clean_stale_staging
 
 DEAD = 999_999_999  # a process id that is not running
 #: The ``ledger.json`` a run's commit writes into its confidential staging folder (entry 2).
@@ -64,7 +64,20 @@ def _killed(tmp_path: Path, *, public_placed: bool, marked: bool,
 @pytest.mark.parametrize("public_placed", [True, False])
 def test_a_committed_release_is_rolled_forward(tmp_path: Path, public_placed: bool) -> None:
     pub, conf = _killed(tmp_path, public_placed=public_placed, marked=True)
-    clean_stale_staging([pub, conf], private=[False, True])
+    with pytest.warns(RolledForwardWarning, match="rolled forward") as caught:
+        clean_stale_staging([pub, conf], private=[False, True])
+    # stop 52: never silently; what was put in place (the public folder too when the kill
+    # came before its rename), when, and where the record is
+    (w,) = caught
+    assert isinstance(w.message, RolledForwardWarning)
+    assert w.message.folders == ((str(conf),) if public_placed else (str(pub), str(conf)))
+    assert w.message.process == DEAD and w.message.at in str(w.message)
+    assert str(conf / ROLLED_FORWARD_LOG) in str(w.message)
+    (line,) = (conf / ROLLED_FORWARD_LOG).read_text().splitlines()
+    logged = json.loads(line)
+    assert logged["folders"] == list(w.message.folders) and logged["at"] == w.message.at
+    assert logged["mode"] == "curator" and logged["killed_process"] == DEAD
+    assert (conf / ROLLED_FORWARD_LOG).stat().st_mode & 0o777 == 0o600
     assert (pub / "summary.json").read_text() == "new"
     assert (conf / "per_record_losses.parquet").read_text() == "new"
     assert (conf / "ledger.json").read_text() == LEDGER_NOTE
@@ -87,7 +100,8 @@ def test_one_record_rolls_the_whole_run_forward(tmp_path: Path) -> None:
     """Killed between the two records (review r53): the public one alone rolls both forward."""
     pub, conf = _killed(tmp_path, public_placed=False, marked=True)
     (tmp_path / f".confidential.tmp-{DEAD}-d{COMMITTED}").unlink()
-    clean_stale_staging([pub, conf], private=[False, True])
+    with pytest.warns(RolledForwardWarning):
+        clean_stale_staging([pub, conf], private=[False, True])
     assert (pub / "summary.json").read_text() == "new"
     assert (conf / "ledger.json").read_text() == LEDGER_NOTE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["confidential", "public"]
@@ -102,7 +116,9 @@ def test_with_a_ledger_the_chain_entry_decides(tmp_path: Path, committed: bool) 
         entry.write_text(json.dumps({"spec_hash": "h", "seq": 2, "hash": "e2"}))
     pub, conf = _killed(tmp_path, public_placed=False, marked=True, entry=str(entry))
     if committed:
-        clean_stale_staging([pub, conf], private=[False, True])
+        with pytest.warns(RolledForwardWarning, match="charged as release 2 of its series"):
+            clean_stale_staging([pub, conf], private=[False, True])
+        assert json.loads((conf / ROLLED_FORWARD_LOG).read_text())["ledger_release"] == 2
         assert (conf / "ledger.json").read_text() == LEDGER_NOTE
         assert (pub / "summary.json").read_text() == "new"
     else:  # killed before the commit: the previous release is put back, the ledger uncharged
@@ -202,7 +218,8 @@ def test_a_real_run_killed_before_its_confidential_rename(tmp_path: Path) -> Non
     out = tmp_path / "out"
     assert (out / "public" / "summary.json").exists() and not (out / "confidential").exists()
     assert any(p.name.endswith(COMMITTED) for p in out.iterdir())
-    clean_stale_staging([out / "public", out / "confidential"], private=[False, True])
+    with pytest.warns(RolledForwardWarning):
+        clean_stale_staging([out / "public", out / "confidential"], private=[False, True])
     assert (out / "confidential" / "per_record_losses.parquet").exists()
     assert sorted(p.name for p in out.iterdir()) == ["confidential", "public"]
 
@@ -283,7 +300,11 @@ def test_a_ledger_run_killed_anywhere_in_its_swap_is_old_or_new(tmp_path: Path,
                             env={**env, "KILL_AT": str(kill_at)}, capture_output=True,
                             text=True, timeout=300)
     assert killed.returncode == 137, killed.stderr
-    clean_stale_staging([out / "public", out / "confidential"], private=[False, True])
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clean_stale_staging([out / "public", out / "confidential"], private=[False, True])
     assert sorted(p.name for p in out.iterdir()) == ["confidential", "public"]
     with tabdp.Ledger.open(tmp_path / "ledger") as led:
         releases = led.releases
@@ -291,4 +312,8 @@ def test_a_ledger_run_killed_anywhere_in_its_swap_is_old_or_new(tmp_path: Path,
     name = name["name"] if isinstance(name, dict) else name
     seq = json.loads((out / "confidential" / "ledger.json").read_text())["release"]
     assert (name, seq, releases) in {("r2021", 1, 1), ("r2022", 2, 2)}
+    # stop 52: the curator is told exactly when the killed run's release was put in place
+    rolled = [w for w in caught if issubclass(w.category, RolledForwardWarning)]
+    assert [str(w.message) for w in caught if w not in rolled] == []
+    assert len(rolled) == (name == "r2022")  # the killed run's release: only by a roll-forward
     assert (out / "confidential" / "notes.txt").read_text() == "curator"
