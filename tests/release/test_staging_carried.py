@@ -1,4 +1,4 @@
-"""What a run says of, and does with, the confidential folder's other entries (review r52).
+"""What a run says of, and does with, the confidential folder's other entries.
 
 Review r51 made a run keep what it did not write in the confidential folder (a comparison,
 the curator's files) and say so. Review r52 found three faults:

@@ -1,4 +1,4 @@
-"""Stop 52: the release staging code tells the truth and touches no other process.
+"""The release staging code tells the curator what it did and touches no other process.
 
 * A run killed after its commit and before its renames is rolled forward by the next run's
   clean-up: no longer silently. Curator mode: a `RolledForwardWarning` (``tabdp run``: a
