@@ -921,6 +921,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     from tabdp.exceptions import CoverageWarning, RolledForwardWarning
 
     caught: list[warnings.WarningMessage] = []
+    done = False
     try:
         with contextlib.ExitStack() as stack:
             shown = err
@@ -940,18 +941,17 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
             finally:
                 bar.close()
             bar.flush()
+        done = True
     finally:
         # the clean-up put a killed run's release in place: said also when the run then stops
         # (its folders now exist); curator mode only (run_release emits none in author mode)
         _write_rolled_forward(caught, err)
-    for w in caught:
-        if issubclass(w.category, RolledForwardWarning):
-            continue
-        if issubclass(w.category, CoverageWarning):
-            # curator mode only (run_release emits none in author mode): the data's owner
-            err.write(f"WARNING (curator, do not publish): {w.message}\n")
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if not done and spec.input.mode != "author":
+            # a run that stops still tells the curator what it warned of before it stopped
+            # (a ledger's rerun warning, coverage); an author-mode run that stops says nothing
+            # more than its failure message (what it met on the way is the curator's)
+            _write_run_warnings(caught, err)
+    _write_run_warnings(caught, err)
     out.write(f"Release {spec.release.name!r} done.\n")
     if spec.seed is not None:
         out.write("  WARNING: seeded randomness (--test-seed): for tests only; the public "
@@ -973,6 +973,20 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     if by is not None:
         _write_left_out(res.left_out, err, by)
     return EXIT_OK
+
+
+def _write_run_warnings(caught: list[warnings.WarningMessage], err: TextIO) -> None:
+    """The warnings a run caught, shown: coverage to the curator, the others as warnings."""
+    from tabdp.exceptions import CoverageWarning, RolledForwardWarning
+
+    for w in caught:
+        if issubclass(w.category, RolledForwardWarning):
+            continue
+        if issubclass(w.category, CoverageWarning):
+            # curator mode only (run_release emits none in author mode): the data's owner
+            err.write(f"WARNING (curator, do not publish): {w.message}\n")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 @contextlib.contextmanager

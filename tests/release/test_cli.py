@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -452,6 +453,33 @@ def test_injected_failure_midway_leaves_nothing(tmp_path: Path, datasets: tuple[
     # nothing public, and no staging folder, is left behind
     assert sorted(p.name for p in out.iterdir()) == ["confidential"]
     assert os.listdir(out / "confidential") == ["failure.json"]
+
+
+def test_a_failed_run_still_shows_its_warnings_to_the_curator(
+        tmp_path: Path, datasets: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    # a warning met before the run stopped (e.g. a ledger's rerun warning) reached nobody: the
+    # CLI dropped what it had caught when the run raised
+    out = tmp_path / "out"
+    spec = write_spec(tmp_path, datasets[0], out)
+    check = runner_mod._check_schema_first  # runs before any data is read
+
+    def notice_first(*args, **kwargs):
+        warnings.warn("a notice before any data was read", tabdp.PrivacyWarning, stacklevel=1)
+        return check(*args, **kwargs)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(runner_mod, "_check_schema_first", notice_first)
+    monkeypatch.setattr(_tables, "publish", fail)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        code, _, err = run("run", "--test-seed", str(spec), "--quiet")
+    assert code == 4 and "injected failure" not in err
+    notices = [str(w.message) for w in shown if issubclass(w.category, tabdp.PrivacyWarning)]
+    assert notices == ["a notice before any data was read"]
+    # what the run met after reading data stays in its confidential failure.json
+    assert "injected failure" in failure(out)["message"]
 
 
 def test_failed_overwrite_keeps_the_old_release(tmp_path: Path, datasets: tuple[Path, Path],
