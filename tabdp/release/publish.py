@@ -16,8 +16,11 @@ Flag codes (a cell may carry several, concatenated in this order; ``""`` when no
   0.35 sd for Laplace noise, at most 0.5 sd for any symmetric noise; less for larger cells;
   the unclamped value is what rollups sum).
 * ``S`` — withheld: ``cv`` is at least ``suppress_cv``; estimate, sd, moe, lower, upper and cv
-  are null, and the flag is ``S`` alone (no ``C`` or ``N``: a withheld estimate reveals
-  nothing of its value, not even its sign, beyond ``cv >= suppress_cv``). The intervals of
+  are null, and the flag is ``S`` alone (no ``C`` or ``N``: the table shows nothing of the
+  withheld value, not even its sign, beyond ``cv >= suppress_cv``). Withholding is not
+  secondary suppression: a rollup or coarser consistent level sums the withheld cell's noisy
+  value, so a parent minus its published children gives it back (DP noise: no privacy is
+  lost; the cell is withheld for its unreliability, not to hide it). The intervals of
   the cells left published are unconditional: conditional on being published (chosen because
   ``|estimate|`` is large beside ``sd``), small cells' intervals cover less than the level
   (see the release-workflow docs).
@@ -78,7 +81,10 @@ FLAG_CODES: dict[str, str] = {
          "noise; rollups always sum the unclamped, unbiased values); never on a withheld cell",
     "S": "withheld: coefficient of variation at or above the table's suppress_cv threshold "
          "(estimate, sd, moe, lower, upper and cv are null; the flag is S alone, B aside, so "
-         "nothing of the withheld value, not even its sign, is shown). The intervals of the "
+         "this table shows nothing of the withheld value, not even its sign). Not secondary "
+         "suppression: a rollup or coarser level sums the withheld cell's noisy value, so a "
+         "parent minus its published children gives it back (noise-protected like every "
+         "estimate; withheld as unreliable, not as sensitive). The intervals of the "
          "published cells are unconditional: among the cells left published, small ones "
          "(true value under about 1 sd) cover less than the level",
     "X": "the noise has no finite variance (heavy-tailed stable noise): sd is inf and cv is "

@@ -93,7 +93,8 @@ The TOML schema (every key not listed is refused)::
 
     [ledger]                        # optional, curator mode: a release series' lifetime ledger
     path = "ledger/cbp"             # the ledger folder, relative to the spec (created 0700 by
-                                    # the first run; never inside an output folder)
+                                    # `tabdp ledger init`: a run never creates one; never
+                                    # inside an output folder)
     series = "cbp-annual"           # the series' name: a ledger of another series is refused
     lifetime_budget = 8.0           # each unit's ρ over every release of the series: a number,
                                     # or a curve {"1e3" = 2.0, "1e7" = 20.0}; needs input.unit
