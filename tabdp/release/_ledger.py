@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tabdp._durable import fsync_dir, write_synced
 from tabdp.exceptions import InvalidParameterError, LedgerError
 from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
@@ -156,7 +157,7 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path,
 
     The chain entry holds the spec's hash and the SHA-256 of the public ``manifest.json``;
     the confidential folder gets ``ledger.json`` (the entry's number and hash: keep the chain
-    head outside the ledger).
+    head outside the ledger), fsynced with its folder's entry.
 
     Args:
         session: The run's session (its ledger open, ``autocommit=False``).
@@ -191,10 +192,11 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path,
             "note": "CONFIDENTIAL. Keep the entry hash (the chain head) outside the ledger: "
                     "`tabdp ledger show` must end with it."}
     target = confidential / "ledger.json"
-    with open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
-              encoding="utf-8") as fh:  # the owner's only, like every confidential file
-        fh.write(json.dumps(note, indent=2))
+    # the owner's only, like every confidential file; on disk (with its folder's entry) before
+    # the renames into place, like the files synced before the commit (`_Staging`)
+    write_synced(target, json.dumps(note, indent=2))
     os.chmod(target, 0o600)
+    fsync_dir(confidential, strict=False)
     return entry
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tabdp._durable import fsync_dir, write_synced
+from tabdp._durable import fsync_dir, sync_tree, write_synced
 from tabdp.exceptions import (
     DataValidationError,
     InvalidParameterError,
@@ -821,7 +821,8 @@ class _Staging:
     Staging folders are named after the run's process (see `clean_stale_staging`), so a
     later run can tell a killed run's leftovers from a running one's.
 
-    At the end of a successful block, in this order: every check that can refuse the swap (a
+    At the end of a successful block, in this order: every staged file and folder synced to
+    disk (`sync_tree`); every check that can refuse the swap (a
     target that appeared meanwhile) and any old target moved aside (put back if anything
     later fails); then `commit` (set in the block: a lifetime ledger's commit point); then only
     the renames into place. A failure after `commit` returned is the caller's to report (its
@@ -897,6 +898,8 @@ class _Staging:
         umask = os.umask(0)
         os.umask(umask)
         try:
+            for tmp in self.tmps:  # every staged file and folder on disk first, before the
+                sync_tree(tmp)  # swap record, the commit and the renames rely on them
             for t, private in zip(self.targets, self.private, strict=True):
                 if t.exists() and not (self.overwrite or (private and _confidential_free(t))):
                     raise InvalidParameterError(
@@ -910,6 +913,9 @@ class _Staging:
                     for entry in entries:
                         entry.rename(tmp / entry.name)
                         carried.append((t, tmp, entry.name))
+                    if entries:  # moved in, on disk before the swap record
+                        fsync_dir(tmp, strict=False)
+                        fsync_dir(t, strict=False)
             set_aside: list[tuple[Path, Path]] = []
             for t in self.targets:
                 if t.exists():
@@ -936,6 +942,8 @@ class _Staging:
             for t, tmp in zip(self.targets, self.tmps, strict=True):
                 tmp.rename(t)
                 placed.append(t)
+            for t in self.targets:  # the renames on disk before the swap records go
+                fsync_dir(t.parent, strict=False)
         except BaseException:
             self._unmark()  # first: a kill in this handler leaves the old release (review r54)
             # what was carried over goes back first, to where the old folder now is: nothing
