@@ -554,9 +554,18 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             # is shared), so rounding each to the nearest would add up to n/2 at the parent,
             # and rounding them independently adds n/6 grid² of variance to a cell of n
             # finest cells; along a block, every range of cells is off by less than one step
-            uni = _released_uniforms(ms, m, (fin.shape[1],))
-            ints = _block_round(fin / grid_m, uni, prod.present)
-            ints_u = _block_round(fin_u / grid_m, uni, prod.present) if nonnegative else ints
+            # a table whose finest estimates reach 2**62 grid steps (or are not finite) is
+            # published unrounded: the rounding counts in int64, and refusing would let one
+            # huge noisy value stop the release (it is post-processing of the noisy values, and
+            # at that size a step is below 2**-62 of the value)
+            if _roundable(fin / grid_m, prod.present) and _roundable(fin_u / grid_m,
+                                                                      prod.present):
+                uni = _released_uniforms(ms, m, (fin.shape[1],))
+                ints = _block_round(fin / grid_m, uni, prod.present)
+                ints_u = _block_round(fin_u / grid_m, uni, prod.present) if nonnegative \
+                    else ints
+            else:
+                grid_m = None
         stable_scale: dict[Level, np.ndarray] = {}
         if kind == "stable":
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
@@ -754,6 +763,22 @@ def _released_uniforms(ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray
     return np.random.Generator(np.random.PCG64(seed)).random(shape)
 
 
+def _roundable(scaled: np.ndarray, present: np.ndarray) -> bool:
+    """Whether `_block_round` and the int64 sums of its output can take ``scaled``.
+
+    Every present finest value finite, and their magnitudes adding to less than 2**61 grid
+    steps: the rounded cells and every sum of them stay within int64.
+
+    Example:
+        >>> ok = np.ones((2, 1), dtype=bool)
+        >>> _roundable(np.array([[1.5], [-2.0]]), ok), _roundable(np.array([[2.0**62], [0.0]]), ok)
+        (True, False)
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        mags = np.abs(np.where(present, scaled, 0.0))
+        return bool(np.all(np.isfinite(mags))) and float(mags.sum()) < 2.0**61
+
+
 def _block_round(scaled: np.ndarray, uniforms: np.ndarray, present: np.ndarray) -> np.ndarray:
     """Unbiased rounding of the finest cells, systematic along each block, as int64.
 
@@ -774,12 +799,12 @@ def _block_round(scaled: np.ndarray, uniforms: np.ndarray, present: np.ndarray) 
         >>> _block_round(x, np.array([0.6]), np.ones((4, 1), dtype=bool)).ravel().tolist()
         [1, 0, 0, 1]
     """
-    low = np.floor(scaled)
-    if np.any(present & ~(np.abs(low) < 2.0**62)):
+    if not _roundable(scaled, present):
         raise InvalidParameterError(
             "consistent: a finest estimate is 2**62 grid steps or more (or not finite), beyond "
-            "the whole numbers the rounding counts in.\nHint: use a coarser grid (within a "
-            "tenth of the noise's sd) or no grid.")
+            "the whole numbers the rounding counts in (the caller publishes such a table "
+            "unrounded).\nHint: check _roundable first.")
+    low = np.floor(scaled)
     f = np.where(present, scaled - low, 0.0)
     # running sums down each column in extended precision (where the platform has it): a
     # range's count telescopes exactly whatever the rounding of the sums

@@ -213,6 +213,30 @@ def test_parents_equal_sum_of_children_exactly(grid: float) -> None:
         assert np.allclose(j["x"].to_numpy() / grid, units.to_numpy(), atol=1e-6)
 
 
+@pytest.mark.parametrize("huge", [1e30, 2.0**61])
+def test_a_huge_finest_estimate_is_published_unrounded_not_refused(huge: float) -> None:
+    # review r55: a finest estimate of 2**62 grid steps or more stopped the release (exit 4 in
+    # author mode: one huge admitted value could stop the run); the table is now published
+    # unrounded (the rounding counts in int64; at that size a step is below 2**-61 of it)
+    rng = np.random.default_rng(11)
+    truth = _truth(rng).with_columns(pl.col("x") * 1000)
+    rel = {lv: _release(truth, lv, 300.0, rng) for lv in (LEVELS[0], LEVELS[1], ())}
+    fin = rel[LEVELS[0]]
+    rel[LEVELS[0]] = fin.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(huge).otherwise(pl.col("x")).alias("x"))
+    kw = {"measures": ["x"], "hierarchies": {"geo": GEO, "ind": IND},
+          "mechanisms": Gaussian(sigma=300.0), "outputs": LEVELS}
+    got = consistent(rel, grid=1.0, **kw)
+    plain = consistent(rel, **kw)  # no grid: the same values
+    for lv in LEVELS:
+        assert got[lv].equals(plain[lv]), lv
+    assert all(got[lv]["x"].is_finite().all() for lv in LEVELS)
+    # a table within range is still rounded to its grid
+    small = consistent({**rel, LEVELS[0]: fin}, grid=1.0, **kw)
+    xs = small[LEVELS[0]]["x"].to_numpy()
+    assert np.array_equal(xs, np.round(xs))
+
+
 def test_coverage_and_bias_by_simulation() -> None:
     """90% intervals cover 88-92% at every level; bias within 3 standard errors."""
     rng = np.random.default_rng(3)
