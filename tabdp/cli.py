@@ -413,8 +413,10 @@ def _parser() -> argparse.ArgumentParser:
                         "local[4], spark://host:7077 or yarn (default: local[2]; an active "
                         "session of this process is used as it is)")
     c = sub.add_parser("compare", help="CURATOR ONLY: the DP release against cell suppression "
-                                       "or rounding (Tau-Argus) on the true data; writes to "
-                                       "the confidential folder only")
+                                       "or rounding (Tau-Argus) on the true data; writes only "
+                                       "to the comparison folder (default: <confidential>/"
+                                       "compare), never to the public folder; a lifetime "
+                                       "ledger ([ledger]) is read, never charged")
     c.add_argument("spec", type=Path)
     c.add_argument("--sdc", default=None, metavar="OPTIONS",
                    help="traditional release, e.g. \"p=10; nk=2,85; freq=3; secondary=MOD\" "
@@ -892,6 +894,14 @@ def _cmd_compare(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     out.write(f"  Audit: {pinned} primary cell(s) pinned within their rule's protection.\n")
     out.write(f"  Outputs: {res.folder}  (compare_report.html, compare.json, "
               "sdc_cells.parquet, dp_release/)\n")
+    life = s.get("lifetime_ledger") or {}
+    if life.get("applied"):
+        gone = [f"{t}: {v['units']}" for t, v in (life.get("left_out") or {}).items()
+                if v.get("units")]
+        out.write(f"  Lifetime ledger {life['ledger']}: read, NOT charged. The DP side left "
+                  "out the units at their lifetime budget as tabdp run would ("
+                  + ("units left out per table: " + ", ".join(gone) if gone else
+                     "no unit left out") + "; compare.json, lifetime_ledger; curator only).\n")
     return EXIT_OK
 
 

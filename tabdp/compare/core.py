@@ -1,7 +1,10 @@
 """``tabdp compare``: the DP release against cell suppression or rounding, on the same data.
 
 Curator only: the comparison reads the true tables, and everything it writes goes to the
-spec's CONFIDENTIAL folder (by default ``<confidential>/compare``), never to the public one.
+comparison folder (by default ``<confidential>/compare``; CONFIDENTIAL), never to the public
+one. With a lifetime ledger (``[ledger]``) its DP side reads the ledger read-only: units at
+their lifetime budget are left out as ``tabdp run`` would leave them out, and the ledger is
+never charged (the comparison is never published).
 """
 
 from __future__ import annotations
@@ -158,10 +161,12 @@ def _quiet(_: str) -> None:
 COMPARE_COPY_NOTICE = (
     "NOT FOR PUBLICATION\n\nThis folder is the DP side of `tabdp compare`: a second, complete "
     "DP release of the same confidential data, made only to compare it with cell suppression. "
-    "Its per-record losses come on top of those of the release made by `tabdp run`, which its "
-    "own summary does not say: publishing it (beside or instead of the real release) would "
-    "spend more than the budget the published guarantee states. Publish only the public "
-    "folder of `tabdp run`.\n")
+    "Its per-record losses are counted nowhere: a lifetime ledger ([ledger]) was only read "
+    "(to leave out the units the real run would leave out), never charged, and the summary "
+    "of the release made by `tabdp run` does not include them. Publishing it (beside or "
+    "instead of the real release) would spend more than the budget the published guarantee "
+    "states. Publish only the public folder of `tabdp run`.\n")
+
 
 def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path | None = None,
             overwrite: bool = False, test_seed: bool = False, tau_audit: bool | None = None,
@@ -175,6 +180,12 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     everything the traditional release publishes (all its tables, jointly), measures the
     utility of both releases against the truth, and writes ``compare.json``,
     ``compare_report.html`` and ``sdc_cells.parquet`` to ``out``.
+
+    With a lifetime ledger (``[ledger]``) the DP side reads it read-only, as ``tabdp run``
+    opens it (locked and verified before any data is read, refused the same way), and leaves
+    out the units at their lifetime budget exactly as the run would; it charges nothing (no
+    chain entry, history, state or anchor change): the comparison is never published.
+    ``compare.json`` says so (``lifetime_ledger``) with what the filter left out.
 
     Args:
         spec: A spec file path or a `ReleaseSpec`.
@@ -200,6 +211,8 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
         InvalidParameterError: Bad ``sdc`` options; the output folder is inside the public
             folder, or exists and ``overwrite`` is false.
         SpecError: An author-mode spec (`refuse_author_mode`): compare is for the curator.
+        LedgerError: With ``[ledger]``: the ledger is in use, does not verify (or is an older
+            copy), or is of another series or budget (before any data is read, as for a run).
 
     Example:
         >>> import pathlib, tabdp, tempfile
@@ -238,8 +251,15 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     folder.chmod(0o700)
     try:
         return _compare_into(spec, opts, folder, say, test_seed=test_seed, tau_audit=tau_audit)
+    except BaseException:
+        # refused before anything was written (a lifetime ledger in use or not verifying, a
+        # seeded spec...): no empty folder is left behind for the retry to stumble on
+        if not any(files for _, _, files in os.walk(folder)):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     finally:
-        _owner_only(folder)
+        if folder.exists():
+            _owner_only(folder)
 
 
 def _owner_only(folder: Path) -> None:
@@ -280,7 +300,9 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
     dp_spec = dataclasses.replace(spec, output=dataclasses.replace(
         spec.output, public=dp_dir / "tables", confidential=dp_dir / "confidential",
         plan=dp_dir / "plan"))
-    dp = run_release(dp_spec, test_seed=test_seed)
+    # a lifetime ledger is read, never charged: the comparison is never published, but its DP
+    # side leaves out the units the real run would leave out
+    dp = run_release(dp_spec, test_seed=test_seed, ledger_read_only=True)
     # a complete DP release of the same data, whose losses come on top of the real release's:
     # marked so that nobody publishes it beside (or instead of) the one from tabdp run
     for marker in (dp_dir / NOT_FOR_PUBLICATION, dp_dir / "tables" / NOT_FOR_PUBLICATION):
@@ -387,6 +409,7 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         "risk": risk,
         "timings_seconds": timings,
         "dp_release_folder": str(dp_dir),
+        "lifetime_ledger": _lifetime_note(spec, dp_dir, dp.left_out),
     }
     folder_json = folder / "compare.json"
     folder_json.write_text(json.dumps(_jsonable(summary), indent=2) + "\n", encoding="utf-8")
@@ -398,6 +421,35 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
     html_path.write_text(render_compare_html(summary, all_cells, losses), encoding="utf-8")
     # Tau-Argus' working files hold the microdata: keep them only inside this folder
     return CompareResult(folder, folder_json, html_path, summary, all_cells)
+
+
+def _lifetime_note(spec: Any, dp_dir: Path, left_out: Mapping[str, Any]) -> dict[str, Any]:
+    """CONFIDENTIAL: how the DP side used the spec's lifetime ledger (read, never charged).
+
+    Example:
+        >>> import types
+        >>> _lifetime_note(types.SimpleNamespace(ledger=None), Path("."), {})["applied"]
+        False
+    """
+    led = getattr(spec, "ledger", None)
+    if led is None:
+        return {"applied": False, "charged": False,
+                "note": "no [ledger] in the spec: no lifetime filter (as in tabdp run)."}
+    lifetime: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        lifetime = json.loads((dp_dir / "tables" / "summary.json").read_text("utf-8")).get(
+            "lifetime") or {}
+    return {
+        "applied": True, "charged": False, "ledger": str(led.path), "series": led.series,
+        "lifetime_budget": led.lifetime_budget,
+        # the series' releases before this one (the run's summary lists them, this one last)
+        "releases_read": list(lifetime.get("releases") or [])[:-1],
+        "left_out": dict(left_out),
+        "note": ("The DP side read the lifetime ledger read-only (locked and verified as tabdp "
+                 "run does) and left out every unit whose lifetime loss would pass the "
+                 "series' lifetime budget, as the real run would; it charged nothing (no "
+                 "chain entry, history, state or anchor change). Its losses are counted "
+                 "nowhere: never publish dp_release/.")}
 
 
 # -- linked tables ---------------------------------------------------------------------------

@@ -1001,6 +1001,8 @@ class Ledger:
         series: The series' name (public).
         budget: The lifetime budget (public).
         entries: The chain entries read at open (genesis first).
+        read_only: Opened with ``read_only=True``: it filters as an open ledger does, but
+            never commits (its charges are dropped at `close`) and its opening wrote nothing.
 
     Example:
         >>> import tempfile, pathlib, polars as pl, tabdp
@@ -1019,9 +1021,10 @@ class Ledger:
     """
 
     def __init__(self, root: Path, lock: _Lock, entries: list[dict[str, Any]],
-                 state: pl.DataFrame | None, autocommit: bool) -> None:
+                 state: pl.DataFrame | None, autocommit: bool, read_only: bool = False) -> None:
         """Use [`Ledger.open`][tabdp.Ledger.open]."""
         self.path = root
+        self.read_only = read_only
         self._lock: _Lock | None = lock
         self.entries = entries
         self.series: str = entries[0]["series"]
@@ -1045,7 +1048,7 @@ class Ledger:
              create: bool = False, autocommit: bool = True,
              public: tuple[str | os.PathLike[str], ...] = (),
              verify_history: bool = False, accept_restore: bool = False,
-             _new: bool = False) -> Ledger:
+             read_only: bool = False, _new: bool = False) -> Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
@@ -1084,6 +1087,16 @@ class Ledger:
                 (the curator's deliberate restore of an older copy, whose later releases were
                 never published): the anchor is rewritten to the folder's chain head, with a
                 `PrivacyWarning` saying so (``tabdp ledger accept-restore PATH`` does the same).
+            read_only: Read the ledger without changing it (``tabdp compare``'s DP side: what
+                a release would leave out, never charged). It is locked and verified as any
+                open is (refused in use, not verifying, another series or budget, an older
+                copy), but nothing in or next to the folder is written: a missing anchor is
+                not written nor one left behind brought up to date, Delta versions of an
+                interrupted run are ignored (as every reader does) rather than rolled back,
+                and the folder's parent need not be writable. It filters like any open
+                ledger; its charges stay in memory and are dropped at `close` (no warning),
+                and `commit` is refused. Needs ``autocommit=False``; not with ``create`` or
+                ``accept_restore``.
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).
@@ -1093,7 +1106,8 @@ class Ledger:
             LedgerAnchorError: An older or another copy of the ledger folder (it does not
                 match its anchor; ``accept_restore`` accepts it).
             InvalidParameterError: A missing series or budget for a new ledger, or a ledger
-                inside a public folder.
+                inside a public folder; ``read_only`` with ``create``, ``accept_restore`` or
+                ``autocommit``.
 
         Example:
             >>> import tempfile, pathlib
@@ -1101,7 +1115,16 @@ class Ledger:
             >>> with Ledger.open(p, series="qcew", lifetime_budget=4.0, create=True) as led:
             ...     led.series, led.releases, oct(p.stat().st_mode & 0o777)
             ('qcew', 0, '0o700')
+            >>> with Ledger.open(p, autocommit=False, read_only=True) as led:
+            ...     led.read_only, led.releases
+            (True, 0)
         """
+        if read_only and (create or accept_restore or autocommit):
+            raise InvalidParameterError(
+                f"Ledger.open(read_only=True) writes nothing; got create={create}, "
+                f"accept_restore={accept_restore}, autocommit={autocommit}, which write.\n"
+                "Hint: open read-only with autocommit=False and neither create nor "
+                "accept_restore.")
         root = _ledger_root(path)
         for pub in public:
             pub_r = Path(pub).resolve()
@@ -1140,15 +1163,16 @@ class Ledger:
             try:
                 with warnings.catch_warnings(record=True) as notes:
                     warnings.simplefilter("always", PrivacyWarning)
+                    # read-only: verified under the lock, but its anchor left as it is
                     entries, state_bytes = verify_ledger(
                         root, series=series, history=verify_history,
                         accept_restore=accept_restore, recompute=verify_history,
-                        _keep_state=True, _locked=True)
+                        _keep_state=True, _locked=not read_only)
             finally:  # passed on as they came; kept for the run's confidential files
                 for w in notes:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             parent = _anchor.anchor_path(root).parent
-            if not os.access(parent, os.W_OK):
+            if not read_only and not os.access(parent, os.W_OK):
                 raise LedgerError(
                     f"the folder {parent} holding the ledger {root} is not writable: the "
                     f"ledger's anchor ({_anchor.anchor_path(root).name}, the chain head kept "
@@ -1165,13 +1189,14 @@ class Ledger:
                         f"asks for {asked!r}. A series keeps one lifetime budget (a larger "
                         "one would weaken the guarantee given for past releases).\nHint: give "
                         "the recorded budget (or none), or start a new series.")
-            cls._rollback(root, entries)
+            if not read_only:  # a reader ignores an interrupted run's Delta versions
+                cls._rollback(root, entries)
             state = (pl.concat([pl.read_parquet(io.BytesIO(b)) for b in state_bytes],
                                how="diagonal_relaxed") if state_bytes else None)
         except BaseException:
             lock.release()
             raise
-        led = cls(root, lock, entries, state, autocommit)
+        led = cls(root, lock, entries, state, autocommit, read_only)
         led.open_warnings = [str(w.message) for w in notes
                              if issubclass(w.category, PrivacyWarning)]
         return led
@@ -1608,7 +1633,8 @@ class Ledger:
             The chain entry written.
 
         Raises:
-            LedgerError: Another writer committed this release number first.
+            LedgerError: Another writer committed this release number first, or the ledger
+                was opened ``read_only``.
             InvalidParameterError: A malformed ``public_curve`` or a release name that is not
                 text (refused before anything is written).
 
@@ -1621,6 +1647,11 @@ class Ledger:
             1
         """
         self._check_open()
+        if self.read_only:
+            raise LedgerError(
+                f"the ledger {self.path} was opened read-only (read_only=True): its charges are "
+                "never committed. Nothing was written.\nHint: open it without read_only to "
+                "commit a release.")
         name = label if release is None else release
         if name is not None and not isinstance(name, str):
             raise InvalidParameterError(
@@ -1770,7 +1801,7 @@ class Ledger:
         self._discard_ok = True
 
     def close(self) -> None:
-        """Release the lock (uncommitted losses are dropped).
+        """Release the lock (uncommitted losses are dropped; silently when read-only).
 
         Example:
             >>> import tempfile, pathlib
@@ -1778,7 +1809,7 @@ class Ledger:
             >>> led = Ledger.create(p, series="s", lifetime_budget=1.0); led.close(); led.close()
         """
         if self._lock is not None:
-            if self._tot.pending and not self._discard_ok:
+            if self._tot.pending and not (self._discard_ok or self.read_only):
                 import warnings
 
                 from tabdp.exceptions import PrivacyWarning

@@ -5,7 +5,9 @@ move into place has passed (the output folders free, old ones moved aside), just
 renames (a crash between leaves the ledger charged for a release not published, never the
 reverse; a failure there is reported in the confidential ``failure.json``,
 `committed_since`). Opening warns the curator when the last release of the chain has this
-run's name and spec hash (a probable rerun, charged again).
+run's name and spec hash (a probable rerun, charged again). ``tabdp compare`` opens it
+read-only (`open_ledger` with ``read_only=True``): its DP side is filtered by the ledger as the
+real run would be, and charges nothing.
 
 Example:
     >>> from tabdp.release._ledger import open_ledger
@@ -27,19 +29,25 @@ from tabdp._durable import fsync_dir, write_synced
 from tabdp.exceptions import InvalidParameterError, LedgerError
 from tabdp.release.curator_config import dataset_ledger_error, dataset_ledger_warnings
 
-__all__ = ["open_ledger", "commit_release", "committed_since", "charged_failure", "RERUN_TEXT"]
+__all__ = ["open_ledger", "commit_release", "committed_since", "charged_failure", "RERUN_TEXT",
+           "READ_ONLY_RERUN_TEXT"]
 
 #: The start of the curator's warning of a probable rerun (`open_ledger`).
 RERUN_TEXT = "this run looks like a rerun of the series' last release"
+#: The start of the curator's note when a read-only run (``tabdp compare``) follows the release.
+READ_ONLY_RERUN_TEXT = "the lifetime ledger already holds this release"
 
 
-def open_ledger(spec: Any) -> Any:
+def open_ledger(spec: Any, read_only: bool = False) -> Any:
     """The spec's lifetime ledger, locked and verified (``None`` without ``[ledger]``).
 
     Args:
         spec: The release spec (``None`` or a spec without ``[ledger]``: no ledger). Every
             engine uses the same ledger (Spark joins its totals to the units in Spark and
             charges it on the driver).
+        read_only: Open it read-only (``tabdp compare``'s DP side): verified and locked as
+            for a run, it filters units the same way, but is never committed and nothing in
+            or next to it is written (`tabdp.Ledger.open`'s ``read_only``).
 
     Returns:
         The open [`tabdp.Ledger`][tabdp.Ledger] (``autocommit=False``), or ``None``.
@@ -64,7 +72,8 @@ def open_ledger(spec: Any) -> Any:
               dataset_ledger_warnings(dataset)):
             ledger = Ledger.open(led.path, series=led.series,
                                  lifetime_budget=led.lifetime_budget, autocommit=False,
-                                 public=(out.public, out.confidential, out.plan))
+                                 public=(out.public, out.confidential, out.plan),
+                                 read_only=read_only)
     except (LedgerError, InvalidParameterError) as err:
         if dataset is None:
             raise
@@ -87,8 +96,19 @@ def _warn_rerun(ledger: Any, spec: Any) -> None:
     if (last.get("kind") != "release" or last.get("spec_hash") != spec.sha256
             or last.get("release") != spec.release.name):
         return
-    from tabdp.exceptions import PrivacyWarning
+    from tabdp.exceptions import PrivacyWarning, TabdpWarning
 
+    if getattr(ledger, "read_only", False):  # tabdp compare after the release: no charge
+        warnings.warn(
+            f"{READ_ONLY_RERUN_TEXT}: release {last['seq']} of series {ledger.series!r} in the "
+            f"lifetime ledger {ledger.path} is {spec.release.name!r}, committed "
+            f"{last.get('created')} with this spec's hash. The comparison reads the ledger "
+            "as it is (it charges nothing), so its DP side counts that release's losses as "
+            "past losses: it leaves out the units a rerun would, which may be more than that "
+            "release left out. CONFIDENTIAL (the curator's).\nHint: to compare what that "
+            "release published, run the comparison before its tabdp run.", TabdpWarning,
+            stacklevel=3)
+        return
     warnings.warn(
         f"{RERUN_TEXT}: release {last['seq']} of series {ledger.series!r} in the lifetime "
         f"ledger {ledger.path} is {spec.release.name!r}, committed {last.get('created')} with "

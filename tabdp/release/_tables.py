@@ -469,7 +469,8 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         # time leaks through mtimes); confidential files are the owner's only.
         _set_tree(pub, epoch, None, None)
         _set_tree(conf, None, 0o700, 0o600)
-        if ledger is not None:
+        # a read-only ledger (tabdp compare's DP side, never published) is never charged
+        if ledger is not None and not getattr(ledger, "read_only", False):
             # every output is written: the ledger advances when the staging's checks have
             # passed (the output folders free, old ones moved aside), just before the renames
             # into place (a crash between leaves it charged for an unpublished release, never

@@ -124,6 +124,19 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
                        "compares both releases with the true tables and shows what an intruder "
                        "learns about withheld cells: every figure is built from the "
                        "confidential data.</p></div>"]
+    life = summary.get("lifetime_ledger") or {}
+    if life.get("applied"):
+        gone = [f"{t}: {v.get('units')}" for t, v in (life.get("left_out") or {}).items()
+                if v.get("units")]
+        body.append(
+            '<div class="callout"><p><b>Lifetime ledger: read, not charged.</b> The DP side '
+            f"read the series' ledger ({html.escape(str(life.get('series')))}: "
+            f"{len(life.get('releases_read') or [])} earlier release(s)) and left out the "
+            "units at their lifetime budget as <code>tabdp run</code> would ("
+            + html.escape("units left out per table: " + ", ".join(gone) if gone else
+                          "no unit left out")
+            + "). It charged the ledger nothing: its own losses are counted nowhere, so "
+            "its tables (<code>dp_release/</code>) must never be published.</p></div>")
     body.append(H._toc([("utility", "Utility"), ("coverage", "Small areas"),
                         ("audit", "Audit of the suppression"), ("risk", "Risk side by side"),
                         ("tables", "Tables and timings")]))
