@@ -20,6 +20,7 @@ from tabdp.exceptions import (
     DataValidationError,
     SpecError,
 )
+from tabdp.frame.keys import KeySet
 from tabdp.release.curator_config import SCHEMA_DTYPES
 from tabdp.release.declared import (
     LOST,
@@ -33,7 +34,7 @@ from tabdp.release.spec.schema import NATIONAL, ROW_ID
 
 __all__ = ["scan_input", "check_input_present", "read_input", "declared_schema",
            "NATIONAL", "ROW_ID", "ROW_LABEL", "scan_declared", "convert_leniently",
-           "dataset_files", "hive_columns", "LOST"]
+           "dataset_files", "hive_columns", "LOST", "member_column"]
 
 # NATIONAL: the constant key column of national (``by = []``) releases; ROW_ID: the row id
 # assigned when the input is read, before any join, filter or sort, the privacy unit when the
@@ -405,11 +406,12 @@ def _show_codes(codes: list[Any]) -> str:
 
 
 def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any]) -> pl.LazyFrame:
-    """Add the derived key columns of direct releases.
+    """Add the derived key columns of direct releases and the tables' membership columns.
 
     Coarse key columns come from the hierarchies when the input does not have them; national
-    releases get a constant key. The joins keep the input's row order (accounting follows the
-    row id, but the order is kept anyway).
+    tables get a constant key; each table with direct rollups gets its membership column
+    (`_member_needs`). The joins keep the input's row order (accounting follows the row id,
+    but the order is kept anyway).
     """
     need, national = _derived_needs(spec, schema)
     for col, (h, fine) in need.items():
@@ -419,7 +421,84 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any])
         lf = lf.join(mapping.lazy(), on=fine, how="left", maintain_order="left")
     if national:
         lf = lf.with_columns(pl.lit("all", dtype=pl.String).alias(NATIONAL))
+    for col, keys in _member_needs(spec).items():
+        lf = _add_member(lf, col, keys)
     return lf
+
+
+def member_column(i: int) -> str:
+    """The membership column of the ``i``-th table of a spec (see `_member_needs`).
+
+    Named after `NATIONAL`, whose prefix the spec refuses for any unit, measure or key column.
+
+    Args:
+        i: The table's position in the spec.
+
+    Returns:
+        The column name.
+
+    Example:
+        >>> member_column(0)
+        '_tabdp_national_in0'
+    """
+    return f"{NATIONAL}_in{i}"
+
+
+def _member_needs(spec: ReleaseSpec) -> dict[str, pl.DataFrame]:
+    """Membership column → the public keys of its table, for each table with direct rollups.
+
+    Every level of a table is the statistic of one population: the rows whose finest keys
+    (the table's ``by``) are in the table's key set, the rows the table itself counts. The run
+    marks them with a constant key (``"all"``) in the table's membership column, null for
+    every other row, and each direct release of the table is grouped by its level's keys and
+    that column: a row outside the table's key set is in no cell of the direct release
+    (neither counted nor charged there). Decided from the spec alone (public).
+    """
+    out: dict[str, pl.DataFrame] = {}
+    for i, t in enumerate(spec.tables):
+        if not t.by or not any(r.direct for r in t.rollups):
+            continue
+        if t.keys_file is not None:
+            keys = read_keys(t.keys_file, t.by, spec.domains)
+        else:
+            keys = KeySet.from_dict({c: spec.domains[c] for c in t.by}).to_polars()
+        out[member_column(i)] = keys.select(list(t.by))
+    return out
+
+
+def _add_member(lf: pl.LazyFrame, col: str, keys: pl.DataFrame) -> pl.LazyFrame:
+    """Add ``col``: ``"all"`` where a row's key is in ``keys`` (compared as the engine does).
+
+    The comparison of the release engine's key matching: text (String, Categorical, Enum)
+    as text; otherwise the keys converted to the data's type, a key that does not convert
+    exactly matching no row; nulls equal. The keys are distinct after the conversion, so the
+    join keeps one row per input row, in the input's order.
+    """
+    schema = lf.collect_schema()
+    text = (pl.String, pl.Categorical, pl.Enum)
+    left: list[pl.Expr] = []
+    right: list[pl.Expr] = []
+    ok = pl.lit(True)
+    for j, c in enumerate(keys.columns):
+        have, want = schema[c], keys.schema[c]
+        if isinstance(have, text) and isinstance(want, text):
+            left.append(pl.col(c).cast(pl.String).alias(f"{col}:l{j}"))
+            right.append(pl.col(c).cast(pl.String).alias(f"{col}:r{j}"))
+        elif have == want:
+            left.append(pl.col(c).alias(f"{col}:l{j}"))
+            right.append(pl.col(c).alias(f"{col}:r{j}"))
+        else:
+            conv = pl.col(c).cast(have, strict=False)
+            ok = ok & conv.cast(want, strict=False).eq_missing(pl.col(c))
+            left.append(pl.col(c).alias(f"{col}:l{j}"))
+            right.append(conv.alias(f"{col}:r{j}"))
+    lnames = [f"{col}:l{j}" for j in range(len(keys.columns))]
+    rnames = [f"{col}:r{j}" for j in range(len(keys.columns))]
+    rframe = (keys.filter(ok).select(right).unique(maintain_order=True)
+              .with_columns(pl.lit("all", dtype=pl.String).alias(col)))
+    lf = lf.drop(col, strict=False).with_columns(left)
+    return lf.join(rframe.lazy(), left_on=lnames, right_on=rnames, how="left", nulls_equal=True,
+                   coalesce=False, maintain_order="left").drop([*lnames, *rnames], strict=False)
 
 
 def read_input(spec: ReleaseSpec) -> pl.LazyFrame:
@@ -463,8 +542,7 @@ def _derived_needs(spec: ReleaseSpec, schema: Mapping[str, Any]
         for r in t.rollups:
             if not r.direct:
                 continue
-            if not r.by:
-                national = True
+            # (a direct national release is keyed by its table's membership column alone)
             for col, (h, fine) in r.maps.items():
                 if col not in schema:
                     need[col] = (h, fine)

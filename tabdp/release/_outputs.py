@@ -427,7 +427,7 @@ def _worst_cells(session: Session) -> pl.DataFrame:
         if cells is None or cells.height == 0:
             continue
         keys = [c for c in cells.columns if c not in ("worst_rho", "worst_size", "units")]
-        keys_txt = [c for c in keys if c != NATIONAL]
+        keys_txt = [c for c in keys if c != NATIONAL and not c.startswith(f"{NATIONAL}_in")]
         cell = (pl.concat_str([pl.lit(f"{c}=") + pl.col(c).cast(pl.String) for c in keys_txt],
                               separator=", ") if keys_txt else pl.lit("national"))
         parts.append(cells.select(pl.lit(r.name).alias("release"), cell.alias("cell"),

@@ -31,9 +31,11 @@ from tabdp.release._input import (
     _derived_needs,
     _input_rules,
     _measures_used,
+    _member_needs,
     _refuse_mapping_collisions,
     _rows_kept_one_to_one,
     _rules_outcome,
+    member_column,
     scan_input,
 )
 from tabdp.release._left_out import _measure_mechanism
@@ -150,7 +152,9 @@ def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]]
 
 
 def _strip_national(df: pl.DataFrame) -> pl.DataFrame:
-    return df.drop(NATIONAL) if NATIONAL in df.columns else df
+    """``df`` without the run's constant key columns (national tables, direct rollups)."""
+    own = [c for c in df.columns if c == NATIONAL or c.startswith(f"{NATIONAL}_in")]
+    return df.drop(own) if own else df
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,7 @@ class _SpecInput:
             sdf = sr.add_derived(
                 spark, sdf, {col: spec.hierarchies[h].mapping.select(fine, col)
                              .unique(maintain_order=True) for col, (h, fine) in need.items()},
-                NATIONAL if national else None)
+                NATIONAL if national else None, _member_needs(spec))
             yield _Input(sdf, input_schema, negatives,
                          row.get("rows") if inp.unit is None else None)
         finally:
@@ -292,7 +296,7 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     # Plan: every table's public definition (key sets, mechanisms, rollup targets) first.
     plans: list[tuple[TableSpec, Mechanism, dict[str, Any]]] = []
     requests: list[dict[str, Any]] = []
-    for t in spec.tables:
+    for i, t in enumerate(spec.tables):
         mech = _table_mechanism(t)
         keys = _table_keys(spec, t)
         targets = {r.label: _rollup_keys(spec, t, r, keys) for r in t.rollups}
@@ -302,12 +306,17 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         requests.append(_request(t, own, t.by, keys, t.name, level, spec))
         for r in t.rollups:
             if r.direct:
+                # the table's population at its level: rows outside the table's key set are
+                # outside every direct release of it (the membership column, _member_needs)
+                member = member_column(i)
                 target_keys = targets[r.label]
-                dkeys = _domain_keys(spec, r.by) if target_keys is None else \
-                    KeySet.from_frame(target_keys)
+                dkeys = (KeySet.from_dict({member: ["all"]}) if not r.by else
+                         _domain_keys(spec, r.by) * KeySet.from_dict({member: ["all"]})
+                         if target_keys is None else KeySet.from_frame(
+                             target_keys.with_columns(pl.lit("all", pl.String).alias(member))))
                 rmech = _table_mechanism(t, r.label) if t.shares else mech
-                requests.append(_request(t, rmech, r.by, dkeys, f"{t.name}__{r.label}", level,
-                                         spec))
+                requests.append(_request(t, rmech, [*r.by, member], dkeys,
+                                         f"{t.name}__{r.label}", level, spec))
     steps = 1 + sum(len(t.rollups) for t in spec.tables) + 1
     step = 1
     cells = sum(len(req["keys"]) for req in requests)

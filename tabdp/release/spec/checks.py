@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -208,15 +209,18 @@ def _internal_name(col: str) -> str | None:
         return "is the name of the row id tabdp assigns when each row is a unit"
     if low == NATIONAL:
         return ("is the name of the constant key column tabdp adds for a national (by = []) "
-                "table or rollup")
+                "table")
+    if re.fullmatch(re.escape(NATIONAL) + r"_in[0-9]+", low):
+        return ("is the name of a membership column tabdp adds for the direct rollups of a "
+                "table (a constant key on the rows in the table's key set)")
     if is_reserved(col):
         return (f"starts with {RESERVED!r}, the prefix of the columns tabdp adds next to the "
                 "input's")
     return None
 
 
-_INTERNAL_RULE = (f"any name is allowed but {NATIONAL!r} and those starting with {RESERVED!r}, "
-                  "in any letter case: tabdp's own")
+_INTERNAL_RULE = (f"any name is allowed but {NATIONAL!r}, {NATIONAL + '_in<n>'!r} and those "
+                  f"starting with {RESERVED!r}, in any letter case: tabdp's own")
 
 
 def _refuse_internal(path: str, what: str, col: str, example: str) -> None:
