@@ -152,6 +152,55 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
+def _refuse_overlaps(spec: Any, folder: Path) -> None:
+    """Refuse a comparison folder that holds, or sits inside, what it must not touch.
+
+    Before anything is removed or made: ``--overwrite`` removes the folder as a whole, and
+    making it makes its parents. It must not hold the confidential folder (a release's
+    outputs), nor hold or sit inside the lifetime ledger (whose anchor is beside it), the
+    input, the spec file or the public files the spec reads (hierarchies, keys files).
+
+    Example:
+        >>> import types, pathlib
+        >>> out = types.SimpleNamespace(confidential=pathlib.Path("/r/conf"))
+        >>> sp = types.SimpleNamespace(output=out, ledger=None, path=None, hierarchies={},
+        ...     tables=(), input=types.SimpleNamespace(path=None))
+        >>> _refuse_overlaps(sp, pathlib.Path("/r/conf/compare"))  # the default: fine
+        >>> try:
+        ...     _refuse_overlaps(sp, pathlib.Path("/r"))
+        ... except ValueError as e:
+        ...     print(str(e).splitlines()[0][:60])
+        the comparison folder '/r' holds the confidential folder '/r
+    """
+    hint = ("Hint: leave out --out (it defaults to <confidential>/compare) or choose a folder of "
+            "its own.")
+    conf = Path(spec.output.confidential).absolute()
+    if _inside(conf, folder):
+        raise InvalidParameterError(
+            f"the comparison folder {str(folder)!r} holds the confidential folder "
+            f"{str(conf)!r}; --overwrite would remove it and making it would write among what "
+            f"it holds.\n{hint}")
+    guarded: list[tuple[str, Path]] = []
+    if getattr(spec, "ledger", None) is not None:
+        guarded.append(("the lifetime ledger", Path(spec.ledger.path)))
+    if spec.input.path is not None:
+        src = str(spec.input.path)
+        guarded.append(("the input", Path(src.split("*", 1)[0]) if "*" in src
+                        else Path(spec.input.path)))
+    if spec.path is not None:
+        guarded.append(("the spec file", Path(spec.path)))
+    guarded += [(f"hierarchy {n!r}'s file", Path(h.file)) for n, h in spec.hierarchies.items()]
+    guarded += [(f"table {t.name!r}'s keys file", Path(t.keys_file)) for t in spec.tables
+                if t.keys_file is not None]
+    for what, p in guarded:
+        p = p.absolute()
+        if _inside(p, folder) or _inside(folder, p):
+            raise InvalidParameterError(
+                f"the comparison folder {str(folder)!r} overlaps {what} ({str(p)!r}); "
+                f"--overwrite would remove it, and writing the comparison would change it.\n"
+                f"{hint}")
+
+
 def _quiet(_: str) -> None:
     return None
 
@@ -238,6 +287,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
             f"{str(spec.output.public)!r}; the comparison holds true (confidential) values.\n"
             "Hint: leave out --out (it defaults to <confidential>/compare) or choose a folder "
             "outside the public one.")
+    _refuse_overlaps(spec, folder)
     if folder.exists():
         if not overwrite:
             raise InvalidParameterError(

@@ -239,3 +239,23 @@ def test_report_and_compare_after_the_run_say_what_the_filter_read(
     assert "the lifetime ledger already holds this release" in err
     life = json.loads((d / "again" / "compare.json").read_text("utf-8"))["lifetime_ledger"]
     assert life["releases_read"] == ["r2021", "r2022"]
+
+
+@pytest.mark.parametrize("where", ["ledger", "ledger/x/y/cmp", ".", "out2022", "D.parquet",
+                                   "s2022.toml"])
+def test_a_comparison_folder_never_overlaps_the_ledger_input_or_outputs(
+        tmp_path: Path, where: str) -> None:
+    # review r57: `--out <ledger> --overwrite` removed the whole lifetime ledger before the run
+    # refused the overlap, and `--out ledger/x/y/cmp` left folders inside the ledger; an --out
+    # holding the confidential folder, the input or the spec was not refused either
+    pytest.importorskip("pytauargus")
+    _write_series(tmp_path)
+    assert _cli("run", str(tmp_path / "s2021.toml"), "--test-seed", "--quiet")[0] == 0
+    before = _ledger_files(tmp_path)
+    listing = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    code, _, err = _cli("compare", str(tmp_path / "s2022.toml"), "--test-seed",
+                        "--no-tau-audit", "--out", str(tmp_path / where), "--overwrite")
+    assert code == 2, err
+    assert "comparison folder" in err and ("overlaps" in err or "holds" in err)
+    assert _ledger_files(tmp_path) == before
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == listing
