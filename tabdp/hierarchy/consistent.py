@@ -56,6 +56,7 @@ from tabdp.hierarchy.gls import GLSResult, Tree, solve
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
+from tabdp.noise.exact import UNIFORM_BITS
 
 __all__ = ["consistent", "Product", "cell_weights", "METHOD_GAUSSIAN", "METHOD_STABLE",
            "METHOD_NORMAL"]
@@ -537,7 +538,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 np.zeros(f.height, dtype=np.int64)
             ok = idx >= 0
             y[idx[ok]] = vals[ok]
-            w[idx[ok]] = 1.0 / spreads[key][0]
+            # beyond 2**40 grid steps a release's grid keeps 40 significant bits (its spacing
+            # doubles at each binade): there it may be off by more than its noise, which the
+            # weight says (else the solve would push that error into the small cells)
+            w[idx[ok]] = 1.0 / (spreads[key][0] + _coarse_grid_variance(vals[ok], grids[m]))
             ms[(a, b)] = (y.reshape(*shape, 1), w.reshape(shape))
         res = solve(prod.outer.tree, prod.inner.tree, prod.present, ms)
         # fin_u: the unbiased GLS finest cells; fin: the published ones (clamped with
@@ -846,6 +850,31 @@ def _lattice_uniforms(ints: np.ndarray, measure: str, a: int, b: int,
     h.update(f"\x00{measure}\x00{a}\x00{b}".encode())
     seed = int.from_bytes(h.digest(), "little")
     return np.random.Generator(np.random.PCG64(seed)).random(shape)
+
+
+def _coarse_grid_variance(values: np.ndarray, grid: float | None) -> np.ndarray:
+    """Variance of a release's rounding where its public grid is coarser than its step.
+
+    A release on a grid of step ``g`` (`tabdp.noise.exact.UniformGrid`) is on the multiples of
+    ``g`` up to ``2**40·g`` and keeps 40 significant bits beyond: a value in
+    ``[2**(39+j)·g, 2**(40+j)·g)`` is on a spacing ``s = 2**j·g``, so it is off from the
+    noisy value by up to ``s/2``: variance ``s²/12`` (uniform). 0 in the uniform part (where
+    the rounding's ``g²/12`` is negligible beside the noise: the grid is at most a tenth of its
+    sd) and without a grid.
+
+    Example:
+        >>> _coarse_grid_variance(np.array([5.0, 2.0**41 + 3.0, 2.0**50]), 1.0).tolist()
+        [0.0, 1.3333333333333333, 349525.3333333333]
+    """
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    out = np.zeros(v.shape)
+    if grid is None:
+        return out
+    big = v >= 2.0**UNIFORM_BITS * grid
+    if np.any(big):
+        j = np.floor(np.log2(v[big] / grid)) - (UNIFORM_BITS - 1)
+        out[big] = (np.exp2(j) * grid) ** 2 / 12.0
+    return out
 
 
 def _aggregate(prod: Product, a: int, b: int, fin: np.ndarray) -> np.ndarray:
