@@ -85,3 +85,47 @@ kind = "count"
 by = ["state"]
 mechanism = {{ family = "gaussian", sigma = 2.0 }}
 """
+
+
+#: An author-mode spec of one count table by state (dataset "cbp", the curator's; seed 5).
+AUTHOR_STATE_COUNT_SPEC = """
+[release]
+name = "rel"
+[input]
+dataset = "cbp"
+mode = "author"
+unit = "estab_id"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+[hierarchies.geo]
+file = "geography.csv"
+levels = ["state", "county"]
+[randomness]
+seed = 5
+[[tables]]
+name = "n"
+kind = "count"
+by = ["state"]
+mechanism = { family = "gaussian", sigma = 2.0 }
+"""
+
+#: A ``tabdp`` CLI that is killed (exit 137) at the ``KILL_AT``-th rename of the staging swap
+#: (0: never): written to a file and run as a script by the crash tests.
+RENAME_KILLER = """
+import os, sys, pathlib, traceback
+K = int(os.environ["KILL_AT"])
+n = [0]
+orig = pathlib.Path.rename
+def rename(self, target):
+    if any(f.filename.endswith("_staging.py") and f.name == "__exit__"
+           for f in traceback.extract_stack()):
+        n[0] += 1
+        if n[0] == K:
+            os._exit(137)
+    return orig(self, target)
+pathlib.Path.rename = rename
+from tabdp.cli import main
+sys.exit(main(sys.argv[1:]))
+"""

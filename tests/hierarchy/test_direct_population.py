@@ -28,6 +28,7 @@ from tabdp.release.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _curator import run_cli, write_curator  # noqa: E402
+from _specs import hierarchies  # noqa: E402
 
 HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 
@@ -104,12 +105,7 @@ name = "dp"
 {source}
 {unit}
 {extra}
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[hierarchies.industry]
-file = "{HIER.as_posix()}/naics.csv"
-levels = ["naics2", "naics3", "naics4", "naics6"]
+{hierarchies()}
 [randomness]
 seed = 23
 {TABLES}

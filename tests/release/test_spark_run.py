@@ -29,6 +29,8 @@ from tabdp.release.spec import load_spec
 
 ROOT = Path(tabdp.__file__).resolve().parents[1]
 HIER = ROOT / "data" / "hierarchies"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _specs import hierarchies  # noqa: E402
 
 
 def _spec(folder: Path, *, source: str, unit: str, tables: str, extra: str = "") -> Path:
@@ -41,12 +43,7 @@ delta = 1e-9
 {source}
 {unit}
 {extra}
-[hierarchies.geo]
-file = "{HIER.as_posix()}/geography.csv"
-levels = ["state", "county"]
-[hierarchies.industry]
-file = "{HIER.as_posix()}/naics.csv"
-levels = ["naics2", "naics3", "naics4", "naics6"]
+{hierarchies()}
 [randomness]
 seed = 17
 [output]

@@ -19,26 +19,20 @@ the curator's files) and say so. Review r52 found three faults:
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
 from pathlib import Path
 
-import polars as pl
 import pytest
 
-import tabdp
-from tabdp import cli
-from tabdp.datasets.synth import generate_establishments
 from tabdp.exceptions import InvalidParameterError
 from tabdp.release import _staging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import schema_of, write_curator  # noqa: E402
-from _specs import STATE_COUNT_SPEC  # noqa: E402
+from _specs import AUTHOR_STATE_COUNT_SPEC, STATE_COUNT_SPEC  # noqa: E402
+from _staging_common import HIER, curator_spec, names, run, server  # noqa: E402, F401
 
-HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 RELEASE = {"per_record_losses.parquet", "worst_cells.parquet", "confidential.json",
            "confidential_report.html"}
 #: What the curator keeps in the confidential folder: no author may see these names.
@@ -47,64 +41,11 @@ CURATOR_NAMES = ("compare", "secret_curator_notes_2026", "cmp_p15", "ledger.json
 
 CURATOR_SPEC = STATE_COUNT_SPEC
 
-AUTHOR_SPEC = """
-[release]
-name = "rel"
-[input]
-dataset = "cbp"
-mode = "author"
-unit = "estab_id"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-[hierarchies.geo]
-file = "geography.csv"
-levels = ["state", "county"]
-[randomness]
-seed = 5
-[[tables]]
-name = "n"
-kind = "count"
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 2.0 }
-"""
+AUTHOR_SPEC = AUTHOR_STATE_COUNT_SPEC
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(args), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
-def names(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir()}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "d.parquet"
-    generate_establishments(600, seed=4).write_parquet(path)
-    return path
-
-
-def curator_spec(folder: Path, data: Path) -> str:
-    path = folder / "s.toml"
-    path.write_text(CURATOR_SPEC.format(data=data.as_posix(), hier=HIER.as_posix()),
-                    encoding="utf-8")
-    return str(path)
-
-
-def server(root: Path, data: Path) -> Path:
-    """An author-mode server in ``root``: the dataset, a public folder, an output root."""
-    (root / "data").mkdir(parents=True)
-    (root / "data" / "d.parquet").write_bytes(data.read_bytes())
-    (root / "meta").mkdir()
-    (root / "meta" / "geography.csv").write_bytes((HIER / "geography.csv").read_bytes())
-    write_curator(root, {"cbp": "data/d.parquet"}, public=[root / "meta"], root="releases",
-                  schemas={"cbp": schema_of(pl.read_parquet(data))})
-    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
-    return root / "releases" / "rel"
 
 
 def author_run(root: Path, monkeypatch: pytest.MonkeyPatch, *extra: str
@@ -123,12 +64,12 @@ def curator_files(conf: Path) -> None:
 
 
 def test_author_refusals_name_nothing_in_the_confidential_folder(
-        tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, staging_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Review r52's repro: the author saw 'also holds compare/, secret_curator_notes...'."""
     texts: dict[str, list[str]] = {}
     for case in ("plain", "curator files"):
         root = tmp_path / case.replace(" ", "_")
-        top = server(root, data)
+        top = server(root, staging_data)
         code, _, err = author_run(root, monkeypatch)
         assert code == 0, err
         conf = top / "confidential"
@@ -159,11 +100,11 @@ def test_author_refusals_name_nothing_in_the_confidential_folder(
     assert texts["plain"] == texts["curator files"]
 
 
-def test_author_give_back_refusal_names_nothing(tmp_path: Path, data: Path,
+def test_author_give_back_refusal_names_nothing(tmp_path: Path, staging_data: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A killed run's staging folder whose carried entries cannot go back: no name shown."""
     root = tmp_path / "srv"
-    top = server(root, data)
+    top = server(root, staging_data)
     assert author_run(root, monkeypatch)[0] == 0
     conf = top / "confidential"
     curator_files(conf)
@@ -180,8 +121,8 @@ def test_author_give_back_refusal_names_nothing(tmp_path: Path, data: Path,
     assert (stale / "secret_curator_notes_2026.txt").read_text() == "y"
 
 
-def test_curator_mode_keeps_the_detailed_message(tmp_path: Path, data: Path) -> None:
-    s = curator_spec(tmp_path, data)
+def test_curator_mode_keeps_the_detailed_message(tmp_path: Path, staging_data: Path) -> None:
+    s = curator_spec(tmp_path, staging_data)
     assert run("run", "--test-seed", s, "--quiet")[0] == 0
     conf = tmp_path / "out" / "confidential"
     curator_files(conf)
@@ -212,8 +153,8 @@ def _killed_run(root: Path, manifest: list[str] | None) -> Path:
 
 @pytest.mark.parametrize("manifest", [["compare"], None], ids=["manifest", "no manifest"])
 def test_a_killed_runs_scratch_is_deleted_and_the_comparison_kept(
-        tmp_path: Path, data: Path, manifest: list[str] | None) -> None:
-    s = curator_spec(tmp_path, data)
+        tmp_path: Path, staging_data: Path, manifest: list[str] | None) -> None:
+    s = curator_spec(tmp_path, staging_data)
     out = tmp_path / "out"
     (out / "confidential").mkdir(parents=True)   # compare/ was carried out of it
     stale = _killed_run(out, manifest)
@@ -237,9 +178,9 @@ def test_only_what_the_manifest_lists_is_given_back(tmp_path: Path) -> None:
     assert names(conf) == {"compare"} and not stale.exists()
 
 
-def test_scratch_is_never_called_the_curators(tmp_path: Path, data: Path) -> None:
+def test_scratch_is_never_called_the_curators(tmp_path: Path, staging_data: Path) -> None:
     """A stray temporary file of a failed run's failure.json: not 'no tabdp run wrote' it."""
-    s = curator_spec(tmp_path, data)
+    s = curator_spec(tmp_path, staging_data)
     conf = tmp_path / "out" / "confidential"
     conf.mkdir(parents=True)
     (conf / "failure.json").write_text("{}")
@@ -275,8 +216,8 @@ def test_staging_writes_the_manifest_first_and_removes_it(tmp_path: Path) -> Non
     assert names(tmp_path) == {"public", "confidential"}
 
 
-def test_a_linked_confidential_folder_is_refused(tmp_path: Path, data: Path) -> None:
-    s = curator_spec(tmp_path, data)
+def test_a_linked_confidential_folder_is_refused(tmp_path: Path, staging_data: Path) -> None:
+    s = curator_spec(tmp_path, staging_data)
     real = tmp_path / "vault" / "conf"
     real.mkdir(parents=True)
     curator_files(real)

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -24,70 +23,25 @@ from typing import Any
 import polars as pl
 import pytest
 
-import tabdp
-from tabdp import cli
-from tabdp.datasets.synth import generate_establishments
 from tabdp.exceptions import InvalidParameterError, RolledForwardWarning
 from tabdp.release import _staging
 from tabdp.release._staging import COMMITTED, ROLLED_FORWARD_LOG, clean_stale_staging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import schema_of, write_curator  # noqa: E402
-from _specs import STATE_COUNT_SPEC, one_table_spec  # noqa: E402
+from _specs import (  # noqa: E402
+    AUTHOR_STATE_COUNT_SPEC,
+    RENAME_KILLER,
+    one_table_spec,
+)
+from _staging_common import HIER, curator_spec, names, run, server  # noqa: E402, F401
 
-HIER = Path(tabdp.__file__).resolve().parents[1] / "data" / "hierarchies"
 REPO = Path(__file__).resolve().parents[2]
 
-AUTHOR_SPEC = """
-[release]
-name = "rel"
-[input]
-dataset = "cbp"
-mode = "author"
-unit = "estab_id"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-[hierarchies.geo]
-file = "geography.csv"
-levels = ["state", "county"]
-[randomness]
-seed = 5
-[[tables]]
-name = "n"
-kind = "count"
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 2.0 }
-"""
+AUTHOR_SPEC = AUTHOR_STATE_COUNT_SPEC
 
-#: ``tabdp`` killed (exit 137) at the ``KILL_AT``-th rename of the swap (0: never).
-KILLER = """
-import os, sys, pathlib, traceback
-K = int(os.environ["KILL_AT"])
-n = [0]
-orig = pathlib.Path.rename
-def rename(self, target):
-    if any(f.filename.endswith("_staging.py") and f.name == "__exit__"
-           for f in traceback.extract_stack()):
-        n[0] += 1
-        if n[0] == K:
-            os._exit(137)
-    return orig(self, target)
-pathlib.Path.rename = rename
-from tabdp.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+KILLER = RENAME_KILLER
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(args), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
-
-def names(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir()}
 
 
 def killer(folder: Path, *args: str, kill_at: int) -> subprocess.CompletedProcess[str]:
@@ -96,12 +50,6 @@ def killer(folder: Path, *args: str, kill_at: int) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "kill.py", *args], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=300)
 
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "d.parquet"
-    generate_establishments(600, seed=4).write_parquet(path)
-    return path
 
 
 # -- 1. a roll-forward is never silent --------------------------------------------------------
@@ -140,24 +88,13 @@ def test_curator_run_after_a_kill_says_what_was_rolled_forward(
     assert _staging._confidential_blockers(conf)[2] == []
 
 
-def server(root: Path, data: Path) -> Path:
-    """An author-mode server in ``root``: the dataset, a public folder, an output root."""
-    (root / "data").mkdir(parents=True)
-    (root / "data" / "d.parquet").write_bytes(data.read_bytes())
-    (root / "meta").mkdir()
-    (root / "meta" / "geography.csv").write_bytes((HIER / "geography.csv").read_bytes())
-    write_curator(root, {"cbp": "data/d.parquet"}, public=[root / "meta"], root="releases",
-                  schemas={"cbp": schema_of(pl.read_parquet(data))})
-    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
-    return root / "releases" / "rel"
-
 
 AUTHOR_ARGS = ("run", "s.toml", "--curator", "curator.toml", "--test-seed", "--quiet")
 
 
 def test_author_run_after_a_kill_tells_the_author_nothing(
-        tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    top = server(tmp_path, data)
+        tmp_path: Path, staging_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    top = server(tmp_path, staging_data)
     assert killer(tmp_path, *AUTHOR_ARGS, kill_at=0).returncode == 0
     killed = killer(tmp_path, *AUTHOR_ARGS, "--overwrite", kill_at=4)
     assert killed.returncode == 137, killed.stderr
@@ -218,15 +155,9 @@ def test_the_log_is_never_a_blocker_nor_called_the_curators(tmp_path: Path) -> N
 
 # -- 2. a public folder that is a symbolic link ----------------------------------------------
 
-def curator_spec(folder: Path, data: Path) -> str:
-    path = folder / "s.toml"
-    path.write_text(STATE_COUNT_SPEC.format(data=data.as_posix(), hier=HIER.as_posix()),
-                    encoding="utf-8")
-    return str(path)
 
-
-def test_a_linked_public_folder_is_refused(tmp_path: Path, data: Path) -> None:
-    s = curator_spec(tmp_path, data)
+def test_a_linked_public_folder_is_refused(tmp_path: Path, staging_data: Path) -> None:
+    s = curator_spec(tmp_path, staging_data)
     real = tmp_path / "www" / "published"
     real.mkdir(parents=True)
     (real / "summary.json").write_text("the publication")
@@ -260,8 +191,8 @@ def test_a_linked_plan_folder_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_linked_public_folder_in_author_mode(
-        tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    top = server(tmp_path, data)
+        tmp_path: Path, staging_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    top = server(tmp_path, staging_data)
     real = tmp_path / "www"
     real.mkdir()
     top.mkdir(parents=True)

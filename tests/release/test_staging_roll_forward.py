@@ -20,6 +20,9 @@ import pytest
 from tabdp.exceptions import InvalidParameterError, RolledForwardWarning
 from tabdp.release._staging import COMMITTED, ROLLED_FORWARD_LOG, clean_stale_staging
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _specs import RENAME_KILLER  # noqa: E402
+
 DEAD = 999_999_999  # a process id that is not running
 #: The ``ledger.json`` a run's commit writes into its confidential staging folder (entry 2).
 LEDGER_NOTE = json.dumps({"release": 2, "entry_hash": "e2"})
@@ -174,22 +177,7 @@ def test_a_stray_mark_without_its_folder_is_removed(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["public"]
 
 
-KILLER = """
-import os, sys, pathlib, traceback
-K = int(os.environ["KILL_AT"])
-n = [0]
-orig = pathlib.Path.rename
-def rename(self, target):
-    if any(f.filename.endswith("_staging.py") and f.name == "__exit__"
-           for f in traceback.extract_stack()):
-        n[0] += 1
-        if n[0] == K:
-            os._exit(137)
-    return orig(self, target)
-pathlib.Path.rename = rename
-from tabdp.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
+KILLER = RENAME_KILLER
 
 
 def test_a_real_run_killed_before_its_confidential_rename(tmp_path: Path) -> None:
