@@ -637,8 +637,11 @@ def usability_issues(mechanism: Mechanism | SmoothSensitivityRelease, *,
         out.append(
             f"{mechanism!r} has noise with {what}: the published sd and cv are infinite (flag "
             "'X') and estimates are " + ("not unbiased" if no_mean else "unbiased but erratic")
-            + ". Fix: for exp_polylog with p = 1 use d > 3 (calibrate does when its objective "
-            "is 'sd'), or publish margins of error only.")
+            + ". Fix: " + ("for exp_polylog with p = 1 use d > 3 (calibrate does when its "
+                           "objective is 'sd')" if name == "ExpPolyLog" else
+                           "use alpha = 2 (Gaussian noise) or a family with finite variance "
+                           "(gaussian, laplace, exp_polylog with d > 3)")
+            + ", or publish margins of error only.")
     if calibration is not None:
         for note in calibration.notes:
             if "edge of the search" in note or "edge of the searched" in note:

@@ -210,6 +210,17 @@ def bind_frame(session: Session, native: Any, pin: Callable[[Any], Any] | None =
     if state.bound is None:
         if not is_frame(native):
             return None  # not a frame: the release's own checks refuse it
+        if type(native).__module__.split(".")[0] == "pandas":
+            # decided by the frame's type alone, before any data is read: a pandas frame's
+            # conversion can fail on one record's value (an object column holding text, a unit
+            # id of another type), and here that failure would be the author's to see
+            raise InvalidParameterError(
+                "this author-mode session has no frame yet, and a pandas DataFrame cannot be "
+                "bound inside a release: converting it can fail on the value of one record "
+                "(an object column holding text among numbers), and the release would show "
+                "that failure.\nHint: the curator pins the frame in their own call, "
+                "tabdp.Session(mode='author', data=frame), or registers it with tabdp.Curator "
+                "(with a declared schema); or pass a Polars frame.")
         failed = None
         try:  # pinned inside a release: any failure is the generic one
             pinned = pin_frame(native, pin)

@@ -636,10 +636,26 @@ def _is_frame(native: Any) -> bool:
 
 
 def _pin_frame(native: Any) -> Any:
-    """The pinned data of a frame (`tabdp.frame.backends.pin_frame`)."""
+    """The pinned data of a frame (`tabdp.frame.backends.pin_frame`), in the curator's call.
+
+    A frame that cannot be pinned (a pandas column of mixed types, a file that does not parse)
+    fails as a `DataValidationError`, its cause chained, as `tabdp.Curator` fails: the cause
+    may quote the data (CONFIDENTIAL: the curator's, never an author's).
+    """
+    from tabdp.exceptions import DataValidationError, TabdpError
     from tabdp.frame.backends import pin_frame
 
-    return pin_frame(native)
+    try:
+        return pin_frame(native)
+    except (KeyboardInterrupt, SystemExit, TabdpError):
+        raise
+    except BaseException as err:  # noqa: BLE001 - Rust panics are BaseExceptions
+        raise DataValidationError(
+            f"Session: the frame given as data= could not be pinned ({type(err).__name__}); no "
+            "session was created. The cause is chained below (CONFIDENTIAL: it may quote the "
+            "data; never pass it on to an author).\nHint: fix the column types (a pandas "
+            "column of mixed types: convert it), or use tabdp.Curator with a declared schema.",
+            confidential={"error": f"{type(err).__name__}: {err}"}) from err
 
 
 #: Row ids assigned by a caller that read the input itself (the release workflow): a session

@@ -201,7 +201,7 @@ def test_author_mode_categories_come_from_the_key_set():
     pdf = df.to_pandas()
     assert pdf["county"].cat.categories.tolist() == ["c9", "c2", "c1", "c7"]
     for frame in (df, pdf):
-        s = tabdp.Session(seed=0, mode="author")
+        s = tabdp.Session(seed=0, mode="author", data=frame)
         out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
                            session=s, nulls="zero", negatives="allow")
         if isinstance(out, pd.DataFrame):

@@ -82,19 +82,36 @@ def test_author_mode_lazy_plan_is_no_oracle() -> None:
     assert _author_sees(lazy(5)) == _author_sees(lazy(300))
 
 
-# origin: review R1 (issue 13)
-@pytest.mark.xfail(strict=True, reason="R1: a pandas object column converts or not depending on "
-                   "its values: ColumnTypeError iff one record holds text, in author mode. "
-                   "Outside the documented model (the frame is the curator's); with tabdp.Curator "
-                   "the column is declared and pinned by the curator: "
-                   "test_curator.py::test_unused_pandas_object_column_is_no_oracle")
+# origin: review R1 (issue 13); fixed (review r56): a bare author-mode session refuses to bind a
+# pandas frame inside a release, whatever its data (the curator pins it: data= or Curator)
 def test_author_mode_pandas_object_column_is_no_oracle() -> None:
     import pandas as pd
 
     def frame(v: object) -> pd.DataFrame:
         return pd.DataFrame({"c": ["a", "a"], "x": pd.Series([1.0, v], dtype=object)})
 
-    assert _author_sees(frame(5.0)) == _author_sees(frame("n/a"))
+    seen = _author_sees(frame(5.0))
+    assert seen == _author_sees(frame("n/a"))
+    assert seen.startswith("InvalidParameterError") and "pandas" in seen
+
+
+def test_a_bare_author_session_refuses_a_pandas_unit_of_mixed_types() -> None:
+    # review r56: one unit id of another type (a str among ints in an object column) turned
+    # every release into DataFailure; refused before any data, whatever the ids
+    import pandas as pd
+
+    keys = tabdp.KeySet.from_dict(k=["a", "b"])
+    seen = []
+    for firm in ([1, 2, 3, 4], [1, 2, 3, "4"]):
+        pdf = pd.DataFrame({"firm": pd.Series(firm, dtype=object), "k": ["a", "a", "b", "b"]})
+        with pytest.raises(tabdp.InvalidParameterError) as info:
+            pdf.dp.count(by="k", keys=keys, session=tabdp.Session(unit="firm", mode="author"))
+        seen.append(str(info.value))
+    assert seen[0] == seen[1]
+    # pinned by the curator's own call instead: a plain DataValidationError, the cause chained
+    pdf = pd.DataFrame({"firm": pd.Series([1, 2, 3, "4"], dtype=object), "k": ["a"] * 4})
+    with pytest.raises(tabdp.exceptions.DataValidationError, match="could not be pinned"):
+        tabdp.Session(unit="firm", mode="author", data=pdf)
 
 
 KEY_A = tabdp.KeySet.from_dict(c=["A"])

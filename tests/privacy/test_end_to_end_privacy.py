@@ -62,7 +62,7 @@ def _releases(df: Any) -> dict[str, Any]:
 
     Output frames are returned as Polars.
     """
-    s = tabdp.Session(unit="estab", mode="author", budget={1.0: 5.0, 1e7: 40.0})
+    s = tabdp.Session(unit="estab", mode="author", budget={1.0: 5.0, 1e7: 40.0}, data=df)
     seen: dict[str, Any] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -139,8 +139,8 @@ def test_outputs_on_neighbouring_datasets_differ_only_through_the_noise(kind, to
 
 
 def test_author_mode_refuses_undeclared_rules_before_reading_data(to_engine):
-    s = tabdp.Session(mode="author")
     df = to_engine(_base())
+    s = tabdp.Session(mode="author", data=df)
     with pytest.raises(tabdp.InvalidParameterError, match="nulls='zero'"):
         df.dp.sum("payroll", by=["county", "naics"], keys=KEYS, mechanism=mech.Gaussian(1.0),
                   session=s)
@@ -166,15 +166,13 @@ def _probe(df: pl.DataFrame, t: float, variant: str, to_engine: Any) -> tuple[st
     non-noisy columns.
     """
     target = pl.col("estab") == 0
-    if variant == "budget":
-        probe = pl.when(target & (pl.col("payroll") > t)).then(1e12).otherwise(0.0)
-        s = tabdp.Session(unit="estab", budget=1.0, mode="author")
-        nulls = "zero"
-    else:
-        probe = pl.when(target & (pl.col("payroll") > t)).then(float("nan")).otherwise(0.0)
-        s = tabdp.Session(unit="estab", mode="author")
-        nulls = "zero"
+    huge = 1e12 if variant == "budget" else float("nan")
+    probe = pl.when(target & (pl.col("payroll") > t)).then(huge).otherwise(0.0)
     frame = to_engine(df.with_columns(probe.alias("probe")))
+    nulls = "zero"
+    # the curator pins the frame (data=); a pandas frame cannot be bound inside a release
+    s = (tabdp.Session(unit="estab", budget=1.0, mode="author", data=frame)
+         if variant == "budget" else tabdp.Session(unit="estab", mode="author", data=frame))
     try:
         out = frame.dp.sum("probe", by=["county", "naics"], keys=KEYS,
                            mechanism=mech.Gaussian(1.0), session=s, nulls=nulls)

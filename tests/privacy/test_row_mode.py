@@ -37,9 +37,10 @@ def _row_mode_probe(df: pl.DataFrame, derive: Callable[[pl.DataFrame], pl.DataFr
 
     Returns what the query author sees of the second call: "ok" or the exception's class.
     """
-    s = tabdp.Session(mode="author")
-    to_engine(df).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
-                         nulls="zero", negatives="allow")
+    frame = to_engine(df)
+    s = tabdp.Session(mode="author", data=frame)  # the curator pins it
+    frame.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
+                 nulls="zero", negatives="allow")
     try:
         to_engine(derive(df)).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6),
                                      session=s, nulls="zero", negatives="allow")
@@ -124,9 +125,10 @@ def test_row_binding_message_holds_no_row_count(to_engine: Callable[[Any], Any])
     # The refusal of a filtered frame quoted its row count: with df.filter(x <= t) that is an
     # exact, noiseless count of the records below t.
     d = pl.DataFrame({"c": ["a"] * 7, "x": [10.0, 20.0, 30.0, 40.0, 50.0, 1e6, 2e6]})
-    s = tabdp.Session(mode="author")
-    to_engine(d).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
-                        nulls="zero", negatives="allow")
+    frame = to_engine(d)
+    s = tabdp.Session(mode="author", data=frame)  # the curator pins it
+    frame.dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1e6), session=s,
+                 nulls="zero", negatives="allow")
     with pytest.raises(tabdp.exceptions.InvalidParameterError) as info:
         to_engine(d.filter(pl.col("x") <= 35.0)).dp.sum("x", by="c", keys=KEY1,
                                              mechanism=mech.Gaussian(1e6), session=s,
