@@ -1038,7 +1038,7 @@ def _native_stderr_to_confidential(confidential: Path) -> Iterator[TextIO]:
 
 
 def _write_rolled_forward(caught: Sequence[warnings.WarningMessage], err: TextIO) -> None:
-    """Curator mode: the clean-up's notices of a killed run's release put in place (stop 52)."""
+    """Curator mode: the clean-up's notices of a killed run's release put in place."""
     from tabdp.exceptions import RolledForwardWarning
 
     for w in caught:

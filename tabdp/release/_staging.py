@@ -266,7 +266,7 @@ def _check_target(path: Path, overwrite: bool, what: str,
     if path.is_symlink():
         # review r52: a run renames the folder aside, so it moved the curator's entries out of
         # the link's target into a new, local folder and left a .old-* link behind every run;
-        # stop 52: a public (or plan) folder that is a link was replaced, under --overwrite, by
+        # and a public (or plan) folder that is a link was replaced, under --overwrite, by
         # a new local folder, the link gone and the publication it pointed to left as it was
         raise InvalidParameterError(
             f"the {what} output folder {str(path)!r} is not a plain folder"
@@ -582,8 +582,8 @@ def clean_stale_staging(targets: Sequence[Path], private: Sequence[bool] | None 
                     if record is not None and _swap_committed(record):
                         # killed after its commit: its staging folders are the release (its
                         # ledger charged), put in place together (rolled forward), never
-                        # deleted; the set-aside old folders go next. Never silently (stop
-                        # 52): the curator is told what was put in place, and when
+                        # deleted; the set-aside old folders go next. Never silently:
+                        # the curator is told what was put in place, and when
                         try:
                             marked_at: float | None = mark.stat().st_mtime
                         except OSError:
@@ -679,7 +679,7 @@ def _append_log(folder: Path, entry: Mapping[str, Any]) -> bool:
 
 def _report_rolled(record: Mapping[str, Any], placed: Sequence[Path], pid: int,
                    marked_at: float | None, author: bool) -> None:
-    """Tell the curator that `_roll_forward` put a killed run's release in place (stop 52).
+    """Tell the curator that `_roll_forward` put a killed run's release in place.
 
     Both modes: one entry appended to `ROLLED_FORWARD_LOG` in each rolled-forward
     confidential folder. Curator mode also warns (`RolledForwardWarning`, printed by ``tabdp
