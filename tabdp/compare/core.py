@@ -157,14 +157,16 @@ def _refuse_overlaps(spec: Any, folder: Path) -> None:
 
     Before anything is removed or made: ``--overwrite`` removes the folder as a whole, and
     making it makes its parents. It must not hold the confidential folder (a release's
-    outputs), nor hold or sit inside the lifetime ledger (whose anchor is beside it), the
-    input, the spec file or the public files the spec reads (hierarchies, keys files).
+    outputs), nor hold or sit inside the plan folder, the lifetime ledger or its anchor (beside
+    it), or anything the release reads (`tabdp.release.spec.checks.read_paths`: the input, a
+    glob's folder, the spec file, hierarchy, domain and keys files).
 
     Example:
         >>> import types, pathlib
-        >>> out = types.SimpleNamespace(confidential=pathlib.Path("/r/conf"))
+        >>> out = types.SimpleNamespace(confidential=pathlib.Path("/r/conf"),
+        ...                             plan=pathlib.Path("/r/plan"))
         >>> sp = types.SimpleNamespace(output=out, ledger=None, path=None, hierarchies={},
-        ...     tables=(), input=types.SimpleNamespace(path=None))
+        ...     tables=(), input=types.SimpleNamespace(path=None), raw={})
         >>> _refuse_overlaps(sp, pathlib.Path("/r/conf/compare"))  # the default: fine
         >>> try:
         ...     _refuse_overlaps(sp, pathlib.Path("/r"))
@@ -180,18 +182,16 @@ def _refuse_overlaps(spec: Any, folder: Path) -> None:
             f"the comparison folder {str(folder)!r} holds the confidential folder "
             f"{str(conf)!r}; --overwrite would remove it and making it would write among what "
             f"it holds.\n{hint}")
-    guarded: list[tuple[str, Path]] = []
+    from tabdp.privacy.lifetime import ledger_anchor
+    from tabdp.release.spec.checks import read_paths
+
+    base = Path(spec.path).parent if spec.path is not None else Path.cwd()
+    guarded = read_paths(spec.input, spec.hierarchies, (spec.raw or {}).get("domains") or {},
+                         spec.tables, base, spec.path)
+    guarded.append(("the plan folder", Path(spec.output.plan)))
     if getattr(spec, "ledger", None) is not None:
-        guarded.append(("the lifetime ledger", Path(spec.ledger.path)))
-    if spec.input.path is not None:
-        src = str(spec.input.path)
-        guarded.append(("the input", Path(src.split("*", 1)[0]) if "*" in src
-                        else Path(spec.input.path)))
-    if spec.path is not None:
-        guarded.append(("the spec file", Path(spec.path)))
-    guarded += [(f"hierarchy {n!r}'s file", Path(h.file)) for n, h in spec.hierarchies.items()]
-    guarded += [(f"table {t.name!r}'s keys file", Path(t.keys_file)) for t in spec.tables
-                if t.keys_file is not None]
+        root = Path(spec.ledger.path)
+        guarded += [("the lifetime ledger", root), ("the ledger's anchor", ledger_anchor(root))]
     for what, p in guarded:
         p = p.absolute()
         if _inside(p, folder) or _inside(folder, p):

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from tabdp.exceptions import DataFailure, InvalidParameterError
 from tabdp.frame import binding
-from tabdp.frame.backends import is_frame, pin_frame
+from tabdp.frame.backends import is_frame, pin_frame, pinned_by_curator_only
 from tabdp.privacy.session import Session
 
 __all__ = ["author_call", "check_author_keys", "is_author", "bind_frame", "failure_details"]
@@ -210,7 +210,7 @@ def bind_frame(session: Session, native: Any, pin: Callable[[Any], Any] | None =
     if state.bound is None:
         if not is_frame(native):
             return None  # not a frame: the release's own checks refuse it
-        if type(native).__module__.split(".")[0] == "pandas":
+        if pinned_by_curator_only(native):  # a pandas DataFrame or any subclass of it
             # decided by the frame's type alone, before any data is read: a pandas frame's
             # conversion can fail on one record's value (an object column holding text, a unit
             # id of another type), and here that failure would be the author's to see
@@ -220,7 +220,8 @@ def bind_frame(session: Session, native: Any, pin: Callable[[Any], Any] | None =
                 "(an object column holding text among numbers), and the release would show "
                 "that failure.\nHint: the curator pins the frame in their own call, "
                 "tabdp.Session(mode='author', data=frame), or registers it with tabdp.Curator "
-                "(with a declared schema); or pass a Polars frame.")
+                "with a declared schema (a frame whose dtypes were inferred from its values, "
+                "pandas or Polars, can follow one record).")
         failed = None
         try:  # pinned inside a release: any failure is the generic one
             pinned = pin_frame(native, pin)

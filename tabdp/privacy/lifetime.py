@@ -65,7 +65,7 @@ from tabdp.privacy.ledger import sorted_search, strictly_increasing
 
 __all__ = ["Ledger", "LedgerError", "verify_ledger", "ledger_terms", "budget_spec",
            "budget_from_spec", "FORMAT", "release_curve", "series_bound", "history_in_words",
-           "currency_limit"]
+           "currency_limit", "ledger_anchor"]
 
 #: The ledger format written in every chain entry whose data files are hashed with SHA-256
 #: (bare hex digests): every ledger before BLAKE3, and one written where ``blake3`` is missing.
@@ -793,6 +793,22 @@ def _check_files(root: Path, files: list[list[Any]], what: str,
         if keep:
             out.append(data)
     return out
+
+
+def ledger_anchor(path: str | os.PathLike[str]) -> Path:
+    """Where the anchor of a ledger folder is (beside it: ``<parent>/.<name>.head.json``).
+
+    Args:
+        path: The ledger folder.
+
+    Returns:
+        The anchor file's path (it holds the chain's head).
+
+    Example:
+        >>> ledger_anchor("/srv/ledgers/cbp").as_posix()
+        '/srv/ledgers/.cbp.head.json'
+    """
+    return _anchor.anchor_path(Path(path))
 
 
 def ledger_terms(path: str | os.PathLike[str]) -> tuple[str, Any]:

@@ -259,3 +259,37 @@ def test_a_comparison_folder_never_overlaps_the_ledger_input_or_outputs(
     assert "comparison folder" in err and ("overlaps" in err or "holds" in err)
     assert _ledger_files(tmp_path) == before
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == listing
+
+
+@pytest.mark.parametrize("src, folder", [("/d/y*/p.parquet", "/d"), ("/d/y20??/p.parquet", "/d"),
+                                         ("/d/{a,b}/p.parquet", "/d"), ("/d/x/*.parquet", "/d/x"),
+                                         ("/d/p.parquet", "/d/p.parquet")])
+def test_the_input_a_glob_reads_is_its_first_wildcards_folder(src: str, folder: str) -> None:
+    # review r58: `data/y*/*.parquet` was guarded as `data/y`, so `compare --out data/y2022
+    # --overwrite` removed half the input
+    from tabdp.release.spec.checks import read_paths
+    from tabdp.release.spec.model import InputSpec
+
+    got = read_paths(InputSpec(path=Path(src), source=src), {}, {}, (), Path("/s"), None)
+    assert got == [("input.path", Path(folder))]
+
+
+@pytest.mark.parametrize("where", ["data/y2022", "data", "codes", "plan", ".ledger.head.json",
+                                   "ledger"])
+def test_refused_comparison_folders_beside_the_spec(tmp_path: Path, where: str) -> None:
+    # review r58: a partial glob's matches, a domain file's folder, the plan folder and the
+    # ledger's anchor were not guarded
+    import types
+
+    from tabdp.compare.core import _refuse_overlaps
+
+    out = types.SimpleNamespace(confidential=tmp_path / "out" / "confidential",
+                                plan=tmp_path / "plan", public=tmp_path / "out" / "public")
+    spec = types.SimpleNamespace(
+        output=out, ledger=types.SimpleNamespace(path=tmp_path / "ledger"),
+        path=tmp_path / "s.toml", hierarchies={}, tables=(),
+        input=types.SimpleNamespace(path=tmp_path / "data" / "y*" / "p.parquet"),
+        raw={"domains": {"naics": {"file": "codes/naics.csv"}}})
+    with pytest.raises(InvalidParameterError, match="overlaps"):
+        _refuse_overlaps(spec, tmp_path / where)
+    _refuse_overlaps(spec, tmp_path / "elsewhere")  # a folder of its own: fine

@@ -108,6 +108,14 @@ def test_a_bare_author_session_refuses_a_pandas_unit_of_mixed_types() -> None:
             pdf.dp.count(by="k", keys=keys, session=tabdp.Session(unit="firm", mode="author"))
         seen.append(str(info.value))
     assert seen[0] == seen[1]
+    # a subclass of pandas' DataFrame too (review r58: the check read the class's module)
+    class MyFrame(pd.DataFrame):
+        pass
+
+    sub = MyFrame({"firm": pd.Series([1, 2], dtype=object), "k": ["a", "b"]})
+    with pytest.raises(tabdp.InvalidParameterError) as info:
+        sub.dp.count(by="k", keys=keys, session=tabdp.Session(unit="firm", mode="author"))
+    assert str(info.value) == seen[0]
     # pinned by the curator's own call instead: a plain DataValidationError, the cause chained
     pdf = pd.DataFrame({"firm": pd.Series([1, 2, 3, "4"], dtype=object), "k": ["a"] * 4})
     with pytest.raises(tabdp.exceptions.DataValidationError, match="could not be pinned"):

@@ -32,7 +32,8 @@ from tabdp.frame.backends.run import PolarsRun, RunEngine, SparkRun, require_pys
 
 __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
-           "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine"]
+           "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine",
+           "pinned_by_curator_only"]
 
 #: The engines a release runs on.
 Engine = Literal["memory", "streaming", "spark"]
@@ -82,6 +83,27 @@ def is_pandas_frame(native: Any) -> bool:
     pd = sys.modules.get("pandas")
     frame = getattr(pd, "DataFrame", None)
     return frame is not None and isinstance(native, frame)
+
+
+def pinned_by_curator_only(native: Any) -> bool:
+    """Whether a frame may be pinned only in the curator's own call, never inside a release.
+
+    A pandas frame (or a subclass): converting it can fail on one record's value (an object
+    column holding text among numbers), so a bare author-mode session must not bind it inside
+    an author's release (`tabdp.frame._author.bind_frame`). Decided by the type alone.
+
+    Args:
+        native: A frame.
+
+    Returns:
+        ``True`` for pandas frames.
+
+    Example:
+        >>> import pandas as pd
+        >>> pinned_by_curator_only(pd.DataFrame()), pinned_by_curator_only(pl.DataFrame())
+        (True, False)
+    """
+    return is_pandas_frame(native)
 
 
 def frame_kind(native: Any) -> FrameKind | None:

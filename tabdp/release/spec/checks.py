@@ -383,16 +383,38 @@ def _check_input_rules(tables: Sequence[TableSpec], inp: InputSpec) -> None:
                       'set input.negatives = "zero" or "drop", or lower bounds >= 0.')
 
 
-def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, Hierarchy],
-                 raw_domains: Mapping[str, Any], domains: Mapping[str, pl.Series],
-                 tables: Sequence[TableSpec], base: Path, spec_path: Path | None) -> None:
-    """Output folders must not hold or sit inside anything the release reads."""
+def read_paths(inp: InputSpec, hierarchies: Mapping[str, Hierarchy],
+               raw_domains: Mapping[str, Any], tables: Sequence[TableSpec], base: Path,
+               spec_path: Path | None) -> list[tuple[str, Path]]:
+    """What a release reads from disk, as (spec key, path): no output may hold or be inside one.
+
+    A glob input (``*``, ``?``, ``[`` or ``{``) is the folder its first wildcard is in (every
+    file it may match is below it).
+
+    Args:
+        inp: The ``[input]`` section.
+        hierarchies: The hierarchies (their files).
+        raw_domains: The ``[domains]`` table as written (domain files).
+        tables: The tables (their keys files).
+        base: The spec's folder (relative domain files).
+        spec_path: The spec file, if any.
+
+    Returns:
+        ``(what, path)`` pairs.
+
+    Example:
+        >>> from pathlib import Path
+        >>> inp = InputSpec(path=Path("/d/y*/p.parquet"), source="/d/y*/p.parquet")
+        >>> read_paths(inp, {}, {}, (), Path("/s"), None)
+        [('input.path', PosixPath('/d'))]
+    """
     read: list[tuple[str, Path]] = []
     src = str(inp.path)
+    wild = re.search(r"[*?\[{]", src)
     if inp.path is None:  # input.table: a catalog table, no path of ours
         pass
-    elif "*" in src:
-        prefix = src.split("*", 1)[0]
+    elif wild is not None:
+        prefix = src[:wild.start()]
         read.append(("input.path", Path(prefix if prefix.endswith("/") else
                                         os.path.dirname(prefix))))
     else:
@@ -405,6 +427,14 @@ def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, H
              if t.keys_file is not None]
     if spec_path is not None:
         read.append(("the spec file", Path(spec_path)))
+    return read
+
+
+def _check_paths(output: OutputSpec, inp: InputSpec, hierarchies: Mapping[str, Hierarchy],
+                 raw_domains: Mapping[str, Any], domains: Mapping[str, pl.Series],
+                 tables: Sequence[TableSpec], base: Path, spec_path: Path | None) -> None:
+    """Output folders must not hold or sit inside anything the release reads."""
+    read = read_paths(inp, hierarchies, raw_domains, tables, base, spec_path)
     for key in ("public", "confidential", "plan"):
         out = Path(getattr(output, key))
         for what, p in read:
