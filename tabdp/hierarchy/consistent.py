@@ -589,6 +589,13 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 est = _aggregate(prod, a, b, fin)
                 centre = _aggregate(prod, a, b, fin_u) if nonnegative else est
             var = res.variance(a, b)
+            if grids[m] is not None:
+                # beyond 2**40 grid steps a cell's release and its parents' share one coarse
+                # spacing, so their rounding errors are nearly one error, which the solve
+                # counted as independent: its variance is at least that rounding's (s²/12 at
+                # the published value; 0 within 2**40 steps, where nothing changes)
+                var = np.maximum(var, _coarse_grid_variance(np.asarray(est).reshape(var.shape),
+                                                            grids[m]))
             if kind == "stable":
                 mech: Any = one
                 if getattr(mech, "joint", False):

@@ -268,7 +268,9 @@ def test_a_value_on_the_coarse_part_of_the_grid_does_not_move_the_small_cells() 
         got = dict(out[("county",)].select("county", "x").rows())
         sd = dict(out[("county",)].select("county", "x_sd").rows())
         errors += [abs(got[c] - v) / sd[c] for c, v in small.items()]
-        assert sd["a1"] > 1024 / np.sqrt(12) / 2  # the huge county's sd says its grid
+        # the huge county's sd is at least its own coarse rounding's (its parents share that
+        # spacing, so their rounding is nearly one error: review r58 found 57% coverage)
+        assert sd["a1"] >= 1024 / np.sqrt(12) * (1 - 1e-12)
     assert max(errors) < 5.0, max(errors)
 
 
