@@ -421,8 +421,10 @@ def _add_derived(spec: ReleaseSpec, lf: pl.LazyFrame, schema: Mapping[str, Any])
         lf = lf.join(mapping.lazy(), on=fine, how="left", maintain_order="left")
     if national:
         lf = lf.with_columns(pl.lit("all", dtype=pl.String).alias(NATIONAL))
+    from tabdp.frame.backends.polars import mark_members
+
     for col, keys in _member_needs(spec).items():
-        lf = _add_member(lf, col, keys)
+        lf = mark_members(lf, keys, col)
     return lf
 
 
@@ -444,61 +446,29 @@ def member_column(i: int) -> str:
     return f"{NATIONAL}_in{i}"
 
 
-def _member_needs(spec: ReleaseSpec) -> dict[str, pl.DataFrame]:
-    """Membership column → the public keys of its table, for each table with direct rollups.
+def _member_needs(spec: ReleaseSpec) -> dict[str, KeySet]:
+    """Membership column → the public key set of its table, for each table with direct rollups.
 
     Every level of a table is the statistic of one population: the rows whose finest keys
     (the table's ``by``) are in the table's key set, the rows the table itself counts. The run
     marks them with a constant key (``"all"``) in the table's membership column, null for
     every other row, and each direct release of the table is grouped by its level's keys and
     that column: a row outside the table's key set is in no cell of the direct release
-    (neither counted nor charged there). Decided from the spec alone (public).
+    (neither counted nor charged there). Decided from the spec alone (public); the rows are
+    matched to the keys by the engine's own cell matching (`tabdp.frame.backends.polars.
+    mark_members`, `tabdp.frame.backends.spark.mark_members`), so a row is a member exactly
+    when the table puts it in a cell.
     """
-    out: dict[str, pl.DataFrame] = {}
+    out: dict[str, KeySet] = {}
     for i, t in enumerate(spec.tables):
         if not t.by or not any(r.direct for r in t.rollups):
             continue
         if t.keys_file is not None:
-            keys = read_keys(t.keys_file, t.by, spec.domains)
+            keys = KeySet.from_frame(read_keys(t.keys_file, t.by, spec.domains))
         else:
-            keys = KeySet.from_dict({c: spec.domains[c] for c in t.by}).to_polars()
-        out[member_column(i)] = keys.select(list(t.by))
+            keys = KeySet.from_dict({c: spec.domains[c] for c in t.by})
+        out[member_column(i)] = keys
     return out
-
-
-def _add_member(lf: pl.LazyFrame, col: str, keys: pl.DataFrame) -> pl.LazyFrame:
-    """Add ``col``: ``"all"`` where a row's key is in ``keys`` (compared as the engine does).
-
-    The comparison of the release engine's key matching: text (String, Categorical, Enum)
-    as text; otherwise the keys converted to the data's type, a key that does not convert
-    exactly matching no row; nulls equal. The keys are distinct after the conversion, so the
-    join keeps one row per input row, in the input's order.
-    """
-    schema = lf.collect_schema()
-    text = (pl.String, pl.Categorical, pl.Enum)
-    left: list[pl.Expr] = []
-    right: list[pl.Expr] = []
-    ok = pl.lit(True)
-    for j, c in enumerate(keys.columns):
-        have, want = schema[c], keys.schema[c]
-        if isinstance(have, text) and isinstance(want, text):
-            left.append(pl.col(c).cast(pl.String).alias(f"{col}:l{j}"))
-            right.append(pl.col(c).cast(pl.String).alias(f"{col}:r{j}"))
-        elif have == want:
-            left.append(pl.col(c).alias(f"{col}:l{j}"))
-            right.append(pl.col(c).alias(f"{col}:r{j}"))
-        else:
-            conv = pl.col(c).cast(have, strict=False)
-            ok = ok & conv.cast(want, strict=False).eq_missing(pl.col(c))
-            left.append(pl.col(c).alias(f"{col}:l{j}"))
-            right.append(conv.alias(f"{col}:r{j}"))
-    lnames = [f"{col}:l{j}" for j in range(len(keys.columns))]
-    rnames = [f"{col}:r{j}" for j in range(len(keys.columns))]
-    rframe = (keys.filter(ok).select(right).unique(maintain_order=True)
-              .with_columns(pl.lit("all", dtype=pl.String).alias(col)))
-    lf = lf.drop(col, strict=False).with_columns(left)
-    return lf.join(rframe.lazy(), left_on=lnames, right_on=rnames, how="left", nulls_equal=True,
-                   coalesce=False, maintain_order="left").drop([*lnames, *rnames], strict=False)
 
 
 def read_input(spec: ReleaseSpec) -> pl.LazyFrame:

@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from tabdp.exceptions import DataValidationError
+from tabdp.frame.keys import KeySet
 
 __all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
            "declared_casts", "add_derived", "schema_of"]
@@ -332,7 +333,7 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
 
 
 def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: str | None,
-                members: Mapping[str, pl.DataFrame] | None = None) -> Any:
+                members: Mapping[str, KeySet] | None = None) -> Any:
     """Derived key columns of direct releases: joins with the public hierarchy mappings.
 
     Args:
@@ -340,15 +341,16 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
         sdf: The input.
         need: Derived column → its public mapping (two columns: the finer one, then it).
         national: Name of the constant national key column to add, or ``None``.
-        members: Membership column → its table's public keys (the Polars engine's
-            ``_add_member``): ``"all"`` on the rows whose keys are among them, else null.
+        members: Membership column → its table's public key set: ``"all"`` on the rows
+            the engine's cell matching puts in one of its cells, else null
+            (`tabdp.frame.backends.spark.mark_members`).
 
     Returns:
         The frame with the new columns (mappings broadcast: they are public and small).
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame.backends.spark import RESERVED, quiet, try_cast
+    from tabdp.frame.backends.spark import RESERVED, mark_members, quiet, try_cast
 
     for col, mapping in need.items():
         fine = mapping.columns[0]
@@ -367,48 +369,5 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
     if national is not None:
         sdf = sdf.withColumn(national, F.lit("all"))
     for col, keys in (members or {}).items():
-        sdf = _add_member(spark, sdf, col, keys)
+        sdf = mark_members(spark, sdf, keys, col)
     return sdf
-
-
-def _add_member(spark: Any, sdf: Any, col: str, keys: pl.DataFrame) -> Any:
-    """``col``: ``"all"`` where a row's key is in ``keys``, else null (a broadcast join).
-
-    As the Polars engine's ``_add_member``: text compared as text, other keys converted to
-    the data's type (a key that does not convert exactly matches no row), nulls equal; the
-    keys are distinct after the conversion, so each row is kept once.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from tabdp.frame.backends.spark import RESERVED, quiet, try_cast
-
-    text = (pl.String, pl.Categorical, pl.Enum)
-    frame = keys.with_columns(pl.col(c).cast(pl.String) for c in keys.columns
-                              if isinstance(keys.schema[c], text))
-    tmp = [f"{RESERVED}_mk{j}" for j in range(len(keys.columns))]
-    with quiet():
-        kdf = spark.createDataFrame(frame.to_pandas())
-    conds = []
-    sel = []
-    for j, c in enumerate(keys.columns):
-        have = sdf.schema[c].dataType
-        if isinstance(have, T.StringType) and isinstance(keys.schema[c], text):
-            sel.append(F.col(c).alias(tmp[j]))
-        else:
-            conv = try_cast(F.col(c), have)
-            back = try_cast(conv, kdf.schema[c].dataType)
-            sel.append(F.when(back.eqNullSafe(F.col(c)), conv).alias(tmp[j]))
-            conds.append(F.col(c).isNull() | back.eqNullSafe(F.col(c)))
-    if conds:
-        ok = conds[0]
-        for e in conds[1:]:
-            ok = ok & e
-        kdf = kdf.filter(ok)
-    kdf = kdf.select(*sel).distinct().withColumn(col, F.lit("all"))
-    sdf = sdf.drop(col)
-    cond = None
-    for j, c in enumerate(keys.columns):
-        e = sdf[c].eqNullSafe(kdf[tmp[j]])
-        cond = e if cond is None else cond & e
-    return sdf.join(F.broadcast(kdf), on=cond, how="left").drop(*tmp)

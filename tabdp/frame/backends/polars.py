@@ -31,6 +31,7 @@ from tabdp.frame._engine import (
     _attach_cells,
     _bound_contributions,
     _cell_stats,
+    _cells,
     _charges,
     _fingerprint,
     _fp_columns,
@@ -75,10 +76,11 @@ from tabdp.frame._stream import (
     streaming_quantile_data,
 )
 from tabdp.frame.backends.base import Aggregated, QuantileData
+from tabdp.frame.keys import KeySet
 from tabdp.privacy.budget import ROWS_CURRENCY
 from tabdp.privacy.ledger import Charges, QueryRecord, ReplayLedger
 
-__all__ = ["MemoryBackend", "StreamingBackend", "unit_partitions"]
+__all__ = ["MemoryBackend", "StreamingBackend", "mark_members", "unit_partitions"]
 
 #: Unit mode: peak bytes per input row of one pass (the (unit, cell) group-by, the charges
 #: and the work around them): about 225 measured at 10M rows once the (unit, cell) table is no
@@ -99,6 +101,40 @@ def _available_bytes() -> int | None:
     except OSError:
         pass
     return None
+
+
+def mark_members(lf: pl.LazyFrame, keys: KeySet, col: str) -> pl.LazyFrame:
+    """Add ``col``: ``"all"`` on the rows a release by ``keys`` puts in a cell, else null.
+
+    The engine's own cell matching (the releases' ``_cells``: text as text, other keys in a
+    common dtype chosen from the two schemas, a key or value that does not convert exactly in
+    no cell, nulls equal), so a row is marked exactly when a release of the key set counts
+    it. Decided from the schemas and the public keys alone; the input's row order is kept.
+
+    Args:
+        lf: The input.
+        keys: The public key set (its columns are the keys compared).
+        col: The column to add (replaced if the input has one).
+
+    Returns:
+        ``lf`` with ``col`` (String).
+
+    Raises:
+        ColumnTypeError: Key dtypes that cannot be compared with the data's (as a release).
+
+    Example:
+        >>> lf = pl.LazyFrame({"c": ["a", "b", None]})
+        >>> ks = KeySet.from_dict(c=["a"])
+        >>> mark_members(lf, ks, "in").collect()["in"].to_list()
+        ['all', None, None]
+    """
+    tmp = f"{RESERVED}_member_cell"
+    lf = lf.drop(col, strict=False)
+    marked = _cells(lf, lf.collect_schema(), keys, list(keys.columns), tmp, ordered=True)
+    assert isinstance(marked, pl.LazyFrame)
+    return marked.with_columns(
+        pl.when(pl.col(tmp).is_not_null()).then(pl.lit("all", dtype=pl.String))
+        .otherwise(pl.lit(None, dtype=pl.String)).alias(col)).drop(tmp)
 
 
 def unit_partitions(op: Any, sess: Any) -> int:

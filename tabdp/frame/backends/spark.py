@@ -17,10 +17,12 @@ from typing import Any
 import polars as pl
 
 from tabdp._reserved import RESERVED
+from tabdp.frame._engine import _CELL
 from tabdp.frame._spark import (
     SparkBackend,
     SparkReplayLedger,
     SparkUnitLedger,
+    _attach_cells,
     free_checkpoint,
     polars_schema,
     quiet,
@@ -31,11 +33,12 @@ from tabdp.frame._spark import (
     try_cast,
     write_single_parquet,
 )
+from tabdp.frame.keys import KeySet
 
 __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_grouped_release",
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "free_checkpoint",
            "spark_type", "try_cast", "write_single_parquet", "to_polars", "report_view",
-           "REPORT_UNITS", "RESERVED"]
+           "REPORT_UNITS", "RESERVED", "mark_members"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
@@ -83,3 +86,35 @@ def report_view(per_record: Any, limit: int = REPORT_UNITS) -> pl.DataFrame:
         .limit(limit)
     out = to_polars(top)
     return out.sort(unit, nulls_last=True) if out.height else out
+
+
+def mark_members(spark: Any, sdf: Any, keys: KeySet, col: str) -> Any:
+    """Add ``col``: ``"all"`` on the rows a release by ``keys`` puts in a cell, else null.
+
+    The Spark engine's own cell matching (its releases' ``_attach_cells``: a broadcast join of
+    the public keys in a dtype chosen from the two schemas, a key or value that does not
+    convert exactly in no cell, nulls equal), so a row is marked exactly when a release of the
+    key set counts it; the twin of `tabdp.frame.backends.polars.mark_members`.
+
+    Args:
+        spark: The SparkSession.
+        sdf: The input (a Spark DataFrame).
+        keys: The public key set (its columns are the keys compared).
+        col: The column to add (replaced if the input has one).
+
+    Returns:
+        ``sdf`` with ``col`` (string).
+
+    Example:
+        >>> from tabdp.frame.backends.spark import mark_members
+        >>> callable(mark_members)
+        True
+    """
+    from pyspark.sql import functions as F
+
+    if col in sdf.columns:
+        sdf = sdf.drop(col)
+    schema = {f.name: f.dataType for f in sdf.schema.fields}
+    marked = _attach_cells(spark, sdf, keys, list(keys.columns), schema)
+    return marked.withColumn(col, F.when(F.col(_CELL).isNotNull(), F.lit("all"))
+                             .otherwise(F.lit(None).cast("string"))).drop(_CELL)
