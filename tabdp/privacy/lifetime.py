@@ -695,11 +695,21 @@ an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
         lines.append(f"The curves of {_names(loose)} bound {unit}s contributing to one cell "
                      f"of each table; {a} {unit} in more cells is bounded by the lifetime "
                      "budget alone.")
-    if rows:
+    if rows and budget.constant is not None:
         lines.append("Each bound is the smaller of the sum of those releases' public "
                      "worst-case rho at that size (their total policy curves, recorded in the "
-                     "series' ledger) and the lifetime budget there; computed from public "
-                     "curves only, rounded up.")
+                     "series' ledger) and the lifetime budget; computed from public curves "
+                     "only, rounded up.")
+    elif rows:
+        lines.append("Each bound is the smaller of the sum of those releases' public "
+                     "worst-case rho at that size (their total policy curves, recorded in the "
+                     "series' ledger) and the sum over their currencies (each summed measure, "
+                     "and rows for counts) of the smaller, in each, of those releases' "
+                     "worst-case rho in that currency and the lifetime budget curve at the "
+                     "size there (the filter holds each currency to its curve separately)"
+                     + ("" if budget.total is None else
+                        ", and never above the budget's total") +
+                     "; computed from public curves only, rounded up.")
     return lines, rows
 
 

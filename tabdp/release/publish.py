@@ -75,7 +75,10 @@ __all__ = ["FLAG_CODES", "COLUMN_DOCS", "publish", "empty_public_table"]
 #: Flag code -> meaning (appears in the public summary).
 FLAG_CODES: dict[str, str] = {
     "C": "low reliability: coefficient of variation (sd / |estimate|) at or above the table's "
-         "cv_flag threshold",
+         "cv_flag threshold; where the table is rounded for publication, that of the "
+         "published or of the unrounded noisy estimate, whichever is larger (rounding never "
+         "removes a flag, so a flagged cell's cv column, the published estimate's, may be "
+         "below the threshold)",
     "N": "the noisy estimate is negative (published as 0 when the table clamps negatives, "
          "which biases the estimate upward, for an empty cell by about 0.4 sd with Gaussian "
          "noise; rollups always sum the unclamped, unbiased values); never on a withheld cell",

@@ -575,9 +575,20 @@ def test_bound_over_three_releases_under_a_curve_budget(tmp_path):
     with _three_releases(tmp_path / "l", budget) as led:
         x = _x(led.public(current={"release": "cbp_2026", "curve": _one()}))
     assert x == pytest.approx([0.25, 0.6875, 1.125], rel=1e-15)
+    with _three_releases(tmp_path / "l2", budget) as led:
+        words = led.public(current={"release": "cbp_2026", "curve": _one()})[
+            "over_releases_in_words"]
+    # X at size 1 is 0.25, above the curve's 0.125 there: the words say how (review r59)
+    how = next(w for w in words if w.startswith("Each bound"))
+    assert "and the lifetime budget there" not in how, how
+    assert ("the sum over their currencies (each summed measure, and rows for counts) of the "
+            "smaller, in each, of those releases' worst-case rho in that currency and the "
+            "lifetime budget curve at the size there") in how, how
     with _three_releases(tmp_path / "t", tabdp.Budget(budget, total=0.5)) as led:
-        x = _x(led.public(current={"release": "cbp_2026", "curve": _one()}))
+        pub = led.public(current={"release": "cbp_2026", "curve": _one()})
+        x = _x(pub)
     assert x == pytest.approx([0.25, 0.5, 0.5], rel=1e-15)
+    assert any("never above the budget's total" in w for w in pub["over_releases_in_words"])
     # a budget curve above the releases' sums: the curves bind (3 x 0.0625 at every size)
     low = _curve([0.0625] * 3, [0.015625] * 3, 0.046875)
     with _three_releases(tmp_path / "c", {1.0: 10.0}, curves=(low, low)) as led:

@@ -370,6 +370,13 @@ def test_run_cap_sentences_add_the_currencies_limits(tmp_path):
     assert "loses at most rho = 5.2 over the series" in at100, at100
     assert "charged in full in at least 1 release(s)" in at1, at1
     assert "past its lifetime budget in a currency" in at1, at1
+    # the head says the curve holds each currency, not a unit's total (review r59: a unit of
+    # size 1 may lose 0.4 > the curve's 0.2 at size 1; the head promised 0.2)
+    head = next(w for w in words if w.startswith("Over the releases"))
+    assert "curve at that size" not in head, head
+    assert ("in each currency it contributes to (each summed measure, and rows for counts), "
+            "at most the lifetime budget curve at its size in that currency") in head, head
+    assert "at most the sum of those limits over its currencies:" in head, head
 
 
 def _html_block(page: str, tag: str, sec_id: str) -> str:
