@@ -882,10 +882,27 @@ class SparkReplayLedger:
         ``epsilon``, ``size``, ``epsilon_delta`` with a δ, and ``rho_<release>``. Refused
         (nothing computed) when the input no longer holds the rows the releases read.
 
+        The replay is computed here, with tabdp's job settings (`_jit_sized_methods`), and
+        the rows are returned as a local checkpoint (`_local_checkpoint`, eager): the frame's
+        plan is the checkpoint alone, so the caller's own jobs over it (a collect, a write,
+        ``tabdp run``'s view of the largest losses) neither replay the releases again nor
+        optimize the replay's chain of projections without those settings (review r56 F5:
+        with Spark's CollapseProject, collecting the report of five releases of nine rows ran
+        a 1 GB driver out of heap). The blocks are freed by Spark's cleaner once the frame is
+        no longer referenced. The report's file (`write_per_record`) and its summary
+        (`rho_summary`) read the replay itself (`_report_frame`), within the settings.
+
         Example:
             >>> callable(SparkReplayLedger.per_record)
             True
         """
+        if not self.programs:
+            return self._report_frame(session, delta)
+        with _jit_sized_methods(self.spark):
+            return _local_checkpoint(self._report_frame(session, delta))
+
+    def _report_frame(self, session: Session, delta: float | None) -> Any:
+        """The per-record report as the replay's plan (`per_record`; run it within the settings)."""
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
@@ -922,7 +939,7 @@ class SparkReplayLedger:
             >>> callable(SparkReplayLedger.write_per_record)
             True
         """
-        _write_report(self, session, delta, path, rename)
+        _write_report(self, session, delta, path, rename, frame_of=self._report_frame)
 
     def rho_summary(self, session: Session, qs: list[float]) -> dict[str, Any]:
         """Units, largest ρ and ρ quantiles, replayed and computed in Spark.
@@ -934,7 +951,7 @@ class SparkReplayLedger:
         if not self.programs:
             return {"units": 0, "rho_max": None}
         with _jit_sized_methods(self.spark):  # the replay's checks (row ids, fingerprints)
-            return _rho_stats(self.per_record(session, None), qs)
+            return _rho_stats(self._report_frame(session, None), qs)
 
 
 def _report_refused(session: Session) -> None:
