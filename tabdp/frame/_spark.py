@@ -2067,6 +2067,7 @@ class SparkBackend:
         unit = sess.unit
         row_mode = unit is None
         uid = unit if unit is not None else ROW_ID
+        binding.phase(sess, qname, "reading and aggregating the input (Spark)")
         x = F.col(column).cast("double")
         flags: dict[str, Any] = {f"missing:{column}": x.isNull() | F.isnan(x),
                                  f"inf:{column}": F.coalesce(F.abs(x) == F.lit(float("inf")),

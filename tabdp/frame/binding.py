@@ -289,6 +289,26 @@ def _cover(ledger: Any, n_rows: int) -> None:
         ledger.cover(n_rows)
 
 
+def reading(session: Any) -> None:
+    """Mark the session's release as reading data from now on, without a progress line.
+
+    The pipeline calls it before it hands a release to its engine (`tabdp.frame.pipeline`):
+    whatever the engine does from then on may touch the data, so in author mode a failure
+    there is the generic `tabdp.DataFailure` (its details for the curator), on every engine,
+    even where an engine would run a job before its first progress line (`phase`).
+
+    Args:
+        session: The release's [`Session`][tabdp.Session].
+
+    Example:
+        >>> import tabdp
+        >>> s = tabdp.Session()
+        >>> reading(s); of(s).data_read
+        True
+    """
+    of(session).data_read = True
+
+
 def phase(session: Any, name: str, what: str) -> None:
     """Report that release ``name`` enters phase ``what`` (the session's ``progress=``).
 

@@ -162,6 +162,7 @@ def execute(rel: Planned, backend: Backend) -> Any:
     sess = op.session
     agg = None
     try:
+        binding.reading(sess)  # the engine's work may touch the data (author mode's rule)
         agg = backend.aggregate(rel)
         n_keys = len(keys) if pre.by else 1
         # Noise: only now, after every check passed.
@@ -316,6 +317,7 @@ def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
     sess = op.session
     data: QuantileData | None = None
     try:
+        binding.reading(sess)  # the engine's work may touch the data (author mode's rule)
         data = backend.quantile_data(rel)
         n_keys = len(keys) if by_list else 1
         # the value (ε₁) and the private noise scale (ε₂); _sd and _moe come from the latter

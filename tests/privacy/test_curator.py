@@ -593,3 +593,32 @@ def test_r15_4_joint_currency_does_not_depend_on_the_measures_order() -> None:
     left_out = [q["units_left_out_by_budget"]
                 for q in cur.report("s").confidential_summary()["queries"]]
     assert left_out == [0, 1]
+
+
+@pytest.mark.parametrize("call", ["count", "median"])
+def test_an_engine_failure_before_its_first_phase_is_generic(
+        monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+    """The pipeline marks the data phase before it hands a release to its engine.
+
+    An engine that fails before its own first progress line (Spark's median ran its row-id,
+    fingerprint and per-cell jobs before it; review r60) still gives the author the one fixed
+    failure, its details kept for the curator: here every engine call of the release raises
+    at once, before any phase of its own.
+    """
+    from tabdp.frame.backends import polars as backends
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("job failed on value SECRET-99")
+
+    monkeypatch.setattr(backends.MemoryBackend, "aggregate", boom)
+    monkeypatch.setattr(backends.MemoryBackend, "quantile_data", boom)
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]}))
+    author = cur.author_session("d", name="s")
+    run = (lambda: author.count(by="c", keys=KEYS)) if call == "count" else (
+        lambda: author.median("x", by="c", keys=KEYS, bounds=(0.0, 10.0), epsilon=1.0,
+                              nulls="drop"))
+    got = author_view(run)
+    assert got[0][:2] == ("raised", "DataFailure"), got
+    assert got[0][2] == DataFailure.MESSAGE and got[1] == ()
+    assert "SECRET-99" in cur.report("s").confidential_summary()["author_failures"][0]["error"]
