@@ -1538,6 +1538,24 @@ def _best(y: np.ndarray, i: np.ndarray, k: int) -> np.ndarray:
     return pos[np.lexsort((i[pos], -y[pos]))[:k]]
 
 
+def _above_kth(y: np.ndarray, kept: np.ndarray, k: int) -> np.ndarray:
+    """Which of ``y`` may enter the ``k`` largest of ``kept`` (values of earlier positions).
+
+    With ``k`` values kept, a new value enters `_best`'s top ``k`` only if it is above the
+    least of them: an equal one loses the tie to every kept value (ties go to the smallest
+    position, and the kept values' positions come first). With fewer kept: every value.
+
+    Example:
+        >>> _above_kth(np.array([1.0, 3.0, 2.0]), np.array([2.0, 5.0]), 2).tolist()
+        [False, True, False]
+        >>> _above_kth(np.array([1.0]), np.array([2.0]), 2).tolist()
+        [True]
+    """
+    if kept.size < k or not kept.size:
+        return np.ones(y.size, dtype=bool)
+    return y > kept.min()
+
+
 def _geometric_bin_index(v: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """`histogram_bin_index` for positive values and geometric edges, without a binary search.
 
@@ -1643,8 +1661,12 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
             maxes["share"] = _max_opt(maxes["share"], _nan_max_np(sh))
             near += int(np.count_nonzero(~np.isnan(sh) & (sh >= 0.9)))
             over += int(np.count_nonzero(np.isnan(sh) | (sh > 1.0 + 1e-12)))
-        tv, tp = (np.concatenate([top[0], r]),
-                  np.concatenate([top[1], np.arange(height - r.size, height, dtype=np.int64)]))
+        # a value below the k-th largest so far cannot enter the top k, nor can an equal one
+        # (its row comes after every kept row: ties go to the earlier row), so only the
+        # values above it are added (the same top k as adding them all)
+        at = np.arange(height - r.size, height, dtype=np.int64)
+        new = _above_kth(r, top[0], top_n)
+        tv, tp = (np.concatenate([top[0], r[new]]), np.concatenate([top[1], at[new]]))
         keep = _best(tv, tp, top_n)
         top = (tv[keep], tp[keep])
         ranks_of.feed(sortable_keys(r))
@@ -1652,8 +1674,9 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         y, x = r[ok], s[ok]
         idx = np.arange(n_ok, n_ok + y.size, dtype=np.int64)
         n_ok += y.size
-        ys, xs, ids = (np.concatenate([best[0], y]), np.concatenate([best[1], x]),
-                       np.concatenate([best[2], idx]))
+        new = _above_kth(y, best[0], k_top)  # as the top rows above: the same k_top points
+        ys, xs, ids = (np.concatenate([best[0], y[new]]), np.concatenate([best[1], x[new]]),
+                       np.concatenate([best[2], idx[new]]))
         keep = _best(ys, ids, k_top)
         best = (ys[keep], xs[keep], ids[keep])
         if every is not None:
