@@ -663,9 +663,7 @@ establishment loses at most rho = 2 in all (zCDP): the series' lifetime budget."
         lines.append(f"{head}{a} {unit} loses, in each currency it contributes to (each "
                      "summed measure, and rows for counts), at most the lifetime budget curve "
                      "at its size in that currency (zCDP); its loss over the series is at most "
-                     "the sum of those limits over its currencies"
-                     + (f", and at most rho = {upper_3g(float(b.total))} in all" if b.total
-                        is not None else "") + ":")
+                     "the sum of those limits over its currencies:")
     # a curve budget bounds each currency at the unit's size there (the rows a count curve
     # assumes): the cap on a unit's total is the sum over the release's currencies of their
     # limits (and ``total``), never the generic curve at one size
