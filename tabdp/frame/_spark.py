@@ -1238,14 +1238,18 @@ def _measure_parts(m: str, st: Any, rules: _Rules) -> dict[str, Any]:
 
 
 # -- keys -------------------------------------------------------------------------------------
-def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
-                  schema: dict[str, Any]) -> Any:
-    """Spark twin of ``_engine._attach_cells``: ``_CELL`` by a broadcast join of the key set."""
+def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
+               ) -> tuple[pl.DataFrame, list[Any], dict[str, Any], Any]:
+    """The key set as `_attach_cells` joins it, and every refusal of the cells (no data read).
+
+    From the data's Spark schema and the public keys alone: key dtypes Spark cannot hold,
+    key values that do not convert to the comparison type, distinct keys that become equal
+    there. Returns the keys' frame (with ``_CELL``), their Spark fields, each key column's
+    expression over the data, and the expression of a row whose key does not convert.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if not by:
-        return data.withColumn(_CELL, F.lit(0).cast("long"))
     keys_pl = keys.to_polars().select(by)
     kcols: dict[str, pl.Series] = {}
     fields = []
@@ -1286,6 +1290,18 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
          zip(kcols, by, strict=True)]))
     check_keys_distinct(kframe.rename({k: c for k, c in zip(kcols, by, strict=True)}), by,
                          {c: _pl_dtype(schema[c]) for c in by}, keys_pl.schema)
+    return kframe, fields, on_data, bad
+
+
+def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
+                  schema: dict[str, Any]) -> Any:
+    """Spark twin of ``_engine._attach_cells``: ``_CELL`` by a broadcast join of the key set."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not by:
+        return data.withColumn(_CELL, F.lit(0).cast("long"))
+    kframe, fields, on_data, bad = _cell_keys(keys, by, schema)
     fields.insert(0, T.StructField(_CELL, T.LongType(), False))
     with _quiet():
         kdf = spark.createDataFrame(kframe.to_pandas(), T.StructType(fields))
@@ -2039,6 +2055,22 @@ class SparkBackend:
                 # not kept for the next release, which would fail alike (review r31)
                 _drop_unit_snapshot(sess)
             raise
+
+    def check(self, rel: Planned | PlannedQuantile) -> None:
+        """Spark's refusals from the schema and the public keys alone, before any read.
+
+        The key set against the data's Spark types (`_cell_keys`: key dtypes Spark cannot hold,
+        key values that do not convert, keys that become equal) and, in a replaying row-mode
+        session, the columns its earlier releases bound (`_require_bound`).
+
+        Args:
+            rel: The planned release.
+        """
+        if rel.by:
+            _cell_keys(rel.keys, list(rel.by), self._sschema)
+        sess = rel.op.session
+        if isinstance(sess.ledger, SparkReplayLedger):
+            _require_bound(sess, rel.op.lf.columns)
 
     def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
         """A median's pass in Spark: checks, cells, charges, the filter, per-cell quantiles.

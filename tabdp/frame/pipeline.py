@@ -162,6 +162,7 @@ def execute(rel: Planned, backend: Backend) -> Any:
     sess = op.session
     agg = None
     try:
+        backend.check(rel)  # the engine's refusals from the schema and keys: data-free
         binding.reading(sess)  # the engine's work may touch the data (author mode's rule)
         agg = backend.aggregate(rel)
         n_keys = len(keys) if pre.by else 1
@@ -289,6 +290,8 @@ def plan_quantile(native: Any, session: Session | None, *, column: str, q: float
             f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
     kind = "median" if median else "quantile"
     op = opener(native, session, name, kind, [column], by_list)
+    if by_list:  # the key set against the schema (refusals of the cells), no data read
+        check_cell_keys(op.schema, keys, by_list)
     _check_rules(op.session, "quantile", Gaussian(1.0), nulls, "allow", True)  # any sign
     return PlannedQuantile(op, kind, column, qv, (lo, hi), by_list, keys, mechanism,
                            GroupPrivacyPolicy(mechanism), level, label, grid, nulls, form, cv)
@@ -317,6 +320,7 @@ def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
     sess = op.session
     data: QuantileData | None = None
     try:
+        backend.check(rel)  # the engine's refusals from the schema and keys: data-free
         binding.reading(sess)  # the engine's work may touch the data (author mode's rule)
         data = backend.quantile_data(rel)
         n_keys = len(keys) if by_list else 1

@@ -703,10 +703,12 @@ an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
     elif rows:
         lines.append("Each bound is the smaller of the sum of those releases' public "
                      "worst-case rho at that size (their total policy curves, recorded in the "
-                     "series' ledger) and the sum over their currencies (each summed measure, "
-                     "and rows for counts) of the smaller, in each, of those releases' "
-                     "worst-case rho in that currency and the lifetime budget curve at the "
-                     "size there (the filter holds each currency to its curve separately)"
+                     "series' ledger) and the sum over their currencies (each summed measure; "
+                     "rows for counts, medians and quantiles; a joint release of several "
+                     "measures: their names joined by '+') of the smaller, in each, of those "
+                     "releases' worst-case rho in that currency and the lifetime budget "
+                     "curve at the size there (the filter holds each currency to its curve "
+                     "separately)"
                      + ("" if budget.total is None else
                         ", and never above the budget's total") +
                      "; computed from public curves only, rounded up.")

@@ -661,7 +661,9 @@ establishment loses at most rho = 2 in all (zCDP): the series' lifetime budget."
                      "(zCDP): the series' lifetime budget.")
     else:
         lines.append(f"{head}{a} {unit} loses, in each currency it contributes to (each "
-                     "summed measure, and rows for counts), at most the lifetime budget curve "
+                     "summed measure; rows for counts, medians and quantiles; a joint release of "
+                     "several measures: their names joined by '+'), at most the lifetime "
+                     "budget curve "
                      "at its size in that currency (zCDP); its loss over the series is at most "
                      "the sum of those limits over its currencies:")
     # a curve budget bounds each currency at the unit's size there (the rows a count curve

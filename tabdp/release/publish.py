@@ -77,8 +77,7 @@ FLAG_CODES: dict[str, str] = {
     "C": "low reliability: coefficient of variation (sd / |estimate|) at or above the table's "
          "cv_flag threshold; where the table is rounded for publication, that of the "
          "published or of the unrounded noisy estimate, whichever is larger (rounding never "
-         "removes a flag, so a flagged cell's cv column, the published estimate's, may be "
-         "below the threshold)",
+         "removes a flag, so a flagged cell's cv column may be below the threshold)",
     "N": "the noisy estimate is negative (published as 0 when the table clamps negatives, "
          "which biases the estimate upward, for an empty cell by about 0.4 sd with Gaussian "
          "noise; rollups always sum the unclamped, unbiased values); never on a withheld cell",
@@ -103,7 +102,8 @@ FLAG_CODES: dict[str, str] = {
     "B": "biased post-processing: a consistent table published with nonnegative = true and/or "
          "integer = true (finest consistent cells set to 0 where negative, rounded to whole "
          "numbers); sd, moe, lower, upper and cv (so the C and S flags) are those of the "
-         "unbiased consistent estimate, "
+         "unbiased consistent estimate (where the table is rounded for publication, C is "
+         "also set where the published estimate's cv reaches the threshold), "
          "i.e. of the same table without nonnegative (the rounding's variance included); "
          "with nonnegative, ends raised to 0 where negative, and the interval need not "
          "contain the clamped estimate",

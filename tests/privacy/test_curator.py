@@ -622,3 +622,43 @@ def test_an_engine_failure_before_its_first_phase_is_generic(
     assert got[0][:2] == ("raised", "DataFailure"), got
     assert got[0][2] == DataFailure.MESSAGE and got[1] == ()
     assert "SECRET-99" in cur.report("s").confidential_summary()["author_failures"][0]["error"]
+
+
+@pytest.mark.spark
+def test_spark_data_free_key_refusals_reach_the_author_as_themselves(
+        spark: Any, tmp_path: Path) -> None:
+    """Spark's refusals of a key set from the schema alone come before any read (review r61).
+
+    Decimal key columns are not supported on Spark frames: a count and a median refuse with
+    the `ColumnTypeError` itself (it names dtypes only), before the data phase, so nothing is
+    recorded as a failure of a read.
+    """
+    import decimal
+
+    from tabdp.exceptions import ColumnTypeError
+
+    dec = pl.Decimal(10, 2)
+    pl.DataFrame({"k": pl.Series([decimal.Decimal("1.00"), decimal.Decimal("2.00")], dtype=dec),
+                  "x": [1.0, 2.0]}).write_parquet(tmp_path / "d.parquet")
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", spark.read.parquet(str(tmp_path / "d.parquet")))
+    author = cur.author_session("d", name="s")
+    keys = tabdp.KeySet.from_frame(pl.DataFrame({"k": pl.Series([decimal.Decimal("1.00")],
+                                                               dtype=dec)}))
+    with pytest.raises(ColumnTypeError, match="not supported on Spark"):
+        author.count(by="k", keys=keys)
+    with pytest.raises(ColumnTypeError, match="not supported on Spark"):
+        author.median("x", by="k", keys=keys, bounds=(0.0, 10.0), epsilon=1.0, nulls="drop")
+    assert not cur.report("s").confidential_summary().get("author_failures")
+
+
+def test_a_median_refuses_text_keys_against_numbers_before_reading() -> None:
+    """A median checks its key set against the schema when planned, as sums and counts do."""
+    from tabdp.exceptions import ColumnTypeError
+
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": [1, 2], "x": [1.0, 2.0]}))
+    author = cur.author_session("d", name="s")
+    with pytest.raises(ColumnTypeError, match="numbers and text"):
+        author.median("x", by="c", keys=KEYS, bounds=(0.0, 10.0), epsilon=1.0, nulls="drop")
+    assert not cur.report("s").confidential_summary().get("author_failures")

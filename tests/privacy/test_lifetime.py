@@ -581,7 +581,8 @@ def test_bound_over_three_releases_under_a_curve_budget(tmp_path):
     # X at size 1 is 0.25, above the curve's 0.125 there: the words say how (review r59)
     how = next(w for w in words if w.startswith("Each bound"))
     assert "and the lifetime budget there" not in how, how
-    assert ("the sum over their currencies (each summed measure, and rows for counts) of the "
+    assert ("the sum over their currencies (each summed measure; rows for counts, medians and "
+            "quantiles; a joint release of several measures: their names joined by '+') of the "
             "smaller, in each, of those releases' worst-case rho in that currency and the "
             "lifetime budget curve at the size there") in how, how
     with _three_releases(tmp_path / "t", tabdp.Budget(budget, total=0.5)) as led:

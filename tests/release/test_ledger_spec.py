@@ -374,8 +374,9 @@ def test_run_cap_sentences_add_the_currencies_limits(tmp_path):
     # size 1 may lose 0.4 > the curve's 0.2 at size 1; the head promised 0.2)
     head = next(w for w in words if w.startswith("Over the releases"))
     assert "curve at that size" not in head, head
-    assert ("in each currency it contributes to (each summed measure, and rows for counts), "
-            "at most the lifetime budget curve at its size in that currency") in head, head
+    assert ("in each currency it contributes to (each summed measure; rows for counts, "
+            "medians and quantiles; a joint release of several measures: their names joined by "
+            "'+'), at most the lifetime budget curve at its size in that currency") in head, head
     assert "at most the sum of those limits over its currencies:" in head, head
 
 

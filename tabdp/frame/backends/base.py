@@ -130,6 +130,15 @@ class Backend(Protocol):
 
     engine: str
 
+    def check(self, rel: Planned | PlannedQuantile) -> None:
+        """The engine's own refusals of a release from the schema and public keys alone.
+
+        Called by the pipeline before the release is handed over (`aggregate`,
+        `quantile_data`): whatever the engine refuses without reading data is refused here,
+        so an author sees it as itself, not as the generic failure of a read.
+        """
+        ...  # pragma: no cover - protocol
+
     def aggregate(self, rel: Planned) -> Aggregated:
         """Read the records once: snapshot, checks, cells, charges, filter, totals, audit."""
         ...  # pragma: no cover - protocol

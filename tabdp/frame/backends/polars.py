@@ -241,6 +241,13 @@ def _joined_cells(parts: list[pl.DataFrame], by: list[str], keys: Any,
 class _PolarsOutput:
     """The table in the caller's library (pandas in, pandas out; Polars otherwise)."""
 
+    def check(self, rel: Planned | PlannedQuantile) -> None:
+        """Nothing beyond the pipeline's own checks (Polars' cell matching is the pipeline's).
+
+        Args:
+            rel: The planned release.
+        """
+
     def output(self, rel: Planned | PlannedQuantile, table: pl.DataFrame) -> Any:
         """The released table in the caller's library.
 
