@@ -1,4 +1,15 @@
-"""The C allocator's settings for a one-shot command (``tabdp run``): keep freed memory.
+"""The C allocator and tabdp's batches: glibc's heaps serve the arrays a pass allocates.
+
+Two levels, both glibc only (another C library or system is left as it is), and both left
+alone when the environment sets any of glibc's ``MALLOC_*`` tunables or ``GLIBC_TUNABLES``
+(the user's settings win):
+
+* `warm_heap` (the library, once per process, at its first release): glibc's own dynamic
+  threshold raised to its ceiling, as glibc does by itself once a process frees a block of
+  32 MiB; no ``mallopt``, nothing switched off.
+* `keep_freed_memory` (the command line only): fixed thresholds that keep freed memory.
+
+**keep_freed_memory.**
 
 glibc's ``malloc`` returns freed blocks of 128 KiB and more to the system (its ``mmap``
 threshold, raised as blocks are freed, up to 32 MiB) and trims the top of its heaps. A streaming
@@ -15,13 +26,77 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["keep_freed_memory", "warm_heap"]
 
 #: ``mallopt`` parameters (glibc's ``malloc.h``).
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 _SETTINGS = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 256 << 20),
              (_M_TOP_PAD, 64 << 20))
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when it is glibc on a 64-bit Linux and no tunable is set, else None."""
+    if (not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_void_p) != 8
+            or any(k.startswith(("MALLOC_", "GLIBC_TUNABLES")) for k in os.environ)):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl has no such symbol)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+#: glibc's ceiling of its dynamic ``mmap`` threshold on 64-bit systems
+#: (``DEFAULT_MMAP_THRESHOLD_MAX``, 32 MiB): a freed mapped block larger than the threshold and
+#: at most this raises the threshold to the block's size, and the trim threshold to twice that.
+_DYNAMIC_MAX = 32 << 20
+_WARM = threading.Lock()
+_warmed: list[bool] = []  # [result] once `warm_heap` ran in this process
+
+
+def warm_heap() -> bool:
+    """Raise glibc's dynamic ``mmap`` threshold to its ceiling, as freeing a 32 MiB block does.
+
+    glibc serves a block of at least its ``mmap`` threshold (128 KiB at start) as a fresh
+    mapping, unmapped when freed; freeing such a block of up to 32 MiB raises the threshold
+    to that size and the trim threshold (the free memory the heap keeps at its top) to twice
+    it. tabdp's passes allocate the same arrays batch after batch (the per-record policies,
+    running totals and flags: 0.5–1 MB a batch each), so until a process has freed a block
+    of 32 MiB, each batch's arrays are fresh pages, faulted in and zeroed by the kernel: at
+    10 million rows a streaming report took 15–20% more time (docs/performance.md). This
+    allocates and frees one block just under 32 MiB, once per process: glibc's own
+    adaptation, which any program freeing such an array reaches; no ``mallopt`` parameter
+    is set, so glibc keeps adapting. Afterwards blocks below 32 MiB come from the heaps,
+    and up to 64 MiB free at a heap's top is kept for reuse rather than returned.
+
+    Nothing is done on another C library or system, when the environment sets a ``MALLOC_*``
+    tunable or ``GLIBC_TUNABLES``, or after `keep_freed_memory` (its fixed thresholds hold).
+
+    Returns:
+        Whether the block was allocated and freed (this call or an earlier one).
+
+    Example:
+        >>> warm_heap() in (True, False)
+        True
+    """
+    with _WARM:
+        if _warmed:
+            return _warmed[0]
+        libc = _glibc()
+        done = False
+        if libc is not None:
+            libc.malloc.argtypes = [ctypes.c_size_t]
+            libc.malloc.restype = ctypes.c_void_p
+            libc.free.argtypes = [ctypes.c_void_p]
+            block = libc.malloc(_DYNAMIC_MAX - (64 << 10))  # its chunk at most 32 MiB
+            if block:
+                libc.free(block)
+                done = True
+        _warmed.append(done)
+        return done
 
 
 def keep_freed_memory() -> bool:
@@ -37,15 +112,14 @@ def keep_freed_memory() -> bool:
         >>> keep_freed_memory() in (True, False)
         True
     """
-    if not sys.platform.startswith("linux") or any(
-            k.startswith(("MALLOC_", "GLIBC_TUNABLES")) for k in os.environ):
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 - glibc only (musl has no such symbol)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
+    mallopt = libc.mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in _SETTINGS)
+    done = all(mallopt(param, value) == 1 for param, value in _SETTINGS)
+    with _WARM:
+        if not _warmed:
+            _warmed.append(False)  # the fixed thresholds hold: `warm_heap` does nothing
+    return done

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tabdp._alloc import warm_heap
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
@@ -161,6 +162,7 @@ def execute(rel: Planned, backend: Backend) -> Any:
     op, pre, kind, keys = rel.op, rel.pre, rel.kind, rel.keys
     sess = op.session
     agg = None
+    warm_heap()  # once per process: the batches' arrays reuse heap pages (`tabdp._alloc`)
     try:
         backend.check(rel)  # the engine's refusals from the schema and keys: data-free
         binding.reading(sess)  # the engine's work may touch the data (author mode's rule)
@@ -319,6 +321,7 @@ def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
     op, keys, by_list = rel.op, rel.keys, rel.by
     sess = op.session
     data: QuantileData | None = None
+    warm_heap()  # once per process (`tabdp._alloc`)
     try:
         backend.check(rel)  # the engine's refusals from the schema and keys: data-free
         binding.reading(sess)  # the engine's work may touch the data (author mode's rule)

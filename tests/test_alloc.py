@@ -1,0 +1,100 @@
+"""glibc's heap and tabdp's batches (`tabdp._alloc`): what the library and the command change.
+
+The settings are process-wide, so each case runs in a fresh interpreter. Whether glibc served a
+block from a mapping of its own is read from ``mallinfo2`` (``hblks``: blocks mapped now).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+import tabdp
+import tabdp.frame.pipeline as pipeline
+
+_GLIBC = sys.platform.startswith("linux") and "glibc" in " ".join(
+    __import__("platform").libc_ver())
+
+#: Prints whether a 16 MiB block is mapped (``hblks`` up while it is held), after ``SETUP``.
+_PROBE = """
+import ctypes
+from tabdp import _alloc
+libc = ctypes.CDLL(None)
+class M(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = M
+libc.malloc.argtypes = [ctypes.c_size_t]; libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+result = SETUP
+before = libc.mallinfo2().hblks
+block = libc.malloc(16 << 20)
+mapped = libc.mallinfo2().hblks > before
+libc.free(block)
+print(result, mapped)
+"""
+
+
+def _probe(setup: str, **env: str) -> str:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    out = subprocess.run([sys.executable, "-c", _PROBE.replace("SETUP", setup)],
+                         env={**base, **env}, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc's allocator")
+def test_warm_heap_serves_blocks_below_32_mib_from_the_heap() -> None:
+    """After `warm_heap` a 16 MiB block is not a mapping of its own; before it, it is."""
+    assert _probe("None") == "None True"  # glibc's start: 128 KiB threshold, blocks mapped
+    assert _probe("_alloc.warm_heap()") == "True False"
+    # once per process: a second call answers as the first, allocating nothing
+    assert _probe("(_alloc.warm_heap(), _alloc.warm_heap())[1]") == "True False"
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc's allocator")
+@pytest.mark.parametrize("var", ["MALLOC_ARENA_MAX", "GLIBC_TUNABLES"])
+def test_warm_heap_leaves_a_tuned_allocator_alone(var: str) -> None:
+    """An environment that tunes glibc's malloc keeps its allocator as the user set it."""
+    value = "glibc.malloc.arena_max=2" if var == "GLIBC_TUNABLES" else "2"
+    assert _probe("_alloc.warm_heap()", **{var: value}) == "False True"
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc's allocator")
+def test_warm_heap_after_the_commands_fixed_thresholds_does_nothing() -> None:
+    """`keep_freed_memory` (the command line) sets fixed thresholds: warm_heap changes none."""
+    assert _probe("(_alloc.keep_freed_memory(), _alloc.warm_heap())") == "(True, False) False"
+
+
+def test_warm_heap_on_another_system_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No glibc (another system or C library): nothing is allocated, the answer is False."""
+    from tabdp import _alloc
+
+    monkeypatch.setattr(_alloc, "_warmed", [])
+    monkeypatch.setattr(_alloc.sys, "platform", "darwin")
+    assert _alloc.warm_heap() is False
+    assert _alloc._warmed == [False]
+
+
+@pytest.mark.parametrize("kind", ["count", "median"])
+def test_every_release_warms_the_heap_first(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The one pipeline calls `warm_heap` before a release's engine work (counts, medians)."""
+    calls: list[str] = []
+
+    def warm() -> bool:
+        calls.append("warm")
+        return True
+
+    monkeypatch.setattr(pipeline, "warm_heap", warm)
+    s = tabdp.Session(seed=1)
+    df = pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    if kind == "count":
+        df.dp.count(by="c", keys=keys, session=s)
+    else:
+        df.dp.median("x", by="c", keys=keys, bounds=(0, 10), epsilon=1.0, session=s)
+    assert calls == ["warm"]
