@@ -141,7 +141,8 @@ def _magnitude(m: str, dt: Any, rules: _Rules) -> pl.Expr | None:
 
 def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
                      ordered: bool, seen: dict[tuple[Any, ...], str] | None = None,
-                     magnitudes: bool = False) -> tuple[pl.LazyFrame, list[str]]:
+                     magnitudes: bool = False, whole: bool = False
+                     ) -> tuple[pl.LazyFrame, list[str]]:
     """Add program ``j``'s cell, rows kept and fixed-point contributions (names returned).
 
     ``seen`` maps (grouping, key set) to the cell column of an earlier program of the plan
@@ -149,7 +150,9 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
     ``magnitudes`` (the report, which sums nothing) a contribution is its magnitude as a
     Float64 where `_magnitude` gives it and the policy reads no sign (not joint), and the
     cell column, where `_row_inside_expr` applies, is 0 in a cell and null outside (the
-    report reads only that; the same rows are null).
+    report reads only that; the same rows are null). With ``whole`` as well (the release's own
+    pass found every row in a cell: `ReplayLedger.whole`) the cell column is 0 for every row,
+    without a lookup of the keys.
     """
     parts = {m: _measure_parts(m, schema[m], prog.rules) for m in prog.measures}
     keep = _keep_mask(parts, prog.rules, pl.lit(True), None)
@@ -169,7 +172,9 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
     same = (prog.by, id(prog.keys))
     # the report reads only whether a row is in a cell (``_P c<j>`` not null), not which one
     inside = _row_inside_expr(schema, prog.keys, list(prog.by)) if magnitudes else None
-    if seen is not None and same in seen:
+    if magnitudes and whole:
+        lf = lf.with_columns(pl.lit(0, pl.Int64).alias(f"{_P}c{j}"))
+    elif seen is not None and same in seen:
         lf = lf.with_columns(pl.col(seen[same]).alias(f"{_P}c{j}"))
     elif inside is not None:
         lf = lf.with_columns(pl.when(inside).then(pl.lit(0, pl.Int64)).alias(f"{_P}c{j}"))
@@ -703,7 +708,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
               report: bool, delta: float | None = None,
               target: int | frozenset[int] | None = None, track: bool = False,
               spill: _Spill | None = None, rows_seen: _RowsSeen | None = None,
-              deferred: frozenset[int] = frozenset()) -> pl.LazyFrame:
+              deferred: frozenset[int] = frozenset(),
+              whole: frozenset[int] = frozenset()) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
@@ -717,7 +723,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     ``rows_seen`` (a report) the batch function also reads each row's fingerprints of
     ``rows_seen.columns`` and adds them to it. The targets in ``deferred`` (a subset of the
     targets, with a ``spill``) have their flags (and cell audits) written to the spill's files
-    instead of the plan's columns, for a later pass (`deferred_plan`).
+    instead of the plan's columns, for a later pass (`deferred_plan`). A report's programs in
+    ``whole`` (`ReplayLedger.whole`) have every row in a cell (no lookup of their keys).
     """
     targets = (frozenset() if target is None else
                frozenset([target]) if isinstance(target, int) else target)
@@ -735,7 +742,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     inputs: list[str] = []
     seen: dict[tuple[Any, ...], str] = {}
     for j, prog in indexed:
-        lf, cols = _program_columns(lf, schema, prog, j, report, seen, magnitudes=report)
+        lf, cols = _program_columns(lf, schema, prog, j, report, seen, magnitudes=report,
+                                    whole=j in whole)
         inputs += cols
     if spill is not None:
         inputs.append(ROW_ID)
@@ -796,7 +804,7 @@ def replay_report(ledger: ReplayLedger, sess: Session, delta: float | None,
     schema = lf.collect_schema()
     names = [f"rho_{p.name}" for p in ledger.programs]
     plan = _replayed(sess, _with_row_ids(lf, schema), schema, ledger.programs, True, delta,
-                     rows_seen=seen)
+                     rows_seen=seen, whole=frozenset(ledger.whole))
     return plan.select(pl.col(ROW_ID).cast(pl.Int64).alias(sess.unit or "row"),
                        *[pl.col(_reported(c)).alias(c) for c in [
                            "rho", "epsilon", "size",
@@ -1558,20 +1566,31 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
     """
     schema, measures, by = rel.op.schema, rel.pre.measures, rel.pre.by
     cell, rows = pl.col(f"{_P}c{k}"), pl.col(f"{_P}r{k}")
-    inside = cell.is_not_null() & (rows > 0)
     zero = pl.lit(0, pl.Int128)
     aggs = [*[pl.col(f"{_P}v{k}:{m}").sum().alias(m) for m in measures],
-            pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS),
             pl.len().cast(pl.Int64).alias(f"{_P}n"),
             *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
             *[_count_true(pl.col(f"{_P}v{k}:{m}") < 0).alias(f"{_P}negc:{m}")
               for m in _negatives_counted(rel)]]
-    # grouped by cell, and by the keys only outside the key set (where they are the groups:
-    # the distinct keys count); a released cell is one group either way, and its keys are
-    # not read (hashing the key columns of every row of a cell would be)
-    outside = [pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
-    return plan.group_by(f"{_P}c{k}", *outside).agg(*aggs).with_columns(
+    if by and _keys_from_cells(rel):
+        # keys of the key set's own dtypes (text or integers): grouped by the keys themselves,
+        # each group's cell found afterwards on the groups (`_cells`, a function of the key
+        # values alone: every row of a group gets its group's cell), so no row's cell is
+        # computed; a row's kept count is 0 or 1 (``rows > 0`` is ``rows``), so the rows
+        # released in a group are its rows kept where it is a cell
+        grouped = _cells(plan.group_by(*by).agg(*aggs, rows.sum().alias(_ROWS)), schema,
+                         rel.keys, list(by), f"{_P}c{k}")
+        grouped = grouped.with_columns(
+            pl.when(cell.is_not_null()).then(pl.col(_ROWS)).otherwise(0).alias(_ROWS))
+    else:
+        # grouped by cell, and by the keys only outside the key set (where they are the
+        # groups: the distinct keys count)
+        inside = cell.is_not_null() & (rows > 0)
+        outside = [pl.when(cell.is_null()).then(pl.col(c)).alias(c) for c in by]
+        grouped = plan.group_by(f"{_P}c{k}", *outside).agg(
+            *aggs, pl.when(inside).then(rows).otherwise(0).sum().alias(_ROWS))
+    return grouped.with_columns(
         pl.col(_ROWS).cast(pl.Int64).alias(f"{_P}released"),
         pl.lit(0, pl.Int64).alias(f"{_P}left"), pl.lit(0, pl.Int64).alias(f"{_P}rows_left"),
         *[pl.when(cell.is_not_null()).then(pl.col(m)).otherwise(zero).alias(f"{_P}tot:{m}")

@@ -998,6 +998,10 @@ class ReplayLedger:
         self.written: tuple[Path, int] | None = None
         #: the report rows a releases' pass wrote (the engine's; used once by ``sink``)
         self.spill: ReportSpill | None = None
+        #: CONFIDENTIAL: the positions in ``programs`` of the releases whose own pass found
+        #: every row it read in a cell of the key set (the engine's; its report then needs no
+        #: lookup of the keys: the rows it replays are the same rows, bound by the session)
+        self.whole: set[int] = set()
 
     def install(self, program: Any, source: Any, reports: ReportSource) -> None:
         """Record a release: its definition, the input the report is computed from, the engine.

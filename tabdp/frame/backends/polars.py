@@ -809,11 +809,16 @@ class StreamingBackend(_PolarsOutput):
         Args:
             rel: The planned release.
             record: The query's record.
-            agg: Unused (the ledger replays the release when losses are needed).
+            agg: From `aggregate`: whether every row read was in a cell (the ledger replays
+                the release when losses are needed).
         """
         ledger = rel.op.session.ledger
         assert isinstance(ledger, ReplayLedger)
         _install(ledger, rel.program, rel.op.lf)
+        if rel.pre.by and agg.rows_outside == 0:
+            # every row the pass read was in a cell: so is every row a later replay reads (the
+            # session binds the same rows, key columns included)
+            ledger.whole.add(len(ledger.programs) - 1)
         rel.op.session.record_release(record, rel.op.backend)
 
     def quantile_data(self, rel: PlannedQuantile) -> QuantileData:
