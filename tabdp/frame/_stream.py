@@ -171,7 +171,8 @@ def _program_columns(lf: pl.LazyFrame, schema: pl.Schema, prog: Program, j: int,
         keep.cast(pl.Int64).alias(f"{_P}r{j}"))
     same = (prog.by, id(prog.keys))
     # the report reads only whether a row is in a cell (``_P c<j>`` not null), not which one
-    inside = _row_inside_expr(schema, prog.keys, list(prog.by)) if magnitudes else None
+    inside = (_row_inside_expr(schema, prog.keys, list(prog.by))
+              if magnitudes and not whole else None)
     if magnitudes and whole:
         lf = lf.with_columns(pl.lit(0, pl.Int64).alias(f"{_P}c{j}"))
     elif seen is not None and same in seen:

@@ -412,3 +412,49 @@ def test_streaming_report_of_64_bit_integers_equals_the_in_memory_one(
             continue
         d = Fraction(max(v, 0) if negatives == "zero" else abs(v))
         assert Fraction(float(per["rho_q1_sum"][i])) >= _exact_gauss_rho(d, 2.0**30), i
+
+
+def test_a_report_of_releases_that_saw_every_row_in_a_cell_looks_no_key_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release whose pass found every row in a cell: its report replay reads no key.
+
+    The session binds the same rows (key columns included) for the report, so they are all in
+    a cell again. Only the release with rows outside its key set (``by_int``: s = 2 is not a
+    key) has its keys looked up. The tables and per-record losses are the in-memory ledger's.
+    """
+    import tabdp.frame._stream as stream
+
+    df = _data().filter(pl.col("c") != "d", pl.col("s") < 3)  # every row in a cell of KEYS
+    looked_up: list[tuple[str, ...]] = []
+    real = stream._row_inside_expr
+
+    def inside(schema: Any, keys: Any, by: list[str]) -> Any:
+        looked_up.append(tuple(by))
+        return real(schema, keys, by)
+
+    monkeypatch.setattr(stream, "_row_inside_expr", inside)
+    mem = _session_run(df.lazy(), False, None, False, track_cells=False)
+    s = tabdp.Session(seed=7, streaming=True, track_cells=False)
+    st = {
+        "sum": df.lazy().dp.sum(["x", "y"], by=["c", "s"], keys=KEYS,
+                                mechanism=mech.LogTransform(sigma=0.25, offset=1.0),
+                                session=s, nulls="zero", negatives="zero"),
+        "count": df.lazy().dp.count(by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(3.0),
+                                    session=s),
+    }
+    assert s.ledger.whole == {0, 1}
+    looked_up.clear()
+    mem_s = tabdp.Session(seed=7, track_cells=False)
+    df.lazy().dp.sum(["x", "y"], by=["c", "s"], keys=KEYS,
+                     mechanism=mech.LogTransform(sigma=0.25, offset=1.0), session=mem_s,
+                     nulls="zero", negatives="zero")
+    df.lazy().dp.count(by=["c", "s"], keys=KEYS, mechanism=mech.Gaussian(3.0), session=mem_s)
+    assert st["sum"].equals(mem["sum"]) and st["count"].equals(mem["count"])
+    assert s.report(delta=1e-9).per_record.equals(mem_s.report(delta=1e-9).per_record)
+    assert looked_up == []  # neither release's keys are looked up by the report
+    # a release with rows outside its key set is not marked: its report looks its keys up
+    df.lazy().dp.sum("w", by="s", keys=tabdp.KeySet.from_dict(s=[0, 1]),
+                     mechanism=mech.Laplace(20.0), session=s)
+    assert s.ledger.whole == {0, 1}
+    s.report().per_record
+    assert looked_up == [("s",)]
