@@ -456,5 +456,5 @@ def test_a_report_of_releases_that_saw_every_row_in_a_cell_looks_no_key_up(
     df.lazy().dp.sum("w", by="s", keys=tabdp.KeySet.from_dict(s=[0, 1]),
                      mechanism=mech.Laplace(20.0), session=s)
     assert s.ledger.whole == {0, 1}
-    s.report().per_record
+    assert s.report().per_record.height == df.height
     assert looked_up == [("s",)]
