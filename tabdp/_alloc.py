@@ -66,7 +66,8 @@ def warm_heap() -> bool:
     it. tabdp's passes allocate the same arrays batch after batch (the per-record policies,
     running totals and flags: 0.5–1 MB a batch each), so until a process has freed a block
     of 32 MiB, each batch's arrays are fresh pages, faulted in and zeroed by the kernel: at
-    10 million rows a streaming report took 15–20% more time (docs/performance.md). This
+    10 million rows in a fresh process a streaming report took 1.9–2.2 s instead of
+    1.6–1.7 (docs/performance.md, "Stop 54"). This
     allocates and frees one block just under 32 MiB, once per process: glibc's own
     adaptation, which any program freeing such an array reaches; no ``mallopt`` parameter
     is set, so glibc keeps adapting. Afterwards blocks below 32 MiB come from the heaps,
