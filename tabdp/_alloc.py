@@ -64,8 +64,9 @@ def warm_heap() -> bool:
     mapping, unmapped when freed; freeing such a block of up to 32 MiB raises the threshold
     to that size and the trim threshold (the free memory the heap keeps at its top) to twice
     it. tabdp's passes allocate the same arrays batch after batch (the per-record policies,
-    running totals and flags: 0.5–1 MB a batch each), so until a process has freed a block
-    of 32 MiB, each batch's arrays are fresh pages, faulted in and zeroed by the kernel: at
+    running totals and flags: 0.5–1 MB a batch each), so in a process whose largest freed
+    mapped block is about a batch's array, the heap keeps only twice that free at its top and
+    each batch's pages are returned and faulted in again, zeroed by the kernel: at
     10 million rows in a fresh process a streaming report took 1.9–2.2 s instead of
     1.6–1.7 (docs/performance.md, "Stop 54"). This
     allocates and frees one block just under 32 MiB, once per process: glibc's own
@@ -104,7 +105,8 @@ def keep_freed_memory() -> bool:
     """Tell glibc's allocator to keep freed memory for reuse (a command's process only).
 
     Nothing is changed on another C library or system, or when the environment sets any of
-    glibc's ``MALLOC_*`` tunables (the user's settings win).
+    glibc's ``MALLOC_*`` tunables or ``GLIBC_TUNABLES`` (the user's settings win). Afterwards
+    `warm_heap` does nothing.
 
     Returns:
         Whether the settings were applied.
