@@ -1122,9 +1122,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     Called without ``argv`` (as the ``tabdp`` program, reading ``sys.argv``), ``run`` and
     ``compare`` also tell glibc's allocator to keep freed memory for the rest of the process
     (`tabdp._alloc.keep_freed_memory`; not when a ``MALLOC_*`` tunable or ``GLIBC_TUNABLES``
-    is set); called with
-    ``argv``, the caller's process gets only what any release in it gets (glibc's dynamic
-    ``mmap`` threshold raised to its ceiling once, `tabdp._alloc.warm_heap`).
+    is set); called with ``argv``, the caller's process gets only what any release in it gets
+    (glibc's dynamic ``mmap`` threshold raised to its ceiling once, `tabdp._alloc.warm_heap`).
 
     Returns:
         The exit code (see the module docstring).
