@@ -78,7 +78,7 @@ from tabdp.privacy.session import Session
 
 __all__ = ["Program", "Planned", "check_batch", "stream_aggregate", "keep_aggregation",
            "count_from_kept", "pass_fingerprints", "release_queries", "cell_sets",
-           "deferred_plan", "MISALIGNED", "streaming_quantile_data",
+           "InBatch", "streaming_quantile_data",
            "replay_report",
            "collect_report", "sink_report", "summarize_report"]
 
@@ -289,10 +289,6 @@ class _Spill:
         self.parts: list[tuple[int, int, str]] = []  # (first row id, rows, file)
         self.usable = True
         self._seq = itertools.count()
-        #: Whether every batch held one contiguous run of row ids (the report needs it).
-        self.gapless = True
-        #: Keep writing batches whose row ids are not contiguous (`batches` lists them).
-        self.keep_gaps = False
         #: Per file, the columns not written to it (`_compact`): constants and copies.
         self.layout: dict[str, _Layout] = {}
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
@@ -311,10 +307,8 @@ class _Spill:
             ids = ids[order]
             cols = {k: v[order] for k, v in cols.items()}
         if int(ids[-1]) - int(ids[0]) + 1 != n:  # not one contiguous run of rows
-            self.gapless = False
-            if not self.keep_gaps:
-                self.usable = False
-                return
+            self.usable = False
+            return
         # named by its first row id and a number of its own (review r33: two batches of
         # repeated ids starting alike must not overwrite one file)
         path = f"{self.folder}/{int(ids[0]):020d}-{next(self._seq)}.arrow"
@@ -335,7 +329,7 @@ class _Spill:
     def files(self) -> list[str] | None:
         """The files in row order if they hold rows ``0 .. rows - 1`` exactly once, else None."""
         rows = self.rows
-        if not self.usable or not self.gapless or not rows:
+        if not self.usable or not rows:
             return None
         parts = sorted(self.parts)
         at = 0
@@ -344,22 +338,6 @@ class _Spill:
                 return None
             at += n
         return [f for _, _, f in parts] if at == rows else None
-
-    def batches(self) -> list[tuple[int, int, str]] | None:
-        """Every batch's (first row id, rows, file), None if a batch was not written.
-
-        Not checked to hold each row once (`files` is): a reader looks each row up by its id
-        (`deferred_plan`).
-        """
-        return list(self.parts) if self.usable else None
-
-    def read(self, path: str, columns: list[str]) -> pl.DataFrame:
-        """``columns`` of one file (row ids first), its constants and copies restored."""
-        consts, copies, names = self.layout[path]
-        want = [c for c in columns if c not in consts and c not in copies]
-        want += [copies[c] for c in columns if c in copies and copies[c] not in want]
-        got = pl.read_ipc(path, columns=want)
-        return got.select(_restored(columns, consts, copies))
 
     def scan(self, files: list[str]) -> pl.LazyFrame:
         """Every column of ``files`` (`files`'s order), constants and copies restored.
@@ -508,8 +486,7 @@ class _RowsSeen:
 def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bool,
                   delta: float | None, targets: frozenset[int], track: bool,
                   spill: _Spill | None = None, seen: _RowsSeen | None = None,
-                  deferred: frozenset[int] = frozenset()
-                  ) -> Callable[[pl.Series], pl.Series]:
+                  in_batch: InBatch | None = None) -> Callable[[pl.Series], pl.Series]:
     """The batch function: replays every program's charges and the budget filter on a batch.
 
     For each program in release order it computes the batch's charges with the in-memory
@@ -526,9 +503,10 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     the batch's report rows (row ids, every running total of `COMPONENTS` and ``rho_<name>``
     per program) are also handed to it: the report then needs no replay of its own. With
     ``seen`` (a report), the batch's rows and fingerprints are added to it (the row check).
-    The fields of the targets in ``deferred`` are handed to the spill with the report rows
-    instead of being returned.
+    The fields of the targets aggregated in the batch function (``in_batch``: the later sets
+    of cells of a pass) are handed to it with the batch's columns instead of being returned.
     """
+    deferred = frozenset() if in_batch is None else in_batch.targets
     curve = sess.budget is not None and sess.budget.per_currency
     # the running totals kept: what the filter reads ("rho", "rho@<currency>",
     # "size@<currency>") and what the report writes (ε at δ needs every component; a spill
@@ -580,7 +558,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     a[ids] = np.maximum(a[ids], v)
 
         out: dict[str, Any] = {}
-        later: dict[str, Any] = {}  # the deferred targets' fields, for the spill
+        later: dict[str, Any] = {}  # the fields of the targets aggregated here
         per_prog: dict[str, np.ndarray] = {}
         done: list[tuple[int, Program, np.ndarray, bool, Any]] = []  # charges computed
         for j, prog in programs:
@@ -643,9 +621,11 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     r, z = np.zeros(n), np.zeros(n)
                     r[idx], z[idx] = crho, csize
                     dest[f"{_P}crho{j}"], dest[f"{_P}csize{j}"] = r, z
+        if in_batch is not None:
+            in_batch.add(b.with_columns(pl.Series(k, v) for k, v in later.items()))
         if spill is not None:
             spill.add(b[ROW_ID].to_numpy(),
-                      {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog, **later})
+                      {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog})
         if report:
             tot = {c: acc.get(c, np.zeros(n)) for c in kept}
             out = {**{c: tot[c] for c in _REPORTED}, **per_prog}
@@ -709,8 +689,8 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
               report: bool, delta: float | None = None,
               target: int | frozenset[int] | None = None, track: bool = False,
               spill: _Spill | None = None, rows_seen: _RowsSeen | None = None,
-              deferred: frozenset[int] = frozenset(),
-              whole: frozenset[int] = frozenset()) -> pl.LazyFrame:
+              whole: frozenset[int] = frozenset(),
+              in_batch: InBatch | None = None) -> pl.LazyFrame:
     """``lf`` (with row ids) plus every program's columns and the replayed batch outputs.
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
@@ -722,10 +702,11 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
     own columns are computed. A ``spill`` (releases, not a report) is handed every batch's
     report rows: every program is then replayed, and the batch function always runs. With
     ``rows_seen`` (a report) the batch function also reads each row's fingerprints of
-    ``rows_seen.columns`` and adds them to it. The targets in ``deferred`` (a subset of the
-    targets, with a ``spill``) have their flags (and cell audits) written to the spill's files
-    instead of the plan's columns, for a later pass (`deferred_plan`). A report's programs in
-    ``whole`` (`ReplayLedger.whole`) have every row in a cell (no lookup of their keys).
+    ``rows_seen.columns`` and adds them to it. The targets of ``in_batch`` (a subset of the
+    targets: the later sets of cells of a releases' pass) are aggregated by the batch function
+    (`InBatch`) instead of having their flags (and cell audits) in the plan's columns; the
+    raw columns their aggregations read are handed to it. A report's programs in ``whole``
+    (`ReplayLedger.whole`) have every row in a cell (no lookup of their keys).
     """
     targets = (frozenset() if target is None else
                frozenset([target]) if isinstance(target, int) else target)
@@ -754,10 +735,13 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
         lf = lf.with_columns(_fingerprint(c, schema[c]).alias(f"{_SEEN_FP}{c}")
                              for c in rows_seen.columns)
         inputs += [f"{_SEEN_FP}{c}" for c in rows_seen.columns]
-    assert not deferred or (spill is not None and deferred < targets)
+    later = frozenset() if in_batch is None else in_batch.targets
+    assert in_batch is None or (later <= targets and not report)
+    if in_batch is not None:  # the raw columns its aggregations read (keys, measures)
+        inputs += [c for c in in_batch.columns if c not in inputs]
     fn = _replay_batch(sess, indexed, report, delta, targets, track, spill, rows_seen,
-                       deferred)
-    dtype = _out_schema(programs, report, delta, targets - deferred, track)
+                       in_batch)
+    dtype = _out_schema(programs, report, delta, targets - later, track)
     out = pl.struct(inputs).map_batches(fn, return_dtype=dtype, is_elementwise=True)
     if report:  # the report's fields (``rho``, ``size``...) next to the input's columns
         out = out.struct.rename_fields([_reported(f.name) for f in dtype.fields])
@@ -1320,144 +1304,8 @@ def cell_sets(rels: list[Planned]) -> list[list[int]]:
     return sets
 
 
-#: The column, in a deferred pass, marking rows whose spilled flags were not found.
-_UNFOUND = f"{_P}unfound"
-#: The aggregation counting a deferred pass's rows whose spilled flags were not found.
-MISALIGNED = f"{_P}misaligned"
-
-
-class _SpilledFlags:
-    """The flags a releases' pass spilled (`_Spill`), looked up by row id, batch by batch.
-
-    The spill's files hold each batch's rows sorted by row id; their first ids, sorted, say
-    which file a row id falls in. A row's flags are found only where its id is in that file,
-    and a file is read only if its ids strictly increase and stay below the next file's first
-    id (each id at most once in the spill). A few files are kept read at a time: a pass reads
-    them nearly in order. Thread-safe (Polars may run the batch function on several threads).
-    """
-
-    _KEEP = 4
-
-    def __init__(self, parts: list[tuple[int, int, str]], cols: list[str],
-                 read: Callable[[str, list[str]], pl.DataFrame] | None = None) -> None:
-        """``parts``: the spill's (first row id, rows, file), any order; ``cols``: the flags.
-
-        ``read`` reads columns of a file (`_Spill.read`: its constants and copies restored);
-        by default the file's own columns.
-        """
-        import threading
-
-        parts = sorted(parts)
-        self.firsts = np.array([p[0] for p in parts], dtype=np.int64)
-        self.files = [p[2] for p in parts]
-        self.cols = cols
-        self._reader = read if read is not None else (
-            lambda path, columns: pl.read_ipc(path, columns=columns))
-        # files starting at the same id (ids held twice): a lookup would see only the later
-        # one, so neither is read (review r34)
-        tied = np.zeros(self.firsts.size, dtype=bool)
-        if self.firsts.size > 1:
-            same = np.diff(self.firsts) == 0
-            tied[1:] |= same
-            tied[:-1] |= same
-        self._tied = tied
-        self._lock = threading.Lock()
-        self._read: dict[int, tuple[np.ndarray, dict[str, np.ndarray]] | None] = {}
-
-    def _file(self, f: int) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
-        if self._tied[f]:
-            return None
-        with self._lock:
-            if f in self._read:
-                return self._read[f]
-        got = self._reader(self.files[f], [ROW_ID, *self.cols])
-        ids = got[ROW_ID].to_numpy().astype(np.int64, copy=False)
-        nxt = int(self.firsts[f + 1]) if f + 1 < self.firsts.size else None
-        usable = bool(ids.size) and bool(np.all(ids[1:] > ids[:-1])) and (
-            nxt is None or int(ids[-1]) < nxt)
-        entry = (ids, {c: got[c].to_numpy() for c in self.cols}) if usable else None
-        with self._lock:
-            self._read[f] = entry
-            while len(self._read) > self._KEEP:
-                del self._read[next(iter(self._read))]
-        return entry
-
-    def batch(self, s: pl.Series) -> pl.Series:
-        """The flags of the rows whose ids are ``s``, and where none was found (``_UNFOUND``)."""
-        valid = s.is_not_null().to_numpy()
-        ids = s.cast(pl.Int64).fill_null(0).to_numpy()
-        n = ids.size
-        unfound = np.ones(n, dtype=bool)
-        out: dict[str, np.ndarray] = {}
-        # a null id is never found (review r34: mapped to -1, it took a row -1's flags)
-        f_of = np.where(valid, np.searchsorted(self.firsts, ids, side="right") - 1, -1)
-        for f in np.unique(f_of[f_of >= 0]):
-            rows = np.flatnonzero(f_of == f)
-            entry = self._file(int(f))
-            if entry is None:
-                continue
-            fids, cols = entry
-            pos = np.minimum(np.searchsorted(fids, ids[rows]), fids.size - 1)
-            hit = fids[pos] == ids[rows]
-            rows, pos = rows[hit], pos[hit]
-            unfound[rows] = False
-            for c, v in cols.items():
-                if c not in out:
-                    out[c] = np.zeros(n, dtype=v.dtype)
-                out[c][rows] = v[pos]
-        fields = {c: pl.Series(c, out[c] if c in out else np.zeros(n, dtype=bool
-                                                                   if ":" in c else float))
-                  for c in self.cols}
-        return pl.DataFrame({**fields, _UNFOUND: unfound}).to_struct()
-
-
-def deferred_plan(lf: pl.LazyFrame, schema: pl.Schema, programs: list[Program], ks: list[int],
-                  track: bool, parts: list[tuple[int, int, str]],
-                  read: Callable[[str, list[str]], pl.DataFrame] | None = None
-                  ) -> tuple[pl.LazyFrame, pl.Expr]:
-    """The input, each row with the admission flags a releases' pass spilled for it.
-
-    A pass over releases of several sets of cells (`tabdp.frame.backends.polars`) replays
-    the filter once and aggregates the first set; the flags (and cell audits) of the others'
-    releases are written to its `_Spill` (``deferred`` in `_replayed`). Their aggregation
-    reads the input again with those releases' own columns (cells, rows kept, contributions:
-    no replay) and each row's flags looked up by its id in the spill's files
-    (`_SpilledFlags`): Polars' streaming engine runs one group-by at a time, so aggregating
-    every set in the replaying pass would hold every row of the shared plan (about 200 bytes
-    a row) for the later group-bys.
-
-    Args:
-        lf: The pass's input (before row ids).
-        schema: Its schema.
-        programs: The programs of the pass, by index.
-        ks: The indices of the releases aggregated here.
-        track: Whether the flags include the cell audits (``crho``, ``csize``).
-        parts: The spill's batches: (first row id, rows, file).
-        read: How to read columns of one of them (`_Spill.read`).
-
-    Returns:
-        The plan, and the aggregation counting its rows whose flags the spill does not hold
-        (another input, or ids not each once in the spill): the flags are the replaying
-        pass's only where it is 0.
-    """
-    plan = _with_row_ids(lf, schema)
-    seen: dict[tuple[Any, ...], str] = {}
-    for j in ks:
-        plan, _ = _program_columns(plan, schema, programs[j], j, False, seen)
-    flags: dict[str, Any] = {f"{_P}ok{j}:{c}": pl.Boolean
-                             for j in ks for c, _ in programs[j].policy.currencies()}
-    if track:
-        flags |= {f"{_P}{x}{j}": pl.Float64 for j in ks for x in ("crho", "csize")}
-    spilled = _SpilledFlags(parts, list(flags), read)
-    dtype = pl.Struct({**flags, _UNFOUND: pl.Boolean})
-    plan = plan.with_columns(pl.col(ROW_ID).map_batches(
-        spilled.batch, return_dtype=dtype, is_elementwise=True).alias(f"{_P}spilled")
-                             ).unnest(f"{_P}spilled")
-    return plan, pl.col(_UNFOUND).sum().cast(pl.Int64).alias(MISALIGNED)
-
-
 def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: list[int],
-                    fp_cols: list[str], extra: list[pl.Expr] | None = None
+                    fp_cols: list[str]
                     ) -> tuple[list[pl.LazyFrame], Callable[[list[pl.DataFrame]],
                                                              list[pl.DataFrame]]]:
     """The aggregations of a pass's releases, one group-by per distinct set of cells.
@@ -1478,31 +1326,42 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
         rels: The releases, in order.
         ks: Their program indices in ``plan``.
         fp_cols: The columns fingerprinted.
-        extra: Aggregations added to the first query (read from the results before they are
-            split; the split frames do not hold them).
 
     Returns:
         The queries to collect together, and the function splitting their results per
         release (in the order of ``rels``).
     """
-    extra = extra or []
     if _unfiltered(sess):
-        assert not extra
         queries = [_release_query(sess, plan, r, k, fp_cols)
                    for r, k in zip(rels, ks, strict=True)]
         return queries, lambda got: list(got)
     sets = cell_sets(rels)
     queries = []
     for group in sets:
-        k0 = ks[group[0]]
-        # (tags "__tabdp_t<i>#": no tag is the start of another's, e.g. "t1#" of "t11#"; under
-        # the reserved prefix, so no key column takes a tagged name (review r29)
-        groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, _tag(group[0]))
-        for i in group[1:]:
-            aggs += _release_aggs(sess, rels[i], ks[i], [], _tag(i))[1]
-        if not queries:
-            aggs += extra
-        queries.append(plan.group_by(f"{_P}c{k0}", *groups).agg(*aggs))
+        groups, aggs = _set_aggregation(sess, rels, ks, group, fp_cols)
+        queries.append(plan.group_by(*groups).agg(*aggs))
+    return queries, _splitter(rels, ks, sets, fp_cols)
+
+
+def _set_aggregation(sess: Session, rels: list[Planned], ks: list[int], group: list[int],
+                     fp_cols: list[str]) -> tuple[list[Any], list[pl.Expr]]:
+    """The group-by columns and aggregations of one set of releases over the same cells.
+
+    The first release's (``fp_cols`` fingerprinted there) and the others' aggregations, each
+    under its release's tag (`_tag`), grouped by the set's cell column and keys.
+    """
+    k0 = ks[group[0]]
+    # (tags "__tabdp_t<i>#": no tag is the start of another's, e.g. "t1#" of "t11#"; under
+    # the reserved prefix, so no key column takes a tagged name (review r29)
+    groups, aggs = _release_aggs(sess, rels[group[0]], k0, fp_cols, _tag(group[0]))
+    for i in group[1:]:
+        aggs += _release_aggs(sess, rels[i], ks[i], [], _tag(i))[1]
+    return [f"{_P}c{k0}", *groups], aggs
+
+
+def _splitter(rels: list[Planned], ks: list[int], sets: list[list[int]], fp_cols: list[str]
+              ) -> Callable[[list[pl.DataFrame]], list[pl.DataFrame]]:
+    """`release_queries`' split function: each release's frame from its set's aggregation."""
 
     def split(got: list[pl.DataFrame]) -> list[pl.DataFrame]:
         out: list[pl.DataFrame | None] = [None] * len(rels)
@@ -1521,7 +1380,78 @@ def release_queries(sess: Session, plan: pl.LazyFrame, rels: list[Planned], ks: 
                 ).with_columns(_after_aggs(rels[i], ks[i]))
         return [f for f in out if f is not None]
 
-    return queries, split
+    return split
+
+
+#: Aggregations of `_release_aggs` that are maxima (the others are sums and counts).
+_MAXIMA = (f"{_P}worst_rho", f"{_P}worst_size")
+
+
+class InBatch:
+    """The aggregations of the later sets of cells of a pass, computed in its batch function.
+
+    A releases' pass over several sets of cells (`tabdp.frame.backends.polars`) replays the
+    filter once and aggregates the first set with Polars' streaming group-by; Polars runs one
+    group-by of a query at a time and would hold every row of the plan for a second one. The
+    other sets' releases are aggregated here instead: the batch function hands every batch
+    (its program columns, the raw columns these aggregations read, and the other sets' fresh
+    admission flags and cell audits) to `add`, which groups it by each set's cells with the
+    very aggregations of `release_queries` (`_set_aggregation`); the batches' groups are then
+    added up (sums and counts added, the cell audits' maxima taken): exactly the aggregation
+    of the whole input, from the one evaluation that the first set's aggregation read.
+
+    Thread-safe: Polars may run the batch function on several threads.
+    """
+
+    #: Batches' groups kept per set before they are added up (bounds the memory held).
+    _COMPACT = 32
+
+    def __init__(self, sess: Session, rels: list[Planned], ks: list[int],
+                 sets: list[list[int]]) -> None:
+        """The releases ``rels`` (program indices ``ks``), grouped in ``sets`` of cells."""
+        import threading
+
+        self.rels, self.ks, self.sets = rels, ks, sets
+        #: The program indices of the releases aggregated here.
+        self.targets = frozenset(ks[i] for group in sets for i in group)
+        self._aggs = [_set_aggregation(sess, rels, ks, group, []) for group in sets]
+        self._keys = [[g if isinstance(g, str) else g.meta.output_name() for g in groups]
+                      for groups, _ in self._aggs]
+        flags = {f"{_P}{x}{ks[i]}" for group in sets for i in group for x in ("crho", "csize")}
+        flags |= {f"{_P}ok{ks[i]}:{c}" for group in sets for i in group
+                  for c, _ in rels[i].policy.currencies()}
+        roots: set[str] = set()
+        for groups, aggs in self._aggs:
+            for e in [*[pl.col(g) if isinstance(g, str) else g for g in groups], *aggs]:
+                roots |= set(e.meta.root_names())
+        #: The columns the aggregations read that the batch function does not write.
+        self.columns = sorted(roots - flags)
+        self._parts: list[list[pl.DataFrame]] = [[] for _ in sets]
+        self._lock = threading.Lock()
+        self.failed = False
+
+    def add(self, frame: pl.DataFrame) -> None:
+        """Group one batch (``frame``: its columns and flags) by each set's cells."""
+        for n, (groups, aggs) in enumerate(self._aggs):
+            part = frame.group_by(*groups).agg(*aggs)
+            with self._lock:
+                self._parts[n].append(part)
+                if len(self._parts[n]) >= self._COMPACT:
+                    self._parts[n] = [self._added(n, self._parts[n])]
+
+    def _added(self, n: int, parts: list[pl.DataFrame]) -> pl.DataFrame:
+        keys = self._keys[n]
+        whole = pl.concat(parts, how="vertical")
+        return whole.group_by(*keys).agg(
+            pl.col(c).max() if c.endswith(_MAXIMA) else pl.col(c).sum()
+            for c in whole.columns if c not in keys)
+
+    def frames(self) -> list[pl.DataFrame] | None:
+        """Every release's frame, as `release_queries`' split gives it (None: no batch)."""
+        if any(not p for p in self._parts):
+            return None
+        got = [self._added(n, p) for n, p in enumerate(self._parts)]
+        return _splitter(self.rels, self.ks, self.sets, [])(got)
 
 
 def _tag(i: int) -> str:

@@ -423,10 +423,13 @@ def test_every_query_of_a_pass_checks_the_rows_it_read(tmp_path: Path,
                                                        budget: float | None) -> None:
     """Review r19: an input whose rows differ between evaluations is refused in a batch.
 
-    The releases of a pass over other cells are other queries, and Polars evaluates an
-    unseeded shuffle once per query (each query reads other rows). The replayed charges
+    Without a replay, the releases of a pass over other cells are other queries, and Polars
+    evaluates an unseeded shuffle once per query (each query reads other rows). The charges
     follow row positions, so a query that read other rows than the bound ones must be
     refused, as before h83 (which fingerprinted the first query only and released the batch).
+    With a budget the pass is one query (the later set is aggregated in its batch function):
+    every release is computed from its one evaluation, and the report, which reads the input
+    again, is the refusal.
     """
     path = tmp_path / "d.parquet"
     mixed_rows(3000, 5).write_parquet(path, row_group_size=500)
@@ -437,6 +440,12 @@ def test_every_query_of_a_pass_checks_the_rows_it_read(tmp_path: Path,
                  keys=tabdp.KeySet.from_dict(c=["a", "b", "c", "d"]), name="x_c",
                  mechanism=mech.Gaussian(5.0), nulls="zero")]
     s = tabdp.Session(seed=3, budget=budget, streaming=True)
+    if budget is not None:
+        execute_planned(planned_releases(lf, s, reqs))
+        assert [r.name for r in s.records] == ["x_s", "x_c"]
+        with pytest.raises(InvalidParameterError, match="no longer holds the rows"):
+            s.report(delta=1e-9).per_record  # noqa: B018
+        return
     with pytest.raises(InvalidParameterError, match="not the rows its earlier releases read"):
         execute_planned(planned_releases(lf, s, reqs))
 
@@ -456,41 +465,48 @@ def _group_bys_per_collect(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@pytest.mark.parametrize("compact", [2, 32], ids=["added-up-every-2-batches", "at-the-end"])
 @pytest.mark.parametrize("budget", [5.0, {1e2: 0.3, 1e4: 0.8}], ids=["constant", "curve"])
 def test_a_pass_over_several_sets_of_cells_runs_one_group_by_at_a_time(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any) -> None:
-    """Several sets of cells: the replaying pass aggregates one; the others read its spill.
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: Any, compact: int) -> None:
+    """Several sets of cells: the pass's group-by aggregates one; the batch function the others.
 
     Polars' streaming engine runs one group-by at a time, so a pass with a group-by per set of
     cells held every row of the shared plan for the later ones (2.4 GB at 10M rows of the
-    example spec, growing with the rows). Now every collect runs one group-by, the filter is
-    replayed once (each row through the batch function once), and tables, noise, per-record
-    losses, counts and cell audits are still the in-memory engine's.
+    example spec, growing with the rows). Then each later set had a pass of its own over the
+    input and the spilled flags. Now the one pass runs one group-by, the filter is replayed
+    once (each row through the batch function once), the later sets are aggregated there
+    (`InBatch`), and tables, noise, per-record losses, counts (rows and keys outside the key
+    sets, rows left out) and cell audits are still the in-memory engine's.
     """
+    from tabdp.frame._stream import InBatch
+
+    monkeypatch.setattr(InBatch, "_COMPACT", compact)  # the batches' groups added up as held
     path = tmp_path / "d.parquet"
-    mixed_rows(6000, 8).write_parquet(path, row_group_size=1000)
+    mixed_rows(6000, 8).write_parquet(path, row_group_size=500)
     calls = _group_bys_per_collect(monkeypatch)
     rows = replay_batch_sizes(monkeypatch)
     s = tabdp.Session(seed=1, streaming=True, budget=budget, track_cells=True)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
-    assert sum(rows) == 6000  # one replay, the deferred sets' passes read the spill
-    assert calls == [1, 1, 1, 1]  # four sets of cells, one group-by each
+    assert sum(rows) == 6000  # one replay, every set aggregated in it
+    assert calls == [1]  # one collect, one query: four sets of cells
     a, _ = _streaming_equals_memory(path, _requests(), budget=budget)
-    assert any(q["units_left_out_by_budget"] for q in a["queries"])
+    assert any(q["units_left_out_by_budget"] for q in a["queries"][1:])
+    assert any(q["cells_with_data_outside_keys"] for q in a["queries"][1:])
 
 
 @pytest.mark.parametrize("ids", ["decreasing", "with-gaps", "interleaved", "unwritten"])
-def test_a_deferred_set_reads_each_rows_own_spilled_flags(
+def test_the_later_sets_are_aggregated_in_the_batch_whatever_the_row_ids(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: str) -> None:
-    """A deferred set looks each row's flags up by its id, or falls back to a replay.
+    """The later sets of cells need neither the spill nor ordered row ids.
 
-    Row ids given with the input (as the release workflow numbers its rows): decreasing, or
-    increasing with gaps (rows filtered after numbering), each id is found once in the spill
-    and the deferred sets read it; interleaved (each batch's ids from two far apart ranges, so
-    the spill's files overlap) or a batch of the spill not written, a row's flags cannot be
-    told apart, and the deferred releases fall back to passes of their own, replaying the
-    filter. Either way the results are the in-memory engine's (whose report lists every id up
-    to the largest, those of no row with no loss).
+    Row ids given with the input (as the release workflow numbers its rows): decreasing,
+    increasing with gaps (rows filtered after numbering), interleaved (each batch's ids from
+    two far apart ranges), or a batch of the spill not written: the later sets' releases are
+    aggregated in the one replay from each batch's own rows and flags (their spilled flags,
+    read back by row id, needed a pass of their own per set, and a replay of each where the
+    ids could not be told apart). The results are the in-memory engine's (whose report lists
+    every id up to the largest, those of no row with no loss).
     """
     from tabdp.frame import _stream
     from tabdp.frame._stream import ROW_ID
@@ -522,10 +538,7 @@ def test_a_deferred_set_reads_each_rows_own_spilled_flags(
     numbered = dict(unit=ROW_ID, _row_ids=True, budget=5.0)  # as `tabdp run` numbers rows
     s = tabdp.Session(seed=1, streaming=True, track_cells=True, **numbered)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
-    if ids in ("interleaved", "unwritten"):  # replayed again for each later set's releases
-        assert sum(rows) == 4 * frame.height
-    else:
-        assert sum(rows) == frame.height
+    assert sum(rows) == frame.height  # one replay for every set
     states = []
     for streaming in (True, False):
         s = tabdp.Session(seed=3, streaming=streaming, track_cells=True, **numbered)
@@ -542,65 +555,31 @@ def test_a_deferred_set_reads_each_rows_own_spilled_flags(
     assert any(q["units_left_out_by_budget"] for q in a["queries"])
 
 
-def test_spilled_flags_are_found_by_row_id_once_or_not_at_all(tmp_path: Path) -> None:
-    """`_SpilledFlags`: any batch of ids, any order, gets each id's own flags or "unfound".
+def test_an_empty_input_gives_the_later_sets_passes_of_their_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No batch reached the batch function: each later set's release has its own pass.
 
-    Files of sorted ids (as `_Spill` writes them), read in any order through a cache of a few
-    files; an id in no file, a null id, a file whose ids repeat and a file reaching past the
-    next file's first id are unfound (their flags could be another row's).
+    Its tables (every cell empty), counts and losses are those of the releases one by one.
     """
-    import numpy as np
-
-    from tabdp.frame._stream import _UNFOUND, ROW_ID, _SpilledFlags
-
-    rng = np.random.default_rng(5)
-    parts, truth = [], {}
-    starts = [0, 100, 250, 400, 520, 700, 900]  # files of ids [start, next start), some gaps
-    for a, b in zip(starts[:-1], starts[1:], strict=True):
-        ids = np.arange(a, b - 3, dtype=np.int64)  # the last 3 ids of each range are absent
-        ok = rng.random(ids.size) < 0.5
-        rho = rng.random(ids.size)
-        path = tmp_path / f"{a:020d}.arrow"
-        pl.DataFrame({ROW_ID: ids, "__tabdp_ok3:rho": ok, "__tabdp_crho3": rho}).write_ipc(path)
-        parts.append((a, ids.size, str(path)))
-        truth |= {int(i): (bool(o), float(r)) for i, o, r in zip(ids, ok, rho, strict=True)}
-    look = _SpilledFlags(list(reversed(parts)), ["__tabdp_ok3:rho", "__tabdp_crho3"])
-    for _ in range(20):  # random batches: every file read, more than the cache holds
-        q = rng.integers(-5, 905, 300)
-        got = look.batch(pl.Series(q)).struct.unnest()
-        for i, o, r, un in zip(q, got["__tabdp_ok3:rho"], got["__tabdp_crho3"], got[_UNFOUND],
-                               strict=True):
-            assert un == (int(i) not in truth)
-            if not un:
-                assert (o, r) == truth[int(i)]
-    nulls = look.batch(pl.Series([None, 5], dtype=pl.Int64)).struct.unnest()
-    assert nulls[_UNFOUND].to_list() == [True, False]
-    # a file whose ids repeat, and one that reaches past the next file's first id: unfound
-    bad = tmp_path / "bad.arrow"
-    pl.DataFrame({ROW_ID: np.array([1000, 1001, 1001, 1002]), "__tabdp_ok3:rho": [True] * 4,
-                  "__tabdp_crho3": [1.0] * 4}).write_ipc(bad)
-    over = tmp_path / "over.arrow"
-    pl.DataFrame({ROW_ID: np.array([2000, 2500]), "__tabdp_ok3:rho": [True] * 2,
-                  "__tabdp_crho3": [1.0] * 2}).write_ipc(over)
-    last = tmp_path / "last.arrow"
-    pl.DataFrame({ROW_ID: np.array([2100]), "__tabdp_ok3:rho": [True],
-                  "__tabdp_crho3": [1.0]}).write_ipc(last)
-    look = _SpilledFlags([(1000, 4, str(bad)), (2000, 2, str(over)), (2100, 1, str(last))],
-                         ["__tabdp_ok3:rho", "__tabdp_crho3"])
-    got = look.batch(pl.Series([1000, 1002, 2000, 2500, 2100])).struct.unnest()
-    assert got[_UNFOUND].to_list() == [True, True, True, True, False]
-    # review r34: two files starting at the same id (ids held twice) are neither read; a null
-    # id is never found, whatever the files hold (it took a row -1's flags)
-    twice = [tmp_path / "t0.arrow", tmp_path / "t1.arrow"]
-    for i, path in enumerate(twice):
-        pl.DataFrame({ROW_ID: np.array([-1, 0, 1]), "__tabdp_ok3:rho": [i == 0] * 3,
-                      "__tabdp_crho3": [float(i)] * 3}).write_ipc(path)
-    look = _SpilledFlags([(-1, 3, str(twice[0])), (-1, 3, str(twice[1]))],
-                         ["__tabdp_ok3:rho", "__tabdp_crho3"])
-    assert look.batch(pl.Series([-1, 0, 1])).struct.unnest()[_UNFOUND].to_list() == [True] * 3
-    look = _SpilledFlags([(-1, 3, str(twice[0]))], ["__tabdp_ok3:rho", "__tabdp_crho3"])
-    got = look.batch(pl.Series([None, -1, 1], dtype=pl.Int64)).struct.unnest()
-    assert got[_UNFOUND].to_list() == [True, False, False]
+    lf = pl.LazyFrame({"c": ["a"], "s": [0], "x": [5.0]}).filter(pl.col("x") > 10.0)
+    reqs = [dict(kind="count", by=["c"], keys=tabdp.KeySet.from_dict(c=["a", "b"]), name="n_c",
+                 mechanism=mech.Gaussian(3.0)),
+            dict(kind="count", by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1]), name="n_s",
+                 mechanism=mech.Gaussian(3.0))]
+    rows = replay_batch_sizes(monkeypatch)
+    got = []
+    for batched in (True, False):
+        s = tabdp.Session(seed=1, streaming=True, budget=5.0, track_cells=True)
+        if batched:
+            outs = execute_planned(planned_releases(lf, s, reqs))
+        else:
+            outs = [lf.dp.count(session=s, **{k: v for k, v in r.items() if k != "kind"})
+                    for r in reqs]
+        got.append((outs, _state(s)))
+    (t0, a), (t1, b) = got
+    assert all(x.equals(y) for x, y in zip(t0, t1, strict=True))
+    assert a["queries"] == b["queries"] and a["per_record"].equals(b["per_record"])
+    assert sum(rows) == 0
 
 
 def _changing_input(n: int, first: Any, later: Any) -> tuple[pl.LazyFrame, dict[str, int]]:
@@ -623,15 +602,14 @@ def _changing_input(n: int, first: Any, later: Any) -> tuple[pl.LazyFrame, dict[
     return base.lazy().with_columns(pl.col("x").map_batches(f, return_dtype=pl.Float64)), seen
 
 
-def test_a_deferred_set_never_mixes_two_reads_of_a_changing_input() -> None:
-    """Review r33: flags spilled from one read are never applied to the values of another.
+def test_every_set_of_a_pass_reads_one_evaluation_of_a_changing_input() -> None:
+    """Review r33, now by construction: flags of one read are never applied to another's values.
 
-    The deferred set's pass row count and fingerprints are compared with the replaying pass's;
-    here they differ (a 10^6 value moves from row 0 to row 1), so the set falls back to a
-    replaying pass of its own, not releasing the large value with row 1's flag. A session
-    numbered as ``tabdp run`` numbers its rows (records by position) then binds its rows as
-    row mode does: that pass read other rows than the first, so the second set is refused
-    (the first was released, consistent with its own admissions: the large value left out).
+    The input gives other values on later evaluations (a 10^6 value moves from row 0 to
+    row 1). The pass evaluates it once: both sets of cells are aggregated from that read, so
+    both releases leave the large value out (its record's loss passes the budget), and no
+    later evaluation is combined with the flags (the later set had a pass of its own, checked
+    against the first's rows, and the session refused it).
     """
     import tabdp.frame.backends.polars as backend
     from tabdp.frame._stream import ROW_ID
@@ -659,20 +637,19 @@ def test_a_deferred_set_never_mixes_two_reads_of_a_changing_input() -> None:
     mp = pytest.MonkeyPatch()
     mp.setattr(backend, "stream_aggregate", spy)
     try:
-        with pytest.raises(InvalidParameterError, match="input changed while the release read"):
-            execute_planned(planned_releases(lf.with_row_index(ROW_ID), s, reqs))
+        execute_planned(planned_releases(lf.with_row_index(ROW_ID), s, reqs))
     finally:
         mp.undo()
-    assert totals == {"x_c": 999.0}
-    assert seen["rows"] == 3000  # the replaying pass, the deferred pass, the set's own pass
-    assert [r.name for r in s.records] == ["x_c"]
+    assert totals == {"x_c": 999.0, "x_s": 999.0}
+    assert seen["rows"] == 1000  # one evaluation
+    assert [r.name for r in s.records] == ["x_c", "x_s"]
 
 
-def test_a_row_less_in_the_deferred_pass_is_the_documented_refusal() -> None:
-    """Review r33: an input that loses a row between reads is refused, not a raw error.
+def test_a_row_less_in_a_later_evaluation_changes_no_release_of_the_pass() -> None:
+    """Review r33: an input that loses a row on later reads is read once by the pass.
 
-    (The zipped first version raised Polars' ShapeError.) The deferred set falls back to its
-    own pass, whose rows the session's bound rows refuse; the first set was released.
+    (The zipped first version raised Polars' ShapeError; the later set's own pass was then
+    refused.) Both sets are aggregated from the one evaluation, of every row.
     """
     import numpy as np
 
@@ -692,9 +669,9 @@ def test_a_row_less_in_the_deferred_pass_is_the_documented_refusal() -> None:
             dict(kind="count", by=["s"], keys=tabdp.KeySet.from_dict(s=[0, 1, 2]), name="n_s",
                  mechanism=mech.Gaussian(3.0))]
     s = tabdp.Session(seed=1, streaming=True, budget=5.0)
-    with pytest.raises(InvalidParameterError, match="not the rows its earlier releases read"):
-        execute_planned(planned_releases(lf, s, reqs))
-    assert [r.name for r in s.records] == ["n_c"]
+    execute_planned(planned_releases(lf, s, reqs))
+    assert [r.name for r in s.records] == ["n_c", "n_s"]
+    assert seen["rows"] == n  # one evaluation, of every row
 
 
 @pytest.mark.parametrize("session", [dict(budget=5.0), dict(track_cells=True)],
@@ -809,8 +786,7 @@ def test_a_spill_restores_every_column_it_did_not_write_bit_for_bit() -> None:
         for c in want.columns:
             a, b = got[c].to_numpy(), want[c].to_numpy()
             assert a.tobytes() == b.tobytes(), c
-        one = spill.read(files[0], [ROW_ID, "ok", "zero", "dup"])
-        assert one.columns == [ROW_ID, "ok", "zero", "dup"]
+        one = spill.scan(files[:1]).collect()
         assert one["zero"].to_numpy().tobytes() == np.full(200, -0.0).tobytes()
         assert one["dup"].to_numpy().tobytes() == batches[0]["rho"].to_numpy().tobytes()
         assert one["ok"].to_list() == [True] * 200

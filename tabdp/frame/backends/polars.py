@@ -54,9 +54,8 @@ from tabdp.frame._output import to_native
 from tabdp.frame._quantiles import PlannedQuantile, cell_quantiles
 from tabdp.frame._stream import (
     _P,
-    MISALIGNED,
+    InBatch,
     Planned,
-    Program,
     _fingerprinted,
     _install,
     _read_input,
@@ -65,10 +64,10 @@ from tabdp.frame._stream import (
     _require_bound,
     _Spill,
     _streamed,
+    _unfiltered,
     _with_row_ids,
     cell_sets,
     count_from_kept,
-    deferred_plan,
     keep_aggregation,
     pass_fingerprints,
     release_queries,
@@ -649,15 +648,15 @@ class StreamingBackend(_PolarsOutput):
     releases before it). Releases over the same cells share one group-by. Polars' streaming
     engine runs one group-by of a query at a time, and would hold every row of the shared plan
     (about 200 bytes a row) for the later ones; so the replaying pass aggregates the first set
-    of cells, and writes the admission flags of the others' releases to its spill (beside the
-    report's rows), and each other set is aggregated by a pass over the input, each row with
-    the flags spilled for its id (`tabdp.frame._stream.deferred_plan`: no replay; a row whose
-    flags are not found once sends the set to a replaying pass; every query fingerprints the
-    rows it read). A batch without a replay (no budget or cell audit) runs one query per
-    release, each its own evaluation of the input, for the same reason. Each release's checks,
-    noise and record then follow in order, as if it ran alone: the same tables, noise and
-    per-record losses. A release run alone (or one the batch does not hold, or one of a set
-    whose pass cannot stand for the replaying one) has its own pass.
+    of cells with its group-by, and the batch function aggregates the other sets' releases
+    batch by batch (`tabdp.frame._stream.InBatch`: the same aggregations, over the rows and
+    fresh admission flags of the same evaluation of the input, added up over the batches). A
+    batch without a replay (no budget or cell audit) runs one query per release, each its own
+    evaluation of the input, for the same reason (every query fingerprints the rows it read).
+    Each release's checks, noise and record then follow in order, as if it ran alone: the same
+    tables, noise and per-record losses. A release run alone (or one the batch does not hold,
+    or one of a later set when no batch reached the batch function: an empty input) has its
+    own pass.
 
     Args:
         rels: The releases executed together (one session, one input): the columns every
@@ -675,7 +674,7 @@ class StreamingBackend(_PolarsOutput):
         self._fp_cols = _fingerprinted(rels[0].op.session, rels) if rels else []
         self._rels = list(rels)
         #: id(release) -> (its program index, its aggregation), from the batch's one pass
-        self._fetched: dict[int, tuple[int, pl.DataFrame]] | None = None
+        self._fetched: dict[int, tuple[int, pl.DataFrame, dict[str, int] | None]] | None = None
 
     def _prefetch(self) -> None:
         """Aggregate every release of the batch in one pass (before the first is executed)."""
@@ -689,15 +688,15 @@ class StreamingBackend(_PolarsOutput):
         ks = list(range(k0, k0 + len(rels)))
         _require_bound(sess, op.schema)
         spill = _new_spill(op)
-        # Polars' streaming engine runs one group-by at a time: with several sets of cells
-        # the replaying pass aggregates the first and spills the others' flags, each then
-        # aggregated by a pass of its own over the input and the spill (`deferred_plan`)
-        sets = cell_sets(rels) if spill is not None else [list(range(len(rels)))]
-        deferred = frozenset(ks[i] for group in sets[1:] for i in group)
-        if spill is not None and deferred:
-            spill.keep_gaps = True
+        # Polars' streaming engine runs one group-by of a query at a time: where the batch
+        # function runs (a budget or a cell audit), the first set of cells is aggregated by
+        # the pass's group-by and the other sets' releases in the batch function (`InBatch`),
+        # batch by batch, from the rows and flags of the pass's one evaluation of the input
+        replays = not _unfiltered(sess)
+        sets = cell_sets(rels) if replays else [list(range(len(rels)))]
+        in_batch = InBatch(sess, rels, ks, sets[1:]) if len(sets) > 1 else None
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
-                         None, frozenset(ks), sess.track_cells, spill, deferred=deferred)
+                         None, frozenset(ks), sess.track_cells, spill, in_batch=in_batch)
         # releases over the same cells share one group-by; each query fingerprints the rows
         # it read (an input evaluated once per query may differ between evaluations)
         first = [rels[i] for i in sets[0]]
@@ -705,62 +704,27 @@ class StreamingBackend(_PolarsOutput):
         queries, split = release_queries(sess, plan, first, ks0, self._fp_cols)
 
         def collect() -> list[pl.DataFrame]:
-            if spill is not None or len(queries) == 1:
+            if replays or len(queries) == 1:
                 return split(pl.collect_all(queries, engine="streaming"))
-            # without a spill (no budget or cell audit: a query per release), each query is
+            # without a replay (no budget or cell audit: a query per release), each query is
             # its own evaluation of the input: collected together, every row of the shared plan
             # would be held for all group-bys but one (1.5 GB at 10M rows, for 0.3 s saved)
             return split([pl.collect_all([q], engine="streaming")[0] for q in queries])
 
         grouped = _spilled_read(ledger, spill,
                                 lambda: _read_input(sess, collect, report=False))
-        self._fetched = {id(r): (k, g) for r, k, g in zip(first, ks0, grouped, strict=True)}
-        if len(sets) == 1:
+        self._fetched = {id(r): (k, g, None)
+                         for r, k, g in zip(first, ks0, grouped, strict=True)}
+        later = in_batch.frames() if in_batch is not None else None
+        if in_batch is None or later is None:
+            # (None: no batch reached the batch function, an empty input; each release of the
+            # later sets then has a pass of its own)
             return
-        # the rows the replaying pass read: a deferred set's pass must read the same (review
-        # r33: a `tabdp run` session binds no rows, so no later check would see other rows)
-        read = (int(grouped[0][f"{_P}n"].sum() or 0),
-                pass_fingerprints(grouped[0], self._fp_cols))
-        for group in sets[1:]:
-            got = self._deferred_pass(programs, [rels[i] for i in group],
-                                      [ks[i] for i in group], spill, read)
-            # (None: the pass cannot stand for the replaying one; each release of the set then
-            # has a pass of its own, replaying the filter)
-            if got is not None:
-                self._fetched.update(got)
-
-    def _deferred_pass(self, programs: list[Program], rels: list[Planned], ks: list[int],
-                       spill: _Spill | None, read: tuple[int, dict[str, int]]
-                       ) -> dict[int, tuple[int, pl.DataFrame]] | None:
-        """Aggregate releases of one set of cells from the input and the spilled flags.
-
-        None, and nothing kept from the pass, where it cannot stand for the replaying pass: a
-        batch of the spill not written, a row's flags not in it (`deferred_plan`), other rows
-        read than ``read`` (the replaying pass's row count and fingerprints: an input that
-        changed between the passes, whose flags would be applied to other values), or the
-        pass failing. Each release then has a replaying pass of its own, which checks the rows
-        (or refuses) as any release's does, and whose flags and values come from one read.
-        """
-        parts = None if spill is None else spill.batches()
-        if parts is None or spill is None:
-            return None
-        op = rels[0].op
-        sess = op.session
-        plan, misaligned = deferred_plan(op.lf, op.schema, programs, ks, sess.track_cells,
-                                         parts, spill.read)
-        queries, split = release_queries(sess, plan, rels, ks, self._fp_cols, [misaligned])
-        try:
-            raw = pl.collect_all(queries, engine="streaming")
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException:  # noqa: BLE001 - Rust panics too; the own passes decide
-            return None
-        if int(raw[0][MISALIGNED].sum() or 0):
-            return None
-        got = split(raw)
-        if (int(got[0][f"{_P}n"].sum() or 0), pass_fingerprints(got[0], self._fp_cols)) != read:
-            return None
-        return {id(r): (k, g) for r, k, g in zip(rels, ks, got, strict=True)}
+        # the rows of the one evaluation, which the first set's aggregation fingerprinted
+        fps = pass_fingerprints(grouped[0], self._fp_cols)
+        rest = sorted(i for group in sets[1:] for i in group)
+        self._fetched.update({id(rels[i]): (ks[i], g, fps)
+                              for i, g in zip(rest, later, strict=True)})
 
     def aggregate(self, rel: Planned) -> Aggregated:
         """The release's group-by over the input, replaying the earlier releases' filter.
@@ -784,9 +748,9 @@ class StreamingBackend(_PolarsOutput):
         fetched = (self._fetched or {}).get(id(rel))
         if fetched is not None and fetched[0] == len(ledger.programs):
             # the releases before it were recorded (their programs are the ledger's last ones)
-            k, grouped = fetched
+            k, grouped, fps = fetched
             del self._fetched[id(rel)]  # type: ignore[union-attr]
-            return stream_aggregate(rel, grouped, k, self._fp_cols)
+            return stream_aggregate(rel, grouped, k, self._fp_cols, fps)
         programs = [*ledger.programs, rel.program]
         k = len(programs) - 1
         _require_bound(sess, op.schema)
