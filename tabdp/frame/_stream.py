@@ -1401,6 +1401,10 @@ class InBatch:
     of the whole input, from the one evaluation that the first set's aggregation read.
 
     Thread-safe: Polars may run the batch function on several threads.
+
+    Example:
+        >>> InBatch._COMPACT  # batches' groups held per set before they are added up
+        32
     """
 
     #: Batches' groups kept per set before they are added up (bounds the memory held).
