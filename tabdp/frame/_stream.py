@@ -695,7 +695,7 @@ def _replayed(sess: Session, lf: pl.LazyFrame, schema: pl.Schema, programs: list
 
     A report keeps the input's row order (its joins maintain the left order). Program ``target``
     (a release: the last one), or each program of a set of targets (the releases of one pass,
-    `StreamingBackend.prefetch`), gets its admission flags ``_P ok<j>:<currency>``: each program's
+    `StreamingBackend._prefetch`), gets its admission flags ``_P ok<j>:<currency>``: each program's
     flags depend only on the programs before it, so one pass gives every target the flags it
     would get alone. In a session without a budget every record is admitted, so the outputs need
     neither the earlier releases nor (unless ``track``) the batch function: only the targets'
@@ -1396,7 +1396,8 @@ class InBatch:
     other sets' releases are aggregated here instead: the batch function hands every batch
     (its program columns, the raw columns these aggregations read, and the other sets' fresh
     admission flags and cell audits) to `add`, which groups it by each set's cells with the
-    very aggregations of `release_queries` (`_set_aggregation`); the batches' groups are then
+    aggregations of `release_queries` (`_set_aggregation`) except the row fingerprints (the
+    first set's aggregation computes them for every release); the batches' groups are then
     added up (sums and counts added, the cell audits' maxima taken): exactly the aggregation
     of the whole input, from the one evaluation that the first set's aggregation read.
 

@@ -133,7 +133,8 @@ def _released_tables(lf: Any, session: Session, requests: list[dict[str, Any]]
 
     One call for every engine (`tabdp.frame.releases.release_requests`): on Polars all tables
     are planned (every argument and schema check) before the input is read, then executed in
-    order, one pass over the input each; on Spark one after the other. Public
+    order (streaming, all in one pass over the input: `tabdp.frame.backends.polars`); on Spark
+    one after the other. Public
     tables take the key set's dtypes (the spec's domains), never the input's: the accessor
     returns keys in the data's dtypes (an Enum whose categories may come from the data), which
     a public file must not reflect.
