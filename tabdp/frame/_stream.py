@@ -1433,7 +1433,6 @@ class InBatch:
         self.columns = sorted(roots - flags)
         self._parts: list[list[pl.DataFrame]] = [[] for _ in sets]
         self._lock = threading.Lock()
-        self.failed = False
 
     def add(self, frame: pl.DataFrame) -> None:
         """Group one batch (``frame``: its columns and flags) by each set's cells."""
