@@ -1431,6 +1431,9 @@ class InBatch:
                 roots |= set(e.meta.root_names())
         #: The columns the aggregations read that the batch function does not write.
         self.columns = sorted(roots - flags)
+        #: The maxima's columns, by their full tagged names: a measure's columns end with its
+        #: name, which may end like a maximum's (review r64: ``pay__tabdp_worst_rho``)
+        self._maxima = {f"{_tag(i)}{x}" for group in sets for i in group for x in _MAXIMA}
         self._parts: list[list[pl.DataFrame]] = [[] for _ in sets]
         self._lock = threading.Lock()
 
@@ -1447,7 +1450,7 @@ class InBatch:
         keys = self._keys[n]
         whole = pl.concat(parts, how="vertical")
         return whole.group_by(*keys).agg(
-            pl.col(c).max() if c.endswith(_MAXIMA) else pl.col(c).sum()
+            pl.col(c).max() if c in self._maxima else pl.col(c).sum()
             for c in whole.columns if c not in keys)
 
     def frames(self) -> list[pl.DataFrame] | None:

@@ -495,6 +495,32 @@ def test_a_pass_over_several_sets_of_cells_runs_one_group_by_at_a_time(
     assert any(q["cells_with_data_outside_keys"] for q in a["queries"][1:])
 
 
+@pytest.mark.parametrize("measure", ["pay__tabdp_worst_rho", "pay__tabdp_worst_size"])
+def test_a_measure_named_like_a_cell_audit_is_summed_over_the_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure: str) -> None:
+    """Review r64: the batches' groups of a later set are summed, but for the audits' maxima.
+
+    `InBatch` took as a maximum every column whose name ended like a cell audit's, and a
+    measure's columns (its total, what was left out, its counters) end with the measure's own
+    name: a measure named ``pay__tabdp_worst_rho`` (only the start of a name is reserved) was
+    released as the largest batch's sum, not the total. The maxima are now named in full.
+    """
+    from tabdp.frame._stream import InBatch
+
+    monkeypatch.setattr(InBatch, "_COMPACT", 2)
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 6).rename({"w": measure}).write_parquet(path, row_group_size=300)
+    reqs = [dict(kind="count", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]), name="n_c",
+                 mechanism=mech.Gaussian(3.0)),
+            dict(kind="sum", measures=measure, by="s", keys=tabdp.KeySet.from_dict(s=[0, 1]),
+                 name="w_s", mechanism=mech.Gaussian(3.0))]
+    added = []
+    real = InBatch.add
+    monkeypatch.setattr(InBatch, "add", lambda self, frame: (added.append(1), real(self, frame)))
+    _streaming_equals_memory(path, reqs, budget=5.0)
+    assert len(added) > 2  # the later set was aggregated in the batch function, added up
+
+
 @pytest.mark.parametrize("ids", ["decreasing", "with-gaps", "interleaved", "unwritten"])
 def test_the_later_sets_are_aggregated_in_the_batch_whatever_the_row_ids(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: str) -> None:
