@@ -486,10 +486,19 @@ def test_a_pass_over_several_sets_of_cells_runs_one_group_by_at_a_time(
     mixed_rows(6000, 8).write_parquet(path, row_group_size=500)
     calls = _group_bys_per_collect(monkeypatch)
     rows = replay_batch_sizes(monkeypatch)
+    held: list[int] = []  # after each batch, the most groups' frames held for one set
+    real_add = InBatch.add
+
+    def add(self: Any, frame: Any) -> None:
+        real_add(self, frame)
+        held.append(max(len(p) for p in self._parts))
+
+    monkeypatch.setattr(InBatch, "add", add)
     s = tabdp.Session(seed=1, streaming=True, budget=budget, track_cells=True)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
     assert sum(rows) == 6000  # one replay, every set aggregated in it
     assert calls == [1]  # one collect, one query: four sets of cells
+    assert len(held) == len(rows) and max(held) == min(compact - 1, len(rows))  # bounded
     a, _ = _streaming_equals_memory(path, _requests(), budget=budget)
     assert any(q["units_left_out_by_budget"] for q in a["queries"][1:])
     assert any(q["cells_with_data_outside_keys"] for q in a["queries"][1:])
