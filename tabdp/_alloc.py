@@ -7,7 +7,8 @@ alone when the environment sets any of glibc's ``MALLOC_*`` tunables or ``GLIBC_
 * `warm_heap` (the library, once per process, at its first release): glibc's own dynamic
   threshold raised to its ceiling, as glibc does by itself once a process frees a block of
   32 MiB; no ``mallopt``, nothing switched off.
-* `keep_freed_memory` (the command line only): fixed thresholds that keep freed memory.
+* `keep_freed_memory` (the command line only): fixed thresholds that keep freed memory, in
+  at most `ARENAS` heaps.
 
 **keep_freed_memory.**
 
@@ -31,9 +32,12 @@ import threading
 __all__ = ["keep_freed_memory", "warm_heap"]
 
 #: ``mallopt`` parameters (glibc's ``malloc.h``).
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -2, -3, -8
+#: At most this many heaps (arenas): each keeps its own freed memory, and every thread that
+#: runs a batch function (one per core in Polars' pool) would otherwise get a heap of its own.
+ARENAS = 2
 _SETTINGS = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 256 << 20),
-             (_M_TOP_PAD, 64 << 20))
+             (_M_TOP_PAD, 64 << 20), (_M_ARENA_MAX, ARENAS))
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -104,7 +108,11 @@ def warm_heap() -> bool:
 def keep_freed_memory() -> bool:
     """Tell glibc's allocator to keep freed memory for reuse (a command's process only).
 
-    Nothing is changed on another C library or system, or when the environment sets any of
+    Blocks up to 32 MiB come from the heaps, each heap keeps up to 256 MiB free at its top
+    (64 MiB of padding), and the process has at most `ARENAS` heaps: glibc gives each thread
+    that allocates while another holds a heap's lock a heap of its own (up to eight per core),
+    so each of Polars' threads running a batch function kept its own freed memory. Nothing is
+    changed on another C library or system, or when the environment sets any of
     glibc's ``MALLOC_*`` tunables or ``GLIBC_TUNABLES`` (the user's settings win). Afterwards
     `warm_heap` does nothing.
 

@@ -67,6 +67,54 @@ def test_warm_heap_leaves_a_tuned_allocator_alone(var: str) -> None:
     assert _probe("_alloc.warm_heap()", **{var: value}) == "False True"
 
 
+#: Prints, after ``SETUP``, how many heaps glibc has once 6 threads allocate at the same time
+#: (``malloc_stats`` writes one "Arena" section per heap to standard error).
+_ARENAS = """
+import ctypes, os, sys, threading
+from tabdp import _alloc
+libc = ctypes.CDLL(None)
+libc.malloc.argtypes = [ctypes.c_size_t]; libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+SETUP
+start, held = threading.Barrier(6), threading.Barrier(6)
+def work():
+    start.wait()
+    blocks = [libc.malloc(4096) for _ in range(20000)]
+    held.wait()
+    for b in blocks:
+        libc.free(b)
+threads = [threading.Thread(target=work) for _ in range(6)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stderr.flush()
+libc.malloc_stats()
+"""
+
+
+def _heaps(setup: str) -> int:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    out = subprocess.run([sys.executable, "-c", _ARENAS.replace("SETUP", setup)], env=base,
+                         capture_output=True, text=True, check=True)
+    return sum(line.startswith("Arena ") for line in out.stderr.splitlines())
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc's allocator")
+def test_the_commands_setting_caps_the_heaps_that_keep_freed_memory() -> None:
+    """`keep_freed_memory` caps the heaps at `ARENAS`; threads allocating at once share them.
+
+    Each heap keeps up to 256 MiB free under the command's thresholds, and glibc gives a
+    thread that finds every heap locked a heap of its own (up to eight per core): a 10M-row
+    `tabdp run` peaked at 0.64-1.24 GB without the cap (10 runs), 0.59-0.70 GB with it (5).
+    """
+    from tabdp import _alloc
+
+    assert _heaps("_alloc.keep_freed_memory()") <= _alloc.ARENAS
+    # glibc's own: more heaps than the cap (7 in every run here; threads that never meet in
+    # malloc would share one, so the probe is tried three times)
+    assert max(_heaps("") for _ in range(3)) > _alloc.ARENAS
+
+
 @pytest.mark.skipif(not _GLIBC, reason="glibc's allocator")
 def test_warm_heap_after_the_commands_fixed_thresholds_does_nothing() -> None:
     """`keep_freed_memory` (the command line) sets fixed thresholds: warm_heap changes none."""
