@@ -105,7 +105,7 @@ def test_the_commands_setting_caps_the_heaps_that_keep_freed_memory() -> None:
 
     Each heap keeps up to 256 MiB free under the command's thresholds, and glibc gives a
     thread that finds every heap locked a heap of its own (up to eight per core): a 10M-row
-    `tabdp run` peaked at 0.64-1.24 GB without the cap (10 runs), 0.59-0.70 GB with it (5).
+    `tabdp run` peaked at 0.64-1.24 GB without the cap (5 runs), 0.59-0.70 GB with it (3).
     """
     from tabdp import _alloc
 
