@@ -267,7 +267,7 @@ class _Spill:
     row-id order; the files are read in row-id order, and only if they hold every row of the
     input exactly once in contiguous batches (else the report is replayed as before). A
     column that is one value over a batch, or a copy of another, is not written (`_compact`)
-    and is restored as it was when read (`read`, `scan`): about half the bytes on disk.
+    and is restored as it was when read (`scan`): about half the bytes on disk.
 
     Attributes:
         names: The programs replayed, in release order (set by `_replayed`).
@@ -506,7 +506,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
     The fields of the targets aggregated in the batch function (``in_batch``: the later sets
     of cells of a pass) are handed to it with the batch's columns instead of being returned.
     """
-    deferred = frozenset() if in_batch is None else in_batch.targets
+    in_here = frozenset() if in_batch is None else in_batch.targets
     curve = sess.budget is not None and sess.budget.per_currency
     # the running totals kept: what the filter reads ("rho", "rho@<currency>",
     # "size@<currency>") and what the report writes (ε at δ needs every component; a spill
@@ -607,7 +607,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     col[ids] = losses.rho
                 per_prog[f"rho_{prog.name}"] = col
             if j in targets and not report:
-                dest = later if j in deferred else out
+                dest = later if j in in_here else out
                 for c in ch.currencies:
                     if every:
                         flag = np.asarray(admitted[c], dtype=bool)

@@ -673,7 +673,8 @@ class StreamingBackend(_PolarsOutput):
         """Fingerprint the columns any of ``rels`` reads (checked by every release)."""
         self._fp_cols = _fingerprinted(rels[0].op.session, rels) if rels else []
         self._rels = list(rels)
-        #: id(release) -> (its program index, its aggregation), from the batch's one pass
+        #: id(release) -> (its program index, its aggregation, the pass's fingerprints where the
+        #: aggregation holds none), from the batch's one pass
         self._fetched: dict[int, tuple[int, pl.DataFrame, dict[str, int] | None]] | None = None
 
     def _prefetch(self) -> None:
