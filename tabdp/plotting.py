@@ -16,26 +16,28 @@ with ``fig.savefig(...)`` or [`save_smooth_noise_std`][tabdp.plotting.save_smoot
 The inline SVG figures of a release's HTML reports (``summary.html``, the confidential report)
 live here too ([`loss_curves_svg`][tabdp.plotting.loss_curves_svg],
 [`moe_curves_svg`][tabdp.plotting.moe_curves_svg], [`histogram_svg`][tabdp.plotting.histogram_svg],
-[`scatter_svg`][tabdp.plotting.scatter_svg]). Each draws on a fresh `matplotlib.figure.Figure` on
-the Agg canvas and returns an ``<svg ...>...</svg>`` string ready to paste into an HTML page (no XML
-header, no DOCTYPE, no external reference). The output is deterministic: text is kept as SVG
-``<text>`` (``svg.fonttype = "none"``), the creation date is left out and element ids are derived
-from a fixed salt, the plot kind and its title, so the same input gives byte-identical SVG, and two
-plots of one page (different titles) never share an element id. Colours: tables use the matplotlib
-``tab10`` palette in order ([`PALETTE`][tabdp.plotting.PALETTE]); a curve labelled ``"total"`` is
-drawn thick and black.
+[`scatter_svg`][tabdp.plotting.scatter_svg]), each returning an ``<svg ...>...</svg>`` string ready
+to paste into an HTML page (no XML header, no DOCTYPE, no external reference), byte-identical for
+the same input, with element ids that two plots of one page (different titles) never share, and
+text kept as SVG ``<text>``. The public page's curves draw on a fresh `matplotlib.figure.Figure` on
+the Agg canvas (``svg.fonttype = "none"``, no creation date, ids derived from a fixed salt, the
+plot kind and its title) and are cached on disk
+([`public_figure_svg`][tabdp.plotting.public_figure_svg]). The confidential page's histogram and
+scatter, drawn from the data on every release, are written as SVG directly, without matplotlib,
+in the same style (a scatter's points are one embedded 200-dpi PNG layer): a release whose public
+figures are cached imports no plotting library. Colours: tables use the matplotlib ``tab10``
+palette in order ([`PALETTE`][tabdp.plotting.PALETTE]); a curve labelled ``"total"`` is drawn
+thick and black.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import os
 import pathlib
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,16 @@ from matplotlib.ticker import LogFormatter
 from numpy.typing import ArrayLike
 
 from tabdp._histogram import histogram_bin_index, histogram_edges
+from tabdp._svgchart import (
+    _TOTAL_COLOR,
+    PALETTE,
+    _float,
+    _positive_pairs,
+    histogram_counts_svg,
+    histogram_svg,
+    power_text,
+    scatter_svg,
+)
 from tabdp._validation import check_real
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms.smooth import DEFAULT_DELTA, std_vs_gamma
@@ -262,11 +274,6 @@ def save_smooth_noise_std(path: str | os.PathLike[str], *, dpi: float = 150.0,
 # ================================================================================================
 #: Line colours, in order (matplotlib's ``tab10``): distinctive, colour-blind-friendlier than the
 #: default cycle of older versions, and easy to find in a screenshot.
-PALETTE: tuple[str, ...] = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)
-_TOTAL_COLOR = "#000000"
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
 _RC: dict[RcKeyType, Any] = {
@@ -392,50 +399,11 @@ def _attr(s: str) -> str:
             .replace(">", "&gt;"))
 
 
-def _positive_pairs(x: Sequence[Any], y: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Points with finite x > 0 and y > 0 (None counts as missing), sorted by x."""
-    xs, ys = [], []
-    for a, b in zip(x, y, strict=True):
-        fa, fb = _float(a), _float(b)
-        if fa is not None and fb is not None and fa > 0 and fb > 0:
-            xs.append(fa)
-            ys.append(fb)
-    xa, ya = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
-    order = np.argsort(xa, kind="stable")
-    return xa[order], ya[order]
-
-
-def _float(v: Any) -> float | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _no_data(ax: Axes, message: str = "no data to plot") -> None:
     ax.text(0.5, 0.5, message, transform=ax.transAxes, ha="center", va="center",
             color="#666666", fontsize=11)
     ax.set_xticks([])
     ax.set_yticks([])
-
-
-_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def _power_text(x: float) -> str:
-    """``1e5`` → ``10⁵``, ``2e-7`` → ``2×10⁻⁷``, ``0.5`` → ``0.5`` (plain text, no mathtext)."""
-    if x == 0 or not math.isfinite(x):
-        return f"{x:g}"
-    exp = math.floor(math.log10(abs(x)) + 1e-9)
-    mant = x / 10.0**exp
-    if abs(mant - round(mant)) < 1e-6 and round(mant) == 1:
-        return "10" + str(exp).translate(_SUPERSCRIPT)
-    if -2 <= exp <= 4:
-        return f"{x:g}"
-    return f"{mant:.2g}×10" + str(exp).translate(_SUPERSCRIPT)
 
 
 class _PowerFormatter(LogFormatter):
@@ -446,7 +414,7 @@ class _PowerFormatter(LogFormatter):
     """
 
     def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
-        return _power_text(float(x))
+        return power_text(float(x))
 
 
 def _log_axis(axis: Any) -> None:
@@ -469,34 +437,6 @@ def _legend(ax: Axes, n: int) -> None:
         ax.legend(loc="best", ncols=1 if n <= 6 else 2)
 
 
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.integer, np.floating, np.bool_)):
-        return o.item()
-    raise TypeError(f"not a figure argument: {type(o).__name__}")
-
-
-def _figure_key(render: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-    """SHA-256 of a figure's inputs, tabdp's and matplotlib's versions and rc settings."""
-    import matplotlib
-
-    from tabdp._cache import _tabdp_version
-
-    try:
-        text = json.dumps(
-            {"figure": f"{render.__module__}.{render.__qualname__}", "args": list(args),
-             "kwargs": dict(kwargs), "tabdp": _tabdp_version(),
-             "matplotlib": matplotlib.__version__,
-             # every rc setting (a matplotlibrc or rcParams change is a miss)
-             "rc": [[k, repr(v)] for k, v in sorted(dict.items(matplotlib.rcParams))
-                    if k != "backend"]},  # (the figures draw on their own canvas)
-            default=_json_default, allow_nan=True)
-    except (TypeError, ValueError):
-        return None
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def public_figure_svg(render: Any, *args: Any, **kwargs: Any) -> str:
     """``render(*args, **kwargs)`` (an SVG figure of **public** inputs), cached on disk.
 
@@ -504,7 +444,9 @@ def public_figure_svg(render: Any, *args: Any, **kwargs: Any) -> str:
     alone (policy curves, mechanisms, levels), not from the data, and a release run with the
     same plan draws the same bytes again. They are kept in the samplers' cache folder
     (``$TABDP_CACHE_DIR``, `tabdp._cache`; ``off`` disables it), under ``figures/``, keyed by
-    the SHA-256 of the inputs, the tabdp and matplotlib versions and every rc setting, each file
+    the SHA-256 of the inputs, the tabdp and matplotlib versions and every rc setting (the live
+    ``rcParams`` once matplotlib is imported, else the contents of every matplotlibrc file
+    matplotlib could read: a lookup imports no matplotlib), each file
     holding its key and the SHA-256 of its SVG: a file that does not match (truncated, changed,
     another key) is drawn again and replaced. Writes are atomic (``os.replace``); a cache that
     cannot be read or written only means the figure is drawn. Never call it with data-dependent
@@ -525,36 +467,10 @@ def public_figure_svg(render: Any, *args: Any, **kwargs: Any) -> str:
         >>> svg == loss_curves_svg({"t": rows}, title="Loss")
         True
     """
-    from tabdp._cache import table_dir
+    from tabdp._figcache import cached_svg
 
-    folder = table_dir()
-    key = None if folder is None else _figure_key(render, args, kwargs)
-    if folder is None or key is None:
-        return str(render(*args, **kwargs))
-    path = folder / "figures" / f"{getattr(render, '__name__', 'figure')}-{key[:40]}.json"
-    try:
-        got = json.loads(path.read_text(encoding="utf-8"))
-        svg = got["svg"]
-        if (got.get("key") == key and isinstance(svg, str)
-                and got.get("sha256") == hashlib.sha256(svg.encode()).hexdigest()):
-            return svg
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    svg = str(render(*args, **kwargs))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fig-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"key": key, "sha256": hashlib.sha256(svg.encode()).hexdigest(),
-                           "svg": svg}, fh)
-            os.replace(tmp, path)
-        except BaseException:
-            pathlib.Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError:
-        pass
-    return svg
+    return cached_svg(f"{render.__module__}.{render.__qualname__}",
+                      lambda: render(*args, **kwargs), args, kwargs)
 
 
 # -- public plots ---------------------------------------------------------------------------------
@@ -836,184 +752,3 @@ def _moe_figure(curves: Mapping[str, Sequence[Mapping[str, float]]], title: str,
     else:
         axes[0].set_title(_text(title))
     return fig
-
-
-def histogram_svg(values: np.ndarray, *, title: str, xlabel: str, log_x: bool = True) -> str:
-    """Histogram of per-unit values (e.g. each unit's total ρ).
-
-    Args:
-        values: The values. Non-finite values are left out; with ``log_x`` so are values ≤ 0
-            (the plot notes how many were left out).
-        title: Plot title.
-        xlabel: Label of the x axis.
-        log_x: Logarithmic bins and x axis.
-
-    Returns:
-        An ``<svg ...>...</svg>`` string.
-
-    Example:
-        >>> import numpy as np
-        >>> v = np.geomspace(0.01, 100.0, 500)
-        >>> svg = histogram_svg(v, title="Losses", xlabel="ρ")
-        >>> svg.count("<svg") == 1 and svg == histogram_svg(v, title="Losses", xlabel="ρ")
-        True
-    """
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    finite = v[np.isfinite(v)]
-    shown = finite[finite > 0] if log_x else finite
-    left_out = int(v.size - shown.size)
-    if shown.size == 0:
-        return histogram_counts_svg(None, None, left_out=left_out, title=title, xlabel=xlabel,
-                                    log_x=log_x)
-    edges = histogram_edges(int(shown.size), float(shown.min()), float(shown.max()),
-                            log_x=log_x)
-    idx = histogram_bin_index(shown, edges)
-    counts = np.bincount(idx[idx >= 0], minlength=edges.size - 1)
-    return histogram_counts_svg(edges, counts, left_out=left_out, title=title, xlabel=xlabel,
-                                log_x=log_x)
-
-
-def histogram_counts_svg(edges: np.ndarray | None, counts: np.ndarray | None, *, left_out: int,
-                         title: str, xlabel: str, log_x: bool = True) -> str:
-    """The plot of `histogram_svg` from precomputed bins (e.g. counted by a Polars query).
-
-    Args:
-        edges: Bin edges (``nb + 1``, from [`histogram_edges`][tabdp.plotting.histogram_edges]), or
-            None when no value is shown.
-        counts: Number of values in each bin (``nb``;
-            [`histogram_bin_index`][tabdp.plotting.histogram_bin_index]), or None.
-        left_out: Number of values not shown (non-finite; with ``log_x`` also ≤ 0).
-        title: Plot title.
-        xlabel: Label of the x axis.
-        log_x: Logarithmic x axis.
-
-    Returns:
-        An ``<svg ...>...</svg>`` string, identical to
-        [`histogram_svg`][tabdp.plotting.histogram_svg] of values with these counts.
-
-    Example:
-        >>> import numpy as np
-        >>> v = np.geomspace(0.01, 100.0, 500)
-        >>> e = histogram_edges(v.size, 0.01, 100.0)
-        >>> c = np.bincount(histogram_bin_index(v, e), minlength=e.size - 1)
-        >>> svg = histogram_counts_svg(e, c, left_out=0, title="Losses", xlabel="ρ")
-        >>> svg == histogram_svg(v, title="Losses", xlabel="ρ")
-        True
-    """
-    with rc_context(_RC):
-        fig, (ax,) = _new_figure(height=3.8)
-        shown = edges is not None and counts is not None and int(np.sum(counts)) > 0
-        if not shown:
-            _no_data(ax, "no positive values to plot" if log_x else "no values to plot")
-        else:
-            e = np.asarray(edges, dtype=np.float64)
-            c = np.asarray(counts, dtype=np.float64)
-            ax.bar(e[:-1], c, width=np.diff(e), align="edge", color=PALETTE[0],
-                   edgecolor="white", linewidth=0.4)
-            if log_x:
-                ax.set_xscale("log")
-                _log_axis(ax.xaxis)
-            ax.set_yscale("log")
-            _log_axis(ax.yaxis)
-            ax.grid(True, which="major", axis="both", color="#e0e0e0", linewidth=0.7)
-            ax.set_axisbelow(True)
-            ax.set_ylabel("number of units (log scale)")
-        if left_out:
-            what = "non-finite or ≤ 0" if log_x else "non-finite"
-            note = f"{left_out:,} value(s) {what} not shown"
-            if shown:  # an empty legend holding the note, placed where the bars are not
-                ax.legend(handles=[], title=note, loc="best", title_fontsize=9)
-            else:
-                ax.text(0.5, 0.4, note, transform=ax.transAxes, ha="center", va="top",
-                        color="#555555", fontsize=9)
-        ax.set_xlabel(_text(xlabel))
-        ax.set_title(_text(title))
-        return _to_svg(fig, "hist", title)
-
-
-def _subsample(y: np.ndarray, max_points: int) -> np.ndarray:
-    """Indices of at most ``max_points`` points: the largest y, then evenly spaced by rank."""
-    n = y.size
-    if n <= max_points:
-        return np.arange(n)
-    order = np.argsort(y, kind="stable")
-    k_top = max(1, min(max_points // 10, max_points))
-    top = order[n - k_top:]
-    rest = order[: n - k_top]
-    k_rest = max_points - k_top
-    if k_rest > 0 and rest.size:
-        pick = np.unique(np.linspace(0, rest.size - 1, k_rest).round().astype(np.int64))
-        chosen = np.concatenate([rest[pick], top])
-    else:
-        chosen = top
-    return np.sort(chosen)
-
-
-def scatter_svg(x: np.ndarray, y: np.ndarray, *, title: str, xlabel: str, ylabel: str,
-                curve: Sequence[Mapping[str, float | None]] | None = None,
-                max_points: int = 20000, n_total: int | None = None) -> str:
-    """Log-log scatter of per-unit values, with an optional public policy curve on top.
-
-    Args:
-        x: Per-unit x values (e.g. size). Points with x ≤ 0, y ≤ 0 or a non-finite value are
-            dropped.
-        y: Per-unit y values (e.g. total ρ).
-        title: Plot title.
-        xlabel: Label of the x axis.
-        ylabel: Label of the y axis.
-        curve: Optional rows ``{"delta": ..., "rho": ...}`` (the public total policy curve),
-            drawn as a black line: a unit's point lies on or below it.
-        max_points: Largest number of points drawn. Beyond it a deterministic subsample is
-            drawn: the ``max_points // 10`` points of largest y, and points evenly spaced in the
-            rank order of y among the others (the plot says so).
-        n_total: When ``x`` and ``y`` are already a sample: the number of units it was drawn
-            from (units with positive finite x and y); the plot then says "a systematic sample
-            of N of M units".
-
-    Returns:
-        An ``<svg ...>...</svg>`` string.
-
-    Example:
-        >>> import numpy as np
-        >>> s = np.geomspace(1.0, 1e6, 200)
-        >>> curve = [{"delta": d, "rho": 0.1 * np.log1p(d) ** 2} for d in (1.0, 1e3, 1e6)]
-        >>> svg = scatter_svg(s, 0.05 * np.log1p(s) ** 2, title="ρ vs size", xlabel="size",
-        ...                   ylabel="ρ", curve=curve, max_points=50)
-        >>> "50 of 200 units shown" in svg
-        True
-    """
-    xa = np.asarray(x, dtype=np.float64).reshape(-1)
-    ya = np.asarray(y, dtype=np.float64).reshape(-1)
-    if xa.shape != ya.shape:
-        raise ValueError(f"scatter_svg: x and y must have the same length; got {xa.size} and "
-                         f"{ya.size}.")
-    ok = np.isfinite(xa) & np.isfinite(ya) & (xa > 0) & (ya > 0)
-    xa, ya = xa[ok], ya[ok]
-    idx = _subsample(ya, max(int(max_points), 1))
-    with rc_context(_RC):
-        fig, (ax,) = _new_figure()
-        n_curve = 0
-        if xa.size:
-            ax.scatter(xa[idx], ya[idx], s=7, color=PALETTE[0], alpha=0.55, linewidths=0,
-                       label="units", zorder=3, rasterized=True)
-        if curve:
-            cx, cy = _positive_pairs([r.get("delta") for r in curve],
-                                     [r.get("rho") for r in curve])
-            if cx.size:
-                ax.plot(cx, cy, color=_TOTAL_COLOR, linewidth=2.4, marker="o", markersize=4,
-                        label="public total policy curve", zorder=5)
-                n_curve = 1
-        if xa.size or n_curve:
-            _style_log_axes(ax)
-            note = (f"{idx.size:,} of {xa.size:,} units shown:\nthe largest values and an even "
-                    "spread of the others" if idx.size < xa.size else None)
-            if n_total is not None and n_total > idx.size:
-                note = (f"a systematic sample of {idx.size:,} of {n_total:,} units:\nthe "
-                        "largest values and every k-th other unit")
-            ax.legend(loc="best", title=note, title_fontsize=8.5, markerscale=2.5)
-        else:
-            _no_data(ax, "no units with positive size and loss")
-        ax.set_xlabel(_text(xlabel))
-        ax.set_ylabel(_text(ylabel))
-        ax.set_title(_text(title))
-        return _to_svg(fig, "scatter", title)

@@ -872,7 +872,7 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         >>> 'id="plot-loss"' in page and 'id="plot-moe"' in page
         True
     """
-    from tabdp.plotting import loss_curves_svg, moe_curves_svg, public_figure_svg
+    from tabdp._figcache import public_svg
 
     release = summary.get("release") or {}
     version = str(summary.get("tabdp_version", ""))
@@ -1006,8 +1006,8 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     # an axis, and the total is drawn per unit (losses are not added across units)
     units = {str(t.get("name", "?")): _curve_unit(t) for t in tables}
     # the public page's figures follow from the plan alone: cached on disk across runs
-    loss = [_figure("plot-loss", public_figure_svg(
-        loss_curves_svg, curves, title="Per-record privacy loss ρ by record size", units=units),
+    loss = [_figure("plot-loss", public_svg(
+        "loss_curves_svg", curves, title="Per-record privacy loss ρ by record size", units=units),
         "<b>How to read this plot.</b> Each coloured line is one table: the privacy loss ρ of "
         "a record contributing Δ to one of its cells (every measure of the cell, and the "
         "matching cell of each rollup released directly). Record sizes are in the unit of "
@@ -1018,8 +1018,8 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         "pays once per cell.")]
     eps_curves = {k: v for k, v in curves.items() if _has(v, "epsilon_delta")}
     if eps_curves:
-        loss.append(_figure("plot-loss-eps", public_figure_svg(
-            loss_curves_svg, eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
+        loss.append(_figure("plot-loss-eps", public_svg(
+            "loss_curves_svg", eps_curves, title="Per-record loss as (ε, δ)-DP by record size",
             ylabel=f"ε at δ = {fmt(_float(delta)) if delta is not None else 'δ'}",
             key="epsilon_delta", units=units),
             "The same losses stated as (ε, δ)-differential privacy at the release's δ: for a "
@@ -1046,8 +1046,8 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
     # its own mechanism at the plan's level (per planned total: a transformation's varies)
     cv_lines = cv_flag_lines(tables)
     body.append(_section("accuracy", "Expected accuracy", _figure(
-        "plot-moe", public_figure_svg(
-            moe_curves_svg, moe, title="Relative margin of error by true cell total",
+        "plot-moe", public_svg(
+            "moe_curves_svg", moe, title="Relative margin of error by true cell total",
             units=moe_units, cv_lines=cv_lines),
         f"<b>How to read this plot.</b> For a cell whose true total is on the horizontal axis, "
         f"the {_level_text(level)} margin of error of its published value divided by the total "
@@ -1809,7 +1809,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
         >>> "CONFIDENTIAL" in page and 'id="plot-loss-size"' in page
         True
     """
-    from tabdp.plotting import histogram_counts_svg, scatter_svg
+    from tabdp._svgchart import histogram_counts_svg, scatter_svg
 
     release = report.get("release") or {}
     title = _release_title(release)

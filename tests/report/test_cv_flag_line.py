@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import tabdp.plotting as plotting
+from tabdp import _figcache
 from tabdp.release.runner import plan_summary
 from tabdp.release.spec import load_spec
 from tabdp.report.html import cv_flag_lines, render_summary_html
@@ -72,14 +73,14 @@ def test_summary_plot_gets_each_tables_line_and_caption(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     summary = _summary(tmp_path)
     seen: dict[str, Any] = {}
-    real = plotting.public_figure_svg
+    real = _figcache.public_svg
 
-    def spy(render: Any, *args: Any, **kwargs: Any) -> str:
-        if render is plotting.moe_curves_svg:
+    def spy(function: str, *args: Any, **kwargs: Any) -> str:
+        if function == "moe_curves_svg":
             seen.update(kwargs)
-        return real(render, *args, **kwargs)
+        return real(function, *args, **kwargs)
 
-    monkeypatch.setattr(plotting, "public_figure_svg", spy)
+    monkeypatch.setattr(_figcache, "public_svg", spy)
     page = render_summary_html(summary)
     assert seen["cv_lines"] == cv_flag_lines(summary["tables"])
     assert "cv_line" not in seen

@@ -164,16 +164,17 @@ def test_save_rejects_other_formats_and_ax(tmp_path: pathlib.Path) -> None:
 
 # -- the report figures' dry-run draw (issue 29: the fixed cost of a release) -------------------
 def _report_svgs() -> list[str]:
-    """One SVG of every report plot and its variants (panels, legends, rasterized points)."""
+    """One SVG of every report plot drawn through matplotlib, and its variants (panels, legends).
+
+    (The confidential page's histogram and scatter are written without matplotlib:
+    ``tests/report/test_svgchart.py``.)
+    """
     from tabdp import plotting as P
 
     sizes = [1.0, 1e2, 1e4, 1e6, 1e8, 1e10]
     curve = [{"delta": d, "rho": 0.05 * np.log1p(d) ** 2, "epsilon_delta": np.log1p(d)}
              for d in sizes]
     moe = [{"total": t, "sd": 3.0, "moe": 5.0} for t in (10.0, 1e3, 1e5)]
-    rng = np.random.default_rng(7)
-    size = 10 ** rng.uniform(0, 8, 3000)
-    values = np.concatenate([rng.lognormal(0.0, 2.0, 500), [0.0, -1.0, np.inf]])
     return [
         P.loss_curves_svg({"a": curve, "b": curve[:4], "total": curve}, title="one panel"),
         P.loss_curves_svg({"pay": curve, "jobs": curve[1:], "n": curve[:3]}, title="panels",
@@ -181,11 +182,6 @@ def _report_svgs() -> list[str]:
                           key="epsilon_delta", ylabel="ε"),
         P.moe_curves_svg({"t: x": moe, "u: x": moe, "v: n": moe[:2]}, title="moe",
                          cv_line=0.5, units={"t: x": "x", "u: x": "x", "v: n": "rows"}),
-        P.histogram_svg(values, title="hist", xlabel="ρ"),
-        P.histogram_svg(np.zeros(0), title="empty", xlabel="ρ"),
-        P.scatter_svg(size, 0.05 * np.log1p(size) ** 2, title="scatter", xlabel="size",
-                      ylabel="ρ", curve=curve, max_points=500),
-        P.scatter_svg(np.zeros(0), np.zeros(0), title="no points", xlabel="x", ylabel="y"),
     ]
 
 

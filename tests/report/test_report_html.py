@@ -30,10 +30,10 @@ import pytest
 
 import tabdp
 from tabdp import mechanisms as mech
+from tabdp._svgchart import _subsample
 from tabdp.exceptions import InvalidParameterError, UsabilityWarning
 from tabdp.plotting import (
     PALETTE,
-    _subsample,
     histogram_svg,
     loss_curves_svg,
     moe_curves_svg,
