@@ -2,19 +2,20 @@
 
 The public page's figures (loss curves, margins of error) follow from the release plan alone,
 and a release with the same plan draws the same bytes again: `cached_svg` keeps them in the
-samplers' cache folder (`tabdp._cache`). Its key names matplotlib's version and rc settings
-without importing matplotlib when the caller has not (importing it cost 0.1–0.3 s of a release's
-fixed cost, 2026-12-06): the version from the installed distribution's metadata, and the rc
-settings as the contents of every matplotlibrc file matplotlib could read at start-up. Once
-matplotlib is imported, its live settings (``rcParams``, which a caller may change in code) are
-keyed instead. A figure whose key is missed is drawn (`tabdp.plotting` imported then).
+samplers' cache folder (`tabdp._cache`). Its key names matplotlib's settings without importing
+matplotlib when the caller has not (importing it cost 0.1–0.3 s of a release's fixed cost,
+2026-12-06): the hashes of the files matplotlib would read at import (its version file, its
+default settings, and every matplotlibrc it could read: `_rc_files`). Once matplotlib is
+imported, its live settings (``rcParams``, which a caller may change in code) are keyed
+instead, unless a figure drawn here imported it and nothing changed since. A figure whose key
+is missed is drawn (`tabdp.plotting` imported then).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
+import importlib.util
 import json
 import os
 import pathlib
@@ -36,26 +37,50 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not a figure argument: {type(o).__name__}")
 
 
-def _rc_files() -> list[str]:
-    """Every matplotlibrc matplotlib may read at start-up (a superset of the one it reads).
+def _package() -> pathlib.Path | None:
+    """The folder of the matplotlib that ``import matplotlib`` would load (not imported)."""
+    try:
+        spec = importlib.util.find_spec("matplotlib")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    return pathlib.Path(spec.origin).parent
 
-    ``matplotlib.matplotlib_fname`` takes the first of: ``./matplotlibrc``, ``$MATPLOTLIBRC``
-    (a file, or a folder holding ``matplotlibrc``), the configuration folder's
-    (``$MPLCONFIGDIR``, else ``$XDG_CONFIG_HOME/matplotlib`` or ``~/.config/matplotlib``, else
-    ``~/.matplotlib``), then the installed defaults (named by the version). All candidates that
-    exist are hashed, so a change to any of them is a miss.
+
+def _rc_files() -> list[str]:
+    """What matplotlib reads at import, as hashes: its version file, defaults and matplotlibrc.
+
+    ``matplotlib.matplotlib_fname`` takes the first matplotlibrc of: ``./matplotlibrc``,
+    ``$MATPLOTLIBRC`` (a file, or a folder holding ``matplotlibrc``), the configuration
+    folder's (``$MPLCONFIGDIR``; else ``$XDG_CONFIG_HOME/matplotlib`` or
+    ``~/.config/matplotlib`` on Linux; ``~/.matplotlib`` or ``%LOCALAPPDATA%/matplotlib`` on
+    Windows; ``~/.matplotlib`` elsewhere), then the package's ``mpl-data/matplotlibrc``, whose
+    settings are the defaults of every other. Every candidate that exists is hashed (a superset
+    of the one read), with the package's ``_version.py``, so a change to any of them is a miss.
     """
     env = os.environ
-    home = pathlib.Path.home()
     paths = [pathlib.Path.cwd() / "matplotlibrc"]
     if env.get("MATPLOTLIBRC"):
         rc = pathlib.Path(env["MATPLOTLIBRC"])
         paths += [rc, rc / "matplotlibrc"]
     if env.get("MPLCONFIGDIR"):
         paths.append(pathlib.Path(env["MPLCONFIGDIR"]) / "matplotlibrc")
-    xdg = pathlib.Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
-    paths += [xdg / "matplotlib" / "matplotlibrc", home / ".matplotlib" / "matplotlibrc"]
-    out = []
+    if env.get("LOCALAPPDATA"):
+        paths.append(pathlib.Path(env["LOCALAPPDATA"]) / "matplotlib" / "matplotlibrc")
+    try:
+        home: pathlib.Path | None = pathlib.Path.home()
+    except RuntimeError:  # no home folder
+        home = None
+    if env.get("XDG_CONFIG_HOME"):
+        paths.append(pathlib.Path(env["XDG_CONFIG_HOME"]) / "matplotlib" / "matplotlibrc")
+    if home is not None:
+        paths += [home / ".config" / "matplotlib" / "matplotlibrc",
+                  home / ".matplotlib" / "matplotlibrc"]
+    package = _package()
+    if package is not None:
+        paths += [package / "mpl-data" / "matplotlibrc", package / "_version.py"]
+    out = [f"package:{package}"]
     for p in paths:
         try:
             if p.is_file():
@@ -65,28 +90,45 @@ def _rc_files() -> list[str]:
     return out
 
 
+#: `_rc_files` as it was just before a figure drawn here imported matplotlib; None when
+#: matplotlib was imported elsewhere (or is not imported).
+_AT_IMPORT: list[list[str] | None] = [None]
+
+
+def _live_rc(mpl: Any, name: str) -> list[list[str]]:
+    """Every setting of ``mpl.<name>`` (``rcParams``, ``rcParamsOrig``) but the backend."""
+    return [[k, repr(v)] for k, v in sorted(dict.items(getattr(mpl, name))) if k != "backend"]
+
+
 def _matplotlib() -> dict[str, Any]:
-    """Matplotlib's version and rc settings, without importing it if it is not imported."""
+    """Matplotlib's settings for a figure's key, without importing matplotlib.
+
+    Not imported: the files it would read (`_rc_files`). Imported by a figure drawn here, with
+    its live settings unchanged since (``rcParams`` equal to ``rcParamsOrig``) and the files as
+    they were then: the same key as before the import, so the later figures of a release whose
+    first figure was drawn are found by the next run without importing matplotlib. Otherwise
+    (imported elsewhere, or settings changed in code) the version and every live setting.
+    """
     mpl = sys.modules.get("matplotlib")
-    if mpl is not None:
-        return {"matplotlib": str(getattr(mpl, "__version__", "?")),
-                # every live rc setting (the figures draw on their own canvas: not the backend)
-                "rc": [[k, repr(v)] for k, v in sorted(dict.items(mpl.rcParams))
-                       if k != "backend"]}
-    try:
-        version = importlib.metadata.version("matplotlib")
-    except importlib.metadata.PackageNotFoundError:
-        version = "absent"
-    return {"matplotlib": version, "rc_files": _rc_files()}
+    if mpl is None:
+        return {"rc_files": _rc_files()}
+    files = _AT_IMPORT[0]
+    if files is not None and _live_rc(mpl, "rcParams") == _live_rc(mpl, "rcParamsOrig"):
+        now = _rc_files()
+        if now == files:
+            return {"rc_files": now}
+    return {"matplotlib": str(getattr(mpl, "__version__", "?")), "rc": _live_rc(mpl, "rcParams")}
 
 
-def figure_key(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-    """SHA-256 of a figure's name and inputs, tabdp's and matplotlib's versions and rc settings.
+def figure_key(name: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+               settings: Mapping[str, Any] | None = None) -> str | None:
+    """SHA-256 of a figure's name and inputs, tabdp's version and matplotlib's settings.
 
     Args:
         name: The figure function's full name (``module.qualname``).
         args: Its positional arguments.
         kwargs: Its keyword arguments.
+        settings: Matplotlib's settings as `_matplotlib` gives them (computed if None).
 
     Returns:
         The key, or None when an input is not JSON-serialisable (the figure is then drawn).
@@ -101,7 +143,8 @@ def figure_key(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str
 
     try:
         text = json.dumps({"figure": name, "args": list(args), "kwargs": dict(kwargs),
-                           "tabdp": _tabdp_version(), **_matplotlib()},
+                           "tabdp": _tabdp_version(),
+                           **(_matplotlib() if settings is None else settings)},
                           default=_json_default, allow_nan=True)
     except (TypeError, ValueError):
         return None
@@ -129,7 +172,8 @@ def cached_svg(name: str, draw: Callable[[], Any], args: Sequence[Any],
     from tabdp._cache import table_dir
 
     folder = table_dir()
-    key = None if folder is None else figure_key(name, args, kwargs)
+    settings = None if folder is None else _matplotlib()
+    key = None if settings is None else figure_key(name, args, kwargs, settings)
     if folder is None or key is None:
         return str(draw())
     path = folder / "figures" / f"{name.rsplit('.', 1)[-1]}-{key[:40]}.json"
@@ -141,7 +185,10 @@ def cached_svg(name: str, draw: Callable[[], Any], args: Sequence[Any],
             return svg
     except (OSError, ValueError, KeyError, TypeError):
         pass
+    before = "matplotlib" in sys.modules
     svg = str(draw())
+    if not before and "matplotlib" in sys.modules and settings is not None:
+        _AT_IMPORT[0] = settings.get("rc_files")  # (the files its import read)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fig-", suffix=".tmp")

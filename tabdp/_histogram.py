@@ -41,6 +41,8 @@ def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.n
         return np.geomspace(lo, hi, nb + 1)
     if hi <= lo:
         lo, hi = lo - 0.5, hi + 0.5
+    if not math.isfinite(hi - lo):  # the span overflows: spaced at half scale, doubled (exact)
+        return np.linspace(lo / 2, hi / 2, nb + 1) * 2
     return np.linspace(lo, hi, nb + 1)
 
 

@@ -12,10 +12,11 @@ The figures keep the look of the matplotlib ones (the ``tab10`` blue, DejaVu San
 labelled ``10⁵``, a grid under the data, a legend placed where the data are not) and their
 properties: a bare ``<svg>`` element (no XML header, no external reference), byte-identical for
 the same input, element ids prefixed by the plot kind and a hash of its title (two plots of one
-page never share an id), text kept as ``<text>``, an accessible name (``role="img"``,
-``aria-label``, ``<title>``). A scatter's points are one embedded PNG layer at 200 dpi (as
-matplotlib's ``rasterized=True``): each point a disc of 7 pt² at opacity 0.55, overlapping
-discs composited exactly (``1 − Π(1 − 0.55·coverage)``).
+page with different titles never share an id), text kept as ``<text>`` (a title or label too
+long for the figure is set smaller, and cut with "…" below 6 px), an accessible name
+(``role="img"``, ``aria-label``, ``<title>``). A scatter's points are one embedded PNG layer
+at 200 dpi (as matplotlib's ``rasterized=True``): each point a disc of 7 pt² at opacity 0.55,
+overlapping discs composited exactly (``1 − Π(1 − 0.55·coverage)``).
 """
 
 from __future__ import annotations
@@ -108,6 +109,19 @@ def _f(v: float) -> str:
     return "0" if s in ("-0", "") else s
 
 
+def _fit(s: str, size: float, room: float, bold: bool = False) -> tuple[str, float]:
+    """``s`` and a font size at which it fits ``room`` pt: smaller, and below 6 px cut ("…")."""
+    width = _text_width(s, size, bold)
+    if width <= room or not s:
+        return s, size
+    small = size * room / width
+    if small >= 6.0:
+        return s, small
+    while len(s) > 1 and _text_width(s + "…", 6.0, bold) > room:
+        s = s[:-1]
+    return s.rstrip() + "…", 6.0
+
+
 def _text(x: float, y: float, s: str, *, size: float = 10.0, anchor: str = "middle",
           color: str = _TICK_COLOR, bold: bool = False, rotate: bool = False) -> str:
     weight = "; font-weight: bold" if bold else ""
@@ -133,7 +147,8 @@ class _Scale:
             lo, hi = math.log10(self.lo), math.log10(self.hi)
             with np.errstate(divide="ignore", invalid="ignore"):
                 return (np.log10(v) - lo) / (hi - lo)
-        return (v - self.lo) / (self.hi - self.lo)
+        # halved: no overflow on the widest spans, and the same doubles otherwise
+        return (v / 2 - self.lo / 2) / (self.hi / 2 - self.lo / 2)
 
     def __call__(self, v: Any) -> Any:
         out = self.a + self._t(np.asarray(v, dtype=np.float64)) * (self.b - self.a)
@@ -144,24 +159,35 @@ class _Scale:
         return self.lo - tol <= v <= self.hi + tol
 
 
+#: Exponents of the log axes' limits: ticks and limits stay finite, normal doubles (a value
+#: beyond them, such as a subnormal loss, is drawn at the edge of the axes or off it).
+_EXP_LO, _EXP_HI = -300.0, 300.0
+
+
 def _limits(lo: float, hi: float, log: bool, margin: float = 0.05) -> tuple[float, float]:
-    """Axis limits around ``[lo, hi]`` with a margin of ``margin`` of the span on each side."""
+    """Axis limits around ``[lo, hi]`` with a margin of ``margin`` of the span on each side.
+
+    Finite for any finite input: log limits within 10^±300, linear limits within the doubles.
+    """
     if log:
-        a, b = math.log10(lo), math.log10(hi)
+        a = min(max(math.log10(lo), _EXP_LO), _EXP_HI)
+        b = min(max(math.log10(hi), _EXP_LO), _EXP_HI)
         if b - a < 1e-12:
             a, b = a - 0.5, b + 0.5
         pad = margin * (b - a)
-        return 10.0 ** (a - pad), 10.0 ** (b + pad)
-    if hi - lo < 1e-12 * max(1.0, abs(lo), abs(hi)):
-        half = max(abs(lo) * 0.05, 0.5)
+        return 10.0 ** max(a - pad, _EXP_LO - 1), 10.0 ** min(b + pad, _EXP_HI + 1)
+    scale = max(abs(lo), abs(hi))
+    if scale == 0 or hi - lo <= 1e-12 * scale:
+        half = scale * 0.05 if scale > 0 else 0.5
         lo, hi = lo - half, hi + half
-    pad = margin * (hi - lo)
-    return lo - pad, hi + pad
+    pad = margin * (hi / 2 - lo / 2) * 2 if math.isfinite(hi - lo) else margin * hi
+    big = 1.7976931348623157e308
+    return max(lo - pad, -big), min(hi + pad, big)
 
 
 def _linear_ticks(lo: float, hi: float, target: int = 6) -> tuple[list[float], list[str]]:
     """Round ticks (steps of 1, 2, 2.5 or 5 × 10ᵏ) inside ``[lo, hi]``, and their labels."""
-    raw = (hi - lo) / target
+    raw = hi / target - lo / target  # (no overflow on the widest spans)
     mag = 10.0 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * mag >= raw * (1 - 1e-9))
     first = math.ceil(lo / step - 1e-9)
@@ -169,9 +195,10 @@ def _linear_ticks(lo: float, hi: float, target: int = 6) -> tuple[list[float], l
     decimals = max(0, -math.floor(math.log10(step) + 1e-9))
     if abs(step / 10.0 ** math.floor(math.log10(step) + 1e-9) - 2.5) < 1e-9:
         decimals += 1
-    big = max(abs(lo), abs(hi)) >= 1e6
-    labels = [power_text(t) if big and t else f"{t:,.{decimals}f}".replace("-", "−")
-              for t in ticks]
+    top = max(abs(lo), abs(hi))
+    powers = top >= 1e6 or top < 1e-3  # (round numbers of many digits: 10ᵏ notation)
+    labels = [power_text(t).replace("-", "−", 1) if powers and t
+              else f"{t:,.{decimals}f}".replace("-", "−") for t in ticks]
     return ticks, labels
 
 
@@ -182,7 +209,8 @@ def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str], list[float
     else the multiples 1, 2 and 5 of powers of ten, else every multiple 1–9, else round
     linear ticks.
     """
-    e0, e1 = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    e0 = max(math.floor(math.log10(lo)) - 1, -307)
+    e1 = min(math.ceil(math.log10(hi)) + 1, 307)
     inside = [e for e in range(e0, e1 + 1) if lo * (1 - 1e-9) <= 10.0**e <= hi * (1 + 1e-9)]
     if len(inside) >= 2:
         stride = max(1, math.ceil((inside[-1] - inside[0]) / 8))
@@ -192,8 +220,8 @@ def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str], list[float
         if stride == 1:
             minor = [m * 10.0**e for e in range(e0, e1 + 1) for m in range(2, 10)
                      if lo <= m * 10.0**e <= hi]
-        else:
-            minor = [10.0**e for e in inside if e % stride]
+        else:  # the decades between the labelled ones (not a solid band of lines)
+            minor = [10.0**e for e in inside if e % stride] if len(inside) <= 40 else []
         return major, [power_text(t) for t in major], minor
     for mults in ((1, 2, 5), tuple(range(1, 10))):
         major = [m * 10.0**e for e in range(e0, e1 + 1) for m in mults
@@ -339,6 +367,8 @@ class _Chart:
         x0, y0, x1, y1 = self.box
         under, over = self._axis_parts(grid) if self.x is not None else ([], [])
         clip = f"{self.ids}-clip"
+        head, head_size = _fit(self.title, 11.5, self.w - 2 * _PAD, bold=True)
+        xlabel, xlabel_size = _fit(self.xlabel, 10.0, x1 - x0)
         title = html.escape(self.title, quote=False)
         parts = [f'<svg role="img" aria-label="{html.escape(self.title)}" '
                  f'xmlns="http://www.w3.org/2000/svg" '
@@ -356,11 +386,13 @@ class _Chart:
                  f'height="{_f(y1 - y0)}" style="fill: none; stroke: {_SPINE_COLOR}; '
                  f'stroke-width: 0.8"/>',
                  *over, legend,
-                 _text(self.w / 2, _PAD + 11.5 * 0.95, self.title, size=11.5, color="#000000",
+                 _text(self.w / 2, _PAD + 11.5 * 0.95, head, size=head_size, color="#000000",
                        bold=True),
-                 _text((x0 + x1) / 2, self.h - _PAD - 3.0, self.xlabel, color="#000000")]
+                 _text((x0 + x1) / 2, self.h - _PAD - 3.0, xlabel, size=xlabel_size,
+                       color="#000000")]
         if self.ylabel:
-            parts.append(_text(_PAD + 9.5, (y0 + y1) / 2, self.ylabel, color="#000000",
+            label, size = _fit(self.ylabel, 10.0, y1 - y0)
+            parts.append(_text(_PAD + 9.5, (y0 + y1) / 2, label, size=size, color="#000000",
                                rotate=True))
         parts.append("</g></svg>")
         return "".join(parts)
@@ -446,13 +478,17 @@ def histogram_counts_svg(edges: np.ndarray | None, counts: np.ndarray | None, *,
     e = np.asarray(edges, dtype=np.float64)
     c = np.asarray(counts, dtype=np.float64)
     x = _Scale(*_limits(float(e[0]), float(e[-1]), log_x), log_x)
-    y = _Scale(*_limits(max(float(c[c > 0].min()), 1.0) / 1.6, float(c.max()), True), True)
+    # counts: from below the smallest to at least 10 (whole-number ticks: 10⁰, 10¹, ...)
+    y = _Scale(*_limits(max(float(c[c > 0].min()), 1.0) / 1.6, max(float(c.max()), 10.0), True),
+               True)
     chart.axes(x, y, xlabel, "number of units (log scale)")
     bottom = chart.box[3]
     xs, ys = x(e), y(np.where(c > 0, c, np.nan))
     bars = []
     for i in np.flatnonzero(c > 0):
         a, b, top = float(xs[i]), float(xs[i + 1]), float(ys[i])
+        if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(top)):
+            continue
         bars.append(f"M{_f(a)} {_f(bottom)}V{_f(top)}H{_f(b)}V{_f(bottom)}Z")
         chart.occupied.append((a, top, b, bottom))
     chart.data.append(f'<path d="{"".join(bars)}" style="fill: {PALETTE[0]}; stroke: #ffffff; '
@@ -514,13 +550,18 @@ def _points_layer(px: np.ndarray, py: np.ndarray, box: tuple[float, float, float
     w, h = max(1, round((x1 - x0) * k)), max(1, round((y1 - y0) * k))
     radius = math.sqrt(area_pt2) / 2 * k
     dy, dx, cover = _disc_kernel(radius)
-    pad = int(max(abs(dy).max(), abs(dx).max())) + 1
+    r = int(max(abs(dy).max(), abs(dx).max()))
+    pad = 2 * r + 1
     W, H = w + 2 * pad, h + 2 * pad
-    ix = np.clip(np.floor((px - x0) * k).astype(np.int64), -pad + 1, w + pad - 2) + pad
-    iy = np.clip(np.floor((py - y0) * k).astype(np.int64), -pad + 1, h + pad - 2) + pad
+    with np.errstate(invalid="ignore", over="ignore"):
+        fx, fy = np.floor((px - x0) * k), np.floor((py - y0) * k)
+    # only the points whose discs can reach the axes (the others are clipped off anyway)
+    near = (fx >= -r) & (fx <= w - 1 + r) & (fy >= -r) & (fy <= h - 1 + r)
+    ix = fx[near].astype(np.int64) + pad
+    iy = fy[near].astype(np.int64) + pad
     centre = iy * W + ix
     flat = (centre[:, None] + (dy * W + dx)[None, :]).reshape(-1)
-    weight = np.broadcast_to(np.log1p(-alpha * cover)[None, :], (px.size, cover.size))
+    weight = np.broadcast_to(np.log1p(-alpha * cover)[None, :], (centre.size, cover.size))
     acc = np.bincount(flat, weights=weight.reshape(-1), minlength=W * H).reshape(H, W)
     a = 1.0 - np.exp(acc[pad:pad + h, pad:pad + w])
     rgba = np.empty((h, w, 4), dtype=np.uint8)

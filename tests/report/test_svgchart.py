@@ -82,7 +82,7 @@ def test_histogram_draws_one_bar_per_nonempty_bin_with_log_heights() -> None:
     w = [b[2] - b[0] for b in bars]
     assert max(w) - min(w) < 0.02
     assert bars[1][0] == pytest.approx(bars[0][2] + w[0], abs=0.02)
-    assert "left_out" not in svg and "not shown" not in svg
+    assert "not shown" not in svg
     svg = S.histogram_counts_svg(edges, counts, left_out=1234, title="h", xlabel="x")
     assert "1,234 value(s) non-finite or ≤ 0 not shown" in svg
 
@@ -200,19 +200,59 @@ def test_figures_are_bare_deterministic_svg_with_their_own_ids() -> None:
     assert "ρ &lt;b&gt;" in S.histogram_svg(v, title="t", xlabel="ρ <b>")
 
 
-def test_the_axes_leave_room_for_their_labels() -> None:
-    """Tick labels and axis labels stay inside the figure, whatever their length."""
-    for lo, hi in ((1e-12, 1e-9), (1.0, 1e15), (0.5, 2.0)):
-        svg = S.scatter_svg(np.array([lo, hi]), np.array([hi, lo]), title="t", xlabel="x",
-                            ylabel="y")
-        width = float(re.search(r'viewBox="0 0 ([\d.]+)', svg).group(1))  # type: ignore[union-attr]
-        for x, anchor, text in re.findall(
-                r'<text x="([-\d.]+)" y="[-\d.]+"[^>]*text-anchor: (\w+)[^>]*>([^<]*)</text>',
-                svg):
-            half = S._text_width(text, 10.0) / 2
-            left = {"middle": float(x) - half, "end": float(x) - 2 * half,
-                    "start": float(x)}[anchor]
-            assert left >= 0 and left + 2 * half <= width + 1e-6, (text, x)
+_TEXT = re.compile(r'<text x="([-\d.]+)" y="([-\d.]+)"( transform="rotate[^"]*")? '
+                   r'style="font-size: ([\d.]+)px;[^"]*text-anchor: (\w+)[^"]*?(; font-weight: '
+                   r'bold)?">([^<]*)</text>')
+
+
+@pytest.mark.parametrize("words", [1, 40])
+def test_the_axes_leave_room_for_their_labels(words: int) -> None:
+    """Every text (ticks, labels, title) stays inside the figure, whatever its length."""
+    import html as _html
+
+    for lo, hi in ((1e-12, 1e-9), (1.0, 1e15), (0.5, 2.0), (-3e7, 4e9)):
+        log = lo > 0
+        title, xl, yl = ("title " * words).strip(), ("x label " * words), ("y label " * words)
+        svg = (S.scatter_svg(np.array([lo, hi]), np.array([hi, lo]), title=title, xlabel=xl,
+                             ylabel=yl) if log else
+               S.histogram_svg(np.array([lo, hi]), title=title, xlabel=xl, log_x=False))
+        width, height = (float(v) for v in re.search(  # type: ignore[union-attr]
+            r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups())
+        texts = _TEXT.findall(svg)
+        assert len(texts) >= 6
+        for x, y, turn, size, anchor, bold, text in texts:
+            w = S._text_width(_html.unescape(text), float(size), bool(bold))
+            c = float(y) if turn else float(x)  # a turned text runs along y
+            start = {"middle": c - w / 2, "end": c - w, "start": c}[anchor]
+            room = height if turn else width
+            assert start >= -1e-6 and start + w <= room + 1e-6, (text[:20], size, x, y)
+            assert float(size) >= 6.0
+
+
+@pytest.mark.parametrize("values, log_x", [
+    ([-1.7e308, 1.7e308], False), ([1e-20, 2e-20, 3e-20], False), ([5e-324, 1e-310, 1.0], True),
+    ([1e-300, 1e300, 1.7e308], True), ([3.0], True), ([0.0, 0.0], False)])
+def test_extreme_values_draw_finite_figures(values: list[float], log_x: bool) -> None:
+    """Subnormal, huge and coinciding values: a drawn figure, finite coordinates only."""
+    svg = S.histogram_svg(np.array(values), title="t", xlabel="x", log_x=log_x)
+    assert "nan" not in svg.lower() and "inf" not in svg.lower()
+    assert len(_bars(svg)) >= 1
+    v = np.array(values)
+    svg = S.scatter_svg(np.abs(v) + 5e-324, np.abs(v[::-1]) + 5e-324, title="t", xlabel="x",
+                        ylabel="y")
+    assert "nan" not in svg.lower() and "inf" not in svg.lower() and "<image" in svg
+
+
+def test_the_confidential_page_draws_extreme_losses() -> None:
+    import polars as pl
+
+    from tabdp.report.html import render_confidential_html
+
+    per = pl.DataFrame({"estab_id": [1, 2, 3], "rho": [5e-324, 1e-310, 1e300],
+                        "epsilon": [float("inf")] * 3, "size": [1.0, 10.0, 1e300]})
+    page = render_confidential_html({"release": {"name": "demo"}, "unit": "estab_id",
+                                     "per_record": per, "top_n": 5})
+    assert 'id="plot-loss-size"' in page and 'id="plot-loss-hist"' in page
 
 
 # -- no matplotlib in a release whose public figures are cached --------------------------------
@@ -222,32 +262,94 @@ from tabdp._figcache import public_svg
 from tabdp._svgchart import histogram_svg, scatter_svg
 import numpy as np
 rows = [{"delta": 1.0, "rho": 0.1}, {"delta": 10.0, "rho": 0.5}]
-svg = public_svg("loss_curves_svg", {"t": rows}, title="L")
+moe = [{"total": t, "sd": 3.0, "moe": 5.0} for t in (10.0, 100.0)]
+svgs, imported = [], []
+for f, a, k in (("loss_curves_svg", {"t": rows}, {"title": "L"}),
+                ("loss_curves_svg", {"t": rows}, {"title": "E", "key": "rho"}),
+                ("moe_curves_svg", {"t: x": moe}, {"title": "M"})):
+    svgs.append(public_svg(f, a, **k))
+    imported.append("matplotlib" in sys.modules)
 histogram_svg(np.geomspace(1, 10, 50), title="h", xlabel="x")
 scatter_svg(np.geomspace(1, 10, 50), np.geomspace(1, 10, 50), title="s", xlabel="x", ylabel="y")
-print(json.dumps({"matplotlib": "matplotlib" in sys.modules, "svg": svg}))
+print(json.dumps({"imported": imported, "svgs": svgs}))
 """
 
 
-def _child(cwd: Path, cache: Path) -> dict[str, object]:
-    env = {**os.environ, "TABDP_CACHE_DIR": str(cache),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    env.pop("MATPLOTLIBRC", None)
-    out = subprocess.run([sys.executable, "-c", _CHILD], cwd=cwd, env=env, check=True,
+def _child(cwd: Path, cache: Path, **env: str) -> dict[str, list[object]]:
+    full = {**os.environ, "TABDP_CACHE_DIR": str(cache), **env,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for var in ("MATPLOTLIBRC", "MPLCONFIGDIR"):
+        if var not in env:
+            full.pop(var, None)
+    out = subprocess.run([sys.executable, "-c", _CHILD], cwd=cwd, env=full, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_a_cached_public_figure_and_the_confidential_ones_import_no_matplotlib(
+def test_cached_public_figures_and_the_confidential_ones_import_no_matplotlib(
         tmp_path: Path) -> None:
+    """The second run of a page's three public figures finds them all without matplotlib."""
     work, cache = tmp_path / "work", tmp_path / "cache"
     work.mkdir()
     first = _child(work, cache)
-    assert first["matplotlib"] is True  # a miss: drawn
+    assert first["imported"] == [True, True, True]  # misses: drawn
     second = _child(work, cache)
-    assert second == {**first, "matplotlib": False}  # a hit: no matplotlib at all
+    assert second == {**first, "imported": [False, False, False]}  # hits: no matplotlib
     # a matplotlibrc where matplotlib would read it is another key: drawn again, and it differs
     (work / "matplotlibrc").write_text("xtick.major.size: 9.0\n")
     third = _child(work, cache)
-    assert third["matplotlib"] is True and third["svg"] != first["svg"]
-    assert _child(work, cache)["matplotlib"] is False
+    assert third["imported"][0] is True and third["svgs"][0] != first["svgs"][0]
+    assert _child(work, cache)["imported"] == [False, False, False]
+    # in MPLCONFIGDIR (the folder's own file gone): another key again
+    (work / "matplotlibrc").unlink()
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "matplotlibrc").write_text("ytick.major.size: 7.0\n")
+    fourth = _child(work, cache, MPLCONFIGDIR=str(conf))
+    assert fourth["imported"][0] is True and fourth["svgs"][0] not in (first["svgs"][0],
+                                                                      third["svgs"][0])
+
+
+@pytest.mark.parametrize("where", ["cwd", "MATPLOTLIBRC file", "MATPLOTLIBRC folder",
+                                   "MPLCONFIGDIR", "XDG_CONFIG_HOME", "HOME .config",
+                                   "HOME .matplotlib", "LOCALAPPDATA", "defaults",
+                                   "version"])
+def test_every_file_matplotlib_reads_at_import_is_in_the_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    from tabdp import _figcache
+
+    home, pkg = tmp_path / "home", tmp_path / "pkg"
+    (pkg / "mpl-data").mkdir(parents=True)
+    (pkg / "mpl-data" / "matplotlibrc").write_text("lines.linewidth: 1.5\n")
+    (pkg / "_version.py").write_text("version = '3.9.0'\n")
+    monkeypatch.setattr(_figcache, "_package", lambda: pkg)
+    monkeypatch.chdir(tmp_path)
+    for var in ("MATPLOTLIBRC", "MPLCONFIGDIR", "XDG_CONFIG_HOME", "LOCALAPPDATA"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    files = {"cwd": tmp_path / "matplotlibrc",
+             "MATPLOTLIBRC file": tmp_path / "rcfile",
+             "MATPLOTLIBRC folder": tmp_path / "rcdir" / "matplotlibrc",
+             "MPLCONFIGDIR": tmp_path / "mplconf" / "matplotlibrc",
+             "XDG_CONFIG_HOME": tmp_path / "xdg" / "matplotlib" / "matplotlibrc",
+             "HOME .config": home / ".config" / "matplotlib" / "matplotlibrc",
+             "HOME .matplotlib": home / ".matplotlib" / "matplotlibrc",
+             "LOCALAPPDATA": tmp_path / "lad" / "matplotlib" / "matplotlibrc",
+             "defaults": pkg / "mpl-data" / "matplotlibrc",
+             "version": pkg / "_version.py"}
+    env = {"MATPLOTLIBRC file": ("MATPLOTLIBRC", tmp_path / "rcfile"),
+           "MATPLOTLIBRC folder": ("MATPLOTLIBRC", tmp_path / "rcdir"),
+           "MPLCONFIGDIR": ("MPLCONFIGDIR", tmp_path / "mplconf"),
+           "XDG_CONFIG_HOME": ("XDG_CONFIG_HOME", tmp_path / "xdg"),
+           "LOCALAPPDATA": ("LOCALAPPDATA", tmp_path / "lad")}
+    if where in env:
+        monkeypatch.setenv(env[where][0], str(env[where][1]))
+    path = files[where]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("a: 1\n")
+    settings = {"rc_files": _figcache._rc_files()}
+    key = _figcache.figure_key("f", [], {}, settings)
+    path.write_text("a: 2\n")
+    assert _figcache.figure_key("f", [], {}, {"rc_files": _figcache._rc_files()}) != key
+    path.unlink()
+    assert _figcache.figure_key("f", [], {}, {"rc_files": _figcache._rc_files()}) != key
