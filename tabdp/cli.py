@@ -1122,7 +1122,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     Called without ``argv`` (as the ``tabdp`` program, reading ``sys.argv``), ``run`` and
     ``compare`` also tell glibc's allocator to keep freed memory for the rest of the process
     (`tabdp._alloc.keep_freed_memory`; not when a ``MALLOC_*`` tunable or ``GLIBC_TUNABLES``
-    is set); called with ``argv``, the caller's process gets only what any release in it gets
+    is set) and run Polars' streaming engine in batches of 75,000 rows
+    (`tabdp._alloc.smaller_batches`; not when ``POLARS_IDEAL_MORSEL_SIZE`` is set); called
+    with ``argv``, the caller's process gets only what any release in it gets
     (glibc's dynamic ``mmap`` threshold raised to its ceiling once, `tabdp._alloc.warm_heap`).
 
     Returns:
@@ -1152,9 +1154,10 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     if argv is None and args.command in ("run", "compare"):
         # the program itself (not a caller's process): a one-shot run keeps freed memory
-        from tabdp._alloc import keep_freed_memory
+        from tabdp._alloc import keep_freed_memory, smaller_batches
 
         keep_freed_memory()
+        smaller_batches()
     try:
         if args.command == "validate":
             return _cmd_validate(args, out)
