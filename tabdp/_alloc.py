@@ -143,8 +143,9 @@ def keep_freed_memory() -> bool:
 #: Rows of a batch of Polars' streaming engine under the command line (Polars' default:
 #: 100,000). The releases' pass holds a few batches per thread at a time (the input's columns,
 #: the batch function's per-record arrays); three quarters of the default batch keep a 10M-row
-#: ``tabdp run`` of the example spec within 484–514 MB instead of 590–674 MB, in the same time
-#: (three alternated runs each, 2026-12-06: medians 9.82 s and 9.81 s).
+#: ``tabdp run`` of the example spec within 478–489 MB instead of 568–686 MB, for a little
+#: more time (each batch has its own fixed work): five alternated pairs on 2026-12-06, medians
+#: 9.75 s against 9.06 s (three earlier pairs: 9.82 s against 9.81 s).
 BATCH_ROWS = 75_000
 
 
