@@ -171,7 +171,7 @@ def smaller_batches() -> bool:
         >>> if before is not None:
         ...     os.environ["POLARS_IDEAL_MORSEL_SIZE"] = before
     """
-    if os.environ.get("POLARS_IDEAL_MORSEL_SIZE"):
+    if "POLARS_IDEAL_MORSEL_SIZE" in os.environ:  # (even empty: Polars' default then)
         return False
     os.environ["POLARS_IDEAL_MORSEL_SIZE"] = str(BATCH_ROWS)
     return True

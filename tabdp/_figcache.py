@@ -60,7 +60,7 @@ def _rc_files() -> list[str]:
     of the one read), with the package's ``_version.py``, so a change to any of them is a miss.
     """
     env = os.environ
-    paths = [pathlib.Path.cwd() / "matplotlibrc"]
+    paths = [pathlib.Path("matplotlibrc")]  # relative, as matplotlib reads it (no cwd needed)
     if env.get("MATPLOTLIBRC"):
         rc = pathlib.Path(env["MATPLOTLIBRC"])
         paths += [rc, rc / "matplotlibrc"]

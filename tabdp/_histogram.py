@@ -9,6 +9,7 @@ figures' library is not resident while the release holds the data.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -36,9 +37,13 @@ def histogram_edges(n: int, lo: float, hi: float, *, log_x: bool = True) -> np.n
     """
     nb = int(min(60, max(10, round(2 * math.sqrt(n)))))
     if log_x:
-        if hi <= lo:
-            lo, hi = lo / 1.5, hi * 1.5
-        return np.geomspace(lo, hi, nb + 1)
+        if hi <= lo:  # (within the doubles: the largest one is not widened past them)
+            lo, hi = lo / 1.5, min(hi * 1.5, sys.float_info.max)
+        # (numpy's power can round the top edge past the largest double before geomspace
+        # puts the given end in place: no warning, and no edge above ``hi``)
+        with np.errstate(over="ignore"):
+            edges = np.geomspace(lo, hi, nb + 1)
+        return np.minimum(edges, hi)
     if hi <= lo:
         lo, hi = lo - 0.5, hi + 0.5
     if not math.isfinite(hi - lo):  # the span overflows: spaced at half scale, doubled (exact)

@@ -117,9 +117,14 @@ def _fit(s: str, size: float, room: float, bold: bool = False) -> tuple[str, flo
     small = size * room / width
     if small >= 6.0:
         return s, small
-    while len(s) > 1 and _text_width(s + "…", 6.0, bold) > room:
-        s = s[:-1]
-    return s.rstrip() + "…", 6.0
+    lo, hi = 1, len(s)  # the longest start of s that fits with "…" (binary search)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _text_width(s[:mid] + "…", 6.0, bold) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return s[:lo].rstrip() + "…", 6.0
 
 
 def _text(x: float, y: float, s: str, *, size: float = 10.0, anchor: str = "middle",
@@ -161,13 +166,14 @@ class _Scale:
 
 #: Exponents of the log axes' limits: ticks and limits stay finite, normal doubles (a value
 #: beyond them, such as a subnormal loss, is drawn at the edge of the axes or off it).
-_EXP_LO, _EXP_HI = -300.0, 300.0
+_EXP_LO, _EXP_HI = -307.0, 308.25
 
 
 def _limits(lo: float, hi: float, log: bool, margin: float = 0.05) -> tuple[float, float]:
     """Axis limits around ``[lo, hi]`` with a margin of ``margin`` of the span on each side.
 
-    Finite for any finite input: log limits within 10^±300, linear limits within the doubles.
+    Finite for any finite input: log limits within 10^±308, linear limits within the doubles
+    (a span below 1e-300, such as one of subnormals, widened to it).
     """
     if log:
         a = min(max(math.log10(lo), _EXP_LO), _EXP_HI)
@@ -175,10 +181,10 @@ def _limits(lo: float, hi: float, log: bool, margin: float = 0.05) -> tuple[floa
         if b - a < 1e-12:
             a, b = a - 0.5, b + 0.5
         pad = margin * (b - a)
-        return 10.0 ** max(a - pad, _EXP_LO - 1), 10.0 ** min(b + pad, _EXP_HI + 1)
+        return 10.0 ** max(a - pad, _EXP_LO - 1), 10.0 ** min(b + pad, _EXP_HI)
     scale = max(abs(lo), abs(hi))
-    if scale == 0 or hi - lo <= 1e-12 * scale:
-        half = scale * 0.05 if scale > 0 else 0.5
+    if scale == 0 or hi - lo <= 1e-12 * scale or hi - lo < 1e-300:
+        half = max(scale * 0.05, 1e-300) if scale > 0 else 0.5
         lo, hi = lo - half, hi + half
     pad = margin * (hi / 2 - lo / 2) * 2 if math.isfinite(hi - lo) else margin * hi
     big = 1.7976931348623157e308
@@ -188,6 +194,8 @@ def _limits(lo: float, hi: float, log: bool, margin: float = 0.05) -> tuple[floa
 def _linear_ticks(lo: float, hi: float, target: int = 6) -> tuple[list[float], list[str]]:
     """Round ticks (steps of 1, 2, 2.5 or 5 × 10ᵏ) inside ``[lo, hi]``, and their labels."""
     raw = hi / target - lo / target  # (no overflow on the widest spans)
+    if not (math.isfinite(raw) and raw > 1e-300):  # a span of subnormals: no round ticks
+        return [], []
     mag = 10.0 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * mag >= raw * (1 - 1e-9))
     first = math.ceil(lo / step - 1e-9)
@@ -210,7 +218,7 @@ def _log_ticks(lo: float, hi: float) -> tuple[list[float], list[str], list[float
     linear ticks.
     """
     e0 = max(math.floor(math.log10(lo)) - 1, -307)
-    e1 = min(math.ceil(math.log10(hi)) + 1, 307)
+    e1 = min(math.ceil(math.log10(hi)) + 1, 308)
     inside = [e for e in range(e0, e1 + 1) if lo * (1 - 1e-9) <= 10.0**e <= hi * (1 + 1e-9)]
     if len(inside) >= 2:
         stride = max(1, math.ceil((inside[-1] - inside[0]) / 8))

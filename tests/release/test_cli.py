@@ -1558,6 +1558,9 @@ def test_a_row_mode_run_is_the_same_at_any_batch_size(tmp_path: Path) -> None:
         got = pl.read_parquet(outs[rows] / "confidential" / "per_record_losses.parquet")
         want = pl.read_parquet(base / "confidential" / "per_record_losses.parquet")
         assert got.height == 3000 and got.equals(want), rows
+        for page in ("public/summary.html", "confidential/confidential_report.html"):
+            assert (outs[rows] / page).read_text(encoding="utf-8") == (
+                base / page).read_text(encoding="utf-8"), (rows, page)
 
 
 def test_a_run_holds_no_figure_library_while_it_reads_the_data(

@@ -205,7 +205,7 @@ _TEXT = re.compile(r'<text x="([-\d.]+)" y="([-\d.]+)"( transform="rotate[^"]*")
                    r'bold)?">([^<]*)</text>')
 
 
-@pytest.mark.parametrize("words", [1, 40])
+@pytest.mark.parametrize("words", [1, 40, 20_000])
 def test_the_axes_leave_room_for_their_labels(words: int) -> None:
     """Every text (ticks, labels, title) stays inside the figure, whatever its length."""
     import html as _html
@@ -229,11 +229,19 @@ def test_the_axes_leave_room_for_their_labels(words: int) -> None:
             assert float(size) >= 6.0
 
 
+_BIG = 1.7976931348623157e308  # the largest double
+
+
 @pytest.mark.parametrize("values, log_x", [
     ([-1.7e308, 1.7e308], False), ([1e-20, 2e-20, 3e-20], False), ([5e-324, 1e-310, 1.0], True),
-    ([1e-300, 1e300, 1.7e308], True), ([3.0], True), ([0.0, 0.0], False)])
+    ([1e-300, 1e300, 1.7e308], True), ([3.0], True), ([0.0, 0.0], False),
+    ([5e-324, 1e-323], False), ([0.0, 1e-320], False), ([_BIG], True), ([_BIG], False),
+    ([5e-324, _BIG], True), ([-_BIG, -_BIG / 2], False)])
 def test_extreme_values_draw_finite_figures(values: list[float], log_x: bool) -> None:
-    """Subnormal, huge and coinciding values: a drawn figure, finite coordinates only."""
+    """Subnormal, huge and coinciding values: a drawn figure, finite coordinates only.
+
+    (The project's warnings are errors: no overflow warning either.)
+    """
     svg = S.histogram_svg(np.array(values), title="t", xlabel="x", log_x=log_x)
     assert "nan" not in svg.lower() and "inf" not in svg.lower()
     assert len(_bars(svg)) >= 1
