@@ -1434,13 +1434,31 @@ class InBatch:
         #: The maxima's columns, by their full tagged names: a measure's columns end with its
         #: name, which may end like a maximum's (review r64: ``pay__tabdp_worst_rho``)
         self._maxima = {f"{_tag(i)}{x}" for group in sets for i in group for x in _MAXIMA}
+        #: Per set, where its keys are grouped only outside the key set (`_release_aggs`): its
+        #: cell column, the key columns and the aggregations' names, for `add`'s batches that
+        #: hold no row outside it
+        self._by_cell: list[tuple[str, list[str], list[str]] | None] = [
+            (str(groups[0]), list(rels[group[0]].pre.by), [a.meta.output_name() for a in aggs])
+            if _keys_from_cells(rels[group[0]]) and rels[group[0]].pre.by else None
+            for group, (groups, aggs) in zip(sets, self._aggs, strict=True)]
         self._parts: list[list[pl.DataFrame]] = [[] for _ in sets]
         self._lock = threading.Lock()
 
     def add(self, frame: pl.DataFrame) -> None:
-        """Group one batch (``frame``: its columns and flags) by each set's cells."""
+        """Group one batch (``frame``: its columns and flags) by each set's cells.
+
+        A batch with no row outside a set's key set (every row in a cell, where the keys are
+        grouped only outside it) is grouped by the cell alone, its key columns null: the same
+        groups, about a fifth less work.
+        """
         for n, (groups, aggs) in enumerate(self._aggs):
-            part = frame.group_by(*groups).agg(*aggs)
+            by_cell = self._by_cell[n]
+            if by_cell is not None and frame[by_cell[0]].null_count() == 0:
+                cell, keys, names = by_cell
+                part = frame.group_by(cell).agg(*aggs).select(
+                    cell, *[pl.lit(None, frame.schema[c]).alias(c) for c in keys], *names)
+            else:
+                part = frame.group_by(*groups).agg(*aggs)
             with self._lock:
                 self._parts[n].append(part)
                 if len(self._parts[n]) >= self._COMPACT:

@@ -504,6 +504,35 @@ def test_a_pass_over_several_sets_of_cells_runs_one_group_by_at_a_time(
     assert any(q["cells_with_data_outside_keys"] for q in a["queries"][1:])
 
 
+def test_batches_inside_the_key_sets_are_grouped_by_cell_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch with no row outside a later set's key set is grouped by its cell alone.
+
+    Rows sorted by their keys: some batches hold rows outside a later set's key set (grouped
+    by cell and keys), others none (grouped by cell, the key columns null); the batches' groups
+    of both kinds are added up together, and the tables, per-record losses, counts (keys
+    outside the key sets) and cell audits are still the in-memory engine's.
+    """
+    from tabdp.frame._stream import InBatch
+
+    monkeypatch.setattr(InBatch, "_COMPACT", 3)  # both kinds added up in one frame, often
+    path = tmp_path / "d.parquet"
+    mixed_rows(6000, 8).sort("c", "s").write_parquet(path, row_group_size=500)
+    kinds: list[bool] = []  # per batch and later set: grouped by its cell alone?
+    real = pl.DataFrame.group_by
+
+    def spy(self: pl.DataFrame, *by: Any, **kw: Any) -> Any:
+        if by and isinstance(by[0], str) and by[0].startswith("__tabdp_c") and (
+                any(c.startswith("__tabdp_ok") for c in self.columns)):
+            kinds.append(len(by) == 1)
+        return real(self, *by, **kw)
+
+    monkeypatch.setattr(pl.DataFrame, "group_by", spy)
+    a, _ = _streaming_equals_memory(path, _requests())
+    assert True in kinds and False in kinds
+    assert any(q["cells_with_data_outside_keys"] for q in a["queries"][1:])
+
+
 @pytest.mark.parametrize("measure", ["pay__tabdp_worst_rho", "pay__tabdp_worst_size"])
 def test_a_measure_named_like_a_cell_audit_is_summed_over_the_batches(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure: str) -> None:
