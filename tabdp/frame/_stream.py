@@ -256,6 +256,87 @@ def _sweep_stale_spills(folder: str | None = None) -> int:
     return removed
 
 
+class _Offload:
+    """A thread for the side work of a releases' pass's batch function (`_Spill`, `InBatch`).
+
+    The batch function runs on one thread at a time (it holds the GIL for its Python steps),
+    and a pass waits for it: its work is the pass's critical path, while the machine's other
+    cores decode the input. Its side work, which nothing later in the batch reads (the
+    later sets' group-by, ε at δ and the spill's file), is handed to this thread (`submit`),
+    which runs it while the batch function goes on to the next batch (Polars' group-by,
+    NumPy's arithmetic and the file write release the GIL). At most `LIMIT` tasks wait: a
+    task submitted when they are that many runs at once on the caller's thread, which then
+    never waits (the thread calls Polars, which could need a thread the batch function
+    holds) and memory stays bounded. The tasks' results do not depend on their order (files
+    named by their rows, group-bys added up). `drain` waits for every task and raises the
+    first task's error; `close` stops the thread.
+
+    Example:
+        >>> off, out = _Offload(), []
+        >>> off.submit(lambda: out.append(1))
+        >>> off.drain(); off.close(); out
+        [1]
+    """
+
+    LIMIT = 3
+
+    def __init__(self) -> None:
+        """No thread yet (started by the first task)."""
+        import queue
+        import threading
+
+        self._q: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._waiting = 0
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, task: Callable[[], Any]) -> None:
+        """Run ``task`` on the thread, or here if `LIMIT` tasks wait (or it was closed)."""
+        import threading
+
+        with self._cond:
+            queued = not self._closed and self._waiting < self.LIMIT
+            if queued:
+                self._waiting += 1
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, daemon=True,
+                                                    name="tabdp-pass-side-work")
+                    self._thread.start()
+                self._q.put(task)
+        if not queued:
+            task()
+
+    def _run(self) -> None:
+        while (task := self._q.get()) is not None:
+            try:
+                if self._error is None:
+                    task()
+            except BaseException as err:  # noqa: BLE001 - raised by `drain`, in the pass
+                self._error = err
+            finally:
+                with self._cond:
+                    self._waiting -= 1
+                    self._cond.notify_all()
+
+    def drain(self) -> None:
+        """Wait for every task submitted; raise the first one's error."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._waiting == 0)
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Stop the thread once the tasks submitted have run (later tasks run on the caller)."""
+        with self._cond:
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._q.put(None)
+            thread.join()
+
+
 class _Spill:
     """CONFIDENTIAL: the per-record report's rows, written by a releases' pass batch by batch.
 
@@ -269,14 +350,22 @@ class _Spill:
     column that is one value over a batch, or a copy of another, is not written (`_compact`)
     and is restored as it was when read (`scan`): about half the bytes on disk.
 
+    When the caller declared the report it will write next (`ReplayLedger.expect_report`:
+    its δ), the files hold that report's columns: ε at δ computed here, batch by batch
+    (`epsilon_at`, value by value: the same doubles), and not the four components it is
+    computed from (``rho_z``, ``rho_g``, ``eps_a``, ``delta_a``). The report then reads
+    and encodes the files as they are; a report at another δ is replayed from the input.
+
     Attributes:
         names: The programs replayed, in release order (set by `_replayed`).
         source: The input the pass read (set by the backend).
         rows: The rows the pass read (set by the backend once it ended).
+        declared: The declared report's δ as a 1-tuple (``(None,)``: no ``epsilon_delta``);
+            None: no report declared.
     """
 
-    def __init__(self) -> None:
-        """A new private folder (mode 0700); nothing written yet."""
+    def __init__(self, declared: tuple[float | None] | None = None) -> None:
+        """A new private folder (mode 0700); nothing written yet (``declared``: see above)."""
         import shutil
         import tempfile
         import weakref
@@ -291,10 +380,22 @@ class _Spill:
         self._seq = itertools.count()
         #: Per file, the columns not written to it (`_compact`): constants and copies.
         self.layout: dict[str, _Layout] = {}
+        self.declared = declared
+        #: The pass's `_Offload`, where `add` does its work (None: on the caller's thread).
+        self.offload: _Offload | None = None
         self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
 
     def add(self, ids: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-        """Write one batch's report rows (``ids``: their row ids; ``cols``: aligned columns)."""
+        """Write one batch's report rows (``ids``: their row ids; ``cols``: aligned columns).
+
+        On the pass's `_Offload` thread when there is one (the arrays are not written after).
+        """
+        if self.offload is not None:
+            self.offload.submit(lambda: self._add(ids, cols))
+        else:
+            self._add(ids, cols)
+
+    def _add(self, ids: np.ndarray, cols: dict[str, np.ndarray]) -> None:
         n = ids.size
         if not n or not self.usable:
             return
@@ -309,6 +410,11 @@ class _Spill:
         if int(ids[-1]) - int(ids[0]) + 1 != n:  # not one contiguous run of rows
             self.usable = False
             return
+        if self.declared is not None:  # the declared report's columns (see the class)
+            delta = self.declared[0]
+            eps = ({"epsilon_delta": epsilon_at(delta, *(cols[c] for c in _DELTA_PARTS))}
+                   if delta is not None else {})
+            cols = {**{k: v for k, v in cols.items() if k not in _DELTA_ONLY}, **eps}
         # named by its first row id and a number of its own (review r33: two batches of
         # repeated ids starting alike must not overwrite one file)
         path = f"{self.folder}/{int(ids[0]):020d}-{next(self._seq)}.arrow"
@@ -572,13 +678,16 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                 # same arrays (`_charges` is a function of them alone; nothing writes them)
                 ch, crho, csize = same
             else:
-                cols = [f"{_P}r{j}", *[f"{_P}v{j}:{m}" for m in summed]]
-                part = b.select(cols)
-                if idx.size != n:
-                    part = part.filter(pl.Series(inside))
-                sub = pl.DataFrame({ROW_ID: idx, _ROWS: part[cols[0]],
-                                    **{m: part[c] for m, c in zip(summed, cols[1:],
-                                                                  strict=True)}})
+                # Series, not a select: an eager frame's select plans a lazy query (about
+                # 0.5 ms a call, a program and batch at a time)
+                mask = None if idx.size == n else pl.Series(inside)
+
+                def inside_of(c: str, mask: pl.Series | None = mask) -> pl.Series:
+                    got = b.get_column(c)
+                    return got if mask is None else got.filter(mask)
+
+                sub = pl.DataFrame({ROW_ID: idx, _ROWS: inside_of(f"{_P}r{j}"),
+                                    **{m: inside_of(f"{_P}v{j}:{m}") for m in summed}})
                 ch, crho, csize = _charges(sub, ROW_ID, True, prog.policy, prog.kind,
                                            prog.bits, cells=cells)
                 done.append((j, prog, inside, cells, (ch, crho, csize)))
@@ -622,7 +731,8 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                     r[idx], z[idx] = crho, csize
                     dest[f"{_P}crho{j}"], dest[f"{_P}csize{j}"] = r, z
         if in_batch is not None:
-            in_batch.add(b.with_columns(pl.Series(k, v) for k, v in later.items()))
+            # hstack, not with_columns (a lazy query's planning, about 3 ms a batch)
+            in_batch.add(b.hstack([pl.Series(k, v) for k, v in later.items()]))
         if spill is not None:
             spill.add(b[ROW_ID].to_numpy(),
                       {**{c: acc.get(c, np.zeros(n)) for c in kept}, **per_prog})
@@ -973,10 +1083,12 @@ def sink_report(ledger: ReplayLedger, sess: Session, delta: float | None, path: 
         return plan.sink_parquet(tmp, lazy=True, **PER_RECORD_PARQUET)
 
     # the report rows the releases' pass wrote (`_Spill`), if it replayed exactly the ledger's
-    # programs over this input and they hold every row once
+    # programs over this input and they hold every row once (and, for a report declared
+    # before the pass, at this δ: its files hold ε at that δ alone)
     spill: _Spill | None = getattr(ledger, "spill", None)
     files = (spill.files() if spill is not None and spill.source is ledger.source
-             and spill.names == [p.name for p in ledger.programs] else None)
+             and spill.names == [p.name for p in ledger.programs]
+             and spill.declared in (None, (delta,)) else None)
     try:
         if files is not None and spill is not None:
             # the input must still hold the rows the releases read (the same check and refusal
@@ -1008,7 +1120,9 @@ def _spilled_report(spill: _Spill, files: list[str], sess: Session, delta: float
     """
     lf = spill.scan(files)
     extra: list[pl.Expr] = []
-    if delta is not None:
+    if delta is not None and spill.declared is not None:  # computed as the pass wrote it
+        extra = [pl.col("epsilon_delta")]
+    elif delta is not None:
         def eps_at(s: pl.Series) -> pl.Series:
             b = s.struct.unnest()
             out = (epsilon_at(delta, *(b[c].to_numpy() for c in _DELTA_PARTS))
@@ -1024,6 +1138,8 @@ def _spilled_report(spill: _Spill, files: list[str], sess: Session, delta: float
 
 #: `epsilon_at`'s arguments after δ, in order.
 _DELTA_PARTS = ("rho_z", "rho_g", "eps_a", "delta_a", "epsilon")
+#: The components the report reads only for ε at δ (not spilled for a declared report).
+_DELTA_ONLY = frozenset(_DELTA_PARTS) - {"epsilon"}
 
 
 def summarize_report(ledger: ReplayLedger, sess: Session, qs: list[float]) -> dict[str, Any]:
@@ -1441,6 +1557,8 @@ class InBatch:
             (str(groups[0]), list(rels[group[0]].pre.by), [a.meta.output_name() for a in aggs])
             if _keys_from_cells(rels[group[0]]) and rels[group[0]].pre.by else None
             for group, (groups, aggs) in zip(sets, self._aggs, strict=True)]
+        #: The pass's `_Offload`, where `add` groups its batches (None: on the caller's thread).
+        self.offload: _Offload | None = None
         self._parts: list[list[pl.DataFrame]] = [[] for _ in sets]
         self._lock = threading.Lock()
 
@@ -1449,8 +1567,14 @@ class InBatch:
 
         A batch with no row outside a set's key set (every row in a cell, where the keys are
         grouped only outside it) is grouped by the cell alone, its key columns null: the same
-        groups, about a fifth less work.
+        groups, about a fifth less work. On the pass's `_Offload` thread when there is one.
         """
+        if self.offload is not None:
+            self.offload.submit(lambda: self._add(frame))
+        else:
+            self._add(frame)
+
+    def _add(self, frame: pl.DataFrame) -> None:
         for n, (groups, aggs) in enumerate(self._aggs):
             by_cell = self._by_cell[n]
             if by_cell is not None and frame[by_cell[0]].null_count() == 0:

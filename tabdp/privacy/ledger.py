@@ -998,6 +998,9 @@ class ReplayLedger:
         self.written: tuple[Path, int] | None = None
         #: the report rows a releases' pass wrote (the engine's; used once by ``sink``)
         self.spill: ReportSpill | None = None
+        #: The δ of the report the caller declared it writes after the next releases
+        #: (``expect_report``), as a 1-tuple; None: none declared
+        self.report_delta: tuple[float | None] | None = None
         #: CONFIDENTIAL: the positions in ``programs`` of the releases whose own pass found
         #: every row it read in a cell of the key set (the engine's; its report then needs no
         #: lookup of the keys: the rows it replays are the same rows, bound by the session)
@@ -1031,6 +1034,26 @@ class ReplayLedger:
             True
         """
         self.spill = spill
+
+    def expect_report(self, delta: float | None) -> None:
+        """Declare that ``sink`` will be asked for the report at ``delta`` after the next releases.
+
+        The releases' pass then keeps the report's own columns as it replays them (ε at
+        ``delta`` computed there, not the four components it comes from), and ``sink`` at
+        that δ reads and encodes them as they are (after the same check that the input
+        still holds the rows the releases read). A report at another δ is recomputed from
+        the input, as any report after further releases is.
+
+        Args:
+            delta: The δ of the report's ``epsilon_delta`` column (None: no such column).
+
+        Example:
+            >>> led = ReplayLedger()
+            >>> led.expect_report(1e-9)
+            >>> led.report_delta
+            (1e-09,)
+        """
+        self.report_delta = (delta,)
 
     def note_written(self, path: Path, releases: int) -> None:
         """Note the per-record report file the engine wrote after ``releases`` releases.

@@ -293,6 +293,11 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
     # row id, listing every row read). Polars sessions keep their own ledger.
     bind_session_engine(session, lf, replay=one_to_one, row_mode=spec.input.unit is None,
                         rows=inp.rows)
+    expect = getattr(session.ledger, "expect_report", None)  # a streaming session's ledger
+    if streaming and expect is not None:
+        # the per-record report written below, at the release's δ: the releases' pass keeps
+        # its columns (ε at δ included) as it reads the input
+        expect(spec.release.delta)
     level = spec.release.level
     # Plan: every table's public definition (key sets, mechanisms, rollup targets) first.
     plans: list[tuple[TableSpec, Mechanism, dict[str, Any]]] = []

@@ -231,19 +231,26 @@ def test_a_batch_report_after_a_median_is_replayed(tmp_path: Path,
     assert got.equals(s.report().per_record)
 
 
-def test_a_batch_report_is_refused_when_the_input_changed(tmp_path: Path) -> None:
-    """The input rewritten after the batch: the report is refused, as a replayed one is."""
+@pytest.mark.parametrize("declared", [False, True], ids=["undeclared", "declared"])
+def test_a_batch_report_is_refused_when_the_input_changed(tmp_path: Path,
+                                                          declared: bool) -> None:
+    """The input rewritten after the batch: the report is refused, as a replayed one is.
+
+    A report declared before the releases (`ReplayLedger.expect_report`) too.
+    """
     path = tmp_path / "d.parquet"
     data = mixed_rows(2000, 2)
     data.write_parquet(path, row_group_size=500)
     s = tabdp.Session(seed=3, budget=0.5, streaming=True)
+    if declared:
+        s.ledger.expect_report(1e-9)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
     assert s.ledger.spill is not None
     data.with_columns(pl.col("x") + 1).write_parquet(path, row_group_size=500)
     s.ledger.source = pl.scan_parquet(path)  # as a re-created scan of the rewritten file
     s.ledger.spill.source = s.ledger.source
     with pytest.raises(InvalidParameterError, match="no longer holds the rows"):
-        s.report().write_per_record(tmp_path / "r.parquet")
+        s.report(delta=1e-9 if declared else None).write_per_record(tmp_path / "r.parquet")
     assert not (tmp_path / "r.parquet").exists()
 
 
@@ -487,13 +494,13 @@ def test_a_pass_over_several_sets_of_cells_runs_one_group_by_at_a_time(
     calls = _group_bys_per_collect(monkeypatch)
     rows = replay_batch_sizes(monkeypatch)
     held: list[int] = []  # after each batch, the most groups' frames held for one set
-    real_add = InBatch.add
+    real_add = InBatch._add  # a batch's group-by (on the pass's side-work thread)
 
     def add(self: Any, frame: Any) -> None:
         real_add(self, frame)
         held.append(max(len(p) for p in self._parts))
 
-    monkeypatch.setattr(InBatch, "add", add)
+    monkeypatch.setattr(InBatch, "_add", add)
     s = tabdp.Session(seed=1, streaming=True, budget=budget, track_cells=True)
     execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
     assert sum(rows) == 6000  # one replay, every set aggregated in it
@@ -877,3 +884,100 @@ def test_a_spill_scans_files_whose_constants_differ_only_in_the_sign_of_zero_apa
         assert np.signbit(got["z"].to_numpy()).tolist() == [False] * 100 + [True] * 100
     finally:
         spill.close()
+
+
+# -- the pass's side work on a thread of its own (`_Offload`) ----------------------------------
+
+def test_the_side_work_thread_runs_tasks_off_the_caller_and_raises_their_error() -> None:
+    import threading
+
+    from tabdp.frame._stream import _Offload
+
+    off = _Offload()
+    where: list[str] = []
+    off.submit(lambda: where.append(threading.current_thread().name))
+    off.drain()
+    assert where == ["tabdp-pass-side-work"]
+    # LIMIT tasks waiting (the thread held by the first): the next one runs on the caller
+    gate = threading.Event()
+    off.submit(gate.wait)
+    for _ in range(off.LIMIT - 1):
+        off.submit(lambda: where.append("queued"))
+    off.submit(lambda: where.append(threading.current_thread().name))
+    assert where[-1] == threading.current_thread().name  # ran at once, here
+    gate.set()
+    off.drain()
+    assert where.count("queued") == off.LIMIT - 1
+    # a task's error is raised by drain, in the caller; the tasks after it are skipped
+    off.submit(lambda: 1 / 0)
+    off.submit(lambda: where.append("after the error"))
+    with pytest.raises(ZeroDivisionError):
+        off.drain()
+    assert "after the error" not in where
+    off.close()
+    off.submit(lambda: where.append(threading.current_thread().name))  # closed: here
+    assert where[-1] == threading.current_thread().name
+
+
+def test_a_pass_whose_side_work_fails_raises_and_keeps_no_spill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure on the side-work thread fails the pass as it would on the batch function's."""
+    import tabdp.frame._stream as stream
+
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=400)
+    s = tabdp.Session(seed=3, budget=0.5, streaming=True, track_cells=True)
+
+    def broken(self: Any, frame: pl.DataFrame) -> None:
+        raise RuntimeError("side work failed")
+
+    monkeypatch.setattr(stream.InBatch, "_add", broken)
+    with pytest.raises(RuntimeError, match="side work failed"):
+        execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+    assert s.records == [] and s.ledger.spill is None
+
+
+# -- a report declared before the releases (`ReplayLedger.expect_report`) ----------------------
+
+@pytest.mark.parametrize("delta", [1e-9, None], ids=["delta", "no-delta"])
+def test_a_declared_report_is_written_from_the_pass_as_the_replayed_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delta: float | None) -> None:
+    """The pass keeps the declared report's columns (ε at δ, not its components): the same file.
+
+    The report at the declared δ reads the pass's files (no replay of the input); at another δ
+    it is replayed, and the same as an undeclared session's.
+    """
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=400)
+    got = {}
+    for declared in (False, True):
+        s = tabdp.Session(seed=7, budget={1e2: 0.3, 1e4: 0.8}, streaming=True,
+                          track_cells=True)
+        if declared:
+            s.ledger.expect_report(delta)
+        execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+        spill = s.ledger.spill
+        assert spill is not None and spill.declared == ((delta,) if declared else None)
+        files = spill.files()
+        assert files is not None
+        stored = set(spill.scan(files).collect_schema().names())
+        assert ("epsilon_delta" in stored) == (declared and delta is not None)
+        assert ("rho_z" in stored) == (not declared)
+        rows = replay_batch_sizes(monkeypatch)
+        out = tmp_path / f"r{declared}.parquet"
+        s.report(delta=delta).write_per_record(out, rename={"row": "row_id"})
+        assert sum(rows) == 0  # read from the pass's files, not replayed
+        got[declared] = pl.read_parquet(out)
+    assert got[True].equals(got[False])
+    # declared at one δ, asked at another: replayed from the input, the same losses
+    other = 1e-6 if delta is None else None
+    s = tabdp.Session(seed=7, budget={1e2: 0.3, 1e4: 0.8}, streaming=True, track_cells=True)
+    s.ledger.expect_report(delta)
+    execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+    rows.clear()
+    s.report(delta=other).write_per_record(tmp_path / "other.parquet")
+    assert sum(rows) == 3000
+    assert pl.read_parquet(tmp_path / "other.parquet").equals(
+        s.report(delta=other).per_record)
+    assert got[True].columns[:5] == ["row_id", "rho", "epsilon", "size",
+                                     *(["epsilon_delta"] if delta else ["rho_xy"])]

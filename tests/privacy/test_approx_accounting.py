@@ -115,9 +115,68 @@ def test_zcdp_newton_solve_matches_the_golden_search_and_has_converged(
     new, old = _cks_min(rho, lid), _golden_cks_min(rho, lid)
     # the same minimum: within a few ulps (both are then rounded up by 1e-13)
     assert np.all(np.abs(new - old) <= 2e-15 * old)
-    # converged: more Newton steps move no answer by more than an ulp or two
+    # converged: more Newton steps (from the table's start and from the plain one) move no
+    # answer by more than an ulp or two
     monkeypatch.setattr(conversions, "_CKS_STEPS", 40)
+    monkeypatch.setattr(conversions, "_CKS_REFINE", 40)
     assert np.all(np.abs(_cks_min(rho, lid) - new) <= 1e-15 * new)
+
+
+def _plain_cks_min(rr: np.ndarray, lid: float, steps: int = 40) -> np.ndarray:
+    """The Newton solve from the plain start alone (no table), converged, with the round-up."""
+    t = conversions._cks_newton(rr, lid, np.minimum(0.5 * (math.log(lid) - np.log(rr)), 40.0),
+                                steps, -12.0, 40.0)
+    alpha = 1.0 + np.exp(t)
+    am1 = alpha - 1.0
+    lf, la = np.log1p(-1.0 / alpha), np.log(alpha)
+    bound = alpha * rr + (lid + am1 * lf - la) / am1
+    terms = alpha * rr + (lid - am1 * lf + la) / am1
+    classic = (rr + 2.0 * np.sqrt(rr * lid)) * (1.0 + 1e-13)
+    return np.maximum(np.minimum(bound + 1e-13 * terms, classic), 0.0), terms
+
+
+@pytest.mark.parametrize("delta", [1e-5, 1e-9, 1e-100, 5e-324, 0.5, 1 - 1e-12])
+def test_zcdp_table_start_gives_the_plain_solve_everywhere(delta: float) -> None:
+    # ρ over the whole table, its edges (where the start switches) and beyond, and the clip
+    # points t = -12 and t = 40: the same ε as the plain converged solve, to a few ulps of
+    # the bound's terms (ε near 0 is a cancellation of terms of ~L: its own ulps mean nothing)
+    lid = -math.log(delta)
+    rng = np.random.default_rng(11)
+    lo, tab = conversions._cks_table(lid)
+    hi = lo + conversions._CKS_H * (tab.size - 1)
+    edges = np.array([lo, hi, lo + conversions._CKS_H, hi - conversions._CKS_H])
+    ln_rho = np.concatenate([rng.uniform(lo - 30.0, hi + 30.0, 200_000),
+                             edges, np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf)])
+    rho = np.exp(ln_rho)
+    rho = rho[np.isfinite(rho) & (rho > 0)]
+    got = _cks_min(rho, lid, 1e-13)
+    want, terms = _plain_cks_min(rho, lid)
+    assert np.all(np.abs(got - want) <= 4e-16 * terms + 2e-15 * want)
+
+
+def test_zcdp_epsilon_of_a_value_does_not_depend_on_the_others() -> None:
+    rng = np.random.default_rng(5)
+    rho = np.exp(rng.uniform(math.log(1e-300), math.log(1e300), 5_000))
+    together = zcdp_epsilon(rho, 1e-9)
+    alone = np.array([zcdp_epsilon(np.array([r]), 1e-9)[0] for r in rho[:500]])
+    np.testing.assert_array_equal(together[:500], alone)
+    # a batch that mixes values inside and outside the table: the same doubles
+    np.testing.assert_array_equal(zcdp_epsilon(rho[::-1], 1e-9), together[::-1])
+
+
+def test_zcdp_table_start_fails_the_check_when_the_table_is_wrong(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the agreement test above can fail: a table whose roots are off by 0.2 in t, with no
+    # refinement step, gives ε visibly above the plain solve's
+    lid = -math.log(1e-9)
+    lo, tab = conversions._cks_table(lid)
+    monkeypatch.setattr(conversions, "_cks_table", lambda _lid: (lo, tab + 0.2))
+    monkeypatch.setattr(conversions, "_CKS_REFINE", 0)
+    rho = np.exp(np.linspace(lo + 40.0, lo + 90.0, 1000))
+    got = _cks_min(rho, lid, 1e-13)
+    want, terms = _plain_cks_min(rho, lid)
+    assert np.max((got - want) / want) > 1e-6
+    assert np.all(got >= want * (1 - 1e-15))  # any α is valid: a worse α never lowers ε
 
 
 def test_zcdp_conversion_is_valid_for_the_gaussian():

@@ -58,6 +58,7 @@ from tabdp.frame._stream import (
     Planned,
     _fingerprinted,
     _install,
+    _Offload,
     _read_input,
     _release_query,
     _replayed,
@@ -615,7 +616,8 @@ def _new_spill(op: Any) -> _Spill | None:
     if sess.budget is None and not sess.track_cells:
         return None
     try:
-        spill = _Spill()
+        # the report the caller declared it writes next (its δ): the files hold its columns
+        spill = _Spill(getattr(sess.ledger, "report_delta", None))
     except OSError:  # no temporary folder: the report replays (review R18-7)
         return None
     spill.source = op.lf
@@ -696,6 +698,12 @@ class StreamingBackend(_PolarsOutput):
         replays = not _unfiltered(sess)
         sets = cell_sets(rels) if replays else [list(range(len(rels)))]
         in_batch = InBatch(sess, rels, ks, sets[1:]) if len(sets) > 1 else None
+        # the batch function's side work (the later sets' group-by, the spill's file) on a
+        # thread of its own, while the batch function goes on (`_Offload`)
+        offload = _Offload() if spill is not None or in_batch is not None else None
+        for side in (spill, in_batch):
+            if side is not None:
+                side.offload = offload
         plan = _replayed(sess, _with_row_ids(op.lf, op.schema), op.schema, programs, False,
                          None, frozenset(ks), sess.track_cells, spill, in_batch=in_batch)
         # releases over the same cells share one group-by; each query fingerprints the rows
@@ -705,12 +713,21 @@ class StreamingBackend(_PolarsOutput):
         queries, split = release_queries(sess, plan, first, ks0, self._fp_cols)
 
         def collect() -> list[pl.DataFrame]:
-            if replays or len(queries) == 1:
-                return split(pl.collect_all(queries, engine="streaming"))
-            # without a replay (no budget or cell audit: a query per release), each query is
-            # its own evaluation of the input: collected together, every row of the shared plan
-            # would be held for all group-bys but one (1.5 GB at 10M rows, for 0.3 s saved)
-            return split([pl.collect_all([q], engine="streaming")[0] for q in queries])
+            try:
+                if replays or len(queries) == 1:
+                    got = pl.collect_all(queries, engine="streaming")
+                else:
+                    # without a replay (no budget or cell audit: a query per release), each
+                    # query is its own evaluation of the input: collected together, every row
+                    # of the shared plan would be held for all group-bys but one (1.5 GB at
+                    # 10M rows, for 0.3 s saved)
+                    got = [pl.collect_all([q], engine="streaming")[0] for q in queries]
+                if offload is not None:
+                    offload.drain()  # every batch's side work done (its first error raised)
+            finally:
+                if offload is not None:
+                    offload.close()
+            return split(got)
 
         grouped = _spilled_read(ledger, spill,
                                 lambda: _read_input(sess, collect, report=False))
