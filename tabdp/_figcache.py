@@ -7,12 +7,16 @@ matplotlib when the caller has not (importing it cost 0.1–0.3 s of a release's
 2026-12-06): the hashes of the files matplotlib would read at import (its version file, its
 default settings, and every matplotlibrc it could read: `_rc_files`). Once matplotlib is
 imported, its live settings (``rcParams``, which a caller may change in code) are keyed
-instead, unless a figure drawn here imported it and nothing changed since. A figure whose key
-is missed is drawn (`tabdp.plotting` imported then).
+instead, unless a figure drawn here imported it and nothing changed since. The key also
+hashes the source of the modules that draw the figures (`_FIGURE_CODE`, read once per
+process), so that changed drawing code never serves a figure the old code drew, even under
+the same tabdp version (a development checkout). A figure whose key is missed is drawn
+(`tabdp.plotting` imported then).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -120,9 +124,36 @@ def _matplotlib() -> dict[str, Any]:
     return {"matplotlib": str(getattr(mpl, "__version__", "?")), "rc": _live_rc(mpl, "rcParams")}
 
 
+#: The modules whose code draws the public figures (their source is in every figure's key).
+_FIGURE_CODE = ("tabdp.plotting", "tabdp._svgchart", "tabdp._histogram", "tabdp._figcache")
+
+
+@functools.lru_cache(maxsize=1)
+def _figure_code() -> str:
+    """SHA-256 of the source files of `_FIGURE_CODE`, found without importing them.
+
+    A module whose file cannot be read (no source installed) counts by its name alone: its
+    figures are then keyed by tabdp's version, as before this hash.
+
+    Example:
+        >>> len(_figure_code())
+        64
+    """
+    digest = hashlib.sha256()
+    for module in _FIGURE_CODE:
+        digest.update(module.encode() + b"\0")
+        try:
+            spec = importlib.util.find_spec(module)
+            origin = spec.origin if spec is not None else None
+            digest.update(pathlib.Path(origin).read_bytes() if origin else b"?")
+        except (OSError, ImportError, ValueError):
+            digest.update(b"?")
+    return digest.hexdigest()
+
+
 def figure_key(name: str, args: Sequence[Any], kwargs: Mapping[str, Any],
                settings: Mapping[str, Any] | None = None) -> str | None:
-    """SHA-256 of a figure's name and inputs, tabdp's version and matplotlib's settings.
+    """SHA-256 of a figure's name and inputs, tabdp's version and code, matplotlib's settings.
 
     Args:
         name: The figure function's full name (``module.qualname``).
@@ -143,7 +174,7 @@ def figure_key(name: str, args: Sequence[Any], kwargs: Mapping[str, Any],
 
     try:
         text = json.dumps({"figure": name, "args": list(args), "kwargs": dict(kwargs),
-                           "tabdp": _tabdp_version(),
+                           "tabdp": _tabdp_version(), "code": _figure_code(),
                            **(_matplotlib() if settings is None else settings)},
                           default=_json_default, allow_nan=True)
     except (TypeError, ValueError):

@@ -78,3 +78,38 @@ def test_an_rc_change_is_a_miss_and_off_writes_nothing(tmp_path: Path,
         {"t": ROWS}, title="Loss")
     assert len(calls) == 3 and not off.exists()
     assert plotting.public_figure_svg is public_figure_svg
+
+
+def test_changed_drawing_code_is_drawn_again_under_the_same_version(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key hashes the drawing modules' source: an edit without a version bump misses."""
+    from tabdp import _figcache
+
+    monkeypatch.setenv("TABDP_CACHE_DIR", str(tmp_path / "cache"))
+    pkg = tmp_path / "src"
+    pkg.mkdir()
+    module = pkg / "figcode_probe.py"
+    module.write_text("STYLE = 1\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    monkeypatch.setattr(_figcache, "_FIGURE_CODE", ("figcode_probe",))
+    _figcache._figure_code.cache_clear()
+    calls: list[int] = []
+    render = _counting(loss_curves_svg, calls)
+    public_figure_svg(render, {"t": ROWS}, title="Loss")
+    public_figure_svg(render, {"t": ROWS}, title="Loss")
+    assert len(calls) == 1
+    module.write_text("STYLE = 2\n")  # the drawing code changed, tabdp's version did not
+    _figcache._figure_code.cache_clear()  # (read once per process)
+    public_figure_svg(render, {"t": ROWS}, title="Loss")
+    assert len(calls) == 2
+    monkeypatch.undo()
+    _figcache._figure_code.cache_clear()
+    # the real key covers the modules that draw: every one of them is found and read
+    assert all(_source_found(m) for m in _figcache._FIGURE_CODE)
+
+
+def _source_found(module: str) -> bool:
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.origin is not None and Path(spec.origin).is_file()
