@@ -314,9 +314,15 @@ _BLOCK = 1 << 15
 #: Newton steps of :func:`_cks_min` from the plain start, for ρ outside its table (converged to
 #: an ulp or two after 6 on the tests' grid).
 _CKS_STEPS = 8
-#: `_cks_table`'s grid: ln ρ from ln L + the first to ln L + the second, in steps of `_CKS_H`.
+#: `_cks_table`'s grid: ln ρ from ln L + the first to ln L + the second, in steps of `_CKS_H`
+#: (1/8: the linear interpolation is within about 2e-4 of the root, which two Newton steps
+#: take to the last ulps; a table is built per δ, so its cost, about 870 points, counts where
+#: the values come with many distinct δ: `epsilon_at` converts per remaining δ; review r68).
 _CKS_SPAN = (-82.0, 26.0)
-_CKS_H = 1.0 / 64
+_CKS_H = 1.0 / 8
+#: Newton steps of a table's roots from their start (`_cks_table`: converged to the last ulp
+#: after 8 on every δ of the tests).
+_CKS_TABLE_STEPS = 10
 #: Newton steps of :func:`_cks_min` from the table's interpolated start (converged: one step
 #: leaves t within about 5e-12 of the root, two within a few ulps).
 _CKS_REFINE = 2
@@ -336,26 +342,33 @@ def _cks_newton(rr: np.ndarray, lid: float, t: np.ndarray, steps: int, lo: float
     return t
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=256)
 def _cks_table(lid: float) -> tuple[float, np.ndarray]:
     """The roots of h on a fixed grid of ln ρ (`_CKS_SPAN`, `_CKS_H`), not clipped to [−12, 40].
 
-    Returns the grid's first ln ρ and the root t at each point (60 Newton steps from the plain
-    start, within [−80, 80]: converged to the last ulp). The root is a smooth function of ln ρ,
-    so a linear interpolation between two points is within about 1e-3 of it; `_cks_min` takes
-    that as its start. The table depends on L alone: a value's start never depends on the
-    other values passed with it.
+    Returns the grid's first ln ρ and the root t at each point (`_CKS_TABLE_STEPS` Newton
+    steps within [−80, 80], converged to the last ulp). Each starts where h ≥ 0, at the
+    smaller of the roots of its two terms alone: ρx² = L (t = ln sqrt(L/ρ), the plain start)
+    and ln(1 + x) = L (t = ln(e^L − 1), where the plain start is far above the root: ρ large
+    and L small), from where Newton's method moves monotonically down to the root. The root
+    is a smooth function of ln ρ, so a linear interpolation between two points is within
+    about 2e-4 of it; `_cks_min` takes that as its start. The table depends on L alone: a
+    value's start never depends on the other values passed with it. A table is built once
+    per δ (about 870 points; the last 256 are kept).
 
     Example:
         >>> lo, t = _cks_table(-math.log(1e-9))
         >>> t.size, round(lo, 3)
-        (6914, -78.969)
+        (866, -78.969)
     """
     lo = math.log(lid) + _CKS_SPAN[0]
     n = int(round((_CKS_SPAN[1] - _CKS_SPAN[0]) / _CKS_H)) + 2
     u = lo + _CKS_H * np.arange(n)
+    # ln(e^L − 1) = L + ln(1 − e^−L), without overflow for L up to 745 (δ subnormal)
+    t_log = lid + math.log(-math.expm1(-lid))
+    start = np.minimum(0.5 * (math.log(lid) - u), t_log)
     with np.errstate(over="ignore", divide="ignore"):
-        t = _cks_newton(np.exp(u), lid, 0.5 * (math.log(lid) - u), 60, -80.0, 80.0)
+        t = _cks_newton(np.exp(u), lid, start, _CKS_TABLE_STEPS, -80.0, 80.0)
     t.flags.writeable = False
     return lo, t
 
@@ -371,7 +384,7 @@ def _cks_min(rr: np.ndarray, lid: float, slack: float = 0.0) -> np.ndarray:
     In t = ln x, h is increasing and convex (h' = 2ρx² + x/(1 + x), h'' = 4ρx² + x/(1 + x)²).
     Where ln ρ is inside `_cks_table`'s grid, the root is started from the table's linear
     interpolation and refined by `_CKS_REFINE` Newton steps (quadratic convergence from
-    within about 1e-3: the same t to a few ulps as the plain solve, in about 40% of its time),
+    within about 2e-4: the same t to a few ulps as the plain solve, in about 40% of its time),
     then clipped to [−12, 40] (the clipped plain solve converges to the clipped root: the same
     point). Elsewhere, Newton's method is started where h ≥ 0 (t₀ = ln sqrt(L/ρ):
     h(t₀) = ln(1 + x₀) ≥ 0) and moves monotonically down to the root, quadratically near it,

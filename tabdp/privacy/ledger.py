@@ -1045,7 +1045,12 @@ class ReplayLedger:
         the input, as any report after further releases is.
 
         Args:
-            delta: The δ of the report's ``epsilon_delta`` column (None: no such column).
+            delta: The δ of the report's ``epsilon_delta`` column, in (0, 1) (None: no such
+                column).
+
+        Raises:
+            InvalidParameterError: ``delta`` is not a number in (0, 1) (checked here, as
+                `tabdp.Report` checks it, not in the releases' pass, which computes ε at it).
 
         Example:
             >>> led = ReplayLedger()
@@ -1053,7 +1058,11 @@ class ReplayLedger:
             >>> led.report_delta
             (1e-09,)
         """
-        self.report_delta = (delta,)
+        from tabdp.privacy.conversions import check_dp_delta
+
+        # normalised as `tabdp.Report` normalises its δ, which `sink` compares with this one
+        self.report_delta = (None if delta is None
+                             else check_dp_delta(delta, "ReplayLedger.expect_report"),)
 
     def note_written(self, path: Path, releases: int) -> None:
         """Note the per-record report file the engine wrote after ``releases`` releases.

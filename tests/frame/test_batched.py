@@ -981,3 +981,38 @@ def test_a_declared_report_is_written_from_the_pass_as_the_replayed_one(
         s.report(delta=other).per_record)
     assert got[True].columns[:5] == ["row_id", "rho", "epsilon", "size",
                                      *(["epsilon_delta"] if delta else ["rho_xy"])]
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -1e-9, float("nan"), 2.0, "1e-9"])
+def test_a_declared_report_delta_is_checked_when_declared(tmp_path: Path, bad: Any) -> None:
+    """A δ no report accepts is refused by `expect_report` itself (review r68).
+
+    Not by the releases' pass, which computes ε at it: there it failed the release, from the
+    data's first batch on, with a message about no δ the author gave that release.
+    """
+    from tabdp.privacy.ledger import ReplayLedger
+
+    with pytest.raises(InvalidParameterError, match="expect_report"):
+        ReplayLedger().expect_report(bad)
+    s = tabdp.Session(seed=3, budget=0.5, streaming=True)
+    with pytest.raises(InvalidParameterError, match="expect_report"):
+        s.ledger.expect_report(bad)
+    assert s.ledger.report_delta is None
+    path = tmp_path / "d.parquet"
+    mixed_rows(500, 2).write_parquet(path)
+    execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))  # undeclared
+    assert len(s.records) == len(_requests())
+
+
+def test_a_declared_report_delta_is_kept_as_the_report_normalises_it() -> None:
+    """A NumPy δ is kept as the float `tabdp.Report` compares it with (review r68)."""
+    import numpy as np
+
+    from tabdp.privacy.ledger import ReplayLedger
+
+    led = ReplayLedger()
+    led.expect_report(np.float32(1e-9))
+    assert led.report_delta == (float(np.float32(1e-9)),)
+    assert type(led.report_delta[0]) is float
+    led.expect_report(None)
+    assert led.report_delta == (None,)
