@@ -28,6 +28,7 @@ from typing import Any
 
 from tabdp._alloc import warm_heap
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
+from tabdp._numeric import floats_quiet
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
 from tabdp.frame._engine import (
@@ -141,6 +142,7 @@ def _confidential(rel: Planned, agg: Aggregated) -> dict[str, Any]:
     }
 
 
+@floats_quiet
 def execute(rel: Planned, backend: Backend) -> Any:
     """Run one planned release over a backend: aggregate, noise, record, output.
 
@@ -206,6 +208,7 @@ def polars_backend(rels: list[Planned]) -> Backend:
     return MemoryBackend()
 
 
+@floats_quiet
 def execute_all(rels: Sequence[Planned]) -> list[Any]:
     """Execute releases planned together, in order, each as it would run alone.
 

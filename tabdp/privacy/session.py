@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import add_up, mul_up
+from tabdp._numeric import add_up, floats_quiet, mul_up
 from tabdp._reserved import REPORT_COLUMNS, ROW_ID, is_reserved, report_clash
 from tabdp.exceptions import InvalidParameterError, PrivacyWarning
 from tabdp.privacy.accounting import COMPONENTS, epsilon_at
@@ -808,6 +808,7 @@ class Report:
             warnings.warn(f"Report: {why}. A release spec refuses it (release.delta); use e.g. "
                           "delta=1e-9.", PrivacyWarning, stacklevel=2)
 
+    @floats_quiet
     def write_per_record(self, path: Any, rename: dict[str, str] | None = None) -> None:
         """Write the CONFIDENTIAL [`per_record`][tabdp.Report.per_record] table to a Parquet file.
 
@@ -836,6 +837,7 @@ class Report:
         frame.rename(rename or {}).write_parquet(path, **PER_RECORD_PARQUET)
 
     @property
+    @floats_quiet
     def per_record(self) -> Any:
         """CONFIDENTIAL: one row per unit with its total and per-query losses.
 
@@ -996,6 +998,7 @@ class Report:
             "total_policy_curve_holds_for": self.curve_holds_for(),
         }
 
+    @floats_quiet
     def confidential_summary(self) -> dict[str, Any]:
         """CONFIDENTIAL counts and loss statistics computed from the records.
 

@@ -374,3 +374,34 @@ def test_contribution_bounds_make_the_public_curve_hold_for_every_unit(to_engine
     assert unbounded.report().to_dict()["total_policy_curve_holds_for"] != "every unit"
     with pytest.raises(tabdp.InvalidParameterError, match="max_cells"):
         df.dp.sum("x", by=["county", "naics"], keys=KEYS, mechanism=g, session=s, max_cells=0)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["in-memory", "streaming"])
+def test_the_callers_numpy_error_state_changes_no_release(streaming: bool) -> None:
+    """NumPy set to raise on every floating-point error (the caller's ``numpy.seterr``).
+
+    A record whose payroll underflows (1e-320, the smallest double) or overflows a product
+    (1e308) made a release fail with ``FloatingPointError`` (review r68): an exception that
+    depends on one record. Releases and reports now run with NumPy's handling off, whatever
+    the caller set: the same tables, per-record losses and confidential summary as under
+    NumPy's defaults, on the dataset and on its neighbour without the extreme records, and
+    the caller's state is left as it was.
+    """
+    rows = {"c": ["a", "b", "a", "b", "a"], "x": [1e-320, 5e-324, 1e308, 2.0, 0.0]}
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+
+    def release(frame: pl.DataFrame) -> tuple[Any, Any, Any]:
+        s = tabdp.Session(seed=4, streaming=streaming, budget=5.0)
+        out = frame.lazy().dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(2.0),
+                                  session=s, negatives="allow")
+        rep = s.report(delta=1e-9)
+        return (out.collect() if isinstance(out, pl.LazyFrame) else out, rep.per_record,
+                rep.confidential_summary()["rho_max"])
+
+    for frame in (pl.DataFrame(rows), pl.DataFrame(rows).slice(2)):
+        want = release(frame)
+        with np.errstate(all="raise"):
+            got = release(frame)
+            assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise",
+                                   "invalid": "raise"}
+        assert got[0].equals(want[0]) and got[1].equals(want[1]) and got[2] == want[2]
