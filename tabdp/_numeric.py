@@ -20,7 +20,7 @@ import polars as pl
 
 __all__ = ["floats_quiet", "ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up",
            "add_up_into", "add_up_any", "half_square_up", "inflate", "safe_range", "SAFE_LO",
-           "SAFE_HI", "ZCDP_ULPS"]
+           "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread"]
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -50,6 +50,51 @@ def floats_quiet(fn: _F) -> _F:
             return fn(*args, **kwargs)
 
     return quiet  # type: ignore[return-value]
+
+
+_ONE_THREAD = threading.local()
+
+
+def work_threads() -> int:
+    """Threads tabdp's own elementwise NumPy work on long arrays may use.
+
+    Polars' thread pool size (its cores, or ``POLARS_MAX_THREADS``), or 1 inside
+    `one_thread`: a batch function that Polars already runs on each of its threads (a
+    streaming pass) starts no threads of its own, which would compete with the engine's for
+    the same cores and cost a thread start per batch.
+
+    Returns:
+        The number of threads (≥ 1).
+
+    Example:
+        >>> with one_thread():
+        ...     work_threads()
+        1
+    """
+    if getattr(_ONE_THREAD, "on", False):
+        return 1
+    return max(1, int(pl.thread_pool_size()))
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Within the block, on this thread, `work_threads` is 1 (tabdp's work starts no threads).
+
+    Per thread: the engine's other threads keep their own setting. Nested blocks restore the
+    outer setting on exit.
+
+    Example:
+        >>> with one_thread():
+        ...     inside = work_threads()
+        >>> inside, work_threads() >= 1
+        (1, True)
+    """
+    before = getattr(_ONE_THREAD, "on", False)
+    _ONE_THREAD.on = True
+    try:
+        yield
+    finally:
+        _ONE_THREAD.on = before
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -153,6 +198,18 @@ def _two_prod_err(a: np.ndarray, b: Any, p: np.ndarray) -> np.ndarray:
     return e
 
 
+def _up_where(r: np.ndarray, below: np.ndarray) -> None:
+    """``r`` times ``1 + 2**-52`` where ``below``, in place; elsewhere unchanged.
+
+    Every value is multiplied, by ``1 + 2**-52`` or by exactly 1.0 (which gives every double
+    back as it is): the same doubles as NumPy's masked multiply (``where=below``), at about a
+    third of its cost.
+    """
+    f = below * _EPS
+    f += 1.0
+    np.multiply(r, f, out=r)
+
+
 def _next_up(x: np.ndarray) -> np.ndarray:
     # x·(1 + 2**-52) for a positive normal x: one or two doubles up (a product, so engine
     # expressions repeat it with a small tree)
@@ -183,7 +240,7 @@ def _rounded_up(r: np.ndarray, x: np.ndarray, below: np.ndarray, lo: float, hi: 
     if x.size and (float(x.max()) > hi or float(x.min()) < lo):
         bad = np.flatnonzero((x > 0) & ((x < lo) | (x > hi)))
     keep = r[bad]
-    np.multiply(r, 1.0 + _EPS, out=r, where=below)
+    _up_where(r, below)
     if bad.size:
         r[bad] = _fallback(keep, np.ones(bad.size, dtype=bool))
     return r
@@ -310,7 +367,7 @@ def _round_up(s: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         np.subtract(a, t, out=t)
         np.subtract(b, bb, out=bb)
         t += bb  # the exact error a + b - s (NaN where s is not finite)
-        np.multiply(s, _UP, out=s, where=t > 0.0)
+        _up_where(s, t > 0.0)
 
 
 def _add_up(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -393,7 +450,7 @@ def _half_square_up(t: np.ndarray, scale: float) -> np.ndarray:
     with np.errstate(all="ignore"):
         tt = np.atleast_1d(t)
         p = tt * tt
-        np.multiply(p, 1.0 + _EPS, out=p, where=_two_prod_err(tt, tt, p) > 0.0)
+        _up_where(p, _two_prod_err(tt, tt, p) > 0.0)
         p *= scale
         if tt.size and (float(tt.max()) > 2.0**440 or float(tt.min()) < 2.0**-440):
             bad = np.flatnonzero((tt > 0) & ((tt < 2.0**-440) | (tt > 2.0**440)))

@@ -38,7 +38,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up, add_up_into
+from tabdp._numeric import add_up, add_up_into, work_threads
 from tabdp._reserved import RESERVED, is_reserved
 from tabdp._reserved import ROW_ID as _ROW_ID
 from tabdp._temporal import formattable
@@ -1676,7 +1676,7 @@ def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
 
 
 def policy_threads() -> int:
-    """Threads evaluating the per-row policy's chunks: Polars' thread pool size (its cores).
+    """Threads evaluating the per-row policy's chunks: `tabdp._numeric.work_threads`.
 
     Returns:
         The number of threads (≥ 1).
@@ -1685,7 +1685,7 @@ def policy_threads() -> int:
         >>> policy_threads() >= 1
         True
     """
-    return max(1, int(pl.thread_pool_size()))
+    return work_threads()
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,

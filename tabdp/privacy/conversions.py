@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import erf, erfcx, log_ndtr
 
+from tabdp._numeric import work_threads
 from tabdp._validation import check_real
 
 __all__ = ["gdp_delta", "gdp_log_delta", "gdp_epsilon", "zcdp_epsilon", "check_dp_delta",
@@ -470,7 +470,7 @@ def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
                 res[b:e] = _cks_min(rr[b:e], lid, _ZCDP_ROUND_UP)
 
         n = rr.shape[0]
-        workers = min(os.cpu_count() or 1, 8)
+        workers = min(work_threads(), 8)
         if n < 4 * _BLOCK or workers == 1:
             work(0, n)
         else:  # numpy releases the GIL in elementwise code

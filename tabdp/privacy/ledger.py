@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import add_up, add_up_any, add_up_into
+from tabdp._numeric import add_up, add_up_any, add_up_into, work_threads
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
@@ -357,7 +357,7 @@ class Charges:
             # the totals are independent whole-array NumPy work (which releases the GIL): with
             # several currencies of many units they are added side by side on the engine's
             # threads, each giving the doubles of a sequential evaluation
-            workers = (min(max(1, pl.thread_pool_size()), len(kinds))
+            workers = (min(work_threads(), len(kinds))
                        if len(self.currencies) > 1 and n >= 1 << 16 else 1)
             if workers > 1:
                 with ThreadPoolExecutor(workers) as pool:

@@ -1016,3 +1016,86 @@ def test_a_declared_report_delta_is_kept_as_the_report_normalises_it() -> None:
     assert type(led.report_delta[0]) is float
     led.expect_report(None)
     assert led.report_delta == (None,)
+
+
+def test_the_engines_threads_start_no_threads_of_their_own(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """A streaming pass's batch function (run by Polars on each of its threads) starts none.
+
+    Summing two measures' losses over 100,000 rows of a batch started a thread pool per batch
+    (`Charges.losses` over two currencies), and ε at δ over a long batch another: threads
+    competing with the engine's own for the same cores. Inside the batch function (and on the
+    pass's side-work thread) `tabdp._numeric.work_threads` is 1. The same call outside it
+    still uses the engine's threads (the control: the counter can count).
+    """
+    import numpy as np
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tabdp.frame._engine as eng
+    import tabdp.privacy.conversions as conv
+    import tabdp.privacy.ledger as led
+    from tabdp._numeric import work_threads
+
+    made: list[int] = []
+
+    class Counting(ThreadPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    for mod in (led, eng, conv):
+        monkeypatch.setattr(mod, "ThreadPoolExecutor", Counting)
+    monkeypatch.setattr(pl, "thread_pool_size", lambda: 2)  # (a 1-core runner has 1)
+    n = 300_000
+    rng = np.random.default_rng(0)
+    df = pl.DataFrame({"c": rng.choice(["a", "b"], n), "x": rng.random(n) * 100.0,
+                       "y": rng.random(n) * 10.0})
+    s = tabdp.Session(seed=1, streaming=True, budget={1.0: 5.0, 1e3: 50.0})
+    df.lazy().dp.sum(["x", "y"], by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                     mechanism=mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0), session=s)
+    s.report().write_per_record(tmp_path / "p.parquet")
+    assert pl.read_parquet(tmp_path / "p.parquet").height == n
+    assert made == []
+    # the control: outside the engine's threads, the same sums use two threads
+    assert work_threads() == 2
+    ch = led.Charges(np.arange(n), {"x": np.ones(n), "y": np.ones(n)},
+                     {"x": np.ones(n), "y": np.ones(n)}, {"x": np.ones(n), "y": np.ones(n)})
+    ch.losses({"x": np.ones(n, bool), "y": np.ones(n, bool)})
+    assert made == [1]
+
+
+def test_the_engines_threads_run_with_numpys_errors_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch function's NumPy error state is the release's (`floats_quiet`), not Polars'.
+
+    NumPy's error state is per thread, and Polars' threads keep NumPy's defaults (a warning per
+    overflow or invalid operation): a value of one record that overflowed there would warn, a
+    warning that depends on one record. The batch function runs with every category ignored,
+    as the release's own thread does; a step that overflows (patched in) warns nothing.
+    """
+    import warnings
+
+    import numpy as np
+
+    import tabdp.frame._stream as stream
+
+    real = stream.loss_components
+
+    def overflowing(losses: Any) -> Any:
+        _ = np.array([1e308]) * 10.0  # overflows: warns under NumPy's defaults
+        return real(losses)
+
+    monkeypatch.setattr(stream, "loss_components", overflowing)
+    df = pl.DataFrame({"c": ["a", "b"] * 500, "x": [1.0] * 1000})
+    s = tabdp.Session(seed=1, streaming=True, budget=50.0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        df.lazy().dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                         mechanism=mech.Gaussian(2.0), session=s)
+        df.lazy().dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]), session=s)
+        s.report().per_record
+    assert [str(w.message) for w in seen] == []
+    with warnings.catch_warnings(record=True) as seen:  # the control: the step does warn
+        warnings.simplefilter("always")
+        _ = np.array([1e308]) * 10.0
+    assert seen
