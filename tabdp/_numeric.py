@@ -20,7 +20,7 @@ import polars as pl
 
 __all__ = ["floats_quiet", "ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up",
            "add_up_into", "add_up_any", "half_square_up", "inflate", "safe_range", "SAFE_LO",
-           "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread"]
+           "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread", "quiet_thread"]
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -35,8 +35,9 @@ def floats_quiet(fn: _F) -> _F:
     tabdp's entry points that compute on records (a release, a report) run with every
     category ignored, whatever the caller set; tabdp's code chooses its own handling where it
     needs one (its own `numpy.errstate` blocks inside), and reports what it detects itself.
-    NumPy's error state belongs to the calling thread: the engines' threads keep NumPy's
-    defaults, and the code they run sets what it needs.
+    NumPy's error state belongs to the calling thread: the threads tabdp starts set it with
+    `quiet_thread`, and the streaming engine's batch functions (on Polars' threads) with their
+    own ``numpy.errstate(all="ignore")``.
 
     Example:
         >>> old = np.seterr(under="raise")
@@ -95,6 +96,26 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         _ONE_THREAD.on = before
+
+
+def quiet_thread() -> None:
+    """NumPy's floating-point error handling off (``all="ignore"``) for the rest of this thread.
+
+    The ``initializer`` of every thread pool tabdp starts for its own work
+    (``ThreadPoolExecutor(workers, initializer=quiet_thread)``). NumPy's error state is per
+    thread and a new thread starts with NumPy's defaults (a warning per overflow, division by
+    zero or invalid operation), not the state of the thread that started it: the in-memory
+    engine evaluated its first chunk of rows on the release's thread (errors off,
+    `floats_quiet`) and the others on its worker threads, where a record whose loss overflowed
+    warned, a warning that depended on one record (review r69).
+
+    Example:
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> with ThreadPoolExecutor(1, initializer=quiet_thread) as pool:
+        ...     pool.submit(lambda: np.geterr()["over"]).result()
+        'ignore'
+    """
+    np.seterr(all="ignore")
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:
@@ -202,8 +223,10 @@ def _up_where(r: np.ndarray, below: np.ndarray) -> None:
     """``r`` times ``1 + 2**-52`` where ``below``, in place; elsewhere unchanged.
 
     Every value is multiplied, by ``1 + 2**-52`` or by exactly 1.0 (which gives every double
-    back as it is): the same doubles as NumPy's masked multiply (``where=below``), at about a
-    third of its cost.
+    back as it is, a quiet NaN with its sign and payload too): the same doubles as NumPy's
+    masked multiply (``where=below``), at about a third of its cost. The one exception, a
+    signalling NaN, comes back quieted; ``r`` is always the result of an arithmetic operation
+    (a sum, quotient or product of the callers), which never is one.
     """
     f = below * _EPS
     f += 1.0

@@ -1029,8 +1029,9 @@ def test_the_engines_threads_start_no_threads_of_their_own(tmp_path: Path,
     pass's side-work thread) `tabdp._numeric.work_threads` is 1. The same call outside it
     still uses the engine's threads (the control: the counter can count).
     """
-    import numpy as np
     from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
 
     import tabdp.frame._engine as eng
     import tabdp.privacy.conversions as conv
@@ -1093,7 +1094,7 @@ def test_the_engines_threads_run_with_numpys_errors_off(monkeypatch: pytest.Monk
         df.lazy().dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
                          mechanism=mech.Gaussian(2.0), session=s)
         df.lazy().dp.count(by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]), session=s)
-        s.report().per_record
+        _ = s.report().per_record
     assert [str(w.message) for w in seen] == []
     with warnings.catch_warnings(record=True) as seen:  # the control: the step does warn
         warnings.simplefilter("always")

@@ -319,10 +319,11 @@ def test_rounding_helpers_are_upper_bounds_and_tight(lo: int, hi: int) -> None:
 def test_rounding_up_where_gives_the_masked_multiplys_doubles() -> None:
     """`_up_where` (a multiply by 1 + 2**-52 or by 1.0) equals NumPy's masked multiply.
 
-    The rounding helpers move a value up with it (cheaper than ``where=``): every double, NaN,
-    ±inf, ±0 and subnormals included, comes out as the masked multiply gives it; and the
-    helpers built on it give the doubles of their masked-multiply forms on random and edge
-    inputs (the exact bounds are checked above).
+    The rounding helpers move a value up with it (cheaper than ``where=``): every double, NaN
+    (either sign, any payload), ±inf, ±0 and subnormals included, comes out as the masked
+    multiply gives it; and the helpers built on it give the doubles of their masked-multiply
+    forms on random and edge inputs (the exact bounds are checked above). (A signalling NaN
+    left unmasked comes back quieted; the helpers only pass results of arithmetic, never one.)
     """
     from tabdp import _numeric as nm
 
@@ -330,8 +331,10 @@ def test_rounding_up_where_gives_the_masked_multiplys_doubles() -> None:
     edge = np.array([0.0, -0.0, 2.0**-1074, 2.0**-1022, np.nextafter(2.0**-1022, 0), 1.0,
                      np.nextafter(1.0, 2), 2.0**1023, np.finfo(float).max, np.inf, -np.inf,
                      np.nan, -1.5, 0.1, 0.3])
-    x = np.concatenate([edge, np.ldexp(rng.random(20_000) + 0.5,
-                                       rng.integers(-1074, 1024, 20_000))])
+    quiet_nans = np.array([0x7FF8000000000001, 0xFFF8000000000000, 0xFFFC0000DEADBEEF,
+                           0x7FFFFFFFFFFFFFFF], dtype=np.uint64).view(np.float64)
+    x = np.concatenate([edge, quiet_nans, np.ldexp(rng.random(20_000) + 0.5,
+                                                   rng.integers(-1074, 1024, 20_000))])
     for mask in (rng.random(x.size) < 0.5, np.ones(x.size, bool), np.zeros(x.size, bool)):
         ref, got = x.copy(), x.copy()
         with np.errstate(all="ignore"):  # (the largest doubles overflow to inf, in both)

@@ -405,3 +405,60 @@ def test_the_callers_numpy_error_state_changes_no_release(streaming: bool) -> No
             assert np.geterr() == {"divide": "raise", "over": "raise", "under": "raise",
                                    "invalid": "raise"}
         assert got[0].equals(want[0]) and got[1].equals(want[1]) and got[2] == want[2]
+
+
+def test_the_engines_worker_threads_run_with_numpys_errors_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker threads tabdp starts run with NumPy's errors off, as the release's thread.
+
+    NumPy's error state is per thread and a new thread starts with NumPy's defaults (a warning
+    per overflow or invalid operation), not the state of the thread that started it. The
+    in-memory engine evaluates the per-row policy's first chunk on the release's own thread
+    (errors off, `floats_quiet`) and the others on its worker threads: a record of payroll
+    1e10 under a unit-splitting threshold of 1e-300 (Δ/τ overflows) warned only when it was
+    read on a worker thread, and failed the release under a caller's ``"error"`` filter
+    (review r69), an exception that depends on one record. Worker threads (the engine's, the
+    loss totals' of `Charges.losses`, the ε-at-δ solve's) now start with every category
+    ignored: the dataset and its neighbour without that record give the same, no warning.
+    """
+    import tabdp.frame._engine as eng
+    import tabdp.privacy.conversions as conv
+    import tabdp.privacy.ledger as led
+
+    monkeypatch.setattr(pl, "thread_pool_size", lambda: 2)  # (a 1-core runner has 1)
+    monkeypatch.setattr(eng, "POLICY_CHUNK", 1024)  # worker threads from 2,049 rows
+    n = 4096
+    base = pl.DataFrame({"c": ["a", "b"] * (n // 2), "x": [1.0] * n})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    split = mech.UnitSplitting(threshold=1e-300, sigma=1.0)
+    shapes = []
+    for frame in (base, base.with_columns(x=pl.when(pl.int_range(pl.len()) == n - 1)
+                                          .then(1e10).otherwise(pl.col("x")))):
+        s = tabdp.Session(seed=1, budget=5.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = frame.dp.sum("x", by="c", keys=keys, mechanism=split, session=s)
+            per_record = s.report(delta=1e-9).per_record
+        shapes.append((out.columns, out.schema, per_record.columns))
+    assert shapes[0] == shapes[1]
+
+    # each pool, with a step that overflows on its worker threads (patched in)
+    def overflowing(fn: Any) -> Any:
+        def step(*args: Any, **kwargs: Any) -> Any:
+            _ = np.array([1e308]) * 10.0  # warns under NumPy's defaults
+            return fn(*args, **kwargs)
+        return step
+
+    monkeypatch.setattr(conv, "_cks_min", overflowing(conv._cks_min))
+    monkeypatch.setattr(led, "add_up", overflowing(led.add_up))
+    m = 1 << 17  # the ε-at-δ solve's and the totals' threshold for worker threads
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conv.zcdp_epsilon(np.full(m, 0.5), 1e-9)
+        ones = {"x": np.ones(m), "y": np.ones(m)}
+        led.Charges(np.arange(m), ones, ones, ones).losses(
+            {"x": np.ones(m, bool), "y": np.ones(m, bool)})
+    with warnings.catch_warnings(record=True) as seen:  # the control: the step does warn
+        warnings.simplefilter("always")
+        overflowing(lambda: None)()
+    assert seen
