@@ -1100,3 +1100,47 @@ def test_the_engines_threads_run_with_numpys_errors_off(monkeypatch: pytest.Monk
         warnings.simplefilter("always")
         _ = np.array([1e308]) * 10.0
     assert seen
+
+
+def test_the_reports_eps_at_and_the_side_thread_run_with_numpys_errors_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ε at δ read from a spill (on Polars' threads) and the pass's side-work thread warn nothing.
+
+    Both run on threads whose NumPy state is not the release's: each sets every category to
+    ignore itself. A step that overflows there (patched in) warns nothing; the same step on
+    this thread, under NumPy's defaults, does (the control).
+    """
+    import warnings
+
+    import numpy as np
+
+    import tabdp.frame._stream as stream
+
+    def overflow() -> None:
+        _ = np.array([1e308]) * 10.0
+
+    real = stream.epsilon_at
+
+    def overflowing(*args: Any) -> Any:
+        overflow()
+        return real(*args)
+
+    monkeypatch.setattr(stream, "epsilon_at", overflowing)
+    path = tmp_path / "d.parquet"
+    mixed_rows(3000, 2).write_parquet(path, row_group_size=400)
+    s = tabdp.Session(seed=7, budget={1e2: 0.3, 1e4: 0.8}, streaming=True)
+    execute_planned(planned_releases(pl.scan_parquet(path), s, _requests()))
+    assert s.ledger.spill is not None  # the report reads ε at δ from the pass's files
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        s.report(delta=1e-9).write_per_record(tmp_path / "r.parquet")
+        off = stream._Offload()
+        off.submit(overflow)
+        off.drain()
+        off.close()
+    assert [str(w.message) for w in seen] == []
+    assert pl.read_parquet(tmp_path / "r.parquet")["epsilon_delta"].is_finite().all()
+    with warnings.catch_warnings(record=True) as seen, np.errstate(over="warn"):
+        warnings.simplefilter("always")
+        overflow()
+    assert seen
