@@ -12,6 +12,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -20,7 +21,8 @@ import polars as pl
 
 __all__ = ["floats_quiet", "ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up",
            "add_up_into", "add_up_any", "half_square_up", "inflate", "safe_range", "SAFE_LO",
-           "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread", "quiet_thread"]
+           "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread", "quiet_thread",
+           "work_pool", "engine_thread"]
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -116,6 +118,43 @@ def quiet_thread() -> None:
         'ignore'
     """
     np.seterr(all="ignore")
+
+
+def work_pool(workers: int) -> ThreadPoolExecutor:
+    """A thread pool for tabdp's own work: its threads run with NumPy's errors off.
+
+    Every pool tabdp starts is made here, so none runs with NumPy's defaults
+    (`quiet_thread`).
+
+    Args:
+        workers: The number of threads (``work_threads`` or fewer).
+
+    Returns:
+        The pool (use it as a context manager).
+
+    Example:
+        >>> with work_pool(1) as pool:
+        ...     pool.submit(lambda: np.geterr()["over"]).result()
+        'ignore'
+    """
+    return ThreadPoolExecutor(workers, initializer=quiet_thread)
+
+
+@contextmanager
+def engine_thread() -> Iterator[None]:
+    """Code Polars runs on its own threads (a batch function), or a side thread of a pass.
+
+    Inside, tabdp's work starts no threads (`one_thread`: the engine already runs it on each
+    of its threads) and NumPy's errors are ignored, as on the release's own thread
+    (`floats_quiet`), not those threads' defaults.
+
+    Example:
+        >>> with engine_thread():
+        ...     work_threads(), np.geterr()["over"]
+        (1, 'ignore')
+    """
+    with one_thread(), np.errstate(all="ignore"):
+        yield
 
 
 def ceil_snap(x: np.ndarray) -> np.ndarray:

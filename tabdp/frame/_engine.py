@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -38,7 +37,7 @@ import polars as pl
 
 from tabdp._defaults import NEGATIVE_RULES
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up, add_up_into, quiet_thread, work_threads
+from tabdp._numeric import add_up, add_up_into, work_pool, work_threads
 from tabdp._reserved import RESERVED, is_reserved
 from tabdp._reserved import ROW_ID as _ROW_ID
 from tabdp._temporal import formattable
@@ -1213,7 +1212,7 @@ def _abs_float_up_threads(values: pl.Series, bits: int) -> np.ndarray:
     def run(lo: int) -> None:
         out[lo:lo + step] = _abs_float_up(values.slice(lo, step), bits)
 
-    with ThreadPoolExecutor(workers, initializer=quiet_thread) as pool:
+    with work_pool(workers) as pool:
         for _ in pool.map(run, range(0, n, step)):
             pass
     return out
@@ -1495,7 +1494,7 @@ class UnitOrder:
         workers = min(policy_threads(), len(items)) if self.n >= POLICY_CHUNK else 1
         if workers <= 1:
             return {c: one((c, v)) for c, v in items}
-        with ThreadPoolExecutor(workers, initializer=quiet_thread) as pool:
+        with work_pool(workers) as pool:
             return {c: r for (c, _), r in zip(items, pool.map(one, items), strict=True)}
 
 
@@ -1642,7 +1641,7 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
         for lo in rest:
             run(lo)
     else:
-        with ThreadPoolExecutor(workers, initializer=quiet_thread) as pool:
+        with work_pool(workers) as pool:
             for _ in pool.map(run, rest):
                 pass
     return size_all, tuple(vals_all)
@@ -1670,7 +1669,7 @@ def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
             fn(0, n)
         return
     step = -(-n // workers)
-    with ThreadPoolExecutor(workers, initializer=quiet_thread) as pool:
+    with work_pool(workers) as pool:
         for _ in pool.map(lambda lo: fn(lo, min(lo + step, n)), range(0, n, step)):
             pass
 

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import add_up_into, one_thread
+from tabdp._numeric import add_up_into, engine_thread
 from tabdp._reserved import RESERVED
 from tabdp.exceptions import InvalidParameterError
 from tabdp.frame import binding
@@ -309,8 +309,7 @@ class _Offload:
             task()
 
     def _run(self) -> None:
-        # beside the engine's threads: the tasks start none of their own, NumPy's errors off
-        with one_thread(), np.errstate(all="ignore"):
+        with engine_thread():  # beside the engine's threads
             self._serve()
 
     def _serve(self) -> None:
@@ -752,10 +751,7 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
                                           else pl.Float64) for k, v in out.items()}).to_struct()
 
     def run(s: pl.Series) -> pl.Series:
-        # Polars runs the batch function on each of its threads: the batch's work starts no
-        # threads of its own (`one_thread`), and NumPy's error handling there is the one the
-        # release's own thread runs with (`floats_quiet`), not those threads' defaults
-        with one_thread(), np.errstate(all="ignore"):
+        with engine_thread():  # on each of Polars' threads
             return replay(s)
 
     return run
@@ -1137,8 +1133,7 @@ def _spilled_report(spill: _Spill, files: list[str], sess: Session, delta: float
     elif delta is not None:
         def eps_at(s: pl.Series) -> pl.Series:
             b = s.struct.unnest()
-            # on the engine's threads: no threads of its own, NumPy's errors off
-            with one_thread(), np.errstate(all="ignore"):
+            with engine_thread():
                 out = (epsilon_at(delta, *(b[c].to_numpy() for c in _DELTA_PARTS))
                        if b.height else np.zeros(0))
             return pl.Series("epsilon_delta", out, dtype=pl.Float64)

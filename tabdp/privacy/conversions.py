@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import functools
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import erf, erfcx, log_ndtr
 
-from tabdp._numeric import quiet_thread, work_threads
+from tabdp._numeric import work_pool, work_threads
 from tabdp._validation import check_real
 
 __all__ = ["gdp_delta", "gdp_log_delta", "gdp_epsilon", "zcdp_epsilon", "check_dp_delta",
@@ -475,7 +474,7 @@ def zcdp_epsilon(rho: ArrayLike, delta: float) -> np.ndarray:
             work(0, n)
         else:  # numpy releases the GIL in elementwise code
             bounds = np.linspace(0, n, workers + 1).astype(int)
-            with ThreadPoolExecutor(max_workers=workers, initializer=quiet_thread) as pool:
+            with work_pool(workers) as pool:
                 list(pool.map(work, bounds[:-1], bounds[1:]))
         out[ok] = res   # rounded up in _cks_min by the float error of the evaluation
     return out.reshape(shape)

@@ -9,7 +9,6 @@ cell.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import add_up, add_up_any, add_up_into, quiet_thread, work_threads
+from tabdp._numeric import add_up, add_up_any, add_up_into, work_pool, work_threads
 from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
@@ -360,7 +359,7 @@ class Charges:
             workers = (min(work_threads(), len(kinds))
                        if len(self.currencies) > 1 and n >= 1 << 16 else 1)
             if workers > 1:
-                with ThreadPoolExecutor(workers, initializer=quiet_thread) as pool:
+                with work_pool(workers) as pool:
                     tot = dict(zip(kinds, pool.map(total, kinds), strict=True))
             else:
                 tot = {k: total(k) for k in kinds}
