@@ -620,7 +620,7 @@ def history_in_words(series: str, budget: Budget, releases: Sequence[Mapping[str
                      unit: str = "unit", *, current: bool = True,
                      sizes: Sequence[float] | None = None
                      ) -> tuple[list[str], list[dict[str, Any]]]:
-    """PUBLIC: what a unit of a few sizes has lost at most over the series' releases, in words.
+    """PUBLIC: what a unit of a few sizes (in each release) has lost at most over the releases.
 
     From the releases' names and recorded public curves and the lifetime budget only (see
     [`series_bound`][tabdp.privacy.lifetime.series_bound]; bounds rounded up): nothing here
@@ -646,7 +646,7 @@ def history_in_words(series: str, budget: Budget, releases: Sequence[Mapping[str
         >>> words, rows = history_in_words("cbp", Budget(4.0), rel, "establishment")
         >>> words[0]
         "Over the releases 'cbp_2024', 'cbp_2025' and 'cbp_2026' (this one) of series 'cbp', \
-an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
+an establishment of size 1,000 in each of them has lost at most rho = 1.5 (zCDP)."
     """
     from tabdp.planning import upper_3g
 
@@ -671,7 +671,9 @@ an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
     rows = series_bound(budget, curves, sizes)
     lines = []
     for r in rows:
-        what = f"{a} {unit} of size {_size_words(r['delta'])}"
+        # the curves bound a unit of that size in EVERY release (a unit larger before has
+        # lost more: review r71), said so; a unit whose size changed: the sentence below
+        what = f"{a} {unit} of size {_size_words(r['delta'])} in each of them"
         if r["rho"] is None:
             lines.append(f"{head}{what} has lost at most the lifetime budget curve at its size "
                          "in each currency it contributes to (zCDP).")
@@ -695,6 +697,13 @@ an establishment of size 1,000 has lost at most rho = 1.5 (zCDP)."
         lines.append(f"The curves of {_names(loose)} bound {unit}s contributing to one cell "
                      f"of each table; {a} {unit} in more cells is bounded by the lifetime "
                      "budget alone.")
+    if rows:
+        cap = (f"rho = {upper_3g(float(budget.constant))}, the lifetime budget"
+               if budget.constant is not None else
+               "the lifetime budget curve at its largest size in each currency")
+        lines.append(f"{a.capitalize()} {unit} whose size changed between those releases "
+                     "has lost at most the sum of each release's worst-case rho at its size "
+                     f"in that release, and never more than {cap}.")
     if rows and budget.constant is not None:
         lines.append("Each bound is the smaller of the sum of those releases' public "
                      "worst-case rho at that size (their total policy curves, recorded in the "

@@ -508,7 +508,7 @@ def test_public_summary_states_the_lifetime_guarantee_from_public_facts(tmp_path
     # curve at size 1: 1/(2*2^2) = 0.125 per release; sum sigma 40: 1/3200)
     assert pub2["over_releases_in_words"][0] == (
         "Over the releases 'pay', 'n' and this session's releases of series 'cbp', a unit of "
-        "size 1 has lost at most rho = 0.251 (zCDP).")
+        "size 1 in each of them has lost at most rho = 0.251 (zCDP).")
     assert pub2["bound_over_releases"][0]["rho"] >= 2 * (1 / 3200 + 0.125)
 
 
@@ -555,9 +555,10 @@ def test_bound_over_three_releases_under_a_constant_budget(tmp_path):
     head = ("Over the releases 'cbp_2024', 'cbp_2025' and 'cbp_2026' (this one) of series "
             "'cbp', a unit of size ")
     assert pub["over_releases_in_words"][:3] == [
-        head + "1 has lost at most rho = 0.375 (zCDP).",
-        head + "10 has lost at most rho = 1.13 (zCDP).",  # 1.125 rounded up, never down
-        head + "100 has lost at most rho = 2 (zCDP)."]
+        head + "1 in each of them has lost at most rho = 0.375 (zCDP).",
+        # 1.125 rounded up, never down
+        head + "10 in each of them has lost at most rho = 1.13 (zCDP).",
+        head + "100 in each of them has lost at most rho = 2 (zCDP)."]
     assert pub["releases_before_names"] == ["cbp_2024", "cbp_2025"]
     assert pub["labels_before"] == ["2024", "2025"]
     # the existing sentence about the cap is kept
@@ -631,7 +632,8 @@ def test_legacy_entries_are_read_and_bounded_by_the_budget_alone(tmp_path):
     assert _x(pub) == [2.0, 2.0, 2.0]  # unbounded past release: the cap alone
     words = pub["over_releases_in_words"]
     assert words[0] == ("Over the releases '2024', 'cbp_2025' and 'cbp_2026' (this one) of "
-                        "series 'cbp', a unit of size 1 has lost at most rho = 2 (zCDP).")
+                        "series 'cbp', a unit of size 1 in each of them has lost at most "
+                        "rho = 2 (zCDP).")
     assert ("The curves of '2024' were not recorded (written by an earlier tabdp, or not "
             "given): their loss is bounded by the lifetime budget alone.") in words
     # a curve budget without a total: no single number, said in words
@@ -1060,3 +1062,36 @@ def test_a_currency_left_out_charges_nothing_to_its_lifetime_column(tmp_path):
     assert state["rho@x"].to_list() == [0.75, 0.5, 0.75]
     assert state["rho@y"].to_list() == [0.75, 0.5, 0.5]
     assert state["rho"].to_list() == [1.5, 1.0, 1.25]
+
+
+def test_the_bound_over_releases_names_the_size_in_each_release(tmp_path):
+    """The bound over releases holds for a unit of that size in each release (review r71).
+
+    "A unit of size 1 has lost at most X" held only for a unit of size 1 in EVERY release: a
+    unit of size 60 in 2021 and 1 in 2022 lost 1.125 + 0.125 + 1/3200 + 0.125 = 1.375,
+    far above the X = 0.251 stated at size 1; the words now say "in each of them" and how a
+    unit whose size changed is bounded (each release's curve at its size then, and never
+    above the lifetime budget at its largest size).
+    """
+    path = tmp_path / "l"
+    with tabdp.Ledger.open(path, series="cbp", lifetime_budget=LIFETIME, create=True) as led:
+        run_year(led, 2021)  # unit 9999: payroll 60
+    with tabdp.Ledger.open(path) as led:
+        s = tabdp.Session(unit="estab", seed=2022, ledger=led)
+        df = year_sample(2022).with_columns(
+            payroll=pl.when(pl.col("estab") == TARGET).then(1.0).otherwise(pl.col("payroll")))
+        df.dp.sum("payroll", by="county", keys=KEYS, mechanism=SUM, session=s, name="pay")
+        df.dp.count(by="county", keys=KEYS, mechanism=COUNT, session=s, name="n")
+        rep = s.report()
+        pub = rep.to_dict()["session"]["lifetime"]
+        life = rep.per_record.filter(pl.col("estab") == TARGET)["rho_lifetime"].item()
+    at1 = next(r for r in pub["bound_over_releases"] if r["delta"] == 1.0)["rho"]
+    assert life > 5 * at1  # the unit of size 1 this year lost more than "X at size 1"
+    words = pub["over_releases_in_words"]
+    assert words[0] == (
+        "Over the releases 'pay', 'n' and this session's releases of series 'cbp', a unit of "
+        "size 1 in each of them has lost at most rho = 0.251 (zCDP).")
+    assert not any("of size 1 has lost" in w for w in words)
+    assert any("A unit whose size changed between those releases has lost at most the sum "
+               "of each release's worst-case rho at its size in that release" in w
+               for w in words), words

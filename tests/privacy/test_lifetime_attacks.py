@@ -84,8 +84,8 @@ def test_neighbouring_spec_series_public_files_equal_except_noise_and_time(tmp_p
     assert life["releases"] == [f"series_{y}" for y in range(2021, 2029)]
     assert life["guarantee_in_words"][1].startswith(
         "Over the 8 releases 'series_2021', 'series_2022', 'series_2023', …, 'series_2027' "
-        "and 'series_2028' (this one) of series 'test-series', a unit of size 1 has lost at "
-        "most rho = ")
+        "and 'series_2028' (this one) of series 'test-series', a unit of size 1 in each of "
+        "them has lost at most rho = ")
 
 
 # -- the filter: ids ---------------------------------------------------------------------------

@@ -232,7 +232,8 @@ def test_public_lifetime_statement_is_from_public_curves_only(tmp_path):
                for w in words)
     # over the two releases: 2 x 0.1253125 = 0.250625, rounded up
     assert ("Over the releases 'series_2021' and 'series_2022' (this one) of series "
-            "'test-series', a unit of size 1 has lost at most rho = 0.251 (zCDP).") in words
+            "'test-series', a unit of size 1 in each of them has lost at most rho = 0.251 "
+            "(zCDP).") in words
     assert "Over the releases of the series" in got[0][1]
     assert "has lost at most rho = 0.251" in got[0][1]
     assert got[0][0]["lifetime_budget"]["rho"] == 3.0
@@ -264,9 +265,9 @@ def test_run_states_the_bound_over_three_releases(tmp_path):
     words = life["guarantee_in_words"]
     head = ("Over the releases 'series_2021', 'series_2022' and 'series_2023' (this one) of "
             "series 'test-series', ")
-    assert head + "a unit of size 1 has lost at most rho = 0.376 (zCDP)." in words
-    assert head + "a unit of size 10 has lost at most rho = 0.469 (zCDP)." in words
-    assert head + "a unit of size 100 has lost at most rho = 3 (zCDP)." in words
+    assert head + "a unit of size 1 in each of them has lost at most rho = 0.376 (zCDP)." in words
+    assert head + "a unit of size 10 in each of them has lost at most rho = 0.469 (zCDP)." in words
+    assert head + "a unit of size 100 in each of them has lost at most rho = 3 (zCDP)." in words
     with tabdp.Ledger.open(tmp_path / "ledger") as led:
         rels = led.releases_public()
     assert [r["release"] for r in rels] == ["series_2021", "series_2022", "series_2023"]
@@ -312,7 +313,7 @@ def test_run_bound_under_a_curve_lifetime_budget(tmp_path):
     assert _bound(summary, 100.0) == pytest.approx(5.0 + 0.2, rel=1e-12)
     # at 10: payroll limit = 0.2 + (5 - 0.2)/2 = 2.6 (linear in log size), sum 3 x 1/32
     assert _bound(summary, 10.0) == pytest.approx(3 * 100 / 3200 + 0.2, rel=1e-12)
-    assert any("a unit of size 100 has lost at most rho = 5.2 (zCDP)." in w
+    assert any("a unit of size 100 in each of them has lost at most rho = 5.2 (zCDP)." in w
                for w in summary["lifetime"]["guarantee_in_words"])
 
 
