@@ -870,7 +870,7 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                   lock: bool = False, history: bool = True, accept_restore: bool = False,
                   recompute: bool = False, _keep_state: bool = False,
                   _locked: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
-    """Check a ledger: its chain, the bytes of its state and history, the Delta logs, its anchor.
+    """Check a ledger: its chain, state and history files, the logs naming them, its anchor.
 
     Without ``lock``, read-only and lock-free: Delta versions written after the chain's last
     entry (by a run that was interrupted before it committed) are ignored, as every reader
@@ -887,8 +887,9 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         lock: Take the ledger's lock while checking (refused if a run holds it), so that a
             run committing meanwhile cannot make an intact ledger look broken.
         history: Hash every history file (``False``: the newest release's history files are
-            hashed, older ones checked by presence and size; the chain, the Delta logs and the
-            state, which the filter reads, are always hashed).
+            hashed, older ones checked by presence and size; the chain and the state, which
+            the filter reads, are always hashed, and the Delta logs checked to name exactly the
+            files the chain records: their other bytes are not hashed; no decision reads them).
         accept_restore: Accept the folder as it is when it does not match its anchor (the
             curator's deliberate restore of an older copy): the anchor is rewritten to the
             folder's head, with a `PrivacyWarning` saying so. Needs ``lock``.
@@ -1112,8 +1113,9 @@ class Ledger:
             verify_history: The full check at open, as ``tabdp ledger verify`` does it:
                 hash every history file and recompute every unit's lifetime totals from it,
                 refusing a state that is not their sum (`verify_ledger`'s ``recompute``).
-                Off by default: an open hashes the chain, the Delta logs, the state (all the
-                filter reads) and the newest release's history, and checks older history
+                Off by default: an open hashes the chain and the state (all the filter
+                reads; the Delta logs are checked to name the chain's files) and the newest
+                release's history, and checks older history
                 files by presence and size, so opening costs what the state costs (it grows
                 with units), however long the series. A flipped byte inside an older
                 release's history (an audit record the filter never reads), or a state

@@ -210,3 +210,32 @@ def _rehash_and_assert_refused(tmp_path, entry):
         tabdp.Ledger.open(path)
     err = io.StringIO()
     assert cli_main(["ledger", "verify", str(path)], stderr=err) == 2, err.getvalue()
+
+
+def test_the_delta_logs_are_checked_for_their_files_not_hashed(tmp_path):
+    """What the docs say of the Delta logs is what is checked (review r71).
+
+    The filter reads the state files the chain names and hashes; the Delta logs are checked to
+    name exactly those files at the chain's versions. Their other bytes (a commit time) are not
+    hashed: altered, the ledger still verifies and opens, with the same state. A log naming
+    another file is refused.
+    """
+    path = tmp_path / "l"
+    _release(path, 0)
+    _release(path, 10, create=False)
+    with tabdp.Ledger.open(path) as led:
+        before = led.state()
+    version = _entries(path)[-1]["state"]["version"]  # the log adding the state's file
+    log = path / "state" / "_delta_log" / f"{version:020d}.json"
+    text = log.read_text()
+    stamp = json.loads(text.splitlines()[0])["commitInfo"]["timestamp"]
+    log.write_text(text.replace(f'"timestamp":{stamp}', f'"timestamp":{stamp + 1}', 1))
+    assert cli_main(["ledger", "verify", str(path)]) == 0
+    with tabdp.Ledger.open(path) as led:
+        assert led.state().equals(before)
+    name = next(f[0] for f in _entries(path)[-1]["state"]["files"]).split("/")[-1]
+    assert name in log.read_text()
+    log.write_text(log.read_text().replace(name, name.replace("part-", "pARt-")))
+    assert cli_main(["ledger", "verify", str(path)]) == 2
+    with pytest.raises(LedgerError, match="Delta log altered"):
+        tabdp.Ledger.open(path)
