@@ -742,8 +742,8 @@ def _write_left_out_sizes(rows: list[dict[str, Any]], unit: str, out: TextIO) ->
         out.write("Budget: no record size is left out of any table (planned curves, one cell "
                   "per table; sizes up to the most a record can contribute):\n")
     else:
-        out.write("Budget: record sizes left out (from the public curves; left-out units bias "
-                  "totals downward and sd/moe do not include it):\n")
+        out.write("Budget: record sizes left out (from the public curves; left-out units' "
+                  "contributions are missing from the totals, a bias sd/moe do not include):\n")
     for line in lines:
         out.write(f"  {line}\n")
     for r in rows:

@@ -530,9 +530,11 @@ def _elsewhere(row: Mapping[str, Any], unit: str, *, cells: bool) -> str:
 LEFT_OUT_BIAS_TEXT = (
     "The budget is enforced as an individual filter: a unit whose loss would pass its budget "
     "is left out of a table (the table is still published, without its contributions). "
-    "Left-out units bias totals downward, and the published sd and moe do not include that "
-    "bias. Which record sizes a budget can leave out follows from the public curves alone "
-    "(listed per table); how many units were left out is known only to the curator.")
+    "Left-out units' contributions are missing from the published values (a bias, "
+    "downward for counts and for sums of non-negative values), and the published sd and moe "
+    "do not include that bias. Which record sizes a budget can leave out follows from the "
+    "public curves alone (listed per table); how many units were left out is known only to "
+    "the curator.")
 
 
 #: The public statement of what units left out by a lifetime ledger (``[ledger]``, or a
@@ -542,10 +544,11 @@ LIFETIME_LEFT_OUT_BIAS_TEXT = (
     "The series' lifetime budget is enforced as an individual filter too: a unit whose loss "
     "over the series' releases (its losses in earlier releases, kept in the confidential "
     "ledger, plus this release's) would pass the lifetime budget is left out of a table (the "
-    "table is still published, without its contributions). Left-out units bias totals "
-    "downward, and the published sd and moe do not include that bias. Which units the "
-    "lifetime budget leaves out depends on their confidential losses in earlier releases; how "
-    "many units were left out is known only to the curator.")
+    "table is still published, without its contributions). Left-out units' contributions "
+    "are missing from the published values (a bias, downward for counts and for sums of "
+    "non-negative values), and the published sd and moe do not include that bias. Which "
+    "units the lifetime budget leaves out depends on their confidential losses in earlier "
+    "releases; how many units were left out is known only to the curator.")
 
 
 def left_out_bias_in_words(spec: Any, sizes: list[dict[str, Any]] | None = None,

@@ -117,7 +117,8 @@ COLUMN_DOCS: dict[str, str] = {
     "estimate": "the released estimate: the exact noisy value rounded to the public grid. "
                 "Before rounding it is unbiased for every mechanism's default estimator; the "
                 "rounding moves it by at most half a grid step, and a table's grid is at most "
-                "a tenth of its noise's sd (coarser grids are refused), so the rounding's bias "
+                "a tenth of its noise's sd (coarser grids are refused; discrete noise on its "
+                "default grid of 1 gives exact integers, not rounded), so the rounding's bias "
                 "is negligible beside the sd. Clamping (flag N), publication.round (flag R) "
                 "and a consistent table's nonnegative (flag B) may move it further",
     "sd": "standard deviation of the estimate: the noise's (plug-in from the estimate for "

@@ -368,10 +368,15 @@ _NEGATIVE = {
              "upward: for an empty cell by half the noise's mean absolute error, about 0.4 sd "
              "for Gaussian noise and at most 0.5 sd for any symmetric noise)",
 }
+#: A missing key is outside the key set under every rule (not released; how many rows: only in
+#: the confidential outputs), so the words say it: review r72 found "the run stops if a used
+#: column has a missing value" false for key columns.
+_MISSING_KEY = ("; a row with a missing key is outside the public key set: not released (how "
+                "many: confidential)")
 _NULLS = {
-    "error": "the run stops if a used column has a missing value",
-    "zero": "missing values count as 0",
-    "drop": "rows with a missing value in a used column are left out",
+    "error": "the run stops if a measure has a missing value" + _MISSING_KEY,
+    "zero": "a missing value of a measure counts as 0" + _MISSING_KEY,
+    "drop": "rows with a missing value in a measure are left out" + _MISSING_KEY,
 }
 _NEGATIVE_INPUT = {
     "error": "the run stops if a measure has a negative value",
@@ -691,7 +696,7 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
     pub = t.get("publication")
     if isinstance(pub, Mapping):
         cv = pub.get("cv_flag")
-        rules.append(("CV flag", f"flag C where the coefficient of variation (sd / estimate) "
+        rules.append(("CV flag", f"flag C where the coefficient of variation (sd / |estimate|) "
                                  f"≥ {_e(cv)}" if cv not in (None, False) else "no CV flag"))
         sup = pub.get("suppress_cv")
         rules.append(("Suppression", f"estimates withheld (flag S) where cv ≥ {_e(sup)}; "
@@ -940,8 +945,11 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         subject = "record"
     prot = [
         f"<p>{who}</p>",
-        f"<p>Each {subject}'s privacy loss is a public function of its <b>size</b> Δ — its "
-        "largest contribution to any one published cell — shown in the curves below. Small "
+        f"<p>Each {subject}'s privacy loss in a published cell is a public function of its "
+        "contribution to that cell, and its loss over the release adds up over the cells it "
+        f"contributes to. The curves below show the loss of a {subject} contributing its "
+        "<b>size</b> Δ — its largest contribution to any one published cell — to one cell "
+        "of a table. Small "
         f"{subject}s are strongly protected; larger ones have a larger loss that grows slowly "
         "with their size. The loss is measured as per-record zero-concentrated differential "
         "privacy (PRzCDP, written ρ): ρ = 0 means the tables reveal nothing about the record, "

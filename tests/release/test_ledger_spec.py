@@ -442,7 +442,8 @@ def test_ledger_only_spec_states_left_out_bias_whatever_the_data(tmp_path):
     assert lo_a == {"pay": 1, "n": 0} and lo_b == {"pay": 0, "n": 0}
     # public: the same words whether or not a unit was left out
     assert words_a == words_b == [LIFETIME_LEFT_OUT_BIAS_TEXT]
-    assert "bias totals downward" in words_a[0] and "sd and moe do not include" in words_a[0]
+    assert "contributions are missing from the published values" in words_a[0]
+    assert "sd and moe do not include" in words_a[0]
     assert html_a == html_b
     assert "No per-record budget was set" not in html_a
     assert "Lifetime budget of the series" in html_a and "ρ ≤ <b>1" in html_a

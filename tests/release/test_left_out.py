@@ -138,7 +138,7 @@ def test_curator_outputs_count_left_out_units(tmp_path: Path, base: pl.DataFrame
         text = p.read_bytes().decode("utf-8", errors="replace")
         assert "left_out_by_budget" not in text and f"{n:,} units" not in text, p.name
     summary = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())
-    assert "bias totals downward" in summary["left_out_in_words"][0]
+    assert "contributions are missing from the published values" in summary["left_out_in_words"][0]
     assert "sd and moe do not include" in summary["left_out_in_words"][0]
     assert "Units left out by the budget" in (tmp_path / "out" / "public" /
                                               "summary.html").read_text()
@@ -577,3 +577,20 @@ def test_left_out_words_name_the_ranges_left_out(tmp_path: Path, base: pl.DataFr
             "are missing from the published totals); other sizes are kept (as planned: "
             "contributing to one cell of each table releasing it")
     assert want in out.replace("\n", " "), out
+
+
+def test_left_out_bias_words_hold_for_signed_measures() -> None:
+    """Review r72: a left-out unit removes its contributions, whatever their sign.
+
+    With ``input.negatives = "allow"`` (signed measures, accepted with a budget) a left-out
+    unit with a negative contribution biases its cells upward, so the public "Left-out units
+    bias totals downward" was false there; the words now say the contributions are missing and
+    the direction for counts and non-negative values.
+    """
+    from tabdp.release.runner import LEFT_OUT_BIAS_TEXT, LIFETIME_LEFT_OUT_BIAS_TEXT
+
+    for text in (LEFT_OUT_BIAS_TEXT, LIFETIME_LEFT_OUT_BIAS_TEXT):
+        assert "bias totals downward" not in text
+        assert "contributions are missing from the published values" in text
+        assert "downward for counts and for sums of non-negative values" in text
+        assert "sd and moe do not include that bias" in text

@@ -208,3 +208,15 @@ def test_a_release_of_an_integer_measure_flags_estimates_clamped_at_the_int64_li
         assert ("L" in flag) == lim
     summary = json.loads((tmp_path / "out" / "public" / "summary.json").read_text())
     assert "L" in summary["flag_codes"]
+
+
+def test_estimate_doc_grid_claim_is_for_continuous_noise() -> None:
+    """Review r72: the estimate doc's grid claim excepts discrete noise on its default grid.
+
+    A count table's grid is 1 with sd 2, so "a table's grid is at most a tenth of its noise's
+    sd" was false there; its values are exact integers (no rounding), and the doc says so.
+    """
+    from tabdp.release.publish import COLUMN_DOCS
+
+    assert ("discrete noise on its default grid of 1 gives exact integers, not rounded"
+            in COLUMN_DOCS["estimate"])

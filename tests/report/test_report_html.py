@@ -676,3 +676,28 @@ def test_moe_plot_has_one_unit_per_axis_and_no_hidden_series() -> None:
     for ax in axes:
         data = _line_data(ax)
         assert len(data) == len(set(data))
+
+
+def test_public_words_state_what_they_cover() -> None:
+    """Review r72: the summary's input rules, loss sentence and CV rule say what they cover.
+
+    * ``input.nulls`` governs measures only: a row whose key is missing is outside the key set
+      and is left out (never a stop), so "the run stops if a used column has a missing value"
+      was false for key columns (a null county ran through, the row unreleased);
+    * a record's loss over the release is a function of its contribution to every cell it is
+      in, not of its size alone (a record in three cells of a table pays three times);
+    * the C flag compares sd with ``|estimate|`` (negative estimates are flagged too).
+    """
+    summary = {"unit": "estab_id",
+               "tables": [{"name": "t", "kind": "sum", "publication": {"cv_flag": 0.3}}]}
+    for rule in ("error", "zero", "drop"):
+        page = render_summary_html({**summary, "input_policies": {"nulls": rule}})
+        text = " ".join(_check_page(page).text)
+        assert "used column" not in text, rule
+        assert "missing value" in text and "measure" in text, rule
+        assert "missing key" in text and "not released" in text, rule
+    page = render_summary_html(summary)
+    text = " ".join(_check_page(page).text)
+    assert "privacy loss is a public function of its size" not in text
+    assert "adds up over the cells it contributes to" in text
+    assert "sd / |estimate|" in text and "(sd / estimate)" not in text
