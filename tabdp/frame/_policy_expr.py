@@ -61,7 +61,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import ZCDP_ULPS as _ZCDP_ULPS
-from tabdp._numeric import div_up, safe_range
+from tabdp._numeric import div_up, engine_thread, safe_range
 from tabdp.exceptions import InvalidParameterError
 
 __all__ = ["PolicyExprs", "PolicyPlan", "policy_plan", "policy_exprs", "spark_policy_columns",
@@ -337,9 +337,11 @@ def _render_pl(n: _N, d: pl.Expr, cache: dict[int, Any]) -> pl.Expr:
             a[0].cast(pl.Int64))
     elif op == "numpy":
         fn = n.value
-        out = a[0].map_batches(
-            lambda s: pl.Series(s.name, np.asarray(fn(s.to_numpy()), dtype=np.float64)),
-            return_dtype=pl.Float64, is_elementwise=True)
+        def batch(s: pl.Series, fn: Callable[[np.ndarray], Any] = fn) -> pl.Series:
+            with engine_thread():  # on Polars' threads: NumPy's errors off, as the caller's
+                return pl.Series(s.name, np.asarray(fn(s.to_numpy()), dtype=np.float64))
+
+        out = a[0].map_batches(batch, return_dtype=pl.Float64, is_elementwise=True)
     else:  # pragma: no cover - internal
         raise AssertionError(op)
     cache[key] = out
@@ -437,8 +439,12 @@ def _spark_numpy_udf(fn: Callable[[np.ndarray], np.ndarray]) -> Any:
     from pyspark.sql.functions import pandas_udf
 
     def run(s: pd.Series) -> pd.Series:
-        return pd.Series(np.asarray(fn(s.to_numpy(dtype=np.float64)), dtype=np.float64))
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            return pd.Series(np.asarray(fn(s.to_numpy(dtype=np.float64)), dtype=np.float64))
 
+    # the hints as objects: PySpark reads them to choose the UDF's kind, and the module's
+    # postponed annotations name ``pd``, which is not a global here
+    run.__annotations__ = {"s": pd.Series, "return": pd.Series}
     return pandas_udf(run, "double")
 
 

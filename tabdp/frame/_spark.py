@@ -49,7 +49,7 @@ import pandas as pd
 import polars as pl
 
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
-from tabdp._numeric import add_up, add_up_any
+from tabdp._numeric import add_up, add_up_any, engine_thread
 from tabdp._reserved import RESERVED, is_reserved
 from tabdp.exceptions import (
     ColumnTypeError,
@@ -1121,8 +1121,9 @@ def _eps_delta_udf(delta: float) -> Any:
         from tabdp.privacy.accounting import epsilon_at
 
         c = {k: comps[k].to_numpy(dtype=np.float64) for k in COMPONENTS}
-        return pd.Series(epsilon_at(delta, c["rho_z"], c["rho_g"], c["eps_a"], c["delta_a"],
-                                    c["epsilon"]))
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            return pd.Series(epsilon_at(delta, c["rho_z"], c["rho_g"], c["eps_a"],
+                                        c["delta_a"], c["epsilon"]))
 
     return pandas_udf(eps, "double")
 
@@ -1336,6 +1337,10 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
     fields += ["cell_rho double", "cell_size double"]
 
     def charge(inp: pd.DataFrame) -> pd.DataFrame:
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            return charged(inp)
+
+    def charged(inp: pd.DataFrame) -> pd.DataFrame:
         pol = _Policy(mechanism, measures if kind == "sum" else [])
         n = len(inp)
         out: dict[str, np.ndarray] = {}
@@ -1469,7 +1474,8 @@ def _admit_fn(budget: Any, curs: list[str], guarantee: str, approx: bool,
 
     def admit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for b in batches:
-            ok = _admit_batch(budget, curs, guarantee, b, lifetime)
+            with engine_thread():  # a Spark worker: NumPy's errors off, no pools of ours
+                ok = _admit_batch(budget, curs, guarantee, b, lifetime)
             yield pd.DataFrame({_UID: b[_UID], **{f"ok{i}": ok[c]
                                                          for i, c in enumerate(curs)}})
 
@@ -1512,7 +1518,8 @@ def _admit_udf(budget: Any, curs: list[str], guarantee: str, need: list[str]) ->
 
     def admit(b: pd.DataFrame) -> pd.DataFrame:
         b = b.rename(columns={f"l{k}": f"{_IN}led:{c}" for k, c in enumerate(need)})
-        ok = _admit_batch(budget, curs, guarantee, b)
+        with engine_thread():  # a Spark worker: NumPy's errors off, no thread pools of ours
+            ok = _admit_batch(budget, curs, guarantee, b)
         return pd.DataFrame({f"ok{i}": ok[c] for i, c in enumerate(curs)})
 
     return pandas_udf(admit, ", ".join(f"ok{i} boolean" for i in range(len(curs))))
@@ -2207,8 +2214,9 @@ class SparkBackend:
 
         def per_cell(pdf: pd.DataFrame) -> pd.DataFrame:
             v = pdf[f"{_IN}x"].to_numpy(dtype=np.float64)
-            t, ss, clipped = cell_quantiles(np.zeros(v.size, dtype=np.int64), v, 1, qv, gamma,
-                                            (lo, hi))
+            with engine_thread():  # a Spark worker: NumPy's errors off, no pools of ours
+                t, ss, clipped = cell_quantiles(np.zeros(v.size, dtype=np.int64), v, 1, qv,
+                                                gamma, (lo, hi))
             return pd.DataFrame({_CELL: [int(pdf[_CELL].iloc[0])], "truth": [float(t[0])],
                                  "ss": [float(ss[0])], "n": [int(v.size)],
                                  "clipped": [clipped]})

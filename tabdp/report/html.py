@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._histogram import histogram_bin_index, histogram_edges
+from tabdp._numeric import engine_thread
 from tabdp.privacy.budget import Budget
 from tabdp.report.streaming import (
     BatchedOrderStatistics,
@@ -1439,7 +1440,7 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatis
                                                         "size") if c in cols}
     if bud is not None and has_rho:
         if has_size:
-            per_row["_limit"] = size.map_batches(lambda s: pl.Series(bud.limit(s.to_numpy())),
+            per_row["_limit"] = size.map_batches(_on_engine(bud.limit),
                                                  return_dtype=pl.Float64, is_elementwise=True)
         else:
             per_row["_limit"] = pl.lit(float(bud.limit(np.ones(1))[0]), pl.Float64)
@@ -1482,7 +1483,7 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatis
         e = edges
         bins = (lf.select(rho).filter(shown)
                 .select(b=rho.map_batches(
-                    lambda s: pl.Series(histogram_bin_index(s.to_numpy(), e)),
+                    _on_engine(lambda v: histogram_bin_index(v, e)),
                     return_dtype=pl.Int64, is_elementwise=True))
                 .group_by("b").agg(c=pl.len()).collect(engine="streaming"))
         counts = np.zeros(edges.size - 1, dtype=np.int64)
@@ -1503,6 +1504,25 @@ def _losses_lazy(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatis
         max_epsd=_opt_float(row.get("max_epsd")) if height else None,
         has_size=has_size and height > 0, max_size=_opt_float(row.get("max_size")),
         share=share, hist=(edges, counts, n - n_shown), scatter=scatter, top=top)
+
+
+def _on_engine(fn: Callable[[np.ndarray], Any]) -> Callable[[pl.Series], pl.Series]:
+    """A batch function applying ``fn`` to a column's values, on Polars' threads.
+
+    Polars runs it on its own threads, which start with NumPy's default error state: the body
+    runs inside `tabdp._numeric.engine_thread` (errors ignored, as on the caller's thread; no
+    thread pools of tabdp's own), so no warning there depends on a value of the column.
+
+    Example:
+        >>> f = _on_engine(lambda v: np.log(v))
+        >>> f(pl.Series([0.0, 1.0])).to_list()
+        [-inf, 0.0]
+    """
+    def run(s: pl.Series) -> pl.Series:
+        with engine_thread():
+            return pl.Series(fn(s.to_numpy()))
+
+    return run
 
 
 def _top_rows(lf: pl.LazyFrame, col: str, k: int) -> pl.DataFrame:

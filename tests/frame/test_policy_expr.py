@@ -264,6 +264,35 @@ def test_numpy_fallback_when_no_form_or_table() -> None:
     assert np.array_equal(vals[0], Odd().rho(GRID))
 
 
+def test_the_numpy_fallback_runs_with_numpys_errors_off() -> None:
+    """A ``"numpy"`` output's batch function runs on Polars' threads with NumPy's errors off.
+
+    Those threads keep NumPy's defaults (a warning per overflow): a policy step that overflows
+    on a record's Δ would warn there. It runs inside ``engine_thread``: nothing warns.
+    """
+    import warnings
+
+    class Loud:
+        """A decreasing policy (the numpy fallback) whose evaluation overflows on the way."""
+
+        def rho(self, d: Any) -> np.ndarray:
+            _ = np.array([1e308]) * 10.0  # overflows: warns under NumPy's defaults
+            return 1.0 / (1.0 + np.abs(np.asarray(d, dtype=np.float64)))
+
+        def epsilon(self, d: Any) -> np.ndarray:
+            return np.sqrt(np.abs(np.asarray(d, dtype=np.float64)))
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        vals, p = _polars(Loud(), np.arange(200_000, dtype=np.float64))
+    assert p.methods[0] == "numpy"
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []
+    with warnings.catch_warnings(record=True) as seen:  # the control: the step does warn
+        warnings.simplefilter("always")
+        Loud().rho(np.zeros(1))
+    assert seen
+
+
 def test_next_up_expr_is_nextafter() -> None:
     x = np.concatenate([np.exp2(np.arange(-1000.0, 1000.0)),
                         np.exp2(np.random.default_rng(1).uniform(-1000, 1000, 5000))])

@@ -706,3 +706,59 @@ def test_superseded_ledger_tables_are_freed(spark, tmp_path):
     assert not _blocks_on_disk(tables[-2])  # freed with the ledger
     assert _blocks_on_disk(tables[-1])  # handed out: kept
     assert pr.count() > 0
+
+
+def test_the_python_workers_run_with_numpys_errors_off(spark, monkeypatch):
+    """The pandas UDFs of tabdp run their NumPy work with every error ignored and no thread pools.
+
+    A Spark worker starts with NumPy's defaults (a warning per overflow, printed beside the
+    job): the charges, the filter, ε at δ and a policy evaluated by NumPy run inside
+    ``engine_thread``, as the release's own thread does. Called here as the worker calls them
+    (the UDFs' Python functions), with steps that overflow patched in: nothing warns.
+    """
+    import warnings
+
+    import pandas as pd
+
+    from tabdp._numeric import work_threads
+    from tabdp.frame import _policy_expr as pe
+    from tabdp.frame import _spark as sp
+    from tabdp.privacy.accounting import COMPONENTS
+    from tabdp.privacy.budget import Budget
+
+    threads: list[int] = []
+
+    def loud(fn):
+        def run(*a, **k):
+            threads.append(work_threads())
+            _ = np.array([1e308]) * 10.0  # overflows: warns under NumPy's defaults
+            return fn(*a, **k)
+        return run
+
+    monkeypatch.setattr(sp, "_policy_values", loud(sp._policy_values))
+    monkeypatch.setattr(sp, "_admit_batch", loud(sp._admit_batch))
+    import tabdp.privacy.accounting as acc
+    monkeypatch.setattr(acc, "epsilon_at", loud(acc.epsilon_at))
+    n = 5
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        udf, _ = sp._charge_udf(mech.Gaussian(2.0), [], "count", {})
+        udf.func(pd.DataFrame({f"{sp._IN}rows_in": np.ones(n)}))
+        sp._eps_delta_udf(1e-9).func(pd.DataFrame({c: np.full(n, 0.5) for c in COMPONENTS}))
+        b = Budget(10.0)
+        need = sp._led_need(b, ["rows"])
+        frame = pd.DataFrame({"r0": np.full(n, 0.5), "e0": np.full(n, 1.0),
+                              "s0": np.ones(n), **{f"l{k}": np.zeros(n)
+                                                   for k in range(len(need))}})
+        sp._admit_udf(b, ["rows"], "zcdp", need).func(frame)
+        list(sp._admit_fn(b, ["rows"], "zcdp", False)(
+            iter([frame.rename(columns={f"l{k}": f"{sp._IN}led:{c}" for k, c in enumerate(need)})
+                 .assign(**{sp._UID: np.arange(n)})])))
+        pe._spark_numpy_udf(loud(np.sqrt)).func(pd.Series(np.ones(n)))
+    # (PySpark itself warns about pandas' version when a UDF is made: not a NumPy error)
+    assert [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)] == []
+    assert threads and set(threads) == {1}
+    with warnings.catch_warnings(record=True) as seen:  # the control: the steps do warn
+        warnings.simplefilter("always")
+        _ = np.array([1e308]) * 10.0
+    assert seen

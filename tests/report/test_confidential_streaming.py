@@ -280,3 +280,45 @@ def test_geometric_bin_index_equals_the_binary_search() -> None:
                             np.nextafter(edges, np.inf)])
         v = v[v > 0]
         assert np.array_equal(rh._geometric_bin_index(v, edges), histogram_bin_index(v, edges))
+
+
+def test_the_lazy_statistics_batch_functions_run_with_numpys_errors_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lazy path's batch functions (budget limits, histogram bins) warn nothing.
+
+    Polars runs them on its own threads, which keep NumPy's defaults (a warning per overflow):
+    a value that overflowed there would warn, a warning depending on one record. Both run inside
+    ``engine_thread``; steps that overflow (patched in) warn nothing, on a report with a NaN ρ
+    (the lazy path: the batched one returns None) read from Parquet in several row groups.
+    """
+    import warnings
+
+    from tabdp.privacy.budget import Budget
+
+    real_bins, real_limit = rh.histogram_bin_index, Budget.limit
+
+    def bins(v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        _ = np.array([1e308]) * 10.0  # overflows: warns under NumPy's defaults
+        return real_bins(v, edges)
+
+    def limit(self: Budget, size: Any, *a: Any, **k: Any) -> np.ndarray:
+        _ = np.array([1e308]) * 10.0
+        return real_limit(self, size, *a, **k)
+
+    monkeypatch.setattr(rh, "histogram_bin_index", bins)
+    monkeypatch.setattr(Budget, "limit", limit)
+    per = _per(3000).with_columns(
+        rho=pl.when(pl.col("estab_id") == 5).then(float("nan")).otherwise(pl.col("rho")))
+    path = tmp_path / "p.parquet"
+    per.write_parquet(path, row_group_size=300)
+    lf = pl.scan_parquet(path)
+    assert rh._losses_batched(lf, rh._budget_object(_report(lf)["budget"]), 7) is None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        stats = rh.loss_statistics(lf, _report(lf)["budget"])
+    assert [str(w.message) for w in seen] == []
+    assert stats.hist[1] is not None and stats.share is not None
+    with warnings.catch_warnings(record=True) as seen:  # the control: the steps do warn
+        warnings.simplefilter("always")
+        bins(np.array([1.0]), np.array([0.5, 2.0]))
+    assert seen
