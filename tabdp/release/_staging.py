@@ -14,6 +14,7 @@ and an author-mode refusal names nothing in that folder (review r52).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -263,6 +264,7 @@ def _check_target(path: Path, overwrite: bool, what: str,
         author: An author-mode run: a refusal names nothing in the confidential folder
             (review r52).
     """
+    _check_name_lengths(path, what, author)
     if path.is_symlink():
         # review r52: a run renames the folder aside, so it moved the curator's entries out of
         # the link's target into a new, local folder and left a .old-* link behind every run;
@@ -319,6 +321,32 @@ def _check_target(path: Path, overwrite: bool, what: str,
                     f"cannot be made in {str(parent)!r} ({err.strerror or type(err).__name__})."
                     "\nHint: choose a writable location on an ordinary file system.") from None
             break
+
+
+def _check_name_lengths(path: Path, what: str, author: bool) -> None:
+    """Refuse an output folder (or its staging folder) named longer than its file system allows.
+
+    Review r74: such a name passed every check made before the data, and the run stopped when
+    it made the folder, after reading the data (exit 4, no confidential folder for the
+    details). Each name is checked against the limit of the deepest existing folder above it.
+    """
+    base, limit = Path(path.parts[0]), 255
+    for i, part in enumerate(path.parts[1:], start=2):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no pathconf: 255
+            limit = os.pathconf(base, "PC_NAME_MAX") if base.is_dir() else limit
+        # the last name also has its staging folder beside it (mkdtemp adds 8 characters)
+        last = i == len(path.parts)
+        size = len(os.fsencode(_staging_name(path, "tmp") + "x" * 8 if last else part))
+        if size > limit:
+            raise InvalidParameterError(
+                f"the {what} output folder {str(path)!r} cannot be created: the name "
+                f"{part[:24]!r}... ({len(os.fsencode(part))} bytes"
+                + (f"; {size} bytes for the run's staging folder beside it" if last else "")
+                + f") is too long for its file system (at most {limit} bytes per name). "
+                "Nothing was read or written.\nHint: "
+                + ("give the release a shorter name (release.name)." if author else
+                   "choose a shorter folder name in the spec's [output] section (or --out)."))
+        base = base / part
 
 
 def _pid_alive(pid: int) -> bool:

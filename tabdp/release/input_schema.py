@@ -244,7 +244,10 @@ def spec_input_schema(spec: ReleaseSpec) -> tuple[dict[str, Any], str] | None:
             return None
         from tabdp.release.curator_config import SCHEMA_DTYPES
 
-        return ({c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()},
+        # dtype instances (pl.Schema makes them): the checks ask isinstance(dtype, String),
+        # which a class such as pl.String never is (review r74: a key declared "String"
+        # against numeric public values passed validate, then stopped every run)
+        return (dict(pl.Schema({c: SCHEMA_DTYPES[t] for c, t in spec.input.schema.items()})),
                 "the declared dataset schema")
     if spec.input.path is None:
         return None

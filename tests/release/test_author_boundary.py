@@ -622,3 +622,72 @@ def test_r15_every_feature_on_neighbouring_servers(tmp_path: Path,
         assert "<script>alert" not in html
     assert views[0] == views[1]
     assert [v[0] for v in views[0][0]] == [0, 0, 0]
+
+
+# origin: review r74 — the declared schema's dtypes were classes (pl.String), and the key-type
+# check asked isinstance(have, String): a key column declared "String" against a numeric
+# domain passed `tabdp validate` and stopped every run after reading the data (exit 4, the
+# generic failure), a data-free mistake the author could not see
+@pytest.mark.parametrize("domain", ["state = [1, 2]", "ints file"])
+def test_r74_numeric_domain_against_a_declared_text_key_is_a_spec_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, domain: str) -> None:
+    """Author mode: numbers against a key declared ``String`` are refused before any data."""
+    df = pl.DataFrame({"id": [1, 2, 3], "state": ["01", "02", "01"], "v": [1.0, 2.0, 3.0]})
+    df.write_parquet(tmp_path / "d.parquet")
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    pl.DataFrame({"state": [1, 2]}).write_parquet(meta / "ints.parquet")
+    write_curator(tmp_path, {"cbp": "d.parquet"}, public=[meta],
+                  schemas={"cbp": {"id": "Int64", "state": "String", "v": "Float64"}})
+    line = (domain if domain.startswith("state") else
+            'state = { file = "ints.parquet", column = "state" }')
+    spec = R15_SPEC.replace('state = ["01", "02"]', line).replace('name = "r15"',
+                                                                   'name = "r74"')
+    (tmp_path / "s.toml").write_text(spec, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for command in ("validate", "run"):
+        code, out, err = run_cli(tmp_path, command)
+        assert code == 2, (command, code, out, err)
+        assert "tables[0].by[0]" in err and "numbers and text" in err, err
+        assert "data-dependent failure" not in err and str(tmp_path) not in out + err
+    assert not (tmp_path / "releases" / "r74").exists()
+
+
+# origin: review r74 — a release name longer than the file system's name limit passed every
+# check made before the data (the output folder's parent existed and was writable), so the
+# run read the data and stopped when it made the folder: exit 4, and the curator's details
+# written nowhere (no confidential folder). Now refused before anything is read (exit 2).
+@pytest.mark.parametrize("root_exists", [False, True])
+@pytest.mark.parametrize("command", ["run", "plan"])
+def test_r74_a_release_name_too_long_for_the_file_system_is_refused_before_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, root_exists: bool
+        ) -> None:
+    df = pl.DataFrame({"id": [1, 2, 3], "state": ["01", "02", "01"], "v": [1.0, 2.0, 3.0]})
+    df.write_parquet(tmp_path / "d.parquet")
+    write_curator(tmp_path, {"cbp": "d.parquet"},
+                  schemas={"cbp": {"id": "Int64", "state": "String", "v": "Float64"}})
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    if root_exists:
+        (tmp_path / "releases").mkdir()
+    name = "r" * (limit + 1)
+    (tmp_path / "s.toml").write_text(R15_SPEC.replace('name = "r15"', f'name = "{name}"'),
+                                     encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(tmp_path, command)
+    assert code == 2, (code, out, err)
+    assert "data-dependent failure" not in err and "too long" in err, err
+    assert str(tmp_path) not in out + err
+    assert not (tmp_path / "releases").exists() or not any((tmp_path / "releases").iterdir())
+
+
+def test_r74_an_output_folder_whose_staging_name_is_too_long_is_refused(tmp_path: Path
+                                                                         ) -> None:
+    """Curator mode too: the run's staging folder beside the output is named after it."""
+    from tabdp.exceptions import InvalidParameterError
+    from tabdp.release._staging import _check_target
+
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    _check_target(tmp_path / ("p" * (limit - 40)), False, "public")  # room for the staging
+    for bad in (tmp_path / ("p" * (limit - 5)), tmp_path / ("q" * (limit + 1)) / "public"):
+        with pytest.raises(InvalidParameterError, match="too long"):
+            _check_target(bad, False, "public")
