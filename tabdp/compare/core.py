@@ -379,7 +379,10 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         cols = list(t.by)
         dims = [build_dim(c, spec.domains[c].to_list() if c in spec.domains else [], 
                           spec.hierarchies) for c in cols]
-        data = _table_micro(spec, micro, t, cols, dims)
+        data, spanning = _table_micro(spec, micro, t, cols, dims)
+        if spanning:
+            say(f"  warning: {spanning} unit(s) of {t.name} have rows in several finest cells;"
+                " Tau-Argus' rules judge each part as its own contributor at coarser cells")
         for m in measures:
             say(f"  Tau-Argus: {t.name} / {m}")
             n_cells = math.prod(len(d.codes) for d in dims)
@@ -390,7 +393,7 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
             cells = cells.with_columns(_canonical(cols, dims, axes).alias("cell_key"))
             sdc_tables.append({"table": t.name, "measure": m, "kind": t.kind, "by": cols,
                                "dims": dims, "sdc": tab, "cells": cells, "micro": data,
-                               "audit": own_audit})
+                               "audit": own_audit, "units_in_several_cells": spanning})
     timings["tau_argus"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     linked = _protect_linked(sdc_tables, opts, folder, axes, say)
@@ -447,6 +450,9 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         "tables": [{"table": x["table"], "measure": x["measure"], "kind": x["kind"],
                     "by": x["by"], "method": x["sdc"].method, "rounding_base": x["sdc"].base,
                     "cells": x["cells"].height, "tau_seconds": x["sdc"].seconds,
+                    # a unit in several finest cells: its parts are separate contributors
+                    # to Tau-Argus' rules at coarser cells (docs/compare.md, Limits)
+                    "units_in_several_finest_cells": x.get("units_in_several_cells", 0),
                     "tau_steps_seconds": x["sdc"].steps,
                     "statuses": dict(x["cells"]["status"].value_counts()
                                      .sort("status").iter_rows())}
@@ -617,8 +623,14 @@ def _read_input(spec: Any) -> pl.LazyFrame:
 
 
 def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: list[Dim]
-                 ) -> pl.DataFrame:
-    """One row per contributor (unit) and cell: its contribution to each measure (or 1)."""
+                 ) -> tuple[pl.DataFrame, int]:
+    """One row per contributor (unit) and finest cell, and the units in several finest cells.
+
+    Returns the unit's contribution to each measure (or 1) per finest cell, and the number of
+    units with rows in more than one finest cell of the table (0 in row mode). Tau-Argus gets
+    no unit column: a unit in several finest cells is one contributor per finest cell, so at a
+    coarser cell its parts are separate contributors (confidential: for the curator).
+    """
     from tabdp.release.runner import ROW_ID
 
     unit = spec.input.unit or ROW_ID
@@ -632,7 +644,10 @@ def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: lis
         ms = list(t.measures)
         out = (base.filter(pl.all_horizontal([pl.col(m).is_not_null() for m in ms]))
                .group_by([unit, *cols]).agg([pl.col(m).cast(pl.Float64).sum() for m in ms]))
-    return out.collect().drop(unit)
+    data = out.collect()
+    spanning = 0 if spec.input.unit is None else int(
+        data.group_by(unit).len().filter(pl.col("len") > 1).height)
+    return data.drop(unit), spanning
 
 
 def _axes(spec: Any) -> list[str]:

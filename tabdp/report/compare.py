@@ -217,7 +217,8 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
         po = dp["posterior_odds_factor"]
         kv.append(("DP: e^ε, the factor of that bound (median / max record)",
                    f"{_num(po['median'])} / {_num(po['max'])}"))
-    kv.append(("Traditional: records pinned within their rule's protection",
+    kv.append(("Traditional: primary cells pinned within their rule's protection (each pins "
+               "its largest contributor; a record largest in several is counted per cell)",
                H._e(sd.get("records_pinned"))))
     srows = [[p["table"], p["measure"], p["method"], p["primary_cells"],
               p["records_in_primary_cells"], p["under_protected_primary"],
@@ -239,9 +240,10 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
         "contributor against the second largest).</p>"
         + H._kv(kv)
         + H._figure("plot-loss-size", svg, "DP: each record's total ρ against its size.")
-        + H._table(["Table", "Measure", "Method", "Primary cells", "Records in primary "
-                    "cells", "Under-protected primary cells", "Withheld cells recovered "
-                    "exactly"], srows, caption="Suppression: cells and records exposed")
+        + H._table(["Table", "Measure", "Method", "Primary cells", "Contributors to "
+                    "primary cells (summed over cells)", "Under-protected primary cells",
+                    "Withheld cells recovered exactly"], srows,
+                   caption="Suppression: cells and records exposed")
         + H._table(["Table", "Measure", "Cell", "Contributors", "Value", "Largest",
                     "Intruder interval", "Required below", "Required above",
                     "Achieved / required"], wrows,

@@ -43,3 +43,35 @@ def test_utility_of_a_direct_level_uses_the_direct_estimate() -> None:
     spec, dp, x = _case()
     rows = [r for r in _utility(spec, dp, [x]) if r["level"] == "state" and r["method"] == "DP"]
     assert rows and abs(rows[0]["median_rel_error"] - 1.0 / 32.0) < 1e-12
+
+
+# origin: review r73 (a privacy unit with rows in several finest cells, e.g. a firm with
+# establishments in two counties, is one contributor per finest cell in Tau-Argus' microdata:
+# at a coarser cell its parts are separate contributors, so the p% and dominance rules judge
+# the parts, not the unit; a firm holding 72.5% of a state x sector cell as 900 + 550 in two
+# counties was published under nk=1,60. compare.json must say so, per table)
+def test_units_in_several_finest_cells_are_counted_for_the_curator() -> None:
+    from tabdp.compare.core import _table_micro
+    from tabdp.compare.sdc import build_dim
+
+    class H:
+        levels = ("state", "county")
+        mapping = pl.DataFrame({"state": ["01", "01"], "county": ["01001", "01003"]})
+
+    lf = pl.LazyFrame({"firm": ["F", "F", "a", "b", "b"],
+                       "county": ["01001", "01003", "01001", "01003", "01003"],
+                       "ind": ["11", "11", "11", "11", "11"],
+                       "pay": [900.0, 550.0, 100.0, 150.0, 150.0]})
+    dims = [build_dim("county", [], {"g": H}), build_dim("ind", ["11"], {})]
+    spec = NS(input=NS(unit="firm"))
+    t = NS(kind="sum", measures=["pay"])
+    data, spanning = _table_micro(spec, lf, t, ["county", "ind"], dims)
+    # one row per unit and finest cell: F twice (900, 550), b once (300)
+    assert sorted(data["pay"].to_list()) == [100.0, 300.0, 550.0, 900.0]
+    assert spanning == 1
+    # row mode: every record is in one finest cell
+    from tabdp.release.runner import ROW_ID
+
+    data, spanning = _table_micro(NS(input=NS(unit=None)), lf.with_columns(
+        pl.int_range(pl.len()).alias(ROW_ID)), t, ["county", "ind"], dims)
+    assert spanning == 0
