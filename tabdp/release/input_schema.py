@@ -37,7 +37,9 @@ __all__ = ["read_input_schema", "check_input_schema", "check_spec_input_schema",
            "spec_input_schema", "check_ledger_unit_type"]
 
 _TEXT = (pl.String, pl.Categorical, pl.Enum)
-_NO_DATA = "Checked from the input's schema (metadata); no data was read."
+#: Ends every message here. Not "the input's metadata": in author mode the schema is the
+#: curator's declaration (review r74).
+_NO_DATA = "Checked from the schema alone: no data was read."
 
 
 def read_input_schema(spec: ReleaseSpec) -> dict[str, Any]:
@@ -183,6 +185,15 @@ def _check_key_types(spec: ReleaseSpec, i: int, schema: Mapping[str, Any], sourc
     for j, c in enumerate(t.by):
         values, where = _key_values(spec, i, c)
         have, want = schema[c], values.schema[c]
+        if want.is_nested():
+            # review r74: a list or struct of public values passed here (author mode converts
+            # the key column to the domain's type), then failed every run after reading data
+            raise SpecError(
+                f"tables[{i}].by[{j}]",
+                f"the public values of key column {c!r} (table {t.name!r}) in {where} are "
+                f"{want}, not single values; a key's domain holds one text or number per "
+                f"row. {_NO_DATA}\nHint: give the domain one value per row (e.g. a Parquet "
+                "column of strings or integers, or an inline list).")
         mismatch = ((have.is_numeric() and isinstance(want, _TEXT))
                     or (want.is_numeric() and isinstance(have, _TEXT)))
         if mismatch:

@@ -653,6 +653,31 @@ def test_r74_numeric_domain_against_a_declared_text_key_is_a_spec_error(
     assert not (tmp_path / "releases" / "r74").exists()
 
 
+# origin: review r74 (noticed) — a public Parquet domain whose column holds lists passed
+# validate (author mode converts the key column to the domain's type, so no type check ran)
+# and then failed every run after reading the data (exit 4). Now a spec error (exit 2).
+def test_r74_a_domain_of_lists_is_a_spec_error(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    df = pl.DataFrame({"id": [1, 2, 3], "state": ["01", "02", "01"], "v": [1.0, 2.0, 3.0]})
+    df.write_parquet(tmp_path / "d.parquet")
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    pl.DataFrame({"state": [["01"], ["02"]]}).write_parquet(meta / "lists.parquet")
+    write_curator(tmp_path, {"cbp": "d.parquet"}, public=[meta],
+                  schemas={"cbp": {"id": "Int64", "state": "String", "v": "Float64"}})
+    spec = R15_SPEC.replace('state = ["01", "02"]',
+                            'state = { file = "lists.parquet", column = "state" }'
+                            ).replace('name = "r15"', 'name = "r74l"')
+    (tmp_path / "s.toml").write_text(spec, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for command in ("validate", "run"):
+        code, out, err = run_cli(tmp_path, command)
+        assert code == 2, (command, code, out, err)
+        assert "tables[0].by[0]" in err and "not single values" in err, err
+        assert "data-dependent failure" not in err and str(tmp_path) not in out + err
+    assert not (tmp_path / "releases" / "r74l").exists()
+
+
 # origin: review r74 — a release name longer than the file system's name limit passed every
 # check made before the data (the output folder's parent existed and was writable), so the
 # run read the data and stopped when it made the folder: exit 4, and the curator's details
