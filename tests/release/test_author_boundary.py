@@ -627,20 +627,27 @@ def test_r15_every_feature_on_neighbouring_servers(tmp_path: Path,
 # origin: review r74 — the declared schema's dtypes were classes (pl.String), and the key-type
 # check asked isinstance(have, String): a key column declared "String" against a numeric
 # domain passed `tabdp validate` and stopped every run after reading the data (exit 4, the
-# generic failure), a data-free mistake the author could not see
-@pytest.mark.parametrize("domain", ["state = [1, 2]", "ints file"])
-def test_r74_numeric_domain_against_a_declared_text_key_is_a_spec_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, domain: str) -> None:
-    """Author mode: numbers against a key declared ``String`` are refused before any data."""
+# generic failure), a data-free mistake the author could not see. Likewise (r74, noticed) a
+# public Parquet domain whose column holds lists: author mode converts the key column to the
+# domain's type, so no type check ran. Both are spec errors now (exit 2).
+@pytest.mark.parametrize(("domain", "values", "says"), [
+    ("state = [1, 2]", None, "numbers and text"),
+    ("file", [1, 2], "numbers and text"),
+    ("file", [["01"], ["02"]], "not single values"),
+], ids=["inline numbers", "file of numbers", "file of lists"])
+def test_r74_a_domain_not_of_the_declared_key_type_is_a_spec_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, domain: str, values: Any,
+        says: str) -> None:
+    """Author mode: a domain of numbers (or of lists) for a ``String`` key, refused before data."""
     df = pl.DataFrame({"id": [1, 2, 3], "state": ["01", "02", "01"], "v": [1.0, 2.0, 3.0]})
     df.write_parquet(tmp_path / "d.parquet")
     meta = tmp_path / "meta"
     meta.mkdir()
-    pl.DataFrame({"state": [1, 2]}).write_parquet(meta / "ints.parquet")
+    if values is not None:
+        pl.DataFrame({"state": values}).write_parquet(meta / "dom.parquet")
     write_curator(tmp_path, {"cbp": "d.parquet"}, public=[meta],
                   schemas={"cbp": {"id": "Int64", "state": "String", "v": "Float64"}})
-    line = (domain if domain.startswith("state") else
-            'state = { file = "ints.parquet", column = "state" }')
+    line = domain if values is None else 'state = { file = "dom.parquet", column = "state" }'
     spec = R15_SPEC.replace('state = ["01", "02"]', line).replace('name = "r15"',
                                                                    'name = "r74"')
     (tmp_path / "s.toml").write_text(spec, encoding="utf-8")
@@ -648,34 +655,9 @@ def test_r74_numeric_domain_against_a_declared_text_key_is_a_spec_error(
     for command in ("validate", "run"):
         code, out, err = run_cli(tmp_path, command)
         assert code == 2, (command, code, out, err)
-        assert "tables[0].by[0]" in err and "numbers and text" in err, err
+        assert "tables[0].by[0]" in err and says in err, err
         assert "data-dependent failure" not in err and str(tmp_path) not in out + err
     assert not (tmp_path / "releases" / "r74").exists()
-
-
-# origin: review r74 (noticed) — a public Parquet domain whose column holds lists passed
-# validate (author mode converts the key column to the domain's type, so no type check ran)
-# and then failed every run after reading the data (exit 4). Now a spec error (exit 2).
-def test_r74_a_domain_of_lists_is_a_spec_error(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    df = pl.DataFrame({"id": [1, 2, 3], "state": ["01", "02", "01"], "v": [1.0, 2.0, 3.0]})
-    df.write_parquet(tmp_path / "d.parquet")
-    meta = tmp_path / "meta"
-    meta.mkdir()
-    pl.DataFrame({"state": [["01"], ["02"]]}).write_parquet(meta / "lists.parquet")
-    write_curator(tmp_path, {"cbp": "d.parquet"}, public=[meta],
-                  schemas={"cbp": {"id": "Int64", "state": "String", "v": "Float64"}})
-    spec = R15_SPEC.replace('state = ["01", "02"]',
-                            'state = { file = "lists.parquet", column = "state" }'
-                            ).replace('name = "r15"', 'name = "r74l"')
-    (tmp_path / "s.toml").write_text(spec, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    for command in ("validate", "run"):
-        code, out, err = run_cli(tmp_path, command)
-        assert code == 2, (command, code, out, err)
-        assert "tables[0].by[0]" in err and "not single values" in err, err
-        assert "data-dependent failure" not in err and str(tmp_path) not in out + err
-    assert not (tmp_path / "releases" / "r74l").exists()
 
 
 # origin: review r74 — a release name longer than the file system's name limit passed every
