@@ -259,10 +259,12 @@ class DPAccessor(Generic[_Out]):
         scaled to its γ-smooth sensitivity: PolyPlace by default (``noise="student_t"``,
         ``"cauchy"`` or ``"laplace"`` for the baselines). The ``_sd`` and ``_moe`` columns come
         from a private estimate of the noise scale (``ln SS`` plus Laplace noise), never from SS
-        itself; the moe covers the true median with probability at least ``level`` on every
+        itself; the moe covers the true median (of the clipped values of the rows it used:
+        without the units a budget left out) with probability at least ``level`` on every
         dataset. ε-DP per cell for one row (value and noise scale together); a unit with k rows
-        in a cell pays k·ε there. Empty or tiny cells get the mechanism's answer (their median
-        is the padded one, e.g. ``low`` for an empty cell, with large noise), not an error.
+        in a cell pays k·ε there. Empty or tiny cells get the mechanism's answer, not an error:
+        an empty cell's median is ``low``, a cell of one or two rows has its own (lower)
+        median; both get noise scaled to a smooth sensitivity near ``high − low``.
 
         Args:
             column: Measure column.
