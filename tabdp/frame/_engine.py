@@ -1185,14 +1185,34 @@ class _Policy:
 
 def _abs_float_up(values: pl.Series, bits: int) -> np.ndarray:
     """|value|·2**-bits as float64, never below the exact magnitude (charges are upper bounds)."""
-    # an integer below 2**53 converts exactly (to a float below 2**53) and one at or above it to
-    # a float at or above it (rounding is monotone, 2**53 is a double): the float tells which
-    # magnitudes were rounded, no second pass over the 128-bit integers
-    a = values.abs().cast(pl.Float64).to_numpy()
-    big = a >= 2.0**53
+    return magnitudes_up(values.abs().cast(pl.Float64).to_numpy(), bits)
+
+
+def magnitudes_up(a: np.ndarray, bits: int) -> np.ndarray:
+    """``a``·2**-bits, moved one double up where ``a`` (a float conversion) may have rounded.
+
+    ``a`` holds the float64 conversions of whole magnitudes |v| (fixed point: v·2**bits is an
+    integer, here converted to float): an integer below 2**53 converts exactly (to a float
+    below 2**53) and one at or above it to a float at or above it (rounding is monotone, 2**53
+    is a double), so the float tells which magnitudes were rounded, with no second pass over
+    the 128-bit integers. Shared by the Polars engine and Spark's charges.
+
+    Args:
+        a: Float conversions of the magnitudes' fixed-point integers (≥ 0).
+        bits: The fixed point's fractional bits.
+
+    Returns:
+        Magnitudes never below the exact ones (a new array).
+
+    Example:
+        >>> up = magnitudes_up(np.array([3.0, 2.0**60]), 1)
+        >>> up[0], bool(up[1] == np.nextafter(2.0**59, np.inf))
+        (np.float64(1.5), True)
+    """
     f = a * (2.0 ** -bits)
-    if np.any(big):
-        f = np.where(big, np.nextafter(f, np.inf), f)
+    big = np.flatnonzero(a >= 2.0**53)
+    if big.size:  # only those moved up (libm's nextafter is a call per value)
+        f[big] = np.nextafter(f[big], np.inf)
     return f
 
 

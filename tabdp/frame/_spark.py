@@ -79,6 +79,7 @@ from tabdp.frame._engine import (
     _strict_checks,
     drops_rows,
     left_out_counts,
+    magnitudes_up,
     serves_measures,
 )
 from tabdp.frame._output import check_form
@@ -1353,12 +1354,8 @@ def _charge_udf(mechanism: Mechanism, measures: list[str], kind: str,
             else:
                 mags = {}
                 for m in ms:
-                    a = inp[f"{_IN}a:{m}"].to_numpy(dtype=np.float64)
-                    f = a * (2.0 ** -bits[m])
-                    big = a >= float(1 << 53)
-                    if np.any(big):
-                        f = np.where(big, np.nextafter(f, np.inf), f)
-                    mags[m] = f
+                    mags[m] = magnitudes_up(inp[f"{_IN}a:{m}"].to_numpy(dtype=np.float64),
+                                            bits[m])
                 size, delta = _size_and_delta(
                     pol, ms, mags, lambda m: inp[f"{_IN}s:{m}"].to_numpy(dtype=np.float64))
             vals = _policy_values(pol, kind, delta)

@@ -582,7 +582,8 @@ class ExpPolyLog(AdditiveMechanism):
             True
         """
         dd = _delta(sensitivity)
-        h = np.log1p(dd / (self.sigma * self.a))
+        sa = self.sigma * self.a
+        h = np.log1p(dd if sa == 1.0 else dd / sa)  # x / 1.0 is x: the same doubles
         if self.p == 1.0:   # rounded up: a few roundings, log1p's condition number <= 1
             return inflate(self.d * h, 16.0, dd > 0)
         l0 = math.log(self.a)

@@ -624,3 +624,41 @@ def test_epsilon_at_takes_the_gaussian_shift_never_below_the_exact_root(
     # the rounded root alone is below the exact one for some of these (the case fixed)
     plain = np.sqrt(2.0 * rho)
     assert any(low(m, r) for m, r in zip(plain, rho, strict=True))
+
+
+def test_the_policies_shortcuts_give_their_full_forms_doubles() -> None:
+    """Three shortcuts of the per-row policies give the doubles of the forms they replace.
+
+    ``pure_to_zcdp`` no longer maps an infinite ε to inf by a second pass (inf·tanh(inf) is
+    inf, and the rounding up keeps it); ExpPolyLog's ε skips its division when σ·a is 1.0
+    (x / 1.0 is x); `magnitudes_up` moves only the rounded magnitudes up (the former form
+    called ``nextafter`` on every value and kept it where a magnitude was 2**53 or more). On
+    random and edge values (±0, subnormals, ±inf, NaN, the largest doubles), bit for bit.
+    """
+    from tabdp._numeric import ZCDP_ULPS, inflate
+    from tabdp.frame._engine import magnitudes_up
+    from tabdp.mechanisms._base import pure_to_zcdp
+
+    rng = np.random.default_rng(12)
+    edge = np.array([0.0, -0.0, 2.0**-1074, 2.0**-1022, 1e-300, 1.0, 2.0**53,
+                     np.nextafter(2.0**53, 0), 2.0**60, 1e300, np.finfo(float).max, np.inf,
+                     -np.inf, np.nan, -1.5])
+    x = np.concatenate([edge, np.ldexp(rng.random(20_000) + 0.5,
+                                       rng.integers(-1074, 1024, 20_000)),
+                        rng.random(20_000) * 50.0])
+
+    def bits(a: np.ndarray) -> np.ndarray:
+        return np.asarray(a, dtype=np.float64).view(np.int64)
+
+    with np.errstate(all="ignore"):
+        full = np.where(np.isinf(x), np.inf, inflate(x * np.tanh(0.5 * x), ZCDP_ULPS, x > 0))
+        assert np.array_equal(bits(pure_to_zcdp(x)), bits(full))
+        m = M.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
+        d = np.abs(x)
+        assert np.array_equal(bits(m.epsilon(d)), bits(inflate(4.0 * np.log1p(d / 1.0), 16.0,
+                                                               d > 0)))
+        for b in (0, 1, 24):
+            a = np.abs(x)
+            old = a * (2.0 ** -b)
+            old = np.where(a >= 2.0**53, np.nextafter(old, np.inf), old)
+            assert np.array_equal(bits(magnitudes_up(a, b)), bits(old)), b
