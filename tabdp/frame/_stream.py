@@ -641,15 +641,33 @@ def _replay_batch(sess: Session, programs: list[tuple[int, Program]], report: bo
             return {c: (acc[c] if whole else acc[c][ids]) if c in acc else np.zeros(ids.size)
                     for c in cols}
 
+        # columns whose running totals are another column's, the same array (``rho_z`` is
+        # ``rho`` while every release so far charged the same array to both): one addition
+        # serves both, the same doubles as two
+        twin: dict[str, str] = {}
+
         def add(ids: np.ndarray, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
                 ) -> None:
             # ids are increasing row positions of the batch: n of them are all rows, in order
             # (the same doubles as the indexed update, without gathering and scattering)
             whole = ids.size == n
+            for k, j in list(twin.items()):
+                if (k in sums) != (j in sums) or (k in sums and sums[k] is not sums[j]):
+                    acc[k] = acc[k].copy()  # different terms from now on: its own array
+                    del twin[k]
+            fresh: dict[int, str] = {}  # this call's new totals, by the array they start from
             for k, v in sums.items():
+                if k in twin:
+                    continue  # its twin adds the same terms into the same array
                 a = acc.get(k)
                 if a is None and whole:
+                    first = fresh.get(id(v))
+                    if first is not None:
+                        acc[k] = acc[first]
+                        twin[k] = first
+                        continue
                     acc[k] = v + 0.0  # 0.0 + v: the same doubles as a sum into zeros
+                    fresh[id(v)] = k
                     continue
                 if a is None:
                     a = acc[k] = np.zeros(n)
