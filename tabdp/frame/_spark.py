@@ -126,6 +126,22 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+def _local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
+    """A small driver-side Polars frame (public keys, a released table) as a Spark frame, exactly.
+
+    Not through pandas (review r75): there a Float64 column's NaN and null are one value (Spark
+    read both as null) and an Int64 column holding a null is float64 (``2**53 + 1`` became
+    ``2**53``). PySpark >= 4.0 takes the Arrow table, whatever the session's Arrow setting;
+    PySpark 3.5 the rows as Python values (NaN, null and every integer kept).
+    """
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) >= 4:
+        return spark.createDataFrame(frame.to_arrow(compat_level=pl.CompatLevel.oldest()),
+                                     schema)
+    return spark.createDataFrame(frame.rows(), schema)
+
+
 #: The largest generated method (bytes of JVM bytecode) Spark keeps in whole-stage code
 #: generation while tabdp's own jobs run (`_jit_sized_methods`): HotSpot compiles no method
 #: above 8,000 bytes (``-XX:+DontCompileHugeMethods``, its default), so a larger one runs
@@ -1305,8 +1321,7 @@ def _attach_cells(spark: Any, data: Any, keys: KeySet, by: list[str],
         return data.withColumn(_CELL, F.lit(0).cast("long"))
     kframe, fields, on_data, bad = _cell_keys(keys, by, schema)
     fields.insert(0, T.StructField(_CELL, T.LongType(), False))
-    with _quiet():
-        kdf = spark.createDataFrame(kframe.to_pandas(), T.StructType(fields))
+    kdf = _local_frame(spark, kframe, T.StructType(fields))  # NaN, null, Int64 exact
     work = data.select("*", *[e.alias(f"{_IN}dk{i}") for i, e in enumerate(on_data.values())],
                        bad.alias(f"{_IN}badkey"))
     cond = None
@@ -1556,13 +1571,7 @@ def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,
                      *[pl.col(c).alias(f"{prefix}{c}") for c in cols])
     schema = T.StructType([T.StructField(f"{_IN}lkey", key_type, True),
                            *[T.StructField(f"{prefix}{c}", T.DoubleType(), True) for c in cols]])
-    import pyspark
-
-    if int(pyspark.__version__.split(".")[0]) >= 4:  # Arrow, whatever the session's settings
-        return spark.createDataFrame(tot.to_arrow(compat_level=pl.CompatLevel.oldest()),
-                                     schema)
-    with _quiet():
-        return spark.createDataFrame(tot.to_pandas(), schema)
+    return _local_frame(spark, tot, schema)
 
 
 def _life_key(st: Any) -> Any:
@@ -2971,8 +2980,7 @@ def _to_spark(spark: Any, out: pl.DataFrame) -> Any:
         fields.append(T.StructField(c, st, True))
     frame = out.with_columns(pl.col(c).cast(pl.String) for c, dt in out.schema.items()
                              if isinstance(dt, (pl.Categorical, pl.Enum)))
-    with _quiet():
-        return spark.createDataFrame(frame.to_pandas(), T.StructType(fields))
+    return _local_frame(spark, frame, T.StructType(fields))  # a NaN key stays NaN
 
 
 # -- medians and quantiles --------------------------------------------------------------------

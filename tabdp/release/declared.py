@@ -87,15 +87,22 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     return cast
 
 
+#: The text Polars reads as a float (``cast(pl.Float64, strict=False)``), as a Java regex: a
+#: sign, digits with an optional point (or a point and digits), an optional exponent; or inf,
+#: infinity, nan in any letter case. Nothing around it (no spaces, no ``d``/``f`` suffix).
+_FLOAT_TEXT = r"^[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))\z"
+
+
 def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     """A Spark column in the declared Polars dtype ``target``, null where it cannot represent.
 
     The Spark twin of `tabdp.release.declared.convert_leniently`, value for value where it
     matters: Spark's ``try_cast`` truncates a fraction to an integer (``2.5`` -> ``2``),
     saturates a double at the integer range (``2**63`` -> ``2**63 - 1``), reads ``" 3"`` as
-    an integer and any non-zero number as ``true``; here a fraction, NaN, an infinity or an
-    out-of-range number in an integer column is null (a whole number such as ``3.0`` is
-    ``3``), text is an integer only when it is one (sign and digits), a number is a Boolean
+    an integer, ``" 1.5"``, ``1d`` and ``0x1p3`` as floats and any non-zero number as ``true``;
+    here a fraction, NaN, an infinity or an out-of-range number in an integer column is null
+    (a whole number such as ``3.0`` is ``3``), text is an integer only when it is one (sign
+    and digits) and a float only in the forms Polars reads (`_FLOAT_TEXT`), a number is a Boolean
     only when it is 0 or 1, a double that overflows a Float32 is null, and a timestamp
     without a time zone is a UTC wall time (Spark's cast reads it in the session's zone).
 
@@ -133,9 +140,14 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
                     type(st), 8) - 1)
                 ok = ok & (col >= F.lit(-half)) & (col < F.lit(half))
             return F.when(ok, conv)
-        if isinstance(source, T.StringType):
-            return F.when(col.rlike(r"^[+-]?[0-9]+$"), conv)
+        if isinstance(source, T.StringType):  # (``\z``: Java's ``$`` passes a final newline)
+            return F.when(col.rlike(r"^[+-]?[0-9]+\z"), conv)
         return conv
+    if isinstance(st, (T.FloatType, T.DoubleType)) and isinstance(source, T.StringType):
+        # text is a number only in the forms Polars reads (review r75: Spark's cast trims
+        # spaces and reads Java's ``1d``, ``1f``, ``0x1p3``; it gives null for a signed NaN)
+        nan = F.lit(float("nan")).cast(st)
+        conv = F.when(col.rlike(r"^[+-]?(?i:nan)\z"), nan).when(col.rlike(_FLOAT_TEXT), conv)
     if isinstance(st, T.BooleanType) and isinstance(source, T.NumericType):
         return F.when(col == 0, F.lit(False)).when(col == 1, F.lit(True))
     if isinstance(st, T.FloatType) and (floating or isinstance(source, T.DecimalType)):
