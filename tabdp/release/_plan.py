@@ -88,8 +88,11 @@ def _expected_error(mech: Mechanism, totals: Sequence[float], level: float,
     rows = []
     for t, s, e in zip(x, np.broadcast_to(sd, x.shape), np.broadcast_to(moe, x.shape),
                        strict=True):
-        rows.append({"total": float(t), "sd": _finite(s), "moe": _finite(e),
-                     "rel_moe": _finite(e / t) if t > 0 else None})
+        # a tiny planned total overflows the ratio (None: infinite), silently: a warning here
+        # printed tabdp's install path to an author-mode plan's stderr (review r74)
+        with np.errstate(all="ignore"):
+            rel = _finite(e / t) if t > 0 else None
+        rows.append({"total": float(t), "sd": _finite(s), "moe": _finite(e), "rel_moe": rel})
     return rows
 
 

@@ -116,3 +116,20 @@ def test_global_round_check_uses_the_planned_moe_on_the_tables_grid(tmp_path: Pa
     assert spec.publication.round == 6.7
     with pytest.raises(SpecError, match="publication.round"):
         parse_spec({**data, "publication": {"round": 6.9}}, tmp_path)
+
+
+def test_the_planned_errors_at_extreme_totals_warn_nothing() -> None:
+    """A planned total of 5e-324 overflows the relative margin: None (infinite), no warning.
+
+    The warning NumPy printed for it named tabdp's install path on an author-mode plan's
+    stderr (review r74). The ratio is the same as before where it is finite.
+    """
+    import warnings
+
+    from tabdp.release._plan import _expected_error
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = _expected_error(Gaussian(2.0), [1e308, 5e-324, 10.0], 0.9)
+    assert rows[1]["rel_moe"] is None and rows[1]["moe"] is not None
+    assert rows[2]["rel_moe"] == rows[2]["moe"] / 10.0
