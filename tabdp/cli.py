@@ -1201,7 +1201,7 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
             code, "internal error")
         err.write(_shown(args, f"tabdp {args.command}: {kind}: {e}\n"))
         if code == EXIT_INTERNAL:
-            traceback.print_exc(file=err)
+            err.write(_shown(args, traceback.format_exc()))
         return code
     except OSError as e:
         # before any data is read (later failures are DataDependentFailure): the file system
@@ -1213,10 +1213,12 @@ def _main(argv: Sequence[str] | None, out: TextIO, err: TextIO) -> int:
                                "they must be on a writable, ordinary file system.\n"))
         return EXIT_USAGE
     except Exception as e:  # noqa: BLE001 - every other failure is a bug: exit 70
-        err.write(f"tabdp {args.command}: internal error: {type(e).__name__}: {e}\n"
-                  "This is a bug in tabdp; nothing was written. Please report it with this "
-                  "traceback:\n")
-        traceback.print_exc(file=err)
+        # author mode: the message and the traceback without the curator's server paths
+        # (an exception's text or a frame's file may name a dataset, the output root or the
+        # configuration; the traceback's lines of tabdp's own code stay, for the bug report)
+        err.write(_shown(args, f"tabdp {args.command}: internal error: {type(e).__name__}: "
+                               f"{e}\nThis is a bug in tabdp; nothing was written. Please "
+                               "report it with this traceback:\n" + traceback.format_exc()))
         return EXIT_INTERNAL
 
 

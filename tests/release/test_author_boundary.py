@@ -698,3 +698,38 @@ def test_r74_an_output_folder_whose_staging_name_is_too_long_is_refused(tmp_path
     for bad in (tmp_path / ("p" * (limit - 5)), tmp_path / ("q" * (limit + 1)) / "public"):
         with pytest.raises(InvalidParameterError, match="too long"):
             _check_target(bad, False, "public")
+
+
+@pytest.mark.parametrize("author", [True, False])
+def test_an_internal_errors_traceback_names_no_server_path_in_author_mode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, author: bool) -> None:
+    """Exit 70 (a bug, before any data is read) shows no server path in author mode.
+
+    The message and the traceback were printed raw until stop 60; curator mode keeps them in
+    full.
+    """
+    from tabdp.release import runner
+
+    df = pl.DataFrame({"id": [1, 2, 3], "state": ["01", "02", "01"], "v": [1.0, 2.0, 3.0]})
+    df.write_parquet(tmp_path / "d.parquet")
+    write_curator(tmp_path, {"cbp": "d.parquet"},
+                  schemas={"cbp": {"id": "Int64", "state": "String", "v": "Float64"}})
+    text = R15_SPEC if author else (
+        R15_SPEC.replace('dataset = "cbp"', 'path = "d.parquet"').replace('mode = "author"', "")
+        + '[output]\npublic = "pub"\nconfidential = "conf"\n')
+    (tmp_path / "s.toml").write_text(text, encoding="utf-8")
+    secret = str((tmp_path / "d.parquet").resolve())
+
+    def broken(*_a: Any, **_k: Any) -> None:
+        raise RuntimeError(f"cannot look at {secret}")
+
+    monkeypatch.setattr(runner, "check_input_present", broken)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(tmp_path, "validate")
+    assert code == 70, (code, out, err)
+    assert "Traceback (most recent call last)" in err and "RuntimeError" in err, err
+    if author:
+        assert str(tmp_path) not in out + err, err
+        assert "<dataset 'cbp'>" in err, err
+    else:
+        assert secret in err, err
