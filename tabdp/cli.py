@@ -1078,8 +1078,9 @@ def _write_left_out(left_out: dict[str, dict[str, object]], err: TextIO,
         what = "Budget" if by == "the budget" else by[4].upper() + by[5:]
         err.write(f"{what} (curator, do not publish): no unit was left out of any table.\n")
     for line in lines:
-        err.write(f"WARNING (curator, do not publish): {line}; totals there are biased "
-                  "downward and sd/moe do not include it (confidential.json, "
+        err.write(f"WARNING (curator, do not publish): {line}; totals there miss their "
+                  "contributions (a bias, downward for counts and for sums of non-negative "
+                  "values) and sd/moe do not include it (confidential.json, "
                   "left_out_by_budget).\n")
 
 

@@ -53,11 +53,12 @@ def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
     """CONFIDENTIAL: per release of ``session``, what the budget's individual filter left out.
 
     A unit whose loss would pass its budget is left out of a table (its rows and values are
-    dropped from the cells; the table is still released): totals are biased downward by what
-    was left out, and the published sd / moe do not include that bias. Per release: ``units``
-    and ``rows`` left out, ``rows_share`` (of the rows in released cells) and, for sums, per
-    measure the exact ``left_out`` amount, the ``total`` in released cells and their
-    ``share``. ``max_share`` is the largest of these shares.
+    dropped from the cells; the table is still released): totals miss what was left out (a
+    bias, downward for counts and for sums of non-negative values), and the published sd /
+    moe do not include that bias. Per release: ``units`` and ``rows`` left out,
+    ``rows_share`` (of the rows in released cells) and, for sums, per measure the exact
+    ``left_out`` amount, the ``total`` in released cells and their ``share``. ``max_share``
+    is the largest of these shares.
 
     Args:
         session: The session the tables were released in.

@@ -1264,9 +1264,10 @@ def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any,
            "of a table's rows or of any measure to be left out; a run above it fails.")
     any_left = any(v.get("units") for v in left_out.values())
     head = ('<div class="callout warn"><p><b>The budget left units out.</b> Their rows and '
-            "values are missing from the published cells, so the totals there are biased "
-            "downward by the amounts below; the published sd and moe do not include this "
-            "bias.</p></div>" if any_left else "")
+            "values are missing from the published cells, so the totals there are off by "
+            "the amounts below (a bias, downward for counts and for sums of non-negative "
+            "values); the published sd and moe do not include this bias.</p></div>"
+            if any_left else "")
     return (head + "<p>A unit whose loss would pass its budget is left out of a query (the "
             "individual filter): the query runs without it. Per table: the units and rows left "
             "out and the share of each measure they held (exact sums over the rows in released "

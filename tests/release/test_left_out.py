@@ -129,7 +129,8 @@ def test_curator_outputs_count_left_out_units(tmp_path: Path, base: pl.DataFrame
     assert lo["measures"]["payroll"]["total"] == pytest.approx(base["payroll"].sum(), rel=1e-12)
     # the terminal of a curator run
     assert f"pay: {n:,} units ({n:,} rows" in err and f"payroll {100 * share:.2f}%" in err
-    assert "biased downward" in err
+    assert ("miss their contributions (a bias, downward for counts and for sums of "
+            "non-negative values)") in err
     # the confidential HTML report
     html = (tmp_path / "out" / "confidential" / "confidential_report.html").read_text()
     assert "Left out by the budget" in html and f"{share:.1%}" in html
