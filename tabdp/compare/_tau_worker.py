@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     micro = pl.read_parquet(wd / "micro.parquet")
     res = protect(micro.to_pandas(), job["cols"], response=job["response"],
                   safety_rules=job["rules"], suppress=job["suppress"],
-                  hrc=job["hrc"] or None, workdir=str(wd / "tau"), run=False)
+                  hrc=job["hrc"] or None, workdir=str(wd / "tau"), run=False,
+                  holding_var=job.get("holding"))
     if job.get("apriori"):
         _add_apriori(Path(res.files["arb"]), wd / "linked.hst", job["apriori"])
     steps["write_tau_argus_files"] = time.perf_counter() - t0

@@ -69,6 +69,7 @@ class CompareResult:
 TAU_AUDIT_MAX_CELLS = 5000
 LINKED_MAX_ROUNDS = 10  # Tau-Argus re-runs of a group of linked tables (then: not consistent)
 """Largest table (cells, margins included) on which Tau-Argus' own audit runs by default."""
+UNIT_COLUMN = "tabdp_unit"  # the privacy unit's column in a table's rows for Tau-Argus
 
 
 def refuse_author_mode(spec: Any) -> None:
@@ -379,21 +380,23 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         cols = list(t.by)
         dims = [build_dim(c, spec.domains[c].to_list() if c in spec.domains else [], 
                           spec.hierarchies) for c in cols]
-        data, spanning = _table_micro(spec, micro, t, cols, dims)
+        data, spanning, unit_col = _table_micro(spec, micro, t, cols, dims)
         if spanning:
-            say(f"  warning: {spanning} unit(s) of {t.name} have rows in several finest cells;"
-                " Tau-Argus' rules judge each part as its own contributor at coarser cells")
+            say(f"  {spanning} unit(s) of {t.name} have rows in several finest cells: "
+                "Tau-Argus judges each unit as one contributor (its holding) at every cell")
         for m in measures:
             say(f"  Tau-Argus: {t.name} / {m}")
             n_cells = math.prod(len(d.codes) for d in dims)
             own_audit = (n_cells <= TAU_AUDIT_MAX_CELLS) if tau_audit is None else tau_audit
             tab = protect(data, cols, m, dims, opts, count=t.kind == "count",
-                          workdir=folder / "tau" / f"{t.name}__{m}", audit=own_audit)
+                          workdir=folder / "tau" / f"{t.name}__{m}", audit=own_audit,
+                          unit=unit_col)
             cells = add_levels(tab.cells, cols, dims)
             cells = cells.with_columns(_canonical(cols, dims, axes).alias("cell_key"))
             sdc_tables.append({"table": t.name, "measure": m, "kind": t.kind, "by": cols,
                                "dims": dims, "sdc": tab, "cells": cells, "micro": data,
-                               "audit": own_audit, "units_in_several_cells": spanning})
+                               "audit": own_audit, "units_in_several_cells": spanning,
+                               "unit": unit_col})
     timings["tau_argus"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     linked = _protect_linked(sdc_tables, opts, folder, axes, say)
@@ -450,9 +453,10 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         "tables": [{"table": x["table"], "measure": x["measure"], "kind": x["kind"],
                     "by": x["by"], "method": x["sdc"].method, "rounding_base": x["sdc"].base,
                     "cells": x["cells"].height, "tau_seconds": x["sdc"].seconds,
-                    # a unit in several finest cells: its parts are separate contributors
-                    # to Tau-Argus' rules at coarser cells (docs/compare.md, Limits)
+                    # a unit in several finest cells: Tau-Argus' holding, one contributor
+                    # at every cell (docs/compare.md, "How contributors are counted")
                     "units_in_several_finest_cells": x.get("units_in_several_cells", 0),
+                    "units_as_holdings": x["sdc"].holding,
                     "tau_steps_seconds": x["sdc"].steps,
                     "statuses": dict(x["cells"]["status"].value_counts()
                                      .sort("status").iter_rows())}
@@ -598,7 +602,7 @@ def _protect_linked(tables: list[dict[str, Any]], opts: SdcOptions, folder: Path
                 tab = protect(x["micro"], x["by"], x["measure"], x["dims"], opts,
                               count=x["kind"] == "count", audit=x["audit"],
                               workdir=folder / "tau" / f"{x['table']}__{x['measure']}__r{rnd}",
-                              forced=forced[i])
+                              forced=forced[i], unit=x.get("unit"))
                 tab.seconds += x["sdc"].seconds
                 cells = add_levels(tab.cells, x["by"], x["dims"])
                 x["sdc"] = tab
@@ -623,17 +627,23 @@ def _read_input(spec: Any) -> pl.LazyFrame:
 
 
 def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: list[Dim]
-                 ) -> tuple[pl.DataFrame, int]:
+                 ) -> tuple[pl.DataFrame, int, str | None]:
     """One row per contributor (unit) and finest cell, and the units in several finest cells.
 
-    Returns the unit's contribution to each measure (or 1) per finest cell, and the number of
-    units with rows in more than one finest cell of the table (0 in row mode). Tau-Argus gets
-    no unit column: a unit in several finest cells is one contributor per finest cell, so at a
-    coarser cell its parts are separate contributors (confidential: for the curator).
+    Returns the unit's contribution to each measure (or 1) per finest cell, the number of
+    units with rows in more than one finest cell of the table (0 in row mode), and the name
+    of the column of the rows that holds the unit (``None`` in row mode, where a record is
+    the unit and the rows have no unit column). `protect()` is given that column: a unit in
+    several finest cells is then Tau-Argus' holding, one contributor at every cell
+    (confidential: for the curator).
     """
     from tabdp.release.runner import ROW_ID
 
     unit = spec.input.unit or ROW_ID
+    names = {*cols, *(t.measures if t.kind != "count" else ["count"])}
+    unit_col = UNIT_COLUMN
+    while unit_col in names:
+        unit_col += "_"
     keep = pl.all_horizontal([pl.col(c).cast(pl.String).is_in(
         [k for k, v in d.level.items() if v == c]) for c, d in zip(cols, dims, strict=True)])
     base = lf.with_columns([pl.col(c).cast(pl.String) for c in cols]).filter(keep)
@@ -645,9 +655,10 @@ def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: lis
         out = (base.filter(pl.all_horizontal([pl.col(m).is_not_null() for m in ms]))
                .group_by([unit, *cols]).agg([pl.col(m).cast(pl.Float64).sum() for m in ms]))
     data = out.collect()
-    spanning = 0 if spec.input.unit is None else int(
-        data.group_by(unit).len().filter(pl.col("len") > 1).height)
-    return data.drop(unit), spanning
+    if spec.input.unit is None:
+        return data.drop(unit), 0, None
+    spanning = int(data.group_by(unit).len().filter(pl.col("len") > 1).height)
+    return data.rename({unit: unit_col}), spanning, unit_col
 
 
 def _axes(spec: Any) -> list[str]:

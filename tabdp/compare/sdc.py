@@ -1,10 +1,12 @@
 """Traditional disclosure control of a table with the Tau-Argus engine (``pytauargus``).
 
 The options string of ``tabdp compare --sdc`` is parsed by `parse_sdc()`; `protect()`
-runs Tau-Argus on one table's microdata (one row per contributor) with hierarchical dimensions
-and returns every cell of the protected table (true value, number of contributors, largest
-contribution, status, required protection and what is published). Nothing here is public: the
-frames hold the true cells.
+runs Tau-Argus on one table's microdata (one row per contributor, or per privacy unit and
+finest cell) with hierarchical dimensions and returns every cell of the protected table (true
+value, number of contributors, largest contribution, status, required protection and what is
+published). A unit with rows in several finest cells is Tau-Argus' holding, judged by
+holding-level rules: one contributor at every cell. Nothing here is public: the frames hold
+the true cells.
 """
 
 from __future__ import annotations
@@ -56,11 +58,18 @@ class SdcOptions:
     time: int = 10
     linked: str = "auto"
 
-    def rules(self, *, count: bool = False) -> str:
+    def rules(self, *, count: bool = False, holding: bool = False) -> str:
         """The Tau-Argus safety-rule string of a magnitude table (or a count table).
 
         Args:
             count: The rules of a count table (the frequency rule only).
+            holding: The rules at holding level (the privacy unit is Tau-Argus' holding
+                variable). Tau-Argus reads its rules by position: the first two ``P`` and
+                ``NK`` rules and the first ``FREQ`` rule are individual (record) level, the
+                next ones holding level. The individual places are filled with rules that
+                never apply (``P(0,0)``, ``NK(0,0)``, ``FREQ(0,0)``), so every rule judges
+                holdings (a record of the microdata given to Tau-Argus is one unit's part
+                of one finest cell, never larger than its unit there).
 
         Returns:
             The rules joined by ``|`` (empty when there are none).
@@ -70,14 +79,19 @@ class SdcOptions:
             'P(10,1)|NK(2,85)|FREQ(3,10)'
             >>> SdcOptions(p=10, freq=3).rules(count=True)
             'FREQ(3,10)'
+            >>> SdcOptions(p=10, freq=3).rules(holding=True)
+            'P(0,0)|P(0,0)|P(10,1)|P(0,0)|FREQ(0,0)|FREQ(3,10)'
         """
         out = []
         if not count and self.p is not None:
-            out.append(f"P({self.p},1)")
+            p = f"P({self.p},1)"
+            out += ["P(0,0)", "P(0,0)", p, "P(0,0)"] if holding else [p]
         if not count and self.nk is not None:
-            out.append(f"NK({self.nk[0]},{self.nk[1]})")
+            nk = f"NK({self.nk[0]},{self.nk[1]})"
+            out += ["NK(0,0)", "NK(0,0)", nk, "NK(0,0)"] if holding else [nk]
         if self.freq is not None:
-            out.append(f"FREQ({self.freq},10)")
+            f = f"FREQ({self.freq},10)"
+            out += ["FREQ(0,0)", f] if holding else [f]
         return "|".join(out)
 
     def suppress(self, base: int | None = None) -> str:
@@ -350,6 +364,8 @@ class SdcTable:
         steps: Wall seconds of its steps (cell statistics; the child process, and its CPU
             seconds, and inside it writing Tau-Argus' input files, the batch without the
             suppression, the suppression itself, reading the result).
+        holding: Tau-Argus was given the privacy unit as its holding variable, with
+            holding-level rules (a unit had rows in several finest cells).
     """
 
     dims: list[Dim]
@@ -359,16 +375,21 @@ class SdcTable:
     tau_audit: list[dict[str, Any]] | None = None
     seconds: float = 0.0
     steps: dict[str, float] = field(default_factory=dict)
+    holding: bool = False
 
 
-def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim]
-                ) -> pl.DataFrame:
+def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim],
+                unit: str | None = None) -> pl.DataFrame:
     """Every non-empty cell of the hierarchical table, margins included.
 
     Columns: the key columns, ``value`` (sum), ``freq`` (contributors), ``x1`` and ``x2``
-    (largest and second largest contribution). The microdata are aggregated once to the
-    finest cells; each margin is then a roll-up of those (sums add, and the two largest
-    contributions of a margin are the two largest of its children's two largest).
+    (largest and second largest contribution). Without ``unit`` each row is a contributor:
+    the microdata are aggregated once to the finest cells, and each margin is then a roll-up
+    of those (sums add, and the two largest contributions of a margin are the two largest of
+    its children's two largest). With ``unit`` (a column of ``micro``) a contributor is a
+    unit at every cell: its rows are summed per cell, margins included, before counting and
+    ranking (a unit in two finest cells is one contributor of their margin, with the sum of
+    its parts).
     """
     base = micro.select([*cols, response]).group_by(cols).agg(
         pl.col(response).sum().cast(pl.Float64).alias("value"),
@@ -378,12 +399,9 @@ def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[
     # no second contribution: null while rolling up, 0 in the result
     base = base.with_columns(
         pl.when(pl.col("freq") >= 2).then(pl.col("x2_")).alias("x2")).drop("x2_")
-    combos: list[list[tuple[str, str]]] = [[]]
-    for d, c in zip(dims, cols, strict=True):
-        combos = [x + [(c, lvl)] for x in combos for lvl in dict.fromkeys(d.level.values())]
     ups = [_ancestors(d, c) for d, c in zip(dims, cols, strict=True)]
     frames = []
-    for combo in combos:
+    for combo in _level_combos(cols, dims):
         if all(lvl == c for c, lvl in combo):
             frames.append(base.select([*cols, "value", "freq", "x1",
                                        pl.col("x2").fill_null(0.0)]))
@@ -401,6 +419,45 @@ def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[
         frames.append(g.with_columns(
             pl.when(pl.col("freq") >= 2).then(pl.col("x2_")).otherwise(0.0).alias("x2"))
             .select([*cols, "value", "freq", "x1", "x2"]))
+    out = pl.concat(frames)
+    if unit is None:
+        return out
+    # the values as above (the same sums, in the same order), the contributors per unit
+    per_unit = _unit_cell_stats(micro, cols, response, dims, unit)
+    return out.drop("freq", "x1", "x2").join(per_unit, on=cols, how="left")
+
+
+def _level_combos(cols: list[str], dims: list[Dim]) -> list[list[tuple[str, str]]]:
+    """Every combination of one level per dimension (a level, or ``"total"``)."""
+    combos: list[list[tuple[str, str]]] = [[]]
+    for d, c in zip(dims, cols, strict=True):
+        combos = [x + [(c, lvl)] for x in combos for lvl in dict.fromkeys(d.level.values())]
+    return combos
+
+
+def _unit_cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[Dim],
+                     unit: str) -> pl.DataFrame:
+    """``freq``, ``x1`` and ``x2`` of every non-empty cell, one contributor per unit."""
+    base = micro.select([unit, *cols, response]).group_by([unit, *cols]).agg(
+        pl.col(response).sum().cast(pl.Float64))
+    ups = [_ancestors(d, c) for d, c in zip(dims, cols, strict=True)]
+    frames = []
+    for combo in _level_combos(cols, dims):
+        exprs = []
+        for (c, lvl), up in zip(combo, ups, strict=True):
+            if lvl == "total":
+                exprs.append(pl.lit(TOTAL).alias(c))
+            elif lvl != c:
+                exprs.append(pl.col(c).replace_strict(up[lvl], return_dtype=pl.String).alias(c))
+        per_unit = (base.with_columns(exprs).group_by([unit, *cols])
+                    .agg(pl.col(response).sum()) if exprs else base)
+        g = per_unit.group_by(cols).agg(
+            pl.len().cast(pl.Int64).alias("freq"),
+            pl.col(response).max().alias("x1"),
+            pl.col(response).top_k(2).min().alias("x2_"))
+        frames.append(g.with_columns(
+            pl.when(pl.col("freq") >= 2).then(pl.col("x2_")).otherwise(0.0).alias("x2"))
+            .select([*cols, "freq", "x1", "x2"]))
     return pl.concat(frames)
 
 
@@ -421,11 +478,21 @@ def _ancestors(d: Dim, column: str) -> dict[str, dict[str, str]]:
 def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Sequence[Dim],
             opts: SdcOptions, *, count: bool = False, workdir: Path | None = None,
             audit: bool = False, forced: Mapping[tuple[str, ...], tuple[float, float]]
-            | None = None) -> SdcTable:
+            | None = None, unit: str | None = None) -> SdcTable:
     """Protect one table with Tau-Argus.
 
+    Every rule counts contributors: the rows of ``micro``, or with ``unit`` the units. A
+    unit's rows in one finest cell are summed into one contribution. When some unit still has
+    rows in several finest cells (a firm with establishments in two counties), the unit is
+    Tau-Argus' holding variable and every rule is a holding-level rule
+    (`SdcOptions.rules()`): at each cell, finest or margin, the unit's parts are one
+    contributor with their sum, and ``freq``, ``x1`` and ``x2`` of the result are per unit
+    too. When no unit spans finest cells, each unit is one row and Tau-Argus runs as without
+    ``unit``.
+
     Args:
-        micro: One row per contributor: the key columns (as strings) and ``response``.
+        micro: One row per contributor (or per unit and finest cell, with ``unit``): the key
+            columns (as strings) and ``response``.
         cols: The table's key columns (Tau-Argus' dimensions, in order).
         response: The response column (ones for a count table).
         dims: The dimension of each column (`build_dim()`).
@@ -439,9 +506,12 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
             which its secondary suppression then protects like primary cells. In the output
             they have status ``M`` (secondary) and no required protection of their own, and
             ``forced`` is true.
+        unit: The column of ``micro`` naming each row's privacy unit (``None``: each row is
+            a contributor of its own).
 
     Returns:
-        The protected table, every cell.
+        The protected table, every cell (`SdcTable.holding` says whether Tau-Argus judged
+        units as holdings).
 
     Raises:
         UnsupportedBackendError: ``pytauargus`` is not installed.
@@ -457,7 +527,10 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
     require_pytauargus()
     cols = list(cols)
     dims = list(dims)
-    rules = opts.rules(count=count)
+    holding: str | None = None
+    if unit is not None:
+        micro, holding = _holdings(micro, cols, response, unit)
+    rules = opts.rules(count=count, holding=holding is not None)
     t0 = time.perf_counter()
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix="tabdp-tau-")) if own else Path(workdir)  # type: ignore[arg-type]
@@ -470,7 +543,7 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
             hrc[c] = str(p)
     steps: dict[str, float] = {}
     t1 = time.perf_counter()
-    stats = _cell_stats(micro, cols, response, dims)
+    stats = _cell_stats(micro, cols, response, dims, holding)
     steps["cell_statistics"] = time.perf_counter() - t1
     top = stats.select([*cols, "x1", "x2"])
     if not rules:
@@ -482,9 +555,10 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         if method == "RND":
             base = opts.base or _auto_base(micro, cols, response)
         apriori = [[*k, lo, hi] for k, (lo, hi) in (forced or {}).items()]
-        raw, tau_audit = _run_worker(micro.select([*cols, response]), cols, response, rules,
+        raw, tau_audit = _run_worker(micro.select([*([holding] if holding else []), *cols,
+                                                   response]), cols, response, rules,
                                      opts.suppress(base), hrc, wd, audit and method != "RND",
-                                     steps, apriori)
+                                     steps, apriori, holding)
         cells = raw.select(
             # Tau-Argus pads the codes of a flat dimension to one length ("0" -> "   0")
             [pl.col(c).cast(pl.String).str.strip_chars(" ") for c in cols]
@@ -513,6 +587,11 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
             cells = cells.with_columns(pub.alias("published"),
                                        pl.when(pub).then(pl.col("value")).alias("released"))
         cells = cells.drop("tau_value")
+        if holding is not None:
+            # Tau-Argus writes the number of records; its rules counted the holdings
+            cells = cells.drop("freq").join(stats.select([*cols, "freq"]), on=cols,
+                                            how="left").with_columns(
+                pl.col("freq").fill_null(0)).select(cells.columns)
     cells = cells.join(top, on=cols, how="left").with_columns(
         pl.col("x1").fill_null(0.0), pl.col("x2").fill_null(0.0))
     cells = _mark_forced(cells, cols, forced)
@@ -520,12 +599,40 @@ def protect(micro: pl.DataFrame, cols: Sequence[str], response: str, dims: Seque
         import shutil
 
         shutil.rmtree(wd, ignore_errors=True)
-    return SdcTable(dims, cells, method, base, tau_audit, time.perf_counter() - t0, steps)
+    return SdcTable(dims, cells, method, base, tau_audit, time.perf_counter() - t0, steps,
+                    holding is not None)
+
+
+HOLDING = "tabdp_unit"
+
+
+def _holdings(micro: pl.DataFrame, cols: list[str], response: str, unit: str
+              ) -> tuple[pl.DataFrame, str | None]:
+    """One row per unit and finest cell; the holding column when a unit spans finest cells.
+
+    Returns the rows (the key columns, ``response`` and, with a holding, its column: a dense
+    integer code per unit, rows sorted by it, as Tau-Argus reads a holding's records
+    consecutively) and the holding column's name (``None``: every unit is in one finest
+    cell, so each row is one unit and no holding is needed).
+    """
+    name = HOLDING
+    while name in (*cols, response):
+        name += "_"
+    # the unit under a name of its own (it may also be a key column)
+    rows = micro.select([pl.col(unit).alias(name), *cols, response])
+    if rows.height == 0 or rows.group_by(name).len()["len"].max() == 1:
+        return rows.drop(name), None
+    data = rows.group_by([name, *cols], maintain_order=True).agg(pl.col(response).sum())
+    if data.group_by(name).len()["len"].max() == 1:
+        return data.drop(name), None
+    data = data.with_columns(pl.col(name).rank("dense").fill_null(0).cast(pl.Int64))
+    return data.select([name, *cols, response]).sort([name, *cols]), name
 
 
 def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
                 suppress: str, hrc: Mapping[str, str], wd: Path, audit: bool,
-                steps: dict[str, float], apriori: list[list[Any]] | None = None
+                steps: dict[str, float], apriori: list[list[Any]] | None = None,
+                holding: str | None = None
                 ) -> tuple[pl.DataFrame, list[dict[str, Any]] | None]:
     """Run Tau-Argus in a child process (the engine is not safe to reuse in-process)."""
     import json
@@ -541,7 +648,8 @@ def _run_worker(micro: pl.DataFrame, cols: list[str], response: str, rules: str,
     micro.write_parquet(job / "micro.parquet")
     (job / "job.json").write_text(json.dumps(
         {"cols": cols, "response": response, "rules": rules, "suppress": suppress,
-         "hrc": dict(hrc), "audit": audit, "apriori": apriori or []}), encoding="utf-8")
+         "hrc": dict(hrc), "audit": audit, "apriori": apriori or [], "holding": holding}),
+        encoding="utf-8")
     env = dict(os.environ)
     root = str(Path(tabdp.__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")

@@ -192,7 +192,9 @@ def test_cli_end_to_end(run: dict[str, Any]) -> None:
     payroll = s["tables"][0]
     assert payroll["cells"] == (1 + 2 + 8) * (1 + 19) and payroll["method"] == "MOD"
     assert payroll["statuses"].get("U", 0) > 0
-    assert payroll["units_in_several_finest_cells"] == 0     # row mode: one cell per record
+    # the unit is the establishment: each in one finest cell, so Tau-Argus needs no holding
+    assert payroll["units_in_several_finest_cells"] == 0
+    assert payroll["units_as_holdings"] is False
     # a payroll table and a count table share no statistic: nothing to link
     assert s["linked"]["mode"] == "auto" and s["linked"]["applied"] is False
     assert s["linked"]["reason"] == "no two tables of the same measure share a cell"

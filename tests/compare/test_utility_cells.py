@@ -46,10 +46,11 @@ def test_utility_of_a_direct_level_uses_the_direct_estimate() -> None:
 
 
 # origin: review r73 (a privacy unit with rows in several finest cells, e.g. a firm with
-# establishments in two counties, is one contributor per finest cell in Tau-Argus' microdata:
-# at a coarser cell its parts are separate contributors, so the p% and dominance rules judge
-# the parts, not the unit; a firm holding 72.5% of a state x sector cell as 900 + 550 in two
-# counties was published under nk=1,60. compare.json must say so, per table)
+# establishments in two counties, was one contributor per finest cell in Tau-Argus' microdata:
+# at a coarser cell its parts were separate contributors; a firm holding 72.5% of a state x
+# sector cell as 900 + 550 in two counties was published under nk=1,60. compare.json counts
+# such units per table; the rows carry the unit, which protect() makes Tau-Argus' holding:
+# tests/compare/test_units.py)
 def test_units_in_several_finest_cells_are_counted_for_the_curator() -> None:
     from tabdp.compare.core import _table_micro
     from tabdp.compare.sdc import build_dim
@@ -65,13 +66,14 @@ def test_units_in_several_finest_cells_are_counted_for_the_curator() -> None:
     dims = [build_dim("county", [], {"g": H}), build_dim("ind", ["11"], {})]
     spec = NS(input=NS(unit="firm"))
     t = NS(kind="sum", measures=["pay"])
-    data, spanning = _table_micro(spec, lf, t, ["county", "ind"], dims)
+    data, spanning, unit = _table_micro(spec, lf, t, ["county", "ind"], dims)
     # one row per unit and finest cell: F twice (900, 550), b once (300)
     assert sorted(data["pay"].to_list()) == [100.0, 300.0, 550.0, 900.0]
     assert spanning == 1
+    assert unit is not None and sorted(data[unit].to_list()) == ["F", "F", "a", "b"]
     # row mode: every record is in one finest cell
     from tabdp.release.runner import ROW_ID
 
-    data, spanning = _table_micro(NS(input=NS(unit=None)), lf.with_columns(
+    data, spanning, unit = _table_micro(NS(input=NS(unit=None)), lf.with_columns(
         pl.int_range(pl.len()).alias(ROW_ID)), t, ["county", "ind"], dims)
-    assert spanning == 0
+    assert spanning == 0 and unit is None and ROW_ID not in data.columns
