@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from tabdp._numeric import add_up, add_up_any, add_up_into, work_pool, work_threads
-from tabdp.exceptions import InvalidParameterError
+from tabdp.exceptions import ColumnTypeError, InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
 if TYPE_CHECKING:
@@ -749,6 +749,36 @@ def _group_totals(frame: pl.DataFrame, sums: list[str], maxes: list[str]) -> pl.
         .otherwise(pl.col(c)).alias(c) for c in sums], *maxes)
 
 
+def _text_ids(dtype: Any) -> bool:
+    return dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum))
+
+
+def common_ids(old: pl.Series, new: Any) -> tuple[pl.Series, Any]:
+    """Unit ids of two releases made comparable (one id, one account), or refused.
+
+    Text ids (String, Categorical, Enum) are compared as text and integer ids of any width
+    as integers (Polars' join widens them), as a lifetime ledger keys them; ids of other
+    kinds (text against numbers, floats against integers) are refused: the session could
+    not tell whether ``"7"`` and ``7`` are one unit. Decided from the dtypes alone.
+
+    Example:
+        >>> a, b = common_ids(pl.Series(["1"]), pl.Series(["1"], dtype=pl.Categorical))
+        >>> a.dtype, b.dtype
+        (String, String)
+    """
+    if not isinstance(new, pl.Series) or old.dtype == new.dtype or pl.Null in (
+            old.dtype, new.dtype) or (old.dtype.is_integer() and new.dtype.is_integer()):
+        return old, new
+    if _text_ids(old.dtype) and _text_ids(new.dtype):
+        return old.cast(pl.String), new.cast(pl.String)
+    raise ColumnTypeError(
+        f"the unit column's ids are {new.dtype} in this release and {old.dtype} in an earlier "
+        "release of the session; a session matches units by id across releases, so their "
+        "kinds must agree (integers of any width, or text: String, Categorical or Enum). "
+        "Nothing was drawn or recorded.\nHint: cast the unit column to one type (e.g. Int64 "
+        "or String) in every frame the session releases.")
+
+
 class UnitLedger:
     """Per-unit running totals for unit mode: a Polars table keyed by unit id.
 
@@ -787,9 +817,10 @@ class UnitLedger:
                     v[~hit] = 0.0
                     out[c] = v
                 return out
+            t_unit, units = common_ids(self.table["unit"], units)
             got = pl.DataFrame({"unit": units}).join(
-                self.table.select("unit", *have), on="unit", how="left", nulls_equal=True,
-                maintain_order="left")
+                self.table.select("unit", *have).with_columns(t_unit), on="unit", how="left",
+                nulls_equal=True, maintain_order="left")
             out |= {c: got[c].fill_null(0.0).to_numpy() for c in have}
         return out
 
@@ -839,7 +870,10 @@ class UnitLedger:
                   else pl.col(f"__new:{k}").alias(k) for k in maxes]).drop(
                 [f"__new:{k}" for k in maxes])
             return
-        t_unit = self.table["unit"]
+        t_unit, u = common_ids(self.table["unit"], u)
+        if t_unit.dtype != self.table["unit"].dtype:  # text ids: kept as String from now on
+            self.table = self.table.with_columns(t_unit)
+        new = new.with_columns(u)
         if (strict and u.dtype == pl.Int64 and t_unit.dtype == pl.Int64
                 and not u.null_count() and not t_unit.null_count()):
             # two sorted tables of distinct integer ids (e.g. queries charging different

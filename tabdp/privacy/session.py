@@ -28,6 +28,7 @@ from tabdp.privacy.ledger import (
     UnitLedger,
     UnitLosses,
     _num,
+    common_ids,
     loss_components,
     sorted_positions,
 )
@@ -897,13 +898,15 @@ class Report:
                     col[ids[ids < out.height]] = r.losses.rho[ids < out.height]
                 out = out.with_columns(pl.Series(f"rho_{r.name}", col, dtype=pl.Float64))
                 continue
-            part = pl.DataFrame({unit_col: r.losses.units, f"rho_{r.name}": r.losses.rho})
+            have, units = common_ids(out[unit_col], r.losses.units)
+            out = out.with_columns(have)
+            part = pl.DataFrame({unit_col: units, f"rho_{r.name}": r.losses.rho})
             if part.height == out.height and part[unit_col].equals(out[unit_col],
                                                                    null_equal=True):
                 # the release charged every unit of the ledger, in its order (sorted by unit)
                 out = out.with_columns(part[f"rho_{r.name}"])
                 continue
-            pos = sorted_positions(out[unit_col], r.losses.units)
+            pos = sorted_positions(out[unit_col], units)
             if pos is not None:
                 # part of the ledger's units (e.g. a filter left some out), both sorted by
                 # unit: the losses placed by binary search, 0.0 elsewhere (the join's result)

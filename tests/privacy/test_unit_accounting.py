@@ -510,3 +510,30 @@ def test_losses_of_units_left_out_of_some_currencies_are_the_masked_sums(guarant
             assert a.tobytes() == b.tobytes()
         cases += 1
     assert cases > 40
+
+
+# origin: review r79
+@pytest.mark.parametrize("second", ["Categorical", "Enum", "pandas category"])
+def test_text_ids_of_any_text_dtype_are_one_unit_across_frames(second: str) -> None:
+    # A String id in one release and the same id as Categorical / Enum in another (a pandas
+    # category column) failed the second release with Polars' raw SchemaError in the budget
+    # filter's join; they are now one unit, charged and filtered together (as a lifetime
+    # ledger keys them), and ids of another kind (integers against text) are refused with a
+    # ColumnTypeError before anything is drawn or recorded.
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    df = pl.DataFrame({"u": ["1", "1", "2"], "c": ["a", "b", "a"], "x": [3.0, 4.0, 1.0]})
+    other: Any = {"Categorical": df.with_columns(pl.col("u").cast(pl.Categorical)),
+                  "Enum": df.with_columns(pl.col("u").cast(pl.Enum(["2", "1"]))),
+                  "pandas category": df.to_pandas().astype({"u": "category"})}[second]
+    s = tabdp.Session(unit="u", budget=13.5, seed=1)
+    g = mech.Gaussian(1.0)
+    df.dp.sum("x", by="c", keys=keys, mechanism=g, session=s, name="q1")  # '1': 12.5
+    other.dp.sum("x", by="c", keys=keys, mechanism=g, session=s, name="q2")  # '1' left out (25)
+    df.dp.count(by="c", keys=keys, mechanism=g, session=s, name="q3")  # '1': 13.5, admitted
+    pr = s.report().per_record
+    assert pr.select("u", "rho", "rho_q2", "rho_q3").sort("u").rows() == [
+        ("1", 13.5, 0.0, 1.0), ("2", 1.5, 0.5, 0.5)]
+    with pytest.raises(tabdp.exceptions.ColumnTypeError, match="earlier release"):
+        df.with_columns(pl.col("u").cast(pl.Int64)).dp.sum(
+            "x", by="c", keys=keys, mechanism=g, session=s, name="q4")
+    assert [q["name"] for q in s.report().to_dict()["queries"]] == ["q1", "q2", "q3"]
