@@ -11,7 +11,7 @@ Example:
     True
 """
 
-from tabdp.hierarchy.consistent import Product, cell_weights, consistent
+from tabdp.hierarchy.consistent import Product, cell_weights, consistent, expected_margin
 from tabdp.hierarchy.gls import GLSResult, Tree, dense_gls, solve
 from tabdp.hierarchy.plan import (
     SplitPlan,
@@ -23,5 +23,5 @@ from tabdp.hierarchy.plan import (
 from tabdp.hierarchy.release import consistent_from_release
 
 __all__ = ["consistent", "cell_weights", "Product", "solve", "dense_gls", "Tree", "GLSResult",
-           "expected_sd", "plan_split", "SplitPlan", "gaussian_shares", "calibrated_shares",
-           "consistent_from_release"]
+           "expected_sd", "expected_margin", "plan_split", "SplitPlan", "gaussian_shares",
+           "calibrated_shares", "consistent_from_release"]

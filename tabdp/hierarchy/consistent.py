@@ -58,8 +58,8 @@ from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
 from tabdp.noise.exact import UNIFORM_BITS
 
-__all__ = ["consistent", "Product", "cell_weights", "METHOD_GAUSSIAN", "METHOD_STABLE",
-           "METHOD_NORMAL"]
+__all__ = ["consistent", "Product", "cell_weights", "expected_margin", "METHOD_GAUSSIAN",
+           "METHOD_STABLE", "METHOD_NORMAL"]
 
 METHOD_GAUSSIAN = "exact: Gaussian (linear combination of Gaussian errors)"
 METHOD_STABLE = ("exact: symmetric alpha-stable (stability: scale (Σ|w_j γ_j|^α)^(1/α) of the "
@@ -734,6 +734,45 @@ def _lattice_cover(h: np.ndarray, sd: np.ndarray) -> np.ndarray:
             acc += np.where(hs >= k, 2.0 * w[k], 0.0)
         out[~big] = acc / tot
     return out
+
+
+def expected_margin(sd: Any, level: float = DEFAULT_LEVEL, *,
+                    lattice: bool = False) -> np.ndarray:
+    """The mean published margin of error of a consistent cell whose published sd is ``sd``.
+
+    Public planning quantity (review r78: the plan stated the whole-budget mechanism's margin
+    for a consistent table's cells). Off the integer lattice the published margin is
+    ``z·sd`` (exact for Gaussian noise, the normal approximation otherwise). On it (discrete
+    mechanisms, integer grid) it is ``h`` or ``h − 1``, randomized so that the coverage is the
+    level (see `consistent`): its mean is ``h − (1 − π)``.
+
+    Args:
+        sd: Published sd(s) (rounding variance included, as ``expected_sd`` gives them).
+        level: Confidence level.
+        lattice: Integer noise on an integer grid.
+
+    Returns:
+        The mean margin, shaped like ``sd`` (0 where ``sd`` is 0).
+
+    Example:
+        >>> round(float(expected_margin(10.0, 0.9)), 4)
+        16.4485
+        >>> 15.0 < float(expected_margin(10.0, 0.9, lattice=True)) < 17.0
+        True
+        >>> expected_margin([0.0, 0.2], 0.9, lattice=True).tolist()  # 0: P(E = 0) >= 0.9
+        [0.0, 0.0]
+    """
+    sd = np.asarray(sd, dtype=np.float64)
+    check_level(level)
+    if not lattice:
+        return float(ndtri(0.5 + 0.5 * level)) * sd
+    shape, sd = sd.shape, sd.reshape(-1)
+    safe = np.where(sd > 0, sd, 1.0)
+    hi = _lattice_quantile(safe, level)
+    c_hi = _lattice_cover(hi, safe)
+    c_lo = np.where(hi >= 1, _lattice_cover(np.maximum(hi - 1.0, 0.0), safe), 0.0)
+    pi = np.clip((level - c_lo) / np.where(c_hi > c_lo, c_hi - c_lo, 1.0), 0.0, 1.0)
+    return np.where(sd > 0, np.where(hi >= 1, hi - (1.0 - pi), hi), 0.0).reshape(shape)
 
 
 def _lattice_quantile(sd: np.ndarray, level: float) -> np.ndarray:

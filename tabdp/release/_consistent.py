@@ -17,8 +17,14 @@ import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
 from tabdp.hierarchy import consistent, expected_sd
-from tabdp.hierarchy.consistent import METHOD_GAUSSIAN, METHOD_NORMAL, METHOD_STABLE, cell_weights
-from tabdp.mechanisms import Mechanism
+from tabdp.hierarchy.consistent import (
+    METHOD_GAUSSIAN,
+    METHOD_NORMAL,
+    METHOD_STABLE,
+    cell_weights,
+    expected_margin,
+)
+from tabdp.mechanisms import DiscreteAdditiveMechanism, Mechanism
 from tabdp.release.spec import ReleaseSpec, TableSpec, read_keys
 
 
@@ -227,6 +233,11 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             out["expected_sd"][m] = None
             continue
         var1 = cell_weights(mech, m)[0]  # the rollup plan: every target on the table
+        # the published margin's method: on the integer lattice (discrete noise, whole grid)
+        # randomized between two whole numbers, else z x sd (as `consistent` publishes it)
+        lattice = isinstance(g, (int, float)) and float(g).is_integer() and all(
+            isinstance(x, DiscreteAdditiveMechanism)
+            for x in ((level_mechs or {}).values() or [mech]))
         fin = sds[tuple(t.by)]
         rows = []
         for o in outs:
@@ -236,6 +247,9 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             rows.append({"level": "_".join(o) if o else "national", "cells": int(s.size),
                          "sd_median": float(np.median(s)) if s.size else 0.0,
                          "sd_max": float(np.max(s)) if s.size else 0.0,
+                         "moe_median": float(expected_margin(
+                             float(np.median(s)) if s.size else 0.0, spec.release.level,
+                             lattice=lattice)),
                          "rollup_sd_median": float(np.median(np.sqrt(n_fin * var1)))
                          if n_fin.size else 0.0})
         del fin

@@ -96,6 +96,24 @@ def _expected_error(mech: Mechanism, totals: Sequence[float], level: float,
     return rows
 
 
+def _published_error(rows: list[dict[str, float | None]], cons: Mapping[str, Any] | None,
+                     measure: str) -> list[dict[str, float | None]]:
+    """A consistent table's cells are published from the consistent estimate (review r78).
+
+    Their sd and margin are the estimate's (the plan's ``expected_sd`` of the table's own
+    level, median cell; the margin as `consistent` publishes it), not those of the
+    whole-budget mechanism's direct release, which the plan stated before: e.g. +18 % on the
+    margin of an exponential-polylog payroll table (normal margin z x sd, not the noise law's).
+    """
+    own = ((cons or {}).get("expected_sd") or {}).get(measure)
+    if not own:  # not consistent, or no sd (alpha-stable noise)
+        return rows
+    sd, moe = own[0]["sd_median"], own[0]["moe_median"]
+    return [{**r, "sd": sd, "moe": moe,
+             "rel_moe": _finite(moe / t) if (t := float(r["total"] or 0.0)) > 0 else None}
+            for r in rows]
+
+
 def _rollup_methods(mech: Mechanism, measures: Sequence[str], level: float) -> dict[str, str]:
     """The public description of how rollup margins of error are computed, per measure."""
     from tabdp.release.rollup import sum_error_method
@@ -423,10 +441,10 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
             "policy_curve": one,
             "table_policy_curve": per_table,
             "table_policy_curve_with_direct_rollups": per_table_all,
-            "expected_error": {m: _expected_error(
+            "expected_error": {m: _published_error(_expected_error(
                 _measure_mechanism(mech, m),
                 spec.plan.count_totals if t.kind == "count" else spec.plan.cell_totals, level,
-                grid[m] if isinstance(grid[m], float) else None) for m in measures},
+                grid[m] if isinstance(grid[m], float) else None), cons, m) for m in measures},
             "rollups": rollups,
             **({"consistent": cons} if cons is not None else {}),
             "guarantee_in_words": [
