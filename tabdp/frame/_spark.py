@@ -1241,7 +1241,8 @@ def _measure_parts(m: str, st: Any, rules: _Rules) -> dict[str, Any]:
         xd = x.cast("double")
         missing = x.isNull() | F.isnan(xd)
         inf = F.coalesce(F.abs(xd) == F.lit(float("inf")), false)
-        big = F.coalesce(F.abs(xd) > F.lit(MAX_ABS), false) & ~inf
+        # NaN is above every number in Spark too: a missing value is never counted as clamped
+        big = F.coalesce(F.abs(xd) > F.lit(MAX_ABS), false) & ~inf & ~missing
         fixed = _exact_fixed(xd)
     else:
         missing = x.isNull()
