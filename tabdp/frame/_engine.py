@@ -398,6 +398,8 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
             "assigns in row mode (unit=None).\nHint: rename or drop that column before the "
             "release.")
     _schema_checks(schema, measures, by, unit)
+    if unit is not None and unit in schema.names():
+        binding.of(sess).check_unit_dtype(unit, schema[unit])
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
 

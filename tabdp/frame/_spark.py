@@ -1663,8 +1663,10 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
         # (a frame other than the bound one raises the data-free refusal)
         sdf = bind_frame(sess, native, pin=lambda f: f.localCheckpoint(eager=True))
     sschema = {f.name: f.dataType for f in sdf.schema.fields}
-    _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
-                   unit)
+    pschema = pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()})
+    _schema_checks(pschema, measures, by, unit)
+    if unit is not None and unit in pschema.names():
+        binding.of(sess).check_unit_dtype(unit, pschema[unit])
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
 
