@@ -304,6 +304,10 @@ def _key_cast(s: pl.Series, want: Any, author: bool = False) -> pl.Series:
     return s
 
 
+#: pandas' nullable integer dtypes, named as Polars names its integer dtypes.
+_PANDAS_NULLABLE_INTS = frozenset(f"{u}Int{b}" for u in ("", "U") for b in (8, 16, 32, 64))
+
+
 def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
               author: bool = False) -> Any:
     """Return ``out`` in the caller's library, key columns in the input's dtypes.
@@ -335,6 +339,12 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
 
     df = out.to_pandas()
     for c in keys:
+        if c in out.columns and out.schema[c].is_integer() and out[c].null_count():
+            # pandas' default turns an integer column holding a null (a null key) into
+            # float64, which holds integers exactly only up to 2**53: keep them exact
+            name = str(out.schema[c])
+            exact: Any = name if name in _PANDAS_NULLABLE_INTS else "object"
+            df[c] = pd.array(out[c].to_list(), dtype=exact)
         if c not in df.columns or c not in native.columns:
             continue
         want = native[c].dtype
