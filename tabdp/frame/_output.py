@@ -35,6 +35,7 @@ import polars as pl
 
 from tabdp._numeric import INT64_CLAMP, integer_dtype
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame.backends import pandas_exact
 
 __all__ = ["FORMS", "LONG_COLUMNS", "WIDE_SUFFIXES", "STAT_SUFFIXES", "Measure", "check_form",
            "coefficient_of_variation", "flag_codes", "assemble", "to_native", "long_to_wide",
@@ -304,10 +305,6 @@ def _key_cast(s: pl.Series, want: Any, author: bool = False) -> pl.Series:
     return s
 
 
-#: pandas' nullable integer dtypes, named as Polars names its integer dtypes.
-_PANDAS_NULLABLE_INTS = frozenset(f"{u}Int{b}" for u in ("", "U") for b in (8, 16, 32, 64))
-
-
 def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
               author: bool = False) -> Any:
     """Return ``out`` in the caller's library, key columns in the input's dtypes.
@@ -337,14 +334,8 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
         return out
     import pandas as pd  # a pandas input: pandas is imported already
 
-    df = out.to_pandas()
+    df = pandas_exact(out)
     for c in keys:
-        if c in out.columns and out.schema[c].is_integer() and out[c].null_count():
-            # pandas' default turns an integer column holding a null (a null key) into
-            # float64, which holds integers exactly only up to 2**53: keep them exact
-            name = str(out.schema[c])
-            exact: Any = name if name in _PANDAS_NULLABLE_INTS else "object"
-            df[c] = pd.array(out[c].to_list(), dtype=exact)
         if c not in df.columns or c not in native.columns:
             continue
         want = native[c].dtype

@@ -448,7 +448,7 @@ def check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
             "the data's key column to the key set's type first.")
 
 
-def pandas_keys(keys: KeySet, by: Sequence[str]) -> KeySet:
+def pandas_keys(keys: KeySet) -> KeySet:
     """The key set of a pandas input: a NaN key of a float column is pandas' missing value.
 
     A pandas float column has one missing value (``NaN`` and ``None`` are the same there), and
@@ -459,7 +459,6 @@ def pandas_keys(keys: KeySet, by: Sequence[str]) -> KeySet:
 
     Args:
         keys: The public key set.
-        by: Its columns.
 
     Returns:
         ``keys`` itself when no float key column holds NaN, else the key set with those NaN
@@ -469,11 +468,12 @@ def pandas_keys(keys: KeySet, by: Sequence[str]) -> KeySet:
         InvalidParameterError: A column holds both NaN and null keys (one cell on pandas).
 
     Example:
-        >>> pandas_keys(KeySet.from_dict(c=[1.0, float("nan")]), ["c"]).to_polars()["c"].to_list()
+        >>> pandas_keys(KeySet.from_dict(c=[1.0, float("nan")])).to_polars()["c"].to_list()
         [1.0, None]
     """
     df = keys._df
-    cols = [c for c in by if df.schema[c] in (pl.Float32, pl.Float64) and df[c].is_nan().any()]
+    cols = [c for c in df.columns
+            if df.schema[c] in (pl.Float32, pl.Float64) and df[c].is_nan().any()]
     if not cols:
         return keys
     if keys._domains is not None:

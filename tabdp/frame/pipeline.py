@@ -116,7 +116,7 @@ def plan(native: Any, session: Session | None, batch: list[Planned] | None = Non
         name = f"q{i}_{kind}"
     op = _open_release(native, session, name, kind, pre.measures, pre.by)
     if op.backend == "pandas" and pre.by:  # pandas' NaN is its missing value (null)
-        keys = pandas_keys(keys, pre.by)
+        keys = pandas_keys(keys)
     if batch and op.name in {r.op.name for r in batch}:
         raise InvalidParameterError(
             f"name {op.name!r} is used twice in the releases planned together; names label the "
@@ -298,7 +298,7 @@ def plan_quantile(native: Any, session: Session | None, *, column: str, q: float
     kind = "median" if median else "quantile"
     op = opener(native, session, name, kind, [column], by_list)
     if getattr(op, "backend", None) == "pandas" and by_list:  # pandas' NaN: its missing value
-        keys = pandas_keys(keys, by_list)
+        keys = pandas_keys(keys)
     if by_list:  # the key set against the schema (refusals of the cells), no data read
         check_cell_keys(op.schema, keys, by_list)
     _check_rules(op.session, "quantile", Gaussian(1.0), nulls, "allow", True)  # any sign

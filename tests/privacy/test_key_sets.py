@@ -163,3 +163,25 @@ def test_pandas_nan_key_matches_the_missing_rows(how: str) -> None:
                          "x": [1.0, 2.0, 4.0, 8.0]}).dp.sum(
         "x", by="k", keys=both, mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1))
     assert pout["x"].round(2).to_list() == [1.0, 8.0, 2.0, 4.0]
+
+
+# origin: review r77: the same for a curator's pandas dataset (read into Polars when added) and
+# its author's releases, whose pandas tables kept integer keys beside a null key as float64
+def test_pandas_dataset_of_a_curator_nan_key_and_exact_integer_keys() -> None:
+    import numpy as np
+    import pandas as pd
+
+    pdf = pd.DataFrame({"k": [1.0, np.nan, 2.0], "i": pd.array([2**53 + 1, None, 2**53],
+                                                                dtype="Int64"),
+                        "x": [1.0, 2.0, 4.0]})
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pdf, schema={"k": "Float64", "i": "Int64", "x": "Float64"})
+    author = cur.author_session("d")
+    out = author.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, 2.0, np.nan]),
+                     mechanism=Gaussian(1e-4), nulls="zero", negatives="zero")
+    assert out["x"].round(2).tolist() == [1.0, 4.0, 2.0]
+    med = author.median("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, 2.0, np.nan]),
+                        bounds=(0.0, 10.0), epsilon=1e6, nulls="zero")
+    assert med["x_median"].round(2).tolist() == [1.0, 4.0, 2.0]
+    ints = author.count(by="i", keys=tabdp.KeySet.from_dict(i=[2**53 + 1, 2**53, None]))
+    assert ints["i"].iloc[:2].tolist() == [2**53 + 1, 2**53] and pd.isna(ints["i"].iloc[2])
