@@ -48,8 +48,8 @@ from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError, TabdpWarning
 from tabdp.frame import binding
-from tabdp.frame.backends import is_spark_frame
-from tabdp.frame.keys import KeySet
+from tabdp.frame.backends import is_spark_frame, pandas_exact
+from tabdp.frame.keys import KeySet, pandas_keys
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.budget import Budget
 from tabdp.privacy.session import Report, Session
@@ -878,7 +878,12 @@ class AuthorSession:
         return self._frame
 
     def _out(self, table: Any) -> Any:
-        return table.to_pandas() if self._pandas and isinstance(table, pl.DataFrame) else table
+        # (integer columns holding a null, a null key, stay exact: `pandas_exact`)
+        return pandas_exact(table) if self._pandas and isinstance(table, pl.DataFrame) else table
+
+    def _keys(self, keys: Any) -> Any:
+        # a pandas dataset: a NaN key is pandas' missing value, read as null (`pandas_keys`)
+        return pandas_keys(keys) if self._pandas and isinstance(keys, KeySet) else keys
 
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, level: float = DEFAULT_LEVEL, nulls: str = "error",
@@ -918,6 +923,7 @@ class AuthorSession:
             ...                           nulls="zero", negatives="allow")["n"].dtype
             Int64
         """
+        keys = self._keys(keys)
         with self._lock:
             return self._out(self._live().dp.sum(
                 columns, by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
@@ -953,6 +959,7 @@ class AuthorSession:
             ...                             keys=tabdp.KeySet.from_dict(c=["a"]))["count"].dtype
             Int64
         """
+        keys = self._keys(keys)
         with self._lock:
             return self._out(self._live().dp.count(
                 by=by, keys=keys, mechanism=mechanism, session=self._session, level=level,
@@ -994,6 +1001,7 @@ class AuthorSession:
             ...                              bounds=(0, 5), epsilon=1.0, nulls="drop").height
             1
         """
+        keys = self._keys(keys)
         with self._lock:
             return self._out(self._live().dp.median(
                 column, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,
@@ -1037,6 +1045,7 @@ class AuthorSession:
             ...     keys=tabdp.KeySet.from_dict(c=["a"]), nulls="drop").columns[1]
             'x_q90'
         """
+        keys = self._keys(keys)
         with self._lock:
             return self._out(self._live().dp.quantile(
                 column, q, by=by, keys=keys, bounds=bounds, epsilon=epsilon, noise=noise,

@@ -398,6 +398,8 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
             "assigns in row mode (unit=None).\nHint: rename or drop that column before the "
             "release.")
     _schema_checks(schema, measures, by, unit)
+    if unit is not None and unit in schema.names():
+        binding.of(sess).check_unit_dtype(unit, schema[unit])
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
 
@@ -434,7 +436,9 @@ def _measure_parts(m: str, dt: Any, rules: _Rules) -> dict[str, pl.Expr]:
     if _is_float(dt):
         missing = x.is_null() | x.is_nan()
         inf = x.is_infinite().fill_null(False)
-        big = (x.abs() > MAX_ABS).fill_null(False) & ~inf
+        # NaN sorts above every number in Polars (NaN > 2**64 is true): a missing value is
+        # counted as missing, never as clamped
+        big = (x.abs() > MAX_ABS).fill_null(False) & ~inf & ~missing
         fixed = (x.clip(-MAX_ABS, MAX_ABS) * float(2**SUM_SCALE_BITS)).round().cast(
             pl.Int128, strict=False)
     elif dt in _WIDE_INTS:

@@ -35,6 +35,7 @@ import polars as pl
 
 from tabdp._numeric import INT64_CLAMP, integer_dtype
 from tabdp.exceptions import InvalidParameterError
+from tabdp.frame.backends import pandas_exact
 
 __all__ = ["FORMS", "LONG_COLUMNS", "WIDE_SUFFIXES", "STAT_SUFFIXES", "Measure", "check_form",
            "coefficient_of_variation", "flag_codes", "assemble", "to_native", "long_to_wide",
@@ -333,7 +334,7 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
         return out
     import pandas as pd  # a pandas input: pandas is imported already
 
-    df = out.to_pandas()
+    df = pandas_exact(out)
     for c in keys:
         if c not in df.columns or c not in native.columns:
             continue

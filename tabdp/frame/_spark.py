@@ -1241,7 +1241,8 @@ def _measure_parts(m: str, st: Any, rules: _Rules) -> dict[str, Any]:
         xd = x.cast("double")
         missing = x.isNull() | F.isnan(xd)
         inf = F.coalesce(F.abs(xd) == F.lit(float("inf")), false)
-        big = F.coalesce(F.abs(xd) > F.lit(MAX_ABS), false) & ~inf
+        # NaN is above every number in Spark too: a missing value is never counted as clamped
+        big = F.coalesce(F.abs(xd) > F.lit(MAX_ABS), false) & ~inf & ~missing
         fixed = _exact_fixed(xd)
     else:
         missing = x.isNull()
@@ -1662,8 +1663,10 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
         # (a frame other than the bound one raises the data-free refusal)
         sdf = bind_frame(sess, native, pin=lambda f: f.localCheckpoint(eager=True))
     sschema = {f.name: f.dataType for f in sdf.schema.fields}
-    _schema_checks(pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()}), measures, by,
-                   unit)
+    pschema = pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()})
+    _schema_checks(pschema, measures, by, unit)
+    if unit is not None and unit in pschema.names():
+        binding.of(sess).check_unit_dtype(unit, pschema[unit])
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from tabdp._numeric import integer_dtype
 from tabdp._reserved import ROW_ID
-from tabdp.exceptions import InvalidParameterError
+from tabdp.exceptions import ColumnTypeError, InvalidParameterError
 from tabdp.privacy.ledger import DenseLedger, ReplayLedger
 
 __all__ = ["FrameBinding", "of", "attach", "use_engine", "choose_ledger", "cached_snapshot",
@@ -86,6 +86,8 @@ class FrameBinding:
         self.data_read = False
         #: CONFIDENTIAL: (input frame, its row count) for the automatic partition count.
         self.rows_estimate: tuple[Any, int] | None = None
+        #: Unit mode: the dtype of the unit column of the session's first release. PUBLIC.
+        self.unit_dtype: Any = None
         self.t0 = time.monotonic()
 
     # -- row mode -----------------------------------------------------------------------------
@@ -186,6 +188,50 @@ class FrameBinding:
             ['x', 'c']
         """
         return list(self._fingerprints)
+
+    # -- unit mode ------------------------------------------------------------------------------
+    def check_unit_dtype(self, unit: str, dtype: Any) -> None:
+        """Unit mode: refuse a unit column of another kind than the session's first release's.
+
+        Losses are added per unit id across releases, so ids must compare: integers of any
+        width do (7 is one unit as Int32 and as Int64), text does whether the column is
+        String, Categorical or Enum (compared as text, as a lifetime ledger keys it), and
+        other dtypes only with themselves. A session whose releases met the text "7" and the
+        integer 7 could not join its releases' ids: a budget failed with a raw Polars error
+        and, without a budget, the release was recorded and every later ``report()`` failed
+        (reviews r77, r79). Decided from the schema alone, before any data is read.
+
+        Args:
+            unit: The unit column.
+            dtype: Its Polars dtype in this release's input.
+
+        Raises:
+            ColumnTypeError: The dtype is of another kind than the first release's.
+
+        Example:
+            >>> import polars as pl, tabdp
+            >>> b = of(tabdp.Session(unit="id"))
+            >>> b.check_unit_dtype("id", pl.Int64); b.check_unit_dtype("id", pl.UInt64)
+            >>> try:
+            ...     b.check_unit_dtype("id", pl.String)
+            ... except TypeError as err:
+            ...     print(str(err)[:40])
+            unit column 'id' is String in this frame
+        """
+        first = self.unit_dtype
+        if first is None:
+            self.unit_dtype = dtype
+            return
+        if dtype == first or _id_kind(dtype) == _id_kind(first) != "other":
+            return
+        raise ColumnTypeError(
+            f"unit column {unit!r} is {dtype} in this frame but {first} in the session's "
+            "first release; a unit's losses are added by its id across releases, and ids of "
+            "two kinds cannot be matched (the text '7' is not the integer 7; integers of any "
+            "width are one kind, and so is text: String, Categorical or Enum), so nothing was "
+            "read, drawn or recorded.\nHint: cast the unit column to one type in every "
+            f"release of the session (e.g. pl.col({unit!r}).cast({first!s})), or use one "
+            "session per id type.")
 
     # -- author mode ----------------------------------------------------------------------------
     def declares_integer(self, column: str) -> bool:
@@ -491,3 +537,14 @@ def keep_snapshot(session: Any, key: Any, entry: dict[str, Any]) -> None:
         True
     """
     of(session).snapshot = {key: entry}
+
+
+def _id_kind(dtype: Any) -> str:
+    """The kind of a unit id's dtype: ``"integer"``, ``"text"`` or ``"other"``."""
+    import polars as pl
+
+    if dtype.is_integer():
+        return "integer"
+    if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return "text"
+    return "other"

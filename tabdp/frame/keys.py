@@ -25,7 +25,7 @@ from tabdp.exceptions import (
     UnsupportedBackendError,
 )
 
-__all__ = ["KeySet", "check_cell_keys", "check_keys_distinct", "common_dtype"]
+__all__ = ["KeySet", "check_cell_keys", "check_keys_distinct", "common_dtype", "pandas_keys"]
 
 
 #: The largest key set a cross product may have: every cell index (mixed radix, first column
@@ -446,6 +446,51 @@ def check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
             f"data, {[str(key_schema[c]) for c in by]} in the key set): two keys would share "
             "one cell's rows.\nHint: build the key set with values of the data's type, or cast "
             "the data's key column to the key set's type first.")
+
+
+def pandas_keys(keys: KeySet) -> KeySet:
+    """The key set of a pandas input: a NaN key of a float column is pandas' missing value.
+
+    A pandas float column has one missing value (``NaN`` and ``None`` are the same there), and
+    the input reaches the engine with it as null; a key set's NaN key (``np.nan`` in
+    ``KeySet.from_dict``) therefore matched no row: its cell was published empty and the rows
+    were counted outside the key set (review r77). It now matches them, as a null key does.
+    Public: depends on the key set only.
+
+    Args:
+        keys: The public key set.
+
+    Returns:
+        ``keys`` itself when no float key column holds NaN, else the key set with those NaN
+        keys as nulls.
+
+    Raises:
+        InvalidParameterError: A column holds both NaN and null keys (one cell on pandas).
+
+    Example:
+        >>> pandas_keys(KeySet.from_dict(c=[1.0, float("nan")])).to_polars()["c"].to_list()
+        [1.0, None]
+    """
+    df = keys._df
+    cols = [c for c in df.columns
+            if df.schema[c] in (pl.Float32, pl.Float64) and df[c].is_nan().any()]
+    if not cols:
+        return keys
+    if keys._domains is not None:
+        doms = [d.fill_nan(None) if d.name in cols else d for d in keys._domains]
+        merged = any(d.null_count() > 1 for d in doms)
+    else:
+        frame = df.with_columns(pl.col(c).fill_nan(None) for c in cols)
+        merged = bool(frame.select(keys.columns).is_duplicated().any())
+    if merged:
+        raise InvalidParameterError(
+            f"key column(s) {cols} of the key set hold both NaN and null keys; in a pandas "
+            "frame a float column has one missing value (NaN and None are the same value), "
+            "so the two keys would be one cell.\nHint: keep one of them in the key set.")
+    if keys._domains is not None:
+        return KeySet(_cross(doms), from_data=keys._from_data, source=keys.source,
+                      domains=doms)
+    return KeySet(frame, from_data=keys._from_data, source=keys.source)
 
 
 def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]

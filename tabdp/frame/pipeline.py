@@ -53,7 +53,7 @@ from tabdp.frame._stream import Planned, check_batch
 from tabdp.frame.backends import polars_engine
 from tabdp.frame.backends.base import Aggregated, Backend, QuantileData
 from tabdp.frame.backends.polars import MemoryBackend, StreamingBackend
-from tabdp.frame.keys import KeySet, check_cell_keys
+from tabdp.frame.keys import KeySet, check_cell_keys, pandas_keys
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.mechanisms.additive import Gaussian
 from tabdp.privacy.ledger import QueryRecord
@@ -115,6 +115,8 @@ def plan(native: Any, session: Session | None, batch: list[Planned] | None = Non
             i += 1
         name = f"q{i}_{kind}"
     op = _open_release(native, session, name, kind, pre.measures, pre.by)
+    if op.backend == "pandas" and pre.by:  # pandas' NaN is its missing value (null)
+        keys = pandas_keys(keys)
     if batch and op.name in {r.op.name for r in batch}:
         raise InvalidParameterError(
             f"name {op.name!r} is used twice in the releases planned together; names label the "
@@ -295,6 +297,8 @@ def plan_quantile(native: Any, session: Session | None, *, column: str, q: float
             f"key column(s) {sorted(clash)} would clash with output columns; rename them first.")
     kind = "median" if median else "quantile"
     op = opener(native, session, name, kind, [column], by_list)
+    if getattr(op, "backend", None) == "pandas" and by_list:  # pandas' NaN: its missing value
+        keys = pandas_keys(keys)
     if by_list:  # the key set against the schema (refusals of the cells), no data read
         check_cell_keys(op.schema, keys, by_list)
     _check_rules(op.session, "quantile", Gaussian(1.0), nulls, "allow", True)  # any sign

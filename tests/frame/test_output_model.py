@@ -143,6 +143,28 @@ def test_key_dtypes_of_the_input_are_kept():
     assert out.schema["county"] == pl.Int64
 
 
+# origin: review r77
+@pytest.mark.parametrize("dtype", ["int64", "Int64", "uint64", "category"])
+def test_pandas_integer_keys_beside_a_null_key_stay_exact(dtype):
+    """A null key next to integer keys above 2**53: the pandas output publishes each key as itself.
+
+    The output went through pandas' default conversion, which turns an integer column holding a
+    null into float64: the key 2**53 + 1 was published as 2**53, next to the cell of 2**53 (two
+    rows with one label; the estimates were right). Now such a column is a nullable integer.
+    """
+    big = 2**53
+    pdf = pd.DataFrame({"c": pd.Series([big + 1, big, big + 1]).astype(dtype),
+                        "x": [1.0, 2.0, 4.0]})
+    keys = tabdp.KeySet.from_dict(c=[big + 1, big, None])
+    out = pdf.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1e-4),
+                     session=tabdp.Session(seed=0))
+    assert out["c"].iloc[:2].tolist() == [big + 1, big]
+    assert pd.isna(out["c"].iloc[2])
+    np.testing.assert_allclose(out["x"].to_numpy(), [5.0, 2.0, 0.0], atol=1e-2)
+    if dtype != "category":
+        assert str(out["c"].dtype) == ("UInt64" if dtype == "uint64" else "Int64")
+
+
 def test_quantile_long_form():
     """Medians and quantiles offer the long form and cv/flag columns too."""
     df = pl.DataFrame({"county": ["c1"] * 5, "pay": [1.0, 2.0, 3.0, 4.0, 5.0]})

@@ -130,3 +130,58 @@ def test_r16_4_date_keys_against_text_keys_release_on_neighbours() -> None:
             seen.append((t.columns, t.dtypes, t["d"].to_list(), t["v"].to_list()))
         assert seen[0] == seen[1]  # the same seed: the far record is outside, as on D
     assert seen[0][2] == ["2020-01-02", "2021-03-04"]
+
+
+# -- pandas: a NaN key is pandas' missing value ---------------------------------------------------
+# origin: review r77. A pandas input reaches the engine with its float columns' NaN as null (in
+# pandas NaN and None are one missing value), so a key set's NaN key (``np.nan`` in
+# ``from_dict``) matched no row: the cell was published empty and its rows counted outside the
+# key set; a key set with NaN and None published two cells both labelled NaN.
+@pytest.mark.parametrize("how", ["dict", "frame"])
+def test_pandas_nan_key_matches_the_missing_rows(how: str) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from tabdp.exceptions import InvalidParameterError
+
+    pdf = pd.DataFrame({"k": [1.0, np.nan, None, 2.0], "x": [1.0, 2.0, 4.0, 8.0]})
+    vals = [1.0, 2.0, float("nan")]
+    keys = (tabdp.KeySet.from_dict(k=vals) if how == "dict" else tabdp.KeySet.from_frame(
+        pl.DataFrame({"k": pl.Series(vals, nan_to_null=False)})))
+    s = tabdp.Session(seed=1)
+    out = pdf.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1e-4), session=s)
+    med = pdf.dp.median("x", by="k", keys=keys, bounds=(0.0, 10.0), epsilon=1e6, session=s)
+    assert out["x"].round(2).tolist() == [1.0, 8.0, 6.0]
+    assert med["x_median"].round(2).tolist() == [1.0, 8.0, 2.0]  # the lower median of 2 and 4
+    assert pd.isna(out["k"].iloc[2])
+    assert [q["rows_outside_keys"] for q in s.report().confidential_summary()["queries"]] == [0, 0]
+    both = tabdp.KeySet.from_dict(k=[*vals, None])
+    with pytest.raises(InvalidParameterError, match="both NaN and null"):
+        pdf.dp.sum("x", by="k", keys=both, mechanism=Gaussian(1e-4), session=s)
+    # a Polars input keeps NaN and null apart
+    pout = pl.DataFrame({"k": pl.Series([1.0, float("nan"), None, 2.0], nan_to_null=False),
+                         "x": [1.0, 2.0, 4.0, 8.0]}).dp.sum(
+        "x", by="k", keys=both, mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1))
+    assert pout["x"].round(2).to_list() == [1.0, 8.0, 2.0, 4.0]
+
+
+# origin: review r77: the same for a curator's pandas dataset (read into Polars when added) and
+# its author's releases, whose pandas tables kept integer keys beside a null key as float64
+def test_pandas_dataset_of_a_curator_nan_key_and_exact_integer_keys() -> None:
+    import numpy as np
+    import pandas as pd
+
+    pdf = pd.DataFrame({"k": [1.0, np.nan, 2.0], "i": pd.array([2**53 + 1, None, 2**53],
+                                                                dtype="Int64"),
+                        "x": [1.0, 2.0, 4.0]})
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pdf, schema={"k": "Float64", "i": "Int64", "x": "Float64"})
+    author = cur.author_session("d")
+    out = author.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, 2.0, np.nan]),
+                     mechanism=Gaussian(1e-4), nulls="zero", negatives="zero")
+    assert out["x"].round(2).tolist() == [1.0, 4.0, 2.0]
+    med = author.median("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, 2.0, np.nan]),
+                        bounds=(0.0, 10.0), epsilon=1e6, nulls="zero")
+    assert med["x_median"].round(2).tolist() == [1.0, 4.0, 2.0]
+    ints = author.count(by="i", keys=tabdp.KeySet.from_dict(i=[2**53 + 1, 2**53, None]))
+    assert ints["i"].iloc[:2].tolist() == [2**53 + 1, 2**53] and pd.isna(ints["i"].iloc[2])

@@ -96,3 +96,17 @@ def test_decimal_sums_are_not_truncated(to_engine):
     out = to_engine(df).dp.sum("x", by="c", keys=KEYS, mechanism=TINY,
                                session=tabdp.Session(seed=0))
     np.testing.assert_allclose(out["x"].to_numpy(), [3.75, 0.75], atol=1e-2)
+
+
+# origin: review r77. Polars (and Spark) order NaN above every number, so ``NaN.abs() > 2**64``
+# held and a NaN measure value handled by ``nulls="zero"`` / ``"drop"`` was also counted in the
+# confidential summary as a value clamped to 2**64 (on Polars and Spark inputs; pandas turns NaN
+# into null). Every engine (the ``engine`` fixture; Spark's run is marked ``spark``)
+@pytest.mark.parametrize("nulls", ["zero", "drop"])
+def test_nan_measure_is_missing_not_clamped(to_engine: Callable[[Any], Any], nulls: str) -> None:
+    df = pl.DataFrame({"c": ["a", "a", "b", "b"], "x": [float("nan"), 1.0, 3e20, 2.0]})
+    s = tabdp.Session(seed=1)
+    to_engine(df).dp.sum("x", by="c", keys=KEYS, mechanism=TINY, session=s, nulls=nulls)
+    q = s.report().confidential_summary()["queries"][0]
+    assert q[f"missing_values_{nulls}:x"] == 1
+    assert q["values_clamped_to_2^64:x"] == 1  # 3e20 only

@@ -533,7 +533,32 @@ def test_text_ids_of_any_text_dtype_are_one_unit_across_frames(second: str) -> N
     pr = s.report().per_record
     assert pr.select("u", "rho", "rho_q2", "rho_q3").sort("u").rows() == [
         ("1", 13.5, 0.0, 1.0), ("2", 1.5, 0.5, 0.5)]
-    with pytest.raises(tabdp.exceptions.ColumnTypeError, match="earlier release"):
+    with pytest.raises(tabdp.exceptions.ColumnTypeError, match="unit column 'u' is Int64"):
         df.with_columns(pl.col("u").cast(pl.Int64)).dp.sum(
             "x", by="c", keys=keys, mechanism=g, session=s, name="q4")
     assert [q["name"] for q in s.report().to_dict()["queries"]] == ["q1", "q2", "q3"]
+
+
+# -- one session, unit ids of two types: refused before any data is read -------------------------
+# origin: review r77. A session's second release on a frame whose unit column was text (the
+# first: integers) either failed with a raw Polars SchemaError (with a budget) or, without one,
+# was recorded, after which every ``session.report()`` raised that SchemaError: the confidential
+# per-record report of the whole session was lost.
+@pytest.mark.parametrize("budget", [None, 10.0])
+def test_unit_ids_of_another_type_are_refused(to_engine: Callable[[Any], Any],
+                                              budget: float | None) -> None:
+    from tabdp.exceptions import ColumnTypeError
+
+    df = pl.DataFrame({"id": [7, 8], "c": ["a", "a"], "x": [1.0, 2.0]})
+    s = tabdp.Session(unit="id", budget=budget, seed=1)
+    to_engine(df).dp.sum("x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    # integers of another width are the same ids
+    to_engine(df.with_columns(pl.col("id").cast(pl.Int32))).dp.count(
+        by="c", keys=KEY1, session=s)
+    with pytest.raises(ColumnTypeError, match="unit column 'id' is String"):
+        to_engine(df.with_columns(pl.col("id").cast(pl.String))).dp.sum(
+            "x", by="c", keys=KEY1, mechanism=mech.Gaussian(1.0), session=s)
+    assert [r.name for r in s.records] == ["q1_sum", "q2_count"]
+    per = as_polars(s.report().per_record).sort("id")  # (Spark lists units in its order)
+    assert per["id"].to_list() == [7, 8]
+    assert per["rho"].to_list() == [0.5 + 1 / 8, 2.0 + 1 / 8]

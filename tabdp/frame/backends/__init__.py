@@ -31,6 +31,7 @@ from tabdp.frame import binding
 from tabdp.frame.backends.run import PolarsRun, RunEngine, SparkRun, require_pyspark
 
 __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
+           "pandas_exact",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
            "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine",
            "pinned_by_curator_only"]
@@ -324,3 +325,36 @@ def run_engine(engine: str, spark: Any = None, master: str | None = None) -> Run
     if spark is None:
         require_pyspark()
     return SparkRun(spark, master)
+
+
+#: pandas' nullable integer dtypes, named as Polars names its integer dtypes.
+_PANDAS_NULLABLE_INTS = frozenset(f"{u}Int{b}" for u in ("", "U") for b in (8, 16, 32, 64))
+
+
+def pandas_exact(out: pl.DataFrame) -> Any:
+    """``out`` as a pandas DataFrame, integer columns holding a null as exact integers.
+
+    pandas' default turns an integer column holding a null (a null key) into float64, which
+    holds integers exactly only up to 2**53 (the key 2**53 + 1 became 2**53, review r77): such
+    a column becomes a pandas nullable integer (``Int64``, ``UInt8``, ...; wider integers:
+    Python ints).
+
+    Args:
+        out: A Polars frame (a released table).
+
+    Returns:
+        The pandas DataFrame.
+
+    Example:
+        >>> pandas_exact(pl.DataFrame({"k": [2**53 + 1, None]}))["k"].tolist()
+        [9007199254740993, <NA>]
+    """
+    import pandas as pd  # a pandas output: pandas is imported already
+
+    df = out.to_pandas()
+    for c, dtype in out.schema.items():
+        if dtype.is_integer() and out[c].null_count():
+            name = str(dtype)
+            exact: Any = name if name in _PANDAS_NULLABLE_INTS else "object"
+            df[c] = pd.array(out[c].to_list(), dtype=exact)
+    return df
