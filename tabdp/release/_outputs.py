@@ -58,7 +58,8 @@ def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
     moe do not include that bias. Per release: ``units`` and ``rows`` left out,
     ``rows_share`` (of the rows in released cells) and, for sums, per measure the exact
     ``left_out`` amount, the ``total`` in released cells and their ``share``. ``max_share``
-    is the largest of these shares.
+    is the largest of these shares in absolute value (a signed measure's share may be
+    negative).
 
     Args:
         session: The session the tables were released in.
@@ -85,7 +86,9 @@ def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
         rows = c.get("rows_left_out_by_budget")
         measures = {m: dict(v) for m, v in (c.get("left_out_by_budget") or {}).items()}
         rows_share = None if rows is None else (rows / rows_in if rows_in else 0.0)
-        shares = [x for x in [rows_share, *[v["share"] for v in measures.values()]]
+        # a signed measure's share (net left out over net total) may be negative: its size
+        # is what the limit compares (docs/privacy-semantics.md, `budget.max_left_out`)
+        shares = [abs(x) for x in [rows_share, *[v["share"] for v in measures.values()]]
                   if x is not None]
         out[r.name] = {"units": int(c["units_left_out_by_budget"]), "rows": rows,
                        "rows_in_released_cells": rows_in, "rows_share": rows_share,

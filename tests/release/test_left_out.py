@@ -595,3 +595,20 @@ def test_left_out_bias_words_hold_for_signed_measures() -> None:
         assert "contributions are missing from the published values" in text
         assert "downward for counts and for sums of non-negative values" in text
         assert "sd and moe do not include that bias" in text
+
+
+def test_a_signed_measures_negative_share_counts_by_its_size() -> None:
+    """A left-out part larger than a signed measure's net total is a share above 1 (r77).
+
+    The share of a measure with negative values is net over net: here 2000 / -500 = -4, which
+    the largest share, and so `budget.max_left_out`, ignored while it took the maximum.
+    """
+    from tabdp.release._outputs import left_out_by_table
+
+    s = tabdp.Session(seed=1, budget=1000.0)
+    df = pl.DataFrame({"c": ["a", "a", "a"], "x": [2000.0, -1500.0, -1000.0]})
+    df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]), negatives="allow",
+              mechanism=tabdp.mechanisms.Gaussian(40.0), session=s, name="x")
+    got = left_out_by_table(s)["x"]
+    assert got["units"] == 1 and got["measures"]["x"]["share"] == -4.0
+    assert got["max_share"] == 4.0
