@@ -121,7 +121,8 @@ class Session:
             query also leaves out each unit whose lifetime loss (stored past releases plus this
             session's) would pass the series' lifetime budget, and the session's losses are
             committed to it. Needs ``unit=`` (row positions do not identify a record across
-            runs); pandas and Polars frames (not yet Spark).
+            runs); pandas, Polars and Spark frames (docs/spark.md: what reaches the
+            driver).
         unit_partitions: Unit mode, pandas and Polars frames: read each release's input in
             this many passes, each over the units whose id hashes to it (every unit's rows in
             one pass), so the (unit, cell) table and the charges computed from it are held for
