@@ -274,8 +274,10 @@ def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
     (wall time) there, so the same rows fell into other cells under another session setting.
     Here a timestamp's date is its UTC date (Polars casts a Datetime to a Date by its UTC
     instant, with or without a time zone), a date's timestamp is its UTC midnight, and a
-    timestamp without a zone is a UTC wall time (Polars' naive Datetime). The session's
-    settings are only read by Spark, never changed.
+    timestamp without a zone is a UTC wall time (Polars' naive Datetime); a timestamp as
+    text is its UTC wall time as Polars writes a microsecond Datetime,
+    ``2020-01-01 23:30:00.000000`` (Spark's cast writes the session's wall time, without the
+    microseconds). The session's settings are only read by Spark, never changed.
     """
     import pyspark
     from pyspark.sql import functions as F
@@ -293,6 +295,23 @@ def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
         # a UTC wall time, built from its fields, exact to the microsecond
         return F.make_timestamp(F.year(col), F.month(col), F.dayofmonth(col), F.hour(col),
                                 F.minute(col), F.extract(F.lit("SECOND"), col), F.lit("UTC"))
+    if isinstance(source, (T.TimestampType, T.TimestampNTZType)) and \
+            isinstance(st, T.StringType):
+        ts = col if isinstance(source, T.TimestampType) else \
+            _try_cast(col, T.TimestampType(), source)
+        day = F.floor(F.unix_seconds(ts) / F.lit(_DAY_SECONDS))
+        # microseconds into the UTC day: exact integers (below 2**37)
+        rest = F.unix_micros(ts) - day * F.lit(_DAY_SECONDS * 1_000_000)
+
+        def digits(v: Any, n: int) -> Any:
+            return F.lpad(v.cast(T.LongType()).cast(T.StringType()), n, "0")
+
+        hour = F.floor(rest / F.lit(3_600_000_000))
+        minute = F.floor(F.pmod(rest, F.lit(3_600_000_000)) / F.lit(60_000_000))
+        second = F.floor(F.pmod(rest, F.lit(60_000_000)) / F.lit(1_000_000))
+        return F.concat(F.date_from_unix_date(day.cast(T.IntegerType())).cast(T.StringType()),
+                        F.lit(" "), digits(hour, 2), F.lit(":"), digits(minute, 2), F.lit(":"),
+                        digits(second, 2), F.lit("."), digits(F.pmod(rest, F.lit(1_000_000)), 6))
     if int(pyspark.__version__.split(".")[0]) >= 4:
         return col.try_cast(st)
     return col.cast(st)

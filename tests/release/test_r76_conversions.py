@@ -281,3 +281,38 @@ def test_spark_author_run_fraction_key_is_outside_the_key_set(
         polars = _runs(servers, monkeypatch, unit=unit)
         on_spark = _runs(servers, monkeypatch, "--engine", "spark", unit=unit)
         assert on_spark[0].equals(polars[0]), (unit, on_spark, polars)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("zone", ZONES)
+def test_spark_timestamp_as_text_is_polars_text(spark: Any, zone: str) -> None:
+    """A timestamp converted to text (a declared String, a key of a text domain): Polars' text.
+
+    Spark's cast wrote the session's wall time without the microseconds
+    (``2020-01-02 08:30:00`` in Tokyo for Polars' ``2020-01-01 23:30:00.000000``).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.release._spark_run import author_key_casts
+    from tabdp.release.declared import convert_leniently, convert_leniently_spark
+
+    naive = pl.DataFrame({"t": INSTANTS}, schema={"t": pl.Datetime("us", "UTC")}).with_columns(
+        pl.col("t").dt.replace_time_zone(None))
+    want = naive.select(convert_leniently(pl.col("t"), pl.Datetime("us"), pl.String))["t"]
+    assert want[1] == "2020-01-01 23:30:00.000000"
+    assert want[6] == "1969-12-31 23:59:59.999999"
+    with _zone(spark, zone):
+        sdf = _instants(spark)
+        got = [r[0] for r in sdf.orderBy("i").select(
+            convert_leniently_spark(F.col("t"), T.TimestampType(), pl.String)).collect()]
+        wall = F.col("t").cast(T.TimestampNTZType())
+        ntz = [tuple(r) for r in sdf.orderBy("i").select(wall, convert_leniently_spark(
+            wall, T.TimestampNTZType(), pl.String)).collect()]
+        keyed = author_key_casts(sdf, ["t"], {"t": pl.Series(["2020-01-01 23:30:00.000000"])})
+        cast = [r[0] for r in keyed.orderBy("i").select("t").collect()]
+    assert got == want.to_list(), (zone, got)
+    assert cast == want.to_list(), (zone, cast)
+    # a timestamp without a zone is a wall time: its text is that wall time, in any zone
+    assert [t for _, t in ntz] == [None if w is None else w.strftime("%Y-%m-%d %H:%M:%S.%f")
+                                   for w, _ in ntz], ntz
