@@ -132,10 +132,17 @@ def _local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
     Not through pandas (review r75): there a Float64 column's NaN and null are one value (Spark
     read both as null) and an Int64 column holding a null is float64 (``2**53 + 1`` became
     ``2**53``). PySpark >= 4.0 takes the Arrow table, whatever the session's Arrow setting;
-    PySpark 3.5 the rows as Python values (NaN, null and every integer kept).
+    PySpark 3.5 the rows as Python values (NaN, null and every integer kept). A Datetime
+    without a time zone is a UTC wall time, as Polars holds it: it is sent as its UTC instant
+    (PySpark reads a timestamp without a zone in the session's time zone, so the same key
+    matched other rows under another ``spark.sql.session.timeZone``; review r76).
     """
     import pyspark
 
+    naive = [c for c, d in frame.schema.items() if isinstance(d, pl.Datetime)
+             and d.time_zone is None]
+    if naive:
+        frame = frame.with_columns(pl.col(c).dt.replace_time_zone("UTC") for c in naive)
     if int(pyspark.__version__.split(".")[0]) >= 4:
         return spark.createDataFrame(frame.to_arrow(compat_level=pl.CompatLevel.oldest()),
                                      schema)
@@ -250,14 +257,61 @@ def _restore(spark: Any, before: dict[str, str | None]) -> None:
             spark.conf.set(k, v)
 
 
-def _try_cast(col: Any, st: Any) -> Any:
+#: Seconds in a day (the UTC days of `_try_cast`'s date and timestamp conversions).
+_DAY_SECONDS = 86_400
+
+
+def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
     """``col.try_cast(st)`` (PySpark >= 4.0; null where a value does not convert).
 
     PySpark 3.5 has no ``Column.try_cast`` (and ``hasattr`` is true there: a missing attribute
     is a struct field): ``cast``, which gives null too unless ANSI mode is on.
+
+    With ``source`` (the column's Spark type), dates and timestamps convert as Polars converts
+    them, whatever the session's time zone (``spark.sql.session.timeZone``; review r76):
+    Spark's own cast of a ``timestamp`` (an instant) to a ``date`` takes the date in the
+    session's zone, and of a ``date`` (or a ``timestamp_ntz``) to a ``timestamp`` its midnight
+    (wall time) there, so the same rows fell into other cells under another session setting.
+    Here a timestamp's date is its UTC date (Polars casts a Datetime to a Date by its UTC
+    instant, with or without a time zone), a date's timestamp is its UTC midnight, and a
+    timestamp without a zone is a UTC wall time (Polars' naive Datetime); a timestamp as
+    text is its UTC wall time as Polars writes a microsecond Datetime,
+    ``2020-01-01 23:30:00.000000`` (Spark's cast writes the session's wall time, without the
+    microseconds). The session's settings are only read by Spark, never changed.
     """
     import pyspark
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
+    if isinstance(source, T.TimestampType) and isinstance(st, T.DateType):
+        # the instant's whole seconds (floored, zone-free) -> its UTC day (floored; exact:
+        # seconds are far below 2**53, and an exact quotient is exact in a double)
+        day = F.floor(F.unix_seconds(col) / F.lit(_DAY_SECONDS))
+        return F.date_from_unix_date(day.cast(T.IntegerType()))
+    if isinstance(source, T.DateType) and isinstance(st, T.TimestampType):
+        return F.timestamp_seconds(F.unix_date(col).cast(T.LongType())
+                                   * F.lit(_DAY_SECONDS))
+    if isinstance(source, T.TimestampNTZType) and isinstance(st, T.TimestampType):
+        # a UTC wall time, built from its fields, exact to the microsecond
+        return F.make_timestamp(F.year(col), F.month(col), F.dayofmonth(col), F.hour(col),
+                                F.minute(col), F.extract(F.lit("SECOND"), col), F.lit("UTC"))
+    if isinstance(source, (T.TimestampType, T.TimestampNTZType)) and \
+            isinstance(st, T.StringType):
+        ts = col if isinstance(source, T.TimestampType) else \
+            _try_cast(col, T.TimestampType(), source)
+        day = F.floor(F.unix_seconds(ts) / F.lit(_DAY_SECONDS))
+        # microseconds into the UTC day: exact integers (below 2**37)
+        rest = F.unix_micros(ts) - day * F.lit(_DAY_SECONDS * 1_000_000)
+
+        def digits(v: Any, n: int) -> Any:
+            return F.lpad(v.cast(T.LongType()).cast(T.StringType()), n, "0")
+
+        hour = F.floor(rest / F.lit(3_600_000_000))
+        minute = F.floor(F.pmod(rest, F.lit(3_600_000_000)) / F.lit(60_000_000))
+        second = F.floor(F.pmod(rest, F.lit(60_000_000)) / F.lit(1_000_000))
+        return F.concat(F.date_from_unix_date(day.cast(T.IntegerType())).cast(T.StringType()),
+                        F.lit(" "), digits(hour, 2), F.lit(":"), digits(minute, 2), F.lit(":"),
+                        digits(second, 2), F.lit("."), digits(F.pmod(rest, F.lit(1_000_000)), 6))
     if int(pyspark.__version__.split(".")[0]) >= 4:
         return col.try_cast(st)
     return col.cast(st)
@@ -1297,8 +1351,8 @@ def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
         if st == schema[c]:
             on_data[c] = F.col(c)
         else:
-            conv = _try_cast(F.col(c), st)
-            back = _try_cast(conv, schema[c])
+            conv = _try_cast(F.col(c), st, schema[c])
+            back = _try_cast(conv, schema[c], st)
             back_ok = F.coalesce(back.eqNullSafe(F.col(c)), F.lit(False))
             on_data[c] = F.when(back_ok | F.col(c).isNull(), conv)
             bad = bad | (F.col(c).isNotNull() & ~back_ok)

@@ -320,7 +320,10 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
 
     A value that does not convert becomes null and so falls outside the key set (never an
     error that depends on a value). A number / text mismatch is left alone (the engine refuses
-    it from the schema alone).
+    it from the schema alone). The conversion is the declared types' (`convert_leniently`):
+    a fraction in a key of an integer domain is not converted (``1.5`` is null, outside the
+    key set; Polars' own cast truncated it to ``1``, a cell the record is not in: review r76),
+    a whole float such as ``3.0`` is ``3``.
     """
     schema = lf.collect_schema()
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -334,11 +337,9 @@ def _author_key_casts(spec: ReleaseSpec, lf: pl.LazyFrame) -> pl.LazyFrame:
         if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
                 (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
             continue
-        if want == pl.String and (have == pl.Date or isinstance(have, pl.Datetime)):
-            # a date Polars cannot format is null, not a Rust panic (review R14)
-            casts.append(convert_leniently(pl.col(c), have, want).alias(c))
-            continue
-        casts.append(pl.col(c).cast(want, strict=False))
+        # a date Polars cannot format as text is null, not a Rust panic (review R14); a
+        # fraction is null in an integer domain, never truncated (review r76)
+        casts.append(convert_leniently(pl.col(c), have, want).alias(c))
     return lf.with_columns(casts) if casts else lf
 
 

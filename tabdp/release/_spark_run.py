@@ -305,12 +305,15 @@ def input_rules(sdf: Any, *, unit: str | None, unit_nulls: str, nonfinite: str,
 def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, Any]) -> Any:
     """Author mode: key columns take their domain's type (a value that does not convert is null).
 
-    The twin of `tabdp.release.runner._author_key_casts`: a number / text mismatch is
-    left alone (the engine refuses it from the schema alone).
+    The twin of `tabdp.release.runner._author_key_casts`, by the declared types' conversion
+    (`tabdp.release.declared.convert_leniently_spark`): a fraction in a key of an integer
+    domain is null, never truncated (Spark's cast read ``1.5`` as ``1``; review r76), and a
+    timestamp's date is its UTC date whatever the session's time zone. A number / text
+    mismatch is left alone (the engine refuses it from the schema alone).
     """
     from pyspark.sql import functions as F
 
-    from tabdp.frame.backends.spark import spark_type, try_cast
+    from tabdp.release.declared import convert_leniently_spark
 
     schema = _pl_schema(sdf)
     textual = (pl.String, pl.Categorical, pl.Enum)
@@ -326,9 +329,7 @@ def author_key_casts(sdf: Any, key_columns: Sequence[str], domains: dict[str, An
         if (have.is_numeric() and (want == pl.String or isinstance(want, textual))) or \
                 (want.is_numeric() and (have == pl.String or isinstance(have, textual))):
             continue
-        st = spark_type(want)
-        col = F.col(c)
-        casts[c] = try_cast(col, st)
+        casts[c] = convert_leniently_spark(F.col(c), sdf.schema[c].dataType, want)
     return sdf.withColumns(casts) if casts else sdf
 
 
@@ -345,26 +346,40 @@ def add_derived(spark: Any, sdf: Any, need: dict[str, pl.DataFrame], national: s
             the engine's cell matching puts in one of its cells, else null
             (`tabdp.frame.backends.spark.mark_members`).
 
+    Each mapping's finer codes are converted to the input column's type on the driver, as
+    the Polars engine converts them (``cast(strict=False)``: a code the type cannot hold is
+    null and matches no row), and the mapping reaches Spark as an Arrow table, exactly
+    (`tabdp.frame.backends.spark.local_frame`), never through pandas (review r76: an unsigned
+    64-bit code above ``2**63`` went through pandas' ``uint64``, which Spark's Arrow
+    conversion refuses, and its fallback lost the code; the result also depended on the
+    session's Arrow settings). Coarser codes keep their type; an unsigned one takes the next
+    signed type, and ``UInt64`` and ``Int128`` codes are ``long`` (Spark integers are at most
+    64-bit: a code beyond it is null there, outside the key set, as Spark's key sets drop such
+    keys).
+
     Returns:
         The frame with the new columns (mappings broadcast: they are public and small).
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    from tabdp.frame.backends.spark import RESERVED, mark_members, quiet, try_cast
+    from tabdp.frame.backends.spark import RESERVED, local_frame, mark_members, polars_dtype
+    from tabdp.release.declared import _spark_read_type
 
+    # tabdp's prefix: the join column is dropped by name, with any input column so named
+    tmp = f"{RESERVED}_fine"
     for col, mapping in need.items():
         fine = mapping.columns[0]
         have = sdf.schema[fine].dataType
-        frame = mapping.with_columns(pl.col(c).cast(pl.String) for c in mapping.columns
-                                     if isinstance(mapping.schema[c],
-                                                   (pl.Categorical, pl.Enum)))
-        with quiet():
-            mdf = spark.createDataFrame(frame.to_pandas())
-        key = F.col(fine)
-        conv = try_cast(key, have)
-        # tabdp's prefix: the join column is dropped by name, with any input column so named
-        tmp = f"{RESERVED}_fine"
-        mdf = mdf.select(conv.alias(tmp), F.col(col))
+        coarse: Any = mapping.schema[col]
+        if isinstance(coarse, (pl.Categorical, pl.Enum)):
+            coarse = pl.String
+        st = T.LongType() if coarse in (pl.UInt64, pl.Int128) else _spark_read_type(coarse)
+        assert st is not None  # (mapping codes are text, integers or Booleans: the spec)
+        frame = mapping.select(pl.col(fine).cast(polars_dtype(have), strict=False).alias(tmp),
+                               pl.col(col).cast(polars_dtype(st), strict=False))
+        mdf = local_frame(spark, frame, T.StructType([T.StructField(tmp, have, True),
+                                                      T.StructField(col, st, True)]))
         sdf = sdf.join(F.broadcast(mdf), sdf[fine] == mdf[tmp], "left").drop(tmp)
     if national is not None:
         sdf = sdf.withColumn(national, F.lit("all"))

@@ -103,8 +103,10 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     here a fraction, NaN, an infinity or an out-of-range number in an integer column is null
     (a whole number such as ``3.0`` is ``3``), text is an integer only when it is one (sign
     and digits) and a float only in the forms Polars reads (`_FLOAT_TEXT`), a number is a Boolean
-    only when it is 0 or 1, a double that overflows a Float32 is null, and a timestamp
-    without a time zone is a UTC wall time (Spark's cast reads it in the session's zone).
+    only when it is 0 or 1, a double that overflows a Float32 is null, a timestamp
+    without a time zone is a UTC wall time and a timestamp's date its UTC date, a date's
+    timestamp its UTC midnight (Spark's casts take all three in the session's time zone,
+    ``spark.sql.session.timeZone``; review r76).
 
     Args:
         col: The column.
@@ -124,12 +126,9 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     from tabdp.frame.backends.spark import spark_type, try_cast
 
     st = spark_type(target)
-    if isinstance(st, T.TimestampType) and isinstance(source, T.TimestampNTZType):
-        # a timestamp without a zone is a UTC wall time, as in Polars (Spark's cast would
-        # read it in the session's time zone); built from its fields, exact to the microsecond
-        return F.make_timestamp(F.year(col), F.month(col), F.dayofmonth(col), F.hour(col),
-                                F.minute(col), F.extract(F.lit("SECOND"), col), F.lit("UTC"))
-    conv = try_cast(col, st)
+    # (dates and timestamps: as Polars converts them, whatever the session's time zone; a
+    # timestamp without a zone is a UTC wall time, a timestamp's date its UTC date)
+    conv = try_cast(col, st, source)
     floating = isinstance(source, (T.FloatType, T.DoubleType))
     if isinstance(st, T.IntegralType):
         if floating or isinstance(source, T.DecimalType):

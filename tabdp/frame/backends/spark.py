@@ -23,6 +23,8 @@ from tabdp.frame._spark import (
     SparkReplayLedger,
     SparkUnitLedger,
     _attach_cells,
+    _local_frame,
+    _pl_dtype,
     free_checkpoint,
     polars_schema,
     quiet,
@@ -38,7 +40,7 @@ from tabdp.frame.keys import KeySet
 __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_grouped_release",
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "free_checkpoint",
            "spark_type", "try_cast", "write_single_parquet", "to_polars", "report_view",
-           "REPORT_UNITS", "RESERVED", "mark_members"]
+           "REPORT_UNITS", "RESERVED", "mark_members", "local_frame", "polars_dtype"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
@@ -60,6 +62,43 @@ def to_polars(sdf: Any) -> pl.DataFrame:
         return out
     with quiet():
         return pl.from_pandas(sdf.toPandas())
+
+
+def local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
+    """A small public Polars frame as a Spark frame, exactly (Arrow; never through pandas).
+
+    NaN and null stay two values, 64-bit integers exact, a ``Datetime`` without a time zone
+    is its UTC instant whatever the session's time zone.
+
+    Args:
+        spark: The SparkSession.
+        frame: The frame (public: a key set, a mapping, a released table).
+        schema: Its Spark ``StructType``.
+
+    Returns:
+        The Spark DataFrame.
+
+    Example:
+        >>> local_frame.__name__  # needs a SparkSession: see tests/release/test_key_conversions.py
+        'local_frame'
+    """
+    return _local_frame(spark, frame, schema)
+
+
+def polars_dtype(st: Any) -> Any:
+    """The Polars dtype a Spark type is checked and aligned as (see `polars_schema`).
+
+    Args:
+        st: A Spark ``DataType``.
+
+    Returns:
+        The Polars dtype (``pl.Object()`` for a type tabdp does not read).
+
+    Example:
+        >>> polars_dtype.__name__  # needs PySpark: see tests/release/test_key_conversions.py
+        'polars_dtype'
+    """
+    return _pl_dtype(st)
 
 
 def report_view(per_record: Any, limit: int = REPORT_UNITS) -> pl.DataFrame:

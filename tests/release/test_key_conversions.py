@@ -1,0 +1,318 @@
+"""Conversions that put a record in a cell it is not in (noted by review r75; stop 60).
+
+1. On Spark, dates and timestamps converted in the session's time zone: a timestamp key under
+   a date domain (or key set), a date key under a timestamp one, and a key set of timestamps
+   without a zone, landed in other cells under another ``spark.sql.session.timeZone`` than
+   on Polars. Now both engines convert in UTC, whatever the session's setting.
+2. Spark's hierarchy mappings (the derived coarser key columns) went through pandas: an
+   unsigned 64-bit code above ``2**63`` was lost (and Spark's Arrow fallback warned on the
+   terminal). Now they reach Spark as an Arrow table, converted as the Polars engine does.
+3. Author mode's key casts truncated a fraction in a key of an integer domain (``1.5`` became
+   ``1``, a cell the record is not in) on both engines. Now the declared types' conversion
+   applies: ``1.5`` is null (outside the key set, like any key outside it), ``3.0`` is ``3``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import polars as pl
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import NOISY, write_curator  # noqa: E402
+from test_author_attacks import _r12_run  # noqa: E402
+
+ZONES = ["America/Los_Angeles", "Asia/Tokyo", "UTC"]
+UTC = dt.UTC
+#: Instants near midnight UTC (and near midnight in Los Angeles and Tokyo).
+INSTANTS = [dt.datetime(2020, 1, 1, 0, 0, tzinfo=UTC), dt.datetime(2020, 1, 1, 23, 30, tzinfo=UTC),
+            dt.datetime(2020, 1, 2, 0, 0, tzinfo=UTC), dt.datetime(2020, 1, 2, 0, 30, tzinfo=UTC),
+            dt.datetime(2020, 1, 1, 8, 0, tzinfo=UTC),  # midnight in Los Angeles
+            dt.datetime(2020, 1, 1, 15, 0, tzinfo=UTC),  # midnight in Tokyo (Jan 2)
+            dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), None]
+
+
+def _zone(spark: Any, zone: str) -> Any:
+    """Context: the session's time zone set to ``zone`` (restored after)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm() -> Any:
+        before = spark.conf.get("spark.sql.session.timeZone")
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        try:
+            yield
+        finally:
+            spark.conf.set("spark.sql.session.timeZone", before)
+    return cm()
+
+
+def _instants(spark: Any) -> Any:
+    """A Spark frame of `INSTANTS` (a ``timestamp`` column ``t``, built from UTC micros)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    epoch = dt.datetime(1970, 1, 1, tzinfo=UTC)
+    micros = [None if t is None else (t - epoch) // dt.timedelta(microseconds=1)
+              for t in INSTANTS]
+    base = spark.createDataFrame([(i, m) for i, m in enumerate(micros)],
+                                 T.StructType([T.StructField("i", T.LongType()),
+                                               T.StructField("m", T.LongType())]))
+    return base.select("i", F.timestamp_micros("m").alias("t"))
+
+
+# -- 1. time zones ------------------------------------------------------------------------
+@pytest.mark.spark
+@pytest.mark.parametrize("zone", ZONES)
+def test_spark_timestamp_to_date_is_the_utc_date_as_polars(spark: Any, zone: str) -> None:
+    """The declared types' conversion and author mode's key casts: timestamp -> date."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.release._spark_run import author_key_casts
+    from tabdp.release.declared import convert_leniently, convert_leniently_spark
+
+    want = pl.DataFrame({"t": INSTANTS}, schema={"t": pl.Datetime("us", "UTC")}).select(
+        convert_leniently(pl.col("t"), pl.Datetime("us", "UTC"), pl.Date))["t"].to_list()
+    assert want[:4] == [dt.date(2020, 1, 1)] * 2 + [dt.date(2020, 1, 2)] * 2
+    with _zone(spark, zone):
+        sdf = _instants(spark)
+        got = [r[0] for r in sdf.orderBy("i").select(
+            convert_leniently_spark(F.col("t"), T.TimestampType(), pl.Date)).collect()]
+        keyed = author_key_casts(sdf, ["t"], {"t": pl.Series([dt.date(2020, 1, 1)])})
+        cast = [r[0] for r in keyed.orderBy("i").select("t").collect()]
+        # and back: a date's timestamp is its UTC midnight
+        back = [r[0] for r in sdf.orderBy("i").select(F.unix_seconds(convert_leniently_spark(
+            convert_leniently_spark(F.col("t"), T.TimestampType(), pl.Date), T.DateType(),
+            pl.Datetime("us")))).collect()]
+    assert got == want, (zone, got, want)
+    assert cast == want, (zone, cast, want)
+    assert back == [None if d is None else (d - dt.date(1970, 1, 1)).days * 86400
+                    for d in want]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("zone", ZONES)
+def test_spark_cells_of_timestamps_under_date_and_datetime_key_sets(spark: Any,
+                                                                    zone: str) -> None:
+    """A timestamp key column against a key set of dates, and of datetimes: Polars' cells.
+
+    Polars compares a Datetime with a Date key set as dates and keeps only exact conversions
+    (midnight UTC); a Datetime key set (no zone: UTC wall times) matches those instants.
+    """
+    from tabdp import KeySet
+    from tabdp.frame._engine import _cells
+    from tabdp.frame._spark import _CELL, _attach_cells
+
+    data = pl.DataFrame({"i": range(len(INSTANTS)), "t": INSTANTS},
+                        schema={"i": pl.Int64, "t": pl.Datetime("us", "UTC")}).with_columns(
+        pl.col("t").dt.replace_time_zone(None))
+    expected = [[0, None, 1, None, None, None, None, None],
+                [None, 0, 2, None, 1, None, None, None]]
+    for keys, cells in zip((KeySet.from_dict({"t": [dt.date(2020, 1, 1), dt.date(2020, 1, 2)]}),
+                            KeySet.from_dict({"t": pl.Series([dt.datetime(2020, 1, 1, 23, 30),
+                                                              dt.datetime(2020, 1, 1, 8, 0),
+                                                              dt.datetime(2020, 1, 2)])})),
+                           expected, strict=True):
+        want = _cells(data, data.schema, keys, ["t"], "cell")["cell"].to_list()
+        assert want == cells
+        with _zone(spark, zone):
+            sdf = _instants(spark)
+            schema = {f.name: f.dataType for f in sdf.schema.fields}
+            got = [r[0] for r in _attach_cells(spark, sdf, keys, ["t"], schema)
+                   .orderBy("i").select(_CELL).collect()]
+        assert got == want, (zone, keys.to_polars(), got, want)
+
+
+# -- 2. hierarchy mappings on Spark ---------------------------------------------------------
+@pytest.mark.spark
+def test_spark_derived_levels_exact_as_polars(spark: Any,
+                                              capfd: pytest.CaptureFixture[str]) -> None:
+    """Unsigned 64-bit codes above 2**63 and 64-bit codes around 2**53: Polars' joins.
+
+    A ``UInt64`` Parquet column is ``decimal(20,0)`` on Spark; the mapping's codes are
+    converted to it on the driver, as the Polars engine converts them. Through pandas the
+    code ``2**63 + 1`` was lost (the row had no coarser code) and Spark's Arrow conversion
+    warned on the terminal.
+    """
+    import decimal
+
+    from pyspark.sql import types as T
+
+    from tabdp.release._spark_run import add_derived
+
+    big = 2**63 + 1
+    mapping = pl.DataFrame({"f": pl.Series([big, 7, 2**53 + 1], dtype=pl.UInt64),
+                            "c": pl.Series([5, 2**53 + 1, 2**53], dtype=pl.Int64)})
+    data = pl.DataFrame({"f": pl.Series([big, 7, 2**53, 2**53 + 1, None], dtype=pl.UInt64)})
+    want = data.join(mapping, on="f", how="left", maintain_order="left")["c"].to_list()
+    assert want == [5, 2**53 + 1, None, 2**53, None]
+    sdf = spark.createDataFrame([(i, None if v is None else decimal.Decimal(v))
+                                 for i, v in enumerate(data["f"].to_list())],
+                                T.StructType([T.StructField("i", T.LongType()),
+                                              T.StructField("f", T.DecimalType(20, 0))]))
+    capfd.readouterr()
+    got = [r[0] for r in add_derived(spark, sdf, {"c": mapping}, None)
+           .orderBy("i").select("c").collect()]
+    assert got == want
+    assert "Arrow" not in capfd.readouterr().err
+
+
+# -- 3. author key casts: no truncation -----------------------------------------------------
+_SPEC = SimpleNamespace(tables=[SimpleNamespace(by=["size"])],
+                        domains={"size": pl.Series([1, 2, 3])})
+_SIZES = [1.0, 1.5, 2.0, -0.5, 2.999, float("nan"), float("inf"), None, 2.0**63]
+
+
+def test_author_key_casts_keep_fractions_out_of_integer_domains() -> None:
+    """Polars (in memory and streaming): a fraction is null (outside the key set), not cut."""
+    from tabdp.release._input import _author_key_casts
+
+    lf = pl.LazyFrame({"size": _SIZES}, schema={"size": pl.Float64})
+    out = _author_key_casts(_SPEC, lf)  # type: ignore[arg-type]
+    want = [1, None, 2, None, None, None, None, None, None]
+    assert out.collect()["size"].to_list() == want
+    assert out.collect(engine="streaming")["size"].to_list() == want
+
+
+@pytest.mark.spark
+def test_spark_author_key_casts_keep_fractions_out_of_integer_domains(spark: Any) -> None:
+    """Spark: the same nulls (Spark's cast truncated 1.5 to 1 and saturated 2**63)."""
+    from pyspark.sql import types as T
+
+    from tabdp.release._spark_run import author_key_casts
+
+    sdf = spark.createDataFrame([(i, v) for i, v in enumerate(_SIZES)],
+                                T.StructType([T.StructField("i", T.LongType()),
+                                              T.StructField("size", T.DoubleType())]))
+    out = author_key_casts(sdf, ["size"], dict(_SPEC.domains))
+    got = [r[0] for r in out.orderBy("i").select("size").collect()]
+    assert got == [1, None, 2, None, None, None, None, None, None]
+
+
+SIZE_SPEC = """
+[release]
+name = "{name}"
+[input]
+dataset = "cbp"
+{unit}mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+bounds = {{ v = [0, 100] }}
+[domains]
+size = [1, 2]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["size"]
+mechanism = {{ family = "gaussian", sigma = 3 }}
+[randomness]
+seed = 7
+"""
+
+
+def _size_servers(tmp_path: Path) -> tuple[Path, Path]:
+    """D: 20 records of sizes 1 and 2 (a Float64 column); D': one more, of size 1.5."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = []
+    for name, extra in (("with", True), ("without", False)):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        pq.write_table(pa.table({"estab_id": pa.array(range(20), pa.int64()),
+                                 "size": [1.0] * 10 + [2.0] * 10,
+                                 "v": pa.array(range(20), pa.int64())}), root / "ds" / "a.parquet")
+        if extra:
+            pq.write_table(pa.table({"estab_id": pa.array([1000], pa.int64()), "size": [1.5],
+                                     "v": pa.array([50], pa.int64())}),
+                           root / "ds" / "b.parquet")
+        write_curator(root, {"cbp": "ds"}, seeded=True,
+                      schemas={"cbp": {"estab_id": "Int64", "size": "Float64", "v": "Int64"}})
+        out.append(root)
+    return out[0], out[1]
+
+
+def _runs(servers: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, *flags: str,
+          unit: bool = True) -> list[pl.DataFrame]:
+    """Both servers: the same exit code, stdout and stderr, and equal public tables.
+
+    ``unit=False``: row mode, which streams the input (docs/release-workflow.md).
+    """
+    name = ("units" if unit else "rows") + "_" + ("spark" if "spark" in flags else "polars")
+    text = SIZE_SPEC.format(unit='unit = "estab_id"\nunit_nulls = "drop"\n' if unit else "",
+                            name=name)
+    views = [_r12_run(s, monkeypatch, text, "--test-seed", *flags) for s in servers]
+    assert views[0] == views[1], views
+    assert views[0][0] == 0, views[0]
+    tables = [pl.read_parquet(s / "releases" / name / "public" / "t.parquet")
+              for s in servers]
+    # the size-1.5 record is in no cell: the tables are equal, noise included (one seed)
+    assert tables[0].equals(tables[1]), tables
+    return tables
+
+
+def test_author_run_fraction_key_is_outside_the_key_set(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """End to end (Polars, in memory and streaming): the record of size 1.5 is in no cell.
+
+    Before, it was cast to size 1 and the size-1 cell's estimate differed by its value (50).
+    """
+    servers = _size_servers(tmp_path)
+    tables = _runs(servers, monkeypatch)
+    assert tables[0].drop(NOISY, strict=False).height == 2
+    streamed = _runs(servers, monkeypatch, unit=False)  # row mode: streamed
+    assert streamed[0].drop(NOISY, strict=False).equals(tables[0].drop(NOISY, strict=False))
+
+
+@pytest.mark.spark
+def test_spark_author_run_fraction_key_is_outside_the_key_set(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on Spark: the same public tables as Polars on both servers."""
+    servers = _size_servers(tmp_path)
+    for unit in (True, False):
+        polars = _runs(servers, monkeypatch, unit=unit)
+        on_spark = _runs(servers, monkeypatch, "--engine", "spark", unit=unit)
+        assert on_spark[0].equals(polars[0]), (unit, on_spark, polars)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("zone", ZONES)
+def test_spark_timestamp_as_text_is_polars_text(spark: Any, zone: str) -> None:
+    """A timestamp converted to text (a declared String, a key of a text domain): Polars' text.
+
+    Spark's cast wrote the session's wall time without the microseconds
+    (``2020-01-02 08:30:00`` in Tokyo for Polars' ``2020-01-01 23:30:00.000000``).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.release._spark_run import author_key_casts
+    from tabdp.release.declared import convert_leniently, convert_leniently_spark
+
+    naive = pl.DataFrame({"t": INSTANTS}, schema={"t": pl.Datetime("us", "UTC")}).with_columns(
+        pl.col("t").dt.replace_time_zone(None))
+    want = naive.select(convert_leniently(pl.col("t"), pl.Datetime("us"), pl.String))["t"]
+    assert want[1] == "2020-01-01 23:30:00.000000"
+    assert want[6] == "1969-12-31 23:59:59.999999"
+    with _zone(spark, zone):
+        sdf = _instants(spark)
+        got = [r[0] for r in sdf.orderBy("i").select(
+            convert_leniently_spark(F.col("t"), T.TimestampType(), pl.String)).collect()]
+        wall = F.col("t").cast(T.TimestampNTZType())
+        ntz = [tuple(r) for r in sdf.orderBy("i").select(wall, convert_leniently_spark(
+            wall, T.TimestampNTZType(), pl.String)).collect()]
+        keyed = author_key_casts(sdf, ["t"], {"t": pl.Series(["2020-01-01 23:30:00.000000"])})
+        cast = [r[0] for r in keyed.orderBy("i").select("t").collect()]
+    assert got == want.to_list(), (zone, got)
+    assert cast == want.to_list(), (zone, cast)
+    # a timestamp without a zone is a wall time: its text is that wall time, in any zone
+    assert [t for _, t in ntz] == [None if w is None else w.strftime("%Y-%m-%d %H:%M:%S.%f")
+                                   for w, _ in ntz], ntz
