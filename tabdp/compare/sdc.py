@@ -406,13 +406,7 @@ def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[
             frames.append(base.select([*cols, "value", "freq", "x1",
                                        pl.col("x2").fill_null(0.0)]))
             continue
-        exprs = []
-        for (c, lvl), up in zip(combo, ups, strict=True):
-            if lvl == "total":
-                exprs.append(pl.lit(TOTAL).alias(c))
-            elif lvl != c:
-                exprs.append(pl.col(c).replace_strict(up[lvl], return_dtype=pl.String).alias(c))
-        g = base.with_columns(exprs).group_by(cols).agg(
+        g = base.with_columns(_to_level(combo, ups)).group_by(cols).agg(
             pl.col("value").sum(), pl.col("freq").sum(), pl.col("x1").max(),
             pl.concat_list("x1", "x2").list.explode(keep_nulls=False, empty_as_null=False)
             .top_k(2).min().alias("x2_"))
@@ -425,6 +419,18 @@ def _cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: list[
     # the values as above (the same sums, in the same order), the contributors per unit
     per_unit = _unit_cell_stats(micro, cols, response, dims, unit)
     return out.drop("freq", "x1", "x2").join(per_unit, on=cols, how="left")
+
+
+def _to_level(combo: list[tuple[str, str]], ups: list[dict[str, dict[str, str]]]
+              ) -> list[pl.Expr]:
+    """Each key column of the finest cells mapped to its code at ``combo``'s level."""
+    exprs = []
+    for (c, lvl), up in zip(combo, ups, strict=True):
+        if lvl == "total":
+            exprs.append(pl.lit(TOTAL).alias(c))
+        elif lvl != c:
+            exprs.append(pl.col(c).replace_strict(up[lvl], return_dtype=pl.String).alias(c))
+    return exprs
 
 
 def _level_combos(cols: list[str], dims: list[Dim]) -> list[list[tuple[str, str]]]:
@@ -443,12 +449,7 @@ def _unit_cell_stats(micro: pl.DataFrame, cols: list[str], response: str, dims: 
     ups = [_ancestors(d, c) for d, c in zip(dims, cols, strict=True)]
     frames = []
     for combo in _level_combos(cols, dims):
-        exprs = []
-        for (c, lvl), up in zip(combo, ups, strict=True):
-            if lvl == "total":
-                exprs.append(pl.lit(TOTAL).alias(c))
-            elif lvl != c:
-                exprs.append(pl.col(c).replace_strict(up[lvl], return_dtype=pl.String).alias(c))
+        exprs = _to_level(combo, ups)
         per_unit = (base.with_columns(exprs).group_by([unit, *cols])
                     .agg(pl.col(response).sum()) if exprs else base)
         g = per_unit.group_by(cols).agg(
