@@ -48,7 +48,7 @@ from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._validation import check_real
 from tabdp.exceptions import DataValidationError, InvalidParameterError, TabdpWarning
 from tabdp.frame import binding
-from tabdp.frame.backends import is_spark_frame, pandas_exact
+from tabdp.frame.backends import is_spark_frame, nan_is_missing, pandas_exact
 from tabdp.frame.keys import KeySet, pandas_keys
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.privacy.budget import Budget
@@ -453,7 +453,9 @@ class Curator:
             raise
         self._sessions[name] = session
         author = AuthorSession(_token=_TOKEN, session=session, frame=native, name=name,
-                               dataset=dataset, schema=declared, pandas=ds.kind == "pandas")
+                               dataset=dataset, schema=declared, pandas=ds.kind == "pandas",
+                               nan_missing=nan_is_missing(ds.data) if ds.kind == "pandas"
+                               else frozenset())
         self._authors[name] = author
         return author
 
@@ -832,11 +834,12 @@ class AuthorSession:
         ['median']
     """
 
-    __slots__ = ("_session", "_frame", "_pandas", "_schema", "_closed", "_lock", "name",
-                 "dataset")
+    __slots__ = ("_session", "_frame", "_pandas", "_nan_missing", "_schema", "_closed", "_lock",
+                 "name", "dataset")
 
     def __init__(self, *, _token: object, session: Session, frame: Any, name: str,
-                 dataset: str, schema: Mapping[str, pl.DataType], pandas: bool) -> None:
+                 dataset: str, schema: Mapping[str, pl.DataType], pandas: bool,
+                 nan_missing: frozenset[str] = frozenset()) -> None:
         """Created by `author_session()` only."""
         if _token is not _TOKEN:
             raise InvalidParameterError(
@@ -845,6 +848,8 @@ class AuthorSession:
         self._session = session
         self._frame = frame
         self._pandas = pandas
+        #: the pandas dataset's columns whose NaN is its missing value (`nan_is_missing`)
+        self._nan_missing = nan_missing
         self._schema = {c: str(t) for c, t in schema.items()}
         self._closed = False
         # one release at a time: the filter reads the units' losses so far and the release
@@ -883,7 +888,8 @@ class AuthorSession:
 
     def _keys(self, keys: Any) -> Any:
         # a pandas dataset: a NaN key is pandas' missing value, read as null (`pandas_keys`)
-        return pandas_keys(keys) if self._pandas and isinstance(keys, KeySet) else keys
+        return (pandas_keys(keys, self._nan_missing) if self._pandas and isinstance(keys, KeySet)
+                else keys)
 
     def sum(self, columns: str | Sequence[str], *, by: str | Sequence[str], keys: KeySet,
             mechanism: Mechanism, level: float = DEFAULT_LEVEL, nulls: str = "error",

@@ -399,7 +399,7 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
             "release.")
     _schema_checks(schema, measures, by, unit)
     if unit is not None and unit in schema.names():
-        binding.of(sess).check_unit_dtype(unit, schema[unit])
+        binding.of(sess).check_unit_dtype(unit, schema[unit], len(sess.records))
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
 
@@ -1411,14 +1411,27 @@ def per_unit(units: pl.Series, columns: dict[str, np.ndarray],
     n = len(units)
     if not n:
         return units, dict(columns)
-    starts = np.flatnonzero(units.ne_missing(units.shift(1)).fill_null(True).to_numpy())
-    starts[0] = 0
+    starts = _unit_starts(units)
     first = units.gather(pl.Series(starts, dtype=pl.Int64))
     if len(starts) == n:  # one cell per unit
         return first, dict(columns)
     seg = _Segments(starts, n)
     return first, {c: seg.max(v) if is_max(c) else seg.sum(v)
                    for c, v in columns.items()}
+
+
+def _unit_starts(units: pl.Series) -> np.ndarray:
+    """Where each run of equal ids starts in ``units`` (sorted, nulls last; not empty).
+
+    The first row always starts one: a null id is equal to the null before it
+    (``ne_missing``), so a column of null ids only had no start at all and the release
+    failed (review r80: in author mode, where rows of null ids are left out by rule, a
+    dataset whose ids were all null raised DataFailure and its neighbour with one more
+    unit did not).
+    """
+    new = units.ne_missing(units.shift(1)).to_numpy().copy()
+    new[0] = True
+    return np.flatnonzero(new)
 
 
 class UnitOrder:
@@ -1468,9 +1481,7 @@ class UnitOrder:
                 units.dtype)
         else:
             ordered = units.gather(pl.Series(self.perm, dtype=pl.Int64))
-            starts = np.flatnonzero(
-                ordered.ne_missing(ordered.shift(1)).fill_null(True).to_numpy())
-            starts[0] = 0
+            starts = _unit_starts(ordered)
             self.units = ordered.gather(pl.Series(starts, dtype=pl.Int64))
         #: where each unit's rows start in sorted order
         self.starts = starts
@@ -1978,7 +1989,8 @@ def left_out_counts(kind: str, measures: Sequence[str], bits: Mapping[str, int],
     each measure's exact fixed-point total and the part of it that units left out by the
     budget contributed, and the rows of those units; this turns them into the confidential
     entries of the release (one definition for every engine). A measure's share is the left-out
-    part over the total (``0.0`` for a zero total), computed from the exact integers.
+    part over the total (for a zero total: ``0.0`` when nothing was left out, else infinite),
+    computed from the exact integers.
 
     Args:
         kind: ``"sum"`` or ``"count"`` (counts report rows only).
@@ -2004,5 +2016,8 @@ def left_out_counts(kind: str, measures: Sequence[str], bits: Mapping[str, int],
             scale = 2.0 ** -bits.get(m, 0)
             # Python's int / int is correctly rounded: the share is exact to the last bit
             shares[m] = {"left_out": float(lo) * scale, "total": float(tot) * scale,
-                         "share": lo / tot if tot else 0.0}
+                         # a zero net total (a signed measure whose contributions cancel)
+                         # with a part left out: an infinite share (review r80: 0.0 passed
+                         # budget.max_left_out whatever was left out)
+                         "share": lo / tot if tot else (float("inf") if lo else 0.0)}
     return {"rows_left_out_by_budget": int(rows_left), "left_out_by_budget": shares}

@@ -1720,7 +1720,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     pschema = pl.Schema({c: _pl_dtype(t) for c, t in sschema.items()})
     _schema_checks(pschema, measures, by, unit)
     if unit is not None and unit in pschema.names():
-        binding.of(sess).check_unit_dtype(unit, pschema[unit])
+        binding.of(sess).check_unit_dtype(unit, pschema[unit], len(sess.records))
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
 

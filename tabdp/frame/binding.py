@@ -88,6 +88,10 @@ class FrameBinding:
         self.rows_estimate: tuple[Any, int] | None = None
         #: Unit mode: the dtype of the unit column of the session's first release. PUBLIC.
         self.unit_dtype: Any = None
+        #: The session's number of recorded releases when `unit_dtype` was set: while no
+        #: release was recorded since, it came from releases refused (or still planned) and a
+        #: new first release may set another (review r80).
+        self.unit_dtype_at = 0
         self.t0 = time.monotonic()
 
     # -- row mode -----------------------------------------------------------------------------
@@ -190,7 +194,7 @@ class FrameBinding:
         return list(self._fingerprints)
 
     # -- unit mode ------------------------------------------------------------------------------
-    def check_unit_dtype(self, unit: str, dtype: Any) -> None:
+    def check_unit_dtype(self, unit: str, dtype: Any, records: int) -> None:
         """Unit mode: refuse a unit column of another kind than the session's first release's.
 
         Losses are added per unit id across releases, so ids must compare: integers of any
@@ -204,6 +208,9 @@ class FrameBinding:
         Args:
             unit: The unit column.
             dtype: Its Polars dtype in this release's input.
+            records: The session's number of recorded releases. A dtype set while no release
+                was recorded since (a first release refused after this check, e.g. for its
+                key set) does not bind the next release.
 
         Raises:
             ColumnTypeError: The dtype is of another kind than the first release's.
@@ -211,16 +218,17 @@ class FrameBinding:
         Example:
             >>> import polars as pl, tabdp
             >>> b = of(tabdp.Session(unit="id"))
-            >>> b.check_unit_dtype("id", pl.Int64); b.check_unit_dtype("id", pl.UInt64)
+            >>> b.check_unit_dtype("id", pl.Int64, 0)  # a first release, then recorded
+            >>> b.check_unit_dtype("id", pl.UInt64, 1)
             >>> try:
-            ...     b.check_unit_dtype("id", pl.String)
+            ...     b.check_unit_dtype("id", pl.String, 1)
             ... except TypeError as err:
             ...     print(str(err)[:40])
             unit column 'id' is String in this frame
         """
         first = self.unit_dtype
-        if first is None:
-            self.unit_dtype = dtype
+        if first is None or records <= self.unit_dtype_at:
+            self.unit_dtype, self.unit_dtype_at = dtype, records
             return
         if dtype == first or _id_kind(dtype) == _id_kind(first) != "other":
             return

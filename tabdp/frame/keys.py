@@ -448,17 +448,21 @@ def check_keys_distinct(converted: pl.DataFrame, by: list[str], schema: Any,
             "the data's key column to the key set's type first.")
 
 
-def pandas_keys(keys: KeySet) -> KeySet:
+def pandas_keys(keys: KeySet, columns: Iterable[str] | None = None) -> KeySet:
     """The key set of a pandas input: a NaN key of a float column is pandas' missing value.
 
     A pandas float column has one missing value (``NaN`` and ``None`` are the same there), and
     the input reaches the engine with it as null; a key set's NaN key (``np.nan`` in
     ``KeySet.from_dict``) therefore matched no row: its cell was published empty and the rows
     were counted outside the key set (review r77). It now matches them, as a null key does.
-    Public: depends on the key set only.
+    A pandas nullable (``Float64``) or Arrow-backed float column keeps NaN and ``NA`` apart,
+    as Polars does: its NaN key is left as it is (``columns``; review r80). Public: depends
+    on the key set and the input's dtypes only.
 
     Args:
         keys: The public key set.
+        columns: The key columns whose input column has NaN as its missing value
+            (`tabdp.frame.backends.nan_is_missing`); ``None``: every column.
 
     Returns:
         ``keys`` itself when no float key column holds NaN, else the key set with those NaN
@@ -472,8 +476,9 @@ def pandas_keys(keys: KeySet) -> KeySet:
         [1.0, None]
     """
     df = keys._df
-    cols = [c for c in df.columns
-            if df.schema[c] in (pl.Float32, pl.Float64) and df[c].is_nan().any()]
+    only = None if columns is None else set(columns)
+    cols = [c for c in df.columns if (only is None or c in only)
+            and df.schema[c] in (pl.Float32, pl.Float64) and df[c].is_nan().any()]
     if not cols:
         return keys
     if keys._domains is not None:

@@ -50,7 +50,7 @@ from tabdp.frame._output import (
 )
 from tabdp.frame._quantiles import GroupPrivacyPolicy, PlannedQuantile, _quantile_args
 from tabdp.frame._stream import Planned, check_batch
-from tabdp.frame.backends import polars_engine
+from tabdp.frame.backends import nan_is_missing, polars_engine
 from tabdp.frame.backends.base import Aggregated, Backend, QuantileData
 from tabdp.frame.backends.polars import MemoryBackend, StreamingBackend
 from tabdp.frame.keys import KeySet, check_cell_keys, pandas_keys
@@ -116,7 +116,7 @@ def plan(native: Any, session: Session | None, batch: list[Planned] | None = Non
         name = f"q{i}_{kind}"
     op = _open_release(native, session, name, kind, pre.measures, pre.by)
     if op.backend == "pandas" and pre.by:  # pandas' NaN is its missing value (null)
-        keys = pandas_keys(keys)
+        keys = pandas_keys(keys, nan_is_missing(op.native))
     if batch and op.name in {r.op.name for r in batch}:
         raise InvalidParameterError(
             f"name {op.name!r} is used twice in the releases planned together; names label the "
@@ -298,7 +298,7 @@ def plan_quantile(native: Any, session: Session | None, *, column: str, q: float
     kind = "median" if median else "quantile"
     op = opener(native, session, name, kind, [column], by_list)
     if getattr(op, "backend", None) == "pandas" and by_list:  # pandas' NaN: its missing value
-        keys = pandas_keys(keys)
+        keys = pandas_keys(keys, nan_is_missing(op.native))
     if by_list:  # the key set against the schema (refusals of the cells), no data read
         check_cell_keys(op.schema, keys, by_list)
     _check_rules(op.session, "quantile", Gaussian(1.0), nulls, "allow", True)  # any sign

@@ -185,3 +185,36 @@ def test_pandas_dataset_of_a_curator_nan_key_and_exact_integer_keys() -> None:
     assert med["x_median"].round(2).tolist() == [1.0, 4.0, 2.0]
     ints = author.count(by="i", keys=tabdp.KeySet.from_dict(i=[2**53 + 1, 2**53, None]))
     assert ints["i"].iloc[:2].tolist() == [2**53 + 1, 2**53] and pd.isna(ints["i"].iloc[2])
+
+
+# origin: review r80. A pandas nullable (``Float64``) or Arrow-backed float column keeps NaN and
+# NA apart, as Polars does (only a NumPy float or object column has NaN as its missing value):
+# the r77 fix turned the key set's NaN key into null there too, so the NaN key matched the NA
+# rows, the NaN rows were counted outside the key set, and a key set with both was refused.
+@pytest.mark.parametrize("dtype", ["Float64", "double[pyarrow]"])
+def test_pandas_nullable_float_keeps_nan_and_na_apart(dtype: str) -> None:
+    import numpy as np
+    import pandas as pd
+
+    col = (pd.arrays.FloatingArray(np.array([1.0, np.nan, 0.0, 2.0]),
+                                   np.array([False, False, True, False]))
+           if dtype == "Float64" else pd.Series(
+               __import__("pyarrow").array([1.0, float("nan"), None, 2.0]), dtype=dtype).array)
+    pdf = pd.DataFrame({"k": col, "x": [1.0, 2.0, 4.0, 8.0]})
+    assert pd.isna(pdf["k"]).tolist() == [False, False, True, False]  # NaN is a value here
+    s = tabdp.Session(seed=1)
+    for keys, want in ((tabdp.KeySet.from_dict(k=[1.0, 2.0, float("nan")]), [1.0, 8.0, 2.0]),
+                       (tabdp.KeySet.from_dict(k=[1.0, 2.0, None]), [1.0, 8.0, 4.0]),
+                       (tabdp.KeySet.from_dict(k=[1.0, 2.0, float("nan"), None]),
+                        [1.0, 8.0, 2.0, 4.0])):
+        out = pdf.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1e-4), session=s)
+        assert out["x"].round(2).tolist() == want
+    outside = [q["rows_outside_keys"] for q in s.report().confidential_summary()["queries"]]
+    assert outside == [1, 1, 0]
+    # a curator's pandas dataset and its author: the same
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pdf, schema={"k": "Float64", "x": "Float64"})
+    author = cur.author_session("d")
+    got = author.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, 2.0, float("nan"), None]),
+                     mechanism=Gaussian(1e-4), nulls="zero", negatives="zero")
+    assert got["x"].round(2).tolist() == [1.0, 8.0, 2.0, 4.0]

@@ -612,3 +612,22 @@ def test_a_signed_measures_negative_share_counts_by_its_size() -> None:
     got = left_out_by_table(s)["x"]
     assert got["units"] == 1 and got["measures"]["x"]["share"] == -4.0
     assert got["max_share"] == 4.0
+
+
+def test_a_part_left_out_of_a_zero_net_total_is_an_infinite_share() -> None:
+    """A signed measure whose released net total is 0 (review r80).
+
+    2000 was left out of cells whose contributions add up to 0: the share was reported as
+    0.0, so `budget.max_left_out` passed whatever was left out; it is now infinite.
+    """
+    import math
+
+    from tabdp.release._outputs import left_out_by_table
+
+    s = tabdp.Session(seed=1, budget=1000.0)
+    df = pl.DataFrame({"c": ["a"] * 12, "x": [2000.0, -1000.0, -1000.0] + [0.0] * 9})
+    df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a"]), negatives="allow",
+              mechanism=tabdp.mechanisms.Gaussian(40.0), session=s, name="x")
+    got = left_out_by_table(s)["x"]
+    assert got["units"] == 1 and got["measures"]["x"]["total"] == 0.0
+    assert math.isinf(got["measures"]["x"]["share"]) and math.isinf(got["max_share"])

@@ -31,7 +31,7 @@ from tabdp.frame import binding
 from tabdp.frame.backends.run import PolarsRun, RunEngine, SparkRun, require_pyspark
 
 __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark_frame",
-           "pandas_exact",
+           "pandas_exact", "nan_is_missing",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
            "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine",
            "pinned_by_curator_only"]
@@ -358,3 +358,21 @@ def pandas_exact(out: pl.DataFrame) -> Any:
             exact: Any = name if name in _PANDAS_NULLABLE_INTS else "object"
             df[c] = pd.array(out[c].to_list(), dtype=exact)
     return df
+
+
+def nan_is_missing(native: Any) -> frozenset[str]:
+    """The columns of a pandas frame whose missing value is NaN (read as null by Polars).
+
+    NumPy float and object columns: there NaN is pandas' one missing value, and the input
+    reaches the engine with it as null. A nullable (``Float64``) or Arrow-backed float column
+    keeps NaN apart from ``NA``, as Polars does (review r80). Public: the dtypes only.
+
+    Example:
+        >>> import pandas as pd
+        >>> sorted(nan_is_missing(pd.DataFrame({"a": [1.0], "b": pd.array([1.0], "Float64")})))
+        ['a']
+    """
+    import numpy as np
+
+    return frozenset(str(c) for c, t in native.dtypes.items()
+                     if isinstance(t, np.dtype) and t.kind in "fO")
