@@ -37,11 +37,13 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     an infinity or an out-of-range number in an integer column (never truncated: ``2.5`` is
     null, not ``2``; a whole float such as ``3.0`` is ``3``, and 64-bit values stay exact,
     nothing passes through Float64), text that does not parse, an out-of-range value, a number
-    other than 0 and 1 as a Boolean, text other than an ISO date as a Date, a date or time
-    more than about 260,000 years from 1970 as text (Polars cannot format it). A conversion
-    between dtypes that Polars does not support for every value (a list or bytes to a number
-    or text, text to a datetime) gives a column of nulls, decided from the two dtypes alone.
-    The null then meets the declared null rule, which in author mode never stops a run.
+    other than 0 and 1 as a Boolean, text other than an ISO date ``YYYY-MM-DD`` as a Date, a
+    date or time more than about 260,000 years from 1970 as text (Polars cannot format it; a
+    timestamp's text is its UTC wall time, in microseconds from a millisecond or
+    microsecond one, ``2020-01-01 23:30:00.000000``, whatever its time zone, as on Spark). A
+    conversion between dtypes that Polars does not support for every value (a list or bytes to
+    a number or text, text to a datetime) gives a column of nulls, decided from the two dtypes
+    alone. The null then meets the declared null rule, which in author mode never stops a run.
 
     Args:
         expr: The column.
@@ -61,15 +63,31 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     """
     if source == target:
         return expr
+    textual = (pl.Categorical, pl.Enum)
+    if isinstance(source, textual) and not (target == pl.String or isinstance(target, textual)):
+        # text is text whatever its dtype: a dictionary-encoded column (read as Categorical)
+        # converts as its String would, as on Spark, which reads it as a string (review r81:
+        # it was null as a number or a Date on Polars only)
+        return convert_leniently(expr.cast(pl.String), pl.String, target)
     if target == pl.String and (source == pl.Date or isinstance(source, pl.Datetime)):
         # Polars holds dates it cannot format as text (a Rust panic, "out-of-range date"):
         # such a value is null before the conversion (review R14)
         expr = formattable(expr, source)
+        if isinstance(source, pl.Datetime):
+            # a timestamp's text is its UTC wall time in microseconds, as on Spark, whatever
+            # the file's zone and unit (Polars wrote a zoned one's local time and offset,
+            # ``2020-01-02 08:30:00.000000+09:00``, and milliseconds with 3 digits; review
+            # r81); nanoseconds keep their 9 digits (Spark cannot read them: null there)
+            expr = expr.cast(pl.Datetime("ns" if source.time_unit == "ns" else "us"))
         return expr.cast(target, strict=False)
     if source == pl.Null:
         return expr.cast(target)
     if target == pl.Date and source == pl.String:  # ISO dates (the text of a partition)
-        return expr.str.strptime(pl.Date, "%Y-%m-%d", strict=False)
+        # only ``YYYY-MM-DD`` itself: Polars' parser also reads `` 2020-01-01``, ``2020-1-1``
+        # and ``+2020-01-01``, Spark's ``2020``, ``2020-01`` and ``2020-01-01 10:00``; the
+        # two engines agree on this form (review r81)
+        return pl.when(expr.str.contains(_ISO_DATE)).then(
+            expr.str.strptime(pl.Date, "%Y-%m-%d", strict=False))
     if not _supported(source, target):  # a null per row (a literal alone would be one row)
         null = pl.lit(None, target)
         return pl.when(expr.is_null() & expr.is_not_null()).then(null).otherwise(null)
@@ -87,6 +105,10 @@ def convert_leniently(expr: pl.Expr, source: Any, target: Any) -> pl.Expr:
     return cast
 
 
+#: The text both engines read as a Date: ``YYYY-MM-DD`` (ASCII digits), nothing around it; a
+#: regex of the same meaning in Rust (Polars) and Java (Spark).
+_ISO_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}\z"
+
 #: The text Polars reads as a float (``cast(pl.Float64, strict=False)``), as a Java regex: a
 #: sign, digits with an optional point (or a point and digits), an optional exponent; or inf,
 #: infinity, nan in any letter case. Nothing around it (no spaces, no ``d``/``f`` suffix).
@@ -103,10 +125,11 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     here a fraction, NaN, an infinity or an out-of-range number in an integer column is null
     (a whole number such as ``3.0`` is ``3``), text is an integer only when it is one (sign
     and digits) and a float only in the forms Polars reads (`_FLOAT_TEXT`), a number is a Boolean
-    only when it is 0 or 1, a double that overflows a Float32 is null, a timestamp
-    without a time zone is a UTC wall time and a timestamp's date its UTC date, a date's
-    timestamp its UTC midnight (Spark's casts take all three in the session's time zone,
-    ``spark.sql.session.timeZone``; review r76).
+    only when it is 0 or 1, a double that overflows a Float32 is null, text is a date only
+    in the form ``YYYY-MM-DD`` (`_ISO_DATE`; Spark's cast also reads ``2020`` and
+    ``2020-01-01 10:00``), a timestamp without a time zone is a UTC wall time and a
+    timestamp's date its UTC date, a date's timestamp its UTC midnight (Spark's casts take
+    all three in the session's time zone, ``spark.sql.session.timeZone``; review r76).
 
     Args:
         col: The column.
@@ -126,6 +149,12 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     from tabdp.frame.backends.spark import spark_type, try_cast
 
     st = spark_type(target)
+    if not _spark_supported(source, target):
+        # a pair Polars does not convert (a null column, from the dtypes alone): Spark refuses
+        # some (a date as a number, a Boolean as a date: an AnalysisException, so one file
+        # of another type stopped the run) and reads others (text or a number as a timestamp)
+        # where Polars gives null (review r81)
+        return F.lit(None).cast(st)
     # (dates and timestamps: as Polars converts them, whatever the session's time zone; a
     # timestamp without a zone is a UTC wall time, a timestamp's date its UTC date)
     conv = try_cast(col, st, source)
@@ -147,6 +176,10 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
         # spaces and reads Java's ``1d``, ``1f``, ``0x1p3``; it gives null for a signed NaN)
         nan = F.lit(float("nan")).cast(st)
         conv = F.when(col.rlike(r"^[+-]?(?i:nan)\z"), nan).when(col.rlike(_FLOAT_TEXT), conv)
+    if isinstance(st, T.DateType) and isinstance(source, T.StringType):
+        # ISO dates only, as Polars reads them (Spark's cast also reads ``2020``, ``2020-01``,
+        # ``2020-01-01 10:00``, ``2020-01-01T00:00`` and trailing spaces; review r81)
+        return F.when(col.rlike(_ISO_DATE), conv)
     if isinstance(st, T.BooleanType) and isinstance(source, T.NumericType):
         return F.when(col == 0, F.lit(False)).when(col == 1, F.lit(True))
     if isinstance(st, T.FloatType) and (floating or isinstance(source, T.DecimalType)):
@@ -155,6 +188,23 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
         was = ~col.cast(T.DoubleType()).isin(float("inf"), float("-inf"))
         return F.when(finite | ~was, conv)
     return conv
+
+
+def _spark_supported(source: Any, target: Any) -> bool:
+    """Whether `convert_leniently` converts a column of Spark type ``source`` (else null).
+
+    Decided from the dtypes alone, by the Polars dtype of the Spark type (a timestamp with or
+    without a zone is a ``Datetime``; any text is ``String``).
+    """
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import polars_dtype
+
+    have = pl.Datetime("us") if isinstance(source, (T.TimestampType, T.TimestampNTZType)) \
+        else polars_dtype(source)
+    if have == target:
+        return True
+    return _supported(have, target) or (have == pl.String and target == pl.Date)
 
 
 def _supported(source: Any, target: Any) -> bool:
@@ -773,8 +823,6 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
             if how == "folder":
                 raw = F.lit(what).cast(T.StringType())
                 e = convert_leniently_spark(raw, T.StringType(), t)
-                if t == pl.Date:  # ISO dates only, as Polars reads a partition's text
-                    e = F.when(raw.rlike(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"), e)
                 gone = raw.isNotNull() & e.isNull()
             elif how == "column":
                 raw = F.col(c)

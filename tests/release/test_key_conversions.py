@@ -316,3 +316,166 @@ def test_spark_timestamp_as_text_is_polars_text(spark: Any, zone: str) -> None:
     # a timestamp without a zone is a wall time: its text is that wall time, in any zone
     assert [t for _, t in ntz] == [None if w is None else w.strftime("%Y-%m-%d %H:%M:%S.%f")
                                    for w, _ in ntz], ntz
+
+
+
+# -- 4. text as a date (review r81) ---------------------------------------------------------
+#: Text and the date both engines read it as (as text): ``YYYY-MM-DD`` only. Before, Polars
+#: also read `` 2020-01-01``, ``2020-1-1`` and ``+2020-01-01``, Spark ``2020``, ``2020-01``,
+#: ``2020-01-01 10:00`` and a trailing space: a key under a date domain fell in other cells.
+_DATE_TEXT = {"2020-01-01": "2020-01-01", "0000-01-01": "0000-01-01", "2020-1-1": None,
+              "2020": None, "2020-01": None, " 2020-01-01": None, "2020-01-01 ": None,
+              "2020-01-01T00:00": None, "2020-01-01 10:00": None, "+2020-01-01": None,
+              "02020-01-01": None, "-0001-01-01": None, "2020-02-30": None,
+              "2020-01-01\n": None, "\uff12\uff10\uff12\uff10-01-01": None, "": None,
+              "1999-12-31": "1999-12-31"}
+
+
+def test_text_is_a_date_only_in_iso_form() -> None:
+    """Polars: the declared conversion and author key casts, in memory and streaming."""
+    from tabdp.release.declared import convert_leniently
+
+    lf = pl.LazyFrame({"s": [*_DATE_TEXT, None]})
+    for engine in ("in-memory", "streaming"):
+        got = lf.select(convert_leniently(pl.col("s"), pl.String, pl.Date)
+                        .cast(pl.String).alias("s")).collect(engine=engine)  # type: ignore[call-overload]
+        assert got["s"].to_list() == [*_DATE_TEXT.values(), None], engine
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati"])
+def test_spark_text_is_a_date_only_in_iso_form(spark: Any, zone: str) -> None:
+    """Spark: the same dates (declared conversion and author key casts)."""
+    from pyspark.sql import functions as F
+
+    from tabdp.release._spark_run import author_key_casts
+    from tabdp.release.declared import convert_leniently_spark
+
+    with _zone(spark, zone):
+        sdf = spark.createDataFrame([(i, v) for i, v in enumerate([*_DATE_TEXT, None])],
+                                    "i long, s string")
+        got = [r[0] for r in sdf.orderBy("i").select(convert_leniently_spark(
+            F.col("s"), sdf.schema["s"].dataType, pl.Date).cast("string")).collect()]
+        keyed = author_key_casts(sdf, ["s"], {"s": pl.Series([dt.date(2020, 1, 1)])})
+        cast = [r[0] for r in keyed.orderBy("i").select(F.col("s").cast("string")).collect()]
+    assert got == [*_DATE_TEXT.values(), None]
+    assert cast == got
+
+
+# -- 5. a file's timestamp declared as text (review r81) -------------------------------------
+#: (file dtype) -> a timestamp column of that unit and zone holding 2020-01-01 23:30 UTC.
+_STAMP_FILES = [pl.Datetime("us"), pl.Datetime("ms"), pl.Datetime("us", "UTC"),
+                pl.Datetime("us", "Asia/Tokyo"), pl.Datetime("ms", "America/Los_Angeles")]
+
+
+def _stamp_file(folder: Path, dtype: Any) -> Path:
+    stamps = pl.Series("t", [dt.datetime(2020, 1, 1, 23, 30), dt.datetime(1969, 12, 31, 23, 59,
+                                                                             59, 999000), None])
+    col = stamps.cast(pl.Datetime(dtype.time_unit))
+    if dtype.time_zone is not None:
+        col = col.dt.replace_time_zone("UTC").dt.convert_time_zone(dtype.time_zone)
+    path = folder / f"{dtype.time_unit}_{str(dtype.time_zone).replace('/', '_')}.parquet"
+    pl.DataFrame({"t": col}).write_parquet(path)
+    return path
+
+
+_STAMP_TEXT = ["2020-01-01 23:30:00.000000", "1969-12-31 23:59:59.999000", None]
+
+
+@pytest.mark.parametrize("dtype", _STAMP_FILES, ids=str)
+def test_declared_text_of_a_timestamp_is_its_utc_wall_time(tmp_path: Path, dtype: Any) -> None:
+    """Polars: whatever the file's zone and unit, the text Spark writes (UTC, microseconds).
+
+    Before, a zoned timestamp was its local wall time with the offset
+    (``2020-01-02 08:30:00.000000+09:00``) and milliseconds had 3 digits, so one instant was
+    other text (another cell) by the file it came from, and on Spark.
+    """
+    from tabdp.release.declared import scan_declared
+
+    path = _stamp_file(tmp_path, dtype)
+    for engine in ("in-memory", "streaming"):
+        got = scan_declared(path, {"t": pl.String()}).collect(engine=engine)  # type: ignore[call-overload]
+        assert got["t"].to_list() == _STAMP_TEXT, (dtype, engine)
+
+
+@pytest.mark.spark
+def test_spark_declared_text_of_a_timestamp_is_polars_text(spark: Any, tmp_path: Path) -> None:
+    """Spark, in two session zones: the same text as Polars for every file zone and unit."""
+    from tabdp.release.declared import read_declared_spark
+
+    for dtype in _STAMP_FILES:
+        path = _stamp_file(tmp_path, dtype)
+        for zone in ("Asia/Tokyo", "Pacific/Kiritimati"):
+            with _zone(spark, zone):
+                got = [r[0] for r in read_declared_spark(spark, path, {"t": pl.String()})
+                       .collect()]
+            assert sorted(got, key=str) == sorted(_STAMP_TEXT, key=str), (dtype, zone, got)
+
+
+# -- 6. dtype pairs: dictionary-encoded text, pairs Polars does not convert (review r81) -----
+def _mixed_files(folder: Path) -> Path:
+    """One declared column ``d`` stored with another type by each file (one record each)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder.mkdir()
+    columns = {"a": pa.array([dt.date(2020, 1, 1)]), "b": pa.array([5], pa.int64()),
+               "c": pa.array([True]), "e": pa.array([1.5]),
+               "f": pa.array(["2020-01-02"]).dictionary_encode(),
+               "g": pa.array(["7"]).dictionary_encode(), "h": pa.array(["2020-01-03 10:00"])}
+    for i, (name, col) in enumerate(columns.items()):
+        pq.write_table(pa.table({"d": col, "v": pa.array([i], pa.int64())}),
+                       folder / f"{name}.parquet")
+    return folder
+
+
+#: Declared dtype -> ``d`` of the files in order (a: Date, b: Int64, c: Boolean, e: Float64,
+#: f, g: dictionary-encoded text, h: text). Dictionary-encoded text converts as text (it was
+#: null on Polars as a Date or a number, and parsed on Spark); text is not a timestamp and a
+#: date not a number on either engine (Spark parsed the one and refused the other).
+_MIXED = {pl.Date(): [dt.date(2020, 1, 1), None, None, None, dt.date(2020, 1, 2), None, None],
+          pl.Int64(): [None, 5, 1, None, None, 7, None],
+          pl.Boolean(): [None, None, True, None, None, None, None],  # 5 is not 0 or 1
+          pl.Datetime("us"): [dt.datetime(2020, 1, 1), None, None, None, None, None, None]}
+
+
+@pytest.mark.parametrize("declared", list(_MIXED), ids=str)
+def test_declared_pairs_on_polars(tmp_path: Path, declared: Any) -> None:
+    """Polars, in memory and streaming: the values of `_MIXED`."""
+    from tabdp.release.declared import scan_declared
+
+    folder = _mixed_files(tmp_path / "ds")
+    for engine in ("in-memory", "streaming"):
+        got = scan_declared(folder, {"d": declared, "v": pl.Int64()}).collect(
+            engine=engine).sort("v")  # type: ignore[call-overload]
+        assert got["d"].to_list() == _MIXED[declared], (declared, engine)
+
+
+@pytest.mark.spark
+def test_spark_declared_pairs_as_polars(spark: Any, tmp_path: Path) -> None:
+    """Spark: the same values; no dtype pair stops the read (an AnalysisException before)."""
+    from tabdp.release.declared import read_declared_spark
+
+    folder = _mixed_files(tmp_path / "ds")
+    for declared, want in _MIXED.items():
+        got = read_declared_spark(spark, folder, {"d": declared, "v": pl.Int64()})
+        assert [r[0] for r in got.orderBy("v").select("d").collect()] == want, declared
+
+
+@pytest.mark.spark
+def test_spark_author_run_one_file_of_another_type(spark: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """D' has one more file whose ``size`` (declared Float64) is stored as a Date.
+
+    Before, Spark refused to cast a date to a double (AnalysisException): the run with the
+    record exited 4 ("data-dependent failure"), the one without it 0. Now the value is null
+    (outside the key set), as on Polars: the same exit code, output and tables.
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    servers = _size_servers(tmp_path)
+    pq.write_table(pa.table({"estab_id": pa.array([1000], pa.int64()),
+                             "size": pa.array([dt.date(2020, 1, 1)]),
+                             "v": pa.array([50], pa.int64())}), servers[0] / "ds" / "b.parquet")
+    polars = _runs(servers, monkeypatch)
+    on_spark = _runs(servers, monkeypatch, "--engine", "spark")
+    assert on_spark[0].equals(polars[0])
