@@ -51,6 +51,7 @@ import polars as pl
 from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_any, engine_thread
 from tabdp._reserved import RESERVED, is_reserved
+from tabdp._temporal import MAX_TEXT_DAYS
 from tabdp.exceptions import (
     ColumnTypeError,
     InvalidParameterError,
@@ -259,6 +260,9 @@ def _restore(spark: Any, before: dict[str, str | None]) -> None:
 
 #: Seconds in a day (the UTC days of `_try_cast`'s date and timestamp conversions).
 _DAY_SECONDS = 86_400
+#: The most days from 1970-01-01 whose UTC midnight a timestamp holds (64-bit microseconds,
+#: either side; Polars' Date -> Datetime("us") is null beyond).
+_MAX_MIDNIGHT_DAYS = (2**63 - 1) // (_DAY_SECONDS * 1_000_000)
 
 
 def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
@@ -289,19 +293,34 @@ def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
         day = F.floor(F.unix_seconds(col) / F.lit(_DAY_SECONDS))
         return F.date_from_unix_date(day.cast(T.IntegerType()))
     if isinstance(source, T.DateType) and isinstance(st, T.TimestampType):
-        return F.timestamp_seconds(F.unix_date(col).cast(T.LongType())
-                                   * F.lit(_DAY_SECONDS))
+        # null where the midnight's microseconds pass the 64-bit range, as Polars gives
+        # (``timestamp_seconds`` raised DATETIME_OVERFLOW there, whatever the ANSI setting:
+        # one date stopped the whole job; review r82)
+        days = F.unix_date(col).cast(T.LongType())
+        return F.when(F.abs(days) <= F.lit(_MAX_MIDNIGHT_DAYS),
+                      F.timestamp_seconds(days * F.lit(_DAY_SECONDS)))
     if isinstance(source, T.TimestampNTZType) and isinstance(st, T.TimestampType):
-        # a UTC wall time, built from its fields, exact to the microsecond
-        return F.make_timestamp(F.year(col), F.month(col), F.dayofmonth(col), F.hour(col),
-                                F.minute(col), F.extract(F.lit("SECOND"), col), F.lit("UTC"))
+        # a UTC wall time: its microseconds from the wall date (zone-free) and the time of
+        # day, exact. (``make_timestamp`` of its fields overflowed in its seconds times 10**6
+        # on the first day of the range, -2**63 µs: with ANSI on, one value stopped the job;
+        # review r82.) A negative day is taken one day up (so ``days · 86400·10**6`` fits)
+        day_us = F.lit(_DAY_SECONDS * 1_000_000)
+        days = F.unix_date(col.cast(T.DateType())).cast(T.LongType())
+        rest = (F.hour(col).cast(T.LongType()) * F.lit(3_600_000_000)
+                + F.minute(col).cast(T.LongType()) * F.lit(60_000_000)
+                + (F.extract(F.lit("SECOND"), col) * F.lit(1_000_000)).cast(T.LongType()))
+        micros = F.when(days < 0, (days + F.lit(1)) * day_us + (rest - day_us)) \
+            .otherwise(days * day_us + rest)
+        return F.timestamp_micros(micros)
     if isinstance(source, (T.TimestampType, T.TimestampNTZType)) and \
             isinstance(st, T.StringType):
         ts = col if isinstance(source, T.TimestampType) else \
             _try_cast(col, T.TimestampType(), source)
         day = F.floor(F.unix_seconds(ts) / F.lit(_DAY_SECONDS))
-        # microseconds into the UTC day: exact integers (below 2**37)
-        rest = F.unix_micros(ts) - day * F.lit(_DAY_SECONDS * 1_000_000)
+        # microseconds into the UTC day: exact integers (below 2**37); a remainder, not
+        # ``micros - day · 86400·10**6``, whose product overflowed on the range's first day
+        # (ANSI on: one value stopped the job; review r82)
+        rest = F.pmod(F.unix_micros(ts), F.lit(_DAY_SECONDS * 1_000_000))
 
         def digits(v: Any, n: int) -> Any:
             return F.lpad(v.cast(T.LongType()).cast(T.StringType()), n, "0")
@@ -309,9 +328,11 @@ def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
         hour = F.floor(rest / F.lit(3_600_000_000))
         minute = F.floor(F.pmod(rest, F.lit(3_600_000_000)) / F.lit(60_000_000))
         second = F.floor(F.pmod(rest, F.lit(60_000_000)) / F.lit(1_000_000))
-        return F.concat(F.date_from_unix_date(day.cast(T.IntegerType())).cast(T.StringType()),
+        # null beyond the days Polars formats as text (`tabdp._temporal.formattable`), as there
+        text = F.concat(F.date_from_unix_date(day.cast(T.IntegerType())).cast(T.StringType()),
                         F.lit(" "), digits(hour, 2), F.lit(":"), digits(minute, 2), F.lit(":"),
                         digits(second, 2), F.lit("."), digits(F.pmod(rest, F.lit(1_000_000)), 6))
+        return F.when(F.abs(day) <= F.lit(MAX_TEXT_DAYS), text)
     if int(pyspark.__version__.split(".")[0]) >= 4:
         return col.try_cast(st)
     return col.cast(st)

@@ -479,3 +479,151 @@ def test_spark_author_run_one_file_of_another_type(spark: Any, tmp_path: Path,
     polars = _runs(servers, monkeypatch)
     on_spark = _runs(servers, monkeypatch, "--engine", "spark")
     assert on_spark[0].equals(polars[0])
+
+
+# -- 7. a date whose midnight a timestamp cannot hold (review r82) --------------------------
+#: Days from 1970-01-01: the last whose UTC midnight fits 64-bit microseconds either side,
+#: then the first beyond, and the int32 extremes a Parquet date can store.
+_FAR_DAYS = [106_751_991, -106_751_991, 106_751_992, -106_751_992, 2**31 - 1, -(2**31), 0]
+
+
+def _far_dates(path: Path) -> Path:
+    """A Parquet file of `_FAR_DAYS` as ``date32`` (``d``) with their order (``i``)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"d": pa.array(_FAR_DAYS, pa.int32()).view(pa.date32()),
+                             "i": pa.array(range(len(_FAR_DAYS)), pa.int64())}), path)
+    return path
+
+
+def test_far_dates_as_timestamps_on_polars(tmp_path: Path) -> None:
+    """Polars: a date declared ``Datetime`` is null where its midnight passes the range."""
+    from tabdp.release.declared import scan_declared
+
+    got = scan_declared(_far_dates(tmp_path / "d.parquet"),
+                        {"d": pl.Datetime("us"), "i": pl.Int64()}).collect().sort("i")
+    micros = got["d"].dt.epoch("us").to_list()
+    day = 86_400 * 10**6
+    assert micros == [106_751_991 * day, -106_751_991 * day, None, None, None, None, 0]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_spark_far_dates_as_timestamps_as_polars(spark: Any, tmp_path: Path, ansi: str) -> None:
+    """Spark: the same values, under either ANSI setting.
+
+    Before, ``timestamp_seconds`` raised DATETIME_OVERFLOW (ANSI or not) on such a date, so
+    one record's date stopped the job: an author-mode run exited 4 on D' and 0 on D.
+    """
+    from pyspark.sql import functions as F
+
+    from tabdp.release.declared import read_declared_spark
+
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        got = read_declared_spark(spark, _far_dates(tmp_path / "d.parquet"),
+                                  {"d": pl.Datetime("us"), "i": pl.Int64()})
+        micros = [r[0] for r in got.orderBy("i").select(F.unix_micros("d")).collect()]
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)
+    day = 86_400 * 10**6
+    assert micros == [106_751_991 * day, -106_751_991 * day, None, None, None, None, 0]
+
+
+_DAY_SPEC = """
+[release]
+name = "days"
+[input]
+dataset = "cbp"
+unit = "estab_id"
+mode = "author"
+nulls = "drop"
+negatives = "zero"
+nonfinite = "drop"
+unit_nulls = "drop"
+bounds = { v = [0, 100] }
+[domains]
+day = ["2020-01-01 00:00:00", "2021-01-01 00:00:00"]
+[[tables]]
+name = "t"
+measures = ["v"]
+by = ["day"]
+mechanism = { family = "gaussian", sigma = 3 }
+[randomness]
+seed = 7
+"""
+
+
+@pytest.mark.spark
+def test_spark_author_run_far_date_in_a_timestamp_key(spark: Any, tmp_path: Path) -> None:
+    """D' has one more file whose ``day`` (declared Datetime) is a date past 2**63 µs.
+
+    Before, the Spark run over D' stopped (DATETIME_OVERFLOW: exit 4) and the one over D
+    did not. Now the value is null (in no cell) as on Polars: the same tables on both
+    neighbours and both engines.
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tabdp.release import load_curator_config, load_spec, run_release
+
+    tables = []
+    for name, extra in (("with", True), ("without", False)):
+        root = tmp_path / name
+        (root / "ds").mkdir(parents=True)
+        days = [dt.datetime(2020, 1, 1)] * 10 + [dt.datetime(2021, 1, 1)] * 10
+        pq.write_table(pa.table({"estab_id": pa.array(range(20), pa.int64()),
+                                 "day": pa.array(days, pa.timestamp("us")),
+                                 "v": pa.array(range(20), pa.int64())}), root / "ds" / "a.parquet")
+        if extra:
+            pq.write_table(pa.table({"estab_id": pa.array([1000], pa.int64()),
+                                     "day": pa.array([2**31 - 1], pa.int32()).view(pa.date32()),
+                                     "v": pa.array([50], pa.int64())}), root / "ds" / "b.parquet")
+        write_curator(root, {"cbp": "ds"}, seeded=True, schemas={"cbp": {
+            "estab_id": "Int64", "day": "Datetime", "v": "Int64"}})
+        (root / "s.toml").write_text(_DAY_SPEC)
+        config = load_curator_config(root / "curator.toml")
+        for engine in ("polars", "spark"):
+            res = run_release(load_spec(root / "s.toml", curator=config), test_seed=True,
+                              overwrite=True, engine=engine,
+                              spark=spark if engine == "spark" else None)
+            tables.append(pl.read_parquet(res.public / "t.parquet"))
+    assert all(t.equals(tables[0]) for t in tables[1:]), tables
+
+
+#: Microseconds of timestamps without a zone: both ends of the 64-bit range, the first and
+#: last day's edges, the epoch.
+_FAR_MICROS = [-(2**63), -(2**63) + 1, -(2**63) + 86_400 * 10**6, 2**63 - 1, 0, -1]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_spark_far_naive_timestamps_as_polars(spark: Any, tmp_path: Path, ansi: str) -> None:
+    """A timestamp without a zone declared ``Datetime`` (a UTC wall time) or text.
+
+    Before, with ANSI on, the first day of the range (``-2**63`` µs) stopped the job
+    (``make_timestamp`` overflowed in its seconds); with ANSI off it was null, not the
+    value Polars keeps.
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from pyspark.sql import functions as F
+
+    from tabdp.release.declared import read_declared_spark, scan_declared
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"t": pa.array(_FAR_MICROS, pa.int64()).view(pa.timestamp("us")),
+                             "i": pa.array(range(len(_FAR_MICROS)), pa.int64())}), path)
+    for declared in (pl.Datetime("us"), pl.String()):
+        want = scan_declared(path, {"t": declared, "i": pl.Int64()}).collect().sort("i")
+        before = spark.conf.get("spark.sql.ansi.enabled")
+        spark.conf.set("spark.sql.ansi.enabled", ansi)
+        try:
+            got = read_declared_spark(spark, path, {"t": declared, "i": pl.Int64()})
+            col = F.unix_micros("t") if declared == pl.Datetime("us") else F.col("t")
+            values = [r[0] for r in got.orderBy("i").select(col).collect()]
+        finally:
+            spark.conf.set("spark.sql.ansi.enabled", before)
+        expect = (want["t"].dt.epoch("us") if declared == pl.Datetime("us")
+                  else want["t"]).to_list()
+        assert values == expect, (declared, values, expect)
