@@ -240,6 +240,19 @@ def _input_rules(spec: ReleaseSpec, lf: pl.LazyFrame) -> tuple[pl.LazyFrame, dic
         if schema[m].is_integer() and float(lo).is_integer() and float(hi).is_integer() \
                 and abs(lo) < 2.0 ** 63 and abs(hi) < 2.0 ** 63:
             low, high = int(lo), int(hi)
+            # bounds outside the declared type's range: Polars cast them to it (an error once
+            # the data had a row: exit 4 on a dataset, 0 on its empty neighbour; review r82).
+            # Clipped in Int64 as on Spark (a ``long``), or for UInt64 from 0 (no value is
+            # below it); a UInt64 column with a negative upper bound, in Float64
+            dmin, dmax = _int_range(schema[m])
+            if low < dmin or high > dmax:
+                if schema[m] != pl.UInt64:
+                    e = e.cast(pl.Int64)
+                elif high >= 0:
+                    low = max(low, 0)
+                else:
+                    e = e.cast(pl.Float64)
+                    low, high = float(lo), float(hi)  # type: ignore[assignment]
         else:
             e = e.cast(pl.Float64)
             low, high = float(lo), float(hi)  # type: ignore[assignment]
@@ -573,3 +586,13 @@ def declared_schema(spec: ReleaseSpec) -> list[dict[str, Any]]:
             col["bounds"] = list(inp.bounds[m])
         out[m] = col
     return list(out.values())
+
+
+def _int_range(dtype: pl.DataType) -> tuple[int, int]:
+    """The smallest and largest value of a Polars integer dtype (as Python ints)."""
+    bits: dict[Any, int] = {pl.Int8: 8, pl.Int16: 16, pl.Int32: 32, pl.Int64: 64, pl.UInt8: 8,
+                            pl.UInt16: 16, pl.UInt32: 32, pl.UInt64: 64, pl.Int128: 128}
+    width = bits.get(dtype.base_type(), 64)
+    if dtype.is_unsigned_integer():
+        return 0, 2**width - 1
+    return -(2 ** (width - 1)), 2 ** (width - 1) - 1
