@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _curator import NOISY, write_curator  # noqa: E402
+from _curator import NOISY, R15_SPEC, write_curator  # noqa: E402
 from test_author_attacks import _r12_run  # noqa: E402
 
 ZONES = ["America/Los_Angeles", "Asia/Tokyo", "UTC"]
@@ -531,28 +531,13 @@ def test_spark_far_dates_as_timestamps_as_polars(spark: Any, tmp_path: Path, ans
     assert micros == [106_751_991 * day, -106_751_991 * day, None, None, None, None, 0]
 
 
-_DAY_SPEC = """
-[release]
-name = "days"
-[input]
-dataset = "cbp"
-unit = "estab_id"
-mode = "author"
-nulls = "drop"
-negatives = "zero"
-nonfinite = "drop"
-unit_nulls = "drop"
-bounds = { v = [0, 100] }
-[domains]
-day = ["2020-01-01 00:00:00", "2021-01-01 00:00:00"]
-[[tables]]
-name = "t"
-measures = ["v"]
-by = ["day"]
-mechanism = { family = "gaussian", sigma = 3 }
-[randomness]
-seed = 7
-"""
+#: R15's author spec over a ``day`` timestamp key (its sum table alone)
+_DAY_SPEC = (R15_SPEC.replace('name = "r15"', 'name = "days"')
+             .replace('mode = "author"', 'unit = "estab_id"\nmode = "author"')
+             .replace('state = ["01", "02"]',
+                      'day = ["2020-01-01 00:00:00", "2021-01-01 00:00:00"]')
+             .replace('by = ["state"]', 'by = ["day"]')
+             .replace('[[tables]]\nname = "n"\nkind = "count"\nby = ["day"]\n', ""))
 
 
 @pytest.mark.spark
