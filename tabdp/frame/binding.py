@@ -42,7 +42,7 @@ from typing import Any
 from tabdp._numeric import integer_dtype
 from tabdp._reserved import ROW_ID
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError
-from tabdp.privacy.ledger import DenseLedger, ReplayLedger
+from tabdp.privacy.ledger import DenseLedger, ReplayLedger, id_kind
 
 __all__ = ["FrameBinding", "of", "attach", "use_engine", "choose_ledger", "cached_snapshot",
            "keep_snapshot", "session_engine", "bind_pinned", "phase"]
@@ -230,7 +230,7 @@ class FrameBinding:
         if first is None or records <= self.unit_dtype_at:
             self.unit_dtype, self.unit_dtype_at = dtype, records
             return
-        if dtype == first or _id_kind(dtype) == _id_kind(first) != "other":
+        if dtype == first or id_kind(dtype) == id_kind(first) != "other":
             return
         raise ColumnTypeError(
             f"unit column {unit!r} is {dtype} in this frame but {first} in the session's "
@@ -545,14 +545,3 @@ def keep_snapshot(session: Any, key: Any, entry: dict[str, Any]) -> None:
         True
     """
     of(session).snapshot = {key: entry}
-
-
-def _id_kind(dtype: Any) -> str:
-    """The kind of a unit id's dtype: ``"integer"``, ``"text"`` or ``"other"``."""
-    import polars as pl
-
-    if dtype.is_integer():
-        return "integer"
-    if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
-        return "text"
-    return "other"

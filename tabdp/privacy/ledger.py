@@ -749,8 +749,21 @@ def _group_totals(frame: pl.DataFrame, sums: list[str], maxes: list[str]) -> pl.
         .otherwise(pl.col(c)).alias(c) for c in sums], *maxes)
 
 
-def _text_ids(dtype: Any) -> bool:
-    return dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum))
+def id_kind(dtype: Any) -> str:
+    """The kind of a unit id's Polars dtype: ``"integer"``, ``"text"`` or ``"other"``.
+
+    Ids of one kind are one id across a session's releases (`common_ids`): integers of any
+    width, and text whether the column is String, Categorical or Enum.
+
+    Example:
+        >>> id_kind(pl.Int32), id_kind(pl.Categorical()), id_kind(pl.Float64)
+        ('integer', 'text', 'other')
+    """
+    if dtype.is_integer():
+        return "integer"
+    if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return "text"
+    return "other"
 
 
 def common_ids(old: pl.Series, new: Any) -> tuple[pl.Series, Any]:
@@ -767,9 +780,9 @@ def common_ids(old: pl.Series, new: Any) -> tuple[pl.Series, Any]:
         (String, String)
     """
     if not isinstance(new, pl.Series) or old.dtype == new.dtype or pl.Null in (
-            old.dtype, new.dtype) or (old.dtype.is_integer() and new.dtype.is_integer()):
+            old.dtype, new.dtype) or (id_kind(old.dtype) == id_kind(new.dtype) == "integer"):
         return old, new
-    if _text_ids(old.dtype) and _text_ids(new.dtype):
+    if id_kind(old.dtype) == id_kind(new.dtype) == "text":
         return old.cast(pl.String), new.cast(pl.String)
     raise ColumnTypeError(
         f"the unit column's ids are {new.dtype} in this release and {old.dtype} in an earlier "
