@@ -46,6 +46,29 @@ def _sub_down(d: float, a: np.ndarray) -> np.ndarray:
         return np.where(err < 0.0, np.nextafter(s, -np.inf), s)
 
 
+def _convert(rz: np.ndarray, rg: np.ndarray, delta: float) -> np.ndarray:
+    """ε at ``delta`` of zCDP parts ``rz`` of which ``rg`` is Gaussian-shift (elementwise).
+
+    Exact Gaussian-DP where all of the zCDP part is Gaussian-shift (``rg >= rz``), else the
+    zCDP conversion; each value's answer depends on it alone (and on ``delta``).
+    """
+    gauss = rg >= rz  # all of the zCDP part is Gaussian-shift
+    if not np.any(gauss):
+        return zcdp_epsilon(rz, delta)
+    conv = np.empty(rz.shape)
+    # exact Gaussian-DP profile (vectorized solver of tabdp.privacy.approx, rounded up); μ =
+    # sqrt(2ρ) is the shift in noise standard deviations, taken one double up (a correctly
+    # rounded square root can be half a unit in the last place below the exact one; ε at δ
+    # grows with μ, so a larger μ is never optimistic)
+    mu = np.sqrt(2.0 * rz[gauss])
+    mu = np.where(mu > 0.0, np.nextafter(mu, np.inf), mu)
+    conv[gauss] = np.where(np.isfinite(mu), _gauss_eps(mu, delta), np.inf)
+    other = ~gauss
+    if np.any(other):
+        conv[other] = zcdp_epsilon(rz[other], delta)
+    return conv
+
+
 #: Columns of the per-unit totals.
 COMPONENTS = ("rho", "epsilon", "size", "rho_z", "rho_g", "eps_a", "delta_a")
 
@@ -77,6 +100,13 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
     rho_g = np.asarray(rho_g, dtype=np.float64)
     eps_a = np.asarray(eps_a, dtype=np.float64)
     delta_a = np.asarray(delta_a, dtype=np.float64)
+    if not np.any(delta_a):
+        # no approximate-DP δ anywhere (the usual case): d − 0 = d exactly, every unit takes
+        # the one conversion at d, and 0 + x = x exactly where no approximate ε either (the
+        # same doubles as the general path below, without its per-δ masks and copies)
+        conv = _convert(rho_z, rho_g, d)
+        out = add_up(eps_a, conv) if np.any(eps_a) else conv
+        return np.minimum(out, np.asarray(epsilon, dtype=np.float64))
     rest = _sub_down(d, delta_a)  # the δ left to the conversion: never above d − delta_a
     out = np.full(rho_z.shape, np.inf)
     ok = rest > 0
@@ -86,18 +116,7 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
         # the conversions are vectorized for one delta: group units by remaining delta
         for value in np.unique(rr):
             sel = rr == value
-            gauss = sel & (rg >= rz)  # all of the zCDP part is Gaussian-shift
-            other = sel & ~gauss
-            if np.any(gauss):
-                # exact Gaussian-DP profile (vectorized solver of tabdp.privacy.approx, rounded
-                # up); μ = sqrt(2ρ) is the shift in noise standard deviations, taken one double
-                # up (a correctly rounded square root can be half a unit in the last place
-                # below the exact one; ε at δ grows with μ, so a larger μ is never optimistic)
-                mu = np.sqrt(2.0 * rz[gauss])
-                mu = np.where(mu > 0.0, np.nextafter(mu, np.inf), mu)
-                conv[gauss] = np.where(np.isfinite(mu), _gauss_eps(mu, float(value)), np.inf)
-            if np.any(other):
-                conv[other] = zcdp_epsilon(rz[other], float(value))
+            conv[sel] = _convert(rz[sel], rg[sel], float(value))
         out[ok] = add_up(eps_a[ok], conv)  # never below the exact sum (review R18-2)
     pure = np.asarray(epsilon, dtype=np.float64)
     return np.minimum(out, pure)

@@ -413,6 +413,31 @@ def test_public_total_curve_states_epsilon_delta():
     assert d["queries"][1]["mechanism"]["dp_delta_per_cell"] == 1e-8
 
 
+def test_epsilon_at_one_delta_path_gives_the_per_delta_paths_doubles() -> None:
+    # `epsilon_at` takes a path without the per-δ grouping when no unit has an approximate
+    # δ; each unit's ε must be the doubles the grouped path gives it (where some other unit
+    # has a δ_a, its own δ_a = 0 goes through the grouping with the same remaining δ)
+    rng = np.random.default_rng(20261207)
+    n = 4000
+    rz = np.exp(rng.uniform(-30.0, 8.0, n))
+    rz[:50] = 0.0
+    rz[50:60] = np.inf
+    rg = np.where(rng.random(n) < 0.3, rz, rz * rng.uniform(0.0, 0.99, n))
+    pure = np.where(rng.random(n) < 0.5, np.inf, rng.uniform(0.0, 30.0, n))
+    for eps_a in (np.zeros(n), np.where(rng.random(n) < 0.5, 0.0, rng.uniform(0, 2, n))):
+        fast = epsilon_at(1e-9, rz, rg, eps_a, np.zeros(n), pure)
+        # one more unit with an approximate δ sends every unit through the grouped path
+        grouped = epsilon_at(1e-9, np.append(rz, 1.0), np.append(rg, 0.0),
+                             np.append(eps_a, 1.0), np.append(np.zeros(n), 1e-12),
+                             np.append(pure, np.inf))[:n]
+        np.testing.assert_array_equal(fast.view(np.int64), grouped.view(np.int64))
+        # and each unit alone gives its own double (elementwise)
+        for i in rng.choice(n, 40, replace=False):
+            one = epsilon_at(1e-9, rz[i:i + 1], rg[i:i + 1], eps_a[i:i + 1], np.zeros(1),
+                             pure[i:i + 1])
+            assert one.view(np.int64)[0] == fast.view(np.int64)[i]
+
+
 def test_epsilon_at_refuses_bad_delta():
     z = np.zeros(1)
     with pytest.raises(InvalidParameterError):
