@@ -647,6 +647,15 @@ def _table_micro(spec: Any, lf: pl.LazyFrame, t: Any, cols: list[str], dims: lis
     keep = pl.all_horizontal([pl.col(c).cast(pl.String).is_in(
         [k for k, v in d.level.items() if v == c]) for c, d in zip(cols, dims, strict=True)])
     base = lf.with_columns([pl.col(c).cast(pl.String) for c in cols]).filter(keep)
+    if getattr(t, "keys_file", None) is not None:
+        # the table's population is the rows whose finest keys are in its key set, as in the
+        # DP release (every level, docs/hierarchy.md): a row of a combination outside it is
+        # in no cell, margin or total of the table, on either side of the comparison
+        from tabdp.release.spec import read_keys
+
+        allowed = read_keys(t.keys_file, cols, spec.domains).select(
+            [pl.col(c).cast(pl.String) for c in cols]).unique()
+        base = base.join(allowed.lazy(), on=cols, how="semi")
     if t.kind == "count":
         agg = [pl.lit(1.0).alias("count")]
         out = base.group_by([unit, *cols]).agg(pl.len()).with_columns(agg).drop("len")
@@ -977,6 +986,27 @@ def _coverage(spec: Any, dp_tables: Mapping[str, pl.DataFrame],
 
 # -- risk ------------------------------------------------------------------------------------
 
+def odds_factor(epsilon: float) -> float:
+    """The factor e^ε of an (ε, δ) bound; ``inf`` where it exceeds the largest float.
+
+    Never a smaller number than e^ε: until review r84 the factor was computed as
+    ``exp(min(ε, 700))``, which stated e^700 (about 10^304) for a record whose ε was larger,
+    a stronger guarantee than the one it has.
+
+    Args:
+        epsilon: The ε of the bound (``inf`` allowed).
+
+    Returns:
+        e^ε, or ``inf``.
+
+    Example:
+        >>> odds_factor(0.0), odds_factor(1000.0)
+        (1.0, inf)
+    """
+    e = float(epsilon)
+    return math.exp(e) if e <= 709.0 else math.inf
+
+
 def _dp_risk(losses: pl.DataFrame, delta: float | None) -> dict[str, Any]:
     """Per-record losses in numbers: quantiles of ρ and ε(δ), and the posterior-odds bound."""
     out: dict[str, Any] = {"records": losses.height, "delta": delta}
@@ -990,8 +1020,7 @@ def _dp_risk(losses: pl.DataFrame, delta: float | None) -> dict[str, Any]:
         out[col] = {q: float(np.quantile(v, p)) for q, p in
                     (("median", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))}
         if col == "epsilon_delta":
-            out["posterior_odds_factor"] = {k: float(math.exp(min(e, 700.0)))
-                                            for k, e in out[col].items()}
+            out["posterior_odds_factor"] = {k: odds_factor(e) for k, e in out[col].items()}
             out["share_epsilon_at_most"] = {str(t): float((v <= t).mean())
                                             for t in (1.0, 3.0, 10.0)}
     return out
@@ -1095,7 +1124,7 @@ def compare_plan(spec: Any) -> dict[str, Any]:
                        "smallest_usable_total": min(usable, default=None),
                        "forecast": fc, "expected_error": err})
     loss = [{"size": r["delta"], "rho": r.get("rho"), "epsilon_delta": r.get("epsilon_delta"),
-             "posterior_odds_factor": (math.exp(min(r["epsilon_delta"], 700.0))
+             "posterior_odds_factor": (odds_factor(r["epsilon_delta"])
                                        if _finite(r.get("epsilon_delta")) is not None
                                        else None)}
             for r in s["total_policy_curve"]]

@@ -120,7 +120,11 @@ COLUMN_DOCS: dict[str, str] = {
                 "a tenth of its noise's sd (coarser grids are refused; discrete noise on its "
                 "default grid of 1 gives exact integers, not rounded), so the rounding's bias "
                 "is negligible beside the sd. Clamping (flag N), publication.round (flag R) "
-                "and a consistent table's nonnegative (flag B) may move it further",
+                "and a consistent table's nonnegative (flag B) may move it further. In a "
+                "consistent table (the summary's consistent entry) it is instead the "
+                "generalized least squares combination of the measured levels, whose finest "
+                "cells are rounded to the grid without bias (each by less than one step) and "
+                "every coarser cell the exact sum of its finest cells",
     "sd": "standard deviation of the estimate: the noise's (plug-in from the estimate for "
           "transformation mechanisms; inf where it does not exist). The grid rounding of a "
           "table's cells is not included: at a grid of at most a tenth of the sd it adds under "
@@ -132,7 +136,10 @@ COLUMN_DOCS: dict[str, str] = {
            "their rollups; (upper - lower) / 2 of the exact asymmetric interval for a cell of "
            "a transformation mechanism; z x sd for a rollup of transformation-mechanism cells "
            "(a symmetric interval from a normal approximation with the plug-in sd: "
-           "approximate coverage, not central). "
+           "approximate coverage, not central); in a consistent table, exact for Gaussian "
+           "and alpha-stable noise, and z x sd (a normal approximation with the exact sd; "
+           "randomized between two whole numbers for integer noise on a whole grid) for "
+           "other noise laws (the summary's consistent methods). "
            "Unconditional: with suppress_cv, the published small cells cover less",
     "lower": "lower end of the confidence interval at the release's level: exact and possibly "
              "asymmetric for transformation mechanisms, estimate - moe for additive ones and "

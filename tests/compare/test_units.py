@@ -161,3 +161,21 @@ def test_tau_argus_and_the_report_judge_the_same_units(tmp_path: Path) -> None:
            | (pl.col("x1") + pl.col("x2") > 0.85 * pl.col("value") + 1e-6)
            | (pl.col("freq") < 3))
     assert by_rows.filter(~old & (pl.col("status") == "U")).height > 0
+
+
+# origin: review r84 (the traditional side read every row whose codes were in the domains,
+# also those of combinations outside the table's keys file, which the DP release leaves out
+# of every level: the national truth the DP estimate was scored against included them)
+def test_rows_outside_the_keys_file_are_in_no_cell_of_the_traditional_table(
+        tmp_path: Path) -> None:
+    keys = tmp_path / "keys.csv"
+    pl.DataFrame({"county": ["01001"], "ind": ["11"]}).write_csv(keys)
+    spec = NS(input=NS(unit="firm"),
+              domains={"county": pl.Series(["01001", "01003"]), "ind": pl.Series(["11"])})
+    t = NS(kind="sum", measures=["pay"], keys_file=keys)
+    data, _, unit = _table_micro(spec, _r73(), t, ["county", "ind"], _dims())
+    # only the rows of county 01001 (F's 900 and a's 100): 01003 x 11 is not in the key set
+    assert data["county"].unique().to_list() == ["01001"]
+    assert data["pay"].sum() == 1000.0
+    cells = _cell_stats(data, ["county", "ind"], "pay", _dims(), unit)
+    assert _cell(cells, "Total", "Total")["value"] == 1000.0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace as NS
 
 import polars as pl
+import pytest
 
 from tabdp.compare.core import _dp_cells, _utility
 
@@ -77,3 +79,14 @@ def test_units_in_several_finest_cells_are_counted_for_the_curator() -> None:
     data, spanning, unit = _table_micro(NS(input=NS(unit=None)), lf.with_columns(
         pl.int_range(pl.len()).alias(ROW_ID)), t, ["county", "ind"], dims)
     assert spanning == 0 and unit is None and ROW_ID not in data.columns
+
+
+# origin: review r84 (the factor e^epsilon of the risk figures was exp(min(epsilon, 700)):
+# a record with epsilon = 462,118 was stated a factor of 1.014e304, far below its e^epsilon)
+def test_the_odds_factor_is_never_below_e_to_the_epsilon() -> None:
+    from tabdp.compare.core import _dp_risk
+
+    losses = pl.DataFrame({"rho": [0.5, 3.0, 5e5], "epsilon_delta": [1.0, 20.0, 462_118.0]})
+    po = _dp_risk(losses, 1e-9)["posterior_odds_factor"]
+    assert po["median"] == pytest.approx(math.exp(20.0))
+    assert po["max"] == math.inf
