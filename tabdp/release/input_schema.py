@@ -285,16 +285,17 @@ def check_ledger_unit_type(spec: ReleaseSpec, schema: Mapping[str, Any],
     """The input's unit id type against the one the series' ledger keys units by (no data).
 
     A series' ledger records the type of its unit ids (``Int64`` or ``String``) at its first
-    charged release; ids of the other type would be accounts of their own (the text ``"7"``
-    and the integer 7), so the ledger refuses them. Decided from the schema alone, before any
+    release, from its unit column's type whether or not it charged a unit; ids of the other
+    type would be accounts of their own (the text ``"7"`` and the integer 7), so the ledger
+    refuses them. Decided from the schema alone, before any
     data is read (review C: it was refused only after the data was read, as the generic
     data-dependent failure, exit 4).
 
     Args:
         spec: A validated spec with a unit and a ledger.
         schema: The input schema (`spec_input_schema`).
-        ledger_dtype: The ledger's unit type (`tabdp.Ledger.unit_dtype`; ``None``: no unit
-            charged yet, nothing to compare).
+        ledger_dtype: The ledger's unit type (`tabdp.Ledger.unit_dtype`; ``None``: no
+            release yet, nothing to compare).
         source: How the schema is named in the message.
 
     Raises:
