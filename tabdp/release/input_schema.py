@@ -316,12 +316,22 @@ def check_ledger_unit_type(spec: ReleaseSpec, schema: Mapping[str, Any],
     """
     unit = spec.input.unit
     led = spec.ledger
-    if unit is None or led is None or ledger_dtype is None or unit not in schema:
-        return
+    if unit is None or led is None or unit not in schema or schema[unit] == pl.Null:
+        return  # a column of no values (type Null) holds no id the ledger could not key
     dtype = schema[unit]
     kind = _ledger_kind(dtype)
-    if kind is None or kind == ledger_dtype:
-        return  # another type the ledger refuses by itself; or the same kind
+    if kind is None:  # refused by its type, before any data is read (review r83)
+        where = (f"dataset {led.dataset!r}" if led.dataset is not None else
+                 f"series {led.series!r}")
+        raise LedgerError(
+            f"the lifetime ledger of {where} keys units by integer ids that fit Int64 or by "
+            f"text; the unit column {unit!r} has type {dtype} in {source}"
+            f"{' (its ids may not fit Int64, whatever the values)' if dtype == pl.UInt64 else ''}"
+            ". Refused before any data was read; nothing was read or written.\nHint: store the "
+            f"unit column as {ledger_dtype or 'Int64 or String'} in this release's input, the "
+            "same type in every release of the series.")
+    if ledger_dtype is None or kind == ledger_dtype:
+        return  # no release yet, or the same kind
     cast = "pl.Int64" if ledger_dtype == "Int64" else "pl.String"
     if led.dataset is not None:  # a curator-configured ledger: no server path in the message
         raise LedgerError(

@@ -422,3 +422,22 @@ def test_the_series_id_type_does_not_depend_on_whether_one_unit_was_charged(tmp_
             outcomes.append((pinned, outcome, led.releases))
     assert outcomes[0] == outcomes[1], outcomes
     assert outcomes[0][0] == "String" and "keys units by String" in outcomes[0][1]
+
+
+@pytest.mark.parametrize("dtype", [pl.UInt64, pl.Float64, pl.Boolean])
+def test_unit_ids_the_ledger_cannot_key_are_refused_without_rows_too(tmp_path, dtype):
+    """Review r83: the Polars engine refused these ids only when a row held one.
+
+    A frame with no rows went through (and was committed as a release); one row was
+    refused. Both are refused by the type, before anything is read or recorded.
+    """
+    errors = []
+    for n in (0, 1):
+        df = pl.DataFrame({"id": pl.Series([1] * n, dtype=pl.Int64).cast(dtype),
+                           "c": pl.Series(["a"] * n, dtype=pl.String)})
+        with tabdp.Ledger.create(tmp_path / f"l{n}", series="s", lifetime_budget=1.0) as led:
+            with pytest.raises(InvalidParameterError) as info:
+                _count(df, tabdp.Session(unit="id", seed=1, ledger=led))
+            errors.append(str(info.value).replace(str(tmp_path / f"l{n}"), "L"))
+            assert led.releases == 0
+    assert errors[0] == errors[1] and str(dtype) in errors[0]
