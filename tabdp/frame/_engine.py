@@ -400,6 +400,9 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
     _schema_checks(schema, measures, by, unit)
     if unit is not None and unit in schema.names():
         binding.of(sess).check_unit_dtype(unit, schema[unit], len(sess.records))
+        if sess.lifetime is not None:  # ids the ledger cannot key, by their type: never
+            # only when a row holds one (review r83; the Spark engine's _check_lifetime_units)
+            sess.lifetime.lookup(pl.Series("unit", [], dtype=schema[unit]), ["rho"])
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
 

@@ -1070,6 +1070,9 @@ class Ledger:
         self._state = state
         self.autocommit = autocommit
         self.unit_dtype: str | None = entries[-1].get("unit_dtype")
+        #: the unit id type of this run's recorded releases (`note_unit_type`, from their
+        #: schema): pinned at commit while the series has none, whoever was charged
+        self._run_kind: str | None = None
         #: this run's uncommitted charges, in memory (merged into the state once, at commit)
         self._tot = _RunTotals(state)
         #: closing with uncommitted charges warns unless set (`allow_discard`: the release
@@ -1617,6 +1620,37 @@ class Ledger:
         return look
 
     # -- charging and committing ------------------------------------------------------------------
+    def note_unit_type(self, dtype: Any) -> None:
+        """Record the unit column's type of a release of this run (its schema, never its data).
+
+        A series keys its units by the id type of its first committed release (``Int64`` or
+        ``String``); a later release of the other type is refused. That type comes from the
+        releases' schema, so a release that charged nobody (no rows, or every unit left out)
+        fixes it as one that charged units does: a series' next refusal never depends on
+        whether one record was in an earlier release (review r83). A session calls this for
+        each release it records; types the ledger cannot key (refused by `lookup`) and
+        ``None`` are ignored.
+
+        Args:
+            dtype: The Polars dtype of the release's unit column (``None``: not known).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
+            >>> led.note_unit_type(pl.String)
+            >>> led.commit(label="empty")["unit_dtype"]
+            'String'
+        """
+        if dtype is None or self.unit_dtype is not None or self._run_kind is not None:
+            return
+        from tabdp.privacy.ledger import id_kind
+
+        kind = id_kind(dtype)
+        if dtype == pl.UInt64 or kind == "other":
+            return
+        self._run_kind = "Int64" if kind == "integer" else "String"
+
     def charge(self, units: Any, sums: Mapping[str, np.ndarray],
                maxes: Mapping[str, np.ndarray]) -> None:
         """Add a release's admitted losses to the uncommitted part (ids unique in a call).
@@ -1714,6 +1748,8 @@ class Ledger:
         unit_dtype = self.unit_dtype
         if run is not None and unit_dtype is None:
             unit_dtype = "Int64" if run["unit"].dtype == pl.Int64 else "String"
+        elif unit_dtype is None:  # nobody charged: the type of the releases' unit column
+            unit_dtype = self._run_kind
         old_mask = os.umask(0o077)
         try:
             hist_rel: list[list[Any]] = []

@@ -497,6 +497,10 @@ class Session:
         """
         led = self.lifetime
         assert led is not None
+        from tabdp.frame import binding
+
+        # the series' id type from this release's schema, whoever it charged (review r83)
+        led.note_unit_type(binding.of(self).unit_dtype)
         losses = record.losses
         if given is not None:
             if len(given[0]):

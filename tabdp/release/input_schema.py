@@ -285,16 +285,17 @@ def check_ledger_unit_type(spec: ReleaseSpec, schema: Mapping[str, Any],
     """The input's unit id type against the one the series' ledger keys units by (no data).
 
     A series' ledger records the type of its unit ids (``Int64`` or ``String``) at its first
-    charged release; ids of the other type would be accounts of their own (the text ``"7"``
-    and the integer 7), so the ledger refuses them. Decided from the schema alone, before any
+    release, from its unit column's type whether or not it charged a unit; ids of the other
+    type would be accounts of their own (the text ``"7"`` and the integer 7), so the ledger
+    refuses them. Decided from the schema alone, before any
     data is read (review C: it was refused only after the data was read, as the generic
     data-dependent failure, exit 4).
 
     Args:
         spec: A validated spec with a unit and a ledger.
         schema: The input schema (`spec_input_schema`).
-        ledger_dtype: The ledger's unit type (`tabdp.Ledger.unit_dtype`; ``None``: no unit
-            charged yet, nothing to compare).
+        ledger_dtype: The ledger's unit type (`tabdp.Ledger.unit_dtype`; ``None``: no
+            release yet, nothing to compare).
         source: How the schema is named in the message.
 
     Raises:
@@ -315,12 +316,22 @@ def check_ledger_unit_type(spec: ReleaseSpec, schema: Mapping[str, Any],
     """
     unit = spec.input.unit
     led = spec.ledger
-    if unit is None or led is None or ledger_dtype is None or unit not in schema:
-        return
+    if unit is None or led is None or unit not in schema or schema[unit] == pl.Null:
+        return  # a column of no values (type Null) holds no id the ledger could not key
     dtype = schema[unit]
     kind = _ledger_kind(dtype)
-    if kind is None or kind == ledger_dtype:
-        return  # another type the ledger refuses by itself; or the same kind
+    if kind is None:  # refused by its type, before any data is read (review r83)
+        where = (f"dataset {led.dataset!r}" if led.dataset is not None else
+                 f"series {led.series!r}")
+        raise LedgerError(
+            f"the lifetime ledger of {where} keys units by integer ids that fit Int64 or by "
+            f"text; the unit column {unit!r} has type {dtype} in {source}"
+            f"{' (its ids may not fit Int64, whatever the values)' if dtype == pl.UInt64 else ''}"
+            ". Refused before any data was read; nothing was read or written.\nHint: store the "
+            f"unit column as {ledger_dtype or 'Int64 or String'} in this release's input, the "
+            "same type in every release of the series.")
+    if ledger_dtype is None or kind == ledger_dtype:
+        return  # no release yet, or the same kind
     cast = "pl.Int64" if ledger_dtype == "Int64" else "pl.String"
     if led.dataset is not None:  # a curator-configured ledger: no server path in the message
         raise LedgerError(

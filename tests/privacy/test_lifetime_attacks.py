@@ -396,3 +396,48 @@ def test_a_run_killed_after_the_commit_is_charged_not_published(tmp_path, monkey
     assert not (tmp_path / "out" / "2021" / "public").exists()
     with tabdp.Ledger.open(tmp_path / "ledger") as led:
         assert led.releases == 1 and led.state()["rho"].max() > 0
+
+
+def test_the_series_id_type_does_not_depend_on_whether_one_unit_was_charged(tmp_path):
+    """Review r83: the id type is pinned by a release's schema, whoever it charged.
+
+    A first release over no rows (text ids) charged nobody and left the series' id type
+    unset, so a next release of integer ids went through; the neighbouring series, whose
+    first release held one unit, refused it. Both now refuse it alike, and both pin String.
+    """
+    outcomes = []
+    for n in (0, 1):
+        path = tmp_path / f"l{n}"
+        first = pl.DataFrame({"id": pl.Series(["u1"] * n, dtype=pl.String),
+                              "c": pl.Series(["a"] * n, dtype=pl.String)})
+        with tabdp.Ledger.create(path, series="s", lifetime_budget=1.0) as led:
+            _count(first, tabdp.Session(unit="id", seed=1, ledger=led))
+            pinned = led.unit_dtype
+        with tabdp.Ledger.open(path) as led:
+            try:
+                _count(BASE, tabdp.Session(unit="id", seed=2, ledger=led))
+                outcome = "released"
+            except InvalidParameterError as err:
+                outcome = str(err).replace(str(path), "L")
+            outcomes.append((pinned, outcome, led.releases))
+    assert outcomes[0] == outcomes[1], outcomes
+    assert outcomes[0][0] == "String" and "keys units by String" in outcomes[0][1]
+
+
+@pytest.mark.parametrize("dtype", [pl.UInt64, pl.Float64, pl.Boolean])
+def test_unit_ids_the_ledger_cannot_key_are_refused_without_rows_too(tmp_path, dtype):
+    """Review r83: the Polars engine refused these ids only when a row held one.
+
+    A frame with no rows went through (and was committed as a release); one row was
+    refused. Both are refused by the type, before anything is read or recorded.
+    """
+    errors = []
+    for n in (0, 1):
+        df = pl.DataFrame({"id": pl.Series([1] * n, dtype=pl.Int64).cast(dtype),
+                           "c": pl.Series(["a"] * n, dtype=pl.String)})
+        with tabdp.Ledger.create(tmp_path / f"l{n}", series="s", lifetime_budget=1.0) as led:
+            with pytest.raises(InvalidParameterError) as info:
+                _count(df, tabdp.Session(unit="id", seed=1, ledger=led))
+            errors.append(str(info.value).replace(str(tmp_path / f"l{n}"), "L"))
+            assert led.releases == 0
+    assert errors[0] == errors[1] and str(dtype) in errors[0]

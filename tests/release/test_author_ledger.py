@@ -422,3 +422,30 @@ def test_author_run_with_unit_ids_of_another_type_refused_from_the_schema(tmp_pa
     assert not (root / "releases" / "r1" / "public").exists()
     with tabdp.Ledger.open(root / "ledgers" / "firms") as led:
         assert led.releases == 1
+
+
+def test_the_id_type_refusal_never_depends_on_one_firm_of_an_earlier_release(tmp_path,
+                                                                            monkeypatch):
+    """Review r83: the dataset's first release held no firm (D) or one firm (D').
+
+    The ledger pinned its id type only when a release charged a unit: after the curator
+    switched the dataset's ids to text, the author's next run went through on D (exit 0) and
+    was refused on D' (exit 2): the exit code told whether one firm was in the first release.
+    The type now comes from the releases' schema: refused on both, alike.
+    """
+    views = []
+    for extra in (False, True):
+        root = tmp_path / ("d1" if extra else "d0")
+        _server(root)
+        _firms(0, extra=extra).write_parquet(root / "data" / "firms.parquet")
+        code, _, err = _run(root, monkeypatch, "r0")
+        assert code == 0, err
+        _firms().with_columns(pl.col("firm").cast(pl.String)).write_parquet(
+            root / "data" / "firms.parquet")
+        write_curator(root, {"firms": "data/firms.parquet"},
+                      dataset_extra={"firms": 'unit = "firm"\nledger = "ledgers/firms"'})
+        code, out, err = _run(root, monkeypatch, "r1")
+        views.append((code, out.replace(str(root), "ROOT"), err.replace(str(root), "ROOT"),
+                      (root / "releases" / "r1" / "public").exists()))
+    assert views[0] == views[1], views
+    assert views[0][0] == 2 and "keys units by Int64 ids" in views[0][2]

@@ -630,3 +630,30 @@ def test_unit_ids_of_another_type_refused_from_the_schema(tmp_path, monkeypatch)
     pl.read_parquet(data).with_columns(pl.col("estab").cast(pl.Int32)).write_parquet(data)
     monkeypatch.undo()
     assert cli_main(["run", str(spec2), "--test-seed", "--quiet"], stderr=io.StringIO()) == 0
+
+
+@pytest.mark.parametrize("dtype", [pl.UInt64, pl.Float64])
+def test_unit_ids_the_ledger_cannot_key_are_refused_from_the_schema(tmp_path, dtype,
+                                                                    monkeypatch):
+    """Review r83: UInt64 or float unit ids with a ledger: exit 2 before any data is read.
+
+    They were refused only after the data was read (exit 4, the generic failure), although
+    the type alone decides it; the message names the column and its type.
+    """
+    _spec(tmp_path, 2024)
+    _sample(2024).with_columns(pl.col("estab").cast(dtype)).write_parquet(
+        tmp_path / "data_2024.parquet")
+    from tabdp.release import runner
+
+    def no_data(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("the data was read")
+
+    monkeypatch.setattr(runner, "_run_with_data", no_data)
+    err = io.StringIO()
+    code = cli_main(["run", str(tmp_path / "release_2024.toml"), "--test-seed", "--quiet"],
+                    stdout=io.StringIO(), stderr=err)
+    assert code == 2, err.getvalue()
+    assert f"the unit column 'estab' has type {dtype}" in err.getvalue()
+    assert "Refused before any data was read" in err.getvalue()
+    with tabdp.Ledger.open(tmp_path / "ledger") as led:
+        assert led.releases == 0
