@@ -16,7 +16,9 @@ finite variance, ``L``: an Int64 estimate clamped to the Int64 range; the releas
 post-processing, no privacy cost.
 
 Dtypes: key columns take the dtype of the input frame's key columns (decided from the two
-schemas and the public key set, never from data values); an estimate is ``Int64`` when the
+schemas and the public key set, never from data values; but in curator mode an Enum's or a
+pandas categorical's categories are the input's, which the caller may have taken from the
+data: author mode uses the key set's values); an estimate is ``Int64`` when the
 release is on a whole-number grid of an integer query (counts, integer measures), ``Float64``
 otherwise; ``sd``, ``moe``, ``lower``, ``upper``, ``cv`` are ``Float64`` and ``flag`` String.
 The dtype never follows the values: a noisy Int64 estimate beyond ``±(2**63 - 1024)`` is

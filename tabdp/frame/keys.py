@@ -498,6 +498,38 @@ def pandas_keys(keys: KeySet, columns: Iterable[str] | None = None) -> KeySet:
     return KeySet(frame, from_data=keys._from_data, source=keys.source)
 
 
+def _zone(dtype: Any) -> str | None:
+    """The time zone of a zoned Datetime; ``""`` for a date or a Datetime without one."""
+    if isinstance(dtype, pl.Datetime):
+        return dtype.time_zone or ""
+    return "" if dtype == pl.Date else None
+
+
+def _check_time_zones(col: str, have: Any, want: Any) -> None:
+    """Refuse timestamps of a time zone against keys without one, or the reverse (no data read).
+
+    Polars compares a Datetime without a zone (or a Date) with a zoned one as a UTC wall time,
+    so a key set of naive datetimes or dates against New York timestamps matched no row
+    recorded at local midnight: every cell was published empty and its key relabelled
+    (``2023-12-31 19:00 EST`` for the key ``2024-01-01``; review r86). Which wall time a naive
+    key means is the caller's to say. UTC timestamps keep the UTC convention (their wall time
+    is the naive one). Decided from the two schemas alone.
+    """
+    zh, zw = _zone(have), _zone(want)
+    if zh is None or zw is None or zh == zw or (zh and zw):
+        return  # not times, the same zone, or two zones (compared as instants)
+    if (zh or zw) == "UTC":
+        return
+    raise ColumnTypeError(
+        f"key column {col!r} is {have} in the data but {want} in the key set: one has a time "
+        f"zone ({zh or zw!r}) and the other none, so which wall time a key means is "
+        "ambiguous (tabdp would compare them as UTC wall times, and rows at local midnight "
+        "would fall outside the key set).\nHint: give both the same time zone, e.g. "
+        f"KeySet.from_dict({col}=pl.Series(keys).dt.replace_time_zone({zh or zw!r})) for "
+        f"local wall times, or convert the data's column with .dt.replace_time_zone(None) "
+        "(polars) / .dt.tz_localize(None) (pandas).")
+
+
 def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
                     ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
     """The key set against the data's schema: every refusal of the cell matching, no data read.
@@ -516,7 +548,9 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
         own) and the key columns converted to it.
 
     Raises:
-        ColumnTypeError: Key dtypes that cannot be compared with the data's.
+        ColumnTypeError: Key dtypes that cannot be compared with the data's (numbers against
+            text; timestamps of a time zone other than UTC against keys without a zone, or
+            the reverse).
 
     Example:
         >>> k = KeySet.from_dict(s=[1, 2])
@@ -524,6 +558,8 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
         {'s': Int128}
     """
     keys_pl = keys.to_polars().select(by)
+    for c in by:
+        _check_time_zones(c, schema[c], keys_pl.schema[c])
     targets = {c: common_dtype(c, schema[c], keys_pl.schema[c]) for c in by}
     casts = []
     for c, target in targets.items():
