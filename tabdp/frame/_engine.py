@@ -1965,8 +1965,7 @@ def _noisy_table(full: pl.DataFrame, kind: str, released: list[str], bits: dict[
                     else mechanism, grids[m],
                     kind == "count" or (m in dtypes and integer_dtype(dtypes[m])
                                         and binding.of(sess).declares_integer(m))))
-        for m in released], form=form, cv=cv, key_dtypes=dtypes,
-        author=sess.mode == "author")
+        for m in released], form=form, cv=cv, key_dtypes=dtypes)
     return out, fallbacks, grid_used
 
 

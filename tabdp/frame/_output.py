@@ -16,9 +16,9 @@ finite variance, ``L``: an Int64 estimate clamped to the Int64 range; the releas
 post-processing, no privacy cost.
 
 Dtypes: key columns take the dtype of the input frame's key columns (decided from the two
-schemas and the public key set, never from data values; but in curator mode an Enum's or a
-pandas categorical's categories are the input's, which the caller may have taken from the
-data: author mode uses the key set's values); an estimate is ``Int64`` when the
+schemas and the public key set, never from data values: an Enum's, a Categorical's or a
+pandas categorical's categories are the key set's values, in every mode, as the input's may
+have been taken from the data); an estimate is ``Int64`` when the
 release is on a whole-number grid of an integer query (counts, integer measures), ``Float64``
 otherwise; ``sd``, ``moe``, ``lower``, ``upper``, ``cv`` are ``Float64`` and ``flag`` String.
 The dtype never follows the values: a noisy Int64 estimate beyond ``±(2**63 - 1024)`` is
@@ -203,8 +203,7 @@ def _stats(m: Measure, cv_flag: float | None) -> tuple[np.ndarray, np.ndarray]:
 
 def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, form: str = "wide",
              cv: bool = False, cv_flag: float | None = None,
-             key_dtypes: Mapping[str, Any] | None = None, author: bool = False
-             ) -> pl.DataFrame:
+             key_dtypes: Mapping[str, Any] | None = None) -> pl.DataFrame:
     """The output frame of a release, in the wide or the long form.
 
     Args:
@@ -216,8 +215,6 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
             [`tabdp.planning.ACCESSOR_CV_FLAG`][tabdp.planning.ACCESSOR_CV_FLAG]).
         key_dtypes: Key column → dtype of the input frame's column: key columns are cast to it
             where the key set's values convert losslessly (schemas and public keys only).
-        author: Author mode: an Enum key's categories are the key set's values, not the
-            input's (which may come from the data).
 
     Returns:
         A Polars frame (see the module docstring for the columns).
@@ -239,7 +236,7 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
         cv_flag = ACCESSOR_CV_FLAG
     keys = key_frame if key_frame is not None else pl.DataFrame()
     if key_dtypes:
-        keys = keys.with_columns(_key_cast(keys[c], key_dtypes[c], author)
+        keys = keys.with_columns(_key_cast(keys[c], key_dtypes[c])
                                  for c in keys.columns if c in key_dtypes)
     n = keys.height if keys.width else (len(np.asarray(measures[0].estimate)) if measures else 1)
     if form == "wide":
@@ -276,28 +273,21 @@ def assemble(key_frame: pl.DataFrame | None, measures: Sequence[Measure], *, for
     return pl.concat(parts, how="vertical")
 
 
-def _key_cast(s: pl.Series, want: Any, author: bool = False) -> pl.Series:
+def _key_cast(s: pl.Series, want: Any) -> pl.Series:
     """``s`` (the key set's public values) in the input's dtype ``want`` where lossless.
 
-    In author mode an Enum's categories are the key set's values only: the input's categories
-    may have been taken from the data, which the author must not see. A Categorical key comes
-    back as such an Enum too: a Categorical's codes come from the process-wide category map, in
-    the order strings entered it, so a key's code would tell whether the data held other
-    values before it.
+    An Enum's categories are the key set's values only, in every mode: the input's categories
+    may have been taken from the data (``pl.Enum(df["c"].unique())``), and the output is what
+    is published (one record outside the key set would add a category; review r86). A
+    Categorical key comes back as such an Enum too: a Categorical's codes come from the
+    process-wide category map, in the order strings entered it, so a key's code would tell
+    whether the data held other values before it.
     """
-    if s.dtype == want and not (author and isinstance(want, pl.Categorical)):
-        return s
-    if author and isinstance(want, (pl.Enum, pl.Categorical)):
+    if isinstance(want, (pl.Enum, pl.Categorical)):
         vals = s.cast(pl.String).unique(maintain_order=True).drop_nulls().to_list()
         return s.cast(pl.String).cast(pl.Enum(vals))
-    if isinstance(want, pl.Enum):
-        cats = want.categories.to_list()
-        have = set(cats)
-        extra = [v for v in s.cast(pl.String).unique(maintain_order=True).to_list()
-                 if v is not None and v not in have]
-        return s.cast(pl.String).cast(pl.Enum([*cats, *extra]) if extra else want)
-    if isinstance(want, pl.Categorical):
-        return s.cast(pl.String).cast(want)
+    if s.dtype == want:
+        return s
     try:
         out = s.cast(want, strict=True)
         if out.cast(s.dtype, strict=False).eq_missing(s).all():
@@ -307,30 +297,28 @@ def _key_cast(s: pl.Series, want: Any, author: bool = False) -> pl.Series:
     return s
 
 
-def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
-              author: bool = False) -> Any:
+def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str]) -> Any:
     """Return ``out`` in the caller's library, key columns in the input's dtypes.
 
-    pandas key columns get the input column's dtype back (a categorical keeps its categories,
-    followed by key-set values that are not among them; in author mode its categories are the
-    key set's values, as the input's may come from the data); Polars frames were cast by
-    `assemble`.
+    pandas key columns get the input column's dtype back (a categorical's categories are the
+    key set's values, in every mode, as the input's may come from the data; its ``ordered``
+    flag is kept); Polars frames were cast by `assemble`.
 
     Args:
         out: The assembled Polars frame.
         native: The caller's frame.
         backend: ``"pandas"`` or ``"polars"``.
         keys: Key columns.
-        author: Author mode (see above).
 
     Returns:
         A pandas DataFrame or the Polars frame.
 
     Example:
         >>> import pandas as pd
-        >>> src = pd.DataFrame({"c": pd.Categorical(["a"], categories=["a", "b"])})
-        >>> to_native(pl.DataFrame({"c": ["b"]}), src, "pandas", ["c"])["c"].cat.categories.tolist()
-        ['a', 'b']
+        >>> src = pd.DataFrame({"c": pd.Categorical(["a"], categories=["a", "b", "q"])})
+        >>> out = to_native(pl.DataFrame({"c": ["b", "a"]}), src, "pandas", ["c"])
+        >>> out["c"].cat.categories.tolist()
+        ['b', 'a']
     """
     if backend != "pandas":
         return out
@@ -342,11 +330,9 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str],
             continue
         want = native[c].dtype
         if isinstance(want, pd.CategoricalDtype):
-            cats = [] if author else list(want.categories)
-            have = set(cats)
             vals = df[c].astype(object)
-            extra = [v for v in pd.unique(vals) if v not in have and not pd.isna(v)]
-            dtype = pd.CategoricalDtype([*cats, *extra], ordered=want.ordered)
+            dtype = pd.CategoricalDtype([v for v in pd.unique(vals) if not pd.isna(v)],
+                                        ordered=want.ordered)
             df[c] = pd.Categorical(vals, dtype=dtype)
         elif df[c].dtype != want:
             try:

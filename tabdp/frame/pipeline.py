@@ -340,8 +340,7 @@ def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
                                          grid=rel.grid)
         out = assemble(keys.to_polars().select(by_list) if by_list else None,
                        [Measure(rel.label, rv.estimate, rv.sd, rv.moe, rv.lower, rv.upper)],
-                       form=rel.form, cv=rel.cv, key_dtypes=data.key_dtypes,
-                       author=sess.mode == "author")
+                       form=rel.form, cv=rel.cv, key_dtypes=data.key_dtypes)
         confidential = {
             "rows_read": data.rows_read,
             "rows_outside_keys": data.rows_outside,

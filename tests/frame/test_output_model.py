@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -105,20 +107,30 @@ def test_integer_measures_stay_integer(make_frame):
 
 
 def test_key_dtypes_of_the_input_are_kept():
-    """Key columns keep the input dtypes: categorical, Enum, Categorical, Int32."""
+    """Key columns keep the input dtypes: categorical, Enum, Categorical, Int32.
+
+    A categorical's (Enum's) categories are the key set's values in its order: the input's
+    may have been taken from the data (their order too), and the key set is the public domain.
+    """
     ks = tabdp.KeySet.from_dict(county=["c1", "c2", "c3"])
     pdf = pd.DataFrame({"county": pd.Categorical(["c1", "c2"], categories=["c2", "c1", "c3"]),
                         "x": [1.0, 2.0]})
     out = pdf.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
                      session=tabdp.Session(seed=0))
     assert isinstance(out["county"].dtype, pd.CategoricalDtype)
-    assert out["county"].cat.categories.tolist() == ["c2", "c1", "c3"]
+    assert out["county"].cat.categories.tolist() == ["c1", "c2", "c3"]
     assert out["county"].tolist() == ["c1", "c2", "c3"]
-    # a key outside the categories is appended to them (the key set is public)
+    # a key outside the input's categories is among them (the key set is public)
     ks4 = tabdp.KeySet.from_dict(county=["c1", "c2", "c3", "c4"])
     out = pdf.dp.count(by="county", keys=ks4, session=tabdp.Session(seed=0), form="long")
-    assert out["county"].cat.categories.tolist() == ["c2", "c1", "c3", "c4"]
+    assert out["county"].cat.categories.tolist() == ["c1", "c2", "c3", "c4"]
     assert out["estimate"].dtype == np.int64
+    # an ordered categorical stays ordered, in the key set's order
+    ordered = pdf.assign(county=pdf["county"].cat.as_ordered())
+    out = ordered.dp.sum("x", by="county", keys=tabdp.KeySet.from_dict(county=["c3", "c1", "c2"]),
+                         mechanism=mech.Gaussian(1.0), session=tabdp.Session(seed=0))
+    assert out["county"].cat.ordered and out["county"].cat.categories.tolist() == [
+        "c3", "c1", "c2"]
 
     enum = pl.Enum(["c3", "c2", "c1"])
     pdf_pl = pl.DataFrame({"county": ["c1", "c2"], "x": [1.0, 2.0]},
@@ -126,10 +138,13 @@ def test_key_dtypes_of_the_input_are_kept():
     for frame in (pdf_pl, pdf_pl.lazy()):
         out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
                            session=tabdp.Session(seed=0))
-        assert out.schema["county"] == enum and out["county"].to_list() == ["c1", "c2", "c3"]
+        assert out.schema["county"] == pl.Enum(["c1", "c2", "c3"])
+        assert out["county"].to_list() == ["c1", "c2", "c3"]
+    # a Categorical comes back as the key set's Enum (its codes would tell the order in
+    # which strings entered the process-wide category map)
     cat = pdf_pl.with_columns(pl.col("county").cast(pl.String).cast(pl.Categorical))
     out = cat.dp.count(by="county", keys=ks, session=tabdp.Session(seed=0))
-    assert out.schema["county"] == pl.Categorical
+    assert out.schema["county"] == pl.Enum(["c1", "c2", "c3"])
 
     ki = tabdp.KeySet.from_dict(county=[6001, 6003])
     for frame in (pl.DataFrame({"county": [6001]}, schema={"county": pl.Int32}),
@@ -211,10 +226,11 @@ def test_wide_integer_dtypes_stay_float():
     assert out.schema["x"] == pl.Int64
 
 
-def test_author_mode_categories_come_from_the_key_set():
-    """Author mode: an Enum / categorical key's output categories are the key set's values.
+def test_key_categories_come_from_the_key_set_in_every_mode():
+    """An Enum / categorical key's output categories are the key set's values, in every mode.
 
-    The input's categories may have been taken from the data.
+    The input's categories may have been taken from the data (review r86: in curator mode one
+    record outside the key set added a category to the published table).
     """
     ks = tabdp.KeySet.from_dict(county=["c1", "c2"])
     enum = pl.Enum(["c9", "c2", "c1", "c7"])   # c9, c7: values only the data would reveal
@@ -230,12 +246,27 @@ def test_author_mode_categories_come_from_the_key_set():
             assert out["county"].cat.categories.tolist() == ["c1", "c2"]
         else:
             assert out.schema["county"] == pl.Enum(["c1", "c2"])
-        # curator mode keeps the input's categories
+        # curator mode too: the input's categories (c9, c7 only in the data) are not shown
         out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
                            session=tabdp.Session(seed=0), negatives="allow")
         cats = (out["county"].cat.categories.tolist() if isinstance(out, pd.DataFrame)
                 else out.schema["county"].categories.to_list())
-        assert cats == ["c9", "c2", "c1", "c7"]
+        assert cats == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("lib", ["polars", "pandas"])
+def test_one_record_outside_the_key_set_adds_no_category(lib: str) -> None:
+    """Neighbouring inputs whose categories were taken from the data: the same output dtype."""
+    ks = tabdp.KeySet.from_dict(county=["c1", "c2"])
+    outs = []
+    for rows in (["c1", "c2"], ["c1", "c2", "q"]):
+        df = pl.DataFrame({"county": rows, "x": [1.0] * len(rows)})
+        df = df.with_columns(pl.col("county").cast(pl.Enum(sorted(set(rows)))))
+        frame: Any = df.to_pandas() if lib == "pandas" else df
+        out = frame.dp.sum("x", by="county", keys=ks, mechanism=mech.Gaussian(1.0),
+                           session=tabdp.Session(seed=0))
+        outs.append(out["county"].dtype if lib == "pandas" else out.schema["county"])
+    assert outs[0] == outs[1]
 
 
 def test_int64_estimate_beyond_the_range_is_clamped_and_flagged():

@@ -259,8 +259,7 @@ class _PolarsOutput:
             A pandas or Polars DataFrame.
         """
         op = rel.op
-        return to_native(table, op.native, op.backend, rel.by,
-                         author=op.session.mode == "author")
+        return to_native(table, op.native, op.backend, rel.by)
 
     def close(self, agg: Aggregated | None) -> None:
         """Nothing is held outside Python's memory.
