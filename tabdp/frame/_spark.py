@@ -2241,6 +2241,8 @@ class SparkBackend:
               for a in _fp_sums(F.col(f"{_IN}fp{i}"), f"{_IN}fp{i}")],
             F.count(F.lit(1)).alias("rows_read"),
             F.sum(F.when(keep & F.col(_CELL).isNull(), 1).otherwise(0)).alias("outside"),
+            # rows in released cells before the filter (as a sum's `rows_in_released_cells`)
+            F.sum(F.when(keep & F.col(_CELL).isNotNull(), 1).otherwise(0)).alias("inside"),
         ).collect()[0]
         counts = {k: int(summary[v] or 0) for k, v in fl.items()}
         _strict_checks(counts, [column], unit, _Rules(nulls, "allow", sess.mode), False, {})
@@ -2328,8 +2330,11 @@ class SparkBackend:
                                _Rules(nulls, "allow", sess.mode),
                                _Policy(policy, []),  # type: ignore[arg-type]
                                {}), sdf)
-        return QuantileData(truth, ss, None, n_rows, int(summary["outside"] or 0), n_in,
-                            n_left, clipped, counts[f"missing:{column}"], None,
+        rows_in = int(summary["inside"] or 0)
+        # the values kept are the rows in released cells of the admitted units
+        # (`kept` ⊆ `inside`): the rest are the rows of the units left out
+        return QuantileData(truth, ss, None, n_rows, int(summary["outside"] or 0), rows_in,
+                            n_left, rows_in - n_in, clipped, counts[f"missing:{column}"], None,
                             state=_SparkState(program, decided, any_ok, comps, extra, curs))
 
     def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,

@@ -1904,8 +1904,11 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
         policy_mechanism: The release's group-privacy policy (a mechanism-like object).
 
     Returns:
-        ``(codes, values, rows_read, rows_outside, left_out, counts, commit)``: the cell of each
-        admitted value, the values (missing ones 0), the confidential counts, and ``commit()``,
+        ``(codes, values, rows_read, rows_outside, rows_released, left_out, rows_left_out,
+        counts, commit)``: the cell of each admitted value, the values (missing ones 0), the
+        confidential counts (``rows_released``: rows in released cells before the filter;
+        ``left_out`` and ``rows_left_out``: the units and their rows the filter left out
+        there), and ``commit()``,
         which records the release's definition in the ledger (call it when the release is
         recorded).
 
@@ -1943,9 +1946,14 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
         *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
         _count_true(rows > 0).alias(f"{_P}kept"),
         _count_true(inside & ~ok).alias(f"{_P}left"),
+        # rows in released cells before the filter and those left out (a sum's counters)
+        pl.when(inside).then(rows).otherwise(0).sum().cast(pl.Int64).alias(f"{_P}released"),
+        pl.when(inside & ~ok).then(rows).otherwise(0).sum().cast(pl.Int64)
+        .alias(f"{_P}rows_left"),
         value.filter(inside & ok).alias(f"{_P}values"))
     grouped = _read_input(sess, _streamed(query), report=False)
-    summed = [f"{_P}n", f"{_P}left", *[f"{_P}{c}" for c in counters]]
+    summed = [f"{_P}n", f"{_P}left", f"{_P}released", f"{_P}rows_left",
+              *[f"{_P}{c}" for c in counters]]
     row = grouped.select(*[pl.col(c).sum() for c in summed],
                          *[pl.col(f"{FP}{c}").sum() for c in fp_cols]).row(0, named=True)
     counts = {name: int(row[f"{_P}{name}"] or 0) for name in counters}
@@ -1962,4 +1970,5 @@ def streaming_quantile_data(op: _Opened, column: str, by: list[str], keys: KeySe
         _install(ledger, prog, op.lf)
 
     return (kept["cell"].to_numpy(), kept[f"{_P}values"].to_numpy(), int(row[f"{_P}n"] or 0),
-            outside, int(row[f"{_P}left"] or 0), counts, commit)
+            outside, int(row[f"{_P}released"] or 0), int(row[f"{_P}left"] or 0),
+            int(row[f"{_P}rows_left"] or 0), counts, commit)

@@ -346,6 +346,8 @@ def execute_quantile(rel: PlannedQuantile, backend: Backend) -> Any:
             "rows_outside_keys": data.rows_outside,
             "rows_in_released_cells": data.rows_released,
             "units_left_out_by_budget": data.units_left_out,
+            # as a sum's: `left_out_by_table` and `max_left_out` read the share of rows
+            "rows_left_out_by_budget": data.rows_left_out,
             "values_clipped_to_bounds": data.clipped,
             **({f"missing_values_{rel.nulls}:{rel.column}": data.missing}
                if rel.nulls != "error" else {}),

@@ -56,10 +56,12 @@ def left_out_by_table(session: Session) -> dict[str, dict[str, Any]]:
     dropped from the cells; the table is still released): totals miss what was left out (a
     bias, downward for counts and for sums of non-negative values), and the published sd /
     moe do not include that bias. Per release: ``units`` and ``rows`` left out,
-    ``rows_share`` (of the rows in released cells) and, for sums, per measure the exact
-    ``left_out`` amount, the ``total`` in released cells and their ``share``. ``max_share``
-    is the largest of these shares in absolute value (a signed measure's share may be
-    negative).
+    ``rows_share`` (of the rows in released cells, counted before the filter) and, for sums,
+    per measure the exact ``left_out`` amount, the ``total`` in released cells and their
+    ``share``. ``max_share`` is the largest of these shares in absolute value (a signed
+    measure's share may be negative). Counts, medians and quantiles have the share of rows
+    alone (a median's rows are its values in released cells; every engine records them as
+    a sum's, so `check_left_out` applies to them alike).
 
     Args:
         session: The session the tables were released in.

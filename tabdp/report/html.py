@@ -1271,7 +1271,8 @@ def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any,
     return (head + "<p>A unit whose loss would pass its budget is left out of a query (the "
             "individual filter): the query runs without it. Per table: the units and rows left "
             "out and the share of each measure they held (exact sums over the rows in released "
-            "cells; counts: the share of rows)." + lim + "</p>" + table)
+            "cells; counts, medians and quantiles: the share of rows, of the rows in released "
+            "cells before the filter)." + lim + "</p>" + table)
 
 
 def _percent(v: Any) -> str:
@@ -2079,7 +2080,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
               for q, c in (report.get("counts") or {}).items()}
     known = [("rows_read", "rows read"), ("rows_outside_keys", "rows outside the key set"),
              ("cells_with_data_outside_keys", "cells with data outside the key set"),
-             ("rows_in_released_cells", "rows in released cells")]
+             ("rows_in_released_cells", "rows in released cells (before the budget's filter)")]
     rows: list[list[Any]] = []
     for key, label in known:
         if any(key in c for c in counts.values()):
@@ -2117,7 +2118,10 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                 "<b>tabdp never clips values for sensitivity: losses grow with record size "
                 "instead.</b> The only values changed are negative measures under the "
                 "<code>zero</code> policy (clipped to 0) and the rows removed under the "
-                "<code>drop</code> policies, as counted here.</p>")
+                "<code>drop</code> policies, as counted here. Rows in released cells are "
+                "counted before the budget's individual filter, for every kind of query (sums, "
+                "counts, medians and quantiles); the units and rows left out by the budget are "
+                "the part of them the filter removed.</p>")
     if counts:
         handling += _table(["count"] + [_code(q) for q in counts], rows, raw=True)
     else:

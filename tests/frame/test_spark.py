@@ -367,6 +367,27 @@ def test_median_and_quantile_identical(spark):
     assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] > 0
 
 
+def test_median_rows_left_out_counted_as_polars(spark):
+    """A median's rows in released cells (before the filter) and rows left out (stop 61).
+
+    Row mode under a budget (Spark's replay ledger): a sum spends the large values' budget,
+    then the median leaves those rows out; Spark counts what Polars counts.
+    """
+    data = _data(60, seed=3).with_columns(pl.col("emp").cast(pl.Float64))
+    got = []
+    for frame in (data, _spark_frame(spark, data)):
+        s = tabdp.Session(seed=4, budget=1.0)
+        frame.dp.sum("emp", by=["county", "sector"], keys=KEYS, session=s,
+                     mechanism=mech.Gaussian(sigma=200.0))
+        frame.dp.median("emp", by=["county", "sector"], keys=KEYS, bounds=(0.0, 300.0),
+                        epsilon=0.3, session=s, name="m")
+        got.append(s.report().confidential_summary()["queries"][1])
+    assert got[0] == got[1]
+    inside = data.filter(pl.col("county") != "c4").height
+    assert got[1]["rows_in_released_cells"] == inside
+    assert 0 < got[1]["rows_left_out_by_budget"] == got[1]["units_left_out_by_budget"] < inside
+
+
 def _compare_q(spark: Any, data: pl.DataFrame, unit: str | None, budget: Any
                ) -> tabdp.Session:
     res = []

@@ -631,3 +631,82 @@ def test_a_part_left_out_of_a_zero_net_total_is_an_infinite_share() -> None:
     got = left_out_by_table(s)["x"]
     assert got["units"] == 1 and got["measures"]["x"]["total"] == 0.0
     assert math.isinf(got["measures"]["x"]["share"]) and math.isinf(got["max_share"])
+
+
+# -- medians and quantiles: the same counters as a sum's (stop 61, q87) ------------------------
+
+def _median_workload(frame: object, session: tabdp.Session) -> None:
+    """A sum that spends the large values' budget, then a median that leaves them out."""
+    k = tabdp.KeySet.from_dict(c=["a", "b"])
+    frame.dp.sum("x", by="c", keys=k, mechanism=tabdp.mechanisms.Gaussian(5.0),  # type: ignore
+                 session=session, name="s")
+    frame.dp.median("x", by="c", keys=k, bounds=(0.0, 10.0), epsilon=0.3,  # type: ignore
+                    session=session, name="m")
+
+
+def _median_data() -> pl.DataFrame:
+    rng = np.random.default_rng(11)
+    n = 400
+    # "z" is outside the key set: its rows are in no released cell
+    return pl.DataFrame({"c": rng.choice(["a", "b", "z"], n, p=[0.5, 0.4, 0.1]),
+                         "u": rng.integers(0, 80, n), "x": rng.uniform(0.0, 10.0, n)})
+
+
+@pytest.mark.parametrize("kw, form", [({"unit": "u"}, "polars"), ({"unit": "u"}, "pandas"),
+                                      ({}, "polars"), ({}, "pandas"),
+                                      ({"streaming": True}, "polars")],
+                         ids=["unit-polars", "unit-pandas", "row-polars", "row-pandas",
+                              "row-streaming"])
+def test_median_left_out_rows_trip_max_left_out(kw: dict[str, object], form: str) -> None:
+    """A median's rows left out by the budget are counted as a sum's, and trip max_left_out.
+
+    Before, a median recorded no ``rows_left_out_by_budget`` and its
+    ``rows_in_released_cells`` counted the values after the filter, so `left_out_by_table`
+    found no share and ``max_left_out`` never refused, whatever the filter left out.
+    Brute force: a unit with a row in a released cell is left out of the median exactly when
+    it has no positive median loss in the per-record report (which lists no unit whose every
+    loss is 0).
+    """
+    from types import SimpleNamespace as NS
+
+    from tabdp.release._outputs import LeftOutError, check_left_out, left_out_by_table
+
+    df = _median_data()
+    s = tabdp.Session(seed=1, budget=1.0, **kw)  # type: ignore[arg-type]
+    _median_workload(df.to_pandas() if form == "pandas" else df, s)
+    q = s.report().confidential_summary()["queries"][1]
+    pr = s.report().per_record
+    pr = pl.from_pandas(pr) if not isinstance(pr, pl.DataFrame) else pr
+    inside = df.filter(pl.col("c") != "z")
+    if "unit" in kw:
+        kept = pr.filter(pl.col("rho_m") > 0.0)["u"]
+        left = inside.filter(~pl.col("u").is_in(kept.implode()))
+        n_units = left["u"].n_unique()
+    else:
+        kept = pr.filter(pl.col("rho_m") > 0.0)["row"]
+        left = df.with_row_index("row").filter(pl.col("c") != "z",
+                                               ~pl.col("row").is_in(kept.implode()))
+        n_units = left.height
+    rows_left = left.height
+    assert 0 < rows_left < inside.height / 2
+    # the same counters as the sum's of the same rows (before the filter)
+    assert q["rows_in_released_cells"] == inside.height == \
+        s.report().confidential_summary()["queries"][0]["rows_in_released_cells"]
+    assert q["units_left_out_by_budget"] == n_units
+    assert q["rows_left_out_by_budget"] == rows_left
+    lo = left_out_by_table(s)["m"]
+    share = rows_left / inside.height
+    assert lo["rows"] == rows_left and lo["rows_share"] == lo["max_share"] == share
+    # budget.max_left_out (and ledger.max_left_out) refuse a curator run above the share
+    spec = NS(budget=NS(max_left_out=share / 2), ledger=None, input=NS(mode="curator"))
+    with pytest.raises(LeftOutError) as err:
+        check_left_out(spec, {"m": lo})
+    assert err.value.confidential["tables_over_limit"] == {"m": share}
+    spec = NS(budget=None, ledger=NS(max_left_out=share / 2), input=NS(mode="curator"))
+    with pytest.raises(LeftOutError):
+        check_left_out(spec, {"m": lo})
+    check_left_out(NS(budget=NS(max_left_out=share * 1.01), ledger=None,
+                      input=NS(mode="curator")), {"m": lo})
+    # author mode: nothing depends on it (a spec setting it is refused when validated)
+    check_left_out(NS(budget=NS(max_left_out=share / 2), ledger=None,
+                      input=NS(mode="author")), {"m": lo})

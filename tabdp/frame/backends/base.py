@@ -89,8 +89,13 @@ class QuantileData:
         key_dtypes: The output dtypes of the key columns (``None``: the key set's own).
         rows_read: CONFIDENTIAL: rows read.
         rows_outside: CONFIDENTIAL: rows outside the key set.
-        rows_released: CONFIDENTIAL: values in released cells (after the filter).
+        rows_released: CONFIDENTIAL: rows in released cells (before the filter), as a sum's
+            (`Aggregated.rows_released`): the rows the nulls rule keeps whose cell is in the
+            key set.
         units_left_out: CONFIDENTIAL: units the individual filter left out.
+        rows_left_out: CONFIDENTIAL: rows (values) in released cells of the units the filter
+            left out (a sum's ``rows_left_out_by_budget``); ``rows_released - rows_left_out``
+            values are the quantiles' input.
         clipped: CONFIDENTIAL: values outside the bounds.
         missing: CONFIDENTIAL: missing values (replaced or dropped by the nulls rule).
         losses: The admitted per-unit losses, where the engine holds them in memory.
@@ -98,7 +103,7 @@ class QuantileData:
 
     Example:
         >>> import numpy as np
-        >>> QuantileData(np.zeros(1), np.ones(1), None, 0, 0, 0, 0, 0, 0).rows_read
+        >>> QuantileData(np.zeros(1), np.ones(1), None, 0, 0, 0, 0, 0, 0, 0).rows_read
         0
     """
 
@@ -109,6 +114,7 @@ class QuantileData:
     rows_outside: int
     rows_released: int
     units_left_out: int
+    rows_left_out: int
     clipped: int
     missing: int
     losses: UnitLosses | None = None

@@ -580,6 +580,7 @@ class MemoryBackend(_PolarsOutput):
         losses = charges.losses(admitted)
         ok = admitted[ROWS_CURRENCY]
         n_left_out = int((~ok).sum())
+        rows_in = inside.height  # rows in released cells before the filter (as a sum's)
         if n_left_out:
             gone = u.filter(pl.Series(~ok))
             inside = inside.filter(~pl.col(uid).is_in(gone.implode(), nulls_equal=True))
@@ -587,9 +588,9 @@ class MemoryBackend(_PolarsOutput):
         truth, ss, clipped = cell_quantiles(inside[_CELL].to_numpy(), values,
                                             len(keys) if by_list else 1, rel.q,
                                             rel.mechanism.gamma, rel.bounds)
-        return QuantileData(truth, ss, dict(op.schema), n_rows, outside, int(values.size),
-                            n_left_out, clipped, counts[f"missing:{column}"], losses,
-                            state=(charges, admitted))
+        return QuantileData(truth, ss, dict(op.schema), n_rows, outside, rows_in,
+                            n_left_out, rows_in - int(values.size), clipped,
+                            counts[f"missing:{column}"], losses, state=(charges, admitted))
 
     def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,
                         data: QuantileData) -> None:
@@ -817,12 +818,12 @@ class StreamingBackend(_PolarsOutput):
         """
         op = rel.op
         binding.phase(op.session, op.name, "reading the input (streaming)")
-        codes, values, n_rows, outside, n_left_out, counts, commit = streaming_quantile_data(
-            op, rel.column, rel.by, rel.keys, rel.nulls, rel.policy)
+        codes, values, n_rows, outside, rows_in, n_left_out, rows_left, counts, commit = \
+            streaming_quantile_data(op, rel.column, rel.by, rel.keys, rel.nulls, rel.policy)
         truth, ss, clipped = cell_quantiles(codes, values, len(rel.keys) if rel.by else 1,
                                             rel.q, rel.mechanism.gamma, rel.bounds)
-        return QuantileData(truth, ss, dict(op.schema), n_rows, outside, int(values.size),
-                            n_left_out, clipped, counts[f"missing:{rel.column}"], None,
+        return QuantileData(truth, ss, dict(op.schema), n_rows, outside, rows_in, n_left_out,
+                            rows_left, clipped, counts[f"missing:{rel.column}"], None,
                             state=commit)
 
     def record_quantile(self, rel: PlannedQuantile, record: QueryRecord,
