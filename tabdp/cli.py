@@ -24,7 +24,8 @@ only); the exit code stays 0.
     tabdp ledger init PATH --series S --lifetime-budget B
                                          # CURATOR ONLY: start a release series' ledger
     tabdp ledger verify PATH [--series S]
-                                         # CURATOR ONLY: check a lifetime ledger's hash chain,
+                                         # CURATOR ONLY: check a lifetime ledger's owner-only
+                                         # modes (every path), hash chain,
                                          # bytes, anchor, and that its state is the sum of its
                                          # history (exit 0 only for an intact ledger;
                                          # --bytes-only: without that last check)
@@ -451,7 +452,9 @@ def _parser() -> argparse.ArgumentParser:
     lg = sub.add_parser("ledger", help="CURATOR ONLY: verify or show a lifetime ledger (the "
                                        "per-unit losses of a release series)")
     lsub = lg.add_subparsers(dest="ledger_command", required=True, metavar="ACTION")
-    for action, text in (("verify", "check the hash chain, the order of the releases, the "
+    for action, text in (("verify", "check that every file and folder is owner-only (0600 / "
+                                    "0700, no link, FIFO or device), the hash chain, the "
+                                    "order of the releases, the "
                                     "bytes of every file, the anchor, and that each unit's "
                                     "lifetime totals are the sum of its releases' losses in "
                                     "the history (exit 0 only if intact, else 2)"),
@@ -537,9 +540,10 @@ def _refuse_under_author_only(args: argparse.Namespace, tool: str, why: str) -> 
 def _cmd_ledger(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``tabdp ledger verify|show|init|accept-restore PATH``: exit 0 only for an intact ledger.
 
-    A ledger that does not verify, or does not match its anchor, is a ``LedgerError`` (exit
-    2). ``verify``, ``show`` (without ``--bytes-only``) and ``accept-restore`` also recompute
-    every unit's lifetime totals from the history and refuse a state that is not their sum
+    A ledger that is not owner-only (every path named), holds a link or a special file, does
+    not verify, or does not match its anchor, is a ``LedgerError`` (exit 2). ``verify``,
+    ``show`` (without ``--bytes-only``) and ``accept-restore`` also recompute every unit's
+    lifetime totals from the history and refuse a state that is not their sum
     (`verify_ledger`'s ``recompute``); the message gives counts and release numbers, never a
     unit id or a loss. The ledger's warnings (an anchor written for a ledger that had none,
     an accepted restore) are the curator's: written to ``err`` as ``warning:`` lines.

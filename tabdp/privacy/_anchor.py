@@ -33,6 +33,7 @@ import errno
 import json
 import os
 import re
+import stat
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,8 @@ def read_anchor(root: Path) -> Anchor | None:
     """The anchor of the ledger ``root``, or ``None`` when there is none.
 
     Raises:
-        LedgerAnchorError: The anchor is a symbolic link, or does not parse as an anchor.
+        LedgerAnchorError: The anchor is a symbolic link or not a regular file (never
+            opened then: a FIFO could block), or does not parse as an anchor.
 
     Example:
         >>> import tempfile
@@ -111,17 +113,26 @@ def read_anchor(root: Path) -> Anchor | None:
         True
     """
     p = anchor_path(root)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+    try:  # a FIFO or a device is never opened (it could block), nor opened blocking
+        fd = (-1 if not stat.S_ISREG(os.lstat(p).st_mode) else
+              os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK))
     except FileNotFoundError:
         return None
     except OSError as err:
         if err.errno != errno.ELOOP:
             raise
+        fd = -1
+    if fd < 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd >= 0:
+            os.close(fd)
+        link = os.path.islink(p)
+        kind = ("a symbolic link" if link else
+                "not a regular file (a folder, FIFO, socket or device)")
         raise LedgerAnchorError(
-            f"the ledger {root} does not verify against its anchor: the anchor {p} is a "
-            "symbolic link (the anchor must be a file of its own, owner-only).\nHint: remove "
-            f"the link and put back the anchor file; {_fix(root)}.") from None
+            f"the ledger {root} does not verify against its anchor: the anchor {p} is {kind}"
+            " (the anchor must be a file of its own, owner-only). Nothing was opened through "
+            f"it.\nHint: remove {'the link' if link else f'it (rm {p})'} and put back the "
+            f"anchor file; {_fix(root)}.") from None
     with os.fdopen(fd, "rb") as fh:
         raw = fh.read(1 << 16)
     try:

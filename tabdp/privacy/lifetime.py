@@ -8,7 +8,9 @@ lifetime budget as a second individual filter (Feldman and Zrnic, "Individual Pr
 via a Rényi Filter", 2021, arXiv:2008.11193), over the stored past losses plus this run's, and
 commits its losses to the ledger.
 
-Layout (every file 0600, every folder 0700, CONFIDENTIAL)::
+Layout (every file 0600, every folder 0700, CONFIDENTIAL; checked on every path, the anchor
+included, by every open and ``tabdp ledger verify``: a looser mode, another owner, a link or a
+FIFO, socket or device is refused, never tightened nor opened: see `_check_tree`)::
 
     <ledger>/
       state/     Delta table: one row per unit ever charged, its lifetime totals
@@ -150,6 +152,22 @@ def _private(path: Path) -> None:
                 os.chmod(p, mode)
 
 
+@contextlib.contextmanager
+def _owner_only_files() -> Iterator[None]:
+    """Files and folders created meanwhile are owner-only from the start (umask 077).
+
+    Every write into a ledger (a commit, the vacuum after it, the restore of an interrupted
+    run's versions) runs under it: a run killed before the `_private` that follows leaves no
+    file that the next open (`_check_tree`) refuses as readable by others. The umask is the
+    process's: the ledger writes while nothing else of the run creates files.
+    """
+    old = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def _blake3() -> Any:
     """The ``blake3`` package's hasher, or ``None`` when it is not installed."""
     try:
@@ -239,16 +257,9 @@ class _Lock:
         import fcntl
 
         self.path = path
-        try:  # never through a link: the lock is taken before the ledger is verified
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        except OSError as err:
-            if err.errno != errno.ELOOP:
-                raise
-            raise LedgerError(
-                f"the ledger {path.parent} does not verify: its lock file is a symbolic link; "
-                "every file of a ledger must be inside its folder, owner-only.\nHint: remove "
-                "the link (a run recreates the lock), or restore the ledger from a verified "
-                "copy.") from None
+        # never through a link, never a FIFO or a device (lstat-ed first, opened non-blocking:
+        # opening a FIFO can block): the lock is taken before the ledger is verified
+        fd = _open_regular(path.parent, path, os.O_RDWR | os.O_CREAT, "lock file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
@@ -283,16 +294,169 @@ class _Lock:
         self.fd = None
 
 
-def _refuse_links(root: Path) -> None:
-    """Refuse a ledger holding a symbolic link (its bytes could live, or change, elsewhere)."""
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` (from ``lstat``) is, in words.
+
+    Example:
+        >>> import stat
+        >>> _kind(stat.S_IFIFO | 0o600), _kind(stat.S_IFREG | 0o600)
+        ('a FIFO (named pipe)', 'a regular file')
+    """
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+                        (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "a special file"  # pragma: no cover - every POSIX type is named above
+
+
+def _not_regular(root: Path, path: Path, kind: str, what: str) -> LedgerError:
+    """The refusal of a ledger path that must be a regular file and is ``kind``."""
+    fix = ("a run recreates the lock" if what == "lock file" else
+           "then restore the ledger from a verified copy")
+    return LedgerError(
+        f"the ledger {root} does not verify: its {what} {path} is {kind}, not a regular file; "
+        "every file of a ledger must be a regular file inside its folder, owner-only. It was "
+        "refused before any data was read, and never opened (opening a FIFO or a device can "
+        f"block, or act on the device).\nHint: remove it (rm {path}); {fix}.")
+
+
+def _open_regular(root: Path, path: Path, flags: int, what: str,
+                  mode: int = 0o600) -> int:
+    """``os.open`` of a ledger file that must be a regular file, never through a link.
+
+    Checked with ``lstat`` before it is opened (a FIFO or a device is never opened), opened
+    non-blocking (a FIFO swapped in meanwhile cannot hang the open) and checked again on the
+    open descriptor.
+
+    Raises:
+        LedgerError: ``path`` is a symbolic link, a folder, a FIFO, a socket or a device.
+        FileNotFoundError: ``path`` is missing and ``flags`` do not create it.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> os.mkfifo(d / "lock")
+        >>> _open_regular(d, d / "lock", os.O_RDWR, "lock file")
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.LedgerError: the ledger ... is a FIFO (named pipe), not a regular file; ...
+    """
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(root, path, _kind(st.st_mode), what)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                     mode)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        kind = "a symbolic link" if err.errno == errno.ELOOP else _kind(os.lstat(path).st_mode)
+        raise _not_regular(root, path, kind, what) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped in between the lstat and the open
+        os.close(fd)
+        raise _not_regular(root, path, _kind(st.st_mode), what)
+    return fd
+
+
+def _uid() -> int | None:
+    """The effective user id of this process (``None`` where there is none)."""
+    geteuid = getattr(os, "geteuid", None)
+    return None if geteuid is None else int(geteuid())
+
+
+def _check_tree(root: Path) -> None:
+    """Refuse a ledger folder whose files are not all owner-only regular files and folders.
+
+    Every path under ``root`` (``root`` and its anchor included) is ``lstat``-ed, never opened
+    nor followed: a symbolic link, a FIFO, a socket or a device anywhere is refused (its bytes
+    could live, or change, elsewhere; opening it could block); so is a file or folder that
+    others may read, write or enter (any group or other permission bit: files must be 0600,
+    folders 0700, or stricter) or that another user owns. Every such path is named, with the
+    fix; nothing is changed (a loosened ledger may have been read: the curator decides).
+
+    Raises:
+        LedgerError: The ledger holds a link or a special file, or a path that is not
+            owner-only (the message lists them all).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "ledger"
+        >>> Ledger.create(p, series="s", lifetime_budget=1.0).close()
+        >>> _check_tree(p)
+        >>> (p / "chain").chmod(0o755)
+        >>> _check_tree(p)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.LedgerError: the ledger ... owner-only ... chain is drwxr-xr-x (0755)...
+    """
+    me = _uid()
+    odd: list[str] = []
+    odd_paths: list[str] = []
+    loose: list[str] = []
+    foreign: list[str] = []
+
+    def look(path: str, shown: str) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:  # removed meanwhile (a lock-free verify during a vacuum)
+            return
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            odd.append(f"{shown} is {_kind(st.st_mode)}")
+            odd_paths.append(path)
+            return
+        if st.st_mode & 0o077:
+            loose.append(f"{shown} is {stat.filemode(st.st_mode)} "
+                         f"({oct(stat.S_IMODE(st.st_mode))[2:].zfill(4)})")
+        if me is not None and st.st_uid != me:
+            foreign.append(f"{shown} is owned by uid {st.st_uid}")
+
+    look(str(root), "the ledger folder itself")
     for base, dirs, files in os.walk(root):
-        for name in [*dirs, *files]:
-            if os.path.islink(os.path.join(base, name)):
-                rel = os.path.relpath(os.path.join(base, name), root)
-                raise LedgerError(
-                    f"the ledger {root} does not verify: it holds a symbolic link ({rel}); "
-                    "every file of a ledger must be inside its folder, owner-only.\nHint: "
-                    "remove the link, or restore the ledger from a verified copy.")
+        for name in sorted([*dirs, *files]):
+            path = os.path.join(base, name)
+            look(path, os.path.relpath(path, root))
+    anchor = _anchor.anchor_path(root)
+    targets = str(root)
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(anchor)
+        targets += f" {anchor}"
+        if not stat.S_ISLNK(st.st_mode):  # a link: refused when the anchor is read
+            look(str(anchor), f"the anchor {anchor}")
+    if odd:
+        links = any(o.endswith("a symbolic link") for o in odd)
+        raise LedgerError(
+            f"the ledger {root} does not verify: it holds {len(odd)} "
+            f"{'symbolic link(s) or ' if links else ''}path(s) that are not a regular file or "
+            f"a folder (paths in the folder relative to it): {'; '.join(odd)}. A ledger holds "
+            "only its own regular files and folders, owner-only: a link's bytes could live, or "
+            "change, elsewhere, and opening a FIFO or a device can block, or act on the "
+            "device. Refused before any data was read; nothing was opened.\nHint: remove "
+            f"{'it' if len(odd) == 1 else 'them'} (rm {' '.join(odd_paths)}); if a file of the "
+            "ledger was replaced, restore the ledger from a verified copy.")
+    if loose or foreign:
+        parts = []
+        if loose:
+            parts.append(f"{len(loose)} path(s) can be read, written or entered by others "
+                         f"(group or other permission bits): {'; '.join(loose)}")
+        if foreign:
+            parts.append(f"{len(foreign)} path(s) are not owned by this process's user "
+                         f"(uid {me}): {'; '.join(foreign)}")
+        fixes = []
+        if foreign:
+            fixes.append(f"run as the ledger's owner, or have an administrator give them "
+                         f"back (chown -R {me} {targets})")
+        if loose:
+            fixes.append(f"check who could have read them, then chmod -R go-rwx {targets}")
+        raise LedgerError(
+            f"the ledger {root} is not owner-only (paths in the folder relative to it): "
+            f"{'; and '.join(parts)}. A ledger holds confidential per-unit losses: every file "
+            "must be 0600 and every folder 0700 (or stricter), owned by the curator running "
+            "tabdp. Refused before any data was read; nothing was changed.\nHint: "
+            f"{'; '.join(fixes)}.")
 
 
 def _read_chain(root: Path) -> list[dict[str, Any]]:
@@ -857,9 +1021,13 @@ def ledger_terms(path: str | os.PathLike[str]) -> tuple[str, Any]:
         ('cbp', 4.0)
     """
     first = Path(path) / "chain" / f"{0:08d}.json"
-    try:
-        entry = json.loads(first.read_bytes())
+    try:  # never through a link, never a FIFO (it could block: `tabdp validate` reads this)
+        with os.fdopen(_open_regular(Path(path), first, os.O_RDONLY, "first chain entry"),
+                       "rb") as fh:
+            entry = json.loads(fh.read())
         return str(entry["series"]), entry["lifetime_budget"]
+    except LedgerError:
+        raise
     except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise LedgerError(f"no readable ledger at {path}: its first chain entry is missing or "
                           "does not parse.\nHint: check the path, or `tabdp ledger verify` "
@@ -871,6 +1039,10 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                   recompute: bool = False, _keep_state: bool = False,
                   _locked: bool = False) -> tuple[list[dict[str, Any]], list[bytes]]:
     """Check a ledger: its chain, state and history files, the logs naming them, its anchor.
+
+    First, every path of the folder and its anchor is ``lstat``-ed (nothing opened): a link, a
+    FIFO, a socket or a device is refused, and so is a file or folder that is not owner-only
+    (a group or other permission bit, or another owner), every such path named with the fix.
 
     Without ``lock``, read-only and lock-free: Delta versions written after the chain's last
     entry (by a run that was interrupted before it committed) are ignored, as every reader
@@ -905,7 +1077,8 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
         The chain entries (genesis first) and, internally, the state files' bytes.
 
     Raises:
-        LedgerError: The ledger does not verify (the message says where; with
+        LedgerError: The ledger is not owner-only or holds a link or a special file, or
+            does not verify (the message says where; with
             ``recompute``, a state that is not its history's sum: how many units disagree,
             in which columns, and the first release the state does not count).
         LedgerAnchorError: It verifies, but does not match its anchor (an older or another
@@ -938,7 +1111,7 @@ def verify_ledger(path: str | os.PathLike[str], *, series: str | None = None,
                                  _keep_state=_keep_state, _locked=True)
         finally:
             held.release()
-    _refuse_links(root)
+    _check_tree(root)
     entries = _read_chain(root)
     head = entries[-1]
     if series is not None and entries[0].get("series") != series:
@@ -1093,6 +1266,9 @@ class Ledger:
         """Open (or create) a lifetime ledger, lock it, verify it, read its state.
 
         Everything here happens before any data is read: a ledger in use by another run, one
+        that is not owner-only (any file or folder, or the anchor, with a group or other
+        permission bit or of another owner: every such path named, nothing changed), one that
+        holds a link, a FIFO, a socket or a device, one
         that does not verify (bytes, order, chain), one of another series, or an older copy of
         the folder (it does not hold the chain head its anchor records: see
         [`verify_ledger`][tabdp.privacy.lifetime.verify_ledger]) is refused.
@@ -1144,7 +1320,8 @@ class Ledger:
             The open ledger (close it, or use it as a context manager, to release the lock).
 
         Raises:
-            LedgerError: In use, does not verify, another series, or a different budget.
+            LedgerError: In use, not owner-only (or a link or special file in it), does not
+                verify, another series, or a different budget.
             LedgerAnchorError: An older or another copy of the ledger folder (it does not
                 match its anchor; ``accept_restore`` accepts it).
             InvalidParameterError: A missing series or budget for a new ledger, or a ledger
@@ -1402,8 +1579,9 @@ class Ledger:
                         {f[0] for e in entries if e.get("history") for f in e["history"]["files"]})
             dt = DeltaTable(str(table))
             if dt.version() != part["version"] and _table_files(table) != recorded:
-                dt.restore(part["version"])
-                _private(root)  # the restore's log entry: owner-only like every file
+                with _owner_only_files():  # the restore's log entry, owner-only from the start
+                    dt.restore(part["version"])
+                _private(root)
 
     # -- public facts ---------------------------------------------------------------------------
     @property
@@ -1750,8 +1928,7 @@ class Ledger:
             unit_dtype = "Int64" if run["unit"].dtype == pl.Int64 else "String"
         elif unit_dtype is None:  # nobody charged: the type of the releases' unit column
             unit_dtype = self._run_kind
-        old_mask = os.umask(0o077)
-        try:
+        with _owner_only_files():
             hist_rel: list[list[Any]] = []
             if run is not None:
                 rows = run.with_columns(pl.lit(seq, pl.Int64).alias("release"))
@@ -1811,8 +1988,6 @@ class Ledger:
             finally:
                 tmp.unlink(missing_ok=True)
             _fsync_dir(chain)
-        finally:
-            os.umask(old_mask)
         self.entries.append(entry)
         self.unit_dtype = unit_dtype
         self._state = new_state
@@ -2312,7 +2487,9 @@ def _head_files(table: Path, skip: set[str] | None = None) -> tuple[int, list[li
 def _vacuum(table: Path) -> None:
     DeltaTable = _deltalake().DeltaTable
 
-    with contextlib.suppress(Exception):
+    # the vacuum writes log entries of its own: owner-only from the start, so that a run
+    # killed before the `_private` that follows leaves no file an open refuses as loose
+    with contextlib.suppress(Exception), _owner_only_files():
         DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False,
                                       dry_run=False)
 
