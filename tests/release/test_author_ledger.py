@@ -391,6 +391,14 @@ def test_a_ledger_refusal_never_depends_on_the_data(tmp_path, monkeypatch, ledge
     assert views[0][0] == 2 and not views[0][3], views
 
 
+def _ids_to_text(root: Path) -> None:
+    """The curator switches the dataset's firm ids to text (data and declared schema)."""
+    _firms().with_columns(pl.col("firm").cast(pl.String)).write_parquet(
+        root / "data" / "firms.parquet")
+    write_curator(root, {"firms": "data/firms.parquet"},
+                  dataset_extra={"firms": 'unit = "firm"\nledger = "ledgers/firms"'})
+
+
 def test_author_run_with_unit_ids_of_another_type_refused_from_the_schema(tmp_path,
                                                                           monkeypatch):
     """Review (C), author mode: the declared unit type against the dataset ledger's, no data.
@@ -403,10 +411,7 @@ def test_author_run_with_unit_ids_of_another_type_refused_from_the_schema(tmp_pa
     _server(root)
     code, _, err = _run(root, monkeypatch, "r0")
     assert code == 0, err
-    _firms().with_columns(pl.col("firm").cast(pl.String)).write_parquet(
-        root / "data" / "firms.parquet")
-    write_curator(root, {"firms": "data/firms.parquet"},
-                  dataset_extra={"firms": 'unit = "firm"\nledger = "ledgers/firms"'})
+    _ids_to_text(root)
     from tabdp.release import runner
 
     def no_data(*args, **kwargs):
@@ -440,10 +445,7 @@ def test_the_id_type_refusal_never_depends_on_one_firm_of_an_earlier_release(tmp
         _firms(0, extra=extra).write_parquet(root / "data" / "firms.parquet")
         code, _, err = _run(root, monkeypatch, "r0")
         assert code == 0, err
-        _firms().with_columns(pl.col("firm").cast(pl.String)).write_parquet(
-            root / "data" / "firms.parquet")
-        write_curator(root, {"firms": "data/firms.parquet"},
-                      dataset_extra={"firms": 'unit = "firm"\nledger = "ledgers/firms"'})
+        _ids_to_text(root)
         code, out, err = _run(root, monkeypatch, "r1")
         views.append((code, out.replace(str(root), "ROOT"), err.replace(str(root), "ROOT"),
                       (root / "releases" / "r1" / "public").exists()))
