@@ -356,7 +356,7 @@ def margins(cells: Sequence[Sequence[Term]], level: float, extra: float = 0.0
     for i, terms in enumerate(cells):
         if not terms:
             continue
-        key = tuple(sorted((lw.family, lw.param, round(a, 15), n) for lw, a, n in terms))
+        key = tuple(sorted((lw.family, lw.param, a, n) for lw, a, n in terms))
         keys.setdefault(key, []).append(i)
     todo: list[tuple[list[int], Sequence[Term]]] = []
     for idx in keys.values():

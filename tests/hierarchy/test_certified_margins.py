@@ -209,3 +209,20 @@ def test_rows_give_the_variance_and_orbits_change_nothing(monkeypatch: pytest.Mo
     for o in outs:
         np.testing.assert_allclose(a[o]["n_moe"].to_numpy(), b[o]["n_moe"].to_numpy(),
                                    rtol=1e-12)
+
+
+def test_margins_scale_with_the_noise() -> None:
+    # the margins are in the noise's units whatever its size (no absolute tolerance inside;
+    # the weights' upward rounding to a relative grid of 1e-3 sits elsewhere on another scale)
+    rng = np.random.default_rng(4)
+    county = GEO.select("county").with_columns(n=pl.Series(rng.normal(0.0, 1.0, 12)))
+    state = county.join(GEO, on="county").group_by("state").agg(pl.col("n").sum()).sort("state")
+    kw = dict(measures=["n"], hierarchies={"geo": GEO}, outputs=[("county",), ("state",), ()],
+              level=0.95)
+    mech_a = {("county",): Laplace(scale=1.0), ("state",): Laplace(scale=0.3)}
+    mech_b = {("county",): Laplace(scale=1e-12), ("state",): Laplace(scale=0.3e-12)}
+    a = consistent({("county",): county, ("state",): state}, mechanisms=mech_a, **kw)
+    b = consistent({("county",): county, ("state",): state}, mechanisms=mech_b, **kw)
+    for lv in a:
+        np.testing.assert_allclose(b[lv]["n_moe"].to_numpy() * 1e12, a[lv]["n_moe"].to_numpy(),
+                                   rtol=2e-3)
