@@ -16,6 +16,7 @@ from tabdp.hierarchy.gls import GLSResult, Tree, dense_gls, solve
 from tabdp.hierarchy.plan import (
     SplitPlan,
     calibrated_shares,
+    certified_margins,
     expected_sd,
     gaussian_shares,
     plan_split,
@@ -24,4 +25,4 @@ from tabdp.hierarchy.release import consistent_from_release
 
 __all__ = ["consistent", "cell_weights", "Product", "solve", "dense_gls", "Tree", "GLSResult",
            "expected_sd", "expected_margin", "plan_split", "SplitPlan", "gaussian_shares",
-           "calibrated_shares", "consistent_from_release"]
+           "calibrated_shares", "consistent_from_release", "certified_margins"]

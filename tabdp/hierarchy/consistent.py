@@ -53,20 +53,33 @@ from scipy.special import ndtr, ndtri
 from tabdp._validation import check_level
 from tabdp.exceptions import InvalidParameterError
 from tabdp.hierarchy.gls import GLSResult, Tree, solve
+from tabdp.hierarchy.margins import (
+    UNIFORM,
+    NoiseLaw,
+    gauss_margin,
+    group_block,
+    margins,
+    noise_law,
+    rounding_radius,
+)
 from tabdp.mechanisms import DEFAULT_LEVEL, Mechanism
 from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 from tabdp.mechanisms.transformation import TransformationMechanism
 from tabdp.noise.exact import UNIFORM_BITS
 
 __all__ = ["consistent", "Product", "cell_weights", "expected_margin", "METHOD_GAUSSIAN",
-           "METHOD_STABLE", "METHOD_NORMAL"]
+           "METHOD_STABLE", "METHOD_CERTIFIED", "METHOD_NORMAL"]
 
 METHOD_GAUSSIAN = "exact: Gaussian (linear combination of Gaussian errors)"
 METHOD_STABLE = ("exact: symmetric alpha-stable (stability: scale (Σ|w_j γ_j|^α)^(1/α) of the "
                  "estimator's weights w_j)")
-METHOD_NORMAL = ("normal approximation with the exact sd (a weighted sum of non-Gaussian "
-                 "errors); whole numbers (integer noise and grid): continuity-corrected, the "
-                 "margin randomized between the two whole numbers around the level")
+METHOD_CERTIFIED = ("certified: coverage at least the level for every cell (the law of the "
+                    "weighted sum of the measured cells' errors, from the estimator's rows: "
+                    "characteristic-function inversion with bounded errors, the rounding to the "
+                    "grid bounded; Gauss's inequality for laws without a closed-form "
+                    "characteristic function)")
+#: The former name (the normal approximation it described is no longer used: review r84).
+METHOD_NORMAL = METHOD_CERTIFIED
 
 Level = tuple[str, ...]
 
@@ -368,9 +381,10 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     the released levels) with, per measure ``m``: ``m`` (the GLS estimate: every cell is the
     sum of the estimated finest cells under it), ``m_sd`` (exact sd of the estimate: the
     linear estimator's, plus the variance of the rounding to ``grid`` where there is one;
-    ``inf`` for α-stable noise), ``m_moe`` (half-width of the central ``level`` interval, from
-    the exact law where known: Gaussian, or α-stable by stability; otherwise the normal
-    approximation with the exact sd), ``m_lower``, ``m_upper`` (``m ∓ m_moe``; see
+    ``inf`` for α-stable noise), ``m_moe`` (half-width of the ``level`` interval: from the exact law
+    for Gaussian noise, and α-stable by stability; for every other law a margin certified to
+    cover at least ``level`` in every cell, from the law of the cell's error: see
+    `tabdp.hierarchy.margins`), ``m_lower``, ``m_upper`` (``m ∓ m_moe``; see
     ``nonnegative``), and with ``nonnegative`` ``m_centre`` (the unbiased estimate the interval
     is centred on; the publication rules judge cv, C and S on it).
 
@@ -521,7 +535,7 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
         else:
             kind = "other"
         methods[m] = {"gaussian": METHOD_GAUSSIAN, "stable": METHOD_STABLE,
-                      "other": METHOD_NORMAL}[kind]
+                      "other": METHOD_CERTIFIED}[kind]
         ms: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         for key in levels:
             a, b = prod.pair(key)
@@ -575,6 +589,13 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             stable_scale = _stable_scales(prod, ms, {k: math.sqrt(spreads[k][0]) for k in levels},
                                           levels, outs, alphas.pop())
         one = next(iter(mech_of.values()))
+        certified: dict[Level, np.ndarray] = {}
+        if kind == "other":
+            certified = _certified(prod, ms, {k: noise_law(mech_of[k], m) for k in levels},
+                                   levels, outs, lv, grid_m,
+                                   lattice=grid_m is not None and float(grid_m).is_integer()
+                                   and all(isinstance(mm, DiscreteAdditiveMechanism)
+                                           for mm in mech_of.values()))
         # integer-valued noise (discrete mechanisms release integer targets) and an integer
         # grid: every published error is a whole number (the margin is chosen on the lattice)
         lattice = grid_m is not None and float(grid_m).is_integer() and all(
@@ -609,9 +630,12 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
                 # stochastic rounding of the finest cells below the cell (as in the margin)
                 rvar = None if grid_m is None else _round_variance(prod, a, b, grid_m)
                 sd = np.sqrt(var if rvar is None else var + rvar)
-                moe = _margin(prod, a, b, var, lv, rvar, lattice and ints_u is not None,
-                              _lattice_uniforms(ints_u, m, a, b, var.shape)
-                              if lattice and ints_u is not None else None)
+                if kind == "other":
+                    moe = certified[o].reshape(var.shape)
+                else:
+                    moe = _margin(prod, a, b, var, lv, rvar, lattice and ints_u is not None,
+                                  _lattice_uniforms(ints_u, m, a, b, var.shape)
+                                  if lattice and ints_u is not None else None)
             moe = np.asarray(moe).reshape(var.shape)
             lower = centre - moe
             upper = centre + moe
@@ -981,3 +1005,163 @@ def _stable_scales(prod: Product, ms: Mapping[tuple[int, int], tuple[np.ndarray,
             a, b = prod.pair(o)
             acc[o] += np.sum(np.abs(res.estimate(a, b) * gam) ** alpha, axis=2)
     return {o: v.reshape(-1) ** (1.0 / alpha) for o, v in acc.items()}
+
+
+#: Output cells per batched solve of the estimator's rows (`_estimator_rows`).
+_ROWS_CHUNK = 256
+
+
+def _estimator_rows(prod: Product, ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+                    o: Level, cells: np.ndarray
+                    ) -> dict[tuple[int, int], np.ndarray]:
+    """Rows ``L_c`` of the GLS estimator for the output cells ``cells`` of level ``o``.
+
+    ``x̂_c = Σ_j L_cj y_j``; with ``P = AᵀWA`` (symmetric), ``L_c = 1_cᵀP⁻¹AᵀW``: solving
+    with the finest measurements ``1_c / w`` (every present finest cell is measured at the
+    finest level) gives ``u = P⁻¹1_c``, and ``L_cj = w_j·Σ_{i ≤ j} u_i`` (the estimate of the
+    measured cell ``j`` from that solve, times its weight). Returns measured pair →
+    ``(cells of the pair, len(cells))``.
+    """
+    a, b = prod.pair(o)
+    k = cells.size
+    ni = prod.inner.tree.sizes[b]
+    uo, vi = cells // ni, cells % ni
+    ao = prod.outer.tree.leaf_ancestor(a)
+    bi = prod.inner.tree.leaf_ancestor(b)
+    fa, fb = prod.outer.tree.depth, prod.inner.tree.depth
+    w_fin = ms[(fa, fb)][1]
+    below = (ao[:, None, None] == uo[None, None, :]) & (bi[None, :, None] == vi[None, None, :])
+    below &= prod.present[:, :, None]
+    safe = np.where(w_fin > 0, w_fin, 1.0)
+    unit: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {
+        pair: (np.zeros(w.shape + (k,)), w) for pair, (_y, w) in ms.items()}
+    unit[(fa, fb)] = (below / safe[:, :, None], w_fin)
+    res: GLSResult = solve(prod.outer.tree, prod.inner.tree, prod.present, unit)
+    return {pair: (w[:, :, None] * res.estimate(*pair)).reshape(-1, k)
+            for pair, (_y, w) in ms.items()}
+
+
+def _certified(prod: Product, ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+               laws: Mapping[Level, NoiseLaw], levels: Sequence[Level],
+               outs: Sequence[Level], level: float, grid: float | None, *,
+               lattice: bool) -> dict[Level, np.ndarray]:
+    """Certified margins of every output cell (non-Gaussian noise; `tabdp.hierarchy.margins`).
+
+    The noise part from the exact law of ``Σ_j L_cj e_j`` (the estimator's row, grouped by
+    law); with a grid, plus the Hoeffding radius of the output rounding at probability
+    ``eta_r`` (taken from the level the noise must reach). On the integer lattice (discrete
+    noise, integer grid: every published error is a whole number) the margin is rounded down.
+    """
+    eta_r = 0.0 if grid is None else min(1e-5, 1e-3 * (1.0 - level))
+    generic = any(lw.family == "generic" for lw in laws.values())
+    pairs = {prod.pair(k): laws[k] for k in levels}
+    orbit_o, orbit_i = _orbits(prod, ms)
+    out: dict[Level, np.ndarray] = {}
+    for o in outs:
+        a, b = prod.pair(o)
+        n = prod.outer.tree.sizes[a] * prod.inner.tree.sizes[b]
+        ranges = np.zeros(n) if grid is None else np.round(
+            _round_variance(prod, a, b, grid).reshape(-1) / (grid * grid / 6.0))
+        # one rounding range: the rounding is in the law (a uniform term, exact); several:
+        # Hoeffding's radius at probability eta_r, added
+        one = (ranges == 1) & (not generic)
+        moe = np.zeros(n)
+        if generic:
+            # no closed-form characteristic function: Gauss's inequality on the exact sd
+            # (every law symmetric unimodal, so is their sum)
+            res0 = solve(prod.outer.tree, prod.inner.tree, prod.present,
+                         {p: (np.zeros(w.shape + (0,)), w) for p, (_y, w) in ms.items()})
+            moe = np.asarray(gauss_margin(np.sqrt(res0.variance(a, b).reshape(-1)),
+                                          level + eta_r))
+        else:
+            has = _aggregate(prod, a, b, prod.present.astype(np.float64)).reshape(-1) > 0
+            # cells in one orbit of the table's automorphisms share their weights (permuted):
+            # one row per orbit
+            cls = (orbit_o[a][:, None] * (int(orbit_i[b].max()) + 1)
+                   + orbit_i[b][None, :]).reshape(-1)
+            cls = np.where(has, cls, -1)
+            uq, first, inv = np.unique(cls, return_index=True, return_inverse=True)
+            reps = first[uq >= 0]
+            got = np.zeros(uq.size)
+            rep_moe = np.zeros(reps.size)
+            for s0 in range(0, reps.size, _ROWS_CHUNK):
+                part = reps[s0:s0 + _ROWS_CHUNK]
+                rows = _estimator_rows(prod, ms, o, part)
+                plist = list(rows)
+                terms = group_block([pairs[p] for p in plist], [rows[p] for p in plist])
+                single = one[part]
+                if grid is not None:
+                    terms = [t + [(UNIFORM, float(grid), 1)] if s1 else t
+                             for t, s1 in zip(terms, single.tolist(), strict=True)]
+                x = np.zeros(part.size)
+                if np.any(single):
+                    x[single] = margins([t for t, s1 in zip(terms, single, strict=True) if s1],
+                                        level)
+                if np.any(~single):
+                    x[~single] = margins([t for t, s1 in zip(terms, single, strict=True)
+                                          if not s1], level, eta_r)
+                rep_moe[s0:s0 + part.size] = x
+            got[uq >= 0] = rep_moe
+            moe = np.where(has, got[inv.reshape(-1)], 0.0)
+        if grid is not None:
+            moe = np.where(one, moe + 0.5 * grid,
+                           moe + rounding_radius(np.where(one, 0.0, ranges), grid, eta_r))
+            if lattice:   # whole-number errors: |E| ≤ moe holds for the whole part too
+                moe = np.floor(moe + 1e-9)
+        out[o] = moe
+    return out
+
+def _tree_orbits(tree: Tree, data: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Orbit id of every node under the automorphisms of a tree with node data.
+
+    ``data[l]``: one row per node of level ``l``. Bottom-up, a node's label is its data and
+    the sorted labels of its children (isomorphic subtrees, AHU); top-down, two nodes are in
+    one orbit when their labels agree and their parents are in one orbit (siblings of equal
+    label can be swapped, and an automorphism of the parents carries the rest).
+    """
+    depth = tree.depth
+    labels: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * (depth + 1)
+    for lv in range(depth, -1, -1):
+        n = tree.sizes[lv]
+        rows = np.ascontiguousarray(data[lv]).reshape(n, -1)
+        keys: list[bytes] = [rows[u].tobytes() for u in range(n)]
+        if lv < depth:
+            par = tree.parent[lv + 1]
+            kids: list[list[int]] = [[] for _ in range(n)]
+            for c, pa in enumerate(par.tolist()):
+                kids[pa].append(int(labels[lv + 1][c]))
+            keys = [k + np.array(sorted(kd), dtype=np.int64).tobytes() + b"|"
+                    for k, kd in zip(keys, kids, strict=True)]
+        ids: dict[bytes, int] = {}
+        labels[lv] = np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+    orbits: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+    for lv in range(1, depth + 1):
+        par = tree.parent[lv]
+        pair = labels[lv] * (int(orbits[-1].max()) + 1) + orbits[-1][par]
+        orbits.append(np.unique(pair, return_inverse=True)[1].reshape(-1).astype(np.int64))
+    return orbits
+
+
+def _orbits(prod: Product, ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]]
+            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Orbits of the outer nodes (inner tree fixed) and of the inner nodes (outer fixed).
+
+    An automorphism of the outer tree that keeps every measured weight and the presence of
+    every finest cell (node data: its weights at every measured level, and at the leaves its
+    presence row) maps each output cell's estimator row to a permutation of another's; the
+    same for the inner tree, and for their compositions: the cells ``(u, v)`` with ``u`` and
+    ``v`` in the same orbits share one law of the error.
+    """
+    ot, it = prod.outer.tree, prod.inner.tree
+    od: list[list[np.ndarray]] = [[] for _ in range(ot.depth + 1)]
+    idd: list[list[np.ndarray]] = [[] for _ in range(it.depth + 1)]
+    for (a, b), (_y, w) in sorted(ms.items()):
+        od[a].append(np.full((w.shape[0], 1), float(b)))
+        od[a].append(w)
+        idd[b].append(np.full((w.shape[1], 1), float(a)))
+        idd[b].append(w.T)
+    od[ot.depth].append(prod.present.astype(np.float64))
+    idd[it.depth].append(prod.present.T.astype(np.float64))
+    odata = [np.hstack(x) if x else np.zeros((ot.sizes[lv], 0)) for lv, x in enumerate(od)]
+    idata = [np.hstack(x) if x else np.zeros((it.sizes[lv], 0)) for lv, x in enumerate(idd)]
+    return _tree_orbits(ot, odata), _tree_orbits(it, idata)

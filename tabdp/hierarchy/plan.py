@@ -37,15 +37,19 @@ from tabdp.hierarchy.consistent import (
     Level,
     Product,
     _aggregate,
+    _certified,
     _level_key,
     _product,
     _round_variance,
     cell_weights,
 )
 from tabdp.hierarchy.gls import solve
+from tabdp.hierarchy.margins import noise_law
 from tabdp.mechanisms import Gaussian, Mechanism
+from tabdp.mechanisms.discrete import DiscreteAdditiveMechanism
 
-__all__ = ["expected_sd", "plan_split", "SplitPlan", "gaussian_shares", "calibrated_shares"]
+__all__ = ["expected_sd", "certified_margins", "plan_split", "SplitPlan", "gaussian_shares",
+           "calibrated_shares"]
 
 
 def _setup(keys: pl.DataFrame, measured: Sequence[Level], outputs: Sequence[Level] | None,
@@ -141,6 +145,58 @@ def expected_sd(keys: pl.DataFrame, measured: Sequence[Level], *,
         body = pl.DataFrame({"sd": sd})
         out[o] = (pl.concat([k, body], how="horizontal") if o else body)
     return out
+
+
+def certified_margins(keys: pl.DataFrame, measured: Sequence[Level], *,
+                      hierarchies: Mapping[str, pl.DataFrame],
+                      mechanisms: Mechanism | Mapping[Level, Mechanism],
+                      outputs: Sequence[Level] | None = None, measure: str = "value",
+                      grid: float | None = None, level: float = 0.9
+                      ) -> dict[Level, np.ndarray] | None:
+    """The margins a consistent table publishes under non-Gaussian noise, from public inputs.
+
+    They depend on the key set, hierarchies, mechanisms, grid and level only (not on the
+    data), so the plan states them exactly (see `tabdp.hierarchy.margins`).
+
+    Args:
+        keys: The finest level's key set.
+        measured: The levels released directly.
+        hierarchies: Name → mapping.
+        mechanisms: Mechanism of every measured level, or level → mechanism.
+        outputs: Levels to report (default: the measured ones).
+        measure: Measure name for a joint mechanism.
+        grid: Optional rounding step of the finest cells.
+        level: Confidence level.
+
+    Returns:
+        Level → the margin of every cell (``expected_sd``'s order), or None where the noise
+        is Gaussian at every level (the margin is then ``z·sd``: `expected_margin`).
+
+    Example:
+        >>> import polars as pl
+        >>> from tabdp.mechanisms import Laplace
+        >>> keys = pl.DataFrame({"c": ["a", "b"]})
+        >>> m = certified_margins(keys, [("c",)], hierarchies={}, mechanisms=Laplace(scale=1.0),
+        ...                       level=0.95)
+        >>> 2.9957 <= float(m[("c",)][0]) < 2.9957 * 1.02     # b·ln(20)
+        True
+    """
+    prod, levels, outs = _setup(keys, measured, outputs, hierarchies)
+    mech = {lv: mechanisms[lv] if isinstance(mechanisms, Mapping) else mechanisms
+            for lv in levels}
+    kinds = {cell_weights(m, measure)[1] for m in mech.values()}
+    if kinds == {"gaussian"} or "stable" in kinds:
+        return None
+    laws = {lv: noise_law(m, measure) for lv, m in mech.items()}
+    ms = {}
+    for lv in levels:
+        a, b = prod.pair(lv)
+        shape = (prod.outer.tree.sizes[a], prod.inner.tree.sizes[b])
+        ms[(a, b)] = (np.zeros(shape + (0,)), np.full(shape, 1.0 / laws[lv].var))
+    lattice = grid is not None and float(grid).is_integer() and all(
+        isinstance(m, DiscreteAdditiveMechanism) for m in mech.values())
+    return _certified(prod, ms, laws, levels, outs, level,
+                      None if grid is None else float(grid), lattice=lattice)
 
 
 @dataclass(frozen=True)

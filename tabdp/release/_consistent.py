@@ -16,10 +16,10 @@ import numpy as np
 import polars as pl
 
 from tabdp.exceptions import InvalidParameterError
-from tabdp.hierarchy import consistent, expected_sd
+from tabdp.hierarchy import certified_margins, consistent, expected_sd
 from tabdp.hierarchy.consistent import (
+    METHOD_CERTIFIED,
     METHOD_GAUSSIAN,
-    METHOD_NORMAL,
     METHOD_STABLE,
     cell_weights,
     expected_margin,
@@ -118,7 +118,7 @@ def consistent_method(mech: Mechanism, measure: str) -> str:
         True
     """
     kind = cell_weights(mech, measure)[1]
-    return {"gaussian": METHOD_GAUSSIAN, "stable": METHOD_STABLE, "other": METHOD_NORMAL}[kind]
+    return {"gaussian": METHOD_GAUSSIAN, "stable": METHOD_STABLE, "other": METHOD_CERTIFIED}[kind]
 
 
 def table_grid(t: TableSpec, mech: Mechanism, measures: Sequence[str]) -> dict[str, Any]:
@@ -233,6 +233,11 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             out["expected_sd"][m] = None
             continue
         var1 = cell_weights(mech, m)[0]  # the rollup plan: every target on the table
+        # non-Gaussian noise: the certified margins, which depend on public inputs only
+        cert = certified_margins(keys, measured, hierarchies=_hierarchies(spec),
+                                 mechanisms=mechs, outputs=outs, measure=m,
+                                 grid=float(g) if isinstance(g, (int, float)) else None,
+                                 level=spec.release.level)
         # the published margin's method: on the integer lattice (discrete noise, whole grid)
         # randomized between two whole numbers, else z x sd (as `consistent` publishes it)
         lattice = isinstance(g, (int, float)) and float(g).is_integer() and all(
@@ -247,7 +252,8 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
             rows.append({"level": "_".join(o) if o else "national", "cells": int(s.size),
                          "sd_median": float(np.median(s)) if s.size else 0.0,
                          "sd_max": float(np.max(s)) if s.size else 0.0,
-                         "moe_median": float(expected_margin(
+                         "moe_median": float(np.median(cert[o])) if cert is not None
+                         and s.size else float(expected_margin(
                              float(np.median(s)) if s.size else 0.0, spec.release.level,
                              lattice=lattice)),
                          "rollup_sd_median": float(np.median(np.sqrt(n_fin * var1)))

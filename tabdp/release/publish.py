@@ -137,9 +137,9 @@ COLUMN_DOCS: dict[str, str] = {
            "a transformation mechanism; z x sd for a rollup of transformation-mechanism cells "
            "(a symmetric interval from a normal approximation with the plug-in sd: "
            "approximate coverage, not central); in a consistent table, exact for Gaussian "
-           "and alpha-stable noise, and z x sd (a normal approximation with the exact sd; "
-           "randomized between two whole numbers for integer noise on a whole grid) for "
-           "other noise laws (the summary's consistent methods). "
+           "and alpha-stable noise, and for other noise laws a margin certified to cover at "
+           "least the level in every cell (from the law of the cell's error; whole numbers "
+           "for integer noise on a whole grid; the summary's consistent methods). "
            "Unconditional: with suppress_cv, the published small cells cover less",
     "lower": "lower end of the confidence interval at the release's level: exact and possibly "
              "asymmetric for transformation mechanisms, estimate - moe for additive ones and "

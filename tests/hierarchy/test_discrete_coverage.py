@@ -2,10 +2,12 @@
 
 The published counts are whole numbers (grid 1), so every error is a whole number: a margin
 ``h`` covers exactly when ``|error| <= floor(h)``. Without the lattice and the finest cells'
-rounding, 90% intervals covered 0.81-0.85 at several levels (sd ~2); the smallest whole ``h``
-with ``P(|N| <= h + 1/2) >= 0.9`` covered 0.89-0.96 (whole-number margins are a lattice step
-apart in coverage); the margin is now randomized between ``h - 1`` and ``h`` (from a hash of
-the released values) so that every level covers 88-92%.
+rounding, 90% intervals covered 0.81-0.85 at several levels (sd ~2); the margins were then
+randomized between two whole numbers to cover 88-92% on average (a normal approximation that
+guaranteed no cell its level). Since review r84 they are certified (at least the level in
+every cell, `tabdp.hierarchy.margins`) and whole: 0.95-0.96 here at the levels of one rounding
+range per cell, up to 1.0 where a cell adds the rounding of several ranges (a county over 9
+industries: Hoeffding's radius, about 7 at grid 1, beside a noise sd of about 3).
 """
 
 from __future__ import annotations
@@ -78,11 +80,12 @@ def test_discrete_gaussian_margins_cover(shares: tuple[float, ...] | None) -> No
     for lv in LEVELS:
         cover = float(np.mean(hits[lv]))
         cells = len(hits[lv][0])
-        assert 0.88 <= cover <= 0.92, (lv, cover, cells)
+        # at least the level (600 draws: 0.88 is about 3 standard errors of a level's pooled
+        # coverage below 0.9), and not far above it (whole-number margins)
+        assert 0.88 <= cover, (lv, cover, cells)
+        if lv in (("county", "naics"), ("state", "naics")):   # one rounding range per cell
+            assert cover <= 0.97, (lv, cover, cells)
         covers[lv] = cover
-    conservative = {lv: float(np.mean(cons[lv])) for lv in LEVELS}
+    normal = {lv: float(np.mean(cons[lv])) for lv in LEVELS}
     print("coverage", shares, {"_".join(k): round(v, 3) for k, v in covers.items()},
-          "whole-number margins", {"_".join(k): round(v, 3) for k, v in conservative.items()})
-    # without the randomization (the smallest whole number covering 90%) the same draws
-    # over-cover at some level
-    assert max(conservative.values()) > 0.92
+          "smallest whole normal margins", {"_".join(k): round(v, 3) for k, v in normal.items()})

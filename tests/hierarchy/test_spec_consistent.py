@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from tabdp.exceptions import SpecError
-from tabdp.hierarchy.consistent import METHOD_NORMAL
+from tabdp.hierarchy.consistent import METHOD_CERTIFIED
 from tabdp.release import plan_summary
 from tabdp.release.runner import run_release
 from tabdp.release.spec import parse_spec
@@ -84,7 +84,7 @@ def test_plan_shows_expected_sd_per_level(tmp_path: Path) -> None:
     assert rows["state"]["sd_median"] < 0.75 * rows["state"]["rollup_sd_median"]
     assert all(r["direct_file"] is None for r in t["rollups"])
     # a count's noise is an integer law: the exact sd with a normal margin
-    assert t["rollups"][0]["moe_method"]["count"] == METHOD_NORMAL
+    assert t["rollups"][0]["moe_method"]["count"] == METHOD_CERTIFIED
 
 
 @pytest.mark.parametrize(("table", "match"), [

@@ -226,12 +226,13 @@ def test_estimate_and_moe_docs_say_what_a_consistent_table_publishes() -> None:
     """Review r84: the column docs described only a directly released cell.
 
     A consistent table's estimate is the GLS combination rounded without bias (a finest
-    cell moves by up to one step, not half), and its moe is z x sd for non-Gaussian noise
-    (Laplace's finest cells covered about 0.94 at a stated 0.95), not the central interval of
-    the error as the moe doc said of every additive mechanism.
+    cell moves by up to one step, not half), and its moe, for non-Gaussian noise, is not the
+    central interval of the error as the moe doc said of every additive mechanism: it was z x
+    sd (Laplace's finest cells covered about 0.94 at a stated 0.95), and is now certified to
+    cover at least the level in every cell.
     """
     from tabdp.release.publish import COLUMN_DOCS
 
     assert "generalized least squares" in COLUMN_DOCS["estimate"]
     assert "in a consistent table" in COLUMN_DOCS["moe"]
-    assert "normal approximation with the exact sd" in COLUMN_DOCS["moe"]
+    assert "certified to cover at least the level in every cell" in COLUMN_DOCS["moe"]
