@@ -226,3 +226,25 @@ def test_margins_scale_with_the_noise() -> None:
     for lv in a:
         np.testing.assert_allclose(b[lv]["n_moe"].to_numpy() * 1e12, a[lv]["n_moe"].to_numpy(),
                                    rtol=2e-3)
+
+
+# -- large tables: a bound from the exact sd ----------------------------------------------------
+@pytest.mark.parametrize("level", LEVELS)
+def test_past_the_exact_work_the_margin_is_gauss_on_the_exact_sd(
+        level: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the exact law needs a solve per distinct estimator row: past `_EXACT_WORK` (decided from
+    # the key set alone) the margin is Gauss's inequality on the exact sd for continuous noise,
+    # Chebyshev's for discrete noise; both cover r84's table (seeded, each cell on its own)
+    exact = _r84_margins(level)
+    monkeypatch.setattr(cm, "_EXACT_WORK", 0)
+    out = _r84_margins(level)
+    errs = _r84_errors(60_000)
+    for lv, e in errs.items():
+        sd = out[lv]["n_sd"].to_numpy()
+        moe = out[lv]["n_moe"].to_numpy()
+        np.testing.assert_allclose(moe, gauss_margin(sd, level), rtol=1e-12)
+        assert np.all(moe >= exact[lv]["n_moe"].to_numpy())   # never narrower than the exact
+        hits = np.sum(np.abs(e) <= moe[:, None], axis=1)
+        assert not np.any(_rejected(hits, 60_000, level)), (lv, hits / 60_000)
+    assert cm._sd_margin(np.array([2.0]), level, False)[0] == pytest.approx(
+        2.0 / math.sqrt(1.0 - level))
