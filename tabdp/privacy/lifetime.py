@@ -1712,16 +1712,37 @@ class Ledger:
         return f"{head}an {unit}'s total loss is bounded by {at}{total}{tail}"
 
     # -- lookups --------------------------------------------------------------------------------
+    def _id_kind(self) -> str | None:
+        """The id type units are keyed by: the series', else this run's (``None``: neither).
+
+        A series without a committed release takes the type of this run's first recorded
+        release (`note_unit_type`, from its schema) or, for charges made directly, of the
+        units charged: a later release of the run with ids of the other type is refused as
+        one of a later run is, whether or not the first release charged anybody (review r88:
+        the run's type was only that of the units charged, so after a first release over no
+        rows such a release went through, and after one holding a unit it failed with a raw
+        Polars error naming that unit's id).
+        """
+        if self.unit_dtype is not None:
+            return self.unit_dtype
+        if self._run_kind is not None:
+            return self._run_kind
+        units = self._tot.units
+        if units is not None and len(units):
+            return "Int64" if units.dtype == pl.Int64 else "String"
+        return None
+
     def _units(self, units: Any) -> pl.Series:
         s = units if isinstance(units, pl.Series) else pl.Series("unit", units)
+        pinned = self._id_kind()
         if s.dtype == pl.Null:
-            return s.cast(pl.Int64 if self.unit_dtype in (None, "Int64") else pl.String)
+            return s.cast(pl.Int64 if pinned in (None, "Int64") else pl.String)
         kind = _unit_kind(s.dtype)
-        if self.unit_dtype is not None and kind != self.unit_dtype:
+        if pinned is not None and kind != pinned:
             raise InvalidParameterError(
-                f"the ledger of series {self.series!r} keys units by {self.unit_dtype} ids; "
+                f"the ledger of series {self.series!r} keys units by {pinned} ids; "
                 f"this release's unit ids are {s.dtype}.\nHint: cast the unit id column to "
-                f"{self.unit_dtype} (the same type in every run of the series).")
+                f"{pinned} (the same type in every run of the series).")
         return s.cast(pl.Int64 if kind == "Int64" else pl.String).rename("unit")
 
     def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
@@ -1768,7 +1789,7 @@ class Ledger:
         """
         tot = self._tot
         if tot.units is None or not len(tot.units):
-            dt = pl.String if self.unit_dtype == "String" else pl.Int64
+            dt = pl.String if self._id_kind() == "String" else pl.Int64
             return pl.DataFrame({"unit": pl.Series([], dtype=dt),
                                  **{c: pl.Series([], dtype=pl.Float64) for c in cols}})
         n = len(tot.units)

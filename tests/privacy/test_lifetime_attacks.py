@@ -441,3 +441,35 @@ def test_unit_ids_the_ledger_cannot_key_are_refused_without_rows_too(tmp_path, d
             errors.append(str(info.value).replace(str(tmp_path / f"l{n}"), "L"))
             assert led.releases == 0
     assert errors[0] == errors[1] and str(dtype) in errors[0]
+
+
+@pytest.mark.parametrize("second", [BASE, BASE.head(0)], ids=["rows", "no-rows"])
+def test_the_run_id_type_does_not_depend_on_whether_one_unit_was_charged(tmp_path, second):
+    """Review r88: within one run (no commit between sessions) the same as across runs (r83).
+
+    A ledger opened with ``autocommit=False`` serves two sessions: text ids first, then
+    integer ids. The run's id type was only the type of the units it had charged, so after a
+    first release over no rows the integer release went through (and the run was committed
+    as an Int64 series), while after one holding one unit it failed with a raw Polars error
+    naming that unit's id. Both are now refused alike, from the first release's schema.
+    """
+    outcomes = []
+    for n in (0, 1):
+        path = tmp_path / f"l{n}"
+        first = pl.DataFrame({"id": pl.Series(["u1"] * n, dtype=pl.String),
+                              "c": pl.Series(["a"] * n, dtype=pl.String)})
+        with tabdp.Ledger.create(path, series="s", lifetime_budget=1.0,
+                                 autocommit=False) as led:
+            _count(first, tabdp.Session(unit="id", seed=1, ledger=led))
+            try:
+                _count(second, tabdp.Session(unit="id", seed=2, ledger=led))
+                outcome = "released"
+            except TabdpError as err:
+                outcome = f"{type(err).__name__}: {err}".replace(str(path), "L")
+            except Exception as err:  # noqa: BLE001 - the raw error this test rules out
+                outcome = f"raw {type(err).__name__}: {err}"
+            led.commit(label="run")
+            outcomes.append((outcome, led.unit_dtype))
+    assert outcomes[0] == outcomes[1], outcomes
+    assert outcomes[0][1] == "String" and "keys units by String" in outcomes[0][0]
+    assert "u1" not in outcomes[1][0]
