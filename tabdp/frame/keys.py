@@ -505,6 +505,14 @@ def _zone(dtype: Any) -> str | None:
     return "" if dtype == pl.Date else None
 
 
+#: Zone names whose wall time is always UTC's (the tz database's aliases and fixed offsets
+#: of zero): against naive keys, the UTC convention holds for them as for ``"UTC"``.
+_UTC_ZONES = frozenset({
+    "UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu",
+    "GMT", "Etc/GMT", "GMT0", "Etc/GMT0", "GMT+0", "Etc/GMT+0", "GMT-0", "Etc/GMT-0",
+    "Greenwich", "Etc/Greenwich", "+00:00", "-00:00", "Z"})
+
+
 def _check_time_zones(col: str, have: Any, want: Any) -> None:
     """Refuse timestamps of a time zone against keys without one, or the reverse (no data read).
 
@@ -513,12 +521,13 @@ def _check_time_zones(col: str, have: Any, want: Any) -> None:
     recorded at local midnight: every cell was published empty and its key relabelled
     (``2023-12-31 19:00 EST`` for the key ``2024-01-01``; review r86). Which wall time a naive
     key means is the caller's to say. UTC timestamps keep the UTC convention (their wall time
-    is the naive one). Decided from the two schemas alone.
+    is the naive one), under any of UTC's names (`_UTC_ZONES`: ``Etc/UTC``, ``+00:00``...).
+    Decided from the two schemas alone.
     """
     zh, zw = _zone(have), _zone(want)
     if zh is None or zw is None or zh == zw or (zh and zw):
         return  # not times, the same zone, or two zones (compared as instants)
-    if (zh or zw) == "UTC":
+    if (zh or zw) in _UTC_ZONES:
         return
     raise ColumnTypeError(
         f"key column {col!r} is {have} in the data but {want} in the key set: one has a time "

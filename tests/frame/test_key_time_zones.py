@@ -55,3 +55,13 @@ def test_keys_and_timestamps_of_one_zone_or_utc_still_match() -> None:
     out = utc.dp.sum("x", by="t", keys=tabdp.KeySet.from_dict(t=[MIDNIGHT]),
                      mechanism=Gaussian(0.01), session=tabdp.Session(seed=1))
     assert out["x"][0] == pytest.approx(100.0, abs=0.2)
+
+
+@pytest.mark.parametrize("zone", ["Etc/UTC", "+00:00", "Etc/GMT", "Zulu"])
+def test_utc_under_another_name_matches_naive_keys_as_utc_does(zone: str) -> None:
+    # review r88: only the name "UTC" kept the UTC convention; its aliases were refused,
+    # though their wall time is UTC's
+    df = _zoned(zone)
+    out = df.dp.sum("x", by="t", keys=tabdp.KeySet.from_dict(t=[MIDNIGHT]),
+                    mechanism=Gaussian(0.01), session=tabdp.Session(seed=1))
+    assert abs(out["x"][0] - 100.0) < 1.0
