@@ -32,6 +32,7 @@ import polars as pl
 
 from tabdp._histogram import histogram_bin_index, histogram_edges
 from tabdp._numeric import engine_thread
+from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.budget import Budget
 from tabdp.report.streaming import (
     BatchedOrderStatistics,
@@ -1367,6 +1368,10 @@ def loss_statistics(per_record: Any, budget: Any = None, top_n: int = 20) -> Los
         >>> loss_statistics(per).max_rho
         2.0
     """
+    if isinstance(top_n, bool) or not isinstance(top_n, (int, np.integer)) or top_n < 0:
+        raise InvalidParameterError(
+            f"loss_statistics: top_n must be a whole number >= 0; got {top_n!r}.\nHint: e.g. "
+            "top_n=20 (0: no rows of the most exposed units).")
     bud = _budget_object(budget)
     if isinstance(per_record, pl.LazyFrame):
         return _losses_lazy(per_record, bud, top_n)
@@ -1533,6 +1538,8 @@ def _top_rows(lf: pl.LazyFrame, col: str, k: int) -> pl.DataFrame:
     The k-th largest value ``t`` first (values only), then the rows above ``t``, the first rows
     equal to ``t`` and, if short, the first null rows: never more than ``k`` rows in memory.
     """
+    if k <= 0:
+        return lf.head(0).collect()
     vals = (lf.select(pl.col(col).drop_nulls().top_k(k)).collect(engine="streaming")
             .sort(col, descending=True))[col]
     parts = []
@@ -1560,6 +1567,8 @@ def _max_opt(a: float | None, b: float | None) -> float | None:
 
 def _best(y: np.ndarray, i: np.ndarray, k: int) -> np.ndarray:
     """Positions of the ``k`` largest ``y``, ties to the smallest ``i`` (``top_k`` by (y, -i))."""
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
     if y.size > k:
         t = np.partition(y, y.size - k)[y.size - k]
         pos = np.flatnonzero(y >= t)
@@ -1756,8 +1765,9 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     got: list[pl.DataFrame] = []
     positions = np.sort(top[1])
     reader = _Lane()
-    reader.submit(lambda: got.append(pl.concat([lf.slice(int(p), 1) for p in positions])
-                                     .collect(engine="streaming")))
+    reader.submit(lambda: got.append(
+        pl.concat([lf.slice(int(p), 1) for p in positions]).collect(engine="streaming")
+        if positions.size else lf.head(0).collect()))
     with reader:
         while more or first:
             seen = 0

@@ -22,6 +22,7 @@ import pytest
 
 import tabdp.report.html as rh
 import tabdp.report.streaming as st
+from tabdp.exceptions import InvalidParameterError
 from tabdp.plotting import histogram_bin_index, histogram_counts_svg, histogram_edges, histogram_svg
 from tabdp.report.html import render_confidential_html
 from tabdp.report.streaming import exact_quantiles, order_statistics
@@ -359,3 +360,25 @@ def test_the_batched_statistics_side_threads_warn_nothing(
     assert [str(w.message) for w in seen] == []
     assert got is not None and want is not None
     assert got.share == want.share and got.quantiles.tolist() == want.quantiles.tolist()
+
+
+@pytest.mark.parametrize("nan", [False, True], ids=["batched", "queries"])
+def test_top_n_zero_gives_no_top_rows_and_a_negative_one_is_refused(
+        tmp_path: Path, nan: bool) -> None:
+    """``loss_statistics(top_n=0)``: the same figures, no top rows; a negative one refused.
+
+    Review r88: the lazy paths raised an internal ``kth out of bounds`` for ``top_n=0``.
+    """
+    per = _per(500)
+    if nan:  # the lazy query path (the batched one returns None on a NaN ρ)
+        per = per.with_columns(
+            rho=pl.when(pl.col("estab_id") == 5).then(float("nan")).otherwise(pl.col("rho")))
+    path = tmp_path / "p.parquet"
+    per.write_parquet(path, row_group_size=100)
+    for frame in (per, pl.scan_parquet(path)):
+        got = rh.loss_statistics(frame, None, 0)
+        want = rh.loss_statistics(frame, None, 5)
+        assert got.top is not None and got.top.height == 0
+        assert got.max_rho == want.max_rho or (np.isnan(got.max_rho) and np.isnan(want.max_rho))
+    with pytest.raises(InvalidParameterError, match="top_n"):
+        rh.loss_statistics(per, None, -1)
