@@ -1272,8 +1272,7 @@ def _left_out_html(left_out: Mapping[str, Mapping[str, Any]], limit: Any,
     return (head + "<p>A unit whose loss would pass its budget is left out of a query (the "
             "individual filter): the query runs without it. Per table: the units and rows left "
             "out and the share of each measure they held (exact sums over the rows in released "
-            "cells; counts, medians and quantiles: the share of rows, of the rows in released "
-            "cells before the filter)." + lim + "</p>" + table)
+            "cells; counts: the share of rows)." + lim + "</p>" + table)
 
 
 def _percent(v: Any) -> str:
@@ -1651,10 +1650,7 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     ``top_n`` rows, read by their positions (the rows of the stable sort by ρ). Memory: a
     batch, the ``_SCATTER_POINTS`` points and the quantiles' bins, and for a report of at most
     `_KEEP_ROWS` rows its ``rho`` and ``size`` columns: the passes after the first then use
-    them instead of reading the file again (the same values in the same order). The work on
-    each batch is split over threads (`_Lane`: the quantiles' counts and the scatter plot, the
-    budget shares, the top rows' read), each lane seeing the batches in order: the same
-    figures as one thread. The same figures as
+    them instead of reading the file again (the same values in the same order). The same figures as
     `_losses_lazy`'s queries, which remain for a frame this path does not take (no rows, a
     column missing or not Float64, a NaN or null ρ or size): None then.
     """
@@ -1665,86 +1661,64 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     extra = [c for c in ("epsilon", "epsilon_delta") if c in cols]
     k_top = max(_SCATTER_POINTS // 10, top_n)
     ranks_of = BatchedOrderStatistics()
-    height = zeros = n_inf = n_shown = 0
+    height = zeros = n_inf = n_shown = n_ok = near = over = 0
     lo, hi = math.inf, -math.inf
     maxes: dict[str, float | None] = {"rho": None, "size": None, "epsilon": None,
                                       "epsilon_delta": None, "share": None}
-    share_counts = [0, 0]  # near, over
     top = (np.zeros(0), np.zeros(0, np.int64))  # the top_n largest ρ, their rows
-    # the second lane's state (`_Lane`: the quantiles' counts and the scatter plot's points)
-    side: dict[str, Any] = {
-        "n_ok": 0, "best": (np.zeros(0), np.zeros(0), np.zeros(0, np.int64)),  # y, x, ok index
-        "every": [],  # all ok points while few (None once more than _SCATTER_POINTS)
-        # the ρ and size columns of a report of at most `_KEEP_ROWS` rows, for the later
-        # passes (the same values in the same order as a new read of the file)
-        "kept": []}
-
-    def second(r: np.ndarray, s: np.ndarray, height: int) -> None:
-        # the quantiles' first narrowing, the scatter plot's largest points, the kept columns
-        if side["kept"] is not None and height <= _KEEP_ROWS:
-            side["kept"].append((r, s))
+    best = (np.zeros(0), np.zeros(0), np.zeros(0, np.int64))  # y, x, ok index
+    every: list[tuple[np.ndarray, np.ndarray]] | None = []  # all ok points while few
+    # the ρ and size columns of a report of at most `_KEEP_ROWS` rows, for the later passes
+    # (the same values in the same order as a new read of the file, which they then replace)
+    kept: list[tuple[np.ndarray, np.ndarray]] | None = []
+    for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)])):
+        r, s = b["rho"].to_numpy(), b["size"].to_numpy()
+        if np.isnan(r).any() or np.isnan(s).any():
+            return None
+        if not r.size:
+            continue
+        height += r.size
+        if kept is not None and height <= _KEEP_ROWS:
+            kept.append((r, s))
         else:
-            side["kept"] = None
+            kept = None
+        maxes["rho"] = _max_opt(maxes["rho"], float(r.max()))
+        maxes["size"] = _max_opt(maxes["size"], float(s.max()))
+        for c in extra:
+            maxes[c] = _max_opt(maxes[c], _nan_max_np(b[c].to_numpy()))
+        zeros += int(np.count_nonzero(r == 0))
+        n_inf += int(np.count_nonzero(np.isinf(r)))
+        shown = np.isfinite(r) & (r > 0)
+        if shown.any():
+            n_shown += int(np.count_nonzero(shown))
+            lo, hi = min(lo, float(r[shown].min())), max(hi, float(r[shown].max()))
+        if bud is not None:
+            limit = np.asarray(bud.limit(s), dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sh = np.where(~np.isnan(limit) & (limit > 0), r / limit, np.inf)
+            maxes["share"] = _max_opt(maxes["share"], _nan_max_np(sh))
+            near += int(np.count_nonzero(~np.isnan(sh) & (sh >= 0.9)))
+            over += int(np.count_nonzero(np.isnan(sh) | (sh > 1.0 + 1e-12)))
+        # a value below the k-th largest so far cannot enter the top k, nor can an equal one
+        # (its row comes after every kept row: ties go to the earlier row), so only the
+        # values above it are added (the same top k as adding them all)
+        at = np.arange(height - r.size, height, dtype=np.int64)
+        new = _above_kth(r, top[0], top_n)
+        tv, tp = (np.concatenate([top[0], r[new]]), np.concatenate([top[1], at[new]]))
+        keep = _best(tv, tp, top_n)
+        top = (tv[keep], tp[keep])
         ranks_of.feed(sortable_keys(r))
-        ok = np.isfinite(r) & (r > 0) & np.isfinite(s) & (s > 0)
+        ok = shown & np.isfinite(s) & (s > 0)
         y, x = r[ok], s[ok]
-        n_ok = side["n_ok"]
         idx = np.arange(n_ok, n_ok + y.size, dtype=np.int64)
-        side["n_ok"] = n_ok + y.size
-        best = side["best"]
-        new = _above_kth(y, best[0], k_top)  # as the top rows: the same k_top points
+        n_ok += y.size
+        new = _above_kth(y, best[0], k_top)  # as the top rows above: the same k_top points
         ys, xs, ids = (np.concatenate([best[0], y[new]]), np.concatenate([best[1], x[new]]),
                        np.concatenate([best[2], idx[new]]))
         keep = _best(ys, ids, k_top)
-        side["best"] = (ys[keep], xs[keep], ids[keep])
-        if side["every"] is not None:
-            side["every"] = (side["every"] + [(x, y)] if side["n_ok"] <= _SCATTER_POINTS
-                             else None)
-
-    def shares(r: np.ndarray, s: np.ndarray) -> None:
-        # the budget shares (the budget curve at each size)
-        assert bud is not None
-        limit = np.asarray(bud.limit(s), dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sh = np.where(~np.isnan(limit) & (limit > 0), r / limit, np.inf)
-        maxes["share"] = _max_opt(maxes["share"], _nan_max_np(sh))
-        share_counts[0] += int(np.count_nonzero(~np.isnan(sh) & (sh >= 0.9)))
-        share_counts[1] += int(np.count_nonzero(np.isnan(sh) | (sh > 1.0 + 1e-12)))
-
-    # three lanes, each over the batches in order: this thread's statistics, `second`'s and
-    # `shares`' on threads of their own (NumPy releases the GIL; the same values as one lane,
-    # since each lane's state sees the batches in the same order)
-    with _Lane() as lane, _Lane() as lane_b:
-        for b in _batches(lf.select(*[_f64(c).alias(c) for c in ("rho", "size", *extra)])):
-            r, s = b["rho"].to_numpy(), b["size"].to_numpy()
-            if np.isnan(r).any() or np.isnan(s).any():
-                return None
-            if not r.size:
-                continue
-            height += r.size
-            lane.submit(second, r, s, height)
-            if bud is not None:
-                lane_b.submit(shares, r, s)
-            maxes["rho"] = _max_opt(maxes["rho"], float(r.max()))
-            maxes["size"] = _max_opt(maxes["size"], float(s.max()))
-            for c in extra:
-                maxes[c] = _max_opt(maxes[c], _nan_max_np(b[c].to_numpy()))
-            zeros += int(np.count_nonzero(r == 0))
-            n_inf += int(np.count_nonzero(np.isinf(r)))
-            shown = np.isfinite(r) & (r > 0)
-            if shown.any():
-                n_shown += int(np.count_nonzero(shown))
-                lo, hi = min(lo, float(r[shown].min())), max(hi, float(r[shown].max()))
-            # a value below the k-th largest so far cannot enter the top k, nor can an equal
-            # one (its row comes after every kept row: ties go to the earlier row), so only
-            # the values above it are added (the same top k as adding them all)
-            at = np.arange(height - r.size, height, dtype=np.int64)
-            new = _above_kth(r, top[0], top_n)
-            tv, tp = (np.concatenate([top[0], r[new]]), np.concatenate([top[1], at[new]]))
-            keep = _best(tv, tp, top_n)
-            top = (tv[keep], tp[keep])
-    near, over = share_counts
-    n_ok, best, every, kept = side["n_ok"], side["best"], side["every"], side["kept"]
+        best = (ys[keep], xs[keep], ids[keep])
+        if every is not None:
+            every = every + [(x, y)] if n_ok <= _SCATTER_POINTS else None
     if not height:
         return None
     ranks, finish = quantile_ranks(height, _QUANTILES)
@@ -1756,38 +1730,24 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     step = -(-n_ok // max(_SCATTER_POINTS - k_top, 1))
     spread: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     first = True
-
-    def feed(r: np.ndarray) -> None:
-        ranks_of.feed(sortable_keys(r))
-
-    # the top rows (largest ρ first, ties in row order), read by their positions beside the
-    # later passes
-    got: list[pl.DataFrame] = []
-    positions = np.sort(top[1])
-    reader = _Lane()
-    reader.submit(lambda: got.append(
-        pl.concat([lf.slice(int(p), 1) for p in positions]).collect(engine="streaming")
-        if positions.size else lf.head(0).collect()))
-    with reader:
-        while more or first:
-            seen = 0
-            with _Lane() as lane:  # the quantiles' counts beside the histogram and the scatter
-                for r, s in (kept if kept is not None else _reread(lf, first)):
-                    lane.submit(feed, r)
-                    if not first:
-                        continue
-                    shown = np.isfinite(r) & (r > 0)
-                    if edges is not None and counts is not None:
-                        bins = _geometric_bin_index(r[shown], edges)
-                        counts += np.bincount(bins[bins >= 0], minlength=edges.size - 1)
-                    if every is None:
-                        ok = shown & np.isfinite(s) & (s > 0)
-                        idx = np.arange(seen, seen + int(np.count_nonzero(ok)), dtype=np.int64)
-                        seen += idx.size
-                        pick = idx % step == 0
-                        spread.append((idx[pick], s[ok][pick], r[ok][pick]))
-            more = ranks_of.end_pass() if more else False
-            first = False
+    while more or first:
+        seen = 0
+        for r, s in (kept if kept is not None else _reread(lf, first)):
+            ranks_of.feed(sortable_keys(r))
+            if not first:
+                continue
+            shown = np.isfinite(r) & (r > 0)
+            if edges is not None and counts is not None:
+                bins = _geometric_bin_index(r[shown], edges)
+                counts += np.bincount(bins[bins >= 0], minlength=edges.size - 1)
+            if every is None:
+                ok = shown & np.isfinite(s) & (s > 0)
+                idx = np.arange(seen, seen + int(np.count_nonzero(ok)), dtype=np.int64)
+                seen += idx.size
+                pick = idx % step == 0
+                spread.append((idx[pick], s[ok][pick], r[ok][pick]))
+        more = ranks_of.end_pass() if more else False
+        first = False
     qs = finish(ranks_of.values(ranks))
     qs = np.where(np.isnan(qs) & (n_inf > 0), np.inf, qs)
     share = None
@@ -1803,7 +1763,9 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         ys = np.concatenate([best[0], *[y for _, _, y in spread]])
         _, first_pos = np.unique(ids, return_index=True)  # sorted by ok index, each once
         scatter = (xs[first_pos], ys[first_pos], (n_ok, k_top, step))
-    rows = got[0]
+    # the top rows (largest ρ first, ties in row order), read by position
+    rows = (pl.concat([lf.slice(int(p), 1) for p in np.sort(top[1])]).collect(engine="streaming")
+            if top[1].size else lf.head(0).collect())
     return LossStatistics(
         height=height, n=height, max_rho=maxes["rho"], quantiles=qs, zeros=zeros,
         n_inf=n_inf, has_eps="epsilon" in cols, max_eps=maxes["epsilon"],
@@ -1811,52 +1773,6 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         max_size=maxes["size"], share=share, hist=(edges, counts, height - n_shown),
         scatter=scatter,
         top=rows.sort("rho", descending=True, nulls_last=True, maintain_order=True))
-
-
-class _Lane:
-    """Calls run in order on one worker thread of their own (`_losses_batched`'s second lane).
-
-    At most `_LANE_AHEAD` calls wait (the caller waits beyond: the batches they hold are
-    bounded); leaving the ``with`` block waits for every call and raises the first error.
-    """
-
-    def __init__(self) -> None:
-        from concurrent.futures import Future, ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabdp-stats")
-        self._pending: list[Future[None]] = []
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        """Queue ``fn(*args)`` after the calls queued before it.
-
-        NumPy's errors are ignored there, as on the caller's thread: a warning must not
-        depend on a record's value.
-        """
-        self._pending.append(self._pool.submit(_quietly, fn, *args))
-        while len(self._pending) > _LANE_AHEAD:
-            self._pending.pop(0).result()
-
-    def __enter__(self) -> _Lane:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            for f in self._pending:
-                if exc[0] is None:
-                    f.result()
-                else:
-                    f.cancel()
-        finally:
-            self._pool.shutdown(wait=True)
-
-
-#: Calls a `_Lane` holds queued before its caller waits.
-_LANE_AHEAD = 3
-
-
-def _quietly(fn: Callable[..., None], *args: Any) -> None:
-    with engine_thread():
-        fn(*args)
 
 
 #: Rows up to which `_losses_batched` keeps the ρ and size columns of its first read for its
@@ -2090,7 +2006,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
               for q, c in (report.get("counts") or {}).items()}
     known = [("rows_read", "rows read"), ("rows_outside_keys", "rows outside the key set"),
              ("cells_with_data_outside_keys", "cells with data outside the key set"),
-             ("rows_in_released_cells", "rows in released cells (before the budget's filter)")]
+             ("rows_in_released_cells", "rows in released cells")]
     rows: list[list[Any]] = []
     for key, label in known:
         if any(key in c for c in counts.values()):
@@ -2128,10 +2044,7 @@ def render_confidential_html(report: Mapping[str, Any]) -> str:
                 "<b>tabdp never clips values for sensitivity: losses grow with record size "
                 "instead.</b> The only values changed are negative measures under the "
                 "<code>zero</code> policy (clipped to 0) and the rows removed under the "
-                "<code>drop</code> policies, as counted here. Rows in released cells are "
-                "counted before the budget's individual filter, for every kind of query (sums, "
-                "counts, medians and quantiles); the units and rows left out by the budget are "
-                "the part of them the filter removed.</p>")
+                "<code>drop</code> policies, as counted here.</p>")
     if counts:
         handling += _table(["count"] + [_code(q) for q in counts], rows, raw=True)
     else:

@@ -325,43 +325,6 @@ def test_the_lazy_statistics_batch_functions_run_with_numpys_errors_off(
     assert seen
 
 
-def test_the_batched_statistics_side_threads_warn_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The batched path's side threads (`_Lane`) ignore NumPy's errors, as its own thread.
-
-    The budget shares and the quantiles' counts run on threads of their own, which keep
-    NumPy's defaults unless told otherwise: an overflow there (patched in) would warn, a
-    warning depending on one record. The page's figures are those of one thread.
-    """
-    import warnings
-
-    from tabdp.privacy.budget import Budget
-
-    real_limit, real_keys = Budget.limit, rh.sortable_keys
-
-    def limit(self: Budget, size: Any, *a: Any, **k: Any) -> np.ndarray:
-        _ = np.array([1e308]) * 10.0  # overflows: warns under NumPy's defaults
-        return real_limit(self, size, *a, **k)
-
-    def keys(v: np.ndarray) -> np.ndarray:
-        _ = np.array([1e308]) * 10.0
-        return real_keys(v)
-
-    per = _per(3000)
-    path = tmp_path / "p.parquet"
-    per.write_parquet(path, row_group_size=300)
-    lf = pl.scan_parquet(path)
-    want = rh._losses_batched(lf, rh._budget_object(_report(lf)["budget"]), 7)
-    monkeypatch.setattr(Budget, "limit", limit)
-    monkeypatch.setattr(rh, "sortable_keys", keys)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        got = rh._losses_batched(lf, rh._budget_object(_report(lf)["budget"]), 7)
-    assert [str(w.message) for w in seen] == []
-    assert got is not None and want is not None
-    assert got.share == want.share and got.quantiles.tolist() == want.quantiles.tolist()
-
-
 @pytest.mark.parametrize("nan", [False, True], ids=["batched", "queries"])
 def test_top_n_zero_gives_no_top_rows_and_a_negative_one_is_refused(
         tmp_path: Path, nan: bool) -> None:
