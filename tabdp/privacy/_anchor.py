@@ -100,6 +100,74 @@ def _fix(root: Path) -> str:
             "(or tabdp.Ledger.open(path, accept_restore=True))")
 
 
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (from ``lstat``) is, in words.
+
+    Example:
+        >>> import stat
+        >>> file_kind(stat.S_IFIFO | 0o600), file_kind(stat.S_IFREG | 0o600)
+        ('a FIFO (named pipe)', 'a regular file')
+    """
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+                        (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "a special file"  # pragma: no cover - every POSIX type is named above
+
+
+class NotRegularFile(OSError):
+    """`open_regular`'s refusal: the path is ``kind`` (`file_kind`), not a regular file."""
+
+    def __init__(self, kind: str) -> None:
+        """The refusal of a path that is ``kind``."""
+        super().__init__(kind)
+        self.kind = kind
+
+
+def open_regular(path: Path, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` of a file that must be a regular file, never through a link.
+
+    Checked with ``lstat`` before it is opened (a FIFO or a device is never opened), opened
+    non-blocking (a FIFO swapped in meanwhile cannot hang the open) and checked again on the
+    open descriptor.
+
+    Raises:
+        NotRegularFile: ``path`` is a symbolic link, a folder, a FIFO, a socket or a device.
+        FileNotFoundError: ``path`` is missing and ``flags`` do not create it.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> os.mkfifo(d / "f")
+        >>> open_regular(d / "f", os.O_RDONLY)
+        Traceback (most recent call last):
+        ...
+        tabdp.privacy._anchor.NotRegularFile: a FIFO (named pipe)
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(file_kind(st.st_mode))
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                     mode)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        raise NotRegularFile("a symbolic link" if err.errno == errno.ELOOP
+                             else file_kind(os.lstat(path).st_mode)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped in between the lstat and the open
+        os.close(fd)
+        raise NotRegularFile(file_kind(st.st_mode))
+    return fd
+
+
 def read_anchor(root: Path) -> Anchor | None:
     """The anchor of the ledger ``root``, or ``None`` when there is none.
 
@@ -114,20 +182,12 @@ def read_anchor(root: Path) -> Anchor | None:
     """
     p = anchor_path(root)
     try:  # a FIFO or a device is never opened (it could block), nor opened blocking
-        fd = (-1 if not stat.S_ISREG(os.lstat(p).st_mode) else
-              os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK))
+        fd = open_regular(p, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    except OSError as err:
-        if err.errno != errno.ELOOP:
-            raise
-        fd = -1
-    if fd < 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
-        if fd >= 0:
-            os.close(fd)
-        link = os.path.islink(p)
-        kind = ("a symbolic link" if link else
-                "not a regular file (a folder, FIFO, socket or device)")
+    except NotRegularFile as err:
+        link = err.kind == "a symbolic link"
+        kind = err.kind if link else f"{err.kind}, not a regular file"
         raise LedgerAnchorError(
             f"the ledger {root} does not verify against its anchor: the anchor {p} is {kind}"
             " (the anchor must be a file of its own, owner-only). Nothing was opened through "

@@ -294,23 +294,6 @@ class _Lock:
         self.fd = None
 
 
-def _kind(mode: int) -> str:
-    """What a file of ``mode`` (from ``lstat``) is, in words.
-
-    Example:
-        >>> import stat
-        >>> _kind(stat.S_IFIFO | 0o600), _kind(stat.S_IFREG | 0o600)
-        ('a FIFO (named pipe)', 'a regular file')
-    """
-    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
-                        (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                        (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return words
-    return "a special file"  # pragma: no cover - every POSIX type is named above
-
-
 def _not_regular(root: Path, path: Path, kind: str, what: str) -> LedgerError:
     """The refusal of a ledger path that must be a regular file and is ``kind``."""
     fix = ("a run recreates the lock" if what == "lock file" else
@@ -324,11 +307,7 @@ def _not_regular(root: Path, path: Path, kind: str, what: str) -> LedgerError:
 
 def _open_regular(root: Path, path: Path, flags: int, what: str,
                   mode: int = 0o600) -> int:
-    """``os.open`` of a ledger file that must be a regular file, never through a link.
-
-    Checked with ``lstat`` before it is opened (a FIFO or a device is never opened), opened
-    non-blocking (a FIFO swapped in meanwhile cannot hang the open) and checked again on the
-    open descriptor.
+    """``os.open`` of a ledger file that must be a regular file (`_anchor.open_regular`).
 
     Raises:
         LedgerError: ``path`` is a symbolic link, a folder, a FIFO, a socket or a device.
@@ -343,23 +322,10 @@ def _open_regular(root: Path, path: Path, flags: int, what: str,
         ...
         tabdp.exceptions.LedgerError: the ledger ... is a FIFO (named pipe), not a regular file; ...
     """
-    with contextlib.suppress(FileNotFoundError):
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(root, path, _kind(st.st_mode), what)
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
-                     mode)
-    except OSError as err:
-        if err.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            raise
-        kind = "a symbolic link" if err.errno == errno.ELOOP else _kind(os.lstat(path).st_mode)
-        raise _not_regular(root, path, kind, what) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):  # swapped in between the lstat and the open
-        os.close(fd)
-        raise _not_regular(root, path, _kind(st.st_mode), what)
-    return fd
+        return _anchor.open_regular(path, flags, mode)
+    except _anchor.NotRegularFile as err:
+        raise _not_regular(root, path, err.kind, what) from None
 
 
 def _uid() -> int | None:
@@ -405,7 +371,7 @@ def _check_tree(root: Path) -> None:
         except FileNotFoundError:  # removed meanwhile (a lock-free verify during a vacuum)
             return
         if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            odd.append(f"{shown} is {_kind(st.st_mode)}")
+            odd.append(f"{shown} is {_anchor.file_kind(st.st_mode)}")
             odd_paths.append(path)
             return
         if st.st_mode & 0o077:
