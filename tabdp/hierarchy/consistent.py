@@ -56,6 +56,7 @@ from tabdp.hierarchy.gls import GLSResult, Tree, solve
 from tabdp.hierarchy.margins import (
     UNIFORM,
     NoiseLaw,
+    chebyshev_margin,
     gauss_margin,
     group_block,
     margins,
@@ -347,13 +348,29 @@ def cell_weights(mechanism: Mechanism, measure: str) -> tuple[float, str, float]
     law = mech.sum_law()
     if law.kind == "stable" and law.alpha < 2.0:
         g = float(law.noise.gamma)
+        _check_weight(mech, g * g, "squared scale")
         return g * g, "stable", float(law.alpha)
     var = float(law.noise.variance())
     if not (math.isfinite(var) and var > 0.0):
         raise InvalidParameterError(
             f"consistent: the noise of {mech!r} has variance {var!r}; GLS weights need a "
             "finite positive variance.\nHint: use a mechanism with finite variance.")
+    _check_weight(mech, var, "variance")
     return var, ("gaussian" if law.kind == "gaussian" else "other"), 2.0
+
+
+def _check_weight(mech: Any, spread: float, what: str) -> None:
+    """Refuse a spread whose GLS weight ``1/spread`` is not a finite double (review 62m).
+
+    A noise scale below about 1e-154 has a variance below 1/(largest double): its weight was
+    ``inf``, and the table came out with sd 0 and margins 0 (or a false "not identified" error).
+    """
+    if not (spread > 0.0 and math.isfinite(1.0 / spread)):
+        raise InvalidParameterError(
+            f"consistent: the noise of {mech!r} has {what} {spread!r}, whose GLS weight "
+            f"1/{what} is not a finite number (it needs a {what} of at least 1/1.8e308)."
+            "\nHint: release the measure in a smaller unit (the values and the noise scale "
+            "multiplied by, e.g., 1e100).")
 
 
 def _level_key(level: Any, what: str) -> Level:
@@ -406,9 +423,8 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
       gave 3.66). A grid coarser than about a tenth of the noise's sd (refused in a release
       spec) leaves the errors on a coarse lattice and makes the coverage uneven from cell to
       cell (a level's average stays near ``level``); with discrete mechanisms and an integer
-      grid the margins are whole numbers, randomized
-      between the two whole numbers around the level so that the coverage is ``level``
-      (continuity-corrected normal; the randomness is a hash of the released values).
+      grid every published error is a whole number and the margins are the whole part of
+      the certified margin: at least ``level`` in every cell, not randomized.
     * ``nonnegative``: finest cells below 0 set to 0 (biased upwards: the bias adds up at
       coarse levels). ``m_sd``, ``m_moe``, ``m_lower`` and ``m_upper`` stay those of the
       unbiased consistent estimate, i.e. of the same call without ``nonnegative``, so the
@@ -1018,9 +1034,10 @@ def _sd_margin(sd: np.ndarray, level: float, continuous: bool) -> np.ndarray:
     """A margin from the exact sd alone, valid for every law of a consistent table's error.
 
     Continuous noise: every law is symmetric and unimodal, so is their weighted sum
-    (Wintner), and Gauss's inequality holds (``k = 2/(3·sqrt(1 − level))``: 2.11 sd at 90%,
-    2.98 at 95%). Discrete noise (a lattice law, to which Gauss's inequality does not apply as
-    such): Chebyshev's (``k = 1/sqrt(1 − level)``: 3.16 sd at 90%, 4.47 at 95%).
+    (Wintner), and Gauss's inequality holds (`gauss_margin`: ``k = 2/(3·sqrt(1 − level))``,
+    2.11 sd at 90%, 2.98 at 95%; ``√3·level`` below 2/3). Discrete noise (a lattice law, to
+    which Gauss's inequality does not apply as such): Chebyshev's (`chebyshev_margin`:
+    ``k = 1/sqrt(1 − level)``, 3.16 sd at 90%, 4.47 at 95%).
 
     Example:
         >>> _sd_margin(np.array([1.0]), 0.9, False).round(4).tolist()
@@ -1028,7 +1045,7 @@ def _sd_margin(sd: np.ndarray, level: float, continuous: bool) -> np.ndarray:
     """
     if continuous:
         return np.asarray(gauss_margin(sd, level))
-    return np.asarray(sd, dtype=np.float64) / math.sqrt(1.0 - level)
+    return chebyshev_margin(sd, level)
 
 
 def _estimator_rows(prod: Product, ms: Mapping[tuple[int, int], tuple[np.ndarray, np.ndarray]],

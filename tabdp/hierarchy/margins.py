@@ -31,8 +31,10 @@ Method (docs/hierarchy.md, "Uncertainty and the law of the error"):
 * **Other laws** (generalized Gaussian p ∉ {1, 2}, exponential-polylog, Subbotin, ...: no
   closed-form characteristic function; all symmetric with a density non-increasing in ``|x|``):
   their sum is symmetric unimodal (Wintner), and Gauss's inequality
-  ``P(|S| ≥ k·sd) ≤ 4/(9k²)`` (``k ≥ 2/√3``) gives the margin ``sd·max(2/√3, 2/(3√(1−level)))``
-  (conservative: 2.11 sd at 90%, 2.98 sd at 95%).
+  ``P(|S| > k·sd) ≤ 4/(9k²)`` (``k ≥ 2/√3``; ``≤ 1 − k/√3`` below) gives the margin
+  ``sd·2/(3√(1−level))`` (``sd·√3·level`` below a level of 2/3; conservative: 2.11 sd at 90%,
+  2.98 sd at 95%). Beside a discrete law (a lattice law, no density) Chebyshev's
+  ``sd/√(1−level)`` instead.
 
 Everything here reads the public weights, laws and level only: the margin does not depend on
 the released values.
@@ -59,7 +61,7 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
 __all__ = ["NoiseLaw", "UNIFORM", "noise_law", "group_terms", "group_block", "margins",
-           "rounding_radius", "gauss_margin", "SMOOTH", "BIN"]
+           "rounding_radius", "gauss_margin", "chebyshev_margin", "SMOOTH", "BIN"]
 
 #: Smoothing sd (in units of the cell's sd) of the inversion.
 SMOOTH = 0.005
@@ -322,7 +324,8 @@ def margins(cells: Sequence[Sequence[Term]], level: float, extra: float = 0.0
 
     ``S_c = Σ a·X`` over the cell's terms (``n`` independent draws each; a scale family's
     law with scale ``s`` counts as ``a·s`` times its standard member). Cells with no term
-    get 0; cells with a ``"generic"`` law get Gauss's bound (`gauss_margin`).
+    get 0; cells with a ``"generic"`` law get Gauss's bound (`gauss_margin`), or Chebyshev's
+    (`chebyshev_margin`) where a discrete law is among their terms.
 
     Args:
         cells: Per cell, its terms (from `group_terms`).
@@ -363,7 +366,11 @@ def margins(cells: Sequence[Sequence[Term]], level: float, extra: float = 0.0
         terms = cells[idx[0]]
         sd = math.sqrt(sum(n * a * a * lw.var for lw, a, n in terms))
         if any(lw.family == "generic" for lw, _, _ in terms):
-            out[idx] = gauss_margin(sd, level + extra)
+            # Gauss's inequality needs every law unimodal with a density; beside a lattice
+            # law (discrete noise), Chebyshev's bound, valid for every law (review 62m)
+            out[idx] = gauss_margin(sd, level + extra) \
+                if all(lw.continuous for lw, _, _ in terms) \
+                else chebyshev_margin(sd, level + extra)
             continue
         todo.append((idx, terms))
     for s0 in range(0, len(todo), _CHUNK):
@@ -377,14 +384,32 @@ def margins(cells: Sequence[Sequence[Term]], level: float, extra: float = 0.0
 def gauss_margin(sd: Any, level: float) -> np.ndarray:
     """Gauss's inequality: a margin for a symmetric unimodal error of standard deviation ``sd``.
 
-    ``P(|S| ≥ k·sd) ≤ 4/(9k²)`` for ``k ≥ 2/√3``.
+    ``P(|S| > k·sd) ≤ 4/(9k²)`` for ``k ≥ 2/√3`` and ``≤ 1 − k/√3`` for ``k ≤ 2/√3``: the
+    margin is ``k·sd`` with ``k = 2/(3√(1 − level))`` for a level of at least 2/3, else
+    ``k = √3·level`` (the uniform law's own quantile: the bound is tight there).
 
     Example:
-        >>> round(float(gauss_margin(1.0, 0.95)), 4)
-        2.9814
+        >>> round(float(gauss_margin(1.0, 0.95)), 4), round(float(gauss_margin(1.0, 0.5)), 4)
+        (2.9814, 0.866)
     """
-    k = max(2.0 / math.sqrt(3.0), 2.0 / (3.0 * math.sqrt(1.0 - level)))
+    if level >= 2.0 / 3.0:
+        k = 2.0 / (3.0 * math.sqrt(1.0 - level))
+    else:
+        k = math.sqrt(3.0) * level
     return k * np.asarray(sd, dtype=np.float64)
+
+
+def chebyshev_margin(sd: Any, level: float) -> np.ndarray:
+    """Chebyshev's inequality: a margin for any error of mean 0 and standard deviation ``sd``.
+
+    ``P(|S| ≥ k·sd) ≤ 1/k²``: ``k = 1/√(1 − level)`` (lattice laws, where Gauss's inequality
+    does not hold as such).
+
+    Example:
+        >>> round(float(chebyshev_margin(1.0, 0.9)), 4)
+        3.1623
+    """
+    return np.asarray(sd, dtype=np.float64) / math.sqrt(1.0 - level)
 
 
 def _invert(cells: Sequence[Sequence[Term]], target: float, z_s: float) -> np.ndarray:

@@ -239,7 +239,7 @@ def plan_consistent(spec: ReleaseSpec, t: TableSpec, mech: Mechanism,
                                  grid=float(g) if isinstance(g, (int, float)) else None,
                                  level=spec.release.level)
         # the published margin's method: on the integer lattice (discrete noise, whole grid)
-        # randomized between two whole numbers, else z x sd (as `consistent` publishes it)
+        # the whole part of the certified margin, else z x sd (as `consistent` publishes it)
         lattice = isinstance(g, (int, float)) and float(g).is_integer() and all(
             isinstance(x, DiscreteAdditiveMechanism)
             for x in ((level_mechs or {}).values() or [mech]))

@@ -19,6 +19,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import binom
 
+from tabdp.exceptions import InvalidParameterError
 from tabdp.hierarchy import consistent
 from tabdp.hierarchy.gls import Tree, solve
 from tabdp.hierarchy.margins import UNIFORM, gauss_margin, group_terms, margins, noise_law
@@ -248,3 +249,54 @@ def test_past_the_exact_work_the_margin_is_gauss_on_the_exact_sd(
         assert not np.any(_rejected(hits, 60_000, level)), (lv, hits / 60_000)
     assert cm._sd_margin(np.array([2.0]), level, False)[0] == pytest.approx(
         2.0 / math.sqrt(1.0 - level))
+
+
+# -- review 62m ---------------------------------------------------------------------------------
+def test_generic_law_beside_a_discrete_one_is_not_given_gauss_inequality() -> None:
+    # Gauss's inequality needs a unimodal law with a density; a discrete Laplace term that
+    # dominates the cell makes the error a lattice law: P(K = 0) = 0.931 < 0.95, but Gauss's
+    # margin (0.826 < 1) covered only K = 0. Chebyshev's bound holds for every law.
+    dl = noise_law(DiscreteLaplace(scale=0.3), "x")
+    gen = noise_law(ExpPolyLog(sigma=1.0, a=1.0, d=4.0), "x")
+    p = math.exp(-1.0 / dl.param)
+    for level in (0.9, 0.95, 0.99):
+        x = float(margins([[(dl, 1.0, 1), (gen, 1e-6, 1)]], level)[0])
+        k = math.floor(x + 1e-6)                   # the generic term moves S by ~1e-6 at most
+        assert 1.0 - 2.0 * p ** (k + 1) / (1.0 + p) >= level, (level, x)
+        sd = math.sqrt(dl.var + 1e-12 * gen.var)
+        assert x == pytest.approx(sd / math.sqrt(1.0 - level), rel=1e-12)
+    # continuous laws only: Gauss's inequality, as before
+    lap = noise_law(Laplace(scale=1.0), "x")
+    x = float(margins([[(lap, 1.0, 1), (gen, 1.0, 1)]], 0.95)[0])
+    assert x == pytest.approx(float(gauss_margin(math.sqrt(lap.var + gen.var), 0.95)))
+
+
+@pytest.mark.parametrize("level", [0.3, 0.5, 0.6, 2.0 / 3.0])
+def test_gauss_margin_below_two_thirds_is_the_inequality_s_own_branch(level: float) -> None:
+    # Gauss: P(|X| > k·sd) <= 1 - k/sqrt(3) for k <= 2/sqrt(3): the margin sqrt(3)·level·sd
+    # covers the level (it was 2/sqrt(3) sd at every level below 2/3: 33% wider at 50%). The
+    # uniform law is the extreme case: its coverage is exactly the level.
+    m = float(gauss_margin(1.0, level))
+    assert m == pytest.approx(math.sqrt(3.0) * level, rel=1e-12)
+    rng = np.random.default_rng(62)
+    draws = 400_000
+    u = rng.uniform(-math.sqrt(3.0), math.sqrt(3.0), draws)      # sd 1
+    hits = int(np.sum(np.abs(u) <= m))
+    assert not _rejected(np.array([hits]), draws, level)[0], hits / draws
+
+
+@pytest.mark.parametrize("mech", [Laplace, Gaussian])
+def test_a_variance_whose_weight_overflows_is_refused(mech: type) -> None:
+    # noise scales of 1e-155 to 1e-161 have a variance > 0 whose GLS weight 1/variance is inf:
+    # the table came out with sd 0 and margins 0 (or a false "not identified" error)
+    county = GEO.select("county").with_columns(n=pl.Series(np.zeros(12)))
+    state = county.join(GEO, on="county").group_by("state").agg(pl.col("n").sum()).sort("state")
+    kw = dict(measures=["n"], hierarchies={"geo": GEO}, outputs=[("county",), ("state",)])
+    with pytest.raises(InvalidParameterError, match="1/variance"):
+        consistent({("county",): county, ("state",): state}, mechanisms=mech(1e-156), **kw)
+    # just above the limit the margins are the noise's, in its units
+    out = consistent({("county",): county, ("state",): state}, mechanisms=mech(2e-154), **kw)
+    ref = consistent({("county",): county, ("state",): state}, mechanisms=mech(2.0), **kw)
+    for lv in out:
+        np.testing.assert_allclose(out[lv]["n_moe"].to_numpy() * 1e154,
+                                   ref[lv]["n_moe"].to_numpy(), rtol=2e-3)
