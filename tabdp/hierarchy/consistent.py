@@ -360,17 +360,22 @@ def cell_weights(mechanism: Mechanism, measure: str) -> tuple[float, str, float]
 
 
 def _check_weight(mech: Any, spread: float, what: str) -> None:
-    """Refuse a spread whose GLS weight ``1/spread`` is not a finite double (review 62m).
+    """Refuse a spread whose GLS weight ``1/spread`` leaves the solve no room (review 62m).
 
-    A noise scale below about 1e-154 has a variance below 1/(largest double): its weight was
-    ``inf``, and the table came out with sd 0 and margins 0 (or a false "not identified" error).
+    The solve adds weights over up to billions of cells: a weight above ``2**960`` (a noise sd
+    below about 3e-145) can overflow there. Below about 1e-154 the weight itself was ``inf``,
+    and the table came out with sd 0 and margins 0 (or a false "not identified" error).
     """
-    if not (spread > 0.0 and math.isfinite(1.0 / spread)):
+    if not spread >= _MIN_SPREAD:
         raise InvalidParameterError(
-            f"consistent: the noise of {mech!r} has {what} {spread!r}, whose GLS weight "
-            f"1/{what} is not a finite number (it needs a {what} of at least 1/1.8e308)."
-            "\nHint: release the measure in a smaller unit (the values and the noise scale "
-            "multiplied by, e.g., 1e100).")
+            f"consistent: the noise of {mech!r} has {what} {spread!r}; its GLS weight "
+            f"1/{what} needs a {what} of at least 2**-960 (about 1e-289) to stay a finite "
+            "number in the solve.\nHint: release the measure in a smaller unit (the values and "
+            "the noise scale multiplied by, e.g., 1e100).")
+
+
+#: Smallest variance (or squared scale) of a measured level's noise: weights up to 2**960.
+_MIN_SPREAD = 2.0**-960
 
 
 def _level_key(level: Any, what: str) -> Level:
