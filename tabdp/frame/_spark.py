@@ -2542,10 +2542,13 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
     outside = F.col(_CELL).isNull()
     aggs = [F.sum(F.col(v)).alias(v) for v in cnt.values()]
     aggs += [a for i in range(len(fp_cols)) for a in _fp_sums(F.col(f"{_IN}fp{i}"), f"{_IN}fp{i}")]
+    # rows outside the key set that no rule dropped (a row a rule dropped is counted by the
+    # rule's counter only, as a median's: each row read is counted once), and their keys
+    kept_out = outside & (F.col(_ROWS) > 0)
     aggs += [F.sum(_ALL).alias("rows_read"),
-             F.sum(F.when(outside, F.col(_ALL)).otherwise(0)).alias("rows_outside")]
+             F.sum(F.when(kept_out, F.col(_ROWS)).otherwise(0)).alias("rows_outside")]
     if by_list:
-        aggs.append(F.count_distinct(F.when(outside, F.struct(*by_list))).alias("cells_out"))
+        aggs.append(F.count_distinct(F.when(kept_out, F.struct(*by_list))).alias("cells_out"))
     check_neg = needs_nonneg and rules.negatives == "allow"
     if check_neg:
         aggs += [F.sum(F.when(F.col(m) < 0, 1).otherwise(0)).alias(f"{_IN}neg{i}")
@@ -2695,13 +2698,18 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
         # a count after an unfiltered release over the same snapshot, keys and grouping: its
         # rows per cell (a count keeps every row: its rows are all the rows) were aggregated
         known = numbered.rows_per_cell(keys, by_list)
-    if known is not None:
-        cols = {**known, _ROWS: known[_ALL]}
+    if known is not None:  # a count keeps every row: so every key outside the key set
+        cols = {**known, _ROWS: known[_ALL],
+                **({"cells_out": known["cells_all_out"]} if by_list else {})}
     else:
         per_key = data.groupBy(*grouping).agg(*first)
         second = [F.sum(F.col(c)).alias(c) for c in longs]
         if by_list:
-            second.append(F.count(F.col(f"{_IN}out")).alias("cells_out"))
+            # the keys outside the key set with a row no rule dropped (a row a rule dropped is
+            # counted by the rule's counter only, as a median's), and every such key, for a
+            # later count over the same cells (`rows_per_cell`: a count keeps every row)
+            second += [F.count(F.when(F.col(_ROWS) > 0, F.col(f"{_IN}out"))).alias("cells_out"),
+                       F.count(F.col(f"{_IN}out")).alias("cells_all_out")]
         cols = _collect_columns(per_key.groupBy(_CELL).agg(*second))
         if numbered is not None:
             numbered.cells.append((keys, tuple(by_list), cols))
@@ -2739,7 +2747,8 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
     return Aggregated(
         full=full, key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()},
         rows_read=rows_read,
-        rows_outside=int(out_row[_ALL] or 0) if out_row is not None else 0,
+        # the rows outside the key set no rule dropped (`_ROWS`: the rows kept)
+        rows_outside=int(out_row[_ROWS] or 0) if out_row is not None else 0,
         cells_outside=int(out_row["cells_out"] or 0) if out_row is not None and by_list else 0,
         rows_released=rows_in, units_left_out=0, left_out=left_out_info, cells_dropped=0,
         rule_counts=_rule_counts(counts, measure_list, nulls, rules), cells=None, losses=None,

@@ -1371,6 +1371,7 @@ def _release_aggs(sess: Session, rel: Planned, k: int, fp_cols: list[str], tag: 
     ok_in = inside & ok_all
     aggs = [*values, *rows_released,
             pl.len().cast(pl.Int64).alias(f"{_P}n"),
+            rows.sum().cast(pl.Int64).alias(f"{_P}kept"),  # rows no rule dropped
             *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
             _count_true(inside & ~ok_all).alias(f"{_P}left"),
@@ -1676,6 +1677,7 @@ def _unfiltered_query(plan: pl.LazyFrame, rel: Planned, k: int, fp_cols: list[st
     zero = pl.lit(0, pl.Int128)
     aggs = [*[pl.col(f"{_P}v{k}:{m}").sum().alias(m) for m in measures],
             pl.len().cast(pl.Int64).alias(f"{_P}n"),
+            rows.sum().cast(pl.Int64).alias(f"{_P}kept"),  # rows no rule dropped
             *[_count_true(e).alias(f"{_P}{name}") for name, e in counters.items()],
             *[_fingerprint(c, schema[c]).sum().alias(f"{FP}{c}") for c in fp_cols],
             *[_count_true(pl.col(f"{_P}v{k}:{m}") < 0).alias(f"{_P}negc:{m}")
@@ -1769,6 +1771,7 @@ def count_from_kept(rel: Planned, k: int, fp_cols: list[str]) -> pl.DataFrame | 
     rows = pl.when(cell.is_not_null()).then(pl.col(f"{_P}n")).otherwise(0).cast(pl.Int64)
     return grouped.select(
         cell.alias(f"{_P}c{k}"), *rel.pre.by, rows.alias(_ROWS), pl.col(f"{_P}n"),
+        pl.col(f"{_P}n").alias(f"{_P}kept"),  # a count keeps every row
         *[pl.col(f"{FP}{c}") for c in fp_cols], rows.alias(f"{_P}released"),
         pl.lit(0, pl.Int64).alias(f"{_P}left"), pl.lit(0, pl.Int64).alias(f"{_P}rows_left"))
 
@@ -1822,7 +1825,9 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
 
     n_keys = len(keys) if by else 1
     released = grouped.filter(pl.col(f"{_P}c{k}").is_not_null())
-    outside = grouped.filter(pl.col(f"{_P}c{k}").is_null())
+    # rows outside the key set that no rule dropped (a row a rule dropped is counted by the
+    # rule's counter only, as a median's: each row read is counted once)
+    outside = grouped.filter(pl.col(f"{_P}c{k}").is_null() & (pl.col(f"{_P}kept") > 0))
     per_cell = released.group_by(f"{_P}c{k}").agg(pl.col(*measures, _ROWS).sum())
     full = pl.DataFrame({_CELL: pl.int_range(n_keys, dtype=pl.Int64, eager=True)}).join(
         per_cell.select(pl.col(f"{_P}c{k}").cast(pl.Int64).alias(_CELL), *measures, _ROWS),
@@ -1840,7 +1845,7 @@ def stream_aggregate(rel: Planned, grouped: pl.DataFrame, k: int, fp_cols: list[
                        nulls_last=True, maintain_order=True))
     return Aggregated(
         full=full, key_dtypes=_output_dtypes(op, sess, measures),
-        rows_read=int(row["rows_read"]), rows_outside=int(outside[f"{_P}n"].sum() or 0),
+        rows_read=int(row["rows_read"]), rows_outside=int(outside[f"{_P}kept"].sum() or 0),
         cells_outside=outside.height if by else 0,
         rows_released=int(row[f"{_P}released"] or 0), units_left_out=int(row[f"{_P}left"] or 0),
         left_out=left_out_counts(kind, measures, rel.bits,

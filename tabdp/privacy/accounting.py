@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tabdp._numeric import add_up
+from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.conversions import check_dp_delta, gdp_epsilon, zcdp_epsilon
 
 
@@ -88,25 +89,43 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
     Returns:
         ε per unit (``inf`` where the approximate parts alone use up δ).
 
+    Raises:
+        InvalidParameterError: The five arrays do not all have the same shape (one value per
+            unit in each; none is broadcast against another).
+
     Example:
         >>> z = np.zeros(1)
         >>> # one Gaussian release with mu = 1/3.18570299: exactly eps = 1 at delta = 1e-4
         >>> r = np.array([0.5 / 3.18570299**2])
         >>> round(float(epsilon_at(1e-4, r, r, z, z, np.array([np.inf]))[0]), 6)
         1.0
+        >>> try:
+        ...     epsilon_at(1e-4, r, r, z, z, np.full(2, np.inf))  # 1 unit's rho, 2 epsilons
+        ... except ValueError as err:
+        ...     print(type(err).__name__, str(err).splitlines()[0][-28:])
+        InvalidParameterError delta_a (1,), epsilon (2,).
     """
     d = check_dp_delta(delta, "per-record (epsilon, delta) statement")
     rho_z = np.asarray(rho_z, dtype=np.float64)
     rho_g = np.asarray(rho_g, dtype=np.float64)
     eps_a = np.asarray(eps_a, dtype=np.float64)
     delta_a = np.asarray(delta_a, dtype=np.float64)
+    epsilon = np.asarray(epsilon, dtype=np.float64)
+    parts = {"rho_z": rho_z, "rho_g": rho_g, "eps_a": eps_a, "delta_a": delta_a,
+             "epsilon": epsilon}
+    if len({a.shape for a in parts.values()}) > 1:  # numpy would broadcast them silently
+        got = ", ".join(f"{k} {a.shape}" for k, a in parts.items())
+        raise InvalidParameterError(
+            "epsilon_at: the loss components must have one shape (one value per unit in "
+            f"each); got {got}.\nHint: pass the five per-unit columns of the same units "
+            "(equal lengths); a value is never repeated to fill another's length.")
     if not np.any(delta_a):
         # no approximate-DP δ anywhere (the usual case): d − 0 = d exactly, every unit takes
         # the one conversion at d, and 0 + x = x exactly where no approximate ε either (the
         # same doubles as the general path below, without its per-δ masks and copies)
         conv = _convert(rho_z, rho_g, d)
         out = add_up(eps_a, conv) if np.any(eps_a) else conv
-        return np.minimum(out, np.asarray(epsilon, dtype=np.float64))
+        return np.minimum(out, epsilon)
     rest = _sub_down(d, delta_a)  # the δ left to the conversion: never above d − delta_a
     out = np.full(rho_z.shape, np.inf)
     ok = rest > 0
@@ -118,5 +137,4 @@ def epsilon_at(delta: float, rho_z: np.ndarray, rho_g: np.ndarray, eps_a: np.nda
             sel = rr == value
             conv[sel] = _convert(rz[sel], rg[sel], float(value))
         out[ok] = add_up(eps_a[ok], conv)  # never below the exact sum (review R18-2)
-    pure = np.asarray(epsilon, dtype=np.float64)
-    return np.minimum(out, pure)
+    return np.minimum(out, epsilon)

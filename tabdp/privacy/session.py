@@ -851,6 +851,10 @@ class Report:
 
         The frame is of the library the session's releases used (pandas or Polars). Units are
         identified by the unit column (or ``row``, the row position, when each row is a unit).
+        Each row is a unit: every row read is listed (zero losses included). With a unit
+        column: the units some release charged; a unit whose rows were all outside the key
+        set, dropped by a rule or left out by the budget in every release is not listed (its
+        loss is 0).
         ``epsilon`` is ``inf`` if any release touching the unit was not pure. ``size`` is the
         unit's largest absolute contribution to a released cell. When the report has a δ,
         ``epsilon_delta`` is the unit's (ε, δ)-DP loss at that δ (see [`Report`][tabdp.Report]).

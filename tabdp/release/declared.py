@@ -146,9 +146,9 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from tabdp.frame.backends.spark import spark_type, try_cast
+    from tabdp.frame.backends.spark import try_cast
 
-    st = spark_type(target)
+    st = declared_spark_type(target)
     if not _spark_supported(source, target):
         # a pair Polars does not convert (a null column, from the dtypes alone): Spark refuses
         # some (a date as a number, a Boolean as a date: an AnalysisException, so one file
@@ -157,6 +157,8 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
         return F.lit(None).cast(st)
     # (dates and timestamps: as Polars converts them, whatever the session's time zone; a
     # timestamp without a zone is a UTC wall time, a timestamp's date its UTC date)
+    if target in _UNSIGNED:
+        return _unsigned_spark(col, source, target)
     conv = try_cast(col, st, source)
     floating = isinstance(source, (T.FloatType, T.DoubleType))
     if isinstance(st, T.IntegralType):
@@ -188,6 +190,79 @@ def convert_leniently_spark(col: Any, source: Any, target: Any) -> Any:
         was = ~col.cast(T.DoubleType()).isin(float("inf"), float("-inf"))
         return F.when(finite | ~was, conv)
     return conv
+
+
+#: The largest value of each unsigned Polars integer dtype.
+_UNSIGNED = {pl.UInt8: 2**8 - 1, pl.UInt16: 2**16 - 1, pl.UInt32: 2**32 - 1,
+             pl.UInt64: 2**64 - 1}
+
+
+def declared_spark_type(dtype: Any) -> Any:
+    """The Spark type a column declared ``dtype`` is held in on Spark (decided from the dtype).
+
+    Spark has no unsigned integers: an unsigned dtype is held in the type Spark reads a Parquet
+    column of it as (`_spark_read_type`: ``UInt8`` a ``short``, ``UInt16`` an ``int``,
+    ``UInt32`` a ``long``, ``UInt64`` a ``decimal(20,0)``), which holds each of its values
+    exactly; other dtypes in `tabdp.frame.backends.spark.spark_type`'s.
+
+    Args:
+        dtype: The declared Polars dtype.
+
+    Returns:
+        The Spark type.
+
+    Example:
+        >>> declared_spark_type.__name__  # needs PySpark: see tests/release/test_key_conversions.py
+        'declared_spark_type'
+    """
+    from tabdp.frame.backends.spark import spark_type
+
+    if dtype in _UNSIGNED:
+        return _spark_read_type(dtype)
+    return spark_type(dtype)
+
+
+def _unsigned_spark(col: Any, source: Any, target: Any) -> Any:
+    """`convert_leniently_spark` to an unsigned dtype: its exact value, null out of its range.
+
+    As `convert_leniently`: a whole number from 0 to the dtype's largest value (a fraction,
+    NaN, an infinity, a negative or too large number is null), text only when it is an integer
+    (sign and digits), a Boolean as 0 or 1. Held in `declared_spark_type` (a ``UInt64``
+    in ``decimal(20,0)``: a double at or above ``2**63`` is converted in two exact parts, as
+    Spark's own double-to-decimal cast goes through a shortest decimal string).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import try_cast
+
+    st = declared_spark_type(target)
+    top = _UNSIGNED[target]
+    dec = T.DecimalType(20, 0)  # every value of every source below holds in it exactly
+    if isinstance(source, T.BooleanType):
+        return F.when(col, F.lit(1)).when(~col, F.lit(0)).cast(st)
+    if isinstance(source, (T.FloatType, T.DoubleType)):
+        x = col.cast(T.DoubleType())  # (a float is a double exactly)
+        half = float(2**63)
+        # whole numbers only (a long converts back to the very same double), in two parts
+        # at and above 2**63 (x - 2**63 is exact there: x is a multiple of 2**11)
+        low = try_cast(x, T.LongType())
+        high = try_cast(x - F.lit(half), T.LongType())
+        whole = (F.when(x < F.lit(half), F.when(low.cast(T.DoubleType()) == x, low.cast(dec)))
+                 .otherwise(F.when(x < F.lit(2.0 * half),
+                                   F.when(high.cast(T.DoubleType()) == x - F.lit(half),
+                                          (high.cast(dec) + F.lit(str(2**63)).cast(dec))
+                                          .cast(dec)))))
+        value = F.when((x >= F.lit(0.0)) & (x < F.lit(2.0 * half)), whole)
+    elif isinstance(source, T.StringType):  # (``\z``: Java's ``$`` passes a final newline)
+        value = F.when(col.rlike(r"^[+-]?[0-9]+\z"), try_cast(col, dec))
+    elif isinstance(source, T.DecimalType):  # whole numbers only
+        conv = try_cast(col, dec)
+        value = F.when(conv.cast(source) == col, conv)
+    else:  # an integer type
+        value = try_cast(col, dec)
+    ok = (value >= F.lit(0).cast(dec)) & (value <= F.lit(str(top)).cast(dec))
+    return F.when(ok, value).cast(st)
 
 
 def _spark_supported(source: Any, target: Any) -> bool:
@@ -798,8 +873,6 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from tabdp.frame.backends.spark import spark_type
-
     groups: dict[tuple[Any, ...], tuple[dict[str, ColumnPlan], list[Path]]] = {}
     for file, plan in file_plans(path, schema, hive=hive,
                                  readable=lambda d: _spark_read_type(d) is not None):
@@ -819,7 +892,7 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
         cols, lost = [], []
         for c, t in schema.items():
             how, what = plan[c]
-            st = spark_type(t)
+            st = declared_spark_type(t)
             if how == "folder":
                 raw = F.lit(what).cast(T.StringType())
                 e = convert_leniently_spark(raw, T.StringType(), t)
@@ -839,7 +912,7 @@ def read_declared_spark(spark: Any, path: Path, schema: Mapping[str, Any], *,
             lost.append(gone.alias(LOST + c))
         frames.append(sdf.select(*cols, *(lost if flag_lost else [])))
     if not frames:
-        fields = [T.StructField(c, spark_type(t), True) for c, t in schema.items()]
+        fields = [T.StructField(c, declared_spark_type(t), True) for c, t in schema.items()]
         if flag_lost:
             fields += [T.StructField(LOST + c, T.BooleanType(), True) for c in schema]
         return spark.createDataFrame([], T.StructType(fields))

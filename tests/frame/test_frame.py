@@ -92,6 +92,39 @@ def test_rows_outside_keys_are_dropped_and_counted(make_frame, to_pl):
     assert pr["size"].to_list()[4:] == [0.0, 0.0]
 
 
+@pytest.mark.parametrize("unit,budget", [(None, None), ("u", 100.0)])
+def test_a_row_dropped_by_a_rule_outside_the_key_set_is_counted_once(make_frame, unit,
+                                                                      budget):
+    """A row a rule drops is counted by the rule only, never also as outside the key set.
+
+    Before: a sum with ``nulls="drop"`` counted a row with a null measure and keys outside the
+    key set both in ``missing_values_drop`` and in ``rows_outside_keys`` (and its keys in
+    ``cells_with_data_outside_keys``), so the counts added up to more than the rows read; a
+    median counted it once. Every engine, row and unit mode, with and without a budget (the
+    engines' filtered and unfiltered paths).
+    """
+    data = {"u": [1, 1, 2, 3, 3, 4, 5, 6, 7],
+            "c": ["a", "a", "b", "z", "z", "a", "z", "y", "w"],
+            "x": [1.0, None, 2.0, 3.0, None, 4.0, None, None, -5.0]}
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    s = tabdp.Session(seed=1, unit=unit, budget=budget)
+    frame = make_frame(data)
+    frame.dp.sum("x", by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s,
+                 nulls="drop", negatives="drop", name="s")
+    frame.dp.count(by="c", keys=keys, mechanism=mech.Gaussian(1.0), session=s, name="n")
+    frame.dp.median("x", by="c", keys=keys, bounds=(-10.0, 10.0), epsilon=1.0, session=s,
+                    nulls="drop", name="m")
+    q = {r["name"]: r for r in s.report().confidential_summary()["queries"]}
+    got = {n: (r["rows_read"], r["rows_outside_keys"], r.get("cells_with_data_outside_keys"),
+               r["rows_in_released_cells"], r.get("missing_values_drop:x"),
+               r.get("negative_values_drop:x")) for n, r in q.items()}
+    # the sum: z's null rows, y's null row and w's negative row are dropped by the rules only
+    assert got == {"s": (9, 1, 1, 3, 4, 1), "n": (9, 5, 3, 4, None, None),
+                   "m": (9, 2, None, 3, 4, None)}
+    for r in got.values():  # each row read is counted once
+        assert r[0] == r[1] + r[3] + (r[4] or 0) + (r[5] or 0)
+
+
 def test_count_schema_and_true_counts(make_frame, out_type, to_pl):
     s = tabdp.Session(seed=3)
     out = make_frame(DATA).dp.count(by=["county", "naics"], keys=KEYS, mechanism=TINY,

@@ -446,6 +446,25 @@ def test_epsilon_at_refuses_bad_delta():
         tabdp.Session().report(delta=2.0)
 
 
+@pytest.mark.parametrize("which", range(5))
+@pytest.mark.parametrize("shape", [(1,), (2,), (3, 1), ()])
+def test_epsilon_at_refuses_components_of_different_shapes(which, shape):
+    # numpy broadcast a pure ε of one value (or a column of shape (3, 1)) against three
+    # units' ρ without a word: a statement for units whose values were never given
+    r = np.array([0.1, 0.2, 0.3])
+    parts = [r, r, np.zeros(3), np.zeros(3), np.full(3, np.inf)]
+    parts[which] = np.resize(parts[which], shape)
+    for approx in (False, True):  # both paths (with an approximate δ somewhere, or none)
+        if approx and which != 3:
+            parts[3] = np.array([0.0, 1e-12, 0.0])
+        with pytest.raises(InvalidParameterError, match="one shape") as got:
+            epsilon_at(1e-6, *parts)
+        assert isinstance(got.value, ValueError)
+        msg = str(got.value)
+        name = ("rho_z", "rho_g", "eps_a", "delta_a", "epsilon")[which]
+        assert f"{name} {shape}" in msg and "(3,)" in msg and "Hint:" in msg
+
+
 @pytest.mark.parametrize("unit", [None, "u"])
 def test_smooth_sensitivity_laplace_medians_are_accounted_in_approximate_dp(unit):
     s = tabdp.Session(seed=5, unit=unit)

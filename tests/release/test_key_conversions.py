@@ -652,3 +652,107 @@ def test_author_run_bounds_beyond_the_declared_integer_type(
     # (the flag is read from the noisy estimate: a cell clipped to 500 is not flagged C)
     assert tables[0].drop(*NOISY, "flag", strict=False).equals(
         tables[1].drop(*NOISY, "flag", strict=False))
+
+
+# -- 9. declared unsigned integers on Spark (stop 62) ----------------------------------------
+@pytest.mark.spark
+def test_spark_converts_to_unsigned_types_as_polars(spark: Any) -> None:
+    """`convert_leniently_spark` to UInt8...UInt64 gives `convert_leniently`'s values.
+
+    Edges: above 127 and 255, 2**32, 2**63, 2**64 - 1, negatives, fractions, NaN, text.
+    Before, every unsigned declared type raised (Spark has no unsigned type).
+    """
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import local_frame
+    from tabdp.release.declared import convert_leniently, convert_leniently_spark
+
+    cases = [
+        (pl.Int64, T.LongType(), [0, 127, 128, 200, 255, 256, 65536, 2**32 - 1, 2**32, -1,
+                                  2**63 - 1, -(2**63), None]),
+        (pl.Float64, T.DoubleType(), [0.0, 2.5, 200.0, 256.0, -1.0, -0.0, float("nan"),
+                                      float("inf"), 2.0**53 + 2, 2.0**63, 2.0**63 + 2048,
+                                      2.0**64 - 2048, 2.0**64, None]),
+        (pl.String, T.StringType(), ["200", "+5", "-1", "256", "18446744073709551615",
+                                     "18446744073709551616", "1.0", " 3", "x", None]),
+        (pl.Boolean, T.BooleanType(), [True, False, None]),
+    ]
+    for src, st, values in cases:
+        df = pl.DataFrame({"i": range(len(values)), "x": pl.Series(values, dtype=src)})
+        sdf = local_frame(spark, df, T.StructType([T.StructField("i", T.LongType()),
+                                                   T.StructField("x", st)]))
+        for target in (pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64):
+            want = df.select(convert_leniently(pl.col("x"), src, target))["x"].to_list()
+            got = [None if r[0] is None else int(r[0]) for r in sdf.orderBy("i").select(
+                convert_leniently_spark(F.col("x"), st, target)).collect()]
+            assert got == want, (src, target, list(zip(values, want, got, strict=True)))
+    # a UInt64 Parquet column (decimal(20,0) on Spark) declared another integer type
+    big = [0, 200, 2**64 - 1]
+    df = pl.DataFrame({"i": [0, 1, 2], "x": pl.Series(big, dtype=pl.UInt64)})
+    sdf = spark.createDataFrame([(i, Decimal(v)) for i, v in enumerate(big)],
+                                "i long, x decimal(20,0)")
+    for target in (pl.UInt8, pl.UInt64, pl.Int64):
+        want = df.select(convert_leniently(pl.col("x"), pl.UInt64, target))["x"].to_list()
+        got = [None if r[0] is None else int(r[0]) for r in sdf.orderBy("i").select(
+            convert_leniently_spark(F.col("x"), T.DecimalType(20, 0), target)).collect()]
+        assert got == want, (target, want, got)
+
+
+@pytest.mark.spark
+def test_spark_author_run_unsigned_declared_columns_as_polars(spark: Any,
+                                                              tmp_path: Path) -> None:
+    """Declared UInt8 / UInt64 keys, measures and unit ids: Spark's tables are Polars'.
+
+    Neighbouring datasets: D' has one more record whose value is above 127 (UInt8) or
+    2**63 (UInt64). Before, every Spark author run with such a declared column stopped
+    after reading the data: exit 4, "data-dependent failure", where Polars released the
+    tables. Now both engines give the same tables (seeded) on D and on D', and the tables'
+    schemas do not depend on the record.
+    """
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tabdp.release import load_curator_config, load_spec, run_release
+
+    for role, arrow, big in (("key", "uint8", 200), ("measure", "uint64", 2**64 - 1),
+                             ("unit", "uint64", 2**64 - 1)):
+        declared = {"uint8": "UInt8", "uint64": "UInt64"}[arrow]
+        got = {}
+        for extra in (False, True):
+            uid, key, v = list(range(6)), ["a", "b"] * 3, [5] * 6
+            types = {"estab_id": pa.int64(), "day": pa.string(), "v": pa.int64()}
+            domain = 'day = ["a", "b"]'
+            col = {"key": "day", "measure": "v", "unit": "estab_id"}[role]
+            types[col] = getattr(pa, arrow)()
+            if role == "key":
+                key, domain = [1, 2] * 3, "day = [1, 2, 200]"
+            if extra:  # the neighbour's one more record
+                uid.append(big if role == "unit" else 100)
+                key.append(big if role == "key" else key[0])
+                v.append(big if role == "measure" else 5)
+            root = tmp_path / f"{role}{extra}"
+            root.mkdir()
+            pq.write_table(pa.table({"estab_id": pa.array(uid, types["estab_id"]),
+                                     "day": pa.array(key, types["day"]),
+                                     "v": pa.array(v, types["v"])}), root / "d.parquet")
+            schema = {"estab_id": "Int64", "day": "String", "v": "Int64", col: declared}
+            write_curator(root, {"cbp": "d.parquet"}, seeded=True, schemas={"cbp": schema})
+            (root / "s.toml").write_text(
+                R15_SPEC.replace('mode = "author"', 'unit = "estab_id"\nmode = "author"')
+                .replace('state = ["01", "02"]', domain).replace('by = ["state"]', 'by = ["day"]')
+                .replace("[0, 100]", "[0, 300]"))
+            config = load_curator_config(root / "curator.toml")
+            for engine in ("polars", "spark"):
+                res = run_release(load_spec(root / "s.toml", curator=config), test_seed=True,
+                                  overwrite=True, engine=engine,
+                                  spark=spark if engine == "spark" else None)
+                got[(engine, extra)] = [pl.read_parquet(res.public / f"{t}.parquet")
+                                        for t in ("t", "n")]
+        for extra in (False, True):
+            for a, b in zip(got[("polars", extra)], got[("spark", extra)], strict=True):
+                assert a.equals(b), (role, extra, a, b)
+        for a, b in zip(got[("spark", False)], got[("spark", True)], strict=True):
+            assert a.schema == b.schema and a.drop(*NOISY, "flag", strict=False).columns == \
+                b.drop(*NOISY, "flag", strict=False).columns, role

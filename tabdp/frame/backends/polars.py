@@ -22,7 +22,6 @@ from tabdp._numeric import small_pages
 from tabdp._reserved import RESERVED
 from tabdp.frame import binding
 from tabdp.frame._engine import (
-    _ALL,
     _CELL,
     _ROWS,
     FP,
@@ -407,7 +406,11 @@ class MemoryBackend(_PolarsOutput):
             inside = data if some.all(ignore_nulls=False) is True else data.filter(some)
             outside = snap.outside
         del data
-        rows_outside = int(outside[_ALL].sum() or 0)
+        # rows outside the key set that no rule dropped: a row a rule dropped (nulls="drop",
+        # negatives="drop") is counted by that rule's counter only, as a median's (each row
+        # read is counted once: outside the key set, dropped by a rule, or in a released cell)
+        outside = outside.filter(pl.col(_ROWS) > 0)
+        rows_outside = int(outside[_ROWS].sum() or 0)
         outside_keys = outside.select(by_list).unique() if by_list else None
         del outside
         inside, cells_dropped = _bound_contributions(inside, uid, not snap.per_row, kind,
@@ -798,8 +801,9 @@ class StreamingBackend(_PolarsOutput):
         assert isinstance(ledger, ReplayLedger)
         _install(ledger, rel.program, rel.op.lf)
         if rel.pre.by and agg.rows_outside == 0:
-            # every row the pass read was in a cell: so is every row a later replay reads (the
-            # session binds the same rows, key columns included)
+            # every row the pass read that no rule dropped was in a cell: so is every such row
+            # a later replay reads (the session binds the same rows, key columns included); a
+            # row a rule dropped contributes nothing, whatever its cell (``_P r<j>`` is 0)
             ledger.whole.add(len(ledger.programs) - 1)
         rel.op.session.record_release(record, rel.op.backend)
 
