@@ -14,13 +14,17 @@ wraps one release so that what its caller sees depends on the data only through 
   original handler and ``from None`` (no cause, no context); the details go to the session's
   confidential summary (``author_failures``). ``KeyboardInterrupt`` and ``SystemExit`` pass;
 * warnings emitted before the data phase (usability warnings on the arguments) reach the caller;
-  warnings emitted while the data is read are dropped (they could depend on it).
+  warnings emitted while the data is read are dropped (they could depend on it), and so are
+  warnings of other threads while the call runs (Python's warning handler is one per process:
+  without this, an author's release collected the curator's confidential warnings, or
+  another author's, given meanwhile on another thread).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -128,11 +132,21 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     early: BaseException | None = None
     failed: dict[str, str] | None = None
     shown: list[Warning] = []
+    # Python's warning handler is one per process (before 3.14), so while this call runs it
+    # also receives the warnings of every other thread: the curator's own calls (whose
+    # messages hold CONFIDENTIAL counts), another author's release. Only this thread's, given
+    # before the data is read, are this call's to show.
+    caller = threading.get_ident()
+    previous = warnings.showwarning
+    running = [True]
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
-        if not state.data_read:  # before any read: about the arguments only
+        if not running[0]:  # left in place by another thread's overlapping catch_warnings
+            previous(message, category, filename, lineno, file, line)
+        elif threading.get_ident() == caller and not state.data_read:
             shown.append(message if isinstance(message, Warning) else category(message))
+        # else dropped: given while the data is read, or by another thread meanwhile
 
     result: Any = None
     with warnings.catch_warnings():
@@ -147,6 +161,8 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
                 failed = failure_details(err, "a release, after it began reading the data")
             else:
                 early = err  # a data-free refusal: raised as itself
+        finally:
+            running[0] = False
     level = _caller_stacklevel()
     for w in shown:
         warnings.warn(w, stacklevel=level)

@@ -358,3 +358,74 @@ def _public_summary(summary: dict[str, Any]) -> Any:
             return [strip(x) for x in v]
         return v
     return strip(summary)
+
+
+# origin: review of stop 62 (warnings channel): Python's warning handler is one per process
+def test_author_release_does_not_collect_other_threads_warnings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warning given on another thread while an author's release runs is not the author's.
+
+    The curator pins a dataset (its own call, on its own thread) while an author's release is
+    before its data phase: the curator's warning, which holds CONFIDENTIAL counts of the
+    other dataset, was collected by the author's release and shown to the author.
+    """
+    import threading
+
+    import tabdp.frame.accessor as accessor
+
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]}))
+    cur.add("secret", pl.DataFrame({"c": ["a", "b"], "n": [1.0, 2.5]}),
+            schema={"c": "String", "n": "Int64"})   # 2.5: made null, counted in a warning
+    author = cur.author_session("d")
+    entered, go = threading.Event(), threading.Event()
+    check = accessor.check_api_grid
+
+    def paused(*args: Any, **kwargs: Any) -> Any:   # a data-free check of the release
+        entered.set()
+        go.wait(30)
+        return check(*args, **kwargs)
+
+    monkeypatch.setattr(accessor, "check_api_grid", paused)
+    seen: list[str] = []
+
+    def release() -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            author.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                       mechanism=mech.Gaussian(1.0), nulls="zero", negatives="allow")
+        seen.extend(str(w.message) for w in caught)
+
+    thread = threading.Thread(target=release)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        cur.author_session("secret")   # the curator's call: warns of the values made null
+    finally:
+        go.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert not any("secret" in text or "count by column" in text for text in seen), seen
+
+
+def test_author_call_handler_left_in_place_passes_warnings_on() -> None:
+    """A release's warning handler that outlives it passes later warnings on.
+
+    ``catch_warnings`` of two threads that overlap restore each other's handler: the release's
+    could stay in place after it returned, and it kept every later warning of its thread
+    (collected for a call that was over: lost).
+    """
+    from tabdp.frame._author import author_call
+
+    handlers: list[Any] = []
+
+    def call() -> int:
+        handlers.append(warnings.showwarning)
+        return 1
+
+    got: list[str] = []
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *args, **kwargs: got.append(str(message))
+        assert author_call(tabdp.Session(mode="author", seed=1), None, call) == 1
+        handlers[0](UserWarning("later"), UserWarning, "x.py", 1)   # left in place
+    assert got == ["later"]
