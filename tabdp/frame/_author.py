@@ -8,7 +8,8 @@ wraps one release so that what its caller sees depends on the data only through 
 
 * a key set read from the data (``KeySet.from_data``) is refused from the argument alone,
   before anything runs;
-* an exception raised before the data phase (a data-free refusal) is raised as itself;
+* an exception raised before the data phase (a data-free refusal) is raised as itself, without
+  the frames it was raised from (their variables hold the pinned data: `_without_frames`);
 * any failure after it, whatever its kind (an engine error, a Rust panic of Polars, which is a
   ``BaseException``), becomes `DataFailure`: one fixed message, raised outside the
   original handler and ``from None`` (no cause, no context); the details go to the session's
@@ -167,11 +168,46 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     for w in shown:
         warnings.warn(w, stacklevel=level)
     if early is not None:
-        raise early
+        raise _without_frames(early)
     if failed is not None:
         session.record_failure(failed)
+        # this frame is in the traceback of the DataFailure: a traceback shown with its
+        # frames' local variables (IPython's verbose mode, rich, capture_locals) quoted them
+        failed = None
         raise DataFailure() from None  # outside the handler: nothing chained
     return result
+
+
+def _without_frames(err: BaseException) -> BaseException:
+    """``err`` and the exceptions chained to it, without their tracebacks (the frames).
+
+    A data-free refusal is raised from deep in a release, by frames whose local variables
+    hold the curator's pinned data (a Polars frame, whose ``repr`` prints its first rows, or
+    a scan naming server paths). Its message is the author's; those frames are not: a
+    traceback shown with its frames' local variables (IPython's verbose mode, ``rich``,
+    ``traceback.TracebackException(capture_locals=True)``) printed them. Raised again, the
+    refusal's traceback starts at `author_call`.
+
+    Example:
+        >>> try:
+        ...     raise ValueError("bad argument")
+        ... except ValueError as e:
+        ...     err = e
+        >>> _without_frames(err).__traceback__ is None
+        True
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.__traceback__ = None
+        todo += [e.__cause__, e.__context__]
+        if isinstance(e, BaseExceptionGroup):
+            todo += list(e.exceptions)
+    return err
 
 
 def failure_details(err: BaseException, during: str) -> dict[str, str]:

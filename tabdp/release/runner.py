@@ -273,6 +273,10 @@ def _run_with_ledger(spec: ReleaseSpec, eng: RunEngine, ledger: Any, *, overwrit
         if "ledger" in details and spec.input.mode == "curator":
             # the curator's terminal (never an author's: the message stays the fixed one)
             failure.ledger_release = details["ledger"]["release"]
+        # this frame is in the failure's traceback: one shown with its frames' variables
+        # (IPython's verbose mode, rich, capture_locals) quoted the details and the warnings
+        details = None
+        caught.clear()
         raise failure
     assert result is not None
     # Curator mode: the data's owner is told (terminal / Python warning, never a public file)
@@ -289,14 +293,18 @@ def _check_input_first(spec: ReleaseSpec, started: str) -> None:
     mode the curator's files (their schema, or none matching) are not the author's to see: a
     failure to read them is the generic failure, details in the confidential folder.
     """
+    failure: DataDependentFailure | None = None
     try:
         lf0, schema0 = scan_input(spec, schema_only=True)
     except DataValidationError as err:
         if spec.input.mode != "author":
             raise
-        fail = _failure_details(err, "reading the input's schema")
-        raise DataDependentFailure(_write_failure(spec, fail, started),
-                                   spec.output.confidential) from None
+        failure = DataDependentFailure(
+            _write_failure(spec, _failure_details(err, "reading the input's schema"), started),
+            spec.output.confidential)
+    if failure is not None:
+        # outside the handler, no details in this frame (the failure's traceback holds it)
+        raise failure from None
     if spec.input.mode == "author":
         lf0 = _author_key_casts(spec, lf0)
     _refuse_mapping_collisions(spec, schema0, lf0)

@@ -429,3 +429,55 @@ def test_author_call_handler_left_in_place_passes_warnings_on() -> None:
         assert author_call(tabdp.Session(mode="author", seed=1), None, call) == 1
         handlers[0](UserWarning("later"), UserWarning, "x.py", 1)   # left in place
     assert got == ["later"]
+
+
+def _with_locals(err: BaseException) -> str:
+    """``err`` as a traceback shown with every frame's variables (IPython verbose, rich...)."""
+    import traceback
+
+    return "".join(traceback.TracebackException.from_exception(
+        err, capture_locals=True).format())
+
+
+# origin: review of stop 62 (exception channel)
+def test_author_refusal_traceback_holds_no_frame_of_the_data() -> None:
+    """A data-free refusal shown with its frames' variables does not print the pinned data.
+
+    The refusal was raised with the traceback of the frames it came from, whose variables
+    hold the curator's pinned frame: ``repr`` of a Polars frame prints its rows.
+    """
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": ["a", "b"], "x": [123456.789, 2.0]}))
+    author = cur.author_session("d")
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    with pytest.raises(tabdp.ColumnNotFoundError) as info:
+        author.sum("nope", by="c", keys=keys, mechanism=mech.Gaussian(1.0), nulls="zero",
+                   negatives="allow")
+    text = _with_locals(info.value)
+    assert "nope" in text and "123456" not in text and "shape:" not in text
+    with pytest.raises(tabdp.InvalidParameterError) as info2:
+        author.median("x", by="c", keys=keys, bounds=(5.0, 1.0), epsilon=1.0, nulls="drop")
+    text = _with_locals(info2.value)
+    assert "123456" not in text
+
+
+def test_author_data_failure_traceback_holds_no_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``DataFailure`` shown with its frames' variables does not print the confidential cause."""
+    import tabdp.frame.accessor as accessor
+    from tabdp.frame import binding
+
+    def failing(*args: Any, session: Any = None, **kwargs: Any) -> Any:
+        binding.phase(session, "q1_sum", "reading and aggregating the input")
+        raise RuntimeError("value SECRET-7 cannot be parsed")
+
+    monkeypatch.setattr(accessor, "release_grouped", failing)
+    cur = tabdp.Curator(seed=1)
+    cur.add("d", pl.DataFrame({"c": ["a", "b"], "x": [1.0, 2.0]}))
+    author = cur.author_session("d")
+    with pytest.raises(tabdp.DataFailure) as info:
+        author.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+                   mechanism=mech.Gaussian(1.0), nulls="zero", negatives="allow")
+    shown = _with_locals(info.value)   # (before any literal of the assert is a variable)
+    assert "SECRET" not in shown
+    failures = cur.report(author.name).confidential_summary()["author_failures"]
+    assert "SECRET-7" in failures[0]["error"]   # the curator still has it

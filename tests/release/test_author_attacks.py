@@ -819,3 +819,45 @@ def test_a_dataset_without_a_declared_schema_is_refused_alike(
     assert "no declared schema" in err and "[datasets.cbp] schema" in err, err
     for s in servers:
         assert str(s) not in err and not (s / "releases").exists()
+
+
+# -- review of stop 62: the generic failure's traceback, shown with its frames' variables -----
+@pytest.mark.parametrize("where", ["schema", "data"])
+def test_generic_failure_traceback_holds_no_details(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """An author-mode ``run_release`` failure shown with its frames' variables quotes nothing.
+
+    ``DataDependentFailure`` was raised from frames holding the confidential details (the
+    cause's text and traceback, the warnings of the run) in their variables: a traceback shown
+    with them (IPython's verbose mode, rich, ``capture_locals``) printed the cause.
+    """
+    import traceback
+
+    from _curator import R15_SPEC
+
+    from tabdp.exceptions import DataValidationError
+    from tabdp.release import load_curator_config, run_release, runner
+    from tabdp.release.spec import load_spec
+
+    _base().select("estab_id", "state", "payroll").rename({"payroll": "v"}).write_parquet(
+        tmp_path / "ds.parquet")
+    config = load_curator_config(write_curator(tmp_path, {"cbp": "ds.parquet"}))
+    (tmp_path / "s.toml").write_text(R15_SPEC, encoding="utf-8")
+    spec = load_spec(tmp_path / "s.toml", curator=config)
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        if where == "data":
+            warnings.warn("SECRET-6 in a warning of the run", UserWarning, stacklevel=1)
+            raise RuntimeError("value SECRET-7 cannot be parsed")
+        raise DataValidationError("value SECRET-8 in the schema")
+
+    monkeypatch.setattr(runner, "_run_with_data" if where == "data" else "scan_input", fail)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(runner.DataDependentFailure) as info:
+        run_release(spec, overwrite=True, test_seed=True)
+    shown = "".join(traceback.TracebackException.from_exception(
+        info.value, capture_locals=True).format())
+    assert "SECRET" not in shown
+    failure = json.loads((tmp_path / "releases" / "r15" / "confidential" /
+                          "failure.json").read_text())
+    assert "SECRET" in json.dumps(failure)   # the curator still reads the cause
