@@ -212,6 +212,43 @@ def test_rows_give_the_variance_and_orbits_change_nothing(monkeypatch: pytest.Mo
                                    rtol=1e-12)
 
 
+def test_measures_released_alike_share_one_computation(monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """The margins of measures with the same weights, laws and grid are computed once.
+
+    They depend on those only, not on the released values: three measures released alike
+    (different values) take one computation, a fourth on another grid its own; every margin
+    and estimate is the one of the measure alone.
+    """
+    rng = np.random.default_rng(5)
+    fin = GEO.join(pl.DataFrame({"naics": ["n1", "n2", "n3"]}), how="cross")
+    cols = {f"x{k}": rng.poisson(4, fin.height).astype(float) for k in range(4)}
+    t = fin.with_columns(pl.Series(k, v) for k, v in cols.items())
+    rel = {lv: t.group_by(list(lv)).agg(pl.col(list(cols)).sum()).sort(list(lv))
+           for lv in [("county", "naics"), ("state",)]}
+    grids = {"x0": 1.0, "x1": 1.0, "x2": 1.0, "x3": 2.0}
+    kw = dict(hierarchies={"geo": GEO}, mechanisms=DiscreteLaplace(scale=2.0),
+              outputs=[("county", "naics"), ("state", "naics"), ("state",), ()])
+    calls = []
+    real = cm._certified
+
+    def spy(*a: object, **k: object) -> object:
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(cm, "_certified", spy)
+    both = consistent(rel, measures=list(cols), grid=grids, **kw)  # type: ignore[arg-type]
+    assert len(calls) == 2
+    for m in cols:
+        alone = consistent({lv: f.select(*lv, m) for lv, f in rel.items()}, measures=[m],
+                           grid=grids[m], **kw)  # type: ignore[arg-type]
+        for lv, f in alone.items():
+            assert both[lv][f"{m}_moe"].to_list() == f[f"{m}_moe"].to_list(), (m, lv)
+            assert both[lv][m].to_list() == f[m].to_list(), (m, lv)
+    assert len(calls) == 2 + 4
+    assert both[("state",)]["x0_moe"].to_list() != both[("state",)]["x3_moe"].to_list()
+
+
 def test_margins_scale_with_the_noise() -> None:
     # the margins are in the noise's units whatever its size (no absolute tolerance inside;
     # the weights' upward rounding to a relative grid of 1e-3 sits elsewhere on another scale)
