@@ -959,6 +959,22 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     from tabdp.release.runner import run_release
 
     spec = _load(args, spec_path)
+    master = getattr(args, "spark_master", None)
+    config = getattr(args, "curator_config", None)
+    if spec.input.mode == "author":
+        if master is not None:
+            # review rev62a: the author names no cluster either (a master of theirs would get
+            # the run's tasks, the data they read and the Spark configuration's credentials)
+            raise SpecError("--spark-master", "is not allowed with an author-mode spec: the "
+                                              "author names nothing on the server, and a Spark "
+                                              "master receives the run's data; the curator's "
+                                              "configuration sets it ([engine] spark_master). "
+                                              "Nothing was read or written.\nHint: remove "
+                                              "--spark-master.")
+        if config is not None:
+            from tabdp.frame.backends import configured_master
+
+            master = configured_master(getattr(args, "engine", None), config.spark_master)
     if getattr(args, "out", None) is not None:
         import dataclasses
 
@@ -996,7 +1012,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
                     res = run_release(spec, overwrite=overwrite, progress=bar,
                                       test_seed=getattr(args, "test_seed", False),
                                       **({} if engine is None else {"engine": engine}),
-                                      spark_master=getattr(args, "spark_master", None))
+                                      spark_master=master)
             finally:
                 bar.close()
             bar.flush()

@@ -78,3 +78,51 @@ def test_rev62a_curator_naming_the_servers_own_configuration_is_fine(
         "kind = 'count'\nby = ['state']\n", encoding="utf-8")
     code, out, err = _cli(root, monkeypatch, "validate", "s.toml", "--curator", "curator.toml")
     assert code == 0, err
+
+
+AUTHOR_SPEC = ("[release]\nname = 'x'\n[input]\ndataset = 'cbp'\nmode = 'author'\n"
+               "nulls = 'drop'\nunit_nulls = 'drop'\n[domains]\nstate = ['01', '04']\n"
+               "[[tables]]\nname = 'n'\nkind = 'count'\nby = ['state']\n")
+
+
+def test_rev62a_an_author_run_names_no_spark_master(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _server(tmp_path / "srv")
+    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
+    code, out, err = _cli(root, monkeypatch, "run", "s.toml", "--engine", "spark",
+                          "--spark-master", "spark://author.example:7077")
+    assert code == 2 and out == ""
+    assert "--spark-master: is not allowed with an author-mode spec" in err
+    assert not (root / "releases").exists()
+
+
+def test_rev62a_the_curators_spark_master_is_used(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tabdp.release import runner
+
+    root = _server(tmp_path / "srv")
+    text = (root / "curator.toml").read_text(encoding="utf-8")
+    (root / "curator.toml").write_text(text + '\n[engine]\nspark_master = "local[3]"\n',
+                                       encoding="utf-8")
+    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
+    seen: list[object] = []
+
+    def fake(spec: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("spark_master"))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "run_release", fake)
+    with pytest.raises(SystemExit):
+        _cli(root, monkeypatch, "run", "s.toml", "--engine", "spark")
+    assert seen == ["local[3]"]
+
+
+@pytest.mark.parametrize("value", ['""', "3", '"yarn\\n"'])
+def test_rev62a_engine_spark_master_is_checked(value: str) -> None:
+    import tomllib
+
+    from tabdp.exceptions import SpecError
+    from tabdp.release import parse_curator_config
+
+    with pytest.raises(SpecError, match="engine.spark_master"):
+        parse_curator_config(tomllib.loads(f"[engine]\nspark_master = {value}\n"), "/")
