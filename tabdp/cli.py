@@ -648,10 +648,53 @@ def _curator_path(args: argparse.Namespace) -> Path | None:
     if args.command == "demo":  # the bundled example is a curator-mode spec of its own
         return None
     given = getattr(args, "curator", None)
-    if given is not None:
-        return Path(given)
     env = os.environ.get(CURATOR_ENV, "")
+    if given is not None:
+        if env and os.path.realpath(given) != os.path.realpath(env):
+            _refuse_other_curator(Path(env))
+        return Path(given)
     return Path(env) if env else None
+
+
+def _refuse_other_curator(server: Path) -> None:
+    """``--curator`` naming another file than ``TABDP_CURATOR``: refused on a server for authors.
+
+    Review rev62a: under a configuration with ``[policy] author_only`` an author could pass
+    ``--curator`` naming their own configuration (one declaring any server path) or any server
+    file, whose error (missing, not TOML) told whether it exists: a partition folder's file
+    exists exactly when some record is in it. The given file is not read.
+    """
+    from tabdp.release.curator_config import load_curator_config
+
+    if load_curator_config(server).author_only:
+        raise SpecError("--curator", "this server's curator configuration (TABDP_CURATOR) "
+                                     "serves query authors ([policy] author_only = true), so "
+                                     "--curator may not name another configuration. Nothing "
+                                     "was read or written.\nHint: remove --curator (the "
+                                     "server's configuration applies).")
+
+
+def _refuse_confidential_spec(spec_path: Path, config: CuratorConfig) -> None:
+    """Under ``[policy] author_only``: a spec path inside a dataset or a ledger is "not found".
+
+    Review rev62a: the spec file's errors (not found, a directory, a Parquet data file, not
+    TOML) told whether any server path exists, and a file of a partition folder exists
+    exactly when some record is in it. Decided from the path (symbolic links resolved) and
+    the configuration alone; such a path is never read.
+    """
+    import os
+
+    from tabdp.release.curator_config import data_locations
+    from tabdp.release.spec.load import spec_not_found
+
+    shown = Path(os.path.abspath(Path(spec_path).expanduser()))
+    real = Path(os.path.realpath(shown))
+    places = [p for d in config.datasets.values() if d.path is not None
+              for p in data_locations(d.path)]
+    places += [Path(os.path.realpath(d.ledger)) for d in config.datasets.values()
+               if d.ledger is not None]
+    if any(real == p or p in real.parents for p in places):
+        raise spec_not_found(shown)
 
 
 def _load(args: argparse.Namespace, spec_path: Path) -> ReleaseSpec:
@@ -662,6 +705,8 @@ def _load(args: argparse.Namespace, spec_path: Path) -> ReleaseSpec:
     where = _curator_path(args)
     config = load_curator_config(where) if where is not None else None
     args.curator_config = config
+    if config is not None and config.author_only:
+        _refuse_confidential_spec(spec_path, config)
     return load_spec(spec_path, curator=config)
 
 
@@ -914,6 +959,22 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
     from tabdp.release.runner import run_release
 
     spec = _load(args, spec_path)
+    master = getattr(args, "spark_master", None)
+    config = getattr(args, "curator_config", None)
+    if spec.input.mode == "author":
+        if master is not None:
+            # review rev62a: the author names no cluster either (a master of theirs would get
+            # the run's tasks, the data they read and the Spark configuration's credentials)
+            raise SpecError("--spark-master", "is not allowed with an author-mode spec: the "
+                                              "author names nothing on the server, and a Spark "
+                                              "master receives the run's data; the curator's "
+                                              "configuration sets it ([engine] spark_master). "
+                                              "Nothing was read or written.\nHint: remove "
+                                              "--spark-master.")
+        if config is not None:
+            from tabdp.frame.backends import configured_master
+
+            master = configured_master(getattr(args, "engine", None), config.spark_master)
     if getattr(args, "out", None) is not None:
         import dataclasses
 
@@ -951,7 +1012,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO, spec_path: Path
                     res = run_release(spec, overwrite=overwrite, progress=bar,
                                       test_seed=getattr(args, "test_seed", False),
                                       **({} if engine is None else {"engine": engine}),
-                                      spark_master=getattr(args, "spark_master", None))
+                                      spark_master=master)
             finally:
                 bar.close()
             bar.flush()

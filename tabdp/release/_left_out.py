@@ -39,9 +39,9 @@ def _key_count(spec: ReleaseSpec, cols: Sequence[str], keys_file: Path | None = 
 
 
 def _read_table(path: Path) -> pl.DataFrame:
-    if path.suffix.lower() == ".csv":
-        return pl.read_csv(path, infer_schema=False)
-    return pl.read_parquet(path)
+    from tabdp.release.spec.files import read_table_file  # author mode: read safely
+
+    return read_table_file(path)
 
 
 #: Points per decade of the grid of sizes where the plan looks for left-out units.

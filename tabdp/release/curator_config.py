@@ -44,6 +44,11 @@ The TOML schema (every key not listed is refused)::
     level = 0.9                     # release.level of a spec without one
     delta = 1e-9                    # release.delta of a spec without one
 
+    [engine]                        # optional
+    spark_master = "yarn"           # the Spark master of author-mode runs with --engine
+                                    # spark (an author-mode run may not pass --spark-master:
+                                    # the author names no cluster); default local[2]
+
     [testing]                       # optional; never on a server authors use
     seeded_author_runs = false      # true: author-mode specs may set [randomness] seed (tests)
     [policy]                        # optional
@@ -110,12 +115,13 @@ CURATOR_ENV = "TABDP_CURATOR"
 
 #: Every key the configuration accepts, by key path (``datasets.*`` is each dataset).
 CURATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("datasets", "public", "output", "defaults", "policy", "testing"),
+    "": ("datasets", "public", "output", "defaults", "policy", "engine", "testing"),
     "datasets.*": ("path", "table", "hive_partitioning", "schema", "unit", "ledger"),
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
     "policy": ("author_only", "overwrite", "require_ledger", "max_rho"),
+    "engine": ("spark_master",),
     "testing": ("seeded_author_runs",),
 }
 
@@ -222,6 +228,10 @@ class CuratorConfig:
     #: tables; an author-mode spec's budget must provably stay within it (checked from the
     #: text, before anything is read). ``None``: no cap beyond the spec's own budget.
     max_rho: float | None = None
+    #: ``[engine] spark_master``: the Spark master of author-mode runs with ``--engine spark``
+    #: (an author-mode ``tabdp run`` may not name one: ``--spark-master`` is refused).
+    #: ``None``: tabdp's default (``local[2]``).
+    spark_master: str | None = None
 
     def dataset_roots(self) -> tuple[Path, ...]:
         """The datasets' paths with symbolic links resolved (what no public file may be in).
@@ -452,6 +462,16 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
         if not max_rho > 0.0:
             _fail("policy.max_rho", f"must be > 0; got {max_rho!r}.",
                   "a per-record zCDP cap > 0 on one author-mode run, e.g. max_rho = 4.0.")
+    spark_master = None
+    if "engine" in d:
+        eng = _table(d["engine"], "engine", CURATOR_KEYS["engine"])
+        if "spark_master" in eng:
+            spark_master = eng["spark_master"]
+            if not isinstance(spark_master, str) or not spark_master.strip() or any(
+                    ord(ch) < 32 for ch in spark_master):
+                _fail("engine.spark_master", f"must be a Spark master URL; got "
+                                             f"{spark_master!r}.",
+                      'e.g. spark_master = "yarn" or "spark://host:7077".')
     seeded = False
     if "testing" in d:
         tst = _table(d["testing"], "testing", CURATOR_KEYS["testing"])
@@ -462,7 +482,8 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
     config = CuratorConfig(path=path, datasets=datasets, public_folders=folders,
                            output_root=root, defaults=defaults, author_only=author_only,
                            overwrite=overwrite, seeded_author_runs=seeded,
-                           require_ledger=require_ledger, max_rho=max_rho)
+                           require_ledger=require_ledger, max_rho=max_rho,
+                           spark_master=spark_master)
     _check_ledgers(config)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):

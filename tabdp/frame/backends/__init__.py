@@ -34,7 +34,7 @@ __all__ = ["Engine", "FrameKind", "ENGINES", "frame_kind", "is_frame", "is_spark
            "pandas_exact", "nan_is_missing",
            "is_lazy_frame", "is_pandas_frame", "ledger_engine", "output_library", "polars_engine",
            "release_engine", "pin_frame", "RUN_ENGINES", "RunEngine", "run_engine",
-           "pinned_by_curator_only"]
+           "pinned_by_curator_only", "configured_master"]
 
 #: The engines a release runs on.
 Engine = Literal["memory", "streaming", "spark"]
@@ -279,6 +279,23 @@ def pin_frame(native: Any, pin: Callable[[Any], Any] | None = None) -> Any:
     if isinstance(native, pl.DataFrame):
         return native.clone().lazy()
     return pl.from_pandas(native).lazy()
+
+
+def configured_master(engine: str | None, master: str | None) -> str | None:
+    """A configured Spark master (``[engine] spark_master``) for the run's engine, if it uses one.
+
+    Args:
+        engine: The run's engine as chosen (``None``: the default, Polars).
+        master: The configured master, or ``None``.
+
+    Returns:
+        ``master`` for the Spark engine, else ``None`` (the Polars engine takes no master).
+
+    Example:
+        >>> configured_master("spark", "yarn"), configured_master(None, "yarn")
+        ('yarn', None)
+    """
+    return master if engine == "spark" else None
 
 
 def run_engine(engine: str, spark: Any = None, master: str | None = None) -> RunEngine:

@@ -7,6 +7,7 @@ curator's public folders. Metadata files (domains, hierarchies, allowed keys) ar
 from __future__ import annotations
 
 import contextvars
+import io
 import os
 import re
 import stat
@@ -25,6 +26,11 @@ from tabdp.release.spec.schema import _FRAME_SUFFIXES, _fail, _maybe, _names, _s
 _AUTHOR: contextvars.ContextVar[tuple[CuratorConfig, dict[Path, str]] | None] = \
     contextvars.ContextVar("_AUTHOR", default=None)
 _PLAIN_NAME_BAD = set("/\\*?[]{}\x00")
+#: Author mode: every public file found (its real path) -> the name the spec gave, the real
+#: path of its public folder. Every read of such a file, at parse and at run time, opens it
+#: again below that folder without following any link (`_public_bytes`): a name checked once
+#: and swapped for a link to the data afterwards is never read (review rev62a).
+_VERIFIED: dict[Path, tuple[str, Path]] = {}
 
 
 def _shown(file: Path) -> str:
@@ -80,11 +86,92 @@ def _public_file(text: str, path: str, what: str, config: CuratorConfig) -> Path
         except OSError:
             continue
         if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            _VERIFIED[real] = (text, top)
             return real
     _fail(path, f"{what} file {text!r} is not in the curator's public folders (an author-mode "
                 "spec names public metadata files only: domains, key lists, hierarchies).",
           "check the name, or ask the curator to publish the file in a public folder of the "
           "curator configuration.")
+
+
+class _NotPublic(Exception):
+    """A verified public file is no longer a plain file of its public folder."""
+
+
+def _open_below(top: Path, parts: Sequence[str]) -> int:
+    """Open ``top/parts...`` read-only, following no link below ``top`` (a file descriptor)."""
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    directory = getattr(os, "O_DIRECTORY", 0)
+    if os.open not in os.supports_dir_fd or not nofollow:  # pragma: no cover - not POSIX
+        return os.open(top.joinpath(*parts), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    fd = os.open(top, os.O_RDONLY | directory)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | directory | nofollow, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        # O_NONBLOCK: a FIFO swapped in opens at once (and is refused below), never blocks
+        return os.open(parts[-1], os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0),
+                       dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _public_bytes(file: Path) -> bytes | None:
+    """The bytes of a public file found in author mode, read safely; ``None`` for other files.
+
+    The file is opened below the real path of its public folder without following any link,
+    and must then be a regular file with one name (``st_nlink == 1``): what is read is the file
+    that was checked, even if its name (or a folder on its way) was replaced since by a link
+    to the data. Raises `_NotPublic` otherwise.
+    """
+    entry = _VERIFIED.get(Path(file))
+    if entry is None:
+        return None
+    top = entry[1]
+    try:
+        parts = Path(file).relative_to(top).parts
+        fd = _open_below(top, parts)
+    except (OSError, ValueError):
+        raise _NotPublic(entry[0]) from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise _NotPublic(entry[0])
+        return fh.read()
+
+
+def read_table_file(file: Path) -> pl.DataFrame:
+    r"""Read a metadata file: CSV as text, else Parquet (an author-mode public file safely).
+
+    Args:
+        file: The file (a path the spec resolved).
+
+    Returns:
+        Its rows.
+
+    Raises:
+        SpecError: An author-mode public file that is no longer a plain file of its public
+            folder (replaced by a link since the spec was read); the message names it as the
+            spec did.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "k.csv"
+        >>> _ = f.write_text("code\n01\n")
+        >>> read_table_file(f)["code"].to_list()
+        ['01']
+    """
+    try:
+        data = _public_bytes(file)
+    except _NotPublic as err:
+        _fail("", f"the public metadata file {err.args[0]!r} is no longer a file of the "
+                  "curator's public folders (it was replaced since the spec was read).",
+              "ask the curator to check the public folders; nothing was read from it.")
+    source: Any = file if data is None else io.BytesIO(data)
+    if Path(file).suffix.lower() == ".csv":
+        return pl.read_csv(source, infer_schema=False)
+    return pl.read_parquet(source)
 
 
 def _file_path(value: Any, path: str, base: Path, what: str) -> Path:
@@ -112,9 +199,18 @@ def _read_frame(file: Path, path: str, what: str, written: str) -> pl.DataFrame:
                     f"{_names(_FRAME_SUFFIXES)}.",
               "save it as CSV (read as text, so codes like '01' keep their zeros) or Parquet.")
     try:
+        data = _public_bytes(file)
+    except _NotPublic:
+        _fail(path, f"{what} file {written!r} is not in the curator's public folders (an "
+                    "author-mode spec names public metadata files only: domains, key lists, "
+                    "hierarchies).",
+              "check the name, or ask the curator to publish the file in a public folder of "
+              "the curator configuration.")
+    source: Any = file if data is None else io.BytesIO(data)
+    try:
         if suffix == ".csv":
-            return pl.read_csv(file, infer_schema=False)
-        return pl.read_parquet(file)
+            return pl.read_csv(source, infer_schema=False)
+        return pl.read_parquet(source)
     except (pl.exceptions.PolarsError, OSError, ValueError) as err:
         detail = f": {err}" if _AUTHOR.get() is None else " (not a CSV file with a header " \
             "row, nor a Parquet file)"
@@ -169,6 +265,4 @@ def read_keys(file: Path, by: Sequence[str], domains: Mapping[str, pl.Series]) -
         >>> read_keys(f, ["code", "year"], {"year": pl.Series([2024])}).row(0)
         ('01', 2024)
     """
-    frame = (pl.read_csv(file, infer_schema=False) if file.suffix.lower() == ".csv"
-             else pl.read_parquet(file))
-    return align_keys(frame, domains).select(list(by))
+    return align_keys(read_table_file(file), domains).select(list(by))

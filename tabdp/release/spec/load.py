@@ -112,9 +112,7 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
     try:
         content = file.read_bytes()
     except FileNotFoundError:
-        raise SpecError("", f"release spec file not found: {str(file)!r}.\nHint: fix the path "
-                            "to the release.toml (relative paths start from the current "
-                            "folder).") from None
+        raise spec_not_found(file) from None
     except OSError as err:
         raise SpecError("", f"cannot read the release spec {str(file)!r}: {err}\nHint: fix the "
                             "path; it must name a readable TOML file.") from None
@@ -130,6 +128,23 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
                             "tables [[tables]]).") from None
     return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest(),
                       curator=curator)
+
+
+def spec_not_found(file: Path) -> SpecError:
+    """The error of a spec file that is not there (also what a refused location gets).
+
+    Args:
+        file: The spec's absolute path.
+
+    Returns:
+        The `SpecError` (path ``""``).
+
+    Example:
+        >>> str(spec_not_found(Path("/x/s.toml"))).splitlines()[0]
+        "release spec file not found: '/x/s.toml'."
+    """
+    return SpecError("", f"release spec file not found: {str(file)!r}.\nHint: fix the path "
+                         "to the release.toml (relative paths start from the current folder).")
 
 
 #: Suffixes of data files (never a spec): ``tabdp validate data.parquet`` says so plainly.

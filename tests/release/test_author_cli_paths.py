@@ -1,0 +1,128 @@
+"""Review rev62a: on a server for authors, the command line's paths are no oracle on the data.
+
+Under a curator configuration with ``[policy] author_only = true`` (``TABDP_CURATOR``), an
+author who chooses the command's arguments could name a server file as the spec or as
+``--curator``, and the error (not found, a directory, a Parquet data file, not TOML) told
+whether it exists; a file of a hive partition folder exists exactly when some record is in that
+partition. A spec path inside a dataset or a ledger is now "not found" whether or not it exists,
+and ``--curator`` may not name another configuration than the server's.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tabdp import cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _curator import write_curator  # noqa: E402
+
+
+def _server(root: Path) -> Path:
+    """A dataset partitioned by state: ``state=04`` holds one record, ``state=05`` none."""
+    (root / "data").mkdir(parents=True)
+    pl.DataFrame({"state": ["01", "04"], "v": [1, 2]}).write_parquet(
+        root / "data" / "cbp", partition_by="state")
+    (root / "meta").mkdir()
+    write_curator(root, {"cbp": "data/cbp"}, public=[root / "meta"],
+                  extra="[policy]\nauthor_only = true\n",
+                  schemas={"cbp": {"state": "String", "v": "Int64"}})
+    return root
+
+
+def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("TABDP_CURATOR", str(root / "curator.toml"))
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "run"])
+@pytest.mark.parametrize("tail", ["00000000.parquet", ""])
+def test_rev62a_a_spec_path_in_a_partition_folder_is_not_found_either_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, tail: str) -> None:
+    root = _server(tmp_path / "srv")
+    assert (root / "data" / "cbp" / "state=04" / "00000000.parquet").is_file()
+    seen = [_cli(root, monkeypatch, command, f"data/cbp/state={s}/{tail}".rstrip("/"))
+            for s in ("04", "05")]
+    assert seen[0][0] == seen[1][0] == 2
+    assert seen[0][1:] == tuple(t.replace("state=05", "state=04") for t in seen[1][1:])
+    assert "release spec file not found" in seen[0][2]
+    assert str(root) not in seen[0][2]
+
+
+@pytest.mark.parametrize("state", ["04", "05"])
+def test_rev62a_curator_may_not_name_another_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str) -> None:
+    root = _server(tmp_path / "srv")
+    (root / "s.toml").write_text("[release]\nname = 'x'\n", encoding="utf-8")
+    code, out, err = _cli(root, monkeypatch, "validate", "s.toml", "--curator",
+                          f"data/cbp/state={state}/00000000.parquet")
+    assert code == 2 and out == ""
+    assert "--curator may not name another configuration" in err
+    assert f"state={state}" not in err
+
+
+def test_rev62a_curator_naming_the_servers_own_configuration_is_fine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _server(tmp_path / "srv")
+    (root / "s.toml").write_text(
+        "[release]\nname = 'x'\n[input]\ndataset = 'cbp'\nmode = 'author'\nnulls = 'drop'\n"
+        "unit_nulls = 'drop'\n[domains]\nstate = ['01', '04']\n[[tables]]\nname = 'n'\n"
+        "kind = 'count'\nby = ['state']\n", encoding="utf-8")
+    code, out, err = _cli(root, monkeypatch, "validate", "s.toml", "--curator", "curator.toml")
+    assert code == 0, err
+
+
+AUTHOR_SPEC = ("[release]\nname = 'x'\n[input]\ndataset = 'cbp'\nmode = 'author'\n"
+               "nulls = 'drop'\nunit_nulls = 'drop'\n[domains]\nstate = ['01', '04']\n"
+               "[[tables]]\nname = 'n'\nkind = 'count'\nby = ['state']\n")
+
+
+def test_rev62a_an_author_run_names_no_spark_master(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _server(tmp_path / "srv")
+    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
+    code, out, err = _cli(root, monkeypatch, "run", "s.toml", "--engine", "spark",
+                          "--spark-master", "spark://author.example:7077")
+    assert code == 2 and out == ""
+    assert "--spark-master: is not allowed with an author-mode spec" in err
+    assert not (root / "releases").exists()
+
+
+def test_rev62a_the_curators_spark_master_is_used(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tabdp.release import runner
+
+    root = _server(tmp_path / "srv")
+    text = (root / "curator.toml").read_text(encoding="utf-8")
+    (root / "curator.toml").write_text(text + '\n[engine]\nspark_master = "local[3]"\n',
+                                       encoding="utf-8")
+    (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
+    seen: list[object] = []
+
+    def fake(spec: object, **kwargs: object) -> object:
+        seen.append(kwargs.get("spark_master"))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runner, "run_release", fake)
+    with pytest.raises(SystemExit):
+        _cli(root, monkeypatch, "run", "s.toml", "--engine", "spark")
+    assert seen == ["local[3]"]
+
+
+@pytest.mark.parametrize("value", ['""', "3", '"yarn\\n"'])
+def test_rev62a_engine_spark_master_is_checked(value: str) -> None:
+    import tomllib
+
+    from tabdp.exceptions import SpecError
+    from tabdp.release import parse_curator_config
+
+    with pytest.raises(SpecError, match="engine.spark_master"):
+        parse_curator_config(tomllib.loads(f"[engine]\nspark_master = {value}\n"), "/")
