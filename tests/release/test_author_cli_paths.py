@@ -45,7 +45,7 @@ def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, 
 
 @pytest.mark.parametrize("command", ["validate", "plan", "run"])
 @pytest.mark.parametrize("tail", ["00000000.parquet", ""])
-def test_rev62a_a_spec_path_in_a_partition_folder_is_not_found_either_way(
+def test_a_spec_path_in_a_partition_folder_is_not_found_either_way(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, tail: str) -> None:
     root = _server(tmp_path / "srv")
     assert (root / "data" / "cbp" / "state=04" / "00000000.parquet").is_file()
@@ -58,7 +58,7 @@ def test_rev62a_a_spec_path_in_a_partition_folder_is_not_found_either_way(
 
 
 @pytest.mark.parametrize("state", ["04", "05"])
-def test_rev62a_curator_may_not_name_another_configuration(
+def test_curator_may_not_name_another_configuration(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str) -> None:
     root = _server(tmp_path / "srv")
     (root / "s.toml").write_text("[release]\nname = 'x'\n", encoding="utf-8")
@@ -69,7 +69,7 @@ def test_rev62a_curator_may_not_name_another_configuration(
     assert f"state={state}" not in err
 
 
-def test_rev62a_curator_naming_the_servers_own_configuration_is_fine(
+def test_curator_naming_the_servers_own_configuration_is_fine(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _server(tmp_path / "srv")
     (root / "s.toml").write_text(
@@ -85,7 +85,7 @@ AUTHOR_SPEC = ("[release]\nname = 'x'\n[input]\ndataset = 'cbp'\nmode = 'author'
                "[[tables]]\nname = 'n'\nkind = 'count'\nby = ['state']\n")
 
 
-def test_rev62a_an_author_run_names_no_spark_master(tmp_path: Path,
+def test_an_author_run_names_no_spark_master(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     root = _server(tmp_path / "srv")
     (root / "s.toml").write_text(AUTHOR_SPEC, encoding="utf-8")
@@ -96,7 +96,7 @@ def test_rev62a_an_author_run_names_no_spark_master(tmp_path: Path,
     assert not (root / "releases").exists()
 
 
-def test_rev62a_the_curators_spark_master_is_used(tmp_path: Path,
+def test_the_curators_spark_master_is_used(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from tabdp.release import runner
 
@@ -118,7 +118,7 @@ def test_rev62a_the_curators_spark_master_is_used(tmp_path: Path,
 
 
 @pytest.mark.parametrize("value", ['""', "3", '"yarn\\n"'])
-def test_rev62a_engine_spark_master_is_checked(value: str) -> None:
+def test_engine_spark_master_is_checked(value: str) -> None:
     import tomllib
 
     from tabdp.exceptions import SpecError

@@ -79,7 +79,7 @@ def _swap(link: Path, target: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["k.parquet", "via.parquet"])
-def test_rev62a_a_keys_file_replaced_by_a_link_after_the_check_is_not_read(
+def test_a_keys_file_replaced_by_a_link_after_the_check_is_not_read(
         tmp_path: Path, name: str) -> None:
     root = _server(tmp_path / "srv")
     spec = _spec(root, keys=f'keys = {{ file = "{name}" }}')
@@ -93,7 +93,7 @@ def test_rev62a_a_keys_file_replaced_by_a_link_after_the_check_is_not_read(
     assert not (root / "releases" / "swap" / "public").exists()
 
 
-def test_rev62a_the_keys_file_as_checked_is_still_released(tmp_path: Path) -> None:
+def test_the_keys_file_as_checked_is_still_released(tmp_path: Path) -> None:
     root = _server(tmp_path / "srv")
     run_release(_spec(root, keys='keys = { file = "via.parquet" }'),  # type: ignore[arg-type]
                 test_seed=True)
@@ -101,7 +101,7 @@ def test_rev62a_the_keys_file_as_checked_is_still_released(tmp_path: Path) -> No
     assert sorted(out["code"].unique()) == PUBLIC
 
 
-def test_rev62a_a_name_replaced_between_its_check_and_its_read_is_refused(
+def test_a_name_replaced_between_its_check_and_its_read_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _server(tmp_path / "srv")
     checked = files._public_file
