@@ -115,3 +115,38 @@ def test_a_name_replaced_between_its_check_and_its_read_is_refused(
     with pytest.raises(SpecError, match="not in the curator's public folders") as got:
         _spec(root, domains='[domains]\ncode = { file = "k.parquet", column = "code" }')
     assert str(root) not in str(got.value)
+
+
+def test_a_public_folder_replaced_by_a_link_after_the_check_is_not_read(
+        tmp_path: Path) -> None:
+    # the public folder itself (not only a folder below it) swapped for a link to the data's
+    # folder, which holds a file of the checked name: never followed (review rev62b)
+    root = _server(tmp_path / "srv")
+    spec = _spec(root, keys='keys = { file = "k.parquet" }')
+    os.rename(root / "meta", root / "meta.old")
+    os.symlink(root / "data", root / "meta")
+    with pytest.raises(SpecError, match="no longer a file of the curator's public folders"):
+        run_release(spec, test_seed=True)  # type: ignore[arg-type]
+    assert not (root / "releases" / "swap" / "public").exists()
+
+
+def test_a_hard_link_to_the_data_removed_just_after_its_open_is_not_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a hard link to a data file (two names) is opened, then its public name removed: the open
+    # file's link count is 1 when checked, but it is the data file (review rev62b)
+    root = _server(tmp_path / "srv")
+    spec = _spec(root, keys='keys = { file = "k.parquet" }')
+    public = root / "meta" / "k.parquet"
+    public.unlink()
+    os.link(root / "data" / "k.parquet", public)
+    fstat = os.fstat
+
+    def unlinked_first(fd: int) -> os.stat_result:
+        if public.exists() and os.path.samestat(fstat(fd), os.stat(public)):
+            public.unlink()
+        return fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", unlinked_first)
+    keys = spec.tables[0].keys_file  # type: ignore[attr-defined]
+    with pytest.raises(SpecError, match="no longer a file of the curator's public folders"):
+        files.read_table_file(keys)  # before the fix: the data's codes

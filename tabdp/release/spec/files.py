@@ -7,6 +7,7 @@ curator's public folders. Metadata files (domains, hierarchies, allowed keys) ar
 from __future__ import annotations
 
 import contextvars
+import errno
 import io
 import os
 import re
@@ -98,32 +99,48 @@ class _NotPublic(Exception):
     """A verified public file is no longer a plain file of its public folder."""
 
 
-def _open_below(top: Path, parts: Sequence[str]) -> int:
-    """Open ``top/parts...`` read-only, following no link below ``top`` (a file descriptor)."""
+def _open_below(top: Path, parts: Sequence[str]) -> tuple[int, int]:
+    """Open ``top/parts...`` read-only following no link at all (file and parent descriptors).
+
+    ``top`` is a real path (no link in it when it was checked): it is walked from ``/`` one
+    component at a time too, so a folder on its way replaced by a link since is refused as
+    well (review rev62b), not only a link below it.
+    """
     nofollow = getattr(os, "O_NOFOLLOW", 0)
     directory = getattr(os, "O_DIRECTORY", 0)
     if os.open not in os.supports_dir_fd or not nofollow:  # pragma: no cover - not POSIX
-        return os.open(top.joinpath(*parts), os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    fd = os.open(top, os.O_RDONLY | directory)
+        return os.open(top.joinpath(*parts), os.O_RDONLY | getattr(os, "O_BINARY", 0)), -1
+    names = [*top.parts[1:], *parts[:-1]]
+    # O_PATH: a folder on the way needs only search permission (as a path lookup does)
+    search = getattr(os, "O_PATH", os.O_RDONLY) | directory
+    fd = os.open(top.anchor or "/", search)
     try:
-        for part in parts[:-1]:
-            inner = os.open(part, os.O_RDONLY | directory | nofollow, dir_fd=fd)
+        for part in names:
+            inner = os.open(part, search | nofollow, dir_fd=fd)
             os.close(fd)
             fd = inner
-        # O_NONBLOCK: a FIFO swapped in opens at once (and is refused below), never blocks
+        # not opened at all unless a regular file (review rev62b: opening a device can act,
+        # a tape rewinds); O_NONBLOCK: a FIFO swapped in since opens at once (and is refused
+        # by the caller's fstat), never blocks
+        if not stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", parts[-1])
         return os.open(parts[-1], os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0),
-                       dir_fd=fd)
-    finally:
+                       dir_fd=fd), fd
+    except BaseException:
         os.close(fd)
+        raise
 
 
 def _public_bytes(file: Path) -> bytes | None:
     """The bytes of a public file found in author mode, read safely; ``None`` for other files.
 
-    The file is opened below the real path of its public folder without following any link,
-    and must then be a regular file with one name (``st_nlink == 1``): what is read is the file
-    that was checked, even if its name (or a folder on its way) was replaced since by a link
-    to the data. Raises `_NotPublic` otherwise.
+    The file is opened below the real path of its public folder without following any link
+    (nor any on the way to that folder), and must then be a regular file with one name
+    (``st_nlink == 1``), and that name must still be it (same device and inode, one link, read
+    by name after the open): what is read is the file that was checked, even if its name (or a
+    folder on its way) was replaced since by a link to the data, and a hard link to a data
+    file removed just after the open (its count then 1) is refused too (review rev62b).
+    Raises `_NotPublic` otherwise.
     """
     entry = _VERIFIED.get(Path(file))
     if entry is None:
@@ -131,14 +148,25 @@ def _public_bytes(file: Path) -> bytes | None:
     top = entry[1]
     try:
         parts = Path(file).relative_to(top).parts
-        fd = _open_below(top, parts)
+        fd, parent = _open_below(top, parts)
     except (OSError, ValueError):
         raise _NotPublic(entry[0]) from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            raise _NotPublic(entry[0])
-        return fh.read()
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                raise _NotPublic(entry[0])
+            try:
+                named = (os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                         if parent >= 0 else os.stat(file, follow_symlinks=False))
+            except OSError:
+                raise _NotPublic(entry[0]) from None
+            if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino) or named.st_nlink != 1:
+                raise _NotPublic(entry[0])
+            return fh.read()
+    finally:
+        if parent >= 0:
+            os.close(parent)
 
 
 def read_table_file(file: Path) -> pl.DataFrame:
