@@ -674,29 +674,6 @@ def _refuse_other_curator(server: Path) -> None:
                                      "server's configuration applies).")
 
 
-def _refuse_confidential_spec(spec_path: Path, config: CuratorConfig) -> None:
-    """Under ``[policy] author_only``: a spec path inside a dataset or a ledger is "not found".
-
-    Review rev62a: the spec file's errors (not found, a directory, a Parquet data file, not
-    TOML) told whether any server path exists, and a file of a partition folder exists
-    exactly when some record is in it. Decided from the path (symbolic links resolved) and
-    the configuration alone; such a path is never read.
-    """
-    import os
-
-    from tabdp.release.curator_config import data_locations
-    from tabdp.release.spec.load import spec_not_found
-
-    shown = Path(os.path.abspath(Path(spec_path).expanduser()))
-    real = Path(os.path.realpath(shown))
-    places = [p for d in config.datasets.values() if d.path is not None
-              for p in data_locations(d.path)]
-    places += [Path(os.path.realpath(d.ledger)) for d in config.datasets.values()
-               if d.ledger is not None]
-    if any(real == p or p in real.parents for p in places):
-        raise spec_not_found(shown)
-
-
 def _load(args: argparse.Namespace, spec_path: Path) -> ReleaseSpec:
     """The spec of the command, read with the curator configuration if one is given."""
     from tabdp.release.curator_config import load_curator_config
@@ -705,8 +682,7 @@ def _load(args: argparse.Namespace, spec_path: Path) -> ReleaseSpec:
     where = _curator_path(args)
     config = load_curator_config(where) if where is not None else None
     args.curator_config = config
-    if config is not None and config.author_only:
-        _refuse_confidential_spec(spec_path, config)
+    # under [policy] author_only, load_spec reports a path in a dataset or ledger as not found
     return load_spec(spec_path, curator=config)
 
 
@@ -1153,7 +1129,10 @@ def _shown(args: argparse.Namespace, text: str) -> str:
     """An error line as the command shows it: without the curator's paths for an author spec."""
     config = getattr(args, "curator_config", None)
     spec = getattr(args, "spec", None)
-    if config is not None and spec is not None and (_author_spec(spec)
+    # under [policy] author_only every spec is an author's: the spec file is not read again
+    # (review rev62b: an empty file in a partition folder parsed as TOML, so its "not found"
+    # showed the server path where a missing one showed the command line's: an oracle)
+    if config is not None and spec is not None and (config.author_only or _author_spec(spec)
                                                     or _unreadable(spec)):
         # an author spec, or one that does not parse (it may be one): no server path, the
         # spec file shown as the command line names it

@@ -126,3 +126,97 @@ def test_engine_spark_master_is_checked(value: str) -> None:
 
     with pytest.raises(SpecError, match="engine.spark_master"):
         parse_curator_config(tomllib.loads(f"[engine]\nspark_master = {value}\n"), "/")
+
+
+def test_an_empty_file_in_a_partition_folder_is_not_found_like_a_missing_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # review rev62b: the error line was redacted only for a spec that is an author's or not
+    # TOML, read again by path: an empty file (valid TOML) showed the server path
+    root = _server(tmp_path / "srv")
+    (root / "data" / "cbp" / "state=04" / "empty.csv").write_bytes(b"")
+    seen = [_cli(root, monkeypatch, "validate", f"data/cbp/state={s}/empty.csv")
+            for s in ("04", "05")]
+    assert seen[0][0] == seen[1][0] == 2
+    assert seen[0][1:] == tuple(t.replace("state=05", "state=04") for t in seen[1][1:])
+    assert str(root) not in seen[0][2]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links")
+def test_a_spec_replaced_by_a_link_into_a_dataset_after_the_check_is_not_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # review rev62b: the spec's path was checked, then read by path: a spec file of the
+    # author's replaced by a link to a partition's file in between was read (a Parquet data
+    # file) when the partition has records, "not found" when not
+    import os
+
+    from tabdp.release import curator_config
+
+    root = _server(tmp_path / "srv")
+    locations = curator_config.data_locations
+    seen = []
+    for state in ("04", "05"):
+        spec = root / "s.toml"
+        spec.write_text(AUTHOR_SPEC, encoding="utf-8")
+
+        def swapped(path: object, state: str = state, spec: Path = spec) -> list[Path]:
+            if spec.exists() and not spec.is_symlink():
+                spec.unlink()
+                os.symlink(root / "data" / "cbp" / f"state={state}" / "00000000.parquet", spec)
+            return locations(path)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(curator_config, "data_locations", swapped)
+        seen.append(_cli(root, monkeypatch, "validate", "s.toml"))
+        spec.unlink()
+    assert seen[0] == seen[1]
+    assert seen[0][0] == 2 and "Parquet" not in seen[0][2]
+
+
+def test_the_configuration_walks_each_dataset_once(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # review rev62b: every command loads the configuration, whose ledger check walked both
+    # datasets of every pair (n² walks of folders that may hold many thousand files)
+    from tabdp.release import curator_config
+
+    root = tmp_path / "srv"
+    for name in "abcd":
+        (root / "data" / name).mkdir(parents=True)
+    write_curator(root, {n: f"data/{n}" for n in "abcd"}, public=[])
+    calls: list[object] = []
+    locations = curator_config.data_locations
+
+    def counted(path: object) -> list[Path]:
+        calls.append(path)
+        return locations(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(curator_config, "data_locations", counted)
+    curator_config.load_curator_config(root / "curator.toml")
+    assert len(calls) == 4
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links")
+def test_data_locations_finds_links_at_any_depth_and_descends_none(tmp_path: Path) -> None:
+    import os
+
+    from tabdp.release.curator_config import data_locations
+
+    (tmp_path / "d" / "x=1" / "y=2").mkdir(parents=True)
+    (tmp_path / "o" / "deep").mkdir(parents=True)
+    (tmp_path / "f.parquet").write_bytes(b"")
+    os.symlink(tmp_path / "f.parquet", tmp_path / "d" / "x=1" / "y=2" / "l.parquet")
+    os.symlink(tmp_path / "o", tmp_path / "d" / "x=1" / "o")
+    (tmp_path / "o" / "deep" / "inner").symlink_to(tmp_path / "never")  # not descended into
+    got = data_locations(tmp_path / "d")
+    assert got[0] == (tmp_path / "d").resolve()
+    assert sorted(got[1:]) == sorted([(tmp_path / "f.parquet").resolve(),
+                                      (tmp_path / "o").resolve()])
+
+
+@pytest.mark.skipif(not Path("/dev/null").exists(), reason="a device file")
+def test_a_spec_path_naming_a_device_is_not_read(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # review rev62b: under author_only the spec is opened only if it is a regular file (a
+    # device named by the author, /dev/zero or a tape, was opened and read)
+    root = _server(tmp_path / "srv")
+    code, out, err = _cli(root, monkeypatch, "validate", "/dev/null")
+    assert code == 2 and out == ""
+    assert "not a regular file" in err

@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -110,7 +112,8 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
     """
     file = Path(os.path.abspath(Path(path).expanduser()))
     try:
-        content = file.read_bytes()
+        content = (_read_author_only(file, curator) if curator is not None
+                   and curator.author_only else file.read_bytes())
     except FileNotFoundError:
         raise spec_not_found(file) from None
     except OSError as err:
@@ -128,6 +131,41 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
                             "tables [[tables]]).") from None
     return parse_spec(data, file.parent, path=file, sha256=hashlib.sha256(content).hexdigest(),
                       curator=curator)
+
+
+def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
+    """Under ``[policy] author_only``: the spec's bytes; a path in a dataset or ledger is missing.
+
+    Review rev62a: the spec file's errors (not found, a directory, a Parquet data file, not
+    TOML) told whether a server path exists, and a file of a partition folder exists exactly
+    when some record is in it. Decided from the path (symbolic links resolved) and the
+    configuration alone; such a path is never read. Review rev62b: the file read is the real
+    path that was checked, opened without following any link (every folder on its way too),
+    so a name swapped for a link into a dataset after the check is refused, never read.
+
+    Raises:
+        FileNotFoundError: The path is in a dataset or a ledger (whether it exists or not), or
+            missing.
+        OSError: Another path that cannot be read (a link swapped in since the check, a
+            folder).
+    """
+    from tabdp.release.curator_config import data_locations
+    from tabdp.release.spec.files import _open_below
+
+    real = Path(os.path.realpath(file))
+    places = [p for d in config.datasets.values() if d.path is not None
+              for p in data_locations(d.path)]
+    places += [Path(os.path.realpath(d.ledger)) for d in config.datasets.values()
+               if d.ledger is not None]
+    if any(real == p or p in real.parents for p in places) or not real.parts[1:]:
+        raise FileNotFoundError(str(file))
+    fd, parent = _open_below(Path(real.anchor), real.parts[1:])
+    if parent >= 0:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(file))
+        return fh.read()
 
 
 def spec_not_found(file: Path) -> SpecError:
