@@ -660,7 +660,8 @@ def test_spark_converts_to_unsigned_types_as_polars(spark: Any) -> None:
     """`convert_leniently_spark` to UInt8...UInt64 gives `convert_leniently`'s values.
 
     Edges: above 127 and 255, 2**32, 2**63, 2**64 - 1, negatives, fractions, NaN, text.
-    Before, every unsigned declared type raised (Spark has no unsigned type).
+    Before, every unsigned declared type raised (Spark has no unsigned type); and the text
+    ``-0`` was 0 on Spark, null on Polars (review rev62d).
     """
     from decimal import Decimal
 
@@ -677,7 +678,8 @@ def test_spark_converts_to_unsigned_types_as_polars(spark: Any) -> None:
                                       float("inf"), 2.0**53 + 2, 2.0**63, 2.0**63 + 2048,
                                       2.0**64 - 2048, 2.0**64, None]),
         (pl.String, T.StringType(), ["200", "+5", "-1", "256", "18446744073709551615",
-                                     "18446744073709551616", "1.0", " 3", "x", None]),
+                                     "18446744073709551616", "1.0", " 3", "x", "-0", "-00", "+0",
+                                     "0012", None]),
         (pl.Boolean, T.BooleanType(), [True, False, None]),
     ]
     for src, st, values in cases:
