@@ -259,8 +259,11 @@ def _unsigned_spark(col: Any, source: Any, target: Any) -> Any:
         # no minus sign: Polars reads no text with one as an unsigned integer (``-0`` is null)
         value = F.when(col.rlike(r"^\+?[0-9]+\z"), try_cast(col, dec))
     elif isinstance(source, T.DecimalType):  # whole numbers only
+        # (rounded half up, the whole number may not fit the source's type: 99.99 in a
+        # decimal(4,2) is 100, which its cast back refused with an error under ANSI mode,
+        # stopping the job on one value; try_cast makes it null, a fraction as it is)
         conv = try_cast(col, dec)
-        value = F.when(conv.cast(source) == col, conv)
+        value = F.when(try_cast(conv, source) == col, conv)
     else:  # an integer type
         value = try_cast(col, dec)
     ok = (value >= F.lit(0).cast(dec)) & (value <= F.lit(str(top)).cast(dec))
