@@ -18,7 +18,11 @@ wraps one release so that what its caller sees depends on the data only through 
   warnings emitted while the data is read are dropped (they could depend on it), and so are
   warnings of other threads while the call runs (Python's warning handler is one per process:
   without this, an author's release collected the curator's confidential warnings, or
-  another author's, given meanwhile on another thread).
+  another author's, given meanwhile on another thread). The routing is a hook on
+  ``warnings._showwarnmsg``, installed once (`_route_warnings`), that no ``catch_warnings``
+  saves or restores: a handler swapped in for the call was put back by another thread's
+  overlapping ``catch_warnings`` while the call still ran, and its data-phase warnings then
+  reached the process's handler (the terminal).
 """
 
 from __future__ import annotations
@@ -39,6 +43,44 @@ __all__ = ["author_call", "check_author_keys", "is_author", "bind_frame", "failu
 
 _T = TypeVar("_T")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tabdp package
+
+#: Per thread, the warning collectors of the author-mode calls it runs (innermost last).
+_CALLS = threading.local()
+#: How many author-mode calls run in the process (any thread), under `_LOCK`.
+_RUNNING = [0]
+_LOCK = threading.Lock()
+
+
+def _route_warnings() -> None:
+    """Install, once per process, the hook that routes warnings while author calls run.
+
+    ``warnings._showwarnmsg`` is where every warning that passed the filters goes (Python's
+    ``warn`` and C's ``PyErr_WarnEx`` alike) before ``showwarning``; ``catch_warnings`` saves
+    and restores ``showwarning`` and the filters, never this hook, so no other thread's
+    ``catch_warnings`` can put it back while a call runs. A warning of a thread running an
+    author call goes to that call's collector (kept before its data phase, else dropped);
+    of another thread while any author call runs, dropped (it may be an engine's worker of the
+    release, or the curator's confidential message); otherwise on as before.
+
+    Example:
+        >>> _route_warnings(); getattr(warnings._showwarnmsg, "_tabdp_author", False)
+        True
+    """
+    with _LOCK:
+        inner = warnings._showwarnmsg  # type: ignore[attr-defined]
+        if getattr(inner, "_tabdp_author", False):
+            return
+
+        def routed(msg: Any) -> None:
+            calls = getattr(_CALLS, "stack", None)
+            if calls:
+                calls[-1](msg.message, msg.category)
+            elif _RUNNING[0] == 0:
+                inner(msg)
+            # else dropped: another thread's, while an author call runs
+
+        routed._tabdp_author = True  # type: ignore[attr-defined]
+        warnings._showwarnmsg = routed  # type: ignore[attr-defined]
 
 
 def is_author(session: Any) -> bool:
@@ -136,23 +178,23 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
     # Python's warning handler is one per process (before 3.14), so while this call runs it
     # also receives the warnings of every other thread: the curator's own calls (whose
     # messages hold CONFIDENTIAL counts), another author's release. Only this thread's, given
-    # before the data is read, are this call's to show.
-    caller = threading.get_ident()
-    previous = warnings.showwarning
-    running = [True]
+    # before the data is read, are this call's to show (`_route_warnings`).
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: Any = None, line: str | None = None) -> None:
-        if not running[0]:  # left in place by another thread's overlapping catch_warnings
-            previous(message, category, filename, lineno, file, line)
-        elif threading.get_ident() == caller and not state.data_read:
+    def show(message: Warning | str, category: type[Warning]) -> None:
+        if not state.data_read:
             shown.append(message if isinstance(message, Warning) else category(message))
-        # else dropped: given while the data is read, or by another thread meanwhile
+        # else dropped: given while the data is read
 
+    _route_warnings()
+    calls = getattr(_CALLS, "stack", None)
+    if calls is None:
+        calls = _CALLS.stack = []
     result: Any = None
     with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.showwarning = show
+        warnings.simplefilter("always")  # (the filters: process-wide; the routing is not)
+        with _LOCK:
+            _RUNNING[0] += 1
+        calls.append(show)
         try:
             result = call()
         except (KeyboardInterrupt, SystemExit):
@@ -163,7 +205,9 @@ def author_call(session: Any, keys: Any, call: Callable[[], _T]) -> _T:
             else:
                 early = err  # a data-free refusal: raised as itself
         finally:
-            running[0] = False
+            calls.pop()
+            with _LOCK:
+                _RUNNING[0] -= 1
     level = _caller_stacklevel()
     for w in shown:
         warnings.warn(w, stacklevel=level)

@@ -226,10 +226,11 @@ def _unsigned_spark(col: Any, source: Any, target: Any) -> Any:
     """`convert_leniently_spark` to an unsigned dtype: its exact value, null out of its range.
 
     As `convert_leniently`: a whole number from 0 to the dtype's largest value (a fraction,
-    NaN, an infinity, a negative or too large number is null), text only when it is an integer
-    (sign and digits), a Boolean as 0 or 1. Held in `declared_spark_type` (a ``UInt64``
-    in ``decimal(20,0)``: a double at or above ``2**63`` is converted in two exact parts, as
-    Spark's own double-to-decimal cast goes through a shortest decimal string).
+    NaN, an infinity, a negative or too large number is null), text only when it is an unsigned
+    integer (digits after an optional ``+``: ``-0`` is null, as in Polars), a Boolean as 0 or 1.
+    Held in `declared_spark_type` (a ``UInt64`` in ``decimal(20,0)``: a double at or above
+    ``2**63`` is converted in two exact parts, as Spark's own double-to-decimal cast goes
+    through a shortest decimal string).
     """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -255,10 +256,14 @@ def _unsigned_spark(col: Any, source: Any, target: Any) -> Any:
                                           .cast(dec)))))
         value = F.when((x >= F.lit(0.0)) & (x < F.lit(2.0 * half)), whole)
     elif isinstance(source, T.StringType):  # (``\z``: Java's ``$`` passes a final newline)
-        value = F.when(col.rlike(r"^[+-]?[0-9]+\z"), try_cast(col, dec))
+        # no minus sign: Polars reads no text with one as an unsigned integer (``-0`` is null)
+        value = F.when(col.rlike(r"^\+?[0-9]+\z"), try_cast(col, dec))
     elif isinstance(source, T.DecimalType):  # whole numbers only
+        # (rounded half up, the whole number may not fit the source's type: 99.99 in a
+        # decimal(4,2) is 100, which its cast back refused with an error under ANSI mode,
+        # stopping the job on one value; try_cast makes it null, a fraction as it is)
         conv = try_cast(col, dec)
-        value = F.when(conv.cast(source) == col, conv)
+        value = F.when(try_cast(conv, source) == col, conv)
     else:  # an integer type
         value = try_cast(col, dec)
     ok = (value >= F.lit(0).cast(dec)) & (value <= F.lit(str(top)).cast(dec))

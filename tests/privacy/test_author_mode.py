@@ -481,3 +481,54 @@ def test_author_data_failure_traceback_holds_no_cause(monkeypatch: pytest.Monkey
     assert "SECRET" not in shown
     failures = cur.report(author.name).confidential_summary()["author_failures"]
     assert "SECRET-7" in failures[0]["error"]   # the curator still has it
+
+
+# origin: review rev62d of stop 62 (warnings channel, overlapping releases)
+def test_data_phase_warning_not_shown_when_another_release_ends_first() -> None:
+    """Two author releases on two threads; the first ends while the second reads its data.
+
+    The release swapped its own handler into ``warnings.showwarning`` inside
+    ``catch_warnings``: the first release's exit put back the handler of before both, while
+    the second still ran, so a warning the second gave while reading its data (it may depend
+    on the data) reached the process's handler (the terminal).
+    """
+    import threading
+
+    from tabdp.frame import binding
+    from tabdp.frame._author import author_call
+
+    got: list[str] = []
+    sa, sb = tabdp.Session(mode="author", seed=1), tabdp.Session(mode="author", seed=2)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def call_a() -> int:
+        a_in.set()
+        assert b_in.wait(30)
+        return 1
+
+    def call_b() -> int:
+        b_in.set()
+        assert a_out.wait(30)
+        binding.phase(sb, "q1_sum", "reading and aggregating the input")
+        warnings.warn("DATA-DEPENDENT 77", UserWarning, stacklevel=1)
+        return 2
+
+    def run_a() -> None:
+        author_call(sa, None, call_a)
+        a_out.set()
+
+    def run_b() -> None:
+        assert a_in.wait(30)
+        author_call(sb, None, call_b)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *args, **kwargs: got.append(str(message))
+        threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        warnings.warn("after both", UserWarning, stacklevel=1)   # passes as before
+    assert not any(t.is_alive() for t in threads)
+    assert got == ["after both"], got

@@ -660,7 +660,9 @@ def test_spark_converts_to_unsigned_types_as_polars(spark: Any) -> None:
     """`convert_leniently_spark` to UInt8...UInt64 gives `convert_leniently`'s values.
 
     Edges: above 127 and 255, 2**32, 2**63, 2**64 - 1, negatives, fractions, NaN, text.
-    Before, every unsigned declared type raised (Spark has no unsigned type).
+    Before, every unsigned declared type raised (Spark has no unsigned type); and the text
+    ``-0`` was 0 on Spark, null on Polars, and a decimal 99.99 in a ``decimal(4,2)`` stopped
+    the job (ANSI mode: 100 does not fit the cast back; review rev62d).
     """
     from decimal import Decimal
 
@@ -677,8 +679,14 @@ def test_spark_converts_to_unsigned_types_as_polars(spark: Any) -> None:
                                       float("inf"), 2.0**53 + 2, 2.0**63, 2.0**63 + 2048,
                                       2.0**64 - 2048, 2.0**64, None]),
         (pl.String, T.StringType(), ["200", "+5", "-1", "256", "18446744073709551615",
-                                     "18446744073709551616", "1.0", " 3", "x", None]),
+                                     "18446744073709551616", "1.0", " 3", "x", "-0", "-00", "+0",
+                                     "0012", None]),
         (pl.Boolean, T.BooleanType(), [True, False, None]),
+        # a fraction that rounds to a whole number the source's type cannot hold (99.99 ->
+        # 100 in decimal(4,2)): Spark's ANSI cast back stopped the job on this one value
+        (pl.Decimal(4, 2), T.DecimalType(4, 2), [Decimal("99.99"), Decimal("99.50"),
+                                                 Decimal("-99.99"), Decimal("12.00"),
+                                                 Decimal("-0.00"), None]),
     ]
     for src, st, values in cases:
         df = pl.DataFrame({"i": range(len(values)), "x": pl.Series(values, dtype=src)})
@@ -756,3 +764,39 @@ def test_spark_author_run_unsigned_declared_columns_as_polars(spark: Any,
         for a, b in zip(got[("spark", False)], got[("spark", True)], strict=True):
             assert a.schema == b.schema and a.drop(*NOISY, "flag", strict=False).columns == \
                 b.drop(*NOISY, "flag", strict=False).columns, role
+
+
+@pytest.mark.spark
+def test_spark_author_run_decimal_declared_unsigned_no_oracle(spark: Any,
+                                                              tmp_path: Path) -> None:
+    """A decimal(4,2) column declared UInt8: one record 99.99 does not stop the Spark run.
+
+    Neighbouring datasets, D' with one more record whose value is 99.99. Before (review
+    rev62d), its whole number 100 did not fit the cast back to decimal(4,2): under Spark's ANSI
+    mode the job stopped, and the author saw exit 4 ("data-dependent failure") on D' and the
+    tables on D. Now 99.99 is null (a fraction, as on Polars) and both runs release.
+    """
+    from decimal import Decimal
+
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tabdp.release import load_curator_config, load_spec, run_release
+
+    got = {}
+    for extra in (False, True):
+        v = [Decimal("5.00")] * 6 + ([Decimal("99.99")] if extra else [])
+        root = tmp_path / f"d{extra}"
+        root.mkdir()
+        pq.write_table(pa.table({"estab_id": pa.array(range(len(v)), pa.int64()),
+                                 "state": pa.array((["01", "02"] * 4)[:len(v)], pa.string()),
+                                 "v": pa.array(v, pa.decimal128(4, 2))}), root / "d.parquet")
+        write_curator(root, {"cbp": "d.parquet"}, seeded=True,
+                      schemas={"cbp": {"estab_id": "Int64", "state": "String", "v": "UInt8"}})
+        (root / "s.toml").write_text(
+            R15_SPEC.replace('mode = "author"', 'unit = "estab_id"\nmode = "author"')
+            .replace("[0, 100]", "[0, 300]"))
+        config = load_curator_config(root / "curator.toml")
+        res = run_release(load_spec(root / "s.toml", curator=config), test_seed=True,
+                          overwrite=True, engine="spark", spark=spark)
+        got[extra] = [pl.read_parquet(res.public / f"{t}.parquet").schema for t in ("t", "n")]
+    assert got[False] == got[True]
