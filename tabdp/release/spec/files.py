@@ -102,6 +102,10 @@ class _NotPublic(Exception):
 def _open_below(top: Path, parts: Sequence[str]) -> tuple[int, int]:
     """Open ``top/parts...`` read-only following no link at all (file and parent descriptors).
 
+    The file must be a regular file: checked before it is opened (a device or FIFO is never
+    opened) and again on the open descriptor (one swapped in meanwhile is closed and refused,
+    ``OSError``), as `tabdp.privacy._anchor.open_regular` does for a single path.
+
     ``top`` is a real path (no link in it when it was checked): it is walked from ``/`` one
     component at a time too, so a folder on its way replaced by a link since is refused as
     well (review rev62b), not only a link below it.
@@ -124,8 +128,12 @@ def _open_below(top: Path, parts: Sequence[str]) -> tuple[int, int]:
         # by the caller's fstat), never blocks
         if not stat.S_ISREG(os.stat(parts[-1], dir_fd=fd, follow_symlinks=False).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", parts[-1])
-        return os.open(parts[-1], os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0),
-                       dir_fd=fd), fd
+        out = os.open(parts[-1], os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0),
+                      dir_fd=fd)
+        if not stat.S_ISREG(os.fstat(out).st_mode):  # swapped in between the stat and the open
+            os.close(out)
+            raise OSError(errno.EINVAL, "not a regular file", parts[-1])
+        return out, fd
     except BaseException:
         os.close(fd)
         raise
@@ -154,7 +162,7 @@ def _public_bytes(file: Path) -> bytes | None:
     try:
         with os.fdopen(fd, "rb") as fh:
             st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            if st.st_nlink != 1:  # (a regular file: `_open_below`)
                 raise _NotPublic(entry[0])
             try:
                 named = (os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
