@@ -34,6 +34,7 @@ from tabdp._histogram import histogram_bin_index, histogram_edges
 from tabdp._numeric import engine_thread
 from tabdp.exceptions import InvalidParameterError
 from tabdp.privacy.budget import Budget
+from tabdp.report import streaming as _streaming
 from tabdp.report.streaming import (
     BatchedOrderStatistics,
     exact_quantiles,
@@ -1556,6 +1557,10 @@ def _top_rows(lf: pl.LazyFrame, col: str, k: int) -> pl.DataFrame:
 
 def _nan_max_np(v: np.ndarray) -> float | None:
     """The largest non-NaN value (``_nan_max``), None when there is none."""
+    if v.size:
+        m = v.max()  # without NaN (nor a largest value of 0.0, -0.0 or both): that of the copy
+        if not np.isnan(m) and m != 0:
+            return float(m)
     v = v[~np.isnan(v)]
     return float(v.max()) if v.size else None
 
@@ -1594,27 +1599,110 @@ def _above_kth(y: np.ndarray, kept: np.ndarray, k: int) -> np.ndarray:
     return y > kept.min()
 
 
-def _geometric_bin_index(v: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """`histogram_bin_index` for positive values and geometric edges, without a binary search.
+class _BinCounts:
+    """`histogram_bin_index`'s bin counts of positive values, from buckets of their bits.
 
-    The bin is guessed from the logarithm and moved until ``edges[i] <= v < edges[i + 1]``
-    holds exactly (the largest such ``i``, as ``searchsorted``), so the result is the same.
+    The values to count lie in ``[lo, hi]`` (positive, finite): their bits, read as integers,
+    are ordered as they are, so a bucket of consecutive bit patterns (at most 2¹⁶ buckets
+    between ``lo`` and ``hi``) holds an interval of values. A bin index does not decrease with
+    the value inside the edges, so where both ends of a bucket fall in the same bin every value
+    of it does: such buckets are counted by their number of values, and only the values of the
+    few buckets with an edge inside (or outside the edges) get their bin one by one. The counts
+    are those of `histogram_bin_index`, whatever the edges.
+
+    Example:
+        >>> e = np.array([1.0, 2.0, 4.0])
+        >>> c = _BinCounts(e, 1.0, 4.0)
+        >>> c.add(np.array([1.0, 1.5, 2.0, 3.9, 4.0]))
+        >>> c.counts().tolist()
+        [2, 3]
     """
-    e = np.asarray(edges, dtype=np.float64)
-    nb = e.size - 1
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = np.floor((np.log(v) - math.log(e[0])) * (nb / (math.log(e[-1]) - math.log(e[0]))))
-    idx = np.clip(np.nan_to_num(g, nan=0.0), 0, nb - 1).astype(np.int64)
-    while True:
-        down = (v < e[idx]) & (idx > 0)
-        up = (idx < nb - 1) & (v >= e[np.minimum(idx + 1, nb)])
-        if not (down.any() or up.any()):
-            break
-        idx = idx - down + up
-    idx[(v < e[0]) | (v > e[-1]) | np.isnan(v)] = -1
-    idx[v == e[-1]] = nb - 1
-    return idx
 
+    def __init__(self, edges: np.ndarray, lo: float, hi: float) -> None:
+        """Buckets of the bit patterns from ``lo`` to ``hi`` (positive, finite, lo <= hi)."""
+        self.edges = np.asarray(edges, dtype=np.float64)
+        self.base = int(np.float64(lo).view(np.int64))
+        top = int(np.float64(hi).view(np.int64))
+        self.shift = max(0, (top - self.base).bit_length() - 16)
+        start = self.base + (np.arange(((top - self.base) >> self.shift) + 1, dtype=np.int64)
+                             << self.shift)
+        end = np.minimum(start + ((1 << self.shift) - 1), top)
+        b0 = histogram_bin_index(start.view(np.float64), self.edges)
+        b1 = histogram_bin_index(end.view(np.float64), self.edges)
+        #: per bucket: the bin of all its values, or -1 (values binned one by one)
+        self.bin = np.where((b0 == b1) & (b0 >= 0), b0, -1)
+        self.mixed = self.bin < 0  # (a small table: its look-ups stay in the cache)
+        self.in_bucket = np.zeros(start.size, dtype=np.int64)
+        self.exact = np.zeros(self.edges.size - 1, dtype=np.int64)
+
+    def add(self, v: np.ndarray) -> None:
+        """Count values (positive, finite, within ``[lo, hi]``)."""
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        b = (v.view(np.int64) - self.base) >> self.shift
+        self.in_bucket += np.bincount(b, minlength=self.bin.size)
+        mixed = self.mixed[b]
+        if mixed.any():
+            idx = histogram_bin_index(v[mixed], self.edges)
+            self.exact += np.bincount(idx[idx >= 0], minlength=self.exact.size)
+
+    def counts(self) -> np.ndarray:
+        """The bin counts of the values added."""
+        out = self.exact.copy()
+        whole = self.bin >= 0
+        np.add.at(out, self.bin[whole], self.in_bucket[whole])
+        return out
+
+
+class _Shares:
+    """The budget shares ρ / limit(size): their largest value and counts >= 0.9 and > 1 + 1e-12.
+
+    Fed batch by batch. A curve's limit is costly (a logarithm and an interpolation per unit):
+    it is evaluated only for the units whose share may matter. A curve does not decrease with
+    size, so the limit at the smallest size of a bucket of sizes (the first 16 bits of its
+    absolute value: sign, exponent and 4 bits of mantissa), lowered by 1e-6 (far beyond the
+    rounding of the logarithm and the interpolation), is at most the limit of every size in it:
+    ρ divided by it bounds the share from above. A unit whose bound is below both the largest
+    share found so far and 0.9 changes neither the largest share nor the counts; the others'
+    shares are computed as before (the same limits, unit by unit). The first batch, a constant
+    budget and a largest share not yet positive: every unit's share.
+
+    Example:
+        >>> sh = _Shares(Budget({1.0: 0.5, 100.0: 2.0}))
+        >>> sh.add(np.array([0.1, 0.45, 3.0]), np.array([1.0, 1.0, 1e4]))
+        >>> sh.result()
+        (1.5, 2, 1)
+    """
+
+    def __init__(self, bud: Budget) -> None:
+        """No units yet."""
+        self.bud = bud
+        self.max: float | None = None
+        self.near = self.over = 0
+        self.floor: np.ndarray | None = None  # made at the second batch
+
+    def add(self, r: np.ndarray, s: np.ndarray) -> None:
+        """Add units' ρ and sizes."""
+        if self.bud.constant is None and self.max is not None and self.max > 0:
+            if self.floor is None:
+                lo = (np.arange(1 << 15, dtype=np.int64) << 48).view(np.float64)
+                lim = np.asarray(self.bud.limit(np.where(np.isnan(lo), 0.0, lo)),
+                                 dtype=np.float64)
+                # (NaN sizes: NaN bound, so their units are always computed)
+                self.floor = np.where(np.isnan(lo), np.nan, lim * (1 - 1e-6))
+            key = np.abs(s).view(np.int64) >> 48
+            with np.errstate(divide="ignore", invalid="ignore"):
+                maybe = ~(r / self.floor[key] < min(self.max, 0.9))
+            r, s = r[maybe], s[maybe]
+        limit = np.asarray(self.bud.limit(s), dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sh = np.where(~np.isnan(limit) & (limit > 0), r / limit, np.inf)
+        self.max = _max_opt(self.max, _nan_max_np(sh))
+        self.near += int(np.count_nonzero(~np.isnan(sh) & (sh >= 0.9)))
+        self.over += int(np.count_nonzero(np.isnan(sh) | (sh > 1.0 + 1e-12)))
+
+    def result(self) -> tuple[float | None, int, int]:
+        """The largest share, the number >= 0.9 and the number over 1 (+ 1e-12)."""
+        return self.max, self.near, self.over
 
 
 #: Rows per slice where Polars has no ``LazyFrame.collect_batches`` (before 1.34).
@@ -1640,13 +1728,14 @@ def _batches(lf: pl.LazyFrame) -> Any:
         off += _SLICE_ROWS
 
 def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossStatistics | None:
-    """`_losses_lazy` in two reads of the loss columns (three or four for the quantiles).
+    """`_losses_lazy` in two reads of the loss columns (rarely three or four for the quantiles).
 
     One streaming read of ``rho``, ``size``, ``epsilon`` and ``epsilon_delta``, batch by batch,
-    gives the totals, maxima, budget shares, the first narrowing of the quantiles'
+    gives the totals, maxima, budget shares (`_Shares`), the first narrowing of the quantiles'
     `BatchedOrderStatistics`, the ``top_n`` largest ρ and the scatter plot's largest points;
-    a second read of ``rho`` and ``size`` the histogram, the scatter plot's systematic sample
-    and the quantiles' next narrowing (rarely a third or fourth read of ``rho``); then the
+    a second read of ``rho`` and ``size`` the histogram (`_BinCounts`), the scatter plot's
+    systematic sample and the quantiles' next narrowing, which collects their bins of up to
+    4 x ``COLLECT_CAP`` values (a third or fourth read of ``rho`` only for a larger bin); then the
     ``top_n`` rows, read by their positions (the rows of the stable sort by ρ). Memory: a
     batch, the ``_SCATTER_POINTS`` points and the quantiles' bins, and for a report of at most
     `_KEEP_ROWS` rows its ``rho`` and ``size`` columns: the passes after the first then use
@@ -1660,11 +1749,13 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         return None
     extra = [c for c in ("epsilon", "epsilon_delta") if c in cols]
     k_top = max(_SCATTER_POINTS // 10, top_n)
-    ranks_of = BatchedOrderStatistics()
-    height = zeros = n_inf = n_shown = n_ok = near = over = 0
+    # (bins of up to 4 x COLLECT_CAP values collected: the quantiles mostly in two passes)
+    ranks_of = BatchedOrderStatistics(cap=4 * _streaming.COLLECT_CAP)
+    shares = _Shares(bud) if bud is not None else None
+    height = zeros = n_inf = n_shown = n_ok = 0
     lo, hi = math.inf, -math.inf
     maxes: dict[str, float | None] = {"rho": None, "size": None, "epsilon": None,
-                                      "epsilon_delta": None, "share": None}
+                                      "epsilon_delta": None}
     top = (np.zeros(0), np.zeros(0, np.int64))  # the top_n largest ρ, their rows
     best = (np.zeros(0), np.zeros(0), np.zeros(0, np.int64))  # y, x, ok index
     every: list[tuple[np.ndarray, np.ndarray]] | None = []  # all ok points while few
@@ -1691,14 +1782,10 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
         shown = np.isfinite(r) & (r > 0)
         if shown.any():
             n_shown += int(np.count_nonzero(shown))
-            lo, hi = min(lo, float(r[shown].min())), max(hi, float(r[shown].max()))
-        if bud is not None:
-            limit = np.asarray(bud.limit(s), dtype=np.float64)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                sh = np.where(~np.isnan(limit) & (limit > 0), r / limit, np.inf)
-            maxes["share"] = _max_opt(maxes["share"], _nan_max_np(sh))
-            near += int(np.count_nonzero(~np.isnan(sh) & (sh >= 0.9)))
-            over += int(np.count_nonzero(np.isnan(sh) | (sh > 1.0 + 1e-12)))
+            rs = r[shown]
+            lo, hi = min(lo, float(rs.min())), max(hi, float(rs.max()))
+        if shares is not None:
+            shares.add(r, s)
         # a value below the k-th largest so far cannot enter the top k, nor can an equal one
         # (its row comes after every kept row: ties go to the earlier row), so only the
         # values above it are added (the same top k as adding them all)
@@ -1724,9 +1811,10 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
     ranks, finish = quantile_ranks(height, _QUANTILES)
     more = ranks_of.end_pass(ranks)
     edges = counts = None
+    binned = None
     if n_shown:
         edges = histogram_edges(n_shown, lo, hi)
-        counts = np.zeros(edges.size - 1, dtype=np.int64)
+        binned = _BinCounts(edges, lo, hi)
     step = -(-n_ok // max(_SCATTER_POINTS - k_top, 1))
     spread: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     first = True
@@ -1737,22 +1825,20 @@ def _losses_batched(lf: pl.LazyFrame, bud: Budget | None, top_n: int) -> LossSta
             if not first:
                 continue
             shown = np.isfinite(r) & (r > 0)
-            if edges is not None and counts is not None:
-                bins = _geometric_bin_index(r[shown], edges)
-                counts += np.bincount(bins[bins >= 0], minlength=edges.size - 1)
-            if every is None:
-                ok = shown & np.isfinite(s) & (s > 0)
-                idx = np.arange(seen, seen + int(np.count_nonzero(ok)), dtype=np.int64)
-                seen += idx.size
-                pick = idx % step == 0
-                spread.append((idx[pick], s[ok][pick], r[ok][pick]))
+            if binned is not None:
+                binned.add(r[shown])
+            if every is None:  # the units of ok index 0, step, 2 step...
+                at = np.flatnonzero(shown & np.isfinite(s) & (s > 0))
+                j = np.arange(-seen % step, at.size, step, dtype=np.int64)
+                spread.append((seen + j, s[at[j]], r[at[j]]))
+                seen += at.size
         more = ranks_of.end_pass() if more else False
         first = False
+    if binned is not None:
+        counts = binned.counts()
     qs = finish(ranks_of.values(ranks))
     qs = np.where(np.isnan(qs) & (n_inf > 0), np.inf, qs)
-    share = None
-    if bud is not None:
-        share = (maxes["share"], near, over)
+    share = shares.result() if shares is not None else None
     scatter: tuple[np.ndarray, np.ndarray, tuple[int, int, int] | None]
     if every is not None:
         scatter = (np.concatenate([x for x, _ in every]) if every else np.zeros(0),

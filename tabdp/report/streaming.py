@@ -266,13 +266,6 @@ def sortable_keys(values: np.ndarray) -> np.ndarray:
     return bits
 
 
-def _merge_counts(a: tuple[np.ndarray, np.ndarray], g: np.ndarray, c: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    keys, inv = np.unique(np.concatenate([a[0], g]), return_inverse=True)
-    return keys, np.bincount(inv, weights=np.concatenate([a[1], c]),
-                             minlength=keys.size).astype(np.int64)
-
-
 class BatchedOrderStatistics:
     """`order_statistics` over a column read in batches: the same values, fewer reads.
 
@@ -308,6 +301,8 @@ class BatchedOrderStatistics:
         self._prev_shift = 64
         self._prefixes: np.ndarray | None = None  # None: count every key
         self._counts = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        # the counts of this pass, dense: 2¹⁶ per narrowed prefix (one block in the first pass)
+        self._dense: np.ndarray | None = None
         self._collect: dict[int, list[tuple[int, int]]] = {}
         self._collect_shift = 0
         self._collect_bins = np.zeros(0, np.int64)
@@ -316,18 +311,38 @@ class BatchedOrderStatistics:
     def feed(self, keys: np.ndarray) -> None:
         """Add one batch of keys (`sortable_keys`) to the current pass."""
         k = np.asarray(keys, dtype=np.int64)
+        top: np.ndarray | None = None  # the first 16 bits, offset to [0, 2¹⁶)
         if self._count_shift is not None:
-            self.n += k.size if self._prefixes is None else 0
             if self._prefixes is None:  # the first 16 bits: a count per value
-                c = np.bincount((k >> self._count_shift) + (1 << 15), minlength=1 << 16)
-                g = np.flatnonzero(c)
-                c, g = c[g], g - (1 << 15)
-            else:
-                sel = k[np.isin(k >> self._prev_shift, self._prefixes)]
-                g, c = np.unique(sel >> self._count_shift, return_counts=True)
-            self._counts = _merge_counts(self._counts, g, c)
+                self.n += k.size
+                top = (k >> 48) + (1 << 15)
+                c = np.bincount(top, minlength=1 << 16)
+            else:  # the next 16 bits of the keys under a narrowed prefix: a block per prefix
+                p = self._prefixes
+                if self._prev_shift == 48:
+                    top = (k >> 48) + (1 << 15)
+                    block = np.full(1 << 16, -1, np.int64)
+                    block[p + (1 << 15)] = np.arange(p.size)
+                    at = block[top]
+                    sel = at >= 0
+                    at = at[sel]
+                else:
+                    at = np.searchsorted(p, k >> self._prev_shift)
+                    sel = p[np.minimum(at, p.size - 1)] == (k >> self._prev_shift)
+                    at = at[sel]
+                low = (k[sel] >> self._count_shift) & 0xFFFF
+                c = np.bincount((at << 16) + low, minlength=p.size << 16)
+            self._dense = c if self._dense is None else self._dense + c
         if self._collect:
-            self._vals.append(k[np.isin(k >> self._collect_shift, self._collect_bins)])
+            b = self._collect_bins
+            if self._collect_shift == 48:  # membership of the first 16 bits by a table
+                if top is None:
+                    top = (k >> 48) + (1 << 15)
+                table = np.zeros(1 << 16, bool)
+                table[b + (1 << 15)] = True
+                self._vals.append(k[table[top]])
+            else:
+                self._vals.append(k[np.isin(k >> self._collect_shift, b)])
 
     def end_pass(self, ranks: Sequence[int] | None = None) -> bool:
         """End a pass over the column; True while another pass is needed.
@@ -350,6 +365,14 @@ class BatchedOrderStatistics:
             self._collect, self._vals = {}, []
         if self._count_shift is None:
             return False
+        if self._dense is not None:  # the dense counts as (bins, counts), bins increasing
+            nz = np.flatnonzero(self._dense)
+            cnt = self._dense[nz]
+            if self._prefixes is None:
+                nz = nz - (1 << 15)
+            else:
+                nz = (self._prefixes[nz >> 16] << 16) + (nz & 0xFFFF)
+            self._counts, self._dense = (nz.astype(np.int64), cnt.astype(np.int64)), None
         if ranks is not None:
             wanted = sorted({int(r) for r in ranks})
             if any(not 0 <= r < self.n for r in wanted):

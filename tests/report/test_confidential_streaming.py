@@ -270,17 +270,61 @@ def test_batched_losses_equal_the_query_path(tmp_path: Path, monkeypatch: pytest
             assert render_confidential_html({**rep, "per_record": per}) == fast
 
 
-def test_geometric_bin_index_equals_the_binary_search() -> None:
-    """The histogram's bins from the logarithm: those of `histogram_bin_index`, edges included."""
+def test_bin_counts_equal_numpys_histogram() -> None:
+    """The histogram's counts from buckets of the values' bits: those of `histogram_bin_index`.
+
+    And of ``numpy.histogram`` with the same edges: edges and their neighbouring doubles, one
+    bucket per value (narrow spans), all values equal, extreme spans, values fed in batches.
+    """
     rng = np.random.default_rng(3)
     for lo, hi, n in ((1e-3, 1e3, 1000), (0.5, 0.5, 10), (1.0, 1.0 + 1e-12, 50),
-                      (1e-300, 1e300, 400), (2.0, 3.0, 100_000)):
+                      (1e-300, 1e300, 400), (2.0, 3.0, 100_000), (5e-324, 1.7e308, 90),
+                      (1.0, np.nextafter(1.0, 2.0), 30)):
         edges = histogram_edges(n, lo, hi)
-        v = np.concatenate([np.exp(rng.uniform(np.log(edges[0]) - 1, np.log(edges[-1]) + 1,
-                                               size=20_000)), edges, np.nextafter(edges, 0),
-                            np.nextafter(edges, np.inf)])
-        v = v[v > 0]
-        assert np.array_equal(rh._geometric_bin_index(v, edges), histogram_bin_index(v, edges))
+        with np.errstate(over="ignore"):
+            v = np.concatenate([np.exp(rng.uniform(np.log(edges[0]) - 1,
+                                                   np.log(edges[-1]) + 1, size=20_000)),
+                                edges, np.nextafter(edges, 0), np.nextafter(edges, np.inf),
+                                [lo, hi]])
+        v = v[(v >= lo) & (v <= hi)]  # what the batched statistics count: within [lo, hi]
+        counts = rh._BinCounts(edges, lo, hi)
+        for part in np.array_split(v, 3):
+            counts.add(part)
+        idx = histogram_bin_index(v, edges)
+        want = np.bincount(idx[idx >= 0], minlength=edges.size - 1)
+        assert np.array_equal(counts.counts(), want), (lo, hi)
+        assert np.array_equal(counts.counts(), np.histogram(v, edges)[0]), (lo, hi)
+
+
+@pytest.mark.parametrize("budget", [{1.0: 0.2, 1e2: 11.5, 1e4: 41.0, 1e10: 251.0}, 2.0,
+                                    {5.0: 1.0}])
+def test_budget_shares_equal_every_units_share(budget: Any) -> None:
+    """`_Shares` (limits only where a share may matter): the figures of every unit's share.
+
+    Shares near 0.9 and 1 (+ 1e-12) and at the largest share, ties at it, sizes 0, negative,
+    tiny, huge and infinite, ρ 0, negative and infinite, fed in batches (the first one alone
+    computed for every unit).
+    """
+    from tabdp.privacy.budget import Budget
+
+    bud = Budget(budget)
+    rng = np.random.default_rng(5)
+    n = 60_000
+    s = np.exp(rng.uniform(-5, 26, size=n)) * rng.choice([1, 1, 1, -1], size=n)
+    s[rng.integers(0, n, size=50)] = rng.choice([0.0, -0.0, np.inf, -np.inf, 5e-324, 1e308],
+                                               size=50)
+    lim = bud.limit(s)
+    r = lim * rng.choice([0.1, 0.5, 0.8999999999, 0.9, 1.0, 1.0 + 1e-12, 1.0 + 3e-12, 0.97],
+                         size=n) * rng.uniform(0.999, 1.0, size=n) ** rng.integers(0, 2, size=n)
+    r[rng.integers(0, n, size=40)] = rng.choice([0.0, -1.0, np.inf, -np.inf], size=40)
+    for rr in (r, r * 0.5, r * 1e-3, -np.abs(r), np.zeros(n)):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sh = np.where(~np.isnan(lim) & (lim > 0), rr / lim, np.inf)
+        want = (float(sh.max()), int(np.sum(sh >= 0.9)), int(np.sum(~(sh <= 1.0 + 1e-12))))
+        got = rh._Shares(bud)
+        for part in np.array_split(np.arange(n), [100, 7000, 7001, 30_000]):
+            got.add(rr[part], s[part])
+        assert got.result() == want
 
 
 def test_the_lazy_statistics_batch_functions_run_with_numpys_errors_off(
