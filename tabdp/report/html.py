@@ -1009,8 +1009,11 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         "<p>tabdp does not clip values to limit a record's influence: a record's loss "
         "depends on its size instead. Only where the spec declares public bounds for a "
         "measure (input rules below) are values clamped into them before anything is "
-        "computed. Every cell of the public list of cells is published with noise, including "
-        "empty ones.</p>",
+        "computed; beyond those, every value is held within ±2<sup>64</sup> (about "
+        "1.8 × 10<sup>19</sup>: a larger value counts as ±2<sup>64</sup>, and its loss is "
+        "that of this size) and a fractional value is summed on the grid of multiples of "
+        "2<sup>−24</sup> (rounded to the nearest), so that cell totals are exact. Every cell "
+        "of the public list of cells is published with noise, including empty ones.</p>",
     ]
     if delta is not None:
         prot.append(f"<p>Losses are also stated as (ε, δ)-differential privacy at δ = "
