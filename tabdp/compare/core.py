@@ -958,7 +958,14 @@ def _utility(spec: Any, dp_tables: Mapping[str, pl.DataFrame],
 
 def _coverage(spec: Any, dp_tables: Mapping[str, pl.DataFrame],
               tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Small areas: share of finest-geography codes with any usable, non-empty cell."""
+    """Small areas: share of finest-geography codes with any usable, non-empty cell.
+
+    Both methods are scored on the same cells: the levels the DP release publishes (``sdc``).
+    The traditional table also holds margins the DP spec does not release (e.g. county totals
+    over all sectors); its coverage counting them too is ``sdc_all_levels`` (review rev63p:
+    ``sdc`` counted a county whose only published cell was such a margin, which the DP side
+    was never given).
+    """
     out: list[dict[str, Any]] = []
     for x in tables:
         geo = [(c, d) for c, d in zip(x["by"], x["dims"], strict=True) if d.hierarchy]
@@ -970,16 +977,22 @@ def _coverage(spec: Any, dp_tables: Mapping[str, pl.DataFrame],
         areas = c[col].n_unique()
         if areas == 0:
             continue
-        sdc_cov = c.filter(pl.col("published"))[col].n_unique() / areas
+        sdc_all = c.filter(pl.col("published"))[col].n_unique() / areas
         dpc = _dp_cells(spec, dp_tables, x)
         dp_cov = None
+        levels: list[str] = []
+        sdc_cov = sdc_all
         if dpc.height:
             dpu = dpc.filter(pl.col(col).is_in(c[col].unique().to_list())
                              & (pl.col("freq") > 0)
                              & ~pl.col("flag").str.contains("[CSX]"))
             dp_cov = dpu[col].n_unique() / areas
+            levels = sorted(set(c["level"].to_list()) & set(dpc["level"].to_list()))
+            sdc_cov = c.filter(pl.col("published") & pl.col("level").is_in(levels))[
+                col].n_unique() / areas
         out.append({"table": x["table"], "measure": x["measure"], "area_level": col,
                     "areas_with_data": areas, "dp": dp_cov, "sdc": sdc_cov,
+                    "sdc_all_levels": sdc_all, "levels": levels,
                     "method": x["sdc"].method})
     return out
 

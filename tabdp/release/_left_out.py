@@ -243,7 +243,11 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         can be left out: the most it can be charged (every cell it can reach, at the largest
         size it can contribute) by this release and the earlier ones passes the budget (a
         constant budget: in every currency; a curve: in ``rows``, at each number of rows up to
-        ``plan.count_rows``). Empty without a budget.
+        ``plan.count_rows``). Every row also has ``assumes_charged_in``: the earlier releases
+        whose planned charge the sizes left out assume (those charging the same currency;
+        under a constant budget also the count tables): a unit charged less there (outside
+        their cells) is left out of this release only at larger sizes, if at all. Empty
+        without a budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -253,6 +257,8 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         >>> r = rows[-1]
         >>> r["table"], f"{r['left_out_from']:.2g}", r["all_above"], r["searched_up_to"] == 2**127
         ('state_naics6_payroll', '5.4e+16', True, True)
+        >>> r["assumes_charged_in"]
+        ['county_naics2_payroll']
     """
     if spec.budget is None:
         return []
@@ -344,8 +350,13 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
     rows_n = np.arange(1.0, float(spec.plan.count_rows) + 1.0)
     worst_rows = np.zeros_like(rows_n)   # curve budget: the rows currency, per rows counted
     rows_many = False                    # a rows-charging release so far has several cells
+    # review rev63p: the earlier releases whose planned charge a size left out assumes (the
+    # same currency; under a constant budget also the count tables, charged at their rows):
+    # a unit absent from them is charged less and kept at larger sizes
+    earlier: list[tuple[str, set[str]]] = []
     for (name, charge), most in zip(releases, worst, strict=True):
         before |= set(charge)
+        earlier.append((name, set(charge)))
         # a unit in several cells of this table or an earlier one pays more than planned
         cells_unbounded = cells_unbounded or (unbounded and many.get(name, True))
         worst_all += sum(most.values())
@@ -358,6 +369,8 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         for c in charge:
             lo = found[(name, c)]
             shared = [] if b.per_currency else sorted(before - {c})
+            assumed = [n for n, cs in earlier[:-1]
+                       if c in cs or (not b.per_currency and ROWS_CURRENCY in cs)]
             if c == ROWS_CURRENCY:  # the size is the rows counted, not the measure's size
                 left = bool(lo[0])
                 cells_c = cells_unbounded if not b.per_currency else rows_many
@@ -370,7 +383,8 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                             "all_above": left, "count_rows": spec.plan.count_rows,
                             "plan_sizes_left_out": [],
                             "limit_shared_with": shared if beyond else [],
-                            "cells_unbounded": cells_c and beyond})
+                            "cells_unbounded": cells_c and beyond,
+                            "assumes_charged_in": assumed})
                 continue
             runs = spans[(name, c)]
             in_plan = [float(x) for x, bad in zip(grids[c], lo, strict=True)
@@ -381,7 +395,8 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
                         "left_out_at": runs, "plan_sizes_left_out": in_plan,
                         "searched_from": min(_SEARCH_FROM, tops[c]),
                         "searched_up_to": tops[c],
-                        "limit_shared_with": shared, "cells_unbounded": cells_unbounded})
+                        "limit_shared_with": shared, "cells_unbounded": cells_unbounded,
+                        "assumes_charged_in": assumed})
     return out
 
 
@@ -444,7 +459,7 @@ sizes are kept (as planned: ...)'
             continue
         if r["currency"] == "rows":
             lines.append(f"{r['table']}: {a} {unit} counted {r.get('count_rows', 1)} row(s) in a "
-                         "cell is left out of this table by the budget")
+                         f"cell is left out of this table by the budget{_assumed(r, unit)}")
             continue
         floor = float(r.get("searched_from") or 0.0)
         runs = r.get("left_out_at")
@@ -472,9 +487,35 @@ sizes are kept (as planned: ...)'
             kept = f"; other sizes are kept{_AS_PLANNED}"
         lines.append(f"{r['table']}: {a} {unit} contributing {what} of {r['currency']} to a "
                      "cell is left out of this table by the budget (its values are missing "
-                     f"from the published totals){kept}"
+                     f"from the published totals){_assumed(r, unit)}{kept}"
                      f"{_elsewhere(r, unit, cells=_AS_PLANNED not in kept)}")
     return lines
+
+
+def _assumed(row: Mapping[str, Any], unit: str) -> str:
+    """The condition of a size left out: the earlier releases it is assumed charged in (public).
+
+    The sizes left out of a release are those of a unit charged as planned by the earlier
+    releases of ``assumes_charged_in`` too (`left_out_sizes`); a unit absent from them (its
+    rows outside their cells) is charged less and is left out only at larger sizes, or not at
+    all (review rev63p: "a unit contributing more than about 5.41e+16 ... is left out" was
+    stated of a table that kept a unit of 1e17 absent from the earlier table). Empty when no
+    earlier release is assumed.
+
+    Example:
+        >>> _assumed({"assumes_charged_in": ["t1", "t2"]}, "unit")[:62]
+        ', when it is also charged as planned by t1, t2, released befor'
+        >>> _assumed({"assumes_charged_in": []}, "unit")
+        ''
+    """
+    names = list(row.get("assumes_charged_in") or [])
+    if not names:
+        return ""
+    a = "an" if unit[:1].lower() in "aeio" else "a"
+    return (f", when it is also charged as planned by {', '.join(names)}, released before it "
+            "(the same size there; the planned rows in a count table); "
+            f"{a} {unit} charged less there (e.g. outside their cells) is left out only at "
+            "larger sizes, if at all")
 
 
 def _count_beyond_plan(row: Mapping[str, Any], unit: str) -> list[str]:

@@ -364,6 +364,10 @@ def _confidential(spec: ReleaseSpec, session: Session, negatives: dict[str, Any]
             "negatives": {"policy": negatives["policy"], "clipped": negatives["clipped"],
                           "dropped": negatives["dropped"]},
             "exact_rounding_fallbacks": dict(r.fallbacks),
+            # review rev63p: values beyond ±2**64 are clamped by the engine; the count was
+            # computed but never reached the curator (a 1e30 payroll was published as 2**64)
+            "values_clamped_to_2^64": {k.split(":", 1)[1]: v for k, v in c.items()
+                                       if k.startswith("values_clamped_to_2^64:")},
         }
     for name, lo in left_out_by_table(session).items():
         releases[name]["left_out_by_budget"] = lo

@@ -161,10 +161,14 @@ def render_compare_html(summary: Mapping[str, Any], cells: pl.DataFrame,
 
     cov = list(summary.get("coverage") or [])
     body.append(H._section("coverage", "Small areas", H._table(
-        ["Table", "Measure", "Area level", "Areas with data", "DP", "Traditional"],
+        ["Table", "Measure", "Area level", "Areas with data", "DP",
+         "Traditional (the same cells)", "Traditional (also its margins the DP spec does "
+         "not release)"],
         [[c["table"], c["measure"], c["area_level"], c["areas_with_data"], _pct(c["dp"]),
-          _pct(c["sdc"])] for c in cov],
-        caption="Share of areas with at least one usable published value")))
+          _pct(c["sdc"]), _pct(c.get("sdc_all_levels"))] for c in cov],
+        caption="Share of areas with at least one usable published value: both methods "
+                "scored on the levels the DP release publishes, and the traditional table "
+                "with all its margins (e.g. an area's total over all industries)")))
 
     # -- audit
     audit = summary.get("audit") or {}

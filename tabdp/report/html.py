@@ -604,6 +604,56 @@ def _policy_overview(summary: Mapping[str, Any], tables: Sequence[Mapping[str, A
                   "cell, and in total over the whole release)." + what + why)
 
 
+def _rollup_additivity_note(t: Mapping[str, Any]) -> str:
+    """Whether a table's published cells add up to its published rollups, in words (public).
+
+    Rollups add the noisy cells before the publication rules, which then act on each level
+    separately: rounding to a unit the estimates are not already multiples of (the table's
+    grid), clamping negatives to 0 and withholding cells make the published cells differ from
+    what the rollup added (review rev63p: the demo's employment table, on a grid of 0.1 and
+    rounded to whole persons, published a national total 58 persons away from the sum of its
+    published county cells, under a page that said nothing of it). Empty where the published
+    cells add up (no such rule, or a rounding unit that divides the grid), and for a
+    consistent table (its levels are rounded together).
+
+    Example:
+        >>> _rollup_additivity_note({"publication": {"round": 1.0},
+        ...                          "grid": {"employment": 0.1}})[:60]
+        ' The publication rules of this table (rounding to 1) act on '
+        >>> _rollup_additivity_note({"publication": {"round": 1000.0},
+        ...                          "grid": {"payroll": 10000.0}})
+        ''
+    """
+    pub = t.get("publication")
+    if not isinstance(pub, Mapping) or isinstance(t.get("consistent"), Mapping):
+        return ""
+    g_any = t.get("grid")
+    grid: Mapping[str, Any] = g_any if isinstance(g_any, Mapping) else {}
+    rules = []
+    rnd = pub.get("round")
+    units = (dict(rnd) if isinstance(rnd, Mapping) else
+             dict.fromkeys(grid or [""], rnd) if rnd not in (None, False) else {})
+    moved = []
+    for m, u in units.items():
+        uf, g = _float(u), _float(grid.get(m)) if m in grid else None
+        if uf is None or uf <= 0:
+            continue
+        if g is not None and g > 0 and abs(g / uf - round(g / uf)) <= 1e-9 * (g / uf):
+            continue  # the grid is a multiple of the unit: rounding moves nothing
+        moved.append(f"rounding to {_e(uf)}" if len(units) == 1 else
+                     f"rounding {_e(m)} to {_e(uf)}")
+    rules += moved
+    if pub.get("negative") == "clamp":
+        rules.append("negative estimates published as 0")
+    if pub.get("suppress_cv") is not None:
+        rules.append("withholding cells (flag S)")
+    if not rules:
+        return ""
+    return (f" The publication rules of this table ({', '.join(rules)}) act on each level "
+            "separately, after the rollups added the unrounded, unclamped noisy cells: the "
+            "published cells need not add up to a published rollup.")
+
+
 def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
                    sizes: Sequence[Any]) -> str:
     name = str(t.get("name", "?"))
@@ -781,7 +831,7 @@ def _table_section(t: Mapping[str, Any], level: Any, delta: Any,
     if rollups:
         out.append("<h4>Rollups</h4><p>Coarser tables derived from this one by adding noisy "
                    "cells (no extra privacy loss), or released directly (accounted in the "
-                   "losses above).</p>")
+                   f"losses above).{_rollup_additivity_note(t)}</p>")
         rollup_rows: list[list[tuple[str, bool]]] = []
         for r in rollups:
             if not isinstance(r, Mapping):
@@ -960,8 +1010,11 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
         "<p>tabdp does not clip values to limit a record's influence: a record's loss "
         "depends on its size instead. Only where the spec declares public bounds for a "
         "measure (input rules below) are values clamped into them before anything is "
-        "computed. Every cell of the public list of cells is published with noise, including "
-        "empty ones.</p>",
+        "computed; beyond those, every value is held within ±2<sup>64</sup> (about "
+        "1.8 × 10<sup>19</sup>: a larger value counts as ±2<sup>64</sup>, and its loss is "
+        "that of this size) and a fractional value is summed on the grid of multiples of "
+        "2<sup>−24</sup> (rounded to the nearest), so that cell totals are exact. Every cell "
+        "of the public list of cells is published with noise, including empty ones.</p>",
     ]
     if delta is not None:
         prot.append(f"<p>Losses are also stated as (ε, δ)-differential privacy at δ = "

@@ -90,3 +90,37 @@ def test_the_odds_factor_is_never_below_e_to_the_epsilon() -> None:
     po = _dp_risk(losses, 1e-9)["posterior_odds_factor"]
     assert po["median"] == pytest.approx(math.exp(20.0))
     assert po["max"] == math.inf
+
+
+def test_small_area_coverage_scores_both_methods_on_the_same_cells() -> None:
+    # review rev63p: the traditional side's coverage counted a county whose only published
+    # cell was its total over all industries, a margin the DP spec does not release
+    from tabdp.compare.core import _coverage
+    from tabdp.compare.sdc import TOTAL, add_levels, build_dim
+
+    class H:
+        levels = ("state", "county")
+        mapping = pl.DataFrame({"state": ["01", "01"], "county": ["01001", "01003"]})
+
+    dims = [build_dim("county", [], {"g": H}), build_dim("ind", ["11", "22"], {})]
+    keys = [("01001", "11"), ("01001", "22"), ("01001", TOTAL),
+            ("01003", "11"), ("01003", "22"), ("01003", TOTAL)]
+    cells = add_levels(pl.DataFrame({
+        "county": [k[0] for k in keys], "ind": [k[1] for k in keys],
+        "value": [5.0, 7.0, 12.0, 50.0, 60.0, 110.0], "freq": [1, 1, 2, 9, 9, 18],
+        # county 01001: both sector cells withheld, its all-sector total published
+        "published": [False, False, True, True, True, True]}), ["county", "ind"], dims)
+    cells = cells.with_columns(pl.col("value").alias("released"))
+    x = {"table": "pay", "by": ["county", "ind"], "dims": dims, "kind": "sum",
+         "measure": "payroll", "cells": cells, "sdc": NS(method="MOD")}
+    spec = NS(tables=[NS(name="pay", by=["county", "ind"], rollups=[])])
+    dp = {"pay": pl.DataFrame({"county": ["01001", "01001", "01003", "01003"],
+                               "ind": ["11", "22", "11", "22"],
+                               "measure": ["payroll"] * 4, "estimate": [3.0, 9.0, 52.0, 58.0],
+                               "flag": ["C", "C", "", ""]})}
+    (row,) = _coverage(spec, dp, [x])
+    assert row["areas_with_data"] == 2
+    assert row["dp"] == 0.5                 # 01003 only
+    assert row["sdc"] == 0.5                # the same cells: 01003 only
+    assert row["sdc_all_levels"] == 1.0     # with the county totals the DP spec lacks
+    assert row["levels"] == ["county × ind"]

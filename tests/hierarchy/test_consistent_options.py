@@ -121,7 +121,9 @@ def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     plain = parse_spec(_spec(tmp_path, consistent=False), tmp_path)
     o2 = spec_outlook(plain, consistent_outlook)[0]
     assert "consistent_levels" not in o2
-    assert o2["flag_curve"] == flag_curve(plain.tables[0].mechanism, totals, cv_flag=cv)
+    # released as discrete Gaussian counts (grid 1): forecast with that law (review rev63p)
+    assert o2["flag_curve"] == flag_curve(plain.tables[0].mechanism.for_counts(), totals,
+                                          cv_flag=cv)
 
 
 def test_html_summary_states_the_consistent_estimate(tmp_path: Path) -> None:
