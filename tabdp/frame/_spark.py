@@ -1909,11 +1909,34 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
     from pyspark.sql import types as T
 
     parts = [rid, F.col(column)]
-    if isinstance(dtype, T.DecimalType):
+    if _unhashable(dtype):
+        # Spark's hashes refuse a map (its entries have no canonical order) and a variant,
+        # at any depth: an unused column of such a type stopped every row-mode release with
+        # Spark's HASH_MAP_TYPE error (review rev63k); hashed as its JSON text and its type
+        parts = [rid, F.to_json(F.col(column)), F.lit(dtype.simpleString())]
+    elif isinstance(dtype, T.DecimalType):
         parts.append(F.lit(int(dtype.scale)))
     elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
         parts.append(F.lit(dtype.simpleString()))
     return F.xxhash64(*parts)
+
+
+def _unhashable(dtype: Any) -> bool:
+    """Whether Spark's hash functions refuse a type: a map or a variant, at any depth.
+
+    Example:
+        >>> _unhashable.__name__  # (PySpark types: see tests/frame/test_spark.py)
+        '_unhashable'
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.MapType) or type(dtype).__name__ == "VariantType":
+        return True
+    if isinstance(dtype, T.ArrayType):
+        return _unhashable(dtype.elementType)
+    if isinstance(dtype, T.StructType):
+        return any(_unhashable(f.dataType) for f in dtype.fields)
+    return False
 
 
 _FP_BITS = 22  # a 64-bit hash in three parts: 22 bits, 22 bits and the signed top 20

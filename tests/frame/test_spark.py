@@ -841,3 +841,20 @@ def test_columns_equal_in_letter_case_refused_from_the_schema_or_released(spark)
     finally:
         spark.conf.unset("spark.sql.caseSensitive")
     assert outs[0].equals(_pl(outs[1]))
+
+
+def test_row_mode_over_a_frame_with_a_map_column_equals_polars(spark):
+    """An unused map column (review rev63k): the row fingerprints hashed every column.
+
+    Spark's hashes refuse maps, so every row-mode release over a frame with a map column (at
+    any depth) stopped with Spark's HASH_MAP_TYPE error; the Polars engines never read it.
+    """
+    from pyspark.sql import functions as F
+
+    data = _data(12)
+    sdf = _spark_frame(spark, data).withColumns({
+        "tags": F.create_map(F.lit("k"), F.col("emp")),
+        "nested": F.array(F.struct(F.create_map(F.col("county"), F.col("sector")).alias("m")))})
+    outs = [frame.dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=tabdp.Session(
+        seed=0), mechanism=mech.Gaussian(50.0)) for frame in (data, sdf)]
+    assert outs[0].equals(_pl(outs[1]))
