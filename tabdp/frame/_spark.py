@@ -1724,6 +1724,7 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
     _refuse_reserved(list(native.columns), unit)
+    _refuse_case_clashes(list(native.columns), _case_insensitive(spark))
     # row ids that a join may have repeated (Session(_rows_one_cell=False)) are units: grouped
     row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
     ledger: Any = None
@@ -1771,6 +1772,52 @@ def _refuse_reserved(columns: list[str], unit: str | None) -> None:
             "for its own columns: the Spark engine adds them next to the input's, where a "
             "column of the same name would be replaced.\nHint: drop or rename those columns "
             "before the release (e.g. spark_df.drop(*names)); they are not read by any release.")
+
+
+def _case_insensitive(spark: Any) -> bool:
+    """Whether the session resolves column names without regard to case (Spark's default)."""
+    return str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() != "true"
+
+
+def case_clashes(columns: Sequence[str]) -> list[list[str]]:
+    """Groups of column names equal in any letter case, e.g. ``[["x", "X"]]``.
+
+    Example:
+        >>> case_clashes(["x", "g", "X", "G", "y"])
+        [['x', 'X'], ['g', 'G']]
+        >>> case_clashes(["a", "b"])
+        []
+    """
+    groups: dict[str, list[str]] = {}
+    for c in columns:
+        groups.setdefault(c.lower(), []).append(c)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _refuse_case_clashes(columns: list[str], insensitive: bool) -> None:
+    """Refuse (from the schema alone) columns a case-insensitive Spark session cannot tell apart.
+
+    With ``spark.sql.caseSensitive=false`` (Spark's default) a frame with columns ``x`` and
+    ``X`` cannot name either: every release over it failed with Spark's own
+    ``AMBIGUOUS_REFERENCE`` error, whichever columns it used, where the Polars engines (case
+    sensitive) release the tables (review rev63k).
+
+    Example:
+        >>> _refuse_case_clashes(["x", "X"], insensitive=False)
+        >>> _refuse_case_clashes(["g", "x", "X"], insensitive=True)
+        Traceback (most recent call last):
+        ...
+        tabdp.exceptions.InvalidParameterError: the frame has columns whose names differ only ...
+    """
+    clash = case_clashes(columns) if insensitive else []
+    if clash:
+        raise InvalidParameterError(
+            f"the frame has columns whose names differ only in letter case ({clash}); the "
+            "Spark session resolves column names without regard to case "
+            "(spark.sql.caseSensitive=false, Spark's default), so it cannot tell them apart. "
+            "Nothing was read.\nHint: drop or rename all but one of each group first (e.g. "
+            "spark_df.toDF(*new_names), which renames by position), or set "
+            "spark.sql.caseSensitive=true in the session.")
 
 
 # the numbered snapshot's storage level (None: Spark's default for a local checkpoint, rows
@@ -1862,11 +1909,34 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
     from pyspark.sql import types as T
 
     parts = [rid, F.col(column)]
-    if isinstance(dtype, T.DecimalType):
+    if _unhashable(dtype):
+        # Spark's hashes refuse a map (its entries have no canonical order) and a variant,
+        # at any depth: an unused column of such a type stopped every row-mode release with
+        # Spark's HASH_MAP_TYPE error (review rev63k); hashed as its JSON text and its type
+        parts = [rid, F.to_json(F.col(column)), F.lit(dtype.simpleString())]
+    elif isinstance(dtype, T.DecimalType):
         parts.append(F.lit(int(dtype.scale)))
     elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
         parts.append(F.lit(dtype.simpleString()))
     return F.xxhash64(*parts)
+
+
+def _unhashable(dtype: Any) -> bool:
+    """Whether Spark's hash functions refuse a type: a map or a variant, at any depth.
+
+    Example:
+        >>> _unhashable.__name__  # (PySpark types: see tests/frame/test_spark.py)
+        '_unhashable'
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.MapType) or type(dtype).__name__ == "VariantType":
+        return True
+    if isinstance(dtype, T.ArrayType):
+        return _unhashable(dtype.elementType)
+    if isinstance(dtype, T.StructType):
+        return any(_unhashable(f.dataType) for f in dtype.fields)
+    return False
 
 
 _FP_BITS = 22  # a 64-bit hash in three parts: 22 bits, 22 bits and the signed top 20

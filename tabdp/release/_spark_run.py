@@ -26,7 +26,10 @@ from tabdp.exceptions import DataValidationError
 from tabdp.frame.keys import KeySet
 
 __all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
-           "declared_casts", "add_derived", "schema_of"]
+           "declared_casts", "add_derived", "schema_of", "refuse_case_clashes"]
+
+
+_CASE = "spark.sql.caseSensitive"
 
 
 def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | None,
@@ -65,11 +68,16 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
                 reader = reader.option("recursiveFileLookup", "true")
             before = spark.conf.get(infer, "true")
             spark.conf.set(infer, "false")
+            # read case sensitively: a file with columns ``x`` and ``X`` is refused by Spark's
+            # reader otherwise (`refuse_case_clashes` then refuses it with what to do)
+            case_before = spark.conf.get(_CASE, "false")
+            spark.conf.set(_CASE, "true")
             try:
                 sdf = reader.parquet(str(path))
                 parts = list(sdf.inputFiles()[:1])
             finally:
                 spark.conf.set(infer, before)
+                spark.conf.set(_CASE, case_before)
             hive_cols = _hive_parts(parts[0], path) if parts and hive is not False else []
             casts = {}
             for c in hive_cols:
@@ -145,6 +153,38 @@ def declared_casts(sdf: Any, schema: dict[str, Any]) -> Any:
     casts = {c: convert_leniently_spark(F.col(c), have[c], t) for c, t in schema.items()
              if c in have}
     return sdf.withColumns(casts) if casts else sdf
+
+
+def refuse_case_clashes(spark: Any, sdf: Any) -> None:
+    """Refuse an input whose column names differ only in letter case (its schema alone).
+
+    Under ``spark.sql.caseSensitive=false`` (Spark's default) Spark cannot read an input with
+    columns ``x`` and ``X``, whichever columns the spec uses: every such run stopped with
+    Spark's own error after the read began (exit 4, "data-dependent failure", from the schema
+    alone) where the Polars engine (case sensitive) released the tables (review rev63k).
+    `read_input` lists the columns case sensitively; this refuses them before any row is
+    read, with what to do.
+
+    Args:
+        spark: The SparkSession.
+        sdf: The input.
+
+    Raises:
+        SpecError: Columns whose names differ only in letter case.
+    """
+    from tabdp.exceptions import SpecError
+    from tabdp.frame.backends.spark import case_clashes
+
+    if str(spark.conf.get(_CASE, "false")).lower() == "true":
+        return
+    clash = case_clashes(sdf.columns)
+    if clash:
+        raise SpecError(
+            "input", f"the input has columns whose names differ only in letter case ({clash}); "
+            "the Spark session resolves column names without regard to case "
+            "(spark.sql.caseSensitive=false, Spark's default) and cannot read them apart. "
+            "Nothing was read.\nHint: rename or drop all but one of each group in the data, or "
+            "run with the Polars engine (case sensitive).")
 
 
 def _hive_parts(file: str, root: Path) -> list[str]:

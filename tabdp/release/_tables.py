@@ -222,6 +222,8 @@ class _SpecInput:
             if declared:  # a catalog table: the declared types, never the table's
                 sdf = sr.declared_casts(sdf, declared)
                 input_schema = {k: str(v) for k, v in sr.schema_of(sdf).items()}
+        # columns equal in any letter case: refused from the schema (Spark cannot read them)
+        sr.refuse_case_clashes(spark, sdf)
         persisted = []
         try:
             if inp.unit is None:

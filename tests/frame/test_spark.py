@@ -818,3 +818,43 @@ def test_nan_null_and_large_integer_keys_match_as_on_polars(spark, unit):
         assert t_sp.drop(by).equals(t_pl.drop(by)), by
         assert t_sp[by].to_list()[1:] == t_pl[by].to_list()[1:]  # (NaN != NaN as a list item)
         assert math.isnan(t_sp[by][0]) if by == "g" else t_sp[by][0] == big
+
+
+def test_columns_equal_in_letter_case_refused_from_the_schema_or_released(spark):
+    """Columns ``x`` and ``X`` (review rev63k): Spark's own AMBIGUOUS_REFERENCE error before.
+
+    A case-insensitive session (Spark's default) cannot name either column, whichever the
+    release uses: refused with tabdp's error before anything is read. A case-sensitive one
+    releases what Polars releases.
+    """
+    data = pl.DataFrame({"county": ["c1", "c2", "c1"], "sector": [1, 2, 1],
+                         "x": [1.0, 2.0, 3.0], "X": [5.0, 6.0, 7.0]})
+    sdf = _spark_frame(spark, data)
+    s = tabdp.Session(seed=0)
+    with pytest.raises(tabdp.InvalidParameterError, match=r"letter case \(\[\['x', 'X'\]\]\)"):
+        sdf.dp.count(by=["county", "sector"], keys=KEYS, session=s)
+    assert not s.records
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        outs = [frame.dp.sum("X", by=["county", "sector"], keys=KEYS, session=tabdp.Session(
+            seed=0), mechanism=mech.Gaussian(5.0)) for frame in (data, sdf)]
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert outs[0].equals(_pl(outs[1]))
+
+
+def test_row_mode_over_a_frame_with_a_map_column_equals_polars(spark):
+    """An unused map column (review rev63k): the row fingerprints hashed every column.
+
+    Spark's hashes refuse maps, so every row-mode release over a frame with a map column (at
+    any depth) stopped with Spark's HASH_MAP_TYPE error; the Polars engines never read it.
+    """
+    from pyspark.sql import functions as F
+
+    data = _data(12)
+    sdf = _spark_frame(spark, data).withColumns({
+        "tags": F.create_map(F.lit("k"), F.col("emp")),
+        "nested": F.array(F.struct(F.create_map(F.col("county"), F.col("sector")).alias("m")))})
+    outs = [frame.dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=tabdp.Session(
+        seed=0), mechanism=mech.Gaussian(50.0)) for frame in (data, sdf)]
+    assert outs[0].equals(_pl(outs[1]))

@@ -336,3 +336,28 @@ def test_numbered_rows_are_not_recomputed_from_a_changed_input(spark: Any,
         assert sorted(r["x"] for r in numbered.collect()) == first == [1.0, 2.0, 3.0]
     finally:
         sr.free_rows(base)
+
+
+@pytest.mark.spark
+def test_input_columns_equal_in_letter_case_refused_with_the_cause(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    """An input with columns ``y`` and ``Y`` (review rev63k): Spark cannot read it apart.
+
+    Spark's reader refused the file (COLUMN_ALREADY_EXISTS) and the run's failure said the
+    input was not Parquet; now the cause and what to do, before any row is read.
+    """
+    data = generate_establishments(20, seed=3).with_columns(y=pl.lit(1), Y=pl.lit(2))
+    data.write_parquet(tmp_path / "data.parquet")
+    spec = load_spec(_spec(tmp_path, source='path = "data.parquet"', unit="",
+                           tables=ROW_TABLES))
+    with pytest.raises(tabdp.TabdpError):
+        run_release(spec, test_seed=True, engine="spark", spark=spark)
+    failure = _conf_json_named(tmp_path / "out" / "confidential", "failure.json")
+    assert failure["error"] == "SpecError"
+    assert "differ only in letter case ([['y', 'Y']])" in failure["message"]
+    assert "spark.sql.caseSensitive" in failure["message"]
+
+
+def _conf_json_named(folder: Path, name: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads((folder / name).read_text())
+    return out

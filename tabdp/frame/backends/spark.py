@@ -25,6 +25,7 @@ from tabdp.frame._spark import (
     _attach_cells,
     _local_frame,
     _pl_dtype,
+    case_clashes,
     free_checkpoint,
     polars_schema,
     quiet,
@@ -40,7 +41,8 @@ from tabdp.frame.keys import KeySet
 __all__ = ["SparkBackend", "SparkReplayLedger", "SparkUnitLedger", "spark_grouped_release",
            "spark_quantile_release", "polars_schema", "quiet", "row_ids", "free_checkpoint",
            "spark_type", "try_cast", "write_single_parquet", "to_polars", "report_view",
-           "REPORT_UNITS", "RESERVED", "mark_members", "local_frame", "polars_dtype"]
+           "REPORT_UNITS", "RESERVED", "mark_members", "local_frame", "polars_dtype",
+           "case_clashes"]
 
 #: Most per-record rows the driver receives to render ``confidential_report.html`` (the units
 #: with the largest ρ); ``per_record_losses.parquet`` always holds every unit.
