@@ -402,7 +402,8 @@ def _open_release(native: Any, session: Session | None, name: str | None, kind: 
         binding.of(sess).check_unit_dtype(unit, schema[unit], len(sess.records))
         if sess.lifetime is not None:  # ids the ledger cannot key, by their type: never
             # only when a row holds one (review r83; the Spark engine's _check_lifetime_units)
-            sess.lifetime.lookup(pl.Series("unit", [], dtype=schema[unit]), ["rho"])
+            # a closed ledger too
+            sess.lifetime.check_release(schema[unit])
     return _Opened(sess, one_off, qname, lf, backend, schema, native)
 
 

@@ -1622,12 +1622,12 @@ def _filters(sess: Session) -> bool:
 def _check_lifetime_units(sess: Session, sschema: dict[str, Any]) -> None:
     """Refuse (by the unit column's type, before any data is read) ids the ledger cannot key.
 
-    The ledger's own check (`tabdp.Ledger.lookup` on no ids): integer or text ids, the type of
-    the series' earlier runs.
+    The ledger's own check (`tabdp.Ledger.check_release`): an open ledger, integer or text
+    ids of the type of the series' earlier runs.
     """
     if sess.lifetime is None or sess.unit is None or sess.unit not in sschema:
         return
-    sess.lifetime.lookup(pl.Series("unit", [], dtype=_pl_dtype(sschema[sess.unit])), ["rho"])
+    sess.lifetime.check_release(_pl_dtype(sschema[sess.unit]))
 
 
 def _lifetime_frame(sess: Session, spark: Any, cols: list[str], key_type: Any,

@@ -1220,6 +1220,12 @@ class Ledger:
         #: the warnings its opening gave (a missing anchor written, a restore accepted), for
         #: the curator: the release workflow lists them in the run's confidential files
         self.open_warnings: list[str] = []
+        #: the releases (`tabdp.privacy.session.QueryRecord`) of every session recorded on
+        #: this ledger since its last commit, whoever charged: a commit adds every uncommitted
+        #: charge, so a session's commit records the public curves of all of them
+        #: (`tabdp.Session.commit_ledger`; review rev63l: the committing session's releases
+        #: alone understated the public bound when sessions shared an autocommit=False ledger)
+        self.pending_releases: list[Any] = []
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -1816,6 +1822,39 @@ class Ledger:
             return
         self._run_kind = "Int64" if kind == "integer" else "String"
 
+    def check_release(self, dtype: Any) -> None:
+        """Refuse a release on this ledger before any data is read (from its schema only).
+
+        Every engine calls it with the release's unit column type (its schema, never its data)
+        before it reads a row: a closed ledger is refused (its lock is released: another run
+        may be charging it), as are unit ids the ledger cannot key or of another type than the
+        series' (`lookup`'s refusals). Each refusal is the same whatever the data (review
+        rev63l: a closed ledger refused a release holding a unit at its charge, after the data,
+        and let one over no rows through).
+
+        Args:
+            dtype: The Polars dtype of the release's unit column.
+
+        Raises:
+            LedgerError: The ledger is closed.
+            InvalidParameterError: Ids the ledger cannot key, or of another type than the
+                series'.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0)
+            >>> led.check_release(pl.Int32)
+            >>> led.close()
+            >>> try:
+            ...     led.check_release(pl.Int32)
+            ... except LedgerError as err:
+            ...     print(str(err).splitlines()[0][-10:])
+            is closed.
+        """
+        self._check_open()
+        self.lookup(pl.Series("unit", [], dtype=dtype), ["rho"])
+
     def charge(self, units: Any, sums: Mapping[str, np.ndarray],
                maxes: Mapping[str, np.ndarray]) -> None:
         """Add a release's admitted losses to the uncommitted part (ids unique in a call).
@@ -1979,6 +2018,7 @@ class Ledger:
         self.unit_dtype = unit_dtype
         self._state = new_state
         self._tot = _RunTotals(new_state)
+        self.pending_releases = []
         # the anchor, once the entry is durable: a crash before this line leaves it one entry
         # behind, at the previous head, which the next open accepts and brings up to date
         _anchor.write_anchor(self.path, self.entries)
@@ -2061,6 +2101,7 @@ class Ledger:
             self._lock.release()
             self._lock = None
         self._tot = _RunTotals(self._state)
+        self.pending_releases = []
 
     def __enter__(self) -> Ledger:
         """The ledger itself."""

@@ -501,6 +501,7 @@ class Session:
 
         # the series' id type from this release's schema, whoever it charged (review r83)
         led.note_unit_type(binding.of(self).unit_dtype)
+        led.pending_releases.append(record)  # its curves go with the next commit
         losses = record.losses
         if given is not None:
             if len(given[0]):
@@ -544,7 +545,7 @@ class Session:
             led.charge(losses.units, sums, maxes)
         if led.autocommit:
             led.commit(label=record.name, release=record.name,
-                       public_curve=records_curve([record]))
+                       public_curve=records_curve(led.pending_releases))
             self._lifetime_committed = len(self.records)
 
     def commit_ledger(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
@@ -553,7 +554,10 @@ class Session:
         """Commit the session's uncommitted losses to its lifetime ledger (one release entry).
 
         The release workflow calls it once its outputs are written; a ledger opened with
-        ``autocommit=True`` (the default) commits after each release by itself.
+        ``autocommit=True`` (the default) commits after each release by itself. The commit
+        adds every charge made on the ledger since its last commit, by this session or another
+        one sharing it, and records the public curves of all those releases
+        (`tabdp.Ledger.pending_releases`).
 
         Args:
             spec_hash: The release spec's hash.
@@ -561,7 +565,8 @@ class Session:
             label: A label for the release (e.g. the year).
             release: The release's public name (``None``: the label).
             public_curve: The release's public worst-case curves (the release workflow passes
-                its plan's); ``None``: those of the session's releases since its last commit
+                its plan's); ``None``: those of the releases recorded on the ledger since
+                its last commit, by any session
                 ([`records_curve`][tabdp.privacy.session.records_curve]).
 
         Returns:
@@ -581,8 +586,8 @@ class Session:
             raise InvalidParameterError(
                 "Session.commit_ledger: this session has no lifetime ledger.\nHint: "
                 "Session(unit=..., ledger=tabdp.Ledger.open(path, ...)).")
-        if public_curve is None:
-            public_curve = records_curve(self.records[self._lifetime_committed:])
+        if public_curve is None:  # every session's releases whose charges it commits
+            public_curve = records_curve(self.lifetime.pending_releases)
         entry = dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
                                           label=label, release=release,
                                           public_curve=public_curve))

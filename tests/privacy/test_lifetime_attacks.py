@@ -473,3 +473,53 @@ def test_the_run_id_type_does_not_depend_on_whether_one_unit_was_charged(tmp_pat
     assert outcomes[0] == outcomes[1], outcomes
     assert outcomes[0][1] == "String" and "keys units by String" in outcomes[0][0]
     assert "u1" not in outcomes[1][0]
+
+
+# -- review rev63l -----------------------------------------------------------------------------
+@pytest.mark.parametrize("autocommit", [False, True])
+def test_a_closed_ledger_is_refused_before_data_whatever_the_rows(tmp_path, autocommit):
+    """A session's ledger closed: every release refused before a row is read, rows or none.
+
+    Before, with ``autocommit=False`` a release over no rows went through (its lock released,
+    another run could be charging the ledger) while one holding a unit failed at its charge:
+    whether the release was refused depended on whether one record was in it.
+    """
+    errors = []
+    for i, ids in enumerate(([], [1])):
+        df = pl.DataFrame({"id": pl.Series(ids, dtype=pl.Int64),
+                           "c": pl.Series(["a"] * len(ids), dtype=pl.String)})
+        led = tabdp.Ledger.create(tmp_path / f"l{i}", series="s", lifetime_budget=1.0,
+                                  autocommit=autocommit)
+        s = tabdp.Session(unit="id", seed=1, ledger=led)
+        led.close()
+        with pytest.raises(LedgerError, match="is closed") as info:
+            _count(df, s)
+        errors.append(str(info.value).replace(f"l{i}", "l"))
+        assert s.records == []
+    assert errors[0] == errors[1]
+
+
+def test_a_commit_states_the_curves_of_every_session_it_charges(tmp_path):
+    """Two sessions on one ``autocommit=False`` ledger, one commit: the entry states both.
+
+    The commit adds every uncommitted charge (2.0 per unit: one count of the first session,
+    three of the second) but recorded only the committing session's public curve, so the
+    series' public bound said "at most rho = 0.5" for a release that charged each unit 2.0.
+    Now the entry's curve is that of every release whose charge it commits.
+    """
+    led = tabdp.Ledger.create(tmp_path / "l", series="s", lifetime_budget=10.0,
+                              autocommit=False)
+    s1 = tabdp.Session(unit="id", seed=1, ledger=led)
+    s2 = tabdp.Session(unit="id", seed=2, ledger=led)
+    _count(BASE, s1)
+    for _ in range(3):
+        _count(BASE, s2)
+    s1.commit_ledger(label="2026")
+    assert led.state()["rho"].to_list() == [2.0, 2.0, 2.0]
+    words = led.public()["over_releases_in_words"][0]
+    assert "a unit of size 1 in each of them has lost at most rho = 2 (zCDP)" in words, words
+    _count(BASE, s2)  # after the commit: the next entry states this release alone
+    s2.commit_ledger(label="2027")
+    assert led.state()["rho"].to_list() == [2.5, 2.5, 2.5]
+    assert "has lost at most rho = 2.5 (zCDP)" in led.public()["over_releases_in_words"][0]
+    led.close()
