@@ -20,7 +20,8 @@ import numpy as np
 import polars as pl
 
 __all__ = ["floats_quiet", "ceil_snap", "integer_dtype", "div_up", "mul_up", "add_up",
-           "add_up_into", "add_up_any", "half_square_up", "inflate", "safe_range", "SAFE_LO",
+           "add_up_fresh", "add_up_into", "add_up_any", "half_square_up", "inflate",
+           "safe_range", "SAFE_LO",
            "SAFE_HI", "ZCDP_ULPS", "work_threads", "one_thread", "quiet_thread",
            "work_pool", "engine_thread"]
 
@@ -462,6 +463,34 @@ def add_up_into(acc: np.ndarray, v: Any, at: Any = None) -> None:
         add_up_into(acc[at], v)  # a view: written in place
         return
     acc[at] = add_up(acc[at], v)
+
+
+def add_up_fresh(a: np.ndarray, v: Any) -> np.ndarray:
+    """``add_up(a, v)`` into a new array, in cache-sized slices (as `add_up_into` adds).
+
+    The doubles `add_up_into` writes into ``a``, without writing ``a``: for totals that
+    another holder still reads, and without a copy of ``a`` written over.
+
+    Args:
+        a: Running totals (a 1-d float64 array, read only).
+        v: The terms to add (≥ 0), broadcast to ``a``'s shape.
+
+    Returns:
+        A new array.
+
+    Example:
+        >>> a = np.array([0.5, 1.0])
+        >>> add_up_fresh(a, np.array([0.25, 2.0**-60])).tolist()[0], a.tolist()
+        (0.75, [0.5, 1.0])
+    """
+    out = np.empty(a.shape, dtype=np.float64)
+    vv = np.broadcast_to(np.asarray(v, dtype=np.float64), a.shape)
+    with np.errstate(all="ignore"):
+        for i in range(0, a.size, _CHUNK):
+            s = out[i:i + _CHUNK]
+            np.add(a[i:i + _CHUNK], vv[i:i + _CHUNK], out=s)
+            _round_up(s, a[i:i + _CHUNK], vv[i:i + _CHUNK])
+    return out
 
 
 def add_up_any(a: Any, b: Any, where: Any) -> Any:

@@ -573,9 +573,10 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
     # sample, a file rewritten) would otherwise be checked and fingerprinted on other rows
     # than those released (review r19)
     base = base.cache()
+    # (no column of the rows read: one per row, its count is the frame's height)
     plan = base.select(
         pl.col(ROW_ID), *[pl.col(c) for c in by], *values.values(),
-        pl.col(_KEEP).cast(pl.Int64).alias(_ROWS), pl.lit(1, pl.Int64).alias(_ALL),
+        pl.col(_KEEP).cast(pl.Int64).alias(_ROWS),
         *([] if cell is None else [cell.alias(_CELL)]))
     # the counters and fingerprints are totals over all rows: summed in the same pass (the
     # scan is shared, `collect_all`), not kept as per-row columns
@@ -585,11 +586,12 @@ def _snapshot_plan(lf: pl.LazyFrame, schema: pl.Schema, unit: str | None, by: li
 
 
 class _Snapshot(NamedTuple):
-    data: pl.DataFrame        # unit (or ROW_ID), by, measures (Int128), _ROWS, _ALL
+    data: pl.DataFrame        # unit (or ROW_ID), by, measures (Int128), _ROWS (, _ALL)
     counts: dict[str, int]    # confidential counters over all rows read
     fingerprints: dict[str, int]
     rows_read: int
     per_row: bool             # one row per unit (row ids): charges need no group-by
+    # Row mode: one row per row read, without ``_ALL`` (the rows read: the height).
     # Unit mode: ``data`` holds the (unit, cell) rows inside the key set (unit, _CELL,
     # measures, _ROWS, _ALL; in the group-by's order, ``order`` sorts them) and
     # ``outside`` the (unit, key) rows outside it (unit, by, measures, _ROWS, _ALL).

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import polars as pl
 
-from tabdp._numeric import add_up, add_up_any, add_up_into, work_pool, work_threads
+from tabdp._numeric import (
+    add_up,
+    add_up_any,
+    add_up_fresh,
+    add_up_into,
+    work_pool,
+    work_threads,
+)
 from tabdp.exceptions import ColumnTypeError, InvalidParameterError
 from tabdp.mechanisms import Mechanism
 
@@ -424,6 +431,10 @@ class DenseLedger:
         #: Row mode: the rows the session's releases read (`cover`: the frame layer, when it
         #: binds them), all of which the report lists; ``None``: the rows charged so far.
         self.rows: int | None = None
+        #: Columns whose array is also held outside the ledger (a release's losses taken as
+        #: the first totals, a frame returned by `frame`, a twin column): never written in
+        #: place, but replaced by a new array when a release adds to them (`_owned`).
+        self._shared: set[str] = set()
 
     @property
     def covered(self) -> int:
@@ -455,7 +466,15 @@ class DenseLedger:
         if n > self.n:
             for k, a in self.arrays.items():
                 self.arrays[k] = np.concatenate([a, np.zeros(n - self.n)])
+            self._shared.clear()  # every array is a new one
             self.n = n
+
+    def _owned(self, k: str) -> np.ndarray:
+        """Column ``k``'s array, to be written in place: copied first if it is shared."""
+        if k in self._shared:
+            self.arrays[k] = self.arrays[k].copy()
+            self._shared.discard(k)
+        return self.arrays[k]
 
     def lookup(self, units: Any, cols: list[str]) -> dict[str, np.ndarray]:
         """Current totals of ``cols`` for ``units`` (0 where never charged).
@@ -493,16 +512,35 @@ class DenseLedger:
         # a column never charged reads as 0 (`lookup`, `frame`'s callers): an all-zero sum
         # into it (e.g. the approximate-DP parts of a zCDP release) allocates nothing
         sums = {k: v for k, v in sums.items() if k in self.arrays or np.any(v)}
-        fresh = {k for k in sums if k not in self.arrays}  # 0.0 + v: exact, no rounding
-        for k in [*sums, *maxes]:
-            if k not in self.arrays:
-                self.arrays[k] = np.zeros(self.n)
+        fresh = {k for k in sums if k not in self.arrays}
+        fresh_max = {k for k in maxes if k not in self.arrays and k not in sums}
         # ids are unique within one call (one entry per unit); a contiguous increasing run
         # (row mode over all rows) is a slice: no gather/scatter over millions of rows
         lo = int(ids[0]) if ids.size else 0
         run = bool(ids.size) and int(ids[-1]) - lo + 1 == ids.size and bool(
             np.all(ids[1:] > ids[:-1]))
         at: Any = slice(lo, lo + ids.size) if run else ids
+        # every row at once (row mode's releases): a fresh column takes the release's own
+        # array as its totals when that array is what ``0.0 + v`` (or the maximum with 0.0)
+        # gives bit for bit, and a column added to is replaced by a new array instead of a
+        # copy written over: no array of every row allocated and filled for nothing (the
+        # page faults cost more than the arithmetic here)
+        whole = run and lo == 0 and ids.size == self.n
+        for k in [*fresh, *fresh_max]:
+            v = sums[k] if k in fresh else maxes[k]
+            if whole and _plain(v, self.n):
+                self.arrays[k] = v
+                self._shared.add(k)
+            elif whole and k in fresh:
+                self.arrays[k] = np.add(0.0, v)  # 0.0 + v: exact
+            elif whole:
+                self.arrays[k] = np.maximum(0.0, v)
+            else:
+                self.arrays[k] = np.zeros(self.n)
+                if k in fresh:
+                    self.arrays[k][at] += v  # 0.0 + v: exact
+                else:  # (``at`` may be ids: a gather, so no ``out=``)
+                    self.arrays[k][at] = np.maximum(self.arrays[k][at], v)
         # rounded up (`add_up`): a total is never below the exact sum of its losses; an
         # all-zero column adds nothing, and a column whose values and totals are another's
         # (ρ_z is ρ in a zCDP release) takes that one's result
@@ -520,17 +558,32 @@ class DenseLedger:
                 twins[k] = twin
             done[k] = v
         for k, v in sums.items():
-            if k in fresh:  # 0.0 + v: exact
-                self.arrays[k][at] += v
-            elif k in twins:
-                self.arrays[k][at] = self.arrays[twins[k]][at]
+            if k in fresh:
+                continue
+            if k in twins:
+                if whole:  # the same array for both (shared: neither is written in place)
+                    self.arrays[k] = self.arrays[twins[k]]
+                    self._shared.update((k, twins[k]))
+                else:
+                    self._owned(k)[at] = self.arrays[twins[k]][at]
             elif v.any():
-                add_up_into(self.arrays[k], v, at)
+                if whole and k in self._shared:
+                    self.arrays[k] = add_up_fresh(self.arrays[k], v)
+                    self._shared.discard(k)
+                else:
+                    add_up_into(self._owned(k), v, at)
         for k, v in maxes.items():
-            if run:
-                np.maximum(self.arrays[k][at], v, out=self.arrays[k][at])
+            if k in fresh_max:
+                continue
+            if whole and k in self._shared:
+                self.arrays[k] = np.maximum(self.arrays[k], v)
+                self._shared.discard(k)
+            elif run:
+                a = self._owned(k)[at]
+                np.maximum(a, v, out=a)
             else:
-                self.arrays[k][at] = np.maximum(self.arrays[k][at], v)
+                a = self._owned(k)
+                a[at] = np.maximum(a[at], v)
 
     def frame(self, n_rows: int) -> pl.DataFrame:
         """All rows 0..n_rows-1 with their totals (0 where never charged).
@@ -540,6 +593,9 @@ class DenseLedger:
             [0, 1]
         """
         self._grow(n_rows)
+        # the frame's columns are the arrays themselves (Polars takes NumPy's buffers without
+        # a copy): a later release replaces them rather than writing the frame's values
+        self._shared.update(self.arrays)
         return pl.DataFrame({"unit": pl.int_range(n_rows, dtype=pl.Int64, eager=True),
                              **{k: pl.Series(k, a[:n_rows], dtype=pl.Float64)
                                 for k, a in self.arrays.items()}})
@@ -714,6 +770,17 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
         out[c] = v
     return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
                          **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
+
+
+def _plain(v: Any, n: int) -> bool:
+    """Whether ``v`` may be a ledger's first totals as it is, without a copy.
+
+    ``0.0 + v`` and the maximum of 0.0 and ``v`` give ``v`` bit for bit: a float64 array of
+    ``n`` values in one block of memory, without a sign bit set (no -0.0) and without NaN.
+    """
+    return (isinstance(v, np.ndarray) and v.dtype == np.float64 and v.shape == (n,)
+            and bool(v.flags.c_contiguous) and not bool(np.signbit(v).any())
+            and not bool(np.isnan(v).any()))
 
 
 def _twin(done: dict[str, np.ndarray], sums: dict[str, Any], old: dict[str, np.ndarray],

@@ -600,6 +600,151 @@ def test_the_dense_ledger_keeps_no_column_of_zeros() -> None:
     assert led.arrays["size"].tolist() == [1.0, 4.0, 1.0]
 
 
+def _reference_add(arrays: dict[str, np.ndarray], n: int, ids: np.ndarray,
+                   sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]) -> int:
+    """The dense ledger's totals written out plainly.
+
+    Fresh columns ``0.0 + v``, then each addition rounded up (`add_up`) and each maximum, at
+    the given row ids.
+    """
+    from tabdp._numeric import add_up
+
+    if ids.size and int(ids.max()) + 1 > n:
+        grow = int(ids.max()) + 1 - n
+        for k in arrays:
+            arrays[k] = np.concatenate([arrays[k], np.zeros(grow)])
+        n += grow
+    for k, v in sums.items():
+        if k not in arrays and not np.any(v):
+            continue
+        if k not in arrays:
+            arrays[k] = np.zeros(n)
+            arrays[k][ids] += v
+        elif np.any(v):
+            arrays[k][ids] = add_up(arrays[k][ids], v)
+    for k, v in maxes.items():
+        if k not in arrays:
+            arrays[k] = np.zeros(n)
+        arrays[k][ids] = np.maximum(arrays[k][ids], v)
+    return n
+
+
+def test_the_dense_ledger_gives_the_plain_totals_and_writes_no_array_it_shares() -> None:
+    """The dense ledger gives the plain totals and writes no array it shares (stop 63).
+
+    Releases over every row take the first release's arrays and replace, never write, what
+    they share: every total is the plain computation's double, and neither an array a release
+    passed in nor a frame the ledger returned changes after a later release.
+
+    Whole-row releases (the in-memory row mode's), partial ones, ids out of order, a twin
+    column (ρ_z is ρ), -0.0 and NaN (kept apart: ``0.0 + v`` is not ``v`` there).
+    """
+    from tabdp.privacy.ledger import DenseLedger
+
+    rng = np.random.default_rng(63)
+    n = 50
+    led = DenseLedger()
+    ref: dict[str, np.ndarray] = {}
+    ref_n = 0
+    kept: list[tuple[np.ndarray, np.ndarray]] = []   # (array passed or returned, its copy)
+    frames: list[tuple[pl.DataFrame, pl.DataFrame]] = []
+    for step in range(40):
+        kind = step % 5
+        ids = (np.arange(n) if kind in (0, 1, 3) else np.sort(rng.choice(n, 20, replace=False))
+               if kind == 2 else rng.permutation(n)[:30])
+        m = ids.size
+        rho = rng.exponential(1.0, m) * (rng.random(m) < 0.8)
+        if step == 3:
+            rho[5] = -0.0
+        if step == 8:
+            rho[7] = np.nan
+        eps = np.full(m, np.inf) if step % 2 else rng.exponential(2.0, m)
+        size = rng.exponential(3.0, m)
+        if step == 13:
+            size[2] = -0.0
+        sums = {"rho": rho, "epsilon": eps, "rho_z": rho, "eps_a": np.zeros(m)}
+        maxes = {"size": size}
+        for v in (rho, eps, size):
+            kept.append((v, v.copy()))
+        led.add(ids, sums, maxes)
+        ref_n = _reference_add(ref, ref_n, ids, sums, maxes)
+        assert led.n == ref_n and set(led.arrays) == set(ref)
+        for k, a in ref.items():
+            assert led.arrays[k].tobytes() == a.tobytes(), (step, k)
+        if step % 7 == 6:
+            f = led.frame(n)
+            frames.append((f, f.clone()))
+            kept.extend((a, a.copy()) for a in led.arrays.values())
+    for a, copy in kept:
+        assert a.tobytes() == copy.tobytes()
+    for f, copy in frames:
+        assert f.equals(copy)
+
+
+def test_a_per_record_report_does_not_change_after_a_later_release() -> None:
+    """The report's frame holds the ledger's totals as they were when it was taken.
+
+    Before stop 63 a later release added into the arrays the frame shared (Polars takes
+    NumPy's buffers without a copy): a report taken after one count read 0.25 after the next.
+    """
+    df = pl.DataFrame({"c": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
+    keys = tabdp.KeySet.from_dict(c=["a", "b"])
+    s = tabdp.Session(seed=1, streaming=False)
+    df.dp.count(by="c", keys=keys, session=s)
+    first = s.report().per_record
+    df.dp.count(by="c", keys=keys, session=s)
+    assert first["rho"].to_list() == [0.125] * 3
+    assert s.report().per_record["rho"].to_list() == [0.25] * 3
+
+
+def test_the_row_snapshot_holds_no_column_of_the_rows_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row snapshot keeps no per-row column of ones (stop 63): the rows read are its height."""
+    from tabdp.frame import _engine as eng
+
+    snaps: list[Any] = []
+    take = eng._row_snapshot
+
+    def spied(*a: Any, **k: Any) -> Any:
+        snaps.append(take(*a, **k))
+        return snaps[-1]
+
+    monkeypatch.setattr(eng, "_row_snapshot", spied)
+    df = pl.DataFrame({"c": ["a", "b", "z"], "x": [1.0, 2.0, 3.0]})
+    s = tabdp.Session(seed=2, streaming=False)
+    df.dp.sum("x", by="c", keys=tabdp.KeySet.from_dict(c=["a", "b"]),
+              mechanism=mech.Gaussian(1.0), session=s)
+    assert len(snaps) == 1 and eng._ALL not in snaps[0].data.columns
+    assert snaps[0].rows_read == 3
+
+
+def test_in_memory_releases_follow_records_as_a_streaming_session_does() -> None:
+    """In memory, three releases of one frame give the streaming session's tables and report.
+
+    The first release's arrays are taken as the totals and the later ones replace them; the
+    second and third see the earlier charges (a budget leaves records out).
+    """
+    rng = np.random.default_rng(5)
+    df = pl.DataFrame({"c": rng.choice(["A", "B", "Z"], 400),
+                       "x": rng.lognormal(0.0, 2.0, 400), "y": rng.lognormal(0.0, 1.0, 400)})
+    keys = tabdp.KeySet.from_dict(c=["A", "B"])
+
+    def run(streaming: bool) -> list[Any]:
+        s = tabdp.Session(seed=11, streaming=streaming, budget=6.0)
+        lf = df.lazy()
+        g = mech.Gaussian(2.0)
+        out = [lf.dp.sum(["x", "y"], by="c", keys=keys, mechanism=g, session=s),
+               lf.dp.count(by="c", keys=keys, session=s),
+               lf.dp.sum("x", by="c", keys=keys, mechanism=g, session=s)]
+        return [*out, s.report().per_record]
+
+    got, want = run(False), run(True)
+    for g, w in zip(got, want, strict=True):
+        assert g.equals(w)
+    rho = got[-1]["rho"].to_numpy()
+    assert (rho <= 6.0).all() and (got[-1]["rho_q3_sum"].to_numpy() == 0.0).any()
+
+
 def test_the_memory_engine_allocates_without_huge_pages_and_restores_numpy(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The in-memory engine's arrays are allocated without huge pages; NumPy's setting returns.
