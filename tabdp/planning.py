@@ -25,9 +25,10 @@ a release-level budget between tables; [`usability_issues`][tabdp.planning.usabi
 [`warn_usability`][tabdp.planning.warn_usability] say when a configuration cannot be usable.
 
 The forecasts are exact expectations over the noise (closed-form CDFs for additive and discrete
-mechanisms, 256 stratified normal quantiles for transformation mechanisms), ignoring only the
-public rounding grid of the released values. They are expectations: the realized share of a
-table of n cells scatters around them by about √(p(1 − p)/n).
+mechanisms, on the public grid their estimates are rounded to, with a count's exact integer
+counterpart where a count is released with it; 256 stratified normal quantiles for
+transformation mechanisms, whose grid in transformed space is ignored). They are expectations:
+the realized share of a table of n cells scatters around them by about √(p(1 − p)/n).
 
 Example:
     >>> from tabdp.planning import plan_table
@@ -525,9 +526,29 @@ class Forecast:
                 for k, v in d.items()}
 
 
+def _grid_arg(grid: Any, owner: str) -> float | None:
+    """A caller's grid step: ``None`` or a positive finite number."""
+    if grid is None:
+        return None
+    if isinstance(grid, bool) or not isinstance(grid, (int, float, np.integer, np.floating)):
+        raise InvalidParameterError(
+            f"{owner}: grid must be a positive number (a grid step) or None; got "
+            f"{type(grid).__name__}.\nHint: pass the step the table's estimates are rounded "
+            "to, e.g. grid=1.0, or leave it out for the mechanism's default grid.")
+    return check_real("grid", float(grid), owner=owner, gt=0.0)
+
+
 def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
-             cv_flag: float = 0.3) -> Forecast:
+             cv_flag: float = 0.3, grid: float | None = None,
+             count: bool = False) -> Forecast:
     """Forecast the flagged, usable and negative shares of a table from planned cell totals.
+
+    The shares are those of the cells as released: a continuous additive mechanism's estimate
+    is the point of the public grid nearest the noisy value (a cell is published negative only
+    when the noisy value is below ``−grid/2``, flagged when ``|estimate| <= sd / cv_flag`` on
+    the grid), and a count on an integral grid is drawn from its mechanism's exact integer
+    counterpart (``Gaussian(σ)`` → ``DiscreteGaussian(σ)``), as a release spec's plan
+    forecasts them. Transformation mechanisms are forecast unrounded.
 
     Args:
         mechanism: The mechanism the table will use.
@@ -536,26 +557,41 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
             [`cells_from_counts`][tabdp.planning.cells_from_counts]).
         cv_flag: The publication rule's flag threshold (cells with ``cv >= cv_flag`` are
             flagged).
+        grid: The grid step the estimates are rounded to (``None``: the mechanism's default
+            grid, what ``release_table`` and a release spec use; the ``.dp`` accessor rounds
+            integer measures and counts to 1 where that default is finer: pass ``grid=1.0``).
+        count: Whether the cells are counts (released with the mechanism's integer counterpart
+            on an integral or default grid, `Mechanism.for_counts`).
 
     Returns:
         A [`Forecast`][tabdp.planning.Forecast].
 
     Raises:
-        InvalidParameterError: Malformed cell totals or threshold, or a mechanism type without
-            a forecast.
+        InvalidParameterError: Malformed cell totals, threshold or grid, or a mechanism type
+            without a forecast.
 
     Example:
-        >>> from tabdp.mechanisms import ExpPolyLog
+        >>> from tabdp.mechanisms import ExpPolyLog, Gaussian, Laplace
         >>> m = ExpPolyLog(sigma=1.1e6, a=1.0, d=5.1)
         >>> f = forecast(m, [0.0, 1e6, 1e7, 1e8])
         >>> [round(float(p), 2) for p in f.per_cell_flag]
         [0.99, 0.96, 0.0, 0.0]
+
+        A cell of 3 under Laplace noise of scale 10 on a grid of 1 is published negative when
+        ``3 + Z < −0.5`` (the unrounded law says 0.370); a count of 1 planned with
+        ``Gaussian(3)`` is drawn as a discrete Gaussian count (the continuous law says 0.369):
+
+        >>> round(forecast(Laplace(scale=10.0), [3.0], grid=1.0).negative_share, 3)
+        0.352
+        >>> round(forecast(Gaussian(sigma=3.0), [1.0], count=True).negative_share, 3)
+        0.31
     """
     q = _cells(cell_totals)
     thr = check_real("cv_flag", cv_flag, owner="forecast", gt=0.0)
-    flag, neg, finite = _probabilities(mechanism, q, thr)
+    mech, g = _released_law(mechanism, _grid_arg(grid, "forecast"), count)
+    flag, neg, finite = _probabilities(mech, q, thr, g)
     with np.errstate(all="ignore"):
-        sd = np.asarray(mechanism.sd_at(q), dtype=np.float64)
+        sd = np.asarray(mech.sd_at(q), dtype=np.float64)
     pos = q > 0
     rel = float(np.median(sd[pos] / q[pos])) if np.any(pos) else math.inf
     total_sd = float(np.sqrt(np.sum(sd**2)))
@@ -1076,27 +1112,47 @@ def split_budget(release_limits: Sequence[float], tables: Mapping[str, TableInpu
 
 # -- helpers for plan summaries -----------------------------------------------------------------
 def flag_curve(mechanism: Mechanism, totals: Sequence[float], *,
-               cv_flag: float | None = 0.3, grid: float | None = None) -> list[dict[str, Any]]:
+               cv_flag: float | None = 0.3, grid: float | None = None,
+               count: bool = False) -> list[dict[str, Any]]:
     """Probability that a cell of each planned total is flagged or negative (for ``tabdp plan``).
 
-    Public: depends only on the mechanism and the planned totals (e.g. ``[plan].cell_totals``).
+    Public: depends only on the mechanism, the grid and the planned totals (e.g.
+    ``[plan].cell_totals``). The law is the one the cells are released with, as in
+    [`forecast`][tabdp.planning.forecast]: a count's exact integer counterpart on an integral
+    grid, a continuous additive estimate rounded to its grid.
 
     Args:
         mechanism: The table's mechanism.
         totals: Planned cell totals (≥ 0).
         cv_flag: The flag threshold (None: flags disabled; ``p_flagged`` is then None).
-        grid: The public grid a continuous additive mechanism's estimates are rounded to
-            (None: unrounded estimates); discrete mechanisms are on their integers.
+        grid: The public grid step a continuous additive mechanism's estimates are rounded to
+            (None: the mechanism's default grid, as ``release_table``); discrete mechanisms are
+            on their integers.
+        count: Whether the cells are counts (released with the mechanism's integer counterpart
+            on an integral or default grid, `Mechanism.for_counts`).
 
     Returns:
         One ``{"total", "p_flagged", "p_negative"}`` per total.
+
+    Raises:
+        InvalidParameterError: Malformed totals, threshold or grid, or a mechanism type
+            without a forecast.
 
     Example:
         >>> from tabdp.mechanisms import Gaussian
         >>> [r["p_flagged"] for r in flag_curve(Gaussian(sigma=1.0), [0.0, 100.0])]
         [1.0, 0.0]
+        >>> [r["p_negative"] for r in flag_curve(Gaussian(sigma=3.0), [1.0], count=True)]
+        [0.307715]
     """
     q = _cells(list(totals))
+    step = _grid_arg(grid, "flag_curve")
+    return _flag_rows(*_released_law(mechanism, step, count), q, cv_flag)
+
+
+def _flag_rows(mechanism: Mechanism, grid: float | None, q: np.ndarray,
+               cv_flag: float | None) -> list[dict[str, Any]]:
+    """`flag_curve`'s rows for a law already resolved by `_released_law` (grid None: unrounded)."""
     flag, neg, _ = _probabilities(mechanism, q, 0.3 if cv_flag is None else cv_flag, grid)
     return [{"total": float(t), "p_flagged": None if cv_flag is None else float(round(f, 6)),
              "p_negative": float(round(n, 6))} for t, f, n in zip(q, flag, neg, strict=True)]
@@ -1272,45 +1328,66 @@ def warn_spec_usability(spec: Any) -> list[tuple[str, str]]:
     return found
 
 
-def _released_mechanism(t: Any) -> Any:
-    """The mechanism a spec table's cells are released with (a count's integer counterpart).
+def _integral_step(step: Any) -> bool:
+    """Whether a grid step is a whole number >= 1 (a count on it keeps integer noise)."""
+    return (isinstance(step, (int, float)) and not isinstance(step, bool)
+            and math.isfinite(float(step)) and float(step) >= 1 and float(step).is_integer())
 
-    A count table on an integral grid (or none) is released with its mechanism's exact integer
-    counterpart (`tabdp.frame._engine.count_mechanism`: ``Gaussian(σ)`` → ``DiscreteGaussian(σ)``),
-    and its forecast follows that law (review rev63p: a Gaussian σ = 3 count table forecast
-    37% of its 1-unit cells negative; released as discrete Gaussian counts, 31% are).
+
+def _released_law(mechanism: Mechanism, grid: float | None, count: bool
+                  ) -> tuple[Mechanism, float | None]:
+    """The law a table's cells are drawn from, and the grid its continuous estimates land on.
+
+    The one rule of every forecast here ([`forecast`][tabdp.planning.forecast],
+    [`flag_curve`][tabdp.planning.flag_curve] and a spec's plan):
+
+    * a count (``count``) on an integral grid (or none) is released with its mechanism's exact
+      integer counterpart (`Mechanism.for_counts`, as `tabdp.frame._engine.count_mechanism`:
+      ``Gaussian(σ)`` → ``DiscreteGaussian(σ)``; review rev63p: a Gaussian σ = 3 count table
+      forecast 37% of its 1-unit cells negative; released as discrete Gaussian counts, 31% are);
+    * a continuous additive mechanism's estimate is the grid point nearest the noisy value, on
+      ``grid`` or, where it is ``None``, the mechanism's default grid (what ``release_table``
+      and a release spec use);
+    * discrete mechanisms are on their integers and transformation mechanisms are forecast
+      unrounded (returned grid ``None``).
+
+    Args:
+        mechanism: The mechanism the table is planned with.
+        grid: The table's grid step (``None``: the mechanism's default).
+        count: Whether the table is a count.
+
+    Returns:
+        ``(mechanism drawn from, grid step or None)``.
+    """
+    mech = mechanism
+    if count and (grid is None or _integral_step(grid)):
+        mech = mech.for_counts()
+    if not isinstance(mech, AdditiveMechanism) or isinstance(mech, DiscreteAdditiveMechanism):
+        return mech, None
+    return mech, float(mech.default_grid() if grid is None else grid)
+
+
+def _table_law(t: Any) -> tuple[Any, float | None]:
+    """`_released_law` of a spec table: its mechanism and grid (one step, or one per measure).
+
+    A table whose measures land on different grids is forecast unrounded (grid ``None``): one
+    curve per table cannot follow each.
     """
     mech = getattr(t, "mechanism", None)
-    if getattr(t, "kind", None) != "count" or mech is None:
-        return mech
+    if mech is None:
+        return None, None
+    count = getattr(t, "kind", None) == "count"
     g = getattr(t, "grid", None)
-    step = g.get("count") if isinstance(g, Mapping) else g
-    if step is None or (isinstance(step, (int, float)) and not isinstance(step, bool)
-                        and float(step) >= 1 and float(step).is_integer()):
-        return mech.for_counts()
-    return mech
-
-
-def _spec_grid(t: Any) -> float | None:
-    """The one public grid of a spec table's continuous additive estimates, if it has one.
-
-    The table's ``grid`` (one step, or the same step for every measure), else its mechanism's
-    default grid; ``None`` for other mechanisms (a count's integer counterpart among them), or
-    measures on different grids.
-    """
-    mech = _released_mechanism(t)
-    if not isinstance(mech, AdditiveMechanism) or isinstance(mech, DiscreteAdditiveMechanism):
-        return None
-    g = getattr(t, "grid", None)
-    if isinstance(g, Mapping):
-        steps = {float(v) for v in g.values() if v is not None}
-        if set(getattr(t, "measures", ()) or ()) - set(g):
-            steps.add(float(mech.default_grid()))
-        return steps.pop() if len(steps) == 1 else None
-    try:
-        return float(mech.default_grid() if g is None else g)
-    except (TypeError, ValueError):
-        return None
+    if not isinstance(g, Mapping):
+        return _released_law(mech, None if g is None else float(g), count)
+    if count:
+        step = g.get("count")
+        return _released_law(mech, None if step is None else float(step), count)
+    steps: set[float | None] = {float(v) for v in g.values() if v is not None}
+    if set(getattr(t, "measures", ()) or ()) - set(g):
+        steps.add(None)
+    grids = {_released_law(mech, s, False)[1] for s in steps or {None}}
+    return mech, grids.pop() if len(grids) == 1 else None
 
 
 def spec_outlook(spec: Any, consistent_outlook: Callable[..., dict[str, Any] | None] | None = None
@@ -1352,7 +1429,7 @@ def spec_outlook(spec: Any, consistent_outlook: Callable[..., dict[str, Any] | N
         cv = t.publication.cv_flag
         cv = None if cv is False else cv
         try:
-            fc = flag_curve(_released_mechanism(t), totals, cv_flag=cv, grid=_spec_grid(t))
+            fc = _flag_rows(*_table_law(t), _cells(list(totals)), cv)
         except InvalidParameterError:
             fc = None
         levels = None

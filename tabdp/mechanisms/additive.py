@@ -3,11 +3,13 @@
 The release is ``round_grid(q + Z)``: the exact sum rounded to a public grid (ties to even), drawn
 by `tabdp.noise.exact.round_noisy`, so floating point cannot leak through it
 (docs/exact-rounding.md). Default grid (``grid=None``): the largest power of ten ``<= 0.02·sd`` of
-the noise (``0.02·1.4826·MAD`` where the sd is infinite), so rounding moves no estimate by more
-than 1% of its standard deviation. The estimate is mean- and median-unbiased up to the rounding
-(at most half a grid step; negligible at the default grid); its standard deviation is the noise's,
-and the margin of error is the exact ``|Z|`` quantile plus half a grid step (docs/math/policies.md
-§3, §4; docs/math/additive.md).
+the noise (``0.02·1.4826·MAD`` where the sd is infinite), so rounding moves no estimate within
+``2**40`` steps of 0 by more than 1% of its standard deviation (beyond, the grid keeps 40
+significant bits and moves a value by up to ``2**-40`` of its magnitude, which can exceed the
+sd). The estimate is mean- and median-unbiased up to the rounding (at most half a grid step;
+negligible at the default grid); its standard deviation is the noise's, and the margin of error
+is the exact ``|Z|`` quantile plus half a grid step (``|estimate|·2**-40`` beyond ``2**40``
+steps; docs/math/policies.md §3, §4; docs/math/additive.md).
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ class AdditiveMechanism(Mechanism):
 
         The rounding to the grid is not included (it moves the estimate by at most half a grid
         step; at grids up to a tenth of the sd, the coarsest a release spec accepts, it adds under
-        0.05% to the sd).
+        0.05% to the sd, for estimates within ``2**40`` steps of 0; beyond, it moves them by up to
+        ``2**-40`` of their magnitude, which can exceed the sd).
 
         Args:
             values: True values (only their shape matters).

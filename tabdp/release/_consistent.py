@@ -308,7 +308,7 @@ def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
         'consistent_outlook'
     """
     from tabdp.mechanisms import Gaussian
-    from tabdp.planning import flag_curve
+    from tabdp.planning import _cells, _flag_rows
 
     if not t.consistent:
         return None
@@ -321,8 +321,11 @@ def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
     if not rows:
         return None
     levels = []
+    q = _cells(list(totals))
     for r in rows:
         sd = float(r["sd_median"])
-        fc = flag_curve(Gaussian(sigma=sd), totals, cv_flag=cv_flag) if sd > 0 else None
+        # the consistent estimate's rounding to the grid is unbiased: the unrounded law (grid
+        # None), not `flag_curve`'s nearest-point rounding to a Gaussian's default grid
+        fc = _flag_rows(Gaussian(sigma=sd), None, q, cv_flag) if sd > 0 else None
         levels.append({"level": r["level"], "sd": sd, "flag_curve": fc})
     return {"flag_curve": levels[0]["flag_curve"], "levels": levels}

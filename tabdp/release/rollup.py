@@ -26,7 +26,8 @@ costs no privacy, and its error is the sum of the cells' independent errors.
     ``z·sqrt(Σ sd²)``.
 
 Grid rounding of the released values (a public grid step such as 1.0 or 1000.0) moves each
-estimate by at most half a step, which the default grids keep below 1% of the cell's sd; the
+estimate by at most half a step, which the default grids keep below 1% of the cell's sd (within
+``2**40`` steps of 0; beyond, up to ``2**-40`` of its magnitude); the
 per-cell ``m_moe`` of a release adds that half step, but the rollup ignores rounding in the law
 (the rounding errors of many cells largely cancel: their sum has sd ``step·sqrt(n/12)``, at most
 0.6% of the noise's). So a rollup of one cell reports the noise quantile, a little below the
@@ -691,7 +692,8 @@ def sum_error_law(mechanism: Mechanism, n: ArrayLike,
       √n; n = 90 000 takes well under a second for light-tailed laws).
 
     Rounding of released values to a public grid is not part of the law (it moves each value by
-    at most half a step, at most 1% of the sd with the default grids).
+    at most half a step, at most 1% of the sd with the default grids, within ``2**40`` steps of
+    0; beyond, up to ``2**-40`` of its magnitude).
 
     Args:
         mechanism: The additive mechanism that released every cell (the same law in each cell).
@@ -885,7 +887,8 @@ def rollup(table: pl.DataFrame, *, by: Sequence[str], measures: Sequence[str],
 
     The table's own ``m_moe``, ``m_lower`` and ``m_upper`` columns are not used (margins are
     recomputed at ``level``). Grid rounding of the released values is ignored in the law: it
-    moves each value by at most half a step (at most 1% of the sd with the default grids); the
+    moves each value by at most half a step (at most 1% of the sd with the default grids, within
+    ``2**40`` steps of 0; beyond, up to ``2**-40`` of its magnitude); the
     per-cell ``m_moe`` of a release includes that half step, the rollup margin does not.
 
     Args:

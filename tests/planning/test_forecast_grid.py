@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tabdp.mechanisms import Laplace
-from tabdp.planning import flag_curve, spec_outlook
+from tabdp.planning import flag_curve, forecast, spec_outlook
 
 
 @pytest.mark.parametrize("total", [0.0, 3.0, 40.0])
@@ -47,16 +47,81 @@ def test_spec_outlook_uses_the_tables_grid() -> None:
 
 def test_a_gaussian_count_table_is_forecast_as_the_discrete_counts_it_releases() -> None:
     from tabdp.mechanisms import DiscreteGaussian, Gaussian
-    from tabdp.planning import _released_mechanism
+    from tabdp.planning import _table_law
 
     t = types.SimpleNamespace(kind="count", grid=None, mechanism=Gaussian(sigma=3.0),
                               measures=())
-    assert _released_mechanism(t) == DiscreteGaussian(sigma=3.0)
+    assert _table_law(t) == (DiscreteGaussian(sigma=3.0), None)
     # measured: 1-unit cells released with Gaussian(3) as discrete Gaussian counts
     r = DiscreteGaussian(sigma=3.0).release_table(np.full(400_000, 1.0), rng=2, level=0.9)
-    (f,) = flag_curve(_released_mechanism(t), [1.0], cv_flag=0.3)
+    (f,) = flag_curve(_table_law(t)[0], [1.0], cv_flag=0.3)
     assert f["p_negative"] == pytest.approx(float(np.mean(r.estimate < 0)), abs=0.003)
     # a non-integral count grid keeps the continuous law, rounded to that grid
     t2 = types.SimpleNamespace(kind="count", grid=0.5, mechanism=Gaussian(sigma=3.0),
                                measures=())
-    assert _released_mechanism(t2) == Gaussian(sigma=3.0)
+    assert _table_law(t2) == (Gaussian(sigma=3.0), 0.5)
+
+
+# -- the library's forecast() and flag_curve() follow the same rules (stop 63) -----------------
+# Each share below is measured on N independent released cells; its sd is at most
+# sqrt(0.25 / N) = 0.0008, and the forecast is an exact expectation, so 4 sd (0.0032) is the
+# tolerance. The old forecast (continuous law, no grid) is off by 0.018 to 0.06 in each case.
+N = 400_000
+TOL = 4 * (0.25 / N) ** 0.5
+
+
+def _shares(estimate: np.ndarray, sd: float) -> tuple[float, float]:
+    with np.errstate(divide="ignore"):
+        return float(np.mean(estimate < 0)), float(np.mean(sd / np.abs(estimate) >= 0.3))
+
+
+@pytest.mark.parametrize("total", [0.0, 3.0, 40.0])
+def test_library_forecast_follows_the_grid_it_is_given(total: float) -> None:
+    """forecast(grid=g) is the share of cells released on g (old: P(q + Z < 0), 0.370 at 3)."""
+    mech = Laplace(scale=10.0)                 # sd 14.1; grid 1.0 (a tenth of the scale)
+    r = mech.release_table(np.full(N, total), rng=11, level=0.9, grid=1.0)
+    neg, flagged = _shares(r.estimate, float(mech.noise.std()))
+    f = forecast(mech, [total], grid=1.0)
+    assert f.negative_share == pytest.approx(neg, abs=TOL)
+    assert f.flagged_share == pytest.approx(flagged, abs=TOL)
+    (row,) = flag_curve(mech, [total], grid=1.0)
+    assert row["p_negative"] == pytest.approx(f.negative_share, abs=1e-6)
+
+
+def test_library_forecast_defaults_to_the_mechanisms_default_grid() -> None:
+    """No grid: the grid release_table rounds to by default (here 1 = 0.02 sd)."""
+    mech = Laplace(scale=36.0)                 # sd 50.9: default grid 1.0 (<= 0.02 sd)
+    assert mech.default_grid() == 1.0
+    r = mech.release_table(np.zeros(N), rng=5, level=0.9)
+    neg, flagged = _shares(r.estimate, float(mech.noise.std()))
+    f = forecast(mech, [0.0])
+    # the unrounded law says 0.5 negative: 0.0069 too many, beyond the tolerance
+    assert abs(0.5 - neg) > TOL
+    assert f.negative_share == pytest.approx(neg, abs=TOL)
+    assert f.flagged_share == pytest.approx(flagged, abs=TOL)
+
+
+@pytest.mark.parametrize("total", [0.0, 1.0, 5.0])
+def test_library_forecast_of_counts_follows_the_integer_law_drawn(total: float) -> None:
+    """forecast(count=True): a Gaussian count is drawn as discrete Gaussian counts (old: 0.369)."""
+    from tabdp.frame._engine import count_mechanism
+    from tabdp.mechanisms import Gaussian
+
+    drawn = count_mechanism(Gaussian(sigma=3.0))    # what the accessor releases counts with
+    r = drawn.release_table(np.full(N, total), rng=3, level=0.9)
+    neg, flagged = _shares(r.estimate, float(drawn.noise.std()))
+    f = forecast(Gaussian(sigma=3.0), [total], count=True)
+    assert f.negative_share == pytest.approx(neg, abs=TOL)
+    assert f.flagged_share == pytest.approx(flagged, abs=TOL)
+    (row,) = flag_curve(Gaussian(sigma=3.0), [total], count=True)
+    assert row["p_negative"] == pytest.approx(f.negative_share, abs=1e-6)
+    assert row["p_flagged"] == pytest.approx(f.flagged_share, abs=1e-6)
+
+
+def test_library_forecast_refuses_a_malformed_grid() -> None:
+    from tabdp.exceptions import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="grid"):
+        forecast(Laplace(scale=1.0), [1.0], grid=0.0)
+    with pytest.raises(InvalidParameterError, match="grid must be a positive number"):
+        forecast(Laplace(scale=1.0), [1.0], grid="1")  # type: ignore[arg-type]
