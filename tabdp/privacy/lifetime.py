@@ -1286,7 +1286,9 @@ class Ledger:
                 and the folder's parent need not be writable. It filters like any open
                 ledger; its charges stay in memory and are dropped at `close` (no warning),
                 and `commit` is refused. Needs ``autocommit=False``; not with ``create`` or
-                ``accept_restore``.
+                ``accept_restore``. A `tabdp.Session` refuses it (its releases would be
+                charged nowhere): only ``tabdp compare``, whose DP side is never published,
+                releases through one.
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).

@@ -523,3 +523,41 @@ def test_a_commit_states_the_curves_of_every_session_it_charges(tmp_path):
     assert led.state()["rho"].to_list() == [2.5, 2.5, 2.5]
     assert "has lost at most rho = 2.5 (zCDP)" in led.public()["over_releases_in_words"][0]
     led.close()
+
+
+# -- review stop 63 ------------------------------------------------------------------------------
+def test_a_session_refuses_a_read_only_ledger_before_any_data(tmp_path):
+    """A read-only ledger (``tabdp compare``'s) given to a Session: refused, nothing read.
+
+    Before, the session's releases were filtered by the lifetime budget but charged nowhere
+    (``commit`` refused, ``close`` dropped the charges silently): tables published from them
+    were outside the series' lifetime guarantee.
+    """
+    path = tmp_path / "l"
+    with tabdp.Ledger.create(path, series="s", lifetime_budget=1.0) as led:
+        _count(BASE, tabdp.Session(unit="id", seed=1, ledger=led))
+    led = tabdp.Ledger.open(path, autocommit=False, read_only=True)
+    try:
+        with pytest.raises(InvalidParameterError, match="read_only=True") as info:
+            tabdp.Session(unit="id", seed=2, ledger=led)
+        assert isinstance(info.value, ValueError) and isinstance(info.value, TabdpError)
+        text = str(info.value)
+        assert "'s'" in text and "charged nowhere" in text and "Hint: open it without" in text
+        assert str(path) not in text  # the series' name, never the curator's path
+        # the internal path of tabdp compare (whose outputs are never published) still works
+        s = tabdp.Session(unit="id", seed=2, ledger=led, _read_only_ledger=True)
+        _count(BASE, s)
+        assert s.report().per_record["rho_lifetime"].to_list() == [1.0, 1.0, 1.0]
+    finally:
+        led.close()
+    with tabdp.Ledger.open(path) as again:
+        assert again.releases == 1
+    import inspect
+
+    from tabdp.release.runner import run_release
+
+    # run_release's read-only switch is internal too (a published run through it would be
+    # charged nowhere)
+    params = inspect.signature(run_release).parameters
+    assert "_ledger_read_only" in params and "ledger_read_only" not in params
+
