@@ -577,18 +577,39 @@ class Session:
 
         Raises:
             InvalidParameterError: The session has no ledger.
+            LedgerError: No release was recorded on the ledger since its last commit and no
+                ``public_curve`` was given: nothing is written (an empty release would record
+                an all-zero curve, and the series' statement would fall back to the lifetime
+                budget alone; review stop 63).
 
         Example:
-            >>> import tempfile, pathlib, tabdp
+            >>> import tempfile, pathlib, polars as pl, tabdp
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
             >>> led = tabdp.Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
-            >>> Session(unit="id", ledger=led).commit_ledger(label="2026")["seq"]
+            >>> s = Session(unit="id", seed=1, ledger=led)
+            >>> _ = pl.DataFrame({"id": [1], "c": ["a"]}).dp.count(
+            ...     by=["c"], keys=tabdp.KeySet.from_dict(c=["a"]), session=s,
+            ...     mechanism=tabdp.mechanisms.Gaussian(1.0))
+            >>> s.commit_ledger(label="2026")["seq"]
             1
         """
         if self.lifetime is None:
             raise InvalidParameterError(
                 "Session.commit_ledger: this session has no lifetime ledger.\nHint: "
                 "Session(unit=..., ledger=tabdp.Ledger.open(path, ...)).")
+        if public_curve is None and not self.lifetime.pending_releases:
+            from tabdp.exceptions import LedgerError
+
+            # the entry's curve would be all zeros (no release to bound), and the series'
+            # statement would then fall back to the lifetime budget alone (review stop 63)
+            raise LedgerError(
+                f"Session.commit_ledger: no release was recorded on the lifetime ledger of "
+                f"series {self.lifetime.series!r} since its last commit (got 0 releases); a "
+                "commit records the releases made since the last one, so there is nothing "
+                "to commit. Nothing was written.\nHint: commit once after the releases of a "
+                "run (a ledger opened with autocommit=True commits each release itself); "
+                "charges made with Ledger.charge directly are committed with "
+                "Ledger.commit(public_curve=...).")
         if public_curve is None:  # every session's releases whose charges it commits
             public_curve = records_curve(self.lifetime.pending_releases)
         entry = dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
