@@ -353,7 +353,7 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         plan=dp_dir / "plan"))
     # a lifetime ledger is read, never charged: the comparison is never published, but its DP
     # side leaves out the units the real run would leave out
-    dp = run_release(dp_spec, test_seed=test_seed, ledger_read_only=True)
+    dp = run_release(dp_spec, test_seed=test_seed, _ledger_read_only=True)
     # a complete DP release of the same data, whose losses come on top of the real release's:
     # marked so that nobody publishes it beside (or instead of) the one from tabdp run
     for marker in (dp_dir / NOT_FOR_PUBLICATION, dp_dir / "tables" / NOT_FOR_PUBLICATION):

@@ -764,8 +764,8 @@ def history_in_words(series: str, budget: Budget, releases: Sequence[Mapping[str
             session's releases (the Python API).
         unit: What a unit is called.
         current: Whether the last of ``releases`` is this one (said so).
-        sizes: The record sizes to state (``None``: four of the last recorded curve's sizes
-            with a positive finite ρ).
+        sizes: The record sizes to state (``None``: four of the sizes with a positive
+            finite ρ of the last recorded curve that has any).
 
     Returns:
         The sentences, and the rows of `series_bound` they state.
@@ -794,9 +794,15 @@ an establishment of size 1,000 in each of them has lost at most rho = 1.5 (zCDP)
     head += f" of series {series!r}, "
     curves = [r.get("curve") for r in releases]
     if sizes is None:
-        last = next((c for c in reversed(curves) if c is not None), None)
-        sizes = _spread([r["delta"] for r in (last or {}).get("total", [])
-                         if r["rho"] is not None and r["rho"] > 0])
+        # the last curve that bounds a loss: one of zeros (a commit, or a session, without
+        # releases) bounds every size by 0 and names none (review stop 63: the statement
+        # fell back to the lifetime budget alone)
+        def sized(c: Mapping[str, Any]) -> list[float]:
+            return [r["delta"] for r in c.get("total", [])
+                    if r["rho"] is not None and r["rho"] > 0]
+
+        last = next((c for c in reversed(curves) if c is not None and sized(c)), None)
+        sizes = _spread(sized(last) if last is not None else [])
     a = "an" if unit[:1].lower() in "aeio" else "a"
     rows = series_bound(budget, curves, sizes)
     lines = []
@@ -1286,7 +1292,9 @@ class Ledger:
                 and the folder's parent need not be writable. It filters like any open
                 ledger; its charges stay in memory and are dropped at `close` (no warning),
                 and `commit` is refused. Needs ``autocommit=False``; not with ``create`` or
-                ``accept_restore``.
+                ``accept_restore``. A `tabdp.Session` refuses it (its releases would be
+                charged nowhere): only ``tabdp compare``, whose DP side is never published,
+                releases through one.
 
         Returns:
             The open ledger (close it, or use it as a context manager, to release the lock).

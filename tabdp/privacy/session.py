@@ -122,7 +122,8 @@ class Session:
             session's) would pass the series' lifetime budget, and the session's losses are
             committed to it. Needs ``unit=`` (row positions do not identify a record across
             runs); pandas, Polars and Spark frames (docs/spark.md: what reaches the
-            driver).
+            driver). A ledger opened with ``read_only=True`` is refused (its charges would
+            be committed nowhere): it is ``tabdp compare``'s, whose DP side is never published.
         unit_partitions: Unit mode, pandas and Polars frames: read each release's input in
             this many passes, each over the units whose id hashes to it (every unit's rows in
             one pass), so the (unit, cell) table and the charges computed from it are held for
@@ -149,13 +150,15 @@ class Session:
                  progress: bool | Callable[[str, str], None] = False,
                  streaming: bool | None = None, ledger: Any = None,
                  unit_partitions: int | None = None, _row_ids: bool = False,
-                 _rows_one_cell: bool = True) -> None:
+                 _rows_one_cell: bool = True, _read_only_ledger: bool = False) -> None:
         """Check the parameters.
 
         ``_row_ids``: the caller numbered the rows itself (the release workflow);
         ``_rows_one_cell``: with such row ids, whether the caller's joins keep one row per
         record (decided from PUBLIC inputs only: the release states each record in one cell as
-        a public contribution bound only then).
+        a public contribution bound only then); ``_read_only_ledger``: accept a ledger opened
+        ``read_only=True`` (only ``tabdp compare``'s DP side, through the release workflow's
+        internal ``_ledger_read_only``: its outputs are marked not for publication).
         """
         if streaming is not None and not isinstance(streaming, bool):
             raise InvalidParameterError(
@@ -212,7 +215,7 @@ class Session:
         self.seed = seed
         self.mode = mode
         #: The lifetime ledger of a release series (CONFIDENTIAL contents), or ``None``.
-        self.lifetime = _check_lifetime(ledger, unit, _row_ids)
+        self.lifetime = _check_lifetime(ledger, unit, _row_ids, _read_only_ledger)
         #: Releases of the series committed before this session (public).
         self._lifetime_before = None if self.lifetime is None else self.lifetime.releases
         #: The session's releases committed to its lifetime ledger so far (their curves are
@@ -574,18 +577,39 @@ class Session:
 
         Raises:
             InvalidParameterError: The session has no ledger.
+            LedgerError: No release was recorded on the ledger since its last commit and no
+                ``public_curve`` was given: nothing is written (an empty release would record
+                an all-zero curve, and the series' statement would fall back to the lifetime
+                budget alone; review stop 63).
 
         Example:
-            >>> import tempfile, pathlib, tabdp
+            >>> import tempfile, pathlib, polars as pl, tabdp
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
             >>> led = tabdp.Ledger.create(p, series="s", lifetime_budget=1.0, autocommit=False)
-            >>> Session(unit="id", ledger=led).commit_ledger(label="2026")["seq"]
+            >>> s = Session(unit="id", seed=1, ledger=led)
+            >>> _ = pl.DataFrame({"id": [1], "c": ["a"]}).dp.count(
+            ...     by=["c"], keys=tabdp.KeySet.from_dict(c=["a"]), session=s,
+            ...     mechanism=tabdp.mechanisms.Gaussian(1.0))
+            >>> s.commit_ledger(label="2026")["seq"]
             1
         """
         if self.lifetime is None:
             raise InvalidParameterError(
                 "Session.commit_ledger: this session has no lifetime ledger.\nHint: "
                 "Session(unit=..., ledger=tabdp.Ledger.open(path, ...)).")
+        if public_curve is None and not self.lifetime.pending_releases:
+            from tabdp.exceptions import LedgerError
+
+            # the entry's curve would be all zeros (no release to bound), and the series'
+            # statement would then fall back to the lifetime budget alone (review stop 63)
+            raise LedgerError(
+                f"Session.commit_ledger: no release was recorded on the lifetime ledger of "
+                f"series {self.lifetime.series!r} since its last commit (got 0 releases); a "
+                "commit records the releases made since the last one, so there is nothing "
+                "to commit. Nothing was written.\nHint: commit once after the releases of a "
+                "run (a ledger opened with autocommit=True commits each release itself); "
+                "charges made with Ledger.charge directly are committed with "
+                "Ledger.commit(public_curve=...).")
         if public_curve is None:  # every session's releases whose charges it commits
             public_curve = records_curve(self.lifetime.pending_releases)
         entry = dict(self.lifetime.commit(spec_hash=spec_hash, manifest_hash=manifest_hash,
@@ -620,8 +644,14 @@ class Session:
                 f"mode={self.mode!r}, releases={len(self.records)})")
 
 
-def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
-    """The session's lifetime ledger, checked before any data is read (``None`` for none)."""
+def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool,
+                    read_only_ok: bool = False) -> Any:
+    """The session's lifetime ledger, checked before any data is read (``None`` for none).
+
+    A ledger opened ``read_only=True`` is refused unless ``read_only_ok`` (``tabdp compare``'s
+    DP side): it filters but commits nothing, so a session's releases on it would be charged
+    nowhere and the series' lifetime guarantee would not hold for them (review stop 63).
+    """
     if ledger is None:
         return None
     if not all(hasattr(ledger, a) for a in ("lookup_lifetime", "charge", "commit", "budget")):
@@ -636,6 +666,15 @@ def _check_lifetime(ledger: Any, unit: str | None, row_ids: bool) -> Any:
             "does not identify the same record in another run.\nHint: give the stable id of "
             "the privacy unit (e.g. unit='estab_id'; in a spec, input.unit), the same in every "
             "run of the series.")
+    if getattr(ledger, "read_only", False) and not read_only_ok:
+        raise InvalidParameterError(
+            f"Session: the lifetime ledger of series {ledger.series!r} was opened with "
+            "read_only=True; got that read-only ledger. A session's ledger must be writable: "
+            "a read-only ledger filters units but commits nothing, so this session's releases "
+            "would be charged nowhere and the series' lifetime guarantee would not hold for "
+            "them (read-only opens are for tabdp compare, which never publishes). Nothing was "
+            "read.\nHint: open it without read_only (tabdp.Ledger.open(path, series=..., "
+            "lifetime_budget=..., autocommit=...)) and commit the session's releases.")
     return ledger
 
 

@@ -198,7 +198,8 @@ def commit_release(session: Any, spec: Any, public: Path, confidential: Path,
         >>> s = tabdp.Session(unit="id", ledger=led)
         >>> spec = types.SimpleNamespace(sha256="0" * 64,
         ...                              release=types.SimpleNamespace(name="r2026"))
-        >>> commit_release(s, spec, d, d)["label"]
+        >>> from tabdp.privacy.lifetime import release_curve
+        >>> commit_release(s, spec, d, d, release_curve([{"delta": 1.0, "rho": 0.5}]))["label"]
         'r2026'
     """
     manifest = hashlib.sha256((public / "manifest.json").read_bytes()).hexdigest()

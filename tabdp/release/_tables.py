@@ -285,6 +285,10 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
                       seed=spec.seed, streaming=streaming,
                       budget=None if spec.budget is None else spec.budget.rho,
                       track_cells=True, ledger=ledger,
+                      # tabdp compare's DP side only (run_release's internal
+                      # _ledger_read_only): a read-only ledger, charged nowhere, whose outputs
+                      # compare marks NOT FOR PUBLICATION
+                      _read_only_ledger=ledger is not None and ledger.read_only,
                       # the engine's phases inside a step (the same for every dataset)
                       progress=lambda name, what: report(step, steps, f"{name}: {what}"))
     from tabdp.frame.releases import bind_session_engine, report_frames, write_report

@@ -112,7 +112,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 progress: Progress | None = None, test_seed: bool = False,
                 engine: str = "polars", spark: Any = None,
                 spark_master: str | None = None,
-                ledger_read_only: bool = False) -> ReleaseResult:
+                _ledger_read_only: bool = False) -> ReleaseResult:
     """Run a release: read the input, release every table, derive rollups, write both folders.
 
     Everything that can be checked without data is checked first (seed, output folders, stale
@@ -134,13 +134,6 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             ``spark_master``, created, or the active one, and stopped at the end if created).
         spark_master: Spark engine: the master URL of the session to create (default
             ``local[2]``).
-        ledger_read_only: With ``[ledger]``: read the lifetime ledger without charging it
-            (``tabdp compare``'s DP side, never published). It is locked and verified as for
-            a run (refused the same way, before any data) and units at their lifetime budget
-            are left out exactly as the run leaves them out, but nothing is committed: no
-            chain entry, history, state or anchor change, and no confidential
-            ``ledger.json``. Never for a release that is published: its losses would be
-            counted nowhere.
 
     Returns:
         The output locations and the public tables.
@@ -166,6 +159,14 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             after its commit in place (rolled forward), before this run's own checks; they
             are named with the time, and recorded in ``rolled_forward.jsonl`` in the
             confidential folder (author mode: only there).
+
+    ``_ledger_read_only`` (internal: ``tabdp compare``'s DP side only, which marks its outputs
+    NOT FOR PUBLICATION): with ``[ledger]``, read the lifetime ledger without charging it. It
+    is locked and verified as for a run (refused the same way, before any data) and units at
+    their lifetime budget are left out exactly as the run leaves them out, but nothing is
+    committed: no chain entry, history, state or anchor change, and no confidential
+    ``ledger.json``. Not public: a published release made that way would be counted nowhere
+    (review stop 63: a read-only ledger is refused by `tabdp.Session` otherwise).
 
     Example:
         >>> import tabdp, pathlib, tempfile
@@ -210,7 +211,7 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     # the lifetime ledger: locked and verified before anything of the data is read (the
     # schema check and the declared scan read the files' footers), so that whether a run is
     # refused for its ledger never depends on the data
-    ledger = open_ledger(spec, read_only=ledger_read_only)
+    ledger = open_ledger(spec, read_only=_ledger_read_only)
     if ledger is not None and spec.ledger is not None and spec.ledger.dataset is None:
         # the spec's own series ([ledger]): the bound over its releases, from the past
         # entries' names and public curves (read from the chain, verified at open; never the

@@ -209,7 +209,10 @@ def test_read_only_open_filters_but_never_commits(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameterError, match="read_only"):
         Ledger.open(p, read_only=True)  # autocommit=True writes
     led = Ledger.open(p, autocommit=False, read_only=True)
-    s = tabdp.Session(unit="id", seed=2, ledger=led)
+    with pytest.raises(InvalidParameterError, match="read_only=True"):
+        tabdp.Session(unit="id", seed=2, ledger=led)  # a session's releases must be charged
+    # tabdp compare's internal path (its DP side is never published)
+    s = tabdp.Session(unit="id", seed=2, ledger=led, _read_only_ledger=True)
     _ = df.dp.count(by=["c"], keys=keys, session=s, mechanism=tabdp.mechanisms.Gaussian(1.0))
     assert s.report().per_record["rho_lifetime"].to_list() == [1.0, 1.0]
     with pytest.raises(LedgerError, match="read-only"):

@@ -523,3 +523,77 @@ def test_a_commit_states_the_curves_of_every_session_it_charges(tmp_path):
     assert led.state()["rho"].to_list() == [2.5, 2.5, 2.5]
     assert "has lost at most rho = 2.5 (zCDP)" in led.public()["over_releases_in_words"][0]
     led.close()
+
+
+# -- review stop 63 ------------------------------------------------------------------------------
+def test_a_session_refuses_a_read_only_ledger_before_any_data(tmp_path):
+    """A read-only ledger (``tabdp compare``'s) given to a Session: refused, nothing read.
+
+    Before, the session's releases were filtered by the lifetime budget but charged nowhere
+    (``commit`` refused, ``close`` dropped the charges silently): tables published from them
+    were outside the series' lifetime guarantee.
+    """
+    path = tmp_path / "l"
+    with tabdp.Ledger.create(path, series="s", lifetime_budget=1.0) as led:
+        _count(BASE, tabdp.Session(unit="id", seed=1, ledger=led))
+    led = tabdp.Ledger.open(path, autocommit=False, read_only=True)
+    try:
+        with pytest.raises(InvalidParameterError, match="read_only=True") as info:
+            tabdp.Session(unit="id", seed=2, ledger=led)
+        assert isinstance(info.value, ValueError) and isinstance(info.value, TabdpError)
+        text = str(info.value)
+        assert "'s'" in text and "charged nowhere" in text and "Hint: open it without" in text
+        assert str(path) not in text  # the series' name, never the curator's path
+        # the internal path of tabdp compare (whose outputs are never published) still works
+        s = tabdp.Session(unit="id", seed=2, ledger=led, _read_only_ledger=True)
+        _count(BASE, s)
+        assert s.report().per_record["rho_lifetime"].to_list() == [1.0, 1.0, 1.0]
+    finally:
+        led.close()
+    with tabdp.Ledger.open(path) as again:
+        assert again.releases == 1
+    import inspect
+
+    from tabdp.release.runner import run_release
+
+    # run_release's read-only switch is internal too (a published run through it would be
+    # charged nowhere)
+    params = inspect.signature(run_release).parameters
+    assert "_ledger_read_only" in params and "ledger_read_only" not in params
+
+
+def test_a_commit_without_releases_is_refused_and_keeps_the_statement(tmp_path):
+    """``commit_ledger`` with nothing released since the last commit: refused, nothing written.
+
+    Before, it wrote a release entry with an all-zero curve, and the series' public statement
+    then fell back to "every unit has lost at most the lifetime budget" (rho = 4 here),
+    dropping the bound of the earlier release (0.5). An entry of zeros already written (an
+    older ledger, or ``Ledger.commit`` given one) no longer hides the earlier bound either.
+    """
+    from tabdp.privacy.session import records_curve
+
+    path = tmp_path / "l"
+    led = tabdp.Ledger.create(path, series="s", lifetime_budget=4.0, autocommit=False)
+    s = tabdp.Session(unit="id", seed=1, ledger=led)
+    _count(BASE, s)
+    s.commit_ledger(label="2025")
+    said = led.public()["over_releases_in_words"]
+    assert "'2025'" in said[0] and "has lost at most rho = 0.5 (zCDP)" in said[0], said
+    chain = sorted(p.name for p in (path / "chain").iterdir())
+    with pytest.raises(LedgerError, match="got 0 releases") as info:
+        s.commit_ledger(label="2026")
+    assert isinstance(info.value, ValueError) and "Nothing was written" in str(info.value)
+    assert sorted(p.name for p in (path / "chain").iterdir()) == chain
+    assert led.releases == 1 and led.public()["over_releases_in_words"] == said
+    # a session without releases states the earlier bound too (its own curve is all zeros)
+    fresh = tabdp.Session(unit="id", seed=2, ledger=led)
+    words = fresh.report().to_dict()["session"]["lifetime"]["over_releases_in_words"][0]
+    assert "has lost at most rho = 0.5 (zCDP)" in words, words
+    # an all-zero entry written directly: a release of the chain (verify recomputes the same
+    # state), and the statement keeps the earlier release's bound
+    led.commit(label="2026", public_curve=records_curve([]))
+    words = led.public()["over_releases_in_words"][0]
+    assert "'2025' and '2026'" in words and "has lost at most rho = 0.5 (zCDP)" in words, words
+    led.close()
+    out = io.StringIO()
+    assert cli_main(["ledger", "verify", str(path)], stdout=out, stderr=out) == 0, out.getvalue()
