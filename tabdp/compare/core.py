@@ -207,15 +207,20 @@ def _quiet(_: str) -> None:
 
 
 
-#: Written into ``dp_release/`` and ``dp_release/tables/`` of a comparison.
-COMPARE_COPY_NOTICE = (
-    "NOT FOR PUBLICATION\n\nThis folder is the DP side of `tabdp compare`: a second, complete "
+#: Why a comparison's DP side must not be published: its reason in the DP side's manifest,
+#: summary and page, and its ``NOT_FOR_PUBLICATION.txt`` (``run_release``'s internal
+#: ``_not_for_publication``, written in the release's own staging).
+COMPARE_COPY_REASON = (
+    "This folder is the DP side of `tabdp compare`: a second, complete "
     "DP release of the same confidential data, made only to compare it with cell suppression. "
     "Its per-record losses are counted nowhere: a lifetime ledger ([ledger]) was only read "
     "(to leave out the units the real run would leave out), never charged, and the summary "
     "of the release made by `tabdp run` does not include them. Publishing it (beside or "
     "instead of the real release) would spend more than the budget the published guarantee "
-    "states. Publish only the public folder of `tabdp run`.\n")
+    "states. Publish only the public folder of `tabdp run`.")
+#: Written into ``dp_release/`` before the DP release runs (its ``tables/`` get theirs from
+#: the release itself, `COMPARE_COPY_REASON`).
+COMPARE_COPY_NOTICE = "NOT FOR PUBLICATION\n\n" + COMPARE_COPY_REASON + "\n"
 
 
 def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path | None = None,
@@ -271,6 +276,7 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
         >>> res = compare(root / "examples" / "cbp_release.toml",
         ...               out=pathlib.Path(tempfile.mkdtemp()) / "cmp")  # doctest: +SKIP
     """
+    from tabdp.release.runner import NOT_FOR_PUBLICATION
     from tabdp.release.spec import ReleaseSpec, load_spec
 
     say = progress or _quiet
@@ -305,7 +311,10 @@ def compare(spec: Any, sdc: str | SdcOptions | None = None, *, out: str | Path |
     except BaseException:
         # refused before anything was written (a lifetime ledger in use or not verifying, a
         # seeded spec...): no empty folder is left behind for the retry to stumble on
-        if not any(files for _, _, files in os.walk(folder)):
+        # (dp_release/NOT_FOR_PUBLICATION.txt, written before the DP release, is not output)
+        marker = os.path.join(folder, "dp_release", NOT_FOR_PUBLICATION)
+        if all(os.path.join(base, f) == marker for base, _, files in os.walk(folder)
+               for f in files):
             shutil.rmtree(folder, ignore_errors=True)
         raise
     finally:
@@ -353,13 +362,15 @@ def _compare_into(spec: Any, opts: SdcOptions, folder: Path, say: Callable[[str]
         plan=dp_dir / "plan"))
     # a lifetime ledger is read, never charged: the comparison is never published, but its DP
     # side leaves out the units the real run would leave out
-    dp = run_release(dp_spec, test_seed=test_seed, _ledger_read_only=True)
     # a complete DP release of the same data, whose losses come on top of the real release's:
-    # marked so that nobody publishes it beside (or instead of) the one from tabdp run
-    for marker in (dp_dir / NOT_FOR_PUBLICATION, dp_dir / "tables" / NOT_FOR_PUBLICATION):
-        seeded = marker.read_text(encoding="utf-8") + "\n" if marker.exists() else ""
-        marker.write_text(COMPARE_COPY_NOTICE + ("\n" + seeded if seeded else ""),
-                          encoding="utf-8")
+    # marked so that nobody publishes it beside (or instead of) the one from tabdp run. From
+    # the start: dp_release/ before the run; its tables/ (manifest, summary, page and
+    # NOT_FOR_PUBLICATION.txt) by the release, in the staging it writes its outputs in (a
+    # crash after the run left a folder whose manifest said publishable: stop 63)
+    dp_dir.mkdir(mode=0o700)
+    (dp_dir / NOT_FOR_PUBLICATION).write_text(COMPARE_COPY_NOTICE, encoding="utf-8")
+    dp = run_release(dp_spec, test_seed=test_seed, _ledger_read_only=True,
+                     _not_for_publication=("comparison_copy", COMPARE_COPY_REASON))
     timings["dp_release"] = time.perf_counter() - t0
 
     # -- the traditional release ---------------------------------------------------------------

@@ -310,6 +310,7 @@ def _manifest(spec: ReleaseSpec, summary: dict[str, Any], started: str, version:
         # confidential data took to process); every public file has it as its mtime
         "created": started,
         "not_for_publication": summary["not_for_publication"],
+        "not_for_publication_reasons": summary["not_for_publication_reasons"],
         # The spec without [randomness] (the seed would let anyone remove the noise), and the
         # hash of that redacted canonical form (the hash of the file's bytes covers the seed,
         # and a small seed could be found by trying them all).

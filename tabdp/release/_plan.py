@@ -35,7 +35,13 @@ from tabdp.release._levels import (
     _table_mechanism,
     total_curve_description,
 )
-from tabdp.release._staging import _check_target, _finite, _json, _Staging, clean_stale_staging
+from tabdp.release._staging import (
+    _check_target,
+    _finite,
+    _json,
+    _Staging,
+    clean_stale_staging,
+)
 from tabdp.release.publish import COLUMN_DOCS, FLAG_CODES
 from tabdp.release.spec import ReleaseSpec, RollupSpec, TableSpec
 
@@ -309,6 +315,45 @@ class _AtRows:
         return getattr(self.m, name)
 
 
+#: Why a seeded (``--test-seed``) run's outputs must not be published.
+SEEDED_REASON = ("This folder comes from a seeded test run (tabdp run --test-seed): its noise "
+                 "can be reproduced by anyone who learns the seed, so its tables protect no "
+                 "one. Do not publish any file of this folder.")
+
+
+def mark_not_for_publication(summary: dict[str, Any], reason: str, text: str) -> None:
+    """Mark a (plan) summary not for publication, for ``reason`` (a code) said in ``text``.
+
+    The one way outputs are marked (a seeded run by `plan_summary`; ``tabdp compare``'s DP
+    side by `run_release`'s internal ``_not_for_publication``): the manifest, the summary, its
+    page and the `NOT_FOR_PUBLICATION` file of the public folder all follow from the summary,
+    written in the same staging as the tables.
+
+    Example:
+        >>> s = {"not_for_publication": False, "not_for_publication_reasons": []}
+        >>> mark_not_for_publication(s, "comparison_copy", "A copy.")
+        >>> s["not_for_publication"], s["not_for_publication_reasons"][0]["reason"]
+        (True, 'comparison_copy')
+    """
+    summary["not_for_publication"] = True
+    summary.setdefault("not_for_publication_reasons", []).append(
+        {"reason": reason, "text": text})
+
+
+def not_for_publication_text(summary: Mapping[str, Any]) -> str:
+    """The text of the `NOT_FOR_PUBLICATION` file of a marked summary: every reason.
+
+    Example:
+        >>> print(not_for_publication_text({"not_for_publication_reasons": [
+        ...     {"reason": "comparison_copy", "text": "A copy."}]}), end="")
+        NOT FOR PUBLICATION
+        <BLANKLINE>
+        A copy.
+    """
+    texts = [r["text"] for r in summary.get("not_for_publication_reasons") or []]
+    return "NOT FOR PUBLICATION\n\n" + "\n\n".join(texts or ["Do not publish this folder."]
+                                                     ) + "\n"
+
 def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
     """The public summary of a spec: mechanisms, parameters, policy curves, expected errors.
 
@@ -465,7 +510,7 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
                if "consistent_levels" in outlook[t.name] else {}),
             "usability_issues": outlook[t.name]["issues"],
         })
-    return {
+    summary = {
         "tabdp_version": __version__,
         "release": {"name": spec.release.name, "title": spec.release.title,
                     "description": spec.release.description, "level": level,
@@ -473,7 +518,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "unit": spec.input.unit or "row",
         "randomness": ("secure (OS CSPRNG)" if spec.seed is None else
                        "seeded: NOT FOR PRODUCTION (the seed is in the confidential folder)"),
-        "not_for_publication": spec.seed is not None,
+        # marked below for a seeded run (tabdp compare's DP side: the same way, in run_release)
+        "not_for_publication": False,
+        "not_for_publication_reasons": [],
         "budget": None if spec.budget is None else _budget_dict(spec),
         "input_policies": {"mode": spec.input.mode, "nulls": spec.input.nulls,
                            "negatives": spec.input.negatives,
@@ -498,6 +545,9 @@ def plan_summary(spec: ReleaseSpec) -> dict[str, Any]:
         "flag_codes": dict(FLAG_CODES),
         "columns": dict(COLUMN_DOCS),
     }
+    if spec.seed is not None:
+        mark_not_for_publication(summary, "seeded_test_run", SEEDED_REASON)
+    return summary
 
 
 def public_lifetime(spec: Any, total_curve: list[dict[str, Any]] | None = None,

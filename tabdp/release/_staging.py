@@ -41,7 +41,8 @@ from tabdp.release.spec import ReleaseSpec, spec_keys_hint
 
 #: The only file of a confidential folder written by a failed run (see :func:`run_release`).
 FAILURE_FILE = "failure.json"
-#: Marker file of the public folder of a seeded (test) run.
+#: Marker file of the public folder of a run marked not for publication (a seeded test run,
+#: ``tabdp compare``'s DP side): its text is `tabdp.release._plan.not_for_publication_text`.
 NOT_FOR_PUBLICATION = "NOT_FOR_PUBLICATION.txt"
 
 

@@ -58,6 +58,7 @@ from tabdp.release._plan import (
     _file_name,
     _planned_grid,
     _transformation,
+    not_for_publication_text,
 )
 from tabdp.release._staging import NOT_FOR_PUBLICATION, _json, _set_tree, _Staging
 from tabdp.release.curator_config import SCHEMA_DTYPES
@@ -419,9 +420,11 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         rename = ({ROW_ID: ROW_LABEL} if spec.input.unit is None
                   and ROW_ID in per_record.columns else {})
         per_record, per_record_view = report_frames(per_record, rename)
-    seeded = spec.seed is not None
+    # a seeded run, or tabdp compare's DP side (run_release's _not_for_publication): marked in
+    # the manifest, the summary, its page and NOT_FOR_PUBLICATION.txt, all in this staging
+    marked = bool(summary["not_for_publication"])
     files = [*public, "manifest.json", "summary.json", "summary.html",
-             *([NOT_FOR_PUBLICATION] if seeded else [])]
+             *([NOT_FOR_PUBLICATION] if marked else [])]
     summary["kind"] = "release"
     summary["files"] = files
     # [ledger]: summary["lifetime"] is the plan's plus the bound over the series' releases
@@ -447,12 +450,9 @@ def _release_and_write(spec: ReleaseSpec, summary: dict[str, Any], started: str,
         (pub / "manifest.json").write_text(_json(manifest), encoding="utf-8")
         (pub / "summary.json").write_text(_json(summary), encoding="utf-8")
         (pub / "summary.html").write_text(render_summary_html(summary), encoding="utf-8")
-        if seeded:
-            (pub / NOT_FOR_PUBLICATION).write_text(
-                "NOT FOR PUBLICATION\n\nThis folder comes from a seeded test run (tabdp run "
-                "--test-seed): its noise can be reproduced by anyone who learns the seed, so "
-                "its tables protect no one. Do not publish any file of this folder.\n",
-                encoding="utf-8")
+        if marked:
+            (pub / NOT_FOR_PUBLICATION).write_text(not_for_publication_text(summary),
+                                                   encoding="utf-8")
         report(step, steps, "writing outputs: confidential/per_record_losses.parquet")
         if streaming:  # written by the engine, batch by batch, never held in memory
             rep.write_per_record(conf / "per_record_losses.parquet",

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from tabdp.exceptions import (
     CoverageWarning,
     DataValidationError,
+    InvalidParameterError,
     SpecError,
 )
 from tabdp.release._input import (
@@ -72,6 +73,7 @@ from tabdp.release._outputs import (
 )
 from tabdp.release._plan import (
     curve_in_words,
+    mark_not_for_publication,
     plan_summary,
     public_lifetime,
     release_guarantee_in_words,
@@ -112,7 +114,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
                 progress: Progress | None = None, test_seed: bool = False,
                 engine: str = "polars", spark: Any = None,
                 spark_master: str | None = None,
-                _ledger_read_only: bool = False) -> ReleaseResult:
+                _ledger_read_only: bool = False,
+                _not_for_publication: tuple[str, str] | None = None) -> ReleaseResult:
     """Run a release: read the input, release every table, derive rollups, write both folders.
 
     Everything that can be checked without data is checked first (seed, output folders, stale
@@ -148,7 +151,8 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             symbolic link, or a staging folder of another (or a killed) run cannot safely be
             removed.
         InvalidParameterError: Also: an unknown engine, or Spark options without the Spark
-            engine (or both ``spark`` and ``spark_master``).
+            engine (or both ``spark`` and ``spark_master``), or the internal
+            ``_ledger_read_only`` without ``_not_for_publication``.
         UnsupportedBackendError: The Spark engine without PySpark, or Spark could not start.
         DataDependentFailure: Anything went wrong after the data was read.
 
@@ -167,6 +171,14 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     committed: no chain entry, history, state or anchor change, and no confidential
     ``ledger.json``. Not public: a published release made that way would be counted nowhere
     (review stop 63: a read-only ledger is refused by `tabdp.Session` otherwise).
+
+    ``_not_for_publication`` (internal: ``tabdp compare``'s DP side, ``(reason, text)``, e.g.
+    ``("comparison_copy", ...)``): the outputs are marked not for publication from the start,
+    as a seeded run's are (`mark_not_for_publication`): ``"not_for_publication": true`` and
+    the reason in the manifest and summary, a red notice on ``summary.html`` and
+    ``NOT_FOR_PUBLICATION.txt``, written in the same staging as the tables, so no state of the
+    folder looks publishable. A run with ``_ledger_read_only`` must be marked (it is charged
+    nowhere): without ``_not_for_publication`` it is refused before anything is read.
 
     Example:
         >>> import tabdp, pathlib, tempfile
@@ -197,6 +209,12 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
             "without an explicit flag. Nothing was read or written.\nHint: remove [randomness] "
             "for a release (secure randomness), or pass --test-seed (run_release(..., "
             "test_seed=True)) for a test: its public folder is marked NOT FOR PUBLICATION.")
+    if _ledger_read_only and _not_for_publication is None:
+        raise InvalidParameterError(
+            "run_release(_ledger_read_only=True) without _not_for_publication: a release that "
+            "reads the lifetime ledger without charging it must never look publishable. "
+            "Nothing was read or written.\nHint: this internal option is tabdp compare's; "
+            "pass _not_for_publication=(reason, text), or run the release normally.")
     targets = [spec.output.public, spec.output.confidential]
     # author mode: a refusal names nothing in the curator's confidential folder (review r52)
     author = spec.input.mode == "author"
@@ -205,6 +223,9 @@ def run_release(spec: ReleaseSpec, *, overwrite: bool = False,
     _check_target(spec.output.confidential, overwrite, "confidential", author=author)
     started, epoch = _start_time()
     summary = plan_summary(spec)  # validates mechanisms / grids before any data is read
+    if _not_for_publication is not None:
+        # every output follows from the summary (manifest, summary, page, marker file)
+        mark_not_for_publication(summary, *_not_for_publication)
     check_input_present(spec)
     from tabdp.release._ledger import open_ledger
 

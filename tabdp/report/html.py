@@ -405,7 +405,8 @@ _UNIT_NULLS = {
 }
 _SUMMARY_KEYS = {"tabdp_version", "release", "unit", "randomness", "budget", "record_sizes",
                  "tables", "total_policy_curve", "flag_codes", "columns", "files", "kind",
-                 "input_policies", "not_for_publication", "guarantee_in_words",
+                 "input_policies", "not_for_publication", "not_for_publication_reasons",
+                 "guarantee_in_words",
                  "usability_issues", "published_usability", "publishable_in_words", "lifetime",
                  "total_policy_curve_description"}
 _TABLE_KEYS = {"name", "kind", "statistic", "measures", "by", "cells", "file", "mechanism",
@@ -965,14 +966,22 @@ def render_summary_html(summary: Mapping[str, Any]) -> str:
                     "spec alone: no data has been read and no noise drawn. It shows what the "
                     "release would protect and how accurate its tables would be, for review "
                     "before the run.</p></div>")
-    if seeded or summary.get("not_for_publication"):
+    # every reason a release is not for publication (a seeded run; tabdp compare's DP side,
+    # `tabdp.release._staging.mark_not_for_publication`), each its own red notice
+    others = [r for r in summary.get("not_for_publication_reasons") or []
+              if isinstance(r, Mapping) and r.get("reason") != "seeded_test_run"]
+    if seeded or (summary.get("not_for_publication") and not others):
         body.append('<div class="callout warn" role="alert"><p><b>Not for production, NOT FOR '
                     'PUBLICATION: seeded randomness.</b> The noise of this release '
                     + ("would be" if is_plan else "was") + " drawn from a fixed seed, so anyone "
                     "who learns the seed can remove it. Seeded runs are for tests only; do not "
                     "publish their tables.</p>"
                     f"<p>Randomness: {html.escape(randomness)}</p></div>")
-    elif not is_plan:
+    for r in others:
+        body.append('<div class="callout warn" role="alert"><p><b>NOT FOR PUBLICATION: '
+                    f'{_e(str(r.get("reason", "")).replace("_", " "))}.</b> '
+                    f'{_e(str(r.get("text", "")))}</p></div>')
+    if not is_plan and not seeded and not summary.get("not_for_publication"):
         body.append('<div class="callout ok"><p><b>Public document.</b> Everything on this page '
                     "is determined by the release settings, not computed from the "
                     "confidential records (the share of publishable cells is counted from the "
