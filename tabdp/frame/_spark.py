@@ -1724,9 +1724,11 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
     _refuse_reserved(list(native.columns), unit)
-    _refuse_case_clashes(list(native.columns), _case_insensitive(spark))
     # row ids that a join may have repeated (Session(_rows_one_cell=False)) are units: grouped
     row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
+    # row mode fingerprints every column; unit mode names only the release's columns
+    _refuse_case_clashes(list(native.columns), _case_insensitive(spark),
+                         None if row_mode else [*by, *measures, *([unit] if unit else [])])
     ledger: Any = None
     if not sess.records:
         # row mode: the releases' definitions, replayed in Spark (no per-row state), unless
@@ -1794,22 +1796,30 @@ def case_clashes(columns: Sequence[str]) -> list[list[str]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _refuse_case_clashes(columns: list[str], insensitive: bool) -> None:
+def _refuse_case_clashes(columns: list[str], insensitive: bool,
+                         used: Sequence[str] | None = None) -> None:
     """Refuse (from the schema alone) columns a case-insensitive Spark session cannot tell apart.
 
     With ``spark.sql.caseSensitive=false`` (Spark's default) a frame with columns ``x`` and
-    ``X`` cannot name either: every release over it failed with Spark's own
-    ``AMBIGUOUS_REFERENCE`` error, whichever columns it used, where the Polars engines (case
-    sensitive) release the tables (review rev63k).
+    ``X`` cannot name either: a row-mode release (which fingerprints every column) over it
+    failed with Spark's own ``AMBIGUOUS_REFERENCE`` error, whichever columns it used, where the
+    Polars engines (case sensitive) release the tables (review rev63k). ``used``: the only
+    columns the release names (unit mode), refused only if one of them is in such a group (a
+    unit-mode release that names neither column went through before, and still does: review
+    rev63d); None: every column (row mode).
 
     Example:
         >>> _refuse_case_clashes(["x", "X"], insensitive=False)
+        >>> _refuse_case_clashes(["g", "x", "X"], insensitive=True, used=["g"])
         >>> _refuse_case_clashes(["g", "x", "X"], insensitive=True)
         Traceback (most recent call last):
         ...
         tabdp.exceptions.InvalidParameterError: the frame has columns whose names differ only ...
     """
     clash = case_clashes(columns) if insensitive else []
+    if used is not None:
+        named = {c.lower() for c in used}
+        clash = [g for g in clash if g[0].lower() in named]
     if clash:
         raise InvalidParameterError(
             f"the frame has columns whose names differ only in letter case ({clash}); the "
