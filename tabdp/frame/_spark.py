@@ -1923,12 +1923,20 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
         # Spark's hashes refuse a map (its entries have no canonical order) and a variant,
         # at any depth: an unused column of such a type stopped every row-mode release with
         # Spark's HASH_MAP_TYPE error (review rev63k); hashed as its JSON text and its type
-        parts = [rid, F.to_json(F.col(column)), F.lit(dtype.simpleString())]
+        # (timestamps at full precision in UTC: Spark's default JSON format keeps milliseconds
+        # in the session's time zone, so maps a microsecond apart hashed alike; review rev63d)
+        parts = [rid, F.to_json(F.col(column), _JSON_EXACT), F.lit(dtype.simpleString())]
     elif isinstance(dtype, T.DecimalType):
         parts.append(F.lit(int(dtype.scale)))
     elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
         parts.append(F.lit(dtype.simpleString()))
     return F.xxhash64(*parts)
+
+
+#: `to_json` options of a map's fingerprint: every timestamp at its full (microsecond)
+#: precision, in UTC whatever the session's time zone
+_JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "timeZone": "UTC"}
 
 
 def _unhashable(dtype: Any) -> bool:

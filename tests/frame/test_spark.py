@@ -882,3 +882,29 @@ def test_unit_mode_over_columns_equal_in_letter_case_it_does_not_name(spark):
         sdf.dp.sum("X", by=["county", "sector"], keys=KEYS, session=s,
                    mechanism=mech.Gaussian(5.0))
     assert not s.records
+
+
+@pytest.mark.parametrize("ntz", [False, True])
+def test_a_map_column_changed_by_a_microsecond_is_another_frame(spark, ntz):
+    """A map's fingerprint is its JSON text, its timestamps to the microsecond (review rev63d).
+
+    Spark's default JSON format keeps a timestamp's milliseconds only, so a frame whose map held
+    a timestamp one microsecond later had the same fingerprint and was taken for the bound one.
+    """
+    import datetime as dt
+
+    kind = "timestamp_ntz" if ntz else "timestamp"
+    schema = f"county string, sector long, payroll double, m map<string,{kind}>"
+
+    def frame(us: int) -> Any:
+        return spark.createDataFrame(
+            [("c1", 1, 10.0, {"t": dt.datetime(2020, 1, 1, 0, 0, 0, us)}),
+             ("c2", 2, 20.0, {"t": dt.datetime(2020, 1, 1)})], schema)
+
+    s = tabdp.Session(seed=0)
+    frame(1).dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
+                    mechanism=mech.Gaussian(5.0))
+    with pytest.raises(tabdp.InvalidParameterError):
+        frame(2).dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
+                        mechanism=mech.Gaussian(5.0))
+    assert len(s.records) == 1
