@@ -246,8 +246,9 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         ``plan.count_rows``). Every row also has ``assumes_charged_in``: the earlier releases
         whose planned charge the sizes left out assume (those charging the same currency;
         under a constant budget also the count tables): a unit charged less there (outside
-        their cells) is left out of this release only at larger sizes, if at all. Empty
-        without a budget.
+        their cells) is left out of this release only at larger sizes, if at all, where the
+        sizes left out are one range; with several ranges, also between them. Empty without
+        a budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -507,15 +508,24 @@ def _assumed(row: Mapping[str, Any], unit: str) -> str:
         ', when it is also charged as planned by t1, t2, released befor'
         >>> _assumed({"assumes_charged_in": []}, "unit")
         ''
+        >>> _assumed({"assumes_charged_in": ["t1"], "left_out_at": [[1, 2], [3, 9]]},
+        ...          "unit")[-60:]
+        'er sizes too (also between the ranges stated), or not at all'
     """
     names = list(row.get("assumes_charged_in") or [])
     if not names:
         return ""
     a = "an" if unit[:1].lower() in "aeio" else "a"
+    # sizes left out in several ranges (review rev63d): an earlier release left the planned unit
+    # out between them, and charged a unit absent from it, which is then left out of this one
+    # at sizes between the ranges (in a gap the planned unit is kept in)
+    runs = row.get("left_out_at")
+    where = ("at other sizes too (also between the ranges stated), or not at all"
+             if isinstance(runs, Sequence) and len(runs) > 1 else
+             "only at larger sizes, if at all")
     return (f", when it is also charged as planned by {', '.join(names)}, released before it "
             "(the same size there; the planned rows in a count table); "
-            f"{a} {unit} charged less there (e.g. outside their cells) is left out only at "
-            "larger sizes, if at all")
+            f"{a} {unit} charged less there (e.g. outside their cells) is left out {where}")
 
 
 def _count_beyond_plan(row: Mapping[str, Any], unit: str) -> list[str]:
