@@ -246,9 +246,9 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         ``plan.count_rows``). Every row also has ``assumes_charged_in``: the earlier releases
         whose planned charge the sizes left out assume (those charging the same currency;
         under a constant budget also the count tables): a unit charged less there (outside
-        their cells) is left out of this release only at larger sizes, if at all, where the
-        sizes left out are one range; with several ranges, also between them. Empty without
-        a budget.
+        their cells) is left out of this release only at larger sizes, if at all, where every
+        size above the first one left out is left out; otherwise also above or between the
+        sizes left out. Empty without a budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -508,21 +508,19 @@ def _assumed(row: Mapping[str, Any], unit: str) -> str:
         ', when it is also charged as planned by t1, t2, released befor'
         >>> _assumed({"assumes_charged_in": []}, "unit")
         ''
-        >>> _assumed({"assumes_charged_in": ["t1"], "left_out_at": [[1, 2], [3, 9]]},
-        ...          "unit")[-60:]
-        'er sizes too (also between the ranges stated), or not at all'
+        >>> _assumed({"assumes_charged_in": ["t1"], "all_above": False}, "unit")[-60:]
+        ' too (also above or between the sizes stated), or not at all'
     """
     names = list(row.get("assumes_charged_in") or [])
     if not names:
         return ""
     a = "an" if unit[:1].lower() in "aeio" else "a"
-    # sizes left out in several ranges (review rev63d): an earlier release left the planned unit
-    # out between them, and charged a unit absent from it, which is then left out of this one
-    # at sizes between the ranges (in a gap the planned unit is kept in)
-    runs = row.get("left_out_at")
-    where = ("at other sizes too (also between the ranges stated), or not at all"
-             if isinstance(runs, Sequence) and len(runs) > 1 else
-             "only at larger sizes, if at all")
+    # sizes left out other than all those above one (review rev63d): where the planned unit is
+    # kept above or between the sizes stated, an earlier release left it out and did not charge
+    # it; a unit absent from the release before that is charged there, and can then be left
+    # out of this one at those sizes
+    where = ("only at larger sizes, if at all" if row.get("all_above", True) else
+             "at other sizes too (also above or between the sizes stated), or not at all")
     return (f", when it is also charged as planned by {', '.join(names)}, released before it "
             "(the same size there; the planned rows in a count table); "
             f"{a} {unit} charged less there (e.g. outside their cells) is left out {where}")

@@ -139,4 +139,4 @@ confidential = "out/confidential"
     words = next(w for w in plan["left_out_in_words"] if w.startswith("p3:"))
     assert "left out only at larger sizes" not in words
     assert ("a unit charged less there (e.g. outside their cells) is left out at other sizes "
-            "too (also between the ranges stated), or not at all") in words
+            "too (also above or between the sizes stated), or not at all") in words
