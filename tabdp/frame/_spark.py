@@ -1724,9 +1724,11 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
             f"the unit column {unit!r} cannot also be a measure or a group-by key.\n"
             "Hint: the unit identifies who contributes; group and measure other columns.")
     _refuse_reserved(list(native.columns), unit)
-    _refuse_case_clashes(list(native.columns), _case_insensitive(spark))
     # row ids that a join may have repeated (Session(_rows_one_cell=False)) are units: grouped
     row_mode = unit is None or (unit == ROW_ID and sess.rows_one_cell)
+    # row mode fingerprints every column; unit mode names only the release's columns
+    _refuse_case_clashes(list(native.columns), _case_insensitive(spark),
+                         None if row_mode else [*by, *measures, *([unit] if unit else [])])
     ledger: Any = None
     if not sess.records:
         # row mode: the releases' definitions, replayed in Spark (no per-row state), unless
@@ -1794,22 +1796,30 @@ def case_clashes(columns: Sequence[str]) -> list[list[str]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _refuse_case_clashes(columns: list[str], insensitive: bool) -> None:
+def _refuse_case_clashes(columns: list[str], insensitive: bool,
+                         used: Sequence[str] | None = None) -> None:
     """Refuse (from the schema alone) columns a case-insensitive Spark session cannot tell apart.
 
     With ``spark.sql.caseSensitive=false`` (Spark's default) a frame with columns ``x`` and
-    ``X`` cannot name either: every release over it failed with Spark's own
-    ``AMBIGUOUS_REFERENCE`` error, whichever columns it used, where the Polars engines (case
-    sensitive) release the tables (review rev63k).
+    ``X`` cannot name either: a row-mode release (which fingerprints every column) over it
+    failed with Spark's own ``AMBIGUOUS_REFERENCE`` error, whichever columns it used, where the
+    Polars engines (case sensitive) release the tables (review rev63k). ``used``: the only
+    columns the release names (unit mode), refused only if one of them is in such a group (a
+    unit-mode release that names neither column went through before, and still does: review
+    rev63d); None: every column (row mode).
 
     Example:
         >>> _refuse_case_clashes(["x", "X"], insensitive=False)
+        >>> _refuse_case_clashes(["g", "x", "X"], insensitive=True, used=["g"])
         >>> _refuse_case_clashes(["g", "x", "X"], insensitive=True)
         Traceback (most recent call last):
         ...
         tabdp.exceptions.InvalidParameterError: the frame has columns whose names differ only ...
     """
     clash = case_clashes(columns) if insensitive else []
+    if used is not None:
+        named = {c.lower() for c in used}
+        clash = [g for g in clash if g[0].lower() in named]
     if clash:
         raise InvalidParameterError(
             f"the frame has columns whose names differ only in letter case ({clash}); the "
@@ -1913,12 +1923,20 @@ def _fingerprint(rid: Any, column: str, dtype: Any) -> Any:
         # Spark's hashes refuse a map (its entries have no canonical order) and a variant,
         # at any depth: an unused column of such a type stopped every row-mode release with
         # Spark's HASH_MAP_TYPE error (review rev63k); hashed as its JSON text and its type
-        parts = [rid, F.to_json(F.col(column)), F.lit(dtype.simpleString())]
+        # (timestamps at full precision in UTC: Spark's default JSON format keeps milliseconds
+        # in the session's time zone, so maps a microsecond apart hashed alike; review rev63d)
+        parts = [rid, F.to_json(F.col(column), _JSON_EXACT), F.lit(dtype.simpleString())]
     elif isinstance(dtype, T.DecimalType):
         parts.append(F.lit(int(dtype.scale)))
     elif isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
         parts.append(F.lit(dtype.simpleString()))
     return F.xxhash64(*parts)
+
+
+#: `to_json` options of a map's fingerprint: every timestamp at its full (microsecond)
+#: precision, in UTC whatever the session's time zone
+_JSON_EXACT = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "timeZone": "UTC"}
 
 
 def _unhashable(dtype: Any) -> bool:

@@ -246,8 +246,9 @@ def left_out_sizes(spec: ReleaseSpec) -> list[dict[str, Any]]:
         ``plan.count_rows``). Every row also has ``assumes_charged_in``: the earlier releases
         whose planned charge the sizes left out assume (those charging the same currency;
         under a constant budget also the count tables): a unit charged less there (outside
-        their cells) is left out of this release only at larger sizes, if at all. Empty
-        without a budget.
+        their cells) is left out of this release only at larger sizes, if at all, where every
+        size above the first one left out is left out; otherwise also above or between the
+        sizes left out. Empty without a budget.
 
     Example:
         >>> from tabdp.release.spec import load_spec
@@ -507,15 +508,22 @@ def _assumed(row: Mapping[str, Any], unit: str) -> str:
         ', when it is also charged as planned by t1, t2, released befor'
         >>> _assumed({"assumes_charged_in": []}, "unit")
         ''
+        >>> _assumed({"assumes_charged_in": ["t1"], "all_above": False}, "unit")[-60:]
+        ' too (also above or between the sizes stated), or not at all'
     """
     names = list(row.get("assumes_charged_in") or [])
     if not names:
         return ""
     a = "an" if unit[:1].lower() in "aeio" else "a"
+    # sizes left out other than all those above one (review rev63d): where the planned unit is
+    # kept above or between the sizes stated, an earlier release left it out and did not charge
+    # it; a unit absent from the release before that is charged there, and can then be left
+    # out of this one at those sizes
+    where = ("only at larger sizes, if at all" if row.get("all_above", True) else
+             "at other sizes too (also above or between the sizes stated), or not at all")
     return (f", when it is also charged as planned by {', '.join(names)}, released before it "
             "(the same size there; the planned rows in a count table); "
-            f"{a} {unit} charged less there (e.g. outside their cells) is left out only at "
-            "larger sizes, if at all")
+            f"{a} {unit} charged less there (e.g. outside their cells) is left out {where}")
 
 
 def _count_beyond_plan(row: Mapping[str, Any], unit: str) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from tabdp.exceptions import DataValidationError
+from tabdp.exceptions import DataValidationError, SpecError
 from tabdp.frame.keys import KeySet
 
 __all__ = ["read_input", "read_declared", "number_rows", "input_rules", "author_key_casts",
@@ -78,6 +78,9 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
             finally:
                 spark.conf.set(infer, before)
                 spark.conf.set(_CASE, case_before)
+            # before the folders' casts name their columns (a folder ``year=`` over a column
+            # ``Year``: Spark's AMBIGUOUS_REFERENCE, reported as an unreadable input; rev63d)
+            refuse_case_clashes(spark, sdf)
             hive_cols = _hive_parts(parts[0], path) if parts and hive is not False else []
             casts = {}
             for c in hive_cols:
@@ -90,6 +93,8 @@ def read_input(spark: Any, table: str | None, path: Path | None, hive: bool | No
             if casts:
                 sdf = sdf.withColumns(casts)
         schema = polars_schema(sdf)
+    except SpecError:  # `refuse_case_clashes`: the cause, with what to do
+        raise
     except Exception as err:
         raise DataValidationError(
             f"cannot read the input {str(table or path)!r} with Spark: "
@@ -172,7 +177,6 @@ def refuse_case_clashes(spark: Any, sdf: Any) -> None:
     Raises:
         SpecError: Columns whose names differ only in letter case.
     """
-    from tabdp.exceptions import SpecError
     from tabdp.frame.backends.spark import case_clashes
 
     if str(spark.conf.get(_CASE, "false")).lower() == "true":

@@ -614,8 +614,10 @@ def _rollup_additivity_note(t: Mapping[str, Any]) -> str:
     what the rollup added (review rev63p: the demo's employment table, on a grid of 0.1 and
     rounded to whole persons, published a national total 58 persons away from the sum of its
     published county cells, under a page that said nothing of it). Empty where the published
-    cells add up (no such rule, or a rounding unit that divides the grid), and for a
-    consistent table (its levels are rounded together).
+    cells add up (no such rule, or a rounding unit that divides the grid). A consistent table
+    (whose spec refuses rounding and clamping level by level) can still withhold cells: its
+    published levels then do not add up either (review rev63d: the note was left out for every
+    consistent table, under a page saying "every parent equals the sum of its children").
 
     Example:
         >>> _rollup_additivity_note({"publication": {"round": 1.0},
@@ -624,10 +626,14 @@ def _rollup_additivity_note(t: Mapping[str, Any]) -> str:
         >>> _rollup_additivity_note({"publication": {"round": 1000.0},
         ...                          "grid": {"payroll": 10000.0}})
         ''
+        >>> _rollup_additivity_note({"publication": {"suppress_cv": 0.5},
+        ...                          "grid": {"x": 1.0}, "consistent": {}})[:78]
+        ' The publication rules of this table (withholding cells (flag S)) act on each '
     """
     pub = t.get("publication")
-    if not isinstance(pub, Mapping) or isinstance(t.get("consistent"), Mapping):
+    if not isinstance(pub, Mapping):
         return ""
+    consistent = isinstance(t.get("consistent"), Mapping)
     g_any = t.get("grid")
     grid: Mapping[str, Any] = g_any if isinstance(g_any, Mapping) else {}
     rules = []
@@ -650,9 +656,11 @@ def _rollup_additivity_note(t: Mapping[str, Any]) -> str:
         rules.append("withholding cells (flag S)")
     if not rules:
         return ""
+    after = ("the consistent estimate made every parent the sum of its children" if consistent
+             else "the rollups added the unrounded, unclamped noisy cells")
     return (f" The publication rules of this table ({', '.join(rules)}) act on each level "
-            "separately, after the rollups added the unrounded, unclamped noisy cells: the "
-            "published cells need not add up to a published rollup.")
+            f"separately, after {after}: the published cells need not add up to a published "
+            "rollup.")
 
 
 def _table_section(t: Mapping[str, Any], level: Any, delta: Any,

@@ -858,3 +858,53 @@ def test_row_mode_over_a_frame_with_a_map_column_equals_polars(spark):
     outs = [frame.dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=tabdp.Session(
         seed=0), mechanism=mech.Gaussian(50.0)) for frame in (data, sdf)]
     assert outs[0].equals(_pl(outs[1]))
+
+
+def test_unit_mode_over_columns_equal_in_letter_case_it_does_not_name(spark):
+    """Columns ``x`` and ``X`` a unit-mode release does not name (review rev63d).
+
+    Unit mode names only the release's columns, so Spark resolved them and the releases went
+    through, as on Polars; the refusal of rev63k (meant for row mode, which fingerprints every
+    column) stopped them. A release naming either column is still refused.
+    """
+    data = _data(40).with_columns(x=pl.lit(1.0), X=pl.lit(2.0))
+    sdf = _spark_frame(spark, data)
+    outs = []
+    for frame in (data, sdf):
+        s = tabdp.Session(unit="firm", seed=3)
+        outs.append([frame.dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
+                                  mechanism=mech.Gaussian(5e4)),
+                     frame.dp.count(by=["county", "sector"], keys=KEYS, session=s)])
+    for a, b in zip(*outs, strict=True):
+        assert a.equals(_pl(b))
+    s = tabdp.Session(unit="firm", seed=3)
+    with pytest.raises(tabdp.InvalidParameterError, match=r"letter case \(\[\['x', 'X'\]\]\)"):
+        sdf.dp.sum("X", by=["county", "sector"], keys=KEYS, session=s,
+                   mechanism=mech.Gaussian(5.0))
+    assert not s.records
+
+
+@pytest.mark.parametrize("ntz", [False, True])
+def test_a_map_column_changed_by_a_microsecond_is_another_frame(spark, ntz):
+    """A map's fingerprint is its JSON text, its timestamps to the microsecond (review rev63d).
+
+    Spark's default JSON format keeps a timestamp's milliseconds only, so a frame whose map held
+    a timestamp one microsecond later had the same fingerprint and was taken for the bound one.
+    """
+    import datetime as dt
+
+    kind = "timestamp_ntz" if ntz else "timestamp"
+    schema = f"county string, sector long, payroll double, m map<string,{kind}>"
+
+    def frame(us: int) -> Any:
+        return spark.createDataFrame(
+            [("c1", 1, 10.0, {"t": dt.datetime(2020, 1, 1, 0, 0, 0, us)}),
+             ("c2", 2, 20.0, {"t": dt.datetime(2020, 1, 1)})], schema)
+
+    s = tabdp.Session(seed=0)
+    frame(1).dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
+                    mechanism=mech.Gaussian(5.0))
+    with pytest.raises(tabdp.InvalidParameterError):
+        frame(2).dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
+                        mechanism=mech.Gaussian(5.0))
+    assert len(s.records) == 1

@@ -89,3 +89,54 @@ def test_left_out_words_name_the_earlier_tables_they_assume(tmp_path: Path) -> N
     assert rho[10] > 0.5 and rho[0] == rho[10]   # charged once each: p1 for 0-9, p2 for 10
     pub = json.loads((tmp_path / "out/public/summary.json").read_text())
     assert SECOND in pub["left_out_in_words"]
+
+
+def test_sizes_left_out_in_several_ranges_are_not_said_to_move_only_up(tmp_path: Path) -> None:
+    """Review rev63d: "left out only at larger sizes" was false between two ranges.
+
+    p1, p2 and p3 charge a unit of size s 0.5, 0.6 and 0.5 x (s / 1000)² under a budget of 1.
+    A unit in all three (as planned) is left out of p2 from about 953 (1.1 x (s/1000)² > 1),
+    and of p3 at about 791 to 953 and above 1,000 (kept between: p2 did not charge it). A unit
+    of 980 absent from p1 is kept in p2 and left out of p3 (0.6 + 0.5 x 0.96 > 1), at a size
+    the planned unit is kept at: it is not "left out only at larger sizes".
+    """
+    folder = tmp_path
+    pl.DataFrame({"id": list(range(11)), "county": ["a"] * 10 + ["zz"], "state": ["s"] * 11,
+                  "payroll": [980.0] * 11}).write_parquet(folder / "d.parquet")
+    tables = "".join(
+        f'[[tables]]\nname = "{n}"\nmeasures = ["payroll"]\nby = ["{by}"]\n'
+        f'mechanism = {{ family = "gaussian", sigma = {sig!r} }}\n'
+        for n, by, sig in (("p1", "county", 1000.0), ("p2", "state", 1000.0 / 1.2 ** 0.5),
+                           ("p3", "state", 1000.0)))
+    spec = folder / "s.toml"
+    spec.write_text(f"""
+[release]
+name = "b"
+[input]
+path = "d.parquet"
+unit = "id"
+negatives = "error"
+[domains]
+county = ["a"]
+state = ["s"]
+[budget]
+rho = {{ "1" = 1.0, "1e9" = 1.0 }}
+[randomness]
+seed = 3
+[output]
+public = "out/public"
+confidential = "out/confidential"
+{tables}""", encoding="utf-8")
+    plan = plan_summary(load_spec(spec))
+    p3 = next(r for r in plan["left_out_sizes"] if r["table"] == "p3")
+    assert len(p3["left_out_at"]) == 2
+    assert p3["left_out_at"][0][1] < 980.0 < p3["left_out_at"][1][0]   # 980: planned kept
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
+        err.getvalue()
+    conf = json.loads((folder / "out/confidential/confidential.json").read_text())
+    assert conf["releases"]["p3"]["left_out_by_budget"]["units"] == 1   # id 10, absent from p1
+    words = next(w for w in plan["left_out_in_words"] if w.startswith("p3:"))
+    assert "left out only at larger sizes" not in words
+    assert ("a unit charged less there (e.g. outside their cells) is left out at other sizes "
+            "too (also above or between the sizes stated), or not at all") in words

@@ -361,3 +361,24 @@ def test_input_columns_equal_in_letter_case_refused_with_the_cause(spark: Any,
 def _conf_json_named(folder: Path, name: str) -> dict[str, Any]:
     out: dict[str, Any] = json.loads((folder / name).read_text())
     return out
+
+
+@pytest.mark.spark
+def test_a_hive_folder_equal_in_letter_case_to_a_column_is_refused_with_the_cause(
+        spark: Any, tmp_path: Path) -> None:
+    """A folder ``year=2020`` over files with a column ``Year`` (review rev63d).
+
+    The case-sensitive read lists both; the folder's cast to its integer domain then named
+    ``year`` in the case-insensitive session, and Spark's AMBIGUOUS_REFERENCE became "cannot
+    read the input ... must be a Parquet file": the refusal with the cause came too late.
+    """
+    data = generate_establishments(20, seed=3).with_columns(Year=pl.lit(7))
+    (tmp_path / "data" / "year=2020").mkdir(parents=True)
+    data.write_parquet(tmp_path / "data" / "year=2020" / "part.parquet")
+    spec = load_spec(_spec(tmp_path, source='path = "data"\nhive_partitioning = true', unit="",
+                           tables=ROW_TABLES, extra="[domains]\nyear = [2020, 2021]"))
+    with pytest.raises(tabdp.TabdpError):
+        run_release(spec, test_seed=True, engine="spark", spark=spark)
+    failure = _conf_json_named(tmp_path / "out" / "confidential", "failure.json")
+    assert failure["error"] == "SpecError", failure
+    assert "differ only in letter case ([['Year', 'year']])" in failure["message"]

@@ -23,7 +23,7 @@ NOTE = ("The publication rules of this table (rounding to 1) act on each level s
         "need not add up to a published rollup.")
 
 
-def _run(folder: Path, publication: str) -> Path:
+def _run(folder: Path, publication: str, consistent: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     pl.DataFrame({"county": [f"c{i % 40}" for i in range(200)],
                   "employment": [float(i % 7) for i in range(200)]}).write_parquet(
@@ -50,8 +50,10 @@ by = ["county"]
 mechanism = {{ family = "gaussian", sigma = 5.0 }}
 grid = 0.1
 publication = {publication}
+{"consistent = true" if consistent else ""}
 [[tables.rollups]]
 by = []
+{"direct = true" if consistent else ""}
 """, encoding="utf-8")
     out, err = io.StringIO(), io.StringIO()
     assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
@@ -78,3 +80,22 @@ def test_rollups_that_add_up_get_no_note(tmp_path: Path) -> None:
     assert national == pytest.approx(cells, abs=1e-6)
     page = (pub / "summary.html").read_text("utf-8")
     assert "need not add up to a published rollup" not in page
+
+
+def test_a_consistent_table_that_withholds_cells_is_said_not_to_add_up(tmp_path: Path) -> None:
+    """A consistent table's levels are published each with its withheld cells (review rev63d).
+
+    The spec refuses rounding and clamping level by level for a consistent table, not
+    ``suppress_cv``: its withheld cells leave the published county cells short of the published
+    national total, while the page said only "every parent equals the sum of its children"
+    (the note left out every consistent table).
+    """
+    pub = _run(tmp_path, "{ suppress_cv = 0.5 }", consistent=True)
+    cells = pl.read_parquet(pub / "emp.parquet")
+    national = pl.read_parquet(pub / "emp__national.parquet")["estimate"][0]
+    assert (cells["flag"] == "S").any()
+    assert national != pytest.approx(cells["estimate"].sum(), abs=1e-6)
+    page = (pub / "summary.html").read_text("utf-8")
+    assert ("The publication rules of this table (withholding cells (flag S)) act on each level "
+            "separately, after the consistent estimate made every parent the sum of its "
+            "children: the published cells need not add up to a published rollup.") in page
