@@ -10,6 +10,7 @@ by `tabdp.frame.backends` (from the frame's class), never by the caller.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from tabdp.privacy.ledger import PER_RECORD_PARQUET
 from tabdp.privacy.session import Session
 
 __all__ = ["release_requests", "bind_session_engine", "release_grouped", "release_quantile",
-           "released_table", "report_frames", "write_report"]
+           "released_table", "report_frames", "write_report", "lifetime_turn"]
 
 
 def bind_session_engine(session: Session, native: Any, *, replay: bool, row_mode: bool,
@@ -85,16 +86,17 @@ def release_requests(native: Any, session: Session,
         >>> outs[0].height, [r.name for r in s.records]
         (2, ['n'])
     """
-    if release_engine(native, session) == "spark":
-        from tabdp.frame._requests import accessor_request
-        from tabdp.frame._spark import spark_grouped_release
+    with lifetime_turn(session):
+        if release_engine(native, session) == "spark":
+            from tabdp.frame._requests import accessor_request
+            from tabdp.frame._spark import spark_grouped_release
 
-        checked = [accessor_request(native, session, r) for r in requests]
-        return [spark_grouped_release(native, session=session, **{"measures": None, **r})
-                for r in checked]
-    from tabdp.frame._release import execute_planned, planned_releases
+            checked = [accessor_request(native, session, r) for r in requests]
+            return [spark_grouped_release(native, session=session, **{"measures": None, **r})
+                    for r in checked]
+        from tabdp.frame._release import execute_planned, planned_releases
 
-    return execute_planned(planned_releases(native, session, requests))
+        return execute_planned(planned_releases(native, session, requests))
 
 
 def release_grouped(native: Any, **kwargs: Any) -> Any:
@@ -116,13 +118,14 @@ def release_grouped(native: Any, **kwargs: Any) -> Any:
         >>> out.height
         2
     """
-    if release_engine(native, kwargs.get("session")) == "spark":
-        from tabdp.frame._spark import spark_grouped_release
+    with lifetime_turn(kwargs.get("session")):
+        if release_engine(native, kwargs.get("session")) == "spark":
+            from tabdp.frame._spark import spark_grouped_release
 
-        return spark_grouped_release(native, **kwargs)
-    from tabdp.frame._release import grouped_release
+            return spark_grouped_release(native, **kwargs)
+        from tabdp.frame._release import grouped_release
 
-    return grouped_release(native, **kwargs)
+        return grouped_release(native, **kwargs)
 
 
 def release_quantile(native: Any, **kwargs: Any) -> Any:
@@ -146,13 +149,36 @@ def release_quantile(native: Any, **kwargs: Any) -> Any:
         >>> out.height
         1
     """
-    if release_engine(native, kwargs.get("session")) == "spark":
-        from tabdp.frame._spark import spark_quantile_release
+    with lifetime_turn(kwargs.get("session")):
+        if release_engine(native, kwargs.get("session")) == "spark":
+            from tabdp.frame._spark import spark_quantile_release
 
-        return spark_quantile_release(native, **kwargs)
-    from tabdp.frame._release import quantile_release
+            return spark_quantile_release(native, **kwargs)
+        from tabdp.frame._release import quantile_release
 
-    return quantile_release(native, **kwargs)
+        return quantile_release(native, **kwargs)
+
+
+def lifetime_turn(session: Session | None) -> contextlib.AbstractContextManager[Any]:
+    """The session's lifetime ledger held for a release (`tabdp.Ledger.one_release`).
+
+    Held from before the release reads its input to after its charge (and commit): sessions
+    sharing one ledger, one thread each, take turns, so no two releases pass the lifetime
+    filter on the same losses (review rev63e). A session without a ledger (or one-off):
+    nothing held.
+
+    Args:
+        session: The release's session (``None``: a one-off session).
+
+    Returns:
+        A context manager.
+
+    Example:
+        >>> with lifetime_turn(Session()):
+        ...     pass
+    """
+    hold = getattr(getattr(session, "lifetime", None), "one_release", None)
+    return contextlib.nullcontext() if hold is None else hold()
 
 
 def released_table(native: Any) -> pl.DataFrame:

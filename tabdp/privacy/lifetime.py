@@ -50,6 +50,7 @@ import math
 import os
 import socket
 import stat
+import threading
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1232,6 +1233,9 @@ class Ledger:
         #: (`tabdp.Session.commit_ledger`; review rev63l: the committing session's releases
         #: alone understated the public bound when sessions shared an autocommit=False ledger)
         self.pending_releases: list[Any] = []
+        #: held by a release from its lifetime filter to its charge (and commit), and by
+        #: `commit` and `close` (`one_release`; review rev63e)
+        self._turn = threading.RLock()
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -1830,6 +1834,32 @@ class Ledger:
             return
         self._run_kind = "Int64" if kind == "integer" else "String"
 
+    @contextlib.contextmanager
+    def one_release(self) -> Iterator[Ledger]:
+        """Hold the ledger for one release: from its lifetime filter to its charge and commit.
+
+        Every engine's release holds it (`tabdp.frame.releases`): sessions sharing this
+        ledger, one thread each, take turns, so a release filters on the charges of every
+        release before it. Without it two releases at once both passed the filter on the same
+        lifetime losses, and every unit could pass the lifetime budget (review rev63e).
+        `commit` and `close` wait for a release under way too. Reentrant: a release of the
+        same thread (several tables of one run) holds it again.
+
+        Yields:
+            The ledger.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
+            >>> led = Ledger.create(p, series="s", lifetime_budget=1.0)
+            >>> with led.one_release(), led.one_release():
+            ...     led.releases
+            0
+            >>> led.close()
+        """
+        with self._turn:
+            yield self
+
     def check_release(self, dtype: Any) -> None:
         """Refuse a release on this ledger before any data is read (from its schema only).
 
@@ -1931,6 +1961,12 @@ class Ledger:
             >>> led.commit(label="2026")["seq"]
             1
         """
+        with self._turn:  # after a release under way on another thread (`one_release`)
+            return self._commit(spec_hash, manifest_hash, label, release, public_curve)
+
+    def _commit(self, spec_hash: str | None, manifest_hash: str | None, label: str | None,
+                release: str | None, public_curve: Mapping[str, Any] | None
+                ) -> dict[str, Any]:
         self._check_open()
         if self.read_only:
             raise LedgerError(
@@ -2093,23 +2129,24 @@ class Ledger:
             >>> p = pathlib.Path(tempfile.mkdtemp()) / "l"
             >>> led = Ledger.create(p, series="s", lifetime_budget=1.0); led.close(); led.close()
         """
-        if self._lock is not None:
-            if self._tot.pending and not (self._discard_ok or self.read_only):
-                import warnings
+        with self._turn:  # after a release under way on another thread (`one_release`)
+            if self._lock is not None:
+                if self._tot.pending and not (self._discard_ok or self.read_only):
+                    import warnings
 
-                from tabdp.exceptions import PrivacyWarning
+                    from tabdp.exceptions import PrivacyWarning
 
-                warnings.warn(
-                    f"the ledger {self.path} was closed with charges NOT committed: the "
-                    "releases made since its last commit are not counted in the series' "
-                    "lifetime losses. If their tables were (or will be) published, the "
-                    "lifetime guarantee does not hold for them.\nHint: call "
-                    "session.commit_ledger() before closing (or open with autocommit=True).",
-                    PrivacyWarning, stacklevel=2)
-            self._lock.release()
-            self._lock = None
-        self._tot = _RunTotals(self._state)
-        self.pending_releases = []
+                    warnings.warn(
+                        f"the ledger {self.path} was closed with charges NOT committed: the "
+                        "releases made since its last commit are not counted in the series' "
+                        "lifetime losses. If their tables were (or will be) published, the "
+                        "lifetime guarantee does not hold for them.\nHint: call "
+                        "session.commit_ledger() before closing (or open with autocommit=True).",
+                        PrivacyWarning, stacklevel=2)
+                self._lock.release()
+                self._lock = None
+            self._tot = _RunTotals(self._state)
+            self.pending_releases = []
 
     def __enter__(self) -> Ledger:
         """The ledger itself."""

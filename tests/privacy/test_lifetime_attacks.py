@@ -14,6 +14,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -597,3 +598,58 @@ def test_a_commit_without_releases_is_refused_and_keeps_the_statement(tmp_path):
     led.close()
     out = io.StringIO()
     assert cli_main(["ledger", "verify", str(path)], stdout=out, stderr=out) == 0, out.getvalue()
+
+
+# -- review rev63e -----------------------------------------------------------------------------
+def test_sessions_sharing_a_ledger_in_two_threads_take_turns(tmp_path, monkeypatch):
+    """Two sessions on one ledger, one thread each: the second release sees the first's charge.
+
+    Before, both releases could pass the lifetime filter on the same losses (each read the
+    ledger before the other charged it) and every unit ended at rho = 1.0 against a lifetime
+    budget of 0.6; the docs said one thread per session was enough. Here each release waits
+    after its filter until the other has filtered too (at most 1 s): with the ledger held from
+    the filter to the charge, the second one filters only after the first charged.
+    """
+    import threading
+
+    from tabdp.privacy.session import Session
+
+    led = tabdp.Ledger.create(tmp_path / "l", series="s", lifetime_budget=0.6,
+                              autocommit=False)
+    sessions = [tabdp.Session(unit="id", seed=i, ledger=led) for i in range(2)]
+    both_filtered = threading.Barrier(2)
+    first_done = threading.Event()
+    admit = Session.admit
+
+    def slow_admit(self: Any, *a: Any, **k: Any) -> Any:
+        out = admit(self, *a, **k)
+        try:
+            both_filtered.wait(timeout=1.0)
+        except threading.BrokenBarrierError:
+            pass
+        if self is sessions[1]:
+            first_done.wait(timeout=5.0)  # the first charges before the second
+        return out
+
+    monkeypatch.setattr(Session, "admit", slow_admit)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            _count(BASE, sessions[i])
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+        finally:
+            if i == 0:
+                first_done.set()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    sessions[0].commit_ledger(label="2026")
+    assert led.state()["rho"].to_list() == [0.5, 0.5, 0.5]  # the second left every unit out
+    assert sessions[1].report().per_record.height == 0  # nobody charged by the second
+    led.close()
