@@ -476,6 +476,9 @@ class SparkUnitLedger:
         #: Row mode with row ids numbered by the caller (``tabdp run``): the rows read, which
         #: the report lists when the session has not bound its rows itself.
         self.rows = rows
+        #: Unit mode: the Spark type of the input's unit column (set when a release reads its
+        #: schema before any unit is charged), the unit column of a report without units.
+        self.unit_type: Any = None
 
     @staticmethod
     def _is_max(c: str) -> bool:
@@ -573,6 +576,21 @@ class SparkUnitLedger:
             col = F.nanvl(col, F.lit(None))
         return F.coalesce(col, F.lit(0.0).cast(st))
 
+    def note_unit_type(self, spark_type: Any) -> None:
+        """Unit mode: the Spark type of a release's unit column (its schema, never its data).
+
+        Kept while no unit is charged: the unit column of a report without units is of this
+        type, as on Polars (`_full`).
+
+        Example:
+            >>> led = SparkUnitLedger(None, False)
+            >>> led.note_unit_type("long-type")
+            >>> led.unit_type
+            'long-type'
+        """
+        if self.table is None:
+            self.unit_type = spark_type
+
     def frame(self) -> Any:
         """The table (a Spark DataFrame, ``None`` before the first release).
 
@@ -601,9 +619,10 @@ class SparkUnitLedger:
             n = bound if bound is not None else (self.rows or 0)
             base = self.spark.range(n).withColumnRenamed("id", "unit")
             table = base if table is None else base.join(table, on="unit", how="left")
-        elif table is None:
+        elif table is None:  # no unit charged: the input's unit type, as on Polars (else
+            # Polars' Int64 for a unit column never read)
             table = self.spark.createDataFrame([], T.StructType(
-                [T.StructField("unit", T.StringType())]))
+                [T.StructField("unit", self.unit_type or T.LongType())]))
         have = set(table.columns)
         return table.select("unit", *[(F.coalesce(F.col(c), F.lit(0.0)) if c in have
                                        else F.lit(0.0)).cast("double").alias(c) for c in want])
@@ -671,25 +690,68 @@ def _free_unshown(owned: list[Any], shown: set[int], keep: int) -> None:
             _free_quietly(t)
 
 
-def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:
-    """Units, largest ρ and ρ quantiles of a per-unit Spark frame (column ``rho``)."""
+def _rho_stats(full: Any, qs: list[float], *, pin: bool = False) -> dict[str, Any]:
+    """Units, largest ρ and ρ quantiles of a per-unit Spark frame (column ``rho``).
+
+    The quantiles are ``numpy.quantile``'s (linear), bit for bit: Spark finds the order
+    statistics they need (exact ranks, `_order_statistics`) and the driver interpolates them
+    as numpy does (`tabdp.report.streaming.quantile_ranks`), as the Polars engines do; Spark's
+    own ``percentile`` interpolates by another formula (a last-bit difference). Like Polars, a
+    null or NaN loss gives NaN quantiles, and a NaN from infinite losses is reported as ∞.
+    ``pin``: the ``rho`` column is checkpointed first (a frame costly to evaluate twice, e.g.
+    a replay), and freed at the end.
+    """
     from pyspark.sql import functions as F
 
-    with _jit_sized_methods(full.sparkSession):
-        row = full.agg(F.count(F.lit(1)).alias("n"), F.max("rho").alias("mx"),
-                       F.sum(F.when(F.col("rho") == float("inf"), 1).otherwise(0)).alias("inf"),
-                       *[F.percentile(F.col("rho"), q).alias(f"q{i}")
-                         for i, q in enumerate(qs)]).collect()[0]
-    n = int(row["n"])
-    stats: dict[str, Any] = {}
-    if n:
-        for i, q in enumerate(qs):
-            v = row[f"q{i}"]
-            v = float("nan") if v is None else float(v)
-            if np.isnan(v) and row["inf"]:
-                v = float("inf")
-            stats[f"rho_q{q}"] = v
+    from tabdp.report.streaming import quantile_ranks
+
+    rho = F.col("rho")
+    frame = None
+    try:
+        with _jit_sized_methods(full.sparkSession):
+            frame = _local_checkpoint(full.select(rho)) if pin else full
+            row = frame.agg(F.count(F.lit(1)).alias("n"), F.max(rho).alias("mx"),
+                            F.sum(F.when(rho == float("inf"), 1).otherwise(0)).alias("inf"),
+                            F.sum(F.when(rho.isNull() | F.isnan(rho), 1).otherwise(0))
+                            .alias("nan")).collect()[0]
+            n = int(row["n"])
+            stats: dict[str, Any] = {}
+            if n and qs:
+                if row["nan"]:
+                    vals = np.full(len(qs), np.nan)
+                else:
+                    ranks, finish = quantile_ranks(n, qs)
+                    found = _order_statistics(frame, n, ranks)
+                    vals = finish(np.array([found[r] for r in ranks], dtype=np.float64))
+                vals = np.where(np.isnan(vals) & bool(row["inf"]), np.inf, vals)
+                stats = {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
+    finally:
+        if pin and frame is not None:
+            _free_quietly(frame)
     return {"units": n, "rho_max": float(row["mx"]) if n else None, **stats}
+
+
+def _order_statistics(frame: Any, n: int, ranks: list[int]) -> dict[int, float]:
+    """The values of the 0-based ``ranks`` of the column ``rho`` sorted ascending (no NaN).
+
+    One Spark job: a ``percentile_disc`` per distinct rank, at a level halfway between the
+    rank's bounds, so that the rank is exact under both of Spark's formulas (index
+    ``ceil(p·n) − 1``, or ``floor(p·(n − 1))`` with ``spark.sql.legacy.percentileDiscCalculation``).
+    """
+    from pyspark.sql import functions as F
+
+    legacy = str(frame.sparkSession.conf.get("spark.sql.legacy.percentileDiscCalculation",
+                                             "false")).lower() == "true"
+
+    def level(r: int) -> float:
+        if legacy:
+            return 0.0 if n == 1 else min(1.0, (r + 0.5) / (n - 1))
+        return (r + 0.5) / n
+
+    wanted = sorted(set(ranks))
+    row = frame.agg(*[F.expr(f"percentile_disc({level(r)!r}) WITHIN GROUP (ORDER BY `rho`)")
+                      .alias(f"r{i}") for i, r in enumerate(wanted)]).collect()[0]
+    return {r: float(row[f"r{i}"]) for i, r in enumerate(wanted)}
 
 
 class _Checkpoint:
@@ -1043,7 +1105,7 @@ class SparkReplayLedger:
         if not self.programs:
             return {"units": 0, "rho_max": None}
         with _jit_sized_methods(self.spark):  # the replay's checks (row ids, fingerprints)
-            return _rho_stats(self._report_frame(session, None), qs)
+            return _rho_stats(self._report_frame(session, None), qs, pin=True)
 
 
 def _report_refused(session: Session) -> None:
@@ -1743,6 +1805,8 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     _schema_checks(pschema, measures, by, unit)
     if unit is not None and unit in pschema.names():
         binding.of(sess).check_unit_dtype(unit, pschema[unit], len(sess.records))
+        if isinstance(sess.ledger, SparkUnitLedger):
+            sess.ledger.note_unit_type(sschema[unit])
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
 
