@@ -139,9 +139,11 @@ def _local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
     matched other rows under another ``spark.sql.session.timeZone``; review r76).
     """
     import pyspark
+    from pyspark.sql import types as T
 
+    ntz = {f.name for f in schema.fields if isinstance(f.dataType, T.TimestampNTZType)}
     naive = [c for c, d in frame.schema.items() if isinstance(d, pl.Datetime)
-             and d.time_zone is None]
+             and d.time_zone is None and c not in ntz]  # a timestamp_ntz: the wall time
     if naive:
         frame = frame.with_columns(pl.col(c).dt.replace_time_zone("UTC") for c in naive)
     if int(pyspark.__version__.split(".")[0]) >= 4:
@@ -312,6 +314,15 @@ def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
         micros = F.when(days < 0, (days + F.lit(1)) * day_us + (rest - day_us)) \
             .otherwise(days * day_us + rest)
         return F.timestamp_micros(micros)
+    if isinstance(source, T.TimestampType) and isinstance(st, T.TimestampNTZType):
+        # the instant's UTC wall time (Spark's cast takes the session's: a timestamp_ntz key
+        # column matched no row of a Datetime key set outside UTC; stop 63): its UTC date's
+        # midnight (zone-free) plus its microseconds into that day, exact
+        rest = F.pmod(F.unix_micros(col), F.lit(_DAY_SECONDS * 1_000_000))
+        day = F.floor(F.unix_seconds(col) / F.lit(_DAY_SECONDS))
+        midnight = F.date_from_unix_date(day.cast(T.IntegerType())).cast(T.TimestampNTZType())
+        secs = (rest.cast(T.DecimalType(18, 0)) / F.lit(1_000_000)).cast(T.DecimalType(18, 6))
+        return midnight + F.make_dt_interval(F.lit(0), F.lit(0), F.lit(0), secs)
     if isinstance(source, (T.TimestampType, T.TimestampNTZType)) and \
             isinstance(st, T.StringType):
         ts = col if isinstance(source, T.TimestampType) else \
@@ -372,6 +383,20 @@ def _pl_dtype(st: Any) -> Any:
     if isinstance(st, T.StructType):
         return pl.Struct([])
     return pl.Object()
+
+
+def _key_dtypes(sschema: dict[str, Any]) -> dict[str, Any]:
+    """The Polars dtypes a release's key columns are published as, from the input's schema.
+
+    `_pl_dtype`, and a ``timestamp_ntz`` (a wall time without a zone) as a ``Datetime``
+    without a zone, as Polars publishes its own; `_to_spark` gives such a column back its
+    Spark type (review of stop 63: it was published as the key set's ``date`` or as a
+    ``timestamp``).
+    """
+    from pyspark.sql import types as T
+
+    return {c: pl.Datetime("us") if isinstance(t, T.TimestampNTZType) else _pl_dtype(t)
+            for c, t in sschema.items()}
 
 
 def _spark_type(dt: Any) -> Any:
@@ -2467,7 +2492,9 @@ class SparkBackend:
         rows_in = int(summary["inside"] or 0)
         # the values kept are the rows in released cells of the admitted units
         # (`kept` ⊆ `inside`): the rest are the rows of the units left out
-        return QuantileData(truth, ss, None, n_rows, int(summary["outside"] or 0), rows_in,
+        # key columns in the input's dtypes, as the Polars engines publish them (stop 63)
+        return QuantileData(truth, ss, _key_dtypes(self._sschema), n_rows,
+                            int(summary["outside"] or 0), rows_in,
                             n_left, rows_in - n_in, clipped, counts[f"missing:{column}"], None,
                             state=_SparkState(program, decided, any_ok, comps, extra, curs))
 
@@ -2518,7 +2545,7 @@ class SparkBackend:
         Returns:
             A PySpark DataFrame.
         """
-        return _to_spark(self._spark, table)
+        return _to_spark(self._spark, table, self._sschema, rel.by)
 
     def close(self, agg: Aggregated | None) -> None:
         """Unpersist what the release persisted, the last persisted first.
@@ -2751,7 +2778,7 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
         spark, sess, hold, qname, kind, charged, ch_cols, curs, measure_list, by_list,
         keys, mechanism, level, nulls, released, grids, max_cells, max_rows, rules, policy,
         row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
-        key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()}, led=led,
+        key_dtypes=_key_dtypes(sschema), led=led,
         program=program)
 
 
@@ -2879,7 +2906,7 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
                                     dict.fromkeys(measure_list, 0), 0)
     full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
     return Aggregated(
-        full=full, key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()},
+        full=full, key_dtypes=_key_dtypes(sschema),
         rows_read=rows_read,
         # the rows outside the key set no rule dropped (`_ROWS`: the rows kept)
         rows_outside=int(out_row[_ROWS] or 0) if out_row is not None else 0,
@@ -3196,13 +3223,22 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         state=_SparkState(program, decided, any_ok, comps, extra, curs))
 
 
-def _to_spark(spark: Any, out: pl.DataFrame) -> Any:
-    """The released table (public, at most the key set) as a Spark DataFrame."""
+def _to_spark(spark: Any, out: pl.DataFrame, sschema: dict[str, Any] | None = None,
+              by: Sequence[str] = ()) -> Any:
+    """The released table (public, at most the key set) as a Spark DataFrame.
+
+    A key column in ``by`` published in its input column's dtype (`_key_dtypes`) takes that
+    column's Spark type (a ``timestamp_ntz`` stays one, as the Polars engine keeps its dtype).
+    """
     from pyspark.sql import types as T
 
+    own = _key_dtypes({c: sschema[c] for c in by if c in sschema}) if sschema else {}
     fields = []
     for c, dt in out.schema.items():
-        st = T.DoubleType() if dt == pl.Float64 else _spark_type(dt)
+        if c in own and own[c] == dt:
+            st = (sschema or {})[c]
+        else:
+            st = T.DoubleType() if dt == pl.Float64 else _spark_type(dt)
         fields.append(T.StructField(c, st, True))
     frame = out.with_columns(pl.col(c).cast(pl.String) for c, dt in out.schema.items()
                              if isinstance(dt, (pl.Categorical, pl.Enum)))
