@@ -139,9 +139,11 @@ def _local_frame(spark: Any, frame: pl.DataFrame, schema: Any) -> Any:
     matched other rows under another ``spark.sql.session.timeZone``; review r76).
     """
     import pyspark
+    from pyspark.sql import types as T
 
+    ntz = {f.name for f in schema.fields if isinstance(f.dataType, T.TimestampNTZType)}
     naive = [c for c, d in frame.schema.items() if isinstance(d, pl.Datetime)
-             and d.time_zone is None]
+             and d.time_zone is None and c not in ntz]  # a timestamp_ntz: the wall time
     if naive:
         frame = frame.with_columns(pl.col(c).dt.replace_time_zone("UTC") for c in naive)
     if int(pyspark.__version__.split(".")[0]) >= 4:
@@ -312,6 +314,15 @@ def _try_cast(col: Any, st: Any, source: Any = None) -> Any:
         micros = F.when(days < 0, (days + F.lit(1)) * day_us + (rest - day_us)) \
             .otherwise(days * day_us + rest)
         return F.timestamp_micros(micros)
+    if isinstance(source, T.TimestampType) and isinstance(st, T.TimestampNTZType):
+        # the instant's UTC wall time (Spark's cast takes the session's: a timestamp_ntz key
+        # column matched no row of a Datetime key set outside UTC; stop 63): its UTC date's
+        # midnight (zone-free) plus its microseconds into that day, exact
+        rest = F.pmod(F.unix_micros(col), F.lit(_DAY_SECONDS * 1_000_000))
+        day = F.floor(F.unix_seconds(col) / F.lit(_DAY_SECONDS))
+        midnight = F.date_from_unix_date(day.cast(T.IntegerType())).cast(T.TimestampNTZType())
+        secs = (rest.cast(T.DecimalType(18, 0)) / F.lit(1_000_000)).cast(T.DecimalType(18, 6))
+        return midnight + F.make_dt_interval(F.lit(0), F.lit(0), F.lit(0), secs)
     if isinstance(source, (T.TimestampType, T.TimestampNTZType)) and \
             isinstance(st, T.StringType):
         ts = col if isinstance(source, T.TimestampType) else \
@@ -372,6 +383,20 @@ def _pl_dtype(st: Any) -> Any:
     if isinstance(st, T.StructType):
         return pl.Struct([])
     return pl.Object()
+
+
+def _key_dtypes(sschema: dict[str, Any]) -> dict[str, Any]:
+    """The Polars dtypes a release's key columns are published as, from the input's schema.
+
+    `_pl_dtype`, and a ``timestamp_ntz`` (a wall time without a zone) as a ``Datetime``
+    without a zone, as Polars publishes its own; `_to_spark` gives such a column back its
+    Spark type (review of stop 63: it was published as the key set's ``date`` or as a
+    ``timestamp``).
+    """
+    from pyspark.sql import types as T
+
+    return {c: pl.Datetime("us") if isinstance(t, T.TimestampNTZType) else _pl_dtype(t)
+            for c, t in sschema.items()}
 
 
 def _spark_type(dt: Any) -> Any:
@@ -476,6 +501,9 @@ class SparkUnitLedger:
         #: Row mode with row ids numbered by the caller (``tabdp run``): the rows read, which
         #: the report lists when the session has not bound its rows itself.
         self.rows = rows
+        #: Unit mode: the Spark type of the input's unit column (set when a release reads its
+        #: schema before any unit is charged), the unit column of a report without units.
+        self.unit_type: Any = None
 
     @staticmethod
     def _is_max(c: str) -> bool:
@@ -573,6 +601,21 @@ class SparkUnitLedger:
             col = F.nanvl(col, F.lit(None))
         return F.coalesce(col, F.lit(0.0).cast(st))
 
+    def note_unit_type(self, spark_type: Any) -> None:
+        """Unit mode: the Spark type of a release's unit column (its schema, never its data).
+
+        Kept while no unit is charged: the unit column of a report without units is of this
+        type, as on Polars (`_full`).
+
+        Example:
+            >>> led = SparkUnitLedger(None, False)
+            >>> led.note_unit_type("long-type")
+            >>> led.unit_type
+            'long-type'
+        """
+        if self.table is None:
+            self.unit_type = spark_type
+
     def frame(self) -> Any:
         """The table (a Spark DataFrame, ``None`` before the first release).
 
@@ -601,9 +644,10 @@ class SparkUnitLedger:
             n = bound if bound is not None else (self.rows or 0)
             base = self.spark.range(n).withColumnRenamed("id", "unit")
             table = base if table is None else base.join(table, on="unit", how="left")
-        elif table is None:
+        elif table is None:  # no unit charged: the input's unit type, as on Polars (else
+            # Polars' Int64 for a unit column never read)
             table = self.spark.createDataFrame([], T.StructType(
-                [T.StructField("unit", T.StringType())]))
+                [T.StructField("unit", self.unit_type or T.LongType())]))
         have = set(table.columns)
         return table.select("unit", *[(F.coalesce(F.col(c), F.lit(0.0)) if c in have
                                        else F.lit(0.0)).cast("double").alias(c) for c in want])
@@ -671,25 +715,68 @@ def _free_unshown(owned: list[Any], shown: set[int], keep: int) -> None:
             _free_quietly(t)
 
 
-def _rho_stats(full: Any, qs: list[float]) -> dict[str, Any]:
-    """Units, largest ρ and ρ quantiles of a per-unit Spark frame (column ``rho``)."""
+def _rho_stats(full: Any, qs: list[float], *, pin: bool = False) -> dict[str, Any]:
+    """Units, largest ρ and ρ quantiles of a per-unit Spark frame (column ``rho``).
+
+    The quantiles are ``numpy.quantile``'s (linear), bit for bit: Spark finds the order
+    statistics they need (exact ranks, `_order_statistics`) and the driver interpolates them
+    as numpy does (`tabdp.report.streaming.quantile_ranks`), as the Polars engines do; Spark's
+    own ``percentile`` interpolates by another formula (a last-bit difference). Like Polars, a
+    null or NaN loss gives NaN quantiles, and a NaN from infinite losses is reported as ∞.
+    ``pin``: the ``rho`` column is checkpointed first (a frame costly to evaluate twice, e.g.
+    a replay), and freed at the end.
+    """
     from pyspark.sql import functions as F
 
-    with _jit_sized_methods(full.sparkSession):
-        row = full.agg(F.count(F.lit(1)).alias("n"), F.max("rho").alias("mx"),
-                       F.sum(F.when(F.col("rho") == float("inf"), 1).otherwise(0)).alias("inf"),
-                       *[F.percentile(F.col("rho"), q).alias(f"q{i}")
-                         for i, q in enumerate(qs)]).collect()[0]
-    n = int(row["n"])
-    stats: dict[str, Any] = {}
-    if n:
-        for i, q in enumerate(qs):
-            v = row[f"q{i}"]
-            v = float("nan") if v is None else float(v)
-            if np.isnan(v) and row["inf"]:
-                v = float("inf")
-            stats[f"rho_q{q}"] = v
+    from tabdp.report.streaming import quantile_ranks
+
+    rho = F.col("rho")
+    frame = None
+    try:
+        with _jit_sized_methods(full.sparkSession):
+            frame = _local_checkpoint(full.select(rho)) if pin else full
+            row = frame.agg(F.count(F.lit(1)).alias("n"), F.max(rho).alias("mx"),
+                            F.sum(F.when(rho == float("inf"), 1).otherwise(0)).alias("inf"),
+                            F.sum(F.when(rho.isNull() | F.isnan(rho), 1).otherwise(0))
+                            .alias("nan")).collect()[0]
+            n = int(row["n"])
+            stats: dict[str, Any] = {}
+            if n and qs:
+                if row["nan"]:
+                    vals = np.full(len(qs), np.nan)
+                else:
+                    ranks, finish = quantile_ranks(n, qs)
+                    found = _order_statistics(frame, n, ranks)
+                    vals = finish(np.array([found[r] for r in ranks], dtype=np.float64))
+                vals = np.where(np.isnan(vals) & bool(row["inf"]), np.inf, vals)
+                stats = {f"rho_q{q}": float(v) for q, v in zip(qs, vals, strict=True)}
+    finally:
+        if pin and frame is not None:
+            _free_quietly(frame)
     return {"units": n, "rho_max": float(row["mx"]) if n else None, **stats}
+
+
+def _order_statistics(frame: Any, n: int, ranks: list[int]) -> dict[int, float]:
+    """The values of the 0-based ``ranks`` of the column ``rho`` sorted ascending (no NaN).
+
+    One Spark job: a ``percentile_disc`` per distinct rank, at a level halfway between the
+    rank's bounds, so that the rank is exact under both of Spark's formulas (index
+    ``ceil(p·n) − 1``, or ``floor(p·(n − 1))`` with ``spark.sql.legacy.percentileDiscCalculation``).
+    """
+    from pyspark.sql import functions as F
+
+    legacy = str(frame.sparkSession.conf.get("spark.sql.legacy.percentileDiscCalculation",
+                                             "false")).lower() == "true"
+
+    def level(r: int) -> float:
+        if legacy:
+            return 0.0 if n == 1 else min(1.0, (r + 0.5) / (n - 1))
+        return (r + 0.5) / n
+
+    wanted = sorted(set(ranks))
+    row = frame.agg(*[F.expr(f"percentile_disc({level(r)!r}) WITHIN GROUP (ORDER BY `rho`)")
+                      .alias(f"r{i}") for i, r in enumerate(wanted)]).collect()[0]
+    return {r: float(row[f"r{i}"]) for i, r in enumerate(wanted)}
 
 
 class _Checkpoint:
@@ -1043,7 +1130,7 @@ class SparkReplayLedger:
         if not self.programs:
             return {"units": 0, "rho_max": None}
         with _jit_sized_methods(self.spark):  # the replay's checks (row ids, fingerprints)
-            return _rho_stats(self._report_frame(session, None), qs)
+            return _rho_stats(self._report_frame(session, None), qs, pin=True)
 
 
 def _report_refused(session: Session) -> None:
@@ -1745,6 +1832,8 @@ def _open(native: Any, session: Session | None, name: str | None, kind: str,
     _schema_checks(pschema, measures, by, unit)
     if unit is not None and unit in pschema.names():
         binding.of(sess).check_unit_dtype(unit, pschema[unit], len(sess.records))
+        if isinstance(sess.ledger, SparkUnitLedger):
+            sess.ledger.note_unit_type(sschema[unit])
     _check_lifetime_units(sess, sschema)
     return spark, sess, one_off, qname, sdf, sschema
 
@@ -2421,7 +2510,9 @@ class SparkBackend:
         rows_in = int(summary["inside"] or 0)
         # the values kept are the rows in released cells of the admitted units
         # (`kept` ⊆ `inside`): the rest are the rows of the units left out
-        return QuantileData(truth, ss, None, n_rows, int(summary["outside"] or 0), rows_in,
+        # key columns in the input's dtypes, as the Polars engines publish them (stop 63)
+        return QuantileData(truth, ss, _key_dtypes(self._sschema), n_rows,
+                            int(summary["outside"] or 0), rows_in,
                             n_left, rows_in - n_in, clipped, counts[f"missing:{column}"], None,
                             state=_SparkState(program, decided, any_ok, comps, extra, curs))
 
@@ -2472,7 +2563,7 @@ class SparkBackend:
         Returns:
             A PySpark DataFrame.
         """
-        return _to_spark(self._spark, table)
+        return _to_spark(self._spark, table, self._sschema, rel.by)
 
     def close(self, agg: Aggregated | None) -> None:
         """Unpersist what the release persisted, the last persisted first.
@@ -2705,7 +2796,7 @@ def _finish(spark: Any, sess: Session, hold: list[Any], qname: str, kind: str, s
         spark, sess, hold, qname, kind, charged, ch_cols, curs, measure_list, by_list,
         keys, mechanism, level, nulls, released, grids, max_cells, max_rows, rules, policy,
         row_mode, bits, counts, rows_read, summary, cells_dropped, form=form, cv=cv,
-        key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()}, led=led,
+        key_dtypes=_key_dtypes(sschema), led=led,
         program=program)
 
 
@@ -2833,7 +2924,7 @@ def _unfiltered_rows(sess: Session, qname: str, kind: str, data: Any, measure_li
                                     dict.fromkeys(measure_list, 0), 0)
     full = pl.DataFrame({c: pl.Series(c, v, dtype=pl.Int128) for c, v in numer.items()})
     return Aggregated(
-        full=full, key_dtypes={c: _pl_dtype(t) for c, t in sschema.items()},
+        full=full, key_dtypes=_key_dtypes(sschema),
         rows_read=rows_read,
         # the rows outside the key set no rule dropped (`_ROWS`: the rows kept)
         rows_outside=int(out_row[_ROWS] or 0) if out_row is not None else 0,
@@ -3150,13 +3241,22 @@ def _admit_and_release(spark: Any, sess: Session, hold: list[Any], qname: str, k
         state=_SparkState(program, decided, any_ok, comps, extra, curs))
 
 
-def _to_spark(spark: Any, out: pl.DataFrame) -> Any:
-    """The released table (public, at most the key set) as a Spark DataFrame."""
+def _to_spark(spark: Any, out: pl.DataFrame, sschema: dict[str, Any] | None = None,
+              by: Sequence[str] = ()) -> Any:
+    """The released table (public, at most the key set) as a Spark DataFrame.
+
+    A key column in ``by`` published in its input column's dtype (`_key_dtypes`) takes that
+    column's Spark type (a ``timestamp_ntz`` stays one, as the Polars engine keeps its dtype).
+    """
     from pyspark.sql import types as T
 
+    own = _key_dtypes({c: sschema[c] for c in by if c in sschema}) if sschema else {}
     fields = []
     for c, dt in out.schema.items():
-        st = T.DoubleType() if dt == pl.Float64 else _spark_type(dt)
+        if c in own and own[c] == dt:
+            st = (sschema or {})[c]
+        else:
+            st = T.DoubleType() if dt == pl.Float64 else _spark_type(dt)
         fields.append(T.StructField(c, st, True))
     frame = out.with_columns(pl.col(c).cast(pl.String) for c, dt in out.schema.items()
                              if isinstance(dt, (pl.Categorical, pl.Enum)))

@@ -927,11 +927,17 @@ class Report:
             if c not in ledger.columns:
                 ledger = ledger.with_columns(pl.lit(0.0, pl.Float64).alias(c))
         if ledger.height == 0 and ledger.schema["unit"] == pl.Null:
-            # no unit charged yet: the unit column takes the releases' unit dtype (row ids are
-            # Int64), so the per-query columns below join on a common dtype
+            # no unit charged yet: the unit column takes the releases' unit dtype, else the
+            # input's unit column's (a release refused after reading the schema), else Int64
+            # (as the Spark engine: `tabdp.frame._spark.SparkUnitLedger`), so the per-query
+            # columns below join on a common dtype
+            from tabdp.frame import binding
+
             dtypes = [r.losses.units.dtype for r in recs
                       if r.losses is not None and isinstance(r.losses.units, pl.Series)
                       and r.losses.units.dtype != pl.Null]
+            known = binding.of(s).unit_dtype if s.unit is not None else None
+            dtypes += [known] if known is not None and known != pl.Object else []
             ledger = ledger.with_columns(pl.col("unit").cast(dtypes[0] if dtypes else pl.Int64))
         out = ledger.select(pl.col("unit").alias(unit_col), *shown)
         if self.delta is not None:

@@ -88,7 +88,7 @@ def _compare(spark: Any, data: pl.DataFrame, unit: str | None,
     conf_sp = s_sp.report().confidential_summary()
     assert conf_pl["queries"] == conf_sp["queries"]
     assert conf_pl["units"] == conf_sp["units"]
-    np.testing.assert_allclose(conf_pl["rho_max"], conf_sp["rho_max"], rtol=5e-16)
+    _same_loss_statistics(conf_pl, conf_sp)
     assert s_pl.report().to_dict() == s_sp.report().to_dict()
     for r_pl, r_sp in zip(s_pl.records, s_sp.records, strict=True):
         a = r_pl.cells.sort(["county", "sector"])
@@ -98,6 +98,17 @@ def _compare(spark: Any, data: pl.DataFrame, unit: str | None,
                                    rtol=5e-16)
     _same_reports(_report(s_pl), _report(s_sp), exact=True)
     return s_sp
+
+
+def _bits(x: float | None) -> int | None:
+    return None if x is None else int(np.float64(x).view(np.int64))
+
+
+def _same_loss_statistics(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """The largest ρ and the ρ quantiles of two confidential summaries, bit for bit."""
+    keys = [k for k in a if k.startswith("rho_")]
+    assert keys == [k for k in b if k.startswith("rho_")]
+    assert [_bits(a[k]) for k in keys] == [_bits(b[k]) for k in keys], (a, b)
 
 
 # -- exact fixed point --------------------------------------------------------------------------
@@ -367,6 +378,124 @@ def test_median_and_quantile_identical(spark):
     assert s.report().confidential_summary()["queries"][0]["units_left_out_by_budget"] > 0
 
 
+def test_loss_quantiles_are_numpys_bit_for_bit(spark):
+    """The ρ quantiles of the confidential summary are Polars' (numpy's linear), bit for bit.
+
+    Spark's ``percentile`` interpolated by another formula: for this seed ``rho_q0.99`` was
+    49.34551111111115 on Spark and 49.34551111111114 on Polars (stop 63). (Row mode, Spark's
+    replay ledger: `test_sum_and_count_row_mode_identical`.)
+    """
+    data = _data(81, seed=3)
+    rels = [("count", {"mechanism": mech.Gaussian(3.0)}),
+            ("sum", {"columns": "emp", "mechanism": mech.Gaussian(50.0)})]
+    _, s_pl = _run(data, "firm", rels)
+    _, s_sp = _run(_spark_frame(spark, data), "firm", rels)
+    conf_pl = s_pl.report().confidential_summary()
+    assert len([k for k in conf_pl if k.startswith("rho_q")]) == 4
+    _same_loss_statistics(conf_pl, s_sp.report().confidential_summary())
+
+
+def test_order_statistics_exact_under_both_percentile_disc_formulas(spark):
+    """`_rho_stats` equals ``numpy.quantile`` (NaN from ∞ reported as ∞), whatever the flag."""
+    from tabdp.frame._spark import _rho_stats
+
+    rng = np.random.default_rng(6)  # Spark's percentile gave another q0.999 (last bit)
+    qs = [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0]
+    v = rng.lognormal(0.0, 2.0, 257) / 3.0
+    v[::7] = v[1]  # ties
+    v_inf = np.concatenate([v[:40], [np.inf] * 3])
+    conf = "spark.sql.legacy.percentileDiscCalculation"
+    before = spark.conf.get(conf)
+    try:
+        for legacy in ("false", "true"):
+            spark.conf.set(conf, legacy)
+            for vals in (v, v_inf, v[:2]):
+                frame = spark.createDataFrame([(float(x),) for x in vals], "rho double")
+                got = _rho_stats(frame, qs)
+                with np.errstate(invalid="ignore"):
+                    want = np.quantile(vals, qs)
+                want = np.where(np.isnan(want) & np.isinf(vals).any(), np.inf, want)
+                assert [_bits(got[f"rho_q{q}"]) for q in qs] == [_bits(w) for w in want]
+                assert got["units"] == vals.size and got["rho_max"] == vals.max()
+    finally:
+        spark.conf.set(conf, before)
+
+
+@pytest.mark.parametrize("unit_dtype", [pl.Int32, pl.String])
+def test_report_without_units_has_the_input_unit_dtype_as_on_polars(spark, unit_dtype):
+    """A session whose only release was refused: the unit column is the input's (stop 63).
+
+    Spark gave a String column and Polars an Int64 one whatever the input's unit column.
+    """
+    data = _data(20).with_columns(pl.col("firm").cast(unit_dtype))
+    bad_keys = tabdp.KeySet.from_dict(county=["c1"], sector=["x"])  # sector is an integer
+    got = []
+    for frame in (data, _spark_frame(spark, data)):
+        s = tabdp.Session(unit="firm", seed=1)
+        with pytest.raises(tabdp.ColumnTypeError):
+            frame.dp.sum("payroll", by=["county", "sector"], keys=bad_keys, session=s,
+                         mechanism=mech.Gaussian(1.0))
+        pr = s.report().per_record
+        got.append((pr if isinstance(pr, pl.DataFrame) else _pl(pr)).schema)
+    assert got[0] == got[1] == pl.Schema({"firm": unit_dtype, "rho": pl.Float64,
+                                          "epsilon": pl.Float64, "size": pl.Float64})
+
+
+def test_timestamp_keys_published_in_the_input_dtype_as_on_polars(spark):
+    """Key columns keep the input's type, in a session zone other than UTC (stop 63).
+
+    A ``timestamp_ntz`` key under a date key set was published as ``date`` (Polars: its
+    Datetime), under a Datetime key set as a ``timestamp`` (a UTC zone once converted), and
+    there its rows matched no key outside UTC (the check of the key's conversion cast back
+    in the session's zone); a median's keys took the key set's dtypes (an Int32 key came
+    back Int64). A ``timestamp`` (an instant) key stays one, and `released_table` gives it
+    as Polars' Datetime without a zone. Values are not shifted by the session's zone.
+    """
+    import datetime as dt
+
+    from pyspark.sql import types as T
+
+    from tabdp.frame.releases import released_table
+
+    before_1970 = dt.datetime(1969, 12, 31, 23, 59, 59, 999999)
+    data = pl.DataFrame({"t": [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 1, 23, 30),
+                               before_1970] * 4,
+                         "g": pl.Series([1, 2, 3] * 4, dtype=pl.Int32),
+                         "x": [float(i) for i in range(12)]})
+    ks_date = tabdp.KeySet.from_dict(t=[dt.date(2020, 1, 1), dt.date(2020, 1, 2)])
+    ks_time = tabdp.KeySet.from_dict(t=pl.Series([dt.datetime(2020, 1, 1, 23, 30),
+                                                  before_1970]))
+    ks_g = tabdp.KeySet.from_dict(g=[1, 2, 3])
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        ntz = spark.createDataFrame(data.to_arrow(), T.StructType([
+            T.StructField("t", T.TimestampNTZType()), T.StructField("g", T.IntegerType()),
+            T.StructField("x", T.DoubleType())]))
+        # instants sent with their zone (pandas' naive values would be read in the session's)
+        ltz = spark.createDataFrame(
+            data.with_columns(pl.col("t").dt.replace_time_zone("UTC")).to_arrow())
+        assert isinstance(ltz.schema["t"].dataType, T.TimestampType)
+        cases = [(ntz, "t", ks_date, "count"), (ntz, "t", ks_time, "count"),
+                 (ltz, "t", ks_date, "count"), (ntz, "g", ks_g, "median")]
+        for frame, by, keys, kind in cases:
+            outs = []
+            for f in (data, frame):
+                s = tabdp.Session(seed=2)
+                if kind == "count":
+                    outs.append(f.dp.count(by=by, keys=keys, session=s))
+                else:
+                    outs.append(f.dp.median("x", by=by, keys=keys, bounds=(0.0, 12.0),
+                                            epsilon=1.0, session=s))
+            want, got = outs
+            assert got.schema[by].dataType == frame.schema[by].dataType, (by, keys)
+            got_pl = released_table(got)
+            assert got_pl.schema == want.schema, (got_pl.schema, want.schema)
+            assert got_pl.equals(want), (got_pl, want)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+
+
 def test_median_rows_left_out_counted_as_polars(spark):
     """A median's rows in released cells (before the filter) and rows left out (stop 61).
 
@@ -402,8 +531,9 @@ def _compare_q(spark: Any, data: pl.DataFrame, unit: str | None, budget: Any
     (ref, s_pl), (got, s_sp) = res
     for a, b in zip(ref, got, strict=True):
         assert a.equals(b), (a, b)
-    assert s_pl.report().confidential_summary()["queries"] == \
-        s_sp.report().confidential_summary()["queries"]
+    conf_pl, conf_sp = (x.report().confidential_summary() for x in (s_pl, s_sp))
+    assert conf_pl["queries"] == conf_sp["queries"]
+    _same_loss_statistics(conf_pl, conf_sp)
     _same_reports(_report(s_pl), _report(s_sp), exact=True)
     return s_sp
 

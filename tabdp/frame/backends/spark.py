@@ -52,6 +52,10 @@ REPORT_UNITS = 10_000
 def to_polars(sdf: Any) -> pl.DataFrame:
     """A small Spark DataFrame (a released table: at most the key set) as a Polars frame.
 
+    A ``timestamp`` column is a ``Datetime`` without a zone (its UTC wall time), the dtype
+    the Spark engine checks it as and the Polars engine publishes for the same data (Arrow
+    gave it a UTC zone; stop 63); a ``timestamp_ntz`` one is its wall time already.
+
     Example:
         >>> to_polars(pl.DataFrame({"a": [1]})).height
         1
@@ -59,9 +63,14 @@ def to_polars(sdf: Any) -> pl.DataFrame:
     if isinstance(sdf, pl.DataFrame):
         return sdf
     if hasattr(sdf, "toArrow"):  # PySpark >= 4.0
+        from pyspark.sql import types as T
+
         out = pl.from_arrow(sdf.toArrow())
         assert isinstance(out, pl.DataFrame)
-        return out
+        instants = [f.name for f in sdf.schema.fields if isinstance(f.dataType, T.TimestampType)
+                    and getattr(out.schema[f.name], "time_zone", None) is not None]
+        return out.with_columns(pl.col(c).dt.convert_time_zone("UTC")
+                                .dt.replace_time_zone(None) for c in instants)
     with quiet():
         return pl.from_pandas(sdf.toPandas())
 
