@@ -1,11 +1,18 @@
-"""TOML blocks shared by the release specs of the CLI, progress, noise-range and publish suites.
+"""TOML blocks and the spec writer shared by the release suites (CLI, progress, publish, ...).
 
 ``from _specs import hierarchies`` (the tests folder is on ``sys.path``, see conftest.py).
+A test that writes its own small release spec builds it with `release_spec` and `table`,
+writes it beside its data with `write_release` and runs it with `run_quiet`.
 """
 
 from __future__ import annotations
 
+import io
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import polars as pl
 
 import tabdp
 
@@ -29,6 +36,87 @@ levels = ["naics2", "naics3", "naics4", "naics6"]
 """
 
 
+def table(name: str, by: Sequence[str], mechanism: str | None = None, *,
+          measures: Sequence[str] | None = None, kind: str | None = None,
+          extra: str = "") -> str:
+    """One ``[[tables]]`` block of a release spec.
+
+    Args:
+        name: The table's name.
+        by: Its ``by`` columns.
+        mechanism: Its ``mechanism`` inline table (None: no such line).
+        measures: Its ``measures`` (None: no such line; a count table).
+        kind: Its ``kind`` (e.g. ``"count"``; None: no such line).
+        extra: More lines of the table, after the mechanism (e.g. ``grid = 1.0``, a
+            ``[[tables.rollups]]`` block).
+
+    Returns:
+        TOML text.
+    """
+    lines = ["[[tables]]", f'name = "{name}"']
+    if kind is not None:
+        lines.append(f'kind = "{kind}"')
+    if measures is not None:
+        lines.append(f"measures = {json.dumps(list(measures))}")
+    lines.append(f"by = {json.dumps(list(by))}")
+    if mechanism is not None:
+        lines.append(f"mechanism = {mechanism}")
+    return "\n".join(lines) + "\n" + (f"{extra}\n" if extra else "")
+
+
+def release_spec(*tables: str, name: str = "r", path: str = "d.parquet",
+                 input_extra: str = "", domains: Mapping[str, Sequence[object]] | None = None,
+                 budget: str = "", seed: int | None = None) -> str:
+    """A release spec reading ``path``, publishing under ``out/``, of ``tables`` (`table`).
+
+    Args:
+        *tables: The ``[[tables]]`` blocks, in order.
+        name: ``release.name``.
+        path: ``input.path``.
+        input_extra: More lines of ``[input]`` (e.g. ``unit = "id"``).
+        domains: ``[domains]``: column -> its values (None: no such section).
+        budget: The lines of ``[budget]`` (empty: no such section).
+        seed: ``[randomness] seed`` (None: no such section).
+
+    Returns:
+        TOML text (outputs under ``out/public`` and ``out/confidential``).
+    """
+    parts = [f'[release]\nname = "{name}"\n[input]\npath = "{path}"\n']
+    if input_extra:
+        parts.append(f"{input_extra}\n")
+    if domains is not None:
+        parts.append("[domains]\n" + "".join(f"{c} = {json.dumps(list(v))}\n"
+                                            for c, v in domains.items()))
+    if budget:
+        parts.append(f"[budget]\n{budget}\n")
+    if seed is not None:
+        parts.append(f"[randomness]\nseed = {seed}\n")
+    parts.append('[output]\npublic = "out/public"\nconfidential = "out/confidential"\n')
+    return "".join(parts + list(tables))
+
+
+def write_release(folder: Path, data: pl.DataFrame, spec: str) -> Path:
+    """Write ``data`` to ``folder/d.parquet`` and ``spec`` to ``folder/s.toml`` (made if new).
+
+    Returns:
+        The spec's path.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    data.write_parquet(folder / "d.parquet")
+    file = folder / "s.toml"
+    file.write_text(spec, encoding="utf-8")
+    return file
+
+
+def run_quiet(spec: Path) -> None:
+    """``tabdp run --test-seed --quiet spec``; asserts it exits 0 (else shows its stderr)."""
+    from tabdp import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+
+
 def one_table_spec(mechanism: str, *, name: str = "r", seed: int | None = None,
                    table_extra: str = "") -> str:
     """A release of one sum table ``t`` of ``x`` by ``c`` (domain a, b) from ``d.parquet``.
@@ -43,24 +131,8 @@ def one_table_spec(mechanism: str, *, name: str = "r", seed: int | None = None,
     Returns:
         TOML text (outputs under ``out/``).
     """
-    randomness = "" if seed is None else f"[randomness]\nseed = {seed}\n"
-    return f"""
-[release]
-name = "{name}"
-[input]
-path = "d.parquet"
-[domains]
-c = ["a", "b"]
-{randomness}[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "t"
-measures = ["x"]
-by = ["c"]
-mechanism = {mechanism}
-{table_extra}
-"""
+    return release_spec(table("t", ["c"], mechanism, measures=["x"], extra=table_extra),
+                        name=name, domains={"c": ["a", "b"]}, seed=seed)
 
 
 #: A one-table count release by state with a unit (format with ``data`` and ``hier``, the

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from _specs import release_spec, table, write_release
 
 import tabdp.compare.core as core
 import tabdp.release.runner as runner
@@ -28,28 +29,10 @@ from tabdp.exceptions import InvalidParameterError
 from tabdp.release import DataDependentFailure
 from tabdp.release.spec import load_spec
 
-SPEC = """
-[release]
-name = "nfp"
-[input]
-path = "d.parquet"
-unit = "u"
-[domains]
-c = ["a", "b"]
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "t"
-measures = ["x"]
-by = ["c"]
-mechanism = { family = "gaussian", sigma = 5.0 }
-[[tables]]
-name = "n"
-kind = "count"
-by = ["c"]
-mechanism = { family = "gaussian", sigma = 2.0 }
-"""
+SPEC = release_spec(
+    table("t", ["c"], '{ family = "gaussian", sigma = 5.0 }', measures=["x"]),
+    table("n", ["c"], '{ family = "gaussian", sigma = 2.0 }', kind="count"),
+    name="nfp", input_extra='unit = "u"', domains={"c": ["a", "b"]})
 
 
 class _Stop(Exception):
@@ -60,12 +43,12 @@ class _Stop(Exception):
 def spec_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     rng = np.random.default_rng(0)
     n = 60
-    pl.DataFrame({"u": np.arange(n, dtype=np.int64), "c": rng.choice(["a", "b"], n),
-                  "x": np.round(rng.uniform(0, 50, n), 2)}).write_parquet(tmp_path / "d.parquet")
-    (tmp_path / "s.toml").write_text(SPEC, encoding="utf-8")
+    spec = write_release(tmp_path, pl.DataFrame({
+        "u": np.arange(n, dtype=np.int64), "c": rng.choice(["a", "b"], n),
+        "x": np.round(rng.uniform(0, 50, n), 2)}), SPEC)
     # the DP side needs no Tau-Argus; nothing here reaches the traditional side
     monkeypatch.setattr(core, "require_pytauargus", lambda: None)
-    return tmp_path / "s.toml"
+    return spec
 
 
 def _manifests(folder: Path) -> dict[Path, dict[str, Any]]:

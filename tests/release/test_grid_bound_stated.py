@@ -10,13 +10,11 @@ now states the condition and the bound beyond it, and the published moe includes
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import polars as pl
-
-from tabdp import cli
+from _specs import release_spec, run_quiet, table, write_release
 
 TOTAL = 3e18
 GRID = 100.0
@@ -24,33 +22,11 @@ SCALE = 1000.0
 
 
 def _run(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"county": ["a", "b", "a"], "payroll": [TOTAL, 5.0, 7.0]}).write_parquet(
-        folder / "d.parquet")
-    spec = folder / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "r"
-[input]
-path = "d.parquet"
-negatives = "error"
-[domains]
-county = ["a", "b"]
-[randomness]
-seed = 5
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county"]
-grid = {GRID}
-mechanism = {{ family = "laplace", scale = {SCALE} }}
-""", encoding="utf-8")
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(write_release(
+        folder, pl.DataFrame({"county": ["a", "b", "a"], "payroll": [TOTAL, 5.0, 7.0]}),
+        release_spec(table("pay", ["county"], f'{{ family = "laplace", scale = {SCALE} }}',
+                           measures=["payroll"], extra=f"grid = {GRID}"),
+                     input_extra='negatives = "error"', domains={"county": ["a", "b"]}, seed=5)))
     return folder / "out" / "public"
 
 

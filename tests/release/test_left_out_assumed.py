@@ -9,13 +9,12 @@ cell was kept in state_naics6_payroll, whose words said units above 5.41e16 are 
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import polars as pl
+from _specs import release_spec, run_quiet, table, write_release
 
-from tabdp import cli
 from tabdp.release.runner import plan_summary
 from tabdp.release.spec import load_spec
 
@@ -28,46 +27,24 @@ SECOND = ("p2: a unit contributing more than about 790 of payroll to a cell is l
           "cells) is left out only at larger sizes, if at all")
 
 
-def _spec(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    # ids 0-9 in both tables; id 10 outside p1's cells (county "zz"), in p2's state cell
-    pl.DataFrame({"id": list(range(11)), "county": ["a"] * 10 + ["zz"],
-                  "state": ["s"] * 11, "payroll": [1000.0] * 11}).write_parquet(
-        folder / "d.parquet")
-    path = folder / "s.toml"
-    path.write_text("""
-[release]
-name = "b"
-[input]
-path = "d.parquet"
-unit = "id"
-negatives = "error"
-[domains]
-county = ["a"]
-state = ["s"]
-[budget]
-rho = { "1" = 1.0, "1e9" = 1.0 }
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "p1"
-measures = ["payroll"]
-by = ["county"]
-mechanism = { family = "gaussian", sigma = 790.0 }
-[[tables]]
-name = "p2"
-measures = ["payroll"]
-by = ["state"]
-mechanism = { family = "gaussian", sigma = 790.0 }
-""", encoding="utf-8")
-    return path
+def _spec(folder: Path, payroll: float, tables: tuple[tuple[str, str, float], ...]) -> Path:
+    """Payroll tables (name, by, sigma) under a budget of rho 1, of units 0-10 of one size.
+
+    Ids 0-9 in county "a", id 10 outside the county cells ("zz"); all in state "s".
+    """
+    return write_release(
+        folder, pl.DataFrame({"id": list(range(11)), "county": ["a"] * 10 + ["zz"],
+                              "state": ["s"] * 11, "payroll": [payroll] * 11}),
+        release_spec(*(table(n, [by], f'{{ family = "gaussian", sigma = {sig!r} }}',
+                             measures=["payroll"]) for n, by, sig in tables),
+                     name="b", input_extra='unit = "id"\nnegatives = "error"',
+                     domains={"county": ["a"], "state": ["s"]},
+                     budget='rho = { "1" = 1.0, "1e9" = 1.0 }', seed=3))
 
 
 def test_left_out_words_name_the_earlier_tables_they_assume(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
+    # ids 0-9 in both tables; id 10 outside p1's cells (county "zz"), in p2's state cell
+    spec = _spec(tmp_path, 1000.0, (("p1", "county", 790.0), ("p2", "state", 790.0)))
     plan = plan_summary(load_spec(spec))
     rows = {r["table"]: r for r in plan["left_out_sizes"]}
     assert rows["p1"]["assumes_charged_in"] == []
@@ -79,9 +56,7 @@ def test_left_out_words_name_the_earlier_tables_they_assume(tmp_path: Path) -> N
     assert SECOND in words
     # the run: ids 0-9 (1,000 in both tables, above 790) are left out of p2; id 10, of the
     # same size but absent from p1, is kept, as the condition says
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(spec)
     conf = json.loads((tmp_path / "out/confidential/confidential.json").read_text())
     assert conf["releases"]["p2"]["left_out_by_budget"]["units"] == 10
     losses = pl.read_parquet(tmp_path / "out/confidential/per_record_losses.parquet")
@@ -101,39 +76,13 @@ def test_sizes_left_out_in_several_ranges_are_not_said_to_move_only_up(tmp_path:
     the planned unit is kept at: it is not "left out only at larger sizes".
     """
     folder = tmp_path
-    pl.DataFrame({"id": list(range(11)), "county": ["a"] * 10 + ["zz"], "state": ["s"] * 11,
-                  "payroll": [980.0] * 11}).write_parquet(folder / "d.parquet")
-    tables = "".join(
-        f'[[tables]]\nname = "{n}"\nmeasures = ["payroll"]\nby = ["{by}"]\n'
-        f'mechanism = {{ family = "gaussian", sigma = {sig!r} }}\n'
-        for n, by, sig in (("p1", "county", 1000.0), ("p2", "state", 1000.0 / 1.2 ** 0.5),
-                           ("p3", "state", 1000.0)))
-    spec = folder / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "b"
-[input]
-path = "d.parquet"
-unit = "id"
-negatives = "error"
-[domains]
-county = ["a"]
-state = ["s"]
-[budget]
-rho = {{ "1" = 1.0, "1e9" = 1.0 }}
-[randomness]
-seed = 3
-[output]
-public = "out/public"
-confidential = "out/confidential"
-{tables}""", encoding="utf-8")
+    spec = _spec(folder, 980.0, (("p1", "county", 1000.0), ("p2", "state", 1000.0 / 1.2 ** 0.5),
+                                 ("p3", "state", 1000.0)))
     plan = plan_summary(load_spec(spec))
     p3 = next(r for r in plan["left_out_sizes"] if r["table"] == "p3")
     assert len(p3["left_out_at"]) == 2
     assert p3["left_out_at"][0][1] < 980.0 < p3["left_out_at"][1][0]   # 980: planned kept
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(spec)
     conf = json.loads((folder / "out/confidential/confidential.json").read_text())
     assert conf["releases"]["p3"]["left_out_by_budget"]["units"] == 1   # id 10, absent from p1
     words = next(w for w in plan["left_out_in_words"] if w.startswith("p3:"))

@@ -8,43 +8,20 @@ engine's count stopped before confidential.json).
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
 
 import polars as pl
-
-from tabdp import cli
+from _specs import release_spec, run_quiet, table, write_release
 
 
 def _run(folder: Path, values: list[float]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"county": ["a", "b", "a"], "payroll": values}).write_parquet(
-        folder / "d.parquet")
-    spec = folder / "s.toml"
-    spec.write_text("""
-[release]
-name = "r"
-[input]
-path = "d.parquet"
-negatives = "error"
-[domains]
-county = ["a", "b"]
-[randomness]
-seed = 5
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "pay"
-measures = ["payroll"]
-by = ["county"]
-mechanism = { family = "laplace", scale = 1000.0 }
-""", encoding="utf-8")
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    run_quiet(write_release(
+        folder, pl.DataFrame({"county": ["a", "b", "a"], "payroll": values}),
+        release_spec(table("pay", ["county"], '{ family = "laplace", scale = 1000.0 }',
+                           measures=["payroll"]),
+                     input_extra='negatives = "error"', domains={"county": ["a", "b"]}, seed=5)))
     return folder / "out"
 
 

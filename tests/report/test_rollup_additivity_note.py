@@ -9,14 +9,12 @@ one by adding noisy cells" (and docs/hierarchy.md: rollups "add up? yes").
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
-
-from tabdp import cli
+from _specs import release_spec, run_quiet, table, write_release
 
 NOTE = ("The publication rules of this table (rounding to 1) act on each level separately, "
         "after the rollups added the unrounded, unclamped noisy cells: the published cells "
@@ -24,40 +22,16 @@ NOTE = ("The publication rules of this table (rounding to 1) act on each level s
 
 
 def _run(folder: Path, publication: str, consistent: bool = False) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"county": [f"c{i % 40}" for i in range(200)],
-                  "employment": [float(i % 7) for i in range(200)]}).write_parquet(
-        folder / "d.parquet")
-    counties = ", ".join(f'"c{i}"' for i in range(40))
-    spec = folder / "s.toml"
-    spec.write_text(f"""
-[release]
-name = "r"
-[input]
-path = "d.parquet"
-negatives = "error"
-[domains]
-county = [{counties}]
-[randomness]
-seed = 12
-[output]
-public = "out/public"
-confidential = "out/confidential"
-[[tables]]
-name = "emp"
-measures = ["employment"]
-by = ["county"]
-mechanism = {{ family = "gaussian", sigma = 5.0 }}
-grid = 0.1
-publication = {publication}
-{"consistent = true" if consistent else ""}
-[[tables.rollups]]
-by = []
-{"direct = true" if consistent else ""}
-""", encoding="utf-8")
-    out, err = io.StringIO(), io.StringIO()
-    assert cli.main(["run", "--test-seed", "--quiet", str(spec)], stdout=out, stderr=err) == 0, \
-        err.getvalue()
+    emp = table("emp", ["county"], '{ family = "gaussian", sigma = 5.0 }',
+                measures=["employment"],
+                extra=f"grid = 0.1\npublication = {publication}\n"
+                      f"{'consistent = true' if consistent else ''}\n"
+                      f"[[tables.rollups]]\nby = []\n{'direct = true' if consistent else ''}")
+    run_quiet(write_release(
+        folder, pl.DataFrame({"county": [f"c{i % 40}" for i in range(200)],
+                              "employment": [float(i % 7) for i in range(200)]}),
+        release_spec(emp, input_extra='negatives = "error"',
+                     domains={"county": [f"c{i}" for i in range(40)]}, seed=12)))
     return folder / "out" / "public"
 
 
