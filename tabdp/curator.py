@@ -105,7 +105,8 @@ class _Dataset:
     """A declared dataset: its source, declared schema (or None: the frame's own), unit, ledger."""
 
     def __init__(self, name: str, data: Any, schema: dict[str, pl.DataType] | None,
-                 unit: str | None, hive_partitioning: bool, ledger: Path | None = None) -> None:
+                 unit: str | None, hive_partitioning: bool | None,
+                 ledger: Path | None = None) -> None:
         self.name, self.data, self.schema = name, data, schema
         self.unit, self.hive_partitioning = unit, hive_partitioning
         self.ledger = ledger
@@ -196,7 +197,7 @@ class Curator:
 
     # -- declaring ----------------------------------------------------------------------------
     def add(self, name: str, data: Any, *, schema: Mapping[str, Any] | None = None,
-            unit: str | None = None, hive_partitioning: bool = False,
+            unit: str | None = None, hive_partitioning: bool | None = False,
             ledger: str | Path | None = None) -> None:
         """Declare a dataset an author may use (nothing is read now).
 
@@ -212,7 +213,9 @@ class Curator:
                 declared integer.
             unit: The privacy unit's column (``None``: each row is a unit); declare it in the
                 schema too when a schema is given. The author cannot change it.
-            hive_partitioning: Paths only: read ``key=value`` folders as columns.
+            hive_partitioning: Paths only: read ``key=value`` folders as columns (``None``:
+                declared columns named by the folders, as ``tabdp run`` reads a dataset that
+                leaves ``hive_partitioning`` out; what `from_config` passes then).
             ledger: The folder of a lifetime ledger (`tabdp.Ledger`, created by
                 ``tabdp ledger init`` or ``Ledger.create``): every author session on the
                 dataset is charged to it (needs ``unit``). Nothing is opened now.
@@ -254,7 +257,8 @@ class Curator:
             raise InvalidParameterError(
                 f"Curator.add: dataset {name!r} has a lifetime ledger, which is kept per unit, "
                 "but no unit.\nHint: add unit='<stable id column>' (e.g. 'estab_id').")
-        ds = _Dataset(name, data, declared, unit, bool(hive_partitioning),
+        ds = _Dataset(name, data, declared, unit,
+                      None if hive_partitioning is None else bool(hive_partitioning),
                       None if ledger is None else Path(ledger).absolute())
         if declared is None and ds.kind in ("pandas", "path"):
             raise InvalidParameterError(
@@ -327,7 +331,9 @@ class Curator:
                 data = path
             schema = getattr(decl, "schema", None) or None
             out.add(str(name), data, schema=schema, unit=getattr(decl, "unit", None),
-                    hive_partitioning=bool(getattr(decl, "hive_partitioning", False)),
+                    # left out of the file: detected, as tabdp run reads it (review rev64a:
+                    # False here gave partition columns held by folder names only as nulls)
+                    hive_partitioning=getattr(decl, "hive_partitioning", None),
                     ledger=getattr(decl, "ledger", None))
         return out
 

@@ -355,6 +355,32 @@ def test_from_config_takes_any_config_object(tmp_path: pathlib.Path) -> None:
     assert cur.session(author.name).budget is not None
 
 
+@pytest.mark.parametrize("line", ["", "hive_partitioning = true\n"])
+def test_from_file_reads_partition_folders_as_tabdp_run_does(tmp_path: pathlib.Path,
+                                                             line: str) -> None:
+    """Partition folders are read as ``tabdp run`` reads them (review rev64a).
+
+    A configuration that leaves ``hive_partitioning`` out (``tabdp run``: detected) gave the
+    Python curator no partition columns: every value of ``state``, held only by the folders'
+    names, was null, and each author's table was noise around 0.
+    """
+    for state, ids in (("01", [1, 2]), ("02", [3])):
+        (tmp_path / "data" / f"state={state}").mkdir(parents=True)
+        pl.DataFrame({"id": ids, "v": ids}).write_parquet(
+            tmp_path / "data" / f"state={state}" / "p.parquet")
+    (tmp_path / "curator.toml").write_text(
+        f'[datasets.d]\npath = "data"\n{line}'
+        'schema = { id = "Int64", state = "String", v = "Int64" }\nunit = "id"\n',
+        encoding="utf-8")
+    cur = tabdp.Curator.from_file(tmp_path / "curator.toml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "in none of its files" warning either
+        author = cur.author_session("d", seed=3)
+    out = author.count(by="state", keys=tabdp.KeySet.from_dict(state=["01", "02"]),
+                       mechanism=mech.DiscreteGaussian(sigma=1e-3))
+    assert out.sort("state")["count"].to_list() == [2, 1]
+
+
 def test_from_file_reads_the_cli_configuration(tmp_path: pathlib.Path) -> None:
     """The file ``tabdp run --curator`` reads gives the Python curator.
 

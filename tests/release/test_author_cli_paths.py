@@ -220,3 +220,37 @@ def test_a_spec_path_naming_a_device_is_not_read(tmp_path: Path,
     code, out, err = _cli(root, monkeypatch, "validate", "/dev/null")
     assert code == 2 and out == ""
     assert "not a regular file" in err
+
+
+@pytest.mark.parametrize("command", ["validate", "plan", "run"])
+@pytest.mark.parametrize("name", ["stderr.log", "failure.json", "confidential_report.html"])
+def test_a_spec_path_in_the_output_root_is_not_found_either_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, name: str) -> None:
+    # review rev64a: the output root's confidential folders hold per-record files, and some
+    # exist only on some data (stderr.log: native output while the data was read); read as a
+    # spec, a file there said "not valid TOML (at line L, column C)" and a missing one "not
+    # found", so the command line told an author whether (and how) such a file exists
+    seen = []
+    for there in (True, False):
+        root = _server(tmp_path / f"srv{there}")
+        conf = root / "releases" / "x" / "confidential"
+        conf.mkdir(parents=True)
+        if there:
+            (conf / name).write_text("thread 'main' panicked at 12345\n", encoding="utf-8")
+        seen.append(_cli(root, monkeypatch, command, f"releases/x/confidential/{name}"))
+        assert str(root) not in seen[-1][2]
+    assert seen[0] == seen[1]
+    assert seen[0][0] == 2 and "release spec file not found" in seen[0][2]
+
+
+def test_a_spec_path_of_a_ledger_anchor_is_not_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the anchor (.<ledger>.head.json, next to the ledger folder) is the ledger's too
+    root = _server(tmp_path / "srv")
+    text = (root / "curator.toml").read_text(encoding="utf-8")
+    (root / "curator.toml").write_text(text.replace(
+        'path = "data/cbp"', 'path = "data/cbp"\nunit = "v"\nledger = "led/l"'), encoding="utf-8")
+    (root / "led").mkdir()
+    (root / "led" / ".l.head.json").write_text('{"head": "abc"}', encoding="utf-8")
+    code, out, err = _cli(root, monkeypatch, "validate", "led/.l.head.json")
+    assert code == 2 and "release spec file not found" in err, err

@@ -132,7 +132,9 @@ def load_spec(path: str | Path, *, curator: CuratorConfig | None = None) -> Rele
 
 
 def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
-    """Under ``[policy] author_only``: the spec's bytes; a path in a dataset or ledger is missing.
+    """Under ``[policy] author_only``: the spec's bytes; a confidential server path is missing.
+
+    A path in a dataset, a ledger (or its anchor) or the curator's output root is missing.
 
     Review rev62a: the spec file's errors (not found, a directory, a Parquet data file, not
     TOML) told whether a server path exists, and a file of a partition folder exists exactly
@@ -142,11 +144,12 @@ def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
     so a name swapped for a link into a dataset after the check is refused, never read.
 
     Raises:
-        FileNotFoundError: The path is in a dataset or a ledger (whether it exists or not), or
-            missing.
+        FileNotFoundError: The path is in a dataset, a ledger (or is its anchor) or the output
+            root (whether it exists or not), or missing.
         OSError: Another path that cannot be read (a link swapped in since the check, a
             folder).
     """
+    from tabdp.privacy.lifetime import ledger_anchor
     from tabdp.release.curator_config import data_locations
     from tabdp.release.spec.files import _open_below
 
@@ -155,6 +158,14 @@ def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
               for p in data_locations(d.path)]
     places += [Path(os.path.realpath(d.ledger)) for d in config.datasets.values()
                if d.ledger is not None]
+    # review rev64a: a ledger's anchor (next to its folder) is the ledger's; the output root
+    # holds the releases' confidential folders, some of whose files exist only on some data
+    # (stderr.log: native output while the data was read), so read as a spec they told an
+    # author whether (and, by a parse error's line and column, how) they exist
+    places += [Path(os.path.realpath(ledger_anchor(d.ledger)))
+               for d in config.datasets.values() if d.ledger is not None]
+    if config.output_root is not None:
+        places.append(Path(os.path.realpath(config.output_root)))
     if any(real == p or p in real.parents for p in places) or not real.parts[1:]:
         raise FileNotFoundError(str(file))
     fd, parent = _open_below(Path(real.anchor), real.parts[1:])
