@@ -27,7 +27,8 @@ a release-level budget between tables; [`usability_issues`][tabdp.planning.usabi
 The forecasts are exact expectations over the noise (closed-form CDFs for additive and discrete
 mechanisms, on the public grid their estimates are rounded to, with a count's exact integer
 counterpart where a count is released with it; 256 stratified normal quantiles for
-transformation mechanisms, whose grid in transformed space is ignored). They are expectations:
+transformation mechanisms, each rounded to the grid in transformed space the release rounds
+the noisy transformed value to). They are expectations:
 the realized share of a table of n cells scatters around them by about √(p(1 − p)/n).
 
 Example:
@@ -432,6 +433,8 @@ def _probabilities(mech: Mechanism, q: np.ndarray, cv_flag: float, grid: float |
     published negative; on its grid of $10,000, 48.9% are). A discrete mechanism's integral
     grid ``k > 1`` too, with its ties to the even multiple (review rev63d: a discrete Gaussian
     σ = 20 count on a grid of 2 was forecast 47.0% negative at a total of 1; 45.1% are).
+    A transformation mechanism's ``grid`` is in transformed space: each quantile of the noisy
+    transformed value is rounded to it before the estimator, as the release does.
     """
     if isinstance(mech, DiscreteAdditiveMechanism):
         s = float(mech.noise.std())
@@ -467,9 +470,15 @@ def _probabilities(mech: Mechanism, q: np.ndarray, cv_flag: float, grid: float |
         flag = np.empty_like(q)
         neg = np.empty_like(q)
         step = max(1, _CHUNK * 64 // _QUAD_NODES)
+        # the release rounds the noisy TRANSFORMED value to its grid before the estimator
+        # (`TransformationMechanism.release_table`: ṽ = round_grid(f(q + a) + σZ)); beyond
+        # 2**40 steps the grid's spacing doubles per binade (at most 2**-40 of ṽ: ignored)
+        tg = grid if grid is not None and math.isfinite(grid) and grid > 0 else None
         for i in range(0, q.size, step):
             qq = q[i:i + step]
             v = mech.transform(qq)[:, None] + mech.sigma * z[None, :]
+            if tg is not None:
+                v = np.round(v / tg) * tg
             with np.errstate(all="ignore"):
                 est = mech.estimate(v)
                 qhat = np.maximum(mech.median_estimate(v), 0.0)
@@ -557,7 +566,9 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
     when the noisy value is below ``−grid/2``, flagged when ``|estimate| <= sd / cv_flag`` on
     the grid), and a count on an integral grid is drawn from its mechanism's exact integer
     counterpart (``Gaussian(σ)`` → ``DiscreteGaussian(σ)``), as a release spec's plan
-    forecasts them. Transformation mechanisms are forecast unrounded.
+    forecasts them. A transformation mechanism (log, root) publishes its estimator of the noisy
+    TRANSFORMED value rounded to its grid in transformed space (``grid``, default its
+    ``default_grid()``), and is forecast so.
 
     Args:
         mechanism: The mechanism the table will use.
@@ -569,6 +580,7 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
         grid: The grid step the estimates are rounded to (``None``: the mechanism's default
             grid, what ``release_table`` and a release spec use; the ``.dp`` accessor rounds
             integer measures and counts to 1 where that default is finer: pass ``grid=1.0``).
+            For a transformation mechanism, the step of the noisy transformed value.
         count: Whether the cells are counts (released with the mechanism's integer counterpart
             on an integral or default grid, `Mechanism.for_counts`).
 
@@ -1136,7 +1148,8 @@ def flag_curve(mechanism: Mechanism, totals: Sequence[float], *,
         cv_flag: The flag threshold (None: flags disabled; ``p_flagged`` is then None).
         grid: The public grid step a continuous additive mechanism's estimates are rounded to
             (None: the mechanism's default grid, as ``release_table``); discrete mechanisms are
-            on their integers, or the multiples of an integral grid > 1.
+            on their integers, or the multiples of an integral grid > 1; a transformation
+            mechanism's is the step of the noisy transformed value (in transformed space).
         count: Whether the cells are counts (released with the mechanism's integer counterpart
             on an integral or default grid, `Mechanism.for_counts`).
 
@@ -1358,8 +1371,13 @@ def _released_law(mechanism: Mechanism, grid: float | None, count: bool
       ``grid`` or, where it is ``None``, the mechanism's default grid (what ``release_table``
       and a release spec use);
     * discrete mechanisms are on their integers, or on the multiples of an integral grid
-      above 1 (ties to the even multiple), and transformation mechanisms are forecast
-      unrounded (returned grid ``None``).
+      above 1 (ties to the even multiple);
+    * a transformation mechanism (log, root) rounds the noisy TRANSFORMED value
+      ``f(q + a) + σZ`` to ``grid`` (or its default grid, the largest power of ten
+      ``<= 0.02·σ``) and publishes the estimator of that rounded value (its
+      ``release_table``; no rounding after the back-transform): the returned grid is that
+      transformed-space step (review fc64: a root table, k = 2, σ = 1, on a grid of 0.1 was
+      forecast 50.0% negative at a total of 0; 48.1% are).
 
     Args:
         mechanism: The mechanism the table is planned with.
@@ -1377,6 +1395,8 @@ def _released_law(mechanism: Mechanism, grid: float | None, count: bool
         # integer counterpart on a grid of 5 publishes multiples of 5; forecast as integers)
         return mech, (float(grid) if grid is not None and _integral_step(grid)
                       and float(grid) > 1 else None)
+    if isinstance(mech, TransformationMechanism):
+        return mech, float(mech.default_grid() if grid is None else grid)
     if not isinstance(mech, AdditiveMechanism):
         return mech, None
     return mech, float(mech.default_grid() if grid is None else grid)
