@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from tabdp._deprecation import renamed_argument
 from tabdp._validation import check_real
@@ -1178,6 +1178,62 @@ def _flag_rows(mechanism: Mechanism, grid: float | None, q: np.ndarray,
     flag, neg, _ = _probabilities(mechanism, q, 0.3 if cv_flag is None else cv_flag, grid)
     return [{"total": float(t), "p_flagged": None if cv_flag is None else float(round(f, 6)),
              "p_negative": float(round(n, 6))} for t, f, n in zip(q, flag, neg, strict=True)]
+
+
+def _uniform_smoothed_cdf(t: np.ndarray, s: float, g: float) -> np.ndarray:
+    """``P(E + g·U < t)`` for ``E ~ N(0, s²)`` and ``U`` uniform on [0, 1), independent.
+
+    ``(s/g)·(ψ(t/s) − ψ((t − g)/s))`` with ``ψ(z) = z·Φ(z) + φ(z)`` (the integral of Φ),
+    evaluated on the side where ψ is small (``ψ(z) = z + ψ(−z)``): no cancellation.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    if s <= 0.0:
+        return np.clip(t / g, 0.0, 1.0)
+
+    def psi(z: np.ndarray) -> np.ndarray:
+        return z * ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+
+    a, b = t / s, (t - g) / s
+    low = (s / g) * (psi(a) - psi(b))
+    high = 1.0 + (s / g) * (psi(-a) - psi(-b))
+    return np.clip(np.where(b > 0, high, low), 0.0, 1.0)
+
+
+def _stochastically_rounded_rows(sd: float, grid: float | None, q: np.ndarray,
+                                 cv_flag: float | None, nonnegative: bool = False
+                                 ) -> list[dict[str, Any]]:
+    """`flag_curve`'s rows for a consistent table's published cells (normal error of sd ``sd``).
+
+    A consistent table's finest cells are rounded to ``grid`` without bias (up with
+    probability equal to the fractional part: `tabdp.hierarchy.consistent`), and every
+    coarser cell is the sum of its finest cells: a cell summing one range of a rounding block
+    (every finest cell, and every cell of a table of one classification) is published as
+    ``grid·⌊(q + E)/grid + U⌋``, ``U`` uniform, ``E`` the estimator's error (normal, variance
+    ``sd² − grid²/6``: ``sd``, the published sd, includes the rounding's ``grid²/6`` per range).
+    A cell summing several ranges is forecast alike, the other ranges' rounding taken as
+    normal noise in ``E`` (its variance is ``grid²/6`` each): the lattice and the variance are
+    the published cell's, its law is not exactly. A negative estimate needs ``q + E + grid·U
+    < 0``, a flag ``|published| <= sd / cv_flag``. With ``nonnegative`` the published cells are
+    never negative (flags are judged on the unbiased estimate). ``grid`` None: unrounded.
+    ``sd`` must be > 0.
+    """
+    thr = 0.3 if cv_flag is None else cv_flag
+    if grid is None or not (math.isfinite(grid) and grid > 0):
+        from tabdp.mechanisms import Gaussian
+
+        flag, neg, _ = _probabilities(Gaussian(sigma=sd), q, thr, None)
+    else:
+        g = float(grid)
+        s = math.sqrt(max(sd * sd - g * g / 6.0, 0.0))
+        k = math.floor(sd / thr / g)          # flagged: |m·grid| <= sd / cv_flag, |m| <= k
+        flag = _uniform_smoothed_cdf((k + 1) * g - q, s, g) - _uniform_smoothed_cdf(
+            -k * g - q, s, g)
+        neg = _uniform_smoothed_cdf(-q, s, g)
+    if nonnegative:
+        neg = np.zeros_like(q)
+    return [{"total": float(t), "p_flagged": None if cv_flag is None else float(round(f, 6)),
+             "p_negative": float(round(n, 6))} for t, f, n in zip(q, np.clip(flag, 0.0, 1.0),
+                                                                   neg, strict=True)]
 
 
 #: Relative float noise `upper_3g` tolerates: a bound at most this far above its nearest
