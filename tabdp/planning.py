@@ -27,7 +27,8 @@ a release-level budget between tables; [`usability_issues`][tabdp.planning.usabi
 The forecasts are exact expectations over the noise (closed-form CDFs for additive and discrete
 mechanisms, on the public grid their estimates are rounded to, with a count's exact integer
 counterpart where a count is released with it; 256 stratified normal quantiles for
-transformation mechanisms, whose grid in transformed space is ignored). They are expectations:
+transformation mechanisms, each rounded to the grid in transformed space the release rounds
+the noisy transformed value to). They are expectations:
 the realized share of a table of n cells scatters around them by about √(p(1 − p)/n).
 
 Example:
@@ -50,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from tabdp._deprecation import renamed_argument
 from tabdp._validation import check_real
@@ -432,6 +433,8 @@ def _probabilities(mech: Mechanism, q: np.ndarray, cv_flag: float, grid: float |
     published negative; on its grid of $10,000, 48.9% are). A discrete mechanism's integral
     grid ``k > 1`` too, with its ties to the even multiple (review rev63d: a discrete Gaussian
     σ = 20 count on a grid of 2 was forecast 47.0% negative at a total of 1; 45.1% are).
+    A transformation mechanism's ``grid`` is in transformed space: each quantile of the noisy
+    transformed value is rounded to it before the estimator, as the release does.
     """
     if isinstance(mech, DiscreteAdditiveMechanism):
         s = float(mech.noise.std())
@@ -467,9 +470,15 @@ def _probabilities(mech: Mechanism, q: np.ndarray, cv_flag: float, grid: float |
         flag = np.empty_like(q)
         neg = np.empty_like(q)
         step = max(1, _CHUNK * 64 // _QUAD_NODES)
+        # the release rounds the noisy TRANSFORMED value to its grid before the estimator
+        # (`TransformationMechanism.release_table`: ṽ = round_grid(f(q + a) + σZ)); beyond
+        # 2**40 steps the grid's spacing doubles per binade (at most 2**-40 of ṽ: ignored)
+        tg = grid if grid is not None and math.isfinite(grid) and grid > 0 else None
         for i in range(0, q.size, step):
             qq = q[i:i + step]
             v = mech.transform(qq)[:, None] + mech.sigma * z[None, :]
+            if tg is not None:
+                v = np.round(v / tg) * tg
             with np.errstate(all="ignore"):
                 est = mech.estimate(v)
                 qhat = np.maximum(mech.median_estimate(v), 0.0)
@@ -557,7 +566,9 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
     when the noisy value is below ``−grid/2``, flagged when ``|estimate| <= sd / cv_flag`` on
     the grid), and a count on an integral grid is drawn from its mechanism's exact integer
     counterpart (``Gaussian(σ)`` → ``DiscreteGaussian(σ)``), as a release spec's plan
-    forecasts them. Transformation mechanisms are forecast unrounded.
+    forecasts them. A transformation mechanism (log, root) publishes its estimator of the noisy
+    TRANSFORMED value rounded to its grid in transformed space (``grid``, default its
+    ``default_grid()``), and is forecast so.
 
     Args:
         mechanism: The mechanism the table will use.
@@ -569,6 +580,7 @@ def forecast(mechanism: Mechanism, cell_totals: ArrayLike, *,
         grid: The grid step the estimates are rounded to (``None``: the mechanism's default
             grid, what ``release_table`` and a release spec use; the ``.dp`` accessor rounds
             integer measures and counts to 1 where that default is finer: pass ``grid=1.0``).
+            For a transformation mechanism, the step of the noisy transformed value.
         count: Whether the cells are counts (released with the mechanism's integer counterpart
             on an integral or default grid, `Mechanism.for_counts`).
 
@@ -1136,7 +1148,8 @@ def flag_curve(mechanism: Mechanism, totals: Sequence[float], *,
         cv_flag: The flag threshold (None: flags disabled; ``p_flagged`` is then None).
         grid: The public grid step a continuous additive mechanism's estimates are rounded to
             (None: the mechanism's default grid, as ``release_table``); discrete mechanisms are
-            on their integers, or the multiples of an integral grid > 1.
+            on their integers, or the multiples of an integral grid > 1; a transformation
+            mechanism's is the step of the noisy transformed value (in transformed space).
         count: Whether the cells are counts (released with the mechanism's integer counterpart
             on an integral or default grid, `Mechanism.for_counts`).
 
@@ -1165,6 +1178,62 @@ def _flag_rows(mechanism: Mechanism, grid: float | None, q: np.ndarray,
     flag, neg, _ = _probabilities(mechanism, q, 0.3 if cv_flag is None else cv_flag, grid)
     return [{"total": float(t), "p_flagged": None if cv_flag is None else float(round(f, 6)),
              "p_negative": float(round(n, 6))} for t, f, n in zip(q, flag, neg, strict=True)]
+
+
+def _uniform_smoothed_cdf(t: np.ndarray, s: float, g: float) -> np.ndarray:
+    """``P(E + g·U < t)`` for ``E ~ N(0, s²)`` and ``U`` uniform on [0, 1), independent.
+
+    ``(s/g)·(ψ(t/s) − ψ((t − g)/s))`` with ``ψ(z) = z·Φ(z) + φ(z)`` (the integral of Φ),
+    evaluated on the side where ψ is small (``ψ(z) = z + ψ(−z)``): no cancellation.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    if s <= 0.0:
+        return np.clip(t / g, 0.0, 1.0)
+
+    def psi(z: np.ndarray) -> np.ndarray:
+        return z * ndtr(z) + np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+
+    a, b = t / s, (t - g) / s
+    low = (s / g) * (psi(a) - psi(b))
+    high = 1.0 + (s / g) * (psi(-a) - psi(-b))
+    return np.clip(np.where(b > 0, high, low), 0.0, 1.0)
+
+
+def _stochastically_rounded_rows(sd: float, grid: float | None, q: np.ndarray,
+                                 cv_flag: float | None, nonnegative: bool = False
+                                 ) -> list[dict[str, Any]]:
+    """`flag_curve`'s rows for a consistent table's published cells (normal error of sd ``sd``).
+
+    A consistent table's finest cells are rounded to ``grid`` without bias (up with
+    probability equal to the fractional part: `tabdp.hierarchy.consistent`), and every
+    coarser cell is the sum of its finest cells: a cell summing one range of a rounding block
+    (every finest cell, and every cell of a table of one classification) is published as
+    ``grid·⌊(q + E)/grid + U⌋``, ``U`` uniform, ``E`` the estimator's error (normal, variance
+    ``sd² − grid²/6``: ``sd``, the published sd, includes the rounding's ``grid²/6`` per range).
+    A cell summing several ranges is forecast alike, the other ranges' rounding taken as
+    normal noise in ``E`` (its variance is ``grid²/6`` each): the lattice and the variance are
+    the published cell's, its law is not exactly. A negative estimate needs ``q + E + grid·U
+    < 0``, a flag ``|published| <= sd / cv_flag``. With ``nonnegative`` the published cells are
+    never negative (flags are judged on the unbiased estimate). ``grid`` None: unrounded.
+    ``sd`` must be > 0.
+    """
+    thr = 0.3 if cv_flag is None else cv_flag
+    if grid is None or not (math.isfinite(grid) and grid > 0):
+        from tabdp.mechanisms import Gaussian
+
+        flag, neg, _ = _probabilities(Gaussian(sigma=sd), q, thr, None)
+    else:
+        g = float(grid)
+        s = math.sqrt(max(sd * sd - g * g / 6.0, 0.0))
+        k = math.floor(sd / thr / g)          # flagged: |m·grid| <= sd / cv_flag, |m| <= k
+        flag = _uniform_smoothed_cdf((k + 1) * g - q, s, g) - _uniform_smoothed_cdf(
+            -k * g - q, s, g)
+        neg = _uniform_smoothed_cdf(-q, s, g)
+    if nonnegative:
+        neg = np.zeros_like(q)
+    return [{"total": float(t), "p_flagged": None if cv_flag is None else float(round(f, 6)),
+             "p_negative": float(round(n, 6))} for t, f, n in zip(q, np.clip(flag, 0.0, 1.0),
+                                                                   neg, strict=True)]
 
 
 #: Relative float noise `upper_3g` tolerates: a bound at most this far above its nearest
@@ -1358,8 +1427,13 @@ def _released_law(mechanism: Mechanism, grid: float | None, count: bool
       ``grid`` or, where it is ``None``, the mechanism's default grid (what ``release_table``
       and a release spec use);
     * discrete mechanisms are on their integers, or on the multiples of an integral grid
-      above 1 (ties to the even multiple), and transformation mechanisms are forecast
-      unrounded (returned grid ``None``).
+      above 1 (ties to the even multiple);
+    * a transformation mechanism (log, root) rounds the noisy TRANSFORMED value
+      ``f(q + a) + σZ`` to ``grid`` (or its default grid, the largest power of ten
+      ``<= 0.02·σ``) and publishes the estimator of that rounded value (its
+      ``release_table``; no rounding after the back-transform): the returned grid is that
+      transformed-space step (review fc64: a root table, k = 2, σ = 1, on a grid of 0.1 was
+      forecast 50.0% negative at a total of 0; 48.1% are).
 
     Args:
         mechanism: The mechanism the table is planned with.
@@ -1377,6 +1451,8 @@ def _released_law(mechanism: Mechanism, grid: float | None, count: bool
         # integer counterpart on a grid of 5 publishes multiples of 5; forecast as integers)
         return mech, (float(grid) if grid is not None and _integral_step(grid)
                       and float(grid) > 1 else None)
+    if isinstance(mech, TransformationMechanism):
+        return mech, float(mech.default_grid() if grid is None else grid)
     if not isinstance(mech, AdditiveMechanism):
         return mech, None
     return mech, float(mech.default_grid() if grid is None else grid)

@@ -420,8 +420,13 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
     * ``grid``: finest cells rounded to multiples of ``grid`` without bias (up with
       probability equal to the fractional part), systematically along each block (one code of
       the classification with fewer codes, down the other's leaves in tree order): every range
-      of a block is off by less than one step; every level is then an exact integer multiple
-      of ``grid``, and parents equal the sums of their children exactly. The sd and the
+      of a block is off by less than one step, counted in whole steps; every level is then an
+      exact integer multiple of ``grid``, and parents equal the sums of their children exactly
+      (in whole steps). The published doubles add float64's rounding: a cell is off from its
+      unrounded estimate by less than one step plus ``2**-51`` of its magnitude (under
+      ``1 + 2**-11`` steps within ``2**40`` steps of 0; beyond ``2**53`` steps, where float64
+      cannot hold every multiple of the step, by several steps). The finest cells' magnitudes
+      must add up to less than ``2**61`` steps: a table beyond is returned unrounded. The sd and the
       margins include the rounding (variance ``grid²/6`` on average per block range below a
       cell: e.g. 30 counties at sd 2 under a state released at sd 3: 2.92 on grid 1, 2.89
       without, 3.0 for the state's direct release; independent rounding of the 30 counties
@@ -594,7 +599,8 @@ def consistent(released: Mapping[Level, pl.DataFrame], *, measures: Sequence[str
             # is shared), so rounding each to the nearest would add up to n/2 at the parent,
             # and rounding them independently adds n/6 grid² of variance to a cell of n
             # finest cells; along a block, every range of cells is off by less than one step
-            # a table whose finest estimates reach 2**62 grid steps (or are not finite) is
+            # (in whole steps; the doubles add up to 2**-51 of the value, docstring)
+            # a table whose finest estimates reach 2**61 grid steps (or are not finite) is
             # published unrounded: the rounding counts in int64, and refusing would let one
             # huge noisy value stop the release (it is post-processing of the noisy values, and
             # at that size a step is below 2**-62 of the value)

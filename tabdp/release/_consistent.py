@@ -291,7 +291,11 @@ def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
     A published cell of a consistent table is the GLS estimate, not one level's release: its
     forecast uses the estimate's expected sd at that level (median over the level's cells,
     from each measured level's own mechanism under ``shares``), as a Gaussian error of that sd
-    (exact for Gaussian mechanisms; the normal approximation otherwise).
+    (exact for Gaussian mechanisms; the normal approximation otherwise), on the table's grid
+    with the unbiased (stochastic) rounding the consistent estimate publishes
+    (`tabdp.planning._stochastically_rounded_rows`: exact for a cell summing one range of a
+    rounding block, e.g. every finest cell; the lattice and variance of the rounding of a
+    cell summing several, its law approximated), never negative with ``nonnegative``.
 
     Args:
         spec: The spec.
@@ -307,8 +311,7 @@ def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
         >>> consistent_outlook.__name__
         'consistent_outlook'
     """
-    from tabdp.mechanisms import Gaussian
-    from tabdp.planning import _cells, _flag_rows
+    from tabdp.planning import _cells, _stochastically_rounded_rows
 
     if not t.consistent:
         return None
@@ -322,10 +325,17 @@ def consistent_outlook(spec: ReleaseSpec, t: TableSpec, totals: Sequence[float],
         return None
     levels = []
     q = _cells(list(totals))
+    # the grid the finest cells are rounded to without bias (`consistent`: integer = true
+    # rounds to whole numbers); a label (a relative grid) is not a step: unrounded
+    g = 1.0 if t.integer else table_grid(t, _table_mechanism(t), measures).get(measures[0])
+    step = float(g) if isinstance(g, (int, float)) and not isinstance(g, bool) else None
     for r in rows:
         sd = float(r["sd_median"])
-        # the consistent estimate's rounding to the grid is unbiased: the unrounded law (grid
-        # None), not `flag_curve`'s nearest-point rounding to a Gaussian's default grid
-        fc = _flag_rows(Gaussian(sigma=sd), None, q, cv_flag) if sd > 0 else None
+        # published cells are on the grid, stochastically rounded (not nearest-point rounded):
+        # an empty cell's estimate is 0 more often, negative less often than the unrounded
+        # law says (review fc64: discrete Gaussian counts, sd 2 on grid 1, 50.0% forecast
+        # negative at a total of 0, 41% are); with nonnegative, never negative
+        fc = _stochastically_rounded_rows(sd, step, q, cv_flag, nonnegative=bool(
+            t.nonnegative)) if sd > 0 else None
         levels.append({"level": r["level"], "sd": sd, "flag_curve": fc})
     return {"flag_curve": levels[0]["flag_curve"], "levels": levels}

@@ -130,8 +130,14 @@ COLUMN_DOCS: dict[str, str] = {
                 "and a consistent table's nonnegative (flag B) may move it further. In a "
                 "consistent table (the summary's consistent entry) it is instead the "
                 "generalized least squares combination of the measured levels, whose finest "
-                "cells are rounded to the grid without bias (each by less than one step) and "
-                "every coarser cell the exact sum of its finest cells",
+                "cells are rounded to the grid without bias, each by less than one step "
+                "counted in whole steps (the published double is off from its consistent "
+                "estimate by less than one step plus 2^-51 of its magnitude: under 1 + 2^-11 "
+                "steps where |estimate| <= 2^40 x grid; beyond 2^53 grid steps float64 cannot "
+                "hold every multiple of the step and a cell can move by several steps), and "
+                "every coarser cell the exact sum of its finest cells in whole steps (a table "
+                "whose finest cells add up to 2^61 grid steps or more in magnitude is left "
+                "unrounded by the consistent step and rounded cell by cell to the grid)",
     "sd": "standard deviation of the estimate: the noise's (plug-in from the estimate for "
           "transformation mechanisms; inf where it does not exist). The grid rounding of a "
           "table's cells is not included: at a grid of at most a tenth of the sd it adds under "

@@ -88,8 +88,7 @@ def test_consistent_from_release_refuses_unknown(tmp_path: Path) -> None:
 
 def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     """spec_outlook: a consistent table's forecast is its published cells' (issue 30)."""
-    from tabdp.mechanisms import Gaussian
-    from tabdp.planning import _cells, _flag_rows, flag_curve, spec_outlook
+    from tabdp.planning import _cells, _stochastically_rounded_rows, flag_curve, spec_outlook
 
     shares = {"county_naics2": 0.9, "state_naics2": 0.05, "county": 0.05}
     spec = parse_spec(_spec(tmp_path, shares=shares), tmp_path)
@@ -107,9 +106,9 @@ def test_outlook_uses_each_level_and_the_consistent_sd(tmp_path: Path) -> None:
     cv = t.publication.cv_flag
     for r in cons:
         assert levels[r["level"]]["sd"] == pytest.approx(r["sd_median"])
-        # unrounded: the consistent estimate's rounding is unbiased
-        assert levels[r["level"]]["flag_curve"] == _flag_rows(
-            Gaussian(sigma=r["sd_median"]), None, _cells(totals), cv)
+        # on the table's grid (1), stochastically rounded as `consistent` publishes it
+        assert levels[r["level"]]["flag_curve"] == _stochastically_rounded_rows(
+            r["sd_median"], 1.0, _cells(totals), cv)
     assert out["flag_curve"] == levels["county_naics2"]["flag_curve"]
     # the finest level's share (0.9) gives it a larger sd than the whole budget's sigma = 3
     assert levels["county_naics2"]["sd"] > 3.0
