@@ -149,3 +149,23 @@ def test_html_summary_states_the_consistent_estimate(tmp_path: Path) -> None:
     # no longer only under "Other settings"
     other = page.split("<h4>Other settings</h4>")
     assert len(other) == 1 or "expected_sd" not in other[1].split("</section>")[0]
+
+
+@pytest.mark.parametrize(("sigma", "refused"), [(3.0, True), (100.0, False)])
+def test_integer_without_a_grid_is_checked_against_the_default_grid(
+        tmp_path: Path, sigma: float, refused: bool) -> None:
+    """Spec integer = true, no grid: refused before data where the default grid is not 1.
+
+    The run publishes on the mechanism's default grid (0.01 for sigma 3), which the consistent
+    step refused only after the data had been read and released (review fc64).
+    """
+    spec = _spec(tmp_path, integer=True, mechanism={"family": "gaussian", "sigma": sigma})
+    del spec["tables"][0]["grid"]
+    if refused:
+        with pytest.raises(SpecError, match="default grid 0.01"):
+            parse_spec(spec, tmp_path)
+    else:
+        parsed = parse_spec(spec, tmp_path)
+        res = run_release(parsed, test_seed=True)
+        cn = pl.read_parquet(Path(res.public) / "cn.parquet")
+        assert (cn["estimate"] == cn["estimate"].round(0)).all()

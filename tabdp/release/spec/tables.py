@@ -433,6 +433,8 @@ def _parse_table(raw: Any, i: int, base: Path, release: ReleaseInfo, inp: InputS
             _check_releasable(m, _join(f"{tp}.shares", lb), {"family": raw_mech["family"],
                                                               **m.params()})
     opts = {o: _parse_option(d, o, tp, consistent, grid) for o in ("nonnegative", "integer")}
+    if opts["integer"] and grid is None:
+        _check_integer_default_grid(tp, [mech, *level_mechs.values()], kind, measures)
     if grid is not None:
         checked: list[tuple[str | None, Any]] = [(None, mech), *level_mechs.items()]
         for level_label, level_mech in checked:
@@ -477,6 +479,27 @@ def _parse_option(d: Mapping[str, Any], key: str, tp: str, consistent: bool,
             _fail(f"{tp}.integer", f"integer = true rounds to whole numbers; the table's grid "
                                    f"is {_show(grid)}.", "set grid = 1.0, or remove integer.")
     return on
+
+
+def _check_integer_default_grid(tp: str, mechs: Sequence[Any], kind: str,
+                                measures: Sequence[str]) -> None:
+    """``integer = true`` without a grid: every mechanism's default grid must be 1.
+
+    The run publishes a consistent table on its mechanisms' default grids when the spec leaves
+    ``grid`` out, and the whole-number rounding needs a grid of 1; refused here, before any
+    data is read, rather than by the consistent step after the release.
+    """
+    names = measures if kind == "sum" and measures else ("count",)
+    for m in mechs:
+        for name in names:
+            one = m.measure_mechanism(name) if getattr(m, "joint", False) else m
+            g = one.default_grid()
+            step = float(g) if isinstance(g, (int, float)) and not isinstance(g, bool) else None
+            if step is not None and step != 1.0:
+                _fail(f"{tp}.integer",
+                      f"integer = true rounds to whole numbers; the table leaves grid out, so "
+                      f"its estimates are on the mechanism's default grid {_show(step)}.",
+                      "set grid = 1.0, or remove integer.")
 
 
 def _parse_shares(raw: Any, path: str, by: tuple[str, ...], rollups: tuple[RollupSpec, ...],
