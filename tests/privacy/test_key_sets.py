@@ -218,3 +218,41 @@ def test_pandas_nullable_float_keeps_nan_and_na_apart(dtype: str) -> None:
     got = author.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, 2.0, float("nan"), None]),
                      mechanism=Gaussian(1e-4), nulls="zero", negatives="zero")
     assert got["x"].round(2).tolist() == [1.0, 8.0, 2.0, 4.0]
+
+
+# origin: review rev64b. The published key columns of a pandas input with a nullable or
+# Arrow-backed key dtype went through NumPy: a null key made the dtype check fail (``NA == NA``
+# is not true), so the column came back as float64 / object, and a float column's NaN key and
+# null key were both published as NaN: two cells with one label.
+def test_pandas_nullable_float_keys_published_apart_in_the_input_dtype() -> None:
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    for col in (pd.arrays.FloatingArray(np.array([1.0, np.nan, 0.0]),
+                                        np.array([False, False, True])),
+                pd.Series(pa.array([1.0, float("nan"), None]),
+                          dtype=pd.ArrowDtype(pa.float64())).array):
+        pdf = pd.DataFrame({"k": col, "x": [1.0, 2.0, 4.0]})
+        out = pdf.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[1.0, float("nan"), None]),
+                         mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1))
+        assert out["k"].dtype == pdf["k"].dtype
+        assert out["x"].round(2).tolist() == [1.0, 2.0, 4.0]
+        assert pd.isna(out["k"]).tolist() == [False, False, True]  # NaN is a value, NA missing
+        assert np.isnan(float(out["k"].iloc[1]))
+
+
+@pytest.mark.parametrize(("dtype", "vals"), [("boolean", [True, None]),
+                                             ("string[python]", ["a", None]),
+                                             ("int64[pyarrow]", [2**53 + 1, None]),
+                                             ("string[pyarrow]", ["é", None])])
+def test_pandas_nullable_keys_with_a_null_key_keep_the_input_dtype(dtype: str,
+                                                                   vals: list) -> None:
+    import pandas as pd
+
+    pdf = pd.DataFrame({"k": pd.array(vals, dtype=dtype), "x": [1.0, 2.0]})
+    for form in ("wide", "long"):
+        out = pdf.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=vals),
+                         mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1), form=form)
+        assert out["k"].dtype == pdf["k"].dtype
+        assert out["k"].iloc[0] == vals[0] and pd.isna(out["k"].iloc[1])
