@@ -256,3 +256,49 @@ def test_pandas_nullable_keys_with_a_null_key_keep_the_input_dtype(dtype: str,
                          mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1), form=form)
         assert out["k"].dtype == pdf["k"].dtype
         assert out["k"].iloc[0] == vals[0] and pd.isna(out["k"].iloc[1])
+
+
+# origin: review rev64b. Key dtypes that Polars cannot convert (text against date keys, a
+# timestamp against time keys, ...) failed with Polars' own error after the release began
+# reading the data, and ran on an empty frame; text against duration keys failed only when a
+# record's key read as a number ("5"), so in author mode whether a release ran (or was the
+# DataFailure) told whether such a record existed. Refused from the two dtypes now.
+@pytest.mark.parametrize(("data", "key"), [
+    (pl.Series(["x", "5"]), [__import__("datetime").timedelta(0)]),
+    (pl.Series(["2020-01-01", "x"]), [__import__("datetime").date(2020, 1, 1)]),
+    (pl.Series([__import__("datetime").datetime(2020, 1, 1, 1)]), [__import__("datetime").time(1)]),
+    (pl.Series([True, False]), [__import__("datetime").date(2020, 1, 1)]),
+])
+def test_key_dtypes_polars_cannot_convert_are_refused_whatever_the_data(data, key) -> None:
+    keys = tabdp.KeySet.from_dict(k=key)
+    for frame in (pl.DataFrame({"k": data, "x": [1.0] * len(data)}),
+                  pl.DataFrame({"k": data.clear(), "x": pl.Series([], dtype=pl.Float64)})):
+        for f in (frame, frame.lazy()):
+            with pytest.raises(ColumnTypeError, match="cannot compare"):
+                f.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1.0),
+                         session=tabdp.Session(seed=1))
+    # the author of a curator's dataset: refused from the dtypes, never a DataFailure
+    for vals in (["x", "y"], ["x", "5"]):
+        if data.dtype != pl.String:
+            break
+        cur = tabdp.Curator(seed=1)
+        cur.add("d", pl.DataFrame({"k": vals, "x": [1.0, 2.0]}),
+                schema={"k": "String", "x": "Float64"})
+        with pytest.raises(ColumnTypeError, match="cannot compare"):
+            cur.author_session("d").sum("x", by="k", keys=keys, mechanism=Gaussian(1.0),
+                                        nulls="zero", negatives="zero")
+
+
+# origin: review rev64b. Bytes against text keys were compared as text: a record's bytes that
+# are not UTF-8 made Polars' cast fail, so the release failed (in author mode: the
+# DataFailure) because of one record. They are compared as bytes now.
+def test_binary_keys_against_text_keys_compare_as_bytes() -> None:
+    df = pl.DataFrame({"k": pl.Series([b"a", b"\xff", b"b", "é".encode()], dtype=pl.Binary),
+                       "x": [1.0, 2.0, 4.0, 8.0]})
+    keys = tabdp.KeySet.from_dict(k=["a", "b", "é", "z"])
+    for f in (df, df.lazy(), df.to_pandas()):
+        s = tabdp.Session(seed=1)
+        out = f.dp.sum("x", by="k", keys=keys, mechanism=Gaussian(1e-4), session=s)
+        out = out if isinstance(out, pl.DataFrame) else pl.from_pandas(out)
+        assert out["x"].round(2).to_list() == [1.0, 4.0, 8.0, 0.0]
+        assert s.report().confidential_summary()["queries"][0]["rows_outside_keys"] == 1
