@@ -302,7 +302,9 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
 
     pandas key columns get the input column's dtype back (a categorical's categories are the
     key set's values, in every mode, as the input's may come from the data; its ``ordered``
-    flag is kept); Polars frames were cast by `assemble`.
+    flag is kept; a nullable or Arrow-backed dtype keeps a null key as ``NA`` and a NaN key
+    apart from it; a NumPy bool column with a null key becomes ``boolean``); Polars frames
+    were cast by `assemble`.
 
     Args:
         out: The assembled Polars frame.
@@ -335,6 +337,10 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
                                         ordered=want.ordered)
             df[c] = pd.Categorical(vals, dtype=dtype)
         elif df[c].dtype != want:
+            if want == np.dtype(bool) and out[c].null_count():
+                # a null key in a NumPy bool column: pandas' nullable boolean, as an integer
+                # column becomes a nullable integer (`pandas_exact`), not object
+                want = pd.BooleanDtype()
             exact = _pandas_extension_keys(out[c], want)
             if exact is not None:
                 df[c] = exact

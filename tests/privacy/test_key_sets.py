@@ -242,6 +242,20 @@ def test_pandas_nullable_float_keys_published_apart_in_the_input_dtype() -> None
         assert np.isnan(float(out["k"].iloc[1]))
 
 
+def test_pandas_bool_key_with_a_null_key_is_nullable_boolean() -> None:
+    import numpy as np
+    import pandas as pd
+
+    pdf = pd.DataFrame({"k": np.array([True, False]), "x": [1.0, 2.0]})
+    out = pdf.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[True, None, False]),
+                     mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1))
+    assert out["k"].dtype == pd.BooleanDtype()  # was object, with None
+    assert out["k"].iloc[0] and pd.isna(out["k"].iloc[1]) and not out["k"].iloc[2]
+    both = pdf.dp.sum("x", by="k", keys=tabdp.KeySet.from_dict(k=[True, False]),
+                      mechanism=Gaussian(1e-4), session=tabdp.Session(seed=1))
+    assert both["k"].dtype == np.dtype(bool)  # no null key: the input's dtype
+
+
 @pytest.mark.parametrize(("dtype", "vals"), [("boolean", [True, None]),
                                              ("string[python]", ["a", None]),
                                              ("int64[pyarrow]", [2**53 + 1, None]),
