@@ -40,7 +40,6 @@ from tabdp._defaults import NEGATIVES as DEFAULT_NEGATIVES
 from tabdp._numeric import add_up, add_up_into, work_pool, work_threads
 from tabdp._reserved import RESERVED, is_reserved
 from tabdp._reserved import ROW_ID as _ROW_ID
-from tabdp._temporal import formattable
 from tabdp._validation import check_level
 from tabdp.exceptions import (
     ColumnNotFoundError,
@@ -59,7 +58,7 @@ from tabdp.frame._output import (
 )
 from tabdp.frame.backends import is_pandas_frame, output_library, release_engine
 from tabdp.frame.binding import cached_snapshot, choose_ledger, keep_snapshot, use_engine
-from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys
+from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys, key_conversion
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY, joint_currency
@@ -950,17 +949,7 @@ def _cells(frame: _Frame, schema: pl.Schema, keys: KeySet, by: list[str], name: 
     for c in by:
         target = targets[c]
         if target is not None and target != schema[c]:
-            # a date Polars cannot format as text is null before a cast to text (a Rust
-            # panic otherwise, whose message reached the author's stderr; review R14)
-            src = formattable(pl.col(c), schema[c]) if target == pl.String else pl.col(c)
-            conv = src.cast(target, strict=False)
-            if target == pl.String and schema[c].is_temporal():
-                # a date or time as text is exact wherever it can be formatted (Polars 2
-                # has no cast back from text to a date: the check failed every such
-                # release, after the data was read; review R16)
-                back_ok = conv.is_not_null()
-            else:
-                back_ok = conv.cast(schema[c], strict=False).eq_missing(pl.col(c))
+            conv, back_ok = key_conversion(c, schema[c], target)
             frame = frame.with_columns(
                 pl.when(back_ok | pl.col(c).is_null()).then(conv).otherwise(None)
                 .alias(f"{tmp}k:{c}"),

@@ -302,7 +302,9 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
 
     pandas key columns get the input column's dtype back (a categorical's categories are the
     key set's values, in every mode, as the input's may come from the data; its ``ordered``
-    flag is kept); Polars frames were cast by `assemble`.
+    flag is kept; a nullable or Arrow-backed dtype keeps a null key as ``NA`` and a NaN key
+    apart from it; a NumPy bool column with a null key becomes ``boolean``); Polars frames
+    were cast by `assemble`.
 
     Args:
         out: The assembled Polars frame.
@@ -335,6 +337,14 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
                                         ordered=want.ordered)
             df[c] = pd.Categorical(vals, dtype=dtype)
         elif df[c].dtype != want:
+            if want == np.dtype(bool) and out[c].null_count():
+                # a null key in a NumPy bool column: pandas' nullable boolean, as an integer
+                # column becomes a nullable integer (`pandas_exact`), not object
+                want = pd.BooleanDtype()
+            exact = _pandas_extension_keys(out[c], want)
+            if exact is not None:
+                df[c] = exact
+                continue
             try:
                 conv = df[c].astype(want)
                 if (conv.astype(object) == df[c].astype(object)).all():
@@ -342,6 +352,48 @@ def to_native(out: pl.DataFrame, native: Any, backend: str, keys: Sequence[str])
             except (TypeError, ValueError, OverflowError):
                 pass
     return df
+
+
+def _pandas_extension_keys(keys: pl.Series, want: Any) -> Any:
+    """The key column ``keys`` as a pandas extension array of dtype ``want``, if lossless.
+
+    pandas' nullable (``Float64``, ``boolean``, ``string``, ``Int32``...) and Arrow-backed
+    (``double[pyarrow]``...) dtypes hold a null key as ``NA`` and, for floats, a NaN key apart
+    from it. Going through NumPy (``to_pandas``, then ``astype``) lost both: a null made the
+    value check fail (``NA == NA`` is not true), so the column kept NumPy's dtype, and a float
+    column's NaN and null keys both became NaN: two cells of one label (review rev64b). Built
+    from the Arrow data (a masked float array from its values and null mask, as pandas would
+    turn NaN into ``NA`` otherwise) and kept only when it converts back to the same keys
+    (nulls and NaN included); ``None`` otherwise (the caller's NumPy path). Depends on the
+    public keys and the input's dtype only.
+    """
+    import pandas as pd  # a pandas output: pandas is imported already
+    import pyarrow as pa
+
+    if not isinstance(want, pd.api.extensions.ExtensionDtype) or isinstance(
+            want, pd.CategoricalDtype) or not hasattr(want, "__from_arrow__"):
+        return None
+    try:
+        if isinstance(want, (pd.Float32Dtype, pd.Float64Dtype)):
+            if not keys.dtype.is_float():
+                return None
+            values: np.ndarray[Any, np.dtype[np.floating[Any]]] = np.asarray(
+                keys.fill_null(0.0).to_numpy(),
+                dtype=np.float32 if isinstance(want, pd.Float32Dtype) else np.float64)
+            arr: Any = pd.arrays.FloatingArray(values, keys.is_null().to_numpy())
+        else:
+            src = keys.to_arrow()
+            if isinstance(want, pd.ArrowDtype):
+                src = src.cast(want.pyarrow_dtype, safe=True)
+            arr = want.__from_arrow__(src)
+        if arr.dtype != want:
+            return None
+        back = pl.Series(pa.array(arr)).cast(keys.dtype, strict=True)
+        if len(back) != len(keys) or not back.eq_missing(keys).all():
+            return None
+        return pd.Series(arr, name=keys.name)
+    except Exception:  # noqa: BLE001 - the keys do not fit the dtype: the NumPy path decides
+        return None
 
 
 def long_to_wide(long: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:

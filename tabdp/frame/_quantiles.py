@@ -219,6 +219,9 @@ class GroupPrivacyPolicy:
 def quantile_label(column: str, q: float, median: bool) -> str:
     """Output column name: ``{column}_median`` or ``{column}_q{100q}``.
 
+    ``100q`` is written in full to 10 decimals (``q = 0.9999999`` is ``q99.99999``; it was
+    rounded to 6 significant digits, ``q100``: the label of the maximum, review rev64b).
+
     Args:
         column: Measure column.
         q: Quantile level.
@@ -230,10 +233,12 @@ def quantile_label(column: str, q: float, median: bool) -> str:
     Example:
         >>> quantile_label("payroll", 0.9, False), quantile_label("payroll", 0.975, False)
         ('payroll_q90', 'payroll_q97.5')
+        >>> quantile_label("payroll", 0.9999999, False), quantile_label("pay", 0.07, False)
+        ('payroll_q99.99999', 'pay_q7')
     """
     if median:
         return f"{column}_median"
-    return f"{column}_q{round(q * 100.0, 10):g}"
+    return f"{column}_q{round(q * 100.0, 10):.15g}"
 
 
 def _check_bounds(bounds: Any) -> tuple[float, float]:

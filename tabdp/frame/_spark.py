@@ -1444,6 +1444,8 @@ def _cell_keys(keys: KeySet, by: list[str], schema: dict[str, Any]
             target = want
         if target == pl.Int128:
             target = pl.Int64  # Spark integers are at most 64-bit: larger keys match no row
+        if target == pl.Binary and pl.Binary != want:
+            target = want  # bytes against text: Spark casts bytes to text without failing
         try:
             kc = keys_pl[c].cast(target, strict=target != pl.Int64)
         except Exception as err:  # the public key set does not convert: data-free error

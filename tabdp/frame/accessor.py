@@ -102,15 +102,16 @@ class DPAccessor(Generic[_Out]):
             name: Label of the release in the session's report (default ``q<i>_sum``).
             grid: Public rounding grid of the estimates: a step (e.g. ``1.0`` dollar), a dict
                 ``{measure: step}``, or ``None`` for each mechanism's documented default (for a
-                measure of an integer dtype, a step of 1 where that default is finer: integer
-                measures stay whole numbers). Estimates are the exact noisy values rounded to
-                the grid (docs/exact-rounding.md). A step may be at most a tenth of the noise's
-                sd (σ/10 in transformed space for transformation mechanisms; a discrete
-                mechanism's exact integers, step 1, are always allowed), as for a spec table's
-                ``grid``: coarser, the estimate would be biased and the ``_sd`` (the noise's)
-                untrue, so it is refused before any data is read. Round for publication
-                instead (``publication.round``, ``Publication(round=...)``), which flags the
-                cells it moves.
+                measure of an integer dtype of at most 64 bits other than UInt64, a step of 1 where
+                that default is finer: integer measures stay whole numbers; UInt64, Int128 and
+                UInt128 sums, likelier to pass the Int64 range, stay Float64). Estimates are the
+                exact noisy values rounded to the grid (docs/exact-rounding.md). A step may be at
+                most a tenth of the noise's sd (σ/10 in transformed space for transformation
+                mechanisms; a discrete mechanism's exact integers, step 1, are always allowed), as
+                for a spec table's ``grid``: coarser, the estimate would be biased and the ``_sd``
+                (the noise's) untrue, so it is refused before any data is read. Round for
+                publication instead (``publication.round``, ``Publication(round=...)``), which flags
+                the cells it moves.
             negatives: Negative values of the measures, with the rules and the default of
                 the spec's ``input.negatives`` (`tabdp._defaults.NEGATIVES`): ``"error"``
                 (default) refuses them, whatever the mechanism, so that a data error such as
@@ -137,12 +138,13 @@ class DPAccessor(Generic[_Out]):
             whose symmetric ``estimate ± moe`` would mis-cover; ``{m} ∓ {m}_moe`` for additive
             ones), with ``cv=True`` then ``{m}_cv`` (``sd / |estimate|``, null where the sd is
             not finite) and ``{m}_flag`` (``C``: cv ≥ 0.3, ``N``: negative, ``X``: no finite
-            variance, ``L``: an Int64 estimate outside the Int64 range, clamped to it). Long:
+            variance, ``L``: an Int64 estimate beyond ±(2**63 − 1024), the largest doubles
+            inside the Int64 range, published clamped to that bound). Long:
             keys, ``measure``, ``estimate``, ``sd``, ``moe``, ``lower``, ``upper``, ``cv``,
-            ``flag``. Key columns keep the input's dtypes (categorical,
-            Enum, Int32); an integer measure's estimate is an integer (Int64) when its grid
-            step is a whole number, which is the default for additive mechanisms (see
-            ``grid``).
+            ``flag``. Key columns keep the input's dtypes (categorical, Enum, Int32); an
+            integer measure's estimate (UInt64 and wider excepted, see ``grid``) is an integer
+            (Int64) when its grid step is a whole number, which is the default for additive
+            mechanisms (see ``grid``).
 
         Warns:
             UsabilityWarning: The mechanism cannot publish usable estimates (a transformation

@@ -403,6 +403,11 @@ def common_dtype(col: str, have: Any, want: Any) -> Any:
         return None
     if isinstance(have, _TEXT) and isinstance(want, _TEXT):
         return pl.String
+    if pl.Binary in (have, want) and (isinstance(have, _TEXT) or isinstance(want, _TEXT)):
+        # bytes against text are compared as bytes: text always converts to bytes, while
+        # bytes that are not UTF-8 made Polars' cast to text fail, so whether a release ran
+        # depended on one record's bytes (review rev64b)
+        return pl.Binary
     if have.is_numeric() and want.is_numeric():
         if have.is_integer() and want.is_integer():
             return pl.Int128
@@ -539,6 +544,78 @@ def _check_time_zones(col: str, have: Any, want: Any) -> None:
         "(polars) / .dt.tz_localize(None) (pandas).")
 
 
+def key_conversion(col: str, have: Any, target: Any) -> tuple[pl.Expr, pl.Expr]:
+    """The data's key column ``col`` in the comparison dtype, and where that is exact.
+
+    Args:
+        col: The key column.
+        have: Its dtype in the data.
+        target: The comparison dtype (`common_dtype`).
+
+    Returns:
+        The converted column (null where it does not convert) and a Boolean expression true
+        where the conversion is exact (the value converts back to itself).
+
+    Example:
+        >>> conv, ok = key_conversion("k", pl.Int64, pl.Float64)
+        >>> pl.DataFrame({"k": [1, 2**53 + 1]}).select(ok)["k"].to_list()
+        [True, False]
+    """
+    from tabdp._temporal import formattable
+
+    # a date Polars cannot format as text is null before a cast to text (a Rust panic
+    # otherwise, whose message reached the author's stderr; review R14)
+    src = formattable(pl.col(col), have) if target == pl.String else pl.col(col)
+    conv = src.cast(target, strict=False)
+    if target == pl.String and have.is_temporal():
+        # a date or time as text is exact wherever it can be formatted (Polars 2 has no cast
+        # back from text to a date: the check failed every such release, after the data was
+        # read; review R16)
+        return conv, conv.is_not_null()
+    return conv, conv.cast(have, strict=False).eq_missing(pl.col(col))
+
+
+def _probe_sample(dtype: Any) -> pl.Series | None:
+    """One public, non-null value of ``dtype`` (a zero, ``"0"``, ``False``...), or None."""
+    try:
+        if isinstance(dtype, pl.Enum):
+            return pl.Series(dtype.categories[:1]).cast(dtype) if len(dtype.categories) else None
+        if isinstance(dtype, _TEXT):
+            return pl.Series(["0"]).cast(dtype)
+        if dtype == pl.Binary:
+            return pl.Series([b"0"], dtype=pl.Binary)
+        if dtype == pl.Boolean:
+            return pl.Series([False])
+        if dtype.is_numeric() or dtype.is_temporal():
+            return pl.Series([0]).cast(dtype)
+    except Exception:  # noqa: BLE001 - no sample of this dtype: nothing to probe
+        return None
+    return None
+
+
+def _check_conversion(col: str, have: Any, want: Any, target: Any) -> None:
+    """Refuse a comparison dtype Polars cannot convert the data's keys to (no data read).
+
+    The conversion (`key_conversion`) is run on one public value of the data's dtype: Polars
+    refuses some casts (text to a date, a date to a Boolean, a time to a datetime...) only
+    when it meets a value, so a release over such keys failed with Polars' own error after it
+    began reading the data, and succeeded on an empty frame (review rev64b).
+    """
+    sample = _probe_sample(have)
+    if sample is None:
+        return
+    conv, ok = key_conversion(col, have, target)
+    try:
+        pl.DataFrame({col: sample}).select(conv.alias("conv"), ok.alias("ok"))
+    except Exception as err:  # a cast Polars does not do: decided from the dtypes alone
+        raise ColumnTypeError(
+            f"key column {col!r} is {have} in the data but {want} in the key set, and tabdp "
+            f"cannot compare the two (the data's keys do not convert to {target}).\nHint: "
+            "build the key set with values of the data's type, or convert the data's key "
+            "column to the key set's type first (e.g. pl.col(c).str.to_date() for dates "
+            "written as text).") from err
+
+
 def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
                     ) -> tuple[pl.DataFrame, dict[str, Any], list[pl.Series]]:
     """The key set against the data's schema: every refusal of the cell matching, no data read.
@@ -559,7 +636,8 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
     Raises:
         ColumnTypeError: Key dtypes that cannot be compared with the data's (numbers against
             text; timestamps of a time zone other than UTC against keys without a zone, or
-            the reverse).
+            the reverse; a data dtype Polars does not convert to the comparison dtype, such
+            as text against date keys).
 
     Example:
         >>> k = KeySet.from_dict(s=[1, 2])
@@ -574,6 +652,8 @@ def check_cell_keys(schema: pl.Schema, keys: KeySet, by: list[str]
     for c, target in targets.items():
         if target is None:
             continue
+        if target != schema[c]:
+            _check_conversion(c, schema[c], keys_pl.schema[c], target)
         try:
             casts.append(keys_pl[c].cast(target, strict=True).alias(c))
         except Exception as err:  # the public key set does not convert: data-free error

@@ -252,6 +252,18 @@ def test_quantile_labels_truth_and_ss(make_frame, to_pl, set_noise, q, label):
                                rtol=1e-12)
 
 
+# origin: review rev64b. ``100q`` was written to 6 significant digits: q = 0.9999999 (a level
+# below 1, rank ceil(q·n)) was labelled ``x_q100``, the maximum's label, and q = 0.1234567 was
+# ``x_q12.3457``.
+@pytest.mark.parametrize("q, label", [(0.9999999, "x_q99.99999"), (0.1234567, "x_q12.34567"),
+                                      (0.07, "x_q7"), (0.29, "x_q29")])
+def test_quantile_labels_write_the_level_in_full(q, label):
+    out = pl.DataFrame(DATA).dp.quantile("x", q, by=["county", "naics"], keys=KEYS,
+                                         bounds=BOUNDS, epsilon=1.0,
+                                         session=tabdp.Session(seed=2))
+    assert out.columns[2] == label
+
+
 def test_quantile_half_equals_median_with_the_same_seed(make_frame, to_pl):
     a = to_pl(_median(make_frame(DATA), tabdp.Session(seed=5)))
     b = to_pl(make_frame(DATA).dp.quantile("x", 0.5, by=["county", "naics"], keys=KEYS,
