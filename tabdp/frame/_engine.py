@@ -62,7 +62,7 @@ from tabdp.frame.keys import _TEXT, KeySet, check_cell_keys, key_conversion
 from tabdp.mechanisms import ExactTotals, Mechanism, pure_to_zcdp
 from tabdp.mechanisms.additive import AdditiveMechanism
 from tabdp.privacy.budget import ROWS_CURRENCY, joint_currency
-from tabdp.privacy.ledger import Charges, UnitLosses
+from tabdp.privacy.ledger import Charges, Deferred, UnitLosses
 from tabdp.privacy.session import Session
 
 __all__ = ["count_mechanism", "ROW_ID", "SUM_SCALE_BITS", "MAX_ABS",
@@ -1633,35 +1633,51 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
             return at(perm[lo:lo + POLICY_CHUNK])
     else:
         def chunk(lo: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-            return one(inside.slice(lo, POLICY_CHUNK))
+            return _chunk_policy(inside.slice(lo, POLICY_CHUNK), policy, kind, bits, ms)
 
-    def one(part: pl.DataFrame) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-        if kind == "count":
-            size = part[_ROWS].cast(pl.Float64).to_numpy()
-            delta = size
-        else:
-            mags = {m: _abs_float_up(part[m], bits[m]) for m in ms}
-            size, delta = _size_and_delta(
-                policy, ms, mags, lambda m: np.sign(part[m].cast(pl.Float64).to_numpy()))
-        return size, _policy_values(policy, kind, delta)
+    def flat(lo: int) -> tuple[np.ndarray, ...]:
+        size, vals = chunk(lo)
+        return (size, *vals)
 
-    n = inside.height
+    out = _by_chunks(inside.height, flat)
+    return out[0], tuple(out[1:])
+
+
+def _chunk_policy(part: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str, int],
+                  ms: list[str]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """One currency's size and policy values for the rows of ``part`` (`_row_policy`)."""
+    if kind == "count":
+        size = part[_ROWS].cast(pl.Float64).to_numpy()
+        delta = size
+    else:
+        mags = {m: _abs_float_up(part[m], bits[m]) for m in ms}
+        size, delta = _size_and_delta(
+            policy, ms, mags, lambda m: np.sign(part[m].cast(pl.Float64).to_numpy()))
+    return size, _policy_values(policy, kind, delta)
+
+
+def _by_chunks(n: int, chunk: Callable[[int], tuple[np.ndarray, ...]]
+               ) -> tuple[np.ndarray, ...]:
+    """Arrays of ``n`` rows computed by `POLICY_CHUNK` rows, ``chunk(lo)`` from row ``lo``.
+
+    ``chunk`` gives the arrays' values for its rows, each a function of its own row only:
+    the chunks run on the engine's threads side by side, each written to its own slice (the
+    doubles of one sequential evaluation). At most one chunk: ``chunk(0)``'s arrays.
+    """
     if n <= POLICY_CHUNK:
         return chunk(0)
-    size_all = np.empty(n)
-    size0, vals0 = chunk(0)
-    vals_all = [np.empty(n) for _ in vals0]
+    first = chunk(0)
+    out = tuple(np.empty(n) for _ in first)
 
-    def put(lo: int, size: np.ndarray, vals: tuple[np.ndarray, ...]) -> None:
-        hi = lo + len(size)
-        size_all[lo:hi] = size
-        for full, v in zip(vals_all, vals, strict=True):
+    def put(lo: int, vals: tuple[np.ndarray, ...]) -> None:
+        hi = lo + len(vals[0])
+        for full, v in zip(out, vals, strict=True):
             full[lo:hi] = v
 
     def run(lo: int) -> None:
-        put(lo, *chunk(lo))
+        put(lo, chunk(lo))
 
-    put(0, size0, vals0)
+    put(0, first)
     rest = range(POLICY_CHUNK, n, POLICY_CHUNK)
     # the chunks are independent (each value a function of its own row) and NumPy's
     # ufuncs release the GIL: the engine's threads evaluate them side by side, each
@@ -1674,7 +1690,41 @@ def _row_policy(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str
         with work_pool(workers) as pool:
             for _ in pool.map(run, rest):
                 pass
-    return size_all, tuple(vals_all)
+    return out
+
+
+#: The kinds of per-unit losses, in `Charges.totals`' order (``eps_a``, ``delta_a``: approx).
+_KINDS = ("rho", "epsilon", "size", "eps_a", "delta_a")
+
+
+def _row_totals(inside: pl.DataFrame, policy: _Policy, kind: str, bits: dict[str, int],
+                currencies: list[tuple[str, list[str]]]) -> dict[str, np.ndarray]:
+    """Row mode: each row's losses totalled over ``currencies`` (two or more), chunk by chunk.
+
+    The doubles `Charges.losses` adds up when every row is admitted (each addition rounded up,
+    left to right in currency order; sizes: the maximum), computed while each chunk's
+    per-currency values are in cache: no array of every row per currency and kind.
+    """
+    approx = policy.approx
+
+    def chunk(lo: int) -> tuple[np.ndarray, ...]:
+        part = inside.slice(lo, POLICY_CHUNK)
+        got = [_chunk_policy(part, policy, kind, bits, ms) for _, ms in currencies]
+        # (the order and operations of `Charges.losses`' ``total``)
+        size = np.maximum(got[0][0], got[1][0])
+        for g in got[2:]:
+            np.maximum(size, g[0], out=size)
+        sums = []
+        for j in range(4 if approx else 2):
+            vs = [np.asarray(g[1][j], dtype=np.float64) for g in got]
+            t = add_up(vs[0], vs[1])
+            for v in vs[2:]:
+                add_up_into(t, v)
+            sums.append(t)
+        return (sums[0], sums[1], size, *sums[2:])
+
+    out = _by_chunks(inside.height, chunk)
+    return dict(zip(_KINDS, out, strict=False))
 
 
 def on_slices(n: int, fn: Callable[[int, int], None]) -> None:
@@ -1718,8 +1768,8 @@ def policy_threads() -> int:
 
 
 def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, kind: str,
-             bits: dict[str, int], cells: bool = True, order: UnitOrder | None = None
-             ) -> tuple[Charges, np.ndarray, np.ndarray]:
+             bits: dict[str, int], cells: bool = True, order: UnitOrder | None = None,
+             totals: bool = False) -> tuple[Charges, np.ndarray, np.ndarray]:
     """Per (unit, currency) losses of the release, and each (unit, cell) row's total ρ and size.
 
     The size of a (unit, cell) row is its largest contribution over the release's currencies
@@ -1731,8 +1781,36 @@ def _charges(inside: pl.DataFrame, uid: str, row_mode: bool, policy: _Policy, ki
     order, so the per-row losses come out sorted and the charges sorted by unit. The per-row
     ρ and size are returned in the rows' order where ``cells`` (the cell audit), else
     empty.
+
+    ``totals`` (row mode; for a caller whose filter reads no per-currency array: no budget,
+    no lifetime ledger): with several currencies and no cell audit, the rows' totals over the
+    currencies are computed chunk by chunk (`_row_totals`, `Charges.totals`) and each
+    currency's arrays only if something reads them (`Deferred`: the same doubles).
     """
     n = inside.height
+    curs = policy.currencies()
+    if row_mode and totals and not cells and len(curs) > 1:
+        got: dict[str, tuple[np.ndarray, tuple[np.ndarray, ...]]] = {}
+        of = dict(curs)
+
+        def lazily(k: str) -> Callable[[str], np.ndarray]:
+            def compute(cur: str) -> np.ndarray:
+                if cur not in got:
+                    got[cur] = _row_policy(inside, policy, kind, bits, of[cur])
+                size, vals = got[cur]
+                # (vals: ρ, ε[, ε_a, δ_a], `_policy_values`)
+                return size if k == "size" else vals[("rho", "epsilon", "eps_a",
+                                                      "delta_a").index(k)]
+            return compute
+
+        names = [c for c, _ in curs]
+        return (Charges(inside[ROW_ID].cast(pl.Int64).to_numpy(), Deferred(names, lazily("rho")),
+                        Deferred(names, lazily("epsilon")), Deferred(names, lazily("size")),
+                        policy.guarantee,
+                        Deferred(names, lazily("eps_a")) if policy.approx else None,
+                        Deferred(names, lazily("delta_a")) if policy.approx else None,
+                        totals=_row_totals(inside, policy, kind, bits, curs)),
+                np.zeros(0), np.zeros(0))
     perm: np.ndarray | None = None
     if not row_mode:
         if order is None:

@@ -9,6 +9,7 @@ cell.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -268,6 +269,53 @@ def _num(x: float) -> float | None:
     return x if np.isfinite(x) else None
 
 
+class Deferred(MutableMapping[str, np.ndarray]):
+    """Currency → array, each computed when first read and then kept.
+
+    The per-currency arrays of `Charges` whose all-admitted totals were computed with them
+    (`Charges.totals`): when nothing reads them (no budget, no lifetime ledger), they are never
+    held; a reader gets the doubles an up-front computation gives (``compute`` evaluates the
+    same per-row function).
+
+    Args:
+        keys: The currencies, in order.
+        compute: ``compute(currency)``: that currency's array.
+
+    Example:
+        >>> d = Deferred(["x"], lambda c: np.ones(2))
+        >>> list(d), d["x"].tolist(), "y" in d
+        (['x'], [1.0, 1.0], False)
+    """
+
+    def __init__(self, keys: Iterable[str], compute: Callable[[str], np.ndarray]) -> None:
+        """Keys known now; values computed on first read."""
+        self._keys = list(keys)
+        self._compute = compute
+        self._got: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        if k not in self._keys:
+            raise KeyError(k)
+        if k not in self._got:
+            self._got[k] = self._compute(k)
+        return self._got[k]
+
+    def __setitem__(self, k: str, v: np.ndarray) -> None:
+        if k not in self._keys:
+            self._keys.append(k)
+        self._got[k] = v
+
+    def __delitem__(self, k: str) -> None:
+        self._keys.remove(k)
+        self._got.pop(k, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._keys))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 @dataclass
 class Charges:
     """The losses one query would charge, per unit and *currency*, before the budget filter.
@@ -284,6 +332,10 @@ class Charges:
         guarantee: Composition class (see `UnitLosses.guarantee`).
         eps_a: Currency → approximate-DP ε per unit (``"approx"`` only).
         delta_a: Currency → approximate-DP δ per unit (``"approx"`` only).
+        totals: Kind (``rho``, ``epsilon``, ``size``; ``eps_a``, ``delta_a`` if
+            ``"approx"``) → the totals over the currencies that `losses` returns when every
+            unit is admitted, when computed with the charges (the same doubles; the
+            per-currency arrays may then be `Deferred`), else ``None``.
 
     Example:
         >>> ch = Charges(np.array([0, 1]), {"x": np.array([0.5, 2.0])},
@@ -293,12 +345,13 @@ class Charges:
     """
 
     units: Any
-    rho: dict[str, np.ndarray]
-    epsilon: dict[str, np.ndarray]
-    size: dict[str, np.ndarray]
+    rho: MutableMapping[str, np.ndarray]
+    epsilon: MutableMapping[str, np.ndarray]
+    size: MutableMapping[str, np.ndarray]
     guarantee: str = "zcdp"
-    eps_a: dict[str, np.ndarray] | None = None
-    delta_a: dict[str, np.ndarray] | None = None
+    eps_a: MutableMapping[str, np.ndarray] | None = None
+    delta_a: MutableMapping[str, np.ndarray] | None = None
+    totals: dict[str, np.ndarray] | None = None
 
     @property
     def n(self) -> int:
@@ -339,6 +392,10 @@ class Charges:
         n = self.n
         approx = self.guarantee == "approx"
         if all(bool(admitted[c].all()) for c in self.currencies):
+            if self.totals is not None:  # added up with the charges (the same doubles)
+                t = self.totals
+                return UnitLosses(self.units, t["rho"], t["epsilon"], t["size"],
+                                  self.guarantee, t.get("eps_a"), t.get("delta_a"))
             # nobody left out (no budget, or all within it): plain sums, no masking
             parts = {k: getattr(self, k) for k in ("rho", "epsilon", "size", "eps_a", "delta_a")}
             # one currency: its arrays as they are (never written in place); several: the

@@ -585,6 +585,103 @@ def test_the_policy_evaluated_in_chunks_gives_every_double_of_one_evaluation(
     assert whole[2].tobytes() == parts[2].tobytes()
 
 
+def _row_inside(n: int, seed: int = 5) -> tuple[Any, pl.DataFrame]:
+    from tabdp.frame import _engine as eng
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_cauchy(n) * 1e6
+    x[::97] = 0.0
+    return eng, pl.DataFrame({
+        eng.ROW_ID: np.arange(n, dtype=np.int64),
+        eng._ROWS: rng.integers(1, 4, n),
+        "x": pl.Series([int(v) for v in np.round(x * 2.0**24)], dtype=pl.Int128),
+        "y": pl.Series(rng.integers(-5, 5, n).tolist(), dtype=pl.Int128),
+        "z": pl.Series((rng.integers(0, 2**40, n) * 3).tolist(), dtype=pl.Int128)})
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+@pytest.mark.parametrize("mechanism", [
+    mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0), mech.Gaussian(3.0),
+    mech.Subbotin(r=3.0, scale=5.877443, delta=1e-4)], ids=["epl", "gauss", "approx"])
+def test_row_totals_with_the_charges_are_the_losses_of_the_per_currency_arrays(
+        mechanism: Any, chunk: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row mode without a budget: losses totalled chunk by chunk are the general path's.
+
+    Bit for bit those `Charges.losses` adds from every currency's arrays (`Charges.totals`),
+    and those arrays, computed only when read (`Deferred`), are the general path's.
+    """
+    eng, inside = _row_inside(1000)
+    if chunk is not None:
+        monkeypatch.setattr(eng, "POLICY_CHUNK", chunk)
+    policy = eng._Policy(mechanism, ["x", "y", "z"])
+    bits = {"x": 24, "y": 0, "z": 0}
+    general = eng._charges(inside, eng.ROW_ID, True, policy, "sum", bits, cells=False)[0]
+    fast = eng._charges(inside, eng.ROW_ID, True, policy, "sum", bits, cells=False,
+                        totals=True)[0]
+    assert general.totals is None and fast.totals is not None
+    ok = {c: np.ones(general.n, dtype=bool) for c in general.currencies}
+    a, b = general.losses(ok), fast.losses(ok)
+    kinds = ["rho", "epsilon", "size", *(["eps_a", "delta_a"] if policy.approx else [])]
+    assert np.array_equal(np.asarray(a.units), np.asarray(b.units))
+    for k in kinds:
+        assert np.asarray(getattr(a, k)).tobytes() == np.asarray(getattr(b, k)).tobytes(), k
+    assert fast.currencies == general.currencies == ["x", "y", "z"]
+    for k in kinds:  # read last: the totals did not need them
+        for c in general.currencies:
+            assert getattr(fast, k)[c].tobytes() == getattr(general, k)[c].tobytes(), (k, c)
+    # a left-out unit: the general masked sums from the per-currency arrays (read on demand)
+    ok["y"] = ok["y"].copy()
+    ok["y"][3] = False
+    a, b = general.losses(ok), fast.losses(ok)
+    for k in kinds:
+        assert np.asarray(getattr(a, k)).tobytes() == np.asarray(getattr(b, k)).tobytes(), k
+
+
+@pytest.mark.parametrize("budget", [None, 40.0])
+def test_in_memory_row_mode_totals_with_the_charges_give_the_same_report(
+        budget: float | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In memory, row mode: the same tables and report with the losses totalled by chunks.
+
+    A sum of two measures, then a count: the same noisy tables and per-record report, bit for
+    bit, as with the general path forced.
+    """
+    from tabdp.frame import _engine as eng
+    from tabdp.frame.backends import polars as pb
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    df = pl.DataFrame({"c": rng.choice(["a", "b", "c"], n),
+                       "x": np.abs(rng.standard_cauchy(n)) * 1e4, "y": rng.integers(0, 50, n)})
+    keys = tabdp.KeySet.from_dict(c=["a", "b", "c"])
+    m = mech.ExpPolyLog(sigma=1.0, a=1.0, d=4.0)
+
+    def run() -> tuple[list[Any], pl.DataFrame]:
+        s = tabdp.Session(seed=3, streaming=False, budget=budget)
+        lf = df.lazy()
+        t1 = lf.dp.sum(["x", "y"], by="c", keys=keys, mechanism=m, session=s)
+        t2 = lf.dp.count(by="c", keys=keys, session=s)
+        return [t1, t2], as_polars(s.report().per_record)
+
+    seen: list[bool] = []
+    real = eng._charges
+
+    def spy(*a: Any, **k: Any) -> Any:
+        out = real(*a, **k)
+        seen.append(out[0].totals is not None)
+        return out
+
+    monkeypatch.setattr(eng, "POLICY_CHUNK", 64)
+    monkeypatch.setattr(pb, "_charges", spy)
+    tables, report = run()
+    assert seen == [budget is None, False]  # the sum's two currencies; a count has one
+    monkeypatch.setattr(pb, "_charges", lambda *a, **k: real(*a, **{**k, "totals": False}))
+    tables0, report0 = run()
+    for t, t0 in zip(tables, tables0, strict=True):
+        assert as_polars(t).equals(as_polars(t0))
+    assert report.equals(report0)
+    assert report.height == n and report["rho"].min() > 0
+
+
 def test_the_dense_ledger_keeps_no_column_of_zeros() -> None:
     """An all-zero component is not stored, reads as 0 and is stored once it is charged."""
     from tabdp.privacy.ledger import DenseLedger

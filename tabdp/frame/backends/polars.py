@@ -424,8 +424,11 @@ class MemoryBackend(_PolarsOutput):
         if not snap.per_row:  # the snapshot's order, unless a rule or bound dropped rows
             order = (snap.order if snap.order is not None and inside.height == snap.data.height
                      else UnitOrder(inside[uid], inside[_CELL], len(keys) if by_list else 1))
-        charges, cell_rho, cell_size = _charges(inside, uid, snap.per_row, policy, kind, bits,
-                                                cells=sess.track_cells, order=order)
+        # no budget or lifetime ledger: the filter admits every row without reading a
+        # currency's charges, so row mode totals them over the currencies as it computes them
+        charges, cell_rho, cell_size = _charges(
+            inside, uid, snap.per_row, policy, kind, bits, cells=sess.track_cells, order=order,
+            totals=sess.budget is None and getattr(sess, "lifetime", None) is None)
         admitted = sess.admit(charges)
         left_out = np.zeros(charges.n, dtype=bool)
         for ok in admitted.values():
