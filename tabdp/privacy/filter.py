@@ -90,7 +90,36 @@ def constant_admits(limit: Any, rho: Sequence[_T], prior_rho: _T, zero: _T,
     new: Any = zero
     for i, r in enumerate(rho):
         new = r if i == 0 else add(new, r)  # 0 + r is r: exact
+    if isinstance(prior_rho, np.ndarray) and isinstance(new, np.ndarray) and isinstance(
+            limit, (int, float)) and prior_rho.shape == new.shape and prior_rho.ndim == 1:
+        return _admits_sum(float(limit), prior_rho, new)
     return add(prior_rho, new) <= limit
+
+
+def _admits_sum(limit: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``add_up(a, b) <= limit``, the rounded-up sum computed only where it can decide.
+
+    ``add_up`` gives ``s = fl(a + b)`` or, where that is below the exact sum, ``s`` times
+    ``1 + 2**-52``; for ``s >= 0`` that is at most ``s·(1 + 2**-50)``. So a unit with
+    ``s > limit`` is over the budget, one with ``s >= 0`` and ``s·(1 + 2**-50) <= limit``
+    within it, and only the rest (a sum at the limit's last bits, a negative sum) needs the
+    exact rounded-up sum: the same booleans as ``add_up(a, b) <= limit`` for every unit (NaN:
+    never within), at two passes instead of add_up's eight.
+
+    Example:
+        >>> _admits_sum(1.0, np.array([0.5, 0.75, 1.0]), np.array([0.5, 0.5, 2.0**-60])).tolist()
+        [True, False, False]
+    """
+    with np.errstate(all="ignore"):
+        s = a + b
+        ok = s <= limit
+        sure = s >= 0.0
+        np.multiply(s, 1.0 + 2.0**-50, out=s)  # (in place: no second array of every unit)
+        sure &= s <= limit
+    unsure = np.flatnonzero(ok & ~sure)
+    if unsure.size:
+        ok[unsure] = add_up(a[unsure], b[unsure]) <= limit
+    return ok
 
 
 def _within_curve(b: Budget, currency: str, total: np.ndarray, size: np.ndarray

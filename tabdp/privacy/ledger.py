@@ -440,7 +440,7 @@ class Charges:
             assert self.eps_a is not None and self.delta_a is not None
         summed = ["rho", "epsilon", *(["eps_a", "delta_a"] if approx else [])]
         any_ok = np.zeros(n, dtype=bool)
-        acc = {k: np.zeros(n) for k in (*summed, "size")}
+        acc: dict[str, np.ndarray] = {}
         for c in self.currencies:
             ok = np.broadcast_to(np.asarray(admitted[c], dtype=bool), (n,))
             any_ok |= ok
@@ -452,6 +452,14 @@ class Charges:
                 v = np.asarray(getattr(self, k)[c], dtype=np.float64)
                 if masked:
                     v = np.where(ok, v, 0.0)
+                if k not in acc:
+                    # the first currency: ``0.0 + v`` (``max(0.0, v)``) as a new array, the
+                    # doubles `add_up` of a zero array gives (adding to 0.0 is exact; -0.0
+                    # becomes 0.0 alike) in one pass instead of a zero array and its check
+                    acc[k] = np.maximum(0.0, v) if k == "size" else np.add(0.0, v)
+                    if out is not None and not masked:  # a left-out unit: 0.0 + 0.0
+                        acc[k][out] = 0.0
+                    continue
                 kept = None if out is None or masked else acc[k][out]
                 if k == "size":
                     np.maximum(acc[k], v, out=acc[k])
@@ -460,6 +468,8 @@ class Charges:
                 if kept is not None:  # a left-out unit adds 0.0 (the maximum with 0.0)
                     acc[k][out] = (np.maximum(kept, 0.0) if k == "size"
                                    else add_up(kept, np.zeros(kept.size)))
+        for k in (*summed, "size"):  # no currency (a query charging none): zeros
+            acc.setdefault(k, np.zeros(n))
         if bool(any_ok.all()):  # every unit kept in some currency: no gather
             return UnitLosses(self.units, acc["rho"], acc["epsilon"], acc["size"],
                               self.guarantee, acc.get("eps_a"), acc.get("delta_a"))
@@ -787,10 +797,28 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
     is_max = [c for c in names if _is_max_col(c)]
     cols = [*(c for c in names if not _is_max_col(c)), *is_max]
     out: dict[str, np.ndarray] = {}
+    seen: dict[str, tuple[np.ndarray | None, np.ndarray]] = {}  # sums merged: (x, y)
     for c in cols:
         x = (table[c].fill_null(0.0).to_numpy().astype(np.float64, copy=False)
              if c in table.columns else None)
         y = new[c].fill_null(0.0).to_numpy() if c in new.columns else None
+        if y is not None and not _is_max_col(c):
+            same = _merged_twin(seen, x, y)
+            if same is not None:  # the same two columns as a sum already merged (``rho_z``
+                # of a zCDP release is ``rho``): the same doubles, no second merge
+                out[c] = out[same]
+                continue
+            seen[c] = (x, y)
+            if x is not None and not _bits(y).any() and not bool(np.signbit(x).any()):
+                # nothing added (``eps_a``, ``delta_a``, ``rho_g`` of a zCDP release): each
+                # total ``x + 0.0`` is x itself (x holds no -0.0), laid onto the merged ids
+                # (the units new to the table get 0.0, the merge's ``0.0 + 0.0``)
+                if in_t is None:
+                    out[c] = x
+                else:
+                    out[c] = np.zeros(n)
+                    out[c][in_t] = x
+                continue
         if y is None:
             assert x is not None
             if in_t is None:
@@ -827,6 +855,44 @@ def _merge_sorted(table: pl.DataFrame, new: pl.DataFrame, maxes: set[str]) -> pl
         out[c] = v
     return pl.DataFrame({"unit": pl.Series("unit", units, dtype=pl.Int64),
                          **{c: pl.Series(c, v, dtype=pl.Float64) for c, v in out.items()}})
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The bits of a float64 array (an int64 view: equal bits, not equal values)."""
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.int64)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two float64 arrays hold the same doubles bit for bit (-0.0 is not 0.0)."""
+    if a is b:
+        return True
+    if a.shape != b.shape:
+        return False
+    ia, ib = _bits(a), _bits(b)
+    head = min(ia.size, 1024)  # most columns differ early: a cheap look first
+    return bool(np.array_equal(ia[:head], ib[:head])) and bool(np.array_equal(ia, ib))
+
+
+def _merged_twin(seen: dict[str, tuple[np.ndarray | None, np.ndarray]], x: np.ndarray | None,
+                 y: np.ndarray) -> str | None:
+    """A sum column already merged by `_merge_sorted` from the same two columns, bit for bit.
+
+    A merged sum depends only on its two columns (and the ids, common to every column), so
+    such a column's result is this one's.
+
+    Example:
+        >>> a = np.array([0.5, 1.0])
+        >>> _merged_twin({"rho": (a, a)}, a.copy(), a.copy())
+        'rho'
+        >>> _merged_twin({"rho": (a, a)}, a.copy(), -a) is None
+        True
+    """
+    for j, (xj, yj) in seen.items():
+        if (xj is None) != (x is None):
+            continue
+        if _same_bits(yj, y) and (x is None or _same_bits(xj, x)):  # type: ignore[arg-type]
+            return j
+    return None
 
 
 def _plain(v: Any, n: int) -> bool:

@@ -1894,13 +1894,18 @@ class Ledger:
         self.lookup(pl.Series("unit", [], dtype=dtype), ["rho"])
 
     def charge(self, units: Any, sums: Mapping[str, np.ndarray],
-               maxes: Mapping[str, np.ndarray]) -> None:
+               maxes: Mapping[str, np.ndarray], *,
+               within: tuple[Any, np.ndarray] | None = None) -> None:
         """Add a release's admitted losses to the uncommitted part (ids unique in a call).
 
         Args:
             units: Unit ids.
             sums: Columns added per unit (``rho``, ``rho@c``...).
             maxes: Columns maximised per unit (``size``, ``size@c``).
+            within: ``(all_units, kept)``: ``units`` are ``all_units`` where ``kept`` is True
+                (the units the filter admitted of those it just looked up). Their places in
+                the ledger are then taken from that lookup's (once ``units`` is checked to be
+                that subset) instead of searched again; the result is the same.
 
         Example:
             >>> import tempfile, pathlib
@@ -1918,6 +1923,8 @@ class Ledger:
             raise InvalidParameterError(
                 "a lifetime ledger needs a unit id for every unit; this release charged a unit "
                 "with a null id.\nHint: drop or fill rows without a unit id before the release.")
+        if within is not None:
+            self._tot.note_subset(u, self._units(within[0]), within[1])
         self._tot.charge(u, sums, maxes)
 
     def commit(self, *, spec_hash: str | None = None, manifest_hash: str | None = None,
@@ -2207,6 +2214,19 @@ def _first(op: Any, x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _same_doubles(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Both ``None``, or two float64 arrays of the same doubles bit for bit (-0.0 is not 0.0)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != np.float64 or b.dtype != np.float64:
+        return False
+    ia, ib = np.ascontiguousarray(a).view(np.int64), np.ascontiguousarray(b).view(np.int64)
+    head = min(ia.size, 1024)  # columns that differ mostly differ early: a cheap look first
+    return bool(np.array_equal(ia[:head], ib[:head])) and bool(np.array_equal(ia, ib))
+
+
 def _own_or_frozen(col: pl.Series) -> np.ndarray:
     """A state column as float64: a copy of its own (writable), or a read-only view of it."""
     a = col.to_numpy()  # Polars gives a view of its memory read-only, a copy writable
@@ -2255,6 +2275,28 @@ class _RunTotals:
         pos, hit = _positions(self.units, u)
         self._found = (u, self.units, pos, hit)
         return pos, hit
+
+    def note_subset(self, u: pl.Series, parent: pl.Series, kept: np.ndarray) -> None:
+        """Where ``u`` is, from the last lookup's positions when ``u`` is ``parent[kept]``.
+
+        The lifetime filter looked ``parent`` up; the charge that follows asks for the units it
+        admitted. When the cached lookup is ``parent``'s (same ids, same index) and ``u`` is
+        ``parent`` where ``kept``, id for id, ``u``'s positions are the cached ones where
+        ``kept``: no second search. Otherwise nothing is noted (`_where` searches).
+        """
+        f = self._found
+        kept = np.asarray(kept, dtype=bool)
+        if (f is None or self.units is None or f[1] is not self.units or kept.ndim != 1
+                or kept.size != len(parent) or int(np.count_nonzero(kept)) != len(u)):
+            return
+        if not (f[0] is parent or (len(f[0]) == len(parent)
+                                   and f[0].equals(parent, check_dtypes=True))):
+            return
+        if not parent.filter(pl.Series(kept)).equals(u, check_dtypes=True):
+            return
+        pos, hit = f[2], f[3]
+        self._found = (u, self.units, np.flatnonzero(kept) if pos is None else pos[kept],
+                       hit[kept])
 
     def lookup(self, u: pl.Series, cols: list[str], copy: bool = True) -> dict[str, np.ndarray]:
         """Lifetime totals of ``cols`` for ``u`` (0 for units the series never charged).
@@ -2314,10 +2356,22 @@ class _RunTotals:
         # sums rounded up (`add_up`): a lifetime total is never below the exact sum of its
         # runs' losses; the first charge of a column (0.0 + x) is exact either way
         scratch: np.ndarray | None = None  # one scatter buffer for every column of the charge
+        twins = self._twins(sums)
         for group, op in ((sums, _add_up), (maxes, np.maximum)):
             for c, v in group.items():
                 x = np.asarray(v, dtype=np.float64)
                 life = self.life.get(c)
+                if group is sums and c in twins and x.any():  # the same charge on the same
+                    # totals as a column done above (``rho_z`` of a zCDP release is ``rho``):
+                    # its doubles, copied instead of added again
+                    j = twins[c]
+                    for d in (self.life, self.run):
+                        dst = d.get(c)
+                        if dst is not None and dst.flags.writeable:
+                            np.copyto(dst, d[j])  # into the run's own array (no fresh one)
+                        else:
+                            d[c] = d[j].copy()
+                    continue
                 if not x.any():
                     # every charge 0.0 (a component this release does not use: eps_a,
                     # delta_a, rho_g...): adding it, or the maximum with it (losses and sizes
@@ -2369,6 +2423,25 @@ class _RunTotals:
             self.charged[:] = True
         else:
             self.charged[pos] = True
+
+    def _twins(self, sums: Mapping[str, np.ndarray]) -> dict[str, str]:
+        """Sum columns charged the very array of an earlier one, on bit-equal totals.
+
+        ``{c: j}``: column ``c`` is charged ``sums[j]`` itself (the same object) and its
+        lifetime and run totals hold the same doubles as ``j``'s, bit for bit (or neither
+        exists). Its totals after the charge are then ``j``'s: copied, not added again.
+        """
+        out: dict[str, str] = {}
+        names = list(sums)
+        for i, c in enumerate(names):
+            for j in names[:i]:
+                if j in out or sums[j] is not sums[c]:
+                    continue
+                if all(_same_doubles(d.get(j), d.get(c)) for d in (self.life, self.run)) and (
+                        c in self.life) == (j in self.life) and (c in self.run) == (j in self.run):
+                    out[c] = j
+                    break
+        return out
 
     def history_rows(self) -> pl.DataFrame | None:
         """This run's totals, one row per unit charged (sorted by unit), or ``None``."""

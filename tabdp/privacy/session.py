@@ -513,6 +513,7 @@ class Session:
             comps = _components(losses)
             sums = {c: comps[c] for c in COMPONENTS if c != "size"}
             maxes = {"size": comps["size"]}
+            within = None  # the units the filter looked up, and those it admitted
             if charges is not None and admitted is not None and charges.n:
                 # one part per release: per currency, aligned with the admitted units (a
                 # currency a unit was left out of adds 0.0 to its rho and 0 to its size max)
@@ -520,6 +521,8 @@ class Session:
                 for ok in admitted.values():
                     any_ok |= ok
                 every = bool(any_ok.all())
+                if not every and isinstance(charges.units, pl.Series):
+                    within = (charges.units, any_ok)
                 for c in charges.currencies:
                     if every and bool(admitted[c].all()):  # nobody left out: the charges
                         # themselves (the same doubles; no gather, no copy)
@@ -545,7 +548,7 @@ class Session:
                 raise TabdpInternalError(
                     "a release recorded no per-currency charges, which a curve lifetime budget "
                     "needs; this is a bug in tabdp.")
-            led.charge(losses.units, sums, maxes)
+            led.charge(losses.units, sums, maxes, within=within)
         if led.autocommit:
             led.commit(label=record.name, release=record.name,
                        public_curve=records_curve(led.pending_releases))

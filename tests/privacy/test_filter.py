@@ -43,3 +43,49 @@ def test_a_curve_is_evaluated_only_where_it_can_decide_with_the_same_answers(see
 
 def test_a_constant_budgets_least_limit_is_the_constant() -> None:
     assert Budget(0.7).least_limit("anything") == 0.7
+
+
+def test_constant_budget_decides_like_the_rounded_up_sum_and_adds_only_near_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`constant_admits` on arrays: the booleans of ``add_up(prior, new) <= limit``, exactly.
+
+    It computes the rounded-up sum only where the plain sum cannot decide (within a few ulps
+    below the limit, or negative): sums at the limit's last bits, inexact sums rounding down
+    to the limit, -0.0, subnormal, infinite and NaN losses and an infinite limit all decide as
+    the definition does.
+    """
+    import tabdp.privacy.filter as filt
+    from tabdp._numeric import add_up
+
+    seen = {"n": 0}
+
+    def counted(a, b):
+        seen["n"] += np.size(a)
+        return add_up(a, b)
+
+    rng = np.random.default_rng(64)
+    for limit in (1.0, 0.3, 1e-300, 7.5e300, np.inf):
+        n = 20_000
+        prior = rng.uniform(0.0, 1.5 * limit if np.isfinite(limit) else 1.0, n)
+        new = np.abs(rng.normal(0.0, 0.1 * (limit if np.isfinite(limit) else 1.0), n))
+        edge = rng.random(n) < 0.3  # sums at the limit: the limit split, plus a few ulps
+        if np.isfinite(limit):
+            part = rng.uniform(0.0, limit, n)
+            prior[edge] = part[edge]
+            new[edge] = (limit - part[edge]) + rng.choice([-1, 0, 1, 2], n)[edge] * \
+                np.spacing(limit) * rng.choice([0.0, 0.25, 0.5, 1.0], n)[edge]
+        new[rng.random(n) < 0.01] = 2.0**-60 * (limit if np.isfinite(limit) else 1.0)
+        for v, share in ((np.nan, 0.01), (np.inf, 0.01), (-0.0, 0.02), (5e-324, 0.02)):
+            new[rng.random(n) < share] = v
+            prior[rng.random(n) < share] = v
+        want = add_up(prior, new) <= limit
+        monkeypatch.setattr(filt, "add_up", counted)
+        seen["n"] = 0
+        got = filt.constant_admits(limit, [new], prior, np.zeros(n))
+        monkeypatch.setattr(filt, "add_up", add_up)
+        assert got.dtype == bool and np.array_equal(got, want), limit
+        # the rounded-up sum only for the units the plain sum leaves undecided
+        assert seen["n"] < n // 2, (limit, seen["n"])
+        # several currencies: their sum rounded up first, as before
+        two = filt.constant_admits(limit, [new * 0.5, new * 0.5], prior, np.zeros(n))
+        assert np.array_equal(two, add_up(prior, add_up(new * 0.5, new * 0.5)) <= limit)

@@ -785,6 +785,83 @@ def test_session_ledger_sorted_merge_matches_the_group_by():
         assert _merge_sorted(a, b, {"size"}).select(ref.columns).equals(ref)
 
 
+def test_session_ledger_merge_of_zero_and_twin_columns_is_the_group_by_bit_for_bit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_merge_sorted` skips a sum whose new values are all 0.0 and one equal to a merged one.
+
+    A zCDP release charges ``eps_a``, ``delta_a`` and ``rho_g`` 0.0 and ``rho_z`` the same
+    doubles as ``rho`` (the lifetime filter makes the session merge two queries' different
+    units). The merged table is the sort-and-group-by's, bit for bit (-0.0, inf and subnormal
+    values included; a table column holding -0.0 or new values of -0.0 is merged as before),
+    and only the columns that differ are added. The reference is the merge's definition: a
+    unit in both tables gets ``add_up(x, y)`` (sizes: ``fmax``), a unit in one its value as
+    it is.
+    """
+    import tabdp.privacy.ledger as ledger_mod
+    from tabdp._numeric import add_up
+    from tabdp.privacy.ledger import _merge_sorted
+
+    calls = {"n": 0}
+    real_add_up, real_into = ledger_mod.add_up, ledger_mod.add_up_into
+
+    def counted(f):
+        def g(*a, **k):
+            calls["n"] += 1
+            return f(*a, **k)
+        return g
+
+    monkeypatch.setattr(ledger_mod, "add_up", counted(real_add_up))
+    monkeypatch.setattr(ledger_mod, "add_up_into", counted(real_into))
+    rng = np.random.default_rng(64)
+
+    def values(n: int) -> np.ndarray:
+        v = np.exp(rng.uniform(-745.0, 5.0, n))
+        v[rng.random(n) < 0.05] = np.inf
+        v[rng.random(n) < 0.05] = 5e-324
+        v[rng.random(n) < 0.1] = 0.0
+        return v
+
+    for i in range(40):
+        ta = np.unique(rng.integers(0, 400, 250))
+        tb = np.union1d(ta[rng.random(ta.size) < 0.97], rng.integers(0, 400, 1 + i % 5))
+        rho_a, rho_b = values(ta.size), values(tb.size)
+        g_a = values(ta.size)
+        neg = i % 3 == 0  # a table column with -0.0: merged the long way (0.0 + -0.0 is 0.0)
+        if neg:
+            g_a[rng.random(ta.size) < 0.2] = -0.0
+        zero_b = np.zeros(tb.size)
+        if i % 5 == 4:
+            zero_b[rng.integers(0, tb.size)] = -0.0  # -0.0 is not nothing: merged too
+        a = pl.DataFrame({"unit": ta, "rho": rho_a, "epsilon": values(ta.size),
+                          "rho_z": rho_a.copy(), "rho_g": g_a, "eps_a": values(ta.size),
+                          "delta_a": np.zeros(ta.size), "size": values(ta.size)})
+        b = pl.DataFrame({"unit": tb, "rho": rho_b, "epsilon": values(tb.size),
+                          "rho_z": rho_b.copy(), "rho_g": zero_b, "eps_a": np.zeros(tb.size),
+                          "delta_a": np.zeros(tb.size), "size": values(tb.size)})
+        sums = ["rho", "epsilon", "rho_z", "rho_g", "eps_a", "delta_a"]
+        units = np.union1d(ta, tb)
+        ia, ib = np.searchsorted(ta, units), np.searchsorted(tb, units)
+        in_a = ia < ta.size
+        in_a[in_a] = ta[ia[in_a]] == units[in_a]
+        in_b = ib < tb.size
+        in_b[in_b] = tb[ib[in_b]] == units[in_b]
+        cols = {"unit": units}
+        for c in [*sums, "size"]:
+            x = a[c].to_numpy()[np.minimum(ia, ta.size - 1)]
+            y = b[c].to_numpy()[np.minimum(ib, tb.size - 1)]
+            both = (np.fmax if c == "size" else add_up)(x, y)
+            cols[c] = np.where(in_a & in_b, both, np.where(in_a, x, y))
+        ref = pl.DataFrame(cols)
+        calls["n"] = 0
+        got = _merge_sorted(a, b, {"size"})
+        assert got.columns == ref.columns
+        for c in ref.columns:
+            assert got[c].to_numpy().tobytes() == ref[c].to_numpy().tobytes(), (i, c)
+        # rho, epsilon added; rho_z is rho's twin; eps_a, delta_a add nothing; rho_g is added
+        # when the table holds -0.0 or new holds -0.0
+        assert calls["n"] == 2 + (neg or i % 5 == 4), (i, calls["n"])
+
+
 def test_session_ledger_sorted_lookup_matches_the_join():
     """UnitLedger.lookup of sorted Int64 ids (a merge join) gives the hash join's values."""
     from tabdp.privacy.ledger import UnitLedger
@@ -1095,3 +1172,128 @@ def test_the_bound_over_releases_names_the_size_in_each_release(tmp_path):
     assert any("A unit whose size changed between those releases has lost at most the sum "
                "of each release's worst-case rho at its size in that release" in w
                for w in words), words
+
+
+def test_charge_within_the_filters_lookup_reuses_its_places_and_equals_a_plain_charge(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Ledger.charge(..., within=(looked_up, kept))` skips the second search, same totals.
+
+    The lifetime filter looks up a query's units; the charge asks for the admitted part of
+    them. Charged with the hint, a ledger holds the same lifetime totals, history rows and
+    new state, bit for bit, as one charged without it, and searches the index once per query
+    instead of twice; a hint that does not describe ``units`` (another mask, other units) is
+    ignored and the charge is still right.
+    """
+    import tabdp.privacy.lifetime as lt
+
+    rng = np.random.default_rng(64)
+    searches = {"n": 0}
+    real = lt._positions
+
+    def counted(keys, query):
+        searches["n"] += 1
+        return real(keys, query)
+
+    monkeypatch.setattr(lt, "_positions", counted)
+    base = np.unique(rng.integers(0, 5_000, 3_000))
+    first = pl.Series("unit", base)
+    ledgers = {}
+    for mode in ("plain", "within", "wrong"):
+        led = tabdp.Ledger.open(tmp_path / mode, series="s", lifetime_budget=1e9,
+                                autocommit=False, create=True)
+        led.charge(first, {"rho": np.full(first.len(), 0.5)},
+                   {"size": np.ones(first.len())})
+        ledgers[mode] = led
+    for q in range(4):
+        ids = pl.Series("unit", np.unique(rng.integers(0, 6_000, 3_500)))  # some new units
+        kept = rng.random(ids.len()) < (0.5 if q % 2 else 0.999)
+        rho = rng.uniform(0, 1, int(kept.sum()))
+        size = rng.uniform(0, 9, int(kept.sum()))
+        for mode, led in ledgers.items():
+            led.lookup_lifetime()(ids, ["rho"])  # the filter's lookup
+            searches["n"] = 0
+            sub = ids.filter(pl.Series(kept))
+            if mode == "plain":
+                led.charge(sub, {"rho": rho}, {"size": size})
+            elif mode == "within":
+                led.charge(sub, {"rho": rho}, {"size": size}, within=(ids, kept))
+                # new units are inserted (one more search); else no search at all
+                assert searches["n"] <= (1 if not np.isin(sub.to_numpy(), first).all() else 0)
+            else:
+                led.charge(sub, {"rho": rho}, {"size": size}, within=(ids, ~kept))
+    ref = ledgers["plain"]
+    for mode in ("within", "wrong"):
+        led = ledgers[mode]
+        for c in ("rho", "size"):
+            a = led.lookup(ids, [c])[c]
+            b = ref.lookup(ids, [c])[c]
+            assert a.tobytes() == b.tobytes(), (mode, c)
+        assert led._tot.history_rows().equals(ref._tot.history_rows())
+        assert led._tot.new_state().equals(ref._tot.new_state())
+    for led in ledgers.values():
+        led.allow_discard()
+        led.close()
+
+
+def test_charge_of_a_twin_column_copies_its_totals_bit_for_bit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sum charged the very array of another on equal totals (``rho_z`` is ``rho``) is copied.
+
+    Over charges of part of the units, all of them, units new to the series and a committed
+    state read back, the ledger holds the same doubles (lifetime, history, state) as one
+    charged the same values in separate arrays, and adds the twin fewer times; once the twins'
+    totals differ (``rho_z`` charged apart once) it is added as before.
+    """
+    import tabdp.privacy.lifetime as lt
+
+    adds: dict[tuple[str, int], int] = {}
+    real = lt._add_up
+    now: list[tuple[str, int]] = []
+
+    def counted(*a, **k):
+        adds[now[-1]] = adds.get(now[-1], 0) + 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(lt, "_add_up", counted)
+    rng = np.random.default_rng(31)
+
+    def vals(n: int) -> np.ndarray:
+        v = np.exp(rng.uniform(-30.0, 2.0, n))
+        v[rng.random(n) < 0.05] = np.inf
+        v[rng.random(n) < 0.05] = 0.0
+        return v
+
+    leds = {m: tabdp.Ledger.open(tmp_path / m, series="s", lifetime_budget=1e9,
+                                 autocommit=False, create=True) for m in ("shared", "apart")}
+    for step in range(6):
+        ids = pl.Series("unit", np.unique(rng.integers(0, 3_000, 2_000 + 300 * step)))
+        rho, eps, other = vals(ids.len()), vals(ids.len()), vals(ids.len())
+        for m, led in leds.items():
+            if step == 3:  # rho_z charged apart once: the twins' totals differ from then on
+                rz = other if m == "shared" else other.copy()
+            else:
+                rz = rho if m == "shared" else rho.copy()
+            now.append((m, step))
+            adds[(m, step)] = 0
+            led.charge(ids, {"rho": rho, "epsilon": eps, "rho_z": rz},
+                       {"size": np.ones(ids.len())})
+            if step == 1:  # committed and read back: the state's columns are frozen views
+                led.commit(label=f"r{step}")
+    for step in (1, 2):  # rho_z copied from rho: fewer additions
+        assert adds[("shared", step)] < adds[("apart", step)], adds
+    for step in (3, 4, 5):  # no twins any more
+        assert adds[("shared", step)] == adds[("apart", step)], adds
+    a, b = leds["shared"], leds["apart"]
+    u = a._tot.units
+    for c in ("rho", "epsilon", "rho_z", "size"):
+        assert a.lookup(u, [c])[c].tobytes() == b.lookup(u, [c])[c].tobytes(), c
+    assert a._tot.history_rows().equals(b._tot.history_rows())
+    for led in leds.values():
+        led.commit(label="last")
+        led.close()
+    sa = tabdp.Ledger.open(tmp_path / "shared", read_only=True, autocommit=False)
+    sb = tabdp.Ledger.open(tmp_path / "apart", read_only=True, autocommit=False)
+    assert sa.state().equals(sb.state())
+    assert sa.history().drop("release").equals(sb.history().drop("release"))
+    sa.close()
+    sb.close()
