@@ -55,6 +55,12 @@ The TOML schema (every key not listed is refused)::
     author_only = true              # every spec read with this configuration must be in author
                                     # mode (a validation server: an author cannot write
                                     # mode = "curator" to get paths back); default false
+    author_specs = "/srv/tabdp/specs"   # optional, with author_only: the folder the server
+                                    # writes authors' specs to; a spec path is then read only
+                                    # if its real path is a regular file inside it (anything
+                                    # else is "release spec file not found", not read); an
+                                    # existing folder apart from the datasets, ledgers, public
+                                    # folders and output root
     overwrite = "same-spec"         # what an author-mode --overwrite may replace under the
                                     # output root: "same-spec" (default; a release whose
                                     # manifest records this spec's hash), "any", "never"
@@ -120,7 +126,7 @@ CURATOR_KEYS: dict[str, tuple[str, ...]] = {
     "public": ("folders",),
     "output": ("root",),
     "defaults": ("budget", "level", "delta"),
-    "policy": ("author_only", "overwrite", "require_ledger", "max_rho"),
+    "policy": ("author_only", "author_specs", "overwrite", "require_ledger", "max_rho"),
     "engine": ("spark_master",),
     "testing": ("seeded_author_runs",),
 }
@@ -228,6 +234,11 @@ class CuratorConfig:
     #: tables; an author-mode spec's budget must provably stay within it (checked from the
     #: text, before anything is read). ``None``: no cap beyond the spec's own budget.
     max_rho: float | None = None
+    #: ``[policy] author_specs``: the folder (absolute) a server writes its authors' specs to.
+    #: Under ``author_only``, a spec path is read only if its real path is a regular file
+    #: inside it; any other path is "release spec file not found", whether or not it exists,
+    #: and is not read. ``None``: any path outside the datasets, ledgers and output root.
+    author_specs: Path | None = None
     #: ``[engine] spark_master``: the Spark master of author-mode runs with ``--engine spark``
     #: (an author-mode ``tabdp run`` may not name one: ``--spark-master`` is refused).
     #: ``None``: tabdp's default (``local[2]``).
@@ -390,7 +401,8 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                          path: Path | None = None) -> CuratorConfig:
     """Validate a parsed configuration (a dict as ``tomllib`` returns it).
 
-    Nothing is read: the paths need not exist yet.
+    No data is read, and the paths need not exist yet, except ``[policy] author_specs``: an
+    existing folder (checked here).
 
     Args:
         data: The parsed TOML.
@@ -448,6 +460,15 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                                       f"; got {overwrite!r}.",
                   '"same-spec" (default: --overwrite replaces a release of the same spec '
                   'only), "any" or "never".')
+    author_specs = None
+    if "policy" in d and "author_specs" in d["policy"]:
+        author_specs = _folder(d["policy"]["author_specs"], "policy.author_specs", base,
+                               "the folder of the authors' specs")
+        if not author_only:
+            _fail("policy.author_specs", "applies to a server for authors only, and "
+                                         "[policy] author_only is not true: any spec could "
+                                         "then be in curator mode and name any server path.",
+                  "set author_only = true in [policy] too, or remove author_specs.")
     require_ledger = False
     if "policy" in d:
         require_ledger = d["policy"].get("require_ledger", False)
@@ -483,8 +504,10 @@ def parse_curator_config(data: Mapping[str, Any], base_dir: str | Path, *,
                            output_root=root, defaults=defaults, author_only=author_only,
                            overwrite=overwrite, seeded_author_runs=seeded,
                            require_ledger=require_ledger, max_rho=max_rho,
-                           spark_master=spark_master)
-    _check_ledgers(config)
+                           spark_master=spark_master, author_specs=author_specs)
+    found = _check_ledgers(config)
+    if author_specs is not None:
+        _check_author_specs(config, author_specs, found)
     roots = config.dataset_roots()
     for i, f in enumerate(folders):
         real = Path(os.path.realpath(f))
@@ -553,13 +576,17 @@ def data_locations(path: str | os.PathLike[str]) -> list[Path]:
     return out
 
 
-def _check_ledgers(config: CuratorConfig) -> None:
+def _check_ledgers(config: CuratorConfig) -> dict[str, list[Path] | str]:
     """Each dataset's ledger: outside every dataset, public folder and the output root.
 
     Datasets over the same data (the same or nested paths, the same table) must have the same
     unit and ledger: otherwise an author would name the one without a ledger (or with a finer
     unit) and step around the other's. Datasets sharing one ledger must declare the same unit
     column with the same declared type.
+
+    Returns:
+        Dataset name -> where its data lies (`data_locations`, or the catalog table's name):
+        each dataset walked once for every check of the configuration.
     """
     def where(x: DatasetDecl) -> list[Path] | str:
         if x.path is not None:
@@ -618,6 +645,45 @@ def _check_ledgers(config: CuratorConfig) -> None:
                                                  f"{what} ({str(r)!r}).",
                       "keep each ledger in a confidential folder of its own (a ledger holds "
                       "per-unit losses; a dataset folder is read whole).")
+    return found
+
+
+def _check_author_specs(config: CuratorConfig, folder: Path,
+                        found: Mapping[str, list[Path] | str]) -> None:
+    """``[policy] author_specs``: an existing folder apart from every confidential location.
+
+    Specs are read from it by any author who names them, so it may hold nothing else: it must
+    not overlap a dataset (or a link's target in one), a ledger (nor so hold its anchor), a
+    public folder or the output root, nor hold the configuration file.
+    """
+    real = Path(os.path.realpath(folder))
+    if not real.is_dir():
+        _fail("policy.author_specs", f"the folder of the authors' specs {str(folder)!r} is "
+                                     f"{'not a folder' if real.exists() else 'missing'}.",
+              "create it (the server writes each author's spec there), or fix the path.")
+    others: list[tuple[str, Path]] = [
+        (f"dataset {name!r}", p) for name, where in found.items() if not isinstance(where, str)
+        for p in where]
+    others += [(f"the ledger of dataset {n!r}", Path(os.path.realpath(x.ledger)))
+               for n, x in config.datasets.items() if x.ledger is not None]
+    others += [(f"the public folder {str(f)!r}", Path(os.path.realpath(f)))
+               for f in config.public_folders]
+    if config.output_root is not None:
+        others.append(("the output root", Path(os.path.realpath(config.output_root))))
+    for what, r in others:
+        if real == r or r in real.parents or real in r.parents:
+            _fail("policy.author_specs", f"the folder of the authors' specs {str(folder)!r} "
+                                         f"overlaps {what} ({str(r)!r}).",
+                  "give the authors' specs a folder of their own, apart from the data, "
+                  "ledgers, public folders and output root (a spec there is read by any "
+                  "author who names it).")
+    # (a ledger's anchor lies beside its folder: a folder holding it holds the ledger too)
+    conf = Path(os.path.realpath(config.path)) if config.path is not None else None
+    if conf is not None and real in conf.parents:
+        _fail("policy.author_specs", f"the folder of the authors' specs {str(folder)!r} "
+                                     f"holds the curator configuration ({str(conf)!r}).",
+              "give the authors' specs a folder of their own (a file there is read as a "
+              "spec by any author who names it).")
 
 
 def load_curator_config(path: str | Path) -> CuratorConfig:

@@ -143,17 +143,37 @@ def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
     path that was checked, opened without following any link (every folder on its way too),
     so a name swapped for a link into a dataset after the check is refused, never read.
 
+    With ``[policy] author_specs`` (stop 64), a spec is read only if its real path is a regular
+    file with one name inside that folder: any other path is missing whether or not it exists
+    (``/proc/<pid>/fd/2``, a concurrent run's log, answered "not valid TOML (line, column)"),
+    and a path outside the folder, as written or resolved, is not even looked up.
+
     Raises:
         FileNotFoundError: The path is in a dataset, a ledger (or is its anchor) or the output
-            root (whether it exists or not), or missing.
+            root (whether it exists or not), or missing; with ``author_specs``, any path but a
+            regular file inside that folder.
         OSError: Another path that cannot be read (a link swapped in since the check, a
-            folder).
+            folder), without ``author_specs``.
     """
-    from tabdp.privacy.lifetime import ledger_anchor
-    from tabdp.release.curator_config import data_locations
     from tabdp.release.spec.files import _open_below
 
+    if config.author_specs is not None:
+        return _read_author_specs(file, config.author_specs, config)
     real = Path(os.path.realpath(file))
+    if _confidential(real, config) or not real.parts[1:]:
+        raise FileNotFoundError(str(file))
+    fd, parent = _open_below(Path(real.anchor), real.parts[1:])
+    if parent >= 0:
+        os.close(parent)
+    with os.fdopen(fd, "rb") as fh:  # a regular file (`_open_below` checks it)
+        return fh.read()
+
+
+def _confidential(real: Path, config: CuratorConfig) -> bool:
+    """Whether a real path is in a dataset, a ledger (or is its anchor) or the output root."""
+    from tabdp.privacy.lifetime import ledger_anchor
+    from tabdp.release.curator_config import data_locations
+
     places = [p for d in config.datasets.values() if d.path is not None
               for p in data_locations(d.path)]
     places += [Path(os.path.realpath(d.ledger)) for d in config.datasets.values()
@@ -166,13 +186,53 @@ def _read_author_only(file: Path, config: CuratorConfig) -> bytes:
                for d in config.datasets.values() if d.ledger is not None]
     if config.output_root is not None:
         places.append(Path(os.path.realpath(config.output_root)))
-    if any(real == p or p in real.parents for p in places) or not real.parts[1:]:
+    return any(real == p or p in real.parents for p in places)
+
+
+def _read_author_specs(file: Path, folder: Path, config: CuratorConfig) -> bytes:
+    """``[policy] author_specs``: the spec's bytes if it is a plain file of that folder.
+
+    Decided from the path and the configuration: a path that does not name the folder as
+    written (its configured or real form) is missing at once, nothing on it looked up; one
+    that does is resolved and must still be inside the folder's real path (a link inside
+    pointing out, a ``..`` through a link: missing). The file is then opened below the
+    folder's real path without following any link (nor any on the way to it), and must be a
+    regular file with one name, still the file of that name once open (as a public file,
+    `tabdp.release.spec.files._public_bytes`); anything else is missing too.
+
+    Raises:
+        FileNotFoundError: Any path but such a file (whether it exists or not).
+    """
+    from tabdp.release.spec.files import _open_below
+
+    top = Path(os.path.realpath(folder))
+    if not any(p in file.parents for p in {Path(folder), top}):
         raise FileNotFoundError(str(file))
-    fd, parent = _open_below(Path(real.anchor), real.parts[1:])
-    if parent >= 0:
-        os.close(parent)
-    with os.fdopen(fd, "rb") as fh:  # a regular file (`_open_below` checks it)
-        return fh.read()
+    real = Path(os.path.realpath(file))
+    if top not in real.parents:
+        raise FileNotFoundError(str(file))
+    if _confidential(real, config):  # e.g. a dataset's link into the folder added since
+        raise FileNotFoundError(str(file))
+    parts = real.relative_to(top).parts
+    try:
+        fd, parent = _open_below(top, parts)
+    except OSError:
+        raise FileNotFoundError(str(file)) from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            named = (os.stat(parts[-1], dir_fd=parent, follow_symlinks=False) if parent >= 0
+                     else os.stat(real, follow_symlinks=False))
+            if st.st_nlink != 1 or named.st_nlink != 1 or \
+                    (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino):
+                # a hard link has no real path to check: its other name may be a data file
+                raise FileNotFoundError(str(file))
+            return fh.read()
+    except OSError:
+        raise FileNotFoundError(str(file)) from None
+    finally:
+        if parent >= 0:
+            os.close(parent)
 
 
 def spec_not_found(file: Path) -> SpecError:
