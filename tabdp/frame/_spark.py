@@ -414,8 +414,10 @@ def _spark_type(dt: Any) -> Any:
         return T.StringType()
     if isinstance(dt, pl.Datetime):
         return T.TimestampType()
+    if isinstance(dt, pl.Decimal):  # a key set of the data's decimal type (stop 64: refused)
+        return T.DecimalType(38 if dt.precision is None else dt.precision, dt.scale or 0)
     raise ColumnTypeError(f"key columns of dtype {dt} are not supported on Spark frames.\n"
-                          "Hint: use integer, float, string or date keys.")
+                          "Hint: use integer, float, decimal, string or date keys.")
 
 
 def _is_floatlike(st: Any) -> bool:

@@ -1038,3 +1038,40 @@ def test_a_map_column_changed_by_a_microsecond_is_another_frame(spark, ntz):
         frame(2).dp.sum("payroll", by=["county", "sector"], keys=KEYS, session=s,
                         mechanism=mech.Gaussian(5.0))
     assert len(s.records) == 1
+
+
+@pytest.mark.parametrize("unit", [None, "firm"])
+@pytest.mark.parametrize("precision", [10, 38])
+def test_decimal_keys_of_the_data_type_released_as_on_polars(spark, unit, precision):
+    """A key set of the data's decimal type (stop 64): refused on Spark only.
+
+    Spark had no type for a ``Decimal`` key set ("key columns of dtype Decimal(...) are not
+    supported on Spark frames"), while Polars released it. The same cells, keys in the input's
+    decimal type and values as Polars', for a sum, a count and a median, row and unit mode;
+    a null key and a key without data included.
+    """
+    from pyspark.sql import types as T
+
+    from tabdp.frame.releases import released_table
+
+    dec = pl.Decimal(precision, 2)
+    vals = [Decimal("1.50"), Decimal("2.00"), Decimal("-0.25"), None]
+    data = pl.DataFrame({"firm": [i % 5 for i in range(24)],
+                         "k": pl.Series([vals[i % 4] for i in range(24)], dtype=dec),
+                         "x": [float(i) for i in range(24)]})
+    keys = tabdp.KeySet.from_dict(k=pl.Series([Decimal("1.50"), Decimal("2.00"),
+                                               Decimal("-0.25"), Decimal("9.99"), None],
+                                              dtype=dec))
+    sdf = spark.createDataFrame(data.to_arrow())
+    assert sdf.schema["k"].dataType == T.DecimalType(precision, 2)
+    outs = []
+    for frame in (data, sdf):
+        s = tabdp.Session(unit=unit, seed=4, budget=50.0)
+        kw = {"by": "k", "keys": keys, "session": s}
+        got = [frame.dp.sum("x", mechanism=mech.Gaussian(3.0), **kw),
+               frame.dp.count(**kw),
+               frame.dp.median("x", bounds=(0.0, 24.0), epsilon=1.0, **kw)]
+        outs.append([released_table(o) for o in got])
+    for want, got in zip(*outs, strict=True):
+        assert got.schema == want.schema and got.schema["k"] == dec, (got.schema, want.schema)
+        assert got.equals(want), (got, want)
