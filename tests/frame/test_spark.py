@@ -1075,3 +1075,39 @@ def test_decimal_keys_of_the_data_type_released_as_on_polars(spark, unit, precis
     for want, got in zip(*outs, strict=True):
         assert got.schema == want.schema and got.schema["k"] == dec, (got.schema, want.schema)
         assert got.equals(want), (got, want)
+
+
+def test_equal_maps_in_another_entry_order_are_the_same_frame(spark):
+    """A map's entries in another order are the same map (stop 64): the same bound frame.
+
+    Spark has no order of a map's entries (it compares no maps), but the fingerprint hashed
+    a map's JSON text in stored order: a frame rebuilt with the same maps, entries in another
+    order, was refused as another frame (the Polars engines never fingerprint such a column).
+    At any depth: in an array, in a struct, as a map's value. A changed entry is still caught.
+    """
+    from pyspark.sql import functions as F
+
+    base = _spark_frame(spark, _data(12))
+
+    def frame(reverse: bool, value: int = 2) -> Any:
+        pairs = [(F.lit("a"), F.col("emp")), (F.lit("b"), F.lit(value))]
+        if reverse:
+            pairs.reverse()
+        m = F.create_map(*[x for p in pairs for x in p])
+        nested = F.create_map(F.lit("outer"), m, F.lit("other"), F.create_map(F.lit("z"),
+                                                                              F.lit(1)))
+        if reverse:
+            nested = F.create_map(F.lit("other"), F.create_map(F.lit("z"), F.lit(1)),
+                                  F.lit("outer"), m)
+        return base.withColumns({"m": m, "arr": F.array(m, F.create_map()),
+                                 "st": F.struct(m.alias("x"), F.lit(None).cast("int").alias("y")),
+                                 "nested": nested})
+
+    s = tabdp.Session(seed=0)
+    kw = {"by": ["county", "sector"], "keys": KEYS, "session": s}
+    frame(False).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    frame(True).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    assert len(s.records) == 2
+    with pytest.raises(tabdp.InvalidParameterError):
+        frame(True, value=3).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
+    assert len(s.records) == 2
