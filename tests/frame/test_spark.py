@@ -1111,3 +1111,61 @@ def test_equal_maps_in_another_entry_order_are_the_same_frame(spark):
     with pytest.raises(tabdp.InvalidParameterError):
         frame(True, value=3).dp.sum("payroll", mechanism=mech.Gaussian(50.0), **kw)
     assert len(s.records) == 2
+
+
+class _NoArrow:
+    """A Spark DataFrame as PySpark 3.5 gives it: no ``toArrow`` (`to_polars`' other branch)."""
+
+    def __init__(self, sdf: Any) -> None:
+        self._sdf = sdf
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "toArrow":
+            raise AttributeError(name)
+        return getattr(self._sdf, name)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles", "Asia/Kolkata"])
+def test_to_polars_without_to_arrow_equals_the_arrow_branch(spark, zone):
+    """`to_polars` on PySpark 3.5 (no ``DataFrame.toArrow``; `.ci/spark-floor`), stop 64.
+
+    Forced here on the installed PySpark: its table must be the Arrow branch's, dtype for
+    dtype and value for value, in and out of UTC. Through pandas, a ``timestamp`` was the
+    session zone's wall time (Arrow branch: the UTC wall time), a ``timestamp_ntz`` and a
+    ``date`` took pandas' nanosecond dtypes, an integer column with a null came back
+    ``Float64`` (``2**53 + 1`` rounded) and a NaN key was null.
+    """
+    import datetime as dt
+
+    from pyspark.sql import types as T
+
+    from tabdp.frame.backends.spark import to_polars
+
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        t = [dt.datetime(2020, 1, 1, 0, 30), dt.datetime(1969, 12, 31, 23, 59, 59, 999999),
+             None]
+        data = pl.DataFrame({
+            "ts": pl.Series(t, dtype=pl.Datetime("us", "UTC")),
+            "ntz": pl.Series(t, dtype=pl.Datetime("us")),
+            "d": [dt.date(2020, 1, 1), dt.date(1900, 3, 1), None],
+            "i": [2**53 + 1, None, -3],
+            "f": [float("nan"), None, 1.5],
+            "s": ["a", None, "c"],
+            "dec": pl.Series([Decimal("1.50"), None, Decimal("-0.25")], dtype=pl.Decimal(10, 2)),
+        })
+        sdf = spark.createDataFrame(data.to_arrow(), T.StructType([
+            T.StructField("ts", T.TimestampType()), T.StructField("ntz", T.TimestampNTZType()),
+            T.StructField("d", T.DateType()), T.StructField("i", T.LongType()),
+            T.StructField("f", T.DoubleType()), T.StructField("s", T.StringType()),
+            T.StructField("dec", T.DecimalType(10, 2))]))
+        assert isinstance(sdf.schema["ts"].dataType, T.TimestampType)
+        assert isinstance(sdf.schema["ntz"].dataType, T.TimestampNTZType)
+        want = to_polars(sdf)
+        assert want["ts"].to_list() == t and want["ntz"].to_list() == t  # UTC wall times
+        got = to_polars(_NoArrow(sdf))
+        assert got.schema == want.schema, (got.schema, want.schema)
+        assert got.equals(want), (got, want)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
